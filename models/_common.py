@@ -1,0 +1,93 @@
+"""Pieces every model family shares: parameter checking and placement on IPUs."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import numbers
+from typing import Iterator
+
+from sim.errors import GraphError
+from sim.graph import GraphBuilder, canonical_dtype
+
+
+class Params(dict):
+    """A model's parameters: its defaults overridden by the user's, checked on access.
+
+    Every error names the model, the parameter and the valid parameters.
+    """
+
+    def __init__(self, model: str, defaults: dict, given: dict):
+        unknown = [k for k in given if k not in defaults]
+        if unknown:
+            raise GraphError(f"model {model!r}: unknown parameter {unknown[0]!r}; "
+                             f"valid parameters: {', '.join(defaults)}")
+        super().__init__(copy.deepcopy(defaults))
+        self.update(given)
+        self.model = model
+
+    def fail(self, key: str, why: str):
+        raise GraphError(f"model {self.model!r}: invalid parameter {key}={self[key]!r}: {why} "
+                         f"(valid parameters: {', '.join(self)})")
+
+    def int(self, key: str, minimum: int = 1, optional: bool = False) -> int | None:
+        v = self[key]
+        if v is None and optional:
+            return None
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+            self.fail(key, f"expected an integer >= {minimum}")
+        return int(v)
+
+    def ints(self, key: str, minimum: int = 1, optional: bool = False) -> list[int] | None:
+        v = self[key]
+        if v is None and optional:
+            return None
+        if not isinstance(v, (list, tuple)) or not v or any(
+                isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < minimum for x in v):
+            self.fail(key, f"expected a non-empty list of integers >= {minimum}")
+        return [int(x) for x in v]
+
+    def prob(self, key: str) -> float:
+        v = self[key]
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= v < 1:
+            self.fail(key, "expected a probability in [0, 1)")
+        return float(v)
+
+    def flag(self, key: str) -> bool:
+        if not isinstance(self[key], bool):
+            self.fail(key, "expected True or False")
+        return self[key]
+
+    def dtype(self, key: str = "dtype") -> str:
+        try:
+            d = canonical_dtype(self[key])
+        except GraphError:
+            d = None
+        if d not in ("float16", "float32"):
+            self.fail(key, "expected 'float16' or 'float32'")
+        return d
+
+
+class Placement:
+    """Puts consecutive parts of a model on IPUs.
+
+    Pipeline stages are numbered the way PopTorch's default ``AutoStage.AutoIncrement`` does:
+    a new stage each time the IPU changes from one block to the next, so a head placed back on
+    IPU 0 after the last layer is a stage of its own. Without placement (``enabled=False``)
+    ops keep no annotation.
+    """
+
+    def __init__(self, b: GraphBuilder, enabled: bool):
+        self.b, self.enabled = b, enabled
+        self._ipu: int | None = None
+        self._stage = -1
+
+    @contextlib.contextmanager
+    def on(self, ipu: int, block: str) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        if ipu != self._ipu:
+            self._ipu, self._stage = ipu, self._stage + 1
+        with self.b.ipu(ipu, stage=self._stage, block=block):
+            yield

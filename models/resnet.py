@@ -1,0 +1,70 @@
+"""ResNet-50 (He et al. 2015), torchvision's v1.5 layout (stride on the 3x3 conv), NCHW.
+
+Inputs, in order: ``images`` ((B, 3, image_size, image_size), model dtype) and ``labels``
+(int32, (B,)). Outputs: the logits and the loss.
+
+Stem (7x7/2 conv, batchnorm, ReLU, 3x3/2 maxpool), bottleneck blocks [3, 4, 6, 3] named
+"layer1/0" … "layer4/2", global average pool, fully connected layer, softmax cross-entropy.
+
+``split_points`` lists the blocks where a new IPU starts (as Graphcore's CNN examples'
+``--pipeline-splits``): ``["layer2/0", "layer3/0"]`` puts the stem and layer1 on IPU 0, layer2
+on IPU 1, layer3, layer4 and the classifier on IPU 2. "layer2.0" is accepted for "layer2/0".
+"""
+
+from __future__ import annotations
+
+from sim.graph import Graph, GraphBuilder
+
+from ._common import Params, Placement
+
+MODELS = {
+    "resnet50": dict(micro_batch=4, image_size=224, num_classes=1000, split_points=None,
+                     dtype="float16"),
+}
+DEPTHS, WIDTHS, STRIDES = (3, 4, 6, 3), (64, 128, 256, 512), (1, 2, 2, 2)
+
+
+def bottleneck(b: GraphBuilder, x: str, width: int, stride: int) -> str:
+    """1x1 reduce, 3x3 (strided), 1x1 expand ×4, each with batchnorm; projection shortcut."""
+    cin, cout = b.shape(x)[1], 4 * width
+    y = b.relu(b.batchnorm(b.conv2d(x, width, 1, name="conv1"), name="bn1"))
+    y = b.relu(b.batchnorm(b.conv2d(y, width, 3, stride, 1, name="conv2"), name="bn2"))
+    y = b.batchnorm(b.conv2d(y, cout, 1, name="conv3"), name="bn3")
+    if stride != 1 or cin != cout:
+        x = b.batchnorm(b.conv2d(x, cout, 1, stride, name="downsample/conv"), name="downsample/bn")
+    return b.relu(b.add(y, x))
+
+
+def build(name: str, p: Params) -> Graph:
+    B, size, classes = p.int("micro_batch"), p.int("image_size", minimum=32), p.int("num_classes")
+    blocks = [(f"layer{i + 1}/{j}", w, s if j == 0 else 1)
+              for i, (n, w, s) in enumerate(zip(DEPTHS, WIDTHS, STRIDES)) for j in range(n)]
+    splits = p["split_points"] or []
+    if not isinstance(splits, (list, tuple)) or not all(isinstance(s, str) for s in splits):
+        p.fail("split_points", "expected a list of block names")
+    splits = [s.replace(".", "/") for s in splits]
+    order = [blk for blk, _, _ in blocks]
+    for s in splits:
+        if s not in order:
+            p.fail("split_points", f"unknown block {s!r}; blocks: {', '.join(order)}")
+    if [order.index(s) for s in splits] != sorted({order.index(s) for s in splits}):
+        p.fail("split_points", "blocks must be distinct and in model order")
+
+    b = GraphBuilder(name, p.dtype())
+    place = Placement(b, bool(splits))
+    images = b.input("images", (B, 3, size, size))
+    labels = b.input("labels", (B,), "int32")
+
+    ipu = 0
+    with place.on(ipu, "stem"), b.scope("stem"):
+        x = b.relu(b.batchnorm(b.conv2d(images, 64, 7, 2, 3, name="conv1"), name="bn1"))
+        x = b.maxpool(x, 3, 2, 1)
+    for blk, width, stride in blocks:
+        ipu += blk in splits
+        with place.on(ipu, blk), b.scope(blk):
+            x = bottleneck(b, x, width, stride)
+    with place.on(ipu, "classifier"), b.scope("classifier"):
+        logits = b.linear(b.global_avgpool(x), classes, name="fc")
+        loss = b.softmax_cross_entropy(logits, labels)
+    b.output(logits, loss)
+    return b.graph

@@ -1,0 +1,41 @@
+"""Errors the simulator raises.
+
+Every error names what is wrong, where, and what to do about it, the way PopTorch does.
+"""
+
+
+class IpuSimError(Exception):
+    """Base class of every error ipusim raises on purpose."""
+
+
+class ConfigError(IpuSimError):
+    """A system description (``configs/*.toml``) is malformed."""
+
+
+class OptionsError(IpuSimError):
+    """An option value, or a combination of options, is not valid."""
+
+
+class GraphError(IpuSimError):
+    """A graph is malformed (shape mismatch, unknown tensor, bad annotation)."""
+
+
+class UnsupportedOpError(IpuSimError):
+    """The cost model cannot price an op: an error, never a silent zero."""
+
+
+class OutOfMemoryError(IpuSimError):
+    """A program does not fit in tile memory.
+
+    Attributes
+    ----------
+    ipu: the IPU that overflows.
+    op: the op (or stage) whose allocation overflows, if one can be named.
+    shortfall_bytes: bytes over the limit on the worst tile.
+    """
+
+    def __init__(self, message: str, *, ipu: int, op: str | None, shortfall_bytes: int):
+        super().__init__(message)
+        self.ipu = ipu
+        self.op = op
+        self.shortfall_bytes = shortfall_bytes

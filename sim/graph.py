@@ -1,0 +1,437 @@
+"""The graph IR: tensors, ops and a builder to write models with.
+
+No numbers are computed here beyond shapes: a :class:`Graph` says *what* runs (op kinds,
+tensor shapes and dtypes, the user's annotations); the cost model says how long it takes.
+
+Tensor ``role`` says how a tensor lives:
+
+``input``       fed from the host by a stream copy, once per micro-batch
+``weight``      a trainable variable, always live on chip (unless placed off chip)
+``constant``    a non-trainable variable (buffers, fixed masks), always live
+``activation``  produced by an op, live from its producer to its last consumer
+``gradient``    an activation of the backward pass
+``accumulator`` a gradient-accumulation buffer, always live in training
+``state``       optimizer state (momentum, Adam's m and v), always live in training
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from .errors import GraphError
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
+_DTYPE_ALIASES = {
+    "fp32": "float32", "float": "float32", "f32": "float32",
+    "fp16": "float16", "half": "float16", "f16": "float16",
+    "int": "int32", "i32": "int32", "int64": "int32", "long": "int32",  # IPUs compute int64 as int32
+}
+ROLES = ("input", "weight", "constant", "activation", "gradient", "accumulator", "state")
+PASSES = ("forward", "backward", "update")
+
+
+def canonical_dtype(dtype: str) -> str:
+    """Canonical dtype name, raising :class:`GraphError` for one the IPU has no model for."""
+    name = _DTYPE_ALIASES.get(str(dtype), str(dtype))
+    if name not in DTYPE_BYTES:
+        raise GraphError(f"unknown dtype {dtype!r}; supported: {', '.join(DTYPE_BYTES)}")
+    return name
+
+
+@dataclass
+class Tensor:
+    """A tensor of the graph. ``shape`` is in elements, ``nbytes`` in bytes."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: str
+    producer: str | None = None  # name of the op that writes it, None for inputs and variables
+    location: str = "on_chip"  # "on_chip" or "off_chip" (streaming memory)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+@dataclass
+class Op:
+    """One op: a kind the cost model knows, its tensors, attributes and annotations."""
+
+    name: str
+    kind: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict = field(default_factory=dict)
+    pass_: str = "forward"  # "forward", "backward" or "update"
+    ipu: int | None = None  # user annotation: which IPU (or pipeline stage's IPU)
+    stage: int | None = None  # pipeline stage, when it differs from the IPU
+    phase: int | None = None  # execution phase (phased execution)
+    block: str | None = None  # the user's block name
+    recompute: bool = False  # recomputed in the backward pass rather than stashed
+    forward_of: str | None = None  # for a backward op: the forward op it differentiates
+
+
+class Graph:
+    """A directed acyclic graph of ops in a valid execution order (insertion order)."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.tensors: dict[str, Tensor] = {}
+        self.ops: list[Op] = []
+        self.inputs: list[str] = []  # host-fed tensors, in the model's flattened order
+        self.outputs: list[str] = []  # tensors streamed back to the host, in order
+        self.loss: str | None = None
+        self.training = False
+        self._op_names: set[str] = set()
+
+    # --- construction -------------------------------------------------------------------
+    def add_tensor(self, name: str, shape: Sequence[int], dtype: str, role: str,
+                   producer: str | None = None) -> Tensor:
+        if name in self.tensors:
+            raise GraphError(f"graph {self.name!r}: tensor {name!r} defined twice")
+        if role not in ROLES:
+            raise GraphError(f"tensor {name!r}: unknown role {role!r}; expected one of {ROLES}")
+        shape = tuple(int(d) for d in shape)
+        if any(d <= 0 for d in shape):
+            raise GraphError(f"tensor {name!r}: every dimension must be > 0, got shape {shape}")
+        t = Tensor(name, shape, canonical_dtype(dtype), role, producer)
+        self.tensors[name] = t
+        return t
+
+    def add_op(self, op: Op) -> Op:
+        if op.name in self._op_names:
+            raise GraphError(f"graph {self.name!r}: op {op.name!r} defined twice")
+        for t in op.inputs:
+            if t not in self.tensors:
+                raise GraphError(f"op {op.name!r} ({op.kind}): unknown input tensor {t!r}")
+        for t in op.outputs:
+            if t not in self.tensors:
+                raise GraphError(f"op {op.name!r} ({op.kind}): unknown output tensor {t!r}")
+        self._op_names.add(op.name)
+        self.ops.append(op)
+        return op
+
+    def unique_op_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self._op_names:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
+    def unique_tensor_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.tensors:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
+    # --- queries ------------------------------------------------------------------------
+    def tensor(self, name: str) -> Tensor:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r} has no tensor {name!r}") from None
+
+    def weights(self) -> list[Tensor]:
+        return [t for t in self.tensors.values() if t.role == "weight"]
+
+    def num_parameters(self) -> int:
+        return sum(t.numel for t in self.weights())
+
+    def ops_in(self, pass_: str) -> list[Op]:
+        return [op for op in self.ops if op.pass_ == pass_]
+
+    def ipus_used(self) -> list[int]:
+        return sorted({op.ipu or 0 for op in self.ops})
+
+    def __repr__(self) -> str:
+        return (f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors, "
+                f"{self.num_parameters():,} parameters)")
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...], where: str) -> tuple[int, ...]:
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + a
+    b = (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise GraphError(f"{where}: shapes {a} and {b} do not broadcast")
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def _conv_out(size: int, k: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - k) // stride + 1
+
+
+class GraphBuilder:
+    """Writes a :class:`Graph` op by op, with shape inference.
+
+    Every method takes and returns tensor *names*. Annotations set with the context managers
+    (:meth:`ipu`, :meth:`block`, :meth:`scope`, :meth:`recompute`) apply to every op built
+    inside them::
+
+        b = GraphBuilder("mlp")
+        x = b.input("x", (16, 784))
+        with b.scope("fc1"):
+            h = b.relu(b.linear(x, 256))
+        b.output(h)
+        graph = b.graph
+    """
+
+    def __init__(self, name: str, dtype: str = "float16"):
+        self.graph = Graph(name)
+        self.dtype = canonical_dtype(dtype)
+        self._scopes: list[str] = []
+        self._ipu: int | None = None
+        self._stage: int | None = None
+        self._phase: int | None = None
+        self._block: str | None = None
+        self._recompute = False
+
+    # --- annotations --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        self._scopes.append(name)
+        try:
+            yield
+        finally:
+            self._scopes.pop()
+
+    @contextlib.contextmanager
+    def ipu(self, ipu: int, stage: int | None = None, phase: int | None = None,
+            block: str | None = None) -> Iterator[None]:
+        saved = (self._ipu, self._stage, self._phase, self._block)
+        self._ipu, self._stage, self._phase = ipu, stage, phase
+        self._block = block if block is not None else saved[3]
+        try:
+            yield
+        finally:
+            self._ipu, self._stage, self._phase, self._block = saved
+
+    @contextlib.contextmanager
+    def recompute(self, on: bool = True) -> Iterator[None]:
+        saved, self._recompute = self._recompute, on
+        try:
+            yield
+        finally:
+            self._recompute = saved
+
+    def _name(self, base: str) -> str:
+        return "/".join(self._scopes + [base])
+
+    # --- tensors ------------------------------------------------------------------------
+    def input(self, name: str, shape: Sequence[int], dtype: str | None = None) -> str:
+        t = self.graph.add_tensor(self._name(name), shape, dtype or self.dtype, "input")
+        self.graph.inputs.append(t.name)
+        return t.name
+
+    def weight(self, name: str, shape: Sequence[int], dtype: str | None = None) -> str:
+        return self.graph.add_tensor(self._name(name), shape, dtype or self.dtype, "weight").name
+
+    def constant(self, name: str, shape: Sequence[int], dtype: str | None = None) -> str:
+        return self.graph.add_tensor(self._name(name), shape, dtype or self.dtype, "constant").name
+
+    def output(self, *names: str) -> None:
+        for n in names:
+            self.graph.tensor(n)
+            self.graph.outputs.append(n)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.graph.tensor(name).shape
+
+    def dtype_of(self, name: str) -> str:
+        return self.graph.tensor(name).dtype
+
+    # --- generic op ---------------------------------------------------------------------
+    def op(self, kind: str, inputs: Sequence[str], out_shapes: Sequence[Sequence[int]],
+           attrs: dict | None = None, name: str | None = None,
+           out_dtypes: Sequence[str] | None = None) -> list[str]:
+        """Add an op of ``kind`` with outputs of the given shapes; returns the output names."""
+        op_name = self.graph.unique_op_name(self._name(name or kind))
+        dtypes = out_dtypes or [self.graph.tensor(inputs[0]).dtype if inputs else self.dtype] * len(out_shapes)
+        outs = []
+        for i, (shape, dt) in enumerate(zip(out_shapes, dtypes)):
+            tname = self.graph.unique_tensor_name(op_name if len(out_shapes) == 1 else f"{op_name}:{i}")
+            outs.append(self.graph.add_tensor(tname, shape, dt, "activation", producer=op_name).name)
+        self.graph.add_op(Op(op_name, kind, list(inputs), outs, dict(attrs or {}), ipu=self._ipu,
+                             stage=self._stage, phase=self._phase, block=self._block,
+                             recompute=self._recompute))
+        return outs
+
+    def _one(self, kind, inputs, shape, attrs=None, name=None, dtype=None) -> str:
+        return self.op(kind, inputs, [shape], attrs, name, [dtype] if dtype else None)[0]
+
+    # --- dense algebra ------------------------------------------------------------------
+    def matmul(self, a: str, b: str, name: str | None = None) -> str:
+        """``a @ b`` with numpy broadcasting of the batch dimensions."""
+        sa, sb = self.shape(a), self.shape(b)
+        where = f"matmul {self._name(name or 'matmul')}"
+        if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
+            raise GraphError(f"{where}: inner dimensions do not match: {sa} @ {sb}")
+        batch = _broadcast(sa[:-2], sb[:-2], where)
+        return self._one("matmul", [a, b], batch + (sa[-2], sb[-1]), name=name)
+
+    def linear(self, x: str, out_features: int, bias: bool = True, name: str = "linear") -> str:
+        """A fully connected layer: ``x @ W + b`` with ``W`` of shape (in, out)."""
+        in_features = self.shape(x)[-1]
+        with self.scope(name):
+            w = self.weight("weight", (in_features, out_features), self.dtype_of(x))
+            y = self.matmul(x, w)
+            if bias:
+                y = self.add(y, self.weight("bias", (out_features,), self.dtype_of(x)))
+        return y
+
+    def conv2d(self, x: str, out_channels: int, kernel: int, stride: int = 1, padding: int = 0,
+               groups: int = 1, bias: bool = False, name: str = "conv") -> str:
+        """2-D convolution, NCHW layout."""
+        n, c, h, w = self.shape(x)
+        if c % groups or out_channels % groups:
+            raise GraphError(f"conv {self._name(name)}: channels {c}->{out_channels} not divisible by groups {groups}")
+        with self.scope(name):
+            wt = self.weight("weight", (out_channels, c // groups, kernel, kernel), self.dtype_of(x))
+            ho, wo = _conv_out(h, kernel, stride, padding), _conv_out(w, kernel, stride, padding)
+            if ho <= 0 or wo <= 0:
+                raise GraphError(f"conv {self._name(name)}: kernel {kernel} too large for input {h}x{w}")
+            y = self._one("conv2d", [x, wt], (n, out_channels, ho, wo),
+                          {"kernel": kernel, "stride": stride, "padding": padding, "groups": groups})
+            if bias:
+                y = self.add(y, self.weight("bias", (1, out_channels, 1, 1), self.dtype_of(x)))
+        return y
+
+    # --- element-wise -------------------------------------------------------------------
+    def _binary(self, kind: str, a: str, b: str, name: str | None) -> str:
+        shape = _broadcast(self.shape(a), self.shape(b), f"{kind} {self._name(name or kind)}")
+        return self._one(kind, [a, b], shape, name=name)
+
+    def add(self, a: str, b: str, name: str | None = None) -> str:
+        return self._binary("add", a, b, name)
+
+    def sub(self, a: str, b: str, name: str | None = None) -> str:
+        return self._binary("sub", a, b, name)
+
+    def mul(self, a: str, b: str, name: str | None = None) -> str:
+        return self._binary("mul", a, b, name)
+
+    def div(self, a: str, b: str, name: str | None = None) -> str:
+        return self._binary("div", a, b, name)
+
+    def unary(self, kind: str, x: str, name: str | None = None, **attrs) -> str:
+        return self._one(kind, [x], self.shape(x), attrs, name)
+
+    def relu(self, x: str, name: str | None = None) -> str:
+        return self.unary("relu", x, name)
+
+    def gelu(self, x: str, name: str | None = None) -> str:
+        return self.unary("gelu", x, name)
+
+    def tanh(self, x: str, name: str | None = None) -> str:
+        return self.unary("tanh", x, name)
+
+    def sigmoid(self, x: str, name: str | None = None) -> str:
+        return self.unary("sigmoid", x, name)
+
+    def scale(self, x: str, factor: float, name: str | None = None) -> str:
+        return self.unary("scale", x, name, factor=factor)
+
+    def dropout(self, x: str, p: float, name: str | None = None) -> str:
+        return self.unary("dropout", x, name, p=p)
+
+    def cast(self, x: str, dtype: str, name: str | None = None) -> str:
+        return self._one("cast", [x], self.shape(x), {"to": canonical_dtype(dtype)}, name,
+                         canonical_dtype(dtype))
+
+    # --- normalisations and reductions --------------------------------------------------
+    def softmax(self, x: str, axis: int = -1, name: str | None = None) -> str:
+        return self._one("softmax", [x], self.shape(x), {"axis": axis}, name)
+
+    def layernorm(self, x: str, eps: float = 1e-5, name: str = "layernorm") -> str:
+        h = self.shape(x)[-1]
+        with self.scope(name):
+            g = self.weight("gamma", (h,), self.dtype_of(x))
+            b = self.weight("beta", (h,), self.dtype_of(x))
+            return self._one("layernorm", [x, g, b], self.shape(x), {"eps": eps})
+
+    def batchnorm(self, x: str, name: str = "bn") -> str:
+        c = self.shape(x)[1]
+        with self.scope(name):
+            g = self.weight("gamma", (c,), self.dtype_of(x))
+            b = self.weight("beta", (c,), self.dtype_of(x))
+            self.constant("running_mean", (c,), "float32")
+            self.constant("running_var", (c,), "float32")
+            return self._one("batchnorm", [x, g, b], self.shape(x))
+
+    def reduce(self, x: str, axes: Sequence[int], kind: str = "reduce_sum", keepdims: bool = False,
+               name: str | None = None) -> str:
+        shape = self.shape(x)
+        axes = sorted(a % len(shape) for a in axes)
+        out = [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else \
+              [d for i, d in enumerate(shape) if i not in axes]
+        return self._one(kind, [x], tuple(out) or (1,), {"axes": axes, "keepdims": keepdims}, name)
+
+    # --- pooling ------------------------------------------------------------------------
+    def pool(self, x: str, kind: str, kernel: int, stride: int, padding: int = 0,
+             name: str | None = None) -> str:
+        n, c, h, w = self.shape(x)
+        ho, wo = _conv_out(h, kernel, stride, padding), _conv_out(w, kernel, stride, padding)
+        return self._one(kind, [x], (n, c, ho, wo),
+                         {"kernel": kernel, "stride": stride, "padding": padding}, name)
+
+    def maxpool(self, x: str, kernel: int, stride: int, padding: int = 0, name: str | None = None) -> str:
+        return self.pool(x, "maxpool", kernel, stride, padding, name)
+
+    def global_avgpool(self, x: str, name: str | None = None) -> str:
+        n, c, h, w = self.shape(x)
+        return self._one("avgpool", [x], (n, c), {"kernel": h, "stride": h, "padding": 0}, name)
+
+    # --- data movement ------------------------------------------------------------------
+    def embedding(self, ids: str, table: str, name: str | None = None) -> str:
+        """Gather rows of ``table`` (vocab, hidden) at integer ``ids``."""
+        return self._one("gather", [ids, table], self.shape(ids) + self.shape(table)[1:], name=name,
+                         dtype=self.dtype_of(table))
+
+    def reshape(self, x: str, shape: Sequence[int], name: str | None = None) -> str:
+        shape = tuple(shape)
+        if math.prod(shape) != math.prod(self.shape(x)):
+            raise GraphError(f"reshape {self._name(name or 'reshape')}: {self.shape(x)} -> {shape} changes the size")
+        return self._one("reshape", [x], shape, name=name)
+
+    def transpose(self, x: str, perm: Sequence[int], name: str | None = None) -> str:
+        s = self.shape(x)
+        return self._one("transpose", [x], tuple(s[p] for p in perm), {"perm": list(perm)}, name)
+
+    def concat(self, xs: Sequence[str], axis: int, name: str | None = None) -> str:
+        shapes = [self.shape(x) for x in xs]
+        out = list(shapes[0])
+        out[axis] = sum(s[axis] for s in shapes)
+        return self._one("concat", list(xs), tuple(out), {"axis": axis}, name)
+
+    def slice(self, x: str, axis: int, start: int, stop: int, name: str | None = None) -> str:
+        out = list(self.shape(x))
+        out[axis] = stop - start
+        return self._one("slice", [x], tuple(out), {"axis": axis, "start": start, "stop": stop}, name)
+
+    # --- losses -------------------------------------------------------------------------
+    def softmax_cross_entropy(self, logits: str, labels: str, name: str = "loss") -> str:
+        """Mean cross-entropy of ``logits`` (..., classes) against integer ``labels``."""
+        out = self._one("softmax_cross_entropy", [logits, labels], (1,), name=name, dtype="float32")
+        self.graph.loss = out
+        return out
+
+    def mse_loss(self, x: str, target: str, name: str = "loss") -> str:
+        out = self._one("mse_loss", [x, target], (1,), name=name, dtype="float32")
+        self.graph.loss = out
+        return out

@@ -1,0 +1,277 @@
+"""The hardware a simulation runs on, loaded from ``configs/*.toml``.
+
+A system file has one table per component (``[ipu]``, ``[host_link]``, ``[ipu_link]``,
+``[gw_link]``, ``[streaming_memory]``, ``[system]``). A file may start with
+``extends = "other-config"`` to inherit every value of another config and override some.
+Every value is checked: an unknown key, a missing key, a wrong type or a value out of range is a
+:class:`~sim.errors.ConfigError` that names the file and the field.
+
+Units are in the field names: ``_hz``, ``_bytes``, ``_cycles``, ``_bytes_per_s``,
+``_per_cycle``. Seconds and bytes/s are converted to cycles of the IPU clock by the helpers
+here, so the rest of the simulator counts cycles only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass(frozen=True)
+class IPU:
+    """One IPU chip. Per-tile rates are per cycle of ``clock_hz``."""
+
+    generation: str
+    tiles: int
+    clock_hz: float
+    sram_bytes_per_tile: int
+    worker_threads: int
+    amp_fp16_flops_per_cycle: float  # per tile, one multiply-add = 2 FLOP
+    amp_fp32_flops_per_cycle: float  # per tile
+    amp_vertex_overhead_cycles: int  # fixed cycles of one AMP vertex call on a tile
+    amp_fp16_input_group: int  # input channels (K) the AMP consumes together in fp16; K pads to it
+    amp_fp32_input_group: int  # the same in fp32
+    vector_bytes_per_cycle: float  # per tile, all worker threads together
+    vertex_overhead_cycles: int  # supervisor launch + worker entry, per compute set per tile
+    exchange_bytes_per_cycle_per_tile: float  # send rate of one tile
+    exchange_setup_cycles: int  # fixed cycles of one exchange phase
+    internal_sync_cycles: int  # one on-chip (tiles of one IPU) barrier
+    external_sync_cycles: int  # one barrier between IPUs, base cost
+    external_sync_cycles_per_hop: int  # added per IPU-Link hop of the sync group's span
+    reserved_bytes_per_tile: int  # SRAM Poplar keeps for code, stacks and control per tile
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The link from a host to the IPUs behind one gateway (or PCIe card)."""
+
+    host_to_ipu_bytes_per_s: float  # host to gateway over the host link (shared)
+    ipu_to_host_bytes_per_s: float  # gateway to host over the host link (shared)
+    gateway_to_ipu_bytes_per_s: float  # gateway buffer to one IPU's tiles and back (per IPU)
+    host_prepare_bytes_per_s: float  # host filling a stream buffer before a copy (host CPU)
+    latency_s: float  # one stream copy's fixed cost (request, doorbell, completion)
+    host_sync_cycles: int  # one IPU-host sync
+    ipus_per_link: int  # IPUs sharing one host link
+
+
+@dataclass(frozen=True)
+class IPULink:
+    """One direction of the IPU-Link connection between two neighbouring IPUs."""
+
+    bytes_per_s: float  # usable bandwidth between a neighbouring pair, one direction
+    latency_cycles: int  # per transfer (and per ring step)
+
+
+@dataclass(frozen=True)
+class GWLink:
+    """One direction of the gateway link between two chassis groups (PODs)."""
+
+    bytes_per_s: float
+    latency_cycles: int
+
+
+@dataclass(frozen=True)
+class StreamingMemory:
+    """Off-chip DRAM behind the gateway, reached by remote buffers."""
+
+    bytes_per_ipu: int
+    bytes_per_s_per_ipu: float
+    latency_cycles: int
+
+
+@dataclass(frozen=True)
+class SystemLayout:
+    """How many IPUs and how they are grouped."""
+
+    num_ipus: int
+    ipus_per_chassis: int
+    chassis_per_pod: int  # chassis joined by IPU-Links; PODs are joined by GW-Links
+    topology: str  # "single", "card", "ladder"
+
+
+@dataclass(frozen=True)
+class System:
+    """A whole system: IPUs, links, memory and layout."""
+
+    name: str
+    description: str
+    ipu: IPU
+    host_link: HostLink
+    ipu_link: IPULink
+    gw_link: GWLink
+    streaming_memory: StreamingMemory
+    layout: SystemLayout
+    path: str
+
+    @property
+    def num_ipus(self) -> int:
+        return self.layout.num_ipus
+
+    # --- unit conversions at the boundary: everything inside is cycles -------------------
+    def seconds_to_cycles(self, seconds: float) -> int:
+        return int(math.ceil(seconds * self.ipu.clock_hz))
+
+    def cycles_to_seconds(self, cycles: float) -> float:
+        return cycles / self.ipu.clock_hz
+
+    def bytes_per_cycle(self, bytes_per_s: float) -> float:
+        return bytes_per_s / self.ipu.clock_hz
+
+    def chassis_of(self, ipu: int) -> int:
+        return ipu // self.layout.ipus_per_chassis
+
+    def pod_of(self, ipu: int) -> int:
+        return self.chassis_of(ipu) // self.layout.chassis_per_pod
+
+
+_SECTIONS = {
+    "ipu": IPU,
+    "host_link": HostLink,
+    "ipu_link": IPULink,
+    "gw_link": GWLink,
+    "streaming_memory": StreamingMemory,
+    "system": SystemLayout,
+}
+_TOP_KEYS = {"name", "description", "extends"}
+_STRINGS = {"generation", "topology"}
+_GENERATIONS = {"mk1", "mk2", "bow"}
+_TOPOLOGIES = {"single", "card", "ladder"}
+
+
+def available_systems() -> list[str]:
+    """Names of the systems in ``configs/``, sorted."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml") if not p.stem.startswith("_"))
+
+
+def _resolve(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.exists():
+            raise ConfigError(f"system config file {p} does not exist")
+        return p
+    candidate = CONFIG_DIR / f"{name_or_path}.toml"
+    if not candidate.exists():
+        raise ConfigError(
+            f"unknown system {str(name_or_path)!r}; known systems: {', '.join(available_systems())}"
+            " (or pass the path of a .toml file)"
+        )
+    return candidate
+
+
+def _read_merged(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    if path in seen:
+        raise ConfigError(f"{path}: 'extends' forms a cycle through {[str(s) for s in seen]}")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    parent_name = data.pop("extends", None)
+    if parent_name is None:
+        return data
+    if not isinstance(parent_name, str):
+        raise ConfigError(f"{path}: extends = {parent_name!r}; expected the name of a config")
+    parent_path = path.parent / f"{parent_name}.toml"
+    if not parent_path.exists():
+        try:
+            parent_path = _resolve(parent_name)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: extends = {parent_name!r}: {e}") from None
+    merged = _read_merged(parent_path, seen + (path,))
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _build_section(path: Path, section: str, cls, values) -> object:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: [{section}] must be a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key {section}.{unknown[0]}; the keys of [{section}] are: "
+            f"{', '.join(fields)}"
+        )
+    missing = [k for k in fields if k not in values]
+    if missing:
+        raise ConfigError(f"{path}: missing key {section}.{missing[0]} (every key of [{section}] is required)")
+    kwargs = {}
+    for key, f in fields.items():
+        v = values[key]
+        where = f"{path}: {section}.{key}"
+        if key in _STRINGS:
+            allowed = _GENERATIONS if key == "generation" else _TOPOLOGIES
+            if v not in allowed:
+                raise ConfigError(f"{where} = {v!r}; expected one of {sorted(allowed)}")
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"{where} = {v!r}; expected a number")
+            if f.type == "int" and not float(v).is_integer():
+                raise ConfigError(f"{where} = {v!r}; expected a whole number")
+            if v < 0 or not math.isfinite(v):
+                raise ConfigError(f"{where} = {v!r}; must be a finite number >= 0")
+            v = int(v) if f.type == "int" else float(v)
+        kwargs[key] = v
+    return cls(**kwargs)
+
+
+_POSITIVE = {
+    ("ipu", "tiles"), ("ipu", "clock_hz"), ("ipu", "sram_bytes_per_tile"), ("ipu", "worker_threads"),
+    ("ipu", "amp_fp16_flops_per_cycle"), ("ipu", "amp_fp32_flops_per_cycle"),
+    ("ipu", "vector_bytes_per_cycle"), ("ipu", "exchange_bytes_per_cycle_per_tile"),
+    ("host_link", "host_to_ipu_bytes_per_s"), ("host_link", "ipu_to_host_bytes_per_s"),
+    ("host_link", "gateway_to_ipu_bytes_per_s"), ("host_link", "host_prepare_bytes_per_s"),
+    ("host_link", "ipus_per_link"), ("ipu_link", "bytes_per_s"), ("gw_link", "bytes_per_s"),
+    ("streaming_memory", "bytes_per_s_per_ipu"),
+    ("system", "num_ipus"), ("system", "ipus_per_chassis"), ("system", "chassis_per_pod"),
+}
+
+
+def load_system(name_or_path: str | Path) -> System:
+    """Load a system by config name (``"ipu-pod16"``) or by the path of a TOML file."""
+    if isinstance(name_or_path, System):
+        return name_or_path
+    path = _resolve(name_or_path)
+    data = _read_merged(path)
+    unknown = sorted(set(data) - set(_SECTIONS) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key or table {unknown[0]!r}; expected tables "
+            f"{', '.join('[' + s + ']' for s in _SECTIONS)} and keys name, description, extends"
+        )
+    parts = {}
+    for section, cls in _SECTIONS.items():
+        if section not in data:
+            raise ConfigError(f"{path}: missing table [{section}]")
+        parts[section] = _build_section(path, section, cls, data[section])
+    for section, key in _POSITIVE:
+        if getattr(parts[section], key) <= 0:
+            raise ConfigError(f"{path}: {section}.{key} must be > 0")
+    layout: SystemLayout = parts["system"]
+    if layout.num_ipus > layout.ipus_per_chassis and layout.num_ipus % layout.ipus_per_chassis:
+        raise ConfigError(
+            f"{path}: system.num_ipus = {layout.num_ipus} is not a whole number of chassis of "
+            f"{layout.ipus_per_chassis} IPUs"
+        )
+    return System(
+        name=str(data.get("name", path.stem)),
+        description=str(data.get("description", "")),
+        ipu=parts["ipu"],
+        host_link=parts["host_link"],
+        ipu_link=parts["ipu_link"],
+        gw_link=parts["gw_link"],
+        streaming_memory=parts["streaming_memory"],
+        layout=layout,
+        path=str(path),
+    )

@@ -1,0 +1,239 @@
+"""Training expansion: backward ops, gradient accumulation and the optimizer update.
+
+Autodiff at the level of op kinds: a matmul's backward is two matmuls, a conv's is a
+conv-backward-input and a conv-backward-weight, an activation's is one element-wise op, and so
+on. The expanded graph holds three passes, in this order:
+
+``forward``   the user's ops
+``backward``  gradient ops in reverse order; weight gradients go into accumulators when
+              gradient accumulation is on
+``update``    one optimizer update per weight (runs once per weight update, not per micro-batch)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+from .errors import GraphError, OptionsError
+from .graph import Graph, Op
+
+#: optimizer name -> number of fp32 state tensors per weight, update op kind
+OPTIMIZERS = {
+    "sgd": (0, "sgd_update"),
+    "sgd_momentum": (1, "sgd_update"),
+    "adam": (2, "adam_update"),
+    "adamw": (2, "adam_update"),
+    "rmsprop": (1, "adam_update"),
+    "lamb": (2, "lamb_update"),
+}
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """Which optimizer updates the weights; ``state_dtype`` is the dtype of its state tensors."""
+
+    name: str = "sgd"
+    state_dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.name not in OPTIMIZERS:
+            raise OptionsError(f"unknown optimizer {self.name!r}; known: {', '.join(OPTIMIZERS)}")
+
+    @property
+    def num_states(self) -> int:
+        return OPTIMIZERS[self.name][0]
+
+    @property
+    def update_kind(self) -> str:
+        return OPTIMIZERS[self.name][1]
+
+
+_ACTIVATION_GRADS = {"relu", "gelu", "tanh", "sigmoid"}
+_PASS_THROUGH = {"identity", "detach"}
+
+
+class _Backward:
+    def __init__(self, graph: Graph):
+        self.g = graph
+        self.grads: dict[str, str] = {}  # tensor -> its gradient tensor
+        self.current: Op | None = None
+
+    def new(self, kind: str, inputs: list[str], shape, dtype: str, attrs=None, suffix="grad") -> str:
+        fwd = self.current
+        name = self.g.unique_op_name(f"{fwd.name}/{suffix}")
+        out = self.g.add_tensor(self.g.unique_tensor_name(name), shape, dtype, "gradient", name).name
+        self.g.add_op(Op(name, kind, inputs, [out], dict(attrs or {}), pass_="backward", ipu=fwd.ipu,
+                         stage=fwd.stage, phase=fwd.phase, block=fwd.block, recompute=False,
+                         forward_of=fwd.name))
+        return out
+
+    def give(self, tensor: str, grad: str) -> None:
+        """Add ``grad`` to the gradient of ``tensor`` (sum when it has several consumers)."""
+        t = self.g.tensors[tensor]
+        gt = self.g.tensors[grad]
+        if gt.shape != t.shape:  # undo broadcasting: sum over the broadcast axes
+            grad = self.new("reduce_sum", [grad], t.shape, gt.dtype,
+                            {"axes": "broadcast"}, suffix=f"reduce_{t.name.split('/')[-1]}")
+        if tensor in self.grads:
+            grad = self.new("add", [self.grads[tensor], grad], t.shape, t.dtype, suffix="sum")
+        self.grads[tensor] = grad
+
+
+def _requires_grad(graph: Graph) -> set[str]:
+    need = {t.name for t in graph.tensors.values() if t.role == "weight"}
+    for op in graph.ops:
+        if any(i in need for i in op.inputs):
+            need.update(op.outputs)
+    return need
+
+
+def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate: bool = False) -> Graph:
+    """A copy of ``graph`` with backward and update passes added.
+
+    ``accumulate`` adds gradient-accumulation buffers (role ``accumulator``), summed into on
+    every micro-batch and read by the optimizer update.
+    """
+    if graph.training:
+        raise GraphError(f"graph {graph.name!r} is already a training graph")
+    if graph.loss is None:
+        raise GraphError(
+            f"graph {graph.name!r} has no loss: build one with softmax_cross_entropy/mse_loss "
+            "(or pass training=False)")
+    opt = optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)
+    g = copy.deepcopy(graph)
+    g.training = True
+    need = _requires_grad(g)
+    bw = _Backward(g)
+    forward = list(g.ops)
+    loss_op = next(op for op in forward if g.loss in op.outputs)
+    bw.current = loss_op
+    logits = loss_op.inputs[0]
+    bw.grads[logits] = bw.new(f"{loss_op.kind}_grad", list(loss_op.inputs), g.tensors[logits].shape,
+                              g.tensors[logits].dtype)
+    for op in reversed(forward):
+        if op is loss_op or not any(o in bw.grads for o in op.outputs):
+            continue
+        bw.current = op
+        _differentiate(bw, op, need)
+
+    # weight gradients: accumulate, then update
+    first_user = {}
+    for op in forward:
+        for i in op.inputs:
+            first_user.setdefault(i, op)
+    for w in g.weights():
+        if w.name not in bw.grads:
+            continue
+        user = first_user[w.name]
+        grad = bw.grads[w.name]
+        annotations = dict(ipu=user.ipu, stage=user.stage, phase=user.phase, block=user.block)
+        if accumulate:
+            acc = g.add_tensor(g.unique_tensor_name(f"{w.name}/accum"), w.shape, w.dtype, "accumulator").name
+            name = g.unique_op_name(f"{w.name}/accumulate")
+            g.add_op(Op(name, "accumulate", [acc, grad], [acc], pass_="backward", **annotations))
+            grad = acc
+        states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
+                               opt.state_dtype, "state").name for k in range(opt.num_states)]
+        name = g.unique_op_name(f"{w.name}/{opt.update_kind}")
+        g.add_op(Op(name, opt.update_kind, [w.name, grad] + states, [w.name] + states,
+                    {"optimizer": opt.name}, pass_="update", **annotations))
+    return g
+
+
+def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
+    g = bw.g
+    dy = bw.grads[op.outputs[0]]
+    ins = [g.tensors[i] for i in op.inputs]
+    k = op.kind
+
+    def wants(i: int) -> bool:
+        return ins[i].name in need
+
+    if k == "matmul":
+        a, b = ins
+        if wants(0):
+            bw.give(a.name, bw.new("matmul", [dy, b.name], a.shape, a.dtype, {"transpose_b": True}, "grad_a"))
+        if wants(1):
+            if len(b.shape) == 2 and len(a.shape) > 2:  # shared weight: fold the batch into rows
+                rows = math.prod(a.shape[:-1])
+                a2 = bw.new("reshape", [a.name], (rows, a.shape[-1]), a.dtype, suffix="flat_a")
+                d2 = bw.new("reshape", [dy], (rows, g.tensors[dy].shape[-1]), a.dtype, suffix="flat_dy")
+                bw.give(b.name, bw.new("matmul", [a2, d2], b.shape, b.dtype, {"transpose_a": True}, "grad_b"))
+            else:
+                db_shape = a.shape[:-2] + b.shape[-2:] if len(a.shape) >= len(b.shape) else b.shape
+                bw.give(b.name, bw.new("matmul", [a.name, dy], db_shape, b.dtype, {"transpose_a": True}, "grad_b"))
+    elif k == "conv2d":
+        x, w = ins
+        n, co, ho, wo = g.tensors[op.outputs[0]].shape
+        attrs = dict(op.attrs, n=n, ci=x.shape[1], co=co, ho=ho, wo=wo)
+        if wants(0):
+            bw.give(x.name, bw.new("conv2d_grad_input", [dy, w.name], x.shape, x.dtype, attrs, "grad_input"))
+        if wants(1):
+            bw.give(w.name, bw.new("conv2d_grad_weight", [x.name, dy], w.shape, w.dtype, attrs, "grad_weight"))
+    elif k in ("add", "sub"):
+        for i in range(2):
+            if wants(i):
+                bw.give(ins[i].name, dy if k == "add" or i == 0 else
+                        bw.new("scale", [dy], g.tensors[dy].shape, ins[i].dtype, {"factor": -1}, "neg"))
+    elif k in ("mul", "div"):
+        for i in range(2):
+            if wants(i):
+                other = ins[1 - i].name
+                bw.give(ins[i].name, bw.new(k, [dy, other], g.tensors[dy].shape, ins[i].dtype, suffix=f"grad{i}"))
+    elif k in _ACTIVATION_GRADS:
+        if wants(0):
+            bw.give(ins[0].name, bw.new(f"{k}_grad", [dy, ins[0].name], ins[0].shape, ins[0].dtype))
+    elif k in ("scale", "dropout", "cast"):
+        if wants(0):
+            kind = "mul" if k == "dropout" else k
+            bw.give(ins[0].name, bw.new(kind, [dy], ins[0].shape, ins[0].dtype, op.attrs))
+    elif k == "softmax":
+        if wants(0):
+            bw.give(ins[0].name, bw.new("softmax_grad", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))
+    elif k in ("layernorm", "batchnorm"):
+        x = ins[0]
+        if wants(0):
+            bw.give(x.name, bw.new(f"{k}_grad", [dy, x.name, ins[1].name], x.shape, x.dtype))
+        for p in ins[1:]:
+            if p.name in need:  # gamma and beta: reductions of dy (times the normalised x)
+                bw.give(p.name, bw.new("reduce_sum", [dy], p.shape, p.dtype, {"axes": "broadcast"},
+                                       f"grad_{p.name.split('/')[-1]}"))
+    elif k in ("maxpool", "avgpool"):
+        if wants(0):
+            bw.give(ins[0].name, bw.new(f"{k}_grad", [dy], ins[0].shape, ins[0].dtype, op.attrs))
+    elif k == "gather":
+        ids, table = ins
+        if wants(1):
+            bw.give(table.name, bw.new("embedding_grad", [ids.name, dy], table.shape, table.dtype))
+    elif k in ("reshape", "transpose", "identity", "detach"):
+        if wants(0):
+            back = "transpose" if k == "transpose" else "reshape"
+            attrs = {"perm": _inverse(op.attrs["perm"])} if k == "transpose" else {}
+            bw.give(ins[0].name, bw.new(back, [dy], ins[0].shape, ins[0].dtype, attrs))
+    elif k in ("reduce_sum", "reduce_mean"):
+        if wants(0):
+            bw.give(ins[0].name, bw.new("scale", [dy], ins[0].shape, ins[0].dtype, suffix="broadcast"))
+    elif k == "concat":
+        axis = op.attrs["axis"]
+        start = 0
+        for t in ins:
+            if t.name in need:
+                bw.give(t.name, bw.new("slice", [dy], t.shape, t.dtype,
+                                       {"axis": axis, "start": start, "stop": start + t.shape[axis]}))
+            start += t.shape[axis]
+    elif k == "slice":
+        if wants(0):
+            bw.give(ins[0].name, bw.new("copy", [dy], ins[0].shape, ins[0].dtype, suffix="pad"))
+    else:
+        raise GraphError(
+            f"op {op.name!r}: no backward rule for op kind {k!r}; it cannot be trained "
+            "(build the model without it, or run inference)")
+
+
+def _inverse(perm):
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv

@@ -1,0 +1,155 @@
+"""The model zoo: sizes against published figures, FLOPs from op shapes, placement, errors."""
+
+import math
+
+import pytest
+
+import models
+from sim.errors import GraphError
+
+# Published parameter counts. Tolerance 1%: BERT's "110M"/"340M" are rounded figures from the
+# paper, and our BERT has the MLM head (transform + decoder bias, +0.6M/+1.1M) but no pooler or
+# NSP head (-0.6M/-1.1M); with the 30522 vocab BERT-large is 335.2M (Hugging Face: 336M with the
+# pooler), so it is compared to 336M. GPT-2 and ResNet-50 are compared to the exact Hugging Face
+# / torchvision counts (tied LM head, batchnorm gamma/beta counted, running stats not): exact.
+PUBLISHED = {"bert-base": 110e6, "bert-large": 336e6}
+EXACT = {"gpt2-small": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
+         "gpt2-xl": 1_557_611_200, "resnet50": 25_557_032}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_bert_parameter_count_close_to_published(name):
+    assert models.get(name).num_parameters() == pytest.approx(PUBLISHED[name], rel=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_parameter_count_matches_reference_implementation(name):
+    assert models.get(name).num_parameters() == EXACT[name]
+
+
+def test_gpt2_rounded_published_sizes():
+    got = {n: models.get(n).num_parameters() / 1e6 for n in ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")}
+    for n, published in zip(got, (124, 355, 774, 1558)):
+        assert got[n] == pytest.approx(published, rel=0.005)
+
+
+def matmul_flops(graph) -> int:
+    """Forward FLOPs of the matmuls, from op shapes: 2 · (output elements) · (inner dimension)."""
+    total = 0
+    for op in graph.ops:
+        if op.kind == "matmul":
+            k = graph.tensor(op.inputs[0]).shape[-1]
+            total += 2 * math.prod(graph.tensor(op.outputs[0]).shape) * k
+    return total
+
+
+def test_bert_base_forward_flops():
+    B, S, L, H, I, V = 2, 128, 12, 768, 3072, 30522
+    g = models.get("bert-base", micro_batch=B, seq_len=S)
+    T = B * S
+    # Exact: QKV + output projection + FFN per layer, scores and context, MLM transform + decoder.
+    exact = L * (2 * T * (4 * H * H + 2 * H * I) + 2 * 2 * B * S * S * H) + 2 * T * H * H + 2 * T * H * V
+    assert matmul_flops(g) == exact
+    # Rule of thumb 2 · params · tokens, within 5%: it ignores attention's S² term (+2% at S=128)
+    # and counts parameters no matmul uses (position/type tables, biases, norms: -0.5%).
+    assert matmul_flops(g) == pytest.approx(2 * g.num_parameters() * T, rel=0.05)
+
+
+def test_mask_tokens_projects_only_masked_positions():
+    g = models.get("bert-base", micro_batch=2, mask_tokens=20)
+    decoder = next(op for op in g.ops if op.name == "mlm_head/decoder")
+    assert g.tensor(decoder.outputs[0]).shape == (2, 20, 30522)
+    assert g.tensor("labels").shape == (2, 20)
+
+
+def ipu_of(graph, prefix):
+    return {(op.ipu, op.stage) for op in graph.ops if op.name.startswith(prefix)}
+
+
+def test_bert_layers_per_ipu_placement():
+    g = models.get("bert-base", layers_per_ipu=[0, 4, 4, 4])
+    assert ipu_of(g, "embeddings/") == {(0, 0)}
+    for i in range(12):
+        ipu = 1 + i // 4
+        assert ipu_of(g, f"encoder/layer{i}/") == {(ipu, ipu)}
+    assert ipu_of(g, "mlm_head/") == {(0, 4)}  # back on IPU 0 with the tied table, last stage
+    assert g.ops[-1].kind == "softmax_cross_entropy" and g.ops[-1].ipu == 0
+    assert g.ipus_used() == [0, 1, 2, 3]
+    assert all(op.ipu is None for op in models.get("bert-base").ops)
+
+
+def test_gpt2_layers_per_ipu_placement():
+    g = models.get("gpt2-small", seq_len=128, layers_per_ipu=[2, 4, 6])
+    expected = [0] * 2 + [1] * 4 + [2] * 6
+    for i, ipu in enumerate(expected):
+        assert {o for o, _ in ipu_of(g, f"h{i}/")} == {ipu}
+    assert ipu_of(g, "embeddings/") == {(0, 0)}
+    assert ipu_of(g, "ln_f") == {(2, 2)}
+    assert ipu_of(g, "lm_head/") == {(0, 3)}
+
+
+def test_resnet_split_points_placement():
+    g = models.get("resnet50", split_points=["layer2/0", "layer3.0"])
+    assert {o for o, _ in ipu_of(g, "stem/")} == {0}
+    assert {o for o, _ in ipu_of(g, "layer1/")} == {0}
+    assert {o for o, _ in ipu_of(g, "layer2/")} == {1}
+    assert {o for o, _ in ipu_of(g, "layer3/")} | {o for o, _ in ipu_of(g, "layer4/")} == {2}
+    assert ipu_of(g, "classifier/") == {(2, 2)}
+    assert any(op.name.startswith("layer1/0/") for op in g.ops)
+
+
+@pytest.mark.parametrize("name,params,param", [
+    ("bert-base", dict(micro_batch=0), "micro_batch"),
+    ("bert-base", dict(foo=1), "foo"),
+    ("bert-base", dict(layers_per_ipu=[4, 4]), "layers_per_ipu"),
+    ("bert-large", dict(heads=7), "heads"),
+    ("bert-base", dict(seq_len=1024), "seq_len"),
+    ("bert-base", dict(dtype="int8"), "dtype"),
+    ("gpt2-small", dict(dropout=1.5), "dropout"),
+    ("gpt2-xl", dict(seq_len=2048), "seq_len"),
+    ("resnet50", dict(split_points=["layer9/0"]), "split_points"),
+    ("resnet50", dict(split_points=["layer3/0", "layer2/0"]), "split_points"),
+    ("resnet50", dict(image_size=8), "image_size"),
+    ("mlp", dict(hidden=[256, 0]), "hidden"),
+    ("mlp", dict(hidden=[256], num_layers=3), "num_layers"),
+])
+def test_invalid_params_raise_graph_error_naming_the_param(name, params, param):
+    with pytest.raises(GraphError, match=param) as err:
+        models.get(name, **params)
+    assert "micro_batch" in str(err.value)  # the valid parameters are listed
+
+
+def test_unknown_model_lists_known_names():
+    with pytest.raises(GraphError, match="bert-base") as err:
+        models.get("bert-huge")
+    assert "resnet50" in str(err.value)
+
+
+def test_names_and_describe():
+    for n in ("mlp", "bert-base", "bert-large", "gpt2-small", "gpt2-medium", "gpt2-large",
+              "gpt2-xl", "resnet50"):
+        assert n in models.names()
+        assert "micro_batch" in models.describe(n)
+    d = models.describe("mlp")
+    d["hidden"].append(1)  # a copy: the defaults stay intact
+    assert models.describe("mlp")["hidden"] == [256, 256]
+    assert models.get("mlp", hidden=128, num_layers=3).num_parameters() == \
+        784 * 128 + 128 + 2 * (128 * 128 + 128) + 128 * 10 + 10
+
+
+@pytest.mark.parametrize("name", ["mlp", "bert-base", "gpt2-small", "resnet50"])
+def test_inputs_outputs_and_loss(name):
+    g = models.get(name)
+    assert g.loss == g.outputs[-1] and len(g.outputs) == 2
+    logits = g.tensor(g.outputs[0])
+    assert logits.shape[-1] == {"mlp": 10, "bert-base": 30522, "gpt2-small": 50257, "resnet50": 1000}[name]
+    for t in map(g.tensor, g.inputs):
+        is_index = t.name.endswith(("ids", "labels", "mask"))
+        assert t.dtype == ("int32" if is_index else g.tensor(g.outputs[0]).dtype)
+    assert g.tensor("labels").dtype == "int32"
+
+
+def test_without_head_outputs_hidden_states():
+    g = models.get("gpt2-small", seq_len=64, with_head=False)
+    assert g.loss is None and [g.tensor(o).shape for o in g.outputs] == [(1, 64, 768)]
+    assert "labels" not in g.inputs
