@@ -1,0 +1,45 @@
+"""ipusim: a discrete-event performance simulator for Graphcore IPU systems.
+
+The flow (see docs/design.md): a :class:`Graph` (from the model zoo, the builder, or a front
+end) is compiled with PopTorch-style :class:`Options` for a :class:`System` into a program,
+which the SimPy engine runs; the :class:`Run` it returns holds what PopTorch's PoplarExecutor
+would report (cycle count, latencies, perf counters) plus a trace, a breakdown and memory.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .compiler import Executable, compile
+from .engine import Engine
+from .errors import (ConfigError, GraphError, IpuSimError, OptionsError, OutOfMemoryError,
+                     UnsupportedOpError)
+from .graph import Graph, GraphBuilder, Op, Tensor
+from .hardware import System, available_systems, load_system
+from .options import Options, OutputMode
+from .results import Run
+from .training import Optimizer
+
+__version__ = "0.1.0"
+
+
+def run_executable(executable: Executable) -> Run:
+    """Simulate a compiled model once."""
+    t0 = time.perf_counter()
+    timeline = Engine(executable.system).run(executable.program)
+    return Run(executable, timeline, wall_seconds=time.perf_counter() - t0)
+
+
+def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | None = None,
+             training: bool = False, optimizer: Optimizer | str = "sgd") -> Run:
+    """Compile ``graph`` for ``system`` and simulate one call (all device iterations)."""
+    t0 = time.perf_counter()
+    run = run_executable(compile(graph, system, options, training, optimizer))
+    run.wall_seconds = time.perf_counter() - t0
+    return run
+
+
+__all__ = ["simulate", "compile", "run_executable", "load_system", "available_systems", "Options",
+           "OutputMode", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run", "Executable",
+           "Optimizer", "IpuSimError", "ConfigError", "GraphError", "OptionsError",
+           "OutOfMemoryError", "UnsupportedOpError"]

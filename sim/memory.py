@@ -1,0 +1,162 @@
+"""Tile memory: what each tile of an IPU holds, and the out-of-memory check.
+
+Per tile (numpy vectors of bytes):
+
+* **always live**: Poplar's reserved code/stack space, weights, constants, optimizer state and
+  gradient accumulators, each spread over the tiles of the op that first uses it;
+* **live activations**: every activation and gradient from its producer to its last consumer
+  (views alias their input), spread over the tiles of its producer;
+* **temporaries** of the op running (operand blocks and partials of a matmul).
+
+The peak over the schedule of the sum, tile by tile, must fit in the tile's SRAM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost import FREE, OpCost
+from .errors import OutOfMemoryError
+from .graph import Graph, Op
+
+_VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
+ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
+
+
+@dataclass
+class IpuMemory:
+    """Memory of one IPU. Vectors have one entry per compute tile, in bytes."""
+
+    ipu: int
+    capacity_per_tile: int
+    always_live: np.ndarray
+    peak: np.ndarray
+    peak_op: str  # op running when the fullest tile peaks
+    by_role: dict  # bytes on the IPU by tensor role, plus "reserved"
+
+    @property
+    def peak_tile_bytes(self) -> int:
+        return int(self.peak.max())
+
+    @property
+    def fullest_tile(self) -> int:
+        return int(self.peak.argmax())
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum over tiles of each tile's peak (an upper bound on the IPU's footprint)."""
+        return int(self.peak.sum())
+
+    def summary(self) -> dict:
+        return {"peak_tile_bytes": self.peak_tile_bytes, "fullest_tile": self.fullest_tile,
+                "tile_capacity_bytes": self.capacity_per_tile,
+                "peak_tile_utilisation": round(self.peak_tile_bytes / self.capacity_per_tile, 4),
+                "always_live_bytes": int(self.always_live.sum()), "total_peak_bytes": self.total_bytes,
+                "peak_op": self.peak_op, "by_role": {k: int(v) for k, v in self.by_role.items()}}
+
+
+class _Layout:
+    """Spreads tensors over tile ranges, each starting where the previous one ended.
+
+    Poplar balances variables over tiles rather than starting every tensor at tile 0; a
+    rotating start gives the same balance without modelling its mapper.
+    """
+
+    def __init__(self, tiles: int):
+        self.tiles = tiles
+        self.next = 0
+
+    def place(self, nbytes: float, used: int) -> tuple[int, int]:
+        used = max(1, min(self.tiles, used))
+        start = self.next
+        self.next = (start + used) % self.tiles
+        return start, used
+
+    def add(self, vec: np.ndarray, where: tuple[int, int], nbytes: float) -> None:
+        start, used = where
+        share = nbytes / used
+        stop = start + used
+        vec[start:min(stop, self.tiles)] += share
+        if stop > self.tiles:
+            vec[:stop - self.tiles] += share
+
+
+def analyse_ipu(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: int, tiles: int,
+                sram_bytes: int, reserved_bytes: int, check: bool = True,
+                hint: str = "") -> IpuMemory:
+    """Peak memory per tile of ``ops`` (the IPU's schedule, in order) on ``tiles`` tiles."""
+    tensors = graph.tensors
+    always = np.full(tiles, float(reserved_bytes))
+    by_role = {"reserved": reserved_bytes * tiles}
+    first_user: dict[str, Op] = {}
+    for op in ops:
+        for t in op.inputs + op.outputs:
+            first_user.setdefault(t, op)
+    layout = _Layout(tiles)
+    for name, op in first_user.items():
+        t = tensors[name]
+        if t.role in ALWAYS_LIVE and t.location == "on_chip":
+            where = layout.place(t.nbytes, costs.get(op.name, FREE).tiles_used or tiles)
+            layout.add(always, where, t.nbytes)
+            by_role[t.role] = by_role.get(t.role, 0) + t.nbytes
+
+    # liveness of activations, gradients and streamed inputs; views alias their input
+    root = {}
+    for op in ops:
+        if op.kind in _VIEWS and op.inputs:
+            for o in op.outputs:
+                root[o] = root.get(op.inputs[0], op.inputs[0])
+    last_use: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for t in op.inputs:
+            last_use[root.get(t, t)] = i
+    for out in graph.outputs:  # streamed back at the end of the step
+        last_use[root.get(out, out)] = len(ops)
+    live = np.zeros(tiles)
+    owner_tiles: dict[str, tuple[int, int]] = {}
+    peak = always.copy()
+    peak_at = np.full(tiles, -1)
+    frees: dict[int, list[str]] = {}
+    for t, i in last_use.items():
+        frees.setdefault(i, []).append(t)
+    for name in graph.inputs:
+        if name in last_use:
+            owner_tiles[name] = layout.place(tensors[name].nbytes,
+                                             costs.get(first_user[name].name, FREE).tiles_used or tiles)
+            layout.add(live, owner_tiles[name], tensors[name].nbytes)
+    for i, op in enumerate(ops):
+        cost = costs.get(op.name, FREE)
+        used = cost.tiles_used or tiles
+        if op.kind not in _VIEWS:
+            for o in op.outputs:
+                t = tensors[o]
+                if t.role not in ALWAYS_LIVE and o in last_use:
+                    owner_tiles[o] = layout.place(t.nbytes, used)
+                    layout.add(live, owner_tiles[o], t.nbytes)
+        level = always + live
+        if cost.temp_bytes_per_tile:
+            layout.add(level, layout.place(0, used), cost.temp_bytes_per_tile * used)
+        higher = level > peak
+        peak[higher] = level[higher]
+        peak_at[higher] = i
+        for t in frees.get(i, ()):
+            if t in owner_tiles:
+                layout.add(live, owner_tiles.pop(t), -tensors[t].nbytes)
+        by_role["activation_peak"] = max(by_role.get("activation_peak", 0), int(live.sum()))
+    fullest = int(peak.argmax())
+    peak_op = ops[peak_at[fullest]].name if peak_at[fullest] >= 0 else "(always-live data)"
+    mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak).astype(np.int64), peak_op, by_role)
+    if check and mem.peak_tile_bytes > sram_bytes:
+        short = mem.peak_tile_bytes - sram_bytes
+        op = ops[peak_at[fullest]] if peak_at[fullest] >= 0 else None
+        what = f"op {op.name!r} ({op.kind}, {op.pass_} pass)" if op else "its always-live data"
+        raise OutOfMemoryError(
+            f"Out of memory on IPU {ipu}: tile {fullest} needs {mem.peak_tile_bytes:,} bytes at "
+            f"{what} but a tile has {sram_bytes:,} bytes; short by {short:,} bytes "
+            f"(on {tiles} compute tiles; always-live data alone takes {int(always.max()):,} bytes "
+            f"on the fullest tile). Try: fewer layers on this IPU, a smaller micro-batch, a lower "
+            f"availableMemoryProportion, or moving weights/optimizer state off chip{hint}.",
+            ipu=ipu, op=op.name if op else None, shortfall_bytes=short)
+    return mem

@@ -1,0 +1,182 @@
+"""A finished simulation: PoplarExecutor's numbers, the trace, the breakdown and memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from . import perfcounters
+from .compiler import Executable
+from .engine import Timeline
+from .program import CATEGORIES
+
+TRACE_COLUMNS = ["ipu", "replica", "kind", "name", "start", "end", "cycles", "bytes"]
+
+
+@dataclass
+class Run:
+    """The result of :func:`sim.simulate`. Cycles are cycles of the IPU clock."""
+
+    executable: Executable
+    timeline: Timeline
+    wall_seconds: float = 0.0  # how long the simulator itself took
+    notes: list[str] = field(default_factory=list)
+
+    # --- PoplarExecutor numbers -------------------------------------------------------------
+    @property
+    def cycle_count(self) -> int:
+        """Cycles of the whole run (all device iterations, accumulation and host waits)."""
+        return int(self.timeline.total_cycles)
+
+    @property
+    def seconds(self) -> float:
+        return self.executable.system.cycles_to_seconds(self.cycle_count)
+
+    @property
+    def samples(self) -> int:
+        """Samples processed: micro-batch x deviceIterations x accumulation x replicas."""
+        o = self.executable.options
+        return (self.micro_batch * o.device_iterations * o.Training.gradient_accumulation
+                * o.replication_factor)
+
+    @property
+    def micro_batch(self) -> int:
+        g = self.executable.graph
+        return g.tensors[g.inputs[0]].shape[0] if g.inputs else 1
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.samples / self.seconds if self.seconds else 0.0
+
+    @cached_property
+    def perf_counters(self) -> dict[str, list[list[float]]]:
+        """``getPerfCounters()``: host timestamps (seconds from the run's start) per tensor."""
+        ex = self.executable
+        g = ex.graph
+        clock = ex.system.ipu.clock_hz
+        result = {k: [[] for _ in g.inputs] if k.startswith("input") else [[] for _ in g.outputs]
+                  for k in perfcounters.KEYS}
+        if ex.options.synthetic_data or not self.timeline.streams:
+            return {k: perfcounters.normalize(v) for k, v in result.items()}
+        ev = _expand_streams(self.timeline)
+        for direction, (k_start, k_end) in (("to_ipu", ("input", "input_complete")),
+                                             ("from_ipu", ("output", "output_complete"))):
+            sel = ev[ev["direction"] == direction].sort_values(["start", "replica"], kind="stable")
+            for stream, rows in sel.groupby("stream", sort=True):
+                result[k_start][stream] = (rows["start"].to_numpy() / clock).tolist()
+                result[k_end][stream] = (rows["end"].to_numpy() / clock).tolist()
+        return {k: perfcounters.normalize(v) for k, v in result.items()}
+
+    @property
+    def latency(self) -> tuple[float, float, float]:
+        """``getLatency()``: round trip (min, max, avg) in seconds."""
+        return perfcounters.round_trip(self.perf_counters)
+
+    @property
+    def host_ipu_latency(self) -> tuple[float, float, float]:
+        return perfcounters.host_to_ipu(self.perf_counters)
+
+    @property
+    def compute_latency(self) -> tuple[float, float, float]:
+        return perfcounters.compute(self.perf_counters)
+
+    @property
+    def ipu_host_latency(self) -> tuple[float, float, float]:
+        return perfcounters.ipu_to_host(self.perf_counters)
+
+    # --- what hardware cannot tell ------------------------------------------------------------
+    @cached_property
+    def trace(self) -> pd.DataFrame:
+        """One row per task: ipu, replica, kind, name, start, end, cycles, bytes (cycles)."""
+        frames = []
+        for r in self.timeline.records:
+            n, k = len(r.start), len(r.offsets)
+            off = np.repeat(r.offsets, n)
+            start = np.tile(r.start, k) + off
+            end = np.tile(r.end, k) + off
+            frames.append(pd.DataFrame({
+                "ipu": np.tile(r.ipu, k), "replica": 0, "kind": np.tile(r.category, k),
+                "name": np.tile(r.name, k), "start": start, "end": end, "cycles": end - start,
+                "bytes": np.tile(r.nbytes, k)}))
+        if not frames:
+            return pd.DataFrame(columns=TRACE_COLUMNS)
+        df = pd.concat(frames, ignore_index=True)
+        return df.sort_values(["start", "ipu"], kind="stable").reset_index(drop=True)[TRACE_COLUMNS]
+
+    def op_trace(self) -> pd.DataFrame:
+        """One row per op of every compute task (exchange, sync and compute cycles of each)."""
+        rows = []
+        for r in self.timeline.records:
+            for i, ops in enumerate(r.detail):
+                if ops is None:
+                    continue
+                starts = r.start[i] + np.concatenate([[0], np.cumsum(ops.cycles)[:-1]])
+                for off in r.offsets:
+                    rows.append(pd.DataFrame({
+                        "ipu": r.ipu[i], "task": r.name[i], "name": ops.names, "kind": ops.kinds,
+                        "start": starts + off, "end": starts + off + ops.cycles,
+                        "exchange": ops.exchange, "sync": ops.sync, "compute": ops.compute,
+                        "flops": ops.flops, "exchange_bytes": ops.exchange_bytes}))
+        if not rows:
+            return pd.DataFrame()
+        return pd.concat(rows, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
+
+    @cached_property
+    def breakdown(self) -> pd.DataFrame:
+        """Cycles per category per IPU; each row adds up to :attr:`cycle_count`."""
+        rows = {}
+        for ipu in self.executable.ipus:
+            busy = self.timeline.busy.get(ipu, {})
+            row = {c: int(busy.get(c, 0)) for c in CATEGORIES if c != "idle"}
+            row["idle"] = self.cycle_count - sum(row.values())
+            rows[ipu] = row
+        df = pd.DataFrame.from_dict(rows, orient="index", columns=list(CATEGORIES))
+        df.index.name = "ipu"
+        return df
+
+    @property
+    def memory(self) -> dict:
+        """Per IPU: peak bytes on the fullest tile, capacity, always-live bytes, by role."""
+        return {ipu: m.summary() for ipu, m in self.executable.memory.items()}
+
+    def tile_memory(self, ipu: int = 0) -> np.ndarray:
+        """Peak bytes of each compute tile of ``ipu``."""
+        return self.executable.memory[ipu].peak
+
+    @property
+    def flops(self) -> float:
+        return float(sum(float(ops.flops.sum()) * len(r.offsets)
+                         for r in self.timeline.records for ops in r.detail if ops is not None))
+
+    def summary(self) -> dict:
+        """The numbers of the run as plain Python values (what ``ipusim run --json`` prints)."""
+        def lat(t):
+            return {"min": t[0], "max": t[1], "avg": t[2]}
+        ex = self.executable
+        return {
+            "model": ex.graph.name, "system": ex.system.name, "training": ex.training,
+            "cycle_count": self.cycle_count, "seconds": self.seconds, "samples": self.samples,
+            "samples_per_second": self.samples_per_second,
+            "latency": lat(self.latency), "compute_latency": lat(self.compute_latency),
+            "host_ipu_latency": lat(self.host_ipu_latency), "ipu_host_latency": lat(self.ipu_host_latency),
+            "breakdown": {str(ipu): {k: int(v) for k, v in row.items()}
+                          for ipu, row in self.breakdown.iterrows()},
+            "memory": {str(k): v for k, v in self.memory.items()},
+            "tflops": self.flops / self.seconds / 1e12 if self.seconds else 0.0,
+            "notes": list(ex.notes) + list(self.notes),
+            "simulator": {"wall_seconds": self.wall_seconds, "simpy_events": self.timeline.events},
+        }
+
+
+def _expand_streams(tl: Timeline) -> pd.DataFrame:
+    frames = []
+    for s in tl.streams:
+        n, k = len(s.start), len(s.offsets)
+        off = np.repeat(s.offsets, n)
+        frames.append(pd.DataFrame({"direction": np.tile(s.direction, k), "stream": np.tile(s.stream, k),
+                                    "replica": np.tile(s.replica, k), "start": np.tile(s.start, k) + off,
+                                    "end": np.tile(s.end, k) + off}))
+    return pd.concat(frames, ignore_index=True)
