@@ -73,7 +73,9 @@ class Timeline:
 
 
 @dataclass
-class _Task:
+class Task:
+    """One node of the task graph: waits for ``deps``, holds resources, lasts its phases."""
+
     deps: list[int]
     hold: list[tuple]  # resources held for the whole task
     phases: list[tuple[list[tuple], int]]  # (extra resources, cycles)
@@ -84,6 +86,11 @@ class _Task:
     detail: object = None
     stream: StreamCopy | None = None
     macro: tuple | None = None  # (count, sub-timeline) for a collapsed repeat
+
+    @property
+    def cycles(self) -> int:
+        """Cycles the task lasts when it never waits for a resource."""
+        return sum(c for _, c in self.phases)
 
 
 class Engine:
@@ -120,14 +127,15 @@ class Engine:
         return link.latency_cycles + self.system.seconds_to_cycles(c.nbytes / link.bytes_per_s)
 
     # --- lowering --------------------------------------------------------------------------
-    def _lower(self, seq: Sequence) -> list[_Task]:
-        tasks: list[_Task] = []
+    def lower(self, seq: Sequence) -> list[Task]:
+        """The task graph of ``seq``: tasks in program order, deps as indices into the list."""
+        tasks: list[Task] = []
         last: dict[int, int] = {}
 
         def deps_of(ipus):
             return sorted({last[i] for i in ipus if i in last})
 
-        def emit(task: _Task, ipus):
+        def emit(task: Task, ipus):
             tasks.append(task)
             for i in ipus:
                 last[i] = len(tasks) - 1
@@ -142,23 +150,23 @@ class Engine:
                 if item.collapse:
                     sub = self._simulate_memo(item.body)
                     ipus = sorted(ipus_of(item.body))
-                    emit(_Task(deps_of(ipus), sorted(sub.resources), [([], item.count * sub.total_cycles)],
+                    emit(Task(deps_of(ipus), sorted(sub.resources), [([], item.count * sub.total_cycles)],
                                ipus[0] if ipus else 0, "repeat", item.name, macro=(item.count, sub)), ipus)
                 else:
                     for _ in range(item.count):
                         walk(item.body)
             elif isinstance(item, Compute):
-                emit(_Task(deps_of([item.ipu]), [("tiles", item.ipu)], [([], item.cycles)], item.ipu,
+                emit(Task(deps_of([item.ipu]), [("tiles", item.ipu)], [([], item.cycles)], item.ipu,
                            "compute", item.name, detail=item.ops), [item.ipu])
             elif isinstance(item, StreamCopy):
-                emit(_Task(deps_of([item.ipu]), [("tiles", item.ipu)], self.stream_phases(item), item.ipu,
+                emit(Task(deps_of([item.ipu]), [("tiles", item.ipu)], self.stream_phases(item), item.ipu,
                            "host_io", item.name, item.nbytes, stream=item), [item.ipu])
             elif isinstance(item, Sync):
-                emit(_Task(deps_of(item.ipus), [("tiles", i) for i in sorted(item.ipus)],
+                emit(Task(deps_of(item.ipus), [("tiles", i) for i in sorted(item.ipus)],
                            [([], item.cycles)], min(item.ipus), "sync", item.name), item.ipus)
             elif isinstance(item, IpuCopy):
                 ipus = sorted({item.src, item.dst})
-                emit(_Task(deps_of(ipus), [("tiles", i) for i in ipus] + [("ipu_link", item.src, item.dst)],
+                emit(Task(deps_of(ipus), [("tiles", i) for i in ipus] + [("ipu_link", item.src, item.dst)],
                            [([], self.ipu_copy_cycles(item))], item.src, "inter_ipu", item.name,
                            item.nbytes), ipus)
             else:
@@ -179,7 +187,7 @@ class Engine:
         return self._memo[key][0]
 
     def _simulate(self, seq: Sequence) -> Timeline:
-        tasks = self._lower(seq)
+        tasks = self.lower(seq)
         env = simpy.Environment()
         resources: dict[tuple, simpy.Resource] = {}
         done = [env.event() for _ in tasks]
@@ -191,7 +199,7 @@ class Engine:
                 resources[key] = simpy.Resource(env, capacity=1)
             return resources[key]
 
-        def process(i: int, t: _Task):
+        def process(i: int, t: Task):
             if t.deps:
                 yield env.all_of([done[d] for d in t.deps])
             held = [(res(k), res(k).request()) for k in t.hold]
@@ -275,3 +283,11 @@ class Engine:
 def _compute_breakdown(ops) -> dict[str, int]:
     return {"compute": int(ops.compute.sum()), "exchange": int(ops.exchange.sum()),
             "sync": int(ops.sync.sum())}
+
+
+def critical_path(tasks: list[Task]) -> int:
+    """Cycles of the longest dependency chain (no resource waits): a lower bound on a run."""
+    finish = [0] * len(tasks)
+    for i, t in enumerate(tasks):
+        finish[i] = max((finish[d] for d in t.deps), default=0) + t.cycles
+    return max(finish, default=0)

@@ -34,9 +34,7 @@ EXTRA_FIGURES = [
 
 @pytest.mark.parametrize("name", available_systems())
 def test_every_config_loads(name):
-    system = load_system(name)
-    assert system.name == name
-    assert system.num_ipus % system.layout.ipus_per_chassis == 0 or system.num_ipus == 1
+    assert load_system(name).name == name
 
 
 @pytest.mark.parametrize("name, num_ipus", sorted(NUM_IPUS.items()))
