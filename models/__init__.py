@@ -17,11 +17,11 @@ import copy
 from sim.errors import GraphError
 from sim.graph import Graph
 
-from . import bert, gpt2, mlp, resnet
+from . import bert, gpt2, microbench, mlp, resnet
 from ._common import Params
 
 _REGISTRY = {name: (family.build, defaults)
-             for family in (mlp, bert, gpt2, resnet) for name, defaults in family.MODELS.items()}
+             for family in (mlp, bert, gpt2, resnet, microbench) for name, defaults in family.MODELS.items()}
 
 
 def names() -> list[str]:

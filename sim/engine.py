@@ -123,8 +123,12 @@ class Engine:
         return [([], fixed), ([], device), (link, wire)]
 
     def ipu_copy_cycles(self, c: IpuCopy) -> int:
+        """Latency plus the busiest link direction's bytes over its bandwidth."""
         link = self.system.ipu_link
-        return link.latency_cycles + self.system.seconds_to_cycles(c.nbytes / link.bytes_per_s)
+        per_link: dict[tuple[int, int], int] = defaultdict(int)
+        for src, dst, nbytes in c.transfers:
+            per_link[(src, dst)] += nbytes
+        return link.latency_cycles + self.system.seconds_to_cycles(max(per_link.values()) / link.bytes_per_s)
 
     # --- lowering --------------------------------------------------------------------------
     def lower(self, seq: Sequence) -> list[Task]:
@@ -165,10 +169,11 @@ class Engine:
                 emit(Task(deps_of(item.ipus), [("tiles", i) for i in sorted(item.ipus)],
                            [([], item.cycles)], min(item.ipus), "sync", item.name), item.ipus)
             elif isinstance(item, IpuCopy):
-                ipus = sorted({item.src, item.dst})
-                emit(Task(deps_of(ipus), [("tiles", i) for i in ipus] + [("ipu_link", item.src, item.dst)],
-                           [([], self.ipu_copy_cycles(item))], item.src, "inter_ipu", item.name,
-                           item.nbytes), ipus)
+                ipus = sorted(item.ipus)
+                links = sorted({("ipu_link", s, d) for s, d, _ in item.transfers})
+                emit(Task(deps_of(ipus), [("tiles", i) for i in ipus] + links,
+                          [([], self.ipu_copy_cycles(item))], ipus[0], "inter_ipu", item.name,
+                          item.nbytes), ipus)
             else:
                 raise TypeError(f"not a program item: {item!r}")
 

@@ -85,12 +85,21 @@ class Sync:
 
 @dataclass
 class IpuCopy:
-    """A copy of ``nbytes`` from IPU ``src`` to IPU ``dst``."""
+    """One merged inter-IPU copy: ``transfers`` are ``(src, dst, nbytes)``, all in one step.
 
-    src: int
-    dst: int
-    nbytes: int
+    Transfers in opposite directions, or between other pairs, use separate links and overlap.
+    """
+
+    transfers: tuple[tuple[int, int, int], ...]
     name: str = "ipu_copy"
+
+    @property
+    def nbytes(self) -> int:
+        return sum(n for _, _, n in self.transfers)
+
+    @property
+    def ipus(self) -> set[int]:
+        return {i for s, d, _ in self.transfers for i in (s, d)}
 
 
 @dataclass
@@ -124,7 +133,7 @@ def ipus_of(item) -> set[int]:
     if isinstance(item, Sync):
         return set(item.ipus)
     if isinstance(item, IpuCopy):
-        return {item.src, item.dst}
+        return item.ipus
     if isinstance(item, Sequence):
         return set().union(*(ipus_of(i) for i in item.items)) if item.items else set()
     if isinstance(item, Repeat):

@@ -1,0 +1,61 @@
+"""Microbenchmarks with published hardware figures, built as graphs.
+
+``tut6-matvec``  Poplar tutorial 6, optimised version: a fp32 ``rows x cols`` matrix times a
+                 vector. The matrix rows are cut into ``col_split`` segments; one C++ dot-product
+                 vertex per (row, segment) writes a partial sum; one reduce vertex per row adds
+                 the partials. Host streams: the vector and the matrix in, the result out.
+``amp-tile``     The tessellate-ipu peak-FLOPS notebook: every tile runs one AMP matmul
+                 ``[n, 16] x [16, 16]`` in fp16 on data already on the tile.
+
+The tutorial's vertices are plain C++ loops, not vectorised codelets, so they are ``custom``
+ops priced per vertex: ``vertex_base_cycles + cycles_per_mac x elements`` worker cycles.
+``vertex_base_cycles = 5`` is the tutorial's own cycle estimate; ``cycles_per_mac = 4`` is our
+estimate of a scalar fp32 loop (two loads, a multiply and an add per element), not fitted.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.graph import Graph, GraphBuilder
+
+from ._common import Params
+
+MODELS = {
+    "tut6-matvec": dict(rows=10000, cols=1000, col_split=7, tiles=1472, vertex_base_cycles=5,
+                        cycles_per_mac=4),
+    "amp-tile": dict(n=16, tiles=1472),
+}
+
+
+def build(name: str, p: Params) -> Graph:
+    return _tut6(p) if name == "tut6-matvec" else _amp_tile(p)
+
+
+def _tut6(p: Params) -> Graph:
+    rows, cols, split, tiles = p.int("rows"), p.int("cols"), p.int("col_split"), p.int("tiles")
+    base, per_mac = p.int("vertex_base_cycles", 0), p.int("cycles_per_mac")
+    b = GraphBuilder("tut6-matvec", "float32")
+    vector = b.input("inputVector", (cols,))
+    matrix = b.input("inputMatrix", (rows, cols))
+    segment = math.ceil(cols / split)
+    # the stream lands the matrix in stream order; the exchange moves each tile's segments
+    # into place, and every tile also receives the vector segments its vertices read
+    matrix_share = rows * cols * 4 / tiles
+    partials = b.op("custom", [matrix, vector], [(rows, split)], name="mulCS", attrs=dict(
+        vertices=rows * split, vertex_cycles=base + per_mac * segment, tiles=tiles,
+        exchange_bytes_per_tile=matrix_share + cols * 4, flops=2.0 * rows * cols))[0]
+    out = b.op("custom", [partials], [(rows,)], name="reduceCS", attrs=dict(
+        vertices=rows, vertex_cycles=base + per_mac * split, tiles=tiles,
+        exchange_bytes_per_tile=math.ceil(rows / tiles) * split * 4, flops=float(rows * split)))[0]
+    b.output(out)
+    return b.graph
+
+
+def _amp_tile(p: Params) -> Graph:
+    n, tiles = p.int("n"), p.int("tiles")
+    b = GraphBuilder("amp-tile", "float16")
+    x = b.constant("x", (tiles, n, 16))
+    w = b.weight("w", (tiles, 16, 16))
+    b.output(b.matmul(x, w))
+    return b.graph
