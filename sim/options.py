@@ -17,6 +17,7 @@ import copy
 import enum
 
 from .errors import OptionsError
+from .strategy import SyncPattern, _Strategy
 
 
 class OutputMode(enum.IntEnum):
@@ -29,6 +30,31 @@ class OutputMode(enum.IntEnum):
     Default = 4
 
 
+class OverlapMode(enum.IntEnum):
+    """How a host stream overlaps compute when IO tiles are used (PopTorch ``OverlapMode``)."""
+
+    NoOverlap = 0
+    OverlapAccumulationLoop = 1
+    OverlapDeviceIterationLoop = 2
+
+
+class CommGroupType(enum.IntEnum):
+    """How replicas are grouped for a collective or a variable (PopTorch ``CommGroupType``)."""
+
+    All = 0
+    Consecutive = 1
+    Orthogonal = 2
+    NoGrouping = 3
+
+
+class ReductionType(enum.IntEnum):
+    """How gradients are reduced over accumulation steps and replicas."""
+
+    Sum = 0
+    Mean = 1
+    NoReduction = 2
+
+
 def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise OptionsError(f"{name} must be a whole number >= 1, got {value!r}")
@@ -39,11 +65,115 @@ class _Training:
     def __init__(self, owner: "Options"):
         self._owner = owner
         self.gradient_accumulation = 1
+        self.reduction_type = ReductionType.Mean
+
+    def accumulationAndReplicationReductionType(self, reduction_type: ReductionType) -> "Options":
+        """Sum or Mean of the gradients over accumulation steps and replicas."""
+        if not isinstance(reduction_type, ReductionType) or reduction_type == ReductionType.NoReduction:
+            raise OptionsError(f"accumulationAndReplicationReductionType: expected ReductionType.Sum "
+                               f"or ReductionType.Mean, got {reduction_type!r}")
+        self.reduction_type = reduction_type
+        self._owner._record("Training.accumulationAndReplicationReductionType", reduction_type.name)
+        return self._owner
 
     def gradientAccumulation(self, steps: int) -> "Options":
         """Micro-batches whose gradients are summed before one weight update."""
         self.gradient_accumulation = _positive_int("Training.gradientAccumulation", steps)
         self._owner._record("Training.gradientAccumulation", steps)
+        return self._owner
+
+
+class TensorLocationSettings:
+    """Where one class of tensors lives (PopTorch ``TensorLocationSettings``)."""
+
+    def __init__(self):
+        self.on_chip: bool | None = None
+        self.replicated_tensor_sharding = False
+        self.min_elements_off_chip = 0
+        self.min_elements_rts = 0
+        self.io_tiles_to_load = False
+        self.io_tiles_to_store = False
+
+    def useOnChipStorage(self, use: bool = True) -> "TensorLocationSettings":
+        self.on_chip = bool(use)
+        return self
+
+    def useReplicatedTensorSharding(self, use: bool = True) -> "TensorLocationSettings":
+        self.replicated_tensor_sharding = bool(use)
+        return self
+
+    def minElementsForOffChip(self, min_elements: int) -> "TensorLocationSettings":
+        self.min_elements_off_chip = int(min_elements)
+        return self
+
+    def minElementsForReplicatedTensorSharding(self, min_elements: int) -> "TensorLocationSettings":
+        self.min_elements_rts = int(min_elements)
+        return self
+
+    def useIOTilesToLoad(self, use: bool = True) -> "TensorLocationSettings":
+        self.io_tiles_to_load = bool(use)
+        return self
+
+    def useIOTilesToStore(self, use: bool = True) -> "TensorLocationSettings":
+        self.io_tiles_to_store = bool(use)
+        return self
+
+    def off_chip(self, numel: int) -> bool:
+        """Does a tensor of ``numel`` elements of this class live off chip?"""
+        return self.on_chip is False and numel >= self.min_elements_off_chip
+
+    def sharded(self, numel: int) -> bool:
+        """Is a tensor of ``numel`` elements of this class sharded over replicas?"""
+        return self.replicated_tensor_sharding and numel >= self.min_elements_rts
+
+
+class _TensorLocations:
+    """``Options.TensorLocations``: IO tiles and where each class of tensors lives."""
+
+    def __init__(self, owner: "Options"):
+        self._owner = owner
+        self.num_io_tiles = 0
+        self.locations = {k: TensorLocationSettings() for k in ("activation", "weight", "optimizer", "accumulator")}
+
+    def numIOTiles(self, num_tiles: int) -> "_TensorLocations":
+        """Tiles given to host IO instead of compute: an even number from 32 to 192."""
+        if isinstance(num_tiles, bool) or not isinstance(num_tiles, int) or not (
+                32 <= num_tiles <= 192) or num_tiles % 2:
+            raise OptionsError(f"numIOTiles must be an even number between 32 and 192 (got {num_tiles!r})")
+        self.num_io_tiles = num_tiles
+        self._owner._record("TensorLocations.numIOTiles", num_tiles)
+        return self
+
+    def _set(self, kind: str, location: TensorLocationSettings) -> "_TensorLocations":
+        if not isinstance(location, TensorLocationSettings):
+            raise OptionsError(f"set{kind.capitalize()}Location expects a TensorLocationSettings, got {location!r}")
+        self.locations[kind] = location
+        self._owner._record(f"TensorLocations.set{kind.capitalize()}Location", vars(location).copy())
+        return self
+
+    def setActivationLocation(self, location):
+        return self._set("activation", location)
+
+    def setWeightLocation(self, location):
+        return self._set("weight", location)
+
+    def setOptimizerLocation(self, location):
+        return self._set("optimizer", location)
+
+    def setAccumulatorLocation(self, location):
+        return self._set("accumulator", location)
+
+
+class _Popart:
+    """``Options._Popart``: PopART session options by name (advanced)."""
+
+    def __init__(self, owner: "Options"):
+        self._owner = owner
+        self.values: dict[str, object] = {}
+
+    def set(self, key: str, value) -> "Options":
+        self.values[key] = value
+        self._owner._record(f"_Popart.{key}", value)
         return self._owner
 
 
@@ -53,7 +183,7 @@ class Options:
     #: options this class models; anything else recorded is reported as unmodelled
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
-                "logCycleCount"}
+                "logCycleCount", "randomSeed"}
 
     def __init__(self):
         self.device_iterations = 1
@@ -64,8 +194,15 @@ class Options:
         self.available_memory_proportion: dict[int, float] = {}
         self.log_cycle_count = False
         self.random_seed: int | None = None
+        self.execution_strategy: _Strategy | None = None
+        self.sync_pattern = SyncPattern.Full
+        self.auto_round_num_ipus = False
+        self.input_group_size = 1
+        self.input_group_type = CommGroupType.Consecutive
         self.set_options: dict[str, object] = {}
         self.Training = _Training(self)
+        self.TensorLocations = _TensorLocations(self)
+        self._Popart = _Popart(self)
 
     def _record(self, name: str, value) -> None:
         self.set_options[name] = value
@@ -121,6 +258,42 @@ class Options:
         self._record("logCycleCount", bool(log_cycle_count))
         return self
 
+    def setExecutionStrategy(self, strategy: _Strategy) -> "Options":
+        """PipelinedExecution, ShardedExecution, SerialPhasedExecution or ParallelPhasedExecution."""
+        if not isinstance(strategy, _Strategy):
+            raise OptionsError(f"setExecutionStrategy expects an execution strategy, got {strategy!r}")
+        self.execution_strategy = strategy
+        self._record("setExecutionStrategy", type(strategy).__name__)
+        return self
+
+    def syncPattern(self, sync_pattern: SyncPattern) -> "Options":
+        """Full, SinglePipeline or ReplicaAndLadder."""
+        if not isinstance(sync_pattern, SyncPattern):
+            raise OptionsError(f"syncPattern expects a SyncPattern, got {sync_pattern!r}")
+        self.sync_pattern = sync_pattern
+        self._record("syncPattern", sync_pattern.name)
+        return self
+
+    def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":
+        """Round the IPU count up to a power of two instead of failing."""
+        self.auto_round_num_ipus = bool(auto_round_num_ipus)
+        self._record("autoRoundNumIPUs", bool(auto_round_num_ipus))
+        return self
+
+    def inputReplicaGrouping(self, input_group_size: int, input_group_type: CommGroupType) -> "Options":
+        """Replicas in a group of ``input_group_size`` receive the same input data."""
+        self.input_group_size = _positive_int("inputReplicaGrouping.input_group_size", input_group_size)
+        if input_group_type not in (CommGroupType.Consecutive, CommGroupType.Orthogonal):
+            raise OptionsError("inputReplicaGrouping: the group type must be CommGroupType.Consecutive "
+                               f"or CommGroupType.Orthogonal, got {input_group_type!r}")
+        self.input_group_type = input_group_type
+        self._record("inputReplicaGrouping", (input_group_size, input_group_type.name))
+        return self
+
+    def prefetch_depth(self) -> int:
+        """Host stream prefetch depth (PopART ``defaultPrefetchBufferingDepth``; default 1)."""
+        return int(self._Popart.values.get("defaultPrefetchBufferingDepth", 1))
+
     def randomSeed(self, random_seed: int) -> "Options":
         """Accepted for compatibility: the simulator is deterministic and has no randomness."""
         self.random_seed = int(random_seed)
@@ -144,7 +317,8 @@ class Options:
 
     def clone(self) -> "Options":
         new = copy.deepcopy(self)
-        new.Training._owner = new
+        for sub in (new.Training, new.TensorLocations, new._Popart):
+            sub._owner = new
         return new
 
     def validate(self, training: bool) -> None:

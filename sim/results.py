@@ -108,21 +108,25 @@ class Run:
 
     def op_trace(self) -> pd.DataFrame:
         """One row per op of every compute task (exchange, sync and compute cycles of each)."""
-        rows = []
+        frames = []
         for r in self.timeline.records:
             for i, ops in enumerate(r.detail):
-                if ops is None:
+                if ops is None or not len(ops.names):
                     continue
-                starts = r.start[i] + np.concatenate([[0], np.cumsum(ops.cycles)[:-1]])
-                for off in r.offsets:
-                    rows.append(pd.DataFrame({
-                        "ipu": r.ipu[i], "task": r.name[i], "name": ops.names, "kind": ops.kinds,
-                        "start": starts + off, "end": starts + off + ops.cycles,
-                        "exchange": ops.exchange, "sync": ops.sync, "compute": ops.compute,
-                        "flops": ops.flops, "exchange_bytes": ops.exchange_bytes}))
-        if not rows:
-            return pd.DataFrame()
-        return pd.concat(rows, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
+                cycles = ops.cycles
+                first = r.start[i] + np.concatenate([[0], np.cumsum(cycles)[:-1]])
+                n, k = len(cycles), len(r.offsets)
+                start = np.tile(first, k) + np.repeat(r.offsets, n)
+                frames.append(pd.DataFrame({
+                    "ipu": r.ipu[i], "task": r.name[i], "name": np.tile(np.array(ops.names, dtype=object), k),
+                    "kind": np.tile(np.array(ops.kinds, dtype=object), k), "start": start,
+                    "end": start + np.tile(cycles, k), "exchange": np.tile(ops.exchange, k),
+                    "sync": np.tile(ops.sync, k), "compute": np.tile(ops.compute, k),
+                    "flops": np.tile(ops.flops, k), "exchange_bytes": np.tile(ops.exchange_bytes, k)}))
+        if not frames:
+            return pd.DataFrame(columns=["ipu", "task", "name", "kind", "start", "end", "exchange",
+                                         "sync", "compute", "flops", "exchange_bytes"])
+        return pd.concat(frames, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
 
     @cached_property
     def breakdown(self) -> pd.DataFrame:

@@ -68,6 +68,9 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
 
     ``conv = (kernel, stride)`` marks a convolution lowered to a matmul (M = output positions,
     K = input channels x kernel^2): a tile then receives an input patch, not im2col rows.
+
+    If no serialisation fits the budget, the plan needing the least temporary memory is
+    returned (``fits=False``): the budget is a target, and tile memory is checked later.
     """
     budget = memory_proportion * ipu.sram_bytes_per_tile
     best = None
@@ -75,10 +78,10 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
         # serialise along the largest of M and N
         Ms, Ns = (math.ceil(M / serial), N) if M >= N else (M, math.ceil(N / serial))
         plan = _search(G, Ms, K, Ns, itemsize, b_is_weight, ipu, tiles, budget, conv, serial)
-        if best is None or plan.fits:
-            best = plan
         if plan.fits:
             return plan
+        if best is None or plan.temp_bytes_per_tile < best.temp_bytes_per_tile:
+            best = plan
         if Ms == 1 and Ns == 1:
             break
     return best

@@ -1,0 +1,267 @@
+"""Reports of a finished :class:`~sim.results.Run`: a text summary and files on disk.
+
+:func:`format_summary` gives the run as readable text (what ``ipusim run`` prints);
+:func:`write_outputs` writes the trace, op trace, breakdown and summary (CSV/JSON) and two
+figures (timeline, tile memory) into a directory. Cycles are cycles of the IPU clock; the text
+shows times in milliseconds and memory in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .options import OutputMode
+from .program import CATEGORIES
+from .results import Run
+
+#: colours of the timeline, by task kind (anything else is grey)
+KIND_COLOURS = {"compute": "tab:blue", "host_io": "tab:orange", "sync": "tab:gray",
+                "inter_ipu": "tab:green", "collective": "tab:red", "repeat": "tab:purple"}
+#: the timeline draws at most this many tasks (the earliest ones) to stay fast
+MAX_TIMELINE_TASKS = 5000
+
+OUTPUT_FILES = ("trace.csv", "ops.csv", "breakdown.csv", "summary.json", "timeline.png", "memory.png")
+
+
+# --- text -----------------------------------------------------------------------------------
+def _optimizer(run: Run) -> str | None:
+    """The optimizer of a training run, read from its update ops (None for inference)."""
+    for op in run.executable.graph.ops:
+        if op.pass_ == "update" and "optimizer" in op.attrs:
+            return op.attrs["optimizer"]
+    return None
+
+
+def _output_mode(run: Run) -> str:
+    ex = run.executable
+    mode = ex.output_mode
+    if mode == OutputMode.EveryN:
+        return f"EveryN({ex.options.output_return_period})"
+    return mode.name
+
+
+def format_summary(run: Run) -> str:
+    """The run as multi-line text: setup, PoplarExecutor numbers, breakdown, memory, notes."""
+    ex, o, s = run.executable, run.executable.options, run.executable.system
+    mode = "training" if ex.training else "inference"
+    opt = _optimizer(run)
+    if opt:
+        mode += f" ({opt})"
+    amp = ", ".join(f"IPU{i}={o.memory_proportion(i):g}" for i in ex.ipus)
+    lines = [
+        f"{ex.graph.name} on {s.name} ({s.num_ipus} x {s.ipu.generation} IPU, "
+        f"{s.ipu.clock_hz / 1e9:.4g} GHz, {ex.tiles} compute tiles), {mode}",
+        f"  micro-batch {run.micro_batch}, deviceIterations {o.device_iterations}, "
+        f"gradientAccumulation {o.Training.gradient_accumulation}, "
+        f"replicationFactor {o.replication_factor}",
+        f"  outputMode {_output_mode(run)}, synthetic data {'on' if o.synthetic_data else 'off'}, "
+        f"availableMemoryProportion {amp}",
+        "",
+        f"cycles            {run.cycle_count:,}",
+        f"time              {run.seconds * 1e3:.4f} ms",
+        f"samples           {run.samples:,}  ({run.samples_per_second:,.1f} samples/s)",
+        f"compute rate      {_tflops(run):.2f} TFLOP/s  ({run.flops / 1e9:,.2f} GFLOP in total)",
+        "",
+    ]
+    lines += _latency_table(run) + [""] + _breakdown_table(run) + [""] + _memory_table(run) + [""]
+    notes = list(ex.notes) + list(run.notes)
+    lines.append("notes:" + ("" if notes else " none"))
+    lines += [f"  - {n}" for n in notes]
+    lines.append(f"simulated in {run.wall_seconds:.3f} s ({run.timeline.events:,} SimPy events)")
+    return "\n".join(lines)
+
+
+def _tflops(run: Run) -> float:
+    """FLOP per second of the whole run (host IO included), in TFLOP/s."""
+    return run.flops / run.seconds / 1e12 if run.seconds else 0.0
+
+
+def _latency_table(run: Run) -> list[str]:
+    rows = [("round trip", run.latency), ("host -> IPU", run.host_ipu_latency),
+            ("compute", run.compute_latency), ("IPU -> host", run.ipu_host_latency)]
+    if run.executable.options.synthetic_data:
+        return ["latency: n/a (synthetic data: no host transfers, PopTorch reports zeros)"]
+    out = [f"{'latency (ms)':<16}{'min':>12}{'avg':>12}{'max':>12}"]
+    for label, (lo, hi, avg) in rows:
+        out.append(f"  {label:<14}{lo * 1e3:>12.4f}{avg * 1e3:>12.4f}{hi * 1e3:>12.4f}")
+    return out
+
+
+def _breakdown_table(run: Run) -> list[str]:
+    """Cycles per category per IPU, with a second line of percentages of the total."""
+    cols = list(CATEGORIES) + ["total"]
+    width = max(11, len(f"{run.cycle_count:,}") + 2)
+    out = ["breakdown (cycles; % of the run)",
+           f"  {'IPU':<5}" + "".join(f"{c:>{width}}" for c in cols)]
+    total = run.cycle_count or 1
+    for ipu, row in run.breakdown.iterrows():
+        vals = [int(row[c]) for c in CATEGORIES]
+        vals.append(sum(vals))
+        out.append(f"  {ipu:<5}" + "".join(f"{v:>{width},}" for v in vals))
+        out.append(f"  {'':<5}" + "".join(f"{v / total:>{width}.1%}" for v in vals))
+    return out
+
+
+def _memory_table(run: Run) -> list[str]:
+    out = ["tile memory (peak over the program, fullest tile)",
+           f"  {'IPU':<5}{'peak bytes':>12}{'of tile':>12}{'% of tile':>11}{'fullest tile':>14}  op at peak"]
+    for ipu, m in run.memory.items():
+        out.append(f"  {ipu:<5}{m['peak_tile_bytes']:>12,}{m['tile_capacity_bytes']:>12,}"
+                   f"{m['peak_tile_bytes'] / m['tile_capacity_bytes']:>11.1%}"
+                   f"{m['fullest_tile']:>14}  {m['peak_op']}")
+    return out
+
+
+# --- files ----------------------------------------------------------------------------------
+def _json_default(value):
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def _finite(value):
+    """``value`` with NaN/inf floats replaced by None, so the JSON is standard."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_json(summary: dict, **kwargs) -> str:
+    """``summary`` (e.g. :meth:`Run.summary`) as standard JSON (numpy values made plain)."""
+    return json.dumps(_finite(summary), default=_json_default, allow_nan=False, **kwargs)
+
+
+def _atomic_write(path: Path, write: Callable[[str], None]) -> Path:
+    """Run ``write(tmp)`` on a temporary file next to ``path``, then move it into place."""
+    # a fresh name, created by ``write`` itself, so the file gets the usual (umask) permissions
+    tmp = str(path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def prepare_directory(directory: str | os.PathLike) -> Path:
+    """``directory`` as a Path, created if missing; an existing non-directory is an error."""
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise NotADirectoryError(f"output path {str(d)!r} exists and is not a directory")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
+    """Write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png and memory.png.
+
+    Each file is written whole or not at all (temporary file + ``os.replace``). Returns the
+    paths written, in that order.
+    """
+    d = prepare_directory(directory)
+
+    def text(content: str):
+        def write(tmp):
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(content)
+        return write
+
+    return [
+        _atomic_write(d / "trace.csv", lambda tmp: run.trace.to_csv(tmp, index=False)),
+        _atomic_write(d / "ops.csv", lambda tmp: run.op_trace().to_csv(tmp, index=False)),
+        _atomic_write(d / "breakdown.csv", lambda tmp: run.breakdown.to_csv(tmp)),
+        _atomic_write(d / "summary.json", text(to_json(run.summary(), indent=2) + "\n")),
+        _atomic_write(d / "timeline.png", lambda tmp: _save(timeline_figure(run), tmp)),
+        _atomic_write(d / "memory.png", lambda tmp: _save(memory_figure(run), tmp)),
+    ]
+
+
+# --- figures --------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: str) -> None:
+    plt = _pyplot()
+    try:
+        fig.savefig(path, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+
+
+def timeline_figure(run: Run):
+    """One lane per IPU, tasks coloured by kind; x in ms. Draws the first
+    :data:`MAX_TIMELINE_TASKS` tasks of a longer trace and says so in the title."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+    trace = run.trace
+    ipus = sorted(set(run.executable.ipus) | set(trace["ipu"].unique().tolist()))
+    shown = trace.iloc[:MAX_TIMELINE_TASKS]
+    ms = 1e3 / run.executable.system.ipu.clock_hz
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.45 * len(ipus)))
+    lane = {ipu: i for i, ipu in enumerate(ipus)}
+    kinds = []
+    for kind, rows in shown.groupby("kind", sort=False):
+        kinds.append(kind)
+        colour = KIND_COLOURS.get(kind, "lightgray")
+        for ipu, r in rows.groupby("ipu"):
+            start = r["start"].to_numpy() * ms
+            width = np.maximum(r["cycles"].to_numpy() * ms, 0)
+            ax.broken_barh(list(zip(start, width)), (lane[ipu] - 0.4, 0.8), facecolors=colour,
+                           edgecolor="none")
+    ax.set_yticks(range(len(ipus)), [f"IPU {i}" for i in ipus])
+    ax.set_ylim(-0.6, len(ipus) - 0.4)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(run.cycle_count, 1) * ms)
+    ax.set_xlabel("time (ms)")
+    title = f"{run.executable.graph.name} on {run.executable.system.name}: {run.cycle_count:,} cycles"
+    if len(trace) > len(shown):
+        title += f" (first {len(shown):,} of {len(trace):,} tasks shown)"
+    ax.set_title(title)
+    ax.legend(handles=[Patch(color=KIND_COLOURS.get(k, "lightgray"), label=k) for k in kinds],
+              loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def memory_figure(run: Run):
+    """Peak bytes on each compute tile, one line per IPU, with the tile's capacity."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(12, 4))
+    capacity = None
+    for ipu in run.executable.ipus:
+        peak = np.asarray(run.tile_memory(ipu))
+        ax.plot(np.arange(len(peak)), peak / 1024, linewidth=0.8, label=f"IPU {ipu} peak")
+        capacity = run.executable.memory[ipu].capacity_per_tile
+    if capacity:
+        ax.axhline(capacity / 1024, color="tab:red", linestyle="--", label="tile capacity")
+    ax.set_xlim(0, max(run.executable.tiles - 1, 1))
+    ax.set_xlabel("compute tile")
+    ax.set_ylabel("peak memory (KiB)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{run.executable.graph.name} on {run.executable.system.name}: peak memory per tile")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
