@@ -1,31 +1,35 @@
 """Compiler: Graph + Options + System -> an :class:`Executable` (program, costs, memory).
 
-It places ops on IPUs, prices every op with the cost model, checks tile memory, and builds the
-structured program PopTorch's executor would run for one call:
-
-* inference: ``deviceIterations`` x (inputs in, forward, outputs out);
-* training: ``deviceIterations`` x (``gradientAccumulation`` x (inputs in, forward, backward,
-  accumulate, outputs out), optimizer update), with outputs per ``outputMode``.
-
-Host stream copies are left out with synthetic data.
+Steps: check the options; add the backward pass and optimizer update for training
+(:mod:`sim.training`); resolve stages, IPUs and phases from the execution strategy
+(:mod:`sim.strategy`); place replicas on the system (:mod:`sim.topology`); price every op
+(:mod:`sim.cost`); split the graph into stages (:mod:`sim.stages`); build the program of one
+call with the strategy's schedule (:mod:`sim.pipeline`, :mod:`sim.sharded`, :mod:`sim.phased`);
+check tile memory (:mod:`sim.memory`). Host stream copies are left out with synthetic data.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, field
 
-import numpy as np
-
+from . import phased, pipeline, sharded
 from .cost import OpCost, op_cost
 from .errors import GraphError, OptionsError
-from .graph import Graph, Op
+from .graph import Graph
 from .hardware import System, load_system
 from .memory import IpuMemory, analyse_ipu
 from .options import Options, OutputMode
-from .program import Compute, OpSteps, Repeat, Sequence, StreamCopy
+from .program import Sequence
+from .schedule import Context
+from .stages import StageWork, split_stages
+from .strategy import assign
+from .topology import check_fits
 from .training import Optimizer, expand_training
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference
+_BUILDERS = {"single": pipeline.build, "pipelined": pipeline.build, "sharded": sharded.build,
+             "serial_phased": phased.build, "parallel_phased": phased.build}
 
 
 @dataclass
@@ -38,11 +42,19 @@ class Executable:
     training: bool
     program: Sequence
     costs: dict[str, OpCost]
-    memory: dict[int, IpuMemory]
-    ipus: list[int]
+    memory: dict[int, IpuMemory]  # by IPU index within a replica
+    ipus: list[int]  # simulated IPUs (all simulated replicas)
     tiles: int  # compute tiles per IPU
     output_mode: OutputMode
     notes: list[str]  # what the run's report must say (unmodelled options, assumptions)
+    strategy: str = "single"
+    ipus_per_replica: int = 1
+    simulated_replicas: list[int] = field(default_factory=lambda: [0])
+    stages: list[StageWork] = field(default_factory=list)
+
+    @property
+    def replicas(self) -> int:
+        return self.options.replication_factor
 
     def transfers_per_input(self) -> int:
         """Perf-counter entries per input tensor: steps x accumulation x replicas."""
@@ -59,102 +71,69 @@ class Executable:
         return per_replica * o.replication_factor
 
 
-def _placement(graph: Graph, system: System) -> list[int]:
-    ipus = sorted({op.ipu or 0 for op in graph.ops})
-    if ipus and ipus[-1] >= system.num_ipus:
+def _check_strategy_options(o: Options, strategy: str, ipus_per_replica: int, mode: OutputMode) -> None:
+    """PopTorch's checks of option combinations that depend on the strategy."""
+    if o.TensorLocations.num_io_tiles and strategy == "pipelined" and ipus_per_replica > 1:
         raise OptionsError(
-            f"the model places ops on IPU {ipus[-1]} but system {system.name!r} has "
-            f"{system.num_ipus} IPU(s); choose a larger system (e.g. ipu-m2000, ipu-pod16)")
-    if len(ipus) > 1:
-        raise OptionsError(
-            f"the model spans IPUs {ipus}: multi-IPU execution (pipelined, sharded, phased) is "
-            "not supported by this version; place every op on IPU 0 (e.g. layers_per_ipu=None)")
-    return ipus or [0]
+            "IO tiles (TensorLocations.numIOTiles) cannot be used with PipelinedExecution: use "
+            "ShardedExecution or a phased strategy, or numIOTiles(0)")
 
 
 def compile(graph: Graph, system: System | str, options: Options | None = None,
-            training: bool = False, optimizer: Optimizer | str = "sgd") -> Executable:
+            training: bool = False, optimizer: Optimizer | str = "sgd",
+            collective_algorithm: str = "auto") -> Executable:
     """Compile ``graph`` for ``system`` with PopTorch-style ``options``."""
     system = load_system(system)
-    options = options or Options()
-    options.validate(training)
-    if options.replication_factor > 1:
-        raise OptionsError(
-            f"replicationFactor({options.replication_factor}): replication is not supported by "
-            "this version; use replicationFactor(1)")
+    o = options or Options()
+    o.validate(training)
     if not graph.ops:
         raise GraphError(f"graph {graph.name!r} has no ops")
-    o = options
     accumulate = o.Training.gradient_accumulation > 1
-    g = expand_training(graph, optimizer, accumulate) if training else graph
-    ipus = _placement(g, system)
-    tiles = system.ipu.tiles
+    g = expand_training(graph, optimizer, accumulate) if training else copy.deepcopy(graph)
+    strategy = assign(g, o.execution_strategy)
+    k = max(op.ipu for op in g.ops) + 1
+    if strategy == "pipelined" and len({op.stage for op in g.ops}) == 1:
+        strategy = "single"
+    R = o.replication_factor
+    check_fits(system, k, R, o.auto_round_num_ipus)
+    mode = o.resolved_output_mode(training)
+    _check_strategy_options(o, strategy, k, mode)
+    tiles = system.ipu.tiles - o.TensorLocations.num_io_tiles
+    _apply_locations(g, o)
+
     costs: dict[str, OpCost] = {}
     for op in g.ops:
         if not training and op.kind in _INFERENCE_NOOPS:
             continue
-        ipu = op.ipu or 0
-        costs[op.name] = op_cost(op, g, system.ipu, tiles, o.memory_proportion(ipu))
-    memory = {}
-    for ipu in ipus:
-        ops = [op for op in g.ops if (op.ipu or 0) == ipu]
-        memory[ipu] = analyse_ipu(g, ops, costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
-                                  system.ipu.reserved_bytes_per_tile)
-    mode = o.resolved_output_mode(training)
-    notes = [f"option {k}={v!r}: accepted, no modelled effect" for k, v in o.unmodelled().items()]
-    program = _build_program(g, costs, ipus[0], o, training, mode)
-    return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes)
+        costs[op.name] = op_cost(op, g, system.ipu, tiles, o.memory_proportion(op.ipu))
+
+    stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
+    simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
+    notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
+    if simulated != list(range(R)):
+        notes.append(f"replicas 0-{len(simulated) - 1} simulated (they share one host link); the other "
+                     f"{R - len(simulated)} run the same program and share their timings by symmetry")
+    ctx = Context(g, system, o, training, mode, costs, stages, updates, k, simulated, notes)
+    program = _BUILDERS[strategy](ctx)
+    memory = {ipu: _memory(g, ctx, ipu, tiles, system) for ipu in range(k)}
+    ipus = sorted({r * k + i for r in simulated for i in range(k)})
+    return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
+                      strategy, k, simulated, stages)
 
 
-def _steps(ops: list[Op], costs: dict[str, OpCost]) -> OpSteps:
-    priced = [(op, costs[op.name]) for op in ops if op.name in costs and costs[op.name].cycles > 0]
-    return OpSteps(
-        names=tuple(op.name for op, _ in priced),
-        kinds=tuple(op.kind for op, _ in priced),
-        compute=np.array([c.compute_cycles for _, c in priced], dtype=np.int64),
-        exchange=np.array([c.exchange_cycles for _, c in priced], dtype=np.int64),
-        sync=np.array([c.sync_cycles for _, c in priced], dtype=np.int64),
-        flops=np.array([c.flops for _, c in priced], dtype=np.float64),
-        exchange_bytes=np.array([c.exchange_bytes for _, c in priced], dtype=np.int64))
+def _apply_locations(g: Graph, o: Options) -> None:
+    """Mark tensors TensorLocations puts off chip (streaming memory)."""
+    roles = {"weight": "weight", "state": "optimizer", "accumulator": "accumulator"}
+    for t in g.tensors.values():
+        kind = roles.get(t.role)
+        if kind and o.TensorLocations.locations[kind].off_chip(t.numel):
+            t.location = "off_chip"
 
 
-def _copies(graph: Graph, names: list[str], ipu: int, direction: str) -> list[StreamCopy]:
-    return [StreamCopy(ipu, name, direction, graph.tensors[name].nbytes, index, host_sync=(index == 0))
-            for index, name in enumerate(names)]
-
-
-def _build_program(g: Graph, costs, ipu: int, o: Options, training: bool, mode: OutputMode) -> Sequence:
-    synthetic = o.synthetic_data
-    inputs = [] if synthetic else _copies(g, g.inputs, ipu, "to_ipu")
-    outputs = [] if synthetic else _copies(g, g.outputs, ipu, "from_ipu")
-    per_step_out = mode in (OutputMode.All, OutputMode.EveryN)
-
-    def micro_batch(with_outputs: bool) -> Sequence:
-        s = Sequence(name="micro-batch")
-        s.items += inputs
-        s.add(Compute(ipu, "forward", _steps(g.ops_in("forward"), costs)))
-        if training:
-            s.add(Compute(ipu, "backward", _steps(g.ops_in("backward"), costs)))
-        if with_outputs:
-            s.items += outputs
-        return s
-
-    def step(with_outputs: bool) -> Sequence:
-        """One device iteration."""
-        if not training:
-            return micro_batch(with_outputs)
-        s = Sequence(name="step")
-        s.add(Repeat(o.Training.gradient_accumulation, micro_batch(with_outputs), "gradient accumulation"))
-        s.add(Compute(ipu, "weight update", _steps(g.ops_in("update"), costs)))
-        return s
-
-    main = Sequence(name="main")
-    if mode == OutputMode.EveryN and o.output_return_period > 1:
-        n = o.output_return_period
-        period = Sequence([Repeat(n - 1, step(False), "steps without outputs"), step(True)], "output period")
-        main.add(Repeat(o.device_iterations // n, period, "device iterations"))
-    else:
-        main.add(Repeat(o.device_iterations, step(per_step_out), "device iterations"))
-    if not per_step_out:
-        main.items += outputs
-    return main
+def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System) -> IpuMemory:
+    """Memory of IPU ``ipu`` (within a replica): its stages' runs, stashes and updates."""
+    runs = [s.ops for s in ctx.stages if s.ipu == ipu]
+    runs.append([op for op in ctx.updates if op.ipu == ipu])
+    stash = sum(s.stash_depth * s.inputs_bytes for s in ctx.stages if s.ipu == ipu)
+    return analyse_ipu(g, [r for r in runs if r], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
+                       system.ipu.reserved_bytes_per_tile, stash_bytes=stash)

@@ -23,7 +23,8 @@ import numpy as np
 import simpy
 
 from .hardware import System
-from .program import Compute, IpuCopy, Repeat, Sequence, StreamCopy, Sync, ipus_of
+from .program import (Collective, Compute, IpuCopy, RemoteCopy, Repeat, Sequence, StreamCopy,
+                      Sync, ipus_of)
 
 
 @dataclass
@@ -131,18 +132,33 @@ class Engine:
         return link.latency_cycles + self.system.seconds_to_cycles(max(per_link.values()) / link.bytes_per_s)
 
     # --- lowering --------------------------------------------------------------------------
+    def remote_cycles(self, r: RemoteCopy) -> int:
+        mem = self.system.streaming_memory
+        return mem.latency_cycles + self.system.seconds_to_cycles(r.nbytes / mem.bytes_per_s_per_ipu)
+
     def lower(self, seq: Sequence) -> list[Task]:
-        """The task graph of ``seq``: tasks in program order, deps as indices into the list."""
+        """The task graph of ``seq``: tasks in program order, deps as indices into the list.
+
+        Program order is kept per *lane*: an IPU's compute tiles (``ipu``) and its IO tiles
+        (``("io", ipu)``). An item may also wait for other items (``after``).
+        """
         tasks: list[Task] = []
-        last: dict[int, int] = {}
+        last: dict = {}
+        emitted: dict[int, int] = {}  # id(program item) -> its latest task
 
-        def deps_of(ipus):
-            return sorted({last[i] for i in ipus if i in last})
+        def deps_of(lanes, item=None):
+            deps = {last[i] for i in lanes if i in last}
+            for other in getattr(item, "after", ()):
+                if id(other) in emitted:
+                    deps.add(emitted[id(other)])
+            return sorted(deps)
 
-        def emit(task: Task, ipus):
+        def emit(task: Task, lanes, item=None):
             tasks.append(task)
-            for i in ipus:
+            for i in lanes:
                 last[i] = len(tasks) - 1
+            if item is not None:
+                emitted[id(item)] = len(tasks) - 1
 
         def walk(item):
             if isinstance(item, Sequence):
@@ -160,11 +176,23 @@ class Engine:
                     for _ in range(item.count):
                         walk(item.body)
             elif isinstance(item, Compute):
-                emit(Task(deps_of([item.ipu]), [("tiles", item.ipu)], [([], item.cycles)], item.ipu,
-                           "compute", item.name, detail=item.ops), [item.ipu])
+                emit(Task(deps_of([item.ipu], item), [("tiles", item.ipu)], [([], item.cycles)], item.ipu,
+                          "compute", item.name, detail=item.ops), [item.ipu], item)
             elif isinstance(item, StreamCopy):
-                emit(Task(deps_of([item.ipu]), [("tiles", item.ipu)], self.stream_phases(item), item.ipu,
-                           "host_io", item.name, item.nbytes, stream=item), [item.ipu])
+                lane = ("io", item.ipu) if item.io_tiles else item.ipu
+                held = ("io_tiles", item.ipu) if item.io_tiles else ("tiles", item.ipu)
+                emit(Task(deps_of([lane], item), [held], self.stream_phases(item), item.ipu,
+                          "host_io_overlapped" if item.io_tiles else "host_io", item.name, item.nbytes,
+                          stream=item), [lane], item)
+            elif isinstance(item, RemoteCopy):
+                emit(Task(deps_of([item.ipu]), [("tiles", item.ipu), ("streaming_memory", item.ipu)],
+                          [([], self.remote_cycles(item))], item.ipu, "remote_io", item.name, item.nbytes),
+                     [item.ipu])
+            elif isinstance(item, Collective):
+                ipus = sorted(item.ipus)
+                emit(Task(deps_of(ipus), [("tiles", i) for i in ipus],
+                          [(list(item.links), c) for n, c in item.phases for _ in range(n)], ipus[0], "collective",
+                          item.name, item.nbytes), ipus)
             elif isinstance(item, Sync):
                 emit(Task(deps_of(item.ipus), [("tiles", i) for i in sorted(item.ipus)],
                            [([], item.cycles)], min(item.ipus), "sync", item.name), item.ipus)
@@ -277,9 +305,11 @@ class Engine:
             elif t.category == "sync":
                 for ipu in {k[1] for k in t.hold if k[0] == "tiles"}:
                     tl.busy[ipu]["sync"] += cycles
-            elif t.category == "inter_ipu":
+            elif t.category in ("inter_ipu", "collective"):
                 for ipu in {k[1] for k in t.hold if k[0] == "tiles"}:
-                    tl.busy[ipu]["inter_ipu"] += cycles
+                    tl.busy[ipu][t.category] += cycles
+            elif t.category == "host_io_overlapped":
+                tl.busy[t.ipu]["io_tiles"] += cycles
             else:
                 tl.busy[t.ipu][t.category] += cycles
         return tl

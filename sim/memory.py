@@ -83,15 +83,19 @@ class _Layout:
             vec[:stop - self.tiles] += share
 
 
-def analyse_ipu(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: int, tiles: int,
-                sram_bytes: int, reserved_bytes: int, check: bool = True,
-                hint: str = "") -> IpuMemory:
-    """Peak memory per tile of ``ops`` (the IPU's schedule, in order) on ``tiles`` tiles."""
+def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ipu: int, tiles: int,
+                sram_bytes: int, reserved_bytes: int, stash_bytes: int = 0, check: bool = True) -> IpuMemory:
+    """Peak memory per tile of an IPU that executes ``runs`` (op lists, each in order).
+
+    Each run starts with no live activations (a pipeline stage, the weight update); its inputs
+    that no op of the run produces are live from its start. ``stash_bytes`` (pipeline stashes
+    of stage inputs) are live throughout, spread over all tiles.
+    """
     tensors = graph.tensors
-    always = np.full(tiles, float(reserved_bytes))
-    by_role = {"reserved": reserved_bytes * tiles}
+    always = np.full(tiles, float(reserved_bytes) + stash_bytes / tiles)
+    by_role = {"reserved": reserved_bytes * tiles, "stash": stash_bytes}
     first_user: dict[str, Op] = {}
-    for op in ops:
+    for op in (op for run in runs for op in run):
         for t in op.inputs + op.outputs:
             first_user.setdefault(t, op)
     layout = _Layout(tiles)
@@ -101,62 +105,75 @@ def analyse_ipu(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: int,
             where = layout.place(t.nbytes, costs.get(op.name, FREE).tiles_used or tiles)
             layout.add(always, where, t.nbytes)
             by_role[t.role] = by_role.get(t.role, 0) + t.nbytes
+    peak = always.copy()
+    peak_at = np.full(tiles, -1)
+    ops_seen: list[Op] = []
+    by_role["activation_peak"] = 0
+    for run in runs:
+        _sweep(graph, run, costs, tiles, layout, always, peak, peak_at, len(ops_seen), by_role)
+        ops_seen += run
+    fullest = int(peak.argmax())
+    op = ops_seen[peak_at[fullest]] if peak_at[fullest] >= 0 else None
+    mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak).astype(np.int64),
+                    op.name if op else "(always-live data)", by_role)
+    if check and mem.peak_tile_bytes > sram_bytes:
+        short = mem.peak_tile_bytes - sram_bytes
+        what = (f"op {op.name!r} ({op.kind}, {op.pass_} pass, pipeline stage {op.stage})" if op
+                else "its always-live data")
+        raise OutOfMemoryError(
+            f"Out of memory on IPU {ipu}: tile {fullest} needs {mem.peak_tile_bytes:,} bytes at "
+            f"{what} but a tile has {sram_bytes:,} bytes; short by {short:,} bytes "
+            f"(on {tiles} compute tiles; always-live data alone takes {int(always.max()):,} bytes "
+            f"on the fullest tile, of which pipeline stashes {stash_bytes // tiles:,}). Try: fewer "
+            f"layers on this IPU, a smaller micro-batch, a lower availableMemoryProportion, or "
+            f"moving weights/optimizer state off chip (TensorLocations) or sharding it (RTS).",
+            ipu=ipu, op=op.name if op else None, shortfall_bytes=short)
+    return mem
 
-    # liveness of activations, gradients and streamed inputs; views alias their input
+
+def _sweep(graph, ops, costs, tiles, layout, always, peak, peak_at, base, by_role) -> None:
+    """Walk one run, raising ``peak`` (and noting when) with live activations and temporaries."""
+    tensors = graph.tensors
     root = {}
     for op in ops:
         if op.kind in _VIEWS and op.inputs:
             for o in op.outputs:
                 root[o] = root.get(op.inputs[0], op.inputs[0])
     last_use: dict[str, int] = {}
+    produced = set()
     for i, op in enumerate(ops):
         for t in op.inputs:
             last_use[root.get(t, t)] = i
+        produced.update(op.outputs)
     for out in graph.outputs:  # streamed back at the end of the step
-        last_use[root.get(out, out)] = len(ops)
+        if out in produced:
+            last_use[root.get(out, out)] = len(ops)
     live = np.zeros(tiles)
-    owner_tiles: dict[str, tuple[int, int]] = {}
-    peak = always.copy()
-    peak_at = np.full(tiles, -1)
+    owner: dict[str, tuple[int, int]] = {}
     frees: dict[int, list[str]] = {}
     for t, i in last_use.items():
         frees.setdefault(i, []).append(t)
-    for name in graph.inputs:
-        if name in last_use:
-            owner_tiles[name] = layout.place(tensors[name].nbytes,
-                                             costs.get(first_user[name].name, FREE).tiles_used or tiles)
-            layout.add(live, owner_tiles[name], tensors[name].nbytes)
+    for name in last_use:  # inputs of the run (streamed in, or received from another stage)
+        t = tensors[name]
+        if name not in produced and t.role not in ALWAYS_LIVE:
+            owner[name] = layout.place(t.nbytes, tiles)
+            layout.add(live, owner[name], t.nbytes)
     for i, op in enumerate(ops):
         cost = costs.get(op.name, FREE)
         used = cost.tiles_used or tiles
         if op.kind not in _VIEWS:
             for o in op.outputs:
                 t = tensors[o]
-                if t.role not in ALWAYS_LIVE and o in last_use:
-                    owner_tiles[o] = layout.place(t.nbytes, used)
-                    layout.add(live, owner_tiles[o], t.nbytes)
+                if t.role not in ALWAYS_LIVE and o in last_use and o not in owner:
+                    owner[o] = layout.place(t.nbytes, used)
+                    layout.add(live, owner[o], t.nbytes)
         level = always + live
         if cost.temp_bytes_per_tile:
             layout.add(level, layout.place(0, used), cost.temp_bytes_per_tile * used)
         higher = level > peak
         peak[higher] = level[higher]
-        peak_at[higher] = i
+        peak_at[higher] = base + i
         for t in frees.get(i, ()):
-            if t in owner_tiles:
-                layout.add(live, owner_tiles.pop(t), -tensors[t].nbytes)
-        by_role["activation_peak"] = max(by_role.get("activation_peak", 0), int(live.sum()))
-    fullest = int(peak.argmax())
-    peak_op = ops[peak_at[fullest]].name if peak_at[fullest] >= 0 else "(always-live data)"
-    mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak).astype(np.int64), peak_op, by_role)
-    if check and mem.peak_tile_bytes > sram_bytes:
-        short = mem.peak_tile_bytes - sram_bytes
-        op = ops[peak_at[fullest]] if peak_at[fullest] >= 0 else None
-        what = f"op {op.name!r} ({op.kind}, {op.pass_} pass)" if op else "its always-live data"
-        raise OutOfMemoryError(
-            f"Out of memory on IPU {ipu}: tile {fullest} needs {mem.peak_tile_bytes:,} bytes at "
-            f"{what} but a tile has {sram_bytes:,} bytes; short by {short:,} bytes "
-            f"(on {tiles} compute tiles; always-live data alone takes {int(always.max()):,} bytes "
-            f"on the fullest tile). Try: fewer layers on this IPU, a smaller micro-batch, a lower "
-            f"availableMemoryProportion, or moving weights/optimizer state off chip{hint}.",
-            ipu=ipu, op=op.name if op else None, shortfall_bytes=short)
-    return mem
+            if t in owner:
+                layout.add(live, owner.pop(t), -tensors[t].nbytes)
+        by_role["activation_peak"] = max(by_role["activation_peak"], int(live.sum()))

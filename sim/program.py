@@ -7,7 +7,10 @@ are steps that occupy hardware:
                       with no external sync inside; its per-op parts are kept for reports
 :class:`StreamCopy`   a host <-> IPU stream copy of one tensor
 :class:`Sync`         a barrier over a group of IPUs (external) or with the host
-:class:`IpuCopy`      a copy between two IPUs over IPU-Links
+:class:`IpuCopy`      a merged copy between IPUs over IPU-Links
+:class:`RemoteCopy`   a load from / store to streaming memory (remote buffers)
+:class:`Collective`   a collective (all-reduce, reduce-scatter, ...) across replicas, as steps
+                      that each occupy the links of the ring for a number of cycles
 
 Times are cycles of the IPU clock; sizes are bytes.
 """
@@ -45,14 +48,11 @@ class Compute:
     ipu: int
     name: str
     ops: OpSteps
+    after: tuple = ()  # other items (e.g. an IO-tile stream copy) whose latest run must end first
 
     @property
     def cycles(self) -> int:
         return int(self.ops.cycles.sum())
-
-    def breakdown(self) -> dict[str, int]:
-        return {"compute": int(self.ops.compute.sum()), "exchange": int(self.ops.exchange.sum()),
-                "sync": int(self.ops.sync.sum())}
 
 
 @dataclass
@@ -71,6 +71,7 @@ class StreamCopy:
     stream: int
     host_sync: bool = True
     replica: int = 0
+    io_tiles: bool = False  # runs on the IPU's IO tiles, concurrently with compute
 
 
 @dataclass
@@ -103,6 +104,39 @@ class IpuCopy:
 
 
 @dataclass
+class RemoteCopy:
+    """A load (``"load"``) from or store (``"store"``) to streaming memory of ``nbytes``."""
+
+    ipu: int
+    direction: str
+    nbytes: int
+    name: str = "remote"
+
+
+@dataclass
+class Collective:
+    """A collective over replicas, priced by :mod:`sim.collectives`.
+
+    ``ipus`` are the simulated IPUs taking part (replica symmetry: the others are not
+    simulated but count in ``group_size``). ``phases`` are ``(steps, cycles per step)``; each
+    step holds the ``links`` resources, so other traffic on those links queues behind it.
+    """
+
+    ipus: tuple[int, ...]
+    op: str
+    nbytes: int
+    group_size: int
+    algorithm: str
+    phases: tuple[tuple[int, int], ...]
+    links: tuple[tuple, ...] = ()
+    name: str = "collective"
+
+    @property
+    def cycles(self) -> int:
+        return sum(n * c for n, c in self.phases)
+
+
+@dataclass
 class Sequence:
     items: list = field(default_factory=list)
     name: str = ""
@@ -128,9 +162,9 @@ class Repeat:
 
 def ipus_of(item) -> set[int]:
     """IPUs a program item runs on."""
-    if isinstance(item, (Compute, StreamCopy)):
+    if isinstance(item, (Compute, StreamCopy, RemoteCopy)):
         return {item.ipu}
-    if isinstance(item, Sync):
+    if isinstance(item, (Sync, Collective)):
         return set(item.ipus)
     if isinstance(item, IpuCopy):
         return item.ipus
@@ -139,3 +173,14 @@ def ipus_of(item) -> set[int]:
     if isinstance(item, Repeat):
         return ipus_of(item.body)
     raise TypeError(f"not a program item: {item!r}")
+
+
+def leaves(item):
+    """Every leaf item of a program, in program order (each Repeat body once)."""
+    if isinstance(item, Sequence):
+        for sub in item.items:
+            yield from leaves(sub)
+    elif isinstance(item, Repeat):
+        yield from leaves(item.body)
+    else:
+        yield item

@@ -62,12 +62,19 @@ class Run:
         if ex.options.synthetic_data or not self.timeline.streams:
             return {k: perfcounters.normalize(v) for k, v in result.items()}
         ev = _expand_streams(self.timeline)
+        R = ex.options.replication_factor
+        simulated = ex.simulated_replicas
         for direction, (k_start, k_end) in (("to_ipu", ("input", "input_complete")),
                                              ("from_ipu", ("output", "output_complete"))):
-            sel = ev[ev["direction"] == direction].sort_values(["start", "replica"], kind="stable")
+            sel = ev[ev["direction"] == direction]
             for stream, rows in sel.groupby("stream", sort=True):
-                result[k_start][stream] = (rows["start"].to_numpy() / clock).tolist()
-                result[k_end][stream] = (rows["end"].to_numpy() / clock).tolist()
+                # per replica, in time order; replicas not simulated repeat a simulated one's
+                per_replica = {r: grp.sort_values("start", kind="stable") for r, grp in rows.groupby("replica")}
+                ordered = [per_replica[simulated[r % len(simulated)]] for r in range(R)]
+                starts = np.stack([o["start"].to_numpy() for o in ordered], axis=1).ravel()
+                ends = np.stack([o["end"].to_numpy() for o in ordered], axis=1).ravel()
+                result[k_start][stream] = (starts / clock).tolist()  # step-major, replica-minor
+                result[k_end][stream] = (ends / clock).tolist()
         return {k: perfcounters.normalize(v) for k, v in result.items()}
 
     @property

@@ -15,7 +15,7 @@ import models
 import sim
 from sim.cost import op_cost
 from sim.engine import Engine
-from sim.program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync
+from sim.program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
 
 CSV = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "hardware.csv"
 # the figures, so the tests run where shared/ is absent too (values copied from hardware.csv)
@@ -81,7 +81,7 @@ def test_tut6_host_exchange_cycles(tut6):
     """Tolerance 2 %: gateway_to_ipu_bytes_per_s was fitted to this figure (data moving in
     StreamCopyMid); checks the engine prices the copies' device phase with it."""
     engine = Engine(tut6.executable.system)
-    copies = [c for c in tut6.executable.program.items[0].body.items if isinstance(c, StreamCopy)
+    copies = [c for c in leaves(tut6.executable.program) if isinstance(c, StreamCopy)
               and c.direction == "to_ipu"]
     device = sum(engine.stream_phases(c)[2][1] for c in copies)
     assert device == pytest.approx(figure("tut6_matvec_host_exchange"), rel=0.02)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -50,7 +51,8 @@ class MatmulPlan:
 
 
 def _candidates(dim: int, tiles: int) -> np.ndarray:
-    """Split counts worth trying for a dimension: powers of 2 and 3 x powers of 2, and dim."""
+    """Split counts worth trying for a dimension: powers of 2, 3 x powers of 2, the divisors
+    of the tile count (1472 = 64 x 23 on Mk2), and ``dim`` itself."""
     top = min(dim, tiles)
     vals = {1, top}
     p = 1
@@ -59,7 +61,13 @@ def _candidates(dim: int, tiles: int) -> np.ndarray:
         if 3 * p <= top:
             vals.add(3 * p)
         p *= 2
+    vals.update(d for d in _divisors(tiles) if d <= top)
     return np.array(sorted(vals), dtype=np.int64)
+
+
+@lru_cache(maxsize=16)
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,

@@ -1,0 +1,114 @@
+"""Splitting a placed graph into the stages a schedule runs.
+
+Forward stages come from the ops' ``stage`` annotations (see :mod:`sim.strategy`). In training,
+PopART's pipeline has ``2F - 1`` stages: forward stages ``0 .. F-1``, the last merged with its
+backward, then backward stages for forward stages ``F-2 .. 0``. Each backward stage of a
+multi-stage model recomputes its forward stage first (only the stage's inputs are stashed).
+
+A :class:`StageWork` records what one stage runs, which host streams it feeds or drains, and
+which tensors it sends to other stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .graph import Graph, Op
+
+_VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
+
+
+@dataclass
+class StageWork:
+    """One stage of a schedule (IPU indices are within a replica)."""
+
+    index: int
+    ipu: int
+    forward_stage: int  # the forward stage it runs or differentiates
+    ops: list[Op] = field(default_factory=list)  # in run order (recomputed forward ops first)
+    recomputed: list[Op] = field(default_factory=list)
+    host_inputs: list[str] = field(default_factory=list)
+    host_outputs: list[str] = field(default_factory=list)
+    sends: dict[int, int] = field(default_factory=dict)  # destination stage index -> bytes
+    inputs_bytes: int = 0  # bytes of tensors it receives from other stages or the host
+    stash_depth: int = 0  # micro-batches of its inputs kept for its backward stage
+
+    @property
+    def is_backward(self) -> bool:
+        return any(op.pass_ == "backward" for op in self.ops)
+
+
+def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list[StageWork], list[Op]]:
+    """(stages in pipeline order, update ops) of a placed graph."""
+    forward = [op for op in g.ops if op.pass_ == "forward"]
+    fwd_ids = sorted({op.stage for op in forward})
+    F = len(fwd_ids)
+    rank = {s: i for i, s in enumerate(fwd_ids)}
+    P = 2 * F - 1 if training else F
+    ipu_of = {}
+    for op in forward:
+        ipu_of.setdefault(rank[op.stage], op.ipu)
+    stages = [StageWork(i, ipu_of[min(i, P - 1 - i) if training else i], min(i, P - 1 - i) if training else i)
+              for i in range(P)]
+    where: dict[str, int] = {}  # op name -> stage index
+    by_name = {op.name: op for op in g.ops}
+    for op in forward:
+        where[op.name] = rank[op.stage]
+        stages[rank[op.stage]].ops.append(op)
+    updates = []
+    for op in g.ops:
+        if op.pass_ == "backward":
+            fwd = by_name.get(op.forward_of)
+            i = rank[fwd.stage] if fwd is not None else F - 1
+            where[op.name] = P - 1 - i if training else i
+            stages[where[op.name]].ops.append(op)
+        elif op.pass_ == "update":
+            updates.append(op)
+    if training and F > 1 and recompute:
+        for s in stages[F:]:
+            s.recomputed = list(stages[s.forward_stage].ops)
+            s.ops = s.recomputed + s.ops
+    _flows(g, stages, where, training, F)
+    return stages, updates
+
+
+def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: bool, F: int) -> None:
+    """Host streams, inter-stage sends and stash depths of each stage."""
+    producer = {}
+    for op in g.ops:
+        for t in op.outputs:
+            producer.setdefault(t, op.name)
+    first_consumer: dict[str, int] = {}
+    received: set[tuple[str, int]] = set()
+    for s in stages:
+        own = {t for op in s.ops for t in op.outputs}
+        for op in s.ops:
+            if op.pass_ == "update":
+                continue
+            for t in op.inputs:
+                tensor = g.tensors[t]
+                if tensor.role in ("weight", "constant", "state", "accumulator") or t in own:
+                    continue
+                if tensor.role == "input":
+                    src = first_consumer.setdefault(t, s.index)
+                    if src == s.index:
+                        if t not in s.host_inputs:
+                            s.host_inputs.append(t)
+                        continue
+                else:
+                    src = where.get(producer.get(t), s.index)
+                    # a backward stage reads its forward stage's inputs from its own stash
+                    if training and src == s.forward_stage and s.index >= F:
+                        continue
+                if src != s.index and (t, s.index) not in received:
+                    received.add((t, s.index))
+                    stages[src].sends[s.index] = stages[src].sends.get(s.index, 0) + tensor.nbytes
+                    s.inputs_bytes += tensor.nbytes
+        s.inputs_bytes += sum(g.tensors[t].nbytes for t in s.host_inputs)
+    for t in g.outputs:
+        src = where.get(producer.get(t))
+        if src is not None:
+            stages[src].host_outputs.append(t)
+    if training and F > 1:
+        for s in stages[:F - 1]:
+            s.stash_depth = (len(stages) - 1 - s.index) - s.index + 1

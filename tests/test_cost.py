@@ -1,0 +1,241 @@
+"""The cost model: FLOPs, the AMP planner and availableMemoryProportion, the peak bound, vector
+ops, unknown ops, out-of-memory errors and the cost cache."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import models
+import sim
+from sim.cost import op_cost
+from sim.cost.amp import plan_matmul
+from sim.graph import GraphBuilder
+
+MK2 = sim.load_system("ipu-mk2").ipu
+TILES = MK2.tiles
+SRAM = MK2.sram_bytes_per_tile
+AMP_RATE = {"float16": MK2.amp_fp16_flops_per_cycle, "float32": MK2.amp_fp32_flops_per_cycle}
+ITEMSIZE = {"float16": 2, "float32": 4}
+
+
+def matmul_op(a_shape, b_shape, dtype="float16", b_weight=True, attrs=None):
+    """A graph holding one matmul; returns (op, graph)."""
+    b = GraphBuilder("g", dtype)
+    x = b.input("x", a_shape)
+    w = b.weight("w", b_shape) if b_weight else b.input("w", b_shape)
+    if attrs:
+        out_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2])) + (
+            a_shape[-1] if attrs.get("transpose_a") else a_shape[-2],
+            b_shape[-2] if attrs.get("transpose_b") else b_shape[-1])
+        b.op("matmul", [x, w], [out_shape], attrs)
+    else:
+        b.matmul(x, w)
+    return b.graph.ops[-1], b.graph
+
+
+def mm_cost(M, K, N, dtype="float16", proportion=0.6):
+    op, g = matmul_op((M, K), (K, N), dtype)
+    return op_cost(op, g, MK2, TILES, proportion)
+
+
+# --- FLOPs -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("a_shape, b_shape, attrs, flops", [
+    ((128, 768), (768, 3072), None, 2 * 128 * 768 * 3072),
+    ((7, 13), (13, 5), None, 2 * 7 * 13 * 5),
+    ((4, 128, 768), (768, 768), None, 2 * 4 * 128 * 768 * 768),  # batch folds into M
+    ((12, 128, 64), (12, 64, 128), None, 2 * 12 * 128 * 64 * 128),  # batched
+    ((2, 12, 128, 64), (2, 12, 64, 128), None, 2 * 24 * 128 * 64 * 128),
+    ((256, 1024), (30528, 1024), {"transpose_b": True}, 2 * 256 * 1024 * 30528),
+    ((1024, 256), (1024, 512), {"transpose_a": True}, 2 * 256 * 1024 * 512),
+])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_matmul_flops_are_exact(a_shape, b_shape, attrs, flops, dtype):
+    op, g = matmul_op(a_shape, b_shape, dtype, attrs=attrs)
+    assert op_cost(op, g, MK2, TILES).flops == flops
+
+
+# --- the planner and availableMemoryProportion -----------------------------------------------
+PROPORTIONS = [0.01, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0]
+PLANNER_SHAPES = [  # (G, M, K, N, itemsize, B is a weight)
+    (1, 4096, 4096, 4096, 2, True), (1, 4096, 4096, 4096, 4, True), (1, 512, 1024, 30528, 2, True),
+    (12, 512, 64, 512, 2, False), (1, 8192, 1024, 4096, 2, True), (1, 100, 3000, 7, 4, True),
+]
+
+
+@pytest.mark.parametrize("shape", PLANNER_SHAPES, ids=str)
+def test_planner_keeps_temporaries_within_the_proportion(shape):
+    for proportion in PROPORTIONS:
+        plan = plan_matmul(*shape, MK2, TILES, proportion)
+        if plan.fits:
+            assert plan.temp_bytes_per_tile <= proportion * SRAM, (proportion, plan)
+        assert 1 <= plan.tiles_used <= TILES
+    assert plan_matmul(*shape, MK2, TILES, 1.0).fits
+
+
+def test_op_cost_uses_the_proportion():
+    for proportion in (0.1, 0.3, 0.6):
+        cost = mm_cost(4096, 4096, 4096, proportion=proportion)
+        assert cost.temp_bytes_per_tile <= proportion * SRAM
+        plan = plan_matmul(1, 4096, 4096, 4096, 2, True, MK2, TILES, proportion)
+        assert cost.temp_bytes_per_tile == plan.temp_bytes_per_tile
+        assert cost.compute_cycles + cost.exchange_cycles == plan.compute_cycles + plan.exchange_cycles
+
+
+@pytest.mark.parametrize("shape", PLANNER_SHAPES, ids=str)
+def test_lower_proportion_is_never_faster(shape):
+    grid = [round(p, 2) for p in np.arange(0.01, 1.0001, 0.01)]
+    cycles = []
+    for p in grid:
+        plan = plan_matmul(*shape, MK2, TILES, p)
+        cycles.append(plan.compute_cycles + plan.exchange_cycles)
+    for (p_lo, c_lo), (p_hi, c_hi) in zip(zip(grid, cycles), zip(grid[1:], cycles[1:])):
+        assert c_lo >= c_hi, f"proportion {p_lo} gives {c_lo} cycles, fewer than {c_hi} at {p_hi}"
+
+
+def test_lower_proportion_is_slower_on_a_large_matmul():
+    """[4096,4096] x [4096,4096] fp16: the op cost grows as the proportion shrinks."""
+    by_p = {p: mm_cost(4096, 4096, 4096, proportion=p).cycles for p in PROPORTIONS}
+    values = [by_p[p] for p in PROPORTIONS]
+    assert values == sorted(values, reverse=True)
+    assert by_p[0.1] > by_p[0.6] > by_p[1.0]
+
+
+def test_when_nothing_fits_the_planner_takes_the_least_memory():
+    """A proportion too small for any plan serialises as far as it can rather than keeping an
+    unserialised plan bigger than the tile (that one would fail on memory, not just be slow)."""
+    tiny = plan_matmul(1, 4096, 4096, 4096, 2, True, MK2, TILES, 0.01)
+    assert not tiny.fits
+    assert tiny.temp_bytes_per_tile < SRAM
+    for p in PROPORTIONS:
+        assert tiny.temp_bytes_per_tile <= plan_matmul(1, 4096, 4096, 4096, 2, True, MK2, TILES, p).temp_bytes_per_tile
+
+
+def test_fp32_slower_than_fp16_by_about_the_amp_rate_ratio():
+    """On a large AMP-bound matmul, fp32 takes about amp_fp16 / amp_fp32 (= 4 on Mk2) times
+    as long as fp16.
+
+    Tolerances: the compute phase within 10 % of the ratio (K pads to different AMP input
+    groups, 16 vs 8; the fp32 partial-sum reduction is the same in both; fp32 operands take
+    twice the memory, so the planner picks other splits). The whole op within 25 % below the
+    ratio: the operand exchange (about 30 % of the fp16 time here) only doubles with fp32.
+    """
+    ratio = AMP_RATE["float16"] / AMP_RATE["float32"]
+    assert ratio == 4
+    half, single = mm_cost(4096, 4096, 4096, "float16"), mm_cost(4096, 4096, 4096, "float32")
+    assert single.compute_cycles / half.compute_cycles == pytest.approx(ratio, rel=0.10)
+    assert 0.75 * ratio <= single.cycles / half.cycles <= 1.05 * ratio
+    for M, K, N in [(2048, 2048, 2048), (8192, 1024, 4096)]:
+        assert 0.7 * ratio <= mm_cost(M, K, N, "float32").cycles / mm_cost(M, K, N).cycles <= 1.05 * ratio
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((4096, 4096), (4096, 4096)), ((1, 1024), (1024, 1024)), ((512, 1024), (1024, 30528)),
+    ((12, 128, 64), (12, 64, 128)), ((23552, 1024), (1024, 1024)), ((16, 16), (16, 16)),
+])
+@pytest.mark.parametrize("proportion", [0.1, 0.6, 1.0])
+def test_matmul_never_beats_the_amp_peak(dtype, a_shape, b_shape, proportion):
+    op, g = matmul_op(a_shape, b_shape, dtype, b_weight=len(b_shape) == 2)
+    cost = op_cost(op, g, MK2, TILES, proportion)
+    peak_cycles = cost.flops / (TILES * AMP_RATE[dtype])
+    assert cost.compute_cycles >= peak_cycles
+    assert cost.cycles >= peak_cycles
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_convolution_never_beats_the_amp_peak(dtype):
+    b = GraphBuilder("conv", dtype)
+    b.conv2d(b.input("x", (8, 64, 56, 56)), 256, kernel=3, padding=1)
+    op = b.graph.ops[-1]
+    cost = op_cost(op, b.graph, MK2, TILES)
+    assert cost.flops == 2 * 8 * 56 * 56 * 64 * 9 * 256
+    assert cost.compute_cycles >= cost.flops / (TILES * AMP_RATE[dtype])
+
+
+# --- vector ops ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["relu", "gelu", "add", "scale", "exp"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_vector_ops_scale_linearly_once_every_tile_is_used(kind, dtype):
+    """Per-element cost is constant once all tiles hold work: equal steps in size give equal
+    steps in cycles (up to 1 cycle of rounding the busiest tile's vectors up)."""
+    def cost(n):
+        b = GraphBuilder("v", dtype)
+        x = b.input("x", (n,))
+        if kind == "add":
+            b.add(x, b.input("y", (n,)))
+        else:
+            b.unary(kind, x)
+        c = op_cost(b.graph.ops[-1], b.graph, MK2, TILES)
+        assert c.tiles_used == TILES
+        assert c.exchange_cycles == 0
+        return c.cycles
+    n = TILES * 64
+    c1, c2, c3, c4 = (cost(k * n) for k in (1, 2, 3, 4))
+    step = c2 - c1
+    assert step > 0
+    assert abs((c3 - c2) - step) <= 1 and abs((c4 - c3) - step) <= 1
+    assert abs((c4 - c2) - 2 * step) <= 1
+
+
+# --- unsupported ops -------------------------------------------------------------------------
+def frobnicate_graph():
+    b = GraphBuilder("odd")
+    x = b.input("x", (16, 16))
+    y = b.op("frobnicate", [x], [(16, 16)], name="weird_op")[0]
+    b.output(y)
+    return b.graph
+
+
+def test_unknown_op_kind_raises_naming_the_op():
+    g = frobnicate_graph()
+    with pytest.raises(sim.UnsupportedOpError) as e:
+        op_cost(g.ops[-1], g, MK2, TILES)
+    assert "weird_op" in str(e.value) and "frobnicate" in str(e.value)
+
+
+def test_simulating_an_unknown_op_is_an_error_not_a_zero():
+    with pytest.raises(sim.UnsupportedOpError, match="weird_op"):
+        sim.simulate(frobnicate_graph(), "ipu-mk2")
+
+
+# --- memory ----------------------------------------------------------------------------------
+def test_bert_large_training_with_lamb_does_not_fit_one_ipu():
+    graph = models.get("bert-large", num_layers=24, micro_batch=1)
+    with pytest.raises(sim.OutOfMemoryError) as info:
+        sim.compile(graph, "ipu-mk2", training=True, optimizer="lamb")
+    e = info.value
+    assert e.ipu == 0
+    assert e.shortfall_bytes > 0
+    assert e.op
+    msg = str(e)
+    assert "IPU 0" in msg
+    assert e.op in msg
+    assert f"{e.shortfall_bytes:,}" in msg
+    # the same error through simulate()
+    with pytest.raises(sim.OutOfMemoryError):
+        sim.simulate(graph, "ipu-mk2", training=True, optimizer="lamb")
+
+
+def test_small_model_fits():
+    ex = sim.compile(models.get("bert-base", num_layers=2, micro_batch=4), "ipu-mk2")
+    assert 0 < ex.memory[0].peak_tile_bytes <= SRAM
+
+
+# --- caching ---------------------------------------------------------------------------------
+def test_identical_layers_are_priced_once():
+    g = models.get("bert-base", num_layers=2, micro_batch=4)
+    ops = {op.name: op for op in g.ops}
+    pairs = [(name, name.replace("layer0", "layer1")) for name in ops if "/layer0/" in name]
+    assert len(pairs) > 10
+    priced = 0
+    for a, b in pairs:
+        assert ops[a].kind == ops[b].kind
+        ca, cb = op_cost(ops[a], g, MK2, TILES), op_cost(ops[b], g, MK2, TILES)
+        assert ca is cb, (a, b)
+        priced += ca.cycles > 0
+    assert priced > 5
+    # a different shape is a different cost
+    assert mm_cost(128, 768, 768) is not mm_cost(128, 768, 3072)
