@@ -147,25 +147,23 @@ def replica_group(rank: int, replicas: int, group_type: str = "all", group_size:
     raise OptionsError(f"unknown replica grouping {group_type!r}")
 
 
-def gradient_collectives(ctx) -> list[Collective]:
-    """One gradient all-reduce per IPU position of a replica, over all replicas.
+def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str) -> list[Collective]:
+    """One collective per IPU position of a replica, over all replicas, run at once.
 
-    Each IPU of a replica reduces the gradients of the weights it updates with the IPUs at
-    the same position in the other replicas; the rings of the positions run at once.
+    Each IPU of a replica reduces (or gathers) with the IPUs at the same position in the
+    other replicas; the simulated ones hold their ring's links while it runs.
     """
     items = []
     k = ctx.ipus_per_replica
     R = ctx.options.replication_factor
-    grads: dict[int, int] = {}
-    for op in ctx.updates:
-        w = ctx.g.tensors[op.inputs[0]]
-        grads[op.ipu] = grads.get(op.ipu, 0) + w.nbytes
-    for position, nbytes in sorted(grads.items()):
+    for position, nbytes in sorted(bytes_by_position.items()):
+        if nbytes <= 0:
+            continue
         members = [r * k + position for r in range(R)]
-        plan = plan_collective(ctx.system, "all_reduce", nbytes, members, ctx.collective_algorithm,
-                               concurrent=len(grads))
+        plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm,
+                               concurrent=len(bytes_by_position))
         simulated = [r * k + position for r in ctx.replicas]
         links = tuple(("ipu_link", a, b) for a, b in zip(simulated, simulated[1:] + simulated[:1]) if a != b)
-        items.append(Collective(tuple(simulated), "all_reduce", nbytes, R, plan.algorithm, plan.phases,
-                                links, f"gradient all-reduce (IPU {position})"))
+        items.append(Collective(tuple(simulated), op, nbytes, R, plan.algorithm, plan.phases, links,
+                                f"{what} {op.replace('_', '-')} (IPU {position})"))
     return items

@@ -122,12 +122,17 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
 
 
 def _apply_locations(g: Graph, o: Options) -> None:
-    """Mark tensors TensorLocations puts off chip (streaming memory)."""
+    """Mark tensors TensorLocations puts off chip (streaming memory) or shards over replicas."""
     roles = {"weight": "weight", "state": "optimizer", "accumulator": "accumulator"}
     for t in g.tensors.values():
         kind = roles.get(t.role)
-        if kind and o.TensorLocations.locations[kind].off_chip(t.numel):
+        if not kind:
+            continue
+        where = o.TensorLocations.locations[kind]
+        if where.off_chip(t.numel):
             t.location = "off_chip"
+        if where.sharded(t.numel) and o.replication_factor > 1:
+            t.shards = o.replication_factor
 
 
 def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System) -> IpuMemory:

@@ -51,6 +51,7 @@ class Tensor:
     role: str
     producer: str | None = None  # name of the op that writes it, None for inputs and variables
     location: str = "on_chip"  # "on_chip" or "off_chip" (streaming memory)
+    shards: int = 1  # replicas it is sharded over (replicated tensor sharding)
 
     @property
     def numel(self) -> int:

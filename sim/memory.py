@@ -102,9 +102,10 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
     for name, op in first_user.items():
         t = tensors[name]
         if t.role in ALWAYS_LIVE and t.location == "on_chip":
-            where = layout.place(t.nbytes, costs.get(op.name, FREE).tiles_used or tiles)
-            layout.add(always, where, t.nbytes)
-            by_role[t.role] = by_role.get(t.role, 0) + t.nbytes
+            nbytes = t.nbytes / t.shards
+            where = layout.place(nbytes, costs.get(op.name, FREE).tiles_used or tiles)
+            layout.add(always, where, nbytes)
+            by_role[t.role] = by_role.get(t.role, 0) + int(nbytes)
     peak = always.copy()
     peak_at = np.full(tiles, -1)
     ops_seen: list[Op] = []

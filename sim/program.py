@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-CATEGORIES = ("compute", "exchange", "sync", "host_io", "inter_ipu", "collective", "idle")
+CATEGORIES = ("compute", "exchange", "sync", "host_io", "remote_io", "inter_ipu", "collective", "idle")
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .collectives import gradient_collectives
+from .collectives import per_position
 from .cost import OpCost
 from .graph import Graph, Op
 from .hardware import System
 from .hostio import host_transfers
 from .options import Options, OutputMode
-from .program import Compute, OpSteps, Sequence, Sync
+from .program import Compute, OpSteps, RemoteCopy, Sequence, Sync
 from .stages import StageWork
 from .topology import replica_ipus, sync_cycles
 
@@ -47,16 +47,21 @@ class Context:
     def ipus(self, replica: int) -> list[int]:
         return replica_ipus(replica, self.ipus_per_replica)
 
-    def steps(self, ops: list[Op], label: str = "") -> OpSteps:
+    def steps(self, ops: list[Op], label: str = "", share: int = 1) -> OpSteps:
+        """Per-op cycles of ``ops``; ``share`` > 1 prices a 1/share slice of each (a shard)."""
         priced = [(op, self.costs[op.name]) for op in ops if op.name in self.costs and self.costs[op.name].cycles > 0]
+
+        def col(values, dtype=np.int64):
+            a = np.array(values, dtype=np.float64)
+            return np.ceil(a / share).astype(dtype) if dtype is np.int64 else (a / share)
         return OpSteps(
             names=tuple(op.name + label for op, _ in priced),
             kinds=tuple(op.kind for op, _ in priced),
-            compute=np.array([c.compute_cycles for _, c in priced], dtype=np.int64),
-            exchange=np.array([c.exchange_cycles for _, c in priced], dtype=np.int64),
+            compute=col([c.compute_cycles for _, c in priced]),
+            exchange=col([c.exchange_cycles for _, c in priced]),
             sync=np.array([c.sync_cycles for _, c in priced], dtype=np.int64),
-            flops=np.array([c.flops for _, c in priced], dtype=np.float64),
-            exchange_bytes=np.array([c.exchange_bytes for _, c in priced], dtype=np.int64))
+            flops=col([c.flops for _, c in priced], np.float64),
+            exchange_bytes=col([c.exchange_bytes for _, c in priced]))
 
     def stage_compute(self, replica: int, stage: StageWork) -> list[Compute]:
         """Compute items of one stage: recomputation, forward, backward (those it has)."""
@@ -97,17 +102,40 @@ class Context:
         return Sync(tuple(ipus), "external", sync_cycles(self.system, len(ipus)), name)
 
     def weight_update(self) -> Sequence:
-        """Gradient collectives across replicas, then each IPU's optimizer update."""
+        """Gradient collectives across replicas, then each IPU's optimizer update.
+
+        With replicated tensor sharding (RTS) of the optimizer state the gradients are
+        reduce-scattered, each replica updates its 1/R shard, and the new weights are
+        all-gathered. Tensors placed off chip are loaded from streaming memory before the
+        update and stored after it.
+        """
         seq = Sequence(name="weight update")
-        if self.options.replication_factor > 1:
-            seq.items += gradient_collectives(self)
+        R = self.options.replication_factor
+        tensors = self.g.tensors
+        by_position = {p: [op for op in self.updates if op.ipu == p] for p in range(self.ipus_per_replica)}
+        grads = {p: sum(tensors[op.inputs[0]].nbytes for op in ops) for p, ops in by_position.items()}
+        sharded = {p: any(tensors[t].shards > 1 for op in ops for t in op.inputs) for p, ops in by_position.items()}
+        if R > 1:
+            for op, ps in (("reduce_scatter", [p for p in grads if sharded[p]]),
+                           ("all_reduce", [p for p in grads if not sharded[p]])):
+                seq.items += per_position(self, op, {p: grads[p] for p in ps}, "gradient")
         for r in self.replicas:
             ipus = self.ipus(r)
-            for local in range(self.ipus_per_replica):
-                ops = [op for op in self.updates if op.ipu == local]
-                if ops:
-                    seq.add(Compute(ipus[local], "weight update", self.steps(ops)))
+            for p, ops in by_position.items():
+                if not ops:
+                    continue
+                loads = {t for op in ops for t in op.inputs if tensors[t].location == "off_chip"}
+                stores = {t for op in ops for t in op.outputs if tensors[t].location == "off_chip"}
+                nbytes = {name: sum(tensors[t].nbytes // tensors[t].shards for t in ts)
+                          for name, ts in (("load", loads), ("store", stores))}
+                if nbytes["load"]:
+                    seq.add(RemoteCopy(ipus[p], "load", nbytes["load"], "load optimizer inputs"))
+                seq.add(Compute(ipus[p], "weight update", self.steps(ops, share=R if sharded[p] else 1)))
+                if nbytes["store"]:
+                    seq.add(RemoteCopy(ipus[p], "store", nbytes["store"], "store optimizer outputs"))
             seq.add(self.replica_sync(r, "weight update sync"))
+        if R > 1:
+            seq.items += per_position(self, "all_gather", {p: grads[p] for p in grads if sharded[p]}, "weight")
         return seq
 
     def outputs_every_step(self) -> bool:

@@ -58,8 +58,8 @@ def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list
     updates = []
     for op in g.ops:
         if op.pass_ == "backward":
-            fwd = by_name.get(op.forward_of)
-            i = rank[fwd.stage] if fwd is not None else F - 1
+            fwd = by_name.get(op.forward_of)  # accumulators have none: they follow their weight's user
+            i = rank[fwd.stage if fwd is not None else op.stage]
             where[op.name] = P - 1 - i if training else i
             stages[where[op.name]].ops.append(op)
         elif op.pass_ == "update":
