@@ -74,7 +74,7 @@ class Placement:
     Pipeline stages are numbered the way PopTorch's default ``AutoStage.AutoIncrement`` does:
     a new stage each time the IPU changes from one block to the next, so a head placed back on
     IPU 0 after the last layer is a stage of its own. Without placement (``enabled=False``)
-    ops keep no annotation.
+    ops carry only their block name (so an execution strategy can place blocks), no IPU.
     """
 
     def __init__(self, b: GraphBuilder, enabled: bool):
@@ -85,7 +85,8 @@ class Placement:
     @contextlib.contextmanager
     def on(self, ipu: int, block: str) -> Iterator[None]:
         if not self.enabled:
-            yield
+            with self.b.ipu(None, block=block):
+                yield
             return
         if ipu != self._ipu:
             self._ipu, self._stage = ipu, self._stage + 1

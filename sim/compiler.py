@@ -19,7 +19,8 @@ from .errors import GraphError, OptionsError
 from .graph import Graph
 from .hardware import System, load_system
 from .memory import IpuMemory, analyse_ipu
-from .options import Options, OutputMode
+from .options import Options, OutputMode, OverlapMode
+from .hostio import io_tile_buffer_check
 from .program import Sequence
 from .schedule import Context
 from .stages import StageWork, split_stages
@@ -71,12 +72,20 @@ class Executable:
         return per_replica * o.replication_factor
 
 
-def _check_strategy_options(o: Options, strategy: str, ipus_per_replica: int, mode: OutputMode) -> None:
+def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replica: int,
+                            mode: OutputMode) -> None:
     """PopTorch's checks of option combinations that depend on the strategy."""
     if o.TensorLocations.num_io_tiles and strategy == "pipelined" and ipus_per_replica > 1:
         raise OptionsError(
             "IO tiles (TensorLocations.numIOTiles) cannot be used with PipelinedExecution: use "
             "ShardedExecution or a phased strategy, or numIOTiles(0)")
+    overlapped = [n for n, m in g.overlap.items() if m]
+    if overlapped and not o.TensorLocations.num_io_tiles:
+        raise OptionsError(f"host IO overlap is set for {overlapped} but there are no IO tiles: set "
+                           "TensorLocations.numIOTiles (an even number from 32 to 192)")
+    if overlapped and mode not in (OutputMode.All, OutputMode.Sum):
+        raise OptionsError(f"host IO overlap (set_overlap_for_input/output) needs outputMode All or Sum, "
+                           f"not {mode.name}")
 
 
 def compile(graph: Graph, system: System | str, options: Options | None = None,
@@ -97,9 +106,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     R = o.replication_factor
     check_fits(system, k, R, o.auto_round_num_ipus)
     mode = o.resolved_output_mode(training)
-    _check_strategy_options(o, strategy, k, mode)
+    _check_strategy_options(o, g, strategy, k, mode)
+    io_tile_buffer_check(g, [n for n, m in g.overlap.items() if m], system.ipu, o.TensorLocations.num_io_tiles)
     tiles = system.ipu.tiles - o.TensorLocations.num_io_tiles
-    _apply_locations(g, o)
+    _apply_locations(g, o, phased=strategy.endswith("phased"))
 
     costs: dict[str, OpCost] = {}
     for op in g.ops:
@@ -113,23 +123,41 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if simulated != list(range(R)):
         notes.append(f"replicas 0-{len(simulated) - 1} simulated (they share one host link); the other "
                      f"{R - len(simulated)} run the same program and share their timings by symmetry")
-    ctx = Context(g, system, o, training, mode, costs, stages, updates, k, simulated, notes)
+    ctx = Context(g, system, o, training, mode, costs, stages, updates, k, simulated, notes,
+                  collective_algorithm, tiles, *_collapsing(g, o))
     program = _BUILDERS[strategy](ctx)
     memory = {ipu: _memory(g, ctx, ipu, tiles, system) for ipu in range(k)}
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
-                      strategy, k, simulated, stages)
+                      strategy, k, simulated, ctx.stages)
 
 
-def _apply_locations(g: Graph, o: Options) -> None:
-    """Mark tensors TensorLocations puts off chip (streaming memory) or shards over replicas."""
+def _collapsing(g: Graph, o: Options) -> tuple[bool, bool]:
+    """(accumulation loop may collapse, device-iteration loop may collapse).
+
+    A loop collapses unless host IO overlaps across its iterations: multibuffered streams
+    (prefetch depth > 1) or IO-tile streams overlapping that loop.
+    """
+    modes = {OverlapMode(m) for m in g.overlap.values() if m} if o.TensorLocations.num_io_tiles else set()
+    prefetch = o.prefetch_depth() > 1 and not o.synthetic_data
+    device = prefetch or OverlapMode.OverlapDeviceIterationLoop in modes
+    accumulation = device or OverlapMode.OverlapAccumulationLoop in modes
+    return not accumulation, not device
+
+
+def _apply_locations(g: Graph, o: Options, phased: bool) -> None:
+    """Mark tensors TensorLocations puts off chip (streaming memory) or shards over replicas.
+
+    Phased execution keeps weights (and optimizer state) in streaming memory unless the
+    user placed them on chip explicitly.
+    """
     roles = {"weight": "weight", "state": "optimizer", "accumulator": "accumulator"}
     for t in g.tensors.values():
         kind = roles.get(t.role)
         if not kind:
             continue
         where = o.TensorLocations.locations[kind]
-        if where.off_chip(t.numel):
+        if where.off_chip(t.numel) or (phased and kind != "accumulator" and where.on_chip is None):
             t.location = "off_chip"
         if where.sharded(t.numel) and o.replication_factor > 1:
             t.shards = o.replication_factor

@@ -95,6 +95,7 @@ class Graph:
         self.outputs: list[str] = []  # tensors streamed back to the host, in order
         self.loss: str | None = None
         self.training = False
+        self.overlap: dict[str, int] = {}  # input/output tensor -> OverlapMode (host IO overlap)
         self._op_names: set[str] = set()
 
     # --- construction -------------------------------------------------------------------
@@ -250,6 +251,12 @@ class GraphBuilder:
         for n in names:
             self.graph.tensor(n)
             self.graph.outputs.append(n)
+
+    def set_overlap(self, name: str, mode) -> str:
+        """Let the host stream of input/output ``name`` overlap compute (an OverlapMode)."""
+        self.graph.tensor(name)
+        self.graph.overlap[name] = int(mode)
+        return name
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.graph.tensor(name).shape

@@ -8,8 +8,12 @@ transfer syncs only its group, so the other group keeps computing.
 
 from __future__ import annotations
 
+import numpy as np
+
+from .cost.exchange import exchange_cycles
+from .errors import OptionsError
 from .graph import Graph
-from .program import StreamCopy, Sync
+from .program import Compute, OpSteps, StreamCopy, Sync
 from .strategy import SyncPattern
 from .topology import sync_cycles
 
@@ -25,23 +29,62 @@ def sync_group(pattern: SyncPattern, ipu: int, replica_ipus: list[int]) -> list[
 
 def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[int],
                    per_ipu: dict[int, list[str]], direction: str, replica: int,
-                   stream_index: dict[str, int], io_tiles: bool = False) -> list:
+                   stream_index: dict[str, int], prefetch: int = 1, io_tiles: int = 0,
+                   compute_tiles: int = 0) -> list:
     """Program items copying the tensors in ``per_ipu`` (IPU -> tensor names) to or from the host.
 
     The first copy on each IPU opens the host exchange (one host sync per IPU per step); copies
-    that sync a group of IPUs are bracketed by barriers over that group.
+    that sync a group of IPUs are bracketed by barriers over that group. Tensors with an
+    overlap mode (``Graph.overlap``) go through the IO tiles when there are any: their copy
+    runs on the IO tiles, concurrently with compute, and an on-chip copy moves the data
+    between the IO tiles and the compute tiles; the IO tiles hold two buffers per stream, so
+    the copy of the next step waits until the previous step's data has been moved on.
     """
     items = []
     for ipu, names in per_ipu.items():
-        if not names:
+        overlapped = [n for n in names if io_tiles and g.overlap.get(n)]
+        plain = [n for n in names if n not in overlapped]
+        for name in overlapped:
+            nbytes = g.tensors[name].nbytes
+            copy = StreamCopy(ipu, name, direction, nbytes, stream_index[name], host_sync=True,
+                              replica=replica, io_tiles=True, prefetch=prefetch)
+            move = Compute(ipu, f"IO tiles {'->' if direction == 'to_ipu' else '<-'} compute tiles: {name}",
+                           io_tile_copy_steps(name, nbytes, system.ipu, io_tiles, compute_tiles))
+            copy.after, move.after = (move,), (copy,)
+            items += [copy, move] if direction == "to_ipu" else [move, copy]
+        if not plain:
             continue
         group = sync_group(pattern, ipu, replica_ipus)
         barrier = Sync(tuple(group), "external", sync_cycles(system, len(group)), "host sync") if len(group) > 1 else None
         if barrier:
             items.append(barrier)
-        for k, name in enumerate(names):
+        for k, name in enumerate(plain):
             items.append(StreamCopy(ipu, name, direction, g.tensors[name].nbytes, stream_index[name],
-                                    host_sync=(k == 0), replica=replica, io_tiles=io_tiles))
+                                    host_sync=(k == 0), replica=replica, prefetch=prefetch))
         if barrier:
             items.append(Sync(barrier.ipus, barrier.scope, barrier.cycles, "host sync end"))
     return items
+
+
+def io_tile_copy_steps(name: str, nbytes: int, ipu, io_tiles: int, compute_tiles: int) -> OpSteps:
+    """The on-chip exchange between IO tiles and compute tiles of ``nbytes`` (one op).
+
+    The busier side sets the time: ``io_tiles`` tiles send (or receive) everything, the
+    compute tiles each their share, all at the exchange rate.
+    """
+    busiest = max(nbytes / io_tiles, nbytes / compute_tiles)
+    cycles = exchange_cycles(busiest, ipu)
+    return OpSteps((f"io-tile copy {name}",), ("copy",), np.array([0]), np.array([cycles]),
+                   np.array([ipu.internal_sync_cycles]), np.array([0.0]), np.array([nbytes]))
+
+
+def io_tile_buffer_check(g: Graph, names: list[str], ipu, io_tiles: int) -> None:
+    """IO tiles hold two buffers of every overlapped stream; error if they do not fit."""
+    need = 2 * sum(g.tensors[n].nbytes for n in names)
+    room = ipu.sram_bytes_per_tile - ipu.reserved_bytes_per_tile
+    if io_tiles and need > io_tiles * room:
+        tiles_needed = -(-need // room)
+        raise OptionsError(
+            f"the overlapped host streams need {need:,} bytes of IO-tile buffers (two per stream: "
+            f"{', '.join(names)}) but {io_tiles} IO tiles hold {io_tiles * room:,}; use at least "
+            f"{tiles_needed + tiles_needed % 2} IO tiles (numIOTiles, even, at most 192) or overlap fewer streams")

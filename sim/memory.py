@@ -154,9 +154,9 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak, peak_at, base, by_rol
     frees: dict[int, list[str]] = {}
     for t, i in last_use.items():
         frees.setdefault(i, []).append(t)
-    for name in last_use:  # inputs of the run (streamed in, or received from another stage)
+    for name in last_use:  # inputs of the run: streamed in, received, or loaded from streaming memory
         t = tensors[name]
-        if name not in produced and t.role not in ALWAYS_LIVE:
+        if name not in produced and (t.role not in ALWAYS_LIVE or t.location == "off_chip"):
             owner[name] = layout.place(t.nbytes, tiles)
             layout.add(live, owner[name], t.nbytes)
     for i, op in enumerate(ops):

@@ -58,7 +58,7 @@ def _cycle(ctx: Context, active: tuple[int, ...], outputs: bool) -> Sequence:
     return seq
 
 
-def pipeline_cycles(ctx: Context, G: int, outputs_for) -> Sequence:
+def pipeline_cycles(ctx: Context, G: int, outputs_for, collapse: bool = True) -> Sequence:
     """The ``G + P - 1`` cycles for micro-batches ``0 .. G-1``; runs of equal cycles collapse.
 
     ``outputs_for(m)`` says whether micro-batch ``m`` copies its outputs to the host.
@@ -71,7 +71,8 @@ def pipeline_cycles(ctx: Context, G: int, outputs_for) -> Sequence:
         if previous is None:
             return
         body = _cycle(ctx, *previous)
-        seq.add(body if count == 1 else Repeat(count, body, "pipeline main" if len(previous[0]) == P else "cycles"))
+        seq.add(body if count == 1 else Repeat(count, body, "pipeline main" if len(previous[0]) == P else "cycles",
+                                               collapse))
 
     for c in range(G + P - 1):
         active = tuple(s for s in range(P) if 0 <= c - s < G)
@@ -97,7 +98,8 @@ def build(ctx: Context) -> Sequence:
         main = Sequence(name="main")
         if len(ctx.stages) == 1:  # no pipeline: the device-iteration loop collapses
             return device_iteration_loop(ctx, lambda out: pipeline_cycles(ctx, 1, lambda m: out))
-        main.add(pipeline_cycles(ctx, o.device_iterations, lambda m: every and (m + 1) % n == 0))
+        main.add(pipeline_cycles(ctx, o.device_iterations, lambda m: every and (m + 1) % n == 0,
+                                 ctx.collapse_device))
         main.items += ctx.final_outputs()
         return main
 
@@ -105,7 +107,7 @@ def build(ctx: Context) -> Sequence:
 
     def step(with_outputs: bool) -> Sequence:
         s = Sequence(name="weight-update step")
-        s.add(pipeline_cycles(ctx, G, lambda m: with_outputs))
+        s.add(pipeline_cycles(ctx, G, lambda m: with_outputs, ctx.collapse_accumulation))
         s.add(ctx.weight_update())
         return s
 

@@ -72,6 +72,8 @@ class StreamCopy:
     host_sync: bool = True
     replica: int = 0
     io_tiles: bool = False  # runs on the IPU's IO tiles, concurrently with compute
+    prefetch: int = 1  # host buffers of the stream: > 1 lets the host side run ahead / behind
+    after: tuple = ()  # other items whose latest run must end first (IO-tile buffer reuse)
 
 
 @dataclass

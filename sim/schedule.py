@@ -39,10 +39,9 @@ class Context:
     replicas: list[int]  # the simulated replicas
     notes: list[str] = field(default_factory=list)
     collective_algorithm: str = "auto"
-
-    @property
-    def io_overlap(self) -> bool:
-        return False
+    compute_tiles: int = 0
+    collapse_accumulation: bool = True  # False when host IO overlaps across micro-batches
+    collapse_device: bool = True  # False when host IO overlaps across device iterations
 
     def ipus(self, replica: int) -> list[int]:
         return replica_ipus(replica, self.ipus_per_replica)
@@ -87,7 +86,8 @@ class Context:
             per_ipu.setdefault(ipus[s.ipu], []).extend(names)
         index = {n: i for i, n in enumerate(self.g.inputs if direction == "to_ipu" else self.g.outputs)}
         return host_transfers(self.g, self.system, self.options.sync_pattern, ipus, per_ipu, direction,
-                              replica, index)
+                              replica, index, self.options.prefetch_depth(),
+                              self.options.TensorLocations.num_io_tiles, self.compute_tiles)
 
     def final_outputs(self) -> list:
         """Outputs copied once after the run (OutputMode Final and Sum)."""
@@ -149,9 +149,11 @@ def device_iteration_loop(ctx: Context, step) -> Sequence:
     main = Sequence(name="main")
     if ctx.mode == OutputMode.EveryN and o.output_return_period > 1:
         n = o.output_return_period
-        period = Sequence([Repeat(n - 1, step(False), "steps without outputs"), step(True)], "output period")
-        main.add(Repeat(o.device_iterations // n, period, "device iterations"))
+        period = Sequence([Repeat(n - 1, step(False), "steps without outputs", ctx.collapse_device), step(True)],
+                          "output period")
+        main.add(Repeat(o.device_iterations // n, period, "device iterations", ctx.collapse_device))
     else:
-        main.add(Repeat(o.device_iterations, step(ctx.outputs_every_step()), "device iterations"))
+        main.add(Repeat(o.device_iterations, step(ctx.outputs_every_step()), "device iterations",
+                        ctx.collapse_device))
     main.items += ctx.final_outputs()
     return main

@@ -36,7 +36,7 @@ def build(ctx: Context) -> Sequence:
             return _micro_batch(ctx, with_outputs)
         s = Sequence(name="weight-update step")
         s.add(Repeat(ctx.options.Training.gradient_accumulation, _micro_batch(ctx, with_outputs),
-                     "gradient accumulation"))
+                     "gradient accumulation", ctx.collapse_accumulation))
         s.add(ctx.weight_update())
         return s
 

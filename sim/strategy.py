@@ -224,8 +224,15 @@ def assign(graph: Graph, strategy: _Strategy | None) -> str:
                 op.ipu = op.stage if not isinstance(strategy, _PhasedExecution) else 0
         name = strategy.name
     by_name = {op.name: op for op in forward}
+    first_user = {}
+    for op in forward:
+        for t in op.inputs:
+            first_user.setdefault(t, op)
     for op in graph.ops:
-        src = by_name.get(op.forward_of) if op.forward_of else None
+        if op.forward_of:
+            src = by_name.get(op.forward_of)
+        else:  # accumulators and optimizer updates go with their weight's first user
+            src = first_user.get(op.attrs.get("weight")) if op.pass_ != "forward" else None
         if src is not None:
             op.stage, op.ipu, op.phase = src.stage, src.ipu, src.phase
         if op.ipu is None:

@@ -132,13 +132,14 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
         if accumulate:
             acc = g.add_tensor(g.unique_tensor_name(f"{w.name}/accum"), w.shape, w.dtype, "accumulator").name
             name = g.unique_op_name(f"{w.name}/accumulate")
-            g.add_op(Op(name, "accumulate", [acc, grad], [acc], pass_="backward", **annotations))
+            g.add_op(Op(name, "accumulate", [acc, grad], [acc], {"weight": w.name}, pass_="backward",
+                        **annotations))
             grad = acc
         states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
                                opt.state_dtype, "state").name for k in range(opt.num_states)]
         name = g.unique_op_name(f"{w.name}/{opt.update_kind}")
         g.add_op(Op(name, opt.update_kind, [w.name, grad] + states, [w.name] + states,
-                    {"optimizer": opt.name}, pass_="update", **annotations))
+                    {"optimizer": opt.name, "weight": w.name}, pass_="update", **annotations))
     return g
 
 

@@ -83,7 +83,7 @@ def test_tut6_host_exchange_cycles(tut6):
     engine = Engine(tut6.executable.system)
     copies = [c for c in leaves(tut6.executable.program) if isinstance(c, StreamCopy)
               and c.direction == "to_ipu"]
-    device = sum(engine.stream_phases(c)[2][1] for c in copies)
+    device = sum(engine.prefetch_phases(c)[1][-1][1] for c in copies)
     assert device == pytest.approx(figure("tut6_matvec_host_exchange"), rel=0.02)
 
 
@@ -107,8 +107,9 @@ def test_m2000_host_link_is_shared_by_four_ipus():
     nbytes = 256 * 2**20
     engine = Engine(system)
     tl = engine.run(Sequence([_stream(i, nbytes) for i in range(4)]))
-    fill = engine.stream_phases(_stream(0, nbytes))[0][1]
-    device = engine.stream_phases(_stream(0, nbytes))[2][1]
+    host, ipu_side = engine.prefetch_phases(_stream(0, nbytes))
+    fill = host[0][1] + ipu_side[0][1]
+    device = ipu_side[1][1]
     # the first IPU's fill overlaps nothing; after it, the link carries 4 x nbytes back to back
     link_seconds = system.cycles_to_seconds(tl.total_cycles - fill - device)
     assert 4 * nbytes / link_seconds == pytest.approx(figure("m2000_host_to_gateway"), rel=0.01)
@@ -118,7 +119,7 @@ def test_m2000_gateway_to_host_rate():
     """Tolerance 1 %: the IPU-to-host wire phase runs at the gc-hosttraffictest gateway-to-host figure."""
     system = sim.load_system("ipu-m2000")
     nbytes = 256 * 2**20
-    wire = Engine(system).stream_phases(_stream(0, nbytes, "from_ipu"))[2][1]
+    wire = Engine(system).prefetch_phases(_stream(0, nbytes, "from_ipu"))[0][0][1]
     assert nbytes / system.cycles_to_seconds(wire) == pytest.approx(figure("m2000_gateway_to_host"), rel=0.01)
 
 

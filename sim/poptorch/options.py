@@ -1,0 +1,564 @@
+"""``poptorch.Options``: the whole PopTorch option surface on top of :class:`sim.Options`.
+
+:class:`Options` subclasses :class:`sim.Options` (deviceIterations, replicationFactor,
+Training.gradientAccumulation, outputMode, TensorLocations, execution strategies, … keep the
+simulator's own implementation) and adds every remaining PopTorch setter and the ``Precision``,
+``Distributed`` and ``Jit`` groups. A setter the simulator does not model is accepted, recorded
+in :attr:`Options.set_options` and listed by :meth:`Options.unmodelled`, which the run's notes
+report as "accepted, no modelled effect". One option is the simulator's own:
+:meth:`Options.simulatedSystem` picks the system to simulate.
+
+As in PopTorch, the options given to ``inferenceModel``/``trainingModel`` are frozen (any
+later setter raises ``AttributeError("Can't modify frozen Options")``); :meth:`Options.clone`
+returns an unfrozen copy.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import os
+from pathlib import Path
+
+from .. import options as _sim_options
+from ..errors import OptionsError
+from ..options import TensorLocationSettings
+from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
+                        ShardedExecution, Stage)
+from . import enums
+
+_FROZEN = "Can't modify frozen Options"
+
+#: what the PopTorch front end itself models on top of what sim.compile reads
+_FRONT_END_MODELLED = {
+    "simulatedSystem",  # the system that is simulated
+    "connectionType", "useOfflineIpuTarget",  # when the executor attaches, or refuses to run
+    "Distributed.configureProcessId",  # DataLoader partitioning, the system size
+    "Training.accumulationAndReplicationReductionType",  # gradient scaling of the CPU step
+    "inputReplicaGrouping",  # the batch size a call expects
+}
+#: options sim.compile reads (see sim/compiler.py); sim.Options.MODELLED may lag behind them
+_READ_BY_COMPILER = {
+    "setExecutionStrategy", "syncPattern", "autoRoundNumIPUs", "TensorLocations.numIOTiles",
+    "TensorLocations.setWeightLocation", "TensorLocations.setOptimizerLocation",
+    "TensorLocations.setAccumulatorLocation",
+}
+
+
+class ConfigFileError(Exception):
+    """A line of an options file given to :meth:`Options.loadFromFile` is not valid."""
+
+
+class _Frozen:
+    """Refuses attribute writes once the owning :class:`Options` is frozen."""
+
+    def _root(self):
+        return self.__dict__.get("_owner", self)
+
+    def __setattr__(self, name, value):
+        root = self._root()
+        if root is not None and root.__dict__.get("_frozen", False):
+            raise AttributeError(_FROZEN)
+        object.__setattr__(self, name, value)
+
+    def _check_frozen(self) -> None:
+        if self._root().__dict__.get("_frozen", False):
+            raise AttributeError(_FROZEN)
+
+
+class _TrainingOptions(_Frozen, _sim_options._Training):
+    """``Options.Training``: options of training models (setters return this object)."""
+
+    def __init__(self, owner: "Options"):
+        super().__init__(owner)
+        self.meanAccumulationAndReplicationReductionStrategy = enums.MeanReductionStrategy.Post
+
+    def gradientAccumulation(self, gradient_accumulation: int) -> "_TrainingOptions":
+        """Micro-batches whose gradients are reduced before one weight update (default 1)."""
+        super().gradientAccumulation(gradient_accumulation)
+        return self
+
+    def accumulationAndReplicationReductionType(self, reduction_type) -> "_TrainingOptions":
+        """Mean (default) or Sum of the gradients over accumulation steps and replicas."""
+        if not isinstance(reduction_type, enums.ReductionType) or \
+                reduction_type == enums.ReductionType.NoReduction:
+            raise ValueError("accumulationAndReplicationReductionType must be set to "
+                             "poptorch.ReductionType.Mean or poptorch.ReductionType.Sum")
+        super().accumulationAndReplicationReductionType(reduction_type)
+        return self
+
+    def accumulationReductionType(self, reduction_type) -> "_TrainingOptions":
+        """Deprecated spelling of :meth:`accumulationAndReplicationReductionType`."""
+        return self.accumulationAndReplicationReductionType(reduction_type)
+
+    def setMeanAccumulationAndReplicationReductionStrategy(self, strategy) -> "_TrainingOptions":
+        """When the mean divides (``MeanReductionStrategy``); the simulator's CPU step always
+        computes the exact mean."""
+        if not isinstance(strategy, enums.MeanReductionStrategy):
+            raise ValueError(f"expected a poptorch.MeanReductionStrategy, got {strategy!r}")
+        self.meanAccumulationAndReplicationReductionStrategy = strategy
+        self._owner._record("Training.setMeanAccumulationAndReplicationReductionStrategy", strategy.name)
+        return self
+
+    def setAutomaticLossScaling(self, enabled: bool) -> "_TrainingOptions":
+        self._owner._Popart._set_quiet("automaticLossScalingSettings.enabled", enabled)
+        self._owner._record("Training.setAutomaticLossScaling", bool(enabled))
+        return self
+
+    def setConvolutionDithering(self, enabled: bool) -> "_TrainingOptions":
+        self._owner._Popart._set_quiet("convolutionOptions", {"enableConvDithering": enabled})
+        self._owner._record("Training.setConvolutionDithering", bool(enabled))
+        return self
+
+
+class _TensorLocationOptions(_Frozen, _sim_options._TensorLocations):
+    """``Options.TensorLocations``: IO tiles and where each class of tensor lives."""
+
+    def numIOTiles(self, num_tiles: int) -> "_TensorLocationOptions":
+        """Tiles given to host IO: an even number from 32 to 192 (PopTorch's limits)."""
+        self._check_frozen()
+        return super().numIOTiles(num_tiles)
+
+    def _set(self, kind: str, location) -> "_TensorLocationOptions":
+        self._check_frozen()
+        return super()._set(kind, location)
+
+
+class _PopartOptions(_Frozen, _sim_options._Popart):
+    """``Options._Popart``: PopART session options by name (advanced; setters return this).
+
+    Two keys have an option of their own and are routed to it:
+    ``instrumentWithHardwareCycleCounter`` (``logCycleCount``) and ``syntheticDataMode``
+    (``enableSyntheticData``, non-zero = on).
+    """
+
+    _ROUTED = {"instrumentWithHardwareCycleCounter": "logCycleCount",
+               "syntheticDataMode": "enableSyntheticData"}
+
+    def __init__(self, owner: "Options"):
+        super().__init__(owner)
+        self.values["instrumentWithHardwareCycleCounter"] = False
+        self.values["rearrangeAnchorsOnHost"] = False
+
+    @property
+    def options(self) -> dict:
+        """The PopART options set so far (PopTorch's ``_Popart.options``)."""
+        return self.values
+
+    def _set_quiet(self, key: str, value) -> None:
+        """Store a value an option of its own has already recorded."""
+        self._check_frozen()
+        self.values[key] = value
+
+    def set(self, key: str, value) -> "_PopartOptions":
+        self._check_frozen()
+        routed = self._ROUTED.get(key)
+        if routed == "logCycleCount":
+            self._owner.logCycleCount(bool(value))
+        elif routed == "enableSyntheticData":
+            self._owner.enableSyntheticData(bool(value))
+        else:
+            super().set(key, value)
+        return self
+
+    def setEngineOptions(self, engine_options: dict) -> "_PopartOptions":
+        return self.set("engineOptions", dict(engine_options))
+
+    def setPatterns(self, patterns: dict, level: int = 2) -> "_PopartOptions":
+        if not isinstance(level, int) or not isinstance(patterns, dict):
+            raise ValueError("setPatterns expects a dict of pattern names and an int level")
+        self.set("patterns_level", level)
+        return self.set("patterns", dict(patterns))
+
+
+class _PrecisionOptions(_Frozen):
+    """``Options.Precision``: casting and numerics (accepted, no modelled effect)."""
+
+    def __init__(self, owner: "Options"):
+        self._owner = owner
+        self.half_float_casting = enums.HalfFloatCastingBehavior.Default
+        self.running_statistics_always_float = True
+
+    def halfFloatCasting(self, half_float_casting) -> "_PrecisionOptions":
+        if not isinstance(half_float_casting, enums.HalfFloatCastingBehavior):
+            raise ValueError("halfFloatCasting must be set to a poptorch.HalfFloatCastingBehavior")
+        self.half_float_casting = half_float_casting
+        self._owner._record("Precision.halfFloatCasting", half_float_casting.name)
+        return self
+
+    def runningStatisticsAlwaysFloat(self, value: bool) -> "_PrecisionOptions":
+        if not isinstance(value, bool):
+            raise ValueError("runningStatisticsAlwaysFloat needs to be set to a bool")
+        self.running_statistics_always_float = value
+        self._owner._record("Precision.runningStatisticsAlwaysFloat", value)
+        return self
+
+    def enableFloatingPointExceptions(self, enabled: bool) -> "_PrecisionOptions":
+        if not isinstance(enabled, bool):
+            raise ValueError("enableFloatingPointExceptions needs to be set to a bool")
+        self._owner._Popart._set_quiet("enableFloatingPointChecks", enabled)
+        self._owner._record("Precision.enableFloatingPointExceptions", enabled)
+        return self
+
+    def enableStochasticRounding(self, enabled: bool) -> "_PrecisionOptions":
+        self._owner._Popart._set_quiet("enableStochasticRounding", enabled)
+        self._owner._record("Precision.enableStochasticRounding", bool(enabled))
+        return self
+
+    def setPartialsType(self, dtype) -> "_PrecisionOptions":
+        import torch
+        if dtype in (torch.float, torch.float32):
+            name = "float"
+        elif dtype in (torch.half, torch.float16):
+            name = "half"
+        else:
+            raise ValueError("parameter to setPartialsType should be either torch.float or torch.half")
+        self._owner._Popart._set_quiet("partialsTypeMatMuls", name)
+        self._owner._record("Precision.setPartialsType", name)
+        return self
+
+
+class _DistributedOptions(_Frozen):
+    """``Options.Distributed``: this process's index among the processes of a run.
+
+    The process id and count are read from ``OMPI_COMM_WORLD_RANK`` and
+    ``OMPI_COMM_WORLD_SIZE`` by default, as in PopTorch. They decide which part of the dataset
+    a ``poptorch.DataLoader`` reads and the size of the simulated system; the simulator runs
+    this process's replicas only.
+    """
+
+    def __init__(self, owner: "Options"):
+        self._owner = owner
+        self.num_distributed_processes = 1
+        self.distributed_process_id = 0
+        self.setEnvVarNames("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", _record=False)
+
+    def disable(self) -> "_DistributedOptions":
+        """Ignore the environment: one process."""
+        self.num_distributed_processes = 1
+        self.distributed_process_id = 0
+        self._owner._record("Distributed.configureProcessId", (0, 1))
+        return self
+
+    def setEnvVarNames(self, var_num_processes: str, var_process_id: str,
+                       _record: bool = True) -> "_DistributedOptions":
+        """Read the process id and count from these environment variables."""
+        pid = int(os.environ.get(var_process_id, "0"))
+        num = int(os.environ.get(var_num_processes, "1"))
+        if not _record:
+            self.distributed_process_id, self.num_distributed_processes = pid, num
+            return self
+        return self.configureProcessId(pid, num)
+
+    def configureProcessId(self, process_id: int, num_processes: int) -> "_DistributedOptions":
+        """Set this process's id and the number of processes."""
+        if not (isinstance(process_id, int) and isinstance(num_processes, int)) or \
+                num_processes < 1 or not 0 <= process_id < num_processes:
+            raise ValueError(f"configureProcessId: process id {process_id!r} must be in "
+                             f"[0, {num_processes!r}) and the process count >= 1")
+        self.distributed_process_id = process_id
+        self.num_distributed_processes = num_processes
+        self._owner._record("Distributed.configureProcessId", (process_id, num_processes))
+        return self
+
+    @property
+    def processId(self) -> int:
+        return self.distributed_process_id
+
+    @property
+    def numProcesses(self) -> int:
+        return self.num_distributed_processes
+
+
+class _JitOptions(_Frozen):
+    """``Options.Jit``: how PopTorch captured the model (accepted; the simulator uses torch.fx)."""
+
+    def __init__(self, owner: "Options"):
+        self._owner = owner
+        self.trace_model = True
+
+    def traceModel(self, trace_model: bool) -> "_JitOptions":
+        self.trace_model = bool(trace_model)
+        self._owner._record("Jit.traceModel", bool(trace_model))
+        return self
+
+
+class Options(_Frozen, _sim_options.Options):
+    """Every option that controls how a model is compiled and run (``poptorch.Options``).
+
+    >>> opts = poptorch.Options().deviceIterations(8).logCycleCount(True)
+    >>> opts.Training.gradientAccumulation(4)
+    """
+
+    MODELLED = _sim_options.Options.MODELLED | _FRONT_END_MODELLED | _READ_BY_COMPILER
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_frozen", False)
+        super().__init__()
+        self.execution_strategy = PipelinedExecution()  # PopTorch's default
+        self.Training = _TrainingOptions(self)
+        self.TensorLocations = _TensorLocationOptions(self)
+        self._Popart = _PopartOptions(self)
+        self.Precision = _PrecisionOptions(self)
+        self.Distributed = _DistributedOptions(self)
+        self.Jit = _JitOptions(self)
+        self.connection_type = enums.ConnectionType.Always
+        self.simulated_system: str | None = None
+        self.log_dir = "."
+        self.model_name: str | None = None
+        self.broadcast_buffers = True
+        self.anchored_tensors: dict = {}
+        self._show_compilation_progress_bar = True
+        self._relax_optimizer_checks = False
+        self._module_namescope_enabled = True
+        self._source_location_excludes: list[str] = []
+        cache = os.environ.get("POPTORCH_CACHE_DIR", "")
+        if cache:
+            self.enableExecutableCaching(cache)
+
+    # --- freezing -----------------------------------------------------------------------
+    def _freeze(self) -> None:
+        object.__setattr__(self, "_frozen", True)
+
+    def _record(self, name: str, value) -> None:
+        self._check_frozen()
+        super()._record(name, value)
+
+    def clone(self) -> "Options":
+        """An unfrozen deep copy."""
+        new = copy.deepcopy(self)
+        object.__setattr__(new, "_frozen", False)
+        return new
+
+    def __deepcopy__(self, memo):
+        cls = type(self)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            object.__setattr__(new, k, copy.deepcopy(v, memo))
+        return new
+
+    # --- the simulator's own option -------------------------------------------------------
+    def simulatedSystem(self, name_or_path: str | os.PathLike) -> "Options":
+        """Simulate this system (a config name such as ``"ipu-pod16"``, or a TOML path).
+
+        Without it the system comes from the ``IPUSIM_SYSTEM`` environment variable, or is
+        the smallest Mk2 system holding IPUs-per-replica x replicas.
+        """
+        from ..hardware import load_system
+        load_system(name_or_path)  # fail now, not at the first call
+        self.simulated_system = str(name_or_path)
+        self._record("simulatedSystem", str(name_or_path))
+        return self
+
+    # --- setters PopTorch has and sim.Options implements with checks of its own ------------
+    def setAvailableMemoryProportion(self, available_memory_proportion: dict) -> "Options":
+        """Per-IPU share of tile memory for matmul/conv temporaries: ``{"IPU0": 0.5}``."""
+        self._check_frozen()
+        for key in available_memory_proportion:
+            if not (isinstance(key, str) and key.startswith("IPU")):
+                raise AssertionError(
+                    "Available memory proportions are expected to be in a dictionary of "
+                    f"{{\"IPU0\": 0.5}} where the 0 in IPU is the index of the IPU. Invalid key: {key}")
+        return super().setAvailableMemoryProportion(available_memory_proportion)
+
+    def outputMode(self, output_mode, output_return_period: int | None = None) -> "Options":
+        """Which outputs return: All, Final, Sum, EveryN (with its period) or Default."""
+        if output_mode == enums.OutputMode.EveryN and not (
+                isinstance(output_return_period, int) and output_return_period > 0):
+            raise AssertionError("EveryN anchor must have output_return_period set to valid "
+                                 "positive integer")
+        if output_mode != enums.OutputMode.EveryN:
+            output_return_period = None  # PopTorch ignores it
+        return super().outputMode(output_mode, output_return_period)
+
+    def defaultOutputMode(self) -> bool:
+        """Is the output mode still ``Default``?"""
+        return self.output_mode == enums.OutputMode.Default
+
+    def logCycleCount(self, log_cycle_count: bool) -> "Options":
+        """Let ``cycleCount()`` report the simulated cycles of the latest run."""
+        super().logCycleCount(log_cycle_count)
+        self._Popart.values["instrumentWithHardwareCycleCounter"] = bool(log_cycle_count)
+        return self
+
+    def enableSyntheticData(self, enabled: bool) -> "Options":
+        """No host IO: inputs are made on the device and outputs are not sent back."""
+        super().enableSyntheticData(enabled)
+        self._Popart.values["syntheticDataMode"] = 2 if enabled else 0
+        return self
+
+    def randomSeed(self, random_seed: int) -> "Options":
+        """Seed the random number generators (PopTorch also seeds torch on the host)."""
+        if not isinstance(random_seed, int):
+            raise AssertionError("randomSeed expects an int")
+        import torch
+        torch.manual_seed(random_seed)
+        return super().randomSeed(random_seed)
+
+    def exists(self, name: str) -> bool:
+        """Has option ``name`` (PopTorch's attribute name, e.g. ``"random_seed"``) been set?"""
+        if name == "random_seed":
+            return self.random_seed is not None
+        return getattr(self, name, None) is not None
+
+    # --- PopTorch setters the simulator accepts ----------------------------------------------
+    def _accept(self, name: str, value, attr: str | None = None) -> "Options":
+        if attr is not None:
+            setattr(self, attr, value)
+        self._record(name, value)
+        return self
+
+    def connectionType(self, connection_type) -> "Options":
+        """Always (default), OnDemand, or Never (compile only: calling the model is an error)."""
+        if not isinstance(connection_type, enums.ConnectionType):
+            raise AssertionError(f"connectionType expects a poptorch.ConnectionType, got {connection_type!r}")
+        self.connection_type = connection_type
+        self._record("connectionType", connection_type.name)
+        return self
+
+    def useOfflineIpuTarget(self, ipu_version: int = 2) -> "Options":
+        """Compile for an offline target: ``ConnectionType.Never``."""
+        self.connectionType(enums.ConnectionType.Never)
+        return self._accept("useOfflineIpuTarget", ipu_version)
+
+    def showCompilationProgressBar(self, show: bool = True) -> "Options":
+        return self._accept("showCompilationProgressBar", bool(show), "_show_compilation_progress_bar")
+
+    def relaxOptimizerAttributesChecks(self, relax: bool = True) -> "Options":
+        return self._accept("relaxOptimizerAttributesChecks", bool(relax), "_relax_optimizer_checks")
+
+    def sourceLocationExcludes(self, excludes: list) -> "Options":
+        return self._accept("sourceLocationExcludes", list(excludes), "_source_location_excludes")
+
+    def appendToLocationExcludes(self, *excludes: str) -> "Options":
+        return self._accept("appendToLocationExcludes", list(excludes))
+
+    def broadcastBuffers(self, broadcast_buffers: bool = True) -> "Options":
+        return self._accept("broadcastBuffers", bool(broadcast_buffers), "broadcast_buffers")
+
+    def logDir(self, log_dir: str) -> "Options":
+        return self._accept("logDir", str(log_dir), "log_dir")
+
+    def modelName(self, name: str) -> "Options":
+        return self._accept("modelName", str(name), "model_name")
+
+    def enableExecutableCaching(self, path: str | None) -> "Options":
+        return self._accept("enableExecutableCaching", path)
+
+    def useIpuModel(self, use_model: bool) -> "Options":
+        return self._accept("useIpuModel", bool(use_model))
+
+    def useIpuId(self, ipu_id: int) -> "Options":
+        if not isinstance(ipu_id, int):
+            raise AssertionError("useIpuId expects an int")
+        return self._accept("useIpuId", ipu_id)
+
+    def anchorTensor(self, short_name: str, long_name: str, output_mode=None,
+                     output_return_period: int | None = 1) -> "Options":
+        self._check_frozen()
+        self.anchored_tensors[short_name] = [long_name, output_mode is None, output_mode,
+                                             output_return_period]
+        return self._accept("anchorTensor", short_name)
+
+    def enableStableNorm(self, enabled: bool) -> "Options":
+        return self._accept("enableStableNorm", bool(enabled))
+
+    def enableProfiling(self, profile_dir: str | None = None) -> "Options":
+        return self._accept("enableProfiling", profile_dir or ".")
+
+    def disableModuleNamescope(self) -> "Options":
+        """Op names without the module path (the simulator's op names keep it)."""
+        self._module_namescope_enabled = False
+        return self._accept("disableModuleNamescope", True)
+
+    def updatableNamedBuffers(self, buffers: list) -> "Options":
+        return self._accept("updatableNamedBuffers", list(buffers))
+
+    def maxRepeatLogs(self, number: int) -> "Options":
+        return self._accept("maxRepeatLogs", int(number))
+
+    # --- files and dictionaries -----------------------------------------------------------
+    def loadFromFile(self, filepath: str | os.PathLike) -> "Options":
+        """Set options from a file with one setter call per line, without the ``options.``
+        prefix, e.g. ``deviceIterations(8)`` or ``Training.gradientAccumulation(4)``. Lines
+        starting with ``#`` are comments. Arguments are Python literals or PopTorch enum
+        values (``poptorch.OutputMode.All`` or ``OutputMode.All``)."""
+        path = Path(filepath)
+        for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                _apply_line(self, line)
+            except ConfigFileError as e:
+                raise ConfigFileError(f"{path}:{lineno}: {e}") from None
+        return self
+
+    def toDict(self) -> dict:
+        """The options that were set, by name (what the run's notes are built from)."""
+        return dict(self.set_options)
+
+    def __repr__(self) -> str:
+        return f"Options({self.set_options})"
+
+
+def _resolve_value(node: ast.AST):
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        pass
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    else:
+        raise ConfigFileError(f"unsupported argument {ast.unparse(node)!r}")
+    parts.reverse()
+    if parts[0] == "poptorch":
+        parts = parts[1:]
+    from .. import poptorch as namespace
+    value = namespace
+    for p in parts:
+        if not hasattr(value, p):
+            raise ConfigFileError(f"unknown value {'.'.join(parts)!r}")
+        value = getattr(value, p)
+    return value
+
+
+def _apply_line(opts: Options, line: str) -> None:
+    try:
+        tree = ast.parse(line, mode="eval").body
+    except SyntaxError as e:
+        raise ConfigFileError(f"cannot parse {line!r}: {e.msg}") from None
+    if not isinstance(tree, ast.Call):
+        raise ConfigFileError(f"expected a setter call such as deviceIterations(1), got {line!r}")
+    chain = []
+    func = tree.func
+    while isinstance(func, ast.Attribute):
+        chain.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        raise ConfigFileError(f"expected a setter call such as deviceIterations(1), got {line!r}")
+    chain.append(func.id)
+    chain.reverse()
+    target = opts
+    for name in chain:
+        if name.startswith("__") or not hasattr(target, name):
+            raise ConfigFileError(f"unknown option {'.'.join(chain)!r}")
+        target = getattr(target, name)
+    if not callable(target):
+        raise ConfigFileError(f"{'.'.join(chain)!r} is not a setter")
+    args = [_resolve_value(a) for a in tree.args]
+    kwargs = {k.arg: _resolve_value(k.value) for k in tree.keywords}
+    try:
+        target(*args, **kwargs)
+    except (OptionsError, ValueError, TypeError, AssertionError) as e:
+        raise ConfigFileError(f"{'.'.join(chain)}: {e}") from None
+
+
+__all__ = ["Options", "TensorLocationSettings", "ConfigFileError", "Stage", "Phase",
+           "PipelinedExecution", "ShardedExecution", "SerialPhasedExecution",
+           "ParallelPhasedExecution"]
