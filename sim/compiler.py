@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from . import phased, pipeline, sharded
+from . import phased, pipeline, replicated_ops, sharded
 from .cost import OpCost, op_cost
 from .errors import GraphError, OptionsError
 from .graph import Graph
@@ -113,8 +113,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
 
     costs: dict[str, OpCost] = {}
     for op in g.ops:
-        if not training and op.kind in _INFERENCE_NOOPS:
-            continue
+        if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
+            continue  # identity at inference / priced as a collective by the schedule
         costs[op.name] = op_cost(op, g, system.ipu, tiles, o.memory_proportion(op.ipu))
 
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))

@@ -432,6 +432,32 @@ class GraphBuilder:
         out[axis] = stop - start
         return self._one("slice", [x], tuple(out), {"axis": axis, "start": start, "stop": stop}, name)
 
+    # --- collectives across replicas (PopXL ops.collectives) --------------------------------
+    def _replicated(self, kind: str, x: str, shape, group_stride: int, group_size: int | None,
+                    name: str | None) -> str:
+        return self._one(kind, [x], shape, {"group_stride": group_stride, "group_size": group_size}, name)
+
+    def replicated_all_reduce(self, x: str, group_stride: int = 1, group_size: int | None = None,
+                              name: str | None = None) -> str:
+        """Sum of ``x`` over the replicas of a group (all replicas when ``group_size`` is None).
+
+        Groups are as PopXL's ``replica_grouping(stride, group_size)``: members ``stride`` apart.
+        """
+        return self._replicated("replicated_all_reduce", x, self.shape(x), group_stride, group_size, name)
+
+    def replicated_reduce_scatter(self, x: str, shards: int, group_stride: int = 1,
+                                  group_size: int | None = None, name: str | None = None) -> str:
+        """Each of the ``shards`` replicas of a group gets 1/shards of the sum (flattened)."""
+        n = math.prod(self.shape(x))
+        return self._replicated("replicated_reduce_scatter", x, (math.ceil(n / shards),), group_stride,
+                                group_size, name)
+
+    def replicated_all_gather(self, x: str, shards: int, group_stride: int = 1,
+                              group_size: int | None = None, name: str | None = None) -> str:
+        """Every replica of a group gets the concatenation of the ``shards`` replicas' ``x``."""
+        return self._replicated("replicated_all_gather", x, (shards * math.prod(self.shape(x)),),
+                                group_stride, group_size, name)
+
     # --- losses -------------------------------------------------------------------------
     def softmax_cross_entropy(self, logits: str, labels: str, name: str = "loss") -> str:
         """Mean cross-entropy of ``logits`` (..., classes) against integer ``labels``."""

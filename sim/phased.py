@@ -102,41 +102,48 @@ def build(ctx: Context) -> Sequence:
     parallel = not strategy.serial
     ctx.stages = [w for works in phases for w in works.values()]  # for memory and host outputs
 
+    def load_items(t: int) -> list:
+        def make(r):
+            ipus = ctx.ipus(r)
+            items = []
+            for ipu in phases[t]:
+                nbytes = loads[(t, ipu)] + (sum(b for (_, i, dst), b in carried.items() if dst == t and i == ipu)
+                                            if off_chip else 0)
+                if nbytes:
+                    items.append(RemoteCopy(ipus[ipu], "load", nbytes, f"phase {t} load"))
+            return items
+        return ctx.for_replicas(make)
+
+    def after_phase(t: int, works) -> list:
+        def make(r):
+            ipus = ctx.ipus(r)
+            items = []
+            for ipu in works if off_chip else ():
+                keep = sum(b for (src, i, _), b in carried.items() if src == t and i == ipu)
+                if keep:
+                    items.append(RemoteCopy(ipus[ipu], "store", keep, f"phase {t} store activations"))
+            transfers = tuple((ipus[s], ipus[d], b) for s, d, b in sends.get(t, []))
+            if transfers:
+                items.append(IpuCopy(transfers, f"phase {t} copy"))
+            sync = ctx.replica_sync(r, f"phase {t} sync")
+            return items + ([sync] if sync else [])
+        return ctx.for_replicas(make)
+
     def micro_batch(with_outputs: bool) -> Sequence:
         seq = Sequence(name="micro-batch")
-        for r in ctx.replicas:
-            ipus = ctx.ipus(r)
-
-            def load_items(t):
-                items = []
-                for ipu, w in phases[t].items():
-                    nbytes = loads[(t, ipu)] + (sum(b for (src, i, dst), b in carried.items()
-                                                    if dst == t and i == ipu) if off_chip else 0)
-                    if nbytes:
-                        items.append(RemoteCopy(ipus[ipu], "load", nbytes, f"phase {t} load"))
-                return items
-
-            pending = load_items(0)
-            for t, works in enumerate(phases):
+        pending = load_items(0)
+        for t, works in enumerate(phases):
+            stages = list(works.values())
+            seq.items += pending
+            pending = load_items(t + 1) if t + 1 < len(phases) else []
+            if parallel:  # the next phase's group loads while this one computes
                 seq.items += pending
-                pending = load_items(t + 1) if t + 1 < len(phases) else []
-                if parallel:  # the next phase's group loads while this one computes
-                    seq.items += pending
-                    pending = []
-                seq.items += ctx.transfers(r, list(works.values()), "to_ipu")
-                for w in works.values():
-                    seq.items += ctx.stage_compute(r, w)
-                if with_outputs:
-                    seq.items += ctx.transfers(r, list(works.values()), "from_ipu")
-                if off_chip:
-                    for ipu in works:
-                        keep = sum(b for (src, i, dst), b in carried.items() if src == t and i == ipu)
-                        if keep:
-                            seq.add(RemoteCopy(ipus[ipu], "store", keep, f"phase {t} store activations"))
-                transfers = tuple((ipus[s], ipus[d], b) for s, d, b in sends.get(t, []))
-                if transfers:
-                    seq.add(IpuCopy(transfers, f"phase {t} copy"))
-                seq.add(ctx.replica_sync(r, f"phase {t} sync"))
+                pending = []
+            seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "to_ipu"))
+            seq.items += ctx.stages_items(stages)
+            if with_outputs:
+                seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
+            seq.items += after_phase(t, works)
         return seq
 
     if not off_chip:  # activations kept on chip across phases count against tile memory

@@ -42,19 +42,19 @@ def _cycle(ctx: Context, active: tuple[int, ...], outputs: bool) -> Sequence:
     """One pipeline cycle in which the stages ``active`` work, for every simulated replica."""
     seq = Sequence(name="pipeline cycle")
     stages = [ctx.stages[i] for i in active]
-    for r in ctx.replicas:
+    seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "to_ipu"))
+    seq.items += ctx.stages_items(stages)
+    if outputs:
+        seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
+
+    def copy_and_sync(r):
         ipus = ctx.ipus(r)
-        seq.items += ctx.transfers(r, stages, "to_ipu")
-        for s in stages:
-            seq.items += ctx.stage_compute(r, s)
-        if outputs:
-            seq.items += ctx.transfers(r, stages, "from_ipu")
         transfers = tuple((ipus[s.ipu], ipus[ctx.stages[d].ipu], nbytes)
                           for s in stages for d, nbytes in sorted(s.sends.items())
                           if ipus[s.ipu] != ipus[ctx.stages[d].ipu])
-        if transfers:
-            seq.add(IpuCopy(transfers, "pipeline copy"))
-        seq.add(ctx.replica_sync(r, "pipeline sync"))
+        return [IpuCopy(transfers, "pipeline copy")] * bool(transfers) + [ctx.replica_sync(r, "pipeline sync")]
+
+    seq.items += [i for i in ctx.for_replicas(copy_and_sync) if i is not None]
     return seq
 
 

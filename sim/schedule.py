@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import replicated_ops
 from .collectives import per_position
 from .cost import OpCost
 from .graph import Graph, Op
@@ -62,18 +63,43 @@ class Context:
             flops=col([c.flops for _, c in priced], np.float64),
             exchange_bytes=col([c.exchange_bytes for _, c in priced]))
 
-    def stage_compute(self, replica: int, stage: StageWork) -> list[Compute]:
-        """Compute items of one stage: recomputation, forward, backward (those it has)."""
-        ipu = self.ipus(replica)[stage.ipu]
+    def stage_parts(self, stage: StageWork) -> list[tuple[str, object]]:
+        """What a stage runs, in order: ``("compute", (name, OpSteps))`` for runs of ops
+        (recomputation, forward, backward) and ``("collective", op)`` for collective ops."""
         recomputed = set(id(op) for op in stage.recomputed)
-        parts = [("recompute", [op for op in stage.ops if id(op) in recomputed], " (recompute)"),
-                 ("forward", [op for op in stage.ops if id(op) not in recomputed and op.pass_ == "forward"], ""),
-                 ("backward", [op for op in stage.ops if op.pass_ == "backward"], "")]
+        groups = [("recompute", [op for op in stage.ops if id(op) in recomputed], " (recompute)"),
+                  ("forward", [op for op in stage.ops if id(op) not in recomputed and op.pass_ == "forward"], ""),
+                  ("backward", [op for op in stage.ops if op.pass_ == "backward"], "")]
+        parts = []
+        for what, ops, label in groups:
+            chunk: list[Op] = []
+            for op in ops + [None]:
+                if op is None or op.kind in replicated_ops.KINDS:
+                    if chunk:
+                        parts.append(("compute", (f"stage {stage.index} {what}", self.steps(chunk, label))))
+                        chunk = []
+                    if op is not None and self.options.replication_factor > 1:
+                        parts.append(("collective", op))
+                else:
+                    chunk.append(op)
+        return parts
+
+    def stages_items(self, stages: list[StageWork]) -> list:
+        """The work of ``stages`` on every simulated replica; a collective op waits for all of
+        its group's simulated replicas and runs over the group."""
         items = []
-        for what, ops, label in parts:
-            if ops:
-                items.append(Compute(ipu, f"stage {stage.index} {what}", self.steps(ops, label)))
+        for stage in stages:
+            for what, part in self.stage_parts(stage):
+                if what == "collective":
+                    items += replicated_ops.collectives_for(self, part)
+                    continue
+                name, steps = part
+                items += [Compute(self.ipus(r)[stage.ipu], name, steps) for r in self.replicas]
         return items
+
+    def for_replicas(self, make) -> list:
+        """``make(replica)`` for every simulated replica, concatenated."""
+        return [item for r in self.replicas for item in (make(r) or [])]
 
     def transfers(self, replica: int, stages: list[StageWork], direction: str) -> list:
         """Host stream copies for ``stages`` (inputs to the IPU, or outputs from it)."""

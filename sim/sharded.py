@@ -14,18 +14,19 @@ from .schedule import Context, device_iteration_loop
 
 def _micro_batch(ctx: Context, with_outputs: bool) -> Sequence:
     seq = Sequence(name="micro-batch")
-    for r in ctx.replicas:
-        ipus = ctx.ipus(r)
-        for s in ctx.stages:
-            seq.items += ctx.transfers(r, [s], "to_ipu")
-            seq.items += ctx.stage_compute(r, s)
-            if with_outputs:
-                seq.items += ctx.transfers(r, [s], "from_ipu")
+    for s in ctx.stages:
+        seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, [s], "to_ipu"))
+        seq.items += ctx.stages_items([s])
+        if with_outputs:
+            seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, [s], "from_ipu"))
+
+        def copy(r):
+            ipus = ctx.ipus(r)
             transfers = tuple((ipus[s.ipu], ipus[ctx.stages[d].ipu], nbytes) for d, nbytes in sorted(s.sends.items())
                               if ipus[s.ipu] != ipus[ctx.stages[d].ipu])
-            if transfers:
-                seq.add(IpuCopy(transfers, f"shard copy after stage {s.index}"))
-        seq.add(ctx.replica_sync(r, "micro-batch sync"))
+            return [IpuCopy(transfers, f"shard copy after stage {s.index}")] if transfers else []
+        seq.items += ctx.for_replicas(copy)
+    seq.items += [i for i in ctx.for_replicas(lambda r: [ctx.replica_sync(r, "micro-batch sync")]) if i]
     return seq
 
 

@@ -224,6 +224,15 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
                 bw.give(t.name, bw.new("slice", [dy], t.shape, t.dtype,
                                        {"axis": axis, "start": start, "stop": start + t.shape[axis]}))
             start += t.shape[axis]
+    elif k in ("replicated_all_reduce", "replicated_reduce_scatter", "replicated_all_gather"):
+        if wants(0):  # the gradient of a sum over replicas is an all-reduce; scatter <-> gather
+            back = {"replicated_all_reduce": "replicated_all_reduce",
+                    "replicated_reduce_scatter": "replicated_all_gather",
+                    "replicated_all_gather": "replicated_reduce_scatter"}[k]
+            grad = bw.new(back, [dy], (ins[0].numel,) if k != "replicated_all_reduce" else ins[0].shape,
+                          ins[0].dtype, op.attrs)
+            bw.give(ins[0].name, grad if k == "replicated_all_reduce" else
+                    bw.new("reshape", [grad], ins[0].shape, ins[0].dtype, suffix="unflatten"))
     elif k == "slice":
         if wants(0):
             bw.give(ins[0].name, bw.new("copy", [dy], ins[0].shape, ins[0].dtype, suffix="pad"))

@@ -53,7 +53,7 @@ _UNARY = {"relu", "gelu", "tanh", "sigmoid", "exp", "scale", "dropout", "cast", 
           "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "accumulate",
           "sgd_update", "adam_update", "lamb_update", "loss_grad", "mul", "add", "sub", "div"}
 _ROW_OPS = {"softmax", "layernorm", "softmax_grad", "layernorm_grad", "softmax_cross_entropy",
-            "mse_loss", "softmax_cross_entropy_grad"}
+            "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
 _VECTOR_KIND = {"softmax_cross_entropy": "loss", "mse_loss": "loss",
                 "softmax_cross_entropy_grad": "loss_grad", "mse_loss_grad": "loss_grad",
                 "embedding_grad": "scatter_add"}

@@ -1,0 +1,383 @@
+"""PopTorch's model annotations and in-model helpers (``poptorch.Block``, ``identity_loss``, …).
+
+Outside a capture they are what PopTorch's are on the CPU: identities, context managers that
+do nothing, and ``identity_loss`` reducing its input. While :mod:`sim.poptorch` captures a
+model they record into the graph: blocks and IPUs become ``Op.block``/``Op.ipu`` (the
+execution strategy then resolves stages), name scopes prefix op names, ``identity_loss`` marks
+the loss, ``set_overlap_for_input``/``output`` mark host streams, and ``set_available_memory``,
+``recomputationCheckpoint``, ``serializedMatMul`` are recorded on their ops.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+
+import torch
+from torch.utils import _pytree as pytree
+
+from . import _state, enums
+from ._errors import error
+
+
+def _first_proxy(args, kwargs):
+    for leaf in pytree.tree_leaves((args, kwargs)):
+        if isinstance(leaf, torch.fx.Proxy):
+            return leaf
+    return None
+
+
+def _traceable(name: str, mark_arg: int | None = None):
+    """Make ``fn`` one node of its own under torch.fx and a marked op under torch.export."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            st = _state.active()
+            if st is not None and st.mode == "fx":
+                proxy = _first_proxy(args, kwargs)
+                if proxy is not None:
+                    return proxy.tracer.create_proxy("call_function", wrapper, args, kwargs)
+            if st is not None and st.mode == "export":
+                value = args[mark_arg] if mark_arg is not None and len(args) > mark_arg else None
+                if isinstance(value, enum_types):
+                    value = value.name
+                with st.mark(name, value):
+                    return fn(*args, **kwargs)
+            return fn(*args, **kwargs)
+
+        wrapper._ipusim_key = name
+        return wrapper
+
+    return deco
+
+
+enum_types = (enums.OverlapMode, enums.MatMulSerializationMode)
+
+
+def _carrier(x: torch.Tensor) -> torch.Tensor:
+    """The tensor itself; under torch.export a no-op view that carries the annotation."""
+    st = _state.active()
+    if st is not None and st.mode == "export":
+        return x.view(x.shape)
+    return x
+
+
+def isRunningOnIpu() -> bool:
+    """True while the model is being captured for the (simulated) IPU, False on the CPU."""
+    return _state.active() is not None
+
+
+# --- blocks -----------------------------------------------------------------------------------
+class Block(torch.nn.Module):
+    """A context manager that puts the layers called inside it in a block (and on an IPU).
+
+    >>> with poptorch.Block("Encoder", ipu_id=0):
+    ...     x = self.encoder(x)
+    """
+
+    def __init__(self, user_id: str | None = None, ipu_id: int | None = None):
+        super().__init__()
+        self._user_id = user_id
+        self._ipu_id = ipu_id
+
+    @staticmethod
+    def useAutoId() -> None:
+        """Blocks without a ``user_id`` are numbered "0", "1", … from here on."""
+        st = _state.active()
+        if st is not None:
+            st.reset_auto_id()
+
+    @staticmethod
+    def start(user_id: str | None = None, ipu_id: int | None = None) -> None:
+        """Start a block that lasts until the next one starts (honoured under torch.fx)."""
+        st = _state.active()
+        if st is not None:
+            st.start = (user_id if user_id is not None else st.auto_id(), ipu_id)
+
+    def __enter__(self):
+        st = _state.active()
+        if st is not None:
+            st.push_block(self._user_id, self._ipu_id)
+
+    def __exit__(self, exc_type, value, traceback):
+        st = _state.active()
+        if st is not None:
+            st.pop_block()
+
+
+class _BlockHook:
+    """The forward pre-hook ``BeginBlock`` installs; the capture reads it from the module."""
+
+    def __init__(self, user_id, ipu_id):
+        self._user_id = user_id
+        self._ipu_id = ipu_id
+
+    def __call__(self, module, inputs):
+        return None
+
+    def __repr__(self):
+        return f"BeginBlock(user_id={self._user_id}, ipu_id={self._ipu_id})"
+
+
+class _LegacyBeginBlockFn(torch.nn.Module):
+    """``BeginBlock`` applied to a plain function."""
+
+    def __init__(self, layer_to_call, user_id=None, ipu_id=None):
+        super().__init__()
+        self._layer_to_call = layer_to_call
+        self._user_id = user_id
+        self._ipu_id = ipu_id
+
+    def __call__(self, *args, **kwargs):
+        Block.start(self._user_id, self._ipu_id)
+        return self._layer_to_call(*args, **kwargs)
+
+
+def BeginBlock(layer_to_call, user_id: str | None = None, ipu_id: int | None = None):
+    """Start a block at ``layer_to_call``: it and every layer after it, until the next block."""
+    if not isinstance(layer_to_call, torch.nn.Module):
+        if callable(layer_to_call):
+            return _LegacyBeginBlockFn(layer_to_call, user_id, ipu_id)
+        raise error("module is not an instance of torch.nn.Module or function.")
+    if any(isinstance(h, _BlockHook) for h in layer_to_call._forward_pre_hooks.values()):
+        raise error("module has already been assigned to a block.")
+    layer_to_call.register_forward_pre_hook(_BlockHook(user_id, ipu_id))
+    return layer_to_call
+
+
+def BlockFunction(user_id: str | None = None, ipu_id: int | None = None):
+    """Decorator: the function's layers run in a block (and on an IPU)."""
+
+    def decorator(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with Block(user_id, ipu_id):
+                return func(*args, **kwargs)
+        return wrapper
+
+    return decorator
+
+
+def removeBlocks(module: torch.nn.Module) -> None:
+    """Remove every ``BeginBlock`` annotation from ``module`` and its sub-modules."""
+    if not isinstance(module, torch.nn.Module):
+        raise AssertionError("removeBlocks expects a torch.nn.Module")
+    for m in module.modules():
+        m._forward_pre_hooks = OrderedDict(
+            (k, h) for k, h in m._forward_pre_hooks.items() if not isinstance(h, _BlockHook))
+
+
+def block_hooks(module: torch.nn.Module) -> dict[str, _BlockHook]:
+    """Qualified name -> the ``BeginBlock`` hook of each annotated sub-module."""
+    found = {}
+    for name, m in module.named_modules():
+        for h in m._forward_pre_hooks.values():
+            if isinstance(h, _BlockHook):
+                found[name] = h
+    return found
+
+
+# --- name scopes and multi-convolutions ---------------------------------------------------------
+class NameScope:
+    """Prefix the names of the ops created inside with ``name``."""
+
+    def __init__(self, name: str):
+        if not isinstance(name, str):
+            raise AssertionError("Parameter to NameScope must be a string")
+        self.name = name
+
+    def __enter__(self):
+        st = _state.active()
+        if st is not None:
+            st.push_scope(self.name)
+
+    def __exit__(self, exc_type, value, traceback):
+        st = _state.active()
+        if st is not None:
+            st.pop_scope()
+
+
+class MultiConv:
+    """Combine the convolutions inside into one multi-convolution (accepted, no modelled effect:
+    the simulator prices each convolution on its own)."""
+
+    def __init__(self):
+        self._settings: dict = {}
+
+    def _set(self, key, value) -> "MultiConv":
+        self._settings[key] = value
+        return self
+
+    def availableMemoryProportions(self, value) -> "MultiConv":
+        return self._set("available_memory_proportions", value)
+
+    def partialsTypes(self, value) -> "MultiConv":
+        return self._set("partials_types", value)
+
+    def enableConvDithering(self, value) -> "MultiConv":
+        return self._set("enable_conv_dithering", value)
+
+    def planType(self, value) -> "MultiConv":
+        if value is not None and not isinstance(value, enums.MultiConvPlanType):
+            raise AssertionError("Invalid plan type!")
+        return self._set("plan_type", value)
+
+    def perConvReservedTiles(self, value: int) -> "MultiConv":
+        return self._set("per_conv_reserved_tiles", int(value))
+
+    def cycleBackOff(self, value: float) -> "MultiConv":
+        return self._set("cycle_back_off", float(value))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, value, traceback):
+        return None
+
+
+# --- in-model functions -------------------------------------------------------------------------
+@_traceable("identity_loss", mark_arg=1)
+def _identity_loss(x, reduction):
+    if reduction == "sum":
+        return x.sum()
+    if reduction == "mean":
+        return x.mean()
+    return _carrier(x)
+
+
+def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Mark ``x`` as the loss to back-propagate from, reduced by ``"sum"``, ``"mean"`` or
+    ``"none"`` (for custom and combined losses)."""
+    if reduction not in ("sum", "mean", "none"):
+        raise AssertionError("Unsupported reduction type!")
+    return _identity_loss(x, reduction)
+
+
+@_traceable("set_available_memory", mark_arg=1)
+def _set_available_memory(tensor, proportion):
+    return _carrier(tensor)
+
+
+def set_available_memory(tensor: torch.Tensor, available_memory_proportion: float) -> torch.Tensor:
+    """Temporary-memory proportion for the op producing ``tensor`` (recorded on the op)."""
+    if not isinstance(tensor, (torch.Tensor, torch.fx.Proxy)):
+        raise error("You may only set available memory for torch.tensor values. "
+                    f"{type(tensor)} is not supported.")
+    return _set_available_memory(tensor, float(available_memory_proportion))
+
+
+@_traceable("set_overlap_for_input", mark_arg=1)
+def _overlap_input(tensor, mode):
+    return _carrier(tensor)
+
+
+@_traceable("set_overlap_for_output", mark_arg=1)
+def _overlap_output(tensor, mode):
+    return _carrier(tensor)
+
+
+def _map_tensors(structure, fn, kind: str):
+    leaves, spec = pytree.tree_flatten(structure)
+
+    def one(t):
+        if not isinstance(t, (torch.Tensor, torch.fx.Proxy)):
+            raise error(f"You may only set overlap for torch.tensor {kind}. {type(t)} is not supported.")
+        return fn(t)
+
+    return pytree.tree_unflatten([one(t) for t in leaves], spec)
+
+
+def set_overlap_for_input(input_tensors, mode: enums.OverlapMode):
+    """Overlap the host->IPU copies of ``input_tensors`` (a tensor or a structure of them)
+    with compute; needs IO tiles (``TensorLocations.numIOTiles``)."""
+    return _map_tensors(input_tensors, lambda t: _overlap_input(t, mode), "inputs")
+
+
+def set_overlap_for_output(output_tensors, mode: enums.OverlapMode):
+    """Overlap the IPU->host copies of ``output_tensors`` with compute (needs IO tiles)."""
+    return _map_tensors(output_tensors, lambda t: _overlap_output(t, mode), "outputs")
+
+
+@_traceable("recomputation_checkpoint")
+def _checkpoint(tensor):
+    return _carrier(tensor)
+
+
+def recomputationCheckpoint(*tensors):
+    """Keep these tensors between the forward and backward passes (recorded on their ops)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (tuple, list)):
+        return type(tensors[0])(recomputationCheckpoint(*tensors[0]))
+    out = []
+    for t in tensors:
+        if not isinstance(t, (torch.Tensor, torch.fx.Proxy)):
+            raise ValueError("All inputs must be tensors")
+        out.append(_checkpoint(t))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@_traceable("ipu_print_tensor", mark_arg=1)
+def _print_tensor(tensor, title):
+    if not _state.quiet():
+        print(f"{title}: {tensor}" if title else tensor)
+    return _carrier(tensor)
+
+
+def ipu_print_tensor(tensor: torch.Tensor, title: str = "", print_gradient: bool = True,
+                     summarise_threshold: int = 1000, edge_items: int = 3, max_line_width: int = 80,
+                     digits: int = 4, float_format: str = "auto", separator: str = ", ",
+                     open_bracket: str = "(", close_bracket: str = ")") -> torch.Tensor:
+    """Print ``tensor`` each time the model runs (on the CPU); the graph gets an identity."""
+    if not isinstance(tensor, (torch.Tensor, torch.fx.Proxy)):
+        raise error(f"ipu print tensor must take a torch.tensor argument. {type(tensor)} is not supported.")
+    return _print_tensor(tensor, title)
+
+
+@_traceable("nop")
+def _nop(tensor):
+    return _carrier(tensor)
+
+
+def nop(tensor: torch.Tensor) -> torch.Tensor:
+    """An identity that graph optimisations keep."""
+    if not isinstance(tensor, (torch.Tensor, torch.fx.Proxy)):
+        raise error(f"nop must take a torch.tensor argument. {type(tensor)} is not supported.")
+    return _nop(tensor)
+
+
+@_traceable("serialized_matmul", mark_arg=2)
+def _serialized_matmul(lhs, rhs, mode, factor, keep_precision):
+    return torch.matmul(lhs, rhs)
+
+
+def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor, mode: enums.MatMulSerializationMode,
+                     factor: int = 0, keep_precision: bool = False) -> torch.Tensor:
+    """``lhs @ rhs`` computed as ``factor`` smaller matmuls (priced as one matmul)."""
+    if not isinstance(keep_precision, bool) or not isinstance(factor, int) or \
+            not isinstance(mode, enums.MatMulSerializationMode):
+        raise AssertionError("serializedMatMul expects a MatMulSerializationMode, an int factor "
+                             "and a bool keep_precision")
+    return _serialized_matmul(lhs, rhs, mode, factor, keep_precision)
+
+
+def for_loop(count: int, body, inputs: list) -> list:
+    """Run ``body`` ``count`` times, each iteration's outputs feeding the next (unrolled in the
+    simulated graph, so it is priced ``count`` times)."""
+    if not isinstance(inputs, list):
+        raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of tensors. "
+                         "(Object is not list)")
+    for ind, t in enumerate(inputs):
+        if not isinstance(t, (torch.Tensor, torch.fx.Proxy)):
+            raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of "
+                             f"tensors. (Object contained in list at index {ind} is not torch.tensor)")
+    outs = list(inputs)
+    for _ in range(count):
+        res = body(*outs)
+        outs = list(res) if isinstance(res, (list, tuple)) else [res]
+    return outs
+
+
+__all__ = ["Block", "BeginBlock", "BlockFunction", "removeBlocks", "NameScope", "MultiConv",
+           "identity_loss", "set_available_memory", "set_overlap_for_input", "set_overlap_for_output",
+           "recomputationCheckpoint", "ipu_print_tensor", "nop", "serializedMatMul", "for_loop",
+           "isRunningOnIpu"]
