@@ -183,7 +183,11 @@ class Options:
     #: options this class models; anything else recorded is reported as unmodelled
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
-                "logCycleCount", "randomSeed"}
+                "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern",
+                "autoRoundNumIPUs", "TensorLocations.numIOTiles",
+                "TensorLocations.setWeightLocation",
+                "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
+                "_Popart.defaultPrefetchBufferingDepth"}
 
     def __init__(self):
         self.device_iterations = 1

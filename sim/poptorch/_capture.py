@@ -1,0 +1,381 @@
+"""Graph capture: a ``torch.nn.Module`` and one example micro-batch -> a :class:`sim.Graph`.
+
+The model is traced with ``torch.fx`` (a custom tracer that keeps known layers such as
+``torch.nn.Linear`` whole and stamps PopTorch's annotations on the nodes); where fx cannot
+trace it (Python control flow on shapes, for example) ``torch.export`` is used instead. The
+traced graph is then run once on the example micro-batch by a ``torch.fx.Interpreter``, so
+every node is seen with its real arguments and its real output shapes and dtypes, and
+:mod:`sim.poptorch._mapping` turns each node into sim ops. The model's parameters, buffers and
+RNG state are restored afterwards: capturing has no effect on the model.
+
+Blocks: a node's block is that of the innermost open ``with poptorch.Block`` around it, else
+the latest ``BeginBlock`` module entered before it (read from the node's module stack), else
+none (the execution strategy places such ops with the op before them, or on IPU 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ..errors import GraphError, UnsupportedOpError
+from ..graph import Graph, GraphBuilder
+from . import _state
+from .annotations import block_hooks
+
+_TORCH_DTYPES = {
+    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "float16",
+    torch.float64: "float32", torch.int64: "int32", torch.int32: "int32", torch.int16: "int32",
+    torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
+}
+
+
+def sim_dtype(dtype: torch.dtype) -> str:
+    """The sim dtype of a torch dtype (the IPU computes int64 as int32, float64 as float32)."""
+    try:
+        return _TORCH_DTYPES[dtype]
+    except KeyError:
+        raise GraphError(f"sim.poptorch: tensors of dtype {dtype} are not supported on the IPU") from None
+
+
+def sim_shape(shape) -> tuple[int, ...]:
+    """A sim shape: 0-d tensors become (1,)."""
+    shape = tuple(int(d) for d in shape)
+    return shape if shape else (1,)
+
+
+class Lazy:
+    """A parameter, buffer or constant that becomes a graph tensor only when an op uses it."""
+
+    __slots__ = ("value", "name", "role")
+
+    def __init__(self, value: torch.Tensor, name: str, role: str):
+        self.value, self.name, self.role = value, name, role
+
+    def __repr__(self):
+        return f"Lazy({self.name}, {self.role})"
+
+
+@dataclass
+class Captured:
+    """What a capture produces."""
+
+    graph: Graph
+    method: str  # "torch.fx" or "torch.export"
+    input_names: list[str]
+    output_names: list[str]
+    loss_output: int | None  # index (flattened outputs) of the loss, if the model returns it
+    notes: list[str] = field(default_factory=list)
+
+
+# --- tracing --------------------------------------------------------------------------------------
+class _Tracer(torch.fx.Tracer):
+    """An fx tracer that keeps the layers the mapper knows whole and stamps annotations."""
+
+    def __init__(self, leaf_types: tuple):
+        super().__init__()
+        self._leaf_types = leaf_types
+
+    def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
+        return isinstance(m, self._leaf_types)
+
+    def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        st = _state.active()
+        if st is not None:
+            node.meta.update(st.node_meta())
+        return node
+
+
+def _adapter(model: torch.nn.Module, args: tuple, kwargs: dict):
+    """A module whose forward takes the call's tensors flat, so both tracers see plain
+    tensor placeholders; everything else in the call is baked in as a constant."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    tensor_pos = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    names = [f"t{i}" for i in range(len(tensor_pos))]
+
+    class Adapter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def _call(self, tensors):
+            filled = list(leaves)
+            for pos, t in zip(tensor_pos, tensors):
+                filled[pos] = t
+            a, k = pytree.tree_unflatten(filled, spec)
+            return self.model(*a, **k)
+
+    src = f"def forward(self, {', '.join(names)}):\n    return self._call(({''.join(n + ', ' for n in names)}))\n"
+    scope: dict = {}
+    exec(src, scope)  # noqa: S102 - a signature with one parameter per input tensor
+    Adapter.forward = scope["forward"]
+    flat = [leaves[i] for i in tensor_pos]
+    return Adapter(), flat, _input_labels(model, args, kwargs, tensor_pos, leaves)
+
+
+def _input_labels(model, args, kwargs, tensor_pos, leaves) -> list[str]:
+    """A readable name per input tensor: the forward parameter it was passed as."""
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs)
+        per_param = []
+        for pname, value in bound.arguments.items():
+            sub = pytree.tree_leaves(value)
+            per_param += [pname if len(sub) == 1 else f"{pname}_{i}" for i in range(len(sub))]
+        if len(per_param) == len(leaves):
+            return [per_param[i] for i in tensor_pos]
+    except (TypeError, ValueError):
+        pass
+    return [f"input{i}" for i in range(len(tensor_pos))]
+
+
+def _trace(adapter, flat: list, leaf_types: tuple):
+    """(GraphModule, method): torch.fx first, torch.export where fx cannot trace."""
+    fx_error = None
+    try:
+        with _state.capturing("fx"):
+            graph = _Tracer(leaf_types).trace(adapter)
+        return torch.fx.GraphModule(adapter, graph), "torch.fx"
+    except UnsupportedOpError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any fx failure falls back to torch.export
+        fx_error = e
+    try:
+        import torch.fx.traceback as fxt
+        with _state.capturing("export"), fxt.preserve_node_meta():
+            ep = torch.export.export(adapter, tuple(flat), strict=False)
+        return ep.module(), "torch.export"
+    except Exception as e:  # noqa: BLE001
+        raise GraphError(
+            "sim.poptorch could not capture the model: torch.fx failed with "
+            f"{type(fx_error).__name__}: {_first_line(fx_error)}; torch.export failed with "
+            f"{type(e).__name__}: {_first_line(e)}") from e
+
+
+def _first_line(e) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else ""
+
+
+@contextlib.contextmanager
+def _model_state_kept(model: torch.nn.Module):
+    """Run something on ``model`` and restore its buffers, parameters and the RNGs after."""
+    saved = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()
+             if isinstance(v, torch.Tensor)}
+    rng = torch.random.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(rng)
+        with torch.no_grad():
+            for k, v in model.state_dict(keep_vars=True).items():
+                if k in saved and isinstance(v, torch.Tensor) and v.shape == saved[k].shape:
+                    v.copy_(saved[k])
+
+
+# --- running the traced graph --------------------------------------------------------------------
+class _Run(torch.fx.Interpreter):
+    def __init__(self, gm, cap: "Capture"):
+        super().__init__(gm)
+        self.cap = cap
+
+    def run_node(self, n):
+        result = super().run_node(n)
+        self.cap.node(n, self, result)
+        return result
+
+
+class Capture:
+    """Builds the sim graph node by node (see :mod:`sim.poptorch._mapping` for the op rules)."""
+
+    def __init__(self, model: torch.nn.Module, gm, name: str, method: str, labels: list[str]):
+        from . import _mapping
+        self.mapping = _mapping
+        self.model = model
+        self.gm = gm
+        self.method = method
+        self.b = GraphBuilder(name, "float32")
+        self.g = self.b.graph
+        self.sym: dict = {}  # fx node -> sym value (tensor name, Lazy, None or a structure)
+        self.labels = list(labels)
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.params: dict[int, dict[bool, str]] = {}  # id(param) -> {transposed: tensor name}
+        self.param_names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+        self.param_names.update({id(b): n for n, b in model.named_buffers(remove_duplicate=False)})
+        self.losses: list[str] = []  # loss tensors, in order
+        self.explicit_loss: str | None = None  # marked by identity_loss
+        self.notes: list[str] = []
+        self.blocks = _BlockResolver(model)
+        self.overlap: dict[str, object] = {}
+
+    # --- per node -----------------------------------------------------------------------
+    def node(self, n, interp: _Run, result) -> None:
+        if n.op == "placeholder":
+            self.sym[n] = self._input(n, result)
+        elif n.op == "get_attr":
+            self.sym[n] = self._lazy(result, str(n.target))
+        elif n.op == "output":
+            self._outputs(n)
+        else:
+            block = self.blocks.block_of(n)
+            self.b._block, self.b._ipu = (block if block else (None, None))
+            self.b._scopes = [self._scope(n)]
+            self.sym[n] = self.mapping.map_node(self, n, interp, result)
+
+    def _scope(self, n) -> str:
+        scope = n.meta.get(_state.SCOPE) or (n.meta.get("custom") or {}).get(_state.SCOPE)
+        path = ""
+        stack = n.meta.get("nn_module_stack")
+        if stack:
+            path = list(stack.values())[-1][0]
+            path = re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(path))
+            path = re.sub(r"^model\.?", "", path)
+        parts = [p for p in (scope, path.replace(".", "/")) if p]
+        return "/".join(parts) if parts else "model"
+
+    def _input(self, n, value):
+        if not isinstance(value, torch.Tensor):
+            return None
+        label = self.labels[len(self.inputs)] if len(self.inputs) < len(self.labels) else n.name
+        name = self.g.unique_tensor_name(label)
+        self.b._scopes = []
+        self.b.input(name, sim_shape(value.shape), sim_dtype(value.dtype))
+        self.inputs.append(name)
+        return name
+
+    def _lazy(self, value, qualname: str):
+        if not isinstance(value, torch.Tensor):
+            return None
+        qualname = re.sub(r"^model\.", "", qualname)
+        role = "weight" if isinstance(value, torch.nn.Parameter) and value.requires_grad else "constant"
+        return Lazy(value, self.param_names.get(id(value), qualname), role)
+
+    def _outputs(self, n) -> None:
+        def one(s):
+            if isinstance(s, Lazy) or (isinstance(s, str) and (s in self.outputs or self.g.tensors[s].role != "activation")):
+                src = self.tensor(s)
+                s = self.b.op("identity", [src], [self.g.tensors[src].shape],
+                              out_dtypes=[self.g.tensors[src].dtype], name="output")[0]
+            return s
+
+        self.b._scopes = []
+        structure = torch.fx.node.map_arg(n.args[0], lambda a: self.sym.get(a))
+        for leaf in pytree.tree_leaves(structure, is_leaf=lambda x: isinstance(x, Lazy)):
+            if leaf is None or not (isinstance(leaf, (str, Lazy))):
+                continue
+            name = one(leaf)
+            self.outputs.append(name)
+            self.b.output(name)
+
+    # --- tensors ------------------------------------------------------------------------
+    def tensor(self, s) -> str:
+        """The graph tensor of a sym value (materialising parameters and constants)."""
+        if isinstance(s, str):
+            return s
+        if isinstance(s, Lazy):
+            return self.weight(s, transposed=False)
+        raise GraphError(f"sim.poptorch: expected a tensor, got {s!r}")
+
+    def weight(self, s: Lazy, transposed: bool = False) -> str:
+        """A parameter or constant as a graph tensor, in torch layout or transposed (last two
+        dimensions swapped, as a linear layer's weight is stored for ``x @ W``)."""
+        layouts = self.params.setdefault(id(s.value), {})
+        if transposed in layouts:
+            return layouts[transposed]
+        shape = sim_shape(s.value.shape)
+        if transposed:
+            shape = shape[:-2] + (shape[-1], shape[-2])
+        if layouts:  # the other layout exists: a real transpose on the device
+            src = next(iter(layouts.values()))
+            perm = list(range(len(shape)))
+            perm[-2], perm[-1] = perm[-1], perm[-2]
+            out = self.b.op("transpose", [src], [shape], {"perm": perm},
+                            name=f"{s.name}/transpose", out_dtypes=[sim_dtype(s.value.dtype)])[0]
+        else:
+            saved, self.b._scopes = self.b._scopes, []
+            name = self.g.unique_tensor_name(s.name)
+            out = self.g.add_tensor(name, shape, sim_dtype(s.value.dtype), s.role).name
+            self.b._scopes = saved
+        layouts[transposed] = out
+        return out
+
+
+class _BlockResolver:
+    """Which block (and IPU) each node belongs to (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.hooks = {re.sub(r"^model\.?", "", k): h for k, h in block_hooks(model).items()}
+        self.current = None
+        self.prev_keys: set = set()
+        self.last_start = None
+        self.auto = 0
+
+    def _auto_id(self) -> str:
+        uid = str(self.auto)
+        self.auto += 1
+        return uid
+
+    def block_of(self, n):
+        meta = dict(n.meta)
+        meta.update(n.meta.get("custom") or {})
+        stack = n.meta.get("nn_module_stack") or {}
+        keys = set(stack)
+        for key, value in stack.items():
+            if key in self.prev_keys:
+                continue
+            path = re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(value[0]))
+            path = re.sub(r"^model\.?", "", path)
+            hook = self.hooks.get(path)
+            if hook is not None:
+                if hook._user_id is None:
+                    hook._user_id = self._auto_id()
+                self.current = (hook._user_id, hook._ipu_id)
+        self.prev_keys = keys
+        start = meta.get(_state.START)
+        if start is not None and start != self.last_start:
+            self.last_start = start
+            self.current = tuple(start)
+        scoped = meta.get(_state.BLOCK)
+        return tuple(scoped) if scoped is not None else self.current
+
+
+# --- the entry point -----------------------------------------------------------------------------------
+def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None = None) -> Captured:
+    """Capture ``model`` called as ``model(*args, **kwargs)`` on one micro-batch."""
+    from . import _mapping
+    adapter, flat, labels = _adapter(model, args, kwargs)
+    gm, method = _trace(adapter, flat, _mapping.leaf_types())
+    cap = Capture(model, gm, name or type(model).__name__, method, labels)
+    with _model_state_kept(model), torch.no_grad(), _state.quietly():
+        _Run(gm, cap).run(*flat)
+    g = cap.g
+    g.loss = cap.explicit_loss or (cap.losses[-1] if cap.losses else None)
+    loss_output = None
+    if g.loss is not None:
+        if g.loss in cap.outputs:
+            loss_output = cap.outputs.index(g.loss)
+        else:
+            consumers = _consumers_of(g, g.loss)
+            for i, out in enumerate(cap.outputs):
+                if out in consumers:
+                    loss_output = i
+    for tname, mode in cap.overlap.items():
+        if tname in g.tensors and hasattr(g.tensors[tname], "overlap"):
+            g.tensors[tname].overlap = mode
+    return Captured(g, method, cap.inputs, cap.outputs, loss_output, cap.notes)
+
+
+def _consumers_of(g: Graph, tensor: str) -> set[str]:
+    """Every tensor computed from ``tensor``."""
+    reach = {tensor}
+    for op in g.ops:
+        if any(i in reach for i in op.inputs):
+            reach.update(op.outputs)
+    return reach
