@@ -169,7 +169,10 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak, peak_at, base, by_rol
                     owner[o] = layout.place(t.nbytes, used)
                     layout.add(live, owner[o], t.nbytes)
         level = always + live
-        if cost.temp_bytes_per_tile:
+        if cost.profile is not None and cost.temp_bytes_per_tile:
+            start, _ = layout.place(0, used)  # the op's tiles, where the layout has got to
+            level += np.roll(cost.profile.temp, start)
+        elif cost.temp_bytes_per_tile:
             layout.add(level, layout.place(0, used), cost.temp_bytes_per_tile * used)
         higher = level > peak
         peak[higher] = level[higher]

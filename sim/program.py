@@ -35,6 +35,7 @@ class OpSteps:
     sync: np.ndarray
     flops: np.ndarray
     exchange_bytes: np.ndarray
+    tile_compute: np.ndarray | None = None  # compute cycles of each tile, summed over the ops
 
     @property
     def cycles(self) -> np.ndarray:

@@ -157,6 +157,15 @@ class Run:
         """Peak bytes of each compute tile of ``ipu``."""
         return self.executable.memory[ipu].peak
 
+    def tile_compute(self, ipu: int = 0) -> np.ndarray:
+        """Compute cycles of each compute tile of ``ipu`` over the run (load balance per tile)."""
+        total = np.zeros(self.executable.tiles)
+        for r in self.timeline.records:
+            for i, ops in enumerate(r.detail):
+                if ops is not None and r.ipu[i] == ipu and ops.tile_compute is not None:
+                    total += ops.tile_compute * len(r.offsets)
+        return total
+
     @property
     def flops(self) -> float:
         return float(sum(float(ops.flops.sum()) * len(r.offsets)

@@ -61,7 +61,9 @@ class Context:
             exchange=col([c.exchange_cycles for _, c in priced]),
             sync=np.array([c.sync_cycles for _, c in priced], dtype=np.int64),
             flops=col([c.flops for _, c in priced], np.float64),
-            exchange_bytes=col([c.exchange_bytes for _, c in priced]))
+            exchange_bytes=col([c.exchange_bytes for _, c in priced]),
+            tile_compute=sum((c.profile.compute for _, c in priced if c.profile is not None),
+                             np.zeros(self.compute_tiles)) / share)
 
     def stage_parts(self, stage: StageWork) -> list[tuple[str, object]]:
         """What a stage runs, in order: ``("compute", (name, OpSteps))`` for runs of ops

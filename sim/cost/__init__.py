@@ -12,7 +12,9 @@ op can carry its own cost (kind ``"custom"``, see :func:`_custom`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 from functools import lru_cache
 
 from ..errors import UnsupportedOpError
@@ -21,6 +23,36 @@ from ..hardware import IPU
 from .amp import plan_matmul
 from .exchange import exchange_cycles
 from .vector import cycles_per_vector, row_tile_cycles, spread, tile_cycles
+
+
+@dataclass(frozen=True)
+class TileProfile:
+    """Per-tile vectors of one op (one entry per compute tile): compute cycles, bytes received
+    and temporary bytes. The op's compute time is the busiest tile's."""
+
+    compute: np.ndarray
+    bytes_in: np.ndarray
+    temp: np.ndarray
+
+    @staticmethod
+    def padded(tiles: int, compute, bytes_in, temp) -> "TileProfile":
+        """Vectors for the first tiles, zero on the idle rest."""
+        def pad(v):
+            out = np.zeros(tiles)
+            v = np.broadcast_to(np.asarray(v, dtype=float), (len(np.atleast_1d(compute)),))
+            out[:len(v)] = v
+            return out
+        return TileProfile(pad(compute), pad(bytes_in), pad(temp))
+
+    @staticmethod
+    def uniform(tiles: int, used: int, compute: float, bytes_in: float = 0, temp: float = 0) -> "TileProfile":
+        return TileProfile.padded(tiles, np.full(max(used, 1), float(compute)), bytes_in, temp)
+
+
+def _counts(total: int, used: int) -> np.ndarray:
+    """``total`` items over ``used`` tiles as evenly as possible (the first tiles get one more)."""
+    used = max(1, used)
+    return total // used + (np.arange(used) < total % used)
 
 
 @dataclass(frozen=True)
@@ -41,6 +73,7 @@ class OpCost:
     tiles_used: int
     temp_bytes_per_tile: int  # peak temporary memory on the busiest tile
     plan: str = ""
+    profile: TileProfile | None = field(default=None, compare=False, repr=False)
 
     @property
     def cycles(self) -> int:
@@ -88,6 +121,15 @@ def _cost(sig: tuple, ipu: IPU, tiles: int, memory_proportion: float) -> OpCost:
     attrs = dict(attrs)
     if kind in _VIEWS:
         return FREE
+    cost = _rule(kind, ins, outs, attrs, ipu, tiles, memory_proportion)
+    if cost.profile is None:
+        cost = replace(cost, profile=TileProfile.uniform(tiles, cost.tiles_used, cost.compute_cycles,
+                                                         cost.exchange_bytes / max(cost.tiles_used, 1),
+                                                         cost.temp_bytes_per_tile))
+    return cost
+
+
+def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float) -> OpCost:
     if kind == "matmul":
         return _matmul(ins, attrs, ipu, tiles, memory_proportion)
     if kind in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
@@ -112,10 +154,14 @@ def _cost(sig: tuple, ipu: IPU, tiles: int, memory_proportion: float) -> OpCost:
 
 
 def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, exch_bytes: int,
-            used: int, temp: int = 0, plan: str = "") -> OpCost:
+            used: int, temp: int = 0, plan: str = "", profile: TileProfile | None = None,
+            tiles: int | None = None) -> OpCost:
+    """An OpCost; without a profile, the work is taken as even over the ``used`` tiles."""
     syncs = supersteps * (2 if exch else 1) * ipu.internal_sync_cycles
+    if profile is None and tiles:
+        profile = TileProfile.uniform(tiles, used, compute, exch_bytes / max(used, 1), temp)
     return OpCost(int(compute), int(exch), int(syncs), supersteps, float(flops), int(exch_bytes),
-                  int(used), int(temp), plan)
+                  int(used), int(temp), plan, profile)
 
 
 def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
@@ -128,7 +174,12 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     exch = exchange_cycles(bcast, ipu)
     vec_kind = "scale" if kind == "cast" else kind
     compute = tile_cycles(per_tile, itemsize, vec_kind, ipu)
-    return _phases(ipu, compute, exch, 1, n, bcast * used, used, plan=f"{n} elements on {used} tiles")
+    counts = _counts(n, used)
+    per_tile_cycles = ipu.vertex_overhead_cycles + np.ceil(
+        np.ceil(counts * itemsize / ipu.vector_bytes_per_cycle) * cycles_per_vector(vec_kind))
+    profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
+    return _phases(ipu, compute, exch, 1, n, bcast * used, used, plan=f"{n} elements on {used} tiles",
+                   profile=profile)
 
 
 def _rows(kind, ins, ipu, tiles) -> OpCost:
@@ -164,12 +215,13 @@ def _matmul(ins, attrs, ipu, tiles, amp) -> OpCost:
         G = max(math.prod(sa[:-2]), math.prod(sb[:-2]))
     itemsize = DTYPE_BYTES[da]
     plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp)
-    return _from_plan(plan, 2.0 * G * M * K * N, ipu)
+    return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
 
 
-def _from_plan(plan, flops, ipu) -> OpCost:
-    return _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.supersteps, flops,
+def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpCost:
+    cost = _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.supersteps, flops,
                    plan.exchange_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe())
+    return replace(cost, profile=plan.profile(ipu, tiles, itemsize, b_is_weight, conv))
 
 
 def _conv(kind, ins, outs, attrs, ipu, tiles, amp) -> OpCost:
@@ -193,13 +245,16 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp) -> OpCost:
         exch = exchange_cycles(per_tile * itemsize * stride * stride, ipu)
         return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used)
     if kind == "conv2d":
-        plan = plan_matmul(groups, positions, cig * k * k, cog, itemsize, True, ipu, tiles, amp, conv=(k, stride))
+        conv, weight = (k, stride), True
+        plan = plan_matmul(groups, positions, cig * k * k, cog, itemsize, True, ipu, tiles, amp, conv=conv)
     elif kind == "conv2d_grad_input":  # dX = dY (*) W^T: positions of the input, K = co*k*k
+        conv, weight = (k, 1), True
         plan = plan_matmul(groups, n * x_shape[2] * x_shape[3] if len(x_shape) == 4 else positions,
-                           cog * k * k, cig, itemsize, True, ipu, tiles, amp, conv=(k, 1))
+                           cog * k * k, cig, itemsize, True, ipu, tiles, amp, conv=conv)
     else:  # dW = X^T dY: reduce over positions
+        conv, weight = None, False
         plan = plan_matmul(groups, cig * k * k, positions, cog, itemsize, False, ipu, tiles, amp)
-    return _from_plan(plan, flops, ipu)
+    return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
 
 def _custom(attrs, ipu, tiles) -> OpCost:

@@ -35,6 +35,7 @@ class MatmulPlan:
     """How a matmul is split over tiles and what each phase costs (cycles, bytes per tile)."""
 
     splits: tuple[int, int, int, int]  # pg, pm, pn, pk
+    dims: tuple[int, int, int, int]  # G, M, K, N of one serial piece
     serial: int  # pieces the op is serialised into (1 = not serialised)
     tiles_used: int
     exchange_cycles: int  # operand exchange + partials exchange, all pieces
@@ -43,6 +44,37 @@ class MatmulPlan:
     exchange_bytes: int  # bytes received over all tiles, all pieces
     temp_bytes_per_tile: int  # peak temporary bytes on the busiest tile
     fits: bool
+
+    def profile(self, ipu: IPU, tiles: int, itemsize: int, b_is_weight: bool,
+                conv: tuple[int, int] | None = None) -> "TileProfile":
+        """Per-tile compute cycles, bytes in and temporary bytes of this plan (all pieces).
+
+        Blocks are as even as the dimensions allow: the first ``d % p`` blocks of a split
+        dimension hold one more row than the others, so tiles are unevenly loaded.
+        """
+        from . import TileProfile
+        pg, pm, pn, pk = self.splits
+        G, M, K, N = self.dims
+
+        def blocks(d, p):
+            return d // p + (np.arange(p) < d % p)
+        g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), blocks(N, pn),
+                                                     blocks(K, pk), indexing="ij"))
+        fp16 = itemsize == 2
+        rate = ipu.amp_fp16_flops_per_cycle if fp16 else ipu.amp_fp32_flops_per_cycle
+        group = ipu.amp_fp16_input_group if fp16 else ipu.amp_fp32_input_group
+        k_pad = -(-k // group) * group
+        a = g * m * k * itemsize * (conv_input_factor(*conv, m) if conv else 1.0)
+        b = g * k * n * itemsize
+        compute = g * (np.ceil(2.0 * m * k_pad * n / rate) + ipu.amp_vertex_overhead_cycles)
+        recv = a + (b * (1.0 - 1.0 / pm) if b_is_weight else b)
+        temp = a + b
+        if pk > 1:
+            share = np.ceil(g * m * n / pk)
+            compute += ipu.vertex_overhead_cycles + np.ceil(pk * share / (ipu.vector_bytes_per_cycle / PARTIALS_BYTES))
+            recv = recv + (pk - 1) * share * PARTIALS_BYTES
+            temp = temp + g * m * n * PARTIALS_BYTES
+        return TileProfile.padded(tiles, compute * self.serial, recv * self.serial, temp)
 
     def describe(self) -> str:
         pg, pm, pn, pk = self.splits
@@ -137,6 +169,7 @@ def _search(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, budget, conv, se
     recv_total = (recv1[i] * used[i] + (recv2[i] * used[i] if pk[i] > 1 else 0))
     return MatmulPlan(
         splits=(int(pg[i]), int(pm[i]), int(pn[i]), int(pk[i])),
+        dims=(G, M, K, N),
         serial=serial,
         tiles_used=int(used[i]),
         exchange_cycles=int(exch1[i] + exch2[i]) * serial,
