@@ -10,7 +10,6 @@ check tile memory (:mod:`sim.memory`). Host stream copies are left out with synt
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 from . import phased, pipeline, replicated_ops, sharded
@@ -98,7 +97,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if not graph.ops:
         raise GraphError(f"graph {graph.name!r} has no ops")
     accumulate = o.Training.gradient_accumulation > 1
-    g = expand_training(graph, optimizer, accumulate) if training else copy.deepcopy(graph)
+    g = expand_training(graph, optimizer, accumulate) if training else graph.copy()
     strategy = assign(g, o.execution_strategy)
     k = max(op.ipu for op in g.ops) + 1
     if strategy == "pipelined" and len({op.stage for op in g.ops}) == 1:

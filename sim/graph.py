@@ -17,6 +17,7 @@ Tensor ``role`` says how a tensor lives:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -139,6 +140,17 @@ class Graph:
             k += 1
             name = f"{base}_{k}"
         return name
+
+    def copy(self) -> "Graph":
+        """A copy whose tensors and ops can be changed without touching this graph."""
+        new = Graph(self.name)
+        new.tensors = {k: dataclasses.replace(t) for k, t in self.tensors.items()}
+        new.ops = [dataclasses.replace(op, inputs=list(op.inputs), outputs=list(op.outputs),
+                                       attrs=dict(op.attrs)) for op in self.ops]
+        new.inputs, new.outputs = list(self.inputs), list(self.outputs)
+        new.loss, new.training, new.overlap = self.loss, self.training, dict(self.overlap)
+        new._op_names = set(self._op_names)
+        return new
 
     # --- queries ------------------------------------------------------------------------
     def tensor(self, name: str) -> Tensor:

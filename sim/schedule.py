@@ -43,6 +43,7 @@ class Context:
     compute_tiles: int = 0
     collapse_accumulation: bool = True  # False when host IO overlaps across micro-batches
     collapse_device: bool = True  # False when host IO overlaps across device iterations
+    _parts: dict = field(default_factory=dict, repr=False)
 
     def ipus(self, replica: int) -> list[int]:
         return replica_ipus(replica, self.ipus_per_replica)
@@ -68,6 +69,12 @@ class Context:
     def stage_parts(self, stage: StageWork) -> list[tuple[str, object]]:
         """What a stage runs, in order: ``("compute", (name, OpSteps))`` for runs of ops
         (recomputation, forward, backward) and ``("collective", op)`` for collective ops."""
+        key = id(stage)
+        if key not in self._parts:
+            self._parts[key] = (stage, self._split_stage(stage))
+        return self._parts[key][1]
+
+    def _split_stage(self, stage: StageWork) -> list[tuple[str, object]]:
         recomputed = set(id(op) for op in stage.recomputed)
         groups = [("recompute", [op for op in stage.ops if id(op) in recomputed], " (recompute)"),
                   ("forward", [op for op in stage.ops if id(op) not in recomputed and op.pass_ == "forward"], ""),

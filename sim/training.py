@@ -12,7 +12,6 @@ on. The expanded graph holds three passes, in this order:
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -102,7 +101,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
             f"graph {graph.name!r} has no loss: build one with softmax_cross_entropy/mse_loss "
             "(or pass training=False)")
     opt = optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)
-    g = copy.deepcopy(graph)
+    g = graph.copy()
     g.training = True
     need = _requires_grad(g)
     bw = _Backward(g)

@@ -1,0 +1,824 @@
+"""Torch ops and modules -> sim ops, with their real shapes and dtypes.
+
+One rule per torch op, keyed by name: an fx ``call_function`` target's name (``F.linear`` ->
+``"linear"``, ``operator.add`` -> ``"add"``), a ``call_method`` name (``x.view`` -> ``"view"``),
+or an ATen op's name under ``torch.export`` (``aten.linear.default`` -> ``"linear"``); the
+layers kept whole under fx (``torch.nn.Linear`` and friends) have rules of their own. Shapes
+and dtypes are those of the real tensors of the example micro-batch.
+
+Unknown ops raise :class:`sim.UnsupportedOpError` naming the op. Give one a cost with
+:func:`register_op`::
+
+    import torch, sim.poptorch as poptorch
+
+    # price torch.nn.functional.silu like the simulator's sigmoid (an element-wise op)
+    poptorch.register_op(torch.nn.functional.silu, lambda ctx: ctx.op("sigmoid", ctx.inputs[:1]))
+
+    # or give an op (here a whole module type, kept as one node) its own cost, like a Poplar
+    # codelet with a cycle estimate: vertices, worker cycles per vertex, bytes in per tile
+    poptorch.register_op(MyFancyLayer, lambda ctx: ctx.custom(vertices=ctx.numel(), vertex_cycles=20))
+
+The function receives an :class:`OpContext` and returns the graph tensor name(s) of the op's
+result (one name, or a tuple/list matching a tuple result).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.nn as nn
+from torch.utils import _pytree as pytree
+
+from ..errors import UnsupportedOpError
+from . import _state
+from ._capture import Lazy, sim_dtype, sim_shape
+
+_REGISTRY: dict = {}  # user rules: callable, module class or name -> fn(ctx)
+
+
+def register_op(target, fn) -> None:
+    """Give ``target`` a sim cost: ``fn(ctx: OpContext)`` emits sim ops and returns the
+    result's tensor name(s).
+
+    ``target`` is a function (``torch.nn.functional.silu``), a ``torch.nn.Module`` subclass
+    (kept whole under torch.fx and handed over as ``ctx.module``), an ATen op
+    (``torch.ops.aten.silu.default``) or a name (``"silu"``: any function, method or ATen op of
+    that name). A registration replaces the built-in rule of the same target.
+    """
+    if not callable(fn):
+        raise TypeError("register_op: fn must be callable")
+    _REGISTRY[target] = fn
+
+
+def unregister_op(target) -> None:
+    """Remove a rule added with :func:`register_op`."""
+    _REGISTRY.pop(target, None)
+
+
+def _is_sym_tensor(s) -> bool:
+    return isinstance(s, (str, Lazy))
+
+
+def _live(s) -> bool:
+    """A value computed on the device (an activation or a trainable weight)."""
+    return isinstance(s, str) or (isinstance(s, Lazy) and s.role == "weight")
+
+
+class OpContext:
+    """What a rule sees of one torch op.
+
+    ``args``/``kwargs`` are the real arguments (example tensors, ints, …), ``sym_args``/
+    ``sym_kwargs`` the same structure with graph tensors in place of tensors (or ``None``),
+    ``output`` the real result, ``module`` the layer for a whole-module node, ``builder`` the
+    :class:`sim.GraphBuilder` of the graph being built.
+    """
+
+    def __init__(self, cap, node, key, desc, args, kwargs, sym_args, sym_kwargs, output, module, aten):
+        self.cap = cap
+        self.node = node
+        self.key = key
+        self.desc = desc
+        self.args = args
+        self.kwargs = kwargs
+        self.sym_args = sym_args
+        self.sym_kwargs = sym_kwargs
+        self.output = output
+        self.module = module
+        self.aten = aten
+
+    @property
+    def builder(self):
+        return self.cap.b
+
+    @property
+    def inputs(self) -> list[str]:
+        """Graph tensors of every tensor argument, in argument order."""
+        leaves = pytree.tree_leaves((self.sym_args, self.sym_kwargs), is_leaf=lambda x: isinstance(x, Lazy))
+        return [self.cap.tensor(s) for s in leaves if _is_sym_tensor(s)]
+
+    def numel(self) -> int:
+        """Elements of the (first) output."""
+        out = self._first_tensor(self.output)
+        return int(out.numel()) if out is not None else 0
+
+    @staticmethod
+    def _first_tensor(value):
+        for leaf in pytree.tree_leaves(value):
+            if isinstance(leaf, torch.Tensor):
+                return leaf
+        return None
+
+    # --- arguments --------------------------------------------------------------------------
+    def arg(self, i: int, name: str | None = None, default=None):
+        """Real argument ``i`` (or keyword ``name``)."""
+        if name is not None and name in self.kwargs:
+            return self.kwargs[name]
+        return self.args[i] if i < len(self.args) else default
+
+    def sarg(self, i: int, name: str | None = None, default=None):
+        """Graph value of argument ``i`` (or keyword ``name``)."""
+        if name is not None and name in self.sym_kwargs:
+            return self.sym_kwargs[name]
+        return self.sym_args[i] if i < len(self.sym_args) else default
+
+    def t(self, s) -> str:
+        """The graph tensor of a graph value (materialising a parameter or constant)."""
+        return self.cap.tensor(s)
+
+    def shape(self, s) -> tuple:
+        return self.cap.g.tensors[self.t(s)].shape
+
+    # --- emitting -----------------------------------------------------------------------------
+    def op(self, kind: str, inputs: list[str] | None = None, attrs: dict | None = None,
+           output=None, name: str | None = None):
+        """Add an op of ``kind`` whose outputs have the shapes and dtypes of ``output`` (default:
+        the real result); returns the output tensor name, or a tuple for a tuple result."""
+        output = self.output if output is None else output
+        inputs = self.inputs if inputs is None else [self.t(i) for i in inputs]
+        multi = isinstance(output, (tuple, list))
+        outs = list(output) if multi else [output]
+        tensors = [o for o in outs if isinstance(o, torch.Tensor)]
+        names = self.builder.op(kind, inputs, [sim_shape(o.shape) for o in tensors], attrs,
+                                name=name or self.key, out_dtypes=[sim_dtype(o.dtype) for o in tensors])
+        if not multi:
+            return names[0]
+        it = iter(names)
+        return tuple(next(it) if isinstance(o, torch.Tensor) else None for o in outs)
+
+    def custom(self, vertices: int, vertex_cycles: float, tiles: int | None = None,
+               exchange_bytes_per_tile: float = 0, flops: float = 0.0, inputs: list[str] | None = None):
+        """A ``custom`` op priced by its own estimate: ``vertices`` vertices of
+        ``vertex_cycles`` worker cycles each, spread over ``tiles`` tiles (default all)."""
+        attrs = {"vertices": int(vertices), "vertex_cycles": float(vertex_cycles),
+                 "exchange_bytes_per_tile": float(exchange_bytes_per_tile), "flops": float(flops),
+                 "op": self.desc}
+        if tiles is not None:
+            attrs["tiles"] = int(tiles)
+        return self.op("custom", inputs, attrs)
+
+    def same(self, s):
+        """No op: the result is the input (views the simulator treats as free)."""
+        return s
+
+    def unsupported(self, why: str = ""):
+        raise unsupported(self.desc, self.node, why)
+
+
+def unsupported(desc: str, node, why: str = "") -> UnsupportedOpError:
+    where = f" (node {node.name!r}" + (f", in {list(node.meta['nn_module_stack'].values())[-1][0]!r}"
+                                       if node.meta.get("nn_module_stack") else "") + ")"
+    reason = f": {why}" if why else ""
+    return UnsupportedOpError(
+        f"sim.poptorch has no cost for {desc}{where}{reason}. Give it one with "
+        f"sim.poptorch.register_op(<the op>, fn), where fn(ctx) returns ctx.op(<a sim op kind>, "
+        "ctx.inputs) or ctx.custom(vertices=..., vertex_cycles=...) (see docs/poptorch.md)")
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def _as_int(v, default=1) -> int:
+    if v is None:
+        return default
+    if isinstance(v, (tuple, list)):
+        if not v:
+            return default
+        if all(x == v[0] for x in v):
+            return int(v[0])
+        return int(round(math.sqrt(math.prod(int(x) for x in v))))
+    return int(v)
+
+
+def _dims(dim, ndim: int) -> list[int]:
+    if dim is None:
+        return list(range(ndim))
+    if isinstance(dim, (tuple, list)):
+        return sorted(int(d) % ndim for d in dim) if ndim else []
+    return [int(dim) % ndim] if ndim else []
+
+
+def _scalar_const(ctx: OpContext, dtype: str) -> str:
+    cap = ctx.cap
+    saved, cap.b._scopes = cap.b._scopes, []
+    name = cap.g.unique_tensor_name(f"{ctx.key}/scalar")
+    cap.g.add_tensor(name, (1,), dtype, "constant")
+    cap.b._scopes = saved
+    return name
+
+
+# --- rules --------------------------------------------------------------------------------------
+def _unary(kind):
+    def rule(ctx: OpContext):
+        return ctx.op(kind, [ctx.sarg(0, "input")])
+    return rule
+
+
+def _binary(kind):
+    def rule(ctx: OpContext):
+        a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
+        if ctx.key == "rsub":
+            a, b = b, a
+        ra, rb = (ctx.arg(0, "input"), ctx.arg(1, "other")) if ctx.key != "rsub" else (ctx.arg(1), ctx.arg(0))
+        if _is_sym_tensor(a) and _is_sym_tensor(b):
+            return ctx.op(kind, [a, b])
+        tensor, scalar = (a, rb) if _is_sym_tensor(a) else (b, ra)
+        tensor_first = _is_sym_tensor(a)
+        if isinstance(scalar, torch.Tensor):
+            scalar = float(scalar)
+        if kind == "mul" or (kind == "div" and tensor_first):
+            factor = scalar if kind == "mul" else (1.0 / scalar if scalar else float("inf"))
+            return ctx.op("scale", [tensor], {"factor": float(factor)})
+        const = _scalar_const(ctx, sim_dtype(ctx.output.dtype))
+        ins = [tensor, const] if tensor_first else [const, tensor]
+        return ctx.op(kind, ins)
+    return rule
+
+
+def _pow(ctx: OpContext):
+    x, e = ctx.sarg(0), ctx.arg(1, "exponent")
+    if _is_sym_tensor(x) and isinstance(e, (int, float)):
+        if e == 1:
+            return x
+        if e == 2:
+            return ctx.op("mul", [x, x])
+    ctx.unsupported("only x ** 2 has a rule (x * x)")
+
+
+def _neg(ctx: OpContext):
+    return ctx.op("scale", [ctx.sarg(0)], {"factor": -1.0})
+
+
+def _view(ctx: OpContext):
+    x = ctx.sarg(0, "input")
+    if not _is_sym_tensor(x):
+        return None
+    if tuple(ctx.output.shape) == tuple(ctx.args[0].shape):
+        return x if ctx.key in ("contiguous", "alias", "lift_fresh", "clone_view") else ctx.op("identity", [x])
+    return ctx.op("reshape", [x])
+
+
+def _identity(ctx: OpContext):
+    return ctx.sarg(0, "input")
+
+
+def _detach(ctx: OpContext):
+    return ctx.op("detach", [ctx.sarg(0, "input")])
+
+
+def _copy(ctx: OpContext):
+    return ctx.op("copy", [ctx.sarg(0, "input")])
+
+
+def _cast(ctx: OpContext):
+    x = ctx.sarg(0, "input")
+    if not isinstance(ctx.output, torch.Tensor):
+        return None
+    src = ctx.args[0]
+    if isinstance(src, torch.Tensor) and sim_dtype(src.dtype) == sim_dtype(ctx.output.dtype):
+        return x
+    return ctx.op("cast", [x], {"to": sim_dtype(ctx.output.dtype)})
+
+
+def _transpose(ctx: OpContext):
+    x = ctx.sarg(0, "input")
+    src = ctx.args[0]
+    n = src.dim()
+    if ctx.key in ("t", "T", "numpy_T"):
+        perm = list(range(n))[::-1]
+    elif ctx.key in ("permute",):
+        dims = ctx.args[1:] if len(ctx.args) > 2 or not isinstance(ctx.arg(1, "dims"), (list, tuple)) \
+            else ctx.arg(1, "dims")
+        perm = [int(d) % n for d in dims]
+    else:  # transpose / swapaxes / movedim of two dims
+        d0, d1 = int(ctx.arg(1)) % n, int(ctx.arg(2)) % n
+        perm = list(range(n))
+        if ctx.key == "movedim":
+            perm.pop(d0)
+            perm.insert(d1, d0)
+        else:
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+    moved = [p for i, p in enumerate(perm) if p != i]
+    if n < 2 or all(src.shape[p] == 1 for p in moved):
+        return ctx.op("reshape", [x])
+    return ctx.op("transpose", [x], {"perm": perm})
+
+
+def _getattr(ctx: OpContext):
+    attr = ctx.arg(1)
+    if attr in ("T", "mT", "H", "mH"):
+        ctx.key = "t"
+        return _transpose(ctx)
+    if attr in ("data", "real"):
+        return ctx.sarg(0)
+    ctx.unsupported(f"attribute {attr!r}")
+
+
+def _linear(ctx: OpContext, x=None, w=None, bias=None):
+    if x is None:
+        x, w, bias = ctx.sarg(0, "input"), ctx.sarg(1, "weight"), ctx.sarg(2, "bias")
+    if isinstance(w, Lazy):
+        wt = ctx.cap.weight(w, transposed=True)  # stored (in, out) for x @ W, as the zoo does
+    else:
+        src = ctx.t(w)
+        shape = ctx.shape(w)
+        wt = ctx.builder.op("transpose", [src], [shape[:-2] + (shape[-1], shape[-2])], {"perm": [1, 0]},
+                            name="weight_t", out_dtypes=[ctx.cap.g.tensors[src].dtype])[0]
+    y = ctx.op("matmul", [x, wt], name="matmul")
+    if _is_sym_tensor(bias):
+        y = ctx.op("add", [y, bias], name="add")
+    return y
+
+
+def _matmul(ctx: OpContext, a=None, b=None, attrs=None):
+    if a is None:
+        a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
+        if ctx.key == "__rmatmul__":
+            a, b = b, a
+    ta, tb = ctx.t(a), ctx.t(b)
+    sa, sb = ctx.shape(a), ctx.shape(b)
+    dt = ctx.cap.g.tensors[ta].dtype
+    if len(sa) == 1:
+        ta = ctx.builder.op("reshape", [ta], [(1,) + sa], name="as_row", out_dtypes=[dt])[0]
+        sa = (1,) + sa
+    if len(sb) == 1:
+        tb = ctx.builder.op("reshape", [tb], [sb + (1,)], name="as_column",
+                            out_dtypes=[ctx.cap.g.tensors[tb].dtype])[0]
+        sb = sb + (1,)
+    batch = torch.broadcast_shapes(torch.Size(sa[:-2]), torch.Size(sb[:-2]))
+    shape = tuple(batch) + (sa[-2], sb[-1])
+    out = ctx.builder.op("matmul", [ta, tb], [shape], attrs, name="matmul",
+                         out_dtypes=[sim_dtype(ctx.output.dtype)])[0]
+    if shape != sim_shape(ctx.output.shape):
+        out = ctx.op("reshape", [out])
+    return out
+
+
+def _addmm(ctx: OpContext):
+    bias, a, b = ctx.sarg(0), ctx.sarg(1), ctx.sarg(2)
+    y = _matmul(ctx, a, b)
+    return ctx.op("add", [y, bias], name="add")
+
+
+def _conv(ctx: OpContext, x=None, w=None, bias=None, stride=1, padding=0, groups=1):
+    if x is None:
+        x, w, bias = ctx.sarg(0, "input"), ctx.sarg(1, "weight"), ctx.sarg(2, "bias")
+        if ctx.aten and ctx.key == "convolution":
+            if ctx.arg(6):
+                ctx.unsupported("transposed convolutions have no rule")
+            stride, padding, groups = ctx.arg(3), ctx.arg(4), ctx.arg(8)
+        else:
+            stride, padding, groups = ctx.arg(3, "stride", 1), ctx.arg(4, "padding", 0), ctx.arg(6, "groups", 1)
+    wt = ctx.cap.weight(w) if isinstance(w, Lazy) else ctx.t(w)
+    wshape = ctx.cap.g.tensors[wt].shape
+    if len(wshape) != 4:
+        ctx.unsupported("only 2-D convolutions (Conv2d) have a rule")
+    kernel = _as_int(wshape[2:])
+    if isinstance(padding, str):
+        padding = (kernel - 1) // 2 if padding == "same" else 0
+    attrs = {"kernel": kernel, "stride": _as_int(stride), "padding": _as_int(padding, 0),
+             "groups": int(groups or 1)}
+    if wshape[2] != wshape[3]:
+        ctx.cap.notes.append(f"{ctx.desc}: a {wshape[2]}x{wshape[3]} kernel is priced as {kernel}x{kernel}")
+    y = ctx.op("conv2d", [x, wt], attrs, name="conv2d")
+    if _is_sym_tensor(bias):
+        y = ctx.op("add", [y, bias], name="add")
+    return y
+
+
+def _norm_params(ctx: OpContext, channels: tuple, gamma, beta, dtype):
+    """Scale and shift (constants of ones/zeros when the layer has none)."""
+    def one(s, label):
+        if _is_sym_tensor(s):
+            return ctx.t(s)
+        saved, ctx.builder._scopes = ctx.builder._scopes, []
+        name = ctx.cap.g.unique_tensor_name(f"{ctx.key}/{label}")
+        ctx.cap.g.add_tensor(name, channels, dtype, "constant")
+        ctx.builder._scopes = saved
+        return name
+    return one(gamma, "gamma"), one(beta, "beta")
+
+
+def _batch_norm(ctx: OpContext, x=None, gamma=None, beta=None, stats=()):
+    if x is None:
+        x = ctx.sarg(0, "input")
+        if ctx.aten:  # (input, weight, bias, running_mean, running_var, ...)
+            gamma, beta, stats = ctx.sarg(1, "weight"), ctx.sarg(2, "bias"), (ctx.sarg(3), ctx.sarg(4))
+        else:  # F.batch_norm(input, running_mean, running_var, weight, bias, ...)
+            gamma, beta = ctx.sarg(3, "weight"), ctx.sarg(4, "bias")
+            stats = (ctx.sarg(1, "running_mean"), ctx.sarg(2, "running_var"))
+    for s in stats:
+        if isinstance(s, Lazy):
+            ctx.t(s)  # running statistics live on the device
+    out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+    c = sim_shape(out.shape)[1] if out.dim() > 1 else 1
+    g, b = _norm_params(ctx, (c,), gamma, beta, sim_dtype(out.dtype))
+    y = ctx.op("batchnorm", [x, g, b], output=out, name="batchnorm")
+    if isinstance(ctx.output, (tuple, list)):
+        return (y,) + (None,) * (len(ctx.output) - 1)
+    return y
+
+
+def _layer_norm(ctx: OpContext, x=None, gamma=None, beta=None, eps=1e-5):
+    if x is None:
+        x, gamma, beta = ctx.sarg(0, "input"), ctx.sarg(2, "weight"), ctx.sarg(3, "bias")
+        eps = ctx.arg(4, "eps", 1e-5)
+    out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+    shape = tuple(ctx.arg(1, "normalized_shape", (out.shape[-1],)) or (out.shape[-1],))
+    g, b = _norm_params(ctx, sim_shape(shape), gamma, beta, sim_dtype(out.dtype))
+    y = ctx.op("layernorm", [x, g, b], {"eps": float(eps)}, output=out, name="layernorm")
+    if isinstance(ctx.output, (tuple, list)):
+        return (y,) + (None,) * (len(ctx.output) - 1)
+    return y
+
+
+def _softmax(ctx: OpContext, dim=None):
+    x = ctx.sarg(0, "input")
+    if dim is None:
+        dim = ctx.arg(1, "dim", -1)
+    dim = -1 if dim is None else int(dim)
+    attrs = {"axis": dim}
+    if "log" in ctx.key:
+        attrs["log"] = True
+    return ctx.op("softmax", [x], attrs, name="log_softmax" if "log" in ctx.key else "softmax")
+
+
+def _dropout(ctx: OpContext, p=None, training=None):
+    x = ctx.sarg(0, "input")
+    if p is None:
+        p = ctx.arg(1, "p", 0.5)
+        training = ctx.arg(2, "training" if not ctx.aten else "train", True)
+    if not training or not p:
+        return x
+    return ctx.op("dropout", [x], {"p": float(p)})
+
+
+def _pool(kind):
+    def rule(ctx: OpContext, kernel=None, stride=None, padding=0):
+        x = ctx.sarg(0, "input")
+        src = ctx.args[0]
+        out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+        if ctx.key.startswith("adaptive") or kernel == "adaptive":
+            h, w = src.shape[-2:]
+            oh, ow = out.shape[-2:]
+            kernel = _as_int((math.ceil(h / oh), math.ceil(w / ow)))
+            stride = _as_int((h // oh, w // ow))
+            padding = 0
+        elif kernel is None:
+            kernel = ctx.arg(1, "kernel_size")
+            stride = ctx.arg(2, "stride") or kernel
+            padding = ctx.arg(3, "padding", 0)
+        attrs = {"kernel": _as_int(kernel), "stride": _as_int(stride or kernel), "padding": _as_int(padding, 0)}
+        y = ctx.op(kind, [x], attrs, output=out, name=kind)
+        if isinstance(ctx.output, (tuple, list)):
+            return (y,) + (None,) * (len(ctx.output) - 1)
+        return y
+    return rule
+
+
+def _embedding(ctx: OpContext, ids=None, table=None):
+    if ids is None:
+        if ctx.aten:
+            table, ids = ctx.sarg(0, "weight"), ctx.sarg(1, "indices")
+        else:
+            ids, table = ctx.sarg(0, "input"), ctx.sarg(1, "weight")
+    return ctx.op("gather", [ids, table], name="gather")
+
+
+def _concat(ctx: OpContext):
+    tensors = ctx.sarg(0, "tensors")
+    dim = int(ctx.arg(1, "dim", 0) or 0)
+    return ctx.op("concat", [s for s in tensors if _is_sym_tensor(s)], {"axis": dim}, name="concat")
+
+
+def _getitem(ctx: OpContext):
+    obj, idx = ctx.sarg(0), ctx.arg(1)
+    if isinstance(obj, (tuple, list)):
+        return obj[idx]
+    if isinstance(obj, dict):
+        return obj.get(idx)
+    if not _is_sym_tensor(obj):
+        return None
+    index_tensors = [s for s in pytree.tree_leaves(ctx.sym_args[1], is_leaf=lambda v: isinstance(v, Lazy))
+                     if _is_sym_tensor(s)]
+    if index_tensors:
+        return ctx.op("gather", [index_tensors[0], obj], name="index")
+    if tuple(ctx.output.shape) == tuple(ctx.args[0].shape):
+        return obj
+    return ctx.op("slice", [obj], {"index": str(idx)}, name="slice")
+
+
+def _split(ctx: OpContext):
+    x = ctx.sarg(0, "input")
+    outs = ctx.output
+    if isinstance(outs, torch.Tensor):
+        return ctx.op("slice", [x], name="slice")
+    return tuple(ctx.op("slice", [x], {"piece": i}, output=o, name="slice") for i, o in enumerate(outs))
+
+
+def _reduce(kind):
+    def rule(ctx: OpContext):
+        x = ctx.sarg(0, "input")
+        src = ctx.args[0]
+        dim = ctx.arg(1, "dim")
+        if ctx.key in ("argmax", "argmin", "max", "min") and isinstance(dim, bool):
+            dim = None
+        keep = bool(ctx.arg(2, "keepdim", False)) if not isinstance(ctx.arg(2), torch.dtype) else False
+        axes = _dims(dim, src.dim())
+        return ctx.op(kind, [x], {"axes": axes, "keepdims": keep}, name=kind)
+    return rule
+
+
+def _loss(kind, label):
+    def rule(ctx: OpContext, x=None, target=None):
+        if x is None:
+            x, target = ctx.sarg(0, "input"), ctx.sarg(1, "target")
+        out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+        ins = [x] + ([target] if _is_sym_tensor(target) else [])
+        y = ctx.op(kind, ins, {"loss": label}, output=out, name="loss")
+        ctx.cap.losses.append(y)
+        if label == "l1":
+            ctx.cap.notes.append(f"{ctx.desc}: L1 loss priced as the simulator's mse_loss")
+        if isinstance(ctx.output, (tuple, list)):
+            return (y,) + (None,) * (len(ctx.output) - 1)
+        return y
+    return rule
+
+
+def _constant(ctx: OpContext):
+    return _fold(ctx)
+
+
+def _fold(ctx: OpContext):
+    """A result computed from constants only: a constant tensor (as PopART folds it)."""
+    def one(v):
+        return Lazy(v, f"{ctx.key}_const", "constant") if isinstance(v, torch.Tensor) else None
+    return pytree.tree_map(one, ctx.output)
+
+
+# --- PopTorch annotations -----------------------------------------------------------------------
+def _producer(ctx: OpContext, tensor: str):
+    prod = ctx.cap.g.tensors[tensor].producer
+    if prod is None:
+        return None
+    for op in reversed(ctx.cap.g.ops):
+        if op.name == prod:
+            return op
+    return None
+
+
+def _annotation(ctx: OpContext, name: str, value, x):
+    """Apply a PopTorch annotation to graph value ``x``; returns the annotated value."""
+    if name == "identity_loss":
+        if value == "none":
+            y = x
+        else:
+            kind = "reduce_sum" if value == "sum" else "reduce_mean"
+            y = ctx.op(kind, [x], {"axes": list(range(len(ctx.shape(x)))), "keepdims": False,
+                                   "identity_loss": value}, name="identity_loss")
+        ctx.cap.explicit_loss = ctx.t(y)
+        return y
+    if not _is_sym_tensor(x):
+        return x
+    tensor = ctx.t(x)
+    if name in ("set_overlap_for_input", "set_overlap_for_output"):
+        if name == "set_overlap_for_input" and tensor not in ctx.cap.inputs:
+            ctx.unsupported("set_overlap_for_input must be applied to an input of the model")
+        ctx.cap.overlap[tensor] = getattr(value, "name", value)
+        return tensor
+    op = _producer(ctx, tensor)
+    if name == "set_available_memory" and op is not None:
+        op.attrs["available_memory_proportion"] = float(value)
+    elif name == "recomputation_checkpoint" and op is not None:
+        op.attrs["recomputation_checkpoint"] = True
+    return tensor
+
+
+def _annotation_rule(ctx: OpContext):
+    key = ctx.key
+    if key == "serialized_matmul":
+        mode, factor = ctx.arg(2), ctx.arg(3, default=0)
+        return _matmul(ctx, ctx.sarg(0), ctx.sarg(1), {"serialization": [getattr(mode, "value", mode), int(factor)]})
+    value = ctx.arg(1) if len(ctx.args) > 1 else None
+    return _annotation(ctx, key, value, ctx.sarg(0))
+
+
+# --- whole-module rules (layers kept as one node under torch.fx) ----------------------------------
+def _param(ctx: OpContext, attr: str):
+    p = getattr(ctx.module, attr, None)
+    if p is None:
+        return None
+    return ctx.cap._lazy(p, f"{ctx.node.target}.{attr}")
+
+
+def _m_linear(ctx):
+    return _linear(ctx, ctx.sarg(0), _param(ctx, "weight"), _param(ctx, "bias"))
+
+
+def _m_conv(ctx):
+    m = ctx.module
+    if m.padding_mode != "zeros":
+        ctx.cap.notes.append(f"{ctx.desc}: padding_mode {m.padding_mode!r} priced as zero padding")
+    return _conv(ctx, ctx.sarg(0), _param(ctx, "weight"), _param(ctx, "bias"), m.stride, m.padding, m.groups)
+
+
+def _m_batch_norm(ctx):
+    stats = (_param(ctx, "running_mean"), _param(ctx, "running_var"))
+    return _batch_norm(ctx, ctx.sarg(0), _param(ctx, "weight"), _param(ctx, "bias"), stats)
+
+
+def _m_layer_norm(ctx):
+    return _layer_norm(ctx, ctx.sarg(0), _param(ctx, "weight"), _param(ctx, "bias"), ctx.module.eps)
+
+
+def _m_softmax(ctx):
+    return _softmax(ctx, ctx.module.dim)
+
+
+def _m_dropout(ctx):
+    return _dropout(ctx, ctx.module.p, ctx.module.training)
+
+
+def _m_pool(kind):
+    def rule(ctx):
+        m = ctx.module
+        if "Adaptive" in type(m).__name__:
+            return _pool(kind)(ctx, "adaptive")
+        return _pool(kind)(ctx, m.kernel_size, m.stride, m.padding)
+    return rule
+
+
+def _m_embedding(ctx):
+    return _embedding(ctx, ctx.sarg(0), _param(ctx, "weight"))
+
+
+def _m_loss(kind, label):
+    def rule(ctx):
+        return _loss(kind, label)(ctx, ctx.sarg(0), ctx.sarg(1))
+    return rule
+
+
+MODULE_RULES = {
+    nn.Linear: _m_linear, nn.Conv2d: _m_conv, nn.BatchNorm1d: _m_batch_norm,
+    nn.BatchNorm2d: _m_batch_norm, nn.LayerNorm: _m_layer_norm, nn.ReLU: _unary("relu"),
+    nn.GELU: _unary("gelu"), nn.Tanh: _unary("tanh"), nn.Sigmoid: _unary("sigmoid"),
+    nn.Softmax: _m_softmax, nn.LogSoftmax: _m_softmax, nn.Dropout: _m_dropout,
+    nn.MaxPool2d: _m_pool("maxpool"), nn.AvgPool2d: _m_pool("avgpool"),
+    nn.AdaptiveAvgPool2d: _m_pool("avgpool"), nn.AdaptiveMaxPool2d: _m_pool("maxpool"),
+    nn.Embedding: _m_embedding, nn.Flatten: _view, nn.Identity: _identity,
+    nn.CrossEntropyLoss: _m_loss("softmax_cross_entropy", "cross_entropy"),
+    nn.NLLLoss: _m_loss("softmax_cross_entropy", "nll"),
+    nn.MSELoss: _m_loss("mse_loss", "mse"), nn.L1Loss: _m_loss("mse_loss", "l1"),
+}
+_LOG_SOFTMAX_MODULES = (nn.LogSoftmax,)
+
+RULES = {
+    # element-wise
+    "add": _binary("add"), "sub": _binary("sub"), "rsub": _binary("sub"), "mul": _binary("mul"),
+    "div": _binary("div"), "truediv": _binary("div"), "true_divide": _binary("div"),
+    "iadd": _binary("add"), "isub": _binary("sub"), "imul": _binary("mul"), "itruediv": _binary("div"),
+    "neg": _neg, "pow": _pow,
+    "relu": _unary("relu"), "gelu": _unary("gelu"), "tanh": _unary("tanh"),
+    "sigmoid": _unary("sigmoid"), "exp": _unary("exp"),
+    "softmax": _softmax, "_softmax": _softmax, "log_softmax": _softmax, "_log_softmax": _softmax,
+    "dropout": _dropout, "feature_dropout": _dropout, "native_dropout": _dropout,
+    # dense algebra
+    "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "__rmatmul__": _matmul,
+    "addmm": _addmm, "conv2d": _conv, "convolution": _conv,
+    # normalisations and pooling
+    "batch_norm": _batch_norm, "native_batch_norm": _batch_norm,
+    "_native_batch_norm_legit": _batch_norm, "_native_batch_norm_legit_functional": _batch_norm,
+    "_native_batch_norm_legit_no_training": _batch_norm,
+    "layer_norm": _layer_norm, "native_layer_norm": _layer_norm,
+    "max_pool2d": _pool("maxpool"), "_max_pool2d": _pool("maxpool"),
+    "max_pool2d_with_indices": _pool("maxpool"), "avg_pool2d": _pool("avgpool"),
+    "adaptive_avg_pool2d": _pool("avgpool"), "_adaptive_avg_pool2d": _pool("avgpool"),
+    "adaptive_max_pool2d": _pool("maxpool"),
+    # data movement
+    "embedding": _embedding,
+    "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _view, "unflatten": _view,
+    "squeeze": _view, "unsqueeze": _view, "expand": _view, "expand_as": _view, "view_as": _view,
+    "reshape_as": _view, "contiguous": _view, "alias": _view, "lift_fresh": _view,
+    "detach": _detach, "clone": _copy, "_to_copy": _cast, "to": _cast, "type": _cast,
+    "type_as": _cast, "float": _cast, "half": _cast, "double": _cast, "long": _cast, "int": _cast,
+    "bool": _cast, "bfloat16": _cast,
+    "transpose": _transpose, "t": _transpose, "permute": _transpose, "swapaxes": _transpose,
+    "swapdims": _transpose, "movedim": _transpose, "numpy_T": _transpose, "getattr": _getattr,
+    "cat": _concat, "concat": _concat, "concatenate": _concat, "stack": _concat,
+    "getitem": _getitem, "__getitem__": _getitem, "slice": _split, "select": _split,
+    "narrow": _split, "split": _split, "chunk": _split, "unbind": _split, "tensor_split": _split,
+    "split_with_sizes": _split, "index_select": _getitem,
+    # reductions
+    "mean": _reduce("reduce_mean"), "sum": _reduce("reduce_sum"), "amax": _reduce("reduce_max"),
+    "max": _reduce("reduce_max"), "argmax": _reduce("reduce_max"),
+    # losses
+    "cross_entropy": _loss("softmax_cross_entropy", "cross_entropy"),
+    "cross_entropy_loss": _loss("softmax_cross_entropy", "cross_entropy"),
+    "nll_loss": _loss("softmax_cross_entropy", "nll"), "nll_loss_nd": _loss("softmax_cross_entropy", "nll"),
+    "nll_loss_forward": _loss("softmax_cross_entropy", "nll"),
+    "mse_loss": _loss("mse_loss", "mse"), "l1_loss": _loss("mse_loss", "l1"),
+    # constants made in the model
+    **{k: _constant for k in ("zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
+                              "randn_like", "new_zeros", "new_ones", "new_full", "new_empty",
+                              "new_tensor", "scalar_tensor")},
+    # PopTorch's annotations
+    **{k: _annotation_rule for k in ("identity_loss", "set_available_memory", "set_overlap_for_input",
+                                     "set_overlap_for_output", "recomputation_checkpoint",
+                                     "ipu_print_tensor", "nop", "serialized_matmul")},
+}
+
+
+def leaf_types() -> tuple:
+    """Module types torch.fx keeps as one node: those with a rule, built-in or registered."""
+    registered = tuple(k for k in _REGISTRY if isinstance(k, type) and issubclass(k, nn.Module))
+    return tuple(MODULE_RULES) + registered
+
+
+# --- dispatch ----------------------------------------------------------------------------------
+def _describe(n, module) -> tuple[str, str, bool]:
+    """(rule key, description for messages, is an ATen op)."""
+    target = n.target
+    if n.op == "call_module":
+        t = type(module)
+        return t.__name__, f"{t.__module__}.{t.__qualname__} (module {n.target!r})", False
+    if n.op == "call_method":
+        return str(target), f"torch.Tensor.{target}", False
+    if isinstance(target, torch._ops.OpOverload):
+        return target._opname, str(target), True
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name.split("::")[-1], str(target), True
+    key = getattr(target, "_ipusim_key", None)
+    if key:
+        return key, f"poptorch.{key}", False
+    name = getattr(target, "__name__", str(target))
+    try:
+        desc = torch.fx.node._get_qualified_name(target)
+    except Exception:  # noqa: BLE001
+        desc = name
+    return name, desc, False
+
+
+def _has_tensor(value) -> bool:
+    return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
+
+
+def map_node(cap, n, interp, result):
+    """The graph value of fx node ``n`` (emitting its sim ops)."""
+    module = interp.fetch_attr(n.target) if n.op == "call_module" else None
+    key, desc, aten = _describe(n, module)
+    args, kwargs = interp.fetch_args_kwargs_from_env(n)
+    sym_args = torch.fx.node.map_arg(n.args, lambda a: cap.sym.get(a))
+    sym_kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: cap.sym.get(a))
+    ctx = OpContext(cap, n, key, desc, args, kwargs, sym_args, sym_kwargs, result, module, aten)
+
+    rule = _user_rule(n, module, key)
+    if rule is None:
+        if not _has_tensor(result):
+            return None
+        leaves = pytree.tree_leaves((sym_args, sym_kwargs), is_leaf=lambda x: isinstance(x, Lazy))
+        if not any(_live(s) for s in leaves) and key not in RULES.get("__never_fold__", ()):
+            value = _fold(ctx)
+            return _marked(ctx, n, value)
+        if module is not None:
+            rule = next((r for t, r in MODULE_RULES.items() if type(module) is t), None)
+            if rule is None:
+                rule = next((r for t, r in MODULE_RULES.items() if isinstance(module, t)), None)
+            if isinstance(module, _LOG_SOFTMAX_MODULES):
+                ctx.key = "log_softmax"
+        else:
+            rule = RULES.get(key) or (RULES.get(key.rstrip("_")) if key.endswith("_") and not key.startswith("_") else None)
+    if rule is None:
+        raise unsupported(desc, n)
+    value = rule(ctx)
+    return _marked(ctx, n, value)
+
+
+def _user_rule(n, module, key):
+    if not _REGISTRY:
+        return None
+    if module is not None:
+        for t in type(module).__mro__:
+            if t in _REGISTRY:
+                return _REGISTRY[t]
+    target = n.target
+    if n.op == "call_function":
+        for candidate in (target, getattr(target, "overloadpacket", None)):
+            if candidate is not None and candidate in _REGISTRY:
+                return _REGISTRY[candidate]
+    return _REGISTRY.get(key)
+
+
+def _marked(ctx: OpContext, n, value):
+    """Apply an annotation carried by an exported node (torch.export path)."""
+    mark = (n.meta.get("custom") or {}).get(_state.MARK)
+    if not mark:
+        return value
+    name, arg = mark
+    if name == "identity_loss":
+        if arg == "none":
+            value = _annotation(ctx, name, "none", value)
+        else:
+            ctx.cap.explicit_loss = ctx.t(value)
+        return value
+    if name == "serialized_matmul":
+        return value
+    return _annotation(ctx, name, arg, value)
