@@ -4,6 +4,9 @@
     ipusim run --model bert-large --num-layers 4 --training --gradient-accumulation 8
     ipusim run --model resnet50 --micro-batch 4 --json
     ipusim run --output reports/bert             # also writes CSV/JSON/PNG files there
+    ipusim run --model bert-large --micro-batch 2 --layers-per-ipu 3,7,7,7 --system ipu-m2000 \
+        --training --optimizer lamb --gradient-accumulation 10 --optimizer-state off-chip
+    ipusim run --model bert-base --num-layers 4 --system ipu-m2000 --strategy parallel-phased
     ipusim systems                               # the system configs
     ipusim models                                # the model zoo and its default parameters
 
@@ -20,7 +23,9 @@ from pathlib import Path
 
 import sim
 import models
-from .options import OutputMode
+from .options import OutputMode, OverlapMode, TensorLocationSettings
+from .strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
+                       ShardedExecution, Stage, SyncPattern)
 from .report import format_summary, prepare_directory, to_json, write_outputs
 from .training import OPTIMIZERS
 
@@ -59,6 +64,35 @@ def _output_mode(text: str) -> tuple[OutputMode, int | None]:
     raise argparse.ArgumentTypeError(f"expected all, final, sum or everyn:N (N >= 1), got {text!r}")
 
 
+STRATEGIES = ("pipelined", "sharded", "serial-phased", "parallel-phased")
+SYNC_PATTERNS = {"full": SyncPattern.Full, "single-pipeline": SyncPattern.SinglePipeline,
+                 "replica-and-ladder": SyncPattern.ReplicaAndLadder}
+OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.OverlapAccumulationLoop,
+                 "device": OverlapMode.OverlapDeviceIterationLoop}
+OPTIMIZER_STATES = ("on-chip", "off-chip", "rts")
+
+
+def _int_list(text: str) -> list[int]:
+    """``3,7,7,7`` -> [3, 7, 7, 7] (whole numbers >= 0)."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers like 3,7,7,7, got {text!r}")
+    return values
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ipusim", description="Discrete-event performance simulator "
                                 "for Graphcore IPU systems.")
@@ -77,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         m.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N")
     m.add_argument("--param", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
                    help="any model parameter; VALUE is parsed as int, float or JSON (repeatable)")
+    m.add_argument("--layers-per-ipu", type=_int_list, metavar="N,N,...",
+                   help="the zoo's layers_per_ipu: place consecutive layers on IPUs 0, 1, ... (e.g. 3,7,7,7)")
     o = r.add_argument_group("options (PopTorch names in brackets)")
     o.add_argument("--device-iterations", type=int, metavar="N", help="[deviceIterations]")
     o.add_argument("--gradient-accumulation", type=int, metavar="N",
@@ -88,6 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="[outputMode] (default: all for inference, final for training)")
     o.add_argument("--available-memory-proportion", type=float, metavar="P",
                    help="[setAvailableMemoryProportion] for every IPU, in (0, 1] (default: 0.6)")
+    x = r.add_argument_group("multi-IPU and host IO (PopTorch names in brackets)")
+    x.add_argument("--strategy", choices=STRATEGIES,
+                   help="[setExecutionStrategy] pipelined or sharded: the model's IPU placement as stages "
+                   "(see --layers-per-ipu); serial-phased: one phase per block of the model, all on IPU 0; "
+                   "parallel-phased: one phase per block, alternating IPUs 0 and 1 (default: pipelined "
+                   "when the model spans several IPUs)")
+    x.add_argument("--sync-pattern", choices=list(SYNC_PATTERNS), help="[syncPattern] (default: full)")
+    x.add_argument("--replicas", type=_positive, metavar="N", help="[replicationFactor] (default: 1)")
+    x.add_argument("--io-tiles", type=int, metavar="N",
+                   help="[TensorLocations.numIOTiles] an even number from 32 to 192 (default: none)")
+    x.add_argument("--overlap", choices=list(OVERLAP_MODES),
+                   help="[set_overlap_for_input/output] on every model input and output; needs --io-tiles")
+    x.add_argument("--prefetch-depth", type=_positive, metavar="N",
+                   help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
+    x.add_argument("--optimizer-state", choices=OPTIMIZER_STATES,
+                   help="[TensorLocations.setOptimizerLocation] on-chip, off-chip (streaming memory) or rts "
+                   "(on chip, sharded over --replicas); training only")
     out = r.add_argument_group("output")
     out.add_argument("--output", metavar="DIR", type=Path,
                      help="also write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png")
@@ -105,11 +158,69 @@ def _model_params(args) -> dict:
     params = dict(DEFAULT_PARAMS) if args.model is None else {}
     params.update({k: getattr(args, k) for k in MODEL_PARAM_FLAGS if getattr(args, k) is not None})
     params.update(dict(args.param))
+    if args.layers_per_ipu is not None:
+        params["layers_per_ipu"] = args.layers_per_ipu
     return params
 
 
-def _options(args, system: sim.System) -> sim.Options:
+def _blocks(graph: sim.Graph) -> list[str]:
+    """The model's blocks in forward order (what a phased strategy puts in its phases)."""
+    return list(dict.fromkeys(op.block for op in graph.ops if op.block is not None))
+
+
+def _placed_stages(graph: sim.Graph) -> list[Stage]:
+    """The model's own placement as explicit stages: the blocks of each annotated stage, on its
+    IPU, in stage order (empty if some op has no block, stage or IPU)."""
+    if any(op.block is None or op.stage is None or op.ipu is None for op in graph.ops):
+        return []
+    stages: dict[int, tuple[list[str], int]] = {}
+    for op in graph.ops:
+        blocks, _ = stages.setdefault(op.stage, ([], op.ipu))
+        if op.block not in blocks:
+            blocks.append(op.block)
+    return [Stage(*blocks).ipu(ipu) for _, (blocks, ipu) in sorted(stages.items())]
+
+
+def _strategy(args, graph: sim.Graph, parser):
+    if args.strategy is None:
+        return None
+    if args.strategy in ("pipelined", "sharded"):
+        stages = _placed_stages(graph)
+        if len({s._ipu for s in stages}) < 2:
+            parser.error(f"--strategy {args.strategy} needs a model placed on several IPUs (e.g. "
+                         "--layers-per-ipu for bert/gpt2, --param 'split_points=[...]' for resnet50)")
+        cls = PipelinedExecution if args.strategy == "pipelined" else ShardedExecution
+        return cls(*stages)
+    blocks = _blocks(graph)
+    if not blocks or graph.ops[0].block is None:
+        parser.error(f"--strategy {args.strategy} needs a model whose layers are blocks (e.g. bert, gpt2, "
+                     f"resnet50); {graph.name!r} has {'none' if not blocks else 'ops before its first block'}")
+    if args.strategy == "serial-phased":
+        return SerialPhasedExecution(*[Phase(Stage(b).ipu(0)) for b in blocks])
+    return ParallelPhasedExecution(*[Phase(Stage(b).ipu(i % 2)) for i, b in enumerate(blocks)])
+
+
+def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
     opts = sim.Options()
+    strategy = _strategy(args, graph, parser)
+    if strategy is not None:
+        opts.setExecutionStrategy(strategy)
+    if args.sync_pattern is not None:
+        opts.syncPattern(SYNC_PATTERNS[args.sync_pattern])
+    if args.replicas is not None:
+        opts.replicationFactor(args.replicas)
+    if args.io_tiles is not None:
+        opts.TensorLocations.numIOTiles(args.io_tiles)
+    if args.overlap is not None and args.overlap != "none":
+        for name in graph.inputs + graph.outputs:
+            graph.overlap[name] = int(OVERLAP_MODES[args.overlap])
+    if args.prefetch_depth is not None:
+        opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
+    if args.optimizer_state is not None:
+        where = TensorLocationSettings().useOnChipStorage(args.optimizer_state != "off-chip")
+        if args.optimizer_state == "rts":
+            where.useReplicatedTensorSharding(True)
+        opts.TensorLocations.setOptimizerLocation(where)
     if args.device_iterations is not None:
         opts.deviceIterations(args.device_iterations)
     if args.gradient_accumulation is not None:
@@ -127,11 +238,15 @@ def _options(args, system: sim.System) -> sim.Options:
 def _cmd_run(args, parser) -> int:
     if args.optimizer and not args.training:
         parser.error("--optimizer only applies with --training")
+    if args.optimizer_state and not args.training:
+        parser.error("--optimizer-state only applies with --training")
+    if args.optimizer_state == "rts" and (args.replicas or 1) < 2:
+        parser.error("--optimizer-state rts shards the state over replicas: give --replicas 2 or more")
     if args.output is not None and args.output.exists() and not args.output.is_dir():
         parser.error(f"--output {str(args.output)!r} exists and is not a directory")
     system = sim.load_system(args.system)
     graph = models.get(args.model or DEFAULT_MODEL, **_model_params(args))
-    run = sim.simulate(graph, system, _options(args, system), training=args.training,
+    run = sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
                        optimizer=args.optimizer or "sgd")
     written = write_outputs(run, prepare_directory(args.output)) if args.output is not None else []
     if args.json:

@@ -1,50 +1,90 @@
 """Collectives across replicas (GCL-style): algorithms, their steps and what they cost.
 
-A collective over ``N`` members on tensors of ``S`` bytes runs as steps; in every step each
-member sends one chunk to its neighbour on the ring, so a step lasts as long as the slowest
-ring edge: its latency (one per hop, a GW-Link's when it leaves the POD) plus the chunk over
-its bandwidth. Algorithms:
+A collective over ``N`` members on tensors of ``S`` bytes runs as steps. In a step every
+member sends one chunk over the edges the algorithm uses, so a step lasts as long as its
+slowest edge: the link latency (once per IPU-Link hop, or a GW-Link's where the edge leaves
+the POD) plus the chunk over the edge's bandwidth. An IPU-Link direction carries one edge at a
+time; a chassis' GW-Links are shared by every edge leaving the chassis in that step (and by
+``concurrent`` collectives running at once). Algorithms:
 
-``ring``                one direction; all-reduce = reduce-scatter + all-gather,
-                        ``2(N-1)`` steps of ``S/N``; reduce-scatter, all-gather and all-to-all
-                        ``N-1`` steps of ``S/N``
-``bidirectional_ring``  two rings in opposite directions, each on half the data: the same
-                        steps with chunks of ``S/2N`` (links carry both directions at once)
-``meet_in_middle``      the two halves of the ring reduce towards each other: ``N/2`` steps of
-                        ``S/2`` per direction, then the same back (all-reduce only)
-``broadcast_reduce``    every member sends its whole tensor to every other (all-to-all
-                        exchange then a local reduce): ``ceil(log2 N)`` steps of ``S``;
-                        best for small tensors, where latency dominates
-``hierarchical``        when the members span PODs: reduce-scatter inside each POD over
-                        IPU-Links, all-reduce of the shards across PODs over GW-Links,
-                        all-gather inside each POD
+``ring``                one direction round the ring; all-reduce = reduce-scatter then
+                        all-gather, ``2(N-1)`` steps of ``S/N``; reduce-scatter, all-gather and
+                        all-to-all ``N-1`` steps of ``S/N``
+``bidirectional_ring``  two rings in opposite directions, each on half the data: the same steps
+                        with chunks of ``S/2N`` (links carry both directions at once); with two
+                        members it is the ring
+``meet_in_middle``      all-reduce only: the two halves of the ring reduce towards each other,
+                        ``ceil(N/2)`` steps of ``S/2`` in each direction, then back the same way
+``broadcast_reduce``    all-reduce only, for small tensors: recursive doubling, ``ceil(log2 N)``
+                        steps; in step ``k`` each member exchanges its whole partial sum with the
+                        member ``2^k`` places along the ring and adds it, so ``2^k`` transfers
+                        share each link on the way and the partner's hops set the latency
+``hierarchical``        members in several PODs: a reduce-scatter inside each POD over IPU-Links
+                        (bidirectional rings), the shards reduced across PODs over GW-Links (one
+                        ring per shard, all at once), an all-gather inside each POD
 
-``auto`` (GCL's default) picks the fastest for the size, as GCL picks by size and topology.
+``auto`` (GCL's default) picks the fastest of those that apply, as GCL picks by tensor size and
+topology: the latency-bound ones for small tensors, the bandwidth-optimal rings for large ones
+and the hierarchical one across PODs.
+
+Replica groups follow PopXL's ``replica_grouping(stride, group_size)`` (:func:`replica_grouping`
+gives its ``assignment``) and PopTorch / PopART's ``CommGroupType`` (:func:`comm_group`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from .errors import OptionsError
 from .hardware import System
-from .program import Collective
-from .topology import crosses_gw_link, hops
+from .program import Collective, Sequence
+from .topology import crosses_gw_link, hops, route
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 ALGORITHMS = ("ring", "bidirectional_ring", "meet_in_middle", "broadcast_reduce", "hierarchical")
 
+Edge = tuple[int, int]
+
+
+def normalize_op(op: str) -> str:
+    """``"all-reduce"``, ``"AllReduce"`` or ``"all_reduce"`` -> ``"all_reduce"``."""
+    key = op.strip().lower().replace("-", "_")
+    aliases = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter", "allgather": "all_gather",
+               "alltoall": "all_to_all"}
+    key = aliases.get(key, key)
+    if key not in OPS:
+        raise OptionsError(f"unknown collective {op!r}; known: {', '.join(o.replace('_', '-') for o in OPS)}")
+    return key
+
+
+def bus_factor(op: str, n: int) -> float:
+    """NCCL's bus-bandwidth factor: bytes each link carries per byte of the tensor.
+
+    ``2(N-1)/N`` for all-reduce; ``(N-1)/N`` for reduce-scatter, all-gather and all-to-all.
+    """
+    op = normalize_op(op)
+    if n < 2:
+        return 0.0
+    return (2 if op == "all_reduce" else 1) * (n - 1) / n
+
 
 @dataclass(frozen=True)
 class CollectivePlan:
-    """A priced collective. ``phases`` are ``(steps, cycles per step)``."""
+    """A priced collective.
+
+    ``phases`` are ``(steps, cycles per step)``; ``edges`` are the directed IPU pairs
+    ``(src, dst)`` whose links the steps use (the ring edges, both directions when the
+    algorithm uses both).
+    """
 
     op: str
     algorithm: str
     group_size: int
     nbytes: int
     phases: tuple[tuple[int, int], ...]
+    edges: tuple[Edge, ...] = ()
 
     @property
     def cycles(self) -> int:
@@ -54,104 +94,210 @@ class CollectivePlan:
     def steps(self) -> int:
         return sum(n for n, _ in self.phases)
 
+    @property
+    def both_directions(self) -> bool:
+        """Do the steps use the links in both directions round the ring?"""
+        return self.algorithm not in ("ring", "none") and self.group_size > 2
 
-def _edge_cycles(system: System, a: int, b: int, nbytes: float, concurrent: int) -> int:
-    """One step's cycles on the edge a -> b carrying ``nbytes``."""
-    if crosses_gw_link(system, a, b):
-        link = system.gw_link
-        bw = link.bytes_per_s / max(1, concurrent)  # the chassis' GW-Links are shared by its rings
-        latency = link.latency_cycles
-    else:
-        link = system.ipu_link
-        bw = link.bytes_per_s
-        latency = link.latency_cycles * max(1, hops(system, a, b))
-    return latency + system.seconds_to_cycles(nbytes / bw)
+    def seconds(self, system: System) -> float:
+        return system.cycles_to_seconds(self.cycles)
 
 
-def _ring_step(system: System, members: list[int], chunk: float, concurrent: int) -> int:
-    if len(members) < 2:
+# --- edges and steps --------------------------------------------------------------------------
+
+def _ring_edges(members: list[int], both: bool = False) -> list[Edge]:
+    """Directed edges of the ring through ``members`` in order (and back, with ``both``)."""
+    n = len(members)
+    if n < 2:
+        return []
+    forward = [(members[i], members[(i + 1) % n]) for i in range(n)]
+    if n == 2:
+        return forward  # 0 -> 1 and 1 -> 0 already use both directions
+    return forward + [(b, a) for a, b in forward] if both else forward
+
+
+def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: int = 1,
+                 load: int = 1) -> int:
+    """Cycles of one step in which each edge carries ``nbytes`` (``load`` transfers share it).
+
+    An edge that leaves the POD uses its chassis' GW-Links, shared by every edge leaving that
+    chassis in the step and by ``concurrent`` collectives; other edges use an IPU-Link direction
+    and pay its latency once per hop.
+    """
+    if not edges:
         return 0
-    edges = zip(members, members[1:] + members[:1])
-    return max(_edge_cycles(system, a, b, chunk, concurrent) for a, b in edges)
+    leaving = Counter(system.chassis_of(a) for a, b in edges if crosses_gw_link(system, a, b))
+    worst = 0
+    for a, b in edges:
+        if crosses_gw_link(system, a, b):
+            link = system.gw_link
+            share = leaving[system.chassis_of(a)] * max(1, concurrent)
+            cycles = link.latency_cycles + system.seconds_to_cycles(nbytes * load * share / link.bytes_per_s)
+        else:
+            link = system.ipu_link
+            cycles = (link.latency_cycles * max(1, hops(system, a, b))
+                      + system.seconds_to_cycles(nbytes * load / link.bytes_per_s))
+        worst = max(worst, cycles)
+    return worst
 
 
 def _ring_steps(op: str, n: int) -> int:
     return 2 * (n - 1) if op == "all_reduce" else n - 1
 
 
-def plan_collective(system: System, op: str, nbytes: int, members: list[int],
-                    algorithm: str = "auto", concurrent: int = 1) -> CollectivePlan:
-    """Price ``op`` on tensors of ``nbytes`` over the IPUs ``members`` (in ring order).
-
-    ``concurrent`` is how many such collectives share each chassis' GW-Links at once.
-    """
-    if op not in OPS:
-        raise OptionsError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
-    if algorithm != "auto" and algorithm not in ALGORITHMS:
-        raise OptionsError(f"unknown collective algorithm {algorithm!r}; known: auto, {', '.join(ALGORITHMS)}")
+def _ring(system, op, nbytes, members, concurrent, both):
     n = len(members)
-    if n < 2 or nbytes <= 0:
-        return CollectivePlan(op, "none", n, nbytes, ())
-    candidates = {}
-    candidates["ring"] = ((_ring_steps(op, n), _ring_step(system, members, nbytes / n, concurrent)),)
-    candidates["bidirectional_ring"] = (
-        (_ring_steps(op, n), _ring_step(system, members, nbytes / (2 * n), concurrent)),)
-    if op == "all_reduce":
-        half = math.ceil(n / 2)
-        candidates["meet_in_middle"] = ((2 * half, _ring_step(system, members, nbytes / 2, concurrent)),)
-        candidates["broadcast_reduce"] = ((math.ceil(math.log2(n)), _ring_step(system, members, nbytes, concurrent)),)
-    pods = sorted({system.pod_of(m) for m in members})
-    if len(pods) > 1:
-        candidates["hierarchical"] = _hierarchical(system, op, nbytes, members, pods, concurrent)
-    if algorithm == "auto":
-        name = min(candidates, key=lambda k: (sum(s * c for s, c in candidates[k]), ALGORITHMS.index(k)))
-    elif algorithm in candidates:
-        name = algorithm
-    else:
-        raise OptionsError(f"algorithm {algorithm!r} does not apply to {op} over {n} members"
-                           + (" in one POD" if algorithm == "hierarchical" else ""))
-    return CollectivePlan(op, name, n, nbytes, tuple(p for p in candidates[name] if p[0] and p[1]))
+    edges = _ring_edges(members, both)
+    split = 2 if both and n > 2 else 1
+    return ((_ring_steps(op, n), _step_cycles(system, edges, nbytes / n / split, concurrent)),), edges
+
+
+def _meet_in_middle(system, nbytes, members, concurrent):
+    half = math.ceil(len(members) / 2)
+    edges = _ring_edges(members, both=True)
+    return ((2 * half, _step_cycles(system, edges, nbytes / 2, concurrent)),), edges
+
+
+def _recursive_doubling(system, nbytes, members, concurrent):
+    n = len(members)
+    phases, edges = [], set()
+    for k in range(math.ceil(math.log2(n))):
+        d = 1 << k
+        pairs = []
+        for i in range(n):
+            j = i ^ d if (n & (n - 1)) == 0 else (i + d) % n
+            if j < n and j != i:
+                pairs.append((members[i], members[j]))
+        edges.update(pairs)
+        phases.append((1, _step_cycles(system, pairs, nbytes, concurrent, load=min(d, n - d))))
+    return tuple(phases), sorted(edges)
 
 
 def _hierarchical(system, op, nbytes, members, pods, concurrent):
     per_pod = [[m for m in members if system.pod_of(m) == p] for p in pods]
     local = min(len(p) for p in per_pod)
-    inner_rs = (local - 1, max(_ring_step(system, p, nbytes / local, concurrent) for p in per_pod))
-    leaders = [p[0] for p in per_pod]  # one shard-holder per POD, for each of the shards in parallel
-    across = (_ring_steps("all_reduce" if op == "all_reduce" else op, len(pods)),
-              _ring_step(system, leaders, nbytes / local / len(pods), concurrent * local))
-    if op == "all_reduce":
-        return (inner_rs, across, inner_rs)
-    return (inner_rs, across)
+    inner_edges = [e for p in per_pod for e in _ring_edges(p[:local], both=True)]
+    split = 2 if local > 2 else 1
+    inner = (local - 1, _step_cycles(system, inner_edges, nbytes / local / split, concurrent))
+    # shard j is reduced across PODs by the j-th member of every POD, all shards at once
+    across_edges = [e for j in range(local) for e in _ring_edges([p[j] for p in per_pod])]
+    across_op = "all_reduce" if op == "all_reduce" else op
+    across = (_ring_steps(across_op, len(pods)),
+              _step_cycles(system, across_edges, nbytes / local / len(pods), concurrent))
+    phases = (inner, across, inner) if op == "all_reduce" else (inner, across)
+    return phases, inner_edges + across_edges
 
 
-def replica_group(rank: int, replicas: int, group_type: str = "all", group_size: int | None = None) -> list[int]:
-    """Replicas in the same group as ``rank`` (PopTorch CommGroupType semantics).
+def plan_collective(system: System, op: str, nbytes: int, members: list[int],
+                    algorithm: str = "auto", concurrent: int = 1) -> CollectivePlan:
+    """Price ``op`` on tensors of ``nbytes`` over the IPUs ``members`` (in ring order).
 
-    ``all``: every replica. ``consecutive``: groups of ``group_size`` consecutive replicas.
-    ``orthogonal``: replicas ``rank mod G`` apart, where ``G = replicas / group_size`` (one from
-    each consecutive group). ``none``: the replica alone.
+    ``concurrent`` is how many such collectives run at once and share each chassis' GW-Links
+    (one per IPU position of a multi-IPU replica).
     """
-    if group_type == "all":
-        return list(range(replicas))
-    if group_type == "none":
-        return [rank]
-    if not group_size or replicas % group_size:
-        raise OptionsError(f"replica group size {group_size} must divide the {replicas} replicas")
-    if group_type == "consecutive":
-        start = rank // group_size * group_size
-        return list(range(start, start + group_size))
-    if group_type == "orthogonal":
-        stride = replicas // group_size
-        return list(range(rank % stride, replicas, stride))
-    raise OptionsError(f"unknown replica grouping {group_type!r}")
+    op = normalize_op(op)
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
+        raise OptionsError(f"unknown collective algorithm {algorithm!r}; known: auto, {', '.join(ALGORITHMS)}")
+    members = list(members)
+    if len(set(members)) != len(members):
+        raise OptionsError(f"collective members must be distinct IPUs, got {members}")
+    n = len(members)
+    if n < 2 or nbytes <= 0:
+        return CollectivePlan(op, "none", n, nbytes, ())
+    candidates = {"ring": _ring(system, op, nbytes, members, concurrent, both=False),
+                  "bidirectional_ring": _ring(system, op, nbytes, members, concurrent, both=True)}
+    if op == "all_reduce":
+        candidates["meet_in_middle"] = _meet_in_middle(system, nbytes, members, concurrent)
+        candidates["broadcast_reduce"] = _recursive_doubling(system, nbytes, members, concurrent)
+    pods = sorted({system.pod_of(m) for m in members})
+    if len(pods) > 1 and op != "all_to_all":
+        candidates["hierarchical"] = _hierarchical(system, op, nbytes, members, pods, concurrent)
+
+    def cost(name):
+        return sum(s * c for s, c in candidates[name][0])
+    if algorithm == "auto":
+        name = min(candidates, key=lambda k: (cost(k), ALGORITHMS.index(k)))
+    elif algorithm in candidates:
+        name = algorithm
+    else:
+        where = " in one POD" if algorithm == "hierarchical" and len(pods) == 1 else ""
+        raise OptionsError(f"algorithm {algorithm!r} does not apply to {op.replace('_', '-')} over {n} "
+                           f"members{where}; it applies to: {', '.join(candidates)}")
+    phases, edges = candidates[name]
+    return CollectivePlan(op, name, n, nbytes, tuple(p for p in phases if p[0] and p[1]),
+                          tuple(dict.fromkeys(edges)))
+
+
+# --- program items ------------------------------------------------------------------------------
+
+def link_resources(system: System, edges) -> tuple[tuple, ...]:
+    """Engine resources of directed edges: every IPU-Link direction on each edge's route.
+
+    Keys are those :class:`~sim.program.IpuCopy` uses (``("ipu_link", src, dst)``), so a copy
+    on a link a collective's edge passes through queues behind the step holding it. An edge
+    that leaves the POD is one resource, its two ends.
+    """
+    return tuple(sorted({("ipu_link", x, y) for a, b in edges for x, y in route(system, a, b)}))
+
+
+def collective_item(system: System, op: str, nbytes: int, members: list[int], algorithm: str = "auto",
+                    concurrent: int = 1, name: str | None = None) -> tuple[Collective, CollectivePlan]:
+    """A :class:`~sim.program.Collective` over all of ``members`` holding every link it uses."""
+    plan = plan_collective(system, op, nbytes, members, algorithm, concurrent)
+    label = name or f"{plan.op.replace('_', '-')} ({plan.algorithm}, {len(members)} members)"
+    item = Collective(tuple(members), plan.op, nbytes, len(members), plan.algorithm, plan.phases,
+                      link_resources(system, plan.edges), label)
+    return item, plan
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """A collective simulated by the engine. Bandwidths in bytes per second."""
+
+    plan: CollectivePlan
+    cycles: int  # the engine's
+    seconds: float
+    system: str
+
+    @property
+    def algorithm_bandwidth(self) -> float:
+        """``S / t``: the tensor's bytes over the time."""
+        return self.plan.nbytes / self.seconds if self.seconds else 0.0
+
+    @property
+    def bus_bandwidth(self) -> float:
+        """NCCL convention: algorithm bandwidth x :func:`bus_factor`."""
+        return self.algorithm_bandwidth * bus_factor(self.plan.op, self.plan.group_size)
+
+    def summary(self) -> dict:
+        p = self.plan
+        return {"system": self.system, "op": p.op.replace("_", "-"), "bytes": p.nbytes, "replicas": p.group_size,
+                "algorithm": p.algorithm, "seconds": self.seconds, "cycles": self.cycles, "steps": p.steps,
+                "algorithm_bandwidth": self.algorithm_bandwidth, "bus_bandwidth": self.bus_bandwidth,
+                "phases": [list(ph) for ph in p.phases]}
+
+
+def run_collective(system: System | str, op: str, nbytes: int, members: list[int],
+                   algorithm: str = "auto") -> CollectiveResult:
+    """Simulate one collective over ``members`` alone: a program of one Collective, run by the engine."""
+    from .engine import Engine
+    from .hardware import load_system
+    system = load_system(system)
+    bad = [m for m in members if not 0 <= m < system.num_ipus]
+    if bad:
+        raise OptionsError(f"IPU {bad[0]} is not in system {system.name!r}, which has {system.num_ipus} IPUs")
+    item, plan = collective_item(system, op, nbytes, members, algorithm)
+    timeline = Engine(system).run(Sequence([item], name="collective"))
+    cycles = int(timeline.total_cycles)
+    return CollectiveResult(plan, cycles, system.cycles_to_seconds(cycles), system.name)
 
 
 def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str) -> list[Collective]:
     """One collective per IPU position of a replica, over all replicas, run at once.
 
     Each IPU of a replica reduces (or gathers) with the IPUs at the same position in the
-    other replicas; the simulated ones hold their ring's links while it runs.
+    other replicas. The collective is priced over the full ring; the simulated replicas hold
+    the links between them (as a ring, in the directions the algorithm uses) step by step.
     """
     items = []
     k = ctx.ipus_per_replica
@@ -163,7 +309,88 @@ def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str) -> 
         plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm,
                                concurrent=len(bytes_by_position))
         simulated = [r * k + position for r in ctx.replicas]
-        links = tuple(("ipu_link", a, b) for a, b in zip(simulated, simulated[1:] + simulated[:1]) if a != b)
+        links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
         items.append(Collective(tuple(simulated), op, nbytes, R, plan.algorithm, plan.phases, links,
                                 f"{what} {op.replace('_', '-')} (IPU {position})"))
     return items
+
+
+# --- replica groups -----------------------------------------------------------------------------
+
+def _check_grouping(replicas: int, stride: int, group_size: int) -> None:
+    for name, v in (("replicas", replicas), ("stride", stride), ("group size", group_size)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise OptionsError(f"replica grouping: {name} must be a whole number >= 1, got {v!r}")
+    if replicas % (stride * group_size):
+        raise OptionsError(f"replica grouping (stride {stride}, group size {group_size}) does not tile "
+                           f"{replicas} replicas: stride x group size must divide the replica count")
+
+
+def replica_grouping(replicas: int, stride: int = 1, group_size: int | None = None) -> list[int]:
+    """PopXL's ``ir.replica_grouping(stride, group_size).assignment`` for ``replicas`` replicas.
+
+    Entry ``r`` is the group of replica ``r``. A group holds ``group_size`` replicas ``stride``
+    apart (default group size: ``replicas // stride``); replica ``r`` is in group
+    ``r % stride + stride * (r // (stride * group_size))``. With 8 replicas, stride 2 and group
+    size 2: ``[0, 1, 0, 1, 2, 3, 2, 3]``.
+    """
+    size = replicas // stride if group_size is None and isinstance(stride, int) and stride > 0 else group_size
+    _check_grouping(replicas, stride, size)
+    return [r % stride + stride * (r // (stride * size)) for r in range(replicas)]
+
+
+def groups_of(assignment: list[int]) -> list[list[int]]:
+    """The replicas of each group, in group order, from an assignment list."""
+    groups: dict[int, list[int]] = {}
+    for r, g in enumerate(assignment):
+        groups.setdefault(g, []).append(r)
+    return [groups[g] for g in sorted(groups)]
+
+
+def _group_type_name(group_type) -> str:
+    name = getattr(group_type, "name", group_type)
+    key = str(name).strip().lower()
+    aliases = {"nogrouping": "none", "ungrouped": "none", "no_grouping": "none"}
+    key = aliases.get(key, key)
+    if key not in ("all", "consecutive", "orthogonal", "none"):
+        raise OptionsError(f"unknown replica grouping {group_type!r}; known: All, Consecutive, Orthogonal, "
+                           "NoGrouping")
+    return key
+
+
+def comm_group(replicas: int, group_type="all", group_size: int | None = None) -> tuple[int, int]:
+    """``(stride, group_size)`` of PopTorch / PopART's ``CommGroupType`` with ``group_size``.
+
+    ``All``: one group of every replica (the size is ignored). ``Consecutive``: groups of
+    ``group_size`` consecutive replicas. ``Orthogonal``: groups of ``group_size`` replicas
+    ``m = replicas / group_size`` apart, ``{0, m, 2m, ...}, {1, m+1, ...}`` (PopART's
+    ``commgroup.hpp``; the groups cut across the consecutive blocks of ``m``). ``NoGrouping``:
+    every replica alone. With 8 replicas, Orthogonal with group size 2 is ``{0,4} {1,5} {2,6}
+    {3,7}``, that is PopXL's ``replica_grouping(stride=4, group_size=2)``.
+    """
+    kind = _group_type_name(group_type)
+    if kind == "all":
+        return 1, replicas
+    if kind == "none":
+        return 1, 1
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1 \
+            or replicas % group_size:
+        raise OptionsError(f"replica group size {group_size!r} must be a whole number that divides the "
+                           f"{replicas} replicas")
+    if kind == "consecutive":
+        return 1, group_size
+    return replicas // group_size, group_size
+
+
+def comm_group_assignment(replicas: int, group_type="all", group_size: int | None = None) -> list[int]:
+    """The group of each replica under a ``CommGroupType`` (as :func:`replica_grouping`)."""
+    stride, size = comm_group(replicas, group_type, group_size)
+    return replica_grouping(replicas, stride, size)
+
+
+def replica_group(rank: int, replicas: int, group_type="all", group_size: int | None = None) -> list[int]:
+    """Replicas in the same group as ``rank`` (PopTorch ``CommGroupType`` semantics)."""
+    if not 0 <= rank < replicas:
+        raise OptionsError(f"replica {rank} is not one of the {replicas} replicas")
+    assignment = comm_group_assignment(replicas, group_type, group_size)
+    return [r for r, g in enumerate(assignment) if g == assignment[rank]]

@@ -125,7 +125,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     ctx = Context(g, system, o, training, mode, costs, stages, updates, k, simulated, notes,
                   collective_algorithm, tiles, *_collapsing(g, o))
     program = _BUILDERS[strategy](ctx)
-    memory = {ipu: _memory(g, ctx, ipu, tiles, system) for ipu in range(k)}
+    memory = {ipu: _memory(g, ctx, ipu, tiles, system, strategy) for ipu in range(k)}
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
                       strategy, k, simulated, ctx.stages)
@@ -162,10 +162,14 @@ def _apply_locations(g: Graph, o: Options, phased: bool) -> None:
             t.shards = o.replication_factor
 
 
-def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System) -> IpuMemory:
+def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strategy: str) -> IpuMemory:
     """Memory of IPU ``ipu`` (within a replica): its stages' runs, stashes and updates."""
-    runs = [s.ops for s in ctx.stages if s.ipu == ipu]
-    runs.append([op for op in ctx.updates if op.ipu == ipu])
+    unit = {"pipelined": "pipeline stage", "sharded": "stage", "serial_phased": "phase",
+            "parallel_phased": "phase"}.get(strategy)  # a single-IPU model has no stages to name
+    runs = [(s.ops, f"{unit} {s.index}" if unit else None) for s in ctx.stages if s.ipu == ipu]
+    runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update"))
+    runs = [(ops, label) for ops, label in runs if ops]
     stash = sum(s.stash_depth * s.inputs_bytes for s in ctx.stages if s.ipu == ipu)
-    return analyse_ipu(g, [r for r in runs if r], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
-                       system.ipu.reserved_bytes_per_tile, stash_bytes=stash)
+    return analyse_ipu(g, [ops for ops, _ in runs], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
+                       system.ipu.reserved_bytes_per_tile, stash_bytes=stash,
+                       run_labels=[label for _, label in runs])

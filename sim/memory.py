@@ -84,12 +84,15 @@ class _Layout:
 
 
 def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ipu: int, tiles: int,
-                sram_bytes: int, reserved_bytes: int, stash_bytes: int = 0, check: bool = True) -> IpuMemory:
+                sram_bytes: int, reserved_bytes: int, stash_bytes: int = 0, check: bool = True,
+                run_labels: list[str | None] | None = None) -> IpuMemory:
     """Peak memory per tile of an IPU that executes ``runs`` (op lists, each in order).
 
     Each run starts with no live activations (a pipeline stage, the weight update); its inputs
     that no op of the run produces are live from its start. ``stash_bytes`` (pipeline stashes
-    of stage inputs) are live throughout, spread over all tiles.
+    of stage inputs) are live throughout, spread over all tiles. ``run_labels`` name the runs
+    (e.g. ``"pipeline stage 4"``) for the out-of-memory error; without them it names the op's
+    forward stage annotation.
     """
     tensors = graph.tensors
     always = np.full(tiles, float(reserved_bytes) + stash_bytes / tiles)
@@ -109,18 +112,25 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
     peak = always.copy()
     peak_at = np.full(tiles, -1)
     ops_seen: list[Op] = []
+    run_of: list[int] = []  # index of the run of each op in ops_seen
     by_role["activation_peak"] = 0
-    for run in runs:
+    for k, run in enumerate(runs):
         _sweep(graph, run, costs, tiles, layout, always, peak, peak_at, len(ops_seen), by_role)
         ops_seen += run
+        run_of += [k] * len(run)
     fullest = int(peak.argmax())
     op = ops_seen[peak_at[fullest]] if peak_at[fullest] >= 0 else None
     mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak).astype(np.int64),
                     op.name if op else "(always-live data)", by_role)
     if check and mem.peak_tile_bytes > sram_bytes:
         short = mem.peak_tile_bytes - sram_bytes
-        what = (f"op {op.name!r} ({op.kind}, {op.pass_} pass, pipeline stage {op.stage})" if op
-                else "its always-live data")
+        if op is None:
+            what = "its always-live data"
+        elif run_labels is not None:
+            label = run_labels[run_of[peak_at[fullest]]]
+            what = f"op {op.name!r} ({op.kind}, {op.pass_} pass" + (f", {label})" if label else ")")
+        else:
+            what = f"op {op.name!r} ({op.kind}, {op.pass_} pass, pipeline stage {op.stage})"
         raise OutOfMemoryError(
             f"Out of memory on IPU {ipu}: tile {fullest} needs {mem.peak_tile_bytes:,} bytes at "
             f"{what} but a tile has {sram_bytes:,} bytes; short by {short:,} bytes "

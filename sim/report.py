@@ -21,9 +21,13 @@ from .options import OutputMode
 from .program import CATEGORIES
 from .results import Run
 
-#: colours of the timeline, by task kind (anything else is grey)
+#: colours of the timeline, by task kind (anything else is grey); compute is coloured by pass
 KIND_COLOURS = {"compute": "tab:blue", "host_io": "tab:orange", "sync": "tab:gray",
-                "inter_ipu": "tab:green", "collective": "tab:red", "repeat": "tab:purple"}
+                "inter_ipu": "tab:green", "collective": "tab:red", "repeat": "tab:purple",
+                "remote_io": "tab:brown", "host_io_overlapped": "tab:orange", "host_prefetch": "navajowhite"}
+#: colours of compute tasks by what they run (from the task name, e.g. "stage 3 backward")
+PASS_COLOURS = {"forward": "tab:blue", "backward": "tab:cyan", "recompute": "tab:olive",
+                "weight update": "tab:pink", "io-tile copy": "gold"}
 #: the timeline draws at most this many tasks (the earliest ones) to stay fast
 MAX_TIMELINE_TASKS = 5000
 
@@ -47,6 +51,60 @@ def _output_mode(run: Run) -> str:
     return mode.name
 
 
+def compute_pass(name: str) -> str:
+    """What a compute task runs, from its name: forward, backward, recompute, weight update,
+    io-tile copy, or compute (anything else)."""
+    if name == "weight update":
+        return "weight update"
+    if name.startswith("IO tiles"):
+        return "io-tile copy"
+    last = name.rsplit(" ", 1)[-1]
+    return last if last in ("forward", "backward", "recompute") else "compute"
+
+
+def pipeline_phases(run: Run) -> dict[str, tuple[int, int]] | None:
+    """Fill, main and flush of the first pipeline (the first weight-update step in training):
+    ``{"fill": (start, end), "main": ..., "flush": ...}`` in cycles, or None when the run is
+    not a multi-stage pipeline.
+
+    With P stages and G micro-batches the pipeline runs G + P - 1 cycles, each ending in a
+    "pipeline sync": fill is cycles 0 .. P-2, main P-1 .. G-1, flush G .. G+P-2.
+    """
+    ex = run.executable
+    P = len(ex.stages)
+    if ex.strategy != "pipelined" or P < 2 or ex.ipus_per_replica < 2:
+        return None
+    o = ex.options
+    G = o.Training.gradient_accumulation if ex.training else o.device_iterations
+    t = run.trace
+    syncs = t[(t["name"] == "pipeline sync") & (t["ipu"] == ex.ipus[0])].sort_values("start")
+    ends = syncs["end"].to_numpy()
+    if len(ends) < G + P - 1:
+        return None
+    start = int(t["start"].min())
+    fill_end, main_end, flush_end = int(ends[P - 2]), int(ends[G - 1]), int(ends[G + P - 2])
+    return {"fill": (start, fill_end), "main": (fill_end, main_end), "flush": (main_end, flush_end)}
+
+
+def _setup_line(run: Run) -> str:
+    """Strategy, IPUs, sync pattern, IO tiles, prefetch depth, optimizer-state location."""
+    ex, o = run.executable, run.executable.options
+    strategy = ex.strategy.replace("_", " ")
+    if ex.strategy in ("pipelined", "sharded"):
+        strategy += f" ({len(ex.stages)} stages on {ex.ipus_per_replica} IPUs)"
+    elif ex.strategy.endswith("phased"):
+        strategy += f" ({len({s.index for s in ex.stages})} phases on {ex.ipus_per_replica} IPUs)"
+    line = (f"  strategy {strategy}, syncPattern {o.sync_pattern.name}, "
+            f"IO tiles {o.TensorLocations.num_io_tiles}, prefetch depth {o.prefetch_depth()}")
+    if ex.training:
+        where = o.TensorLocations.locations["optimizer"]
+        state = "off chip" if where.on_chip is False else "on chip"
+        if where.replicated_tensor_sharding and o.replication_factor > 1:
+            state += ", sharded over replicas"
+        line += f", optimizer state {state}"
+    return line
+
+
 def format_summary(run: Run) -> str:
     """The run as multi-line text: setup, PoplarExecutor numbers, breakdown, memory, notes."""
     ex, o, s = run.executable, run.executable.options, run.executable.system
@@ -63,6 +121,7 @@ def format_summary(run: Run) -> str:
         f"replicationFactor {o.replication_factor}",
         f"  outputMode {_output_mode(run)}, synthetic data {'on' if o.synthetic_data else 'off'}, "
         f"availableMemoryProportion {amp}",
+        _setup_line(run),
         "",
         f"cycles            {run.cycle_count:,}",
         f"time              {run.seconds * 1e3:.4f} ms",
@@ -70,6 +129,10 @@ def format_summary(run: Run) -> str:
         f"compute rate      {_tflops(run):.2f} TFLOP/s  ({run.flops / 1e9:,.2f} GFLOP in total)",
         "",
     ]
+    phases = pipeline_phases(run)
+    if phases:
+        lines += ["pipeline (first " + ("weight-update step" if ex.training else "call") + "): "
+                  + ", ".join(f"{k} {e - b:,}" for k, (b, e) in phases.items()) + " cycles", ""]
     lines += _latency_table(run) + [""] + _breakdown_table(run) + [""] + _memory_table(run) + [""]
     notes = list(ex.notes) + list(run.notes)
     lines.append("notes:" + ("" if notes else " none"))
@@ -211,36 +274,70 @@ def _save(fig, path: str) -> None:
         plt.close(fig)
 
 
+def _lanes(run: Run, shown):
+    """Timeline lanes: one per IPU, plus its IO tiles and its host side when it has tasks there.
+
+    Returns (lane labels, a function giving each trace row's lane index)."""
+    ipus = sorted(set(run.executable.ipus) | set(shown["ipu"].unique().tolist()))
+    extra = {k: set(shown.loc[shown["kind"] == k, "ipu"].tolist()) for k in ("host_io_overlapped", "host_prefetch")}
+    labels, index = [], {}
+    for ipu in ipus:
+        index[(ipu, "tiles")] = len(labels)
+        labels.append(f"IPU {ipu}")
+        if ipu in extra["host_io_overlapped"]:
+            index[(ipu, "io")] = len(labels)
+            labels.append(f"IPU {ipu} IO tiles")
+        if ipu in extra["host_prefetch"]:
+            index[(ipu, "host")] = len(labels)
+            labels.append(f"IPU {ipu} host side")
+
+    def lane_of(ipu: int, kind: str) -> int:
+        where = {"host_io_overlapped": "io", "host_prefetch": "host"}.get(kind, "tiles")
+        return index[(ipu, where)]
+    return labels, lane_of
+
+
 def timeline_figure(run: Run):
-    """One lane per IPU, tasks coloured by kind; x in ms. Draws the first
-    :data:`MAX_TIMELINE_TASKS` tasks of a longer trace and says so in the title."""
+    """One lane per IPU (plus its IO tiles and host side, when used), tasks coloured by kind
+    and compute by pass (forward / backward / recompute / weight update); x in ms. For a
+    pipeline, the fill, main and flush of the first weight-update step are marked. Draws the
+    first :data:`MAX_TIMELINE_TASKS` tasks of a longer trace and says so in the title."""
     plt = _pyplot()
     from matplotlib.patches import Patch
     trace = run.trace
-    ipus = sorted(set(run.executable.ipus) | set(trace["ipu"].unique().tolist()))
-    shown = trace.iloc[:MAX_TIMELINE_TASKS]
+    shown = trace.iloc[:MAX_TIMELINE_TASKS].copy()
     ms = 1e3 / run.executable.system.ipu.clock_hz
-    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.45 * len(ipus)))
-    lane = {ipu: i for i, ipu in enumerate(ipus)}
-    kinds = []
-    for kind, rows in shown.groupby("kind", sort=False):
-        kinds.append(kind)
-        colour = KIND_COLOURS.get(kind, "lightgray")
-        for ipu, r in rows.groupby("ipu"):
+    labels, lane_of = _lanes(run, shown)
+    fig, ax = plt.subplots(figsize=(12, 1.9 + 0.45 * len(labels)))
+    shown["group"] = [compute_pass(n) if k == "compute" else k for k, n in zip(shown["kind"], shown["name"])]
+    shown["lane"] = [lane_of(i, k) for i, k in zip(shown["ipu"], shown["kind"])]
+    groups = []
+    for group, rows in shown.groupby("group", sort=False):
+        groups.append(group)
+        colour = PASS_COLOURS.get(group) or KIND_COLOURS.get(group, "lightgray")
+        for lane, r in rows.groupby("lane"):
             start = r["start"].to_numpy() * ms
             width = np.maximum(r["cycles"].to_numpy() * ms, 0)
-            ax.broken_barh(list(zip(start, width)), (lane[ipu] - 0.4, 0.8), facecolors=colour,
-                           edgecolor="none")
-    ax.set_yticks(range(len(ipus)), [f"IPU {i}" for i in ipus])
-    ax.set_ylim(-0.6, len(ipus) - 0.4)
+            ax.broken_barh(list(zip(start, width)), (lane - 0.4, 0.8), facecolors=colour, edgecolor="none")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(-0.6, len(labels) - 0.4)
     ax.invert_yaxis()
     ax.set_xlim(0, max(run.cycle_count, 1) * ms)
     ax.set_xlabel("time (ms)")
+    phases = pipeline_phases(run)
+    if phases:
+        step = "first weight-update step" if run.executable.training else "pipeline"
+        for name, (b, e) in phases.items():
+            ax.axvline(b * ms, color="black", linewidth=0.8, linestyle="--")
+            ax.text((b + e) / 2 * ms, -0.55, name, ha="center", va="bottom", fontsize=8)
+        ax.axvline(phases["flush"][1] * ms, color="black", linewidth=0.8, linestyle="--")
     title = f"{run.executable.graph.name} on {run.executable.system.name}: {run.cycle_count:,} cycles"
     if len(trace) > len(shown):
         title += f" (first {len(shown):,} of {len(trace):,} tasks shown)"
-    ax.set_title(title)
-    ax.legend(handles=[Patch(color=KIND_COLOURS.get(k, "lightgray"), label=k) for k in kinds],
+    if phases:
+        title += f"\ndashed: fill | main | flush of the {step}"
+    ax.set_title(title, pad=14 if phases else 6)
+    ax.legend(handles=[Patch(color=PASS_COLOURS.get(g) or KIND_COLOURS.get(g, "lightgray"), label=g) for g in groups],
               loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
     fig.tight_layout()
     return fig

@@ -6,10 +6,10 @@ per replica uses IPUs ``r*k .. r*k+k-1``. A chassis (IPU-M2000, Bow-2000, C2 car
 larger systems join PODs with GW-Links.
 
 Routing choice (documented in docs/design.md): IPUs of one chassis reach each other in one
-IPU-Link hop; between chassis of one POD the hops are the distance along the ladder of
-chassis; between PODs a transfer crosses a GW-Link. Poplar routes multi-hop copies through
-the intermediate IPUs, so a copy between non-neighbours is allowed and pays one link latency
-per hop.
+IPU-Link hop; between chassis of one POD the hops are the distance along the ring of chassis
+(the POD's IPU-Links form a torus, so the last chassis neighbours the first); between PODs a
+transfer crosses a GW-Link. Poplar routes multi-hop copies through the intermediate IPUs, so
+a copy between non-neighbours is allowed and pays one link latency per hop.
 """
 
 from __future__ import annotations
@@ -43,12 +43,56 @@ def check_fits(system: System, ipus_per_replica: int, replicas: int, auto_round:
     return need
 
 
+def domain_chassis(system: System) -> int:
+    """Chassis in one IPU-Link domain (a POD64, or the whole system when it is smaller)."""
+    layout = system.layout
+    return max(1, min(layout.chassis_per_pod, -(-layout.num_ipus // layout.ipus_per_chassis)))
+
+
 def hops(system: System, a: int, b: int) -> int:
-    """IPU-Link hops from IPU ``a`` to IPU ``b`` (0 for the same IPU)."""
+    """IPU-Link hops from IPU ``a`` to IPU ``b`` (0 for the same IPU).
+
+    The chassis of an IPU-Link domain are joined in a ring (the POD64's IPU-Links form a 2D
+    torus, IPU-POD64 datasheet; in a smaller ladder a ring can go up one side and come back
+    down the other, which costs the same), so the distance between two chassis wraps around:
+    the first and the last chassis of a POD are neighbours.
+    """
     if a == b:
         return 0
     ca, cb = system.chassis_of(a), system.chassis_of(b)
-    return 1 if ca == cb else abs(ca - cb)
+    if ca == cb:
+        return 1
+    d = abs(ca - cb)
+    if system.pod_of(a) == system.pod_of(b):
+        d = min(d, domain_chassis(system) - d)
+    return d
+
+
+def route(system: System, a: int, b: int) -> list[tuple[int, int]]:
+    """The directed IPU-Link hops ``(from, to)`` a transfer from ``a`` to ``b`` takes.
+
+    Inside a chassis: the direct link. Between chassis of one POD: the shorter way round the
+    ring of chassis (forward on a tie), through the IPU at ``a``'s position in each chassis on
+    the way, the last hop into ``b``; ``len(route) == hops(a, b)``. Between PODs: one edge
+    ``(a, b)`` over the GW-Links.
+    """
+    if a == b:
+        return []
+    ca, cb = system.chassis_of(a), system.chassis_of(b)
+    if ca == cb or crosses_gw_link(system, a, b):
+        return [(a, b)]
+    per = system.layout.ipus_per_chassis
+    C = domain_chassis(system)
+    base = system.pod_of(a) * system.layout.chassis_per_pod
+    la, lb = ca - base, cb - base
+    forward, backward = (lb - la) % C, (la - lb) % C
+    step, n = (1, forward) if forward <= backward else (-1, backward)
+    path, c = [a], la
+    for _ in range(n - 1):
+        c = (c + step) % C
+        path.append((base + c) * per + a % per)
+    path.append(b)
+    return list(zip(path, path[1:]))
 
 
 def crosses_gw_link(system: System, a: int, b: int) -> bool:

@@ -145,3 +145,208 @@ def test_out_of_memory_exits_3_with_the_shortfall(capsys):
 def test_help_exits_0(capsys):
     code, out, _ = run_cli(capsys, "run", "--help")
     assert code == 0 and "--device-iterations" in out
+
+
+# --- issue 4: multi-IPU and host-IO flags ----------------------------------------------------
+from sim.options import OverlapMode, TensorLocationSettings  # noqa: E402
+from sim.report import compute_pass, pipeline_phases, timeline_figure  # noqa: E402
+from sim.strategy import (ParallelPhasedExecution, Phase, SerialPhasedExecution,  # noqa: E402
+                          ShardedExecution, Stage, SyncPattern)
+
+PIPE = ["--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--layers-per-ipu", "1,1,1,1",
+        "--system", "ipu-m2000"]  # 5 forward stages (the tied head is a stage on IPU 0)
+
+
+def cli_cycles(capsys, *argv) -> dict:
+    code, out, err = run_cli(capsys, "run", *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def api_run(graph, system, opts, **kw) -> sim.Run:
+    return sim.simulate(graph, system, opts, **kw)
+
+
+def bert4(**kw):
+    return models.get("bert-base", num_layers=4, micro_batch=2, **kw)
+
+
+@pytest.mark.parametrize("strategy", ["pipelined", "sharded", None])
+def test_layers_per_ipu_and_pipelined_or_sharded_strategy(capsys, strategy):
+    argv = PIPE + ["--device-iterations", "6"] + (["--strategy", strategy] if strategy else [])
+    d = cli_cycles(capsys, *argv)
+    opts = sim.Options().deviceIterations(6)
+    if strategy == "sharded":  # the zoo's stages: embedding + layer0 on IPU 0, ..., the head on IPU 0
+        blocks = [["embedding", "layer0"], ["layer1"], ["layer2"], ["layer3"], ["head"]]
+        opts.setExecutionStrategy(ShardedExecution(*[Stage(*b).ipu(i % 4) for i, b in enumerate(blocks)]))
+    run = api_run(bert4(layers_per_ipu=[1, 1, 1, 1]), "ipu-m2000", opts)
+    assert run.executable.strategy == (strategy or "pipelined")
+    assert d["cycle_count"] == run.cycle_count
+    assert sorted(d["breakdown"]) == ["0", "1", "2", "3"]
+    code, out, _ = run_cli(capsys, "run", *argv)
+    assert f"strategy {strategy or 'pipelined'} (5 stages on 4 IPUs)" in out
+    if strategy != "sharded":
+        phases = pipeline_phases(run)
+        assert "pipeline (first call): " + ", ".join(f"{k} {e - b:,}" for k, (b, e) in phases.items()) in out
+
+
+@pytest.mark.parametrize("strategy", ["serial-phased", "parallel-phased"])
+def test_phased_strategy_has_one_phase_per_block(capsys, strategy):
+    argv = ["--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--system", "ipu-m2000",
+            "--synthetic-data", "--strategy", strategy]
+    d = cli_cycles(capsys, *argv)
+    blocks = ["embedding", "layer0", "layer1", "layer2", "layer3", "head"]
+    if strategy == "serial-phased":
+        st = SerialPhasedExecution(*[Phase(Stage(b).ipu(0)) for b in blocks])
+    else:
+        st = ParallelPhasedExecution(*[Phase(Stage(b).ipu(i % 2)) for i, b in enumerate(blocks)])
+    run = api_run(bert4(), "ipu-m2000", sim.Options().enableSyntheticData(True).setExecutionStrategy(st))
+    assert d["cycle_count"] == run.cycle_count
+    assert len(d["breakdown"]) == (1 if strategy == "serial-phased" else 2)
+    assert d["breakdown"]["0"]["remote_io"] > 0
+    code, out, _ = run_cli(capsys, "run", *argv)
+    assert f"strategy {strategy.replace('-', ' ')} (6 phases on" in out
+
+
+@pytest.mark.parametrize("flag, pattern", [("full", SyncPattern.Full), ("single-pipeline", SyncPattern.SinglePipeline),
+                                           ("replica-and-ladder", SyncPattern.ReplicaAndLadder)])
+def test_sync_pattern_flag(capsys, flag, pattern):
+    d = cli_cycles(capsys, *PIPE, "--device-iterations", "6", "--sync-pattern", flag)
+    opts = sim.Options().deviceIterations(6).syncPattern(pattern)
+    run = api_run(bert4(layers_per_ipu=[1, 1, 1, 1]), "ipu-m2000", opts)
+    assert d["cycle_count"] == run.cycle_count
+    code, out, _ = run_cli(capsys, "run", *PIPE, "--device-iterations", "6", "--sync-pattern", flag)
+    assert f"syncPattern {pattern.name}," in out
+    assert "accepted, no modelled effect" not in out  # the option is modelled
+
+
+def test_io_tiles_overlap_and_prefetch_flags(capsys):
+    argv = ["--model", "mlp", "--device-iterations", "16", "--io-tiles", "32", "--overlap", "device",
+            "--prefetch-depth", "3"]
+    d = cli_cycles(capsys, *argv)
+    g = models.get("mlp")
+    for name in g.inputs + g.outputs:
+        g.overlap[name] = int(OverlapMode.OverlapDeviceIterationLoop)
+    opts = sim.Options().deviceIterations(16)
+    opts.TensorLocations.numIOTiles(32)
+    opts._Popart.set("defaultPrefetchBufferingDepth", 3)
+    run = api_run(g, "ipu-mk2", opts)
+    assert d["cycle_count"] == run.cycle_count
+    assert d["breakdown"]["0"]["host_io"] == 0  # all streams on the IO tiles
+    plain = cli_cycles(capsys, "--model", "mlp", "--device-iterations", "16")
+    prefetch = cli_cycles(capsys, "--model", "mlp", "--device-iterations", "16", "--prefetch-depth", "3")
+    assert prefetch["cycle_count"] < plain["cycle_count"]
+    code, out, _ = run_cli(capsys, "run", *argv)
+    assert "IO tiles 32, prefetch depth 3" in out and "1440 compute tiles" in out
+
+
+def test_replicas_flag(capsys):
+    d = cli_cycles(capsys, "--model", "mlp", "--system", "ipu-m2000", "--replicas", "4", "--training",
+                   "--gradient-accumulation", "2")
+    opts = sim.Options().replicationFactor(4)
+    opts.Training.gradientAccumulation(2)
+    run = api_run(models.get("mlp"), "ipu-m2000", opts, training=True)
+    assert d["cycle_count"] == run.cycle_count and d["samples"] == run.samples
+    assert d["breakdown"]["0"]["collective"] > 0  # gradients all-reduced over the replicas
+
+
+@pytest.mark.parametrize("state", ["off-chip", "rts"])
+def test_optimizer_state_flag(capsys, state):
+    argv = ["--model", "mlp", "--system", "ipu-m2000", "--training", "--optimizer", "adam",
+            "--gradient-accumulation", "2", "--replicas", "2", "--optimizer-state", state]
+    d = cli_cycles(capsys, *argv)
+    opts = sim.Options().replicationFactor(2)
+    opts.Training.gradientAccumulation(2)
+    where = TensorLocationSettings().useOnChipStorage(state != "off-chip")
+    opts.TensorLocations.setOptimizerLocation(where.useReplicatedTensorSharding(state == "rts"))
+    run = api_run(models.get("mlp"), "ipu-m2000", opts, training=True, optimizer="adam")
+    assert d["cycle_count"] == run.cycle_count
+    base = cli_cycles(capsys, *argv[:-2])
+    assert d["memory"]["0"]["by_role"].get("state", 0) < base["memory"]["0"]["by_role"]["state"]
+    code, out, _ = run_cli(capsys, "run", *argv)
+    assert ("optimizer state off chip" if state == "off-chip" else "optimizer state on chip, sharded") in out
+
+
+def test_bert_large_optimizer_state_on_chip_is_out_of_memory_off_chip_fits(capsys):
+    argv = ["--model", "bert-large", "--micro-batch", "2", "--layers-per-ipu", "3,7,7,7", "--system",
+            "ipu-m2000", "--training", "--optimizer", "lamb", "--gradient-accumulation", "10",
+            "--synthetic-data"]
+    code, out, err = run_cli(capsys, "run", *argv, "--optimizer-state", "on-chip")
+    assert code == 3 and "IPU 0" in err and "pipeline stage 4" in err and "short by" in err
+    d = cli_cycles(capsys, *argv, "--optimizer-state", "off-chip")
+    assert [d["memory"][str(i)]["peak_tile_bytes"] <= d["memory"][str(i)]["tile_capacity_bytes"]
+            for i in range(4)] == [True] * 4
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--layers-per-ipu", "3,x"], ["--layers-per-ipu", "3,7,7,7"]),
+    (["--model", "mlp", "--layers-per-ipu", "1,1"], ["layers_per_ipu"]),
+    (["--strategy", "diagonal"], ["--strategy", "invalid choice"]),
+    (["--model", "mlp", "--strategy", "parallel-phased"], ["blocks", "mlp"]),
+    (["--model", "bert-base", "--strategy", "sharded"], ["several IPUs", "--layers-per-ipu"]),
+    (["--sync-pattern", "ladder"], ["--sync-pattern"]),
+    (["--io-tiles", "31"], ["numIOTiles", "even", "32", "192"]),
+    (["--model", "mlp", "--overlap", "device"], ["no IO tiles", "numIOTiles"]),
+    (["--prefetch-depth", "0"], ["--prefetch-depth", ">= 1"]),
+    (["--replicas", "0"], ["--replicas"]),
+    (["--model", "mlp", "--replicas", "3", "--system", "ipu-m2000"], ["not a power of two", "autoRoundNumIPUs"]),
+    (["--model", "mlp", "--replicas", "8", "--system", "ipu-m2000"], ["needs 8 IPUs", "has 4"]),
+    (["--model", "mlp", "--optimizer-state", "off-chip"], ["--optimizer-state", "--training"]),
+    (["--model", "mlp", "--training", "--optimizer-state", "rts"], ["--replicas 2"]),
+    (PIPE + ["--device-iterations", "2"], ["deviceIterations (2)", "raise deviceIterations"]),
+    (PIPE + ["--training", "--gradient-accumulation", "4"], ["gradientAccumulation (4)", "9 = 2 x 5"]),
+    (PIPE + ["--device-iterations", "8", "--io-tiles", "32"], ["IO tiles", "PipelinedExecution"]),
+])
+def test_multi_ipu_flag_errors_exit_2(capsys, argv, words):
+    code, out, err = run_cli(capsys, "run", *argv)
+    assert code == 2 and out == "" and "error:" in err
+    for w in words:
+        assert w in err
+
+
+def test_timeline_shows_fill_main_flush_and_passes(tmp_path):
+    opts = sim.Options().enableSyntheticData(True)
+    opts.Training.gradientAccumulation(12)
+    run = api_run(bert4(layers_per_ipu=[1, 1, 1, 1]), "ipu-m2000", opts, training=True)
+    phases = pipeline_phases(run)
+    P, G = 9, 12
+    syncs = run.trace[(run.trace["name"] == "pipeline sync") & (run.trace["ipu"] == 0)]["end"].to_numpy()
+    assert phases["fill"][1] == syncs[P - 2] and phases["main"][1] == syncs[G - 1]
+    assert phases["flush"][1] == syncs[G + P - 2]
+    assert phases["flush"][1] <= run.trace.loc[run.trace["name"] == "weight update", "start"].min()
+    fig = timeline_figure(run)
+    try:
+        ax = fig.axes[0]
+        assert [t.get_text() for t in ax.texts] == ["fill", "main", "flush"]
+        legend = {t.get_text() for t in ax.get_legend().get_texts()}
+        assert {"forward", "backward", "recompute", "weight update"} <= legend and "compute" not in legend
+        assert [t.get_text() for t in ax.get_yticklabels()] == [f"IPU {i}" for i in range(4)]
+        assert "fill | main | flush of the first weight-update step" in ax.get_title()
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+    assert [compute_pass(n) for n in ("stage 3 forward", "stage 6 recompute", "stage 5 backward",
+                                      "weight update", "IO tiles -> compute tiles: x", "main")] == [
+        "forward", "recompute", "backward", "weight update", "io-tile copy", "compute"]
+
+
+def test_timeline_draws_io_tile_and_host_lanes(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "run", "--model", "mlp", "--device-iterations", "8", "--io-tiles", "32",
+                           "--overlap", "device", "--prefetch-depth", "2", "--output", str(tmp_path))
+    assert code == 0 and (tmp_path / "timeline.png").read_bytes()[:8] == PNG_SIGNATURE
+    g = models.get("mlp")
+    for name in g.inputs + g.outputs:
+        g.overlap[name] = int(OverlapMode.OverlapDeviceIterationLoop)
+    opts = sim.Options().deviceIterations(8)
+    opts.TensorLocations.numIOTiles(32)
+    opts._Popart.set("defaultPrefetchBufferingDepth", 2)
+    run = api_run(g, "ipu-mk2", opts)
+    assert pipeline_phases(run) is None
+    fig = timeline_figure(run)
+    try:
+        ax = fig.axes[0]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["IPU 0", "IPU 0 IO tiles", "IPU 0 host side"]
+        assert not ax.texts
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)

@@ -16,7 +16,6 @@ none (the execution strategy places such ops with the op before them, or on IPU 
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -184,6 +183,7 @@ class _Run(torch.fx.Interpreter):
     def __init__(self, gm, cap: "Capture"):
         super().__init__(gm)
         self.cap = cap
+        self.extra_traceback = False  # our errors name the op already
 
     def run_node(self, n):
         result = super().run_node(n)
@@ -226,7 +226,8 @@ class Capture:
         else:
             block = self.blocks.block_of(n)
             self.b._block, self.b._ipu = (block if block else (None, None))
-            self.b._scopes = [self._scope(n)]
+            scope = self._scope(n)
+            self.b._scopes = [scope] if scope else []
             self.sym[n] = self.mapping.map_node(self, n, interp, result)
 
     def _scope(self, n) -> str:
@@ -237,8 +238,7 @@ class Capture:
             path = list(stack.values())[-1][0]
             path = re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(path))
             path = re.sub(r"^model\.?", "", path)
-        parts = [p for p in (scope, path.replace(".", "/")) if p]
-        return "/".join(parts) if parts else "model"
+        return "/".join(p for p in (scope, path.replace(".", "/")) if p)
 
     def _input(self, n, value):
         if not isinstance(value, torch.Tensor):
@@ -343,7 +343,9 @@ class _BlockResolver:
             self.last_start = start
             self.current = tuple(start)
         scoped = meta.get(_state.BLOCK)
-        return tuple(scoped) if scoped is not None else self.current
+        if scoped is not None:  # layers after a `with Block` stay in it until the next block
+            self.current = tuple(scoped)
+        return self.current
 
 
 # --- the entry point -----------------------------------------------------------------------------------

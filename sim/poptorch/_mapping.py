@@ -25,7 +25,7 @@ result (one name, or a tuple/list matching a tuple result).
 from __future__ import annotations
 
 import math
-import operator
+import re
 
 import torch
 import torch.nn as nn
@@ -33,6 +33,7 @@ from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedOpError
 from . import _state
+from ._errors import error
 from ._capture import Lazy, sim_dtype, sim_shape
 
 _REGISTRY: dict = {}  # user rules: callable, module class or name -> fn(ctx)
@@ -167,8 +168,10 @@ class OpContext:
 
 
 def unsupported(desc: str, node, why: str = "") -> UnsupportedOpError:
-    where = f" (node {node.name!r}" + (f", in {list(node.meta['nn_module_stack'].values())[-1][0]!r}"
-                                       if node.meta.get("nn_module_stack") else "") + ")"
+    stack = node.meta.get("nn_module_stack")
+    path = re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(list(stack.values())[-1][0])) if stack else ""
+    path = re.sub(r"^model\.?", "", path)
+    where = f" (node {node.name!r}" + (f", in {path!r}" if path else "") + ")"
     reason = f": {why}" if why else ""
     return UnsupportedOpError(
         f"sim.poptorch has no cost for {desc}{where}{reason}. Give it one with "
@@ -353,6 +356,33 @@ def _matmul(ctx: OpContext, a=None, b=None, attrs=None):
     return out
 
 
+def _attention(ctx: OpContext):
+    """scaled_dot_product_attention as its ops: q @ k^T, scale, (+ mask), softmax, (dropout), @ v."""
+    q, k, v = ctx.sarg(0, "query"), ctx.sarg(1, "key"), ctx.sarg(2, "value")
+    rq, rk = ctx.args[0], ctx.args[1]
+    mask = ctx.sarg(3, "attn_mask")
+    dropout_p = float(ctx.arg(4, "dropout_p", 0.0) or 0.0)
+    if ctx.arg(5, "is_causal", False) and not _is_sym_tensor(mask):
+        mask = None  # a causal mask is generated on the device: priced with the softmax
+    b = ctx.builder
+    dt = sim_dtype(rq.dtype)
+    L, S, E = rq.shape[-2], rk.shape[-2], rq.shape[-1]
+    batch = tuple(torch.broadcast_shapes(rq.shape[:-2], rk.shape[:-2]))
+    perm = list(range(rk.dim()))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    kt = b.op("transpose", [ctx.t(k)], [tuple(rk.shape[:-2]) + (E, S)], {"perm": perm},
+              name="key_t", out_dtypes=[dt])[0]
+    scores = b.op("matmul", [ctx.t(q), kt], [batch + (L, S)], name="scores", out_dtypes=[dt])[0]
+    scale = ctx.arg(6, "scale") or 1.0 / math.sqrt(E)
+    scores = b.op("scale", [scores], [batch + (L, S)], {"factor": float(scale)}, name="scale", out_dtypes=[dt])[0]
+    if _is_sym_tensor(mask):
+        scores = b.op("add", [scores, ctx.t(mask)], [batch + (L, S)], name="mask", out_dtypes=[dt])[0]
+    probs = b.op("softmax", [scores], [batch + (L, S)], {"axis": -1}, name="softmax", out_dtypes=[dt])[0]
+    if dropout_p:
+        probs = b.op("dropout", [probs], [batch + (L, S)], {"p": dropout_p}, name="dropout", out_dtypes=[dt])[0]
+    return ctx.op("matmul", [probs, v], name="context")
+
+
 def _addmm(ctx: OpContext):
     bias, a, b = ctx.sarg(0), ctx.sarg(1), ctx.sarg(2)
     y = _matmul(ctx, a, b)
@@ -401,7 +431,7 @@ def _norm_params(ctx: OpContext, channels: tuple, gamma, beta, dtype):
 def _batch_norm(ctx: OpContext, x=None, gamma=None, beta=None, stats=()):
     if x is None:
         x = ctx.sarg(0, "input")
-        if ctx.aten:  # (input, weight, bias, running_mean, running_var, ...)
+        if ctx.node.target is not torch.nn.functional.batch_norm:  # torch/aten order
             gamma, beta, stats = ctx.sarg(1, "weight"), ctx.sarg(2, "bias"), (ctx.sarg(3), ctx.sarg(4))
         else:  # F.batch_norm(input, running_mean, running_var, weight, bias, ...)
             gamma, beta = ctx.sarg(3, "weight"), ctx.sarg(4, "bias")
@@ -477,10 +507,10 @@ def _pool(kind):
 
 def _embedding(ctx: OpContext, ids=None, table=None):
     if ids is None:
-        if ctx.aten:
-            table, ids = ctx.sarg(0, "weight"), ctx.sarg(1, "indices")
-        else:
+        if ctx.node.target is torch.nn.functional.embedding:  # F.embedding(input, weight)
             ids, table = ctx.sarg(0, "input"), ctx.sarg(1, "weight")
+        else:  # torch.embedding / aten.embedding(weight, indices)
+            table, ids = ctx.sarg(0, "weight"), ctx.sarg(1, "indices")
     return ctx.op("gather", [ids, table], name="gather")
 
 
@@ -520,8 +550,8 @@ def _reduce(kind):
         x = ctx.sarg(0, "input")
         src = ctx.args[0]
         dim = ctx.arg(1, "dim")
-        if ctx.key in ("argmax", "argmin", "max", "min") and isinstance(dim, bool):
-            dim = None
+        if isinstance(dim, torch.Tensor):
+            ctx.unsupported("the element-wise form has no rule")
         keep = bool(ctx.arg(2, "keepdim", False)) if not isinstance(ctx.arg(2), torch.dtype) else False
         axes = _dims(dim, src.dim())
         return ctx.op(kind, [x], {"axes": axes, "keepdims": keep}, name=kind)
@@ -542,6 +572,17 @@ def _loss(kind, label):
             return (y,) + (None,) * (len(ctx.output) - 1)
         return y
     return rule
+
+
+def _broadcast_tensors(ctx: OpContext):
+    outs = []
+    syms, reals = ctx.sym_args, ctx.args
+    if len(reals) == 1 and isinstance(reals[0], (list, tuple)):  # aten.broadcast_tensors([a, b])
+        syms, reals = syms[0], reals[0]
+    for s, real, out in zip(syms, reals, ctx.output):
+        same = tuple(real.shape) == tuple(out.shape)
+        outs.append(s if same else ctx.op("reshape", [s], output=out, name="broadcast"))
+    return tuple(outs)
 
 
 def _constant(ctx: OpContext):
@@ -582,7 +623,8 @@ def _annotation(ctx: OpContext, name: str, value, x):
     tensor = ctx.t(x)
     if name in ("set_overlap_for_input", "set_overlap_for_output"):
         if name == "set_overlap_for_input" and tensor not in ctx.cap.inputs:
-            ctx.unsupported("set_overlap_for_input must be applied to an input of the model")
+            raise error("poptorch.set_overlap_for_input must be applied to an input of the model "
+                        f"(here: {ctx.desc}, node {ctx.node.name!r})")
         ctx.cap.overlap[tensor] = getattr(value, "name", value)
         return tensor
     op = _producer(ctx, tensor)
@@ -684,6 +726,7 @@ RULES = {
     # dense algebra
     "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "__rmatmul__": _matmul,
     "addmm": _addmm, "conv2d": _conv, "convolution": _conv,
+    "scaled_dot_product_attention": _attention,
     # normalisations and pooling
     "batch_norm": _batch_norm, "native_batch_norm": _batch_norm,
     "_native_batch_norm_legit": _batch_norm, "_native_batch_norm_legit_functional": _batch_norm,
@@ -703,7 +746,7 @@ RULES = {
     "bool": _cast, "bfloat16": _cast,
     "transpose": _transpose, "t": _transpose, "permute": _transpose, "swapaxes": _transpose,
     "swapdims": _transpose, "movedim": _transpose, "numpy_T": _transpose, "getattr": _getattr,
-    "cat": _concat, "concat": _concat, "concatenate": _concat, "stack": _concat,
+    "broadcast_tensors": _broadcast_tensors, "cat": _concat, "concat": _concat, "concatenate": _concat, "stack": _concat,
     "getitem": _getitem, "__getitem__": _getitem, "slice": _split, "select": _split,
     "narrow": _split, "split": _split, "chunk": _split, "unbind": _split, "tensor_split": _split,
     "split_with_sizes": _split, "index_select": _getitem,
@@ -775,9 +818,11 @@ def map_node(cap, n, interp, result):
         if not _has_tensor(result):
             return None
         leaves = pytree.tree_leaves((sym_args, sym_kwargs), is_leaf=lambda x: isinstance(x, Lazy))
-        if not any(_live(s) for s in leaves) and key not in RULES.get("__never_fold__", ()):
-            value = _fold(ctx)
-            return _marked(ctx, n, value)
+        if not any(_live(s) for s in leaves):
+            return _marked(ctx, n, _fold(ctx))
+        carried = _carried(ctx, n)
+        if carried is not None:
+            return carried
         if module is not None:
             rule = next((r for t, r in MODULE_RULES.items() if type(module) is t), None)
             if rule is None:
@@ -807,18 +852,25 @@ def _user_rule(n, module, key):
     return _REGISTRY.get(key)
 
 
-def _marked(ctx: OpContext, n, value):
-    """Apply an annotation carried by an exported node (torch.export path)."""
+_CARRIED = {"set_available_memory", "set_overlap_for_input", "set_overlap_for_output",
+            "recomputation_checkpoint", "ipu_print_tensor", "nop"}
+
+
+def _carried(ctx: OpContext, n):
+    """Under torch.export an identity-like annotation is a no-op view carrying a mark: apply
+    the annotation to the view's input and emit nothing."""
     mark = (n.meta.get("custom") or {}).get(_state.MARK)
-    if not mark:
-        return value
+    if not mark or ctx.key not in ("view", "alias", "_unsafe_view", "reshape"):
+        return None
     name, arg = mark
-    if name == "identity_loss":
-        if arg == "none":
-            value = _annotation(ctx, name, "none", value)
-        else:
-            ctx.cap.explicit_loss = ctx.t(value)
-        return value
-    if name == "serialized_matmul":
-        return value
-    return _annotation(ctx, name, arg, value)
+    if name in _CARRIED or (name == "identity_loss" and arg == "none"):
+        return _annotation(ctx, name, arg, ctx.sarg(0))
+    return None
+
+
+def _marked(ctx: OpContext, n, value):
+    """Apply an annotation carried by an exported op (identity_loss's reduction)."""
+    mark = (n.meta.get("custom") or {}).get(_state.MARK)
+    if mark and mark[0] == "identity_loss" and _is_sym_tensor(value):
+        ctx.cap.explicit_loss = ctx.t(value)
+    return value

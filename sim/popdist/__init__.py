@@ -1,0 +1,125 @@
+"""PopDist's API on the simulator: run a script "as instance k of n" of a PopRun launch.
+
+PopRun starts each instance with environment variables that PopDist reads; this module reads
+the same ones, so setting them by hand (or in a test) makes a script behave as one instance:
+
+==================================  ==============================================
+``POPDIST_NUM_TOTAL_REPLICAS``      replicas over all instances (its presence is
+                                    what :func:`isPopdistEnvSet` checks)
+``POPDIST_NUM_LOCAL_REPLICAS``      replicas of this instance (default 1)
+``POPDIST_NUM_IPUS_PER_REPLICA``    IPUs per replica (default 1)
+``POPDIST_REPLICA_INDEX_OFFSET``    index of this instance's first replica (default 0)
+``POPDIST_LOCAL_INSTANCE_INDEX``    index of this instance on its host (default 0)
+``POPDIST_UNIFORM_REPLICAS_PER_INSTANCE``  1 when every instance has as many replicas
+``OMPI_COMM_WORLD_RANK`` / ``_SIZE``  this instance's index and the instance count (set
+                                    by the mpirun PopRun uses; otherwise derived from
+                                    the replica offset and counts)
+==================================  ==============================================
+
+There is one process: the collectives (:func:`synchronize`) return at once and
+:func:`execute_on_instances` runs the function if this instance is one of those named.
+``sim.popdist.poptorch.Options`` sets the replication factor and the process id from the
+environment (it needs the torch extra).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def isPopdistEnvSet() -> bool:
+    """Was this process started by PopRun (is ``POPDIST_NUM_TOTAL_REPLICAS`` set)?"""
+    return bool(os.environ.get("POPDIST_NUM_TOTAL_REPLICAS", "").strip())
+
+
+def getNumTotalReplicas() -> int:
+    """Replicas over all instances (1 outside PopRun)."""
+    return _env_int("POPDIST_NUM_TOTAL_REPLICAS", 1)
+
+
+def getNumLocalReplicas() -> int:
+    """Replicas of this instance (1 outside PopRun)."""
+    return _env_int("POPDIST_NUM_LOCAL_REPLICAS", 1)
+
+
+def getNumIpusPerReplica() -> int:
+    """IPUs per replica (1 outside PopRun)."""
+    return _env_int("POPDIST_NUM_IPUS_PER_REPLICA", 1)
+
+
+def getReplicaIndexOffset() -> int:
+    """Index of this instance's first replica among all replicas."""
+    return _env_int("POPDIST_REPLICA_INDEX_OFFSET", 0)
+
+
+def getLocalInstanceIndex() -> int:
+    """Index of this instance among those on its host."""
+    return _env_int("POPDIST_LOCAL_INSTANCE_INDEX", 0)
+
+
+def isUniformReplicasPerInstance() -> bool:
+    return _env_int("POPDIST_UNIFORM_REPLICAS_PER_INSTANCE", 1) == 1
+
+
+def getNumInstances() -> int:
+    """Instances of the launch."""
+    size = _env_int("OMPI_COMM_WORLD_SIZE", 0)
+    if size:
+        return size
+    return max(1, getNumTotalReplicas() // max(1, getNumLocalReplicas()))
+
+
+def getInstanceIndex() -> int:
+    """Index of this instance, in ``[0, getNumInstances())``."""
+    if os.environ.get("OMPI_COMM_WORLD_RANK", "").strip():
+        return _env_int("OMPI_COMM_WORLD_RANK", 0)
+    return getReplicaIndexOffset() // max(1, getNumLocalReplicas())
+
+
+def getDeviceId(ipusPerReplica: int = 0) -> int:
+    """The device id of this instance's IPUs (the simulator has one virtual device: 0)."""
+    return 0
+
+
+def checkNumIpusPerReplica(expected: int) -> bool:
+    """Does the launch's IPUs-per-replica match ``expected`` (always True outside PopRun)?"""
+    return not isPopdistEnvSet() or getNumIpusPerReplica() == expected
+
+
+def init() -> None:
+    """Initialise the instances' communication (nothing to do in one process)."""
+
+
+def finalizeBackend() -> None:
+    """Shut down the instances' communication (nothing to do)."""
+
+
+def synchronize() -> None:
+    """Barrier over all instances (returns at once: this process is the only one)."""
+
+
+def registerCommunicator(*args, **kwargs) -> None:
+    """Accepted for compatibility; there is no communicator to register."""
+
+
+def execute_on_instances(instances, func, *args, **kwargs):
+    """Run ``func(*args, **kwargs)`` if this instance is in ``instances``; its result or None."""
+    if getInstanceIndex() in set(instances):
+        return func(*args, **kwargs)
+    return None
+
+
+__all__ = ["isPopdistEnvSet", "getNumTotalReplicas", "getNumLocalReplicas", "getNumIpusPerReplica",
+           "getReplicaIndexOffset", "getLocalInstanceIndex", "isUniformReplicasPerInstance",
+           "getNumInstances", "getInstanceIndex", "getDeviceId", "checkNumIpusPerReplica", "init",
+           "finalizeBackend", "synchronize", "registerCommunicator", "execute_on_instances"]

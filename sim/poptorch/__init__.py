@@ -1,0 +1,81 @@
+"""A drop-in ``poptorch`` on the simulator: ``import sim.poptorch as poptorch``.
+
+An unmodified PopTorch script runs with only its import line changed: models wrapped with
+:func:`inferenceModel`/:func:`trainingModel` are captured from the ``torch.nn.Module``
+(``torch.fx``, or ``torch.export`` where fx cannot trace), simulated on an IPU system with
+:func:`sim.compile` and :func:`sim.run_executable` (``cycleCount()``, ``getPerfCounters()`` and
+the latencies come from that run), and their outputs are computed for real on the CPU.
+
+The names, signatures, defaults and error messages are PopTorch's; what each one does in the
+simulator ("modelled" or "accepted, no modelled effect") is listed in docs/poptorch.md.
+Requires the ``torch`` extra: ``pip install -e '.[torch]'`` (torch==2.13.0).
+"""
+
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "sim.poptorch needs PyTorch: install the torch extra with pip install -e '.[torch]' "
+        "(torch==2.13.0)") from e
+
+import logging as _logging
+
+from . import enums, experimental, optim
+from ._errors import Error, RecoverableError, UnrecoverableError
+from ._mapping import OpContext, register_op, unregister_op
+from .annotations import (BeginBlock, Block, BlockFunction, MultiConv, NameScope, for_loop,
+                          identity_loss, ipu_print_tensor, isRunningOnIpu, nop,
+                          recomputationCheckpoint, removeBlocks, serializedMatMul,
+                          set_available_memory, set_overlap_for_input, set_overlap_for_output)
+from .dataloader import AsynchronousDataAccessor, DataLoader
+from .enums import (AutoStage, CommGroupType, ConnectionType, DataLoaderMode,
+                    HalfFloatCastingBehavior, Liveness, MatMulSerializationMode,
+                    MeanReductionStrategy, MultiConvPlanType, OutputMode, OverlapMode, ReductionType,
+                    SharingStrategy, SyncPattern, VariableRetrievalMode)
+from .executor import PoplarExecutor, inferenceModel, load, trainingModel
+from .options import (ConfigFileError, Options, ParallelPhasedExecution, Phase, PipelinedExecution,
+                      SerialPhasedExecution, ShardedExecution, Stage, TensorLocationSettings)
+
+__version__ = "3.3.0+ipusim"
+
+logger = _logging.getLogger("poptorch")
+
+_LEVELS = {"TRACE": 5, "DEBUG": _logging.DEBUG, "INFO": _logging.INFO, "WARN": _logging.WARNING,
+           "ERR": _logging.ERROR, "OFF": _logging.CRITICAL + 10}
+
+
+def setLogLevel(level) -> None:
+    """How much PopTorch logs: TRACE, DEBUG, INFO, WARN, ERR or OFF (or 0-6)."""
+    if isinstance(level, int):
+        level = list(_LEVELS)[min(max(level, 0), 5)] if level < 6 else "OFF"
+    if level not in _LEVELS:
+        raise ValueError(f"Unknown log level {level!r}: expected one of {', '.join(_LEVELS)}")
+    logger.setLevel(_LEVELS[level])
+
+
+def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
+    """False: the simulator runs without IPU hardware."""
+    return False
+
+
+def ipuHardwareVersion() -> int:
+    """The generation the simulator targets by default (2: Mk2)."""
+    return 2
+
+
+__all__ = [
+    "Options", "TensorLocationSettings", "ConfigFileError", "inferenceModel", "trainingModel",
+    "PoplarExecutor", "load", "DataLoader", "AsynchronousDataAccessor", "Block", "BeginBlock",
+    "BlockFunction", "removeBlocks", "Stage", "Phase", "AutoStage", "PipelinedExecution",
+    "ShardedExecution", "SerialPhasedExecution", "ParallelPhasedExecution", "Liveness",
+    "SyncPattern", "OverlapMode", "OutputMode", "ReductionType", "MeanReductionStrategy",
+    "ConnectionType", "CommGroupType", "VariableRetrievalMode", "MatMulSerializationMode",
+    "HalfFloatCastingBehavior", "DataLoaderMode", "SharingStrategy", "MultiConvPlanType",
+    "set_overlap_for_input", "set_overlap_for_output", "set_available_memory",
+    "recomputationCheckpoint", "identity_loss", "ipu_print_tensor", "nop", "serializedMatMul",
+    "MultiConv", "NameScope", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
+    "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
+    "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
+]

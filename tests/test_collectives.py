@@ -1,0 +1,289 @@
+"""Collectives: algorithm costs against closed forms, topology (GW-Links, hierarchical rings),
+replica groups (PopXL / PopTorch semantics), the engine's timing and link contention, and the
+``ipusim collective`` command."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from sim.collective_cli import main as collective_main
+from sim.collective_cli import parse_bytes
+from sim.collectives import (bus_factor, collective_item, comm_group, comm_group_assignment, groups_of,
+                             plan_collective, replica_group, replica_grouping, run_collective)
+from sim.engine import Engine
+from sim.errors import OptionsError
+from sim.hardware import load_system
+from sim.options import CommGroupType
+from sim.program import Compute, IpuCopy, OpSteps, Sequence
+from sim.topology import hops, route
+
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def pod16():
+    return load_system("ipu-pod16")
+
+
+@pytest.fixture(scope="module")
+def pod128():
+    return load_system("ipu-pod128")
+
+
+# --- ring all-reduce against the closed form ------------------------------------------------
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_ring_all_reduce_matches_bandwidth_formula(pod16, n):
+    """2(N-1)/N * S / link bandwidth + steps x latency, from the config, within 5 %."""
+    S = 64 * MiB
+    link = pod16.ipu_link
+    steps = 2 * (n - 1)
+    expected_s = 2 * (n - 1) / n * S / link.bytes_per_s + steps * link.latency_cycles / pod16.ipu.clock_hz
+    result = run_collective(pod16, "all_reduce", S, list(range(n)), "ring")
+    assert result.plan.algorithm == "ring"
+    assert result.plan.steps == steps
+    assert result.seconds == pytest.approx(expected_s, rel=0.05)
+    # bus bandwidth (NCCL convention) of a bandwidth-bound ring is close to the link's
+    assert result.bus_bandwidth == pytest.approx(link.bytes_per_s, rel=0.05)
+
+
+def test_bidirectional_ring_halves_the_time_of_large_tensors(pod16):
+    ring = plan_collective(pod16, "all_reduce", 256 * MiB, list(range(16)), "ring")
+    bidi = plan_collective(pod16, "all_reduce", 256 * MiB, list(range(16)), "bidirectional_ring")
+    assert bidi.cycles == pytest.approx(ring.cycles / 2, rel=0.02)
+    assert plan_collective(pod16, "all_reduce", 256 * MiB, list(range(16))).algorithm == "bidirectional_ring"
+    # with two members the ring already uses both directions: nothing to gain
+    two = [plan_collective(pod16, "all_reduce", 64 * MiB, [0, 1], a).cycles for a in ("ring", "bidirectional_ring")]
+    assert two[0] == two[1]
+
+
+@pytest.mark.parametrize("op,steps", [("reduce_scatter", 15), ("all_gather", 15), ("all_to_all", 15)])
+def test_ring_reduce_scatter_and_all_gather_move_half_of_all_reduce(pod16, op, steps):
+    ar = plan_collective(pod16, "all_reduce", 64 * MiB, list(range(16)), "ring")
+    one = plan_collective(pod16, op, 64 * MiB, list(range(16)), "ring")
+    assert one.steps == steps
+    assert one.cycles * 2 == ar.cycles
+
+
+def test_small_tensor_is_latency_bound_and_auto_picks_a_latency_algorithm(pod16):
+    members = list(range(16))
+    lat = pod16.ipu_link.latency_cycles
+    ring = plan_collective(pod16, "all_reduce", 1024, members, "ring")
+    # forced ring: 30 steps, each one link latency plus 64 bytes: within 1 % of steps x latency
+    assert ring.cycles == pytest.approx(ring.steps * lat, rel=0.01)
+    auto = plan_collective(pod16, "all_reduce", 1024, members)
+    assert auto.algorithm in ("broadcast_reduce", "meet_in_middle")
+    assert auto.steps < ring.steps and auto.cycles < ring.cycles / 2
+    # latency-dominated: the 1 KiB payload adds less than 20 % to the same steps with 1 byte
+    empty = plan_collective(pod16, "all_reduce", 1, members, auto.algorithm)
+    assert auto.cycles <= 1.2 * empty.cycles
+    # recursive doubling: step k pairs members 2^k apart; its latency is the partner's hops
+    assert [c for _, c in empty.phases][-1] >= hops(pod16, 0, 8) * lat
+    # large tensors: the bandwidth-optimal rings win again
+    assert plan_collective(pod16, "all_reduce", 64 * MiB, members).algorithm.endswith("ring")
+
+
+# --- across PODs ------------------------------------------------------------------------------
+
+def test_ring_across_gw_links_is_slower_by_the_link_speed_ratio(pod128):
+    """Bandwidth-dominated (1 GiB): a 16-member ring with two edges between the POD64s of an
+    IPU-POD128 against one inside a POD. The configs give 25 GB/s GW-Links (2 x 100 Gbit/s
+    per chassis) and 26.45 GB/s IPU-Links, so the ratio is the config's 1.058, within 1 %."""
+    S = 1 << 30
+    inside = list(range(0, 16))
+    across = list(range(56, 72))  # chassis 14-15 of POD 0 and 16-17 of POD 1
+    assert {pod128.pod_of(m) for m in inside} == {0} and {pod128.pod_of(m) for m in across} == {0, 1}
+    t_in = run_collective(pod128, "all_reduce", S, inside, "ring").seconds
+    t_across = run_collective(pod128, "all_reduce", S, across, "ring").seconds
+    ratio = pod128.ipu_link.bytes_per_s / pod128.gw_link.bytes_per_s
+    assert ratio == pytest.approx(1.058, abs=0.001)
+    assert t_across > t_in
+    assert t_across / t_in == pytest.approx(ratio, rel=0.01)
+
+
+def test_hierarchical_beats_the_flat_ring_across_pods_for_large_tensors(pod128):
+    members = list(range(128))
+    S = 256 * MiB
+    flat = plan_collective(pod128, "all_reduce", S, members, "ring")
+    bidi = plan_collective(pod128, "all_reduce", S, members, "bidirectional_ring")
+    hier = plan_collective(pod128, "all_reduce", S, members, "hierarchical")
+    assert hier.cycles < flat.cycles / 1.8
+    assert hier.cycles < bidi.cycles
+    assert [n for n, _ in hier.phases] == [63, 2, 63]  # reduce-scatter in POD, across, all-gather
+    assert plan_collective(pod128, "all_reduce", S, members).algorithm == "hierarchical"
+    with pytest.raises(OptionsError, match="one POD"):
+        plan_collective(pod128, "all_reduce", S, list(range(64)), "hierarchical")
+
+
+def test_concurrent_collectives_share_the_gw_links(pod128):
+    members = list(range(0, 128, 4))  # one IPU per chassis, both PODs
+    one = plan_collective(pod128, "all_reduce", 256 * MiB, members, "ring", concurrent=1)
+    four = plan_collective(pod128, "all_reduce", 256 * MiB, members, "ring", concurrent=4)
+    assert four.cycles > 3 * one.cycles
+
+
+# --- topology -----------------------------------------------------------------------------------
+
+def test_routes_follow_the_torus_of_chassis():
+    pod64 = load_system("ipu-pod64")
+    assert hops(pod64, 0, 1) == 1
+    assert hops(pod64, 0, 60) == 1  # first and last chassis of a POD are neighbours
+    assert route(pod64, 0, 60) == [(0, 60)]
+    assert route(pod64, 1, 13) == [(1, 5), (5, 9), (9, 13)]
+    assert len(route(pod64, 0, 32)) == hops(pod64, 0, 32) == 8
+    assert route(load_system("ipu-pod128"), 63, 64) == [(63, 64)]  # GW-Link: one edge
+
+
+# --- replica groups ---------------------------------------------------------------------------
+
+POPXL_EXAMPLES = [  # PopXL ReplicaGrouping.assignment docstring, replication factor 8
+    ((1, 8), [0, 0, 0, 0, 0, 0, 0, 0]),
+    ((1, 1), [0, 1, 2, 3, 4, 5, 6, 7]),
+    ((1, 2), [0, 0, 1, 1, 2, 2, 3, 3]),
+    ((2, 2), [0, 1, 0, 1, 2, 3, 2, 3]),
+    ((1, 4), [0, 0, 0, 0, 1, 1, 1, 1]),
+    ((2, 4), [0, 1, 0, 1, 0, 1, 0, 1]),
+]
+
+
+@pytest.mark.parametrize("args,assignment", POPXL_EXAMPLES)
+def test_popxl_replica_grouping_assignment(args, assignment):
+    assert replica_grouping(8, *args) == assignment
+
+
+def test_popxl_default_group_size_and_errors():
+    assert replica_grouping(8, 2) == [0, 1] * 4  # group size defaults to replicas / stride
+    assert replica_grouping(8) == [0] * 8
+    assert groups_of(replica_grouping(8, 2, 2)) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    with pytest.raises(OptionsError, match="divide"):
+        replica_grouping(8, 3, 2)
+    with pytest.raises(OptionsError):
+        replica_grouping(8, 0, 2)
+
+
+@pytest.mark.parametrize("kind,size,groups", [
+    ("consecutive", 2, [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    ("consecutive", 4, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    ("orthogonal", 2, [[0, 4], [1, 5], [2, 6], [3, 7]]),
+    ("orthogonal", 4, [[0, 2, 4, 6], [1, 3, 5, 7]]),
+    ("all", None, [[0, 1, 2, 3, 4, 5, 6, 7]]),
+    ("none", None, [[r] for r in range(8)]),
+])
+def test_comm_group_types_with_8_replicas(kind, size, groups):
+    assert groups_of(comm_group_assignment(8, kind, size)) == groups
+    for g in groups:
+        for r in g:
+            assert replica_group(r, 8, kind, size) == g
+
+
+def test_comm_group_accepts_the_poptorch_enum_and_maps_to_popxl():
+    assert comm_group(8, CommGroupType.Orthogonal, 2) == (4, 2)
+    assert comm_group(8, CommGroupType.Consecutive, 4) == (1, 4)
+    assert comm_group(8, CommGroupType.All, 3) == (1, 8)  # size ignored
+    assert comm_group(8, CommGroupType.NoGrouping) == (1, 1)
+    assert comm_group_assignment(16, CommGroupType.Orthogonal, 4) == [r % 4 for r in range(16)]
+    with pytest.raises(OptionsError, match="divides"):
+        comm_group(8, "consecutive", 3)
+
+
+# --- the engine -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("system,n,algorithm,nbytes", [
+    ("ipu-pod16", 16, "ring", 64 * MiB), ("ipu-pod16", 16, "auto", 1024), ("ipu-pod16", 8, "meet_in_middle", MiB),
+    ("ipu-pod64", 64, "bidirectional_ring", 64 * MiB), ("ipu-pod128", 128, "hierarchical", 64 * MiB),
+])
+def test_engine_time_equals_the_plan_when_uncontended(system, n, algorithm, nbytes):
+    result = run_collective(system, "all_reduce", nbytes, list(range(n)), algorithm)
+    assert result.cycles == result.plan.cycles
+
+
+def _wait(ipu: int, cycles: int) -> Compute:
+    z = np.zeros(1, dtype=np.int64)
+    return Compute(ipu, "wait", OpSteps(("wait",), ("custom",), np.array([cycles]), z, z, np.zeros(1), z))
+
+
+def test_ipu_copy_on_a_ring_link_queues_behind_a_step():
+    """Members 0 and 32 of an IPU-POD64 are 8 chassis apart: the ring edge 0 -> 32 passes the
+    link 8 -> 12. A copy 8 -> 12 issued in the middle of the first step waits for that step to
+    end, and the collective's next step waits for the copy."""
+    pod64 = load_system("ipu-pod64")
+    item, plan = collective_item(pod64, "all_reduce", 64 * MiB, [0, 32], "ring")
+    assert ("ipu_link", 8, 12) in item.links
+    (steps, step), = plan.phases
+    copy = IpuCopy(((8, 12, MiB),), "copy")
+    engine = Engine(pod64)
+    copy_cycles = engine.ipu_copy_cycles(copy)
+    timeline = engine.run(Sequence([item, _wait(8, step // 2), copy]))
+    rows = {name: (int(s), int(e)) for rec in timeline.records for name, s, e in zip(rec.name, rec.start, rec.end)}
+    assert rows["copy"] == (step, step + copy_cycles)  # after step 1, not after the collective
+    assert rows[item.name][1] == plan.cycles + copy_cycles
+    # a copy on a link the collective does not use runs alongside
+    free = Engine(pod64).run(Sequence([item, _wait(9, step // 2), IpuCopy(((9, 13, MiB),), "copy")]))
+    assert free.total_cycles == plan.cycles
+
+
+# --- ipusim collective ------------------------------------------------------------------------
+
+def test_parse_bytes():
+    assert parse_bytes("64MiB") == 64 * MiB
+    assert parse_bytes("1GiB") == 1 << 30
+    assert parse_bytes("2KiB") == 2048
+    assert parse_bytes("100MB") == 100_000_000
+    assert parse_bytes("1.5GB") == 1_500_000_000
+    assert parse_bytes("3kb") == 3000
+    assert parse_bytes("4096") == 4096
+    for bad in ("64XB", "", "MiB", "-1", "0", "0.5"):
+        with pytest.raises(Exception):
+            parse_bytes(bad)
+
+
+def test_cli_json_is_the_engine_run(capsys):
+    argv = ["--system", "ipu-pod64", "--op", "all-reduce", "--bytes", "64MiB", "--replicas", "64", "--json"]
+    assert collective_main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("seconds", "algorithm", "algorithm_bandwidth", "bus_bandwidth", "op", "bytes", "replicas",
+                "steps", "cycles"):
+        assert key in out
+    result = run_collective("ipu-pod64", "all_reduce", 64 * MiB, list(range(64)))
+    assert out["cycles"] == result.cycles and out["algorithm"] == result.plan.algorithm
+    assert out["bytes"] == 64 * MiB and out["replicas"] == 64 and out["op"] == "all-reduce"
+    assert out["algorithm_bandwidth"] == pytest.approx(out["bytes"] / out["seconds"])
+    assert out["bus_bandwidth"] == pytest.approx(out["algorithm_bandwidth"] * 2 * 63 / 64)
+
+
+def test_cli_text_and_forced_algorithm(capsys):
+    argv = ["--system", "ipu-pod16", "--op", "reduce-scatter", "--bytes", "16MB", "--replicas", "16",
+            "--algorithm", "ring"]
+    assert collective_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "ring" in out and " s " in out and "algorithm bandwidth" in out and "bus bandwidth" in out
+    assert bus_factor("reduce-scatter", 16) == pytest.approx(15 / 16)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--system", "ipu-pod16", "--op", "all-reduce", "--bytes", "64MiB", "--replicas", "64"], "64 replicas.*16 IPUs"),
+    (["--system", "ipu-pod16", "--op", "all-reduce", "--bytes", "64 lots", "--replicas", "4"], "--bytes"),
+    (["--system", "ipu-pod16", "--op", "all-sum", "--bytes", "1MiB", "--replicas", "4"], "unknown collective"),
+    (["--system", "ipu-pod16", "--op", "all-reduce", "--bytes", "1MiB", "--replicas", "0"], "--replicas"),
+    (["--system", "ipu-pod16", "--op", "all-reduce", "--bytes", "1MiB", "--replicas", "1"], "at least 2"),
+    (["--system", "no-such-pod", "--op", "all-reduce", "--bytes", "1MiB", "--replicas", "4"], "unknown system"),
+    (["--system", "ipu-pod16", "--op", "all-gather", "--bytes", "1MiB", "--replicas", "4",
+      "--algorithm", "hierarchical"], "does not apply"),
+    (["--system", "ipu-pod16", "--op", "all-reduce", "--bytes", "1MiB"], "required"),
+])
+def test_cli_bad_input_exits_2_with_a_clear_error(capsys, argv, message):
+    assert collective_main(argv) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_python_dash_m_runs_the_cli():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "sim.collective_cli", "--system", "ipu-pod16", "--op",
+                          "all-gather", "--bytes", "1KiB", "--replicas", "4", "--json"],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["op"] == "all-gather"

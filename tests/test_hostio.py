@@ -1,0 +1,193 @@
+"""Host IO (issue #4): sync patterns on a host-IO-bound pipeline, the host-IO optimisation
+shape of the PopTorch user guide (prefetch depth, IO tiles with overlap), and the steady-state
+extrapolation of loops whose iterations overlap.
+
+Numbers measured when these tests were written (cycles):
+
+* sync patterns, 4-stage pipeline, 16 micro-batches, 128 KiB in on IPU 0 and 1 MiB out on IPU 3
+  per micro-batch: Full 10,731,014; SinglePipeline 9,554,516; ReplicaAndLadder 9,556,796;
+* IO-bound single-IPU model, cycles per device iteration: 254,261 (no buffering) -> 189,757
+  (prefetch depth 3) -> 179,246 (+ 64 IO tiles, OverlapDeviceIterationLoop); the guide's
+  figures are about 255k -> 190k -> 170k.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sim
+import sim.engine
+from sim.graph import GraphBuilder
+from sim.options import OverlapMode
+from sim.program import Sync, leaves
+from sim.strategy import SyncPattern
+
+M2000 = "ipu-m2000"
+
+
+# --- 3. sync patterns ------------------------------------------------------------------------
+def io_pipeline(F: int = 4, mb: int = 64, d: int = 1024, out_mult: int = 8) -> sim.Graph:
+    """4 stages of 2 x (linear + relu) on IPUs 0-3; the input (mb x d fp16, 128 KiB) is read by
+    stage 0, the output (mb x 8d fp16, 1 MiB) made by stage 3: host IO dominates."""
+    b = GraphBuilder("io_pipeline")
+    h = b.input("x", (mb, d))
+    for i in range(F):
+        with b.ipu(i, stage=i, block=f"s{i}"):
+            for j in range(2):
+                last = i == F - 1 and j == 1
+                h = b.relu(b.linear(h, d * out_mult if last else d, name=f"s{i}/l{j}"))
+    b.output(h)
+    return b.graph
+
+
+@pytest.fixture(scope="module")
+def sync_runs():
+    return {p: sim.simulate(io_pipeline(), M2000, sim.Options().deviceIterations(16).syncPattern(p))
+            for p in SyncPattern}
+
+
+def test_full_sync_is_slowest_on_a_host_io_bound_pipeline(sync_runs):
+    full, single, ladder = (sync_runs[p] for p in (SyncPattern.Full, SyncPattern.SinglePipeline,
+                                                   SyncPattern.ReplicaAndLadder))
+    # Full: every host transfer syncs all 4 IPUs, so IPU 0's input and IPU 3's output are
+    # serialised; SinglePipeline: each IPU syncs with the host alone, they overlap.
+    # ReplicaAndLadder syncs each transfer with its group (even / odd IPUs): here IPUs 0 and 3
+    # are in different groups, so it overlaps like SinglePipeline, paying only a group barrier
+    # (< 0.1 %) instead of an on-chip one.
+    assert full.cycle_count > ladder.cycle_count >= single.cycle_count
+    assert full.cycle_count > 1.1 * single.cycle_count
+    assert ladder.cycle_count == pytest.approx(single.cycle_count, rel=1e-3)
+    # the same work in every pattern: only the waiting moves
+    for run in (single, ladder):
+        for col in ("compute", "exchange", "host_io", "inter_ipu"):
+            assert (run.breakdown[col] == full.breakdown[col]).all()
+
+
+def test_full_sync_extra_time_is_idle_and_sync_on_the_ipus_without_host_io(sync_runs):
+    full, single = sync_runs[SyncPattern.Full], sync_runs[SyncPattern.SinglePipeline]
+    extra = full.cycle_count - single.cycle_count
+    bf, bs = full.breakdown, single.breakdown
+    assert (bf.loc[[1, 2], "host_io"] == 0).all() and (bf.loc[[0, 3], "host_io"] > 0).all()
+    for ipu in (1, 2):  # no host IO of their own: all of Full's extra time is waiting
+        waited = (bf.loc[ipu, "idle"] + bf.loc[ipu, "sync"]) - (bs.loc[ipu, "idle"] + bs.loc[ipu, "sync"])
+        assert waited == extra
+        assert bf.loc[ipu, "idle"] - bs.loc[ipu, "idle"] > 0.99 * extra  # mostly idle, not barrier cycles
+    # under Full the IPU that makes the big output stops for the other IPU's input (and
+    # vice versa): its idle grows by the same extra time
+    assert (bf.loc[3, "idle"] + bf.loc[3, "sync"]) - (bs.loc[3, "idle"] + bs.loc[3, "sync"]) == extra
+
+
+def test_sync_patterns_bracket_host_transfers_with_their_groups():
+    ex = sim.compile(io_pipeline(), M2000, sim.Options().deviceIterations(16))
+    host_syncs = [i for i in leaves(ex.program) if isinstance(i, Sync) and i.name.startswith("host sync")]
+    assert host_syncs and all(s.ipus == (0, 1, 2, 3) for s in host_syncs)
+    ex = sim.compile(io_pipeline(), M2000, sim.Options().deviceIterations(16).syncPattern(SyncPattern.ReplicaAndLadder))
+    groups = {s.ipus for s in leaves(ex.program) if isinstance(s, Sync) and s.name.startswith("host sync")}
+    assert groups == {(0, 2), (1, 3)}
+    ex = sim.compile(io_pipeline(), M2000, sim.Options().deviceIterations(16).syncPattern(SyncPattern.SinglePipeline))
+    assert not [s for s in leaves(ex.program) if isinstance(s, Sync) and s.name.startswith("host sync")]
+
+
+# --- 4. the host-IO optimisation shape --------------------------------------------------------
+FIGURE = {"none": 255_000, "prefetch": 190_000, "io_tiles": 170_000}  # hardware.csv overlap_io_profile
+
+
+def io_bound_model(overlap: bool) -> sim.Graph:
+    """x (32, 896) fp16 -> 67 x (linear 896->896 + relu) -> out.
+
+    The PopTorch user guide does not say which model its host-IO optimisation figures profile;
+    this one was chosen because its unbuffered cycles per iteration land near the figure's
+    255k (host IO about a third of each iteration, like the figure's profile).
+    """
+    b = GraphBuilder("io_bound")
+    x = b.input("x", (32, 896))
+    h = x
+    for i in range(67):
+        h = b.relu(b.linear(h, 896, name=f"l{i}"))
+    b.output(h)
+    if overlap:
+        b.set_overlap(x, OverlapMode.OverlapDeviceIterationLoop)
+        b.set_overlap(h, OverlapMode.OverlapDeviceIterationLoop)
+    return b.graph
+
+
+def io_bound_run(setting: str, iterations: int = 100) -> sim.Run:
+    o = sim.Options().deviceIterations(iterations)
+    if setting != "none":
+        o._Popart.set("defaultPrefetchBufferingDepth", 3)
+    if setting == "io_tiles":
+        o.TensorLocations.numIOTiles(64)
+    return sim.simulate(io_bound_model(setting == "io_tiles"), "ipu-mk2", o)
+
+
+def test_host_io_optimisation_shape():
+    """No buffering -> prefetch depth 3 -> depth 3 + 64 IO tiles + OverlapDeviceIterationLoop:
+    each step faster, each within 25 % of the guide's figure (the figure is read off a plot,
+    and the profiled model is unknown)."""
+    runs = {s: io_bound_run(s) for s in FIGURE}
+    per_iteration = {s: r.cycle_count / 100 for s, r in runs.items()}
+    assert per_iteration["none"] > per_iteration["prefetch"] > per_iteration["io_tiles"]
+    for s, cycles in per_iteration.items():
+        assert cycles == pytest.approx(FIGURE[s], rel=0.25), s
+    bd = {s: r.breakdown.loc[0] for s, r in runs.items()}
+    # prefetching hides the host's side of each copy: the IPU still waits for the device side
+    assert bd["prefetch"]["host_io"] < 0.25 * bd["none"]["host_io"]
+    # IO tiles take the copies off the compute tiles entirely (at the price of 64 fewer tiles)
+    assert bd["io_tiles"]["host_io"] == 0
+    assert bd["io_tiles"]["compute"] > bd["none"]["compute"]
+    assert runs["io_tiles"].executable.tiles == 1472 - 64
+
+
+def test_io_tile_buffers_must_fit():
+    """The IO tiles hold two buffers per overlapped stream; too few tiles is an error naming how many."""
+    b = GraphBuilder("big_io")
+    x = b.input("x", (4096, 4096))  # 32 MiB: two buffers need far more than 32 IO tiles
+    h = b.relu(x)
+    b.output(h)
+    b.set_overlap(x, OverlapMode.OverlapDeviceIterationLoop)
+    o = sim.Options().deviceIterations(4)
+    o.TensorLocations.numIOTiles(32)
+    with pytest.raises(sim.OptionsError, match=r"IO-tile buffers.*use at least \d+ IO tiles"):
+        sim.compile(b.graph, "ipu-mk2", o)
+
+
+# --- 9. steady-state extrapolation -------------------------------------------------------------
+@pytest.mark.parametrize("setting", ["prefetch", "io_tiles"])
+def test_steady_state_extrapolation_equals_the_unrolled_loop(setting, monkeypatch):
+    """200 overlapping device iterations: the engine simulates STEADY_ITERATIONS + 1 and
+    extrapolates by the steady-state period. Simulating all 200 gives the same cycles,
+    breakdown, trace and perf counters, exactly (the loop is periodic after a few iterations
+    and nothing follows it)."""
+    fast = io_bound_run(setting, 200)
+    monkeypatch.setattr(sim.engine, "STEADY_ITERATIONS", 10_000)
+    full = io_bound_run(setting, 200)
+    assert full.timeline.events > 10 * fast.timeline.events  # really simulated every iteration
+    assert fast.cycle_count == full.cycle_count
+    assert fast.breakdown.equals(full.breakdown)
+    cols = ["ipu", "kind", "name", "start", "end"]
+    assert fast.trace[cols].sort_values(cols).reset_index(drop=True).equals(
+        full.trace[cols].sort_values(cols).reset_index(drop=True))
+    assert fast.perf_counters == full.perf_counters
+
+
+def test_steady_state_extrapolation_inside_a_pipeline_is_off_by_a_boundary_only(monkeypatch):
+    """Known limitation (see the report of issue #4): a prefetched pipeline's main cycles are
+    one extrapolated macro task; the flush after it waits for the macro's host-side tail (the
+    last outputs draining to the host), which the unrolled run overlaps with the flush. The
+    difference is a constant per loop boundary, at most one host-side output transfer, and
+    does not grow with the number of micro-batches (0.12 % at 200)."""
+    def run(G):
+        o = sim.Options().deviceIterations(G).syncPattern(SyncPattern.SinglePipeline)
+        o._Popart.set("defaultPrefetchBufferingDepth", 3)
+        return sim.simulate(io_pipeline(mb=16, out_mult=8), M2000, o)
+
+    fast = {G: run(G) for G in (50, 200)}
+    monkeypatch.setattr(sim.engine, "STEADY_ITERATIONS", 10_000)
+    full = {G: run(G) for G in (50, 200)}
+    diffs = {G: fast[G].cycle_count - full[G].cycle_count for G in fast}
+    t = full[200].trace
+    out = full[200].executable.graph.outputs[0]
+    host_out = t[(t["kind"] == "host_prefetch") & (t["name"] == out)]  # host side of each output
+    assert diffs[50] == diffs[200]
+    assert 0 <= diffs[200] <= host_out["cycles"].max()
+    assert diffs[200] / full[200].cycle_count < 2e-3

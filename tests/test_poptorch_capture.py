@@ -1,0 +1,420 @@
+"""sim.poptorch: capturing torch models into sim graphs (ops, shapes, dtypes, annotations),
+the unknown-op error and its registration API, and agreement with the zoo's graphs."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import models  # noqa: E402
+import sim  # noqa: E402
+import sim.poptorch as poptorch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _default_environment(monkeypatch):
+    """The tests expect the default system choice and a single process."""
+    for var in ("IPUSIM_SYSTEM", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def forward_ops(model):
+    return [op for op in model.executable.graph.ops if op.pass_ == "forward"]
+
+
+def kinds(model):
+    return [op.kind for op in forward_ops(model)]
+
+
+# --- agreement with the zoo ------------------------------------------------------------------------
+class ZooMLP(nn.Module):
+    """models.get("mlp") as a torch module: two hidden Linear+ReLU layers, a classifier, CE loss."""
+
+    def __init__(self, sizes=(784, 256, 256, 10)):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-2], sizes[1:-1]))
+        self.classifier = nn.Linear(sizes[-2], sizes[-1])
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x, labels):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        logits = self.classifier(x)
+        return logits, self.loss(logits, labels)
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("micro_batch, di", [(16, 4), (8, 1)])
+def test_linear_stack_cycle_count_agrees_with_the_zoo_mlp(training, micro_batch, di):
+    opts = poptorch.Options().deviceIterations(di).logCycleCount(True)
+    wrap = poptorch.trainingModel if training else poptorch.inferenceModel
+    model = wrap(ZooMLP(), opts)
+    model(torch.randn(micro_batch * di, 784), torch.randint(0, 10, (micro_batch * di,)))
+    zoo = sim.Options().deviceIterations(di)
+    if training:
+        zoo.outputMode(sim.OutputMode.Final)
+    run = sim.simulate(models.get("mlp", micro_batch=micro_batch, dtype="float32"), "ipu-mk2", zoo,
+                       training=training, optimizer="sgd")
+    assert model.cycleCount() == pytest.approx(run.cycle_count, rel=0.01)
+    assert kinds(model) == [op.kind for op in run.executable.graph.ops if op.pass_ == "forward"]
+
+
+# --- ops, shapes and dtypes ----------------------------------------------------------------------------
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, bias=False)
+        self.pool = nn.MaxPool2d(2)
+        self.avg = nn.AvgPool2d(2)
+        self.drop = nn.Dropout(0.1)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, 10)
+        self.ln = nn.LayerNorm(10)
+
+    def forward(self, x, y):
+        x = F.relu(self.bn(self.conv1(x)))
+        x = self.avg(self.pool(torch.tanh(self.conv2(x))))
+        x = self.gap(self.drop(x)).flatten(1)
+        x = self.ln(self.fc(x))
+        return F.softmax(x, dim=-1), F.nll_loss(F.log_softmax(x, dim=1), y)
+
+
+def test_cnn_layers_become_sim_ops_with_real_shapes():
+    torch.manual_seed(0)
+    net = CNN()
+    model = poptorch.trainingModel(net, poptorch.Options().deviceIterations(2))
+    xs, ys = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
+    probs, loss = model(xs, ys)
+    assert probs.shape == (2, 10) and loss.shape == ()
+    assert kinds(model) == ["conv2d", "add", "batchnorm", "relu", "conv2d", "tanh", "maxpool", "avgpool",
+                            "dropout", "avgpool", "reshape", "matmul", "add", "layernorm", "softmax",
+                            "softmax", "softmax_cross_entropy"]
+    g = model.executable.graph
+    conv2 = next(op for op in g.ops if op.name == "conv2/conv2d")
+    assert conv2.attrs == {"kernel": 3, "stride": 2, "padding": 0, "groups": 1}
+    assert g.tensors[conv2.outputs[0]].shape == (2, 16, 7, 7)
+    assert g.tensors["conv2.weight"].shape == (16, 8, 3, 3) and g.tensors["conv2.weight"].role == "weight"
+    assert g.tensors["fc.weight"].shape == (16, 10)  # stored (in, out) for x @ W
+    assert g.tensors["bn.running_mean"].role == "constant"
+    assert g.inputs == ["x", "y"] and g.tensors["y"].dtype == "int32"
+    assert g.loss == g.outputs[1]
+
+
+def test_inference_runs_the_module_in_eval_mode_and_restores_it():
+    torch.manual_seed(0)
+    net = CNN()
+    net.train()
+    xs, ys = torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,))
+    before = net.bn.running_mean.clone()
+    out = poptorch.inferenceModel(net)(xs, ys)
+    assert net.training and net.bn.training
+    torch.testing.assert_close(net.bn.running_mean, before)  # capture and inference leave it alone
+    net.eval()
+    torch.testing.assert_close(out[0], net(xs, ys)[0])
+
+
+def test_elementwise_views_reductions_and_scalars():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(50, 16)
+            self.w = nn.Parameter(torch.randn(16, 16))
+
+        def forward(self, ids, x):
+            e = self.emb(ids)  # (B, S, 16)
+            h = (e @ self.w) * 0.5 + 1.0 - x.unsqueeze(1) / 2
+            h = torch.cat([h, F.gelu(h)], dim=-1).permute(0, 2, 1).contiguous()
+            h = torch.sigmoid(h[:, :8, :]).transpose(1, 2)
+            a, b = h.split(4, dim=-1)
+            s = torch.bmm(a, b.transpose(1, 2)).mean(dim=(1, 2)) + h.sum()
+            return F.dropout(torch.exp(-s), 0.3, training=False), h.reshape(h.shape[0], -1)
+
+    m = M()
+    ids, xs = torch.randint(0, 50, (4, 5)), torch.randn(4, 16)
+    model = poptorch.inferenceModel(m, poptorch.Options().deviceIterations(2))
+    out = model(ids, xs)
+    ref = m(ids, xs)
+    torch.testing.assert_close(out[0], ref[0])
+    torch.testing.assert_close(out[1], ref[1])
+    got = kinds(model)
+    for kind in ("gather", "matmul", "scale", "add", "sub", "concat", "gelu", "transpose", "slice",
+                 "sigmoid", "reduce_mean", "reduce_sum", "exp", "reshape"):
+        assert kind in got, kind
+    assert "dropout" not in got  # F.dropout(training=False) is an identity
+    g = model.executable.graph
+    assert g.tensors["emb.weight"].shape == (50, 16) and g.tensors["w"].role == "weight"
+
+
+def test_half_precision_model():
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).half()
+    model = poptorch.inferenceModel(net, poptorch.Options().deviceIterations(2).logCycleCount(True))
+    xs = torch.randn(4, 8).half()
+    out = model(xs)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, net(xs))
+    g = model.executable.graph
+    assert {t.dtype for t in g.tensors.values()} == {"float16"}
+    fp32 = poptorch.inferenceModel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)),
+                                   poptorch.Options().deviceIterations(2).logCycleCount(True))
+    fp32(xs.float())
+    assert model.executable.graph.tensors[g.inputs[0]].nbytes * 2 == fp32.executable.graph.tensors[
+        fp32.executable.graph.inputs[0]].nbytes
+
+
+def test_mse_loss_inference():
+    class Reg(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, x, t):
+            y = self.fc(x)
+            return y, F.mse_loss(y, t), nn.L1Loss()(y, t)
+
+    m = Reg()
+    xs, ts = torch.randn(6, 4), torch.randn(6, 1)
+    out = poptorch.inferenceModel(m, poptorch.Options().deviceIterations(3))(xs, ts)
+    assert out[1].shape == (3,)
+    torch.testing.assert_close(out[1], torch.stack([F.mse_loss(m.fc(a), b) for a, b in zip(xs.split(2), ts.split(2))]))
+
+
+# --- torch.export when fx cannot trace -----------------------------------------------------------------
+class ShapeBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        if x.shape[0] > 1:  # Python control flow on a shape: torch.fx cannot trace it
+            x = x * 2
+        with poptorch.Block("only", ipu_id=0):
+            logits = self.fc(x)
+        return logits, F.cross_entropy(logits, y)
+
+
+def test_torch_export_captures_what_fx_cannot():
+    torch.manual_seed(0)
+    net = ShapeBranch()
+    model = poptorch.trainingModel(net, poptorch.Options().deviceIterations(2).logCycleCount(True),
+                                   torch.optim.SGD(net.parameters(), lr=0.5))
+    xs, ys = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    losses = [float(model(xs, ys)[1]) for _ in range(4)]
+    assert "graph captured with torch.export" in model.executable.notes
+    assert losses[-1] < losses[0]
+    assert kinds(model) == ["scale", "matmul", "add", "softmax_cross_entropy"]
+    assert [op.block for op in forward_ops(model)] == [None, "only", "only", "only"]
+    assert model.cycleCount() > 0
+
+
+# --- annotations ---------------------------------------------------------------------------------------
+class Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(8, 8)
+        self.enc = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+        self.head = nn.Linear(8, 4)
+        poptorch.BeginBlock(self.enc, "encoder", ipu_id=1)
+
+    @poptorch.BlockFunction("head", ipu_id=1)
+    def classify(self, x):
+        return self.head(x)
+
+    def forward(self, x, y):
+        with poptorch.NameScope("stem"):
+            x = self.embed(x)
+        x = self.enc(x)
+        logits = self.classify(x)
+        return logits, F.cross_entropy(logits, y)
+
+
+def test_blocks_name_scopes_and_pipelining():
+    o = poptorch.Options().deviceIterations(2).logCycleCount(True)
+    o.Training.gradientAccumulation(4)
+    model = poptorch.trainingModel(Blocks(), o)
+    model(torch.randn(16, 8), torch.randint(0, 4, (16,)))
+    ops = forward_ops(model)
+    assert [(op.block, op.ipu) for op in ops] == [
+        (None, 0), (None, 0), ("encoder", 1), ("encoder", 1), ("encoder", 1), ("encoder", 1),
+        ("encoder", 1), ("head", 1), ("head", 1), ("head", 1)]
+    assert ops[0].name.startswith("stem/embed/")
+    assert model.executable.strategy == "pipelined"
+    assert model.executable.ipus_per_replica == 2
+    assert model.executable.system.name == "ipu-m2000"
+    poptorch.removeBlocks(model.model)
+    assert not any(type(h).__name__ == "_BlockHook" for m in model.model.modules()
+                   for h in m._forward_pre_hooks.values())
+
+
+def test_begin_block_twice_is_an_error():
+    layer = nn.Linear(2, 2)
+    poptorch.BeginBlock(layer, "a")
+    with pytest.raises(poptorch.Error, match="module has already been assigned to a block."):
+        poptorch.BeginBlock(layer, "b")
+
+
+def test_explicit_stages():
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+        def forward(self, x):
+            poptorch.Block.useAutoId()
+            with poptorch.Block():
+                x = self.a(x)
+            with poptorch.Block():
+                return self.b(x)
+
+    o = poptorch.Options().deviceIterations(4).setExecutionStrategy(
+        poptorch.PipelinedExecution(poptorch.Stage("0").ipu(0), poptorch.Stage("1").ipu(1)))
+    model = poptorch.inferenceModel(Two(), o)
+    model(torch.randn(4, 8))
+    assert [(op.block, op.stage, op.ipu) for op in forward_ops(model)] == [
+        ("0", 0, 0), ("0", 0, 0), ("1", 1, 1), ("1", 1, 1)]
+
+
+def test_annotation_functions_on_the_cpu_and_in_the_graph(capsys):
+    class A(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = poptorch.set_available_memory(self.fc(x), 0.3)
+            h = poptorch.recomputationCheckpoint(h)
+            h = poptorch.ipu_print_tensor(poptorch.nop(h), "h")
+            w = poptorch.serializedMatMul(h, self.fc.weight, poptorch.MatMulSerializationMode.OutputChannels, 2)
+            outs = poptorch.for_loop(3, lambda t: torch.relu(t) * 0.5, [w])
+            return outs[0], poptorch.identity_loss(outs[0], "sum"), poptorch.isRunningOnIpu()
+
+    m = A()
+    xs = torch.randn(2, 8)
+    cpu = m(xs)
+    assert cpu[2] is False
+    torch.testing.assert_close(poptorch.identity_loss(xs, "mean"), xs.mean())
+    with pytest.raises(AssertionError, match="Unsupported reduction type!"):
+        poptorch.identity_loss(xs, "max")
+    model = poptorch.inferenceModel(m)
+    capsys.readouterr()
+    out = model(xs)
+    assert capsys.readouterr().out.count("h:") == 1  # printed by the run, not by the capture
+    torch.testing.assert_close(out[0], cpu[0])
+    torch.testing.assert_close(out[1], cpu[1])
+    g = model.executable.graph
+    fc = next(op for op in g.ops if op.name == "fc/add")
+    assert fc.attrs["available_memory_proportion"] == 0.3 and fc.attrs["recomputation_checkpoint"]
+    mm = [op for op in g.ops if op.kind == "matmul"][1]
+    assert mm.attrs["serialization"] == ["output_channels", 2]
+    assert [op.kind for op in g.ops].count("relu") == 3  # the loop is unrolled
+    assert g.loss == g.outputs[1]
+
+
+def test_poptorch_errors_for_bad_annotation_arguments():
+    with pytest.raises(poptorch.Error, match="You may only set available memory for torch.tensor values"):
+        poptorch.set_available_memory(3, 0.5)
+    with pytest.raises(ValueError, match="expects input tensors"):
+        poptorch.for_loop(2, lambda t: t, (torch.ones(1),))
+    with pytest.raises(poptorch.Error, match="nop must take a torch.tensor argument"):
+        poptorch.nop([1])
+
+
+def test_experimental_collectives_cpu_view():
+    from sim.poptorch import experimental
+    t = torch.arange(4.0)
+    assert experimental.all_gather_cross_replica(t, 2).shape == (2, 4)
+    torch.testing.assert_close(experimental.all_reduce_cross_replica_sum(t, 4), t * 4)
+    assert experimental.all_to_all_single_cross_replica(t, 2).tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+# --- unknown ops -------------------------------------------------------------------------------------------
+class Swish(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return F.silu(self.fc(x))
+
+
+def test_unknown_op_names_the_op_and_how_to_price_it():
+    with pytest.raises(sim.UnsupportedOpError) as e:
+        poptorch.inferenceModel(Swish())(torch.randn(2, 8))
+    msg = str(e.value)
+    assert "torch.nn.functional.silu" in msg
+    assert "sim.poptorch.register_op" in msg and "ctx.custom(vertices=" in msg
+
+
+def test_registered_ops_are_priced():
+    poptorch.register_op(F.silu, lambda ctx: ctx.op("sigmoid", ctx.inputs[:1]))
+    try:
+        model = poptorch.inferenceModel(Swish(), poptorch.Options().logCycleCount(True))
+        xs = torch.randn(2, 8)
+        out = model(xs)
+        torch.testing.assert_close(out, F.silu(model.fc(xs)))
+        assert kinds(model)[-1] == "sigmoid"
+    finally:
+        poptorch.unregister_op(F.silu)
+
+    class Fancy(nn.Module):
+        def forward(self, x):
+            return x.cumsum(1)
+
+    class UsesFancy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fancy = Fancy()
+
+        def forward(self, x):
+            return self.fancy(x) * 2
+
+    poptorch.register_op(Fancy, lambda ctx: ctx.custom(vertices=ctx.numel(), vertex_cycles=40))
+    try:
+        model = poptorch.inferenceModel(UsesFancy(), poptorch.Options().logCycleCount(True))
+        model(torch.randn(2, 8))
+        custom = next(op for op in forward_ops(model) if op.kind == "custom")
+        assert custom.attrs["vertices"] == 16 and custom.attrs["vertex_cycles"] == 40
+        assert model.executable.costs[custom.name].compute_cycles > 0
+    finally:
+        poptorch.unregister_op(Fancy)
+
+
+def test_training_without_a_loss_is_an_error():
+    with pytest.raises(poptorch.Error, match="no loss"):
+        poptorch.trainingModel(nn.Linear(4, 2))(torch.randn(2, 4))
+
+
+def test_transformer_layer_and_scaled_dot_product_attention():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    model = poptorch.inferenceModel(layer, poptorch.Options().deviceIterations(2))
+    xs = torch.randn(4, 5, 32)
+    out = model(xs)
+    assert layer.training  # restored after the eval-mode run
+    layer.eval()
+    torch.testing.assert_close(out, layer(xs))
+    got = kinds(model)
+    assert got.count("layernorm") == 2 and "softmax" in got and got.count("matmul") >= 6
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = nn.Linear(32, 96), nn.Linear(32, 4)
+
+        def forward(self, x, y):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, 4, 8).permute(2, 0, 3, 1, 4)
+            h = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, 32)
+            logits = self.out(h).mean(1)
+            return logits, F.cross_entropy(logits, y)
+
+    head = Head()
+    training = poptorch.trainingModel(head, optimizer=torch.optim.Adam(head.parameters(), lr=0.01))
+    xs, ys = torch.randn(4, 6, 32), torch.randint(0, 4, (4,))
+    losses = [float(training(xs, ys)[1]) for _ in range(5)]
+    assert losses[-1] < losses[0]
+    assert "transpose matmul scale softmax matmul" in " ".join(kinds(training))

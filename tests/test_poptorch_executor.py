@@ -1,0 +1,388 @@
+"""sim.poptorch: PopTorch's PoplarExecutor contract, played back on the simulator.
+
+* perf counters: one list per input/output tensor; inputs DI x GA x R stamps; outputs
+  (x R) 1 for Final/Sum, DI x GA for All, DI/N x GA for EveryN(N); defaults All (inference),
+  Final (training); synthetic data -> empty lists; before compilation every key is [[]];
+* latencies: (min, max, avg) with min <= avg <= max, (0, 0, 0) without end stamps;
+* cycleCount's two errors, in PopTorch's order and words;
+* outputs: the CPU model's outputs, combined per output mode with PopTorch's shapes;
+* training: the loss goes down, gradient accumulation with Mean matches a larger batch.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import sim  # noqa: E402
+import sim.poptorch as poptorch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _default_environment(monkeypatch):
+    """The tests expect the default system choice and a single process."""
+    for var in ("IPUSIM_SYSTEM", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+
+MB = 2  # micro-batch
+MODES = {"All": (poptorch.OutputMode.All,), "Final": (poptorch.OutputMode.Final,),
+         "Sum": (poptorch.OutputMode.Sum,), "EveryN(2)": (poptorch.OutputMode.EveryN, 2)}
+KEYS = ("input", "input_complete", "output", "output_complete")
+LATENCIES = ("getLatency", "getHostIpuLatency", "getComputeLatency", "getIpuHostLatency")
+SLACK = 1e-15  # the mean of equal floats may differ from them by an ulp
+
+
+class Net(torch.nn.Module):
+    """Two inputs (x, labels), two outputs (logits, loss)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, labels):
+        logits = self.fc(x)
+        return logits, self.loss(logits, labels)
+
+
+def make_options(di=1, mode=None, ga=1, replicas=1, synthetic=False, cycles=True):
+    o = poptorch.Options().deviceIterations(di).replicationFactor(replicas)
+    if mode is not None:
+        o.outputMode(*MODES[mode])
+    if ga > 1:
+        o.Training.gradientAccumulation(ga)
+    if synthetic:
+        o.enableSyntheticData(True)
+    return o.logCycleCount(cycles)
+
+
+def batch(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 8, generator=g), torch.randint(0, 4, (n,), generator=g)
+
+
+def expected_outputs(mode, di, ga):
+    return {"All": di * ga, "Final": 1, "Sum": 1, "EveryN(2)": di // 2 * ga}[mode]
+
+
+def check_counters(model, n_in, n_out):
+    pc = model.getPerfCounters()
+    assert set(pc) == set(KEYS)
+    assert len(pc["input"]) == len(pc["input_complete"]) == 2  # x, labels
+    assert len(pc["output"]) == len(pc["output_complete"]) == 2  # logits, loss
+    for key, n in (("input", n_in), ("input_complete", n_in), ("output", n_out), ("output_complete", n_out)):
+        for stamps in pc[key]:
+            assert len(stamps) == n, key
+            assert all(isinstance(s, float) for s in stamps)
+    for start, end in (("input", "input_complete"), ("output", "output_complete")):
+        for s_list, e_list in zip(pc[start], pc[end]):
+            assert all(s <= e for s, e in zip(s_list, e_list))
+
+
+def check_latencies(model):
+    for name in LATENCIES:
+        lo, hi, avg = getattr(model, name)()
+        assert 0.0 <= lo <= hi, name
+        assert lo - SLACK <= avg <= hi + SLACK, name
+    assert model.getLatency()[0] > 0.0
+
+
+def run(training, di, mode, ga=1, replicas=1, synthetic=False):
+    torch.manual_seed(0)
+    wrap = poptorch.trainingModel if training else poptorch.inferenceModel
+    model = wrap(Net(), make_options(di, mode, ga, replicas, synthetic))
+    out = model(*batch(MB * di * ga * replicas))
+    return model, out
+
+
+# --- perf counter sizes ----------------------------------------------------------------------
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+@pytest.mark.parametrize("di", [1, 2, 4, 10])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_inference_counter_sizes(mode, di, replicas):
+    if mode == "EveryN(2)" and di % 2:
+        with pytest.raises(sim.OptionsError, match="multiple of the return period"):
+            run(False, di, mode, replicas=replicas)
+        return
+    model, _ = run(False, di, mode, replicas=replicas)
+    check_counters(model, di * replicas, expected_outputs(mode, di, 1) * replicas)
+    check_latencies(model)
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+@pytest.mark.parametrize("ga", [1, 2])
+@pytest.mark.parametrize("di", [1, 2, 4, 10])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_training_counter_sizes(mode, di, ga, replicas):
+    if mode == "EveryN(2)" and di % 2:
+        with pytest.raises(sim.OptionsError, match="multiple of the return period"):
+            run(True, di, mode, ga, replicas)
+        return
+    model, _ = run(True, di, mode, ga, replicas)
+    check_counters(model, di * ga * replicas, expected_outputs(mode, di, ga) * replicas)
+    check_latencies(model)
+
+
+@pytest.mark.parametrize("training, n_out", [(False, 4), (True, 1)])
+def test_default_output_mode(training, n_out):
+    model, _ = run(training, 4, None)
+    assert model.options.output_mode == (poptorch.OutputMode.Final if training else poptorch.OutputMode.All)
+    check_counters(model, 4, n_out)
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_synthetic_data_empty_counters_zero_latencies(training, mode):
+    model, _ = run(training, 4, mode, synthetic=True)
+    pc = model.getPerfCounters()
+    assert all(stamps == [] for k in KEYS for stamps in pc[k])
+    for name in LATENCIES:
+        assert getattr(model, name)() == (0.0, 0.0, 0.0)
+    assert model.cycleCount() > 0
+
+
+def test_counters_before_compilation_and_after_compile_only():
+    model = poptorch.inferenceModel(Net(), make_options(2))
+    assert model.getPerfCounters() == {k: [[]] for k in KEYS}
+    for name in LATENCIES:
+        assert getattr(model, name)() == (0.0, 0.0, 0.0)
+    model.compile(*batch(4))
+    assert model.getPerfCounters() == {k: [[], []] for k in KEYS}
+    assert model.getLatency() == (0.0, 0.0, 0.0)
+
+
+def test_counters_are_those_of_the_latest_run_and_simulated_seconds():
+    model, _ = run(False, 4, "All")
+    first = model.getPerfCounters()
+    model(*batch(MB * 4, seed=1))
+    assert model.getPerfCounters() == first  # deterministic: every call simulates the same
+    assert max(max(v) for v in first["output_complete"]) <= model.simulation.seconds
+
+
+# --- cycleCount ------------------------------------------------------------------------------
+DISABLED = "Cycle count logging is disabled. Please set option logCycleCount to True to enable."
+NOT_RUN = "Please run the model at least once before obtaining cycle count."
+
+
+def test_cycle_count_disabled_is_checked_first():
+    model = poptorch.inferenceModel(Net(), make_options(cycles=False))
+    for _ in range(2):  # before and after a run
+        with pytest.raises(poptorch.Error) as e:
+            model.cycleCount()
+        assert e.value.message == DISABLED
+        assert str(e.value) == f"'poptorch_py_error': {DISABLED}"
+        model(*batch(MB))
+
+
+def test_cycle_count_before_a_run_and_after_compile_only():
+    model = poptorch.inferenceModel(Net(), make_options())
+    with pytest.raises(poptorch.Error, match=NOT_RUN.replace(".", r"\.")):
+        model.cycleCount()
+    model.compile(*batch(MB))
+    assert model.isCompiled()
+    with pytest.raises(poptorch.Error) as e:
+        model.cycleCount()
+    assert e.value.message == NOT_RUN
+    model(*batch(MB))
+    assert isinstance(model.cycleCount(), int) and model.cycleCount() > 0
+    model.destroy()
+    with pytest.raises(poptorch.Error, match="at least once"):
+        model.cycleCount()
+
+
+def test_cycle_count_set_through_popart_option():
+    o = poptorch.Options()
+    o._Popart.set("instrumentWithHardwareCycleCounter", True)
+    model = poptorch.inferenceModel(Net(), o)
+    model(*batch(MB))
+    assert model.cycleCount() == model.simulation.cycle_count
+
+
+# --- outputs ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_inference_outputs_match_the_cpu_model(mode, replicas):
+    torch.manual_seed(0)
+    net = Net()
+    di = 4
+    model = poptorch.inferenceModel(net, make_options(di, mode, replicas=replicas))
+    x, y = batch(MB * di * replicas)
+    logits, loss = model(x, y)
+    ref = net.fc(x).view(di, replicas, MB, 4)  # [step, replica, micro-batch, ...]
+    ref_loss = torch.stack([torch.nn.functional.cross_entropy(net.fc(xc), yc)
+                            for xc, yc in zip(x.split(MB), y.split(MB))]).view(di, replicas)
+    if mode == "All":
+        torch.testing.assert_close(logits, ref.reshape(-1, 4))
+        torch.testing.assert_close(loss, ref_loss.reshape(-1))
+    elif mode == "Final":
+        torch.testing.assert_close(logits, ref[-1].reshape(-1, 4))
+        torch.testing.assert_close(loss, ref_loss[-1] if replicas > 1 else ref_loss[-1, 0])
+        assert loss.shape == ((replicas,) if replicas > 1 else ())
+    elif mode == "Sum":
+        torch.testing.assert_close(logits, ref.sum(0).reshape(-1, 4))
+        assert logits.shape == (MB * replicas, 4)
+        torch.testing.assert_close(loss, ref_loss.sum(0) if replicas > 1 else ref_loss.sum())
+    else:  # EveryN(2): steps 1 and 3
+        torch.testing.assert_close(logits, ref[1::2].reshape(-1, 4))
+        torch.testing.assert_close(loss, ref_loss[1::2].reshape(-1))
+
+
+def test_poptorch_documented_inference_batching():
+    """PopTorch's own example: Linear(6, 20) on a [10, 1, 5, 6] input, 10 device iterations."""
+    torch.manual_seed(42)
+    lin = torch.nn.Linear(6, 20)
+    x = torch.randn([10, 1, 5, 6])
+    native = lin(x)
+    out = poptorch.inferenceModel(lin, poptorch.Options().deviceIterations(10))(x)
+    assert out.shape == (10, 1, 5, 20)
+    torch.testing.assert_close(out, native)
+    every = poptorch.inferenceModel(lin, poptorch.Options().deviceIterations(10).outputMode(
+        poptorch.OutputMode.EveryN, 5))(x)
+    assert every.shape == (2, 1, 5, 20)
+    torch.testing.assert_close(every[0], native[4])
+    torch.testing.assert_close(every[1], native[9])
+
+
+def test_int64_outputs_return_as_int32():
+    class ArgMax(torch.nn.Module):
+        def forward(self, x):
+            return torch.argmax(x, dim=1)
+    out = poptorch.inferenceModel(ArgMax())(torch.randn(3, 5))
+    assert out.dtype == torch.int32 and out.shape == (3,)
+
+
+# --- training ---------------------------------------------------------------------------------
+def test_training_loss_decreases_and_weights_are_the_models():
+    torch.manual_seed(0)
+    net = Net()
+    opts = make_options(4)
+    opts.Training.gradientAccumulation(2)
+    model = poptorch.trainingModel(net, opts, optimizer=torch.optim.SGD(net.parameters(), lr=0.5))
+    x, y = batch(MB * 8)
+    losses = [float(model(x, y)[1]) for _ in range(6)]
+    assert losses[-1] < losses[0] * 0.5
+    assert all(b < a for a, b in zip(losses, losses[1:]))
+    assert model.model is net and model.fc is net.fc
+    trained = net.fc.weight.detach().clone()
+    inference = poptorch.inferenceModel(net)
+    torch.testing.assert_close(inference(x, y)[0], torch.nn.functional.linear(x, trained, net.fc.bias))
+
+
+@pytest.mark.parametrize("reduction, lrs", [(poptorch.ReductionType.Mean, (0.1, 0.1)),
+                                            (poptorch.ReductionType.Sum, (0.2, 0.1))])
+def test_gradient_accumulation_matches_a_larger_batch(reduction, lrs):
+    """As PopTorch's own test: GA=2 with Mean (or Sum at half the learning rate) updates the
+    weights as one micro-batch of twice the size does."""
+    x, y = batch(4)
+    weights = []
+    for ga, lr in zip((1, 2), lrs):
+        torch.manual_seed(0)
+        net = Net()
+        opts = poptorch.Options()
+        opts.Training.gradientAccumulation(ga).accumulationAndReplicationReductionType(reduction)
+        model = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=lr))
+        for _ in range(3):
+            model(x, y)
+        weights.append(net.fc.weight.detach().clone())
+    torch.testing.assert_close(weights[0], weights[1])
+
+
+def test_training_output_shapes_follow_poptorch():
+    """Final (default): the last micro-batch; a scalar loss stays a scalar. All: one per micro-batch."""
+    model, (logits, loss) = run(True, 10, None)
+    assert logits.shape == (MB, 4) and loss.shape == ()
+    model, (logits, loss) = run(True, 10, "All", ga=2)
+    assert logits.shape == (MB * 20, 4) and loss.shape == (20,)
+    model, (logits, loss) = run(True, 4, "Final", replicas=2)
+    assert logits.shape == (MB * 2, 4) and loss.shape == (2,)
+
+
+@pytest.mark.parametrize("optimizer, name", [
+    (lambda p: poptorch.optim.SGD(p, lr=0.1), "sgd"),
+    (lambda p: poptorch.optim.SGD(p, lr=0.1, momentum=0.9), "sgd_momentum"),
+    (lambda p: poptorch.optim.Adam(p, lr=0.01), "adam"),
+    (lambda p: poptorch.optim.AdamW(p, lr=0.01), "adamw"),
+    (lambda p: poptorch.optim.RMSprop(p, lr=0.01), "rmsprop"),
+    (lambda p: poptorch.optim.LAMB(p, lr=0.01), "lamb"),
+    (lambda p: torch.optim.Adam(p, lr=0.01), "adam"),
+])
+def test_optimizers_train_and_price_the_matching_update(optimizer, name):
+    torch.manual_seed(0)
+    net = Net()
+    model = poptorch.trainingModel(net, make_options(2), optimizer(net.parameters()))
+    x, y = batch(MB * 2)
+    first = float(model(x, y)[1])
+    for _ in range(5):
+        last = float(model(x, y)[1])
+    assert last < first
+    updates = [op for op in model.executable.graph.ops if op.pass_ == "update"]
+    assert updates and all(op.attrs["optimizer"] == name for op in updates)
+
+
+def test_unsupported_optimizer_is_an_error():
+    net = Net()
+    with pytest.raises(poptorch.Error, match="Unsupported optimizer type Adagrad"):
+        poptorch.trainingModel(net, optimizer=torch.optim.Adagrad(net.parameters()))
+
+
+def test_set_optimizer_changes_the_priced_update():
+    net = Net()
+    model = poptorch.trainingModel(net, make_options(1))
+    model(*batch(MB))
+    assert {op.kind for op in model.executable.graph.ops if op.pass_ == "update"} == {"sgd_update"}
+    model.setOptimizer(poptorch.optim.Adam(net.parameters(), lr=0.01))
+    model(*batch(MB))
+    assert {op.kind for op in model.executable.graph.ops if op.pass_ == "update"} == {"adam_update"}
+
+
+# --- the executor's other methods ------------------------------------------------------------------
+def test_attach_detach_destroy():
+    model = poptorch.inferenceModel(Net())
+    assert not model.isCompiled() and not model.isAttachedToDevice()
+    with pytest.raises(poptorch.Error, match="Model has not been compiled or has been destroyed."):
+        model.attachToDevice()
+    with pytest.raises(poptorch.Error, match="has not been compiled"):
+        model.copyWeightsToDevice()
+    model(*batch(MB))
+    assert model.isAttachedToDevice()
+    with pytest.raises(poptorch.Error, match="Device is already attached"):
+        model.attachToDevice()
+    model.detachFromDevice()
+    with pytest.raises(poptorch.Error, match="Device is not attached"):
+        model.detachFromDevice()
+    model(*batch(MB))  # re-attaches
+    assert model.isAttachedToDevice()
+    model.copyWeightsToHost()
+    model.destroy()
+    assert not model.isCompiled() and not model.isAttachedToDevice()
+    model(*batch(MB))  # recompiles
+    assert model.isCompiled()
+
+
+def test_connection_never_compiles_but_does_not_run():
+    o = poptorch.Options().connectionType(poptorch.ConnectionType.Never)
+    model = poptorch.inferenceModel(Net(), o)
+    model.compile(*batch(MB))
+    assert model.isCompiled() and not model.isAttachedToDevice()
+    with pytest.raises(AssertionError, match="offline device"):
+        model(*batch(MB))
+
+
+def test_compile_twice_warns_and_shape_changes_are_errors(caplog):
+    model = poptorch.inferenceModel(Net(), make_options(2))
+    model.compile(*batch(4))
+    model.compile(*batch(4))
+    assert "Call to compile() ignored" in caplog.text
+    with pytest.raises(poptorch.Error, match="compiled for inputs of shapes"):
+        model(*batch(8))
+
+
+def test_save_and_load_recompile(tmp_path):
+    net = Net()
+    model = poptorch.inferenceModel(net, make_options(2))
+    model.compileAndExport(str(tmp_path / "m.poptorch"), *batch(4))
+    again = poptorch.load(str(tmp_path / "m.poptorch"))
+    assert again.isCompiled()
+    out = again(*batch(4))
+    assert out[0].shape == (4, 4)

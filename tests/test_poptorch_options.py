@@ -1,0 +1,353 @@
+"""sim.poptorch: options (PopTorch's names, checks and error texts), the system choice, the
+DataLoader, and PopDist's environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import sim  # noqa: E402
+import sim.popdist as popdist  # noqa: E402
+import sim.popdist.poptorch  # noqa: E402,F401
+import sim.poptorch as poptorch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _default_environment(monkeypatch):
+    """The tests expect the default system choice and a single process."""
+    for var in ("IPUSIM_SYSTEM", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.fc = torch.nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def x(n, width=8):
+    return torch.randn(n, width)
+
+
+# --- options ------------------------------------------------------------------------------------
+def test_options_is_a_sim_options_with_poptorch_groups():
+    o = poptorch.Options()
+    assert isinstance(o, sim.Options)
+    assert o.Training.gradientAccumulation(4) is o.Training  # PopTorch returns the group
+    assert o.Training.gradient_accumulation == 4
+    assert o.deviceIterations(3) is o and o.device_iterations == 3
+    for group in (o.Precision, o.Distributed, o.Jit, o.TensorLocations, o._Popart):
+        assert group is not None
+    assert isinstance(o.execution_strategy, poptorch.PipelinedExecution)  # PopTorch's default
+    assert o.Distributed.numProcesses == 1 and o.Distributed.processId == 0
+
+
+def test_unmodelled_options_are_recorded_and_reported():
+    o = poptorch.Options().deviceIterations(2).enableStableNorm(True).logDir("/tmp")
+    o.Precision.enableStochasticRounding(True)
+    o.Jit.traceModel(False)
+    o._Popart.set("someSetting", 3)
+    assert set(o.unmodelled()) == {"enableStableNorm", "logDir", "Precision.enableStochasticRounding",
+                                  "Jit.traceModel", "_Popart.someSetting"}
+    model = poptorch.inferenceModel(Net(), o)
+    model(x(2))
+    notes = model.simulation.summary()["notes"]
+    assert any("enableStableNorm" in n and "no modelled effect" in n for n in notes)
+    assert not any("deviceIterations" in n for n in notes)
+
+
+def test_options_are_frozen_once_given_to_a_model_and_clone_unfreezes():
+    o = poptorch.Options()
+    poptorch.inferenceModel(Net(), o)
+    for setter in (lambda: o.deviceIterations(2), lambda: o.Training.gradientAccumulation(2),
+                   lambda: o.TensorLocations.numIOTiles(32), lambda: o._Popart.set("a", 1),
+                   lambda: o.Precision.enableStochasticRounding(True)):
+        with pytest.raises(AttributeError, match="Can't modify frozen Options"):
+            setter()
+    c = o.clone()
+    c.deviceIterations(2)
+    assert c.device_iterations == 2 and o.device_iterations == 1
+    assert c.Training._owner is c
+
+
+def test_load_from_file(tmp_path):
+    path = tmp_path / "opts.conf"
+    path.write_text("# a comment\ndeviceIterations(5)\nTraining.gradientAccumulation(2)\n"
+                    "outputMode(poptorch.OutputMode.Sum)\nreplicationFactor(2)\n")
+    o = poptorch.Options().loadFromFile(path)
+    assert (o.device_iterations, o.Training.gradient_accumulation, o.replication_factor) == (5, 2, 2)
+    assert o.output_mode == poptorch.OutputMode.Sum
+    path.write_text("deviceIterations(5)\nnoSuchOption(1)\n")
+    with pytest.raises(poptorch.ConfigFileError, match=r"opts.conf:2: unknown option 'noSuchOption'"):
+        poptorch.Options().loadFromFile(path)
+
+
+def test_options_type_is_checked():
+    with pytest.raises(poptorch.Error, match="Invalid type: 'options' is of type"):
+        poptorch.inferenceModel(Net(), sim.Options())
+
+
+def test_gradient_accumulation_for_inference_is_an_error():
+    o = poptorch.Options()
+    o.Training.gradientAccumulation(2)
+    with pytest.raises(poptorch.Error) as e:
+        poptorch.inferenceModel(Net(), o)
+    assert e.value.message.startswith(
+        "You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it as its "
+        "default value (1) when running a poptorch.inferenceModel().")
+    assert "Use poptorch.Options().deviceIterations" in e.value.message  # pipelined by default
+
+
+@pytest.mark.parametrize("tiles", [0, 16, 31, 33, 194, 200])
+def test_num_io_tiles_must_be_even_between_32_and_192(tiles):
+    with pytest.raises(sim.OptionsError, match="numIOTiles must be an even number between 32 and 192"):
+        poptorch.Options().TensorLocations.numIOTiles(tiles)
+
+
+def test_reduction_type_must_be_sum_or_mean():
+    with pytest.raises(ValueError, match="poptorch.ReductionType.Mean or poptorch.ReductionType.Sum"):
+        poptorch.Options().Training.accumulationAndReplicationReductionType(poptorch.ReductionType.NoReduction)
+
+
+def test_every_n_needs_a_period():
+    with pytest.raises(AssertionError, match="output_return_period"):
+        poptorch.Options().outputMode(poptorch.OutputMode.EveryN)
+
+
+class Overlapped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = poptorch.set_overlap_for_input(x, poptorch.OverlapMode.OverlapAccumulationLoop)
+        return poptorch.set_overlap_for_output(self.fc(x), poptorch.OverlapMode.OverlapAccumulationLoop)
+
+
+def test_overlapped_io_needs_sharded_execution_io_tiles_and_all_or_sum():
+    with pytest.raises(poptorch.Error, match="Overlapped IO is not supported with poptorch.PipelinedExecution. "
+                                             "If you are using only one IPU, please switch to "
+                                             "poptorch.ShardedExecution."):
+        poptorch.inferenceModel(Overlapped())(x(2))
+    o = poptorch.Options().setExecutionStrategy(poptorch.ShardedExecution())
+    with pytest.raises(poptorch.Error, match="No IO tiles allocated. You must allocate at least 32 IO "
+                                             "tiles using poptorch.Options\\(\\).TensorLocations.numIOTiles."):
+        poptorch.inferenceModel(Overlapped(), o)(x(2))
+    o = poptorch.Options().setExecutionStrategy(poptorch.ShardedExecution())
+    o.TensorLocations.numIOTiles(32)
+    o.outputMode(poptorch.OutputMode.Final)
+    with pytest.raises(poptorch.Error, match="Unsupported output mode for overlapped IO"):
+        poptorch.inferenceModel(Overlapped(), o)(x(2))
+    o = poptorch.Options().setExecutionStrategy(poptorch.ShardedExecution())
+    o.TensorLocations.numIOTiles(32)
+    model = poptorch.inferenceModel(Overlapped(), o)
+    model(x(2))
+    g = model.executable.graph
+    assert g.tensors[g.inputs[0]].overlap == "OverlapAccumulationLoop"
+    assert g.tensors[g.outputs[0]].overlap == "OverlapAccumulationLoop"
+
+
+class ThreeIpus(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = (torch.nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x):
+        with poptorch.Block("a", ipu_id=0):
+            x = self.a(x)
+        with poptorch.Block("b", ipu_id=1):
+            x = self.b(x)
+        with poptorch.Block("c", ipu_id=2):
+            return self.c(x)
+
+
+def test_ipu_count_must_be_a_power_of_two_unless_auto_rounded():
+    model = poptorch.inferenceModel(ThreeIpus(), poptorch.Options().deviceIterations(4))
+    with pytest.raises(poptorch.Error) as e:
+        model(x(4))
+    assert e.value.message == (
+        "The model specifies the use of 3 IPUs, however PopTorch must reserve a minimum of 4 in "
+        "order to allow the model to run, because PopTorch must reserve a power of 2 or maximum of "
+        "64 IPUs per process. Please reconfigure your model to use a different number of IPUs or "
+        "set poptorch.Options().autoRoundNumIPUs(True).")
+    model = poptorch.inferenceModel(ThreeIpus(), poptorch.Options().deviceIterations(4).autoRoundNumIPUs(True))
+    model(x(4))
+    assert model.executable.system.name == "ipu-m2000"
+    ops = [op for op in model.executable.graph.ops if op.pass_ == "forward"]
+    assert [op.block for op in ops] == ["a", "a", "b", "b", "c", "c"]
+    assert [op.ipu for op in ops] == [0, 0, 1, 1, 2, 2]
+
+
+def test_wrong_batch_size_is_poptorchs_error():
+    o = poptorch.Options().deviceIterations(2).replicationFactor(2)
+    o.Training.gradientAccumulation(3)
+    model = poptorch.trainingModel(torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.CrossEntropyLoss()), o)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x, y):
+            return torch.nn.functional.cross_entropy(self.fc(x), y)
+    model = poptorch.trainingModel(WithLoss(), o)
+    with pytest.raises(poptorch.Error) as e:
+        model(x(10), torch.zeros(10, dtype=torch.long))
+    assert e.value.message == (
+        "Invalid batch dimension: In the input torch.Size([10, 8]), the batch dimension (10) must be a "
+        "multiple of Options.deviceIterations(2) * (Options.replicationFactor(2) / "
+        "Options.inputReplicaGrouping.input_group_size(1)) * Options.Training.gradientAccumulation(3) = 12 "
+        "because it is used to calculate the batch size which will be executed on the device in any "
+        "given iteration. For a full explanation see the batching semantics page of the documentation.")
+    model(x(24), torch.zeros(24, dtype=torch.long))  # a micro-batch of 2
+
+
+def test_input_replica_grouping_divides_the_batch():
+    o = poptorch.Options().replicationFactor(4).inputReplicaGrouping(2, poptorch.CommGroupType.Consecutive)
+    net = Net()
+    model = poptorch.inferenceModel(net, o)
+    data = x(2 * 2)  # micro-batch 2 for each of the 2 groups
+    out = model(data)
+    ref = net(data).view(2, 2, 4)
+    torch.testing.assert_close(out, torch.cat([ref[0], ref[0], ref[1], ref[1]]))  # replicas 0,1 | 2,3
+
+
+# --- the system ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("replicas, system", [(1, "ipu-mk2"), (2, "ipu-m2000"), (4, "ipu-m2000"),
+                                              (8, "ipu-pod16"), (16, "ipu-pod16")])
+def test_default_system_is_the_smallest_holding_the_run(replicas, system, monkeypatch):
+    monkeypatch.delenv("IPUSIM_SYSTEM", raising=False)
+    model = poptorch.inferenceModel(Net(), poptorch.Options().replicationFactor(replicas))
+    model(x(replicas))
+    assert model.executable.system.name == system
+    assert f"system {system}: the smallest Mk2 system" in model.simulation.summary()["notes"][0]
+
+
+def test_system_from_environment_and_option(monkeypatch):
+    monkeypatch.setenv("IPUSIM_SYSTEM", "bow-pod16")
+    model = poptorch.inferenceModel(Net())
+    model(x(1))
+    assert model.executable.system.name == "bow-pod16"
+    assert "IPUSIM_SYSTEM" in model.simulation.summary()["notes"][0]
+    model = poptorch.inferenceModel(Net(), poptorch.Options().simulatedSystem("ipu-pod64"))
+    model(x(1))
+    assert model.executable.system.name == "ipu-pod64"
+    assert "simulatedSystem" in model.simulation.summary()["notes"][0]
+    with pytest.raises(sim.ConfigError, match="unknown system"):
+        poptorch.Options().simulatedSystem("no-such-system")
+
+
+# --- DataLoader -------------------------------------------------------------------------------------
+class Squares(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        return torch.full((8,), float(i)), i % 4
+
+
+def test_dataloader_batches_one_call():
+    o = poptorch.Options().deviceIterations(3).replicationFactor(2)
+    loader = poptorch.DataLoader(o, Squares(), batch_size=4)
+    assert loader.combinedBatchSize == 24
+    batches = list(loader)
+    assert len(batches) == 4  # 100 // 24, the rest dropped
+    xs, ys = batches[0]
+    assert xs.shape == (24, 8) and ys.shape == (24,)
+    model = poptorch.inferenceModel(Net(), o)
+    assert model(xs).shape == (24, 4)
+
+
+def test_dataloader_partitions_the_dataset_between_processes():
+    seen = []
+    for pid in range(2):
+        o = poptorch.Options().deviceIterations(2)
+        o.Distributed.configureProcessId(pid, 2)
+        loader = poptorch.DataLoader(o, Squares(), batch_size=5)
+        seen.append(torch.cat([b[0][:, 0] for b in loader]).tolist())
+    assert seen[0] == [float(i) for i in range(50)]
+    assert seen[1] == [float(i) for i in range(50, 100)]
+    o = poptorch.Options()
+    o.Distributed.configureProcessId(0, 2)
+    with pytest.raises(AssertionError, match="randomSeed"):
+        poptorch.DataLoader(o, Squares(), shuffle=True)
+
+
+def test_dataloader_drop_last_false_must_divide():
+    with pytest.raises(AssertionError, match="is not divisible by the number of elements processed per step"):
+        poptorch.DataLoader(poptorch.Options().deviceIterations(3), Squares(), batch_size=1, drop_last=False)
+
+
+def test_asynchronous_data_accessor_iterates_its_loader():
+    loader = poptorch.DataLoader(poptorch.Options(), Squares(), batch_size=10,
+                                 mode=poptorch.DataLoaderMode.Async)
+    accessor = poptorch.AsynchronousDataAccessor(loader)
+    assert len(accessor) == 10
+    assert sum(1 for _ in accessor) == 10
+    accessor.terminate()
+
+
+# --- PopDist ----------------------------------------------------------------------------------------
+POPRUN = {"POPDIST_NUM_TOTAL_REPLICAS": "8", "POPDIST_NUM_LOCAL_REPLICAS": "2",
+          "POPDIST_NUM_IPUS_PER_REPLICA": "1", "POPDIST_REPLICA_INDEX_OFFSET": "4",
+          "POPDIST_LOCAL_INSTANCE_INDEX": "0"}
+
+
+def test_popdist_outside_poprun(monkeypatch):
+    for k in list(POPRUN) + ["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"]:
+        monkeypatch.delenv(k, raising=False)
+    assert not popdist.isPopdistEnvSet()
+    assert (popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas(), popdist.getNumInstances(),
+            popdist.getInstanceIndex(), popdist.getReplicaIndexOffset(), popdist.getNumIpusPerReplica()) == (1, 1, 1, 0, 0, 1)
+
+
+def test_popdist_instance_k_of_n(monkeypatch):
+    for k, v in POPRUN.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("OMPI_COMM_WORLD_RANK", raising=False)
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
+    assert popdist.isPopdistEnvSet()
+    assert (popdist.getNumInstances(), popdist.getInstanceIndex()) == (4, 2)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    assert (popdist.getNumInstances(), popdist.getInstanceIndex()) == (4, 3)
+    assert popdist.execute_on_instances({3}, lambda: "ran") == "ran"
+    assert popdist.execute_on_instances({0}, lambda: "ran") is None
+    popdist.init()
+    popdist.synchronize()
+    o = sim.popdist.poptorch.Options(ipus_per_replica=1)
+    assert isinstance(o, poptorch.Options)
+    assert o.replication_factor == 2
+    assert (o.Distributed.processId, o.Distributed.numProcesses) == (3, 4)
+    with pytest.raises(poptorch.Error, match="IPUs per replica"):
+        sim.popdist.poptorch.Options(ipus_per_replica=2)
+    model = poptorch.inferenceModel(Net(), o)
+    model(x(2))
+    assert model.executable.system.name == "ipu-pod16"  # 2 replicas x 4 instances = 8 IPUs
+    assert any("process 3 of 4" in n for n in model.simulation.summary()["notes"])
+
+
+def test_options_read_the_mpi_environment(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    o = poptorch.Options()
+    assert (o.Distributed.processId, o.Distributed.numProcesses) == (1, 2)
+
+
+# --- without torch ------------------------------------------------------------------------------------
+def test_import_without_torch_names_the_extra():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import sim, sim.popdist\n"
+            "try:\n    import sim.poptorch\nexcept ImportError as e:\n    print(e)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(__file__)), check=True).stdout
+    assert "pip install -e '.[torch]'" in out and "torch==2.13.0" in out

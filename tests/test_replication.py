@@ -1,0 +1,120 @@
+"""Training with replication: symmetric replicas, the gradient all-reduce over the full ring,
+scaling of ResNet-50 over PODs, and BERT-large with replicated tensor sharding (RTS)."""
+
+from __future__ import annotations
+
+import pytest
+
+import models
+import sim
+from sim.collectives import plan_collective
+from sim.options import TensorLocationSettings
+from sim.program import Collective, leaves
+
+
+def _resnet(replicas: int, system: str, micro_batch: int = 4, accumulation: int = 1):
+    o = sim.Options().replicationFactor(replicas)
+    o.Training.gradientAccumulation(accumulation)
+    return sim.simulate(models.get("resnet50", micro_batch=micro_batch), system, o, training=True,
+                        optimizer="sgd_momentum")
+
+
+@pytest.fixture(scope="module")
+def resnet_runs():
+    return {R: _resnet(R, f"ipu-pod{R}") for R in (16, 64, 256)}
+
+
+def test_resnet50_micro_batch_20_does_not_fit_one_ipu():
+    """The issue's configuration: the answer is the out-of-memory error and its shortfall."""
+    o = sim.Options().replicationFactor(16)
+    with pytest.raises(sim.OutOfMemoryError, match="short by") as err:
+        sim.compile(models.get("resnet50", micro_batch=20), "ipu-pod16", o, training=True, optimizer="sgd_momentum")
+    assert err.value.ipu == 0 and err.value.shortfall_bytes > 0
+
+
+def test_replicas_are_simulated_once_per_host_link(resnet_runs):
+    for R, run in resnet_runs.items():
+        ex = run.executable
+        assert ex.simulated_replicas == [0, 1, 2, 3]  # the 4 IPUs behind one host link
+        assert set(run.trace.ipu) == {0, 1, 2, 3}
+        (allreduce,) = [c for c in leaves(ex.program) if isinstance(c, Collective)]
+        assert allreduce.group_size == R and allreduce.op == "all_reduce"
+        assert allreduce.ipus == (0, 1, 2, 3)
+        assert (run.breakdown.sum(axis=1) == run.cycle_count).all()
+
+
+def test_gradient_all_reduce_is_priced_over_the_full_ring(resnet_runs):
+    for R, run in resnet_runs.items():
+        ex = run.executable
+        (allreduce,) = [c for c in leaves(ex.program) if isinstance(c, Collective)]
+        plan = plan_collective(ex.system, "all_reduce", allreduce.nbytes, list(range(R)))
+        assert (allreduce.algorithm, allreduce.phases) == (plan.algorithm, plan.phases)
+        rows = run.trace[(run.trace.kind == "collective") & (run.trace.ipu == 0)]
+        assert list(rows.cycles) == [plan.cycles]  # uncontended: the engine's time is the plan's
+    algorithms = {R: next(c for c in leaves(run.executable.program) if isinstance(c, Collective)).algorithm
+                  for R, run in resnet_runs.items()}
+    assert algorithms[256] == "hierarchical"  # 4 POD64s
+
+
+def test_resnet50_throughput_scales_and_all_reduce_share_grows(resnet_runs):
+    sps = {R: run.samples_per_second for R, run in resnet_runs.items()}
+    share = {R: run.breakdown.loc[0, "collective"] / run.cycle_count for R, run in resnet_runs.items()}
+    assert 3.5 * sps[16] < sps[64] <= 4 * sps[16]
+    assert 12 * sps[16] < sps[256] <= 16 * sps[16]
+    assert 0 < share[16] < share[64] < share[256] < 0.5
+
+
+def test_gradient_accumulation_amortises_the_all_reduce():
+    one = _resnet(64, "ipu-pod64", accumulation=1)
+    many = _resnet(64, "ipu-pod64", accumulation=16)
+    share = [r.breakdown.loc[0, "collective"] / r.cycle_count for r in (one, many)]
+    assert share[1] < share[0] / 8
+    assert many.samples_per_second > one.samples_per_second
+
+
+def test_bow_pods_are_faster_per_replica():
+    mk2 = _resnet(64, "ipu-pod64")
+    bow = _resnet(64, "bow-pod64")
+    assert bow.samples_per_second > mk2.samples_per_second
+
+
+# --- BERT-large, 4 replicas x 4 pipeline stages, RTS ------------------------------------------
+
+def _bert(rts: bool, layers=(3, 7, 7, 7), **params):
+    g = models.get("bert-large", micro_batch=2, seq_len=128, layers_per_ipu=list(layers), num_layers=sum(layers),
+                   **params)
+    o = sim.Options().replicationFactor(4)
+    o.Training.gradientAccumulation(16)
+    if rts:
+        o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True))
+    return sim.simulate(g, "ipu-pod16", o, training=True, optimizer="lamb")
+
+
+def _collective_kinds(run) -> set[str]:
+    return {n.split(" (")[0] for n in run.trace[run.trace.kind == "collective"].name}
+
+
+def test_bert_large_pod16_fits_only_with_rts():
+    """The issue's configuration: without RTS the LAMB state does not fit on IPU 0."""
+    with pytest.raises(sim.OutOfMemoryError) as err:
+        _bert(rts=False)
+    run = _bert(rts=True)
+    capacity = run.memory[0]["tile_capacity_bytes"]
+    assert err.value.ipu == 0 and err.value.shortfall_bytes > 0
+    assert all(m["peak_tile_bytes"] <= capacity for m in run.memory.values())  # needs > capacity without RTS
+    assert _collective_kinds(run) == {"gradient reduce-scatter", "weight all-gather"}
+    assert run.executable.strategy == "pipelined" and run.executable.ipus_per_replica == 4
+
+
+def test_rts_lowers_memory_per_tile_and_swaps_the_all_reduce():
+    """A smaller vocabulary so both fit: RTS shards the LAMB state over the 4 replicas."""
+    off = _bert(rts=False, layers=(1, 2, 2, 2), vocab=8192)
+    on = _bert(rts=True, layers=(1, 2, 2, 2), vocab=8192)
+    for ipu in range(4):
+        assert on.memory[ipu]["peak_tile_bytes"] < off.memory[ipu]["peak_tile_bytes"]
+        assert on.memory[ipu]["always_live_bytes"] < off.memory[ipu]["always_live_bytes"]
+    assert _collective_kinds(off) == {"gradient all-reduce"}
+    assert _collective_kinds(on) == {"gradient reduce-scatter", "weight all-gather"}
+    names = set(on.trace[on.trace.kind == "collective"].name)
+    assert {f"gradient reduce-scatter (IPU {i})" for i in range(4)} <= names
+    assert {f"weight all-gather (IPU {i})" for i in range(4)} <= names
