@@ -29,10 +29,12 @@ import numpy as np
 import simpy
 
 from .hardware import System
+from .topology import route
 from .program import (Collective, Compute, IpuCopy, RemoteCopy, Repeat, Sequence, StreamCopy,
                       Sync, ipus_of)
 
 STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extrapolated
+COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective
 
 
 def _busy():
@@ -169,13 +171,21 @@ class Engine:
         wire = sysm.seconds_to_cycles(s.nbytes / hl.ipu_to_host_bytes_per_s)
         return [(link, wire)], [([], sync + latency), ([], device)]
 
-    def ipu_copy_cycles(self, c: IpuCopy) -> int:
-        """Latency plus the busiest link direction's bytes over its bandwidth."""
-        link = self.system.ipu_link
+    def ipu_copy_links(self, c: IpuCopy) -> dict[tuple[int, int], int]:
+        """Bytes on each directed IPU-Link the copy's transfers are routed over."""
         per_link: dict[tuple[int, int], int] = defaultdict(int)
         for src, dst, nbytes in c.transfers:
-            per_link[(src, dst)] += nbytes
-        return link.latency_cycles + self.system.seconds_to_cycles(max(per_link.values()) / link.bytes_per_s)
+            for hop in route(self.system, src, dst):
+                per_link[hop] += nbytes
+        return per_link
+
+    def ipu_copy_cycles(self, c: IpuCopy) -> int:
+        """One link latency per hop of the longest route, plus the busiest link direction's
+        bytes over its bandwidth (cut-through: the hops of a route stream concurrently)."""
+        link = self.system.ipu_link
+        longest = max(len(route(self.system, s, d)) for s, d, _ in c.transfers)
+        busiest = max(self.ipu_copy_links(c).values())
+        return link.latency_cycles * longest + self.system.seconds_to_cycles(busiest / link.bytes_per_s)
 
     def remote_cycles(self, r: RemoteCopy) -> int:
         mem = self.system.streaming_memory
@@ -228,15 +238,14 @@ class Engine:
                      [item.ipu])
             elif isinstance(item, Collective):
                 ipus = sorted(item.ipus)
-                emit(Task(deps_of(ipus), [("tiles", i) for i in ipus],
-                          [(list(item.links), c) for n, c in item.phases for _ in range(n)], ipus[0],
+                emit(Task(deps_of(ipus), [("tiles", i) for i in ipus], collective_phases(item), ipus[0],
                           "collective", item.name, item.nbytes), ipus)
             elif isinstance(item, Sync):
                 emit(Task(deps_of(item.ipus), [("tiles", i) for i in sorted(item.ipus)],
                           [([], item.cycles)], min(item.ipus), "sync", item.name), item.ipus)
             elif isinstance(item, IpuCopy):
                 ipus = sorted(item.ipus)
-                links = sorted({("ipu_link", s, d) for s, d, _ in item.transfers})
+                links = sorted(("ipu_link", s, d) for s, d in self.ipu_copy_links(item))
                 emit(Task(deps_of(ipus), [("tiles", i) for i in ipus] + links,
                           [([], self.ipu_copy_cycles(item))], ipus[0], "inter_ipu", item.name,
                           item.nbytes), ipus)
@@ -439,6 +448,22 @@ class Engine:
                 for ipu, cats in per_tag.items():
                     for cat, c in cats.items():
                         busy[ipu][cat] += factor * c
+
+
+def collective_phases(c: Collective) -> list[tuple[list[tuple], int]]:
+    """A collective's steps as engine phases, each holding the ring's links.
+
+    A long ring's steps are grouped, at most ``COLLECTIVE_PHASES`` groups per algorithm
+    phase, so a 256-member ring does not cost 510 resource requests; traffic that meets the
+    collective on a link then waits for a group of steps rather than for one.
+    """
+    links = list(c.links)
+    out = []
+    for n, cycles in c.phases:
+        per = -(-n // COLLECTIVE_PHASES)
+        full, rest = divmod(n, per)
+        out += [(links, cycles * per)] * full + ([(links, cycles * rest)] if rest else [])
+    return out
 
 
 def critical_path(tasks: list[Task]) -> int:

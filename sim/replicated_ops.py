@@ -9,8 +9,7 @@ apart; the default (no group size) is every replica.
 
 from __future__ import annotations
 
-from .collectives import plan_collective
-from .errors import OptionsError
+from .collectives import plan_collective, replica_grouping
 from .graph import Op
 from .program import Collective
 
@@ -19,14 +18,9 @@ KINDS = {"replicated_all_reduce": "all_reduce", "replicated_reduce_scatter": "re
 
 
 def group_members(rank: int, replicas: int, stride: int = 1, group_size: int | None = None) -> list[int]:
-    """The replicas in ``rank``'s group: ``group_size`` replicas ``stride`` apart."""
-    size = group_size or replicas
-    if stride < 1 or size < 1 or replicas % (stride * size):
-        raise OptionsError(f"replica grouping (stride {stride}, group size {size}) does not tile "
-                           f"{replicas} replicas: stride x group size must divide the replica count")
-    block = stride * size
-    base = rank // block * block + rank % stride
-    return [base + k * stride for k in range(size)]
+    """The replicas in ``rank``'s group under PopXL's ``replica_grouping(stride, group_size)``."""
+    assignment = replica_grouping(replicas, stride, group_size)
+    return [r for r, g in enumerate(assignment) if g == assignment[rank]]
 
 
 def collectives_for(ctx, op: Op) -> list[Collective]:

@@ -278,7 +278,7 @@ def test_bert_large_lamb_state_off_chip_fits_and_saves_the_state_per_tile(bert_l
     assert on_chip.memory[1].peak_tile_bytes > run.memory[1]["tile_capacity_bytes"]  # IPU 1 too
 
 
-def test_bert_large_on_two_ipus_runs_out_of_memory(bert_large):
+def test_bert_large_on_two_ipus_runs_out_of_memory():
     g = models.get("bert-large", micro_batch=2, seq_len=128, layers_per_ipu=[12, 12])
     with pytest.raises(sim.OutOfMemoryError) as info:
         sim.compile(g, M2000, bert_large_options(off_chip=True), training=True, optimizer="lamb")

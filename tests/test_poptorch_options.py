@@ -189,8 +189,6 @@ def test_ipu_count_must_be_a_power_of_two_unless_auto_rounded():
 def test_wrong_batch_size_is_poptorchs_error():
     o = poptorch.Options().deviceIterations(2).replicationFactor(2)
     o.Training.gradientAccumulation(3)
-    model = poptorch.trainingModel(torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.CrossEntropyLoss()), o)
-
     class WithLoss(torch.nn.Module):
         def __init__(self):
             super().__init__()

@@ -818,7 +818,9 @@ def map_node(cap, n, interp, result):
         if not _has_tensor(result):
             return None
         leaves = pytree.tree_leaves((sym_args, sym_kwargs), is_leaf=lambda x: isinstance(x, Lazy))
-        if not any(_live(s) for s in leaves):
+        trainable_layer = module is not None and isinstance(module, nn.Module) and any(
+            p.requires_grad for p in module.parameters(recurse=False))
+        if not trainable_layer and not any(_live(s) for s in leaves):
             return _marked(ctx, n, _fold(ctx))
         carried = _carried(ctx, n)
         if carried is not None:
