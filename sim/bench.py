@@ -82,15 +82,31 @@ def run_benchmarks(system: str = "ipu-mk2", repeats: int = 3) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="ipusim bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--system", default="ipu-mk2")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--system", default="ipu-mk2", help="system config (default: ipu-mk2)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per workload; the best counts")
+    parser.set_defaults(func=_cmd_bench, subparser=parser)
+    return parser
+
+
+def add_subcommand(subparsers) -> argparse.ArgumentParser:
+    """Register ``bench`` on ``ipusim``'s sub-parsers."""
+    return _configure(subparsers.add_parser("bench", help="measure the simulator's own speed",
+                                            description=__doc__.splitlines()[0]))
+
+
+def _cmd_bench(args, parser) -> int:
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     df = run_benchmarks(args.system, args.repeats)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(df.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
     return 0
+
+
+def main(argv=None) -> int:
+    args = _configure(argparse.ArgumentParser(prog="ipusim bench", description=__doc__.splitlines()[0])).parse_args(argv)
+    return args.func(args, args.subparser)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 
 import sim
+
+from . import bench, collective_cli
 import models
 from .options import OutputMode, OverlapMode, TensorLocationSettings
 from .strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
@@ -151,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_systems, subparser=s)
     z = sub.add_parser("models", help="list the zoo models with their default parameters")
     z.set_defaults(func=_cmd_models, subparser=z)
+    collective_cli.add_subcommand(sub)
+    bench.add_subcommand(sub)
     return p
 
 

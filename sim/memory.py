@@ -166,12 +166,17 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak, peak_at, base, by_rol
         frees.setdefault(i, []).append(t)
     for name in last_use:  # inputs of the run: streamed in, received, or loaded from streaming memory
         t = tensors[name]
-        if name not in produced and (t.role not in ALWAYS_LIVE or t.location == "off_chip"):
+        if name not in produced and t.role not in ALWAYS_LIVE:
             owner[name] = layout.place(t.nbytes, tiles)
             layout.add(live, owner[name], t.nbytes)
     for i, op in enumerate(ops):
         cost = costs.get(op.name, FREE)
         used = cost.tiles_used or tiles
+        for name in op.inputs:  # loaded from streaming memory just before its first use
+            t = tensors[name]
+            if t.location == "off_chip" and name not in owner:
+                owner[name] = layout.place(t.nbytes / t.shards, used)
+                layout.add(live, owner[name], t.nbytes / t.shards)
         if op.kind not in _VIEWS:
             for o in op.outputs:
                 t = tensors[o]
@@ -189,5 +194,5 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak, peak_at, base, by_rol
         peak_at[higher] = base + i
         for t in frees.get(i, ()):
             if t in owner:
-                layout.add(live, owner.pop(t), -tensors[t].nbytes)
+                layout.add(live, owner.pop(t), -tensors[t].nbytes / (tensors[t].shards if tensors[t].location == "off_chip" else 1))
         by_role["activation_peak"] = max(by_role["activation_peak"], int(live.sum()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .errors import OptionsError
 from .graph import Graph, Op
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
@@ -52,9 +53,19 @@ def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list
               for i in range(P)]
     where: dict[str, int] = {}  # op name -> stage index
     by_name = {op.name: op for op in g.ops}
+    made_in: dict[str, int] = {}
     for op in forward:
         where[op.name] = rank[op.stage]
         stages[rank[op.stage]].ops.append(op)
+        for t in op.inputs:
+            if made_in.get(t, -1) > rank[op.stage]:
+                raise OptionsError(
+                    f"op {op.name!r} in pipeline stage {op.stage} reads {t!r}, made in a later stage; "
+                    "stages must follow the model's order. With AutoStage.SameAsIpu a block placed back on "
+                    "an earlier IPU joins that IPU's first stage: use PipelinedExecution(AutoStage."
+                    "AutoIncrement) or list the stages explicitly")
+        for t in op.outputs:
+            made_in[t] = rank[op.stage]
     updates = []
     for op in g.ops:
         if op.pass_ == "backward":
