@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--io-tiles", type=int, metavar="N",
                    help="[TensorLocations.numIOTiles] an even number from 32 to 192 (default: none)")
     x.add_argument("--overlap", choices=list(OVERLAP_MODES),
-                   help="[set_overlap_for_input/output] on every model input and output; needs --io-tiles")
+                   help="[set_overlap_for_input/output] on every model input and output; needs --io-tiles; "
+                   "a one-IPU model then runs with ShardedExecution, as PopTorch requires")
     x.add_argument("--prefetch-depth", type=_positive, metavar="N",
                    help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
     x.add_argument("--optimizer-state", choices=OPTIMIZER_STATES,
@@ -218,6 +219,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
     if args.overlap is not None and args.overlap != "none":
         for name in graph.inputs + graph.outputs:
             graph.overlap[name] = int(OVERLAP_MODES[args.overlap])
+        if strategy is None and len({op.ipu or 0 for op in graph.ops}) == 1:
+            opts.setExecutionStrategy(ShardedExecution())  # what PopTorch asks for on one IPU
     if args.prefetch_depth is not None:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
     if args.optimizer_state is not None:
@@ -239,7 +242,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
     return opts
 
 
-def _cmd_run(args, parser) -> int:
+def simulate_args(args, parser) -> sim.Run:
+    """The run ``ipusim run`` flags describe (usage errors through ``parser``)."""
     if args.optimizer and not args.training:
         parser.error("--optimizer only applies with --training")
     if args.optimizer_state and not args.training:
@@ -250,8 +254,12 @@ def _cmd_run(args, parser) -> int:
         parser.error(f"--output {str(args.output)!r} exists and is not a directory")
     system = sim.load_system(args.system)
     graph = models.get(args.model or DEFAULT_MODEL, **_model_params(args))
-    run = sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
-                       optimizer=args.optimizer or "sgd")
+    return sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
+                        optimizer=args.optimizer or "sgd")
+
+
+def _cmd_run(args, parser) -> int:
+    run = simulate_args(args, parser)
     written = write_outputs(run, prepare_directory(args.output)) if args.output is not None else []
     if args.json:
         summary = run.summary()

@@ -23,7 +23,7 @@ from .hostio import io_tile_buffer_check
 from .program import Sequence
 from .schedule import Context
 from .stages import StageWork, split_stages
-from .strategy import assign
+from .strategy import PipelinedExecution, ShardedExecution, assign
 from .topology import check_fits
 from .training import Optimizer, expand_training
 
@@ -71,20 +71,29 @@ class Executable:
         return per_replica * o.replication_factor
 
 
-def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replica: int,
-                            mode: OutputMode) -> None:
+def check_overlap(o: Options, g: Graph, training: bool) -> None:
+    """PopTorch's checks of overlapped host IO (``set_overlap_for_input/output``), its messages."""
+    if not any(g.overlap.values()):
+        return
+    strategy = o.execution_strategy
+    if strategy is None or (isinstance(strategy, PipelinedExecution) and not isinstance(strategy, ShardedExecution)):
+        raise OptionsError("Overlapped IO is not supported with poptorch.PipelinedExecution. If you are "
+                           "using only one IPU, please switch to poptorch.ShardedExecution.")
+    if not o.TensorLocations.num_io_tiles:
+        raise OptionsError("No IO tiles allocated. You must allocate at least 32 IO tiles using "
+                           "poptorch.Options().TensorLocations.numIOTiles.")
+    if o.resolved_output_mode(training) not in (OutputMode.All, OutputMode.Sum):
+        raise OptionsError("Unsupported output mode for overlapped IO. Please switch output mode to "
+                           "poptorch.OutputMode.All or poptorch.OutputMode.Sum.")
+
+
+def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replica: int, training: bool) -> None:
     """PopTorch's checks of option combinations that depend on the strategy."""
     if o.TensorLocations.num_io_tiles and strategy == "pipelined" and ipus_per_replica > 1:
         raise OptionsError(
             "IO tiles (TensorLocations.numIOTiles) cannot be used with PipelinedExecution: use "
             "ShardedExecution or a phased strategy, or numIOTiles(0)")
-    overlapped = [n for n, m in g.overlap.items() if m]
-    if overlapped and not o.TensorLocations.num_io_tiles:
-        raise OptionsError(f"host IO overlap is set for {overlapped} but there are no IO tiles: set "
-                           "TensorLocations.numIOTiles (an even number from 32 to 192)")
-    if overlapped and mode not in (OutputMode.All, OutputMode.Sum):
-        raise OptionsError(f"host IO overlap (set_overlap_for_input/output) needs outputMode All or Sum, "
-                           f"not {mode.name}")
+    check_overlap(o, g, training)
 
 
 def compile(graph: Graph, system: System | str, options: Options | None = None,
@@ -105,7 +114,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     R = o.replication_factor
     check_fits(system, k, R, o.auto_round_num_ipus)
     mode = o.resolved_output_mode(training)
-    _check_strategy_options(o, g, strategy, k, mode)
+    _check_strategy_options(o, g, strategy, k, training)
     io_tile_buffer_check(g, [n for n, m in g.overlap.items() if m], system.ipu, o.TensorLocations.num_io_tiles)
     tiles = system.ipu.tiles - o.TensorLocations.num_io_tiles
     _apply_locations(g, o, phased=strategy.endswith("phased"))

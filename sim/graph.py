@@ -52,7 +52,6 @@ class Tensor:
     role: str
     producer: str | None = None  # name of the op that writes it, None for inputs and variables
     location: str = "on_chip"  # "on_chip" or "off_chip" (streaming memory)
-    overlap: str | None = None  # host stream overlap (OverlapMode name) set by set_overlap_for_input/output
     shards: int = 1  # replicas it is sharded over (replicated tensor sharding)
 
     @property

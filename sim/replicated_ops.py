@@ -1,7 +1,7 @@
 """Collective ops inside a model (PopXL's ``ops.collectives``, PopTorch's cross-replica ops).
 
-A graph op of kind ``replicated_all_reduce``, ``replicated_reduce_scatter`` or
-``replicated_all_gather`` runs as a :class:`~sim.program.Collective` between the compute of the
+A graph op of kind ``replicated_all_reduce``, ``replicated_reduce_scatter``,
+``replicated_all_gather`` or ``replicated_all_to_all`` runs as a :class:`~sim.program.Collective` between the compute of the
 ops before and after it, over the replicas of its group. Groups follow PopXL's
 ``replica_grouping(stride, group_size)``: a group holds ``group_size`` replicas ``stride``
 apart; the default (no group size) is every replica.
@@ -14,7 +14,7 @@ from .graph import Op
 from .program import Collective
 
 KINDS = {"replicated_all_reduce": "all_reduce", "replicated_reduce_scatter": "reduce_scatter",
-         "replicated_all_gather": "all_gather"}
+         "replicated_all_gather": "all_gather", "replicated_all_to_all": "all_to_all"}
 
 
 def group_members(rank: int, replicas: int, stride: int = 1, group_size: int | None = None) -> list[int]:

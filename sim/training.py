@@ -223,14 +223,14 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
                 bw.give(t.name, bw.new("slice", [dy], t.shape, t.dtype,
                                        {"axis": axis, "start": start, "stop": start + t.shape[axis]}))
             start += t.shape[axis]
-    elif k in ("replicated_all_reduce", "replicated_reduce_scatter", "replicated_all_gather"):
-        if wants(0):  # the gradient of a sum over replicas is an all-reduce; scatter <-> gather
-            back = {"replicated_all_reduce": "replicated_all_reduce",
-                    "replicated_reduce_scatter": "replicated_all_gather",
-                    "replicated_all_gather": "replicated_reduce_scatter"}[k]
-            grad = bw.new(back, [dy], (ins[0].numel,) if k != "replicated_all_reduce" else ins[0].shape,
-                          ins[0].dtype, op.attrs)
-            bw.give(ins[0].name, grad if k == "replicated_all_reduce" else
+    elif k in ("replicated_all_reduce", "replicated_reduce_scatter", "replicated_all_gather",
+               "replicated_all_to_all"):
+        if wants(0):  # a sum over replicas differentiates to an all-reduce; scatter <-> gather
+            back = {"replicated_reduce_scatter": "replicated_all_gather",
+                    "replicated_all_gather": "replicated_reduce_scatter"}.get(k, k)
+            same_shape = back in ("replicated_all_reduce", "replicated_all_to_all")
+            grad = bw.new(back, [dy], ins[0].shape if same_shape else (ins[0].numel,), ins[0].dtype, op.attrs)
+            bw.give(ins[0].name, grad if same_shape else
                     bw.new("reshape", [grad], ins[0].shape, ins[0].dtype, suffix="unflatten"))
     elif k == "slice":
         if wants(0):

@@ -7,6 +7,7 @@ import pytest
 
 import models
 import sim
+from sim.strategy import ShardedExecution
 from sim.cli import main
 from sim.report import OUTPUT_FILES, format_summary, write_outputs
 
@@ -227,7 +228,7 @@ def test_io_tiles_overlap_and_prefetch_flags(capsys):
     g = models.get("mlp")
     for name in g.inputs + g.outputs:
         g.overlap[name] = int(OverlapMode.OverlapDeviceIterationLoop)
-    opts = sim.Options().deviceIterations(16)
+    opts = sim.Options().deviceIterations(16).setExecutionStrategy(ShardedExecution())
     opts.TensorLocations.numIOTiles(32)
     opts._Popart.set("defaultPrefetchBufferingDepth", 3)
     run = api_run(g, "ipu-mk2", opts)
@@ -286,7 +287,7 @@ def test_bert_large_optimizer_state_on_chip_is_out_of_memory_off_chip_fits(capsy
     (["--model", "bert-base", "--strategy", "sharded"], ["several IPUs", "--layers-per-ipu"]),
     (["--sync-pattern", "ladder"], ["--sync-pattern"]),
     (["--io-tiles", "31"], ["numIOTiles", "even", "32", "192"]),
-    (["--model", "mlp", "--overlap", "device"], ["no IO tiles", "numIOTiles"]),
+    (["--model", "mlp", "--overlap", "device"], ["No IO tiles", "numIOTiles"]),
     (["--prefetch-depth", "0"], ["--prefetch-depth", ">= 1"]),
     (["--replicas", "0"], ["--replicas"]),
     (["--model", "mlp", "--replicas", "3", "--system", "ipu-m2000"], ["not a power of two", "autoRoundNumIPUs"]),
@@ -337,7 +338,7 @@ def test_timeline_draws_io_tile_and_host_lanes(capsys, tmp_path):
     g = models.get("mlp")
     for name in g.inputs + g.outputs:
         g.overlap[name] = int(OverlapMode.OverlapDeviceIterationLoop)
-    opts = sim.Options().deviceIterations(8)
+    opts = sim.Options().deviceIterations(8).setExecutionStrategy(ShardedExecution())
     opts.TensorLocations.numIOTiles(32)
     opts._Popart.set("defaultPrefetchBufferingDepth", 2)
     run = api_run(g, "ipu-mk2", opts)

@@ -20,7 +20,7 @@ import sim.engine
 from sim.graph import GraphBuilder
 from sim.options import OverlapMode
 from sim.program import Sync, leaves
-from sim.strategy import SyncPattern
+from sim.strategy import ShardedExecution, SyncPattern
 
 M2000 = "ipu-m2000"
 
@@ -115,8 +115,9 @@ def io_bound_run(setting: str, iterations: int = 100) -> sim.Run:
     o = sim.Options().deviceIterations(iterations)
     if setting != "none":
         o._Popart.set("defaultPrefetchBufferingDepth", 3)
-    if setting == "io_tiles":
+    if setting == "io_tiles":  # PopTorch asks for ShardedExecution on one IPU to overlap IO
         o.TensorLocations.numIOTiles(64)
+        o.setExecutionStrategy(ShardedExecution())
     return sim.simulate(io_bound_model(setting == "io_tiles"), "ipu-mk2", o)
 
 
@@ -145,7 +146,7 @@ def test_io_tile_buffers_must_fit():
     h = b.relu(x)
     b.output(h)
     b.set_overlap(x, OverlapMode.OverlapDeviceIterationLoop)
-    o = sim.Options().deviceIterations(4)
+    o = sim.Options().deviceIterations(4).setExecutionStrategy(ShardedExecution())
     o.TensorLocations.numIOTiles(32)
     with pytest.raises(sim.OptionsError, match=r"IO-tile buffers.*use at least \d+ IO tiles"):
         sim.compile(b.graph, "ipu-mk2", o)

@@ -392,11 +392,15 @@ def test_io_tiles_with_a_multi_ipu_pipeline():
 def test_overlap_needs_io_tiles_and_all_or_sum_outputs():
     g = stack([1])
     g.overlap[g.inputs[0]] = int(OverlapMode.OverlapDeviceIterationLoop)
-    with pytest.raises(sim.OptionsError, match=r"no IO tiles.*set TensorLocations.numIOTiles"):
+    with pytest.raises(sim.OptionsError, match=r"Overlapped IO is not supported with poptorch.Pipelined"
+                                               r"Execution.*switch to poptorch.ShardedExecution"):
         sim.compile(g, "ipu-mk2", sim.Options().deviceIterations(4))
-    o = sim.Options().deviceIterations(4).outputMode(OutputMode.Final)
+    sharded = sim.Options().deviceIterations(4).setExecutionStrategy(ShardedExecution())
+    with pytest.raises(sim.OptionsError, match=r"No IO tiles allocated.*numIOTiles"):
+        sim.compile(g, "ipu-mk2", sharded)
+    o = sim.Options().deviceIterations(4).outputMode(OutputMode.Final).setExecutionStrategy(ShardedExecution())
     o.TensorLocations.numIOTiles(32)
-    with pytest.raises(sim.OptionsError, match=r"needs outputMode All or Sum, not Final"):
+    with pytest.raises(sim.OptionsError, match=r"Unsupported output mode for overlapped IO"):
         sim.compile(g, "ipu-mk2", o)
     sim.compile(g, "ipu-mk2", o.outputMode(OutputMode.Sum))
 

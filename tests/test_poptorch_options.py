@@ -151,8 +151,8 @@ def test_overlapped_io_needs_sharded_execution_io_tiles_and_all_or_sum():
     model = poptorch.inferenceModel(Overlapped(), o)
     model(x(2))
     g = model.executable.graph
-    assert g.tensors[g.inputs[0]].overlap == "OverlapAccumulationLoop"
-    assert g.tensors[g.outputs[0]].overlap == "OverlapAccumulationLoop"
+    assert g.overlap[g.inputs[0]] == poptorch.OverlapMode.OverlapAccumulationLoop
+    assert g.overlap[g.outputs[0]] == poptorch.OverlapMode.OverlapAccumulationLoop
 
 
 class ThreeIpus(torch.nn.Module):

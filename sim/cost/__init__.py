@@ -84,10 +84,12 @@ FREE = OpCost(0, 0, 0, 0, 0.0, 0, 0, 0, "view: no data moves")
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
 _UNARY = {"relu", "gelu", "tanh", "sigmoid", "exp", "scale", "dropout", "cast", "copy",
           "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "accumulate",
-          "sgd_update", "adam_update", "lamb_update", "loss_grad", "mul", "add", "sub", "div"}
+          "sgd_update", "adam_update", "lamb_update", "loss_grad", "mul", "add", "sub", "div",
+          "reduce_mean_grad", "reduce_sum_grad"}
 _ROW_OPS = {"softmax", "layernorm", "softmax_grad", "layernorm_grad", "softmax_cross_entropy",
             "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
-_VECTOR_KIND = {"softmax_cross_entropy": "loss", "mse_loss": "loss",
+_VECTOR_KIND = {"cast": "scale", "reduce_mean_grad": "scale", "reduce_sum_grad": "scale",
+                "softmax_cross_entropy": "loss", "mse_loss": "loss",
                 "softmax_cross_entropy_grad": "loss_grad", "mse_loss_grad": "loss_grad",
                 "embedding_grad": "scatter_add"}
 
@@ -172,7 +174,7 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     # a broadcast operand smaller than the output reaches every tile that needs a part of it
     bcast = sum(min(math.prod(s), per_tile) * DTYPE_BYTES[d] for s, d, _ in ins if math.prod(s) < n)
     exch = exchange_cycles(bcast, ipu)
-    vec_kind = "scale" if kind == "cast" else kind
+    vec_kind = _VECTOR_KIND.get(kind, kind)
     compute = tile_cycles(per_tile, itemsize, vec_kind, ipu)
     counts = _counts(n, used)
     per_tile_cycles = ipu.vertex_overhead_cycles + np.ceil(

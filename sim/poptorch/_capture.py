@@ -24,6 +24,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..errors import GraphError, UnsupportedOpError
+from ..options import OverlapMode
 from ..graph import Graph, GraphBuilder
 from . import _state
 from .annotations import block_hooks
@@ -369,8 +370,8 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
                 if out in consumers:
                     loss_output = i
     for tname, mode in cap.overlap.items():
-        if tname in g.tensors and hasattr(g.tensors[tname], "overlap"):
-            g.tensors[tname].overlap = mode
+        if tname in g.tensors:
+            g.overlap[tname] = int(OverlapMode[mode] if isinstance(mode, str) else mode)
     return Captured(g, method, cap.inputs, cap.outputs, loss_output, cap.notes)
 
 

@@ -635,6 +635,16 @@ def _annotation(ctx: OpContext, name: str, value, x):
     return tensor
 
 
+_CROSS_REPLICA = {"all_reduce_cross_replica_sum": "replicated_all_reduce",
+                  "all_gather_cross_replica": "replicated_all_gather",
+                  "all_to_all_single_cross_replica": "replicated_all_to_all"}
+
+
+def _cross_replica_rule(ctx: OpContext):
+    """poptorch.experimental's cross-replica ops: a collective over all replicas."""
+    return ctx.op(_CROSS_REPLICA[ctx.key], [ctx.sarg(0)], {"group_stride": 1, "group_size": None})
+
+
 def _annotation_rule(ctx: OpContext):
     key = ctx.key
     if key == "serialized_matmul":
@@ -763,6 +773,8 @@ RULES = {
     **{k: _constant for k in ("zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
                               "randn_like", "new_zeros", "new_ones", "new_full", "new_empty",
                               "new_tensor", "scalar_tensor")},
+    # collectives across replicas (poptorch.experimental)
+    **{k: _cross_replica_rule for k in _CROSS_REPLICA},
     # PopTorch's annotations
     **{k: _annotation_rule for k in ("identity_loss", "set_available_memory", "set_overlap_for_input",
                                      "set_overlap_for_output", "recomputation_checkpoint",

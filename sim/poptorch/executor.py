@@ -24,8 +24,9 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .. import compile as sim_compile
+from ..compiler import check_overlap
 from .. import run_executable
-from ..errors import UnsupportedOpError
+from ..errors import OptionsError, UnsupportedOpError
 from ..strategy import PipelinedExecution, ShardedExecution, assign
 from . import _system, enums
 from . import optim as _optim
@@ -223,22 +224,10 @@ class PoplarExecutor:
         logger.debug("Compiled %s for %s (%s)", captured.graph, system.name, why)
 
     def _check_overlapped_io(self, g) -> None:
-        overlapped = [t for t in g.tensors.values()
-                      if getattr(t, "overlap", None) not in (None, "NoOverlap")]
-        if not overlapped:
-            return
-        o = self._options
-        strategy = o.execution_strategy
-        if strategy is None or (isinstance(strategy, PipelinedExecution)
-                                and not isinstance(strategy, ShardedExecution)):
-            raise error("Overlapped IO is not supported with poptorch.PipelinedExecution. If you are "
-                        "using only one IPU, please switch to poptorch.ShardedExecution.")
-        if not o.TensorLocations.num_io_tiles:
-            raise error("No IO tiles allocated. You must allocate at least 32 IO tiles using "
-                        "poptorch.Options().TensorLocations.numIOTiles.")
-        if o.resolved_output_mode(self._training) not in (enums.OutputMode.All, enums.OutputMode.Sum):
-            raise error("Unsupported output mode for overlapped IO. Please switch output mode to "
-                        "poptorch.OutputMode.All or poptorch.OutputMode.Sum.")
+        try:
+            check_overlap(self._options, g, self._training)
+        except OptionsError as e:
+            raise error(str(e)) from None
 
     def isCompiled(self) -> bool:
         """Has the model been compiled (and not destroyed)?"""

@@ -3,9 +3,9 @@
 On the CPU the simulator computes one replica's view, assuming every replica holds the same
 tensor (which is what the CPU model has): ``all_gather_cross_replica`` stacks
 ``replication_factor`` copies, ``all_reduce_cross_replica_sum`` multiplies by
-``replication_factor``, and ``all_to_all_single_cross_replica`` returns replica 0's result. The
-cost model has no rule for a collective inside the model yet: capturing a model that uses them
-raises :class:`sim.UnsupportedOpError` unless a rule is registered (``register_op``).
+``replication_factor``, and ``all_to_all_single_cross_replica`` returns replica 0's result. In the
+simulation each is a collective over all replicas (``sim.replicated_ops``), priced on the
+system's links like any other collective.
 """
 
 from __future__ import annotations
