@@ -23,7 +23,7 @@ from pathlib import Path
 
 import sim
 
-from . import bench, collective_cli
+from . import bench, collective_cli, sweep
 import models
 from .options import OutputMode, OverlapMode, TensorLocationSettings
 from .strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
@@ -155,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("models", help="list the zoo models with their default parameters")
     z.set_defaults(func=_cmd_models, subparser=z)
     collective_cli.add_subcommand(sub)
+    sweep.add_subcommand(sub)
     bench.add_subcommand(sub)
     return p
 

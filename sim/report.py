@@ -209,7 +209,7 @@ def to_json(summary: dict, **kwargs) -> str:
     return json.dumps(_finite(summary), default=_json_default, allow_nan=False, **kwargs)
 
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> Path:
+def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
     """Run ``write(tmp)`` on a temporary file next to ``path``, then move it into place."""
     # a fresh name, created by ``write`` itself, so the file gets the usual (umask) permissions
     tmp = str(path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
@@ -249,12 +249,12 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
         return write
 
     return [
-        _atomic_write(d / "trace.csv", lambda tmp: run.trace.to_csv(tmp, index=False)),
-        _atomic_write(d / "ops.csv", lambda tmp: run.op_trace().to_csv(tmp, index=False)),
-        _atomic_write(d / "breakdown.csv", lambda tmp: run.breakdown.to_csv(tmp)),
-        _atomic_write(d / "summary.json", text(to_json(run.summary(), indent=2) + "\n")),
-        _atomic_write(d / "timeline.png", lambda tmp: _save(timeline_figure(run), tmp)),
-        _atomic_write(d / "memory.png", lambda tmp: _save(memory_figure(run), tmp)),
+        atomic_write(d / "trace.csv", lambda tmp: run.trace.to_csv(tmp, index=False)),
+        atomic_write(d / "ops.csv", lambda tmp: run.op_trace().to_csv(tmp, index=False)),
+        atomic_write(d / "breakdown.csv", lambda tmp: run.breakdown.to_csv(tmp)),
+        atomic_write(d / "summary.json", text(to_json(run.summary(), indent=2) + "\n")),
+        atomic_write(d / "timeline.png", lambda tmp: _save(timeline_figure(run), tmp)),
+        atomic_write(d / "memory.png", lambda tmp: _save(memory_figure(run), tmp)),
     ]
 
 

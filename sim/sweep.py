@@ -110,8 +110,8 @@ def _cmd_sweep(args, parser) -> int:
     except PointError as e:
         parser.error(str(e))
     if args.csv:
-        from .report import atomic_write_text
-        atomic_write_text(args.csv, table.to_csv(index=False))
+        from .report import atomic_write
+        atomic_write(Path(args.csv), lambda tmp: table.to_csv(tmp, index=False))
     with pd.option_context("display.width", 220, "display.max_columns", 30):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0 if (table["error"] == "").all() else 1
