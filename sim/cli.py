@@ -21,10 +21,11 @@ import json
 import sys
 from pathlib import Path
 
+import models
 import sim
 
 from . import bench, collective_cli, sweep
-import models
+from .argtypes import positive_int
 from .options import OutputMode, OverlapMode, TensorLocationSettings
 from .strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                        ShardedExecution, Stage, SyncPattern)
@@ -85,16 +86,6 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ipusim", description="Discrete-event performance simulator "
                                 "for Graphcore IPU systems.")
@@ -133,13 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "parallel-phased: one phase per block, alternating IPUs 0 and 1 (default: pipelined "
                    "when the model spans several IPUs)")
     x.add_argument("--sync-pattern", choices=list(SYNC_PATTERNS), help="[syncPattern] (default: full)")
-    x.add_argument("--replicas", type=_positive, metavar="N", help="[replicationFactor] (default: 1)")
+    x.add_argument("--replicas", type=positive_int, metavar="N", help="[replicationFactor] (default: 1)")
     x.add_argument("--io-tiles", type=int, metavar="N",
                    help="[TensorLocations.numIOTiles] an even number from 32 to 192 (default: none)")
     x.add_argument("--overlap", choices=list(OVERLAP_MODES),
                    help="[set_overlap_for_input/output] on every model input and output; needs --io-tiles; "
                    "a one-IPU model then runs with ShardedExecution, as PopTorch requires")
-    x.add_argument("--prefetch-depth", type=_positive, metavar="N",
+    x.add_argument("--prefetch-depth", type=positive_int, metavar="N",
                    help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
     x.add_argument("--optimizer-state", choices=OPTIMIZER_STATES,
                    help="[TensorLocations.setOptimizerLocation] on-chip, off-chip (streaming memory) or rts "

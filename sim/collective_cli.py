@@ -21,6 +21,7 @@ import json
 import re
 import sys
 
+from .argtypes import positive_int
 from .collectives import ALGORITHMS, OPS, normalize_op, run_collective
 from .errors import IpuSimError, OptionsError
 from .hardware import load_system
@@ -53,16 +54,6 @@ def _op(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``collective`` arguments to ``p`` (a sub-parser of ``ipusim`` or a parser of its own)."""
     p.add_argument("--system", required=True, help="system config name or .toml path (see `ipusim systems`)")
@@ -70,8 +61,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the collective")
     p.add_argument("--bytes", required=True, type=parse_bytes, dest="nbytes", metavar="SIZE",
                    help="tensor size per replica: bytes, or with a suffix KiB/MiB/GiB or KB/MB/GB")
-    p.add_argument("--replicas", required=True, type=_positive, metavar="N", help="replicas taking part (>= 2)")
-    p.add_argument("--ipus-per-replica", type=_positive, default=1, metavar="K",
+    p.add_argument("--replicas", required=True, type=positive_int, metavar="N", help="replicas taking part (>= 2)")
+    p.add_argument("--ipus-per-replica", type=positive_int, default=1, metavar="K",
                    help="IPUs per replica (default 1); the collective runs between the first IPU of each")
     p.add_argument("--algorithm", default="auto", choices=("auto",) + ALGORITHMS,
                    help="GCL-style algorithm (default: auto, the fastest for the size and topology)")
