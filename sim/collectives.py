@@ -301,7 +301,7 @@ def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str) -> 
     """
     items = []
     k = ctx.ipus_per_replica
-    R = ctx.options.replication_factor
+    R = ctx.options.total_replicas()
     for position, nbytes in sorted(bytes_by_position.items()):
         if nbytes <= 0:
             continue

@@ -112,7 +112,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if strategy == "pipelined" and len({op.stage for op in g.ops}) == 1:
         strategy = "single"
     R = o.replication_factor
-    check_fits(system, k, R, o.auto_round_num_ipus)
+    check_fits(system, k, o.total_replicas(), o.auto_round_num_ipus)
     mode = o.resolved_output_mode(training)
     _check_strategy_options(o, g, strategy, k, training)
     io_tile_buffer_check(g, [n for n, m in g.overlap.items() if m], system.ipu, o.TensorLocations.num_io_tiles)
@@ -128,6 +128,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
+    if o.num_instances() > 1:
+        notes.append(f"process {o.instance_index()} of {o.num_instances()}, {R} replicas each: this "
+                     "instance's replicas are simulated; "
+                     f"collectives span all {o.total_replicas()} replicas, the other instances' by symmetry")
     if simulated != list(range(R)):
         notes.append(f"replicas 0-{len(simulated) - 1} simulated (they share one host link); the other "
                      f"{R - len(simulated)} run the same program and share their timings by symmetry")
@@ -167,8 +171,8 @@ def _apply_locations(g: Graph, o: Options, phased: bool) -> None:
         where = o.TensorLocations.locations[kind]
         if where.off_chip(t.numel) or (phased and kind != "accumulator" and where.on_chip is None):
             t.location = "off_chip"
-        if where.sharded(t.numel) and o.replication_factor > 1:
-            t.shards = o.replication_factor
+        if where.sharded(t.numel) and o.total_replicas() > 1:
+            t.shards = o.total_replicas()
 
 
 def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strategy: str) -> IpuMemory:

@@ -294,6 +294,18 @@ class Options:
         self._record("inputReplicaGrouping", (input_group_size, input_group_type.name))
         return self
 
+    def num_instances(self) -> int:
+        """Processes (PopDist instances) running this program, each with its own replicas."""
+        return 1
+
+    def instance_index(self) -> int:
+        """Which of :meth:`num_instances` this process is."""
+        return 0
+
+    def total_replicas(self) -> int:
+        """Replicas over all instances: what collectives across replicas span."""
+        return self.replication_factor * self.num_instances()
+
     def prefetch_depth(self) -> int:
         """Host stream prefetch depth (PopART ``defaultPrefetchBufferingDepth``; default 1)."""
         return int(self._Popart.values.get("defaultPrefetchBufferingDepth", 1))

@@ -32,7 +32,7 @@ def collectives_for(ctx, op: Op) -> list[Collective]:
     tensors = ctx.g.tensors
     kind = KINDS[op.kind]
     k = ctx.ipus_per_replica
-    R = ctx.options.replication_factor
+    R = ctx.options.total_replicas()
     nbytes = tensors[op.outputs[0]].nbytes if kind == "all_gather" else tensors[op.inputs[0]].nbytes
     items, seen = [], set()
     for r in ctx.replicas:

@@ -87,7 +87,7 @@ class Context:
                     if chunk:
                         parts.append(("compute", (f"stage {stage.index} {what}", self.steps(chunk, label))))
                         chunk = []
-                    if op is not None and self.options.replication_factor > 1:
+                    if op is not None and self.options.total_replicas() > 1:
                         parts.append(("collective", op))
                 else:
                     chunk.append(op)
@@ -145,7 +145,7 @@ class Context:
         update and stored after it.
         """
         seq = Sequence(name="weight update")
-        R = self.options.replication_factor
+        R = self.options.total_replicas()
         tensors = self.g.tensors
         by_position = {p: [op for op in self.updates if op.ipu == p] for p in range(self.ipus_per_replica)}
         grads = {p: sum(tensors[op.inputs[0]].nbytes for op in ops) for p, ops in by_position.items()}

@@ -349,3 +349,27 @@ def test_import_without_torch_names_the_extra():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=os.path.dirname(os.path.dirname(__file__)), check=True).stdout
     assert "pip install -e '.[torch]'" in out and "torch==2.13.0" in out
+
+
+def test_collectives_span_every_instance():
+    """4 PopDist instances x 2 replicas: the gradient all-reduce runs over all 8 replicas, so it
+    takes longer than over one instance's 2, and each call still simulates only 2 replicas."""
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(64, 64)
+
+        def forward(self, inputs, target):
+            out = self.fc(inputs)
+            return out, torch.nn.functional.mse_loss(out, target)
+
+    def collective_cycles(processes):
+        o = poptorch.Options().replicationFactor(2)
+        o.Distributed.configureProcessId(0, processes)
+        net = WithLoss()
+        model = poptorch.trainingModel(net, o, poptorch.optim.SGD(net.parameters(), lr=0.1))
+        model(x(2, 64), x(2, 64))
+        t = model.simulation.trace
+        assert model.executable.simulated_replicas == [0, 1]
+        return t[t["kind"] == "collective"]["cycles"].sum()
+    assert collective_cycles(4) > collective_cycles(1) > 0

@@ -209,10 +209,6 @@ class PoplarExecutor:
                     "model can be simulated for inference but not trained yet") from None
             raise
         notes = [f"system {system.name}: {why}", f"graph captured with {captured.method}"]
-        if o.Distributed.numProcesses > 1:
-            notes.append(f"process {o.Distributed.processId} of {o.Distributed.numProcesses}: only "
-                         "this process's replicas are simulated; collectives across processes are "
-                         "not modelled")
         notes += captured.notes
         exe.notes[:0] = notes
         self._system_reason = why

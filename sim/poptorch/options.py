@@ -292,6 +292,13 @@ class Options(_Frozen, _sim_options.Options):
 
     MODELLED = _sim_options.Options.MODELLED | _FRONT_END_MODELLED | _READ_BY_COMPILER
 
+    def num_instances(self) -> int:
+        """PopDist instances (``Distributed.numProcesses``): collectives span all of theirs."""
+        return self.Distributed.numProcesses
+
+    def instance_index(self) -> int:
+        return self.Distributed.processId
+
     def __init__(self) -> None:
         object.__setattr__(self, "_frozen", False)
         super().__init__()
