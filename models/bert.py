@@ -10,9 +10,10 @@ loss (with the head), else the encoder output.
   for the AMP units) — pass ``vocab=30528`` to match them exactly.
 - The MLM head is the dense + GELU + layernorm transform, then the projection onto the vocab
   as a matmul with the word-embedding table transposed (tied weights) plus a bias.
-  ``mask_tokens=None`` projects every position (Hugging Face's ``BertForMaskedLM``); Graphcore's
-  pre-training examples put the masked tokens first and project only those
-  (``mask_tokens=20`` at S=128, 76 at S=384, 80 at S=512).
+  By default (``mask_tokens="auto"``) it follows Graphcore's pre-training examples, which put
+  the masked tokens first and project only those (20 at S=128, 76 at S=384, 80 at S=512,
+  otherwise 15 % of S rounded up); ``mask_tokens=None`` projects every position (Hugging
+  Face's ``BertForMaskedLM``).
 - No pooler or next-sentence-prediction head (the loss is MLM only).
 - ``layers_per_ipu`` (e.g. ``[0, 4, 4, 4]``) places the encoder layers on consecutive IPUs. As in
   Graphcore's PyTorch BERT (``Embedding --> IPU 0``, ``Encoder i --> IPU k``, ``Classifier -->
@@ -22,24 +23,29 @@ loss (with the head), else the encoder output.
 
 from __future__ import annotations
 
+import math
+
 from sim.graph import Graph, GraphBuilder
 
 from ._common import Params, Placement
 from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_positions=512,
-               type_vocab=2, mask_tokens=None, dropout=0.1, layers_per_ipu=None, with_head=True,
+               type_vocab=2, mask_tokens="auto", dropout=0.1, layers_per_ipu=None, with_head=True,
                dtype="float16")
 MODELS = {
     "bert-base": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "bert-large": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
 }
 EPS = 1e-12  # BERT's layer_norm_eps
+GRAPHCORE_MASK_TOKENS = {128: 20, 384: 76, 512: 80}  # masked positions per sequence in their configs
 
 
 def build(name: str, p: Params) -> Graph:
     c = transformer_params(p, "max_positions")
     B, S, H, V = c["micro_batch"], c["seq_len"], c["hidden"], c["vocab"]
+    if p["mask_tokens"] == "auto":
+        p["mask_tokens"] = GRAPHCORE_MASK_TOKENS.get(S, math.ceil(0.15 * S))
     mask_tokens = p.int("mask_tokens", optional=True)
     if mask_tokens is not None and mask_tokens > S:
         p.fail("mask_tokens", f"must be <= seq_len={S}")

@@ -1,6 +1,7 @@
 """The ``ipusim`` command line, run in-process: output, JSON contract, files, errors, exit codes."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -273,7 +274,7 @@ def test_bert_large_optimizer_state_on_chip_is_out_of_memory_off_chip_fits(capsy
             "ipu-m2000", "--training", "--optimizer", "lamb", "--gradient-accumulation", "10",
             "--synthetic-data"]
     code, out, err = run_cli(capsys, "run", *argv, "--optimizer-state", "on-chip")
-    assert code == 3 and "IPU 0" in err and "pipeline stage 4" in err and "short by" in err
+    assert code == 3 and "IPU 0" in err and re.search(r"pipeline stage \d", err) and "short by" in err
     d = cli_cycles(capsys, *argv, "--optimizer-state", "off-chip")
     assert [d["memory"][str(i)]["peak_tile_bytes"] <= d["memory"][str(i)]["tile_capacity_bytes"]
             for i in range(4)] == [True] * 4
