@@ -153,7 +153,7 @@ def test_help_exits_0(capsys):
 from sim.options import OverlapMode, TensorLocationSettings  # noqa: E402
 from sim.report import compute_pass, pipeline_phases, timeline_figure  # noqa: E402
 from sim.strategy import (ParallelPhasedExecution, Phase, SerialPhasedExecution,  # noqa: E402
-                          ShardedExecution, Stage, SyncPattern)
+                          Stage, SyncPattern)
 
 PIPE = ["--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--layers-per-ipu", "1,1,1,1",
         "--system", "ipu-m2000"]  # 5 forward stages (the tied head is a stage on IPU 0)

@@ -3,7 +3,6 @@ ops, unknown ops, out-of-memory errors and the cost cache."""
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

@@ -20,12 +20,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..hardware import IPU
 from .exchange import exchange_cycles
 from .vector import spread, tile_cycles
+
+if TYPE_CHECKING:
+    from . import TileProfile
 
 PARTIALS_BYTES = 4  # AMP partial sums are fp32 (PopTorch's default matmul partials type)
 
