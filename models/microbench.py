@@ -6,6 +6,12 @@
                  the partials. Host streams: the vector and the matrix in, the result out.
 ``amp-tile``     The tessellate-ipu peak-FLOPS notebook: every tile runs one AMP matmul
                  ``[n, 16] x [16, 16]`` in fp16 on data already on the tile.
+``io-bound``     A loop in which the IPU gets data from the host, processes it and sends it
+                 back, as in the PopTorch user guide's host-IO profiles: ``x (batch, width)``
+                 fp16 through ``layers`` x (linear + relu), the last activation streamed out.
+                 The guide does not say which model it profiled; the defaults put the
+                 unbuffered cycles per iteration near its figure (host IO about a third).
+                 ``overlap=True`` marks both streams OverlapDeviceIterationLoop.
 
 The tutorial's vertices are plain C++ loops, not vectorised codelets, so they are ``custom``
 ops priced per vertex: ``vertex_base_cycles + cycles_per_mac x elements`` worker cycles.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import math
 
 from sim.graph import Graph, GraphBuilder
+from sim.options import OverlapMode
 
 from ._common import Params
 
@@ -25,11 +32,12 @@ MODELS = {
     "tut6-matvec": dict(rows=10000, cols=1000, col_split=7, tiles=1472, vertex_base_cycles=5,
                         cycles_per_mac=4),
     "amp-tile": dict(n=16, tiles=1472),
+    "io-bound": dict(batch=32, width=896, layers=67, overlap=False),
 }
 
 
 def build(name: str, p: Params) -> Graph:
-    return _tut6(p) if name == "tut6-matvec" else _amp_tile(p)
+    return {"tut6-matvec": _tut6, "amp-tile": _amp_tile, "io-bound": _io_bound}[name](p)
 
 
 def _tut6(p: Params) -> Graph:
@@ -58,4 +66,18 @@ def _amp_tile(p: Params) -> Graph:
     x = b.constant("x", (tiles, n, 16))
     w = b.weight("w", (tiles, 16, 16))
     b.output(b.matmul(x, w))
+    return b.graph
+
+
+def _io_bound(p: Params) -> Graph:
+    width = p.int("width")
+    b = GraphBuilder("io-bound", "float16")
+    x = b.input("x", (p.int("batch"), width))
+    h = x
+    for i in range(p.int("layers")):
+        h = b.relu(b.linear(h, width, name=f"l{i}"))
+    b.output(h)
+    if p.flag("overlap"):
+        for name in (x, h):
+            b.set_overlap(name, OverlapMode.OverlapDeviceIterationLoop)
     return b.graph
