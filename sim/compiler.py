@@ -179,7 +179,8 @@ def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strate
     """Memory of IPU ``ipu`` (within a replica): its stages' runs, stashes and updates."""
     unit = {"pipelined": "pipeline stage", "sharded": "stage", "serial_phased": "phase",
             "parallel_phased": "phase"}.get(strategy)  # a single-IPU model has no stages to name
-    runs = [(s.ops, f"{unit} {s.index}" if unit else None) for s in ctx.stages if s.ipu == ipu]
+    runs = [(run, f"{unit} {s.index}" if unit else None)
+            for s in ctx.stages if s.ipu == ipu for run in (s.memory_runs or [s.ops])]
     runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update"))
     runs = [(ops, label) for ops, label in runs if ops]
     stash = sum(s.stash_depth * s.inputs_bytes for s in ctx.stages if s.ipu == ipu)

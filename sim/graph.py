@@ -264,6 +264,16 @@ class GraphBuilder:
             self.graph.tensor(n)
             self.graph.outputs.append(n)
 
+    def checkpoint(self, name: str) -> str:
+        """A recomputation checkpoint (PopTorch ``recomputationCheckpoint``): ``name`` is kept
+        from the forward pass; in training, the ops between checkpoints are recomputed in the
+        backward pass instead of keeping their activations."""
+        producer = self.graph.tensor(name).producer
+        if producer is None:
+            raise GraphError(f"checkpoint({name!r}): only an op's output can be a checkpoint")
+        next(op for op in self.graph.ops if op.name == producer).attrs["recomputation_checkpoint"] = True
+        return name
+
     def set_overlap(self, name: str, mode) -> str:
         """Let the host stream of input/output ``name`` overlap compute (an OverlapMode)."""
         self.graph.tensor(name)

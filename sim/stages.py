@@ -11,6 +11,7 @@ which tensors it sends to other stages.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from .errors import OptionsError
@@ -33,6 +34,7 @@ class StageWork:
     sends: dict[int, int] = field(default_factory=dict)  # destination stage index -> bytes
     inputs_bytes: int = 0  # bytes of tensors it receives from other stages or the host
     stash_depth: int = 0  # micro-batches of its inputs kept for its backward stage
+    memory_runs: list[list[Op]] | None = None  # how its ops split into runs for tile memory
 
     @property
     def is_backward(self) -> bool:
@@ -79,8 +81,54 @@ def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list
         for s in stages[F:]:
             s.recomputed = list(stages[s.forward_stage].ops)
             s.ops = s.recomputed + s.ops
+    elif training and F == 1 and any(op.attrs.get("recomputation_checkpoint") for op in forward):
+        _recompute_between_checkpoints(stages[0], by_name)
     _flows(g, stages, where, training, F)
     return stages, updates
+
+
+def is_checkpoint(op: Op) -> bool:
+    return bool(op.attrs.get("recomputation_checkpoint"))
+
+
+def _recompute_between_checkpoints(stage: StageWork, by_name: dict[str, Op]) -> None:
+    """Recomputation in a one-stage model, as PopART does it with checkpoints.
+
+    The forward pass keeps only the checkpoints (and what the last segment, after the last
+    checkpoint, makes); before the backward ops of an earlier segment run, that segment's
+    forward ops are recomputed. Tile memory therefore sees two runs: the forward pass, and the
+    backward pass with the recomputed segments interleaved.
+    """
+    forward = [op for op in stage.ops if op.pass_ == "forward"]
+    backward = [op for op in stage.ops if op.pass_ != "forward"]
+    segment, k = {}, 0
+    for op in forward:
+        segment[op.name] = k
+        k += is_checkpoint(op)
+    last = k
+    first_user = {}
+    for op in forward:
+        for t in op.inputs:
+            first_user.setdefault(t, op)
+
+    def segment_of(op: Op) -> int:
+        src = by_name.get(op.forward_of) if op.forward_of else first_user.get(op.attrs.get("weight"))
+        return segment.get(src.name, last) if src is not None else last
+
+    recomputed: list[Op] = []
+    done = set()
+    again = []
+    for op in backward:
+        seg = segment_of(op)
+        if seg < last and seg not in done:
+            done.add(seg)
+            copies = [dataclasses.replace(f) for f in forward if segment[f.name] == seg and not is_checkpoint(f)]
+            recomputed += copies
+            again += copies
+        again.append(op)
+    stage.recomputed = recomputed
+    stage.ops = forward + again
+    stage.memory_runs = [forward, again]
 
 
 def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: bool, F: int) -> None:
