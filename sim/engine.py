@@ -29,7 +29,7 @@ import numpy as np
 import simpy
 
 from .hardware import System
-from .topology import route
+from .topology import crosses_gw_link, route
 from .program import (Collective, Compute, IpuCopy, RemoteCopy, Repeat, Sequence, StreamCopy,
                       Sync, ipus_of)
 
@@ -180,12 +180,18 @@ class Engine:
         return per_link
 
     def ipu_copy_cycles(self, c: IpuCopy) -> int:
-        """One link latency per hop of the longest route, plus the busiest link direction's
-        bytes over its bandwidth (cut-through: the hops of a route stream concurrently)."""
-        link = self.system.ipu_link
-        longest = max(len(route(self.system, s, d)) for s, d, _ in c.transfers)
-        busiest = max(self.ipu_copy_links(c).values())
-        return link.latency_cycles * longest + self.system.seconds_to_cycles(busiest / link.bytes_per_s)
+        """The slowest transfer: one link latency per hop of its route plus the busiest link of
+        the route's bytes over that link's bandwidth (cut-through: the hops stream together).
+        A transfer that leaves the POD crosses a GW-Link, with its latency and bandwidth."""
+        per_link = self.ipu_copy_links(c)
+        slowest = 0
+        for src, dst, _ in c.transfers:
+            hops = route(self.system, src, dst)
+            link = self.system.gw_link if crosses_gw_link(self.system, src, dst) else self.system.ipu_link
+            busiest = max(per_link[h] for h in hops)
+            slowest = max(slowest, link.latency_cycles * len(hops)
+                          + self.system.seconds_to_cycles(busiest / link.bytes_per_s))
+        return slowest
 
     def remote_cycles(self, r: RemoteCopy) -> int:
         mem = self.system.streaming_memory

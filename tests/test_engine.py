@@ -319,3 +319,15 @@ def test_ipus_behind_different_host_links_do_not_contend():
                                StreamCopy(1, "b", "to_ipu", n, 0)])).total_cycles
     assert apart == alone
     assert shared == alone + math.ceil(n / pod16.host_link.host_to_ipu_bytes_per_s * pod16.ipu.clock_hz)
+
+
+def test_copy_between_pods_crosses_a_gw_link():
+    """An IPU copy that leaves the POD is priced with the GW-Link's latency and bandwidth."""
+    system = sim.load_system("ipu-pod128")
+    engine = Engine(system)
+    nbytes = 64 * 2**20
+    inside = engine.ipu_copy_cycles(IpuCopy(((0, 1, nbytes),)))
+    across = engine.ipu_copy_cycles(IpuCopy(((0, 64, nbytes),)))
+    gw, link = system.gw_link, system.ipu_link
+    assert inside == link.latency_cycles + system.seconds_to_cycles(nbytes / link.bytes_per_s)
+    assert across == gw.latency_cycles + system.seconds_to_cycles(nbytes / gw.bytes_per_s)
