@@ -1,8 +1,9 @@
 """GPT-2 (Radford et al. 2019) language model, as Graphcore's GPT-2 examples build it.
 
 Inputs, in order: ``input_ids`` and, with the head, ``labels`` (int32, (B, S); the labels are
-the ids shifted by one, prepared by the data loader). Outputs: the logits and the loss (with the
-head), else the final hidden states.
+the ids shifted by one, prepared by the data loader). Outputs: the logits of the last position
+(what generation reads: (B, 1, vocab); all positions' logits stay on the IPU for the loss) and
+the loss (with the head), else the final hidden states.
 
 - Pre-layernorm blocks: x + attention(ln_1(x)), then x + FFN(ln_2(x)), and ``ln_f`` at the end.
 - Causal attention: a constant (1, 1, S, S) mask (0 / -10000) added to the scores.
@@ -66,5 +67,6 @@ def build(name: str, p: Params) -> Graph:
     with place.on(0, "head"), b.scope("lm_head"):
         logits = tied_projection(b, x, wte)
         loss = b.softmax_cross_entropy(logits, labels)
-    b.output(logits, loss)
+        next_token = b.slice(logits, 1, S - 1, S, name="next_token_logits")
+    b.output(next_token, loss)
     return b.graph
