@@ -1,0 +1,107 @@
+"""The building context, as in PopXL: which graph ops go into, on which IPU, in which name scope.
+
+PopXL keeps one global context; so does this module. ``with ir.main_graph:`` (or a subgraph
+being built by ``ir.create_graph``) selects the graph; :func:`ipu` sets the IPU of the ops made
+inside it (``Op.ipu`` in the simulator's graph); :func:`name_scope` prefixes op names;
+:func:`in_sequence` is accepted and has nothing to change (the simulator runs ops in the order
+they were created, which is what ``in_sequence(True)`` asks for); :func:`io_tiles` is accepted and
+noted (ops run on the compute tiles in the simulation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .errors import PopXLError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .graph import Graph
+
+
+class Context:
+    def __init__(self):
+        self.graphs: list[Graph] = []
+        self.ipu: int | None = None
+        self.scopes: list[str] = []
+        self.in_sequence: bool | None = None
+        self.io_tiles = False
+
+    @property
+    def graph(self) -> Graph:
+        if not self.graphs:
+            raise PopXLError(
+                "Trying to access a graph, but no graph has been selected. Hint - try performing the "
+                "operations in a context manager (for example `with ir.main_graph:`) or inside a "
+                "function that's called by `ir.create_graph()`")
+        return self.graphs[-1]
+
+
+_CONTEXT = Context()
+
+
+def get_current_context() -> Context:
+    return _CONTEXT
+
+
+def get_current_graph() -> Graph:
+    """The graph ops are being added to (PopXL ``popxl.gcg()``)."""
+    return _CONTEXT.graph
+
+
+def get_main_graph() -> Graph:
+    """The main graph of the Ir being built (PopXL ``popxl.gmg()``)."""
+    return _CONTEXT.graph.ir.main_graph
+
+
+gcg = get_current_graph
+gmg = get_main_graph
+
+
+@contextlib.contextmanager
+def ipu(ipu: int) -> Iterator[int]:
+    """Ops created in this context run on IPU ``ipu`` of the replica."""
+    if isinstance(ipu, bool) or not isinstance(ipu, int) or ipu < 0:
+        raise TypeError(f"popxl.ipu expects an IPU index >= 0, got {ipu!r}")
+    saved, _CONTEXT.ipu = _CONTEXT.ipu, ipu
+    try:
+        yield ipu
+    finally:
+        _CONTEXT.ipu = saved
+
+
+@contextlib.contextmanager
+def in_sequence(enabled: bool = True) -> Iterator[bool]:
+    """Accepted: the simulator already runs ops in the order they are created."""
+    if enabled is None:
+        raise TypeError("None cannot be passed to 'in_sequence'. Try False instead.")
+    saved, _CONTEXT.in_sequence = _CONTEXT.in_sequence, bool(enabled)
+    try:
+        yield bool(enabled)
+    finally:
+        _CONTEXT.in_sequence = saved
+
+
+@contextlib.contextmanager
+def name_scope(name: str) -> Iterator[list[str]]:
+    """Prefix the names of ops created in this context with ``name/``."""
+    _CONTEXT.scopes.append(str(name))
+    try:
+        yield list(_CONTEXT.scopes)
+    finally:
+        _CONTEXT.scopes.pop()
+
+
+@contextlib.contextmanager
+def io_tiles() -> Iterator[None]:
+    """Accepted and noted: ops in this context are simulated on the compute tiles."""
+    if _CONTEXT.graphs:
+        _CONTEXT.graph.ir._note("popxl.io_tiles(): accepted, no modelled effect (ops in it are "
+                                "simulated on the compute tiles; IO tiles come from "
+                                "ir.options.numIOTiles)")
+    saved, _CONTEXT.io_tiles = _CONTEXT.io_tiles, True
+    try:
+        yield
+    finally:
+        _CONTEXT.io_tiles = saved

@@ -1,0 +1,99 @@
+"""PopXL's dtypes (``popxl.float16``, ``popxl.float32``, ...), mapped to the simulator's.
+
+Only the size of an element matters to the simulator. 64-bit host types are accepted for data
+and downcast to 32 bits (``downcast=True``, PopXL's default), as the IPU has no 64-bit types.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class dtype:
+    """One element type: its PopXL name, its numpy type and the simulator's dtype name."""
+
+    def __init__(self, name: str, numpy_name: str, sim_name: str, is_floating_point: bool):
+        self.name = name
+        self._numpy = np.dtype(numpy_name)
+        self.sim_name = sim_name
+        self.is_floating_point = is_floating_point
+        self.is_int = not is_floating_point and name != "bool"
+
+    @property
+    def itemsize(self) -> int:
+        return self._numpy.itemsize
+
+    def as_numpy(self) -> np.dtype:
+        return self._numpy
+
+    @classmethod
+    def as_dtype(cls, value) -> dtype:
+        """A popxl dtype from a popxl dtype, a numpy dtype or a name ("float16")."""
+        if isinstance(value, dtype):
+            return value
+        if isinstance(value, str) and value in _BY_NAME:
+            return _BY_NAME[value]
+        try:
+            np_type = np.dtype(value)
+        except TypeError:
+            raise TypeError(f"{value!r} is not a dtype; use popxl.float16, popxl.float32, popxl.int32, "
+                            "popxl.uint32, popxl.int8, popxl.uint8 or popxl.bool") from None
+        for d in _ALL:
+            if d._numpy == np_type:
+                return d
+        raise TypeError(f"dtype {np_type} has no PopXL equivalent on the IPU; use one of "
+                        f"{', '.join(d.name for d in _ALL if d.name not in ('float64', 'int64'))}")
+
+    def downcast(self) -> dtype:
+        """The 32-bit type the IPU uses for a 64-bit host type (itself otherwise)."""
+        return {"float64": float32, "int64": int32, "uint64": uint32}.get(self.name, self)
+
+    def __repr__(self) -> str:
+        return f"dtype.{self.name}"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, dtype) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+bool = dtype("bool", "bool", "bool", False)
+int8 = dtype("int8", "int8", "int8", False)
+uint8 = dtype("uint8", "uint8", "uint8", False)
+int32 = dtype("int32", "int32", "int32", False)
+uint32 = dtype("uint32", "uint32", "int32", False)  # same size: priced as int32
+float16 = dtype("float16", "float16", "float16", True)
+float32 = dtype("float32", "float32", "float32", True)
+float64 = dtype("float64", "float64", "float32", True)  # host only: downcast to float32
+int64 = dtype("int64", "int64", "int32", False)  # host only: downcast to int32
+uint64 = dtype("uint64", "uint64", "int32", False)  # host only: downcast to uint32
+half = float16
+float = float32
+
+_ALL = (bool, int8, uint8, int32, uint32, float16, float32, float64, int64, uint64)
+_BY_NAME = {d.name: d for d in _ALL} | {"half": float16, "float": float32}
+_FROM_SIM = {"bool": bool, "int8": int8, "uint8": uint8, "int32": int32, "float16": float16,
+             "float32": float32}
+
+
+def from_sim(name: str) -> dtype:
+    """The popxl dtype of a simulator dtype name."""
+    return _FROM_SIM[name]
+
+
+__all__ = [
+    "bool",
+    "dtype",
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "half",
+    "int8",
+    "int32",
+    "int64",
+    "uint8",
+    "uint32",
+    "uint64",
+]

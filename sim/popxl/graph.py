@@ -1,0 +1,266 @@
+"""PopXL graphs, recorded into the simulator's :class:`~sim.graph.Graph`.
+
+Every PopXL graph (the main graph, and each subgraph made by ``ir.create_graph``) writes its ops
+into a sim graph through a :class:`~sim.graph.GraphBuilder` as they are created, so shapes are
+inferred, checked and named there. A subgraph is a template: ``ops.call`` and ``ops.repeat``
+copy its ops into the calling graph (:meth:`Graph._splice`), with its inputs connected to the
+caller's tensors, its constants and host streams carried over, and its ops keeping their IPU.
+The main graph's sim graph is what :class:`~sim.popxl.Session` compiles and simulates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Self
+
+from ..graph import GraphBuilder, Op
+from . import dtypes
+from .context import get_current_context
+from .errors import NotModelledError, PopXLError
+from .streams import DeviceToHostStream, HostToDeviceStream
+from .tensor import GradTensor, Tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ir import Ir
+
+#: most ops one ``ops.repeat`` may copy into its caller (iterations x ops of the body)
+MAX_INLINED_OPS = 20000
+
+
+class Graph:
+    """A PopXL graph: ``with graph:`` adds the ops made inside it to this graph."""
+
+    def __init__(self, ir: Ir, name: str, main: bool = False):
+        self.ir = ir
+        self.name = name
+        self._main = main
+        self._b = GraphBuilder(f"popxl_{name}" if main else name, dtype="float32")
+        self._inputs: list[Tensor] = []
+        self._outputs: list[Tensor] = []
+        self._loads: dict[HostToDeviceStream, str] = {}  # stream -> sim tensor it is loaded into
+        self._stores: dict[DeviceToHostStream, str] = {}  # stream -> sim tensor stored to it
+        self._io_repeats: list[tuple[str, int]] = []  # (graph, count) of repeats with host IO
+        self._io_ops = 0  # ops copied from the bodies of those repeats
+        self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
+
+    # --- PopXL's surface ---------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        ctx = get_current_context()
+        if ctx.graphs and ctx.graphs[0].ir is not self.ir:
+            raise PopXLError(f"Trying to a create a context manager nested in another context, when the "
+                             f"previous context's Ir is different. {ctx.graphs[0].ir} != {self.ir}")
+        ctx.graphs.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        get_current_context().graphs.pop()
+
+    @property
+    def id(self) -> str:
+        return self.name
+
+    @property
+    def main_graph(self) -> Graph:
+        return self.ir.main_graph
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._outputs)
+
+    @property
+    def sim_graph(self):
+        """The simulator's graph this PopXL graph records into."""
+        return self._b.graph
+
+    def __repr__(self) -> str:
+        return f"Graph[{self.name}: {len(self.sim_graph.ops)} ops]"
+
+    # --- recording ---------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.ir._session is not None:
+            raise PopXLError(f"{self.ir} belongs to a Session already and cannot be changed (in PopXL "
+                             "the session takes ownership of the Ir): build the program before "
+                             "creating the Session, or build a new Ir")
+
+    def _own(self, t, where: str) -> Tensor:
+        """Check that ``t`` is a tensor of this graph (and not an autodiff gradient)."""
+        if isinstance(t, GradTensor):
+            raise NotModelledError(
+                f"{where}: {t.id} is a gradient from an autodiff grad graph; the simulator models the "
+                "backward pass and weight update with its own training expansion, so gradients can "
+                "only go to ops.var_updates.* / ops.scaled_add_ (which become the optimizer update)")
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{where}: expected a popxl Tensor, got {type(t).__name__} {t!r}")
+        if t._graph is not self:
+            raise PopXLError(
+                f"{where}: tensor {t.id!r} belongs to graph {t._graph.name!r}, not to {self.name!r} "
+                "where the op is being added; pass it to the subgraph as an input (an argument of "
+                "ir.create_graph or popxl.graph_input) and connect it at ops.call / ops.repeat")
+        return t
+
+    def _scoped(self, base: str) -> str:
+        return "/".join(get_current_context().scopes + [base])
+
+    def _new_tensor(self, name: str, shape, dtype: dtypes.dtype, role: str) -> str:
+        g = self.sim_graph
+        return g.add_tensor(g.unique_tensor_name(self._scoped(name)), shape, dtype.sim_name, role).name
+
+    @contextlib.contextmanager
+    def _building(self) -> Iterator[GraphBuilder]:
+        """The builder, with the context's IPU set, for adding one op."""
+        self._check_open()
+        with self._b.ipu(get_current_context().ipu):
+            yield self._b
+
+    def _wrap(self, sim_name: str, dtype: dtypes.dtype | None = None) -> Tensor:
+        t = self.sim_graph.tensor(sim_name)
+        return Tensor(self, sim_name, t.shape, dtype or dtypes.from_sim(t.dtype), get_current_context().ipu)
+
+    def _add_op(self, kind: str, inputs: Sequence[str], outputs: Sequence[str], attrs: dict | None = None,
+                name: str | None = None) -> Op:
+        """An op writing existing tensors (in-place updates)."""
+        self._check_open()
+        g = self.sim_graph
+        op = Op(g.unique_op_name(self._scoped(name or kind)), kind, list(inputs), list(outputs),
+                dict(attrs or {}), ipu=get_current_context().ipu)
+        return g.add_op(op)
+
+    # --- host IO -----------------------------------------------------------------------------
+    def _host_load(self, stream: HostToDeviceStream, name: str | None = None) -> str:
+        if stream in self._loads:
+            raise NotModelledError(
+                f"ops.host_load: stream {stream.name!r} is loaded twice in graph {self.name!r}; the "
+                "simulator streams each h2d stream once per host transfer: use one host_load per "
+                "stream (and one stream per tensor)")
+        self._check_open()
+        if self._main:
+            sim_name = self._b.input(self.sim_graph.unique_tensor_name(name or stream.name),
+                                     stream.shape, stream.dtype.sim_name)
+        else:
+            sim_name = self._new_tensor(name or stream.name, stream.shape, stream.dtype, "input")
+        self._loads[stream] = sim_name
+        return sim_name
+
+    def _host_store(self, stream: DeviceToHostStream, sim_name: str) -> None:
+        if stream in self._stores:
+            raise NotModelledError(
+                f"ops.host_store: stream {stream.name!r} is stored to twice in graph {self.name!r}; the "
+                "simulator streams each d2h stream once per host transfer")
+        self._check_open()
+        if self._main:
+            self._b.output(sim_name)
+        self._stores[stream] = sim_name
+
+    @property
+    def _has_host_io(self) -> bool:
+        return bool(self._loads or self._stores)
+
+    # --- calling subgraphs -------------------------------------------------------------------
+    def _connect(self, sub: Graph, inputs: Sequence, inputs_dict: dict | None, where: str) -> dict[str, str]:
+        """Map each input of ``sub`` to a tensor of this graph (positional, then ``inputs_dict``)."""
+        if len(inputs) > len(sub._inputs):
+            raise PopXLError(f"{where}: {len(inputs)} inputs given but graph {sub.name!r} has "
+                             f"{len(sub._inputs)}")
+        given: dict[Tensor, Tensor] = dict(zip(sub._inputs, inputs))
+        for k, v in (inputs_dict or {}).items():
+            if k not in sub._inputs:
+                raise PopXLError(f"{where}: inputs_dict key {getattr(k, 'id', k)!r} is not an input of "
+                                 f"graph {sub.name!r} (its inputs: {[t.id for t in sub._inputs]})")
+            if k in given:
+                raise PopXLError(f"{where}: input {k.id!r} of graph {sub.name!r} is given twice")
+            given[k] = v
+        mapping = {}
+        for t in sub._inputs:
+            if t not in given:
+                raise PopXLError(f"{where}: input {t.id!r} of graph {sub.name!r} was given no tensor: "
+                                 "pass it positionally or in inputs_dict")
+            parent = self._own(given[t], where)
+            if parent.shape != t.shape:
+                raise PopXLError(f"{where}: input {t.id!r} of graph {sub.name!r} has shape {t.shape} but "
+                                 f"is given {parent.id!r} of shape {parent.shape}")
+            mapping[t._sim] = parent._sim
+        return mapping
+
+    def _splice(self, sub: Graph, mapping: dict[str, str], prefix: str) -> list[Tensor]:
+        """Copy the ops of ``sub`` into this graph; ``mapping`` connects its inputs. Returns the
+        tensors of this graph that ``sub``'s outputs became."""
+        self._check_open()
+        src, dst = sub.sim_graph, self.sim_graph
+        mapping = dict(mapping)
+        for stream, name in sub._loads.items():
+            mapping[name] = self._host_load(stream)
+        for t in src.tensors.values():
+            if t.name not in mapping and t.role in ("constant", "weight"):
+                mapping[t.name] = dst.add_tensor(dst.unique_tensor_name(f"{prefix}/{t.name}"), t.shape,
+                                                 t.dtype, t.role).name
+        for op in src.ops:
+            name = dst.unique_op_name(f"{prefix}/{op.name}")
+            outs = []
+            for o in op.outputs:
+                if o not in mapping:  # in-place writes keep writing the mapped tensor
+                    t = src.tensors[o]
+                    mapping[o] = dst.add_tensor(dst.unique_tensor_name(f"{prefix}/{o}"), t.shape, t.dtype,
+                                                t.role, producer=name).name
+                outs.append(mapping[o])
+            dst.add_op(Op(name, op.kind, [mapping[i] for i in op.inputs], outs, dict(op.attrs),
+                          op.pass_, op.ipu, op.stage, op.phase, op.block, op.recompute))
+        for stream, name in sub._stores.items():
+            self._host_store(stream, mapping[name])
+        if src.loss is not None:
+            dst.loss = mapping[src.loss]
+        self._io_repeats += sub._io_repeats
+        self._io_ops += sub._io_ops
+        outs = []
+        for t in sub._outputs:
+            w = self._wrap(mapping[t._sim], t.dtype)
+            w._ipu = t._ipu
+            outs.append(w)
+        return outs
+
+    def _call(self, sub: Graph, inputs: Sequence, inputs_dict: dict | None, where: str) -> list[Tensor]:
+        if sub.ir is not self.ir:
+            raise PopXLError(f"{where}: graph {sub.name!r} belongs to another Ir")
+        if sub._main:
+            raise PopXLError(f"{where}: the main graph cannot be called")
+        mapping = self._connect(sub, inputs, inputs_dict, where)
+        return self._splice(sub, mapping, sub.name)
+
+    def _repeat(self, sub: Graph, count: int, inputs: Sequence, inputs_dict: dict | None) -> list[Tensor]:
+        where = f"ops.repeat({sub.name!r}, {count})"
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"{where}: repeat_count must be a whole number >= 0")
+        if sub._main:
+            raise PopXLError(f"{where}: the main graph cannot be repeated")
+        mapping = self._connect(sub, inputs, inputs_dict, where)
+        n_out = len(sub._outputs)
+        for i, (o, t) in enumerate(zip(sub._outputs, sub._inputs)):
+            if o.shape != t.shape:
+                raise PopXLError(f"{where}: output {i} ({o.id!r}, shape {o.shape}) is carried into input {i} "
+                                 f"({t.id!r}, shape {t.shape}) of the next iteration: shapes must match")
+        if count == 0:
+            return [self._wrap(mapping[t._sim], t.dtype) for t in sub._inputs[:n_out]]
+        if sub._has_host_io:
+            # the body is one host transfer's step; Session runs it num_host_transfers times
+            self._io_repeats.append((sub.name, count))
+            self.ir._note(f"ops.repeat({sub.name}, {count}) with host IO: its body is taken as the step of "
+                          "one host transfer, run ir.num_host_transfers times")
+            before = len(self.sim_graph.ops)
+            outs = self._splice(sub, mapping, sub.name)
+            self._io_ops += len(self.sim_graph.ops) - before
+            return outs
+        if count * max(1, len(sub.sim_graph.ops)) > MAX_INLINED_OPS:
+            raise NotModelledError(
+                f"{where}: {count} iterations x {len(sub.sim_graph.ops)} ops is more than the "
+                f"{MAX_INLINED_OPS} ops the simulator copies out of a repeat; repeat fewer times, or "
+                "put the host IO inside the repeat so it is the per-transfer step")
+        outs: list[Tensor] = []
+        for i in range(count):
+            outs = self._splice(sub, mapping, f"{sub.name}[{i}]")
+            for t, o in zip(sub._inputs, outs):  # loop-carried: output k feeds input k
+                mapping[t._sim] = o._sim
+        return outs

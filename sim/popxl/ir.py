@@ -1,0 +1,279 @@
+"""``popxl.Ir``: the program (a main graph and subgraphs) and how it is run.
+
+``replication_factor`` and ``num_host_transfers`` become the simulator's
+``replicationFactor`` and ``deviceIterations``; ``replica_grouping(stride, group_size)`` groups
+replicas for collectives exactly as PopXL does (:func:`sim.collectives.replica_grouping`);
+``ir.options`` records PopART session options (those the simulator models are applied, the
+others are listed in the run's notes).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from ..collectives import groups_of
+from ..collectives import replica_grouping as _assignment
+from .errors import PopXLError
+from .graph import Graph
+from .tensor import Tensor, TensorSpec, graph_input, graph_output
+
+_ir_ids = itertools.count()
+
+
+class ReplicaGrouping:
+    """Replicas grouped ``group_size`` at a time, ``stride`` apart (PopXL ``ReplicaGrouping``).
+
+    Made by :meth:`Ir.replica_grouping`. :attr:`assignment` gives each replica's group.
+    """
+
+    def __init__(self, ir: Ir, stride: int = 1, group_size: int | None = None):
+        self._ir = ir
+        self._stride = stride
+        self._group_size = ir.replication_factor // stride if group_size is None and isinstance(
+            stride, int) and stride > 0 else group_size
+        _assignment(ir.replication_factor, self._stride, self._group_size)  # fail now, as PopXL does
+
+    @property
+    def stride(self) -> int:
+        return self._stride
+
+    @property
+    def group_size(self) -> int:
+        return self._group_size
+
+    @property
+    def num_groups(self) -> int:
+        return self._ir.replication_factor // self._group_size
+
+    @property
+    def assignment(self) -> list[int]:
+        """The group of each replica: entry ``r`` is replica ``r``'s group."""
+        return _assignment(self._ir.replication_factor, self._stride, self._group_size)
+
+    def transpose(self) -> ReplicaGrouping:
+        """The grouping whose group ``i`` holds the ``i``-th member of every group of this one."""
+        groups = groups_of(self.assignment)
+        columns = [sorted(g[i] for g in groups) for i in range(self.group_size)]
+        stride = columns[0][1] - columns[0][0] if len(columns[0]) > 1 else 1
+        t = ReplicaGrouping.__new__(ReplicaGrouping)
+        t._ir, t._stride, t._group_size = self._ir, stride, len(columns[0])
+        if groups_of(t.assignment) != columns:
+            raise ValueError(f"the transpose of {self!r} has no constant stride")
+        return t
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ReplicaGrouping) and other._ir is self._ir
+                and (other.stride, other.group_size) == (self.stride, self.group_size))
+
+    def __hash__(self) -> int:
+        return hash((self._ir.id, self.stride, self.group_size))
+
+    def __repr__(self) -> str:
+        return (f"ReplicaGrouping(num_replicas={self._ir.replication_factor}, stride={self.stride}, "
+                f"group_size={self.group_size}, num_groups={self.num_groups})")
+
+
+class SessionOptions:
+    """PopART session options set on an Ir (``ir.options.name = value``), recorded.
+
+    Modelled: ``numIOTiles`` (compute tiles given to IO), ``defaultPrefetchBufferingDepth``
+    (host stream buffering). Every other option is accepted and listed in the run's notes as
+    having no modelled effect.
+    """
+
+    MODELLED = ("numIOTiles", "defaultPrefetchBufferingDepth")
+
+    def __init__(self):
+        object.__setattr__(self, "_values", {})
+
+    def __setattr__(self, name: str, value) -> None:
+        self._values[name] = value
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"session option {name!r} has not been set on this Ir") from None
+
+    def set(self, name: str, value) -> None:
+        self._values[name] = value
+
+    def items(self):
+        return self._values.items()
+
+    def __repr__(self) -> str:
+        return f"SessionOptions({self._values})"
+
+
+class _PbIr:
+    """The corner of PopART's ``_internal.ir.Ir`` that PopXL scripts reach for (options)."""
+
+    def __init__(self, ir: Ir):
+        self._ir = ir
+
+    def getSessionOptions(self) -> SessionOptions:
+        return self._ir.options
+
+    def getId(self) -> int:
+        return self._ir.id
+
+
+class Ir:
+    """A PopXL program: a main graph, subgraphs, replication and host transfers.
+
+    ``replication`` is the replication factor, or ``"popdist"`` to take it from the PopRun
+    environment (``POPDIST_NUM_LOCAL_REPLICAS`` for this instance, ``POPDIST_NUM_TOTAL_REPLICAS``
+    over all instances; see :mod:`sim.popdist`).
+    """
+
+    def __init__(self, replication: int | str = 1):
+        self.id = next(_ir_ids)
+        self._session = None
+        self._notes: list[str] = []
+        self._graph_count: dict[str, int] = {}
+        self._training = False
+        self._optimizer = "sgd"
+        self._num_host_transfers = 1
+        self._use_popdist = replication == "popdist"
+        self.options = SessionOptions()
+        self._pb_ir = _PbIr(self)
+        if self._use_popdist:
+            from .. import popdist
+            self._total_replicas = popdist.getNumTotalReplicas()
+            self._replication = popdist.getNumLocalReplicas()
+        else:
+            self._replication = self._total_replicas = 1
+            self.replication_factor = replication
+        self._main = Graph(self, "main", main=True)
+
+    # --- replication and host transfers ------------------------------------------------------
+    @property
+    def replication_factor(self) -> int:
+        """Replicas over all instances (the global replication factor)."""
+        return self._total_replicas
+
+    @replication_factor.setter
+    def replication_factor(self, value: int) -> None:
+        if self._session is not None:
+            raise PopXLError(f"{self} already belongs to a Session: the replication_factor cannot change")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"replication_factor must be a whole number >= 1, got {value!r}")
+        if self._use_popdist:
+            raise PopXLError("the replication of Ir(replication='popdist') comes from the PopRun environment")
+        self._replication = self._total_replicas = value
+
+    @property
+    def instance_replication_factor(self) -> int:
+        """Replicas of this instance (equal to :attr:`replication_factor` without PopDist)."""
+        return self._replication
+
+    @property
+    def num_host_transfers(self) -> int:
+        """Host transfers of each stream per ``session.run`` (the simulator's deviceIterations)."""
+        return self._num_host_transfers
+
+    @num_host_transfers.setter
+    def num_host_transfers(self, value: int) -> None:
+        if self._session is not None:
+            raise PopXLError(f"{self} already belongs to a Session: num_host_transfers cannot change")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"num_host_transfers must be a whole number >= 1, got {value!r}")
+        self._num_host_transfers = value
+
+    def replica_grouping(self, stride: int = 1, group_size: int | None = None) -> ReplicaGrouping:
+        """Groups of ``group_size`` replicas ``stride`` apart (``group_size`` defaults to
+        ``replication_factor // stride``). With 8 replicas, ``replica_grouping(2, 2).assignment``
+        is ``[0, 1, 0, 1, 2, 3, 2, 3]``."""
+        return ReplicaGrouping(self, stride, group_size)
+
+    # --- graphs ------------------------------------------------------------------------------
+    @property
+    def main_graph(self) -> Graph:
+        return self._main
+
+    def _unique_graph_name(self, base: str) -> str:
+        base = base.replace(".<locals>", "")
+        k = self._graph_count.get(base, 0)
+        self._graph_count[base] = k + 1
+        return f"{base}_{k}"
+
+    def create_empty_graph(self, name: str | None = None) -> Graph:
+        return Graph(self, self._unique_graph_name(name or "graph"))
+
+    def create_graph(self, fn: Callable | Any, *args, **kwargs) -> Graph:
+        """A subgraph built by calling ``fn`` (or a ``popxl.Module``'s ``build``).
+
+        Tensor and TensorSpec arguments become the graph's inputs (in the order of ``fn``'s
+        signature, then the ``popxl.graph_input`` calls inside it); what ``fn`` returns (None, a
+        tensor or an iterable of tensors) becomes its outputs.
+        """
+        from .module import Module
+        if isinstance(fn, Module):
+            func, qualname = fn.build, type(fn).__qualname__
+        elif callable(fn) and hasattr(fn, "__qualname__"):
+            func, qualname = fn, fn.__qualname__
+        else:
+            raise TypeError("Callable `fn` must be either a function or a class that extends popxl.Module")
+        try:
+            bound = inspect.signature(func).bind(*args, **kwargs)
+        except TypeError as e:
+            raise ValueError("The arguments, `args` and `kwargs`, do not match the signature of the "
+                             f"function `fn`: {e}") from None
+        bound.apply_defaults()
+        graph = Graph(self, self._unique_graph_name(qualname))
+        with graph:
+            for name, arg in list(bound.arguments.items()):
+                if isinstance(arg, (Tensor, TensorSpec)):
+                    bound.arguments[name] = graph_input(arg.shape, arg.dtype, name)
+                elif isinstance(arg, (list, tuple)) and arg and all(isinstance(a, (Tensor, TensorSpec)) for a in arg):
+                    bound.arguments[name] = [graph_input(a.shape, a.dtype, f"{name}_{i}") for i, a in enumerate(arg)]
+                elif isinstance(arg, dict) and arg and all(isinstance(a, (Tensor, TensorSpec)) for a in arg.values()):
+                    bound.arguments[name] = {k: graph_input(a.shape, a.dtype, str(k)) for k, a in arg.items()}
+            outputs = func(*bound.args, **bound.kwargs)
+            if outputs is None:
+                outputs = []
+            elif isinstance(outputs, Tensor):
+                outputs = [outputs]
+            else:
+                try:
+                    outputs = list(outputs)
+                except TypeError:
+                    outputs = [outputs]
+                if not all(isinstance(o, Tensor) for o in outputs):
+                    raise ValueError("Output of subgraph must be None, a Tensor or an iterable of Tensors. "
+                                     f"Output type: {type(outputs)}. Value {outputs}")
+            for o in outputs:
+                graph_output(o)
+        return graph
+
+    # --- streams -----------------------------------------------------------------------------
+    def get_all_h2d_streams(self) -> set:
+        """The host-to-device streams the main graph loads from."""
+        return set(self._main._loads)
+
+    def get_all_d2h_streams(self) -> set:
+        """The device-to-host streams the main graph stores to."""
+        return set(self._main._stores)
+
+    # --- notes -------------------------------------------------------------------------------
+    def _note(self, text: str) -> None:
+        if text not in self._notes:
+            self._notes.append(text)
+
+    def dot_checkpoint(self, check: str, save_dir=None) -> None:
+        """Accepted: the simulator writes no DOT files (see ``ipusim run --output`` for reports)."""
+        self._note("ir.dot_checkpoint: accepted, no DOT files are written")
+
+    def __repr__(self) -> str:
+        return f"Ir[id={self.id}]"
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Ir) and other.id == self.id

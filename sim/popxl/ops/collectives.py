@@ -1,0 +1,100 @@
+"""``popxl.ops.collectives``: collectives across replicas, over a ``ReplicaGrouping``.
+
+Each becomes a collective op of the simulated graph (``sim/replicated_ops.py``), run between
+the compute before and after it over the replicas of each group, and priced over the group's
+ring on the system's links (``sim/collectives.py``). ``group=None`` means every replica. The
+reduction (``op='add'``, ``'mean'``, ...) does not change the time. Applied to an autodiff
+gradient, a collective is the gradient all-reduce the simulator's weight update already does.
+"""
+
+from __future__ import annotations
+
+from ..context import get_current_context
+from ..errors import PopXLError, not_modelled
+from ..tensor import GradTensor, Tensor
+
+OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
+
+
+def _grouping(t: Tensor, group, op: str, where: str) -> tuple:
+    g = get_current_context().graph
+    g._own(t, where)
+    if op not in OPS:
+        raise ValueError(f"{where}: op must be one of {', '.join(OPS)}, got {op!r}")
+    if group is None:
+        return g, 1, None
+    if getattr(group, "_ir", None) is not g.ir:
+        raise PopXLError(f"{where}: the group must come from this Ir's replica_grouping(...)")
+    return g, group.stride, group.group_size
+
+
+def _on_gradient(t: GradTensor, kind: str, group) -> GradTensor:
+    g = get_current_context().graph
+    g.ir._note(f"ops.collectives.{kind} of an autodiff gradient: it is the gradient all-reduce of the "
+               "simulator's weight update (over all replicas)")
+    if group is not None and group.group_size != g.ir.replication_factor:
+        g.ir._note(f"ops.collectives.{kind} of a gradient over {group!r}: the simulated gradient "
+                   "all-reduce spans all replicas")
+    return t
+
+
+def replicated_all_reduce(t: Tensor, op: str = "add", group=None) -> Tensor:
+    """Reduce ``t`` over the replicas of each group; every member gets the result."""
+    if isinstance(t, GradTensor):
+        return _on_gradient(t, "replicated_all_reduce", group)
+    g, stride, size = _grouping(t, group, op, "ops.collectives.replicated_all_reduce")
+    with g._building() as b:
+        out = b.replicated_all_reduce(t._sim, stride, size, name=g._scoped("replicated_all_reduce"))
+    return g._wrap(out, t.dtype)
+
+
+def replicated_all_reduce_(t: Tensor, op: str = "add", group=None) -> Tensor:
+    """In-place form of :func:`replicated_all_reduce` (the same collective)."""
+    return replicated_all_reduce(t, op, group)
+
+
+def replicated_reduce_scatter(t: Tensor, op: str = "add", group=None,
+                              configure_output_for_replicated_tensor_sharding: bool = False) -> Tensor:
+    """Reduce ``t`` over each group; member ``i`` keeps the ``i``-th 1/group_size of the flattened
+    result (a 1-D tensor)."""
+    if isinstance(t, GradTensor):
+        return _on_gradient(t, "replicated_reduce_scatter", group)
+    g, stride, size = _grouping(t, group, op, "ops.collectives.replicated_reduce_scatter")
+    shards = size or g.ir.replication_factor // stride
+    with g._building() as b:
+        out = b.replicated_reduce_scatter(t._sim, shards, stride, size,
+                                          name=g._scoped("replicated_reduce_scatter"))
+    return g._wrap(out, t.dtype)
+
+
+def replicated_all_gather(t: Tensor, group=None, output_shape: str = "auto") -> Tensor:
+    """Every member of a group gets the group's ``t`` one after another: shape
+    ``(group_size * t.nelms,)``, or ``(group_size, *t.shape)`` with ``output_shape='new_axis'``,
+    or concatenated along axis 0 with ``'concat'``."""
+    if isinstance(t, GradTensor):
+        return _on_gradient(t, "replicated_all_gather", group)
+    g, stride, size = _grouping(t, group, "add", "ops.collectives.replicated_all_gather")
+    if output_shape not in ("auto", "meta_shape", "new_axis", "concat"):
+        raise ValueError(f"replicated_all_gather: output_shape must be 'auto', 'meta_shape', 'new_axis' or "
+                         f"'concat', got {output_shape!r}")
+    shards = size or g.ir.replication_factor // stride
+    with g._building() as b:
+        out = b.replicated_all_gather(t._sim, shards, stride, size, name=g._scoped("replicated_all_gather"))
+    y = g._wrap(out, t.dtype)
+    if output_shape == "new_axis":
+        from . import reshape
+        y = reshape(y, (shards,) + t.shape)
+    elif output_shape == "concat" and t.rank:
+        from . import reshape
+        y = reshape(y, (shards * t.shape[0],) + t.shape[1:])
+    return y
+
+
+SUPPORTED = ("replicated_all_reduce", "replicated_all_reduce_", "replicated_reduce_scatter",
+             "replicated_all_gather")
+
+
+def __getattr__(name: str):
+    if name.startswith("_"):
+        raise AttributeError(name)
+    raise not_modelled("popxl.ops.collectives", name, SUPPORTED, op=True)

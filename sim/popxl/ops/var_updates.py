@@ -1,0 +1,109 @@
+"""``popxl.ops.var_updates``: in-place updates of variables (optimizers, accumulators).
+
+On ordinary tensors each is an op of the simulated graph that writes its first argument in
+place: the accumulators as ``accumulate``, ``copy_var_update_`` as ``copy``, ``adam_updater`` as
+``adam_update`` and ``adam_var_update`` as ``sgd_update`` (w -= lr x updater). Given an
+autodiff gradient (see :mod:`sim.popxl.transforms`), an update is instead taken as the
+simulator's optimizer update of that weight (``sim/training.py``): it is not recorded again,
+and the Adam/LAMB updaters select the ``adam``/``lamb`` optimizer.
+"""
+
+from __future__ import annotations
+
+from ..context import get_current_context
+from ..errors import not_modelled
+from ..tensor import GradTensor, Tensor
+
+
+def _gradient_update(fn: str, target, grad) -> Tensor:
+    g = get_current_context().graph
+    ir = g.ir
+    if fn.startswith("adam"):
+        ir._optimizer = "adam" if ir._optimizer != "lamb" else "lamb"
+    elif fn.startswith("lamb"):
+        ir._optimizer = "lamb"
+    ir._note(f"ops.{fn} of an autodiff gradient: the weight update is the simulator's optimizer update "
+             "of each trained weight (sim/training.py), not recorded op by op")
+    if isinstance(target, Tensor) and not isinstance(target, GradTensor):
+        return target
+    return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})")
+
+
+def _update(fn: str, kind: str, t: Tensor, others, attrs=None, new_output: bool = False) -> Tensor:
+    if isinstance(t, GradTensor) or any(isinstance(x, GradTensor) for x in others):
+        grad = next(x for x in (t, *others) if isinstance(x, GradTensor))
+        return _gradient_update(fn, t, grad)
+    from . import _as_tensor, _inplace
+    if not new_output:
+        return _inplace(kind, t, others, f"ops.var_updates.{fn}", attrs)
+    g = get_current_context().graph
+    ins = [g._own(t, f"ops.var_updates.{fn}")] + [_as_tensor(g, x, t, f"ops.var_updates.{fn}") for x in others]
+    with g._building() as b:
+        out = b.op(kind, [x._sim for x in ins], [t.shape], attrs, name=g._scoped(fn))[0]
+    return g._wrap(out, t.dtype)
+
+
+def accumulate_(t: Tensor, X: Tensor, f=None) -> Tensor:
+    """``t += f * X``."""
+    return _update("accumulate_", "accumulate", t, [X])
+
+
+def accumulate_square_(t: Tensor, X: Tensor, f=1.0) -> Tensor:
+    """``t += f * X^2``."""
+    return _update("accumulate_square_", "accumulate", t, [X])
+
+
+def accumulate_mean_(t: Tensor, X: Tensor, step) -> Tensor:
+    """Running mean: ``t = (step / (step + 1)) * t + X / (step + 1)``."""
+    return _update("accumulate_mean_", "accumulate", t, [X])
+
+
+def accumulate_moving_average_(t: Tensor, X: Tensor, f) -> Tensor:
+    """``t = f * t + (1 - f) * X``."""
+    return _update("accumulate_moving_average_", "accumulate", t, [X])
+
+
+def accumulate_moving_average_square_(t: Tensor, X: Tensor, f) -> Tensor:
+    """``t = f * t + (1 - f) * X^2``."""
+    return _update("accumulate_moving_average_square_", "accumulate", t, [X])
+
+
+def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
+    """``t = X``."""
+    return _update("copy_var_update_", "copy", t, [X])
+
+
+def adam_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tensor | None = None,
+                 time_step: Tensor | None = None, weight_decay=None, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-07) -> Tensor:
+    """Adam's update term from the two moment accumulators (a new tensor)."""
+    others = [x for x in (acc_second_order, weight, time_step) if isinstance(x, Tensor)]
+    return _update("adam_updater", "adam_update", acc_first_order, others, new_output=True)
+
+
+def lamb_square(t: Tensor) -> Tensor:
+    """The squared norm LAMB needs (priced as a sum)."""
+    if isinstance(t, GradTensor):
+        return _gradient_update("lamb_square", None, t)
+    from . import sum as _sum
+    return _sum(t)
+
+
+def adam_var_update(t: Tensor, x: Tensor, r1=None, r2=None, learning_rate=None,
+                    max_weight_norm=None) -> Tensor:
+    """``t -= learning_rate * x`` (with LAMB's trust ratio when ``r1``/``r2`` are given)."""
+    fn = "lamb_var_update" if r1 is not None or r2 is not None else "adam_var_update"
+    if isinstance(x, GradTensor) or isinstance(t, GradTensor):
+        return _gradient_update(fn, t, x if isinstance(x, GradTensor) else t)
+    return _update(fn, "sgd_update", t, [x])
+
+
+SUPPORTED = ("accumulate_", "accumulate_square_", "accumulate_mean_", "accumulate_moving_average_",
+             "accumulate_moving_average_square_", "copy_var_update_", "adam_updater", "lamb_square",
+             "adam_var_update")
+
+
+def __getattr__(name: str):
+    if name.startswith("_"):
+        raise AttributeError(name)
+    raise not_modelled("popxl.ops.var_updates", name, SUPPORTED, op=True)

@@ -1,0 +1,313 @@
+"""``popxl.Session``: compile an Ir for a simulated IPU system and run it.
+
+At construction the main graph is compiled (as PopXL compiles at construction) with
+``deviceIterations = ir.num_host_transfers``, ``replicationFactor = ir.replication_factor``
+(this instance's), output mode ``All`` (every ``host_store`` reaches the host on every
+transfer) and, when ops sit on more than one IPU, ``ShardedExecution`` (a PopXL main graph runs
+its ops in order, one IPU at a time, with copies between IPUs; PopXL does not pipeline unless
+the program is written as a pipeline). A program that ``autodiff`` was applied to is compiled
+for training (:mod:`sim.popxl.transforms`).
+
+``session.run(inputs)`` simulates one call: ``num_host_transfers`` host transfers on every
+replica. It returns the output buffers PopXL would, filled with zeros: the simulator computes
+times, not values. The simulation is in :attr:`Session.simulation` (a :class:`sim.Run`: cycle
+count, perf counters, latencies, trace, breakdown, memory). A run is deterministic, so the
+first run's simulation is reused by later runs of the same session.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Self
+
+import numpy as np
+
+from .. import compile as sim_compile
+from .. import run_executable
+from ..errors import GraphError, OptionsError
+from ..hardware import load_system
+from ..options import Options, OutputMode
+from ..report import format_summary
+from ..strategy import ShardedExecution
+from .errors import PopXLError, SessionIOError
+from .ir import Ir
+from .streams import DeviceToHostStream, HostToDeviceStream
+from .tensor import Constant, Variable
+
+MK2_SYSTEMS = ("ipu-mk2", "ipu-m2000", "ipu-pod16", "ipu-pod64", "ipu-pod128", "ipu-pod256")
+ENV_VAR = "IPUSIM_SYSTEM"
+DEVICES = ("ipu_hw", "ipu_model", "cpu")
+
+
+class _InstanceOptions(Options):
+    """Options of one PopDist instance (``Ir(replication='popdist')``)."""
+
+    def __init__(self, instances: int, index: int):
+        super().__init__()
+        self._instances, self._index = instances, index
+
+    def num_instances(self) -> int:
+        return self._instances
+
+    def instance_index(self) -> int:
+        return self._index
+
+
+def _choose_system(system, ipus: int) -> tuple:
+    """(System, why) for a run that reserves ``ipus`` IPUs."""
+    if system is not None:
+        return load_system(system), "given to Session(system=...)"
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        return load_system(env), f"from the {ENV_VAR} environment variable"
+    for name in MK2_SYSTEMS:
+        s = load_system(name)
+        if s.num_ipus >= ipus:
+            return s, f"the smallest Mk2 system with {ipus} IPU(s)"
+    raise OptionsError(f"the program needs {ipus} IPUs, more than the largest Mk2 system ({MK2_SYSTEMS[-1]}); "
+                       f"pass Session(..., system=...) or set {ENV_VAR}")
+
+
+class Session:
+    """A compiled Ir on a simulated IPU system.
+
+    ``device_desc`` is PopXL's ("ipu_hw", "ipu_model" or "cpu"): all three are simulated as IPU
+    hardware. ``system`` (a simulator extension) names the system or its TOML file; without it,
+    ``IPUSIM_SYSTEM`` or the smallest Mk2 system that holds the IPUs the program reserves.
+    """
+
+    def __init__(self, ir: Ir, device_desc: str = "cpu", *, system=None):
+        if not isinstance(ir, Ir):
+            raise TypeError(f"popxl.Session expects a popxl.Ir, got {ir!r}")
+        if device_desc not in DEVICES:
+            raise ValueError(f"device_desc must be one of {', '.join(map(repr, DEVICES))}, got {device_desc!r}")
+        if ir._session is not None:
+            raise PopXLError(f"{ir} already belongs to a Session (a session takes ownership of its Ir)")
+        graph = ir.main_graph.sim_graph
+        if not graph.ops:
+            raise PopXLError(f"The Ir {ir.id} has no ops to run: add operations to the main graph "
+                             "(`with ir.main_graph:`) before creating the Session")
+        for name, count in ir.main_graph._io_repeats:
+            if count != ir.num_host_transfers:
+                raise OptionsError(
+                    f"ops.repeat({name}, {count}) runs its host_load/host_store {count} times per run but "
+                    f"ir.num_host_transfers is {ir.num_host_transfers}: PopXL needs them to agree; set "
+                    f"ir.num_host_transfers = {count}")
+        if ir._training and graph.loss is None:
+            raise GraphError(
+                "the program calls an autodiff grad graph, so it is simulated as training, but it has no "
+                "loss the simulator can differentiate from: compute it with "
+                "ops.nll_loss_with_softmax_grad(probs, labels) in the program")
+        self._ir = ir
+        self._device_desc = device_desc
+        ipus_per_replica = max((op.ipu or 0) for op in graph.ops) + 1
+        options = self._options(ipus_per_replica)
+        local = ipus_per_replica * ir.instance_replication_factor
+        reserved = 1 << (local - 1).bit_length()
+        sys_, why = _choose_system(system, reserved * options.num_instances())
+        self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer)
+        notes = [f"system {sys_.name}: {why}",
+                 (f"PopXL program: device {device_desc!r} simulated as IPU hardware; session.run returns "
+                  "zero-filled outputs (the simulator computes times, not values)")]
+        if ipus_per_replica > 1:
+            notes.append(f"ops on {ipus_per_replica} IPUs per replica run one IPU at a time "
+                         "(ShardedExecution), in program order, as a PopXL main graph runs")
+        if ir._training:
+            notes.append(f"trained with the simulator's {ir._optimizer} update after each host transfer "
+                         "(from popxl.transforms.autodiff)")
+        outside = len(graph.ops) - ir.main_graph._io_ops
+        if ir.main_graph._io_repeats and outside:
+            notes.append(f"{outside} op(s) of the main graph outside the repeat with host IO are simulated "
+                         "once per host transfer too (PopXL runs them once per run)")
+        notes += ir._notes
+        notes += [f"ir.options.{k}={v!r}: accepted, no modelled effect"
+                  for k, v in ir.options.items() if k not in ir.options.MODELLED]
+        self._executable.notes[:0] = notes
+        self._run = None
+        self._runs = 0
+        self._attached = 0
+        ir._session = self
+
+    def _options(self, ipus_per_replica: int) -> Options:
+        ir = self._ir
+        if ir._use_popdist:
+            from .. import popdist
+            o = _InstanceOptions(popdist.getNumInstances(), popdist.getInstanceIndex())
+        else:
+            o = Options()
+        o.deviceIterations(ir.num_host_transfers)
+        o.replicationFactor(ir.instance_replication_factor)
+        o.outputMode(OutputMode.All)
+        o.logCycleCount(True)
+        o.autoRoundNumIPUs(True)  # PopXL reserves the next power of two of IPUs
+        if ipus_per_replica > 1:
+            o.setExecutionStrategy(ShardedExecution())
+        values = dict(ir.options.items())
+        if values.get("numIOTiles"):
+            o.TensorLocations.numIOTiles(values["numIOTiles"])
+        if "defaultPrefetchBufferingDepth" in values:
+            o._Popart.set("defaultPrefetchBufferingDepth", values["defaultPrefetchBufferingDepth"])
+        return o
+
+    # --- PopXL's surface ---------------------------------------------------------------------
+    @property
+    def ir(self) -> Ir:
+        return self._ir
+
+    @property
+    def is_attached(self) -> bool:
+        return self._attached > 0
+
+    def __enter__(self) -> Self:
+        self._attached += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._attached -= 1
+
+    def expected_inputs(self) -> list[HostToDeviceStream]:
+        """The host-to-device streams ``run`` needs data for (in load order)."""
+        return list(self._ir.main_graph._loads)
+
+    def _expected_outputs(self) -> list[DeviceToHostStream]:
+        return list(self._ir.main_graph._stores)
+
+    def _extra_dims(self) -> tuple[int, ...]:
+        dims = ()
+        if self._ir.num_host_transfers > 1:
+            dims += (self._ir.num_host_transfers,)
+        if self._ir.instance_replication_factor > 1:
+            dims += (self._ir.instance_replication_factor,)
+        return dims
+
+    def create_host_outputs(self) -> dict:
+        """One zero-filled array per d2h stream, of shape (num_host_transfers, replicas, *shape)
+        with dimensions of size 1 in the first two left out (PopXL's layout)."""
+        return {s: np.zeros(self._extra_dims() + s.shape, dtype=s.dtype.as_numpy())
+                for s in self._expected_outputs()}
+
+    def _validate(self, buffers: dict, expected: list, kind: str) -> None:
+        if set(buffers) != set(expected):
+            unexpected = {str(s) for s in set(buffers) - set(expected)}
+            missing = {str(s) for s in set(expected) - set(buffers)}
+            raise SessionIOError(f"Unexpected/Missing {kind}.\n  Unexpected: {unexpected}\n  Missing: {missing}")
+        transfers, replicas = self._ir.num_host_transfers, self._ir.instance_replication_factor
+        for s, arr in buffers.items():
+            shape = np.shape(arr)
+            repl_index = data_index = 0
+            if transfers > 1:
+                repl_index = data_index = 1
+                if not shape or shape[0] < transfers:
+                    raise SessionIOError(
+                        f"Dimension 0 ({shape[0] if shape else None}) for the array provided for {kind} stream "
+                        f"{s.tensor_id} is not large enough.\nIt should be at least of size "
+                        f"num_host_transfers = {transfers}")
+            if replicas > 1:
+                data_index += 1
+                if len(shape) <= repl_index or shape[repl_index] != replicas:
+                    raise SessionIOError(
+                        f"Dimension {repl_index} for the array provided for {kind} stream {s.tensor_id} is the "
+                        f"wrong size.\nIt should be of size replication_factor = {replicas}")
+            if math.prod(shape[data_index:]) == 1 and math.prod(s.shape) == 1:
+                continue
+            if tuple(shape[data_index:]) != s.shape:
+                raise SessionIOError(
+                    f"Shape mismatch for {kind} stream {s.tensor_id}:\nStream shape = {s.shape}, therefore "
+                    f"expected full global batch shape {self._extra_dims() + s.shape}. Got array shape = {shape}")
+
+    def run_with_outputs(self, inputs: dict | None = None, outputs: dict | None = None,
+                         downcast_inputs: bool = True) -> None:
+        """Simulate one run; ``outputs`` (d2h stream -> array) are filled with zeros."""
+        inputs, outputs = inputs or {}, outputs or {}
+        self._validate(inputs, self.expected_inputs(), "input")
+        self._validate(outputs, self._expected_outputs(), "output")
+        for arr in outputs.values():
+            arr[...] = 0
+        if self._run is None:
+            self._run = run_executable(self._executable)
+        self._runs += 1
+
+    def run(self, inputs: dict | None = None, downcast_inputs: bool = True) -> dict:
+        """Simulate one run (``num_host_transfers`` transfers on every replica); returns the output
+        buffers (zero-filled) by d2h stream."""
+        outputs = self.create_host_outputs()
+        self.run_with_outputs(inputs, outputs, downcast_inputs)
+        return outputs
+
+    # --- weights (no values are computed) -----------------------------------------------------
+    def weights_to_host(self) -> None:
+        """Nothing to copy: the simulator keeps no device values."""
+
+    def weights_from_host(self) -> None:
+        """Nothing to copy: the simulator keeps no device values."""
+
+    def get_tensor_data(self, tensor):
+        return self.get_tensors_data([tensor])[tensor]
+
+    def get_tensors_data(self, tensors) -> dict:
+        """The host data a variable or constant was made (or last written) with; zeros when it was
+        declared by shape. The simulated program does not change it."""
+        out = {}
+        for t in tensors:
+            if not isinstance(t, (Variable, Constant)):
+                raise TypeError(f"{t} is not of type Constant or Variable. get_tensor_data is not supported "
+                                "for this type.")
+            shape = t.shape_on_host if isinstance(t, Variable) else t.shape
+            out[t] = (np.asarray(t._data, dtype=t.dtype.as_numpy()) if t._data is not None
+                      else np.zeros(shape, dtype=t.dtype.as_numpy()))
+        return out
+
+    def write_variable_data(self, tensor: Variable, data) -> None:
+        self.write_variables_data({tensor: data})
+
+    def write_variables_data(self, tensors: dict) -> None:
+        for t, data in tensors.items():
+            if not isinstance(t, Variable):
+                raise TypeError(f"Tensor {t.id} is not of type Variable. write_variable_data is not supported "
+                                "for this type.")
+            arr = np.asarray(data)
+            if arr.shape != t.shape_on_host:
+                raise ValueError(f"The shape of the input array {arr.shape} must match the shape of the tensor "
+                                 f"{t.id} : {t.shape_on_host}")
+            t._data = arr
+
+    # --- the simulation ------------------------------------------------------------------------
+    @property
+    def executable(self):
+        """The compiled program (:class:`sim.Executable`)."""
+        return self._executable
+
+    @property
+    def simulation(self):
+        """The :class:`sim.Run` of the latest ``run`` (None before the first)."""
+        return self._run
+
+    def _require_run(self, what: str):
+        if self._run is None:
+            raise PopXLError(f"Please run the session at least once before reading {what}")
+        return self._run
+
+    @property
+    def cycle_count(self) -> int:
+        """Simulated cycles of one run (all host transfers, replica 0)."""
+        return self._require_run("cycle_count").cycle_count
+
+    def cycleCount(self) -> int:
+        return self.cycle_count
+
+    @property
+    def perf_counters(self) -> dict:
+        """PopTorch-style ``getPerfCounters()`` of the latest run (host seconds per transfer)."""
+        return self._require_run("perf_counters").perf_counters
+
+    def summary(self) -> str:
+        """The text report of the latest run (``ipusim run``'s)."""
+        return format_summary(self._require_run("the summary"))
+
+    def print_summary(self) -> None:
+        print(self.summary())
+
+    def __repr__(self) -> str:
+        return (f"Session({self._ir}, {self._device_desc!r}, system={self._executable.system.name!r}, "
+                f"runs={self._runs})")

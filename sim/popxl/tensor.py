@@ -1,0 +1,358 @@
+"""PopXL tensors: handles to tensors of the simulator's graph, with their shape and dtype.
+
+A :class:`Tensor` names one tensor of the sim :class:`~sim.graph.Graph` its PopXL graph records
+into. No values live on it: the simulator prices shapes and dtypes, it computes no numbers.
+``popxl.variable``/``popxl.constant`` accept numpy data (and keep it for
+``session.get_tensor_data``) but only its shape and dtype reach the simulation.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import dtypes
+from .context import get_current_context
+from .errors import NotModelledError, PopXLError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .graph import Graph
+    from .ir import ReplicaGrouping
+
+
+class TensorSpec:
+    """Shape and dtype of a tensor, without a tensor (PopXL ``popxl.TensorSpec``)."""
+
+    def __init__(self, shape: Iterable[int], dtype, meta_shape: Iterable[int] = ()):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtypes.dtype.as_dtype(dtype)
+        self.meta_shape = tuple(meta_shape)
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={self.shape}, dtype={self.dtype})"
+
+    def __eq__(self, other) -> builtins.bool:
+        return isinstance(other, TensorSpec) and (self.shape, self.dtype) == (other.shape, other.dtype)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype))
+
+
+class Tensor:
+    """A tensor of a PopXL graph: ``id`` (its name in the sim graph), ``shape``, ``dtype``."""
+
+    def __init__(self, graph: Graph, sim_name: str | None, shape, dtype: dtypes.dtype,
+                 ipu: int | None = None):
+        self._graph = graph
+        self._sim = sim_name
+        self._shape = tuple(int(d) for d in shape)
+        self._dtype = dtype
+        self._ipu = ipu
+
+    # --- what it is --------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self._sim
+
+    @property
+    def name(self) -> str:
+        return self._sim.rsplit("/", 1)[-1]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> dtypes.dtype:
+        return self._dtype
+
+    @property
+    def rank(self) -> int:
+        return len(self._shape)
+
+    @property
+    def nelms(self) -> int:
+        return math.prod(self._shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.nelms * self._dtype.itemsize
+
+    @property
+    def ipu(self) -> int:
+        return self._ipu or 0
+
+    @property
+    def meta_shape(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def spec(self) -> TensorSpec:
+        return TensorSpec(self._shape, self._dtype)
+
+    @property
+    def ir(self):
+        return self._graph.ir
+
+    def __repr__(self) -> str:
+        return f"Tensor[{self.id} {self._dtype.name} {self._shape}]"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other) -> builtins.bool:  # identity, so tensors can key dicts (as in PopXL)
+        return self is other
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __bool__(self) -> builtins.bool:
+        raise TypeError("A popxl Tensor has no value on the host: it cannot be used as a bool")
+
+    # --- ops as methods and operators (as PopXL's Tensor) ----------------------------------------
+    def reshape(self, shape) -> Tensor:
+        from . import ops
+        return ops.reshape(self, shape)
+
+    reshape_ = reshape
+
+    def flatten(self) -> Tensor:
+        return self.reshape((-1,))
+
+    flatten_ = flatten
+
+    def transpose(self, permutation=None) -> Tensor:
+        from . import ops
+        return ops.transpose(self, permutation)
+
+    transpose_ = transpose
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    def detach(self) -> Tensor:
+        from . import ops
+        return ops.detach(self)
+
+    def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
+        from . import ops
+        return ops.ipu_copy(self, destination, source)
+
+    def __getitem__(self, key) -> Tensor:
+        from . import ops
+        if not isinstance(key, tuple):
+            key = (key,)
+        if len(key) > self.rank:
+            raise IndexError(f"too many indices for a tensor of rank {self.rank}: {key!r}")
+        starts, stops, steps, axes, drop = [], [], [], [], []
+        for axis, k in enumerate(key):
+            size = self._shape[axis]
+            if isinstance(k, builtins.bool) or not isinstance(k, (int, slice)):
+                raise NotModelledError(f"indexing a tensor with {k!r} is not modelled: use ints and slices "
+                                       "(or ops.gather with an index tensor)")
+            if isinstance(k, int):
+                i = k + size if k < 0 else k
+                if not 0 <= i < size:
+                    raise IndexError(f"index {k} is out of range for axis {axis} of size {size}")
+                starts.append(i), stops.append(i + 1), steps.append(1), axes.append(axis)
+                drop.append(axis)
+            elif k != slice(None):
+                start, stop, step = k.indices(size)
+                starts.append(start), stops.append(stop), steps.append(step), axes.append(axis)
+        out = ops.slice(self, starts, stops, steps, axes) if axes else self
+        if drop:
+            out = ops.reshape(out, [d for a, d in enumerate(out.shape) if a not in drop] or [1])
+        return out
+
+    def _binary(self, other, fn, reverse=False):
+        from . import ops
+        a, b = (other, self) if reverse else (self, other)
+        return getattr(ops, fn)(a, b)
+
+    def __add__(self, other):
+        return self._binary(other, "add")
+
+    def __radd__(self, other):
+        return self._binary(other, "add", True)
+
+    def __sub__(self, other):
+        return self._binary(other, "sub")
+
+    def __rsub__(self, other):
+        return self._binary(other, "sub", True)
+
+    def __mul__(self, other):
+        return self._binary(other, "mul")
+
+    def __rmul__(self, other):
+        return self._binary(other, "mul", True)
+
+    def __truediv__(self, other):
+        return self._binary(other, "div")
+
+    def __rtruediv__(self, other):
+        return self._binary(other, "div", True)
+
+    def __matmul__(self, other):
+        return self._binary(other, "matmul")
+
+    def __rmatmul__(self, other):
+        return self._binary(other, "matmul", True)
+
+    def __neg__(self):
+        from . import ops
+        return ops.negate(self)
+
+    def __iadd__(self, other):
+        from . import ops
+        return ops.add_(self, other)
+
+
+class Variable(Tensor):
+    """A variable (a weight: role ``weight`` in the sim graph), made by :func:`variable`."""
+
+    def __init__(self, *args, data=None, replica_grouping=None, retrieval_mode="one_per_group", **kw):
+        super().__init__(*args, **kw)
+        self._data = data
+        self.replica_grouping = replica_grouping
+        self.retrieval_mode = retrieval_mode
+
+    @property
+    def shape_on_host(self) -> tuple[int, ...]:
+        rg = self.replica_grouping
+        if rg is not None and rg.num_groups > 1:
+            return (rg.num_groups,) + self.shape
+        return self.shape
+
+
+class Constant(Tensor):
+    """A constant (role ``constant`` in the sim graph), made by :func:`constant`."""
+
+    def __init__(self, *args, data=None, **kw):
+        super().__init__(*args, **kw)
+        self._data = data
+
+
+class GradTensor(Tensor):
+    """A gradient handed out by a call of an autodiff grad graph.
+
+    It has no tensor in the sim graph: the backward pass is the simulator's training expansion
+    (``sim/training.py``). Only ``ops.var_updates`` (and ``ops.scaled_add_``) accept it, and they
+    are then taken as the simulator's optimizer update.
+    """
+
+    def __init__(self, graph, shape, dtype, of: Tensor | None, label: str):
+        super().__init__(graph, None, shape, dtype)
+        self._grad_of = of
+        self._label = label
+
+    @property
+    def id(self) -> str:
+        return self._label
+
+    @property
+    def name(self) -> str:
+        return self._label
+
+    def __repr__(self) -> str:
+        return f"GradTensor[{self._label} {self._dtype.name} {self._shape}]"
+
+
+# --- making tensors --------------------------------------------------------------------------------
+
+def _shape_and_dtype(data, dtype, downcast: builtins.bool, shape, what: str):
+    """(shape, popxl dtype, data or None) for ``variable``/``constant`` arguments."""
+    if isinstance(data, TensorSpec):
+        return data.shape, dtype and dtypes.dtype.as_dtype(dtype) or data.dtype, None
+    if data is None or (isinstance(data, tuple) and data and all(
+            isinstance(d, int) and not isinstance(d, builtins.bool) for d in data)):
+        # a shape (a simulator convenience; PopXL would take a tuple as data)
+        shp = tuple(shape if data is None else data)
+        if data is None and shape is None:
+            raise TypeError(f"{what}: give data (a numpy array or a scalar), a TensorSpec, or shape=...")
+        return shp, dtypes.dtype.as_dtype(dtype) if dtype is not None else dtypes.float32, None
+    if shape is not None:
+        raise TypeError(f"{what}: give data or shape=, not both")
+    arr = np.asarray(data)
+    if dtype is None:
+        if arr.dtype in (np.float64, np.int64, np.uint64) and not downcast:
+            raise TypeError(f"{what}: 64-bit data ({arr.dtype}) with downcast=False: the IPU has no "
+                            "64-bit types; pass a 32-bit array or a dtype")
+        dt = dtypes.dtype.as_dtype(arr.dtype).downcast()
+    else:
+        dt = dtypes.dtype.as_dtype(dtype).downcast()
+    return tuple(arr.shape), dt, data
+
+
+def variable(data=None, dtype=None, name: str | None = None, downcast: builtins.bool = True,
+             replica_grouping: ReplicaGrouping | None = None,
+             retrieval_mode: str | None = "one_per_group", *, shape=None) -> Variable:
+    """A variable of the main graph (a weight of the simulated model).
+
+    ``data`` is a numpy array or scalar (its shape and dtype are used; with a ``replica_grouping``
+    of several groups its first dimension is the group), a :class:`TensorSpec`, or - a simulator
+    convenience - a tuple of ints taken as the shape (``shape=`` says the same explicitly).
+    """
+    g = get_current_context().graph
+    g._check_open()
+    if not g._main:
+        raise PopXLError(f"popxl.variable({name!r}): variables can only be created in the main graph "
+                         f"(not in subgraph {g.name!r}); create it in `with ir.main_graph:` and pass it "
+                         "to the subgraph as an input")
+    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.variable")
+    if replica_grouping is not None:
+        if arr is not None and replica_grouping.num_groups > 1:
+            if not shp or shp[0] != replica_grouping.num_groups:
+                raise ValueError(f"popxl.variable({name!r}): with {replica_grouping} the data needs a "
+                                 f"leading dimension of num_groups = {replica_grouping.num_groups}, "
+                                 f"got shape {shp}")
+            shp = shp[1:]
+        g.ir._note(f"variable {name or 'variable'}: {replica_grouping!r}: accepted, no modelled effect "
+                   "(the grouping sets how values are initialised and read)")
+    if retrieval_mode not in ("one_per_group", "all_replicas", None):
+        raise ValueError(f"popxl.variable: retrieval_mode must be 'one_per_group' or 'all_replicas', "
+                         f"got {retrieval_mode!r}")
+    sim_name = g._new_tensor(name or "variable", shp, dt, "weight")
+    return Variable(g, sim_name, shp, dt, get_current_context().ipu, data=arr,
+                    replica_grouping=replica_grouping, retrieval_mode=retrieval_mode or "one_per_group")
+
+
+def constant(data=None, dtype=None, name: str | None = None, downcast: builtins.bool = True,
+             *, shape=None) -> Constant:
+    """A constant (role ``constant``: always live, never updated)."""
+    g = get_current_context().graph
+    g._check_open()
+    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.constant")
+    sim_name = g._new_tensor(name or "constant", shp, dt, "constant")
+    return Constant(g, sim_name, shp, dt, get_current_context().ipu, data=arr)
+
+
+def graph_input(shape, dtype, name: str | None = None, by_ref: builtins.bool = False,
+                meta_shape=None) -> Tensor:
+    """An input of the subgraph being built (connected at ``ops.call``/``ops.repeat``)."""
+    g = get_current_context().graph
+    if g._main:
+        raise PopXLError("popxl.graph_input: the main graph has no inputs; use it inside a function "
+                         "given to ir.create_graph (host data comes in with ops.host_load)")
+    dt = dtypes.dtype.as_dtype(dtype)
+    t = Tensor(g, g._new_tensor(name or "input", tuple(shape), dt, "input"), tuple(shape), dt,
+               get_current_context().ipu)
+    g._inputs.append(t)
+    return t
+
+
+def graph_output(t: Tensor) -> None:
+    """Mark ``t`` as an output of the subgraph being built."""
+    g = get_current_context().graph
+    if g._main:
+        raise PopXLError("popxl.graph_output: the main graph has no outputs; send tensors to the host "
+                         "with ops.host_store")
+    g._own(t, "popxl.graph_output")
+    g._outputs.append(t)

@@ -1,0 +1,430 @@
+"""sim.onnx: ONNX models imported into sim graphs (models built here with onnx.helper; no downloads)."""
+
+import collections
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import models
+import sim
+import sim.onnx
+
+REPO = Path(__file__).resolve().parents[1]
+OPSET = [h.make_opsetid("", 17)]
+
+
+def zeros(name, shape, dtype=np.float32):
+    return nh.from_array(np.zeros(shape, dtype), name)
+
+
+def const(name, value, dtype=np.int64):
+    return nh.from_array(np.asarray(value, dtype), name)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=OPSET, name="test"):
+    return h.make_model(h.make_graph(nodes, name, inputs, outputs, list(inits)), opset_imports=opset)
+
+
+def kinds(graph, pass_="forward"):
+    return [op.kind for op in graph.ops if op.pass_ == pass_]
+
+
+def shapes(graph, kind):
+    return [graph.tensors[op.outputs[0]].shape for op in graph.ops if op.kind == kind]
+
+
+# --- models -----------------------------------------------------------------------------------
+def mlp_model(widths=(784, 256, 256, 10), batch="batch"):
+    """torch.nn.Linear layers as torch exports them: Gemm with transB=1 (weights (out, in))."""
+    nodes, inits, x = [], [], "x"
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        inits += [zeros(f"fc{i}.weight", (b, a)), zeros(f"fc{i}.bias", (b,))]
+        nodes.append(h.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [f"/fc{i}/Gemm_output_0"],
+                                 name=f"/fc{i}/Gemm", transB=1))
+        x = f"/fc{i}/Gemm_output_0"
+        if i < len(widths) - 2:
+            nodes.append(h.make_node("Relu", [x], [f"/act{i}/Relu_output_0"], name=f"/act{i}/Relu"))
+            x = f"/act{i}/Relu_output_0"
+    nodes[-1].output[0] = "logits"
+    nodes.append(h.make_node("SoftmaxCrossEntropyLoss", ["logits", "labels"], ["loss"], name="/loss",
+                             reduction="mean"))
+    return model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [batch, widths[0]]),
+                         h.make_tensor_value_info("labels", T.INT64, [batch])],
+                 [h.make_tensor_value_info("logits", T.FLOAT, [batch, widths[-1]]),
+                  h.make_tensor_value_info("loss", T.FLOAT, [])], inits, name="mlp")
+
+
+def cnn_model():
+    inits = [zeros("conv1.w", (8, 3, 3, 3)), zeros("conv1.b", (8,)),
+             zeros("bn.scale", (8,)), zeros("bn.bias", (8,)), zeros("bn.mean", (8,)), zeros("bn.var", (8,)),
+             zeros("conv2.w", (8, 1, 3, 3)), zeros("fc.w", (10, 8)), zeros("fc.b", (10,))]
+    nodes = [
+        h.make_node("Conv", ["x", "conv1.w", "conv1.b"], ["c1"], name="conv1", kernel_shape=[3, 3],
+                    pads=[1, 1, 1, 1]),
+        h.make_node("BatchNormalization", ["c1", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["b1"], name="bn"),
+        h.make_node("Relu", ["b1"], ["r1"], name="relu1"),
+        h.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        h.make_node("Conv", ["p1", "conv2.w"], ["c2"], name="conv2_dw", group=8, strides=[2, 2],
+                    pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        h.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
+        h.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
+        h.make_node("Gemm", ["flat", "fc.w", "fc.b"], ["logits"], name="fc", transB=1),
+        h.make_node("SoftmaxCrossEntropyLoss", ["logits", "labels"], ["loss"], name="loss"),
+    ]
+    return model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 32, 32]),
+                         h.make_tensor_value_info("labels", T.INT64, ["N"])],
+                 [h.make_tensor_value_info("logits", T.FLOAT, ["N", 10]),
+                  h.make_tensor_value_info("loss", T.FLOAT, [])], inits, name="cnn")
+
+
+def attention_model(seq=16, hidden=64, heads=4):
+    """One post-LN transformer attention block as exporters write it: the head split and merge
+    Reshapes take shapes computed from Shape(x) at run time (Shape -> Gather -> Unsqueeze ->
+    Concat), and the loss is a ReduceMean."""
+    dh = hidden // heads
+    inits = [zeros(f"w{n}", (hidden, hidden)) for n in "qkvo"] + [zeros(f"b{n}", (hidden,)) for n in "qkv"]
+    inits += [zeros("ln.g", (hidden,)), zeros("ln.b", (hidden,)),
+              const("zero", 0), const("axes0", [0]), const("split_tail", [seq, heads, dh]),
+              const("merge_tail", [seq, hidden]), nh.from_array(np.array(np.sqrt(dh), np.float32), "scale")]
+    nodes = [
+        h.make_node("Shape", ["x"], ["x_shape"], name="shape"),
+        h.make_node("Gather", ["x_shape", "zero"], ["b"], name="batch_dim", axis=0),
+        h.make_node("Unsqueeze", ["b", "axes0"], ["b1"], name="batch_1d"),
+        h.make_node("Concat", ["b1", "split_tail"], ["split_shape"], name="split_shape", axis=0),
+        h.make_node("Concat", ["b1", "merge_tail"], ["merge_shape"], name="merge_shape", axis=0),
+    ]
+    for n in "qkv":
+        nodes += [h.make_node("MatMul", ["x", f"w{n}"], [f"{n}_mm"], name=f"{n}_proj"),
+                  h.make_node("Add", [f"{n}_mm", f"b{n}"], [f"{n}_b"], name=f"{n}_bias"),
+                  h.make_node("Reshape", [f"{n}_b", "split_shape"], [f"{n}_4d"], name=f"{n}_split"),
+                  h.make_node("Transpose", [f"{n}_4d"], [f"{n}_h"], name=f"{n}_heads",
+                              perm=[0, 2, 3, 1] if n == "k" else [0, 2, 1, 3])]
+    nodes += [
+        h.make_node("MatMul", ["q_h", "k_h"], ["scores"], name="scores"),
+        h.make_node("Div", ["scores", "scale"], ["scaled"], name="scale"),
+        h.make_node("Softmax", ["scaled"], ["probs"], name="softmax", axis=-1),
+        h.make_node("MatMul", ["probs", "v_h"], ["ctx"], name="context"),
+        h.make_node("Transpose", ["ctx"], ["ctx_t"], name="merge_heads", perm=[0, 2, 1, 3]),
+        h.make_node("Reshape", ["ctx_t", "merge_shape"], ["ctx_2d"], name="merge"),
+        h.make_node("MatMul", ["ctx_2d", "wo"], ["out"], name="out_proj"),
+        h.make_node("Add", ["out", "x"], ["res"], name="residual"),
+        h.make_node("LayerNormalization", ["res", "ln.g", "ln.b"], ["y"], name="ln", axis=-1, epsilon=1e-5),
+        h.make_node("ReduceMean", ["y"], ["loss"], name="loss", keepdims=0),
+    ]
+    return model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["batch", seq, hidden])],
+                 [h.make_tensor_value_info("y", T.FLOAT, ["batch", seq, hidden]),
+                  h.make_tensor_value_info("loss", T.FLOAT, [])], inits, name="attention")
+
+
+def unknown_op_model(op_type="FancyOp", domain=""):
+    nodes = [h.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             h.make_node(op_type, ["h"], ["a"], name="fancy", domain=domain),
+             h.make_node("Relu", ["a"], ["y"], name="relu")]
+    opsets = OPSET + ([h.make_opsetid(domain, 1)] if domain else [])
+    return model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [4, 32])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [4, 32])], [zeros("w", (32, 32))], opset=opsets)
+
+
+# --- tests ------------------------------------------------------------------------------------
+def test_mlp_matches_the_zoo_mlp_exactly():
+    """Gemm(transB=1) + Relu + SoftmaxCrossEntropyLoss import as the zoo's linear + relu + loss:
+    the same op kinds, shapes, dtypes and tensor roles (weights stored (in, out) as the zoo's),
+    so every op has the zoo's cost signature and the schedule is the same: equal cycles."""
+    m = mlp_model()
+    onnx.checker.check_model(m)
+    g = sim.onnx.load(m, batch_size=16)
+    zoo = models.get("mlp")  # micro-batch 16, 784 -> 256 -> 256 -> 10, float32
+    assert kinds(g) == kinds(zoo)
+    assert g.tensors["x"].shape == (16, 784) and g.tensors["labels"].shape == (16,)
+    assert g.tensors["labels"].dtype == "int32"  # int64 on the host is int32 on the IPU
+    assert g.tensors["fc0.weight"].shape == (784, 256) and g.tensors["fc0.weight"].role == "weight"
+    assert g.outputs == ["logits", "loss"] and g.loss == "loss"
+    assert g.tensors["logits"].shape == (16, 10)
+    assert g.num_parameters() == zoo.num_parameters()
+    for ours, theirs in zip(g.ops, zoo.ops):
+        assert [g.tensors[t].shape for t in ours.inputs] == [zoo.tensors[t].shape for t in theirs.inputs]
+    for training in (False, True):
+        ours = sim.simulate(g, "ipu-mk2", training=training).cycle_count
+        assert ours == sim.simulate(zoo, "ipu-mk2", training=training).cycle_count
+
+
+def test_cnn_imports_with_its_shapes_and_trains():
+    g = sim.onnx.load(cnn_model(), batch_size=4, dtype="float16")
+    assert kinds(g) == ["conv2d", "add", "batchnorm", "relu", "maxpool", "conv2d", "relu", "avgpool",
+                        "reshape", "matmul", "add", "softmax_cross_entropy"]
+    convs = [op for op in g.ops if op.kind == "conv2d"]
+    assert convs[0].attrs == {"kernel": 3, "stride": 1, "padding": 1, "groups": 1}
+    assert convs[1].attrs == {"kernel": 3, "stride": 2, "padding": 1, "groups": 8}
+    assert shapes(g, "conv2d") == [(4, 8, 32, 32), (4, 8, 8, 8)]
+    assert shapes(g, "maxpool") == [(4, 8, 16, 16)] and shapes(g, "avgpool") == [(4, 8, 1, 1)]
+    assert g.tensors["conv1.b"].shape == (1, 8, 1, 1)  # the conv bias broadcasts over N, H, W
+    assert g.tensors["bn.mean"].role == g.tensors["bn.var"].role == "constant"
+    assert g.tensors["bn.scale"].role == "weight"
+    assert g.tensors["fc.w"].shape == (8, 10)
+    assert all(t.dtype == "float16" for t in g.tensors.values() if t.dtype.startswith("float")
+               and t.name != "loss")
+    run = sim.simulate(g, "ipu-mk2", sim.Options().deviceIterations(2), training=True)
+    assert run.cycle_count > 0
+    assert "conv2d_grad_weight" in {op.kind for op in run.executable.graph.ops}
+
+
+def test_transformer_block_folds_its_shape_subgraph():
+    g = sim.onnx.load(attention_model(), batch_size=2, loss="loss")
+    # Shape -> Gather -> Unsqueeze -> Concat computed the Reshape targets at import time
+    assert collections.Counter(kinds(g)) == {"matmul": 6, "add": 4, "reshape": 4, "transpose": 4,
+                                             "scale": 1, "softmax": 1, "layernorm": 1, "reduce_mean": 1}
+    assert not {"gather", "concat", "slice", "copy"} & set(kinds(g))
+    assert g.tensors["q_4d"].shape == (2, 16, 4, 16)
+    assert g.tensors["k_h"].shape == (2, 4, 16, 16) and g.tensors["scores"].shape == (2, 4, 16, 16)
+    assert g.tensors["ctx_2d"].shape == (2, 16, 64) and g.tensors["y"].shape == (2, 16, 64)
+    assert next(op for op in g.ops if op.kind == "scale").attrs["factor"] == pytest.approx(0.25)
+    assert g.inputs == ["x"] and g.outputs == ["y", "loss"] and g.loss == "loss"
+    assert sim.simulate(g, "ipu-mk2").cycle_count > 0
+    opts = sim.Options()
+    opts.Training.gradientAccumulation(2)
+    assert sim.simulate(g, "ipu-mk2", opts, training=True, optimizer="adam").cycle_count > 0
+
+
+def test_symbolic_batch_needs_a_size_and_scales_with_it():
+    with pytest.raises(sim.GraphError, match=r"batch_size=N.*"):
+        sim.onnx.load(mlp_model())
+    small, big = (sim.onnx.load(mlp_model(), batch_size=b) for b in (4, 64))
+    assert small.tensors["x"].shape == (4, 784) and big.tensors["x"].shape == (64, 784)
+    assert small.tensors["logits"].shape == (4, 10)
+    assert sim.simulate(small).cycle_count < sim.simulate(big).cycle_count
+
+
+def test_other_symbolic_dims_are_sized_by_name():
+    nodes = [h.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq", 8])],
+              [h.make_tensor_value_info("y", T.FLOAT, ["batch", "seq", 4])], [zeros("w", (8, 4))])
+    with pytest.raises(sim.GraphError, match=r"dims=\{'seq': N\}"):
+        sim.onnx.load(m, batch_size=2)
+    g = sim.onnx.load(m, batch_size=2, dims={"seq": 5})
+    assert g.tensors["y"].shape == (2, 5, 4)
+
+
+def test_batch_size_against_a_fixed_batch_is_an_error():
+    with pytest.raises(sim.GraphError, match="fixed leading"):
+        sim.onnx.load(mlp_model(batch=8), batch_size=4)
+    assert sim.onnx.load(mlp_model(batch=8), batch_size=8).tensors["x"].shape == (8, 784)
+
+
+def test_unknown_op_names_the_op_and_how_to_price_it():
+    with pytest.raises(sim.UnsupportedOpError) as e:
+        sim.onnx.load(unknown_op_model())
+    msg = str(e.value)
+    assert "FancyOp" in msg and "'fancy'" in msg
+    assert "sim.onnx.register_op('FancyOp', fn)" in msg and "docs/onnx.md" in msg
+
+
+def test_register_op_gives_an_op_a_cost():
+    sim.onnx.register_op("FancyOp", lambda ctx: ctx.op("gelu", ctx.inputs[:1], shapes=[ctx.shape(0)]))
+    sim.onnx.register_op("com.example::Swish",
+                         lambda ctx: ctx.custom(vertices=ctx.shape(0)[0] * 8, vertex_cycles=40,
+                                                shapes=[ctx.shape(0)]))
+    try:
+        g = sim.onnx.load(unknown_op_model())
+        assert kinds(g) == ["matmul", "gelu", "relu"] and g.tensors["a"].shape == (4, 32)
+        g2 = sim.onnx.load(unknown_op_model("Swish", "com.example"))
+        custom = next(op for op in g2.ops if op.kind == "custom")
+        assert custom.attrs["vertices"] == 32 and custom.attrs["vertex_cycles"] == 40
+        assert sim.simulate(g).cycle_count > 0 and sim.simulate(g2).cycle_count > 0
+    finally:
+        sim.onnx.unregister_op("FancyOp")
+        sim.onnx.unregister_op("com.example::Swish")
+    with pytest.raises(sim.UnsupportedOpError):
+        sim.onnx.load(unknown_op_model())
+
+
+def test_file_path_and_bytes_round_trip(tmp_path):
+    m = cnn_model()
+    path = tmp_path / "small_cnn.onnx"
+    onnx.save(m, str(path))
+    from_path = sim.onnx.load(path, batch_size=2)
+    from_str = sim.onnx.load(str(path), batch_size=2)
+    from_bytes = sim.onnx.load(path.read_bytes(), batch_size=2)
+    from_proto = sim.onnx.load(m, batch_size=2)
+    assert from_path.name == "small_cnn" and from_proto.name == "cnn"
+    sig = [[(op.kind, [g.tensors[t].shape for t in op.inputs + op.outputs]) for op in g.ops]
+           for g in (from_path, from_str, from_bytes, from_proto)]
+    assert sig[0] == sig[1] == sig[2] == sig[3]
+    assert sim.simulate(from_path).cycle_count == sim.simulate(from_proto).cycle_count
+    assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"  # the proto is untouched
+    with pytest.raises(sim.GraphError, match="no ONNX file"):
+        sim.onnx.load(tmp_path / "missing.onnx")
+
+
+def test_cli_prints_the_ipusim_summary(tmp_path, capsys):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(), str(path))
+    assert sim.onnx.main([str(path), "--system", "ipu-mk2", "--batch-size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mlp on ipu-mk2") and "cycles" in out and "samples/s" in out
+    assert sim.onnx.main([str(path), "--batch-size", "16", "--device-iterations", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    opts = sim.Options().deviceIterations(2)
+    expected = sim.simulate(sim.onnx.load(path, batch_size=16), "ipu-mk2", opts).cycle_count
+    assert summary["cycle_count"] == expected and summary["model"] == "mlp"
+    assert sim.onnx.main([str(path), "--batch-size", "16", "--training", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["training"] is True
+    assert sim.onnx.main([str(path)]) == 2  # symbolic batch without --batch-size
+    assert "batch_size" in capsys.readouterr().err
+    att = tmp_path / "attention.onnx"
+    onnx.save(attention_model(), str(att))
+    assert sim.onnx.main([str(att), "--batch-size", "2", "--training"]) == 2
+    assert "--loss TENSOR" in capsys.readouterr().err
+    assert sim.onnx.main([str(att), "--batch-size", "2", "--training", "--loss", "loss", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["training"] is True
+    # the module entry point: python -m sim.onnx
+    proc = subprocess.run([sys.executable, "-m", "sim.onnx", str(path), "--batch-size", "16", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["cycle_count"] == sim.simulate(sim.onnx.load(path, batch_size=16)).cycle_count
+
+
+def test_conv_attributes_beyond_conv2d_are_clear_errors():
+    def conv(**attrs):
+        nodes = [h.make_node("Conv", ["x", "w"], ["y"], name="c", **attrs)]
+        kernel = attrs.pop("_kernel", (3, 3))
+        return model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 16, 16])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], [zeros("w", (4, 4) + kernel)])
+    with pytest.raises(sim.UnsupportedOpError, match=r"pads=\[0, 0, 1, 1\].*register_op\('Conv'"):
+        sim.onnx.load(conv(pads=[0, 0, 1, 1]))
+    with pytest.raises(sim.UnsupportedOpError, match="dilations"):
+        sim.onnx.load(conv(dilations=[2, 2]))
+    with pytest.raises(sim.UnsupportedOpError, match="strides"):
+        sim.onnx.load(conv(strides=[1, 2]))
+    with pytest.raises(sim.UnsupportedOpError, match="auto_pad=SAME_UPPER"):
+        sim.onnx.load(conv(auto_pad="SAME_UPPER", strides=[2, 2]))
+    same = sim.onnx.load(conv(auto_pad="SAME_UPPER"))
+    assert same.ops[0].attrs["padding"] == 1 and same.tensors["y"].shape == (1, 4, 16, 16)
+
+
+def test_gather_is_an_embedding_on_a_table_and_a_copy_otherwise():
+    nodes = [h.make_node("Gather", ["table", "ids"], ["emb"], name="embed"),            # table lookup
+             h.make_node("Gather", ["emb", "first"], ["cls"], name="cls", axis=1),      # one position: a view
+             h.make_node("Gather", ["emb", "ids"], ["mixed"], name="mixed", axis=0),    # computed table
+             h.make_node("Gather", ["emb", "picks"], ["picked"], name="picked", axis=1)]
+    m = model(nodes, [h.make_tensor_value_info("ids", T.INT64, [2, 6])],
+              [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("cls", "mixed", "picked")],
+              [zeros("table", (100, 16)), const("first", 0), const("picks", [0, 2])])
+    g = sim.onnx.load(m)
+    ops = {op.name: op for op in g.ops}
+    assert ops["embed"].kind == "gather" and g.tensors["table"].role == "weight"
+    assert g.tensors["emb"].shape == (2, 6, 16)
+    assert (ops["cls/slice"].kind, ops["cls"].kind) == ("slice", "reshape")  # both free views
+    assert g.tensors["cls"].shape == (2, 16)
+    assert ops["mixed"].kind == "copy" and g.tensors["mixed"].shape == (2, 6, 6, 16)
+    assert ops["picked"].kind == "copy" and g.tensors["picked"].shape == (2, 2, 16)
+    assert sim.simulate(g).cycle_count > 0
+
+
+def test_elementwise_maps_to_priced_kinds():
+    """Erf-GELU stays element-wise; Pow(x, 2) is a mul, Sqrt/Exp are exp, Erf is tanh-priced."""
+    inits = [nh.from_array(np.array(v, np.float32), n) for n, v in
+             (("sqrt2", np.sqrt(2)), ("one", 1.0), ("half", 0.5), ("two", 2.0))]
+    nodes = [h.make_node("Div", ["x", "sqrt2"], ["d"], name="div"),
+             h.make_node("Erf", ["d"], ["e"], name="erf"),
+             h.make_node("Add", ["e", "one"], ["a"], name="add1"),
+             h.make_node("Mul", ["x", "a"], ["m"], name="mul"),
+             h.make_node("Mul", ["m", "half"], ["gelu"], name="half"),
+             h.make_node("Pow", ["gelu", "two"], ["sq"], name="pow"),
+             h.make_node("Sqrt", ["sq"], ["r"], name="sqrt"),
+             h.make_node("Exp", ["r"], ["ex"], name="exp"),
+             h.make_node("Sigmoid", ["ex"], ["s"], name="sigmoid"),
+             h.make_node("Tanh", ["s"], ["t"], name="tanh"),
+             h.make_node("Gelu", ["t"], ["y"], name="gelu_op", domain="")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [8, 32])],
+              [h.make_tensor_value_info("y", T.FLOAT, [8, 32])], inits, opset=[h.make_opsetid("", 20)])
+    g = sim.onnx.load(m)
+    assert kinds(g) == ["scale", "tanh", "add", "mul", "scale", "mul", "exp", "exp", "sigmoid", "tanh", "gelu"]
+    assert all(g.tensors[op.outputs[0]].shape == (8, 32) for op in g.ops)
+    assert sim.simulate(g).cycle_count > 0
+
+
+def test_dropout_reshape_family_and_reductions():
+    inits = [const("shape", [4, -1]), const("axes", [1]), const("starts", [2]), const("ends", [10**9]),
+             const("ax1", [1]), nh.from_array(np.array(0.1, np.float32), "ratio"),
+             nh.from_array(np.array(True), "train")]
+    nodes = [h.make_node("Dropout", ["x", "ratio", "train"], ["d"], name="drop"),
+             h.make_node("Dropout", ["d"], ["d2"], name="eval_drop"),                   # inference: identity
+             h.make_node("Reshape", ["d2", "shape"], ["r"], name="reshape"),
+             h.make_node("Unsqueeze", ["r", "axes"], ["u"], name="unsq"),
+             h.make_node("Squeeze", ["u", "axes"], ["s"], name="sq"),
+             h.make_node("Slice", ["s", "starts", "ends", "ax1"], ["sl"], name="slice"),
+             h.make_node("ReduceSum", ["sl", "ax1"], ["rs"], name="rsum", keepdims=1),
+             h.make_node("Cast", ["rs"], ["c"], name="cast", to=T.FLOAT16),
+             h.make_node("Cast", ["c"], ["c2"], name="cast_back", to=T.FLOAT16)]  # same dtype: nothing
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [4, 2, 8])],
+              [h.make_tensor_value_info("c2", T.FLOAT16, None)], inits)
+    g = sim.onnx.load(m)
+    assert kinds(g) == ["dropout", "reshape", "reshape", "reshape", "slice", "reduce_sum", "cast"]
+    assert g.tensors["sl"].shape == (4, 14) and g.tensors["rs"].shape == (4, 1)
+    assert g.outputs == ["c"] and g.tensors["c"].dtype == "float16"
+
+
+def test_loss_must_come_from_a_loss_op():
+    with pytest.raises(sim.GraphError, match="SoftmaxCrossEntropyLoss"):
+        sim.onnx.load(attention_model(), batch_size=2, loss="y")
+    with pytest.raises(sim.GraphError, match="not a tensor computed by the model"):
+        sim.onnx.load(attention_model(), batch_size=2, loss="nope")
+    g = sim.onnx.load(attention_model(), batch_size=2)  # a ReduceMean output is no loss by default
+    assert g.loss is None
+    with pytest.raises(sim.GraphError, match="no loss"):
+        sim.simulate(g, training=True)
+
+
+def test_popart_placement_attributes_carry_over():
+    nodes, x = [], "x"
+    for i in range(4):
+        nodes.append(h.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"mm{i}",
+                                 __ipu_number=i // 2, __pipeline_stage=i // 2))
+        x = f"m{i}"
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["B", 64])],
+              [h.make_tensor_value_info(x, T.FLOAT, ["B", 64])], [zeros(f"w{i}", (64, 64)) for i in range(4)])
+    g = sim.onnx.load(m, batch_size=8)
+    assert [(op.ipu, op.stage) for op in g.ops] == [(0, 0), (0, 0), (1, 1), (1, 1)]
+    run = sim.simulate(g, "ipu-m2000", sim.Options().deviceIterations(4))
+    assert run.executable.strategy == "pipelined" and len(run.executable.stages) == 2
+
+
+def test_a_torch_export_imports():
+    """A torch.nn.TransformerEncoderLayer through torch's TorchScript exporter (offline)."""
+    torch = pytest.importorskip("torch")
+    import io
+    import warnings
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, activation="gelu")
+
+        def forward(self, x):
+            return self.layer(x)
+
+    buf = io.BytesIO()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Encoder().eval(), (torch.randn(2, 8, 32),), buf, dynamo=False, input_names=["x"],
+                              output_names=["y"], dynamic_axes={"x": {0: "batch"}}, opset_version=17)
+    except ImportError as e:  # an exporter that needs packages not installed here
+        pytest.skip(f"torch.onnx.export is not available offline: {e}")
+    g = sim.onnx.load(buf.getvalue(), batch_size=4)
+    counts = collections.Counter(kinds(g))
+    assert counts["matmul"] == 6 and counts["layernorm"] == 2 and counts["softmax"] == 1
+    assert not {"concat", "copy"} & set(counts)  # the shape subgraphs folded
+    assert g.tensors["y"].shape == (4, 8, 32)
+    assert sim.simulate(g, "ipu-mk2").cycle_count > 0

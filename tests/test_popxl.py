@@ -1,0 +1,437 @@
+"""The PopXL-style front end (sim.popxl): recording, sessions, collectives, IPUs, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sim
+from sim import popxl
+from sim.collectives import groups_of
+from sim.errors import GraphError, IpuSimError, OptionsError
+from sim.popxl import ops
+from sim.program import Collective
+from sim.strategy import ShardedExecution
+
+# --- replica groupings: PopXL's documented examples ---------------------------------------------
+
+# ReplicaGrouping.assignment docstring (graphcore/popart python/popxl/python_files/replica_grouping.py)
+# and Ir.replica_grouping docstring (python/popxl/python_files/ir.py), replication factor 8.
+DOC_ASSIGNMENTS = [
+    ((1, 8), [0, 0, 0, 0, 0, 0, 0, 0]),
+    ((1, 1), [0, 1, 2, 3, 4, 5, 6, 7]),
+    ((1, 2), [0, 0, 1, 1, 2, 2, 3, 3]),
+    ((2, 2), [0, 1, 0, 1, 2, 3, 2, 3]),
+    ((1, 4), [0, 0, 0, 0, 1, 1, 1, 1]),
+    ((2, 4), [0, 1, 0, 1, 0, 1, 0, 1]),
+    ((4, 2), [0, 1, 2, 3, 0, 1, 2, 3]),
+]
+
+
+@pytest.mark.parametrize("args,assignment", DOC_ASSIGNMENTS)
+def test_replica_grouping_assignment_matches_the_popxl_docs(args, assignment):
+    ir = popxl.Ir(replication=8)
+    stride, group_size = args
+    rg = ir.replica_grouping(stride, group_size)
+    assert rg.assignment == assignment
+    assert ir.replica_grouping(stride=stride, group_size=group_size).assignment == assignment
+    assert (rg.stride, rg.group_size, rg.num_groups) == (stride, group_size, 8 // group_size)
+
+
+@pytest.mark.parametrize("stride,group_size,groups", [  # docs/popxl/replication.rst, 16 replicas
+    (1, 4, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]),
+    (4, 4, [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]),
+    (1, 1, [[r] for r in range(16)]),
+])
+def test_replica_grouping_tables_of_the_replication_chapter(stride, group_size, groups):
+    ir = popxl.Ir()
+    ir.replication_factor = 16
+    assert groups_of(ir.replica_grouping(stride, group_size).assignment) == groups
+
+
+def test_replica_grouping_defaults_repr_transpose_and_errors():
+    ir = popxl.Ir(replication=8)
+    assert ir.replica_grouping().assignment == [0] * 8
+    assert ir.replica_grouping(stride=2).group_size == 4  # replication_factor // stride
+    rg = ir.replica_grouping(stride=2, group_size=4)
+    assert repr(rg) == "ReplicaGrouping(num_replicas=8, stride=2, group_size=4, num_groups=2)"
+    assert rg == ir.replica_grouping(2, 4) and rg != ir.replica_grouping(2, 2)
+    assert ir.replica_grouping(1, 2).transpose().assignment == [0, 1] * 4  # PopXL: [0,0,1,1] -> [0,1,0,1]
+    with pytest.raises(OptionsError, match="divide"):
+        ir.replica_grouping(3, 2)
+
+
+# --- a small MLP: the same graph as GraphBuilder's, the same cycles -----------------------------
+
+def _mlp_ir(transfers: int = 4, replication: int = 1):
+    ir = popxl.Ir(replication=replication)
+    ir.num_host_transfers = transfers
+    with ir.main_graph, popxl.in_sequence():
+        x_h2d = popxl.h2d_stream((16, 784), popxl.float16, name="x")
+        x = ops.host_load(x_h2d)
+        w1 = popxl.variable(np.zeros((784, 256), np.float16), name="w1")
+        b1 = popxl.variable(np.zeros((256,), np.float16), name="b1")
+        h = ops.relu(x @ w1 + b1)
+        w2 = popxl.variable(np.zeros((256, 10), np.float16), name="w2")
+        b2 = popxl.variable(np.zeros((10,), np.float16), name="b2")
+        y = h @ w2 + b2
+        y_d2h = popxl.d2h_stream(y.shape, y.dtype, name="y")
+        ops.host_store(y_d2h, y)
+    return ir, x_h2d, y_d2h
+
+
+def test_mlp_program_simulates_like_the_same_graphbuilder_graph():
+    ir, x_h2d, y_d2h = _mlp_ir(transfers=4)
+    session = popxl.Session(ir, "ipu_hw")
+    with session:
+        outputs = session.run({x_h2d: np.ones((4, 16, 784), np.float16)})
+    assert outputs[y_d2h].shape == (4, 16, 10) and not outputs[y_d2h].any()  # zeros: no numerics
+
+    b = sim.GraphBuilder("mlp", dtype="float16")
+    x = b.input("x", (16, 784))
+    y = b.linear(b.relu(b.linear(x, 256, name="fc1")), 10, name="fc2")
+    b.output(y)
+    reference = sim.simulate(b.graph, "ipu-mk2", sim.Options().deviceIterations(4))
+
+    assert session.executable.system.name == "ipu-mk2"
+    assert [op.kind for op in session.executable.graph.ops] == [op.kind for op in b.graph.ops]
+    assert session.cycle_count == reference.cycle_count
+    assert isinstance(session.simulation, sim.Run)
+    assert "cycles" in session.summary()
+
+
+def test_subgraph_call_equals_the_same_ops_inline():
+    def build(called: bool):
+        ir = popxl.Ir()
+        with ir.main_graph:
+            x_h2d = popxl.h2d_stream((8, 64), popxl.float32, "x")
+            x = ops.host_load(x_h2d)
+            w = popxl.variable((64, 64), popxl.float32, name="w")
+
+            def layer(t, weight):
+                return ops.gelu(t @ weight)
+            if called:
+                y, = ops.call(ir.create_graph(layer, x, w), x, w)
+            else:
+                y = layer(x, w)
+            ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+        s = popxl.Session(ir)
+        s.run({x_h2d: np.zeros((8, 64), np.float32)})
+        return s
+    inline, called = build(False), build(True)
+    assert [op.kind for op in called.executable.graph.ops] == ["matmul", "gelu"]
+    assert called.executable.graph.ops[0].name.endswith("layer_0/matmul")
+    assert called.cycle_count == inline.cycle_count
+
+
+def test_repeat_without_host_io_is_copied_and_with_host_io_is_the_transfer_step():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_h2d = popxl.h2d_stream((4, 32), popxl.float32, "x")
+        x = ops.host_load(x_h2d)
+        w = popxl.variable((32, 32), popxl.float32, name="w")
+        body = ir.create_graph(lambda t, v: ops.tanh(t @ v), x, w)
+        y, = ops.repeat(body, 5, x, w)
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+    assert [op.kind for op in ir.main_graph.sim_graph.ops] == ["matmul", "tanh"] * 5
+    # iteration k+1 reads iteration k's output
+    ops_ = ir.main_graph.sim_graph.ops
+    assert ops_[2].inputs[0] == ops_[1].outputs[0]
+
+    class Linear(popxl.Module):  # PopXL's user-guide pattern: host IO inside the repeat
+        def __init__(self, x_h2d, y_d2h):
+            self.x_h2d, self.y_d2h = x_h2d, y_d2h
+
+        def build(self, x, out_features):
+            x = ops.host_load(self.x_h2d, "x")
+            self.W = popxl.graph_input((x.shape[-1], out_features), popxl.float32, "W")
+            y = x @ self.W
+            ops.host_store(self.y_d2h, y)
+            return y
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_h2d = popxl.h2d_stream((2, 2), popxl.float32, "x_stream")
+        y_d2h = popxl.d2h_stream((2, 2), popxl.float32, "y_stream")
+        W = popxl.variable(np.ones((2, 2), np.float32), name="W")
+        x = ops.init((2, 2), popxl.float32, "init")
+        lin = Linear(x_h2d, y_d2h)
+        ops.repeat(ir.create_graph(lin, x, out_features=2), 8, x, inputs_dict={lin.W: W})
+    ir.num_host_transfers = 8
+    s = popxl.Session(ir, "ipu_model")
+    out = s.run({x_h2d: np.zeros((8, 2, 2), np.float32)})
+    assert out[y_d2h].shape == (8, 2, 2)
+    assert [op.kind for op in s.executable.graph.ops] == ["matmul"]
+    assert s.executable.options.device_iterations == 8
+    assert all(len(v[0]) == 8 for v in s.perf_counters.values())
+
+
+# --- collectives, replication and host transfers --------------------------------------------------
+
+def _collectives(item):
+    if isinstance(item, Collective):
+        yield item
+    for attr in ("items", "body"):
+        sub = getattr(item, attr, None)
+        for child in (sub if isinstance(sub, list) else [sub] if sub is not None else []):
+            yield from _collectives(child)
+
+
+def test_replicated_all_reduce_runs_over_the_groups_replicas():
+    ir = popxl.Ir(replication=4)
+    group = ir.replica_grouping(stride=2, group_size=2)
+    with ir.main_graph:
+        x_h2d = popxl.h2d_stream((8, 64), popxl.float32, "x")
+        x = ops.host_load(x_h2d)
+        w = popxl.variable((64, 64), popxl.float32, name="w")
+        h = ops.collectives.replicated_all_reduce(ops.gelu(x @ w), group=group)
+        everyone = ops.collectives.replicated_all_reduce(h)
+        ops.host_store(popxl.d2h_stream(h.shape, h.dtype, "y"), everyone)
+    s = popxl.Session(ir, "ipu_hw")
+    s.run({x_h2d: np.zeros((4, 8, 64), np.float32)})
+    assert s.executable.system.name == "ipu-m2000"
+    grouped = [c for c in _collectives(s.executable.program) if c.name == "replicated_all_reduce"]
+    assert sorted(c.ipus for c in grouped) == [(0, 2), (1, 3)]  # groups [0, 2] and [1, 3]
+    assert {c.group_size for c in grouped} == {2} and {c.op for c in grouped} == {"all_reduce"}
+    assert {c.nbytes for c in grouped} == {8 * 64 * 4}
+    (full,) = [c for c in _collectives(s.executable.program) if c.name == "replicated_all_reduce_2"]
+    assert full.group_size == 4 and full.ipus == (0, 1, 2, 3)
+    trace = s.simulation.trace
+    rows = trace[trace.kind == "collective"]
+    assert set(rows.name) == {"replicated_all_reduce", "replicated_all_reduce_2"}
+    assert (rows.cycles > 0).all()
+
+
+def test_reduce_scatter_and_all_gather_shapes_follow_the_group():
+    ir = popxl.Ir(replication=8)
+    group = ir.replica_grouping(stride=1, group_size=4)
+    with ir.main_graph:
+        t = popxl.variable((6, 10), popxl.float16, name="t")
+        s = ops.collectives.replicated_reduce_scatter(t, group=group)
+        assert s.shape == (15,)
+        assert ops.collectives.replicated_all_gather(s, group=group).shape == (60,)
+        assert ops.collectives.replicated_all_gather(t, group=group, output_shape="new_axis").shape == (4, 6, 10)
+    kinds = {op.kind: op.attrs for op in ir.main_graph.sim_graph.ops}
+    assert kinds["replicated_reduce_scatter"] == {"group_stride": 1, "group_size": 4}
+
+
+def test_replication_4_on_an_m2000_with_3_host_transfers_counts_3x4_per_stream():
+    ir, x_h2d, y_d2h = _mlp_ir(transfers=3, replication=4)
+    s = popxl.Session(ir, "ipu_hw")
+    assert s.simulation is None
+    with pytest.raises(popxl.PopXLError, match="at least once"):
+        _ = s.cycle_count
+    out = s.run({x_h2d: np.zeros((3, 4, 16, 784), np.float16)})
+    assert out[y_d2h].shape == (3, 4, 16, 10)
+    assert s.executable.system.name == "ipu-m2000"
+    counters = s.simulation.perf_counters
+    for key in ("input", "input_complete", "output", "output_complete"):
+        assert [len(v) for v in counters[key]] == [12]
+    o = s.executable.options
+    assert (o.device_iterations, o.replication_factor) == (3, 4)
+    assert s.simulation.latency[0] > 0
+
+
+# --- IPUs -------------------------------------------------------------------------------------------
+
+def test_popxl_ipu_places_ops_and_the_program_runs_sharded():
+    ir = popxl.Ir()
+    ir.num_host_transfers = 2
+    with ir.main_graph:
+        x_h2d = popxl.h2d_stream((16, 128), popxl.float16, "x")
+        with popxl.ipu(0):
+            x = ops.host_load(x_h2d)
+            h = ops.relu(x @ popxl.variable((128, 128), popxl.float16, name="w0"))
+            h = h.copy_to_ipu(1)
+        with popxl.ipu(1):
+            y = ops.relu(h @ popxl.variable((128, 128), popxl.float16, name="w1"))
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+    s = popxl.Session(ir, "ipu_hw")
+    s.run({x_h2d: np.zeros((2, 16, 128), np.float16)})
+    ex = s.executable
+    assert [(op.kind, op.ipu) for op in ex.graph.ops] == [("matmul", 0), ("relu", 0), ("matmul", 1), ("relu", 1)]
+    assert ex.strategy == "sharded" and ex.ipus_per_replica == 2
+    assert any("ShardedExecution" in n for n in ex.notes)
+    kinds = s.simulation.trace.groupby("ipu").kind.apply(set)
+    assert "compute" in kinds[1] and "inter_ipu" in kinds[0]
+
+    b = sim.GraphBuilder("two", dtype="float16")
+    x = b.input("x", (16, 128))
+    with b.ipu(0):
+        h = b.relu(b.matmul(x, b.weight("w0", (128, 128))))
+    with b.ipu(1):
+        y = b.relu(b.matmul(h, b.weight("w1", (128, 128))))
+    b.output(y)
+    ref = sim.simulate(b.graph, "ipu-m2000",
+                       sim.Options().deviceIterations(2).setExecutionStrategy(ShardedExecution()))
+    assert s.cycle_count == ref.cycle_count
+
+
+# --- training through autodiff ----------------------------------------------------------------------
+
+def _training_ir(adam: bool = False, loss: bool = True):
+    class Net(popxl.Module):
+        def build(self, x):
+            self.W1 = popxl.graph_input((784, 128), popxl.float32, "W1")
+            self.W2 = popxl.graph_input((128, 10), popxl.float32, "W2")
+            return ops.gelu(x @ self.W1) @ self.W2
+
+    ir = popxl.Ir(replication=2)
+    ir.num_host_transfers = 2
+    with ir.main_graph:
+        img_h2d = popxl.h2d_stream((32, 784), popxl.float32, "img")
+        lbl_h2d = popxl.h2d_stream((32,), popxl.int32, "label")
+        img, lbl = ops.host_load(img_h2d), ops.host_load(lbl_h2d)
+        W1 = popxl.variable((784, 128), popxl.float32, name="W1")
+        W2 = popxl.variable((128, 10), popxl.float32, name="W2")
+        net = Net()
+        fwd = ir.create_graph(net, img)
+        bwd = popxl.transforms.autodiff(fwd)
+        fwd_call = ops.call_with_info(fwd, img, inputs_dict={net.W1: W1, net.W2: W2})
+        probs = ops.softmax(fwd_call.outputs[0], axis=-1)
+        if loss:
+            out, dx = ops.nll_loss_with_softmax_grad(probs, lbl)
+        else:
+            out, dx = probs, popxl.GradTensor(ir.main_graph, probs.shape, probs.dtype, probs, "dx")
+        bwd_call = ops.call_with_info(bwd.graph, dx, inputs_dict=bwd.inputs_dict(fwd_call))
+        grads = bwd.fwd_parent_ins_to_grad_parent_outs(fwd_call, bwd_call)
+        for w in (W1, W2):
+            g = ops.collectives.replicated_all_reduce(grads[w])
+            if adam:
+                m = popxl.variable(w.shape, popxl.float32, name=f"m_{w.name}")
+                v = popxl.variable(w.shape, popxl.float32, name=f"v_{w.name}")
+                ops.var_updates.accumulate_moving_average_(m, g, 0.9)
+                ops.var_updates.accumulate_moving_average_square_(v, g, 0.999)
+                ops.var_updates.adam_var_update(w, ops.var_updates.adam_updater(m, v), learning_rate=1e-3)
+            else:
+                ops.scaled_add_(w, g, b=-0.01)
+        ops.host_store(popxl.d2h_stream(out.shape, out.dtype, "loss"), out)
+    return ir, img_h2d, lbl_h2d, grads
+
+
+def test_autodiff_program_is_simulated_as_training():
+    ir, img, lbl, grads = _training_ir()
+    assert grads[next(iter(grads))].shape == (32, 784)  # the image's gradient handle
+    s = popxl.Session(ir, "ipu_hw")
+    s.run({img: np.zeros((2, 2, 32, 784), np.float32), lbl: np.zeros((2, 2, 32), np.int32)})
+    ex = s.executable
+    assert ex.training
+    kinds = [op.kind for op in ex.graph.ops]
+    assert "gelu_grad" in kinds and kinds.count("sgd_update") == 2
+    assert s.simulation.breakdown.loc[0, "collective"] > 0  # gradient all-reduce over 2 replicas
+    assert any("autodiff" in n for n in ex.notes)
+
+
+def test_autodiff_with_adam_updaters_selects_adam_and_needs_a_loss():
+    ir, *_ = _training_ir(adam=True)
+    s = popxl.Session(ir)
+    assert [op.kind for op in s.executable.graph.ops].count("adam_update") == 2
+    ir, *_ = _training_ir(loss=False)
+    with pytest.raises(GraphError, match="nll_loss_with_softmax_grad"):
+        popxl.Session(ir)
+
+
+# --- options and notes --------------------------------------------------------------------------
+
+def test_session_options_are_applied_or_listed_as_unmodelled():
+    ir, _, _ = _mlp_ir(transfers=1)
+    ir.options.numIOTiles = 64
+    ir.options.enableStochasticRounding = True
+    ir._pb_ir.getSessionOptions().engineOptions = {"debug.instrument": "true"}
+    s = popxl.Session(ir)
+    assert s.executable.tiles == s.executable.system.ipu.tiles - 64
+    notes = s.executable.notes
+    assert "ir.options.enableStochasticRounding=True: accepted, no modelled effect" in notes
+    assert any(n.startswith("ir.options.engineOptions") for n in notes)
+    assert not any("numIOTiles" in n for n in notes)
+
+
+def test_tensor_methods_and_op_shapes():
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.name_scope("blk"):
+        t = popxl.variable(np.zeros((4, 6, 8), np.float32), name="t")
+        assert t.dtype == popxl.float32 and t.shape == (4, 6, 8) and t.nelms == 192
+        assert t[1].shape == (6, 8) and t[:, 2:5, ::2].shape == (4, 3, 4)
+        assert t.T.shape == (8, 6, 4) and t.reshape((-1, 8)).shape == (24, 8)
+        assert (t + 1.0).shape == (4, 6, 8) and (2 * t).dtype == popxl.float32
+        assert ops.sum(t).shape == () and ops.mean(t, axis=1, keepdims=True).shape == (4, 1, 8)
+        assert ops.concat([t, t], axis=1).shape == (4, 12, 8)
+        assert ops.cast(t, popxl.float16).dtype == popxl.float16
+        ids = popxl.constant(np.zeros((3,), np.int32), name="ids")
+        assert ops.gather(popxl.variable((100, 16), popxl.float16), ids).shape == (3, 16)
+        img = popxl.variable((2, 3, 16, 16), popxl.float16)
+        y = ops.conv(img, popxl.variable((8, 3, 3, 3), popxl.float16), padding=(1, 1, 1, 1))
+        assert y.shape == (2, 8, 16, 16)
+        assert ops.group_norm(y, popxl.variable((8,), popxl.float16), popxl.variable((8,), popxl.float16),
+                              num_groups=4).shape == y.shape
+    assert ir.main_graph.sim_graph.ops[0].name.startswith("blk/")
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+def test_clear_errors_for_unknown_or_wrong_usage():
+    with pytest.raises(popxl.PopXLError, match="no graph has been selected"):
+        ops.relu(None)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable((4, 4), popxl.float32, name="x")
+        with pytest.raises(AttributeError, match="ops.log is not modelled"):
+            ops.log(x)
+        with pytest.raises(popxl.NotModelledError, match="supported here"):
+            ops.collectives.replicated_all_to_all(x)
+        with pytest.raises(GraphError, match="inner dimensions"):
+            x @ popxl.variable((3, 4), popxl.float32)
+
+        def uses_parent(t):
+            return t @ x  # x belongs to the main graph
+        with pytest.raises(popxl.PopXLError, match="belongs to graph 'main'"):
+            ir.create_graph(uses_parent, x)
+        with pytest.raises(popxl.PopXLError, match="only be created in the main graph"):
+            ir.create_graph(lambda: popxl.variable((2,), popxl.float32))
+        sub = ir.create_graph(lambda a, b: a + b, x, x)
+        with pytest.raises(popxl.PopXLError, match="was given no tensor"):
+            ops.call(sub, x)
+        h2d = popxl.h2d_stream((4, 4), popxl.float32, "in")
+        y = ops.host_load(h2d) @ x
+        ops.host_store(popxl.d2h_stream((4, 4), popxl.float32, "out"), y)
+    with pytest.raises(AttributeError, match="popxl.remote_variable is not modelled"):
+        _ = popxl.remote_variable
+    with pytest.raises(ValueError, match="device_desc"):
+        popxl.Session(ir, "gpu")
+    s = popxl.Session(ir, "ipu_hw")
+    with pytest.raises(popxl.PopXLError, match="belongs to a Session"), ir.main_graph:
+        ops.relu(x)
+    with pytest.raises(popxl.PopXLError, match="belongs to a Session"):
+        ir.replication_factor = 2
+    with pytest.raises(ValueError, match="Missing"):
+        s.run({})
+    with pytest.raises(popxl.SessionIOError, match="Shape mismatch"):
+        s.run({h2d: np.zeros((5, 4), np.float32)})
+    with pytest.raises(popxl.PopXLError, match="no ops"):
+        popxl.Session(popxl.Ir())
+    assert issubclass(popxl.PopXLError, IpuSimError) and issubclass(popxl.NotModelledError, IpuSimError)
+
+
+def test_host_transfers_must_match_a_repeat_with_host_io():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x_h2d = popxl.h2d_stream((2, 2), popxl.float32, "x")
+
+        def step():
+            y = ops.relu(ops.host_load(x_h2d))
+            return y
+        ops.repeat(ir.create_graph(step), 4)
+    ir.num_host_transfers = 2
+    with pytest.raises(OptionsError, match="num_host_transfers = 4"):
+        popxl.Session(ir)
+
+
+def test_gradients_only_feed_weight_updates():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        w = popxl.variable((4, 4), popxl.float32, name="w")
+        g = ir.create_graph(lambda t: ops.relu(t), w)
+        info = popxl.transforms.autodiff(g)
+        dw, = ops.call(info.graph, popxl.GradTensor(ir.main_graph, (4, 4), popxl.float32, None, "dy"))
+        with pytest.raises(popxl.NotModelledError, match="gradient from an autodiff grad graph"):
+            ops.mul(dw, 2.0)
