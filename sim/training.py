@@ -185,10 +185,13 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k in _ACTIVATION_GRADS:
         if wants(0):
             bw.give(ins[0].name, bw.new(f"{k}_grad", [dy, ins[0].name], ins[0].shape, ins[0].dtype))
-    elif k in ("scale", "dropout", "cast"):
+    elif k in ("scale", "dropout", "cast", "copy"):
         if wants(0):
             kind = "mul" if k == "dropout" else k
             bw.give(ins[0].name, bw.new(kind, [dy], ins[0].shape, ins[0].dtype, op.attrs))
+    elif k == "exp":  # d exp(x) = exp(x) dx: one multiply by the forward output
+        if wants(0):
+            bw.give(ins[0].name, bw.new("mul", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))
     elif k == "softmax":
         if wants(0):
             bw.give(ins[0].name, bw.new("softmax_grad", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))
