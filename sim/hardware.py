@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,31 @@ _TOP_KEYS = {"name", "description", "extends"}
 _STRINGS = {"generation", "topology"}
 _GENERATIONS = {"mk1", "mk2", "bow"}
 _TOPOLOGIES = {"single", "card", "ladder"}
+
+
+#: Mk2 systems from smallest to largest, what a front end picks from by default
+MK2_SYSTEMS = ("ipu-mk2", "ipu-m2000", "ipu-pod16", "ipu-pod64", "ipu-pod128", "ipu-pod256")
+SYSTEM_ENV_VAR = "IPUSIM_SYSTEM"  # a config name or TOML path that overrides the default choice
+
+
+def choose_system(ipus_needed: int, explicit=None, explicit_source: str = "",
+                  how_to_choose: str = "") -> tuple["System", str]:
+    """(system, why) for a run that reserves ``ipus_needed`` IPUs.
+
+    In order: ``explicit`` (a name, path or System, given by ``explicit_source``); the
+    ``IPUSIM_SYSTEM`` environment variable; else the smallest Mk2 system that holds them.
+    """
+    if explicit:
+        return load_system(explicit), explicit_source
+    env = os.environ.get(SYSTEM_ENV_VAR, "").strip()
+    if env:
+        return load_system(env), f"from the {SYSTEM_ENV_VAR} environment variable"
+    for name in MK2_SYSTEMS:
+        system = load_system(name)
+        if system.num_ipus >= ipus_needed:
+            return system, f"the smallest Mk2 system with {ipus_needed} IPU(s)"
+    raise ConfigError(f"the run needs {ipus_needed} IPUs, more than the largest Mk2 system ({MK2_SYSTEMS[-1]}); "
+                      f"{how_to_choose or 'choose a system'} or set {SYSTEM_ENV_VAR}")
 
 
 def available_systems() -> list[str]:

@@ -18,7 +18,6 @@ first run's simulation is reused by later runs of the same session.
 from __future__ import annotations
 
 import math
-import os
 from typing import Self
 
 import numpy as np
@@ -26,7 +25,7 @@ import numpy as np
 from .. import compile as sim_compile
 from .. import run_executable
 from ..errors import GraphError, OptionsError
-from ..hardware import load_system
+from ..hardware import choose_system
 from ..options import Options, OutputMode
 from ..report import format_summary
 from ..strategy import ShardedExecution
@@ -35,8 +34,6 @@ from .ir import Ir
 from .streams import DeviceToHostStream, HostToDeviceStream
 from .tensor import Constant, Variable
 
-MK2_SYSTEMS = ("ipu-mk2", "ipu-m2000", "ipu-pod16", "ipu-pod64", "ipu-pod128", "ipu-pod256")
-ENV_VAR = "IPUSIM_SYSTEM"
 DEVICES = ("ipu_hw", "ipu_model", "cpu")
 
 
@@ -56,17 +53,7 @@ class _InstanceOptions(Options):
 
 def _choose_system(system, ipus: int) -> tuple:
     """(System, why) for a run that reserves ``ipus`` IPUs."""
-    if system is not None:
-        return load_system(system), "given to Session(system=...)"
-    env = os.environ.get(ENV_VAR, "").strip()
-    if env:
-        return load_system(env), f"from the {ENV_VAR} environment variable"
-    for name in MK2_SYSTEMS:
-        s = load_system(name)
-        if s.num_ipus >= ipus:
-            return s, f"the smallest Mk2 system with {ipus} IPU(s)"
-    raise OptionsError(f"the program needs {ipus} IPUs, more than the largest Mk2 system ({MK2_SYSTEMS[-1]}); "
-                       f"pass Session(..., system=...) or set {ENV_VAR}")
+    return choose_system(ipus, system, "given to Session(system=...)", "pass Session(..., system=...)")
 
 
 class Session:
