@@ -40,3 +40,13 @@ def test_cli_sweep_and_bad_axis(capsys, tmp_path):
     assert code == 0 and out_csv.read_text().count("\n") == 3
     assert cli.main(["sweep", "--grid", "device-iterations", "--", "--model", "mlp"]) == 2
     assert "FLAG=V1,V2" in capsys.readouterr().err
+
+
+def test_sweep_on_a_dask_cluster():
+    """The same rows when the points run on a Dask scheduler (an in-process cluster here)."""
+    distributed = pytest.importorskip("distributed")
+    local = sweep(["micro-batch=2,4"], ["--model", "mlp"], workers=1)
+    with distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=2,
+                                  dashboard_address=None) as cluster:
+        remote = sweep(["micro-batch=2,4"], ["--model", "mlp"], dask=cluster.scheduler_address)
+    assert remote["cycle_count"].tolist() == local["cycle_count"].tolist()
