@@ -183,7 +183,7 @@ def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strate
             for s in ctx.stages if s.ipu == ipu for run in (s.memory_runs or [s.ops])]
     runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update"))
     runs = [(ops, label) for ops, label in runs if ops]
-    stash = sum(s.stash_depth * s.inputs_bytes for s in ctx.stages if s.ipu == ipu)
+    stash = sum(s.held_bytes for s in ctx.stages if s.ipu == ipu)
     return analyse_ipu(g, [ops for ops, _ in runs], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
                        system.ipu.reserved_bytes_per_tile, stash_bytes=stash,
                        run_labels=[label for _, label in runs])

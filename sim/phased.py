@@ -147,9 +147,8 @@ def build(ctx: Context) -> Sequence:
         return seq
 
     if not off_chip:  # activations kept on chip across phases count against tile memory
-        for (src, ipu, dst), nbytes in carried.items():
-            w = phases[src][ipu]
-            w.stash_depth, w.inputs_bytes = 1, w.inputs_bytes + nbytes
+        for (src, ipu, _), nbytes in carried.items():
+            phases[src][ipu].kept_bytes += nbytes
 
     def step(with_outputs: bool) -> Sequence:
         if not ctx.training:

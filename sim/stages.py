@@ -34,11 +34,17 @@ class StageWork:
     sends: dict[int, int] = field(default_factory=dict)  # destination stage index -> bytes
     inputs_bytes: int = 0  # bytes of tensors it receives from other stages or the host
     stash_depth: int = 0  # micro-batches of its inputs kept for its backward stage
+    kept_bytes: int = 0  # activations it makes that stay on chip for a later phase
     memory_runs: list[list[Op]] | None = None  # how its ops split into runs for tile memory
 
     @property
     def is_backward(self) -> bool:
         return any(op.pass_ == "backward" for op in self.ops)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes it keeps on its IPU beyond its own run: stashed inputs and kept activations."""
+        return self.stash_depth * self.inputs_bytes + self.kept_bytes
 
 
 def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list[StageWork], list[Op]]:
