@@ -76,8 +76,8 @@ class Context:
 
     def _split_stage(self, stage: StageWork) -> list[tuple[str, object]]:
         recomputed = set(id(op) for op in stage.recomputed)
-        groups = [("recompute", [op for op in stage.ops if id(op) in recomputed], " (recompute)"),
-                  ("forward", [op for op in stage.ops if id(op) not in recomputed and op.pass_ == "forward"], ""),
+        groups = [("forward", [op for op in stage.ops if id(op) not in recomputed and op.pass_ == "forward"], ""),
+                  ("recompute", [op for op in stage.ops if id(op) in recomputed], " (recompute)"),
                   ("backward", [op for op in stage.ops if op.pass_ == "backward"], "")]
         parts = []
         for what, ops, label in groups:
