@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "when the model spans several IPUs)")
     x.add_argument("--sync-pattern", choices=list(SYNC_PATTERNS), help="[syncPattern] (default: full)")
     x.add_argument("--replicas", type=positive_int, metavar="N", help="[replicationFactor] (default: 1)")
+    x.add_argument("--auto-round-num-ipus", action="store_true",
+                   help="[autoRoundNumIPUs] round an IPU count that is not a power of two up")
     x.add_argument("--io-tiles", type=int, metavar="N",
                    help="[TensorLocations.numIOTiles] an even number from 32 to 192 (default: none)")
     x.add_argument("--overlap", choices=list(OVERLAP_MODES),
@@ -206,6 +208,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.syncPattern(SYNC_PATTERNS[args.sync_pattern])
     if args.replicas is not None:
         opts.replicationFactor(args.replicas)
+    if args.auto_round_num_ipus:
+        opts.autoRoundNumIPUs(True)
     if args.io_tiles is not None:
         opts.TensorLocations.numIOTiles(args.io_tiles)
     if args.overlap is not None and args.overlap != "none":

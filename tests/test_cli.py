@@ -352,3 +352,12 @@ def test_timeline_draws_io_tile_and_host_lanes(capsys, tmp_path):
     finally:
         import matplotlib.pyplot as plt
         plt.close(fig)
+
+
+def test_auto_round_num_ipus_flag(capsys):
+    """Three IPUs is an error naming autoRoundNumIPUs; with the flag the run reserves four."""
+    argv = ["--model", "bert-base", "--num-layers", "3", "--layers-per-ipu", "1,1,1", "--micro-batch", "1",
+            "--system", "ipu-m2000", "--device-iterations", "4"]
+    code, _, err = run_cli(capsys, "run", *argv)
+    assert code == 2 and "autoRoundNumIPUs" in err
+    assert cli_cycles(capsys, *argv, "--auto-round-num-ipus")["cycle_count"] > 0
