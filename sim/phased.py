@@ -140,7 +140,7 @@ def build(ctx: Context) -> Sequence:
                 seq.items += pending
                 pending = []
             seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "to_ipu"))
-            seq.items += ctx.stages_items(stages)
+            seq.items += ctx.stages_items(stages, load_weights=False)  # loaded above, per phase
             if with_outputs:
                 seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
             seq.items += after_phase(t, works)

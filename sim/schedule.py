@@ -93,11 +93,24 @@ class Context:
                     chunk.append(op)
         return parts
 
-    def stages_items(self, stages: list[StageWork]) -> list:
-        """The work of ``stages`` on every simulated replica; a collective op waits for all of
-        its group's simulated replicas and runs over the group."""
+    def weight_loads(self, stage: StageWork) -> int:
+        """Bytes of the off-chip weights a stage's ops read, loaded from streaming memory each
+        time the stage runs (phased execution loads its own, phase by phase)."""
+        tensors = self.g.tensors
+        names = {t for op in stage.ops if op.pass_ != "update" for t in op.inputs
+                 if tensors[t].role == "weight" and tensors[t].location == "off_chip"}
+        return sum(tensors[t].nbytes // tensors[t].shards for t in names)
+
+    def stages_items(self, stages: list[StageWork], load_weights: bool = True) -> list:
+        """The work of ``stages`` on every simulated replica (after loading their off-chip
+        weights); a collective op waits for all of its group's simulated replicas and runs
+        over the group."""
         items = []
         for stage in stages:
+            nbytes = self.weight_loads(stage) if load_weights else 0
+            if nbytes:
+                items += [RemoteCopy(self.ipus(r)[stage.ipu], "load", nbytes, f"stage {stage.index} load weights")
+                          for r in self.replicas]
             for what, part in self.stage_parts(stage):
                 if what == "collective":
                     items += replicated_ops.collectives_for(self, part)

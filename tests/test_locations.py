@@ -1,0 +1,37 @@
+"""TensorLocations: weights and optimizer state in streaming memory cost load/store traffic."""
+
+import models
+import sim
+from sim.options import TensorLocationSettings
+from sim.program import RemoteCopy, leaves
+
+
+def _run(weights_off_chip: bool, training: bool = False) -> sim.Run:
+    o = sim.Options().deviceIterations(2)
+    if weights_off_chip:
+        o.TensorLocations.setWeightLocation(TensorLocationSettings().useOnChipStorage(False))
+    return sim.simulate(models.get("bert-base", micro_batch=2, num_layers=2), "ipu-mk2", o, training=training)
+
+
+def test_off_chip_weights_are_loaded_each_time_they_are_used():
+    """Off chip, the weights leave tile memory and are loaded from streaming memory every
+    micro-batch, at the configured streaming-memory bandwidth."""
+    on, off = _run(False), _run(True)
+    assert off.memory[0]["peak_tile_bytes"] < on.memory[0]["peak_tile_bytes"]
+    assert on.breakdown.loc[0, "remote_io"] == 0
+    graph = off.executable.graph
+    weight_bytes = sum(t.nbytes for t in graph.weights())
+    loads = [c for c in leaves(off.executable.program) if isinstance(c, RemoteCopy)]
+    assert sum(c.nbytes for c in loads) == weight_bytes  # once per micro-batch
+    system = off.executable.system
+    per_load = system.streaming_memory.latency_cycles + system.seconds_to_cycles(
+        weight_bytes / system.streaming_memory.bytes_per_s_per_ipu)
+    assert off.breakdown.loc[0, "remote_io"] == 2 * per_load  # two device iterations
+    assert off.cycle_count == on.cycle_count + 2 * per_load
+
+
+def test_off_chip_weights_in_training_are_stored_after_the_update():
+    run = _run(True, training=True)
+    kinds = {(c.direction, c.name) for c in leaves(run.executable.program) if isinstance(c, RemoteCopy)}
+    assert ("load", "stage 0 load weights") in kinds
+    assert ("store", "store optimizer outputs") in kinds
