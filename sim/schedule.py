@@ -93,23 +93,29 @@ class Context:
                     chunk.append(op)
         return parts
 
-    def weight_loads(self, stage: StageWork) -> int:
-        """Bytes of the off-chip weights a stage's ops read, loaded from streaming memory each
-        time the stage runs (phased execution loads its own, phase by phase)."""
+    def off_chip_traffic(self, stage: StageWork) -> tuple[int, int]:
+        """(bytes loaded before, bytes stored after) a stage's run: the off-chip weights and
+        gradient accumulators its ops read, and the accumulators they write. Phased execution
+        moves its own, phase by phase; the optimizer update moves what it uses."""
         tensors = self.g.tensors
-        names = {t for op in stage.ops if op.pass_ != "update" for t in op.inputs
-                 if tensors[t].role == "weight" and tensors[t].location == "off_chip"}
-        return sum(tensors[t].nbytes // tensors[t].shards for t in names)
+        ops = [op for op in stage.ops if op.pass_ != "update"]
+
+        def off_chip(names, roles):
+            return sum(tensors[t].nbytes // tensors[t].shards for t in set(names)
+                       if tensors[t].role in roles and tensors[t].location == "off_chip")
+        loads = off_chip([t for op in ops for t in op.inputs], ("weight", "accumulator"))
+        stores = off_chip([t for op in ops for t in op.outputs], ("accumulator",))
+        return loads, stores
 
     def stages_items(self, stages: list[StageWork], load_weights: bool = True) -> list:
-        """The work of ``stages`` on every simulated replica (after loading their off-chip
-        weights); a collective op waits for all of its group's simulated replicas and runs
-        over the group."""
+        """The work of ``stages`` on every simulated replica, with its off-chip weights and
+        accumulators moved to and from streaming memory around it; a collective op waits for
+        all of its group's simulated replicas and runs over the group."""
         items = []
         for stage in stages:
-            nbytes = self.weight_loads(stage) if load_weights else 0
-            if nbytes:
-                items += [RemoteCopy(self.ipus(r)[stage.ipu], "load", nbytes, f"stage {stage.index} load weights")
+            loads, stores = self.off_chip_traffic(stage) if load_weights else (0, 0)
+            if loads:
+                items += [RemoteCopy(self.ipus(r)[stage.ipu], "load", loads, f"stage {stage.index} load weights")
                           for r in self.replicas]
             for what, part in self.stage_parts(stage):
                 if what == "collective":
@@ -117,6 +123,9 @@ class Context:
                     continue
                 name, steps = part
                 items += [Compute(self.ipus(r)[stage.ipu], name, steps) for r in self.replicas]
+            if stores:
+                items += [RemoteCopy(self.ipus(r)[stage.ipu], "store", stores,
+                                     f"stage {stage.index} store accumulators") for r in self.replicas]
         return items
 
     def for_replicas(self, make) -> list:

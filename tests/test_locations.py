@@ -35,3 +35,17 @@ def test_off_chip_weights_in_training_are_stored_after_the_update():
     kinds = {(c.direction, c.name) for c in leaves(run.executable.program) if isinstance(c, RemoteCopy)}
     assert ("load", "stage 0 load weights") in kinds
     assert ("store", "store optimizer outputs") in kinds
+
+
+def test_off_chip_accumulators_move_every_micro_batch():
+    """Gradient accumulators in streaming memory are loaded before and stored after each
+    micro-batch's backward pass (as well as read by the update)."""
+    o = sim.Options()
+    o.Training.gradientAccumulation(4)
+    o.TensorLocations.setAccumulatorLocation(TensorLocationSettings().useOnChipStorage(False))
+    run = sim.simulate(models.get("bert-base", micro_batch=2, num_layers=2), "ipu-mk2", o, training=True)
+    accum = sum(t.nbytes for t in run.executable.graph.tensors.values() if t.role == "accumulator")
+    stores = [c for c in leaves(run.executable.program) if isinstance(c, RemoteCopy) and c.name.endswith("accumulators")]
+    assert [c.nbytes for c in stores] == [accum]  # in the accumulation loop's body, run 4 times
+    trace = run.trace
+    assert (trace["name"] == stores[0].name).sum() == 4
