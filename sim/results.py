@@ -178,6 +178,12 @@ class Run:
         ex = self.executable
         return {
             "model": ex.graph.name, "system": ex.system.name, "training": ex.training,
+            "run": {"strategy": ex.strategy, "ipus_per_replica": ex.ipus_per_replica,
+                    "replication_factor": ex.options.replication_factor,
+                    "simulated_replicas": list(ex.simulated_replicas),
+                    "device_iterations": ex.options.device_iterations,
+                    "gradient_accumulation": ex.options.Training.gradient_accumulation,
+                    "output_mode": ex.output_mode.name, "compute_tiles": ex.tiles},
             "cycle_count": self.cycle_count, "seconds": self.seconds, "samples": self.samples,
             "samples_per_second": self.samples_per_second,
             "latency": lat(self.latency), "compute_latency": lat(self.compute_latency),
