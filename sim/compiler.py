@@ -123,7 +123,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     for op in g.ops:
         if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule
-        costs[op.name] = op_cost(op, g, system.ipu, tiles, o.memory_proportion(op.ipu))
+        proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
+        costs[op.name] = op_cost(op, g, system.ipu, tiles, proportion)
 
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))

@@ -238,3 +238,18 @@ def test_identical_layers_are_priced_once():
     assert priced > 5
     # a different shape is a different cost
     assert mm_cost(128, 768, 768) is not mm_cost(128, 768, 3072)
+
+
+def test_per_op_available_memory_proportion_is_honoured():
+    """poptorch.set_available_memory marks an op; its planner then keeps temporaries under it."""
+    b = sim.GraphBuilder("m")
+    x = b.input("x", (2048, 2048))
+    b.output(b.matmul(x, b.weight("w", (2048, 2048))))
+    g = b.graph
+    name = g.ops[0].name
+    default = sim.compile(g, "ipu-mk2").costs[name]
+    g.ops[0].attrs["available_memory_proportion"] = 0.05
+    low = sim.compile(g, "ipu-mk2").costs[name]
+    sram = sim.load_system("ipu-mk2").ipu.sram_bytes_per_tile
+    assert low.temp_bytes_per_tile <= 0.05 * sram < default.temp_bytes_per_tile
+    assert low.cycles > default.cycles
