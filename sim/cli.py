@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--system", default=DEFAULT_SYSTEM,
                    help=f"system config name or .toml path (default: {DEFAULT_SYSTEM}; see `ipusim systems`)")
     r.add_argument("--model", help=f"zoo model (default: {DEFAULT_MODEL}; see `ipusim models`)")
+    r.add_argument("--onnx", metavar="PATH", type=Path,
+                   help="an ONNX model instead of a zoo model (needs the onnx extra); --micro-batch sizes "
+                   "its symbolic batch dimension")
     m = r.add_argument_group("model parameters (passed to the zoo only when given)")
     for name in MODEL_PARAM_FLAGS:
         m.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N")
@@ -238,6 +241,18 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
     return opts
 
 
+def _onnx_graph(args, parser) -> sim.Graph:
+    if args.model is not None:
+        parser.error("give either --model or --onnx, not both")
+    try:
+        from . import onnx as sim_onnx
+    except ImportError as e:
+        parser.error(f"--onnx needs the onnx package: pip install -e '.[onnx]' ({e})")
+    if not args.onnx.is_file():
+        parser.error(f"--onnx {str(args.onnx)!r}: no such file")
+    return sim_onnx.load(args.onnx, batch_size=args.micro_batch)
+
+
 def simulate_args(args, parser) -> sim.Run:
     """The run ``ipusim run`` flags describe (usage errors through ``parser``)."""
     if args.optimizer and not args.training:
@@ -249,7 +264,7 @@ def simulate_args(args, parser) -> sim.Run:
     if args.output is not None and args.output.exists() and not args.output.is_dir():
         parser.error(f"--output {str(args.output)!r} exists and is not a directory")
     system = sim.load_system(args.system)
-    graph = models.get(args.model or DEFAULT_MODEL, **_model_params(args))
+    graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args))
     return sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
                         optimizer=args.optimizer or "sgd")
 

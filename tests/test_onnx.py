@@ -428,3 +428,20 @@ def test_a_torch_export_imports():
     assert not {"concat", "copy"} & set(counts)  # the shape subgraphs folded
     assert g.tensors["y"].shape == (4, 8, 32)
     assert sim.simulate(g, "ipu-mk2").cycle_count > 0
+
+
+def test_ipusim_run_takes_an_onnx_file(tmp_path, capsys):
+    """`ipusim run --onnx PATH` runs an ONNX model with every run flag (here replicas, training)."""
+    from sim import cli
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(), str(path))
+    assert cli.main(["run", "--onnx", str(path), "--micro-batch", "16", "--system", "ipu-m2000", "--replicas", "2",
+                     "--training", "--gradient-accumulation", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    graph = sim.onnx.load(path, batch_size=16)
+    o = sim.Options().replicationFactor(2)
+    o.Training.gradientAccumulation(2)
+    assert summary["cycle_count"] == sim.simulate(graph, "ipu-m2000", o, training=True).cycle_count
+    assert cli.main(["run", "--onnx", str(path), "--model", "mlp"]) == 2
+    assert cli.main(["run", "--onnx", str(tmp_path / "missing.onnx")]) == 2
+    assert "no such file" in capsys.readouterr().err
