@@ -703,12 +703,17 @@ def _softmax(ctx: OpContext):
     return ctx.op("softmax", [ctx.input(0)], attrs, shapes=[ctx.shape(0)])
 
 
+def _nchw(ctx: OpContext) -> tuple[int, int, int, int]:
+    """The NCHW input shape of a 2-D pooling node (an error for any other rank)."""
+    xs = ctx.shape(0)
+    if len(xs) != 4:
+        ctx.unsupported(f"only 2-D pooling (NCHW input) has a rule; input {xs}")
+    return tuple(xs)
+
+
 def _pool(kind: str):
     def rule(ctx: OpContext):
-        xs = ctx.shape(0)
-        if len(xs) != 4:
-            ctx.unsupported(f"only 2-D pooling (NCHW input) has a rule; input {xs}")
-        n, c, h, w = xs
+        n, c, h, w = _nchw(ctx)
         ks = list(ctx.attr("kernel_shape"))
         if len(set(ks)) > 1:
             ctx.unsupported(f"kernel_shape={ks} is not square (the simulator's pools take one kernel size)")
@@ -729,10 +734,7 @@ def _pool(kind: str):
 
 def _global_pool(kind: str):
     def rule(ctx: OpContext):
-        xs = ctx.shape(0)
-        if len(xs) != 4:
-            ctx.unsupported(f"only 2-D pooling (NCHW input) has a rule; input {xs}")
-        n, c, h, w = xs
+        n, c, h, w = _nchw(ctx)
         # the pool cost reads kernel x kernel inputs per output: a square window of the same area
         k = h if h == w else max(1, round(math.sqrt(h * w)))
         return ctx.op(kind, [ctx.input(0)], {"kernel": k, "stride": k, "padding": 0, "global": True},
