@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import time
 
-from .compiler import Executable, compile
+from .compiler.executable import Executable, compile
 from .engine import Engine
 from .errors import (ConfigError, GraphError, IpuSimError, OptionsError, OutOfMemoryError,
                      UnsupportedOpError)
-from .graph import Graph, GraphBuilder, Op, Tensor
-from .hardware import System, available_systems, load_system
+from .graph.ir import Graph, GraphBuilder, Op, Tensor
+from .hardware.system import System, available_systems, load_system
 from .options import Options, OutputMode
-from .results import Run
-from .training import Optimizer
+from .results.run import Run
+from .graph.training import Optimizer
 
 __version__ = "0.1.0"
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from .hardware import System
-from .topology import crosses_gw_link, route
-from .program import (Collective, Compute, IpuCopy, RemoteCopy, Repeat, Sequence, StreamCopy,
-                      Sync, ipus_of)
+from .hardware.system import System
+from .hardware.topology import crosses_gw_link, route
+from .program import (Collective, Compute, IpuCopy, RemoteCopy, Repeat, Sequence, StreamCopy, Sync,
+                      ipus_of)
 
 STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extrapolated
 COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective

@@ -54,7 +54,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("sim.onnx needs the onnx package: pip install -e '.[onnx]' (onnx>=1.15)") from _e
 
 from .errors import GraphError, IpuSimError, OutOfMemoryError, UnsupportedOpError
-from .graph import Graph, GraphBuilder, Op, canonical_dtype
+from .graph.ir import Graph, GraphBuilder, Op, canonical_dtype
 
 __all__ = ["RULES", "OpContext", "load", "main", "register_op", "unregister_op"]
 
@@ -1355,8 +1355,8 @@ def _dim(text: str) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .argtypes import positive_int
-    from .training import OPTIMIZERS
+    from .cli.argtypes import positive_int
+    from .graph.training import OPTIMIZERS
     p = argparse.ArgumentParser(prog="python -m sim.onnx", description="Simulate one call of an ONNX model "
                                 "on an IPU system and print what `ipusim run` prints.")
     p.add_argument("model", type=Path, help="the .onnx file")
@@ -1383,7 +1383,7 @@ def main(argv: list[str] | None = None) -> int:
     (0 success, 2 a usage or simulator error, 3 out of tile memory, 1 a file error)."""
     import sim
 
-    from .report import format_summary, to_json
+    from .results.report import format_summary, to_json
 
     parser = build_parser()
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 
 from .errors import OptionsError
-from .graph import Graph
+from .graph.ir import Graph
 
 
 class AutoStage(enum.IntEnum):

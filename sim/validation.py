@@ -22,7 +22,7 @@ import models
 from . import simulate
 from .cost import op_cost
 from .engine import Engine
-from .hardware import load_system
+from .hardware.system import load_system
 from .options import Options, TensorLocationSettings
 from .program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
 from .strategy import ShardedExecution
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.validation", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=REPORT, help=f"markdown file (default: {REPORT})")
     args = parser.parse_args(argv)
-    from .report import atomic_write
+    from .results.report import atomic_write
     text = report()
     atomic_write(args.output, lambda tmp: Path(tmp).write_text(text))
     print(text)

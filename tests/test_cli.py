@@ -9,8 +9,8 @@ import pytest
 import models
 import sim
 from sim.strategy import ShardedExecution
-from sim.cli import main
-from sim.report import OUTPUT_FILES, format_summary, write_outputs
+from sim.cli.main import main
+from sim.results.report import OUTPUT_FILES, format_summary, write_outputs
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SMALL = ["--num-layers", "2"]  # the default model (BERT-base, micro-batch 1) with 2 layers
@@ -151,9 +151,8 @@ def test_help_exits_0(capsys):
 
 # --- issue 4: multi-IPU and host-IO flags ----------------------------------------------------
 from sim.options import OverlapMode, TensorLocationSettings  # noqa: E402
-from sim.report import compute_pass, pipeline_phases, timeline_figure  # noqa: E402
-from sim.strategy import (ParallelPhasedExecution, Phase, SerialPhasedExecution,  # noqa: E402
-                          Stage, SyncPattern)
+from sim.results.report import compute_pass, pipeline_phases, timeline_figure  # noqa: E402
+from sim.strategy import ParallelPhasedExecution, Phase, SerialPhasedExecution, Stage, SyncPattern
 
 PIPE = ["--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--layers-per-ipu", "1,1,1,1",
         "--system", "ipu-m2000"]  # 5 forward stages (the tied head is a stage on IPU 0)

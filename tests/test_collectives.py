@@ -10,16 +10,18 @@ import re
 import numpy as np
 import pytest
 
-from sim.collective_cli import main as collective_main
-from sim.collective_cli import parse_bytes
-from sim.collectives import (bus_factor, collective_item, comm_group, comm_group_assignment, groups_of,
-                             plan_collective, replica_group, replica_grouping, run_collective)
+from sim.cli.collective import main as collective_main
+from sim.cli.collective import parse_bytes
+from sim.results.collective import run_collective
+from sim.schedule.collectives import (bus_factor, collective_item, comm_group,
+                                      comm_group_assignment, groups_of, plan_collective,
+                                      replica_group, replica_grouping)
 from sim.engine import Engine
 from sim.errors import OptionsError
-from sim.hardware import load_system
+from sim.hardware.system import load_system
 from sim.options import CommGroupType
 from sim.program import Compute, IpuCopy, OpSteps, Sequence
-from sim.topology import hops, route
+from sim.hardware.topology import hops, route
 
 MiB = 2**20
 
@@ -283,7 +285,7 @@ def test_cli_bad_input_exits_2_with_a_clear_error(capsys, argv, message):
 def test_python_dash_m_runs_the_cli():
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "sim.collective_cli", "--system", "ipu-pod16", "--op",
+    out = subprocess.run([sys.executable, "-m", "sim.cli.collective", "--system", "ipu-pod16", "--op",
                           "all-gather", "--bytes", "1KiB", "--replicas", "4", "--json"],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["op"] == "all-gather"

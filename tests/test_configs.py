@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sim.errors import ConfigError
-from sim.hardware import CONFIG_DIR, available_systems, load_system
+from sim.hardware.system import CONFIG_DIR, available_systems, load_system
 
 HARDWARE_CSV = Path(__file__).parents[2] / "shared" / "calibration" / "hardware.csv"
 

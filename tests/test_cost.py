@@ -11,7 +11,7 @@ import models
 import sim
 from sim.cost import op_cost
 from sim.cost.amp import plan_matmul
-from sim.graph import GraphBuilder
+from sim.graph.ir import GraphBuilder
 
 MK2 = sim.load_system("ipu-mk2").ipu
 TILES = MK2.tiles

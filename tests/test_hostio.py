@@ -18,7 +18,7 @@ import pytest
 import models
 import sim
 import sim.engine
-from sim.graph import GraphBuilder
+from sim.graph.ir import GraphBuilder
 from sim.options import OverlapMode
 from sim.program import Sync, leaves
 from sim.strategy import ShardedExecution, SyncPattern

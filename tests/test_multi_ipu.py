@@ -30,9 +30,9 @@ import pytest
 
 import models
 import sim
-import sim.compiler
-from sim.graph import GraphBuilder
-from sim.memory import analyse_ipu
+import sim.compiler.executable as compiler
+from sim.graph.ir import GraphBuilder
+from sim.compiler.memory import analyse_ipu
 from sim.options import OutputMode, OverlapMode, TensorLocationSettings
 from sim.program import Repeat, Sequence
 from sim.strategy import (Liveness, ParallelPhasedExecution, Phase, PipelinedExecution,
@@ -268,7 +268,7 @@ def test_bert_large_lamb_state_off_chip_fits_and_saves_the_state_per_tile(bert_l
         assert 0 < m["peak_tile_bytes"] <= m["tile_capacity_bytes"]
         assert "state" not in m["by_role"]  # no optimizer state on chip
     # the same model with the state on chip, memory analysed without the out-of-memory check
-    monkeypatch.setattr(sim.compiler, "analyse_ipu", functools.partial(analyse_ipu, check=False))
+    monkeypatch.setattr(compiler, "analyse_ipu", functools.partial(analyse_ipu, check=False))
     on_chip = sim.compile(bert_large, M2000, bert_large_options(off_chip=False), training=True, optimizer="lamb")
     g = on_chip.graph
     params = sum(g.tensors[w].numel for w in {t for op in g.ops if op.pass_ == "update" and op.ipu == 1

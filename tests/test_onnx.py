@@ -432,7 +432,7 @@ def test_a_torch_export_imports():
 
 def test_ipusim_run_takes_an_onnx_file(tmp_path, capsys):
     """`ipusim run --onnx PATH` runs an ONNX model with every run flag (here replicas, training)."""
-    from sim import cli
+    from sim.cli import main as cli
     path = tmp_path / "mlp.onnx"
     onnx.save(mlp_model(), str(path))
     assert cli.main(["run", "--onnx", str(path), "--micro-batch", "16", "--system", "ipu-m2000", "--replicas", "2",

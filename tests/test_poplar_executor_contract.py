@@ -17,7 +17,8 @@ import pytest
 
 import models
 import sim
-from sim import OutputMode, perfcounters
+from sim import OutputMode
+from sim.results import perfcounters
 
 MODES = {"All": (OutputMode.All, None), "Final": (OutputMode.Final, None),
          "Sum": (OutputMode.Sum, None), "EveryN(2)": (OutputMode.EveryN, 2)}

@@ -7,7 +7,7 @@ import pytest
 
 import sim
 from sim import popxl
-from sim.collectives import groups_of
+from sim.schedule.collectives import groups_of
 from sim.errors import GraphError, IpuSimError, OptionsError
 from sim.popxl import ops
 from sim.program import Collective

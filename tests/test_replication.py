@@ -7,7 +7,7 @@ import pytest
 
 import models
 import sim
-from sim.collectives import plan_collective
+from sim.schedule.collectives import plan_collective
 from sim.options import TensorLocationSettings
 from sim.program import Collective, leaves
 

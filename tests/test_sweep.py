@@ -4,8 +4,8 @@ import pytest
 
 import models
 import sim
-from sim import cli
-from sim.sweep import grid_points, sweep
+from sim.cli import main as cli
+from sim.cli.sweep import grid_points, sweep
 
 
 def test_grid_is_the_product_in_order():

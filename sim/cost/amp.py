@@ -20,16 +20,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..hardware import IPU
+from ..hardware.system import IPU
 from .exchange import exchange_cycles
+from .opcost import TileProfile
 from .vector import spread, tile_cycles
-
-if TYPE_CHECKING:
-    from . import TileProfile
 
 PARTIALS_BYTES = 4  # AMP partial sums are fp32 (PopTorch's default matmul partials type)
 
@@ -50,13 +47,12 @@ class MatmulPlan:
     fits: bool
 
     def profile(self, ipu: IPU, tiles: int, itemsize: int, b_is_weight: bool,
-                conv: tuple[int, int] | None = None) -> "TileProfile":
+                conv: tuple[int, int] | None = None) -> TileProfile:
         """Per-tile compute cycles, bytes in and temporary bytes of this plan (all pieces).
 
         Blocks are as even as the dimensions allow: the first ``d % p`` blocks of a split
         dimension hold one more row than the others, so tiles are unevenly loaded.
         """
-        from . import TileProfile
         pg, pm, pn, pk = self.splits
         G, M, K, N = self.dims
 

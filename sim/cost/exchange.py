@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..hardware import IPU
+from ..hardware.system import IPU
 
 
 def exchange_cycles(max_bytes_per_tile: float, ipu: IPU) -> int:

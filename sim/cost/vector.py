@@ -12,7 +12,8 @@ import tomllib
 from functools import lru_cache
 
 from ..errors import ConfigError, UnsupportedOpError
-from ..hardware import CONFIG_DIR, IPU
+from ..hardware.configs import CONFIG_DIR
+from ..hardware.system import IPU
 
 VECTOR_OPS_FILE = CONFIG_DIR / "_vector-ops.toml"
 

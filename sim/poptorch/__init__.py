@@ -32,8 +32,8 @@ from .annotations import (BeginBlock, Block, BlockFunction, MultiConv, NameScope
 from .dataloader import AsynchronousDataAccessor, DataLoader
 from .enums import (AutoStage, CommGroupType, ConnectionType, DataLoaderMode,
                     HalfFloatCastingBehavior, Liveness, MatMulSerializationMode,
-                    MeanReductionStrategy, MultiConvPlanType, OutputMode, OverlapMode, ReductionType,
-                    SharingStrategy, SyncPattern, VariableRetrievalMode)
+                    MeanReductionStrategy, MultiConvPlanType, OutputMode, OverlapMode,
+                    ReductionType, SharingStrategy, SyncPattern, VariableRetrievalMode)
 from .executor import PoplarExecutor, inferenceModel, load, trainingModel
 from .options import (ConfigFileError, Options, ParallelPhasedExecution, Phase, PipelinedExecution,
                       SerialPhasedExecution, ShardedExecution, Stage, TensorLocationSettings)

@@ -25,7 +25,7 @@ from torch.utils import _pytree as pytree
 
 from ..errors import GraphError, UnsupportedOpError
 from ..options import OverlapMode
-from ..graph import Graph, GraphBuilder
+from ..graph.ir import Graph, GraphBuilder
 from . import _state
 from .annotations import block_hooks
 

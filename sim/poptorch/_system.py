@@ -8,7 +8,7 @@ ipu-mk2 (1 IPU), ipu-m2000 (4), ipu-pod16, ipu-pod64, ipu-pod128, ipu-pod256.
 
 from __future__ import annotations
 
-from ..hardware import System, choose_system
+from ..hardware.system import System, choose_system
 
 
 def round_num_ipus(n: int) -> int:

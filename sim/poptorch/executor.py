@@ -24,7 +24,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .. import compile as sim_compile
-from ..compiler import check_overlap
+from ..compiler.executable import check_overlap
 from .. import run_executable
 from ..errors import OptionsError, UnsupportedOpError
 from ..strategy import PipelinedExecution, ShardedExecution, assign
@@ -360,7 +360,7 @@ class PoplarExecutor:
         return copy.deepcopy(self._run.perf_counters)
 
     def _latency(self, start, start_reduce, end, end_reduce):
-        from .. import perfcounters
+        from ..results import perfcounters
         return perfcounters.latency(self.getPerfCounters(), start, start_reduce, end, end_reduce)
 
     def getLatency(self):

@@ -352,7 +352,7 @@ class Options(_Frozen, _sim_options.Options):
         Without it the system comes from the ``IPUSIM_SYSTEM`` environment variable, or is
         the smallest Mk2 system holding IPUs-per-replica x replicas.
         """
-        from ..hardware import load_system
+        from ..hardware.system import load_system
         load_system(name_or_path)  # fail now, not at the first call
         self.simulated_system = str(name_or_path)
         self._record("simulatedSystem", str(name_or_path))

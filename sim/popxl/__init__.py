@@ -14,49 +14,19 @@ simulator does something different it says so in the run's notes and in docs/pop
 from __future__ import annotations
 
 from . import dtypes, ops, transforms
-from .context import (
-    gcg,
-    get_current_context,
-    get_current_graph,
-    get_main_graph,
-    gmg,
-    in_sequence,
-    io_tiles,
-    ipu,
-    name_scope,
-)
-from .dtypes import (
-    bool,
-    dtype,
-    float16,
-    float32,
-    float64,
-    half,
-    int8,
-    int32,
-    int64,
-    uint8,
-    uint32,
-    uint64,
-)
-from .dtypes import float as float
+from .context import (gcg, get_current_context, get_current_graph, get_main_graph, gmg, in_sequence,
+                      io_tiles, ipu, name_scope)
+from .dtypes import (bool, dtype, float16, float32, float64, half, int8, int32, int64, uint8,
+                     uint32, uint64)
+from .dtypes import float
 from .errors import NotModelledError, PopXLError, SessionIOError, not_modelled
 from .graph import Graph
 from .ir import Ir, ReplicaGrouping, SessionOptions
 from .module import Module
 from .session import Session
 from .streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
-from .tensor import (
-    Constant,
-    GradTensor,
-    Tensor,
-    TensorSpec,
-    Variable,
-    constant,
-    graph_input,
-    graph_output,
-    variable,
-)
+from .tensor import (Constant, GradTensor, Tensor, TensorSpec, Variable, constant, graph_input,
+                     graph_output, variable)
 
 TensorByRef = Tensor  # PopXL's type hint for inputs passed by reference: the same here
 

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Self
 
-from ..graph import GraphBuilder, Op
+from ..graph.ir import GraphBuilder, Op
 from . import dtypes
 from .context import get_current_context
 from .errors import NotModelledError, PopXLError

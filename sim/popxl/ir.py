@@ -14,8 +14,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from ..collectives import groups_of
-from ..collectives import replica_grouping as _assignment
+from ..schedule.collectives import groups_of
+from ..schedule.collectives import replica_grouping as _assignment
 from .errors import PopXLError
 from .graph import Graph
 from .tensor import Tensor, TensorSpec, graph_input, graph_output

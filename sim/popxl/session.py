@@ -25,9 +25,9 @@ import numpy as np
 from .. import compile as sim_compile
 from .. import run_executable
 from ..errors import GraphError, OptionsError
-from ..hardware import choose_system
+from ..hardware.system import choose_system
 from ..options import Options, OutputMode
-from ..report import format_summary
+from ..results.report import format_summary
 from ..strategy import ShardedExecution
 from .errors import PopXLError, SessionIOError
 from .ir import Ir

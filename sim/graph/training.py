@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .errors import GraphError, OptionsError
-from .graph import Graph, Op
+from ..errors import GraphError, OptionsError
+from .ir import Graph, Op
 
 #: optimizer name -> number of fp32 state tensors per weight, update op kind
 OPTIMIZERS = {

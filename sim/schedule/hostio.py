@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cost.exchange import exchange_cycles
-from .errors import OptionsError
-from .graph import Graph
-from .program import Compute, OpSteps, StreamCopy, Sync
-from .strategy import SyncPattern
-from .topology import sync_cycles
+from ..cost.exchange import exchange_cycles
+from ..errors import OptionsError
+from ..graph.ir import Graph
+from ..program import Compute, OpSteps, StreamCopy, Sync
+from ..strategy import SyncPattern
+from ..hardware.topology import sync_cycles
 
 
 def sync_group(pattern: SyncPattern, ipu: int, replica_ipus: list[int]) -> list[int]:

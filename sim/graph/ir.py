@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from .errors import GraphError
+from ..errors import GraphError
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
 _DTYPE_ALIASES = {

@@ -20,9 +20,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from .configs import CONFIG_DIR, available_systems
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
 @dataclass(frozen=True)
@@ -169,11 +169,6 @@ def choose_system(ipus_needed: int, explicit=None, explicit_source: str = "",
             return system, f"the smallest Mk2 system with {ipus_needed} IPU(s)"
     raise ConfigError(f"the run needs {ipus_needed} IPUs, more than the largest Mk2 system ({MK2_SYSTEMS[-1]}); "
                       f"{how_to_choose or 'choose a system'} or set {SYSTEM_ENV_VAR}")
-
-
-def available_systems() -> list[str]:
-    """Names of the systems in ``configs/``, sorted."""
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml") if not p.stem.startswith("_"))
 
 
 def _resolve(name_or_path: str | Path) -> Path:

@@ -1,6 +1,6 @@
 """Benchmarks of the simulator's own speed, as ratios to raw SimPy speed on the same machine.
 
-Run ``python -m sim.bench`` (or ``ipusim bench``). Each workload is simulated ``repeats`` times;
+Run ``python -m sim.cli.bench`` (or ``ipusim bench``). Each workload is simulated ``repeats`` times;
 the best wall time is reported next to the raw SimPy event rate measured in the same process,
 and as "raw-event equivalents" (wall time x raw rate): how many bare SimPy timeouts the
 machine could have processed in the time the simulation took. That ratio, not the seconds,
@@ -17,8 +17,8 @@ import simpy
 
 import models
 
-from . import OutOfMemoryError, Options, compile, run_executable
-from .options import TensorLocationSettings
+from .. import OutOfMemoryError, Options, compile, run_executable
+from ..options import TensorLocationSettings
 
 
 def raw_simpy_rate(events: int = 200_000) -> float:

@@ -2,7 +2,7 @@
 
     ipusim collective --system ipu-pod64 --op all-reduce --bytes 64MiB --replicas 64
     ipusim collective --system ipu-pod128 --op all-reduce --bytes 1GiB --replicas 128 --algorithm ring --json
-    python -m sim.collective_cli --system ipu-pod16 --op reduce-scatter --bytes 16MB --replicas 16
+    python -m sim.cli.collective --system ipu-pod16 --op reduce-scatter --bytes 16MB --replicas 16
 
 The collective runs through the engine as a program of one Collective over the members (the
 first IPU of each replica), so the time printed is the engine's. It prints the time, the
@@ -22,9 +22,10 @@ import re
 import sys
 
 from .argtypes import positive_int
-from .collectives import ALGORITHMS, OPS, normalize_op, run_collective
-from .errors import IpuSimError, OptionsError
-from .hardware import load_system
+from ..results.collective import run_collective
+from ..schedule.collectives import ALGORITHMS, OPS, normalize_op
+from ..errors import IpuSimError, OptionsError
+from ..hardware.system import load_system
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from .errors import OptionsError
-from .graph import Graph, Op
+from ..errors import OptionsError
+from ..graph.ir import Graph, Op
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
 

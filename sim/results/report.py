@@ -17,9 +17,9 @@ from typing import Callable
 
 import numpy as np
 
-from .options import OutputMode
-from .program import CATEGORIES
-from .results import Run
+from ..options import OutputMode
+from ..program import CATEGORIES
+from .run import Run
 
 #: colours of the timeline, by task kind (anything else is grey); compute is coloured by pass
 KIND_COLOURS = {"compute": "tab:blue", "host_io": "tab:orange", "sync": "tab:gray",

@@ -8,8 +8,8 @@ accumulation loop.
 
 from __future__ import annotations
 
-from .program import IpuCopy, Repeat, Sequence
-from .schedule import Context, device_iteration_loop
+from ..program import IpuCopy, Repeat, Sequence
+from .context import Context, device_iteration_loop
 
 
 def _micro_batch(ctx: Context, with_outputs: bool) -> Sequence:

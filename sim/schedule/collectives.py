@@ -37,10 +37,10 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from .errors import OptionsError
-from .hardware import System
-from .program import Collective, Sequence
-from .topology import crosses_gw_link, hops, route
+from ..errors import OptionsError
+from ..hardware.system import System
+from ..program import Collective, Sequence
+from ..hardware.topology import crosses_gw_link, hops, route
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 ALGORITHMS = ("ring", "bidirectional_ring", "meet_in_middle", "broadcast_reduce", "hierarchical")
@@ -248,48 +248,6 @@ def collective_item(system: System, op: str, nbytes: int, members: list[int], al
     item = Collective(tuple(members), plan.op, nbytes, len(members), plan.algorithm, plan.phases,
                       link_resources(system, plan.edges), label)
     return item, plan
-
-
-@dataclass(frozen=True)
-class CollectiveResult:
-    """A collective simulated by the engine. Bandwidths in bytes per second."""
-
-    plan: CollectivePlan
-    cycles: int  # the engine's
-    seconds: float
-    system: str
-
-    @property
-    def algorithm_bandwidth(self) -> float:
-        """``S / t``: the tensor's bytes over the time."""
-        return self.plan.nbytes / self.seconds if self.seconds else 0.0
-
-    @property
-    def bus_bandwidth(self) -> float:
-        """NCCL convention: algorithm bandwidth x :func:`bus_factor`."""
-        return self.algorithm_bandwidth * bus_factor(self.plan.op, self.plan.group_size)
-
-    def summary(self) -> dict:
-        p = self.plan
-        return {"system": self.system, "op": p.op.replace("_", "-"), "bytes": p.nbytes, "replicas": p.group_size,
-                "algorithm": p.algorithm, "seconds": self.seconds, "cycles": self.cycles, "steps": p.steps,
-                "algorithm_bandwidth": self.algorithm_bandwidth, "bus_bandwidth": self.bus_bandwidth,
-                "phases": [list(ph) for ph in p.phases]}
-
-
-def run_collective(system: System | str, op: str, nbytes: int, members: list[int],
-                   algorithm: str = "auto") -> CollectiveResult:
-    """Simulate one collective over ``members`` alone: a program of one Collective, run by the engine."""
-    from .engine import Engine
-    from .hardware import load_system
-    system = load_system(system)
-    bad = [m for m in members if not 0 <= m < system.num_ipus]
-    if bad:
-        raise OptionsError(f"IPU {bad[0]} is not in system {system.name!r}, which has {system.num_ipus} IPUs")
-    item, plan = collective_item(system, op, nbytes, members, algorithm)
-    timeline = Engine(system).run(Sequence([item], name="collective"))
-    cycles = int(timeline.total_cycles)
-    return CollectiveResult(plan, cycles, system.cycles_to_seconds(cycles), system.name)
 
 
 def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str) -> list[Collective]:

@@ -24,13 +24,13 @@ from pathlib import Path
 import models
 import sim
 
-from . import bench, collective_cli, sweep
+from . import bench, collective as collective_cli, sweep
 from .argtypes import positive_int
-from .options import OutputMode, OverlapMode, TensorLocationSettings
-from .strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
-                       ShardedExecution, Stage, SyncPattern)
-from .report import format_summary, prepare_directory, to_json, write_outputs
-from .training import OPTIMIZERS
+from ..options import OutputMode, OverlapMode, TensorLocationSettings
+from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
+                        ShardedExecution, Stage, SyncPattern)
+from ..results.report import format_summary, prepare_directory, to_json, write_outputs
+from ..graph.training import OPTIMIZERS
 
 DEFAULT_SYSTEM = "ipu-mk2"
 DEFAULT_MODEL = "bert-base"
@@ -245,7 +245,7 @@ def _onnx_graph(args, parser) -> sim.Graph:
     if args.model is not None:
         parser.error("give either --model or --onnx, not both")
     try:
-        from . import onnx as sim_onnx
+        from .. import onnx as sim_onnx
     except ImportError as e:
         parser.error(f"--onnx needs the onnx package: pip install -e '.[onnx]' ({e})")
     if not args.onnx.is_file():

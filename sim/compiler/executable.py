@@ -12,20 +12,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import phased, pipeline, replicated_ops, sharded
-from .cost import OpCost, op_cost
-from .errors import GraphError, OptionsError
-from .graph import Graph
-from .hardware import System, load_system
+from ..schedule import phased, pipeline, replicated_ops, sharded
+from ..cost import OpCost, op_cost
+from ..errors import GraphError, OptionsError
+from ..graph.ir import Graph
+from ..hardware.system import System, load_system
 from .memory import IpuMemory, analyse_ipu
-from .options import Options, OutputMode, OverlapMode
-from .hostio import io_tile_buffer_check
-from .program import Sequence
-from .schedule import Context
-from .stages import StageWork, split_stages
-from .strategy import PipelinedExecution, ShardedExecution, assign
-from .topology import check_fits
-from .training import Optimizer, expand_training
+from ..options import Options, OutputMode, OverlapMode
+from ..schedule.hostio import io_tile_buffer_check
+from ..program import Sequence
+from ..schedule.context import Context
+from ..schedule.stages import StageWork, split_stages
+from ..strategy import PipelinedExecution, ShardedExecution, assign
+from ..hardware.topology import check_fits
+from ..graph.training import Optimizer, expand_training
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference
 _BUILDERS = {"single": pipeline.build, "pipelined": pipeline.build, "sharded": sharded.build,

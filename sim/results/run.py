@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from . import perfcounters
-from .compiler import Executable
-from .engine import Timeline
-from .program import CATEGORIES
+from ..compiler.executable import Executable
+from ..engine import Timeline
+from ..program import CATEGORIES
 
 TRACE_COLUMNS = ["ipu", "replica", "kind", "name", "start", "end", "cycles", "bytes"]
 

@@ -10,8 +10,8 @@ apart; the default (no group size) is every replica.
 from __future__ import annotations
 
 from .collectives import plan_collective, replica_grouping
-from .graph import Op
-from .program import Collective
+from ..graph.ir import Op
+from ..program import Collective
 
 KINDS = {"replicated_all_reduce": "all_reduce", "replicated_reduce_scatter": "reduce_scatter",
          "replicated_all_gather": "all_gather", "replicated_all_to_all": "all_to_all"}

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 
-from .errors import OptionsError
-from .hardware import System
+from ..errors import OptionsError
+from .system import System
 
 
 def replica_ipus(replica: int, ipus_per_replica: int) -> list[int]:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .graph import Op
-from .program import IpuCopy, RemoteCopy, Repeat, Sequence
-from .schedule import Context, device_iteration_loop
+from ..graph.ir import Op
+from ..program import IpuCopy, RemoteCopy, Repeat, Sequence
+from .context import Context, device_iteration_loop
 from .stages import StageWork
-from .strategy import Liveness
+from ..strategy import Liveness
 
 _ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import IpuSimError
-from .program import CATEGORIES
+from ..errors import IpuSimError
+from ..program import CATEGORIES
 
 
 class PointError(Exception):
@@ -32,7 +32,7 @@ class PointError(Exception):
 
 def run_point(argv: list[str]) -> dict:
     """Simulate one point (``ipusim run`` flags) and return its row."""
-    from . import cli  # the run flags and their meaning live in the CLI
+    from . import main as cli  # the run flags and their meaning live in the CLI
     parser = cli.build_parser()
     run_parser = parser._subparsers._group_actions[0].choices["run"]
 
@@ -110,7 +110,7 @@ def _cmd_sweep(args, parser) -> int:
     except PointError as e:
         parser.error(str(e))
     if args.csv:
-        from .report import atomic_write
+        from ..results.report import atomic_write
         atomic_write(Path(args.csv), lambda tmp: table.to_csv(tmp, index=False))
     with pd.option_context("display.width", 220, "display.max_columns", 30):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))

@@ -15,10 +15,10 @@ micro-batches.
 
 from __future__ import annotations
 
-from .errors import OptionsError
-from .options import OutputMode
-from .program import IpuCopy, Repeat, Sequence
-from .schedule import Context, device_iteration_loop
+from ..errors import OptionsError
+from ..options import OutputMode
+from ..program import IpuCopy, Repeat, Sequence
+from .context import Context, device_iteration_loop
 
 
 def check_depth(ctx: Context) -> None:

@@ -14,14 +14,14 @@ import numpy as np
 
 from . import replicated_ops
 from .collectives import per_position
-from .cost import OpCost
-from .graph import Graph, Op
-from .hardware import System
+from ..cost import OpCost
+from ..graph.ir import Graph, Op
+from ..hardware.system import System
 from .hostio import host_transfers
-from .options import Options, OutputMode
-from .program import Compute, OpSteps, RemoteCopy, Sequence, Sync
+from ..options import Options, OutputMode
+from ..program import Compute, OpSteps, RemoteCopy, Sequence, Sync
 from .stages import StageWork
-from .topology import replica_ipus, sync_cycles
+from ..hardware.topology import replica_ipus, sync_cycles
 
 
 @dataclass
@@ -201,7 +201,7 @@ class Context:
 
 def device_iteration_loop(ctx: Context, step) -> Sequence:
     """``deviceIterations`` runs of ``step(with_outputs)``, honouring OutputMode.EveryN."""
-    from .program import Repeat
+    from ..program import Repeat
     o = ctx.options
     main = Sequence(name="main")
     if ctx.mode == OutputMode.EveryN and o.output_return_period > 1:

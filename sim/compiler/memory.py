@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import FREE, OpCost
-from .errors import OutOfMemoryError
-from .graph import Graph, Op
+from ..cost import FREE, OpCost
+from ..errors import OutOfMemoryError
+from ..graph.ir import Graph, Op
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
 ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")

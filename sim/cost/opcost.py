@@ -1,0 +1,69 @@
+"""What an op costs: cycles, bytes and the per-tile vectors behind them.
+
+An :class:`OpCost` is in cycles of the IPU clock and bytes; its :class:`TileProfile` holds one
+entry per compute tile, so load imbalance stays visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TileProfile:
+    """Per-tile vectors of one op (one entry per compute tile): compute cycles, bytes received
+    and temporary bytes. The op's compute time is the busiest tile's."""
+
+    compute: np.ndarray
+    bytes_in: np.ndarray
+    temp: np.ndarray
+
+    @staticmethod
+    def padded(tiles: int, compute, bytes_in, temp) -> "TileProfile":
+        """Vectors for the first tiles, zero on the idle rest."""
+        def pad(v):
+            out = np.zeros(tiles)
+            v = np.broadcast_to(np.asarray(v, dtype=float), (len(np.atleast_1d(compute)),))
+            out[:len(v)] = v
+            return out
+        return TileProfile(pad(compute), pad(bytes_in), pad(temp))
+
+    @staticmethod
+    def uniform(tiles: int, used: int, compute: float, bytes_in: float = 0, temp: float = 0) -> "TileProfile":
+        return TileProfile.padded(tiles, np.full(max(used, 1), float(compute)), bytes_in, temp)
+
+
+def _counts(total: int, used: int) -> np.ndarray:
+    """``total`` items over ``used`` tiles as evenly as possible (the first tiles get one more)."""
+    used = max(1, used)
+    return total // used + (np.arange(used) < total % used)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Cost of one op on one IPU. Cycles are IPU clock cycles, bytes are bytes.
+
+    ``cycles = exchange_cycles + compute_cycles + sync_cycles``: the op's exchange phases, the
+    compute sets on the busiest tile (BSP: the slowest tile sets the pace) and the on-chip
+    barriers between them.
+    """
+
+    compute_cycles: int
+    exchange_cycles: int
+    sync_cycles: int
+    supersteps: int  # compute sets
+    flops: float
+    exchange_bytes: int  # bytes received over all tiles
+    tiles_used: int
+    temp_bytes_per_tile: int  # peak temporary memory on the busiest tile
+    plan: str = ""
+    profile: TileProfile | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def cycles(self) -> int:
+        return self.compute_cycles + self.exchange_cycles + self.sync_cycles
+
+
+FREE = OpCost(0, 0, 0, 0, 0.0, 0, 0, 0, "view: no data moves")

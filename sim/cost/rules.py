@@ -1,0 +1,301 @@
+"""Cost rules: which model prices each op kind, and the cache that prices identical ops once.
+
+:func:`op_cost` prices an op of a :class:`~sim.graph.Graph` on ``tiles`` compute tiles of an
+:class:`~sim.hardware.IPU`. The result, an :class:`OpCost`, is in cycles of the IPU clock and
+bytes. Costs are cached by the op's *signature* (kind, shapes, dtypes, attributes, tiles), so
+the 24 identical layers of BERT are priced once.
+
+An op kind the model does not know raises :class:`~sim.errors.UnsupportedOpError`; a custom
+op can carry its own cost (kind ``"custom"``, see :func:`_custom`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from functools import lru_cache
+
+import numpy as np
+
+from ..errors import UnsupportedOpError
+from ..graph.ir import DTYPE_BYTES, Graph, Op
+from ..hardware.system import IPU
+from .amp import plan_matmul
+from .exchange import exchange_cycles
+from .opcost import FREE, OpCost, TileProfile, _counts
+from .vector import cycles_per_vector, row_tile_cycles, spread, tile_cycles
+
+
+_VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
+_UNARY = {"relu", "gelu", "tanh", "sigmoid", "exp", "scale", "dropout", "cast", "copy",
+          "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "accumulate",
+          "sgd_update", "adam_update", "lamb_update", "loss_grad", "mul", "add", "sub", "div",
+          "reduce_mean_grad", "reduce_sum_grad"}
+_ROW_OPS = {"softmax", "layernorm", "softmax_grad", "layernorm_grad", "softmax_cross_entropy",
+            "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
+_VECTOR_KIND = {"cast": "scale", "reduce_mean_grad": "scale", "reduce_sum_grad": "scale",
+                "softmax_cross_entropy": "loss", "mse_loss": "loss",
+                "softmax_cross_entropy_grad": "loss_grad", "mse_loss_grad": "loss_grad",
+                "embedding_grad": "scatter_add"}
+
+
+def _freeze(v):
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def op_signature(op: Op, graph: Graph) -> tuple:
+    """Everything about an op that its cost depends on (not its name)."""
+    ins = tuple((t.shape, t.dtype, t.role) for t in (graph.tensors[n] for n in op.inputs))
+    outs = tuple((t.shape, t.dtype) for t in (graph.tensors[n] for n in op.outputs))
+    return (op.kind, ins, outs, _freeze(op.attrs))
+
+
+def op_cost(op: Op, graph: Graph, ipu: IPU, tiles: int, memory_proportion: float = 0.6) -> OpCost:
+    """Cost of ``op`` on ``tiles`` compute tiles of ``ipu``."""
+    try:
+        return _cost(op_signature(op, graph), ipu, tiles, memory_proportion)
+    except UnsupportedOpError as e:
+        raise UnsupportedOpError(f"op {op.name!r} (kind {op.kind!r}): {e}") from None
+
+
+@lru_cache(maxsize=65536)
+def _cost(sig: tuple, ipu: IPU, tiles: int, memory_proportion: float) -> OpCost:
+    kind, ins, outs, attrs = sig
+    attrs = dict(attrs)
+    if kind in _VIEWS:
+        return FREE
+    cost = _rule(kind, ins, outs, attrs, ipu, tiles, memory_proportion)
+    if cost.profile is None:
+        cost = replace(cost, profile=TileProfile.uniform(tiles, cost.tiles_used, cost.compute_cycles,
+                                                         cost.exchange_bytes / max(cost.tiles_used, 1),
+                                                         cost.temp_bytes_per_tile))
+    return cost
+
+
+def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float) -> OpCost:
+    if kind == "matmul":
+        return _matmul(ins, attrs, ipu, tiles, memory_proportion)
+    if kind in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
+        return _conv(kind, ins, outs, attrs, ipu, tiles, memory_proportion)
+    if kind == "custom":
+        return _custom(attrs, ipu, tiles)
+    if kind == "transpose":
+        return _transpose(outs, ipu, tiles)
+    if kind in _ROW_OPS:
+        return _rows(kind, ins, ipu, tiles)
+    if kind in ("batchnorm", "batchnorm_grad"):
+        return _batchnorm(kind, ins, ipu, tiles)
+    if kind in ("maxpool", "avgpool", "maxpool_grad", "avgpool_grad"):
+        return _pool(kind, ins, outs, attrs, ipu, tiles)
+    if kind in ("gather", "embedding_grad"):
+        return _gather(kind, ins, outs, ipu, tiles)
+    if kind in ("reduce_sum", "reduce_mean", "reduce_max"):
+        return _reduce(ins, outs, ipu, tiles)
+    if kind in _UNARY:
+        return _elementwise(kind, ins, outs, ipu, tiles)
+    raise UnsupportedOpError("the cost model has no rule for this op kind")
+
+
+def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, exch_bytes: int,
+            used: int, temp: int = 0, plan: str = "", profile: TileProfile | None = None,
+            tiles: int | None = None) -> OpCost:
+    """An OpCost; without a profile, the work is taken as even over the ``used`` tiles."""
+    syncs = supersteps * (2 if exch else 1) * ipu.internal_sync_cycles
+    if profile is None and tiles:
+        profile = TileProfile.uniform(tiles, used, compute, exch_bytes / max(used, 1), temp)
+    return OpCost(int(compute), int(exch), int(syncs), supersteps, float(flops), int(exch_bytes),
+                  int(used), int(temp), plan, profile)
+
+
+def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
+    out_shape, out_dtype = outs[0]
+    itemsize = max(DTYPE_BYTES[out_dtype], max(DTYPE_BYTES[d] for _, d, _ in ins))
+    n = math.prod(out_shape)
+    used, per_tile = spread(n, itemsize, ipu, tiles)
+    # a broadcast operand smaller than the output reaches every tile that needs a part of it
+    bcast = sum(min(math.prod(s), per_tile) * DTYPE_BYTES[d] for s, d, _ in ins if math.prod(s) < n)
+    exch = exchange_cycles(bcast, ipu)
+    vec_kind = _VECTOR_KIND.get(kind, kind)
+    compute = tile_cycles(per_tile, itemsize, vec_kind, ipu)
+    counts = _counts(n, used)
+    per_tile_cycles = ipu.vertex_overhead_cycles + np.ceil(
+        np.ceil(counts * itemsize / ipu.vector_bytes_per_cycle) * cycles_per_vector(vec_kind))
+    profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
+    return _phases(ipu, compute, exch, 1, n, bcast * used, used, plan=f"{n} elements on {used} tiles",
+                   profile=profile)
+
+
+def _rows(kind, ins, ipu, tiles) -> OpCost:
+    shape, dtype, _ = ins[0]
+    length = shape[-1]
+    rows = math.prod(shape[:-1]) or 1
+    itemsize = DTYPE_BYTES[dtype]
+    vec_kind = _VECTOR_KIND.get(kind, kind)
+    if rows >= tiles:
+        per_tile = math.ceil(rows / tiles)
+        compute = row_tile_cycles(per_tile, length, itemsize, vec_kind, ipu)
+        return _phases(ipu, compute, 0, 1, rows * length * 5, 0, tiles,
+                       plan=f"{rows} rows of {length}, {per_tile} per tile")
+    # fewer rows than tiles: split each row over q tiles and combine partial statistics
+    q = max(1, tiles // rows)
+    part = math.ceil(length / q)
+    compute = row_tile_cycles(1, part, itemsize, vec_kind, ipu) + tile_cycles(2 * q, 4, "reduce", ipu)
+    exch = exchange_cycles(2 * q * 4, ipu) if q > 1 else 0
+    return _phases(ipu, compute, exch, 2 if q > 1 else 1, rows * length * 5, 2 * q * 4 * rows * q,
+                   rows * q, plan=f"{rows} rows of {length}, each over {q} tiles")
+
+
+def _matmul(ins, attrs, ipu, tiles, amp) -> OpCost:
+    (sa, da, _), (sb, _, rb) = ins[0], ins[1]
+    if attrs.get("transpose_a"):
+        sa = sa[:-2] + (sa[-1], sa[-2])
+    if attrs.get("transpose_b"):
+        sb = sb[:-2] + (sb[-1], sb[-2])
+    M, K, N = sa[-2], sa[-1], sb[-1]
+    if len(sb) == 2 or math.prod(sb[:-2]) == 1:  # shared right operand: fold A's batch into M
+        G, M = 1, M * math.prod(sa[:-2])
+    else:
+        G = max(math.prod(sa[:-2]), math.prod(sb[:-2]))
+    itemsize = DTYPE_BYTES[da]
+    plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp)
+    return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
+
+
+def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpCost:
+    cost = _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.supersteps, flops,
+                   plan.exchange_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe())
+    return replace(cost, profile=plan.profile(ipu, tiles, itemsize, b_is_weight, conv))
+
+
+def _conv(kind, ins, outs, attrs, ipu, tiles, amp) -> OpCost:
+    """conv2d and its two backward passes, all as AMP matmuls of the same FLOPs."""
+    x_shape, dtype, _ = ins[0]
+    k = attrs.get("kernel", 1)
+    stride = attrs.get("stride", 1)
+    groups = attrs.get("groups", 1)
+    if kind == "conv2d":
+        n, ci = x_shape[0], x_shape[1]
+        _, co, ho, wo = outs[0][0]
+    else:  # backward ops carry the forward shapes in their attributes
+        n, ci, co, ho, wo = (attrs[a] for a in ("n", "ci", "co", "ho", "wo"))
+    cig, cog = ci // groups, co // groups
+    positions = n * ho * wo
+    flops = 2.0 * positions * cig * k * k * cog * groups
+    itemsize = DTYPE_BYTES[dtype]
+    if cig == 1 and groups > 1:  # depthwise: the vector unit, one MAC per element per tap
+        used, per_tile = spread(positions * co, itemsize, ipu, tiles)
+        compute = tile_cycles(per_tile * k * k, itemsize, "mul", ipu)
+        exch = exchange_cycles(per_tile * itemsize * stride * stride, ipu)
+        return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used)
+    if kind == "conv2d":
+        conv, weight = (k, stride), True
+        plan = plan_matmul(groups, positions, cig * k * k, cog, itemsize, True, ipu, tiles, amp, conv=conv)
+    elif kind == "conv2d_grad_input":  # dX = dY (*) W^T: positions of the input, K = co*k*k
+        conv, weight = (k, 1), True
+        plan = plan_matmul(groups, n * x_shape[2] * x_shape[3] if len(x_shape) == 4 else positions,
+                           cog * k * k, cig, itemsize, True, ipu, tiles, amp, conv=conv)
+    else:  # dW = X^T dY: reduce over positions
+        conv, weight = None, False
+        plan = plan_matmul(groups, cig * k * k, positions, cog, itemsize, False, ipu, tiles, amp)
+    return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
+
+
+def _custom(attrs, ipu, tiles) -> OpCost:
+    """A user-priced op (like a Poplar codelet with its own cycle estimate).
+
+    Attributes: ``vertices`` (count), ``vertex_cycles`` (worker cycles of one vertex),
+    ``tiles`` (tiles it spreads over, default all), ``exchange_bytes_per_tile`` (received before
+    it runs), ``flops`` (for reports). A tile runs its vertices ``worker_threads`` at a time, and
+    a worker issues one instruction every ``worker_threads`` cycles.
+    """
+    used = min(tiles, int(attrs.get("tiles", tiles)))
+    vertices = int(attrs["vertices"])
+    per_tile = math.ceil(vertices / used)
+    w = ipu.worker_threads
+    compute = ipu.vertex_overhead_cycles + math.ceil(per_tile / w) * w * math.ceil(attrs["vertex_cycles"])
+    recv = float(attrs.get("exchange_bytes_per_tile", 0))
+    exch = exchange_cycles(recv, ipu)
+    return _phases(ipu, compute, exch, 1, attrs.get("flops", 0.0), int(recv * used), used,
+                   plan=f"{vertices} vertices, {per_tile} per tile on {used} tiles")
+
+
+def _transpose(outs, ipu, tiles) -> OpCost:
+    shape, dtype = outs[0]
+    itemsize = DTYPE_BYTES[dtype]
+    used, per_tile = spread(math.prod(shape), itemsize, ipu, tiles)
+    recv = per_tile * itemsize
+    return _phases(ipu, tile_cycles(per_tile, itemsize, "copy", ipu), exchange_cycles(recv, ipu), 1,
+                   0.0, recv * used, used, plan="layout change through the exchange")
+
+
+def _batchnorm(kind, ins, ipu, tiles) -> OpCost:
+    shape, dtype, _ = ins[0]
+    itemsize = DTYPE_BYTES[dtype]
+    n = math.prod(shape)
+    used, per_tile = spread(n, itemsize, ipu, tiles)
+    channels = shape[1]
+    # statistics: per-tile partial sums per channel, exchanged and combined
+    stats = min(channels, per_tile) * 2 * 4
+    compute = tile_cycles(per_tile, itemsize, kind, ipu) + tile_cycles(2 * channels, 4, "reduce", ipu)
+    return _phases(ipu, compute, exchange_cycles(stats, ipu), 2, 8.0 * n, stats * used, used)
+
+
+def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
+    shape, dtype, _ = ins[0]
+    itemsize = DTYPE_BYTES[dtype]
+    out_n = math.prod(outs[0][0])
+    window = attrs.get("kernel", 1) ** 2
+    used, per_tile = spread(out_n, itemsize, ipu, tiles)
+    reads = per_tile * window
+    halo = per_tile * itemsize * max(1, attrs.get("stride", 1)) ** 2
+    vec_kind = "pool_grad" if kind.endswith("_grad") else "pool"
+    return _phases(ipu, tile_cycles(reads, itemsize, vec_kind, ipu), exchange_cycles(halo, ipu), 1,
+                   float(out_n * window), halo * used, used)
+
+
+def _gather(kind, ins, outs, ipu, tiles) -> OpCost:
+    """Embedding lookup (multiSlice) or its gradient (multiUpdateAdd).
+
+    The table is spread over tiles; every tile receives all indices, copies the rows it owns,
+    and the rows are exchanged to where the output lives.
+    """
+    (ids_shape, _, _) = ins[0]
+    if kind == "gather":
+        table_shape, dtype, _ = ins[1]
+    else:
+        table_shape, dtype = outs[0]
+    itemsize = DTYPE_BYTES[dtype]
+    lookups = math.prod(ids_shape)
+    vocab, row = table_shape[0], math.prod(table_shape[1:])
+    used, _ = spread(vocab * row, itemsize, ipu, tiles)
+    rows_per_tile = math.ceil(vocab / used)
+    hits = min(lookups, rows_per_tile)  # rows a tile may have to copy
+    recv = lookups * 4 + math.ceil(lookups * row / used) * itemsize
+    vec_kind = "gather" if kind == "gather" else "scatter_add"
+    compute = tile_cycles(hits * row, itemsize, vec_kind, ipu) + tile_cycles(lookups, 4, "reduce", ipu)
+    if kind != "gather":  # the dense gradient table is zeroed first
+        compute += tile_cycles(rows_per_tile * row, itemsize, "copy", ipu)
+    return _phases(ipu, compute, exchange_cycles(recv, ipu), 1, float(lookups * row), recv * used, used)
+
+
+def _reduce(ins, outs, ipu, tiles) -> OpCost:
+    shape, dtype, _ = ins[0]
+    itemsize = DTYPE_BYTES[dtype]
+    n = math.prod(shape)
+    out_n = math.prod(outs[0][0])
+    used, per_tile = spread(n, itemsize, ipu, tiles)
+    # second stage: the owner of each output sums one fp32 partial from each contributing tile
+    final_tiles = min(used, out_n)
+    contributors = min(used, math.ceil(n / out_n))
+    recv = math.ceil(out_n / final_tiles) * contributors * 4 if used > 1 else 0
+    compute = tile_cycles(per_tile, itemsize, "reduce", ipu)
+    if recv:
+        compute += tile_cycles(recv // 4, 4, "reduce", ipu)
+    stages = 2 if recv else 1
+    exch = exchange_cycles(recv, ipu)
+    return _phases(ipu, compute, exch, stages, float(n), recv * final_tiles, used)
