@@ -118,7 +118,7 @@ class RemoteCopy:
 
 @dataclass
 class Collective:
-    """A collective over replicas, priced by :mod:`sim.collectives`.
+    """A collective over replicas, priced by :mod:`sim.schedule.collectives`.
 
     ``ipus`` are the simulated IPUs taking part (replica symmetry: the others are not
     simulated but count in ``group_size``). ``phases`` are ``(steps, cycles per step)``; each

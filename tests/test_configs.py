@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sim.errors import ConfigError
-from sim.hardware.system import CONFIG_DIR, available_systems, load_system
+from sim.hardware import available_systems, load_system
+from sim.hardware.configs import CONFIG_DIR
 
 HARDWARE_CSV = Path(__file__).parents[2] / "shared" / "calibration" / "hardware.csv"
 

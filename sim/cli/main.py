@@ -1,14 +1,10 @@
-"""The ``ipusim`` command line.
+"""The ``ipusim`` command line: the parser of every subcommand and the exit codes.
 
-    ipusim run                                   # BERT-base inference, micro-batch 1, on ipu-mk2
-    ipusim run --model bert-large --num-layers 4 --training --gradient-accumulation 8
-    ipusim run --model resnet50 --micro-batch 4 --json
-    ipusim run --output reports/bert             # also writes CSV/JSON/PNG files there
-    ipusim run --model bert-large --micro-batch 2 --layers-per-ipu 3,7,7,7 --system ipu-m2000 \
-        --training --optimizer lamb --gradient-accumulation 10 --optimizer-state off-chip
-    ipusim run --model bert-base --num-layers 4 --system ipu-m2000 --strategy parallel-phased
-    ipusim systems                               # the system configs
-    ipusim models                                # the model zoo and its default parameters
+    ipusim run ...          simulate one call of a model (sim.cli.run)
+    ipusim systems|models   the system configs and the model zoo (sim.cli.catalog)
+    ipusim collective ...   time one collective (sim.cli.collective)
+    ipusim sweep ...        a grid of runs (sim.cli.sweep)
+    ipusim bench            the simulator's own speed (sim.cli.bench)
 
 Exit codes: 0 success; 2 a usage error or an error the simulator raises (unknown system or
 model, bad parameter, invalid options); 3 out of tile memory; 1 a file could not be written.
@@ -17,73 +13,11 @@ model, bad parameter, invalid options); 3 out of tile memory; 1 a file could not
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-import models
 import sim
 
-from . import bench, collective as collective_cli, sweep
-from .argtypes import positive_int
-from ..options import OutputMode, OverlapMode, TensorLocationSettings
-from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
-                        ShardedExecution, Stage, SyncPattern)
-from ..results.report import format_summary, prepare_directory, to_json, write_outputs
-from ..graph.training import OPTIMIZERS
-
-DEFAULT_SYSTEM = "ipu-mk2"
-DEFAULT_MODEL = "bert-base"
-#: parameters of the default model when ``--model`` is not given
-DEFAULT_PARAMS = {"micro_batch": 1, "seq_len": 128}
-#: dedicated flags for common model parameters: flag dest == the zoo's parameter name
-MODEL_PARAM_FLAGS = ("micro_batch", "seq_len", "num_layers", "hidden", "heads", "vocab", "image_size")
-
-
-def _parse_value(text: str):
-    """An int, a float or any JSON value (list, bool, null); anything else stays a string."""
-    for parse in (int, float, json.loads):
-        try:
-            return parse(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _key_value(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip().replace("-", "_"), _parse_value(value.strip())
-
-
-def _output_mode(text: str) -> tuple[OutputMode, int | None]:
-    t = text.strip().lower()
-    simple = {"all": OutputMode.All, "final": OutputMode.Final, "sum": OutputMode.Sum}
-    if t in simple:
-        return simple[t], None
-    if t.startswith("everyn:") and t[7:].isdigit() and int(t[7:]) >= 1:
-        return OutputMode.EveryN, int(t[7:])
-    raise argparse.ArgumentTypeError(f"expected all, final, sum or everyn:N (N >= 1), got {text!r}")
-
-
-STRATEGIES = ("pipelined", "sharded", "serial-phased", "parallel-phased")
-SYNC_PATTERNS = {"full": SyncPattern.Full, "single-pipeline": SyncPattern.SinglePipeline,
-                 "replica-and-ladder": SyncPattern.ReplicaAndLadder}
-OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.OverlapAccumulationLoop,
-                 "device": OverlapMode.OverlapDeviceIterationLoop}
-OPTIMIZER_STATES = ("on-chip", "off-chip", "rts")
-
-
-def _int_list(text: str) -> list[int]:
-    """``3,7,7,7`` -> [3, 7, 7, 7] (whole numbers >= 0)."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers like 3,7,7,7, got {text!r}")
-    return values
+from . import bench, catalog, collective, run, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,221 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 "for Graphcore IPU systems.")
     p.add_argument("--version", action="version", version=f"ipusim {sim.__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    r = sub.add_parser("run", help="simulate one call of a model and print its numbers",
-                       description="Simulate one call (all device iterations) of a zoo model. "
-                       f"Without --model: {DEFAULT_MODEL} with "
-                       + ", ".join(f"{k}={v}" for k, v in DEFAULT_PARAMS.items()) + ".")
-    r.add_argument("--system", default=DEFAULT_SYSTEM,
-                   help=f"system config name or .toml path (default: {DEFAULT_SYSTEM}; see `ipusim systems`)")
-    r.add_argument("--model", help=f"zoo model (default: {DEFAULT_MODEL}; see `ipusim models`)")
-    r.add_argument("--onnx", metavar="PATH", type=Path,
-                   help="an ONNX model instead of a zoo model (needs the onnx extra); --micro-batch sizes "
-                   "its symbolic batch dimension")
-    m = r.add_argument_group("model parameters (passed to the zoo only when given)")
-    for name in MODEL_PARAM_FLAGS:
-        m.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N")
-    m.add_argument("--param", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
-                   help="any model parameter; VALUE is parsed as int, float or JSON (repeatable)")
-    m.add_argument("--layers-per-ipu", type=_int_list, metavar="N,N,...",
-                   help="the zoo's layers_per_ipu: place consecutive layers on IPUs 0, 1, ... (e.g. 3,7,7,7)")
-    o = r.add_argument_group("options (PopTorch names in brackets)")
-    o.add_argument("--device-iterations", type=int, metavar="N", help="[deviceIterations]")
-    o.add_argument("--gradient-accumulation", type=int, metavar="N",
-                   help="[Training.gradientAccumulation] (training only)")
-    o.add_argument("--training", action="store_true", help="simulate a training step (default: inference)")
-    o.add_argument("--optimizer", choices=list(OPTIMIZERS), help="optimizer of --training (default: sgd)")
-    o.add_argument("--synthetic-data", action="store_true", help="[enableSyntheticData(True)]: no host IO")
-    o.add_argument("--output-mode", type=_output_mode, metavar="{all,final,sum,everyn:N}",
-                   help="[outputMode] (default: all for inference, final for training)")
-    o.add_argument("--available-memory-proportion", type=float, metavar="P",
-                   help="[setAvailableMemoryProportion] for every IPU, in (0, 1] (default: 0.6)")
-    x = r.add_argument_group("multi-IPU and host IO (PopTorch names in brackets)")
-    x.add_argument("--strategy", choices=STRATEGIES,
-                   help="[setExecutionStrategy] pipelined or sharded: the model's IPU placement as stages "
-                   "(see --layers-per-ipu); serial-phased: one phase per block of the model, all on IPU 0; "
-                   "parallel-phased: one phase per block, alternating IPUs 0 and 1 (default: pipelined "
-                   "when the model spans several IPUs)")
-    x.add_argument("--sync-pattern", choices=list(SYNC_PATTERNS), help="[syncPattern] (default: full)")
-    x.add_argument("--replicas", type=positive_int, metavar="N", help="[replicationFactor] (default: 1)")
-    x.add_argument("--auto-round-num-ipus", action="store_true",
-                   help="[autoRoundNumIPUs] round an IPU count that is not a power of two up")
-    x.add_argument("--io-tiles", type=int, metavar="N",
-                   help="[TensorLocations.numIOTiles] an even number from 32 to 192 (default: none)")
-    x.add_argument("--overlap", choices=list(OVERLAP_MODES),
-                   help="[set_overlap_for_input/output] on every model input and output; needs --io-tiles; "
-                   "a one-IPU model then runs with ShardedExecution, as PopTorch requires")
-    x.add_argument("--prefetch-depth", type=positive_int, metavar="N",
-                   help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
-    x.add_argument("--optimizer-state", choices=OPTIMIZER_STATES,
-                   help="[TensorLocations.setOptimizerLocation] on-chip, off-chip (streaming memory) or rts "
-                   "(on chip, sharded over --replicas); training only")
-    out = r.add_argument_group("output")
-    out.add_argument("--output", metavar="DIR", type=Path,
-                     help="also write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png")
-    out.add_argument("--json", action="store_true", help="print run.summary() as one JSON object")
-    r.set_defaults(func=_cmd_run, subparser=r)
-
-    s = sub.add_parser("systems", help="list the system configs")
-    s.set_defaults(func=_cmd_systems, subparser=s)
-    z = sub.add_parser("models", help="list the zoo models with their default parameters")
-    z.set_defaults(func=_cmd_models, subparser=z)
-    collective_cli.add_subcommand(sub)
+    run.add_subcommand(sub)
+    catalog.add_subcommands(sub)
+    collective.add_subcommand(sub)
     sweep.add_subcommand(sub)
     bench.add_subcommand(sub)
     return p
-
-
-def _model_params(args) -> dict:
-    params = dict(DEFAULT_PARAMS) if args.model is None else {}
-    params.update({k: getattr(args, k) for k in MODEL_PARAM_FLAGS if getattr(args, k) is not None})
-    params.update(dict(args.param))
-    if args.layers_per_ipu is not None:
-        params["layers_per_ipu"] = args.layers_per_ipu
-    return params
-
-
-def _blocks(graph: sim.Graph) -> list[str]:
-    """The model's blocks in forward order (what a phased strategy puts in its phases)."""
-    return list(dict.fromkeys(op.block for op in graph.ops if op.block is not None))
-
-
-def _placed_stages(graph: sim.Graph) -> list[Stage]:
-    """The model's own placement as explicit stages: the blocks of each annotated stage, on its
-    IPU, in stage order (empty if some op has no block, stage or IPU)."""
-    if any(op.block is None or op.stage is None or op.ipu is None for op in graph.ops):
-        return []
-    stages: dict[int, tuple[list[str], int]] = {}
-    for op in graph.ops:
-        blocks, _ = stages.setdefault(op.stage, ([], op.ipu))
-        if op.block not in blocks:
-            blocks.append(op.block)
-    return [Stage(*blocks).ipu(ipu) for _, (blocks, ipu) in sorted(stages.items())]
-
-
-def _strategy(args, graph: sim.Graph, parser):
-    if args.strategy is None:
-        return None
-    if args.strategy in ("pipelined", "sharded"):
-        stages = _placed_stages(graph)
-        if len({s._ipu for s in stages}) < 2:
-            parser.error(f"--strategy {args.strategy} needs a model placed on several IPUs (e.g. "
-                         "--layers-per-ipu for bert/gpt2, --param 'split_points=[...]' for resnet50)")
-        cls = PipelinedExecution if args.strategy == "pipelined" else ShardedExecution
-        return cls(*stages)
-    blocks = _blocks(graph)
-    if not blocks or graph.ops[0].block is None:
-        parser.error(f"--strategy {args.strategy} needs a model whose layers are blocks (e.g. bert, gpt2, "
-                     f"resnet50); {graph.name!r} has {'none' if not blocks else 'ops before its first block'}")
-    if args.strategy == "serial-phased":
-        return SerialPhasedExecution(*[Phase(Stage(b).ipu(0)) for b in blocks])
-    return ParallelPhasedExecution(*[Phase(Stage(b).ipu(i % 2)) for i, b in enumerate(blocks)])
-
-
-def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
-    opts = sim.Options()
-    strategy = _strategy(args, graph, parser)
-    if strategy is not None:
-        opts.setExecutionStrategy(strategy)
-    if args.sync_pattern is not None:
-        opts.syncPattern(SYNC_PATTERNS[args.sync_pattern])
-    if args.replicas is not None:
-        opts.replicationFactor(args.replicas)
-    if args.auto_round_num_ipus:
-        opts.autoRoundNumIPUs(True)
-    if args.io_tiles is not None:
-        opts.TensorLocations.numIOTiles(args.io_tiles)
-    if args.overlap is not None and args.overlap != "none":
-        for name in graph.inputs + graph.outputs:
-            graph.overlap[name] = int(OVERLAP_MODES[args.overlap])
-        if strategy is None and len({op.ipu or 0 for op in graph.ops}) == 1:
-            opts.setExecutionStrategy(ShardedExecution())  # what PopTorch asks for on one IPU
-    if args.prefetch_depth is not None:
-        opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
-    if args.optimizer_state is not None:
-        where = TensorLocationSettings().useOnChipStorage(args.optimizer_state != "off-chip")
-        if args.optimizer_state == "rts":
-            where.useReplicatedTensorSharding(True)
-        opts.TensorLocations.setOptimizerLocation(where)
-    if args.device_iterations is not None:
-        opts.deviceIterations(args.device_iterations)
-    if args.gradient_accumulation is not None:
-        opts.Training.gradientAccumulation(args.gradient_accumulation)
-    if args.synthetic_data:
-        opts.enableSyntheticData(True)
-    if args.output_mode is not None:
-        opts.outputMode(*args.output_mode)
-    if args.available_memory_proportion is not None:
-        opts.setAvailableMemoryProportion(
-            {f"IPU{i}": args.available_memory_proportion for i in range(system.num_ipus)})
-    return opts
-
-
-def _onnx_graph(args, parser) -> sim.Graph:
-    if args.model is not None:
-        parser.error("give either --model or --onnx, not both")
-    try:
-        from .. import onnx as sim_onnx
-    except ImportError as e:
-        parser.error(f"--onnx needs the onnx package: pip install -e '.[onnx]' ({e})")
-    if not args.onnx.is_file():
-        parser.error(f"--onnx {str(args.onnx)!r}: no such file")
-    return sim_onnx.load(args.onnx, batch_size=args.micro_batch)
-
-
-def simulate_args(args, parser) -> sim.Run:
-    """The run ``ipusim run`` flags describe (usage errors through ``parser``)."""
-    if args.optimizer and not args.training:
-        parser.error("--optimizer only applies with --training")
-    if args.optimizer_state and not args.training:
-        parser.error("--optimizer-state only applies with --training")
-    if args.optimizer_state == "rts" and (args.replicas or 1) < 2:
-        parser.error("--optimizer-state rts shards the state over replicas: give --replicas 2 or more")
-    if args.output is not None and args.output.exists() and not args.output.is_dir():
-        parser.error(f"--output {str(args.output)!r} exists and is not a directory")
-    system = sim.load_system(args.system)
-    graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args))
-    return sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
-                        optimizer=args.optimizer or "sgd")
-
-
-def _cmd_run(args, parser) -> int:
-    run = simulate_args(args, parser)
-    written = write_outputs(run, prepare_directory(args.output)) if args.output is not None else []
-    if args.json:
-        summary = run.summary()
-        if written:
-            summary["outputs"] = [str(p) for p in written]
-        print(to_json(summary))
-    else:
-        print(format_summary(run))
-        if written:
-            print("\nwrote:\n" + "\n".join(f"  {p}" for p in written))
-    return 0
-
-
-def _cmd_systems(args, parser) -> int:
-    rows = [("name", "IPUs", "gen", "clock", "description")]
-    for name in sim.available_systems():
-        try:
-            s = sim.load_system(name)
-            rows.append((name, str(s.num_ipus), s.ipu.generation, f"{s.ipu.clock_hz / 1e9:.4g} GHz",
-                         s.description))
-        except sim.ConfigError as e:
-            rows.append((name, "?", "?", "?", f"invalid config: {e}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
-        print("  ".join([r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].ljust(widths[2]),
-                         r[3].rjust(widths[3]), r[4]]))
-    return 0
-
-
-def _cmd_models(args, parser) -> int:
-    width = max(map(len, models.names()))
-    for name in models.names():
-        params = " ".join(f"{k}={json.dumps(v)}" for k, v in models.describe(name).items())
-        print(f"{name.ljust(width)}  {params}")
-    return 0
 
 
 def _error(message: object) -> None:

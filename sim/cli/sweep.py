@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..errors import IpuSimError
 from ..program import CATEGORIES
+from . import run
 
 
 class PointError(Exception):
@@ -32,23 +33,21 @@ class PointError(Exception):
 
 def run_point(argv: list[str]) -> dict:
     """Simulate one point (``ipusim run`` flags) and return its row."""
-    from . import main as cli  # the run flags and their meaning live in the CLI
-    parser = cli.build_parser()
-    run_parser = parser._subparsers._group_actions[0].choices["run"]
+    run_parser = run.configure(argparse.ArgumentParser(prog="ipusim run"))
 
     def fail(message):
         raise PointError(message)
     run_parser.error = fail
     try:
         args = run_parser.parse_args(argv)
-        run = cli.simulate_args(args, run_parser)
+        result = run.simulate_args(args, run_parser)
     except (IpuSimError, PointError) as e:
         return {"error": str(e).splitlines()[0]}
-    busy = run.breakdown.sum()
-    total = run.cycle_count * len(run.breakdown)
-    row = {"cycle_count": run.cycle_count, "seconds": run.seconds,
-           "samples_per_second": run.samples_per_second, "latency_avg_s": run.latency[2],
-           "peak_tile_bytes": max(m["peak_tile_bytes"] for m in run.memory.values()), "error": ""}
+    busy = result.breakdown.sum()
+    total = result.cycle_count * len(result.breakdown)
+    row = {"cycle_count": result.cycle_count, "seconds": result.seconds,
+           "samples_per_second": result.samples_per_second, "latency_avg_s": result.latency[2],
+           "peak_tile_bytes": max(m["peak_tile_bytes"] for m in result.memory.values()), "error": ""}
     row.update({f"share_{c}": float(busy[c]) / total if total else 0.0 for c in CATEGORIES})
     return row
 

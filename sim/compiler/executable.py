@@ -1,11 +1,12 @@
 """Compiler: Graph + Options + System -> an :class:`Executable` (program, costs, memory).
 
 Steps: check the options; add the backward pass and optimizer update for training
-(:mod:`sim.training`); resolve stages, IPUs and phases from the execution strategy
-(:mod:`sim.strategy`); place replicas on the system (:mod:`sim.topology`); price every op
-(:mod:`sim.cost`); split the graph into stages (:mod:`sim.stages`); build the program of one
-call with the strategy's schedule (:mod:`sim.pipeline`, :mod:`sim.sharded`, :mod:`sim.phased`);
-check tile memory (:mod:`sim.memory`). Host stream copies are left out with synthetic data.
+(:mod:`sim.graph.training`); resolve stages, IPUs and phases from the execution strategy
+(:mod:`sim.strategy`); place replicas on the system (:mod:`sim.hardware.topology`); price every op
+(:mod:`sim.cost`); split the graph into stages (:mod:`sim.schedule.stages`); build the program of one
+call with the strategy's schedule (:mod:`sim.schedule.pipeline`,
+:mod:`sim.schedule.sharded`, :mod:`sim.schedule.phased`);
+check tile memory (:mod:`sim.compiler.memory`). Host stream copies are left out with synthetic data.
 """
 
 from __future__ import annotations
