@@ -46,6 +46,8 @@ class Records:
     """Columnar task records; each row also occurs at every offset in ``offsets``.
 
     ``tag`` is the iteration of the enclosing simulated loop a row belongs to (0 outside one).
+    ``ipus`` holds, per row, every IPU whose tiles the task holds (a sync, an inter-IPU copy or
+    a collective takes part on each of them); ``ipu`` is the first of them.
     """
 
     ipu: np.ndarray
@@ -57,10 +59,12 @@ class Records:
     detail: list  # per row: OpSteps for compute tasks, else None
     offsets: np.ndarray  # cycles
     tag: np.ndarray
+    ipus: np.ndarray  # object array of tuples of IPU indices
 
     def select(self, mask: np.ndarray, offsets: np.ndarray) -> "Records":
         return Records(self.ipu[mask], self.category[mask], self.name[mask], self.start[mask], self.end[mask],
-                       self.nbytes[mask], [d for d, m in zip(self.detail, mask) if m], offsets, self.tag[mask])
+                       self.nbytes[mask], [d for d, m in zip(self.detail, mask) if m], offsets, self.tag[mask],
+                       self.ipus[mask])
 
 
 @dataclass
@@ -391,7 +395,8 @@ class Engine:
                 start=start[idx], end=end[idx],
                 nbytes=np.array([tasks[i].nbytes for i in plain], dtype=np.int64),
                 detail=[tasks[i].detail for i in plain], offsets=zero,
-                tag=np.array([tasks[i].tag for i in plain])))
+                tag=np.array([tasks[i].tag for i in plain]),
+                ipus=_participants([tasks[i] for i in plain])))
         streams = [i for i in plain if tasks[i].stream is not None]
         if streams:
             tl.streams.append(StreamEvents(
@@ -454,6 +459,14 @@ class Engine:
                 for ipu, cats in per_tag.items():
                     for cat, c in cats.items():
                         busy[ipu][cat] += factor * c
+
+
+def _participants(tasks: list[Task]) -> np.ndarray:
+    """Per task, the IPUs whose tiles it holds (its own IPU when it holds none: host-side work)."""
+    out = np.empty(len(tasks), dtype=object)
+    for i, t in enumerate(tasks):
+        out[i] = tuple(sorted({k[1] for k in t.hold if k[0] == "tiles"})) or (t.ipu,)
+    return out
 
 
 def collective_phases(c: Collective) -> list[tuple[list[tuple], int]]:

@@ -127,3 +127,29 @@ def test_rts_lowers_memory_per_tile_and_swaps_the_all_reduce():
     names = set(on.trace[on.trace.kind == "collective"].name)
     assert {f"gradient reduce-scatter (IPU {i})" for i in range(4)} <= names
     assert {f"weight all-gather (IPU {i})" for i in range(4)} <= names
+
+
+# --- trace identity: which replica each row stands for ----------------------------------------
+def test_trace_says_which_replicas_each_row_stands_for():
+    """8 replicas of a 2-IPU pipeline on a POD16: the replicas behind one host link are
+    simulated, the others by symmetry. Each trace row names its IPU's replica and how many
+    replicas it stands for; the gradient all-reduce has a row on every simulated IPU."""
+    o = sim.Options().replicationFactor(8)
+    o.Training.gradientAccumulation(6)
+    graph = models.get("bert-base", micro_batch=1, num_layers=2, layers_per_ipu=[1, 1])
+    run = sim.simulate(graph, "ipu-pod16", o, training=True)
+    ex = run.executable
+    t = run.trace
+    simulated = ex.simulated_replicas
+    assert 1 < len(simulated) < 8
+    assert set(t["replica"]) == set(simulated)
+    assert (t["replica"] == t["ipu"] // 2).all()
+    assert (t["represents"] == 8 // len(simulated)).all()
+    reduce_rows = t[t["kind"] == "collective"]
+    assert set(reduce_rows["ipu"]) == set(ex.ipus)  # every simulated IPU takes part
+    first = reduce_rows.groupby("name")["ipu"].apply(sorted).iloc[0]
+    assert len(first) > 1
+    everyone = run.trace_all_replicas()
+    assert set(everyone["replica"]) == set(range(8)) and set(everyone["ipu"]) == set(range(16))
+    assert len(everyone) == len(t) * 8 // len(simulated)
+    assert (everyone["represents"] == 1).all()

@@ -13,7 +13,7 @@ from ..compiler.executable import Executable
 from ..engine import Timeline
 from ..program import CATEGORIES
 
-TRACE_COLUMNS = ["ipu", "replica", "kind", "name", "start", "end", "cycles", "bytes"]
+TRACE_COLUMNS = ["ipu", "replica", "represents", "kind", "name", "start", "end", "cycles", "bytes"]
 
 
 @dataclass
@@ -97,21 +97,63 @@ class Run:
     # --- what hardware cannot tell ------------------------------------------------------------
     @cached_property
     def trace(self) -> pd.DataFrame:
-        """One row per task: ipu, replica, kind, name, start, end, cycles, bytes (cycles)."""
+        """One row per task and IPU taking part: ipu, replica, represents, kind, name, start,
+        end, cycles, bytes (times in cycles).
+
+        A sync, an inter-IPU copy or a collective has a row on every IPU it involves. ``ipu`` is
+        the IPU's index in the system and ``replica`` the replica it belongs to. Replicas are
+        symmetric, so only :attr:`Executable.simulated_replicas` are simulated: replica ``r``
+        runs what simulated replica ``r % len(simulated)`` runs, and ``represents`` says how many
+        replicas each row stands for. :meth:`trace_all_replicas` writes those rows out.
+        """
         frames = []
         for r in self.timeline.records:
             n, k = len(r.start), len(r.offsets)
-            off = np.repeat(r.offsets, n)
-            start = np.tile(r.start, k) + off
-            end = np.tile(r.end, k) + off
+            per_row = np.fromiter((len(p) for p in r.ipus), dtype=np.int64, count=n)
+            row = np.repeat(np.arange(n), per_row)  # a row per participating IPU
+            ipus = np.fromiter((i for p in r.ipus for i in p), dtype=np.int64, count=int(per_row.sum()))
+            m = len(row)
+            off = np.repeat(r.offsets, m)
+            start = np.tile(r.start[row], k) + off
+            end = np.tile(r.end[row], k) + off
             frames.append(pd.DataFrame({
-                "ipu": np.tile(r.ipu, k), "replica": 0, "kind": np.tile(r.category, k),
-                "name": np.tile(r.name, k), "start": start, "end": end, "cycles": end - start,
-                "bytes": np.tile(r.nbytes, k)}))
+                "ipu": np.tile(ipus, k), "kind": np.tile(r.category[row], k), "name": np.tile(r.name[row], k),
+                "start": start, "end": end, "cycles": end - start, "bytes": np.tile(r.nbytes[row], k)}))
         if not frames:
             return pd.DataFrame(columns=TRACE_COLUMNS)
         df = pd.concat(frames, ignore_index=True)
+        ex = self.executable
+        df["replica"] = df["ipu"] // ex.ipus_per_replica
+        df["represents"] = df["replica"].map(self._replicas_represented()).fillna(1).astype(np.int64)
         return df.sort_values(["start", "ipu"], kind="stable").reset_index(drop=True)[TRACE_COLUMNS]
+
+    def _replicas_represented(self) -> dict[int, int]:
+        """Simulated replica -> how many replicas (itself included) run what it runs."""
+        simulated = self.executable.simulated_replicas
+        counts = dict.fromkeys(simulated, 0)
+        for r in range(self.executable.replicas):
+            counts[simulated[r % len(simulated)]] += 1
+        return counts
+
+    def trace_all_replicas(self) -> pd.DataFrame:
+        """:attr:`trace` with the rows of every replica written out (``represents`` is 1).
+
+        Replica ``r`` repeats the rows of simulated replica ``r % len(simulated)`` on its own
+        IPUs (``ipu = r * ipus_per_replica + position``). Large: rows x replicas.
+        """
+        ex = self.executable
+        simulated = ex.simulated_replicas
+        base = self.trace
+        frames = []
+        for r in range(ex.replicas):
+            source = simulated[r % len(simulated)]
+            rows = base[base["replica"] == source].copy()
+            rows["ipu"] = rows["ipu"] - source * ex.ipus_per_replica + r * ex.ipus_per_replica
+            rows["replica"] = r
+            frames.append(rows)
+        df = pd.concat(frames, ignore_index=True) if frames else base.iloc[:0].copy()
+        df["represents"] = 1
+        return df.sort_values(["start", "ipu"], kind="stable").reset_index(drop=True)
 
     def op_trace(self) -> pd.DataFrame:
         """One row per op of every compute task (exchange, sync and compute cycles of each)."""
