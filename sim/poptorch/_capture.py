@@ -26,41 +26,9 @@ from torch.utils import _pytree as pytree
 from ..errors import GraphError, UnsupportedOpError
 from ..options import OverlapMode
 from ..graph.ir import Graph, GraphBuilder
-from . import _state
+from . import _mapping, _state
+from ._values import Lazy, sim_dtype, sim_shape
 from .annotations import block_hooks
-
-_TORCH_DTYPES = {
-    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "float16",
-    torch.float64: "float32", torch.int64: "int32", torch.int32: "int32", torch.int16: "int32",
-    torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
-}
-
-
-def sim_dtype(dtype: torch.dtype) -> str:
-    """The sim dtype of a torch dtype (the IPU computes int64 as int32, float64 as float32)."""
-    try:
-        return _TORCH_DTYPES[dtype]
-    except KeyError:
-        raise GraphError(f"sim.poptorch: tensors of dtype {dtype} are not supported on the IPU") from None
-
-
-def sim_shape(shape) -> tuple[int, ...]:
-    """A sim shape: 0-d tensors become (1,)."""
-    shape = tuple(int(d) for d in shape)
-    return shape if shape else (1,)
-
-
-class Lazy:
-    """A parameter, buffer or constant that becomes a graph tensor only when an op uses it."""
-
-    __slots__ = ("value", "name", "role")
-
-    def __init__(self, value: torch.Tensor, name: str, role: str):
-        self.value, self.name, self.role = value, name, role
-
-    def __repr__(self):
-        return f"Lazy({self.name}, {self.role})"
-
 
 @dataclass
 class Captured:
@@ -196,8 +164,6 @@ class Capture:
     """Builds the sim graph node by node (see :mod:`sim.poptorch._mapping` for the op rules)."""
 
     def __init__(self, model: torch.nn.Module, gm, name: str, method: str, labels: list[str]):
-        from . import _mapping
-        self.mapping = _mapping
         self.model = model
         self.gm = gm
         self.method = method
@@ -229,7 +195,7 @@ class Capture:
             self.b._block, self.b._ipu = (block if block else (None, None))
             scope = self._scope(n)
             self.b._scopes = [scope] if scope else []
-            self.sym[n] = self.mapping.map_node(self, n, interp, result)
+            self.sym[n] = _mapping.map_node(self, n, interp, result)
 
     def _scope(self, n) -> str:
         scope = n.meta.get(_state.SCOPE) or (n.meta.get("custom") or {}).get(_state.SCOPE)
@@ -352,7 +318,6 @@ class _BlockResolver:
 # --- the entry point -----------------------------------------------------------------------------------
 def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None = None) -> Captured:
     """Capture ``model`` called as ``model(*args, **kwargs)`` on one micro-batch."""
-    from . import _mapping
     adapter, flat, labels = _adapter(model, args, kwargs)
     gm, method = _trace(adapter, flat, _mapping.leaf_types())
     cap = Capture(model, gm, name or type(model).__name__, method, labels)

@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from . import _state
 from ._errors import error
-from ._capture import Lazy, sim_dtype, sim_shape
+from ._values import Lazy, sim_dtype, sim_shape
 
 _REGISTRY: dict = {}  # user rules: callable, module class or name -> fn(ctx)
 

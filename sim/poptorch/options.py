@@ -510,6 +510,11 @@ class Options(_Frozen, _sim_options.Options):
         return f"Options({self.set_options})"
 
 
+# What an options file's arguments can name besides literals, with or without ``poptorch.`` in
+# front: PopTorch's enums (``OutputMode.All``, ``enums.OutputMode.All``).
+_ENUMS = {"enums": enums, **{name: getattr(enums, name) for name in enums.__all__}}
+
+
 def _resolve_value(node: ast.AST):
     try:
         return ast.literal_eval(node)
@@ -524,11 +529,12 @@ def _resolve_value(node: ast.AST):
     else:
         raise ConfigFileError(f"unsupported argument {ast.unparse(node)!r}")
     parts.reverse()
-    if parts[0] == "poptorch":
+    if parts[0] == "poptorch" and len(parts) > 1:
         parts = parts[1:]
-    from .. import poptorch as namespace
-    value = namespace
-    for p in parts:
+    if parts[0] not in _ENUMS:
+        raise ConfigFileError(f"unknown value {'.'.join(parts)!r}")
+    value = _ENUMS[parts[0]]
+    for p in parts[1:]:
         if not hasattr(value, p):
             raise ConfigFileError(f"unknown value {'.'.join(parts)!r}")
         value = getattr(value, p)

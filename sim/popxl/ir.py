@@ -2,7 +2,7 @@
 
 ``replication_factor`` and ``num_host_transfers`` become the simulator's
 ``replicationFactor`` and ``deviceIterations``; ``replica_grouping(stride, group_size)`` groups
-replicas for collectives exactly as PopXL does (:func:`sim.collectives.replica_grouping`);
+replicas for collectives exactly as PopXL does (:func:`sim.schedule.collectives.replica_grouping`);
 ``ir.options`` records PopART session options (those the simulator models are applied, the
 others are listed in the run's notes).
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 from . import dtypes
+from .tensor import TensorSpec
 
 _ids = itertools.count()
 
@@ -30,8 +31,7 @@ class _Stream:
         return self.name
 
     @property
-    def spec(self):
-        from .tensor import TensorSpec
+    def spec(self) -> TensorSpec:
         return TensorSpec(self.shape, self.dtype)
 
     def __repr__(self) -> str:

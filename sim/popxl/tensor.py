@@ -4,13 +4,17 @@ A :class:`Tensor` names one tensor of the sim :class:`~sim.graph.Graph` its PopX
 into. No values live on it: the simulator prices shapes and dtypes, it computes no numbers.
 ``popxl.variable``/``popxl.constant`` accept numpy data (and keep it for
 ``session.get_tensor_data``) but only its shape and dtype reach the simulation.
+
+A tensor's methods and operators (``t.reshape(...)``, ``a + b``, ``t[0]``, ...) are ops of
+:mod:`sim.popxl.ops`, which registers them here with :func:`register_tensor_ops` when it is
+imported (``import sim.popxl`` imports it): ops build on this module, so it does not import them.
 """
 
 from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -117,8 +121,7 @@ class Tensor:
 
     # --- ops as methods and operators (as PopXL's Tensor) ----------------------------------------
     def reshape(self, shape) -> Tensor:
-        from . import ops
-        return ops.reshape(self, shape)
+        return _op("reshape")(self, shape)
 
     reshape_ = reshape
 
@@ -128,8 +131,7 @@ class Tensor:
     flatten_ = flatten
 
     def transpose(self, permutation=None) -> Tensor:
-        from . import ops
-        return ops.transpose(self, permutation)
+        return _op("transpose")(self, permutation)
 
     transpose_ = transpose
 
@@ -138,15 +140,12 @@ class Tensor:
         return self.transpose()
 
     def detach(self) -> Tensor:
-        from . import ops
-        return ops.detach(self)
+        return _op("detach")(self)
 
     def copy_to_ipu(self, destination: int, source: int | None = None) -> Tensor:
-        from . import ops
-        return ops.ipu_copy(self, destination, source)
+        return _op("ipu_copy")(self, destination, source)
 
     def __getitem__(self, key) -> Tensor:
-        from . import ops
         if not isinstance(key, tuple):
             key = (key,)
         if len(key) > self.rank:
@@ -166,15 +165,14 @@ class Tensor:
             elif k != slice(None):
                 start, stop, step = k.indices(size)
                 starts.append(start), stops.append(stop), steps.append(step), axes.append(axis)
-        out = ops.slice(self, starts, stops, steps, axes) if axes else self
+        out = _op("slice")(self, starts, stops, steps, axes) if axes else self
         if drop:
-            out = ops.reshape(out, [d for a, d in enumerate(out.shape) if a not in drop] or [1])
+            out = _op("reshape")(out, [d for a, d in enumerate(out.shape) if a not in drop] or [1])
         return out
 
     def _binary(self, other, fn, reverse=False):
-        from . import ops
         a, b = (other, self) if reverse else (self, other)
-        return getattr(ops, fn)(a, b)
+        return _op(fn)(a, b)
 
     def __add__(self, other):
         return self._binary(other, "add")
@@ -207,12 +205,29 @@ class Tensor:
         return self._binary(other, "matmul", True)
 
     def __neg__(self):
-        from . import ops
-        return ops.negate(self)
+        return _op("negate")(self)
 
     def __iadd__(self, other):
-        from . import ops
-        return ops.add_(self, other)
+        return _op("add_")(self, other)
+
+
+# --- the ops behind the methods and operators ------------------------------------------------------
+
+_OPS: dict[str, Callable[..., Tensor]] = {}
+
+
+def register_tensor_ops(**ops: Callable[..., Tensor]) -> None:
+    """Register the ops of :mod:`sim.popxl.ops` that Tensor's methods and operators call, by
+    name (``reshape``, ``add``, ...); ``sim.popxl.ops`` does so when it is imported."""
+    _OPS.update(ops)
+
+
+def _op(name: str) -> Callable[..., Tensor]:
+    try:
+        return _OPS[name]
+    except KeyError:
+        raise PopXLError(f"a popxl Tensor method or operator needs ops.{name}, which is not registered: "
+                         "import sim.popxl (it imports sim.popxl.ops, which registers its ops)") from None
 
 
 class Variable(Tensor):

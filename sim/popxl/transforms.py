@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .context import get_current_context
 from .errors import PopXLError
 from .graph import Graph
 from .tensor import GradTensor, Tensor
@@ -103,6 +104,23 @@ def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[G
                              f"expected {t.shape} (the shape of {t.id!r})")
     g.ir._training = True
     return [GradTensor(g, t.shape, t.dtype, t, f"grad({t.id})") for t in info._required]
+
+
+def _gradient_update(fn: str, target, grad) -> Tensor:
+    """``ops.<fn>`` given an autodiff gradient: taken as the simulator's optimizer update of the
+    weight (the Adam/LAMB updaters select that optimizer), not recorded. Returns ``target``, or a
+    gradient handle for the update term when ``target`` is not a forward tensor."""
+    g = get_current_context().graph
+    ir = g.ir
+    if fn.startswith("adam"):
+        ir._optimizer = "adam" if ir._optimizer != "lamb" else "lamb"
+    elif fn.startswith("lamb"):
+        ir._optimizer = "lamb"
+    ir._note(f"ops.{fn} of an autodiff gradient: the weight update is the simulator's optimizer update "
+             "of each trained weight (sim/training.py), not recorded op by op")
+    if isinstance(target, Tensor) and not isinstance(target, GradTensor):
+        return target
+    return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})")
 
 
 __all__ = ["ExpectedConnection", "GradGraphInfo", "autodiff"]

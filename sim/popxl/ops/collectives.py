@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..context import get_current_context
 from ..errors import PopXLError, not_modelled
 from ..tensor import GradTensor, Tensor
+from ._core import reshape
 
 OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
@@ -82,10 +83,8 @@ def replicated_all_gather(t: Tensor, group=None, output_shape: str = "auto") -> 
         out = b.replicated_all_gather(t._sim, shards, stride, size, name=g._scoped("replicated_all_gather"))
     y = g._wrap(out, t.dtype)
     if output_shape == "new_axis":
-        from . import reshape
         y = reshape(y, (shards,) + t.shape)
     elif output_shape == "concat" and t.rank:
-        from . import reshape
         y = reshape(y, (shards * t.shape[0],) + t.shape[1:])
     return y
 

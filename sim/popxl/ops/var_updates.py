@@ -13,27 +13,14 @@ from __future__ import annotations
 from ..context import get_current_context
 from ..errors import not_modelled
 from ..tensor import GradTensor, Tensor
-
-
-def _gradient_update(fn: str, target, grad) -> Tensor:
-    g = get_current_context().graph
-    ir = g.ir
-    if fn.startswith("adam"):
-        ir._optimizer = "adam" if ir._optimizer != "lamb" else "lamb"
-    elif fn.startswith("lamb"):
-        ir._optimizer = "lamb"
-    ir._note(f"ops.{fn} of an autodiff gradient: the weight update is the simulator's optimizer update "
-             "of each trained weight (sim/training.py), not recorded op by op")
-    if isinstance(target, Tensor) and not isinstance(target, GradTensor):
-        return target
-    return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})")
+from ..transforms import _gradient_update
+from ._core import _as_tensor, _inplace, reduce_sum
 
 
 def _update(fn: str, kind: str, t: Tensor, others, attrs=None, new_output: bool = False) -> Tensor:
     if isinstance(t, GradTensor) or any(isinstance(x, GradTensor) for x in others):
         grad = next(x for x in (t, *others) if isinstance(x, GradTensor))
         return _gradient_update(fn, t, grad)
-    from . import _as_tensor, _inplace
     if not new_output:
         return _inplace(kind, t, others, f"ops.var_updates.{fn}", attrs)
     g = get_current_context().graph
@@ -85,8 +72,7 @@ def lamb_square(t: Tensor) -> Tensor:
     """The squared norm LAMB needs (priced as a sum)."""
     if isinstance(t, GradTensor):
         return _gradient_update("lamb_square", None, t)
-    from . import sum as _sum
-    return _sum(t)
+    return reduce_sum(t)
 
 
 def adam_var_update(t: Tensor, x: Tensor, r1=None, r2=None, learning_rate=None,

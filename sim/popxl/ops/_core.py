@@ -1,0 +1,555 @@
+"""The ops of ``popxl.ops`` other than its collectives and variable updates.
+
+Each op checks its inputs (they must be tensors of the graph being built; shapes must agree)
+and adds the matching op of the simulator's graph, whose cost model prices it. Names,
+signatures and defaults follow PopXL; arguments that change numerics only (seeds, partials
+types, reduction kinds) are accepted and have no effect on the simulated time.
+:mod:`sim.popxl.ops` re-exports them; :mod:`sim.popxl.ops.var_updates` builds on
+``_as_tensor`` and ``_inplace``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from ...errors import GraphError
+from .. import dtypes, transforms
+from ..context import get_current_context
+from ..errors import NotModelledError
+from ..graph import Graph
+from ..streams import DeviceToHostStream, HostToDeviceStream
+from ..tensor import GradTensor, Tensor
+
+
+def _graph(where: str, *tensors) -> Graph:
+    """The graph being built, after checking that ``tensors`` belong to it."""
+    g = get_current_context().graph
+    for t in tensors:
+        g._own(t, where)
+    return g
+
+
+def _as_tensor(g: Graph, x, like: Tensor, where: str) -> Tensor:
+    """``x`` as a tensor of ``g``: a tensor as is, a Python/numpy scalar as a constant."""
+    if isinstance(x, Tensor):
+        return g._own(x, where)
+    if isinstance(x, (numbers.Number, np.generic)) or (isinstance(x, np.ndarray) and x.ndim == 0):
+        name = g._new_tensor("scalar", (), like.dtype, "constant")
+        return Tensor(g, name, (), like.dtype, get_current_context().ipu)
+    if isinstance(x, np.ndarray):
+        name = g._new_tensor("constant", x.shape, like.dtype, "constant")
+        return Tensor(g, name, x.shape, like.dtype, get_current_context().ipu)
+    raise TypeError(f"{where}: expected a popxl Tensor or a number, got {type(x).__name__}")
+
+
+def _name(g: Graph, base: str) -> str:
+    return g._scoped(base)
+
+
+def _out(g: Graph, sim_name: str, dtype: dtypes.dtype | None = None) -> Tensor:
+    return g._wrap(sim_name, dtype)
+
+
+# --- host IO ----------------------------------------------------------------------------------
+
+def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor:
+    """The next value of ``h2d_stream``: an input of the simulated graph (one host stream copy
+    per host transfer)."""
+    if not isinstance(h2d_stream, HostToDeviceStream):
+        raise TypeError(f"ops.host_load expects a popxl.HostToDeviceStream (popxl.h2d_stream), got "
+                        f"{h2d_stream!r}")
+    g = _graph("ops.host_load")
+    return _out(g, g._host_load(h2d_stream, name), h2d_stream.dtype)
+
+
+def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
+    """Send ``t`` to the host: an output of the simulated graph."""
+    if not isinstance(d2h_stream, DeviceToHostStream):
+        raise TypeError(f"ops.host_store expects a popxl.DeviceToHostStream (popxl.d2h_stream), got "
+                        f"{d2h_stream!r}")
+    g = _graph("ops.host_store", t)
+    if t.shape != d2h_stream.shape or t.dtype != d2h_stream.dtype:
+        raise ValueError(f"ops.host_store: tensor {t.id!r} ({t.dtype.name} {t.shape}) does not match stream "
+                         f"{d2h_stream.name!r} ({d2h_stream.dtype.name} {d2h_stream.shape})")
+    g._host_store(d2h_stream, t._sim)
+
+
+# --- dense algebra ----------------------------------------------------------------------------
+
+def matmul(lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None = None,
+           serialise_mode=None, serialise_factor: int = 1, output_type=None,
+           partials_type=None) -> Tensor:
+    """``lhs @ rhs`` with numpy's rules (1-D operands and broadcast batch dimensions)."""
+    g = _graph("ops.matmul", lhs, rhs)
+    if lhs.dtype != rhs.dtype:
+        raise GraphError(f"ops.matmul: operands have different dtypes ({lhs.dtype.name} @ {rhs.dtype.name}); "
+                         "cast one of them with ops.cast")
+    if available_memory_proportion is not None:
+        g.ir._note("ops.matmul(available_memory_proportion=...): accepted, no modelled effect per op "
+                   "(the cost model uses 0.6 of tile memory for every matmul)")
+    if serialise_factor not in (1, None) or serialise_mode not in (None, "none"):
+        g.ir._note("ops.matmul serialisation: accepted, no modelled effect")
+    a, b = lhs, rhs
+    if a.rank == 1:
+        a = reshape(a, (1, a.shape[0]))
+    if b.rank == 1:
+        b = reshape(b, (b.shape[0], 1))
+    with g._building() as bld:
+        out = bld.matmul(a._sim, b._sim, name=_name(g, "matmul"))
+    y = _out(g, out, lhs.dtype)
+    if lhs.rank == 1 or rhs.rank == 1:
+        shape = list(y.shape)
+        if rhs.rank == 1:
+            shape.pop(-1)
+        if lhs.rank == 1:
+            shape.pop(-1 if rhs.rank == 1 else -2)
+        y = reshape(y, shape or [1])
+    if output_type is not None and dtypes.dtype.as_dtype(output_type) != lhs.dtype:
+        dt = dtypes.dtype.as_dtype(output_type)
+        g.sim_graph.tensors[y._sim].dtype = dt.sim_name  # priced at the operands' dtype, stored as dt
+        y._dtype = dt
+    return y
+
+
+def _binary(kind: str, lhs, rhs) -> Tensor:
+    where = f"ops.{kind}"
+    like = lhs if isinstance(lhs, Tensor) else rhs
+    if not isinstance(like, Tensor):
+        raise TypeError(f"{where}: at least one operand must be a popxl Tensor")
+    g = _graph(where)
+    a, b = _as_tensor(g, lhs, like, where), _as_tensor(g, rhs, like, where)
+    with g._building() as bld:
+        out = getattr(bld, kind)(a._sim, b._sim, name=_name(g, kind))
+    return _out(g, out, like.dtype)
+
+
+def add(lhs: Tensor, rhs: Tensor) -> Tensor:
+    return _binary("add", lhs, rhs)
+
+
+def sub(lhs: Tensor, rhs: Tensor) -> Tensor:
+    return _binary("sub", lhs, rhs)
+
+
+def mul(lhs: Tensor, rhs: Tensor) -> Tensor:
+    return _binary("mul", lhs, rhs)
+
+
+def div(lhs: Tensor, rhs: Tensor) -> Tensor:
+    return _binary("div", lhs, rhs)
+
+
+def _inplace(kind: str, target: Tensor, others: Sequence, where: str, attrs: dict | None = None) -> Tensor:
+    """``kind`` writing ``target`` in place (its value changes, its tensor stays)."""
+    g = _graph(where, target)
+    ins = [_as_tensor(g, x, target, where) for x in others]
+    for x in ins:
+        if math.prod(x.shape) > target.nelms:
+            raise GraphError(f"{where}: {x.id!r} {x.shape} does not broadcast into {target.id!r} {target.shape}")
+    g._add_op(kind, [target._sim] + [x._sim for x in ins], [target._sim], attrs, name=kind)
+    return target
+
+
+def add_(lhs: Tensor, rhs) -> Tensor:
+    """``lhs += rhs`` in place."""
+    return _inplace("add", lhs, [rhs], "ops.add_")
+
+
+def scaled_add(X: Tensor, Y: Tensor, a: float = 1.0, b: float = 1.0) -> Tensor:
+    """``a * X + b * Y``."""
+    return _binary("add", X, Y)
+
+
+def scaled_add_(X: Tensor, Y, a: float = 1.0, b: float = 1.0) -> Tensor:
+    """``X = a * X + b * Y`` in place; with an autodiff gradient ``Y`` it is the optimizer update."""
+    if isinstance(Y, GradTensor):
+        return transforms._gradient_update("scaled_add_", X, Y)
+    return _inplace("add", X, [Y], "ops.scaled_add_", {"a": a, "b": b})
+
+
+def negate(t: Tensor) -> Tensor:
+    g = _graph("ops.negate", t)
+    with g._building() as bld:
+        return _out(g, bld.scale(t._sim, -1.0, name=_name(g, "negate")), t.dtype)
+
+
+# --- element-wise -----------------------------------------------------------------------------
+
+def _unary(kind: str, t: Tensor, **attrs) -> Tensor:
+    g = _graph(f"ops.{kind}", t)
+    with g._building() as bld:
+        return _out(g, bld.unary(kind, t._sim, name=_name(g, kind), **attrs), t.dtype)
+
+
+def relu(t: Tensor) -> Tensor:
+    return _unary("relu", t)
+
+
+def gelu(t: Tensor) -> Tensor:
+    return _unary("gelu", t)
+
+
+def tanh(t: Tensor) -> Tensor:
+    return _unary("tanh", t)
+
+
+def sigmoid(t: Tensor) -> Tensor:
+    return _unary("sigmoid", t)
+
+
+def exp(t: Tensor) -> Tensor:
+    return _unary("exp", t)
+
+
+def dropout(t: Tensor, seed_tensor: Tensor | None = None, p: float = 0.5, mask: bool = False) -> Tensor:
+    """Dropout with probability ``p`` (the seed only changes numerics)."""
+    if not 0 <= p < 1:
+        raise ValueError(f"ops.dropout: p must be in [0, 1), got {p!r}")
+    g = _graph("ops.dropout", t)
+    g.ir._note("ops.dropout: priced in training; an inference run treats it as the identity, as "
+               "PopTorch's inference does")
+    with g._building() as bld:
+        return _out(g, bld.dropout(t._sim, p, name=_name(g, "dropout")), t.dtype)
+
+
+def cast(t: Tensor, data_type) -> Tensor:
+    dt = dtypes.dtype.as_dtype(data_type)
+    g = _graph("ops.cast", t)
+    with g._building() as bld:
+        return _out(g, bld.cast(t._sim, dt.sim_name, name=_name(g, "cast")), dt)
+
+
+# --- normalisations and reductions ------------------------------------------------------------
+
+def softmax(t: Tensor, axis: int) -> Tensor:
+    g = _graph("ops.softmax", t)
+    if not -t.rank <= axis < t.rank:
+        raise ValueError(f"ops.softmax: axis {axis} is out of range for a tensor of rank {t.rank}")
+    with g._building() as bld:
+        return _out(g, bld.softmax(t._sim, axis, name=_name(g, "softmax")), t.dtype)
+
+
+def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, epsilon: float = 1e-05) -> Tensor:
+    """Normalise over the last dimension, then scale by ``weight`` and shift by ``bias``."""
+    g = _graph("ops.layer_norm", t, weight, bias)
+    h = t.shape[-1]
+    for p in (weight, bias):
+        if p.nelms != h:
+            raise GraphError(f"ops.layer_norm: {p.id!r} has shape {p.shape}, expected ({h},) for input "
+                             f"{t.id!r} {t.shape}")
+    with g._building() as bld:
+        out = bld.op("layernorm", [t._sim, weight._sim, bias._sim], [t.shape], {"eps": epsilon},
+                     name=_name(g, "layer_norm"))[0]
+    return _out(g, out, t.dtype)
+
+
+def group_norm(t: Tensor, weight: Tensor, bias: Tensor, num_groups: int, eps: float = 1e-05) -> Tensor:
+    """Group normalisation of (N, C, ...): priced as a layer norm over the (N x groups) rows of
+    C / groups x spatial elements (the same statistics and normalise passes)."""
+    g = _graph("ops.group_norm", t, weight, bias)
+    if t.rank < 2:
+        raise GraphError(f"ops.group_norm: input {t.id!r} {t.shape} needs a channel dimension (N, C, ...)")
+    n, c = t.shape[0], t.shape[1]
+    if num_groups < 1 or c % num_groups:
+        raise GraphError(f"ops.group_norm: {c} channels do not split into {num_groups} groups")
+    for p in (weight, bias):
+        if p.nelms != c:
+            raise GraphError(f"ops.group_norm: {p.id!r} has shape {p.shape}, expected ({c},)")
+    rows = reshape(t, (n * num_groups, t.nelms // (n * num_groups)))
+    with g._building() as bld:
+        out = bld.op("layernorm", [rows._sim, weight._sim, bias._sim], [rows.shape],
+                     {"eps": eps, "groups": num_groups}, name=_name(g, "group_norm"))[0]
+    return reshape(_out(g, out, t.dtype), t.shape)
+
+
+def _axes(t: Tensor, axis) -> list[int]:
+    if axis is None:
+        return list(range(t.rank))
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    for a in axes:
+        if not -t.rank <= a < t.rank:
+            raise ValueError(f"axis {a} is out of range for a tensor of rank {t.rank}")
+    return sorted({a % t.rank for a in axes})
+
+
+def _reduce(kind: str, t: Tensor, axis, keepdims: bool, where: str) -> Tensor:
+    g = _graph(where, t)
+    axes = _axes(t, axis)
+    with g._building() as bld:
+        out = _out(g, bld.reduce(t._sim, axes, kind, keepdims, name=_name(g, kind)), t.dtype)
+    if not keepdims and len(axes) == t.rank and out.shape != ():
+        out = reshape(out, ())  # PopXL: a reduction over every axis is a scalar
+    return out
+
+
+def sum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Sum over ``axis`` (every axis when None)."""
+    return _reduce("reduce_sum", t, axis, keepdims, "ops.sum")
+
+
+def mean(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    return _reduce("reduce_mean", t, axis, keepdims, "ops.mean")
+
+
+def max(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
+    return _reduce("reduce_max", t, axis, keepdims, "ops.max")
+
+
+reduce_sum = sum
+reduce_mean = mean
+
+
+# --- data movement ----------------------------------------------------------------------------
+
+def reshape(t: Tensor, shape: Iterable[int]) -> Tensor:
+    """``t`` with a new shape (one dimension may be -1). A view: no data moves."""
+    shape = [int(d) for d in shape]
+    if shape.count(-1) > 1:
+        raise ValueError(f"ops.reshape: at most one dimension can be -1, got {shape}")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or t.nelms % known:
+            raise GraphError(f"ops.reshape: cannot reshape {t.shape} into {shape}")
+        shape[shape.index(-1)] = t.nelms // known
+    g = _graph("ops.reshape", t)
+    with g._building() as bld:
+        return _out(g, bld.reshape(t._sim, shape, name=_name(g, "reshape")), t.dtype)
+
+
+def flatten(t: Tensor) -> Tensor:
+    return reshape(t, (-1,))
+
+
+def transpose(t: Tensor, permutation: Iterable[int] | None = None) -> Tensor:
+    """``t`` with its dimensions permuted (reversed when no permutation is given)."""
+    perm = list(reversed(range(t.rank))) if permutation is None else [int(p) % builtins.max(t.rank, 1) for p in permutation]
+    if sorted(perm) != list(range(t.rank)):
+        raise ValueError(f"ops.transpose: {list(permutation)} is not a permutation of {t.rank} axes")
+    g = _graph("ops.transpose", t)
+    with g._building() as bld:
+        return _out(g, bld.transpose(t._sim, perm, name=_name(g, "transpose")), t.dtype)
+
+
+def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
+    ts = list(ts)
+    if not ts:
+        raise ValueError("ops.concat needs at least one tensor")
+    g = _graph("ops.concat", *ts)
+    rank = ts[0].rank
+    ax = axis % rank
+    for t in ts[1:]:
+        if t.rank != rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, ts[0].shape)) if i != ax):
+            raise GraphError(f"ops.concat: shapes {[x.shape for x in ts]} differ outside axis {axis}")
+    with g._building() as bld:
+        return _out(g, bld.concat([t._sim for t in ts], ax, name=_name(g, "concat")), ts[0].dtype)
+
+
+def slice(t: Tensor, start=None, stop=None, step=None, axis=None) -> Tensor:
+    """A strided slice over one or more axes (numpy's rules for each)."""
+    def as_list(v):
+        return None if v is None else ([v] if isinstance(v, int) else list(v))
+    start, stop, step, axis = map(as_list, (start, stop, step, axis))
+    n = len(next((v for v in (start, stop, step, axis) if v is not None), []))
+    axes = [a % t.rank for a in axis] if axis is not None else list(range(n))
+    start = start or [None] * n
+    stop = stop or [None] * n
+    step = step or [1] * n
+    if not len(axes) == len(start) == len(stop) == len(step):
+        raise ValueError("ops.slice: start, stop, step and axis must have the same length")
+    shape = list(t.shape)
+    spec = []
+    for a, s0, s1, st in zip(axes, start, stop, step):
+        lo, hi, stp = builtins.slice(s0, s1, st).indices(t.shape[a])
+        shape[a] = len(range(lo, hi, stp))
+        if shape[a] <= 0:
+            raise GraphError(f"ops.slice: the slice {s0}:{s1}:{st} of axis {a} of {t.shape} is empty")
+        spec.append((a, lo, hi, stp))
+    g = _graph("ops.slice", t)
+    with g._building() as bld:
+        out = bld.op("slice", [t._sim], [shape], {"slices": spec}, name=_name(g, "slice"))[0]
+    return _out(g, out, t.dtype)
+
+
+def gather(t: Tensor, indices: Tensor, axis: int = 0, available_memory_proportion: float | None = None,
+           zero_OOR: bool = False) -> Tensor:
+    """Rows of ``t`` at ``indices`` (an embedding lookup)."""
+    g = _graph("ops.gather", t, indices)
+    if axis % t.rank != 0:
+        raise NotModelledError(f"ops.gather(axis={axis}): only axis 0 (a row lookup) is modelled; "
+                               "transpose the table first")
+    if not indices.dtype.is_int:
+        raise GraphError(f"ops.gather: indices {indices.id!r} must be integers, got {indices.dtype.name}")
+    with g._building() as bld:
+        return _out(g, bld.embedding(indices._sim, t._sim, name=_name(g, "gather")), t.dtype)
+
+
+def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1,
+         pad_type: str = "not_set", available_memory_proportion: float | None = None,
+         partials_type=None, enable_conv_dithering=None) -> Tensor:
+    """2-D convolution of NCHW ``t`` with ``weight`` (C_out, C_in / groups, kH, kW).
+
+    The cost model takes square kernels and strides and the same padding on every side."""
+    g = _graph("ops.conv", t, weight)
+    if t.rank != 4 or weight.rank != 4:
+        raise NotModelledError("ops.conv: only 2-D convolutions (NCHW input, 4-D weight) are modelled")
+    n, c, h, w = t.shape
+    co, cig, kh, kw = weight.shape
+    stride, dilation, padding = tuple(stride), tuple(dilation), tuple(padding)
+    if kh != kw or len(set(stride)) != 1 or len(set(padding)) != 1 or set(dilation) != {1}:
+        raise NotModelledError(
+            f"ops.conv: kernel {kh}x{kw}, stride {stride}, padding {padding}, dilation {dilation}: the cost "
+            "model takes square kernels and strides, equal padding on every side and no dilation")
+    if pad_type not in ("not_set", "valid"):
+        raise NotModelledError(f"ops.conv(pad_type={pad_type!r}): give the padding explicitly")
+    if c % groups or co % groups or cig != c // groups:
+        raise GraphError(f"ops.conv: input {t.shape} and weight {weight.shape} do not match for {groups} group(s)")
+    s, p = stride[0], padding[0]
+    ho, wo = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+    if ho <= 0 or wo <= 0:
+        raise GraphError(f"ops.conv: kernel {kh}x{kw} is too large for input {h}x{w}")
+    with g._building() as bld:
+        out = bld.op("conv2d", [t._sim, weight._sim], [(n, co, ho, wo)],
+                     {"kernel": kh, "stride": s, "padding": p, "groups": groups}, name=_name(g, "conv"))[0]
+    return _out(g, out, t.dtype)
+
+
+def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = "zero") -> Tensor:
+    """A tensor initialised on the device (a constant of the simulated graph)."""
+    g = _graph("ops.init")
+    if init_type not in ("zero", "undef"):
+        raise ValueError(f"ops.init: init_type must be 'zero' or 'undef', got {init_type!r}")
+    dt = dtypes.dtype.as_dtype(dtype)
+    shape = tuple(shape)
+    return Tensor(g, g._new_tensor(name or "init", shape, dt, "constant"), shape, dt, get_current_context().ipu)
+
+
+def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:
+    """``t`` on IPU ``destination``: the simulator inserts the copy between IPUs itself, where an op
+    on one IPU reads a tensor made on another."""
+    g = _graph("ops.ipu_copy", t)
+    if isinstance(destination, bool) or not isinstance(destination, int) or destination < 0:
+        raise TypeError(f"ops.ipu_copy: destination must be an IPU index >= 0, got {destination!r}")
+    g.ir._note("ops.ipu_copy: the copy between IPUs is the one the simulator inserts where an op reads "
+               "a tensor made on another IPU (merged per step, as PopART merges them)")
+    copy = Tensor(g, t._sim, t.shape, t.dtype, destination)
+    return copy
+
+
+def detach(t: Tensor) -> Tensor:
+    g = _graph("ops.detach", t)
+    with g._building() as bld:
+        return _out(g, bld.op("detach", [t._sim], [t.shape], name=_name(g, "detach"))[0], t.dtype)
+
+
+def identity(t: Tensor) -> Tensor:
+    g = _graph("ops.identity", t)
+    with g._building() as bld:
+        return _out(g, bld.op("identity", [t._sim], [t.shape], name=_name(g, "identity"))[0], t.dtype)
+
+
+def print_tensor(t: Tensor, title: str | None = None, print_self: bool = True, print_gradient: bool = False,
+                 summarise_threshold: int = 1000, edge_items: int = 3, max_line_width: int = 75,
+                 digits: int = 8, float_format: str = "auto", separator: str = " ", open_bracket: str = "[",
+                 close_bracket: str = "]") -> Tensor:
+    """Accepted: the simulator has no values to print (priced as a view)."""
+    g = _graph("ops.print_tensor", t)
+    g.ir._note("ops.print_tensor: accepted, nothing is printed (the simulator computes no values)")
+    return identity(t)
+
+
+# --- losses (for popxl.transforms.autodiff) ----------------------------------------------------
+
+def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float | Tensor = 1,
+                               reduction: str = "mean", ignore_index: int | None = None):
+    """(loss, d loss / d probs): the loss of the simulated training (``softmax_cross_entropy``);
+    the gradient is the handle to pass to an autodiff grad graph."""
+    g = _graph("ops.nll_loss_with_softmax_grad", probs, labels)
+    if not labels.dtype.is_int:
+        raise GraphError(f"ops.nll_loss_with_softmax_grad: labels {labels.id!r} must be integers")
+    with g._building() as bld:
+        loss = bld.softmax_cross_entropy(probs._sim, labels._sim, name=_name(g, "nll_loss"))
+    return _out(g, loss), GradTensor(g, probs.shape, probs.dtype, probs, f"d_loss/d_{probs.id}")
+
+
+# --- calling subgraphs ------------------------------------------------------------------------
+
+class CallSiteInfo:
+    """Where a graph was called: the graph, the parent tensors given to it and its outputs."""
+
+    def __init__(self, graph: Graph, parent_inputs: dict, outputs: Sequence[Tensor]):
+        self.called_graph = graph
+        self._parent_inputs = parent_inputs  # graph input -> parent tensor
+        self._outputs = tuple(outputs)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return self._outputs
+
+    def parent_input(self, idx: int) -> Tensor:
+        return self._parent_inputs[self.called_graph._inputs[idx]]
+
+    def parent_output(self, idx: int) -> Tensor:
+        return self._outputs[idx]
+
+    def graph_to_parent(self, t: Tensor) -> Tensor:
+        if t in self._parent_inputs:
+            return self._parent_inputs[t]
+        if t in self.called_graph._outputs:
+            return self._outputs[self.called_graph._outputs.index(t)]
+        raise KeyError(f"{t!r} is not an input or output of graph {self.called_graph.name!r}")
+
+    def parent_to_graph(self, t: Tensor) -> Tensor:
+        for k, v in self._parent_inputs.items():
+            if v is t:
+                return k
+        for k, v in zip(self.called_graph._outputs, self._outputs):
+            if v is t:
+                return k
+        raise KeyError(f"{t!r} is not connected to graph {self.called_graph.name!r} at this call")
+
+
+def _parent_inputs(graph: Graph, inputs, inputs_dict) -> dict:
+    given = dict(zip(graph._inputs, inputs))
+    given.update(inputs_dict or {})
+    return given
+
+
+def call_with_info(graph: Graph, *inputs: Tensor, inputs_dict: dict | None = None,
+                   check_inputs: bool = True) -> CallSiteInfo:
+    """Call ``graph`` (copy its ops into the current graph) and describe the call."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"ops.call: expected a popxl Graph (ir.create_graph), got {graph!r}")
+    g = _graph(f"ops.call({graph.name!r})")
+    if graph._grad_info is not None:
+        outs = transforms._call_grad_graph(g, graph, inputs, inputs_dict)
+    else:
+        outs = g._call(graph, inputs, inputs_dict, f"ops.call({graph.name!r})")
+    return CallSiteInfo(graph, _parent_inputs(graph, inputs, inputs_dict), outs)
+
+
+def call(graph: Graph, *inputs: Tensor, inputs_dict: dict | None = None) -> tuple[Tensor, ...]:
+    """Call ``graph``; returns its outputs as tensors of the current graph."""
+    return call_with_info(graph, *inputs, inputs_dict=inputs_dict).outputs
+
+
+def repeat_with_info(graph: Graph, repeat_count: int, *inputs: Tensor, inputs_dict: dict | None = None,
+                     check_inputs: bool = True) -> CallSiteInfo:
+    """Run ``graph`` ``repeat_count`` times, output ``k`` of one iteration feeding input ``k`` of
+    the next. A body with host IO is the step of one host transfer (see ``Session``); any other
+    body is copied ``repeat_count`` times."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"ops.repeat: expected a popxl Graph (ir.create_graph), got {graph!r}")
+    g = _graph(f"ops.repeat({graph.name!r})")
+    if graph._grad_info is not None:
+        raise NotModelledError("ops.repeat of an autodiff grad graph is not modelled: call it with ops.call")
+    outs = g._repeat(graph, repeat_count, inputs, inputs_dict)
+    return CallSiteInfo(graph, _parent_inputs(graph, inputs, inputs_dict), outs)
+
+
+def repeat(graph: Graph, repeat_count: int, *inputs: Tensor, inputs_dict: dict | None = None) -> tuple[Tensor, ...]:
+    return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs
