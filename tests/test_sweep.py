@@ -1,10 +1,19 @@
-"""Sweeps: the product of grid axes, one row per point, equal to running each point alone."""
+"""Sweeps: the product of grid axes, one row per point, equal to running each point alone;
+rows reach the CSV as points finish, --resume finishes a sweep, signals stop it cleanly."""
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
 import pytest
 
 import models
 import sim
 from sim.cli import main as cli
+from sim.cli import sweep as sweep_module
 from sim.cli.sweep import grid_points, sweep
 
 
@@ -50,3 +59,160 @@ def test_sweep_on_a_dask_cluster():
                                   dashboard_address=None) as cluster:
         remote = sweep(["micro-batch=2,4"], ["--model", "mlp"], dask=cluster.scheduler_address)
     assert remote["cycle_count"].tolist() == local["cycle_count"].tolist()
+
+
+# --- reliability: rows as points finish, --resume, clean stop on signals, --workers ------------
+
+GRID = ["micro-batch=1,2,3,4,5,6"]
+#: points slow enough (~0.3 s each) that a signal lands while some are still to run
+SLOW_MLP = ["--model", "mlp", "--param", "hidden=" + str([64] * 600).replace(" ", ""), "--training"]
+
+
+def _sweep_command(csv_path, *extra):
+    return [sys.executable, "-m", "sim.cli.main", "sweep", "--grid", GRID[0], "--workers", "2",
+            "--csv", str(csv_path), *extra, "--", *SLOW_MLP]
+
+
+def _children(pid):
+    """Pids of the processes whose parent is ``pid`` (psutil, or /proc without it)."""
+    try:
+        import psutil
+    except ImportError:
+        found = set()
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if entry.isdigit() and int(fields[1]) == pid:
+                found.add(int(entry))
+        return found
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def _running(pid):
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        import psutil
+    except ImportError:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _data_rows(csv_path):
+    return max(0, len(csv_path.read_text().splitlines()) - 1) if csv_path.exists() else 0
+
+
+def _sorted_csv(csv_path):
+    return pd.read_csv(csv_path).sort_values("micro-batch").reset_index(drop=True)
+
+
+def test_sigterm_then_resume_equals_an_uninterrupted_sweep(tmp_path):
+    """A sweep killed with SIGTERM after its first rows keeps them, ends its workers and exits
+    143; --resume runs only the rest; the CSV then equals an uninterrupted sweep's."""
+    csv_path = tmp_path / "sweep.csv"
+    proc = subprocess.Popen(_sweep_command(csv_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 15
+    while _data_rows(csv_path) < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 143, err
+    assert workers, "the sweep ran no worker processes"
+    assert not [pid for pid in workers if _running(pid)], "worker processes left running"
+    done = _data_rows(csv_path)
+    assert 1 <= done < 6
+    assert err.strip().splitlines() == [
+        f"ipusim: sweep stopped by SIGTERM: {done} of 6 points done, rows in {str(csv_path)!r}; "
+        "run the same command with --resume to finish"]
+    assert "Traceback" not in err and out == ""
+
+    resumed = subprocess.run(_sweep_command(csv_path, "--resume"), capture_output=True, text=True, timeout=30)
+    assert resumed.returncode == 0, resumed.stderr
+    printed = [line.split()[0] for line in resumed.stdout.splitlines()[1:]]
+    assert printed == ["1", "2", "3", "4", "5", "6"]  # the printed table is in grid order
+
+    whole = tmp_path / "whole.csv"
+    assert cli.main(["sweep", "--grid", GRID[0], "--workers", "2", "--csv", str(whole), "--", *SLOW_MLP]) == 0
+    final = _sorted_csv(csv_path)
+    assert final["micro-batch"].tolist() == [1, 2, 3, 4, 5, 6]  # every point once
+    pd.testing.assert_frame_equal(final, _sorted_csv(whole), check_exact=True)
+
+
+def test_rows_are_in_the_csv_as_points_finish(tmp_path, monkeypatch):
+    csv_path = tmp_path / "sweep.csv"
+    seen = []
+    real = sweep_module.run_point
+
+    def spying(argv):
+        seen.append(_data_rows(csv_path))  # rows on disk when this point starts
+        return real(argv)
+    monkeypatch.setattr(sweep_module, "run_point", spying)
+    sweep(["micro-batch=1,2,3"], ["--model", "mlp"], workers=1, csv_path=csv_path)
+    assert seen == [0, 1, 2]
+    assert csv_path.read_text().splitlines()[0].startswith("micro-batch,cycle_count,")  # header once
+    assert _data_rows(csv_path) == 3
+
+
+def test_resume_runs_only_the_missing_points(tmp_path, monkeypatch):
+    csv_path = tmp_path / "sweep.csv"
+    sweep(["micro-batch=2,4"], ["--model", "mlp"], workers=1, csv_path=csv_path)
+    with open(csv_path, "a") as f:
+        f.write("6,123")  # a row cut short by a kill: dropped, and its point run again
+    ran = []
+    real = sweep_module.run_point
+    monkeypatch.setattr(sweep_module, "run_point", lambda argv: ran.append(argv[-1]) or real(argv))
+    table = sweep(["micro-batch=1,2,4,6"], ["--model", "mlp"], workers=1, csv_path=csv_path, resume=True)
+    assert ran == ["1", "6"]
+    assert table["micro-batch"].tolist() == ["1", "2", "4", "6"]
+    fresh = sweep(["micro-batch=1,2,4,6"], ["--model", "mlp"], workers=1)
+    assert table["cycle_count"].tolist() == fresh["cycle_count"].tolist()
+    on_disk = pd.read_csv(csv_path)
+    assert sorted(on_disk["micro-batch"]) == [1, 2, 4, 6]
+    assert on_disk.set_index("micro-batch")["cycle_count"].to_dict() == dict(zip([1, 2, 4, 6], fresh["cycle_count"]))
+
+
+def test_sigint_stops_a_sweep_with_130_and_keeps_its_rows(capsys, tmp_path, monkeypatch):
+    csv_path = tmp_path / "sweep.csv"
+    real = sweep_module.run_point
+
+    def interrupting(argv):
+        if argv[-1] == "3":
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(argv)
+    monkeypatch.setattr(sweep_module, "run_point", interrupting)
+    before = signal.getsignal(signal.SIGINT)
+    code = cli.main(["sweep", "--grid", "micro-batch=1,2,3,4", "--workers", "1", "--csv", str(csv_path),
+                     "--", "--model", "mlp"])
+    out, err = capsys.readouterr()
+    assert code == 130 and out == ""
+    assert err.splitlines() == [f"ipusim: sweep stopped by SIGINT: 2 of 4 points done, rows in {str(csv_path)!r}; "
+                                "run the same command with --resume to finish"]
+    assert _data_rows(csv_path) == 2
+    assert signal.getsignal(signal.SIGINT) is before  # the usual handler is back
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_workers_below_one_is_a_usage_error(capsys, value):
+    code = cli.main(["sweep", "--grid", "micro-batch=1,2", "--workers", value, "--", "--model", "mlp"])
+    err = capsys.readouterr().err
+    assert code == 2
+    error_lines = [line for line in err.splitlines() if "error" in line]
+    assert len(error_lines) == 1 and f"'{value}'" in error_lines[0] and ">= 1" in error_lines[0]
+
+
+def test_resume_needs_a_csv(capsys):
+    assert cli.main(["sweep", "--grid", "micro-batch=1,2", "--resume", "--", "--model", "mlp"]) == 2
+    assert "--resume needs --csv" in capsys.readouterr().err

@@ -23,7 +23,7 @@ import sim
 
 from ..graph.training import OPTIMIZERS
 from ..options import OutputMode, OverlapMode, TensorLocationSettings
-from ..results.report import format_summary, prepare_directory, to_json, write_outputs
+from ..results.report import check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern)
 from .argtypes import positive_int
@@ -130,7 +130,8 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "(on chip, sharded over --replicas); training only")
     out = r.add_argument_group("output")
     out.add_argument("--output", metavar="DIR", type=Path,
-                     help="also write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png")
+                     help="also write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png; "
+                     "the set replaces DIR as a whole (DIR must be new, empty or an earlier run's output)")
     out.add_argument("--json", action="store_true", help="print run.summary() as one JSON object")
     r.set_defaults(func=_cmd_run, subparser=r)
     return r
@@ -249,8 +250,11 @@ def simulate_args(args, parser) -> sim.Run:
         parser.error("--optimizer-state only applies with --training")
     if args.optimizer_state == "rts" and (args.replicas or 1) < 2:
         parser.error("--optimizer-state rts shards the state over replicas: give --replicas 2 or more")
-    if args.output is not None and args.output.exists() and not args.output.is_dir():
-        parser.error(f"--output {str(args.output)!r} exists and is not a directory")
+    if args.output is not None:
+        try:
+            check_output_directory(args.output)  # before simulating, not after
+        except OSError as e:
+            parser.error(f"--output: {e}")
     system = sim.load_system(args.system)
     graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args))
     return sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
@@ -259,7 +263,7 @@ def simulate_args(args, parser) -> sim.Run:
 
 def _cmd_run(args, parser) -> int:
     run = simulate_args(args, parser)
-    written = write_outputs(run, prepare_directory(args.output)) if args.output is not None else []
+    written = write_outputs(run, args.output) if args.output is not None else []
     if args.json:
         summary = run.summary()
         if written:

@@ -9,26 +9,49 @@ its row with the error instead of the numbers::
     ipusim sweep --grid micro-batch=1,2,4 --grid replicas=1,2,4 -- --model bert-base --system ipu-pod16
 
 Points run on a process pool (``--workers``, default: all cores), or on a Dask cluster with
-``--dask ADDRESS`` (``pip install -e '.[dask]'``).
+``--dask ADDRESS`` (``pip install -e '.[dask]'``). With ``--csv FILE`` each row is appended to
+FILE as its point finishes (completion order); ``--resume`` skips the points FILE already
+holds. SIGINT or SIGTERM stops the sweep cleanly (exit 130 / 143), keeping the rows done.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
 import itertools
 import os
-from concurrent.futures import ProcessPoolExecutor
+import signal
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
 from ..errors import IpuSimError
 from ..program import CATEGORIES
 from . import run
+from .argtypes import positive_int
+
+#: the columns of a row after the grid's: cycles (IPU clock), seconds, samples per second,
+#: average round-trip latency (seconds), peak bytes on the fullest tile, the error ("" if
+#: none) and the share (0..1) of each breakdown category
+RESULT_COLUMNS = ("cycle_count", "seconds", "samples_per_second", "latency_avg_s", "peak_tile_bytes",
+                  "error") + tuple(f"share_{c}" for c in CATEGORIES)
 
 
 class PointError(Exception):
-    """A point whose flags ``ipusim run`` rejects."""
+    """A point whose flags ``ipusim run`` rejects (or a sweep asked for wrongly)."""
+
+
+class SweepInterrupted(BaseException):
+    """SIGINT or SIGTERM stopped the sweep: ``signum``, and ``done`` of ``total`` points have rows."""
+
+    def __init__(self, signum: int, done: int = 0, total: int = 0):
+        super().__init__(signum)
+        self.signum, self.done, self.total = signum, done, total
 
 
 def run_point(argv: list[str]) -> dict:
@@ -63,31 +86,197 @@ def grid_points(axes: list[str]) -> list[dict[str, str]]:
     return [dict(p) for p in itertools.product(*parsed)]
 
 
-def sweep(axes: list[str], common: list[str], workers: int | None = None, dask: str | None = None) -> pd.DataFrame:
-    """Run every point of the grid; one row per point, in grid order."""
-    points = grid_points(axes)
-    argvs = [common + [a for flag, v in p.items() for a in (f"--{flag}", v) if v != ""] for p in points]
+def _worker_init() -> None:
+    """In a pool worker: leave SIGINT to the sweep's own process (a terminal's Ctrl-C reaches
+    every process of the group) and let SIGTERM end the worker, whatever the parent installed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _end_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel the points not started and end the pool's worker processes now (points still
+    running are dropped), then wait until the workers are gone."""
+    # ProcessPoolExecutor has no public way to stop running workers before Python 3.14
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    for process in workers:
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+    for process in workers:
+        process.join()
+
+
+def run_points(argvs: dict[int, list[str]], workers: int | None = None,
+               dask: str | None = None) -> Iterator[tuple[int, dict]]:
+    """Run the points ``{index: ipusim run flags}``; yield ``(index, row)`` as each finishes.
+
+    Points run on a Dask scheduler, a process pool (``workers`` processes, default: all cores)
+    or, with one worker or one point, in this process. Closing the generator early (or an
+    exception raised while it waits, e.g. :class:`SweepInterrupted`) cancels the points not
+    finished and ends the pool's workers.
+    """
     if dask:
         try:
             from dask.distributed import Client
+            from dask.distributed import as_completed as dask_completed
         except ImportError:
             raise PointError("--dask needs Dask: pip install -e '.[dask]'") from None
         with Client(dask) as client:
-            rows = client.gather(client.map(run_point, argvs, pure=False))
+            futures = {client.submit(run_point, argv, pure=False): i for i, argv in argvs.items()}
+            try:
+                for future in dask_completed(futures):
+                    yield futures[future], future.result()
+            finally:
+                client.cancel(list(futures))
     elif (workers or os.cpu_count() or 1) > 1 and len(argvs) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            rows = list(pool.map(run_point, argvs))
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+        try:
+            futures = {pool.submit(run_point, argv): i for i, argv in argvs.items()}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        except BaseException:
+            _end_pool(pool)
+            raise
+        pool.shutdown(wait=True)
     else:
-        rows = [run_point(a) for a in argvs]
-    return pd.DataFrame([{**p, **r} for p, r in zip(points, rows)])
+        for i, argv in argvs.items():
+            yield i, run_point(argv)
+
+
+def _read_rows(path: Path, columns: list[str]) -> list[dict[str, str]]:
+    """The rows of an earlier sweep's CSV at ``path`` (values as text), for ``--resume``.
+
+    A last line cut short (the writer killed mid-row) is cut off the file. The header must be
+    ``columns``: rows of another grid cannot be mixed with this one's.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return []
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is not None and list(reader.fieldnames) != columns:
+            raise PointError(f"--resume: {str(path)!r} has the columns of another sweep "
+                             f"({', '.join(reader.fieldnames[:4])}, ...); this one writes "
+                             f"{', '.join(columns[:4])}, ...")
+        return list(reader)
+
+
+class _CsvRows:
+    """Appends rows to a CSV file, one flushed line each, writing the header once.
+
+    ``path`` None writes nothing; ``append`` keeps the rows already in the file.
+    """
+
+    def __init__(self, path: Path | None, columns: list[str], append: bool):
+        self._file = None
+        if path is None:
+            return
+        keep = append and path.exists() and path.stat().st_size > 0
+        self._file = open(path, "a" if keep else "w", newline="", encoding="utf-8")
+        self._writer = csv.DictWriter(self._file, fieldnames=columns, restval="", lineterminator="\n")
+        if not keep:
+            self._writer.writeheader()
+            self._file.flush()
+
+    def write(self, row: dict) -> None:
+        if self._file is not None:
+            self._writer.writerow(row)
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def _progress_bar(total: int, done: int):
+    """A tqdm bar counting points (``done`` of ``total`` at the start) on stderr when stderr
+    is a terminal, else None."""
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, initial=done, unit="point", file=sys.stderr)
+
+
+def sweep(axes: list[str], common: list[str], workers: int | None = None, dask: str | None = None,
+          csv_path: Path | None = None, resume: bool = False) -> pd.DataFrame:
+    """Run every point of the grid; one row per point, in grid order.
+
+    With ``csv_path`` each row is appended to that CSV as its point finishes; with ``resume``
+    the points it already holds (same grid values) are not run again and their rows are
+    kept. Raises :class:`SweepInterrupted` (with the count of points done) if a signal
+    handler raises it while points run.
+    """
+    if workers is not None and workers < 1:
+        raise PointError(f"workers must be a whole number >= 1, got {workers}")
+    points = grid_points(axes)
+    flags = list(points[0])
+    columns = flags + [c for c in RESULT_COLUMNS if c not in flags]
+
+    def key(row: dict) -> tuple[str, ...]:
+        return tuple(str(row[f]) for f in flags)
+    earlier = {key(r): r for r in _read_rows(csv_path, columns)} if resume and csv_path else {}
+    argvs = {i: common + [a for flag, v in p.items() for a in (f"--{flag}", v) if v != ""]
+             for i, p in enumerate(points) if key(p) not in earlier}
+    rows: dict[int, dict] = {}
+    out = _CsvRows(csv_path, columns, append=resume)
+    bar = _progress_bar(len(points), len(points) - len(argvs))
+    try:
+        with contextlib.closing(run_points(argvs, workers, dask)) as finished:
+            for i, row in finished:
+                rows[i] = {**points[i], **row}
+                out.write(rows[i])
+                if bar is not None:
+                    bar.update()
+    except SweepInterrupted as e:
+        e.done, e.total = len(points) - len(argvs) + len(rows), len(points)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        out.close()
+    table = pd.DataFrame([rows[i] if i in rows else earlier[key(p)] for i, p in enumerate(points)],
+                         columns=columns)
+    for c in RESULT_COLUMNS:  # rows read back from the CSV hold text, "" where a point failed
+        if c != "error" and c not in flags:
+            table[c] = pd.to_numeric(table[c].mask(table[c] == ""))
+    table["error"] = table["error"].fillna("").astype(str)
+    return table
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """While inside: SIGINT and SIGTERM raise :class:`SweepInterrupted` (once: a second signal
+    is ignored so it cannot cut the clean-up short). Only in the main thread, where Python
+    runs signal handlers; the previous handlers come back on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = (signal.SIGINT, signal.SIGTERM)
+
+    def interrupt(signum, frame):
+        for s in signums:
+            signal.signal(s, signal.SIG_IGN)
+        raise SweepInterrupted(signum)
+    previous = {s: signal.signal(s, interrupt) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--grid", action="append", default=[], metavar="FLAG=V1,V2",
                         help="an axis: a flag of `ipusim run` (without --) and its values; repeatable")
-    parser.add_argument("--workers", type=int, help="processes (default: all cores)")
+    parser.add_argument("--workers", type=positive_int, metavar="N", help="processes, >= 1 (default: all cores)")
     parser.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler")
-    parser.add_argument("--csv", type=Path, help="also write the table to this CSV file")
+    parser.add_argument("--csv", type=Path, help="also write the rows to this CSV file, each as its point "
+                        "finishes (completion order)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --csv: skip the points the CSV already holds and append the others")
     parser.add_argument("common", nargs=argparse.REMAINDER,
                         help="after --: `ipusim run` flags shared by every point")
     parser.set_defaults(func=_cmd_sweep, subparser=parser)
@@ -100,17 +289,28 @@ def add_subcommand(subparsers) -> argparse.ArgumentParser:
                                             description=__doc__.split("\n\n")[0]))
 
 
+def _interrupted_message(e: SweepInterrupted, csv_path: Path | None) -> str:
+    """One line: which signal, how many points are done, and how to finish the sweep."""
+    head = f"ipusim: sweep stopped by {signal.Signals(e.signum).name}: {e.done} of {e.total} points done"
+    if csv_path is None:
+        return head + "; without --csv their rows are not kept (give --csv FILE to be able to --resume)"
+    return head + f", rows in {str(csv_path)!r}; run the same command with --resume to finish"
+
+
 def _cmd_sweep(args, parser) -> int:
     if not args.grid:
         parser.error("give at least one --grid FLAG=V1,V2,...")
+    if args.resume and args.csv is None:
+        parser.error("--resume needs --csv FILE (the CSV of the sweep to finish)")
     common = args.common[1:] if args.common[:1] == ["--"] else args.common
     try:
-        table = sweep(args.grid, common, args.workers, args.dask)
+        with _signals_interrupt():
+            table = sweep(args.grid, common, args.workers, args.dask, args.csv, args.resume)
     except PointError as e:
         parser.error(str(e))
-    if args.csv:
-        from ..results.report import atomic_write
-        atomic_write(Path(args.csv), lambda tmp: table.to_csv(tmp, index=False))
+    except SweepInterrupted as e:
+        print(_interrupted_message(e, args.csv), file=sys.stderr)
+        return 128 + e.signum
     with pd.option_context("display.width", 220, "display.max_columns", 30):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0 if (table["error"] == "").all() else 1

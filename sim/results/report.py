@@ -2,8 +2,8 @@
 
 :func:`format_summary` gives the run as readable text (what ``ipusim run`` prints);
 :func:`write_outputs` writes the trace, op trace, breakdown and summary (CSV/JSON) and two
-figures (timeline, tile memory) into a directory. Cycles are cycles of the IPU clock; the text
-shows times in milliseconds and memory in bytes.
+figures (timeline, tile memory) into a directory, replacing it as a whole. Cycles are cycles of
+the IPU clock; the text shows times in milliseconds and memory in bytes.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -225,37 +226,73 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
     return path
 
 
-def prepare_directory(directory: str | os.PathLike) -> Path:
-    """``directory`` as a Path, created if missing; an existing non-directory is an error."""
+def check_output_directory(directory: str | os.PathLike) -> Path:
+    """``directory`` as a Path, if :func:`write_outputs` may replace it: missing, or a
+    directory holding nothing but files named in :data:`OUTPUT_FILES` (an earlier run's).
+
+    Raises NotADirectoryError for an existing non-directory and FileExistsError for a
+    directory with anything else in it, so a mistyped ``--output`` never deletes other files.
+    """
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise NotADirectoryError(f"output path {str(d)!r} exists and is not a directory")
-    d.mkdir(parents=True, exist_ok=True)
+    if d.is_dir():
+        others = sorted(p.name for p in d.iterdir() if p.name not in OUTPUT_FILES or not p.is_file())
+        if others:
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise FileExistsError(f"output directory {str(d)!r} holds files other than a run's outputs "
+                                  f"({shown}); give a new or empty directory")
     return d
+
+
+def _replace_directory(new: Path, target: Path) -> None:
+    """Put directory ``new`` at ``target`` (same parent): the old ``target``, if any, is
+    renamed aside, ``new`` renamed into place, then the old one deleted. If the second rename
+    fails, the old directory is renamed back."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    old = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.old"
+    os.rename(target, old)
+    try:
+        os.rename(new, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
     """Write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png and memory.png.
 
-    Each file is written whole or not at all (temporary file + ``os.replace``). Returns the
-    paths written, in that order.
+    The set is written whole or not at all: every file goes into a fresh temporary folder
+    beside ``directory`` (same parent, so renames are atomic), which then replaces
+    ``directory`` (see :func:`check_output_directory` for what may be replaced). On any error,
+    interruption included, the temporary folder is removed and ``directory`` is left as it was.
+    Returns the paths written, in :data:`OUTPUT_FILES` order.
     """
-    d = prepare_directory(directory)
-
-    def text(content: str):
-        def write(tmp):
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(content)
-        return write
-
-    return [
-        atomic_write(d / "trace.csv", lambda tmp: run.trace.to_csv(tmp, index=False)),
-        atomic_write(d / "ops.csv", lambda tmp: run.op_trace().to_csv(tmp, index=False)),
-        atomic_write(d / "breakdown.csv", lambda tmp: run.breakdown.to_csv(tmp)),
-        atomic_write(d / "summary.json", text(to_json(run.summary(), indent=2) + "\n")),
-        atomic_write(d / "timeline.png", lambda tmp: _save(timeline_figure(run), tmp)),
-        atomic_write(d / "memory.png", lambda tmp: _save(memory_figure(run), tmp)),
-    ]
+    d = check_output_directory(directory)
+    target = d.resolve()  # a symlink's target is what gets replaced
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # a fresh name made with mkdir, so the folder gets the usual (umask) permissions
+    tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
+    tmp.mkdir()
+    writers = {
+        "trace.csv": lambda path: run.trace.to_csv(path, index=False),
+        "ops.csv": lambda path: run.op_trace().to_csv(path, index=False),
+        "breakdown.csv": lambda path: run.breakdown.to_csv(path),
+        "summary.json": lambda path: path.write_text(to_json(run.summary(), indent=2) + "\n", encoding="utf-8"),
+        "timeline.png": lambda path: _save(timeline_figure(run), path),
+        "memory.png": lambda path: _save(memory_figure(run), path),
+    }
+    try:
+        for name in OUTPUT_FILES:
+            writers[name](tmp / name)
+        _replace_directory(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [d / name for name in OUTPUT_FILES]
 
 
 # --- figures --------------------------------------------------------------------------------
@@ -266,7 +303,7 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: str) -> None:
+def _save(fig, path: str | os.PathLike) -> None:
     plt = _pyplot()
     try:
         fig.savefig(path, format="png", dpi=100)
@@ -344,14 +381,21 @@ def timeline_figure(run: Run):
 
 
 def memory_figure(run: Run):
-    """Peak bytes on each compute tile, one line per IPU, with the tile's capacity."""
+    """Peak bytes (shown in KiB) on each compute tile, one line per IPU of :attr:`Run.memory`,
+    with the tile's capacity.
+
+    Memory is analysed per IPU position within a replica (every replica holds the same), so
+    with replication the lines are "IPU i of each replica", not one per IPU of the system.
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(12, 4))
-    capacity = None
-    for ipu in run.executable.ipus:
+    memory = run.memory
+    replicated = run.executable.options.total_replicas() > 1
+    for ipu in memory:
         peak = np.asarray(run.tile_memory(ipu))
-        ax.plot(np.arange(len(peak)), peak / 1024, linewidth=0.8, label=f"IPU {ipu} peak")
-        capacity = run.executable.memory[ipu].capacity_per_tile
+        label = f"IPU {ipu} of each replica" if replicated else f"IPU {ipu}"
+        ax.plot(np.arange(len(peak)), peak / 1024, linewidth=0.8, label=f"{label} peak")
+    capacity = max((m["tile_capacity_bytes"] for m in memory.values()), default=0)
     if capacity:
         ax.axhline(capacity / 1024, color="tab:red", linestyle="--", label="tile capacity")
     ax.set_xlim(0, max(run.executable.tiles - 1, 1))
