@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -37,8 +38,11 @@ def installed_wheel(tmp_path_factory) -> Path:
     simpy, matplotlib: no download); its own copy of ``sim`` comes first on the path.
     """
     tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"  # a copy, so the build leaves nothing in the checkout
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "reports"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp / "dist"), str(ROOT)], check=True, capture_output=True)
+                    "-w", str(tmp / "dist"), str(source)], check=True, capture_output=True)
     wheel = next((tmp / "dist").glob("ipusim-*.whl"))
     env_dir = tmp / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=False)
