@@ -11,6 +11,13 @@ from sim.errors import GraphError
 from sim.graph import GraphBuilder, canonical_dtype
 
 
+#: the most layers a zoo model may have, and why
+MAX_LAYERS = 1024
+WHY_MAX_LAYERS = ("ten times deeper than published models (GPT-3 has 96 layers, PaLM 118) and 4 layers on "
+                  "each IPU of an IPU-POD256; every layer adds tens of ops, each priced and placed on its own, "
+                  "so a graph of 100,000 layers would take many minutes to compile")
+
+
 class Params(dict):
     """A model's parameters: its defaults overridden by the user's, checked on access.
 
@@ -37,6 +44,13 @@ class Params(dict):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
             self.fail(key, f"expected an integer >= {minimum}")
         return int(v)
+
+    def layers(self, key: str, minimum: int = 1, optional: bool = False) -> int | None:
+        """A number of layers: an integer from ``minimum`` to :data:`MAX_LAYERS`."""
+        v = self.int(key, minimum, optional)
+        if v is not None and v > MAX_LAYERS:
+            self.fail(key, f"the simulator takes at most {MAX_LAYERS} layers: {WHY_MAX_LAYERS}")
+        return v
 
     def ints(self, key: str, minimum: int = 1, optional: bool = False) -> list[int] | None:
         v = self[key]

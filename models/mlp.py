@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sim.graph import Graph, GraphBuilder
 
-from ._common import Params
+from ._common import MAX_LAYERS, WHY_MAX_LAYERS, Params
 
 MODELS = {
     "mlp": dict(micro_batch=16, in_features=784, hidden=[256, 256], num_layers=None,
@@ -19,9 +19,12 @@ MODELS = {
 
 
 def build(name: str, p: Params) -> Graph:
-    num_layers = p.int("num_layers", minimum=0, optional=True)
+    num_layers = p.layers("num_layers", minimum=0, optional=True)
     if isinstance(p["hidden"], (list, tuple)):
         hidden = p.ints("hidden")
+        if len(hidden) > MAX_LAYERS:
+            p.fail("hidden", f"{len(hidden)} widths; the simulator takes at most {MAX_LAYERS} layers: "
+                   f"{WHY_MAX_LAYERS}")
         if num_layers is not None and num_layers != len(hidden):
             p.fail("num_layers", f"does not match the {len(hidden)} widths in hidden={hidden}")
     else:

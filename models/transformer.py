@@ -68,7 +68,7 @@ def transformer_params(p: Params, extra_seq_limit: str) -> dict:
     seq_len = p.int("seq_len")
     if seq_len > p.int(extra_seq_limit):
         p.fail("seq_len", f"must be <= {extra_seq_limit}={p[extra_seq_limit]}")
-    num_layers = p.int("num_layers")
+    num_layers = p.layers("num_layers")
     return dict(micro_batch=p.int("micro_batch"), seq_len=seq_len, num_layers=num_layers,
                 hidden=hidden, heads=heads, vocab=p.int("vocab"),
                 intermediate=p.int("intermediate", optional=True) or 4 * hidden,

@@ -28,12 +28,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from .errors import IpuSimError, show_number
 from .hardware.system import System
 from .hardware.topology import crosses_gw_link, route
 from .program import (Collective, Compute, IpuCopy, RemoteCopy, Repeat, Sequence, StreamCopy, Sync,
                       ipus_of)
 
 STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extrapolated
+MAX_CYCLES = 2**62  # the simulated time must fit the int64 cycle arrays with room for sums
 COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective
 
 
@@ -356,6 +358,11 @@ class Engine:
                 reqs = [(res(k), res(k).request()) for k in extra]
                 for _, req in reqs:
                     yield req
+                if not env.now + cycles <= MAX_CYCLES:
+                    raise IpuSimError(
+                        f"the run passes {MAX_CYCLES:,} cycles (over 100 years of IPU time) at {t.category} "
+                        f"task {t.name!r} of {show_number(cycles)} cycles, beyond what the simulator counts; "
+                        "an option, a model size or a system value is far out of range: check them")
                 if cycles:
                     yield env.timeout(cycles)
                 for r, req in reqs:
@@ -414,8 +421,7 @@ class Engine:
                 continue
             cycles = int(end[i] - start[i])
             if t.category == "compute":
-                for cat, c in (("compute", t.detail.compute), ("exchange", t.detail.exchange),
-                               ("sync", t.detail.sync)):
+                for cat, c in t.detail.parts().items():
                     busy[t.ipu][cat] += int(c.sum())
             elif t.category in ("sync", "inter_ipu", "collective"):
                 for ipu in {k[1] for k in t.hold if k[0] == "tiles"}:

@@ -3,6 +3,8 @@
 Every error names what is wrong, where, and what to do about it, the way PopTorch does.
 """
 
+from decimal import Decimal
+
 
 class IpuSimError(Exception):
     """Base class of every error ipusim raises on purpose."""
@@ -39,3 +41,14 @@ class OutOfMemoryError(IpuSimError):
         self.ipu = ipu
         self.op = op
         self.shortfall_bytes = shortfall_bytes
+
+
+def show_number(value) -> str:
+    """A number for an error message: ints with thousands separators, floats as written,
+    and anything of 16 digits or more in scientific notation (``1e+30``), so a huge value
+    keeps the message on one readable line."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}" if abs(value) < 10**15 else f"{Decimal(value):.3g}"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 10**15:
+        return f"{int(value):,}"
+    return f"{value:g}" if isinstance(value, float) else repr(value)

@@ -1220,6 +1220,11 @@ class _Importer:
             if v is None:
                 raise GraphError(f"sim.onnx.load: graph output {o.name!r} is not produced by any node")
             self.b.output(self.materialise(v))
+        if not self.g.ops:
+            what = ("its graph has no nodes" if not graph.node else
+                    f"its {len(graph.node)} node(s) only pass tensors through or compute constants")
+            raise GraphError(f"sim.onnx.load: the model has no ops ({what}), so there is nothing to simulate; "
+                             "export the model with its computation")
         self._set_loss(loss)
         return self.g
 

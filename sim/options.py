@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import enum
 
-from .errors import OptionsError
+from .errors import OptionsError, show_number
 from .strategy import SyncPattern, _Strategy
 
 
@@ -55,9 +55,20 @@ class ReductionType(enum.IntEnum):
     NoReduction = 2
 
 
-def _positive_int(name: str, value) -> int:
+#: micro-batches one call may run (deviceIterations x gradientAccumulation x replicationFactor)
+MAX_MICRO_BATCHES_PER_CALL = 10**6
+_WHY_MAX_MICRO_BATCHES = (
+    "the simulator keeps a host timestamp per micro-batch, tensor and replica, as PopTorch's perf "
+    "counters do, so a larger call takes minutes and gigabytes; the run is periodic, so simulate fewer "
+    "and scale the time")
+
+
+def _positive_int(name: str, value, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise OptionsError(f"{name} must be a whole number >= 1, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise OptionsError(f"{name} = {show_number(value)} is more than {show_number(maximum)}, the simulator's "
+                           f"limit of micro-batches per call ({_WHY_MAX_MICRO_BATCHES})")
     return value
 
 
@@ -78,7 +89,8 @@ class _Training:
 
     def gradientAccumulation(self, steps: int) -> "Options":
         """Micro-batches whose gradients are summed before one weight update."""
-        self.gradient_accumulation = _positive_int("Training.gradientAccumulation", steps)
+        self.gradient_accumulation = _positive_int("Training.gradientAccumulation", steps,
+                                                   MAX_MICRO_BATCHES_PER_CALL)
         self._owner._record("Training.gradientAccumulation", steps)
         return self._owner
 
@@ -171,9 +183,35 @@ class _Popart:
         self._owner = owner
         self.values: dict[str, object] = {}
 
+    #: PopART's buffering-depth options (the second is the newer name of the first)
+    BUFFERING_DEPTH_KEYS = ("defaultPrefetchBufferingDepth", "defaultBufferingDepth")
+
     def set(self, key: str, value) -> "Options":
+        if key in self.BUFFERING_DEPTH_KEYS and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            # PopART's own check, at compile time there (SessionOptions::getBufferingDepth)
+            raise OptionsError(f"_Popart.set({key!r}, {value!r}): Unable to support a buffering depth of "
+                               f"{value!r} (minimum buffering depth is 1); give a whole number >= 1 "
+                               "(1 = no prefetch, the default)")
         self.values[key] = value
         self._owner._record(f"_Popart.{key}", value)
+        return self._owner
+
+
+class _Precision:
+    """``Options.Precision``: the partials type of matmuls and convolutions (``"float"``, the
+    default, or ``"half"``: half the AMP's fp32-partials passes, as on hardware)."""
+
+    def __init__(self, owner: "Options"):
+        self._owner = owner
+
+    def setPartialsType(self, dtype) -> "Options":
+        """``"float"``/``"half"`` (any case), or a dtype whose name ends in float32/float16/half."""
+        name = str(dtype).lower().rpartition(".")[2]
+        kind = {"float": "float", "float32": "float", "half": "half", "float16": "half"}.get(name)
+        if kind is None:
+            raise OptionsError(f"Precision.setPartialsType({dtype!r}): the partials type must be float "
+                               "(torch.float) or half (torch.half)")
+        self._owner._Popart.set("partialsTypeMatMuls", kind)
         return self._owner
 
 
@@ -187,7 +225,8 @@ class Options:
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
-                "_Popart.defaultPrefetchBufferingDepth"}
+                "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
+                "Precision.setPartialsType"}
 
     def __init__(self):
         self.device_iterations = 1
@@ -207,6 +246,7 @@ class Options:
         self.Training = _Training(self)
         self.TensorLocations = _TensorLocations(self)
         self._Popart = _Popart(self)
+        self.Precision = _Precision(self)
 
     def _record(self, name: str, value) -> None:
         self.set_options[name] = value
@@ -214,7 +254,7 @@ class Options:
     # --- setters (PopTorch names) -------------------------------------------------------
     def deviceIterations(self, device_iterations: int) -> "Options":
         """Micro-batch loops (times gradient accumulation) run per call, without the host."""
-        self.device_iterations = _positive_int("deviceIterations", device_iterations)
+        self.device_iterations = _positive_int("deviceIterations", device_iterations, MAX_MICRO_BATCHES_PER_CALL)
         self._record("deviceIterations", device_iterations)
         return self
 
@@ -310,6 +350,14 @@ class Options:
         """Host stream prefetch depth (PopART ``defaultPrefetchBufferingDepth``; default 1)."""
         return int(self._Popart.values.get("defaultPrefetchBufferingDepth", 1))
 
+    def partials_type(self) -> str:
+        """``"float"`` or ``"half"``: matmul and convolution partials (PopART ``partialsTypeMatMuls``,
+        PopTorch ``Precision.setPartialsType``; poplin's default is float)."""
+        kind = str(self._Popart.values.get("partialsTypeMatMuls", "float")).lower()
+        if kind not in ("float", "half"):
+            raise OptionsError(f"_Popart partialsTypeMatMuls = {kind!r}: expected 'float' or 'half'")
+        return kind
+
     def randomSeed(self, random_seed: int) -> "Options":
         """Accepted for compatibility: the simulator is deterministic and has no randomness."""
         self.random_seed = int(random_seed)
@@ -333,9 +381,20 @@ class Options:
 
     def clone(self) -> "Options":
         new = copy.deepcopy(self)
-        for sub in (new.Training, new.TensorLocations, new._Popart):
+        for sub in (new.Training, new.TensorLocations, new._Popart, new.Precision):
             sub._owner = new
         return new
+
+    def check_call_size(self) -> None:
+        """The simulator's limit on the micro-batches of one call, over this process's replicas
+        (check the replicas against the system first: that error is the clearer one)."""
+        per_call = self.device_iterations * self.Training.gradient_accumulation * self.replication_factor
+        if per_call > MAX_MICRO_BATCHES_PER_CALL:
+            raise OptionsError(
+                f"deviceIterations ({self.device_iterations:,}) x gradientAccumulation "
+                f"({self.Training.gradient_accumulation:,}) x replicationFactor ({self.replication_factor:,}) "
+                f"= {per_call:,} micro-batches per call, more than the simulator's limit of "
+                f"{MAX_MICRO_BATCHES_PER_CALL:,} ({_WHY_MAX_MICRO_BATCHES})")
 
     def validate(self, training: bool) -> None:
         """PopTorch's checks on option combinations."""

@@ -21,7 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-CATEGORIES = ("compute", "exchange", "sync", "host_io", "remote_io", "inter_ipu", "collective", "idle")
+#: where an IPU's cycles go. ``launch`` and ``exchange_setup`` are the fixed costs of compute sets
+#: (vertex launch and prologues) and of exchange phases, which do not shrink with the work;
+#: ``compute`` and ``exchange`` are what is left of them.
+CATEGORIES = ("compute", "launch", "exchange", "exchange_setup", "sync", "host_io", "remote_io", "inter_ipu",
+              "collective", "idle")
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,19 @@ class OpSteps:
     flops: np.ndarray
     exchange_bytes: np.ndarray
     tile_compute: np.ndarray | None = None  # compute cycles of each tile, summed over the ops
+    launch: np.ndarray | None = None  # the fixed part of ``compute`` (zeros when None)
+    exchange_setup: np.ndarray | None = None  # the fixed part of ``exchange`` (zeros when None)
 
     @property
     def cycles(self) -> np.ndarray:
         return self.compute + self.exchange + self.sync
+
+    def parts(self) -> dict[str, np.ndarray]:
+        """Cycles per op by breakdown category; they add up to :attr:`cycles`."""
+        launch = self.launch if self.launch is not None else np.zeros_like(self.compute)
+        setup = self.exchange_setup if self.exchange_setup is not None else np.zeros_like(self.exchange)
+        return {"compute": self.compute - launch, "launch": launch, "exchange": self.exchange - setup,
+                "exchange_setup": setup, "sync": self.sync}
 
 
 @dataclass

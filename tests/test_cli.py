@@ -62,7 +62,8 @@ def test_options_reach_the_simulation(capsys):
     assert "outputMode Sum" in out and "IPU0=0.3" in out
     code, out, _ = run_cli(capsys, "run", "--model", "mlp", "--synthetic-data", "--json")
     d = json.loads(out)
-    assert d["latency"] == {"min": 0.0, "max": 0.0, "avg": 0.0}
+    assert d["latency"] is None  # not measured with synthetic data, so no 0 that reads as a time
+    assert any("latencies not measured" in n for n in d["notes"])
     assert d["breakdown"]["0"]["host_io"] == 0
 
 

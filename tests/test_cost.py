@@ -16,7 +16,8 @@ from sim.graph.ir import GraphBuilder
 MK2 = sim.load_system("ipu-mk2").ipu
 TILES = MK2.tiles
 SRAM = MK2.sram_bytes_per_tile
-AMP_RATE = {"float16": MK2.amp_fp16_flops_per_cycle, "float32": MK2.amp_fp32_flops_per_cycle}
+# AMP FLOP/cycle by operand type with the default fp32 partials
+AMP_RATE = {"float16": MK2.amp_fp16_fp32_partials_flops_per_cycle, "float32": MK2.amp_fp32_flops_per_cycle}
 ITEMSIZE = {"float16": 2, "float32": 4}
 
 
@@ -89,7 +90,7 @@ def test_lower_proportion_is_never_faster(shape):
     cycles = []
     for p in grid:
         plan = plan_matmul(*shape, MK2, TILES, p)
-        cycles.append(plan.compute_cycles + plan.exchange_cycles)
+        cycles.append(plan.total_cycles)
     for (p_lo, c_lo), (p_hi, c_hi) in zip(zip(grid, cycles), zip(grid[1:], cycles[1:])):
         assert c_lo >= c_hi, f"proportion {p_lo} gives {c_lo} cycles, fewer than {c_hi} at {p_hi}"
 
@@ -113,8 +114,8 @@ def test_when_nothing_fits_the_planner_takes_the_least_memory():
 
 
 def test_fp32_slower_than_fp16_by_about_the_amp_rate_ratio():
-    """On a large AMP-bound matmul, fp32 takes about amp_fp16 / amp_fp32 (= 4 on Mk2) times
-    as long as fp16.
+    """On a large AMP-bound matmul, fp32 takes about amp_fp16 / amp_fp32 (= 2 on Mk2 with the
+    default fp32 partials) times as long as fp16.
 
     Tolerances: the compute phase within 10 % of the ratio (K pads to different AMP input
     groups, 16 vs 8; the fp32 partial-sum reduction is the same in both; fp32 operands take
@@ -122,12 +123,12 @@ def test_fp32_slower_than_fp16_by_about_the_amp_rate_ratio():
     ratio: the operand exchange (about 30 % of the fp16 time here) only doubles with fp32.
     """
     ratio = AMP_RATE["float16"] / AMP_RATE["float32"]
-    assert ratio == 4
+    assert ratio == 2
     half, single = mm_cost(4096, 4096, 4096, "float16"), mm_cost(4096, 4096, 4096, "float32")
     assert single.compute_cycles / half.compute_cycles == pytest.approx(ratio, rel=0.10)
-    assert 0.75 * ratio <= single.cycles / half.cycles <= 1.05 * ratio
+    assert 0.75 * ratio <= single.cycles / half.cycles <= 1.1 * ratio
     for M, K, N in [(2048, 2048, 2048), (8192, 1024, 4096)]:
-        assert 0.7 * ratio <= mm_cost(M, K, N, "float32").cycles / mm_cost(M, K, N).cycles <= 1.05 * ratio
+        assert 0.7 * ratio <= mm_cost(M, K, N, "float32").cycles / mm_cost(M, K, N).cycles <= 1.1 * ratio
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])

@@ -117,9 +117,10 @@ def test_host_io_optimisation_shape():
     bd = {s: r.breakdown.loc[0] for s, r in runs.items()}
     # prefetching hides the host's side of each copy: the IPU still waits for the device side
     assert bd["prefetch"]["host_io"] < 0.25 * bd["none"]["host_io"]
-    # IO tiles take the copies off the compute tiles entirely (at the price of 64 fewer tiles)
+    # IO tiles take the copies off the compute tiles entirely (at the price of 64 fewer tiles,
+    # which never makes compute cheaper; here the planner's best split uses 1408 tiles anyway)
     assert bd["io_tiles"]["host_io"] == 0
-    assert bd["io_tiles"]["compute"] > bd["none"]["compute"]
+    assert bd["io_tiles"]["compute"] >= bd["none"]["compute"]
     assert runs["io_tiles"].executable.tiles == 1472 - 64
 
 

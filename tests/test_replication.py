@@ -29,7 +29,7 @@ def test_resnet50_micro_batch_20_fits_one_ipu_only_with_recomputation():
     shortfall); with a checkpoint after every bottleneck block and availableMemoryProportion
     0.16, as Graphcore's ResNet-50 config, it fits, and recomputing costs compute."""
     o = sim.Options().replicationFactor(16)
-    o.setAvailableMemoryProportion({f"IPU{i}": 0.16 for i in range(16)})
+    o.setAvailableMemoryProportion({"IPU0": 0.16})  # keys are IPUs of a replica, which has one
     with pytest.raises(sim.OutOfMemoryError, match="short by") as err:
         sim.compile(models.get("resnet50", micro_batch=20), "ipu-pod16", o, training=True, optimizer="sgd_momentum")
     assert err.value.ipu == 0 and err.value.shortfall_bytes > 0

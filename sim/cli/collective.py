@@ -20,11 +20,12 @@ import argparse
 import json
 import re
 import sys
+from fractions import Fraction
 
 from .argtypes import positive_int
 from ..results.collective import run_collective
 from ..schedule.collectives import ALGORITHMS, OPS, normalize_op
-from ..errors import IpuSimError, OptionsError
+from ..errors import IpuSimError, OptionsError, show_number
 from ..hardware.system import load_system
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -42,8 +43,8 @@ def parse_bytes(text: str) -> int:
     if not m or unit not in _UNITS:
         raise argparse.ArgumentTypeError(
             f"expected a size such as 1024, 64KiB, 64MiB, 1GiB or 100MB, got {text!r}")
-    value = float(m.group(1)) * _UNITS[unit]
-    if value < 1 or not value.is_integer():
+    value = Fraction(m.group(1)) * _UNITS[unit]  # exact: no float rounding or overflow
+    if value < 1 or value.denominator != 1:
         raise argparse.ArgumentTypeError(f"a size must be a whole number of bytes >= 1, got {text!r}")
     return int(value)
 
@@ -90,13 +91,28 @@ def _gb(x: float) -> str:
 
 def _cmd_collective(args, parser) -> int:
     system = load_system(args.system)
-    need = args.replicas * args.ipus_per_replica
+    k = args.ipus_per_replica
+    need = args.replicas * k
     if need > system.num_ipus:
-        per = f" ({args.ipus_per_replica} IPUs per replica = {need} IPUs)" if args.ipus_per_replica > 1 else ""
-        raise OptionsError(f"{args.replicas} replicas{per} do not fit on system {system.name!r}, which has "
-                           f"{system.num_ipus} IPUs; use fewer replicas or a larger system (ipusim systems)")
+        per = f" ({show_number(k)} IPUs per replica = {show_number(need)} IPUs)" if k > 1 else ""
+        raise OptionsError(f"{show_number(args.replicas)} replicas{per} do not fit on system {system.name!r}, which "
+                           f"has {system.num_ipus} IPUs; use fewer replicas or a larger system (ipusim systems)")
     if args.replicas < 2:
         raise OptionsError(f"a collective needs at least 2 replicas, got {args.replicas}")
+    if need & (need - 1):
+        if k & (k - 1):
+            fix = f"use a power-of-two --ipus-per-replica (no number of replicas makes {k} x N a power of two)"
+        else:
+            fix = f"use --replicas {(1 << (need.bit_length() - 1)) // k} or {(1 << need.bit_length()) // k}"
+        per = f" of {k} IPUs each" if k > 1 else ""
+        raise OptionsError(f"--replicas {args.replicas}: {args.replicas} replicas{per} need {need} IPUs, which is "
+                           "not a power of two; a V-IPU partition holds a power-of-two number of IPUs, so PopTorch "
+                           f"refuses to run on {need}; {fix}")
+    memory = system.ipu.tiles * system.ipu.sram_bytes_per_tile + system.streaming_memory.bytes_per_ipu
+    if args.nbytes > memory:
+        raise OptionsError(f"--bytes {show_number(args.nbytes)} is more than one IPU of {system.name!r} holds "
+                           f"({memory:,} bytes of tile SRAM and streaming memory), and each replica holds the "
+                           f"whole tensor; give at most {memory:,} bytes")
     members = [r * args.ipus_per_replica for r in range(args.replicas)]
     result = run_collective(system, args.op, args.nbytes, members, args.algorithm)
     summary = result.summary()

@@ -25,7 +25,7 @@ from ..graph.training import OPTIMIZERS
 from ..options import OutputMode, OverlapMode, TensorLocationSettings
 from ..results.report import check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
-                        ShardedExecution, Stage, SyncPattern)
+                        ShardedExecution, Stage, SyncPattern, assign)
 from .argtypes import positive_int
 
 DEFAULT_SYSTEM = "ipu-mk2"
@@ -107,7 +107,8 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     o.add_argument("--output-mode", type=_output_mode, metavar="{all,final,sum,everyn:N}",
                    help="[outputMode] (default: all for inference, final for training)")
     o.add_argument("--available-memory-proportion", type=float, metavar="P",
-                   help="[setAvailableMemoryProportion] for every IPU, in (0, 1] (default: 0.6)")
+                   help="[setAvailableMemoryProportion] for every IPU the model runs on, in (0, 1] "
+                   "(default: 0.6)")
     x = r.add_argument_group("multi-IPU and host IO (PopTorch names in brackets)")
     x.add_argument("--strategy", choices=STRATEGIES,
                    help="[setExecutionStrategy] pipelined or sharded: the model's IPU placement as stages "
@@ -225,9 +226,16 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
     if args.output_mode is not None:
         opts.outputMode(*args.output_mode)
     if args.available_memory_proportion is not None:
-        opts.setAvailableMemoryProportion(
-            {f"IPU{i}": args.available_memory_proportion for i in range(system.num_ipus)})
+        ipus = _ipus_per_replica(graph, opts.execution_strategy)
+        opts.setAvailableMemoryProportion({f"IPU{i}": args.available_memory_proportion for i in range(ipus)})
     return opts
+
+
+def _ipus_per_replica(graph: sim.Graph, strategy) -> int:
+    """The IPUs of one replica once ``strategy`` places ``graph`` (what compile will find)."""
+    placed = graph.copy()
+    assign(placed, strategy)
+    return max(op.ipu for op in placed.ops) + 1 if placed.ops else 1
 
 
 def _onnx_graph(args, parser) -> sim.Graph:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..schedule import phased, pipeline, replicated_ops, sharded
 from ..cost import OpCost, op_cost
-from ..errors import GraphError, OptionsError
+from ..errors import GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..hardware.system import System, load_system
 from .memory import IpuMemory, analyse_ipu
@@ -29,6 +29,7 @@ from ..hardware.topology import check_fits
 from ..graph.training import Optimizer, expand_training
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference
+MAX_OP_CYCLES = 2**50  # one op's cycles; a call repeats an op at most ~2^20 times (engine.MAX_CYCLES is 2^62)
 _BUILDERS = {"single": pipeline.build, "pipelined": pipeline.build, "sharded": sharded.build,
              "serial_phased": phased.build, "parallel_phased": phased.build}
 
@@ -88,6 +89,17 @@ def check_overlap(o: Options, g: Graph, training: bool) -> None:
                            "poptorch.OutputMode.All or poptorch.OutputMode.Sum.")
 
 
+def _check_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> None:
+    """setAvailableMemoryProportion may only name IPUs the model runs on (within a replica)."""
+    unused = sorted(i for i in o.available_memory_proportion if i >= ipus_per_replica)
+    if unused:
+        names = ", ".join(f"IPU{i}" for i in unused)
+        have = "IPU0" if ipus_per_replica == 1 else f"IPU0 to IPU{ipus_per_replica - 1}"
+        raise OptionsError(
+            f"setAvailableMemoryProportion names {names}, which the model does not use: it runs on "
+            f"{have} (per replica); give proportions for those IPUs only")
+
+
 def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replica: int, training: bool) -> None:
     """PopTorch's checks of option combinations that depend on the strategy."""
     if o.TensorLocations.num_io_tiles and strategy == "pipelined" and ipus_per_replica > 1:
@@ -101,31 +113,46 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
             training: bool = False, optimizer: Optimizer | str = "sgd",
             collective_algorithm: str = "auto") -> Executable:
     """Compile ``graph`` for ``system`` with PopTorch-style ``options``."""
+    if not isinstance(training, bool):
+        raise OptionsError(f"training={training!r}: expected True or False (a bool); a string such as "
+                           "'no' would otherwise count as true")
     system = load_system(system)
     o = options or Options()
     o.validate(training)
     if not graph.ops:
-        raise GraphError(f"graph {graph.name!r} has no ops")
+        raise GraphError(f"graph {graph.name!r}: the model has no ops, so there is nothing to simulate; "
+                         "build the model's computation into the graph")
     accumulate = o.Training.gradient_accumulation > 1
     g = expand_training(graph, optimizer, accumulate) if training else graph.copy()
     strategy = assign(g, o.execution_strategy)
     k = max(op.ipu for op in g.ops) + 1
+    _check_memory_proportion_ipus(o, k)
     if strategy == "pipelined" and len({op.stage for op in g.ops}) == 1:
         strategy = "single"
     R = o.replication_factor
     check_fits(system, k, o.total_replicas(), o.auto_round_num_ipus)
+    o.check_call_size()
     mode = o.resolved_output_mode(training)
     _check_strategy_options(o, g, strategy, k, training)
     io_tile_buffer_check(g, [n for n, m in g.overlap.items() if m], system.ipu, o.TensorLocations.num_io_tiles)
     tiles = system.ipu.tiles - o.TensorLocations.num_io_tiles
+    if tiles < 1:
+        raise OptionsError(f"TensorLocations.numIOTiles({o.TensorLocations.num_io_tiles}) leaves no compute tiles: "
+                           f"an IPU of system {system.name!r} has {system.ipu.tiles} tiles; use fewer IO tiles")
     _apply_locations(g, o, phased=strategy.endswith("phased"))
+    _check_streaming_memory(g, system)
 
     costs: dict[str, OpCost] = {}
     for op in g.ops:
         if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule
         proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
-        costs[op.name] = op_cost(op, g, system.ipu, tiles, proportion)
+        costs[op.name] = op_cost(op, g, system.ipu, tiles, proportion, o.partials_type())
+        if not 0 <= costs[op.name].cycles <= MAX_OP_CYCLES:
+            raise GraphError(
+                f"op {op.name!r} ({op.kind}) costs {show_number(costs[op.name].cycles)} cycles, more than the "
+                f"simulator's limit of 2^50 per op (ten days of IPU time), which keeps a run's cycle count "
+                "within 64 bits; its sizes or attributes are out of range: check them")
 
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
@@ -175,6 +202,16 @@ def _apply_locations(g: Graph, o: Options, phased: bool) -> None:
             t.location = "off_chip"
         if where.sharded(t.numel) and o.total_replicas() > 1:
             t.shards = o.total_replicas()
+
+
+def _check_streaming_memory(g: Graph, system: System) -> None:
+    """Tensors placed off chip need streaming memory, which some systems (a C2 card) lack."""
+    off_chip = [t.name for t in g.tensors.values() if t.location == "off_chip"]
+    if off_chip and not system.streaming_memory.bytes_per_ipu:
+        raise OptionsError(
+            f"{len(off_chip)} tensor(s) are placed off chip ({off_chip[0]!r} first), but system {system.name!r} has "
+            "no streaming memory; keep them on chip (TensorLocations ... useOnChipStorage(True); phased "
+            "execution puts weights off chip unless told otherwise) or choose a system with streaming memory")
 
 
 def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strategy: str) -> IpuMemory:

@@ -7,6 +7,6 @@ the result types. Cycles are IPU clock cycles, bytes are bytes.
 
 from .opcost import FREE, OpCost, TileProfile
 from .rules import op_cost, op_signature
-from .vector import cycles_per_vector
+from .vector import codelet
 
-__all__ = ["FREE", "OpCost", "TileProfile", "op_cost", "op_signature", "cycles_per_vector"]
+__all__ = ["FREE", "OpCost", "TileProfile", "op_cost", "op_signature", "codelet"]

@@ -1,18 +1,31 @@
-"""AMP model for matrix multiplication and convolution, with a tile planner.
+"""AMP model for matrix multiplication and convolution, with a tile planner (after poplin).
 
-A (batched) matmul ``G x [M, K] @ [K, N]`` is split over tiles as ``pg x pm x pn x pk`` blocks.
-Each tile
+A (batched) matmul ``G x [M, K] @ [K, N]`` is planned as poplin plans a 1x1 convolution
+(``lib/poplin/MatMul.cpp`` maps M to the batch, K to input and N to output channels, G to conv
+groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
 
-1. receives its blocks of the operands in one exchange phase (activations always; a weight laid
-   out for the plan only where ``pm > 1`` makes several tiles share one block),
-2. runs one AMP vertex per group: ``2 * m * k_padded * n / amp_flops_per_cycle`` cycles plus the
-   vertex's fixed cost (K pads to the AMP's input-channel group),
-3. if ``pk > 1``, exchanges fp32 partial sums and reduces them on the vector unit.
+1. receives its operand blocks in one exchange phase. As poplin's estimator
+   (``ConvModel.cpp :: addExchangeCycleEstimates``) assumes, 1/pn of a tile's input block and
+   1/pm of a weight block are already on the tile; two tiles of a supertile receiving the same
+   input share the exchange bus (twice the rate when ``pn`` is even). An activation on the right
+   (e.g. attention's K or V) is received whole.
+2. runs one AMP vertex: a fixed cost, plus per (input-channel group, output-channel group) pair
+   a fixed cost and 4 cycles per output position (fp16; 8 in fp32)
+   (``getConvPartial1x1SupervisorOuterLoopCycleEstimateHalfFloat``). The groups are the AMP's:
+   16 input channels in fp16, 8 in fp32; as many output channels as conv units, which depends on
+   the partials type (fp16 in with fp32 partials uses half the units of fp16 partials).
+3. if ``pk > 1``, reduces the partial sums over the ``pk`` tiles in 1, 2 or 3 stages by depth
+   (``ConvReducePlan.cpp :: getNumReduceStages``: < 16, < 125, more), each an exchange and a
+   reduce compute set; the last stage writes the result type.
+4. if the partials are wider than the result and nothing was reduced, casts the result.
+5. if the op is serialised into pieces (poplin's serial splits), slices each piece's operand
+   block and updates its part of the result (two copy compute sets per piece).
 
-The planner searches the splits vectorised over numpy arrays and keeps the fastest whose
-temporary memory per tile (operand blocks plus partials) fits in
+Every compute set and exchange phase also costs an on-chip sync. Costs are in tile cycles; the
+busiest tile sets the pace. The planner searches the splits vectorised over numpy arrays and
+keeps the fastest whose temporary memory per tile (operand blocks plus partials) fits in
 ``availableMemoryProportion x SRAM``; if none fits it serialises the op into pieces, which is
-Poplar's trade-off of speed for memory.
+Poplar's trade-off of speed for memory. See docs/reference/poplibs-costs.md for the sources.
 """
 
 from __future__ import annotations
@@ -24,11 +37,75 @@ from functools import lru_cache
 import numpy as np
 
 from ..hardware.system import IPU
-from .exchange import exchange_cycles
 from .opcost import TileProfile
-from .vector import spread, tile_cycles
+from .vector import codelet
 
-PARTIALS_BYTES = 4  # AMP partial sums are fp32 (PopTorch's default matmul partials type)
+
+@dataclass(frozen=True)
+class AmpMode:
+    """The AMP configuration of one precision: rate, channel groups, partials width (bytes)."""
+
+    flops_per_cycle: float
+    in_group: int
+    out_group: int
+    partials_bytes: int
+
+    @property
+    def cycles_per_position(self) -> float:
+        """Cycles per output position of one (input group, output group) pair."""
+        return 2.0 * self.in_group * self.out_group / self.flops_per_cycle
+
+
+def amp_mode(ipu: IPU, itemsize: int, partials_bytes: int) -> AmpMode:
+    """The AMP of ``ipu`` for operands of ``itemsize`` bytes and partials of ``partials_bytes``."""
+    if itemsize == 2 and partials_bytes == 2:
+        return AmpMode(ipu.amp_fp16_flops_per_cycle, ipu.amp_fp16_input_group, ipu.amp_fp16_output_group, 2)
+    if itemsize == 2:
+        return AmpMode(ipu.amp_fp16_fp32_partials_flops_per_cycle, ipu.amp_fp16_input_group,
+                       ipu.amp_fp16_fp32_partials_output_group, 4)
+    return AmpMode(ipu.amp_fp32_flops_per_cycle, ipu.amp_fp32_input_group, ipu.amp_fp32_output_group, 4)
+
+
+def amp_vertex_cycles(ipu: IPU, mode: AmpMode, g, m, k, n):
+    """Cycles of the AMP vertex of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed)."""
+    pairs = g * np.ceil(k / mode.in_group) * np.ceil(n / mode.out_group)
+    work = pairs * (ipu.amp_pair_overhead_cycles + m * mode.cycles_per_position)
+    return np.where(g * m * k * n > 0, ipu.amp_vertex_overhead_cycles + np.ceil(work), 0)
+
+
+def reduce_stages(depth):
+    """Stages poplin reduces ``depth`` partials in (0 when there is nothing to reduce)."""
+    depth = np.asarray(depth)
+    return np.where(depth <= 1, 0, np.where(depth < 16, 1, np.where(depth < 125, 2, 3)))
+
+
+def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int):
+    """(exchange cycles, exchange phases, compute cycles, compute sets, bytes received) per tile
+    of reducing ``depth`` partial sums of ``outputs`` outputs, held by ``depth`` tiles (arrays).
+
+    In stage ``i`` of ``s`` every tile combines ``d = depth^(1/s)`` partial sets of the
+    ``outputs / d^i`` outputs it then owns: it receives ``d - 1`` of them and adds ``d``. The
+    reduce codelet's rate is per (output x partial) (poplin ``getReduceCycleEstimate``).
+    """
+    outputs = np.asarray(outputs, dtype=float)
+    depth = np.asarray(depth, dtype=float)
+    stages = reduce_stages(depth)
+    red = codelet("reduce_partials")
+    per_value = red.per_element(partials_bytes)
+    d = np.ceil(depth ** (1.0 / np.maximum(stages, 1)))
+    exch = np.zeros(np.broadcast(outputs, depth).shape)
+    compute = np.zeros_like(exch)
+    recv = np.zeros_like(exch)
+    owners = np.ones_like(exch)  # partial sets combined so far
+    for i in range(1, 4):
+        active = stages >= i
+        owners = np.where(active, np.minimum(owners * d, depth), owners)
+        share = np.ceil(outputs / owners)
+        got = np.where(active, (d - 1) * share * partials_bytes, 0)
+        recv += got
+        exch += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_bytes_per_cycle_per_tile), 0)
+        compute += np.where(active, red.fixed + np.ceil(d * share * per_value), 0)
+    return exch, stages, compute, stages, recv
 
 
 @dataclass(frozen=True)
@@ -40,11 +117,16 @@ class MatmulPlan:
     serial: int  # pieces the op is serialised into (1 = not serialised)
     tiles_used: int
     exchange_cycles: int  # operand exchange + partials exchange, all pieces
-    compute_cycles: int  # AMP + partials reduction on the busiest tile, all pieces
+    compute_cycles: int  # AMP + partials reduction + cast on the busiest tile, all pieces
     supersteps: int  # compute sets, all pieces
+    sync_points: int  # on-chip syncs (one before each exchange phase and compute set), all pieces
     exchange_bytes: int  # bytes received over all tiles, all pieces
     temp_bytes_per_tile: int  # peak temporary bytes on the busiest tile
     fits: bool
+    total_cycles: int = 0  # exchange + compute + syncs, all pieces
+    launch_cycles: int = 0  # the fixed part of compute_cycles (vertex and per-pair overheads)
+    exchange_phases: int = 0  # exchange phases, all pieces (each costs the set-up)
+    partials_bytes: int = 4
 
     def profile(self, ipu: IPU, tiles: int, itemsize: int, b_is_weight: bool,
                 conv: tuple[int, int] | None = None) -> TileProfile:
@@ -60,21 +142,8 @@ class MatmulPlan:
             return d // p + (np.arange(p) < d % p)
         g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), blocks(N, pn),
                                                      blocks(K, pk), indexing="ij"))
-        fp16 = itemsize == 2
-        rate = ipu.amp_fp16_flops_per_cycle if fp16 else ipu.amp_fp32_flops_per_cycle
-        group = ipu.amp_fp16_input_group if fp16 else ipu.amp_fp32_input_group
-        k_pad = -(-k // group) * group
-        a = g * m * k * itemsize * (conv_input_factor(*conv, m) if conv else 1.0)
-        b = g * k * n * itemsize
-        compute = g * (np.ceil(2.0 * m * k_pad * n / rate) + ipu.amp_vertex_overhead_cycles)
-        recv = a + (b * (1.0 - 1.0 / pm) if b_is_weight else b)
-        temp = a + b
-        if pk > 1:
-            share = np.ceil(g * m * n / pk)
-            compute += ipu.vertex_overhead_cycles + np.ceil(pk * share / (ipu.vector_bytes_per_cycle / PARTIALS_BYTES))
-            recv = recv + (pk - 1) * share * PARTIALS_BYTES
-            temp = temp + g * m * n * PARTIALS_BYTES
-        return TileProfile.padded(tiles, compute * self.serial, recv * self.serial, temp)
+        c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, g, m, k, n, pm, pn, pk)
+        return TileProfile.padded(tiles, c["compute"] * self.serial, c["recv"] * self.serial, c["temp"])
 
     def describe(self) -> str:
         pg, pm, pn, pk = self.splits
@@ -82,11 +151,44 @@ class MatmulPlan:
         return s + (f", serialised x{self.serial}" if self.serial > 1 else "")
 
 
+def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv, g, m, k, n, pm, pn, pk):
+    """Costs of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` blocks of a plan split
+    ``pm x pn x pk`` (arrays: one entry per tile or per candidate plan). Cycles and bytes."""
+    mode = amp_mode(ipu, itemsize, partials_bytes)
+    bw = ipu.exchange_bytes_per_cycle_per_tile
+    a_bytes = g * m * k * itemsize * (conv_input_factor(*conv, m) if conv else 1.0)
+    b_bytes = g * k * n * itemsize
+    a_recv = a_bytes * (1.0 - 1.0 / pn)
+    b_recv = b_bytes * (1.0 - 1.0 / pm) if b_is_weight else b_bytes
+    a_rate = np.where(pn % 2 == 0, 2 * bw, bw)  # supertile: both tiles take the same input
+    recv1 = a_recv + b_recv
+    exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / a_rate + b_recv / bw), 0)
+    amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
+    pairs = g * np.ceil(k / mode.in_group) * np.ceil(n / mode.out_group)
+    launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles + pairs * ipu.amp_pair_overhead_cycles, 0)
+    outputs = g * m * n
+    red_exch, red_phases, red, red_sets, recv2 = partials_reduction(ipu, outputs, pk, partials_bytes)
+    red_fixed = codelet("reduce_partials").fixed * red_sets
+    cast_codelet = codelet("cast")
+    cast_fixed = cast_codelet.fixed
+    needs_cast = (partials_bytes > itemsize) & (np.asarray(pk) <= 1)
+    cast = np.where(needs_cast, cast_fixed + np.ceil(outputs * cast_codelet.fp16), 0)
+    # partials need their own buffer unless the AMP writes the result itself (nothing to reduce,
+    # partials of the result's type); that result is a live activation, counted as such
+    separate = (np.asarray(pk) > 1) | (partials_bytes > itemsize)
+    exch_phases = np.where(recv1 > 0, 1, 0) + red_phases
+    compute_sets = 1 + red_sets + needs_cast
+    return {"exchange": exch1 + red_exch, "compute": amp + red + cast,
+            "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
+            "exchange_phases": exch_phases, "compute_sets": compute_sets,
+            "recv": recv1 + recv2, "temp": a_bytes + b_bytes + np.where(separate, outputs * partials_bytes, 0)}
+
+
 def _candidates(dim: int, tiles: int) -> np.ndarray:
-    """Split counts worth trying for a dimension: powers of 2, 3 x powers of 2, the divisors
-    of the tile count (1472 = 64 x 23 on Mk2), and ``dim`` itself."""
+    """Split counts worth trying for a dimension: every count up to 16, powers of 2, 3 x powers
+    of 2, the divisors of the tile count (1472 = 64 x 23 on Mk2), and ``dim`` itself."""
     top = min(dim, tiles)
-    vals = {1, top}
+    vals = {top, *range(1, min(top, 16) + 1)}
     p = 1
     while p <= top:
         vals.add(p)
@@ -103,8 +205,10 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
-                tiles: int, memory_proportion: float, conv: tuple[int, int] | None = None) -> MatmulPlan:
-    """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes.
+                tiles: int, memory_proportion: float, conv: tuple[int, int] | None = None,
+                partials_bytes: int = 4) -> MatmulPlan:
+    """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
+    of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
     ``conv = (kernel, stride)`` marks a convolution lowered to a matmul (M = output positions,
     K = input channels x kernel^2): a tile then receives an input patch, not im2col rows.
@@ -112,25 +216,26 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     If no serialisation fits the budget, the plan needing the least temporary memory is
     returned (``fits=False``): the budget is a target, and tile memory is checked later.
     """
+    partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
     budget = memory_proportion * ipu.sram_bytes_per_tile
-    best = None
+    best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-        # serialise along the largest of M and N
+        # serialise along the largest of M and N; like poplin's serial splits, a serial plan
+        # competes on cycles with the others that fit, so a smaller budget is never faster
         Ms, Ns = (math.ceil(M / serial), N) if M >= N else (M, math.ceil(N / serial))
-        plan = _search(G, Ms, K, Ns, itemsize, b_is_weight, ipu, tiles, budget, conv, serial)
+        plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial)
         if plan.fits:
-            return plan
-        if best is None or plan.temp_bytes_per_tile < best.temp_bytes_per_tile:
-            best = plan
+            if best_fit is not None and plan.total_cycles >= best_fit.total_cycles:
+                break  # more pieces only add per-piece costs from here
+            best_fit = plan
+        elif least_memory is None or plan.temp_bytes_per_tile < least_memory.temp_bytes_per_tile:
+            least_memory = plan
         if Ms == 1 and Ns == 1:
             break
-    return best
+    return best_fit if best_fit is not None else least_memory
 
 
-def _search(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, budget, conv, serial) -> MatmulPlan:
-    fp16 = itemsize == 2
-    rate = ipu.amp_fp16_flops_per_cycle if fp16 else ipu.amp_fp32_flops_per_cycle
-    group = ipu.amp_fp16_input_group if fp16 else ipu.amp_fp32_input_group
+def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget, conv, serial) -> MatmulPlan:
     pg, pm, pn, pk = np.meshgrid(_candidates(G, tiles), _candidates(M, tiles),
                                  _candidates(N, tiles), _candidates(K, tiles), indexing="ij")
     pg, pm, pn, pk = (a.ravel() for a in (pg, pm, pn, pk))
@@ -141,43 +246,37 @@ def _search(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, budget, conv, se
     m = -(-M // pm)
     n = -(-N // pn)
     k = -(-K // pk)
-    k_pad = -(-k // group) * group
-    a_bytes = g * m * k * itemsize * (conv_input_factor(*conv, m) if conv else 1.0)
-    b_bytes = g * k * n * itemsize
-    b_recv = b_bytes * (1.0 - 1.0 / pm) if b_is_weight else b_bytes
-    recv1 = a_bytes + b_recv
-    exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(recv1 / ipu.exchange_bytes_per_cycle_per_tile), 0)
-    amp = g * (np.ceil(2.0 * m * k_pad * n / rate) + ipu.amp_vertex_overhead_cycles)
-    # partial-sum reduction over pk tiles: each reducing tile owns 1/pk of the m x n outputs
-    out_share = np.ceil(g * m * n / pk)
-    recv2 = (pk - 1) * out_share * PARTIALS_BYTES
-    exch2 = np.where(pk > 1, ipu.exchange_setup_cycles + np.ceil(recv2 / ipu.exchange_bytes_per_cycle_per_tile), 0)
-    vec_per_cycle = ipu.vector_bytes_per_cycle / PARTIALS_BYTES
-    red = np.where(pk > 1, ipu.vertex_overhead_cycles + np.ceil(pk * out_share / vec_per_cycle), 0)
-    syncs = np.where(pk > 1, 4, 2) * ipu.internal_sync_cycles
-    total = exch1 + amp + exch2 + red + syncs
-    partials = np.where(pk > 1, g * m * n * PARTIALS_BYTES, 0)
-    temp = a_bytes + b_bytes + partials
+    c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, conv, g, m, k, n, pm, pn, pk)
+    if serial > 1:  # each piece slices its operand block out and updates its part of the result
+        piece = codelet("copy")
+        copies = 2 * piece.fixed + np.ceil((g * m * k + g * m * n) * piece.per_element(itemsize))
+        c["compute"] = c["compute"] + copies
+        c["launch"] = c["launch"] + 2 * piece.fixed
+        c["compute_sets"] = c["compute_sets"] + 2
+    syncs = (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
+    total = c["exchange"] + c["compute"] + syncs
+    temp = c["temp"]
     fits = temp <= budget
-    if fits.any():
-        idx_pool = np.flatnonzero(fits)
-    else:
-        idx_pool = np.array([int(np.argmin(temp))])
+    idx_pool = np.flatnonzero(fits) if fits.any() else np.array([int(np.argmin(temp))])
     # fastest; ties broken by fewer tiles, then by less memory
     order = np.lexsort((temp[idx_pool], used[idx_pool], total[idx_pool]))
     i = int(idx_pool[order[0]])
-    recv_total = (recv1[i] * used[i] + (recv2[i] * used[i] if pk[i] > 1 else 0))
     return MatmulPlan(
         splits=(int(pg[i]), int(pm[i]), int(pn[i]), int(pk[i])),
         dims=(G, M, K, N),
         serial=serial,
         tiles_used=int(used[i]),
-        exchange_cycles=int(exch1[i] + exch2[i]) * serial,
-        compute_cycles=int(amp[i] + red[i]) * serial,
-        supersteps=(2 if pk[i] > 1 else 1) * serial,
-        exchange_bytes=int(recv_total) * serial,
+        exchange_cycles=int(c["exchange"][i]) * serial,
+        compute_cycles=int(c["compute"][i]) * serial,
+        supersteps=int(c["compute_sets"][i]) * serial,
+        sync_points=int(c["exchange_phases"][i] + c["compute_sets"][i]) * serial,
+        exchange_bytes=int(c["recv"][i] * used[i]) * serial,
         temp_bytes_per_tile=int(temp[i]),
         fits=bool(fits[i]),
+        total_cycles=int(total[i]) * serial,
+        launch_cycles=int(c["launch"][i]) * serial,
+        exchange_phases=int(c["exchange_phases"][i]) * serial,
+        partials_bytes=partials_bytes,
     )
 
 
@@ -192,4 +291,5 @@ def conv_input_factor(kernel: int, stride: int, positions: np.ndarray) -> np.nda
     return np.minimum(1.0, patch / (np.maximum(positions, 1) * kernel * kernel))
 
 
-__all__ = ["MatmulPlan", "plan_matmul", "conv_input_factor", "spread", "tile_cycles", "exchange_cycles"]
+__all__ = ["AmpMode", "MatmulPlan", "amp_mode", "amp_vertex_cycles", "plan_matmul", "conv_input_factor",
+           "partials_reduction"]

@@ -47,7 +47,8 @@ class OpCost:
 
     ``cycles = exchange_cycles + compute_cycles + sync_cycles``: the op's exchange phases, the
     compute sets on the busiest tile (BSP: the slowest tile sets the pace) and the on-chip
-    barriers between them.
+    barriers between them. ``launch_cycles`` and ``exchange_setup_cycles`` are the parts of
+    compute and exchange that do not shrink with the work (the breakdown shows them apart).
     """
 
     compute_cycles: int
@@ -60,6 +61,8 @@ class OpCost:
     temp_bytes_per_tile: int  # peak temporary memory on the busiest tile
     plan: str = ""
     profile: TileProfile | None = field(default=None, compare=False, repr=False)
+    launch_cycles: int = 0  # the fixed part of compute_cycles: vertex launches and prologues
+    exchange_setup_cycles: int = 0  # the fixed part of exchange_cycles: one set-up per phase
 
     @property
     def cycles(self) -> int:

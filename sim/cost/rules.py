@@ -24,7 +24,7 @@ from ..hardware.system import IPU
 from .amp import plan_matmul
 from .exchange import exchange_cycles
 from .opcost import FREE, OpCost, TileProfile, _counts
-from .vector import cycles_per_vector, row_tile_cycles, spread, tile_cycles
+from .vector import codelet, launch_cycles, spread, tile_cycles
 
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
@@ -34,7 +34,7 @@ _UNARY = {"relu", "gelu", "tanh", "sigmoid", "exp", "scale", "dropout", "cast", 
           "reduce_mean_grad", "reduce_sum_grad"}
 _ROW_OPS = {"softmax", "layernorm", "softmax_grad", "layernorm_grad", "softmax_cross_entropy",
             "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
-_VECTOR_KIND = {"cast": "scale", "reduce_mean_grad": "scale", "reduce_sum_grad": "scale",
+_VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale",
                 "softmax_cross_entropy": "loss", "mse_loss": "loss",
                 "softmax_cross_entropy_grad": "loss_grad", "mse_loss_grad": "loss_grad",
                 "embedding_grad": "scatter_add"}
@@ -55,21 +55,26 @@ def op_signature(op: Op, graph: Graph) -> tuple:
     return (op.kind, ins, outs, _freeze(op.attrs))
 
 
-def op_cost(op: Op, graph: Graph, ipu: IPU, tiles: int, memory_proportion: float = 0.6) -> OpCost:
-    """Cost of ``op`` on ``tiles`` compute tiles of ``ipu``."""
+def op_cost(op: Op, graph: Graph, ipu: IPU, tiles: int, memory_proportion: float = 0.6,
+            partials: str = "float") -> OpCost:
+    """Cost of ``op`` on ``tiles`` compute tiles of ``ipu``.
+
+    ``partials`` is the matmul/convolution partials type (``"float"``, PopTorch's default, or
+    ``"half"``: ``Precision.setPartialsType``); an op's own ``partials_type`` attribute wins.
+    """
     try:
-        return _cost(op_signature(op, graph), ipu, tiles, memory_proportion)
+        return _cost(op_signature(op, graph), ipu, tiles, memory_proportion, partials)
     except UnsupportedOpError as e:
         raise UnsupportedOpError(f"op {op.name!r} (kind {op.kind!r}): {e}") from None
 
 
 @lru_cache(maxsize=65536)
-def _cost(sig: tuple, ipu: IPU, tiles: int, memory_proportion: float) -> OpCost:
+def _cost(sig: tuple, ipu: IPU, tiles: int, memory_proportion: float, partials: str) -> OpCost:
     kind, ins, outs, attrs = sig
     attrs = dict(attrs)
     if kind in _VIEWS:
         return FREE
-    cost = _rule(kind, ins, outs, attrs, ipu, tiles, memory_proportion)
+    cost = _rule(kind, ins, outs, attrs, ipu, tiles, memory_proportion, partials)
     if cost.profile is None:
         cost = replace(cost, profile=TileProfile.uniform(tiles, cost.tiles_used, cost.compute_cycles,
                                                          cost.exchange_bytes / max(cost.tiles_used, 1),
@@ -77,11 +82,18 @@ def _cost(sig: tuple, ipu: IPU, tiles: int, memory_proportion: float) -> OpCost:
     return cost
 
 
-def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float) -> OpCost:
+def _partials_bytes(attrs: dict, partials: str) -> int:
+    kind = attrs.get("partials_type", partials)
+    if kind not in ("float", "half"):
+        raise UnsupportedOpError(f"partials type {kind!r}: expected 'float' or 'half'")
+    return 4 if kind == "float" else 2
+
+
+def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float, partials: str) -> OpCost:
     if kind == "matmul":
-        return _matmul(ins, attrs, ipu, tiles, memory_proportion)
+        return _matmul(ins, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
     if kind in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
-        return _conv(kind, ins, outs, attrs, ipu, tiles, memory_proportion)
+        return _conv(kind, ins, outs, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
     if kind == "custom":
         return _custom(attrs, ipu, tiles)
     if kind == "transpose":
@@ -103,13 +115,20 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
 
 def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, exch_bytes: int,
             used: int, temp: int = 0, plan: str = "", profile: TileProfile | None = None,
-            tiles: int | None = None) -> OpCost:
-    """An OpCost; without a profile, the work is taken as even over the ``used`` tiles."""
-    syncs = supersteps * (2 if exch else 1) * ipu.internal_sync_cycles
+            tiles: int | None = None, launch: int = 0, exchange_phases: int | None = None,
+            sync_points: int | None = None) -> OpCost:
+    """An OpCost of ``supersteps`` compute sets and ``exchange_phases`` exchanges (default: one
+    if there is exchange) with an on-chip sync before each; ``launch`` is the fixed part of
+    ``compute``. Without a profile, the work is taken as even over the ``used`` tiles."""
+    if exchange_phases is None:
+        exchange_phases = 1 if exch else 0
+    if sync_points is None:
+        sync_points = supersteps + exchange_phases
     if profile is None and tiles:
         profile = TileProfile.uniform(tiles, used, compute, exch_bytes / max(used, 1), temp)
-    return OpCost(int(compute), int(exch), int(syncs), supersteps, float(flops), int(exch_bytes),
-                  int(used), int(temp), plan, profile)
+    return OpCost(int(compute), int(exch), int(sync_points * ipu.internal_sync_cycles), supersteps, float(flops),
+                  int(exch_bytes), int(used), int(temp), plan, profile, launch_cycles=int(launch),
+                  exchange_setup_cycles=int(exchange_phases * ipu.exchange_setup_cycles if exch else 0))
 
 
 def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
@@ -121,36 +140,43 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     bcast = sum(min(math.prod(s), per_tile) * DTYPE_BYTES[d] for s, d, _ in ins if math.prod(s) < n)
     exch = exchange_cycles(bcast, ipu)
     vec_kind = _VECTOR_KIND.get(kind, kind)
-    compute = tile_cycles(per_tile, itemsize, vec_kind, ipu)
-    counts = _counts(n, used)
-    per_tile_cycles = ipu.vertex_overhead_cycles + np.ceil(
-        np.ceil(counts * itemsize / ipu.vector_bytes_per_cycle) * cycles_per_vector(vec_kind))
+    c = codelet(vec_kind)
+    per_tile_cycles = np.ceil(c.sets * c.fixed + _counts(n, used) * c.per_element(itemsize))
     profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
-    return _phases(ipu, compute, exch, 1, n, bcast * used, used, plan=f"{n} elements on {used} tiles",
-                   profile=profile)
+    return _phases(ipu, int(per_tile_cycles.max()), exch, c.sets, n, bcast * used, used,
+                   plan=f"{n} elements on {used} tiles", profile=profile, launch=launch_cycles(vec_kind))
 
 
 def _rows(kind, ins, ipu, tiles) -> OpCost:
+    """Row-wise ops (softmax, norms, losses): whole rows on a tile when there are enough rows;
+    otherwise each row over ``q`` tiles, whose partial statistics are exchanged and combined."""
     shape, dtype, _ = ins[0]
     length = shape[-1]
     rows = math.prod(shape[:-1]) or 1
     itemsize = DTYPE_BYTES[dtype]
     vec_kind = _VECTOR_KIND.get(kind, kind)
+    sets = codelet(vec_kind).sets
     if rows >= tiles:
         per_tile = math.ceil(rows / tiles)
-        compute = row_tile_cycles(per_tile, length, itemsize, vec_kind, ipu)
-        return _phases(ipu, compute, 0, 1, rows * length * 5, 0, tiles,
-                       plan=f"{rows} rows of {length}, {per_tile} per tile")
-    # fewer rows than tiles: split each row over q tiles and combine partial statistics
+        compute = tile_cycles(per_tile * length, itemsize, vec_kind, ipu)
+        return _phases(ipu, compute, 0, sets, rows * length * 5, 0, tiles,
+                       plan=f"{rows} rows of {length}, {per_tile} per tile", launch=launch_cycles(vec_kind))
     q = max(1, tiles // rows)
     part = math.ceil(length / q)
-    compute = row_tile_cycles(1, part, itemsize, vec_kind, ipu) + tile_cycles(2 * q, 4, "reduce", ipu)
-    exch = exchange_cycles(2 * q * 4, ipu) if q > 1 else 0
-    return _phases(ipu, compute, exch, 2 if q > 1 else 1, rows * length * 5, 2 * q * 4 * rows * q,
-                   rows * q, plan=f"{rows} rows of {length}, each over {q} tiles")
+    compute = tile_cycles(part, itemsize, vec_kind, ipu)
+    launch = launch_cycles(vec_kind)
+    if q == 1:
+        return _phases(ipu, compute, 0, sets, rows * length * 5, 0, rows,
+                       plan=f"{rows} rows of {length}, one per tile", launch=launch)
+    # the statistics of each row (two per reduction) are combined across its q tiles
+    compute += tile_cycles(2 * q, 4, "reduce", ipu)
+    launch += launch_cycles("reduce")
+    exch = exchange_cycles(2 * q * 4, ipu)
+    return _phases(ipu, compute, exch, sets + 1, rows * length * 5, 2 * q * 4 * rows * q, rows * q,
+                   plan=f"{rows} rows of {length}, each over {q} tiles", launch=launch)
 
 
-def _matmul(ins, attrs, ipu, tiles, amp) -> OpCost:
+def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     (sa, da, _), (sb, _, rb) = ins[0], ins[1]
     if attrs.get("transpose_a"):
         sa = sa[:-2] + (sa[-1], sa[-2])
@@ -162,17 +188,19 @@ def _matmul(ins, attrs, ipu, tiles, amp) -> OpCost:
     else:
         G = max(math.prod(sa[:-2]), math.prod(sb[:-2]))
     itemsize = DTYPE_BYTES[da]
-    plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp)
+    plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp, partials_bytes=partials_bytes)
     return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
 
 
 def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpCost:
     cost = _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.supersteps, flops,
-                   plan.exchange_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe())
+                   plan.exchange_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe(),
+                   launch=plan.launch_cycles, exchange_phases=plan.exchange_phases,
+                   sync_points=plan.sync_points)
     return replace(cost, profile=plan.profile(ipu, tiles, itemsize, b_is_weight, conv))
 
 
-def _conv(kind, ins, outs, attrs, ipu, tiles, amp) -> OpCost:
+def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     """conv2d and its two backward passes, all as AMP matmuls of the same FLOPs."""
     x_shape, dtype, _ = ins[0]
     k = attrs.get("kernel", 1)
@@ -191,17 +219,20 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp) -> OpCost:
         used, per_tile = spread(positions * co, itemsize, ipu, tiles)
         compute = tile_cycles(per_tile * k * k, itemsize, "mul", ipu)
         exch = exchange_cycles(per_tile * itemsize * stride * stride, ipu)
-        return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used)
+        return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used, launch=launch_cycles("mul"))
     if kind == "conv2d":
         conv, weight = (k, stride), True
-        plan = plan_matmul(groups, positions, cig * k * k, cog, itemsize, True, ipu, tiles, amp, conv=conv)
+        plan = plan_matmul(groups, positions, cig * k * k, cog, itemsize, True, ipu, tiles, amp, conv=conv,
+                           partials_bytes=partials_bytes)
     elif kind == "conv2d_grad_input":  # dX = dY (*) W^T: positions of the input, K = co*k*k
         conv, weight = (k, 1), True
         plan = plan_matmul(groups, n * x_shape[2] * x_shape[3] if len(x_shape) == 4 else positions,
-                           cog * k * k, cig, itemsize, True, ipu, tiles, amp, conv=conv)
+                           cog * k * k, cig, itemsize, True, ipu, tiles, amp, conv=conv,
+                           partials_bytes=partials_bytes)
     else:  # dW = X^T dY: reduce over positions
         conv, weight = None, False
-        plan = plan_matmul(groups, cig * k * k, positions, cog, itemsize, False, ipu, tiles, amp)
+        plan = plan_matmul(groups, cig * k * k, positions, cog, itemsize, False, ipu, tiles, amp,
+                           partials_bytes=partials_bytes)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
 
@@ -221,7 +252,8 @@ def _custom(attrs, ipu, tiles) -> OpCost:
     recv = float(attrs.get("exchange_bytes_per_tile", 0))
     exch = exchange_cycles(recv, ipu)
     return _phases(ipu, compute, exch, 1, attrs.get("flops", 0.0), int(recv * used), used,
-                   plan=f"{vertices} vertices, {per_tile} per tile on {used} tiles")
+                   plan=f"{vertices} vertices, {per_tile} per tile on {used} tiles",
+                   launch=ipu.vertex_overhead_cycles)
 
 
 def _transpose(outs, ipu, tiles) -> OpCost:
@@ -230,7 +262,7 @@ def _transpose(outs, ipu, tiles) -> OpCost:
     used, per_tile = spread(math.prod(shape), itemsize, ipu, tiles)
     recv = per_tile * itemsize
     return _phases(ipu, tile_cycles(per_tile, itemsize, "copy", ipu), exchange_cycles(recv, ipu), 1,
-                   0.0, recv * used, used, plan="layout change through the exchange")
+                   0.0, recv * used, used, plan="layout change through the exchange", launch=launch_cycles("copy"))
 
 
 def _batchnorm(kind, ins, ipu, tiles) -> OpCost:
@@ -242,7 +274,8 @@ def _batchnorm(kind, ins, ipu, tiles) -> OpCost:
     # statistics: per-tile partial sums per channel, exchanged and combined
     stats = min(channels, per_tile) * 2 * 4
     compute = tile_cycles(per_tile, itemsize, kind, ipu) + tile_cycles(2 * channels, 4, "reduce", ipu)
-    return _phases(ipu, compute, exchange_cycles(stats, ipu), 2, 8.0 * n, stats * used, used)
+    return _phases(ipu, compute, exchange_cycles(stats, ipu), codelet(kind).sets + 1, 8.0 * n, stats * used,
+                   used, launch=launch_cycles(kind) + launch_cycles("reduce"))
 
 
 def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
@@ -255,14 +288,15 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     halo = per_tile * itemsize * max(1, attrs.get("stride", 1)) ** 2
     vec_kind = "pool_grad" if kind.endswith("_grad") else "pool"
     return _phases(ipu, tile_cycles(reads, itemsize, vec_kind, ipu), exchange_cycles(halo, ipu), 1,
-                   float(out_n * window), halo * used, used)
+                   float(out_n * window), halo * used, used, launch=launch_cycles(vec_kind))
 
 
 def _gather(kind, ins, outs, ipu, tiles) -> OpCost:
     """Embedding lookup (multiSlice) or its gradient (multiUpdateAdd).
 
-    The table is spread over tiles; every tile receives all indices, copies the rows it owns,
-    and the rows are exchanged to where the output lives.
+    The table is spread over tiles; every tile receives all indices, copies the rows it owns
+    (a fixed cost per index it looks at, and per element copied), and the rows are exchanged to
+    where the output lives. The gradient first zeroes the dense table it scatters into.
     """
     (ids_shape, _, _) = ins[0]
     if kind == "gather":
@@ -277,25 +311,34 @@ def _gather(kind, ins, outs, ipu, tiles) -> OpCost:
     hits = min(lookups, rows_per_tile)  # rows a tile may have to copy
     recv = lookups * 4 + math.ceil(lookups * row / used) * itemsize
     vec_kind = "gather" if kind == "gather" else "scatter_add"
-    compute = tile_cycles(hits * row, itemsize, vec_kind, ipu) + tile_cycles(lookups, 4, "reduce", ipu)
+    c = codelet(vec_kind)
+    compute = tile_cycles(hits * row, itemsize, vec_kind, ipu) + math.ceil(lookups * c.per_index / ipu.worker_threads)
+    launch = launch_cycles(vec_kind)
+    sets = c.sets
     if kind != "gather":  # the dense gradient table is zeroed first
         compute += tile_cycles(rows_per_tile * row, itemsize, "copy", ipu)
-    return _phases(ipu, compute, exchange_cycles(recv, ipu), 1, float(lookups * row), recv * used, used)
+        launch += launch_cycles("copy")
+        sets += 1
+    return _phases(ipu, compute, exchange_cycles(recv, ipu), sets, float(lookups * row), recv * used, used,
+                   launch=launch)
 
 
 def _reduce(ins, outs, ipu, tiles) -> OpCost:
+    """popops::reduce: each tile reduces what it holds, then (if the inputs of an output span
+    several tiles) the partials go to the output's tile and are reduced again."""
     shape, dtype, _ = ins[0]
     itemsize = DTYPE_BYTES[dtype]
     n = math.prod(shape)
     out_n = math.prod(outs[0][0])
     used, per_tile = spread(n, itemsize, ipu, tiles)
-    # second stage: the owner of each output sums one fp32 partial from each contributing tile
     final_tiles = min(used, out_n)
     contributors = min(used, math.ceil(n / out_n))
     recv = math.ceil(out_n / final_tiles) * contributors * 4 if used > 1 else 0
     compute = tile_cycles(per_tile, itemsize, "reduce", ipu)
+    launch = launch_cycles("reduce")
     if recv:
         compute += tile_cycles(recv // 4, 4, "reduce", ipu)
+        launch += launch_cycles("reduce")
     stages = 2 if recv else 1
     exch = exchange_cycles(recv, ipu)
-    return _phases(ipu, compute, exch, stages, float(n), recv * final_tiles, used)
+    return _phases(ipu, compute, exch, stages, float(n), recv * final_tiles, used, launch=launch)

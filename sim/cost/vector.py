@@ -1,14 +1,18 @@
-"""Vector-unit model: element-wise ops, row reductions, gathers and optimizer updates.
+"""Vector-unit model: element-wise ops, reductions, gathers and optimizer updates.
 
-A vector op spreads its elements over tiles (never fewer than a grain per tile); the busiest
-tile sets the time. Costs per 64-bit vector of each op kind come from
-``configs/_vector-ops.toml`` (cycles per vector), the vector width from the IPU config.
+A vector op is laid out as poputil lays out a new tensor (``calcLinearTileMapping``: at least
+128 bytes per tile, in grains of the 64-bit vector), and each tile runs one codelet per compute
+set on the elements it owns; the busiest tile sets the time. What a codelet costs comes from
+``configs/_vector-ops.toml`` (after poplibs' cycle estimators): a fixed cost per compute set
+(supervisor launch, worker prologues) and cycles per element by precision. Cycles are tile
+cycles of the IPU clock.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
+from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import ConfigError, UnsupportedOpError
@@ -16,22 +20,45 @@ from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import IPU
 
 VECTOR_OPS_FILE = CONFIG_DIR / "_vector-ops.toml"
+MIN_BYTES_PER_TILE = 128  # poputil calcLinearTileMapping: the least a tile is given of a new tensor
+
+
+@dataclass(frozen=True)
+class Codelet:
+    """Cost of one op kind's codelets on a tile (see ``configs/_vector-ops.toml``)."""
+
+    fixed: float  # cycles per compute set, whatever the size
+    fp16: float  # cycles per element, 2-byte operands
+    fp32: float  # cycles per element, 4-byte operands
+    sets: int = 1  # compute sets the op runs as
+    per_index: float = 0.0  # cycles per looked-up index (gather, scatter-add)
+
+    def per_element(self, itemsize: int) -> float:
+        return self.fp16 if itemsize <= 2 else self.fp32
 
 
 @lru_cache(maxsize=1)
-def vector_op_table() -> tuple[dict[str, float], dict[str, float]]:
-    """(cycles per vector by op kind, per-tile overheads) from ``configs/_vector-ops.toml``."""
+def codelet_table() -> dict[str, Codelet]:
+    """Every op kind's :class:`Codelet`, from ``configs/_vector-ops.toml``."""
     with open(VECTOR_OPS_FILE, "rb") as f:
         data = tomllib.load(f)
-    table = data.get("cycles_per_vector", {})
-    for k, v in table.items():
-        if not isinstance(v, (int, float)) or v <= 0:
-            raise ConfigError(f"{VECTOR_OPS_FILE}: cycles_per_vector.{k} = {v!r} must be a number > 0")
-    return dict(table), dict(data.get("per_tile_overhead_cycles", {}))
+    table = {}
+    for kind, entry in data.get("codelets", {}).items():
+        try:
+            c = Codelet(**entry)
+        except TypeError as e:
+            raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind}: {e}") from None
+        values = (c.fixed, c.fp16, c.fp32, c.per_index)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in values) or c.sets < 1:
+            raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind} = {entry!r}: fixed, fp16, fp32 and "
+                              "per_index must be numbers >= 0 and sets a whole number >= 1")
+        table[kind] = c
+    return table
 
 
-def cycles_per_vector(kind: str) -> float:
-    table, _ = vector_op_table()
+def codelet(kind: str) -> Codelet:
+    """The codelet of ``kind``; an op kind without one is an :class:`UnsupportedOpError`."""
+    table = codelet_table()
     if kind not in table:
         raise UnsupportedOpError(
             f"the vector model has no cost for {kind!r}; add it to {VECTOR_OPS_FILE.name} "
@@ -39,27 +66,25 @@ def cycles_per_vector(kind: str) -> float:
     return table[kind]
 
 
-def grain_elements(itemsize: int, ipu: IPU) -> int:
-    """Fewest elements worth putting on a tile: one vector for each worker thread."""
-    return max(1, int(ipu.vector_bytes_per_cycle // itemsize) * ipu.worker_threads)
+def grain_elements(itemsize: int) -> int:
+    """Fewest elements a tile is given: 128 bytes' worth (poputil's linear tile mapping)."""
+    return max(1, MIN_BYTES_PER_TILE // itemsize)
 
 
 def spread(elements: int, itemsize: int, ipu: IPU, tiles: int) -> tuple[int, int]:
     """(tiles used, elements on the busiest tile) when ``elements`` are spread evenly."""
-    grain = grain_elements(itemsize, ipu)
-    used = max(1, min(tiles, math.ceil(elements / grain)))
+    used = max(1, min(tiles, math.ceil(elements / grain_elements(itemsize))))
     return used, math.ceil(elements / used)
 
 
-def tile_cycles(elements_on_tile: int, itemsize: int, kind: str, ipu: IPU) -> int:
-    """Compute cycles of one tile working on ``elements_on_tile`` elements of ``kind``."""
-    vectors = math.ceil(elements_on_tile * itemsize / ipu.vector_bytes_per_cycle)
-    return ipu.vertex_overhead_cycles + math.ceil(vectors * cycles_per_vector(kind))
+def tile_cycles(elements_on_tile: float, itemsize: int, kind: str, ipu: IPU) -> int:
+    """Compute cycles of one tile working on ``elements_on_tile`` elements of ``kind``, all of
+    the op's compute sets together."""
+    c = codelet(kind)
+    return math.ceil(c.sets * c.fixed + elements_on_tile * c.per_element(itemsize))
 
 
-def row_tile_cycles(rows_on_tile: int, row_elements: int, itemsize: int, kind: str, ipu: IPU) -> int:
-    """Compute cycles of a tile that owns ``rows_on_tile`` whole rows of a row-wise op."""
-    _, overheads = vector_op_table()
-    vectors = math.ceil(row_elements * itemsize / ipu.vector_bytes_per_cycle)
-    per_row = overheads.get("row", 0) + math.ceil(vectors * cycles_per_vector(kind))
-    return ipu.vertex_overhead_cycles + rows_on_tile * per_row
+def launch_cycles(kind: str) -> int:
+    """The fixed part of :func:`tile_cycles`: every compute set's vertex launch and prologue."""
+    c = codelet(kind)
+    return math.ceil(c.sets * c.fixed)

@@ -22,8 +22,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from ..errors import GraphError
+from ..errors import GraphError, show_number
 
+#: the most elements a tensor may have (see Graph.add_tensor)
+MAX_TENSOR_ELEMENTS = 2**40
 DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
 _DTYPE_ALIASES = {
     "fp32": "float32", "float": "float32", "f32": "float32",
@@ -109,6 +111,12 @@ class Graph:
         shape = tuple(int(d) for d in shape)
         if any(d <= 0 for d in shape):
             raise GraphError(f"tensor {name!r}: every dimension must be > 0, got shape {shape}")
+        if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+            raise GraphError(
+                f"tensor {name!r}: shape {shape} has {show_number(math.prod(shape))} elements, more than the "
+                f"simulator's limit of 2^40 ({MAX_TENSOR_ELEMENTS:,}): the cost model counts a matmul's "
+                "multiply-adds in 64-bit integers, which larger tensors overflow (2^40 fp16 elements are "
+                "2.2 TB, the tile memory of over 2,000 IPUs); use smaller sizes")
         t = Tensor(name, shape, canonical_dtype(dtype), role, producer)
         self.tensors[name] = t
         return t
@@ -306,14 +314,19 @@ class GraphBuilder:
         return self.op(kind, inputs, [shape], attrs, name, [dtype] if dtype else None)[0]
 
     # --- dense algebra ------------------------------------------------------------------
-    def matmul(self, a: str, b: str, name: str | None = None) -> str:
-        """``a @ b`` with numpy broadcasting of the batch dimensions."""
+    def matmul(self, a: str, b: str, name: str | None = None, partials_type: str | None = None) -> str:
+        """``a @ b`` with numpy broadcasting of the batch dimensions. ``partials_type``
+        (``"float"`` or ``"half"``) overrides the run's partials type for this op, as PopART's
+        ``Builder.setPartialsType``."""
         sa, sb = self.shape(a), self.shape(b)
         where = f"matmul {self._name(name or 'matmul')}"
         if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
             raise GraphError(f"{where}: inner dimensions do not match: {sa} @ {sb}")
+        if partials_type not in (None, "float", "half"):
+            raise GraphError(f"{where}: partials_type {partials_type!r}: expected 'float' or 'half'")
         batch = _broadcast(sa[:-2], sb[:-2], where)
-        return self._one("matmul", [a, b], batch + (sa[-2], sb[-1]), name=name)
+        attrs = {"partials_type": partials_type} if partials_type else None
+        return self._one("matmul", [a, b], batch + (sa[-2], sb[-1]), attrs, name=name)
 
     def linear(self, x: str, out_features: int, bias: bool = True, name: str = "linear") -> str:
         """A fully connected layer: ``x @ W + b`` with ``W`` of shape (in, out)."""

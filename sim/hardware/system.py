@@ -20,7 +20,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, show_number
 from .configs import CONFIG_DIR, available_systems
 
 
@@ -34,11 +34,16 @@ class IPU:
     clock_hz: float
     sram_bytes_per_tile: int
     worker_threads: int
-    amp_fp16_flops_per_cycle: float  # per tile, one multiply-add = 2 FLOP
+    amp_fp16_flops_per_cycle: float  # per tile, fp16 in, fp16 partials; one multiply-add = 2 FLOP
+    amp_fp16_fp32_partials_flops_per_cycle: float  # per tile, fp16 in, fp32 partials
     amp_fp32_flops_per_cycle: float  # per tile
     amp_vertex_overhead_cycles: int  # fixed cycles of one AMP vertex call on a tile
+    amp_pair_overhead_cycles: int  # fixed cycles per (input group, output group) pair of a vertex
     amp_fp16_input_group: int  # input channels (K) the AMP consumes together in fp16; K pads to it
     amp_fp32_input_group: int  # the same in fp32
+    amp_fp16_output_group: int  # output channels (N) per pass with fp16 partials (conv units); N pads to it
+    amp_fp16_fp32_partials_output_group: int  # the same, fp16 in with fp32 partials
+    amp_fp32_output_group: int  # the same in fp32
     vector_bytes_per_cycle: float  # per tile, all worker threads together
     vertex_overhead_cycles: int  # supervisor launch + worker entry, per compute set per tile
     exchange_bytes_per_cycle_per_tile: float  # send rate of one tile
@@ -176,6 +181,8 @@ def _resolve(name_or_path: str | Path) -> Path:
     if p.suffix == ".toml" or p.exists():
         if not p.exists():
             raise ConfigError(f"system config file {p} does not exist")
+        if not p.is_file():  # a directory, a device such as /dev/zero (read forever), a FIFO
+            raise ConfigError(f"system config {p} is not a regular file; give a .toml file or a config name")
         return p
     candidate = CONFIG_DIR / f"{name_or_path}.toml"
     if not candidate.exists():
@@ -192,8 +199,14 @@ def _read_merged(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          "a system config is a TOML file, which must be saved as UTF-8") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        raise ConfigError(f"{path}: not valid TOML: {e}; fix the file (see configs/ipu-mk2.toml "
+                          "for the format)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the system config: {e.strerror or e}") from None
     parent_name = data.pop("extends", None)
     if parent_name is None:
         return data
@@ -233,30 +246,65 @@ def _build_section(path: Path, section: str, cls, values) -> object:
         where = f"{path}: {section}.{key}"
         if key in _STRINGS:
             allowed = _GENERATIONS if key == "generation" else _TOPOLOGIES
-            if v not in allowed:
+            if not isinstance(v, str) or v not in allowed:
                 raise ConfigError(f"{where} = {v!r}; expected one of {sorted(allowed)}")
         else:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ConfigError(f"{where} = {v!r}; expected a number")
-            if f.type == "int" and not float(v).is_integer():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{where} = {v!r}; must be a finite number")
+            if f.type == "int" and isinstance(v, float) and not v.is_integer():
                 raise ConfigError(f"{where} = {v!r}; expected a whole number")
-            if v < 0 or not math.isfinite(v):
-                raise ConfigError(f"{where} = {v!r}; must be a finite number >= 0")
+            _check_range(where, key, v)
             v = int(v) if f.type == "int" else float(v)
         kwargs[key] = v
     return cls(**kwargs)
 
 
-_POSITIVE = {
-    ("ipu", "tiles"), ("ipu", "clock_hz"), ("ipu", "sram_bytes_per_tile"), ("ipu", "worker_threads"),
-    ("ipu", "amp_fp16_flops_per_cycle"), ("ipu", "amp_fp32_flops_per_cycle"),
-    ("ipu", "vector_bytes_per_cycle"), ("ipu", "exchange_bytes_per_cycle_per_tile"),
-    ("host_link", "host_to_ipu_bytes_per_s"), ("host_link", "ipu_to_host_bytes_per_s"),
-    ("host_link", "gateway_to_ipu_bytes_per_s"), ("host_link", "host_prepare_bytes_per_s"),
-    ("host_link", "ipus_per_link"), ("ipu_link", "bytes_per_s"), ("gw_link", "bytes_per_s"),
-    ("streaming_memory", "bytes_per_s_per_ipu"),
-    ("system", "num_ipus"), ("system", "ipus_per_chassis"), ("system", "chassis_per_pod"),
+# (lowest, highest, unit, why) of every number of a config. The bounds are far outside every
+# real system and keep the simulator's arithmetic (int64 cycles, per-tile numpy arrays, one
+# engine task per ring step) fast and exact; a value outside them is almost always a unit slip.
+_CYCLES = (0, 10**9, "cycles", "a fixed cost in cycles of the IPU clock; the published costs are tens to "
+           "thousands of cycles, and 10^9 cycles is most of a second")
+_BANDWIDTH = (1e6, 1e15, "bytes/s", "bytes per second: IPU links, host links and DRAM run at 1e9 to 1e11 "
+              "(an IPU-Link 26.45e9)")
+_PER_TILE_RATE = (0.01, 1e6, "per tile per cycle", "a Mk2 tile does 128 fp16 FLOP, 8 vector bytes and 4 "
+                  "exchange bytes per cycle")
+_BYTES_PER_TILE = (0, 2**30, "bytes", "a tile's SRAM in bytes: 256 KiB on Mk1, 624 KiB on Mk2 and Bow")
+_RANGES = {
+    "tiles": (1, 65536, "tiles", "costs and memory are per-tile arrays; IPUs have 1216 (Mk1) or 1472 "
+              "(Mk2, Bow) tiles"),
+    "clock_hz": (1e6, 1e10, "Hz", "the clock is in Hz, 1 MHz to 10 GHz: 1.325 GHz is clock_hz = 1.325e9"),
+    "sram_bytes_per_tile": (1024, 2**30, "bytes", _BYTES_PER_TILE[3]),
+    "reserved_bytes_per_tile": _BYTES_PER_TILE,
+    "worker_threads": (1, 64, "threads", "hardware worker threads per tile: 6 on every IPU"),
+    "latency_s": (0, 1.0, "s", "seconds per stream copy: the fixed cost is microseconds (5.0e-6), so a value "
+                  "of 1 or more is a unit slip"),
+    "ipus_per_link": (1, 64, "IPUs", "IPUs sharing one host link: 4 behind an IPU-M2000 gateway; the simulator "
+                      "simulates every replica behind one link"),
+    "bytes_per_ipu": (0, 2**44, "bytes", "streaming memory per IPU: 112 GB on an IPU-M2000"),
+    "num_ipus": (1, 4096, "IPUs", "the largest IPU systems built have 1024 IPUs, and collectives are "
+                 "simulated ring step by ring step, so larger systems take minutes"),
+    "ipus_per_chassis": (1, 64, "IPUs", "an IPU-M2000 or Bow-2000 holds 4 IPUs"),
+    "chassis_per_pod": (1, 1024, "chassis", "an IPU-POD64 joins 16 chassis by IPU-Links"),
 }
+#: ranges of the fields _RANGES does not name, by a part of their name (first match)
+_RANGES_BY_NAME_PART = (
+    ("_cycles", _CYCLES),
+    ("bytes_per_s", _BANDWIDTH),
+    ("_per_cycle", _PER_TILE_RATE),
+    ("_group", (1, 1024, "channels", "channels the AMP consumes or produces together: 8 or 16 on Mk2")),
+)
+_ANY_NUMBER = (0, 2**53, "", "far beyond any IPU figure")
+
+
+def _check_range(where: str, key: str, value: float) -> None:
+    """A ConfigError naming the field, the value, the allowed range and why it is bounded."""
+    by_part = (r for part, r in _RANGES_BY_NAME_PART if part in key)
+    low, high, unit, why = _RANGES.get(key) or next(by_part, _ANY_NUMBER)
+    if not low <= value <= high:
+        raise ConfigError(f"{where} = {show_number(value)} is out of range: expected {show_number(low)} to "
+                          f"{show_number(high)}{' ' + unit if unit else ''} ({why})")
 
 
 def load_system(name_or_path: str | Path) -> System:
@@ -276,9 +324,11 @@ def load_system(name_or_path: str | Path) -> System:
         if section not in data:
             raise ConfigError(f"{path}: missing table [{section}]")
         parts[section] = _build_section(path, section, cls, data[section])
-    for section, key in _POSITIVE:
-        if getattr(parts[section], key) <= 0:
-            raise ConfigError(f"{path}: {section}.{key} must be > 0")
+    ipu: IPU = parts["ipu"]
+    if ipu.reserved_bytes_per_tile >= ipu.sram_bytes_per_tile:
+        raise ConfigError(f"{path}: ipu.reserved_bytes_per_tile = {ipu.reserved_bytes_per_tile:,} leaves nothing "
+                          f"of ipu.sram_bytes_per_tile = {ipu.sram_bytes_per_tile:,}; Poplar's reserved space "
+                          "must be less than a tile's SRAM")
     layout: SystemLayout = parts["system"]
     if layout.num_ipus > layout.ipus_per_chassis and layout.num_ipus % layout.ipus_per_chassis:
         raise ConfigError(

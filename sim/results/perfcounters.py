@@ -10,6 +10,8 @@ to one list per input (or output) tensor, in the model's flattened order; an emp
 
 from __future__ import annotations
 
+import numpy as np
+
 KEYS = ("input", "input_complete", "output", "output_complete")
 
 
@@ -31,18 +33,31 @@ def latency(counters: dict, start_key: str, start_reduce, end_key: str, end_redu
     than end stamps (outputs only every N steps, or once), the start stamps are taken in
     consecutive groups, one group per end stamp, and each group's earliest is the start.
     """
-    starts_per_tensor = counters[start_key]
-    ends_per_tensor = counters[end_key]
-    starts = [start_reduce(col) for col in zip(*starts_per_tensor)] if starts_per_tensor[0] else []
-    ends = [end_reduce(col) for col in zip(*ends_per_tensor)] if ends_per_tensor[0] else []
-    if not ends:
+    starts = _reduce_steps(counters[start_key], start_reduce)
+    ends = _reduce_steps(counters[end_key], end_reduce)
+    if not len(ends) or not len(starts):  # nothing measured (synthetic data, no inputs or outputs)
         return (0.0, 0.0, 0.0)
     if len(starts) % len(ends):
         raise ValueError(f"{len(starts)} {start_key!r} stamps do not group into {len(ends)} {end_key!r} stamps")
-    group = len(starts) // len(ends)
-    firsts = [min(starts[i:i + group]) for i in range(0, len(starts), group)]
-    durations = [e - s for s, e in zip(firsts, ends)]
+    firsts = starts.reshape(len(ends), -1).min(axis=1)
+    durations = (ends - firsts).tolist()
     return (min(durations), max(durations), sum(durations) / len(durations))
+
+
+def _reduce_steps(per_tensor: list[list[float]], reduce) -> np.ndarray:
+    """One stamp per transfer index: ``reduce`` (min or max) over the tensors' stamps."""
+    if not per_tensor or not per_tensor[0]:
+        return np.empty(0)
+    steps = min(len(stamps) for stamps in per_tensor)
+    if reduce in (min, max) and steps:  # the usual case, vectorised: one row per tensor
+        stamps = np.array([s[:steps] for s in per_tensor], dtype=float)
+        return stamps.min(axis=0) if reduce is min else stamps.max(axis=0)
+    return np.array([reduce(col) for col in zip(*per_tensor)], dtype=float)
+
+
+#: the perf-counter keys each latency runs between (see the functions below)
+LATENCY_KEYS = {"round_trip": ("input", "output_complete"), "host_to_ipu": ("input", "input_complete"),
+                "compute": ("input_complete", "output"), "ipu_to_host": ("output", "output_complete")}
 
 
 def round_trip(counters):

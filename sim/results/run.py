@@ -25,6 +25,11 @@ class Run:
     wall_seconds: float = 0.0  # how long the simulator itself took
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        note = self._unmeasured_latency_note()
+        if note:
+            self.notes.append(note)
+
     # --- PoplarExecutor numbers -------------------------------------------------------------
     @property
     def cycle_count(self) -> int:
@@ -93,6 +98,37 @@ class Run:
     @property
     def ipu_host_latency(self) -> tuple[float, float, float]:
         return perfcounters.ipu_to_host(self.perf_counters)
+
+    #: Run attribute -> perfcounters latency
+    LATENCIES = {"latency": "round_trip", "host_ipu_latency": "host_to_ipu", "compute_latency": "compute",
+                 "ipu_host_latency": "ipu_to_host"}
+
+    def latency_measured(self, name: str = "latency") -> bool:
+        """Is latency ``name`` (a key of :attr:`LATENCIES`) measured? Not with synthetic data, nor
+        without the host transfers it runs between: then it is PopTorch's (0, 0, 0), not a time."""
+        if self.executable.options.synthetic_data:
+            return False
+        g = self.executable.graph
+        streamed = {"input": bool(g.inputs), "output": bool(g.outputs)}
+        return all(streamed[key.split("_")[0]] for key in perfcounters.LATENCY_KEYS[self.LATENCIES[name]])
+
+    def _unmeasured_latency_note(self) -> str | None:
+        """What the report says when latencies are not measured (and, with synthetic data, the
+        time to read instead)."""
+        o = self.executable.options
+        if o.synthetic_data:
+            per_call = self.seconds * 1e3
+            return ("latencies not measured: with synthetic data there are no host transfers, so the perf "
+                    "counters are empty and getLatency() and the other three latencies return (0, 0, 0), as in "
+                    f"PopTorch; the simulated compute time is {per_call:.4f} ms per call "
+                    f"({per_call / o.device_iterations:.4f} ms per device iteration)")
+        unmeasured = [name for name in self.LATENCIES if not self.latency_measured(name)]
+        if unmeasured:
+            g = self.executable.graph
+            missing = " and ".join(w for w, names in (("inputs", g.inputs), ("outputs", g.outputs)) if not names)
+            return (f"{', '.join(unmeasured)} not measured: the model streams no {missing or 'tensors'} to or "
+                    "from the host, so there are no timestamps to time them by; they read (0, 0, 0)")
+        return None
 
     # --- what hardware cannot tell ------------------------------------------------------------
     @cached_property
@@ -215,8 +251,9 @@ class Run:
 
     def summary(self) -> dict:
         """The numbers of the run as plain Python values (what ``ipusim run --json`` prints)."""
-        def lat(t):
-            return {"min": t[0], "max": t[1], "avg": t[2]}
+        def lat(name):  # None (null) when not measured: a 0 would read as a measured time
+            t = getattr(self, name)
+            return {"min": t[0], "max": t[1], "avg": t[2]} if self.latency_measured(name) else None
         ex = self.executable
         return {
             "model": ex.graph.name, "system": ex.system.name, "training": ex.training,
@@ -228,8 +265,8 @@ class Run:
                     "output_mode": ex.output_mode.name, "compute_tiles": ex.tiles},
             "cycle_count": self.cycle_count, "seconds": self.seconds, "samples": self.samples,
             "samples_per_second": self.samples_per_second,
-            "latency": lat(self.latency), "compute_latency": lat(self.compute_latency),
-            "host_ipu_latency": lat(self.host_ipu_latency), "ipu_host_latency": lat(self.ipu_host_latency),
+            "latency": lat("latency"), "compute_latency": lat("compute_latency"),
+            "host_ipu_latency": lat("host_ipu_latency"), "ipu_host_latency": lat("ipu_host_latency"),
             "breakdown": {str(ipu): {k: int(v) for k, v in row.items()}
                           for ipu, row in self.breakdown.iterrows()},
             "memory": {str(k): v for k, v in self.memory.items()},

@@ -63,6 +63,8 @@ class Context:
             sync=np.array([c.sync_cycles for _, c in priced], dtype=np.int64),
             flops=col([c.flops for _, c in priced], np.float64),
             exchange_bytes=col([c.exchange_bytes for _, c in priced]),
+            launch=col([c.launch_cycles for _, c in priced]),
+            exchange_setup=col([c.exchange_setup_cycles for _, c in priced]),
             tile_compute=sum((c.profile.compute for _, c in priced if c.profile is not None),
                              np.zeros(self.compute_tiles)) / share)
 
