@@ -10,7 +10,8 @@ import pytest
 import models
 import sim
 from sim.cost import op_cost
-from sim.cost.amp import plan_matmul
+from sim.cost.amp import amp_mode, amp_vertex_cycles, plan_matmul, reduce_stages
+from sim.cost.vector import codelet, codelet_table
 from sim.graph.ir import GraphBuilder
 
 MK2 = sim.load_system("ipu-mk2").ipu
@@ -254,3 +255,70 @@ def test_per_op_available_memory_proportion_is_honoured():
     sram = sim.load_system("ipu-mk2").ipu.sram_bytes_per_tile
     assert low.temp_bytes_per_tile <= 0.05 * sram < default.temp_bytes_per_tile
     assert low.cycles > default.cycles
+
+
+# --- the poplibs-grounded AMP and codelet model ----------------------------------------------
+
+
+@pytest.mark.parametrize("m, pairs_side, poplibs", [(1, 1, 323), (24, 1, 391), (96, 4, 9295), (384, 8, 110443)])
+def test_amp_vertex_matches_the_poplibs_estimate(m, pairs_side, poplibs):
+    """fp16 in, fp32 partials: a tile with m output positions and pairs_side x pairs_side
+    (16-input, 8-output) channel groups costs what poplibs' 1x1 AMP estimator gives
+    (docs/reference/poplibs-costs.md 1.4), within 10 %: poplibs counts per worker (6 positions
+    at a time), the model per tile."""
+    mode = amp_mode(MK2, 2, 4)
+    cycles = amp_vertex_cycles(MK2, mode, 1, m, 16 * pairs_side, 8 * pairs_side)
+    assert float(cycles) == pytest.approx(poplibs, rel=0.10)
+
+
+def test_fp32_partials_halve_the_amp_rate():
+    """Mk2 runs fp16 matmuls with fp32 partials on 8 conv units, with fp16 partials on 16: on a
+    large AMP-bound matmul the compute takes about twice as long (10 %: the output groups differ,
+    so per-pair overheads and padding differ)."""
+    mode_f, mode_h = amp_mode(MK2, 2, 4), amp_mode(MK2, 2, 2)
+    assert mode_h.flops_per_cycle == 2 * mode_f.flops_per_cycle
+    big = (1, 4096, 4096, 4096, 2, True, MK2, TILES, 0.6)
+    full, half = plan_matmul(*big, partials_bytes=4), plan_matmul(*big, partials_bytes=2)
+    assert full.compute_cycles / half.compute_cycles == pytest.approx(2.0, rel=0.10)
+
+
+def test_partials_type_option_reaches_the_planner():
+    g = models.get("bert-base", micro_batch=2, num_layers=1)
+    o = sim.Options().enableSyntheticData(True)
+    full = sim.simulate(g, "ipu-mk2", o).cycle_count
+    o.Precision.setPartialsType("half")
+    assert o.partials_type() == "half"
+    assert sim.simulate(g, "ipu-mk2", o).cycle_count < full
+    with pytest.raises(sim.OptionsError, match="float .* or half"):
+        sim.Options().Precision.setPartialsType("int8")
+
+
+@pytest.mark.parametrize("depth, stages", [(1, 0), (2, 1), (15, 1), (16, 2), (124, 2), (125, 3), (1472, 3)])
+def test_partials_reduce_in_poplins_number_of_stages(depth, stages):
+    """poplin ConvReducePlan getNumReduceStages: 1 stage below 16 partials, 2 below 125, else 3."""
+    assert int(reduce_stages(depth)) == stages
+
+
+def test_a_larger_reduction_depth_costs_more_sets():
+    deep = plan_matmul(1, 16, 65536, 16, 2, True, MK2, TILES, 0.6)
+    assert deep.splits[3] >= 125  # the inner dimension spread far: three reduce stages
+    assert deep.supersteps == 1 + 3  # the AMP compute set, then one per stage (no cast: reduced)
+
+
+def test_every_codelet_has_a_cost_and_composite_ops_several_compute_sets():
+    table = codelet_table()
+    assert all(c.fixed > 0 and c.fp16 > 0 and c.fp32 > 0 for c in table.values())
+    assert codelet("softmax").sets == 5 and codelet("layernorm").sets == 6 and codelet("add").sets == 1
+
+
+def test_small_ops_cost_their_fixed_costs():
+    """An element-wise op on a few elements costs its vertex launch, a sync and little else; the
+    breakdown shows the launch and exchange set-up as their own lines, and the lines add up."""
+    b = GraphBuilder("tiny", "float16")
+    x = b.input("x", (4, 8))
+    b.output(b.relu(b.add(x, x)))
+    run = sim.simulate(b.graph, "ipu-mk2", sim.Options().enableSyntheticData(True))
+    row = run.breakdown.loc[0]
+    assert row["launch"] >= codelet("add").fixed + codelet("relu").fixed
+    assert row["launch"] > row["compute"]  # 32 elements: the fixed costs dominate
+    assert row.sum() == run.cycle_count

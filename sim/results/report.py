@@ -161,15 +161,16 @@ def _latency_table(run: Run) -> list[str]:
 def _breakdown_table(run: Run) -> list[str]:
     """Cycles per category per IPU, with a second line of percentages of the total."""
     cols = list(CATEGORIES) + ["total"]
-    width = max(11, len(f"{run.cycle_count:,}") + 2)
-    out = ["breakdown (cycles; % of the run)",
-           f"  {'IPU':<5}" + "".join(f"{c:>{width}}" for c in cols)]
+    widths = [max(len(c), len(f"{run.cycle_count:,}"), 7) + 2 for c in cols]
+    out = ["breakdown (cycles; % of the run; launch and exchange_setup are the fixed costs of compute "
+           "sets and exchange phases)",
+           f"  {'IPU':<5}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths))]
     total = run.cycle_count or 1
     for ipu, row in run.breakdown.iterrows():
         vals = [int(row[c]) for c in CATEGORIES]
         vals.append(sum(vals))
-        out.append(f"  {ipu:<5}" + "".join(f"{v:>{width},}" for v in vals))
-        out.append(f"  {'':<5}" + "".join(f"{v / total:>{width}.1%}" for v in vals))
+        out.append(f"  {ipu:<5}" + "".join(f"{v:>{w},}" for v, w in zip(vals, widths)))
+        out.append(f"  {'':<5}" + "".join(f"{v / total:>{w}.1%}" for v, w in zip(vals, widths)))
     return out
 
 

@@ -192,7 +192,8 @@ class Run:
         return df.sort_values(["start", "ipu"], kind="stable").reset_index(drop=True)
 
     def op_trace(self) -> pd.DataFrame:
-        """One row per op of every compute task (exchange, sync and compute cycles of each)."""
+        """One row per op of every compute task: its exchange, sync and compute cycles, and the
+        fixed parts of them (``launch`` of compute, ``exchange_setup`` of exchange)."""
         frames = []
         for r in self.timeline.records:
             for i, ops in enumerate(r.detail):
@@ -207,10 +208,13 @@ class Run:
                     "kind": np.tile(np.array(ops.kinds, dtype=object), k), "start": start,
                     "end": start + np.tile(cycles, k), "exchange": np.tile(ops.exchange, k),
                     "sync": np.tile(ops.sync, k), "compute": np.tile(ops.compute, k),
+                    "launch": np.tile(ops.parts()["launch"], k),
+                    "exchange_setup": np.tile(ops.parts()["exchange_setup"], k),
                     "flops": np.tile(ops.flops, k), "exchange_bytes": np.tile(ops.exchange_bytes, k)}))
         if not frames:
             return pd.DataFrame(columns=["ipu", "task", "name", "kind", "start", "end", "exchange",
-                                         "sync", "compute", "flops", "exchange_bytes"])
+                                         "sync", "compute", "launch", "exchange_setup", "flops",
+                                         "exchange_bytes"])
         return pd.concat(frames, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
 
     @cached_property
