@@ -373,3 +373,12 @@ def test_collectives_span_every_instance():
         assert model.executable.simulated_replicas == [0, 1]
         return t[t["kind"] == "collective"]["cycles"].sum()
     assert collective_cycles(4) > collective_cycles(1) > 0
+
+
+def test_partials_type_is_modelled():
+    """Precision.setPartialsType reaches the cost model (not reported as unmodelled)."""
+    o = poptorch.Options()
+    assert o.partials_type() == "float"
+    o.Precision.setPartialsType(torch.half)
+    assert o.partials_type() == "half"
+    assert "Precision.setPartialsType" not in o.unmodelled()

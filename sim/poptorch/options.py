@@ -172,7 +172,8 @@ class _PopartOptions(_Frozen, _sim_options._Popart):
 
 
 class _PrecisionOptions(_Frozen):
-    """``Options.Precision``: casting and numerics (accepted, no modelled effect)."""
+    """``Options.Precision``: casting and numerics. ``setPartialsType`` is modelled (the AMP
+    rate and partials memory of matmuls and convolutions); the others are accepted only."""
 
     def __init__(self, owner: "Options"):
         self._owner = owner
