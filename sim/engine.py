@@ -360,9 +360,9 @@ class Engine:
                     yield req
                 if not env.now + cycles <= MAX_CYCLES:
                     raise IpuSimError(
-                        f"the run passes {MAX_CYCLES:,} cycles (over 100 years of IPU time) at {t.category} "
-                        f"task {t.name!r} of {show_number(cycles)} cycles, beyond what the simulator counts; "
-                        "an option, a model size or a system value is far out of range: check them")
+                        f"the run would pass 2^62 cycles (over 100 years of IPU time) at {t.category} task "
+                        f"{t.name!r} of {show_number(cycles)} cycles, beyond what the simulator counts; an option, "
+                        "a model size or a system value is far out of range: check them")
                 if cycles:
                     yield env.timeout(cycles)
                 for r, req in reqs:

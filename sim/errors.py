@@ -31,16 +31,19 @@ class OutOfMemoryError(IpuSimError):
 
     Attributes
     ----------
-    ipu: the IPU that overflows.
+    ipu: the IPU that overflows by most (within a replica).
     op: the op (or stage) whose allocation overflows, if one can be named.
-    shortfall_bytes: bytes over the limit on the worst tile.
+    shortfall_bytes: bytes over the limit on that IPU's fullest tile.
+    shortfalls: every IPU that overflows -> its shortfall in bytes (the worst included).
     """
 
-    def __init__(self, message: str, *, ipu: int, op: str | None, shortfall_bytes: int):
+    def __init__(self, message: str, *, ipu: int, op: str | None, shortfall_bytes: int,
+                 shortfalls: dict[int, int] | None = None):
         super().__init__(message)
         self.ipu = ipu
         self.op = op
         self.shortfall_bytes = shortfall_bytes
+        self.shortfalls = dict(shortfalls) if shortfalls else {ipu: shortfall_bytes}
 
 
 def show_number(value) -> str:

@@ -178,6 +178,19 @@ def test_more_io_tiles_than_tiles_is_an_options_error(tmp_path):
     assert code == 2 and "numIOTiles(64) leaves no compute tiles" in one_line_error(err)
 
 
+def test_a_run_past_2_to_the_62_cycles_is_an_error_not_an_overflow():
+    """Each op is under the per-op limit, but a million device iterations of it overflow int64."""
+    code, _, err = cli("run", "--model", "tut6-matvec", "--param", "cycles_per_mac=140000000000",
+                       "--device-iterations", "1000000")
+    message = one_line_error(err)
+    assert code == 2 and "would pass 2^62 cycles" in message and "'device iterations'" in message
+
+
+def test_an_op_costing_more_than_2_to_the_50_cycles_is_refused():
+    code, _, err = cli("run", "--model", "tut6-matvec", "--param", "vertex_base_cycles=" + "1" + "0" * 21)
+    assert code == 2 and "op 'mulCS' (custom) costs 4.80e+22 cycles" in one_line_error(err)
+
+
 def test_a_model_without_host_inputs_runs_and_says_what_is_not_measured():
     code, out, err = cli("run", "--model", "amp-tile", "--json")
     assert code == 0, err

@@ -36,7 +36,7 @@ from . import run
 from .argtypes import positive_int
 
 #: the columns of a row after the grid's: cycles (IPU clock), seconds, samples per second,
-#: average round-trip latency (seconds), peak bytes on the fullest tile, the error ("" if
+#: average round-trip latency (seconds; empty where not measured, e.g. synthetic data), peak bytes on the fullest tile, the error ("" if
 #: none) and the share (0..1) of each breakdown category
 RESULT_COLUMNS = ("cycle_count", "seconds", "samples_per_second", "latency_avg_s", "peak_tile_bytes",
                   "error") + tuple(f"share_{c}" for c in CATEGORIES)
@@ -69,7 +69,7 @@ def run_point(argv: list[str]) -> dict:
     busy = result.breakdown.sum()
     total = result.cycle_count * len(result.breakdown)
     row = {"cycle_count": result.cycle_count, "seconds": result.seconds,
-           "samples_per_second": result.samples_per_second, "latency_avg_s": result.latency[2],
+           "samples_per_second": result.samples_per_second, "latency_avg_s": result.latency[2] if result.latency_measured() else float("nan"),
            "peak_tile_bytes": max(m["peak_tile_bytes"] for m in result.memory.values()), "error": ""}
     row.update({f"share_{c}": float(busy[c]) / total if total else 0.0 for c in CATEGORIES})
     return row

@@ -278,8 +278,8 @@ _RANGES = {
     "sram_bytes_per_tile": (1024, 2**30, "bytes", _BYTES_PER_TILE[3]),
     "reserved_bytes_per_tile": _BYTES_PER_TILE,
     "worker_threads": (1, 64, "threads", "hardware worker threads per tile: 6 on every IPU"),
-    "latency_s": (0, 1.0, "s", "seconds per stream copy: the fixed cost is microseconds (5.0e-6), so a value "
-                  "of 1 or more is a unit slip"),
+    "latency_s": (0, 1.0, "s", "seconds per stream copy: the fixed cost is microseconds (5.0e-6), so more "
+                  "than a second is a unit slip"),
     "ipus_per_link": (1, 64, "IPUs", "IPUs sharing one host link: 4 behind an IPU-M2000 gateway; the simulator "
                       "simulates every replica behind one link"),
     "bytes_per_ipu": (0, 2**44, "bytes", "streaming memory per IPU: 112 GB on an IPU-M2000"),
