@@ -322,3 +322,11 @@ def test_small_ops_cost_their_fixed_costs():
     assert row["launch"] >= codelet("add").fixed + codelet("relu").fixed
     assert row["launch"] > row["compute"]  # 32 elements: the fixed costs dominate
     assert row.sum() == run.cycle_count
+
+
+def test_batchnorm_at_inference_applies_running_statistics():
+    """At inference batch norm is a per-channel scale and shift (2 compute sets), not the batch
+    statistics of training (6 sets plus the exchange of partial sums)."""
+    run = sim.simulate(models.get("resnet50", micro_batch=4), "ipu-mk2", sim.Options().enableSyntheticData(True))
+    bn = [c for name, c in run.executable.costs.items() if "bn" in name or "norm" in name]
+    assert bn and all(c.supersteps == codelet("batchnorm_inference").sets for c in bn)

@@ -29,6 +29,9 @@ from ..hardware.topology import check_fits
 from ..graph.training import Optimizer, expand_training
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference
+#: ops that run differently at inference: batch norm applies its running statistics (a
+#: per-channel scale and shift) instead of computing the batch's
+_INFERENCE_MODE = {"batchnorm"}
 MAX_OP_CYCLES = 2**50  # one op's cycles; a call repeats an op at most ~2^20 times (engine.MAX_CYCLES is 2^62)
 _BUILDERS = {"single": pipeline.build, "pipelined": pipeline.build, "sharded": sharded.build,
              "serial_phased": phased.build, "parallel_phased": phased.build}
@@ -146,6 +149,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     for op in g.ops:
         if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule
+        if not training and op.kind in _INFERENCE_MODE:
+            op.attrs["inference"] = True  # g is the compiler's own copy
         proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
         costs[op.name] = op_cost(op, g, system.ipu, tiles, proportion, o.partials_type())
         if not 0 <= costs[op.name].cycles <= MAX_OP_CYCLES:

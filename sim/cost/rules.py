@@ -101,7 +101,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in _ROW_OPS:
         return _rows(kind, ins, ipu, tiles)
     if kind in ("batchnorm", "batchnorm_grad"):
-        return _batchnorm(kind, ins, ipu, tiles)
+        return _batchnorm(kind, ins, attrs, ipu, tiles)
     if kind in ("maxpool", "avgpool", "maxpool_grad", "avgpool_grad"):
         return _pool(kind, ins, outs, attrs, ipu, tiles)
     if kind in ("gather", "embedding_grad"):
@@ -265,12 +265,20 @@ def _transpose(outs, ipu, tiles) -> OpCost:
                    0.0, recv * used, used, plan="layout change through the exchange", launch=launch_cycles("copy"))
 
 
-def _batchnorm(kind, ins, ipu, tiles) -> OpCost:
+def _batchnorm(kind, ins, attrs, ipu, tiles) -> OpCost:
+    """Batch norm: in training, statistics over N, H, W (per-tile partial sums, exchanged and
+    combined) then the normalisation; at inference, the running statistics' per-channel scale and
+    shift (one broadcast multiply-add, poplin ``batchNormalise`` with given statistics)."""
     shape, dtype, _ = ins[0]
     itemsize = DTYPE_BYTES[dtype]
     n = math.prod(shape)
     used, per_tile = spread(n, itemsize, ipu, tiles)
     channels = shape[1]
+    if attrs.get("inference"):
+        params = min(channels, per_tile) * 2 * itemsize  # scale and shift of the tile's channels
+        return _phases(ipu, tile_cycles(per_tile, itemsize, "batchnorm_inference", ipu),
+                       exchange_cycles(params, ipu), codelet("batchnorm_inference").sets, 2.0 * n,
+                       params * used, used, launch=launch_cycles("batchnorm_inference"))
     # statistics: per-tile partial sums per channel, exchanged and combined
     stats = min(channels, per_tile) * 2 * 4
     compute = tile_cycles(per_tile, itemsize, kind, ipu) + tile_cycles(2 * channels, 4, "reduce", ipu)
