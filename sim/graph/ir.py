@@ -87,6 +87,15 @@ class Op:
     forward_of: str | None = None  # for a backward op: the forward op it differentiates
 
 
+def _unused_name(base: str, taken) -> str:
+    """``base``, or ``base_2``, ``base_3``, ... : the first not in ``taken``."""
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
 class Graph:
     """A directed acyclic graph of ops in a valid execution order (insertion order)."""
 
@@ -135,18 +144,10 @@ class Graph:
         return op
 
     def unique_op_name(self, base: str) -> str:
-        name, k = base, 1
-        while name in self._op_names:
-            k += 1
-            name = f"{base}_{k}"
-        return name
+        return _unused_name(base, self._op_names)
 
     def unique_tensor_name(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.tensors:
-            k += 1
-            name = f"{base}_{k}"
-        return name
+        return _unused_name(base, self.tensors)
 
     def copy(self) -> "Graph":
         """A copy whose tensors and ops can be changed without touching this graph."""
