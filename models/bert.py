@@ -15,6 +15,9 @@ loss (with the head), else the encoder output.
   otherwise 15 % of S rounded up); ``mask_tokens=None`` projects every position (Hugging
   Face's ``BertForMaskedLM``).
 - No pooler or next-sentence-prediction head (the loss is MLM only).
+- ``recompute_checkpoint_every_layer``: each layer's output but the last is a recomputation
+  checkpoint, as in Graphcore's configs; by default (None) on when ``layers_per_ipu`` pipelines
+  the layers over several IPUs (``models.transformer.checkpointed_layers``).
 - ``layers_per_ipu`` (e.g. ``[0, 4, 4, 4]``) places the encoder layers on consecutive IPUs. As in
   Graphcore's PyTorch BERT (``Embedding --> IPU 0``, ``Encoder i --> IPU k``, ``Classifier -->
   IPU 0``), the embeddings go on IPU 0 and the MLM head and loss go back on IPU 0, where the
@@ -32,7 +35,7 @@ from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_positions=512,
                type_vocab=2, mask_tokens="auto", dropout=0.1, layers_per_ipu=None, with_head=True,
-               dtype="float16")
+               recompute_checkpoint_every_layer=None, dtype="float16")
 MODELS = {
     "bert-base": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "bert-large": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -76,6 +79,8 @@ def build(name: str, p: Params) -> Graph:
         with place.on(layer_ipu[i] if layer_ipu else 0, f"layer{i}"), b.scope(f"encoder/layer{i}"):
             x = b.layernorm(b.add(x, attention(b, x, c["heads"], mask, drop)), EPS, name="attention_norm")
             x = b.layernorm(b.add(x, ffn(b, x, c["intermediate"], drop)), EPS, name="ffn_norm")
+            if i in c["checkpoints"]:
+                b.checkpoint(x)
 
     if not c["with_head"]:
         b.output(x)

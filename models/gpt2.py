@@ -13,6 +13,9 @@ the loss (with the head), else the final hidden states.
   (``Embedding --> IPU 0``, ``Layer i --> IPU k``, ``LM_head --> IPU 0``) the embeddings are on
   IPU 0, ``ln_f`` stays with the last block, and the LM head and loss go back to IPU 0 (where
   ``wte`` lives) as the last pipeline stage.
+- ``recompute_checkpoint_every_layer``: each block's output but the last is a recomputation
+  checkpoint, as in Graphcore's configs; by default (None) on when ``layers_per_ipu`` pipelines
+  the blocks over several IPUs (``models.transformer.checkpointed_layers``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from ._common import Params, Placement
 from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=1, seq_len=1024, intermediate=None, vocab=50257, n_positions=1024,
-               dropout=0.1, layers_per_ipu=None, with_head=True, dtype="float16")
+               dropout=0.1, layers_per_ipu=None, with_head=True, recompute_checkpoint_every_layer=None,
+               dtype="float16")
 MODELS = {
     "gpt2-small": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "gpt2-medium": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -58,6 +62,8 @@ def build(name: str, p: Params) -> Graph:
         with place.on(last, f"layer{i}"), b.scope(f"h{i}"):
             x = b.add(x, attention(b, b.layernorm(x, EPS, name="ln_1"), c["heads"], causal_mask, drop))
             x = b.add(x, ffn(b, b.layernorm(x, EPS, name="ln_2"), c["intermediate"], drop))
+            if i in c["checkpoints"]:
+                b.checkpoint(x)
     with place.on(last, f"layer{c['num_layers'] - 1}"):
         x = b.layernorm(x, EPS, name="ln_f")
 

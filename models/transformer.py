@@ -73,7 +73,25 @@ def transformer_params(p: Params, extra_seq_limit: str) -> dict:
                 hidden=hidden, heads=heads, vocab=p.int("vocab"),
                 intermediate=p.int("intermediate", optional=True) or 4 * hidden,
                 dropout=p.prob("dropout"), with_head=p.flag("with_head"), dtype=p.dtype(),
-                layer_ipu=layer_ipus(p, num_layers))
+                layer_ipu=layer_ipus(p, num_layers), checkpoints=checkpointed_layers(p, num_layers))
+
+
+def checkpointed_layers(p: Params, num_layers: int) -> set[int]:
+    """The layers whose output is a recomputation checkpoint (``recompute_checkpoint_every_layer``).
+
+    As Graphcore's BERT and GPT-2 (``recompute_checkpoint_every_layer: True`` in their configs):
+    every layer but the last. ``None`` (the default) means True when ``layers_per_ipu`` puts
+    layers on an IPU other than IPU 0, so that the model is pipelined over several IPUs (where
+    PopTorch recomputes, ``RecomputationType::Pipeline``), and False otherwise: on one IPU a
+    checkpoint would make training recompute, which PopTorch does not do by default.
+    """
+    on = p["recompute_checkpoint_every_layer"]
+    if on is None:
+        layer_ipu = layer_ipus(p, num_layers)
+        on = layer_ipu is not None and any(layer_ipu)
+    else:
+        on = p.flag("recompute_checkpoint_every_layer")
+    return set(range(num_layers - 1)) if on else set()
 
 
 def layer_ipus(p: Params, num_layers: int) -> list[int] | None:

@@ -5,6 +5,12 @@ value is copied here, with the source, so the checks run without that file), how
 reproduces it, the tolerance and why, and whether a constant was fitted to it (then the check
 only guards the fit) or the model predicts it. ``tests/test_calibration.py`` holds the model to
 the tolerances; ``python -m sim.validation`` writes the table to ``reports/validation.md``.
+
+End to end: :data:`END_TO_END` (published throughputs held at 30 %) and the held-out rows of
+``docs/reference/published-results.md`` (:data:`PUBLISHED_ROWS`, :data:`SCALING`): each a zoo model
+configured as the row's source configures the run; those within 30 % when added are asserted at
+30 %, the others are tracked in the report; :data:`NOT_EXPRESSIBLE` lists the rows the zoo cannot
+run yet, and why.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ import models
 from . import simulate
 from .cost import op_cost
 from .engine import Engine
+from .errors import OutOfMemoryError
 from .hardware.system import load_system
-from .options import Options, TensorLocationSettings
+from .options import Options, OverlapMode, TensorLocationSettings
 from .program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
 from .strategy import ShardedExecution
 
@@ -167,6 +174,7 @@ CHECKS = [
 PERFORMANCE_RESULTS = "graphcore.ai/performance-results (Bow Pod training table, pre-SDK 2.5 rows)"
 
 
+@lru_cache(maxsize=None)
 def resnet50_training(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> float:
     """ResNet-50 training as Graphcore's ResNet-50 config runs it (recomputation checkpoint per
     block, 8-bit images, availableMemoryProportion 0.16, half partials, momentum SGD), images/s."""
@@ -178,6 +186,7 @@ def resnet50_training(system: str, replicas: int, global_batch: int, micro_batch
     return simulate(graph, system, o, training=True, optimizer="sgd_momentum").samples_per_second
 
 
+@lru_cache(maxsize=None)
 def bert_large_phase1(system: str, replicas: int, micro_batch: int = 4, accumulation: int = 256) -> float:
     """BERT-Large phase 1 (sequence 128) pre-training: 4-IPU pipeline (layers 3, 7, 7, 7), LAMB with
     the optimizer state off chip and sharded over replicas, half partials and availableMemoryProportion
@@ -204,6 +213,383 @@ END_TO_END = [
           "end to end", _E2E_WHY, lambda: bert_large_phase1("bow-pod16", 4)),
     Check("bert_large_ph1_bow_pod64", "BERT-Large phase 1 (SL128), Bow Pod64", 19353, "sequences/s", 0.3,
           "end to end", _E2E_WHY, lambda: bert_large_phase1("bow-pod64", 16)),
+]
+
+
+# --- held-out published measurements (docs/reference/published-results.md) ---------------------
+# Every row is a published hardware measurement, the zoo model configured as the row's source
+# configures the run. None was used to set anything. A row within 30 % when it was added is
+# asserted at 30 % by tests/test_calibration.py (a regression guard); the others are tracked in
+# reports/validation.md only. Nothing here may be changed to make a row match: fix the model.
+PUBLISHED = "docs/reference/published-results.md"
+PUBLISHED_TOLERANCE = 0.30
+PUBLISHED_WHY = ("within 30 % when the row was added, so held there as a regression guard; not a fit "
+                 "(another software stack and data pipeline, nothing tuned to it)")
+
+
+def _params(**params) -> tuple:
+    """Model parameters as a hashable tuple (lists become tuples)."""
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())
+
+
+def _show(value) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A zoo model run as a published measurement was: the model's parameters, the system, and the
+    PopTorch options the source's configuration sets."""
+
+    model: str
+    params: tuple  # (name, value) pairs for models.get (see _params)
+    system: str
+    replicas: int = 1  # replicationFactor
+    accumulation: int = 1  # Training.gradientAccumulation
+    device_iterations: int = 1
+    amp: tuple = ()  # availableMemoryProportion of IPU0, IPU1, ... of one replica
+    half_partials: bool = True  # Precision.setPartialsType("half")
+    optimizer_off_chip: bool = False  # optimizer state in streaming memory
+    rts: bool = False  # optimizer state sharded over the replicas
+    training: bool = True
+    optimizer: str = "sgd"
+    synthetic: bool = False  # enableSyntheticData: no host IO
+    io_tiles: int = 0  # TensorLocations.numIOTiles
+    overlap_io: bool = False  # every host stream overlapped (OverlapDeviceIterationLoop), ShardedExecution
+    prefetch_depth: int = 1  # _Popart defaultPrefetchBufferingDepth
+
+    def graph(self):
+        g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
+        if self.overlap_io:  # as poptorch.set_overlap_for_input/output in the user's model
+            for name in [*g.inputs, *g.outputs]:
+                g.overlap[name] = int(OverlapMode.OverlapDeviceIterationLoop)
+        return g
+
+    def options(self) -> Options:
+        o = Options().replicationFactor(self.replicas).deviceIterations(self.device_iterations)
+        if self.accumulation > 1:
+            o.Training.gradientAccumulation(self.accumulation)
+        if self.half_partials:
+            o.Precision.setPartialsType("half")
+        if self.amp:
+            o.setAvailableMemoryProportion({f"IPU{i}": p for i, p in enumerate(self.amp)})
+        if self.optimizer_off_chip or self.rts:
+            o.TensorLocations.setOptimizerLocation(
+                TensorLocationSettings().useOnChipStorage(not self.optimizer_off_chip)
+                .useReplicatedTensorSharding(self.rts))
+        if self.synthetic:
+            o.enableSyntheticData(True)
+        if self.io_tiles:
+            o.TensorLocations.numIOTiles(self.io_tiles)
+        if self.overlap_io:
+            o.setExecutionStrategy(ShardedExecution())
+        if self.prefetch_depth > 1:
+            o._Popart.set("defaultPrefetchBufferingDepth", self.prefetch_depth)
+        return o
+
+    def describe(self) -> str:
+        parts = [f"`{self.system}`", f"`{self.model}` " + ", ".join(f"{k}={_show(v)}" for k, v in self.params)]
+        if self.training:
+            parts.append(f"training, RF {self.replicas}, GA {self.accumulation}")
+        else:
+            parts.append(f"inference, RF {self.replicas}, deviceIterations {self.device_iterations}")
+        if self.amp:
+            parts.append("AMP {" + ", ".join(f"IPU{i}: {p:g}" for i, p in enumerate(self.amp)) + "}")
+        parts.append("half partials" if self.half_partials else "float partials")
+        if self.training:
+            where = ("off chip" if self.optimizer_off_chip else "on chip") + (" + RTS" if self.rts else "")
+            parts.append(f"{self.optimizer}, optimizer state {where}")
+        parts.append("synthetic data" if self.synthetic else "real data (host IO)")
+        if self.io_tiles:
+            parts.append(f"{self.io_tiles} IO tiles" + (", all streams overlapped (ShardedExecution)"
+                                                        if self.overlap_io else ""))
+        if self.prefetch_depth > 1:
+            parts.append(f"prefetch depth {self.prefetch_depth}")
+        return "; ".join(parts)
+
+
+@lru_cache(maxsize=None)
+def _outcome(setup: Setup) -> float | OutOfMemoryError:
+    """Samples per second of one simulated call, or the simulator's out-of-memory error."""
+    try:
+        run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
+                       optimizer=setup.optimizer)
+    except OutOfMemoryError as e:
+        return e
+    return run.samples_per_second
+
+
+def _oom_text(e: OutOfMemoryError) -> str:
+    return (f"OOM in the simulator: IPU {e.ipu} short by {e.shortfall_bytes:,} bytes per tile"
+            + (f" at {e.op}" if e.op else ""))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published measurement of :data:`PUBLISHED` and the simulator's value for it."""
+
+    id: str  # the row id in PUBLISHED ("I1 bs8": row I1 at batch 8)
+    source: str  # the source's table tag and the row id, e.g. "MLP v1.0 M5"
+    what: str
+    published: float
+    unit: str
+    setup: Setup
+    asserted: bool  # within 30 % when added: tests/test_calibration.py holds it there
+    notes: tuple = ()  # where the run departs from the source's configuration: DEPARTURES keys or text
+
+    def outcome(self) -> float | OutOfMemoryError:
+        return _outcome(self.setup)
+
+    def simulated(self) -> float:
+        value = self.outcome()
+        if isinstance(value, OutOfMemoryError):
+            raise value
+        return value
+
+
+# Where a run departs from its source's configuration: each row's notes name these keys (the
+# report lists them once, under the table), or say it in their own words.
+DEPARTURES = {
+    "lars": "LARS is run as sgd_momentum: the simulator has no LARS (momentum SGD plus a norm ratio per weight)",
+    "resnet-recompute": "recomputation is the zoo's checkpoint after every block; the TF1 config recomputes "
+                        "between 6 split points (about the same recomputed work)",
+    "bert-recompute": "recomputation is the zoo's default for a pipelined BERT (a checkpoint after every layer)",
+    "attn-dropout": "the zoo's dropout 0.1 also drops attention probabilities; the config turns attention "
+                    "dropout off",
+    "tf2": "TF2 config: optimizer state off chip (its default) without RTS; its MLM head has no transform "
+           "layer (use_cls_layer false), the zoo's has one",
+    "poprt": "hardware not stated (probably a C600, IPU21 at about 1.5 GHz, doc section 3): simulated on one "
+             "Bow IPU (same tiles, 1.85 GHz), so a compute-bound row carries about +23 % from the clock alone; "
+             "PopRT's ONNX ResNet-50 takes uint8 images (eight_bit_io); the zoo's model also streams labels "
+             "and computes a loss (tiny)",
+    "poprt-bps": "batches per step not stated: 100, as the README's run commands",
+    "poprt-depth": "stream_buffering_depth 2, as the benchmark script",
+}
+
+
+def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: int, amp: float) -> Setup:
+    """ResNet-50 training as the TF1 (MLPerf) and PyTorch configs run it: 8-bit images, half
+    partials, recomputation, momentum SGD, one IPU per replica, real data."""
+    return Setup("resnet50", _params(micro_batch=micro_batch, recompute_checkpoints="blocks", eight_bit_io=True),
+                 system, replicas=replicas, accumulation=accumulation, amp=(amp,), optimizer="sgd_momentum")
+
+
+def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumulation: int,
+                layers_per_ipu: list[int], amp: list[float], seq_len: int = 128, mask_tokens: int = 20,
+                vocab: int = 30400, rts: bool = True, recompute: bool | None = None) -> Setup:
+    """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
+    state off chip (with or without RTS), half partials, real data."""
+    params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
+                  mask_tokens=mask_tokens)
+    if recompute is not None:
+        params["recompute_checkpoint_every_layer"] = recompute
+    return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
+                 amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts)
+
+
+def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
+                  io_tiles: int = 32, prefetch_depth: int = 1) -> Setup:
+    """ResNet-50 inference as PopRT runs it on one IPU: uint8 images normalised on the IPU, half
+    partials in fp16, 32 IO tiles with every stream overlapped (real data) or synthetic data."""
+    params = dict(micro_batch=batch, eight_bit_io=True)
+    if dtype != "float16":
+        params["dtype"] = dtype
+    return Setup("resnet50", _params(**params), "bow-ipu", device_iterations=device_iterations,
+                 half_partials=dtype == "float16", training=False, synthetic=synthetic, io_tiles=io_tiles,
+                 overlap_io=bool(io_tiles) and not synthetic, prefetch_depth=prefetch_depth)
+
+
+_LARGE_AMP = [0.15, 0.25, 0.25, 0.25]
+_I1 = {1: 3653, 2: 5466, 4: 7438, 8: 9805, 16: 11825, 32: 14240, 64: 16084, 90: 17105, 96: 16790}
+_I2 = {1: 3529, 2: 5284, 4: 7030, 8: 9307, 16: 11393, 32: 13593, 64: 15249, 90: 16470}
+_I3 = {1: 1796, 2: 2356, 4: 2957, 8: 3377, 16: 3903}
+# the batch sizes within 30 % when the rows were added (asserted); the others are tracked
+_ASSERTED_I1, _ASSERTED_I2, _ASSERTED_I3 = {64, 90, 96}, {16, 32, 64, 90}, set()
+
+PUBLISHED_ROWS = [
+    # ResNet-50 training, Mk2 (MLPerf v1.0 / v1.1, TF1.15; throughput from the result logs)
+    Row("M5", "MLP v1.0 M5", "ResNet-50 training, Mk2 POD16, GBS 1,920", 27527, "images/s",
+        _resnet_train("ipu-pod16", 16, 20, 6, 0.15), True, ("resnet-recompute",)),
+    Row("M6", "MLP v1.0 M6", "ResNet-50 training, Mk2 POD64, GBS 2,560", 83404, "images/s",
+        _resnet_train("ipu-pod64", 64, 20, 2, 0.14), False, ("resnet-recompute",)),
+    Row("M13", "MLP v1.1 M13", "ResNet-50 training, Mk2 POD16, GBS 3,200", 29543, "images/s",
+        _resnet_train("ipu-pod16", 16, 20, 10, 0.15), True, ("lars", "resnet-recompute")),
+    Row("M14", "MLP v1.1 M14", "ResNet-50 training, Mk2 POD64, GBS 3,840", 108011, "images/s",
+        _resnet_train("ipu-pod64", 64, 20, 3, 0.15), True, ("lars", "resnet-recompute")),
+    Row("M15", "MLP v1.1 M15", "ResNet-50 training, Mk2 POD128, GBS 5,120", 178212, "images/s",
+        _resnet_train("ipu-pod128", 128, 20, 2, 0.15), True, ("lars", "resnet-recompute")),
+    Row("M16", "MLP v1.1 M16", "ResNet-50 training, Mk2 POD256, GBS 10,240", 325997, "images/s",
+        _resnet_train("ipu-pod256", 256, 20, 2, 0.15), False, ("lars", "resnet-recompute")),
+    # ResNet-50 training, Bow (MLPerf v2.0; Graphcore's table)
+    Row("M23", "MLP v2.0 M23", "ResNet-50 training, Bow Pod16, GBS 3,520", 43127, "images/s",
+        _resnet_train("bow-pod16", 16, 22, 10, 0.15), True, ("lars", "resnet-recompute")),
+    Row("M24", "MLP v2.0 M24", "ResNet-50 training, Bow Pod64, GBS 5,120", 146252, "images/s",
+        _resnet_train("bow-pod64", 64, 20, 4, 0.15), True, ("lars", "resnet-recompute")),
+    Row("M25", "MLP v2.0 M25", "ResNet-50 training, Bow Pod128, GBS 5,120", 229435, "images/s",
+        _resnet_train("bow-pod128", 128, 20, 2, 0.15), True, ("lars", "resnet-recompute")),
+    Row("M26", "MLP v2.0 M26", "ResNet-50 training, Bow Pod256, GBS 10,240", 421575, "images/s",
+        _resnet_train("bow-pod256", 256, 20, 2, 0.15), True, ("lars", "resnet-recompute")),
+    Row("B3", "GCN-P B3", "ResNet-50 training, Bow Pod256, GBS 10,240", 425514, "images/s",
+        _resnet_train("bow-pod256", 256, 20, 2, 0.15), True,
+        ("configuration inferred by the doc from MLPerf v1.1's POD256 config [U]", "lars", "resnet-recompute")),
+    Row("B13", "GCN-S30 B13", "ResNet-50 training, Bow Pod16, GBS 3,520 (TF1)", 44059, "images/s",
+        _resnet_train("bow-pod16", 16, 22, 10, 0.15), True, ("lars", "resnet-recompute")),
+    Row("B14", "GCN-S30 B14", "ResNet-50 training, Bow Pod16, GBS 16,416 (PyTorch)", 37061, "images/s",
+        _resnet_train("bow-pod16", 16, 18, 57, 0.16), True,
+        ("sgd_combined is momentum SGD", "recomputation: a checkpoint after every block (the config names "
+        "35 checkpoint tensors)", "the table says GBS 16,384 [U]")),
+    Row("B15", "GCN-S30 B15", "ResNet-50 training, Bow Pod64, GBS 5,120", 153205, "images/s",
+        _resnet_train("bow-pod64", 64, 20, 4, 0.15), True, ("lars", "resnet-recompute")),
+    Row("B16", "GCN-S30 B16", "ResNet-50 training, Bow Pod256, GBS 10,240", 456906, "images/s",
+        _resnet_train("bow-pod256", 256, 20, 2, 0.15), True, ("lars", "resnet-recompute")),
+    # BERT pre-training (unpacked), Bow Pod16 / Pod64
+    Row("B10", "GCN-P B10", "BERT-Large Ph1 (SL128) PopART, Bow Pod16, mbs 8", 5179, "sequences/s",
+        _bert_train("bert-large", "bow-pod16", 4, 8, 2048, [3, 7, 7, 7], _LARGE_AMP), True,
+        ("bert-recompute", "attn-dropout")),
+    Row("B11", "GCN-P B11", "BERT-Large Ph1 (SL128) TF1, Bow Pod16", 5125, "sequences/s",
+        _bert_train("bert-large", "bow-pod16", 4, 8, 2050, [3, 7, 7, 7], _LARGE_AMP), True,
+        ("TF1's Grouped pipeline schedule runs as the simulator's one pipeline schedule", "bert-recompute",
+         "attn-dropout")),
+    Row("B12", "GCN-P B12", "BERT-Large Ph1 (SL128) PopART, Bow Pod64, mbs 8", 19353, "sequences/s",
+        _bert_train("bert-large", "bow-pod64", 16, 8, 512, [3, 7, 7, 7], _LARGE_AMP), False,
+        ("RF 16 assumed by the doc, and the POD16 AMP (the POD64 config is missing) [U]", "bert-recompute",
+         "attn-dropout")),
+    Row("B33", "GCN-S31 B33", "BERT-Large Ph1 (SL128) TF2, Bow Pod16", 4528, "sequences/s",
+        _bert_train("bert-large", "bow-pod16", 4, 8, 2040, [3, 7, 7, 7], [0.10, 0.19, 0.20, 0.25], rts=False),
+        True, ("tf2", "bert-recompute")),
+    Row("B44", "GCN-S31 B44", "BERT-Base Ph1 (SL128) PopART, Bow Pod16", 16391, "sequences/s",
+        _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.28] * 4), True,
+        ("IPU0 holds the embedding only (encoder_start_ipu 1)", "bert-recompute", "attn-dropout")),
+    Row("B45", "GCN-S31 B45", "BERT-Base Ph1 (SL128) TF2, Bow Pod16", 15157, "sequences/s",
+        _bert_train("bert-base", "bow-pod16", 4, 32, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], rts=False),
+        True, ("tf2", "bert-recompute")),
+    Row("B46", "GCN-S33 B46", "BERT-Base Ph1 (SL128) PyTorch, Bow Pod16", 15911, "sequences/s",
+        _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.25] * 4, vocab=30522, recompute=True),
+        True, ("vocab, optimizer_state_offchip and recompute_checkpoint_every_layer as the PyTorch config",)),
+    Row("B47", "GCN-S33 B47", "BERT-Base Ph2 (SL512) PopART, Bow Pod16", 3656, "sequences/s",
+        _bert_train("bert-base", "bow-pod16", 4, 8, 512, [0, 4, 4, 4], [0.28] * 4, seq_len=512, mask_tokens=76),
+        True, ("bert-recompute", "attn-dropout")),
+    Row("B48", "GCN-S33 B48", "BERT-Base Ph2 (SL384) TF2, Bow Pod16", 4387, "sequences/s",
+        _bert_train("bert-base", "bow-pod16", 4, 8, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], seq_len=384,
+                    mask_tokens=56, rts=False),
+        True, ("tf2", "bert-recompute")),
+    # ResNet-50 inference, one IPU (PopRT)
+    *[Row(f"I1 bs{bs}", f"RT I1 bs{bs}", f"ResNet-50 inference fp16, batch {bs}, synthetic data", pub,
+          "images/s", _resnet_infer(bs, synthetic=True), bs in _ASSERTED_I1, ("poprt", "poprt-bps"))
+      for bs, pub in _I1.items()],
+    *[Row(f"I2 bs{bs}", f"RT I2 bs{bs}", f"ResNet-50 inference fp16, batch {bs}, real data, overlapped IO",
+          pub, "images/s", _resnet_infer(bs), bs in _ASSERTED_I2, ("poprt", "poprt-bps"))
+      for bs, pub in _I2.items()],
+    *[Row(f"I3 bs{bs}", f"RT I3 bs{bs}", f"ResNet-50 inference fp32, batch {bs}, synthetic data", pub,
+          "images/s", _resnet_infer(bs, "float32", synthetic=True), bs in _ASSERTED_I3, ("poprt", "poprt-bps"))
+      for bs, pub in _I3.items()],
+    Row("I5", "RT I5", "ResNet-50 inference fp16, batch 80, 128 batches per step, overlapped IO", 15541,
+        "images/s", _resnet_infer(80, device_iterations=128, prefetch_depth=2), True,
+        ("poprt", "poprt-depth")),
+    Row("I6", "RT I6", "ResNet-50 inference fp16, batch 1, 1 batch per step (low latency)", 3119, "images/s",
+        _resnet_infer(1, device_iterations=1, io_tiles=0, prefetch_depth=2), True,
+        ("poprt", "poprt-depth", "no IO tiles (no --enable_overlapio)", "the README's --eightbitio flag "
+        "is not in the script: 8-bit input as the doc says [U]")),
+]
+PUBLISHED_BY_ID = {r.id: r for r in PUBLISHED_ROWS}
+_END_TO_END_BY_ID = {"B1": END_TO_END[0], "B2": END_TO_END[1]}  # GCN-P B1, B2: already end to end
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """How throughput scales between two published runs of one workload: the ratio of the
+    simulated throughputs against the ratio of the published ones."""
+
+    name: str
+    what: str
+    source: str
+    numerator: str  # row ids (PUBLISHED_ROWS, or "B1"/"B2" of END_TO_END)
+    denominator: str
+    asserted: bool
+
+    @staticmethod
+    def _row(row_id: str):
+        return _END_TO_END_BY_ID.get(row_id) or PUBLISHED_BY_ID[row_id]
+
+    @property
+    def published(self) -> float:
+        return self._row(self.numerator).published / self._row(self.denominator).published
+
+    def simulated(self) -> float:
+        return self._row(self.numerator).simulated() / self._row(self.denominator).simulated()
+
+
+SCALING = [
+    Ratio("resnet50_mk2_v10_16_64", "ResNet-50 training, Mk2 POD16 → POD64 (GBS 1,920 → 2,560)",
+          "MLP v1.0 M5 → M6", "M6", "M5", True),
+    Ratio("resnet50_mk2_v11_16_64", "ResNet-50 training, Mk2 POD16 → POD64", "MLP v1.1 M13 → M14", "M14", "M13", True),
+    Ratio("resnet50_mk2_v11_64_128", "ResNet-50 training, Mk2 POD64 → POD128",
+          "MLP v1.1 M14 → M15", "M15", "M14", True),
+    Ratio("resnet50_mk2_v11_128_256", "ResNet-50 training, Mk2 POD128 → POD256 (same GA 2, over GW-Links)",
+          "MLP v1.1 M15 → M16", "M16", "M15", True),
+    Ratio("resnet50_bow_v20_16_64", "ResNet-50 training, Bow Pod16 → Pod64", "MLP v2.0 M23 → M24", "M24", "M23", True),
+    Ratio("resnet50_bow_v20_64_128", "ResNet-50 training, Bow Pod64 → Pod128",
+          "MLP v2.0 M24 → M25", "M25", "M24", True),
+    Ratio("resnet50_bow_v20_128_256", "ResNet-50 training, Bow Pod128 → Pod256 (same GA 2, over GW-Links)",
+          "MLP v2.0 M25 → M26", "M26", "M25", True),
+    Ratio("resnet50_bow_p_16_64", "ResNet-50 training, Bow Pod16 → Pod64 (end-to-end rows)",
+          "GCN-P B1 → B2", "B2", "B1", True),
+    Ratio("resnet50_bow_p_64_256", "ResNet-50 training, Bow Pod64 → Pod256", "GCN-P B2 → B3", "B3", "B2", False),
+    Ratio("resnet50_bow_s30_16_64", "ResNet-50 training, Bow Pod16 → Pod64", "GCN-S30 B13 → B15", "B15", "B13", True),
+    Ratio("resnet50_bow_s30_64_256", "ResNet-50 training, Bow Pod64 → Pod256", "GCN-S30 B15 → B16", "B16", "B15", True),
+    Ratio("bert_large_ph1_p_16_64", "BERT-Large Ph1 PopART, Bow Pod16 → Pod64 (mbs 8)", "GCN-P B10 → B12",
+          "B12", "B10", True),
+    Ratio("resnet50_mk2_to_bow", "ResNet-50 training, GBS 1,920 on POD16: Mk2 → Bow", "MLP v1.0 M5 → GCN-P B1",
+          "B1", "M5", True),
+    Ratio("resnet50_infer_fp16_synth_1_90", "ResNet-50 inference fp16 synthetic, batch 1 → 90",
+          "RT I1 bs1 → bs90", "I1 bs90", "I1 bs1", True),
+    Ratio("resnet50_infer_fp16_real_1_90", "ResNet-50 inference fp16 real data, batch 1 → 90",
+          "RT I2 bs1 → bs90", "I2 bs90", "I2 bs1", False),
+    Ratio("resnet50_infer_fp32_synth_1_16", "ResNet-50 inference fp32 synthetic, batch 1 → 16",
+          "RT I3 bs1 → bs16", "I3 bs16", "I3 bs1", True),
+    Ratio("resnet50_infer_latency_to_throughput", "ResNet-50 inference: batch 1, 1 per step → batch 80, 128 per step",
+          "RT I6 → I5", "I5", "I6", True),
+]
+
+# Batch sizes at which PopRT reports out of memory: does the simulator agree? (reported only)
+MEMORY_POINTS = [
+    ("I2 bs96", "RT I2", "ResNet-50 inference fp16, batch 96, real data, overlapped IO", _resnet_infer(96)),
+    ("I3 bs32", "RT I3", "ResNet-50 inference fp32, batch 32, synthetic data",
+     _resnet_infer(32, "float32", synthetic=True)),
+]
+
+# Rows of PUBLISHED the zoo cannot run as measured yet, and why (listed, never faked).
+_PACKED = ("packed sequences: 2-3 sequences per pack, throughput counted in sequences; the zoo's BERT has "
+           "no packing (per-pack attention mask, position ids, several sequences' heads per pack)")
+NOT_EXPRESSIBLE = [
+    ("M1-M4", "BERT-Large MLPerf v1.0 (SL512), Mk2 POD16/64", _PACKED),
+    ("M7-M12", "BERT-Large MLPerf v1.1 (SL512), Mk2 POD16/64/128",
+     _PACKED + "; also the att_ffn_placement (attention and FFN halves of a layer on different IPUs)"),
+    ("M17-M20", "BERT-Large MLPerf v2.0 (SL512), Bow Pod16-256",
+     _PACKED + "; also attention/FFN placement and FP8 (M17) or fp16 activation checkpoints"),
+    ("M21, M22", "BERT-Large MLPerf v2.0, PaddlePaddle", "configuration not extracted (mbs, RF, placement unknown)"),
+    ("M27", "RNN-T MLPerf v2.0", "no RNN-T / LSTM model in the zoo"),
+    ("B4-B6, B17-B20", "EfficientNet-B4 (G16)", "not in the zoo (grouped depthwise convolutions, LARS)"),
+    ("B7, B21", "ResNeXt-101", "not in the zoo (grouped convolutions)"),
+    ("B8, B22-B24", "ViT-B/16", "not in the zoo (patch embedding, class token)"),
+    ("B9, B25-B31", "Mini DALL-E, DINO, Swin, UNet", "not in the zoo"),
+    ("B32, B34, B35, B37-B41", "BERT-Large Ph1/Ph2 packed, Bow Pod16/64", _PACKED),
+    ("B36", "BERT-Large Ph1 TF2, Bow Pod64", "the measured configuration is unknown (the table's GA 520 is not "
+     "the repo's 1020)"),
+    ("B42, B43", "BERT-Large SQuAD fine-tuning", "the zoo's BERT has only the MLM pre-training head, not the "
+     "SQuAD span head on the last IPU"),
+    ("I4", "ResNet-50 inference FP8", "the simulator has fp16 and fp32 only"),
+    ("I7, I9, I11", "BERT-Base / BERT-Large SQuAD inference (PopRT)", "question-answering head (2 logits per "
+     "token); the zoo's BERT has the MLM head, and encoder-only output would stream the whole hidden state "
+     "back to the host"),
+    ("I8, I10", "BERT inference, packed", _PACKED),
+    ("H1-H4", "small CNN training, host IO tutorial",
+     "not in the zoo (conv + GroupNorm fp32 CNN); hardware not stated"),
+    ("U1-U3", "gc-flops, gc-hosttraffictest, gc-iputraffictest", "microbenchmarks, not end to end (U2, U3 are "
+     "calibration checks above)"),
+    ("GPT-2", "GPT-2 (zoo gpt2-*)", "no published IPU throughput found (doc section 6)"),
 ]
 
 
@@ -234,7 +620,84 @@ def report() -> str:
               "| workload | published | simulated | error | tolerance | kind | why the tolerance |",
               "|---|---:|---:|---:|---:|---|---|"]
     lines += _rows(END_TO_END)
+    lines += _published_section()
     return "\n".join(lines) + "\n"
+
+
+def _status(asserted: bool, error: float | None) -> str:
+    """Asserted or tracked, from the row's flag and today's error (None: out of memory)."""
+    if error is None:
+        return "asserted at 30 %: now OOM, the test fails" if asserted else "tracked, OOM in the simulator"
+    within = abs(error) <= PUBLISHED_TOLERANCE
+    if asserted:
+        return "asserted at 30 %" if within else "asserted at 30 %: now outside, the test fails"
+    return "tracked; now within 30 % (could be asserted)" if within else "tracked, outside 30 %"
+
+
+def _published_section() -> list[str]:
+    rows, counts = [], {"asserted": 0, "tracked": 0, "oom": 0}
+    for r in PUBLISHED_ROWS:
+        value = r.outcome()
+        if isinstance(value, OutOfMemoryError):
+            shown, error, err_text = _oom_text(value), None, "—"
+            counts["oom"] += 1
+        else:
+            error = value / r.published - 1
+            shown, err_text = f"{value:,.0f}", f"{error:+.1%}"
+        counts["asserted" if r.asserted else "tracked"] += 1
+        notes = "; ".join(f"[{n}]" if n in DEPARTURES else n for n in r.notes)
+        config = r.setup.describe() + (f". *Notes:* {notes}" if notes else "")
+        rows.append(f"| {r.id} | {r.what} | {r.source} | {r.published:,.0f} {r.unit} | {shown} | {err_text} | "
+                    f"{_status(r.asserted, error)} | {config} |")
+    ratios = []
+    for q in SCALING:
+        try:
+            sim_ratio = q.simulated()
+        except OutOfMemoryError as e:
+            ratios.append(f"| {q.what} (`{q.name}`) | {q.source} | {q.published:.3f} | {_oom_text(e)} | — | "
+                          f"{_status(q.asserted, None)} |")
+            continue
+        error = sim_ratio / q.published - 1
+        ratios.append(f"| {q.what} (`{q.name}`) | {q.source} | {q.published:.3f} | {sim_ratio:.3f} | "
+                      f"{error:+.1%} | {_status(q.asserted, error)} |")
+    memory = []
+    for row_id, source, what, setup in MEMORY_POINTS:
+        value = _outcome(setup)
+        shown = _oom_text(value) if isinstance(value, OutOfMemoryError) else f"fits ({value:,.0f} images/s)"
+        memory.append(f"| {row_id} | {what} | {source} | out of memory | {shown} | {setup.describe()} |")
+    lines = ["", "## Held-out published measurements", "",
+             f"Rows of `{PUBLISHED}` (published hardware measurements; the tags are the doc's: MLP = MLPerf "
+             "Training logs, GCN-P/S30/S31/S33 = Graphcore's performance-results table by SDK, RT = PopRT's "
+             "READMEs), each run on the zoo's model configured as the row's source configures it (the "
+             "configuration column; its *notes* say where the zoo cannot follow the source). No constant, config "
+             "value or model was changed for them. Rows within 30 % when they were added are asserted at "
+             "30 % by `tests/test_calibration.py`: a regression guard, not a fit (another software stack and "
+             "data pipeline, nothing tuned to them); the others are tracked here only. GCN-P B1 and B2, and "
+             "B10 and B12 at micro-batch 4, are the end-to-end rows above; B10 and B12 here use the "
+             "configuration's micro-batch 8. "
+             f"{len(PUBLISHED_ROWS)} rows: {counts['asserted']} asserted, {counts['tracked']} tracked, "
+             f"{counts['oom']} out of memory in the simulator.", "",
+             "| row | workload | source | published | simulated | error | status | configuration |",
+             "|---|---|---|---:|---:|---:|---|---|"]
+    lines += rows
+    lines += ["", "Notes named in the table:", ""] + [f"* [{k}] {v}" for k, v in DEPARTURES.items()]
+    lines += ["", "### Scaling ratios", "",
+              "The ratio of two simulated throughputs against the ratio of the published ones (the rows "
+              "above, and B1/B2 of the end-to-end table): scale-out over replicas, batch size in inference, "
+              "Mk2 to Bow. Asserted as the rows are: within 30 % when added.", "",
+              "| ratio | source | published | simulated | error | status |",
+              "|---|---|---:|---:|---:|---|"]
+    lines += ratios
+    lines += ["", "### Published out-of-memory points", "",
+              "Batch sizes at which PopRT reports out of memory, against the simulator (reported, not asserted).",
+              "", "| row | workload | source | published | simulated | configuration |",
+              "|---|---|---|---|---|---|"]
+    lines += memory
+    lines += ["", "### Not yet expressible", "",
+              "Rows of the doc the zoo cannot run as measured; listed, not approximated.", "",
+              "| rows | workload | why |", "|---|---|---|"]
+    lines += [f"| {ids} | {what} | {why} |" for ids, what, why in NOT_EXPRESSIBLE]
+    return lines
 
 
 def main(argv=None) -> int:

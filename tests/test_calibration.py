@@ -53,3 +53,35 @@ def test_end_to_end_throughput(check):
     """Published training throughputs: never fitted; 30 % because they come from another
     software stack and data pipeline (the test guards against regressions of the model)."""
     assert check.simulated() == pytest.approx(check.published, rel=check.tolerance), check.why
+
+
+# --- held-out published measurements (docs/reference/published-results.md) --------------------
+DOC = Path(__file__).resolve().parents[1] / "docs" / "reference" / "published-results.md"
+
+
+@pytest.mark.parametrize("row", [r for r in validation.PUBLISHED_ROWS if r.asserted], ids=lambda r: r.id)
+def test_published_measurement(row):
+    """Published measurements within 30 % when they were added, held at 30 % as regression guards:
+    never fitted, and measured with another software stack and data pipeline. The rows outside
+    30 % are not asserted; reports/validation.md tracks them ("tracked, outside 30 %")."""
+    assert row.simulated() == pytest.approx(row.published, rel=validation.PUBLISHED_TOLERANCE), (
+        f"{row.source}: {validation.PUBLISHED_WHY}")
+
+
+@pytest.mark.parametrize("ratio", [r for r in validation.SCALING if r.asserted], ids=lambda r: r.name)
+def test_scaling_ratio(ratio):
+    """Scaling between two published runs (more replicas, larger batch, Mk2 to Bow): the ratio of the
+    simulated throughputs within 30 % of the published ratio, as it was when added (a regression guard)."""
+    assert ratio.simulated() == pytest.approx(ratio.published, rel=validation.PUBLISHED_TOLERANCE), (
+        f"{ratio.source}: {validation.PUBLISHED_WHY}")
+
+
+def test_published_rows_match_doc():
+    """Each row's published value is the one in the doc's row of that id (master table)."""
+    lines = DOC.read_text().splitlines()
+    for row in validation.PUBLISHED_ROWS:
+        doc_id = row.id.split()[0]
+        line = next((l for l in lines if l.startswith(f"| {doc_id} |")), None)
+        assert line is not None, f"{doc_id} is not a row of {DOC.name}"
+        assert f"{row.published:.0f}" in line.replace(",", ""), f"{row.id}: {row.published} not in {line}"
+        assert doc_id in row.source

@@ -125,9 +125,9 @@ def test_host_io_optimisation_shape():
 
 
 def test_io_tile_buffers_must_fit():
-    """The IO tiles hold two buffers per overlapped stream; too few tiles is an error naming how many."""
+    """The IO tiles hold one buffer per overlapped stream; too few tiles is an error naming how many."""
     b = GraphBuilder("big_io")
-    x = b.input("x", (4096, 4096))  # 32 MiB: two buffers need far more than 32 IO tiles
+    x = b.input("x", (4096, 4096))  # 32 MiB: one buffer needs more than 32 IO tiles (18.5 MiB)
     h = b.relu(x)
     b.output(h)
     b.set_overlap(x, OverlapMode.OverlapDeviceIterationLoop)

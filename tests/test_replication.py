@@ -104,12 +104,13 @@ def _collective_kinds(run) -> set[str]:
 
 
 def test_bert_large_pod16_fits_only_with_rts():
-    """The issue's configuration: without RTS the LAMB state does not fit on IPU 0."""
+    """The issue's configuration: without RTS the LAMB state does not fit on IPU 0 (nor on the
+    others: the error names the IPU short by most)."""
     with pytest.raises(sim.OutOfMemoryError) as err:
         _bert(rts=False)
     run = _bert(rts=True)
     capacity = run.memory[0]["tile_capacity_bytes"]
-    assert err.value.ipu == 0 and err.value.shortfall_bytes > 0
+    assert err.value.shortfalls[0] > 0 and err.value.shortfall_bytes == max(err.value.shortfalls.values())
     assert all(m["peak_tile_bytes"] <= capacity for m in run.memory.values())  # needs > capacity without RTS
     assert _collective_kinds(run) == {"gradient reduce-scatter", "weight all-gather"}
     assert run.executable.strategy == "pipelined" and run.executable.ipus_per_replica == 4

@@ -18,7 +18,7 @@ from ..cost import OpCost, op_cost
 from ..errors import GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..hardware.system import System, load_system
-from .memory import IpuMemory, analyse_ipu
+from .memory import IpuMemory, analyse_ipu, check_tile_memory
 from ..options import Options, OutputMode, OverlapMode
 from ..schedule.hostio import io_tile_buffer_check
 from ..program import Sequence
@@ -173,6 +173,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                   collective_algorithm, tiles, *_collapsing(g, o))
     program = _BUILDERS[strategy](ctx)
     memory = {ipu: _memory(g, ctx, ipu, tiles, system, strategy) for ipu in range(k)}
+    check_tile_memory(memory)  # after every IPU is measured: the error names the worst
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
                       strategy, k, simulated, ctx.stages)
@@ -220,14 +221,15 @@ def _check_streaming_memory(g: Graph, system: System) -> None:
 
 
 def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strategy: str) -> IpuMemory:
-    """Memory of IPU ``ipu`` (within a replica): its stages' runs, stashes and updates."""
+    """Memory of IPU ``ipu`` (within a replica): its stages' runs, stashes and updates, measured
+    without raising (:func:`check_tile_memory` then looks at every IPU)."""
     unit = {"pipelined": "pipeline stage", "sharded": "stage", "serial_phased": "phase",
             "parallel_phased": "phase"}.get(strategy)  # a single-IPU model has no stages to name
-    runs = [(run, f"{unit} {s.index}" if unit else None)
+    runs = [(run, f"{unit} {s.index}" if unit else None, s.restored)
             for s in ctx.stages if s.ipu == ipu for run in (s.memory_runs or [s.ops])]
-    runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update"))
-    runs = [(ops, label) for ops, label in runs if ops]
+    runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update", set()))
+    runs = [run for run in runs if run[0]]
     stash = sum(s.held_bytes for s in ctx.stages if s.ipu == ipu)
-    return analyse_ipu(g, [ops for ops, _ in runs], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
-                       system.ipu.reserved_bytes_per_tile, stash_bytes=stash,
-                       run_labels=[label for _, label in runs])
+    return analyse_ipu(g, [ops for ops, _, _ in runs], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
+                       system.ipu.reserved_bytes_per_tile, stash_bytes=stash, check=False,
+                       run_labels=[label for _, label, _ in runs], restored=[r for _, _, r in runs])

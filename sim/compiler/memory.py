@@ -3,17 +3,20 @@
 Per tile (numpy vectors of bytes):
 
 * **always live**: Poplar's reserved code/stack space, weights, constants, optimizer state and
-  gradient accumulators, each spread over the tiles of the op that first uses it;
+  gradient accumulators, each spread over the tiles of the op that first uses it, and the
+  pipeline stashes (stage inputs and recomputation checkpoints), spread over all tiles;
 * **live activations**: every activation and gradient from its producer to its last consumer
   (views alias their input), spread over the tiles of its producer;
-* **temporaries** of the op running (operand blocks and partials of a matmul).
+* **temporaries** of the op running (operand blocks and partials of a matmul), on that op's tiles.
 
 The peak over the schedule of the sum, tile by tile, must fit in the tile's SRAM.
+:func:`analyse_ipu` measures one IPU; :func:`check_tile_memory` raises for the IPU short by
+most once every IPU has been measured.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +26,11 @@ from ..graph.ir import Graph, Op
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
 ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
+#: what a tile holds at its peak, in the order :attr:`IpuMemory.peak_parts` lists it
+CATEGORIES = ("reserved", "weights", "constants", "optimizer_state", "accumulators", "stash",
+              "activations", "temporaries")
+_CATEGORY_OF_ROLE = {"weight": "weights", "constant": "constants", "state": "optimizer_state",
+                     "accumulator": "accumulators"}
 
 
 @dataclass
@@ -35,6 +43,9 @@ class IpuMemory:
     peak: np.ndarray
     peak_op: str  # op running when the fullest tile peaks
     by_role: dict  # bytes on the IPU by tensor role, plus "reserved"
+    peak_parts: dict = field(default_factory=dict)  # CATEGORIES -> bytes on the fullest tile at its peak
+    op: str | None = None  # the op running at that peak (None: the always-live data alone)
+    peak_at: str = "its always-live data"  # that op, its pass and stage, for messages
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -49,12 +60,60 @@ class IpuMemory:
         """Sum over tiles of each tile's peak (an upper bound on the IPU's footprint)."""
         return int(self.peak.sum())
 
+    @property
+    def shortfall_bytes(self) -> int:
+        """Bytes the fullest tile needs beyond its SRAM (negative: bytes to spare)."""
+        return self.peak_tile_bytes - self.capacity_per_tile
+
+    def breakdown(self) -> dict[str, int]:
+        """:attr:`peak_parts` in whole bytes that add up to :attr:`peak_tile_bytes` (each part is
+        rounded by at most one byte so that the running sums round to the whole)."""
+        total, out, before = 0.0, {}, 0
+        for i, name in enumerate(CATEGORIES):
+            total += self.peak_parts.get(name, 0.0)
+            upto = self.peak_tile_bytes if i == len(CATEGORIES) - 1 else min(round(total), self.peak_tile_bytes)
+            out[name], before = upto - before, upto
+        return out
+
     def summary(self) -> dict:
         return {"peak_tile_bytes": self.peak_tile_bytes, "fullest_tile": self.fullest_tile,
                 "tile_capacity_bytes": self.capacity_per_tile,
                 "peak_tile_utilisation": round(self.peak_tile_bytes / self.capacity_per_tile, 4),
                 "always_live_bytes": int(self.always_live.sum()), "total_peak_bytes": self.total_bytes,
-                "peak_op": self.peak_op, "by_role": {k: int(v) for k, v in self.by_role.items()}}
+                "peak_op": self.peak_op, "by_role": {k: int(v) for k, v in self.by_role.items()},
+                "peak_tile_parts": self.breakdown()}
+
+    def describe_peak(self) -> str:
+        """The fullest tile's peak, category by category (non-zero ones), for messages."""
+        parts = [f"{name.replace('_', ' ')} {b:,}" for name, b in self.breakdown().items() if b]
+        return ", ".join(parts) + " bytes"
+
+
+def check_tile_memory(memory: dict[int, IpuMemory]) -> None:
+    """Raise :class:`OutOfMemoryError` for the IPU short by most bytes, if any IPU is short.
+
+    The message names that IPU's fullest tile, the op then running and what the tile holds,
+    and lists every other IPU that does not fit with its shortfall; the error's ``ipu``,
+    ``op`` and ``shortfall_bytes`` are the worst IPU's and ``shortfalls`` maps every IPU that
+    does not fit to its shortfall in bytes.
+    """
+    over = sorted((m for m in memory.values() if m.shortfall_bytes > 0),
+                  key=lambda m: (-m.shortfall_bytes, m.ipu))
+    if not over:
+        return
+    worst = over[0]
+    tiles = len(worst.peak)
+    others = "; ".join(f"IPU {m.ipu} short by {m.shortfall_bytes:,} bytes at {m.peak_at}" for m in over[1:])
+    others = f" Also out of memory: {others}." if others else ""
+    raise OutOfMemoryError(
+        f"Out of memory on IPU {worst.ipu}: tile {worst.fullest_tile} needs {worst.peak_tile_bytes:,} bytes at "
+        f"{worst.peak_at} but a tile has {worst.capacity_per_tile:,} bytes; short by {worst.shortfall_bytes:,} "
+        f"bytes (the tile then holds {worst.describe_peak()}; {int((worst.peak > worst.capacity_per_tile).sum())} "
+        f"of {tiles} compute tiles are over).{others} Try: fewer layers on this IPU, a smaller micro-batch, "
+        f"recomputation checkpoints, a lower availableMemoryProportion, or moving weights/optimizer state "
+        f"off chip (TensorLocations) or sharding it (RTS).",
+        ipu=worst.ipu, op=worst.op, shortfall_bytes=worst.shortfall_bytes,
+        shortfalls={m.ipu: m.shortfall_bytes for m in over})
 
 
 class _Layout:
@@ -68,13 +127,16 @@ class _Layout:
         self.tiles = tiles
         self.next = 0
 
-    def place(self, nbytes: float, used: int) -> tuple[int, int]:
+    def place(self, used: int) -> tuple[int, int]:
+        """The next ``used`` tiles (at least 1, at most all) as ``(start, count)``; the next
+        placement starts after them."""
         used = max(1, min(self.tiles, used))
         start = self.next
         self.next = (start + used) % self.tiles
         return start, used
 
     def add(self, vec: np.ndarray, where: tuple[int, int], nbytes: float) -> None:
+        """Add ``nbytes`` to ``vec``, spread evenly over the tile range ``where``."""
         start, used = where
         share = nbytes / used
         stop = start + used
@@ -83,19 +145,41 @@ class _Layout:
             vec[:stop - self.tiles] += share
 
 
+class _Peak:
+    """The highest level of each tile so far, and what made it up then (vectors of bytes)."""
+
+    def __init__(self, always: np.ndarray):
+        self.level = always.copy()
+        self.at = np.full(len(always), -1)  # index of the op running then (over all runs), -1: none
+        self.live = np.zeros(len(always))
+        self.temp = np.zeros(len(always))
+
+    def raise_to(self, level: np.ndarray, live: np.ndarray, temp: np.ndarray, at: int) -> None:
+        higher = level > self.level
+        self.level[higher] = level[higher]
+        self.at[higher] = at
+        self.live[higher] = live[higher]
+        self.temp[higher] = temp[higher]
+
+
 def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ipu: int, tiles: int,
                 sram_bytes: int, reserved_bytes: int, stash_bytes: int = 0, check: bool = True,
-                run_labels: list[str | None] | None = None) -> IpuMemory:
+                run_labels: list[str | None] | None = None,
+                restored: list[set[str]] | None = None) -> IpuMemory:
     """Peak memory per tile of an IPU that executes ``runs`` (op lists, each in order).
 
     Each run starts with no live activations (a pipeline stage, the weight update); its inputs
-    that no op of the run produces are live from its start. ``stash_bytes`` (pipeline stashes
-    of stage inputs) are live throughout, spread over all tiles. ``run_labels`` name the runs
+    that no op of the run produces are live from its start, except those in ``restored[k]``
+    (tensors run ``k`` reads from the pipeline stash, already counted in it). ``stash_bytes``
+    (pipeline stashes) are live throughout, spread over all tiles. ``run_labels`` name the runs
     (e.g. ``"pipeline stage 4"``) for the out-of-memory error; without them it names the op's
-    forward stage annotation.
+    forward stage annotation. With ``check`` an IPU that does not fit raises
+    :class:`OutOfMemoryError` (:func:`check_tile_memory`).
     """
     tensors = graph.tensors
-    always = np.full(tiles, float(reserved_bytes) + stash_bytes / tiles)
+    parts = {name: np.zeros(tiles) for name in CATEGORIES[:-2]}
+    parts["reserved"][:] = reserved_bytes
+    parts["stash"][:] = stash_bytes / tiles
     by_role = {"reserved": reserved_bytes * tiles, "stash": stash_bytes}
     first_user: dict[str, Op] = {}
     for op in (op for run in runs for op in run):
@@ -106,43 +190,38 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
         t = tensors[name]
         if t.role in ALWAYS_LIVE and t.location == "on_chip":
             nbytes = t.nbytes / t.shards
-            where = layout.place(nbytes, costs.get(op.name, FREE).tiles_used or tiles)
-            layout.add(always, where, nbytes)
+            layout.add(parts[_CATEGORY_OF_ROLE[t.role]], layout.place(costs.get(op.name, FREE).tiles_used or tiles),
+                       nbytes)
             by_role[t.role] = by_role.get(t.role, 0) + int(nbytes)
-    peak = always.copy()
-    peak_at = np.full(tiles, -1)
+    always = sum(parts.values())
+    peak = _Peak(always)
     ops_seen: list[Op] = []
     run_of: list[int] = []  # index of the run of each op in ops_seen
     by_role["activation_peak"] = 0
     for k, run in enumerate(runs):
-        _sweep(graph, run, costs, tiles, layout, always, peak, peak_at, len(ops_seen), by_role)
+        _sweep(graph, run, costs, tiles, layout, always, peak, len(ops_seen), by_role,
+               restored[k] if restored else set())
         ops_seen += run
         run_of += [k] * len(run)
-    fullest = int(peak.argmax())
-    op = ops_seen[peak_at[fullest]] if peak_at[fullest] >= 0 else None
-    mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak).astype(np.int64),
-                    op.name if op else "(always-live data)", by_role)
-    if check and mem.peak_tile_bytes > sram_bytes:
-        short = mem.peak_tile_bytes - sram_bytes
-        if op is None:
-            what = "its always-live data"
-        elif run_labels is not None:
-            label = run_labels[run_of[peak_at[fullest]]]
-            what = f"op {op.name!r} ({op.kind}, {op.pass_} pass" + (f", {label})" if label else ")")
-        else:
-            what = f"op {op.name!r} ({op.kind}, {op.pass_} pass, pipeline stage {op.stage})"
-        raise OutOfMemoryError(
-            f"Out of memory on IPU {ipu}: tile {fullest} needs {mem.peak_tile_bytes:,} bytes at "
-            f"{what} but a tile has {sram_bytes:,} bytes; short by {short:,} bytes "
-            f"(on {tiles} compute tiles; always-live data alone takes {int(always.max()):,} bytes "
-            f"on the fullest tile, of which pipeline stashes {stash_bytes // tiles:,}). Try: fewer "
-            f"layers on this IPU, a smaller micro-batch, a lower availableMemoryProportion, or "
-            f"moving weights/optimizer state off chip (TensorLocations) or sharding it (RTS).",
-            ipu=ipu, op=op.name if op else None, shortfall_bytes=short)
+    fullest = int(peak.level.argmax())
+    op = ops_seen[peak.at[fullest]] if peak.at[fullest] >= 0 else None
+    if op is None:
+        what = "its always-live data"
+    elif run_labels is not None:
+        label = run_labels[run_of[peak.at[fullest]]]
+        what = f"op {op.name!r} ({op.kind}, {op.pass_} pass" + (f", {label})" if label else ")")
+    else:
+        what = f"op {op.name!r} ({op.kind}, {op.pass_} pass, pipeline stage {op.stage})"
+    peak_parts = {name: float(v[fullest]) for name, v in parts.items()}
+    peak_parts.update(activations=float(peak.live[fullest]), temporaries=float(peak.temp[fullest]))
+    mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak.level).astype(np.int64),
+                    op.name if op else "(always-live data)", by_role, peak_parts, op.name if op else None, what)
+    if check:
+        check_tile_memory({ipu: mem})
     return mem
 
 
-def _sweep(graph, ops, costs, tiles, layout, always, peak, peak_at, base, by_role) -> None:
+def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role, restored) -> None:
     """Walk one run, raising ``peak`` (and noting when) with live activations and temporaries."""
     tensors = graph.tensors
     root = {}
@@ -166,8 +245,8 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak, peak_at, base, by_rol
         frees.setdefault(i, []).append(t)
     for name in last_use:  # inputs of the run: streamed in, received, or loaded from streaming memory
         t = tensors[name]
-        if name not in produced and t.role not in ALWAYS_LIVE:
-            owner[name] = layout.place(t.nbytes, tiles)
+        if name not in produced and t.role not in ALWAYS_LIVE and name not in restored:
+            owner[name] = layout.place(tiles)
             layout.add(live, owner[name], t.nbytes)
     for i, op in enumerate(ops):
         cost = costs.get(op.name, FREE)
@@ -175,24 +254,25 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak, peak_at, base, by_rol
         for name in op.inputs:  # loaded from streaming memory just before its first use
             t = tensors[name]
             if t.location == "off_chip" and name not in owner:
-                owner[name] = layout.place(t.nbytes / t.shards, used)
+                owner[name] = layout.place(used)
                 layout.add(live, owner[name], t.nbytes / t.shards)
+        start = None  # first tile of the op's outputs: its temporaries go on the same tiles
         if op.kind not in _VIEWS:
             for o in op.outputs:
                 t = tensors[o]
                 if t.role not in ALWAYS_LIVE and o in last_use and o not in owner:
-                    owner[o] = layout.place(t.nbytes, used)
+                    owner[o] = layout.place(used)
                     layout.add(live, owner[o], t.nbytes)
-        level = always + live
+                    start = owner[o][0] if start is None else start
+        start = layout.next if start is None else start
+        temp = np.zeros(tiles)
         if cost.profile is not None and cost.temp_bytes_per_tile:
-            start, _ = layout.place(0, used)  # the op's tiles, where the layout has got to
-            level += np.roll(cost.profile.temp, start)
+            temp = np.roll(cost.profile.temp, start)
         elif cost.temp_bytes_per_tile:
-            layout.add(level, layout.place(0, used), cost.temp_bytes_per_tile * used)
-        higher = level > peak
-        peak[higher] = level[higher]
-        peak_at[higher] = base + i
+            layout.add(temp, (start, max(1, min(tiles, used))), cost.temp_bytes_per_tile * used)
+        peak.raise_to(always + live + temp, live, temp, base + i)
         for t in frees.get(i, ()):
             if t in owner:
-                layout.add(live, owner.pop(t), -tensors[t].nbytes / (tensors[t].shards if tensors[t].location == "off_chip" else 1))
+                shards = tensors[t].shards if tensors[t].location == "off_chip" else 1
+                layout.add(live, owner.pop(t), -tensors[t].nbytes / shards)
         by_role["activation_peak"] = max(by_role["activation_peak"], int(live.sum()))

@@ -6,7 +6,9 @@ on. The expanded graph holds three passes, in this order:
 
 ``forward``   the user's ops
 ``backward``  gradient ops in reverse order; weight gradients go into accumulators when
-              gradient accumulation is on
+              gradient accumulation is on, each accumulate op right after the op making its
+              gradient (PopART's ``scheduleNonWeightUpdateGradientConsumersEarly``, set by
+              Graphcore's BERT), so a weight gradient is freed as soon as it is made
 ``update``    one optimizer update per weight (runs once per weight update, not per micro-batch)
 """
 
@@ -122,6 +124,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     for op in forward:
         for i in op.inputs:
             first_user.setdefault(i, op)
+    accumulates = []
     for w in g.weights():
         if w.name not in bw.grads:
             continue
@@ -131,15 +134,29 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
         if accumulate:
             acc = g.add_tensor(g.unique_tensor_name(f"{w.name}/accum"), w.shape, w.dtype, "accumulator").name
             name = g.unique_op_name(f"{w.name}/accumulate")
-            g.add_op(Op(name, "accumulate", [acc, grad], [acc], {"weight": w.name}, pass_="backward",
-                        **annotations))
+            accumulates.append(g.add_op(Op(name, "accumulate", [acc, grad], [acc], {"weight": w.name},
+                                           pass_="backward", **annotations)))
             grad = acc
         states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
                                opt.state_dtype, "state").name for k in range(opt.num_states)]
         name = g.unique_op_name(f"{w.name}/{opt.update_kind}")
         g.add_op(Op(name, opt.update_kind, [w.name, grad] + states, [w.name] + states,
                     {"optimizer": opt.name, "weight": w.name}, pass_="update", **annotations))
+    _accumulate_early(g, accumulates)
     return g
+
+
+def _accumulate_early(g: Graph, accumulates: list[Op]) -> None:
+    """Move each accumulate op to just after the op that makes the gradient it adds."""
+    after: dict[str, list[Op]] = {}
+    for op in accumulates:
+        after.setdefault(g.tensors[op.inputs[1]].producer, []).append(op)
+    moved = {id(op) for op in accumulates}
+    ops = []
+    for op in g.ops:
+        if id(op) not in moved:
+            ops += [op] + after.get(op.name, [])
+    g.ops = ops
 
 
 def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from . import perfcounters
 from ..compiler.executable import Executable
+from ..compiler.memory import CATEGORIES as MEMORY_CATEGORIES
 from ..engine import Timeline
 from ..program import CATEGORIES
 
@@ -232,8 +233,21 @@ class Run:
 
     @property
     def memory(self) -> dict:
-        """Per IPU: peak bytes on the fullest tile, capacity, always-live bytes, by role."""
+        """Per IPU: peak bytes on the fullest tile, capacity, always-live bytes, by role, and
+        what the fullest tile holds at its peak (``peak_tile_parts``, as :meth:`memory_table`)."""
         return {ipu: m.summary() for ipu, m in self.executable.memory.items()}
+
+    def memory_table(self) -> pd.DataFrame:
+        """Bytes on each IPU's fullest tile at its peak, by category: a row per IPU (within a
+        replica; replicas hold the same), columns ``reserved`` (Poplar's code and stacks),
+        ``weights``, ``constants``, ``optimizer_state``, ``accumulators`` (gradient
+        accumulators), ``stash`` (pipeline stashes), ``activations`` (live at the peak) and
+        ``temporaries`` (of the op then running). Each row adds up to that IPU's
+        ``peak_tile_bytes``."""
+        rows = {ipu: m.breakdown() for ipu, m in self.executable.memory.items()}
+        df = pd.DataFrame.from_dict(rows, orient="index", columns=list(MEMORY_CATEGORIES), dtype=np.int64)
+        df.index.name = "ipu"
+        return df
 
     def tile_memory(self, ipu: int = 0) -> np.ndarray:
         """Peak bytes of each compute tile of ``ipu``."""

@@ -37,7 +37,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
     that sync a group of IPUs are bracketed by barriers over that group. Tensors with an
     overlap mode (``Graph.overlap``) go through the IO tiles when there are any: their copy
     runs on the IO tiles, concurrently with compute, and an on-chip copy moves the data
-    between the IO tiles and the compute tiles; the IO tiles hold two buffers per stream, so
+    between the IO tiles and the compute tiles; the IO tiles hold one buffer per stream, so
     the copy of the next step waits until the previous step's data has been moved on.
     """
     items = []
@@ -79,12 +79,21 @@ def io_tile_copy_steps(name: str, nbytes: int, ipu, io_tiles: int, compute_tiles
 
 
 def io_tile_buffer_check(g: Graph, names: list[str], ipu, io_tiles: int) -> None:
-    """IO tiles hold two buffers of every overlapped stream; error if they do not fit."""
-    need = 2 * sum(g.tensors[n].nbytes for n in names)
+    """IO tiles hold one buffer of every overlapped stream; error if they do not fit.
+
+    As PopART's overlapped IO (``DecomposeLoopOverlapModel`` in
+    ``willow/include/popart/transforms/decomposeloops.hpp``): the next host load lands on the IO
+    tiles only after the previous one has been copied to the compute tiles, so each stream has
+    one IO-tile buffer, and the PopART user guide sizes IO tiles as all overlapped tensors once
+    over the SRAM of a tile. Host prefetch buffers (``defaultPrefetchBufferingDepth``) are in
+    host and gateway memory, not on the tiles. Bytes: each IO tile has its SRAM less Poplar's
+    reserved bytes.
+    """
+    need = sum(g.tensors[n].nbytes for n in names)
     room = ipu.sram_bytes_per_tile - ipu.reserved_bytes_per_tile
     if io_tiles and need > io_tiles * room:
         tiles_needed = -(-need // room)
         raise OptionsError(
-            f"the overlapped host streams need {need:,} bytes of IO-tile buffers (two per stream: "
+            f"the overlapped host streams need {need:,} bytes of IO-tile buffers (one per stream: "
             f"{', '.join(names)}) but {io_tiles} IO tiles hold {io_tiles * room:,}; use at least "
             f"{tiles_needed + tiles_needed % 2} IO tiles (numIOTiles, even, at most 192) or overlap fewer streams")

@@ -2,8 +2,10 @@
 
 Forward stages come from the ops' ``stage`` annotations (see :mod:`sim.strategy`). In training,
 PopART's pipeline has ``2F - 1`` stages: forward stages ``0 .. F-1``, the last merged with its
-backward, then backward stages for forward stages ``F-2 .. 0``. Each backward stage of a
-multi-stage model recomputes its forward stage first (only the stage's inputs are stashed).
+backward, then backward stages for forward stages ``F-2 .. 0``. A backward stage of a pipelined
+model recomputes what its gradient ops need just before they need it (PopART's
+``RecomputationType::Pipeline``): forward stages stash their inputs and their recomputation
+checkpoints, so a checkpoint per layer means one layer is recomputed at a time.
 
 A :class:`StageWork` records what one stage runs, which host streams it feeds or drains, and
 which tensors it sends to other stages.
@@ -33,9 +35,11 @@ class StageWork:
     host_outputs: list[str] = field(default_factory=list)
     sends: dict[int, int] = field(default_factory=dict)  # destination stage index -> bytes
     inputs_bytes: int = 0  # bytes of tensors it receives from other stages or the host
-    stash_depth: int = 0  # micro-batches of its inputs kept for its backward stage
+    stash_depth: int = 0  # micro-batches of its inputs (and checkpoints) kept for its backward stage
+    checkpoint_bytes: int = 0  # bytes of its checkpoint outputs its backward stage reads, per micro-batch
     kept_bytes: int = 0  # activations it makes that stay on chip for a later phase
     memory_runs: list[list[Op]] | None = None  # how its ops split into runs for tile memory
+    restored: set[str] = field(default_factory=set)  # tensors a backward stage reads from the stash
 
     @property
     def is_backward(self) -> bool:
@@ -43,8 +47,9 @@ class StageWork:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes it keeps on its IPU beyond its own run: stashed inputs and kept activations."""
-        return self.stash_depth * self.inputs_bytes + self.kept_bytes
+        """Bytes it keeps on its IPU beyond its own run: stashed inputs and checkpoints, and
+        kept activations."""
+        return self.stash_depth * (self.inputs_bytes + self.checkpoint_bytes) + self.kept_bytes
 
 
 def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list[StageWork], list[Op]]:
@@ -85,8 +90,7 @@ def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list
             updates.append(op)
     if training and F > 1 and recompute:
         for s in stages[F:]:
-            s.recomputed = list(stages[s.forward_stage].ops)
-            s.ops = s.recomputed + s.ops
+            _recompute_just_in_time(s, stages[s.forward_stage], g)
     elif training and F == 1 and any(op.attrs.get("recomputation_checkpoint") for op in forward):
         _recompute_between_checkpoints(stages[0], by_name)
     _flows(g, stages, where, training, F)
@@ -137,6 +141,41 @@ def _recompute_between_checkpoints(stage: StageWork, by_name: dict[str, Op]) -> 
     stage.memory_runs = [forward, again]
 
 
+def _recompute_just_in_time(stage: StageWork, forward: StageWork, g: Graph) -> None:
+    """Recomputation in a pipelined backward stage, as PopART does it.
+
+    Before each gradient op, the forward ops making the forward tensors it reads are recomputed
+    (PopART's ``FindRequiredRecomputes::getPipelineRecomputeOps``), walking back to tensors
+    that are not recomputed: the forward stage's inputs and its checkpoints' outputs, both
+    restored from the stash, and weights. With a checkpoint per layer, one layer's activations
+    are recomputed just before that layer's gradients, and freed after them. The forward stage
+    stashes the checkpoint outputs this stage reads (``checkpoint_bytes``), and ``restored``
+    lists what this stage reads from the stash.
+    """
+    producer = {t: op for op in forward.ops for t in op.outputs}
+    checkpoints = {t for op in forward.ops if is_checkpoint(op) for t in op.outputs}
+    order = {id(op): i for i, op in enumerate(forward.ops)}
+    available: set[str] = set()
+    recomputed, ops = [], []
+    for op in stage.ops:
+        need, todo = {}, [t for t in op.inputs if t in producer and t not in checkpoints and t not in available]
+        while todo:  # the producers of what it reads, back to stashed or recomputed tensors
+            f = producer[todo.pop()]
+            if id(f) not in need:
+                need[id(f)] = f
+                todo += [t for t in f.inputs if t in producer and t not in checkpoints and t not in available]
+        for f in sorted(need.values(), key=lambda f: order[id(f)]):
+            copy = dataclasses.replace(f)
+            recomputed.append(copy)
+            available.update(f.outputs)
+        ops += recomputed[len(recomputed) - len(need):] + [op]
+    stage.recomputed, stage.ops = recomputed, ops
+    reads = {t for op in ops for t in op.inputs}
+    restored = reads & checkpoints
+    forward.checkpoint_bytes = sum(g.tensors[t].nbytes for t in restored)
+    stage.restored |= restored
+
+
 def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: bool, F: int) -> None:
     """Host streams, inter-stage sends and stash depths of each stage."""
     producer = {}
@@ -145,6 +184,12 @@ def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: b
             producer.setdefault(t, op.name)
     first_consumer: dict[str, int] = {}
     received: set[tuple[str, int]] = set()
+    always_live = ("weight", "constant", "state", "accumulator")
+    outside = {}  # forward stage -> tensors it reads that it does not make (its stashed inputs)
+    for s in stages[:F]:
+        own = {t for op in s.ops for t in op.outputs}
+        outside[s.index] = {t for op in s.ops for t in op.inputs
+                            if t not in own and g.tensors[t].role not in always_live}
     for s in stages:
         own = {t for op in s.ops for t in op.outputs}
         for op in s.ops:
@@ -152,7 +197,10 @@ def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: b
                 continue
             for t in op.inputs:
                 tensor = g.tensors[t]
-                if tensor.role in ("weight", "constant", "state", "accumulator") or t in own:
+                if tensor.role in always_live or t in own:
+                    continue
+                if training and s.index >= F and t in outside[s.forward_stage]:
+                    s.restored.add(t)  # a backward stage reads its forward stage's inputs from the stash
                     continue
                 if tensor.role == "input":
                     src = first_consumer.setdefault(t, s.index)
@@ -162,7 +210,7 @@ def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: b
                         continue
                 else:
                     src = where.get(producer.get(t), s.index)
-                    # a backward stage reads its forward stage's inputs from its own stash
+                    # a backward stage reads what its forward stage made from its own IPU
                     if training and src == s.forward_stage and s.index >= F:
                         continue
                 if src != s.index and (t, s.index) not in received:

@@ -1,0 +1,269 @@
+"""Tile memory: what fits on hardware fits here, and what does not says why.
+
+Graphcore's published configurations must fit (recomputation one layer at a time, gradients
+accumulated as soon as they are made, one IO-tile buffer per stream); an out-of-memory error
+names the IPU short by most, the op and the shortfall, and lists the other IPUs that are
+short; and the things users lower to make a model fit (availableMemoryProportion, micro-batch,
+layers per IPU) or switch on (recomputation, RTS, off-chip optimizer state) never raise any
+IPU's peak. Small models keep this file fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import models
+import sim
+import sim.compiler.executable as executable
+from sim.graph.training import expand_training
+from sim.options import OverlapMode, TensorLocationSettings
+from sim.strategy import ShardedExecution
+
+SRAM = 638_976  # bytes per tile of a Mk2 IPU
+CATEGORIES = ["reserved", "weights", "constants", "optimizer_state", "accumulators", "stash",
+              "activations", "temporaries"]
+
+
+def _options(amp=None, ipus=4, replicas=1, accumulation=16, optimizer_location=None, half_partials=False):
+    o = sim.Options().replicationFactor(replicas).enableSyntheticData(True)
+    o.Training.gradientAccumulation(accumulation)
+    if amp is not None:
+        amps = amp if isinstance(amp, list) else [amp] * ipus
+        o.setAvailableMemoryProportion({f"IPU{i}": a for i, a in enumerate(amps)})
+    if optimizer_location is not None:
+        o.TensorLocations.setOptimizerLocation(optimizer_location)
+    if half_partials:
+        o.Precision.setPartialsType("half")
+    return o
+
+
+def _compile(graph, options, system="ipu-pod16", optimizer="lamb"):
+    return sim.compile(graph, system, options, training=True, optimizer=optimizer)
+
+
+def _peaks(ex) -> dict[int, int]:
+    return {ipu: m.peak_tile_bytes for ipu, m in ex.memory.items()}
+
+
+def _bert_base(**params):
+    """BERT-base, 4 layers on a 4-IPU pipeline (embeddings and head on IPU 0): fits easily."""
+    return models.get("bert-base", **{"num_layers": 4, "seq_len": 128, "micro_batch": 8,
+                                      "layers_per_ipu": [0, 2, 1, 1], **params})
+
+
+def _assert_never_higher(lower: dict[int, int], higher: dict[int, int], what: str) -> None:
+    assert lower.keys() == higher.keys()
+    for ipu in lower:
+        assert lower[ipu] <= higher[ipu], f"{what} raised IPU {ipu}'s peak: {higher[ipu]:,} -> {lower[ipu]:,} bytes"
+
+
+# --- C3: the error names the worst IPU ---------------------------------------------------------
+def _two_ipu_oom(amp: float):
+    """BERT-base SL512 mb8, 4 layers on IPU 1 (embeddings and head on IPU 0). At AMP 0.6 both IPUs
+    are short, IPU 1 by more; at 0.45 only IPU 1 is (so the first short IPU is not the worst)."""
+    g = models.get("bert-base", num_layers=4, seq_len=512, micro_batch=8, layers_per_ipu=[0, 4])
+    return _compile(g, _options(amp, ipus=2), "ipu-m2000")
+
+
+def test_out_of_memory_names_the_worst_ipu_and_lists_the_others():
+    with pytest.raises(sim.OutOfMemoryError) as info:
+        _two_ipu_oom(0.6)
+    e = info.value
+    assert sorted(e.shortfalls) == [0, 1] and e.shortfalls[1] > e.shortfalls[0] > 0
+    assert e.ipu == 1 and e.shortfall_bytes == e.shortfalls[1] and e.op
+    msg = str(e)
+    assert msg.startswith("Out of memory on IPU 1:") and e.op in msg
+    assert f"short by {e.shortfall_bytes:,} bytes" in msg
+    assert f"Also out of memory: IPU 0 short by {e.shortfalls[0]:,} bytes at op '" in msg
+    # what the fullest tile holds, so the message says why
+    assert "reserved 32,768" in msg and "activations" in msg and "temporaries" in msg
+
+
+def test_reported_shortfall_never_falls_as_amp_rises():
+    """Lowering availableMemoryProportion is the first thing users try; the shortfall reported
+    must not shrink as it rises (it did when the first IPU short was reported, not the worst)."""
+    reported = []
+    for amp in (0.3, 0.45, 0.6):
+        with pytest.raises(sim.OutOfMemoryError) as info:
+            _two_ipu_oom(amp)
+        e = info.value
+        assert e.shortfall_bytes == max(e.shortfalls.values()) == e.shortfalls[e.ipu]
+        reported.append(e.shortfall_bytes)
+    assert reported == sorted(reported), reported
+
+
+# --- C1: recomputation one checkpoint segment at a time ------------------------------------------
+def test_zoo_checkpoints_every_layer_but_the_last_when_pipelined():
+    def checkpointed(g):  # the layers (blocks "layer<i>") whose output is a checkpoint
+        return sorted(int(op.block.removeprefix("layer")) for op in g.ops if op.attrs.get("recomputation_checkpoint"))
+    assert checkpointed(models.get("bert-large", layers_per_ipu=[3, 7, 7, 7])) == list(range(23))
+    assert checkpointed(models.get("gpt2-small", seq_len=128, layers_per_ipu=[0, 4, 4, 4])) == list(range(11))
+    # one IPU: PopTorch does not recompute by default, so neither does the zoo
+    assert checkpointed(models.get("bert-base")) == []
+    assert checkpointed(models.get("bert-base", layers_per_ipu=[12])) == []
+    assert checkpointed(models.get("bert-base", recompute_checkpoint_every_layer=True)) == list(range(11))
+    assert checkpointed(models.get("bert-base", layers_per_ipu=[0, 4, 4, 4],
+                                   recompute_checkpoint_every_layer=False)) == []
+    with pytest.raises(sim.GraphError, match="recompute_checkpoint_every_layer"):
+        models.get("bert-base", recompute_checkpoint_every_layer="yes")
+
+
+def test_pipelined_backward_stage_recomputes_one_layer_just_before_its_gradients():
+    """IPU 1 holds layers 0 and 1; its backward stage recomputes layer 1 (from the stashed
+    checkpoint, layer 0's output), runs layer 1's gradients, then recomputes layer 0 (from the
+    stashed stage input) and runs its gradients, as PopART's pipeline recomputation does."""
+    ex = _compile(_bert_base(), _options())
+    forward = next(s for s in ex.stages if s.ipu == 1 and not s.is_backward)
+    backward = next(s for s in ex.stages if s.ipu == 1 and s.is_backward)
+
+    def layer(op):
+        return int(op.block.removeprefix("layer"))
+    recomputed = {id(op) for op in backward.recomputed}
+    kinds = [("recompute" if id(op) in recomputed else "grad", layer(op)) for op in backward.ops]
+    runs = [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]]
+    assert runs == [("recompute", 1), ("grad", 1), ("recompute", 0), ("grad", 0)]
+    # the checkpoint (layer 0's output) is stashed, not recomputed; so are the stage's inputs
+    checkpoint = next(op for op in forward.ops if op.attrs.get("recomputation_checkpoint"))
+    assert checkpoint.name not in {op.name for op in backward.recomputed}
+    assert forward.checkpoint_bytes == ex.graph.tensors[checkpoint.outputs[0]].nbytes
+    assert forward.held_bytes == forward.stash_depth * (forward.inputs_bytes + forward.checkpoint_bytes)
+    assert checkpoint.outputs[0] in backward.restored
+    # the stashed stage inputs are not sent again: only the gradient comes, from the stage before
+    assert [s.index for s in ex.stages if backward.index in s.sends] == [backward.index - 1]
+    # recomputation is charged: every recomputed op runs again, labelled as such
+    run = sim.run_executable(ex)
+    ops = run.op_trace()
+    again = ops[ops["name"].str.endswith("(recompute)") & (ops["ipu"] == 1)]
+    priced = [op for op in backward.recomputed if ex.costs[op.name].cycles > 0]
+    assert len(again) == len(priced) * 16  # every micro-batch of the accumulation
+    assert again["compute"].sum() == 16 * sum(ex.costs[op.name].compute_cycles for op in priced)
+
+
+def test_checkpoints_lower_the_pipelined_peak(monkeypatch):
+    """Graphcore's BERT-Large SL512 (mb 2, [3, 7, 7, 7]): recomputing one layer at a time frees
+    the other layers' activations, far more than the stashed checkpoints take."""
+    o = _options([0.10, 0.15, 0.15, 0.15], replicas=4, optimizer_location=TensorLocationSettings()
+                 .useOnChipStorage(False).useReplicatedTensorSharding(True))
+    monkeypatch.setattr(executable, "check_tile_memory", lambda memory: None)  # measure without the check
+    whole = _compile(models.get("bert-large", micro_batch=2, seq_len=512, layers_per_ipu=[3, 7, 7, 7],
+                                recompute_checkpoint_every_layer=False), o)
+    layers = _compile(models.get("bert-large", micro_batch=2, seq_len=512, layers_per_ipu=[3, 7, 7, 7]), o)
+    for ipu in (1, 2, 3):
+        assert layers.memory[ipu].peak_tile_bytes < whole.memory[ipu].peak_tile_bytes - 100_000
+        assert layers.memory[ipu].peak_parts["stash"] > whole.memory[ipu].peak_parts["stash"]
+
+
+# --- C2: gradients accumulated as soon as they are made --------------------------------------------
+def test_each_accumulate_follows_the_op_making_its_gradient():
+    g = expand_training(models.get("bert-base", num_layers=2, micro_batch=2), "lamb", accumulate=True)
+    position = {op.name: i for i, op in enumerate(g.ops)}
+    accumulates = [op for op in g.ops if op.kind == "accumulate"]
+    assert len(accumulates) == len(g.weights())
+    for op in accumulates:
+        made_at = position[g.tensors[op.inputs[1]].producer]
+        between = g.ops[made_at + 1:position[op.name]]
+        assert all(o.kind == "accumulate" for o in between), op.name  # nothing else in between
+    assert all(op.pass_ == "update" for op in g.ops[len(g.ops) - len(accumulates):])
+
+
+def test_weight_gradients_are_not_all_live_at_once():
+    """In a backward stage the live activations at the peak are far less than the stage's
+    weight gradients together (each is added into its accumulator and freed)."""
+    ex = _compile(_bert_base(layers_per_ipu=[0, 2, 1, 1], micro_batch=2), _options())
+    g = ex.graph
+    grads = sum(g.tensors[op.inputs[1]].nbytes for op in g.ops if op.kind == "accumulate" and op.ipu == 1)
+    assert ex.memory[1].by_role["activation_peak"] < grads / 2
+
+
+# --- C4: IO tiles ------------------------------------------------------------------------------------
+def test_resnet50_inference_mb64_fits_32_io_tiles():
+    """Graphcore ran ResNet-50 inference at micro-batch 1-64 with 32 IO tiles and 8-bit images
+    (TF1 benchmark tf1_resnet50_low_latency_infer_gen_pod4): one IO-tile buffer per stream."""
+    g = models.get("resnet50", micro_batch=64, eight_bit_io=True)
+    for name in g.inputs + g.outputs:
+        g.overlap[name] = int(OverlapMode.OverlapAccumulationLoop)
+    o = sim.Options().deviceIterations(128).setExecutionStrategy(ShardedExecution())
+    o.TensorLocations.numIOTiles(32)
+    streams = sum(g.tensors[n].nbytes for n in g.inputs + g.outputs)
+    assert 32 * (SRAM - 32_768) < 2 * streams  # two buffers per stream would not fit
+    ex = sim.compile(g, "ipu-mk2", o)
+    assert ex.tiles == 1472 - 32 and ex.memory[0].peak_tile_bytes <= SRAM
+
+
+# --- views ----------------------------------------------------------------------------------------------
+def test_memory_table_adds_up_to_each_ipus_peak():
+    o = _options(optimizer_location=TensorLocationSettings().useOnChipStorage(False), accumulation=9)
+    run = sim.simulate(_bert_base(micro_batch=2), "ipu-m2000", o, training=True, optimizer="lamb")
+    table = run.memory_table()
+    assert list(table.columns) == CATEGORIES and list(table.index) == [0, 1, 2, 3] and table.index.name == "ipu"
+    assert (table >= 0).all().all()
+    for ipu, m in run.memory.items():
+        assert table.loc[ipu].sum() == m["peak_tile_bytes"]
+        assert m["peak_tile_parts"] == table.loc[ipu].to_dict()  # the dict API carries it too
+        assert {"peak_tile_bytes", "fullest_tile", "tile_capacity_bytes", "peak_op", "by_role"} <= m.keys()
+    assert (table["reserved"] == 32_768).all() and (table["optimizer_state"] == 0).all()  # off chip
+    assert (table.loc[1:, "stash"] > 0).all() and (table[["weights", "accumulators"]] > 0).all().all()
+
+
+# --- monotonicity: what users lower or switch on to fit never raises a peak -----------------------------
+def test_lower_amp_never_raises_a_peak():
+    peaks = [_peaks(_compile(_bert_base(), _options(amp))) for amp in (0.6, 0.3, 0.15, 0.05)]
+    for before, after in zip(peaks, peaks[1:]):
+        _assert_never_higher(after, before, "a lower availableMemoryProportion")
+
+
+def test_smaller_micro_batch_never_raises_a_peak():
+    peaks = [_peaks(_compile(_bert_base(micro_batch=mb), _options())) for mb in (8, 4, 2, 1)]
+    for before, after in zip(peaks, peaks[1:]):
+        _assert_never_higher(after, before, "a smaller micro-batch")
+
+
+def test_fewer_layers_on_an_ipu_never_raise_a_peak():
+    peaks = [_peaks(_compile(_bert_base(num_layers=sum(split), layers_per_ipu=split), _options()))
+             for split in ([0, 3, 1, 1], [0, 2, 1, 1], [0, 1, 1, 1])]
+    for before, after in zip(peaks, peaks[1:]):
+        _assert_never_higher(after, before, "fewer layers on IPU 1")
+
+
+def test_recomputation_never_raises_a_peak():
+    for params, system, o in (({}, "ipu-pod16", _options()),  # pipelined
+                              (dict(layers_per_ipu=None, micro_batch=2), "ipu-mk2", _options(ipus=1))):  # one IPU
+        plain = _compile(_bert_base(recompute_checkpoint_every_layer=False, **params), o, system)
+        recomputed = _compile(_bert_base(recompute_checkpoint_every_layer=True, **params), o, system)
+        assert any(s.recomputed for s in recomputed.stages)
+        _assert_never_higher(_peaks(recomputed), _peaks(plain), "recomputation")
+
+
+def test_rts_and_off_chip_optimizer_state_never_raise_a_peak():
+    def peaks(on_chip: bool, rts: bool):
+        where = TensorLocationSettings().useOnChipStorage(on_chip).useReplicatedTensorSharding(rts)
+        return _peaks(_compile(_bert_base(), _options(replicas=2, optimizer_location=where)))
+    on_chip = peaks(True, False)
+    _assert_never_higher(peaks(True, True), on_chip, "RTS")
+    _assert_never_higher(peaks(False, False), on_chip, "off-chip optimizer state")
+    _assert_never_higher(peaks(False, True), peaks(False, False), "RTS of off-chip state")
+
+
+# --- Graphcore's configurations --------------------------------------------------------------------------
+def test_graphcore_bert_large_phase1_sl128_fits_bow_pod16():
+    """nlp/bert/pytorch/configs_pretraining.yml pretrain_large_128 (benchmark
+    pytorch_bert_large_pretrain_real_pod16): micro-batch 8, layers [3, 7, 7, 7], 4 replicas x
+    gradient accumulation 2048, LAMB with its state off chip and sharded (RTS), matmul
+    proportions [0.15, 0.25, 0.25, 0.25], half partials, a checkpoint after every layer."""
+    g = models.get("bert-large", micro_batch=8, seq_len=128, layers_per_ipu=[3, 7, 7, 7])
+    o = _options([0.15, 0.25, 0.25, 0.25], replicas=4, accumulation=2048, half_partials=True,
+                 optimizer_location=TensorLocationSettings().useOnChipStorage(False)
+                 .useReplicatedTensorSharding(True))
+    ex = _compile(g, o, "bow-pod16")
+    assert ex.strategy == "pipelined" and sorted(ex.memory) == [0, 1, 2, 3]
+    assert all(m.peak_tile_bytes <= m.capacity_per_tile for m in ex.memory.values())
+
+
+def test_bert_large_on_one_ipu_at_micro_batch_8_does_not_fit():
+    g = models.get("bert-large", micro_batch=8, seq_len=128)
+    with pytest.raises(sim.OutOfMemoryError) as info:
+        _compile(g, _options(ipus=1), "ipu-mk2")
+    e = info.value
+    assert e.ipu == 0 and e.op and e.shortfall_bytes > 0 and e.shortfalls == {0: e.shortfall_bytes}
+    msg = str(e)
+    assert "IPU 0" in msg and repr(e.op) in msg and f"short by {e.shortfall_bytes:,} bytes" in msg
