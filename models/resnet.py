@@ -1,7 +1,8 @@
 """ResNet-50 (He et al. 2015), torchvision's v1.5 layout (stride on the 3x3 conv), NCHW.
 
 Inputs, in order: ``images`` ((B, 3, image_size, image_size), model dtype) and ``labels``
-(int32, (B,)). Outputs: the logits and the loss.
+(int32, (B,)). Outputs: the logits and the loss. ``with_loss=False`` (an inference deployment,
+as PopRT runs the exported classifier) leaves out the labels and the loss: logits only.
 
 Stem (7x7/2 conv, batchnorm, ReLU, 3x3/2 maxpool), bottleneck blocks [3, 4, 6, 3] named
 "layer1/0" … "layer4/2", global average pool, fully connected layer, softmax cross-entropy.
@@ -27,7 +28,7 @@ from ._common import Params, Placement
 
 MODELS = {
     "resnet50": dict(micro_batch=4, image_size=224, num_classes=1000, split_points=None,
-                     recompute_checkpoints=None, eight_bit_io=False, dtype="float16"),
+                     recompute_checkpoints=None, eight_bit_io=False, with_loss=True, dtype="float16"),
 }
 DEPTHS, WIDTHS, STRIDES = (3, 4, 6, 3), (64, 128, 256, 512), (1, 2, 2, 2)
 
@@ -71,7 +72,8 @@ def build(name: str, p: Params) -> Graph:
         images = b.cast(b.input("images", (B, 3, size, size), "uint8"), p.dtype(), name="normalise")
     else:
         images = b.input("images", (B, 3, size, size))
-    labels = b.input("labels", (B,), "int32")
+    with_loss = p.flag("with_loss")
+    labels = b.input("labels", (B,), "int32") if with_loss else None
 
     ipu = 0
     with place.on(ipu, "stem"), b.scope("stem"):
@@ -85,6 +87,8 @@ def build(name: str, p: Params) -> Graph:
                 b.checkpoint(x)
     with place.on(ipu, "classifier"), b.scope("classifier"):
         logits = b.linear(b.global_avgpool(x), classes, name="fc")
-        loss = b.softmax_cross_entropy(logits, labels)
-    b.output(logits, loss)
+        if with_loss:
+            b.output(logits, b.softmax_cross_entropy(logits, labels))
+        else:
+            b.output(logits)
     return b.graph
