@@ -15,6 +15,18 @@ Loops are not simulated iteration by iteration when they need not be:
   ``STEADY_ITERATIONS + 1`` iterations; from then on each iteration is the previous one
   shifted by the steady-state period, so the rest are extrapolated, not simulated.
 
+A :class:`~sim.program.Parallel` (the stages of a pipeline cycle, each on its own IPU) is one
+task per group of IPUs that start together, not a task per step: its records are kept, and a
+later task waits for the end of the IPUs it runs on (a *lane end*, the group's start plus the
+IPU's cycles).
+
+Tasks on one lane run one after another, so a resource whose holders all share a lane is never
+contended: an IPU's compute tiles (held only by tasks on its lane), its streaming memory, its IO
+tiles, a link only one IPU's copies use. Only contended resources are requested from SimPy; a
+task that holds resources but none contended makes one zero-delay step where its requests were
+granted, so events at equal times keep their order. So a pipeline of ``P`` stages costs SimPy
+events in proportion to its cycles, not to cycles x stages.
+
 The result is a :class:`Timeline`: the total, task records (columnar, with repeats kept as
 offsets and expanded on demand), stream-copy events for the perf counters, and busy cycles
 per IPU per category.
@@ -31,8 +43,8 @@ import simpy
 from .errors import IpuSimError, show_number
 from .hardware.system import System
 from .hardware.topology import crosses_gw_link, route
-from .program import (Collective, Compute, IpuCopy, RemoteCopy, Repeat, Sequence, StreamCopy, Sync,
-                      ipus_of)
+from .program import (CATEGORIES, Collective, Compute, IpuCopy, Parallel, RemoteCopy, Repeat, Sequence,
+                      StreamCopy, Sync, ipus_of)
 
 STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extrapolated
 MAX_CYCLES = 2**62  # the simulated time must fit the int64 cycle arrays with room for sums
@@ -95,7 +107,7 @@ class Timeline:
     streams: list[StreamEvents] = field(default_factory=list)
     busy: dict = field(default_factory=_busy)  # ipu -> category -> cycles
     busy_by_tag: dict = field(default_factory=lambda: defaultdict(_busy))
-    resources: set = field(default_factory=set)
+    resources: set = field(default_factory=set)  # every resource a task held, requested or not
     events: int = 0  # SimPy events processed, summed over sub-simulations
     iteration_starts: list = field(default_factory=list)  # of a tagged (loop) simulation
 
@@ -119,7 +131,7 @@ class Task:
     """One node of the task graph: waits for ``deps``, holds resources, lasts its phases."""
 
     deps: list[int]
-    hold: list[tuple]  # resources held for the whole task
+    hold: list[tuple]  # resources held for the whole task, besides compute tiles
     phases: list[tuple[list[tuple], int]]  # (extra resources, cycles)
     ipu: int
     category: str
@@ -130,6 +142,10 @@ class Task:
     macro: tuple | None = None  # ("tile", count, sub) or ("steady", count, sub, period)
     tag: int = 0
     stream_end: int | None = None  # task whose end is the stream's completion (async host side)
+    tiles: tuple[int, ...] = ()  # IPUs whose compute tiles the task holds (only tasks on their lanes do)
+    lanes: tuple = ()  # the lanes the task is on (it follows the previous task of each)
+    block: Block | None = None  # a Parallel's steps, timed as a whole
+    lane_end: tuple | None = None  # (block task, group, cycles): a point of a block that others wait for
 
     @property
     def cycles(self) -> int:
@@ -137,12 +153,101 @@ class Task:
         return sum(c for _, c in self.phases)
 
 
+def _objects(values) -> np.ndarray:
+    """A 1-D object array of ``values`` (tuples stay whole)."""
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
+class StepTable:
+    """The steps of Parallels (Compute and RemoteCopy items), priced once: a row per item.
+
+    Columns: ``ipu``, ``category``, ``name``, ``cycles``, ``nbytes``, ``detail`` (OpSteps or
+    None), ``ipus`` (``(ipu,)``: the IPUs of the step's trace row) and ``busy`` (cycles per
+    breakdown category, a column per :data:`~sim.program.CATEGORIES`).
+    """
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.row: dict[int, int] = {}  # id(item) -> row, or -1 if the item is not a step
+        self.items: list = []  # kept alive so that their ids stay unique
+        self.lists: dict[str, list] = {k: [] for k in ("ipu", "category", "name", "cycles", "nbytes", "detail",
+                                                       "ipus", "busy")}
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def rows(self, items) -> np.ndarray | None:
+        """The rows of ``items``, or None if one of them is not a step."""
+        rows = [self.row.get(id(item)) for item in items]
+        if None in rows:
+            rows = [self._add(item) if r is None else r for item, r in zip(items, rows)]
+        return None if -1 in rows else np.array(rows, dtype=np.int64)
+
+    def _add(self, item) -> int:
+        if id(item) in self.row:  # listed twice in one Parallel
+            return self.row[id(item)]
+        self.items.append(item)
+        if isinstance(item, Compute) and not item.after:
+            busy = {cat: int(c.sum()) for cat, c in item.ops.parts().items()}
+            values = (item.ipu, "compute", item.name, item.cycles, 0, item.ops)
+        elif isinstance(item, RemoteCopy):
+            cycles = self.engine.remote_cycles(item)
+            busy = {"remote_io": cycles}
+            values = (item.ipu, "remote_io", item.name, cycles, item.nbytes, None)
+        else:
+            self.row[id(item)] = -1
+            return -1
+        values += ((item.ipu,), [busy.get(c, 0) for c in CATEGORIES])
+        for column, value in zip(self.lists.values(), values):
+            column.append(value)
+        self.row[id(item)] = len(self.lists["ipu"]) - 1
+        return self.row[id(item)]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The columns as arrays (rebuilt when rows were added)."""
+        n = len(self.lists["ipu"])
+        if len(self._arrays.get("ipu", ())) != n:
+            lists = self.lists
+            self._arrays = {"ipu": np.array(lists["ipu"], dtype=np.int64),
+                            "cycles": np.array(lists["cycles"], dtype=np.int64),
+                            "nbytes": np.array(lists["nbytes"], dtype=np.int64),
+                            "busy": np.array(lists["busy"], dtype=np.int64).reshape(n, len(CATEGORIES)),
+                            **{k: _objects(lists[k]) for k in ("category", "name", "detail", "ipus")}}
+        return self._arrays
+
+
+@dataclass
+class Block:
+    """A lowered :class:`~sim.program.Parallel`. Cycles are relative to a group's start.
+
+    The IPUs whose previous task is the same start together, as group ``k``: when the tasks
+    ``entries[k]`` are done; ``lengths[k]`` is the cycles of the group's longest IPU, and
+    ``lane_ends[k]`` lists ``(cycles, task)``: the lane-end tasks that later tasks wait for.
+    Per row (a step, in program order): ``steps`` (its row in the :class:`StepTable`),
+    ``group`` and ``at`` (cycles from the group's start). Per IPU of ``ipus``: ``busy`` (its
+    cycles per breakdown category, a row each). ``held``: the resources the steps hold
+    besides tiles (each IPU's streaming memory), by IPU.
+    """
+
+    entries: list[list[int]]
+    lengths: list[int]
+    lane_ends: list[list[tuple[int, int]]]
+    steps: np.ndarray
+    group: np.ndarray
+    at: np.ndarray
+    ipus: np.ndarray
+    busy: np.ndarray
+    held: dict[int, list[tuple]]
+
+
 class Engine:
     """Simulates programs on ``system``."""
 
     def __init__(self, system: System):
         self.system = system
+        self.steps = StepTable(self)
         self._memo: dict[tuple, tuple] = {}
+        self._routes: dict[tuple[int, int], tuple] = {}  # (src, dst) -> (hops, the link they cross)
+        self._transfers: dict[tuple, tuple] = {}  # (src, dst, nbytes) -> (link resources, cycles alone)
+        self._parts: dict[int, tuple] = {}  # id(OpSteps) -> (OpSteps, busy cycles by category)
 
     # --- costs of the leaves ---------------------------------------------------------------
     def host_link_of(self, ipu: int) -> int:
@@ -181,7 +286,7 @@ class Engine:
         """Bytes on each directed IPU-Link the copy's transfers are routed over."""
         per_link: dict[tuple[int, int], int] = defaultdict(int)
         for src, dst, nbytes in c.transfers:
-            for hop in route(self.system, src, dst):
+            for hop in self._route(src, dst)[0]:
                 per_link[hop] += nbytes
         return per_link
 
@@ -189,15 +294,45 @@ class Engine:
         """The slowest transfer: one link latency per hop of its route plus the busiest link of
         the route's bytes over that link's bandwidth (cut-through: the hops stream together).
         A transfer that leaves the POD crosses a GW-Link, with its latency and bandwidth."""
-        per_link = self.ipu_copy_links(c)
-        slowest = 0
-        for src, dst, _ in c.transfers:
-            hops = route(self.system, src, dst)
+        return self._ipu_copy(c)[1]
+
+    def _ipu_copy(self, c: IpuCopy) -> tuple[list[tuple], int]:
+        """(the link resources a copy holds, sorted; its cycles). Each transfer is timed once on
+        its own; where transfers share a link, each is timed with the bytes of its busiest link."""
+        alone = [self._transfers.get(t) or self._transfer(t) for t in c.transfers]
+        links = [link for a in alone for link in a[0]]
+        if len(set(links)) == len(links):  # no link carries two transfers
+            return sorted(links), max((a[1] for a in alone), default=0)
+        # a link index per hop, then the bytes on each link and each transfer's busiest link
+        index: dict[tuple, int] = {}
+        hops = np.array([index.setdefault(link, len(index)) for link in links], dtype=np.int64)
+        counts = np.array([len(a[0]) for a in alone], dtype=np.int64)
+        per_link = np.zeros(len(index), dtype=np.int64)
+        np.add.at(per_link, hops, np.repeat(np.array([t[2] for t in c.transfers], dtype=np.int64), counts))
+        busiest = np.maximum.reduceat(per_link[hops], np.cumsum(counts) - counts)
+        rates = np.array([a[2] for a in alone])
+        cycles = np.array([a[3] for a in alone], dtype=np.int64) + np.ceil(busiest / rates * self.system.ipu.clock_hz).astype(np.int64)
+        return sorted(index), int(cycles.max())
+
+    def _transfer(self, transfer: tuple[int, int, int]) -> tuple:
+        """One transfer alone: (its link resources, its cycles: a link latency per hop plus its
+        bytes over the link's bandwidth, the link's bytes per second, the latency part)."""
+        src, dst, nbytes = transfer
+        hops, link = self._route(src, dst)
+        if not hops:
+            raise ValueError(f"an inter-IPU copy from IPU {src} to itself")
+        latency = link.latency_cycles * len(hops)
+        cycles = latency + self.system.seconds_to_cycles(nbytes / link.bytes_per_s)
+        self._transfers[transfer] = ([("ipu_link", a, b) for a, b in hops], cycles, link.bytes_per_s, latency)
+        return self._transfers[transfer]
+
+    def _route(self, src: int, dst: int) -> tuple[list[tuple[int, int]], object]:
+        """The hops from ``src`` to ``dst`` and the link they cross (an IPU-Link or a GW-Link)."""
+        key = (src, dst)
+        if key not in self._routes:
             link = self.system.gw_link if crosses_gw_link(self.system, src, dst) else self.system.ipu_link
-            busiest = max(per_link[h] for h in hops)
-            slowest = max(slowest, link.latency_cycles * len(hops)
-                          + self.system.seconds_to_cycles(busiest / link.bytes_per_s))
-        return slowest
+            self._routes[key] = (route(self.system, src, dst), link)
+        return self._routes[key]
 
     def remote_cycles(self, r: RemoteCopy) -> int:
         mem = self.system.streaming_memory
@@ -210,22 +345,42 @@ class Engine:
         Program order is kept per lane: an IPU's compute tiles (``ipu``), its IO tiles
         (``("io", ipu)``) and the host side of each prefetched stream. An item may also wait
         for other items (``after``). With ``tagged``, the tasks of ``seq.items[i]`` get tag ``i``.
+        A lane whose latest work is in a :class:`Parallel` ends at a point of that block; a task
+        waiting for it waits for a lane-end task, one per block group and cycle count.
         """
         tasks: list[Task] = []
-        last: dict = {}
-        emitted: dict[int, int] = {}  # id(program item) -> its latest task
+        last: dict = {}  # lane -> its latest task, or (block task, group, cycles) for a block's lane
+        emitted: dict = {}  # id(program item) -> its latest task
+        lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
         tag = 0
 
+        def lane_end(point: tuple) -> int:
+            if point not in lane_ends:
+                b, k, cycles = point
+                lane_ends[point] = len(tasks)
+                tasks.append(Task([], [], [], tasks[b].ipu, "lane_end", tasks[b].name, tag=tag, lane_end=point))
+                tasks[b].block.lane_ends[k].append((cycles, lane_ends[point]))
+            return lane_ends[point]
+
         def deps_of(lanes, item=None):
-            deps = {last[i] for i in lanes if i in last}
-            for other in getattr(item, "after", ()):
-                if id(other) in emitted:
-                    deps.add(emitted[id(other)])
+            found = {last.get(i) for i in lanes}
+            found.update(emitted.get(id(other)) for other in getattr(item, "after", ()))
+            found.discard(None)
+            deps, points = set(), {}
+            for d in found:
+                if type(d) is int:
+                    deps.add(d)
+                else:  # within a block group, only the latest point counts
+                    b, k, cycles = d
+                    if points.get((b, k), -1) < cycles:
+                        points[(b, k)] = cycles
+            deps.update(lane_end((b, k, cycles)) for (b, k), cycles in points.items())
             return sorted(deps)
 
         def emit(task: Task, lanes, item=None) -> int:
             task.tag = tag
+            task.lanes = tuple(lanes)
             tasks.append(task)
             for i in lanes:
                 last[i] = len(tasks) - 1
@@ -234,43 +389,81 @@ class Engine:
             return len(tasks) - 1
 
         def walk(item):
-            if isinstance(item, Sequence):
+            if isinstance(item, Parallel):
+                parallel(item)
+            elif isinstance(item, Sequence):
                 for sub in item.items:
                     walk(sub)
             elif isinstance(item, Repeat):
                 repeat(item)
             elif isinstance(item, Compute):
-                emit(Task(deps_of([item.ipu], item), [("tiles", item.ipu)], [([], item.cycles)], item.ipu,
-                          "compute", item.name, detail=item.ops), [item.ipu], item)
+                emit(Task(deps_of([item.ipu], item), [], [([], item.cycles)], item.ipu, "compute", item.name,
+                          detail=item.ops, tiles=(item.ipu,)), [item.ipu], item)
             elif isinstance(item, StreamCopy):
                 stream(item)
             elif isinstance(item, RemoteCopy):
-                emit(Task(deps_of([item.ipu]), [("tiles", item.ipu), ("streaming_memory", item.ipu)],
-                          [([], self.remote_cycles(item))], item.ipu, "remote_io", item.name, item.nbytes),
-                     [item.ipu])
+                emit(Task(deps_of([item.ipu]), [("streaming_memory", item.ipu)], [([], self.remote_cycles(item))],
+                          item.ipu, "remote_io", item.name, item.nbytes, tiles=(item.ipu,)), [item.ipu])
             elif isinstance(item, Collective):
                 ipus = sorted(item.ipus)
-                emit(Task(deps_of(ipus), [("tiles", i) for i in ipus], collective_phases(item), ipus[0],
-                          "collective", item.name, item.nbytes), ipus)
+                emit(Task(deps_of(ipus), [], collective_phases(item), ipus[0], "collective", item.name, item.nbytes,
+                          tiles=tuple(ipus)), ipus)
             elif isinstance(item, Sync):
-                emit(Task(deps_of(item.ipus), [("tiles", i) for i in sorted(item.ipus)],
-                          [([], item.cycles)], min(item.ipus), "sync", item.name), item.ipus)
+                ipus = sorted(item.ipus)
+                emit(Task(deps_of(item.ipus), [], [([], item.cycles)], ipus[0], "sync", item.name,
+                          tiles=tuple(ipus)), item.ipus)
             elif isinstance(item, IpuCopy):
                 ipus = sorted(item.ipus)
-                links = sorted(("ipu_link", s, d) for s, d in self.ipu_copy_links(item))
-                emit(Task(deps_of(ipus), [("tiles", i) for i in ipus] + links,
-                          [([], self.ipu_copy_cycles(item))], ipus[0], "inter_ipu", item.name,
-                          item.nbytes), ipus)
+                links, cycles = self._ipu_copy(item)
+                emit(Task(deps_of(ipus), links, [([], cycles)], ipus[0], "inter_ipu", item.name, item.nbytes,
+                          tiles=tuple(ipus)), ipus)
             else:
                 raise TypeError(f"not a program item: {item!r}")
 
+        def parallel(p: Parallel):
+            steps = self.steps.rows(p.items)
+            if steps is None or not len(steps):  # not independent steps: an ordinary Sequence
+                for sub in p.items:
+                    walk(sub)
+                return
+            table = self.steps.arrays()
+            ipus, cycles = table["ipu"][steps], table["cycles"][steps]
+            # each lane's steps back to back: sort the rows by lane (keeping program order)
+            order = np.argsort(ipus, kind="stable")
+            heads = np.flatnonzero(np.r_[True, np.diff(ipus[order]) != 0])  # each lane's first row
+            counts = np.diff(np.r_[heads, len(order)])
+            before = np.cumsum(cycles[order]) - cycles[order]
+            at = np.empty_like(before)
+            at[order] = before - np.repeat(before[heads], counts)
+            lanes = ipus[order[heads]]
+            totals = np.add.reduceat(cycles[order], heads)
+            # lanes whose previous task is the same start together, as a group; groups are
+            # numbered in the order of their lanes' first steps
+            previous = [last.get(lane) for lane in lanes.tolist()]
+            first_steps = np.argsort(order[heads], kind="stable").tolist()
+            groups = {d: k for k, d in enumerate(dict.fromkeys(previous[j] for j in first_steps))}
+            group_of = np.array([groups[d] for d in previous], dtype=np.int64)
+            entries = [[] if d is None else [d] if type(d) is int else [lane_end(d)] for d in groups]
+            lengths = np.zeros(len(groups), dtype=np.int64)
+            np.maximum.at(lengths, group_of, totals)
+            remote = np.logical_or.reduceat(table["category"][steps][order] == "remote_io", heads)
+            held = {lane: [("streaming_memory", lane)] for lane in lanes[remote].tolist()}
+            group = np.empty_like(order)
+            group[order] = np.repeat(group_of, counts)
+            block = Block(entries, lengths.tolist(), [[] for _ in groups], steps, group, at, lanes,
+                          np.add.reduceat(table["busy"][steps][order], heads, axis=0), held)
+            b = emit(Task(sorted(set().union(*entries)), [], [([], int(lengths.max()))], int(ipus[0]), "parallel",
+                          p.name, tiles=tuple(lanes.tolist()), block=block), [])
+            last.update(zip(lanes.tolist(), zip([b] * len(lanes), group_of.tolist(), totals.tolist())))
+
         def stream(s: StreamCopy):
             lane = ("io", s.ipu, s.direction) if s.io_tiles else s.ipu
-            held = ("io_tiles", s.ipu, s.direction) if s.io_tiles else ("tiles", s.ipu)
+            hold = [("io_tiles", s.ipu, s.direction)] if s.io_tiles else []
+            tiles = () if s.io_tiles else (s.ipu,)
             kind = "host_io_overlapped" if s.io_tiles else "host_io"
             if s.prefetch < 2:
-                emit(Task(deps_of([lane], s), [held], self.stream_phases(s), s.ipu, kind, s.name, s.nbytes,
-                          stream=s), [lane], s)
+                emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, s.name, s.nbytes, stream=s,
+                          tiles=tiles), [lane], s)
                 return
             # multibuffered: the host side runs ahead of (inputs) or behind (outputs) the IPU,
             # by at most prefetch - 1 buffers
@@ -282,12 +475,12 @@ class Engine:
             if s.direction == "to_ipu":
                 host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", s.name,
                                  s.nbytes), [host_lane])
-                device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), [held], device_phases, s.ipu, kind,
-                                   s.name, s.nbytes, stream=s), [lane], s)
+                device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
+                                   s.name, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 done.append(device)
             else:
-                device = emit(Task(sorted(set(deps_of([lane], s)) | set(free)), [held], device_phases, s.ipu,
-                                   kind, s.name, s.nbytes, stream=s), [lane], s)
+                device = emit(Task(sorted(set(deps_of([lane], s)) | set(free)), hold, device_phases, s.ipu,
+                                   kind, s.name, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 host = emit(Task(sorted(set(deps_of([host_lane])) | {device}), [], host_phases, s.ipu,
                                  "host_prefetch", s.name, s.nbytes), [host_lane])
                 tasks[device].stream_end = host
@@ -310,8 +503,10 @@ class Engine:
                 sub = self._simulate_memo(r.body, n)
                 period = sub.iteration_starts[n - 1] - sub.iteration_starts[n - 2]
                 macro, cycles = ("steady", r.count, sub, period), sub.total_cycles + (r.count - n) * period
-            emit(Task(deps_of(lanes), sorted(sub.resources), [([], cycles)], ipus[0] if ipus else 0,
-                      "repeat", r.name, macro=macro), lanes)
+            resources = sorted(sub.resources)
+            emit(Task(deps_of(lanes), [k for k in resources if k[0] != "tiles"], [([], cycles)],
+                      ipus[0] if ipus else 0, "repeat", r.name, macro=macro,
+                      tiles=tuple(k[1] for k in resources if k[0] == "tiles")), lanes)
 
         if tagged:
             for i, item in enumerate(seq.items):
@@ -338,31 +533,42 @@ class Engine:
         tasks = self.lower(seq, tagged)
         env = simpy.Environment()
         resources: dict[tuple, simpy.Resource] = {}
+        contended = contention(tasks)
         done = [env.event() for _ in tasks]
         start = np.zeros(len(tasks), dtype=np.int64)
         end = np.zeros(len(tasks), dtype=np.int64)
+        group_start: dict[int, list[int]] = {}  # block task -> start of each group
 
         def res(key):
             if key not in resources:
                 resources[key] = simpy.Resource(env, capacity=1)
             return resources[key]
 
+        def check(t: Task, name: str, cycles: int):
+            if not env.now + cycles <= MAX_CYCLES:
+                raise IpuSimError(
+                    f"the run would pass 2^62 cycles (over 100 years of IPU time) at {t.category} task "
+                    f"{name!r} of {show_number(cycles)} cycles, beyond what the simulator counts; an option, "
+                    "a model size or a system value is far out of range: check them")
+
+        def acquire(keys, also: bool):
+            """Request the contended resources among ``keys``; if there are none but the task holds
+            some (``keys`` or ``also``), one zero-delay step stands for their requests."""
+            reqs = [(res(k), res(k).request()) for k in keys if contended[k]]
+            for _, req in reqs:
+                yield req
+            if not reqs and (keys or also):
+                yield env.timeout(0)
+            return reqs
+
         def process(i: int, t: Task):
             if t.deps:
                 yield env.all_of([done[d] for d in t.deps])
-            held = [(res(k), res(k).request()) for k in t.hold]
-            for _, req in held:
-                yield req
+            held = yield from acquire(t.hold, bool(t.tiles))
             start[i] = env.now
             for extra, cycles in t.phases:
-                reqs = [(res(k), res(k).request()) for k in extra]
-                for _, req in reqs:
-                    yield req
-                if not env.now + cycles <= MAX_CYCLES:
-                    raise IpuSimError(
-                        f"the run would pass 2^62 cycles (over 100 years of IPU time) at {t.category} task "
-                        f"{t.name!r} of {show_number(cycles)} cycles, beyond what the simulator counts; an option, "
-                        "a model size or a system value is far out of range: check them")
+                reqs = yield from acquire(extra, False)
+                check(t, t.name, cycles)
                 if cycles:
                     yield env.timeout(cycles)
                 for r, req in reqs:
@@ -372,8 +578,29 @@ class Engine:
             end[i] = env.now
             done[i].succeed()
 
+        def group(i: int, block: Block, k: int):
+            """Group ``k`` of a block: its start, then its lane ends in time order."""
+            if block.entries[k]:
+                yield env.all_of([done[d] for d in block.entries[k]])
+            yield env.timeout(0)  # where each step requested its IPU's tiles
+            group_start[i][k] = env.now
+            if not env.now + block.lengths[k] <= MAX_CYCLES:
+                check(tasks[i], self.steps.arrays()["name"][block.steps[block.group == k][0]], block.lengths[k])
+            at = 0
+            for cycles, m in sorted(block.lane_ends[k]):
+                if cycles > at:
+                    yield env.timeout(cycles - at)
+                    at = cycles
+                start[m] = end[m] = env.now
+                done[m].succeed()
+
         for i, t in enumerate(tasks):
-            env.process(process(i, t))
+            if t.block is not None:
+                group_start[i] = [0] * len(t.block.entries)
+                for k in range(len(t.block.entries)):
+                    env.process(group(i, t.block, k))
+            elif t.lane_end is None:
+                env.process(process(i, t))
         events = 0
         while True:  # env.run(), counting events for the benchmark
             try:
@@ -381,30 +608,80 @@ class Engine:
             except simpy.core.EmptySchedule:
                 break
             events += 1
+        for i, starts in group_start.items():
+            start[i] = min(starts)
+            end[i] = max(s + n for s, n in zip(starts, tasks[i].block.lengths))
         total = int(end.max()) if len(tasks) else 0
-        tl = self._collect(tasks, start, end, total, set(resources))
+        used = set(contended) | {("tiles", ipu) for t in tasks for ipu in t.tiles}
+        tl = self._collect(tasks, start, end, total, used, group_start)
         tl.events += events
         if tagged:
+            steps = np.array([t.lane_end is None for t in tasks])
             tags = np.array([t.tag for t in tasks])
-            tl.iteration_starts = [int(start[tags == k].min()) for k in range(len(seq.items))]
+            tl.iteration_starts = [int(start[steps & (tags == k)].min()) for k in range(len(seq.items))]
         return tl
 
-    def _collect(self, tasks, start, end, total, used) -> Timeline:
+    def _collect(self, tasks, start, end, total, used, group_start) -> Timeline:
+        """Records, stream events and busy cycles of a simulation: a record per task in task
+        order (a block's steps in their program order), then the records of each repeat."""
         tl = Timeline(total_cycles=total, resources=set(used))
         zero = np.zeros(1, dtype=np.int64)
-        plain = [i for i, t in enumerate(tasks) if t.macro is None]
-        if plain:
-            idx = np.array(plain)
-            tl.records.append(Records(
-                ipu=np.array([tasks[i].ipu for i in plain]),
-                category=np.array([tasks[i].category for i in plain], dtype=object),
-                name=np.array([tasks[i].name for i in plain], dtype=object),
-                start=start[idx], end=end[idx],
-                nbytes=np.array([tasks[i].nbytes for i in plain], dtype=np.int64),
-                detail=[tasks[i].detail for i in plain], offsets=zero,
-                tag=np.array([tasks[i].tag for i in plain]),
-                ipus=_participants([tasks[i] for i in plain])))
-        streams = [i for i in plain if tasks[i].stream is not None]
+        columns = ("ipu", "category", "name", "start", "end", "nbytes", "detail", "tag", "ipus")
+        pieces: list[dict] = []  # runs of records, as arrays per column
+        plain: dict[str, list] = {c: [] for c in columns}
+        shared: dict[tuple, int] = defaultdict(int)  # (tag, category, IPUs) -> cycles on each of the IPUs
+        blocks: dict[int, list] = defaultdict(list)  # tag -> (IPUs, their busy cycles by category) of blocks
+
+        def flush():
+            if plain["ipu"]:
+                pieces.append({c: _objects(v) if c in ("category", "name", "ipus") else
+                               list(v) if c == "detail" else np.array(v, dtype=np.int64) for c, v in plain.items()})
+                for v in plain.values():
+                    v.clear()
+
+        streams, macros = [], []
+        for i, t in enumerate(tasks):
+            if t.lane_end is not None:
+                continue
+            busy = tl.busy_by_tag[t.tag]
+            if t.macro is not None:
+                macros.append(i)
+            elif t.block is not None:
+                flush()
+                pieces.append(self._block_records(t, group_start[i]))
+                blocks[t.tag].append((t.block.ipus, t.block.busy))
+            else:
+                for c, v in zip(columns, (t.ipu, t.category, t.name, start[i], end[i], t.nbytes, t.detail, t.tag,
+                                          t.tiles or (t.ipu,))):
+                    plain[c].append(v)
+                if t.stream is not None:
+                    streams.append(i)
+                cycles = int(end[i] - start[i])
+                if t.category == "compute":
+                    for cat, c in self._busy_parts(t.detail):
+                        busy[t.ipu][cat] += c
+                elif t.category in ("sync", "inter_ipu", "collective"):
+                    shared[t.tag, t.category, t.tiles] += cycles
+                elif t.category == "host_io_overlapped":
+                    busy[t.ipu]["io_tiles"] += cycles
+                elif t.category != "host_prefetch":
+                    busy[t.ipu][t.category] += cycles
+        flush()
+        for (tag, category, ipus), cycles in shared.items():
+            busy = tl.busy_by_tag[tag]
+            for ipu in ipus:
+                busy[ipu][category] += cycles
+        for tag, parts in blocks.items():
+            ipus = np.concatenate([p[0] for p in parts])
+            total = np.zeros((int(ipus.max()) + 1, len(CATEGORIES)), dtype=np.int64)
+            np.add.at(total, ipus, np.concatenate([p[1] for p in parts]))
+            busy = tl.busy_by_tag[tag]
+            for ipu, j in zip(*np.nonzero(total)):
+                busy[int(ipu)][CATEGORIES[j]] += int(total[ipu, j])
+        if pieces:
+            records = {c: [x for piece in pieces for x in piece[c]] if c == "detail"
+                       else np.concatenate([piece[c] for piece in pieces]) for c in columns}
+            tl.records.append(Records(**records, offsets=zero))
         if streams:
             tl.streams.append(StreamEvents(
                 direction=np.array([tasks[i].stream.direction for i in streams], dtype=object),
@@ -414,27 +691,29 @@ class Engine:
                 end=end[[tasks[i].stream_end if tasks[i].stream_end is not None else i for i in streams]],
                 offsets=zero,
                 tag=np.array([tasks[i].tag for i in streams])))
-        for i, t in enumerate(tasks):
-            busy = tl.busy_by_tag[t.tag]
-            if t.macro is not None:
-                self._place_macro(tl, busy, t, int(start[i]))
-                continue
-            cycles = int(end[i] - start[i])
-            if t.category == "compute":
-                for cat, c in t.detail.parts().items():
-                    busy[t.ipu][cat] += int(c.sum())
-            elif t.category in ("sync", "inter_ipu", "collective"):
-                for ipu in {k[1] for k in t.hold if k[0] == "tiles"}:
-                    busy[ipu][t.category] += cycles
-            elif t.category == "host_io_overlapped":
-                busy[t.ipu]["io_tiles"] += cycles
-            elif t.category != "host_prefetch":
-                busy[t.ipu][t.category] += cycles
+        for i in macros:
+            self._place_macro(tl, tl.busy_by_tag[tasks[i].tag], tasks[i], int(start[i]))
         for per_tag in tl.busy_by_tag.values():
             for ipu, cats in per_tag.items():
                 for cat, c in cats.items():
                     tl.busy[ipu][cat] += c
         return tl
+
+    def _block_records(self, t: Task, group_start: list[int]) -> dict:
+        """The records of a block's steps, as arrays per column."""
+        block, table = t.block, self.steps.arrays()
+        start = np.array(group_start, dtype=np.int64)[block.group] + block.at
+        rows = block.steps
+        return {"ipu": table["ipu"][rows], "category": table["category"][rows], "name": table["name"][rows],
+                "start": start, "end": start + table["cycles"][rows], "nbytes": table["nbytes"][rows],
+                "detail": table["detail"][rows].tolist(), "tag": np.full(len(rows), t.tag, dtype=np.int64),
+                "ipus": table["ipus"][rows]}
+
+    def _busy_parts(self, ops) -> tuple:
+        """((category, cycles), ...) of a compute step's ops, summed once per OpSteps."""
+        if id(ops) not in self._parts:
+            self._parts[id(ops)] = (ops, tuple((cat, int(c.sum())) for cat, c in ops.parts().items()))
+        return self._parts[id(ops)][1]
 
     def _place_macro(self, tl: Timeline, busy, t: Task, at: int) -> None:
         """Records, streams and busy cycles of a repeated body placed at cycle ``at``."""
@@ -467,12 +746,34 @@ class Engine:
                         busy[ipu][cat] += factor * c
 
 
-def _participants(tasks: list[Task]) -> np.ndarray:
-    """Per task, the IPUs whose tiles it holds (its own IPU when it holds none: host-side work)."""
-    out = np.empty(len(tasks), dtype=object)
-    for i, t in enumerate(tasks):
-        out[i] = tuple(sorted({k[1] for k in t.hold if k[0] == "tiles"})) or (t.ipu,)
-    return out
+def contention(tasks: list[Task]) -> dict[tuple, bool]:
+    """Every resource the tasks hold besides compute tiles (keys): may two tasks want it at once?
+
+    Not if all its holders share a lane, since tasks on one lane run one after another: an
+    IPU's streaming memory, its IO tiles, a link that only one IPU's copies use. (Compute tiles
+    are never contended: only tasks on their IPU's lane hold them.) Only contended resources are
+    requested from SimPy.
+    """
+    common: dict[tuple, set] = {}  # resource -> lanes every holder so far is on
+
+    def hold(keys, lanes: set):
+        for k in keys:
+            c = common.get(k)
+            if c is None:
+                common[k] = lanes  # shared, never changed in place
+            elif c and not c <= lanes:
+                common[k] = c & lanes
+
+    for t in tasks:
+        if t.block is not None:
+            for lane, keys in t.block.held.items():
+                hold(keys, {lane})
+        elif t.lane_end is None and (t.hold or any(extra for extra, _ in t.phases)):
+            lanes = set(t.lanes)
+            hold(t.hold, lanes)
+            for extra, _ in t.phases:
+                hold(extra, lanes)
+    return {k: not lanes for k, lanes in common.items()}
 
 
 def collective_phases(c: Collective) -> list[tuple[list[tuple], int]]:
@@ -494,6 +795,14 @@ def collective_phases(c: Collective) -> list[tuple[list[tuple], int]]:
 def critical_path(tasks: list[Task]) -> int:
     """Cycles of the longest dependency chain (no resource waits): a lower bound on a run."""
     finish = [0] * len(tasks)
+    group_start: dict[int, list[int]] = {}
     for i, t in enumerate(tasks):
-        finish[i] = max((finish[d] for d in t.deps), default=0) + t.cycles
+        if t.block is not None:
+            group_start[i] = [max((finish[d] for d in entry), default=0) for entry in t.block.entries]
+            finish[i] = max(s + n for s, n in zip(group_start[i], t.block.lengths))
+        elif t.lane_end is not None:
+            b, k, cycles = t.lane_end
+            finish[i] = group_start[b][k] + cycles
+        else:
+            finish[i] = max((finish[d] for d in t.deps), default=0) + t.cycles
     return max(finish, default=0)

@@ -12,6 +12,9 @@ are steps that occupy hardware:
 :class:`Collective`   a collective (all-reduce, reduce-scatter, ...) across replicas, as steps
                       that each occupy the links of the ring for a number of cycles
 
+:class:`Parallel` is a :class:`Sequence` whose steps are on separate IPUs and share nothing (the
+stages of a pipeline cycle), which the engine times as a whole.
+
 Times are cycles of the IPU clock; sizes are bytes.
 """
 
@@ -162,6 +165,18 @@ class Sequence:
             self.items.append(item)
 
 
+class Parallel(Sequence):
+    """Steps on separate IPUs that share nothing, like the stages of one pipeline cycle.
+
+    ``items`` are :class:`Compute` and :class:`RemoteCopy` steps; each IPU runs its own in
+    program order, back to back from when its previous step ends, and holds only its own tiles
+    and streaming memory, so the IPUs neither wait for nor contend with each other. A plain
+    :class:`Sequence` of the same items means the same; the engine times a Parallel as a whole
+    (one task per group of IPUs that start together) instead of a task per step. Items of any
+    other kind make it an ordinary Sequence.
+    """
+
+
 @dataclass
 class Repeat:
     """``body`` run ``count`` times.
@@ -185,10 +200,19 @@ def ipus_of(item) -> set[int]:
     if isinstance(item, IpuCopy):
         return item.ipus
     if isinstance(item, Sequence):
-        return set().union(*(ipus_of(i) for i in item.items)) if item.items else set()
+        out: set[int] = set()
+        for sub in item.items:
+            if type(sub) in _ON_ONE_IPU:  # the common leaves, without a call each
+                out.add(sub.ipu)
+            else:
+                out |= ipus_of(sub)
+        return out
     if isinstance(item, Repeat):
         return ipus_of(item.body)
     raise TypeError(f"not a program item: {item!r}")
+
+
+_ON_ONE_IPU = (Compute, StreamCopy, RemoteCopy)
 
 
 def leaves(item):

@@ -81,7 +81,7 @@ def test_output_writes_every_file(capsys, tmp_path):
     assert len(pd.read_csv(out_dir / "ops.csv")) == len(run.op_trace())
     assert pd.read_csv(out_dir / "breakdown.csv", index_col="ipu").sum(axis=1).eq(run.cycle_count).all()
     assert json.loads((out_dir / "summary.json").read_text())["cycle_count"] == run.cycle_count
-    for png in ("timeline.png", "memory.png"):
+    for png in ("timeline.png", "memory.png", "liveness.png"):
         assert (out_dir / png).read_bytes()[:8] == PNG_SIGNATURE
 
 

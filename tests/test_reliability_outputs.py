@@ -37,12 +37,14 @@ def test_replicated_run_writes_every_output(capsys, tmp_path, argv):
     assert (out_dir / "memory.png").read_bytes()[:8] == PNG_SIGNATURE
 
 
-def test_memory_figure_draws_one_line_per_ipu_of_a_replica():
+def test_memory_figure_draws_one_bar_per_ipu_of_a_replica():
     run = sim.simulate(models.get("mlp", micro_batch=2), "ipu-m2000", sim.Options().replicationFactor(4))
     assert len(run.executable.ipus) > len(run.memory)  # more IPUs simulated than memory analyses
     fig = memory_figure(run)
-    lines = [line.get_label() for line in fig.axes[0].get_lines()]
-    assert lines == ["IPU 0 of each replica peak", "tile capacity"]
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["IPU 0"]
+    assert [line.get_label() for line in ax.get_lines()] == ["tile capacity (624 KiB)"]
+    assert "every replica holds the same" in ax.get_title()
 
 
 def test_a_failed_write_leaves_the_old_set_whole(tmp_path, monkeypatch):

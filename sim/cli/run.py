@@ -131,7 +131,8 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "(on chip, sharded over --replicas); training only")
     out = r.add_argument_group("output")
     out.add_argument("--output", metavar="DIR", type=Path,
-                     help="also write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png; "
+                     help="also write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png, "
+                     "liveness.png; "
                      "the set replaces DIR as a whole (DIR must be new, empty or an earlier run's output)")
     out.add_argument("--json", action="store_true", help="print run.summary() as one JSON object")
     r.set_defaults(func=_cmd_run, subparser=r)

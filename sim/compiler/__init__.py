@@ -6,6 +6,6 @@ and raises the out-of-memory error, as Poplar's compilation does.
 """
 
 from .executable import Executable, compile
-from .memory import IpuMemory, analyse_ipu
+from .memory import IpuMemory, Liveness, analyse_ipu
 
-__all__ = ["Executable", "compile", "IpuMemory", "analyse_ipu"]
+__all__ = ["Executable", "compile", "IpuMemory", "Liveness", "analyse_ipu"]

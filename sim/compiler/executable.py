@@ -11,6 +11,7 @@ check tile memory (:mod:`sim.compiler.memory`). Host stream copies are left out 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ..schedule import phased, pipeline, replicated_ops, sharded
@@ -56,6 +57,9 @@ class Executable:
     ipus_per_replica: int = 1
     simulated_replicas: list[int] = field(default_factory=lambda: [0])
     stages: list[StageWork] = field(default_factory=list)
+    #: wall seconds of each compile step: "graph" (training expansion, placement, checks),
+    #: "costs", "stages", "schedule" (building the program), "memory"
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def replicas(self) -> int:
@@ -119,6 +123,13 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if not isinstance(training, bool):
         raise OptionsError(f"training={training!r}: expected True or False (a bool); a string such as "
                            "'no' would otherwise count as true")
+    clock = [time.perf_counter()]
+    timings: dict[str, float] = {}
+
+    def lap(step: str) -> None:
+        clock.append(time.perf_counter())
+        timings[step] = clock[-1] - clock[-2]
+
     system = load_system(system)
     o = options or Options()
     o.validate(training)
@@ -145,6 +156,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     _apply_locations(g, o, phased=strategy.endswith("phased"))
     _check_streaming_memory(g, system)
 
+    lap("graph")
     costs: dict[str, OpCost] = {}
     for op in g.ops:
         if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
@@ -159,6 +171,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                 f"simulator's limit of 2^50 per op (ten days of IPU time), which keeps a run's cycle count "
                 "within 64 bits; its sizes or attributes are out of range: check them")
 
+    lap("costs")
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
@@ -171,12 +184,15 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                      f"{R - len(simulated)} run the same program and share their timings by symmetry")
     ctx = Context(g, system, o, training, mode, costs, stages, updates, k, simulated, notes,
                   collective_algorithm, tiles, *_collapsing(g, o))
+    lap("stages")
     program = _BUILDERS[strategy](ctx)
+    lap("schedule")
     memory = {ipu: _memory(g, ctx, ipu, tiles, system, strategy) for ipu in range(k)}
     check_tile_memory(memory)  # after every IPU is measured: the error names the worst
+    lap("memory")
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
-                      strategy, k, simulated, ctx.stages)
+                      strategy, k, simulated, ctx.stages, timings)
 
 
 def _collapsing(g: Graph, o: Options) -> tuple[bool, bool]:

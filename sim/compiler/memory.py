@@ -11,7 +11,8 @@ Per tile (numpy vectors of bytes):
 
 The peak over the schedule of the sum, tile by tile, must fit in the tile's SRAM.
 :func:`analyse_ipu` measures one IPU; :func:`check_tile_memory` raises for the IPU short by
-most once every IPU has been measured.
+most once every IPU has been measured. The same walk records a :class:`Liveness` (PopVision's
+liveness report): the bytes live at every op, summed over the tiles and on the fullest tile.
 """
 
 from __future__ import annotations
@@ -34,6 +35,99 @@ _CATEGORY_OF_ROLE = {"weight": "weights", "constant": "constants", "state": "opt
 
 
 @dataclass
+class Liveness:
+    """Bytes live at each program point (op) of one IPU, one entry per op, like PopVision's
+    liveness report.
+
+    Ops are in the order the analysis walks them: each run (a pipeline stage's pass, a phase,
+    the weight update) in turn, the ops of a run in schedule order. Always-live bytes are the
+    reserved space, weights, constants, optimizer state, accumulators and stashes; the
+    not-always-live bytes are the live activations and the temporaries of the op running.
+    Two views, all in bytes (floats; :meth:`columns` gives whole bytes):
+
+    * summed over the IPU's compute tiles: ``always_live`` (the same at every op),
+      ``activations``, ``temporaries``;
+    * on the fullest tile at that op (the tile holding the most bytes then, so it can change
+      from op to op): ``tile``, ``tile_always_live``, ``tile_activations``,
+      ``tile_temporaries``. The highest of these totals over the ops is the IPU's
+      :attr:`IpuMemory.peak_tile_bytes`.
+    """
+
+    ops: list[str]  # the op running
+    runs: np.ndarray  # index into run_labels of the op's run
+    run_labels: list[str]  # e.g. "pipeline stage 4", "phase 2", "weight update" ("" when unnamed)
+    always_live: float
+    activations: np.ndarray
+    temporaries: np.ndarray
+    tile: np.ndarray
+    tile_always_live: np.ndarray
+    tile_activations: np.ndarray
+    tile_temporaries: np.ndarray
+
+    def columns(self) -> dict[str, np.ndarray | list]:
+        """One entry per op: ``step``, ``op``, ``run``, then each view's parts and ``total`` in
+        whole bytes. Summed over the tiles, ``always_live`` is whole bytes as
+        :meth:`IpuMemory.summary` gives them and the others are rounded; on the fullest tile,
+        ``tile_total`` is the level rounded up (as :attr:`IpuMemory.peak_tile_bytes`) and the
+        largest part takes the rounding, so that the parts add up to it."""
+        n = len(self.ops)
+        always = np.full(n, int(self.always_live), dtype=np.int64)
+        activations = np.round(self.activations).astype(np.int64)
+        temporaries = np.round(self.temporaries).astype(np.int64)
+        tile_parts = _whole_bytes([self.tile_always_live, self.tile_activations, self.tile_temporaries])
+        out = {"step": np.arange(n), "op": list(self.ops), "run": [self.run_labels[k] for k in self.runs],
+               "always_live": always, "activations": activations, "temporaries": temporaries,
+               "total": always + activations + temporaries}
+        for name, v in zip(("always_live", "activations", "temporaries", "total"), tile_parts):
+            out["tile_" + name] = v
+        out["tile"] = self.tile.astype(np.int64)
+        return out
+
+
+def _whole_bytes(parts: list[np.ndarray]) -> list[np.ndarray]:
+    """``parts`` (vectors of bytes, one entry per op) in whole bytes, then their total: the sum
+    rounded up, each part rounded, and the largest part of each entry changed by the one or two
+    bytes that make the parts add up to the total (a part of 0 stays 0)."""
+    total = np.ceil(sum(parts)).astype(np.int64)
+    whole = np.round(np.stack(parts)).astype(np.int64)
+    rows = np.arange(whole.shape[1])
+    whole[np.stack(parts).argmax(axis=0), rows] += total - whole.sum(axis=0)
+    return list(whole) + [total]
+
+
+class _LivenessRecorder:
+    """Collects one :class:`Liveness` entry per op while :func:`_sweep` walks the runs."""
+
+    def __init__(self, always: np.ndarray):
+        self.always = always
+        self.ops: list[str] = []
+        self.runs: list[int] = []
+        self.sums: list[tuple[float, float]] = []
+        self.tile: list[tuple[int, float, float, float]] = []
+
+    def record(self, op: Op, run: int, level: np.ndarray, live: np.ndarray, temp: np.ndarray,
+               live_sum: float, temp_sum: float) -> None:
+        """Note ``op`` (of run ``run``): the tile vectors ``level`` (all bytes), ``live`` and
+        ``temp`` while it runs, and the sums of the last two over the tiles (bytes)."""
+        j = int(level.argmax())
+        self.ops.append(op.name)
+        self.runs.append(run)
+        self.sums.append((live_sum, temp_sum))
+        self.tile.append((j, float(self.always[j]), float(live[j]), float(temp[j])))
+
+    def result(self, labels: list[str]) -> Liveness:
+        if not self.ops:  # nothing runs: the always-live data alone, on the tile holding most
+            j = int(self.always.argmax())
+            self.ops, self.runs = ["(always-live data)"], [0]
+            self.sums, self.tile = [(0.0, 0.0)], [(j, float(self.always[j]), 0.0, 0.0)]
+            labels = labels or [""]
+        sums = np.array(self.sums, dtype=float).reshape(-1, 2)
+        tile = np.array(self.tile, dtype=float).reshape(-1, 4)
+        return Liveness(self.ops, np.array(self.runs, dtype=np.int64), labels, float(self.always.sum()),
+                        sums[:, 0], sums[:, 1], tile[:, 0].astype(np.int64), tile[:, 1], tile[:, 2], tile[:, 3])
+
+
+@dataclass
 class IpuMemory:
     """Memory of one IPU. Vectors have one entry per compute tile, in bytes."""
 
@@ -46,6 +140,7 @@ class IpuMemory:
     peak_parts: dict = field(default_factory=dict)  # CATEGORIES -> bytes on the fullest tile at its peak
     op: str | None = None  # the op running at that peak (None: the always-live data alone)
     peak_at: str = "its always-live data"  # that op, its pass and stage, for messages
+    liveness: Liveness | None = None  # bytes live at each op (see Liveness)
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -195,12 +290,13 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
             by_role[t.role] = by_role.get(t.role, 0) + int(nbytes)
     always = sum(parts.values())
     peak = _Peak(always)
+    recorder = _LivenessRecorder(always)
     ops_seen: list[Op] = []
     run_of: list[int] = []  # index of the run of each op in ops_seen
     by_role["activation_peak"] = 0
     for k, run in enumerate(runs):
         _sweep(graph, run, costs, tiles, layout, always, peak, len(ops_seen), by_role,
-               restored[k] if restored else set())
+               restored[k] if restored else set(), recorder, k)
         ops_seen += run
         run_of += [k] * len(run)
     fullest = int(peak.level.argmax())
@@ -214,15 +310,19 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
         what = f"op {op.name!r} ({op.kind}, {op.pass_} pass, pipeline stage {op.stage})"
     peak_parts = {name: float(v[fullest]) for name, v in parts.items()}
     peak_parts.update(activations=float(peak.live[fullest]), temporaries=float(peak.temp[fullest]))
+    labels = [(run_labels[k] if run_labels is not None else None) or "" for k in range(len(runs))]
     mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak.level).astype(np.int64),
-                    op.name if op else "(always-live data)", by_role, peak_parts, op.name if op else None, what)
+                    op.name if op else "(always-live data)", by_role, peak_parts, op.name if op else None, what,
+                    recorder.result(labels))
     if check:
         check_tile_memory({ipu: mem})
     return mem
 
 
-def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role, restored) -> None:
-    """Walk one run, raising ``peak`` (and noting when) with live activations and temporaries."""
+def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role, restored,
+           recorder: _LivenessRecorder, run: int) -> None:
+    """Walk one run (number ``run``), raising ``peak`` (and noting when) with live activations
+    and temporaries, and recording each op's live bytes in ``recorder``."""
     tensors = graph.tensors
     root = {}
     for op in ops:
@@ -239,6 +339,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
         if out in produced:
             last_use[root.get(out, out)] = len(ops)
     live = np.zeros(tiles)
+    live_sum = 0.0  # live.sum(), kept as bytes are added and freed
     owner: dict[str, tuple[int, int]] = {}
     frees: dict[int, list[str]] = {}
     for t, i in last_use.items():
@@ -248,6 +349,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
         if name not in produced and t.role not in ALWAYS_LIVE and name not in restored:
             owner[name] = layout.place(tiles)
             layout.add(live, owner[name], t.nbytes)
+            live_sum += t.nbytes
     for i, op in enumerate(ops):
         cost = costs.get(op.name, FREE)
         used = cost.tiles_used or tiles
@@ -256,6 +358,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
             if t.location == "off_chip" and name not in owner:
                 owner[name] = layout.place(used)
                 layout.add(live, owner[name], t.nbytes / t.shards)
+                live_sum += t.nbytes / t.shards
         start = None  # first tile of the op's outputs: its temporaries go on the same tiles
         if op.kind not in _VIEWS:
             for o in op.outputs:
@@ -263,16 +366,22 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
                 if t.role not in ALWAYS_LIVE and o in last_use and o not in owner:
                     owner[o] = layout.place(used)
                     layout.add(live, owner[o], t.nbytes)
+                    live_sum += t.nbytes
                     start = owner[o][0] if start is None else start
         start = layout.next if start is None else start
-        temp = np.zeros(tiles)
+        temp, temp_sum = np.zeros(tiles), 0.0
         if cost.profile is not None and cost.temp_bytes_per_tile:
             temp = np.roll(cost.profile.temp, start)
+            temp_sum = float(cost.profile.temp.sum())
         elif cost.temp_bytes_per_tile:
-            layout.add(temp, (start, max(1, min(tiles, used))), cost.temp_bytes_per_tile * used)
-        peak.raise_to(always + live + temp, live, temp, base + i)
+            temp_sum = cost.temp_bytes_per_tile * used
+            layout.add(temp, (start, max(1, min(tiles, used))), temp_sum)
+        level = always + live + temp
+        peak.raise_to(level, live, temp, base + i)
+        recorder.record(op, run, level, live, temp, live_sum, temp_sum)
         for t in frees.get(i, ()):
             if t in owner:
                 shards = tensors[t].shards if tensors[t].location == "off_chip" else 1
                 layout.add(live, owner.pop(t), -tensors[t].nbytes / shards)
+                live_sum -= tensors[t].nbytes / shards
         by_role["activation_peak"] = max(by_role["activation_peak"], int(live.sum()))

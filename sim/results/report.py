@@ -1,9 +1,10 @@
 """Reports of a finished :class:`~sim.results.Run`: a text summary and files on disk.
 
 :func:`format_summary` gives the run as readable text (what ``ipusim run`` prints);
-:func:`write_outputs` writes the trace, op trace, breakdown and summary (CSV/JSON) and two
-figures (timeline, tile memory) into a directory, replacing it as a whole. Cycles are cycles of
-the IPU clock; the text shows times in milliseconds and memory in bytes.
+:func:`write_outputs` writes the trace, op trace, breakdown and summary (CSV/JSON) and three
+figures (timeline, tile memory by category, liveness) into a directory, replacing it as a
+whole. Cycles are cycles of the IPU clock; the text shows times in milliseconds and memory in
+bytes, the figures memory in KiB.
 """
 
 from __future__ import annotations
@@ -32,7 +33,17 @@ PASS_COLOURS = {"forward": "tab:blue", "backward": "tab:cyan", "recompute": "tab
 #: the timeline draws at most this many tasks (the earliest ones) to stay fast
 MAX_TIMELINE_TASKS = 5000
 
-OUTPUT_FILES = ("trace.csv", "ops.csv", "breakdown.csv", "summary.json", "timeline.png", "memory.png")
+#: colours of the memory figures, one per category of :data:`~sim.compiler.memory.CATEGORIES`
+MEMORY_COLOURS = {"reserved": "#9e9e9e", "weights": "#1f77b4", "constants": "#9ecae1",
+                  "optimizer_state": "#9467bd", "accumulators": "#ff7f0e", "stash": "#8c564b",
+                  "activations": "#2ca02c", "temporaries": "#d62728"}
+#: colours of the liveness figure's layers (always live: reserved, weights, constants, optimizer
+#: state, accumulators and stash)
+LIVENESS_COLOURS = {"always_live": "#9e9e9e", "activations": MEMORY_COLOURS["activations"],
+                    "temporaries": MEMORY_COLOURS["temporaries"]}
+
+OUTPUT_FILES = ("trace.csv", "ops.csv", "breakdown.csv", "summary.json", "timeline.png", "memory.png",
+                "liveness.png")
 
 
 # --- text -----------------------------------------------------------------------------------
@@ -175,12 +186,22 @@ def _breakdown_table(run: Run) -> list[str]:
 
 
 def _memory_table(run: Run) -> list[str]:
-    out = ["tile memory (peak over the program, fullest tile)",
-           f"  {'IPU':<5}{'peak bytes':>12}{'of tile':>12}{'% of tile':>11}{'fullest tile':>14}  op at peak"]
+    """One line per IPU of a replica: the fullest tile's peak (bytes, % of its SRAM), which
+    tile, what it holds then by category (:meth:`Run.memory_table`) and the op running."""
+    table = run.memory_table()
+    cats = list(table.columns)
+    widths = [max(len(c), max((len(f"{v:,}") for v in table[c]), default=1)) + 2 for c in cats]
+    out = ["tile memory (bytes on the fullest tile of each IPU at its peak, by category)",
+           f"  {'IPU':<5}{'peak bytes':>12}{'% of tile':>11}{'tile':>7}"
+           + "".join(f"{c:>{w}}" for c, w in zip(cats, widths)) + "  op at peak"]
     for ipu, m in run.memory.items():
-        out.append(f"  {ipu:<5}{m['peak_tile_bytes']:>12,}{m['tile_capacity_bytes']:>12,}"
-                   f"{m['peak_tile_bytes'] / m['tile_capacity_bytes']:>11.1%}"
-                   f"{m['fullest_tile']:>14}  {m['peak_op']}")
+        row = table.loc[ipu]
+        out.append(f"  {ipu:<5}{m['peak_tile_bytes']:>12,}{m['peak_tile_bytes'] / m['tile_capacity_bytes']:>11.1%}"
+                   f"{m['fullest_tile']:>7}" + "".join(f"{int(row[c]):>{w},}" for c, w in zip(cats, widths))
+                   + f"  {m['peak_op']}")
+    capacity = ", ".join(f"{c:,}" for c in sorted({m["tile_capacity_bytes"] for m in run.memory.values()}))
+    replicas = "; every replica holds the same" if run.executable.options.total_replicas() > 1 else ""
+    out.append(f"  (a tile has {capacity} bytes{replicas})")
     return out
 
 
@@ -264,7 +285,8 @@ def _replace_directory(new: Path, target: Path) -> None:
 
 
 def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
-    """Write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png and memory.png.
+    """Write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png and
+    liveness.png.
 
     The set is written whole or not at all: every file goes into a fresh temporary folder
     beside ``directory`` (same parent, so renames are atomic), which then replaces
@@ -285,6 +307,7 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
         "summary.json": lambda path: path.write_text(to_json(run.summary(), indent=2) + "\n", encoding="utf-8"),
         "timeline.png": lambda path: _save(timeline_figure(run), path),
         "memory.png": lambda path: _save(memory_figure(run), path),
+        "liveness.png": lambda path: _save(liveness_figure(run), path),
     }
     try:
         for name in OUTPUT_FILES:
@@ -381,29 +404,119 @@ def timeline_figure(run: Run):
     return fig
 
 
+def _ipu_label(run: Run, ipu: int) -> str:
+    """``IPU i``; memory is analysed per IPU of a replica, so with replication the label says
+    it stands for that IPU of every replica."""
+    return f"IPU {ipu} of each replica" if run.executable.options.total_replicas() > 1 else f"IPU {ipu}"
+
+
 def memory_figure(run: Run):
-    """Peak bytes (shown in KiB) on each compute tile, one line per IPU of :attr:`Run.memory`,
-    with the tile's capacity.
+    """The fullest tile of each IPU (of a replica) at its peak: a stacked bar per IPU, one
+    colour per category (:data:`MEMORY_COLOURS`, from :meth:`Run.memory_table`), in KiB, with
+    the tile's capacity as a dashed line and each bar's share of it above the bar.
 
     Memory is analysed per IPU position within a replica (every replica holds the same), so
-    with replication the lines are "IPU i of each replica", not one per IPU of the system.
+    with replication each bar stands for that IPU of every replica. The figure widens with the
+    number of IPUs (up to 24 inches); labels turn upright when a bar's slot is too narrow for
+    them, and only every k-th IPU is named when even upright names would not fit, so labels
+    never overlap.
     """
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(12, 4))
+    table = run.memory_table()
     memory = run.memory
-    replicated = run.executable.options.total_replicas() > 1
-    for ipu in memory:
-        peak = np.asarray(run.tile_memory(ipu))
-        label = f"IPU {ipu} of each replica" if replicated else f"IPU {ipu}"
-        ax.plot(np.arange(len(peak)), peak / 1024, linewidth=0.8, label=f"{label} peak")
+    ipus = list(table.index)
+    n = len(ipus)
+    width = min(max(8.0, 4.0 + 0.5 * n), 24.0)
+    fig, ax = plt.subplots(figsize=(width, 4.8))
+    x = np.arange(n)
+    bottom = np.zeros(n)
+    for cat in [c for c in table.columns if table[c].any()]:
+        kib = table[cat].to_numpy() / 1024
+        ax.bar(x, kib, 0.7, bottom=bottom, color=MEMORY_COLOURS[cat], label=cat.replace("_", " "),
+               edgecolor="white", linewidth=0.4)
+        bottom += kib
     capacity = max((m["tile_capacity_bytes"] for m in memory.values()), default=0)
     if capacity:
-        ax.axhline(capacity / 1024, color="tab:red", linestyle="--", label="tile capacity")
-    ax.set_xlim(0, max(run.executable.tiles - 1, 1))
-    ax.set_xlabel("compute tile")
-    ax.set_ylabel("peak memory (KiB)")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"{run.executable.graph.name} on {run.executable.system.name}: peak memory per tile")
-    ax.legend(loc="lower right")
+        ax.axhline(capacity / 1024, color="black", linestyle="--", linewidth=1.0,
+                   label=f"tile capacity ({capacity / 1024:,.0f} KiB)")
+    top = max(capacity / 1024, bottom.max(initial=0.0)) * 1.18 or 1.0
+    # points of width each bar's slot gets (the axes take about 3/4 of the figure's width)
+    slot = 0.75 * width * 72 / max(n, 4)
+    names = [f"IPU {i}" for i in ipus]
+    percents = [f"{memory[i]['peak_tile_bytes'] / memory[i]['tile_capacity_bytes']:.0%}" for i in ipus]
+    upright_percent = _text_points(max(percents, key=len), 7) > 0.9 * slot
+    for xi, text in zip(x, percents):
+        ax.text(xi, bottom[xi] + top * 0.01, text, ha="center", va="bottom", fontsize=7,
+                rotation=90 if upright_percent else 0)
+    longest = _text_points(max(names, key=len), 8)
+    upright_names = longest > 0.9 * slot
+    every = 1 if not upright_names else max(1, math.ceil(1.6 * 8 / slot))  # upright: a line's height each
+    ax.set_xticks(x[::every], names[::every], fontsize=8, rotation=90 if upright_names else 0)
+    pad = max(0.0, (4 - n) / 2)
+    ax.set_xlim(-0.6 - pad, n - 0.4 + pad)
+    ax.set_ylim(0, top)
+    ax.set_ylabel("bytes on the fullest tile (KiB)")
+    ex = run.executable
+    who = "each IPU of a replica (every replica holds the same)" if ex.options.total_replicas() > 1 else "each IPU"
+    ax.set_title(f"{ex.graph.name} on {ex.system.name}: the fullest tile of {who} at its peak, by category\n"
+                 "(% of the tile's SRAM above each bar)", fontsize=10)
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))  # label -> handle
+    order = sorted(handles, key=lambda label: (not label.startswith("tile capacity"),
+                                               -list(handles).index(label)))  # capacity, then the stack top-down
+    ax.legend([handles[k] for k in order], order, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+              frameon=False, fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def _text_points(text: str, fontsize: float) -> float:
+    """Roughly how many points wide ``text`` is in Matplotlib's default font (0.62 em a character)."""
+    return 0.62 * fontsize * len(text)
+
+
+def liveness_figure(run: Run):
+    """Bytes live at each op (:meth:`Run.liveness`), one panel per IPU of a replica, in KiB:
+    stacked areas of what the fullest tile at each op holds (always live, activations,
+    temporaries), the tile's capacity as a dashed line, and the average tile (the bytes summed
+    over the IPU's tiles divided by the number of tiles) as a thin line. Dotted lines mark
+    where a run (pipeline stage, phase, weight update) starts."""
+    plt = _pyplot()
+    live = run.liveness()
+    ipus = sorted(live["ipu"].unique().tolist())
+    n = len(ipus)
+    panel, head, foot = 1.7, 0.9, 0.55  # inches: each panel, the title and legend, the x label
+    height = head + foot + panel * n
+    fig, axes = plt.subplots(n, 1, figsize=(12, height), squeeze=False)
+    fig.subplots_adjust(left=0.07, right=0.99, top=1 - head / height, bottom=foot / height,
+                        hspace=0.45 * 1.7 / panel)
+    layers = list(LIVENESS_COLOURS)
+    tiles = run.executable.tiles
+    for ax, ipu in zip(axes[:, 0], ipus):
+        d = live[live["ipu"] == ipu]
+        steps = d["step"].to_numpy()
+        capacity = run.memory[ipu]["tile_capacity_bytes"] / 1024
+        edges = np.column_stack([steps - 0.5, steps + 0.5]).ravel()  # each op spans one step
+        ax.stackplot(edges, [np.repeat(d["tile_" + k].to_numpy() / 1024, 2) for k in layers],
+                     colors=[LIVENESS_COLOURS[k] for k in layers], linewidth=0,
+                     labels=[f"{k.replace('_', ' ')} (fullest tile)" for k in layers])
+        ax.plot(edges, np.repeat(d["total"].to_numpy() / tiles / 1024, 2), color="#1f3b73", linewidth=0.8,
+                label="average tile (summed over tiles / tiles)")
+        ax.axhline(capacity, color="black", linestyle="--", linewidth=1.0, label="tile capacity")
+        runs = d["run"].to_numpy()
+        for s in steps[np.flatnonzero(runs[1:] != runs[:-1]) + 1]:
+            ax.axvline(s - 0.5, color="black", linestyle=":", linewidth=0.6)
+        ax.set_xlim(steps.min() - 0.5, steps.max() + 0.5)
+        ax.set_ylim(0, max(capacity, float(d["tile_total"].max()) / 1024) * 1.08)
+        ax.set_ylabel("KiB", fontsize=8)
+        ax.tick_params(labelsize=7)
+        peak = run.memory[ipu]["peak_tile_bytes"]
+        ax.set_title(f"{_ipu_label(run, ipu)}: peak {peak / 1024:,.0f} KiB on one tile "
+                     f"({peak / run.memory[ipu]['tile_capacity_bytes']:.0%} of its SRAM)", fontsize=8, loc="left")
+    axes[-1, 0].set_xlabel("step (op, in the order the memory analysis walks the runs)", fontsize=8)
+    ex = run.executable
+    fig.suptitle(f"{ex.graph.name} on {ex.system.name}: bytes live at each op on the fullest tile "
+                 "(dotted: a new run starts)", fontsize=10, y=1 - 0.12 / height)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), frameon=False, fontsize=8,
+               bbox_to_anchor=(0.5, 1 - 0.42 / height))
     return fig

@@ -249,6 +249,32 @@ class Run:
         df.index.name = "ipu"
         return df
 
+    def liveness(self, ipu: int | None = None) -> pd.DataFrame:
+        """Bytes live at each program point (op) of the compiled schedule, like PopVision's
+        liveness report: a row per op of ``ipu`` (an IPU within a replica; None: every IPU,
+        one after another), in the order the memory analysis walks them (each run, a pipeline
+        stage's pass, a phase or the weight update, in turn).
+
+        Columns: ``ipu``, ``step`` (0, 1, ... per IPU), ``op``, ``run`` (its stage, phase or
+        "weight update"; empty when the IPU runs one unnamed program), then in bytes, summed
+        over the IPU's compute tiles: ``always_live`` (reserved space, weights, constants,
+        optimizer state, accumulators and stashes), ``activations`` (live then),
+        ``temporaries`` (of the op) and ``total``; and on the fullest tile at that op
+        (``tile``, which can change from op to op): ``tile_always_live``,
+        ``tile_activations``, ``tile_temporaries`` and ``tile_total``. The parts of each view
+        add up to its total; the highest ``tile_total`` of an IPU is its ``peak_tile_bytes``.
+        """
+        memory = self.executable.memory
+        ipus = sorted(memory) if ipu is None else [ipu]
+        frames = []
+        for i in ipus:
+            if i not in memory:
+                raise KeyError(f"no memory analysis for IPU {i}: IPUs of a replica are {sorted(memory)}")
+            frame = pd.DataFrame(memory[i].liveness.columns())
+            frame.insert(0, "ipu", i)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)
+
     def tile_memory(self, ipu: int = 0) -> np.ndarray:
         """Peak bytes of each compute tile of ``ipu``."""
         return self.executable.memory[ipu].peak

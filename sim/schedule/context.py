@@ -44,6 +44,7 @@ class Context:
     collapse_accumulation: bool = True  # False when host IO overlaps across micro-batches
     collapse_device: bool = True  # False when host IO overlaps across device iterations
     _parts: dict = field(default_factory=dict, repr=False)
+    _items: dict = field(default_factory=dict, repr=False)  # (id(stage), load_weights) -> (stage, items)
 
     def ipus(self, replica: int) -> list[int]:
         return replica_ipus(replica, self.ipus_per_replica)
@@ -112,22 +113,32 @@ class Context:
     def stages_items(self, stages: list[StageWork], load_weights: bool = True) -> list:
         """The work of ``stages`` on every simulated replica, with its off-chip weights and
         accumulators moved to and from streaming memory around it; a collective op waits for
-        all of its group's simulated replicas and runs over the group."""
+        all of its group's simulated replicas and runs over the group. Each stage's items are
+        built once and reused wherever the stage runs (every cycle of a pipeline)."""
+        return [item for stage in stages for item in self.stage_items(stage, load_weights)]
+
+    def stage_items(self, stage: StageWork, load_weights: bool = True) -> list:
+        """The items of one stage (see :meth:`stages_items`), built on first use."""
+        key = (id(stage), load_weights)
+        if key not in self._items:
+            self._items[key] = (stage, self._build_stage_items(stage, load_weights))
+        return self._items[key][1]
+
+    def _build_stage_items(self, stage: StageWork, load_weights: bool) -> list:
+        loads, stores = self.off_chip_traffic(stage) if load_weights else (0, 0)
         items = []
-        for stage in stages:
-            loads, stores = self.off_chip_traffic(stage) if load_weights else (0, 0)
-            if loads:
-                items += [RemoteCopy(self.ipus(r)[stage.ipu], "load", loads, f"stage {stage.index} load weights")
-                          for r in self.replicas]
-            for what, part in self.stage_parts(stage):
-                if what == "collective":
-                    items += replicated_ops.collectives_for(self, part)
-                    continue
-                name, steps = part
-                items += [Compute(self.ipus(r)[stage.ipu], name, steps) for r in self.replicas]
-            if stores:
-                items += [RemoteCopy(self.ipus(r)[stage.ipu], "store", stores,
-                                     f"stage {stage.index} store accumulators") for r in self.replicas]
+        if loads:
+            items += [RemoteCopy(self.ipus(r)[stage.ipu], "load", loads, f"stage {stage.index} load weights")
+                      for r in self.replicas]
+        for what, part in self.stage_parts(stage):
+            if what == "collective":
+                items += replicated_ops.collectives_for(self, part)
+                continue
+            name, steps = part
+            items += [Compute(self.ipus(r)[stage.ipu], name, steps) for r in self.replicas]
+        if stores:
+            items += [RemoteCopy(self.ipus(r)[stage.ipu], "store", stores,
+                                 f"stage {stage.index} store accumulators") for r in self.replicas]
         return items
 
     def for_replicas(self, make) -> list:

@@ -5,7 +5,8 @@
 micro-batch ``c - s``. Each cycle: the host-to-IPU copies of the active stages, the stages'
 work (stages on one IPU run one after the other), the IPU-to-host copies, one merged inter-IPU
 copy, then a sync of the replica's IPUs. Identical consecutive cycles (the main phase) are one
-collapsed :class:`~sim.program.Repeat`.
+collapsed :class:`~sim.program.Repeat`. Each stage's items are built once and every cycle reuses
+them, so building the ``2P - 1`` distinct cycles costs little beyond listing their stages.
 
 Training: ``G = gradientAccumulation`` per weight update; the pipeline fills and flushes once
 per update, followed by the gradient all-reduce and the optimizer step, and that repeats
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from ..errors import OptionsError
 from ..options import OutputMode
-from ..program import IpuCopy, Repeat, Sequence
+from ..program import IpuCopy, Parallel, Repeat, Sequence
 from .context import Context, device_iteration_loop
 
 
@@ -38,47 +39,86 @@ def check_depth(ctx: Context) -> None:
             f"pipeline stages ({P}) for a pipelined inference model; raise deviceIterations")
 
 
-def _cycle(ctx: Context, active: tuple[int, ...], outputs: bool) -> Sequence:
-    """One pipeline cycle in which the stages ``active`` work, for every simulated replica."""
-    seq = Sequence(name="pipeline cycle")
-    stages = [ctx.stages[i] for i in active]
-    seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "to_ipu"))
-    seq.items += ctx.stages_items(stages)
-    if outputs:
-        seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
+class _RangeLists:
+    """Concatenations of per-stage lists over stage ranges ``first .. last``, each built from the
+    previous one: consecutive pipeline cycles differ by a stage at one end, so a cycle costs a
+    list copy, not a pass over its stages. Every call returns a new list."""
 
-    def copy_and_sync(r):
-        ipus = ctx.ipus(r)
-        transfers = tuple((ipus[s.ipu], ipus[ctx.stages[d].ipu], nbytes)
-                          for s in stages for d, nbytes in sorted(s.sends.items())
-                          if ipus[s.ipu] != ipus[ctx.stages[d].ipu])
-        return [IpuCopy(transfers, "pipeline copy")] * bool(transfers) + [ctx.replica_sync(r, "pipeline sync")]
+    def __init__(self, part):
+        self.part = part  # stage index -> list
+        self.first, self.last, self.value = 0, -1, []
 
-    seq.items += [i for i in ctx.for_replicas(copy_and_sync) if i is not None]
-    return seq
+    def __call__(self, first: int, last: int) -> list:
+        if (first, last) == (self.first, self.last + 1):
+            self.value = self.value + self.part(last)
+        elif (first, last) == (self.first + 1, self.last):
+            self.value = self.value[len(self.part(self.first)):]
+        else:
+            self.value = [x for s in range(first, last + 1) for x in self.part(s)]
+        self.first, self.last = first, last
+        return self.value
+
+
+class _Cycles:
+    """Builds pipeline cycles; each stage's items and copies are made once (the schedule's
+    lists for a cycle are then concatenations of them, see :class:`_RangeLists`)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        P = len(ctx.stages)
+        self.work = _RangeLists(lambda s: ctx.stage_items(ctx.stages[s]))
+        self.copies = {r: _RangeLists(lambda s, r=r: self._sends(r, ctx.stages[s])) for r in ctx.replicas}
+        self.host_outputs = [s for s in range(P) if ctx.stages[s].host_outputs]
+
+    def _sends(self, r: int, s) -> list:
+        """The transfers of stage ``s``'s sends on replica ``r``: (source IPU, destination IPU, bytes)."""
+        ipus = self.ctx.ipus(r)
+        return [(ipus[s.ipu], ipus[self.ctx.stages[d].ipu], nbytes) for d, nbytes in sorted(s.sends.items())
+                if ipus[s.ipu] != ipus[self.ctx.stages[d].ipu]]
+
+    def cycle(self, first: int, last: int, outputs: bool) -> Sequence:
+        """One pipeline cycle in which the stages ``first .. last`` work, for every simulated
+        replica; the stages' work is a :class:`~sim.program.Parallel`, each stage on its own IPU."""
+        ctx = self.ctx
+        seq = Sequence(name="pipeline cycle")
+        stages = ctx.stages[first:last + 1]
+        seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "to_ipu"))
+        seq.items.append(Parallel(self.work(first, last), "pipeline stages"))
+        if outputs:
+            seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
+
+        def copy_and_sync(r):
+            copies = tuple(self.copies[r](first, last))
+            return [IpuCopy(copies, "pipeline copy")] * bool(copies) + [ctx.replica_sync(r, "pipeline sync")]
+
+        seq.items += [i for i in ctx.for_replicas(copy_and_sync) if i is not None]
+        return seq
 
 
 def pipeline_cycles(ctx: Context, G: int, outputs_for, collapse: bool = True) -> Sequence:
     """The ``G + P - 1`` cycles for micro-batches ``0 .. G-1``; runs of equal cycles collapse.
 
-    ``outputs_for(m)`` says whether micro-batch ``m`` copies its outputs to the host.
+    ``outputs_for(m)`` says whether micro-batch ``m`` copies its outputs to the host. In cycle
+    ``c`` the stages ``first .. last`` work (``first = max(0, c - G + 1)``, ``last = min(P - 1, c)``).
     """
     P = len(ctx.stages)
     seq = Sequence(name="pipeline")
     previous, count = None, 0
+    cycles = _Cycles(ctx)
 
     def flush_run():
         if previous is None:
             return
-        body = _cycle(ctx, *previous)
-        seq.add(body if count == 1 else Repeat(count, body, "pipeline main" if len(previous[0]) == P else "cycles",
+        first, last, out = previous
+        body = cycles.cycle(first, last, out)
+        seq.add(body if count == 1 else Repeat(count, body, "pipeline main" if last - first + 1 == P else "cycles",
                                                collapse))
 
     for c in range(G + P - 1):
-        active = tuple(s for s in range(P) if 0 <= c - s < G)
+        first, last = max(0, c - G + 1), min(P - 1, c)
         # outputs leave from the stage that makes them; they follow that stage's micro-batch
-        out = any(outputs_for(c - s) for s in active if ctx.stages[s].host_outputs)
-        key = (active, out)
+        out = any(outputs_for(c - s) for s in cycles.host_outputs if first <= s <= last)
+        key = (first, last, out)
         if key == previous:
             count += 1
         else:
