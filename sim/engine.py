@@ -34,7 +34,10 @@ per IPU per category.
 
 from __future__ import annotations
 
+import gc
+import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,6 +112,7 @@ class Timeline:
     busy_by_tag: dict = field(default_factory=lambda: defaultdict(_busy))
     resources: set = field(default_factory=set)  # every resource a task held, requested or not
     events: int = 0  # SimPy events processed, summed over sub-simulations
+    event_seconds: float = 0.0  # wall seconds of SimPy's event loop processing them (for the benchmark)
     iteration_starts: list = field(default_factory=list)  # of a tagged (loop) simulation
 
     def place(self, offsets: np.ndarray, tag: int, rows_tag: int | None = None):
@@ -126,12 +130,12 @@ class Timeline:
         return recs, strs
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     """One node of the task graph: waits for ``deps``, holds resources, lasts its phases."""
 
     deps: list[int]
-    hold: list[tuple]  # resources held for the whole task, besides compute tiles
+    hold: list[tuple]  # resources held for the whole task (requested in sorted order), besides compute tiles
     phases: list[tuple[list[tuple], int]]  # (extra resources, cycles)
     ipu: int
     category: str
@@ -174,12 +178,12 @@ class StepTable:
                                                        "ipus", "busy")}
         self._arrays: dict[str, np.ndarray] = {}
 
-    def rows(self, items) -> np.ndarray | None:
+    def rows(self, items) -> list[int] | None:
         """The rows of ``items``, or None if one of them is not a step."""
         rows = [self.row.get(id(item)) for item in items]
         if None in rows:
             rows = [self._add(item) if r is None else r for item, r in zip(items, rows)]
-        return None if -1 in rows else np.array(rows, dtype=np.int64)
+        return None if -1 in rows else rows
 
     def _add(self, item) -> int:
         if id(item) in self.row:  # listed twice in one Parallel
@@ -222,9 +226,8 @@ class Block:
     ``entries[k]`` are done; ``lengths[k]`` is the cycles of the group's longest IPU, and
     ``lane_ends[k]`` lists ``(cycles, task)``: the lane-end tasks that later tasks wait for.
     Per row (a step, in program order): ``steps`` (its row in the :class:`StepTable`),
-    ``group`` and ``at`` (cycles from the group's start). Per IPU of ``ipus``: ``busy`` (its
-    cycles per breakdown category, a row each). ``held``: the resources the steps hold
-    besides tiles (each IPU's streaming memory), by IPU.
+    ``group`` and ``at`` (cycles from the group's start). ``held``: the resources the steps
+    hold besides tiles (an IPU's streaming memory), by IPU.
     """
 
     entries: list[list[int]]
@@ -233,8 +236,6 @@ class Block:
     steps: np.ndarray
     group: np.ndarray
     at: np.ndarray
-    ipus: np.ndarray
-    busy: np.ndarray
     held: dict[int, list[tuple]]
 
 
@@ -297,12 +298,12 @@ class Engine:
         return self._ipu_copy(c)[1]
 
     def _ipu_copy(self, c: IpuCopy) -> tuple[list[tuple], int]:
-        """(the link resources a copy holds, sorted; its cycles). Each transfer is timed once on
-        its own; where transfers share a link, each is timed with the bytes of its busiest link."""
+        """(the link resources a copy holds; its cycles). Each transfer is timed once on its
+        own; where transfers share a link, each is timed with the bytes of its busiest link."""
         alone = [self._transfers.get(t) or self._transfer(t) for t in c.transfers]
         links = [link for a in alone for link in a[0]]
         if len(set(links)) == len(links):  # no link carries two transfers
-            return sorted(links), max((a[1] for a in alone), default=0)
+            return links, max((a[1] for a in alone), default=0)
         # a link index per hop, then the bytes on each link and each transfer's busiest link
         index: dict[tuple, int] = {}
         hops = np.array([index.setdefault(link, len(index)) for link in links], dtype=np.int64)
@@ -310,9 +311,9 @@ class Engine:
         per_link = np.zeros(len(index), dtype=np.int64)
         np.add.at(per_link, hops, np.repeat(np.array([t[2] for t in c.transfers], dtype=np.int64), counts))
         busiest = np.maximum.reduceat(per_link[hops], np.cumsum(counts) - counts)
-        rates = np.array([a[2] for a in alone])
-        cycles = np.array([a[3] for a in alone], dtype=np.int64) + np.ceil(busiest / rates * self.system.ipu.clock_hz).astype(np.int64)
-        return sorted(index), int(cycles.max())
+        rates = np.array([a[2] for a in alone])  # bytes per second of each transfer's link
+        wire = np.ceil(busiest / rates * self.system.ipu.clock_hz).astype(np.int64)  # seconds_to_cycles
+        return list(index), int((np.array([a[3] for a in alone], dtype=np.int64) + wire).max())
 
     def _transfer(self, transfer: tuple[int, int, int]) -> tuple:
         """One transfer alone: (its link resources, its cycles: a link latency per hop plus its
@@ -422,39 +423,35 @@ class Engine:
 
         def parallel(p: Parallel):
             steps = self.steps.rows(p.items)
-            if steps is None or not len(steps):  # not independent steps: an ordinary Sequence
+            if not steps:  # not independent steps (or none): an ordinary Sequence
                 for sub in p.items:
                     walk(sub)
                 return
-            table = self.steps.arrays()
-            ipus, cycles = table["ipu"][steps], table["cycles"][steps]
-            # each lane's steps back to back: sort the rows by lane (keeping program order)
-            order = np.argsort(ipus, kind="stable")
-            heads = np.flatnonzero(np.r_[True, np.diff(ipus[order]) != 0])  # each lane's first row
-            counts = np.diff(np.r_[heads, len(order)])
-            before = np.cumsum(cycles[order]) - cycles[order]
-            at = np.empty_like(before)
-            at[order] = before - np.repeat(before[heads], counts)
-            lanes = ipus[order[heads]]
-            totals = np.add.reduceat(cycles[order], heads)
-            # lanes whose previous task is the same start together, as a group; groups are
-            # numbered in the order of their lanes' first steps
-            previous = [last.get(lane) for lane in lanes.tolist()]
-            first_steps = np.argsort(order[heads], kind="stable").tolist()
-            groups = {d: k for k, d in enumerate(dict.fromkeys(previous[j] for j in first_steps))}
-            group_of = np.array([groups[d] for d in previous], dtype=np.int64)
+            ipu_of, cycles_of, category_of = (self.steps.lists[c] for c in ("ipu", "cycles", "category"))
+            groups: dict = {}  # lanes whose previous task (or block point) is the same start together
+            lanes: dict[int, list[int]] = {}  # lane -> [its group, cycles of its steps so far]
+            held: dict[int, list[tuple]] = {}
+            group, at = [], []
+            for step in steps:
+                lane = ipu_of[step]
+                state = lanes.get(lane)
+                if state is None:
+                    state = lanes[lane] = [groups.setdefault(last.get(lane), len(groups)), 0]
+                group.append(state[0])
+                at.append(state[1])
+                state[1] += cycles_of[step]
+                if category_of[step] == "remote_io":
+                    held[lane] = [("streaming_memory", lane)]
+            lengths = [0] * len(groups)
+            for k, n in lanes.values():
+                lengths[k] = max(lengths[k], n)
             entries = [[] if d is None else [d] if type(d) is int else [lane_end(d)] for d in groups]
-            lengths = np.zeros(len(groups), dtype=np.int64)
-            np.maximum.at(lengths, group_of, totals)
-            remote = np.logical_or.reduceat(table["category"][steps][order] == "remote_io", heads)
-            held = {lane: [("streaming_memory", lane)] for lane in lanes[remote].tolist()}
-            group = np.empty_like(order)
-            group[order] = np.repeat(group_of, counts)
-            block = Block(entries, lengths.tolist(), [[] for _ in groups], steps, group, at, lanes,
-                          np.add.reduceat(table["busy"][steps][order], heads, axis=0), held)
-            b = emit(Task(sorted(set().union(*entries)), [], [([], int(lengths.max()))], int(ipus[0]), "parallel",
-                          p.name, tiles=tuple(lanes.tolist()), block=block), [])
-            last.update(zip(lanes.tolist(), zip([b] * len(lanes), group_of.tolist(), totals.tolist())))
+            block = Block(entries, lengths, [[] for _ in groups], np.array(steps, dtype=np.int64),
+                          np.array(group, dtype=np.int64), np.array(at, dtype=np.int64), held)
+            b = emit(Task(sorted(set().union(*entries)), [], [([], max(lengths))], ipu_of[steps[0]], "parallel",
+                          p.name, tiles=tuple(sorted(lanes)), block=block), [])
+            for lane, (k, n) in lanes.items():
+                last[lane] = (b, k, n)
 
         def stream(s: StreamCopy):
             lane = ("io", s.ipu, s.direction) if s.io_tiles else s.ipu
@@ -519,7 +516,8 @@ class Engine:
     # --- simulation ------------------------------------------------------------------------
     def run(self, program: Sequence) -> Timeline:
         """Simulate ``program`` from cycle 0."""
-        return self._simulate(program)
+        with _collector_paused():
+            return self._simulate(program)
 
     def _simulate_memo(self, body: Sequence, copies: int) -> Timeline:
         """``body`` simulated alone, ``copies`` times in a row (tagged by copy when > 1)."""
@@ -534,7 +532,7 @@ class Engine:
         env = simpy.Environment()
         resources: dict[tuple, simpy.Resource] = {}
         contended = contention(tasks)
-        done = [env.event() for _ in tasks]
+        done: list[simpy.Event] = []  # per task: its process (an event that fires at its end)
         start = np.zeros(len(tasks), dtype=np.int64)
         end = np.zeros(len(tasks), dtype=np.int64)
         group_start: dict[int, list[int]] = {}  # block task -> start of each group
@@ -551,24 +549,25 @@ class Engine:
                     f"{name!r} of {show_number(cycles)} cycles, beyond what the simulator counts; an option, "
                     "a model size or a system value is far out of range: check them")
 
-        def acquire(keys, also: bool):
-            """Request the contended resources among ``keys``; if there are none but the task holds
-            some (``keys`` or ``also``), one zero-delay step stands for their requests."""
-            reqs = [(res(k), res(k).request()) for k in keys if contended[k]]
-            for _, req in reqs:
-                yield req
-            if not reqs and (keys or also):
-                yield env.timeout(0)
-            return reqs
-
         def process(i: int, t: Task):
+            # a task holding resources, none of them contended, makes one zero-delay step
+            # where the requests would have been granted
             if t.deps:
                 yield env.all_of([done[d] for d in t.deps])
-            held = yield from acquire(t.hold, bool(t.tiles))
+            held = [(res(k), res(k).request()) for k in sorted(k for k in t.hold if contended[k])] if t.hold else ()
+            for _, req in held:
+                yield req
+            if not held and (t.hold or t.tiles):
+                yield env.timeout(0)
             start[i] = env.now
             for extra, cycles in t.phases:
-                reqs = yield from acquire(extra, False)
-                check(t, t.name, cycles)
+                reqs = [(res(k), res(k).request()) for k in extra if contended[k]] if extra else ()
+                for _, req in reqs:
+                    yield req
+                if extra and not reqs:
+                    yield env.timeout(0)
+                if env.now + cycles > MAX_CYCLES:
+                    check(t, t.name, cycles)
                 if cycles:
                     yield env.timeout(cycles)
                 for r, req in reqs:
@@ -576,7 +575,6 @@ class Engine:
             for r, req in held:
                 r.release(req)
             end[i] = env.now
-            done[i].succeed()
 
         def group(i: int, block: Block, k: int):
             """Group ``k`` of a block: its start, then its lane ends in time order."""
@@ -594,27 +592,33 @@ class Engine:
                 start[m] = end[m] = env.now
                 done[m].succeed()
 
-        for i, t in enumerate(tasks):
+        for i, t in enumerate(tasks):  # a task's process waits only for earlier tasks
             if t.block is not None:
                 group_start[i] = [0] * len(t.block.entries)
+                done.append(None)  # later tasks wait for its lane ends
                 for k in range(len(t.block.entries)):
                     env.process(group(i, t.block, k))
-            elif t.lane_end is None:
-                env.process(process(i, t))
+            elif t.lane_end is not None:
+                done.append(env.event())
+            else:
+                done.append(env.process(process(i, t)))
         events = 0
+        clock = time.perf_counter()
         while True:  # env.run(), counting events for the benchmark
             try:
                 env.step()
             except simpy.core.EmptySchedule:
                 break
             events += 1
+        loop_seconds = time.perf_counter() - clock
         for i, starts in group_start.items():
             start[i] = min(starts)
             end[i] = max(s + n for s, n in zip(starts, tasks[i].block.lengths))
         total = int(end.max()) if len(tasks) else 0
-        used = set(contended) | {("tiles", ipu) for t in tasks for ipu in t.tiles}
+        used = set(contended) | {("tiles", ipu) for ipu in set().union(*(t.tiles for t in tasks))}
         tl = self._collect(tasks, start, end, total, used, group_start)
         tl.events += events
+        tl.event_seconds += loop_seconds
         if tagged:
             steps = np.array([t.lane_end is None for t in tasks])
             tags = np.array([t.tag for t in tasks])
@@ -629,11 +633,12 @@ class Engine:
         columns = ("ipu", "category", "name", "start", "end", "nbytes", "detail", "tag", "ipus")
         pieces: list[dict] = []  # runs of records, as arrays per column
         plain: dict[str, list] = {c: [] for c in columns}
+        ipu, category, name, starts, ends, nbytes, detail, tags, ipus = plain.values()
         shared: dict[tuple, int] = defaultdict(int)  # (tag, category, IPUs) -> cycles on each of the IPUs
-        blocks: dict[int, list] = defaultdict(list)  # tag -> (IPUs, their busy cycles by category) of blocks
+        blocks: dict[int, list] = defaultdict(list)  # tag -> the step-table rows of its blocks
 
         def flush():
-            if plain["ipu"]:
+            if ipu:
                 pieces.append({c: _objects(v) if c in ("category", "name", "ipus") else
                                list(v) if c == "detail" else np.array(v, dtype=np.int64) for c, v in plain.items()})
                 for v in plain.values():
@@ -649,11 +654,17 @@ class Engine:
             elif t.block is not None:
                 flush()
                 pieces.append(self._block_records(t, group_start[i]))
-                blocks[t.tag].append((t.block.ipus, t.block.busy))
+                blocks[t.tag].append(t.block.steps)
             else:
-                for c, v in zip(columns, (t.ipu, t.category, t.name, start[i], end[i], t.nbytes, t.detail, t.tag,
-                                          t.tiles or (t.ipu,))):
-                    plain[c].append(v)
+                ipu.append(t.ipu)
+                category.append(t.category)
+                name.append(t.name)
+                starts.append(start[i])
+                ends.append(end[i])
+                nbytes.append(t.nbytes)
+                detail.append(t.detail)
+                tags.append(t.tag)
+                ipus.append(t.tiles or (t.ipu,))
                 if t.stream is not None:
                     streams.append(i)
                 cycles = int(end[i] - start[i])
@@ -667,17 +678,26 @@ class Engine:
                 elif t.category != "host_prefetch":
                     busy[t.ipu][t.category] += cycles
         flush()
-        for (tag, category, ipus), cycles in shared.items():
+        by_kind: dict[tuple, list] = defaultdict(list)  # (tag, category) -> [(IPUs, cycles on each)]
+        for (tag, kind, members), cycles in shared.items():
+            by_kind[tag, kind].append((members, cycles))
+        for (tag, kind), parts in by_kind.items():  # each IPU's share, summed with numpy
+            members = np.fromiter((i for m, _ in parts for i in m), dtype=np.int64)
+            cycles = np.repeat(np.array([c for _, c in parts], dtype=np.int64), [len(m) for m, _ in parts])
+            per_ipu = np.zeros(int(members.max()) + 1, dtype=np.int64)
+            np.add.at(per_ipu, members, cycles)
             busy = tl.busy_by_tag[tag]
-            for ipu in ipus:
-                busy[ipu][category] += cycles
-        for tag, parts in blocks.items():
-            ipus = np.concatenate([p[0] for p in parts])
-            total = np.zeros((int(ipus.max()) + 1, len(CATEGORIES)), dtype=np.int64)
-            np.add.at(total, ipus, np.concatenate([p[1] for p in parts]))
+            for i in np.unique(members).tolist():
+                busy[i][kind] += int(per_ipu[i])
+        table = self.steps.arrays()
+        for tag, rows in blocks.items():  # the busy cycles of the blocks' steps, by IPU
+            rows = np.concatenate(rows)
+            lanes, lane_of = np.unique(table["ipu"][rows], return_inverse=True)
+            total = np.zeros((len(lanes), len(CATEGORIES)), dtype=np.int64)
+            np.add.at(total, lane_of, table["busy"][rows])
             busy = tl.busy_by_tag[tag]
-            for ipu, j in zip(*np.nonzero(total)):
-                busy[int(ipu)][CATEGORIES[j]] += int(total[ipu, j])
+            for j, c in zip(*np.nonzero(total)):
+                busy[int(lanes[j])][CATEGORIES[c]] += int(total[j, c])
         if pieces:
             records = {c: [x for piece in pieces for x in piece[c]] if c == "detail"
                        else np.concatenate([piece[c] for piece in pieces]) for c in columns}
@@ -694,9 +714,9 @@ class Engine:
         for i in macros:
             self._place_macro(tl, tl.busy_by_tag[tasks[i].tag], tasks[i], int(start[i]))
         for per_tag in tl.busy_by_tag.values():
-            for ipu, cats in per_tag.items():
+            for i, cats in per_tag.items():
                 for cat, c in cats.items():
-                    tl.busy[ipu][cat] += c
+                    tl.busy[i][cat] += c
         return tl
 
     def _block_records(self, t: Task, group_start: list[int]) -> dict:
@@ -719,6 +739,7 @@ class Engine:
         """Records, streams and busy cycles of a repeated body placed at cycle ``at``."""
         kind, count, sub = t.macro[:3]
         tl.events += sub.events
+        tl.event_seconds += sub.event_seconds
         tl.resources |= sub.resources
         if kind == "tile":
             offsets = at + np.arange(count, dtype=np.int64) * sub.total_cycles
@@ -744,6 +765,20 @@ class Engine:
                 for ipu, cats in per_tag.items():
                     for cat, c in cats.items():
                         busy[ipu][cat] += factor * c
+
+
+@contextmanager
+def _collector_paused():
+    """Pause Python's cyclic garbage collector while a run allocates its many short-lived
+    objects (tasks, events, processes), which it would otherwise walk over and over; the run's
+    garbage is collected after it. The collector is restored even on an error."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def contention(tasks: list[Task]) -> dict[tuple, bool]:

@@ -173,7 +173,7 @@ class Parallel(Sequence):
     and streaming memory, so the IPUs neither wait for nor contend with each other. A plain
     :class:`Sequence` of the same items means the same; the engine times a Parallel as a whole
     (one task per group of IPUs that start together) instead of a task per step. Items of any
-    other kind make it an ordinary Sequence.
+    other kind make it an ordinary Sequence; no item elsewhere may name its items in ``after``.
     """
 
 

@@ -132,7 +132,7 @@ def test_pipelined_backward_stage_recomputes_one_layer_just_before_its_gradients
     assert [s.index for s in ex.stages if backward.index in s.sends] == [backward.index - 1]
     # recomputation is charged: every recomputed op runs again, labelled as such
     run = sim.run_executable(ex)
-    ops = run.op_trace()
+    ops = run.op_trace(expand=True)  # every run of the ops, not each once with its repeats
     again = ops[ops["name"].str.endswith("(recompute)") & (ops["ipu"] == 1)]
     priced = [op for op in backward.recomputed if ex.costs[op.name].cycles > 0]
     assert len(again) == len(priced) * 16  # every micro-batch of the accumulation

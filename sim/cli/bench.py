@@ -1,24 +1,42 @@
-"""Benchmarks of the simulator's own speed, as ratios to raw SimPy speed on the same machine.
+"""Benchmarks of the simulator's own speed, each as a ratio to a baseline measured in the same run.
 
-Run ``python -m sim.cli.bench`` (or ``ipusim bench``). Each workload is simulated ``repeats`` times;
-the best wall time is reported next to the raw SimPy event rate measured in the same process,
-and as "raw-event equivalents" (wall time x raw rate): how many bare SimPy timeouts the
-machine could have processed in the time the simulation took. That ratio, not the seconds,
-is what to compare across machines.
+Run ``ipusim bench`` (or ``python -m sim.cli.bench``). Wall times depend on the machine; the
+ratios much less, so they are what to compare across machines (and what
+``tests/benchmarks/test_speed.py`` guards):
+
+* engine: SimPy events per second in the engine's event loop, and over the whole simulation
+  (building the task graph and the records included), as a fraction of bare SimPy timeouts
+  per second (:func:`raw_simpy_rate`);
+* pipeline depth: building the program of a pipelined model and simulating it, for one model
+  (BERT, 64 layers) on d = 1, 8, 16, 32, 64 IPUs (2d + 1 pipeline stages in training), as a
+  multiple of d = 1;
+* device iterations: :meth:`Run.op_trace` and the results (perf counters, the four latencies,
+  the summary) at 10, 1000 and 10000 device iterations, as multiples of 1 device iteration,
+  with the op trace's peak memory;
+* import: ``import sim`` in a fresh interpreter, as a multiple of ``import numpy``;
+* workloads: three whole simulations (compile and simulate), as raw-event equivalents (wall
+  time x raw SimPy rate: how many bare SimPy timeouts the machine could have processed).
+
+Times are the best of ``repeats`` runs, in seconds unless a column says ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
+import tracemalloc
 
-import pandas as pd
 import simpy
 
 import models
 
 from .. import OutOfMemoryError, Options, compile, run_executable
 from ..options import TensorLocationSettings
+
+DEPTHS = (1, 8, 16, 32, 64)  # IPUs of the pipeline-depth benchmark
+DEVICE_ITERATIONS = (1, 10, 1000, 10000)
 
 
 def raw_simpy_rate(events: int = 200_000) -> float:
@@ -35,6 +53,92 @@ def raw_simpy_rate(events: int = 200_000) -> float:
     return events / (time.perf_counter() - t0)
 
 
+def _best(repeats: int, fn):
+    """(least wall seconds over ``repeats`` calls of ``fn``, the last call's result)."""
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def pipeline_depth(depths=DEPTHS, repeats: int = 3, system: str = "ipu-pod64") -> list[dict]:
+    """One row per depth d: BERT training (64 layers, hidden 256, micro-batch 1, sequence 128,
+    gradient accumulation 4d) on d IPUs, 64/d layers each. ``schedule_s`` is building the
+    program (``Executable.timings``), ``simulate_s`` running it; ``cost_s`` their sum."""
+    rows = []
+    for d in depths:
+        graph = models.get("bert-base", micro_batch=1, seq_len=128, num_layers=64, hidden=256, heads=4,
+                           layers_per_ipu=[64 // d] * d if d > 1 else None)
+        options = Options()
+        options.Training.gradientAccumulation(4 * d)
+        compile_s, schedule_s = float("inf"), float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ex = compile(graph, system, options, training=True)
+            compile_s = min(compile_s, time.perf_counter() - t0)
+            schedule_s = min(schedule_s, ex.timings["schedule"])
+        runs = [run_executable(ex) for _ in range(repeats)]
+        simulate_s = min(run.wall_seconds for run in runs)
+        rows.append({"ipus": d, "stages": len(ex.stages), "compile_s": compile_s, "schedule_s": schedule_s,
+                     "simulate_s": simulate_s, "cost_s": schedule_s + simulate_s,
+                     "simpy_events": runs[0].timeline.events,
+                     "event_loop_s": min(run.timeline.event_seconds for run in runs)})
+    base = rows[0]["cost_s"]
+    for row in rows:
+        row["cost_vs_first"] = row["cost_s"] / base
+    return rows
+
+
+def _di_workload(device_iterations: int):
+    """BERT-base training, 12 layers pipelined over 4 IPUs, micro-batch 1, sequence 128, GA 16."""
+    options = Options().deviceIterations(device_iterations)
+    options.Training.gradientAccumulation(16)
+    graph = models.get("bert-base", micro_batch=1, seq_len=128, num_layers=12, layers_per_ipu=[3, 3, 3, 3])
+    return compile(graph, "ipu-m2000", options, training=True, optimizer="adam")
+
+
+def device_iterations(counts=DEVICE_ITERATIONS, repeats: int = 3) -> list[dict]:
+    """One row per device-iteration count: simulate, op_trace() (time and peak traced memory)
+    and the results (perf counters, the four latencies, the summary), each computed afresh."""
+    rows = []
+    for n in counts:
+        ex = _di_workload(n)
+        simulate_s, run = _best(repeats, lambda: run_executable(ex))
+        run.op_trace()  # the first call imports pandas; time the later ones
+        op_trace_s, ops = _best(repeats, run.op_trace)
+        tracemalloc.start()
+        run.op_trace()
+        op_trace_mb = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.stop()
+
+        def results():
+            fresh = run_executable(ex)  # new Run: nothing cached
+            t0 = time.perf_counter()
+            fresh.perf_counters, fresh.latency, fresh.host_ipu_latency, fresh.compute_latency
+            fresh.ipu_host_latency, fresh.summary()
+            return time.perf_counter() - t0
+        results_s = min(results() for _ in range(repeats))
+        rows.append({"device_iterations": n, "simulate_s": simulate_s, "op_trace_s": op_trace_s,
+                     "op_trace_rows": len(ops), "op_trace_peak_mb": op_trace_mb, "results_s": results_s,
+                     "stamps_per_input": len(run.perf_counters["input"][0])})
+    for key in ("simulate_s", "op_trace_s", "results_s"):
+        for row in rows:
+            row[key.replace("_s", "_vs_first")] = row[key] / rows[0][key]
+    return rows
+
+
+def import_time(repeats: int = 3) -> dict:
+    """Seconds of ``import sim`` and of ``import numpy`` in fresh interpreters (best of ``repeats``)."""
+    def seconds(module: str) -> float:
+        code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+        return min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                        check=True).stdout) for _ in range(repeats))
+    sim_s, numpy_s = seconds("sim"), seconds("numpy")
+    return {"import_sim_s": sim_s, "import_numpy_s": numpy_s, "sim_vs_numpy": sim_s / numpy_s}
+
+
 def _largest_bert_large_that_fits(system: str, options: Options) -> tuple[int, object]:
     """BERT-large training with as many layers as fit on one IPU (24 down to 1)."""
     for layers in (24, 16, 12, 10, 8, 6, 4, 3, 2, 1):
@@ -47,7 +151,7 @@ def _largest_bert_large_that_fits(system: str, options: Options) -> tuple[int, o
 
 
 def workloads(system: str = "ipu-mk2"):
-    """(label, build-and-compile function) for each benchmark workload."""
+    """(label, build-and-compile function) for each whole-simulation workload."""
     def bert():
         o = Options()
         o.Training.gradientAccumulation(16)
@@ -69,31 +173,38 @@ def workloads(system: str = "ipu-mk2"):
     return [bert, resnet, bert_pod16]
 
 
-def run_benchmarks(system: str = "ipu-mk2", repeats: int = 3) -> pd.DataFrame:
-    """One row per workload: compile and simulate wall times, SimPy events, ratios."""
-    rate = raw_simpy_rate()
+def whole_simulations(rate: float, system: str = "ipu-mk2", repeats: int = 3) -> list[dict]:
+    """One row per workload: compile and simulate wall times, SimPy events, raw-event equivalents."""
     rows = []
     for make in workloads(system):
-        best_compile = best_sim = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            label, ex = make()
-            t1 = time.perf_counter()
-            run = run_executable(ex)
-            t2 = time.perf_counter()
-            best_compile = min(best_compile, t1 - t0)
-            best_sim = min(best_sim, t2 - t1)
-        total = best_compile + best_sim
+        compile_s, (label, ex) = _best(repeats, make)
+        simulate_s, run = _best(repeats, lambda: run_executable(ex))
         rows.append({"workload": label, "system": ex.system.name, "simulated_cycles": run.cycle_count,
-                     "compile_s": best_compile, "simulate_s": best_sim, "total_s": total,
-                     "simpy_events": run.timeline.events, "raw_simpy_events_per_s": rate,
-                     "raw_event_equivalents": total * rate})
-    return pd.DataFrame(rows)
+                     "compile_s": compile_s, "simulate_s": simulate_s, "simpy_events": run.timeline.events,
+                     "raw_event_equivalents": (compile_s + simulate_s) * rate})
+    return rows
+
+
+def run_benchmarks(system: str = "ipu-mk2", repeats: int = 3) -> dict[str, list[dict]]:
+    """Every benchmark: table name -> rows."""
+    rate = max(raw_simpy_rate() for _ in range(repeats))
+    depth = pipeline_depth(repeats=repeats)
+    deepest = depth[-1]
+    engine = [{"raw_simpy_timeouts_per_s": rate, "workload": f"pipeline of {deepest['ipus']} IPUs",
+               "simpy_events": deepest["simpy_events"],
+               "event_loop_events_per_s": deepest["simpy_events"] / deepest["event_loop_s"],
+               "whole_run_events_per_s": deepest["simpy_events"] / deepest["simulate_s"]}]
+    for row in engine:
+        row["event_loop_vs_raw"] = row["event_loop_events_per_s"] / rate
+        row["whole_run_vs_raw"] = row["whole_run_events_per_s"] / rate
+    return {"engine": engine, "pipeline depth": depth, "device iterations": device_iterations(repeats=repeats),
+            "import": [import_time(repeats)], "workloads": whole_simulations(rate, system, repeats)}
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--system", default="ipu-mk2", help="system config (default: ipu-mk2)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per workload; the best counts")
+    parser.add_argument("--system", default="ipu-mk2", help="system of the whole-simulation workloads "
+                                                            "(default: ipu-mk2)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best counts")
     parser.set_defaults(func=_cmd_bench, subparser=parser)
     return parser
 
@@ -105,16 +216,21 @@ def add_subcommand(subparsers) -> argparse.ArgumentParser:
 
 
 def _cmd_bench(args, parser) -> int:
+    import pandas as pd
+
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    df = run_benchmarks(args.system, args.repeats)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(df.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+    for name, rows in run_benchmarks(args.system, args.repeats).items():
+        with pd.option_context("display.width", 200, "display.max_columns", 20):
+            print(f"{name}:")
+            print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+            print()
     return 0
 
 
 def main(argv=None) -> int:
-    args = _configure(argparse.ArgumentParser(prog="ipusim bench", description=__doc__.splitlines()[0])).parse_args(argv)
+    parser = argparse.ArgumentParser(prog="ipusim bench", description=__doc__.splitlines()[0])
+    args = _configure(parser).parse_args(argv)
     return args.func(args, args.subparser)
 
 

@@ -44,9 +44,10 @@ def latency(counters: dict, start_key: str, start_reduce, end_key: str, end_redu
     return (min(durations), max(durations), sum(durations) / len(durations))
 
 
-def _reduce_steps(per_tensor: list[list[float]], reduce) -> np.ndarray:
-    """One stamp per transfer index: ``reduce`` (min or max) over the tensors' stamps."""
-    if not per_tensor or not per_tensor[0]:
+def _reduce_steps(per_tensor: list, reduce) -> np.ndarray:
+    """One stamp per transfer index: ``reduce`` (min or max) over the tensors' stamps (lists or
+    arrays, one per tensor)."""
+    if not len(per_tensor) or not len(per_tensor[0]):
         return np.empty(0)
     steps = min(len(stamps) for stamps in per_tensor)
     if reduce in (min, max) and steps:  # the usual case, vectorised: one row per tensor

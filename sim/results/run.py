@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from . import perfcounters
 from ..compiler.executable import Executable
@@ -15,6 +15,21 @@ from ..engine import Timeline
 from ..program import CATEGORIES
 
 TRACE_COLUMNS = ["ipu", "replica", "represents", "kind", "name", "start", "end", "cycles", "bytes"]
+OP_TRACE_COLUMNS = ["ipu", "task", "name", "kind", "start", "end", "exchange", "sync", "compute", "launch",
+                    "exchange_setup", "flops", "exchange_bytes"]
+
+
+class _OnFirstUse:
+    """A module imported when one of its names is first used, so ``import sim`` does not load it."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+pd = _OnFirstUse("pandas")
 
 
 @dataclass
@@ -60,45 +75,62 @@ class Run:
     @cached_property
     def perf_counters(self) -> dict[str, list[list[float]]]:
         """``getPerfCounters()``: host timestamps (seconds from the run's start) per tensor."""
+        return {k: perfcounters.normalize([stamps.tolist() for stamps in per_tensor])
+                for k, per_tensor in self._stamps.items()}
+
+    @cached_property
+    def _stamps(self) -> dict[str, list[np.ndarray]]:
+        """The perf counters as arrays (seconds): per key, one array per input (or output),
+        each step-major and replica-minor. Built once per run, without going through lists."""
         ex = self.executable
         g = ex.graph
-        clock = ex.system.ipu.clock_hz
-        result = {k: [[] for _ in g.inputs] if k.startswith("input") else [[] for _ in g.outputs]
+        result = {k: [np.empty(0) for _ in (g.inputs if k.startswith("input") else g.outputs)]
                   for k in perfcounters.KEYS}
         if ex.options.synthetic_data or not self.timeline.streams:
-            return {k: perfcounters.normalize(v) for k, v in result.items()}
-        ev = _expand_streams(self.timeline)
+            return result
+        clock = ex.system.ipu.clock_hz
         R = ex.options.replication_factor
         simulated = ex.simulated_replicas
         for direction, (k_start, k_end) in (("to_ipu", ("input", "input_complete")),
                                              ("from_ipu", ("output", "output_complete"))):
-            sel = ev[ev["direction"] == direction]
-            for stream, rows in sel.groupby("stream", sort=True):
-                # per replica, in time order; replicas not simulated repeat a simulated one's
-                per_replica = {r: grp.sort_values("start", kind="stable") for r, grp in rows.groupby("replica")}
-                ordered = [per_replica[simulated[r % len(simulated)]] for r in range(R)]
-                starts = np.stack([o["start"].to_numpy() for o in ordered], axis=1).ravel()
-                ends = np.stack([o["end"].to_numpy() for o in ordered], axis=1).ravel()
-                result[k_start][stream] = (starts / clock).tolist()  # step-major, replica-minor
-                result[k_end][stream] = (ends / clock).tolist()
-        return {k: perfcounters.normalize(v) for k, v in result.items()}
+            stream, replica, start, end = _expand_streams(self.timeline, direction)
+            order = np.lexsort((start, replica, stream))  # stable: by stream, replica, then time
+            stream, replica, start, end = stream[order], replica[order], start[order], end[order]
+            for s, first, count in zip(*np.unique(stream, return_index=True, return_counts=True)):
+                rows = slice(first, first + count)
+                replicas, per_replica = np.unique(replica[rows], return_counts=True)
+                if len(set(per_replica.tolist())) != 1:
+                    raise ValueError(f"stream {s}: the simulated replicas made {per_replica.tolist()} copies")
+                # replicas not simulated repeat a simulated one's stamps
+                row_of = {int(x): i for i, x in enumerate(replicas)}
+                pick = [row_of[simulated[r % len(simulated)]] for r in range(R)]
+                for key, stamps in ((k_start, start), (k_end, end)):
+                    steps = stamps[rows].reshape(len(replicas), -1)[pick]  # replica x step
+                    result[key][int(s)] = steps.T.ravel() / clock  # step-major, replica-minor
+        return result
+
+    @cached_property
+    def _latencies(self) -> dict[str, tuple[float, float, float]]:
+        """The four latencies (min, max, avg) in seconds, computed once from the perf counters."""
+        counters = {k: per_tensor or [np.empty(0)] for k, per_tensor in self._stamps.items()}
+        return {name: getattr(perfcounters, kind)(counters) for name, kind in self.LATENCIES.items()}
 
     @property
     def latency(self) -> tuple[float, float, float]:
         """``getLatency()``: round trip (min, max, avg) in seconds."""
-        return perfcounters.round_trip(self.perf_counters)
+        return self._latencies["latency"]
 
     @property
     def host_ipu_latency(self) -> tuple[float, float, float]:
-        return perfcounters.host_to_ipu(self.perf_counters)
+        return self._latencies["host_ipu_latency"]
 
     @property
     def compute_latency(self) -> tuple[float, float, float]:
-        return perfcounters.compute(self.perf_counters)
+        return self._latencies["compute_latency"]
 
     @property
     def ipu_host_latency(self) -> tuple[float, float, float]:
-        return perfcounters.ipu_to_host(self.perf_counters)
+        return self._latencies["ipu_host_latency"]
 
     #: Run attribute -> perfcounters latency
     LATENCIES = {"latency": "round_trip", "host_ipu_latency": "host_to_ipu", "compute_latency": "compute",
@@ -192,31 +224,22 @@ class Run:
         df["represents"] = 1
         return df.sort_values(["start", "ipu"], kind="stable").reset_index(drop=True)
 
-    def op_trace(self) -> pd.DataFrame:
-        """One row per op of every compute task: its exchange, sync and compute cycles, and the
-        fixed parts of them (``launch`` of compute, ``exchange_setup`` of exchange)."""
-        frames = []
-        for r in self.timeline.records:
-            for i, ops in enumerate(r.detail):
-                if ops is None or not len(ops.names):
-                    continue
-                cycles = ops.cycles
-                first = r.start[i] + np.concatenate([[0], np.cumsum(cycles)[:-1]])
-                n, k = len(cycles), len(r.offsets)
-                start = np.tile(first, k) + np.repeat(r.offsets, n)
-                frames.append(pd.DataFrame({
-                    "ipu": r.ipu[i], "task": r.name[i], "name": np.tile(np.array(ops.names, dtype=object), k),
-                    "kind": np.tile(np.array(ops.kinds, dtype=object), k), "start": start,
-                    "end": start + np.tile(cycles, k), "exchange": np.tile(ops.exchange, k),
-                    "sync": np.tile(ops.sync, k), "compute": np.tile(ops.compute, k),
-                    "launch": np.tile(ops.parts()["launch"], k),
-                    "exchange_setup": np.tile(ops.parts()["exchange_setup"], k),
-                    "flops": np.tile(ops.flops, k), "exchange_bytes": np.tile(ops.exchange_bytes, k)}))
-        if not frames:
-            return pd.DataFrame(columns=["ipu", "task", "name", "kind", "start", "end", "exchange",
-                                         "sync", "compute", "launch", "exchange_setup", "flops",
-                                         "exchange_bytes"])
-        return pd.concat(frames, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
+    def op_trace(self, expand: bool = False) -> pd.DataFrame:
+        """One row per op of the compute tasks, in time order: ipu, task, name, kind, start,
+        end, its exchange, sync and compute cycles and the fixed parts of them (``launch`` of
+        compute, ``exchange_setup`` of exchange), flops and exchange_bytes. Times in cycles.
+
+        Work the simulation repeats (device iterations, accumulation, a pipeline's main
+        cycles) is listed once, at its first run, with ``repeats``: how many times those ops
+        ran; so the frame does not grow with device iterations. ``expand=True`` writes every
+        run out instead (a row per op per run, no ``repeats`` column).
+        """
+        pieces = [piece for r in self.timeline.records for piece in [_op_rows(r, expand)] if piece]
+        columns = OP_TRACE_COLUMNS + ([] if expand else ["repeats"])
+        if not pieces:
+            return pd.DataFrame(columns=columns)
+        df = pd.DataFrame({c: np.concatenate([piece[c] for piece in pieces]) for c in columns})
+        return df.sort_values("start", kind="stable").reset_index(drop=True)
 
     @cached_property
     def breakdown(self) -> pd.DataFrame:
@@ -320,12 +343,49 @@ class Run:
         }
 
 
-def _expand_streams(tl: Timeline) -> pd.DataFrame:
-    frames = []
+def _expand_streams(tl: Timeline, direction: str) -> tuple[np.ndarray, ...]:
+    """Every stream copy in ``direction`` at every offset: (stream, replica, start, end), times in
+    cycles."""
+    columns: tuple[list, ...] = ([], [], [], [])
     for s in tl.streams:
-        n, k = len(s.start), len(s.offsets)
+        mine = s.direction == direction
+        n, k = int(mine.sum()), len(s.offsets)
         off = np.repeat(s.offsets, n)
-        frames.append(pd.DataFrame({"direction": np.tile(s.direction, k), "stream": np.tile(s.stream, k),
-                                    "replica": np.tile(s.replica, k), "start": np.tile(s.start, k) + off,
-                                    "end": np.tile(s.end, k) + off}))
-    return pd.concat(frames, ignore_index=True)
+        for column, values in zip(columns, (np.tile(s.stream[mine], k), np.tile(s.replica[mine], k),
+                                            np.tile(s.start[mine], k) + off, np.tile(s.end[mine], k) + off)):
+            column.append(values)
+    return tuple(np.concatenate(c) for c in columns)
+
+
+def _op_rows(r, expand: bool) -> dict[str, np.ndarray] | None:
+    """The op-trace columns of one chunk of records: per task row, its ops in order; with
+    ``expand``, once per offset (row, then offset, then op), else once at the first offset."""
+    rows = [i for i, ops in enumerate(r.detail) if ops is not None and len(ops.names)]
+    k = len(r.offsets)
+    if not rows or not k:
+        return None
+    steps = [r.detail[i] for i in rows]
+    n = np.array([len(ops.names) for ops in steps])
+    cycles = np.concatenate([ops.cycles for ops in steps])
+    row = np.repeat(np.arange(len(rows)), n)
+    within = np.cumsum(cycles) - cycles  # cycles before each op, counted from the chunk's first op
+    first = r.start[rows][row] + within - np.repeat(within[np.cumsum(n) - n], n)
+    parts = [ops.parts() for ops in steps]
+    values = {"ipu": r.ipu[rows][row], "task": r.name[rows][row],
+              "name": np.array([x for ops in steps for x in ops.names], dtype=object),
+              "kind": np.array([x for ops in steps for x in ops.kinds], dtype=object),
+              **{c: np.concatenate([getattr(ops, c) for ops in steps])
+                 for c in ("exchange", "sync", "compute", "flops", "exchange_bytes")},
+              **{c: np.concatenate([p[c] for p in parts]) for c in ("launch", "exchange_setup")}}
+    if expand:  # each row's ops once per offset, as they ran
+        heads = np.cumsum(n) - n
+        index = np.concatenate([np.tile(np.arange(h, h + m), k) for h, m in zip(heads, n)])
+        offsets = np.concatenate([np.repeat(r.offsets, m) for m in n])
+    else:
+        index, offsets = np.arange(len(cycles)), np.full(len(cycles), r.offsets[0])
+    out = {c: v[index] for c, v in values.items()}
+    out["start"] = first[index] + offsets
+    out["end"] = out["start"] + cycles[index]
+    if not expand:
+        out["repeats"] = np.full(len(cycles), k, dtype=np.int64)
+    return out

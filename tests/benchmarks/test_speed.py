@@ -1,0 +1,62 @@
+"""Benchmarks: the simulator's speed as ratios measured in the same process (not timed unit tests).
+
+The same measurements as ``ipusim bench`` (:mod:`sim.cli.bench`):
+
+* a pipeline 8 times deeper (one model on 64 IPUs instead of 8: 129 pipeline stages instead of
+  17) costs at most 8 times as much to build and simulate;
+* ``Run.op_trace()`` at 10000 device iterations costs at most twice what it costs at 10, and
+  stays small in memory (it lists repeated work once);
+* the engine's event loop processes SimPy events at least 30 % as fast as bare SimPy timeouts.
+
+    python -m pytest -s tests/benchmarks/test_speed.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sim.cli import bench
+
+
+@pytest.fixture(scope="module")
+def depth():
+    """The pipeline-depth benchmark at 8 and 64 IPUs (best of 3 each)."""
+    return {row["ipus"]: row for row in bench.pipeline_depth(depths=(8, 64), repeats=3)}
+
+
+@pytest.mark.benchmark
+def test_a_pipeline_eight_times_deeper_costs_at_most_eight_times_as_much(depth):
+    ratio = depth[64]["cost_s"] / depth[8]["cost_s"]
+    print(f"\npipeline of 64 IPUs ({depth[64]['stages']} stages) / 8 IPUs ({depth[8]['stages']} stages): "
+          f"{ratio:.2f}x to build and simulate; SimPy events {depth[64]['simpy_events']} / {depth[8]['simpy_events']}")
+    assert ratio <= 8
+    assert depth[64]["simpy_events"] <= 8 * depth[8]["simpy_events"]  # events linear in depth
+
+
+@pytest.mark.benchmark
+def test_op_trace_does_not_grow_with_device_iterations():
+    rows = {row["device_iterations"]: row for row in bench.device_iterations(counts=(10, 10000), repeats=7)}
+    ratio = rows[10000]["op_trace_s"] / rows[10]["op_trace_s"]
+    print(f"\nop_trace at 10000 / 10 device iterations: {ratio:.2f}x, {rows[10000]['op_trace_peak_mb']:.1f} MB")
+    assert ratio <= 2
+    assert rows[10000]["op_trace_rows"] == rows[10]["op_trace_rows"]
+    assert rows[10000]["op_trace_peak_mb"] < 200
+
+
+@pytest.mark.benchmark
+def test_engine_event_loop_keeps_up_with_bare_simpy(depth):
+    raw = max(bench.raw_simpy_rate() for _ in range(3))
+    deepest = depth[64]
+    loop = deepest["simpy_events"] / deepest["event_loop_s"]
+    print(f"\nengine event loop {loop:,.0f} events/s = {loop / raw:.0%} of bare SimPy timeouts ({raw:,.0f}/s)")
+    assert loop >= 0.3 * raw
+
+
+def test_import_sim_loads_neither_pandas_nor_matplotlib():
+    """``import sim`` stays quick: pandas and matplotlib load where a result view needs them."""
+    code = "import sys, sim; print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
