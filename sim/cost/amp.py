@@ -66,10 +66,14 @@ def amp_mode(ipu: IPU, itemsize: int, partials_bytes: int) -> AmpMode:
     return AmpMode(ipu.amp_fp32_flops_per_cycle, ipu.amp_fp32_input_group, ipu.amp_fp32_output_group, 4)
 
 
+def _channel_group_pairs(mode: AmpMode, g, k, n):
+    """(input-channel group, output-channel group) pairs of ``g`` groups of ``[., k] @ [k, n]``."""
+    return g * np.ceil(k / mode.in_group) * np.ceil(n / mode.out_group)
+
+
 def amp_vertex_cycles(ipu: IPU, mode: AmpMode, g, m, k, n):
     """Cycles of the AMP vertex of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed)."""
-    pairs = g * np.ceil(k / mode.in_group) * np.ceil(n / mode.out_group)
-    work = pairs * (ipu.amp_pair_overhead_cycles + m * mode.cycles_per_position)
+    work = _channel_group_pairs(mode, g, k, n) * (ipu.amp_pair_overhead_cycles + m * mode.cycles_per_position)
     return np.where(g * m * k * n > 0, ipu.amp_vertex_overhead_cycles + np.ceil(work), 0)
 
 
@@ -80,8 +84,9 @@ def reduce_stages(depth):
 
 
 def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int):
-    """(exchange cycles, exchange phases, compute cycles, compute sets, bytes received) per tile
-    of reducing ``depth`` partial sums of ``outputs`` outputs, held by ``depth`` tiles (arrays).
+    """(exchange cycles, compute cycles, stages, bytes received) per tile of reducing ``depth``
+    partial sums of ``outputs`` outputs, held by ``depth`` tiles (arrays). Each stage is one
+    exchange phase and one compute set.
 
     In stage ``i`` of ``s`` every tile combines ``d = depth^(1/s)`` partial sets of the
     ``outputs / d^i`` outputs it then owns: it receives ``d - 1`` of them and adds ``d``. The
@@ -105,7 +110,7 @@ def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int):
         recv += got
         exch += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_bytes_per_cycle_per_tile), 0)
         compute += np.where(active, red.fixed + np.ceil(d * share * per_value), 0)
-    return exch, stages, compute, stages, recv
+    return exch, compute, stages, recv
 
 
 @dataclass(frozen=True)
@@ -164,11 +169,11 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     recv1 = a_recv + b_recv
     exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / a_rate + b_recv / bw), 0)
     amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
-    pairs = g * np.ceil(k / mode.in_group) * np.ceil(n / mode.out_group)
-    launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles + pairs * ipu.amp_pair_overhead_cycles, 0)
+    launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles
+                      + _channel_group_pairs(mode, g, k, n) * ipu.amp_pair_overhead_cycles, 0)
     outputs = g * m * n
-    red_exch, red_phases, red, red_sets, recv2 = partials_reduction(ipu, outputs, pk, partials_bytes)
-    red_fixed = codelet("reduce_partials").fixed * red_sets
+    red_exch, red, red_stages, recv2 = partials_reduction(ipu, outputs, pk, partials_bytes)
+    red_fixed = codelet("reduce_partials").fixed * red_stages
     cast_codelet = codelet("cast")
     cast_fixed = cast_codelet.fixed
     needs_cast = (partials_bytes > itemsize) & (np.asarray(pk) <= 1)
@@ -176,8 +181,8 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     # partials need their own buffer unless the AMP writes the result itself (nothing to reduce,
     # partials of the result's type); that result is a live activation, counted as such
     separate = (np.asarray(pk) > 1) | (partials_bytes > itemsize)
-    exch_phases = np.where(recv1 > 0, 1, 0) + red_phases
-    compute_sets = 1 + red_sets + needs_cast
+    exch_phases = np.where(recv1 > 0, 1, 0) + red_stages
+    compute_sets = 1 + red_stages + needs_cast
     return {"exchange": exch1 + red_exch, "compute": amp + red + cast,
             "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
             "exchange_phases": exch_phases, "compute_sets": compute_sets,
