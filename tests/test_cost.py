@@ -330,3 +330,73 @@ def test_batchnorm_at_inference_applies_running_statistics():
     run = sim.simulate(models.get("resnet50", micro_batch=4), "ipu-mk2", sim.Options().enableSyntheticData(True))
     bn = [c for name, c in run.executable.costs.items() if "bn" in name or "norm" in name]
     assert bn and all(c.supersteps == codelet("batchnorm_inference").sets for c in bn)
+
+
+# --- convolutions with a kernel: poplin's nx1 vertex -----------------------------------------
+
+def _poplibs_nx1_cycles(batch, height, width, kh, kw, ig, og):
+    """poplin's ConvPartialnx1 estimate written out literally (PerformanceEstimation.hpp:
+    getConvPartialnx1SupervisorOuterLoopCycleEstimateHalfFloat, ...InnerLoop..., the worker
+    cycles of each worklist from partitionConvPartialByWorker, plus estimateZeroSupervisorCycles)
+    for fp16 activations, fp32 partials, 8 conv units, stride 1, one conv group."""
+    workers, units, positions = 6, 8, batch * height * width
+    worklists = []
+    for w in range(workers):
+        begin, end = w * positions // workers, (w + 1) * positions // workers
+        rows: dict[int, int] = {}
+        for e in range(begin, end):
+            rows[e // width] = rows.get(e // width, 0) + 1
+        worklists.append(list(rows.values()))
+
+    def worker(entries):
+        cycles = 17
+        for n in entries:
+            cycles += 3 + {0: 17, 1: 29, 2: 34}.get(n, 34 + 4 * (n - 3)) - 9
+        return cycles
+    used = [worker(wl) for wl in worklists if wl]
+    slowest, fastest = 6 * max(used), (6 * min(used) if len(used) == workers else 0)
+    per_position = max(slowest, fastest + 9)
+    loads = units * 32 // 8
+    inner = kh * (14 + kw * (12 + loads + 15 + 3)) + kh * kw * per_position
+    outer = 109 + 6 * 9 + 6 * 9 + (og * 17 + (og - 1) * 6 + 1) + 1 + (16 + ig * (14 + og * (14 + inner)))
+    zero = 6 * (-(-(-(-positions * units // 6)) // 2) + 14 - 9) * og
+    return outer + zero
+
+
+@pytest.mark.parametrize("batch, height, width, kernel, ig, og", [
+    (1, 7, 7, 3, 1, 1), (1, 7, 7, 3, 4, 2), (2, 14, 14, 3, 2, 4), (1, 28, 28, 3, 1, 1), (4, 3, 56, 3, 1, 2),
+])
+def test_nx1_vertex_follows_poplibs_estimate(batch, height, width, kernel, ig, og):
+    from sim.cost.amp import ConvShape, nx1_vertex_cycles
+    mode = amp_mode(MK2, 2, 4)  # fp16 in, fp32 partials: 16 input channels, 8 conv units
+    conv = ConvShape(kernel, kernel, 1, width, ig * 16)
+    ours, fixed = nx1_vertex_cycles(MK2, mode, conv, 1, batch * height * width, ig * 16 * kernel ** 2, og * 8)
+    theirs = _poplibs_nx1_cycles(batch, height, width, kernel, kernel, ig, og)
+    # the worklists are summarised (entries of the busiest worker), not enumerated: within 5 %
+    assert ours == pytest.approx(theirs, rel=0.05)
+    assert 0 < fixed < ours
+
+
+def _conv_cost(batch, ci, co, kernel, field, stride=1, dtype="float16"):
+    b = GraphBuilder("conv", dtype)
+    b.conv2d(b.input("x", (batch, ci, field, field)), co, kernel=kernel, stride=stride, padding=kernel // 2)
+    op = b.graph.ops[-1]
+    return op_cost(op, b.graph, MK2, TILES, 0.6)
+
+
+def test_small_field_kernel_costs_more_per_flop_than_a_pointwise_conv():
+    """At batch 1 on a 7x7 field the nx1 vertex pays a worklist entry per output row and a
+    coefficient load per kernel position: a 3x3 conv costs more per FLOP than a 1x1 conv doing
+    the same FLOPs (9x the output channels), as poplin estimates it."""
+    k3 = _conv_cost(1, 512, 512, 3, 7)
+    k1 = _conv_cost(1, 512, 512 * 9, 1, 7)
+    assert k3.flops == pytest.approx(k1.flops)
+    assert k3.compute_cycles > 1.2 * k1.compute_cycles
+    assert "nx1 vertex" in k3.plan or "expand" in k3.plan
+
+
+def test_rgb_stem_folds_its_kernel_into_channels():
+    """Three input channels would fill 3 of the AMP's 16 input slots per kernel position; poplin's
+    expandDims folds the kernel into the channels, and so does the planner here."""
+    stem = _conv_cost(1, 3, 64, 7, 224, stride=2)
+    assert "expand" in stem.plan

@@ -14,6 +14,12 @@ groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
    (``getConvPartial1x1SupervisorOuterLoopCycleEstimateHalfFloat``). The groups are the AMP's:
    16 input channels in fp16, 8 in fp32; as many output channels as conv units, which depends on
    the partials type (fp16 in with fp32 partials uses half the units of fp16 partials).
+   A convolution with a kernel larger than 1x1 runs poplin's nx1 vertex instead: per
+   (input group, output group) a loop over the tile's kernel positions, each with a coefficient
+   load and a worklist entry per output row for each of the 6 workers
+   (``getConvPartialnx1*CycleEstimate``, constants in ``configs/_conv-vertices.toml``), or, when
+   cheaper, the kernel folded into the input channels as poplin's expandDims does (the whole
+   kernel, or its width), after a rearrangement of the input over the tiles.
 3. if ``pk > 1``, reduces the partial sums over the ``pk`` tiles in 1, 2 or 3 stages by depth
    (``ConvReducePlan.cpp :: getNumReduceStages``: < 16, < 125, more), each an exchange and a
    reduce compute set; the last stage writes the result type.
@@ -31,15 +37,19 @@ Poplar's trade-off of speed for memory. See docs/reference/poplibs-costs.md for 
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from ..errors import ConfigError
+from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import IPU
 from .opcost import TileProfile
 from .vector import codelet
 
+CONV_VERTICES_FILE = CONFIG_DIR / "_conv-vertices.toml"
 
 @dataclass(frozen=True)
 class AmpMode:
@@ -75,6 +85,126 @@ def amp_vertex_cycles(ipu: IPU, mode: AmpMode, g, m, k, n):
     """Cycles of the AMP vertex of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed)."""
     work = _channel_group_pairs(mode, g, k, n) * (ipu.amp_pair_overhead_cycles + m * mode.cycles_per_position)
     return np.where(g * m * k * n > 0, ipu.amp_vertex_overhead_cycles + np.ceil(work), 0)
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """What the AMP planner needs of a convolution lowered to ``[M, K] @ [K, N]``: the kernel's
+    height and width, the stride, the output row width (positions) and the input channels per
+    group (so ``K = in_channels x kernel_h x kernel_w``)."""
+
+    kernel_h: int
+    kernel_w: int
+    stride: int
+    width: int
+    in_channels: int
+
+    @property
+    def kernel_positions(self) -> int:
+        return self.kernel_h * self.kernel_w
+
+    def expanded_width(self) -> ConvShape:
+        """The convolution with its kernel's width folded into the input channels (poplin's
+        expandDims of the innermost field dimension): a ``kernel_h x 1`` kernel."""
+        return ConvShape(self.kernel_h, 1, self.stride, self.width, self.in_channels * self.kernel_w)
+
+
+@dataclass(frozen=True)
+class Nx1Constants:
+    """poplin's ConvPartialnx1 vertex estimate constants (``configs/_conv-vertices.toml``)."""
+
+    supervisor_fixed: int
+    retention_per_worker: int
+    zero_retention_fp32_partials: int
+    zero_retention_fp16_partials: int
+    zero_loop_per_out_group: int
+    loop_stall: int
+    per_conv_group: int
+    per_in_group: int
+    per_out_group: int
+    per_kernel_row: int
+    per_kernel_position: int
+    weight_load_extra: int
+    coeff_load_bytes_per_cycle: int
+    weight_bytes_per_conv_unit: int
+    worker_fixed_fp32_partials: int
+    worker_per_entry: int
+    worker_entry_fp16: int
+    worker_entry_fp32: int
+    worker_retention: int
+    worker_imbalance: int
+    zero_worker_fixed: int
+    zero_elems_per_cycle: int
+
+
+@lru_cache(maxsize=1)
+def _conv_vertices() -> dict:
+    with open(CONV_VERTICES_FILE, "rb") as f:
+        return tomllib.load(f)
+
+
+@lru_cache(maxsize=1)
+def nx1_constants() -> Nx1Constants:
+    """The nx1 vertex constants, read once from ``configs/_conv-vertices.toml``."""
+    try:
+        return Nx1Constants(**_conv_vertices()["nx1"])
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"{CONV_VERTICES_FILE}: [nx1]: {e}") from None
+
+
+def rearrange_cycles_per_element(conv: ConvShape, itemsize: int) -> float:
+    """Cycles per element of poplin's on-tile reordering before a convolution
+    (``[rearrange]`` of ``configs/_conv-vertices.toml``)."""
+    table = _conv_vertices().get("rearrange", {})
+    granularity = 4 if itemsize == 2 else 2
+    key = "copy_cycles_per_element" if conv.in_channels % granularity == 0 else "copy_cycles_per_element_ragged"
+    if key not in table:
+        raise ConfigError(f"{CONV_VERTICES_FILE}: [rearrange] has no {key}")
+    return float(table[key])
+
+
+def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
+    """(cycles, fixed cycles) of the ConvPartialnx1 vertex of a tile holding ``g`` groups of
+    ``m`` output positions x ``k`` of the ``in_channels x kernel^2`` reduction x ``n`` output
+    channels (arrays allowed), after poplin's ``getConvPartialnx1*CycleEstimate``.
+
+    Per (conv group, input group, output group) the supervisor loops over the tile's kernel
+    positions; at each it loads the coefficients and the 6 workers run their worklists: a
+    worker's share of the tile's output positions, one entry per output row it touches, so
+    a narrow field or few positions per tile pays the per-entry cost often. The fixed cycles
+    are everything but the 4 (fp16) or 8 (fp32) cycles per output position.
+    """
+    c = nx1_constants()
+    workers = ipu.worker_threads
+    g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
+    kk = conv.kernel_positions
+    # kernel positions and input-channel groups of the tile's share of the reduction
+    kpos = np.clip(np.floor(k / conv.in_channels), 1, kk)
+    ig = np.ceil(np.ceil(k / kpos) / mode.in_group)
+    og = np.ceil(n / mode.out_group)
+    krows = np.ceil(kpos / conv.kernel_w)
+    loads = mode.out_group * c.weight_bytes_per_conv_unit / c.coeff_load_bytes_per_cycle
+    # the busiest worker: ceil(m / 6) positions in rows of the tile's width
+    width = np.minimum(conv.width, np.maximum(m, 1))
+    share = np.ceil(m / workers)
+    # rows a worker's contiguous share touches, on average over where it starts
+    entries = np.where(m <= width, 1.0, 1.0 + (share - 1) / width)
+    fp16_partials = mode.partials_bytes == 2
+    entry = c.worker_entry_fp16 if mode.cycles_per_position <= 4 else c.worker_entry_fp32
+    worker_fixed = c.worker_fixed_fp32_partials + fp16_partials + \
+        entries * (c.worker_per_entry - c.worker_retention + entry)
+    per_position = workers * share * mode.cycles_per_position
+    position_fixed = c.per_kernel_position + loads + c.weight_load_extra + workers * worker_fixed
+    inner = krows * c.per_kernel_row + kpos * (position_fixed + per_position)
+    zero_retention = c.zero_retention_fp16_partials if fp16_partials else c.zero_retention_fp32_partials
+    outer = (c.supervisor_fixed + workers * (c.retention_per_worker + zero_retention)
+             + g * (og * c.zero_loop_per_out_group + (og - 1) * c.loop_stall + 1) + (g - 1) * c.loop_stall + 1
+             + g * (c.per_conv_group + ig * (c.per_in_group + og * (c.per_out_group + inner))))
+    zero = workers * (np.ceil(np.ceil(m * mode.out_group / workers) / c.zero_elems_per_cycle)
+                      + c.zero_worker_fixed - zero_retention) * og * g
+    total = np.where(g * m * k * n > 0, np.ceil(outer + zero), 0)
+    fixed = np.where(total > 0, total - g * ig * og * kpos * per_position, 0)
+    return total, fixed
 
 
 def reduce_stages(depth):
@@ -132,9 +262,12 @@ class MatmulPlan:
     launch_cycles: int = 0  # the fixed part of compute_cycles (vertex and per-pair overheads)
     exchange_phases: int = 0  # exchange phases, all pieces (each costs the set-up)
     partials_bytes: int = 4
+    vertex: str = "1x1"  # "1x1"; "nx1" (a convolution's kernel on the tile); "expand_w" (the
+    #                      kernel's width folded into the input channels, then nx1); "expanded"
+    #                      (the whole kernel folded in: im2col rows exchanged, then 1x1)
 
     def profile(self, ipu: IPU, tiles: int, itemsize: int, b_is_weight: bool,
-                conv: tuple[int, int] | None = None) -> TileProfile:
+                conv: ConvShape | None = None) -> TileProfile:
         """Per-tile compute cycles, bytes in and temporary bytes of this plan (all pieces).
 
         Blocks are as even as the dimensions allow: the first ``d % p`` blocks of a split
@@ -147,30 +280,55 @@ class MatmulPlan:
             return d // p + (np.arange(p) < d % p)
         g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), blocks(N, pn),
                                                      blocks(K, pk), indexing="ij"))
-        c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, g, m, k, n, pm, pn, pk)
+        c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
+                        g, m, k, n, pm, pn, pk)
         return TileProfile.padded(tiles, c["compute"] * self.serial, c["recv"] * self.serial, c["temp"])
 
     def describe(self) -> str:
         pg, pm, pn, pk = self.splits
         s = f"groups/{pg} rows/{pm} cols/{pn} inner/{pk} on {self.tiles_used} tiles"
+        if self.vertex != "1x1":
+            s += f", {self.vertex} vertex"
         return s + (f", serialised x{self.serial}" if self.serial > 1 else "")
 
 
-def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv, g, m, k, n, pm, pn, pk):
+def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv: ConvShape | None,
+                vertex: str, g, m, k, n, pm, pn, pk):
     """Costs of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` blocks of a plan split
-    ``pm x pn x pk`` (arrays: one entry per tile or per candidate plan). Cycles and bytes."""
+    ``pm x pn x pk`` (arrays: one entry per tile or per candidate plan), run on ``vertex``
+    (see :class:`MatmulPlan`). Cycles and bytes."""
     mode = amp_mode(ipu, itemsize, partials_bytes)
     bw = ipu.exchange_bytes_per_cycle_per_tile
-    a_bytes = g * m * k * itemsize * (conv_input_factor(*conv, m) if conv else 1.0)
+    if vertex == "expand_w":
+        conv = conv.expanded_width()
+    # an nx1 or 1x1 convolution receives an input patch; the expanded form receives im2col rows
+    patch = conv_input_factor(conv, m) if conv and vertex != "expanded" else 1.0
+    a_bytes = g * m * k * itemsize * patch
     b_bytes = g * k * n * itemsize
     a_recv = a_bytes * (1.0 - 1.0 / pn)
     b_recv = b_bytes * (1.0 - 1.0 / pm) if b_is_weight else b_bytes
     a_rate = np.where(pn % 2 == 0, 2 * bw, bw)  # supertile: both tiles take the same input
     recv1 = a_recv + b_recv
     exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / a_rate + b_recv / bw), 0)
-    amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
-    launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles
-                      + _channel_group_pairs(mode, g, k, n) * ipu.amp_pair_overhead_cycles, 0)
+    if vertex in ("nx1", "expand_w"):
+        amp, launch = nx1_vertex_cycles(ipu, mode, conv, g, m, k, n)
+    else:
+        amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
+        launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles
+                          + _channel_group_pairs(mode, g, k, n) * ipu.amp_pair_overhead_cycles, 0)
+    # poplin rearranges an expanded input (and its weights) or one whose channels it pads, over
+    # the tiles, before the convolution: an exchange phase and a copy compute set
+    expands = vertex in ("expanded", "expand_w")
+    if conv is not None and (expands or conv.in_channels % mode.in_group):
+        moved = a_bytes / pn + (b_bytes / pm if expands else 0)
+        copy = codelet("copy").fixed
+        rearrange = np.ceil(moved / itemsize * rearrange_cycles_per_element(conv, itemsize))
+        exch1 = exch1 + ipu.exchange_setup_cycles + np.ceil(moved / bw)
+        recv1 = recv1 + moved
+        amp, launch = amp + copy + rearrange, launch + copy
+        extra_sets = 1
+    else:
+        moved, extra_sets = 0.0, 0
     outputs = g * m * n
     red_exch, red, red_stages, recv2 = partials_reduction(ipu, outputs, pk, partials_bytes)
     red_fixed = codelet("reduce_partials").fixed * red_stages
@@ -181,12 +339,13 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     # partials need their own buffer unless the AMP writes the result itself (nothing to reduce,
     # partials of the result's type); that result is a live activation, counted as such
     separate = (np.asarray(pk) > 1) | (partials_bytes > itemsize)
-    exch_phases = np.where(recv1 > 0, 1, 0) + red_stages
-    compute_sets = 1 + red_stages + needs_cast
+    exch_phases = np.where(recv1 > 0, 1, 0) + red_stages + extra_sets
+    compute_sets = 1 + red_stages + needs_cast + extra_sets
     return {"exchange": exch1 + red_exch, "compute": amp + red + cast,
             "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
             "exchange_phases": exch_phases, "compute_sets": compute_sets,
-            "recv": recv1 + recv2, "temp": a_bytes + b_bytes + np.where(separate, outputs * partials_bytes, 0)}
+            "recv": recv1 + recv2,
+            "temp": a_bytes + b_bytes + moved + np.where(separate, outputs * partials_bytes, 0)}
 
 
 def _candidates(dim: int, tiles: int) -> np.ndarray:
@@ -210,13 +369,17 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
-                tiles: int, memory_proportion: float, conv: tuple[int, int] | None = None,
+                tiles: int, memory_proportion: float, conv: ConvShape | None = None,
                 partials_bytes: int = 4) -> MatmulPlan:
     """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
     of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
-    ``conv = (kernel, stride)`` marks a convolution lowered to a matmul (M = output positions,
-    K = input channels x kernel^2): a tile then receives an input patch, not im2col rows.
+    ``conv`` marks a convolution lowered to a matmul (M = output positions, K = input channels x
+    kernel^2). A 1x1 kernel runs the 1x1 vertex on an input patch; a larger one is planned both
+    ways poplin can run it and the faster is kept: the nx1 vertex on an input patch (a loop over
+    kernel positions, a worklist entry per output row), or the kernel folded into the input
+    channels (poplin's expandDims: im2col rows exchanged, then the 1x1 vertex), which pays for
+    few input channels such as an RGB stem.
 
     If no serialisation fits the budget, the plan needing the least temporary memory is
     returned (``fits=False``): the budget is a target, and tile memory is checked later.
@@ -240,7 +403,20 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     return best_fit if best_fit is not None else least_memory
 
 
-def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget, conv, serial) -> MatmulPlan:
+def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
+            conv: ConvShape | None, serial) -> MatmulPlan:
+    if conv is None or conv.kernel_positions == 1:
+        vertices = ("1x1",)
+    else:
+        vertices = ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
+    plans = [_search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
+                            serial, vertex) for vertex in vertices]
+    # a plan that fits beats one that does not; then the fastest, then the first listed
+    return min(plans, key=lambda p: (not p.fits, p.total_cycles if p.fits else p.temp_bytes_per_tile))
+
+
+def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
+                   conv: ConvShape | None, serial, vertex) -> MatmulPlan:
     pg, pm, pn, pk = np.meshgrid(_candidates(G, tiles), _candidates(M, tiles),
                                  _candidates(N, tiles), _candidates(K, tiles), indexing="ij")
     pg, pm, pn, pk = (a.ravel() for a in (pg, pm, pn, pk))
@@ -251,7 +427,7 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
     m = -(-M // pm)
     n = -(-N // pn)
     k = -(-K // pk)
-    c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, conv, g, m, k, n, pm, pn, pk)
+    c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, conv, vertex, g, m, k, n, pm, pn, pk)
     if serial > 1:  # each piece slices its operand block out and updates its part of the result
         piece = codelet("copy")
         copies = 2 * piece.fixed + np.ceil((g * m * k + g * m * n) * piece.per_element(itemsize))
@@ -282,19 +458,21 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         launch_cycles=int(c["launch"][i]) * serial,
         exchange_phases=int(c["exchange_phases"][i]) * serial,
         partials_bytes=partials_bytes,
+        vertex=vertex,
     )
 
 
-def conv_input_factor(kernel: int, stride: int, positions: np.ndarray) -> np.ndarray:
+def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
     """Bytes of input patch a tile needs per byte of im2col rows it computes.
 
-    A tile computing a square of ``p`` output positions reads a ``((sqrt(p)-1)*stride + kernel)^2``
-    input patch per channel, not ``p * kernel^2`` im2col values.
+    A tile computing a square of ``p`` output positions reads a
+    ``((sqrt(p)-1)*stride + kernel_h) x ((sqrt(p)-1)*stride + kernel_w)`` input patch per
+    channel, not ``p * kernel_h * kernel_w`` im2col values.
     """
     side = np.sqrt(np.maximum(positions, 1))
-    patch = ((side - 1) * stride + kernel) ** 2
-    return np.minimum(1.0, patch / (np.maximum(positions, 1) * kernel * kernel))
+    patch = ((side - 1) * conv.stride + conv.kernel_h) * ((side - 1) * conv.stride + conv.kernel_w)
+    return np.minimum(1.0, patch / (np.maximum(positions, 1) * conv.kernel_positions))
 
 
-__all__ = ["AmpMode", "MatmulPlan", "amp_mode", "amp_vertex_cycles", "plan_matmul", "conv_input_factor",
+__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_vertex_cycles", "plan_matmul", "conv_input_factor",
            "partials_reduction"]

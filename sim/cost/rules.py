@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, Graph, Op
 from ..hardware.system import IPU
-from .amp import plan_matmul
+from .amp import ConvShape, plan_matmul
 from .exchange import exchange_cycles
 from .opcost import FREE, OpCost, TileProfile, _counts
 from .vector import codelet, launch_cycles, spread, tile_cycles
@@ -221,12 +221,13 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         exch = exchange_cycles(per_tile * itemsize * stride * stride, ipu)
         return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used, launch=launch_cycles("mul"))
     if kind == "conv2d":
-        conv, weight = (k, stride), True
+        conv, weight = ConvShape(k, k, stride, wo, cig), True
         plan = plan_matmul(groups, positions, cig * k * k, cog, itemsize, True, ipu, tiles, amp, conv=conv,
                            partials_bytes=partials_bytes)
     elif kind == "conv2d_grad_input":  # dX = dY (*) W^T: positions of the input, K = co*k*k
-        conv, weight = (k, 1), True
-        plan = plan_matmul(groups, n * x_shape[2] * x_shape[3] if len(x_shape) == 4 else positions,
+        full = len(x_shape) == 4
+        conv, weight = ConvShape(k, k, 1, x_shape[3] if full else wo, cog), True
+        plan = plan_matmul(groups, n * x_shape[2] * x_shape[3] if full else positions,
                            cog * k * k, cig, itemsize, True, ipu, tiles, amp, conv=conv,
                            partials_bytes=partials_bytes)
     else:  # dW = X^T dY: reduce over positions
