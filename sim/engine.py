@@ -73,7 +73,7 @@ class Records:
     start: np.ndarray  # cycles, relative to the offsets
     end: np.ndarray
     nbytes: np.ndarray
-    detail: list  # per row: OpSteps for compute tasks, else None
+    detail: list  # per row: OpSteps for compute tasks, the (src, dst, bytes) transfers of inter-IPU copies, else None
     offsets: np.ndarray  # cycles
     tag: np.ndarray
     ipus: np.ndarray  # object array of tuples of IPU indices
@@ -417,7 +417,7 @@ class Engine:
                 ipus = sorted(item.ipus)
                 links, cycles = self._ipu_copy(item)
                 emit(Task(deps_of(ipus), links, [([], cycles)], ipus[0], "inter_ipu", item.name, item.nbytes,
-                          tiles=tuple(ipus)), ipus)
+                          detail=item.transfers, tiles=tuple(ipus)), ipus)
             else:
                 raise TypeError(f"not a program item: {item!r}")
 

@@ -19,7 +19,8 @@ LAYERS = [
     {"sim.compiler", "sim.engine"},
     {"sim.results"},
     {"sim"},  # the package's own API (simulate, compile, ...)
-    {"sim.poptorch", "sim.popxl", "sim.popdist", "sim.onnx", "sim.cli", "sim.validation", "sim.__main__"},
+    {"sim.poptorch", "sim.popxl", "sim.popdist", "sim.onnx", "sim.cli", "sim.validation", "sim.planner",
+     "sim.__main__"},
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def positive_int(text: str) -> int:
@@ -14,3 +15,40 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
+
+
+# --- how much a subcommand prints ---------------------------------------------------------------
+#: ``args.verbosity``: -1 with -q/--quiet, 0 by default, 1 with -v/--verbose
+QUIET, NORMAL, VERBOSE = -1, 0, 1
+
+
+def add_verbosity(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``-v/--verbose`` and ``-q/--quiet`` (one or the other) to ``parser``, as
+    ``args.verbosity`` (:data:`QUIET`, :data:`NORMAL`, :data:`VERBOSE`). Quiet: print only
+    errors and the machine output asked for (``--json``, listings, tables); verbose: also
+    progress and the run's notes, on stderr. Adding them twice to a parser does nothing."""
+    if any(action.dest == "verbosity" for action in parser._actions):
+        return parser
+    group = parser.add_argument_group("verbosity").add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=VERBOSE, default=NORMAL,
+                       help="also print progress and the run's notes (on stderr)")
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=QUIET,
+                       help="print only errors and the machine output asked for (--json, listings)")
+    return parser
+
+
+def add_verbosity_to_subcommands(subparsers) -> None:
+    """:func:`add_verbosity` on every sub-parser registered so far (``ipusim``'s sub-parsers)."""
+    for parser in subparsers.choices.values():
+        add_verbosity(parser)
+
+
+def verbosity(args) -> int:
+    """``args.verbosity``, or :data:`NORMAL` for a namespace without it."""
+    return getattr(args, "verbosity", NORMAL)
+
+
+def progress(args, message: str) -> None:
+    """Print ``ipusim: message`` on stderr when ``args`` asked for --verbose."""
+    if verbosity(args) >= VERBOSE:
+        print(f"ipusim: {message}", file=sys.stderr, flush=True)

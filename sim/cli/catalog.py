@@ -8,6 +8,8 @@ import json
 import models
 import sim
 
+from .argtypes import VERBOSE, verbosity
+
 
 def _cmd_systems(args, parser) -> int:
     rows = [("name", "IPUs", "gen", "clock", "description")]
@@ -15,7 +17,7 @@ def _cmd_systems(args, parser) -> int:
         try:
             s = sim.load_system(name)
             rows.append((name, str(s.num_ipus), s.ipu.generation, f"{s.ipu.clock_hz / 1e9:.4g} GHz",
-                         s.description))
+                         s.description + (f" [{s.path}]" if verbosity(args) >= VERBOSE else "")))
         except sim.ConfigError as e:
             rows.append((name, "?", "?", "?", f"invalid config: {e}"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -22,7 +22,7 @@ import re
 import sys
 from fractions import Fraction
 
-from .argtypes import positive_int
+from .argtypes import QUIET, add_verbosity, positive_int, progress, verbosity
 from ..results.collective import run_collective
 from ..schedule.collectives import ALGORITHMS, OPS, normalize_op
 from ..errors import IpuSimError, OptionsError, show_number
@@ -69,6 +69,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--algorithm", default="auto", choices=("auto",) + ALGORITHMS,
                    help="GCL-style algorithm (default: auto, the fastest for the size and topology)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_verbosity(p)
     p.set_defaults(func=_cmd_collective, subparser=p)
     return p
 
@@ -114,10 +115,15 @@ def _cmd_collective(args, parser) -> int:
                            f"({memory:,} bytes of tile SRAM and streaming memory), and each replica holds the "
                            f"whole tensor; give at most {memory:,} bytes")
     members = [r * args.ipus_per_replica for r in range(args.replicas)]
+    progress(args, f"timing {args.op.replace('_', '-')} of {args.nbytes:,} bytes between IPUs "
+             f"{', '.join(map(str, members[:3]))}{', ...' * (len(members) > 3)} of "
+             f"{system.name} (algorithm {args.algorithm})")
     result = run_collective(system, args.op, args.nbytes, members, args.algorithm)
     summary = result.summary()
     if args.json:
         print(json.dumps(summary, indent=2))
+        return 0
+    if verbosity(args) <= QUIET:
         return 0
     rows = [("system", f"{system.name} ({system.num_ipus} IPUs)"),
             ("op", f"{summary['op']} of {args.nbytes:,} bytes over {args.replicas} replicas"),

@@ -5,9 +5,16 @@
     ipusim collective ...   time one collective (sim.cli.collective)
     ipusim sweep ...        a grid of runs (sim.cli.sweep)
     ipusim bench            the simulator's own speed (sim.cli.bench)
+    ipusim compare A B ...  runs side by side, within a tolerance or not (sim.cli.compare)
+    ipusim plan ...         the fastest configurations for a global batch (sim.cli.plan)
+
+Every subcommand takes -q/--quiet (only errors and the machine output asked for) and
+-v/--verbose (also progress and the run's notes, on stderr); docs/cli.md lists every flag.
 
 Exit codes: 0 success; 2 a usage error or an error the simulator raises (unknown system or
-model, bad parameter, invalid options); 3 out of tile memory; 1 a file could not be written.
+model, bad parameter, invalid options; for compare: a missing file, or one that is not a run);
+3 out of tile memory; 1 a file could not be written; 4 (compare) the runs differ by more than
+--tolerance.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ import sys
 import sim
 
 from . import bench, catalog, collective, run, sweep
+from . import compare
+from . import plan
+from .argtypes import add_verbosity_to_subcommands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     collective.add_subcommand(sub)
     sweep.add_subcommand(sub)
     bench.add_subcommand(sub)
+    compare.add_subcommand(sub)
+    plan.add_subcommand(sub)
+    add_verbosity_to_subcommands(sub)  # -v/-q on every subcommand (keep this line last)
     return p
 
 

@@ -3,7 +3,7 @@
     ipusim run                                   # BERT-base inference, micro-batch 1, on ipu-mk2
     ipusim run --model bert-large --num-layers 4 --training --gradient-accumulation 8
     ipusim run --model resnet50 --micro-batch 4 --json
-    ipusim run --output reports/bert             # also writes CSV/JSON/PNG files there
+    ipusim run --output reports/bert             # also writes CSV/JSON/PNG files, trace.json and report.html there
     ipusim run --model bert-large --micro-batch 2 --layers-per-ipu 3,7,7,7 --system ipu-m2000 \
         --training --optimizer lamb --gradient-accumulation 10 --optimizer-state off-chip
     ipusim run --model bert-base --num-layers 4 --system ipu-m2000 --strategy parallel-phased
@@ -23,10 +23,10 @@ import sim
 
 from ..graph.training import OPTIMIZERS
 from ..options import OutputMode, OverlapMode, TensorLocationSettings
-from ..results.report import check_output_directory, format_summary, to_json, write_outputs
+from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
-from .argtypes import positive_int
+from .argtypes import QUIET, add_verbosity, positive_int, progress, verbosity
 
 DEFAULT_SYSTEM = "ipu-mk2"
 DEFAULT_MODEL = "bert-base"
@@ -132,9 +132,11 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     out = r.add_argument_group("output")
     out.add_argument("--output", metavar="DIR", type=Path,
                      help="also write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png, "
-                     "liveness.png; "
+                     "liveness.png, trace.json (Chrome trace events, for Perfetto) and report.html (all on one page); "
                      "the set replaces DIR as a whole (DIR must be new, empty or an earlier run's output)")
-    out.add_argument("--json", action="store_true", help="print run.summary() as one JSON object")
+    out.add_argument("--json", action="store_true", help="print run.summary() as one JSON object (with the "
+                     "options set and the system's config)")
+    add_verbosity(r)
     r.set_defaults(func=_cmd_run, subparser=r)
     return r
 
@@ -265,20 +267,32 @@ def simulate_args(args, parser) -> sim.Run:
         except OSError as e:
             parser.error(f"--output: {e}")
     system = sim.load_system(args.system)
+    progress(args, f"system {system.name} ({system.num_ipus} IPU{'s' * (system.num_ipus != 1)}) from {system.path}")
     graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args))
-    return sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
-                        optimizer=args.optimizer or "sgd")
+    progress(args, f"model {graph.name}: {len(graph.ops):,} ops; compiling and simulating "
+             + ("a training step" if args.training else "inference"))
+    run = sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
+                       optimizer=args.optimizer or "sgd")
+    progress(args, f"simulated {run.cycle_count:,} cycles in {run.wall_seconds:.3f} s "
+             f"({run.timeline.events:,} SimPy events)")
+    return run
 
 
 def _cmd_run(args, parser) -> int:
+    """Print the summary (text, or --json); -q prints only --json, -v adds progress and, with
+    --json, the notes on stderr."""
     run = simulate_args(args, parser)
+    if args.output is not None:
+        progress(args, f"writing {len(OUTPUT_FILES)} files to {args.output}")
     written = write_outputs(run, args.output) if args.output is not None else []
     if args.json:
         summary = run.summary()
         if written:
             summary["outputs"] = [str(p) for p in written]
+        for note in summary["notes"]:
+            progress(args, f"note: {note}")
         print(to_json(summary))
-    else:
+    elif verbosity(args) > QUIET:
         print(format_summary(run))
         if written:
             print("\nwrote:\n" + "\n".join(f"  {p}" for p in written))

@@ -107,14 +107,18 @@ def _end_pool(pool: ProcessPoolExecutor) -> None:
 
 
 def run_points(argvs: dict[int, list[str]], workers: int | None = None,
-               dask: str | None = None) -> Iterator[tuple[int, dict]]:
+               dask: str | None = None, point=None) -> Iterator[tuple[int, dict]]:
     """Run the points ``{index: ipusim run flags}``; yield ``(index, row)`` as each finishes.
+
+    ``point`` turns one point's flags into its row (default :func:`run_point`; ``ipusim plan``
+    passes its own, a module-level function so that it pickles).
 
     Points run on a Dask scheduler, a process pool (``workers`` processes, default: all cores)
     or, with one worker or one point, in this process. Closing the generator early (or an
     exception raised while it waits, e.g. :class:`SweepInterrupted`) cancels the points not
     finished and ends the pool's workers.
     """
+    point = point or run_point
     if dask:
         try:
             from dask.distributed import Client
@@ -122,7 +126,7 @@ def run_points(argvs: dict[int, list[str]], workers: int | None = None,
         except ImportError:
             raise PointError("--dask needs Dask: pip install -e '.[dask]'") from None
         with Client(dask) as client:
-            futures = {client.submit(run_point, argv, pure=False): i for i, argv in argvs.items()}
+            futures = {client.submit(point, argv, pure=False): i for i, argv in argvs.items()}
             try:
                 for future in dask_completed(futures):
                     yield futures[future], future.result()
@@ -131,7 +135,7 @@ def run_points(argvs: dict[int, list[str]], workers: int | None = None,
     elif (workers or os.cpu_count() or 1) > 1 and len(argvs) > 1:
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
         try:
-            futures = {pool.submit(run_point, argv): i for i, argv in argvs.items()}
+            futures = {pool.submit(point, argv): i for i, argv in argvs.items()}
             for future in as_completed(futures):
                 yield futures[future], future.result()
         except BaseException:
@@ -140,7 +144,7 @@ def run_points(argvs: dict[int, list[str]], workers: int | None = None,
         pool.shutdown(wait=True)
     else:
         for i, argv in argvs.items():
-            yield i, run_point(argv)
+            yield i, point(argv)
 
 
 def _read_rows(path: Path, columns: list[str]) -> list[dict[str, str]]:

@@ -157,20 +157,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     _check_streaming_memory(g, system)
 
     lap("graph")
-    costs: dict[str, OpCost] = {}
-    for op in g.ops:
-        if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
-            continue  # identity at inference / priced as a collective by the schedule
-        if not training and op.kind in _INFERENCE_MODE:
-            op.attrs["inference"] = True  # g is the compiler's own copy
-        proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
-        costs[op.name] = op_cost(op, g, system.ipu, tiles, proportion, o.partials_type())
-        if not 0 <= costs[op.name].cycles <= MAX_OP_CYCLES:
-            raise GraphError(
-                f"op {op.name!r} ({op.kind}) costs {show_number(costs[op.name].cycles)} cycles, more than the "
-                f"simulator's limit of 2^50 per op (ten days of IPU time), which keeps a run's cycle count "
-                "within 64 bits; its sizes or attributes are out of range: check them")
-
+    costs = price_ops(g, system, o, training, tiles)
     lap("costs")
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
@@ -193,6 +180,27 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
                       strategy, k, simulated, ctx.stages, timings)
+
+
+def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) -> dict[str, OpCost]:
+    """The cost of every op of ``g`` on ``tiles`` compute tiles of ``system``'s IPU, by op name:
+    the compiler's pricing step (also what ``sim.planner`` bounds throughput with). ``g`` is
+    expanded for training already and is changed in place (ops that run in inference mode are
+    marked); dropout at inference and collective ops (priced by the schedule) get no entry."""
+    costs: dict[str, OpCost] = {}
+    for op in g.ops:
+        if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
+            continue  # identity at inference / priced as a collective by the schedule
+        if not training and op.kind in _INFERENCE_MODE:
+            op.attrs["inference"] = True  # g is the caller's own copy
+        proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
+        costs[op.name] = op_cost(op, g, system.ipu, tiles, proportion, o.partials_type())
+        if not 0 <= costs[op.name].cycles <= MAX_OP_CYCLES:
+            raise GraphError(
+                f"op {op.name!r} ({op.kind}) costs {show_number(costs[op.name].cycles)} cycles, more than the "
+                f"simulator's limit of 2^50 per op (ten days of IPU time), which keeps a run's cycle count "
+                "within 64 bits; its sizes or attributes are out of range: check them")
+    return costs
 
 
 def _collapsing(g: Graph, o: Options) -> tuple[bool, bool]:

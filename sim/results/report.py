@@ -1,14 +1,17 @@
 """Reports of a finished :class:`~sim.results.Run`: a text summary and files on disk.
 
 :func:`format_summary` gives the run as readable text (what ``ipusim run`` prints);
-:func:`write_outputs` writes the trace, op trace, breakdown and summary (CSV/JSON) and three
-figures (timeline, tile memory by category, liveness) into a directory, replacing it as a
-whole. Cycles are cycles of the IPU clock; the text shows times in milliseconds and memory in
-bytes, the figures memory in KiB.
+:func:`write_outputs` writes the trace, op trace, breakdown and summary (CSV/JSON), three
+figures (timeline, tile memory by category, liveness), the Chrome trace (trace.json) and the
+HTML report into a directory, replacing it as a whole. Cycles are cycles of the IPU clock; the
+text shows times in milliseconds and memory in bytes, the figures memory in KiB. Figures are
+drawn on their own Agg canvas (:func:`new_figure`), never through pyplot, so the user's
+Matplotlib backend is left as it is.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -43,7 +46,7 @@ LIVENESS_COLOURS = {"always_live": "#9e9e9e", "activations": MEMORY_COLOURS["act
                     "temporaries": MEMORY_COLOURS["temporaries"]}
 
 OUTPUT_FILES = ("trace.csv", "ops.csv", "breakdown.csv", "summary.json", "timeline.png", "memory.png",
-                "liveness.png")
+                "liveness.png", "trace.json", "report.html")
 
 
 # --- text -----------------------------------------------------------------------------------
@@ -151,6 +154,37 @@ def format_summary(run: Run) -> str:
     lines += [f"  - {n}" for n in notes]
     lines.append(f"simulated in {run.wall_seconds:.3f} s ({run.timeline.events:,} SimPy events)")
     return "\n".join(lines)
+
+
+def summary_rows(run: Run) -> list[tuple[str, str]]:
+    """The run's setup and headline numbers as (label, text) rows (the HTML report's summary)."""
+    ex, o, s = run.executable, run.executable.options, run.executable.system
+    opt = _optimizer(run)
+    rows = [("model", ex.graph.name),
+            ("system", f"{s.name}: {s.description} ({s.num_ipus} x {s.ipu.generation} IPU, "
+                       f"{s.ipu.clock_hz / 1e9:.4g} GHz, {ex.tiles} compute tiles)"),
+            ("mode", ("training" if ex.training else "inference") + (f" ({opt})" if opt else "")),
+            ("micro-batch", f"{run.micro_batch}"), ("deviceIterations", f"{o.device_iterations}"),
+            ("gradientAccumulation", f"{o.Training.gradient_accumulation}"),
+            ("replicationFactor", f"{o.replication_factor}"), ("outputMode", _output_mode(run)),
+            ("setup", _setup_line(run).strip()),
+            ("cycles", f"{run.cycle_count:,}"), ("time", f"{run.seconds * 1e3:.4f} ms"),
+            ("samples", f"{run.samples:,} ({run.samples_per_second:,.1f} samples/s)"),
+            ("compute rate", f"{_tflops(run):.2f} TFLOP/s ({run.flops / 1e9:,.2f} GFLOP in total)")]
+    phases = pipeline_phases(run)
+    if phases:
+        rows.append(("pipeline (first " + ("weight-update step" if ex.training else "call") + ")",
+                     ", ".join(f"{k} {e - b:,}" for k, (b, e) in phases.items()) + " cycles"))
+    rows.append(("simulated in", f"{run.wall_seconds:.3f} s ({run.timeline.events:,} SimPy events)"))
+    return rows
+
+
+def html_page(run: Run) -> str:
+    """report.html of ``run`` (:func:`~sim.results.html_report.html_report`), its figures drawn here."""
+    from .html_report import html_report
+    figures = {name: png_bytes(draw(run)) for name, draw in (
+        ("timeline.png", timeline_figure), ("memory.png", memory_figure), ("liveness.png", liveness_figure))}
+    return html_report(run, figures, summary_rows(run))
 
 
 def _tflops(run: Run) -> float:
@@ -285,8 +319,9 @@ def _replace_directory(new: Path, target: Path) -> None:
 
 
 def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
-    """Write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png and
-    liveness.png.
+    """Write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png,
+    liveness.png, trace.json (:mod:`~sim.results.chrome_trace`, for Perfetto) and report.html
+    (:mod:`~sim.results.html_report`: all of it on one self-contained page).
 
     The set is written whole or not at all: every file goes into a fresh temporary folder
     beside ``directory`` (same parent, so renames are atomic), which then replaces
@@ -294,20 +329,32 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
     interruption included, the temporary folder is removed and ``directory`` is left as it was.
     Returns the paths written, in :data:`OUTPUT_FILES` order.
     """
+    from .chrome_trace import chrome_trace
+    from .html_report import html_report
     d = check_output_directory(directory)
     target = d.resolve()  # a symlink's target is what gets replaced
     target.parent.mkdir(parents=True, exist_ok=True)
     # a fresh name made with mkdir, so the folder gets the usual (umask) permissions
     tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
     tmp.mkdir()
+    figures = {}  # file name -> PNG bytes, drawn once for the file and the HTML report
+
+    def figure(name: str, draw) -> Callable[[Path], None]:
+        def write(path: Path) -> None:
+            figures[name] = png_bytes(draw(run))
+            path.write_bytes(figures[name])
+        return write
     writers = {
         "trace.csv": lambda path: run.trace.to_csv(path, index=False),
         "ops.csv": lambda path: run.op_trace().to_csv(path, index=False),
         "breakdown.csv": lambda path: run.breakdown.to_csv(path),
         "summary.json": lambda path: path.write_text(to_json(run.summary(), indent=2) + "\n", encoding="utf-8"),
-        "timeline.png": lambda path: _save(timeline_figure(run), path),
-        "memory.png": lambda path: _save(memory_figure(run), path),
-        "liveness.png": lambda path: _save(liveness_figure(run), path),
+        "timeline.png": figure("timeline.png", timeline_figure),
+        "memory.png": figure("memory.png", memory_figure),
+        "liveness.png": figure("liveness.png", liveness_figure),
+        "trace.json": lambda path: path.write_text(json.dumps(chrome_trace(run), separators=(",", ":"),
+                                                              allow_nan=False), encoding="utf-8"),
+        "report.html": lambda path: path.write_text(html_report(run, figures, summary_rows(run)), encoding="utf-8"),
     }
     try:
         for name in OUTPUT_FILES:
@@ -321,18 +368,27 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
 
 # --- figures --------------------------------------------------------------------------------
 def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg", force=False)
+    """matplotlib.pyplot, for callers that close figures with it; the figures here do not need
+    it (they are drawn on their own Agg canvas, so the user's backend is never switched)."""
     import matplotlib.pyplot as plt
     return plt
 
 
-def _save(fig, path: str | os.PathLike) -> None:
-    plt = _pyplot()
-    try:
-        fig.savefig(path, format="png", dpi=100)
-    finally:
-        plt.close(fig)
+def new_figure(figsize: tuple[float, float]):
+    """A Matplotlib Figure on its own Agg canvas: drawn and saved without pyplot, so neither the
+    user's backend nor pyplot's list of open figures changes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def png_bytes(fig, dpi: int = 100) -> bytes:
+    """``fig`` as PNG bytes."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
 
 
 def _lanes(run: Run, shown):
@@ -363,13 +419,13 @@ def timeline_figure(run: Run):
     and compute by pass (forward / backward / recompute / weight update); x in ms. For a
     pipeline, the fill, main and flush of the first weight-update step are marked. Draws the
     first :data:`MAX_TIMELINE_TASKS` tasks of a longer trace and says so in the title."""
-    plt = _pyplot()
     from matplotlib.patches import Patch
     trace = run.trace
     shown = trace.iloc[:MAX_TIMELINE_TASKS].copy()
     ms = 1e3 / run.executable.system.ipu.clock_hz
     labels, lane_of = _lanes(run, shown)
-    fig, ax = plt.subplots(figsize=(12, 1.9 + 0.45 * len(labels)))
+    fig = new_figure((12, 1.9 + 0.45 * len(labels)))
+    ax = fig.subplots()
     shown["group"] = [compute_pass(n) if k == "compute" else k for k, n in zip(shown["kind"], shown["name"])]
     shown["lane"] = [lane_of(i, k) for i, k in zip(shown["ipu"], shown["kind"])]
     groups = []
@@ -421,13 +477,13 @@ def memory_figure(run: Run):
     them, and only every k-th IPU is named when even upright names would not fit, so labels
     never overlap.
     """
-    plt = _pyplot()
     table = run.memory_table()
     memory = run.memory
     ipus = list(table.index)
     n = len(ipus)
     width = min(max(8.0, 4.0 + 0.5 * n), 24.0)
-    fig, ax = plt.subplots(figsize=(width, 4.8))
+    fig = new_figure((width, 4.8))
+    ax = fig.subplots()
     x = np.arange(n)
     bottom = np.zeros(n)
     for cat in [c for c in table.columns if table[c].any()]:
@@ -457,9 +513,9 @@ def memory_figure(run: Run):
     ax.set_ylim(0, top)
     ax.set_ylabel("bytes on the fullest tile (KiB)")
     ex = run.executable
-    who = "each IPU of a replica (every replica holds the same)" if ex.options.total_replicas() > 1 else "each IPU"
-    ax.set_title(f"{ex.graph.name} on {ex.system.name}: the fullest tile of {who} at its peak, by category\n"
-                 "(% of the tile's SRAM above each bar)", fontsize=10)
+    same = "each IPU of a replica; every replica holds the same; " if ex.options.total_replicas() > 1 else ""
+    ax.set_title(f"{ex.graph.name} on {ex.system.name}: the fullest tile of each IPU at its peak, by category\n"
+                 f"({same}% of the tile's SRAM above each bar)", fontsize=10)
     handles = dict(zip(*reversed(ax.get_legend_handles_labels())))  # label -> handle
     order = sorted(handles, key=lambda label: (not label.startswith("tile capacity"),
                                                -list(handles).index(label)))  # capacity, then the stack top-down
@@ -480,13 +536,13 @@ def liveness_figure(run: Run):
     temporaries), the tile's capacity as a dashed line, and the average tile (the bytes summed
     over the IPU's tiles divided by the number of tiles) as a thin line. Dotted lines mark
     where a run (pipeline stage, phase, weight update) starts."""
-    plt = _pyplot()
     live = run.liveness()
     ipus = sorted(live["ipu"].unique().tolist())
     n = len(ipus)
     panel, head, foot = 1.7, 0.9, 0.55  # inches: each panel, the title and legend, the x label
     height = head + foot + panel * n
-    fig, axes = plt.subplots(n, 1, figsize=(12, height), squeeze=False)
+    fig = new_figure((12, height))
+    axes = fig.subplots(n, 1, squeeze=False)
     fig.subplots_adjust(left=0.07, right=0.99, top=1 - head / height, bottom=foot / height,
                         hspace=0.45 * 1.7 / panel)
     layers = list(LIVENESS_COLOURS)

@@ -12,7 +12,7 @@ from . import perfcounters
 from ..compiler.executable import Executable
 from ..compiler.memory import CATEGORIES as MEMORY_CATEGORIES
 from ..engine import Timeline
-from ..program import CATEGORIES
+from ..program import CATEGORIES, OpSteps
 
 TRACE_COLUMNS = ["ipu", "replica", "represents", "kind", "name", "start", "end", "cycles", "bytes"]
 OP_TRACE_COLUMNS = ["ipu", "task", "name", "kind", "start", "end", "exchange", "sync", "compute", "launch",
@@ -307,14 +307,14 @@ class Run:
         total = np.zeros(self.executable.tiles)
         for r in self.timeline.records:
             for i, ops in enumerate(r.detail):
-                if ops is not None and r.ipu[i] == ipu and ops.tile_compute is not None:
+                if isinstance(ops, OpSteps) and r.ipu[i] == ipu and ops.tile_compute is not None:
                     total += ops.tile_compute * len(r.offsets)
         return total
 
     @property
     def flops(self) -> float:
         return float(sum(float(ops.flops.sum()) * len(r.offsets)
-                         for r in self.timeline.records for ops in r.detail if ops is not None))
+                         for r in self.timeline.records for ops in r.detail if isinstance(ops, OpSteps)))
 
     def summary(self) -> dict:
         """The numbers of the run as plain Python values (what ``ipusim run --json`` prints)."""
@@ -339,8 +339,95 @@ class Run:
             "memory": {str(k): v for k, v in self.memory.items()},
             "tflops": self.flops / self.seconds / 1e12 if self.seconds else 0.0,
             "notes": list(ex.notes) + list(self.notes),
+            "options": options_dict(ex.options), "system_config": system_dict(ex.system),
             "simulator": {"wall_seconds": self.wall_seconds, "simpy_events": self.timeline.events},
         }
+
+    # --- notebooks and scripts ------------------------------------------------------------------
+    def __repr__(self) -> str:
+        """One line: model, system, mode, cycles, time and average latency (ms)."""
+        ex = self.executable
+        mode = "training" if ex.training else "inference"
+        lat = f"{self.latency[2] * 1e3:.4f} ms" if self.latency_measured() else "not measured"
+        k, r = ex.ipus_per_replica, ex.options.replication_factor
+        return (f"<sim.Run {ex.graph.name} on {ex.system.name} ({mode}, {k} IPU{'s' * (k != 1)} x "
+                f"{r} replica{'s' * (r != 1)}): {self.cycle_count:,} cycles, "
+                f"{self.seconds * 1e3:.4f} ms, latency avg {lat}>")
+
+    def _repr_html_(self) -> str:
+        """A small summary table, for Jupyter."""
+        from html import escape
+        ex = self.executable
+        lat = (f"{self.latency[0] * 1e3:.4f} / {self.latency[2] * 1e3:.4f} / {self.latency[1] * 1e3:.4f} ms"
+               if self.latency_measured() else "not measured")
+        peak = max((m["peak_tile_bytes"] for m in self.memory.values()), default=0)
+        rows = [("model", ex.graph.name), ("system", ex.system.name),
+                ("mode", "training" if ex.training else "inference"),
+                ("IPUs x replicas", f"{ex.ipus_per_replica} x {ex.options.replication_factor}"),
+                ("cycles", f"{self.cycle_count:,}"), ("time", f"{self.seconds * 1e3:.4f} ms"),
+                ("samples/s", f"{self.samples_per_second:,.1f}"), ("latency min / avg / max", lat),
+                ("fullest tile at its peak", f"{peak:,} bytes"), ("notes", str(len(ex.notes) + len(self.notes)))]
+        body = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+        return f"<table class='ipusim-run'>{body}</table>"
+
+    def inter_ipu_transfers(self) -> pd.DataFrame:
+        """Every transfer of the inter-IPU copies, as run: a row per (copy, source, destination)
+        with ``name``, ``src``, ``dst`` (IPU indices in the system), ``bytes``, and the copy's
+        ``start`` and ``end`` (cycles; a merged copy's transfers share its times). In time order."""
+        cols: dict[str, list] = {c: [] for c in ("name", "src", "dst", "bytes", "start", "end")}
+        for r in self.timeline.records:
+            rows = [i for i, d in enumerate(r.detail) if r.category[i] == "inter_ipu" and d]
+            if not rows:
+                continue
+            per = [r.detail[i] for i in rows]
+            row = np.repeat(np.array(rows), [len(t) for t in per])
+            src, dst, nbytes = (np.array([x[j] for t in per for x in t], dtype=np.int64) for j in range(3))
+            k, m = len(r.offsets), len(row)
+            off = np.repeat(r.offsets, m)
+            for c, v in (("name", np.tile(r.name[row], k)), ("src", np.tile(src, k)), ("dst", np.tile(dst, k)),
+                         ("bytes", np.tile(nbytes, k)), ("start", np.tile(r.start[row], k) + off),
+                         ("end", np.tile(r.end[row], k) + off)):
+                cols[c].append(v)
+        if not cols["name"]:
+            return pd.DataFrame({c: pd.Series(dtype=object if c == "name" else np.int64) for c in cols})
+        df = pd.DataFrame({c: np.concatenate(v) for c, v in cols.items()})
+        return df.sort_values(["start", "src", "dst"], kind="stable").reset_index(drop=True)
+
+    def chrome_trace(self, all_replicas: bool | None = None) -> dict:
+        """The trace in the Chrome trace-event format (Perfetto, chrome://tracing): see
+        :func:`sim.results.chrome_trace.chrome_trace`."""
+        from .chrome_trace import chrome_trace
+        return chrome_trace(self, all_replicas=all_replicas)
+
+
+def _plain(value):
+    """An option value as plain JSON-able data (enums by name, tuples as lists)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "name") and hasattr(value, "value"):  # an enum member
+        return value.name
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def options_dict(options) -> dict:
+    """The options the user set (PopTorch names -> values), in the order they were set."""
+    return {k: _plain(v) for k, v in options.set_options.items()}
+
+
+def system_dict(system) -> dict:
+    """What tells one system config from another: its name, file, size, IPU and a digest of
+    every constant in it (two runs with the same digest ran on identical hardware constants)."""
+    import dataclasses
+    import hashlib
+    import json
+    constants = {k: v for k, v in dataclasses.asdict(system).items() if k not in ("path", "description")}
+    digest = hashlib.sha256(json.dumps(constants, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {"name": system.name, "path": str(system.path), "description": system.description,
+            "ipus": system.num_ipus, "generation": system.ipu.generation, "clock_hz": system.ipu.clock_hz,
+            "tiles_per_ipu": system.ipu.tiles, "sram_bytes_per_tile": system.ipu.sram_bytes_per_tile,
+            "topology": system.layout.topology, "constants_digest": digest}
 
 
 def _expand_streams(tl: Timeline, direction: str) -> tuple[np.ndarray, ...]:
@@ -360,7 +447,7 @@ def _expand_streams(tl: Timeline, direction: str) -> tuple[np.ndarray, ...]:
 def _op_rows(r, expand: bool) -> dict[str, np.ndarray] | None:
     """The op-trace columns of one chunk of records: per task row, its ops in order; with
     ``expand``, once per offset (row, then offset, then op), else once at the first offset."""
-    rows = [i for i, ops in enumerate(r.detail) if ops is not None and len(ops.names)]
+    rows = [i for i, ops in enumerate(r.detail) if isinstance(ops, OpSteps) and len(ops.names)]
     k = len(r.offsets)
     if not rows or not k:
         return None

@@ -1,0 +1,345 @@
+"""``ipusim compare A B [C ...]``: runs side by side, and whether they agree within a tolerance.
+
+    ipusim run --model bert-base --output runs/a && ipusim run --model bert-base --micro-batch 2 --output runs/b
+    ipusim compare runs/a runs/b                         # side by side; exit 4 if they differ by more than 1 %
+    ipusim run --json > a.json; ipusim compare a.json runs/b --tolerance 5 --figure diff.png
+
+Each input is an ``ipusim run --output`` folder (its summary.json and breakdown.csv) or a JSON
+file of ``ipusim run --json``. The first is the reference. Printed: what each run is (model,
+system, options set, the system config's digest), the headline numbers (cycles, time,
+samples/s, the four average latencies, TFLOP/s, the fullest tile's peak bytes) with each
+later run's difference in % of the first, and the breakdown by category (cycles summed over
+the run's IPUs) with the differences in cycles and %.
+
+Tolerance (``--tolerance PCT``, default 1): a headline number differs when it is more than PCT %
+away from the first run's; a breakdown category differs when it moved by more than PCT % of the
+first run's IPU-cycles (cycle_count x IPUs), so a tiny category's large relative change does not
+count. Exit status: 0 all within the tolerance, 4 some differ beyond it, 2 bad input (a missing
+file, a file or folder that is not a run, a figure type Matplotlib cannot write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import IpuSimError
+from ..program import CATEGORIES
+from .argtypes import QUIET, VERBOSE, add_verbosity, progress, verbosity
+
+#: exit status when the runs differ beyond the tolerance
+EXIT_DIFFERENT = 4
+#: headline numbers: (label, how to read it from a summary, unit scale, format)
+HEADLINE = (("cycles", lambda s: s.get("cycle_count"), 1, "{:,.0f}"),
+            ("time (ms)", lambda s: s.get("seconds"), 1e3, "{:,.4f}"),
+            ("samples/s", lambda s: s.get("samples_per_second"), 1, "{:,.1f}"),
+            ("latency avg (ms)", lambda s: _avg(s, "latency"), 1e3, "{:,.4f}"),
+            ("host->IPU latency avg (ms)", lambda s: _avg(s, "host_ipu_latency"), 1e3, "{:,.4f}"),
+            ("compute latency avg (ms)", lambda s: _avg(s, "compute_latency"), 1e3, "{:,.4f}"),
+            ("IPU->host latency avg (ms)", lambda s: _avg(s, "ipu_host_latency"), 1e3, "{:,.4f}"),
+            ("TFLOP/s", lambda s: s.get("tflops"), 1, "{:,.2f}"),
+            ("fullest tile peak (bytes)", lambda s: _peak(s), 1, "{:,.0f}"))
+
+
+class CompareError(IpuSimError):
+    """An input of ``ipusim compare`` is missing or not a run."""
+
+
+def _avg(summary: dict, key: str) -> float | None:
+    value = summary.get(key)
+    return value.get("avg") if isinstance(value, dict) else None
+
+
+def _peak(summary: dict) -> float | None:
+    memory = summary.get("memory")
+    if not isinstance(memory, dict):
+        return None
+    peaks = [m.get("peak_tile_bytes") for m in memory.values() if isinstance(m, dict)]
+    return max((p for p in peaks if isinstance(p, (int, float))), default=None)
+
+
+@dataclass
+class RunResult:
+    """One input: its label, summary (``Run.summary()`` as JSON) and breakdown (category ->
+    cycles summed over the run's IPUs, and the number of IPUs)."""
+
+    label: str
+    path: Path
+    summary: dict
+    breakdown: dict[str, int]
+    ipus: int
+
+
+def _breakdown_from_summary(summary: dict, where: str) -> tuple[dict[str, int], int]:
+    rows = summary.get("breakdown")
+    if not isinstance(rows, dict) or not rows or not all(isinstance(r, dict) for r in rows.values()):
+        raise CompareError(f"{where}: no breakdown in it (a run's summary has one per IPU); give an "
+                           "`ipusim run --output` folder or an `ipusim run --json` file")
+    totals: dict[str, int] = {}
+    for row in rows.values():
+        for cat, cycles in row.items():
+            totals[cat] = totals.get(cat, 0) + int(cycles)
+    return totals, len(rows)
+
+
+def _breakdown_from_csv(path: Path) -> tuple[dict[str, int], int]:
+    import pandas as pd
+    try:
+        frame = pd.read_csv(path, index_col="ipu")
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise CompareError(f"{path}: not a run's breakdown.csv ({str(e).splitlines()[0]}); expected a column "
+                           "`ipu` and one column of cycles per category, as `ipusim run --output` writes") from None
+    if frame.empty or not all(pd.api.types.is_numeric_dtype(t) for t in frame.dtypes):
+        raise CompareError(f"{path}: not a run's breakdown.csv (expected a row of cycles per IPU); write it "
+                           "with `ipusim run --output DIR`")
+    return {str(c): int(frame[c].sum()) for c in frame.columns}, len(frame)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        data = None
+    except OSError as e:
+        raise CompareError(f"{path}: cannot be read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise CompareError(f"{path}: not JSON ({e}); give the output of `ipusim run --json` or an "
+                           "`ipusim run --output` folder") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cycle_count"), int):
+        raise CompareError(f"{path}: not a run (no integer cycle_count); give the output of `ipusim run --json` "
+                           "or an `ipusim run --output` folder")
+    return data
+
+
+def load_run(path: str | Path) -> RunResult:
+    """An input of ``ipusim compare``: an output folder or a JSON file (raises
+    :class:`CompareError` naming the path and what is wrong)."""
+    p = Path(path)
+    if p.is_dir():
+        summary_path, csv_path = p / "summary.json", p / "breakdown.csv"
+        missing = [f.name for f in (summary_path, csv_path) if not f.is_file()]
+        if missing:
+            raise CompareError(f"{p}: not a run's output folder (no {' or '.join(missing)}); write one with "
+                               "`ipusim run --output DIR`")
+        summary = _read_json(summary_path)
+        breakdown, ipus = _breakdown_from_csv(csv_path)
+    elif p.is_file():
+        summary = _read_json(p)
+        breakdown, ipus = _breakdown_from_summary(summary, str(p))
+    else:
+        raise CompareError(f"{p}: no such file or folder; give `ipusim run --output` folders or "
+                           "`ipusim run --json` files")
+    return RunResult(p.name or str(p), p, summary, breakdown, ipus)
+
+
+def _labels(runs: list[RunResult]) -> None:
+    """Make the labels unique: the path where two names clash, then a number."""
+    names = [r.label for r in runs]
+    for r in runs:
+        if names.count(r.label) > 1:
+            r.label = str(r.path)
+    seen: dict[str, int] = {}
+    for i, r in enumerate(runs):
+        if r.label in seen:
+            r.label = f"{r.label} #{i + 1}"
+        seen[r.label] = i
+
+
+def _change(a: float | None, b: float | None) -> float | None:
+    """(b - a) / a in %, 0 when both are 0, inf when only a is 0, None when either is missing."""
+    if a is None or b is None:
+        return None
+    if a == 0:
+        return 0.0 if b == 0 else math.inf
+    return (b - a) / abs(a) * 100
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return ""
+    return "new" if math.isinf(x) else f"{x:+.2f} %"
+
+
+def differences(runs: list[RunResult], tolerance: float) -> list[str]:
+    """What differs from the first run by more than ``tolerance`` % (see the module docstring),
+    as lines: ``label: what (change)``."""
+    first, out = runs[0], []
+    total = first.summary["cycle_count"] * first.ipus
+    for r in runs[1:]:
+        for label, read, _, _ in HEADLINE:
+            a, b = read(first.summary), read(r.summary)
+            if (a is None) != (b is None):
+                out.append(f"{r.label}: {label} {'not measured' if b is None else 'measured'} in this run only")
+                continue
+            change = _change(a, b)
+            if change is not None and abs(change) > tolerance:
+                out.append(f"{r.label}: {label} {_pct(change)}")
+        for cat in dict.fromkeys(list(first.breakdown) + list(r.breakdown)):
+            moved = r.breakdown.get(cat, 0) - first.breakdown.get(cat, 0)
+            share = abs(moved) / total * 100 if total else (0.0 if moved == 0 else math.inf)
+            if share > tolerance:
+                out.append(f"{r.label}: breakdown {cat} {moved:+,} cycles ({share:.2f} % of {first.label}'s "
+                           "IPU-cycles)")
+    return out
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    return "\n".join(lines)
+
+
+def _describe(s: dict) -> dict[str, str]:
+    run = s.get("run") if isinstance(s.get("run"), dict) else {}
+    opts = s.get("options")
+    config = s.get("system_config") if isinstance(s.get("system_config"), dict) else {}
+    return {"model": str(s.get("model", "?")), "system": str(s.get("system", "?")),
+            "mode": "training" if s.get("training") else "inference",
+            "strategy": str(run.get("strategy", "?")),
+            "IPUs x replicas": f"{run.get('ipus_per_replica', '?')} x {run.get('replication_factor', '?')}",
+            "options": ("; ".join(f"{k}={json.dumps(v)}" for k, v in opts.items()) or "defaults")
+            if isinstance(opts, dict) else "(not recorded)",
+            "system constants": str(config.get("constants_digest", "(not recorded)"))}
+
+
+def format_comparison(runs: list[RunResult]) -> str:
+    """The side-by-side text: what each run is, the headline numbers and the breakdown."""
+    labels = [r.label for r in runs]
+    described = [_describe(r.summary) for r in runs]
+    out = ["runs (the first is the reference):"]
+    out += [f"  {r.label}: {r.path}" for r in runs]
+    out += ["", _table(["", *labels], [[k, *(d[k] for d in described)] for k in described[0]]), ""]
+    rows = []
+    for label, read, scale, fmt in HEADLINE:
+        values = [read(r.summary) for r in runs]
+        if all(v is None for v in values):
+            continue
+        cells = []
+        for i, v in enumerate(values):
+            text = "n/a" if v is None else fmt.format(v * scale)
+            if i and v is not None and values[0] is not None:
+                text += f" ({_pct(_change(values[0], v))})"
+            cells.append(text)
+        rows.append([label, *cells])
+    out += [_table(["", *labels], rows), ""]
+    cats = list(dict.fromkeys([c for c in CATEGORIES if any(c in r.breakdown for r in runs)]
+                              + [c for r in runs for c in r.breakdown]))
+    header = ["breakdown (cycles, all IPUs)", labels[0]]
+    for label in labels[1:]:
+        header += [label, "change", "%"]
+    rows = []
+    for cat in cats + ["total"]:
+        get = (lambda r: sum(r.breakdown.values())) if cat == "total" else (lambda r: r.breakdown.get(cat, 0))
+        a = get(runs[0])
+        row = [cat, f"{a:,}"]
+        for r in runs[1:]:
+            b = get(r)
+            row += [f"{b:,}", f"{b - a:+,}", _pct(_change(a, b))]
+        rows.append(row)
+    out.append(_table(header, rows))
+    return "\n".join(out)
+
+
+def comparison_figure(runs: list[RunResult]):
+    """Grouped bars: cycles per breakdown category (summed over each run's IPUs), a bar per run."""
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter
+
+    from ..results.report import new_figure
+    cats = list(dict.fromkeys([c for c in CATEGORIES if any(r.breakdown.get(c, 0) for r in runs)]
+                              + [c for r in runs for c, v in r.breakdown.items() if v]))
+    fig = new_figure((max(8.0, 1.1 * len(cats) + 3), 4.8))
+    ax = fig.subplots()
+    x = np.arange(len(cats))
+    width = 0.8 / len(runs)
+    for i, r in enumerate(runs):
+        ax.bar(x + (i - (len(runs) - 1) / 2) * width, [r.breakdown.get(c, 0) for c in cats], width,
+               label=r.label)
+    ax.set_xticks(x, cats, rotation=30, ha="right")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_ylabel("cycles (summed over the run's IPUs)")
+    ax.set_title("breakdown by category: " + " vs ".join(r.label for r in runs), fontsize=10)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write_figure(runs: list[RunResult], path: Path) -> Path:
+    """Draw :func:`comparison_figure` into ``path`` (its type from the suffix: png, svg, pdf, ...),
+    written whole or not at all."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from ..results.report import atomic_write
+    kind = path.suffix.lstrip(".").lower()
+    supported = FigureCanvasBase.get_supported_filetypes()
+    if kind not in supported:
+        raise CompareError(f"--figure {str(path)!r}: Matplotlib cannot write {kind or 'a file without a suffix'!r}; "
+                           f"end the name with one of {', '.join('.' + k for k in sorted(supported))}")
+    if not path.parent.is_dir():
+        raise CompareError(f"--figure {str(path)!r}: no folder {str(path.parent)!r}; create it first")
+    fig = comparison_figure(runs)
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=100))
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text.rstrip("%").strip())
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a percentage >= 0 such as 1 or 0.5, got {text!r}")
+    return value
+
+
+def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``compare`` arguments to ``p``."""
+    p.add_argument("runs", nargs="+", metavar="RUN", type=Path,
+                   help="`ipusim run --output` folders or `ipusim run --json` files; the first is the reference")
+    p.add_argument("--tolerance", type=_tolerance, default=1.0, metavar="PCT",
+                   help="exit 4 when a number differs from the first run's by more than PCT %% (default: 1)")
+    p.add_argument("--figure", type=Path, metavar="FILE",
+                   help="also draw the breakdowns as grouped bars into FILE (.png, .svg, .pdf, ...)")
+    add_verbosity(p)
+    p.set_defaults(func=_cmd_compare, subparser=p)
+    return p
+
+
+def add_subcommand(subparsers) -> argparse.ArgumentParser:
+    """Register ``compare`` on ``ipusim``'s sub-parsers."""
+    return configure(subparsers.add_parser(
+        "compare", help="compare runs side by side (exit 4 if they differ beyond --tolerance)",
+        description="Compare runs (output folders or --json files) with the first: side by side, the "
+                    "breakdown's differences, exit 0 within --tolerance, 4 beyond it, 2 on bad input."))
+
+
+def _cmd_compare(args, parser) -> int:
+    if len(args.runs) < 2:
+        parser.error("give at least two runs to compare (output folders or --json files)")
+    runs = [load_run(p) for p in args.runs]
+    _labels(runs)
+    for r in runs:
+        progress(args, f"{r.label}: {r.summary.get('model')} on {r.summary.get('system')}, "
+                 f"{r.summary['cycle_count']:,} cycles, {r.ipus} IPUs in the breakdown")
+    written = write_figure(runs, args.figure) if args.figure is not None else None
+    found = differences(runs, args.tolerance)
+    if verbosity(args) > QUIET:
+        print(format_comparison(runs))
+        print()
+        if found:
+            print(f"differ from {runs[0].label} by more than {args.tolerance:g} %:")
+            print("\n".join(f"  {line}" for line in found))
+        else:
+            print(f"all within {args.tolerance:g} % of {runs[0].label}")
+        if written:
+            print(f"wrote {written}")
+    if verbosity(args) >= VERBOSE:
+        for r in runs:
+            for note in r.summary.get("notes") or []:
+                print(f"ipusim: {r.label}: note: {note}", file=sys.stderr)
+    return EXIT_DIFFERENT if found else 0

@@ -1,0 +1,426 @@
+"""``ipusim plan``: the fastest configurations of a model for a global batch on one or more systems.
+
+    ipusim plan --model bert-large --system bow-pod64 --training --optimizer lamb --global-batch 65536
+    ipusim plan --model resnet50 --system bow-pod16,bow-pod64 --global-batch 1024-4096 --csv plan.csv
+    ipusim plan --config plan.toml --dask tcp://scheduler:8786 --csv plan.csv --resume
+
+The search (:mod:`sim.planner`) covers replicas x IPUs per replica (the layers split over a
+pipeline to balance the stages) x micro-batch x gradient accumulation x availableMemoryProportion
+x recomputation x optimizer-state placement. Each candidate is an ``ipusim run`` command line,
+simulated on a process pool (``--workers``) or a Dask cluster (``--dask``) through
+:func:`sim.cli.sweep.run_points`; ``--csv`` gets a row per candidate as it is decided (status
+ok, oom, invalid or pruned, with the reason), and ``--resume`` keeps the rows a CSV already has.
+Prints the best configurations as a table and as ``ipusim run`` commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shlex
+import signal
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+
+from .. import planner
+from ..errors import IpuSimError, OutOfMemoryError
+from . import run
+from .argtypes import QUIET, positive_int, progress, verbosity
+from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
+                    run_points)
+
+#: the CSV: a candidate's columns, its result, and its ``ipusim run`` command line
+COLUMNS = list(planner.CANDIDATE_COLUMNS) + list(planner.RESULT_COLUMNS) + ["command"]
+#: the breakdown's categories of an IPU's own op work (what the split balances)
+_OP_WORK = ("compute", "launch", "exchange", "exchange_setup")
+#: model parameters with a flag of their own in ``ipusim run`` (the rest go as --param)
+_PARAM_FLAGS = tuple(n for n in run.MODEL_PARAM_FLAGS if n != "micro_batch")
+
+
+def plan_point(argv: list[str]) -> dict:
+    """Simulate one candidate (``ipusim run`` flags); its result columns (status ok, oom or invalid)."""
+    run_parser = run.configure(argparse.ArgumentParser(prog="ipusim run"))
+
+    def fail(message):
+        raise PointError(message)
+    run_parser.error = fail
+    try:
+        args = run_parser.parse_args(argv)
+        result = run.simulate_args(args, run_parser)
+    except OutOfMemoryError as e:
+        others = sorted(i for i in e.shortfalls if i != e.ipu)
+        more = f"; also short: IPU{'s' * (len(others) > 1)} {', '.join(map(str, others))}" if others else ""
+        where = f" at op {e.op!r}" if e.op else ""
+        return {"status": "oom", "reason": f"out of memory on IPU {e.ipu}: short by {e.shortfall_bytes:,} bytes "
+                f"per tile{where}{more}"}
+    except (IpuSimError, PointError) as e:
+        return {"status": "invalid", "reason": str(e).splitlines()[0]}
+    breakdown = result.breakdown
+    replica0 = [ipu for ipu in breakdown.index if ipu < result.executable.ipus_per_replica]
+    busy = [int(breakdown.loc[ipu, list(_OP_WORK)].sum()) for ipu in replica0]
+    return {"status": "ok", "samples_per_second": result.samples_per_second, "seconds": result.seconds,
+            "cycle_count": result.cycle_count,
+            "peak_tile_bytes": max(m["peak_tile_bytes"] for m in result.memory.values()),
+            "stage_balance": min(busy) / max(busy) if max(busy) else 1.0, "reason": ""}
+
+
+def _param_text(value) -> str:
+    """A model parameter as ``ipusim run --param`` reads it back (int, float, JSON or text)."""
+    if isinstance(value, str) and run._parse_value(value) == value:
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
+    """The ``ipusim run`` flags of candidate ``c``."""
+    m, sp = pl.model, pl.space
+    argv = ["--system", c.system] + (["--onnx", str(m.onnx)] if m.onnx else ["--model", m.name])
+    for key, value in m.params.items():
+        argv += ([f"--{key.replace('_', '-')}", str(value)] if key in _PARAM_FLAGS and isinstance(value, int)
+                 else ["--param", f"{key}={_param_text(value)}"])
+    argv += ["--micro-batch", str(c.micro_batch)]
+    for key, value in m.placement(pl.units, c.split, c.recompute).items():
+        if value is None:
+            continue  # the zoo's default (e.g. resnet50's recompute_checkpoints: none)
+        argv += (["--layers-per-ipu", ",".join(map(str, value))] if key == "layers_per_ipu"
+                 else ["--param", f"{key}={_param_text(value)}"])
+    if c.replicas > 1:
+        argv += ["--replicas", str(c.replicas)]
+    if sp.training:
+        argv += ["--training", "--optimizer", sp.optimizer]
+        if c.gradient_accumulation > 1:
+            argv += ["--gradient-accumulation", str(c.gradient_accumulation)]
+        if c.optimizer_state:
+            argv += ["--optimizer-state", c.optimizer_state]
+    argv += ["--available-memory-proportion", f"{c.available_memory_proportion:g}"]
+    if c.device_iterations != 1:
+        argv += ["--device-iterations", str(c.device_iterations)]
+    return argv
+
+
+def command_line(argv: list[str]) -> str:
+    return "ipusim run " + shlex.join(argv)
+
+
+# --- argument types -----------------------------------------------------------------------------
+
+def _ints(text: str) -> list[int]:
+    """``1,2,4`` -> [1, 2, 4] (whole numbers >= 1)."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1 like 1,2,4, got {text!r}")
+    return values
+
+
+def _proportions(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated proportions in (0, 1] like 0.2,0.6, got {text!r}")
+    return values
+
+
+def _choices(allowed: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        values = [v.strip() for v in text.split(",")]
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)}")
+        return values
+    return parse
+
+
+def _global_batch(text: str) -> tuple[int, int]:
+    """``1024`` -> (1024, 1024); ``512-4096`` -> (512, 4096)."""
+    lo, sep, hi = text.partition("-")
+    try:
+        pair = (int(lo), int(hi) if sep else int(lo))
+    except ValueError:
+        pair = (0, 0)
+    if not 1 <= pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 (e.g. 1024) or a range LOW-HIGH "
+                                         f"(e.g. 512-4096), got {text!r}")
+    return pair
+
+
+def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the flags of ``ipusim plan`` to ``p``."""
+    w = p.add_argument_group("what to plan")
+    w.add_argument("--config", type=Path, metavar="FILE.toml",
+                   help="read the plan's flags from a TOML file (keys are the flags' names, e.g. model, system, "
+                   "global_batch, training, micro_batch = [1, 2]; model parameters in a [params] table); "
+                   "flags on the command line override it")
+    w.add_argument("--model", help="zoo model (see `ipusim models`)")
+    w.add_argument("--onnx", metavar="PATH", help="an ONNX model instead (needs the onnx extra)")
+    for name in _PARAM_FLAGS:
+        w.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N", help=argparse.SUPPRESS)
+    w.add_argument("--param", action="append", default=[], type=run._key_value, metavar="KEY=VALUE",
+                   help="a model parameter (repeatable); --seq-len, --num-layers, --hidden, --heads, --vocab, "
+                   "--image-size work too")
+    w.add_argument("--system", type=lambda t: [s for s in t.split(",") if s], metavar="NAME[,NAME...]",
+                   help="the system(s) to plan for (see `ipusim systems`; required)")
+    w.add_argument("--global-batch", type=_global_batch, metavar="N|LOW-HIGH",
+                   help="samples per weight update (training) or per step (inference): micro-batch x "
+                   "accumulation x replicas; a range takes every global batch in it (required)")
+    w.add_argument("--training", action="store_true", help="plan training (default: inference)")
+    w.add_argument("--optimizer", choices=list(run.OPTIMIZERS), help="with --training (default: sgd)")
+    a = p.add_argument_group("the search space (comma-separated values; defaults in docs/cli.md)")
+    a.add_argument("--pipeline", type=_ints, metavar="P,...", help="IPUs per replica (pipeline stages); "
+                   "default: powers of two up to the system's IPUs and the model's layers + 1")
+    a.add_argument("--replicas", type=_ints, metavar="R,...", help="default: powers of two that fit the system")
+    a.add_argument("--micro-batch", type=_ints, metavar="N,...", help="default: 1, 2, 4, ... 64")
+    a.add_argument("--gradient-accumulation", type=_ints, metavar="N,...",
+                   help="default: whatever makes the global batch (with a range: powers of two inside it)")
+    a.add_argument("--available-memory-proportion", type=_proportions, metavar="P,...",
+                   help="default: 0.2,0.4,0.6")
+    a.add_argument("--recompute", type=_choices(("on", "off")), metavar="on,off",
+                   help="recomputation checkpoint after every layer (bert, gpt2) or block (resnet50); "
+                   "default: both, in training")
+    a.add_argument("--optimizer-state", type=_choices(run.OPTIMIZER_STATES), metavar="on-chip,off-chip,rts",
+                   help="default: all three in training (rts with 2 replicas or more), none for sgd")
+    a.add_argument("--device-iterations", type=positive_int, metavar="N",
+                   help="of every candidate (default: 1 in training, 32 in inference)")
+    s = p.add_argument_group("the search")
+    s.add_argument("--top", type=positive_int, default=10, metavar="K",
+                   help="show the K best; pruning keeps them exact (default: 10)")
+    s.add_argument("--commands", type=int, default=3, metavar="N",
+                   help="print the N best as `ipusim run` commands (default: 3)")
+    s.add_argument("--exhaustive", action="store_true",
+                   help="simulate every candidate: no bound, no inference, no check before simulating")
+    s.add_argument("--batch", type=positive_int, default=16, metavar="N",
+                   help="candidates simulated between pruning decisions (default: 16)")
+    s.add_argument("--workers", type=positive_int, metavar="N", help="processes, >= 1 (default: all cores)")
+    s.add_argument("--dask", metavar="ADDRESS", help="simulate on this Dask scheduler instead")
+    s.add_argument("--csv", type=Path, help="write a row per candidate, each as it is decided")
+    s.add_argument("--resume", action="store_true",
+                   help="with --csv: keep the candidates the CSV already holds and decide the others")
+    p.set_defaults(func=_cmd_plan, subparser=p)
+    return p
+
+
+def add_subcommand(subparsers) -> argparse.ArgumentParser:
+    """Register ``plan`` on ``ipusim``'s sub-parsers."""
+    return configure(subparsers.add_parser("plan", help="the fastest configurations of a model for a global batch",
+                                           description=__doc__.split("\n\n")[0]))
+
+
+# --- --config ----------------------------------------------------------------------------------
+
+def config_argv(path: Path, parser: argparse.ArgumentParser) -> list[str]:
+    """The flags a ``--config`` TOML file stands for (placed before the command line's)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        parser.error(f"--config {str(path)!r}: {e.strerror or e}")
+    except tomllib.TOMLDecodeError as e:
+        parser.error(f"--config {str(path)!r}: not valid TOML ({e})")
+    flags = {a.dest: a for a in parser._actions if a.option_strings}
+    argv: list[str] = []
+    for key, value in data.items():
+        dest = key.replace("-", "_")
+        if key == "params":
+            if not isinstance(value, dict):
+                parser.error(f"--config {str(path)!r}: 'params' must be a table of model parameters")
+            argv += [a for k, v in value.items() for a in ("--param", f"{k}={_param_text(v)}")]
+            continue
+        if dest in ("config", "help", "resume", "verbosity") or dest not in flags:
+            valid = sorted(d for d in flags if d not in ("config", "help", "resume", "verbosity")) + ["params"]
+            parser.error(f"--config {str(path)!r}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+        flag = flags[dest].option_strings[-1]
+        if isinstance(value, bool):
+            if not isinstance(flags[dest], argparse._StoreTrueAction):
+                parser.error(f"--config {str(path)!r}: {key} = {str(value).lower()}: expected a value, not true/false")
+            argv += [flag] if value else []
+        elif isinstance(value, list):
+            argv += [flag, ",".join(str(v) for v in value)]
+        else:
+            if dest == "onnx":
+                value = str((path.parent / str(value)))
+            argv += [flag, str(value)]
+    return argv
+
+
+def merge_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """``args`` with what ``--config`` sets wherever the command line left a flag at its
+    default (``--param`` values add up, the command line's last)."""
+    if args.config is None:
+        return args
+    cfg = parser.parse_args(config_argv(args.config, parser))
+    merged = argparse.Namespace(**vars(args))
+    for dest, value in vars(cfg).items():
+        if dest == "param":
+            merged.param = cfg.param + args.param
+        elif getattr(args, dest) == parser.get_default(dest):
+            setattr(merged, dest, value)
+    return merged
+
+
+# --- the command --------------------------------------------------------------------------------
+
+def build_planner(args, parser) -> planner.Planner:
+    """The planner the flags describe (usage errors through ``parser``)."""
+    if args.system is None or args.global_batch is None:
+        parser.error("give --system and --global-batch (or a --config file with system and global_batch)")
+    if args.optimizer and not args.training:
+        parser.error("--optimizer only applies with --training")
+    if (args.model is None) == (args.onnx is None):
+        parser.error("give --model NAME or --onnx PATH (one of them)")
+    if args.resume and args.csv is None:
+        parser.error("--resume needs --csv FILE (the CSV of the plan to finish)")
+    params = {k: getattr(args, k) for k in _PARAM_FLAGS if getattr(args, k) is not None}
+    params.update(dict(args.param))
+    model = planner.Model(args.model, params, args.onnx)
+    space = planner.Space(
+        systems=args.system, global_batch=args.global_batch, training=args.training,
+        optimizer=args.optimizer or "sgd", pipelines=args.pipeline, replicas=args.replicas,
+        micro_batches=args.micro_batch, gradient_accumulations=args.gradient_accumulation,
+        proportions=args.available_memory_proportion,
+        recompute=None if args.recompute is None else [v == "on" for v in args.recompute],
+        optimizer_states=args.optimizer_state, device_iterations=args.device_iterations)
+    return planner.Planner(model, space)
+
+
+def _known_rows(path: Path, commands: list[str]) -> dict[int, dict]:
+    """Rows of an earlier plan's CSV, by the index of the candidate with the same command."""
+    index = {cmd: i for i, cmd in enumerate(commands)}
+    return {index[r["command"]]: r for r in _read_rows(path, COLUMNS) if r.get("command") in index}
+
+
+def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch: int = 16,
+         workers: int | None = None, dask: str | None = None, csv_path: Path | None = None,
+         resume: bool = False, bar: bool = True) -> pd.DataFrame:
+    """Decide every candidate of ``pl``; a row per candidate (:data:`COLUMNS`), in candidate order.
+
+    Simulates on a process pool (``workers``) or the Dask scheduler at ``dask``; with
+    ``csv_path`` each row is appended as it is decided, and with ``resume`` the candidates the
+    CSV already holds (same command line) are not simulated again.
+    """
+    argvs = [command(pl, c) for c in pl.candidates]
+    commands = [command_line(a) for a in argvs]
+    known = _known_rows(csv_path, commands) if resume and csv_path else {}
+    out = _CsvRows(csv_path, COLUMNS, append=resume)
+    progress = _progress_bar(len(argvs), len(known)) if bar else None
+
+    def evaluate(wave: dict[int, planner.Candidate]):
+        with contextlib.closing(run_points({i: argvs[i] for i in wave}, workers, dask, point=plan_point)) as done:
+            yield from done
+
+    def on_row(i: int, row: dict) -> None:
+        row["command"] = commands[i]
+        if i not in known:
+            out.write(row)
+            if progress is not None:
+                progress.update()
+    try:
+        rows = pl.run(evaluate, top=top, prune=not exhaustive, batch=batch, known=known, on_row=on_row)
+    finally:
+        if progress is not None:
+            progress.close()
+        out.close()
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    for c in ("samples_per_second", "bound_samples_per_second", "seconds", "cycle_count", "peak_tile_bytes",
+              "stage_balance"):  # rows read back from a CSV hold text, "" where there is no number
+        table[c] = pd.to_numeric(table[c].mask(table[c] == ""))
+    for c in ("ipus", "replicas", "pipeline", "micro_batch", "gradient_accumulation", "global_batch",
+              "device_iterations"):
+        table[c] = table[c].astype(int)
+    table["available_memory_proportion"] = table["available_memory_proportion"].astype(float)
+    for c in ("split", "recompute", "optimizer_state", "reason", "status"):
+        table[c] = table[c].fillna("").astype(str)
+    return table
+
+
+def rank(table: pd.DataFrame) -> pd.DataFrame:
+    """The configurations that fit, fastest first (:func:`sim.planner.ranking`)."""
+    return table.iloc[planner.ranking(table.to_dict("records"))]
+
+
+def _summary(table: pd.DataFrame, seconds: float) -> str:
+    n = table["status"].value_counts()
+    simulated = int(table["reason"].str.contains(r"\[inferred", regex=True).sum())
+    return (f"{len(table):,} configurations in {seconds:.0f} s: {n.get('ok', 0):,} fit, {n.get('oom', 0):,} out of "
+            f"memory ({simulated:,} inferred, "
+            f"{int(table['reason'].str.contains('not simulated', regex=False).sum()):,} from always-live bytes), "
+            f"{n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their throughput bound")
+
+
+def format_table(best: pd.DataFrame) -> str:
+    """The screen table of the ranked configurations."""
+    show = pd.DataFrame({
+        "rank": range(1, len(best) + 1),
+        "samples/s": [f"{v:,.0f}" for v in best["samples_per_second"]],
+        "system": best["system"], "IPUs": best["ipus"],
+        "replicas x pipeline": [f"{r} x {p}" for r, p in zip(best["replicas"], best["pipeline"])],
+        "split": best["split"].replace("", "-"), "micro-batch": best["micro_batch"],
+        "accumulation": best["gradient_accumulation"], "AMP": best["available_memory_proportion"],
+        "recompute": best["recompute"].replace("", "-"), "optimizer state": best["optimizer_state"].replace("", "-"),
+        "peak tile KiB": [f"{v / 1024:,.0f}" for v in best["peak_tile_bytes"]],
+        "balance": [f"{v:.2f}" for v in best["stage_balance"]]})
+    return show.to_string(index=False)
+
+
+def _header(pl: planner.Planner) -> str:
+    m, sp = pl.model, pl.space
+    lo, hi = sp.global_batch
+    what = (f"training ({sp.optimizer})" if sp.training else "inference")
+    gb = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+    return (f"plan: {m.name or m.onnx} on {', '.join(sp.systems)}, {what}, global batch {gb}, "
+            f"device iterations {pl.device_iterations}" + "".join(f"\nnote: {n}" for n in pl.notes))
+
+
+def _interrupted_message(e: SweepInterrupted, csv_path: Path | None) -> str:
+    head = f"ipusim: plan stopped by {signal.Signals(e.signum).name}"
+    if csv_path is None:
+        return head + "; without --csv its rows are not kept (give --csv FILE to be able to --resume)"
+    return head + f"; rows so far in {str(csv_path)!r}: run the same command with --resume to finish"
+
+
+def _cmd_plan(args, parser) -> int:
+    t0 = time.perf_counter()
+    quiet = verbosity(args) <= QUIET
+    args = merge_config(args, parser)
+    try:
+        pl = build_planner(args, parser)
+    except PointError as e:
+        parser.error(str(e))
+    if not quiet:
+        print(_header(pl), flush=True)
+    progress(args, f"{len(pl.candidates):,} configurations, bounded in {time.perf_counter() - t0:.1f} s (the "
+             f"model priced at {pl.profiles_priced} IPU x micro-batch x proportion x accumulation points); "
+             f"simulating in batches of {args.batch} on "
+             + (f"the Dask scheduler {args.dask}" if args.dask else f"{args.workers or 'all'} worker(s)"))
+    try:
+        with _signals_interrupt():
+            table = plan(pl, top=args.top, exhaustive=args.exhaustive, batch=args.batch, workers=args.workers,
+                         dask=args.dask, csv_path=args.csv, resume=args.resume, bar=not quiet)
+    except PointError as e:
+        parser.error(str(e))
+    except SweepInterrupted as e:
+        print(_interrupted_message(e, args.csv), file=sys.stderr)
+        return 128 + e.signum
+    best = rank(table)
+    if not quiet:
+        print(_summary(table, time.perf_counter() - t0))
+    if best.empty:
+        dropped = table[table["status"] == "oom"]
+        print("ipusim: no configuration fits" + (f"; e.g. {dropped['command'].iloc[0]}: {dropped['reason'].iloc[0]}"
+                                                 if len(dropped) else ""), file=sys.stderr)
+        return 3 if len(dropped) else 2
+    print(format_table(best.head(args.top)))
+    if args.commands > 0 and not quiet:
+        print(f"\nthe best {min(args.commands, len(best))} as commands:")
+        for n, cmd in enumerate(best["command"].head(args.commands), 1):
+            print(f"  {n}. {cmd}")
+    if args.csv is not None and not quiet:
+        print(f"\nevery configuration, with its status and reason: {args.csv}")
+    return 0

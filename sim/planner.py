@@ -1,0 +1,650 @@
+"""Capacity planning (``ipusim plan``): the fastest ways to run a model for a global batch.
+
+A :class:`Candidate` is one configuration of ``ipusim run``: a system, ``replicas`` R, IPUs per
+replica P (the model's layers split over P pipeline stages), micro-batch, gradient
+accumulation, availableMemoryProportion, recomputation checkpoints and optimizer-state
+placement, with global batch = micro-batch x accumulation x R (device iterations repeat the
+global batch, they do not change it). :class:`Planner` enumerates the candidates of a
+:class:`Space` and evaluates them through a caller's function (``sim.cli.plan`` simulates each
+as an ``ipusim run`` command line on a process pool or a Dask cluster):
+
+1. **Profiles.** The model's ops are priced once per (system's IPU, micro-batch, proportion)
+   with the compiler's own pricing (:func:`sim.compiler.executable.price_ops`): cycles per
+   micro-batch of each block (layer), forward and backward, and the always-live tensors
+   (weights, constants, optimizer state, accumulators) each block's ops touch.
+2. **Split points.** P IPUs get contiguous runs of layers chosen to minimise the longest
+   stage time (min-max partition; the embeddings and heads stay where the model puts them,
+   and in pipelined training a stage also recomputes its forward pass, so a layer weighs
+   2 x forward + backward).
+3. **Bound.** An IPU runs its ops one after another, so a weight update takes at least the
+   busiest IPU's ``accumulation x`` (forward + backward cycles of its layers per micro-batch)
+   plus its optimizer ops (1/R of them with rts) and, with the state off chip, moving that
+   state to and from streaming memory; pipeline fill and flush, recomputation, collectives
+   and host IO only add to that. Hence ``samples/s <= micro_batch x accumulation x replicas x
+   clock / that``, without compiling.
+4. **Drops without simulating** (each with its reason): combinations PopTorch rejects
+   (accumulation below the pipeline's stages, device iterations below an inference
+   pipeline's stages, more IPUs than the system has); IPUs whose always-live bytes alone,
+   spread evenly over the tiles, exceed a tile's SRAM (the fullest tile holds at least the
+   average); the same tile-memory layout as a candidate already found not to fit (memory
+   does not depend on replicas or on the accumulation count, only on whether there is
+   accumulation; with replicated tensor sharding fewer replicas shard less, so they do not
+   fit either).
+5. **Branch and bound.** The rest are simulated in order of their bound, best first, in
+   batches; once a candidate's bound is below the ``top``-th best throughput simulated, it
+   and all after it are pruned. The ``top`` best are then exactly those of an exhaustive
+   search of the same space (``prune=False`` simulates everything).
+
+Units: cycles of the system's IPU clock, bytes, samples per second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+import models
+
+from .compiler.executable import price_ops
+from .errors import GraphError, OptionsError
+from .graph.ir import Graph
+from .graph.training import Optimizer, expand_training
+from .hardware.system import load_system
+from .options import Options
+from .strategy import assign
+
+OPTIMIZER_STATES = ("on-chip", "off-chip", "rts")
+#: model parameters the planner chooses itself (each is an axis of the search)
+PLANNED_PARAMS = {"micro_batch": "--micro-batch", "layers_per_ipu": "--pipeline",
+                  "split_points": "--pipeline", "recompute_checkpoint_every_layer": "--recompute",
+                  "recompute_checkpoints": "--recompute"}
+#: what the CSV and :meth:`Planner.run` rows hold for a candidate, then for its result
+CANDIDATE_COLUMNS = ("system", "ipus", "replicas", "pipeline", "split", "micro_batch", "gradient_accumulation",
+                     "global_batch", "available_memory_proportion", "recompute", "optimizer_state",
+                     "device_iterations")
+RESULT_COLUMNS = ("status", "samples_per_second", "bound_samples_per_second", "seconds", "cycle_count",
+                  "peak_tile_bytes", "stage_balance", "reason")
+#: statuses: simulated and fits; does not fit in tile memory; rejected as a combination;
+#: its throughput bound is below the top configurations found
+STATUSES = ("ok", "oom", "invalid", "pruned")
+_SLACK = 1e-9  # relative: a bound this close to the threshold is still simulated (float rounding)
+
+
+def _ordinal(n: int) -> str:
+    """1 -> "1st", 2 -> "2nd", 11 -> "11th", 23 -> "23rd"."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def powers_of_two(limit: int) -> list[int]:
+    """1, 2, 4, ... up to ``limit``."""
+    return [1 << k for k in range(max(0, int(limit)).bit_length())]
+
+
+# --- the model: what can be split and recomputed ------------------------------------------------
+
+@dataclass
+class Model:
+    """A zoo model (``name`` and its ``params``) or an ONNX file (``onnx``) to plan for.
+
+    ``family`` says how the planner places it: ``"layers"`` (the zoo's ``layers_per_ipu`` and
+    ``recompute_checkpoint_every_layer``: BERT, GPT-2), ``"blocks"`` (``split_points`` and
+    ``recompute_checkpoints``: ResNet-50), or ``"whole"`` (one IPU per replica, no recomputation
+    axis: the MLP, ONNX files).
+    """
+
+    name: str | None = None
+    params: dict = field(default_factory=dict)
+    onnx: str | None = None
+    family: str = field(init=False, default="whole")
+
+    def __post_init__(self):
+        if (self.name is None) == (self.onnx is None):
+            raise GraphError("plan: give a zoo model or an ONNX file (exactly one)")
+        if self.onnx is not None:
+            if self.params:
+                raise GraphError("plan: an ONNX model takes no --param (its shapes are in the file; "
+                                 "the planner sizes its batch dimension)")
+            if not Path(self.onnx).is_file():
+                raise GraphError(f"plan: --onnx {str(self.onnx)!r}: no such file")
+            return
+        defaults = models.describe(self.name)  # unknown names raise GraphError
+        for key in self.params:
+            if key in PLANNED_PARAMS:
+                raise GraphError(f"plan: model parameter {key!r} is an axis of the plan: give "
+                                 f"{PLANNED_PARAMS[key]} values instead of --param {key}=...")
+        if "micro_batch" not in defaults:
+            raise GraphError(f"plan: model {self.name!r} has no micro_batch parameter, so there is no batch "
+                             "to plan; plan a model whose inputs are batched (see `ipusim models`)")
+        if "layers_per_ipu" in defaults and "recompute_checkpoint_every_layer" in defaults:
+            self.family = "layers"
+        elif "split_points" in defaults and "recompute_checkpoints" in defaults:
+            self.family = "blocks"
+
+    def build(self, micro_batch: int, **placement) -> Graph:
+        """The model's graph at ``micro_batch`` with the planner's placement parameters."""
+        if self.onnx is not None:
+            from . import onnx as sim_onnx
+            return sim_onnx.load(self.onnx, batch_size=micro_batch)
+        return models.get(self.name, **{**self.params, "micro_batch": micro_batch, **placement})
+
+    def units(self, graph: Graph) -> list[str]:
+        """The blocks a split moves between IPUs, in model order (empty: the model does not split)."""
+        blocks = list(dict.fromkeys(op.block for op in graph.ops if op.block is not None))
+        pattern = {"layers": r"layer\d+", "blocks": r"layer\d+/\d+"}.get(self.family)
+        return [b for b in blocks if pattern and re.fullmatch(pattern, b)]
+
+    def placement(self, units: list[str], split: tuple[int, ...], recompute: bool | None) -> dict:
+        """Model parameters placing ``split[i]`` units on IPU i and setting recomputation."""
+        p: dict = {}
+        if len(split) > 1:
+            starts = [sum(split[:i]) for i in range(len(split))]
+            p = ({"layers_per_ipu": list(split)} if self.family == "layers"
+                 else {"split_points": [units[s] for s in starts[1:]]})
+        if recompute is not None:
+            p.update({"recompute_checkpoint_every_layer": recompute} if self.family == "layers"
+                     else {"recompute_checkpoints": "blocks" if recompute else None})
+        return p
+
+
+# --- the space and its candidates ---------------------------------------------------------------
+
+@dataclass
+class Space:
+    """The axes of a plan. ``None`` for an axis means its default (see :class:`Planner`)."""
+
+    systems: list[str]
+    global_batch: tuple[int, int]  # (lowest, highest) samples per weight update (inference: per step)
+    training: bool = True
+    optimizer: str = "sgd"
+    pipelines: list[int] | None = None  # IPUs per replica; default powers of two that fit
+    replicas: list[int] | None = None  # default powers of two that fit
+    micro_batches: list[int] | None = None  # default powers of two up to 64
+    gradient_accumulations: list[int] | None = None  # default: what makes the global batch
+    proportions: list[float] | None = None  # default 0.2, 0.4, 0.6
+    recompute: list[bool] | None = None  # default on and off (training, a model that splits)
+    optimizer_states: list[str] | None = None  # default all three (if the optimizer has state)
+    device_iterations: int | None = None  # default 1 in training, 32 in inference
+
+    def __post_init__(self):
+        lo, hi = self.global_batch
+        if not 1 <= lo <= hi:
+            raise OptionsError(f"plan: global batch {lo}-{hi}: expected whole numbers 1 <= low <= high")
+        for name in ("pipelines", "replicas", "micro_batches", "gradient_accumulations"):
+            values = getattr(self, name)
+            if values is not None and (not values or any(not isinstance(v, int) or v < 1 for v in values)):
+                raise OptionsError(f"plan: {name.replace('_', ' ')} {values}: expected whole numbers >= 1")
+        if self.proportions is not None and (not self.proportions or any(not 0 < p <= 1 for p in self.proportions)):
+            raise OptionsError(f"plan: available memory proportions {self.proportions}: expected values in (0, 1]")
+        if self.optimizer_states is not None:
+            bad = [s for s in self.optimizer_states if s not in OPTIMIZER_STATES]
+            if bad or not self.optimizer_states:
+                raise OptionsError(f"plan: optimizer state {bad[0] if bad else ''!r}: expected "
+                                   f"{', '.join(OPTIMIZER_STATES)}")
+        if not self.training and (self.gradient_accumulations not in (None, [1]) or self.optimizer_states
+                                  or self.recompute):
+            raise OptionsError("plan: inference has no gradient accumulation, optimizer state or recomputation "
+                               "axes; give --training to plan training")
+        Optimizer(self.optimizer)  # unknown names raise OptionsError
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration; ``split`` is the number of units (layers, blocks) on each IPU of a
+    replica (empty when the model is not split). ``recompute`` None: the model's default
+    (inference, or a model without checkpoints); ``optimizer_state`` None: not set."""
+
+    system: str
+    pipeline: int
+    replicas: int
+    micro_batch: int
+    gradient_accumulation: int
+    available_memory_proportion: float
+    recompute: bool | None
+    optimizer_state: str | None
+    device_iterations: int
+    split: tuple[int, ...] = ()
+
+    @property
+    def ipus(self) -> int:
+        return self.pipeline * self.replicas
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.gradient_accumulation * self.replicas
+
+    def preference(self) -> tuple:
+        """Order among equals: fewer IPUs, then the axes in order (deterministic)."""
+        return (self.ipus, self.system, self.pipeline, self.replicas, self.micro_batch, self.gradient_accumulation,
+                self.available_memory_proportion, {None: -1, False: 0, True: 1}[self.recompute],
+                OPTIMIZER_STATES.index(self.optimizer_state) if self.optimizer_state else -1, self.split)
+
+    def columns(self) -> dict:
+        """The candidate's CSV columns (:data:`CANDIDATE_COLUMNS`)."""
+        return {"system": self.system, "ipus": self.ipus, "replicas": self.replicas, "pipeline": self.pipeline,
+                "split": ",".join(map(str, self.split)), "micro_batch": self.micro_batch,
+                "gradient_accumulation": self.gradient_accumulation, "global_batch": self.global_batch,
+                "available_memory_proportion": self.available_memory_proportion,
+                "recompute": "" if self.recompute is None else ("on" if self.recompute else "off"),
+                "optimizer_state": self.optimizer_state or "", "device_iterations": self.device_iterations}
+
+
+@dataclass
+class _Profile:
+    """One (IPU, micro-batch, proportion, accumulation) pricing of the unsplit model."""
+
+    forward: dict[str, int]  # block -> cycles per micro-batch
+    backward: dict[str, int]
+    update: dict[str, int]  # block -> cycles of the optimizer update of its weights, per step
+    #: block -> the optimizer-state tensors its update reads and writes: (name, bytes), which
+    #: off-chip placement loads from and stores to streaming memory every step
+    state_io: dict[str, set[tuple[str, int]]]
+    #: always-live tensors: (role, bytes, blocks whose ops use it)
+    tensors: list[tuple[str, int, frozenset[str]]]
+
+
+def balanced_split(weights: list[float], first: float, last: float, parts: int) -> tuple[int, ...]:
+    """Units per part: contiguous runs of ``weights`` over ``parts`` parts minimising the
+    heaviest part, where part 0 also carries ``first``, the last part ``last``, part 0 may be
+    empty and the others may not. Of equal maxima, later parts take as many units as they can
+    (part 0 holds the embeddings, and the deepest stash, in a pipeline)."""
+    n = len(weights)
+    if parts == 1:
+        return (n,)
+    if parts > n + 1:
+        raise OptionsError(f"cannot split {n} layers over {parts} IPUs (IPU 0 may hold none, the others "
+                           "at least one each)")
+    prefix = [0.0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+
+    def part(i: int, a: int, b: int) -> float:  # part i holds units a..b-1
+        return prefix[b] - prefix[a] + (first if i == 0 else 0.0) + (last if i == parts - 1 else 0.0)
+    # best[i][k]: the lightest heaviest part placing units 0..k-1 on parts 0..i
+    best = [[math.inf] * (n + 1) for _ in range(parts)]
+    for k in range(n + 1):
+        best[0][k] = part(0, 0, k)
+    for i in range(1, parts):
+        prev = best[i - 1]
+        for k in range(i, n + 1):
+            # prev[j] grows with j and part(i, j, k) shrinks: the optimum is where they cross
+            lo, hi = i - 1, k - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if prev[mid] >= part(i, mid, k):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            best[i][k] = min(max(prev[j], part(i, j, k)) for j in (lo - 1, lo) if i - 1 <= j <= k - 1)
+    target = best[parts - 1][n] * (1 + 1e-12)
+    counts, end = [], n
+    for i in range(parts - 1, 0, -1):  # from the back: the longest run that keeps the optimum
+        j = next(j for j in range(i - 1, end) if max(best[i - 1][j], part(i, j, end)) <= target)
+        counts.append(end - j)
+        end = j
+    counts.append(end)
+    return tuple(reversed(counts))
+
+
+class Planner:
+    """The candidates of ``space`` for ``model``, their bounds, and the search (:meth:`run`).
+
+    Defaults of the axes: IPUs per replica and replicas are powers of two whose product fits
+    the system (IPUs per replica at most the model's layers + 1, and 1 for a model that does
+    not split); micro-batches 1, 2, 4, ... 64 (at most the global batch); gradient
+    accumulation whatever makes the global batch (with a range: powers of two inside it);
+    proportions 0.2, 0.4, 0.6; recomputation on and off; optimizer state on-chip, off-chip and
+    rts (rts with 2 replicas or more; none of them for an optimizer without state, e.g. sgd).
+    """
+
+    def __init__(self, model: Model, space: Space):
+        self.model, self.space = model, space
+        self.notes: list[str] = []
+        self.systems = {name: load_system(name) for name in dict.fromkeys(space.systems)}
+        self.device_iterations = space.device_iterations or (1 if space.training else 32)
+        self._profiles: dict[tuple, _Profile] = {}
+        probe = model.build(self._micro_batches()[0])
+        self.units = model.units(probe)
+        self.block_order = list(dict.fromkeys(op.block for op in probe.ops if op.block is not None))
+        self._ends: dict[str, str] = {}  # block that is not a unit -> "first" or "last" IPU
+        if self.units:
+            two = model.build(self._micro_batches()[0], **model.placement(self.units, (0, len(self.units)), None))
+            for op in two.ops:
+                if op.block is not None and op.block not in self.units:
+                    self._ends.setdefault(op.block, "first" if (op.ipu or 0) == 0 else "last")
+        self._stages: dict[tuple[int, ...], int] = {}
+        self._splits: dict[tuple, tuple[int, ...]] = {}
+        self.candidates = self._enumerate()
+        #: each candidate's throughput bound, samples/s (:meth:`bound`)
+        self.bounds = [self.bound(c) for c in self.candidates]
+
+    # -- axes ---------------------------------------------------------------------------------
+
+    def _micro_batches(self) -> list[int]:
+        hi = self.space.global_batch[1]
+        return self.space.micro_batches or [m for m in powers_of_two(64) if m <= hi]
+
+    def _optimizer_states(self) -> list[str | None]:
+        if not self.space.training:
+            return [None]
+        if Optimizer(self.space.optimizer).num_states == 0:
+            if self.space.optimizer_states:
+                raise OptionsError(f"plan: optimizer {self.space.optimizer!r} keeps no state, so --optimizer-state "
+                                   "has nothing to place; drop it or choose an optimizer with state (adam, lamb, ...)")
+            self.notes.append(f"optimizer {self.space.optimizer} keeps no state: no optimizer-state axis")
+            return [None]
+        return list(self.space.optimizer_states or OPTIMIZER_STATES)
+
+    def _recompute(self) -> list[bool | None]:
+        if not self.space.training or self.model.family == "whole":
+            if self.space.recompute:
+                raise OptionsError(f"plan: {'inference' if not self.space.training else 'this model'} has no "
+                                   "recomputation axis (only training of a zoo model with recomputation "
+                                   "checkpoints: bert, gpt2, resnet50)")
+            return [None]
+        return list(self.space.recompute or (False, True))
+
+    def _accumulations(self, mb: int, replicas: int) -> list[int]:
+        lo, hi = self.space.global_batch
+        if not self.space.training:
+            return [1] if lo <= mb * replicas <= hi else []
+        given = self.space.gradient_accumulations
+        if lo == hi:
+            ga, rest = divmod(lo, mb * replicas)
+            return [ga] if not rest and ga >= 1 and (given is None or ga in given) else []
+        options = given or powers_of_two(hi)
+        return [ga for ga in options if lo <= mb * ga * replicas <= hi]
+
+    def _enumerate(self) -> list[Candidate]:
+        sp = self.space
+        out = []
+        states, recomputes = self._optimizer_states(), self._recompute()
+        proportions = sp.proportions or [0.2, 0.4, 0.6]
+        most_stages = len(self.units) + 1 if self.units else 1
+        if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
+            raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner "
+                               "(only bert, gpt2 and resnet50 are): it runs on one IPU per replica; drop --pipeline")
+        for sname, system in self.systems.items():
+            n = system.num_ipus
+            pipelines = sp.pipelines or [p for p in powers_of_two(n) if p <= most_stages]
+            for P in pipelines:
+                replicas = sp.replicas or powers_of_two(n // P)
+                for R in replicas:
+                    for mb in self._micro_batches():
+                        for ga in self._accumulations(mb, R):
+                            for amp in proportions:
+                                for rc in recomputes:
+                                    for state in states:
+                                        if state == "rts" and R < 2:
+                                            continue  # nothing to shard over
+                                        out.append(Candidate(sname, P, R, mb, ga, float(amp), rc, state,
+                                                             self.device_iterations))
+        if not out:
+            lo, hi = sp.global_batch
+            raise OptionsError(f"plan: no configuration makes a global batch of {lo if lo == hi else f'{lo}-{hi}'} "
+                               f"from the micro-batches {self._micro_batches()}, the accumulation counts and replicas "
+                               "given; give --micro-batch values that reach it, or a range LOW-HIGH")
+        # the split of each (system, P, micro-batch, proportion), from its profile
+        out = [self._with_split(c) for c in out]
+        return out
+
+    # -- profiles, splits, bounds -------------------------------------------------------------
+
+    @property
+    def profiles_priced(self) -> int:
+        """How many (IPU, micro-batch, proportion, accumulation) pricings of the model were made."""
+        return len(self._profiles)
+
+    def profile(self, system: str, mb: int, amp: float, accumulate: bool) -> _Profile:
+        """Cycles per block per micro-batch and the always-live tensors of the unsplit model."""
+        sysobj = self.systems[system]
+        key = (sysobj.ipu, mb, amp, accumulate)
+        if key in self._profiles:
+            return self._profiles[key]
+        g = self.model.build(mb)
+        training = self.space.training
+        g = expand_training(g, self.space.optimizer, accumulate) if training else g.copy()
+        assign(g, None)
+        o = Options().setAvailableMemoryProportion({"IPU0": amp})
+        costs = price_ops(g, sysobj, o, training, sysobj.ipu.tiles)
+        sides: dict[str, dict[str, int]] = {"forward": {}, "backward": {}, "update": {}}
+        users: dict[str, set[str]] = {}
+        state_io: dict[str, set[tuple[str, int]]] = {}
+        for op in g.ops:
+            if op.pass_ == "update":
+                state_io.setdefault(op.block, set()).update(
+                    (t, int(g.tensors[t].nbytes)) for t in op.inputs + op.outputs if g.tensors[t].role == "state")
+            if op.name in costs and op.pass_ in sides:
+                side = sides[op.pass_]
+                side[op.block] = side.get(op.block, 0) + int(costs[op.name].cycles)
+            for t in op.inputs + op.outputs:
+                if g.tensors[t].role in ("weight", "constant", "state", "accumulator"):
+                    users.setdefault(t, set()).add(op.block)
+        tensors = [(g.tensors[t].role, int(g.tensors[t].nbytes), frozenset(blocks)) for t, blocks in users.items()]
+        self._profiles[key] = _Profile(sides["forward"], sides["backward"], sides["update"], state_io, tensors)
+        return self._profiles[key]
+
+    def ipu_of_blocks(self, split: tuple[int, ...]) -> dict[str, int]:
+        """Block -> IPU within a replica for ``split`` (every block on IPU 0 when unsplit)."""
+        if len(split) <= 1:
+            return {b: 0 for b in self.block_order}
+        where: dict[str, int] = {}
+        start = 0
+        for ipu, count in enumerate(split):
+            for u in self.units[start:start + count]:
+                where[u] = ipu
+            start += count
+        for b in self.block_order:
+            if b not in where:
+                where[b] = 0 if self._ends.get(b, "first") == "first" else len(split) - 1
+        return where
+
+    def _with_split(self, c: Candidate) -> Candidate:
+        if c.pipeline == 1 or not self.units:
+            return replace(c, split=(len(self.units),) if self.units else ())
+        key = (self.systems[c.system].ipu, c.pipeline, c.micro_batch, c.available_memory_proportion)
+        if key not in self._splits:
+            prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, False)
+            # a stage's time: forward + backward, plus its forward again in pipelined training
+            # (a backward stage recomputes from its stashed inputs)
+            weight = {b: prof.forward.get(b, 0) * (2 if self.space.training else 1) + prof.backward.get(b, 0)
+                      for b in self.block_order}
+            ends = {"first": 0.0, "last": 0.0}
+            for b in self.block_order:
+                if b not in self.units:
+                    ends[self._ends.get(b, "first")] += weight[b]
+            self._splits[key] = balanced_split([weight[u] for u in self.units], ends["first"], ends["last"],
+                                               c.pipeline) if c.pipeline <= len(self.units) + 1 else ()
+        return replace(c, split=self._splits[key])
+
+    def bound(self, c: Candidate) -> float:
+        """Samples/s no simulation of ``c`` can exceed. Per weight update an IPU runs, one op
+        after another, the forward and backward ops of its layers for each of the
+        ``accumulation`` micro-batches and the optimizer ops of its weights once (1/R of them
+        with rts); so a step takes at least the busiest IPU's total, and samples/s is at most
+        micro-batch x accumulation x replicas x clock over it. (Inference: forward ops only.)"""
+        prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1)
+        where = self.ipu_of_blocks(c.split)
+        busy = [0.0] * max(1, len(c.split))
+        ga = c.gradient_accumulation
+        share = c.replicas if c.optimizer_state == "rts" else 1
+        for side, times in ((prof.forward, ga), (prof.backward, ga), (prof.update, 1 / share)):
+            for b, cycles in side.items():
+                busy[where.get(b, 0)] += cycles * times
+        system = self.systems[c.system]
+        clock = system.ipu.clock_hz
+        if c.optimizer_state == "off-chip":  # loaded and stored on the IPU's own lane every step
+            moved: list[set] = [set() for _ in busy]
+            for b, io in prof.state_io.items():
+                moved[where.get(b, 0)] |= io
+            for ipu, io in enumerate(moved):
+                busy[ipu] += sum(n for _, n in io) / system.streaming_memory.bytes_per_s_per_ipu * clock
+        busiest = max(busy)
+        return c.micro_batch * ga * c.replicas * clock / busiest if busiest else math.inf
+
+    def always_live_per_tile(self, c: Candidate) -> list[float]:
+        """Per IPU of a replica: bytes per tile that are live all the time at the least, the
+        reserved space plus the on-chip weights, constants, optimizer state (1/R with rts,
+        none off chip) and accumulators, spread evenly over the tiles."""
+        sysobj = self.systems[c.system]
+        prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1)
+        where = self.ipu_of_blocks(c.split)
+        per_ipu = [0.0] * max(1, len(c.split))
+        for role, nbytes, blocks in prof.tensors:
+            if role == "state":
+                if c.optimizer_state == "off-chip":
+                    continue
+                if c.optimizer_state == "rts":
+                    nbytes = nbytes / c.replicas
+            for ipu in {where.get(b, 0) for b in blocks}:
+                per_ipu[ipu] += nbytes
+        return [sysobj.ipu.reserved_bytes_per_tile + b / sysobj.ipu.tiles for b in per_ipu]
+
+    def forward_stages(self, split: tuple[int, ...]) -> int:
+        """Forward pipeline stages of ``split`` (a head placed back on IPU 0 is a stage of its own)."""
+        if len(split) <= 1:
+            return 1
+        if split not in self._stages:
+            g = self.model.build(self._micro_batches()[0], **self.model.placement(self.units, split, None))
+            self._stages[split] = len({op.stage for op in g.ops if op.pass_ == "forward"})
+        return self._stages[split]
+
+    def precheck(self, c: Candidate, structural_only: bool = False) -> tuple[str, str] | None:
+        """(status, reason) of a candidate dropped without simulating it, or None.
+        ``structural_only``: only what cannot even be written as a command (too many IPUs,
+        a split that does not exist)."""
+        system = self.systems[c.system]
+        if c.ipus > system.num_ipus:
+            return "invalid", (f"needs {c.pipeline} x {c.replicas} = {c.ipus} IPUs; {c.system} has "
+                               f"{system.num_ipus}")
+        if c.pipeline > 1 and not c.split:
+            return "invalid", f"cannot split {len(self.units)} layers over {c.pipeline} IPUs"
+        if structural_only:
+            return None
+        F = self.forward_stages(c.split)
+        if F > 1 and self.space.training and c.gradient_accumulation < 2 * F - 1:
+            return "invalid", (f"gradient accumulation {c.gradient_accumulation} is below the pipeline's "
+                               f"{2 * F - 1} stages (2 x {F} forward stages - 1)")
+        if F > 1 and not self.space.training and c.device_iterations < F:
+            return "invalid", (f"device iterations {c.device_iterations} are below the inference pipeline's "
+                               f"{F} stages; raise --device-iterations")
+        tile = system.ipu.sram_bytes_per_tile
+        for ipu, b in enumerate(self.always_live_per_tile(c)):
+            if b > tile:
+                return "oom", (f"out of memory on IPU {ipu} (not simulated): its weights, optimizer state, "
+                               f"accumulators and reserved space alone fill {math.ceil(b):,} bytes of an average "
+                               f"tile, which has {tile:,}; short by at least {math.ceil(b - tile):,} bytes per tile")
+        return None
+
+    def memory_key(self, c: Candidate) -> tuple:
+        """What tile memory depends on: not the replicas (but with rts) nor the accumulation
+        count (only whether there is accumulation), nor device iterations."""
+        return (c.system, c.split, c.micro_batch, c.available_memory_proportion, c.recompute, c.optimizer_state,
+                c.gradient_accumulation > 1, c.replicas if c.optimizer_state == "rts" else 0)
+
+    # -- the search ---------------------------------------------------------------------------
+
+    def run(self, evaluate: Callable[[dict[int, Candidate]], Iterator[tuple[int, dict]]], *, top: int = 10,
+            prune: bool = True, batch: int = 16, known: dict[int, dict] | None = None,
+            on_row: Callable[[int, dict], None] | None = None) -> list[dict]:
+        """Decide every candidate; returns their rows (:data:`CANDIDATE_COLUMNS` +
+        :data:`RESULT_COLUMNS`), in candidate order.
+
+        ``evaluate`` simulates candidates ``{index: Candidate}`` and yields ``(index, row)``
+        with ``status`` ok, oom or invalid, ``reason`` and, when ok, ``samples_per_second``,
+        ``seconds``, ``cycle_count``, ``peak_tile_bytes``, ``stage_balance``. ``known`` rows
+        (e.g. read back by ``--resume``) stand in for the results of the candidates they
+        belong to when the search comes to simulate them, so a resumed search takes the same
+        decisions as one never stopped. ``on_row`` sees each row as it
+        is decided. With ``prune`` False every candidate that can be written as a command is
+        simulated (an exhaustive search: no bound, no inference, no check before simulating).
+        """
+        if top < 1 or batch < 1:
+            raise OptionsError(f"plan: top ({top}) and batch ({batch}) must be >= 1")
+        cands, bounds = self.candidates, self.bounds
+        order = sorted(range(len(cands)), key=lambda i: (-bounds[i], cands[i].preference()))
+        rows: dict[int, dict] = {}
+        best: list[float] = []  # a min-heap of the `top` best throughputs
+        oom: dict[tuple, str] = {}  # memory key -> the reason it does not fit
+        rts_oom: dict[tuple, tuple[int, str]] = {}  # memory key without R -> (most replicas short, reason)
+        known = known or {}
+
+        def threshold() -> float:
+            return best[0] if len(best) >= top else -math.inf
+
+        def decide(i: int, result: dict) -> None:
+            row = {**cands[i].columns(), **{k: result.get(k, "") for k in RESULT_COLUMNS}}
+            row["bound_samples_per_second"] = bounds[i]
+            rows[i] = row
+            if row["status"] == "ok":
+                heapq.heappush(best, float(row["samples_per_second"]))
+                if len(best) > top:
+                    heapq.heappop(best)
+            elif row["status"] == "oom":
+                key = self.memory_key(cands[i])
+                oom.setdefault(key, row["reason"])
+                if cands[i].optimizer_state == "rts":
+                    base = key[:-1]
+                    if rts_oom.get(base, (0, ""))[0] < cands[i].replicas:
+                        rts_oom[base] = (cands[i].replicas, row["reason"])
+            if on_row is not None:
+                on_row(i, row)
+
+        def inferred(c: Candidate) -> str | None:
+            key = self.memory_key(c)
+            if key in oom:
+                return oom[key] + " [inferred: the same tile memory as a configuration simulated]"
+            if c.optimizer_state == "rts" and rts_oom.get(key[:-1], (0, ""))[0] >= c.replicas:
+                most, reason = rts_oom[key[:-1]]
+                return (reason + f" [inferred: does not fit with the optimizer state sharded over {most} replicas, "
+                        "so not over fewer]")
+            return None
+
+        queue = list(order)
+        while queue:
+            wave: dict[int, Candidate] = {}
+            pending: set[tuple] = set()
+            rest = []
+            for n, i in enumerate(queue):
+                c = cands[i]
+                if len(wave) >= batch:
+                    rest += queue[n:]
+                    break
+                dropped = self.precheck(c, structural_only=not prune)
+                if dropped is None and prune:
+                    why = inferred(c)
+                    dropped = ("oom", why) if why else None
+                if dropped is not None:
+                    decide(i, {"status": dropped[0], "reason": dropped[1]})
+                    continue
+                if prune and bounds[i] * (1 + _SLACK) < threshold():
+                    decide(i, {"status": "pruned", "reason": (
+                        f"at most {bounds[i]:,.0f} samples/s (the busiest IPU's op cycles), below the "
+                        f"{_ordinal(top)} best simulated, {threshold():,.0f}")})
+                    continue
+                key = self.memory_key(c)
+                base = key[:-1] if c.optimizer_state == "rts" else key
+                if prune and base in pending:
+                    rest.append(i)  # after the one simulated now: it may show this does not fit
+                    continue
+                pending.add(base)
+                wave[i] = c
+            queue = rest
+            for i in sorted(i for i in wave if i in known):  # simulated before: replay its result
+                decide(i, known[i])
+            fresh = {i: c for i, c in wave.items() if i not in known}
+            if fresh:
+                for i, result in evaluate(fresh):
+                    decide(i, result)
+        return [rows[i] for i in range(len(cands))]
+
+
+def ranking(rows: list[dict]) -> list[int]:
+    """Indices of the rows that fit (status ok), fastest first; ties: fewer IPUs, then the
+    candidates' order."""
+    ok = [n for n, r in enumerate(rows) if r["status"] == "ok"]
+    return sorted(ok, key=lambda n: (-float(rows[n]["samples_per_second"]), int(rows[n]["ipus"]), n))

@@ -1,0 +1,99 @@
+"""``ipusim compare``: runs side by side from output folders and --json files; exit 0 within the
+tolerance, 4 beyond it, 2 on bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+
+from sim.cli.compare import EXIT_DIFFERENT, differences, load_run
+from sim.cli.main import main
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """An output folder and a --json file of the same MLP run, and a --json file of a bigger
+    micro-batch."""
+    d = tmp_path_factory.mktemp("runs")
+    assert main(["run", "--model", "mlp", "-q", "--output", str(d / "base")]) == 0
+    for name, argv in (("same.json", []), ("bigger.json", ["--micro-batch", "8"])):
+        with open(d / name, "w") as f, contextlib.redirect_stdout(f):  # capsys is per test
+            assert main(["run", "--model", "mlp", "--json", *argv]) == 0
+    return d
+
+
+def test_same_run_from_a_folder_and_a_json_file_is_within_tolerance(capsys, runs):
+    code, out, err = cli(capsys, "compare", runs / "base", runs / "same.json")
+    assert code == 0 and err == ""
+    assert "all within 1 % of base" in out
+    base = json.loads((runs / "base" / "summary.json").read_text())
+    assert f"{base['cycle_count']:,} (+0.00 %)" in out
+    for word in ("model", "system constants", "latency avg (ms)", "fullest tile peak (bytes)", "host_io", "total"):
+        assert word in out
+
+
+def test_different_runs_exit_4_with_the_differences(capsys, runs, tmp_path):
+    figure = tmp_path / "diff.png"
+    code, out, _ = cli(capsys, "compare", runs / "base", runs / "bigger.json", "--figure", figure)
+    assert code == EXIT_DIFFERENT == 4
+    a = json.loads((runs / "base" / "summary.json").read_text())
+    b = json.loads((runs / "bigger.json").read_text())
+    change = (b["cycle_count"] - a["cycle_count"]) / a["cycle_count"] * 100
+    assert f"bigger.json: cycles {change:+.2f} %" in out
+    assert f"{b['cycle_count']:,} ({change:+.2f} %)" in out
+    host_a, host_b = a["breakdown"]["0"]["host_io"], b["breakdown"]["0"]["host_io"]
+    assert f"{host_b - host_a:+,}" in out  # the breakdown's change in cycles
+    assert ["options", "defaults", "defaults"] in [line.split() for line in out.splitlines()]  # micro-batch: a model parameter
+    assert figure.read_bytes()[:8] == PNG_SIGNATURE
+    # a wide enough tolerance accepts them; -q prints nothing but keeps the status
+    assert cli(capsys, "compare", runs / "base", runs / "bigger.json", "--tolerance", "1000")[0] == 0
+    code, out, err = cli(capsys, "compare", "-q", runs / "base", runs / "bigger.json")
+    assert (code, out, err) == (4, "", "")
+
+
+def test_differences_use_the_tolerance_exactly(runs):
+    a, b = load_run(runs / "base"), load_run(runs / "bigger.json")
+    change = abs(b.summary["cycle_count"] - a.summary["cycle_count"]) / a.summary["cycle_count"] * 100
+    assert any(line.startswith("bigger.json: cycles") for line in differences([a, b], change * 0.999))
+    assert not any(line.startswith("bigger.json: cycles") for line in differences([a, b], change * 1.001))
+    assert differences([a, load_run(runs / "same.json")], 0.0) == []
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: d / "missing", ["missing: no such file or folder"]),
+    (lambda d: (d / "empty").mkdir() or d / "empty", ["empty: not a run's output folder (no summary.json or "
+                                                      "breakdown.csv)"]),
+    (lambda d: (d / "x.json").write_text('{"a": 1}') and d / "x.json", ["x.json: not a run (no integer cycle_count)"]),
+    (lambda d: (d / "t.txt").write_text("hello") and d / "t.txt", ["t.txt: not JSON"]),
+])
+def test_bad_input_exits_2_naming_the_path(capsys, runs, tmp_path, make, words):
+    code, out, err = cli(capsys, "compare", runs / "base", make(tmp_path))
+    assert code == 2 and out == ""
+    assert err.startswith("ipusim: error: ") and len(err.strip().splitlines()) == 1
+    for w in words:
+        assert w in err
+
+
+@pytest.mark.parametrize("extra, words", [
+    ([], ["at least two runs"]),
+    (["x.json", "--tolerance", "-1"], ["--tolerance", "percentage >= 0"]),
+])
+def test_usage_errors_exit_2(capsys, runs, extra, words):
+    code, _, err = cli(capsys, "compare", runs / "base", *extra)
+    assert code == 2 and all(w in err for w in words)
+
+
+def test_a_figure_type_matplotlib_cannot_write_exits_2(capsys, runs, tmp_path):
+    code, _, err = cli(capsys, "compare", runs / "base", runs / "same.json", "--figure", tmp_path / "f.docx")
+    assert code == 2 and "cannot write 'docx'" in err and not (tmp_path / "f.docx").exists()

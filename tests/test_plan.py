@@ -1,0 +1,218 @@
+"""ipusim plan: the pruned search finds what an exhaustive search of the same space finds, its
+bounds hold, its rows and commands are those of ``ipusim run``, and it runs on Dask and resumes."""
+
+import argparse
+import itertools
+import json
+import random
+import shlex
+
+import pandas as pd
+import pytest
+
+from sim import planner
+from sim.cli import main as cli
+from sim.cli import plan as plan_cli
+from sim.cli import run as run_cli
+
+#: a BERT small enough to simulate in milliseconds, with an embedding table large enough that
+#: Adam's on-chip state decides whether it fits
+TINY = dict(num_layers=2, hidden=64, heads=4, seq_len=16, vocab=8000)
+TINY_FLAGS = ["--model", "bert-base", "--num-layers", "2", "--hidden", "64", "--heads", "4", "--seq-len", "16",
+              "--param", "vocab=8000"]
+
+
+def _small_m2000(tmp_path_factory, sram: int) -> str:
+    """An IPU-M2000 whose tiles have ``sram`` bytes, so that the tiny model does not always fit."""
+    path = tmp_path_factory.mktemp("systems") / f"m2000-{sram}.toml"
+    path.write_text(f'extends = "ipu-m2000"\nname = "m2000-{sram}"\ndescription = "IPU-M2000, {sram} B per tile"\n'
+                    f"\n[ipu]\nsram_bytes_per_tile = {sram}\n")
+    return str(path)
+
+
+def _planner(system: str, **space) -> planner.Planner:
+    args = dict(global_batch=(16, 16), training=True, optimizer="adam", micro_batches=[2, 4, 8],
+                proportions=[0.2, 0.6])
+    args.update(space)
+    return planner.Planner(planner.Model("bert-base", dict(TINY)), planner.Space([system], **args))
+
+
+def _compare_with_exhaustive(pl: planner.Planner, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    pruned = plan_cli.plan(pl, top=top, workers=1, bar=False, batch=4)
+    full = plan_cli.plan(pl, top=top, workers=1, bar=False, exhaustive=True)
+    assert list(pruned["command"]) == list(full["command"])
+    best, every = plan_cli.rank(pruned), plan_cli.rank(full)
+    # the plan's best is at least as fast as every configuration of the exhaustive search,
+    # and its top `top` are the exhaustive search's, in the same order
+    assert best["samples_per_second"].iloc[0] >= full["samples_per_second"].max()
+    assert list(best["command"].head(top)) == list(every["command"].head(top))
+    assert list(best["samples_per_second"].head(top)) == list(every["samples_per_second"].head(top))
+    ok = pruned["status"] == "ok"  # what the plan simulated is what the exhaustive search got
+    assert pruned.loc[ok, "samples_per_second"].tolist() == full.loc[ok, "samples_per_second"].tolist()
+    for status in ("oom", "invalid"):  # dropped without simulating, and rightly so
+        assert set(full.loc[pruned["status"] == status, "status"]) <= {status}
+    # the bound holds for every configuration that fits
+    fits = full["status"] == "ok"
+    assert (full.loc[fits, "samples_per_second"] <= pruned.loc[fits, "bound_samples_per_second"]).all()
+    # pruned ones could not have entered the top
+    cut = every["samples_per_second"].iloc[top - 1]
+    assert (pruned.loc[pruned["status"] == "pruned", "bound_samples_per_second"] < cut).all()
+    assert (pruned["reason"] != "").equals(pruned["status"] != "ok")
+    return pruned, full
+
+
+def test_balanced_split_minimises_the_heaviest_ipu():
+    rng = random.Random(7)
+    for _ in range(40):
+        n, parts = rng.randint(1, 7), rng.randint(1, 4)
+        if parts > n + 1:
+            continue
+        w = [rng.randint(1, 9) for _ in range(n)]
+        first, last = rng.randint(0, 9), rng.randint(0, 9)
+        split = planner.balanced_split(w, first, last, parts)
+
+        def heaviest(counts):
+            starts = [sum(counts[:i]) for i in range(parts)]
+            loads = [sum(w[s:s + c]) for s, c in zip(starts, counts)]
+            loads[0] += first
+            loads[-1] += last
+            return max(loads)
+        every = [c for c in itertools.product(range(n + 1), repeat=parts)
+                 if sum(c) == n and all(x >= 1 for x in c[1:])]
+        assert sum(split) == n and all(x >= 1 for x in split[1:])
+        assert heaviest(split) == min(heaviest(c) for c in every)
+    # equal maxima: the later IPUs take as many layers as they can
+    assert planner.balanced_split([1] * 6, 0, 0, 3) == (2, 2, 2)
+    assert planner.balanced_split([1] * 5, 3, 0, 3) == (0, 2, 3)
+
+
+def test_plan_finds_the_exhaustive_searchs_best(tmp_path_factory):
+    """Pruning by the throughput bound, inferring out-of-memory from a simulated one, and the
+    pipeline's accumulation check all drop configurations; the top 2 are still exact."""
+    pruned, full = _compare_with_exhaustive(_planner(_small_m2000(tmp_path_factory, 39000)), top=2)
+    counts = pruned["status"].value_counts()
+    assert counts["pruned"] > 0 and counts["invalid"] > 0 and counts["ok"] >= 2
+    assert pruned["reason"].str.contains("[inferred", regex=False).any()
+    assert pruned["reason"].str.contains("short by").any()
+    assert (pruned["status"] == "ok").sum() < (full["status"] == "ok").sum()  # it simulated fewer
+
+
+def test_always_live_bytes_drop_only_what_cannot_fit(tmp_path_factory):
+    pruned, full = _compare_with_exhaustive(_planner(_small_m2000(tmp_path_factory, 38000)), top=2)
+    unsimulated = pruned["reason"].str.contains("(not simulated)", regex=False)
+    assert unsimulated.sum() > 0 and (full.loc[unsimulated, "status"] == "oom").all()
+
+
+def test_always_live_bound_is_the_compilers_always_live_memory():
+    """Without a pipeline there is no stash: the planner's per-tile always-live bytes are the
+    compiler's, exactly, for every optimizer-state placement."""
+    pl = _planner("ipu-m2000", global_batch=(32, 32), micro_batches=[4], proportions=[0.6], pipelines=[1])
+    seen = set()
+    for c in pl.candidates:
+        parser = run_cli.configure(argparse.ArgumentParser())
+        run = run_cli.simulate_args(parser.parse_args(plan_cli.command(pl, c)), parser)
+        assert pl.always_live_per_tile(c) == pytest.approx(
+            [run.executable.memory[0].always_live.mean()], rel=1e-12)
+        assert run.samples_per_second <= pl.bound(c)
+        seen.add(c.optimizer_state)
+    assert seen == {"on-chip", "off-chip", "rts"}
+
+
+def test_cli_plan_table_csv_and_runnable_commands(capsys, tmp_path):
+    out_csv = tmp_path / "plan.csv"
+    code = cli.main(["plan", *TINY_FLAGS, "--system", "ipu-m2000", "--training", "--optimizer", "adam",
+                     "--global-batch", "32", "--micro-batch", "4,8", "--available-memory-proportion", "0.6",
+                     "--workers", "1", "--top", "3", "--commands", "2", "--csv", str(out_csv)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.startswith("plan: bert-base on ipu-m2000, training (adam), global batch 32")
+    table = pd.read_csv(out_csv)
+    table["reason"] = table["reason"].fillna("")
+    assert list(table.columns) == plan_cli.COLUMNS
+    assert set(table["status"]) <= set(planner.STATUSES)
+    assert (table["global_batch"] == 32).all()
+    assert ((table["reason"] == "") == (table["status"] == "ok")).all()
+    best = table[table["status"] == "ok"].sort_values("samples_per_second", ascending=False, kind="stable")
+    commands = [line.split(". ", 1)[1] for line in out.splitlines() if line.startswith("  1. ")]
+    assert commands == [best["command"].iloc[0]]
+    # the printed command is a real `ipusim run` and gives the same throughput
+    assert cli.main(shlex.split(commands[0])[1:] + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples_per_second"] == best["samples_per_second"].iloc[0]
+
+
+def test_resume_keeps_the_rows_and_simulates_only_the_rest(tmp_path, monkeypatch):
+    pl = _planner("ipu-m2000", global_batch=(32, 32), micro_batches=[4, 8], proportions=[0.6])
+    out_csv = tmp_path / "plan.csv"
+    first = plan_cli.plan(pl, top=3, workers=1, bar=False, csv_path=out_csv)
+    simulated = first[first["status"].isin(["ok", "oom"]) & ~first["reason"].str.contains("inferred|not simulated")]
+    lines = out_csv.read_text().splitlines(keepends=True)
+    out_csv.write_text("".join(lines[:len(lines) // 2]) + lines[len(lines) // 2][:10])  # cut mid-row
+    calls = []
+    real = plan_cli.plan_point
+    monkeypatch.setattr(plan_cli, "plan_point", lambda argv: calls.append(argv) or real(argv))
+    again = plan_cli.plan(pl, top=3, workers=1, bar=False, csv_path=out_csv, resume=True)
+    pd.testing.assert_frame_equal(again, first)
+    assert 0 < len(calls) < len(simulated)
+    assert len(pd.read_csv(out_csv)) == len(first)
+    calls.clear()
+    plan_cli.plan(pl, top=3, workers=1, bar=False, csv_path=out_csv, resume=True)
+    assert calls == []
+
+
+def test_plan_on_a_dask_cluster_equals_the_local_pool():
+    distributed = pytest.importorskip("distributed")
+    pl = _planner("ipu-m2000", global_batch=(32, 32), micro_batches=[4, 8], proportions=[0.6])
+    local = plan_cli.plan(pl, top=3, workers=2, bar=False)
+    with distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=2,
+                                  dashboard_address=None) as cluster:
+        remote = plan_cli.plan(pl, top=3, bar=False, dask=cluster.scheduler_address)
+    pd.testing.assert_frame_equal(remote, local)
+
+
+def test_inference_plan_has_no_training_axes(capsys):
+    code = cli.main(["plan", *TINY_FLAGS, "--system", "ipu-m2000", "--global-batch", "8-16",
+                     "--available-memory-proportion", "0.6", "--workers", "1", "--top", "2", "--commands", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "inference, global batch 8-16, device iterations 32" in out
+    command = next(line for line in out.splitlines() if line.startswith("  1. "))
+    assert "--training" not in command and "--device-iterations 32" in command
+    assert "--gradient-accumulation" not in command and "--optimizer-state" not in command
+
+
+def test_config_file_and_overrides(capsys, tmp_path):
+    config = tmp_path / "plan.toml"
+    config.write_text('model = "bert-base"\nsystem = "ipu-m2000"\nglobal_batch = 64\ntraining = true\n'
+                      'optimizer = "adam"\nmicro_batch = [8]\navailable_memory_proportion = [0.6]\n'
+                      'optimizer_state = ["on-chip"]\n'
+                      "[params]\nnum_layers = 2\nhidden = 64\nheads = 4\nseq_len = 16\nvocab = 8000\n")
+    assert cli.main(["plan", "--config", str(config), "--global-batch", "32", "--workers", "1", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "training (adam), global batch 32" in out and "--micro-batch 8" in out
+    config.write_text('model = "bert-base"\nbatch_size = 4\n')
+    assert cli.main(["plan", "--config", str(config)]) == 2
+    assert "unknown key 'batch_size'; valid keys:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--param", "micro_batch=4"], "give --micro-batch values instead"),
+    (["--param", "layers_per_ipu=[1,1]"], "give --pipeline values instead"),
+    (["--global-batch", "3", "--micro-batch", "2,4"], "no configuration makes a global batch of 3"),
+    (["--optimizer-state", "rts"], "optimizer 'sgd' keeps no state"),
+    (["--recompute", "on", "--no-training"], "inference has no gradient accumulation"),
+])
+def test_bad_plans_are_one_line_errors(capsys, argv, message):
+    base = ["plan", "--model", "bert-base", "--system", "ipu-m2000", "--global-batch", "16", "--training"]
+    if "--no-training" in argv:
+        argv = [a for a in argv if a != "--no-training"]
+        base.remove("--training")
+    assert cli.main(base + argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_needs_a_system_and_a_global_batch(capsys):
+    assert cli.main(["plan", "--model", "bert-base"]) == 2
+    assert "give --system and --global-batch" in capsys.readouterr().err
+    assert cli.main(["plan", "--model", "amp-tile", "--system", "ipu-mk2", "--global-batch", "4"]) == 2
+    assert "has no micro_batch parameter" in capsys.readouterr().err
