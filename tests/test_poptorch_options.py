@@ -279,18 +279,35 @@ def test_dataloader_partitions_the_dataset_between_processes():
         poptorch.DataLoader(o, Squares(), shuffle=True)
 
 
-def test_dataloader_drop_last_false_must_divide():
-    with pytest.raises(AssertionError, match="is not divisible by the number of elements processed per step"):
-        poptorch.DataLoader(poptorch.Options().deviceIterations(3), Squares(), batch_size=1, drop_last=False)
+def test_dataloader_drop_last_false_warns_and_keeps_the_short_batch(caplog):
+    # PopTorch 3: a warning, and the last batch is short (drop_last=True drops it)
+    loader = poptorch.DataLoader(poptorch.Options().deviceIterations(3), Squares(), batch_size=1,
+                                 drop_last=False)
+    assert "is not divisible by the number of elements processed per step (3)" in caplog.text
+    sizes = [x.shape[0] for x, _ in loader]
+    assert sizes == [3] * 33 + [1]
+    assert len(poptorch.DataLoader(poptorch.Options().deviceIterations(3), Squares(), batch_size=1)) == 33
 
 
 def test_asynchronous_data_accessor_iterates_its_loader():
-    loader = poptorch.DataLoader(poptorch.Options(), Squares(), batch_size=10,
-                                 mode=poptorch.DataLoaderMode.Async)
+    loader = poptorch.DataLoader(poptorch.Options(), Squares(), batch_size=10)
     accessor = poptorch.AsynchronousDataAccessor(loader)
     assert len(accessor) == 10
-    assert sum(1 for _ in accessor) == 10
+    assert [int(x[0, 0]) for x, _ in accessor] == list(range(0, 100, 10))
     accessor.terminate()
+    with pytest.raises(AssertionError, match="terminated"):
+        iter(accessor)
+    # an Async DataLoader iterates through its own accessor; wrapping it again is PopTorch's error
+    async_loader = poptorch.DataLoader(poptorch.Options().deviceIterations(2), Squares(), batch_size=5,
+                                       mode=poptorch.DataLoaderMode.Async)
+    assert [x.shape[0] for x, _ in async_loader] == [10] * 10
+    async_loader.terminate()
+    with pytest.raises(poptorch.Error, match="already uses an AsynchronousDataAccessor"):
+        poptorch.AsynchronousDataAccessor(async_loader)
+    # AsyncRebatched: workers read rebatched_worker_size samples, the loader returns whole calls
+    rebatched = poptorch.DataLoader(poptorch.Options().deviceIterations(4), Squares(), batch_size=5,
+                                    mode=poptorch.DataLoaderMode.AsyncRebatched, rebatched_worker_size=3)
+    assert [x.shape[0] for x, _ in rebatched] == [20] * 5 and len(rebatched) == 5
 
 
 # --- PopDist ----------------------------------------------------------------------------------------

@@ -21,8 +21,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "(torch==2.13.0)") from e
 
 import logging as _logging
+import os as _os
 
-from . import enums, experimental, optim
+from . import enums, experimental, optim, profiling
+from ._args import ICustomArgParser, registerCustomArgParser
 from ._errors import Error, RecoverableError, UnrecoverableError
 from ._mapping import OpContext, register_op, unregister_op
 from .annotations import (BeginBlock, Block, BlockFunction, MultiConv, NameScope, for_loop,
@@ -34,7 +36,10 @@ from .enums import (AutoStage, CommGroupType, ConnectionType, DataLoaderMode,
                     HalfFloatCastingBehavior, Liveness, MatMulSerializationMode,
                     MeanReductionStrategy, MultiConvPlanType, OutputMode, OverlapMode,
                     ReductionType, SharingStrategy, SyncPattern, VariableRetrievalMode)
-from .executor import PoplarExecutor, inferenceModel, load, trainingModel
+from ._printing import module_repr, print  # noqa: A004 - PopTorch exports its own print
+from .executor import (PoplarExecutor, inferenceModel, load, registerPostCompileHook,
+                       registerPreCompileHook, trainingModel)
+from .ops import cond, dynamic_slice, dynamic_update
 from .options import (ConfigFileError, Options, ParallelPhasedExecution, Phase, PipelinedExecution,
                       SerialPhasedExecution, ShardedExecution, Stage, TensorLocationSettings)
 
@@ -42,17 +47,33 @@ __version__ = "3.3.0+ipusim"
 
 logger = _logging.getLogger("poptorch")
 
-_LEVELS = {"TRACE": 5, "DEBUG": _logging.DEBUG, "INFO": _logging.INFO, "WARN": _logging.WARNING,
-           "ERR": _logging.ERROR, "OFF": _logging.CRITICAL + 10}
+#: PopTorch's levels: name -> (its legacy integer, the Python logging level)
+_LEVELS = {"TRACE": (0, _logging.DEBUG), "TRACE_ALL": (0, _logging.DEBUG), "DEBUG": (1, _logging.DEBUG),
+           "DEBUG_IR": (1, _logging.DEBUG), "INFO": (2, _logging.INFO), "WARN": (3, _logging.WARNING),
+           "ERR": (4, _logging.ERROR), "OFF": (6, _logging.CRITICAL + 10)}
+_PUBLIC_LEVELS = ("DEBUG", "ERR", "INFO", "OFF", "TRACE", "WARN")
 
 
 def setLogLevel(level) -> None:
-    """How much PopTorch logs: TRACE, DEBUG, INFO, WARN, ERR or OFF (or 0-6)."""
-    if isinstance(level, int):
-        level = list(_LEVELS)[min(max(level, 0), 5)] if level < 6 else "OFF"
+    """How much PopTorch logs (logger ``"poptorch"``): TRACE, DEBUG, INFO, WARN (the default),
+    ERR or OFF, or PopTorch's legacy integers 0-4 and 6."""
+    if isinstance(level, int) and not isinstance(level, bool):
+        for name, (number, _) in _LEVELS.items():
+            if number == level:
+                return setLogLevel(name)
+        raise ValueError("Invalid log level integer")
     if level not in _LEVELS:
-        raise ValueError(f"Unknown log level {level!r}: expected one of {', '.join(_LEVELS)}")
-    logger.setLevel(_LEVELS[level])
+        raise ValueError(f"Unknown log level: {level}. Valid values are "
+                         f"{', '.join(_PUBLIC_LEVELS[:-1])} and {_PUBLIC_LEVELS[-1]}")
+    logger.setLevel(_LEVELS[level][1])
+    return None
+
+
+# PopTorch reads POPTORCH_LOG_LEVEL when it is imported (default WARN)
+try:
+    setLogLevel(_os.environ.get("POPTORCH_LOG_LEVEL", "WARN") or "WARN")
+except ValueError as _e:
+    raise ValueError(f"environment variable POPTORCH_LOG_LEVEL: {_e}") from None
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
@@ -78,4 +99,6 @@ __all__ = [
     "MultiConv", "NameScope", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
     "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
     "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
+    "cond", "dynamic_slice", "dynamic_update", "ICustomArgParser", "registerCustomArgParser",
+    "registerPreCompileHook", "registerPostCompileHook", "profiling", "module_repr", "print",
 ]

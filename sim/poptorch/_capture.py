@@ -27,6 +27,7 @@ from ..errors import GraphError, UnsupportedOpError
 from ..options import OverlapMode
 from ..graph.ir import Graph, GraphBuilder
 from . import _mapping, _state
+from ._precision import implicit_casts
 from ._values import Lazy, sim_dtype, sim_shape
 from .annotations import block_hooks
 
@@ -59,6 +60,39 @@ class _Tracer(torch.fx.Tracer):
         if st is not None:
             node.meta.update(st.node_meta())
         return node
+
+    def trace(self, root, concrete_args=None):
+        with _random_factories_traced(self):
+            return super().trace(root, concrete_args)
+
+
+#: torch's random factories: called without a tensor argument, torch.fx would run them once and
+#: bake the draw into the graph as a constant; PopTorch draws them on the IPU at every run
+_RANDOM_FACTORIES = ("rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like",
+                     "randint_like", "bernoulli", "poisson", "multinomial")
+
+
+@contextlib.contextmanager
+def _random_factories_traced(tracer: torch.fx.Tracer):
+    """While ``tracer`` traces, a call to a random factory without proxies becomes a node."""
+    saved = {name: getattr(torch, name) for name in _RANDOM_FACTORIES if hasattr(torch, name)}
+
+    def wrap(fn):
+        def traced(*args, **kwargs):
+            leaves = pytree.tree_leaves((args, kwargs))
+            if any(isinstance(v, torch.fx.Proxy) for v in leaves):
+                return fn(*args, **kwargs)
+            return tracer.create_proxy("call_function", fn, args, kwargs)
+        traced.__name__ = fn.__name__
+        return traced
+
+    try:
+        for name, fn in saved.items():
+            setattr(torch, name, wrap(fn))
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
 
 
 def _adapter(model: torch.nn.Module, args: tuple, kwargs: dict):
@@ -132,6 +166,20 @@ def _first_line(e) -> str:
 
 
 @contextlib.contextmanager
+def _no_distribution_checks():
+    """Trace without torch.distributions' argument checks: they test the values on the host
+    (a data-dependent branch no tracer can follow) and have nothing to run on the IPU; the
+    model's CPU runs still make them."""
+    from torch.distributions import Distribution
+    saved = Distribution._validate_args
+    Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        Distribution.set_default_validate_args(saved)
+
+
+@contextlib.contextmanager
 def _model_state_kept(model: torch.nn.Module):
     """Run something on ``model`` and restore its buffers, parameters and the RNGs after."""
     saved = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()
@@ -181,6 +229,7 @@ class Capture:
         self.notes: list[str] = []
         self.blocks = _BlockResolver(model)
         self.overlap: dict[str, object] = {}
+        self.cast_to = None  # implicit casts of mixed float16/float32 operands (see capture())
 
     # --- per node -----------------------------------------------------------------------
     def node(self, n, interp: _Run, result) -> None:
@@ -316,12 +365,19 @@ class _BlockResolver:
 
 
 # --- the entry point -----------------------------------------------------------------------------------
-def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None = None) -> Captured:
-    """Capture ``model`` called as ``model(*args, **kwargs)`` on one micro-batch."""
+def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None = None,
+            cast_to: torch.dtype | None = None) -> Captured:
+    """Capture ``model`` called as ``model(*args, **kwargs)`` on one micro-batch.
+
+    ``cast_to`` (float16 or float32): the type mixed float16/float32 operands are cast to, as
+    PopTorch's ``halfFloatCasting`` does (:mod:`sim.poptorch._precision`); None runs torch's
+    own rules."""
     adapter, flat, labels = _adapter(model, args, kwargs)
-    gm, method = _trace(adapter, flat, _mapping.leaf_types())
+    with _no_distribution_checks():
+        gm, method = _trace(adapter, flat, _mapping.leaf_types())
     cap = Capture(model, gm, name or type(model).__name__, method, labels)
-    with _model_state_kept(model), torch.no_grad(), _state.quietly():
+    cap.cast_to = cast_to
+    with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
         _Run(gm, cap).run(*flat)
     g = cap.g
     g.loss = cap.explicit_loss or (cap.losses[-1] if cap.losses else None)

@@ -11,8 +11,8 @@ Unknown ops raise :class:`sim.UnsupportedOpError` naming the op. Give one a cost
 
     import torch, sim.poptorch as poptorch
 
-    # price torch.nn.functional.silu like the simulator's sigmoid (an element-wise op)
-    poptorch.register_op(torch.nn.functional.silu, lambda ctx: ctx.op("sigmoid", ctx.inputs[:1]))
+    # price torch.nn.functional.hardswish like the simulator's relu (an element-wise op)
+    poptorch.register_op(torch.nn.functional.hardswish, lambda ctx: ctx.op("relu", ctx.inputs[:1]))
 
     # or give an op (here a whole module type, kept as one node) its own cost, like a Poplar
     # codelet with a cycle estimate: vertices, worker cycles per vertex, bytes in per tile
@@ -43,9 +43,9 @@ def register_op(target, fn) -> None:
     """Give ``target`` a sim cost: ``fn(ctx: OpContext)`` emits sim ops and returns the
     result's tensor name(s).
 
-    ``target`` is a function (``torch.nn.functional.silu``), a ``torch.nn.Module`` subclass
+    ``target`` is a function (``torch.nn.functional.hardswish``), a ``torch.nn.Module`` subclass
     (kept whole under torch.fx and handed over as ``ctx.module``), an ATen op
-    (``torch.ops.aten.silu.default``) or a name (``"silu"``: any function, method or ATen op of
+    (``torch.ops.aten.hardswish.default``) or a name (``"hardswish"``: any function, method or ATen op of
     that name). A registration replaces the built-in rule of the same target.
     """
     if not callable(fn):
@@ -159,6 +159,16 @@ class OpContext:
             attrs["tiles"] = int(tiles)
         return self.op("custom", inputs, attrs)
 
+    def param(self, attr: str, transposed: bool = False):
+        """Parameter ``attr`` of the layer (``ctx.module``) as a graph value: a
+        :class:`Lazy`, or the output of the ops that make it (an implicit cast, weight norm);
+        ``transposed``: such ops make it in the ``(in, out)`` layout of a linear weight."""
+        return _param(self, attr, transposed)
+
+    def norm_params(self, channels: tuple, gamma, beta, dtype: str):
+        """A normalisation's scale and shift as graph tensors (constants when it has none)."""
+        return _norm_params(self, channels, gamma, beta, dtype)
+
     def same(self, s):
         """No op: the result is the input (views the simulator treats as free)."""
         return s
@@ -237,16 +247,6 @@ def _binary(kind):
     return rule
 
 
-def _pow(ctx: OpContext):
-    x, e = ctx.sarg(0), ctx.arg(1, "exponent")
-    if _is_sym_tensor(x) and isinstance(e, (int, float)):
-        if e == 1:
-            return x
-        if e == 2:
-            return ctx.op("mul", [x, x])
-    ctx.unsupported("only x ** 2 has a rule (x * x)")
-
-
 def _neg(ctx: OpContext):
     return ctx.op("scale", [ctx.sarg(0)], {"factor": -1.0})
 
@@ -316,17 +316,21 @@ def _getattr(ctx: OpContext):
     ctx.unsupported(f"attribute {attr!r}")
 
 
-def _linear(ctx: OpContext, x=None, w=None, bias=None):
+def _linear(ctx: OpContext, x=None, w=None, bias=None, transposed=False):
+    """``x @ W^T + b``; ``transposed``: ``w`` is already ``W^T``. A 1-D ``x`` is a row, as in
+    torch (the graph's matmul is 2-D)."""
     if x is None:
         x, w, bias = ctx.sarg(0, "input"), ctx.sarg(1, "weight"), ctx.sarg(2, "bias")
-    if isinstance(w, Lazy):
+    if transposed:
+        wt = ctx.t(w)
+    elif isinstance(w, Lazy):
         wt = ctx.cap.weight(w, transposed=True)  # stored (in, out) for x @ W, as the zoo does
     else:
         src = ctx.t(w)
         shape = ctx.shape(w)
         wt = ctx.builder.op("transpose", [src], [shape[:-2] + (shape[-1], shape[-2])], {"perm": [1, 0]},
                             name="weight_t", out_dtypes=[ctx.cap.g.tensors[src].dtype])[0]
-    y = ctx.op("matmul", [x, wt], name="matmul")
+    y = _matmul(ctx, x, wt)
     if _is_sym_tensor(bias):
         y = ctx.op("add", [y, bias], name="add")
     return y
@@ -655,15 +659,30 @@ def _annotation_rule(ctx: OpContext):
 
 
 # --- whole-module rules (layers kept as one node under torch.fx) ----------------------------------
-def _param(ctx: OpContext, attr: str):
+def _param(ctx: OpContext, attr: str, transposed: bool = False):
+    """A parameter of the layer as a graph value (``transposed``: a cast of it is made in the
+    ``(in, out)`` layout a linear layer's weight is stored in)."""
+    if attr == "weight":
+        from ._ops_layers import weight_norm
+        normed = weight_norm(ctx, transposed)  # g * v / |v| from the trained g and v
+        if normed is not None:
+            return normed
     p = getattr(ctx.module, attr, None)
     if p is None:
         return None
-    return ctx.cap._lazy(p, f"{ctx.node.target}.{attr}")
+    lazy = ctx.cap._lazy(p, f"{ctx.node.target}.{attr}")
+    target = getattr(ctx, "param_cast", None)  # an implicit cast of the layer's own parameters
+    if target is not None and isinstance(p, torch.Tensor) and p.is_floating_point() and p.dtype != target:
+        real = p.detach().to(target)
+        src = ctx.cap.weight(lazy, transposed=True) if transposed and isinstance(lazy, Lazy) else lazy
+        return ctx.op("cast", [src], {"to": sim_dtype(target)}, output=real.t() if src is not lazy else real,
+                      name=f"{attr}/implicit_cast")
+    return lazy
 
 
 def _m_linear(ctx):
-    return _linear(ctx, ctx.sarg(0), _param(ctx, "weight"), _param(ctx, "bias"))
+    w = _param(ctx, "weight", transposed=True)
+    return _linear(ctx, ctx.sarg(0), w, _param(ctx, "bias"), transposed=not isinstance(w, Lazy))
 
 
 def _m_conv(ctx):
@@ -728,7 +747,7 @@ RULES = {
     "add": _binary("add"), "sub": _binary("sub"), "rsub": _binary("sub"), "mul": _binary("mul"),
     "div": _binary("div"), "truediv": _binary("div"), "true_divide": _binary("div"),
     "iadd": _binary("add"), "isub": _binary("sub"), "imul": _binary("mul"), "itruediv": _binary("div"),
-    "neg": _neg, "pow": _pow,
+    "neg": _neg,
     "relu": _unary("relu"), "gelu": _unary("gelu"), "tanh": _unary("tanh"),
     "sigmoid": _unary("sigmoid"), "exp": _unary("exp"),
     "softmax": _softmax, "_softmax": _softmax, "log_softmax": _softmax, "_log_softmax": _softmax,
@@ -762,7 +781,7 @@ RULES = {
     "split_with_sizes": _split, "index_select": _getitem,
     # reductions
     "mean": _reduce("reduce_mean"), "sum": _reduce("reduce_sum"), "amax": _reduce("reduce_max"),
-    "max": _reduce("reduce_max"), "argmax": _reduce("reduce_max"),
+    "argmax": _reduce("reduce_max"),
     # losses
     "cross_entropy": _loss("softmax_cross_entropy", "cross_entropy"),
     "cross_entropy_loss": _loss("softmax_cross_entropy", "cross_entropy"),
@@ -770,9 +789,8 @@ RULES = {
     "nll_loss_forward": _loss("softmax_cross_entropy", "nll"),
     "mse_loss": _loss("mse_loss", "mse"), "l1_loss": _loss("mse_loss", "l1"),
     # constants made in the model
-    **{k: _constant for k in ("zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
-                              "randn_like", "new_zeros", "new_ones", "new_full", "new_empty",
-                              "new_tensor", "scalar_tensor")},
+    **{k: _constant for k in ("zeros_like", "ones_like", "full_like", "empty_like", "new_zeros",
+                              "new_ones", "new_full", "new_empty", "new_tensor", "scalar_tensor")},
     # collectives across replicas (poptorch.experimental)
     **{k: _cross_replica_rule for k in _CROSS_REPLICA},
     # PopTorch's annotations
@@ -780,6 +798,24 @@ RULES = {
                                      "set_overlap_for_output", "recomputation_checkpoint",
                                      "ipu_print_tensor", "nop", "serialized_matmul")},
 }
+
+
+def _more_rules() -> None:
+    """The rest of PopTorch's supported operations: element-wise math and activations,
+    reductions and sorting, tensor creation / indexing / padding, and more layers."""
+    from . import _ops_layers, _ops_pointwise, _ops_reduce, _ops_tensor
+    for module in (_ops_pointwise, _ops_reduce, _ops_tensor, _ops_layers):
+        RULES.update(module.RULES)
+        MODULE_RULES.update(getattr(module, "MODULE_RULES", {}))
+    NEVER_FOLDED.update(_ops_pointwise.NEVER_FOLDED)
+    MODULE_RULES[nn.BatchNorm3d] = _m_batch_norm
+
+    def convolution(ctx):  # ATen's convolution: 2-D ones here, the rest (1-D, 3-D, transposed) there
+        if ctx.args[0].dim() == 4 and not ctx.arg(6):
+            ctx.key = "convolution"
+            return _conv(ctx)
+        return _ops_layers.conv_any(ctx)
+    RULES["convolution"] = RULES["_convolution"] = convolution
 
 
 def leaf_types() -> tuple:
@@ -824,6 +860,8 @@ def map_node(cap, n, interp, result):
     sym_args = torch.fx.node.map_arg(n.args, lambda a: cap.sym.get(a))
     sym_kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: cap.sym.get(a))
     ctx = OpContext(cap, n, key, desc, args, kwargs, sym_args, sym_kwargs, result, module, aten)
+    if getattr(cap, "cast_to", None) is not None:
+        _implicit_casts(ctx, interp)
 
     rule = _user_rule(n, module, key)
     if rule is None:
@@ -832,7 +870,7 @@ def map_node(cap, n, interp, result):
         leaves = pytree.tree_leaves((sym_args, sym_kwargs), is_leaf=lambda x: isinstance(x, Lazy))
         trainable_layer = module is not None and isinstance(module, nn.Module) and any(
             p.requires_grad for p in module.parameters(recurse=False))
-        if not trainable_layer and not any(_live(s) for s in leaves):
+        if not trainable_layer and not any(_live(s) for s in leaves) and key not in NEVER_FOLDED:
             return _marked(ctx, n, _fold(ctx))
         carried = _carried(ctx, n)
         if carried is not None:
@@ -849,6 +887,57 @@ def map_node(cap, n, interp, result):
         raise unsupported(desc, n)
     value = rule(ctx)
     return _marked(ctx, n, value)
+
+
+#: ops made from constants that still run on the device: random generators (PopTorch draws
+#: them on the IPU at every run; they are not folded into constants)
+NEVER_FOLDED: set[str] = set()
+
+
+def _implicit_casts(ctx: OpContext, interp) -> None:
+    """PopTorch's implicit casts of mixed float16/float32 operands (:mod:`._precision`): each
+    operand converted gets a graph ``cast``, and the rule sees the converted values."""
+    from . import _precision
+    n, module = ctx.node, ctx.module
+    if ctx.key in _precision.EXEMPT:
+        return
+    dtypes = _precision.float_dtypes((ctx.args, ctx.kwargs))
+    if module is not None:
+        dtypes |= _precision.float_dtypes(list(module.parameters(recurse=False)))
+    target = _precision.target_dtype(dtypes, ctx.cap.cast_to)
+    if target is None:
+        return
+    keep = None
+    if _precision.in_place(ctx.key) and ctx.args and isinstance(ctx.args[0], torch.Tensor):
+        target, keep = ctx.args[0].dtype, n.args[0]  # an in-place op keeps its own dtype
+    done: dict = {}
+
+    def cast(a):
+        if a not in done:
+            v = interp.env[a]
+            done[a] = None
+            if a is not keep and isinstance(v, torch.Tensor) and v.dtype in _precision.MIXED and v.dtype != target:
+                real = v.to(target)
+                s = ctx.cap.sym.get(a)
+                sym = ctx.op("cast", [s], {"to": sim_dtype(target)}, output=real,
+                             name="implicit_cast") if _is_sym_tensor(s) else s
+                done[a] = (real, sym)
+        return done[a]
+
+    def real(a):
+        c = cast(a)
+        return c[0] if c else interp.env[a]
+
+    def sym(a):
+        c = cast(a)
+        return c[1] if c else ctx.cap.sym.get(a)
+
+    ctx.args = torch.fx.node.map_arg(n.args, real)
+    ctx.kwargs = dict(torch.fx.node.map_arg(n.kwargs, real))
+    ctx.sym_args = torch.fx.node.map_arg(n.args, sym)
+    ctx.sym_kwargs = dict(torch.fx.node.map_arg(n.kwargs, sym))
+    if module is not None:
+        ctx.param_cast = target
 
 
 def _user_rule(n, module, key):
@@ -888,3 +977,6 @@ def _marked(ctx: OpContext, n, value):
     if mark and mark[0] == "identity_loss" and _is_sym_tensor(value):
         ctx.cap.explicit_loss = ctx.t(value)
     return value
+
+
+_more_rules()

@@ -63,9 +63,30 @@ def _carrier(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+_ON_IPU = 0  # > 0 while a PoplarExecutor runs the model (capture, or the run's CPU numbers)
+
+
 def isRunningOnIpu() -> bool:
-    """True while the model is being captured for the (simulated) IPU, False on the CPU."""
-    return _state.active() is not None
+    """True while the model runs as a PopTorch model, False when it is called as plain torch.
+
+    PopTorch returns True while it traces the model for the IPU. The simulator runs the wrapped
+    model twice, once to capture the graph and once (per micro-batch) on the CPU for the
+    outputs the IPU would return, and both see True, so the model's IPU code path is the one
+    that is simulated and whose numbers come back.
+    """
+    return _ON_IPU > 0 or _state.active() is not None
+
+
+class on_ipu:
+    """While inside, :func:`isRunningOnIpu` is True (used by the executor)."""
+
+    def __enter__(self):
+        global _ON_IPU
+        _ON_IPU += 1
+
+    def __exit__(self, *exc):
+        global _ON_IPU
+        _ON_IPU -= 1
 
 
 # --- blocks -----------------------------------------------------------------------------------

@@ -17,8 +17,13 @@ A call ``model(*inputs)`` does what PopTorch's does, in two halves:
 
 from __future__ import annotations
 
+import collections
 import copy
+import datetime
 import logging
+import os
+import time
+import weakref
 
 import torch
 from torch.utils import _pytree as pytree
@@ -27,21 +32,45 @@ from .. import compile as sim_compile
 from ..compiler.executable import check_overlap
 from .. import run_executable
 from ..errors import OptionsError, UnsupportedOpError
+from ..graph.training import Optimizer as _SimOptimizer
 from ..strategy import PipelinedExecution, ShardedExecution, assign
-from . import _system, enums
+from . import _precision, _system, enums
 from . import optim as _optim
 from ._capture import Captured, capture
 from ._errors import NO_EXECUTABLE, error
+from ._printing import module_repr
+from .annotations import on_ipu
 from .options import Options
 
 logger = logging.getLogger("poptorch")
 
 _DISABLED = "Cycle count logging is disabled. Please set option logCycleCount to True to enable."
 _NOT_RUN = "Please run the model at least once before obtaining cycle count."
+_ALREADY_WRAPPED = ("Model has already been wrapped in 'poptorch.trainingModel'. Call model.destroy() "
+                    "on the model to unwrap before wrapping again.")
+_NO_BACKWARD = ("backward() cannot be called explicitly on outputs of a PopTorch model. If you're using "
+                "a trainingModel, the backwards pass is performed automatically when invoking the model. "
+                "If you're using an inferenceModel, you should use a trainingModel instead.")
+
+#: torch models wrapped by a live trainingModel (PopTorch refuses to wrap one twice)
+_WRAPPED: "weakref.WeakKeyDictionary[torch.nn.Module, object]" = weakref.WeakKeyDictionary()
+
+#: environment variables PopTorch or Poplar read that change nothing in the simulation; when one
+#: is set, the run's notes say so (POPTORCH_LOG_LEVEL, POPTORCH_CACHE_DIR,
+#: POPTORCH_DEFAULT_OPTIONS and POPTORCH_IPU_MODEL are read: see docs/poptorch.md)
+_UNMODELLED_ENV = ("POPLAR_ENGINE_OPTIONS", "POPLAR_TARGET_OPTIONS", "POPLAR_LOG_LEVEL",
+                   "POPART_LOG_LEVEL", "POPTORCH_WAIT_FOR_IPU", "POPTORCH_EXCEPTION")
+
+#: anchor names the simulator computes for a training model: <prefix><parameter name>
+_ANCHOR_PREFIXES = ("Gradient___", "UpdatedVar___")
 
 
 class PoplarExecutor:
     """The wrapper ``inferenceModel``/``trainingModel`` return; call it like the model."""
+
+    #: hooks run before / after every model capture (``registerPreCompileHook``, ...)
+    _precompile_hooks: dict = collections.OrderedDict()
+    _postcompile_hooks: dict = collections.OrderedDict()
 
     def __init__(self, model: torch.nn.Module, options: Options | None, training: bool,
                  optimizer=None, user_model: torch.nn.Module | None = None):
@@ -55,6 +84,8 @@ class PoplarExecutor:
         self._user_model = user_model or model
         self._model = model
         self._training = training
+        if training and _WRAPPED.get(self._user_model, lambda: None)() is not None:
+            raise RuntimeError(_ALREADY_WRAPPED)
         if training:
             if options.defaultOutputMode():
                 options.outputMode(enums.OutputMode.Final)
@@ -73,6 +104,11 @@ class PoplarExecutor:
                 raise error(msg)
             if optimizer is not None:
                 raise AssertionError("Optimizer should be None for inference")
+        for anchor in options.anchored_tensors.values():  # anchors without a mode use the outputs'
+            if anchor[1]:
+                anchor[2] = options.output_mode
+                if anchor[2] == enums.OutputMode.EveryN:
+                    anchor[3] = options.output_return_period
         options._freeze()
         self._options = options
         self._optimizer = optimizer
@@ -84,6 +120,12 @@ class PoplarExecutor:
         self._run = None
         self._is_attached = False
         self._system_reason = ""
+        self._compilation_time: datetime.timedelta | None = None
+        self._anchors: dict[str, tuple[str, str]] = {}
+        self._rng_state: list[int] | None = None
+        self._anchor_memory: dict[str, torch.Tensor] = {}
+        if training:
+            _WRAPPED[self._user_model] = weakref.ref(self)
 
     # --- the model and its options ---------------------------------------------------------
     @property
@@ -117,7 +159,8 @@ class PoplarExecutor:
         return getattr(self._user_model, attr)
 
     def __repr__(self) -> str:
-        return repr(self._user_model)
+        """The model's repr, with the ``BeginBlock`` annotations (forward pre-hooks) shown."""
+        return module_repr(self._user_model)
 
     def load_state_dict(self, state_dict, strict: bool = True):
         """Load weights into the wrapped model (the simulated IPU uses them from the next call)."""
@@ -176,11 +219,26 @@ class PoplarExecutor:
         self._compile(*self._chunk(leaves, spec, positions, chunks, 0))
 
     def _compile(self, ex_args, ex_kwargs) -> None:
-        if self._training:
-            captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__)
-        else:  # captured as it runs: in eval mode
-            with _eval_mode(self._user_model):
-                captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__)
+        started = time.perf_counter()
+        try:
+            for hook in list(PoplarExecutor._precompile_hooks.values()):
+                hook()
+            with on_ipu():
+                cast_to = _precision.behaviour(self._options)  # mixed float16/float32 operands
+                if self._training:
+                    captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
+                                       cast_to=cast_to)
+                else:  # captured as it runs: in eval mode
+                    with _eval_mode(self._user_model):
+                        captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
+                                           cast_to=cast_to)
+        finally:
+            for hook in list(PoplarExecutor._postcompile_hooks.values()):
+                hook()
+        self._compile_captured(captured, ex_args, ex_kwargs)
+        self._compilation_time = datetime.timedelta(seconds=time.perf_counter() - started)
+
+    def _compile_captured(self, captured, ex_args, ex_kwargs) -> None:
         g = captured.graph
         o = self._options
         if self._training and g.loss is None:
@@ -200,8 +258,12 @@ class PoplarExecutor:
                 "of 2 or maximum of 64 IPUs per process. Please reconfigure your model to use a "
                 "different number of IPUs or set poptorch.Options().autoRoundNumIPUs(True).")
         system, why = _system.choose(o, rounded * o.Distributed.numProcesses)
+        anchors = self._resolve_anchors()
+        sim_opt = self._sim_optimizer
+        if self._training:
+            sim_opt = _SimOptimizer(self._sim_optimizer, _optim.state_dtype(self._optimizer))
         try:
-            exe = sim_compile(g, system, o, self._training, self._sim_optimizer)
+            exe = sim_compile(g, system, o, self._training, sim_opt)
         except UnsupportedOpError as e:
             if self._training and "_grad" in str(e):
                 raise UnsupportedOpError(
@@ -210,14 +272,73 @@ class PoplarExecutor:
             raise
         notes = [f"system {system.name}: {why}", f"graph captured with {captured.method}"]
         notes += captured.notes
+        notes += self._front_end_notes(anchors)
         exe.notes[:0] = notes
+        if self._training:
+            self._name_optimizer_params()
         self._system_reason = why
+        self._anchors = anchors
         self._captured = captured
         self._executable = exe
         self._example = (ex_args, ex_kwargs)
         self._shapes = _shapes_of(ex_args, ex_kwargs)
         self._is_attached = o.connection_type != enums.ConnectionType.Never
         logger.debug("Compiled %s for %s (%s)", captured.graph, system.name, why)
+
+    def _resolve_anchors(self) -> dict[str, tuple[str, str]]:
+        """short name -> (prefix, parameter) of each ``Options.anchorTensor``; PopTorch-style
+        error for a name the simulator cannot return."""
+        params = dict(self._user_model.named_parameters())
+        out = {}
+        for short, (long_name, *_rest) in self._options.anchored_tensors.items():
+            prefix = next((p for p in _ANCHOR_PREFIXES if long_name.startswith(p)), None)
+            pname = long_name[len(prefix):] if prefix else ""
+            if pname not in params and pname.startswith("model."):  # PopTorch 2's names
+                pname = pname[len("model."):]
+            if self._training and prefix is not None and pname in params:
+                out[short] = (prefix, pname)
+                continue
+            what = ("Gradient___<parameter> or UpdatedVar___<parameter> of a trainingModel"
+                    + (f" (parameters: {', '.join(params)})" if self._training else ""))
+            raise error(f"anchorTensor({short!r}, {long_name!r}): the simulator can anchor {what}; "
+                        "the values of other tensors are not computed")
+        return out
+
+    def _front_end_notes(self, anchors) -> list[str]:
+        """Notes on what the front end accepts without modelling it."""
+        notes = []
+        if self._training:
+            name = type(self._optimizer).__name__
+            for key, value in _optim.unmodelled(self._optimizer).items():
+                what = ("the CPU numbers accumulate gradients in it; the simulated accumulators keep "
+                        "the weights' dtype" if key == "accum_type" else "accepted, no modelled effect")
+                notes.append(f"optimizer {name} {key}={value!r}: {what}")
+        for var in _UNMODELLED_ENV:
+            if os.environ.get(var):
+                notes.append(f"environment variable {var} is set: no modelled effect")
+        if anchors:
+            notes.append(f"anchored tensors {', '.join(sorted(anchors))}: computed on the CPU, no "
+                         "extra host transfer simulated")
+        return notes
+
+    def _name_optimizer_params(self) -> None:
+        """Let a poptorch.optim optimizer name its state after the model's parameters."""
+        if isinstance(self._optimizer, _optim.Optimizer):
+            names = {id(p): n for n, p in self._user_model.named_parameters()}
+            self._optimizer._ipusim_param_names = names
+
+    def compilationTime(self) -> datetime.timedelta:
+        """Wall-clock time the last compilation took here (capture and simulator compile)."""
+        if not self.isCompiled():
+            raise error("Please compile the model before obtaining compilation time.")
+        if not self._options._show_compilation_progress_bar:
+            raise error("Please set showCompilationProgressBar option to obtain compilation time.")
+        return self._compilation_time
+
+    def getAnchoredTensor(self, short_name: str) -> torch.Tensor:
+        """The latest value of a tensor anchored with ``Options.anchorTensor``."""
+        assert short_name in self._anchor_memory, "No tensor with name " + short_name + " found."
+        return self._anchor_memory[short_name]
 
     def _check_overlapped_io(self, g) -> None:
         try:
@@ -230,12 +351,17 @@ class PoplarExecutor:
         return self._executable is not None
 
     def destroy(self) -> None:
-        """Release the (simulated) IPUs and the executable."""
+        """Release the (simulated) IPUs and the executable; a training model's torch model can
+        then be wrapped again."""
+        if self._training:
+            _WRAPPED.pop(self._user_model, None)
         if not self.isCompiled():
             return
         self._executable = None
         self._run = None
         self._is_attached = False
+        if self._training and isinstance(self._optimizer, _optim.Optimizer):
+            self._optimizer._ipusim_param_names = None
 
     # --- calling -----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -254,7 +380,12 @@ class PoplarExecutor:
         if not self._is_attached:
             self.attachToDevice()
         self._run = run_executable(self._executable)
-        return self._run_on_cpu(leaves, spec, positions, chunks)
+        with on_ipu():
+            out = self._run_on_cpu(leaves, spec, positions, chunks)
+        for leaf in pytree.tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                leaf.backward = _refuse_backward
+        return out
 
     def _run_on_cpu(self, leaves, spec, positions, chunks):
         di, ga, replicas, groups = self._factors()
@@ -267,26 +398,51 @@ class PoplarExecutor:
 
         def call(step, acc, r):
             a, k = self._chunk(leaves, spec, positions, chunks, (step * ga + acc) * groups + group_of(r))
-            return self._model(*a, **k)
+            with _precision.implicit_casts(_precision.behaviour(o), self._model, (a, k)):
+                return self._model(*a, **k)
 
         results = {}  # (step, acc, replica) -> the model's output
+        anchored = {short: [] for short in self._anchors}  # short name -> a value per weight update
         if self._training:
             params = [p for g in self._optimizer.param_groups for p in g["params"]]
             mean = o.Training.reduction_type == enums.ReductionType.Mean
+            scale = _optim.loss_scaling(self._optimizer)
+            accum = getattr(self._optimizer, "accum_type", None)  # gradient accumulator dtype
+            named = dict(self._user_model.named_parameters())
             for step in range(di):
                 self._optimizer.zero_grad(set_to_none=True)
+                sums: dict = {}  # weight -> its gradient sum, where it is kept in another dtype
                 for acc in range(ga):
                     for r in range(replicas):
                         out = call(step, acc, r)
                         loss = self._loss_of(out)
-                        (loss if loss.dim() == 0 else loss.sum()).backward()
+                        loss = loss if loss.dim() == 0 else loss.sum()
+                        (loss * scale if scale != 1.0 else loss).backward()
                         results[step, acc, r] = pytree.tree_map(_detached, out)
-                if mean and ga * replicas > 1:
+                        if accum is not None and ga * replicas > 1:
+                            _accumulate(params, accum, sums)
+                for p, total in sums.items():
+                    p.grad = total
+                divide = (ga * replicas if mean else 1)
+                if scale == 1.0 and divide > 1:
                     for p in params:
                         if p.grad is not None:
-                            p.grad.div_(ga * replicas)
-                self._optimizer.step()
+                            p.grad.div_(divide)
+
+                def record_gradients():
+                    for short, (prefix, pname) in self._anchors.items():
+                        if prefix == "Gradient___":
+                            grad = named[pname].grad
+                            anchored[short].append(torch.zeros_like(named[pname]).detach() if grad is None
+                                                   else grad.detach().to(named[pname].dtype).clone())
+
+                _optimizer_step(self._optimizer, params, scale * divide if scale != 1.0 else 1.0,
+                                record_gradients)
+                for short, (prefix, pname) in self._anchors.items():
+                    if prefix == "UpdatedVar___":
+                        anchored[short].append(named[pname].detach().clone())
             self._optimizer.zero_grad(set_to_none=True)
+            self._keep_anchors(anchored)
         else:
             with torch.no_grad(), _eval_mode(self._user_model):
                 for step in range(di):
@@ -297,6 +453,22 @@ class PoplarExecutor:
                             per_group[gidx] = call(step, 0, r)
                         results[step, 0, r] = per_group[gidx]
         return self._combine(results, di, ga, replicas)
+
+    def _keep_anchors(self, anchored: dict) -> None:
+        """Combine each anchor's value per weight update per its output mode (PopTorch's
+        ``anchorTensor`` modes: All, Final, Sum, EveryN)."""
+        for short, values in anchored.items():
+            _, _, mode, period = self._options.anchored_tensors[short]
+            if mode in (None, enums.OutputMode.Default):
+                mode = self._options.resolved_output_mode(self._training)
+            if mode == enums.OutputMode.Final:
+                values = values[-1:]
+            elif mode == enums.OutputMode.EveryN:
+                values = [v for i, v in enumerate(values) if (i + 1) % max(1, int(period or 1)) == 0]
+            elif mode == enums.OutputMode.Sum:
+                values = [_sum(values)]
+            if values:
+                self._anchor_memory[short] = values[0] if len(values) == 1 else torch.stack(values)
 
     def _loss_of(self, out) -> torch.Tensor:
         if isinstance(out, torch.Tensor):
@@ -380,10 +552,15 @@ class PoplarExecutor:
         return self._latency("output", min, "output_complete", max)
 
     def getTensorNames(self) -> list[str]:
-        """The names of the simulated graph's tensors."""
+        """The names of the simulated graph's tensors; for a training model also PopART's
+        ``Gradient___<parameter>`` and ``UpdatedVar___<parameter>``, which can be anchored."""
         if self._executable is None:
             raise AssertionError("Model must be compiled before calling getTensorNames")
-        return list(self._executable.graph.tensors)
+        names = list(self._executable.graph.tensors)
+        if self._training:
+            params = [n for n, p in self._user_model.named_parameters() if p.requires_grad]
+            names += [prefix + n for prefix in _ANCHOR_PREFIXES for n in params]
+        return names
 
     # --- device and weights -----------------------------------------------------------------
     def isAttachedToDevice(self) -> bool:
@@ -416,15 +593,29 @@ class PoplarExecutor:
             raise error(NO_EXECUTABLE)
 
     def copyWeightsToHostIfNeeded(self) -> bool:
+        """False: the host weights (the torch model's) are never out of date."""
         return False
+
+    def copyNamedBuffersToDevice(self) -> None:
+        """The buffers named by ``Options.updatableNamedBuffers`` are read from the torch model
+        at every call; PopTorch's checks."""
+        if not self.isCompiled():
+            raise error(NO_EXECUTABLE)
+        if "updatableNamedBuffers" not in self._options._Popart.options:
+            raise error("No named buffers marked as updatable via updatableNamedBuffers option")
 
     def setOptimizer(self, optimizer) -> None:
         """Use ``optimizer`` from the next call (recompiles if its kind of update changes)."""
         if not self._training:
             raise error("setOptimizer() is only available for a poptorch.trainingModel()")
         name = _optim.sim_optimizer(optimizer)
+        dtype_changed = _optim.state_dtype(optimizer) != _optim.state_dtype(self._optimizer)
+        if isinstance(self._optimizer, _optim.Optimizer) and self._optimizer is not optimizer:
+            self._optimizer._ipusim_param_names = None
         self._optimizer = optimizer
-        if name != self._sim_optimizer:
+        if self.isCompiled():
+            self._name_optimizer_params()
+        if name != self._sim_optimizer or dtype_changed:
             self._sim_optimizer = name
             if self._executable is not None:
                 self._executable = None
@@ -434,8 +625,16 @@ class PoplarExecutor:
     def rng_state(self) -> list[int]:
         if not self.isCompiled():
             raise error(NO_EXECUTABLE)
+        if self._rng_state is not None:
+            return list(self._rng_state)
         seed = self._options.random_seed if self._options.random_seed is not None else 0
         return [seed]
+
+    @rng_state.setter
+    def rng_state(self, state: list[int]) -> None:
+        if not self.isCompiled():
+            raise error(NO_EXECUTABLE)
+        self._rng_state = list(state)
 
     # --- saving ---------------------------------------------------------------------------
     def save(self, filename: str, export_model: bool = True, save_rng_state: bool = True) -> None:
@@ -458,6 +657,67 @@ class PoplarExecutor:
         data = torch.load(filename, weights_only=False)
         self._executable = None
         self._compile(*data["example"])
+
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _accumulate(params, accum: torch.dtype, sums: dict) -> None:
+    """After one micro-batch's backward: add the gradient of each weight whose accumulator
+    dtype (the optimizer's ``accum_type``) differs from its own to ``sums``, in that dtype, as
+    the IPU accumulates; other weights keep accumulating in ``p.grad``."""
+    for p in params:
+        if p.grad is None or p.grad.dtype == accum:
+            continue
+        g = p.grad.to(accum)
+        sums[p] = g if p not in sums else sums[p] + g
+        p.grad = None
+
+
+#: optimizer state entries and the optimizer attribute giving the dtype they are kept in
+_STATE_DTYPES = {"exp_avg": "first_order_momentum_accum_type",
+                 "exp_avg_sq": "second_order_momentum_accum_type",
+                 "square_avg": "second_order_momentum_accum_type",
+                 "grad_avg": "first_order_momentum_accum_type"}
+
+
+def _optimizer_step(optimizer, params, unscale: float = 1.0, before_update=None) -> None:
+    """One weight update as the IPU computes it: the gradients are divided by ``unscale`` (the
+    loss scaling, and the mean's divisor with it) in float32; float16 weights are updated in
+    float32 arithmetic and stored back in float16; each optimizer state tensor is rounded to
+    the dtype PopTorch keeps it in (its ``*_accum_type``). ``before_update()`` sees the
+    gradients the update uses."""
+    low = {p: p.dtype for p in params if p.dtype in _LOW_PRECISION}
+    for p in low:
+        p.data = p.data.float()
+        if p.grad is not None:
+            p.grad = p.grad.float()
+    if unscale != 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad = p.grad.float() / unscale if p in low else (p.grad.float() / unscale).to(p.dtype)
+    try:
+        if before_update is not None:
+            before_update()
+        optimizer.step()
+    finally:
+        for p, dtype in low.items():
+            p.data = p.data.to(dtype)
+            if p.grad is not None:
+                p.grad = p.grad.to(dtype)
+    momentum = ("velocity_accum_type" if isinstance(optimizer, torch.optim.SGD)
+                else "first_order_momentum_accum_type")
+    for p in params:
+        for key, value in optimizer.state.get(p, {}).items():
+            attr = _STATE_DTYPES.get(key, momentum if key == "momentum_buffer" else None)
+            kept = getattr(optimizer, attr, torch.float32) if attr else torch.float32
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and kept != value.dtype \
+                    and kept in _LOW_PRECISION:
+                value.copy_(value.to(kept))
+
+
+def _refuse_backward(*args, **kwargs):
+    raise error(_NO_BACKWARD)
 
 
 def _shapes_of(args, kwargs):
@@ -516,12 +776,36 @@ def trainingModel(model: torch.nn.Module, options: Options | None = None, optimi
     ``optimizer``: a ``torch.optim`` or ``poptorch.optim`` SGD, Adam, AdamW, RMSprop or LAMB
     (default ``poptorch.optim.SGD(lr=0.01)``).
     """
+    if isinstance(model, PoplarExecutor):
+        model = model._user_model
     return PoplarExecutor(model, options, True, optimizer, user_model=model)
 
 
 def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:
     """Wrap ``model`` for inference on the simulated IPU (and on the CPU for the numbers)."""
+    if isinstance(model, PoplarExecutor):
+        model = model._user_model
     return PoplarExecutor(model, options, False)
+
+
+def _register_hook(hooks: dict, hook) -> torch.utils.hooks.RemovableHandle:
+    handle = torch.utils.hooks.RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
+def registerPreCompileHook(hook) -> torch.utils.hooks.RemovableHandle:
+    """Call ``hook()`` before every model capture; ``handle.remove()`` unregisters it."""
+    if not callable(hook):
+        raise RuntimeError("Pre-compile hook must be callable")
+    return _register_hook(PoplarExecutor._precompile_hooks, hook)
+
+
+def registerPostCompileHook(hook) -> torch.utils.hooks.RemovableHandle:
+    """Call ``hook()`` after every model capture (even a failed one)."""
+    if not callable(hook):
+        raise RuntimeError("Post-compile hook must be callable")
+    return _register_hook(PoplarExecutor._postcompile_hooks, hook)
 
 
 def load(filename: str, edit_opts_fn=None) -> PoplarExecutor:
@@ -540,4 +824,5 @@ def load(filename: str, edit_opts_fn=None) -> PoplarExecutor:
     return executor
 
 
-__all__ = ["PoplarExecutor", "trainingModel", "inferenceModel", "load"]
+__all__ = ["PoplarExecutor", "trainingModel", "inferenceModel", "load", "registerPreCompileHook",
+           "registerPostCompileHook"]

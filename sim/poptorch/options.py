@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import copy
+import json
+import logging
 import os
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, Seri
 from . import enums
 
 _FROZEN = "Can't modify frozen Options"
+logger = logging.getLogger("poptorch")
 
 #: what the PopTorch front end itself models on top of what sim.compile reads
 _FRONT_END_MODELLED = {
@@ -36,6 +39,7 @@ _FRONT_END_MODELLED = {
     "Distributed.configureProcessId",  # DataLoader partitioning, the system size
     "Training.accumulationAndReplicationReductionType",  # gradient scaling of the CPU step
     "inputReplicaGrouping",  # the batch size a call expects
+    "anchorTensor",  # getAnchoredTensor of gradients and updated weights
 }
 #: options sim.compile reads (see sim/compiler.py); sim.Options.MODELLED may lag behind them
 _READ_BY_COMPILER = {
@@ -181,15 +185,24 @@ class _PrecisionOptions(_Frozen):
         self.running_statistics_always_float = True
 
     def halfFloatCasting(self, half_float_casting) -> "_PrecisionOptions":
+        """Deprecated in PopTorch 3: float16 and float32 operands are cast as PyTorch casts
+        them (HalfUpcastToFloat), which is what the CPU numbers do. Logs PopTorch's warning."""
         if not isinstance(half_float_casting, enums.HalfFloatCastingBehavior):
             raise ValueError("halfFloatCasting must be set to a poptorch.HalfFloatCastingBehavior")
+        logger.warning("[Deprecated] Do not call options.Precision.halfFloatCasting(): "
+                       "HalfUpcastToFloat is now the only supported option and matches PyTorch's "
+                       "behaviour so you don't need to explicitly set it.")
         self.half_float_casting = half_float_casting
         self._owner._record("Precision.halfFloatCasting", half_float_casting.name)
         return self
 
     def runningStatisticsAlwaysFloat(self, value: bool) -> "_PrecisionOptions":
+        """Deprecated in PopTorch 3 (running statistics keep the model's dtype, as in PyTorch)."""
         if not isinstance(value, bool):
             raise ValueError("runningStatisticsAlwaysFloat needs to be set to a bool")
+        logger.warning("[Deprecated] Do not call options.Precision.runningStatisticsAlwaysFloat(): "
+                       "False is now the only supported option and matches PyTorch's behaviour so "
+                       "you don't need to explicitly set it.")
         self.running_statistics_always_float = value
         self._owner._record("Precision.runningStatisticsAlwaysFloat", value)
         return self
@@ -272,15 +285,21 @@ class _DistributedOptions(_Frozen):
 
 
 class _JitOptions(_Frozen):
-    """``Options.Jit``: how PopTorch captured the model (accepted; the simulator uses torch.fx)."""
+    """``Options.Jit``: how PopTorch captures the model. ``traceModel(True)`` (torch.jit
+    tracing) is refused as by PopTorch 3; ``False``, its default, is accepted with a warning
+    (the simulator captures with torch.fx / torch.export)."""
 
     def __init__(self, owner: "Options"):
         self._owner = owner
-        self.trace_model = True
+        self.trace_model = False
 
     def traceModel(self, trace_model: bool) -> "_JitOptions":
-        self.trace_model = bool(trace_model)
-        self._owner._record("Jit.traceModel", bool(trace_model))
+        logger.warning("[Deprecated] Do not call options.Jit.traceModel(): options.Jit.traceModel(False) "
+                       "is now the default, and True is no longer supported, therefore this function "
+                       "will be removed shortly")
+        if trace_model:
+            raise ValueError("options.Jit.traceModel(True) is no longer supported")
+        self._owner._record("Jit.traceModel", False)
         return self
 
 
@@ -323,6 +342,40 @@ class Options(_Frozen, _sim_options.Options):
         cache = os.environ.get("POPTORCH_CACHE_DIR", "")
         if cache:
             self.enableExecutableCaching(cache)
+        if os.environ.get("POPTORCH_IPU_MODEL", "") not in ("", "0"):
+            self.useIpuModel(True)
+        defaults = os.environ.get("POPTORCH_DEFAULT_OPTIONS", "")
+        if defaults.strip():
+            try:
+                self.from_json(defaults)
+            except (ConfigFileError, json.JSONDecodeError) as e:
+                raise ConfigFileError(f"environment variable POPTORCH_DEFAULT_OPTIONS: {e}") from None
+
+    def from_json(self, string: str) -> "Options":
+        """Set options from a JSON object ``{"name.of.setter": value}``: a list value is the
+        setter's arguments, anything else its one argument, and a string such as
+        ``"OutputMode.All"`` names an enum value. For example
+        ``'{"deviceIterations": 4, "Training.gradientAccumulation": 2, "_Popart.set":
+        ["OptionName", 1]}'``. PopTorch applies ``POPTORCH_DEFAULT_OPTIONS`` this way to every
+        new ``Options``."""
+        values = json.loads(string)
+        if not isinstance(values, dict):
+            raise ConfigFileError(f"expected a JSON object of setters and values, got {string!r}")
+        for option, value in values.items():
+            target = self
+            for attribute in option.split("."):
+                if attribute.startswith("__") or not hasattr(target, attribute):
+                    raise ConfigFileError(f"unknown option {option!r}")
+                target = getattr(target, attribute)
+            if not callable(target):
+                raise ConfigFileError(f"{option!r} is not a setter")
+            value = _enum_from_string(value)
+            args = [_enum_from_string(v) for v in value] if isinstance(value, list) else [value]
+            try:
+                target(*args)
+            except (OptionsError, ValueError, TypeError, AssertionError) as e:
+                raise ConfigFileError(f"{option}: {e}") from None
+        return self
 
     # --- freezing -----------------------------------------------------------------------
     def _freeze(self) -> None:
@@ -514,6 +567,17 @@ class Options(_Frozen, _sim_options.Options):
 # What an options file's arguments can name besides literals, with or without ``poptorch.`` in
 # front: PopTorch's enums (``OutputMode.All``, ``enums.OutputMode.All``).
 _ENUMS = {"enums": enums, **{name: getattr(enums, name) for name in enums.__all__}}
+
+
+def _enum_from_string(value):
+    """``"OutputMode.All"`` -> ``enums.OutputMode.All`` (other values unchanged), as PopTorch's
+    ``from_json`` reads enum values."""
+    if isinstance(value, str) and value.count(".") == 1:
+        kind, name = value.split(".")
+        cls = _ENUMS.get(kind)
+        if cls is not None and cls is not enums and hasattr(cls, name):
+            return getattr(cls, name)
+    return value
 
 
 def _resolve_value(node: ast.AST):

@@ -1,0 +1,106 @@
+"""What the op rules of :mod:`sim.poptorch` share: emitting graph ops of given shapes, fused
+element-wise expressions (``map``), constants, and scalar operands.
+
+Rules get an :class:`~sim.poptorch._mapping.OpContext`; a graph value is a tensor name (an
+activation), a :class:`~sim.poptorch._values.Lazy` (a parameter or constant not yet placed), or
+``None`` (not a tensor).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ._values import Lazy, sim_dtype, sim_shape
+
+
+def is_tensor(s) -> bool:
+    """A graph value that is a tensor (an activation, parameter or constant)."""
+    return isinstance(s, (str, Lazy))
+
+
+def first_tensor(value):
+    """The first torch tensor in a (nested) value, or None."""
+    for leaf in pytree.tree_leaves(value):
+        if isinstance(leaf, torch.Tensor):
+            return leaf
+    return None
+
+
+def emit(ctx, kind: str, inputs: list, shape, dtype, attrs: dict | None = None, name: str | None = None) -> str:
+    """One graph op of ``kind`` with one output of ``shape`` and ``dtype`` (a sim or torch dtype)."""
+    if isinstance(dtype, torch.dtype):
+        dtype = sim_dtype(dtype)
+    return ctx.builder.op(kind, [ctx.t(i) for i in inputs], [sim_shape(shape)], attrs, name=name or kind,
+                          out_dtypes=[dtype])[0]
+
+
+def emit_map(ctx, steps: list[str], inputs: list, grad: list | None = None, output=None,
+             name: str | None = None, shape=None, dtype=None, repeat: int = 1) -> str:
+    """A fused element-wise expression (popops::map) chaining the codelets ``steps``.
+
+    ``grad``: per input, the codelets of its gradient (None: no gradient flows to it);
+    ``output``: the real result it makes (default: the op's), or ``shape`` and ``dtype``.
+    """
+    attrs = {"steps": list(steps), "op": ctx.key}
+    if grad is not None:
+        attrs["grad"] = [list(g) if g else None for g in grad]
+    if repeat != 1:
+        attrs["repeat"] = int(repeat)
+    if shape is not None:
+        return emit(ctx, "map", inputs, shape, dtype, attrs, name or ctx.key)
+    return ctx.op("map", inputs, attrs, output=output, name=name or ctx.key)
+
+
+def const(ctx, shape, dtype, label: str) -> str:
+    """A constant graph tensor (folded data: mask, table, fill value) of ``shape``."""
+    if isinstance(dtype, torch.dtype):
+        dtype = sim_dtype(dtype)
+    cap = ctx.cap
+    saved, cap.b._scopes = cap.b._scopes, []
+    name = cap.g.unique_tensor_name(f"{ctx.key}/{label}")
+    cap.g.add_tensor(name, sim_shape(shape), dtype, "constant")
+    cap.b._scopes = saved
+    return name
+
+
+def operand(ctx, sym, real, dtype, label: str = "scalar") -> str:
+    """The graph tensor of an operand: its own tensor, or a one-element constant for a number."""
+    if is_tensor(sym):
+        return ctx.t(sym)
+    shape = tuple(real.shape) if isinstance(real, torch.Tensor) else (1,)
+    return const(ctx, shape, dtype, label)
+
+
+def tensor_args(ctx, live_only: bool = False) -> list:
+    """The graph values of the op's tensor arguments, in order (positional, then keyword);
+    ``live_only``: those computed on the device (activations, trained weights)."""
+    pairs = list(zip(ctx.args, ctx.sym_args)) + [(ctx.kwargs[k], ctx.sym_kwargs.get(k)) for k in ctx.kwargs]
+    out = []
+    for real, sym in pairs:
+        reals = real if isinstance(real, (list, tuple)) else [real]
+        syms = sym if isinstance(sym, (list, tuple)) else [sym]
+        for r, s in zip(reals, syms):
+            if isinstance(r, torch.Tensor) and is_tensor(s):
+                if not live_only or isinstance(s, str) or s.role == "weight":
+                    out.append(s)
+    return out
+
+
+def out_tensor(ctx):
+    """The op's (first) real output tensor."""
+    return first_tensor(ctx.output)
+
+
+def tuple_result(ctx, first: str):
+    """A rule's result for an op returning a tuple whose first element is ``first``."""
+    if isinstance(ctx.output, (tuple, list)):
+        return (first,) + (None,) * (len(ctx.output) - 1)
+    return first
+
+
+def fold(ctx):
+    """A result computed from constants only: a constant of the graph (as PopART folds it)."""
+    def one(v):
+        return Lazy(v, f"{ctx.key}_const", "constant") if isinstance(v, torch.Tensor) else None
+    return pytree.tree_map(one, ctx.output)

@@ -1,0 +1,492 @@
+"""Op rules: layers beyond the core set (convolutions and pooling in 1-D and 3-D, transposed
+convolutions, group / instance / weight normalisation, recurrent layers, bilinear, embedding
+bags, upsampling, and the loss functions PopTorch builds from element-wise ops).
+
+A 1-D or 3-D (or transposed) convolution is priced as poplin's expandDims transform lays it
+out: its kernel positions folded into the input channels (an on-tile rearranging copy), then a
+``conv2d`` of a 1x1 kernel over its output positions, with exactly the layer's multiply-adds (a
+transposed convolution as poplin computes it, over the upsampled input; a note in the run says
+so). Stride, padding and dilation shape the output, which is all the price reads of them.
+Recurrent layers are unrolled over the sequence:
+the input projection as one matmul, then per step the recurrent matmul and the gates'
+element-wise ops (popnn runs the same work per step).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from ._emit import const, emit, emit_map, is_tensor, tensor_args
+from ._values import Lazy, sim_dtype
+
+
+# --- convolutions ------------------------------------------------------------------------------
+def _tuple(v, n):
+    if isinstance(v, (list, tuple)):
+        return tuple(int(x) for x in v) if len(v) == n else tuple(int(v[0]) for _ in range(n))
+    return (int(v),) * n
+
+
+def conv_any(ctx):
+    """A 1-D, 3-D or transposed convolution: Conv1d, Conv3d, ConvTranspose1d/2d/3d, their
+    functional and ATen forms (2-D ones are ``sim.poptorch._mapping._conv``'s)."""
+    m = ctx.module
+    if m is not None:
+        x = ctx.sarg(0)
+        w, b = ctx.param("weight"), ctx.param("bias")
+        transposed = isinstance(m, nn.modules.conv._ConvTransposeNd)
+        stride, padding, groups, dilation = m.stride, m.padding, m.groups, m.dilation
+        if m.padding_mode != "zeros":
+            ctx.cap.notes.append(f"{ctx.desc}: padding_mode {m.padding_mode!r} priced as zero padding")
+    else:
+        x, w, b = ctx.sarg(0, "input"), ctx.sarg(1, "weight"), ctx.sarg(2, "bias")
+        key = ctx.key
+        if key in ("convolution", "_convolution"):
+            stride, padding, dilation = ctx.arg(3), ctx.arg(4), ctx.arg(5)
+            transposed, groups = bool(ctx.arg(6)), ctx.arg(8)
+        elif key.startswith("conv_transpose"):
+            stride, padding, groups, dilation = (ctx.arg(3, "stride", 1), ctx.arg(4, "padding", 0),
+                                                 ctx.arg(6, "groups", 1), ctx.arg(7, "dilation", 1))
+            transposed = True
+        else:
+            stride, padding = ctx.arg(3, "stride", 1), ctx.arg(4, "padding", 0)
+            dilation, groups = ctx.arg(5, "dilation", 1), ctx.arg(6, "groups", 1)
+            transposed = False
+    rx = ctx.args[0]
+    out = ctx.output
+    rw = w.value if isinstance(w, Lazy) else None
+    kshape = tuple(rw.shape[2:]) if rw is not None else tuple(ctx.shape(w)[2:])
+    volume = math.prod(kshape)
+    n, ci, co = rx.shape[0], rx.shape[1], out.shape[1]
+    positions = math.prod(out.shape[2:])
+    # poplin's expandDims: the kernel's positions folded into the input channels (an on-tile
+    # rearranging copy), then a 1x1 convolution of exactly the layer's multiply-adds
+    expanded = emit(ctx, "copy", [x], (n, ci * volume, 1, positions), rx.dtype,
+                    {"op": "expand_dims", "kernel_shape": list(kshape)}, "expand_dims")
+    attrs = {"kernel": 1, "stride": 1, "padding": 0, "groups": int(groups or 1), "kernel_shape": list(kshape)}
+    if transposed:
+        attrs["transposed"] = True
+    y = emit(ctx, "conv2d", [expanded, ctx.t(w)], (n, co, 1, positions), out.dtype, attrs, "conv")
+    y = ctx.op("reshape", [y], name="unview")
+    ctx.cap.notes.append(
+        f"{ctx.desc}: priced as a 1x1 convolution with its {'x'.join(map(str, kshape))} kernel folded into the "
+        "input channels (poplin's expandDims)" + (", over the positions of its output (a transposed "
+        "convolution computed as poplin computes it, over the upsampled input)" if transposed else ""))
+    if is_tensor(b):
+        y = ctx.op("add", [y, b], name="add")
+    return y
+
+
+# --- pooling in any dimension ------------------------------------------------------------------
+def _pool_any(kind):
+    def rule(ctx):
+        m = ctx.module
+        rx = ctx.args[0]
+        out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+        spatial = max(1, out.dim() - 2)
+        adaptive = "adaptive" in ctx.key.lower() or (m is not None and "Adaptive" in type(m).__name__)
+        if adaptive:
+            k = tuple(math.ceil(i / o) for i, o in zip(rx.shape[-spatial:], out.shape[-spatial:]))
+            s = tuple(i // o for i, o in zip(rx.shape[-spatial:], out.shape[-spatial:]))
+        elif m is not None:
+            k = _tuple(m.kernel_size, spatial)
+            s = _tuple(m.stride or m.kernel_size, spatial)
+        else:
+            k = _tuple(ctx.arg(1, "kernel_size"), spatial)
+            st = ctx.arg(2, "stride")
+            s = _tuple(st if st not in (None, [], ()) else k, spatial)
+        window, step = math.prod(k), math.prod(s)
+        attrs = {"kernel": max(1, round(math.sqrt(window))), "stride": max(1, round(math.sqrt(step))),
+                 "padding": 0, "window": int(window), "stride_volume": int(step)}
+        y = ctx.op(kind, [ctx.sarg(0, "input")], attrs, output=out, name=kind)
+        if isinstance(ctx.output, (tuple, list)):
+            return (y,) + (None,) * (len(ctx.output) - 1)
+        return y
+    return rule
+
+
+# --- normalisations ----------------------------------------------------------------------------
+def _group_norm(ctx):
+    """GroupNorm / InstanceNorm (groups = channels): popnn's group norm, statistics over each
+    sample's group of channels, then the per-channel scale and shift."""
+    m = ctx.module
+    rx = ctx.args[0]
+    out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+    c = rx.shape[1] if rx.dim() > 1 else 1
+    if m is not None:
+        groups = m.num_groups if isinstance(m, nn.GroupNorm) else c
+        gamma, beta = ctx.param("weight"), ctx.param("bias")
+        eps = m.eps
+    elif ctx.key == "group_norm":
+        groups, gamma, beta = ctx.arg(1, "num_groups"), ctx.sarg(2, "weight"), ctx.sarg(3, "bias")
+        eps = ctx.arg(4, "eps", 1e-5)
+    elif ctx.key == "native_group_norm":
+        groups, gamma, beta, eps = ctx.arg(6), ctx.sarg(1), ctx.sarg(2), ctx.arg(7)
+    else:  # instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
+        groups, gamma, beta, eps = c, ctx.sarg(3, "weight"), ctx.sarg(4, "bias"), ctx.arg(7, "eps", 1e-5)
+    g, b = ctx.norm_params((c,), gamma, beta, sim_dtype(out.dtype))
+    y = ctx.op("groupnorm", [ctx.sarg(0, "input"), g, b], {"groups": int(groups), "eps": float(eps)},
+               output=out, name="groupnorm")
+    if isinstance(ctx.output, (tuple, list)):
+        return (y,) + (None,) * (len(ctx.output) - 1)
+    return y
+
+
+def weight_norm(ctx, transposed: bool):
+    """The weight of a layer under ``weight_norm`` (``g * v / ||v||``, the norm over every dim
+    but the first) as graph ops, so ``g`` and ``v`` are the trained weights; None otherwise."""
+    m = ctx.module
+    g = v = None
+    if hasattr(m, "weight_g") and hasattr(m, "weight_v"):  # torch.nn.utils.weight_norm
+        g, v = m.weight_g, m.weight_v
+    else:
+        params = getattr(getattr(m, "parametrizations", None), "weight", None)
+        if params is not None and hasattr(params, "original0") and hasattr(params, "original1"):
+            g, v = params.original0, params.original1
+    if g is None:
+        return None
+    lg, lv = ctx.cap._lazy(g, f"{ctx.node.target}.weight_g"), ctx.cap._lazy(v, f"{ctx.node.target}.weight_v")
+    return _weight_norm_ops(ctx, lv, lg, v, 0, "weight_norm/weight", transposed)
+
+
+def _weight_norm_ops(ctx, v, g, rv, dim: int, name: str, transposed: bool = False):
+    """``g * v / ||v||``, the norm over every dim of ``v`` but ``dim``: graph ops."""
+    shape, dt = tuple(rv.shape), rv.dtype
+    dim %= len(shape)
+    norm_shape = tuple(s if i == dim else 1 for i, s in enumerate(shape))
+    sq = emit(ctx, "mul", [v, v], shape, dt, name="weight_norm/square")
+    s = emit(ctx, "reduce_sum", [sq], norm_shape, dt,
+             {"axes": [i for i in range(len(shape)) if i != dim], "keepdims": True}, "weight_norm/sum")
+    n = emit(ctx, "sqrt", [s], norm_shape, dt, name="weight_norm/norm")
+    d = emit(ctx, "div", [v, n], shape, dt, name="weight_norm/direction")
+    if not transposed and name == "weight_norm":  # an ATen op: its result is the op's output
+        return ctx.op("mul", [d, g], name=name)
+    w = emit(ctx, "mul", [d, g], shape, dt, name=name)
+    if transposed:
+        perm = list(range(len(shape)))
+        perm[-2], perm[-1] = perm[-1], perm[-2]
+        w = emit(ctx, "transpose", [w], tuple(shape[p] for p in perm), dt, {"perm": perm}, "weight_norm/weight_t")
+    return w
+
+
+# --- recurrent layers ---------------------------------------------------------------------------
+def _recurrent(ctx):
+    """RNN / GRU / LSTM (one layer, one direction, no dropout: PopTorch's limits), unrolled;
+    the module kept whole under torch.fx, or ATen's lstm / gru / rnn_tanh / rnn_relu."""
+    m = ctx.module
+    if m is not None:
+        cell = "lstm" if isinstance(m, nn.LSTM) else "gru" if isinstance(m, nn.GRU) else f"rnn_{m.nonlinearity}"
+        layers, bidirectional, dropout, batch_first = m.num_layers, m.bidirectional, m.dropout, m.batch_first
+        if getattr(m, "proj_size", 0):
+            ctx.unsupported("LSTM proj_size has no rule")
+        hx = ctx.sarg(1) if len(ctx.sym_args) > 1 else None
+        H = m.hidden_size
+        w_ih, w_hh = ctx.param("weight_ih_l0", transposed=True), ctx.param("weight_hh_l0", transposed=True)
+        b_ih, b_hh = ctx.param("bias_ih_l0"), ctx.param("bias_hh_l0")
+    else:  # aten.<cell>.input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        cell = ctx.key
+        layers, dropout, bidirectional, batch_first = ctx.arg(4), ctx.arg(5), ctx.arg(7), ctx.arg(8)
+        hx = ctx.sarg(1)
+        real_h = ctx.arg(1)[0] if isinstance(ctx.arg(1), (list, tuple)) else ctx.arg(1)
+        H = real_h.shape[-1]
+        params = list(ctx.sarg(2)) + [None, None]
+        w_ih, w_hh, b_ih, b_hh = params[0], params[1], (params[2] if ctx.arg(3) else None), \
+            (params[3] if ctx.arg(3) else None)
+    if layers != 1 or bidirectional or dropout:
+        ctx.unsupported("PopTorch supports recurrent layers with num_layers=1, bidirectional=False and "
+                        "dropout=0 only")
+    w_ih, w_hh = (_transposed_weight(ctx, w) for w in (w_ih, w_hh))
+    gates = {"lstm": 4, "gru": 3}.get(cell, 1)
+    x, rx = ctx.sarg(0), ctx.args[0]
+    batched = rx.dim() == 3
+    dt = rx.dtype
+    if batch_first and batched:
+        B, T, I = rx.shape
+        x = emit(ctx, "transpose", [x], (T, B, I), dt, {"perm": [1, 0, 2]}, "time_major")
+    elif batched:
+        T, B, I = rx.shape
+    else:
+        (T, I), B = rx.shape, 1
+    G = gates * H
+    flat = emit(ctx, "reshape", [x], (T * B, I), dt, name="steps")
+    xp = emit(ctx, "matmul", [flat, w_ih], (T * B, G), dt, name="input_projection")
+    if is_tensor(b_ih):
+        xp = emit(ctx, "add", [xp, b_ih], (T * B, G), dt, name="input_bias")
+    if cell == "lstm":
+        h0, c0 = (hx if isinstance(hx, (tuple, list)) else (None, None))
+        h = emit(ctx, "reshape", [h0], (B, H), dt, name="h0") if is_tensor(h0) else const(ctx, (B, H), dt, "h0")
+        c = emit(ctx, "reshape", [c0], (B, H), dt, name="c0") if is_tensor(c0) else const(ctx, (B, H), dt, "c0")
+    else:
+        h = emit(ctx, "reshape", [hx], (B, H), dt, name="h0") if is_tensor(hx) else const(ctx, (B, H), dt, "h0")
+        c = None
+
+    def sl(t, start, stop, label, rows=B):
+        return emit(ctx, "slice", [t], (rows, stop - start), dt, {"axis": 1, "start": start, "stop": stop}, label)
+
+    hs = []
+    for t in range(T):
+        xt = emit(ctx, "slice", [xp], (B, G), dt, {"axis": 0, "start": t * B, "stop": (t + 1) * B}, f"step{t}/x")
+        hp = emit(ctx, "matmul", [h, w_hh], (B, G), dt, name=f"step{t}/recurrent")
+        if is_tensor(b_hh):
+            hp = emit(ctx, "add", [hp, b_hh], (B, G), dt, name=f"step{t}/recurrent_bias")
+        if cell == "lstm":
+            pre = emit(ctx, "add", [xt, hp], (B, G), dt, name=f"step{t}/gates")
+            i = emit(ctx, "sigmoid", [sl(pre, 0, H, f"step{t}/i")], (B, H), dt, name=f"step{t}/input_gate")
+            f = emit(ctx, "sigmoid", [sl(pre, H, 2 * H, f"step{t}/f")], (B, H), dt, name=f"step{t}/forget_gate")
+            g = emit(ctx, "tanh", [sl(pre, 2 * H, 3 * H, f"step{t}/g")], (B, H), dt, name=f"step{t}/cell_input")
+            o = emit(ctx, "sigmoid", [sl(pre, 3 * H, 4 * H, f"step{t}/o")], (B, H), dt, name=f"step{t}/output_gate")
+            c = emit(ctx, "add", [emit(ctx, "mul", [f, c], (B, H), dt, name=f"step{t}/keep"),
+                                  emit(ctx, "mul", [i, g], (B, H), dt, name=f"step{t}/write")], (B, H), dt,
+                     name=f"step{t}/cell")
+            h = emit(ctx, "mul", [o, emit(ctx, "tanh", [c], (B, H), dt, name=f"step{t}/cell_tanh")], (B, H), dt,
+                     name=f"step{t}/hidden")
+        elif cell == "gru":
+            rz = emit(ctx, "add", [sl(xt, 0, 2 * H, f"step{t}/xrz"), sl(hp, 0, 2 * H, f"step{t}/hrz")], (B, 2 * H),
+                      dt, name=f"step{t}/rz")
+            rz = emit(ctx, "sigmoid", [rz], (B, 2 * H), dt, name=f"step{t}/rz_gates")
+            r, z = sl(rz, 0, H, f"step{t}/r"), sl(rz, H, 2 * H, f"step{t}/z")
+            hn = emit(ctx, "mul", [r, sl(hp, 2 * H, 3 * H, f"step{t}/hn")], (B, H), dt, name=f"step{t}/reset")
+            n_ = emit(ctx, "tanh", [emit(ctx, "add", [sl(xt, 2 * H, 3 * H, f"step{t}/xn"), hn], (B, H), dt,
+                                         name=f"step{t}/n_in")], (B, H), dt, name=f"step{t}/candidate")
+            diff = emit(ctx, "sub", [h, n_], (B, H), dt, name=f"step{t}/diff")
+            h = emit(ctx, "add", [n_, emit(ctx, "mul", [z, diff], (B, H), dt, name=f"step{t}/update")], (B, H), dt,
+                     name=f"step{t}/hidden")
+        else:
+            act = "relu" if cell == "rnn_relu" else "tanh"
+            h = emit(ctx, act, [emit(ctx, "add", [xt, hp], (B, H), dt, name=f"step{t}/pre")], (B, H), dt,
+                     name=f"step{t}/hidden")
+        hs.append(h)
+    seq = emit(ctx, "concat", hs, (T * B, H), dt, {"axis": 0}, "sequence")
+    output, state = ctx.output[0], ctx.output[1]
+    if batch_first and batched:
+        seq = emit(ctx, "reshape", [seq], (T, B, H), dt, name="time_major_out")
+        seq = emit(ctx, "transpose", [seq], (B, T, H), dt, {"perm": [1, 0, 2]}, "batch_first")
+    out = ctx.op("reshape", [seq], output=output, name="output")
+    if cell == "lstm":
+        h_n, c_n = (state[0], state[1]) if m is not None else (ctx.output[1], ctx.output[2])
+        states = (ctx.op("reshape", [h], output=h_n, name="h_n"), ctx.op("reshape", [c], output=c_n, name="c_n"))
+        return (out, states) if m is not None else (out,) + states
+    return out, ctx.op("reshape", [h], output=state, name="h_n")
+
+
+def _transposed_weight(ctx, w):
+    """A linear weight ``(out, in)`` in the ``(in, out)`` layout a matmul reads."""
+    if isinstance(w, Lazy):
+        return ctx.cap.weight(w, transposed=True)
+    shape = ctx.shape(w)
+    return emit(ctx, "transpose", [w], (shape[1], shape[0]), ctx.cap.g.tensors[ctx.t(w)].dtype,
+                {"perm": [1, 0]}, "weight_t")
+
+
+# --- bilinear, embedding bags, upsampling ------------------------------------------------------
+def _bilinear(ctx):
+    """y = x1 A x2 + b: x1 times A (as in1 x out*in2), times x2 element-wise, summed over in2
+    (PopTorch's BilinearOps: two matmuls' worth of work)."""
+    if ctx.module is not None:
+        x1, x2 = ctx.sarg(0), ctx.sarg(1)
+        w, b = ctx.param("weight"), ctx.param("bias")
+    else:
+        x1, x2, w, b = ctx.sarg(0, "input1"), ctx.sarg(1, "input2"), ctx.sarg(2, "weight"), ctx.sarg(3, "bias")
+    r1, r2 = ctx.args[0], ctx.args[1]
+    O = ctx.output.shape[-1]
+    I1, I2 = r1.shape[-1], r2.shape[-1]
+    rows = r1.numel() // I1
+    dt = ctx.output.dtype
+    a = emit(ctx, "transpose", [w], (I1, O, I2), dt, {"perm": [1, 0, 2]}, "weight_in1_first")
+    a = emit(ctx, "reshape", [a], (I1, O * I2), dt, name="weight_2d")
+    f1 = emit(ctx, "reshape", [x1], (rows, I1), dt, name="x1_rows")
+    t = emit(ctx, "matmul", [f1, a], (rows, O * I2), dt, name="x1_weight")
+    t = emit(ctx, "reshape", [t], (rows, O, I2), dt, name="per_output")
+    f2 = emit(ctx, "reshape", [x2], (rows, 1, I2), dt, name="x2_rows")
+    p = emit(ctx, "mul", [t, f2], (rows, O, I2), dt, name="times_x2")
+    y = emit(ctx, "reduce_sum", [p], (rows, O), dt, {"axes": [2], "keepdims": False}, "sum")
+    y = ctx.op("reshape", [y], name="bilinear")
+    if is_tensor(b):
+        y = ctx.op("add", [y, b], name="add")
+    return y
+
+
+def _embedding_bag(ctx):
+    """EmbeddingBag: the rows gathered, then reduced per bag (sum, mean or max)."""
+    m = ctx.module
+    if m is not None:
+        ids, table, mode = ctx.sarg(0), ctx.param("weight"), m.mode
+        offsets = ctx.sarg(1) if len(ctx.sym_args) > 1 else ctx.sym_kwargs.get("offsets")
+    elif ctx.aten:  # aten._embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode: 0/1/2, ...)
+        table, ids, offsets = ctx.sarg(0), ctx.sarg(1), ctx.sarg(2)
+        mode = ("sum", "mean", "max")[int(ctx.arg(4, default=1))]
+    else:  # F.embedding_bag(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, ...)
+        ids, table = ctx.sarg(0, "input"), ctx.sarg(1, "weight")
+        offsets, mode = ctx.sarg(2, "offsets"), ctx.arg(6, "mode", "mean")
+    rids = ctx.args[1] if ctx.aten else ctx.args[0]
+    out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+    D = out.shape[-1]
+    dt = out.dtype
+    rows = emit(ctx, "gather", [ids, table], tuple(rids.shape) + (D,), dt, name="gather")
+    kind = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max"}[mode]
+    if rids.dim() == 2:
+        y = ctx.op(kind, [rows], {"axes": [1], "keepdims": False}, output=out, name=kind)
+    else:  # 1-D indices cut into bags by the offsets
+        y = ctx.op(kind, [rows] + ([ctx.t(offsets)] if is_tensor(offsets) else []),
+                   {"axes": [0], "keepdims": False, "bags": True}, output=out, name=kind)
+    if isinstance(ctx.output, (tuple, list)):
+        return (y,) + (None,) * (len(ctx.output) - 1)
+    return y
+
+
+def _interpolate(ctx):
+    """Upsample / interpolate: nearest is a copy of each input element to its outputs; bicubic
+    sixteen multiply-adds per output (PopTorch supports these two modes)."""
+    mode = ctx.arg(3, "mode", "nearest")
+    if ctx.key.startswith("upsample_nearest"):
+        mode = "nearest"
+    elif ctx.key.startswith("upsample_bicubic"):
+        mode = "bicubic"
+    elif ctx.key.startswith("upsample_"):
+        mode = ctx.key[len("upsample_"):].rstrip("0123456789d")
+    x = ctx.sarg(0, "input")
+    if mode in ("nearest", "nearest-exact"):
+        return ctx.op("copy", [x], {"op": "upsample_nearest"})
+    if mode == "bicubic":
+        return emit_map(ctx, ["mul", "add"], [x], [["mul", "add"]], repeat=16)
+    ctx.unsupported(f"mode {mode!r}: PopTorch supports the nearest and bicubic modes of Upsample")
+
+
+# --- losses made of element-wise ops ------------------------------------------------------------
+# name -> (codelets of the per-element terms, codelets of each input's gradient)
+_LOSS_TERMS = {
+    "binary_cross_entropy": (["log", "mul", "sub", "log", "mul", "add", "scale"],
+                             [["sub", "mul", "div", "scale"], None, None]),
+    "binary_cross_entropy_with_logits": (["abs", "scale", "exp", "log1p", "maximum", "mul", "sub", "add"],
+                                         [["sigmoid", "sub"], None, None, None]),
+    "kl_div": (["log", "sub", "mul"], [["mul", "scale"], None]),
+    "poisson_nll_loss": (["exp", "mul", "sub"], [["exp", "sub"], None]),
+    "hinge_embedding_loss": (["scale", "add", "maximum", "compare", "select"], [["compare", "select"], None]),
+    "smooth_l1_loss": (["sub", "abs", "compare", "mul", "scale", "sub", "select"],
+                       [["sub", "abs", "compare", "div", "sign", "select"], None]),
+    "huber_loss": (["sub", "abs", "compare", "mul", "scale", "sub", "select"],
+                   [["sub", "abs", "compare", "sign", "select"], None]),
+    "soft_margin_loss": (["mul", "scale", "exp", "log1p"], [["mul", "sigmoid", "mul", "scale"], None]),
+    "margin_ranking_loss": (["sub", "mul", "scale", "add", "maximum"],
+                            [["compare", "mul", "scale"], ["compare", "mul", "scale"], None]),
+}
+_REDUCTION_ARG = {"binary_cross_entropy": 3, "binary_cross_entropy_with_logits": 4, "kl_div": 4,
+                  "poisson_nll_loss": 6, "hinge_embedding_loss": 3, "smooth_l1_loss": 4, "huber_loss": 2,
+                  "soft_margin_loss": 4, "margin_ranking_loss": 5, "cosine_embedding_loss": 5,
+                  "triplet_margin_loss": 8}
+
+
+def _reduction(ctx) -> str:
+    if ctx.module is not None:
+        return getattr(ctx.module, "reduction", "mean")
+    r = ctx.kwargs.get("reduction")
+    if r is None:
+        i = _REDUCTION_ARG.get(ctx.key)
+        r = ctx.args[i] if i is not None and i < len(ctx.args) and isinstance(ctx.args[i], str) else "mean"
+    return r
+
+
+def _finish_loss(ctx, terms: str, shape, dtype):
+    """Reduce the per-element terms as the loss's reduction says, and mark the loss."""
+    r = _reduction(ctx)
+    if r == "none":
+        return ctx.op("reshape", [terms], name="loss")
+    kind = "reduce_sum" if r == "sum" else "reduce_mean"
+    y = ctx.op(kind, [terms], {"axes": list(range(len(shape))), "keepdims": False, "reduction": r}, name="loss")
+    ctx.cap.losses.append(y)
+    return y
+
+
+def _elementwise_loss(ctx):
+    steps, grads = _LOSS_TERMS[ctx.key]
+    syms = tensor_args(ctx)
+    reals = [a for a in list(ctx.args) + list(ctx.kwargs.values()) if isinstance(a, torch.Tensor)]
+    shape = tuple(torch.broadcast_shapes(*[r.shape for r in reals])) or (1,)
+    dt = reals[0].dtype
+    terms = emit_map(ctx, steps, syms, grads[:len(syms)] + [None] * (len(syms) - len(grads)),
+                     shape=shape, dtype=dt, name="terms")
+    return _finish_loss(ctx, terms, shape, dt)
+
+
+def _cosine_embedding_loss(ctx):
+    """1 - cos(x1, x2) for y = 1, max(0, cos - margin) for y = -1; cos from per-row dot
+    products and norms."""
+    x1, x2, y = ctx.sarg(0, "input1"), ctx.sarg(1, "input2"), ctx.sarg(2, "target")
+    r1 = ctx.args[0]
+    dt = r1.dtype
+    rows = tuple(r1.shape[:-1]) or (1,)
+    ax = {"axes": [r1.dim() - 1], "keepdims": False}
+
+    def dot(a, b, label):
+        p = emit(ctx, "mul", [a, b], r1.shape, dt, name=f"{label}/mul")
+        return emit(ctx, "reduce_sum", [p], rows, dt, ax, f"{label}/sum")
+    d, n1, n2 = dot(x1, x2, "dot"), dot(x1, x1, "norm1"), dot(x2, x2, "norm2")
+    ins = [d, n1, n2] + ([ctx.t(y)] if is_tensor(y) else [])
+    g = ["mul", "rsqrt", "mul", "compare", "select"]
+    terms = emit_map(ctx, ["mul", "rsqrt", "mul", "scale", "add", "maximum", "compare", "select"], ins,
+                     [g, g, g, None], shape=rows, dtype=dt, name="terms")
+    return _finish_loss(ctx, terms, rows, dt)
+
+
+def _triplet_margin_loss(ctx):
+    """max(d(a, p) - d(a, n) + margin, 0), d the p-norm of the difference per row."""
+    a, p, n = ctx.sarg(0, "anchor"), ctx.sarg(1, "positive"), ctx.sarg(2, "negative")
+    ra = ctx.args[0]
+    dt = ra.dtype
+    rows = tuple(ra.shape[:-1]) or (1,)
+    ax = {"axes": [ra.dim() - 1], "keepdims": False}
+
+    def dist(u, v, label):
+        diff = emit_map(ctx, ["sub", "add"], [u, v], [["copy"], ["scale"]], shape=ra.shape, dtype=dt,
+                        name=f"{label}/difference")
+        sq = emit(ctx, "mul", [diff, diff], ra.shape, dt, name=f"{label}/square")
+        s = emit(ctx, "reduce_sum", [sq], rows, dt, ax, f"{label}/sum")
+        return emit(ctx, "sqrt", [s], rows, dt, name=f"{label}/norm")
+    dp, dn = dist(a, p, "positive"), dist(a, n, "negative")
+    terms = emit_map(ctx, ["sub", "add", "maximum"], [dp, dn], [["compare", "select"], ["compare", "select", "scale"]],
+                     shape=rows, dtype=dt, name="terms")
+    return _finish_loss(ctx, terms, rows, dt)
+
+
+def _ctc_loss(ctx):
+    ctx.unsupported("no cost model for popnn's CTC loss (its alpha-beta recursion over time steps) yet")
+
+
+RULES = {
+    "ctc_loss": _ctc_loss,
+    "conv1d": conv_any, "conv3d": conv_any, "conv_transpose1d": conv_any, "conv_transpose2d": conv_any,
+    "conv_transpose3d": conv_any,
+    "max_pool1d": _pool_any("maxpool"), "max_pool3d": _pool_any("maxpool"),
+    "max_pool1d_with_indices": _pool_any("maxpool"), "max_pool3d_with_indices": _pool_any("maxpool"),
+    "avg_pool1d": _pool_any("avgpool"), "avg_pool3d": _pool_any("avgpool"),
+    "adaptive_avg_pool1d": _pool_any("avgpool"), "adaptive_avg_pool3d": _pool_any("avgpool"),
+    "_adaptive_avg_pool3d": _pool_any("avgpool"), "adaptive_max_pool1d": _pool_any("maxpool"),
+    "adaptive_max_pool3d": _pool_any("maxpool"),
+    "group_norm": _group_norm, "native_group_norm": _group_norm, "instance_norm": _group_norm,
+    "lstm": _recurrent, "gru": _recurrent, "rnn_tanh": _recurrent, "rnn_relu": _recurrent,
+    "_weight_norm": lambda ctx: _weight_norm_ops(ctx, ctx.sarg(0, "v"), ctx.sarg(1, "g"), ctx.args[0],
+                                                 int(ctx.arg(2, "dim", 0)), name="weight_norm"),
+    "bilinear": _bilinear, "embedding_bag": _embedding_bag, "_embedding_bag": _embedding_bag,
+    "interpolate": _interpolate, "upsample": _interpolate, "upsample_nearest1d": _interpolate,
+    "upsample_nearest2d": _interpolate, "upsample_nearest3d": _interpolate, "upsample_bicubic2d": _interpolate,
+    "upsample_bilinear2d": _interpolate, "upsample_linear1d": _interpolate, "upsample_trilinear3d": _interpolate,
+    **{name: _elementwise_loss for name in _LOSS_TERMS},
+    "cosine_embedding_loss": _cosine_embedding_loss, "triplet_margin_loss": _triplet_margin_loss,
+}
+
+MODULE_RULES = {
+    nn.Conv1d: conv_any, nn.Conv3d: conv_any, nn.ConvTranspose1d: conv_any, nn.ConvTranspose2d: conv_any,
+    nn.ConvTranspose3d: conv_any,
+    nn.MaxPool1d: _pool_any("maxpool"), nn.MaxPool3d: _pool_any("maxpool"), nn.AvgPool1d: _pool_any("avgpool"),
+    nn.AvgPool3d: _pool_any("avgpool"), nn.AdaptiveAvgPool1d: _pool_any("avgpool"),
+    nn.AdaptiveAvgPool3d: _pool_any("avgpool"), nn.AdaptiveMaxPool1d: _pool_any("maxpool"),
+    nn.AdaptiveMaxPool3d: _pool_any("maxpool"),
+    nn.GroupNorm: _group_norm, nn.InstanceNorm1d: _group_norm, nn.InstanceNorm2d: _group_norm,
+    nn.InstanceNorm3d: _group_norm,
+    nn.RNN: _recurrent, nn.GRU: _recurrent, nn.LSTM: _recurrent,
+    nn.Bilinear: _bilinear, nn.EmbeddingBag: _embedding_bag,
+}
+

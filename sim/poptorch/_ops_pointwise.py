@@ -1,0 +1,279 @@
+"""Op rules: element-wise math, comparisons, activations and random generators.
+
+PopTorch lowers these to PopART element-wise ops, which poplibs runs as popops unary, binary
+and ternary codelets or, for an expression of several (``elu``, ``softplus``, ``acosh`` …), as
+one fused ``popops::map``. Each becomes one graph op: a kind with a codelet of its own in
+``configs/_vector-ops.toml`` (``abs``, ``compare``, ``select``, ``random_normal`` …), or a
+``map`` listing the codelets it chains (and those of its gradient, for training).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ._emit import emit, emit_map, is_tensor, operand, out_tensor, tensor_args
+
+# torch name -> graph kind with a codelet of its own (popops UnaryOpType)
+UNARY = {
+    "abs": "abs", "absolute": "abs", "ceil": "ceil", "floor": "floor", "round": "round",
+    "trunc": "trunc", "fix": "trunc", "sign": "sign", "sgn": "sign", "sqrt": "sqrt", "rsqrt": "rsqrt",
+    "reciprocal": "reciprocal", "square": "square", "log": "log", "log1p": "log1p", "expm1": "expm1",
+    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "arcsin": "asin", "erf": "erf",
+    "isnan": "isnan", "logical_not": "logical_not", "bitwise_not": "bitwise_not", "invert": "bitwise_not",
+}
+
+# torch name -> (codelets of the expression, codelets of its gradient) for one input
+EXPRESSIONS = {
+    "acos": (["asin", "scale", "add"], ["square", "sub", "rsqrt", "mul", "scale"]),
+    "atan": (["square", "add", "rsqrt", "mul", "asin"], ["square", "add", "div"]),
+    "acosh": (["square", "sub", "sqrt", "add", "log"], ["square", "sub", "rsqrt", "mul"]),
+    "asinh": (["square", "add", "sqrt", "add", "log"], ["square", "add", "rsqrt", "mul"]),
+    "atanh": (["add", "sub", "div", "log", "scale"], ["square", "sub", "div"]),
+    "cosh": (["exp", "reciprocal", "add", "scale"], ["exp", "reciprocal", "sub", "scale", "mul"]),
+    "sinh": (["exp", "reciprocal", "sub", "scale"], ["exp", "reciprocal", "add", "scale", "mul"]),
+    "frac": (["trunc", "sub"], ["copy"]),
+    "log10": (["log", "scale"], ["div", "scale"]),
+    "log2": (["log", "scale"], ["div", "scale"]),
+    "silu": (["sigmoid", "mul"], ["sigmoid", "sub", "mul", "add", "mul"]),
+    "mish": (["exp", "log1p", "tanh", "mul"],
+             ["exp", "log1p", "tanh", "square", "sigmoid", "mul", "mul", "add", "mul"]),
+    "softplus": (["scale", "exp", "log1p", "scale", "compare", "select"], ["scale", "sigmoid", "mul"]),
+    "softsign": (["abs", "add", "div"], ["abs", "add", "square", "div"]),
+    "elu": (["expm1", "scale", "compare", "select"], ["exp", "scale", "compare", "select", "mul"]),
+    "celu": (["scale", "expm1", "scale", "compare", "select"], ["scale", "exp", "compare", "select", "mul"]),
+    "selu": (["expm1", "scale", "compare", "select", "scale"], ["exp", "scale", "compare", "select", "mul"]),
+    "leaky_relu": (["scale", "compare", "select"], ["compare", "select", "mul"]),
+    "rrelu": (["scale", "compare", "select"], ["compare", "select", "mul"]),
+    "hardshrink": (["abs", "compare", "select"], ["abs", "compare", "select"]),
+    "softshrink": (["abs", "compare", "sign", "scale", "sub", "select"], ["abs", "compare", "select"]),
+    "threshold": (["compare", "select"], ["compare", "select"]),
+}
+ALIASES = {"arccos": "acos", "arctan": "atan", "arccosh": "acosh", "arcsinh": "asinh", "arctanh": "atanh",
+           "_threshold": "threshold"}
+
+# torch name -> graph kind of a two-operand op
+BINARY = {
+    "maximum": "maximum", "fmax": "maximum", "minimum": "minimum", "fmin": "minimum",
+    "remainder": "remainder", "fmod": "remainder", "mod": "remainder",
+    "eq": "compare", "ne": "compare", "gt": "compare", "ge": "compare", "lt": "compare", "le": "compare",
+    "greater": "compare", "greater_equal": "compare", "less": "compare", "less_equal": "compare",
+    "not_equal": "compare", "logical_and": "logical", "logical_or": "logical", "logical_xor": "logical",
+    "bitwise_and": "bitwise", "bitwise_or": "bitwise", "bitwise_xor": "bitwise",
+    "and_": "bitwise", "or_": "bitwise", "xor": "bitwise", "__and__": "bitwise", "__or__": "bitwise",
+    "__xor__": "bitwise",
+}
+
+# torch name -> graph kind of a random generator (poprand)
+RANDOM = {
+    "rand": "random_uniform", "rand_like": "random_uniform", "uniform": "random_uniform",
+    "randint": "random_uniform", "randint_like": "random_uniform",
+    "randn": "random_normal", "randn_like": "random_normal", "normal": "random_normal",
+    "normal_functional": "random_normal", "bernoulli": "random_bernoulli", "exponential": "random_uniform",
+    "randperm": "random_uniform",
+}
+
+
+def _dtype(ctx):
+    out = out_tensor(ctx)
+    return out.dtype if out is not None else torch.float32
+
+
+def _unary(kind):
+    def rule(ctx):
+        x = ctx.arg(0, "input")
+        if kind == "bitwise_not" and isinstance(x, torch.Tensor) and x.dtype == torch.bool:
+            return ctx.op("logical_not", [ctx.sarg(0, "input")])
+        return ctx.op(kind, [ctx.sarg(0, "input")])
+    return rule
+
+
+def _expression(name):
+    steps, grad = EXPRESSIONS[name]
+
+    def rule(ctx):
+        x = ctx.sarg(0, "input")
+        ins = [x]
+        if name == "rrelu" and _rrelu_training(ctx):  # random slopes: poprand uniform per element
+            return emit_map(ctx, ["random_uniform", "mul", "compare", "select"], ins, [grad])
+        return emit_map(ctx, steps, ins, [grad])
+    return rule
+
+
+def _rrelu_training(ctx) -> bool:
+    if ctx.module is not None:
+        return bool(ctx.module.training)
+    return bool(ctx.arg(3, "training", False))
+
+
+def _binary(kind):
+    def rule(ctx):
+        a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
+        if not is_tensor(a) and not is_tensor(b):
+            return None
+        ra, rb = ctx.arg(0, "input"), ctx.arg(1, "other")
+        dt = ra.dtype if isinstance(ra, torch.Tensor) else rb.dtype
+        if kind == "bitwise" and dt == torch.bool:
+            kind_ = "logical"
+        else:
+            kind_ = kind
+        return ctx.op(kind_, [operand(ctx, a, ra, dt), operand(ctx, b, rb, dt)], {"op": ctx.key})
+    return rule
+
+
+def _floor_divide(ctx):
+    a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
+    ra, rb = ctx.arg(0, "input"), ctx.arg(1, "other")
+    dt = ra.dtype if isinstance(ra, torch.Tensor) else rb.dtype
+    return emit_map(ctx, ["div", "floor"], [operand(ctx, a, ra, dt), operand(ctx, b, rb, dt)], [None, None])
+
+
+def _pow(ctx):
+    """``x ** e``: e = 1 is x, 2 a multiply, 0.5 a square root, -1 a reciprocal; otherwise
+    popops POWER (tensor exponents too)."""
+    x, e = ctx.sarg(0, "input"), ctx.sarg(1, "exponent")
+    rx, re_ = ctx.arg(0, "input"), ctx.arg(1, "exponent")
+    if is_tensor(x) and isinstance(re_, (int, float)) and not isinstance(re_, bool):
+        if re_ == 1:
+            return x
+        if re_ == 2:
+            return ctx.op("mul", [x, x])
+        if re_ == 0.5:
+            return ctx.op("sqrt", [x])
+        if re_ == -1:
+            return ctx.op("reciprocal", [x])
+    dt = _dtype(ctx)
+    return ctx.op("pow", [operand(ctx, x, rx, dt), operand(ctx, e, re_, dt, "exponent")])
+
+
+def _where(ctx):
+    """``where(condition, a, b)``: popops Select."""
+    c, a, b = ctx.sarg(0, "condition"), ctx.sarg(1, "input"), ctx.sarg(2, "other")
+    if len(ctx.args) == 1 and "input" not in ctx.kwargs:
+        ctx.unsupported("the one-argument form (the indices of non-zero elements) has a shape known "
+                        "only at run time; PopTorch needs static shapes")
+    rc, ra, rb = ctx.arg(0, "condition"), ctx.arg(1, "input"), ctx.arg(2, "other")
+    dt = _dtype(ctx)
+    return ctx.op("select", [operand(ctx, c, rc, torch.bool, "condition"), operand(ctx, a, ra, dt),
+                             operand(ctx, b, rb, dt)])
+
+
+def _masked_fill(ctx):
+    x, mask, v = ctx.sarg(0, "input"), ctx.sarg(1, "mask"), ctx.sarg(2, "value")
+    dt = _dtype(ctx)
+    return ctx.op("select", [operand(ctx, mask, ctx.arg(1, "mask"), torch.bool, "mask"),
+                             operand(ctx, v, ctx.arg(2, "value"), dt, "value"), x])
+
+
+def _clamp(ctx):
+    """clamp/clip/hardtanh with both bounds: popops Clamp; with one bound: max or min."""
+    x = ctx.sarg(0, "input")
+    if ctx.key in ("hardtanh", "hardtanh_") or isinstance(ctx.module, nn.Hardtanh):
+        lo, hi = (ctx.module.min_val, ctx.module.max_val) if ctx.module is not None else \
+            (ctx.arg(1, "min_val", -1.0), ctx.arg(2, "max_val", 1.0))
+        slo = shi = None
+    else:
+        lo, hi = ctx.arg(1, "min"), ctx.arg(2, "max")
+        slo, shi = ctx.sarg(1, "min"), ctx.sarg(2, "max")
+    dt = _dtype(ctx)
+    if ctx.key in ("clamp_min", "clamp_min_"):
+        lo, slo, hi, shi = ctx.arg(1, "min"), ctx.sarg(1, "min"), None, None
+    elif ctx.key in ("clamp_max", "clamp_max_"):
+        hi, shi, lo, slo = ctx.arg(1, "max"), ctx.sarg(1, "max"), None, None
+    if lo is not None and hi is not None:
+        return ctx.op("clamp", [x, operand(ctx, slo, lo, dt, "min"), operand(ctx, shi, hi, dt, "max")])
+    if lo is not None:
+        return ctx.op("maximum", [x, operand(ctx, slo, lo, dt, "min")])
+    if hi is not None:
+        return ctx.op("minimum", [x, operand(ctx, shi, hi, dt, "max")])
+    return x
+
+
+def _addc(ctx):
+    """addcdiv / addcmul: input + value * t1 (/ or *) t2, one fused expression."""
+    x, t1, t2 = ctx.sarg(0, "input"), ctx.sarg(1, "tensor1"), ctx.sarg(2, "tensor2")
+    op = "div" if "div" in ctx.key else "mul"
+    grad_t2 = ["div", "div", "mul", "scale"] if op == "div" else ["mul", "scale"]
+    return emit_map(ctx, [op, "scale", "add"], [x, t1, t2], [["copy"], [op, "scale"], grad_t2])
+
+
+def _prelu(ctx):
+    if ctx.module is not None:
+        w = ctx.cap._lazy(ctx.module.weight, f"{ctx.node.target}.weight")
+    else:
+        w = ctx.sarg(1, "weight")
+    return emit_map(ctx, ["mul", "compare", "select"], [ctx.sarg(0, "input"), w],
+                    [["compare", "select", "mul"], ["compare", "select", "mul"]])
+
+
+def _glu(ctx):
+    """glu(x, dim) = a * sigmoid(b), a and b the halves of x along dim: two slices (views), a
+    sigmoid and a multiply."""
+    x = ctx.sarg(0, "input")
+    dim = ctx.module.dim if ctx.module is not None else ctx.arg(1, "dim", -1)
+    rx = ctx.args[0]
+    half = list(rx.shape)
+    d = int(dim) % rx.dim()
+    half[d] //= 2
+    dt = rx.dtype
+    a = emit(ctx, "slice", [x], half, dt, {"axis": d, "start": 0, "stop": half[d]}, "first_half")
+    b = emit(ctx, "slice", [x], half, dt, {"axis": d, "start": half[d], "stop": 2 * half[d]}, "second_half")
+    gate = emit(ctx, "sigmoid", [b], half, dt, name="gate")
+    return ctx.op("mul", [a, gate])
+
+
+def _random(ctx):
+    """A poprand generator, drawn on the device at every run. Its tensor arguments (a mean, a
+    probability) are its inputs; ``exponential`` is -log(uniform) / rate, ``randperm`` the
+    order of uniform numbers."""
+    kind = RANDOM.get(ctx.key.rstrip("_"), "random_uniform")
+    inputs = [ctx.t(s) for s in _tensor_args(ctx)]
+    out = out_tensor(ctx)
+    if ctx.key.rstrip("_") == "exponential":
+        u = emit(ctx, "random_uniform", inputs, out.shape, out.dtype, name="uniform")
+        return emit_map(ctx, ["log", "scale"], [u], [None])
+    if ctx.key == "randperm":
+        u = emit(ctx, "random_uniform", [], out.shape, torch.float32, name="uniform")
+        return ctx.op("sort", [u], {"axis": 0})
+    return ctx.op(kind, inputs)
+
+
+def _tensor_args(ctx) -> list:
+    """Live tensor arguments of a generator, in-place target excluded (its values are replaced)."""
+    syms = tensor_args(ctx, live_only=True)
+    if ctx.key.endswith("_") and ctx.args and isinstance(ctx.args[0], torch.Tensor) and syms \
+            and syms[0] is ctx.sym_args[0]:
+        syms = syms[1:]
+    return syms
+
+
+def _distribution_sample(ctx):
+    """``torch.distributions`` samplers reach here as their ATen generators."""
+    return _random(ctx)
+
+
+RULES = {
+    **{name: _unary(kind) for name, kind in UNARY.items()},
+    **{name: _expression(name) for name in EXPRESSIONS},
+    **{alias: _expression(name) for alias, name in ALIASES.items()},
+    **{name: _binary(kind) for name, kind in BINARY.items()},
+    "floor_divide": _floor_divide, "div_floor": _floor_divide, "floordiv": _floor_divide,
+    "pow": _pow, "float_power": _pow, "where": _where, "masked_fill": _masked_fill,
+    "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp, "clamp_max": _clamp, "hardtanh": _clamp,
+    "addcdiv": _addc, "addcmul": _addc, "prelu": _prelu, "_prelu_kernel": _prelu, "glu": _glu,
+    "rrelu_with_noise": _expression("rrelu"),
+    **{name: _random for name in RANDOM},
+}
+
+MODULE_RULES = {
+    nn.ELU: _expression("elu"), nn.CELU: _expression("celu"), nn.SELU: _expression("selu"),
+    nn.SiLU: _expression("silu"), nn.Mish: _expression("mish"), nn.Softplus: _expression("softplus"),
+    nn.Softsign: _expression("softsign"), nn.Hardshrink: _expression("hardshrink"),
+    nn.Softshrink: _expression("softshrink"), nn.LeakyReLU: _expression("leaky_relu"),
+    nn.RReLU: _expression("rrelu"), nn.Threshold: _expression("threshold"), nn.Hardtanh: _clamp,
+    nn.PReLU: _prelu, nn.GLU: _glu,
+}
+
+#: generators are drawn on the device at every run, never folded into constants
+NEVER_FOLDED = set(RANDOM) | {name + "_" for name in RANDOM}
+

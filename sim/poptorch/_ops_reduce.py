@@ -1,0 +1,247 @@
+"""Op rules: reductions, norms, statistics, sorting and scans.
+
+popops::reduce prices every reduction the same way per element (``reduce_sum``, ``reduce_mean``,
+``reduce_max``, ``reduce_min``, ``reduce_prod``); statistics are the ops PopTorch builds them
+from (``var`` = mean, subtract, square, mean; ``logsumexp`` = max, subtract, exp, sum, log,
+add); sorting (``sort``, ``topk``, ``argsort``, ``median``) is popops' heap sort of each row;
+``cumsum`` is the matmul with a triangular constant that PopART's ``CumSumOpx`` does, and
+``cumprod`` the chain of multiplies of PopTorch's ``cumprodHandler``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._emit import const, emit, emit_map, is_tensor
+
+
+def _dims(dim, ndim: int) -> list[int]:
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(ndim))
+    if isinstance(dim, (list, tuple)):
+        return sorted(int(d) % ndim for d in dim)
+    return [int(dim) % ndim]
+
+
+def _reduced(shape, dims, keep) -> tuple:
+    if keep:
+        return tuple(1 if i in dims else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in dims)
+
+
+def _reduce_to(ctx, kind, x, dims, keep, shape, dtype, name=None, output=None):
+    attrs = {"axes": list(dims), "keepdims": bool(keep)}
+    if output is not None:
+        return ctx.op(kind, [x], attrs, output=output, name=name or kind)
+    return emit(ctx, kind, [x], _reduced(shape, dims, keep) or (1,), dtype, attrs, name or kind)
+
+
+def _reduce(kind):
+    """A plain reduction over ``dim`` (all dims by default)."""
+    def rule(ctx):
+        x, rx = ctx.sarg(0, "input"), ctx.args[0]
+        dim = ctx.arg(1, "dim")
+        if isinstance(dim, torch.dtype):
+            dim = None
+        keep = ctx.arg(2, "keepdim", False)
+        keep = bool(keep) if not isinstance(keep, torch.dtype) else False
+        return ctx.op(kind, [x], {"axes": _dims(dim, rx.dim()), "keepdims": keep}, name=kind)
+    return rule
+
+
+def _extreme(kind, elementwise):
+    """max/min: of two tensors (element-wise), of a tensor, or along a dim (values, indices)."""
+    reduce_rule = _reduce(kind)
+
+    def rule(ctx):
+        other = ctx.arg(1, "other")
+        if isinstance(other, torch.Tensor):
+            a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
+            return ctx.op(elementwise, [ctx.t(a), ctx.t(b)] if is_tensor(b) else [a, b])
+        return reduce_rule(ctx)
+    return rule
+
+
+def _count_nonzero(ctx):
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    nz = emit_map(ctx, ["compare"], [x], [None], shape=rx.shape, dtype=torch.int32, name="nonzero")
+    return ctx.op("reduce_sum", [nz], {"axes": _dims(ctx.arg(1, "dim"), rx.dim()), "keepdims": False})
+
+
+def _logsumexp(ctx):
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    dims = _dims(ctx.arg(1, "dim"), rx.dim())
+    keep = bool(ctx.arg(2, "keepdim", False))
+    shape, dt = tuple(rx.shape), rx.dtype
+    m = _reduce_to(ctx, "reduce_max", x, dims, True, shape, dt, "max")
+    d = emit(ctx, "sub", [x, m], shape, dt, name="shifted")
+    e = emit(ctx, "exp", [d], shape, dt, name="exp")
+    s = _reduce_to(ctx, "reduce_sum", e, dims, True, shape, dt, "sum")
+    lg = emit(ctx, "log", [s], _reduced(shape, dims, True), dt, name="log")
+    y = emit(ctx, "add", [lg, m], _reduced(shape, dims, True), dt, name="add")
+    return y if keep else ctx.op("reshape", [y])
+
+
+def _moments(ctx, x, rx, dims, correction, keep):
+    """(variance, mean) graph tensors with kept dims: mean, subtract, square, mean, Bessel scale."""
+    shape, dt = tuple(rx.shape), rx.dtype
+    mean = _reduce_to(ctx, "reduce_mean", x, dims, True, shape, dt, "mean")
+    d = emit(ctx, "sub", [x, mean], shape, dt, name="centred")
+    sq = emit(ctx, "mul", [d, d], shape, dt, name="square")
+    var = _reduce_to(ctx, "reduce_mean", sq, dims, True, shape, dt, "mean_square")
+    n = math.prod(shape[i] for i in dims)
+    if correction:
+        var = emit(ctx, "scale", [var], _reduced(shape, dims, True), dt,
+                   {"factor": n / max(n - correction, 1)}, "bessel")
+    return var, mean
+
+
+def _correction(ctx) -> float:
+    if "correction" in ctx.kwargs and ctx.kwargs["correction"] is not None:
+        return float(ctx.kwargs["correction"])
+    unbiased = ctx.kwargs.get("unbiased")
+    if unbiased is None and len(ctx.args) > 1 and isinstance(ctx.args[1], bool):
+        unbiased = ctx.args[1]
+    return 1.0 if unbiased is None or unbiased else 0.0
+
+
+def _statistic(which):
+    def rule(ctx):
+        x, rx = ctx.sarg(0, "input"), ctx.args[0]
+        dim = ctx.kwargs.get("dim", ctx.args[1] if len(ctx.args) > 1 and not isinstance(ctx.args[1], bool) else None)
+        keep = bool(ctx.kwargs.get("keepdim", False))
+        dims = _dims(dim, rx.dim())
+        var, mean = _moments(ctx, x, rx, dims, _correction(ctx), keep)
+        shape, dt = tuple(rx.shape), rx.dtype
+        stat = emit(ctx, "sqrt", [var], _reduced(shape, dims, True), dt, name="std") if "std" in which else var
+        outs = ctx.output if isinstance(ctx.output, (tuple, list)) else (ctx.output,)
+        values = [stat] + ([mean] if which.endswith("_mean") else [])
+        result = tuple(v if keep else ctx.op("reshape", [v], output=o, name="squeeze")
+                       for v, o in zip(values, outs))
+        return result if isinstance(ctx.output, (tuple, list)) else result[0]
+    return rule
+
+
+def _norm(ctx):
+    """Vector norms (and the Frobenius norm): |x|^p summed, to the power 1/p; 2 as square, sum,
+    square root; inf as abs and max. Matrix 2- and nuclear norms are unsupported, as in PopTorch."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    key = ctx.key
+    if key in ("linalg_matrix_norm", "matrix_norm"):
+        p = ctx.arg(1, "ord", "fro")
+        dim = ctx.arg(2, "dim", (-2, -1))
+    elif key in ("linalg_vector_norm", "vector_norm"):
+        p, dim = ctx.arg(1, "ord", 2), ctx.arg(2, "dim")
+    else:  # torch.norm(input, p, dim) / linalg.norm(input, ord, dim)
+        p = ctx.arg(1, "ord" if key == "linalg_norm" else "p", None)
+        dim = ctx.arg(2, "dim")
+        if p is None:
+            p = "fro" if key == "linalg_norm" and dim is None and rx.dim() == 2 else 2
+    if p in ("nuc",) or (key in ("linalg_matrix_norm", "matrix_norm") and p in (2, -2)):
+        ctx.unsupported(f"the matrix {p} norm (PopTorch supports vector norms and the Frobenius norm)")
+    if p == "fro":
+        p = 2
+    dims = _dims(dim, rx.dim())
+    keep = bool(ctx.arg(3, "keepdim", False))
+    shape, dt = tuple(rx.shape), rx.dtype
+    p = float(p)
+    if math.isinf(p):
+        a = emit(ctx, "abs", [x], shape, dt, name="abs")
+        return ctx.op("reduce_max" if p > 0 else "reduce_min", [a], {"axes": dims, "keepdims": keep})
+    if p == 2:
+        sq = emit(ctx, "mul", [x, x], shape, dt, name="square")
+        s = _reduce_to(ctx, "reduce_sum", sq, dims, keep, shape, dt, "sum")
+        return ctx.op("sqrt", [s])
+    if p == 1:
+        a = emit(ctx, "abs", [x], shape, dt, name="abs")
+        return ctx.op("reduce_sum", [a], {"axes": dims, "keepdims": keep})
+    a = emit(ctx, "abs", [x], shape, dt, name="abs")
+    e = const(ctx, (1,), dt, "p")
+    pw = emit(ctx, "pow", [a, e], shape, dt, name="pow")
+    s = _reduce_to(ctx, "reduce_sum", pw, dims, keep, shape, dt, "sum")
+    return ctx.op("pow", [s, const(ctx, (1,), dt, "inverse_p")])
+
+
+def _sort(ctx):
+    """sort / argsort / topk / msort: heap sort of each row (values and indices)."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    if ctx.key == "topk":
+        dim = ctx.arg(2, "dim", -1)
+        if ctx.arg(4, "sorted", True) is False:
+            ctx.unsupported("topk(sorted=False): PopTorch supports only sorted=True")
+    elif ctx.key == "msort":
+        dim = 0
+    else:
+        dim = ctx.arg(1, "dim", -1)
+        if isinstance(dim, bool):
+            dim = -1
+    axis = int(dim if dim is not None else -1) % max(rx.dim(), 1)
+    return ctx.op("sort", [x], {"axis": axis, "op": ctx.key})
+
+
+def _median(ctx):
+    """median (and nanmedian): the middle of each sorted row."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    dim = ctx.arg(1, "dim")
+    if dim is None:  # of all elements: one row
+        x = emit(ctx, "reshape", [x], (rx.numel(),), rx.dtype, name="flatten")
+        dim = 0
+    return ctx.op("sort", [x], {"axis": int(dim) % max(rx.dim(), 1), "op": ctx.key})
+
+
+def _cumsum(ctx):
+    """PopART CumSumOpx: the scanned dim moved last, times an upper-triangular constant."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    dim = int(ctx.arg(1, "dim")) % max(rx.dim(), 1)
+    shape, dt = tuple(rx.shape) or (1,), ctx.output.dtype
+    n = shape[dim]
+    perm = list(range(len(shape)))
+    perm[dim], perm[-1] = perm[-1], perm[dim]
+    moved = tuple(shape[p] for p in perm)
+    src = ctx.t(x)
+    if dt != rx.dtype:
+        src = emit(ctx, "cast", [src], shape, dt, {"to": dt}, "cast")
+    if perm != sorted(perm):
+        src = emit(ctx, "transpose", [src], moved, dt, {"perm": perm}, "to_last")
+    rows = math.prod(moved[:-1])
+    flat = emit(ctx, "reshape", [src], (rows, n), dt, name="rows")
+    tri = const(ctx, (n, n), dt, "triangular")
+    y = emit(ctx, "matmul", [flat, tri], (rows, n), dt, name="cumsum_mul")
+    y = emit(ctx, "reshape", [y], moved, dt, name="unflatten")
+    if perm != sorted(perm):
+        y = emit(ctx, "transpose", [y], shape, dt, {"perm": perm}, "back")
+    return ctx.op("reshape", [y], name="cumsum")
+
+
+def _cumprod(ctx):
+    """PopTorch's cumprodHandler: each slice along dim times the running product, in turn."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    dim = int(ctx.arg(1, "dim")) % max(rx.dim(), 1)
+    shape, dt = list(rx.shape), ctx.output.dtype
+    piece = list(shape)
+    piece[dim] = 1
+    run = emit(ctx, "slice", [x], piece, dt, {"axis": dim, "start": 0, "stop": 1}, "slice")
+    parts = [run]
+    for i in range(1, shape[dim]):
+        s = emit(ctx, "slice", [x], piece, dt, {"axis": dim, "start": i, "stop": i + 1}, "slice")
+        run = emit(ctx, "mul", [run, s], piece, dt, name="mul")
+        parts.append(run)
+    return ctx.op("concat", parts, {"axis": dim})
+
+
+RULES = {
+    "all": _reduce("reduce_min"), "any": _reduce("reduce_max"), "prod": _reduce("reduce_prod"),
+    "amin": _reduce("reduce_min"), "argmin": _reduce("reduce_min"), "nansum": _reduce("reduce_sum"),
+    "nanmean": _reduce("reduce_mean"),
+    "max": _extreme("reduce_max", "maximum"), "min": _extreme("reduce_min", "minimum"),
+    "count_nonzero": _count_nonzero, "logsumexp": _logsumexp,
+    "var": _statistic("var"), "std": _statistic("std"), "var_mean": _statistic("var_mean"),
+    "std_mean": _statistic("std_mean"), "correction": _statistic("var"),
+    "norm": _norm, "linalg_norm": _norm, "linalg_vector_norm": _norm, "linalg_matrix_norm": _norm,
+    "vector_norm": _norm, "matrix_norm": _norm, "frobenius_norm": _norm,
+    "sort": _sort, "argsort": _sort, "topk": _sort, "msort": _sort, "median": _median,
+    "nanmedian": _median, "cumsum": _cumsum, "cumprod": _cumprod,
+}
+

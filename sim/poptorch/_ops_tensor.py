@@ -1,0 +1,185 @@
+"""Op rules: creating, indexing, scattering, padding and rearranging tensors.
+
+Constants (``fill``) fold into graph constants, as PopART folds them. ``gather`` and
+``take_along_dim`` are element-wise gathers and the ``scatter`` family element-wise scatters
+(ONNX GatherElements / ScatterElements: popops multiSlice / multiUpdate of single elements);
+``bincount`` scatters ones. Padding and ``roll``, ``meshgrid``, ``cartesian_prod`` are views
+(popops::pad concatenates views of the input and constants, ``popops/Padder.cpp``).
+``tensordot`` and ``cdist`` are the matmul and element-wise ops they are made of.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._emit import const, emit, emit_map, fold, is_tensor, operand, tensor_args
+
+
+def _fill(ctx):
+    return fold(ctx)
+
+
+def _bincount(ctx):
+    """Counts of each value: ones scattered (added) into a zeroed table of the output's size."""
+    idx, weights = ctx.sarg(0, "input"), ctx.sarg(1, "weights")
+    out = ctx.output
+    n = ctx.args[0].numel()
+    src = ctx.t(weights) if is_tensor(weights) else const(ctx, (n,), out.dtype, "ones")
+    return ctx.op("scatter_elements", [idx, const(ctx, out.shape, out.dtype, "zeros"), src], {"reduce": "sum"})
+
+
+def _bucketize(ctx):
+    """The bucket of each element: one comparison (and count) per boundary, fused."""
+    x, b = ctx.sarg(0, "input"), ctx.sarg(1, "boundaries")
+    rb = ctx.arg(1, "boundaries")
+    inputs = [x] + ([b] if is_tensor(b) else [])
+    return emit_map(ctx, ["compare", "add"], inputs, [None] * len(inputs), repeat=max(1, rb.numel()))
+
+
+def _gather(ctx):
+    """gather(input, dim, index) / take_along_dim(input, indices, dim): element by element."""
+    if ctx.key == "take_along_dim":
+        x, idx = ctx.sarg(0, "input"), ctx.sarg(1, "indices")
+        dim = ctx.arg(2, "dim")
+        if dim is None:  # over the flattened input
+            x = emit(ctx, "reshape", [x], (ctx.args[0].numel(),), ctx.args[0].dtype, name="flatten")
+            dim = 0
+    else:
+        x, idx, dim = ctx.sarg(0, "input"), ctx.sarg(2, "index"), ctx.arg(1, "dim")
+    return ctx.op("gather_elements", [idx, x], {"axis": int(dim)})
+
+
+def _index_select(ctx):
+    """index_select(input, dim, index): whole slices looked up (popops multiSlice)."""
+    return ctx.op("gather", [ctx.sarg(2, "index"), ctx.sarg(0, "input")], {"axis": int(ctx.arg(1, "dim"))})
+
+
+def _index(ctx):
+    """ATen's index (``x[:, idx]`` under torch.export): a lookup by the index tensor."""
+    x = ctx.sarg(0, "self")
+    idx = [s for s in tensor_args(ctx) if s is not x]
+    return ctx.op("gather", [idx[0], x], {"op": "index"})
+
+
+def _scatter(ctx):
+    """scatter / scatter_add / scatter_reduce / index_reduce: element by element into a copy of
+    the input (``src`` may be a number)."""
+    x = ctx.sarg(0, "input")
+    if ctx.key.startswith("index_reduce"):
+        dim, idx, src, rsrc = ctx.arg(1, "dim"), ctx.sarg(2, "index"), ctx.sarg(3, "source"), ctx.arg(3, "source")
+        reduce = ctx.arg(4, "reduce")
+    else:
+        dim, idx = ctx.arg(1, "dim"), ctx.sarg(2, "index")
+        src = ctx.sarg(3, "src") if "value" not in ctx.kwargs else ctx.sym_kwargs["value"]
+        rsrc = ctx.arg(3, "src") if "value" not in ctx.kwargs else ctx.kwargs["value"]
+        reduce = ctx.arg(4, "reduce", "add" if "add" in ctx.key else None)
+    out = ctx.output
+    s = operand(ctx, src, rsrc, out.dtype, "src")
+    return ctx.op("scatter_elements", [idx, x, s], {"axis": int(dim), "reduce": str(reduce)})
+
+
+def _index_fill(ctx):
+    """index_fill: a select between the value and the input on the chosen slices."""
+    return emit_map(ctx, ["select"], [ctx.sarg(0, "input")], [["select"]])
+
+
+def _roll(ctx):
+    """roll: the two slices of each rolled dim concatenated the other way round (views)."""
+    return ctx.op("concat", [ctx.sarg(0, "input")], {"axis": 0, "op": "roll"})
+
+
+def _one_hot(ctx):
+    """one_hot: each index compared with every class (popops encodeOneHot)."""
+    return emit_map(ctx, ["compare"], [ctx.sarg(0, "input")], [None])
+
+
+def _pad(ctx):
+    """Constant, reflection and replication padding: a view (popops::pad concatenates the
+    input with constants or with slices of itself)."""
+    x = ctx.sarg(0, "input")
+    mode = ctx.arg(2, "mode", "constant") if ctx.key == "pad" else ctx.key
+    return ctx.op("pad", [x], {"mode": str(mode)})
+
+
+def _views(ctx):
+    """meshgrid / cartesian_prod / broadcast views: each output a view of the inputs."""
+    ins = [ctx.t(s) for s in tensor_args(ctx)]
+    if isinstance(ctx.output, (tuple, list)):
+        return tuple(ctx.op("reshape", [s], output=o, name="view") for s, o in zip(ins, ctx.output))
+    return ctx.op("concat", ins, {"axis": -1, "op": ctx.key})
+
+
+def _cross(ctx):
+    """cross product along a dim of 3: two multiplies and a subtract per element, fused."""
+    a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
+    grad = ["mul", "mul", "sub"]
+    return emit_map(ctx, ["mul", "mul", "sub"], [a, b], [grad, grad])
+
+
+def _tensordot(ctx):
+    """tensordot: both operands rearranged to 2-D (contracted dims last / first) and one matmul."""
+    a, b = ctx.sarg(0, "a"), ctx.sarg(1, "b")
+    ra, rb = ctx.args[0], ctx.args[1]
+    dims = ctx.arg(2, "dims", 2)
+    if ctx.aten:  # aten.tensordot(self, other, dims_self, dims_other)
+        dims = (ctx.arg(2), ctx.arg(3))
+    if isinstance(dims, int):
+        da, db = list(range(ra.dim() - dims, ra.dim())), list(range(dims))
+    else:
+        da, db = [int(d) % ra.dim() for d in dims[0]], [int(d) % rb.dim() for d in dims[1]]
+    dt = ctx.output.dtype
+    keep_a = [i for i in range(ra.dim()) if i not in da]
+    keep_b = [i for i in range(rb.dim()) if i not in db]
+    K = math.prod(ra.shape[i] for i in da)
+    M, N = math.prod(ra.shape[i] for i in keep_a), math.prod(rb.shape[i] for i in keep_b)
+    ta = _arranged(ctx, a, ra, keep_a + da, (M, K), "a")
+    tb = _arranged(ctx, b, rb, db + keep_b, (K, N), "b")
+    y = emit(ctx, "matmul", [ta, tb], (M, N), dt, name="matmul")
+    return ctx.op("reshape", [y])
+
+
+def _arranged(ctx, s, real, perm, shape2d, label):
+    t = ctx.t(s)
+    if perm != list(range(real.dim())):
+        t = emit(ctx, "transpose", [t], tuple(real.shape[p] for p in perm), real.dtype, {"perm": perm}, f"{label}_t")
+    return emit(ctx, "reshape", [t], shape2d, real.dtype, name=f"{label}_2d")
+
+
+def _cdist(ctx):
+    """cdist(x1, x2, p): every pair's difference, |.|^p summed over the features, the p-th root
+    (p = 2: square, sum, square root)."""
+    a, b = ctx.sarg(0, "x1"), ctx.sarg(1, "x2")
+    ra, rb = ctx.args[0], ctx.args[1]
+    p = float(ctx.arg(2, "p", 2.0))
+    batch = tuple(torch.broadcast_shapes(ra.shape[:-2], rb.shape[:-2]))
+    P, R, M = ra.shape[-2], rb.shape[-2], ra.shape[-1]
+    dt = ctx.output.dtype
+    va = emit(ctx, "reshape", [a], tuple(ra.shape[:-2]) + (P, 1, M), dt, name="rows")
+    vb = emit(ctx, "reshape", [b], tuple(rb.shape[:-2]) + (1, R, M), dt, name="columns")
+    d = emit(ctx, "sub", [va, vb], batch + (P, R, M), dt, name="difference")
+    if p == 2:
+        sq = emit(ctx, "mul", [d, d], batch + (P, R, M), dt, name="square")
+        s = emit(ctx, "reduce_sum", [sq], batch + (P, R), dt, {"axes": [len(batch) + 2], "keepdims": False}, "sum")
+        return ctx.op("sqrt", [s])
+    ab = emit(ctx, "abs", [d], batch + (P, R, M), dt, name="abs")
+    if p == 1:
+        return ctx.op("reduce_sum", [ab], {"axes": [len(batch) + 2], "keepdims": False})
+    pw = emit(ctx, "pow", [ab, const(ctx, (1,), dt, "p")], batch + (P, R, M), dt, name="pow")
+    s = emit(ctx, "reduce_sum", [pw], batch + (P, R), dt, {"axes": [len(batch) + 2], "keepdims": False}, "sum")
+    return ctx.op("pow", [s, const(ctx, (1,), dt, "inverse_p")])
+
+
+RULES = {
+    "fill": _fill, "fill_": _fill, "zero": _fill, "zero_": _fill,
+    "bincount": _bincount, "bucketize": _bucketize,
+    "gather": _gather, "take_along_dim": _gather, "index_select": _index_select,
+    "index": _index,
+    "scatter": _scatter, "scatter_add": _scatter, "scatter_reduce": _scatter, "index_reduce": _scatter,
+    "index_fill": _index_fill, "roll": _roll, "one_hot": _one_hot,
+    "pad": _pad, "constant_pad_nd": _pad, "reflection_pad1d": _pad, "reflection_pad2d": _pad,
+    "reflection_pad3d": _pad, "replication_pad1d": _pad, "replication_pad2d": _pad, "replication_pad3d": _pad,
+    "_pad_circular": _pad, "meshgrid": _views, "cartesian_prod": _views, "cross": _cross,
+    "linalg_cross": _cross, "tensordot": _tensordot, "cdist": _cdist, "_cdist_forward": _cdist,
+}

@@ -1,0 +1,137 @@
+"""PopTorch's on-device control flow and dynamic slicing: ``cond``, ``dynamic_slice``,
+``dynamic_update``.
+
+On the CPU (and in the simulator's CPU numbers) they compute what the IPU computes. In the
+captured graph:
+
+* ``dynamic_slice`` is a copy of the slice (popops' dynamicSlice copies ``size`` elements per
+  row from an index it receives at run time);
+* ``dynamic_update`` is an out-of-place copy of the updated tensor;
+* ``cond`` puts both branches in the graph followed by an element-wise select of the outputs:
+  the IPU runs only the branch the condition picks, so this prices an upper bound (the run's
+  notes say so).
+
+Their cost rules are added to the mapper's table (:data:`sim.poptorch._mapping.RULES`) when
+this module is imported.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _mapping, _state
+from ._errors import error
+from .annotations import _traceable
+
+_TENSOR = (torch.Tensor, torch.fx.Proxy)
+
+
+def _index(start, size: int, step: int = 1):
+    """The indices ``start, start + step, …`` (``size`` of them) as an int64 tensor."""
+    first = start.reshape(-1)[:1].long()
+    return first + torch.arange(size, device=first.device) * step
+
+
+@_traceable("dynamic_slice")
+def _dynamic_slice(tensor, dim, start, size, step):
+    return torch.index_select(tensor, dim, _index(start, size, step))
+
+
+def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int,
+                  step: int) -> torch.Tensor:
+    """``size`` elements of ``tensor`` along ``dim`` from ``start`` (a tensor: known only at run
+    time) every ``step``."""
+    if not isinstance(tensor, _TENSOR):
+        raise error(f"dynamic_slice must take a torch.tensor input. {type(tensor)} is not supported.")
+    if not isinstance(dim, int):
+        raise error("Dimension must be an integer.")
+    if not isinstance(start, _TENSOR):
+        raise error("Slice start argument to dynamic_slice must be a torch.tensor. "
+                    f"{type(start)} is not supported.")
+    if not isinstance(size, int):
+        raise error("Size must be an integer.")
+    if not isinstance(step, int):
+        raise error("Step must be an integer.")
+    return _dynamic_slice(tensor, dim, start, size, step)
+
+
+@_traceable("dynamic_update")
+def _dynamic_update(input, src, dim, start, size):
+    return input.index_copy(dim, _index(start, size), src.narrow(dim, 0, size))
+
+
+def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int, start: torch.Tensor,
+                   size: int) -> torch.Tensor:
+    """``input`` with ``size`` elements along ``dim`` from ``start`` replaced by ``src``."""
+    if not isinstance(input, _TENSOR):
+        raise error(f"dynamic_update must take a torch.tensor input. {type(input)} is not supported.")
+    if not isinstance(dim, int):
+        raise error("Dimension must be an integer.")
+    if not isinstance(start, _TENSOR):
+        raise error("Slice start argument to dynamic_update must be a torch.tensor. "
+                    f"{type(start)} is not supported.")
+    if not isinstance(src, _TENSOR):
+        raise error(f"Src argument to dynamic_update must be a torch.tensor. {type(src)} is not supported.")
+    if not isinstance(size, int):
+        raise error("Size must be an integer.")
+    if isinstance(input, torch.Tensor) and isinstance(src, torch.Tensor):
+        if input.dim() != src.dim():
+            raise error("input and src tensors must have same dimensionality. "
+                        f"({input.dim()}) vs ({src.dim()})")
+        if input.dtype != src.dtype:
+            raise error(f"input and src tensor must have same dtype. ({input.dtype} vs {src.dtype})")
+    return _dynamic_update(input, src, dim, start, size)
+
+
+@_traceable("cond_select")
+def _select(condition, then_value, else_value):
+    return torch.where(condition.reshape(()) if condition.numel() == 1 else condition,
+                       then_value, else_value)
+
+
+def _as_list(value) -> list:
+    return [value] if isinstance(value, _TENSOR) else list(value)
+
+
+def cond(condition: torch.Tensor, then_body, then_inps: list, else_body, else_inps: list) -> list:
+    """``then_body(*then_inps)`` if ``condition`` else ``else_body(*else_inps)``, decided on the
+    device; both bodies return the same number of tensors (inference only, as in PopTorch)."""
+    if not isinstance(then_inps, list) or not isinstance(else_inps, list):
+        raise ValueError("poptorch.cond expects then_inps and else_inps tensors to be a list of "
+                         "tensors. (Object is not list)")
+    if _state.active() is None:  # on the CPU: one branch runs
+        return _as_list(then_body(*then_inps) if condition else else_body(*else_inps))
+    then_out = _as_list(then_body(*then_inps))
+    else_out = _as_list(else_body(*else_inps))
+    if len(then_out) != len(else_out):
+        raise error(f"poptorch.cond: then_body returns {len(then_out)} outputs and else_body "
+                    f"{len(else_out)}; both must return the same number")
+    return [_select(condition, t, e) for t, e in zip(then_out, else_out)]
+
+
+# --- cost rules ---------------------------------------------------------------------------------
+def _slice_rule(ctx):
+    """A copy of the slice (the tensor is read, the start index is broadcast to the tiles)."""
+    return ctx.op("copy", [ctx.sarg(0), ctx.sarg(2)], {"dynamic_slice": True}, name="dynamic_slice")
+
+
+def _update_rule(ctx):
+    """An out-of-place copy of the updated tensor."""
+    return ctx.op("copy", [ctx.sarg(0), ctx.sarg(1), ctx.sarg(3)], {"dynamic_update": True},
+                  name="dynamic_update")
+
+
+_COND_NOTE = ("poptorch.cond: both branches are priced, then a select (the IPU runs only the "
+              "branch the condition picks, so this is an upper bound)")
+
+
+def _select_rule(ctx):
+    if _COND_NOTE not in ctx.cap.notes:
+        ctx.cap.notes.append(_COND_NOTE)
+    return ctx.op("add", ctx.inputs, {"select": True}, name="cond_select")
+
+
+_mapping.RULES.update({"dynamic_slice": _slice_rule, "dynamic_update": _update_rule,
+                       "cond_select": _select_rule})
+
+__all__ = ["cond", "dynamic_slice", "dynamic_update"]

@@ -1,0 +1,457 @@
+"""sim.poptorch's public surface against PopTorch's (tests/data/poptorch_public_api.txt), and
+the behaviour of the API added with it: options from JSON and the environment, log levels,
+deprecations, compilation time and hooks, wrapping rules, anchors, the optimizers' IPU state,
+loss scaling and accumulator dtypes, cond / dynamic slices, custom argument types, data
+loading with samplers and distributed shuffling, the module repr."""
+
+import math
+import pathlib
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+
+import sim.poptorch as poptorch  # noqa: E402
+from sim.poptorch import options as popt_options  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+# --- the API surface ------------------------------------------------------------------------
+def public_names() -> list[tuple[str, str]]:
+    rows = []
+    for line in (ROOT / "tests/data/poptorch_public_api.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, source = line.split()
+            rows.append((name, source))
+    return rows
+
+
+def not_provided() -> dict[str, str]:
+    """name -> reason, from the "Not provided" table of docs/poptorch.md."""
+    text = (ROOT / "docs/poptorch.md").read_text()
+    section = text.split("### Not provided", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or cells[0] in ("name", "---"):
+            continue
+        for name in re.findall(r"`([^`]+)`", cells[0]):
+            table[name] = cells[1]
+    return table
+
+
+def resolve(name: str):
+    """The sim.poptorch object for a PopTorch name; an instance's attribute when the class has
+    it only per instance (Options' groups, Stage.blocks)."""
+    parts = name.split(".")[1:]
+    obj = poptorch
+    for i, part in enumerate(parts):
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        prototypes = {poptorch.Options: poptorch.Options, poptorch.Stage: lambda: poptorch.Stage("A")}
+        if obj in prototypes and hasattr(prototypes[obj](), part):
+            obj = getattr(prototypes[obj](), part)
+            continue
+        raise AttributeError(".".join(["poptorch", *parts[:i + 1]]))
+    return obj
+
+
+def test_the_names_come_from_poptorchs_sources():
+    rows = public_names()
+    assert len(rows) > 250
+    assert all(source.startswith(("python/", "docs/")) for _, source in rows)
+    names = {n for n, _ in rows}
+    for expected in ("poptorch.Options.anchorTensor", "poptorch.PoplarExecutor.compilationTime",
+                     "poptorch.options._TrainingOptions.gradientAccumulation", "poptorch.cond",
+                     "poptorch.DataLoader.terminate", "poptorch.optim.LAMB", "poptorch.OutputMode.EveryN"):
+        assert expected in names
+
+
+def test_every_public_name_exists_or_is_listed_as_not_provided():
+    missing = []
+    skipped = not_provided()
+    for name, source in public_names():
+        if name in skipped:
+            continue
+        try:
+            resolve(name)
+        except AttributeError:
+            missing.append(f"{name} ({source})")
+    assert not missing, "missing from sim.poptorch and not in docs/poptorch.md's table: " + ", ".join(missing)
+
+
+def test_the_not_provided_table_is_true():
+    table = not_provided()
+    assert "poptorch.custom_op" in table
+    for name, reason in table.items():
+        assert len(reason) > 20, f"{name}: give the reason"
+        if name.startswith("poptorch."):
+            with pytest.raises(AttributeError):
+                resolve(name)
+
+
+# --- options ----------------------------------------------------------------------------------
+def test_from_json_and_poptorch_default_options(monkeypatch):
+    o = poptorch.Options().from_json('{"deviceIterations": 4, "outputMode": "OutputMode.Sum", '
+                                     '"Training.gradientAccumulation": 2, "_Popart.set": ["foo", 1]}')
+    assert (o.device_iterations, o.output_mode, o.Training.gradient_accumulation) == \
+        (4, poptorch.OutputMode.Sum, 2)
+    assert o.unmodelled() == {"_Popart.foo": 1}
+    with pytest.raises(poptorch.ConfigFileError, match="unknown option 'Training.nope'"):
+        poptorch.Options().from_json('{"Training.nope": 1}')
+    monkeypatch.setenv("POPTORCH_DEFAULT_OPTIONS", '{"replicationFactor": 2, "randomSeed": 7}')
+    o = poptorch.Options()
+    assert o.replication_factor == 2 and o.random_seed == 7
+    monkeypatch.setenv("POPTORCH_DEFAULT_OPTIONS", '{"deviceIterations": 0}')
+    with pytest.raises(poptorch.ConfigFileError, match="POPTORCH_DEFAULT_OPTIONS: deviceIterations"):
+        poptorch.Options()
+    monkeypatch.delenv("POPTORCH_DEFAULT_OPTIONS")
+    monkeypatch.setenv("POPTORCH_IPU_MODEL", "1")
+    assert poptorch.Options().unmodelled() == {"useIpuModel": True}
+
+
+def test_log_levels_are_poptorchs():
+    import logging
+    try:
+        poptorch.setLogLevel("DEBUG")
+        assert poptorch.logger.level == logging.DEBUG
+        poptorch.setLogLevel(4)
+        assert poptorch.logger.level == logging.ERROR
+        with pytest.raises(ValueError, match="Invalid log level integer"):
+            poptorch.setLogLevel(5)
+        with pytest.raises(ValueError, match="Unknown log level: LOUD. Valid values are DEBUG, ERR, "
+                                             "INFO, OFF, TRACE and WARN"):
+            poptorch.setLogLevel("LOUD")
+    finally:
+        poptorch.setLogLevel("WARN")
+
+
+def test_jit_and_precision_deprecations(caplog):
+    o = poptorch.Options()
+    with pytest.raises(ValueError, match=re.escape("options.Jit.traceModel(True) is no longer supported")):
+        o.Jit.traceModel(True)
+    o.Jit.traceModel(False)
+    o.Precision.halfFloatCasting(poptorch.HalfFloatCastingBehavior.HalfUpcastToFloat)
+    assert caplog.text.count("[Deprecated]") == 3
+    assert {"Jit.traceModel", "Precision.halfFloatCasting"} <= set(o.unmodelled())
+
+
+# --- the executor -------------------------------------------------------------------------------
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x, y):
+        self.on_ipu = poptorch.isRunningOnIpu()
+        logits = self.fc2(torch.relu(self.fc1(x)))
+        return logits, self.loss(logits, y)
+
+
+def batch(n=4):
+    g = torch.Generator().manual_seed(n)
+    return torch.randn(n, 8, generator=g), torch.randint(0, 4, (n,), generator=g)
+
+
+def test_compilation_time_hooks_and_is_running_on_ipu():
+    calls = []
+    pre = poptorch.registerPreCompileHook(lambda: calls.append("pre"))
+    post = poptorch.registerPostCompileHook(lambda: calls.append("post"))
+    try:
+        net = Net()
+        model = poptorch.inferenceModel(net)
+        with pytest.raises(poptorch.Error, match="Please compile the model before obtaining compilation time"):
+            model.compilationTime()
+        model(*batch())
+        assert calls == ["pre", "post"] and net.on_ipu is True  # the CPU numbers run the IPU path
+        net(*batch())
+        assert net.on_ipu is False
+        assert 0 < model.compilationTime().total_seconds() < 60
+        opts = poptorch.Options().showCompilationProgressBar(False)
+        quiet = poptorch.inferenceModel(net, opts)
+        quiet(*batch())
+        with pytest.raises(poptorch.Error, match="Please set showCompilationProgressBar option"):
+            quiet.compilationTime()
+    finally:
+        pre.remove()
+        post.remove()
+    with pytest.raises(RuntimeError, match="Pre-compile hook must be callable"):
+        poptorch.registerPreCompileHook(3)
+
+
+def test_training_wrap_rules_backward_and_repr():
+    net = Net()
+    model = poptorch.trainingModel(net)
+    with pytest.raises(RuntimeError, match=re.escape("Model has already been wrapped in 'poptorch.trainingModel'")):
+        poptorch.trainingModel(net)
+    logits, loss = model(*batch())
+    with pytest.raises(poptorch.Error, match=r"backward\(\) cannot be called explicitly on outputs"):
+        loss.backward()
+    inference = poptorch.inferenceModel(model)  # a PoplarExecutor: its model is used
+    assert inference.model is net
+    model.destroy()
+    poptorch.trainingModel(net).destroy()  # wrappable again after destroy()
+    net.fc2 = poptorch.BeginBlock(net.fc2, "head", ipu_id=1)
+    assert "(fc2): BeginBlock(user_id=head, ipu_id=1) Linear(in_features=16" in repr(poptorch.inferenceModel(net))
+
+
+def test_rng_state_and_named_buffers():
+    model = poptorch.inferenceModel(Net(), poptorch.Options().randomSeed(9))
+    with pytest.raises(poptorch.Error, match="Model has not been compiled or has been destroyed"):
+        model.rng_state
+    model(*batch())
+    assert model.rng_state == [9]
+    model.rng_state = [1, 2, 3]
+    assert model.rng_state == [1, 2, 3]
+    with pytest.raises(poptorch.Error, match="No named buffers marked as updatable"):
+        model.copyNamedBuffersToDevice()
+
+
+def test_anchored_gradients_and_updated_weights_are_torchs():
+    torch.manual_seed(0)
+    net, ref = Net(), Net()
+    ref.load_state_dict(net.state_dict())
+    opts = poptorch.Options().deviceIterations(2)
+    opts.anchorTensor("g", "Gradient___fc2.bias")
+    opts.anchorTensor("w", "UpdatedVar___model.fc2.weight", poptorch.OutputMode.All)  # PopTorch 2 name
+    model = poptorch.trainingModel(net, opts, poptorch.optim.SGD(net.parameters(), lr=0.1))
+    with pytest.raises(AssertionError, match="No tensor with name g found."):
+        model.getAnchoredTensor("g")
+    x, y = batch(4)
+    model(x, y)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    weights = []
+    for i in (0, 2):
+        ref_opt.zero_grad()
+        ref(x[i:i + 2], y[i:i + 2])[1].backward()
+        grad = ref.fc2.bias.grad.clone()
+        ref_opt.step()
+        weights.append(ref.fc2.weight.detach().clone())
+    torch.testing.assert_close(model.getAnchoredTensor("g"), grad)  # Final: the last update's
+    torch.testing.assert_close(model.getAnchoredTensor("w"), torch.stack(weights))  # All: [2, 4, 16]
+    assert "Gradient___fc1.weight" in model.getTensorNames()
+    assert any("anchored tensors g, w" in n for n in model.executable.notes)
+    bad = poptorch.Options()
+    bad.anchorTensor("act", "fc1/matmul")
+    with pytest.raises(poptorch.Error, match="the simulator can anchor Gradient___<parameter>"):
+        poptorch.trainingModel(Net(), bad)(*batch())
+
+
+# --- optimizers -------------------------------------------------------------------------------------
+def test_optimizer_ipu_state_dict_and_variable_attributes():
+    net = Net()
+    opt = poptorch.optim.SGD(net.parameters(), lr=0.05, weight_decay=0.025, loss_scaling=0.75)
+    assert opt.variable_attrs.isConstant("momentum") and not opt.variable_attrs.isConstant("lr")
+    with pytest.raises(AssertionError, match="Unknown attribute nope"):
+        opt.variable_attrs.markAsVariable("nope")
+    state = opt.state_dict()
+    assert state["ipu_state"] is None and state["ipu_param"] is None
+    model = poptorch.trainingModel(net, optimizer=opt)
+    model.compile(*batch())
+    params = opt.state_dict()["ipu_param"]
+    torch.testing.assert_close(params["scaledLearningRate0___specific___fc1.bias"], torch.tensor(0.05 / 0.75))
+    torch.testing.assert_close(params["weightDecayScaleFactor0___specific___fc1.bias"],
+                               torch.tensor(1 - 0.05 * 0.025))
+    torch.testing.assert_close(params["lossScaling_FLOAT"], torch.tensor(0.75))
+    adam_net = Net()
+    adam = poptorch.optim.Adam(adam_net.parameters(), lr=0.01)
+    adam_model = poptorch.trainingModel(adam_net, optimizer=adam)
+    adam_model(*batch())
+    s = adam.state_dict()
+    torch.testing.assert_close(s["ipu_state"]["Accl1___fc2.bias"], adam.state[adam_net.fc2.bias]["exp_avg"])
+    torch.testing.assert_close(s["ipu_param"]["learningRate___specific___fc2.bias"], torch.tensor(0.01))
+    with pytest.raises(RuntimeError, match="Only IPU optimizer states can be loaded onto the IPU"):
+        adam.load_state_dict(torch.optim.Adam(adam_net.parameters()).state_dict())
+    adam.load_state_dict(s)
+    with pytest.raises(AssertionError, match="Accumulation types must be either torch.float32 or torch.float16"):
+        poptorch.optim.Adam(net.parameters(), accum_type=torch.int32)
+    with pytest.raises(ValueError, match="Only non-amsgrad Adam/AdamW optimizers are supported"):
+        poptorch.trainingModel(Net(), optimizer=torch.optim.Adam(Net().parameters(), amsgrad=True))
+    assert poptorch.optim.LAMB(net.parameters()).max_weight_norm == 65500.0
+
+
+class Tiny(nn.Module):
+    """A float16 layer whose loss is so small that its gradients underflow in float16."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x, y):
+        out = self.fc(x)
+        return out, self.loss(out, y) * 1e-7
+
+
+def test_loss_scaling_keeps_float16_gradients():
+    x, y = batch(4)
+    grads = {}
+    for scaling in (None, 4096.0):
+        torch.manual_seed(1)
+        net = Tiny().half()
+        opts = poptorch.Options()
+        opts.anchorTensor("g", "Gradient___fc.weight")
+        model = poptorch.trainingModel(net, opts, poptorch.optim.SGD(net.parameters(), lr=1.0,
+                                                                     loss_scaling=scaling))
+        model(x.half(), y)
+        grads[scaling] = model.getAnchoredTensor("g").float()
+    assert int((grads[None] != 0).sum()) == 0  # every float16 gradient underflows to zero
+    assert int((grads[4096.0] != 0).sum()) > 24  # scaled by 4096, they survive the backward pass
+    with torch.no_grad():  # and come back unscaled: the float32 gradient, to float16's precision
+        ref = Tiny()
+        ref.load_state_dict({k: v.float() for k, v in net.state_dict().items()})
+    out = ref(x, y)[1]
+    out.backward()
+    torch.testing.assert_close(grads[4096.0], ref.fc.weight.grad, rtol=0.05, atol=2e-10)
+    # in float32 loss scaling changes nothing
+    results = []
+    for scaling in (None, 1024.0):
+        torch.manual_seed(1)
+        net = Net()
+        poptorch.trainingModel(net, optimizer=poptorch.optim.SGD(net.parameters(), lr=0.1,
+                                                                 loss_scaling=scaling))(*batch())
+        results.append(net.fc1.weight.detach().clone())
+    torch.testing.assert_close(results[0], results[1], rtol=1e-6, atol=1e-7)
+
+
+def test_float16_optimizer_state_is_rounded_and_priced_as_float16():
+    net = Net()
+    opt = poptorch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, velocity_accum_type=torch.float16,
+                             use_combined_accum=True)
+    model = poptorch.trainingModel(net, optimizer=opt)
+    model(*batch())
+    buf = opt.state[net.fc1.weight]["momentum_buffer"]
+    assert buf.dtype == torch.float32 and torch.equal(buf, buf.half().float())
+    states = [t for t in model.executable.graph.tensors.values() if t.role == "state"]
+    assert states and all(t.dtype == "float16" for t in states)
+    assert any("use_combined_accum=True: accepted, no modelled effect" in n for n in model.executable.notes)
+
+
+def test_max_grad_norm_clips_the_global_norm():
+    torch.manual_seed(2)
+    net, ref = Net(), Net()
+    ref.load_state_dict(net.state_dict())
+    poptorch.trainingModel(net, optimizer=poptorch.optim.Adam(net.parameters(), lr=0.1,
+                                                              max_grad_norm=0.01))(*batch())
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.1)
+    ref(*batch())[1].backward()
+    torch.nn.utils.clip_grad_norm_(list(ref.parameters()), 0.01)
+    ref_opt.step()
+    torch.testing.assert_close(net.fc1.weight, ref.fc1.weight)
+
+
+# --- in-model ops ------------------------------------------------------------------------------------
+class Control(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, start, flag):
+        h = self.fc(x)
+        piece = poptorch.dynamic_slice(h, 1, start, 3, 1)
+        h = poptorch.dynamic_update(h, torch.zeros_like(piece), 1, start, 3)
+        out = poptorch.cond(flag, lambda a: a * 2, [h], lambda a: a - 1, [h])[0]
+        return out, piece
+
+
+def test_cond_and_dynamic_slices_compute_torchs_values():
+    torch.manual_seed(3)
+    net = Control()
+    x = torch.randn(2, 8)
+    for flag in (True, False):
+        start = torch.tensor([2])
+        out, piece = poptorch.inferenceModel(net)(x, start, torch.tensor([flag]))
+        with torch.no_grad():
+            h = net.fc(x)
+        torch.testing.assert_close(piece, h[:, 2:5])
+        h[:, 2:5] = 0
+        torch.testing.assert_close(out, h * 2 if flag else h - 1)
+    model = poptorch.inferenceModel(net)
+    model(x, torch.tensor([1]), torch.tensor([True]))
+    kinds = {op.name: op.kind for op in model.executable.graph.ops}
+    assert any(n.startswith("dynamic_slice") for n in kinds) and any(n.startswith("cond_select") for n in kinds)
+    assert any("poptorch.cond: both branches are priced" in n for n in model.executable.notes)
+    with pytest.raises(ValueError, match="expects then_inps and else_inps tensors to be a list"):
+        poptorch.cond(torch.tensor(True), lambda: x, (), lambda: x, [])
+    with pytest.raises(poptorch.Error, match="Size must be an integer"):
+        poptorch.dynamic_slice(x, 0, torch.tensor(0), 1.5, 1)
+
+
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+class PairParser(poptorch.ICustomArgParser):
+    def yieldTensors(self, struct):
+        yield struct.a
+        yield struct.b
+
+    def reconstruct(self, original, tensors):
+        return Pair(next(tensors), next(tensors))
+
+
+def test_custom_argument_types():
+    class Model(nn.Module):
+        def forward(self, pair):
+            return pair.a + pair.b
+
+    with pytest.raises(poptorch.Error, match="arg_parser must inherit from ICustomArgParser"):
+        poptorch.registerCustomArgParser(Pair, object())
+    poptorch.registerCustomArgParser(Pair, PairParser())
+    try:
+        a, b = torch.randn(4, 3), torch.randn(4, 3)
+        out = poptorch.inferenceModel(Model(), poptorch.Options().deviceIterations(2))(Pair(a, b))
+        assert torch.equal(out, a + b)
+    finally:
+        poptorch.registerCustomArgParser(Pair, None)
+
+
+# --- data ---------------------------------------------------------------------------------------------
+def test_dataloader_batch_sampler_joins_micro_batches():
+    dataset = torch.utils.data.TensorDataset(torch.arange(20.0))
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(dataset), 2, False)
+    loader = poptorch.DataLoader(poptorch.Options().deviceIterations(3), dataset, batch_sampler=sampler)
+    assert loader.combinedBatchSize == 6 and len(loader) == 3
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 17]]
+    with pytest.raises(poptorch.Error, match="mutually exclusive with batch_size, shuffle"):
+        poptorch.DataLoader(poptorch.Options(), dataset, batch_size=2, batch_sampler=sampler)
+
+
+def test_distributed_shuffle_permutes_the_whole_dataset_first():
+    dataset = torch.utils.data.TensorDataset(torch.arange(16))
+    seen = []
+    for pid in range(2):
+        o = poptorch.Options().randomSeed(5)
+        o.Distributed.configureProcessId(pid, 2)
+        seen.append(torch.cat([b[0] for b in poptorch.DataLoader(o, dataset, batch_size=2, shuffle=True)]))
+    order = torch.randperm(16, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(torch.cat(seen), order)
+
+
+def test_unmodelled_environment_is_noted(monkeypatch):
+    monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", '{"autoReport.all": "true"}')
+    model = poptorch.inferenceModel(Net())
+    model(*batch())
+    assert "environment variable POPLAR_ENGINE_OPTIONS is set: no modelled effect" in model.executable.notes
+    assert not math.isnan(model.simulation.seconds)
+
+
+def test_profiling_channel_and_print(capsys):
+    channel = poptorch.profiling.Channel("app")
+    obj = object()
+    assert channel.instrument(obj, "x") is obj
+    with channel.tracepoint("work"):
+        pass
+    net = nn.Sequential(nn.Linear(2, 2))
+    poptorch.BeginBlock(net[0], "b", ipu_id=0)
+    poptorch.print(net)
+    out = capsys.readouterr().out
+    assert "BeginBlock(user_id=b, ipu_id=0) Linear" in out
+    assert popt_options._TrainingOptions is type(poptorch.Options().Training)
