@@ -3,6 +3,7 @@ ops, unknown ops, out-of-memory errors and the cost cache."""
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 import pytest
@@ -400,3 +401,45 @@ def test_rgb_stem_folds_its_kernel_into_channels():
     expandDims folds the kernel into the channels, and so does the planner here."""
     stem = _conv_cost(1, 3, 64, 7, 224, stride=2)
     assert "expand" in stem.plan
+
+
+def test_matmul_of_1d_operands_is_priced_as_a_row_or_a_column():
+    """numpy's rules (a regression: a 1-D operand was an IndexError in the cost model)."""
+    def cost(shape_a, shape_b, out):
+        b = GraphBuilder("mm", "float32")
+        a = b.input("a", shape_a)
+        w = b.weight("w", shape_b)
+        b.op("matmul", [a, w], [out])
+        return op_cost(b.graph.ops[-1], b.graph, MK2, TILES)
+
+    assert cost((4,), (4, 3), (3,)) == cost((1, 4), (4, 3), (1, 3))
+    assert cost((2, 5, 4), (4,), (2, 5)) == cost((2, 5, 4), (4, 1), (2, 5, 1))
+    assert cost((4,), (4,), (1,)).flops == 2 * 4
+
+
+def _one_op(kind, in_shapes, out_shapes, attrs=None, dtype="float32"):
+    b = GraphBuilder("one", dtype)
+    ins = [b.input(f"x{i}", s) for i, s in enumerate(in_shapes)]
+    b.op(kind, ins, out_shapes, attrs)
+    return op_cost(b.graph.ops[-1], b.graph, MK2, TILES)
+
+
+def test_map_fuses_its_codelets_into_one_vertex():
+    c = _one_op("map", [(64, 64)], [(64, 64)], {"steps": ["exp", "log1p"]})
+    per_tile = 4096 // 128  # 128-byte minimum per tile: 32 floats on each of 128 tiles
+    exp, log1p = codelet("exp"), codelet("log1p")
+    assert c.compute_cycles == math.ceil(max(exp.fixed, log1p.fixed) + per_tile * (exp.fp32 + log1p.fp32))
+    assert c.supersteps == 1 and c.tiles_used == 128
+
+
+def test_sort_is_a_heap_sort_per_row():
+    n, rows = 16, 3
+    c = _one_op("sort", [(rows, n)], [(rows, n)], {"axis": 1})
+    h = codelet("heapsort")
+    vertex = math.ceil(h.fixed + n * h.fp32 + h.per_index * n * math.floor(math.log2(n)))
+    assert c.compute_cycles == MK2.vertex_overhead_cycles + MK2.worker_threads * vertex  # one row per tile
+
+
+def test_group_norm_costs_a_layer_norm_over_each_group():
+    g = _one_op("groupnorm", [(2, 4, 3, 3), (4,), (4,)], [(2, 4, 3, 3)], {"groups": 2})
+    assert g == _one_op("layernorm", [(4, 18), (18,), (18,)], [(4, 18)])

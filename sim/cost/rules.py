@@ -27,7 +27,8 @@ from .opcost import FREE, OpCost, TileProfile, _counts
 from .vector import codelet, launch_cycles, spread, tile_cycles
 
 
-_VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
+_VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
+          "pad"}  # popops::pad concatenates views of the input and constants (popops/Padder.cpp)
 _UNARY = {"relu", "gelu", "tanh", "sigmoid", "exp", "scale", "dropout", "cast", "copy",
           "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "accumulate",
           "sgd_update", "adam_update", "lamb_update", "loss_grad", "mul", "add", "sub", "div",
@@ -110,6 +111,9 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _reduce(ins, outs, ipu, tiles)
     if kind in _UNARY:
         return _elementwise(kind, ins, outs, ipu, tiles)
+    more = _more_kinds(kind, ins, outs, attrs, ipu, tiles)
+    if more is not None:
+        return more
     raise UnsupportedOpError("the cost model has no rule for this op kind")
 
 
@@ -178,6 +182,10 @@ def _rows(kind, ins, ipu, tiles) -> OpCost:
 
 def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     (sa, da, _), (sb, _, rb) = ins[0], ins[1]
+    if len(sa) == 1:  # numpy's rules: a 1-D left operand is a row, a 1-D right operand a column
+        sa = (1,) + tuple(sa)
+    if len(sb) == 1:
+        sb = tuple(sb) + (1,)
     if attrs.get("transpose_a"):
         sa = sa[:-2] + (sa[-1], sa[-2])
     if attrs.get("transpose_b"):
@@ -291,10 +299,12 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     shape, dtype, _ = ins[0]
     itemsize = DTYPE_BYTES[dtype]
     out_n = math.prod(outs[0][0])
-    window = attrs.get("kernel", 1) ** 2
+    # a 1-D or 3-D window gives its own size ("window": elements, "stride_volume": elements
+    # the window moves by); a 2-D one is kernel x kernel moving by stride x stride
+    window = attrs.get("window", attrs.get("kernel", 1) ** 2)
     used, per_tile = spread(out_n, itemsize, ipu, tiles)
     reads = per_tile * window
-    halo = per_tile * itemsize * max(1, attrs.get("stride", 1)) ** 2
+    halo = per_tile * itemsize * attrs.get("stride_volume", max(1, attrs.get("stride", 1)) ** 2)
     vec_kind = "pool_grad" if kind.endswith("_grad") else "pool"
     return _phases(ipu, tile_cycles(reads, itemsize, vec_kind, ipu), exchange_cycles(halo, ipu), 1,
                    float(out_n * window), halo * used, used, launch=launch_cycles(vec_kind))
@@ -351,3 +361,81 @@ def _reduce(ins, outs, ipu, tiles) -> OpCost:
     stages = 2 if recv else 1
     exch = exchange_cycles(recv, ipu)
     return _phases(ipu, compute, exch, stages, float(n), recv * final_tiles, used, launch=launch)
+
+
+# --- more op kinds: the rest of PopTorch's supported operations (sim.poptorch) --------------------
+#: element-wise kinds with a codelet of their own in configs/_vector-ops.toml (popops unary,
+#: binary and ternary ops, poprand generators)
+_POINTWISE = {"abs", "ceil", "floor", "round", "trunc", "sign", "sqrt", "rsqrt", "reciprocal", "square",
+              "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "erf", "isnan", "logical_not",
+              "bitwise_not", "maximum", "minimum", "pow", "remainder", "compare", "logical", "bitwise",
+              "select", "clamp", "random_uniform", "random_normal", "random_bernoulli"}
+
+
+def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
+    """Kinds the sim.poptorch front end emits for PopTorch's supported operations; ``None``
+    for a kind this does not know either."""
+    if kind in _POINTWISE:  # a generator has no input: it is laid out like its output
+        return _elementwise(kind, ins or ((outs[0][0], outs[0][1], "activation"),), outs, ipu, tiles)
+    if kind == "map":
+        return _map(ins, outs, attrs, ipu, tiles)
+    if kind in ("reduce_min", "reduce_prod"):
+        return _reduce(ins, outs, ipu, tiles)
+    if kind in ("groupnorm", "groupnorm_grad"):
+        shape, dtype, role = ins[0]
+        rows = shape[0] * attrs.get("groups", 1)
+        flat = ((rows, math.prod(shape) // rows), dtype, role)
+        return _rows("layernorm" if kind == "groupnorm" else "layernorm_grad", (flat,), ipu, tiles)
+    if kind in ("gather_elements", "scatter_elements"):
+        # element by element (ONNX GatherElements / ScatterElements): a table of single
+        # elements. gather: ins = [index, data]; scatter: ins = [index, data, updates], writing
+        # a copy of data (shaped like the output)
+        ids = (math.prod(ins[0][0]),)
+        if kind == "gather_elements":
+            table, dtype, _ = ins[1]
+            return _gather("gather", ((ids, "int32", "activation"), ((math.prod(table), 1), dtype, "activation")),
+                           (((ids[0], 1), dtype),), ipu, tiles)
+        table, dtype = outs[0]
+        return _gather("embedding_grad", ((ids, "int32", "activation"),), (((math.prod(table), 1), dtype),),
+                       ipu, tiles)
+    if kind == "sort":
+        return _sort(ins, outs, attrs, ipu, tiles)
+    return None
+
+
+def _map(ins, outs, attrs, ipu, tiles) -> OpCost:
+    """popops::map of an expression (``attrs["steps"]``: the codelet kinds it chains, ``repeat``
+    times): poplibs fuses the expression into one codelet, so each tile pays one vertex's fixed
+    cost (the largest step's) and, per element, the sum of the steps' per-element cycles."""
+    out_shape, out_dtype = outs[0]
+    itemsize = max([DTYPE_BYTES[out_dtype]] + [DTYPE_BYTES[d] for _, d, _ in ins])
+    n = max([math.prod(out_shape)] + [math.prod(s) for s, _, _ in ins])
+    used, per_tile = spread(n, itemsize, ipu, tiles)
+    bcast = sum(min(math.prod(s), per_tile) * DTYPE_BYTES[d] for s, d, _ in ins if math.prod(s) < n)
+    steps = [codelet(s) for s in attrs["steps"]]
+    fixed = max(c.fixed for c in steps)
+    rate = attrs.get("repeat", 1) * sum(c.per_element(itemsize) for c in steps)
+    per_tile_cycles = np.ceil(fixed + _counts(n, used) * rate)
+    profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
+    return _phases(ipu, int(per_tile_cycles.max()), exchange_cycles(bcast, ipu), 1, n * len(steps),
+                   bcast * used, used, plan=f"{n} elements on {used} tiles, {'+'.join(attrs['steps'])}",
+                   profile=profile, launch=math.ceil(fixed))
+
+
+def _sort(ins, outs, attrs, ipu, tiles) -> OpCost:
+    """popops sort (sort, topk, argsort, median): each row along ``attrs["axis"]`` is heap-sorted
+    on one tile by a worker vertex (popops ``HeapSortVertexKV``: keys and their indices), rows
+    spread over the tiles; a worker issues every ``worker_threads``-th cycle."""
+    shape, dtype, _ = ins[0]
+    axis = attrs.get("axis", -1) % max(len(shape), 1)
+    length = shape[axis] if shape else 1
+    rows = math.prod(shape) // max(length, 1)
+    used = min(tiles, rows)
+    per_tile = math.ceil(rows / used)
+    c = codelet("heapsort")
+    levels = math.floor(math.log2(max(length, 1)))
+    vertex = c.fixed + length * c.per_element(DTYPE_BYTES[dtype]) + c.per_index * length * levels
+    w = ipu.worker_threads
+    compute = ipu.vertex_overhead_cycles + math.ceil(per_tile / w) * w * math.ceil(vertex)
+    return _phases(ipu, compute, 0, 1, float(rows * length), 0, used,
+                   plan=f"{rows} rows of {length}, {per_tile} per tile", launch=ipu.vertex_overhead_cycles)

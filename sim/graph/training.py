@@ -255,6 +255,8 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k == "slice":
         if wants(0):
             bw.give(ins[0].name, bw.new("copy", [dy], ins[0].shape, ins[0].dtype, suffix="pad"))
+    elif _more_backward(bw, op, ins, dy, wants):
+        pass
     else:
         raise GraphError(
             f"op {op.name!r}: no backward rule for op kind {k!r}; it cannot be trained "
@@ -266,3 +268,90 @@ def _inverse(perm):
     for i, p in enumerate(perm):
         inv[p] = i
     return inv
+
+
+# --- the rest of PopTorch's supported operations (kinds sim.poptorch emits) -------------------------
+#: element-wise kinds -> the codelets of their gradient, one fused popops::map of
+#: [dy, x, y] (y the forward output), as PopART's *GradOpx compute them
+POINTWISE_GRADS = {
+    "abs": ["sign", "mul"], "sqrt": ["div", "scale"], "rsqrt": ["mul", "mul", "mul", "scale"],
+    "reciprocal": ["square", "mul", "scale"], "square": ["mul", "scale"], "log": ["div"],
+    "log1p": ["add", "div"], "expm1": ["add", "mul"], "sin": ["cos", "mul"], "cos": ["sin", "mul", "scale"],
+    "tan": ["square", "add", "mul"], "asin": ["square", "sub", "rsqrt", "mul"],
+    "erf": ["square", "scale", "exp", "mul", "scale"],
+}
+#: kinds whose gradient is zero (or that take no gradient): nothing flows back through them
+NO_GRADIENT = {"ceil", "floor", "round", "trunc", "sign", "compare", "logical", "bitwise", "isnan",
+               "logical_not", "bitwise_not", "random_uniform", "random_normal", "random_bernoulli"}
+
+
+def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
+    """Backward ops of the kinds above; False for a kind without a rule."""
+    k = op.kind
+    y = op.outputs[0]
+
+    def grad_map(i: int, steps: list[str], inputs: list[str]) -> None:
+        bw.give(ins[i].name, bw.new("map", [dy] + inputs, ins[i].shape, ins[i].dtype,
+                                    {"steps": list(steps)}, f"grad{i}"))
+
+    if k in NO_GRADIENT:
+        return True
+    if k in POINTWISE_GRADS:
+        if wants(0):
+            grad_map(0, POINTWISE_GRADS[k], [ins[0].name, y])
+    elif k == "map":  # the front end gives each input's gradient codelets (None: no gradient)
+        for i, steps in enumerate(op.attrs.get("grad") or []):
+            if steps and i < len(ins) and wants(i):
+                grad_map(i, steps, [t.name for t in ins] + [y])
+    elif k in ("maximum", "minimum", "reduce_max", "reduce_min"):
+        for i in range(1 if k.startswith("reduce") else 2):
+            if wants(i):  # dy where this input is the extreme
+                grad_map(i, ["compare", "mul"], [ins[i].name, y])
+    elif k == "reduce_prod":
+        if wants(0):
+            grad_map(0, ["div", "mul"], [ins[0].name, y])
+    elif k == "pow":
+        if wants(0):
+            grad_map(0, ["pow", "mul", "mul"], [t.name for t in ins])
+        if len(ins) > 1 and wants(1):
+            grad_map(1, ["log", "mul", "mul"], [ins[0].name, y])
+    elif k == "remainder":
+        if wants(0):
+            bw.give(ins[0].name, dy)
+        if wants(1):
+            grad_map(1, ["div", "floor", "mul", "scale"], [t.name for t in ins])
+    elif k == "select":  # select(condition, a, b): dy where chosen, zero elsewhere
+        for i in (1, 2):
+            if wants(i):
+                grad_map(i, ["select"], [ins[0].name])
+    elif k == "clamp":
+        if wants(0):
+            grad_map(0, ["compare", "compare", "logical", "select"], [t.name for t in ins])
+    elif k == "groupnorm":
+        x = ins[0]
+        if wants(0):
+            bw.give(x.name, bw.new("groupnorm_grad", [dy, x.name, ins[1].name], x.shape, x.dtype, op.attrs))
+        for j, p in enumerate(ins[1:], 1):
+            if wants(j):  # gamma and beta: reductions of dy (times the normalised x)
+                bw.give(p.name, bw.new("reduce_sum", [dy], p.shape, p.dtype, {"axes": "broadcast"},
+                                       f"grad_{p.name.split('/')[-1]}"))
+    elif k == "gather_elements":  # ins = [index, data]: scatter dy back into the data's shape
+        if wants(1):
+            bw.give(ins[1].name, bw.new("scatter_elements", [ins[0].name, dy], ins[1].shape, ins[1].dtype,
+                                        op.attrs, "grad_data"))
+    elif k == "scatter_elements":  # ins = [index, data, updates]
+        if wants(1):
+            grad_map(1, ["select"], [ins[0].name])
+        if len(ins) > 2 and wants(2):
+            bw.give(ins[2].name, bw.new("gather_elements", [ins[0].name, dy], ins[2].shape, ins[2].dtype,
+                                        op.attrs, "grad_updates"))
+    elif k == "sort":  # the values' gradient goes back to where each value came from
+        if wants(0) and len(op.outputs) > 1:
+            bw.give(ins[0].name, bw.new("scatter_elements", [op.outputs[1], dy], ins[0].shape, ins[0].dtype,
+                                        op.attrs, "grad_input"))
+    elif k == "pad":
+        if wants(0):
+            bw.give(ins[0].name, bw.new("slice", [dy], ins[0].shape, ins[0].dtype, suffix="unpad"))
+    else:
+        return False
+    return True

@@ -1,0 +1,642 @@
+"""sim.poptorch runs every operation of PopTorch's supported-operations list
+(tests/data/poptorch_supported_ops.txt, from PopTorch's user guide): a tiny model using the op
+gives plain torch's output through inferenceModel (and, where the op is differentiable,
+trainingModel: the same loss and the same weights after one SGD step), and its simulated run
+prices it (a cost > 0, or exactly 0 for a view or a constant, as on the IPU); or the op is in
+UNSUPPORTED with the reason docs/poptorch.md gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils import _pytree as pytree  # noqa: E402
+
+import sim  # noqa: E402
+import sim.poptorch as poptorch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+OPS_FILE = ROOT / "tests" / "data" / "poptorch_supported_ops.txt"
+OPS = [line.strip() for line in OPS_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.fixture(autouse=True)
+def _default_environment(monkeypatch):
+    for var in ("IPUSIM_SYSTEM", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+# --- inputs ------------------------------------------------------------------------------------
+def R(*shape):
+    return lambda g: torch.randn(*shape, generator=g)
+
+
+def P(*shape):  # positive
+    return lambda g: torch.rand(*shape, generator=g) + 0.5
+
+
+def U(*shape):  # inside (-0.9, 0.9)
+    return lambda g: torch.rand(*shape, generator=g) * 1.8 - 0.9
+
+
+def I(high, *shape):  # noqa: E743 - integers in [0, high)
+    return lambda g: torch.randint(0, high, shape, generator=g)
+
+
+def S(*shape):  # signs
+    return lambda g: torch.randint(0, 2, shape, generator=g) * 2.0 - 1.0
+
+
+def T(value):  # a fixed tensor
+    return lambda g: value.clone()
+
+
+@dataclass
+class Case:
+    fn: Callable  # fn(model, *inputs) -> the output; model.layer is the layer made by `layer`
+    inputs: list
+    layer: Callable | None = None
+    train: bool = True  # differentiable: also run through trainingModel
+    free: bool = False  # a view: no compute in inference, on the IPU as here
+    constant: bool = False  # folded into a constant of the graph
+    loss: bool = False  # the op is itself the loss
+
+
+def op(fn, *inputs, **kw) -> Case:
+    return Case(fn, list(inputs), **kw)
+
+
+def layer(make, *inputs, **kw) -> Case:
+    return Case(lambda m, *xs: m.layer(*xs), list(inputs), layer=make, **kw)
+
+
+def loss(make, *inputs, **kw) -> Case:
+    return Case(lambda m, *xs: m.layer(*xs), list(inputs), layer=make, loss=True, **kw)
+
+
+X = R(3, 5)
+IDX = T(torch.tensor([[0, 2, 1], [4, 3, 0], [1, 1, 2]]))
+BOUNDS = torch.tensor([-1.0, 0.0, 1.0])
+D = torch.distributions
+
+CASES: dict[str, Case] = {
+    # creation: constants of the graph (PopART folds them); the add prices the run
+    "torch.arange": op(lambda m, x: x + torch.arange(5, dtype=x.dtype), X, constant=True),
+    "tensor.fill": op(lambda m, x: x * torch.zeros_like(x).fill_(3.0), X, constant=True),
+    "torch.full": op(lambda m, x: x + torch.full((5,), 2.0), X, constant=True),
+    "torch.full_like": op(lambda m, x: x + torch.full_like(x, 2.0), X, constant=True),
+    "torch.Tensor.new_ones": op(lambda m, x: x + x.new_ones(x.shape), X, constant=True),
+    "torch.Tensor.new_zeros": op(lambda m, x: x - x.new_zeros(x.shape), X, constant=True),
+    "torch.ones": op(lambda m, x: x + torch.ones(5), X, constant=True),
+    "torch.ones_like": op(lambda m, x: x + torch.ones_like(x), X, constant=True),
+    "torch.zeros": op(lambda m, x: x - torch.zeros(3, 5), X, constant=True),
+    "torch.zeros_like": op(lambda m, x: x - torch.zeros_like(x), X, constant=True),
+    # indexing, slicing, joining, mutating
+    "torch.bincount": op(lambda m, i: torch.bincount(i.flatten(), minlength=8), I(8, 3, 4), train=False),
+    "torch.bucketize": op(lambda m, x: torch.bucketize(x, BOUNDS), X, train=False),
+    "torch.cat": op(lambda m, x, y: torch.cat([x, y], 1), X, R(3, 2), free=True),
+    "torch.chunk": op(lambda m, x: torch.chunk(x, 2, 1), R(3, 6), free=True),
+    "torch.gather": op(lambda m, x, i: torch.gather(x, 1, i), X, IDX),
+    "torch.index_select": op(lambda m, x: torch.index_select(x, 1, torch.tensor([0, 3])), X),
+    "torch.index_reduce": op(lambda m, x, s: x.index_reduce(0, torch.tensor([0, 2, 0]), s, "prod"), X, R(3, 5),
+                             train=False),
+    "torch.reshape": op(lambda m, x: torch.reshape(x, (5, 3)), X, free=True),
+    "torch.roll": op(lambda m, x: torch.roll(x, 2, 1), X, free=True),
+    "torch.scatter": op(lambda m, x, i, s: torch.scatter(x, 1, i, s), X, IDX, R(3, 3)),
+    "torch.scatter_add": op(lambda m, x, i, s: torch.scatter_add(x, 1, i, s), X, IDX, R(3, 3)),
+    "torch.scatter_reduce": op(lambda m, x, i, s: torch.scatter_reduce(x, 1, i, s, "amax"), X, IDX, R(3, 3),
+                               train=False),
+    "torch.stack": op(lambda m, x, y: torch.stack([x, y]), X, X, free=True),
+    "torch.split": op(lambda m, x: torch.split(x, [2, 3], 1), X, free=True),
+    "torch.squeeze": op(lambda m, x: torch.squeeze(x, 1), R(3, 1, 5), free=True),
+    "torch.t": op(lambda m, x: torch.t(x), X),
+    "torch.take_along_dim": op(lambda m, x, i: torch.take_along_dim(x, i, 1), X, IDX),
+    "torch.transpose": op(lambda m, x: torch.transpose(x, 0, 1), X),
+    "torch.unbind": op(lambda m, x: torch.unbind(x, 0), X, free=True),
+    "torch.unsqueeze": op(lambda m, x: torch.unsqueeze(x, 1), X, free=True),
+    "torch.where": op(lambda m, x, y: torch.where(x > 0, x, y), X, X),
+    "tensor.expand": op(lambda m, x: x.expand(2, 3, 5), X, free=True),
+    "tensor.expand_as": op(lambda m, x, y: x.expand_as(y), R(1, 5), X, free=True),
+    "tensor.masked_fill": op(lambda m, x: x.masked_fill(x > 0.5, -1.0), X),
+    "tensor.index_fill_": op(lambda m, x: (x * 1.0).index_fill_(1, torch.tensor([0, 2]), -1.0), X),
+    # random samplers (the same draws as torch from the same seed)
+    "torch.bernoulli": op(lambda m, x: torch.bernoulli(torch.sigmoid(x)), X, train=False),
+    "torch.distributions.Bernoulli": op(lambda m, x: D.Bernoulli(probs=torch.sigmoid(x)).sample(), X, train=False),
+    "torch.randn": op(lambda m, x: x + torch.randn(3, 5), X),
+    "torch.normal": op(lambda m, x: torch.normal(x, 0.5), X, train=False),
+    "torch.distributions.Normal": op(lambda m, x: D.Normal(x, 0.5).sample(), X, train=False),
+    "torch.rand": op(lambda m, x: x * torch.rand(3, 5), X),
+    "torch.uniform": op(lambda m, x: x * torch.empty_like(x).uniform_(-1.0, 1.0), X),
+    "torch.distributions.Uniform": op(lambda m, x: D.Uniform(x, x + 1.0).sample(), X, train=False),
+    "torch.exponential": op(lambda m, x: x * torch.empty_like(x).exponential_(2.0), X),
+    "torch.distributions.Exponential": op(lambda m, x: D.Exponential(x).sample(), P(3, 5), train=False),
+    # pointwise
+    "torch.abs": op(lambda m, x: torch.abs(x), X),
+    "torch.acos": op(lambda m, x: torch.acos(x), U(3, 5)),
+    "torch.acosh": op(lambda m, x: torch.acosh(x + 1.0), P(3, 5)),
+    "torch.add": op(lambda m, x, y: torch.add(x, y, alpha=2.0), X, X),
+    "torch.addcdiv": op(lambda m, x, y, z: torch.addcdiv(x, y, z, value=0.5), X, X, P(3, 5)),
+    "torch.amax": op(lambda m, x: torch.amax(x, 1), X),
+    "torch.amin": op(lambda m, x: torch.amin(x, 1), X),
+    "torch.asin": op(lambda m, x: torch.asin(x), U(3, 5)),
+    "torch.asinh": op(lambda m, x: torch.asinh(x), X),
+    "torch.atan": op(lambda m, x: torch.atan(x), X),
+    "torch.atanh": op(lambda m, x: torch.atanh(x), U(3, 5)),
+    "torch.bitwise_and": op(lambda m, a, b: torch.bitwise_and(a, b), I(16, 3, 5), I(16, 3, 5), train=False),
+    "torch.bitwise_not": op(lambda m, a: torch.bitwise_not(a), I(16, 3, 5), train=False),
+    "torch.bitwise_or": op(lambda m, a, b: torch.bitwise_or(a, b), I(16, 3, 5), I(16, 3, 5), train=False),
+    "torch.bitwise_xor": op(lambda m, a, b: torch.bitwise_xor(a, b), I(16, 3, 5), I(16, 3, 5), train=False),
+    "torch.cdist": op(lambda m, x, y: torch.cdist(x, y), R(2, 3, 4), R(2, 5, 4)),
+    "torch.ceil": op(lambda m, x: torch.ceil(x), X),
+    "torch.clamp": op(lambda m, x: torch.clamp(x, -0.5, 0.5), X),
+    "torch.clamp_max": op(lambda m, x: torch.clamp_max(x, 0.5), X),
+    "torch.clamp_min": op(lambda m, x: torch.clamp_min(x, -0.5), X),
+    "torch.cos": op(lambda m, x: torch.cos(x), X),
+    "torch.cosh": op(lambda m, x: torch.cosh(x), X),
+    "torch.div": op(lambda m, x, y: torch.div(x, y), X, P(3, 5)),
+    "torch.exp": op(lambda m, x: torch.exp(x), X),
+    "torch.expm1": op(lambda m, x: torch.expm1(x), X),
+    "torch.floor": op(lambda m, x: torch.floor(x), X),
+    "torch.floor_divide": op(lambda m, x: torch.floor_divide(x, 0.7), X, train=False),
+    "torch.fmod": op(lambda m, x: torch.fmod(x, 0.7), X),
+    "torch.frac": op(lambda m, x: torch.frac(x), X),
+    "torch.log": op(lambda m, x: torch.log(x), P(3, 5)),
+    "torch.log10": op(lambda m, x: torch.log10(x), P(3, 5)),
+    "torch.log1p": op(lambda m, x: torch.log1p(x), P(3, 5)),
+    "torch.log2": op(lambda m, x: torch.log2(x), P(3, 5)),
+    "torch.logical_and": op(lambda m, x, y: torch.logical_and(x > 0, y > 0), X, X, train=False),
+    "torch.logical_or": op(lambda m, x, y: torch.logical_or(x > 0, y > 0), X, X, train=False),
+    "torch.mul": op(lambda m, x, y: torch.mul(x, y), X, X),
+    "torch.norm": op(lambda m, x: torch.norm(x, dim=1), X),
+    "torch.neg": op(lambda m, x: torch.neg(x), X),
+    "torch.pow": op(lambda m, x: torch.pow(x, 1.5), P(3, 5)),
+    "torch.reciprocal": op(lambda m, x: torch.reciprocal(x), P(3, 5)),
+    "torch.remainder": op(lambda m, x: torch.remainder(x, 0.7), X),
+    "torch.round": op(lambda m, x: torch.round(x), X),
+    "torch.rsqrt": op(lambda m, x: torch.rsqrt(x), P(3, 5)),
+    "torch.sigmoid": op(lambda m, x: torch.sigmoid(x), X),
+    "torch.sign": op(lambda m, x: torch.sign(x), X),
+    "torch.sin": op(lambda m, x: torch.sin(x), X),
+    "torch.sinh": op(lambda m, x: torch.sinh(x), X),
+    "torch.sqrt": op(lambda m, x: torch.sqrt(x), P(3, 5)),
+    "torch.square": op(lambda m, x: torch.square(x), X),
+    "torch.sub": op(lambda m, x, y: torch.sub(x, y), X, X),
+    "torch.tan": op(lambda m, x: torch.tan(x), U(3, 5)),
+    "torch.tanh": op(lambda m, x: torch.tanh(x), X),
+    "torch.true_divide": op(lambda m, x, y: torch.true_divide(x, y), X, P(3, 5)),
+    "torch.trunc": op(lambda m, x: torch.trunc(x), X),
+    # reductions
+    "torch.all": op(lambda m, x: torch.all(x > -0.5, dim=1), X, train=False),
+    "torch.any": op(lambda m, x: torch.any(x > 0.5, dim=1), X, train=False),
+    "torch.argmax": op(lambda m, x: torch.argmax(x, 1), X, train=False),
+    "torch.argmin": op(lambda m, x: torch.argmin(x, 1), X, train=False),
+    "torch.count_nonzero": op(lambda m, x: torch.count_nonzero(x > 0, dim=1), X, train=False),
+    "torch.mean": op(lambda m, x: torch.mean(x, 1), X),
+    "torch.median": op(lambda m, x: torch.median(x, 1), X),
+    "torch.prod": op(lambda m, x: torch.prod(x, 1), X),
+    "torch.logsumexp": op(lambda m, x: torch.logsumexp(x, 1), X),
+    "torch.std": op(lambda m, x: torch.std(x, 1), X),
+    "torch.std_mean": op(lambda m, x: torch.std_mean(x, 1), X),
+    "torch.sum": op(lambda m, x: torch.sum(x, 1), X),
+    "torch.var": op(lambda m, x: torch.var(x, 1), X),
+    "torch.var_mean": op(lambda m, x: torch.var_mean(x, 1), X),
+    # comparisons
+    "torch.eq": op(lambda m, x, y: torch.eq(x.round(), y.round()), X, X, train=False),
+    "torch.ge": op(lambda m, x, y: torch.ge(x, y), X, X, train=False),
+    "torch.gt": op(lambda m, x, y: torch.gt(x, y), X, X, train=False),
+    "torch.le": op(lambda m, x, y: torch.le(x, y), X, X, train=False),
+    "torch.lt": op(lambda m, x, y: torch.lt(x, y), X, X, train=False),
+    "torch.max": op(lambda m, x: torch.max(x, 1), X),
+    "torch.min": op(lambda m, x: torch.min(x, 1), X),
+    "torch.ne": op(lambda m, x, y: torch.ne(x.round(), y.round()), X, X, train=False),
+    "torch.isnan": op(lambda m, x: torch.isnan(torch.log(x)), X, train=False),
+    "torch.topk": op(lambda m, x: torch.topk(x, 3, dim=1), X),
+    "torch.argsort": op(lambda m, x: torch.argsort(x, 1), X, train=False),
+    "torch.randperm": op(lambda m, x: x[:, torch.randperm(5)], X),
+    "torch.sort": op(lambda m, x: torch.sort(x, 1), X),
+    # torch.linalg
+    "torch.linalg.norm": op(lambda m, x: torch.linalg.norm(x, dim=1), X),
+    "torch.linalg.matrix_norm": op(lambda m, x: torch.linalg.matrix_norm(x), R(2, 3, 5)),
+    "torch.linalg.vector_norm": op(lambda m, x: torch.linalg.vector_norm(x, ord=3, dim=1), X),
+    # other
+    "torch.cumsum": op(lambda m, x: torch.cumsum(x, 1), X),
+    "torch.cumprod": op(lambda m, x: torch.cumprod(x, 1), X),
+    "torch.cross": op(lambda m, x, y: torch.cross(x, y, dim=1), R(4, 3), R(4, 3)),
+    "torch.meshgrid": op(lambda m, x, y: torch.meshgrid(x, y, indexing="ij"), R(3), R(4), free=True),
+    "torch.cartesian_prod": op(lambda m, x, y: torch.cartesian_prod(x, y), R(3), R(4), free=True),
+    "torch.tensordot": op(lambda m, x, y: torch.tensordot(x, y, dims=([1, 2], [0, 1])), R(2, 3, 4), R(3, 4, 5)),
+    # BLAS
+    "torch.addmm": op(lambda m, b, x, y: torch.addmm(b, x, y), R(5), R(3, 4), R(4, 5)),
+    "torch.matmul": op(lambda m, x, y: torch.matmul(x, y), R(2, 3, 4), R(4, 5)),
+    "torch.bmm": op(lambda m, x, y: torch.bmm(x, y), R(2, 3, 4), R(2, 4, 5)),
+    # containers
+    "torch.nn.Module": layer(lambda: _Tiny(), X),
+    "torch.nn.Sequential": layer(lambda: nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2)), X),
+    # convolutions
+    "torch.nn.Conv1d": layer(lambda: nn.Conv1d(4, 6, 3), R(2, 4, 9)),
+    "torch.nn.Conv2d": layer(lambda: nn.Conv2d(4, 6, 3), R(2, 4, 7, 7)),
+    "torch.nn.Conv3d": layer(lambda: nn.Conv3d(2, 4, 3), R(1, 2, 5, 5, 5)),
+    "torch.nn.ConvTranspose1d": layer(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2), R(2, 4, 5)),
+    "torch.nn.ConvTranspose2d": layer(lambda: nn.ConvTranspose2d(4, 6, 3, stride=2), R(2, 4, 4, 4)),
+    "torch.nn.ConvTranspose3d": layer(lambda: nn.ConvTranspose3d(2, 4, 3), R(1, 2, 3, 3, 3)),
+    # pooling
+    "torch.nn.MaxPool1d": layer(lambda: nn.MaxPool1d(2), R(2, 4, 8)),
+    "torch.nn.MaxPool2d": layer(lambda: nn.MaxPool2d(2), R(2, 4, 6, 6)),
+    "torch.nn.MaxPool3d": layer(lambda: nn.MaxPool3d(2), R(1, 2, 4, 4, 4)),
+    "torch.nn.AvgPool1d": layer(lambda: nn.AvgPool1d(2), R(2, 4, 8)),
+    "torch.nn.AvgPool2d": layer(lambda: nn.AvgPool2d(2), R(2, 4, 6, 6)),
+    "torch.nn.AvgPool3d": layer(lambda: nn.AvgPool3d(2), R(1, 2, 4, 4, 4)),
+    "torch.nn.AdaptiveAvgPool1d": layer(lambda: nn.AdaptiveAvgPool1d(3), R(2, 4, 9)),
+    "torch.nn.AdaptiveAvgPool2d": layer(lambda: nn.AdaptiveAvgPool2d(2), R(2, 4, 6, 6)),
+    "torch.nn.AdaptiveAvgPool3d": layer(lambda: nn.AdaptiveAvgPool3d(2), R(1, 2, 4, 4, 4)),
+    # padding: views (popops::pad)
+    "torch.nn.ReflectionPad1d": layer(lambda: nn.ReflectionPad1d(2), R(2, 3, 6), free=True),
+    "torch.nn.ReflectionPad2d": layer(lambda: nn.ReflectionPad2d(1), R(1, 2, 4, 4), free=True),
+    "torch.nn.ReplicationPad1d": layer(lambda: nn.ReplicationPad1d(2), R(2, 3, 6), free=True),
+    "torch.nn.ReplicationPad2d": layer(lambda: nn.ReplicationPad2d(1), R(1, 2, 4, 4), free=True),
+    "torch.nn.ReplicationPad3d": layer(lambda: nn.ReplicationPad3d(1), R(1, 2, 3, 3, 3), free=True),
+    "torch.nn.ZeroPad2d": layer(lambda: nn.ZeroPad2d(1), R(1, 2, 4, 4), free=True),
+    "torch.nn.ConstantPad1d": layer(lambda: nn.ConstantPad1d(2, 3.5), R(2, 3, 6), free=True),
+    "torch.nn.ConstantPad2d": layer(lambda: nn.ConstantPad2d(1, 3.5), R(1, 2, 4, 4), free=True),
+    "torch.nn.ConstantPad3d": layer(lambda: nn.ConstantPad3d(1, 3.5), R(1, 2, 3, 3, 3), free=True),
+    # activations
+    "torch.nn.ELU": layer(lambda: nn.ELU(), X),
+    "torch.nn.CELU": layer(lambda: nn.CELU(0.5), X),
+    "torch.nn.GELU": layer(lambda: nn.GELU(), X),
+    "torch.nn.Hardshrink": layer(lambda: nn.Hardshrink(0.3), X),
+    "torch.nn.LeakyReLU": layer(lambda: nn.LeakyReLU(0.1), X),
+    "torch.nn.LogSoftmax": layer(lambda: nn.LogSoftmax(dim=1), X),
+    "torch.nn.Mish": layer(lambda: nn.Mish(), X),
+    "torch.nn.ReLU": layer(lambda: nn.ReLU(), X),
+    "torch.nn.SELU": layer(lambda: nn.SELU(), X),
+    "torch.nn.SiLU": layer(lambda: nn.SiLU(), X),
+    "torch.nn.Sigmoid": layer(lambda: nn.Sigmoid(), X),
+    "torch.nn.Softmax": layer(lambda: nn.Softmax(dim=1), X),
+    "torch.nn.Softplus": layer(lambda: nn.Softplus(), X),
+    "torch.nn.Softsign": layer(lambda: nn.Softsign(), X),
+    "torch.nn.Softshrink": layer(lambda: nn.Softshrink(0.3), X),
+    "torch.nn.Tanh": layer(lambda: nn.Tanh(), X),
+    "torch.nn.PReLU": layer(lambda: nn.PReLU(), X),
+    "torch.nn.RReLU": layer(lambda: nn.RReLU(), X),
+    "torch.nn.Hardtanh": layer(lambda: nn.Hardtanh(-0.5, 0.5), X),
+    "torch.nn.functional.glu": op(lambda m, x: F.glu(x, 1), R(3, 6)),
+    "torch.nn.Threshold": layer(lambda: nn.Threshold(0.1, 20.0), X),
+    # normalisation
+    "torch.nn.BatchNorm1d": layer(lambda: nn.BatchNorm1d(5), X),
+    "torch.nn.BatchNorm2d": layer(lambda: nn.BatchNorm2d(4), R(2, 4, 3, 3)),
+    "torch.nn.BatchNorm3d": layer(lambda: nn.BatchNorm3d(2), R(2, 2, 3, 3, 3)),
+    "torch.nn.LayerNorm": layer(lambda: nn.LayerNorm(5), X),
+    "torch.nn.GroupNorm": layer(lambda: nn.GroupNorm(2, 4), R(2, 4, 3, 3)),
+    "torch.nn.InstanceNorm1d": layer(lambda: nn.InstanceNorm1d(4, affine=True), R(2, 4, 6)),
+    "torch.nn.InstanceNorm2d": layer(lambda: nn.InstanceNorm2d(4, affine=True), R(2, 4, 3, 3)),
+    "torch.nn.InstanceNorm3d": layer(lambda: nn.InstanceNorm3d(2, affine=True), R(2, 2, 3, 3, 3)),
+    "torch.nn.utils.weight_norm": layer(lambda: _weight_norm(nn.Linear(5, 3)), X),
+    # recurrent
+    "torch.nn.RNN": layer(lambda: nn.RNN(5, 4), R(3, 2, 5)),
+    "torch.nn.GRU": layer(lambda: nn.GRU(5, 4), R(3, 2, 5)),
+    "torch.nn.LSTM": layer(lambda: nn.LSTM(5, 4, batch_first=True), R(2, 3, 5)),
+    # linear
+    "torch.nn.Identity": layer(lambda: nn.Identity(), X, free=True, train=False),
+    "torch.nn.Linear": layer(lambda: nn.Linear(5, 3), X),
+    "torch.nn.Bilinear": layer(lambda: nn.Bilinear(5, 4, 3), X, R(3, 4)),
+    # dropout: the identity at inference (as on the IPU), poprand dropout in training
+    "torch.nn.dropout": layer(lambda: nn.Dropout(0.5), X, free=True),
+    # sparse
+    "torch.nn.Embedding": layer(lambda: nn.Embedding(10, 4), I(10, 2, 3)),
+    "torch.nn.EmbeddingBag": layer(lambda: nn.EmbeddingBag(10, 4, mode="mean"), I(10, 2, 3)),
+    "torch.nn.functional.one_hot": op(lambda m, i: F.one_hot(i, 6), I(6, 2, 3), train=False),
+    # losses
+    "torch.nn.L1Loss": loss(lambda: nn.L1Loss(), X, X),
+    "torch.nn.MSELoss": loss(lambda: nn.MSELoss(), X, X),
+    "torch.nn.CrossEntropyLoss": loss(lambda: nn.CrossEntropyLoss(), X, I(5, 3)),
+    "torch.nn.NLLLoss": loss(lambda: nn.Sequential(nn.LogSoftmax(1)), X, I(5, 3)),
+    "torch.nn.BCELoss": Case(lambda m, x, t: m.layer(torch.sigmoid(x), t), [X, T(torch.rand(3, 5))],
+                             layer=lambda: nn.BCELoss(), loss=True),
+    "torch.nn.KLDivLoss": loss(lambda: nn.KLDivLoss(reduction="batchmean"), X, T(torch.softmax(torch.ones(3, 5), 1))),
+    "torch.nn.PoissonNLLLoss": loss(lambda: nn.PoissonNLLLoss(), X, P(3, 5)),
+    "torch.nn.HingeEmbeddingLoss": loss(lambda: nn.HingeEmbeddingLoss(), X, S(3, 5)),
+    "torch.nn.BCEWithLogitsLoss": loss(lambda: nn.BCEWithLogitsLoss(), X, T(torch.rand(3, 5))),
+    "torch.nn.SmoothL1Loss": loss(lambda: nn.SmoothL1Loss(), X, X),
+    "torch.nn.SoftMarginLoss": loss(lambda: nn.SoftMarginLoss(), X, S(3, 5)),
+    "torch.nn.CosineEmbeddingLoss": loss(lambda: nn.CosineEmbeddingLoss(), X, X, S(3)),
+    "torch.nn.MarginRankingLoss": loss(lambda: nn.MarginRankingLoss(0.1), R(4), R(4), S(4)),
+    "torch.nn.TripletMarginLoss": loss(lambda: nn.TripletMarginLoss(), X, X, X),
+    # vision
+    "torch.nn.Upsample": layer(lambda: nn.Upsample(scale_factor=2, mode="bicubic"), R(1, 2, 3, 3)),
+}
+
+# op -> the reason it is not simulated (the same words are in docs/poptorch.md, "Operations")
+UNSUPPORTED = {
+    "torch.nn.CTCLoss": "no cost model for popnn's CTC loss",
+    "torch_scatter.scatter": "needs the torch_scatter package",
+    "torch_scatter.composite.scatter_log_softmax": "needs the torch_scatter package",
+    "torch_scatter.composite.scatter_softmax": "needs the torch_scatter package",
+    "torch_scatter.composite.scatter_std": "needs the torch_scatter package",
+    "torch_scatter.composite.scatter_logsumexp": "needs the torch_scatter package",
+    "torch_spline_conv.spline_basis": "needs the torch_spline_conv package",
+    "torch_spline_conv.spline_weighting": "needs the torch_spline_conv package",
+}
+
+
+class _Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 3)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x))
+
+
+def _weight_norm(module):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return nn.utils.weight_norm(module)
+
+
+# NLLLoss takes log-probabilities: the case's layer makes them, the loss follows
+CASES["torch.nn.NLLLoss"] = Case(lambda m, x, t: F.nll_loss(m.layer(x), t), [X, I(5, 3)],
+                                 layer=lambda: nn.LogSoftmax(1), loss=True)
+
+
+class Net(nn.Module):
+    """The tiny model of a case; in training, ``w`` scales the first input (a float one, so the
+    op's input is trained) and the mean of the first output is the loss (unless the op is the
+    loss). ``tuple_out``: the op returns a tuple (its first element is the loss's)."""
+
+    def __init__(self, case: Case, xs, training: bool, tuple_out: bool = False):
+        super().__init__()
+        self.case = case
+        self.layer = case.layer() if case.layer else None
+        self.training_run = training
+        self.tuple_out = tuple_out
+        x = xs[0]
+        self.w = nn.Parameter(torch.linspace(0.5, 1.5, x.numel()).reshape(x.shape)) \
+            if training and x.is_floating_point() else None
+
+    def forward(self, *xs):
+        if self.w is not None:
+            xs = (xs[0] * self.w,) + xs[1:]
+        out = self.case.fn(self, *xs)
+        if not self.training_run or self.case.loss:
+            return out
+        return poptorch.identity_loss(out[0] if self.tuple_out else out, reduction="mean")
+
+
+def _inputs(case: Case):
+    g = torch.Generator().manual_seed(1234)
+    return [make(g) for make in case.inputs]
+
+
+def _host(t):
+    """PopTorch's output dtypes: int64 as int32, float64 as float32."""
+    if isinstance(t, torch.Tensor):
+        return t.int() if t.dtype == torch.int64 else (t.float() if t.dtype == torch.float64 else t)
+    return t
+
+
+def _same(actual, expected):
+    a, e = pytree.tree_leaves(actual), [_host(t) for t in pytree.tree_leaves(expected)]
+    assert len(a) == len(e)
+    for x, y in zip(a, e):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+
+
+def _forward_cycles(model) -> int:
+    exe = model.executable
+    return sum(exe.costs[o.name].cycles for o in exe.graph.ops if o.pass_ == "forward")
+
+
+def test_every_listed_op_is_covered_once():
+    assert len(OPS) == len(set(OPS)) == 227
+    assert set(CASES) | set(UNSUPPORTED) == set(OPS)
+    assert not set(CASES) & set(UNSUPPORTED)
+    docs = " ".join((ROOT / "docs" / "poptorch.md").read_text().split())
+    free = sum(c.free or c.constant for c in CASES.values())
+    assert (f"Of the {len(OPS)} entries" in docs and f"{len(CASES)} run with a cost ({free} of them" in docs
+            and f"{len(UNSUPPORTED)} are refused" in docs)
+
+
+def _net(case, xs, training, tuple_out=False):
+    torch.manual_seed(0)  # the same layer weights every time
+    return Net(case, xs, training, tuple_out)
+
+
+@pytest.mark.filterwarnings(r"ignore:index_reduce\(\) is in beta")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_runs_as_torch_and_is_priced(name):
+    case = CASES[name]
+    xs = _inputs(case)
+    net = _net(case, xs, training=False).eval()
+    with torch.no_grad():
+        torch.manual_seed(7)
+        expected = net(*xs)
+        model = poptorch.inferenceModel(net)
+        torch.manual_seed(7)
+        got = model(*xs)
+    _same(got, expected)
+    cycles = _forward_cycles(model)
+    if case.free:
+        assert cycles == 0, f"{name} is a view here and on the IPU"
+    else:
+        assert cycles > 0
+    if case.constant:
+        assert any(t.role == "constant" for t in model.executable.graph.tensors.values())
+    if not case.train:
+        return
+
+    tuple_out = isinstance(expected, tuple)
+    reference = _net(case, xs, training=True, tuple_out=tuple_out).train()
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    torch.manual_seed(7)
+    ref_loss = reference(*xs)
+    ref_loss.backward()
+    opt.step()
+    net = _net(case, xs, training=True, tuple_out=tuple_out).train()
+    trained = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    torch.manual_seed(7)
+    got_loss = trained(*xs)
+    _same(got_loss, ref_loss.detach())
+    for (pname, p), q in zip(net.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=0, msg=f"{name}: weight {pname}")
+    backward = [o for o in trained.executable.graph.ops if o.pass_ == "backward"]
+    assert backward and sum(trained.executable.costs[o.name].cycles for o in backward) > 0
+
+
+@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
+def test_unsupported_op_is_documented_with_its_reason(name):
+    docs = (ROOT / "docs" / "poptorch.md").read_text()
+    section = docs[docs.index("## Operations"):]
+    row = next((line for line in section.splitlines() if f"`{name}`" in line), None)
+    assert row is not None, f"{name} is not in docs/poptorch.md, Operations"
+    assert UNSUPPORTED[name] in row
+
+
+def test_ctc_loss_is_refused_with_a_message_naming_it():
+    class M(nn.Module):
+        def forward(self, log_probs, targets):
+            return F.ctc_loss(log_probs, targets, torch.tensor([4, 4]), torch.tensor([2, 2]))
+
+    log_probs = torch.randn(4, 2, 5).log_softmax(2)
+    with pytest.raises(sim.UnsupportedOpError, match=r"ctc_loss.*register_op"):
+        poptorch.inferenceModel(M())(log_probs, torch.tensor([[1, 2], [3, 4]]))
+
+
+def test_op_list_names_its_source():
+    head = OPS_FILE.read_text().split("\n\n")[0]
+    assert "docs/user_guide/supported_ops.rst" in head and re.search(r"c2a8b177", head)
+
+
+# --- regressions (issue 14's gaps) ----------------------------------------------------------------
+def test_linear_on_a_1d_input_is_a_row():
+    torch.manual_seed(0)
+    fc = nn.Linear(4, 3)
+    x = torch.randn(4)
+    model = poptorch.inferenceModel(fc)
+    torch.testing.assert_close(model(x), fc(x), rtol=0, atol=0)
+    mm = next(o for o in model.executable.graph.ops if o.kind == "matmul")
+    assert [model.executable.graph.tensors[t].shape for t in mm.inputs] == [(1, 4), (4, 3)]
+    assert model.executable.costs[mm.name].flops == 2 * 4 * 3
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return poptorch.identity_loss(self.fc(x), reduction="sum")
+
+    torch.manual_seed(0)
+    net = Loss()
+    trained = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    weight = net.fc.weight.detach().clone()
+    trained(x)
+    torch.testing.assert_close(net.fc.weight.detach(), weight - 0.1 * x.expand(3, 4), rtol=0, atol=1e-7)
+
+
+class _HalfTutorialCNN(nn.Module):
+    """The model of Graphcore's "Half and mixed precision in PopTorch" tutorial, smaller
+    (conv, max pool, conv, GroupNorm, two linear layers, log-softmax, NLL loss)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 5, 3)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(5, 12, 5)
+        self.norm = nn.GroupNorm(3, 12)
+        self.fc1 = nn.Linear(12 * 3 * 3, 20)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Linear(20, 10)
+        self.log_softmax = nn.LogSoftmax(dim=0)
+        self.loss = nn.NLLLoss()
+
+    def forward(self, x, labels=None):
+        x = self.pool(self.relu(self.conv1(x)))
+        x = self.norm(self.relu(self.conv2(x)))
+        x = torch.flatten(x, start_dim=1)
+        x = self.relu(self.fc1(x))
+        x = self.log_softmax(self.fc2(x))
+        if self.training:
+            return x, self.loss(x, labels)
+        return x
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_group_norm_tutorial_model_trains_and_infers(half):
+    torch.manual_seed(0)
+    net = _HalfTutorialCNN()
+    x, labels = torch.randn(4, 1, 16, 16), torch.randint(0, 10, (4,))
+    if half:
+        net, x = net.half(), x.half()
+    reference = copy.deepcopy(net)
+    opt = torch.optim.SGD(reference.parameters(), lr=0.01)
+    out, loss = reference(x, labels)
+    loss.backward()
+    opt.step()
+    model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.01))
+    got, got_loss = model(x, labels)
+    torch.testing.assert_close(got_loss, loss.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(net.norm.weight.detach(), reference.norm.weight.detach(), rtol=0, atol=0)
+    g = model.executable.graph
+    gn = next(o for o in g.ops if o.kind == "groupnorm")
+    assert gn.attrs["groups"] == 3 and g.tensors[gn.outputs[0]].dtype == ("float16" if half else "float32")
+    assert model.executable.costs[gn.name].cycles > 0
+    assert any(o.kind == "groupnorm_grad" for o in g.ops)
+    net.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(poptorch.inferenceModel(net)(x), net(x), rtol=0, atol=0)
+
+
+def test_conv1d_is_priced_with_its_multiply_adds():
+    torch.manual_seed(0)
+    conv = nn.Conv1d(4, 6, 3, stride=2, padding=1)
+    x = torch.randn(2, 4, 9)
+    model = poptorch.inferenceModel(conv)
+    torch.testing.assert_close(model(x), conv(x), rtol=0, atol=0)
+    op = next(o for o in model.executable.graph.ops if o.kind == "conv2d")
+    positions = 2 * 5  # batch x output length
+    assert model.executable.costs[op.name].flops == 2 * positions * 4 * 3 * 6
+    assert any("Conv1d" in n and "expandDims" in n for n in model.executable.notes)
+
+
+def test_float32_input_into_a_half_model_upcasts_as_poptorch_3():
+    torch.manual_seed(0)
+    fc = nn.Linear(4, 3).half()
+    x = torch.randn(2, 4)
+    with pytest.raises(RuntimeError):  # plain torch refuses the mix
+        fc(x)
+    model = poptorch.inferenceModel(fc)
+    out = model(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, F.linear(x, fc.weight.float(), fc.bias.float()), rtol=0, atol=0)
+    casts = [o for o in model.executable.graph.ops if o.kind == "cast"]
+    assert {o.attrs["to"] for o in casts} == {"float32"} and len(casts) == 2  # weight and bias
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3).half()
+
+        def forward(self, x):
+            return poptorch.identity_loss(self.fc(x), reduction="mean")
+
+    torch.manual_seed(0)
+    net = Loss()
+    before = net.fc.weight.detach().clone()
+    trained = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.5))
+    loss = trained(x)
+    assert loss.dtype == torch.float32 and net.fc.weight.dtype == torch.float16
+    expected = (before.float() - 0.5 * x.mean(0).expand(3, 4) / 3).half()
+    torch.testing.assert_close(net.fc.weight.detach(), expected, rtol=0, atol=1e-3)
+
+
+def test_half_input_into_a_float_model_upcasts_the_input():
+    torch.manual_seed(0)
+    fc = nn.Linear(4, 3)
+    x = torch.randn(2, 4).half()
+    model = poptorch.inferenceModel(fc)
+    torch.testing.assert_close(model(x), fc(x.float()), rtol=0, atol=0)
+    cast = next(o for o in model.executable.graph.ops if o.kind == "cast")
+    assert model.executable.graph.tensors[cast.inputs[0]].role == "input"
+
+
+def test_random_factories_are_drawn_at_every_run_not_baked_in():
+    class Noisy(nn.Module):
+        def forward(self, x):
+            return x + torch.randn(3, 5)
+
+    model = poptorch.inferenceModel(Noisy())
+    x = torch.zeros(3, 5)
+    first, second = model(x), model(x)
+    assert not torch.equal(first, second)
+    gen = next(o for o in model.executable.graph.ops if o.kind == "random_normal")
+    assert gen.inputs == [] and model.executable.costs[gen.name].cycles > 0
