@@ -32,7 +32,7 @@ from ..errors import IpuSimError, OutOfMemoryError
 from . import run
 from .argtypes import QUIET, positive_int, progress, verbosity
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
-                    run_points)
+                    run_points, simulate_point)
 
 #: the CSV: a candidate's columns, its result, and its ``ipusim run`` command line
 COLUMNS = list(planner.CANDIDATE_COLUMNS) + list(planner.RESULT_COLUMNS) + ["command"]
@@ -44,14 +44,8 @@ _PARAM_FLAGS = tuple(n for n in run.MODEL_PARAM_FLAGS if n != "micro_batch")
 
 def plan_point(argv: list[str]) -> dict:
     """Simulate one candidate (``ipusim run`` flags); its result columns (status ok, oom or invalid)."""
-    run_parser = run.configure(argparse.ArgumentParser(prog="ipusim run"))
-
-    def fail(message):
-        raise PointError(message)
-    run_parser.error = fail
     try:
-        args = run_parser.parse_args(argv)
-        result = run.simulate_args(args, run_parser)
+        result = simulate_point(argv)
     except OutOfMemoryError as e:
         others = sorted(i for i in e.shortfalls if i != e.ipu)
         more = f"; also short: IPU{'s' * (len(others) > 1)} {', '.join(map(str, others))}" if others else ""

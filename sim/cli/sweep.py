@@ -54,16 +54,20 @@ class SweepInterrupted(BaseException):
         self.signum, self.done, self.total = signum, done, total
 
 
-def run_point(argv: list[str]) -> dict:
-    """Simulate one point (``ipusim run`` flags) and return its row."""
+def simulate_point(argv: list[str]):
+    """Parse ``ipusim run`` flags and simulate them; a usage error is a :class:`PointError`."""
     run_parser = run.configure(argparse.ArgumentParser(prog="ipusim run"))
 
     def fail(message):
         raise PointError(message)
     run_parser.error = fail
+    return run.simulate_args(run_parser.parse_args(argv), run_parser)
+
+
+def run_point(argv: list[str]) -> dict:
+    """Simulate one point (``ipusim run`` flags) and return its row."""
     try:
-        args = run_parser.parse_args(argv)
-        result = run.simulate_args(args, run_parser)
+        result = simulate_point(argv)
     except (IpuSimError, PointError) as e:
         return {"error": str(e).splitlines()[0]}
     busy = result.breakdown.sum()
