@@ -361,3 +361,23 @@ def test_auto_round_num_ipus_flag(capsys):
     code, _, err = run_cli(capsys, "run", *argv)
     assert code == 2 and "autoRoundNumIPUs" in err
     assert cli_cycles(capsys, *argv, "--auto-round-num-ipus")["cycle_count"] > 0
+
+
+def test_run_flags_for_graphcores_bert_configuration(capsys):
+    """Per-IPU proportions, half partials and off-chip sharded optimizer state reach the options:
+    the same run as sim.validation's B10 row, so the same samples per second."""
+    from sim.validation import PUBLISHED_BY_ID
+    code, out, _ = run_cli(capsys, "run", "--model", "bert-large", "--system", "bow-pod16", "--layers-per-ipu",
+                           "3,7,7,7", "--micro-batch", "8", "--training", "--optimizer", "lamb",
+                           "--gradient-accumulation", "2048", "--replicas", "4", "--optimizer-state", "off-chip-rts",
+                           "--partials", "half", "--available-memory-proportion", "0.15,0.25,0.25,0.25",
+                           "--param", "vocab=30400", "--param", "mask_tokens=20", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["samples_per_second"] == pytest.approx(PUBLISHED_BY_ID["B10"].simulated(), rel=1e-9)
+
+
+def test_proportions_must_match_the_ipus_of_a_replica(capsys):
+    code, _, err = run_cli(capsys, "run", "--model", "bert-base", "--num-layers", "4", "--layers-per-ipu", "0,2,1,1",
+                           "--system", "ipu-pod16", "--available-memory-proportion", "0.2,0.3")
+    assert code == 2 and "2 values" in err and "(4)" in err

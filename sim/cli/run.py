@@ -68,7 +68,7 @@ SYNC_PATTERNS = {"full": SyncPattern.Full, "single-pipeline": SyncPattern.Single
                  "replica-and-ladder": SyncPattern.ReplicaAndLadder}
 OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.OverlapAccumulationLoop,
                  "device": OverlapMode.OverlapDeviceIterationLoop}
-OPTIMIZER_STATES = ("on-chip", "off-chip", "rts")
+OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
 
 
 def _int_list(text: str) -> list[int]:
@@ -106,9 +106,11 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     o.add_argument("--synthetic-data", action="store_true", help="[enableSyntheticData(True)]: no host IO")
     o.add_argument("--output-mode", type=_output_mode, metavar="{all,final,sum,everyn:N}",
                    help="[outputMode] (default: all for inference, final for training)")
-    o.add_argument("--available-memory-proportion", type=float, metavar="P",
-                   help="[setAvailableMemoryProportion] for every IPU the model runs on, in (0, 1] "
-                   "(default: 0.6)")
+    o.add_argument("--available-memory-proportion", type=_proportions, metavar="P[,P...]",
+                   help="[setAvailableMemoryProportion] one value in (0, 1] for every IPU the model runs on, "
+                   "or one per IPU of a replica (default: 0.6)")
+    o.add_argument("--partials", choices=("float", "half"),
+                   help="[Precision.setPartialsType] of matmuls and convolutions (default: float)")
     x = r.add_argument_group("multi-IPU and host IO (PopTorch names in brackets)")
     x.add_argument("--strategy", choices=STRATEGIES,
                    help="[setExecutionStrategy] pipelined or sharded: the model's IPU placement as stages "
@@ -127,8 +129,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     x.add_argument("--prefetch-depth", type=positive_int, metavar="N",
                    help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
     x.add_argument("--optimizer-state", choices=OPTIMIZER_STATES,
-                   help="[TensorLocations.setOptimizerLocation] on-chip, off-chip (streaming memory) or rts "
-                   "(on chip, sharded over --replicas); training only")
+                   help="[TensorLocations.setOptimizerLocation] on-chip, off-chip (streaming memory), rts "
+                   "(on chip, sharded over --replicas) or off-chip-rts (in streaming memory, sharded); "
+                   "training only")
     out = r.add_argument_group("output")
     out.add_argument("--output", metavar="DIR", type=Path,
                      help="also write trace.csv, ops.csv, breakdown.csv, summary.json, timeline.png, memory.png, "
@@ -216,8 +219,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
     if args.prefetch_depth is not None:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
     if args.optimizer_state is not None:
-        where = TensorLocationSettings().useOnChipStorage(args.optimizer_state != "off-chip")
-        if args.optimizer_state == "rts":
+        where = TensorLocationSettings().useOnChipStorage(not args.optimizer_state.startswith("off-chip"))
+        if args.optimizer_state.endswith("rts"):
             where.useReplicatedTensorSharding(True)
         opts.TensorLocations.setOptimizerLocation(where)
     if args.device_iterations is not None:
@@ -228,10 +231,27 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.enableSyntheticData(True)
     if args.output_mode is not None:
         opts.outputMode(*args.output_mode)
+    if args.partials is not None:
+        opts.Precision.setPartialsType(args.partials)
     if args.available_memory_proportion is not None:
         ipus = _ipus_per_replica(graph, opts.execution_strategy)
-        opts.setAvailableMemoryProportion({f"IPU{i}": args.available_memory_proportion for i in range(ipus)})
+        given = args.available_memory_proportion
+        if len(given) not in (1, ipus):
+            raise sim.IpuSimError(f"--available-memory-proportion has {len(given)} values; give one for every "
+                                  f"IPU or one per IPU of a replica ({ipus})")
+        opts.setAvailableMemoryProportion({f"IPU{i}": given[i if len(given) > 1 else 0] for i in range(ipus)})
     return opts
+
+
+def _proportions(text: str) -> list[float]:
+    """``0.6`` or ``0.15,0.25,0.25,0.25``: availableMemoryProportion values, each in (0, 1]."""
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected proportions like 0.6 or 0.15,0.25, got {text!r}") from None
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"each proportion must be in (0, 1], got {text!r}")
+    return values
 
 
 def _ipus_per_replica(graph: sim.Graph, strategy) -> int:
@@ -259,8 +279,9 @@ def simulate_args(args, parser) -> sim.Run:
         parser.error("--optimizer only applies with --training")
     if args.optimizer_state and not args.training:
         parser.error("--optimizer-state only applies with --training")
-    if args.optimizer_state == "rts" and (args.replicas or 1) < 2:
-        parser.error("--optimizer-state rts shards the state over replicas: give --replicas 2 or more")
+    if args.optimizer_state in ("rts", "off-chip-rts") and (args.replicas or 1) < 2:
+        parser.error(f"--optimizer-state {args.optimizer_state} shards the state over replicas: give --replicas 2 "
+                     "or more")
     if args.output is not None:
         try:
             check_output_directory(args.output)  # before simulating, not after
