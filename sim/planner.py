@@ -57,7 +57,8 @@ from .hardware.system import load_system
 from .options import Options
 from .strategy import assign
 
-OPTIMIZER_STATES = ("on-chip", "off-chip", "rts")
+OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
+SHARDED = ("rts", "off-chip-rts")  # optimizer-state placements sharded over the replicas
 #: model parameters the planner chooses itself (each is an axis of the search)
 PLANNED_PARAMS = {"micro_batch": "--micro-batch", "layers_per_ipu": "--pipeline",
                   "split_points": "--pipeline", "recompute_checkpoint_every_layer": "--recompute",
@@ -167,7 +168,8 @@ class Space:
     gradient_accumulations: list[int] | None = None  # default: what makes the global batch
     proportions: list[float] | None = None  # default 0.2, 0.4, 0.6
     recompute: list[bool] | None = None  # default on and off (training, a model that splits)
-    optimizer_states: list[str] | None = None  # default all three (if the optimizer has state)
+    optimizer_states: list[str] | None = None  # default all four (if the optimizer has state)
+    partials: str = "float"  # Precision.setPartialsType of every candidate
     device_iterations: int | None = None  # default 1 in training, 32 in inference
 
     def __post_init__(self):
@@ -190,6 +192,8 @@ class Space:
             raise OptionsError("plan: inference has no gradient accumulation, optimizer state or recomputation "
                                "axes; give --training to plan training")
         Optimizer(self.optimizer)  # unknown names raise OptionsError
+        if self.partials not in ("float", "half"):
+            raise OptionsError(f"plan: partials {self.partials!r}: expected float or half")
 
 
 @dataclass(frozen=True)
@@ -297,8 +301,9 @@ class Planner:
     the system (IPUs per replica at most the model's layers + 1, and 1 for a model that does
     not split); micro-batches 1, 2, 4, ... 64 (at most the global batch); gradient
     accumulation whatever makes the global batch (with a range: powers of two inside it);
-    proportions 0.2, 0.4, 0.6; recomputation on and off; optimizer state on-chip, off-chip and
-    rts (rts with 2 replicas or more; none of them for an optimizer without state, e.g. sgd).
+    proportions 0.2, 0.4, 0.6; recomputation on and off; optimizer state on-chip, off-chip,
+    rts and off-chip-rts (the sharded two with 2 replicas or more; none of them for an optimizer
+    without state, e.g. sgd).
     """
 
     def __init__(self, model: Model, space: Space):
@@ -379,7 +384,7 @@ class Planner:
                             for amp in proportions:
                                 for rc in recomputes:
                                     for state in states:
-                                        if state == "rts" and R < 2:
+                                        if state in SHARDED and R < 2:
                                             continue  # nothing to shard over
                                         out.append(Candidate(sname, P, R, mb, ga, float(amp), rc, state,
                                                              self.device_iterations))
@@ -410,6 +415,7 @@ class Planner:
         g = expand_training(g, self.space.optimizer, accumulate) if training else g.copy()
         assign(g, None)
         o = Options().setAvailableMemoryProportion({"IPU0": amp})
+        o.Precision.setPartialsType(self.space.partials)
         costs = price_ops(g, sysobj, o, training, sysobj.ipu.tiles)
         sides: dict[str, dict[str, int]] = {"forward": {}, "backward": {}, "update": {}}
         users: dict[str, set[str]] = {}
@@ -471,18 +477,19 @@ class Planner:
         where = self.ipu_of_blocks(c.split)
         busy = [0.0] * max(1, len(c.split))
         ga = c.gradient_accumulation
-        share = c.replicas if c.optimizer_state == "rts" else 1
+        share = c.replicas if c.optimizer_state in SHARDED else 1
         for side, times in ((prof.forward, ga), (prof.backward, ga), (prof.update, 1 / share)):
             for b, cycles in side.items():
                 busy[where.get(b, 0)] += cycles * times
         system = self.systems[c.system]
         clock = system.ipu.clock_hz
-        if c.optimizer_state == "off-chip":  # loaded and stored on the IPU's own lane every step
+        if c.optimizer_state and c.optimizer_state.startswith("off-chip"):
+            # loaded and stored on the IPU's own lane every step (its shard with off-chip-rts)
             moved: list[set] = [set() for _ in busy]
             for b, io in prof.state_io.items():
                 moved[where.get(b, 0)] |= io
             for ipu, io in enumerate(moved):
-                busy[ipu] += sum(n for _, n in io) / system.streaming_memory.bytes_per_s_per_ipu * clock
+                busy[ipu] += sum(n for _, n in io) / share / system.streaming_memory.bytes_per_s_per_ipu * clock
         busiest = max(busy)
         return c.micro_batch * ga * c.replicas * clock / busiest if busiest else math.inf
 
@@ -496,7 +503,7 @@ class Planner:
         per_ipu = [0.0] * max(1, len(c.split))
         for role, nbytes, blocks in prof.tensors:
             if role == "state":
-                if c.optimizer_state == "off-chip":
+                if c.optimizer_state and c.optimizer_state.startswith("off-chip"):
                     continue
                 if c.optimizer_state == "rts":
                     nbytes = nbytes / c.replicas
@@ -544,7 +551,7 @@ class Planner:
         """What tile memory depends on: not the replicas (but with rts) nor the accumulation
         count (only whether there is accumulation), nor device iterations."""
         return (c.system, c.split, c.micro_batch, c.available_memory_proportion, c.recompute, c.optimizer_state,
-                c.gradient_accumulation > 1, c.replicas if c.optimizer_state == "rts" else 0)
+                c.gradient_accumulation > 1, c.replicas if c.optimizer_state in SHARDED else 0)
 
     # -- the search ---------------------------------------------------------------------------
 

@@ -115,7 +115,7 @@ def test_always_live_bound_is_the_compilers_always_live_memory():
             [run.executable.memory[0].always_live.mean()], rel=1e-12)
         assert run.samples_per_second <= pl.bound(c)
         seen.add(c.optimizer_state)
-    assert seen == {"on-chip", "off-chip", "rts"}
+    assert seen == {"on-chip", "off-chip", "rts", "off-chip-rts"}
 
 
 def test_cli_plan_table_csv_and_runnable_commands(capsys, tmp_path):

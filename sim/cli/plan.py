@@ -94,6 +94,8 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
     argv += ["--available-memory-proportion", f"{c.available_memory_proportion:g}"]
     if c.device_iterations != 1:
         argv += ["--device-iterations", str(c.device_iterations)]
+    if sp.partials != "float":
+        argv += ["--partials", sp.partials]
     return argv
 
 
@@ -180,8 +182,11 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--recompute", type=_choices(("on", "off")), metavar="on,off",
                    help="recomputation checkpoint after every layer (bert, gpt2) or block (resnet50); "
                    "default: both, in training")
-    a.add_argument("--optimizer-state", type=_choices(run.OPTIMIZER_STATES), metavar="on-chip,off-chip,rts",
-                   help="default: all three in training (rts with 2 replicas or more), none for sgd")
+    a.add_argument("--optimizer-state", type=_choices(run.OPTIMIZER_STATES), metavar="on-chip,off-chip,rts,...",
+                   help="default: all four in training (rts and off-chip-rts with 2 replicas or more), none "
+                   "for sgd")
+    a.add_argument("--partials", choices=("float", "half"), default="float",
+                   help="[Precision.setPartialsType] of every candidate (default: float)")
     a.add_argument("--device-iterations", type=positive_int, metavar="N",
                    help="of every candidate (default: 1 in training, 32 in inference)")
     s = p.add_argument_group("the search")
@@ -280,7 +285,7 @@ def build_planner(args, parser) -> planner.Planner:
         micro_batches=args.micro_batch, gradient_accumulations=args.gradient_accumulation,
         proportions=args.available_memory_proportion,
         recompute=None if args.recompute is None else [v == "on" for v in args.recompute],
-        optimizer_states=args.optimizer_state, device_iterations=args.device_iterations)
+        optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials)
     return planner.Planner(model, space)
 
 
