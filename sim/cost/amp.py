@@ -132,7 +132,6 @@ class Nx1Constants:
     worker_entry_fp16: int
     worker_entry_fp32: int
     worker_retention: int
-    worker_imbalance: int
     zero_worker_fixed: int
     zero_elems_per_cycle: int
 
@@ -193,6 +192,8 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     entry = c.worker_entry_fp16 if mode.cycles_per_position <= 4 else c.worker_entry_fp32
     worker_fixed = c.worker_fixed_fp32_partials + fp16_partials + \
         entries * (c.worker_per_entry - c.worker_retention + entry)
+    # a tile waits for its slowest worker at each kernel position (poplibs adds 9 cycles when the
+    # fastest is within 9 of it: left out, as small as the averaging of the worklists above)
     per_position = workers * share * mode.cycles_per_position
     position_fixed = c.per_kernel_position + loads + c.weight_load_extra + workers * worker_fixed
     inner = krows * c.per_kernel_row + kpos * (position_fixed + per_position)
@@ -474,5 +475,5 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
     return np.minimum(1.0, patch / (np.maximum(positions, 1) * conv.kernel_positions))
 
 
-__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_vertex_cycles", "plan_matmul", "conv_input_factor",
-           "partials_reduction"]
+__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_vertex_cycles",
+           "plan_matmul", "conv_input_factor", "partials_reduction"]
