@@ -1,8 +1,11 @@
-"""BERT (Devlin et al. 2018) for masked-LM pre-training, as Graphcore's BERT examples build it.
+"""BERT (Devlin et al. 2018) for masked-LM pre-training or SQuAD fine-tuning, as Graphcore's BERT
+examples build it.
 
 Inputs, in order: ``input_ids``, ``attention_mask``, ``token_type_ids`` (int32, (B, S)) and,
-with the head, ``labels`` (int32, (B, S) or (B, mask_tokens)). Outputs: the MLM logits and the
-loss (with the head), else the encoder output.
+with the head and its loss, ``labels`` (MLM: int32, (B, S) or (B, mask_tokens)) or ``positions``
+(SQuAD: int32, (B, 2), the answer's start and end). Outputs: the MLM logits, or the SQuAD
+``start_logits`` and ``end_logits`` (B, S), then the loss (unless ``with_loss=False``, an
+inference deployment: no labels streamed in, no loss); without the head, the encoder output.
 
 - Post-layernorm encoder layers: fused QKV attention, residual add, layernorm, FFN (GELU),
   residual add, layernorm (``models.transformer``).
@@ -15,13 +18,32 @@ loss (with the head), else the encoder output.
   otherwise 15 % of S rounded up); ``mask_tokens=None`` projects every position (Hugging
   Face's ``BertForMaskedLM``).
 - No pooler or next-sentence-prediction head (the loss is MLM only).
+- Packed sequences (``max_sequences_per_pack``, e.g. 3 as MLPerf and Graphcore's packed BERT: Krell
+  et al. 2021, "Efficient Sequence Packing without Cross-contamination"): each row of the micro-batch
+  is a pack of up to that many sequences. The inputs are then ``input_ids``, ``input_mask`` (each
+  token's sequence index in its pack, 0 for padding), ``token_type_ids``, ``position_ids`` (restarting
+  at 0 for each sequence) and ``labels``; every layer makes the block-diagonal attention mask from
+  ``input_mask`` (:func:`pack_mask`); the MLM head projects ``mask_tokens`` positions per pack ("auto":
+  PopART's ``mask_tokens + max_sequences_per_pack - 1``, from the packed configs' 20 / 56 / 76 at
+  S = 128 / 384 / 512). ``packing_factor`` is the dataset's average sequences per pack ("auto":
+  :data:`PACKING_FACTOR`, the PyTorch config's); the graph's ``samples_per_row`` carries it, so a
+  run's samples are packs x factor (sequences, as Graphcore counts them).
+- ``att_ffn_placement`` (MLPerf v1.1/v2.0 BERT's option, ``models.transformer.att_ffn_ipus``):
+  ``[[ipu, [attentions, ffns]], ...]`` per pipeline stage, so a layer's attention and FFN can sit on
+  different IPUs; instead of ``layers_per_ipu``. Checkpoints stay one per layer (its FFN output).
+- ``head="squad"``: the span head of Graphcore's SQuAD fine-tuning (``PipelinedBertForQuestionAnswering``
+  in graphcore/examples ``nlp/bert/pytorch/modeling.py``, Hugging Face's ``BertForQuestionAnswering``):
+  a linear layer hidden -> 2 per token, and the loss the mean of two softmax cross-entropies over the
+  sequence positions (start and end). It sits on the last encoder layer's IPU ("QA Outputs --> IPU
+  {ipu}" there; the PopART example does the same with ``squad_wrap_final_layer: false``), so it adds
+  no pipeline stage. Inference with ``with_loss=False`` streams back only the 2 logits per token.
 - ``recompute_checkpoint_every_layer``: each layer's output but the last is a recomputation
   checkpoint, as in Graphcore's configs; by default (None) on when ``layers_per_ipu`` pipelines
   the layers over several IPUs (``models.transformer.checkpointed_layers``).
 - ``layers_per_ipu`` (e.g. ``[0, 4, 4, 4]``) places the encoder layers on consecutive IPUs. As in
   Graphcore's PyTorch BERT (``Embedding --> IPU 0``, ``Encoder i --> IPU k``, ``Classifier -->
   IPU 0``), the embeddings go on IPU 0 and the MLM head and loss go back on IPU 0, where the
-  tied embedding table lives, as the last pipeline stage.
+  tied embedding table lives, as the last pipeline stage; the SQuAD head stays on the last IPU.
 """
 
 from __future__ import annotations
@@ -34,36 +56,54 @@ from ._common import Params, Placement
 from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_positions=512,
-               type_vocab=2, mask_tokens="auto", dropout=0.1, layers_per_ipu=None, with_head=True,
-               recompute_checkpoint_every_layer=None, dtype="float16")
+               type_vocab=2, mask_tokens="auto", dropout=0.1, layers_per_ipu=None, att_ffn_placement=None,
+               max_sequences_per_pack=None, packing_factor="auto", with_head=True,
+               head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, dtype="float16")
 MODELS = {
     "bert-base": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "bert-large": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
 }
 EPS = 1e-12  # BERT's layer_norm_eps
 GRAPHCORE_MASK_TOKENS = {128: 20, 384: 76, 512: 80}  # masked positions per sequence in their configs
+#: masked tokens of a packed run by sequence length, before PopART's + (max_sequences_per_pack - 1):
+#: graphcore/examples (SDK 3.1 c0239af) nlp/bert/popart/configs/packed/packed_pretrain_large_{128,384,512}.json
+PACKED_MASK_TOKENS = {128: 20, 384: 56, 512: 76}
+#: average sequences per pack by sequence length (the packing factor, a property of the packed
+#: Wikipedia dataset): graphcore/examples nlp/bert/pytorch/configs_pretraining.yml
+#: ``packing_factor: {128: 1.17, 384: 1.7, 512: 2.0}``; MLPerf's SL512 configs say ``avg_seq_per_pack: 2``
+#: and Krell et al. 2021 report about 2 sequences per pack at 512
+PACKING_FACTOR = {128: 1.17, 384: 1.7, 512: 2.0}
 
 
 def build(name: str, p: Params) -> Graph:
     c = transformer_params(p, "max_positions")
     B, S, H, V = c["micro_batch"], c["seq_len"], c["hidden"], c["vocab"]
+    packs, factor = _packing(p, S)
     if p["mask_tokens"] == "auto":
-        p["mask_tokens"] = GRAPHCORE_MASK_TOKENS.get(S, math.ceil(0.15 * S))
+        p["mask_tokens"] = (GRAPHCORE_MASK_TOKENS.get(S, math.ceil(0.15 * S)) if packs is None
+                            else PACKED_MASK_TOKENS.get(S, math.ceil(0.15 * S)) + packs - 1)
     mask_tokens = p.int("mask_tokens", optional=True)
     if mask_tokens is not None and mask_tokens > S:
         p.fail("mask_tokens", f"must be <= seq_len={S}")
-    drop, layer_ipu = c["dropout"], c["layer_ipu"]
+    drop, att_ffn = c["dropout"], c["att_ffn"]
+    layer_ipu = c["layer_ipu"] or (att_ffn[1] if att_ffn else None)  # the IPU each layer ends on
 
     b = GraphBuilder(name, c["dtype"])
     place = Placement(b, layer_ipu is not None)
     ids = b.input("input_ids", (B, S), "int32")
-    attn_mask = b.input("attention_mask", (B, S), "int32")
+    # packed: each token's sequence index in its pack (0: padding), the source's input_mask
+    attn_mask = b.input("attention_mask" if packs is None else "input_mask", (B, S), "int32")
     types = b.input("token_type_ids", (B, S), "int32")
-    labels = b.input("labels", (B, mask_tokens or S), "int32") if c["with_head"] else None
+    if packs is not None:
+        position_ids = b.input("position_ids", (B, S), "int32")  # restart at 0 for each sequence
+        b.graph.samples_per_row = factor
+    head, with_loss = _head(p)
+    labels = (b.input("labels", (B, mask_tokens or S), "int32")
+              if c["with_head"] and head == "mlm" and with_loss else None)
 
     with place.on(0, "embedding"), b.scope("embeddings"):
         word_table = b.weight("word_embeddings", (V, H))
-        positions = b.constant("position_ids", (S,), "int32")
+        positions = b.constant("position_ids", (S,), "int32") if packs is None else position_ids
         x = b.embedding(ids, word_table, name="word")
         x = b.add(x, b.embedding(positions, b.weight("position_embeddings", (p.int("max_positions"), H)),
                                  name="position"))
@@ -73,23 +113,98 @@ def build(name: str, p: Params) -> Graph:
         if drop:
             x = b.dropout(x, drop)
         # The extended mask (1 - mask) * -10000, broadcast over heads and query positions.
-        mask = b.reshape(b.scale(b.cast(attn_mask, c["dtype"]), -10000.0), (B, 1, 1, S))
+        mask = (b.reshape(b.scale(b.cast(attn_mask, c["dtype"]), -10000.0), (B, 1, 1, S))
+                if packs is None else None)
 
     for i in range(c["num_layers"]):
-        with place.on(layer_ipu[i] if layer_ipu else 0, f"layer{i}"), b.scope(f"encoder/layer{i}"):
-            x = b.layernorm(b.add(x, attention(b, x, c["heads"], mask, drop)), EPS, name="attention_norm")
-            x = b.layernorm(b.add(x, ffn(b, x, c["intermediate"], drop)), EPS, name="ffn_norm")
-            if i in c["checkpoints"]:
-                b.checkpoint(x)
+        att_ipu, ffn_ipu = (att_ffn[0][i], att_ffn[1][i]) if att_ffn else (layer_ipu[i] if layer_ipu else 0,) * 2
+        with b.scope(f"encoder/layer{i}"):
+            with place.on(att_ipu, f"layer{i}"):
+                layer_mask = mask if packs is None else pack_mask(b, attn_mask, c["dtype"])
+                x = b.layernorm(b.add(x, attention(b, x, c["heads"], layer_mask, drop)), EPS,
+                                name="attention_norm")
+            with place.on(ffn_ipu, f"layer{i}"):
+                x = b.layernorm(b.add(x, ffn(b, x, c["intermediate"], drop)), EPS, name="ffn_norm")
+                if i in c["checkpoints"]:
+                    b.checkpoint(x)
 
     if not c["with_head"]:
         b.output(x)
+        return b.graph
+    if head == "squad":
+        positions = b.input("positions", (B, 2), "int32") if with_loss else None
+        # Graphcore's PipelinedBertForQuestionAnswering: "QA Outputs" on the last encoder layer's IPU
+        with place.on(layer_ipu[-1] if layer_ipu else 0, "head"), b.scope("squad_head"):
+            squad_head(b, x, positions)
         return b.graph
     with place.on(0, "head"), b.scope("mlm_head"):
         if mask_tokens is not None:
             x = b.slice(x, 1, 0, mask_tokens, name="masked_tokens")
         x = b.layernorm(b.gelu(b.linear(x, H, name="transform")), EPS)
         logits = b.add(tied_projection(b, x, word_table), b.weight("decoder_bias", (V,)))
+        if not with_loss:
+            b.output(logits)
+            return b.graph
         loss = b.softmax_cross_entropy(logits, labels)
     b.output(logits, loss)
     return b.graph
+
+
+HEADS = ("mlm", "squad")
+
+
+def _head(p: Params) -> tuple[str, bool]:
+    """The ``head`` and ``with_loss`` parameters, checked."""
+    if p["head"] not in HEADS:
+        p.fail("head", f"expected one of {', '.join(map(repr, HEADS))}")
+    return p["head"], p.flag("with_loss")
+
+
+def squad_head(b: GraphBuilder, x: str, positions: str | None) -> None:
+    """The SQuAD span head on the encoder output ``x`` (B, S, H), as Hugging Face's
+    ``BertForQuestionAnswering``: one linear layer H -> 2 (``qa_outputs``), whose two columns
+    are each token's start and end logits. Outputs ``start_logits`` and ``end_logits`` (B, S)
+    and, given ``positions`` (the int32 (B, 2) input of start and end positions), the loss: the
+    mean of the two softmax cross-entropies over the sequence positions, computed as one
+    cross-entropy over the (B, 2) rows of S positions (the same value)."""
+    B, S, _ = b.shape(x)
+    logits = b.linear(x, 2, name="qa_outputs")  # (B, S, 2)
+    start = b.reshape(b.slice(logits, 2, 0, 1, name="start"), (B, S), name="start_logits")
+    end = b.reshape(b.slice(logits, 2, 1, 2, name="end"), (B, S), name="end_logits")
+    if positions is None:
+        b.output(start, end)
+        return
+    per_row = b.transpose(logits, (0, 2, 1), name="span_logits")  # (B, 2, S): start row, end row
+    loss = b.softmax_cross_entropy(per_row, positions)
+    b.output(start, end, loss)
+
+
+def _packing(p: Params, seq_len: int) -> tuple[int | None, float]:
+    """``max_sequences_per_pack`` (None: unpacked) and the packing factor, checked."""
+    packs = p.int("max_sequences_per_pack", optional=True)
+    if packs is None:
+        return None, 1.0
+    if p["packing_factor"] == "auto":
+        if seq_len not in PACKING_FACTOR:
+            p.fail("packing_factor", f"no published packing factor for seq_len={seq_len} (known: "
+                                     f"{sorted(PACKING_FACTOR)}): give the dataset's average sequences per pack")
+        p["packing_factor"] = PACKING_FACTOR[seq_len]
+    factor = p["packing_factor"]
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 <= factor <= packs:
+        p.fail("packing_factor", f"expected the average sequences per pack, a number from 1 to "
+                                 f"max_sequences_per_pack={packs}")
+    return packs, float(factor)
+
+
+def pack_mask(b: GraphBuilder, seq_ids: str, dtype: str) -> str:
+    """The block-diagonal attention mask of packed sequences, (B, 1, S, S) in ``dtype``: 0 where
+    query and key tokens belong to the same sequence of the pack, -10000 elsewhere, from each
+    token's sequence index ``seq_ids`` (B, S). One fused element-wise compare and select
+    (popops::map), made in each layer from the streamed indices as Graphcore's packed BERT does
+    (the ``AttentionMask`` custom op inside every attention of the MLPerf PopART code; PyTorch's
+    ``attention_mask == attention_mask.transpose(1, 2)``), so only the (B, S) indices move between IPUs."""
+    B, S = b.shape(seq_ids)
+    rows = b.reshape(seq_ids, (B, 1, S, 1), name="pack_rows")
+    cols = b.reshape(seq_ids, (B, 1, 1, S), name="pack_cols")
+    return b.op("map", [rows, cols], [(B, 1, S, S)], {"steps": ["compare", "select"]}, name="pack_mask",
+                out_dtypes=[dtype])[0]

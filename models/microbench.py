@@ -32,7 +32,7 @@ MODELS = {
     "tut6-matvec": dict(rows=10000, cols=1000, col_split=7, tiles=1472, vertex_base_cycles=5,
                         cycles_per_mac=4),
     "amp-tile": dict(n=16, tiles=1472),
-    "io-bound": dict(batch=32, width=896, layers=36, overlap=False),
+    "io-bound": dict(batch=32, width=896, layers=28, overlap=False),
 }
 
 

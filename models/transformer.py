@@ -6,6 +6,7 @@ Shapes: activations are (batch, seq, hidden); attention works on (batch, heads, 
 from __future__ import annotations
 
 import math
+import numbers
 
 from sim.graph import GraphBuilder
 
@@ -73,22 +74,24 @@ def transformer_params(p: Params, extra_seq_limit: str) -> dict:
                 hidden=hidden, heads=heads, vocab=p.int("vocab"),
                 intermediate=p.int("intermediate", optional=True) or 4 * hidden,
                 dropout=p.prob("dropout"), with_head=p.flag("with_head"), dtype=p.dtype(),
-                layer_ipu=layer_ipus(p, num_layers), checkpoints=checkpointed_layers(p, num_layers))
+                layer_ipu=layer_ipus(p, num_layers), att_ffn=att_ffn_ipus(p, num_layers),
+                checkpoints=checkpointed_layers(p, num_layers))
 
 
 def checkpointed_layers(p: Params, num_layers: int) -> set[int]:
     """The layers whose output is a recomputation checkpoint (``recompute_checkpoint_every_layer``).
 
     As Graphcore's BERT and GPT-2 (``recompute_checkpoint_every_layer: True`` in their configs):
-    every layer but the last. ``None`` (the default) means True when ``layers_per_ipu`` puts
-    layers on an IPU other than IPU 0, so that the model is pipelined over several IPUs (where
+    every layer but the last (the output of its FFN half, also when ``att_ffn_placement`` puts the
+    halves on different IPUs). ``None`` (the default) means True when ``layers_per_ipu`` or
+    ``att_ffn_placement`` puts layers on an IPU other than IPU 0, so that the model is pipelined over several IPUs (where
     PopTorch recomputes, ``RecomputationType::Pipeline``), and False otherwise: on one IPU a
     checkpoint would make training recompute, which PopTorch does not do by default.
     """
     on = p["recompute_checkpoint_every_layer"]
     if on is None:
-        layer_ipu = layer_ipus(p, num_layers)
-        on = layer_ipu is not None and any(layer_ipu)
+        layer_ipu, att_ffn = layer_ipus(p, num_layers), att_ffn_ipus(p, num_layers)
+        on = (layer_ipu is not None and any(layer_ipu)) or (att_ffn is not None and any(att_ffn[0] + att_ffn[1]))
     else:
         on = p.flag("recompute_checkpoint_every_layer")
     return set(range(num_layers - 1)) if on else set()
@@ -102,3 +105,49 @@ def layer_ipus(p: Params, num_layers: int) -> list[int] | None:
     if sum(counts) != num_layers:
         p.fail("layers_per_ipu", f"must sum to num_layers={num_layers}, sums to {sum(counts)}")
     return [ipu for ipu, n in enumerate(counts) for _ in range(n)]
+
+
+def att_ffn_ipus(p: Params, num_layers: int) -> tuple[list[int], list[int]] | None:
+    """The IPU of each layer's attention half and of its FFN half, from ``att_ffn_placement``.
+
+    The option of Graphcore's MLPerf BERT (training_results v1.1 / v2.0, ``bert_model.py``
+    ``Bert._setup_placement``): a list of ``[ipu, [attentions, ffns]]``, one entry per pipeline
+    stage in order, after the embedding's stage (their ``encoder_start_pipeline_stage`` 1); the
+    stage's IPU gets the next ``attentions`` attention halves and the next ``ffns`` FFN halves of
+    the layers, so a stage boundary can fall between a layer's attention and its FFN. E.g. v1.1
+    POD16's ``[[1, [7, 6]], [2, [6, 7]], [3, [7, 6]], [0, [4, 5]]]`` puts layer 6's attention on
+    IPU 1 and its FFN on IPU 2, and the last 4 attentions and 5 FFNs back on IPU 0 with the heads.
+    None if unset (models without the parameter, e.g. GPT-2, never have it). Exclusive with
+    ``layers_per_ipu``.
+    """
+    entries = p.get("att_ffn_placement")
+    if entries is None:
+        return None
+    if p.get("layers_per_ipu") is not None:
+        p.fail("att_ffn_placement", "give it or layers_per_ipu, not both")
+    ok = isinstance(entries, (list, tuple)) and entries and all(
+        isinstance(e, (list, tuple)) and len(e) == 2 and _whole(e[0]) and isinstance(e[1], (list, tuple))
+        and len(e[1]) == 2 and all(_whole(n) for n in e[1]) for e in entries)
+    if not ok:
+        p.fail("att_ffn_placement", "expected a list of [ipu, [attentions, ffns]] entries of integers >= 0, "
+                                    "e.g. [[1, [7, 6]], [2, [6, 7]], [3, [7, 6]], [0, [4, 5]]]")
+    att = [int(ipu) for ipu, (n, _) in entries for _ in range(n)]
+    ffn = [int(ipu) for ipu, (_, n) in entries for _ in range(n)]
+    if len(att) != num_layers or len(ffn) != num_layers:
+        p.fail("att_ffn_placement", f"the attentions and the FFNs must each sum to num_layers={num_layers} "
+                                    f"(they sum to {len(att)} and {len(ffn)})")
+    for i in range(1, len(entries)):
+        if int(entries[i][0]) == int(entries[i - 1][0]):
+            p.fail("att_ffn_placement", f"entries {i - 1} and {i} are both on IPU {entries[i][0]}: one stage "
+                                        "per entry, merge them")
+    done_att = done_ffn = 0
+    for i, (_, (n_att, n_ffn)) in enumerate(entries):
+        done_att, done_ffn = done_att + n_att, done_ffn + n_ffn
+        if done_ffn > done_att:
+            p.fail("att_ffn_placement", f"entry {i} places the FFN of layer {done_att} before its attention: "
+                                        "after each entry the attentions placed must be >= the FFNs placed")
+    return att, ffn
+
+
+def _whole(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0

@@ -52,7 +52,7 @@ import models
 from .compiler.executable import price_ops
 from .errors import GraphError, OptionsError
 from .graph.ir import Graph
-from .graph.training import Optimizer, expand_training
+from .graph.training import Optimizer, expand_training, merge_norms
 from .hardware.system import load_system
 from .options import Options
 from .strategy import assign
@@ -169,6 +169,7 @@ class Space:
     proportions: list[float] | None = None  # default 0.2, 0.4, 0.6
     recompute: list[bool] | None = None  # default on and off (training, a model that splits)
     optimizer_states: list[str] | None = None  # default all four (if the optimizer has state)
+    optimizer_state_dtype: str | tuple[str, ...] = "float32"  # Optimizer.state_dtype of every candidate
     partials: str = "float"  # Precision.setPartialsType of every candidate
     device_iterations: int | None = None  # default 1 in training, 32 in inference
 
@@ -191,7 +192,7 @@ class Space:
                                   or self.recompute):
             raise OptionsError("plan: inference has no gradient accumulation, optimizer state or recomputation "
                                "axes; give --training to plan training")
-        Optimizer(self.optimizer)  # unknown names raise OptionsError
+        Optimizer(self.optimizer, self.optimizer_state_dtype)  # unknown names, bad dtypes raise OptionsError
         if self.partials not in ("float", "half"):
             raise OptionsError(f"plan: partials {self.partials!r}: expected float or half")
 
@@ -313,6 +314,13 @@ class Planner:
         self.device_iterations = space.device_iterations or (1 if space.training else 32)
         self._profiles: dict[tuple, _Profile] = {}
         probe = model.build(self._micro_batches()[0])
+        #: samples per micro-batch row (``Graph.samples_per_row``): the global batch axis counts rows,
+        #: the throughputs (simulated and bound) count samples
+        self.samples_per_row = probe.samples_per_row
+        if self.samples_per_row != 1:
+            self.notes.append(f"each micro-batch row of {probe.name} carries {self.samples_per_row:g} samples "
+                              "(Graph.samples_per_row, e.g. sequences per pack): the global batch counts rows, "
+                              "samples/s counts samples")
         self.units = model.units(probe)
         self.block_order = list(dict.fromkeys(op.block for op in probe.ops if op.block is not None))
         self._ends: dict[str, str] = {}  # block that is not a unit -> "first" or "last" IPU
@@ -412,8 +420,10 @@ class Planner:
             return self._profiles[key]
         g = self.model.build(mb)
         training = self.space.training
-        g = expand_training(g, self.space.optimizer, accumulate) if training else g.copy()
+        g = (expand_training(g, Optimizer(self.space.optimizer, self.space.optimizer_state_dtype), accumulate)
+             if training else g.copy())
         assign(g, None)
+        merge_norms(g, per_block=True)  # LARS's norms: a ReduceMany per block, which moves as a whole
         o = Options().setAvailableMemoryProportion({"IPU0": amp})
         o.Precision.setPartialsType(self.space.partials)
         costs = price_ops(g, sysobj, o, training, sysobj.ipu.tiles)
@@ -472,7 +482,8 @@ class Planner:
         after another, the forward and backward ops of its layers for each of the
         ``accumulation`` micro-batches and the optimizer ops of its weights once (1/R of them
         with rts); so a step takes at least the busiest IPU's total, and samples/s is at most
-        micro-batch x accumulation x replicas x clock over it. (Inference: forward ops only.)"""
+        micro-batch x samples per row x accumulation x replicas x clock over it. (Inference: forward
+        ops only.)"""
         prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1)
         where = self.ipu_of_blocks(c.split)
         busy = [0.0] * max(1, len(c.split))
@@ -491,7 +502,7 @@ class Planner:
             for ipu, io in enumerate(moved):
                 busy[ipu] += sum(n for _, n in io) / share / system.streaming_memory.bytes_per_s_per_ipu * clock
         busiest = max(busy)
-        return c.micro_batch * ga * c.replicas * clock / busiest if busiest else math.inf
+        return c.micro_batch * self.samples_per_row * ga * c.replicas * clock / busiest if busiest else math.inf
 
     def always_live_per_tile(self, c: Candidate) -> list[float]:
         """Per IPU of a replica: bytes per tile that are live all the time at the least, the

@@ -95,6 +95,42 @@ def test_published_memory(row):
     assert row.simulated() == pytest.approx(row.published, rel=validation.MEMORY_TOLERANCE), validation.MEMORY_WHY
 
 
+@pytest.mark.parametrize("row", [r for r in validation.KERAS_DENSE_ROWS if r.asserted], ids=lambda r: r.category)
+def test_keras_dense_popvision_category(row):
+    """A category of the published PopVision profile of a Keras Dense layer: the three fitted to it at
+    2 % (a plan change that moves them means refitting), the predicted ones at 30 % once within it."""
+    assert row.simulated() == pytest.approx(row.published, rel=row.tolerance), (row.category, row.how)
+
+
+def test_keras_dense_categories_are_the_program_memory_model():
+    """Every figure of the profile is computed, and the program categories are their constants times
+    what the plan runs: codelets per working tile, exchange phases per receiving tile, steps on
+    every tile (the matmul and the bias add share no codelet)."""
+    ex = validation.keras_dense_executable()
+    ipu, m = ex.system.ipu, ex.memory[0]
+    assert [r.category for r in validation.KERAS_DENSE_ROWS] == [
+        "vertexCode", "internalExchangeCode", "vertexInstanceState", "controlCode", "maxLive", "parameter",
+        "totalMemory", "cycleEst"]
+    assert all(r.simulated() > 0 for r in validation.KERAS_DENSE_ROWS)
+    costs = list(ex.costs.values())
+    works = [int((c.profile.compute > 0).sum()) for c in costs]
+    receives = [int((c.profile.bytes_in > 0).sum()) for c in costs]
+    phases = [round(c.exchange_setup_cycles / ipu.exchange_setup_cycles) for c in costs]
+    steps = sum(c.supersteps for c in costs) + sum(phases)
+    assert m.by_role["vertex_code"] == ipu.vertex_code_bytes_per_codelet * sum(
+        c.supersteps * w for c, w in zip(costs, works))
+    assert m.by_role["vertex_state"] == ipu.vertex_state_bytes_per_vertex * sum(
+        c.supersteps * w for c, w in zip(costs, works))
+    assert m.by_role["exchange_code"] == ipu.exchange_code_bytes_per_phase * sum(p * r for p, r in zip(phases, receives))
+    assert validation.keras_dense_control_code(ex) == pytest.approx(ipu.control_code_bytes_per_step * steps * ex.tiles, abs=1)  # whole bytes
+    assert m.by_role["weight"] == 4 * (4096 * 1024 + 1024)  # kernel and bias, fp32
+    assert m.by_role["reserved"] == sum(m.by_role[k] for k in (
+        "control_code", "vertex_code", "vertex_state", "exchange_code", "stack"))
+    lines = validation._keras_dense_section()
+    assert "### PopVision memory report of a Keras Dense layer" in lines
+    assert any(line.startswith("| vertexCode | 3,565,158 B |") for line in lines)
+
+
 def test_fc_layer_graph_holds_the_tools_tensors():
     """The fully connected layer benchmark: weights always live, the four activations counted once,
     and the total is the sum of every tile's peak (poplibs' TotalMemory)."""

@@ -20,7 +20,7 @@ LAYERS = [
     {"sim.results"},
     {"sim"},  # the package's own API (simulate, compile, ...)
     {"sim.poptorch", "sim.popxl", "sim.popdist", "sim.onnx", "sim.cli", "sim.validation", "sim.planner",
-     "sim.__main__"},
+     "sim.poplibs_benchmarks", "sim.__main__"},
 ]
 
 

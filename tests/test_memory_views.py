@@ -19,7 +19,7 @@ from sim.results import report
 from sim.results.report import MEMORY_COLOURS, format_summary, liveness_figure, memory_figure, write_outputs
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-CATEGORIES = ["reserved", "weights", "constants", "optimizer_state", "accumulators", "stash",
+CATEGORIES = ["control_code", "vertex_code", "vertex_state", "exchange_code", "stack", "weights", "constants", "optimizer_state", "accumulators", "stash",
               "activations", "temporaries"]
 PARTS = ["always_live", "activations", "temporaries"]
 
@@ -174,13 +174,14 @@ def test_summary_memory_table_has_a_line_per_ipu_with_its_categories(pipelined):
     for line, (ipu, m) in zip(text[start + 2:start + 2 + len(table)], pipelined.memory.items()):
         fields = line.split()
         assert int(fields[0]) == ipu and int(fields[1].replace(",", "")) == m["peak_tile_bytes"]
-        assert [int(f.replace(",", "")) for f in fields[4:12]] == list(table.loc[ipu])
-        assert fields[12] == m["peak_op"]
+        assert [int(f.replace(",", "")) for f in fields[4:4 + len(CATEGORIES)]] == list(table.loc[ipu])
+        assert fields[4 + len(CATEGORIES)] == m["peak_op"]
     assert text[start + 2 + len(table)].startswith("  (a tile has 638,976 bytes; every replica holds the same)")
 
 
 def test_out_of_memory_still_lists_what_the_tile_holds():
-    with pytest.raises(sim.OutOfMemoryError, match=r"the tile then holds reserved 32,768, weights [\d,]+"):
+    with pytest.raises(sim.OutOfMemoryError, match=r"the tile then holds control code [\d,]+, vertex code [\d,]+, "
+                       r"vertex state [\d,]+, exchange code [\d,]+, stack 40, weights [\d,]+"):
         sim.compile(models.get("bert-large", micro_batch=8, seq_len=128), "ipu-mk2",
                     sim.Options().enableSyntheticData(True), training=True, optimizer="lamb")
 

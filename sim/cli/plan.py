@@ -29,6 +29,7 @@ import pandas as pd
 
 from .. import planner
 from ..errors import IpuSimError, OutOfMemoryError
+from ..graph.training import Optimizer
 from . import run
 from .argtypes import QUIET, positive_int, progress, verbosity
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
@@ -87,6 +88,9 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
         argv += ["--replicas", str(c.replicas)]
     if sp.training:
         argv += ["--training", "--optimizer", sp.optimizer]
+        dtypes = Optimizer(sp.optimizer, sp.optimizer_state_dtype).state_dtypes
+        if dtypes and set(dtypes) != {"float32"}:
+            argv += ["--optimizer-state-dtype", ",".join(dtypes)]
         if c.gradient_accumulation > 1:
             argv += ["--gradient-accumulation", str(c.gradient_accumulation)]
         if c.optimizer_state:
@@ -170,6 +174,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "accumulation x replicas; a range takes every global batch in it (required)")
     w.add_argument("--training", action="store_true", help="plan training (default: inference)")
     w.add_argument("--optimizer", choices=list(run.OPTIMIZERS), help="with --training (default: sgd)")
+    w.add_argument("--optimizer-state-dtype", type=run.state_dtypes, metavar="DTYPE[,DTYPE]",
+                   help="as `ipusim run --optimizer-state-dtype`, for every candidate (default: float32)")
     a = p.add_argument_group("the search space (comma-separated values; defaults in docs/cli.md)")
     a.add_argument("--pipeline", type=_ints, metavar="P,...", help="IPUs per replica (pipeline stages); "
                    "default: powers of two up to the system's IPUs and the model's layers + 1")
@@ -272,6 +278,9 @@ def build_planner(args, parser) -> planner.Planner:
         parser.error("give --system and --global-batch (or a --config file with system and global_batch)")
     if args.optimizer and not args.training:
         parser.error("--optimizer only applies with --training")
+    if args.optimizer_state_dtype and not args.training:
+        parser.error("--optimizer-state-dtype only applies with --training")
+    state_dtype = run.optimizer_of(args, parser).state_dtype
     if (args.model is None) == (args.onnx is None):
         parser.error("give --model NAME or --onnx PATH (one of them)")
     if args.resume and args.csv is None:
@@ -285,7 +294,8 @@ def build_planner(args, parser) -> planner.Planner:
         micro_batches=args.micro_batch, gradient_accumulations=args.gradient_accumulation,
         proportions=args.available_memory_proportion,
         recompute=None if args.recompute is None else [v == "on" for v in args.recompute],
-        optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials)
+        optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials,
+        optimizer_state_dtype=state_dtype)
     return planner.Planner(model, space)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import models
 import sim
 
-from ..graph.training import OPTIMIZERS
+from ..graph.training import OPTIMIZERS, Optimizer
 from ..options import OutputMode, OverlapMode, TensorLocationSettings
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
@@ -71,6 +71,31 @@ OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.Over
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
 
 
+_STATE_DTYPE_NAMES = {"float16": "float16", "half": "float16", "fp16": "float16",
+                      "float32": "float32", "float": "float32", "fp32": "float32"}
+
+
+def state_dtypes(text: str) -> tuple[str, ...]:
+    """``float16`` or ``float16,float32``: the optimizer state's dtype, for all state tensors or
+    one per state (also half/fp16, float/fp32)."""
+    values = [_STATE_DTYPE_NAMES.get(v.strip().lower()) for v in text.split(",")]
+    if not values or None in values:
+        raise argparse.ArgumentTypeError(f"expected float16 or float32, or one per state like float16,float32, "
+                                         f"got {text!r}")
+    return tuple(values)
+
+
+def optimizer_of(args, parser) -> Optimizer:
+    """The :class:`~sim.Optimizer` of ``--optimizer`` and ``--optimizer-state-dtype``."""
+    dtypes = getattr(args, "optimizer_state_dtype", None)
+    if dtypes is None:
+        return Optimizer(args.optimizer or "sgd")
+    try:
+        return Optimizer(args.optimizer or "sgd", dtypes[0] if len(dtypes) == 1 else dtypes)
+    except sim.OptionsError as e:
+        parser.error(f"--optimizer-state-dtype: {e}")
+
+
 def _int_list(text: str) -> list[int]:
     """``3,7,7,7`` -> [3, 7, 7, 7] (whole numbers >= 0)."""
     try:
@@ -103,6 +128,11 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="[Training.gradientAccumulation] (training only)")
     o.add_argument("--training", action="store_true", help="simulate a training step (default: inference)")
     o.add_argument("--optimizer", choices=list(OPTIMIZERS), help="optimizer of --training (default: sgd)")
+    o.add_argument("--optimizer-state-dtype", type=state_dtypes, metavar="DTYPE[,DTYPE]",
+                   help="[first_order_momentum_accum_type, second_order_momentum_accum_type, "
+                   "velocity_accum_type] float16 or float32 for every optimizer state tensor, or one per state "
+                   "in order (adam, adamw, lamb: first moment, second moment), e.g. float16,float32 "
+                   "(default: float32; training only)")
     o.add_argument("--synthetic-data", action="store_true", help="[enableSyntheticData(True)]: no host IO")
     o.add_argument("--output-mode", type=_output_mode, metavar="{all,final,sum,everyn:N}",
                    help="[outputMode] (default: all for inference, final for training)")
@@ -279,6 +309,9 @@ def simulate_args(args, parser) -> sim.Run:
         parser.error("--optimizer only applies with --training")
     if args.optimizer_state and not args.training:
         parser.error("--optimizer-state only applies with --training")
+    if args.optimizer_state_dtype and not args.training:
+        parser.error("--optimizer-state-dtype only applies with --training")
+    optimizer = optimizer_of(args, parser)
     if args.optimizer_state in ("rts", "off-chip-rts") and (args.replicas or 1) < 2:
         parser.error(f"--optimizer-state {args.optimizer_state} shards the state over replicas: give --replicas 2 "
                      "or more")
@@ -293,7 +326,7 @@ def simulate_args(args, parser) -> sim.Run:
     progress(args, f"model {graph.name}: {len(graph.ops):,} ops; compiling and simulating "
              + ("a training step" if args.training else "inference"))
     run = sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
-                       optimizer=args.optimizer or "sgd")
+                       optimizer=optimizer)
     progress(args, f"simulated {run.cycle_count:,} cycles in {run.wall_seconds:.3f} s "
              f"({run.timeline.events:,} SimPy events)")
     return run

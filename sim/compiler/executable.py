@@ -20,6 +20,7 @@ from ..errors import GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..hardware.system import System, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory
+from .program_memory import program_memory
 from ..options import Options, OutputMode, OverlapMode
 from ..schedule.hostio import io_tile_buffer_check
 from ..program import Sequence
@@ -27,7 +28,7 @@ from ..schedule.context import Context
 from ..schedule.stages import StageWork, split_stages
 from ..strategy import PipelinedExecution, ShardedExecution, assign
 from ..hardware.topology import check_fits
-from ..graph.training import Optimizer, expand_training
+from ..graph.training import Optimizer, expand_training, merge_norms
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference
 #: ops that run differently at inference: batch norm applies its running statistics (a
@@ -139,6 +140,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     accumulate = o.Training.gradient_accumulation > 1
     g = expand_training(graph, optimizer, accumulate) if training else graph.copy()
     strategy = assign(g, o.execution_strategy)
+    merge_norms(g)  # LARS's norms: one ReduceMany per IPU, stage and phase
     k = max(op.ipu for op in g.ops) + 1
     _check_memory_proportion_ipus(o, k)
     if strategy == "pipelined" and len({op.stage for op in g.ops}) == 1:
@@ -162,6 +164,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
+    if any(op.kind == "lars_update" for op in updates) and any(g.tensors[t].shards > 1 for op in updates
+                                                                for t in op.inputs):
+        notes.append("lars with sharded optimizer state (RTS): each replica's norms cover its shard; the "
+                     "cross-replica sum of those partial norms (one value per norm) is not modelled")
     if o.num_instances() > 1:
         notes.append(f"process {o.instance_index()} of {o.num_instances()}, {R} replicas each: this "
                      "instance's replicas are simulated; "
@@ -254,6 +260,8 @@ def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strate
     runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update", set()))
     runs = [run for run in runs if run[0]]
     stash = sum(s.held_bytes for s in ctx.stages if s.ipu == ipu)
+    program = program_memory(g, [op for ops, _, _ in runs for op in ops], ctx.costs, system.ipu, tiles)
     return analyse_ipu(g, [ops for ops, _, _ in runs], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
                        system.ipu.reserved_bytes_per_tile, stash_bytes=stash, check=False,
-                       run_labels=[label for _, label, _ in runs], restored=[r for _, _, r in runs])
+                       run_labels=[label for _, label, _ in runs], restored=[r for _, _, r in runs],
+                       program=program)

@@ -2,7 +2,8 @@
 
 Per tile (numpy vectors of bytes):
 
-* **always live**: Poplar's reserved code/stack space, weights, constants, optimizer state and
+* **always live**: what Poplar allocates for the program (control code, vertex code, vertex state,
+  exchange code, stacks: :mod:`sim.compiler.program_memory`), weights, constants, optimizer state and
   gradient accumulators, each spread over the tiles of the op that first uses it, and the
   pipeline stashes (stage inputs and recomputation checkpoints), spread over all tiles;
 * **live activations**: every activation and gradient from its producer to its last consumer
@@ -24,11 +25,12 @@ import numpy as np
 from ..cost import FREE, OpCost
 from ..errors import OutOfMemoryError
 from ..graph.ir import Graph, Op
+from .program_memory import PROGRAM_CATEGORIES
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
 ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
 #: what a tile holds at its peak, in the order :attr:`IpuMemory.peak_parts` lists it
-CATEGORIES = ("reserved", "weights", "constants", "optimizer_state", "accumulators", "stash",
+CATEGORIES = PROGRAM_CATEGORIES + ("weights", "constants", "optimizer_state", "accumulators", "stash",
               "activations", "temporaries")
 _CATEGORY_OF_ROLE = {"weight": "weights", "constant": "constants", "state": "optimizer_state",
                      "accumulator": "accumulators"}
@@ -41,7 +43,7 @@ class Liveness:
 
     Ops are in the order the analysis walks them: each run (a pipeline stage's pass, a phase,
     the weight update) in turn, the ops of a run in schedule order. Always-live bytes are the
-    reserved space, weights, constants, optimizer state, accumulators and stashes; the
+    program memory (code, vertex state, stacks), weights, constants, optimizer state, accumulators and stashes; the
     not-always-live bytes are the live activations and the temporaries of the op running.
     Two views, all in bytes (floats; :meth:`columns` gives whole bytes):
 
@@ -136,7 +138,7 @@ class IpuMemory:
     always_live: np.ndarray
     peak: np.ndarray
     peak_op: str  # op running when the fullest tile peaks
-    by_role: dict  # bytes on the IPU by tensor role, plus "reserved"
+    by_role: dict  # bytes on the IPU by tensor role, plus "reserved" (all program memory) and each program category
     peak_parts: dict = field(default_factory=dict)  # CATEGORIES -> bytes on the fullest tile at its peak
     op: str | None = None  # the op running at that peak (None: the always-live data alone)
     peak_at: str = "its always-live data"  # that op, its pass and stage, for messages
@@ -260,7 +262,8 @@ class _Peak:
 def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ipu: int, tiles: int,
                 sram_bytes: int, reserved_bytes: int, stash_bytes: int = 0, check: bool = True,
                 run_labels: list[str | None] | None = None,
-                restored: list[set[str]] | None = None) -> IpuMemory:
+                restored: list[set[str]] | None = None,
+                program: dict[str, np.ndarray] | None = None) -> IpuMemory:
     """Peak memory per tile of an IPU that executes ``runs`` (op lists, each in order).
 
     Each run starts with no live activations (a pipeline stage, the weight update); its inputs
@@ -269,13 +272,21 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
     (pipeline stashes) are live throughout, spread over all tiles. ``run_labels`` name the runs
     (e.g. ``"pipeline stage 4"``) for the out-of-memory error; without them it names the op's
     forward stage annotation. With ``check`` an IPU that does not fit raises
-    :class:`OutOfMemoryError` (:func:`check_tile_memory`).
+    :class:`OutOfMemoryError` (:func:`check_tile_memory`). ``program`` gives the program memory
+    per tile by category (:func:`sim.compiler.program_memory.program_memory`); without it every
+    tile holds ``reserved_bytes`` of control code and nothing else of the program.
     """
     tensors = graph.tensors
     parts = {name: np.zeros(tiles) for name in CATEGORIES[:-2]}
-    parts["reserved"][:] = reserved_bytes
+    if program is None:
+        parts["control_code"][:] = reserved_bytes
+    else:
+        for name in PROGRAM_CATEGORIES:
+            parts[name][:] = program[name]
     parts["stash"][:] = stash_bytes / tiles
-    by_role = {"reserved": reserved_bytes * tiles, "stash": stash_bytes}
+    by_role = {name: int(round(parts[name].sum())) for name in PROGRAM_CATEGORIES}
+    by_role["reserved"] = sum(by_role.values())
+    by_role["stash"] = stash_bytes
     first_user: dict[str, Op] = {}
     for op in (op for run in runs for op in run):
         for t in op.inputs + op.outputs:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -208,6 +208,40 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     return total, fixed
 
 
+def pass_fixed_cycles() -> int:
+    """Cycles one matmul or convolution pass costs beyond the steps poplin's planner prices
+    (``[pass] fixed_cycles`` of ``configs/_conv-vertices.toml``, fitted to poplibs' single-layer
+    IPUModel2 benchmarks: the control code and the compute sets poplin adds around the planned
+    ones)."""
+    table = _conv_vertices().get("pass", {})
+    if "fixed_cycles" not in table:
+        raise ConfigError(f"{CONV_VERTICES_FILE}: [pass] has no fixed_cycles")
+    return int(table["fixed_cycles"])
+
+
+def rearrangement(ipu: IPU, elements, used, itemsize: int):
+    """(exchange cycles, copy cycles, bytes received) per tile of rearranging ``elements`` operand
+    elements evenly over ``used`` tiles before a matmul or convolution (arrays allowed).
+
+    poplin lays out a weight-update pass's operands for the forward pass, so its planner charges
+    a rearrangement of them into the layout the weight-update plan reads
+    (``ConvModel.cpp :: addTransformCycleEstimate``: ``rearrangeInput`` and ``rearrangeWeights``
+    when ``pass == TRAINING_WU``; ``rearrangeInput`` for ``FC_TRAINING_WU``): each tile receives its
+    even share (``ceildiv(elements, usedTiles) x bytes``, at the exchange rate) and reorders it at
+    ``bytes x 5 / (4 x min(memcpyBytesPerCycle, bytes))`` cycles (``getScaleFactorForTransform``;
+    the ``[rearrange]`` table of ``configs/_conv-vertices.toml``). One exchange phase and one copy
+    compute set, each with its set-up.
+    """
+    table = _conv_vertices().get("rearrange", {})
+    if "copy_cycles_per_element" not in table:
+        raise ConfigError(f"{CONV_VERTICES_FILE}: [rearrange] has no copy_cycles_per_element")
+    per_tile = np.ceil(np.asarray(elements, dtype=float) / np.maximum(used, 1))
+    nbytes = per_tile * itemsize
+    exch = np.where(per_tile > 0, ipu.exchange_setup_cycles + np.ceil(nbytes / ipu.exchange_bytes_per_cycle_per_tile), 0)
+    copy = np.ceil(per_tile * float(table["copy_cycles_per_element"]))
+    return exch, copy, nbytes
+
+
 def reduce_stages(depth):
     """Stages poplin reduces ``depth`` partials in (0 when there is nothing to reduce)."""
     depth = np.asarray(depth)
@@ -263,6 +297,8 @@ class MatmulPlan:
     launch_cycles: int = 0  # the fixed part of compute_cycles (vertex and per-pair overheads)
     exchange_phases: int = 0  # exchange phases, all pieces (each costs the set-up)
     partials_bytes: int = 4
+    pass_fixed: int = 0  # Poplar's fixed cycles of the pass beyond the planned steps (pass_fixed_cycles)
+    rearranged: int = 0  # operand elements poplin rearranges over the tiles before the op (one piece)
     vertex: str = "1x1"  # "1x1"; "nx1" (a convolution's kernel on the tile); "expand_w" (the
     #                      kernel's width folded into the input channels, then nx1); "expanded"
     #                      (the whole kernel folded in: im2col rows exchanged, then 1x1)
@@ -282,8 +318,9 @@ class MatmulPlan:
         g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), blocks(N, pn),
                                                      blocks(K, pk), indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
-                        g, m, k, n, pm, pn, pk)
-        return TileProfile.padded(tiles, c["compute"] * self.serial, c["recv"] * self.serial, c["temp"])
+                        g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used)
+        compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed, 0)
+        return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["temp"])
 
     def describe(self) -> str:
         pg, pm, pn, pk = self.splits
@@ -294,10 +331,11 @@ class MatmulPlan:
 
 
 def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv: ConvShape | None,
-                vertex: str, g, m, k, n, pm, pn, pk):
+                vertex: str, g, m, k, n, pm, pn, pk, rearranged: float = 0.0, used=1):
     """Costs of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` blocks of a plan split
     ``pm x pn x pk`` (arrays: one entry per tile or per candidate plan), run on ``vertex``
-    (see :class:`MatmulPlan`). Cycles and bytes."""
+    (see :class:`MatmulPlan`), after ``rearranged`` operand elements are rearranged over the
+    ``used`` tiles (:func:`rearrangement`). Cycles and bytes."""
     mode = amp_mode(ipu, itemsize, partials_bytes)
     bw = ipu.exchange_bytes_per_cycle_per_tile
     if vertex == "expand_w":
@@ -330,6 +368,14 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         extra_sets = 1
     else:
         moved, extra_sets = 0.0, 0
+    if rearranged:
+        r_exch, r_copy, r_bytes = rearrangement(ipu, rearranged, used, itemsize)
+        copy = codelet("copy").fixed
+        exch1 = exch1 + r_exch
+        recv1 = recv1 + r_bytes
+        amp, launch = amp + copy + r_copy, launch + copy
+        moved = moved + r_bytes
+        extra_sets = extra_sets + 1
     outputs = g * m * n
     red_exch, red, red_stages, recv2 = partials_reduction(ipu, outputs, pk, partials_bytes)
     red_fixed = codelet("reduce_partials").fixed * red_stages
@@ -371,7 +417,7 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
                 tiles: int, memory_proportion: float, conv: ConvShape | None = None,
-                partials_bytes: int = 4) -> MatmulPlan:
+                partials_bytes: int = 4, rearranged: int = 0) -> MatmulPlan:
     """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
     of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
@@ -382,17 +428,30 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     channels (poplin's expandDims: im2col rows exchanged, then the 1x1 vertex), which pays for
     few input channels such as an RGB stem.
 
+    ``rearranged`` operand elements (all pieces) are first rearranged over the plan's tiles, as
+    poplin does for a weight-update pass (:func:`rearrangement`).
+
     If no serialisation fits the budget, the plan needing the least temporary memory is
     returned (``fits=False``): the budget is a target, and tile memory is checked later.
     """
     partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
+    plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
+                 rearranged)
+    fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
+    return replace(plan, compute_cycles=plan.compute_cycles + fixed, launch_cycles=plan.launch_cycles + fixed,
+                   total_cycles=plan.total_cycles + fixed, pass_fixed=fixed)
+
+
+def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
+          rearranged) -> MatmulPlan:
     budget = memory_proportion * ipu.sram_bytes_per_tile
     best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         # serialise along the largest of M and N; like poplin's serial splits, a serial plan
         # competes on cycles with the others that fit, so a smaller budget is never faster
         Ms, Ns = (math.ceil(M / serial), N) if M >= N else (M, math.ceil(N / serial))
-        plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial)
+        plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
+                       math.ceil(rearranged / serial))
         if plan.fits:
             if best_fit is not None and plan.total_cycles >= best_fit.total_cycles:
                 break  # more pieces only add per-piece costs from here
@@ -405,19 +464,19 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
 
 
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
-            conv: ConvShape | None, serial) -> MatmulPlan:
+            conv: ConvShape | None, serial, rearranged=0) -> MatmulPlan:
     if conv is None or conv.kernel_positions == 1:
         vertices = ("1x1",)
     else:
         vertices = ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
     plans = [_search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
-                            serial, vertex) for vertex in vertices]
+                            serial, vertex, rearranged) for vertex in vertices]
     # a plan that fits beats one that does not; then the fastest, then the first listed
     return min(plans, key=lambda p: (not p.fits, p.total_cycles if p.fits else p.temp_bytes_per_tile))
 
 
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
-                   conv: ConvShape | None, serial, vertex) -> MatmulPlan:
+                   conv: ConvShape | None, serial, vertex, rearranged=0) -> MatmulPlan:
     pg, pm, pn, pk = np.meshgrid(_candidates(G, tiles), _candidates(M, tiles),
                                  _candidates(N, tiles), _candidates(K, tiles), indexing="ij")
     pg, pm, pn, pk = (a.ravel() for a in (pg, pm, pn, pk))
@@ -428,7 +487,8 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
     m = -(-M // pm)
     n = -(-N // pn)
     k = -(-K // pk)
-    c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, conv, vertex, g, m, k, n, pm, pn, pk)
+    c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, conv, vertex, g, m, k, n, pm, pn, pk,
+                    rearranged, used)
     if serial > 1:  # each piece slices its operand block out and updates its part of the result
         piece = codelet("copy")
         copies = 2 * piece.fixed + np.ceil((g * m * k + g * m * n) * piece.per_element(itemsize))
@@ -459,6 +519,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         launch_cycles=int(c["launch"][i]) * serial,
         exchange_phases=int(c["exchange_phases"][i]) * serial,
         partials_bytes=partials_bytes,
+        rearranged=int(rearranged),
         vertex=vertex,
     )
 
@@ -476,4 +537,4 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_vertex_cycles",
-           "plan_matmul", "conv_input_factor", "partials_reduction"]
+           "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement"]

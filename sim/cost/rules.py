@@ -111,6 +111,10 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _reduce(ins, outs, ipu, tiles)
     if kind in _UNARY:
         return _elementwise(kind, ins, outs, ipu, tiles)
+    if kind == "lars_update":
+        return _lars_update(ins, outs, ipu, tiles)
+    if kind == "reduce_many":
+        return _reduce_many(ins, outs, ipu, tiles)
     more = _more_kinds(kind, ins, outs, attrs, ipu, tiles)
     if more is not None:
         return more
@@ -135,6 +139,26 @@ def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, ex
                   exchange_setup_cycles=int(exchange_phases * ipu.exchange_setup_cycles if exch else 0))
 
 
+#: the steps of an Adam-family update (adam_update, lamb_update) on each of its state tensors,
+#: by position from the last state: the first moment m = b1*m + (1-b1)*g is one aXPlusbY
+#: (ScaledAdd, ``accumulate``'s codelet), the second v = b2*v + (1-b2)*g*g a square and an
+#: aXPlusbY. The update's per-element cycles in configs/_vector-ops.toml are for fp32 state;
+#: a state kept in fp16 runs its steps at their fp16 rate (PopTorch's
+#: ``first_order_momentum_accum_type`` / ``second_order_momentum_accum_type``).
+_MOMENT_STEPS = (("accumulate",), ("square", "accumulate"))
+
+
+def _fp16_state_saving(kind, ins) -> float:
+    """Cycles per element an Adam-family update saves for its state tensors kept in fp16
+    (0 with every state in fp32, and for other kinds: SGD's table has fp16 and fp32 rates)."""
+    if kind not in ("adam_update", "lamb_update"):
+        return 0.0
+    states = [d for _, d, role in ins if role == "state"]
+    steps = _MOMENT_STEPS[len(_MOMENT_STEPS) - len(states):] if states else ()
+    return sum(codelet(k).fp32 - codelet(k).fp16
+               for d, ks in zip(states, steps) if DTYPE_BYTES[d] <= 2 for k in ks)
+
+
 def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     out_shape, out_dtype = outs[0]
     itemsize = max(DTYPE_BYTES[out_dtype], max(DTYPE_BYTES[d] for _, d, _ in ins))
@@ -145,10 +169,46 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     exch = exchange_cycles(bcast, ipu)
     vec_kind = _VECTOR_KIND.get(kind, kind)
     c = codelet(vec_kind)
-    per_tile_cycles = np.ceil(c.sets * c.fixed + _counts(n, used) * c.per_element(itemsize))
+    per_element = c.per_element(itemsize) - _fp16_state_saving(kind, ins)
+    per_tile_cycles = np.ceil(c.sets * c.fixed + _counts(n, used) * per_element)
     profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
     return _phases(ipu, int(per_tile_cycles.max()), exch, c.sets, n, bcast * used, used,
                    plan=f"{n} elements on {used} tiles", profile=profile, launch=launch_cycles(vec_kind))
+
+
+#: LARS's trust ratio from the two norms, one fused scalar expression (lars_optimizer.py's
+#: compute_lr): the square roots of the two sums of squares, eta*|w|, |g| + wd*|w| + eps, the
+#: division, the two where(norm > 0) guards, and the two factors of the element-wise step
+#: (lr*ratio and lr*ratio*wd)
+LARS_RATIO_STEPS = ("sqrt", "sqrt", "mul", "mul", "add", "add", "div", "compare", "select", "compare", "select",
+                    "mul", "mul")
+#: LARS's element-wise steps after the ratio: one aXPlusbY (lr*ratio*g + lr*ratio*wd*w), then
+#: momentum SGD's two ScaledAdds (momentum, weight)
+LARS_ELEMENT_STEPS = ("scale", "sgd_update")
+
+
+def _lars_update(ins, outs, ipu, tiles) -> OpCost:
+    """One LARS weight update (inputs: weight, gradient, momentum, then the two norms, which are
+    ops of their own). The trust ratio is a scalar popops::map on one tile (priced by
+    :func:`_map`); its two factors (fp32) are exchanged to every tile of the weight; each of
+    those tiles runs :data:`LARS_ELEMENT_STEPS` on the elements it holds, laid out as
+    :func:`_elementwise` lays out an update."""
+    n = math.prod(outs[0][0])
+    itemsize = max(DTYPE_BYTES[d] for _, d, _ in ins[:-2])  # the weight, its gradient, its momentum
+    used, _ = spread(n, itemsize, ipu, tiles)
+    scalar = (((1,), "float32", "activation"),)
+    ratio = _map(scalar, (((1,), "float32"),), {"steps": LARS_RATIO_STEPS}, ipu, tiles)
+    steps = [codelet(k) for k in LARS_ELEMENT_STEPS]
+    counts = _counts(n, used)
+    per_tile = np.ceil(sum(c.sets * c.fixed + counts * c.per_element(itemsize) for c in steps))
+    per_tile[0] += ratio.compute_cycles  # the ratio's tile holds the first (largest) share
+    recv = 2 * 4  # lr*ratio and lr*ratio*wd, fp32, to every tile of the weight
+    profile = TileProfile.padded(tiles, per_tile, recv, 0)
+    sets = 1 + sum(c.sets for c in steps)
+    return _phases(ipu, int(per_tile.max()), exchange_cycles(recv, ipu), sets,
+                   6.0 * n, recv * used, used,  # aXPlusbY 3 flops an element, the ScaledAdds 2 and 1
+                   plan=f"trust ratio on one tile, then {n} elements on {used} tiles",
+                   profile=profile, launch=ratio.launch_cycles + sum(launch_cycles(k) for k in LARS_ELEMENT_STEPS))
 
 
 def _rows(kind, ins, ipu, tiles) -> OpCost:
@@ -196,7 +256,11 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     else:
         G = max(math.prod(sa[:-2]), math.prod(sb[:-2]))
     itemsize = DTYPE_BYTES[da]
-    plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp, partials_bytes=partials_bytes)
+    # a weight-update matmul (A transposed, B not a weight: dW = Xᵀ dY) rearranges its left operand,
+    # laid out for the forward pass (poplin FC_TRAINING_WU rearrangeInput; sim/cost/amp.py rearrangement)
+    wu = bool(attrs.get("transpose_a")) and rb != "weight"
+    plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp, partials_bytes=partials_bytes,
+                       rearranged=G * M * K if wu else 0)
     return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
 
 
@@ -240,8 +304,12 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
                            partials_bytes=partials_bytes)
     else:  # dW = X^T dY: reduce over positions
         conv, weight = None, False
+        # poplin's TRAINING_WU pass rearranges both operands, the input and the output gradient
+        # (ConvModel.cpp addTransformCycleEstimate: rearrangeInput, rearrangeWeights)
+        full = len(x_shape) == 4
+        x_elems = math.prod(x_shape) if full else positions * cig * groups
         plan = plan_matmul(groups, cig * k * k, positions, cog, itemsize, False, ipu, tiles, amp,
-                           partials_bytes=partials_bytes)
+                           partials_bytes=partials_bytes, rearranged=x_elems + positions * co)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
 
@@ -361,6 +429,40 @@ def _reduce(ins, outs, ipu, tiles) -> OpCost:
     stages = 2 if recv else 1
     exch = exchange_cycles(recv, ipu)
     return _phases(ipu, compute, exch, stages, float(n), recv * final_tiles, used, launch=launch)
+
+
+def _reduce_many(ins, outs, ipu, tiles) -> OpCost:
+    """popops reduceMany: several whole-tensor reductions (input ``i`` to output ``i``) in one
+    call, :func:`_reduce`'s two stages shared. Each input keeps the layout of a new tensor, the
+    inputs on successive tile ranges (as tensors are laid out); in the first compute set every
+    tile reduces the pieces it holds, one vertex for all of them (SQUARE_ADD costs what ADD does:
+    poplibs reduction/CycleEstimationFunctions.cpp, isAccumOp); the partials of each output
+    (fp32, one per tile holding a piece) go to that output's tile, the outputs one per tile, and
+    a second compute set adds them."""
+    rate = codelet("reduce")
+    first = np.zeros(tiles)
+    partials = []
+    start = 0
+    for shape, dtype, _ in ins:
+        n, itemsize = math.prod(shape), DTYPE_BYTES[dtype]
+        used, _ = spread(n, itemsize, ipu, tiles)
+        np.add.at(first, (start + np.arange(used)) % tiles, _counts(n, used) * rate.per_element(itemsize))
+        start = (start + used) % tiles
+        partials.append(used if used > 1 else 0)
+    works = first > 0
+    first = np.ceil(first + works * rate.fixed)
+    second = np.zeros(tiles)
+    recv = np.zeros(tiles)
+    np.add.at(recv, np.arange(len(partials)) % tiles, 4 * np.array(partials, dtype=float))
+    gets = recv > 0
+    second = np.ceil(gets * (rate.fixed + recv / 4 * rate.per_element(4)))
+    stages = 2 if gets.any() else 1
+    compute = int(first.max() + second.max())
+    profile = TileProfile.padded(tiles, first + second, recv, 0)
+    flops = float(sum(2 * math.prod(s) for s, _, _ in ins))
+    return _phases(ipu, compute, exchange_cycles(float(recv.max()), ipu), stages, flops, int(recv.sum()),
+                   int(works.sum()), plan=f"{len(ins)} reductions in one reduceMany", profile=profile,
+                   launch=math.ceil(stages * rate.fixed))
 
 
 # --- more op kinds: the rest of PopTorch's supported operations (sim.poptorch) --------------------

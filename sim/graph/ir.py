@@ -108,6 +108,10 @@ class Graph:
         self.loss: str | None = None
         self.training = False
         self.overlap: dict[str, int] = {}  # input/output tensor -> OverlapMode (host IO overlap)
+        #: samples one row of the micro-batch (the first input's leading dimension) carries, which
+        #: is what throughput counts: 1 for an ordinary model; a packed BERT row (a pack) holds
+        #: ``packing_factor`` sequences on average, so its runs count sequences, not packs
+        self.samples_per_row: float = 1.0
         self._op_names: set[str] = set()
 
     # --- construction -------------------------------------------------------------------
@@ -157,6 +161,7 @@ class Graph:
                                        attrs=dict(op.attrs)) for op in self.ops]
         new.inputs, new.outputs = list(self.inputs), list(self.outputs)
         new.loss, new.training, new.overlap = self.loss, self.training, dict(self.overlap)
+        new.samples_per_row = self.samples_per_row
         new._op_names = set(self._op_names)
         return new
 

@@ -9,7 +9,8 @@ on. The expanded graph holds three passes, in this order:
               gradient accumulation is on, each accumulate op right after the op making its
               gradient (PopART's ``scheduleNonWeightUpdateGradientConsumersEarly``, set by
               Graphcore's BERT), so a weight gradient is freed as soon as it is made
-``update``    one optimizer update per weight (runs once per weight update, not per micro-batch)
+``update``    one optimizer update per weight (runs once per weight update, not per micro-batch);
+              LARS adds, before each update it scales, the two norm reductions it reads
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import math
 from dataclasses import dataclass
 
 from ..errors import GraphError, OptionsError
-from .ir import Graph, Op
+from .ir import Graph, Op, canonical_dtype
 
-#: optimizer name -> number of fp32 state tensors per weight, update op kind
+#: optimizer name -> number of state tensors per weight, update op kind
 OPTIMIZERS = {
     "sgd": (0, "sgd_update"),
     "sgd_momentum": (1, "sgd_update"),
@@ -28,19 +29,90 @@ OPTIMIZERS = {
     "adamw": (2, "adam_update"),
     "rmsprop": (1, "adam_update"),
     "lamb": (2, "lamb_update"),
+    "lars": (1, "lars_update"),
 }
+
+#: LARS (Layer-wise Adaptive Rate Scaling, You, Gitman and Ginsburg 2017) as Graphcore's MLPerf
+#: ResNet-50 runs it (training_results_v1.1 / v2.0, Graphcore/benchmarks/resnet/implementations/
+#: tensorflow/lars_optimizer.py): a weight whose name contains one of these strings is skipped
+#: (train.py's default ``--lars-skip-list``: batch-norm gammas and betas, biases) and gets plain
+#: momentum SGD (``sgd_update``); every other weight gets ``||w||`` and ``||g||`` (two reductions
+#: over the whole tensor, ops of their own) and a ``lars_update``: the trust ratio, then
+#: momentum SGD of ``lr * ratio * (g + weight_decay * w)``. One momentum state either way.
+LARS_SKIP = ("beta", "gamma", "bias")
+
+
+#: optimizer name -> what each state tensor holds, in order, and the PopTorch argument that sets
+#: its dtype (``poptorch.optim``): SGD's velocity, Adam's and LAMB's first and second moments,
+#: RMSprop's mean square (its second-order momentum); LARS (not a PopTorch optimizer) its momentum
+STATES = {
+    "sgd": (),
+    "sgd_momentum": (("velocity", "velocity_accum_type"),),
+    "adam": (("first moment", "first_order_momentum_accum_type"),
+             ("second moment", "second_order_momentum_accum_type")),
+    "rmsprop": (("mean square", "second_order_momentum_accum_type"),),
+    "lars": (("velocity", None),),
+}
+STATES["adamw"] = STATES["lamb"] = STATES["adam"]
+STATE_DTYPES = ("float16", "float32")
 
 
 @dataclass(frozen=True)
 class Optimizer:
-    """Which optimizer updates the weights; ``state_dtype`` is the dtype of its state tensors."""
+    """Which optimizer updates the weights, and the dtype of its state tensors.
+
+    ``state_dtype`` is one dtype for every state tensor (``"float32"``, the default, or
+    ``"float16"``), or one per state in the order of :data:`STATES` (Adam, AdamW, LAMB: first
+    moment, second moment), e.g. ``Optimizer("adamw", ("float16", "float32"))`` as Graphcore's
+    SQuAD config keeps them (``first_order_momentum_accum_type=float16``,
+    ``second_order_momentum_accum_type=float32``). Each state's dtype sets its bytes (tile memory,
+    streaming-memory and RTS traffic) and the update op's cycles; :attr:`state_dtypes` lists them.
+    """
 
     name: str = "sgd"
-    state_dtype: str = "float32"
+    state_dtype: str | tuple[str, ...] = "float32"
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
             raise OptionsError(f"unknown optimizer {self.name!r}; known: {', '.join(OPTIMIZERS)}")
+        given = self.state_dtype
+        many = isinstance(given, (list, tuple))
+        values = list(given) if many else [given]
+        try:
+            values = [canonical_dtype(v) for v in values]
+        except GraphError:
+            values = [None]
+        if not values or any(v not in STATE_DTYPES for v in values):
+            raise OptionsError(f"optimizer {self.name!r}: state dtype {given!r}: expected float16 or float32, "
+                               "or one of them per state")
+        if many and len(values) != self.num_states:
+            held = ", ".join(s for s, _ in STATES.get(self.name, ())) or "no state"
+            raise OptionsError(f"optimizer {self.name!r}: {len(values)} state dtypes {tuple(given)!r} for "
+                               f"{self.num_states} state tensor(s) ({held}); give one dtype per state, or one "
+                               "for all")
+        object.__setattr__(self, "state_dtype", tuple(values) if many else values[0])
+
+    @property
+    def state_dtypes(self) -> tuple[str, ...]:
+        """The dtype of each state tensor, in the order of :data:`STATES` (empty without state)."""
+        if isinstance(self.state_dtype, tuple):
+            return self.state_dtype
+        return (self.state_dtype,) * self.num_states
+
+    def state_bytes(self, elements: int) -> int:
+        """Bytes of this optimizer's state for a weight of ``elements`` elements."""
+        return sum(elements * (2 if d == "float16" else 4) for d in self.state_dtypes)
+
+    def describe(self) -> str:
+        """``adamw``, ``adamw (state float16)`` or ``adamw (state: first moment float16, second
+        moment float32)``: the name, and the state's dtypes unless all are float32."""
+        dtypes = self.state_dtypes
+        if set(dtypes) <= {"float32"}:
+            return self.name
+        if len(set(dtypes)) == 1:
+            return f"{self.name} (state {dtypes[0]})"
+        names = [what for what, _ in STATES.get(self.name, ())] or [f"state {k}" for k in range(len(dtypes))]
+        return f"{self.name} (state: " + ", ".join(f"{what} {d}" for what, d in zip(names, dtypes)) + ")"
 
     @property
     def num_states(self) -> int:
@@ -49,6 +121,13 @@ class Optimizer:
     @property
     def update_kind(self) -> str:
         return OPTIMIZERS[self.name][1]
+
+    def update_kind_of(self, weight: str) -> str:
+        """The update op kind of weight ``weight``: LARS skips the weights named in
+        :data:`LARS_SKIP` (momentum SGD, ``sgd_update``)."""
+        if self.name == "lars" and any(s in weight for s in LARS_SKIP):
+            return "sgd_update"
+        return self.update_kind
 
 
 _ACTIVATION_GRADS = {"relu", "gelu", "tanh", "sigmoid"}
@@ -138,12 +217,64 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
                                            pass_="backward", **annotations)))
             grad = acc
         states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
-                               opt.state_dtype, "state").name for k in range(opt.num_states)]
-        name = g.unique_op_name(f"{w.name}/{opt.update_kind}")
-        g.add_op(Op(name, opt.update_kind, [w.name, grad] + states, [w.name] + states,
-                    {"optimizer": opt.name, "weight": w.name}, pass_="update", **annotations))
+                               dtype, "state").name for k, dtype in enumerate(opt.state_dtypes)]
+        kind = opt.update_kind_of(w.name)
+        attrs = {"optimizer": opt.name, "weight": w.name}
+        norms = [_norm(g, x, w.name, of, attrs, annotations) for of, x in (("weight", w.name), ("gradient", grad))] \
+            if kind == "lars_update" else []
+        name = g.unique_op_name(f"{w.name}/{kind}")
+        g.add_op(Op(name, kind, [w.name, grad] + states + norms, [w.name] + states, dict(attrs),
+                    pass_="update", **annotations))
     _accumulate_early(g, accumulates)
     return g
+
+
+def _norm(g: Graph, x: str, weight: str, of: str, attrs: dict, annotations: dict) -> str:
+    """``||x||`` as an update-pass op: a sum of squares over the whole tensor to one value in its
+    dtype (popops reduce with ``SQUARE_ADD``; the square root is part of the trust ratio), named
+    ``<weight>/lars_norm_<of>``; it carries the weight's name, so it is placed with its update."""
+    t = g.tensors[x]
+    name = g.unique_op_name(f"{weight}/lars_norm_{of}")
+    out = g.add_tensor(g.unique_tensor_name(name), (1,), t.dtype, "activation", name).name
+    g.add_op(Op(name, "reduce_sum", [x], [out],
+                {**attrs, "axes": list(range(len(t.shape))), "keepdims": False, "operation": "square_add",
+                 "norm_of": of}, pass_="update", **annotations))
+    return out
+
+
+def merge_norms(g: Graph, per_block: bool = False) -> None:
+    """Merge the LARS norm reductions of each IPU, stage and phase into one ``reduce_many`` op.
+
+    Graphcore's MLPerf ResNet-50 (TF1) sets ``maximum_reduce_many_buffer_size`` to 216 bytes
+    (configs.yml): TensorFlow's IPU backend gathers independent reductions whose outputs total at
+    most that many bytes into one popops ReduceMany call, and ResNet-50's 54 LARS weights have
+    108 fp16 norms, 216 bytes. Runs after placement (each op's ``ipu``, ``stage`` and ``phase`` set),
+    in place; the merged op takes the place of the group's first norm, so it runs before every
+    update that reads it. Graphs without LARS are left as they are. ``per_block`` merges each
+    block's norms apart (the capacity planner, which moves blocks between IPUs afterwards).
+    """
+    groups: dict[tuple, list[Op]] = {}
+    for op in g.ops:
+        if op.pass_ == "update" and "norm_of" in op.attrs:
+            groups.setdefault((op.ipu, op.stage, op.phase) + ((op.block,) if per_block else ()), []).append(op)
+    drop = set()
+    for ops in groups.values():
+        if len(ops) < 2:
+            continue
+        first = ops[0]
+        merged = Op(g.unique_op_name(f"{first.attrs['optimizer']}_norms"), "reduce_many",
+                    [t for op in ops for t in op.inputs], [t for op in ops for t in op.outputs],
+                    {"optimizer": first.attrs["optimizer"], "weight": first.attrs["weight"],
+                     "operation": "square_add", "reductions": len(ops)},
+                    pass_="update", ipu=first.ipu, stage=first.stage, phase=first.phase, block=first.block)
+        for op in ops:
+            for t in op.outputs:
+                g.tensors[t].producer = merged.name
+        g._op_names.add(merged.name)
+        g.ops[g.ops.index(first)] = merged
+        drop.update(id(op) for op in ops[1:])
+    if drop:
+        g.ops = [op for op in g.ops if id(op) not in drop]
 
 
 def _accumulate_early(g: Graph, accumulates: list[Op]) -> None:

@@ -51,7 +51,12 @@ class IPU:
     internal_sync_cycles: int  # one on-chip (tiles of one IPU) barrier
     external_sync_cycles: int  # one barrier between IPUs, base cost
     external_sync_cycles_per_hop: int  # added per IPU-Link hop of the sync group's span
-    reserved_bytes_per_tile: int  # SRAM Poplar keeps for code, stacks and control per tile
+    reserved_bytes_per_tile: int  # fixed control code on every tile (runtime, host exchange), bytes
+    control_code_bytes_per_step: float  # control code per program step (compute set or exchange), every tile
+    vertex_code_bytes_per_codelet: int  # code of one codelet, once per tile that runs it
+    vertex_state_bytes_per_vertex: int  # fields of one vertex (one per compute set per working tile)
+    exchange_code_bytes_per_phase: int  # exchange code of one exchange phase on a tile receiving in it
+    stack_bytes_per_tile: int  # supervisor + worker stacks on a tile that runs vertices
 
 
 @dataclass(frozen=True)
@@ -277,6 +282,11 @@ _RANGES = {
     "clock_hz": (1e6, 1e10, "Hz", "the clock is in Hz, 1 MHz to 10 GHz: 1.325 GHz is clock_hz = 1.325e9"),
     "sram_bytes_per_tile": (1024, 2**30, "bytes", _BYTES_PER_TILE[3]),
     "reserved_bytes_per_tile": _BYTES_PER_TILE,
+    "control_code_bytes_per_step": _BYTES_PER_TILE,
+    "vertex_code_bytes_per_codelet": _BYTES_PER_TILE,
+    "vertex_state_bytes_per_vertex": _BYTES_PER_TILE,
+    "exchange_code_bytes_per_phase": _BYTES_PER_TILE,
+    "stack_bytes_per_tile": _BYTES_PER_TILE,
     "worker_threads": (1, 64, "threads", "hardware worker threads per tile: 6 on every IPU"),
     "latency_s": (0, 1.0, "s", "seconds per stream copy: the fixed cost is microseconds (5.0e-6), so more "
                   "than a second is a unit slip"),

@@ -11,8 +11,9 @@ variant is a group setting):
   gradients keep their small values);
 * ``max_grad_norm`` clips the global norm of all the gradients before each update;
 * ``first_order_momentum_accum_type`` / ``second_order_momentum_accum_type`` /
-  ``velocity_accum_type`` set the dtype of the optimizer state the simulator prices (float16
-  halves its memory and traffic); ``accum_type`` (the gradient accumulators, priced in the
+  ``velocity_accum_type`` set the dtype of each optimizer state tensor the simulator prices
+  (:func:`state_dtype`: a float16 state takes half the memory and traffic, and its steps of the
+  update run at the fp16 rate); ``accum_type`` (the gradient accumulators, priced in the
   weights' dtype), ``use_combined_accum``, ``velocity_scaling`` and ``use_tf_variant`` are
   accepted and listed in the run's notes as not modelled.
 
@@ -28,6 +29,8 @@ import logging
 import math
 
 import torch
+
+from ..graph.training import STATES
 
 logger = logging.getLogger("poptorch")
 
@@ -359,12 +362,17 @@ def sim_optimizer(optimizer) -> str:
     return "sgd_momentum" if momentum else "sgd"
 
 
-def state_dtype(optimizer) -> str:
-    """The sim dtype of the optimizer state: float16 when PopTorch keeps a moment (or the SGD
-    velocity) in float16."""
-    kinds = [getattr(optimizer, a, torch.float32) for a in (
-        "first_order_momentum_accum_type", "second_order_momentum_accum_type", "velocity_accum_type")]
-    return "float16" if torch.float16 in kinds else "float32"
+def state_dtype(optimizer) -> str | tuple[str, ...]:
+    """The ``state_dtype`` of the :class:`sim.Optimizer` pricing ``optimizer``: one dtype per
+    state tensor, in the order of ``sim.graph.training.STATES`` (Adam, AdamW, LAMB: the first
+    moment from ``first_order_momentum_accum_type``, the second from
+    ``second_order_momentum_accum_type``; RMSprop's mean square from the latter; momentum SGD's
+    velocity from ``velocity_accum_type``); "float32" for an optimizer without state."""
+    attrs = [attr for _, attr in STATES[sim_optimizer(optimizer)]]
+    if not attrs:
+        return "float32"
+    return tuple("float16" if getattr(optimizer, a, torch.float32) == torch.float16 else "float32"
+                 for a in attrs)
 
 
 def unmodelled(optimizer) -> dict:

@@ -37,10 +37,11 @@ PASS_COLOURS = {"forward": "tab:blue", "backward": "tab:cyan", "recompute": "tab
 MAX_TIMELINE_TASKS = 5000
 
 #: colours of the memory figures, one per category of :data:`~sim.compiler.memory.CATEGORIES`
-MEMORY_COLOURS = {"reserved": "#9e9e9e", "weights": "#1f77b4", "constants": "#9ecae1",
+MEMORY_COLOURS = {"control_code": "#9e9e9e", "vertex_code": "#bdbdbd", "vertex_state": "#636363",
+                  "exchange_code": "#d9d9d9", "stack": "#525252", "weights": "#1f77b4", "constants": "#9ecae1",
                   "optimizer_state": "#9467bd", "accumulators": "#ff7f0e", "stash": "#8c564b",
                   "activations": "#2ca02c", "temporaries": "#d62728"}
-#: colours of the liveness figure's layers (always live: reserved, weights, constants, optimizer
+#: colours of the liveness figure's layers (always live: program memory, weights, constants, optimizer
 #: state, accumulators and stash)
 LIVENESS_COLOURS = {"always_live": "#9e9e9e", "activations": MEMORY_COLOURS["activations"],
                     "temporaries": MEMORY_COLOURS["temporaries"]}
@@ -120,6 +121,15 @@ def _setup_line(run: Run) -> str:
     return line
 
 
+def _samples(run: Run) -> str:
+    """The run's samples; for a graph whose micro-batch rows carry several samples each (a packed
+    BERT: sequences per pack), also the rows and the samples per row they are counted from."""
+    if run.samples_per_row == 1:
+        return f"{run.samples:,}"
+    return (f"{run.samples:,.6g} = {run.rows:,} micro-batch rows x {run.samples_per_row:g} samples per row "
+            "(Graph.samples_per_row)")
+
+
 def format_summary(run: Run) -> str:
     """The run as multi-line text: setup, PoplarExecutor numbers, breakdown, memory, notes."""
     ex, o, s = run.executable, run.executable.options, run.executable.system
@@ -140,7 +150,7 @@ def format_summary(run: Run) -> str:
         "",
         f"cycles            {run.cycle_count:,}",
         f"time              {run.seconds * 1e3:.4f} ms",
-        f"samples           {run.samples:,}  ({run.samples_per_second:,.1f} samples/s)",
+        f"samples           {_samples(run)}  ({run.samples_per_second:,.1f} samples/s)",
         f"compute rate      {_tflops(run):.2f} TFLOP/s  ({run.flops / 1e9:,.2f} GFLOP in total)",
         "",
     ]
@@ -169,7 +179,7 @@ def summary_rows(run: Run) -> list[tuple[str, str]]:
             ("replicationFactor", f"{o.replication_factor}"), ("outputMode", _output_mode(run)),
             ("setup", _setup_line(run).strip()),
             ("cycles", f"{run.cycle_count:,}"), ("time", f"{run.seconds * 1e3:.4f} ms"),
-            ("samples", f"{run.samples:,} ({run.samples_per_second:,.1f} samples/s)"),
+            ("samples", f"{_samples(run)} ({run.samples_per_second:,.1f} samples/s)"),
             ("compute rate", f"{_tflops(run):.2f} TFLOP/s ({run.flops / 1e9:,.2f} GFLOP in total)")]
     phases = pipeline_phases(run)
     if phases:

@@ -57,11 +57,24 @@ class Run:
         return self.executable.system.cycles_to_seconds(self.cycle_count)
 
     @property
-    def samples(self) -> int:
-        """Samples processed: micro-batch x deviceIterations x accumulation x replicas."""
+    def rows(self) -> int:
+        """Micro-batch rows processed: micro-batch x deviceIterations x accumulation x replicas."""
         o = self.executable.options
         return (self.micro_batch * o.device_iterations * o.Training.gradient_accumulation
                 * o.replication_factor)
+
+    @property
+    def samples_per_row(self) -> float:
+        """Samples one micro-batch row carries (``Graph.samples_per_row``: 1, or a packed model's
+        average sequences per pack)."""
+        return float(getattr(self.executable.graph, "samples_per_row", 1.0))
+
+    @property
+    def samples(self) -> int | float:
+        """Samples processed: :attr:`rows` x :attr:`samples_per_row` (an int when whole; a packed
+        model's average makes it fractional)."""
+        n = self.rows * self.samples_per_row
+        return int(n) if float(n).is_integer() else n
 
     @property
     def micro_batch(self) -> int:
@@ -262,8 +275,9 @@ class Run:
 
     def memory_table(self) -> pd.DataFrame:
         """Bytes on each IPU's fullest tile at its peak, by category: a row per IPU (within a
-        replica; replicas hold the same), columns ``reserved`` (Poplar's code and stacks),
-        ``weights``, ``constants``, ``optimizer_state``, ``accumulators`` (gradient
+        replica; replicas hold the same), columns ``control_code``, ``vertex_code``, ``vertex_state``,
+        ``exchange_code``, ``stack`` (what Poplar allocates for the program,
+        :mod:`sim.compiler.program_memory`), ``weights``, ``constants``, ``optimizer_state``, ``accumulators`` (gradient
         accumulators), ``stash`` (pipeline stashes), ``activations`` (live at the peak) and
         ``temporaries`` (of the op then running). Each row adds up to that IPU's
         ``peak_tile_bytes``."""
@@ -280,7 +294,7 @@ class Run:
 
         Columns: ``ipu``, ``step`` (0, 1, ... per IPU), ``op``, ``run`` (its stage, phase or
         "weight update"; empty when the IPU runs one unnamed program), then in bytes, summed
-        over the IPU's compute tiles: ``always_live`` (reserved space, weights, constants,
+        over the IPU's compute tiles: ``always_live`` (program memory, weights, constants,
         optimizer state, accumulators and stashes), ``activations`` (live then),
         ``temporaries`` (of the op) and ``total``; and on the fullest tile at that op
         (``tile``, which can change from op to op): ``tile_always_live``,
@@ -331,7 +345,7 @@ class Run:
                     "gradient_accumulation": ex.options.Training.gradient_accumulation,
                     "output_mode": ex.output_mode.name, "compute_tiles": ex.tiles},
             "cycle_count": self.cycle_count, "seconds": self.seconds, "samples": self.samples,
-            "samples_per_second": self.samples_per_second,
+            "samples_per_row": self.samples_per_row, "samples_per_second": self.samples_per_second,
             "latency": lat("latency"), "compute_latency": lat("compute_latency"),
             "host_ipu_latency": lat("host_ipu_latency"), "ipu_host_latency": lat("ipu_host_latency"),
             "breakdown": {str(ipu): {k: int(v) for k, v in row.items()}

@@ -183,7 +183,9 @@ class Context:
         R = self.options.total_replicas()
         tensors = self.g.tensors
         by_position = {p: [op for op in self.updates if op.ipu == p] for p in range(self.ipus_per_replica)}
-        grads = {p: sum(tensors[op.inputs[0]].nbytes for op in ops) for p, ops in by_position.items()}
+        # one gradient per weight updated (LARS's norm ops name the weight they belong to)
+        grads = {p: sum(tensors[w].nbytes for w in dict.fromkeys(op.attrs.get("weight", op.inputs[0]) for op in ops))
+                 for p, ops in by_position.items()}
         sharded = {p: any(tensors[t].shards > 1 for op in ops for t in op.inputs) for p, ops in by_position.items()}
         if R > 1:
             for op, ps in (("reduce_scatter", [p for p in grads if sharded[p]]),

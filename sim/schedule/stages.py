@@ -91,6 +91,11 @@ def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list
     if training and F > 1 and recompute:
         for s in stages[F:]:
             _recompute_just_in_time(s, stages[s.forward_stage], g)
+        # the last forward stage, merged with its backward, recomputes between its checkpoints too
+        # (PopART's Pipeline::setFinalFwdStageRecomputation: only the ops after its last checkpoint
+        # are kept rather than recomputed)
+        if any(is_checkpoint(op) for op in stages[F - 1].ops if op.pass_ == "forward"):
+            _recompute_between_checkpoints(stages[F - 1], by_name)
     elif training and F == 1 and any(op.attrs.get("recomputation_checkpoint") for op in forward):
         _recompute_between_checkpoints(stages[0], by_name)
     _flows(g, stages, where, training, F)

@@ -1,0 +1,103 @@
+"""What Poplar allocates on each tile for the program itself, beside the tensors (bytes per tile).
+
+The categories are PopVision Graph Analyser's memory-report categories for code and program
+state (the names ``controlCode``, ``vertexCode``, ``vertexInstanceState``,
+``internalExchangeCode`` are those of the report's per-tile categories, as graphcore's
+ipu_tensorflow_addons ``keras/experimental/auto_pipeline/utils/pva_utils.py`` reads them):
+
+* **control code**: every tile runs the program's control flow, one entry per program step (a
+  compute set or an exchange, each preceded by a sync) whether or not the tile works in it, on
+  top of a fixed part (the runtime, the host-exchange and upload/download programs):
+  ``reserved_bytes_per_tile + control_code_bytes_per_step x steps`` on every tile;
+* **vertex code**: the code of each distinct codelet on the tiles that run it, once per tile
+  however many vertices use it (``vertex_code_bytes_per_codelet``);
+* **vertex state**: each vertex's fields (edge pointers, sizes, worklists), one vertex per
+  compute set on each tile that works in it (poplin's AMP and poplibs' vector codelets are
+  supervisor / multi-vertices: one per tile per compute set): ``vertex_state_bytes_per_vertex``;
+* **exchange code**: the send/receive instructions of each exchange, on every tile that receives
+  in it (``exchange_code_bytes_per_phase``);
+* **stack**: the supervisor and worker stacks, on the tiles that run vertices. Poplar sizes them
+  from the codelets' call graphs at compile time (graphcore/popart commit 417a1208, "the
+  supervisor and workers stack sizes are automatically determined at graph compile time"):
+  ``stack_bytes_per_tile``.
+
+All of it is always live. The constants are per IPU in ``configs/*.toml`` with their sources.
+Op kinds share codelets: two ops of the same kind and data type run the same codelets.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..cost import FREE, OpCost
+from ..graph.ir import Graph, Op
+from ..hardware.system import IPU
+
+#: the program-memory categories, in the order :data:`sim.compiler.memory.CATEGORIES` lists them
+PROGRAM_CATEGORIES = ("control_code", "vertex_code", "vertex_state", "exchange_code", "stack")
+_SERIAL = re.compile(r"serialised x(\d+)")
+
+
+def op_program_steps(cost: OpCost, ipu: IPU) -> tuple[int, int]:
+    """``(compute sets, exchange phases)`` of an op, from its cost (0, 0 for a view)."""
+    sets = int(cost.supersteps)
+    phases = round(cost.exchange_setup_cycles / ipu.exchange_setup_cycles) if ipu.exchange_setup_cycles else 0
+    return sets, int(phases)
+
+
+def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
+    """Keys of the distinct codelets an op runs: one per compute set of one piece of the op (a
+    serialised matmul repeats its pieces' codelets), shared by ops of the same kind and dtype."""
+    sets = int(cost.supersteps)
+    m = _SERIAL.search(cost.plan or "")
+    if m:
+        sets = max(1, sets // int(m.group(1)))
+    names = op.inputs + op.outputs
+    dtype = graph.tensors[names[0]].dtype if names else ""
+    return [(op.kind, dtype, j) for j in range(sets)]
+
+
+def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: IPU,
+                   tiles: int) -> dict[str, np.ndarray]:
+    """Bytes per tile of each of :data:`PROGRAM_CATEGORIES` for an IPU that runs ``ops`` (every
+    run of it, recomputation included), on ``tiles`` compute tiles.
+
+    Each op's vertices go on the tiles of its cost profile (its first ``tiles_used`` tiles when
+    it has no profile), the ranges of successive ops starting where the previous one ended, as
+    :class:`sim.compiler.memory._Layout` places tensors.
+    """
+    steps = 0
+    state = np.zeros(tiles)
+    exchange = np.zeros(tiles)
+    runs_vertices = np.zeros(tiles, dtype=bool)
+    codelets: dict[tuple, np.ndarray] = {}
+    start = 0
+    for op in ops:
+        cost = costs.get(op.name, FREE)
+        sets, phases = op_program_steps(cost, ipu)
+        if not sets and not phases:
+            continue
+        steps += sets + phases
+        used = max(1, min(tiles, cost.tiles_used or tiles))
+        if cost.profile is not None and len(cost.profile.compute) == tiles:
+            works = np.roll(cost.profile.compute > 0, start)
+            receives = np.roll(cost.profile.bytes_in > 0, start)
+        else:
+            works = np.roll(np.arange(tiles) < used, start)
+            receives = works if cost.exchange_bytes else np.zeros(tiles, dtype=bool)
+        start = (start + used) % tiles
+        state += works * sets * ipu.vertex_state_bytes_per_vertex
+        exchange += receives * phases * ipu.exchange_code_bytes_per_phase
+        if sets:
+            runs_vertices |= works
+            for key in op_codelets(op, graph, cost):
+                mask = codelets.setdefault(key, np.zeros(tiles, dtype=bool))
+                mask |= works
+    code = np.zeros(tiles)
+    for mask in codelets.values():
+        code += mask * ipu.vertex_code_bytes_per_codelet
+    return {"control_code": np.full(tiles, float(ipu.reserved_bytes_per_tile + steps * ipu.control_code_bytes_per_step)),
+            "vertex_code": code, "vertex_state": state, "exchange_code": exchange,
+            "stack": runs_vertices * float(ipu.stack_bytes_per_tile)}

@@ -1,0 +1,324 @@
+"""poplibs' single-layer benchmarks (IPUModel2) as simulator graphs: the microbenchmark table.
+
+poplibs kept a regression file of Poplar's own IPUModel2 estimates (its codelet cycle estimators
+plus its exchange and sync model: how Poplar plans and runs the work, not a hardware measurement)
+for single layers run by three tools, each with ``--ignore-data`` (no host transfers):
+
+* ``tools/fully_connected_layer.cpp`` (``add_fc_benchmark``, ``--bias 0``): fp16 unless
+  ``--data-type``, fp32 partials (poplin's default), availableMemoryProportion 0.6, Pass ALL:
+  forward ``prevAct @ W``, backward ``zDeltas @ Wᵀ`` (``transposeGroupedMatrix``, a view) and the
+  weight update ``matMulAcc``: ``W += -lr · prevActᵀ @ zDeltas`` (a matmul then one ScaledAdd).
+* ``tools/general_matrix_multiply.cpp`` (``add_gemm_benchmark``): fp16, ``C = A @ B + C``
+  (``matMulGrouped`` then ``scaledAddTo``), both operands laid out by poplin
+  (``createMatMulGroupedInputLHS/RHS``).
+* ``tools/single_conv_layer.cpp`` (``add_conv_benchmark``, ``--bias 0``): fp16, fp32 partials,
+  Pass ALL: forward convolution, backward ``weightsTransposeChansFlipXY`` then the convolution of
+  ``zDeltas`` with the flipped weights, and ``convolutionWeightUpdate`` (weight deltas then one
+  ScaledAdd).
+
+The rows (``tests/data/poplibs_benchmark_results.csv``, copied from poplibs at commit 8dcde1ec)
+and their arguments (``tests/CMakeLists.txt`` at that commit) are in :data:`ROWS`;
+:func:`graph` builds each tool's equivalent graph and :func:`simulated_cycles` runs it on one
+``ipu-mk2`` with synthetic data. Cycles are IPU tile cycles; memory is bytes summed over tiles.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from . import simulate
+from .graph.ir import Graph, GraphBuilder, Op
+from .options import Options
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "poplibs_benchmark_results.csv"
+SOURCE = ("graphcore/poplibs `tests/benchmark_results.csv` at 8dcde1ec (the parent of 3a650a11, which "
+          "deleted the file; values written by `tools/bench.py`), rows `IpuModel2,default`; arguments from "
+          "`tests/CMakeLists.txt` at the same commit")
+SYSTEM = "ipu-mk2"  # IPUModel2: 1,472 tiles of 624 KiB, the Mk2 GC200
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark: the tool and its arguments (as in poplibs' ``tests/CMakeLists.txt``)."""
+
+    name: str
+    tool: str  # "fc", "gemm" or "conv"
+    args: tuple = field(default=())  # (key, value) pairs, see the graph builders
+
+    @property
+    def params(self) -> dict:
+        return dict(self.args)
+
+
+def _fc(name, batch, inputs, outputs, groups=1, dtype="float16"):
+    return Bench(name, "fc", (("batch", batch), ("inputs", inputs), ("outputs", outputs), ("groups", groups),
+                              ("dtype", dtype)))
+
+
+def _conv(name, field_hw, kernel, cin, cout, stride=1, padding=0, batch=4):
+    return Bench(name, "conv", (("batch", batch), ("field", field_hw), ("kernel", kernel), ("cin", cin),
+                                ("cout", cout), ("stride", stride), ("padding", padding)))
+
+
+def _benches() -> list[Bench]:
+    b = [Bench(f"gemm_{m}x{k}x{n}", "gemm", (("m", m), ("k", k), ("n", n)))
+         for m in (200, 600, 1000) for k in (64, 256, 512) for n in (10000, 20000, 30000)]
+    b += [_fc("fc_layer_1440x100x200", 1440, 100, 200), _fc("fc_layer_1440x200x400", 1440, 200, 400),
+          _fc("fc_layer_16x1324x100", 16, 1324, 100), _fc("fc_layer_80_1324_100", 80, 1324, 100)]
+    for dtype in ("half", "float"):
+        for bs in (1, 4, 8, 16):
+            dt = "float16" if dtype == "half" else "float32"
+            b += [_fc(f"fc_layer_{bs}_1000_1000_{dtype}", bs, 1000, 1000, dtype=dt),
+                  _fc(f"fc_layer_{bs}_1000_5_{dtype}", bs, 1000, 5, dtype=dt)]
+    for h, k, fx in ((768, 12, 3072), (1024, 16, 4096)):
+        for s in (128, 384, 512):
+            b += [_fc(f"bert_kqv_{s}x{h}x{3 * h}", s, h, 3 * h),
+                  _fc(f"bert_grouped_{k}x{s}x64x{s}", s, 64, s, groups=k),
+                  # as poplibs' CMakeLists has it: --input-size h --output-size s --batch-size h
+                  _fc(f"bert_proj_{s}x{h}x{h}", h, h, s),
+                  _fc(f"bert_ffn1_{s}x{h}x{fx}", s, h, fx),
+                  _fc(f"bert_ffn2_{s}x{fx}x{h}", s, fx, h)]
+    r = "resnet50_tr_bs4_"
+    b += [_conv(r + "cnv", 224, 7, 4, 64, 2, 3),
+          _conv(r + "bm64L0_projection", 56, 1, 64, 256), _conv(r + "bm64L0", 56, 1, 64, 64),
+          _conv(r + "bm64L0A1", 56, 3, 64, 64, padding=1), _conv(r + "bm64L1A0", 56, 1, 256, 64),
+          _conv(r + "bm128L0_projection", 56, 1, 256, 512, 2), _conv(r + "bm128L0A0", 56, 1, 256, 128, 2),
+          _conv(r + "bm128L0A1", 28, 3, 128, 128, padding=1), _conv(r + "bm128L0A2", 28, 1, 128, 512),
+          _conv(r + "bm128L1A0", 28, 1, 512, 128),
+          _conv(r + "bm256L0_projection", 28, 1, 512, 1024, 2), _conv(r + "bm256L0A0", 28, 1, 512, 256, 2),
+          _conv(r + "bm256L0A1", 14, 3, 256, 256, padding=1), _conv(r + "bm256L0A2", 14, 1, 256, 1024),
+          _conv(r + "bm256L1A0", 14, 1, 1024, 256),
+          _conv(r + "bm512L0_projection", 14, 1, 1024, 2048, 2), _conv(r + "bm512L0A0", 14, 1, 1024, 512, 2),
+          _conv(r + "bm512L0A1", 7, 3, 512, 512, padding=1), _conv(r + "bm512L0A2", 7, 1, 512, 2048),
+          _conv(r + "bm512L1A0", 7, 1, 2048, 512)]
+    i = "inception_tr_bs4_"
+    b += [_conv(i + "layer1", 299, 3, 4, 32, 2), _conv(i + "layer3", 149, 3, 32, 32),
+          _conv(i + "layer5", 147, 3, 32, 64, padding=1), _conv(i + "layer8", 147, 1, 64, 80),
+          _conv(i + "layer10", 73, 3, 80, 192),
+          _conv(i + "i1_a1x1", 35, 1, 192, 64), _conv(i + "i1_b1x1", 35, 1, 192, 48),
+          _conv(i + "i1_b5x5", 35, 5, 48, 64, padding=2), _conv(i + "i1_db1x1", 35, 1, 192, 32),
+          _conv(i + "i1_c3x3a", 35, 3, 64, 96, padding=1), _conv(i + "i1_c3x3b", 35, 3, 96, 96, padding=1),
+          _conv(i + "i2_a1x1", 35, 1, 256, 64), _conv(i + "i2_b1x1", 35, 1, 256, 48),
+          _conv(i + "i3_a1x1", 35, 1, 288, 64), _conv(i + "i3_b1x1", 35, 1, 288, 48),
+          _conv(i + "i4_a3x3", 35, 3, 288, 384, 2), _conv(i + "i4_b3x3b", 35, 3, 96, 96, 2),
+          _conv(i + "i5_a1x1", 17, 1, 768, 192), _conv(i + "i5_b1x1", 17, 1, 768, 128),
+          _conv(i + "i6_b1x1", 17, 1, 768, 160),
+          _conv(i + "i8_a3x3", 17, 3, 192, 320, 2), _conv(i + "i8_b3x3", 17, 3, 192, 192, 2),
+          _conv(i + "i9_a1x1", 8, 1, 1280, 320), _conv(i + "i9_c1x1", 8, 1, 1280, 448),
+          _conv(i + "i9_d1x1", 8, 1, 1280, 192), _conv(i + "i9_c3x3", 8, 3, 448, 384, padding=1),
+          _conv(i + "i10_a1x1", 8, 1, 2048, 320), _conv(i + "i10_b1x1", 8, 1, 2048, 384),
+          _conv(i + "i10_c1x1", 8, 1, 2048, 448), _conv(i + "i10_d1x1", 8, 1, 2048, 192)]
+    v = "vgg16_tr_bs4_"
+    b += [_conv(v + "v1L0", 224, 3, 4, 64, padding=1), _conv(v + "v2L0", 112, 3, 64, 128, padding=1),
+          _conv(v + "v2L1", 112, 3, 128, 128, padding=1), _conv(v + "v3L0", 56, 3, 128, 256, padding=1),
+          _conv(v + "v3L1", 56, 3, 256, 256, padding=1), _conv(v + "v4L0", 28, 3, 256, 512, padding=1),
+          _conv(v + "v4L1", 28, 3, 512, 512, padding=1), _conv(v + "v5L0", 14, 3, 512, 512, padding=1)]
+    a = "alexnet_tr_bs4_"
+    b += [_conv(a + "layer1", 224, 11, 4, 64, 4, 3), _conv(a + "layer4", 27, 5, 64, 192, padding=2),
+          _conv(a + "layer7", 13, 3, 192, 384), _conv(a + "layer9", 13, 3, 384, 256),
+          _conv(a + "layer11", 13, 3, 256, 256)]
+    # mobilenet_conv1_1 pads only the low side (--padding-lower 1): (224 + 1 - 3) / 2 + 1 = 112
+    # output rows, as symmetric padding 1 gives, so the graph's symmetric padding matches it
+    m = "mobilenet_"
+    b += [_conv(m + "conv1_1", 224, 3, 4, 32, 2, 1),
+          _conv(m + "conv_pw_1_1", 112, 1, 32, 64), _conv(m + "conv_pw_2_1", 56, 1, 64, 128),
+          _conv(m + "conv_pw_3_1", 56, 1, 128, 128), _conv(m + "conv_pw_4_1", 28, 1, 128, 256),
+          _conv(m + "conv_pw_5_1", 28, 1, 256, 256), _conv(m + "conv_pw_6_1", 14, 1, 256, 512),
+          _conv(m + "conv_pw_7_1", 14, 1, 512, 512), _conv(m + "conv_pw_12_1", 7, 1, 512, 1024),
+          _conv(m + "conv_pw_13_1", 7, 1, 1024, 1024)]
+    return b
+
+
+BENCHES = {b.name: b for b in _benches()}
+
+# Rows of the data file the simulator's graphs cannot express, and why (listed in the report).
+NOT_EXPRESSIBLE = {
+    "conv_5x200_1_in_100_out_bs1440": "a 5x200 kernel: the graph's conv2d has square kernels",
+    **{f"inception_tr_bs4_{n}": "a non-square kernel (1xN / Nx1): the graph's conv2d has square kernels"
+       for n in ("i5_b1x7", "i5_c7x1a", "i5_b7x1", "i5_c1x7b", "i6_b1x7", "i6_c7x1a", "i6_b7x1", "i6_c7x1b",
+                 "i6_c1x7b", "i7_b1x7", "i7_b7x1", "i9_ba1x3", "i9_bb3x1")},
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One IPUModel2 row of the data file with the benchmark that produced it."""
+
+    bench: Bench
+    cycles: int  # Cycles: Poplar's IPUModel2 estimate of the run, tile cycles
+    total_memory: int  # TotalMemory, bytes summed over tiles
+
+    @property
+    def name(self) -> str:
+        return self.bench.name
+
+    def simulated(self) -> int:
+        return simulated_cycles(self.bench)
+
+    def error(self) -> float:
+        return self.simulated() / self.cycles - 1
+
+
+@lru_cache(maxsize=1)
+def published() -> dict[str, tuple[int, int]]:
+    """{benchmark name: (Cycles, TotalMemory)} of the data file's IpuModel2 rows."""
+    with open(DATA, newline="") as f:
+        lines = [line for line in f if line.strip() and not line.startswith("#")]
+    header = "Target,Config,Name,Cycles,CycleChange(%),TotalMemory,TotalMemoryChange(%),MaxTileMemory".split(",")
+    out = {}
+    for rec in csv.reader(lines):
+        if rec[0] == "Target":
+            continue
+        d = dict(zip(header, rec))
+        if d["Target"] == "IpuModel2" and d["Config"] == "default":
+            out[d["Name"]] = (int(d["Cycles"]), int(d["TotalMemory"]))
+    return out
+
+
+def rows() -> list[Row]:
+    """Every expressible row of the data file, in the data file's order."""
+    pub = published()
+    missing = sorted(set(BENCHES) - set(pub))
+    if missing:
+        raise ValueError(f"{DATA}: no IpuModel2 row for {', '.join(missing)}; restore the file from poplibs 8dcde1ec")
+    return [Row(BENCHES[n], *pub[n]) for n in pub if n in BENCHES]
+
+
+# --- the tools as graphs ------------------------------------------------------------------------
+
+def fc_graph(batch: int, inputs: int, outputs: int, groups: int = 1, dtype: str = "float16") -> Graph:
+    """poplibs' ``fully_connected_layer`` (no bias, every pass) as a graph.
+
+    Forward ``nextAct = prevAct (G, batch, inputs) @ weights (G, inputs, outputs)``, backward
+    ``prevDeltas = zDeltas @ weightsᵀ`` and the weight update ``weights += -lr · prevActᵀ @
+    zDeltas`` in place (poplin ``matMulAcc``: one ScaledAdd, the ``accumulate`` kind). With one
+    group the tensors are 2-D. ``prevAct`` and ``zDeltas`` are inputs and ``nextAct`` and
+    ``prevDeltas`` outputs, as the tool's upload and download programs make them.
+    """
+    lead = (groups,) if groups > 1 else ()
+    b = GraphBuilder(f"fc_layer_{batch}x{inputs}x{outputs}" + (f"_g{groups}" if groups > 1 else ""), dtype)
+    prev_act = b.input("prevAct", lead + (batch, inputs))
+    z_deltas = b.input("zDeltas", lead + (batch, outputs))
+    weights = b.weight("weights", lead + (inputs, outputs))
+    next_act = b.op("matmul", [prev_act, weights], [lead + (batch, outputs)], name="Fwd")[0]
+    prev_deltas = b.op("matmul", [z_deltas, weights], [lead + (batch, inputs)], attrs={"transpose_b": True},
+                       name="Bwd")[0]
+    delta_w = b.op("matmul", [prev_act, z_deltas], [lead + (inputs, outputs)], attrs={"transpose_a": True},
+                   name="Wu")[0]
+    b.graph.add_op(Op("Wu/update", "accumulate", [weights, delta_w], [weights], {"weight": weights}))
+    b.output(next_act, prev_deltas)
+    return b.graph
+
+
+def gemm_graph(m: int, k: int, n: int, dtype: str = "float16") -> Graph:
+    """poplibs' ``general_matrix_multiply`` as a graph: ``C += A (m, k) @ B (k, n)`` (alpha = beta
+    = 1: ``matMulGrouped`` then ``scaledAddTo``). ``B`` is laid out by poplin like a weight
+    (``createMatMulGroupedInputRHS``), so it has the weight role."""
+    b = GraphBuilder(f"gemm_{m}x{k}x{n}", dtype)
+    mat_a = b.input("matA", (m, k))
+    mat_b = b.weight("matB", (k, n))
+    mat_c = b.weight("matC", (m, n))
+    prod = b.op("matmul", [mat_a, mat_b], [(m, n)], name="AxB")[0]
+    b.graph.add_op(Op("C/update", "accumulate", [mat_c, prod], [mat_c], {"weight": mat_c}))
+    return b.graph
+
+
+def conv_graph(batch: int, field: int, kernel: int, cin: int, cout: int, stride: int = 1,
+               padding: int = 0, dtype: str = "float16") -> Graph:
+    """poplibs' ``single_conv_layer`` (no bias, every pass) as a graph, NCHW.
+
+    Forward convolution; backward: the weights' channels transposed and kernel flipped
+    (``weightsTransposeChansFlipXY``, a rearranging copy: the ``transpose`` kind), then the
+    convolution of ``zDeltas`` with them (``conv2d_grad_input``); the weight update
+    (``convolutionWeightUpdate``): the weight deltas (``conv2d_grad_weight``) and one ScaledAdd.
+    """
+    b = GraphBuilder(f"conv_{batch}x{cin}x{field}x{field}_k{kernel}s{stride}p{padding}_{cout}", dtype)
+    prev_act = b.input("prevAct", (batch, cin, field, field))
+    next_act = b.conv2d(prev_act, cout, kernel, stride, padding, name="fwd")
+    weights = "fwd/weight"
+    n, co, ho, wo = b.shape(next_act)
+    z_deltas = b.input("zDeltas", (n, co, ho, wo))
+    attrs = dict(kernel=kernel, stride=stride, padding=padding, groups=1, n=n, ci=cin, co=cout, ho=ho, wo=wo)
+    flipped = b.op("transpose", [weights], [(cin, cout, kernel, kernel)], name="bwd/transposeChansFlipXY")[0]
+    prev_deltas = b.op("conv2d_grad_input", [z_deltas, flipped], [(batch, cin, field, field)], attrs,
+                       name="bwd")[0]
+    delta_w = b.op("conv2d_grad_weight", [prev_act, z_deltas], [(cout, cin, kernel, kernel)], attrs,
+                   name="wu")[0]
+    b.graph.add_op(Op("wu/update", "accumulate", [weights, delta_w], [weights], {"weight": weights}))
+    b.output(next_act, prev_deltas)
+    return b.graph
+
+
+def graph(bench: Bench) -> Graph:
+    """The simulator's graph of ``bench``'s tool with its arguments."""
+    p = bench.params
+    if bench.tool == "fc":
+        return fc_graph(p["batch"], p["inputs"], p["outputs"], p["groups"], p["dtype"])
+    if bench.tool == "gemm":
+        return gemm_graph(p["m"], p["k"], p["n"])
+    if bench.tool == "conv":
+        return conv_graph(p["batch"], p["field"], p["kernel"], p["cin"], p["cout"], p["stride"], p["padding"])
+    raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} (expected fc, gemm or conv)")
+
+
+def _options() -> Options:
+    return Options().enableSyntheticData(True)  # --ignore-data: no host transfers
+
+
+@lru_cache(maxsize=None)
+def simulated_run(bench: Bench):
+    """The simulator's :class:`~sim.results.run.Run` of ``bench`` on one ``ipu-mk2``."""
+    return simulate(graph(bench), SYSTEM, _options())
+
+
+def simulated_cycles(bench: Bench) -> int:
+    """Cycles of one run of ``bench``'s graph (every pass) on one ``ipu-mk2``, synthetic data."""
+    return simulated_run(bench).cycle_count
+
+
+def within(tolerance: float = 0.05) -> list[Row]:
+    """The rows whose simulated cycles are within ``tolerance`` of Poplar's."""
+    return [r for r in rows() if abs(r.error()) <= tolerance]
+
+
+def _family(name: str) -> str:
+    for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet"):
+        if name.startswith(prefix):
+            return prefix
+    return "other"
+
+
+def report_section(tolerance: float = 0.05) -> list[str]:
+    """The microbenchmark table of reports/validation.md (markdown lines): every row, its error,
+    a summary per family, and the rows not expressible."""
+    rs = rows()
+    by_family: dict[str, list[Row]] = {}
+    for r in rs:
+        by_family.setdefault(_family(r.name), []).append(r)
+    within_count = sum(abs(r.error()) <= tolerance for r in rs)
+    summary = [f"| {fam} | {len(v)} | {sum(abs(r.error()) <= tolerance for r in v)} | "
+               f"{sorted(r.error() for r in v)[len(v) // 2]:+.1%} | {min(r.error() for r in v):+.1%} … "
+               f"{max(r.error() for r in v):+.1%} |" for fam, v in by_family.items()]
+    table = [f"| `{r.name}` | {r.bench.tool} | {r.cycles:,} | {r.simulated():,} | {r.error():+.1%} | "
+             f"{'within' if abs(r.error()) <= tolerance else 'outside'} |" for r in rs]
+    skipped = [f"| `{n}` | {why} |" for n, why in NOT_EXPRESSIBLE.items()]
+    return ["", "## Microbenchmarks: single matmul and convolution layers (IPUModel2)", "",
+            f"Source: {SOURCE}. Cycles is Poplar's IPUModel2 estimate of the layer (its codelet estimators, "
+            "exchange and sync model: how Poplar plans and runs it, not a hardware measurement), against the "
+            "simulator's cycles for the tool's graph (`sim/poplibs_benchmarks.py`: fully_connected_layer and "
+            "single_conv_layer run the forward, backward and weight-update passes, general_matrix_multiply one "
+            "matmul and an add) on one `ipu-mk2` with synthetic data. One constant was fitted to these rows "
+            "(the fixed cycles of a matmul/convolution pass, `configs/_conv-vertices.toml` [pass]); rows within "
+            f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py`. "
+            f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", "",
+            "| family | rows | within | median error | range |", "|---|---:|---:|---:|---|"] + summary + [
+            "", "| benchmark | tool | IPUModel2 cycles | simulated | error | status |",
+            "|---|---|---:|---:|---:|---|"] + table + [
+            "", "Rows of the source not expressed:", "", "| benchmark | why |", "|---|---|"] + skipped
+
+
+__all__ = ["Bench", "report_section", "BENCHES", "NOT_EXPRESSIBLE", "Row", "rows", "published", "fc_graph", "gemm_graph",
+           "conv_graph", "graph", "simulated_cycles", "simulated_run", "within", "SOURCE", "DATA"]

@@ -1,0 +1,144 @@
+"""One dtype per optimizer state tensor (``Optimizer(name, state_dtype)``): state bytes, the
+update's cycles, the CLI flag, and the poptorch front end pricing the same Optimizer."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import sim
+from sim.cli.main import build_parser
+from sim.cli.run import optimizer_of
+from sim.cost import op_cost
+from sim.errors import OptionsError
+from sim.graph import GraphBuilder
+from sim.graph.training import Optimizer, expand_training
+from sim.hardware.system import load_system
+
+
+def _graph():
+    b = GraphBuilder("fc", "float16")
+    x = b.input("x", (64, 1024))
+    y = b.linear(x, 1024, bias=False)
+    b.softmax_cross_entropy(y, b.input("labels", (64,), "int32"))
+    return b.graph
+
+
+def test_the_single_dtype_spelling_still_means_every_state():
+    assert Optimizer("adamw").state_dtypes == ("float32", "float32")
+    assert Optimizer("adamw", "float16").state_dtypes == ("float16", "float16")
+    assert Optimizer("adamw", "half") == Optimizer("adamw", "float16")
+    assert Optimizer("sgd").state_dtypes == () and Optimizer("rmsprop", ["fp16"]).state_dtypes == ("float16",)
+    mixed = Optimizer("adamw", ["float16", "float32"])
+    assert mixed.state_dtype == ("float16", "float32") and hash(mixed) == hash(Optimizer("adamw", ("half", "float")))
+    assert mixed.describe() == "adamw (state: first moment float16, second moment float32)"
+
+
+@pytest.mark.parametrize("given, match", [(("float16",), "1 state dtypes .* for 2 state"),
+                                          ("int32", "expected float16 or float32"),
+                                          (("float16", "bf16"), "expected float16 or float32")])
+def test_bad_state_dtypes_are_refused(given, match):
+    with pytest.raises(OptionsError, match=match):
+        Optimizer("adam", given)
+
+
+@pytest.mark.parametrize("dtypes, per_state", [("float32", (4, 4)), (("float16", "float32"), (2, 4)),
+                                                ("float16", (2, 2))])
+def test_each_state_tensor_takes_its_own_dtype(dtypes, per_state):
+    g = expand_training(_graph(), Optimizer("adamw", dtypes))
+    update = next(op for op in g.ops if op.kind == "adam_update")
+    states = [g.tensors[t] for t in update.inputs if g.tensors[t].role == "state"]
+    assert [t.nbytes for t in states] == [1024 * 1024 * b for b in per_state]
+    assert Optimizer("adamw", dtypes).state_bytes(1024 * 1024) == sum(t.nbytes for t in states)
+
+
+def test_memory_holds_the_state_in_its_dtypes():
+    def state_bytes(dtypes):
+        ex = sim.compile(_graph(), "ipu-mk2", sim.Options().enableSyntheticData(True), training=True,
+                         optimizer=Optimizer("adam", dtypes))
+        return ex.memory[0].by_role["state"]
+    assert state_bytes("float32") == 8 * 1024 * 1024
+    assert state_bytes(("float16", "float32")) == 6 * 1024 * 1024
+    assert state_bytes("float16") == 4 * 1024 * 1024
+
+
+def test_the_update_runs_each_moment_at_its_dtypes_rate():
+    """The first moment's aXPlusbY in fp16 saves 0.75 cycles an element, the second moment's
+    square and aXPlusbY 1.25 (the fp32 - fp16 rates of the accumulate and square codelets)."""
+    ipu = load_system("ipu-mk2").ipu
+    cycles = {}
+    for dtypes in ("float32", ("float16", "float32"), ("float32", "float16")):
+        g = expand_training(_graph(), Optimizer("adam", dtypes))
+        op = next(o for o in g.ops if o.kind == "adam_update")
+        cost = op_cost(op, g, ipu, ipu.tiles)
+        cycles[dtypes] = cost.compute_cycles
+    per_tile = -(-1024 * 1024 // ipu.tiles)  # elements on the busiest tile (every tile used)
+    assert cycles["float32"] - cycles[("float16", "float32")] in (int(0.75 * per_tile), int(0.75 * per_tile) + 1)
+    assert cycles["float32"] - cycles[("float32", "float16")] in (int(1.25 * per_tile), int(1.25 * per_tile) + 1)
+
+
+def test_off_chip_state_moves_its_own_bytes():
+    from sim.options import TensorLocationSettings
+    from sim.program import RemoteCopy, leaves
+
+    def moved(dtypes):
+        o = sim.Options().enableSyntheticData(True)
+        o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useOnChipStorage(False))
+        ex = sim.compile(_graph(), "ipu-mk2", o, training=True, optimizer=Optimizer("adam", dtypes))
+        return {c.direction: c.nbytes for c in leaves(ex.program) if isinstance(c, RemoteCopy)}
+    assert moved(("float16", "float32")) == {"load": 6 * 2**20, "store": 6 * 2**20}
+    assert moved("float32") == {"load": 8 * 2**20, "store": 8 * 2**20}
+
+
+def _run_args(*argv):
+    parser = build_parser()
+    return parser.parse_args(["run", *argv])
+
+
+def test_the_cli_parses_one_dtype_or_one_per_state():
+    parser = argparse.ArgumentParser()
+    args = _run_args("--training", "--optimizer", "adamw", "--optimizer-state-dtype", "half,fp32")
+    assert args.optimizer_state_dtype == ("float16", "float32")
+    assert optimizer_of(args, parser) == Optimizer("adamw", ("float16", "float32"))
+    args = _run_args("--training", "--optimizer", "lamb", "--optimizer-state-dtype", "float16")
+    assert optimizer_of(args, parser) == Optimizer("lamb", "float16")
+    assert optimizer_of(_run_args("--training"), parser) == Optimizer("sgd")
+    with pytest.raises(SystemExit):
+        _run_args("--optimizer-state-dtype", "bf16")
+
+
+def test_the_cli_refuses_a_wrong_count(capsys):
+    from sim.cli.main import main
+    code = main(["run", "--model", "mlp", "--training", "--optimizer", "adam", "--optimizer-state-dtype",
+                 "float16,float32,float16"])
+    assert code == 2 and "2 state tensor(s) (first moment, second moment)" in capsys.readouterr().err
+
+
+def test_poptorch_prices_the_same_optimizer_as_the_zoo_path():
+    torch = pytest.importorskip("torch")
+    from sim import poptorch
+    from sim.poptorch import optim as poptorch_optim
+
+    net = torch.nn.Linear(8, 4)
+    opt = poptorch.optim.AdamW(net.parameters(), lr=1e-3, first_order_momentum_accum_type=torch.float16,
+                               second_order_momentum_accum_type=torch.float32)
+    assert Optimizer(poptorch_optim.sim_optimizer(opt), poptorch_optim.state_dtype(opt)) == \
+        Optimizer("adamw", ("float16", "float32"))
+    sgd = poptorch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, velocity_accum_type=torch.float16)
+    assert Optimizer(poptorch_optim.sim_optimizer(sgd), poptorch_optim.state_dtype(sgd)) == \
+        Optimizer("sgd_momentum", ("float16",))
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = net
+
+        def forward(self, x, y):
+            out = self.fc(x)
+            return out, torch.nn.functional.cross_entropy(out, y)
+
+    model = poptorch.trainingModel(Model(), optimizer=opt)
+    model(torch.randn(2, 8), torch.tensor([0, 1]))
+    states = sorted((t.name, t.dtype) for t in model.executable.graph.tensors.values() if t.role == "state")
+    assert [d for _, d in states] == ["float16", "float32"] * 2  # weight and bias: m fp16, v fp32

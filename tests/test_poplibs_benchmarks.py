@@ -1,0 +1,120 @@
+"""poplibs' single-layer IPUModel2 benchmarks (sim/poplibs_benchmarks.py) and the matmul/conv cost
+components they ground: the weight-update rearrangement and the fixed cycles of a pass.
+
+The rows within 5 % of Poplar's estimate are held there. The whole table simulates in a few
+seconds (each row is a one-IPU graph of three or four ops, cached per row).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sim import load_system, poplibs_benchmarks as pb
+from sim.cost.amp import pass_fixed_cycles, plan_matmul, rearrangement
+
+TOLERANCE = 0.05
+# the rows within 5 % when the cost components below were added (69 of 150): held there
+WITHIN = (
+    "bert_ffn1_384x1024x4096", "bert_ffn1_512x1024x4096", "bert_grouped_12x128x64x128",
+    "bert_grouped_16x128x64x128", "bert_kqv_128x768x2304", "bert_proj_128x1024x1024",
+    "bert_proj_384x1024x1024", "bert_proj_384x768x768", "bert_proj_512x768x768", "fc_layer_1440x200x400",
+    "fc_layer_16_1000_5_float", "fc_layer_1_1000_1000_half", "fc_layer_8_1000_1000_float",
+    "fc_layer_8_1000_5_half", "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_1000x512x20000",
+    "gemm_1000x512x30000", "gemm_200x256x20000", "gemm_200x256x30000", "gemm_200x512x10000",
+    "gemm_200x512x30000", "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x256x10000", "gemm_600x256x20000",
+    "gemm_600x256x30000", "gemm_600x512x30000", "gemm_600x64x20000", "inception_tr_bs4_i10_a1x1",
+    "inception_tr_bs4_i10_c1x1", "inception_tr_bs4_i10_d1x1", "inception_tr_bs4_i1_a1x1",
+    "inception_tr_bs4_i1_c3x3a", "inception_tr_bs4_i1_c3x3b", "inception_tr_bs4_i1_db1x1",
+    "inception_tr_bs4_i2_a1x1", "inception_tr_bs4_i2_b1x1", "inception_tr_bs4_i3_a1x1",
+    "inception_tr_bs4_i3_b1x1", "inception_tr_bs4_i5_a1x1", "inception_tr_bs4_i5_b1x1",
+    "inception_tr_bs4_i6_b1x1", "inception_tr_bs4_i8_a3x3", "inception_tr_bs4_i9_a1x1",
+    "inception_tr_bs4_i9_c1x1", "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1", "mobilenet_conv_pw_13_1",
+    "mobilenet_conv_pw_2_1", "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_4_1", "mobilenet_conv_pw_6_1",
+    "mobilenet_conv_pw_7_1", "resnet50_tr_bs4_bm128L0A2", "resnet50_tr_bs4_bm128L1A0",
+    "resnet50_tr_bs4_bm256L0A0", "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L0_projection",
+    "resnet50_tr_bs4_bm256L1A0", "resnet50_tr_bs4_bm512L0A0", "resnet50_tr_bs4_bm512L0A1",
+    "resnet50_tr_bs4_bm512L0A2", "resnet50_tr_bs4_bm64L0", "resnet50_tr_bs4_bm64L0_projection",
+    "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v4L0", "vgg16_tr_bs4_v4L1", "vgg16_tr_bs4_v5L0",
+)
+
+
+def test_every_row_of_the_data_file_is_a_benchmark_or_listed_as_not_expressible():
+    published = pb.published()
+    assert set(published) == set(pb.BENCHES) | set(pb.NOT_EXPRESSIBLE)
+    assert len(pb.rows()) == len(pb.BENCHES) == 150
+    # spot values copied from poplibs at 8dcde1ec
+    assert published["fc_layer_1_1000_5_half"] == (6902, 528900)
+    assert published["gemm_1000x512x30000"] == (506247, 621957560)
+    assert published["vgg16_tr_bs4_v2L1"] == (762367, 506955822)
+
+
+def test_tools_build_the_passes_poplibs_runs():
+    fc = pb.graph(pb.BENCHES["bert_grouped_12x128x64x128"])
+    assert [op.kind for op in fc.ops] == ["matmul", "matmul", "matmul", "accumulate"]
+    assert fc.tensors["weights"].shape == (12, 64, 128)
+    # bert_proj's arguments are batch h, inputs h, outputs s (poplibs' CMakeLists)
+    proj = pb.BENCHES["bert_proj_128x768x768"].params
+    assert (proj["batch"], proj["inputs"], proj["outputs"]) == (768, 768, 128)
+    conv = pb.graph(pb.BENCHES["resnet50_tr_bs4_bm64L0A1"])
+    assert [op.kind for op in conv.ops] == ["conv2d", "transpose", "conv2d_grad_input", "conv2d_grad_weight",
+                                            "accumulate"]
+    assert conv.tensors["fwd/conv2d"].shape == (4, 64, 56, 56)
+    gemm = pb.graph(pb.BENCHES["gemm_200x64x10000"])
+    assert [op.kind for op in gemm.ops] == ["matmul", "accumulate"]
+
+
+@pytest.mark.parametrize("name", WITHIN)
+def test_row_within_five_percent_of_poplar(name):
+    row = next(r for r in pb.rows() if r.name == name)
+    assert row.simulated() == pytest.approx(row.cycles, rel=TOLERANCE)
+
+
+def test_rows_within_five_percent_do_not_fall():
+    assert len(pb.within(TOLERANCE)) >= 69
+
+
+def test_pass_fixed_cycles_are_charged_once_per_pass():
+    ipu = load_system("ipu-mk2").ipu
+    fixed = pass_fixed_cycles()
+    assert fixed == 1634
+    plan = plan_matmul(1, 1, 1000, 5, 2, True, ipu, ipu.tiles, 0.6)
+    assert plan.pass_fixed == fixed
+    assert plan.total_cycles >= fixed and plan.launch_cycles >= fixed
+    # a serialised plan pays it once, not per piece; the busiest tile carries it
+    big = plan_matmul(1, 16384, 4096, 4096, 2, True, ipu, ipu.tiles, 0.05)
+    assert big.serial > 1 and big.pass_fixed == fixed
+    profile = big.profile(ipu, ipu.tiles, 2, True)
+    assert profile.compute.max() >= fixed
+
+
+def test_weight_update_rearrangement_follows_poplins_transform_estimate():
+    ipu = load_system("ipu-mk2").ipu
+    exch, copy, nbytes = rearrangement(ipu, 1_000_000, 1000, 2)
+    # ceildiv(elements, usedTiles) = 1000 per tile: 2000 bytes at 4 B/cycle after the set-up, and
+    # bytes x 5 / (4 x min(memcpy, 2)) = 1.25 cycles per element
+    assert nbytes == 2000
+    assert exch == ipu.exchange_setup_cycles + 500
+    assert copy == 1250
+    # a weight-update matmul pays it; the same matmul without it does not
+    plain = plan_matmul(1, 1000, 64, 1000, 2, False, ipu, ipu.tiles, 0.6)
+    wu = plan_matmul(1, 1000, 64, 1000, 2, False, ipu, ipu.tiles, 0.6, rearranged=64_000)
+    assert wu.total_cycles > plain.total_cycles
+    assert wu.exchange_phases == plain.exchange_phases + 1
+    assert wu.supersteps == plain.supersteps + 1
+    used = wu.tiles_used
+    assert wu.rearranged == 64_000 and math.ceil(64_000 / used) * 2 <= wu.exchange_bytes / used
+
+
+def test_conv_weight_update_rearranges_both_activations():
+    from sim.cost import op_cost
+    row = pb.BENCHES["resnet50_tr_bs4_bm64L0"]
+    g = pb.graph(row)
+    ipu = load_system("ipu-mk2").ipu
+    wu = next(op for op in g.ops if op.kind == "conv2d_grad_weight")
+    cost = op_cost(wu, g, ipu, ipu.tiles)
+    assert "groups/" in cost.plan
+    per_tile = np.ceil(2 * 4 * 64 * 56 * 56 / cost.tiles_used)
+    assert cost.exchange_bytes >= per_tile * 2 * cost.tiles_used
