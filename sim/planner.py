@@ -506,7 +506,7 @@ class Planner:
 
     def always_live_per_tile(self, c: Candidate) -> list[float]:
         """Per IPU of a replica: bytes per tile that are live all the time at the least, the
-        reserved space plus the on-chip weights, constants, optimizer state (1/R with rts,
+        program memory (code, vertex state, stacks) plus the on-chip weights, constants, optimizer state (1/R with rts,
         none off chip) and accumulators, spread evenly over the tiles."""
         sysobj = self.systems[c.system]
         prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1)
@@ -554,7 +554,7 @@ class Planner:
         for ipu, b in enumerate(self.always_live_per_tile(c)):
             if b > tile:
                 return "oom", (f"out of memory on IPU {ipu} (not simulated): its weights, optimizer state, "
-                               f"accumulators and reserved space alone fill {math.ceil(b):,} bytes of an average "
+                               f"accumulators and program memory alone fill {math.ceil(b):,} bytes of an average "
                                f"tile, which has {tile:,}; short by at least {math.ceil(b - tile):,} bytes per tile")
         return None
 
