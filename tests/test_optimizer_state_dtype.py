@@ -142,3 +142,16 @@ def test_poptorch_prices_the_same_optimizer_as_the_zoo_path():
     model(torch.randn(2, 8), torch.tensor([0, 1]))
     states = sorted((t.name, t.dtype) for t in model.executable.graph.tensors.values() if t.role == "state")
     assert [d for _, d in states] == ["float16", "float32"] * 2  # weight and bias: m fp16, v fp32
+
+
+@pytest.mark.parametrize("optimizer, shown", [
+    (Optimizer("adamw", ("float16", "float32")), "training (adamw (state: first moment float16, second moment float32))"),
+    (Optimizer("lamb", "float16"), "training (lamb (state float16))"),
+    (Optimizer("adamw"), "training (adamw)"),
+])
+def test_text_summary_names_the_optimizer_and_its_state_dtypes(optimizer, shown):
+    """The run's text summary says which optimizer ran and, unless all float32, its states' dtypes,
+    read back from the compiled graph's state tensors."""
+    from sim.results.report import format_summary
+    run = sim.simulate(_graph(), "ipu-mk2", sim.Options(), training=True, optimizer=optimizer)
+    assert shown in format_summary(run).splitlines()[0]

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..graph.training import Optimizer
 from ..options import OutputMode
 from ..program import CATEGORIES
 from .run import Run
@@ -52,10 +53,14 @@ OUTPUT_FILES = ("trace.csv", "ops.csv", "breakdown.csv", "summary.json", "timeli
 
 # --- text -----------------------------------------------------------------------------------
 def _optimizer(run: Run) -> str | None:
-    """The optimizer of a training run, read from its update ops (None for inference)."""
-    for op in run.executable.graph.ops:
+    """The optimizer of a training run and its state dtypes unless all float32, read from its
+    first update op (``adamw (state: first moment float16, second moment float32)``); None for
+    inference."""
+    g = run.executable.graph
+    for op in g.ops:
         if op.pass_ == "update" and "optimizer" in op.attrs:
-            return op.attrs["optimizer"]
+            dtypes = tuple(g.tensors[t].dtype for t in op.inputs if g.tensors[t].role == "state")
+            return Optimizer(op.attrs["optimizer"], dtypes or "float32").describe()
     return None
 
 
