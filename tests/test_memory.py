@@ -212,19 +212,21 @@ def test_memory_table_adds_up_to_each_ipus_peak():
 
 
 # --- monotonicity: what users lower or switch on to fit never raises a peak -----------------------------
-def test_lower_amp_never_raises_the_not_always_live_peak():
-    """A lower availableMemoryProportion never raises any tile's not-always-live bytes (the matmuls'
-    temporaries), but it adds program steps (serial splits), so the always-live program memory grows,
-    as Graphcore's unet_medical README states: at 0.05 that outweighs the temporaries saved on IPU 1."""
+def test_lower_amp_never_raises_a_peak():
+    """A lower availableMemoryProportion never raises any IPU's peak: the matmuls' temporaries fall.
+    Serial splits add a little always-live program memory (a loop counter, pieces re-planned), as
+    Graphcore's unet_medical README states, but poplin runs the pieces as a loop
+    (``Repeat`` in ``lib/poplin/Convolution.cpp``), so the code does not grow with their number."""
     memories = [_compile(_bert_base(), _options(amp)).memory for amp in (0.6, 0.3, 0.15, 0.05)]
+    peaks = [{i: m.peak_tile_bytes for i, m in mem.items()} for mem in memories]
     not_always = [{i: int((m.peak - m.always_live).max()) for i, m in mem.items()} for mem in memories]
     always = [{i: int(m.always_live.max()) for i, m in mem.items()} for mem in memories]
     for k in range(3):
+        _assert_never_higher(peaks[k + 1], peaks[k], "a lower availableMemoryProportion")
         _assert_never_higher(not_always[k + 1], not_always[k], "a lower availableMemoryProportion")
         _assert_never_higher(always[k], always[k + 1], "a higher availableMemoryProportion")  # code only grows
-    peaks = [{i: m.peak_tile_bytes for i, m in mem.items()} for mem in memories]
-    _assert_never_higher(peaks[2], peaks[1], "AMP 0.15")
-    assert always[3][1] > always[2][1] and peaks[3][1] > peaks[2][1]  # more code than temporaries saved
+    assert all(peaks[3][i] < peaks[0][i] for i in peaks[0])  # 0.05 serialises, and saves on every IPU
+    assert 0 < always[3][1] - always[0][1] < 8_000  # the loops' code: bytes, not a piece's worth each
 
 
 def test_smaller_micro_batch_never_raises_a_peak():

@@ -40,20 +40,31 @@ PROGRAM_CATEGORIES = ("control_code", "vertex_code", "vertex_state", "exchange_c
 _SERIAL = re.compile(r"serialised x(\d+)")
 
 
+def serial_pieces(cost: OpCost) -> int:
+    """Pieces a matmul or convolution is serialised into (1 when it is not)."""
+    m = _SERIAL.search(cost.plan or "")
+    return int(m.group(1)) if m else 1
+
+
 def op_program_steps(cost: OpCost, ipu: IPU) -> tuple[int, int]:
-    """``(compute sets, exchange phases)`` of an op, from its cost (0, 0 for a view)."""
+    """``(compute sets, exchange phases)`` in the program of an op (0, 0 for a view).
+
+    poplin runs a serialised op as a loop, ``Repeat(pieces, {slice, body, update, loopPost})``
+    (``lib/poplin/Convolution.cpp``), so its program holds one piece's steps (the slice and the
+    update included) and the loop counter's increment, however many pieces run.
+    """
     sets = int(cost.supersteps)
     phases = round(cost.exchange_setup_cycles / ipu.exchange_setup_cycles) if ipu.exchange_setup_cycles else 0
+    pieces = serial_pieces(cost)
+    if pieces > 1:
+        sets, phases = max(1, sets // pieces) + 1, phases // pieces
     return sets, int(phases)
 
 
 def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
     """Keys of the distinct codelets an op runs: one per compute set of one piece of the op (a
-    serialised matmul repeats its pieces' codelets), shared by ops of the same kind and dtype."""
-    sets = int(cost.supersteps)
-    m = _SERIAL.search(cost.plan or "")
-    if m:
-        sets = max(1, sets // int(m.group(1)))
+    serialised matmul loops over its pieces), shared by ops of the same kind and dtype."""
+    sets = max(1, int(cost.supersteps) // serial_pieces(cost)) if cost.supersteps else 0
     names = op.inputs + op.outputs
     dtype = graph.tensors[names[0]].dtype if names else ""
     return [(op.kind, dtype, j) for j in range(sets)]

@@ -305,7 +305,8 @@ class MatmulPlan:
 
     def profile(self, ipu: IPU, tiles: int, itemsize: int, b_is_weight: bool,
                 conv: ConvShape | None = None) -> TileProfile:
-        """Per-tile compute cycles, bytes in and temporary bytes of this plan (all pieces).
+        """Per-tile compute cycles, bytes in and temporary bytes allocated (the exchanged part of
+        the operand blocks and the partials, not the planner's estimate) of this plan (all pieces).
 
         Blocks are as even as the dimensions allow: the first ``d % p`` blocks of a split
         dimension hold one more row than the others, so tiles are unevenly loaded.
@@ -320,7 +321,7 @@ class MatmulPlan:
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
                         g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used)
         compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed, 0)
-        return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["temp"])
+        return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["held"])
 
     def describe(self) -> str:
         pg, pm, pn, pk = self.splits
@@ -388,11 +389,17 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     separate = (np.asarray(pk) > 1) | (partials_bytes > itemsize)
     exch_phases = np.where(recv1 > 0, 1, 0) + red_stages + extra_sets
     compute_sets = 1 + red_stages + needs_cast + extra_sets
+    partials = np.where(separate, outputs * partials_bytes, 0)
+    # "temp" is poplin's planning estimate (ConvModel.cpp :: addConvTempMemoryEstimate: the tile's
+    # whole input and weight blocks plus its partials), which the budget bounds; "held" is what the
+    # tile allocates: the part of its blocks the exchange brings (the rest is already resident, as
+    # the estimator's exchange assumes) beside its partials, then the partials it receives to reduce
     return {"exchange": exch1 + red_exch, "compute": amp + red + cast,
             "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
             "exchange_phases": exch_phases, "compute_sets": compute_sets,
             "recv": recv1 + recv2,
-            "temp": a_bytes + b_bytes + moved + np.where(separate, outputs * partials_bytes, 0)}
+            "temp": a_bytes + b_bytes + moved + partials,
+            "held": partials + np.maximum(recv1, recv2)}
 
 
 def _candidates(dim: int, tiles: int) -> np.ndarray:

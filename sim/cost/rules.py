@@ -269,7 +269,8 @@ def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpC
                    plan.exchange_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe(),
                    launch=plan.launch_cycles, exchange_phases=plan.exchange_phases,
                    sync_points=plan.sync_points)
-    return replace(cost, profile=plan.profile(ipu, tiles, itemsize, b_is_weight, conv))
+    profile = plan.profile(ipu, tiles, itemsize, b_is_weight, conv)
+    return replace(cost, profile=profile, temp_bytes_per_tile=int(profile.temp.max()))
 
 
 def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
