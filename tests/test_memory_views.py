@@ -189,3 +189,26 @@ def test_out_of_memory_still_lists_what_the_tile_holds():
 def _rgb(colour: str) -> tuple[float, float, float]:
     from matplotlib.colors import to_rgb
     return to_rgb(colour)
+
+
+def test_tile_memory_by_category_adds_up_to_each_tiles_peak(pipelined):
+    """``run.tile_memory(ipu, category=...)``: each category's bytes on every tile at the tile's own peak;
+    the categories add up to the tile's peak (rounded up to whole bytes) and, on the fullest tile, to the
+    memory table's row."""
+    import numpy as np
+    table = pipelined.memory_table()
+    for ipu in pipelined.memory:
+        by_category = {c: pipelined.tile_memory(ipu, category=c) for c in CATEGORIES}
+        total = sum(by_category.values())
+        peak = pipelined.tile_memory(ipu)
+        assert np.all(np.ceil(total - 1e-6) == peak)
+        fullest = int(peak.argmax())
+        for c in CATEGORIES:
+            assert abs(by_category[c][fullest] - table.loc[ipu, c]) < 2  # the table rounds its running sums
+    assert (pipelined.tile_memory(1, "stash") > 0).all()  # a stage's stash is spread over every tile
+    weights = pipelined.memory[1]["by_role"]["weight"]  # every weight byte of IPU 1 is on one of its tiles
+    assert weights > 0 and abs(pipelined.tile_memory(1, "weights").sum() - weights) < 100
+    with pytest.raises(ValueError, match="unknown memory category 'code'"):
+        pipelined.tile_memory(0, "code")
+    with pytest.raises(ValueError, match="no IPU 9"):
+        pipelined.tile_memory(9)

@@ -143,6 +143,14 @@ class IpuMemory:
     op: str | None = None  # the op running at that peak (None: the always-live data alone)
     peak_at: str = "its always-live data"  # that op, its pass and stage, for messages
     liveness: Liveness | None = None  # bytes live at each op (see Liveness)
+    tile_parts: dict = field(default_factory=dict)  # CATEGORIES -> bytes on each tile at that tile's peak
+
+    def tile_category(self, category: str) -> np.ndarray:
+        """Bytes of ``category`` (one of :data:`CATEGORIES`) on each tile at that tile's own peak; the
+        categories add up to :attr:`peak` (to within rounding up to whole bytes)."""
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown memory category {category!r}: expected one of {', '.join(CATEGORIES)}")
+        return self.tile_parts.get(category, np.zeros(len(self.peak)))
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -319,12 +327,12 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
         what = f"op {op.name!r} ({op.kind}, {op.pass_} pass" + (f", {label})" if label else ")")
     else:
         what = f"op {op.name!r} ({op.kind}, {op.pass_} pass, pipeline stage {op.stage})"
-    peak_parts = {name: float(v[fullest]) for name, v in parts.items()}
-    peak_parts.update(activations=float(peak.live[fullest]), temporaries=float(peak.temp[fullest]))
+    tile_parts = dict(parts, activations=peak.live, temporaries=peak.temp)
+    peak_parts = {name: float(v[fullest]) for name, v in tile_parts.items()}
     labels = [(run_labels[k] if run_labels is not None else None) or "" for k in range(len(runs))]
     mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak.level).astype(np.int64),
                     op.name if op else "(always-live data)", by_role, peak_parts, op.name if op else None, what,
-                    recorder.result(labels))
+                    recorder.result(labels), tile_parts)
     if check:
         check_tile_memory({ipu: mem})
     return mem

@@ -312,9 +312,14 @@ class Run:
             frames.append(frame)
         return pd.concat(frames, ignore_index=True)
 
-    def tile_memory(self, ipu: int = 0) -> np.ndarray:
-        """Peak bytes of each compute tile of ``ipu``."""
-        return self.executable.memory[ipu].peak
+    def tile_memory(self, ipu: int = 0, category: str | None = None) -> np.ndarray:
+        """Peak bytes of each compute tile of ``ipu``; with ``category`` (one of
+        :data:`sim.compiler.memory.CATEGORIES`, the columns of :meth:`memory_table`) only that
+        category's bytes on each tile at the tile's own peak."""
+        if ipu not in self.executable.memory:
+            raise ValueError(f"no IPU {ipu} in this run: expected one of {sorted(self.executable.memory)}")
+        memory = self.executable.memory[ipu]
+        return memory.peak if category is None else memory.tile_category(category)
 
     def tile_compute(self, ipu: int = 0) -> np.ndarray:
         """Compute cycles of each compute tile of ``ipu`` over the run (load balance per tile)."""
