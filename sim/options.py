@@ -226,7 +226,7 @@ class Options:
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
-                "Precision.setPartialsType"}
+                "_Popart.enableOutlining", "Precision.setPartialsType"}
 
     def __init__(self):
         self.device_iterations = 1
@@ -349,6 +349,14 @@ class Options:
     def prefetch_depth(self) -> int:
         """Host stream prefetch depth (PopART ``defaultPrefetchBufferingDepth``; default 1)."""
         return int(self._Popart.values.get("defaultPrefetchBufferingDepth", 1))
+
+    def outlining(self) -> bool:
+        """PopART ``enableOutlining`` (default on, as in PopART's SessionOptions): identical op
+        sequences share one program (:mod:`sim.compiler.program_memory`)."""
+        value = self._Popart.values.get("enableOutlining", True)
+        if not isinstance(value, bool):
+            raise OptionsError(f"_Popart enableOutlining = {value!r}: expected True or False")
+        return value
 
     def partials_type(self) -> str:
         """``"float"`` or ``"half"``: matmul and convolution partials (PopART ``partialsTypeMatMuls``,

@@ -47,6 +47,13 @@ def _peaks(ex) -> dict[int, int]:
     return {ipu: m.peak_tile_bytes for ipu, m in ex.memory.items()}
 
 
+def _data_peaks(ex) -> dict[int, int]:
+    """Each IPU's highest tile level less the tile's program memory (code, vertex state, stacks)."""
+    from sim.compiler.program_memory import PROGRAM_CATEGORIES
+    return {ipu: int((m.peak - sum(m.tile_category(c) for c in PROGRAM_CATEGORIES)).max())
+            for ipu, m in ex.memory.items()}
+
+
 def _bert_base(**params):
     """BERT-base, 4 layers on a 4-IPU pipeline (embeddings and head on IPU 0): fits easily."""
     return models.get("bert-base", **{"num_layers": 4, "seq_len": 128, "micro_batch": 8,
@@ -205,7 +212,7 @@ def test_memory_table_adds_up_to_each_ipus_peak():
         assert m["peak_tile_parts"] == table.loc[ipu].to_dict()  # the dict API carries it too
         assert {"peak_tile_bytes", "fullest_tile", "tile_capacity_bytes", "peak_op", "by_role"} <= m.keys()
     for ipu, m in run.memory.items():  # control code is the same on every tile of an IPU
-        assert table.loc[ipu, "control_code"] == round(m["by_role"]["control_code"] / 1472) > 0
+        assert abs(table.loc[ipu, "control_code"] - m["by_role"]["control_code"] / 1472) <= 1 and m["by_role"]["control_code"] > 0
     assert (table[["vertex_code", "vertex_state", "exchange_code"]] > 0).all().all()
     assert (table["optimizer_state"] == 0).all()  # off chip
     assert (table.loc[1:, "stash"] > 0).all() and (table[["weights", "accumulators"]] > 0).all().all()
@@ -250,7 +257,12 @@ def test_recomputation_never_raises_a_peak():
         plain = _compile(_bert_base(recompute_checkpoint_every_layer=False, **params), o, system)
         recomputed = _compile(_bert_base(recompute_checkpoint_every_layer=True, **params), o, system)
         assert any(s.recomputed for s in recomputed.stages)
-        _assert_never_higher(_peaks(recomputed), _peaks(plain), "recomputation")
+        # the data (everything but the program) never rises; the program grows by the recomputed ops'
+        # calls of their outlined forward programs (8.7 B of control code each), which shows when
+        # the peak is where recomputation saves nothing (the weight update)
+        _assert_never_higher(_data_peaks(recomputed), {i: p + 1 for i, p in _data_peaks(plain).items()},
+                             "recomputation")  # + 1: peaks are rounded up to whole bytes
+        _assert_never_higher(_peaks(recomputed), {i: p + 1_000 for i, p in _peaks(plain).items()}, "recomputation")
 
 
 def test_rts_and_off_chip_optimizer_state_never_raise_a_peak():
@@ -345,3 +357,31 @@ def test_memory_table_has_the_program_categories_and_adds_up():
     assert table.loc[0, "vertex_code"] % ipu.vertex_code_bytes_per_codelet == 0
     assert table.loc[0, "vertex_state"] % ipu.vertex_state_bytes_per_vertex == 0
     assert table.loc[0, "stack"] in (0, ipu.stack_bytes_per_tile)
+
+
+# --- outlining -----------------------------------------------------------------------------------------
+def test_outlining_shares_identical_layers_programs():
+    from sim.compiler.program_memory import op_program_steps
+    """PopART's outlining (on by default): BERT's identical layers call one program, so adding layers
+    adds one control-code step per op (the call) and no vertex state or exchange code; without it
+    every layer carries its own compute sets and exchanges."""
+    def program(layers: int, outlining: bool) -> dict:
+        o = sim.Options()
+        if not outlining:
+            o._Popart.set("enableOutlining", False)
+        g = models.get("bert-base", num_layers=layers, seq_len=128, micro_batch=2)
+        ex = sim.compile(g, "ipu-mk2", o)
+        return ex.memory[0].by_role, ex
+    (two, ex2), (four, ex4) = program(2, True), program(4, True)
+    assert four["vertex_state"] == two["vertex_state"] and four["exchange_code"] == two["exchange_code"]
+    assert four["vertex_code"] == two["vertex_code"]
+    ipu = ex4.system.ipu
+    layer_ops = [op for op in ex4.graph.ops if op.name.startswith("encoder/layer3/")
+                 and op.name in ex4.costs and any(op_program_steps(ex4.costs[op.name], ipu))]  # views: no program
+    calls = 2 * len(layer_ops)  # layers 2 and 3 call layer 0's and 1's programs, one step per op
+    assert four["control_code"] - two["control_code"] == pytest.approx(calls * ipu.control_code_bytes_per_step * 1472)
+    (two_flat, _), (four_flat, _) = program(2, False), program(4, False)
+    assert four_flat["vertex_state"] > two_flat["vertex_state"] > two["vertex_state"]
+    assert four_flat["exchange_code"] > two_flat["exchange_code"] > two["exchange_code"]
+    with pytest.raises(sim.errors.OptionsError, match="enableOutlining"):
+        sim.compile(ex2.graph, "ipu-mk2", sim.Options()._Popart.set("enableOutlining", "yes"))

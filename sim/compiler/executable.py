@@ -260,7 +260,8 @@ def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strate
     runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update", set()))
     runs = [run for run in runs if run[0]]
     stash = sum(s.held_bytes for s in ctx.stages if s.ipu == ipu)
-    program = program_memory(g, [op for ops, _, _ in runs for op in ops], ctx.costs, system.ipu, tiles)
+    program = program_memory(g, [op for ops, _, _ in runs for op in ops], ctx.costs, system.ipu, tiles,
+                             outlining=ctx.options.outlining())
     return analyse_ipu(g, [ops for ops, _, _ in runs], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
                        system.ipu.reserved_bytes_per_tile, stash_bytes=stash, check=False,
                        run_labels=[label for _, label, _ in runs], restored=[r for _, _, r in runs],

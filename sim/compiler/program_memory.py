@@ -23,6 +23,13 @@ ipu_tensorflow_addons ``keras/experimental/auto_pipeline/utils/pva_utils.py`` re
 
 All of it is always live. The constants are per IPU in ``configs/*.toml`` with their sources.
 Op kinds share codelets: two ops of the same kind and data type run the same codelets.
+
+**Outlining** (PopART's ``enableOutlining``, on by default in PopART and so in PopTorch): repeated
+identical op sequences (BERT's layers, their recomputation) become one subgraph that each repetition
+calls, so its compute sets, their vertex state and its exchanges exist once on the IPU. Here an op
+whose cost signature (:func:`sim.cost.rules.op_signature`: kind, shapes, dtypes, attributes) was
+already seen on the IPU adds one program step (the call) and no vertex state or exchange code.
+The copies PopART may make into and out of a called subgraph are not priced.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import re
 import numpy as np
 
 from ..cost import FREE, OpCost
+from ..cost.rules import op_signature
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
 
@@ -71,9 +79,10 @@ def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
 
 
 def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: IPU,
-                   tiles: int) -> dict[str, np.ndarray]:
+                   tiles: int, outlining: bool = True) -> dict[str, np.ndarray]:
     """Bytes per tile of each of :data:`PROGRAM_CATEGORIES` for an IPU that runs ``ops`` (every
-    run of it, recomputation included), on ``tiles`` compute tiles.
+    run of it, recomputation included), on ``tiles`` compute tiles; with ``outlining`` an op
+    identical to one before it on the IPU calls that one's program (see the module docstring).
 
     Each op's vertices go on the tiles of its cost profile (its first ``tiles_used`` tiles when
     it has no profile), the ranges of successive ops starting where the previous one ended, as
@@ -84,12 +93,19 @@ def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: I
     exchange = np.zeros(tiles)
     runs_vertices = np.zeros(tiles, dtype=bool)
     codelets: dict[tuple, np.ndarray] = {}
+    outlined: set[tuple] = set()
     start = 0
     for op in ops:
         cost = costs.get(op.name, FREE)
         sets, phases = op_program_steps(cost, ipu)
         if not sets and not phases:
             continue
+        if outlining:
+            signature = op_signature(op, graph)
+            if signature in outlined:
+                steps += 1  # the call of the outlined program
+                continue
+            outlined.add(signature)
         steps += sets + phases
         used = max(1, min(tiles, cost.tiles_used or tiles))
         if cost.profile is not None and len(cost.profile.compute) == tiles:

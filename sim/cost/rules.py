@@ -385,6 +385,11 @@ def _gather(kind, ins, outs, ipu, tiles) -> OpCost:
     The table is spread over tiles; every tile receives all indices, copies the rows it owns
     (a fixed cost per index it looks at, and per element copied), and the rows are exchanged to
     where the output lives. The gradient first zeroes the dense table it scatters into.
+
+    A lookup of a small table (BERT's token types: 2 rows) into a large output splits the lookups
+    into groups, each on its own copy of the table's tiles, as popops' slice plan does
+    (``lookupParallelSplit``, ``lib/popops/DynamicSlice.cpp``), so the output is spread over as
+    many tiles as its size needs rather than over the few that hold the table.
     """
     (ids_shape, _, _) = ins[0]
     if kind == "gather":
@@ -394,13 +399,21 @@ def _gather(kind, ins, outs, ipu, tiles) -> OpCost:
     itemsize = DTYPE_BYTES[dtype]
     lookups = math.prod(ids_shape)
     vocab, row = table_shape[0], math.prod(table_shape[1:])
-    used, _ = spread(vocab * row, itemsize, ipu, tiles)
-    rows_per_tile = math.ceil(vocab / used)
-    hits = min(lookups, rows_per_tile)  # rows a tile may have to copy
-    recv = lookups * 4 + math.ceil(lookups * row / used) * itemsize
+    table_tiles, _ = spread(vocab * row, itemsize, ipu, tiles)
+    rows_per_tile = math.ceil(vocab / table_tiles)
+    groups = 1
+    if kind == "gather":  # the gradient's lookup split needs a dense partial table per group: not modelled
+        out_tiles, _ = spread(lookups * row, itemsize, ipu, tiles)
+        groups = max(1, min(tiles // table_tiles, math.ceil(out_tiles / table_tiles)))
+    used = table_tiles * groups
+    lookups_per_group = math.ceil(lookups / groups)
+    hits = min(lookups_per_group, rows_per_tile)  # rows a tile may have to copy
+    table_copy = rows_per_tile * row * itemsize if groups > 1 else 0  # each group's copy of the table part
+    recv = lookups_per_group * 4 + table_copy + math.ceil(lookups * row / used) * itemsize
     vec_kind = "gather" if kind == "gather" else "scatter_add"
     c = codelet(vec_kind)
-    compute = tile_cycles(hits * row, itemsize, vec_kind, ipu) + math.ceil(lookups * c.per_index / ipu.worker_threads)
+    compute = (tile_cycles(hits * row, itemsize, vec_kind, ipu)
+               + math.ceil(lookups_per_group * c.per_index / ipu.worker_threads))
     launch = launch_cycles(vec_kind)
     sets = c.sets
     if kind != "gather":  # the dense gradient table is zeroed first
