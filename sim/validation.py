@@ -410,6 +410,13 @@ DEPARTURES = {
               "first mask_tokens positions; samples/s counts sequences, packs x the packing factor "
               "(Graph.samples_per_row)",
     "mlperf-factor": "packing factor 2 (avg_seq_per_pack in the MLPerf configs)",
+    "mlperf-step": "the published figure is training only (sequences between evaluations over block_start to "
+                   "block_stop; evaluation and start-up excluded), but each step is one synchronous session.run "
+                   "(batches_per_step 1) followed by the script's host work: the learning rate written to the "
+                   "IPUs every step (updateOptimizerFromHost), the next step's data sliced and cast. The line through "
+                   "the step times of M18-M20 (GA 96, 64, 36) puts what every step adds at about 200 ms on hardware "
+                   "against about 40 ms simulated (fill, flush, gradient reduction, weight update; \"Packed BERT "
+                   "SL512: time per step\" below): the simulator runs the device program only, not the host's loop",
     "nsp": "the config keeps the NSP head (pooler and 2-way classifier on each pack's 3 sequence slots); the zoo's "
            "BERT has none (about 0.01 % of the FLOPs)",
     "emb-serial": "the config serialises the tied vocab projection (embedding_serialization_vocab_steps 4-5); the "
@@ -463,11 +470,12 @@ def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, d
 def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int, amp: list[float],
                  seq_len: int = 512, mask_tokens: int = 78, vocab: int = 30912, packing_factor: float = 2.0,
                  layers_per_ipu: list[int] | None = None, att_ffn: list | None = None, off_chip: bool = False,
-                 model: str = "bert-large") -> Setup:
+                 model: str = "bert-large", prefetch_depth: int = 1) -> Setup:
     """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
     state sharded over the replicas (on or off chip), half partials, real data. ``mask_tokens`` is
-    the MLM positions per pack (PopART: the config's mask_tokens + 2)."""
+    the MLM positions per pack (PopART: the config's mask_tokens + 2); ``prefetch_depth`` is the
+    script's ``defaultPrefetchBufferingDepth`` (3 in MLPerf v2.0's bert.py, unset before)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, vocab=vocab, mask_tokens=mask_tokens,
                   max_sequences_per_pack=3, packing_factor=packing_factor)
     if att_ffn is not None:
@@ -475,7 +483,7 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     else:
         params["layers_per_ipu"] = layers_per_ipu
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation, amp=tuple(amp),
-                 optimizer="lamb", optimizer_off_chip=off_chip, rts=True)
+                 optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth)
 
 
 # att_ffn_placement of the MLPerf configs (training_results v1.1 / v2.0, Graphcore .../popart/configs)
@@ -484,7 +492,7 @@ _ATT_FFN_V11_POD64 = [[1, [2, 2]], [2, [3, 3]], [3, [4, 3]], [4, [3, 4]], [5, [4
                       [0, [1, 2]]]
 _ATT_FFN_V20_POD64 = [[1, [3, 3]], [2, [3, 3]], [3, [3, 3]], [4, [4, 3]], [5, [3, 4]], [6, [4, 3]], [7, [3, 4]],
                       [0, [1, 1]]]
-_MLPERF = ("packed", "mlperf-factor")
+_MLPERF = ("packed", "mlperf-factor", "mlperf-step")
 # the packed rows within 30 % with room to spare when added (asserted); the others are tracked
 _ASSERTED_PACKED = {"B32", "B35", "B38", "B39"}
 
@@ -613,7 +621,8 @@ PUBLISHED_ROWS = [
       for rid, div, pod, rf, pub in (("M9", "closed", "pod64", 8, 4792), ("M10", "open", "pod64", 8, 4896),
                                      ("M11", "closed", "pod128", 16, 9028), ("M12", "open", "pod128", 16, 9208))],
     *[Row(rid, f"MLP v2.0 {rid}", f"BERT-Large MLPerf v2.0, packed SL512, Bow {pod}, attention/FFN split", pub,
-          "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, 3, ga, [1.0] * 8, att_ffn=_ATT_FFN_V20_POD64),
+          "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, 3, ga, [1.0] * 8, att_ffn=_ATT_FFN_V20_POD64,
+                                      prefetch_depth=3),
           rid in _ASSERTED_PACKED, _MLPERF + ("att-ffn", "lamb-fp16", "nsp", "emb-serial",
                             "merge_collectives (gradient all-reduces merged) is not modelled"))
       for rid, pod, rf, ga, pub in (("M18", "Pod64", 8, 96, 7411), ("M19", "Pod128", 16, 64, 12676),
@@ -1213,6 +1222,8 @@ def report() -> str:
               "|---|---:|---:|---:|---:|---|---|"]
     lines += _rows(END_TO_END)
     lines += _published_section()
+    lines += _packed_step_section()
+    lines += _generation_section()
     lines += _memory_section()
     lines += poplibs_benchmarks.report_section()
     return "\n".join(lines) + "\n"
@@ -1227,6 +1238,68 @@ def _status(asserted: bool, error: float | None, tolerance: float = PUBLISHED_TO
     if asserted:
         return f"asserted at {at}" if within else f"asserted at {at}: now outside, the test fails"
     return f"tracked; now within {at} (could be asserted)" if within else f"tracked, outside {at}"
+
+
+#: MLPerf v2.0's packed BERT-Large on Bow Pod64, Pod128 and Pod256: the same work per replica
+#: (micro-batch 3, one placement) at GA 96, 64 and 36, so their step times against GA lie on a line
+#: whose slope is the time per micro-batch and whose intercept what every step adds whatever its GA
+PACKED_STEP_FIT_ROWS = ("M18", "M19", "M20")
+#: the packed BERT SL512 MLPerf rows shown with their time per step (one of each configuration)
+PACKED_STEP_ROWS = ("M1", "M3", "M7", "M9", "M11", "M18", "M19", "M20")
+
+
+def packed_step_seconds(row: Row, samples_per_second: float) -> float:
+    """Seconds per weight update of a packed BERT training row at ``samples_per_second``
+    (sequences/s): the sequences of one step (packs per micro-batch x packing factor x GA x
+    replicas) over the throughput."""
+    params = dict(row.setup.params)
+    sequences = params["micro_batch"] * params.get("packing_factor", 1.0) * row.setup.accumulation * row.setup.replicas
+    return sequences / samples_per_second
+
+
+def packed_step_line(rows: list[Row], samples_per_second: list[float]) -> tuple[float, float]:
+    """(seconds every step adds, seconds per micro-batch): the least-squares line through the
+    rows' step times (seconds) against their gradient accumulation counts."""
+    if len({r.setup.accumulation for r in rows}) < 2:
+        raise ValueError("packed_step_line needs rows with at least two gradient accumulation counts")
+    ga = np.array([r.setup.accumulation for r in rows], dtype=float)
+    seconds = np.array([packed_step_seconds(r, v) for r, v in zip(rows, samples_per_second)])
+    per_micro_batch, per_step = np.polyfit(ga, seconds, 1)
+    return float(per_step), float(per_micro_batch)
+
+
+def _packed_step_section() -> list[str]:
+    """The report's "Packed BERT SL512: time per step": published and simulated step times (ms)."""
+    by_id = {r.id: r for r in PUBLISHED_ROWS}
+    fit_rows = [by_id[i] for i in PACKED_STEP_FIT_ROWS]
+    pub_step, pub_mb = packed_step_line(fit_rows, [r.published for r in fit_rows])
+    sim_step, sim_mb = packed_step_line(fit_rows, [r.simulated() for r in fit_rows])
+    rows = []
+    for rid in PACKED_STEP_ROWS:
+        r = by_id[rid]
+        published, simulated = packed_step_seconds(r, r.published), packed_step_seconds(r, r.simulated())
+        ipus = len(r.setup.amp)
+        rows.append(f"| {rid} | {r.setup.system} | {ipus} | {r.setup.replicas} | {r.setup.accumulation} | "
+                    f"{published * 1e3:,.0f} | {simulated * 1e3:,.0f} | {(published - simulated) * 1e3:+,.0f} |")
+    return ["", "### Packed BERT SL512: time per step", "",
+            "The MLPerf logs time blocks of training steps between evaluations (`block_start` to `block_stop`), "
+            "so the published figures exclude evaluation and start-up but include everything the script does "
+            "per step. Step time = sequences per step / throughput. "
+            f"{', '.join(PACKED_STEP_FIT_ROWS)} run the same work per replica at GA 96, 64 and 36; the least-squares "
+            "line "
+            "through their step times splits each step into a part per micro-batch and a part every step adds "
+            "(pipeline fill and flush, the gradient reduction, the weight update, and the host's work between "
+            "steps).", "",
+            "| line through " + ", ".join(PACKED_STEP_FIT_ROWS) + " | every step adds | per micro-batch |",
+            "|---|---:|---:|",
+            f"| published | {pub_step * 1e3:,.1f} ms | {pub_mb * 1e3:.3f} ms |",
+            f"| simulated | {sim_step * 1e3:,.1f} ms | {sim_mb * 1e3:.3f} ms |", "",
+            "Per row: the difference is about the same for every 8-IPU pipeline whatever its GA, replicas or "
+            "system, so it is a cost per step that the simulator does not have, not a cost per micro-batch "
+            "[mlperf-step]; the 4-IPU pipelines (M1, M7: GA 192) add to it a time per micro-batch the simulator "
+            "also underestimates.", "",
+            "| row | system | IPUs per replica | replicas | GA | published step (ms) | simulated step (ms) | "
+            "difference (ms) |", "|---|---|---:|---:|---:|---:|---:|---:|"] + rows
 
 
 def _published_section() -> list[str]:
@@ -1293,6 +1366,96 @@ def _published_section() -> list[str]:
               "| rows | workload | why |", "|---|---|---|"]
     lines += [f"| {ids} | {what} | {why} |" for ids, what, why in NOT_EXPRESSIBLE]
     return lines
+
+
+# --- Mk2 -> Bow: which parts of a step scale with the clock ------------------------------------
+# The Bow IPU is the Mk2 GC200 tile design clocked at 1.85 GHz instead of 1.325 GHz; the Bow-2000
+# keeps the IPU-M2000's gateway, host link, IPU-Links and GW-Links (configs/bow-ipu.toml). So what
+# is priced in tile cycles takes the same cycles on both, and what is priced in seconds (host,
+# gateway, links, streaming memory) the same seconds.
+#: Rows of one workload run on Mk2 and on Bow: (Mk2 row, Bow row). B1 and B2 are the end-to-end
+#: rows (the same GBS as M5 and M6); the MLPerf pairs differ in batch, GA and SDK as published.
+MK2_TO_BOW = (("M5", "B1"), ("M6", "B2"), ("M13", "M23"), ("M14", "M24"), ("M15", "M25"), ("M16", "M26"))
+#: breakdown lines priced in tile cycles only: the same cycles on Mk2 and Bow
+CLOCK_LINES = ("compute", "launch", "exchange", "exchange_setup")
+#: breakdown lines priced in seconds (host CPU, host link, gateway, IPU-Links): the same seconds
+SECONDS_LINES = ("host_io", "remote_io", "inter_ipu", "collective")
+#: B1 and B2 (END_TO_END, :func:`resnet50_training`) as Setups
+_E2E_SETUPS = {"B1": _resnet_train("bow-pod16", 16, 20, 6, 0.16, "sgd_momentum"),
+               "B2": _resnet_train("bow-pod64", 64, 20, 2, 0.16, "sgd_momentum")}
+
+
+def _pair_setup(row_id: str) -> Setup:
+    return _E2E_SETUPS.get(row_id) or PUBLISHED_BY_ID[row_id].setup
+
+
+def _pair_published(row_id: str) -> float:
+    return (_END_TO_END_BY_ID.get(row_id) or PUBLISHED_BY_ID[row_id]).published
+
+
+@lru_cache(maxsize=None)
+def step_seconds(setup: Setup, prefetch_depth: int | None = None) -> tuple[dict[str, float], float]:
+    """(seconds of one call on the first IPU by breakdown line, samples/s per IPU) of ``setup``,
+    with its host prefetch depth replaced by ``prefetch_depth`` when given (depth 2: the host
+    fills and sends each input buffer while the IPU runs the previous micro-batch)."""
+    if prefetch_depth is not None:
+        from dataclasses import replace
+        setup = replace(setup, prefetch_depth=prefetch_depth)
+    run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
+                   optimizer=setup.sim_optimizer())
+    clock = run.executable.system.ipu.clock_hz
+    first = run.breakdown.iloc[0]
+    return {line: float(first[line]) / clock for line in first.index}, run.samples_per_second / setup.replicas
+
+
+def _generation_section() -> list[str]:
+    mk2, bow = (load_system(s).ipu.clock_hz for s in ("ipu-mk2", "bow-ipu"))
+    clock = bow / mk2
+    from dataclasses import replace
+    first = _pair_setup(MK2_TO_BOW[0][0])  # M5's configuration, run on Mk2 and on Bow
+    on_bow = replace(first, system=first.system.replace("ipu-", "bow-"))
+    lines_a, _ = step_seconds(first)
+    lines_b, _ = step_seconds(on_bow)
+    per_line = []
+    for line in [*lines_a, "total"]:
+        ta = sum(lines_a.values()) if line == "total" else lines_a[line]
+        tb = sum(lines_b.values()) if line == "total" else lines_b[line]
+        if not ta and not tb:
+            continue
+        priced = ("tile cycles" if line in CLOCK_LINES else "seconds" if line in SECONDS_LINES
+                  else "both" if line != "total" else "")
+        ratio = f"{ta / tb:.3f}" if tb else "—"
+        per_line.append(f"| {line} | {priced} | {ta * 1e3:.2f} | {tb * 1e3:.2f} | {ratio} |")
+    pairs = []
+    for mk2_row, bow_row in MK2_TO_BOW:
+        sa, sb = _pair_setup(mk2_row), _pair_setup(bow_row)
+        published = (_pair_published(bow_row) / sb.replicas) / (_pair_published(mk2_row) / sa.replicas)
+        (la, ra), (lb, rb) = step_seconds(sa), step_seconds(sb)
+        (_, pa), (_, pb) = step_seconds(sa, 2), step_seconds(sb, 2)
+        fixed = sum(lb[x] for x in SECONDS_LINES) / sum(lb.values())
+        pairs.append(f"| {mk2_row} → {bow_row} | {sa.system} → {sb.system} | {published:.3f} | {rb / ra:.3f} | "
+                     f"{rb / ra / published - 1:+.1%} | {pb / pa:.3f} | {pb / pa / published - 1:+.1%} | "
+                     f"{fixed:.0%} |")
+    return ["", "### Mk2 → Bow: what scales with the clock", "",
+            f"The Bow IPU is the Mk2 tile design at {bow / 1e9:.3g} GHz instead of {mk2 / 1e9:.4g} GHz (×{clock:.3f}); "
+            "the Bow-2000 keeps the IPU-M2000's gateway, host link, IPU-Links and GW-Links "
+            "(`configs/bow-ipu.toml`). Lines priced in tile cycles take the same cycles on both, so "
+            f"{1 / clock:.1%} of the Mk2 time on Bow; host IO (the host filling the stream buffers, the 100 GbE "
+            "host link, the gateway to the tiles) and the all-reduce over IPU-Links are priced in seconds and take "
+            "the same time on both; `sync` and `idle` mix the two. So a simulated Bow/Mk2 ratio is at most "
+            f"{clock:.3f} and falls with the share of the step in seconds. Seconds per call on the first IPU of "
+            f"{MK2_TO_BOW[0][0]}'s configuration, run on `{first.system}` and on `{on_bow.system}`:", "",
+            "| line | priced in | Mk2 ms | Bow ms | Mk2 / Bow |", "|---|---|---:|---:|---:|"] + per_line + [
+            "", "Every Mk2 → Bow pair, throughput per IPU. *Prefetched*: the same runs with the host side of each "
+                "input stream (buffer fill and host link) run one buffer ahead of the IPU (prefetch depth 2), as "
+                "the TF1 scripts of these rows allow: TF1's `prefetch_data_streams` is on by default (\"prefetching "
+                "of data for data streams on the host will be overlapped with execution on the IPU\"), and MLPerf "
+                "v2.0's `run_and_time.sh` also sets `streamCallbacks.maxLookahead` to `unlimited` (v1.0 and v1.1 "
+                "do not). The rows above run without it (depth 1: the IPU waits for the whole stream copy). The "
+                "pairs also differ in SDK (v1.0: 2.1, v1.1: 2.3, B1/B2: before 2.5, v2.0: 2.5), which the "
+                "simulator does not model.", "",
+            "| pair | systems | published | simulated | error | prefetched | error | Bow step in seconds-priced "
+            "lines |", "|---|---|---:|---:|---:|---:|---:|---:|"] + pairs
 
 
 def main(argv=None) -> int:

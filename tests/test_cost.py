@@ -82,7 +82,8 @@ def test_op_cost_uses_the_proportion():
         cost = mm_cost(4096, 4096, 4096, proportion=proportion)
         assert cost.temp_bytes_per_tile <= proportion * SRAM
         plan = plan_matmul(1, 4096, 4096, 4096, 2, True, MK2, TILES, proportion)
-        assert cost.temp_bytes_per_tile == plan.temp_bytes_per_tile
+        # the tile allocates what its exchange brings and its partials, within the planner's bound
+        assert cost.temp_bytes_per_tile == math.ceil(cost.profile.temp.max()) < plan.temp_bytes_per_tile
         assert cost.compute_cycles + cost.exchange_cycles == plan.compute_cycles + plan.exchange_cycles
 
 

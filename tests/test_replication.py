@@ -112,7 +112,8 @@ def test_bert_large_pod16_fits_only_with_rts():
     capacity = run.memory[0]["tile_capacity_bytes"]
     assert err.value.shortfalls[0] > 0 and err.value.shortfall_bytes == max(err.value.shortfalls.values())
     assert all(m["peak_tile_bytes"] <= capacity for m in run.memory.values())  # needs > capacity without RTS
-    assert _collective_kinds(run) == {"gradient reduce-scatter", "weight all-gather"}
+    # with RTS each LAMB norm is of a shard: one all-reduce of its fp32 value per norm
+    assert _collective_kinds(run) == {"gradient reduce-scatter", "LAMB norm all-reduce", "weight all-gather"}
     assert run.executable.strategy == "pipelined" and run.executable.ipus_per_replica == 4
 
 
@@ -124,7 +125,7 @@ def test_rts_lowers_memory_per_tile_and_swaps_the_all_reduce():
         assert on.memory[ipu]["peak_tile_bytes"] < off.memory[ipu]["peak_tile_bytes"]
         assert on.memory[ipu]["always_live_bytes"] < off.memory[ipu]["always_live_bytes"]
     assert _collective_kinds(off) == {"gradient all-reduce"}
-    assert _collective_kinds(on) == {"gradient reduce-scatter", "weight all-gather"}
+    assert _collective_kinds(on) == {"gradient reduce-scatter", "LAMB norm all-reduce", "weight all-gather"}
     names = set(on.trace[on.trace.kind == "collective"].name)
     assert {f"gradient reduce-scatter (IPU {i})" for i in range(4)} <= names
     assert {f"weight all-gather (IPU {i})" for i in range(4)} <= names

@@ -1,5 +1,7 @@
 """Tiles are vectors: every op's cost has per-tile compute, bytes-in and temporary memory."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,7 @@ def test_profile_max_is_the_op_cost(ipu, shape):
     c = op_cost(g.ops[0], g, ipu, ipu.tiles)
     assert len(c.profile.compute) == ipu.tiles
     assert c.profile.compute.max() == c.compute_cycles
-    assert c.profile.temp.max() == pytest.approx(c.temp_bytes_per_tile)
+    assert math.ceil(c.profile.temp.max()) == c.temp_bytes_per_tile  # whole bytes
     assert (c.profile.compute > 0).sum() == c.tiles_used
 
 

@@ -238,6 +238,12 @@ def _apply_locations(g: Graph, o: Options, phased: bool) -> None:
             t.location = "off_chip"
         if where.sharded(t.numel) and o.total_replicas() > 1:
             t.shards = o.total_replicas()
+    for op in g.ops:  # LAMB's updater of a sharded state is a shard too (PopART's RTS domain)
+        if op.kind == "adam_updater":
+            shards = max(g.tensors[t].shards for t in op.inputs)
+            for t in op.outputs:
+                if g.tensors[t].role == "activation":
+                    g.tensors[t].shards = shards
 
 
 def _check_streaming_memory(g: Graph, system: System) -> None:

@@ -383,9 +383,9 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
             for o in op.outputs:
                 t = tensors[o]
                 if t.role not in ALWAYS_LIVE and o in last_use and o not in owner:
-                    owner[o] = layout.place(used)
-                    layout.add(live, owner[o], t.nbytes)
-                    live_sum += t.nbytes
+                    owner[o] = layout.place(used)  # a shard with RTS (LAMB's updater of a sharded state)
+                    layout.add(live, owner[o], t.nbytes / t.shards)
+                    live_sum += t.nbytes / t.shards
                     start = owner[o][0] if start is None else start
         start = layout.next if start is None else start
         temp, temp_sum = np.zeros(tiles), 0.0
@@ -400,7 +400,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
         recorder.record(op, run, level, live, temp, live_sum, temp_sum)
         for t in frees.get(i, ()):
             if t in owner:
-                shards = tensors[t].shards if tensors[t].location == "off_chip" else 1
+                shards = tensors[t].shards if tensors[t].location == "off_chip" or t in produced else 1
                 layout.add(live, owner.pop(t), -tensors[t].nbytes / shards)
                 live_sum -= tensors[t].nbytes / shards
         by_role["activation_peak"] = max(by_role["activation_peak"], int(live.sum()))

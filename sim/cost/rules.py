@@ -31,7 +31,7 @@ _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeez
           "pad"}  # popops::pad concatenates views of the input and constants (popops/Padder.cpp)
 _UNARY = {"relu", "gelu", "tanh", "sigmoid", "exp", "scale", "dropout", "cast", "copy",
           "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "accumulate",
-          "sgd_update", "adam_update", "lamb_update", "loss_grad", "mul", "add", "sub", "div",
+          "sgd_update", "loss_grad", "mul", "add", "sub", "div",
           "reduce_mean_grad", "reduce_sum_grad"}
 _ROW_OPS = {"softmax", "layernorm", "softmax_grad", "layernorm_grad", "softmax_cross_entropy",
             "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
@@ -113,6 +113,8 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _elementwise(kind, ins, outs, ipu, tiles)
     if kind == "lars_update":
         return _lars_update(ins, outs, ipu, tiles)
+    if kind in ADAM_KINDS:
+        return _adam_family(kind, ins, outs, ipu, tiles)
     if kind == "reduce_many":
         return _reduce_many(ins, outs, ipu, tiles)
     more = _more_kinds(kind, ins, outs, attrs, ipu, tiles)
@@ -139,26 +141,6 @@ def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, ex
                   exchange_setup_cycles=int(exchange_phases * ipu.exchange_setup_cycles if exch else 0))
 
 
-#: the steps of an Adam-family update (adam_update, lamb_update) on each of its state tensors,
-#: by position from the last state: the first moment m = b1*m + (1-b1)*g is one aXPlusbY
-#: (ScaledAdd, ``accumulate``'s codelet), the second v = b2*v + (1-b2)*g*g a square and an
-#: aXPlusbY. The update's per-element cycles in configs/_vector-ops.toml are for fp32 state;
-#: a state kept in fp16 runs its steps at their fp16 rate (PopTorch's
-#: ``first_order_momentum_accum_type`` / ``second_order_momentum_accum_type``).
-_MOMENT_STEPS = (("accumulate",), ("square", "accumulate"))
-
-
-def _fp16_state_saving(kind, ins) -> float:
-    """Cycles per element an Adam-family update saves for its state tensors kept in fp16
-    (0 with every state in fp32, and for other kinds: SGD's table has fp16 and fp32 rates)."""
-    if kind not in ("adam_update", "lamb_update"):
-        return 0.0
-    states = [d for _, d, role in ins if role == "state"]
-    steps = _MOMENT_STEPS[len(_MOMENT_STEPS) - len(states):] if states else ()
-    return sum(codelet(k).fp32 - codelet(k).fp16
-               for d, ks in zip(states, steps) if DTYPE_BYTES[d] <= 2 for k in ks)
-
-
 def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     out_shape, out_dtype = outs[0]
     itemsize = max(DTYPE_BYTES[out_dtype], max(DTYPE_BYTES[d] for _, d, _ in ins))
@@ -169,7 +151,7 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     exch = exchange_cycles(bcast, ipu)
     vec_kind = _VECTOR_KIND.get(kind, kind)
     c = codelet(vec_kind)
-    per_element = c.per_element(itemsize) - _fp16_state_saving(kind, ins)
+    per_element = c.per_element(itemsize)
     per_tile_cycles = np.ceil(c.sets * c.fixed + _counts(n, used) * per_element)
     profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
     return _phases(ipu, int(per_tile_cycles.max()), exch, c.sets, n, bcast * used, used,
@@ -209,6 +191,99 @@ def _lars_update(ins, outs, ipu, tiles) -> OpCost:
                    6.0 * n, recv * used, used,  # aXPlusbY 3 flops an element, the ScaledAdds 2 and 1
                    plan=f"trust ratio on one tile, then {n} elements on {used} tiles",
                    profile=profile, launch=ratio.launch_cycles + sum(launch_cycles(k) for k in LARS_ELEMENT_STEPS))
+
+
+#: Adam-family update kinds: ``adam_update`` (Adam, AdamW, RMSprop, and LAMB without a trust ratio:
+#: both phases in one op), LAMB's ``adam_updater`` (phase 1) and ``lamb_update`` (phase 2)
+ADAM_KINDS = ("adam_update", "adam_updater", "lamb_update")
+#: phase 1 as PopART decomposes an AdamComboOp (willow/src/patterns/adamdecompose.cpp), one compute
+#: set each, element-wise over the weight's tiles. The gradient's unscaling, a ScaleOp
+#: (OptimizerDecompose::gradUnscale); the moments, each a fused popops::mapInPlace of
+#: ``b*m + (1-b)*g`` and ``b*v + (1-b)*g*g`` (popx/op/accumulatex.cpp, MovingAverage and
+#: MovingAverageSquare), by position from the last state (RMSprop's one state is a second moment);
+#: the gradient accumulator zeroed (AccumulatorZeroOp, a fill); the updater, AdamUpdaterOpx's one
+#: fused popops::map ``m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd*w``
+ADAM_UNSCALE_STEPS = ("mul",)
+ADAM_MOMENT_STEPS = (("mul", "mul", "add"), ("mul", "mul", "mul", "add"))
+ADAM_ZERO_STEPS = ("copy",)
+ADAM_UPDATER_STEPS = ("div", "div", "sqrt", "add", "div", "mul", "add")
+#: phase 2, AdamVarUpdateOpx (popx/op/adamvarupdatex.cpp): a scalar popops::map on one tile makes
+#: ``-lr`` (PopTorch's learning rate is a tensor) or, for LAMB, ``-lr * min(sqrt(r1sq), mwn) /
+#: sqrt(r2sq)`` with its two ``== 0`` guards; its fp32 value goes to every tile of the weight,
+#: then ``scaledAddTo(w, r, lr)`` (the ScaledAdd supervisor, ``scale``'s codelet)
+ADAM_LR_STEPS = ("scale",)
+LAMB_RATIO_STEPS = ("sqrt", "sqrt", "minimum", "div", "compare", "select", "compare", "select", "mul", "scale")
+VAR_UPDATE_STEP = "scale"
+
+
+def adam_sets(kind: str, ins) -> list[tuple[tuple[str, ...], int]]:
+    """The element-wise compute sets of an Adam-family op of ``kind`` with inputs ``ins``
+    ((shape, dtype, role) each), in order: (the codelets one fused vertex chains, the bytes of
+    the element it runs at). Which phase-1 sets run follows the inputs' roles: the gradient
+    (role ``gradient`` or ``accumulator``) is unscaled, each ``state`` input is a moment, an
+    ``accumulator`` is zeroed; a phase-1 op without them (PopXL's ``adam_updater``, whose moments
+    are ops of their own) runs only the updater."""
+    size = lambda rows: max(DTYPE_BYTES[d] for _, d, _ in rows)  # noqa: E731
+    full = [x for x in ins if math.prod(x[0]) > 1] or list(ins)
+    grads = [x for x in full if x[2] in ("gradient", "accumulator")]
+    states = [x for x in full if x[2] == "state"]
+    weights = [x for x in full if x[2] == "weight"] or full[:1]
+    sets = []
+    if kind != "lamb_update":
+        if grads:
+            sets.append((ADAM_UNSCALE_STEPS, size(grads[:1])))
+        moments = ADAM_MOMENT_STEPS[len(ADAM_MOMENT_STEPS) - len(states):] if states else ()
+        for state, steps in zip(states, moments):
+            sets.append((steps, size([state] + grads[:1])))
+        if any(x[2] == "accumulator" for x in grads):
+            sets.append((ADAM_ZERO_STEPS, size([x for x in grads if x[2] == "accumulator"][:1])))
+        sets.append((ADAM_UPDATER_STEPS, size(states + weights[:1]) if states else size(full)))
+    if kind != "adam_updater":  # r has the weight's dtype (AdamUpdaterOpx casts to the weight's type)
+        sets.append(((VAR_UPDATE_STEP,), size(full[:2] if kind == "lamb_update" else weights[:1])))
+    return sets
+
+
+def _adam_family(kind, ins, outs, ipu, tiles) -> OpCost:
+    """An Adam-family update on the tiles of its weight: the compute sets of :func:`adam_sets`
+    (each a fused popops vertex: its largest codelet's fixed cost, the sum of their per-element
+    cycles at that set's element size), laid out as the weight (its states and updater are
+    created with its tile mapping), and, in phase 2, the scalar learning-rate map on one tile
+    (:data:`ADAM_LR_STEPS`, LAMB's :data:`LAMB_RATIO_STEPS`, priced by :func:`_map`) whose fp32
+    value is exchanged to every tile of the weight. ``adam_update`` (both phases) holds the
+    updater ``r`` (the weight's bytes on each tile) between them as a temporary; LAMB's phase 1
+    makes it as a tensor of the graph."""
+    n = max(math.prod(s) for s, _, _ in ins)
+    full = [x for x in ins if math.prod(x[0]) == n]
+    layout = next((x for x in full if x[2] == "weight"), full[0])  # the states and r take the weight's mapping
+    used, _ = spread(n, DTYPE_BYTES[layout[1]], ipu, tiles)
+    counts = _counts(n, used)
+    sets = adam_sets(kind, ins)
+    per_tile = np.zeros(used)
+    launch = 0
+    for steps, size in sets:
+        cs = [codelet(k) for k in steps]
+        fixed = max(c.fixed for c in cs)
+        per_tile += np.ceil(fixed + counts * sum(c.per_element(size) for c in cs))
+        launch += math.ceil(fixed)
+    supersteps, recv, plan = len(sets), 0, f"{n} elements on {used} tiles, {len(sets)} compute sets"
+    temp = 0
+    if kind != "adam_updater":
+        scalar = (((1,), "float32", "activation"),)
+        lr = _map(scalar, (((1,), "float32"),),
+                  {"steps": LAMB_RATIO_STEPS if kind == "lamb_update" else ADAM_LR_STEPS}, ipu, tiles)
+        per_tile[0] += lr.compute_cycles  # the scalar's tile holds the first (largest) share
+        launch += lr.launch_cycles
+        supersteps += 1
+        recv = 4  # the fp32 learning rate (times the trust ratio) to every tile of the weight
+        plan = f"{'trust ratio' if kind == 'lamb_update' else 'learning rate'} on one tile, then {plan}"
+        if kind == "adam_update":
+            weight = next((d for _, d, role in ins if role == "weight"), outs[0][1])
+            temp = counts * DTYPE_BYTES[weight]
+    profile = TileProfile.padded(tiles, per_tile, recv, temp)
+    flops = float(n * sum(len(steps) for steps, _ in sets))
+    return _phases(ipu, int(per_tile.max()), exchange_cycles(recv, ipu) if recv else 0, supersteps, flops,
+                   recv * used, used, temp=int(np.max(temp)) if kind == "adam_update" else 0, plan=plan,
+                   profile=profile, launch=launch)
 
 
 def _rows(kind, ins, ipu, tiles) -> OpCost:
@@ -270,7 +345,7 @@ def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpC
                    launch=plan.launch_cycles, exchange_phases=plan.exchange_phases,
                    sync_points=plan.sync_points)
     profile = plan.profile(ipu, tiles, itemsize, b_is_weight, conv)
-    return replace(cost, profile=profile, temp_bytes_per_tile=int(profile.temp.max()))
+    return replace(cost, profile=profile, temp_bytes_per_tile=math.ceil(profile.temp.max()))
 
 
 def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:

@@ -10,7 +10,9 @@ on. The expanded graph holds three passes, in this order:
               gradient (PopART's ``scheduleNonWeightUpdateGradientConsumersEarly``, set by
               Graphcore's BERT), so a weight gradient is freed as soon as it is made
 ``update``    one optimizer update per weight (runs once per weight update, not per micro-batch);
-              LARS adds, before each update it scales, the two norm reductions it reads
+              LARS adds, before each update it scales, the two norm reductions it reads; LAMB
+              runs as PopART decomposes it (:data:`LAMB_OPS`): the Adam updater, the two norm
+              reductions, then the trust-ratio update
 """
 
 from __future__ import annotations
@@ -40,6 +42,21 @@ OPTIMIZERS = {
 #: over the whole tensor, ops of their own) and a ``lars_update``: the trust ratio, then
 #: momentum SGD of ``lr * ratio * (g + weight_decay * w)``. One momentum state either way.
 LARS_SKIP = ("beta", "gamma", "bias")
+
+#: LAMB as PopART runs it (popart willow/src/patterns/adamdecompose.cpp, AdamDecompose::apply, mode
+#: Lamb): per weight, phase 1 ``adam_updater`` (AdamUpdaterOp, after the first and second moments'
+#: Accumulate ops: the gradient's unscaling, the two moments, the accumulator's zeroing and the
+#: updater ``r = m/(sqrt(v)+eps) + wd*w``, a weight-sized tensor); then two LambSquareOps, each a
+#: popops::reduce of the flattened tensor with SQUARE_ADD to one fp32 value (popx/op/lambx.cpp),
+#: of the weight (``||w||^2``) and of ``r`` (``||r||^2``); then phase 2 ``lamb_update``
+#: (AdamVarUpdateOp, popx/op/adamvarupdatex.cpp: the trust ratio ``min(sqrt(r1sq), mwn) /
+#: sqrt(r2sq)`` as a scalar popops::map, then ``scaledAddTo(w, r, -lr*ratio)``). With replicated
+#: tensor sharding each LambSquare reduces a shard and is followed by a ReplicatedAllReduceInplace
+#: of its one value (op/lamb.cpp, configureForReplicatedTensorSharding). PopART drops the norms
+#: of a weight whose max weight norm is the constant 0 (Graphcore's PyTorch BERT sets that for
+#: biases, nlp/bert/pytorch/optimization.py); MLPerf BERT (PopART, bert_optimizer.py) keeps a
+#: non-zero default for every weight, as this does: every weight gets the norms.
+LAMB_OPS = ("adam_updater", "reduce_sum", "reduce_sum", "lamb_update")
 
 
 #: optimizer name -> what each state tensor holds, in order, and the PopTorch argument that sets
@@ -220,6 +237,9 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
                                dtype, "state").name for k, dtype in enumerate(opt.state_dtypes)]
         kind = opt.update_kind_of(w.name)
         attrs = {"optimizer": opt.name, "weight": w.name}
+        if kind == "lamb_update":
+            _lamb(g, w.name, grad, states, attrs, annotations)
+            continue
         norms = [_norm(g, x, w.name, of, attrs, annotations) for of, x in (("weight", w.name), ("gradient", grad))] \
             if kind == "lars_update" else []
         name = g.unique_op_name(f"{w.name}/{kind}")
@@ -229,13 +249,29 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     return g
 
 
-def _norm(g: Graph, x: str, weight: str, of: str, attrs: dict, annotations: dict) -> str:
-    """``||x||`` as an update-pass op: a sum of squares over the whole tensor to one value in its
-    dtype (popops reduce with ``SQUARE_ADD``; the square root is part of the trust ratio), named
-    ``<weight>/lars_norm_<of>``; it carries the weight's name, so it is placed with its update."""
+def _lamb(g: Graph, weight: str, grad: str, states: list[str], attrs: dict, annotations: dict) -> None:
+    """LAMB's update of ``weight`` as the four ops of :data:`LAMB_OPS`: phase 1 updates the
+    moments in place and makes the updater ``<weight>/lamb_updater`` (the weight's shape and
+    dtype, an activation of the update pass), the two norms read the weight and the updater, and
+    phase 2 updates the weight from the updater and the two norms."""
+    w = g.tensors[weight]
+    name = g.unique_op_name(f"{weight}/adam_updater")
+    r = g.add_tensor(g.unique_tensor_name(f"{weight}/lamb_updater"), w.shape, w.dtype, "activation", name).name
+    g.add_op(Op(name, "adam_updater", [weight, grad] + states, states + [r], dict(attrs),
+                pass_="update", **annotations))
+    norms = [_norm(g, x, weight, of, attrs, annotations, "float32") for of, x in (("weight", weight), ("update", r))]
+    name = g.unique_op_name(f"{weight}/lamb_update")
+    g.add_op(Op(name, "lamb_update", [weight, r] + norms, [weight], dict(attrs), pass_="update", **annotations))
+
+
+def _norm(g: Graph, x: str, weight: str, of: str, attrs: dict, annotations: dict, dtype: str | None = None) -> str:
+    """``||x||`` as an update-pass op: a sum of squares over the whole tensor to one value in
+    ``dtype`` (default: ``x``'s; popops reduce with ``SQUARE_ADD``; the square root is part of the
+    trust ratio), named ``<weight>/<optimizer>_norm_<of>``; it carries the weight's name, so it
+    is placed with its update."""
     t = g.tensors[x]
-    name = g.unique_op_name(f"{weight}/lars_norm_{of}")
-    out = g.add_tensor(g.unique_tensor_name(name), (1,), t.dtype, "activation", name).name
+    name = g.unique_op_name(f"{weight}/{attrs['optimizer']}_norm_{of}")
+    out = g.add_tensor(g.unique_tensor_name(name), (1,), dtype or t.dtype, "activation", name).name
     g.add_op(Op(name, "reduce_sum", [x], [out],
                 {**attrs, "axes": list(range(len(t.shape))), "keepdims": False, "operation": "square_add",
                  "norm_of": of}, pass_="update", **annotations))
@@ -243,7 +279,8 @@ def _norm(g: Graph, x: str, weight: str, of: str, attrs: dict, annotations: dict
 
 
 def merge_norms(g: Graph, per_block: bool = False) -> None:
-    """Merge the LARS norm reductions of each IPU, stage and phase into one ``reduce_many`` op.
+    """Merge the LARS norm reductions of each IPU, stage and phase into one ``reduce_many`` op
+    (LAMB's norms stay apart: PopART grows each LambSquareOp as its own popops::reduce).
 
     Graphcore's MLPerf ResNet-50 (TF1) sets ``maximum_reduce_many_buffer_size`` to 216 bytes
     (configs.yml): TensorFlow's IPU backend gathers independent reductions whose outputs total at
@@ -255,7 +292,7 @@ def merge_norms(g: Graph, per_block: bool = False) -> None:
     """
     groups: dict[tuple, list[Op]] = {}
     for op in g.ops:
-        if op.pass_ == "update" and "norm_of" in op.attrs:
+        if op.pass_ == "update" and "norm_of" in op.attrs and op.attrs.get("optimizer") == "lars":
             groups.setdefault((op.ipu, op.stage, op.phase) + ((op.block,) if per_block else ()), []).append(op)
     drop = set()
     for ops in groups.values():

@@ -19,7 +19,7 @@ from ..graph.ir import Graph, Op
 from ..hardware.system import System
 from .hostio import host_transfers
 from ..options import Options, OutputMode
-from ..program import Compute, OpSteps, RemoteCopy, Sequence, Sync
+from ..program import Compute, OpSteps, RemoteCopy, Repeat, Sequence, Sync
 from .stages import StageWork
 from ..hardware.topology import replica_ipus, sync_cycles
 
@@ -191,8 +191,16 @@ class Context:
             for op, ps in (("reduce_scatter", [p for p in grads if sharded[p]]),
                            ("all_reduce", [p for p in grads if not sharded[p]])):
                 seq.items += per_position(self, op, {p: grads[p] for p in ps}, "gradient")
+        # with RTS each LAMB norm covers a shard: PopART all-reduces each LambSquare's one fp32
+        # value across the replicas (LambSquareOp::configureForReplicatedTensorSharding) before the
+        # trust ratio; the norms' all-reduces run between the updates' two phases
+        norms = {p: sum(1 for op in ops if op.attrs.get("optimizer") == "lamb" and "norm_of" in op.attrs)
+                 for p, ops in by_position.items() if sharded[p] and R > 1}
+        norms = {p: n for p, n in norms.items() if n}
+        tails = []
         for r in self.replicas:
             ipus = self.ipus(r)
+            tail = []
             for p, ops in by_position.items():
                 if not ops:
                     continue
@@ -202,10 +210,25 @@ class Context:
                           for name, ts in (("load", loads), ("store", stores))}
                 if nbytes["load"]:
                     seq.add(RemoteCopy(ipus[p], "load", nbytes["load"], "load optimizer inputs"))
-                seq.add(Compute(ipus[p], "weight update", self.steps(ops, share=R if sharded[p] else 1)))
+                share = R if sharded[p] else 1
+                if p in norms:
+                    seq.add(Compute(ipus[p], "weight update", self.steps([op for op in ops if op.kind != "lamb_update"],
+                                                                         share=share)))
+                    tail.append(Compute(ipus[p], "weight update",
+                                        self.steps([op for op in ops if op.kind == "lamb_update"], share=share)))
+                else:
+                    seq.add(Compute(ipus[p], "weight update", self.steps(ops, share=share)))
                 if nbytes["store"]:
-                    seq.add(RemoteCopy(ipus[p], "store", nbytes["store"], "store optimizer outputs"))
-            seq.add(self.replica_sync(r, "weight update sync"))
+                    (tail if p in norms else seq.items).append(
+                        RemoteCopy(ipus[p], "store", nbytes["store"], "store optimizer outputs"))
+            tails.append([item for item in tail + [self.replica_sync(r, "weight update sync")] if item is not None])
+            if not norms:
+                seq.items += tails.pop()
+        for p, n in sorted(norms.items()):
+            seq.add(Repeat(n, Sequence(per_position(self, "all_reduce", {p: 4}, "LAMB norm"), "LAMB norm all-reduce"),
+                           f"LAMB norms all-reduce x{n} (IPU {p})"))
+        for tail in tails:
+            seq.items += tail
         if R > 1:
             seq.items += per_position(self, "all_gather", {p: grads[p] for p in grads if sharded[p]}, "weight")
         return seq

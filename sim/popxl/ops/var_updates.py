@@ -2,7 +2,8 @@
 
 On ordinary tensors each is an op of the simulated graph that writes its first argument in
 place: the accumulators as ``accumulate``, ``copy_var_update_`` as ``copy``, ``adam_updater`` as
-``adam_update`` and ``adam_var_update`` as ``sgd_update`` (w -= lr x updater). Given an
+``adam_updater`` (Adam's phase 1: the updater map, sim/cost/rules.py ``adam_sets``) and
+``adam_var_update`` as ``sgd_update`` (w -= lr x updater). Given an
 autodiff gradient (see :mod:`sim.popxl.transforms`), an update is instead taken as the
 simulator's optimizer update of that weight (``sim/training.py``): it is not recorded again,
 and the Adam/LAMB updaters select the ``adam``/``lamb`` optimizer.
@@ -65,7 +66,7 @@ def adam_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tens
                  beta2: float = 0.999, epsilon: float = 1e-07) -> Tensor:
     """Adam's update term from the two moment accumulators (a new tensor)."""
     others = [x for x in (acc_second_order, weight, time_step) if isinstance(x, Tensor)]
-    return _update("adam_updater", "adam_update", acc_first_order, others, new_output=True)
+    return _update("adam_updater", "adam_updater", acc_first_order, others, new_output=True)
 
 
 def lamb_square(t: Tensor) -> Tensor:

@@ -1,0 +1,52 @@
+"""Time per step of the packed BERT SL512 MLPerf rows (sim/validation.py): the published step
+times, the line through them against gradient accumulation, and the rows' configuration."""
+from dataclasses import replace
+
+import pytest
+
+from sim import validation as V
+
+ROWS = {r.id: r for r in V.PUBLISHED_ROWS}
+
+
+def test_step_seconds_is_sequences_per_step_over_throughput():
+    # M18: 3 packs x 2 sequences x GA 96 x 8 replicas = 4,608 sequences per step at 7,411 sequences/s
+    assert V.packed_step_seconds(ROWS["M18"], 7411) == pytest.approx(4608 / 7411, rel=1e-12)
+    # M20: 3 x 2 x 36 x 32 = 6,912 sequences
+    assert V.packed_step_seconds(ROWS["M20"], 19071) == pytest.approx(6912 / 19071, rel=1e-12)
+
+
+def test_published_line_through_the_v20_rows():
+    rows = [ROWS[i] for i in V.PACKED_STEP_FIT_ROWS]
+    per_step, per_micro_batch = V.packed_step_line(rows, [r.published for r in rows])
+    # from the published figures alone: 207.3 ms every step, 4.321 ms per micro-batch
+    assert per_step == pytest.approx(0.207300, abs=1e-6)
+    assert per_micro_batch == pytest.approx(0.00432148, abs=1e-8)
+
+
+def test_step_line_recovers_an_exact_line():
+    rows = [ROWS[i] for i in V.PACKED_STEP_FIT_ROWS]
+    # throughputs made from step = 0.1 s + 5 ms x GA: the line gives those two numbers back
+    values = [V.packed_step_seconds(r, 1.0) / (0.1 + 0.005 * r.setup.accumulation) for r in rows]
+    per_step, per_micro_batch = V.packed_step_line(rows, values)
+    assert per_step == pytest.approx(0.1, rel=1e-9)
+    assert per_micro_batch == pytest.approx(0.005, rel=1e-9)
+
+
+def test_step_line_needs_two_accumulation_counts():
+    r = ROWS["M18"]
+    with pytest.raises(ValueError, match="two gradient accumulation counts"):
+        V.packed_step_line([r, replace(r, id="copy")], [r.published, r.published])
+
+
+def test_mlperf_rows_follow_the_scripts_prefetch_depth_and_say_what_the_figure_holds():
+    for rid in ("M18", "M19", "M20"):  # MLPerf v2.0 bert.py: defaultPrefetchBufferingDepth = 3
+        assert ROWS[rid].setup.prefetch_depth == 3
+        assert ROWS[rid].setup.options().prefetch_depth() == 3
+        assert "prefetch depth 3" in ROWS[rid].setup.describe()
+    for rid in ("M1", "M3", "M7", "M9", "M11"):  # v1.0 / v1.1 leave it at 1
+        assert ROWS[rid].setup.prefetch_depth == 1
+    mlperf_bert = [r for r in V.PUBLISHED_ROWS if r.source.startswith("MLP") and r.setup.model == "bert-large"]
+    assert len(mlperf_bert) == 13
+    assert all("mlperf-step" in r.notes for r in mlperf_bert)
+    assert "mlperf-step" in V.DEPARTURES
