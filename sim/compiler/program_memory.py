@@ -54,6 +54,11 @@ def serial_pieces(cost: OpCost) -> int:
     return int(m.group(1)) if m else 1
 
 
+def _piece_sets(cost: OpCost) -> int:
+    """Compute sets of one piece of an op (all of them when it is not serialised; 0 for a view)."""
+    return max(1, int(cost.supersteps) // serial_pieces(cost)) if cost.supersteps else 0
+
+
 def op_program_steps(cost: OpCost, ipu: IPU) -> tuple[int, int]:
     """``(compute sets, exchange phases)`` in the program of an op (0, 0 for a view).
 
@@ -61,18 +66,17 @@ def op_program_steps(cost: OpCost, ipu: IPU) -> tuple[int, int]:
     (``lib/poplin/Convolution.cpp``), so its program holds one piece's steps (the slice and the
     update included) and the loop counter's increment, however many pieces run.
     """
-    sets = int(cost.supersteps)
     phases = round(cost.exchange_setup_cycles / ipu.exchange_setup_cycles) if ipu.exchange_setup_cycles else 0
     pieces = serial_pieces(cost)
     if pieces > 1:
-        sets, phases = max(1, sets // pieces) + 1, phases // pieces
-    return sets, int(phases)
+        return _piece_sets(cost) + 1, int(phases // pieces)
+    return int(cost.supersteps), int(phases)
 
 
 def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
     """Keys of the distinct codelets an op runs: one per compute set of one piece of the op (a
     serialised matmul loops over its pieces), shared by ops of the same kind and dtype."""
-    sets = max(1, int(cost.supersteps) // serial_pieces(cost)) if cost.supersteps else 0
+    sets = _piece_sets(cost)
     names = op.inputs + op.outputs
     dtype = graph.tensors[names[0]].dtype if names else ""
     return [(op.kind, dtype, j) for j in range(sets)]

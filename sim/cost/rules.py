@@ -340,12 +340,11 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
 
 
 def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpCost:
-    cost = _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.supersteps, flops,
-                   plan.exchange_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe(),
-                   launch=plan.launch_cycles, exchange_phases=plan.exchange_phases,
-                   sync_points=plan.sync_points)
     profile = plan.profile(ipu, tiles, itemsize, b_is_weight, conv)
-    return replace(cost, profile=profile, temp_bytes_per_tile=math.ceil(profile.temp.max()))
+    return _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.supersteps, flops,
+                   plan.exchange_bytes, plan.tiles_used, math.ceil(profile.temp.max()), plan.describe(),
+                   profile=profile, launch=plan.launch_cycles, exchange_phases=plan.exchange_phases,
+                   sync_points=plan.sync_points)
 
 
 def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:

@@ -411,14 +411,19 @@ def _elementwise_loss(ctx):
     return _finish_loss(ctx, terms, shape, dt)
 
 
+def _per_row(r) -> tuple[tuple, dict]:
+    """The rows of a per-row loss over ``r``'s last dimension (``(1,)`` for a vector) and the
+    attributes of a reduction over that dimension."""
+    return tuple(r.shape[:-1]) or (1,), {"axes": [r.dim() - 1], "keepdims": False}
+
+
 def _cosine_embedding_loss(ctx):
     """1 - cos(x1, x2) for y = 1, max(0, cos - margin) for y = -1; cos from per-row dot
     products and norms."""
     x1, x2, y = ctx.sarg(0, "input1"), ctx.sarg(1, "input2"), ctx.sarg(2, "target")
     r1 = ctx.args[0]
     dt = r1.dtype
-    rows = tuple(r1.shape[:-1]) or (1,)
-    ax = {"axes": [r1.dim() - 1], "keepdims": False}
+    rows, ax = _per_row(r1)
 
     def dot(a, b, label):
         p = emit(ctx, "mul", [a, b], r1.shape, dt, name=f"{label}/mul")
@@ -436,8 +441,7 @@ def _triplet_margin_loss(ctx):
     a, p, n = ctx.sarg(0, "anchor"), ctx.sarg(1, "positive"), ctx.sarg(2, "negative")
     ra = ctx.args[0]
     dt = ra.dtype
-    rows = tuple(ra.shape[:-1]) or (1,)
-    ax = {"axes": [ra.dim() - 1], "keepdims": False}
+    rows, ax = _per_row(ra)
 
     def dist(u, v, label):
         diff = emit_map(ctx, ["sub", "add"], [u, v], [["copy"], ["scale"]], shape=ra.shape, dtype=dt,
