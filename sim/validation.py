@@ -381,14 +381,15 @@ DEPARTURES = {
                     "dropout off",
     "tf2": "TF2 config: optimizer state off chip (its default) without RTS; its MLM head has no transform "
            "layer (use_cls_layer false), the zoo's has one",
-    "poprt": "hardware not stated (probably a C600, IPU21 at about 1.5 GHz, doc section 3): simulated on one "
-             "Bow IPU (same tiles, 1.85 GHz), so a compute-bound row carries about +23 % from the clock alone; "
-             "PopRT's ONNX ResNet-50 takes uint8 images (eight_bit_io); the zoo's model also streams labels "
+    "poprt": "hardware not named next to the figures; run on the C600 (configs/c600.toml: IPU21 at 1.5 GHz, "
+             "PCIe Gen4 host link, no gateway) as the README's FP8 runs in the same table need IPU21 "
+             "(--ipu_version ipu21, the C600's architecture) and PopRT's utilisation tool defaults to the C600 "
+             "(doc section 3) [U]; PopRT's ONNX ResNet-50 takes uint8 images (eight_bit_io); the zoo's model also streams labels "
              "and computes a loss (tiny)",
     "poprt-bps": "batches per step not stated: 100, as the README's run commands",
     "poprt-depth": "stream_buffering_depth 2, as the benchmark script",
-    "poprt-bert": "hardware not stated (probably a C600, IPU21 at about 1.5 GHz): simulated on one Bow IPU "
-                  "(1.85 GHz, same tiles). The model is Hugging Face's BertForQuestionAnswering exported to ONNX "
+    "poprt-bert": "hardware not named: run on the C600 (configs/c600.toml), as the ResNet-50 rows of the same "
+                  "PopRT release [U]. The model is Hugging Face's BertForQuestionAnswering exported to ONNX "
                   "(RT benchmarks/bert/test_bert_*.py: transformers.onnx --feature question-answering), run "
                   "as the zoo's BERT with the squad head; PopRT's fused attention and erf-GELU passes are not "
                   "modelled; throughput is batch x requests / wall time with 5 host threads, simulated as one "
@@ -399,7 +400,7 @@ DEPARTURES = {
                  "fp16 with GELU and layer norm kept in fp32 (the zoo runs them in fp16), half partials, 32 IO "
                  "tiles; the script runs one request at a time in a Python loop and hard-codes batch 1 (the other "
                  "batch sizes need a changed script [U]), simulated as one call per batch (its host loop is not "
-                 "modelled); hardware not stated (IPU21 per the doc [U]), simulated on one Bow IPU",
+                 "modelled); hardware not stated (IPU21 per the doc [U]), run on the C600 (configs/c600.toml)",
     "squad-popart": "PopART configs/squad_large_384.json: ADAM_NO_BIAS run as adam (bias correction is scalar "
                     "work); use_half_optimizer_state keeps the first moment (accl1) in fp16, the second in fp32; "
                     "stochastic rounding is not modelled",
@@ -456,13 +457,13 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
                   io_tiles: int = 32, prefetch_depth: int = 1) -> Setup:
-    """ResNet-50 inference as PopRT runs it on one IPU: the classifier without labels or loss,
+    """ResNet-50 inference as PopRT runs it on one C600 IPU: the classifier without labels or loss,
     uint8 images normalised on the IPU, half partials in fp16, 32 IO tiles with every stream
     overlapped (real data) or synthetic data."""
     params = dict(micro_batch=batch, eight_bit_io=True, with_loss=False)
     if dtype != "float16":
         params["dtype"] = dtype
-    return Setup("resnet50", _params(**params), "bow-ipu", device_iterations=device_iterations,
+    return Setup("resnet50", _params(**params), "c600", device_iterations=device_iterations,
                  half_partials=dtype == "float16", training=False, synthetic=synthetic, io_tiles=io_tiles,
                  overlap_io=bool(io_tiles) and not synthetic, prefetch_depth=prefetch_depth)
 
@@ -514,10 +515,10 @@ def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[fl
 
 def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, amp: float | None = None,
                  io_tiles: int = 0) -> Setup:
-    """BERT SQuAD inference as PopRT runs it on one IPU: the span head without positions or loss
+    """BERT SQuAD inference as PopRT runs it on one C600 IPU: the span head without positions or loss
     (only the start and end logits come back), fp16 with half partials, int32 inputs; IO tiles
     overlap every stream when given (``num_io_tiles``)."""
-    return Setup(model, _params(micro_batch=batch, seq_len=seq_len, head="squad", with_loss=False), "bow-ipu",
+    return Setup(model, _params(micro_batch=batch, seq_len=seq_len, head="squad", with_loss=False), "c600",
                  device_iterations=batches_per_step, amp=(amp,) if amp else (), training=False,
                  io_tiles=io_tiles, overlap_io=bool(io_tiles))
 

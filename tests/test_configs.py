@@ -19,7 +19,7 @@ NUM_IPUS = {
     "ipu-mk1-c2": 2,
     "ipu-mk2": 1, "ipu-m2000": 4,
     "ipu-pod16": 16, "ipu-pod64": 64, "ipu-pod128": 128, "ipu-pod256": 256,
-    "bow-ipu": 1, "bow-2000": 4,
+    "bow-ipu": 1, "bow-2000": 4, "c600": 1,
     "bow-pod16": 16, "bow-pod64": 64, "bow-pod128": 128, "bow-pod256": 256,
 }
 
@@ -30,6 +30,11 @@ PEAK_TOLERANCE = 0.01
 # Published figures hardware.csv does not hold: (generation, row name, value, source).
 EXTRA_FIGURES = [
     ("mk1", "peak_fp32", 31.1e12, "Jia et al. 2019, Dissecting the Graphcore IPU architecture"),
+    ("ipu21", "tiles_per_ipu", 1472, "C600 datasheet: the Mk2 IPU (with FP8)"),
+    ("ipu21", "sram_per_tile", 638976, "C600 datasheet: the Mk2 IPU, 900 MB of In-Processor-Memory"),
+    ("ipu21", "clock", 1.5e9, "graphcore/PopRT tools/calc_ipu_utilization.py, C600 clock"),
+    ("ipu21", "peak_fp16", 280e12, "C600 launch coverage: 280 TFLOP/s of 16-bit floating point"),
+    ("ipu21", "worker_threads_per_tile", 6, "the Mk2 tile (C600 datasheet)"),
 ]
 
 

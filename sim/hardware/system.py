@@ -152,7 +152,7 @@ _SECTIONS = {
 }
 _TOP_KEYS = {"name", "description", "extends"}
 _STRINGS = {"generation", "topology"}
-_GENERATIONS = {"mk1", "mk2", "bow"}
+_GENERATIONS = {"mk1", "mk2", "bow", "ipu21"}
 _TOPOLOGIES = {"single", "card", "ladder"}
 
 
