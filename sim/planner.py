@@ -34,6 +34,21 @@ as an ``ipusim run`` command line on a process pool or a Dask cluster):
    batches; once a candidate's bound is below the ``top``-th best throughput simulated, it
    and all after it are pruned. The ``top`` best are then exactly those of an exhaustive
    search of the same space (``prune=False`` simulates everything).
+6. **Relief of a full IPU.** A pipelined candidate that does not fit (simulated, inferred or
+   dropped on its always-live bytes) on its relieved IPU alone brings in its *relief* candidates, as Graphcore runs
+   BERT-Large as [3, 7, 7, 7] layers with proportions 0.15, 0.25, 0.25, 0.25 because IPU 0 also
+   holds the embedding: the IPU whose always-live bytes per tile are the most under the
+   balanced split (the *relieved* IPU; ties: the lowest) holds one more layer fewer, up to
+   :attr:`Space.relief` layers fewer than balanced, the rest split over the others to balance
+   them (:func:`constrained_split`); and the relieved IPU alone takes each of
+   :attr:`Space.relief_proportions` below the candidate's proportion. A relief enters only if
+   its bound is at most its parent's, so a relief of a pruned candidate could not have made
+   the top either; the exhaustive search brings in the reliefs of what it finds short on the
+   relieved IPU alone, the same as the pruned one but where the pruned one knew a candidate's
+   shortfall only from another's (inferred) or from its always-live bytes, whose reason may
+   name fewer IPUs. Each configuration brings in at most
+   1 + len(relief_proportions) others, so one balanced configuration grows into at most
+   (relief + 1) x (len(relief_proportions) + 1) candidates.
 
 Units: cycles of the system's IPU clock, bytes, samples per second.
 """
@@ -73,6 +88,16 @@ RESULT_COLUMNS = ("status", "samples_per_second", "bound_samples_per_second", "s
 #: its throughput bound is below the top configurations found
 STATUSES = ("ok", "oom", "invalid", "pruned")
 _SLACK = 1e-9  # relative: a bound this close to the threshold is still simulated (float rounding)
+
+
+def short_ipus(reason: str) -> set[int]:
+    """The IPUs an out-of-memory reason says are short (``out of memory on IPU 0 ...; also
+    short: IPUs 1, 2``); empty for another reason."""
+    first = re.match(r"out of memory on IPU (\d+)", reason)
+    if not first:
+        return set()
+    also = re.search(r"also short: IPUs? ([\d, ]+)", reason)
+    return {int(first.group(1))} | ({int(n) for n in also.group(1).split(",")} if also else set())
 
 
 def _ordinal(n: int) -> str:
@@ -172,6 +197,12 @@ class Space:
     optimizer_state_dtype: str | tuple[str, ...] = "float32"  # Optimizer.state_dtype of every candidate
     partials: str = "float"  # Precision.setPartialsType of every candidate
     device_iterations: int | None = None  # default 1 in training, 32 in inference
+    #: most layers (blocks) a relief moves off the relieved IPU of a pipelined configuration
+    #: that does not fit, beyond its balanced split (0: balanced splits only)
+    relief: int = 3
+    #: availableMemoryProportion values the relieved IPU alone tries, below the configuration's
+    #: own (default: the lowest of ``proportions``; empty: the same proportion on every IPU)
+    relief_proportions: list[float] | None = None
 
     def __post_init__(self):
         lo, hi = self.global_batch
@@ -183,6 +214,11 @@ class Space:
                 raise OptionsError(f"plan: {name.replace('_', ' ')} {values}: expected whole numbers >= 1")
         if self.proportions is not None and (not self.proportions or any(not 0 < p <= 1 for p in self.proportions)):
             raise OptionsError(f"plan: available memory proportions {self.proportions}: expected values in (0, 1]")
+        if self.relief_proportions is not None and any(not 0 < p <= 1 for p in self.relief_proportions):
+            raise OptionsError(f"plan: relief proportions {self.relief_proportions}: expected values in (0, 1]")
+        if not isinstance(self.relief, int) or self.relief < 0:
+            raise OptionsError(f"plan: relief {self.relief!r}: expected a whole number >= 0 (layers moved off the "
+                               "fullest IPU; 0 for balanced splits only)")
         if self.optimizer_states is not None:
             bad = [s for s in self.optimizer_states if s not in OPTIMIZER_STATES]
             if bad or not self.optimizer_states:
@@ -201,7 +237,9 @@ class Space:
 class Candidate:
     """One configuration; ``split`` is the number of units (layers, blocks) on each IPU of a
     replica (empty when the model is not split). ``recompute`` None: the model's default
-    (inference, or a model without checkpoints); ``optimizer_state`` None: not set."""
+    (inference, or a model without checkpoints); ``optimizer_state`` None: not set.
+    ``proportions``: the availableMemoryProportion of each IPU of a replica when they differ
+    (a relief's); empty: ``available_memory_proportion`` on every IPU."""
 
     system: str
     pipeline: int
@@ -213,6 +251,15 @@ class Candidate:
     optimizer_state: str | None
     device_iterations: int
     split: tuple[int, ...] = ()
+    proportions: tuple[float, ...] = ()
+
+    def proportion(self, ipu: int) -> float:
+        """The availableMemoryProportion of IPU ``ipu`` of a replica."""
+        return self.proportions[ipu] if self.proportions else self.available_memory_proportion
+
+    def proportion_text(self) -> str:
+        """``0.4``, or one value per IPU when they differ: ``0.2,0.4,0.4,0.4`` (as ``ipusim run`` takes it)."""
+        return ",".join(f"{p:g}" for p in (self.proportions or (self.available_memory_proportion,)))
 
     @property
     def ipus(self) -> int:
@@ -226,14 +273,16 @@ class Candidate:
         """Order among equals: fewer IPUs, then the axes in order (deterministic)."""
         return (self.ipus, self.system, self.pipeline, self.replicas, self.micro_batch, self.gradient_accumulation,
                 self.available_memory_proportion, {None: -1, False: 0, True: 1}[self.recompute],
-                OPTIMIZER_STATES.index(self.optimizer_state) if self.optimizer_state else -1, self.split)
+                OPTIMIZER_STATES.index(self.optimizer_state) if self.optimizer_state else -1, self.split,
+                self.proportions)
 
     def columns(self) -> dict:
         """The candidate's CSV columns (:data:`CANDIDATE_COLUMNS`)."""
         return {"system": self.system, "ipus": self.ipus, "replicas": self.replicas, "pipeline": self.pipeline,
                 "split": ",".join(map(str, self.split)), "micro_batch": self.micro_batch,
                 "gradient_accumulation": self.gradient_accumulation, "global_batch": self.global_batch,
-                "available_memory_proportion": self.available_memory_proportion,
+                "available_memory_proportion": (self.proportion_text() if self.proportions
+                                                else self.available_memory_proportion),
                 "recompute": "" if self.recompute is None else ("on" if self.recompute else "off"),
                 "optimizer_state": self.optimizer_state or "", "device_iterations": self.device_iterations}
 
@@ -295,6 +344,47 @@ def balanced_split(weights: list[float], first: float, last: float, parts: int) 
     return tuple(reversed(counts))
 
 
+def constrained_split(weights: list[float], first: float, last: float, parts: int, part: int,
+                      count: int) -> tuple[int, ...] | None:
+    """As :func:`balanced_split`, with part ``part`` holding exactly ``count`` units: the
+    contiguous runs minimising the heaviest part under that constraint (part 0 may be empty,
+    the others may not; of equal maxima, later parts take as many units as they can). None
+    when no split has ``count`` units on ``part``. Exact (a dynamic programme over the
+    parts' boundaries, O(parts x units^2))."""
+    n = len(weights)
+    if not 0 <= part < parts:
+        raise OptionsError(f"constrained_split: part {part} of {parts} parts does not exist")
+    prefix = [0.0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+
+    def allowed(i: int, a: int, b: int) -> bool:
+        return b - a >= (0 if i == 0 else 1) and (i != part or b - a == count)
+
+    def load(i: int, a: int, b: int) -> float:
+        return prefix[b] - prefix[a] + (first if i == 0 else 0.0) + (last if i == parts - 1 else 0.0)
+
+    # best[i][k]: the lightest heaviest part placing units 0..k-1 on parts 0..i
+    best = [[math.inf] * (n + 1) for _ in range(parts)]
+    for k in range(n + 1):
+        if allowed(0, 0, k):
+            best[0][k] = load(0, 0, k)
+    for i in range(1, parts):
+        for k in range(n + 1):
+            best[i][k] = min((max(best[i - 1][j], load(i, j, k)) for j in range(k + 1) if allowed(i, j, k)),
+                             default=math.inf)
+    if math.isinf(best[parts - 1][n]):
+        return None
+    target = best[parts - 1][n] * (1 + 1e-12)
+    counts, end = [], n
+    for i in range(parts - 1, 0, -1):  # from the back: the longest run that keeps the optimum
+        j = next(j for j in range(end + 1) if allowed(i, j, end) and max(best[i - 1][j], load(i, j, end)) <= target)
+        counts.append(end - j)
+        end = j
+    counts.append(end)
+    return tuple(reversed(counts))
+
+
 class Planner:
     """The candidates of ``space`` for ``model``, their bounds, and the search (:meth:`run`).
 
@@ -331,9 +421,29 @@ class Planner:
                     self._ends.setdefault(op.block, "first" if (op.ipu or 0) == 0 else "last")
         self._stages: dict[tuple[int, ...], int] = {}
         self._splits: dict[tuple, tuple[int, ...]] = {}
+        #: (IPU, pipeline, micro-batch, proportion) -> (unit weights, first IPU's, last IPU's) the split balances
+        self._weights: dict[tuple, tuple[list[float], float, float]] = {}
+        self._always_live: dict[tuple, list[float]] = {}
         self.candidates = self._enumerate()
         #: each candidate's throughput bound, samples/s (:meth:`bound`)
         self.bounds = [self.bound(c) for c in self.candidates]
+        #: how many of :attr:`candidates` were enumerated; the rest are reliefs the search brought in
+        self.enumerated = len(self.candidates)
+        self._index = {c: i for i, c in enumerate(self.candidates)}
+        #: candidate index -> (relieved IPU, layers moved off it beyond the balanced split,
+        #: the relieved IPU's own proportion or None) for the candidates of a relief line
+        self._lineage: dict[int, tuple[int, int, float | None]] = {}
+        self.relief_proportions = sorted(set(
+            space.relief_proportions if space.relief_proportions is not None
+            else [min(space.proportions or [0.2, 0.4, 0.6])]), reverse=True)
+        lowered = [q for q in self.relief_proportions if any(q < c.available_memory_proportion for c in self.candidates)]
+        if any(c.pipeline > 1 and c.split for c in self.candidates) and (space.relief or lowered):
+            moved = f"up to {space.relief} layer(s) moved off its fullest IPU" if space.relief else ""
+            amps = (f"that IPU's availableMemoryProportion at {', '.join(f'{q:g}' for q in lowered)} "
+                    "(below its own)") if lowered else ""
+            self.notes.append("a pipelined configuration that does not fit is retried with "
+                              + " and with ".join(x for x in (moved, amps) if x)
+                              + " (--relief, --relief-proportion)")
 
     # -- axes ---------------------------------------------------------------------------------
 
@@ -473,6 +583,7 @@ class Planner:
             for b in self.block_order:
                 if b not in self.units:
                     ends[self._ends.get(b, "first")] += weight[b]
+            self._weights[key] = ([weight[u] for u in self.units], ends["first"], ends["last"])
             self._splits[key] = balanced_split([weight[u] for u in self.units], ends["first"], ends["last"],
                                                c.pipeline) if c.pipeline <= len(self.units) + 1 else ()
         return replace(c, split=self._splits[key])
@@ -483,15 +594,19 @@ class Planner:
         ``accumulation`` micro-batches and the optimizer ops of its weights once (1/R of them
         with rts); so a step takes at least the busiest IPU's total, and samples/s is at most
         micro-batch x samples per row x accumulation x replicas x clock over it. (Inference: forward
-        ops only.)"""
-        prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1)
+        ops only.) Each IPU's ops are priced at that IPU's proportion."""
+        accumulate = c.gradient_accumulation > 1
+        prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, accumulate)
         where = self.ipu_of_blocks(c.split)
         busy = [0.0] * max(1, len(c.split))
+        own = [prof if c.proportion(i) == c.available_memory_proportion
+               else self.profile(c.system, c.micro_batch, c.proportion(i), accumulate) for i in range(len(busy))]
         ga = c.gradient_accumulation
         share = c.replicas if c.optimizer_state in SHARDED else 1
-        for side, times in ((prof.forward, ga), (prof.backward, ga), (prof.update, 1 / share)):
-            for b, cycles in side.items():
-                busy[where.get(b, 0)] += cycles * times
+        for side, times in (("forward", ga), ("backward", ga), ("update", 1 / share)):
+            for b in getattr(prof, side):
+                ipu = where.get(b, 0)
+                busy[ipu] += getattr(own[ipu], side)[b] * times
         system = self.systems[c.system]
         clock = system.ipu.clock_hz
         if c.optimizer_state and c.optimizer_state.startswith("off-chip"):
@@ -508,6 +623,13 @@ class Planner:
         """Per IPU of a replica: bytes per tile that are live all the time at the least, the
         program memory (code, vertex state, stacks) plus the on-chip weights, constants, optimizer state (1/R with rts,
         none off chip) and accumulators, spread evenly over the tiles."""
+        key = (c.system, c.micro_batch, c.gradient_accumulation > 1, c.split, c.optimizer_state,
+               c.replicas if c.optimizer_state == "rts" else 0)
+        if key not in self._always_live:
+            self._always_live[key] = self._always_live_per_tile(c)
+        return list(self._always_live[key])
+
+    def _always_live_per_tile(self, c: Candidate) -> list[float]:
         sysobj = self.systems[c.system]
         prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1)
         where = self.ipu_of_blocks(c.split)
@@ -561,21 +683,69 @@ class Planner:
     def memory_key(self, c: Candidate) -> tuple:
         """What tile memory depends on: not the replicas (but with rts) nor the accumulation
         count (only whether there is accumulation), nor device iterations."""
-        return (c.system, c.split, c.micro_batch, c.available_memory_proportion, c.recompute, c.optimizer_state,
-                c.gradient_accumulation > 1, c.replicas if c.optimizer_state in SHARDED else 0)
+        return (c.system, c.split, c.micro_batch, c.available_memory_proportion, c.proportions, c.recompute,
+                c.optimizer_state, c.gradient_accumulation > 1, c.replicas if c.optimizer_state in SHARDED else 0)
+
+    def reliefs(self, i: int, reason: str | None = None) -> list[int]:
+        """Bring in the relief candidates of candidate ``i``, which does not fit (the module's
+        step 6): one more layer off the relieved IPU (up to :attr:`Space.relief` beyond the
+        balanced split), and, on a line that has not lowered it yet, each relief proportion
+        below the candidate's on the relieved IPU alone. Appends them to :attr:`candidates` and
+        :attr:`bounds`; returns the indices of those new to the search. None for a candidate
+        without a pipeline, when ``reason`` (its out-of-memory reason) names an IPU short of
+        memory other than the relieved one (relieving that IPU would not make it fit), or for a
+        relief whose bound exceeds ``i``'s."""
+        c = self.candidates[i]
+        if c.pipeline < 2 or not c.split or not self.units:
+            return []
+        if i in self._lineage:
+            ipu, moved, own = self._lineage[i]
+        else:  # an enumerated candidate: balanced, one proportion; relieve its fullest IPU
+            live = self.always_live_per_tile(c)
+            ipu, moved, own = live.index(max(live)), 0, None
+        if reason is not None and short_ipus(reason) - {ipu}:
+            return []
+        key = (self.systems[c.system].ipu, c.pipeline, c.micro_batch, c.available_memory_proportion)
+        balanced = self._splits[key]
+        children: list[tuple[Candidate, tuple[int, int, float | None]]] = []
+        keep = balanced[ipu] - moved - 1  # units the relieved IPU keeps
+        if moved < self.space.relief and keep >= (0 if ipu == 0 else 1):
+            split = constrained_split(*self._weights[key], c.pipeline, ipu, keep)
+            if split is not None:
+                children.append((replace(c, split=split), (ipu, moved + 1, own)))
+        if own is None:
+            for q in self.relief_proportions:
+                if q < c.available_memory_proportion:
+                    amps = tuple(q if k == ipu else c.available_memory_proportion for k in range(c.pipeline))
+                    children.append((replace(c, proportions=amps), (ipu, moved, q)))
+        new = []
+        for child, lineage in children:
+            if child in self._index:
+                continue
+            bound = self.bound(child)
+            if bound > self.bounds[i] * (1 + _SLACK):
+                continue  # not a relief: it could outrank its parent, so pruning the parent would not prune it
+            self._index[child] = len(self.candidates)
+            self._lineage[len(self.candidates)] = lineage
+            new.append(len(self.candidates))
+            self.candidates.append(child)
+            self.bounds.append(bound)
+        return new
 
     # -- the search ---------------------------------------------------------------------------
 
     def run(self, evaluate: Callable[[dict[int, Candidate]], Iterator[tuple[int, dict]]], *, top: int = 10,
-            prune: bool = True, batch: int = 16, known: dict[int, dict] | None = None,
+            prune: bool = True, batch: int = 16,
+            known: dict[int, dict] | Callable[[int], dict | None] | None = None,
             on_row: Callable[[int, dict], None] | None = None) -> list[dict]:
-        """Decide every candidate; returns their rows (:data:`CANDIDATE_COLUMNS` +
-        :data:`RESULT_COLUMNS`), in candidate order.
+        """Decide every candidate, and the reliefs (:meth:`reliefs`) of those that do not fit;
+        returns their rows (:data:`CANDIDATE_COLUMNS` + :data:`RESULT_COLUMNS`), in candidate
+        order (the enumerated ones, then the reliefs in the order they were brought in).
 
         ``evaluate`` simulates candidates ``{index: Candidate}`` and yields ``(index, row)``
         with ``status`` ok, oom or invalid, ``reason`` and, when ok, ``samples_per_second``,
         ``seconds``, ``cycle_count``, ``peak_tile_bytes``, ``stage_balance``. ``known`` rows
-        (e.g. read back by ``--resume``) stand in for the results of the candidates they
+        (by index, or a function of the index; e.g. read back by ``--resume``) stand in for the results of the candidates they
         belong to when the search comes to simulate them, so a resumed search takes the same
         decisions as one never stopped. ``on_row`` sees each row as it
         is decided. With ``prune`` False every candidate that can be written as a command is
@@ -583,13 +753,19 @@ class Planner:
         """
         if top < 1 or batch < 1:
             raise OptionsError(f"plan: top ({top}) and batch ({batch}) must be >= 1")
-        cands, bounds = self.candidates, self.bounds
-        order = sorted(range(len(cands)), key=lambda i: (-bounds[i], cands[i].preference()))
+        for i in range(self.enumerated, len(self.candidates)):  # a search of its own: no reliefs of an earlier one
+            del self._index[self.candidates[i]]
+        del self.candidates[self.enumerated:], self.bounds[self.enumerated:]
+        self._lineage.clear()
+        cands, bounds = self.candidates, self.bounds  # both grow as reliefs come in
         rows: dict[int, dict] = {}
         best: list[float] = []  # a min-heap of the `top` best throughputs
         oom: dict[tuple, str] = {}  # memory key -> the reason it does not fit
         rts_oom: dict[tuple, tuple[int, str]] = {}  # memory key without R -> (most replicas short, reason)
-        known = known or {}
+        recall = known if callable(known) else (known or {}).get
+        # the undecided, best bound first (ties: the candidates' preference, then their order)
+        queue = [(-bounds[i], cands[i].preference(), i) for i in range(len(cands))]
+        heapq.heapify(queue)
 
         def threshold() -> float:
             return best[0] if len(best) >= top else -math.inf
@@ -603,6 +779,8 @@ class Planner:
                 if len(best) > top:
                     heapq.heappop(best)
             elif row["status"] == "oom":
+                for j in self.reliefs(i, row["reason"]):
+                    heapq.heappush(queue, (-bounds[j], cands[j].preference(), j))
                 key = self.memory_key(cands[i])
                 oom.setdefault(key, row["reason"])
                 if cands[i].optimizer_state == "rts":
@@ -622,16 +800,14 @@ class Planner:
                         "so not over fewer]")
             return None
 
-        queue = list(order)
         while queue:
             wave: dict[int, Candidate] = {}
             pending: set[tuple] = set()
-            rest = []
-            for n, i in enumerate(queue):
+            deferred = []
+            while queue and len(wave) < batch:
+                entry = heapq.heappop(queue)
+                i = entry[2]
                 c = cands[i]
-                if len(wave) >= batch:
-                    rest += queue[n:]
-                    break
                 dropped = self.precheck(c, structural_only=not prune)
                 if dropped is None and prune:
                     why = inferred(c)
@@ -647,14 +823,16 @@ class Planner:
                 key = self.memory_key(c)
                 base = key[:-1] if c.optimizer_state == "rts" else key
                 if prune and base in pending:
-                    rest.append(i)  # after the one simulated now: it may show this does not fit
+                    deferred.append(entry)  # after the one simulated now: it may show this does not fit
                     continue
                 pending.add(base)
                 wave[i] = c
-            queue = rest
-            for i in sorted(i for i in wave if i in known):  # simulated before: replay its result
-                decide(i, known[i])
-            fresh = {i: c for i, c in wave.items() if i not in known}
+            for entry in deferred:
+                heapq.heappush(queue, entry)
+            replay = {i: row for i in sorted(wave) if (row := recall(i)) is not None}
+            for i, row in replay.items():  # simulated before: replay its result
+                decide(i, row)
+            fresh = {i: c for i, c in wave.items() if i not in replay}
             if fresh:
                 for i, result in evaluate(fresh):
                     decide(i, result)

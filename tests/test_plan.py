@@ -42,14 +42,22 @@ def _planner(system: str, **space) -> planner.Planner:
 
 def _compare_with_exhaustive(pl: planner.Planner, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     pruned = plan_cli.plan(pl, top=top, workers=1, bar=False, batch=4)
-    full = plan_cli.plan(pl, top=top, workers=1, bar=False, exhaustive=True)
-    assert list(pruned["command"]) == list(full["command"])
-    best, every = plan_cli.rank(pruned), plan_cli.rank(full)
+    every_row = plan_cli.plan(pl, top=top, workers=1, bar=False, exhaustive=True)
+    n = pl.enumerated  # then the reliefs of what did not fit, as each search brought them in
+    assert list(pruned["command"].head(n)) == list(every_row["command"].head(n))
+    # the reliefs the pruned search brought in, the exhaustive one did too; those it did not
+    # descend from pruned configurations, so they could not have made the top either
+    assert set(pruned["command"]) <= set(every_row["command"])
+    best, every = plan_cli.rank(pruned), plan_cli.rank(every_row)
+    cut = every["samples_per_second"].iloc[top - 1]
+    missing = ~every_row["command"].isin(pruned["command"])
+    assert (every_row.loc[missing, "bound_samples_per_second"] < cut).all()
     # the plan's best is at least as fast as every configuration of the exhaustive search,
     # and its top `top` are the exhaustive search's, in the same order
-    assert best["samples_per_second"].iloc[0] >= full["samples_per_second"].max()
+    assert best["samples_per_second"].iloc[0] >= every_row["samples_per_second"].max()
     assert list(best["command"].head(top)) == list(every["command"].head(top))
     assert list(best["samples_per_second"].head(top)) == list(every["samples_per_second"].head(top))
+    full = every_row.set_index("command").loc[pruned["command"]].reset_index()[list(pruned.columns)]
     ok = pruned["status"] == "ok"  # what the plan simulated is what the exhaustive search got
     assert pruned.loc[ok, "samples_per_second"].tolist() == full.loc[ok, "samples_per_second"].tolist()
     for status in ("oom", "invalid"):  # dropped without simulating, and rightly so
@@ -58,7 +66,6 @@ def _compare_with_exhaustive(pl: planner.Planner, top: int) -> tuple[pd.DataFram
     fits = full["status"] == "ok"
     assert (full.loc[fits, "samples_per_second"] <= pruned.loc[fits, "bound_samples_per_second"]).all()
     # pruned ones could not have entered the top
-    cut = every["samples_per_second"].iloc[top - 1]
     assert (pruned.loc[pruned["status"] == "pruned", "bound_samples_per_second"] < cut).all()
     assert (pruned["reason"] != "").equals(pruned["status"] != "ok")
     return pruned, full
@@ -224,3 +231,87 @@ def test_plan_needs_a_system_and_a_global_batch(capsys):
     assert "give --system and --global-batch" in capsys.readouterr().err
     assert cli.main(["plan", "--model", "amp-tile", "--system", "ipu-mk2", "--global-batch", "4"]) == 2
     assert "has no micro_batch parameter" in capsys.readouterr().err
+
+
+#: a BERT whose IPU 0 (embedding and tied MLM head, 6,000 x 256) is fuller than its layers are
+RELIEF = dict(num_layers=6, hidden=256, heads=4, seq_len=16, vocab=6000)
+
+
+def test_relief_moves_layers_off_the_ipu_short_of_memory(tmp_path_factory):
+    """The balanced 3,3 is out of memory on IPU 0 (the embedding's), and so is 2,4: the planner
+    moves a layer off IPU 0 at a time and finds 1,5, which fits; without relief nothing does."""
+    system = _small_m2000(tmp_path_factory, 50300)
+    space = dict(global_batch=(32, 32), training=True, optimizer="sgd", pipelines=[2], replicas=[1],
+                 micro_batches=[2], proportions=[0.6], recompute=[False])
+    pl = planner.Planner(planner.Model("bert-base", dict(RELIEF)), planner.Space([system], **space))
+    assert [c.split for c in pl.candidates] == [(3, 3)]
+    table = plan_cli.plan(pl, top=1, workers=1, bar=False)
+    assert list(zip(table["split"], table["status"])) == [("3,3", "oom"), ("2,4", "oom"), ("1,5", "ok")]
+    assert table["reason"].iloc[0].startswith("out of memory on IPU 0: short by")
+    best = plan_cli.rank(table)
+    assert best["split"].iloc[0] == "1,5" and "--layers-per-ipu 1,5" in best["command"].iloc[0]
+    assert pl.enumerated == 1 and len(pl.candidates) == 3
+    assert pl.bounds[2] <= pl.bounds[1] <= pl.bounds[0]  # a relief never outranks its parent
+    no_relief = planner.Planner(planner.Model("bert-base", dict(RELIEF)),
+                                planner.Space([system], relief=0, **space))
+    assert plan_cli.rank(plan_cli.plan(no_relief, top=1, workers=1, bar=False)).empty
+    assert planner.constrained_split([1.0] * 24, 2.5, 0.0, 4, 0, 3) == (3, 7, 7, 7)
+
+
+def test_a_relief_proportion_is_priced_on_the_relieved_ipu_alone():
+    """The relieved IPU (IPU 0: the embedding) takes the lower proportion; the bound prices its
+    blocks at it and the others at the candidate's own, and so does the simulated command."""
+    model = dict(num_layers=2, hidden=256, heads=4, seq_len=128, vocab=2000)
+    pl = planner.Planner(planner.Model("bert-base", model), planner.Space(
+        ["ipu-m2000"], global_batch=(128, 128), training=True, optimizer="sgd", pipelines=[2], replicas=[1],
+        micro_batches=[16], proportions=[0.6], recompute=[False], relief=0, relief_proportions=[0.01]))
+    (parent,) = pl.candidates
+    (child,) = [pl.candidates[j] for j in pl.reliefs(0)]
+    assert child.proportions == (0.01, 0.6) and child.split == parent.split == (1, 1)
+    low, high = (pl.profile("ipu-m2000", 16, a, True) for a in (0.01, 0.6))
+    where = pl.ipu_of_blocks(child.split)
+    busy = [0.0, 0.0]
+    for b in low.forward:
+        busy[where[b]] += ((low if where[b] == 0 else high).forward[b]
+                           + (low if where[b] == 0 else high).backward.get(b, 0)) * child.gradient_accumulation
+    for b, cycles in high.update.items():
+        busy[where[b]] += (low if where[b] == 0 else high).update[b]
+    assert low.forward["layer0"] > high.forward["layer0"]  # the proportion matters for these layers
+    assert pl.bound(child) == pytest.approx(16 * 8 * pl.systems["ipu-m2000"].ipu.clock_hz / max(busy), rel=1e-12)
+    assert pl.bound(child) < pl.bound(parent)
+    argv = plan_cli.command(pl, child)
+    assert argv[argv.index("--available-memory-proportion") + 1] == "0.01,0.6"
+
+    def op_cycles(flags):
+        parser = run_cli.configure(argparse.ArgumentParser())
+        trace = run_cli.simulate_args(parser.parse_args(flags), parser).op_trace()
+        trace = trace[trace["task"].str.contains("forward|backward")]
+        return {(r.ipu, r.name): r.compute for r in trace.itertuples()}
+
+    amp = argv.index("--available-memory-proportion") + 1
+    mixed, lowest, highest = (op_cycles(argv[:amp] + [a] + argv[amp + 1:]) for a in ("0.01,0.6", "0.01", "0.6"))
+    assert mixed == {k: (lowest if k[0] == 0 else highest)[k] for k in mixed}
+    assert any(lowest[k] != highest[k] for k in mixed if k[0] == 0)
+
+
+def test_constrained_split_is_the_best_with_that_count():
+    rng = random.Random(11)
+    for _ in range(60):
+        n, parts = rng.randint(1, 7), rng.randint(2, 4)
+        part, count = rng.randrange(parts), rng.randint(0, n)
+        w = [rng.randint(1, 9) for _ in range(n)]
+        first, last = rng.randint(0, 9), rng.randint(0, 9)
+
+        def heaviest(counts):
+            starts = [sum(counts[:i]) for i in range(parts)]
+            loads = [sum(w[s:s + c]) for s, c in zip(starts, counts)]
+            loads[0] += first
+            loads[-1] += last
+            return max(loads)
+        every = [c for c in itertools.product(range(n + 1), repeat=parts)
+                 if sum(c) == n and all(x >= 1 for x in c[1:]) and c[part] == count]
+        split = planner.constrained_split(w, first, last, parts, part, count)
+        if not every:
+            assert split is None
+            continue
+        assert split in every and heaviest(split) == min(heaviest(c) for c in every)

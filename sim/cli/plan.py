@@ -6,7 +6,8 @@
 
 The search (:mod:`sim.planner`) covers replicas x IPUs per replica (the layers split over a
 pipeline to balance the stages) x micro-batch x gradient accumulation x availableMemoryProportion
-x recomputation x optimizer-state placement. Each candidate is an ``ipusim run`` command line,
+x recomputation x optimizer-state placement; a pipelined configuration that does not fit brings
+in its reliefs (layers moved off its fullest IPU, a lower proportion on that IPU alone). Each candidate is an ``ipusim run`` command line,
 simulated on a process pool (``--workers``) or a Dask cluster (``--dask``) through
 :func:`sim.cli.sweep.run_points`; ``--csv`` gets a row per candidate as it is decided (status
 ok, oom, invalid or pruned, with the reason), and ``--resume`` keeps the rows a CSV already has.
@@ -95,7 +96,7 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
             argv += ["--gradient-accumulation", str(c.gradient_accumulation)]
         if c.optimizer_state:
             argv += ["--optimizer-state", c.optimizer_state]
-    argv += ["--available-memory-proportion", f"{c.available_memory_proportion:g}"]
+    argv += ["--available-memory-proportion", c.proportion_text()]
     if c.device_iterations != 1:
         argv += ["--device-iterations", str(c.device_iterations)]
     if sp.partials != "float":
@@ -128,6 +129,22 @@ def _proportions(text: str) -> list[float]:
     if not values or any(not 0 < v <= 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected comma-separated proportions in (0, 1] like 0.2,0.6, got {text!r}")
     return values
+
+
+def _layers(text: str) -> int:
+    """A whole number >= 0 (layers a relief may move)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0: balanced splits only), got {text!r}")
+    return value
+
+
+def _relief_proportions(text: str) -> list[float]:
+    """``0.1,0.15`` -> [0.1, 0.15]; ``none`` -> [] (no per-IPU proportions)."""
+    return [] if text.strip().lower() == "none" else _proportions(text)
 
 
 def _choices(allowed: tuple[str, ...]):
@@ -184,7 +201,15 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--gradient-accumulation", type=_ints, metavar="N,...",
                    help="default: whatever makes the global batch (with a range: powers of two inside it)")
     a.add_argument("--available-memory-proportion", type=_proportions, metavar="P,...",
-                   help="default: 0.2,0.4,0.6")
+                   help="on every IPU of a replica; default: 0.2,0.4,0.6")
+    a.add_argument("--relief", type=_layers, default=3, metavar="N",
+                   help="a pipelined configuration that does not fit is retried with 1, 2, ... N layers moved "
+                   "off its fullest IPU (by weights, optimizer state and accumulators per tile), the others "
+                   "rebalanced; 0: balanced splits only (default: 3)")
+    a.add_argument("--relief-proportion", type=_relief_proportions, metavar="P,...",
+                   help="availableMemoryProportion values that fullest IPU alone also tries, below the "
+                   "configuration's own (default: the lowest --available-memory-proportion; none: same on "
+                   "every IPU)")
     a.add_argument("--recompute", type=_choices(("on", "off")), metavar="on,off",
                    help="recomputation checkpoint after every layer (bert, gpt2) or block (resnet50); "
                    "default: both, in training")
@@ -295,14 +320,13 @@ def build_planner(args, parser) -> planner.Planner:
         proportions=args.available_memory_proportion,
         recompute=None if args.recompute is None else [v == "on" for v in args.recompute],
         optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials,
-        optimizer_state_dtype=state_dtype)
+        optimizer_state_dtype=state_dtype, relief=args.relief, relief_proportions=args.relief_proportion)
     return planner.Planner(model, space)
 
 
-def _known_rows(path: Path, commands: list[str]) -> dict[int, dict]:
-    """Rows of an earlier plan's CSV, by the index of the candidate with the same command."""
-    index = {cmd: i for i, cmd in enumerate(commands)}
-    return {index[r["command"]]: r for r in _read_rows(path, COLUMNS) if r.get("command") in index}
+def _known_rows(path: Path) -> dict[str, dict]:
+    """Rows of an earlier plan's CSV, by command line."""
+    return {r["command"]: r for r in _read_rows(path, COLUMNS) if r.get("command")}
 
 
 def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch: int = 16,
@@ -314,24 +338,35 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
     ``csv_path`` each row is appended as it is decided, and with ``resume`` the candidates the
     CSV already holds (same command line) are not simulated again.
     """
-    argvs = [command(pl, c) for c in pl.candidates]
-    commands = [command_line(a) for a in argvs]
-    known = _known_rows(csv_path, commands) if resume and csv_path else {}
+    argvs: dict[int, list[str]] = {}  # candidate index -> its flags (reliefs come in as the search goes)
+
+    def argv(i: int) -> list[str]:
+        if i not in argvs:
+            argvs[i] = command(pl, pl.candidates[i])
+        return argvs[i]
+
+    known = _known_rows(csv_path) if resume and csv_path else {}
+    done_before = sum(command_line(argv(i)) in known for i in range(len(pl.candidates)))
     out = _CsvRows(csv_path, COLUMNS, append=resume)
-    progress = _progress_bar(len(argvs), len(known)) if bar else None
+    progress = _progress_bar(len(pl.candidates), done_before) if bar else None
+
+    def recall(i: int) -> dict | None:
+        return known.get(command_line(argv(i)))
 
     def evaluate(wave: dict[int, planner.Candidate]):
-        with contextlib.closing(run_points({i: argvs[i] for i in wave}, workers, dask, point=plan_point)) as done:
+        with contextlib.closing(run_points({i: argv(i) for i in wave}, workers, dask, point=plan_point)) as done:
             yield from done
 
     def on_row(i: int, row: dict) -> None:
-        row["command"] = commands[i]
-        if i not in known:
+        row["command"] = command_line(argv(i))
+        if row["command"] not in known:
             out.write(row)
             if progress is not None:
+                if progress.total < len(pl.candidates):  # reliefs brought in
+                    progress.total = len(pl.candidates)
                 progress.update()
     try:
-        rows = pl.run(evaluate, top=top, prune=not exhaustive, batch=batch, known=known, on_row=on_row)
+        rows = pl.run(evaluate, top=top, prune=not exhaustive, batch=batch, known=recall, on_row=on_row)
     finally:
         if progress is not None:
             progress.close()
@@ -343,8 +378,7 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
     for c in ("ipus", "replicas", "pipeline", "micro_batch", "gradient_accumulation", "global_batch",
               "device_iterations"):
         table[c] = table[c].astype(int)
-    table["available_memory_proportion"] = table["available_memory_proportion"].astype(float)
-    for c in ("split", "recompute", "optimizer_state", "reason", "status"):
+    for c in ("split", "available_memory_proportion", "recompute", "optimizer_state", "reason", "status"):
         table[c] = table[c].fillna("").astype(str)
     return table
 
@@ -354,10 +388,10 @@ def rank(table: pd.DataFrame) -> pd.DataFrame:
     return table.iloc[planner.ranking(table.to_dict("records"))]
 
 
-def _summary(table: pd.DataFrame, seconds: float) -> str:
+def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0) -> str:
     n = table["status"].value_counts()
     simulated = int(table["reason"].str.contains(r"\[inferred", regex=True).sum())
-    return (f"{len(table):,} configurations in {seconds:.0f} s: {n.get('ok', 0):,} fit, {n.get('oom', 0):,} out of "
+    return (f"{len(table):,} configurations{f' ({reliefs:,} of them reliefs)' if reliefs else ''} in {seconds:.0f} s: {n.get('ok', 0):,} fit, {n.get('oom', 0):,} out of "
             f"memory ({simulated:,} inferred, "
             f"{int(table['reason'].str.contains('not simulated', regex=False).sum()):,} from always-live bytes), "
             f"{n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their throughput bound")
@@ -419,7 +453,7 @@ def _cmd_plan(args, parser) -> int:
         return 128 + e.signum
     best = rank(table)
     if not quiet:
-        print(_summary(table, time.perf_counter() - t0))
+        print(_summary(table, time.perf_counter() - t0, len(pl.candidates) - pl.enumerated))
     if best.empty:
         dropped = table[table["status"] == "oom"]
         print("ipusim: no configuration fits" + (f"; e.g. {dropped['command'].iloc[0]}: {dropped['reason'].iloc[0]}"
