@@ -15,6 +15,11 @@ for single layers run by three tools, each with ``--ignore-data`` (no host trans
   Pass ALL: forward convolution, backward ``weightsTransposeChansFlipXY`` then the convolution of
   ``zDeltas`` with the flipped weights, and ``convolutionWeightUpdate`` (weight deltas then one
   ScaledAdd).
+* ``tools/reduce_op.cpp`` (``add_reduction_benchmark``): ``popops::reduce(input, dims, {op})``
+  (``--update=false``, ``--scale=1.0``: no scale tensor, no update, so ``reduce()`` makes the
+  output) of an fp16 ``input`` made by ``addVariable`` and laid out by ``mapTensorLinearly`` (a
+  new tensor's linear mapping), on an IPUModel2 of ``--tiles-per-ipu`` tiles when given (Poplar's
+  ``createTestDevice``; :meth:`~sim.hardware.System.with_tiles`), else all 1,472.
 
 The rows (``tests/data/poplibs_benchmark_results.csv``, copied from poplibs at commit 8dcde1ec)
 and their arguments (``tests/CMakeLists.txt`` at that commit) are in :data:`ROWS`;
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import simulate
+from . import load_system, simulate
 from .graph.ir import Graph, GraphBuilder, Op
 from .options import Options
 
@@ -45,7 +50,7 @@ class Bench:
     """One benchmark: the tool and its arguments (as in poplibs' ``tests/CMakeLists.txt``)."""
 
     name: str
-    tool: str  # "fc", "gemm" or "conv"
+    tool: str  # "fc", "gemm", "conv" or "reduce"
     args: tuple = field(default=())  # (key, value) pairs, see the graph builders
 
     @property
@@ -61,6 +66,11 @@ def _fc(name, batch, inputs, outputs, groups=1, dtype="float16"):
 def _conv(name, field_hw, kernel, cin, cout, stride=1, padding=0, batch=4):
     return Bench(name, "conv", (("batch", batch), ("field", field_hw), ("kernel", kernel), ("cin", cin),
                                 ("cout", cout), ("stride", stride), ("padding", padding)))
+
+
+def _reduce(name, shape, dims, operation, tiles=None):
+    return Bench(name, "reduce", (("shape", shape), ("dims", dims), ("operation", operation), ("dtype", "float16"),
+                                  ("tiles", tiles)))
 
 
 def _benches() -> list[Bench]:
@@ -129,6 +139,17 @@ def _benches() -> list[Bench]:
           _conv(m + "conv_pw_5_1", 28, 1, 256, 256), _conv(m + "conv_pw_6_1", 14, 1, 256, 512),
           _conv(m + "conv_pw_7_1", 14, 1, 512, 512), _conv(m + "conv_pw_12_1", 7, 1, 512, 1024),
           _conv(m + "conv_pw_13_1", 7, 1, 1024, 1024)]
+    # reduce_op: BERT's softmax max/sum, group-norm statistics and gamma gradient, ResNet-50's
+    # group-norm statistics (tests/CMakeLists.txt at 8dcde1ec; no --tiles-per-ipu: all 1,472)
+    b += [_reduce("bert_reduce_0", (16, 4, 16, 32, 8), (1, 3), "max", 1024),
+          _reduce("bert_reduce_1", (16, 4, 16, 32, 8), (1, 3), "add", 1024),
+          _reduce("bert_reduce_2", (16, 256, 8, 4), (1, 3), "add", 1024),
+          _reduce("bert_reduce_3", (16, 256, 8, 4), (1, 3), "square_add", 1024),
+          _reduce("bert_reduce_4", (128, 16, 8, 16), (0, 2), "add"),
+          _reduce("resnet50_tr_bs1_cnv_reduce", (4, 25088, 8), (1,), "square_add"),
+          _reduce("resnet50_tr_bs1_bm64L0A0_reduce", (4, 6272, 8), (1,), "add", 1200),
+          _reduce("resnet50_tr_bs1_bm128L0A0_reduce", (4, 3136, 8), (1,), "add"),
+          _reduce("resnet50_tr_bs1_bm128L0_reduce", (4, 12544, 8), (1,), "add")]
     return b
 
 
@@ -252,6 +273,27 @@ def conv_graph(batch: int, field: int, kernel: int, cin: int, cout: int, stride:
     return b.graph
 
 
+#: reduce_op's --operation as the graph's op kind and its ``operation`` attribute
+REDUCE_OPERATIONS = {"add": ("reduce_sum", None), "square_add": ("reduce_sum", "square_add"),
+                     "max": ("reduce_max", None)}
+
+
+def reduce_graph(shape: tuple, dims: tuple, operation: str = "add", dtype: str = "float16") -> Graph:
+    """poplibs' ``reduce_op`` as a graph: ``output = reduce(input, dims, operation)``, no scale or
+    update. ``input`` is a graph input (laid out linearly as a new tensor, as ``mapTensorLinearly``
+    lays it out) and ``output`` is the graph's output."""
+    if operation not in REDUCE_OPERATIONS:
+        raise ValueError(f"reduce_op operation {operation!r}: expected one of {', '.join(REDUCE_OPERATIONS)}")
+    kind, attr = REDUCE_OPERATIONS[operation]
+    b = GraphBuilder(f"reduce_{'x'.join(map(str, shape))}_dims{'_'.join(map(str, dims))}_{operation}", dtype)
+    x = b.input("input", tuple(shape))
+    out = b.reduce(x, list(dims), kind, name="reduce")
+    if attr:
+        b.graph.ops[-1].attrs["operation"] = attr
+    b.output(out)
+    return b.graph
+
+
 def graph(bench: Bench) -> Graph:
     """The simulator's graph of ``bench``'s tool with its arguments."""
     p = bench.params
@@ -261,7 +303,16 @@ def graph(bench: Bench) -> Graph:
         return gemm_graph(p["m"], p["k"], p["n"])
     if bench.tool == "conv":
         return conv_graph(p["batch"], p["field"], p["kernel"], p["cin"], p["cout"], p["stride"], p["padding"])
-    raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} (expected fc, gemm or conv)")
+    if bench.tool == "reduce":
+        return reduce_graph(p["shape"], p["dims"], p["operation"], p["dtype"])
+    raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} (expected fc, gemm, conv or reduce)")
+
+
+def system(bench: Bench):
+    """The system ``bench`` runs on: one ``ipu-mk2``, with the tool's ``--tiles-per-ipu`` if set."""
+    tiles = bench.params.get("tiles")
+    base = load_system(SYSTEM)
+    return base.with_tiles(tiles) if tiles else base
 
 
 def _options() -> Options:
@@ -270,8 +321,9 @@ def _options() -> Options:
 
 @lru_cache(maxsize=None)
 def simulated_run(bench: Bench):
-    """The simulator's :class:`~sim.results.run.Run` of ``bench`` on one ``ipu-mk2``."""
-    return simulate(graph(bench), SYSTEM, _options())
+    """The simulator's :class:`~sim.results.run.Run` of ``bench`` on one ``ipu-mk2`` (of the tool's
+    ``--tiles-per-ipu`` tiles, if set)."""
+    return simulate(graph(bench), system(bench), _options())
 
 
 def simulated_cycles(bench: Bench) -> int:
@@ -285,6 +337,8 @@ def within(tolerance: float = 0.05) -> list[Row]:
 
 
 def _family(name: str) -> str:
+    if BENCHES.get(name) is not None and BENCHES[name].tool == "reduce":
+        return "reduce"
     for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet"):
         if name.startswith(prefix):
             return prefix
@@ -305,13 +359,17 @@ def report_section(tolerance: float = 0.05) -> list[str]:
     table = [f"| `{r.name}` | {r.bench.tool} | {r.cycles:,} | {r.simulated():,} | {r.error():+.1%} | "
              f"{'within' if abs(r.error()) <= tolerance else 'outside'} |" for r in rs]
     skipped = [f"| `{n}` | {why} |" for n, why in NOT_EXPRESSIBLE.items()]
-    return ["", "## Microbenchmarks: single matmul and convolution layers (IPUModel2)", "",
+    return ["", "## Microbenchmarks: single matmul, convolution and reduction layers (IPUModel2)", "",
             f"Source: {SOURCE}. Cycles is Poplar's IPUModel2 estimate of the layer (its codelet estimators, "
             "exchange and sync model: how Poplar plans and runs it, not a hardware measurement), against the "
             "simulator's cycles for the tool's graph (`sim/poplibs_benchmarks.py`: fully_connected_layer and "
             "single_conv_layer run the forward, backward and weight-update passes, general_matrix_multiply one "
-            "matmul and an add) on one `ipu-mk2` with synthetic data. One constant was fitted to these rows "
-            "(the fixed cycles of a matmul/convolution pass, `configs/_conv-vertices.toml` [pass]); rows within "
+            "matmul and an add, reduce_op one popops reduction of a linearly mapped input) on one `ipu-mk2` "
+            "(of the tool's `--tiles-per-ipu` tiles where set) with synthetic data. One constant was fitted to "
+            "the matmul and convolution rows "
+            "(the fixed cycles of a matmul/convolution pass, `configs/_conv-vertices.toml` [pass]) and one to "
+            "the reduction rows (the fixed cycles of a reduce call, `configs/_vector-ops.toml` [reduce_vertex] "
+            "`call_fixed_cycles`); rows within "
             f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py`. "
             f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", "",
             "| family | rows | within | median error | range |", "|---|---:|---:|---:|---|"] + summary + [
@@ -321,4 +379,4 @@ def report_section(tolerance: float = 0.05) -> list[str]:
 
 
 __all__ = ["Bench", "report_section", "BENCHES", "NOT_EXPRESSIBLE", "Row", "rows", "published", "fc_graph", "gemm_graph",
-           "conv_graph", "graph", "simulated_cycles", "simulated_run", "within", "SOURCE", "DATA"]
+           "conv_graph", "reduce_graph", "system", "graph", "simulated_cycles", "simulated_run", "within", "SOURCE", "DATA"]

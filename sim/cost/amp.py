@@ -14,12 +14,18 @@ groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
    (``getConvPartial1x1SupervisorOuterLoopCycleEstimateHalfFloat``). The groups are the AMP's:
    16 input channels in fp16, 8 in fp32; as many output channels as conv units, which depends on
    the partials type (fp16 in with fp32 partials uses half the units of fp16 partials).
+   fp32 operands run poplibs' float estimate of the vertex (:func:`amp_fp32_vertex_cycles`), and
+   poplin's HMAC vertex is tried beside it for a fp32 matmul (:func:`hmac_fp32_vertex_cycles`).
    A convolution with a kernel larger than 1x1 runs poplin's nx1 vertex instead: per
    (input group, output group) a loop over the tile's kernel positions, each with a coefficient
    load and a worklist entry per output row for each of the 6 workers
    (``getConvPartialnx1*CycleEstimate``, constants in ``configs/_conv-vertices.toml``), or, when
    cheaper, the kernel folded into the input channels as poplin's expandDims does (the whole
    kernel, or its width), after a rearrangement of the input over the tiles.
+   A strided 1x1 kernel cannot run the 1x1 vertex on its field (poplin cannot flatten a strided
+   dimension): it runs the nx1 vertex or, when cheaper, the 1x1 vertex after its subsampled input
+   is rearranged over the tiles; its backward pass copies the dilated result afterwards
+   (:func:`deferred_dilation_copy`).
 3. if ``pk > 1``, reduces the partial sums over the ``pk`` tiles in 1, 2 or 3 stages by depth
    (``ConvReducePlan.cpp :: getNumReduceStages``: < 16, < 125, more), each an exchange and a
    reduce compute set; the last stage writes the result type.
@@ -59,6 +65,7 @@ class AmpMode:
     in_group: int
     out_group: int
     partials_bytes: int
+    float_activations: bool = False  # fp32 operands: poplibs' float vertex (amp_fp32_vertex_cycles)
 
     @property
     def cycles_per_position(self) -> float:
@@ -73,7 +80,7 @@ def amp_mode(ipu: IPU, itemsize: int, partials_bytes: int) -> AmpMode:
     if itemsize == 2:
         return AmpMode(ipu.amp_fp16_fp32_partials_flops_per_cycle, ipu.amp_fp16_input_group,
                        ipu.amp_fp16_fp32_partials_output_group, 4)
-    return AmpMode(ipu.amp_fp32_flops_per_cycle, ipu.amp_fp32_input_group, ipu.amp_fp32_output_group, 4)
+    return AmpMode(ipu.amp_fp32_flops_per_cycle, ipu.amp_fp32_input_group, ipu.amp_fp32_output_group, 4, True)
 
 
 def _channel_group_pairs(mode: AmpMode, g, k, n):
@@ -83,8 +90,111 @@ def _channel_group_pairs(mode: AmpMode, g, k, n):
 
 def amp_vertex_cycles(ipu: IPU, mode: AmpMode, g, m, k, n):
     """Cycles of the AMP vertex of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed)."""
+    if mode.float_activations:
+        return amp_fp32_vertex_cycles(mode, g, m, k, n)[0]
     work = _channel_group_pairs(mode, g, k, n) * (ipu.amp_pair_overhead_cycles + m * mode.cycles_per_position)
     return np.where(g * m * k * n > 0, ipu.amp_vertex_overhead_cycles + np.ceil(work), 0)
+
+
+def _fp32_worker_cycles(c: dict, n, zero_per_position: int, zeroing: bool):
+    """Worker cycles of poplibs' float 1x1 AMP worker on ``n`` output positions (0: no work)."""
+    n = np.asarray(n, dtype=float)
+    run = np.where(n == 1, c["worker_one"], np.where(n == 2, c["worker_two"],
+                   c["worker_base"] + c["worker_per_position"] * np.maximum(n - 3, 0)))
+    if zeroing:
+        run = run + c["worker_zeroing_fixed"] + zero_per_position * n
+    return np.where(n > 0, run, 0.0)
+
+
+def amp_fp32_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6):
+    """(cycles, fixed cycles) of poplin's ConvPartial1x1Out vertex with fp32 operands and partials
+    on a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed), after poplibs'
+    ``getConvPartial1x1SupervisorCycleEstimate`` (constants: ``[amp1x1_fp32]`` of
+    ``configs/_conv-vertices.toml``).
+
+    The ``m`` output positions are split over the ``workers`` as ``partitionConvPartialByWorker``
+    does (``floor(m/6)`` or ``ceil(m/6)`` each). Per conv group, per input-channel group and per
+    output group the supervisor loads the weights (conv units x 32 bytes at 8 bytes per cycle) and
+    waits for the workers: ``max(6 x busiest, 6 x least busy + 14)`` worker cycles. The first input
+    group of each output group also zeroes the partials (8 more worker cycles per position with 16
+    conv units), so at one position per tile a fp32 pair costs about 430 cycles, not 8. The fixed
+    cycles are everything but 8 cycles per output position per channel-group pair.
+    """
+    c = _fp32_table()
+    nx1 = nx1_constants()
+    g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
+    ig = np.ceil(k / mode.in_group)
+    og = np.ceil(n / mode.out_group)
+    loads = mode.out_group * nx1.weight_bytes_per_conv_unit / nx1.coeff_load_bytes_per_cycle
+    zero_per_position = c["zero_cycles_per_position_16"] if mode.out_group == 16 else c["zero_cycles_per_position_8"]
+    busiest, least = np.ceil(m / workers), np.floor(m / workers)
+
+    def inner(zeroing):
+        hi = workers * _fp32_worker_cycles(c, busiest, zero_per_position, zeroing)
+        lo = workers * _fp32_worker_cycles(c, least, zero_per_position, zeroing)
+        return np.maximum(hi, lo + c["worker_imbalance_tag"])
+
+    pair = c["per_out_group"] + loads
+    total = c["supervisor_fixed"] + g * (c["per_conv_group"] + (ig - 1) * (c["per_extra_in_group"] + og * (
+        pair + inner(False))) + og * (pair + inner(True)))
+    total = np.where(g * m * k * n > 0, total, 0)
+    fixed = np.where(total > 0, np.maximum(total - g * ig * og * m * mode.cycles_per_position, 0), 0)
+    return total, fixed
+
+
+def hmac_fp32_vertex_cycles(g, m, k, n, workers: int = 6):
+    """(cycles, fixed cycles) of poplin's ConvPartialHorizontalMac vertex with fp32 operands and
+    partials on a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed), the tile's ``k``
+    input channels one group (``[hmac_fp32]`` of ``configs/_conv-vertices.toml``).
+
+    Each output channel is a pass in which the busiest worker takes ``ceil(m/6)`` positions, each a
+    ``k``-long fp32 dot product: ``7 + k/2`` worker cycles (2 floats per 64-bit load), or
+    ``8 + 2k`` when ``k`` is odd (getDenseDotProductCycles); then the partials are zeroed
+    (estimateZeroSupervisorCycles). The fixed cycles are everything but the dot products' per-element
+    cycles (``6 x ceil(m/6) x k/2`` per output channel).
+    """
+    c = _hmac_table()
+    g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
+    share = np.ceil(m / workers)
+    per_element = np.where(k % 2 == 0, k / 2, 2 * k + 1)  # the odd case: scalar loads, +1 warm-up
+    worker = c["worker_fixed"] + c["worker_per_entry"] + share * (c["worker_per_position"] + c["dot_fixed"]
+                                                                  + per_element)
+    outer = (c["supervisor_fixed"] + workers * c["zero_retention"]
+             + g * (c["per_conv_group"] + c["per_in_group"] + n * (c["per_out_group"] + workers * worker)))
+    zero = workers * (np.ceil(share / c["zero_elems_per_cycle"]) + c["zero_worker_fixed"] - c["zero_retention"]) * n * g
+    total = np.where(g * m * k * n > 0, outer + zero, 0)
+    fixed = np.where(total > 0, total - g * n * workers * share * per_element, 0)
+    return total, fixed
+
+
+_HMAC_KEYS = ("supervisor_fixed", "zero_retention", "per_conv_group", "per_in_group", "per_out_group",
+              "worker_fixed", "worker_per_entry", "worker_per_position", "dot_fixed", "zero_worker_fixed",
+              "zero_elems_per_cycle")
+
+
+@lru_cache(maxsize=1)
+def _hmac_table() -> dict:
+    """``[hmac_fp32]`` of ``configs/_conv-vertices.toml``, every key checked."""
+    table = _conv_vertices().get("hmac_fp32", {})
+    missing = [key for key in _HMAC_KEYS if key not in table]
+    if missing:
+        raise ConfigError(f"{CONV_VERTICES_FILE}: [hmac_fp32] has no {', '.join(missing)}")
+    return {key: float(table[key]) for key in _HMAC_KEYS}
+
+
+_FP32_KEYS = ("supervisor_fixed", "per_conv_group", "per_extra_in_group", "per_out_group", "worker_one",
+              "worker_two", "worker_base", "worker_per_position", "worker_zeroing_fixed",
+              "zero_cycles_per_position_16", "zero_cycles_per_position_8", "worker_imbalance_tag")
+
+
+@lru_cache(maxsize=1)
+def _fp32_table() -> dict:
+    """``[amp1x1_fp32]`` of ``configs/_conv-vertices.toml``, every key checked."""
+    table = _conv_vertices().get("amp1x1_fp32", {})
+    missing = [key for key in _FP32_KEYS if key not in table]
+    if missing:
+        raise ConfigError(f"{CONV_VERTICES_FILE}: [amp1x1_fp32] has no {', '.join(missing)}")
+    return {key: float(table[key]) for key in _FP32_KEYS}
 
 
 @dataclass(frozen=True)
@@ -242,6 +352,23 @@ def rearrangement(ipu: IPU, elements, used, itemsize: int):
     return exch, copy, nbytes
 
 
+def deferred_dilation_copy(elements, used, itemsize: int):
+    """Compute cycles per tile of poplin's copy that applies a dilation deferred until after a
+    convolution (arrays allowed): ``elements`` result elements, the dilated and zero-padded view
+    of the convolution's output, copied into a new variable spread evenly over ``used`` tiles.
+
+    A strided convolution's backward pass dilates zDeltas by the stride; with a 1x1 kernel and no
+    padding poplin convolves the undilated zDeltas and dilates afterwards (``ConvPlan.cpp ::
+    getDilatePostConvDims``, ``ConvModel.cpp :: canDeferDilation``); ``Convolution.cpp ::
+    convolutionPostprocess`` then copies the dilated view, zeros included, into the result, whose
+    mapping follows the nearest non-zero element, so the copy stays on the tiles. Priced as the
+    ``copy`` codelet (``configs/_vector-ops.toml``) on each tile's share, in one compute set.
+    """
+    copy = codelet("copy")
+    per_tile = np.ceil(np.asarray(elements, dtype=float) / np.maximum(used, 1))
+    return np.where(per_tile > 0, copy.fixed + np.ceil(per_tile * copy.per_element(itemsize)), 0)
+
+
 def reduce_stages(depth):
     """Stages poplin reduces ``depth`` partials in (0 when there is nothing to reduce)."""
     depth = np.asarray(depth)
@@ -299,6 +426,7 @@ class MatmulPlan:
     partials_bytes: int = 4
     pass_fixed: int = 0  # Poplar's fixed cycles of the pass beyond the planned steps (pass_fixed_cycles)
     rearranged: int = 0  # operand elements poplin rearranges over the tiles before the op (one piece)
+    dilated_output: int = 0  # result elements copied after the op to apply a deferred dilation (one piece)
     vertex: str = "1x1"  # "1x1"; "nx1" (a convolution's kernel on the tile); "expand_w" (the
     #                      kernel's width folded into the input channels, then nx1); "expanded"
     #                      (the whole kernel folded in: im2col rows exchanged, then 1x1)
@@ -319,7 +447,7 @@ class MatmulPlan:
         g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), blocks(N, pn),
                                                      blocks(K, pk), indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
-                        g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used)
+                        g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used, self.dilated_output)
         compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed, 0)
         return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["held"])
 
@@ -332,11 +460,13 @@ class MatmulPlan:
 
 
 def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv: ConvShape | None,
-                vertex: str, g, m, k, n, pm, pn, pk, rearranged: float = 0.0, used=1):
+                vertex: str, g, m, k, n, pm, pn, pk, rearranged: float = 0.0, used=1,
+                dilated_output: float = 0.0):
     """Costs of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` blocks of a plan split
     ``pm x pn x pk`` (arrays: one entry per tile or per candidate plan), run on ``vertex``
     (see :class:`MatmulPlan`), after ``rearranged`` operand elements are rearranged over the
-    ``used`` tiles (:func:`rearrangement`). Cycles and bytes."""
+    ``used`` tiles (:func:`rearrangement`) and before ``dilated_output`` result elements are
+    copied over them (:func:`deferred_dilation_copy`). Cycles and bytes."""
     mode = amp_mode(ipu, itemsize, partials_bytes)
     bw = ipu.exchange_bytes_per_cycle_per_tile
     if vertex == "expand_w":
@@ -352,6 +482,10 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / a_rate + b_recv / bw), 0)
     if vertex in ("nx1", "expand_w"):
         amp, launch = nx1_vertex_cycles(ipu, mode, conv, g, m, k, n)
+    elif vertex == "hmac":
+        amp, launch = hmac_fp32_vertex_cycles(g, m, k, n, ipu.worker_threads)
+    elif mode.float_activations:
+        amp, launch = amp_fp32_vertex_cycles(mode, g, m, k, n, ipu.worker_threads)
     else:
         amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
         launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles
@@ -359,7 +493,8 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     # poplin rearranges an expanded input (and its weights) or one whose channels it pads, over
     # the tiles, before the convolution: an exchange phase and a copy compute set
     expands = vertex in ("expanded", "expand_w")
-    if conv is not None and (expands or conv.in_channels % mode.in_group):
+    pads = vertex != "hmac" and conv is not None and conv.in_channels % mode.in_group  # HMAC: any grouping
+    if conv is not None and (expands or pads):
         moved = a_bytes / pn + (b_bytes / pm if expands else 0)
         copy = codelet("copy").fixed
         rearrange = np.ceil(moved / itemsize * rearrange_cycles_per_element(conv, itemsize))
@@ -376,6 +511,10 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         recv1 = recv1 + r_bytes
         amp, launch = amp + copy + r_copy, launch + copy
         moved = moved + r_bytes
+        extra_sets = extra_sets + 1
+    if dilated_output:
+        post = deferred_dilation_copy(dilated_output, used, itemsize)
+        amp, launch = amp + post, launch + codelet("copy").fixed
         extra_sets = extra_sets + 1
     outputs = g * m * n
     red_exch, red, red_stages, recv2 = partials_reduction(ipu, outputs, pk, partials_bytes)
@@ -424,7 +563,7 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
                 tiles: int, memory_proportion: float, conv: ConvShape | None = None,
-                partials_bytes: int = 4, rearranged: int = 0) -> MatmulPlan:
+                partials_bytes: int = 4, rearranged: int = 0, dilated_output: int = 0) -> MatmulPlan:
     """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
     of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
@@ -436,21 +575,23 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     few input channels such as an RGB stem.
 
     ``rearranged`` operand elements (all pieces) are first rearranged over the plan's tiles, as
-    poplin does for a weight-update pass (:func:`rearrangement`).
+    poplin does for a weight-update pass (:func:`rearrangement`); ``dilated_output`` result
+    elements (all pieces) are copied over them afterwards, as poplin does when it defers an input
+    dilation until after the convolution (:func:`deferred_dilation_copy`).
 
     If no serialisation fits the budget, the plan needing the least temporary memory is
     returned (``fits=False``): the budget is a target, and tile memory is checked later.
     """
     partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
     plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
-                 rearranged)
+                 rearranged, dilated_output)
     fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
     return replace(plan, compute_cycles=plan.compute_cycles + fixed, launch_cycles=plan.launch_cycles + fixed,
                    total_cycles=plan.total_cycles + fixed, pass_fixed=fixed)
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
-          rearranged) -> MatmulPlan:
+          rearranged, dilated_output=0) -> MatmulPlan:
     budget = memory_proportion * ipu.sram_bytes_per_tile
     best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -458,7 +599,7 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
         # competes on cycles with the others that fit, so a smaller budget is never faster
         Ms, Ns = (math.ceil(M / serial), N) if M >= N else (M, math.ceil(N / serial))
         plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
-                       math.ceil(rearranged / serial))
+                       math.ceil(rearranged / serial), math.ceil(dilated_output / serial))
         if plan.fits:
             if best_fit is not None and plan.total_cycles >= best_fit.total_cycles:
                 break  # more pieces only add per-piece costs from here
@@ -471,19 +612,26 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
 
 
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
-            conv: ConvShape | None, serial, rearranged=0) -> MatmulPlan:
-    if conv is None or conv.kernel_positions == 1:
-        vertices = ("1x1",)
+            conv: ConvShape | None, serial, rearranged=0, dilated_output=0) -> MatmulPlan:
+    if conv is not None and conv.kernel_positions == 1 and conv.stride > 1:
+        # poplin's 1x1 vertex needs the field flattened, which a strided dimension cannot be
+        # (ConvModel.cpp canUse1x1Vertex, dimCanBeFlattened): it expands the strided dimensions
+        # (the subsampled input rearranged over the tiles, then the 1x1 vertex) or runs the nx1
+        # vertex on the strided field
+        vertices = ("nx1", "expanded")
+    elif conv is None or conv.kernel_positions == 1:
+        # poplin also tries the HMAC vertex; it beats the fp32 AMP on tiny tiles (not modelled for fp16)
+        vertices = ("1x1",) + (("hmac",) if itemsize == 4 else ())
     else:
         vertices = ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
     plans = [_search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
-                            serial, vertex, rearranged) for vertex in vertices]
+                            serial, vertex, rearranged, dilated_output) for vertex in vertices]
     # a plan that fits beats one that does not; then the fastest, then the first listed
     return min(plans, key=lambda p: (not p.fits, p.total_cycles if p.fits else p.temp_bytes_per_tile))
 
 
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
-                   conv: ConvShape | None, serial, vertex, rearranged=0) -> MatmulPlan:
+                   conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0) -> MatmulPlan:
     pg, pm, pn, pk = np.meshgrid(_candidates(G, tiles), _candidates(M, tiles),
                                  _candidates(N, tiles), _candidates(K, tiles), indexing="ij")
     pg, pm, pn, pk = (a.ravel() for a in (pg, pm, pn, pk))
@@ -495,7 +643,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
     n = -(-N // pn)
     k = -(-K // pk)
     c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, conv, vertex, g, m, k, n, pm, pn, pk,
-                    rearranged, used)
+                    rearranged, used, dilated_output)
     if serial > 1:  # each piece slices its operand block out and updates its part of the result
         piece = codelet("copy")
         copies = 2 * piece.fixed + np.ceil((g * m * k + g * m * n) * piece.per_element(itemsize))
@@ -527,6 +675,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         exchange_phases=int(c["exchange_phases"][i]) * serial,
         partials_bytes=partials_bytes,
         rearranged=int(rearranged),
+        dilated_output=int(dilated_output),
         vertex=vertex,
     )
 
@@ -544,4 +693,5 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_vertex_cycles",
-           "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement"]
+           "amp_fp32_vertex_cycles", "hmac_fp32_vertex_cycles",
+           "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy"]

@@ -24,6 +24,8 @@ from ..hardware.system import IPU
 from .amp import ConvShape, plan_matmul
 from .exchange import exchange_cycles
 from .opcost import FREE, OpCost, TileProfile, _counts
+from .reduction import WORKERS, plan_reduce
+from .reduction import constants as reduce_constants
 from .vector import codelet, launch_cycles, spread, tile_cycles
 
 
@@ -108,7 +110,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ("gather", "embedding_grad"):
         return _gather(kind, ins, outs, ipu, tiles)
     if kind in ("reduce_sum", "reduce_mean", "reduce_max"):
-        return _reduce(ins, outs, ipu, tiles)
+        return _reduce(kind, ins, outs, attrs, ipu, tiles)
     if kind in _UNARY:
         return _elementwise(kind, ins, outs, ipu, tiles)
     if kind == "lars_update":
@@ -374,17 +376,26 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     elif kind == "conv2d_grad_input":  # dX = dY (*) W^T: positions of the input, K = co*k*k
         full = len(x_shape) == 4
         conv, weight = ConvShape(k, k, 1, x_shape[3] if full else wo, cog), True
+        # a strided 1x1 kernel's zDeltas are dilated by the stride; poplin defers that dilation
+        # until after the convolution (ConvPlan.cpp getDilatePostConvDims, canDeferDilation) and
+        # then copies the dilated, zero-filled view of the result into dX (Convolution.cpp
+        # convolutionPostprocess)
+        deferred = stride > 1 and k == 1 and attrs.get("padding", 0) == 0
         plan = plan_matmul(groups, n * x_shape[2] * x_shape[3] if full else positions,
                            cog * k * k, cig, itemsize, True, ipu, tiles, amp, conv=conv,
-                           partials_bytes=partials_bytes)
+                           partials_bytes=partials_bytes,
+                           dilated_output=math.prod(outs[0][0]) if deferred else 0)
     else:  # dW = X^T dY: reduce over positions
         conv, weight = None, False
         # poplin's TRAINING_WU pass rearranges both operands, the input and the output gradient
-        # (ConvModel.cpp addTransformCycleEstimate: rearrangeInput, rearrangeWeights)
-        full = len(x_shape) == 4
-        x_elems = math.prod(x_shape) if full else positions * cig * groups
+        # (ConvModel.cpp addTransformCycleEstimate: rearrangeInput, rearrangeWeights). Its input
+        # channels are the batch, so it expands the field into them (expandDims): the input it
+        # rearranges is the expanded one, one element per (output position, kernel position, input
+        # channel) -- the im2col of X, k^2 times X for a stride-1 kxk kernel, a quarter of it for a
+        # stride-2 1x1 (addTransformCycleEstimate's inputFieldSizes of the transformed params)
+        im2col = groups * cig * k * k * positions
         plan = plan_matmul(groups, cig * k * k, positions, cog, itemsize, False, ipu, tiles, amp,
-                           partials_bytes=partials_bytes, rearranged=x_elems + positions * co)
+                           partials_bytes=partials_bytes, rearranged=im2col + positions * co)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
 
@@ -498,59 +509,70 @@ def _gather(kind, ins, outs, ipu, tiles) -> OpCost:
                    launch=launch)
 
 
-def _reduce(ins, outs, ipu, tiles) -> OpCost:
-    """popops::reduce: each tile reduces what it holds, then (if the inputs of an output span
-    several tiles) the partials go to the output's tile and are reduced again."""
+#: popops reduction operation of each reduce kind (an op's ``operation`` attribute wins)
+_REDUCE_OPERATION = {"reduce_sum": "add", "reduce_mean": "add", "reduce_max": "max", "reduce_min": "max",
+                     "reduce_prod": "mul"}
+
+
+def reduce_axes(in_shape: tuple, out_shape: tuple, axes) -> tuple[int, ...]:
+    """The reduced dimensions of ``in_shape``: ``axes`` when it is a list, else (the gradient of a
+    broadcast, ``axes="broadcast"``) the dimensions numpy broadcasting added or stretched to go
+    from ``out_shape`` to ``in_shape``."""
+    if isinstance(axes, (list, tuple)):
+        return tuple(sorted({a % len(in_shape) for a in axes})) if in_shape else ()
+    lead = len(in_shape) - len(out_shape)
+    if lead < 0:
+        return tuple(range(len(in_shape)))
+    return tuple(range(lead)) + tuple(lead + i for i, d in enumerate(out_shape)
+                                      if d == 1 and in_shape[lead + i] != 1)
+
+
+def _plan_cost(plans: list, ipu, tiles, flops: float, describe: str) -> OpCost:
+    """An OpCost of popops reduction plans run together (their stages share compute sets and
+    exchanges, stage by stage, on separate tiles), plus the fixed cycles of a reduce call."""
+    depth = max(len(p.stages) for p in plans)
+    compute = exch = sets = phases = 0
+    moved = 0
+    for i in range(depth):
+        stages = [p.stages[i] for p in plans if i < len(p.stages)]
+        width = max(len(s.compute) for s in stages)
+        compute += sum(max(s.compute[j] if j < len(s.compute) else 0 for s in stages) for j in range(width))
+        sets += width
+        got = max(s.exchange_bytes for s in stages)
+        if got:
+            exch += exchange_cycles(got, ipu)
+            phases += 1
+            moved += sum(s.exchange_total for s in stages)
+    fixed = reduce_constants()["call_fixed_cycles"]
+    used = min(tiles, max(p.input_tiles for p in plans))
+    launch = fixed + sets * WORKERS * (reduce_constants()["entry"] + reduce_constants()["strided_fixed"])
+    return _phases(ipu, compute + fixed, exch, sets, flops, moved, used, plan=describe, tiles=tiles,
+                   launch=min(launch, compute + fixed), exchange_phases=phases)
+
+
+def _reduce(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
+    """popops::reduce as popops plans it (sim/cost/reduction.py): an on-tile compute set,
+    intermediate stages while the partials are spread too wide, then the partials exchanged to
+    the linearly laid out output and reduced there; each compute set split over the workers."""
     shape, dtype, _ = ins[0]
     itemsize = DTYPE_BYTES[dtype]
     n = math.prod(shape)
-    out_n = math.prod(outs[0][0])
-    used, per_tile = spread(n, itemsize, ipu, tiles)
-    final_tiles = min(used, out_n)
-    contributors = min(used, math.ceil(n / out_n))
-    recv = math.ceil(out_n / final_tiles) * contributors * 4 if used > 1 else 0
-    compute = tile_cycles(per_tile, itemsize, "reduce", ipu)
-    launch = launch_cycles("reduce")
-    if recv:
-        compute += tile_cycles(recv // 4, 4, "reduce", ipu)
-        launch += launch_cycles("reduce")
-    stages = 2 if recv else 1
-    exch = exchange_cycles(recv, ipu)
-    return _phases(ipu, compute, exch, stages, float(n), recv * final_tiles, used, launch=launch)
+    axes = reduce_axes(tuple(shape), tuple(outs[0][0]), attrs.get("axes"))
+    if n <= 1 or math.prod(shape[a] for a in axes) <= 1:  # nothing to reduce: a copy (or cast)
+        return _elementwise("copy", ins, outs, ipu, tiles)
+    op = attrs.get("operation", _REDUCE_OPERATION.get(kind, "add"))
+    plan = plan_reduce(tuple(shape), axes, itemsize, op, tiles)
+    return _plan_cost([plan], ipu, tiles, float(n), f"popops reduce ({op}): {plan.describe()}")
 
 
 def _reduce_many(ins, outs, ipu, tiles) -> OpCost:
-    """popops reduceMany: several whole-tensor reductions (input ``i`` to output ``i``) in one
-    call, :func:`_reduce`'s two stages shared. Each input keeps the layout of a new tensor, the
-    inputs on successive tile ranges (as tensors are laid out); in the first compute set every
-    tile reduces the pieces it holds, one vertex for all of them (SQUARE_ADD costs what ADD does:
-    poplibs reduction/CycleEstimationFunctions.cpp, isAccumOp); the partials of each output
-    (fp32, one per tile holding a piece) go to that output's tile, the outputs one per tile, and
-    a second compute set adds them."""
-    rate = codelet("reduce")
-    first = np.zeros(tiles)
-    partials = []
-    start = 0
-    for shape, dtype, _ in ins:
-        n, itemsize = math.prod(shape), DTYPE_BYTES[dtype]
-        used, _ = spread(n, itemsize, ipu, tiles)
-        np.add.at(first, (start + np.arange(used)) % tiles, _counts(n, used) * rate.per_element(itemsize))
-        start = (start + used) % tiles
-        partials.append(used if used > 1 else 0)
-    works = first > 0
-    first = np.ceil(first + works * rate.fixed)
-    second = np.zeros(tiles)
-    recv = np.zeros(tiles)
-    np.add.at(recv, np.arange(len(partials)) % tiles, 4 * np.array(partials, dtype=float))
-    gets = recv > 0
-    second = np.ceil(gets * (rate.fixed + recv / 4 * rate.per_element(4)))
-    stages = 2 if gets.any() else 1
-    compute = int(first.max() + second.max())
-    profile = TileProfile.padded(tiles, first + second, recv, 0)
+    """popops reduceMany: several whole-tensor SQUARE_ADD reductions (input ``i`` to output
+    ``i``) in one call, each planned as :func:`_reduce` plans it, their stages sharing compute
+    sets and exchanges (each input on its own tiles), the fixed cycles of one call."""
+    plans = [plan_reduce((math.prod(shape),), (0,), DTYPE_BYTES[dtype], "square_add", tiles)
+             for shape, dtype, _ in ins]
     flops = float(sum(2 * math.prod(s) for s, _, _ in ins))
-    return _phases(ipu, compute, exchange_cycles(float(recv.max()), ipu), stages, flops, int(recv.sum()),
-                   int(works.sum()), plan=f"{len(ins)} reductions in one reduceMany", profile=profile,
-                   launch=math.ceil(stages * rate.fixed))
+    return _plan_cost(plans, ipu, tiles, flops, f"{len(ins)} reductions in one reduceMany")
 
 
 # --- more op kinds: the rest of PopTorch's supported operations (sim.poptorch) --------------------
@@ -570,7 +592,7 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
     if kind == "map":
         return _map(ins, outs, attrs, ipu, tiles)
     if kind in ("reduce_min", "reduce_prod"):
-        return _reduce(ins, outs, ipu, tiles)
+        return _reduce(kind, ins, outs, attrs, ipu, tiles)
     if kind in ("groupnorm", "groupnorm_grad"):
         shape, dtype, role = ins[0]
         rows = shape[0] * attrs.get("groups", 1)

@@ -141,6 +141,18 @@ class System:
     def pod_of(self, ipu: int) -> int:
         return self.chassis_of(ipu) // self.layout.chassis_per_pod
 
+    def with_tiles(self, tiles: int) -> "System":
+        """This system with ``tiles`` tiles per IPU and nothing else changed, as Poplar's
+        ``createTestDevice(deviceType, numIPUs, tilesPerIPU)`` makes an IPUModel with fewer tiles
+        (poplibs' tools' ``--tiles-per-ipu``). Named ``"<name> (<tiles> tiles)"``."""
+        if isinstance(tiles, bool) or not isinstance(tiles, int) or not 1 <= tiles <= self.ipu.tiles:
+            raise ConfigError(f"{self.name}: tiles per IPU = {tiles!r} is out of range: expected a whole number "
+                              f"from 1 to {self.ipu.tiles} (the IPU's tiles)")
+        if tiles == self.ipu.tiles:
+            return self
+        return dataclasses.replace(self, name=f"{self.name} ({tiles} tiles)",
+                                   ipu=dataclasses.replace(self.ipu, tiles=tiles))
+
 
 _SECTIONS = {
     "ipu": IPU,

@@ -1,0 +1,94 @@
+"""How poplin plans a convolution's passes, as sim/cost/amp.py and sim/cost/rules.py price them:
+the weight update's expanded input, the strided 1x1 kernel's expansion and deferred dilation.
+
+Exact values are worked by hand from poplin's estimators (ConvModel.cpp addTransformCycleEstimate,
+Convolution.cpp convolutionPostprocess) and the configs' constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim import load_system, poplibs_benchmarks as pb
+from sim.cost import op_cost
+from sim.cost.amp import ConvShape, _tile_costs, deferred_dilation_copy, plan_matmul
+
+
+@pytest.fixture(scope="module")
+def ipu():
+    return load_system("ipu-mk2").ipu
+
+
+def _op(row, kind):
+    g = pb.graph(pb.BENCHES[row])
+    return g, next(op for op in g.ops if op.kind == kind)
+
+
+def test_deferred_dilation_copy_is_the_copy_codelet_on_each_tiles_share():
+    # dX of resnet50 bm128L0A0: 4 x 256 x 56 x 56 = 3,211,264 fp16 elements on 1,472 tiles:
+    # ceil(3211264 / 1472) = 2182 per tile at 0.25 cycles (8 bytes per cycle) + 100 fixed
+    assert deferred_dilation_copy(3_211_264, 1472, 2) == 100 + 546
+    assert deferred_dilation_copy(3_211_264, 1472, 4) == 100 + 1091  # fp32: 0.5 cycles per element
+    assert deferred_dilation_copy(0, 1472, 2) == 0
+
+
+@pytest.mark.parametrize("row, expected", [
+    # 3x3 stride 1, 64 -> 64 on 4 x 56 x 56: im2col 64 x 9 x 12544 plus zDeltas 12544 x 64
+    ("resnet50_tr_bs4_bm64L0A1", 64 * 9 * 12544 + 12544 * 64),
+    # 1x1 stride 2, 256 -> 128 from 56 x 56: the used quarter of X, 256 x 4 x 28 x 28, plus zDeltas
+    ("resnet50_tr_bs4_bm128L0A0", 256 * 3136 + 3136 * 128),
+])
+def test_weight_update_rearranges_the_expanded_input(ipu, row, expected):
+    g, wu = _op(row, "conv2d_grad_weight")
+    p = pb.BENCHES[row].params
+    positions = 4 * ((p["field"] + 2 * p["padding"] - p["kernel"]) // p["stride"] + 1) ** 2
+    plan = plan_matmul(1, p["cin"] * p["kernel"] ** 2, positions, p["cout"], 2, False, ipu, ipu.tiles, 0.6,
+                       partials_bytes=4, rearranged=expected)
+    assert plan.rearranged == expected
+    cost = op_cost(wu, g, ipu, ipu.tiles)
+    assert (cost.compute_cycles, cost.exchange_cycles) == (plan.compute_cycles, plan.exchange_cycles)
+
+
+def test_a_strided_1x1_kernel_does_not_run_the_1x1_vertex_on_its_field(ipu):
+    # canUse1x1Vertex needs the field flattened; a strided dimension cannot be (dimCanBeFlattened)
+    g, fwd = _op("resnet50_tr_bs4_bm128L0A0", "conv2d")
+    cost = op_cost(fwd, g, ipu, ipu.tiles)
+    assert "expanded vertex" in cost.plan or "nx1 vertex" in cost.plan
+    g1, fwd1 = _op("resnet50_tr_bs4_bm64L0", "conv2d")  # stride 1: the 1x1 vertex, no rearrangement
+    assert "vertex" not in op_cost(fwd1, g1, ipu, ipu.tiles).plan
+
+
+def test_expanding_a_strided_1x1_kernel_rearranges_both_operands(ipu):
+    # a tile holding [100, 256] @ [256, 64] of a stride-2 1x1 conv split rows/2 cols/2: expanding
+    # moves 1/pn of its input block (100 x 256 x 2 B / 2) and 1/pm of its weight block
+    # (256 x 64 x 2 B / 2) = 41,984 bytes: one more exchange phase (100 set-up + 41984 / 4 bytes per
+    # cycle) and copy compute set (100 fixed + 20,992 elements x 1.25 cycles: getScaleFactorForTransform
+    # 5/4 at min(memcpy, 2) bytes per cycle)
+    conv = ConvShape(1, 1, 2, 28, 256)
+    args = (ipu, 2, 4, True, conv)
+    dims = (np.array([1]), np.array([100]), np.array([256]), np.array([64]), 2, 2, 1)
+    plain = _tile_costs(*args, "1x1", *dims)
+    expanded = _tile_costs(*args, "expanded", *dims)
+    assert expanded["exchange"][0] - plain["exchange"][0] == 100 + 10496
+    assert expanded["compute"][0] - plain["compute"][0] == 100 + 26240
+    for key in ("compute_sets", "exchange_phases"):
+        assert np.ravel(expanded[key])[0] - np.ravel(plain[key])[0] == 1
+
+
+def test_strided_1x1_backward_pass_copies_the_dilated_result(ipu):
+    g, bwd = _op("resnet50_tr_bs4_bm128L0A0", "conv2d_grad_input")
+    cost = op_cost(bwd, g, ipu, ipu.tiles)
+    conv = ConvShape(1, 1, 1, 28, 128)
+    with_copy = plan_matmul(1, 4 * 28 * 28, 128, 256, 2, True, ipu, ipu.tiles, 0.6, conv=conv,
+                            dilated_output=4 * 256 * 56 * 56)
+    without = plan_matmul(1, 4 * 28 * 28, 128, 256, 2, True, ipu, ipu.tiles, 0.6, conv=conv)
+    assert cost.compute_cycles == with_copy.compute_cycles
+    assert with_copy.splits == without.splits
+    assert with_copy.compute_cycles - without.compute_cycles == deferred_dilation_copy(
+        4 * 256 * 56 * 56, with_copy.tiles_used, 2)
+    assert with_copy.supersteps == without.supersteps + 1
+    # a stride-1 or padded backward pass has nothing deferred
+    g1, bwd1 = _op("resnet50_tr_bs4_bm64L0", "conv2d_grad_input")
+    plain = plan_matmul(1, 4 * 56 * 56, 64, 64, 2, True, ipu, ipu.tiles, 0.6, conv=ConvShape(1, 1, 1, 56, 64))
+    assert op_cost(bwd1, g1, ipu, ipu.tiles).compute_cycles == plain.compute_cycles

@@ -1,0 +1,74 @@
+"""fp32 matmul vertices as poplibs prices them (sim/cost/amp.py, configs/_conv-vertices.toml
+[amp1x1_fp32] and [hmac_fp32]).
+
+Every expected value below is worked by hand from lib/poplin/PerformanceEstimation.hpp at 7eac0f26
+(getConvPartial1x1Supervisor*CycleEstimate*, getConvPartialHorizontalMac*, getDenseDotProductCycles,
+estimateZeroSupervisorCycles) with Mk2's fp32 AMP: 16 conv units, 8 input channels per group, a
+64-cycle weight load (16 units x 32 bytes / 8 bytes per cycle), 6 workers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim import load_system
+from sim.cost.amp import amp_fp32_vertex_cycles, amp_mode, amp_vertex_cycles, hmac_fp32_vertex_cycles, plan_matmul
+
+MK2 = load_system("ipu-mk2").ipu
+
+
+def test_fp32_mode_is_poplins_16_unit_float_amp():
+    mode = amp_mode(MK2, 4, 4)
+    assert (mode.in_group, mode.out_group, mode.cycles_per_position, mode.float_activations) == (8, 16, 8, True)
+    assert not amp_mode(MK2, 2, 4).float_activations and not amp_mode(MK2, 2, 2).float_activations
+
+
+def test_fp32_amp_one_position_nine_input_groups():
+    """m = 1 (one worker busy), k = 72 (9 input groups), n = 11 (1 output group).
+    Workers: 47 cycles at n = 1, 57 when zeroing (47 + 2 + 8); 6 x that, or 6 x 0 + 14 for the idle.
+    50 + 24 + 8 x (15 + 89 + 282) + (89 + 342) = 3593, of which 9 pairs x 8 cycles x 1 position
+    is work."""
+    total, fixed = amp_fp32_vertex_cycles(amp_mode(MK2, 4, 4), 1, 1, 72, 11)
+    assert (float(total), float(fixed)) == (3593, 3521)
+    assert float(amp_vertex_cycles(MK2, amp_mode(MK2, 4, 4), 1, 1, 72, 11)) == 3593
+
+
+def test_fp32_amp_even_workers_pay_the_imbalance_tag():
+    """m = 24 (4 positions per worker), k = 16 (2 input groups), n = 32 (2 output groups).
+    Worker 46 + 8 = 54, zeroing 54 + 2 + 32 = 88; all equal, so 6 x w + 14: 338 and 542.
+    50 + 24 + (15 + 2 x (89 + 338)) + 2 x (89 + 542) = 2205; work 2 x 2 x 24 x 8 = 768."""
+    total, fixed = amp_fp32_vertex_cycles(amp_mode(MK2, 4, 4), 1, 24, 16, 32)
+    assert (float(total), float(fixed)) == (2205, 1437)
+
+
+def test_fp32_amp_pair_costs_far_more_than_its_rate_at_one_position():
+    """At one output position per tile a fp32 (input, output) group pair costs ~430 cycles (the
+    worker's fixed path and the partials zeroing), not the 8 per position of the rate; fp16 with
+    fp32 partials pays the fitted 165 per pair. The same [1, 16] @ [16, 16] block (2 fp32 input
+    groups, 2 fp16 output groups): 50 + 24 + (15 + 89 + 282) + (89 + 342) = 891 against
+    165 + 2 x (165 + 4) = 503."""
+    f32 = float(amp_vertex_cycles(MK2, amp_mode(MK2, 4, 4), 1, 1, 16, 16))
+    f16 = float(amp_vertex_cycles(MK2, amp_mode(MK2, 2, 4), 1, 1, 16, 16))
+    assert (f32, f16) == (891, 503)
+
+
+@pytest.mark.parametrize("g, m, k, n, total, fixed", [
+    # 16 even: dot 7 + 8; worker 16 + 19 + (7 + 15) = 57; 58 + 6 x 9 + 23 + 15 + (10 + 342) = 502;
+    # zeroing 6 x (1 + 14 - 9) = 36
+    (1, 1, 16, 1, 538, 490),
+    # 5 odd: dot 7 + 1 + 10 = 18 (11 per element); 2 positions on the busiest worker:
+    # 35 + 2 x 25 = 85; 112 + 23 + 15 + 2 x (10 + 510) = 1190; zeroing 6 x 6 x 2 = 72
+    (1, 7, 5, 2, 1262, 998),
+])
+def test_fp32_hmac_vertex(g, m, k, n, total, fixed):
+    t, f = hmac_fp32_vertex_cycles(g, m, k, n)
+    assert (float(t), float(f)) == (total, fixed)
+
+
+def test_planner_takes_hmac_for_a_tiny_fp32_matmul_only():
+    """poplin tries HMAC beside AMP: a [1, 1000] @ [1000, 5] fp32 layer runs it (5 output channels,
+    one position: AMP would pad to 16 and pay ~430 per pair); a 1000-wide layer and fp16 stay AMP."""
+    tiny = plan_matmul(1, 1, 1000, 5, 4, True, MK2, MK2.tiles, 0.6)
+    assert tiny.vertex == "hmac" and "hmac vertex" in tiny.describe()
+    assert plan_matmul(1, 1, 1000, 1000, 4, True, MK2, MK2.tiles, 0.6).vertex == "1x1"
+    assert plan_matmul(1, 1, 1000, 5, 2, True, MK2, MK2.tiles, 0.6).vertex == "1x1"
