@@ -71,6 +71,16 @@ def _compare_with_exhaustive(pl: planner.Planner, top: int) -> tuple[pd.DataFram
     return pruned, full
 
 
+def _heaviest(w: list, first: int, last: int, counts) -> int:
+    """The heaviest IPU's load when consecutive layers of weights ``w`` go ``counts`` per IPU, the
+    first IPU also carrying ``first`` and the last ``last``."""
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    loads = [sum(w[s:s + c]) for s, c in zip(starts, counts)]
+    loads[0] += first
+    loads[-1] += last
+    return max(loads)
+
+
 def test_balanced_split_minimises_the_heaviest_ipu():
     rng = random.Random(7)
     for _ in range(40):
@@ -80,17 +90,10 @@ def test_balanced_split_minimises_the_heaviest_ipu():
         w = [rng.randint(1, 9) for _ in range(n)]
         first, last = rng.randint(0, 9), rng.randint(0, 9)
         split = planner.balanced_split(w, first, last, parts)
-
-        def heaviest(counts):
-            starts = [sum(counts[:i]) for i in range(parts)]
-            loads = [sum(w[s:s + c]) for s, c in zip(starts, counts)]
-            loads[0] += first
-            loads[-1] += last
-            return max(loads)
         every = [c for c in itertools.product(range(n + 1), repeat=parts)
                  if sum(c) == n and all(x >= 1 for x in c[1:])]
         assert sum(split) == n and all(x >= 1 for x in split[1:])
-        assert heaviest(split) == min(heaviest(c) for c in every)
+        assert _heaviest(w, first, last, split) == min(_heaviest(w, first, last, c) for c in every)
     # equal maxima: the later IPUs take as many layers as they can
     assert planner.balanced_split([1] * 6, 0, 0, 3) == (2, 2, 2)
     assert planner.balanced_split([1] * 5, 3, 0, 3) == (0, 2, 3)
@@ -301,17 +304,11 @@ def test_constrained_split_is_the_best_with_that_count():
         part, count = rng.randrange(parts), rng.randint(0, n)
         w = [rng.randint(1, 9) for _ in range(n)]
         first, last = rng.randint(0, 9), rng.randint(0, 9)
-
-        def heaviest(counts):
-            starts = [sum(counts[:i]) for i in range(parts)]
-            loads = [sum(w[s:s + c]) for s, c in zip(starts, counts)]
-            loads[0] += first
-            loads[-1] += last
-            return max(loads)
         every = [c for c in itertools.product(range(n + 1), repeat=parts)
                  if sum(c) == n and all(x >= 1 for x in c[1:]) and c[part] == count]
         split = planner.constrained_split(w, first, last, parts, part, count)
         if not every:
             assert split is None
             continue
-        assert split in every and heaviest(split) == min(heaviest(c) for c in every)
+        assert split in every and _heaviest(w, first, last, split) == min(
+            _heaviest(w, first, last, c) for c in every)

@@ -172,14 +172,19 @@ _HMAC_KEYS = ("supervisor_fixed", "zero_retention", "per_conv_group", "per_in_gr
               "zero_elems_per_cycle")
 
 
-@lru_cache(maxsize=1)
-def _hmac_table() -> dict:
-    """``[hmac_fp32]`` of ``configs/_conv-vertices.toml``, every key checked."""
-    table = _conv_vertices().get("hmac_fp32", {})
-    missing = [key for key in _HMAC_KEYS if key not in table]
+@lru_cache(maxsize=None)
+def _vertex_table(section: str, keys: tuple) -> dict:
+    """``[section]`` of ``configs/_conv-vertices.toml`` as floats, every key in ``keys`` checked."""
+    table = _conv_vertices().get(section, {})
+    missing = [key for key in keys if key not in table]
     if missing:
-        raise ConfigError(f"{CONV_VERTICES_FILE}: [hmac_fp32] has no {', '.join(missing)}")
-    return {key: float(table[key]) for key in _HMAC_KEYS}
+        raise ConfigError(f"{CONV_VERTICES_FILE}: [{section}] has no {', '.join(missing)}")
+    return {key: float(table[key]) for key in keys}
+
+
+def _hmac_table() -> dict:
+    """``[hmac_fp32]``: poplin's HMAC vertex estimate for fp32."""
+    return _vertex_table("hmac_fp32", _HMAC_KEYS)
 
 
 _FP32_KEYS = ("supervisor_fixed", "per_conv_group", "per_extra_in_group", "per_out_group", "worker_one",
@@ -187,14 +192,9 @@ _FP32_KEYS = ("supervisor_fixed", "per_conv_group", "per_extra_in_group", "per_o
               "zero_cycles_per_position_16", "zero_cycles_per_position_8", "worker_imbalance_tag")
 
 
-@lru_cache(maxsize=1)
 def _fp32_table() -> dict:
-    """``[amp1x1_fp32]`` of ``configs/_conv-vertices.toml``, every key checked."""
-    table = _conv_vertices().get("amp1x1_fp32", {})
-    missing = [key for key in _FP32_KEYS if key not in table]
-    if missing:
-        raise ConfigError(f"{CONV_VERTICES_FILE}: [amp1x1_fp32] has no {', '.join(missing)}")
-    return {key: float(table[key]) for key in _FP32_KEYS}
+    """``[amp1x1_fp32]``: poplibs' float 1x1 AMP vertex estimate."""
+    return _vertex_table("amp1x1_fp32", _FP32_KEYS)
 
 
 @dataclass(frozen=True)
