@@ -17,6 +17,32 @@ def positive_int(text: str) -> int:
     return value
 
 
+def whole_numbers(least: int, example: str):
+    """An argparse type: comma-separated whole numbers, each >= ``least``, as a list."""
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",")]
+        except ValueError:
+            values = []
+        if not values or any(v < least for v in values):
+            bound = f" >= {least}" if least else ""
+            raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers{bound} like {example}, "
+                                             f"got {text!r}")
+        return values
+    return parse
+
+
+def proportions(text: str) -> list[float]:
+    """``0.6`` or ``0.15,0.25,0.25,0.25``: availableMemoryProportion values, each in (0, 1]."""
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected proportions like 0.6 or 0.15,0.25, got {text!r}") from None
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"each proportion must be in (0, 1], got {text!r}")
+    return values
+
+
 # --- how much a subcommand prints ---------------------------------------------------------------
 #: ``args.verbosity``: -1 with -q/--quiet, 0 by default, 1 with -v/--verbose
 QUIET, NORMAL, VERBOSE = -1, 0, 1

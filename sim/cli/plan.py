@@ -32,7 +32,7 @@ from .. import planner
 from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
 from . import run
-from .argtypes import QUIET, positive_int, progress, verbosity
+from .argtypes import QUIET, positive_int, progress, proportions, verbosity, whole_numbers
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
                     run_points, simulate_point)
 
@@ -110,25 +110,7 @@ def command_line(argv: list[str]) -> str:
 
 # --- argument types -----------------------------------------------------------------------------
 
-def _ints(text: str) -> list[int]:
-    """``1,2,4`` -> [1, 2, 4] (whole numbers >= 1)."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1 like 1,2,4, got {text!r}")
-    return values
-
-
-def _proportions(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or any(not 0 < v <= 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated proportions in (0, 1] like 0.2,0.6, got {text!r}")
-    return values
+_ints = whole_numbers(1, "1,2,4")
 
 
 def _layers(text: str) -> int:
@@ -144,7 +126,7 @@ def _layers(text: str) -> int:
 
 def _relief_proportions(text: str) -> list[float]:
     """``0.1,0.15`` -> [0.1, 0.15]; ``none`` -> [] (no per-IPU proportions)."""
-    return [] if text.strip().lower() == "none" else _proportions(text)
+    return [] if text.strip().lower() == "none" else proportions(text)
 
 
 def _choices(allowed: tuple[str, ...]):
@@ -200,7 +182,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--micro-batch", type=_ints, metavar="N,...", help="default: 1, 2, 4, ... 64")
     a.add_argument("--gradient-accumulation", type=_ints, metavar="N,...",
                    help="default: whatever makes the global batch (with a range: powers of two inside it)")
-    a.add_argument("--available-memory-proportion", type=_proportions, metavar="P,...",
+    a.add_argument("--available-memory-proportion", type=proportions, metavar="P,...",
                    help="on every IPU of a replica; default: 0.2,0.4,0.6")
     a.add_argument("--relief", type=_layers, default=3, metavar="N",
                    help="a pipelined configuration that does not fit is retried with 1, 2, ... N layers moved "

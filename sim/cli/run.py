@@ -26,7 +26,7 @@ from ..options import OutputMode, OverlapMode, TensorLocationSettings
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
-from .argtypes import QUIET, add_verbosity, positive_int, progress, verbosity
+from .argtypes import QUIET, add_verbosity, positive_int, progress, proportions, verbosity, whole_numbers
 
 DEFAULT_SYSTEM = "ipu-mk2"
 DEFAULT_MODEL = "bert-base"
@@ -96,15 +96,7 @@ def optimizer_of(args, parser) -> Optimizer:
         parser.error(f"--optimizer-state-dtype: {e}")
 
 
-def _int_list(text: str) -> list[int]:
-    """``3,7,7,7`` -> [3, 7, 7, 7] (whole numbers >= 0)."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers like 3,7,7,7, got {text!r}")
-    return values
+_int_list = whole_numbers(0, "3,7,7,7")
 
 
 def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -136,7 +128,7 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     o.add_argument("--synthetic-data", action="store_true", help="[enableSyntheticData(True)]: no host IO")
     o.add_argument("--output-mode", type=_output_mode, metavar="{all,final,sum,everyn:N}",
                    help="[outputMode] (default: all for inference, final for training)")
-    o.add_argument("--available-memory-proportion", type=_proportions, metavar="P[,P...]",
+    o.add_argument("--available-memory-proportion", type=proportions, metavar="P[,P...]",
                    help="[setAvailableMemoryProportion] one value in (0, 1] for every IPU the model runs on, "
                    "or one per IPU of a replica (default: 0.6)")
     o.add_argument("--partials", choices=("float", "half"),
@@ -271,17 +263,6 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
                                   f"IPU or one per IPU of a replica ({ipus})")
         opts.setAvailableMemoryProportion({f"IPU{i}": given[i if len(given) > 1 else 0] for i in range(ipus)})
     return opts
-
-
-def _proportions(text: str) -> list[float]:
-    """``0.6`` or ``0.15,0.25,0.25,0.25``: availableMemoryProportion values, each in (0, 1]."""
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected proportions like 0.6 or 0.15,0.25, got {text!r}") from None
-    if not values or any(not 0 < v <= 1 for v in values):
-        raise argparse.ArgumentTypeError(f"each proportion must be in (0, 1], got {text!r}")
-    return values
 
 
 def _ipus_per_replica(graph: sim.Graph, strategy) -> int:
