@@ -17,6 +17,10 @@ inference deployment: no labels streamed in, no loss); without the head, the enc
   the masked tokens first and project only those (20 at S=128, 76 at S=384, 80 at S=512,
   otherwise 15 % of S rounded up); ``mask_tokens=None`` projects every position (Hugging
   Face's ``BertForMaskedLM``).
+- ``dropout`` (0.1, BERT's ``hidden_dropout_prob``) after the embeddings, the attention output and
+  the FFN; ``attention_dropout`` (Hugging Face's ``attention_probs_dropout_prob``) on the attention
+  probabilities, None: the same as ``dropout``. Graphcore's PyTorch pre-training configs set it to 0
+  (``configs_pretraining.yml``), its SQuAD config to 0.15 (``configs_squad.yml``).
 - No pooler or next-sentence-prediction head (the loss is MLM only).
 - Packed sequences (``max_sequences_per_pack``, e.g. 3 as MLPerf and Graphcore's packed BERT: Krell
   et al. 2021, "Efficient Sequence Packing without Cross-contamination"): each row of the micro-batch
@@ -56,7 +60,8 @@ from ._common import Params, Placement
 from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_positions=512,
-               type_vocab=2, mask_tokens="auto", dropout=0.1, layers_per_ipu=None, att_ffn_placement=None,
+               type_vocab=2, mask_tokens="auto", dropout=0.1, attention_dropout=None, layers_per_ipu=None,
+               att_ffn_placement=None,
                max_sequences_per_pack=None, packing_factor="auto", with_head=True,
                head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, dtype="float16")
 MODELS = {
@@ -86,6 +91,7 @@ def build(name: str, p: Params) -> Graph:
     if mask_tokens is not None and mask_tokens > S:
         p.fail("mask_tokens", f"must be <= seq_len={S}")
     drop, att_ffn = c["dropout"], c["att_ffn"]
+    att_drop = None if p["attention_dropout"] is None else p.prob("attention_dropout")
     layer_ipu = c["layer_ipu"] or (att_ffn[1] if att_ffn else None)  # the IPU each layer ends on
 
     b = GraphBuilder(name, c["dtype"])
@@ -121,7 +127,7 @@ def build(name: str, p: Params) -> Graph:
         with b.scope(f"encoder/layer{i}"):
             with place.on(att_ipu, f"layer{i}"):
                 layer_mask = mask if packs is None else pack_mask(b, attn_mask, c["dtype"])
-                x = b.layernorm(b.add(x, attention(b, x, c["heads"], layer_mask, drop)), EPS,
+                x = b.layernorm(b.add(x, attention(b, x, c["heads"], layer_mask, drop, probs_dropout=att_drop)), EPS,
                                 name="attention_norm")
             with place.on(ffn_ipu, f"layer{i}"):
                 x = b.layernorm(b.add(x, ffn(b, x, c["intermediate"], drop)), EPS, name="ffn_norm")

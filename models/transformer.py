@@ -14,12 +14,14 @@ from ._common import Params
 
 
 def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
-              dropout: float = 0.0, name: str = "attention") -> str:
+              dropout: float = 0.0, name: str = "attention", probs_dropout: float | None = None) -> str:
     """Multi-head self-attention with one fused QKV projection [h, 3h], as Graphcore's BERT.
 
     ``mask`` is added to the scores (broadcast to (batch, heads, seq, seq)). Returns the output
-    projection (after dropout), before the residual add.
+    projection (after dropout), before the residual add. ``probs_dropout`` is the dropout of the
+    attention probabilities (Hugging Face's ``attention_probs_dropout_prob``); None: ``dropout``.
     """
+    probs_dropout = dropout if probs_dropout is None else probs_dropout
     batch, seq, hidden = b.shape(x)
     d = hidden // heads
     with b.scope(name):
@@ -36,8 +38,8 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
         if mask is not None:
             scores = b.add(scores, mask, name="mask")
         probs = b.softmax(scores)
-        if dropout:
-            probs = b.dropout(probs, dropout)
+        if probs_dropout:
+            probs = b.dropout(probs, probs_dropout)
         ctx = b.matmul(probs, v, name="context")  # (B, heads, S, d)
         ctx = b.reshape(b.transpose(ctx, (0, 2, 1, 3)), (batch, seq, hidden))
         out = b.linear(ctx, hidden, name="output")

@@ -54,7 +54,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("sim.onnx needs the onnx package: pip install -e '.[onnx]' (onnx>=1.15)") from _e
 
 from .errors import GraphError, IpuSimError, OutOfMemoryError, UnsupportedOpError
-from .graph.ir import Graph, GraphBuilder, Op, canonical_dtype
+from .graph.ir import Graph, GraphBuilder, Op, canonical_dtype, spatial_attr
 
 __all__ = ["RULES", "OpContext", "load", "main", "register_op", "unregister_op"]
 
@@ -168,24 +168,25 @@ def _conv_out(size, k, stride, pad_total, dilation=1, ceil=False) -> int:
     return (math.ceil(span / stride) if ceil else span // stride) + 1
 
 
-def _pads_2d(ctx: OpContext, h: int, w: int, k: int, stride: int) -> int:
-    """One symmetric padding for both spatial dims, from ``pads``/``auto_pad`` (or an error)."""
+def _pads_2d(ctx: OpContext, h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int]) -> tuple[int, int]:
+    """(rows, columns) of symmetric padding from ``pads``/``auto_pad``: the same before and after
+    along each axis (or an error naming the pads)."""
     auto = ctx.attr("auto_pad", "NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     if auto == "VALID":
-        return 0
+        return 0, 0
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        totals = [max((math.ceil(n / stride) - 1) * stride + k - n, 0) for n in (h, w)]
-        if totals[0] != totals[1] or totals[0] % 2:
+        totals = [max((math.ceil(n / s) - 1) * s + k - n, 0) for n, k, s in zip((h, w), kernel, stride)]
+        if any(t % 2 for t in totals):
             ctx.unsupported(f"auto_pad={auto} pads {totals[0]} rows and {totals[1]} columns in total here, "
-                            "not the same amount on every side (the simulator's conv2d and pools take one "
-                            "symmetric padding)")
-        return totals[0] // 2
-    pads = list(ctx.attr("pads", [0, 0, 0, 0]))
-    if len(set(pads)) > 1:
-        ctx.unsupported(f"pads={pads} are not the same on every side (the simulator's conv2d and pools "
-                        "take one symmetric padding)")
-    return int(pads[0]) if pads else 0
+                            "an odd number on one axis (the simulator's conv2d and pools pad each axis the same "
+                            "on both sides)")
+        return totals[0] // 2, totals[1] // 2
+    pads = [int(p) for p in ctx.attr("pads", [0, 0, 0, 0])] or [0, 0, 0, 0]
+    if pads[0] != pads[2] or pads[1] != pads[3]:
+        ctx.unsupported(f"pads={pads} differ before and after an axis (the simulator's conv2d and pools pad "
+                        "each axis the same on both sides)")
+    return pads[0], pads[1]
 
 
 # --- numpy constant folding -----------------------------------------------------------------
@@ -655,8 +656,6 @@ def _conv(ctx: OpContext):
         ctx.unsupported(f"only 2-D convolutions (NCHW input, 4-D weight) have a rule; input {xs}, weight {ws}")
     n, c, h, w = xs
     co, cig, kh, kw = ws
-    if kh != kw:
-        ctx.unsupported(f"a {kh}x{kw} kernel is not square (the simulator's conv2d takes one kernel size)")
     strides = list(ctx.attr("strides", [1, 1]))
     if len(set(strides)) > 1:
         ctx.unsupported(f"strides={strides} differ (the simulator's conv2d takes one stride)")
@@ -666,9 +665,9 @@ def _conv(ctx: OpContext):
     if cig * group != c:
         raise GraphError(f"{ctx.desc}: weight {ws} with group={group} does not match {c} input channels")
     stride = int(strides[0])
-    pad = _pads_2d(ctx, h, w, kh, stride)
-    out = (n, co, _conv_out(h, kh, stride, 2 * pad), _conv_out(w, kw, stride, 2 * pad))
-    attrs = {"kernel": int(kh), "stride": stride, "padding": pad, "groups": group}
+    ph, pw = _pads_2d(ctx, h, w, (kh, kw), (stride, stride))
+    out = (n, co, _conv_out(h, kh, stride, 2 * ph), _conv_out(w, kw, stride, 2 * pw))
+    attrs = {"kernel": spatial_attr((kh, kw)), "stride": stride, "padding": spatial_attr((ph, pw)), "groups": group}
     wt = ctx._imp.operand(ctx, 1, ws)
     if not ctx.has_input(2):
         return ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out])
@@ -714,20 +713,16 @@ def _nchw(ctx: OpContext) -> tuple[int, int, int, int]:
 def _pool(kind: str):
     def rule(ctx: OpContext):
         n, c, h, w = _nchw(ctx)
-        ks = list(ctx.attr("kernel_shape"))
-        if len(set(ks)) > 1:
-            ctx.unsupported(f"kernel_shape={ks} is not square (the simulator's pools take one kernel size)")
-        strides = list(ctx.attr("strides", [1, 1]))
-        if len(set(strides)) > 1:
-            ctx.unsupported(f"strides={strides} differ (the simulator's pools take one stride)")
+        kh, kw = (int(k) for k in ctx.attr("kernel_shape"))
+        sh, sw = (int(s) for s in ctx.attr("strides", [1, 1]))
         if any(d != 1 for d in ctx.attr("dilations", [1, 1])):
             ctx.unsupported("dilated pooling has no rule")
-        k, stride = int(ks[0]), int(strides[0])
-        pad = _pads_2d(ctx, h, w, k, stride)
+        ph, pw = _pads_2d(ctx, h, w, (kh, kw), (sh, sw))
         ceil = bool(ctx.attr("ceil_mode", 0))
         out = ctx.output_shapes[0] if ceil and ctx.output_shapes[0] else \
-            (n, c, _conv_out(h, k, stride, 2 * pad, ceil=ceil), _conv_out(w, k, stride, 2 * pad, ceil=ceil))
-        y = ctx.op(kind, [ctx.input(0)], {"kernel": k, "stride": stride, "padding": pad}, shapes=[out])
+            (n, c, _conv_out(h, kh, sh, 2 * ph, ceil=ceil), _conv_out(w, kw, sw, 2 * pw, ceil=ceil))
+        attrs = {"kernel": spatial_attr((kh, kw)), "stride": spatial_attr((sh, sw)), "padding": spatial_attr((ph, pw))}
+        y = ctx.op(kind, [ctx.input(0)], attrs, shapes=[out])
         return [y] + [None] * (len(ctx.node.output) - 1)
     return rule
 
@@ -735,9 +730,8 @@ def _pool(kind: str):
 def _global_pool(kind: str):
     def rule(ctx: OpContext):
         n, c, h, w = _nchw(ctx)
-        # the pool cost reads kernel x kernel inputs per output: a square window of the same area
-        k = h if h == w else max(1, round(math.sqrt(h * w)))
-        return ctx.op(kind, [ctx.input(0)], {"kernel": k, "stride": k, "padding": 0, "global": True},
+        window = spatial_attr((h, w))  # the whole field, read once per output
+        return ctx.op(kind, [ctx.input(0)], {"kernel": window, "stride": window, "padding": 0, "global": True},
                       shapes=[(n, c, 1, 1)])
     return rule
 

@@ -30,12 +30,13 @@ and their arguments (``tests/CMakeLists.txt`` at that commit) are in :data:`ROWS
 from __future__ import annotations
 
 import csv
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from . import load_system, simulate
-from .graph.ir import Graph, GraphBuilder, Op
+from .graph.ir import Graph, GraphBuilder, Op, spatial, spatial_attr
 from .options import Options
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "poplibs_benchmark_results.csv"
@@ -43,6 +44,11 @@ SOURCE = ("graphcore/poplibs `tests/benchmark_results.csv` at 8dcde1ec (the pare
           "deleted the file; values written by `tools/bench.py`), rows `IpuModel2,default`; arguments from "
           "`tests/CMakeLists.txt` at the same commit")
 SYSTEM = "ipu-mk2"  # IPUModel2: 1,472 tiles of 624 KiB, the Mk2 GC200
+# The same benchmarks on Poplar's IPUModel1 (the Mk1 GC2): the rows `IpuModel1,default` of the same file.
+DATA_MK1 = DATA.with_name("poplibs_benchmark_results_ipumodel1.csv")
+SYSTEM_MK1 = "ipu-mk1-c2"  # IPUModel1: one of the C2 card's two GC2 IPUs, 1,216 tiles of 256 KiB
+SOURCE_MK1 = SOURCE.replace("IpuModel2,default", "IpuModel1,default")
+TARGETS = ("IpuModel2", "IpuModel1")  # Poplar's IPUModel of each generation, as the data files name them
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,20 @@ def _benches() -> list[Bench]:
           _conv(i + "i4_a3x3", 35, 3, 288, 384, 2), _conv(i + "i4_b3x3b", 35, 3, 96, 96, 2),
           _conv(i + "i5_a1x1", 17, 1, 768, 192), _conv(i + "i5_b1x1", 17, 1, 768, 128),
           _conv(i + "i6_b1x1", 17, 1, 768, 160),
+          # the factorised 7x7 and 3x3 of Inception-v3's modules: 1xN and Nx1 kernels
+          _conv(i + "i5_b1x7", 17, (1, 7), 128, 128, padding=(0, 3)),
+          _conv(i + "i5_c7x1a", 17, (7, 1), 128, 128, padding=(3, 0)),
+          _conv(i + "i5_b7x1", 17, (7, 1), 128, 192, padding=(3, 0)),
+          _conv(i + "i5_c1x7b", 17, (1, 7), 128, 192, padding=(0, 3)),
+          _conv(i + "i6_b1x7", 17, (1, 7), 160, 160, padding=(0, 3)),
+          _conv(i + "i6_c7x1a", 17, (7, 1), 128, 160, padding=(3, 0)),
+          _conv(i + "i6_b7x1", 17, (7, 1), 160, 192, padding=(3, 0)),
+          _conv(i + "i6_c7x1b", 17, (7, 1), 160, 160, padding=(3, 0)),
+          _conv(i + "i6_c1x7b", 17, (1, 7), 160, 192, padding=(0, 3)),
+          _conv(i + "i7_b1x7", 17, (1, 7), 192, 192, padding=(0, 3)),
+          _conv(i + "i7_b7x1", 17, (7, 1), 192, 192, padding=(3, 0)),
+          _conv(i + "i9_ba1x3", 8, (1, 3), 384, 384, padding=(0, 1)),
+          _conv(i + "i9_bb3x1", 8, (3, 1), 384, 384, padding=(1, 0)),
           _conv(i + "i8_a3x3", 17, 3, 192, 320, 2), _conv(i + "i8_b3x3", 17, 3, 192, 192, 2),
           _conv(i + "i9_a1x1", 8, 1, 1280, 320), _conv(i + "i9_c1x1", 8, 1, 1280, 448),
           _conv(i + "i9_d1x1", 8, 1, 1280, 192), _conv(i + "i9_c3x3", 8, 3, 448, 384, padding=1),
@@ -130,6 +150,8 @@ def _benches() -> list[Bench]:
     b += [_conv(a + "layer1", 224, 11, 4, 64, 4, 3), _conv(a + "layer4", 27, 5, 64, 192, padding=2),
           _conv(a + "layer7", 13, 3, 192, 384), _conv(a + "layer9", 13, 3, 384, 256),
           _conv(a + "layer11", 13, 3, 256, 256)]
+    # a one-channel 15x200 field convolved by a 5x200 kernel: 11 output rows of width 1
+    b += [_conv("conv_5x200_1_in_100_out_bs1440", (15, 200), (5, 200), 1, 100, batch=1440)]
     # mobilenet_conv1_1 pads only the low side (--padding-lower 1): (224 + 1 - 3) / 2 + 1 = 112
     # output rows, as symmetric padding 1 gives, so the graph's symmetric padding matches it
     m = "mobilenet_"
@@ -155,38 +177,52 @@ def _benches() -> list[Bench]:
 
 BENCHES = {b.name: b for b in _benches()}
 
+# vgg16_tr_bs4_v1L1 has an IpuModel1 row only: tests/CMakeLists.txt at 8dcde1ec comments its benchmark out ("TODO:
+# T17350 re-enable this after investigation"); these are the arguments of the commented-out block.
+MK1_BENCHES = {**BENCHES, "vgg16_tr_bs4_v1L1": _conv("vgg16_tr_bs4_v1L1", 224, 3, 64, 64, padding=1)}
+
+
+def benches(target: str = "IpuModel2") -> dict[str, Bench]:
+    """{name: benchmark} of ``target``'s table (``"IpuModel2"`` or ``"IpuModel1"``)."""
+    _check_target(target)
+    return MK1_BENCHES if target == "IpuModel1" else BENCHES
+
+
+def _check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise ValueError(f"poplibs benchmark target {target!r}: expected one of {', '.join(TARGETS)}")
+
 # Rows of the data file the simulator's graphs cannot express, and why (listed in the report).
-NOT_EXPRESSIBLE = {
-    "conv_5x200_1_in_100_out_bs1440": "a 5x200 kernel: the graph's conv2d has square kernels",
-    **{f"inception_tr_bs4_{n}": "a non-square kernel (1xN / Nx1): the graph's conv2d has square kernels"
-       for n in ("i5_b1x7", "i5_c7x1a", "i5_b7x1", "i5_c1x7b", "i6_b1x7", "i6_c7x1a", "i6_b7x1", "i6_c7x1b",
-                 "i6_c1x7b", "i7_b1x7", "i7_b7x1", "i9_ba1x3", "i9_bb3x1")},
-}
+NOT_EXPRESSIBLE: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
 class Row:
-    """One IPUModel2 row of the data file with the benchmark that produced it."""
+    """One row of a data file (IPUModel2 unless ``target`` says IpuModel1) with the benchmark that
+    produced it."""
 
     bench: Bench
-    cycles: int  # Cycles: Poplar's IPUModel2 estimate of the run, tile cycles
+    cycles: int  # Cycles: Poplar's IPUModel estimate of the run, tile cycles
     total_memory: int  # TotalMemory, bytes summed over tiles
+    target: str = "IpuModel2"  # the IPUModel the row was estimated on: "IpuModel2" or "IpuModel1"
 
     @property
     def name(self) -> str:
         return self.bench.name
 
     def simulated(self) -> int:
-        return simulated_cycles(self.bench)
+        return simulated_cycles(self.bench, self.target)
 
     def error(self) -> float:
         return self.simulated() / self.cycles - 1
 
 
-@lru_cache(maxsize=1)
-def published() -> dict[str, tuple[int, int]]:
-    """{benchmark name: (Cycles, TotalMemory)} of the data file's IpuModel2 rows."""
-    with open(DATA, newline="") as f:
+@lru_cache(maxsize=2)
+def published(target: str = "IpuModel2") -> dict[str, tuple[int, int]]:
+    """{benchmark name: (Cycles, TotalMemory)} of the data file's ``target`` rows (IpuModel2: DATA,
+    IpuModel1: DATA_MK1)."""
+    _check_target(target)
+    with open(DATA_MK1 if target == "IpuModel1" else DATA, newline="") as f:
         lines = [line for line in f if line.strip() and not line.startswith("#")]
     header = "Target,Config,Name,Cycles,CycleChange(%),TotalMemory,TotalMemoryChange(%),MaxTileMemory".split(",")
     out = {}
@@ -194,18 +230,19 @@ def published() -> dict[str, tuple[int, int]]:
         if rec[0] == "Target":
             continue
         d = dict(zip(header, rec))
-        if d["Target"] == "IpuModel2" and d["Config"] == "default":
+        if d["Target"] == target and d["Config"] == "default":
             out[d["Name"]] = (int(d["Cycles"]), int(d["TotalMemory"]))
     return out
 
 
-def rows() -> list[Row]:
-    """Every expressible row of the data file, in the data file's order."""
-    pub = published()
-    missing = sorted(set(BENCHES) - set(pub))
+def rows(target: str = "IpuModel2") -> list[Row]:
+    """Every expressible ``target`` row of its data file, in the data file's order."""
+    pub, table = published(target), benches(target)
+    missing = sorted(set(table) - set(pub))
     if missing:
-        raise ValueError(f"{DATA}: no IpuModel2 row for {', '.join(missing)}; restore the file from poplibs 8dcde1ec")
-    return [Row(BENCHES[n], *pub[n]) for n in pub if n in BENCHES]
+        raise ValueError(f"{DATA_MK1 if target == 'IpuModel1' else DATA}: no {target} row for {', '.join(missing)}; "
+                         "restore the file from poplibs 8dcde1ec")
+    return [Row(table[n], *pub[n], target) for n in pub if n in table]
 
 
 # --- the tools as graphs ------------------------------------------------------------------------
@@ -247,26 +284,30 @@ def gemm_graph(m: int, k: int, n: int, dtype: str = "float16") -> Graph:
     return b.graph
 
 
-def conv_graph(batch: int, field: int, kernel: int, cin: int, cout: int, stride: int = 1,
-               padding: int = 0, dtype: str = "float16") -> Graph:
-    """poplibs' ``single_conv_layer`` (no bias, every pass) as a graph, NCHW.
+def conv_graph(batch: int, field, kernel, cin: int, cout: int, stride: int = 1,
+               padding=0, dtype: str = "float16") -> Graph:
+    """poplibs' ``single_conv_layer`` (no bias, every pass) as a graph, NCHW. ``field``, ``kernel``
+    and ``padding`` are one int or a (height, width) pair, as the tool's ``{h,w}`` arguments.
 
     Forward convolution; backward: the weights' channels transposed and kernel flipped
     (``weightsTransposeChansFlipXY``, a rearranging copy: the ``transpose`` kind), then the
     convolution of ``zDeltas`` with them (``conv2d_grad_input``); the weight update
     (``convolutionWeightUpdate``): the weight deltas (``conv2d_grad_weight``) and one ScaledAdd.
     """
-    b = GraphBuilder(f"conv_{batch}x{cin}x{field}x{field}_k{kernel}s{stride}p{padding}_{cout}", dtype)
-    prev_act = b.input("prevAct", (batch, cin, field, field))
+    (fh, fw), (kh, kw) = spatial(field, "field"), spatial(kernel)
+    hw = lambda v: "x".join(map(str, dict.fromkeys(spatial(v))))  # "3", or "1x7" when not square
+    b = GraphBuilder(f"conv_{batch}x{cin}x{fh}x{fw}_k{hw(kernel)}s{stride}p{hw(padding)}_{cout}", dtype)
+    prev_act = b.input("prevAct", (batch, cin, fh, fw))
     next_act = b.conv2d(prev_act, cout, kernel, stride, padding, name="fwd")
     weights = "fwd/weight"
     n, co, ho, wo = b.shape(next_act)
     z_deltas = b.input("zDeltas", (n, co, ho, wo))
-    attrs = dict(kernel=kernel, stride=stride, padding=padding, groups=1, n=n, ci=cin, co=cout, ho=ho, wo=wo)
-    flipped = b.op("transpose", [weights], [(cin, cout, kernel, kernel)], name="bwd/transposeChansFlipXY")[0]
-    prev_deltas = b.op("conv2d_grad_input", [z_deltas, flipped], [(batch, cin, field, field)], attrs,
+    attrs = dict(kernel=spatial_attr(kernel), stride=stride, padding=spatial_attr(padding), groups=1, n=n, ci=cin,
+                 co=cout, ho=ho, wo=wo)
+    flipped = b.op("transpose", [weights], [(cin, cout, kh, kw)], name="bwd/transposeChansFlipXY")[0]
+    prev_deltas = b.op("conv2d_grad_input", [z_deltas, flipped], [(batch, cin, fh, fw)], attrs,
                        name="bwd")[0]
-    delta_w = b.op("conv2d_grad_weight", [prev_act, z_deltas], [(cout, cin, kernel, kernel)], attrs,
+    delta_w = b.op("conv2d_grad_weight", [prev_act, z_deltas], [(cout, cin, kh, kw)], attrs,
                    name="wu")[0]
     b.graph.add_op(Op("wu/update", "accumulate", [weights, delta_w], [weights], {"weight": weights}))
     b.output(next_act, prev_deltas)
@@ -308,10 +349,16 @@ def graph(bench: Bench) -> Graph:
     raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} (expected fc, gemm, conv or reduce)")
 
 
-def system(bench: Bench):
-    """The system ``bench`` runs on: one ``ipu-mk2``, with the tool's ``--tiles-per-ipu`` if set."""
+def system(bench: Bench, target: str = "IpuModel2"):
+    """The system ``bench`` runs on: one ``ipu-mk2`` (IpuModel2) or one GC2 of ``ipu-mk1-c2``
+    (IpuModel1: poplibs' ``createTestDevice`` makes an IPUModel of one IPU), with the tool's
+    ``--tiles-per-ipu`` if set."""
+    _check_target(target)
     tiles = bench.params.get("tiles")
-    base = load_system(SYSTEM)
+    base = load_system(SYSTEM_MK1 if target == "IpuModel1" else SYSTEM)
+    if base.num_ipus > 1:
+        base = dataclasses.replace(base, name=f"{base.name} (1 IPU)",
+                                   layout=dataclasses.replace(base.layout, num_ipus=1))
     return base.with_tiles(tiles) if tiles else base
 
 
@@ -320,26 +367,26 @@ def _options() -> Options:
 
 
 @lru_cache(maxsize=None)
-def simulated_run(bench: Bench):
-    """The simulator's :class:`~sim.results.run.Run` of ``bench`` on one ``ipu-mk2`` (of the tool's
-    ``--tiles-per-ipu`` tiles, if set)."""
-    return simulate(graph(bench), system(bench), _options())
+def simulated_run(bench: Bench, target: str = "IpuModel2"):
+    """The simulator's :class:`~sim.results.run.Run` of ``bench`` on :func:`system` (one ``ipu-mk2``,
+    or one Mk1 IPU for IpuModel1, of the tool's ``--tiles-per-ipu`` tiles if set)."""
+    return simulate(graph(bench), system(bench, target), _options())
 
 
-def simulated_cycles(bench: Bench) -> int:
-    """Cycles of one run of ``bench``'s graph (every pass) on one ``ipu-mk2``, synthetic data."""
-    return simulated_run(bench).cycle_count
+def simulated_cycles(bench: Bench, target: str = "IpuModel2") -> int:
+    """Cycles of one run of ``bench``'s graph (every pass) on ``target``'s IPU, synthetic data."""
+    return simulated_run(bench, target).cycle_count
 
 
-def within(tolerance: float = 0.05) -> list[Row]:
-    """The rows whose simulated cycles are within ``tolerance`` of Poplar's."""
-    return [r for r in rows() if abs(r.error()) <= tolerance]
+def within(tolerance: float = 0.05, target: str = "IpuModel2") -> list[Row]:
+    """The ``target`` rows whose simulated cycles are within ``tolerance`` of Poplar's."""
+    return [r for r in rows(target) if abs(r.error()) <= tolerance]
 
 
 def _family(name: str) -> str:
     if BENCHES.get(name) is not None and BENCHES[name].tool == "reduce":
         return "reduce"
-    for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet"):
+    for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet", "conv"):
         if name.startswith(prefix):
             return prefix
     return "other"
@@ -378,5 +425,50 @@ def report_section(tolerance: float = 0.05) -> list[str]:
             "", "Rows of the source not expressed:", "", "| benchmark | why |", "|---|---|"] + skipped
 
 
-__all__ = ["Bench", "report_section", "BENCHES", "NOT_EXPRESSIBLE", "Row", "rows", "published", "fc_graph", "gemm_graph",
+def max_tile_memory(target: str = "IpuModel2") -> dict[str, int]:
+    """{benchmark name: MaxTileMemory} of the data file's ``target`` rows: Poplar's most used tile, bytes."""
+    _check_target(target)
+    with open(DATA_MK1 if target == "IpuModel1" else DATA, newline="") as f:
+        lines = [line for line in f if line.strip() and not line.startswith("#")]
+    return {rec[2]: int(rec[7]) for rec in csv.reader(lines) if rec[0] == target and rec[1] == "default"}
+
+
+def mk1_report_section(tolerance: float = 0.05) -> list[str]:
+    """The Mk1 subsection of the microbenchmark table (markdown lines): the same benchmarks on
+    Poplar's IPUModel1 against the simulator on one Mk1 IPU, a summary per family and every row."""
+    rs = rows("IpuModel1")
+    by_family: dict[str, list[Row]] = {}
+    for r in rs:
+        by_family.setdefault(_family(r.name), []).append(r)
+    within_count = sum(abs(r.error()) <= tolerance for r in rs)
+    summary = [f"| {fam} | {len(v)} | {sum(abs(r.error()) <= tolerance for r in v)} | "
+               f"{sorted(r.error() for r in v)[len(v) // 2]:+.1%} | {min(r.error() for r in v):+.1%} … "
+               f"{max(r.error() for r in v):+.1%} |" for fam, v in by_family.items()]
+    table = [f"| `{r.name}` | {r.bench.tool} | {r.cycles:,} | {r.simulated():,} | {r.error():+.1%} | "
+             f"{'within' if abs(r.error()) <= tolerance else 'outside'} |" for r in rs]
+    ipu = system(next(iter(MK1_BENCHES.values())), "IpuModel1").ipu
+    over = [n for n, b in max_tile_memory("IpuModel1").items() if b > ipu.sram_bytes_per_tile]
+    skipped = [f"| `{n}` | {why} |" for n, why in NOT_EXPRESSIBLE.items()]
+    return ["", "### Mk1 (GC2): the same benchmarks on Poplar's IPUModel1", "",
+            f"Source: {SOURCE_MK1}; `vgg16_tr_bs4_v1L1` has an IpuModel1 row only (its benchmark is commented out "
+            "of `tests/CMakeLists.txt` at that commit; its arguments are the commented block's). The same graphs "
+            f"(`sim/poplibs_benchmarks.py`) run on one IPU of `{SYSTEM_MK1}`: {ipu.tiles:,} tiles of "
+            f"{ipu.sram_bytes_per_tile // 1024} KiB and the ipu1 AMP (8 conv units for every precision: fp16 with "
+            "fp32 partials as on Mk2, fp16 partials and fp32 with half Mk2's 16; `configs/ipu-mk1-c2.toml` gives "
+            "each value's source). The rows are cycles, so the Mk1 clock does not enter. No constant was fitted "
+            "to these rows: the per-pass and per-reduce fixed cycles are the IPUModel2 fits above. Poplar's "
+            f"MaxTileMemory exceeds the {ipu.sram_bytes_per_tile // 1024} KiB tile in "
+            f"{', '.join(f'`{n}`' for n in over) or 'no row'} (the IPUModel estimated them anyway). Rows within "
+            f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py` (`MK1_WITHIN`). "
+            f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", "",
+            "| family | rows | within | median error | range |", "|---|---:|---:|---:|---|"] + summary + [
+            "", "| benchmark | tool | IPUModel1 cycles | simulated | error | status |",
+            "|---|---|---:|---:|---:|---|"] + table + [
+            "", "IpuModel1 rows of the source not expressed (as for IPUModel2):", "", "| benchmark | why |",
+            "|---|---|"] + skipped
+
+
+__all__ = ["Bench", "report_section", "mk1_report_section", "MK1_BENCHES", "benches", "max_tile_memory",
+           "DATA_MK1", "SYSTEM_MK1", "SOURCE_MK1", "TARGETS",
+           "BENCHES", "NOT_EXPRESSIBLE", "Row", "rows", "published", "fc_graph", "gemm_graph",
            "conv_graph", "reduce_graph", "system", "graph", "simulated_cycles", "simulated_run", "within", "SOURCE", "DATA"]

@@ -92,3 +92,29 @@ def test_strided_1x1_backward_pass_copies_the_dilated_result(ipu):
     g1, bwd1 = _op("resnet50_tr_bs4_bm64L0", "conv2d_grad_input")
     plain = plan_matmul(1, 4 * 56 * 56, 64, 64, 2, True, ipu, ipu.tiles, 0.6, conv=ConvShape(1, 1, 1, 56, 64))
     assert op_cost(bwd1, g1, ipu, ipu.tiles).compute_cycles == plain.compute_cycles
+
+
+def test_padded_partial_channels_rearrange_the_padded_weights_and_output(ipu):
+    # ConvModel.cpp addTransformCycleEstimate: output channels per group not a multiple of the
+    # partial-channel group (8 on Mk2: min of the conv units, the weights per conv unit and half of
+    # 16 units) set rearrangeWeights and rearrangeOutput, both padded to the group
+    from sim.cost.amp import padded_partials_rearranged
+    # dX of mobilenet_conv1_1: 4 channels padded to 8, 4 x 224 x 224 positions, 32 x 3 x 3 weights each
+    assert padded_partials_rearranged(ipu, 2, 4, 1, 4, 4 * 224 * 224, 32 * 9) == 8 * (200_704 + 288)
+    assert padded_partials_rearranged(ipu, 2, 2, 1, 4, 10, 6) == 8 * 16  # fp16 partials: 8 of 16 units
+    assert padded_partials_rearranged(ipu, 4, 4, 2, 12, 10, 6) == 2 * 16 * 16  # fp32: 12 -> 16
+    assert padded_partials_rearranged(ipu, 2, 4, 1, 64, 4 * 224 * 224, 32 * 9) == 0
+
+
+def test_rgb_stem_backward_pass_pays_the_padded_partials_rearrangement(ipu):
+    g, bwd = _op("mobilenet_conv1_1", "conv2d_grad_input")
+    cost = op_cost(bwd, g, ipu, ipu.tiles)
+    conv = ConvShape(3, 3, 1, 112, 32)
+    args = (1, 4 * 112 * 112, 32 * 9, 4, 2, True, ipu, ipu.tiles, 0.6)
+    padded = plan_matmul(*args, conv=conv, rearranged=8 * (4 * 224 * 224 + 32 * 9))
+    assert cost.compute_cycles == padded.compute_cycles
+    assert padded.total_cycles > plan_matmul(*args, conv=conv).total_cycles
+    # a forward pass with 64 output channels has nothing to pad
+    g1, fwd = _op("mobilenet_conv1_1", "conv2d")
+    plain = plan_matmul(1, 4 * 112 * 112, 4 * 9, 32, 2, True, ipu, ipu.tiles, 0.6, conv=ConvShape(3, 3, 2, 112, 4))
+    assert op_cost(fwd, g1, ipu, ipu.tiles).compute_cycles == plain.compute_cycles

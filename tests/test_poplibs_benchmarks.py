@@ -18,14 +18,24 @@ from sim.cost.amp import pass_fixed_cycles, plan_matmul, rearrangement
 TOLERANCE = 0.05
 # the rows within 5 % when the cost components below were added (69 of 150): held there
 WITHIN = (
-    "bert_ffn1_384x1024x4096", "bert_ffn1_512x1024x4096", "bert_grouped_12x128x64x128",
-    "bert_grouped_16x128x64x128", "bert_kqv_128x768x2304", "bert_proj_128x1024x1024",
+    "bert_ffn1_384x1024x4096", "bert_ffn1_512x1024x4096",
+    # bert_grouped_12x128x64x128 and bert_grouped_16x128x64x128 left (+0.2 -> +6.7 %, +0.3 -> +6.3 %) when
+    # the fully connected backward pass began paying poplin's weight transpose (fullyConnectedWeightTranspose,
+    # tests/test_fc_weight_transpose.py): Poplar runs that compute set in these rows too (one 16x16 fp16
+    # block per tile is 768 cycles by popops' Transpose estimator, plus its sync: 6.5 % of the row), so
+    # the earlier agreement relied on the rest of the simulated row over-estimating these small layers
+    # by as much (as the fixed cost per pass does for every small fc row: the 1000x5 rows are +10..+33 %)
+    "bert_kqv_128x768x2304", "bert_proj_128x1024x1024",
     "bert_proj_384x1024x1024", "bert_proj_384x768x768", "bert_proj_512x768x768", "fc_layer_1440x200x400",
     "fc_layer_16_1000_5_float", "fc_layer_1_1000_1000_half",
     # the fp32 AMP and HMAC vertices as poplibs prices them (tests/test_fp32_vertices.py) brought these
     # in (-17, -13, -13 % before); fc_layer_8_1000_1000_float left (-2 % -> +14 %: Poplar plans batch 8
     # cheaper than batch 1, 14,738 against 15,360 cycles, which one plan for both cannot follow)
-    "fc_layer_1_1000_1000_float", "fc_layer_4_1000_1000_float", "fc_layer_16_1000_1000_float",
+    # fc_layer_1_1000_1000_float and fc_layer_4_1000_1000_float left (+1.7 -> +8.9 %, +3.3 -> +10.4 %) with
+    # the weight transpose: 8x8 fp32 blocks, 11 a tile, are 1,014 cycles by popops' Transpose2d estimator
+    # (plus a sync) that Poplar's rows include; the passes' fp32 vertices as the simulator plans them
+    # (unswapped operands, one output position per tile) carried that much too much before
+    "fc_layer_16_1000_1000_float",
     "fc_layer_8_1000_5_half", "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_1000x512x20000",
     "gemm_1000x512x30000", "gemm_200x256x20000", "gemm_200x256x30000", "gemm_200x512x10000",
     "gemm_200x512x30000", "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x256x10000", "gemm_600x256x20000",
@@ -50,16 +60,28 @@ WITHIN = (
     "alexnet_tr_bs4_layer4", "inception_tr_bs4_i1_b5x5", "inception_tr_bs4_layer10", "inception_tr_bs4_layer3",
     "inception_tr_bs4_layer5", "resnet50_tr_bs4_bm128L0A1", "resnet50_tr_bs4_bm256L0A1",
     "resnet50_tr_bs4_bm512L0_projection", "resnet50_tr_bs4_bm64L0A1", "vgg16_tr_bs4_v2L0", "vgg16_tr_bs4_v2L1",
+    # within (-10.0 % -> -2.7 %) since the backward pass of a 4-channel stem rearranges its weights and
+    # output padded to the partial-channel group (poplin padPartialChannels; tests/test_conv_passes.py)
+    "mobilenet_conv1_1",
+    # within since the fully connected backward pass pays poplin's weight transpose
+    # (sim/cost/amp.py fc_weight_transpose; -4.6, -3.3, -4.2, -4.9 % from -7.8, -6.1, -5.6, -5.4 %)
+    "bert_proj_128x768x768", "bert_grouped_12x384x64x384", "bert_grouped_16x512x64x512",
+    "bert_ffn2_512x4096x1024",
     # popops reductions (reduce_op) within 5 % with the reduction plan of sim/cost/reduction.py
     "bert_reduce_0", "bert_reduce_2", "bert_reduce_3", "resnet50_tr_bs1_bm128L0A0_reduce",
     "resnet50_tr_bs1_bm64L0A0_reduce", "resnet50_tr_bs1_cnv_reduce",
+    # non-square kernels (Inception-v3's factorised 1xN / Nx1), expressible since conv2d takes (kh, kw)
+    "inception_tr_bs4_i5_b1x7", "inception_tr_bs4_i5_c1x7b", "inception_tr_bs4_i6_b1x7", "inception_tr_bs4_i6_b7x1",
+    "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i7_b1x7", "inception_tr_bs4_i7_b7x1",
+    "inception_tr_bs4_i9_ba1x3", "inception_tr_bs4_i9_bb3x1",
 )
 
 
 def test_every_row_of_the_data_file_is_a_benchmark_or_listed_as_not_expressible():
     published = pb.published()
     assert set(published) == set(pb.BENCHES) | set(pb.NOT_EXPRESSIBLE)
-    assert len(pb.rows()) == len(pb.BENCHES) == 159
+    assert len(pb.rows()) == len(pb.BENCHES) == 173
+    assert not pb.NOT_EXPRESSIBLE  # non-square kernels (Inception's 1x7 / 7x1, the 5x200) are expressed
     # spot values copied from poplibs at 8dcde1ec
     assert published["fc_layer_1_1000_5_half"] == (6902, 528900)
     assert published["gemm_1000x512x30000"] == (506247, 621957560)

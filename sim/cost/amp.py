@@ -32,6 +32,8 @@ groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
 4. if the partials are wider than the result and nothing was reduced, casts the result.
 5. if the op is serialised into pieces (poplin's serial splits), slices each piece's operand
    block and updates its part of the result (two copy compute sets per piece).
+6. a fully connected backward pass (``dY @ Wᵀ`` of a weight) first transposes the weights on their
+   tiles, as poplin's ``fullyConnectedWeightTranspose`` does (:func:`fc_weight_transpose`).
 
 Every compute set and exchange phase also costs an on-chip sync. Costs are in tile cycles; the
 busiest tile sets the pace. The planner searches the splits vectorised over numpy arrays and
@@ -329,6 +331,83 @@ def pass_fixed_cycles() -> int:
     return int(table["fixed_cycles"])
 
 
+_TRANSPOSE_KEYS = ("half_wide_fixed", "half_wide_per_matrix", "half_wide_per_row_quad", "half_per_column_quad",
+                   "half_narrow_fixed", "half_narrow_per_matrix", "half_4x4_fixed", "half_4x4_one", "half_unpack",
+                   "supervisor_fixed", "supervisor_skipped", "float_fixed", "float_per_matrix", "float_per_row_pair",
+                   "float_per_column_pair", "slow_half_fixed", "slow_per_matrix", "slow_per_column",
+                   "slow_half_per_row", "slow_float_fixed", "slow_float_per_row", "in_group_half", "in_group_float")
+
+
+def _half_transpose_worker(c: dict, rows: int, cols: int, matrices: int) -> float:
+    """popops TransposeWorkerCycles: worker cycles of the fast half transpose of ``matrices``
+    ``rows x cols`` blocks (both multiples of 4), the src pointer's unpacking included."""
+    r4, c4 = rows // 4, cols // 4
+    if r4 == 1 and c4 == 1:
+        base = c["half_4x4_one"] if matrices == 1 else c["half_4x4_fixed"] + c["half_per_column_quad"] * (matrices - 2)
+    elif c4 == 1:
+        base = c["half_narrow_fixed"] + matrices * (c["half_narrow_per_matrix"] + c["half_per_column_quad"] * (r4 - 2))
+    else:
+        base = c["half_wide_fixed"] + matrices * (c["half_wide_per_matrix"] + r4 * (
+            c["half_wide_per_row_quad"] + c["half_per_column_quad"] * (c4 - 2)))
+    return base + c["half_unpack"]
+
+
+def transpose_block_cycles(rows: int, cols: int, blocks: int, itemsize: int, workers: int = 6) -> float:
+    """Tile cycles of popops' transpose of ``blocks`` ``rows x cols`` blocks on one tile
+    (``Rearrange.cpp :: addTransposeVertices`` and the estimators of ``popopsCycleEstimators.cpp``
+    at 8dcde1ec; constants ``[fc_weight_transpose]`` of ``configs/_conv-vertices.toml``).
+
+    fp16 blocks whose sides are multiples of 4 run the fast codelet: one ``Transpose`` worker
+    vertex for a single block (or up to four 4x4 blocks), else one ``TransposeSupervisor`` whose
+    busiest worker takes ``ceil(blocks / 6)``: ``7 + 6 x (worker + unpack - 7)``. Otherwise the
+    blocks are split over the workers, one ``Transpose2d`` each (fast float path for even sides,
+    the slow path for the rest). A worker vertex's cycles are thread cycles: 6 tile cycles each.
+    """
+    if blocks <= 0:
+        return 0.0
+    c = _vertex_table("fc_weight_transpose", _TRANSPOSE_KEYS)
+    share = math.ceil(blocks / workers)
+    if itemsize == 2 and rows % 4 == 0 and cols % 4 == 0:
+        if blocks == 1 or (rows == 4 and cols == 4 and blocks <= 4):
+            return workers * _half_transpose_worker(c, rows, cols, blocks)
+        worker = _half_transpose_worker(c, rows, cols, share)
+        return c["supervisor_fixed"] + workers * (worker + c["half_unpack"] - c["supervisor_skipped"])
+    if itemsize == 4 and rows % 2 == 0 and cols % 2 == 0 and rows < 512 and rows * (cols - 2) / 2 < 512:
+        per = c["float_per_matrix"] + rows / 2 * (c["float_per_row_pair"] + c["float_per_column_pair"] * (cols / 2 - 1))
+        return workers * (c["float_fixed"] + share * per)
+    fixed, per_row = ((c["slow_half_fixed"], c["slow_half_per_row"]) if itemsize == 2
+                      else (c["slow_float_fixed"], c["slow_float_per_row"]))
+    return workers * (fixed + share * (c["slow_per_matrix"] + cols * (c["slow_per_column"] + rows * per_row)))
+
+
+def fc_weight_transpose(G: int, K: int, N: int, itemsize: int, used: int, workers: int = 6) -> float:
+    """Tile cycles of the weight transpose poplin runs before a fully connected backward pass
+    (``Convolution.cpp :: fullyConnectedWeightTranspose``) for ``G`` groups of ``[K, N]`` weights
+    held by ``used`` tiles (the joint plan's): blocks of ``gcd(in group, N) x gcd(in group, K)``
+    (``getGroupSizes``: the largest common divisors of the planned input-channel grouping, 16 in
+    fp16 and 8 in fp32, and the weight dimensions), spread evenly over the tiles; 0 when a group
+    size is 1 (poplin then takes a view, ``useCopyImpl``). One compute set, no exchange (each
+    block's transpose is mapped to the tile holding it)."""
+    c = _vertex_table("fc_weight_transpose", _TRANSPOSE_KEYS)
+    group = int(c["in_group_half"] if itemsize == 2 else c["in_group_float"])
+    rows, cols = math.gcd(group, N), math.gcd(group, K)
+    if rows == 1 or cols == 1 or G * K * N == 0:
+        return 0.0
+    blocks = G * math.ceil(K / cols) * math.ceil(N / rows)
+    return transpose_block_cycles(rows, cols, math.ceil(blocks / max(used, 1)), itemsize, workers)
+
+
+def with_weight_transpose(plan: "MatmulPlan", cycles: float, ipu: IPU) -> "MatmulPlan":
+    """``plan`` preceded by a weight transpose of ``cycles`` tile cycles in its own compute set
+    (:func:`fc_weight_transpose`)."""
+    if cycles <= 0:
+        return plan
+    t = int(math.ceil(cycles))
+    return replace(plan, compute_cycles=plan.compute_cycles + t, launch_cycles=plan.launch_cycles,
+                   supersteps=plan.supersteps + 1, sync_points=plan.sync_points + 1,
+                   total_cycles=plan.total_cycles + t + ipu.internal_sync_cycles, weight_transpose=t)
+
+
 def rearrangement(ipu: IPU, elements, used, itemsize: int):
     """(exchange cycles, copy cycles, bytes received) per tile of rearranging ``elements`` operand
     elements evenly over ``used`` tiles before a matmul or convolution (arrays allowed).
@@ -350,6 +429,30 @@ def rearrangement(ipu: IPU, elements, used, itemsize: int):
     exch = np.where(per_tile > 0, ipu.exchange_setup_cycles + np.ceil(nbytes / ipu.exchange_bytes_per_cycle_per_tile), 0)
     copy = np.ceil(per_tile * float(table["copy_cycles_per_element"]))
     return exch, copy, nbytes
+
+
+def padded_partials_rearranged(ipu: IPU, itemsize: int, partials_bytes: int, groups: int, out_channels: int,
+                               out_positions: int, weights_per_out_channel: int) -> int:
+    """Elements poplin rearranges over the tiles for a convolution whose output channels per group
+    (``out_channels``) are not a multiple of the AMP's partial-channel group (0 when they are).
+
+    ``Convolution.cpp :: convolutionPreprocess`` pads the weights' output channels with zeros up to
+    the group, and the planner charges the padded weights and output a rearrangement
+    (``ConvModel.cpp :: addTransformCycleEstimate``: ``padPartialChannels`` sets ``rearrangeWeights``
+    and ``rearrangeOutput``; each tile exchanges and reorders its even share, :func:`rearrangement`).
+    The group is the smallest of poplin's candidates (``ConvVertexType.cpp ::
+    getConvVertexAMPCandidates``: the conv units, the weights per conv unit, and half the units when
+    there are 16), 8 on Mk2 at every precision. The backward pass of an RGB stem (4 input
+    channels, so 4 output channels) pays it: ``groups x 8 x (out_positions + weights_per_out_channel)``
+    elements.
+    """
+    mode = amp_mode(ipu, itemsize, partials_bytes)
+    units = mode.out_group // 2 if mode.out_group == 16 else mode.out_group
+    group = min(mode.in_group, units)
+    if out_channels % group == 0:
+        return 0
+    padded = -(-out_channels // group) * group
+    return groups * padded * (out_positions + weights_per_out_channel)
 
 
 def deferred_dilation_copy(elements, used, itemsize: int):
@@ -425,6 +528,7 @@ class MatmulPlan:
     exchange_phases: int = 0  # exchange phases, all pieces (each costs the set-up)
     partials_bytes: int = 4
     pass_fixed: int = 0  # Poplar's fixed cycles of the pass beyond the planned steps (pass_fixed_cycles)
+    weight_transpose: int = 0  # cycles of a fully connected backward pass's weight transpose (fc_weight_transpose)
     rearranged: int = 0  # operand elements poplin rearranges over the tiles before the op (one piece)
     dilated_output: int = 0  # result elements copied after the op to apply a deferred dilation (one piece)
     vertex: str = "1x1"  # "1x1"; "nx1" (a convolution's kernel on the tile); "expand_w" (the
@@ -448,7 +552,7 @@ class MatmulPlan:
                                                      blocks(K, pk), indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
                         g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used, self.dilated_output)
-        compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed, 0)
+        compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed + self.weight_transpose, 0)
         return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["held"])
 
     def describe(self) -> str:
@@ -694,4 +798,6 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
 
 __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_vertex_cycles",
            "amp_fp32_vertex_cycles", "hmac_fp32_vertex_cycles",
-           "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy"]
+           "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy",
+           "padded_partials_rearranged",
+           "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose"]

@@ -19,9 +19,10 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import DTYPE_BYTES, Graph, Op
+from ..graph.ir import DTYPE_BYTES, Graph, Op, spatial
 from ..hardware.system import IPU
-from .amp import ConvShape, plan_matmul
+from .amp import (ConvShape, fc_weight_transpose, padded_partials_rearranged, plan_matmul,
+                  with_weight_transpose)
 from .exchange import exchange_cycles
 from .opcost import FREE, OpCost, TileProfile, _counts
 from .reduction import WORKERS, plan_reduce
@@ -338,6 +339,11 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     wu = bool(attrs.get("transpose_a")) and rb != "weight"
     plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp, partials_bytes=partials_bytes,
                        rearranged=G * M * K if wu else 0)
+    if attrs.get("transpose_b") and rb == "weight":
+        # a fully connected backward pass (dX = dY Wᵀ): poplin transposes the weights on their tiles
+        # first (TRAINING_BWD, fullyConnectedWeightTranspose; sim/cost/amp.py fc_weight_transpose)
+        plan = with_weight_transpose(plan, fc_weight_transpose(G, N, K, itemsize, plan.tiles_used,
+                                                               ipu.worker_threads), ipu)
     return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
 
 
@@ -352,8 +358,8 @@ def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpC
 def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     """conv2d and its two backward passes, all as AMP matmuls of the same FLOPs."""
     x_shape, dtype, _ = ins[0]
-    k = attrs.get("kernel", 1)
-    stride = attrs.get("stride", 1)
+    kh, kw = spatial(attrs.get("kernel", 1))
+    stride = spatial(attrs.get("stride", 1), "stride")[0]  # the same along both axes (GraphBuilder.conv2d)
     groups = attrs.get("groups", 1)
     if kind == "conv2d":
         n, ci = x_shape[0], x_shape[1]
@@ -362,28 +368,36 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         n, ci, co, ho, wo = (attrs[a] for a in ("n", "ci", "co", "ho", "wo"))
     cig, cog = ci // groups, co // groups
     positions = n * ho * wo
-    flops = 2.0 * positions * cig * k * k * cog * groups
+    flops = 2.0 * positions * cig * kh * kw * cog * groups
     itemsize = DTYPE_BYTES[dtype]
     if cig == 1 and groups > 1:  # depthwise: the vector unit, one MAC per element per tap
         used, per_tile = spread(positions * co, itemsize, ipu, tiles)
-        compute = tile_cycles(per_tile * k * k, itemsize, "mul", ipu)
+        compute = tile_cycles(per_tile * kh * kw, itemsize, "mul", ipu)
         exch = exchange_cycles(per_tile * itemsize * stride * stride, ipu)
         return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used, launch=launch_cycles("mul"))
     if kind == "conv2d":
-        conv, weight = ConvShape(k, k, stride, wo, cig), True
-        plan = plan_matmul(groups, positions, cig * k * k, cog, itemsize, True, ipu, tiles, amp, conv=conv,
-                           partials_bytes=partials_bytes)
+        conv, weight = ConvShape(kh, kw, stride, wo, cig), True
+        # output channels short of the partial-channel group: padded weights and output rearranged
+        padded = padded_partials_rearranged(ipu, itemsize, partials_bytes, groups, cog, positions, cig * kh * kw)
+        plan = plan_matmul(groups, positions, cig * kh * kw, cog, itemsize, True, ipu, tiles, amp, conv=conv,
+                           partials_bytes=partials_bytes, rearranged=padded)
     elif kind == "conv2d_grad_input":  # dX = dY (*) W^T: positions of the input, K = co*k*k
         full = len(x_shape) == 4
-        conv, weight = ConvShape(k, k, 1, x_shape[3] if full else wo, cog), True
+        conv, weight = ConvShape(kh, kw, 1, x_shape[3] if full else wo, cog), True
         # a strided 1x1 kernel's zDeltas are dilated by the stride; poplin defers that dilation
         # until after the convolution (ConvPlan.cpp getDilatePostConvDims, canDeferDilation) and
         # then copies the dilated, zero-filled view of the result into dX (Convolution.cpp
         # convolutionPostprocess)
-        deferred = stride > 1 and k == 1 and attrs.get("padding", 0) == 0
+        deferred = stride > 1 and (kh, kw) == (1, 1) and spatial(attrs.get("padding", 0), "padding") == (0, 0)
+        # dX of an RGB stem has 4 channels, short of the partial-channel group: poplin pads the
+        # flipped weights' output channels and rearranges them and the padded dX
+        # (sim/cost/amp.py padded_partials_rearranged)
+        out_shape = outs[0][0]
+        padded = padded_partials_rearranged(ipu, itemsize, partials_bytes, groups, cig,
+                                            out_shape[0] * math.prod(out_shape[2:]), cog * kh * kw)
         plan = plan_matmul(groups, n * x_shape[2] * x_shape[3] if full else positions,
-                           cog * k * k, cig, itemsize, True, ipu, tiles, amp, conv=conv,
-                           partials_bytes=partials_bytes,
+                           cog * kh * kw, cig, itemsize, True, ipu, tiles, amp, conv=conv,
+                           partials_bytes=partials_bytes, rearranged=padded,
                            dilated_output=math.prod(outs[0][0]) if deferred else 0)
     else:  # dW = X^T dY: reduce over positions
         conv, weight = None, False
@@ -393,8 +407,8 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         # rearranges is the expanded one, one element per (output position, kernel position, input
         # channel) -- the im2col of X, k^2 times X for a stride-1 kxk kernel, a quarter of it for a
         # stride-2 1x1 (addTransformCycleEstimate's inputFieldSizes of the transformed params)
-        im2col = groups * cig * k * k * positions
-        plan = plan_matmul(groups, cig * k * k, positions, cog, itemsize, False, ipu, tiles, amp,
+        im2col = groups * cig * kh * kw * positions
+        plan = plan_matmul(groups, cig * kh * kw, positions, cog, itemsize, False, ipu, tiles, amp,
                            partials_bytes=partials_bytes, rearranged=im2col + positions * co)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
@@ -454,11 +468,11 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     itemsize = DTYPE_BYTES[dtype]
     out_n = math.prod(outs[0][0])
     # a 1-D or 3-D window gives its own size ("window": elements, "stride_volume": elements
-    # the window moves by); a 2-D one is kernel x kernel moving by stride x stride
-    window = attrs.get("window", attrs.get("kernel", 1) ** 2)
+    # the window moves by); a 2-D one is kernel_h x kernel_w moving by stride_h x stride_w
+    window = attrs.get("window", math.prod(spatial(attrs.get("kernel", 1))))
     used, per_tile = spread(out_n, itemsize, ipu, tiles)
     reads = per_tile * window
-    halo = per_tile * itemsize * attrs.get("stride_volume", max(1, attrs.get("stride", 1)) ** 2)
+    halo = per_tile * itemsize * attrs.get("stride_volume", max(1, math.prod(spatial(attrs.get("stride", 1), "stride"))))
     vec_kind = "pool_grad" if kind.endswith("_grad") else "pool"
     return _phases(ipu, tile_cycles(reads, itemsize, vec_kind, ipu), exchange_cycles(halo, ipu), 1,
                    float(out_n * window), halo * used, used, launch=launch_cycles(vec_kind))

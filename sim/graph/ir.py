@@ -205,6 +205,25 @@ def _conv_out(size: int, k: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - k) // stride + 1
 
 
+def spatial(value, what: str = "kernel") -> tuple[int, int]:
+    """(height, width) of a 2-D window's kernel, stride or padding, given as one int (the same
+    for both) or a pair, as PyTorch's ``Conv2d`` takes them (op attributes store a square one as
+    its int, :func:`spatial_attr`)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value), int(value)
+    try:
+        h, w = value
+        return int(h), int(w)
+    except (TypeError, ValueError):
+        raise GraphError(f"{what} {value!r}: give one int or a (height, width) pair") from None
+
+
+def spatial_attr(value, what: str = "kernel"):
+    """The op attribute of a kernel, stride or padding: its int when square, else ``[h, w]``."""
+    h, w = spatial(value, what)
+    return h if h == w else [h, w]
+
+
 class GraphBuilder:
     """Writes a :class:`Graph` op by op, with shape inference.
 
@@ -344,19 +363,27 @@ class GraphBuilder:
                 y = self.add(y, self.weight("bias", (out_features,), self.dtype_of(x)))
         return y
 
-    def conv2d(self, x: str, out_channels: int, kernel: int, stride: int = 1, padding: int = 0,
+    def conv2d(self, x: str, out_channels: int, kernel, stride=1, padding=0,
                groups: int = 1, bias: bool = False, name: str = "conv") -> str:
-        """2-D convolution, NCHW layout."""
+        """2-D convolution, NCHW layout. ``kernel`` and ``padding`` are one int or a (height,
+        width) pair (Inception's 1x7 / 7x1 kernels); the stride is the same along both axes."""
         n, c, h, w = self.shape(x)
+        where = f"conv {self._name(name)}"
         if c % groups or out_channels % groups:
-            raise GraphError(f"conv {self._name(name)}: channels {c}->{out_channels} not divisible by groups {groups}")
+            raise GraphError(f"{where}: channels {c}->{out_channels} not divisible by groups {groups}")
+        (kh, kw), (sh, sw), (ph, pw) = (spatial(v, f"{where}: {what}") for v, what in
+                                        ((kernel, "kernel"), (stride, "stride"), (padding, "padding")))
+        if sh != sw:
+            raise GraphError(f"{where}: stride {sh}x{sw} differs along the two axes; the cost model takes one "
+                             "stride (give the same stride for height and width)")
         with self.scope(name):
-            wt = self.weight("weight", (out_channels, c // groups, kernel, kernel), self.dtype_of(x))
-            ho, wo = _conv_out(h, kernel, stride, padding), _conv_out(w, kernel, stride, padding)
+            wt = self.weight("weight", (out_channels, c // groups, kh, kw), self.dtype_of(x))
+            ho, wo = _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw)
             if ho <= 0 or wo <= 0:
-                raise GraphError(f"conv {self._name(name)}: kernel {kernel} too large for input {h}x{w}")
+                raise GraphError(f"{where}: kernel {kh}x{kw} too large for input {h}x{w}")
             y = self._one("conv2d", [x, wt], (n, out_channels, ho, wo),
-                          {"kernel": kernel, "stride": stride, "padding": padding, "groups": groups})
+                          {"kernel": spatial_attr(kernel), "stride": sh, "padding": spatial_attr(padding),
+                           "groups": groups})
             if bias:
                 y = self.add(y, self.weight("bias", (1, out_channels, 1, 1), self.dtype_of(x)))
         return y
@@ -432,12 +459,15 @@ class GraphBuilder:
         return self._one(kind, [x], tuple(out) or (1,), {"axes": axes, "keepdims": keepdims}, name)
 
     # --- pooling ------------------------------------------------------------------------
-    def pool(self, x: str, kind: str, kernel: int, stride: int, padding: int = 0,
-             name: str | None = None) -> str:
+    def pool(self, x: str, kind: str, kernel, stride, padding=0, name: str | None = None) -> str:
+        """A 2-D pooling window; ``kernel``, ``stride`` and ``padding`` one int or a (height, width) pair."""
         n, c, h, w = self.shape(x)
-        ho, wo = _conv_out(h, kernel, stride, padding), _conv_out(w, kernel, stride, padding)
-        return self._one(kind, [x], (n, c, ho, wo),
-                         {"kernel": kernel, "stride": stride, "padding": padding}, name)
+        where = kind if name is None else f"{kind} {name}"
+        (kh, kw), (sh, sw), (ph, pw) = (spatial(v, f"{where}: {what}") for v, what in
+                                        ((kernel, "kernel"), (stride, "stride"), (padding, "padding")))
+        ho, wo = _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw)
+        return self._one(kind, [x], (n, c, ho, wo), {"kernel": spatial_attr(kernel), "stride": spatial_attr(stride),
+                                                     "padding": spatial_attr(padding)}, name)
 
     def maxpool(self, x: str, kernel: int, stride: int, padding: int = 0, name: str | None = None) -> str:
         return self.pool(x, "maxpool", kernel, stride, padding, name)

@@ -32,6 +32,7 @@ import torch.nn as nn
 from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedOpError
+from ..graph.ir import spatial_attr
 from . import _state
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
@@ -190,16 +191,13 @@ def unsupported(desc: str, node, why: str = "") -> UnsupportedOpError:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def _as_int(v, default=1) -> int:
-    if v is None:
-        return default
+def _pair(v, default: int) -> tuple[int, int]:
+    """(height, width) of a 2-D kernel, stride or padding as PyTorch takes it: one int or a pair."""
+    if v is None or (isinstance(v, (tuple, list)) and not v):
+        return default, default
     if isinstance(v, (tuple, list)):
-        if not v:
-            return default
-        if all(x == v[0] for x in v):
-            return int(v[0])
-        return int(round(math.sqrt(math.prod(int(x) for x in v))))
-    return int(v)
+        return (int(v[0]), int(v[0])) if len(v) == 1 else (int(v[0]), int(v[1]))
+    return int(v), int(v)
 
 
 def _dims(dim, ndim: int) -> list[int]:
@@ -393,26 +391,32 @@ def _addmm(ctx: OpContext):
     return ctx.op("add", [y, bias], name="add")
 
 
-def _conv(ctx: OpContext, x=None, w=None, bias=None, stride=1, padding=0, groups=1):
+def _conv(ctx: OpContext, x=None, w=None, bias=None, stride=1, padding=0, groups=1, dilation=1):
     if x is None:
         x, w, bias = ctx.sarg(0, "input"), ctx.sarg(1, "weight"), ctx.sarg(2, "bias")
         if ctx.aten and ctx.key == "convolution":
             if ctx.arg(6):
                 ctx.unsupported("transposed convolutions have no rule")
-            stride, padding, groups = ctx.arg(3), ctx.arg(4), ctx.arg(8)
+            stride, padding, dilation, groups = ctx.arg(3), ctx.arg(4), ctx.arg(5), ctx.arg(8)
         else:
             stride, padding, groups = ctx.arg(3, "stride", 1), ctx.arg(4, "padding", 0), ctx.arg(6, "groups", 1)
+            dilation = ctx.arg(5, "dilation", 1)
+    if _pair(dilation, 1) != (1, 1):
+        ctx.cap.notes.append(f"{ctx.desc}: dilation {_pair(dilation, 1)} is not modelled: priced as the undilated "
+                             "kernel")
     wt = ctx.cap.weight(w) if isinstance(w, Lazy) else ctx.t(w)
     wshape = ctx.cap.g.tensors[wt].shape
     if len(wshape) != 4:
         ctx.unsupported("only 2-D convolutions (Conv2d) have a rule")
-    kernel = _as_int(wshape[2:])
+    kernel = tuple(int(k) for k in wshape[2:])
     if isinstance(padding, str):
-        padding = (kernel - 1) // 2 if padding == "same" else 0
-    attrs = {"kernel": kernel, "stride": _as_int(stride), "padding": _as_int(padding, 0),
+        padding = tuple((k - 1) // 2 for k in kernel) if padding == "same" else 0
+    stride_hw = _pair(stride, 1)
+    if stride_hw[0] != stride_hw[1]:
+        ctx.unsupported(f"stride {stride_hw[0]}x{stride_hw[1]} differs along the two axes (the simulator's conv2d "
+                        "takes one stride)")
+    attrs = {"kernel": spatial_attr(kernel), "stride": stride_hw[0], "padding": spatial_attr(_pair(padding, 0)),
              "groups": int(groups or 1)}
-    if wshape[2] != wshape[3]:
-        ctx.cap.notes.append(f"{ctx.desc}: a {wshape[2]}x{wshape[3]} kernel is priced as {kernel}x{kernel}")
     y = ctx.op("conv2d", [x, wt], attrs, name="conv2d")
     if _is_sym_tensor(bias):
         y = ctx.op("add", [y, bias], name="add")
@@ -494,14 +498,15 @@ def _pool(kind):
         if ctx.key.startswith("adaptive") or kernel == "adaptive":
             h, w = src.shape[-2:]
             oh, ow = out.shape[-2:]
-            kernel = _as_int((math.ceil(h / oh), math.ceil(w / ow)))
-            stride = _as_int((h // oh, w // ow))
+            kernel = (math.ceil(h / oh), math.ceil(w / ow))
+            stride = (h // oh, w // ow)
             padding = 0
         elif kernel is None:
             kernel = ctx.arg(1, "kernel_size")
             stride = ctx.arg(2, "stride") or kernel
             padding = ctx.arg(3, "padding", 0)
-        attrs = {"kernel": _as_int(kernel), "stride": _as_int(stride or kernel), "padding": _as_int(padding, 0)}
+        attrs = {"kernel": spatial_attr(_pair(kernel, 1)), "stride": spatial_attr(_pair(stride or kernel, 1)),
+                 "padding": spatial_attr(_pair(padding, 0))}
         y = ctx.op(kind, [x], attrs, output=out, name=kind)
         if isinstance(ctx.output, (tuple, list)):
             return (y,) + (None,) * (len(ctx.output) - 1)
@@ -689,7 +694,8 @@ def _m_conv(ctx):
     m = ctx.module
     if m.padding_mode != "zeros":
         ctx.cap.notes.append(f"{ctx.desc}: padding_mode {m.padding_mode!r} priced as zero padding")
-    return _conv(ctx, ctx.sarg(0), _param(ctx, "weight"), _param(ctx, "bias"), m.stride, m.padding, m.groups)
+    return _conv(ctx, ctx.sarg(0), _param(ctx, "weight"), _param(ctx, "bias"), m.stride, m.padding, m.groups,
+                 m.dilation)
 
 
 def _m_batch_norm(ctx):

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ...errors import GraphError
+from ...graph.ir import spatial_attr
 from .. import dtypes, transforms
 from ..context import get_current_context
 from ..errors import NotModelledError
@@ -393,28 +394,30 @@ def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilatio
          partials_type=None, enable_conv_dithering=None) -> Tensor:
     """2-D convolution of NCHW ``t`` with ``weight`` (C_out, C_in / groups, kH, kW).
 
-    The cost model takes square kernels and strides and the same padding on every side."""
+    The cost model takes one stride for both axes, the same padding before and after each axis
+    (``padding`` = (h_begin, w_begin, h_end, w_end)) and no dilation; the kernel may be kH x kW."""
     g = _graph("ops.conv", t, weight)
     if t.rank != 4 or weight.rank != 4:
         raise NotModelledError("ops.conv: only 2-D convolutions (NCHW input, 4-D weight) are modelled")
     n, c, h, w = t.shape
     co, cig, kh, kw = weight.shape
     stride, dilation, padding = tuple(stride), tuple(dilation), tuple(padding)
-    if kh != kw or len(set(stride)) != 1 or len(set(padding)) != 1 or set(dilation) != {1}:
+    if len(set(stride)) != 1 or len(padding) != 4 or padding[:2] != padding[2:] or set(dilation) != {1}:
         raise NotModelledError(
-            f"ops.conv: kernel {kh}x{kw}, stride {stride}, padding {padding}, dilation {dilation}: the cost "
-            "model takes square kernels and strides, equal padding on every side and no dilation")
+            f"ops.conv: stride {stride}, padding {padding}, dilation {dilation}: the cost model takes one stride "
+            "for both axes, the same padding before and after each axis and no dilation")
     if pad_type not in ("not_set", "valid"):
         raise NotModelledError(f"ops.conv(pad_type={pad_type!r}): give the padding explicitly")
     if c % groups or co % groups or cig != c // groups:
         raise GraphError(f"ops.conv: input {t.shape} and weight {weight.shape} do not match for {groups} group(s)")
-    s, p = stride[0], padding[0]
-    ho, wo = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+    s, (ph, pw) = stride[0], padding[:2]
+    ho, wo = (h + 2 * ph - kh) // s + 1, (w + 2 * pw - kw) // s + 1
     if ho <= 0 or wo <= 0:
         raise GraphError(f"ops.conv: kernel {kh}x{kw} is too large for input {h}x{w}")
     with g._building() as bld:
         out = bld.op("conv2d", [t._sim, weight._sim], [(n, co, ho, wo)],
-                     {"kernel": kh, "stride": s, "padding": p, "groups": groups}, name=_name(g, "conv"))[0]
+                     {"kernel": spatial_attr((kh, kw)), "stride": s, "padding": spatial_attr((ph, pw)),
+                      "groups": groups}, name=_name(g, "conv"))[0]
     return _out(g, out, t.dtype)
 
 
