@@ -392,20 +392,31 @@ def _family(name: str) -> str:
     return "other"
 
 
-def report_section(tolerance: float = 0.05) -> list[str]:
-    """The microbenchmark table of reports/validation.md (markdown lines): every row, its error,
-    a summary per family, and the rows not expressible."""
-    rs = rows()
+def _tables(rs: list[Row], tolerance: float, model: str) -> tuple[int, list[str]]:
+    """(rows within ``tolerance``, markdown lines): a summary per family, then every row and its error
+    against Poplar's ``model`` cycles, then the source's rows not expressible (if any)."""
     by_family: dict[str, list[Row]] = {}
     for r in rs:
         by_family.setdefault(_family(r.name), []).append(r)
-    within_count = sum(abs(r.error()) <= tolerance for r in rs)
     summary = [f"| {fam} | {len(v)} | {sum(abs(r.error()) <= tolerance for r in v)} | "
                f"{sorted(r.error() for r in v)[len(v) // 2]:+.1%} | {min(r.error() for r in v):+.1%} … "
                f"{max(r.error() for r in v):+.1%} |" for fam, v in by_family.items()]
     table = [f"| `{r.name}` | {r.bench.tool} | {r.cycles:,} | {r.simulated():,} | {r.error():+.1%} | "
              f"{'within' if abs(r.error()) <= tolerance else 'outside'} |" for r in rs]
     skipped = [f"| `{n}` | {why} |" for n, why in NOT_EXPRESSIBLE.items()]
+    lines = (["| family | rows | within | median error | range |", "|---|---:|---:|---:|---|"] + summary
+             + ["", f"| benchmark | tool | {model} cycles | simulated | error | status |", "|---|---|---:|---:|---:|---|"]
+             + table)
+    if skipped:
+        lines += ["", "Rows of the source not expressed:", "", "| benchmark | why |", "|---|---|"] + skipped
+    return sum(abs(r.error()) <= tolerance for r in rs), lines
+
+
+def report_section(tolerance: float = 0.05) -> list[str]:
+    """The microbenchmark table of reports/validation.md (markdown lines): every row, its error,
+    a summary per family, and the rows not expressible."""
+    rs = rows()
+    within_count, tables = _tables(rs, tolerance, "IPUModel2")
     return ["", "## Microbenchmarks: single matmul, convolution and reduction layers (IPUModel2)", "",
             f"Source: {SOURCE}. Cycles is Poplar's IPUModel2 estimate of the layer (its codelet estimators, "
             "exchange and sync model: how Poplar plans and runs it, not a hardware measurement), against the "
@@ -418,11 +429,7 @@ def report_section(tolerance: float = 0.05) -> list[str]:
             "the reduction rows (the fixed cycles of a reduce call, `configs/_vector-ops.toml` [reduce_vertex] "
             "`call_fixed_cycles`); rows within "
             f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py`. "
-            f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", "",
-            "| family | rows | within | median error | range |", "|---|---:|---:|---:|---|"] + summary + [
-            "", "| benchmark | tool | IPUModel2 cycles | simulated | error | status |",
-            "|---|---|---:|---:|---:|---|"] + table + [
-            "", "Rows of the source not expressed:", "", "| benchmark | why |", "|---|---|"] + skipped
+            f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", ""] + tables
 
 
 def max_tile_memory(target: str = "IpuModel2") -> dict[str, int]:
@@ -437,18 +444,9 @@ def mk1_report_section(tolerance: float = 0.05) -> list[str]:
     """The Mk1 subsection of the microbenchmark table (markdown lines): the same benchmarks on
     Poplar's IPUModel1 against the simulator on one Mk1 IPU, a summary per family and every row."""
     rs = rows("IpuModel1")
-    by_family: dict[str, list[Row]] = {}
-    for r in rs:
-        by_family.setdefault(_family(r.name), []).append(r)
-    within_count = sum(abs(r.error()) <= tolerance for r in rs)
-    summary = [f"| {fam} | {len(v)} | {sum(abs(r.error()) <= tolerance for r in v)} | "
-               f"{sorted(r.error() for r in v)[len(v) // 2]:+.1%} | {min(r.error() for r in v):+.1%} … "
-               f"{max(r.error() for r in v):+.1%} |" for fam, v in by_family.items()]
-    table = [f"| `{r.name}` | {r.bench.tool} | {r.cycles:,} | {r.simulated():,} | {r.error():+.1%} | "
-             f"{'within' if abs(r.error()) <= tolerance else 'outside'} |" for r in rs]
+    within_count, tables = _tables(rs, tolerance, "IPUModel1")
     ipu = system(next(iter(MK1_BENCHES.values())), "IpuModel1").ipu
     over = [n for n, b in max_tile_memory("IpuModel1").items() if b > ipu.sram_bytes_per_tile]
-    skipped = [f"| `{n}` | {why} |" for n, why in NOT_EXPRESSIBLE.items()]
     return ["", "### Mk1 (GC2): the same benchmarks on Poplar's IPUModel1", "",
             f"Source: {SOURCE_MK1}; `vgg16_tr_bs4_v1L1` has an IpuModel1 row only (its benchmark is commented out "
             "of `tests/CMakeLists.txt` at that commit; its arguments are the commented block's). The same graphs "
@@ -459,13 +457,8 @@ def mk1_report_section(tolerance: float = 0.05) -> list[str]:
             "to these rows: the per-pass and per-reduce fixed cycles are the IPUModel2 fits above. Poplar's "
             f"MaxTileMemory exceeds the {ipu.sram_bytes_per_tile // 1024} KiB tile in "
             f"{', '.join(f'`{n}`' for n in over) or 'no row'} (the IPUModel estimated them anyway). Rows within "
-            f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py` (`MK1_WITHIN`). "
-            f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", "",
-            "| family | rows | within | median error | range |", "|---|---:|---:|---:|---|"] + summary + [
-            "", "| benchmark | tool | IPUModel1 cycles | simulated | error | status |",
-            "|---|---|---:|---:|---:|---|"] + table + [
-            "", "IpuModel1 rows of the source not expressed (as for IPUModel2):", "", "| benchmark | why |",
-            "|---|---|"] + skipped
+            f"{tolerance:.0%} are held there by `tests/test_poplibs_mk1.py` (`MK1_WITHIN`). "
+            f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", ""] + tables
 
 
 __all__ = ["Bench", "report_section", "mk1_report_section", "MK1_BENCHES", "benches", "max_tile_memory",
