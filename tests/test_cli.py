@@ -371,7 +371,8 @@ def test_run_flags_for_graphcores_bert_configuration(capsys):
                            "3,7,7,7", "--micro-batch", "8", "--training", "--optimizer", "lamb",
                            "--gradient-accumulation", "2048", "--replicas", "4", "--optimizer-state", "off-chip-rts",
                            "--partials", "half", "--available-memory-proportion", "0.15,0.25,0.25,0.25",
-                           "--param", "vocab=30400", "--param", "mask_tokens=20", "--json")
+                           "--param", "vocab=30400", "--param", "mask_tokens=20", "--param", "attention_dropout=0",
+                           "--json")
     assert code == 0
     summary = json.loads(out)
     assert summary["samples_per_second"] == pytest.approx(PUBLISHED_BY_ID["B10"].simulated(), rel=1e-9)
