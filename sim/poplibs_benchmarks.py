@@ -122,25 +122,19 @@ def _benches() -> list[Bench]:
           _conv(i + "i4_a3x3", 35, 3, 288, 384, 2), _conv(i + "i4_b3x3b", 35, 3, 96, 96, 2),
           _conv(i + "i5_a1x1", 17, 1, 768, 192), _conv(i + "i5_b1x1", 17, 1, 768, 128),
           _conv(i + "i6_b1x1", 17, 1, 768, 160),
-          # the factorised 7x7 and 3x3 of Inception-v3's modules: 1xN and Nx1 kernels
-          _conv(i + "i5_b1x7", 17, (1, 7), 128, 128, padding=(0, 3)),
-          _conv(i + "i5_c7x1a", 17, (7, 1), 128, 128, padding=(3, 0)),
-          _conv(i + "i5_b7x1", 17, (7, 1), 128, 192, padding=(3, 0)),
-          _conv(i + "i5_c1x7b", 17, (1, 7), 128, 192, padding=(0, 3)),
-          _conv(i + "i6_b1x7", 17, (1, 7), 160, 160, padding=(0, 3)),
-          _conv(i + "i6_c7x1a", 17, (7, 1), 128, 160, padding=(3, 0)),
-          _conv(i + "i6_b7x1", 17, (7, 1), 160, 192, padding=(3, 0)),
-          _conv(i + "i6_c7x1b", 17, (7, 1), 160, 160, padding=(3, 0)),
-          _conv(i + "i6_c1x7b", 17, (1, 7), 160, 192, padding=(0, 3)),
-          _conv(i + "i7_b1x7", 17, (1, 7), 192, 192, padding=(0, 3)),
-          _conv(i + "i7_b7x1", 17, (7, 1), 192, 192, padding=(3, 0)),
-          _conv(i + "i9_ba1x3", 8, (1, 3), 384, 384, padding=(0, 1)),
-          _conv(i + "i9_bb3x1", 8, (3, 1), 384, 384, padding=(1, 0)),
           _conv(i + "i8_a3x3", 17, 3, 192, 320, 2), _conv(i + "i8_b3x3", 17, 3, 192, 192, 2),
           _conv(i + "i9_a1x1", 8, 1, 1280, 320), _conv(i + "i9_c1x1", 8, 1, 1280, 448),
           _conv(i + "i9_d1x1", 8, 1, 1280, 192), _conv(i + "i9_c3x3", 8, 3, 448, 384, padding=1),
           _conv(i + "i10_a1x1", 8, 1, 2048, 320), _conv(i + "i10_b1x1", 8, 1, 2048, 384),
           _conv(i + "i10_c1x1", 8, 1, 2048, 448), _conv(i + "i10_d1x1", 8, 1, 2048, 192)]
+    # the factorised 7x7 and 3x3 of Inception-v3's modules: 1xN and Nx1 kernels, "same" padding per axis
+    b += [_conv(i + name, field, (kh, kw), cin, cout, padding=((kh - 1) // 2, (kw - 1) // 2))
+          for name, field, (kh, kw), cin, cout in (
+              ("i5_b1x7", 17, (1, 7), 128, 128), ("i5_c7x1a", 17, (7, 1), 128, 128), ("i5_b7x1", 17, (7, 1), 128, 192),
+              ("i5_c1x7b", 17, (1, 7), 128, 192), ("i6_b1x7", 17, (1, 7), 160, 160), ("i6_c7x1a", 17, (7, 1), 128, 160),
+              ("i6_b7x1", 17, (7, 1), 160, 192), ("i6_c7x1b", 17, (7, 1), 160, 160), ("i6_c1x7b", 17, (1, 7), 160, 192),
+              ("i7_b1x7", 17, (1, 7), 192, 192), ("i7_b7x1", 17, (7, 1), 192, 192), ("i9_ba1x3", 8, (1, 3), 384, 384),
+              ("i9_bb3x1", 8, (3, 1), 384, 384))]
     v = "vgg16_tr_bs4_"
     b += [_conv(v + "v1L0", 224, 3, 4, 64, padding=1), _conv(v + "v2L0", 112, 3, 64, 128, padding=1),
           _conv(v + "v2L1", 112, 3, 128, 128, padding=1), _conv(v + "v3L0", 56, 3, 128, 256, padding=1),
