@@ -192,7 +192,7 @@ def resnet50_training(system: str, replicas: int, global_batch: int, micro_batch
     """ResNet-50 training as Graphcore's TF1 ResNet-50 config runs it (recomputation checkpoint per
     block, 8-bit images, availableMemoryProportion 0.16, half partials, momentum SGD, the host one
     input buffer ahead), images/s."""
-    setup = _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), 0.16)
+    setup = _resnet_e2e(system, replicas, global_batch, micro_batch)
     return simulate(setup.graph(), system, setup.options(), training=True,
                     optimizer=setup.sim_optimizer()).samples_per_second
 
@@ -484,6 +484,12 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     return Setup("resnet50", _params(micro_batch=micro_batch, recompute_checkpoints="blocks", eight_bit_io=True),
                  system, replicas=replicas, accumulation=accumulation, amp=(amp,), optimizer=optimizer,
                  prefetch_depth=prefetch_depth)
+
+
+def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> Setup:
+    """The end-to-end ResNet-50 checks' configuration (:func:`resnet50_training`): momentum SGD,
+    availableMemoryProportion 0.16, the accumulation that makes ``global_batch``."""
+    return _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), 0.16)
 
 
 def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumulation: int,
@@ -1452,8 +1458,7 @@ CLOCK_LINES = ("compute", "launch", "exchange", "exchange_setup")
 #: breakdown lines priced in seconds (host CPU, host link, gateway, IPU-Links): the same seconds
 SECONDS_LINES = ("host_io", "remote_io", "inter_ipu", "collective")
 #: B1 and B2 (END_TO_END, :func:`resnet50_training`) as Setups
-_E2E_SETUPS = {"B1": _resnet_train("bow-pod16", 16, 20, 6, 0.16, "sgd_momentum"),
-               "B2": _resnet_train("bow-pod64", 64, 20, 2, 0.16, "sgd_momentum")}
+_E2E_SETUPS = {"B1": _resnet_e2e("bow-pod16", 16, 1920), "B2": _resnet_e2e("bow-pod64", 64, 2560)}
 
 
 def _pair_setup(row_id: str) -> Setup:

@@ -397,14 +397,13 @@ def fc_weight_transpose(G: int, K: int, N: int, itemsize: int, used: int, worker
     return transpose_block_cycles(rows, cols, math.ceil(blocks / max(used, 1)), itemsize, workers)
 
 
-def with_weight_transpose(plan: "MatmulPlan", cycles: float, ipu: IPU) -> "MatmulPlan":
+def with_weight_transpose(plan: MatmulPlan, cycles: float, ipu: IPU) -> MatmulPlan:
     """``plan`` preceded by a weight transpose of ``cycles`` tile cycles in its own compute set
     (:func:`fc_weight_transpose`)."""
     if cycles <= 0:
         return plan
     t = int(math.ceil(cycles))
-    return replace(plan, compute_cycles=plan.compute_cycles + t, launch_cycles=plan.launch_cycles,
-                   supersteps=plan.supersteps + 1, sync_points=plan.sync_points + 1,
+    return replace(plan, compute_cycles=plan.compute_cycles + t, supersteps=plan.supersteps + 1, sync_points=plan.sync_points + 1,
                    total_cycles=plan.total_cycles + t + ipu.internal_sync_cycles, weight_transpose=t)
 
 

@@ -32,7 +32,7 @@ import torch.nn as nn
 from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import spatial_attr
+from ..graph.ir import spatial, spatial_attr
 from . import _state
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
@@ -192,12 +192,11 @@ def unsupported(desc: str, node, why: str = "") -> UnsupportedOpError:
 
 # --- helpers ------------------------------------------------------------------------------------
 def _pair(v, default: int) -> tuple[int, int]:
-    """(height, width) of a 2-D kernel, stride or padding as PyTorch takes it: one int or a pair."""
-    if v is None or (isinstance(v, (tuple, list)) and not v):
-        return default, default
-    if isinstance(v, (tuple, list)):
-        return (int(v[0]), int(v[0])) if len(v) == 1 else (int(v[0]), int(v[1]))
-    return int(v), int(v)
+    """(height, width) of a 2-D kernel, stride or padding as PyTorch takes it: one int, a pair, or
+    a one-element / empty sequence (``default`` when None or empty)."""
+    if v is None or (isinstance(v, (tuple, list)) and len(v) <= 1):
+        return spatial(v[0] if v else default)
+    return spatial(v)
 
 
 def _dims(dim, ndim: int) -> list[int]:
