@@ -9,22 +9,16 @@ import pytest
 import models
 import sim
 from sim.strategy import ShardedExecution
-from sim.cli.main import main
 from sim.results.report import OUTPUT_FILES, format_summary, write_outputs
+
+from cli_run import cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SMALL = ["--num-layers", "2"]  # the default model (BERT-base, micro-batch 1) with 2 layers
 
 
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
-
-
 def test_default_run_prints_cycles_and_breakdown(capsys):
-    code, out, err = run_cli(capsys, "run")
+    code, out, err = cli(capsys, "run")
     assert code == 0 and err == ""
     assert "bert-base on ipu-mk2" in out and "inference" in out
     assert "cycles" in out and "samples/s" in out and "TFLOP/s" in out
@@ -34,7 +28,7 @@ def test_default_run_prints_cycles_and_breakdown(capsys):
 
 
 def test_json_has_the_documented_keys_and_types(capsys):
-    code, out, _ = run_cli(capsys, "run", *SMALL, "--json")
+    code, out, _ = cli(capsys, "run", *SMALL, "--json")
     assert code == 0
     d = json.loads(out)
     assert type(d["cycle_count"]) is int and d["cycle_count"] > 0
@@ -52,7 +46,7 @@ def test_json_has_the_documented_keys_and_types(capsys):
 
 
 def test_options_reach_the_simulation(capsys):
-    code, out, _ = run_cli(capsys, "run", "--model", "mlp", "--training", "--optimizer", "adam",
+    code, out, _ = cli(capsys, "run", "--model", "mlp", "--training", "--optimizer", "adam",
                            "--device-iterations", "2", "--gradient-accumulation", "3",
                            "--output-mode", "sum", "--available-memory-proportion", "0.3",
                            "--param", "hidden=[64, 64]", "--micro-batch", "4")
@@ -60,7 +54,7 @@ def test_options_reach_the_simulation(capsys):
     assert "training (adam)" in out and "micro-batch 4," in out
     assert "deviceIterations 2, gradientAccumulation 3" in out
     assert "outputMode Sum" in out and "IPU0=0.3" in out
-    code, out, _ = run_cli(capsys, "run", "--model", "mlp", "--synthetic-data", "--json")
+    code, out, _ = cli(capsys, "run", "--model", "mlp", "--synthetic-data", "--json")
     d = json.loads(out)
     assert d["latency"] is None  # not measured with synthetic data, so no 0 that reads as a time
     assert any("latencies not measured" in n for n in d["notes"])
@@ -69,7 +63,7 @@ def test_options_reach_the_simulation(capsys):
 
 def test_output_writes_every_file(capsys, tmp_path):
     out_dir = tmp_path / "new" / "dir"
-    code, out, _ = run_cli(capsys, "run", *SMALL, "--output", str(out_dir))
+    code, out, _ = cli(capsys, "run", *SMALL, "--output", str(out_dir))
     assert code == 0
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(OUTPUT_FILES)  # no temporaries left
     for name in OUTPUT_FILES:
@@ -100,17 +94,17 @@ def test_write_outputs_refuses_a_file_and_overwrites_whole_files(tmp_path):
 def test_output_onto_a_file_is_an_error(capsys, tmp_path):
     a_file = tmp_path / "f"
     a_file.write_text("x")
-    code, _, err = run_cli(capsys, "run", "--model", "mlp", "--output", str(a_file))
+    code, _, err = cli(capsys, "run", "--model", "mlp", "--output", str(a_file))
     assert code == 2 and "not a directory" in err
 
 
 def test_systems_and_models_lists(capsys):
-    code, out, _ = run_cli(capsys, "systems")
+    code, out, _ = cli(capsys, "systems")
     assert code == 0
     lines = {line.split()[0]: line for line in out.splitlines()}
     assert "ipu-pod16" in lines and "bow-pod64" in lines
     assert lines["ipu-pod16"].split()[1] == "16" and "1.325 GHz" in lines["ipu-pod16"]
-    code, out, _ = run_cli(capsys, "models")
+    code, out, _ = cli(capsys, "models")
     assert code == 0
     large = next(line for line in out.splitlines() if line.startswith("bert-large"))
     assert "num_layers=24" in large and "hidden=1024" in large
@@ -131,7 +125,7 @@ def test_systems_and_models_lists(capsys):
     ([], ["COMMAND"]),
 ])
 def test_usage_and_simulator_errors_exit_2(capsys, argv, words):
-    code, out, err = run_cli(capsys, *argv)
+    code, out, err = cli(capsys, *argv)
     assert code == 2 and out == ""
     assert "error:" in err
     for w in words:
@@ -139,14 +133,14 @@ def test_usage_and_simulator_errors_exit_2(capsys, argv, words):
 
 
 def test_out_of_memory_exits_3_with_the_shortfall(capsys):
-    code, out, err = run_cli(capsys, "run", "--model", "bert-large", "--training",
+    code, out, err = cli(capsys, "run", "--model", "bert-large", "--training",
                              "--num-layers", "24", "--micro-batch", "8")
     assert code == 3 and out == ""
     assert err.startswith("ipusim: error: Out of memory") and "short by" in err
 
 
 def test_help_exits_0(capsys):
-    code, out, _ = run_cli(capsys, "run", "--help")
+    code, out, _ = cli(capsys, "run", "--help")
     assert code == 0 and "--device-iterations" in out
 
 
@@ -160,7 +154,7 @@ PIPE = ["--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--la
 
 
 def cli_cycles(capsys, *argv) -> dict:
-    code, out, err = run_cli(capsys, "run", *argv, "--json")
+    code, out, err = cli(capsys, "run", *argv, "--json")
     assert code == 0, err
     return json.loads(out)
 
@@ -185,7 +179,7 @@ def test_layers_per_ipu_and_pipelined_or_sharded_strategy(capsys, strategy):
     assert run.executable.strategy == (strategy or "pipelined")
     assert d["cycle_count"] == run.cycle_count
     assert sorted(d["breakdown"]) == ["0", "1", "2", "3"]
-    code, out, _ = run_cli(capsys, "run", *argv)
+    code, out, _ = cli(capsys, "run", *argv)
     assert f"strategy {strategy or 'pipelined'} (5 stages on 4 IPUs)" in out
     if strategy != "sharded":
         phases = pipeline_phases(run)
@@ -206,7 +200,7 @@ def test_phased_strategy_has_one_phase_per_block(capsys, strategy):
     assert d["cycle_count"] == run.cycle_count
     assert len(d["breakdown"]) == (1 if strategy == "serial-phased" else 2)
     assert d["breakdown"]["0"]["remote_io"] > 0
-    code, out, _ = run_cli(capsys, "run", *argv)
+    code, out, _ = cli(capsys, "run", *argv)
     assert f"strategy {strategy.replace('-', ' ')} (6 phases on" in out
 
 
@@ -217,7 +211,7 @@ def test_sync_pattern_flag(capsys, flag, pattern):
     opts = sim.Options().deviceIterations(6).syncPattern(pattern)
     run = api_run(bert4(layers_per_ipu=[1, 1, 1, 1]), "ipu-m2000", opts)
     assert d["cycle_count"] == run.cycle_count
-    code, out, _ = run_cli(capsys, "run", *PIPE, "--device-iterations", "6", "--sync-pattern", flag)
+    code, out, _ = cli(capsys, "run", *PIPE, "--device-iterations", "6", "--sync-pattern", flag)
     assert f"syncPattern {pattern.name}," in out
     assert "accepted, no modelled effect" not in out  # the option is modelled
 
@@ -238,7 +232,7 @@ def test_io_tiles_overlap_and_prefetch_flags(capsys):
     plain = cli_cycles(capsys, "--model", "mlp", "--device-iterations", "16")
     prefetch = cli_cycles(capsys, "--model", "mlp", "--device-iterations", "16", "--prefetch-depth", "3")
     assert prefetch["cycle_count"] < plain["cycle_count"]
-    code, out, _ = run_cli(capsys, "run", *argv)
+    code, out, _ = cli(capsys, "run", *argv)
     assert "IO tiles 32, prefetch depth 3" in out and "1440 compute tiles" in out
 
 
@@ -265,7 +259,7 @@ def test_optimizer_state_flag(capsys, state):
     assert d["cycle_count"] == run.cycle_count
     base = cli_cycles(capsys, *argv[:-2])
     assert d["memory"]["0"]["by_role"].get("state", 0) < base["memory"]["0"]["by_role"]["state"]
-    code, out, _ = run_cli(capsys, "run", *argv)
+    code, out, _ = cli(capsys, "run", *argv)
     assert ("optimizer state off chip" if state == "off-chip" else "optimizer state on chip, sharded") in out
 
 
@@ -273,7 +267,7 @@ def test_bert_large_optimizer_state_on_chip_is_out_of_memory_off_chip_fits(capsy
     argv = ["--model", "bert-large", "--micro-batch", "2", "--layers-per-ipu", "3,7,7,7", "--system",
             "ipu-m2000", "--training", "--optimizer", "lamb", "--gradient-accumulation", "10",
             "--synthetic-data"]
-    code, out, err = run_cli(capsys, "run", *argv, "--optimizer-state", "on-chip")
+    code, out, err = cli(capsys, "run", *argv, "--optimizer-state", "on-chip")
     assert code == 3 and "IPU 0" in err and re.search(r"pipeline stage \d", err) and "short by" in err
     d = cli_cycles(capsys, *argv, "--optimizer-state", "off-chip")
     assert [d["memory"][str(i)]["peak_tile_bytes"] <= d["memory"][str(i)]["tile_capacity_bytes"]
@@ -300,7 +294,7 @@ def test_bert_large_optimizer_state_on_chip_is_out_of_memory_off_chip_fits(capsy
     (PIPE + ["--device-iterations", "8", "--io-tiles", "32"], ["IO tiles", "PipelinedExecution"]),
 ])
 def test_multi_ipu_flag_errors_exit_2(capsys, argv, words):
-    code, out, err = run_cli(capsys, "run", *argv)
+    code, out, err = cli(capsys, "run", *argv)
     assert code == 2 and out == "" and "error:" in err
     for w in words:
         assert w in err
@@ -333,7 +327,7 @@ def test_timeline_shows_fill_main_flush_and_passes(tmp_path):
 
 
 def test_timeline_draws_io_tile_and_host_lanes(capsys, tmp_path):
-    code, out, _ = run_cli(capsys, "run", "--model", "mlp", "--device-iterations", "8", "--io-tiles", "32",
+    code, out, _ = cli(capsys, "run", "--model", "mlp", "--device-iterations", "8", "--io-tiles", "32",
                            "--overlap", "device", "--prefetch-depth", "2", "--output", str(tmp_path))
     assert code == 0 and (tmp_path / "timeline.png").read_bytes()[:8] == PNG_SIGNATURE
     g = models.get("mlp")
@@ -358,7 +352,7 @@ def test_auto_round_num_ipus_flag(capsys):
     """Three IPUs is an error naming autoRoundNumIPUs; with the flag the run reserves four."""
     argv = ["--model", "bert-base", "--num-layers", "3", "--layers-per-ipu", "1,1,1", "--micro-batch", "1",
             "--system", "ipu-m2000", "--device-iterations", "4"]
-    code, _, err = run_cli(capsys, "run", *argv)
+    code, _, err = cli(capsys, "run", *argv)
     assert code == 2 and "autoRoundNumIPUs" in err
     assert cli_cycles(capsys, *argv, "--auto-round-num-ipus")["cycle_count"] > 0
 
@@ -367,7 +361,7 @@ def test_run_flags_for_graphcores_bert_configuration(capsys):
     """Per-IPU proportions, half partials and off-chip sharded optimizer state reach the options:
     the same run as sim.validation's B10 row, so the same samples per second."""
     from sim.validation import PUBLISHED_BY_ID
-    code, out, _ = run_cli(capsys, "run", "--model", "bert-large", "--system", "bow-pod16", "--layers-per-ipu",
+    code, out, _ = cli(capsys, "run", "--model", "bert-large", "--system", "bow-pod16", "--layers-per-ipu",
                            "3,7,7,7", "--micro-batch", "8", "--training", "--optimizer", "lamb",
                            "--gradient-accumulation", "2048", "--replicas", "4", "--optimizer-state", "off-chip-rts",
                            "--partials", "half", "--available-memory-proportion", "0.15,0.25,0.25,0.25",
@@ -379,6 +373,6 @@ def test_run_flags_for_graphcores_bert_configuration(capsys):
 
 
 def test_proportions_must_match_the_ipus_of_a_replica(capsys):
-    code, _, err = run_cli(capsys, "run", "--model", "bert-base", "--num-layers", "4", "--layers-per-ipu", "0,2,1,1",
+    code, _, err = cli(capsys, "run", "--model", "bert-base", "--num-layers", "4", "--layers-per-ipu", "0,2,1,1",
                            "--system", "ipu-pod16", "--available-memory-proportion", "0.2,0.3")
     assert code == 2 and "2 values" in err and "(4)" in err

@@ -11,14 +11,9 @@ import pytest
 from sim.cli.compare import EXIT_DIFFERENT, differences, load_run
 from sim.cli.main import main
 
+from cli_run import cli
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

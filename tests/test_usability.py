@@ -15,14 +15,9 @@ import models
 import sim
 from sim.cli.main import main
 
+from cli_run import cli
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
