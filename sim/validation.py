@@ -443,12 +443,13 @@ DEPARTURES = {
               "(Graph.samples_per_row)",
     "mlperf-factor": "packing factor 2 (avg_seq_per_pack in the MLPerf configs)",
     "mlperf-step": "the published figure is training only (sequences between evaluations over block_start to "
-                   "block_stop; evaluation and start-up excluded), but each step is one synchronous session.run "
-                   "(batches_per_step 1) followed by the script's host work: the learning rate written to the "
-                   "IPUs every step (updateOptimizerFromHost), the next step's data sliced and cast. The line through "
-                   "the step times of M18-M20 (GA 96, 64, 36) puts what every step adds at about 200 ms on hardware "
-                   "against about 40 ms simulated (fill, flush, gradient reduction, weight update; \"Packed BERT "
-                   "SL512: time per step\" below): the simulator runs the device program only, not the host's loop",
+                   "block_stop; evaluation and start-up excluded); each step is one synchronous session.run "
+                   "(batches_per_step 1) followed by the script's host work (updateOptimizerFromHost, the next "
+                   "step's data). The line through the step times of M18-M20 (GA 96, 64, 36) puts what every step "
+                   "adds at about 200 ms on hardware against about 40 ms simulated (fill, flush, gradient reduction, "
+                   "weight update; \"Packed BERT SL512: time per step\" below). The v1.x logs place it inside the "
+                   "training call: each eval call of the same training program costs a full step without the host "
+                   "work (docs/reference/published-results.md 1.1); what it is has no published size",
     "nsp": "the config keeps the NSP head (pooler and 2-way classifier on each pack's 3 sequence slots); the zoo's "
            "BERT has none (about 0.01 % of the FLOPs)",
     "emb-serial": "the config serialises the tied vocab projection (embedding_serialization_vocab_steps 4-5); the "
