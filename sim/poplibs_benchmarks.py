@@ -248,18 +248,22 @@ def fc_graph(batch: int, inputs: int, outputs: int, groups: int = 1, dtype: str 
     ``prevDeltas = zDeltas @ weightsᵀ`` and the weight update ``weights += -lr · prevActᵀ @
     zDeltas`` in place (poplin ``matMulAcc``: one ScaledAdd, the ``accumulate`` kind). With one
     group the tensors are 2-D. ``prevAct`` and ``zDeltas`` are inputs and ``nextAct`` and
-    ``prevDeltas`` outputs, as the tool's upload and download programs make them.
+    ``prevDeltas`` outputs, as the tool's upload and download programs make them. The three
+    matmuls carry the tool's ``fullyConnectedPass`` (``fully_connected_pass``: TRAINING_FWD, _BWD,
+    _WU), so they are planned as poplin plans a training layer, jointly or separately
+    (``sim/cost/amp.py`` ``plan_fc_training``).
     """
     lead = (groups,) if groups > 1 else ()
     b = GraphBuilder(f"fc_layer_{batch}x{inputs}x{outputs}" + (f"_g{groups}" if groups > 1 else ""), dtype)
     prev_act = b.input("prevAct", lead + (batch, inputs))
     z_deltas = b.input("zDeltas", lead + (batch, outputs))
     weights = b.weight("weights", lead + (inputs, outputs))
-    next_act = b.op("matmul", [prev_act, weights], [lead + (batch, outputs)], name="Fwd")[0]
-    prev_deltas = b.op("matmul", [z_deltas, weights], [lead + (batch, inputs)], attrs={"transpose_b": True},
-                       name="Bwd")[0]
-    delta_w = b.op("matmul", [prev_act, z_deltas], [lead + (inputs, outputs)], attrs={"transpose_a": True},
-                   name="Wu")[0]
+    next_act = b.op("matmul", [prev_act, weights], [lead + (batch, outputs)],
+                    attrs={"fully_connected_pass": "TRAINING_FWD"}, name="Fwd")[0]
+    prev_deltas = b.op("matmul", [z_deltas, weights], [lead + (batch, inputs)], name="Bwd",
+                       attrs={"transpose_b": True, "fully_connected_pass": "TRAINING_BWD"})[0]
+    delta_w = b.op("matmul", [prev_act, z_deltas], [lead + (inputs, outputs)], name="Wu",
+                   attrs={"transpose_a": True, "fully_connected_pass": "TRAINING_WU"})[0]
     b.graph.add_op(Op("Wu/update", "accumulate", [weights, delta_w], [weights], {"weight": weights}))
     b.output(next_act, prev_deltas)
     return b.graph

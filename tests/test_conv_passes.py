@@ -109,12 +109,29 @@ def test_padded_partial_channels_rearrange_the_padded_weights_and_output(ipu):
 def test_rgb_stem_backward_pass_pays_the_padded_partials_rearrangement(ipu):
     g, bwd = _op("mobilenet_conv1_1", "conv2d_grad_input")
     cost = op_cost(bwd, g, ipu, ipu.tiles)
-    conv = ConvShape(3, 3, 1, 112, 32)
+    conv = ConvShape(3, 3, 1, 112, 32, 4, 112)  # zDeltas' 4 x 112 x 112 field, split per dimension
     args = (1, 4 * 112 * 112, 32 * 9, 4, 2, True, ipu, ipu.tiles, 0.6)
     padded = plan_matmul(*args, conv=conv, rearranged=8 * (4 * 224 * 224 + 32 * 9))
     assert cost.compute_cycles == padded.compute_cycles
     assert padded.total_cycles > plan_matmul(*args, conv=conv).total_cycles
     # a forward pass with 64 output channels has nothing to pad
     g1, fwd = _op("mobilenet_conv1_1", "conv2d")
-    plain = plan_matmul(1, 4 * 112 * 112, 4 * 9, 32, 2, True, ipu, ipu.tiles, 0.6, conv=ConvShape(3, 3, 2, 112, 4))
+    plain = plan_matmul(1, 4 * 112 * 112, 4 * 9, 32, 2, True, ipu, ipu.tiles, 0.6, conv=ConvShape(3, 3, 2, 112, 4, 4, 112))
     assert op_cost(fwd, g1, ipu, ipu.tiles).compute_cycles == plain.compute_cycles
+
+
+def test_a_kernel_taller_than_one_splits_the_field_per_dimension(ipu):
+    """poplin splits the batch and each field dimension separately (no flattenDims for a 3x3
+    kernel), so the busiest tile of a 4 x 56 x 56 output field holds whole shares of each: 23 tiles
+    (a prime) give 608 positions (4 x 8 rows x 19 columns on 21 tiles), not 12,544 / 23 = 546;
+    32 = 4 x 8 splits it exactly."""
+    from sim.cost.amp import field_split_positions
+    conv = ConvShape(3, 3, 1, 56, 128, 4, 56)
+    pos, width = field_split_positions(conv, np.array([1, 4, 23, 32, 46]))
+    assert pos.tolist() == [12544, 3136, 608, 392, 304]
+    assert width.tolist() == [56, 56, 19, 56, 19]
+    # without the field's batch and height the planner splits the positions freely, as before
+    free = plan_matmul(1, 12544, 1152, 256, 2, True, ipu, ipu.tiles, 0.6, conv=ConvShape(3, 3, 1, 56, 128))
+    split = plan_matmul(1, 12544, 1152, 256, 2, True, ipu, ipu.tiles, 0.6, conv=conv)
+    assert split.total_cycles > free.total_cycles
+    assert free.splits[1] == 23 and split.splits[1] != 23  # vgg16 v3L0's forward pass

@@ -16,7 +16,7 @@ from sim import load_system, poplibs_benchmarks as pb
 from sim.cost.amp import pass_fixed_cycles, plan_matmul, rearrangement
 
 TOLERANCE = 0.05
-# the rows within 5 % when the cost components below were added (69 of 150): held there
+# the IPUModel2 rows within 5 % (110 of 173 on 2026-11-23; the comments say when rows came and left): held there
 WITHIN = (
     "bert_ffn1_384x1024x4096", "bert_ffn1_512x1024x4096",
     # bert_grouped_12x128x64x128 and bert_grouped_16x128x64x128 left (+0.2 -> +6.7 %, +0.3 -> +6.3 %) when
@@ -27,7 +27,12 @@ WITHIN = (
     # by as much (as the fixed cost per pass does for every small fc row: the 1000x5 rows are +10..+33 %)
     "bert_kqv_128x768x2304", "bert_proj_128x1024x1024",
     "bert_proj_384x1024x1024", "bert_proj_384x768x768", "bert_proj_512x768x768", "fc_layer_1440x200x400",
-    "fc_layer_16_1000_5_float", "fc_layer_1_1000_1000_half",
+    # fc_layer_16_1000_5_float and fc_layer_1_1000_1000_half left (+1.0 -> +5.4 %, +3.1 -> +5.1 %) when the
+    # fc tool's passes began to be planned as poplin plans FC_TRAINING (sim/cost/amp.py plan_fc_training,
+    # tests/test_fc_joint_plan.py): separately planned, the weight update's result is rearranged into the
+    # weights' layout (ConvModel.cpp addTransformCycleEstimate, rearrangeOutput for FC_TRAINING_WU when not
+    # joint), and 1000x1000 picks the joint plan (ConvPlan.cpp createPlan); their earlier agreement came
+    # from pricing the passes as independent matmuls with free layouts
     # the fp32 AMP and HMAC vertices as poplibs prices them (tests/test_fp32_vertices.py) brought these
     # in (-17, -13, -13 % before); fc_layer_8_1000_1000_float left (-2 % -> +14 %: Poplar plans batch 8
     # cheaper than batch 1, 14,738 against 15,360 cycles, which one plan for both cannot follow)
@@ -35,18 +40,16 @@ WITHIN = (
     # the weight transpose: 8x8 fp32 blocks, 11 a tile, are 1,014 cycles by popops' Transpose2d estimator
     # (plus a sync) that Poplar's rows include; the passes' fp32 vertices as the simulator plans them
     # (unswapped operands, one output position per tile) carried that much too much before
-    "fc_layer_16_1000_1000_float",
-    "fc_layer_8_1000_5_half", "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_1000x512x20000",
+    "fc_layer_16_1000_1000_float", "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_1000x512x20000",
     "gemm_1000x512x30000", "gemm_200x256x20000", "gemm_200x256x30000", "gemm_200x512x10000",
-    "gemm_200x512x30000", "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x256x10000", "gemm_600x256x20000",
+    "gemm_200x512x30000", "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x256x20000",
     "gemm_600x256x30000", "gemm_600x512x30000", "gemm_600x64x20000", "inception_tr_bs4_i10_a1x1",
     "inception_tr_bs4_i10_c1x1", "inception_tr_bs4_i10_d1x1", "inception_tr_bs4_i1_a1x1",
     "inception_tr_bs4_i1_c3x3a", "inception_tr_bs4_i1_c3x3b", "inception_tr_bs4_i1_db1x1",
     "inception_tr_bs4_i2_a1x1", "inception_tr_bs4_i2_b1x1", "inception_tr_bs4_i3_a1x1",
     "inception_tr_bs4_i3_b1x1", "inception_tr_bs4_i5_a1x1", "inception_tr_bs4_i5_b1x1",
     "inception_tr_bs4_i6_b1x1", "inception_tr_bs4_i8_a3x3", "inception_tr_bs4_i9_a1x1",
-    "inception_tr_bs4_i9_c1x1", "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1", "mobilenet_conv_pw_13_1",
-    "mobilenet_conv_pw_2_1", "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_4_1", "mobilenet_conv_pw_6_1",
+    "inception_tr_bs4_i9_c1x1", "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1", "mobilenet_conv_pw_13_1", "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_4_1", "mobilenet_conv_pw_6_1",
     "mobilenet_conv_pw_7_1", "resnet50_tr_bs4_bm128L0A2", "resnet50_tr_bs4_bm128L1A0",
     "resnet50_tr_bs4_bm256L0A0", "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L0_projection",
     "resnet50_tr_bs4_bm256L1A0", "resnet50_tr_bs4_bm512L0A0",
@@ -57,9 +60,12 @@ WITHIN = (
     "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v4L0", "vgg16_tr_bs4_v4L1", "vgg16_tr_bs4_v5L0",
     # within since the conv passes follow poplin's plans more closely (the weight update's expanded
     # input, the strided 1x1 kernel's expansion and deferred dilation; tests/test_conv_passes.py)
+    # within (+499 % before) since the backward pass may swap its operands as poplin's does
+    # (tests/test_conv_swap.py)
+    "conv_5x200_1_in_100_out_bs1440",
     "alexnet_tr_bs4_layer4", "inception_tr_bs4_i1_b5x5", "inception_tr_bs4_layer10", "inception_tr_bs4_layer3",
     "inception_tr_bs4_layer5", "resnet50_tr_bs4_bm128L0A1", "resnet50_tr_bs4_bm256L0A1",
-    "resnet50_tr_bs4_bm512L0_projection", "resnet50_tr_bs4_bm64L0A1", "vgg16_tr_bs4_v2L0", "vgg16_tr_bs4_v2L1",
+    "resnet50_tr_bs4_bm512L0_projection", "vgg16_tr_bs4_v2L0", "vgg16_tr_bs4_v2L1",
     # within (-10.0 % -> -2.7 %) since the backward pass of a 4-channel stem rearranges its weights and
     # output padded to the partial-channel group (poplin padPartialChannels; tests/test_conv_passes.py)
     "mobilenet_conv1_1",
@@ -71,9 +77,22 @@ WITHIN = (
     "bert_reduce_0", "bert_reduce_2", "bert_reduce_3", "resnet50_tr_bs1_bm128L0A0_reduce",
     "resnet50_tr_bs1_bm64L0A0_reduce", "resnet50_tr_bs1_cnv_reduce",
     # non-square kernels (Inception-v3's factorised 1xN / Nx1), expressible since conv2d takes (kh, kw)
-    "inception_tr_bs4_i5_b1x7", "inception_tr_bs4_i5_c1x7b", "inception_tr_bs4_i6_b1x7", "inception_tr_bs4_i6_b7x1",
+    "inception_tr_bs4_i5_b1x7", "inception_tr_bs4_i5_c1x7b", "inception_tr_bs4_i6_b1x7",
     "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i7_b1x7", "inception_tr_bs4_i7_b7x1",
     "inception_tr_bs4_i9_ba1x3", "inception_tr_bs4_i9_bb3x1",
+    # within since a matmul's or conv's passes follow poplin's plans more closely (2026-11-23): the fc
+    # tool's passes planned jointly as FC_TRAINING (tests/test_fc_joint_plan.py), a backward pass with
+    # swapped operands (tests/test_conv_swap.py), the field split per dimension
+    # (tests/test_conv_passes.py) and poplin's partials reduction (sim/cost/conv_reduce.py). Left then
+    # (over-predicted, all but one of them previously within 5 % by an old plan poplin cannot make, as
+    # the 46-way flattened field split of bm64L0A1, or an older reduction rate):
+    # fc_layer_8_1000_5_half +6.1%, gemm_600x256x10000 +7.4%, inception_tr_bs4_i6_b7x1 +5.1%,
+    # mobilenet_conv_pw_2_1 +5.3%, resnet50_tr_bs4_bm64L0A1 +7.1%
+    "bert_ffn1_128x1024x4096", "bert_ffn1_128x768x3072", "bert_ffn1_384x768x3072", "bert_ffn1_512x768x3072",
+    "bert_ffn2_384x3072x768", "bert_ffn2_384x4096x1024", "bert_grouped_16x384x64x384",
+    "bert_kqv_128x1024x3072", "bert_kqv_384x1024x3072", "bert_kqv_384x768x2304", "bert_kqv_512x1024x3072",
+    "bert_kqv_512x768x2304", "gemm_200x512x20000", "gemm_600x512x10000", "inception_tr_bs4_layer1",
+    "mobilenet_conv_pw_5_1", "resnet50_tr_bs4_bm128L0_projection", "vgg16_tr_bs4_v3L1",
 )
 
 
@@ -112,7 +131,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= 69
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 110
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

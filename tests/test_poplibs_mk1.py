@@ -14,32 +14,53 @@ from sim.cost.amp import amp_fp32_vertex_cycles, amp_mode
 
 TOLERANCE = 0.05
 TARGET = "IpuModel1"
-# the IpuModel1 rows within 5 % when the Mk1 table was added (68 of 160): held there
+# the IpuModel1 rows within 5 % (103 of 174 on 2026-11-23; 68 of 160 when the table was added): held there
 MK1_WITHIN = (
-    "alexnet_tr_bs4_layer4", "alexnet_tr_bs4_layer7", "bert_ffn1_512x768x3072", "bert_kqv_384x1024x3072",
-    "bert_kqv_512x1024x3072", "bert_proj_128x768x768", "fc_layer_1440x200x400", "fc_layer_16x1324x100",
+    "alexnet_tr_bs4_layer7", "bert_ffn1_512x768x3072", "bert_kqv_384x1024x3072",
+    "bert_kqv_512x1024x3072", "fc_layer_1440x200x400", "fc_layer_16x1324x100",
     "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_200x256x10000", "gemm_200x256x20000",
     "gemm_200x256x30000", "gemm_200x512x10000", "gemm_200x512x20000", "gemm_600x256x10000", "gemm_600x256x20000",
     "gemm_600x256x30000", "gemm_600x512x20000", "gemm_600x512x30000", "inception_tr_bs4_i10_a1x1",
     "inception_tr_bs4_i10_c1x1", "inception_tr_bs4_i10_d1x1", "inception_tr_bs4_i1_a1x1",
-    "inception_tr_bs4_i1_b1x1", "inception_tr_bs4_i1_b5x5", "inception_tr_bs4_i1_c3x3a",
+    "inception_tr_bs4_i1_b1x1", "inception_tr_bs4_i1_c3x3a",
     "inception_tr_bs4_i1_c3x3b", "inception_tr_bs4_i1_db1x1", "inception_tr_bs4_i2_a1x1",
     "inception_tr_bs4_i2_b1x1", "inception_tr_bs4_i3_a1x1", "inception_tr_bs4_i3_b1x1",
-    "inception_tr_bs4_i5_b1x1", "inception_tr_bs4_i9_a1x1", "inception_tr_bs4_i9_c1x1",
-    "inception_tr_bs4_i9_c3x3", "inception_tr_bs4_i9_d1x1", "inception_tr_bs4_layer1", "inception_tr_bs4_layer3",
-    "inception_tr_bs4_layer5", "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1", "mobilenet_conv_pw_2_1",
-    "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_4_1", "mobilenet_conv_pw_6_1", "resnet50_tr_bs4_bm128L0A2",
+    "inception_tr_bs4_i5_b1x1", "inception_tr_bs4_i9_d1x1", "inception_tr_bs4_layer1", "inception_tr_bs4_layer3",
+    "inception_tr_bs4_layer5", "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1",
+    "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_6_1", "resnet50_tr_bs4_bm128L0A2",
     "resnet50_tr_bs4_bm128L1A0", "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L1A0",
-    "resnet50_tr_bs4_bm512L0A1", "resnet50_tr_bs4_bm64L0", "resnet50_tr_bs4_bm64L0A1",
-    "resnet50_tr_bs4_bm64L0_projection", "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v2L0", "vgg16_tr_bs4_v3L0",
-    "vgg16_tr_bs4_v4L0", "vgg16_tr_bs4_v4L1",
+    "resnet50_tr_bs4_bm512L0A1", "resnet50_tr_bs4_bm64L0",
+    "resnet50_tr_bs4_bm64L0_projection", "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v2L0",
+    "vgg16_tr_bs4_v4L0",
     # popops reductions (reduce_op): Poplar gives bert_reduce_0..3 the same cycles on both models
     "bert_reduce_0", "bert_reduce_2", "bert_reduce_3", "bert_reduce_4", "resnet50_tr_bs1_bm128L0A0_reduce",
     "resnet50_tr_bs1_bm128L0_reduce", "resnet50_tr_bs1_bm64L0A0_reduce", "resnet50_tr_bs1_cnv_reduce",
     # non-square kernels (Inception-v3's factorised 1xN / Nx1), expressible since conv2d takes (kh, kw)
-    "inception_tr_bs4_i5_b1x7", "inception_tr_bs4_i5_b7x1", "inception_tr_bs4_i5_c7x1a", "inception_tr_bs4_i6_b1x7",
-    "inception_tr_bs4_i6_b7x1", "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1a", "inception_tr_bs4_i6_c7x1b",
+    "inception_tr_bs4_i5_b1x7", "inception_tr_bs4_i5_b7x1", "inception_tr_bs4_i5_c7x1a", "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1a", "inception_tr_bs4_i6_c7x1b",
     "inception_tr_bs4_i7_b7x1", "inception_tr_bs4_i9_ba1x3",
+    # within since a matmul's or conv's passes follow poplin's plans more closely (2026-11-23): the fc
+    # tool's passes planned jointly as FC_TRAINING (tests/test_fc_joint_plan.py), a backward pass with
+    # swapped operands (tests/test_conv_swap.py), the field split per dimension
+    # (tests/test_conv_passes.py) and poplin's partials reduction (sim/cost/conv_reduce.py). Left then
+    # (over-predicted, all but one of them previously within 5 % by an old plan poplin cannot make, as
+    # the 46-way flattened field split of bm64L0A1, or an older reduction rate):
+    # alexnet_tr_bs4_layer4 +9.6%, bert_proj_128x768x768 +5.4%, inception_tr_bs4_i1_b5x5 +6.4%,
+    # inception_tr_bs4_i6_b1x7 +8.2%, inception_tr_bs4_i6_b7x1 +5.5%, inception_tr_bs4_i9_a1x1
+    # +7.4%, inception_tr_bs4_i9_c1x1 +5.3%, inception_tr_bs4_i9_c3x3 +7.5%, mobilenet_conv_pw_2_1
+    # +5.7%, mobilenet_conv_pw_4_1 +5.7%, resnet50_tr_bs4_bm64L0A1 +9.6%, vgg16_tr_bs4_v3L0 +5.2%,
+    # vgg16_tr_bs4_v4L1 +5.0%
+    "bert_ffn1_128x1024x4096", "bert_ffn1_128x768x3072", "bert_ffn1_384x1024x4096",
+    "bert_ffn1_384x768x3072", "bert_ffn1_512x1024x4096", "bert_ffn2_384x3072x768",
+    "bert_ffn2_384x4096x1024", "bert_ffn2_512x3072x768", "bert_ffn2_512x4096x1024",
+    "bert_grouped_12x384x64x384", "bert_grouped_16x384x64x384", "bert_kqv_128x1024x3072",
+    "bert_kqv_128x768x2304", "bert_kqv_384x768x2304", "bert_kqv_512x768x2304", "bert_proj_128x1024x1024",
+    "bert_proj_384x1024x1024", "bert_proj_384x768x768", "bert_proj_512x1024x1024", "bert_proj_512x768x768",
+    "gemm_600x512x10000", "inception_tr_bs4_i10_b1x1", "inception_tr_bs4_i5_a1x1",
+    "inception_tr_bs4_i5_c1x7b", "inception_tr_bs4_i6_b1x1", "inception_tr_bs4_i7_b1x7",
+    "mobilenet_conv1_1", "mobilenet_conv_pw_5_1", "mobilenet_conv_pw_7_1", "resnet50_tr_bs4_bm128L0A1",
+    "resnet50_tr_bs4_bm128L0_projection", "resnet50_tr_bs4_bm256L0A0", "resnet50_tr_bs4_bm256L0A1",
+    "resnet50_tr_bs4_bm256L0_projection", "resnet50_tr_bs4_bm512L0A0", "resnet50_tr_bs4_bm512L0A2",
+    "resnet50_tr_bs4_bm512L1A0", "vgg16_tr_bs4_v1L1",
 )
 
 
@@ -113,7 +134,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 78
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 103
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

@@ -22,6 +22,9 @@ groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
    (``getConvPartialnx1*CycleEstimate``, constants in ``configs/_conv-vertices.toml``), or, when
    cheaper, the kernel folded into the input channels as poplin's expandDims does (the whole
    kernel, or its width), after a rearrangement of the input over the tiles.
+   The nx1 vertex skips (output, kernel position) pairs that meet padding where the ConvShape says
+   which (:func:`padding_coverage`); poplin's planner does not, so plans are chosen on its
+   padding-blind estimate (``MatmulPlan.planned_cycles``).
    A strided 1x1 kernel cannot run the 1x1 vertex on its field (poplin cannot flatten a strided
    dimension): it runs the nx1 vertex or, when cheaper, the 1x1 vertex after its subsampled input
    is rearranged over the tiles; its backward pass copies the dilated result afterwards
@@ -55,6 +58,7 @@ from ..errors import ConfigError
 from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import IPU
 from .opcost import TileProfile
+from .conv_reduce import conv_partials_reduction
 from .vector import codelet
 
 CONV_VERTICES_FILE = CONFIG_DIR / "_conv-vertices.toml"
@@ -210,6 +214,15 @@ class ConvShape:
     stride: int
     width: int
     in_channels: int
+    batch: int = 0  # the output field's batch and height (0: unknown, M split freely)
+    height: int = 0
+    # per output row and per output column, the kernel rows (columns) that meet the real input rather
+    # than padding (empty: every one): the nx1 vertex's worklists skip the rest (padding_coverage)
+    row_hits: tuple = ()
+    col_hits: tuple = ()
+    # poplin may fold the kernel into the input channels (expandDims) only along a dimension whose
+    # input field is at least the kernel (ConvPlan.cpp getExpandDimsCandidates); False: neither is
+    expandable: bool = True
 
     @property
     def kernel_positions(self) -> int:
@@ -218,7 +231,8 @@ class ConvShape:
     def expanded_width(self) -> ConvShape:
         """The convolution with its kernel's width folded into the input channels (poplin's
         expandDims of the innermost field dimension): a ``kernel_h x 1`` kernel."""
-        return ConvShape(self.kernel_h, 1, self.stride, self.width, self.in_channels * self.kernel_w)
+        return replace(self, kernel_w=1, in_channels=self.in_channels * self.kernel_w,
+                       col_hits=())  # the folded columns' padding is computed as zeros
 
 
 @dataclass(frozen=True)
@@ -306,7 +320,8 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
         entries * (c.worker_per_entry - c.worker_retention + entry)
     # a tile waits for its slowest worker at each kernel position (poplibs adds 9 cycles when the
     # fastest is within 9 of it: left out, as small as the averaging of the worklists above)
-    per_position = workers * share * mode.cycles_per_position
+    # padding: at each kernel position the worklists cover only the outputs it writes
+    per_position = workers * np.ceil(m * padding_coverage(conv, m) / workers) * mode.cycles_per_position
     position_fixed = c.per_kernel_position + loads + c.weight_load_extra + workers * worker_fixed
     inner = krows * c.per_kernel_row + kpos * (position_fixed + per_position)
     zero_retention = c.zero_retention_fp16_partials if fp16_partials else c.zero_retention_fp32_partials
@@ -318,6 +333,51 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     total = np.where(g * m * k * n > 0, np.ceil(outer + zero), 0)
     fixed = np.where(total > 0, total - g * ig * og * kpos * per_position, 0)
     return total, fixed
+
+
+def kernel_hits(out_size: int, kernel: int, in_size: int, pad_lower: int, stride: int = 1) -> tuple[int, ...]:
+    """Per output index ``o`` of one field dimension of a convolution, the kernel indices ``k`` whose
+    input index ``o x stride + k - pad_lower`` is inside the ``in_size`` real inputs (not padding)."""
+    return tuple(max(0, min(kernel, in_size + pad_lower - o * stride) - max(0, pad_lower - o * stride))
+                 for o in range(out_size))
+
+
+@lru_cache(maxsize=256)
+def _window_coverage(hits: tuple, kernel: int) -> np.ndarray:
+    """``cov[b]``: the largest share of a ``kernel``-long kernel dimension's (output, kernel index)
+    pairs that meet real input over ``b`` consecutive outputs (``cov[0]`` unused)."""
+    h = np.asarray(hits, dtype=float)
+    csum = np.concatenate([[0.0], np.cumsum(h)])
+    cov = np.ones(len(h) + 1)
+    for b in range(1, len(h) + 1):
+        cov[b] = (csum[b:] - csum[:-b]).max() / (b * kernel)
+    return cov
+
+
+def padding_coverage(conv: ConvShape, m) -> np.ndarray:
+    """Share of a tile's (kernel position, output position) pairs that the nx1 vertex computes when
+    the tile holds ``m`` positions of rows ``conv.width`` wide (arrays), the busiest tile's: the
+    vertex's worklists hold, per kernel position, only the outputs that kernel position writes
+    (``ConvVertices.cpp :: createPartitions``: ``getOutputRangeForKernelRange`` per kernel position,
+    then ``getOutputRangeForKernelIndex`` per worker row), so outputs whose input at that position is
+    padding cost nothing. The busiest tile holds the densest block of whole rows (a window of
+    ``ceil(m / width)`` rows) or, below one row, the densest ``m`` columns. 1 without hits.
+
+    poplin's planner does not see this (``getConvPartialnx1InnerLoopCycleEstimate`` partitions the
+    whole tile output for every kernel position), so plans are chosen without it
+    (:attr:`MatmulPlan.planned_cycles`).
+    """
+    m = np.maximum(np.asarray(m, dtype=float), 1)
+    cov = np.ones_like(m)
+    if conv.row_hits:
+        rows = _window_coverage(conv.row_hits, conv.kernel_h)
+        n_rows = len(conv.row_hits)
+        cov = cov * rows[np.clip(np.ceil(m / conv.width), 1, n_rows).astype(np.int64)]
+    if conv.col_hits:
+        cols = _window_coverage(conv.col_hits, conv.kernel_w)
+        n_cols = len(conv.col_hits)
+        cov = cov * cols[np.clip(np.minimum(m, conv.width), 1, n_cols).astype(np.int64)]
+    return cov
 
 
 def pass_fixed_cycles() -> int:
@@ -404,7 +464,8 @@ def with_weight_transpose(plan: MatmulPlan, cycles: float, ipu: IPU) -> MatmulPl
         return plan
     t = int(math.ceil(cycles))
     return replace(plan, compute_cycles=plan.compute_cycles + t, supersteps=plan.supersteps + 1, sync_points=plan.sync_points + 1,
-                   total_cycles=plan.total_cycles + t + ipu.internal_sync_cycles, weight_transpose=t)
+                   total_cycles=plan.total_cycles + t + ipu.internal_sync_cycles, weight_transpose=t,
+                   planned_cycles=plan.planned_cycles + t + ipu.internal_sync_cycles if plan.planned_cycles else 0)
 
 
 def rearrangement(ipu: IPU, elements, used, itemsize: int):
@@ -477,34 +538,24 @@ def reduce_stages(depth):
     return np.where(depth <= 1, 0, np.where(depth < 16, 1, np.where(depth < 125, 2, 3)))
 
 
-def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int):
-    """(exchange cycles, compute cycles, stages, bytes received) per tile of reducing ``depth``
-    partial sums of ``outputs`` outputs, held by ``depth`` tiles (arrays). Each stage is one
-    exchange phase and one compute set.
-
-    In stage ``i`` of ``s`` every tile combines ``d = depth^(1/s)`` partial sets of the
-    ``outputs / d^i`` outputs it then owns: it receives ``d - 1`` of them and adds ``d``. The
-    reduce codelet's rate is per (output x partial) (poplin ``getReduceCycleEstimate``).
+def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes: int = 2, grain: int = 8):
+    """(exchange cycles, compute cycles, stages, bytes received, fixed compute cycles) per tile of
+    reducing ``depth`` partial sums of ``outputs`` outputs, held by ``depth`` tiles (arrays), to a
+    result of ``out_bytes`` elements; ``grain`` is the partials' channel group. Each stage is one
+    exchange phase and one compute set, as poplin builds them (``ConvReduce.cpp``,
+    :func:`sim.cost.conv_reduce.conv_partials_reduction`: the busiest tile's share of the output
+    block and its ``poplin::ReduceAdd`` vertex estimate).
     """
-    outputs = np.asarray(outputs, dtype=float)
-    depth = np.asarray(depth, dtype=float)
-    stages = reduce_stages(depth)
-    red = codelet("reduce_partials")
-    per_value = red.per_element(partials_bytes)
-    d = np.ceil(depth ** (1.0 / np.maximum(stages, 1)))
-    exch = np.zeros(np.broadcast(outputs, depth).shape)
-    compute = np.zeros_like(exch)
-    recv = np.zeros_like(exch)
-    owners = np.ones_like(exch)  # partial sets combined so far
-    for i in range(1, 4):
-        active = stages >= i
-        owners = np.where(active, np.minimum(owners * d, depth), owners)
-        share = np.ceil(outputs / owners)
-        got = np.where(active, (d - 1) * share * partials_bytes, 0)
+    shape = np.broadcast(np.asarray(outputs), np.asarray(depth)).shape
+    exch, compute, recv, fixed = (np.zeros(shape) for _ in range(4))
+    for got, cycles, base in conv_partials_reduction(outputs, depth, partials_bytes, out_bytes, grain,
+                                                     ipu.sram_bytes_per_tile, ipu.worker_threads):
+        active = cycles > 0
         recv += got
         exch += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_bytes_per_cycle_per_tile), 0)
-        compute += np.where(active, red.fixed + np.ceil(d * share * per_value), 0)
-    return exch, compute, stages, recv
+        compute += cycles
+        fixed += base
+    return exch, compute, reduce_stages(depth), recv, fixed
 
 
 @dataclass(frozen=True)
@@ -523,16 +574,25 @@ class MatmulPlan:
     temp_bytes_per_tile: int  # peak temporary bytes on the busiest tile
     fits: bool
     total_cycles: int = 0  # exchange + compute + syncs, all pieces
+    # poplin's planning estimate of total_cycles, by which plans are chosen: the same but for the
+    # padding its nx1 estimate does not see (padding_coverage); 0: equal to total_cycles
+    planned_cycles: int = 0
     launch_cycles: int = 0  # the fixed part of compute_cycles (vertex and per-pair overheads)
     exchange_phases: int = 0  # exchange phases, all pieces (each costs the set-up)
     partials_bytes: int = 4
     pass_fixed: int = 0  # Poplar's fixed cycles of the pass beyond the planned steps (pass_fixed_cycles)
     weight_transpose: int = 0  # cycles of a fully connected backward pass's weight transpose (fc_weight_transpose)
+    output_rearrange: int = 0  # copy cycles per tile of a separate fc weight-update's result moved to the weights' layout
     rearranged: int = 0  # operand elements poplin rearranges over the tiles before the op (one piece)
     dilated_output: int = 0  # result elements copied after the op to apply a deferred dilation (one piece)
     vertex: str = "1x1"  # "1x1"; "nx1" (a convolution's kernel on the tile); "expand_w" (the
     #                      kernel's width folded into the input channels, then nx1); "expanded"
     #                      (the whole kernel folded in: im2col rows exchanged, then 1x1)
+
+    @property
+    def estimate(self) -> int:
+        """poplin's planning estimate of this plan's cycles (planned_cycles, else total_cycles)."""
+        return self.planned_cycles or self.total_cycles
 
     def profile(self, ipu: IPU, tiles: int, itemsize: int, b_is_weight: bool,
                 conv: ConvShape | None = None) -> TileProfile:
@@ -551,7 +611,8 @@ class MatmulPlan:
                                                      blocks(K, pk), indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
                         g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used, self.dilated_output)
-        compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed + self.weight_transpose, 0)
+        compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed + self.weight_transpose
+                                                                        + self.output_rearrange, 0)
         return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["held"])
 
     def describe(self) -> str:
@@ -620,8 +681,8 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         amp, launch = amp + post, launch + codelet("copy").fixed
         extra_sets = extra_sets + 1
     outputs = g * m * n
-    red_exch, red, red_stages, recv2 = partials_reduction(ipu, outputs, pk, partials_bytes)
-    red_fixed = codelet("reduce_partials").fixed * red_stages
+    red_exch, red, red_stages, recv2, red_fixed = partials_reduction(
+        ipu, outputs, pk, partials_bytes, itemsize, 1 if vertex == "hmac" else mode.out_group)
     cast_codelet = codelet("cast")
     cast_fixed = cast_codelet.fixed
     needs_cast = (partials_bytes > itemsize) & (np.asarray(pk) <= 1)
@@ -690,7 +751,8 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
                  rearranged, dilated_output)
     fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
     return replace(plan, compute_cycles=plan.compute_cycles + fixed, launch_cycles=plan.launch_cycles + fixed,
-                   total_cycles=plan.total_cycles + fixed, pass_fixed=fixed)
+                   total_cycles=plan.total_cycles + fixed, pass_fixed=fixed,
+                   planned_cycles=plan.planned_cycles + fixed if plan.planned_cycles else 0)
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
@@ -704,7 +766,7 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
         plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
                        math.ceil(rearranged / serial), math.ceil(dilated_output / serial))
         if plan.fits:
-            if best_fit is not None and plan.total_cycles >= best_fit.total_cycles:
+            if best_fit is not None and plan.estimate >= best_fit.estimate:
                 break  # more pieces only add per-piece costs from here
             best_fit = plan
         elif least_memory is None or plan.temp_bytes_per_tile < least_memory.temp_bytes_per_tile:
@@ -726,11 +788,12 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         # poplin also tries the HMAC vertex; it beats the fp32 AMP on tiny tiles (not modelled for fp16)
         vertices = ("1x1",) + (("hmac",) if itemsize == 4 else ())
     else:
-        vertices = ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
+        vertices = ("nx1",) if not conv.expandable else \
+            ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
     plans = [_search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
                             serial, vertex, rearranged, dilated_output) for vertex in vertices]
     # a plan that fits beats one that does not; then the fastest, then the first listed
-    return min(plans, key=lambda p: (not p.fits, p.total_cycles if p.fits else p.temp_bytes_per_tile))
+    return min(plans, key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
 
 
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
@@ -745,21 +808,35 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
     m = -(-M // pm)
     n = -(-N // pn)
     k = -(-K // pk)
-    c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, conv, vertex, g, m, k, n, pm, pn, pk,
-                    rearranged, used, dilated_output)
-    if serial > 1:  # each piece slices its operand block out and updates its part of the result
-        piece = codelet("copy")
-        copies = 2 * piece.fixed + np.ceil((g * m * k + g * m * n) * piece.per_element(itemsize))
-        c["compute"] = c["compute"] + copies
-        c["launch"] = c["launch"] + 2 * piece.fixed
-        c["compute_sets"] = c["compute_sets"] + 2
-    syncs = (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
-    total = c["exchange"] + c["compute"] + syncs
+    tile_conv = conv
+    if vertex in ("nx1", "expand_w") and conv.batch and conv.height and M == conv.batch * conv.height * conv.width:
+        # a kernel taller than 1 keeps the field's dimensions apart (no flattenDims): the busiest
+        # tile's share of each is rounded up (field_split_positions)
+        m, width = field_split_positions(conv, pm)
+        tile_conv = replace(conv, width=width)
+
+    def costs(tconv):
+        c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, tconv, vertex, g, m, k, n, pm, pn, pk,
+                        rearranged, used, dilated_output)
+        if serial > 1:  # each piece slices its operand block out and updates its part of the result
+            piece = codelet("copy")
+            copies = 2 * piece.fixed + np.ceil((g * m * k + g * m * n) * piece.per_element(itemsize))
+            c["compute"] = c["compute"] + copies
+            c["launch"] = c["launch"] + 2 * piece.fixed
+            c["compute_sets"] = c["compute_sets"] + 2
+        syncs = (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
+        return c, c["exchange"] + c["compute"] + syncs
+
+    c, total = costs(tile_conv)
+    planned = total
+    if vertex in ("nx1", "expand_w") and (tile_conv.row_hits or tile_conv.col_hits):
+        # poplin's planner estimates every kernel position over the whole tile output (padding_coverage)
+        planned = costs(replace(tile_conv, row_hits=(), col_hits=()))[1]
     temp = c["temp"]
     fits = temp <= budget
     idx_pool = np.flatnonzero(fits) if fits.any() else np.array([int(np.argmin(temp))])
-    # fastest; ties broken by fewer tiles, then by less memory
-    order = np.lexsort((temp[idx_pool], used[idx_pool], total[idx_pool]))
+    # fastest by the planner's estimate; ties broken by fewer tiles, then by less memory
+    order = np.lexsort((temp[idx_pool], used[idx_pool], planned[idx_pool]))
     i = int(idx_pool[order[0]])
     return MatmulPlan(
         splits=(int(pg[i]), int(pm[i]), int(pn[i]), int(pk[i])),
@@ -774,6 +851,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         temp_bytes_per_tile=int(temp[i]),
         fits=bool(fits[i]),
         total_cycles=int(total[i]) * serial,
+        planned_cycles=int(planned[i]) * serial,
         launch_cycles=int(c["launch"][i]) * serial,
         exchange_phases=int(c["exchange_phases"][i]) * serial,
         partials_bytes=partials_bytes,
@@ -781,6 +859,35 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         dilated_output=int(dilated_output),
         vertex=vertex,
     )
+
+
+@lru_cache(maxsize=1024)
+def _field_split_table(batch: int, height: int, width: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, row width) of the busiest tile for every count of tiles ``1..top`` the output
+    field ``batch x height x width`` is split over: the best ``pb x ph x pw <= count`` split."""
+    pos = np.full(top + 1, batch * height * width, dtype=np.int64)
+    wid = np.full(top + 1, width, dtype=np.int64)
+    counts = np.arange(top + 1)
+    for pb in range(1, min(batch, top) + 1):
+        for ph in range(1, min(height, top // pb) + 1):
+            pw = np.clip(counts // (pb * ph), 1, width)
+            w = -(-width // pw)
+            m = -(-batch // pb) * -(-height // ph) * w
+            ok = (counts >= pb * ph) & ((m < pos) | ((m == pos) & (w > wid)))
+            pos, wid = np.where(ok, m, pos), np.where(ok, w, wid)
+    return pos, wid
+
+
+def field_split_positions(conv: ConvShape, pm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(output positions, row width) of the busiest tile of a convolution whose output field is
+    split over ``pm`` tiles (arrays), as poplin splits it: the batch and each field dimension
+    separately (``ConvPlan.cpp`` partitions ``batchSplit`` and ``fieldSplit`` per dimension, and a
+    tile's share of a dimension is ``ceil(size / split)``), so a split count that does not factor
+    into the field's dimensions (a prime such as 23, of Mk2's 1,472 = 64 x 23 tiles) leaves the
+    busiest tile more than ``positions / pm``."""
+    pm = np.asarray(pm, dtype=np.int64)
+    pos, wid = _field_split_table(conv.batch, conv.height, conv.width, int(pm.max()))
+    return pos[pm], wid[pm]
 
 
 def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
@@ -795,8 +902,134 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
     return np.minimum(1.0, patch / (np.maximum(positions, 1) * conv.kernel_positions))
 
 
+
+FC_PASSES = ("fwd", "bwd", "wu")
+
+
+def _fc_pass_dims(B: int, I: int, O: int) -> dict:
+    """{pass: (M, K, N, b_is_weight, rearranged per group)} of a fully connected layer's three
+    passes as the simulator's matmuls: forward ``[B, I] @ [I, O]``, backward ``[B, O] @ [O, I]``
+    (the weights transposed) and weight update ``[I, B] @ [B, O]`` (its input rearranged)."""
+    return {"fwd": (B, I, O, True, 0), "bwd": (B, O, I, True, 0), "wu": (I, B, O, False, B * I)}
+
+
+def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU, rearranged: int) -> MatmulPlan:
+    """The one-piece 1x1-vertex plan of ``G x [M,K] @ [K,N]`` split ``(pg, pm, pn, pk)`` over the tiles
+    (a pass of a joint fully connected plan, whose splits the forward pass fixes)."""
+    pg, pm, pn, pk = splits
+    used = pg * pm * pn * pk
+    g, m, n, k = (np.array([-(-d // p)]) for d, p in ((G, pg), (M, pm), (N, pn), (K, pk)))
+    c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, None, "1x1", g, m, k, n, np.array([pm]),
+                    np.array([pn]), np.array([pk]), rearranged, used)
+    total = c["exchange"] + c["compute"] + (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
+    fixed = pass_fixed_cycles()
+    return MatmulPlan(splits=tuple(int(x) for x in splits), dims=(G, M, K, N), serial=1, tiles_used=int(used),
+                      exchange_cycles=int(c["exchange"][0]), compute_cycles=int(c["compute"][0]) + fixed,
+                      supersteps=int(c["compute_sets"][0]),
+                      sync_points=int(c["exchange_phases"][0] + c["compute_sets"][0]),
+                      exchange_bytes=int(c["recv"][0] * used), temp_bytes_per_tile=int(c["temp"][0]), fits=True,
+                      total_cycles=int(total[0]) + fixed, launch_cycles=int(c["launch"][0]) + fixed,
+                      exchange_phases=int(c["exchange_phases"][0]), partials_bytes=partials_bytes,
+                      pass_fixed=fixed, rearranged=int(rearranged))
+
+
+def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budget) -> dict | None:
+    """{pass: plan} of poplin's joint plan of a fully connected layer, or None if no split fits. Each
+    plan is of the pass with its operands swapped (``dims`` M and N exchanged: the transposed product),
+    both operands laid out for it (the right one's ``b_is_weight`` is True).
+
+    poplin plans the forward pass with its operands swapped (``ConvPlan.cpp ::
+    getSwapOperandCandidates``: joint plans always swap) over a grid of ``pB x pI x pO`` tiles
+    (batch, input and output features) and derives the other passes from it by exchanging splits
+    (``getFullyConnectedBwdPlan``: field and input-channel splits; ``getFullyConnectedWUPlan``: input-
+    and output-channel splits), so every pass runs on the same grid and reduces a different
+    dimension: forward over ``pI``, backward over ``pO``, weight update over ``pB``. The grid
+    minimises the three passes' total (``ConvModel.cpp``: the joint plan's objective sums the
+    forward, ``jointPlanBwdEstimates`` and ``jointPlanWuEstimates`` cycles) with every pass's
+    temporaries within the budget. One piece (no serial splits)."""
+    cand = _candidates
+    pb, pi, po = (a.ravel() for a in np.meshgrid(cand(B, tiles), cand(I, tiles), cand(O, tiles), indexing="ij"))
+    pg = np.ones_like(pb)
+    used = pb * pi * po
+    ok = used <= tiles
+    pb, pi, po, pg, used = pb[ok], pi[ok], po[ok], pg[ok], used[ok]
+    b, i, o = -(-B // pb), -(-I // pi), -(-O // po)
+    # (m, k, n, pm, pn, pk) of each swapped pass on the grid: output positions m (the conv's field:
+    # O, I, O), reduction k and output channels n (the batch in the forward and backward passes)
+    grids = {"fwd": (o, i, b, po, pb, pi), "bwd": (i, o, b, pi, pb, po), "wu": (o, b, i, po, pi, pb)}
+    dims = {"fwd": (O, I, B, 0), "bwd": (I, O, B, 0), "wu": (O, B, I, B * I)}  # (M, K, N, rearranged)
+    total = np.zeros(len(used))
+    fits = np.ones(len(used), dtype=bool)
+    for name, (m, k, n, pm, pn, pk) in grids.items():
+        # both operands are laid out by the joint plan (1/pm of the right one resident, as for a
+        # weight); the weight update still rearranges its input (FC_TRAINING_WU rearrangeInput)
+        rearranged = G * dims[name][3]
+        c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", G, m, k, n, pm, pn, pk, rearranged, used)
+        total = total + c["exchange"] + c["compute"] + (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
+        fits &= c["temp"] <= budget
+    if not fits.any():
+        return None
+    idx = np.flatnonzero(fits)
+    j = int(idx[np.lexsort((used[idx], total[idx]))[0]])
+    out = {}
+    for name, (_, _, _, pm, pn, pk) in grids.items():
+        M, K, N, r = dims[name]
+        out[name] = _plan_at(G, M, K, N, (1, int(pm[j]), int(pn[j]), int(pk[j])), itemsize, partials_bytes, True,
+                             ipu, G * r)
+    return out
+
+
+def with_output_rearrangement(plan: MatmulPlan, elements: int, ipu: IPU, itemsize: int) -> MatmulPlan:
+    """``plan`` followed by ``elements`` result elements rearranged over its tiles into another
+    layout (:func:`rearrangement`: an exchange phase and a copy compute set, each with a sync)."""
+    exch, copy, nbytes = rearrangement(ipu, elements, plan.tiles_used, itemsize)
+    exch, fixed = int(exch), int(codelet("copy").fixed)
+    copy = int(copy) + fixed
+    return replace(plan, exchange_cycles=plan.exchange_cycles + exch, compute_cycles=plan.compute_cycles + copy,
+                   launch_cycles=plan.launch_cycles + fixed, supersteps=plan.supersteps + 1,
+                   sync_points=plan.sync_points + 2, exchange_phases=plan.exchange_phases + 1,
+                   exchange_bytes=plan.exchange_bytes + int(nbytes) * plan.tiles_used,
+                   total_cycles=plan.total_cycles + exch + copy + 2 * ipu.internal_sync_cycles,
+                   output_rearrange=plan.output_rearrange + copy)
+
+
+@lru_cache(maxsize=1024)
+def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, tiles: int,
+                     memory_proportion: float, partials_bytes: int = 4) -> tuple[dict, bool]:
+    """({"fwd", "bwd", "wu": plan}, joint) of a fully connected layer trained with poplin's
+    ``fullyConnectedPass`` options (``G`` groups of batch ``B``, ``I`` inputs, ``O`` outputs), as
+    ``ConvPlan.cpp :: createPlan`` decides for ``FC_TRAINING_FWD``: the joint plan
+    (:func:`_fc_joint_plans`) against the three passes planned separately, whichever the planner
+    estimates faster (the separate plans only when strictly faster).
+
+    Planned separately, each pass gets the layout of its own plan, so poplin's estimate charges
+    what the joint plan avoids (``ConvModel.cpp :: addTransformCycleEstimate``): the backward pass's
+    input rearranged (``FC_TRAINING_BWD && !isJointPlan``) and the weight update's result rearranged
+    (``FC_TRAINING_WU && !isJointPlan``), each as :func:`rearrangement` prices it. The weight
+    update's result rearrangement is also charged to the chosen separate plan: ``matMulAcc`` adds
+    the result into the weights, laid out for the forward pass. The backward input is not: the
+    tool creates ``zDeltas`` for the backward plan. The weight transpose before the backward pass
+    is the caller's (:func:`fc_weight_transpose`). Plans include the per-pass fixed cycles.
+    """
+    partials_bytes = max(partials_bytes, itemsize)
+    dims = _fc_pass_dims(B, I, O)
+    sep = {name: plan_matmul(G, M, K, N, itemsize, bw, ipu, tiles, memory_proportion,
+                             partials_bytes=partials_bytes, rearranged=G * r)
+           for name, (M, K, N, bw, r) in dims.items()}
+    sep["wu"] = with_output_rearrangement(sep["wu"], G * I * O, ipu, itemsize)
+    joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles,
+                            memory_proportion * ipu.sram_bytes_per_tile)
+    if joint is None:  # no grid fits the budget: the separate plans (poplin minimises their memory)
+        return sep, False
+    bwd_in = with_output_rearrangement(sep["bwd"], G * B * O, ipu, itemsize).total_cycles - sep["bwd"].total_cycles
+    separate_cycles = sum(p.total_cycles for p in sep.values()) + bwd_in
+    if not all(p.fits for p in sep.values()) or separate_cycles >= sum(p.total_cycles for p in joint.values()):
+        return joint, True
+    return sep, False
+
 __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_vertex_cycles",
            "amp_fp32_vertex_cycles", "hmac_fp32_vertex_cycles",
            "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy",
-           "padded_partials_rearranged",
-           "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose"]
+           "padded_partials_rearranged", "kernel_hits", "padding_coverage",
+           "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
+           "with_output_rearrangement", "FC_PASSES"]

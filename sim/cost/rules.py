@@ -21,8 +21,8 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, Graph, Op, spatial
 from ..hardware.system import IPU
-from .amp import (ConvShape, fc_weight_transpose, padded_partials_rearranged, plan_matmul,
-                  with_weight_transpose)
+from .amp import (ConvShape, fc_weight_transpose, kernel_hits, padded_partials_rearranged, plan_fc_training,
+                  plan_matmul, with_weight_transpose)
 from .exchange import exchange_cycles
 from .opcost import FREE, OpCost, TileProfile, _counts
 from .reduction import WORKERS, plan_reduce
@@ -318,6 +318,10 @@ def _rows(kind, ins, ipu, tiles) -> OpCost:
                    plan=f"{rows} rows of {length}, each over {q} tiles", launch=launch)
 
 
+# poplin's fullyConnectedPass values of a training layer's matmuls (MatMul.cpp) and the pass each is
+_FC_PASSES = {"TRAINING_FWD": "fwd", "TRAINING_BWD": "bwd", "TRAINING_WU": "wu"}
+
+
 def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     (sa, da, _), (sb, _, rb) = ins[0], ins[1]
     if len(sa) == 1:  # numpy's rules: a 1-D left operand is a row, a 1-D right operand a column
@@ -337,8 +341,27 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     # a weight-update matmul (A transposed, B not a weight: dW = Xᵀ dY) rearranges its left operand,
     # laid out for the forward pass (poplin FC_TRAINING_WU rearrangeInput; sim/cost/amp.py rearrangement)
     wu = bool(attrs.get("transpose_a")) and rb != "weight"
-    plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp, partials_bytes=partials_bytes,
-                       rearranged=G * M * K if wu else 0)
+    fc_pass = attrs.get("fully_connected_pass")
+    if fc_pass is not None:
+        # poplin's matmul option fullyConnectedPass=TRAINING_*: the three passes planned jointly or
+        # separately, as ConvPlan.cpp createPlan decides (sim/cost/amp.py plan_fc_training)
+        p = _FC_PASSES.get(fc_pass)
+        expected = {"fwd": (False, False, True), "bwd": (False, True, True), "wu": (True, False, False)}.get(p)
+        if expected != (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")), rb == "weight"):
+            raise UnsupportedOpError(
+                f"fully_connected_pass {fc_pass!r}: expected one of {', '.join(_FC_PASSES)} on a matmul shaped as "
+                "that pass (TRAINING_FWD: X @ W, TRAINING_BWD: dY @ Wᵀ, TRAINING_WU: Xᵀ @ dY, W a weight)")
+        B, I, O = {"fwd": (M, K, N), "bwd": (M, N, K), "wu": (K, M, N)}[p]
+        plans, joint = plan_fc_training(G, B, I, O, itemsize, ipu, tiles, amp, partials_bytes)
+        plan = plans[p]
+        if joint:  # the swapped pass, both operands laid out by the joint plan
+            if p == "bwd":
+                plan = with_weight_transpose(plan, fc_weight_transpose(G, N, K, itemsize, plan.tiles_used,
+                                                                       ipu.worker_threads), ipu)
+            return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, True)
+    else:
+        plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp, partials_bytes=partials_bytes,
+                           rearranged=G * M * K if wu else 0)
     if attrs.get("transpose_b") and rb == "weight":
         # a fully connected backward pass (dX = dY Wᵀ): poplin transposes the weights on their tiles
         # first (TRAINING_BWD, fullyConnectedWeightTranspose; sim/cost/amp.py fc_weight_transpose)
@@ -376,14 +399,15 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         exch = exchange_cycles(per_tile * itemsize * stride * stride, ipu)
         return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used, launch=launch_cycles("mul"))
     if kind == "conv2d":
-        conv, weight = ConvShape(kh, kw, stride, wo, cig), True
+        conv, weight = ConvShape(kh, kw, stride, wo, cig, n, ho), True
         # output channels short of the partial-channel group: padded weights and output rearranged
         padded = padded_partials_rearranged(ipu, itemsize, partials_bytes, groups, cog, positions, cig * kh * kw)
         plan = plan_matmul(groups, positions, cig * kh * kw, cog, itemsize, True, ipu, tiles, amp, conv=conv,
                            partials_bytes=partials_bytes, rearranged=padded)
     elif kind == "conv2d_grad_input":  # dX = dY (*) W^T: positions of the input, K = co*k*k
         full = len(x_shape) == 4
-        conv, weight = ConvShape(kh, kw, 1, x_shape[3] if full else wo, cog), True
+        conv, weight = (ConvShape(kh, kw, 1, x_shape[3], cog, n, x_shape[2]) if full
+                        else ConvShape(kh, kw, 1, wo, cog)), True
         # a strided 1x1 kernel's zDeltas are dilated by the stride; poplin defers that dilation
         # until after the convolution (ConvPlan.cpp getDilatePostConvDims, canDeferDilation) and
         # then copies the dilated, zero-filled view of the result into dX (Convolution.cpp
@@ -399,6 +423,11 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
                            cog * kh * kw, cig, itemsize, True, ipu, tiles, amp, conv=conv,
                            partials_bytes=partials_bytes, rearranged=padded,
                            dilated_output=math.prod(outs[0][0]) if deferred else 0)
+        if full and stride == 1:
+            swapped, swapped_conv = _swapped_grad_input(x_shape, out_shape, attrs, groups, cig, cog, itemsize,
+                                                        ipu, tiles, amp, partials_bytes)
+            if swapped.estimate < plan.estimate:
+                plan, conv = swapped, swapped_conv
     else:  # dW = X^T dY: reduce over positions
         conv, weight = None, False
         # poplin's TRAINING_WU pass rearranges both operands, the input and the output gradient
@@ -411,6 +440,33 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         plan = plan_matmul(groups, cig * kh * kw, positions, cog, itemsize, False, ipu, tiles, amp,
                            partials_bytes=partials_bytes, rearranged=im2col + positions * co)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
+
+
+def _swapped_grad_input(z_shape, dx_shape, attrs, groups, cig, cog, itemsize, ipu, tiles, amp, partials_bytes):
+    """(plan, ConvShape) of a stride-1 backward pass ``dX = dY (*) W`` with its operands swapped.
+
+    poplin's planner tries every convolution pass both ways (``ConvPlan.cpp ::
+    getSwapOperandCandidates``: ``{false, true}`` unless a fully connected or joint plan) and keeps
+    the cheaper by its estimate. ``swapOperands`` exchanges the batch with the output channels and
+    the input field with the kernel, and ``canonicalize`` (``ConvParams.cpp``) cancels the padding
+    both then carry: the weights (``kh x kw``) become the field, padded, the zDeltas field
+    (``ho x wo``) the kernel, the fwd input channels the batch and the batch the output channels,
+    so ``M = cig x H x W``, ``K = cog x ho x wo``, ``N = batch``. Worth it when the batch is large
+    and the pass's own output channels few (``conv_5x200_1_in_100_out_bs1440``: 1 channel, batch
+    1,440). The padded field leaves most (output, kernel) pairs on padding, which the vertex skips
+    (:func:`~sim.cost.amp.padding_coverage`).
+    """
+    n, _, ho, wo = z_shape
+    H, W = dx_shape[2], dx_shape[3]
+    kh, kw = spatial(attrs.get("kernel", 1))
+    ph, pw = spatial(attrs.get("padding", 0), "padding")
+    # output o meets zDeltas index j where the weight index o + p - j is in [0, k)
+    conv = ConvShape(ho, wo, 1, W, cog, cig, H, row_hits=kernel_hits(H, ho, kh, ho - 1 - ph),
+                     col_hits=kernel_hits(W, wo, kw, wo - 1 - pw), expandable=kh >= ho and kw >= wo)
+    padded = padded_partials_rearranged(ipu, itemsize, partials_bytes, groups, n, cig * H * W, cog * ho * wo)
+    plan = plan_matmul(groups, cig * H * W, cog * ho * wo, n, itemsize, True, ipu, tiles, amp, conv=conv,
+                       partials_bytes=partials_bytes, rearranged=padded)
+    return plan, conv
 
 
 def _custom(attrs, ipu, tiles) -> OpCost:

@@ -1,0 +1,144 @@
+"""poplin's reduction of a matmul's or convolution's partial sums, as poplin builds and times it.
+
+When poplin splits a matmul's inner dimension (a convolution's input channels and kernel) over
+``depth`` tiles, each of them holds a partial sum of the same output block, and poplin reduces
+them (``lib/poplin/ConvReduce.cpp :: multiStageGroupedReduce``, poplibs 8dcde1ec):
+
+* the stages: ``getMultiStageReducePlan`` (``ConvReducePlan.cpp``) gives 1, 2 or 3 stages by
+  depth (< 16, < 125, more), the intermediate depths minimising the messages a tile receives;
+* each stage (``partialGroupedReduce``) cuts the rows (partial sums) into ``D`` sections, its
+  output depth, section ``i`` reduced on the ``i``-th ``1/D`` of the group's tiles, each of
+  them taking an even share of the output block in grains of the partials' channel group
+  (``splitRegions``); it receives the section's rows but the one it holds;
+* each of those tiles runs one ``poplin::ReduceAdd`` supervisor vertex, the single-input form
+  (its own row apart, the others in one edge) when the outputs fill whole accumulator vectors
+  and the exchanged partials occupy less than 1/16 of the tile's memory
+  (``checkPartialsSizeForSingleInputReduce``), timed by ``getReduceCycleEstimate``
+  (``lib/poplin/PerformanceEstimation.hpp``, called by ``poplinCycleEstimators.cpp``
+  ``ReduceAdd``). Intermediate stages write partials, the last the result type.
+
+Cycles are tile cycles (the vertex estimate is already 6 workers' worth), bytes are bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+DATA_PATH_BITS = 64  # Target::getDataPathWidth on Mk1/Mk2
+# ASSUMPTION: a tile memory element is 32 KiB. It decides only whether
+# checkPartialsSizeForSingleInputReduce passes (the exchanged partials, in whole elements, under
+# 1/16 of the tile). Target::getMemoryElementOffsets is not public; a third-party copy of ipu21's
+# offsets gives its interleaved element 0x34000..0x3c000, 32 KiB. So on Mk2 (624 KiB tiles) up to
+# 32 KiB of exchanged partials take the single-input form, and on Mk1 (256 KiB) none does.
+# Checked on poplibs' single-layer benchmarks (sim/poplibs_benchmarks.py): IPUModel2 rows within
+# 5 % unchanged in number, IPUModel1 rows +11.
+MEMORY_ELEMENT_BYTES = 32 * 1024
+
+
+def _stages(depth: int) -> int:
+    """getNumReduceStages with enableMultiStageReduce (poplin's default)."""
+    return 3 if depth >= 125 else 2 if depth >= 16 else 1
+
+
+def _plan_and_cost(depth: int, stages: int) -> tuple[tuple[int, ...], float]:
+    """getMultiStageReducePlanAndCost: (intermediate output depths, messages per tile)."""
+    if stages == 1:
+        return (), float(depth)
+    down = int(depth ** ((stages - 1.0) / stages))
+    best = None
+    for nxt in (down, down + 1):
+        plan, cost = _plan_and_cost(nxt, stages - 1)
+        cost += depth / nxt
+        if best is None or cost < best[1]:
+            best = ((nxt,) + plan, cost)
+    return best
+
+
+@lru_cache(maxsize=1024)
+def multi_stage_plan(depth: int) -> tuple[int, ...]:
+    """The output depth of each intermediate stage poplin reduces ``depth`` partials in (empty:
+    one stage straight to the result)."""
+    return _plan_and_cost(depth, _stages(depth))[0] if depth > 1 else ()
+
+
+def reduce_add_cycles(outputs, partials, out_float: bool, partials_float: bool, single_input,
+                      workers: int = 6):
+    """Tile cycles of one ``poplin::ReduceAdd`` vertex: ``outputs`` elements from ``partials``
+    rows (its ``numPartials`` field: the exchanged rows only in the single-input form), as
+    ``getReduceCycleEstimate`` with the default ``enableFastReduce`` off (arrays allowed)."""
+    outputs = np.asarray(outputs, dtype=np.int64)
+    partials = np.asarray(partials, dtype=np.int64)
+    acc = 4 if partials_float else 8  # accumulator vector width
+    in_path = DATA_PATH_BITS // (32 if partials_float else 16)  # partials per 64-bit load
+    # single input: a 1- or 2-cycle inner loop per accumulator vector, split over the workers
+    s_loop = acc // min(acc, in_path)
+    s_over = (8 if out_float else 7) if partials_float else (10 if out_float else 9)
+    s_per_worker = -(-(outputs // acc) // workers)
+    single = (20 + (s_loop * partials + s_over) * s_per_worker) * workers + 33
+    # general form: one more cycle a loop to fetch the next row's pointer, a shorter loop for the rest
+    g_loop = acc // min(acc, in_path) + 1
+    loops = outputs // acc
+    for i in range(int(math.log2(acc))):
+        loops = loops + ((outputs >> i) & 1)
+    per_worker = loops // workers
+    rest = loops % workers > 0
+    ragged = (outputs & (acc - 1)) > 0
+    fixed = 32 + np.where(rest & ragged, 2 * partials + (13 if partials_float else 11), 0)
+    per_worker = per_worker + (rest & ~ragged)
+    over = (7 if partials_float else 9) if out_float else (6 if partials_float else 8)
+    general = (fixed + (g_loop * partials + over) * per_worker) * workers
+    return np.where(single_input, single, general)
+
+
+def single_input_fits(exchanged_bytes, tile_bytes: int):
+    """checkPartialsSizeForSingleInputReduce: the exchanged partials, rounded up to whole memory
+    elements, below 1/16 of the tile's memory."""
+    elements = -(-np.asarray(exchanged_bytes, dtype=np.int64) // MEMORY_ELEMENT_BYTES)
+    return elements * MEMORY_ELEMENT_BYTES < tile_bytes // 16
+
+
+def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int, grain: int,
+                            tile_bytes: int, workers: int = 6):
+    """Per stage of poplin's reduction of ``depth`` partial sums of an ``outputs``-element block
+    held by ``depth`` tiles (arrays of the same shape; ``grain``: the partials' channel group):
+    a list of (bytes received, compute cycles, fixed compute cycles) on the busiest tile, one entry
+    per stage; the fixed cycles are the vertex's with no outputs (its launch and prologue)."""
+    outputs = np.asarray(outputs, dtype=np.int64)
+    depth = np.asarray(depth, dtype=np.int64)
+    shape = np.broadcast(outputs, depth).shape
+    outputs, depth = np.broadcast_to(outputs, shape), np.broadcast_to(depth, shape)
+    out = []
+    p_float = partials_bytes == 4
+    p_grain = 4 if p_float else 8  # partialsGrain: whole accumulator vectors for the single-input form
+    for d in np.unique(depth):
+        d = int(d)
+        if d <= 1:
+            continue
+        sel = depth == d
+        o = outputs[sel]
+        rows, tiles = d, d  # one partial sum per tile of the group
+        sections = multi_stage_plan(d) + (1,)
+        for i, sec in enumerate(sections):
+            last = i == len(sections) - 1
+            res_bytes = out_bytes if last else partials_bytes
+            res_grain = max(grain, 8 // res_bytes)  # partialGroupedReduce: partial chans, >= the result's vector
+            sec_rows = -(-rows // sec)
+            sec_tiles = max(1, tiles // sec)
+            per_tile = np.minimum(o, -(-(-(-o // res_grain)) // sec_tiles) * res_grain)
+            got = (sec_rows - 1) * per_tile * partials_bytes
+            single = (per_tile % p_grain == 0) & single_input_fits(got, tile_bytes)
+            cyc = reduce_add_cycles(per_tile, sec_rows - single, res_bytes == 4, p_float, single, workers)
+            while len(out) <= i:
+                out.append((np.zeros(shape), np.zeros(shape), np.zeros(shape)))
+            out[i][0][sel] = got
+            out[i][1][sel] = cyc
+            out[i][2][sel] = reduce_add_cycles(0, 0, res_bytes == 4, p_float, single, workers)
+            rows = sec
+    return out
+
+
+__all__ = ["multi_stage_plan", "reduce_add_cycles", "single_input_fits", "conv_partials_reduction",
+           "MEMORY_ELEMENT_BYTES"]

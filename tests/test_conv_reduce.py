@@ -1,0 +1,68 @@
+"""poplin's reduction of matmul/convolution partials (sim/cost/conv_reduce.py): the stage plan of
+ConvReducePlan.cpp, the tiles and outputs of ConvReduce.cpp's sections and the ReduceAdd estimate
+of PerformanceEstimation.hpp (poplibs 8dcde1ec), with values worked by hand from those sources."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim import load_system
+from sim.cost.amp import partials_reduction
+from sim.cost.conv_reduce import (conv_partials_reduction, multi_stage_plan, reduce_add_cycles,
+                                  single_input_fits)
+
+MK2 = load_system("ipu-mk2").ipu
+
+
+@pytest.mark.parametrize("depth, plan", [(1, ()), (2, ()), (15, ()), (16, (4,)), (23, (5,)), (48, (7,)),
+                                         (124, (11,)), (200, (35, 6))])
+def test_stage_plan_is_poplins(depth, plan):
+    """getMultiStageReducePlan: one stage below 16, then the depths with the fewest messages
+    (23: 5 + 23/5 = 9.6 beats 4 + 23/4 = 9.75; 200: 35 then 6)."""
+    assert multi_stage_plan(depth) == plan
+
+
+def test_reduce_add_estimate_both_forms():
+    # 144 fp32 partial outputs to fp16: 36 accumulator loops, 6 a worker
+    # single input, 14 exchanged rows: 6 * (20 + (2*14 + 7) * 6) + 33
+    assert int(reduce_add_cycles(144, 14, False, True, True)) == 1413
+    # general form, 15 rows: 6 * (32 + (3*15 + 6) * 6)
+    assert int(reduce_add_cycles(144, 15, False, True, False)) == 2028
+    # 10 outputs (not whole vectors): 3 loops, none a full worker's, the ragged rest 2*3 + 13
+    assert int(reduce_add_cycles(10, 3, False, True, False)) == 6 * (32 + 2 * 3 + 13)
+    # fp32 result: one more cycle a loop
+    assert int(reduce_add_cycles(144, 15, True, True, False)) == 6 * (32 + (3 * 15 + 7) * 6)
+
+
+def test_single_input_check_against_a_sixteenth_of_the_tile():
+    """checkPartialsSizeForSingleInputReduce with 32 KiB memory elements: a Mk2 tile (624 KiB,
+    1/16 = 39,936 bytes) takes up to one element of exchanged partials; a Mk1 tile (256 KiB) none."""
+    assert single_input_fits(32 * 1024, 624 * 1024)
+    assert not single_input_fits(32 * 1024 + 1, 624 * 1024)
+    assert not single_input_fits(1, 256 * 1024)
+
+
+def test_sections_split_the_block_in_channel_grains():
+    """2048 outputs held by 23 tiles: stage 1 reduces 5 rows on 4 tiles a section (512 outputs
+    each, 4 rows received), stage 2 the 5 results on all 23 (12 grains of 8 = 96 outputs)."""
+    stages = conv_partials_reduction(np.array([2048]), np.array([23]), 4, 2, 8, MK2.sram_bytes_per_tile)
+    (got1, cyc1, fix1), (got2, cyc2, fix2) = stages
+    # single input (whole vectors, 8 KiB exchanged): 2 cycles a row, 4 rows exchanged
+    assert (int(got1[0]), int(cyc1[0])) == (4 * 512 * 4, 6 * (20 + (2 * 4 + 8) * 22) + 33)
+    assert (int(got2[0]), int(cyc2[0])) == (4 * 96 * 4, 6 * (20 + (2 * 4 + 7) * 4) + 33)
+    assert int(fix1[0]) == int(fix2[0]) == 6 * 20 + 33
+    # on a Mk1 tile the general form: 3 cycles a row, all 5 rows
+    mk1 = conv_partials_reduction(np.array([2048]), np.array([23]), 4, 2, 8, 256 * 1024)
+    assert int(mk1[0][1][0]) == 6 * (32 + (3 * 5 + 7) * 22)
+
+
+def test_amp_partials_reduction_sums_the_stages():
+    exch, compute, stages, recv, fixed = partials_reduction(MK2, np.array([2048, 2048, 2048]),
+                                                            np.array([1, 15, 23]), 4)
+    assert list(stages) == [0, 1, 2]
+    assert list(compute) == [0, 1413, 6 * (20 + 16 * 22) + 33 + 6 * (20 + 15 * 4) + 33]
+    assert list(recv) == [0, 14 * 144 * 4, 4 * 512 * 4 + 4 * 96 * 4]
+    setup, bw = MK2.exchange_setup_cycles, MK2.exchange_bytes_per_cycle_per_tile
+    assert list(exch) == [0, setup + 14 * 144 * 4 / bw, 2 * setup + (8192 + 1536) / bw]
+    assert list(fixed) == [0, 153, 306]

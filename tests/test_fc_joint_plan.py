@@ -1,0 +1,53 @@
+"""poplin's planning of a fully connected layer's three training passes (sim/cost/amp.py
+plan_fc_training, after ConvPlan.cpp createPlan at poplibs 8dcde1ec)."""
+
+import pytest
+
+from sim import load_system
+from sim.cost.amp import pass_fixed_cycles, plan_fc_training, plan_matmul, rearrangement
+from sim.cost.rules import op_cost
+from sim.cost.vector import codelet
+from sim.errors import UnsupportedOpError
+from sim.graph.ir import GraphBuilder
+from sim.poplibs_benchmarks import fc_graph
+
+IPU = load_system("ipu-mk2").ipu
+
+
+def test_joint_plan_shares_one_grid_and_swaps_operands():
+    plans, joint = plan_fc_training(1, 4, 1000, 1000, 2, IPU, IPU.tiles, 0.6)
+    assert joint
+    fwd, bwd, wu = plans["fwd"], plans["bwd"], plans["wu"]
+    # swapped: the forward pass's positions are the outputs, its channels the batch
+    assert fwd.dims == (1, 1000, 1000, 4) and bwd.dims == (1, 1000, 1000, 4) and wu.dims == (1, 1000, 4, 1000)
+    _, po, pb, pi = fwd.splits
+    assert bwd.splits == (1, pi, pb, po) and wu.splits == (1, po, pi, pb)  # getFullyConnectedBwd/WUPlan
+    assert fwd.tiles_used == bwd.tiles_used == wu.tiles_used
+    assert all(p.pass_fixed == pass_fixed_cycles() for p in plans.values())
+
+
+def test_separate_plans_pay_the_weight_update_result_rearrangement():
+    plans, joint = plan_fc_training(1, 16, 1000, 5, 4, IPU, IPU.tiles, 0.6)
+    assert not joint
+    alone = plan_matmul(1, 1000, 16, 5, 4, False, IPU, IPU.tiles, 0.6, rearranged=16 * 1000)
+    exch, copy, _ = rearrangement(IPU, 5000, alone.tiles_used, 4)
+    extra = plans["wu"].total_cycles - alone.total_cycles
+    assert extra == int(exch) + int(copy) + codelet("copy").fixed + 2 * IPU.internal_sync_cycles
+    assert plans["fwd"] == plan_matmul(1, 16, 1000, 5, 4, True, IPU, IPU.tiles, 0.6)
+
+
+def test_fc_tool_graph_prices_passes_from_the_layer_plan():
+    g = fc_graph(1, 1000, 1000)
+    plans, joint = plan_fc_training(1, 1, 1000, 1000, 2, IPU, IPU.tiles, 0.6)
+    fwd = next(op for op in g.ops if op.name == "Fwd")
+    c = op_cost(fwd, g, IPU, IPU.tiles)
+    assert joint and c.compute_cycles == plans["fwd"].compute_cycles
+    assert c.plan == plans["fwd"].describe()
+
+
+def test_fully_connected_pass_on_the_wrong_matmul_is_an_error():
+    b = GraphBuilder("bad", "float16")
+    x, w = b.input("x", (4, 8)), b.weight("w", (8, 16))
+    b.op("matmul", [x, w], [(4, 16)], attrs={"fully_connected_pass": "TRAINING_BWD"}, name="mm")
+    with pytest.raises(UnsupportedOpError, match="fully_connected_pass 'TRAINING_BWD'"):
+        op_cost(b.graph.ops[-1], b.graph, IPU, IPU.tiles)
