@@ -796,6 +796,12 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
     return min(plans, key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
 
 
+def _tile_total(c: dict, ipu: IPU):
+    """Cycles of a :func:`_tile_costs` result on its busiest tile: exchange, compute and a sync
+    before every exchange phase and compute set."""
+    return c["exchange"] + c["compute"] + (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
+
+
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0) -> MatmulPlan:
     pg, pm, pn, pk = np.meshgrid(_candidates(G, tiles), _candidates(M, tiles),
@@ -824,8 +830,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
             c["compute"] = c["compute"] + copies
             c["launch"] = c["launch"] + 2 * piece.fixed
             c["compute_sets"] = c["compute_sets"] + 2
-        syncs = (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
-        return c, c["exchange"] + c["compute"] + syncs
+        return c, _tile_total(c, ipu)
 
     c, total = costs(tile_conv)
     planned = total
@@ -902,10 +907,6 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
     return np.minimum(1.0, patch / (np.maximum(positions, 1) * conv.kernel_positions))
 
 
-
-FC_PASSES = ("fwd", "bwd", "wu")
-
-
 def _fc_pass_dims(B: int, I: int, O: int) -> dict:
     """{pass: (M, K, N, b_is_weight, rearranged per group)} of a fully connected layer's three
     passes as the simulator's matmuls: forward ``[B, I] @ [I, O]``, backward ``[B, O] @ [O, I]``
@@ -921,7 +922,7 @@ def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU
     g, m, n, k = (np.array([-(-d // p)]) for d, p in ((G, pg), (M, pm), (N, pn), (K, pk)))
     c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, None, "1x1", g, m, k, n, np.array([pm]),
                     np.array([pn]), np.array([pk]), rearranged, used)
-    total = c["exchange"] + c["compute"] + (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
+    total = _tile_total(c, ipu)
     fixed = pass_fixed_cycles()
     return MatmulPlan(splits=tuple(int(x) for x in splits), dims=(G, M, K, N), serial=1, tiles_used=int(used),
                       exchange_cycles=int(c["exchange"][0]), compute_cycles=int(c["compute"][0]) + fixed,
@@ -947,8 +948,8 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     minimises the three passes' total (``ConvModel.cpp``: the joint plan's objective sums the
     forward, ``jointPlanBwdEstimates`` and ``jointPlanWuEstimates`` cycles) with every pass's
     temporaries within the budget. One piece (no serial splits)."""
-    cand = _candidates
-    pb, pi, po = (a.ravel() for a in np.meshgrid(cand(B, tiles), cand(I, tiles), cand(O, tiles), indexing="ij"))
+    pb, pi, po = (a.ravel() for a in np.meshgrid(_candidates(B, tiles), _candidates(I, tiles), _candidates(O, tiles),
+                                                 indexing="ij"))
     pg = np.ones_like(pb)
     used = pb * pi * po
     ok = used <= tiles
@@ -965,7 +966,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
         # weight); the weight update still rearranges its input (FC_TRAINING_WU rearrangeInput)
         rearranged = G * dims[name][3]
         c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", G, m, k, n, pm, pn, pk, rearranged, used)
-        total = total + c["exchange"] + c["compute"] + (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
+        total = total + _tile_total(c, ipu)
         fits &= c["temp"] <= budget
     if not fits.any():
         return None
@@ -1032,4 +1033,4 @@ __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode"
            "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy",
            "padded_partials_rearranged", "kernel_hits", "padding_coverage",
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
-           "with_output_rearrangement", "FC_PASSES"]
+           "with_output_rearrangement"]
