@@ -272,13 +272,17 @@ def fc_graph(batch: int, inputs: int, outputs: int, groups: int = 1, dtype: str 
 def gemm_graph(m: int, k: int, n: int, dtype: str = "float16") -> Graph:
     """poplibs' ``general_matrix_multiply`` as a graph: ``C += A (m, k) @ B (k, n)`` (alpha = beta
     = 1: ``matMulGrouped`` then ``scaledAddTo``). ``B`` is laid out by poplin like a weight
-    (``createMatMulGroupedInputRHS``), so it has the weight role."""
+    (``createMatMulGroupedInputRHS``), so it has the weight role. The tool sets no
+    ``fullyConnectedPass``, so poplin plans the matmul as ``NONE_MATMUL`` (``fully_connected_pass``
+    NONE: operands swapped when its planner prefers), and ``C`` is a clone of the product, so the
+    add runs over the product's layout (``layout_of_matmul``)."""
     b = GraphBuilder(f"gemm_{m}x{k}x{n}", dtype)
     mat_a = b.input("matA", (m, k))
     mat_b = b.weight("matB", (k, n))
     mat_c = b.weight("matC", (m, n))
-    prod = b.op("matmul", [mat_a, mat_b], [(m, n)], name="AxB")[0]
-    b.graph.add_op(Op("C/update", "accumulate", [mat_c, prod], [mat_c], {"weight": mat_c}))
+    prod = b.op("matmul", [mat_a, mat_b], [(m, n)], name="AxB", attrs={"fully_connected_pass": "NONE"})[0]
+    b.graph.add_op(Op("C/update", "accumulate", [mat_c, prod], [mat_c],
+                      {"weight": mat_c, "layout_of_matmul": (1, m, k, n)}))
     return b.graph
 
 

@@ -51,3 +51,25 @@ def test_fully_connected_pass_on_the_wrong_matmul_is_an_error():
     b.op("matmul", [x, w], [(4, 16)], attrs={"fully_connected_pass": "TRAINING_BWD"}, name="mm")
     with pytest.raises(UnsupportedOpError, match="fully_connected_pass 'TRAINING_BWD'"):
         op_cost(b.graph.ops[-1], b.graph, IPU, IPU.tiles)
+
+
+def test_joint_plan_splits_the_conv_groups_but_never_the_batch():
+    """poplin's joint plan partitions the conv groups (Partition::convGroupSplit, which
+    getFullyConnectedBwdPlan / getFullyConnectedWUPlan copy) but fixes the forward pass's
+    outChanSplit.parallel, the batch after the operand swap, at 1 (ConvModel.cpp constructModel:
+    each weight on exactly one tile). BERT's attention matmuls as the fc tool runs them
+    (bert_grouped_16x512x64x512: 16 groups, batch 512, 64 in, 512 out)."""
+    from sim.cost.amp import _fc_joint_plans, _plan_at
+
+    budget = 0.6 * IPU.sram_bytes_per_tile
+    for G, B, I, O in ((16, 512, 64, 512), (1, 4, 1000, 1000), (1, 16, 1000, 5)):
+        plans = _fc_joint_plans(G, B, I, O, 2, 4, IPU, IPU.tiles, budget)
+        pg, po, pb, pi = plans["fwd"].splits
+        assert pb == 1
+        assert plans["bwd"].splits == (pg, pi, pb, po) and plans["wu"].splits == (pg, po, pi, pb)
+    plans = _fc_joint_plans(16, 512, 64, 512, 2, 4, IPU, IPU.tiles, budget)
+    assert plans["fwd"].splits == (16, 23, 1, 4)  # one group a tile, outputs over 23, inputs over 4
+    # the same grid with all 16 groups on every tile costs more
+    assert plans["fwd"].total_cycles < _plan_at(16, 512, 64, 512, (1, 23, 1, 4), 2, 4, True, IPU, 0).total_cycles
+    # so for this layer the separate plans stay poplin's choice (createPlan)
+    assert not plan_fc_training(16, 512, 64, 512, 2, IPU, IPU.tiles, 0.6)[1]

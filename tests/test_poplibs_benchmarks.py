@@ -16,7 +16,7 @@ from sim import load_system, poplibs_benchmarks as pb
 from sim.cost.amp import pass_fixed_cycles, plan_matmul, rearrangement
 
 TOLERANCE = 0.05
-# the IPUModel2 rows within 5 % (110 of 173 on 2026-11-23; the comments say when rows came and left): held there
+# the IPUModel2 rows within 5 % (120 of 173 on 2026-11-23; the comments say when rows came and left): held there
 WITHIN = (
     "bert_ffn1_384x1024x4096", "bert_ffn1_512x1024x4096",
     # bert_grouped_12x128x64x128 and bert_grouped_16x128x64x128 left (+0.2 -> +6.7 %, +0.3 -> +6.3 %) when
@@ -93,6 +93,14 @@ WITHIN = (
     "bert_kqv_128x1024x3072", "bert_kqv_384x1024x3072", "bert_kqv_384x768x2304", "bert_kqv_512x1024x3072",
     "bert_kqv_512x768x2304", "gemm_200x512x20000", "gemm_600x512x10000", "inception_tr_bs4_layer1",
     "mobilenet_conv_pw_5_1", "resnet50_tr_bs4_bm128L0_projection", "vgg16_tr_bs4_v3L1",
+    # within since the backward pass of a strided kxk convolution runs on dX's field, zDeltas dilated by
+    # the stride (poplin getGradientParams; tests/test_conv_dilated_bwd.py): -8.1, -7.6, -11.8, -5.9 % before
+    "inception_tr_bs4_i4_a3x3", "inception_tr_bs4_i4_b3x3b", "inception_tr_bs4_i8_b3x3", "resnet50_tr_bs4_cnv",
+    # within since general_matrix_multiply's matmul is planned as poplin's NONE_MATMUL (operands swapped)
+    # and its scaledAddTo runs over the product's layout (tests/test_gemm_none_pass.py):
+    # +7.3, +7.7, +7.0, +11.9, +7.4, +7.6 % before
+    "gemm_1000x256x10000", "gemm_1000x256x30000", "gemm_1000x64x20000", "gemm_1000x64x30000",
+    "gemm_600x256x10000", "gemm_600x64x30000",
 )
 
 
@@ -131,7 +139,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 110
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 120
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

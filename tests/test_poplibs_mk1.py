@@ -14,13 +14,13 @@ from sim.cost.amp import amp_fp32_vertex_cycles, amp_mode
 
 TOLERANCE = 0.05
 TARGET = "IpuModel1"
-# the IpuModel1 rows within 5 % (103 of 174 on 2026-11-23; 68 of 160 when the table was added): held there
+# the IpuModel1 rows within 5 % (115 of 174 on 2026-11-23; 68 of 160 when the table was added): held there
 MK1_WITHIN = (
     "alexnet_tr_bs4_layer7", "bert_ffn1_512x768x3072", "bert_kqv_384x1024x3072",
     "bert_kqv_512x1024x3072", "fc_layer_1440x200x400", "fc_layer_16x1324x100",
-    "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_200x256x10000", "gemm_200x256x20000",
+    "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_200x256x20000",
     "gemm_200x256x30000", "gemm_200x512x10000", "gemm_200x512x20000", "gemm_600x256x10000", "gemm_600x256x20000",
-    "gemm_600x256x30000", "gemm_600x512x20000", "gemm_600x512x30000", "inception_tr_bs4_i10_a1x1",
+    "gemm_600x512x20000", "gemm_600x512x30000", "inception_tr_bs4_i10_a1x1",
     "inception_tr_bs4_i10_c1x1", "inception_tr_bs4_i10_d1x1", "inception_tr_bs4_i1_a1x1",
     "inception_tr_bs4_i1_b1x1", "inception_tr_bs4_i1_c3x3a",
     "inception_tr_bs4_i1_c3x3b", "inception_tr_bs4_i1_db1x1", "inception_tr_bs4_i2_a1x1",
@@ -61,6 +61,21 @@ MK1_WITHIN = (
     "resnet50_tr_bs4_bm128L0_projection", "resnet50_tr_bs4_bm256L0A0", "resnet50_tr_bs4_bm256L0A1",
     "resnet50_tr_bs4_bm256L0_projection", "resnet50_tr_bs4_bm512L0A0", "resnet50_tr_bs4_bm512L0A2",
     "resnet50_tr_bs4_bm512L1A0", "vgg16_tr_bs4_v1L1",
+    # within since a kxk backward pass whose dX field is not zDeltas' (a stride, or no padding) runs on dX's
+    # field, zDeltas dilated and padded (poplin getGradientParams; tests/test_conv_dilated_bwd.py):
+    # -6.6, -6.4, -11.6, -11.9, -6.9, -10.4 % before
+    "alexnet_tr_bs4_layer9", "alexnet_tr_bs4_layer11", "inception_tr_bs4_i4_a3x3", "inception_tr_bs4_i4_b3x3b",
+    "inception_tr_bs4_i8_a3x3", "inception_tr_bs4_i8_b3x3",
+    # within since general_matrix_multiply's matmul is planned as poplin's NONE_MATMUL (operands swapped)
+    # and its scaledAddTo runs over the product's layout (tests/test_gemm_none_pass.py):
+    # +7.5, +16.4, +12.3, +10.0, +7.9, +8.2, +8.0, +7.0 % before. Left then: gemm_200x256x10000
+    # (+3.3 -> -6.1 %) and gemm_600x256x30000 (-4.9 -> -5.9 %), whose agreement came from the unswapped
+    # plan, which poplin's planner charges a rearrangement of input, weights and output for this pass
+    # (ConvModel.cpp addTransformCycleEstimate) and does not pick, and from the add priced at 0.75 cycles
+    # an element spread linearly; over that plan's layout the add alone would put 200x256x10000 at
+    # +8.8 % (100 regions of 24 elements a tile). Both now sit with the under-predicted large Mk1 rows.
+    "gemm_1000x256x10000", "gemm_1000x64x10000", "gemm_1000x64x20000", "gemm_1000x64x30000",
+    "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x64x20000", "gemm_600x64x30000",
 )
 
 
@@ -134,7 +149,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 103
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 115
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

@@ -223,6 +223,9 @@ class ConvShape:
     # poplin may fold the kernel into the input channels (expandDims) only along a dimension whose
     # input field is at least the kernel (ConvPlan.cpp getExpandDimsCandidates); False: neither is
     expandable: bool = True
+    # the input's dilation (1: none): a strided convolution's backward pass reads zDeltas dilated by
+    # the stride, of which a tile's input patch holds only every ``dilation``-th row and column
+    dilation: int = 1
 
     @property
     def kernel_positions(self) -> int:
@@ -314,6 +317,11 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     share = np.ceil(m / workers)
     # rows a worker's contiguous share touches, on average over where it starts
     entries = np.where(m <= width, 1.0, 1.0 + (share - 1) / width)
+    if conv.dilation > 1:
+        # rows of a dilated input: a kernel row meets one output row in ``dilation``, and the
+        # worklist of each kernel position holds only the rows it meets (ConvVertices.cpp
+        # createPartitions), so a worker has 1/dilation of the entries per kernel position
+        entries = entries / conv.dilation
     fp16_partials = mode.partials_bytes == 2
     entry = c.worker_entry_fp16 if mode.cycles_per_position <= 4 else c.worker_entry_fp32
     worker_fixed = c.worker_fixed_fp32_partials + fp16_partials + \
@@ -333,6 +341,23 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     total = np.where(g * m * k * n > 0, np.ceil(outer + zero), 0)
     fixed = np.where(total > 0, total - g * ig * og * kpos * per_position, 0)
     return total, fixed
+
+
+def dilated_kernel_hits(out_size: int, kernel: int, in_size: int, pad_lower: int,
+                        dilation: int = 1) -> tuple[int, ...]:
+    """Per output index ``o`` of one field dimension of a stride-1 convolution whose ``in_size``
+    inputs are dilated by ``dilation`` (``dilation - 1`` zeros between neighbours) and padded by
+    ``pad_lower`` below, the kernel indices ``k`` that meet a real input: ``j = o + k - pad_lower``
+    with ``0 <= j <= (in_size - 1) x dilation`` and ``j`` a multiple of ``dilation``.
+
+    This is the backward pass of a forward convolution of stride ``dilation`` (``ConvUtil.cpp ::
+    getGradientParams``: the zDeltas dilated by the stride, padded by ``kernel - 1 - padding``);
+    poplin's nx1 worklists cover, per kernel position, only the outputs meeting such an input
+    (``ConvVertices.cpp :: createPartitions``, ``getOutputRangeForKernelIndex`` with the input
+    dilation; along the row the vertex writes every ``dilation``-th output, ``outStrideX``)."""
+    last = (in_size - 1) * dilation
+    return tuple(sum(1 for k in range(kernel) if 0 <= o + k - pad_lower <= last and (o + k - pad_lower) % dilation == 0)
+                 for o in range(out_size))
 
 
 def kernel_hits(out_size: int, kernel: int, in_size: int, pad_lower: int, stride: int = 1) -> tuple[int, ...]:
@@ -705,11 +730,17 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
             "held": partials + np.maximum(recv1, recv2)}
 
 
-def _candidates(dim: int, tiles: int) -> np.ndarray:
+def _candidates(dim: int, tiles: int, grain: int = 0) -> np.ndarray:
     """Split counts worth trying for a dimension: every count up to 16, powers of 2, 3 x powers
-    of 2, the divisors of the tile count (1472 = 64 x 23 on Mk2), and ``dim`` itself."""
+    of 2, the divisors of the tile count (1472 = 64 x 23 on Mk2), and ``dim`` itself. With a
+    ``grain`` (channels split in whole groups, as poplin splits them), also the fewest tiles that
+    leave each tile ``q`` groups, ``ceil(groups / q)`` for ``q`` up to 64: poplin's planner tries
+    every split, and these are the ones at which a tile's group count changes."""
     top = min(dim, tiles)
     vals = {top, *range(1, min(top, 16) + 1)}
+    if grain:
+        groups = -(-dim // grain)
+        vals.update(s for s in (-(-groups // q) for q in range(1, 65)) if s <= top)
     p = 1
     while p <= top:
         vals.add(p)
@@ -727,7 +758,8 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
                 tiles: int, memory_proportion: float, conv: ConvShape | None = None,
-                partials_bytes: int = 4, rearranged: int = 0, dilated_output: int = 0) -> MatmulPlan:
+                partials_bytes: int = 4, rearranged: int = 0, dilated_output: int = 0,
+                grain_splits: bool = False) -> MatmulPlan:
     """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
     of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
@@ -745,10 +777,14 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
 
     If no serialisation fits the budget, the plan needing the least temporary memory is
     returned (``fits=False``): the budget is a target, and tile memory is checked later.
+
+    ``grain_splits`` also tries the splits of K and N at which a tile's count of input- or
+    output-channel groups changes (:func:`_candidates`; used for poplin's plain matmul,
+    sim/cost/matmul_swap.py).
     """
     partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
     plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
-                 rearranged, dilated_output)
+                 rearranged, dilated_output, grain_splits)
     fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
     return replace(plan, compute_cycles=plan.compute_cycles + fixed, launch_cycles=plan.launch_cycles + fixed,
                    total_cycles=plan.total_cycles + fixed, pass_fixed=fixed,
@@ -756,7 +792,7 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
-          rearranged, dilated_output=0) -> MatmulPlan:
+          rearranged, dilated_output=0, grain_splits=False) -> MatmulPlan:
     budget = memory_proportion * ipu.sram_bytes_per_tile
     best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -764,7 +800,7 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
         # competes on cycles with the others that fit, so a smaller budget is never faster
         Ms, Ns = (math.ceil(M / serial), N) if M >= N else (M, math.ceil(N / serial))
         plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
-                       math.ceil(rearranged / serial), math.ceil(dilated_output / serial))
+                       math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits)
         if plan.fits:
             if best_fit is not None and plan.estimate >= best_fit.estimate:
                 break  # more pieces only add per-piece costs from here
@@ -777,7 +813,7 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
 
 
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
-            conv: ConvShape | None, serial, rearranged=0, dilated_output=0) -> MatmulPlan:
+            conv: ConvShape | None, serial, rearranged=0, dilated_output=0, grain_splits=False) -> MatmulPlan:
     if conv is not None and conv.kernel_positions == 1 and conv.stride > 1:
         # poplin's 1x1 vertex needs the field flattened, which a strided dimension cannot be
         # (ConvModel.cpp canUse1x1Vertex, dimCanBeFlattened): it expands the strided dimensions
@@ -791,7 +827,7 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         vertices = ("nx1",) if not conv.expandable else \
             ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
     plans = [_search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
-                            serial, vertex, rearranged, dilated_output) for vertex in vertices]
+                            serial, vertex, rearranged, dilated_output, grain_splits) for vertex in vertices]
     # a plan that fits beats one that does not; then the fastest, then the first listed
     return min(plans, key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
 
@@ -803,10 +839,20 @@ def _tile_total(c: dict, ipu: IPU):
 
 
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
-                   conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0) -> MatmulPlan:
+                   conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
+                   grain_splits=False) -> MatmulPlan:
+    mode = amp_mode(ipu, itemsize, partials_bytes) if grain_splits else None
     pg, pm, pn, pk = np.meshgrid(_candidates(G, tiles), _candidates(M, tiles),
-                                 _candidates(N, tiles), _candidates(K, tiles), indexing="ij")
+                                 _candidates(N, tiles, mode.out_group if mode else 0),
+                                 _candidates(K, tiles, mode.in_group if mode else 0), indexing="ij")
     pg, pm, pn, pk = (a.ravel() for a in (pg, pm, pn, pk))
+    if grain_splits:  # also the split of M, or of N, that fills the tiles the other splits leave
+        fill_m = np.clip(tiles // (pg * pn * pk), 1, M)
+        fill_n = np.clip(tiles // (pg * pm * pk), 1, N)
+        pg, pm, pn, pk = (np.concatenate(a) for a in ((pg, pg, pg), (pm, fill_m, pm), (pn, pn, fill_n), (pk, pk, pk)))
+        key = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
+        _, first = np.unique(key, return_index=True)
+        pg, pm, pn, pk = (a[first] for a in (pg, pm, pn, pk))
     used = pg * pm * pn * pk
     ok = used <= tiles
     pg, pm, pn, pk, used = pg[ok], pm[ok], pn[ok], pk[ok], used[ok]
@@ -834,8 +880,11 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
 
     c, total = costs(tile_conv)
     planned = total
-    if vertex in ("nx1", "expand_w") and (tile_conv.row_hits or tile_conv.col_hits):
-        # poplin's planner estimates every kernel position over the whole tile output (padding_coverage)
+    if vertex in ("nx1", "expand_w") and (tile_conv.row_hits or tile_conv.col_hits) and tile_conv.dilation == 1:
+        # poplin's planner estimates every kernel position over the whole tile output (padding_coverage);
+        # an input dilation it does see (PerformanceEstimation.hpp getConvPartialnx1InnerLoopCycleEstimate:
+        # partitionConvPartialByWorker with the inputDilation, ceil(width / outStrideX) per row), so a
+        # dilated convolution is planned on its hits
         planned = costs(replace(tile_conv, row_hits=(), col_hits=()))[1]
     temp = c["temp"]
     fits = temp <= budget
@@ -904,6 +953,8 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
     """
     side = np.sqrt(np.maximum(positions, 1))
     patch = ((side - 1) * conv.stride + conv.kernel_h) * ((side - 1) * conv.stride + conv.kernel_w)
+    if conv.dilation > 1:  # a dilated input holds one real element per dilation x dilation of the patch
+        patch = patch / conv.dilation ** 2
     return np.minimum(1.0, patch / (np.maximum(positions, 1) * conv.kernel_positions))
 
 
@@ -940,21 +991,27 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     both operands laid out for it (the right one's ``b_is_weight`` is True).
 
     poplin plans the forward pass with its operands swapped (``ConvPlan.cpp ::
-    getSwapOperandCandidates``: joint plans always swap) over a grid of ``pB x pI x pO`` tiles
-    (batch, input and output features) and derives the other passes from it by exchanging splits
+    getSwapOperandCandidates``: joint plans always swap) over a grid of ``pG x pB x pI x pO`` tiles
+    (groups, batch, input and output features; ``pB`` is always 1, see below) and derives the other
+    passes from it by exchanging splits
     (``getFullyConnectedBwdPlan``: field and input-channel splits; ``getFullyConnectedWUPlan``: input-
     and output-channel splits), so every pass runs on the same grid and reduces a different
     dimension: forward over ``pI``, backward over ``pO``, weight update over ``pB``. The grid
     minimises the three passes' total (``ConvModel.cpp``: the joint plan's objective sums the
     forward, ``jointPlanBwdEstimates`` and ``jointPlanWuEstimates`` cycles) with every pass's
     temporaries within the budget. One piece (no serial splits)."""
-    pb, pi, po = (a.ravel() for a in np.meshgrid(_candidates(B, tiles), _candidates(I, tiles), _candidates(O, tiles),
-                                                 indexing="ij"))
-    pg = np.ones_like(pb)
-    used = pb * pi * po
+    # the grid also splits the conv groups (Partition::convGroupSplit, a variable of the joint plan that
+    # getFullyConnectedBwdPlan / getFullyConnectedWUPlan copy unchanged), so a grouped layer's tile
+    # holds ceil(G / pG) groups in every pass
+    # the batch is never split (ConvModel.cpp constructModel: a joint plan's forward pass fixes
+    # outChanSplit.parallel, the swapped pass's output channels = the batch, at 1, so each weight is
+    # used on exactly one tile and no pass needs the weights exchanged)
+    pg, pb, pi, po = (a.ravel() for a in np.meshgrid(_candidates(G, tiles), np.array([1]),
+                                                     _candidates(I, tiles), _candidates(O, tiles), indexing="ij"))
+    used = pg * pb * pi * po
     ok = used <= tiles
     pb, pi, po, pg, used = pb[ok], pi[ok], po[ok], pg[ok], used[ok]
-    b, i, o = -(-B // pb), -(-I // pi), -(-O // po)
+    g, b, i, o = -(-G // pg), -(-B // pb), -(-I // pi), -(-O // po)
     # (m, k, n, pm, pn, pk) of each swapped pass on the grid: output positions m (the conv's field:
     # O, I, O), reduction k and output channels n (the batch in the forward and backward passes)
     grids = {"fwd": (o, i, b, po, pb, pi), "bwd": (i, o, b, pi, pb, po), "wu": (o, b, i, po, pi, pb)}
@@ -965,7 +1022,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
         # both operands are laid out by the joint plan (1/pm of the right one resident, as for a
         # weight); the weight update still rearranges its input (FC_TRAINING_WU rearrangeInput)
         rearranged = G * dims[name][3]
-        c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", G, m, k, n, pm, pn, pk, rearranged, used)
+        c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", g, m, k, n, pm, pn, pk, rearranged, used)
         total = total + _tile_total(c, ipu)
         fits &= c["temp"] <= budget
     if not fits.any():
@@ -975,8 +1032,8 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     out = {}
     for name, (_, _, _, pm, pn, pk) in grids.items():
         M, K, N, r = dims[name]
-        out[name] = _plan_at(G, M, K, N, (1, int(pm[j]), int(pn[j]), int(pk[j])), itemsize, partials_bytes, True,
-                             ipu, G * r)
+        out[name] = _plan_at(G, M, K, N, (int(pg[j]), int(pm[j]), int(pn[j]), int(pk[j])), itemsize, partials_bytes,
+                             True, ipu, G * r)
     return out
 
 

@@ -21,9 +21,12 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, Graph, Op, spatial
 from ..hardware.system import IPU
-from .amp import (ConvShape, fc_weight_transpose, kernel_hits, padded_partials_rearranged, plan_fc_training,
+from .amp import (ConvShape, dilated_kernel_hits, fc_weight_transpose, kernel_hits, padded_partials_rearranged, plan_fc_training,
                   plan_matmul, with_weight_transpose)
 from .exchange import exchange_cycles
+from .matmul_swap import plan_matmul_none_pass, result_block
+from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
+from .amp import amp_mode
 from .opcost import FREE, OpCost, TileProfile, _counts
 from .reduction import WORKERS, plan_reduce
 from .reduction import constants as reduce_constants
@@ -112,6 +115,8 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _gather(kind, ins, outs, ipu, tiles)
     if kind in ("reduce_sum", "reduce_mean", "reduce_max"):
         return _reduce(kind, ins, outs, attrs, ipu, tiles)
+    if kind == "accumulate" and "layout_of_matmul" in attrs:
+        return _scaled_add_to_matmul(ins, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
     if kind in _UNARY:
         return _elementwise(kind, ins, outs, ipu, tiles)
     if kind == "lars_update":
@@ -342,6 +347,11 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     # laid out for the forward pass (poplin FC_TRAINING_WU rearrangeInput; sim/cost/amp.py rearrangement)
     wu = bool(attrs.get("transpose_a")) and rb != "weight"
     fc_pass = attrs.get("fully_connected_pass")
+    if fc_pass == "NONE":
+        # poplin's plain matmul (fullyConnectedPass NONE, pass NONE_MATMUL): both operands created for
+        # the plan, operands swapped when the planner prefers (sim/cost/matmul_swap.py)
+        plan, _ = plan_matmul_none_pass(G, M, K, N, itemsize, ipu, tiles, amp, partials_bytes)
+        return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, True)
     if fc_pass is not None:
         # poplin's matmul option fullyConnectedPass=TRAINING_*: the three passes planned jointly or
         # separately, as ConvPlan.cpp createPlan decides (sim/cost/amp.py plan_fc_training)
@@ -349,7 +359,7 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         expected = {"fwd": (False, False, True), "bwd": (False, True, True), "wu": (True, False, False)}.get(p)
         if expected != (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")), rb == "weight"):
             raise UnsupportedOpError(
-                f"fully_connected_pass {fc_pass!r}: expected one of {', '.join(_FC_PASSES)} on a matmul shaped as "
+                f"fully_connected_pass {fc_pass!r}: expected NONE, or one of {', '.join(_FC_PASSES)} on a matmul shaped as "
                 "that pass (TRAINING_FWD: X @ W, TRAINING_BWD: dY @ Wᵀ, TRAINING_WU: Xᵀ @ dY, W a weight)")
         B, I, O = {"fwd": (M, K, N), "bwd": (M, N, K), "wu": (K, M, N)}[p]
         plans, joint = plan_fc_training(G, B, I, O, itemsize, ipu, tiles, amp, partials_bytes)
@@ -368,6 +378,32 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         plan = with_weight_transpose(plan, fc_weight_transpose(G, N, K, itemsize, plan.tiles_used,
                                                                ipu.worker_threads), ipu)
     return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
+
+
+def _scaled_add_to_matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
+    """``accumulate`` into a tensor laid out as a plain matmul's result (attribute
+    ``layout_of_matmul``: the matmul's ``(G, M, K, N)``, planned as ``fully_connected_pass`` NONE),
+    the matmul's result added: poplibs' general_matrix_multiply ``scaledAddTo(C, 1, A @ B, 1)``, C a
+    clone of the result. popops' scaledAddTo over the regions the matmul's plan leaves on each tile
+    (sim/cost/scaled_add.py, sim/cost/matmul_swap.py ``result_block``): one compute set, no exchange."""
+    layout = attrs["layout_of_matmul"]
+    if not (isinstance(layout, tuple) and len(layout) == 4 and all(isinstance(d, int) and d > 0 for d in layout)):
+        raise UnsupportedOpError(f"layout_of_matmul {layout!r}: expected the (G, M, K, N) of the matmul whose "
+                                 "result the accumulated tensor is laid out as, four positive ints")
+    G, M, K, N = layout
+    shape, dtype, _ = ins[0]
+    if math.prod(shape) != G * M * N:
+        raise UnsupportedOpError(f"layout_of_matmul {layout!r}: the accumulated tensor {tuple(shape)} has "
+                                 f"{math.prod(shape)} elements, the matmul's result G*M*N = {G * M * N}")
+    itemsize = DTYPE_BYTES[dtype]
+    plan, swapped = plan_matmul_none_pass(G, M, K, N, itemsize, ipu, tiles, amp, partials_bytes)
+    group = amp_mode(ipu, itemsize, max(partials_bytes, itemsize)).out_group
+    regions, size = result_block(plan, swapped, group)
+    cycles = scaled_add_tile_cycles(regions, size, itemsize)
+    used = plan.tiles_used
+    return _phases(ipu, cycles, 0, 1, float(G * M * N), 0, used, tiles=tiles,
+                   plan=f"scaledAddTo on {used} tiles, {regions} regions of {size} elements on the busiest",
+                   launch=scaled_add_fixed_cycles(regions, size, itemsize))
 
 
 def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpCost:
@@ -419,7 +455,14 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         out_shape = outs[0][0]
         padded = padded_partials_rearranged(ipu, itemsize, partials_bytes, groups, cig,
                                             out_shape[0] * math.prod(out_shape[2:]), cog * kh * kw)
-        plan = plan_matmul(groups, n * x_shape[2] * x_shape[3] if full else positions,
+        field = n * x_shape[2] * x_shape[3] if full else positions
+        if full and kh * kw > 1 and tuple(out_shape[2:]) != (ho, wo):
+            # a kxk kernel whose dX field is not zDeltas' (a stride, or less than "same" padding):
+            # poplin convolves over dX's field, zDeltas dilated and padded (_grad_input_field).
+            # With "same" padding and stride 1 the fields agree and, as the forward pass, the
+            # plan stays on zDeltas' field without padding hits
+            conv, field = _grad_input_field(out_shape, attrs, cog, ho, wo), n * math.prod(out_shape[2:])
+        plan = plan_matmul(groups, field,
                            cog * kh * kw, cig, itemsize, True, ipu, tiles, amp, conv=conv,
                            partials_bytes=partials_bytes, rearranged=padded,
                            dilated_output=math.prod(outs[0][0]) if deferred else 0)
@@ -440,6 +483,20 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         plan = plan_matmul(groups, cig * kh * kw, positions, cog, itemsize, False, ipu, tiles, amp,
                            partials_bytes=partials_bytes, rearranged=im2col + positions * co)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
+
+
+def _grad_input_field(dx_shape, attrs, cog, ho, wo) -> ConvShape:
+    """The ConvShape of a backward pass ``dX = dY (*) W`` on dX's field, as poplin convolves it
+    (``ConvUtil.cpp :: getGradientParams``): zDeltas (``ho x wo``) dilated by the forward stride and
+    padded by ``kernel - 1 - padding`` per side, so the output is the forward input's field
+    (``H x W``). The nx1 worklists skip the (output, kernel position) pairs meeting a dilation zero
+    or padding (:func:`~sim.cost.amp.dilated_kernel_hits`, :func:`~sim.cost.amp.padding_coverage`)."""
+    n, _, H, W = dx_shape
+    kh, kw = spatial(attrs.get("kernel", 1))
+    ph, pw = spatial(attrs.get("padding", 0), "padding")
+    s = spatial(attrs.get("stride", 1), "stride")[0]
+    return ConvShape(kh, kw, 1, W, cog, n, H, row_hits=dilated_kernel_hits(H, kh, ho, kh - 1 - ph, s),
+                     col_hits=dilated_kernel_hits(W, kw, wo, kw - 1 - pw, s), dilation=s)
 
 
 def _swapped_grad_input(z_shape, dx_shape, attrs, groups, cig, cog, itemsize, ipu, tiles, amp, partials_bytes):
