@@ -2,21 +2,21 @@
 "same" padding) is planned as poplin convolves it: over dX's field, zDeltas dilated by the stride and
 padded by ``kernel - 1 - padding`` (poplin ``getGradientParams``), the nx1 worklists skipping the
 (output, kernel position) pairs that meet a dilation zero or padding (sim/cost/amp.py
-``dilated_kernel_hits``, sim/cost/rules.py ``_grad_input_field``)."""
+``kernel_hits`` with a dilation, sim/cost/rules.py ``_grad_input_field``)."""
 
 import numpy as np
 import pytest
 
 from sim import load_system
 from sim.cost import rules
-from sim.cost.amp import ConvShape, amp_mode, dilated_kernel_hits, kernel_hits, nx1_vertex_cycles
+from sim.cost.amp import ConvShape, amp_mode, kernel_hits, nx1_vertex_cycles
 
 
 def test_dilated_hits_exact():
     # forward 7 -> 4 (kernel 3, stride 2, padding 1); backward: 4 zDeltas dilated by 2, padded by 1
-    assert dilated_kernel_hits(7, 3, 4, 1, 2) == (1, 2, 1, 2, 1, 2, 1)
+    assert kernel_hits(7, 3, 4, 1, dilation=2) == (1, 2, 1, 2, 1, 2, 1)
     # no dilation: the padding alone, as kernel_hits of the same stride-1 convolution
-    assert dilated_kernel_hits(13, 3, 11, 2, 1) == kernel_hits(13, 3, 11, 2) == (1, 2) + (3,) * 9 + (2, 1)
+    assert kernel_hits(13, 3, 11, 2, dilation=1) == kernel_hits(13, 3, 11, 2) == (1, 2) + (3,) * 9 + (2, 1)
 
 
 @pytest.mark.parametrize("size,kernel,stride,pad", [(224, 11, 4, 3), (224, 7, 2, 3), (299, 3, 2, 0),
@@ -25,7 +25,7 @@ def test_dilated_hits_count_the_forward_pairs(size, kernel, stride, pad):
     # the backward pass meets exactly the (output, kernel index) pairs of the forward pass that meet real input
     out = (size + 2 * pad - kernel) // stride + 1
     fwd = kernel_hits(out, kernel, size, pad, stride)
-    bwd = dilated_kernel_hits(size, kernel, out, kernel - 1 - pad, stride)
+    bwd = kernel_hits(size, kernel, out, kernel - 1 - pad, dilation=stride)
     assert len(bwd) == size and sum(bwd) == sum(fwd)
 
 
@@ -61,7 +61,7 @@ def test_strided_stem_backward_runs_on_the_input_field(monkeypatch):
     M, K, N, conv = _grad_input_M(monkeypatch, (4, 4, 224, 224), 64, 11, 4, 3)
     assert (M, K, N) == (4 * 224 * 224, 64 * 121, 4)
     assert conv.dilation == 4 and conv.width == 224 and conv.height == 224
-    assert conv.row_hits == dilated_kernel_hits(224, 11, 55, 7, 4)
+    assert conv.row_hits == kernel_hits(224, 11, 55, 7, dilation=4)
 
 
 def test_valid_padding_backward_runs_on_the_input_field(monkeypatch):

@@ -111,8 +111,8 @@ def test_rgb_stem_backward_pass_pays_the_padded_partials_rearrangement(ipu):
     cost = op_cost(bwd, g, ipu, ipu.tiles)
     # dX's 4 x 224 x 224 field, split per dimension: zDeltas (112 x 112) dilated by the stride 2 and
     # padded by 3 - 1 - 1 = 1 (tests/test_conv_dilated_bwd.py)
-    from sim.cost.amp import dilated_kernel_hits
-    hits = dilated_kernel_hits(224, 3, 112, 1, 2)
+    from sim.cost.amp import kernel_hits
+    hits = kernel_hits(224, 3, 112, 1, dilation=2)
     conv = ConvShape(3, 3, 1, 224, 32, 4, 224, row_hits=hits, col_hits=hits, dilation=2)
     args = (1, 4 * 224 * 224, 32 * 9, 4, 2, True, ipu, ipu.tiles, 0.6)
     padded = plan_matmul(*args, conv=conv, rearranged=8 * (4 * 224 * 224 + 32 * 9))

@@ -343,28 +343,25 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     return total, fixed
 
 
-def dilated_kernel_hits(out_size: int, kernel: int, in_size: int, pad_lower: int,
-                        dilation: int = 1) -> tuple[int, ...]:
-    """Per output index ``o`` of one field dimension of a stride-1 convolution whose ``in_size``
-    inputs are dilated by ``dilation`` (``dilation - 1`` zeros between neighbours) and padded by
-    ``pad_lower`` below, the kernel indices ``k`` that meet a real input: ``j = o + k - pad_lower``
-    with ``0 <= j <= (in_size - 1) x dilation`` and ``j`` a multiple of ``dilation``.
-
-    This is the backward pass of a forward convolution of stride ``dilation`` (``ConvUtil.cpp ::
-    getGradientParams``: the zDeltas dilated by the stride, padded by ``kernel - 1 - padding``);
-    poplin's nx1 worklists cover, per kernel position, only the outputs meeting such an input
-    (``ConvVertices.cpp :: createPartitions``, ``getOutputRangeForKernelIndex`` with the input
-    dilation; along the row the vertex writes every ``dilation``-th output, ``outStrideX``)."""
-    last = (in_size - 1) * dilation
-    return tuple(sum(1 for k in range(kernel) if 0 <= o + k - pad_lower <= last and (o + k - pad_lower) % dilation == 0)
-                 for o in range(out_size))
-
-
-def kernel_hits(out_size: int, kernel: int, in_size: int, pad_lower: int, stride: int = 1) -> tuple[int, ...]:
+def kernel_hits(out_size: int, kernel: int, in_size: int, pad_lower: int, stride: int = 1,
+                dilation: int = 1) -> tuple[int, ...]:
     """Per output index ``o`` of one field dimension of a convolution, the kernel indices ``k`` whose
-    input index ``o x stride + k - pad_lower`` is inside the ``in_size`` real inputs (not padding)."""
-    return tuple(max(0, min(kernel, in_size + pad_lower - o * stride) - max(0, pad_lower - o * stride))
-                 for o in range(out_size))
+    input index ``j = o x stride + k - pad_lower`` meets one of the ``in_size`` real inputs: not
+    padding and, when the input is dilated by ``dilation`` (``dilation - 1`` zeros between
+    neighbours), not a zero (``0 <= j <= (in_size - 1) x dilation``, ``j`` a multiple of ``dilation``).
+
+    With a dilation this is the backward pass of a forward convolution of stride ``dilation``
+    (``ConvUtil.cpp :: getGradientParams``: the zDeltas dilated by the stride, padded by
+    ``kernel - 1 - padding``); poplin's nx1 worklists cover, per kernel position, only the outputs
+    meeting such an input (``ConvVertices.cpp :: createPartitions``, ``getOutputRangeForKernelIndex``
+    with the input dilation; along the row the vertex writes every ``dilation``-th output,
+    ``outStrideX``)."""
+    last = (in_size - 1) * dilation
+    hits = []
+    for o in range(out_size):
+        lo, hi = max(0, o * stride - pad_lower), min(last, o * stride - pad_lower + kernel - 1)
+        hits.append(max(0, hi // dilation - -(-lo // dilation) + 1) if hi >= lo else 0)
+    return tuple(hits)
 
 
 @lru_cache(maxsize=256)

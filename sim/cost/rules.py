@@ -21,12 +21,11 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, Graph, Op, spatial
 from ..hardware.system import IPU
-from .amp import (ConvShape, dilated_kernel_hits, fc_weight_transpose, kernel_hits, padded_partials_rearranged, plan_fc_training,
-                  plan_matmul, with_weight_transpose)
+from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
+                  plan_fc_training, plan_matmul, with_weight_transpose)
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
-from .amp import amp_mode
 from .opcost import FREE, OpCost, TileProfile, _counts
 from .reduction import WORKERS, plan_reduce
 from .reduction import constants as reduce_constants
@@ -490,13 +489,13 @@ def _grad_input_field(dx_shape, attrs, cog, ho, wo) -> ConvShape:
     (``ConvUtil.cpp :: getGradientParams``): zDeltas (``ho x wo``) dilated by the forward stride and
     padded by ``kernel - 1 - padding`` per side, so the output is the forward input's field
     (``H x W``). The nx1 worklists skip the (output, kernel position) pairs meeting a dilation zero
-    or padding (:func:`~sim.cost.amp.dilated_kernel_hits`, :func:`~sim.cost.amp.padding_coverage`)."""
+    or padding (:func:`~sim.cost.amp.kernel_hits` with the dilation, :func:`~sim.cost.amp.padding_coverage`)."""
     n, _, H, W = dx_shape
     kh, kw = spatial(attrs.get("kernel", 1))
     ph, pw = spatial(attrs.get("padding", 0), "padding")
     s = spatial(attrs.get("stride", 1), "stride")[0]
-    return ConvShape(kh, kw, 1, W, cog, n, H, row_hits=dilated_kernel_hits(H, kh, ho, kh - 1 - ph, s),
-                     col_hits=dilated_kernel_hits(W, kw, wo, kw - 1 - pw, s), dilation=s)
+    return ConvShape(kh, kw, 1, W, cog, n, H, row_hits=kernel_hits(H, kh, ho, kh - 1 - ph, dilation=s),
+                     col_hits=kernel_hits(W, kw, wo, kw - 1 - pw, dilation=s), dilation=s)
 
 
 def _swapped_grad_input(z_shape, dx_shape, attrs, groups, cig, cog, itemsize, ipu, tiles, amp, partials_bytes):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-WORKERS = 6
+from .reduction import WORKERS, _vector_width
 
 
 def split_regions_between_workers(sizes: list[int], grain: int, workers: int = WORKERS,
@@ -59,7 +59,7 @@ def scaled_add_2d_cycles(pieces: list[int], itemsize: int) -> int:
     elements (``ScaledArithmetic2DCycleEstimate`` as the ``ScaledAdd2D`` estimator calls it:
     9 + 1 fixed; per region 15, plus 5 and 2 a vector if it has a whole vector, plus the
     remainder's cycles: a float 7; halves 4, 6 more for two, 7 more for an odd one)."""
-    width = 4 if itemsize == 2 else 2
+    width = _vector_width(itemsize)
     cycles = 9 + 1
     for size in pieces:
         vectors, rem = divmod(size, width)
@@ -77,7 +77,7 @@ def scaled_add_supervisor_cycles(elements: int, itemsize: int) -> int:
     supervisor 21, 6 more to unpack ``A``'s 64-bit scaled pointer, + 11 + 7 (13 with a remainder)
     + 12; each worker 15 + 6 + 3 per vector after the first + 2 + 1, the remainder's worker 1 more
     and its remainder cycles; 6 x the busiest)."""
-    width = 4 if itemsize == 2 else 2
+    width = _vector_width(itemsize)
     vectors, rem = divmod(elements, width)
     per_worker, extra = divmod(vectors, WORKERS)
     supervisor = 21 + 6 + 11 + (7 if rem == 0 else 13) + 12
@@ -106,14 +106,14 @@ def scaled_add_tile_cycles(regions: int, region_elements: int, itemsize: int) ->
         return 0
     if regions == 1 and region_elements <= SUPERVISOR_MAX_ELEMENTS:
         return scaled_add_supervisor_cycles(region_elements, itemsize)
-    width = 4 if itemsize == 2 else 2
+    width = _vector_width(itemsize)
     vertices = split_regions_between_workers([region_elements] * regions, width, WORKERS, 2 * width)
     return WORKERS * max(scaled_add_2d_cycles(p, itemsize) for p in vertices)
 
 
 def scaled_add_fixed_cycles(regions: int, region_elements: int, itemsize: int) -> int:
     """The part of :func:`scaled_add_tile_cycles` that is not the per-vector loop (the launch)."""
-    width = 4 if itemsize == 2 else 2
+    width = _vector_width(itemsize)
     if regions == 1 and region_elements <= SUPERVISOR_MAX_ELEMENTS:
         loop = 3 * math.floor(region_elements / width / WORKERS) * WORKERS
     else:
