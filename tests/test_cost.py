@@ -391,11 +391,13 @@ def _conv_cost(batch, ci, co, kernel, field, stride=1, dtype="float16"):
 def test_small_field_kernel_costs_more_per_flop_than_a_pointwise_conv():
     """At batch 1 on a 7x7 field the nx1 vertex pays a worklist entry per output row and a
     coefficient load per kernel position: a 3x3 conv costs more per FLOP than a 1x1 conv doing
-    the same FLOPs (9x the output channels), as poplin estimates it."""
+    the same FLOPs (9x the output channels), as poplin estimates it. (Cycles, not compute alone: with
+    the reduction split in whole channel grains (amp.conv_inner_block) the 3x3 conv is cheapest
+    expanded, its kernel folded into the channels, which moves part of its cost into the exchange.)"""
     k3 = _conv_cost(1, 512, 512, 3, 7)
     k1 = _conv_cost(1, 512, 512 * 9, 1, 7)
     assert k3.flops == pytest.approx(k1.flops)
-    assert k3.compute_cycles > 1.2 * k1.compute_cycles
+    assert k3.cycles > 1.2 * k1.cycles
     assert "nx1 vertex" in k3.plan or "expand" in k3.plan
 
 

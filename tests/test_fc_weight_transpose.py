@@ -58,7 +58,9 @@ def test_backward_matmul_of_a_weight_pays_the_transpose_the_others_do_not():
     assert extra > 0
     assert costs["Bwd"].compute_cycles == plan.compute_cycles + int(extra)
     assert costs["Bwd"].supersteps == plan.supersteps + 1
-    assert costs["Bwd"].sync_cycles == (plan.sync_points + 1) * ipu.internal_sync_cycles
+    # planned apart from the forward pass, the transposed weights then move to this plan's layout: one
+    # more exchange phase (tests/test_fc_transposed_weights.py)
+    assert costs["Bwd"].sync_cycles == (plan.sync_points + 2) * ipu.internal_sync_cycles
     # the forward pass and the weight update have no transpose
     fwd = plan_matmul(1, 128, 4096, 1024, 2, True, ipu, ipu.tiles, 0.6)
     assert costs["Fwd"].compute_cycles == fwd.compute_cycles

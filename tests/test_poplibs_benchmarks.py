@@ -101,6 +101,16 @@ WITHIN = (
     # +7.3, +7.7, +7.0, +11.9, +7.4, +7.6 % before
     "gemm_1000x256x10000", "gemm_1000x256x30000", "gemm_1000x64x20000", "gemm_1000x64x30000",
     "gemm_600x256x10000", "gemm_600x64x30000",
+    # within since a separately planned fc backward pass exchanges its transposed weights from the forward
+    # layout (B, session 24: Convolution.cpp fullyConnectedWeightTranspose, tests/test_fc_transposed_weights.py):
+    # -5.2, -5.1 % -> -4.6, -3.6 %
+    "bert_ffn2_512x3072x768", "fc_layer_80_1324_100",
+    # within since a convolution's reduction is split over tiles in whole input-channel grains times the
+    # kernel's outer dimension (alexnet: then cheapest expanded) and its field split may fill the tiles
+    # (C, session 24: ConvModel.cpp constructModel; amp.conv_inner_block, tests/test_conv_inner_split.py):
+    # -9.8, -9.0, -5.2, +7.3, +7.1 % -> -1.1, -1.6, -4.9, +2.0, -1.1 %
+    "alexnet_tr_bs4_layer11", "alexnet_tr_bs4_layer9", "inception_tr_bs4_i10_b1x1", "inception_tr_bs4_i1_b1x1",
+    "resnet50_tr_bs4_bm64L0A1",
 )
 
 
@@ -139,7 +149,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 120
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 127
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

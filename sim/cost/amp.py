@@ -36,7 +36,9 @@ groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
 5. if the op is serialised into pieces (poplin's serial splits), slices each piece's operand
    block and updates its part of the result (two copy compute sets per piece).
 6. a fully connected backward pass (``dY @ Wᵀ`` of a weight) first transposes the weights on their
-   tiles, as poplin's ``fullyConnectedWeightTranspose`` does (:func:`fc_weight_transpose`).
+   tiles, as poplin's ``fullyConnectedWeightTranspose`` does (:func:`fc_weight_transpose`); planned
+   apart from the forward pass, the transposed blocks are then exchanged to its own layout
+   (:func:`transposed_weights_exchange`).
 
 Every compute set and exchange phase also costs an on-chip sync. Costs are in tile cycles; the
 busiest tile sets the pace. The planner searches the splits vectorised over numpy arrays and
@@ -490,6 +492,41 @@ def with_weight_transpose(plan: MatmulPlan, cycles: float, ipu: IPU) -> MatmulPl
                    planned_cycles=plan.planned_cycles + t + ipu.internal_sync_cycles if plan.planned_cycles else 0)
 
 
+def transposed_weights_exchange(ipu: IPU, elements: int, src_tiles: int, dst_tiles: int, itemsize: int) -> int:
+    """Exchange cycles of moving a fully connected layer's transposed weights (``elements``) from the
+    forward plan's tiles (``src_tiles``, where the transpose vertices run) to the backward plan's
+    layout (``dst_tiles``) when the passes are planned separately.
+
+    ``Convolution.cpp :: fullyConnectedWeightTranspose`` (8dcde1ec) writes the transpose into a new
+    tensor made by ``createWeights(graph, bwdPlan, ...)``, laid out for the backward plan, while it
+    maps each block's transpose vertex to the tile holding the forward weights
+    (``blockTileMapping`` of ``firstInGroup``); ``getGroupSizes`` scores the block sizes on where the
+    outputs land (``blockScore``). A joint plan lays both passes' weights out on the same tiles (each
+    weight used on one tile), so nothing moves; separate plans lay them out independently, so the
+    transposed blocks are exchanged to their tiles after the transpose compute set. The busiest tile
+    sends or receives its even share: one exchange phase with its set-up."""
+    if elements <= 0:
+        return 0
+    per_tile = math.ceil(elements / max(1, min(src_tiles, dst_tiles))) * itemsize
+    return ipu.exchange_setup_cycles + math.ceil(per_tile / ipu.exchange_bytes_per_cycle_per_tile)
+
+
+def with_transposed_weights_moved(plan: MatmulPlan, elements: int, src_tiles: int, ipu: IPU,
+                                  itemsize: int) -> MatmulPlan:
+    """``plan`` (a separately planned fully connected backward pass, after
+    :func:`with_weight_transpose`) with the transposed weights exchanged from the forward plan's
+    ``src_tiles`` to its own layout between the transpose and the matmul
+    (:func:`transposed_weights_exchange`): one more exchange phase and its sync. Cycles and bytes."""
+    exch = transposed_weights_exchange(ipu, elements, src_tiles, plan.tiles_used, itemsize)
+    if exch <= 0:
+        return plan
+    sync = ipu.internal_sync_cycles
+    return replace(plan, exchange_cycles=plan.exchange_cycles + exch, exchange_phases=plan.exchange_phases + 1,
+                   sync_points=plan.sync_points + 1, exchange_bytes=plan.exchange_bytes + elements * itemsize,
+                   total_cycles=plan.total_cycles + exch + sync,
+                   planned_cycles=plan.planned_cycles + exch + sync if plan.planned_cycles else 0)
+
+
 def rearrangement(ipu: IPU, elements, used, itemsize: int):
     """(exchange cycles, copy cycles, bytes received) per tile of rearranging ``elements`` operand
     elements evenly over ``used`` tiles before a matmul or convolution (arrays allowed).
@@ -756,7 +793,7 @@ def _divisors(n: int) -> tuple[int, ...]:
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
                 tiles: int, memory_proportion: float, conv: ConvShape | None = None,
                 partials_bytes: int = 4, rearranged: int = 0, dilated_output: int = 0,
-                grain_splits: bool = False) -> MatmulPlan:
+                grain_splits: bool = False, serial_out_channels: bool = False) -> MatmulPlan:
     """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
     of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
@@ -778,10 +815,14 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     ``grain_splits`` also tries the splits of K and N at which a tile's count of input- or
     output-channel groups changes (:func:`_candidates`; used for poplin's plain matmul,
     sim/cost/matmul_swap.py).
+
+    A plan is serialised along the larger of M and N; ``serial_out_channels`` also tries, when M is
+    the larger, N (the output channels) in pieces that divide it, and keeps the cheaper (a
+    convolution's weight-update pass: :func:`_plan`).
     """
     partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
     plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
-                 rearranged, dilated_output, grain_splits)
+                 rearranged, dilated_output, grain_splits, serial_out_channels)
     fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
     return replace(plan, compute_cycles=plan.compute_cycles + fixed, launch_cycles=plan.launch_cycles + fixed,
                    total_cycles=plan.total_cycles + fixed, pass_fixed=fixed,
@@ -789,15 +830,27 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
-          rearranged, dilated_output=0, grain_splits=False) -> MatmulPlan:
+          rearranged, dilated_output=0, grain_splits=False, serial_out_channels=False) -> MatmulPlan:
     budget = memory_proportion * ipu.sram_bytes_per_tile
     best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         # serialise along the largest of M and N; like poplin's serial splits, a serial plan
-        # competes on cycles with the others that fit, so a smaller budget is never faster
+        # competes on cycles with the others that fit, so a smaller budget is never faster.
+        # poplin serialises only channels (ConvModel.cpp constructModel: outChanSplit.serial, a
+        # factor of N, or inChanSplit.serial), never M; for a plain matmul (matmul_swap.py) a trial
+        # serialising N only, priced by poplin's dynamic slice/update estimates, was further from
+        # Poplar's Mk1 gemm rows (docs/reference/poplibs-costs.md 1.9, "Rows to read with care")
         Ms, Ns = (math.ceil(M / serial), N) if M >= N else (M, math.ceil(N / serial))
         plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
                        math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits)
+        if serial_out_channels and serial > 1 and M >= N and N % serial == 0:
+            # poplin serialises a convolution's output channels too (ConvModel.cpp constructModel:
+            # outChanSplit.serial, a factor of the output channels, m.factorOf), each piece slicing its
+            # weights and updating its outputs; the cheaper of the two serialisations is kept
+            by_n = _search(G, M, K, N // serial, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
+                           serial, math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
+                           serial_dim="N")
+            plan = min((plan, by_n), key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
         if plan.fits:
             if best_fit is not None and plan.estimate >= best_fit.estimate:
                 break  # more pieces only add per-piece costs from here
@@ -810,7 +863,8 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
 
 
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
-            conv: ConvShape | None, serial, rearranged=0, dilated_output=0, grain_splits=False) -> MatmulPlan:
+            conv: ConvShape | None, serial, rearranged=0, dilated_output=0, grain_splits=False,
+            serial_dim="M") -> MatmulPlan:
     if conv is not None and conv.kernel_positions == 1 and conv.stride > 1:
         # poplin's 1x1 vertex needs the field flattened, which a strided dimension cannot be
         # (ConvModel.cpp canUse1x1Vertex, dimCanBeFlattened): it expands the strided dimensions
@@ -824,7 +878,8 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         vertices = ("nx1",) if not conv.expandable else \
             ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
     plans = [_search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
-                            serial, vertex, rearranged, dilated_output, grain_splits) for vertex in vertices]
+                            serial, vertex, rearranged, dilated_output, grain_splits, serial_dim)
+             for vertex in vertices]
     # a plan that fits beats one that does not; then the fastest, then the first listed
     return min(plans, key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
 
@@ -837,7 +892,7 @@ def _tile_total(c: dict, ipu: IPU):
 
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
-                   grain_splits=False) -> MatmulPlan:
+                   grain_splits=False, serial_dim="M") -> MatmulPlan:
     mode = amp_mode(ipu, itemsize, partials_bytes) if grain_splits else None
     pg, pm, pn, pk = np.meshgrid(_candidates(G, tiles), _candidates(M, tiles),
                                  _candidates(N, tiles, mode.out_group if mode else 0),
@@ -850,6 +905,15 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         key = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
         _, first = np.unique(key, return_index=True)
         pg, pm, pn, pk = (a[first] for a in (pg, pm, pn, pk))
+    elif conv is not None:
+        # a convolution's field split takes any value (ConvModel.cpp constructModel: fieldSplit and
+        # batchSplit are popsolver variables from 1 to the tiles), so also try the one that fills the
+        # tiles the other splits leave
+        fill_m = np.clip(tiles // (pg * pn * pk), 1, M)
+        pg, pm, pn, pk = (np.concatenate(a) for a in ((pg, pg), (pm, fill_m), (pn, pn), (pk, pk)))
+        key = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
+        _, first = np.unique(key, return_index=True)
+        pg, pm, pn, pk = (a[first] for a in (pg, pm, pn, pk))
     used = pg * pm * pn * pk
     ok = used <= tiles
     pg, pm, pn, pk, used = pg[ok], pm[ok], pn[ok], pk[ok], used[ok]
@@ -857,6 +921,8 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
     m = -(-M // pm)
     n = -(-N // pn)
     k = -(-K // pk)
+    if conv is not None and vertex != "hmac":  # the reduction split as poplin splits it (conv_inner_block)
+        k = conv_inner_block(conv, vertex, K, pk, amp_mode(ipu, itemsize, partials_bytes).in_group)
     tile_conv = conv
     if vertex in ("nx1", "expand_w") and conv.batch and conv.height and M == conv.batch * conv.height * conv.width:
         # a kernel taller than 1 keeps the field's dimensions apart (no flattenDims): the busiest
@@ -869,7 +935,11 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
                         rearranged, used, dilated_output)
         if serial > 1:  # each piece slices its operand block out and updates its part of the result
             piece = codelet("copy")
-            copies = 2 * piece.fixed + np.ceil((g * m * k + g * m * n) * piece.per_element(itemsize))
+            # serialised along N (poplin's outChanSplit.serial), a piece slices its weights, B's block
+            # (ConvModel.cpp addDynamicSliceEstimate of weightsPerTile), and updates its outputs
+            # (addDynamicUpdateEstimate); along M, A's block and the outputs
+            sliced = g * k * n if serial_dim == "N" else g * m * k
+            copies = 2 * piece.fixed + np.ceil((sliced + g * m * n) * piece.per_element(itemsize))
             c["compute"] = c["compute"] + copies
             c["launch"] = c["launch"] + 2 * piece.fixed
             c["compute_sets"] = c["compute_sets"] + 2
@@ -910,6 +980,33 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         dilated_output=int(dilated_output),
         vertex=vertex,
     )
+
+
+def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) -> np.ndarray:
+    """The busiest tile's share of a convolution's reduction ``K`` (input channels x kernel positions)
+    split over ``pk`` tiles (array), as poplin splits it (``ConvModel.cpp :: constructModel``, poplibs
+    8dcde1ec): the input channels in whole grains of ``in_group`` (``inChanSplit.parallel`` over
+    ``numInChanGrains``, each tile ``ceil(grains / split)`` of them) times the kernel's outer
+    dimension (``kernelSplit``, ``ceildivConstrainDivisor``; "the implementation doesn't support
+    splitting the inner-most kernel dimension"), the best such factorisation ``pk = split x
+    kernelSplit``. The expanded vertex has the kernel folded into its channels (``expandDims``), and
+    ``expand_w`` the kernel's width. A split poplin cannot make (``K / pk`` elements of a 1x7
+    kernel's 160 channels = 20 channels x 7, where poplin gives 2 grains = 32 channels x 7) is never
+    priced."""
+    pk = np.asarray(pk, dtype=np.int64)
+    if vertex == "nx1":
+        ci, kh, kw = conv.in_channels, conv.kernel_h, conv.kernel_w
+    elif vertex == "expand_w":
+        ci, kh, kw = conv.in_channels * conv.kernel_w, conv.kernel_h, 1
+    else:  # the 1x1 vertex (a 1x1 kernel) or the whole kernel folded into the channels
+        ci, kh, kw = K, 1, 1
+    grains = -(-ci // in_group)
+    out = np.empty(pk.shape, dtype=np.int64)
+    for p in np.unique(pk):
+        p = int(p)
+        out[pk == p] = min(min(-(-grains // (p // d)) * in_group, ci) * -(-kh // d) * kw
+                           for d in range(1, min(kh, p) + 1) if p % d == 0)
+    return np.minimum(out, K)
 
 
 @lru_cache(maxsize=1024)
@@ -962,12 +1059,17 @@ def _fc_pass_dims(B: int, I: int, O: int) -> dict:
     return {"fwd": (B, I, O, True, 0), "bwd": (B, O, I, True, 0), "wu": (I, B, O, False, B * I)}
 
 
-def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU, rearranged: int) -> MatmulPlan:
+def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU, rearranged: int,
+             block: tuple | None = None) -> MatmulPlan:
     """The one-piece 1x1-vertex plan of ``G x [M,K] @ [K,N]`` split ``(pg, pm, pn, pk)`` over the tiles
-    (a pass of a joint fully connected plan, whose splits the forward pass fixes)."""
+    (a pass of a joint fully connected plan, whose splits the forward pass fixes). ``block``: the busiest
+    tile's ``(g, m, k, n)`` when the splits are in whole grains; default ``ceil(dim / split)`` each."""
     pg, pm, pn, pk = splits
     used = pg * pm * pn * pk
-    g, m, n, k = (np.array([-(-d // p)]) for d, p in ((G, pg), (M, pm), (N, pn), (K, pk)))
+    if block is None:
+        g, m, n, k = (np.array([-(-d // p)]) for d, p in ((G, pg), (M, pm), (N, pn), (K, pk)))
+    else:
+        g, m, k, n = (np.array([int(d)]) for d in block)
     c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, None, "1x1", g, m, k, n, np.array([pm]),
                     np.array([pn]), np.array([pk]), rearranged, used)
     total = _tile_total(c, ipu)
@@ -1003,12 +1105,21 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     # the batch is never split (ConvModel.cpp constructModel: a joint plan's forward pass fixes
     # outChanSplit.parallel, the swapped pass's output channels = the batch, at 1, so each weight is
     # used on exactly one tile and no pass needs the weights exchanged)
+    # I and O are split in whole grains of the vertex's input-channel group: I is the forward pass's input
+    # channels (constructModel: inChanSplit counts ceil(inChans / inChansPerGroup) grains) and O its
+    # field, whose grain a joint plan sets to inChansPerGroup (ConvPlan.cpp createPlan: "The innermost
+    # grain size becomes the inChansPerGroup in the backward pass"), so neither splits over more tiles
+    # than it has grains (a 1000-input layer over at most 63 tiles in fp16) and a tile holds whole grains
+    grain = amp_mode(ipu, itemsize, partials_bytes).in_group
+    i_grains, o_grains = -(-I // grain), -(-O // grain)
     pg, pb, pi, po = (a.ravel() for a in np.meshgrid(_candidates(G, tiles), np.array([1]),
-                                                     _candidates(I, tiles), _candidates(O, tiles), indexing="ij"))
+                                                     _candidates(I, tiles, grain), _candidates(O, tiles, grain),
+                                                     indexing="ij"))
     used = pg * pb * pi * po
-    ok = used <= tiles
+    ok = (used <= tiles) & (pi <= i_grains) & (po <= o_grains)
     pb, pi, po, pg, used = pb[ok], pi[ok], po[ok], pg[ok], used[ok]
-    g, b, i, o = -(-G // pg), -(-B // pb), -(-I // pi), -(-O // po)
+    g, b = -(-G // pg), -(-B // pb)
+    i, o = np.minimum(-(-i_grains // pi) * grain, I), np.minimum(-(-o_grains // po) * grain, O)
     # (m, k, n, pm, pn, pk) of each swapped pass on the grid: output positions m (the conv's field:
     # O, I, O), reduction k and output channels n (the batch in the forward and backward passes)
     grids = {"fwd": (o, i, b, po, pb, pi), "bwd": (i, o, b, pi, pb, po), "wu": (o, b, i, po, pi, pb)}
@@ -1027,10 +1138,10 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     idx = np.flatnonzero(fits)
     j = int(idx[np.lexsort((used[idx], total[idx]))[0]])
     out = {}
-    for name, (_, _, _, pm, pn, pk) in grids.items():
+    for name, (m, k, n, pm, pn, pk) in grids.items():
         M, K, N, r = dims[name]
         out[name] = _plan_at(G, M, K, N, (int(pg[j]), int(pm[j]), int(pn[j]), int(pk[j])), itemsize, partials_bytes,
-                             True, ipu, G * r)
+                             True, ipu, G * r, block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n)))
     return out
 
 
@@ -1087,4 +1198,5 @@ __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode"
            "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy",
            "padded_partials_rearranged", "kernel_hits", "padding_coverage",
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
+           "transposed_weights_exchange", "with_transposed_weights_moved", "conv_inner_block",
            "with_output_rearrangement"]

@@ -22,7 +22,7 @@ from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
-                  plan_fc_training, plan_matmul, with_weight_transpose)
+                  plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
@@ -374,8 +374,13 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     if attrs.get("transpose_b") and rb == "weight":
         # a fully connected backward pass (dX = dY Wᵀ): poplin transposes the weights on their tiles
         # first (TRAINING_BWD, fullyConnectedWeightTranspose; sim/cost/amp.py fc_weight_transpose)
-        plan = with_weight_transpose(plan, fc_weight_transpose(G, N, K, itemsize, plan.tiles_used,
-                                                               ipu.worker_threads), ipu)
+        transpose = fc_weight_transpose(G, N, K, itemsize, plan.tiles_used, ipu.worker_threads)
+        plan = with_weight_transpose(plan, transpose, ipu)
+        if fc_pass is not None and transpose > 0:
+            # planned separately from the forward pass: the transposed blocks are written into a tensor
+            # laid out for this plan, away from the forward weights' tiles where the transpose runs
+            # (Convolution.cpp fullyConnectedWeightTranspose; sim/cost/amp.py transposed_weights_exchange)
+            plan = with_transposed_weights_moved(plan, G * K * N, plans["fwd"].tiles_used, ipu, itemsize)
     return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
 
 
@@ -479,8 +484,11 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         # channel) -- the im2col of X, k^2 times X for a stride-1 kxk kernel, a quarter of it for a
         # stride-2 1x1 (addTransformCycleEstimate's inputFieldSizes of the transformed params)
         im2col = groups * cig * kh * kw * positions
+        # serialised (a small tile memory: Mk1), poplin may split the output channels serially
+        # (outChanSplit.serial, a factor of co) or, operands swapped, the input channels (M here)
         plan = plan_matmul(groups, cig * kh * kw, positions, cog, itemsize, False, ipu, tiles, amp,
-                           partials_bytes=partials_bytes, rearranged=im2col + positions * co)
+                           partials_bytes=partials_bytes, rearranged=im2col + positions * co,
+                           serial_out_channels=True)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
 

@@ -1,0 +1,53 @@
+"""A convolution's reduction and field split over tiles as poplin makes them.
+
+poplin's planner (ConvModel.cpp constructModel, poplibs 8dcde1ec) splits a convolution's reduction as
+``inChanSplit.parallel`` over the input-channel grains (``inChansPerGroup``: 16 for the fp16 AMP) times
+``kernelSplit`` of every kernel dimension but the innermost ("the implementation doesn't support
+splitting the inner-most kernel dimension"), each tile taking ``ceil`` of each; its field and batch
+splits are popsolver variables over every value. ``sim.cost.amp.conv_inner_block`` gives the busiest
+tile's share of the reduction for a split count (the best factorisation), and the planner also tries the
+field split that fills the tiles the other splits leave.
+"""
+
+import numpy as np
+
+from sim import poplibs_benchmarks as pb
+from sim.cost.amp import ConvShape, _candidates, conv_inner_block
+from sim.cost.rules import op_cost
+
+
+def _k(kh, kw, ci, vertex, pk):
+    conv = ConvShape(kh, kw, 1, 8, ci)
+    return conv_inner_block(conv, vertex, ci * kh * kw, np.array(pk), 16).tolist()
+
+
+def test_channels_split_in_whole_grains_and_innermost_kernel_dimension_never_split():
+    # 1x7 kernel, 160 channels (10 grains) over 8 tiles: 2 grains x 7 = 224, not 1120 / 8 = 140
+    assert _k(1, 7, 160, "nx1", [1, 8, 10]) == [1120, 224, 112]
+
+
+def test_outer_kernel_dimension_split_with_the_channels():
+    # 3x3 kernel, 256 channels (16 grains): 15 tiles = 3 kernel rows x 5 (4 grains) -> 64 x 3 = 192,
+    # better than 15 channel splits (2 grains x 9 = 288); 16 tiles: 1 grain x 9 = 144
+    assert _k(3, 3, 256, "nx1", [15, 16]) == [192, 144]
+    # 7x1 kernel, 128 channels: 7 tiles = the 7 kernel rows, all channels each
+    assert _k(7, 1, 128, "nx1", [7]) == [128]
+
+
+def test_expanded_kernel_splits_with_the_channels():
+    # 512 channels x 3x3 folded into 4,608 channels (288 grains) over 23 tiles: 13 grains = 208
+    assert _k(3, 3, 512, "expanded", [23]) == [208]
+    # the kernel's width folded in (expand_w): 3 x 96 = 288 channels (18 grains), 3 rows; 6 tiles
+    # = 3 rows x 2 -> 9 grains x 1 row = 144
+    assert _k(3, 3, 96, "expand_w", [6]) == [144]
+
+
+def test_forward_plan_uses_a_field_split_outside_the_fixed_candidates():
+    # resnet50 bm64L0A1 (56x56, 3x3, 64 -> 64, batch 4) on IPUModel2: the field over 61 tiles, filling
+    # 61 x 8 x 3 = 1,464 of 1,472 tiles; 61 is none of the fixed candidates
+    bench = pb.BENCHES["resnet50_tr_bs4_bm64L0A1"]
+    graph, system = pb.graph(bench), pb.system(bench)
+    fwd = next(op for op in graph.ops if op.kind == "conv2d")
+    cost = op_cost(fwd, graph, system.ipu, system.ipu.tiles)
+    assert cost.plan == "groups/1 rows/61 cols/8 inner/3 on 1464 tiles, nx1 vertex"
+    assert 61 not in _candidates(4 * 56 * 56, system.ipu.tiles)
