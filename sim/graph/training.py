@@ -178,6 +178,23 @@ class _Backward:
         self.grads[tensor] = grad
 
 
+def _mark_fully_connected_passes(g: Graph) -> None:
+    """Give each weight's forward matmul (``X @ W``, W a weight) poplin's ``fullyConnectedPass``
+    TRAINING_FWD; ``_differentiate`` gives its gradients TRAINING_BWD (dX) and TRAINING_WU (dW).
+
+    The frameworks set this option on every matmul of a training graph: PopART (and PopTorch
+    through it) when the session option ``enableFullyConnectedPass`` is on, its default
+    (popart willow/src/popx/op/matmulx.cpp ``appendPoplarOptionsForOp``; sessionoptions.hpp), and
+    graphcore/tensorflow from each dot's classification (``GetMatMulOptionsForInst``, unless
+    ``clear_matmul_pass_type``). poplin then plans the three passes jointly or separately
+    (sim/cost/amp.py ``plan_fc_training``). Matmuls between two activations (attention) and those
+    given a pass explicitly are left as they are."""
+    for op in g.ops:
+        if (op.kind == "matmul" and "fully_connected_pass" not in op.attrs and not op.attrs.get("transpose_a")
+                and not op.attrs.get("transpose_b") and g.tensors[op.inputs[1]].role == "weight"):
+            op.attrs = dict(op.attrs, fully_connected_pass="TRAINING_FWD")
+
+
 def _requires_grad(graph: Graph) -> set[str]:
     need = {t.name for t in graph.tensors.values() if t.role == "weight"}
     for op in graph.ops:
@@ -201,6 +218,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     opt = optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)
     g = graph.copy()
     g.training = True
+    _mark_fully_connected_passes(g)
     need = _requires_grad(g)
     bw = _Backward(g)
     forward = list(g.ops)
@@ -338,17 +356,20 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
 
     if k == "matmul":
         a, b = ins
+        fc = op.attrs.get("fully_connected_pass") == "TRAINING_FWD"  # _mark_fully_connected_passes
         if wants(0):
-            bw.give(a.name, bw.new("matmul", [dy, b.name], a.shape, a.dtype, {"transpose_b": True}, "grad_a"))
+            attrs = {"transpose_b": True} | ({"fully_connected_pass": "TRAINING_BWD"} if fc else {})
+            bw.give(a.name, bw.new("matmul", [dy, b.name], a.shape, a.dtype, attrs, "grad_a"))
         if wants(1):
+            attrs = {"transpose_a": True} | ({"fully_connected_pass": "TRAINING_WU"} if fc else {})
             if len(b.shape) == 2 and len(a.shape) > 2:  # shared weight: fold the batch into rows
                 rows = math.prod(a.shape[:-1])
                 a2 = bw.new("reshape", [a.name], (rows, a.shape[-1]), a.dtype, suffix="flat_a")
                 d2 = bw.new("reshape", [dy], (rows, g.tensors[dy].shape[-1]), a.dtype, suffix="flat_dy")
-                bw.give(b.name, bw.new("matmul", [a2, d2], b.shape, b.dtype, {"transpose_a": True}, "grad_b"))
+                bw.give(b.name, bw.new("matmul", [a2, d2], b.shape, b.dtype, attrs, "grad_b"))
             else:
                 db_shape = a.shape[:-2] + b.shape[-2:] if len(a.shape) >= len(b.shape) else b.shape
-                bw.give(b.name, bw.new("matmul", [a.name, dy], db_shape, b.dtype, {"transpose_a": True}, "grad_b"))
+                bw.give(b.name, bw.new("matmul", [a.name, dy], db_shape, b.dtype, attrs, "grad_b"))
     elif k == "conv2d":
         x, w = ins
         n, co, ho, wo = g.tensors[op.outputs[0]].shape
