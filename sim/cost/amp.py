@@ -898,19 +898,15 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
                                  _candidates(N, tiles, mode.out_group if mode else 0),
                                  _candidates(K, tiles, mode.in_group if mode else 0), indexing="ij")
     pg, pm, pn, pk = (a.ravel() for a in (pg, pm, pn, pk))
-    if grain_splits:  # also the split of M, or of N, that fills the tiles the other splits leave
-        fill_m = np.clip(tiles // (pg * pn * pk), 1, M)
-        fill_n = np.clip(tiles // (pg * pm * pk), 1, N)
-        pg, pm, pn, pk = (np.concatenate(a) for a in ((pg, pg, pg), (pm, fill_m, pm), (pn, pn, fill_n), (pk, pk, pk)))
-        key = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
-        _, first = np.unique(key, return_index=True)
-        pg, pm, pn, pk = (a[first] for a in (pg, pm, pn, pk))
-    elif conv is not None:
-        # a convolution's field split takes any value (ConvModel.cpp constructModel: fieldSplit and
-        # batchSplit are popsolver variables from 1 to the tiles), so also try the one that fills the
-        # tiles the other splits leave
-        fill_m = np.clip(tiles // (pg * pn * pk), 1, M)
-        pg, pm, pn, pk = (np.concatenate(a) for a in ((pg, pg), (pm, fill_m), (pn, pn), (pk, pk)))
+    fills = []  # also the splits that fill the tiles the other splits leave
+    if grain_splits or conv is not None:
+        # of M; a convolution's field split takes any value (ConvModel.cpp constructModel: fieldSplit
+        # and batchSplit are popsolver variables from 1 to the tiles)
+        fills.append((pg, np.clip(tiles // (pg * pn * pk), 1, M), pn, pk))
+    if grain_splits:  # and of N
+        fills.append((pg, pm, np.clip(tiles // (pg * pm * pk), 1, N), pk))
+    if fills:
+        pg, pm, pn, pk = (np.concatenate(a) for a in zip((pg, pm, pn, pk), *fills))
         key = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
         _, first = np.unique(key, return_index=True)
         pg, pm, pn, pk = (a[first] for a in (pg, pm, pn, pk))
