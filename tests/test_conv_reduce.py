@@ -13,6 +13,8 @@ from sim.cost.conv_reduce import (conv_partials_reduction, multi_stage_plan, red
                                   single_input_fits)
 
 MK2 = load_system("ipu-mk2").ipu
+MK1 = load_system("ipu-mk1-c2").ipu
+VERTEX = (MK2.worker_threads, MK2.data_path_bits)  # 6 workers, 64-bit loads
 
 
 @pytest.mark.parametrize("depth, plan", [(1, ()), (2, ()), (15, ()), (16, (4,)), (23, (5,)), (48, (7,)),
@@ -26,34 +28,34 @@ def test_stage_plan_is_poplins(depth, plan):
 def test_reduce_add_estimate_both_forms():
     # 144 fp32 partial outputs to fp16: 36 accumulator loops, 6 a worker
     # single input, 14 exchanged rows: 6 * (20 + (2*14 + 7) * 6) + 33
-    assert int(reduce_add_cycles(144, 14, False, True, True)) == 1413
+    assert int(reduce_add_cycles(144, 14, False, True, True, *VERTEX)) == 1413
     # general form, 15 rows: 6 * (32 + (3*15 + 6) * 6)
-    assert int(reduce_add_cycles(144, 15, False, True, False)) == 2028
+    assert int(reduce_add_cycles(144, 15, False, True, False, *VERTEX)) == 2028
     # 10 outputs (not whole vectors): 3 loops, none a full worker's, the ragged rest 2*3 + 13
-    assert int(reduce_add_cycles(10, 3, False, True, False)) == 6 * (32 + 2 * 3 + 13)
+    assert int(reduce_add_cycles(10, 3, False, True, False, *VERTEX)) == 6 * (32 + 2 * 3 + 13)
     # fp32 result: one more cycle a loop
-    assert int(reduce_add_cycles(144, 15, True, True, False)) == 6 * (32 + (3 * 15 + 7) * 6)
+    assert int(reduce_add_cycles(144, 15, True, True, False, *VERTEX)) == 6 * (32 + (3 * 15 + 7) * 6)
 
 
 def test_single_input_check_against_a_sixteenth_of_the_tile():
     """checkPartialsSizeForSingleInputReduce with 32 KiB memory elements: a Mk2 tile (624 KiB,
     1/16 = 39,936 bytes) takes up to one element of exchanged partials; a Mk1 tile (256 KiB) none."""
-    assert single_input_fits(32 * 1024, 624 * 1024)
-    assert not single_input_fits(32 * 1024 + 1, 624 * 1024)
-    assert not single_input_fits(1, 256 * 1024)
+    assert single_input_fits(32 * 1024, 624 * 1024, MK2.memory_element_bytes)
+    assert not single_input_fits(32 * 1024 + 1, 624 * 1024, MK2.memory_element_bytes)
+    assert not single_input_fits(1, 256 * 1024, MK1.memory_element_bytes)
 
 
 def test_sections_split_the_block_in_channel_grains():
     """2048 outputs held by 23 tiles: stage 1 reduces 5 rows on 4 tiles a section (512 outputs
     each, 4 rows received), stage 2 the 5 results on all 23 (12 grains of 8 = 96 outputs)."""
-    stages = conv_partials_reduction(np.array([2048]), np.array([23]), 4, 2, 8, MK2.sram_bytes_per_tile)
+    stages = conv_partials_reduction(np.array([2048]), np.array([23]), 4, 2, 8, MK2)
     (got1, cyc1, fix1), (got2, cyc2, fix2) = stages
     # single input (whole vectors, 8 KiB exchanged): 2 cycles a row, 4 rows exchanged
     assert (int(got1[0]), int(cyc1[0])) == (4 * 512 * 4, 6 * (20 + (2 * 4 + 8) * 22) + 33)
     assert (int(got2[0]), int(cyc2[0])) == (4 * 96 * 4, 6 * (20 + (2 * 4 + 7) * 4) + 33)
     assert int(fix1[0]) == int(fix2[0]) == 6 * 20 + 33
     # on a Mk1 tile the general form: 3 cycles a row, all 5 rows
-    mk1 = conv_partials_reduction(np.array([2048]), np.array([23]), 4, 2, 8, 256 * 1024)
+    mk1 = conv_partials_reduction(np.array([2048]), np.array([23]), 4, 2, 8, MK1)
     assert int(mk1[0][1][0]) == 6 * (32 + (3 * 5 + 7) * 22)
 
 

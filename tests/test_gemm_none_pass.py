@@ -29,16 +29,16 @@ def test_scaled_add_2d_uses_the_estimators_two_cycle_loop():
     assert scaled_add_2d_cycles([218], 2) == 10 + 15 + 5 + 2 * 54 + 4 + 6 == 148
     assert scaled_add_2d_cycles([7], 2) == 10 + 15 + 5 + 2 + 4 + 6 + 7 == 49
     # 6 workers x (10 + 4 x (15 + 5 + 2 x 71 + 4 + 6))
-    assert scaled_add_tile_cycles(24, 286, 2) == 6 * (10 + 4 * 172) == 4188
+    assert scaled_add_tile_cycles(24, 286, 2, 6) == 6 * (10 + 4 * 172) == 4188
 
 
 def test_scaled_add_supervisor_on_one_region():
     # supervisor 21 + 6 (A's scaled pointer) + 11 + 7 + 12; workers 290 vectors each:
     # 15 + 6 + 3 x 289 + 2 + 1, the 5th one 1 more
-    assert scaled_add_supervisor_cycles(6976, 2) == 57 + 6 * (15 + 6 + 3 * 289 + 2 + 1 + 1) == 5409
-    assert scaled_add_tile_cycles(1, 6976, 2) == 5409
+    assert scaled_add_supervisor_cycles(6976, 2, 6) == 57 + 6 * (15 + 6 + 3 * 289 + 2 + 1 + 1) == 5409
+    assert scaled_add_tile_cycles(1, 6976, 2, 6) == 5409
     # a region longer than the supervisor's unsigned short size field goes to the 2D vertices
-    assert scaled_add_tile_cycles(1, 70000, 2) == 6 * max(scaled_add_2d_cycles(p, 2) for p in
+    assert scaled_add_tile_cycles(1, 70000, 2, 6) == 6 * max(scaled_add_2d_cycles(p, 2) for p in
                                                           split_regions_between_workers([70000], 4, 6, 8))
 
 

@@ -190,7 +190,7 @@ def test_bert_reduce_0_plan_worked_by_hand():
     """
     from sim.cost import op_cost
     from sim.cost.reduction import constants, plan_reduce
-    plan = plan_reduce((16, 4, 16, 32, 8), (1, 3), 2, "max", 1024)
+    plan = plan_reduce((16, 4, 16, 32, 8), (1, 3), 2, "max", 1024, 6)
     assert [(s.name, s.tiles, s.compute, s.exchange_bytes) for s in plan.stages] == [
         ("on tile", 1024, [372], 0), ("to output", 128, [204], 128)]
     bench = pb.BENCHES["bert_reduce_0"]
@@ -210,7 +210,7 @@ def test_reduction_splits_rows_over_free_workers_and_adds_their_partials():
     fall to 2*30 + 64/6 = 70), each worker strided over ceil(32/6) = 6 rows: 7 + 17 + 6*2 +
     6*8/4 = 48; then the 6 fp32 partials of 8 added: 7 + 17 + 6*4 + 6*8/2 = 72; x 6 each."""
     from sim.cost.reduction import TileWork, tile_cycles
-    assert tile_cycles(TileWork(8, 32, 8), 2, 4, "add") == ([6 * 48, 6 * 72], 7)
+    assert tile_cycles(TileWork(8, 32, 8), 2, 4, "add", 6) == ([6 * 48, 6 * 72], 7)
 
 
 def test_pass_fixed_cycles_are_charged_once_per_pass():

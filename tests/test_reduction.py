@@ -33,7 +33,7 @@ def test_default_and_continuous_vertices_worked_by_hand():
 
 def test_reduce_of_a_column_on_one_tile_needs_no_exchange():
     # [64, 8] over dim 1: each row's 8 values on one tile: one compute set, no exchange
-    plan = plan_reduce((64, 8), (1,), 2, "add", 1472)
+    plan = plan_reduce((64, 8), (1,), 2, "add", 1472, 6)
     assert [s.name for s in plan.stages] == ["on tile to output"] and plan.exchange_phases == 0
 
 

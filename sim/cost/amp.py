@@ -607,8 +607,7 @@ def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes:
     """
     shape = np.broadcast(np.asarray(outputs), np.asarray(depth)).shape
     exch, compute, recv, fixed = (np.zeros(shape) for _ in range(4))
-    for got, cycles, base in conv_partials_reduction(outputs, depth, partials_bytes, out_bytes, grain,
-                                                     ipu.sram_bytes_per_tile, ipu.worker_threads):
+    for got, cycles, base in conv_partials_reduction(outputs, depth, partials_bytes, out_bytes, grain, ipu):
         active = cycles > 0
         recv += got
         exch += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_bytes_per_cycle_per_tile), 0)

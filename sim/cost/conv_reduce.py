@@ -17,7 +17,9 @@ them (``lib/poplin/ConvReduce.cpp :: multiStageGroupedReduce``, poplibs 8dcde1ec
   (``lib/poplin/PerformanceEstimation.hpp``, called by ``poplinCycleEstimators.cpp``
   ``ReduceAdd``). Intermediate stages write partials, the last the result type.
 
-Cycles are tile cycles (the vertex estimate is already 6 workers' worth), bytes are bytes.
+The IPU's worker threads, data path width and memory element size come from its config
+(``worker_threads``, ``data_path_bits``, ``memory_element_bytes``). Cycles are tile cycles (the
+vertex estimate is already all the workers' worth), bytes are bytes.
 """
 
 from __future__ import annotations
@@ -27,15 +29,6 @@ from functools import lru_cache
 
 import numpy as np
 
-DATA_PATH_BITS = 64  # Target::getDataPathWidth on Mk1/Mk2
-# ASSUMPTION: a tile memory element is 32 KiB. It decides only whether
-# checkPartialsSizeForSingleInputReduce passes (the exchanged partials, in whole elements, under
-# 1/16 of the tile). Target::getMemoryElementOffsets is not public; a third-party copy of ipu21's
-# offsets gives its interleaved element 0x34000..0x3c000, 32 KiB. So on Mk2 (624 KiB tiles) up to
-# 32 KiB of exchanged partials take the single-input form, and on Mk1 (256 KiB) none does.
-# Checked on poplibs' single-layer benchmarks (sim/poplibs_benchmarks.py): IPUModel2 rows within
-# 5 % unchanged in number, IPUModel1 rows +11.
-MEMORY_ELEMENT_BYTES = 32 * 1024
 
 
 def _stages(depth: int) -> int:
@@ -65,14 +58,15 @@ def multi_stage_plan(depth: int) -> tuple[int, ...]:
 
 
 def reduce_add_cycles(outputs, partials, out_float: bool, partials_float: bool, single_input,
-                      workers: int = 6):
+                      workers: int, data_path_bits: int):
     """Tile cycles of one ``poplin::ReduceAdd`` vertex: ``outputs`` elements from ``partials``
     rows (its ``numPartials`` field: the exchanged rows only in the single-input form), as
-    ``getReduceCycleEstimate`` with the default ``enableFastReduce`` off (arrays allowed)."""
+    ``getReduceCycleEstimate`` with the default ``enableFastReduce`` off (arrays allowed), on a
+    tile of ``workers`` worker threads loading ``data_path_bits`` at a time."""
     outputs = np.asarray(outputs, dtype=np.int64)
     partials = np.asarray(partials, dtype=np.int64)
     acc = 4 if partials_float else 8  # accumulator vector width
-    in_path = DATA_PATH_BITS // (32 if partials_float else 16)  # partials per 64-bit load
+    in_path = data_path_bits // (32 if partials_float else 16)  # partials per load
     # single input: a 1- or 2-cycle inner loop per accumulator vector, split over the workers
     s_loop = acc // min(acc, in_path)
     s_over = (8 if out_float else 7) if partials_float else (10 if out_float else 9)
@@ -93,19 +87,20 @@ def reduce_add_cycles(outputs, partials, out_float: bool, partials_float: bool, 
     return np.where(single_input, single, general)
 
 
-def single_input_fits(exchanged_bytes, tile_bytes: int):
+def single_input_fits(exchanged_bytes, tile_bytes: int, element_bytes: int):
     """checkPartialsSizeForSingleInputReduce: the exchanged partials, rounded up to whole memory
     elements, below 1/16 of the tile's memory."""
-    elements = -(-np.asarray(exchanged_bytes, dtype=np.int64) // MEMORY_ELEMENT_BYTES)
-    return elements * MEMORY_ELEMENT_BYTES < tile_bytes // 16
+    elements = -(-np.asarray(exchanged_bytes, dtype=np.int64) // element_bytes)
+    return elements * element_bytes < tile_bytes // 16
 
 
-def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int, grain: int,
-                            tile_bytes: int, workers: int = 6):
+def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int, grain: int, ipu):
     """Per stage of poplin's reduction of ``depth`` partial sums of an ``outputs``-element block
     held by ``depth`` tiles (arrays of the same shape; ``grain``: the partials' channel group):
     a list of (bytes received, compute cycles, fixed compute cycles) on the busiest tile, one entry
-    per stage; the fixed cycles are the vertex's with no outputs (its launch and prologue)."""
+    per stage; the fixed cycles are the vertex's with no outputs (its launch and prologue).
+    ``ipu`` (:class:`sim.hardware.system.IPU`) gives the tile's memory, workers and data path."""
+    vertex = (ipu.worker_threads, ipu.data_path_bits)
     outputs = np.asarray(outputs, dtype=np.int64)
     depth = np.asarray(depth, dtype=np.int64)
     shape = np.broadcast(outputs, depth).shape
@@ -129,16 +124,16 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
             sec_tiles = max(1, tiles // sec)
             per_tile = np.minimum(o, -(-(-(-o // res_grain)) // sec_tiles) * res_grain)
             got = (sec_rows - 1) * per_tile * partials_bytes
-            single = (per_tile % p_grain == 0) & single_input_fits(got, tile_bytes)
-            cyc = reduce_add_cycles(per_tile, sec_rows - single, res_bytes == 4, p_float, single, workers)
+            single = (per_tile % p_grain == 0) & single_input_fits(got, ipu.sram_bytes_per_tile,
+                                                                   ipu.memory_element_bytes)
+            cyc = reduce_add_cycles(per_tile, sec_rows - single, res_bytes == 4, p_float, single, *vertex)
             while len(out) <= i:
                 out.append((np.zeros(shape), np.zeros(shape), np.zeros(shape)))
             out[i][0][sel] = got
             out[i][1][sel] = cyc
-            out[i][2][sel] = reduce_add_cycles(0, 0, res_bytes == 4, p_float, single, workers)
+            out[i][2][sel] = reduce_add_cycles(0, 0, res_bytes == 4, p_float, single, *vertex)
             rows = sec
     return out
 
 
-__all__ = ["multi_stage_plan", "reduce_add_cycles", "single_input_fits", "conv_partials_reduction",
-           "MEMORY_ELEMENT_BYTES"]
+__all__ = ["multi_stage_plan", "reduce_add_cycles", "single_input_fits", "conv_partials_reduction"]

@@ -21,11 +21,11 @@ columns, several values of each. popops (poplibs 8dcde1ec, ``reduceFirstDim2D``)
    accumulation type's vector, at least 4 vectors a tile), each output tile receives every
    partial of its outputs and reduces them.
 
-Every compute set splits a tile's work over its 6 workers as ``connectReductions`` does (output
+Every compute set splits a tile's work over its workers (``worker_threads`` of the IPU config) as ``connectReductions`` does (output
 columns in grains, ``splitOutputRegionsForWorkers``; a reduction left with workers free is split
 by rows into two on-tile compute sets, ``splitTwoStageReductionsBetweenWorkers``), and a
 worker's cycles are ``reduction/CycleEstimationFunctions.cpp``'s (strided and default vertices).
-Those are thread cycles: a tile's compute set lasts ``6 ×`` its busiest worker
+Those are thread cycles: a tile's compute set lasts ``workers ×`` its busiest worker
 (docs/reference/poplibs-costs.md, conventions). The estimator constants are in
 ``configs/_vector-ops.toml`` ``[reduce_vertex]``, with the one fitted value: the fixed cycles a
 reduce call costs beyond its planned steps (``call_fixed_cycles``, charged by the op's cost rule).
@@ -44,7 +44,6 @@ import numpy as np
 from ..errors import ConfigError
 from .vector import VECTOR_OPS_FILE
 
-WORKERS = 6  # worker contexts per tile (Mk1/Mk2/Bow)
 ACCUMULATING = ("add", "square_add")  # popops ops that accumulate in fp32 (opBenefitsFromHigherIntermediatePrecision)
 _KEYS = ("entry", "strided_fixed", "strided_per_outer_loop", "default_fixed", "default_per_region",
          "fetch_ptr", "continuous_fixed", "continuous_per_output", "approx_vertex_overhead", "approx_min_cycles_per_split", "sources_factor",
@@ -147,7 +146,7 @@ def _ops_per_cycle(outputs: int, out_bytes: int, op: str) -> int:
     return 1
 
 
-def _row_splits(pieces: list[int], rows: int, out_bytes: int, op: str) -> list[int]:
+def _row_splits(pieces: list[int], rows: int, out_bytes: int, op: str, workers: int) -> list[int]:
     """How many workers each reduction's rows are split over, the workers the reductions leave
     free given one at a time to the costliest while that lowers its approximate cycles
     (splitTwoStageReductionsBetweenWorkers); all ones if the costliest is not made cheaper."""
@@ -158,7 +157,7 @@ def _row_splits(pieces: list[int], rows: int, out_bytes: int, op: str) -> list[i
     max_split = [min(rows // 2, a // c["approx_min_cycles_per_split"]) for a in approx]
     splits = [1] * len(pieces)
     one_stage = max(approx)
-    for _ in range(max(0, WORKERS - len(pieces))):
+    for _ in range(max(0, workers - len(pieces))):
         i = approx.index(max(approx))
         if splits[i] + 1 >= max_split[i]:
             break
@@ -179,14 +178,14 @@ class TileWork:
     stride: int
 
 
-def tile_cycles(work: TileWork, in_bytes: int, out_bytes: int, op: str) -> tuple[list[int], int]:
+def tile_cycles(work: TileWork, in_bytes: int, out_bytes: int, op: str, workers: int) -> tuple[list[int], int]:
     """(tile cycles of each compute set, vertices) of one tile's reduction: its columns split in
-    grains over the workers (one vertex per piece, a worker each); with workers left over, the
+    grains over the ``workers`` (the IPU's worker threads) (one vertex per piece, a worker each); with workers left over, the
     rows of the costliest pieces split too, then a second compute set adds the split pieces'
     partials."""
     grain = _op_vector_width(in_bytes, op)  # findGrainSizeForOp
     grains = math.ceil(work.columns / grain)
-    per_piece = math.ceil(grains / WORKERS) * grain
+    per_piece = math.ceil(grains / workers) * grain
     pieces = [min(per_piece, work.columns - i) for i in range(0, work.columns, per_piece)]
 
     def vertex(cols, rows, stride, ib):
@@ -198,14 +197,14 @@ def tile_cycles(work: TileWork, in_bytes: int, out_bytes: int, op: str) -> tuple
             return strided_cycles(cols, rows, stride, ib, op)
         return default_cycles(cols, rows, ib, out_bytes, op)
 
-    splits = _row_splits(pieces, work.rows, out_bytes, op)
+    splits = _row_splits(pieces, work.rows, out_bytes, op, workers)
     if max(splits) > 1:  # connectTwoStageReductions: rows split over workers, then their partials added
         acc_bytes = max(in_bytes, 4) if op in ACCUMULATING else in_bytes
         first = max(vertex(p, math.ceil(work.rows / k), work.stride, in_bytes) for p, k in zip(pieces, splits))
         second = max(vertex(p, k, p, acc_bytes) for p, k in zip(pieces, splits) if k > 1)
-        return [WORKERS * first, WORKERS * second], sum(splits) + sum(k > 1 for k in splits)
+        return [workers * first, workers * second], sum(splits) + sum(k > 1 for k in splits)
     cycles = max(vertex(p, work.rows, work.stride, in_bytes) for p in pieces)
-    return [WORKERS * cycles], len(pieces)
+    return [workers * cycles], len(pieces)
 
 
 # --- the stages ---------------------------------------------------------------------------------
@@ -359,9 +358,10 @@ def _inner_run(shape: tuple, axes: tuple) -> int:
 
 
 @lru_cache(maxsize=4096)
-def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int) -> ReducePlan:
+def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int, workers: int) -> ReducePlan:
     """popops' plan of ``reduce(in, axes, op)`` for an input of ``shape`` (``itemsize``-byte
-    elements, linearly laid out) on ``tiles`` tiles; the output has the input's type."""
+    elements, linearly laid out) on ``tiles`` tiles of ``workers`` worker threads each; the
+    output has the input's type."""
     axes = tuple(sorted(set(a % len(shape) for a in axes)))
     n = math.prod(shape)
     out_n = n // math.prod(shape[a] for a in axes) if axes else n
@@ -373,14 +373,14 @@ def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int) -
     cols_b, rows_b = stats.columns, stats.rows  # the busiest tile's columns and values per column
     if stats.spread == 1:
         work = TileWork(cols_b, rows_b, cols_b * run if run == 1 else run)
-        compute, v = tile_cycles(work, itemsize, itemsize, op)
+        compute, v = tile_cycles(work, itemsize, itemsize, op, workers)
         plan.stages.append(Stage("on tile to output", plan.input_tiles, compute, vertices=v * plan.input_tiles))
         return plan
     part_bytes = itemsize
     partial_tiles = plan.input_tiles
     if stats.multi:  # a tile holds several values of a column: reduce them on the tile first
         work = TileWork(cols_b, rows_b, cols_b if run == 1 else run)
-        compute, v = tile_cycles(work, itemsize, acc_bytes, op)
+        compute, v = tile_cycles(work, itemsize, acc_bytes, op, workers)
         plan.stages.append(Stage("on tile", plan.input_tiles, compute, vertices=v * plan.input_tiles))
         part_bytes = acc_bytes
     sources = stats.spread
@@ -405,7 +405,7 @@ def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int) -
         pieces = math.ceil(out_n / piece)
         new_part = 4 if op in ACCUMULATING else part_bytes
         work = TileWork(piece, group, piece)
-        compute, v = tile_cycles(work, part_bytes, new_part, op)
+        compute, v = tile_cycles(work, part_bytes, new_part, op, workers)
         used = min(tiles, pieces * groups)
         per_tile = math.ceil(pieces * groups / tiles)
         plan.stages.append(Stage("intermediate", used, [x * per_tile for x in compute],
@@ -416,11 +416,11 @@ def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int) -
     out_chunk = linear_chunk(out_n, acc_bytes, tiles, min_bytes=4 * 8)
     out_tiles = math.ceil(out_n / out_chunk)
     work = TileWork(out_chunk, sources, out_chunk)
-    compute, v = tile_cycles(work, part_bytes, itemsize, op)
+    compute, v = tile_cycles(work, part_bytes, itemsize, op, workers)
     plan.stages.append(Stage("to output", out_tiles, compute, exchange_bytes=out_chunk * sources * part_bytes,
                              exchange_total=out_n * sources * part_bytes, vertices=v * out_tiles))
     return plan
 
 
 __all__ = ["plan_reduce", "ReducePlan", "Stage", "TileWork", "tile_cycles", "strided_cycles", "default_cycles",
-           "continuous_cycles", "linear_chunk", "layout_stats", "LayoutStats", "constants", "WORKERS"]
+           "continuous_cycles", "linear_chunk", "layout_stats", "LayoutStats", "constants"]

@@ -27,7 +27,7 @@ from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
 from .opcost import FREE, OpCost, TileProfile, _counts
-from .reduction import WORKERS, plan_reduce
+from .reduction import plan_reduce
 from .reduction import constants as reduce_constants
 from .vector import codelet, launch_cycles, spread, tile_cycles
 
@@ -403,11 +403,11 @@ def _scaled_add_to_matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost
     plan, swapped = plan_matmul_none_pass(G, M, K, N, itemsize, ipu, tiles, amp, partials_bytes)
     group = amp_mode(ipu, itemsize, max(partials_bytes, itemsize)).out_group
     regions, size = result_block(plan, swapped, group)
-    cycles = scaled_add_tile_cycles(regions, size, itemsize)
+    cycles = scaled_add_tile_cycles(regions, size, itemsize, ipu.worker_threads)
     used = plan.tiles_used
     return _phases(ipu, cycles, 0, 1, float(G * M * N), 0, used, tiles=tiles,
                    plan=f"scaledAddTo on {used} tiles, {regions} regions of {size} elements on the busiest",
-                   launch=scaled_add_fixed_cycles(regions, size, itemsize))
+                   launch=scaled_add_fixed_cycles(regions, size, itemsize, ipu.worker_threads))
 
 
 def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpCost:
@@ -679,7 +679,7 @@ def _plan_cost(plans: list, ipu, tiles, flops: float, describe: str) -> OpCost:
             moved += sum(s.exchange_total for s in stages)
     fixed = reduce_constants()["call_fixed_cycles"]
     used = min(tiles, max(p.input_tiles for p in plans))
-    launch = fixed + sets * WORKERS * (reduce_constants()["entry"] + reduce_constants()["strided_fixed"])
+    launch = fixed + sets * ipu.worker_threads * (reduce_constants()["entry"] + reduce_constants()["strided_fixed"])
     return _phases(ipu, compute + fixed, exch, sets, flops, moved, used, plan=describe, tiles=tiles,
                    launch=min(launch, compute + fixed), exchange_phases=phases)
 
@@ -695,7 +695,7 @@ def _reduce(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     if n <= 1 or math.prod(shape[a] for a in axes) <= 1:  # nothing to reduce: a copy (or cast)
         return _elementwise("copy", ins, outs, ipu, tiles)
     op = attrs.get("operation", _REDUCE_OPERATION.get(kind, "add"))
-    plan = plan_reduce(tuple(shape), axes, itemsize, op, tiles)
+    plan = plan_reduce(tuple(shape), axes, itemsize, op, tiles, ipu.worker_threads)
     return _plan_cost([plan], ipu, tiles, float(n), f"popops reduce ({op}): {plan.describe()}")
 
 
@@ -703,7 +703,7 @@ def _reduce_many(ins, outs, ipu, tiles) -> OpCost:
     """popops reduceMany: several whole-tensor SQUARE_ADD reductions (input ``i`` to output
     ``i``) in one call, each planned as :func:`_reduce` plans it, their stages sharing compute
     sets and exchanges (each input on its own tiles), the fixed cycles of one call."""
-    plans = [plan_reduce((math.prod(shape),), (0,), DTYPE_BYTES[dtype], "square_add", tiles)
+    plans = [plan_reduce((math.prod(shape),), (0,), DTYPE_BYTES[dtype], "square_add", tiles, ipu.worker_threads)
              for shape, dtype, _ in ins]
     flops = float(sum(2 * math.prod(s) for s, _, _ in ins))
     return _plan_cost(plans, ipu, tiles, flops, f"{len(ins)} reductions in one reduceMany")

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 
-from .reduction import WORKERS, _vector_width
+from .reduction import _vector_width
 
 
-def split_regions_between_workers(sizes: list[int], grain: int, workers: int = WORKERS,
+def split_regions_between_workers(sizes: list[int], grain: int, workers: int,
                                   min_elements: int = 0) -> list[list[int]]:
     """The region pieces (sizes) of each vertex when regions of ``sizes`` elements, in order, are
     split into at most ``workers`` vertices of whole grains (``poputil/Util.cpp ::
@@ -71,18 +71,18 @@ def scaled_add_2d_cycles(pieces: list[int], itemsize: int) -> int:
     return cycles
 
 
-def scaled_add_supervisor_cycles(elements: int, itemsize: int) -> int:
+def scaled_add_supervisor_cycles(elements: int, itemsize: int, workers: int) -> int:
     """Tile cycles of one ``ScaledAddSupervisor`` vertex (constant scale, not memory-constrained:
     3 cycles a vector) over one region of ``elements`` (``scaledArithmeticSupervisorCycleEstimate``:
     supervisor 21, 6 more to unpack ``A``'s 64-bit scaled pointer, + 11 + 7 (13 with a remainder)
     + 12; each worker 15 + 6 + 3 per vector after the first + 2 + 1, the remainder's worker 1 more
-    and its remainder cycles; 6 x the busiest)."""
+    and its remainder cycles; ``workers`` x the busiest)."""
     width = _vector_width(itemsize)
     vectors, rem = divmod(elements, width)
-    per_worker, extra = divmod(vectors, WORKERS)
+    per_worker, extra = divmod(vectors, workers)
     supervisor = 21 + 6 + 11 + (7 if rem == 0 else 13) + 12
     busiest = 0
-    for wid in range(WORKERS):
+    for wid in range(workers):
         # poplibs adds a vector only when remainingVectors < 0 (never): every worker takes vectorsPerWorker
         cycles = 15 + (6 + 3 * (per_worker - 1) if per_worker else 0) + 2
         if wid == extra:
@@ -90,14 +90,14 @@ def scaled_add_supervisor_cycles(elements: int, itemsize: int) -> int:
             if rem:
                 cycles += 8 if itemsize == 4 else 5 + (7 if rem >= 2 else 0) + (6 if rem == 3 else 0)
         busiest = max(busiest, cycles + 1)
-    return supervisor + WORKERS * busiest
+    return supervisor + workers * busiest
 
 
 #: the supervisor vertex's ``size`` field is an ``unsigned short`` (elemwiseScaledAddCodelets.cpp)
 SUPERVISOR_MAX_ELEMENTS = 65535
 
 
-def scaled_add_tile_cycles(regions: int, region_elements: int, itemsize: int) -> int:
+def scaled_add_tile_cycles(regions: int, region_elements: int, itemsize: int, workers: int) -> int:
     """Tile cycles of ``scaledAddTo`` on a tile holding ``regions`` regions of ``region_elements``
     elements each (one vertex for one region that fits its ``size`` field, else the workers'
     ``ScaledAdd2D`` vertices; their cap on a region's length, ``max2DInnerElements``, is not
@@ -105,20 +105,20 @@ def scaled_add_tile_cycles(regions: int, region_elements: int, itemsize: int) ->
     if regions <= 0 or region_elements <= 0:
         return 0
     if regions == 1 and region_elements <= SUPERVISOR_MAX_ELEMENTS:
-        return scaled_add_supervisor_cycles(region_elements, itemsize)
+        return scaled_add_supervisor_cycles(region_elements, itemsize, workers)
     width = _vector_width(itemsize)
-    vertices = split_regions_between_workers([region_elements] * regions, width, WORKERS, 2 * width)
-    return WORKERS * max(scaled_add_2d_cycles(p, itemsize) for p in vertices)
+    vertices = split_regions_between_workers([region_elements] * regions, width, workers, 2 * width)
+    return workers * max(scaled_add_2d_cycles(p, itemsize) for p in vertices)
 
 
-def scaled_add_fixed_cycles(regions: int, region_elements: int, itemsize: int) -> int:
+def scaled_add_fixed_cycles(regions: int, region_elements: int, itemsize: int, workers: int) -> int:
     """The part of :func:`scaled_add_tile_cycles` that is not the per-vector loop (the launch)."""
     width = _vector_width(itemsize)
     if regions == 1 and region_elements <= SUPERVISOR_MAX_ELEMENTS:
-        loop = 3 * math.floor(region_elements / width / WORKERS) * WORKERS
+        loop = 3 * math.floor(region_elements / width / workers) * workers
     else:
         loop = 2 * (regions * region_elements // width)
-    return max(0, scaled_add_tile_cycles(regions, region_elements, itemsize) - loop)
+    return max(0, scaled_add_tile_cycles(regions, region_elements, itemsize, workers) - loop)
 
 
 __all__ = ["split_regions_between_workers", "scaled_add_2d_cycles", "scaled_add_supervisor_cycles",

@@ -45,6 +45,8 @@ class IPU:
     amp_fp16_fp32_partials_output_group: int  # the same, fp16 in with fp32 partials
     amp_fp32_output_group: int  # the same in fp32
     vector_bytes_per_cycle: float  # per tile, all worker threads together
+    data_path_bits: int  # width of one load from tile memory (Target::getDataPathWidth)
+    memory_element_bytes: int  # one tile memory element (bank), bytes
     vertex_overhead_cycles: int  # supervisor launch + worker entry, per compute set per tile
     exchange_bytes_per_cycle_per_tile: float  # send rate of one tile
     exchange_setup_cycles: int  # fixed cycles of one exchange phase
@@ -299,6 +301,8 @@ _RANGES = {
     "vertex_state_bytes_per_vertex": _BYTES_PER_TILE,
     "exchange_code_bytes_per_phase": _BYTES_PER_TILE,
     "stack_bytes_per_tile": _BYTES_PER_TILE,
+    "memory_element_bytes": (1, 2**30, "bytes", "one tile memory element (bank): 32 KiB on Mk2"),
+    "data_path_bits": (8, 1024, "bits", "the width of one load from tile memory: 64 on every IPU"),
     "worker_threads": (1, 64, "threads", "hardware worker threads per tile: 6 on every IPU"),
     "latency_s": (0, 1.0, "s", "seconds per stream copy: the fixed cost is microseconds (5.0e-6), so more "
                   "than a second is a unit slip"),
