@@ -226,7 +226,10 @@ class Options:
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
-                "_Popart.enableOutlining", "Precision.setPartialsType"}
+                "_Popart.enableOutlining", "Precision.setPartialsType",
+                *(f"_Popart.replicatedCollectivesSettings.{key}" for key in ("mergeAllReduceCollectives",
+                                                                              "mergeReduceScatterCollectives",
+                                                                              "mergeAllGatherCollectives"))}
 
     def __init__(self):
         self.device_iterations = 1
@@ -357,6 +360,24 @@ class Options:
         if not isinstance(value, bool):
             raise OptionsError(f"_Popart enableOutlining = {value!r}: expected True or False")
         return value
+
+    #: PopART ``replicatedCollectivesSettings`` keys, by the collective each merges (all off by
+    #: default: willow/include/popart/sessionoptions.hpp ReplicatedCollectivesSettings)
+    MERGE_KEYS = {"all_reduce": "mergeAllReduceCollectives", "reduce_scatter": "mergeReduceScatterCollectives",
+                  "all_gather": "mergeAllGatherCollectives"}
+
+    def merged_collectives(self) -> frozenset[str]:
+        """The kinds of cross-replica collective (``all_reduce``, ``reduce_scatter``, ``all_gather``)
+        PopART merges into one call per weight update (``_Popart`` ``replicatedCollectivesSettings.
+        mergeAllReduceCollectives`` and its two siblings; default: none, each tensor its own)."""
+        merged = set()
+        for kind, key in self.MERGE_KEYS.items():
+            value = self._Popart.values.get(f"replicatedCollectivesSettings.{key}", False)
+            if not isinstance(value, bool):
+                raise OptionsError(f"_Popart replicatedCollectivesSettings.{key} = {value!r}: expected True or False")
+            if value:
+                merged.add(kind)
+        return frozenset(merged)
 
     def partials_type(self) -> str:
         """``"float"`` or ``"half"``: matmul and convolution partials (PopART ``partialsTypeMatMuls``,

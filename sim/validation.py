@@ -274,6 +274,8 @@ class Setup:
     overlap_io: bool = False  # every host stream overlapped (OverlapDeviceIterationLoop), ShardedExecution
     prefetch_depth: int = 1  # _Popart defaultPrefetchBufferingDepth
     output_mode: str = ""  # outputMode as an OutputMode member name ("All", "Sum", ...); "": the default
+    merged_collectives: tuple = ()  # collective kinds merged into one call ("all_reduce", ...): PopART's
+    # replicatedCollectivesSettings, or graphcore/tensorflow combining them (maximum_*_buffer_size)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -304,6 +306,8 @@ class Setup:
             o._Popart.set("defaultPrefetchBufferingDepth", self.prefetch_depth)
         if self.output_mode:
             o.outputMode(OutputMode[self.output_mode])
+        for kind in self.merged_collectives:
+            o._Popart.set(f"replicatedCollectivesSettings.{Options.MERGE_KEYS[kind]}", True)
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -329,6 +333,8 @@ class Setup:
             parts.append(f"prefetch depth {self.prefetch_depth}")
         if self.output_mode:
             parts.append(f"outputMode {self.output_mode}")
+        if self.merged_collectives:
+            parts.append(" and ".join(k.replace("_", "-") + "s" for k in self.merged_collectives) + " merged")
         return "; ".join(parts)
 
 
@@ -383,6 +389,9 @@ DEPARTURES = {
     "attn-dropout": "the config turns attention dropout off (PopART's \"no_attn_dropout\": true in the MLPerf "
                     "v1.0/v1.1 and examples' pretrain JSONs): run with the zoo's attention_dropout=0, its hidden "
                     "dropout 0.1 kept",
+    "tf-combine": "graphcore/tensorflow combines the gradient all-reduces up to 10 MiB a call "
+                  "(maximum_cross_replica_sum_buffer_size in ipu_utils.py); run as one merged call (the TF1 "
+                  "config's reduce-scatter buffer is 0: its RTS reduce-scatters stay one per tensor)",
     "tf2": "TF2 config: optimizer state off chip (its default) without RTS; its MLM head has no transform "
            "layer (use_cls_layer false), the zoo's has one",
     "poprt": "hardware not named next to the figures; run on the C600 (configs/c600.toml: IPU21 at 1.5 GHz, "
@@ -481,10 +490,14 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     """ResNet-50 training as the TF1 (MLPerf) and PyTorch configs run it: 8-bit images, half
     partials, recomputation, momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs), one IPU
     per replica, real data; the host one input buffer ahead of the IPU as TF1's infeeds run
-    (:data:`TF1_PREFETCH_DEPTH`; ``prefetch_depth=1`` for the PyTorch config)."""
+    (:data:`TF1_PREFETCH_DEPTH`; ``prefetch_depth=1`` for the PyTorch config). The gradient
+    all-reduces are one call: TF1 combines them up to ``max_cross_replica_buffer_size`` (50 MiB in
+    the MLPerf v1.0-v2.0 configs.yml, more than ResNet-50's 51.1 MB of fp16 gradients) and the
+    PyTorch config merges them (examples 8ae588c ``vision/cnns/pytorch/utils/ipu_settings.py``:
+    ``mergeAllReduceCollectives``)."""
     return Setup("resnet50", _params(micro_batch=micro_batch, recompute_checkpoints="blocks", eight_bit_io=True),
                  system, replicas=replicas, accumulation=accumulation, amp=(amp,), optimizer=optimizer,
-                 prefetch_depth=prefetch_depth)
+                 prefetch_depth=prefetch_depth, merged_collectives=("all_reduce",))
 
 
 def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> Setup:
@@ -496,7 +509,8 @@ def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int 
 def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumulation: int,
                 layers_per_ipu: list[int], amp: list[float], seq_len: int = 128, mask_tokens: int = 20,
                 vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
-                attention_dropout: float | None = None, output_mode: str = "") -> Setup:
+                attention_dropout: float | None = None, output_mode: str = "",
+                merged_collectives: tuple = ()) -> Setup:
     """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
     state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
     ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum)."""
@@ -507,7 +521,8 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
     if attention_dropout is not None:
         params["attention_dropout"] = attention_dropout
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
-                 amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode)
+                 amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
+                 merged_collectives=merged_collectives)
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -527,7 +542,7 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  seq_len: int = 512, mask_tokens: int = 78, vocab: int = 30912, packing_factor: float = 2.0,
                  layers_per_ipu: list[int] | None = None, att_ffn: list | None = None, off_chip: bool = False,
                  model: str = "bert-large", prefetch_depth: int = 1, attention_dropout: float | None = None,
-                 output_mode: str = "") -> Setup:
+                 output_mode: str = "", merged_collectives: tuple = ()) -> Setup:
     """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
     state sharded over the replicas (on or off chip), half partials, real data. ``mask_tokens`` is
@@ -543,7 +558,7 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
         params["attention_dropout"] = attention_dropout
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation, amp=tuple(amp),
                  optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth,
-                 output_mode=output_mode)
+                 output_mode=output_mode, merged_collectives=merged_collectives)
 
 
 # att_ffn_placement of the MLPerf configs (training_results v1.1 / v2.0, Graphcore .../popart/configs)
@@ -637,22 +652,25 @@ PUBLISHED_ROWS = [
         _bert_train("bert-large", "bow-pod16", 4, 8, 2048, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0), True,
         ("bert-recompute", "attn-dropout")),
     Row("B11", "GCN-P B11", "BERT-Large Ph1 (SL128) TF1, Bow Pod16", 5125, "sequences/s",
-        _bert_train("bert-large", "bow-pod16", 4, 8, 2050, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0), True,
+        _bert_train("bert-large", "bow-pod16", 4, 8, 2050, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
+                    merged_collectives=("all_reduce",)), True,
         ("TF1's Grouped pipeline schedule runs as the simulator's one pipeline schedule", "bert-recompute",
-         "attn-dropout")),
+         "attn-dropout", "tf-combine")),
     Row("B12", "GCN-P B12", "BERT-Large Ph1 (SL128) PopART, Bow Pod64, mbs 8", 19353, "sequences/s",
         _bert_train("bert-large", "bow-pod64", 16, 8, 512, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0), False,
         ("RF 16 assumed by the doc, and the POD16 AMP (the POD64 config is missing) [U]", "bert-recompute",
          "attn-dropout")),
     Row("B33", "GCN-S31 B33", "BERT-Large Ph1 (SL128) TF2, Bow Pod16", 4528, "sequences/s",
-        _bert_train("bert-large", "bow-pod16", 4, 8, 2040, [3, 7, 7, 7], [0.10, 0.19, 0.20, 0.25], rts=False),
-        True, ("tf2", "bert-recompute")),
+        _bert_train("bert-large", "bow-pod16", 4, 8, 2040, [3, 7, 7, 7], [0.10, 0.19, 0.20, 0.25], rts=False,
+                    merged_collectives=("all_reduce",)),
+        True, ("tf2", "bert-recompute", "tf-combine")),
     Row("B44", "GCN-S31 B44", "BERT-Base Ph1 (SL128) PopART, Bow Pod16", 16391, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.28] * 4, attention_dropout=0.0), True,
         ("IPU0 holds the embedding only (encoder_start_ipu 1)", "bert-recompute", "attn-dropout")),
     Row("B45", "GCN-S31 B45", "BERT-Base Ph1 (SL128) TF2, Bow Pod16", 15157, "sequences/s",
-        _bert_train("bert-base", "bow-pod16", 4, 32, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], rts=False),
-        True, ("tf2", "bert-recompute")),
+        _bert_train("bert-base", "bow-pod16", 4, 32, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], rts=False,
+                    merged_collectives=("all_reduce",)),
+        True, ("tf2", "bert-recompute", "tf-combine")),
     Row("B46", "GCN-S33 B46", "BERT-Base Ph1 (SL128) PyTorch, Bow Pod16", 15911, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.25] * 4, vocab=30522, recompute=True,
                     attention_dropout=0.0, output_mode="Sum"),
@@ -664,8 +682,9 @@ PUBLISHED_ROWS = [
         True, ("bert-recompute", "attn-dropout")),
     Row("B48", "GCN-S33 B48", "BERT-Base Ph2 (SL384) TF2, Bow Pod16", 4387, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 8, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], seq_len=384,
-                    mask_tokens=56, rts=False),
-        True, ("tf2", "bert-recompute")),
+                    mask_tokens=56, rts=False,
+                    merged_collectives=("all_reduce",)),
+        True, ("tf2", "bert-recompute", "tf-combine")),
     # BERT-Large packed pre-training, MLPerf (PopART, SL512; throughput from the result logs)
     *[Row(rid, f"MLP v1.0 {rid}", f"BERT-Large MLPerf v1.0 {div}, packed SL512, Mk2 POD16", pub, "sequences/s",
           _packed_bert("ipu-pod16", 4, 2, 192, [0.20, 0.20, 0.25, 0.25], vocab=30400, layers_per_ipu=[3, 7, 7, 7],
@@ -691,9 +710,11 @@ PUBLISHED_ROWS = [
                                      ("M11", "closed", "pod128", 16, 9028), ("M12", "open", "pod128", 16, 9208))],
     *[Row(rid, f"MLP v2.0 {rid}", f"BERT-Large MLPerf v2.0, packed SL512, Bow {pod}, attention/FFN split", pub,
           "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, 3, ga, [1.0] * 8, att_ffn=_ATT_FFN_V20_POD64,
-                                      prefetch_depth=3),
+                                      prefetch_depth=3, merged_collectives=("all_reduce",)),
           rid in _ASSERTED_PACKED, _MLPERF + ("att-ffn", "lamb-fp16", "nsp", "emb-serial",
-                            "merge_collectives (gradient all-reduces merged) is not modelled"))
+                            "merge_collectives: bert.py sets mergeAllReduceCollectives (the LAMB norms' "
+                            "all-reduces; RTS reduce-scatters and all-gathers stay one per tensor, as SDK 2.5 "
+                            "merges no others)"))
       for rid, pod, rf, ga, pub in (("M18", "Pod64", 8, 96, 7411), ("M19", "Pod128", 16, 64, 12676),
                                     ("M20", "Pod256", 32, 36, 19071))],
     # BERT-Large packed pre-training, Graphcore's table (PopART and PyTorch examples, SDK 3.1-3.3)

@@ -22,6 +22,7 @@ def _run(system: str):
     o = sim.Options().replicationFactor(4)
     o.Precision.setPartialsType("half")
     o.Training.gradientAccumulation(2)
+    o._Popart.set("replicatedCollectivesSettings.mergeAllReduceCollectives", True)  # as the ResNet configs
     graph = models.get("resnet50", micro_batch=2, recompute_checkpoints="blocks", eight_bit_io=True)
     return sim.simulate(graph, system, o, training=True, optimizer="sgd_momentum")
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from ..errors import OptionsError
 from ..hardware.system import System
-from ..program import Collective, Sequence
+from ..program import Collective, Repeat, Sequence
 from ..hardware.topology import crosses_gw_link, hops, route
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
@@ -272,6 +272,33 @@ def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str) -> 
                                 f"{what} {op.replace('_', '-')} (IPU {position})"))
     return items
 
+
+
+def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str) -> list:
+    """One collective per tensor (``bytes_by_position``: each IPU position's tensor sizes), one
+    after another, as PopART runs collectives it does not merge.
+
+    Each is a GCL call of its own on the ring of its position's IPUs, and each ring step's
+    cross-replica copy syncs every IPU of the device (PopART's sync patterns all keep one sync
+    group of all IPUs, the one IPU-to-IPU exchanges use: PopART user guide 1.3.35, 7.1 "Sync
+    configuration"), so collectives on different IPUs of a replica cannot overlap (only a merged
+    call, :func:`per_position`, spans several positions at once). Each item therefore holds
+    every simulated IPU; tensors of one size on one position repeat one priced item.
+    """
+    items = []
+    k = ctx.ipus_per_replica
+    R = ctx.options.total_replicas()
+    every_ipu = tuple(sorted(r * k + p for r in ctx.replicas for p in range(k)))
+    for position, sizes in sorted(bytes_by_position.items()):
+        members = [r * k + position for r in range(R)]
+        simulated = [r * k + position for r in ctx.replicas]
+        for nbytes, count in sorted(Counter(n for n in sizes if n > 0).items()):
+            plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm)
+            links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
+            name = f"{what} {op.replace('_', '-')} (IPU {position}, {nbytes} B each)"
+            item = Collective(every_ipu, op, nbytes, R, plan.algorithm, plan.phases, links, name)
+            items.append(item if count == 1 else Repeat(count, Sequence([item], name), f"{name} x{count}"))
+    return items
 
 # --- replica groups -----------------------------------------------------------------------------
 

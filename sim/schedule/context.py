@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import replicated_ops
-from .collectives import per_position
+from .collectives import per_position, per_tensor
 from ..cost import OpCost
 from ..graph.ir import Graph, Op
 from ..hardware.system import System
@@ -177,20 +177,21 @@ class Context:
         With replicated tensor sharding (RTS) of the optimizer state the gradients are
         reduce-scattered, each replica updates its 1/R shard, and the new weights are
         all-gathered. Tensors placed off chip are loaded from streaming memory before the
-        update and stored after it.
+        update and stored after it. Each weight has its own collectives, run one after another
+        over the whole replica, unless PopART merges that kind (:meth:`collectives`).
         """
         seq = Sequence(name="weight update")
         R = self.options.total_replicas()
         tensors = self.g.tensors
         by_position = {p: [op for op in self.updates if op.ipu == p] for p in range(self.ipus_per_replica)}
         # one gradient per weight updated (LARS's norm ops name the weight they belong to)
-        grads = {p: sum(tensors[w].nbytes for w in dict.fromkeys(op.attrs.get("weight", op.inputs[0]) for op in ops))
+        grads = {p: [tensors[w].nbytes for w in dict.fromkeys(op.attrs.get("weight", op.inputs[0]) for op in ops)]
                  for p, ops in by_position.items()}
         sharded = {p: any(tensors[t].shards > 1 for op in ops for t in op.inputs) for p, ops in by_position.items()}
         if R > 1:
             for op, ps in (("reduce_scatter", [p for p in grads if sharded[p]]),
                            ("all_reduce", [p for p in grads if not sharded[p]])):
-                seq.items += per_position(self, op, {p: grads[p] for p in ps}, "gradient")
+                seq.items += self.collectives(op, {p: grads[p] for p in ps}, "gradient")
         # with RTS each LAMB norm covers a shard: PopART all-reduces each LambSquare's one fp32
         # value across the replicas (LambSquareOp::configureForReplicatedTensorSharding) before the
         # trust ratio; the norms' all-reduces run between the updates' two phases
@@ -224,14 +225,22 @@ class Context:
             tails.append([item for item in tail + [self.replica_sync(r, "weight update sync")] if item is not None])
             if not norms:
                 seq.items += tails.pop()
-        for p, n in sorted(norms.items()):
-            seq.add(Repeat(n, Sequence(per_position(self, "all_reduce", {p: 4}, "LAMB norm"), "LAMB norm all-reduce"),
-                           f"LAMB norms all-reduce x{n} (IPU {p})"))
+        seq.items += self.collectives("all_reduce", {p: [4] * n for p, n in norms.items()}, "LAMB norm")
         for tail in tails:
             seq.items += tail
         if R > 1:
-            seq.items += per_position(self, "all_gather", {p: grads[p] for p in grads if sharded[p]}, "weight")
+            seq.items += self.collectives("all_gather", {p: grads[p] for p in grads if sharded[p]}, "weight")
         return seq
+
+    def collectives(self, op: str, bytes_by_position: dict[int, list[int]], what: str) -> list:
+        """The weight update's ``op`` collectives on tensors of ``bytes_by_position`` (each IPU
+        position's tensor sizes): one merged call per position, all positions at once, if PopART
+        merges ``op`` (``replicatedCollectivesSettings``, :meth:`Options.merged_collectives`);
+        else one call per tensor, one after another (PopART's default: MergeCollectivesTransform
+        merges only what those settings name, willow/src/transforms/mergecollectives.cpp)."""
+        if op in self.options.merged_collectives():
+            return per_position(self, op, {p: sum(sizes) for p, sizes in bytes_by_position.items()}, what)
+        return per_tensor(self, op, bytes_by_position, what)
 
     def outputs_every_step(self) -> bool:
         return self.mode in (OutputMode.All, OutputMode.EveryN)
