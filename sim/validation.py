@@ -455,8 +455,8 @@ DEPARTURES = {
                    "block_stop; evaluation and start-up excluded); each step is one synchronous session.run "
                    "(batches_per_step 1) followed by the script's host work (updateOptimizerFromHost, the next "
                    "step's data). The line through the step times of M18-M20 (GA 96, 64, 36) puts what every step "
-                   "adds at about 200 ms on hardware against about 40 ms simulated (fill, flush, gradient reduction, "
-                   "weight update; \"Packed BERT SL512: time per step\" below). The v1.x logs place it inside the "
+                   "adds at about 200 ms on hardware, more than the simulator's fill, flush, per-tensor reduce-scatters "
+                   "and all-gathers and weight update (\"Packed BERT SL512: time per step\" below gives both). The v1.x logs place it inside the "
                    "training call: each eval call of the same training program costs a full step without the host "
                    "work (docs/reference/published-results.md 1.1); what it is has no published size",
     "nsp": "the config keeps the NSP head (pooler and 2-way classifier on each pack's 3 sequence slots); the zoo's "
@@ -1390,8 +1390,8 @@ def _packed_step_section() -> list[str]:
             f"{', '.join(PACKED_STEP_FIT_ROWS)} run the same work per replica at GA 96, 64 and 36; the least-squares "
             "line "
             "through their step times splits each step into a part per micro-batch and a part every step adds "
-            "(pipeline fill and flush, the gradient reduction, the weight update, and the host's work between "
-            "steps).", "",
+            "(pipeline fill and flush, the gradient reduce-scatters and weight all-gathers, one per tensor and one "
+            "after another, the weight update, and the host's work between steps).", "",
             "| line through " + ", ".join(PACKED_STEP_FIT_ROWS) + " | every step adds | per micro-batch |",
             "|---|---:|---:|",
             f"| published | {pub_step * 1e3:,.1f} ms | {pub_mb * 1e3:.3f} ms |",
