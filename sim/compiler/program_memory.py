@@ -39,6 +39,7 @@ import re
 import numpy as np
 
 from ..cost import FREE, OpCost
+from ..cost.row_ops import ROW_OP_KINDS, row_op_codelets
 from ..cost.rules import op_signature
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
@@ -79,6 +80,8 @@ def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
     sets = _piece_sets(cost)
     names = op.inputs + op.outputs
     dtype = graph.tensors[names[0]].dtype if names else ""
+    if op.kind in ROW_OP_KINDS and sets:  # popops calls: the codelets of their steps, shared with other ops
+        return row_op_codelets(op.kind, dtype)
     return [(op.kind, dtype, j) for j in range(sets)]
 
 

@@ -176,6 +176,10 @@ class TileWork:
     columns: int
     rows: int
     stride: int
+    #: each column's values are one contiguous run (an inner reduction, whole rows on the tile):
+    #: popops' ALL_REGIONS_CONTINUOUS vertex (ReductionConnection.cpp getReductionVertexSpecialisation,
+    #: allRegionsContinuous: one output per region, the same number of contiguous partials each)
+    contiguous: bool = False
 
 
 def tile_cycles(work: TileWork, in_bytes: int, out_bytes: int, op: str, workers: int) -> tuple[list[int], int]:
@@ -188,11 +192,11 @@ def tile_cycles(work: TileWork, in_bytes: int, out_bytes: int, op: str, workers:
     per_piece = math.ceil(grains / workers) * grain
     pieces = [min(per_piece, work.columns - i) for i in range(0, work.columns, per_piece)]
 
-    def vertex(cols, rows, stride, ib):
+    def vertex(cols, rows, stride, ib, contiguous=False):
         # getReductionVertexSpecialisation: the strided vertex when the outputs fill whole
         # 32-bit words and the partials of a row whole 64-bit words (isStridedReduction)
-        if cols == 1:  # one output from contiguous values (allRegionsContinuous)
-            return continuous_cycles(1, rows, ib, op)
+        if cols == 1 or contiguous:  # one output per run of contiguous values (allRegionsContinuous)
+            return continuous_cycles(cols, rows, ib, op)
         if (cols * ib) % 8 == 0 and (cols * out_bytes) % 4 == 0:
             return strided_cycles(cols, rows, stride, ib, op)
         return default_cycles(cols, rows, ib, out_bytes, op)
@@ -200,10 +204,11 @@ def tile_cycles(work: TileWork, in_bytes: int, out_bytes: int, op: str, workers:
     splits = _row_splits(pieces, work.rows, out_bytes, op, workers)
     if max(splits) > 1:  # connectTwoStageReductions: rows split over workers, then their partials added
         acc_bytes = max(in_bytes, 4) if op in ACCUMULATING else in_bytes
-        first = max(vertex(p, math.ceil(work.rows / k), work.stride, in_bytes) for p, k in zip(pieces, splits))
+        first = max(vertex(p, math.ceil(work.rows / k), work.stride, in_bytes, work.contiguous)
+                    for p, k in zip(pieces, splits))
         second = max(vertex(p, k, p, acc_bytes) for p, k in zip(pieces, splits) if k > 1)
         return [workers * first, workers * second], sum(splits) + sum(k > 1 for k in splits)
-    cycles = max(vertex(p, work.rows, work.stride, in_bytes) for p in pieces)
+    cycles = max(vertex(p, work.rows, work.stride, in_bytes, work.contiguous) for p in pieces)
     return [workers * cycles], len(pieces)
 
 
@@ -372,14 +377,14 @@ def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int, w
     run = _inner_run(shape, axes)
     cols_b, rows_b = stats.columns, stats.rows  # the busiest tile's columns and values per column
     if stats.spread == 1:
-        work = TileWork(cols_b, rows_b, cols_b * run if run == 1 else run)
+        work = TileWork(cols_b, rows_b, cols_b * run if run == 1 else run, contiguous=1 < run and rows_b <= run)
         compute, v = tile_cycles(work, itemsize, itemsize, op, workers)
         plan.stages.append(Stage("on tile to output", plan.input_tiles, compute, vertices=v * plan.input_tiles))
         return plan
     part_bytes = itemsize
     partial_tiles = plan.input_tiles
     if stats.multi:  # a tile holds several values of a column: reduce them on the tile first
-        work = TileWork(cols_b, rows_b, cols_b if run == 1 else run)
+        work = TileWork(cols_b, rows_b, cols_b if run == 1 else run, contiguous=1 < run and rows_b <= run)
         compute, v = tile_cycles(work, itemsize, acc_bytes, op, workers)
         plan.stages.append(Stage("on tile", plan.input_tiles, compute, vertices=v * plan.input_tiles))
         part_bytes = acc_bytes

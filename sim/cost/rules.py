@@ -28,6 +28,7 @@ from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
 from .opcost import FREE, OpCost, TileProfile, _counts
 from .reduction import plan_reduce
+from .row_ops import ROW_OP_KINDS, row_op_cost
 from .reduction import constants as reduce_constants
 from .vector import codelet, launch_cycles, spread, tile_cycles
 
@@ -38,7 +39,7 @@ _UNARY = {"relu", "gelu", "tanh", "sigmoid", "exp", "scale", "dropout", "cast", 
           "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "accumulate",
           "sgd_update", "loss_grad", "mul", "add", "sub", "div",
           "reduce_mean_grad", "reduce_sum_grad"}
-_ROW_OPS = {"softmax", "layernorm", "softmax_grad", "layernorm_grad", "softmax_cross_entropy",
+_ROW_OPS = {"softmax_cross_entropy",  # softmax, layer norm and their gradients: ROW_OP_KINDS (row_ops.py)
             "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
 _VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale",
                 "softmax_cross_entropy": "loss", "mse_loss": "loss",
@@ -104,6 +105,8 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _custom(attrs, ipu, tiles)
     if kind == "transpose":
         return _transpose(outs, ipu, tiles)
+    if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
+        return row_op_cost(kind, tuple(ins[0][0]), ins[0][1], ipu, tiles, _row_reduce_cost(ipu))
     if kind in _ROW_OPS:
         return _rows(kind, ins, ipu, tiles)
     if kind in ("batchnorm", "batchnorm_grad"):
@@ -684,6 +687,17 @@ def _plan_cost(plans: list, ipu, tiles, flops: float, describe: str) -> OpCost:
                    launch=min(launch, compute + fixed), exchange_phases=phases)
 
 
+def _row_reduce_cost(ipu):
+    """The ``reduce_cost`` of :func:`~sim.cost.row_ops.row_op_cost`: popops reductions of one
+    input, one per operation, in shared compute sets (poplin normStatistics' two reduceWithOutput
+    into one list of compute sets; a single reduce otherwise), priced as :func:`_plan_cost`."""
+    def cost(shape, axes, itemsize, operations, tiles):
+        plans = [plan_reduce(tuple(shape), tuple(axes), itemsize, op, tiles, ipu.worker_threads) for op in operations]
+        return _plan_cost(plans, ipu, tiles, float(math.prod(shape) * len(operations)),
+                          f"popops reduce ({'+'.join(operations)})")
+    return cost
+
+
 def _reduce(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     """popops::reduce as popops plans it (sim/cost/reduction.py): an on-tile compute set,
     intermediate stages while the partials are spread too wide, then the partials exchanged to
@@ -731,7 +745,9 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
         shape, dtype, role = ins[0]
         rows = shape[0] * attrs.get("groups", 1)
         flat = ((rows, math.prod(shape) // rows), dtype, role)
-        return _rows("layernorm" if kind == "groupnorm" else "layernorm_grad", (flat,), ipu, tiles)
+        # popnn's group norm is the path PopART's layer norm takes (GroupNormOpx): sim/cost/row_ops.py
+        return row_op_cost("layernorm" if kind == "groupnorm" else "layernorm_grad", flat[0], dtype, ipu, tiles,
+                           _row_reduce_cost(ipu))
     if kind in ("gather_elements", "scatter_elements"):
         # element by element (ONNX GatherElements / ScatterElements): a table of single
         # elements. gather: ins = [index, data]; scatter: ins = [index, data, updates], writing
