@@ -218,6 +218,11 @@ class _Precision:
 class Options:
     """The PopTorch options the simulator understands (see the module docstring)."""
 
+    #: PopART ``replicatedCollectivesSettings`` keys, by the collective each merges (all off by
+    #: default: willow/include/popart/sessionoptions.hpp ReplicatedCollectivesSettings)
+    MERGE_KEYS = {"all_reduce": "mergeAllReduceCollectives", "reduce_scatter": "mergeReduceScatterCollectives",
+                  "all_gather": "mergeAllGatherCollectives"}
+
     #: options this class models; anything else recorded is reported as unmodelled
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
@@ -227,9 +232,7 @@ class Options:
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "Precision.setPartialsType",
-                *(f"_Popart.replicatedCollectivesSettings.{key}" for key in ("mergeAllReduceCollectives",
-                                                                              "mergeReduceScatterCollectives",
-                                                                              "mergeAllGatherCollectives"))}
+                *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values())}
 
     def __init__(self):
         self.device_iterations = 1
@@ -360,11 +363,6 @@ class Options:
         if not isinstance(value, bool):
             raise OptionsError(f"_Popart enableOutlining = {value!r}: expected True or False")
         return value
-
-    #: PopART ``replicatedCollectivesSettings`` keys, by the collective each merges (all off by
-    #: default: willow/include/popart/sessionoptions.hpp ReplicatedCollectivesSettings)
-    MERGE_KEYS = {"all_reduce": "mergeAllReduceCollectives", "reduce_scatter": "mergeReduceScatterCollectives",
-                  "all_gather": "mergeAllGatherCollectives"}
 
     def merged_collectives(self) -> frozenset[str]:
         """The kinds of cross-replica collective (``all_reduce``, ``reduce_scatter``, ``all_gather``)

@@ -273,7 +273,6 @@ def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str) -> 
     return items
 
 
-
 def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str) -> list:
     """One collective per tensor (``bytes_by_position``: each IPU position's tensor sizes), one
     after another, as PopART runs collectives it does not merge.
@@ -299,6 +298,7 @@ def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str)
             item = Collective(every_ipu, op, nbytes, R, plan.algorithm, plan.phases, links, name)
             items.append(item if count == 1 else Repeat(count, Sequence([item], name), f"{name} x{count}"))
     return items
+
 
 # --- replica groups -----------------------------------------------------------------------------
 
