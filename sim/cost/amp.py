@@ -481,15 +481,27 @@ def fc_weight_transpose(G: int, K: int, N: int, itemsize: int, used: int, worker
     return transpose_block_cycles(rows, cols, math.ceil(blocks / max(used, 1)), itemsize, workers)
 
 
+def _plan_plus(plan: MatmulPlan, ipu: IPU, *, exchange: int = 0, compute: int = 0, launch: int = 0, sets: int = 0,
+               syncs: int = 0, phases: int = 0, nbytes: int = 0, planned: bool = True, **fields) -> MatmulPlan:
+    """``plan`` with work added: ``exchange`` / ``compute`` / ``launch`` cycles, ``sets`` compute sets,
+    ``syncs`` on-chip syncs, ``phases`` exchange phases of ``nbytes`` bytes in all, added to its total
+    (and to its planned cycles when it has them and ``planned``); ``fields`` set as given."""
+    added = exchange + compute + syncs * ipu.internal_sync_cycles
+    return replace(plan, exchange_cycles=plan.exchange_cycles + exchange, compute_cycles=plan.compute_cycles + compute,
+                   launch_cycles=plan.launch_cycles + launch, supersteps=plan.supersteps + sets,
+                   sync_points=plan.sync_points + syncs, exchange_phases=plan.exchange_phases + phases,
+                   exchange_bytes=plan.exchange_bytes + nbytes, total_cycles=plan.total_cycles + added,
+                   planned_cycles=plan.planned_cycles + added if planned and plan.planned_cycles else plan.planned_cycles,
+                   **fields)
+
+
 def with_weight_transpose(plan: MatmulPlan, cycles: float, ipu: IPU) -> MatmulPlan:
     """``plan`` preceded by a weight transpose of ``cycles`` tile cycles in its own compute set
     (:func:`fc_weight_transpose`)."""
     if cycles <= 0:
         return plan
     t = int(math.ceil(cycles))
-    return replace(plan, compute_cycles=plan.compute_cycles + t, supersteps=plan.supersteps + 1, sync_points=plan.sync_points + 1,
-                   total_cycles=plan.total_cycles + t + ipu.internal_sync_cycles, weight_transpose=t,
-                   planned_cycles=plan.planned_cycles + t + ipu.internal_sync_cycles if plan.planned_cycles else 0)
+    return _plan_plus(plan, ipu, compute=t, sets=1, syncs=1, weight_transpose=t)
 
 
 def transposed_weights_exchange(ipu: IPU, elements: int, src_tiles: int, dst_tiles: int, itemsize: int) -> int:
@@ -520,11 +532,7 @@ def with_transposed_weights_moved(plan: MatmulPlan, elements: int, src_tiles: in
     exch = transposed_weights_exchange(ipu, elements, src_tiles, plan.tiles_used, itemsize)
     if exch <= 0:
         return plan
-    sync = ipu.internal_sync_cycles
-    return replace(plan, exchange_cycles=plan.exchange_cycles + exch, exchange_phases=plan.exchange_phases + 1,
-                   sync_points=plan.sync_points + 1, exchange_bytes=plan.exchange_bytes + elements * itemsize,
-                   total_cycles=plan.total_cycles + exch + sync,
-                   planned_cycles=plan.planned_cycles + exch + sync if plan.planned_cycles else 0)
+    return _plan_plus(plan, ipu, exchange=exch, phases=1, syncs=1, nbytes=elements * itemsize)
 
 
 def rearrangement(ipu: IPU, elements, used, itemsize: int):
@@ -823,9 +831,7 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
                  rearranged, dilated_output, grain_splits, serial_out_channels)
     fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
-    return replace(plan, compute_cycles=plan.compute_cycles + fixed, launch_cycles=plan.launch_cycles + fixed,
-                   total_cycles=plan.total_cycles + fixed, pass_fixed=fixed,
-                   planned_cycles=plan.planned_cycles + fixed if plan.planned_cycles else 0)
+    return _plan_plus(plan, ipu, compute=fixed, launch=fixed, pass_fixed=fixed)
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
@@ -1146,12 +1152,9 @@ def with_output_rearrangement(plan: MatmulPlan, elements: int, ipu: IPU, itemsiz
     exch, copy, nbytes = rearrangement(ipu, elements, plan.tiles_used, itemsize)
     exch, fixed = int(exch), int(codelet("copy").fixed)
     copy = int(copy) + fixed
-    return replace(plan, exchange_cycles=plan.exchange_cycles + exch, compute_cycles=plan.compute_cycles + copy,
-                   launch_cycles=plan.launch_cycles + fixed, supersteps=plan.supersteps + 1,
-                   sync_points=plan.sync_points + 2, exchange_phases=plan.exchange_phases + 1,
-                   exchange_bytes=plan.exchange_bytes + int(nbytes) * plan.tiles_used,
-                   total_cycles=plan.total_cycles + exch + copy + 2 * ipu.internal_sync_cycles,
-                   output_rearrange=plan.output_rearrange + copy)
+    return _plan_plus(plan, ipu, exchange=exch, compute=copy, launch=fixed, sets=1, syncs=2, phases=1,
+                      nbytes=int(nbytes) * plan.tiles_used, planned=False,
+                      output_rearrange=plan.output_rearrange + copy)
 
 
 @lru_cache(maxsize=1024)

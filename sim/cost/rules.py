@@ -742,12 +742,11 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
     if kind in ("reduce_min", "reduce_prod"):
         return _reduce(kind, ins, outs, attrs, ipu, tiles)
     if kind in ("groupnorm", "groupnorm_grad"):
-        shape, dtype, role = ins[0]
+        shape, dtype, _ = ins[0]
         rows = shape[0] * attrs.get("groups", 1)
-        flat = ((rows, math.prod(shape) // rows), dtype, role)
         # popnn's group norm is the path PopART's layer norm takes (GroupNormOpx): sim/cost/row_ops.py
-        return row_op_cost("layernorm" if kind == "groupnorm" else "layernorm_grad", flat[0], dtype, ipu, tiles,
-                           _row_reduce_cost(ipu))
+        return row_op_cost("layernorm" if kind == "groupnorm" else "layernorm_grad", (rows, math.prod(shape) // rows),
+                           dtype, ipu, tiles, _row_reduce_cost(ipu))
     if kind in ("gather_elements", "scatter_elements"):
         # element by element (ONNX GatherElements / ScatterElements): a table of single
         # elements. gather: ins = [index, data]; scatter: ins = [index, data, updates], writing
