@@ -47,6 +47,41 @@ class CommGroupType(enum.IntEnum):
     NoGrouping = 3
 
 
+def _group_type_name(group_type) -> str:
+    name = getattr(group_type, "name", group_type)
+    key = str(name).strip().lower()
+    aliases = {"nogrouping": "none", "ungrouped": "none", "no_grouping": "none"}
+    key = aliases.get(key, key)
+    if key not in ("all", "consecutive", "orthogonal", "none"):
+        raise OptionsError(f"unknown replica grouping {group_type!r}; known: All, Consecutive, Orthogonal, "
+                           "NoGrouping")
+    return key
+
+
+def comm_group(replicas: int, group_type="all", group_size: int | None = None) -> tuple[int, int]:
+    """``(stride, group_size)`` of PopTorch / PopART's ``CommGroupType`` with ``group_size``.
+
+    ``All``: one group of every replica (the size is ignored). ``Consecutive``: groups of
+    ``group_size`` consecutive replicas. ``Orthogonal``: groups of ``group_size`` replicas
+    ``m = replicas / group_size`` apart, ``{0, m, 2m, ...}, {1, m+1, ...}`` (PopART's
+    ``commgroup.hpp``; the groups cut across the consecutive blocks of ``m``). ``NoGrouping``:
+    every replica alone. With 8 replicas, Orthogonal with group size 2 is ``{0,4} {1,5} {2,6}
+    {3,7}``, that is PopXL's ``replica_grouping(stride=4, group_size=2)``.
+    """
+    kind = _group_type_name(group_type)
+    if kind == "all":
+        return 1, replicas
+    if kind == "none":
+        return 1, 1
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1 \
+            or replicas % group_size:
+        raise OptionsError(f"replica group size {group_size!r} must be a whole number that divides the "
+                           f"{replicas} replicas")
+    if kind == "consecutive":
+        return 1, group_size
+    return replicas // group_size, group_size
+
+
 class ReductionType(enum.IntEnum):
     """How gradients are reduced over accumulation steps and replicas."""
 
@@ -223,6 +258,12 @@ class Options:
     MERGE_KEYS = {"all_reduce": "mergeAllReduceCollectives", "reduce_scatter": "mergeReduceScatterCollectives",
                   "all_gather": "mergeAllGatherCollectives"}
 
+    #: PopART's sharding domain of each tensor class TensorLocations can shard, a ``(CommGroupType,
+    #: group size)`` pair (``TensorLocationSettings.location.shardingDomain``, a ``CommGroup``)
+    SHARDING_DOMAIN_KEYS = {"weight": "weightTensorLocationSettings.location.shardingDomain",
+                            "optimizer": "optimizerStateTensorLocationSettings.location.shardingDomain",
+                            "accumulator": "accumulatorTensorLocationSettings.location.shardingDomain"}
+
     #: options this class models; anything else recorded is reported as unmodelled
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
@@ -232,7 +273,8 @@ class Options:
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "Precision.setPartialsType",
-                *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values())}
+                *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
+                *(f"_Popart.{key}" for key in SHARDING_DOMAIN_KEYS.values())}
 
     def __init__(self):
         self.device_iterations = 1
@@ -376,6 +418,23 @@ class Options:
             if value:
                 merged.add(kind)
         return frozenset(merged)
+
+    def sharding_domain(self, kind: str) -> tuple[int, int]:
+        """``(stride, group size)`` of the replicas a sharded tensor of class ``kind`` (``weight``,
+        ``optimizer``, ``accumulator``) is split over: PopART's ``shardingDomain`` of that class
+        where set, else each process's own replicas when several processes run (PopTorch sets
+        ``CommGroup(Consecutive, replicatedGraphCount)`` then: popart_compiler Compiler.cpp), else
+        all replicas (PopART's default ``CommGroup()``, type All)."""
+        key = self.SHARDING_DOMAIN_KEYS[kind]
+        value = self._Popart.values.get(key)
+        if value is None:
+            return (1, self.replication_factor) if self.num_instances() > 1 else (1, self.total_replicas())
+        try:
+            group_type, size = value
+            return comm_group(self.total_replicas(), group_type, size)
+        except (TypeError, ValueError, OptionsError) as e:
+            raise OptionsError(f"_Popart {key} = {value!r}: expected a (CommGroupType, group size) pair whose "
+                               f"group size divides the {self.total_replicas()} replicas ({e})") from None
 
     def partials_type(self) -> str:
         """``"float"`` or ``"half"``: matmul and convolution partials (PopART ``partialsTypeMatMuls``,

@@ -41,7 +41,7 @@ from .graph import Graph, GraphBuilder
 from .graph.ir import Op
 from .graph.training import Optimizer
 from .hardware.system import load_system
-from .options import Options, OutputMode, OverlapMode, TensorLocationSettings
+from .options import CommGroupType, Options, OutputMode, OverlapMode, TensorLocationSettings
 from .program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
 from .strategy import ShardedExecution
 
@@ -276,6 +276,7 @@ class Setup:
     output_mode: str = ""  # outputMode as an OutputMode member name ("All", "Sum", ...); "": the default
     merged_collectives: tuple = ()  # collective kinds merged into one call ("all_reduce", ...): PopART's
     # replicatedCollectivesSettings, or graphcore/tensorflow combining them (maximum_*_buffer_size)
+    sharding_domain: int = 0  # RTS over groups of this many consecutive replicas (PopART's shardingDomain); 0: all
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -308,6 +309,8 @@ class Setup:
             o.outputMode(OutputMode[self.output_mode])
         for kind in self.merged_collectives:
             o._Popart.set(f"replicatedCollectivesSettings.{Options.MERGE_KEYS[kind]}", True)
+        if self.sharding_domain:
+            o._Popart.set(Options.SHARDING_DOMAIN_KEYS["optimizer"], (CommGroupType.Consecutive, self.sharding_domain))
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -324,6 +327,8 @@ class Setup:
         parts.append("half partials" if self.half_partials else "float partials")
         if self.training:
             where = ("off chip" if self.optimizer_off_chip else "on chip") + (" + RTS" if self.rts else "")
+            if self.rts and self.sharding_domain:
+                where += f" over groups of {self.sharding_domain} replicas"
             parts.append(f"{self.sim_optimizer().describe()}, optimizer state {where}")
         parts.append("synthetic data" if self.synthetic else "real data (host IO)")
         if self.io_tiles:
@@ -469,6 +474,10 @@ DEPARTURES = {
                "output that ends an IPU's run",
     "lamb-fp16": "the config keeps LAMB's first moment (lamb_m_dtype) or accumulators (lamb_accl_dtype) in fp16; "
                  "the zoo keeps all optimizer state in one dtype",
+    "poprun-rts": "run under poprun, 8 replicas per instance: bert.py then shards the optimizer state over "
+                  "each instance's replicas (shardingDomain CommGroup(Consecutive, local replicas), "
+                  "set_popdist_args), so each gradient is reduce-scattered over 8 replicas, its shard all-reduced "
+                  "across the instances (PopART's complementary group) and the weights all-gathered over 8",
     "pt-gather": "PyTorch gathers the mask_tokens masked positions of each pack; the zoo slices the first "
                  "mask_tokens positions (the same rows projected)",
 }
@@ -542,12 +551,14 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  seq_len: int = 512, mask_tokens: int = 78, vocab: int = 30912, packing_factor: float = 2.0,
                  layers_per_ipu: list[int] | None = None, att_ffn: list | None = None, off_chip: bool = False,
                  model: str = "bert-large", prefetch_depth: int = 1, attention_dropout: float | None = None,
-                 output_mode: str = "", merged_collectives: tuple = ()) -> Setup:
+                 output_mode: str = "", merged_collectives: tuple = (), sharding_domain: int = 0) -> Setup:
     """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
     state sharded over the replicas (on or off chip), half partials, real data. ``mask_tokens`` is
     the MLM positions per pack (PopART: the config's mask_tokens + 2); ``prefetch_depth`` is the
-    script's ``defaultPrefetchBufferingDepth`` (3 in MLPerf v2.0's bert.py, unset before)."""
+    script's ``defaultPrefetchBufferingDepth`` (3 in MLPerf v2.0's bert.py, unset before);
+    ``sharding_domain`` the replicas of one poprun instance, over which bert.py shards the optimizer
+    state when it runs under poprun (0: one process, sharded over all replicas)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, vocab=vocab, mask_tokens=mask_tokens,
                   max_sequences_per_pack=3, packing_factor=packing_factor)
     if att_ffn is not None:
@@ -558,7 +569,7 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
         params["attention_dropout"] = attention_dropout
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation, amp=tuple(amp),
                  optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth,
-                 output_mode=output_mode, merged_collectives=merged_collectives)
+                 output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain)
 
 
 # att_ffn_placement of the MLPerf configs (training_results v1.1 / v2.0, Graphcore .../popart/configs)
@@ -704,17 +715,19 @@ PUBLISHED_ROWS = [
       for rid, div, pub in (("M7", "closed", 1524), ("M8", "open", 1527))],
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 {pod.upper()}, attention/FFN "
           "split", pub, "sequences/s", _packed_bert(f"ipu-{pod}", rf, 2, 96, [0.20] + [0.25] * 7,
-                                                      att_ffn=_ATT_FFN_V11_POD64, attention_dropout=0.0), rid in _ASSERTED_PACKED,
-          _MLPERF + ("att-ffn", "emb-serial", "attn-dropout") + (("lamb-fp16",) if rf == 16 else ()))
+                                                      att_ffn=_ATT_FFN_V11_POD64, attention_dropout=0.0,
+                                                      sharding_domain=8 if rf > 8 else 0), rid in _ASSERTED_PACKED,
+          _MLPERF + ("att-ffn", "emb-serial", "attn-dropout") + (("lamb-fp16", "poprun-rts") if rf == 16 else ()))
       for rid, div, pod, rf, pub in (("M9", "closed", "pod64", 8, 4792), ("M10", "open", "pod64", 8, 4896),
                                      ("M11", "closed", "pod128", 16, 9028), ("M12", "open", "pod128", 16, 9208))],
     *[Row(rid, f"MLP v2.0 {rid}", f"BERT-Large MLPerf v2.0, packed SL512, Bow {pod}, attention/FFN split", pub,
           "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, 3, ga, [1.0] * 8, att_ffn=_ATT_FFN_V20_POD64,
-                                      prefetch_depth=3, merged_collectives=("all_reduce",)),
+                                      prefetch_depth=3, merged_collectives=("all_reduce",),
+                                      sharding_domain=8 if rf > 8 else 0),
           rid in _ASSERTED_PACKED, _MLPERF + ("att-ffn", "lamb-fp16", "nsp", "emb-serial",
-                            "merge_collectives: bert.py sets mergeAllReduceCollectives (the LAMB norms' "
-                            "all-reduces; RTS reduce-scatters and all-gathers stay one per tensor, as SDK 2.5 "
-                            "merges no others)"))
+                            "merge_collectives: bert.py sets mergeAllReduceCollectives (the LAMB norms' and the "
+                            "shards' all-reduces; RTS reduce-scatters and all-gathers stay one per tensor, as "
+                            "SDK 2.5 merges no others)") + (("poprun-rts",) if rf > 8 else ()))
       for rid, pod, rf, ga, pub in (("M18", "Pod64", 8, 96, 7411), ("M19", "Pod128", 16, 64, 12676),
                                     ("M20", "Pod256", 32, 36, 19071))],
     # BERT-Large packed pre-training, Graphcore's table (PopART and PyTorch examples, SDK 3.1-3.3)

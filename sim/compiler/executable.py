@@ -236,14 +236,14 @@ def _apply_locations(g: Graph, o: Options, phased: bool) -> None:
         where = o.TensorLocations.locations[kind]
         if where.off_chip(t.numel) or (phased and kind != "accumulator" and where.on_chip is None):
             t.location = "off_chip"
-        if where.sharded(t.numel) and o.total_replicas() > 1:
-            t.shards = o.total_replicas()
+        if where.sharded(t.numel):
+            t.shard_stride, t.shards = o.sharding_domain(kind)
     for op in g.ops:  # LAMB's updater of a sharded state is a shard too (PopART's RTS domain)
         if op.kind == "adam_updater":
-            shards = max(g.tensors[t].shards for t in op.inputs)
+            source = g.tensors[max(op.inputs, key=lambda t: g.tensors[t].shards)]
             for t in op.outputs:
                 if g.tensors[t].role == "activation":
-                    g.tensors[t].shards = shards
+                    g.tensors[t].shards, g.tensors[t].shard_stride = source.shards, source.shard_stride
 
 
 def _check_streaming_memory(g: Graph, system: System) -> None:

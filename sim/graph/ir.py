@@ -55,6 +55,7 @@ class Tensor:
     producer: str | None = None  # name of the op that writes it, None for inputs and variables
     location: str = "on_chip"  # "on_chip" or "off_chip" (streaming memory)
     shards: int = 1  # replicas it is sharded over (replicated tensor sharding)
+    shard_stride: int = 1  # replica numbers between two of those replicas (1: consecutive replicas)
 
     @property
     def numel(self) -> int:

@@ -120,8 +120,10 @@ def _setup_line(run: Run) -> str:
     if ex.training:
         where = o.TensorLocations.locations["optimizer"]
         state = "off chip" if where.on_chip is False else "on chip"
-        if where.replicated_tensor_sharding and o.replication_factor > 1:
-            state += ", sharded over replicas"
+        stride, size = o.sharding_domain("optimizer")
+        if where.replicated_tensor_sharding and size > 1:
+            group = "consecutive replicas" if stride == 1 else f"replicas {stride} apart"
+            state += f", sharded over {size} {group}"
         line += f", optimizer state {state}"
     return line
 

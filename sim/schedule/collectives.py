@@ -38,6 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import OptionsError
+from ..options import comm_group
 from ..hardware.system import System
 from ..program import Collective, Repeat, Sequence
 from ..hardware.topology import crosses_gw_link, hops, route
@@ -250,32 +251,43 @@ def collective_item(system: System, op: str, nbytes: int, members: list[int], al
     return item, plan
 
 
-def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str) -> list[Collective]:
-    """One collective per IPU position of a replica, over all replicas, run at once.
+def _group_members(ctx, group: tuple[int, int] | None) -> list[int]:
+    """Replica 0's group of ``group`` (``(stride, size)``; None: every replica), in ring order."""
+    stride, size = group or (1, ctx.options.total_replicas())
+    return [j * stride for j in range(size)]
+
+
+def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str,
+                 group: tuple[int, int] | None = None) -> list[Collective]:
+    """One collective per IPU position of a replica, over the replicas of ``group`` (``(stride,
+    size)``, :func:`replica_grouping`; None: all), run at once.
 
     Each IPU of a replica reduces (or gathers) with the IPUs at the same position in the
-    other replicas. The collective is priced over the full ring; the simulated replicas hold
-    the links between them (as a ring, in the directions the algorithm uses) step by step.
+    other replicas of its group. The collective is priced over replica 0's group (the others
+    run alike at the same time); the simulated replicas of that group hold the links between
+    them (as a ring, in the directions the algorithm uses) step by step.
     """
     items = []
     k = ctx.ipus_per_replica
-    R = ctx.options.total_replicas()
+    replicas = _group_members(ctx, group)
     for position, nbytes in sorted(bytes_by_position.items()):
         if nbytes <= 0:
             continue
-        members = [r * k + position for r in range(R)]
+        members = [r * k + position for r in replicas]
         plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm,
                                concurrent=len(bytes_by_position))
-        simulated = [r * k + position for r in ctx.replicas]
+        simulated = [r * k + position for r in ctx.replicas if r in replicas]
         links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
-        items.append(Collective(tuple(simulated), op, nbytes, R, plan.algorithm, plan.phases, links,
+        items.append(Collective(tuple(simulated), op, nbytes, len(replicas), plan.algorithm, plan.phases, links,
                                 f"{what} {op.replace('_', '-')} (IPU {position})"))
     return items
 
 
-def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str) -> list:
-    """One collective per tensor (``bytes_by_position``: each IPU position's tensor sizes), one
-    after another, as PopART runs collectives it does not merge.
+def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str,
+               group: tuple[int, int] | None = None) -> list:
+    """One collective per tensor (``bytes_by_position``: each IPU position's tensor sizes) over
+    the replicas of ``group`` (as :func:`per_position`), one after another, as PopART runs
+    collectives it does not merge.
 
     Each is a GCL call of its own on the ring of its position's IPUs, and each ring step's
     cross-replica copy syncs every IPU of the device (PopART's sync patterns all keep one sync
@@ -286,16 +298,16 @@ def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str)
     """
     items = []
     k = ctx.ipus_per_replica
-    R = ctx.options.total_replicas()
+    replicas = _group_members(ctx, group)
     every_ipu = tuple(sorted(r * k + p for r in ctx.replicas for p in range(k)))
     for position, sizes in sorted(bytes_by_position.items()):
-        members = [r * k + position for r in range(R)]
-        simulated = [r * k + position for r in ctx.replicas]
+        members = [r * k + position for r in replicas]
+        simulated = [r * k + position for r in ctx.replicas if r in replicas]
         for nbytes, count in sorted(Counter(n for n in sizes if n > 0).items()):
             plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm)
             links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
             name = f"{what} {op.replace('_', '-')} (IPU {position}, {nbytes} B each)"
-            item = Collective(every_ipu, op, nbytes, R, plan.algorithm, plan.phases, links, name)
+            item = Collective(every_ipu, op, nbytes, len(replicas), plan.algorithm, plan.phases, links, name)
             items.append(item if count == 1 else Repeat(count, Sequence([item], name), f"{name} x{count}"))
     return items
 
@@ -330,41 +342,6 @@ def groups_of(assignment: list[int]) -> list[list[int]]:
     for r, g in enumerate(assignment):
         groups.setdefault(g, []).append(r)
     return [groups[g] for g in sorted(groups)]
-
-
-def _group_type_name(group_type) -> str:
-    name = getattr(group_type, "name", group_type)
-    key = str(name).strip().lower()
-    aliases = {"nogrouping": "none", "ungrouped": "none", "no_grouping": "none"}
-    key = aliases.get(key, key)
-    if key not in ("all", "consecutive", "orthogonal", "none"):
-        raise OptionsError(f"unknown replica grouping {group_type!r}; known: All, Consecutive, Orthogonal, "
-                           "NoGrouping")
-    return key
-
-
-def comm_group(replicas: int, group_type="all", group_size: int | None = None) -> tuple[int, int]:
-    """``(stride, group_size)`` of PopTorch / PopART's ``CommGroupType`` with ``group_size``.
-
-    ``All``: one group of every replica (the size is ignored). ``Consecutive``: groups of
-    ``group_size`` consecutive replicas. ``Orthogonal``: groups of ``group_size`` replicas
-    ``m = replicas / group_size`` apart, ``{0, m, 2m, ...}, {1, m+1, ...}`` (PopART's
-    ``commgroup.hpp``; the groups cut across the consecutive blocks of ``m``). ``NoGrouping``:
-    every replica alone. With 8 replicas, Orthogonal with group size 2 is ``{0,4} {1,5} {2,6}
-    {3,7}``, that is PopXL's ``replica_grouping(stride=4, group_size=2)``.
-    """
-    kind = _group_type_name(group_type)
-    if kind == "all":
-        return 1, replicas
-    if kind == "none":
-        return 1, 1
-    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1 \
-            or replicas % group_size:
-        raise OptionsError(f"replica group size {group_size!r} must be a whole number that divides the "
-                           f"{replicas} replicas")
-    if kind == "consecutive":
-        return 1, group_size
-    return replicas // group_size, group_size
 
 
 def comm_group_assignment(replicas: int, group_type="all", group_size: int | None = None) -> list[int]:

@@ -18,6 +18,7 @@ from ..cost import OpCost
 from ..graph.ir import Graph, Op
 from ..hardware.system import System
 from .hostio import host_transfers
+from ..errors import OptionsError
 from ..options import Options, OutputMode
 from ..program import Compute, OpSteps, RemoteCopy, Repeat, Sequence, Sync
 from .stages import StageWork
@@ -188,13 +189,17 @@ class Context:
         grads = {p: [tensors[w].nbytes for w in dict.fromkeys(op.attrs.get("weight", op.inputs[0]) for op in ops)]
                  for p, ops in by_position.items()}
         sharded = {p: any(tensors[t].shards > 1 for op in ops for t in op.inputs) for p, ops in by_position.items()}
+        domain, across = self._sharding_groups()
         if R > 1:
-            for op, ps in (("reduce_scatter", [p for p in grads if sharded[p]]),
-                           ("all_reduce", [p for p in grads if not sharded[p]])):
-                seq.items += self.collectives(op, {p: grads[p] for p in ps}, "gradient")
+            seq.items += self.collectives("reduce_scatter", {p: grads[p] for p in grads if sharded[p]}, "gradient",
+                                          domain)
+            if across[1] > 1:  # shards of the same part of a tensor, reduced across the domains
+                seq.items += self.collectives("all_reduce", {p: [-(-n // domain[1]) for n in grads[p]]
+                                                             for p in grads if sharded[p]}, "gradient shard", across)
+            seq.items += self.collectives("all_reduce", {p: grads[p] for p in grads if not sharded[p]}, "gradient")
         # with RTS each LAMB norm covers a shard: PopART all-reduces each LambSquare's one fp32
-        # value across the replicas (LambSquareOp::configureForReplicatedTensorSharding) before the
-        # trust ratio; the norms' all-reduces run between the updates' two phases
+        # value across the sharding domain (LambSquareOp::configureForReplicatedTensorSharding)
+        # before the trust ratio; the norms' all-reduces run between the updates' two phases
         norms = {p: sum(1 for op in ops if op.attrs.get("optimizer") == "lamb" and "norm_of" in op.attrs)
                  for p, ops in by_position.items() if sharded[p] and R > 1}
         norms = {p: n for p, n in norms.items() if n}
@@ -211,7 +216,7 @@ class Context:
                           for name, ts in (("load", loads), ("store", stores))}
                 if nbytes["load"]:
                     seq.add(RemoteCopy(ipus[p], "load", nbytes["load"], "load optimizer inputs"))
-                share = R if sharded[p] else 1
+                share = domain[1] if sharded[p] else 1
                 if p in norms:
                     seq.add(Compute(ipus[p], "weight update", self.steps([op for op in ops if op.kind != "lamb_update"],
                                                                          share=share)))
@@ -225,22 +230,41 @@ class Context:
             tails.append([item for item in tail + [self.replica_sync(r, "weight update sync")] if item is not None])
             if not norms:
                 seq.items += tails.pop()
-        seq.items += self.collectives("all_reduce", {p: [4] * n for p, n in norms.items()}, "LAMB norm")
+        seq.items += self.collectives("all_reduce", {p: [4] * n for p, n in norms.items()}, "LAMB norm", domain)
         for tail in tails:
             seq.items += tail
         if R > 1:
-            seq.items += self.collectives("all_gather", {p: grads[p] for p in grads if sharded[p]}, "weight")
+            seq.items += self.collectives("all_gather", {p: grads[p] for p in grads if sharded[p]}, "weight",
+                                          domain)
         return seq
 
-    def collectives(self, op: str, bytes_by_position: dict[int, list[int]], what: str) -> list:
+    def _sharding_groups(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """``(stride, size)`` of the replica groups the weight update's sharded tensors are split
+        over (their sharding domain; all replicas if none is sharded), and of the groups across
+        those that hold the same shard. A domain smaller than the replicas reduce-scatters within
+        it, then all-reduces each shard across the domains (the complementary CommGroup:
+        StreamingMemoryOpInserter, getComplementCommGroupWithSuperSet)."""
+        R = self.options.total_replicas()
+        domains = {(self.g.tensors[t].shard_stride, self.g.tensors[t].shards)
+                   for op in self.updates for t in op.inputs if self.g.tensors[t].shards > 1}
+        if len(domains) > 1:
+            raise OptionsError(f"the weight update's sharded tensors have different sharding domains "
+                               f"{sorted(domains)} ((stride, group size)); the simulator models one: give "
+                               "weights, optimizer state and accumulators the same shardingDomain")
+        stride, size = domains.pop() if domains else (1, R)
+        return (stride, size), ((size, R // size) if stride == 1 else (1, stride))
+
+    def collectives(self, op: str, bytes_by_position: dict[int, list[int]], what: str,
+                    group: tuple[int, int] | None = None) -> list:
         """The weight update's ``op`` collectives on tensors of ``bytes_by_position`` (each IPU
-        position's tensor sizes): one merged call per position, all positions at once, if PopART
-        merges ``op`` (``replicatedCollectivesSettings``, :meth:`Options.merged_collectives`);
-        else one call per tensor, one after another (PopART's default: MergeCollectivesTransform
-        merges only what those settings name, willow/src/transforms/mergecollectives.cpp)."""
+        position's tensor sizes) over the replica groups ``group`` (``(stride, size)``; None: all
+        replicas): one merged call per position, all positions at once, if PopART merges ``op``
+        (``replicatedCollectivesSettings``, :meth:`Options.merged_collectives`); else one call per
+        tensor, one after another (PopART's default: MergeCollectivesTransform merges only what
+        those settings name, willow/src/transforms/mergecollectives.cpp)."""
         if op in self.options.merged_collectives():
-            return per_position(self, op, {p: sum(sizes) for p, sizes in bytes_by_position.items()}, what)
-        return per_tensor(self, op, bytes_by_position, what)
+            return per_position(self, op, {p: sum(sizes) for p, sizes in bytes_by_position.items()}, what, group)
+        return per_tensor(self, op, bytes_by_position, what, group)
 
     def outputs_every_step(self) -> bool:
         return self.mode in (OutputMode.All, OutputMode.EveryN)
