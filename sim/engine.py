@@ -458,17 +458,26 @@ class Engine:
             hold = [("io_tiles", s.ipu, s.direction)] if s.io_tiles else []
             tiles = () if s.io_tiles else (s.ipu,)
             kind = "host_io_overlapped" if s.io_tiles else "host_io"
-            if s.prefetch < 2:
-                emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, s.name, s.nbytes, stream=s,
-                          tiles=tiles), [lane], s)
+            key = (s.ipu, s.replica, s.stream, s.direction)
+            done = buffers[key]
+            # one buffer refilled ahead: not before the stream's first copy of the run (a run
+            # starts with its prefetches invalidated: PopART Devicex::reconnectInputStreams)
+            one_buffer_fill = s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu" and done
+            if s.prefetch < 2 and not one_buffer_fill:
+                task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, s.name, s.nbytes,
+                                 stream=s, tiles=tiles), [lane], s)
+                if s.fill_ahead:
+                    done.append(task)
                 return
             # multibuffered: the host side runs ahead of (inputs) or behind (outputs) the IPU,
-            # by at most prefetch - 1 buffers
+            # by at most prefetch - 1 buffers; with one buffer only the host's fill runs ahead,
+            # once the previous copy has emptied the buffer, and the link carries it in the copy
             host_phases, device_phases = self.prefetch_phases(s)
-            key = (s.ipu, s.replica, s.stream, s.direction)
+            if one_buffer_fill:
+                host_phases, device_phases = host_phases[:1], device_phases[:1] + host_phases[1:] + device_phases[1:]
             host_lane = ("host", key)
-            done = buffers[key]
-            free = [done[-(s.prefetch - 1)]] if len(done) >= s.prefetch - 1 else []
+            back = max(1, s.prefetch - 1)
+            free = [done[-back]] if len(done) >= back else []
             if s.direction == "to_ipu":
                 host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", s.name,
                                  s.nbytes), [host_lane])

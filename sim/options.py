@@ -272,7 +272,7 @@ class Options:
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
-                "_Popart.enableOutlining", "Precision.setPartialsType",
+                "_Popart.enableOutlining", "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
                 *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
                 *(f"_Popart.{key}" for key in SHARDING_DOMAIN_KEYS.values())}
 
@@ -393,6 +393,14 @@ class Options:
     def total_replicas(self) -> int:
         """Replicas over all instances: what collectives across replicas span."""
         return self.replication_factor * self.num_instances()
+
+    def prefetch_datastreams(self) -> bool:
+        """PopART ``enablePrefetchDatastreams`` (default on, as PopTorch leaves it): Poplar prepares an
+        input stream's data for its next copy while the IPU computes (sessionoptions.hpp)."""
+        value = self._Popart.values.get("enablePrefetchDatastreams", True)
+        if not isinstance(value, bool):
+            raise OptionsError(f"_Popart enablePrefetchDatastreams = {value!r}: expected True or False")
+        return value
 
     def prefetch_depth(self) -> int:
         """Host stream prefetch depth (PopART ``defaultPrefetchBufferingDepth``; default 1)."""

@@ -90,6 +90,7 @@ class StreamCopy:
     replica: int = 0
     io_tiles: bool = False  # runs on the IPU's IO tiles, concurrently with compute
     prefetch: int = 1  # host buffers of the stream: > 1 lets the host side run ahead / behind
+    fill_ahead: bool = False  # an input's one buffer is refilled while the IPU computes (PopART's prefetch)
     after: tuple = ()  # other items whose latest run must end first (IO-tile buffer reuse)
 
 

@@ -5,10 +5,14 @@ extrapolation of loops whose iterations overlap.
 Numbers measured when these tests were written (cycles):
 
 * sync patterns, 4-stage pipeline, 16 micro-batches, 128 KiB in on IPU 0 and 1 MiB out on IPU 3
-  per micro-batch: Full 10,731,014; SinglePipeline 9,554,516; ReplicaAndLadder 9,556,796;
-* IO-bound single-IPU model, cycles per device iteration: 254,261 (no buffering) -> 189,757
-  (prefetch depth 3) -> 179,246 (+ 64 IO tiles, OverlapDeviceIterationLoop); the guide's
-  figures are about 255k -> 190k -> 170k.
+  per micro-batch: Full 10,331,254; SinglePipeline 9,833,460 (the input's buffer refilled while
+  the IPUs compute, PopART's enablePrefetchDatastreams; without it 11,057,774 and 9,881,276);
+* IO-bound single-IPU model, cycles per device iteration: 223,151 (no buffering: the host refills
+  the one buffer ahead, the IPU waits for the host link and the gateway) -> 186,822 (prefetch
+  depth 3: the host link ahead too) -> 172,960 (+ 64 IO tiles, OverlapDeviceIterationLoop); the
+  guide's figures are about 255k -> 190k -> 170k. Its steps (65k, then 20k) are in the ratio of
+  what each setting takes off the IPU's path, the host link then the gateway-to-tiles side
+  (3.3; simulated 2.6).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ def test_full_sync_is_slowest_on_a_host_io_bound_pipeline(sync_runs):
     # are in different groups, so it overlaps like SinglePipeline, paying only a group barrier
     # (< 0.1 %) instead of an on-chip one.
     assert full.cycle_count > ladder.cycle_count >= single.cycle_count
-    assert full.cycle_count > 1.1 * single.cycle_count
+    assert full.cycle_count > 1.04 * single.cycle_count
     assert ladder.cycle_count == pytest.approx(single.cycle_count, rel=1e-3)
     # the same work in every pattern: only the waiting moves
     for run in (single, ladder):
@@ -72,7 +76,7 @@ def test_full_sync_extra_time_is_idle_and_sync_on_the_ipus_without_host_io(sync_
     for ipu in (1, 2):  # no host IO of their own: all of Full's extra time is waiting
         waited = (bf.loc[ipu, "idle"] + bf.loc[ipu, "sync"]) - (bs.loc[ipu, "idle"] + bs.loc[ipu, "sync"])
         assert waited == extra
-        assert bf.loc[ipu, "idle"] - bs.loc[ipu, "idle"] > 0.99 * extra  # mostly idle, not barrier cycles
+        assert bf.loc[ipu, "idle"] - bs.loc[ipu, "idle"] > 0.98 * extra  # mostly idle, not barrier cycles
     # under Full the IPU that makes the big output stops for the other IPU's input (and
     # vice versa): its idle grows by the same extra time
     assert (bf.loc[3, "idle"] + bf.loc[3, "sync"]) - (bs.loc[3, "idle"] + bs.loc[3, "sync"]) == extra
@@ -115,8 +119,10 @@ def test_host_io_optimisation_shape():
     for s, cycles in per_iteration.items():
         assert cycles == pytest.approx(FIGURE[s], rel=0.25), s
     bd = {s: r.breakdown.loc[0] for s, r in runs.items()}
-    # prefetching hides the host's side of each copy: the IPU still waits for the device side
-    assert bd["prefetch"]["host_io"] < 0.25 * bd["none"]["host_io"]
+    # depth 3 also takes the host link off the IPU's path (one buffer only lets the host refill
+    # it ahead): the IPU waits for the sync and the gateway-to-tiles side, the link carries the
+    # bytes at 7.06 GB/s against the gateway's 20.07 GB/s
+    assert bd["prefetch"]["host_io"] < 0.35 * bd["none"]["host_io"]
     # IO tiles take the copies off the compute tiles entirely (at the price of 64 fewer tiles,
     # which never makes compute cheaper; here the planner's best split uses 1408 tiles anyway)
     assert bd["io_tiles"]["host_io"] == 0
@@ -135,6 +141,33 @@ def test_io_tile_buffers_must_fit():
     o.TensorLocations.numIOTiles(32)
     with pytest.raises(sim.OptionsError, match=r"IO-tile buffers.*use at least \d+ IO tiles"):
         sim.compile(b.graph, "ipu-mk2", o)
+
+
+def test_one_buffer_is_refilled_while_the_ipu_computes():
+    """PopART's enablePrefetchDatastreams (on by default): with one buffer per stream the host
+    fills an input's buffer for its next copy while the IPU computes, so every copy after the
+    first waits only for the sync, the host link and the gateway; the first copy of the run
+    pays the fill too (a run starts with its prefetches invalidated). Off, every copy pays it."""
+    n = 20
+    runs = {}
+    for fill in (True, False):
+        o = sim.Options().deviceIterations(n)
+        o._Popart.set("enablePrefetchDatastreams", fill)
+        runs[fill] = sim.simulate(models.get("io-bound"), "ipu-mk2", o)
+    ex = runs[True].executable
+    hl, system = ex.system.host_link, ex.system
+    inputs = [t for t in ex.graph.inputs]
+    fill_cycles = sum(system.seconds_to_cycles(hl.latency_s)
+                      + system.seconds_to_cycles(ex.graph.tensors[t].nbytes / hl.host_prepare_bytes_per_s)
+                      for t in inputs)
+    saved = runs[False].breakdown.loc[0, "host_io"] - runs[True].breakdown.loc[0, "host_io"]
+    assert saved == (n - 1) * fill_cycles  # the compute between copies hides every refill
+    assert runs[True].cycle_count == runs[False].cycle_count - saved
+    prefetched = runs[True].trace
+    assert (prefetched.kind == "host_prefetch").sum() == (n - 1) * len(inputs)
+    assert not (runs[False].trace.kind == "host_prefetch").any()
+    with pytest.raises(sim.OptionsError, match="enablePrefetchDatastreams"):
+        sim.compile(models.get("io-bound"), "ipu-mk2", sim.Options()._Popart.set("enablePrefetchDatastreams", 1))
 
 
 # --- 9. steady-state extrapolation -------------------------------------------------------------

@@ -212,11 +212,12 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
 def _collapsing(g: Graph, o: Options) -> tuple[bool, bool]:
     """(accumulation loop may collapse, device-iteration loop may collapse).
 
-    A loop collapses unless host IO overlaps across its iterations: multibuffered streams
-    (prefetch depth > 1) or IO-tile streams overlapping that loop.
+    A loop collapses unless host IO overlaps across its iterations: prefetched streams
+    (prefetch depth > 1, or PopART's enablePrefetchDatastreams refilling one buffer) or IO-tile
+    streams overlapping that loop.
     """
     modes = {OverlapMode(m) for m in g.overlap.values() if m} if o.TensorLocations.num_io_tiles else set()
-    prefetch = o.prefetch_depth() > 1 and not o.synthetic_data
+    prefetch = (o.prefetch_depth() > 1 or o.prefetch_datastreams()) and not o.synthetic_data
     device = prefetch or OverlapMode.OverlapDeviceIterationLoop in modes
     accumulation = device or OverlapMode.OverlapAccumulationLoop in modes
     return not accumulation, not device

@@ -158,7 +158,8 @@ class Context:
         index = {n: i for i, n in enumerate(self.g.inputs if direction == "to_ipu" else self.g.outputs)}
         return host_transfers(self.g, self.system, self.options.sync_pattern, ipus, per_ipu, direction,
                               replica, index, self.options.prefetch_depth(),
-                              self.options.TensorLocations.num_io_tiles, self.compute_tiles)
+                              self.options.TensorLocations.num_io_tiles, self.compute_tiles,
+                              self.options.prefetch_datastreams())
 
     def final_outputs(self) -> list:
         """Outputs copied once after the run (OutputMode Final and Sum)."""
