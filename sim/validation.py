@@ -174,7 +174,8 @@ CHECKS = [
           "the host sync constant was derived from this figure", host_syncs),
     *[Check("overlap_io_profile", f"PopTorch host-IO profile: {what}", pub, "cycles/iteration", 0.25,
             kind, "read off the user guide's figures; the profiled model is not given, the io-bound "
-            "microbenchmark was chosen so its unbuffered cycles land near 255k",
+            "microbenchmark was chosen so its unbuffered cycles landed near 255k while the host's fill "
+            "of the one buffer was on the IPU's path (before PopART's prefetch refilled it ahead)",
             lambda s=setting: io_bound_cycles(s))
       for setting, what, pub, kind in (
           ("none", "no buffering", 255_000, "workload chosen to match"),

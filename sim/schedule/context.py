@@ -15,10 +15,10 @@ import numpy as np
 from . import replicated_ops
 from .collectives import per_position, per_tensor
 from ..cost import OpCost
+from ..errors import OptionsError
 from ..graph.ir import Graph, Op
 from ..hardware.system import System
 from .hostio import host_transfers
-from ..errors import OptionsError
 from ..options import Options, OutputMode
 from ..program import Compute, OpSteps, RemoteCopy, Repeat, Sequence, Sync
 from .stages import StageWork
