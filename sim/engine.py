@@ -460,20 +460,21 @@ class Engine:
             kind = "host_io_overlapped" if s.io_tiles else "host_io"
             key = (s.ipu, s.replica, s.stream, s.direction)
             done = buffers[key]
-            # one buffer refilled ahead: not before the stream's first copy of the run (a run
-            # starts with its prefetches invalidated: PopART Devicex::reconnectInputStreams)
-            one_buffer_fill = s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu" and done
-            if s.prefetch < 2 and not one_buffer_fill:
+            # an input's one buffer is refilled while the IPU computes, but not before the stream's
+            # first copy of the run (a run starts with its prefetches invalidated: PopART
+            # Devicex::reconnectInputStreams)
+            refill = s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu"
+            if s.prefetch < 2 and not (refill and done):
                 task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, s.name, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
-                if s.fill_ahead:
+                if refill:
                     done.append(task)
                 return
             # multibuffered: the host side runs ahead of (inputs) or behind (outputs) the IPU,
             # by at most prefetch - 1 buffers; with one buffer only the host's fill runs ahead,
             # once the previous copy has emptied the buffer, and the link carries it in the copy
             host_phases, device_phases = self.prefetch_phases(s)
-            if one_buffer_fill:
+            if refill:
                 host_phases, device_phases = host_phases[:1], device_phases[:1] + host_phases[1:] + device_phases[1:]
             host_lane = ("host", key)
             back = max(1, s.prefetch - 1)
