@@ -14,8 +14,11 @@ from ._common import Params
 
 
 def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
-              dropout: float = 0.0, name: str = "attention", probs_dropout: float | None = None) -> str:
-    """Multi-head self-attention with one fused QKV projection [h, 3h], as Graphcore's BERT.
+              dropout: float = 0.0, name: str = "attention", probs_dropout: float | None = None,
+              split_qkv: bool = False) -> str:
+    """Multi-head self-attention with one fused QKV projection [h, 3h], as Graphcore's BERT, or
+    with ``split_qkv`` three projections [h, h] (``query``, ``key``, ``value``: Hugging Face's
+    layout, which Graphcore's ViT keeps).
 
     ``mask`` is added to the scores (broadcast to (batch, heads, seq, seq)). Returns the output
     projection (after dropout), before the residual add. ``probs_dropout`` is the dropout of the
@@ -25,10 +28,11 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
     batch, seq, hidden = b.shape(x)
     d = hidden // heads
     with b.scope(name):
-        qkv = b.linear(x, 3 * hidden, name="qkv")
+        qkv = None if split_qkv else b.linear(x, 3 * hidden, name="qkv")
 
         def split(i: int, perm: tuple[int, ...], what: str) -> str:
-            t = b.slice(qkv, 2, i * hidden, (i + 1) * hidden, name=what)
+            t = (b.linear(x, hidden, name={"q": "query", "k": "key", "v": "value"}[what]) if split_qkv
+                 else b.slice(qkv, 2, i * hidden, (i + 1) * hidden, name=what))
             return b.transpose(b.reshape(t, (batch, seq, heads, d)), perm)
 
         q = split(0, (0, 2, 1, 3), "q")   # (B, heads, S, d)
@@ -48,11 +52,15 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
     return out
 
 
-def ffn(b: GraphBuilder, x: str, intermediate: int, dropout: float = 0.0, name: str = "ffn") -> str:
-    """Position-wise feed-forward: linear(h→i), GELU, linear(i→h), dropout."""
+def ffn(b: GraphBuilder, x: str, intermediate: int, dropout: float = 0.0, name: str = "ffn",
+        act_dropout: float = 0.0) -> str:
+    """Position-wise feed-forward: linear(h→i), GELU, (dropout ``act_dropout``), linear(i→h), dropout."""
     hidden = b.shape(x)[-1]
     with b.scope(name):
-        y = b.linear(b.gelu(b.linear(x, intermediate, name="fc1")), hidden, name="fc2")
+        y = b.gelu(b.linear(x, intermediate, name="fc1"))
+        if act_dropout:
+            y = b.dropout(y, act_dropout)
+        y = b.linear(y, hidden, name="fc2")
         if dropout:
             y = b.dropout(y, dropout)
     return y

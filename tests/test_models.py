@@ -12,9 +12,12 @@ from sim.errors import GraphError
 # NSP head (-0.6M/-1.1M); with the 30522 vocab BERT-large is 335.2M (Hugging Face: 336M with the
 # pooler), so it is compared to 336M. GPT-2 and ResNet-50 are compared to the exact Hugging Face
 # / torchvision counts (tied LM head, batchnorm gamma/beta counted, running stats not): exact.
+# ViT-B/16 and ViT-L/16 are Hugging Face's ViTForImageClassification with 1,000 labels
+# (google/vit-base-patch16-224, google/vit-large-patch16-224): exact.
 PUBLISHED = {"bert-base": 110e6, "bert-large": 336e6}
 EXACT = {"gpt2-small": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
-         "gpt2-xl": 1_557_611_200, "resnet50": 25_557_032}
+         "gpt2-xl": 1_557_611_200, "resnet50": 25_557_032, "vit-base-16": 86_567_656,
+         "vit-large-16": 304_326_632}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
