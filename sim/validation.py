@@ -278,6 +278,7 @@ class Setup:
     merged_collectives: tuple = ()  # collective kinds merged into one call ("all_reduce", ...): PopART's
     # replicatedCollectivesSettings, or graphcore/tensorflow combining them (maximum_*_buffer_size)
     sharding_domain: int = 0  # RTS over groups of this many consecutive replicas (PopART's shardingDomain); 0: all
+    accum_dtype: str = ""  # the gradient accumulators' dtype (PopTorch accum_type, PopART accumType); "": the weights'
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -315,7 +316,7 @@ class Setup:
         return o
 
     def sim_optimizer(self) -> Optimizer:
-        return Optimizer(self.optimizer, self.state_dtype)
+        return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None)
 
     def describe(self) -> str:
         parts = [f"`{self.system}`", f"`{self.model}` " + ", ".join(f"{k}={_show(v)}" for k, v in self.params)]
@@ -397,7 +398,7 @@ DEPARTURES = {
     "vit-not-modelled": "set by the source but not modelled: stochastic rounding; accumulateOuterFragmentSettings "
                         "OverlapMemoryOptimized with IPU 0 excluded (the simulator runs each IPU's update in "
                         "parallel); PopART's subgraph copying (JustInTime) and scheduleNonWeightUpdateGradientConsumersEarly; "
-                        "the gradient accumulators' fp32 accum_type (priced in fp16); the per-step host work timed with "
+                        "the per-step host work timed with "
                         "each step (the next batch from the asynchronous DataLoader, scheduler.step(), setOptimizer())",
     "vit-pod64": "poprun with 8 instances of 2 replicas: PopTorch shards the optimizer state over each "
                  "instance's replicas (CommGroup(Consecutive, 2))",
@@ -631,16 +632,18 @@ def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sh
     (ipu_options.py), generated data streamed from the host. Pre-training (``b16_in1k_pretrain_lamb``,
     ``--byteio true``): micro-batch 8, uint8 images normalised on the IPU, mixup, the representation
     layer, attention-probability dropout 0.1, the dropout after the MLP's GELU, mid-block checkpoints
-    in blocks 1, 4, 7 and 10, LAMB with fp32 state. Fine-tuning (``b16_imagenet1k``, Hugging Face's
+    in blocks 1, 4, 7 and 10, LAMB with fp32 state and fp32 gradient accumulators (``accum_type``).
+    Fine-tuning (``b16_imagenet1k``, Hugging Face's
     ``ViTForImageClassification``): micro-batch 17, fp16 images, device iterations 8, SGD with
-    momentum kept in fp16 (``first_order_type``)."""
+    momentum kept in fp16 (``first_order_type``), fp16 gradient accumulators (args.py's ``--accum-type``
+    default)."""
     if pretrain:
         params = _params(micro_batch=8, layers_per_ipu=[3, 3, 3, 3], eight_bit_io=True, mixup=True,
                          representation_size=768, attention_dropout=0.1, ffn_act_dropout=True,
                          mid_checkpoints=[1, 4, 7, 10])
         return Setup("vit-base-16", params, system, replicas=replicas, accumulation=accumulation, amp=(0.3,) * 4,
                      optimizer="lamb", rts=True, prefetch_depth=2, output_mode="All",
-                     sharding_domain=sharding_domain)
+                     sharding_domain=sharding_domain, accum_dtype="float32")
     return Setup("vit-base-16", _params(micro_batch=17, layers_per_ipu=[3, 3, 3, 3]), system, replicas=replicas,
                  accumulation=accumulation, device_iterations=8, amp=(0.3,) * 4, optimizer="sgd_momentum",
                  state_dtype="float16", rts=True, prefetch_depth=2, output_mode="All")

@@ -156,3 +156,53 @@ def test_text_summary_names_the_optimizer_and_its_state_dtypes(optimizer, shown)
     from sim.results.report import format_summary
     run = sim.simulate(_graph(), "ipu-mk2", sim.Options(), training=True, optimizer=optimizer)
     assert shown in format_summary(run).splitlines()[0]
+
+
+def test_gradient_accumulators_take_the_optimizers_accum_dtype():
+    """PopART's accumType / PopTorch's accum_type: the accumulators' bytes, and the add of each
+    micro-batch's fp16 gradient into them at the wider type's vector rate."""
+    ipu = load_system("ipu-mk2").ipu
+
+    def accumulators(optimizer):
+        g = expand_training(_graph(), optimizer, accumulate=True)
+        add = next(op for op in g.ops if op.kind == "accumulate")
+        return [t for t in g.tensors.values() if t.role == "accumulator"], op_cost(add, g, ipu, ipu.tiles).cycles
+
+    (weights_dtype,), fp16_cycles = accumulators(Optimizer("lamb"))
+    (fp32,), fp32_cycles = accumulators(Optimizer("lamb", accum_dtype="float32"))
+    assert (weights_dtype.dtype, fp32.dtype) == ("float16", "float32")
+    assert fp32.nbytes == 2 * weights_dtype.nbytes == 4 * 1024 * 1024
+    assert fp32_cycles > fp16_cycles
+    assert Optimizer("lamb", accum_dtype="half") == Optimizer("lamb", accum_dtype="float16")
+    assert Optimizer("adamw", ("float16", "float32"), "float32").describe() == \
+        "adamw (state: first moment float16, second moment float32; accumulators float32)"
+    with pytest.raises(OptionsError, match="accumulator dtype 'int8'"):
+        Optimizer("sgd", accum_dtype="int8")
+
+
+def test_poptorch_accumulates_in_float32_unless_told_otherwise():
+    """PopTorch's optimizers default ``accum_type`` to float32 (poptorch python/optim.py), so an
+    fp16 model with gradient accumulation keeps fp32 accumulators; accum_type=torch.float16 halves them."""
+    torch = pytest.importorskip("torch")
+    from sim import poptorch
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4).half()
+
+        def forward(self, x, y):
+            out = self.fc(x)
+            return out, torch.nn.functional.cross_entropy(out.float(), y)
+
+    def accumulator_dtypes(**kwargs):
+        model = Model()
+        opts = poptorch.Options()
+        opts.Training.gradientAccumulation(2)
+        opt = poptorch.optim.SGD(model.parameters(), lr=0.1, **kwargs)
+        training = poptorch.trainingModel(model, opts, optimizer=opt)
+        training(torch.randn(2, 8).half(), torch.tensor([0, 1]))
+        return {t.dtype for t in training.executable.graph.tensors.values() if t.role == "accumulator"}
+
+    assert accumulator_dtypes() == {"float32"}
+    assert accumulator_dtypes(accum_type=torch.float16) == {"float16"}

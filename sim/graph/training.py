@@ -84,10 +84,16 @@ class Optimizer:
     SQuAD config keeps them (``first_order_momentum_accum_type=float16``,
     ``second_order_momentum_accum_type=float32``). Each state's dtype sets its bytes (tile memory,
     streaming-memory and RTS traffic) and the update op's cycles; :attr:`state_dtypes` lists them.
+
+    ``accum_dtype`` is the dtype of the gradient accumulators of a run with gradient accumulation
+    (PopART's ``accumType``, PopTorch's ``accum_type``: float32 unless the optimizer is given
+    ``accum_type=torch.float16``, poptorch python/optim.py); None keeps each weight's dtype. It sets
+    the accumulators' bytes and the cycles of the add into them every micro-batch.
     """
 
     name: str = "sgd"
     state_dtype: str | tuple[str, ...] = "float32"
+    accum_dtype: str | None = None
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
@@ -108,6 +114,15 @@ class Optimizer:
                                f"{self.num_states} state tensor(s) ({held}); give one dtype per state, or one "
                                "for all")
         object.__setattr__(self, "state_dtype", tuple(values) if many else values[0])
+        if self.accum_dtype is not None:
+            try:
+                accum = canonical_dtype(self.accum_dtype)
+            except GraphError:
+                accum = None
+            if accum not in STATE_DTYPES:
+                raise OptionsError(f"optimizer {self.name!r}: accumulator dtype {self.accum_dtype!r}: expected "
+                                   "float16 or float32 (or None: the weights' dtype)")
+            object.__setattr__(self, "accum_dtype", accum)
 
     @property
     def state_dtypes(self) -> tuple[str, ...]:
@@ -124,12 +139,15 @@ class Optimizer:
         """``adamw``, ``adamw (state float16)`` or ``adamw (state: first moment float16, second
         moment float32)``: the name, and the state's dtypes unless all are float32."""
         dtypes = self.state_dtypes
+        accum = f"accumulators {self.accum_dtype}" if self.accum_dtype else ""
         if set(dtypes) <= {"float32"}:
-            return self.name
+            return f"{self.name} ({accum})" if accum else self.name
         if len(set(dtypes)) == 1:
-            return f"{self.name} (state {dtypes[0]})"
-        names = [what for what, _ in STATES.get(self.name, ())] or [f"state {k}" for k in range(len(dtypes))]
-        return f"{self.name} (state: " + ", ".join(f"{what} {d}" for what, d in zip(names, dtypes)) + ")"
+            state = f"state {dtypes[0]}"
+        else:
+            names = [what for what, _ in STATES.get(self.name, ())] or [f"state {k}" for k in range(len(dtypes))]
+            state = "state: " + ", ".join(f"{what} {d}" for what, d in zip(names, dtypes))
+        return f"{self.name} ({state}" + (f"; {accum})" if accum else ")")
 
     @property
     def num_states(self) -> int:
@@ -246,7 +264,8 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
         grad = bw.grads[w.name]
         annotations = dict(ipu=user.ipu, stage=user.stage, phase=user.phase, block=user.block)
         if accumulate:
-            acc = g.add_tensor(g.unique_tensor_name(f"{w.name}/accum"), w.shape, w.dtype, "accumulator").name
+            acc = g.add_tensor(g.unique_tensor_name(f"{w.name}/accum"), w.shape, opt.accum_dtype or w.dtype,
+                               "accumulator").name
             name = g.unique_op_name(f"{w.name}/accumulate")
             accumulates.append(g.add_op(Op(name, "accumulate", [acc, grad], [acc], {"weight": w.name},
                                            pass_="backward", **annotations)))

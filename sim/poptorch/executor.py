@@ -261,7 +261,8 @@ class PoplarExecutor:
         anchors = self._resolve_anchors()
         sim_opt = self._sim_optimizer
         if self._training:
-            sim_opt = _SimOptimizer(self._sim_optimizer, _optim.state_dtype(self._optimizer))
+            sim_opt = _SimOptimizer(self._sim_optimizer, _optim.state_dtype(self._optimizer),
+                                    _optim.accum_dtype(self._optimizer))
         try:
             exe = sim_compile(g, system, o, self._training, sim_opt)
         except UnsupportedOpError as e:
@@ -310,9 +311,7 @@ class PoplarExecutor:
         if self._training:
             name = type(self._optimizer).__name__
             for key, value in _optim.unmodelled(self._optimizer).items():
-                what = ("the CPU numbers accumulate gradients in it; the simulated accumulators keep "
-                        "the weights' dtype" if key == "accum_type" else "accepted, no modelled effect")
-                notes.append(f"optimizer {name} {key}={value!r}: {what}")
+                notes.append(f"optimizer {name} {key}={value!r}: accepted, no modelled effect")
         for var in _UNMODELLED_ENV:
             if os.environ.get(var):
                 notes.append(f"environment variable {var} is set: no modelled effect")
@@ -422,6 +421,8 @@ class PoplarExecutor:
                         if accum is not None and ga * replicas > 1:
                             _accumulate(params, accum, sums)
                 for p, total in sums.items():
+                    if total.dtype != p.dtype and hasattr(p, "grad_dtype"):
+                        p.grad_dtype = None  # torch checks a gradient's dtype against the tensor's: allow the wider sum
                     p.grad = total
                 divide = (ga * replicas if mean else 1)
                 if scale == 1.0 and divide > 1:
@@ -609,7 +610,8 @@ class PoplarExecutor:
         if not self._training:
             raise error("setOptimizer() is only available for a poptorch.trainingModel()")
         name = _optim.sim_optimizer(optimizer)
-        dtype_changed = _optim.state_dtype(optimizer) != _optim.state_dtype(self._optimizer)
+        dtype_changed = ((_optim.state_dtype(optimizer), _optim.accum_dtype(optimizer))
+                         != (_optim.state_dtype(self._optimizer), _optim.accum_dtype(self._optimizer)))
         if isinstance(self._optimizer, _optim.Optimizer) and self._optimizer is not optimizer:
             self._optimizer._ipusim_param_names = None
         self._optimizer = optimizer

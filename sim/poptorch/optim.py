@@ -13,9 +13,10 @@ variant is a group setting):
 * ``first_order_momentum_accum_type`` / ``second_order_momentum_accum_type`` /
   ``velocity_accum_type`` set the dtype of each optimizer state tensor the simulator prices
   (:func:`state_dtype`: a float16 state takes half the memory and traffic, and its steps of the
-  update run at the fp16 rate); ``accum_type`` (the gradient accumulators, priced in the
-  weights' dtype), ``use_combined_accum``, ``velocity_scaling`` and ``use_tf_variant`` are
-  accepted and listed in the run's notes as not modelled.
+  update run at the fp16 rate); ``accum_type`` sets the dtype of the gradient accumulators
+  (:func:`accum_dtype`; float32 by default, as PopTorch); ``use_combined_accum``,
+  ``velocity_scaling`` and ``use_tf_variant`` are accepted and listed in the run's notes as not
+  modelled.
 
 ``optimizer.state_dict()`` returns PopTorch's ``{"ipu_state", "ipu_param", ...}`` (both None
 before the model is compiled; afterwards the optimizer state and parameters under PopART's
@@ -194,9 +195,7 @@ class SGD(Optimizer, torch.optim.SGD):
                        use_combined_accum=use_combined_accum, accum_type=_accum_type(accum_type),
                        velocity_accum_type=_accum_type(velocity_accum_type),
                        max_grad_norm=math.inf if max_grad_norm is None else max_grad_norm)
-        self._ipusim_given = {k: v for k, v in dict(
-            accum_type=accum_type, use_combined_accum=use_combined_accum or None,
-            velocity_scaling=velocity_scaling).items() if v is not None}
+        self._ipusim_given = _given(use_combined_accum=use_combined_accum or None, velocity_scaling=velocity_scaling)
 
     def step(self, closure=None):
         self._clip()
@@ -215,7 +214,7 @@ class _AdamBase(Optimizer):
                        second_order_momentum_accum_type=_accum_type(second),
                        max_grad_norm=math.inf if max_grad_norm is None else max_grad_norm,
                        **(extra or {}))
-        self._ipusim_given = _given(accum_type=accum_type)
+        self._ipusim_given = {}
 
 
 class Adam(_AdamBase, torch.optim.Adam):
@@ -278,7 +277,7 @@ class RMSprop(Optimizer, torch.optim.RMSprop):
                        first_order_momentum_accum_type=_accum_type(first_order_momentum_accum_type),
                        second_order_momentum_accum_type=_accum_type(second_order_momentum_accum_type),
                        use_tf_variant=bool(use_tf_variant))
-        self._ipusim_given = _given(accum_type=accum_type, use_tf_variant=use_tf_variant or None)
+        self._ipusim_given = _given(use_tf_variant=use_tf_variant or None)
 
 
 class LAMB(Optimizer, torch.optim.Optimizer):
@@ -301,7 +300,7 @@ class LAMB(Optimizer, torch.optim.Optimizer):
                        max_weight_norm=max_weight_norm, accum_type=_accum_type(accum_type),
                        first_order_momentum_accum_type=_accum_type(first_order_momentum_accum_type),
                        second_order_momentum_accum_type=_accum_type(second_order_momentum_accum_type))
-        self._ipusim_given = _given(accum_type=accum_type)
+        self._ipusim_given = {}
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -373,6 +372,12 @@ def state_dtype(optimizer) -> str | tuple[str, ...]:
         return "float32"
     return tuple("float16" if getattr(optimizer, a, torch.float32) == torch.float16 else "float32"
                  for a in attrs)
+
+
+def accum_dtype(optimizer) -> str:
+    """The dtype of the gradient accumulators PopTorch gives ``optimizer``'s run: its
+    ``accum_type``, float32 unless given (poptorch python/optim.py)."""
+    return "float16" if getattr(optimizer, "accum_type", torch.float32) == torch.float16 else "float32"
 
 
 def unmodelled(optimizer) -> dict:
