@@ -52,9 +52,7 @@ MODELS = {
     "vit-large-16": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
 }
 EPS = 1e-6  # the blocks' and the encoder's LayerNorm eps (modules.py Block, Encoder; Hugging Face's ViTConfig)
-#: ImageNet channel means and standard deviations the examples normalise with (dataset/preprocess.py
-#: ``normalization_parameters``); only their shapes matter to the cost
-CHANNELS = 3
+CHANNELS = 3  # RGB images
 
 
 def build(name: str, p: Params) -> Graph:
@@ -90,6 +88,8 @@ def build(name: str, p: Params) -> Graph:
         if p.flag("eight_bit_io"):
             with b.scope("normalise"):
                 x = b.scale(b.cast(x, "float32"), 1.0 / 255.0)
+                # the ImageNet channel means and 1 / standard deviations (dataset/preprocess.py
+                # normalization_parameters): constants, only their shapes matter to the cost
                 x = b.mul(b.sub(x, b.constant("mean", (1, CHANNELS, 1, 1), "float32")),
                           b.constant("inv_std", (1, CHANNELS, 1, 1), "float32"))
                 x = b.cast(x, dtype)

@@ -137,7 +137,8 @@ class Optimizer:
 
     def describe(self) -> str:
         """``adamw``, ``adamw (state float16)`` or ``adamw (state: first moment float16, second
-        moment float32)``: the name, and the state's dtypes unless all are float32."""
+        moment float32)``: the name, and the state's dtypes unless all are float32; then the
+        accumulators' dtype where given (``lamb (accumulators float32)``)."""
         dtypes = self.state_dtypes
         accum = f"accumulators {self.accum_dtype}" if self.accum_dtype else ""
         if set(dtypes) <= {"float32"}:
