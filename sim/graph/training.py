@@ -74,6 +74,15 @@ STATES["adamw"] = STATES["lamb"] = STATES["adam"]
 STATE_DTYPES = ("float16", "float32")
 
 
+def _float_dtype(value) -> str | None:
+    """``value`` as one of :data:`STATE_DTYPES` ("half" -> "float16", ...), or None if it is not one."""
+    try:
+        dtype = canonical_dtype(value)
+    except GraphError:
+        return None
+    return dtype if dtype in STATE_DTYPES else None
+
+
 @dataclass(frozen=True)
 class Optimizer:
     """Which optimizer updates the weights, and the dtype of its state tensors.
@@ -101,11 +110,8 @@ class Optimizer:
         given = self.state_dtype
         many = isinstance(given, (list, tuple))
         values = list(given) if many else [given]
-        try:
-            values = [canonical_dtype(v) for v in values]
-        except GraphError:
-            values = [None]
-        if not values or any(v not in STATE_DTYPES for v in values):
+        values = [_float_dtype(v) for v in values]
+        if not values or None in values:
             raise OptionsError(f"optimizer {self.name!r}: state dtype {given!r}: expected float16 or float32, "
                                "or one of them per state")
         if many and len(values) != self.num_states:
@@ -115,11 +121,8 @@ class Optimizer:
                                "for all")
         object.__setattr__(self, "state_dtype", tuple(values) if many else values[0])
         if self.accum_dtype is not None:
-            try:
-                accum = canonical_dtype(self.accum_dtype)
-            except GraphError:
-                accum = None
-            if accum not in STATE_DTYPES:
+            accum = _float_dtype(self.accum_dtype)
+            if accum is None:
                 raise OptionsError(f"optimizer {self.name!r}: accumulator dtype {self.accum_dtype!r}: expected "
                                    "float16 or float32 (or None: the weights' dtype)")
             object.__setattr__(self, "accum_dtype", accum)

@@ -257,6 +257,13 @@ def _group_members(ctx, group: tuple[int, int] | None) -> list[int]:
     return [j * stride for j in range(size)]
 
 
+def _position_ring(ctx, position: int, replicas: list[int]) -> tuple[list[int], list[int]]:
+    """The IPUs at ``position`` of the group's ``replicas`` (the ring a collective is priced over),
+    and those of them the run simulates (the ring whose links it holds)."""
+    k = ctx.ipus_per_replica
+    return [r * k + position for r in replicas], [r * k + position for r in ctx.replicas if r in replicas]
+
+
 def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str,
                  group: tuple[int, int] | None = None) -> list[Collective]:
     """One collective per IPU position of a replica, over the replicas of ``group`` (``(stride,
@@ -268,15 +275,13 @@ def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str,
     them (as a ring, in the directions the algorithm uses) step by step.
     """
     items = []
-    k = ctx.ipus_per_replica
     replicas = _group_members(ctx, group)
     for position, nbytes in sorted(bytes_by_position.items()):
         if nbytes <= 0:
             continue
-        members = [r * k + position for r in replicas]
+        members, simulated = _position_ring(ctx, position, replicas)
         plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm,
                                concurrent=len(bytes_by_position))
-        simulated = [r * k + position for r in ctx.replicas if r in replicas]
         links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
         items.append(Collective(tuple(simulated), op, nbytes, len(replicas), plan.algorithm, plan.phases, links,
                                 f"{what} {op.replace('_', '-')} (IPU {position})"))
@@ -301,8 +306,7 @@ def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str,
     replicas = _group_members(ctx, group)
     every_ipu = tuple(sorted(r * k + p for r in ctx.replicas for p in range(k)))
     for position, sizes in sorted(bytes_by_position.items()):
-        members = [r * k + position for r in replicas]
-        simulated = [r * k + position for r in ctx.replicas if r in replicas]
+        members, simulated = _position_ring(ctx, position, replicas)
         for nbytes, count in sorted(Counter(n for n in sizes if n > 0).items()):
             plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm)
             links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
