@@ -394,13 +394,17 @@ class Options:
         """Replicas over all instances: what collectives across replicas span."""
         return self.replication_factor * self.num_instances()
 
+    def _popart_bool(self, key: str, default: bool) -> bool:
+        """The ``_Popart`` option ``key`` (``default`` when unset), which must be True or False."""
+        value = self._Popart.values.get(key, default)
+        if not isinstance(value, bool):
+            raise OptionsError(f"_Popart {key} = {value!r}: expected True or False")
+        return value
+
     def prefetch_datastreams(self) -> bool:
         """PopART ``enablePrefetchDatastreams`` (default on, as PopTorch leaves it): Poplar prepares an
         input stream's data for its next copy while the IPU computes (sessionoptions.hpp)."""
-        value = self._Popart.values.get("enablePrefetchDatastreams", True)
-        if not isinstance(value, bool):
-            raise OptionsError(f"_Popart enablePrefetchDatastreams = {value!r}: expected True or False")
-        return value
+        return self._popart_bool("enablePrefetchDatastreams", True)
 
     def prefetch_depth(self) -> int:
         """Host stream prefetch depth (PopART ``defaultPrefetchBufferingDepth``; default 1)."""
@@ -409,23 +413,14 @@ class Options:
     def outlining(self) -> bool:
         """PopART ``enableOutlining`` (default on, as in PopART's SessionOptions): identical op
         sequences share one program (:mod:`sim.compiler.program_memory`)."""
-        value = self._Popart.values.get("enableOutlining", True)
-        if not isinstance(value, bool):
-            raise OptionsError(f"_Popart enableOutlining = {value!r}: expected True or False")
-        return value
+        return self._popart_bool("enableOutlining", True)
 
     def merged_collectives(self) -> frozenset[str]:
         """The kinds of cross-replica collective (``all_reduce``, ``reduce_scatter``, ``all_gather``)
         PopART merges into one call per weight update (``_Popart`` ``replicatedCollectivesSettings.
         mergeAllReduceCollectives`` and its two siblings; default: none, each tensor its own)."""
-        merged = set()
-        for kind, key in self.MERGE_KEYS.items():
-            value = self._Popart.values.get(f"replicatedCollectivesSettings.{key}", False)
-            if not isinstance(value, bool):
-                raise OptionsError(f"_Popart replicatedCollectivesSettings.{key} = {value!r}: expected True or False")
-            if value:
-                merged.add(kind)
-        return frozenset(merged)
+        return frozenset(kind for kind, key in self.MERGE_KEYS.items()
+                         if self._popart_bool(f"replicatedCollectivesSettings.{key}", False))
 
     def sharding_domain(self, kind: str) -> tuple[int, int]:
         """``(stride, group size)`` of the replicas a sharded tensor of class ``kind`` (``weight``,
