@@ -191,6 +191,28 @@ def test_an_op_costing_more_than_2_to_the_50_cycles_is_refused():
     assert code == 2 and "op 'mulCS' (custom) costs 4.80e+22 cycles" in one_line_error(err)
 
 
+def _matmul_graph(a_dtype: str, b_dtype: str):
+    b = sim.GraphBuilder("mm", "float16")
+    b.output(b.matmul(b.input("x", (64, 128), dtype=a_dtype), b.input("w", (128, 32), dtype=b_dtype), name="proj"))
+    return b.graph
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "bool"])
+def test_an_integer_matmul_is_refused_not_priced_as_a_float_one(dtype):
+    # poplin's vertex types take half or float operands only (ConvVertexType.cpp): an int8 matmul
+    # was once priced as a fp32 AMP matmul, cheaper than the same fp16 one
+    with pytest.raises(sim.UnsupportedOpError, match=re.escape(
+            f"op 'proj' (kind 'matmul'): matmul operands are {dtype} and {dtype}; poplin plans matmuls "
+            "and convolutions on float16 or float32 only: cast the operands first")):
+        sim.compile(_matmul_graph(dtype, dtype), "ipu-mk2")
+
+
+def test_a_matmul_of_two_float_types_is_refused_as_poplin_refuses_it():
+    with pytest.raises(sim.UnsupportedOpError, match="operands are float16 and float32; poplin needs both of one type"):
+        sim.compile(_matmul_graph("float16", "float32"), "ipu-mk2")
+    assert sim.simulate(_matmul_graph("float32", "float32"), "ipu-mk2").cycle_count > 0
+
+
 def test_a_model_without_host_inputs_runs_and_says_what_is_not_measured():
     code, out, err = cli("run", "--model", "amp-tile", "--json")
     assert code == 0, err

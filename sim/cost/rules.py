@@ -96,7 +96,29 @@ def _partials_bytes(attrs: dict, partials: str) -> int:
     return 4 if kind == "float" else 2
 
 
+#: operand dtypes poplin plans a matmul or convolution on (its vertex types take half or float
+#: inputs, and quarter on ipu21, which the simulator does not model: ConvVertexType.cpp
+#: getConvVertexTypeCandidates asserts it)
+AMP_DTYPES = ("float16", "float32")
+_AMP_KINDS = ("matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight")
+
+
+def _check_amp_operands(kind: str, ins) -> None:
+    """poplin's matmul and convolution take two operands of one float type (Convolution.cpp
+    verifyInputShapes: "Convolution/MatMul input types must match")."""
+    dtypes = [dtype for _, dtype, _ in ins[:2]]
+    wrong = [d for d in dtypes if d not in AMP_DTYPES]
+    if wrong:
+        raise UnsupportedOpError(f"{kind} operands are {' and '.join(dtypes)}; poplin plans matmuls and "
+                                 f"convolutions on {' or '.join(AMP_DTYPES)} only: cast the operands first")
+    if len(set(dtypes)) > 1:
+        raise UnsupportedOpError(f"{kind} operands are {' and '.join(dtypes)}; poplin needs both of one "
+                                 "type (\"Convolution/MatMul input types must match\"): cast one of them")
+
+
 def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float, partials: str) -> OpCost:
+    if kind in _AMP_KINDS:
+        _check_amp_operands(kind, ins)
     if kind == "matmul":
         return _matmul(ins, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
     if kind in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
