@@ -15,6 +15,12 @@ as Graphcore's ResNet-50 training configs do to fit micro-batch 18 on one IPU.
 ``eight_bit_io`` streams the images as uint8 and casts them on the IPU (Graphcore's configs:
 ``eight_bit_io: true``, ``normalization_location: ipu``), halving the host traffic of fp16.
 
+``fp8_convs`` runs every convolution but the stem's in FP8, as PopRT's ``--precision fp8`` with
+``fp8_skip_op_names`` naming the 7x7 stem convolution and the classifier's Gemm converts an
+fp16 ResNet-50 (graphcore/PopRT examples/resnet50): each such convolution casts its fp16 input to
+FP8 (a cast per convolution, as the converter inserts one before each), keeps its weights in FP8
+and returns fp16. It needs an IPU with FP8 (the ``c600`` system) and ``dtype="float16"``.
+
 ``split_points`` lists the blocks where a new IPU starts (as Graphcore's CNN examples'
 ``--pipeline-splits``): ``["layer2/0", "layer3/0"]`` puts the stem and layer1 on IPU 0, layer2
 on IPU 1, layer3, layer4 and the classifier on IPU 2. "layer2.0" is accepted for "layer2/0".
@@ -28,19 +34,26 @@ from ._common import Params, Placement
 
 MODELS = {
     "resnet50": dict(micro_batch=4, image_size=224, num_classes=1000, split_points=None,
-                     recompute_checkpoints=None, eight_bit_io=False, with_loss=True, dtype="float16"),
+                     recompute_checkpoints=None, eight_bit_io=False, with_loss=True, dtype="float16",
+                     fp8_convs=False),
 }
 DEPTHS, WIDTHS, STRIDES = (3, 4, 6, 3), (64, 128, 256, 512), (1, 2, 2, 2)
 
 
-def bottleneck(b: GraphBuilder, x: str, width: int, stride: int) -> str:
-    """1x1 reduce, 3x3 (strided), 1x1 expand ×4, each with batchnorm; projection shortcut."""
+def bottleneck(b: GraphBuilder, x: str, width: int, stride: int, fp8: bool = False) -> str:
+    """1x1 reduce, 3x3 (strided), 1x1 expand ×4, each with batchnorm; projection shortcut. With
+    ``fp8`` each convolution casts its input to FP8 first (its weights and result follow)."""
     cin, cout = b.shape(x)[1], 4 * width
-    y = b.relu(b.batchnorm(b.conv2d(x, width, 1, name="conv1"), name="bn1"))
-    y = b.relu(b.batchnorm(b.conv2d(y, width, 3, stride, 1, name="conv2"), name="bn2"))
-    y = b.batchnorm(b.conv2d(y, cout, 1, name="conv3"), name="bn3")
+
+    def conv(t, channels, kernel, stride=1, padding=0, name="conv"):
+        t = b.cast(t, "float8", name=f"{name}/to_fp8") if fp8 else t
+        return b.conv2d(t, channels, kernel, stride, padding, name=name)
+
+    y = b.relu(b.batchnorm(conv(x, width, 1, name="conv1"), name="bn1"))
+    y = b.relu(b.batchnorm(conv(y, width, 3, stride, 1, name="conv2"), name="bn2"))
+    y = b.batchnorm(conv(y, cout, 1, name="conv3"), name="bn3")
     if stride != 1 or cin != cout:
-        x = b.batchnorm(b.conv2d(x, cout, 1, stride, name="downsample/conv"), name="downsample/bn")
+        x = b.batchnorm(conv(x, cout, 1, stride, name="downsample/conv"), name="downsample/bn")
     return b.relu(b.add(y, x))
 
 
@@ -66,6 +79,9 @@ def build(name: str, p: Params) -> Graph:
         p.fail("recompute_checkpoints", f"expected \"blocks\" or a list of block names: {', '.join(order)}")
     checkpoints = {c.replace(".", "/") for c in checkpoints}
 
+    fp8 = p.flag("fp8_convs")
+    if fp8 and p.dtype() != "float16":
+        p.fail("fp8_convs", "converts a dtype='float16' model (PopRT's --precision fp8); give dtype='float16'")
     b = GraphBuilder(name, p.dtype())
     place = Placement(b, bool(splits))
     if p.flag("eight_bit_io"):
@@ -82,7 +98,7 @@ def build(name: str, p: Params) -> Graph:
     for blk, width, stride in blocks:
         ipu += blk in splits
         with place.on(ipu, blk), b.scope(blk):
-            x = bottleneck(b, x, width, stride)
+            x = bottleneck(b, x, width, stride, fp8)
             if blk in checkpoints:
                 b.checkpoint(x)
     with place.on(ipu, "classifier"), b.scope("classifier"):

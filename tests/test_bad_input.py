@@ -199,11 +199,11 @@ def _matmul_graph(a_dtype: str, b_dtype: str):
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "bool"])
 def test_an_integer_matmul_is_refused_not_priced_as_a_float_one(dtype):
-    # poplin's vertex types take half or float operands only (ConvVertexType.cpp): an int8 matmul
+    # poplin's vertex types take half, float or quarter operands only (ConvVertexType.cpp): an int8 matmul
     # was once priced as a fp32 AMP matmul, cheaper than the same fp16 one
     with pytest.raises(sim.UnsupportedOpError, match=re.escape(
             f"op 'proj' (kind 'matmul'): matmul operands are {dtype} and {dtype}; poplin plans matmuls "
-            "and convolutions on float16 or float32 only: cast the operands first")):
+            "and convolutions on float16, float32, float8 only: cast the operands first")):
         sim.compile(_matmul_graph(dtype, dtype), "ipu-mk2")
 
 

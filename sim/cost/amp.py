@@ -56,7 +56,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedOpError
 from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import IPU
 from .opcost import TileProfile
@@ -74,6 +74,8 @@ class AmpMode:
     out_group: int
     partials_bytes: int
     float_activations: bool = False  # fp32 operands: poplibs' float vertex (amp_fp32_vertex_cycles)
+    quarter: bool = False  # FP8 operands on the quarter vertices (amp_quarter_vertex_cycles)
+    cast_from_quarter: bool = False  # FP8 operands cast to fp16 on the tile for the fp16 vertex
 
     @property
     def cycles_per_position(self) -> float:
@@ -82,13 +84,29 @@ class AmpMode:
 
 
 def amp_mode(ipu: IPU, itemsize: int, partials_bytes: int) -> AmpMode:
-    """The AMP of ``ipu`` for operands of ``itemsize`` bytes and partials of ``partials_bytes``."""
+    """The AMP of ``ipu`` for operands of ``itemsize`` bytes and partials of ``partials_bytes``
+    (1-byte operands are FP8)."""
+    if itemsize == 1:
+        return _fp8_mode(ipu, partials_bytes)
     if itemsize == 2 and partials_bytes == 2:
         return AmpMode(ipu.amp_fp16_flops_per_cycle, ipu.amp_fp16_input_group, ipu.amp_fp16_output_group, 2)
     if itemsize == 2:
         return AmpMode(ipu.amp_fp16_fp32_partials_flops_per_cycle, ipu.amp_fp16_input_group,
                        ipu.amp_fp16_fp32_partials_output_group, 4)
     return AmpMode(ipu.amp_fp32_flops_per_cycle, ipu.amp_fp32_input_group, ipu.amp_fp32_output_group, 4, True)
+
+
+def _fp8_mode(ipu: IPU, partials_bytes: int) -> AmpMode:
+    """FP8 operands: poplin's quarter vertices with fp16 partials; with fp32 partials, which the
+    quarter conv units do not produce, the fp16 vertex on operands cast to fp16 on the tile
+    (ConvVertexType.cpp canUseConvolutionInstruction, ConvModel.cpp inputsCastCycles)."""
+    if not ipu.amp_fp8_flops_per_cycle:
+        raise UnsupportedOpError(f"FP8 (float8) operands need an IPU with FP8 AMP (ipu21: the c600 system); "
+                                 f"this {ipu.generation} IPU has none: use float16 operands")
+    if partials_bytes == 4:
+        return replace(amp_mode(ipu, 2, 4), cast_from_quarter=True)
+    q = _quarter_table()
+    return AmpMode(ipu.amp_fp8_flops_per_cycle, int(q["in_group"]), int(q["out_group"]), 2, quarter=True)
 
 
 def _channel_group_pairs(mode: AmpMode, g, k, n):
@@ -100,6 +118,8 @@ def amp_vertex_cycles(ipu: IPU, mode: AmpMode, g, m, k, n):
     """Cycles of the AMP vertex of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed)."""
     if mode.float_activations:
         return amp_fp32_vertex_cycles(mode, g, m, k, n)[0]
+    if mode.quarter:
+        return amp_quarter_vertex_cycles(mode, g, m, k, n)[0]
     work = _channel_group_pairs(mode, g, k, n) * (ipu.amp_pair_overhead_cycles + m * mode.cycles_per_position)
     return np.where(g * m * k * n > 0, ipu.amp_vertex_overhead_cycles + np.ceil(work), 0)
 
@@ -148,6 +168,51 @@ def amp_fp32_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6):
     total = np.where(g * m * k * n > 0, total, 0)
     fixed = np.where(total > 0, np.maximum(total - g * ig * og * m * mode.cycles_per_position, 0), 0)
     return total, fixed
+
+
+def amp_quarter_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6):
+    """(cycles, fixed cycles) of poplin's ConvPartial1x1Out vertex with FP8 operands and fp16
+    partials on a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed), after poplibs'
+    ``getConvPartial1x1Supervisor*CycleEstimateQuarter`` (constants: ``[amp_quarter]`` of
+    ``configs/_conv-vertices.toml``).
+
+    Per conv group and output group the supervisor runs one zeroing pass and one pass per further
+    input group, each loading the weights and waiting for the workers, which split the ``m``
+    positions as for the fp16 vertex. The fixed cycles are everything but 4 cycles per output
+    position per channel-group pair.
+    """
+    q = _quarter_table()
+    nx1 = nx1_constants()
+    g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
+    ig = np.ceil(k / mode.in_group)
+    og = np.ceil(n / mode.out_group)
+    loads = mode.out_group * q["weight_bytes_per_conv_unit"] / nx1.coeff_load_bytes_per_cycle
+
+    def worker(p, zeroing):
+        run = np.where(p == 1, q["worker_one"], np.where(p == 2, q["worker_two"],
+                       q["worker_base"] + q["worker_per_position"] * np.maximum(p - 3, 0)))
+        return np.where(p > 0, q["worker_fixed"] + run - (q["worker_zeroing_saving"] if zeroing else 0), 0.0)
+
+    def inner(zeroing):
+        hi = workers * worker(np.ceil(m / workers), zeroing)
+        lo = workers * worker(np.floor(m / workers), zeroing)
+        return np.maximum(hi, lo + q["worker_imbalance_tag"])
+
+    total = q["supervisor_fixed"] + g * (q["per_conv_group"] + og * (
+        q["per_out_group"] + q["first_in_group"] + loads + inner(True)
+        + (ig - 1) * (q["per_extra_in_group"] + loads + inner(False))))
+    total = np.where(g * m * k * n > 0, total, 0)
+    fixed = np.where(total > 0, np.maximum(total - g * ig * og * m * mode.cycles_per_position, 0), 0)
+    return total, fixed
+
+
+def quarter_cast_cycles(elements, workers: int = 6):
+    """Cycles of casting ``elements`` FP8 operand elements to fp16 on a tile (arrays allowed),
+    poplin's ``estimateCastCycles`` as its planner prices the cast before the fp16 vertex."""
+    q = _quarter_table()
+    per_worker = np.ceil(np.asarray(elements, dtype=float) / workers)
+    return np.where(per_worker > 0,
+                    (np.ceil(per_worker / q["cast_elements_per_cycle"]) + q["cast_worker_fixed"]) * workers, 0)
 
 
 def hmac_fp32_vertex_cycles(g, m, k, n, workers: int = 6):
@@ -203,6 +268,19 @@ _FP32_KEYS = ("supervisor_fixed", "per_conv_group", "per_extra_in_group", "per_o
 def _fp32_table() -> dict:
     """``[amp1x1_fp32]``: poplibs' float 1x1 AMP vertex estimate."""
     return _vertex_table("amp1x1_fp32", _FP32_KEYS)
+
+
+_QUARTER_KEYS = ("in_group", "out_group", "weight_bytes_per_conv_unit", "worker_fixed", "worker_one", "worker_two",
+                 "worker_base", "worker_per_position", "worker_zeroing_saving", "worker_imbalance_tag",
+                 "supervisor_fixed", "per_conv_group", "per_out_group", "first_in_group", "per_extra_in_group",
+                 "nx1_supervisor_fixed", "nx1_per_conv_group", "nx1_per_out_group", "nx1_per_in_group",
+                 "nx1_per_kernel_row", "nx1_first_kernel_column", "nx1_per_kernel_column", "nx1_worker_fixed",
+                 "nx1_worker_per_entry", "nx1_worker_imbalance_tag", "cast_worker_fixed", "cast_elements_per_cycle")
+
+
+def _quarter_table() -> dict:
+    """``[amp_quarter]``: poplin's FP8 AMP vertex estimates."""
+    return _vertex_table("amp_quarter", _QUARTER_KEYS)
 
 
 @dataclass(frozen=True)
@@ -286,7 +364,7 @@ def rearrange_cycles_per_element(conv: ConvShape, itemsize: int) -> float:
     """Cycles per element of poplin's on-tile reordering before a convolution
     (``[rearrange]`` of ``configs/_conv-vertices.toml``)."""
     table = _conv_vertices().get("rearrange", {})
-    granularity = 4 if itemsize == 2 else 2
+    granularity = 8 // itemsize  # channels per 64 bits: 2 fp32, 4 fp16, 8 FP8
     key = "copy_cycles_per_element" if conv.in_channels % granularity == 0 else "copy_cycles_per_element_ragged"
     if key not in table:
         raise ConfigError(f"{CONV_VERTICES_FILE}: [rearrange] has no {key}")
@@ -324,22 +402,47 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
         # worklist of each kernel position holds only the rows it meets (ConvVertices.cpp
         # createPartitions), so a worker has 1/dilation of the entries per kernel position
         entries = entries / conv.dilation
+    # padding: at each kernel position the worklists cover only the outputs it writes
+    per_position = workers * np.ceil(m * padding_coverage(conv, m) / workers) * mode.cycles_per_position
+    zero_rows = workers * np.ceil(np.ceil(m * mode.out_group / workers) / c.zero_elems_per_cycle) * og * g
+    if mode.quarter:
+        return _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, zero_rows, workers)
     fp16_partials = mode.partials_bytes == 2
     entry = c.worker_entry_fp16 if mode.cycles_per_position <= 4 else c.worker_entry_fp32
     worker_fixed = c.worker_fixed_fp32_partials + fp16_partials + \
         entries * (c.worker_per_entry - c.worker_retention + entry)
     # a tile waits for its slowest worker at each kernel position (poplibs adds 9 cycles when the
     # fastest is within 9 of it: left out, as small as the averaging of the worklists above)
-    # padding: at each kernel position the worklists cover only the outputs it writes
-    per_position = workers * np.ceil(m * padding_coverage(conv, m) / workers) * mode.cycles_per_position
     position_fixed = c.per_kernel_position + loads + c.weight_load_extra + workers * worker_fixed
     inner = krows * c.per_kernel_row + kpos * (position_fixed + per_position)
     zero_retention = c.zero_retention_fp16_partials if fp16_partials else c.zero_retention_fp32_partials
     outer = (c.supervisor_fixed + workers * (c.retention_per_worker + zero_retention)
              + g * (og * c.zero_loop_per_out_group + (og - 1) * c.loop_stall + 1) + (g - 1) * c.loop_stall + 1
              + g * (c.per_conv_group + ig * (c.per_in_group + og * (c.per_out_group + inner))))
-    zero = workers * (np.ceil(np.ceil(m * mode.out_group / workers) / c.zero_elems_per_cycle)
-                      + c.zero_worker_fixed - zero_retention) * og * g
+    zero = zero_rows + workers * (c.zero_worker_fixed - zero_retention) * og * g
+    total = np.where(g * m * k * n > 0, np.ceil(outer + zero), 0)
+    fixed = np.where(total > 0, total - g * ig * og * kpos * per_position, 0)
+    return total, fixed
+
+
+def _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, zero_rows, workers):
+    """(cycles, fixed cycles) of the ConvPartialnx1 vertex with FP8 operands (arrays allowed), after
+    poplibs' ``getConvPartialnx1Supervisor*CycleEstimateQuarter`` (``[amp_quarter]`` nx1_*): per
+    (conv group, output group, input group) the supervisor walks the tile's kernel rows and columns,
+    loading the weights twice per row, and at each kernel position the workers run their worklists
+    (``entries`` each, and ``per_position`` cycles of positions, as :func:`nx1_vertex_cycles`); the
+    partials are zeroed as for fp16 (``zero_rows``, no state retained)."""
+    q = _quarter_table()
+    c = nx1_constants()
+    load = q["out_group"] * q["weight_bytes_per_conv_unit"] / c.coeff_load_bytes_per_cycle
+    columns = kpos / krows
+    supervisor = krows * (q["nx1_per_kernel_row"] + q["nx1_first_kernel_column"] + 2 * load
+                          + (columns - 1) * q["nx1_per_kernel_column"])
+    worker = q["nx1_worker_fixed"] + entries * q["nx1_worker_per_entry"]
+    inner = supervisor + kpos * (workers * worker + per_position)
+    outer = q["nx1_supervisor_fixed"] + g * (q["nx1_per_conv_group"] + og * (
+        q["nx1_per_out_group"] + ig * (q["nx1_per_in_group"] + inner)))
+    zero = zero_rows + workers * c.zero_worker_fixed * og * g
     total = np.where(g * m * k * n > 0, np.ceil(outer + zero), 0)
     fixed = np.where(total > 0, total - g * ig * og * kpos * per_position, 0)
     return total, fixed
@@ -716,10 +819,16 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         amp, launch = hmac_fp32_vertex_cycles(g, m, k, n, ipu.worker_threads)
     elif mode.float_activations:
         amp, launch = amp_fp32_vertex_cycles(mode, g, m, k, n, ipu.worker_threads)
+    elif mode.quarter:
+        amp, launch = amp_quarter_vertex_cycles(mode, g, m, k, n, ipu.worker_threads)
     else:
         amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
         launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles
                           + _channel_group_pairs(mode, g, k, n) * ipu.amp_pair_overhead_cycles, 0)
+    if mode.cast_from_quarter:  # the tile's FP8 input patch and weights cast to fp16 for the vertex
+        cast_in = quarter_cast_cycles(a_bytes / itemsize) + quarter_cast_cycles(b_bytes / itemsize)
+        amp = amp + cast_in
+        launch = launch + np.where(cast_in > 0, 2 * _quarter_table()["cast_worker_fixed"] * ipu.worker_threads, 0)
     # poplin rearranges an expanded input (and its weights) or one whose channels it pads, over
     # the tiles, before the convolution: an exchange phase and a copy compute set
     expands = vertex in ("expanded", "expand_w")
@@ -747,15 +856,16 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         amp, launch = amp + post, launch + codelet("copy").fixed
         extra_sets = extra_sets + 1
     outputs = g * m * n
+    out_bytes = max(itemsize, 2)  # an FP8 matmul's result is fp16 (GraphBuilder.matmul)
     red_exch, red, red_stages, recv2, red_fixed = partials_reduction(
-        ipu, outputs, pk, partials_bytes, itemsize, 1 if vertex == "hmac" else mode.out_group)
+        ipu, outputs, pk, partials_bytes, out_bytes, 1 if vertex == "hmac" else mode.out_group)
     cast_codelet = codelet("cast")
     cast_fixed = cast_codelet.fixed
-    needs_cast = (partials_bytes > itemsize) & (np.asarray(pk) <= 1)
+    needs_cast = (partials_bytes > out_bytes) & (np.asarray(pk) <= 1)
     cast = np.where(needs_cast, cast_fixed + np.ceil(outputs * cast_codelet.fp16), 0)
     # partials need their own buffer unless the AMP writes the result itself (nothing to reduce,
     # partials of the result's type); that result is a live activation, counted as such
-    separate = (np.asarray(pk) > 1) | (partials_bytes > itemsize)
+    separate = (np.asarray(pk) > 1) | (partials_bytes > out_bytes)
     exch_phases = np.where(recv1 > 0, 1, 0) + red_stages + extra_sets
     compute_sets = 1 + red_stages + needs_cast + extra_sets
     partials = np.where(separate, outputs * partials_bytes, 0)

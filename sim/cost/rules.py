@@ -96,10 +96,10 @@ def _partials_bytes(attrs: dict, partials: str) -> int:
     return 4 if kind == "float" else 2
 
 
-#: operand dtypes poplin plans a matmul or convolution on (its vertex types take half or float
-#: inputs, and quarter on ipu21, which the simulator does not model: ConvVertexType.cpp
-#: getConvVertexTypeCandidates asserts it)
-AMP_DTYPES = ("float16", "float32")
+#: operand dtypes poplin plans a matmul or convolution on: its vertex types take half, float or
+#: quarter (FP8) inputs (ConvVertexType.cpp getConvVertexTypeCandidates asserts it); FP8 needs an
+#: IPU with FP8 AMP (sim/cost/amp.py amp_mode)
+AMP_DTYPES = ("float16", "float32", "float8")
 _AMP_KINDS = ("matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight")
 
 
@@ -110,10 +110,12 @@ def _check_amp_operands(kind: str, ins) -> None:
     wrong = [d for d in dtypes if d not in AMP_DTYPES]
     if wrong:
         raise UnsupportedOpError(f"{kind} operands are {' and '.join(dtypes)}; poplin plans matmuls and "
-                                 f"convolutions on {' or '.join(AMP_DTYPES)} only: cast the operands first")
+                                 f"convolutions on {', '.join(AMP_DTYPES)} only: cast the operands first")
     if len(set(dtypes)) > 1:
+        fp8 = " (FP8 layers are modelled in inference: their backward passes would need FP8 gradients)" \
+            if "float8" in dtypes else ""
         raise UnsupportedOpError(f"{kind} operands are {' and '.join(dtypes)}; poplin needs both of one "
-                                 "type (\"Convolution/MatMul input types must match\"): cast one of them")
+                                 f"type (\"Convolution/MatMul input types must match\"): cast one of them{fp8}")
 
 
 def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float, partials: str) -> OpCost:

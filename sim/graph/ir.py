@@ -26,14 +26,23 @@ from ..errors import GraphError, show_number
 
 #: the most elements a tensor may have (see Graph.add_tensor)
 MAX_TENSOR_ELEMENTS = 2**40
-DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
+#: bytes per element; float8 is PopXL's float8_143 / float8_152 (Poplar's QUARTER; the two formats cost
+#: the same), which only an IPU with FP8 (ipu21: the C600) multiplies
+DTYPE_BYTES = {"float32": 4, "float16": 2, "float8": 1, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
 _DTYPE_ALIASES = {
     "fp32": "float32", "float": "float32", "f32": "float32",
     "fp16": "float16", "half": "float16", "f16": "float16",
     "int": "int32", "i32": "int32", "int64": "int32", "long": "int32",  # IPUs compute int64 as int32
+    "fp8": "float8", "float8_143": "float8", "float8_152": "float8", "quarter": "float8",
 }
 ROLES = ("input", "weight", "constant", "activation", "gradient", "accumulator", "state")
 PASSES = ("forward", "backward", "update")
+
+
+def _amp_output_dtype(operand_dtype: str) -> str | None:
+    """The result dtype of a matmul or convolution of ``operand_dtype`` operands: float16 for FP8
+    ones (PopXL's and PopRT's FP8 matmuls and convolutions return float16), else the operands'."""
+    return "float16" if operand_dtype == "float8" else None
 
 
 def canonical_dtype(dtype: str) -> str:
@@ -352,7 +361,8 @@ class GraphBuilder:
             raise GraphError(f"{where}: partials_type {partials_type!r}: expected 'float' or 'half'")
         batch = _broadcast(sa[:-2], sb[:-2], where)
         attrs = {"partials_type": partials_type} if partials_type else None
-        return self._one("matmul", [a, b], batch + (sa[-2], sb[-1]), attrs, name=name)
+        return self._one("matmul", [a, b], batch + (sa[-2], sb[-1]), attrs, name=name,
+                         dtype=_amp_output_dtype(self.dtype_of(a)))
 
     def linear(self, x: str, out_features: int, bias: bool = True, name: str = "linear") -> str:
         """A fully connected layer: ``x @ W + b`` with ``W`` of shape (in, out)."""
@@ -361,7 +371,7 @@ class GraphBuilder:
             w = self.weight("weight", (in_features, out_features), self.dtype_of(x))
             y = self.matmul(x, w)
             if bias:
-                y = self.add(y, self.weight("bias", (out_features,), self.dtype_of(x)))
+                y = self.add(y, self.weight("bias", (out_features,), self.dtype_of(y)))
         return y
 
     def conv2d(self, x: str, out_channels: int, kernel, stride=1, padding=0,
@@ -384,9 +394,9 @@ class GraphBuilder:
                 raise GraphError(f"{where}: kernel {kh}x{kw} too large for input {h}x{w}")
             y = self._one("conv2d", [x, wt], (n, out_channels, ho, wo),
                           {"kernel": spatial_attr(kernel), "stride": sh, "padding": spatial_attr(padding),
-                           "groups": groups})
+                           "groups": groups}, dtype=_amp_output_dtype(self.dtype_of(x)))
             if bias:
-                y = self.add(y, self.weight("bias", (1, out_channels, 1, 1), self.dtype_of(x)))
+                y = self.add(y, self.weight("bias", (1, out_channels, 1, 1), self.dtype_of(y)))
         return y
 
     # --- element-wise -------------------------------------------------------------------

@@ -37,6 +37,7 @@ class IPU:
     amp_fp16_flops_per_cycle: float  # per tile, fp16 in, fp16 partials; one multiply-add = 2 FLOP
     amp_fp16_fp32_partials_flops_per_cycle: float  # per tile, fp16 in, fp32 partials
     amp_fp32_flops_per_cycle: float  # per tile
+    amp_fp8_flops_per_cycle: float  # per tile, FP8 (quarter) in, fp16 partials; 0: the IPU has no FP8 AMP
     amp_vertex_overhead_cycles: int  # fixed cycles of one AMP vertex call on a tile
     amp_pair_overhead_cycles: int  # fixed cycles per (input group, output group) pair of a vertex
     amp_fp16_input_group: int  # input channels (K) the AMP consumes together in fp16; K pads to it
@@ -293,6 +294,8 @@ _BYTES_PER_TILE = (0, 2**30, "bytes", "a tile's SRAM in bytes: 256 KiB on Mk1, 6
 _RANGES = {
     "tiles": (1, 65536, "tiles", "costs and memory are per-tile arrays; IPUs have 1216 (Mk1) or 1472 "
               "(Mk2, Bow) tiles"),
+    "amp_fp8_flops_per_cycle": (0, 1e6, "per tile per cycle", "FP8 FLOP per cycle of a tile's AMP: 256 on an "
+                                "IPU21 (C600), 0 on IPUs without FP8"),
     "clock_hz": (1e6, 1e10, "Hz", "the clock is in Hz, 1 MHz to 10 GHz: 1.325 GHz is clock_hz = 1.325e9"),
     "sram_bytes_per_tile": (1024, 2**30, "bytes", _BYTES_PER_TILE[3]),
     "reserved_bytes_per_tile": _BYTES_PER_TILE,

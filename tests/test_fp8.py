@@ -1,0 +1,154 @@
+"""FP8 (Poplar's QUARTER) matmuls and convolutions on an IPU with FP8 AMP (ipu21: the C600).
+
+The vertex costs are poplibs' estimators (lib/poplin/PerformanceEstimation.hpp at 7eac0f26,
+``getConvPartial1x1Supervisor*CycleEstimateQuarter``); the reference below ports them from the C++
+with the worker partitions spelled out, apart from the simulator's vectorised version.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+import sim
+from sim import GraphBuilder, Options, load_system
+from sim.cost.amp import amp_mode, amp_quarter_vertex_cycles, quarter_cast_cycles
+from sim.graph.ir import canonical_dtype
+
+C600 = load_system("c600").ipu
+
+
+def poplibs_1x1_quarter(m: int, k: int, n: int, workers: int = 6) -> int:
+    """getConvPartial1x1SupervisorCycleEstimate for QUARTER activations, one conv group, the m
+    positions split as partitionConvPartialByWorker does (ceil or floor of m / 6 each)."""
+    parts = [m // workers + (1 if i < m % workers else 0) for i in range(workers)]
+    parts = [p for p in parts if p]
+
+    def inner(zeroing):
+        cycles = []
+        for p in parts:
+            c = 17 + {1: 18, 2: 23}.get(p, 27 + (p - 3) * 4) - (5 if zeroing else 0)
+            cycles.append(workers * c)
+        low = min(cycles) if len(parts) == workers else 0
+        return max(max(cycles), low + 14)
+
+    in_groups, out_groups = math.ceil(k / 32), math.ceil(n / 16)
+    loads = 16 * 32 // 8
+    return (46 + (workers * 2 + 9) + out_groups * ((workers * 6 + 10)
+            + (workers * 14 + 11 + workers * 6) + loads + inner(True)
+            + (in_groups - 1) * ((workers * 11 + 6 + workers * 6) + loads + inner(False))))
+
+
+@pytest.mark.parametrize("m,k,n", [(12, 64, 32), (1, 32, 16), (100, 320, 48), (7, 96, 16)])
+def test_the_fp8_1x1_vertex_costs_what_poplibs_estimates(m, k, n):
+    mode = amp_mode(C600, 1, 2)
+    assert (mode.in_group, mode.out_group, mode.quarter) == (32, 16, True)
+    cycles, fixed = amp_quarter_vertex_cycles(mode, 1, m, k, n)
+    assert int(cycles) == poplibs_1x1_quarter(m, k, n)
+    # everything but 4 cycles per position per (input, output) group pair is fixed
+    assert int(cycles - fixed) == m * math.ceil(k / 32) * math.ceil(n / 16) * 4
+
+
+def test_the_c600_fp8_rate_is_twice_fp16_and_its_datasheet_peak():
+    assert amp_mode(C600, 1, 2).flops_per_cycle == 2 * amp_mode(C600, 2, 2).flops_per_cycle == 256
+    # 1472 tiles x 256 FLOP x 1.5 GHz = 565 TFLOP/s against the C600 datasheet's 560 TFLOP/s FP8
+    assert C600.tiles * C600.amp_fp8_flops_per_cycle * C600.clock_hz / 1e12 == pytest.approx(560, rel=0.01)
+
+
+def test_fp8_with_fp32_partials_runs_the_fp16_vertex_after_casting_on_the_tile():
+    mode = amp_mode(C600, 1, 4)
+    assert mode == replace(amp_mode(C600, 2, 4), cast_from_quarter=True)
+    # poplin estimateCastCycles: (ceil(per worker / 4) + 26) x 6
+    assert int(quarter_cast_cycles(6000)) == (math.ceil(1000 / 4) + 26) * 6
+
+
+def _matmul(dtype: str, partials: str = "half", m: int = 2048, k: int = 1024, n: int = 4096):
+    b = GraphBuilder("fp8", "float16")
+    b.output(b.matmul(b.input("x", (m, k), dtype=dtype), b.weight("w", (k, n), dtype=dtype),
+                      name="proj", partials_type=partials))
+    return b.graph
+
+
+def _matmul_cost(dtype, partials="half"):
+    run = sim.simulate(_matmul(dtype, partials), "c600", Options().enableSyntheticData(True))
+    return run, run.executable.costs["proj"]
+
+
+def test_an_fp8_matmul_returns_fp16_and_keeps_its_weights_in_one_byte():
+    g = _matmul("float8")
+    assert g.tensors[g.outputs[0]].dtype == "float16"
+    assert g.tensors["w"].nbytes == 1024 * 4096
+    b = GraphBuilder("conv8", "float8")
+    y = b.conv2d(b.input("x", (4, 64, 28, 28)), 64, 3, padding=1, bias=True)
+    assert b.dtype_of(y) == "float16"
+
+
+def test_a_large_fp8_matmul_computes_faster_than_fp16_but_not_more_than_twice():
+    # the AMP does twice the FLOPs per cycle; the fixed cycles per vertex and pair do not shrink
+    _, fp16 = _matmul_cost("float16")
+    _, fp8 = _matmul_cost("float8")
+    assert fp16.compute_cycles / 2 < fp8.compute_cycles < fp16.compute_cycles
+    # and the operands it exchanges are half the bytes
+    assert fp8.exchange_bytes < fp16.exchange_bytes
+
+
+def test_fp8_with_fp32_partials_pays_for_the_casts():
+    _, half_partials = _matmul_cost("float8", "half")
+    _, float_partials = _matmul_cost("float8", "float")
+    assert float_partials.compute_cycles > half_partials.compute_cycles
+
+
+def test_an_fp8_convolution_on_the_nx1_vertex_is_cheaper_than_fp16():
+    def conv(dtype):
+        b = GraphBuilder("conv", dtype)
+        b.output(b.conv2d(b.input("x", (16, 128, 28, 28)), 128, 3, padding=1, name="c3"))
+        o = Options().enableSyntheticData(True)
+        o.Precision.setPartialsType("half")
+        run = sim.simulate(b.graph, "c600", o)
+        return run.executable.costs["c3/conv2d"]
+    fp16, fp8 = conv("float16"), conv("float8")
+    assert fp8.compute_cycles < fp16.compute_cycles
+
+
+@pytest.mark.parametrize("system", ["ipu-mk2", "bow-pod16", "ipu-mk1-c2"])
+def test_fp8_operands_are_refused_on_ipus_without_fp8(system):
+    with pytest.raises(sim.UnsupportedOpError, match=r"op 'proj' \(kind 'matmul'\): FP8 \(float8\) operands need "
+                       r"an IPU with FP8 AMP \(ipu21: the c600 system\); this \w+ IPU has none: use float16"):
+        sim.compile(_matmul("float8", m=64, k=64, n=64), system)
+
+
+@pytest.mark.parametrize("name", ["float8", "fp8", "float8_143", "float8_152", "quarter"])
+def test_fp8_dtype_names(name):
+    assert canonical_dtype(name) == "float8"
+
+
+def test_the_zoo_resnet50_converts_as_poprt_fp8_with_the_stem_and_classifier_in_fp16():
+    import models
+    fp16 = models.get("resnet50", micro_batch=2, with_loss=False)
+    g = models.get("resnet50", micro_batch=2, with_loss=False, fp8_convs=True)
+    convs = [op for op in g.ops if op.kind == "conv2d"]
+    assert len(convs) == 53
+    eight = [op for op in convs if g.tensors[op.inputs[0]].dtype == "float8"]
+    assert [op.name for op in convs if op not in eight] == ["stem/conv1/conv2d"]
+    kinds = {op.name: op.kind for op in g.ops}
+    for op in eight:  # each fed by its own cast, FP8 weights, an fp16 result
+        assert kinds[g.tensors[op.inputs[0]].producer] == "cast"
+        assert g.tensors[op.inputs[1]].dtype == "float8" and g.tensors[op.outputs[0]].dtype == "float16"
+    fc = [op for op in g.ops if op.kind == "matmul"]
+    assert len(fc) == 1 and g.tensors[fc[0].inputs[1]].dtype == "float16"
+
+    def weight_bytes(graph):
+        return sum(t.nbytes for t in graph.tensors.values() if t.role == "weight")
+    # the convolutions' weights (23.5 M of ResNet-50's 25.6 M parameters) halve
+    assert 0.5 < weight_bytes(g) / weight_bytes(fp16) < 0.6
+    with pytest.raises(sim.GraphError, match="fp8_convs.*dtype='float16'"):
+        models.get("resnet50", dtype="float32", fp8_convs=True)
+
+
+def test_training_an_fp8_model_is_refused_naming_the_backward_pass():
+    import models
+    with pytest.raises(sim.UnsupportedOpError, match=r"grad_input.*float16 and float8; poplin needs both of one "
+                       r"type .*FP8 layers are modelled in inference"):
+        sim.compile(models.get("resnet50", micro_batch=2, fp8_convs=True), "c600", None, True)
