@@ -275,7 +275,7 @@ _QUARTER_KEYS = ("in_group", "out_group", "weight_bytes_per_conv_unit", "worker_
                  "supervisor_fixed", "per_conv_group", "per_out_group", "first_in_group", "per_extra_in_group",
                  "nx1_supervisor_fixed", "nx1_per_conv_group", "nx1_per_out_group", "nx1_per_in_group",
                  "nx1_per_kernel_row", "nx1_first_kernel_column", "nx1_per_kernel_column", "nx1_worker_fixed",
-                 "nx1_worker_per_entry", "nx1_worker_imbalance_tag", "cast_worker_fixed", "cast_elements_per_cycle")
+                 "nx1_worker_per_entry", "cast_worker_fixed", "cast_elements_per_cycle")
 
 
 def _quarter_table() -> dict:
@@ -430,8 +430,9 @@ def _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, 
     poplibs' ``getConvPartialnx1Supervisor*CycleEstimateQuarter`` (``[amp_quarter]`` nx1_*): per
     (conv group, output group, input group) the supervisor walks the tile's kernel rows and columns,
     loading the weights twice per row, and at each kernel position the workers run their worklists
-    (``entries`` each, and ``per_position`` cycles of positions, as :func:`nx1_vertex_cycles`); the
-    partials are zeroed as for fp16 (``zero_rows``, no state retained)."""
+    (``entries`` each, and ``per_position`` cycles of positions, as :func:`nx1_vertex_cycles`, whose
+    note on poplibs' 9-cycle tag for the fastest worker holds here too); the partials are zeroed as
+    for fp16 (``zero_rows``, no state retained)."""
     q = _quarter_table()
     c = nx1_constants()
     load = q["out_group"] * q["weight_bytes_per_conv_unit"] / c.coeff_load_bytes_per_cycle
