@@ -152,3 +152,60 @@ def test_training_an_fp8_model_is_refused_naming_the_backward_pass():
     with pytest.raises(sim.UnsupportedOpError, match=r"grad_input.*float16 and float8; poplin needs both of one "
                        r"type .*FP8 layers are modelled in inference"):
         sim.compile(models.get("resnet50", micro_batch=2, fp8_convs=True), "c600", None, True)
+
+
+# --- PopXL's FP8 ops ----------------------------------------------------------------------------
+
+def _popxl_program(fp8: bool):
+    import numpy as np
+    import sim.popxl as popxl
+    from sim.popxl import ops
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = ops.host_load(popxl.h2d_stream((512, 1024), popxl.float16, name="x"))
+        if fp8:
+            scale = popxl.constant(np.int32(0), popxl.int32, name="log2_scale")
+            w = popxl.variable(np.zeros((1024, 4096), np.uint8), popxl.float8_143, name="w")
+            y = ops.matmul_pow2scaled(ops.pow2scale_cast_to_fp8(x, scale, popxl.float8_143), w, scale)
+        else:
+            y = x @ popxl.variable(np.zeros((1024, 4096), np.float16), name="w")
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, name="y"), y)
+    return ir, y
+
+
+def test_popxl_matmul_pow2scaled_runs_on_the_fp8_amp_into_float16():
+    import sim.popxl as popxl
+    costs = {}
+    for fp8 in (False, True):
+        ir, y = _popxl_program(fp8)
+        assert y.dtype == popxl.float16
+        with popxl.Session(ir, "ipu_hw", system="c600") as session:
+            costs[fp8] = session._executable.costs["matmul"]
+    assert costs[True].compute_cycles < costs[False].compute_cycles
+    with pytest.raises(sim.UnsupportedOpError, match="FP8 .*need an IPU with FP8 AMP"):
+        popxl.Session(_popxl_program(True)[0], "ipu_hw", system="ipu-mk2")
+
+
+def test_popxl_fp8_ops_check_their_arguments_as_popxl_does():
+    import numpy as np
+    import sim.popxl as popxl
+    from sim.popxl import ops
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.zeros((16, 16), np.float16), name="x")
+        x8 = popxl.variable(np.zeros((16, 16), np.uint8), popxl.float8_152, name="x8")
+        scale = popxl.constant(np.int32(1), popxl.int32, name="s")
+        with pytest.raises(TypeError, match="ops.matmul: FP8 operands .* log2 scale .* use ops.matmul_pow2scaled"):
+            ops.matmul(x8, x8)
+        with pytest.raises(TypeError, match="Scaled matmul operands must be of dtype popxl.float8_143 or"):
+            ops.matmul_pow2scaled(x, x, scale)
+        with pytest.raises(TypeError, match="Log2 scale tensor must be of type popxl.int32"):
+            ops.pow2scale_cast_to_fp8(x, popxl.constant(np.float16(1), popxl.float16, name="f"), popxl.float8_143)
+        with pytest.raises(ValueError, match="Log2 scale argument must be a scalar tensor"):
+            ops.pow2scale_cast_to_fp8(x, popxl.constant(np.zeros(2, np.int32), popxl.int32, name="v"),
+                                      popxl.float8_143)
+        with pytest.raises(TypeError, match="not supported for pow2scale_cast_to_fp8"):
+            ops.pow2scale_cast_to_fp8(x, scale, popxl.float16)
+        with pytest.raises(TypeError, match="not supported for pow2scale_cast_from_fp8"):
+            ops.pow2scale_cast_from_fp8(x8, scale, popxl.float8_143)
+        assert ops.pow2scale_cast_from_fp8(x8, scale, popxl.float32).dtype == popxl.float32

@@ -16,8 +16,8 @@ from __future__ import annotations
 from . import dtypes, ops, transforms
 from .context import (gcg, get_current_context, get_current_graph, get_main_graph, gmg, in_sequence,
                       io_tiles, ipu, name_scope)
-from .dtypes import (bool, dtype, float16, float32, float64, half, int8, int32, int64, uint8,
-                     uint32, uint64)
+from .dtypes import (bool, dtype, float8_143, float8_152, float16, float32, float64, half, int8, int32,
+                     int64, uint8, uint32, uint64)
 from .dtypes import float
 from .errors import NotModelledError, PopXLError, SessionIOError, not_modelled
 from .graph import Graph
@@ -57,6 +57,8 @@ __all__ = [
     "dtypes",
     "float",
     "float16",
+    "float8_143",
+    "float8_152",
     "float32",
     "float64",
     "gcg",

@@ -68,13 +68,16 @@ float32 = dtype("float32", "float32", "float32", True)
 float64 = dtype("float64", "float64", "float32", True)  # host only: downcast to float32
 int64 = dtype("int64", "int64", "int32", False)  # host only: downcast to int32
 uint64 = dtype("uint64", "uint64", "int32", False)  # host only: downcast to uint32
+# PopXL keeps FP8 host data as one byte per element (its np_dtype_float8_*); both formats cost the same
+float8_143 = dtype("float8_143", [("float8_143", "u1")], "float8", True)
+float8_152 = dtype("float8_152", [("float8_152", "u1")], "float8", True)
 half = float16
 float = float32
 
-_ALL = (bool, int8, uint8, int32, uint32, float16, float32, float64, int64, uint64)
+_ALL = (bool, int8, uint8, int32, uint32, float16, float32, float64, int64, uint64, float8_143, float8_152)
 _BY_NAME = {d.name: d for d in _ALL} | {"half": float16, "float": float32}
 _FROM_SIM = {"bool": bool, "int8": int8, "uint8": uint8, "int32": int32, "float16": float16,
-             "float32": float32}
+             "float32": float32, "float8": float8_143}
 
 
 def from_sim(name: str) -> dtype:
@@ -89,6 +92,8 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "float8_143",
+    "float8_152",
     "half",
     "int8",
     "int32",

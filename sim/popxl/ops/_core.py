@@ -86,23 +86,77 @@ def matmul(lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None =
            serialise_mode=None, serialise_factor: int = 1, output_type=None,
            partials_type=None) -> Tensor:
     """``lhs @ rhs`` with numpy's rules (1-D operands and broadcast batch dimensions)."""
-    g = _graph("ops.matmul", lhs, rhs)
+    if lhs.dtype in _FP8 or rhs.dtype in _FP8:
+        raise TypeError(f"ops.matmul: FP8 operands ({lhs.dtype.name} @ {rhs.dtype.name}): a log2 scale input "
+                        "tensor must be provided for FLOAT8 input types (PopART's MatMulOp, float8util.cpp): "
+                        "use ops.matmul_pow2scaled")
+    return _matmul("ops.matmul", lhs, rhs, available_memory_proportion, serialise_mode, serialise_factor,
+                   output_type)
+
+
+def matmul_pow2scaled(lhs: Tensor, rhs: Tensor, log2_scale: Tensor,
+                      available_memory_proportion: float | None = None) -> Tensor:
+    """``(lhs @ rhs) * 2**log2_scale`` of FP8 operands (``popxl.float8_143`` / ``float8_152``) into
+    float16, with half partials as PopXL sets them: the quarter AMP of an IPU with FP8 (the
+    ``c600`` system). The scale is applied by the vertex and costs nothing extra."""
+    if lhs.dtype not in _FP8 or rhs.dtype not in _FP8:
+        raise TypeError("Scaled matmul operands must be of dtype popxl.float8_143 or popxl.float8_152")
+    _check_log2_scale(log2_scale)
+    _graph("ops.matmul_pow2scaled", lhs, rhs, log2_scale)
+    return _matmul("ops.matmul_pow2scaled", lhs, rhs, available_memory_proportion, None, 1, None, "half")
+
+
+def pow2scale_cast_to_fp8(t: Tensor, log2_scale: Tensor, data_type) -> Tensor:
+    """``cast(t * 2**log2_scale, data_type)`` to FP8: one cast, as fast as half to float (poplibs
+    popops PerformanceEstimation.cpp: "casting quarter to/from half performs the same")."""
+    dt = dtypes.dtype.as_dtype(data_type)
+    if dt not in _FP8:
+        raise TypeError(f"Data type {dt} not supported for pow2scale_cast_to_fp8")
+    _check_log2_scale(log2_scale)
+    _graph("ops.pow2scale_cast_to_fp8", t, log2_scale)
+    return cast(t, dt)
+
+
+def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor, data_type) -> Tensor:
+    """``cast(t, data_type) * 2**log2_scale`` from FP8 to float16 or float32: one cast."""
+    dt = dtypes.dtype.as_dtype(data_type)
+    if dt not in (dtypes.float16, dtypes.float32):
+        raise TypeError(f"Data type {dt} not supported for pow2scale_cast_from_fp8")
+    _check_log2_scale(log2_scale)
+    _graph("ops.pow2scale_cast_from_fp8", t, log2_scale)
+    return cast(t, dt)
+
+
+_FP8 = (dtypes.float8_143, dtypes.float8_152)
+
+
+def _check_log2_scale(log2_scale: Tensor) -> None:
+    """PopXL's checks of an FP8 op's log2 scale (ops/cast.py _check_float8_cast_log2scale_properties)."""
+    if log2_scale.rank > 0:
+        raise ValueError("Log2 scale argument must be a scalar tensor")
+    if log2_scale.dtype != dtypes.int32:
+        raise TypeError("Log2 scale tensor must be of type popxl.int32")
+
+
+def _matmul(where: str, lhs: Tensor, rhs: Tensor, available_memory_proportion, serialise_mode,
+            serialise_factor, output_type, partials_type: str | None = None) -> Tensor:
+    g = _graph(where, lhs, rhs)
     if lhs.dtype != rhs.dtype:
-        raise GraphError(f"ops.matmul: operands have different dtypes ({lhs.dtype.name} @ {rhs.dtype.name}); "
+        raise GraphError(f"{where}: operands have different dtypes ({lhs.dtype.name} @ {rhs.dtype.name}); "
                          "cast one of them with ops.cast")
     if available_memory_proportion is not None:
-        g.ir._note("ops.matmul(available_memory_proportion=...): accepted, no modelled effect per op "
+        g.ir._note(f"{where}(available_memory_proportion=...): accepted, no modelled effect per op "
                    "(the cost model uses 0.6 of tile memory for every matmul)")
     if serialise_factor not in (1, None) or serialise_mode not in (None, "none"):
-        g.ir._note("ops.matmul serialisation: accepted, no modelled effect")
+        g.ir._note(f"{where} serialisation: accepted, no modelled effect")
     a, b = lhs, rhs
     if a.rank == 1:
         a = reshape(a, (1, a.shape[0]))
     if b.rank == 1:
         b = reshape(b, (b.shape[0], 1))
     with g._building() as bld:
-        out = bld.matmul(a._sim, b._sim, name=_name(g, "matmul"))
-    y = _out(g, out, lhs.dtype)
+        out = bld.matmul(a._sim, b._sim, name=_name(g, "matmul"), partials_type=partials_type)
+    y = _out(g, out, dtypes.float16 if lhs.dtype in _FP8 else lhs.dtype)  # FP8 gives float16
     if lhs.rank == 1 or rhs.rank == 1:
         shape = list(y.shape)
         if rhs.rank == 1:
