@@ -38,7 +38,6 @@ from .cost.amp import pass_fixed_cycles
 from .engine import Engine
 from .errors import OutOfMemoryError
 from .graph import Graph, GraphBuilder
-from .graph.ir import Op
 from .graph.training import Optimizer
 from .hardware.system import load_system
 from .options import CommGroupType, Options, OutputMode, OverlapMode, TensorLocationSettings
@@ -1620,7 +1619,7 @@ def _generation_section() -> list[str]:
     for mk2_row, bow_row in MK2_TO_BOW:
         sa, sb = _pair_setup(mk2_row), _pair_setup(bow_row)
         published = (_pair_published(bow_row) / sb.replicas) / (_pair_published(mk2_row) / sa.replicas)
-        (la, ra), (lb, rb) = step_seconds(sa), step_seconds(sb)
+        (_, ra), (lb, rb) = step_seconds(sa), step_seconds(sb)
         (_, pa), (_, pb) = step_seconds(sa, 1), step_seconds(sb, 1)
         fixed = sum(lb[x] for x in SECONDS_LINES) / sum(lb.values())
         pairs.append(f"| {mk2_row} → {bow_row} | {sa.system} → {sb.system} | {published:.3f} | {rb / ra:.3f} | "

@@ -109,8 +109,8 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
     names = []
     for step in STEPS[kind]:
         what = step[0]
-        if what == "reduce":
-            ops, out_bytes = step[1], step[2]
+        if what == "reduce":  # priced on the input type; step[2] records the output type poplibs reduces to
+            ops = step[1]
             c = reduce_cost((rows, length), (1,), itemsize, ops, tiles)
             compute += c.compute_cycles
             exch += c.exchange_cycles

@@ -273,7 +273,6 @@ class Context:
 
 def device_iteration_loop(ctx: Context, step) -> Sequence:
     """``deviceIterations`` runs of ``step(with_outputs)``, honouring OutputMode.EveryN."""
-    from ..program import Repeat
     o = ctx.options
     main = Sequence(name="main")
     if ctx.mode == OutputMode.EveryN and o.output_return_period > 1:

@@ -82,6 +82,10 @@ def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
 
 # --- dense algebra ----------------------------------------------------------------------------
 
+#: PopXL's FP8 dtypes
+_FP8 = (dtypes.float8_143, dtypes.float8_152)
+
+
 def matmul(lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None = None,
            serialise_mode=None, serialise_factor: int = 1, output_type=None,
            partials_type=None) -> Tensor:
@@ -126,8 +130,6 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor, data_type) -> Tensor:
     _graph("ops.pow2scale_cast_from_fp8", t, log2_scale)
     return cast(t, dt)
 
-
-_FP8 = (dtypes.float8_143, dtypes.float8_152)
 
 
 def _check_log2_scale(log2_scale: Tensor) -> None:
