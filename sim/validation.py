@@ -278,6 +278,7 @@ class Setup:
     # replicatedCollectivesSettings, or graphcore/tensorflow combining them (maximum_*_buffer_size)
     sharding_domain: int = 0  # RTS over groups of this many consecutive replicas (PopART's shardingDomain); 0: all
     accum_dtype: str = ""  # the gradient accumulators' dtype (PopTorch accum_type, PopART accumType); "": the weights'
+    clip_norm: float = 0.0  # gradients clipped to this global norm (PopART ClipNormSettings, max_grad_norm); 0: none
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -315,7 +316,7 @@ class Setup:
         return o
 
     def sim_optimizer(self) -> Optimizer:
-        return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None)
+        return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None, self.clip_norm or None)
 
     def describe(self) -> str:
         parts = [f"`{self.system}`", f"`{self.model}` " + ", ".join(f"{k}={_show(v)}" for k, v in self.params)]
@@ -494,6 +495,9 @@ DEPARTURES = {
     "att-ffn": "att_ffn_placement as the config; recomputation checkpoints stay per layer (each layer's FFN "
                "output); the source also checkpoints the attention outputs of its last stage and skips the FFN "
                "output that ends an IPU's run",
+    "clip": "the closed config's gradient_clipping_norm (bert_optimizer.py: ClipNormSettings.clipAllWeights): every "
+            "gradient's norm, the global norm on one IPU and its factor back, a barrier across the IPUs before the "
+            "update; the open configs set none",
     "lamb-fp16": "the config keeps LAMB's first moment (lamb_m_dtype) or accumulators (lamb_accl_dtype) in fp16; "
                  "the zoo keeps all optimizer state in one dtype",
     "poprun-rts": "run under poprun, 8 replicas per instance: bert.py then shards the optimizer state over "
@@ -575,10 +579,12 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  seq_len: int = 512, mask_tokens: int = 78, vocab: int = 30912, packing_factor: float = 2.0,
                  layers_per_ipu: list[int] | None = None, att_ffn: list | None = None, off_chip: bool = False,
                  model: str = "bert-large", prefetch_depth: int = 1, attention_dropout: float | None = None,
-                 output_mode: str = "", merged_collectives: tuple = (), sharding_domain: int = 0) -> Setup:
+                 output_mode: str = "", merged_collectives: tuple = (), sharding_domain: int = 0,
+                 clip_norm: float = 0.0) -> Setup:
     """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
-    state sharded over the replicas (on or off chip), half partials, real data. ``mask_tokens`` is
+    state sharded over the replicas (on or off chip), half partials, real data; gradients clipped to
+    the global norm ``clip_norm`` (0: not clipped). ``mask_tokens`` is
     the MLM positions per pack (PopART: the config's mask_tokens + 2); ``prefetch_depth`` is the
     script's ``defaultPrefetchBufferingDepth`` (3 in MLPerf v2.0's bert.py, unset before);
     ``sharding_domain`` the replicas of one poprun instance, over which bert.py shards the optimizer
@@ -593,7 +599,8 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
         params["attention_dropout"] = attention_dropout
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation, amp=tuple(amp),
                  optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth,
-                 output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain)
+                 output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain,
+                 clip_norm=clip_norm)
 
 
 # att_ffn_placement of the MLPerf configs (training_results v1.1 / v2.0, Graphcore .../popart/configs)
@@ -764,26 +771,31 @@ PUBLISHED_ROWS = [
       for rid, div, pub in (("M3", "closed", 4241), ("M4", "open", 4243))],
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 POD16, attention/FFN split",
           pub, "sequences/s", _packed_bert("ipu-pod16", 4, 2, 192, [0.23] * 4, att_ffn=_ATT_FFN_V11_POD16,
-                                           off_chip=True, attention_dropout=0.0), rid in _ASSERTED_PACKED,
-          _MLPERF + ("att-ffn", "lamb-fp16", "emb-serial", "split-qkv", "attn-dropout"))
-      for rid, div, pub in (("M7", "closed", 1524), ("M8", "open", 1527))],
+                                           off_chip=True, attention_dropout=0.0, clip_norm=clip),
+          rid in _ASSERTED_PACKED,
+          _MLPERF + ("att-ffn", "lamb-fp16", "emb-serial", "split-qkv", "attn-dropout") + ("clip",) * bool(clip))
+      for rid, div, clip, pub in (("M7", "closed", 1.0, 1524), ("M8", "open", 0.0, 1527))],
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 {pod.upper()}, attention/FFN "
           "split", pub, "sequences/s", _packed_bert(f"ipu-{pod}", rf, 2, 96, [0.20] + [0.25] * 7,
                                                       att_ffn=_ATT_FFN_V11_POD64, attention_dropout=0.0,
-                                                      sharding_domain=8 if rf > 8 else 0), rid in _ASSERTED_PACKED,
-          _MLPERF + ("att-ffn", "emb-serial", "attn-dropout") + (("lamb-fp16", "poprun-rts") if rf == 16 else ()))
-      for rid, div, pod, rf, pub in (("M9", "closed", "pod64", 8, 4792), ("M10", "open", "pod64", 8, 4896),
-                                     ("M11", "closed", "pod128", 16, 9028), ("M12", "open", "pod128", 16, 9208))],
+                                                      sharding_domain=8 if rf > 8 else 0, clip_norm=clip),
+          rid in _ASSERTED_PACKED,
+          _MLPERF + ("att-ffn", "emb-serial", "attn-dropout") + (("lamb-fp16", "poprun-rts") if rf == 16 else ())
+          + ("clip",) * bool(clip))
+      for rid, div, pod, rf, clip, pub in (("M9", "closed", "pod64", 8, 1.0, 4792),
+                                           ("M10", "open", "pod64", 8, 0.0, 4896),
+                                           ("M11", "closed", "pod128", 16, 100.0, 9028),
+                                           ("M12", "open", "pod128", 16, 0.0, 9208))],
     *[Row(rid, f"MLP v2.0 {rid}", f"BERT-Large MLPerf v2.0, packed SL512, Bow {pod}, attention/FFN split", pub,
           "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, 3, ga, [1.0] * 8, att_ffn=_ATT_FFN_V20_POD64,
                                       prefetch_depth=3, merged_collectives=("all_reduce",),
-                                      sharding_domain=8 if rf > 8 else 0),
+                                      sharding_domain=8 if rf > 8 else 0, clip_norm=clip),
           rid in _ASSERTED_PACKED, _MLPERF + ("att-ffn", "lamb-fp16", "nsp", "emb-serial",
                             "merge_collectives: bert.py sets mergeAllReduceCollectives (the LAMB norms' and the "
                             "shards' all-reduces; RTS reduce-scatters and all-gathers stay one per tensor, as "
-                            "SDK 2.5 merges no others)") + (("poprun-rts",) if rf > 8 else ()))
-      for rid, pod, rf, ga, pub in (("M18", "Pod64", 8, 96, 7411), ("M19", "Pod128", 16, 64, 12676),
-                                    ("M20", "Pod256", 32, 36, 19071))],
+                            "SDK 2.5 merges no others)", "clip") + (("poprun-rts",) if rf > 8 else ()))
+      for rid, pod, rf, ga, clip, pub in (("M18", "Pod64", 8, 96, 1000.0, 7411), ("M19", "Pod128", 16, 64, 100.0, 12676),
+                                          ("M20", "Pod256", 32, 36, 100.0, 19071))],
     # BERT-Large packed pre-training, Graphcore's table (PopART and PyTorch examples, SDK 3.1-3.3)
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph1 packed (SL128) PopART, Bow {pod}", pub, "sequences/s",
           _packed_bert(f"bow-{pod.lower()}", rf, 8, ga, _LARGE_AMP, seq_len=128, mask_tokens=22, vocab=30400,

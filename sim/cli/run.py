@@ -15,6 +15,7 @@ parsed flags into a :class:`~sim.results.Run`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -86,14 +87,19 @@ def state_dtypes(text: str) -> tuple[str, ...]:
 
 
 def optimizer_of(args, parser) -> Optimizer:
-    """The :class:`~sim.Optimizer` of ``--optimizer`` and ``--optimizer-state-dtype``."""
+    """The :class:`~sim.Optimizer` of ``--optimizer``, ``--optimizer-state-dtype`` and
+    ``--max-grad-norm``."""
     dtypes = getattr(args, "optimizer_state_dtype", None)
-    if dtypes is None:
-        return Optimizer(args.optimizer or "sgd")
+    name = args.optimizer or "sgd"
     try:
-        return Optimizer(args.optimizer or "sgd", dtypes[0] if len(dtypes) == 1 else dtypes)
+        optimizer = Optimizer(name) if dtypes is None else Optimizer(name, dtypes[0] if len(dtypes) == 1 else dtypes)
     except sim.OptionsError as e:
         parser.error(f"--optimizer-state-dtype: {e}")
+    clip = getattr(args, "max_grad_norm", None)
+    try:
+        return optimizer if clip is None else dataclasses.replace(optimizer, clip_norm=clip)
+    except sim.OptionsError as e:
+        parser.error(f"--max-grad-norm: {e}")
 
 
 _int_list = whole_numbers(0, "3,7,7,7")
@@ -125,6 +131,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "velocity_accum_type] float16 or float32 for every optimizer state tensor, or one per state "
                    "in order (adam, adamw, lamb: first moment, second moment), e.g. float16,float32 "
                    "(default: float32; training only)")
+    o.add_argument("--max-grad-norm", type=float, metavar="NORM",
+                   help="[max_grad_norm] clip the gradients to this global norm before the update (PopART's "
+                   "ClipNormSettings.clipAllWeights; training only)")
     o.add_argument("--synthetic-data", action="store_true", help="[enableSyntheticData(True)]: no host IO")
     o.add_argument("--output-mode", type=_output_mode, metavar="{all,final,sum,everyn:N}",
                    help="[outputMode] (default: all for inference, final for training)")
@@ -292,6 +301,8 @@ def simulate_args(args, parser) -> sim.Run:
         parser.error("--optimizer-state only applies with --training")
     if args.optimizer_state_dtype and not args.training:
         parser.error("--optimizer-state-dtype only applies with --training")
+    if args.max_grad_norm is not None and not args.training:
+        parser.error("--max-grad-norm only applies with --training")
     optimizer = optimizer_of(args, parser)
     if args.optimizer_state in ("rts", "off-chip-rts") and (args.replicas or 1) < 2:
         parser.error(f"--optimizer-state {args.optimizer_state} shards the state over replicas: give --replicas 2 "

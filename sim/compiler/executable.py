@@ -28,7 +28,7 @@ from ..schedule.context import Context
 from ..schedule.stages import StageWork, split_stages
 from ..strategy import PipelinedExecution, ShardedExecution, assign
 from ..hardware.topology import check_fits
-from ..graph.training import Optimizer, expand_training, merge_norms
+from ..graph.training import Optimizer, expand_training, merge_norms, place_global_norm
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference
 #: ops that run differently at inference: batch norm applies its running statistics (a
@@ -141,6 +141,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     g = expand_training(graph, optimizer, accumulate) if training else graph.copy()
     strategy = assign(g, o.execution_strategy)
     merge_norms(g)  # LARS's norms: one ReduceMany per IPU, stage and phase
+    place_global_norm(g)  # gradient clipping's global norm: on the IPU with the most norms
     k = max(op.ipu for op in g.ops) + 1
     _check_memory_proportion_ipus(o, k)
     if strategy == "pipelined" and len({op.stage for op in g.ops}) == 1:

@@ -12,7 +12,8 @@ on. The expanded graph holds three passes, in this order:
 ``update``    one optimizer update per weight (runs once per weight update, not per micro-batch);
               LARS adds, before each update it scales, the two norm reductions it reads; LAMB
               runs as PopART decomposes it (:data:`LAMB_OPS`): the Adam updater, the two norm
-              reductions, then the trust-ratio update
+              reductions, then the trust-ratio update; with a clip norm, the gradients are
+              first clipped by their global norm (:func:`_clip_by_global_norm`)
 """
 
 from __future__ import annotations
@@ -98,11 +99,17 @@ class Optimizer:
     (PopART's ``accumType``, PopTorch's ``accum_type``: float32 unless the optimizer is given
     ``accum_type=torch.float16``, poptorch python/optim.py); None keeps each weight's dtype. It sets
     the accumulators' bytes and the cycles of the add into them every micro-batch.
+
+    ``clip_norm`` clips every gradient by the global norm of all of them before the update, to at
+    most this norm (PopART's ``ClipNormSettings.clipAllWeights(maxNorm)``, PopTorch's
+    ``max_grad_norm``); None (or infinity, PopTorch's default) clips nothing. The weight update
+    then runs :func:`_clip_by_global_norm`'s ops, a barrier across the replica's IPUs.
     """
 
     name: str = "sgd"
     state_dtype: str | tuple[str, ...] = "float32"
     accum_dtype: str | None = None
+    clip_norm: float | None = None
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
@@ -126,6 +133,15 @@ class Optimizer:
                 raise OptionsError(f"optimizer {self.name!r}: accumulator dtype {self.accum_dtype!r}: expected "
                                    "float16 or float32 (or None: the weights' dtype)")
             object.__setattr__(self, "accum_dtype", accum)
+        if self.clip_norm is not None:
+            try:
+                clip = float(self.clip_norm)
+            except (TypeError, ValueError):
+                clip = math.nan
+            if math.isnan(clip) or clip <= 0:
+                raise OptionsError(f"optimizer {self.name!r}: clip norm {self.clip_norm!r}: expected a number > 0 (the "
+                                   "largest global norm of the gradients; None or infinity: no clipping)")
+            object.__setattr__(self, "clip_norm", None if math.isinf(clip) else clip)
 
     @property
     def state_dtypes(self) -> tuple[str, ...]:
@@ -141,17 +157,20 @@ class Optimizer:
     def describe(self) -> str:
         """``adamw``, ``adamw (state float16)`` or ``adamw (state: first moment float16, second
         moment float32)``: the name, and the state's dtypes unless all are float32; then the
-        accumulators' dtype where given (``lamb (accumulators float32)``)."""
+        accumulators' dtype where given (``lamb (accumulators float32)``) and the clip norm
+        (``lamb (gradients clipped to global norm 1)``)."""
         dtypes = self.state_dtypes
-        accum = f"accumulators {self.accum_dtype}" if self.accum_dtype else ""
-        if set(dtypes) <= {"float32"}:
-            return f"{self.name} ({accum})" if accum else self.name
-        if len(set(dtypes)) == 1:
-            state = f"state {dtypes[0]}"
-        else:
+        extras = []
+        if len(set(dtypes)) == 1 and dtypes[0] != "float32":
+            extras.append(f"state {dtypes[0]}")
+        elif len(set(dtypes)) > 1:
             names = [what for what, _ in STATES.get(self.name, ())] or [f"state {k}" for k in range(len(dtypes))]
-            state = "state: " + ", ".join(f"{what} {d}" for what, d in zip(names, dtypes))
-        return f"{self.name} ({state}" + (f"; {accum})" if accum else ")")
+            extras.append("state: " + ", ".join(f"{what} {d}" for what, d in zip(names, dtypes)))
+        if self.accum_dtype:
+            extras.append(f"accumulators {self.accum_dtype}")
+        if self.clip_norm is not None:
+            extras.append(f"gradients clipped to global norm {self.clip_norm:g}")
+        return f"{self.name} ({'; '.join(extras)})" if extras else self.name
 
     @property
     def num_states(self) -> int:
@@ -261,6 +280,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
         for i in op.inputs:
             first_user.setdefault(i, op)
     accumulates = []
+    factor = _clip_factor_tensor(g, bw, opt)
     for w in g.weights():
         if w.name not in bw.grads:
             continue
@@ -274,6 +294,8 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
             accumulates.append(g.add_op(Op(name, "accumulate", [acc, grad], [acc], {"weight": w.name},
                                            pass_="backward", **annotations)))
             grad = acc
+        if factor is not None:
+            _clip_gradient(g, w.name, grad, factor, annotations)
         states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
                                dtype, "state").name for k, dtype in enumerate(opt.state_dtypes)]
         kind = opt.update_kind_of(w.name)
@@ -287,7 +309,86 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
         g.add_op(Op(name, kind, [w.name, grad] + states + norms, [w.name] + states, dict(attrs),
                     pass_="update", **annotations))
     _accumulate_early(g, accumulates)
+    if factor is not None:
+        _clip_by_global_norm(g, factor, opt.clip_norm)
     return g
+
+
+#: the ``clip`` attribute of the gradient-clipping ops: each weight's ``norm`` and ``scale``, and the
+#: ``global`` ops on one IPU between them
+CLIP_ROLES = ("norm", "global", "scale")
+
+
+def _clip_factor_tensor(g: Graph, bw: _Backward, opt: Optimizer) -> str | None:
+    """The clip factor's scalar tensor when ``opt`` clips gradients (None otherwise), in the
+    first weight gradient's dtype (PopART's norms and factor take the gradients' type)."""
+    grads = [bw.grads[w.name] for w in g.weights() if w.name in bw.grads]
+    if opt.clip_norm is None or not grads:
+        return None
+    dtype = g.tensors[grads[0]].dtype
+    return g.add_tensor(g.unique_tensor_name("gradient_clipping/factor"), (1,), dtype, "activation").name
+
+
+def _clip_gradient(g: Graph, weight: str, grad: str, factor: str, annotations: dict) -> None:
+    """A weight's share of the clipping, as PopART's ClipWeightGradientsByNorm transform adds it
+    (willow/src/transforms/clipweightgradientsbynorm.cpp): a ReduceSumSquareOp of the gradient
+    to one value (the ``norm``, a popops reduce with ``SQUARE_ADD``; with RTS of a shard, then
+    all-reduced, ReduceSumSquareOp::configureForReplicatedTensorSharding) and a MulOp of the
+    gradient by the clip factor (the ``scale``, in place) before the update reads it."""
+    t = g.tensors[grad]
+    attrs = {"weight": weight, "optimizer": "clip"}
+    name = g.unique_op_name(f"{weight}/clip_norm")
+    norm = g.add_tensor(g.unique_tensor_name(name), (1,), t.dtype, "activation", name).name
+    g.add_op(Op(name, "reduce_sum", [grad], [norm],
+                {**attrs, "clip": "norm", "axes": list(range(len(t.shape))), "keepdims": False,
+                 "operation": "square_add"}, pass_="update", **annotations))
+    g.add_op(Op(g.unique_op_name(f"{weight}/clip_scale"), "mul", [grad, factor], [grad],
+                {**attrs, "clip": "scale"}, pass_="update", **annotations))
+
+
+def _clip_by_global_norm(g: Graph, factor: str, clip_norm: float) -> None:
+    """The global part of the clipping, on one IPU (placed by :func:`place_global_norm`):
+    ``factor = clip / max(clip, sqrt(sum of the norms))`` as PopART builds it, four ops: a SumOp
+    of every norm (one popops::map adding them, SumOpx), SqrtOp, MaxOp with the clip norm (a
+    constant) and DivOp. The update ops are reordered so that every norm precedes these and
+    every scale follows them."""
+    updates = [op for op in g.ops if op.pass_ == "update"]
+    norms = [op for op in updates if op.attrs.get("clip") == "norm"]
+    dtype = g.tensors[factor].dtype
+    clip = g.add_tensor(g.unique_tensor_name("gradient_clipping/clip_norm"), (1,), dtype, "constant").name
+    attrs = {"optimizer": "clip", "clip": "global", "clip_norm": clip_norm}
+
+    def scalar_op(kind: str, what: str, inputs: list[str], out: str | None = None, **more) -> str:
+        name = g.unique_op_name(f"gradient_clipping/{what}")
+        out = out or g.add_tensor(g.unique_tensor_name(name), (1,), dtype, "activation", name).name
+        g.tensors[out].producer = name
+        g.add_op(Op(name, kind, inputs, [out], {**attrs, **more}, pass_="update"))
+        return out
+
+    total = scalar_op("map", "sum", [op.outputs[0] for op in norms], steps=["add"] * max(len(norms) - 1, 1))
+    largest = scalar_op("maximum", "max", [scalar_op("sqrt", "sqrt", [total]), clip])
+    scalar_op("div", "factor", [clip, largest], out=factor)
+    made = [op for op in g.ops if op.attrs.get("clip") == "global"]
+    g.ops = ([op for op in g.ops if op.pass_ != "update"] + norms + made
+             + [op for op in updates if op.attrs.get("clip") != "norm"])
+
+
+def place_global_norm(g: Graph) -> None:
+    """Put the clipping's global ops on the IPU holding the most gradient norms, the first such
+    in program order (PopART's chooseGlobalNormVgid), with that IPU's stage and phase; runs after
+    placement. The other IPUs copy their norms there and receive the factor back."""
+    norms = [op for op in g.ops if op.attrs.get("clip") == "norm"]
+    if not norms:
+        return
+    counts: dict[int, int] = {}
+    best, chosen = 0, norms[0]
+    for op in norms:
+        counts[op.ipu] = counts.get(op.ipu, 0) + 1
+        if counts[op.ipu] > best:
+            best, chosen = counts[op.ipu], op
+    for op in g.ops:
+        if op.attrs.get("clip") == "global":
+            op.ipu, op.stage, op.phase, op.block = chosen.ipu, chosen.stage, chosen.phase, chosen.block
 
 
 def _lamb(g: Graph, weight: str, grad: str, states: list[str], attrs: dict, annotations: dict) -> None:

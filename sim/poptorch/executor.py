@@ -262,7 +262,7 @@ class PoplarExecutor:
         sim_opt = self._sim_optimizer
         if self._training:
             sim_opt = _SimOptimizer(self._sim_optimizer, _optim.state_dtype(self._optimizer),
-                                    _optim.accum_dtype(self._optimizer))
+                                    _optim.accum_dtype(self._optimizer), _optim.clip_norm(self._optimizer))
         try:
             exe = sim_compile(g, system, o, self._training, sim_opt)
         except UnsupportedOpError as e:
@@ -610,6 +610,12 @@ class PoplarExecutor:
         if not self._training:
             raise error("setOptimizer() is only available for a poptorch.trainingModel()")
         name = _optim.sim_optimizer(optimizer)
+        clip, compiled_clip = _optim.clip_norm(optimizer), _optim.clip_norm(self._optimizer)
+        if self._executable is not None and clip != compiled_clip:  # PopART's Optimizer::validReplacement
+            which = "at index 0 " if None not in (clip, compiled_clip) else ""
+            raise error(f"Clip norm settings {which}do not match. (max_grad_norm {compiled_clip} was compiled into "
+                        f"the model's gradient clipping and cannot become {clip}: give it before the first call, "
+                        "or make a new trainingModel)")
         dtype_changed = ((_optim.state_dtype(optimizer), _optim.accum_dtype(optimizer))
                          != (_optim.state_dtype(self._optimizer), _optim.accum_dtype(self._optimizer)))
         if isinstance(self._optimizer, _optim.Optimizer) and self._optimizer is not optimizer:

@@ -9,7 +9,8 @@ variant is a group setting):
 * ``loss_scaling`` is modelled in the CPU step: the loss is multiplied by it before the
   backward pass and the gradients divided by it before the update, as on the IPU (so float16
   gradients keep their small values);
-* ``max_grad_norm`` clips the global norm of all the gradients before each update;
+* ``max_grad_norm`` clips the global norm of all the gradients before each update, in the CPU
+  step and in the priced weight update (:func:`clip_norm`: PopART's ClipNormSettings ops);
 * ``first_order_momentum_accum_type`` / ``second_order_momentum_accum_type`` /
   ``velocity_accum_type`` set the dtype of each optimizer state tensor the simulator prices
   (:func:`state_dtype`: a float16 state takes half the memory and traffic, and its steps of the
@@ -32,6 +33,7 @@ import math
 import torch
 
 from ..graph.training import STATES
+from ._errors import Error
 
 logger = logging.getLogger("poptorch")
 
@@ -378,6 +380,17 @@ def accum_dtype(optimizer) -> str:
     """The dtype of the gradient accumulators PopTorch gives ``optimizer``'s run: its
     ``accum_type``, float32 unless given (poptorch python/optim.py)."""
     return "float16" if getattr(optimizer, "accum_type", torch.float32) == torch.float16 else "float32"
+
+
+def clip_norm(optimizer) -> float | None:
+    """The global norm ``optimizer``'s gradients are clipped to (its ``max_grad_norm``), None
+    when it is infinite, PopTorch's default; a NaN is refused as PopTorch refuses it
+    (popart_compiler CompilerImpl.cpp)."""
+    norm = getattr(optimizer, "max_grad_norm", math.inf)
+    norm = math.inf if norm is None else float(norm)
+    if math.isnan(norm):
+        raise Error("Maximum norm of gradients cannot be NaN", "poptorch_cpp_error")
+    return None if math.isinf(norm) else norm
 
 
 def unmodelled(optimizer) -> dict:

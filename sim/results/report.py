@@ -53,14 +53,15 @@ OUTPUT_FILES = ("trace.csv", "ops.csv", "breakdown.csv", "summary.json", "timeli
 
 # --- text -----------------------------------------------------------------------------------
 def _optimizer(run: Run) -> str | None:
-    """The optimizer of a training run and its state dtypes unless all float32, read from its
-    first update op (``adamw (state: first moment float16, second moment float32)``); None for
-    inference."""
+    """The optimizer of a training run, its state dtypes unless all float32 and its clip norm,
+    read from its update ops (``adamw (state: first moment float16, second moment float32)``);
+    None for inference."""
     g = run.executable.graph
+    clip = next((op.attrs["clip_norm"] for op in g.ops if op.attrs.get("clip") == "global"), None)
     for op in g.ops:
-        if op.pass_ == "update" and "optimizer" in op.attrs:
+        if op.pass_ == "update" and "optimizer" in op.attrs and "clip" not in op.attrs:
             dtypes = tuple(g.tensors[t].dtype for t in op.inputs if g.tensors[t].role == "state")
-            return Optimizer(op.attrs["optimizer"], dtypes or "float32").describe()
+            return Optimizer(op.attrs["optimizer"], dtypes or "float32", clip_norm=clip).describe()
     return None
 
 

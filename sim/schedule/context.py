@@ -20,7 +20,7 @@ from ..graph.ir import Graph, Op
 from ..hardware.system import System
 from .hostio import host_transfers
 from ..options import Options, OutputMode
-from ..program import Compute, OpSteps, RemoteCopy, Repeat, Sequence, Sync
+from ..program import Compute, IpuCopy, OpSteps, RemoteCopy, Repeat, Sequence, Sync
 from .stages import StageWork
 from ..hardware.topology import replica_ipus, sync_cycles
 
@@ -185,7 +185,9 @@ class Context:
         seq = Sequence(name="weight update")
         R = self.options.total_replicas()
         tensors = self.g.tensors
-        by_position = {p: [op for op in self.updates if op.ipu == p] for p in range(self.ipus_per_replica)}
+        clipping = [op for op in self.updates if op.attrs.get("clip") in ("norm", "global")]
+        by_position = {p: [op for op in self.updates if op.ipu == p and op not in clipping]
+                       for p in range(self.ipus_per_replica)}
         # one gradient per weight updated (LARS's norm ops name the weight they belong to)
         grads = {p: [tensors[w].nbytes for w in dict.fromkeys(op.attrs.get("weight", op.inputs[0]) for op in ops)]
                  for p, ops in by_position.items()}
@@ -198,6 +200,8 @@ class Context:
                 seq.items += self.collectives("all_reduce", {p: [-(-n // domain[1]) for n in grads[p]]
                                                              for p in grads if sharded[p]}, "gradient shard", across)
             seq.items += self.collectives("all_reduce", {p: grads[p] for p in grads if not sharded[p]}, "gradient")
+        if clipping:
+            seq.items += self._clip_by_global_norm(clipping, sharded, domain)
         # with RTS each LAMB norm covers a shard: PopART all-reduces each LambSquare's one fp32
         # value across the sharding domain (LambSquareOp::configureForReplicatedTensorSharding)
         # before the trust ratio; the norms' all-reduces run between the updates' two phases
@@ -238,6 +242,35 @@ class Context:
             seq.items += self.collectives("all_gather", {p: grads[p] for p in grads if sharded[p]}, "weight",
                                           domain)
         return seq
+
+    def _clip_by_global_norm(self, ops: list[Op], sharded: dict[int, bool], domain: tuple[int, int]) -> list:
+        """Gradient clipping's barrier across a replica's IPUs (PopART's ClipWeightGradientsByNorm):
+        each IPU reduces its gradients' norms (with RTS of its shards, then all-reduces each
+        norm's one value over the sharding domain, as LAMB's norms), copies them to the IPU of the
+        global ops (:func:`sim.graph.training.place_global_norm`), which makes the clip factor and
+        copies it back; no IPU scales its gradients and updates before the factor arrives."""
+        tensors = self.g.tensors
+        norms = {p: [op for op in ops if op.attrs["clip"] == "norm" and op.ipu == p]
+                 for p in range(self.ipus_per_replica)}
+        made = [op for op in ops if op.attrs["clip"] == "global"]
+        root = made[0].ipu
+        items = [Compute(self.ipus(r)[p], "gradient clipping norms",
+                         self.steps(n, share=domain[1] if sharded[p] else 1))
+                 for r in self.replicas for p, n in norms.items() if n]
+        if self.options.total_replicas() > 1:
+            items += self.collectives("all_reduce", {p: [tensors[op.outputs[0]].nbytes for op in n]
+                                                     for p, n in norms.items() if n and sharded[p]}, "clip norm", domain)
+        factor = tensors[made[-1].outputs[0]].nbytes
+        for r in self.replicas:
+            ipus = self.ipus(r)
+            gather = tuple((ipus[p], ipus[root], sum(tensors[op.outputs[0]].nbytes for op in n))
+                           for p, n in norms.items() if n and p != root)
+            spread = tuple((ipus[root], ipus[p], factor) for p in range(self.ipus_per_replica) if p != root)
+            sync = self.replica_sync(r, "gradient clipping sync")
+            items += [IpuCopy(gather, "gradient norms to the global norm")] * bool(gather) + [sync] * bool(gather)
+            items.append(Compute(ipus[root], "gradient clipping factor", self.steps(made)))
+            items += [IpuCopy(spread, "clip factor to every IPU")] * bool(spread) + [sync] * bool(spread)
+        return items
 
     def _sharding_groups(self) -> tuple[tuple[int, int], tuple[int, int]]:
         """``(stride, size)`` of the replica groups the weight update's sharded tensors are split
