@@ -209,3 +209,50 @@ def test_popxl_fp8_ops_check_their_arguments_as_popxl_does():
         with pytest.raises(TypeError, match="not supported for pow2scale_cast_from_fp8"):
             ops.pow2scale_cast_from_fp8(x8, scale, popxl.float8_143)
         assert ops.pow2scale_cast_from_fp8(x8, scale, popxl.float32).dtype == popxl.float32
+
+
+def test_popxl_conv_pow2scaled_runs_on_the_fp8_amp_into_float16():
+    """PopXL's FP8 convolution (ops/conv.py conv_pow2scaled): FP8 operands, a float16 result, half
+    partials; cheaper than the fp16 convolution on the C600, refused on an IPU without FP8; plain
+    ops.conv refuses FP8 operands and checks partials_types."""
+    import numpy as np
+    import sim.popxl as popxl
+    from sim.popxl import ops
+
+    def program(fp8: bool):
+        ir = popxl.Ir()
+        with ir.main_graph:
+            scale = popxl.constant(np.int32(0), popxl.int32, name="s")
+            dt = popxl.float8_143 if fp8 else popxl.float16
+            x = popxl.variable(np.zeros((16, 256, 28, 28), np.float16), name="x")
+            w = popxl.variable(np.zeros((256, 256, 3, 3), np.float16), name="w")
+            if fp8:
+                x, w = ops.pow2scale_cast_to_fp8(x, scale, dt), ops.pow2scale_cast_to_fp8(w, scale, dt)
+                y = ops.conv_pow2scaled(x, w, scale, padding=(1, 1, 1, 1))
+            else:
+                y = ops.conv(x, w, padding=(1, 1, 1, 1), partials_types=["half"])
+            ops.host_store(popxl.d2h_stream(y.shape, y.dtype, name="y"), y)
+        return ir, y
+
+    cycles = {}
+    for fp8 in (False, True):
+        ir, y = program(fp8)
+        assert y.dtype == popxl.float16 and y.shape == (16, 256, 28, 28)
+        with popxl.Session(ir, "ipu_hw", system="c600") as session:
+            (conv,) = [op for op in session._executable.graph.ops if op.kind == "conv2d"]
+            assert conv.attrs["partials_type"] == "half"
+            cycles[fp8] = session._executable.costs[conv.name].compute_cycles
+    assert cycles[True] < cycles[False]
+    with pytest.raises(sim.UnsupportedOpError, match="FP8 .*need an IPU with FP8 AMP"):
+        popxl.Session(program(True)[0], "ipu_hw", system="ipu-mk2")
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.zeros((1, 16, 8, 8), np.float16), name="x")
+        w = popxl.variable(np.zeros((16, 16, 3, 3), np.float16), name="w")
+        x8 = popxl.variable(np.zeros((1, 16, 8, 8), np.uint8), popxl.float8_143, name="x8")
+        with pytest.raises(TypeError, match="ops.conv: FP8 operands .* use ops.conv_pow2scaled"):
+            ops.conv(x8, w)
+        with pytest.raises(TypeError, match="Scaled conv operands must be of dtype popxl.float8_143 or"):
+            ops.conv_pow2scaled(x, w, popxl.constant(np.int32(0), popxl.int32, name="s"))
+        with pytest.raises(ValueError, match="partials_types .* expected one entry"):
+            ops.conv(x, w, partials_types=["quarter"])

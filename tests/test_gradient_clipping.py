@@ -15,6 +15,7 @@ from sim.errors import OptionsError
 from sim.graph.training import Optimizer, expand_training
 from sim.options import TensorLocationSettings
 from sim.program import Collective, Compute, IpuCopy, Repeat, Sequence
+from tests.test_outer_fragment_collectives import _weight_update
 
 
 def _bert(layers_per_ipu=(1, 1)):
@@ -30,16 +31,6 @@ def _options(replicas=1, rts=False, merged=False) -> sim.Options:
     if merged:
         o._Popart.set("replicatedCollectivesSettings.mergeAllReduceCollectives", True)
     return o
-
-
-def _weight_update(ex) -> Sequence:
-    def walk(item):
-        if isinstance(item, Sequence) and item.name == "weight update":
-            yield item
-        for child in getattr(item, "items", []) or ([item.body] if isinstance(item, Repeat) else []):
-            yield from walk(child)
-    (seq,) = walk(ex.program)
-    return seq
 
 
 def _clip_norm_calls(seq: Sequence) -> int:

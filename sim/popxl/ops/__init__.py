@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..errors import not_modelled
 from ..tensor import register_tensor_ops
 from . import _core, collectives, var_updates
-from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat, conv, detach, div,
+from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat, conv, conv_pow2scaled, detach, div,
                     dropout, exp, flatten, gather, gelu, group_norm, host_load, host_store, identity,
                     init, ipu_copy, layer_norm, matmul, matmul_pow2scaled, max, mean, mul, negate,
                     nll_loss_with_softmax_grad, pow2scale_cast_from_fp8, pow2scale_cast_to_fp8,

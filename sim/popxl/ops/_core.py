@@ -446,35 +446,73 @@ def gather(t: Tensor, indices: Tensor, axis: int = 0, available_memory_proportio
 
 
 def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1,
-         pad_type: str = "not_set", available_memory_proportion: float | None = None,
-         partials_type=None, enable_conv_dithering=None) -> Tensor:
+         pad_type: str = "not_set", available_memory_proportions: list[float] | None = None,
+         partials_types: list[str] | None = None, enable_conv_dithering: list[int] | None = None) -> Tensor:
     """2-D convolution of NCHW ``t`` with ``weight`` (C_out, C_in / groups, kH, kW).
 
     The cost model takes one stride for both axes, the same padding before and after each axis
-    (``padding`` = (h_begin, w_begin, h_end, w_end)) and no dilation; the kernel may be kH x kW."""
-    g = _graph("ops.conv", t, weight)
+    (``padding`` = (h_begin, w_begin, h_end, w_end)) and no dilation; the kernel may be kH x kW.
+    ``partials_types`` (PopXL's one entry per convolution: ``["half"]`` or ``["float"]``) sets the
+    partials as ``Precision.setPartialsType`` does for the whole model."""
+    if t.dtype in _FP8 or weight.dtype in _FP8:
+        raise TypeError(f"ops.conv: FP8 operands ({t.dtype.name}, {weight.dtype.name}): a log2 scale input "
+                        "tensor must be provided for FLOAT8 input types (PopART's ConvOp, float8util.cpp): "
+                        "use ops.conv_pow2scaled")
+    partials = None
+    if partials_types is not None:
+        if len(partials_types) != 1 or partials_types[0] not in ("float", "half"):
+            raise ValueError(f"ops.conv: partials_types {partials_types!r}: expected one entry, 'float' or 'half'")
+        partials = partials_types[0]
+    return _conv("ops.conv", t, weight, stride, padding, dilation, groups, pad_type, available_memory_proportions,
+                 partials)
+
+
+def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
+                    dilation=(1, 1), groups: int = 1, pad_type: str = "not_set",
+                    available_memory_proportions: list[float] | None = None,
+                    enable_conv_dithering: list[int] | None = None) -> Tensor:
+    """:func:`conv` of FP8 operands scaled by ``2**log2_scale`` into float16, with half partials as
+    PopXL sets them (ops/conv.py): the quarter AMP of an IPU with FP8 (the ``c600`` system); the
+    scale is applied by the vertex and costs nothing extra."""
+    if t.dtype not in _FP8 or weight.dtype not in _FP8:
+        raise TypeError("Scaled conv operands must be of dtype popxl.float8_143 or popxl.float8_152")
+    _check_log2_scale(log2_scale)
+    _graph("ops.conv_pow2scaled", t, weight, log2_scale)
+    return _conv("ops.conv_pow2scaled", t, weight, stride, padding, dilation, groups, pad_type,
+                 available_memory_proportions, "half")
+
+
+def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups: int, pad_type: str,
+          available_memory_proportions, partials: str | None) -> Tensor:
+    g = _graph(where, t, weight)
     if t.rank != 4 or weight.rank != 4:
-        raise NotModelledError("ops.conv: only 2-D convolutions (NCHW input, 4-D weight) are modelled")
+        raise NotModelledError(f"{where}: only 2-D convolutions (NCHW input, 4-D weight) are modelled")
     n, c, h, w = t.shape
     co, cig, kh, kw = weight.shape
     stride, dilation, padding = tuple(stride), tuple(dilation), tuple(padding)
     if len(set(stride)) != 1 or len(padding) != 4 or padding[:2] != padding[2:] or set(dilation) != {1}:
         raise NotModelledError(
-            f"ops.conv: stride {stride}, padding {padding}, dilation {dilation}: the cost model takes one stride "
+            f"{where}: stride {stride}, padding {padding}, dilation {dilation}: the cost model takes one stride "
             "for both axes, the same padding before and after each axis and no dilation")
     if pad_type not in ("not_set", "valid"):
-        raise NotModelledError(f"ops.conv(pad_type={pad_type!r}): give the padding explicitly")
+        raise NotModelledError(f"{where}(pad_type={pad_type!r}): give the padding explicitly")
     if c % groups or co % groups or cig != c // groups:
-        raise GraphError(f"ops.conv: input {t.shape} and weight {weight.shape} do not match for {groups} group(s)")
+        raise GraphError(f"{where}: input {t.shape} and weight {weight.shape} do not match for {groups} group(s)")
+    if available_memory_proportions is not None:
+        g.ir._note(f"{where}(available_memory_proportions=...): accepted, no modelled effect per op (the "
+                   "IPU's availableMemoryProportion applies to every convolution)")
     s, (ph, pw) = stride[0], padding[:2]
     ho, wo = (h + 2 * ph - kh) // s + 1, (w + 2 * pw - kw) // s + 1
     if ho <= 0 or wo <= 0:
-        raise GraphError(f"ops.conv: kernel {kh}x{kw} is too large for input {h}x{w}")
+        raise GraphError(f"{where}: kernel {kh}x{kw} is too large for input {h}x{w}")
+    attrs = {"kernel": spatial_attr((kh, kw)), "stride": s, "padding": spatial_attr((ph, pw)), "groups": groups}
+    if partials:
+        attrs["partials_type"] = partials
+    out_dtype = dtypes.float16 if t.dtype in _FP8 else t.dtype
     with g._building() as bld:
-        out = bld.op("conv2d", [t._sim, weight._sim], [(n, co, ho, wo)],
-                     {"kernel": spatial_attr((kh, kw)), "stride": s, "padding": spatial_attr((ph, pw)),
-                      "groups": groups}, name=_name(g, "conv"))[0]
-    return _out(g, out, t.dtype)
+        out = bld.op("conv2d", [t._sim, weight._sim], [(n, co, ho, wo)], attrs, name=_name(g, "conv"),
+                     out_dtypes=[out_dtype.sim_name])[0]
+    return _out(g, out, out_dtype)
 
 
 def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = "zero") -> Tensor:
