@@ -314,14 +314,11 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     return g
 
 
-#: the ``clip`` attribute of the gradient-clipping ops: each weight's ``norm`` and ``scale``, and the
-#: ``global`` ops on one IPU between them
-CLIP_ROLES = ("norm", "global", "scale")
-
-
 def _clip_factor_tensor(g: Graph, bw: _Backward, opt: Optimizer) -> str | None:
     """The clip factor's scalar tensor when ``opt`` clips gradients (None otherwise), in the
-    first weight gradient's dtype (PopART's norms and factor take the gradients' type)."""
+    first weight gradient's dtype (PopART's norms and factor take the gradients' type). The
+    clipping ops carry a ``clip`` attribute: each weight's ``norm`` and ``scale``, and the
+    ``global`` ops on one IPU between them."""
     grads = [bw.grads[w.name] for w in g.weights() if w.name in bw.grads]
     if opt.clip_norm is None or not grads:
         return None

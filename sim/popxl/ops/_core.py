@@ -464,7 +464,7 @@ def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilatio
             raise ValueError(f"ops.conv: partials_types {partials_types!r}: expected one entry, 'float' or 'half'")
         partials = partials_types[0]
     return _conv("ops.conv", t, weight, stride, padding, dilation, groups, pad_type, available_memory_proportions,
-                 partials)
+                 enable_conv_dithering, partials)
 
 
 def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
@@ -479,11 +479,11 @@ def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, stride=(1, 1)
     _check_log2_scale(log2_scale)
     _graph("ops.conv_pow2scaled", t, weight, log2_scale)
     return _conv("ops.conv_pow2scaled", t, weight, stride, padding, dilation, groups, pad_type,
-                 available_memory_proportions, "half")
+                 available_memory_proportions, enable_conv_dithering, "half")
 
 
 def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups: int, pad_type: str,
-          available_memory_proportions, partials: str | None) -> Tensor:
+          available_memory_proportions, enable_conv_dithering, partials: str | None) -> Tensor:
     g = _graph(where, t, weight)
     if t.rank != 4 or weight.rank != 4:
         raise NotModelledError(f"{where}: only 2-D convolutions (NCHW input, 4-D weight) are modelled")
@@ -501,6 +501,9 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
     if available_memory_proportions is not None:
         g.ir._note(f"{where}(available_memory_proportions=...): accepted, no modelled effect per op (the "
                    "IPU's availableMemoryProportion applies to every convolution)")
+    if enable_conv_dithering is not None:
+        g.ir._note(f"{where}(enable_conv_dithering=...): accepted, no modelled effect (tile balance across "
+                   "convolutions is not modelled)")
     s, (ph, pw) = stride[0], padding[:2]
     ho, wo = (h + 2 * ph - kh) // s + 1, (w + 2 * pw - kw) // s + 1
     if ho <= 0 or wo <= 0:
