@@ -185,8 +185,9 @@ class Context:
         seq = Sequence(name="weight update")
         R = self.options.total_replicas()
         tensors = self.g.tensors
+        # gradient clipping's norms and global ops run before the updates (:meth:`_clip_by_global_norm`)
         clipping = [op for op in self.updates if op.attrs.get("clip") in ("norm", "global")]
-        by_position = {p: [op for op in self.updates if op.ipu == p and op not in clipping]
+        by_position = {p: [op for op in self.updates if op.ipu == p and op.attrs.get("clip") not in ("norm", "global")]
                        for p in range(self.ipus_per_replica)}
         # one gradient per weight updated (LARS's norm ops name the weight they belong to)
         grads = {p: [tensors[w].nbytes for w in dict.fromkeys(op.attrs.get("weight", op.inputs[0]) for op in ops)]

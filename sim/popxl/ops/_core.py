@@ -90,10 +90,7 @@ def matmul(lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None =
            serialise_mode=None, serialise_factor: int = 1, output_type=None,
            partials_type=None) -> Tensor:
     """``lhs @ rhs`` with numpy's rules (1-D operands and broadcast batch dimensions)."""
-    if lhs.dtype in _FP8 or rhs.dtype in _FP8:
-        raise TypeError(f"ops.matmul: FP8 operands ({lhs.dtype.name} @ {rhs.dtype.name}): a log2 scale input "
-                        "tensor must be provided for FLOAT8 input types (PopART's MatMulOp, float8util.cpp): "
-                        "use ops.matmul_pow2scaled")
+    _refuse_unscaled_fp8("matmul", "MatMulOp", lhs, rhs)
     return _matmul("ops.matmul", lhs, rhs, available_memory_proportion, serialise_mode, serialise_factor,
                    output_type)
 
@@ -130,6 +127,14 @@ def pow2scale_cast_from_fp8(t: Tensor, log2_scale: Tensor, data_type) -> Tensor:
     _graph("ops.pow2scale_cast_from_fp8", t, log2_scale)
     return cast(t, dt)
 
+
+
+def _refuse_unscaled_fp8(op: str, popart_op: str, a: Tensor, b: Tensor) -> None:
+    """PopART's refusal of FP8 operands without a log2 scale (float8util.cpp), naming the scaled op."""
+    if a.dtype in _FP8 or b.dtype in _FP8:
+        raise TypeError(f"ops.{op}: FP8 operands ({a.dtype.name}, {b.dtype.name}): a log2 scale input tensor must "
+                        f"be provided for FLOAT8 input types (PopART's {popart_op}, float8util.cpp): use "
+                        f"ops.{op}_pow2scaled")
 
 
 def _check_log2_scale(log2_scale: Tensor) -> None:
@@ -454,10 +459,7 @@ def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilatio
     (``padding`` = (h_begin, w_begin, h_end, w_end)) and no dilation; the kernel may be kH x kW.
     ``partials_types`` (PopXL's one entry per convolution: ``["half"]`` or ``["float"]``) sets the
     partials as ``Precision.setPartialsType`` does for the whole model."""
-    if t.dtype in _FP8 or weight.dtype in _FP8:
-        raise TypeError(f"ops.conv: FP8 operands ({t.dtype.name}, {weight.dtype.name}): a log2 scale input "
-                        "tensor must be provided for FLOAT8 input types (PopART's ConvOp, float8util.cpp): "
-                        "use ops.conv_pow2scaled")
+    _refuse_unscaled_fp8("conv", "ConvOp", t, weight)
     partials = None
     if partials_types is not None:
         if len(partials_types) != 1 or partials_types[0] not in ("float", "half"):
