@@ -279,6 +279,7 @@ class Setup:
     sharding_domain: int = 0  # RTS over groups of this many consecutive replicas (PopART's shardingDomain); 0: all
     accum_dtype: str = ""  # the gradient accumulators' dtype (PopTorch accum_type, PopART accumType); "": the weights'
     clip_norm: float = 0.0  # gradients clipped to this global norm (PopART ClipNormSettings, max_grad_norm); 0: none
+    pytorch_bert_groups: bool = False  # the parameter groups of Graphcore's PyTorch BERT (pytorch_bert_groups)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -316,7 +317,8 @@ class Setup:
         return o
 
     def sim_optimizer(self) -> Optimizer:
-        return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None, self.clip_norm or None)
+        groups = _pytorch_bert_groups(self) if self.pytorch_bert_groups else {}
+        return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None, self.clip_norm or None, **groups)
 
     def describe(self) -> str:
         parts = [f"`{self.system}`", f"`{self.model}` " + ", ".join(f"{k}={_show(v)}" for k, v in self.params)]
@@ -343,6 +345,22 @@ class Setup:
         if self.merged_collectives:
             parts.append(" and ".join(k.replace("_", "-") + "s" for k in self.merged_collectives) + " merged")
         return "; ".join(parts)
+
+
+def pytorch_bert_groups(graph, optimizer: str) -> dict[str, tuple[str, ...]]:
+    """The per-weight settings of Graphcore's PyTorch BERT optimizer (graphcore/examples
+    nlp/bert/pytorch/optimization.py ``get_optimizer``, SDK 3.1 c0239af): biases without weight
+    decay or LAMB's trust ratio (``max_weight_norm`` 0), other 1-D weights without weight decay,
+    both made constant (``markAsConstant``). Hugging Face names a LayerNorm's beta ``bias``; the
+    zoo names it ``beta``."""
+    one_d = [w.name for w in graph.weights() if len(w.shape) == 1]
+    biases = [n for n in one_d if n.endswith("bias") or n.endswith("/beta")]
+    return {"no_weight_decay": tuple(one_d), "no_trust_ratio": tuple(biases) if optimizer == "lamb" else ()}
+
+
+@lru_cache(maxsize=None)
+def _pytorch_bert_groups(setup: Setup) -> dict[str, tuple[str, ...]]:
+    return pytorch_bert_groups(setup.graph(), setup.optimizer)
 
 
 @lru_cache(maxsize=None)
@@ -448,7 +466,9 @@ DEPARTURES = {
     "pt-options": "graphcore/examples SDK 3.1 (c0239af) nlp/bert/pytorch as run here: outputMode Sum "
                   "(ipu_options.py:61), attention_probs_dropout_prob 0 (configs_pretraining.yml:34; the hidden "
                   "dropout stays 0.1), LAMB state fp32 (enable_half_first_order_momentum False), optimizer state "
-                  "off chip with RTS, half partials, matmul_proportion per IPU, recompute_checkpoint_every_layer",
+                  "off chip with RTS, half partials, matmul_proportion per IPU, recompute_checkpoint_every_layer, "
+                  "and optimization.py's parameter groups: biases without weight decay or LAMB's trust ratio "
+                  "(max_weight_norm 0, so PopART drops their norms), other 1-D weights without weight decay",
     "pt-not-modelled": "set by the source but not modelled: stochastic rounding (ipu_options.py:96); "
                        "accumulateOuterFragmentSettings OverlapMemoryOptimized with IPU 0 excluded "
                        "(ipu_options.py:110-112; the simulator runs each IPU's update in parallel); PopTorch "
@@ -545,10 +565,11 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
                 layers_per_ipu: list[int], amp: list[float], seq_len: int = 128, mask_tokens: int = 20,
                 vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
                 attention_dropout: float | None = None, output_mode: str = "",
-                merged_collectives: tuple = ()) -> Setup:
+                merged_collectives: tuple = (), pytorch: bool = False) -> Setup:
     """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
     state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
-    ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum)."""
+    ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum); ``pytorch``: the
+    PyTorch example's parameter groups (:func:`pytorch_bert_groups`)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
                   mask_tokens=mask_tokens)
     if recompute is not None:
@@ -557,7 +578,7 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
         params["attention_dropout"] = attention_dropout
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
                  amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
-                 merged_collectives=merged_collectives)
+                 merged_collectives=merged_collectives, pytorch_bert_groups=pytorch)
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -580,11 +601,12 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  layers_per_ipu: list[int] | None = None, att_ffn: list | None = None, off_chip: bool = False,
                  model: str = "bert-large", prefetch_depth: int = 1, attention_dropout: float | None = None,
                  output_mode: str = "", merged_collectives: tuple = (), sharding_domain: int = 0,
-                 clip_norm: float = 0.0) -> Setup:
+                 clip_norm: float = 0.0, pytorch: bool = False) -> Setup:
     """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
     state sharded over the replicas (on or off chip), half partials, real data; gradients clipped to
-    the global norm ``clip_norm`` (0: not clipped). ``mask_tokens`` is
+    the global norm ``clip_norm`` (0: not clipped); ``pytorch``: the PyTorch example's parameter
+    groups (:func:`pytorch_bert_groups`). ``mask_tokens`` is
     the MLM positions per pack (PopART: the config's mask_tokens + 2); ``prefetch_depth`` is the
     script's ``defaultPrefetchBufferingDepth`` (3 in MLPerf v2.0's bert.py, unset before);
     ``sharding_domain`` the replicas of one poprun instance, over which bert.py shards the optimizer
@@ -600,7 +622,7 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation, amp=tuple(amp),
                  optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth,
                  output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain,
-                 clip_norm=clip_norm)
+                 clip_norm=clip_norm, pytorch_bert_groups=pytorch)
 
 
 # att_ffn_placement of the MLPerf configs (training_results v1.1 / v2.0, Graphcore .../popart/configs)
@@ -745,7 +767,7 @@ PUBLISHED_ROWS = [
         True, ("tf2", "bert-recompute", "tf-combine")),
     Row("B46", "GCN-S33 B46", "BERT-Base Ph1 (SL128) PyTorch, Bow Pod16", 15911, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.25] * 4, vocab=30522, recompute=True,
-                    attention_dropout=0.0, output_mode="Sum"),
+                    attention_dropout=0.0, output_mode="Sum", pytorch=True),
         True, ("vocab, optimizer_state_offchip and recompute_checkpoint_every_layer as the PyTorch config",
                "pt-options", "pt-not-modelled")),
     Row("B47", "GCN-S33 B47", "BERT-Base Ph2 (SL512) PopART, Bow Pod16", 3656, "sequences/s",
@@ -813,7 +835,7 @@ PUBLISHED_ROWS = [
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph{1 if sl == 128 else 2} packed (SL{sl}) PyTorch, Bow {pod}", pub,
           "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, mbs, ga, amp, seq_len=sl, mask_tokens=mt + 2,
                                       vocab=30522, packing_factor=pf, layers_per_ipu=[3, 7, 7, 7], off_chip=True,
-                                      attention_dropout=0.0, output_mode="Sum"),
+                                      attention_dropout=0.0, output_mode="Sum", pytorch=True),
           rid in _ASSERTED_PACKED, ("packed", f"packing factor {pf} (the config's packing_factor; its GA is ceil(GA / {pf}))",
                   f"mask_tokens {mt} + 2 (run_pretraining.py:61-62 adds max_sequences_per_pack - 1 for packed data)",
                   "pt-gather", "nsp", "emb-serial", "pt-options", "pt-not-modelled")

@@ -148,7 +148,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind == "lars_update":
         return _lars_update(ins, outs, ipu, tiles)
     if kind in ADAM_KINDS:
-        return _adam_family(kind, ins, outs, ipu, tiles)
+        return _adam_family(kind, ins, outs, attrs, ipu, tiles)
     if kind == "reduce_many":
         return _reduce_many(ins, outs, ipu, tiles)
     more = _more_kinds(kind, ins, outs, attrs, ipu, tiles)
@@ -236,11 +236,14 @@ ADAM_KINDS = ("adam_update", "adam_updater", "lamb_update")
 #: ``b*m + (1-b)*g`` and ``b*v + (1-b)*g*g`` (popx/op/accumulatex.cpp, MovingAverage and
 #: MovingAverageSquare), by position from the last state (RMSprop's one state is a second moment);
 #: the gradient accumulator zeroed (AccumulatorZeroOp, a fill); the updater, AdamUpdaterOpx's one
-#: fused popops::map ``m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd*w``
+#: fused popops::map ``m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd*w``, without the ``wd*w`` term
+#: (:data:`ADAM_DECAY_STEPS`) when the weight decay is the constant 0 (op attribute
+#: ``weight_decay`` False)
 ADAM_UNSCALE_STEPS = ("mul",)
 ADAM_MOMENT_STEPS = (("mul", "mul", "add"), ("mul", "mul", "mul", "add"))
 ADAM_ZERO_STEPS = ("copy",)
-ADAM_UPDATER_STEPS = ("div", "div", "sqrt", "add", "div", "mul", "add")
+ADAM_DECAY_STEPS = ("mul", "add")
+ADAM_UPDATER_STEPS = ("div", "div", "sqrt", "add", "div") + ADAM_DECAY_STEPS
 #: phase 2, AdamVarUpdateOpx (popx/op/adamvarupdatex.cpp): a scalar popops::map on one tile makes
 #: ``-lr`` (PopTorch's learning rate is a tensor) or, for LAMB, ``-lr * min(sqrt(r1sq), mwn) /
 #: sqrt(r2sq)`` with its two ``== 0`` guards; its fp32 value goes to every tile of the weight,
@@ -250,13 +253,14 @@ LAMB_RATIO_STEPS = ("sqrt", "sqrt", "minimum", "div", "compare", "select", "comp
 VAR_UPDATE_STEP = "scale"
 
 
-def adam_sets(kind: str, ins) -> list[tuple[tuple[str, ...], int]]:
+def adam_sets(kind: str, ins, weight_decay: bool = True) -> list[tuple[tuple[str, ...], int]]:
     """The element-wise compute sets of an Adam-family op of ``kind`` with inputs ``ins``
     ((shape, dtype, role) each), in order: (the codelets one fused vertex chains, the bytes of
     the element it runs at). Which phase-1 sets run follows the inputs' roles: the gradient
     (role ``gradient`` or ``accumulator``) is unscaled, each ``state`` input is a moment, an
     ``accumulator`` is zeroed; a phase-1 op without them (PopXL's ``adam_updater``, whose moments
-    are ops of their own) runs only the updater."""
+    are ops of their own) runs only the updater, whose ``wd*w`` term runs if ``weight_decay``."""
+    updater = ADAM_UPDATER_STEPS if weight_decay else ADAM_UPDATER_STEPS[:-len(ADAM_DECAY_STEPS)]
     size = lambda rows: max(DTYPE_BYTES[d] for _, d, _ in rows)  # noqa: E731
     full = [x for x in ins if math.prod(x[0]) > 1] or list(ins)
     grads = [x for x in full if x[2] in ("gradient", "accumulator")]
@@ -271,13 +275,13 @@ def adam_sets(kind: str, ins) -> list[tuple[tuple[str, ...], int]]:
             sets.append((steps, size([state] + grads[:1])))
         if any(x[2] == "accumulator" for x in grads):
             sets.append((ADAM_ZERO_STEPS, size([x for x in grads if x[2] == "accumulator"][:1])))
-        sets.append((ADAM_UPDATER_STEPS, size(states + weights[:1]) if states else size(full)))
+        sets.append((updater, size(states + weights[:1]) if states else size(full)))
     if kind != "adam_updater":  # r has the weight's dtype (AdamUpdaterOpx casts to the weight's type)
         sets.append(((VAR_UPDATE_STEP,), size(full[:2] if kind == "lamb_update" else weights[:1])))
     return sets
 
 
-def _adam_family(kind, ins, outs, ipu, tiles) -> OpCost:
+def _adam_family(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     """An Adam-family update on the tiles of its weight: the compute sets of :func:`adam_sets`
     (each a fused popops vertex: its largest codelet's fixed cost, the sum of their per-element
     cycles at that set's element size), laid out as the weight (its states and updater are
@@ -291,7 +295,7 @@ def _adam_family(kind, ins, outs, ipu, tiles) -> OpCost:
     layout = next((x for x in full if x[2] == "weight"), full[0])  # the states and r take the weight's mapping
     used, _ = spread(n, DTYPE_BYTES[layout[1]], ipu, tiles)
     counts = _counts(n, used)
-    sets = adam_sets(kind, ins)
+    sets = adam_sets(kind, ins, attrs.get("weight_decay", True))
     per_tile = np.zeros(used)
     launch = 0
     for steps, size in sets:

@@ -72,6 +72,8 @@ STATES = {
     "lars": (("velocity", None),),
 }
 STATES["adamw"] = STATES["lamb"] = STATES["adam"]
+#: optimizers whose weight decay PopART prices per weight (AdamUpdaterOpx's ``wd * w`` term)
+DECAY_PER_WEIGHT = ("adam", "adamw", "lamb")
 STATE_DTYPES = ("float16", "float32")
 
 
@@ -104,12 +106,26 @@ class Optimizer:
     most this norm (PopART's ``ClipNormSettings.clipAllWeights(maxNorm)``, PopTorch's
     ``max_grad_norm``); None (or infinity, PopTorch's default) clips nothing. The weight update
     then runs :func:`_clip_by_global_norm`'s ops, a barrier across the replica's IPUs.
+
+    Per-weight settings, as PopART compiles a constant optimizer value of 0 (PopTorch: a
+    parameter group's value, constant when the attribute is, ``_optimizer_attributes.py``):
+
+    * ``no_weight_decay`` (Adam, AdamW, LAMB): the weights whose weight decay is the constant 0.
+      Their updater map has no ``wd * w`` term (popx/op/adamupdaterx.cpp).
+    * ``no_trust_ratio`` (LAMB): the weights whose max weight norm is the constant 0. PopART drops
+      their two LambSquare norms (adamdecompose.cpp ``use_lamb``), so they are updated as Adam is
+      (``adam_update``, no trust ratio). Graphcore's PyTorch BERT does this for biases
+      (nlp/bert/pytorch/optimization.py).
+
+    Both are weight names of the graph; any other name is refused when the graph is expanded.
     """
 
     name: str = "sgd"
     state_dtype: str | tuple[str, ...] = "float32"
     accum_dtype: str | None = None
     clip_norm: float | None = None
+    no_weight_decay: tuple[str, ...] = ()
+    no_trust_ratio: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
@@ -142,6 +158,21 @@ class Optimizer:
                 raise OptionsError(f"optimizer {self.name!r}: clip norm {self.clip_norm!r}: expected a number > 0 (the "
                                    "largest global norm of the gradients; None or infinity: no clipping)")
             object.__setattr__(self, "clip_norm", None if math.isinf(clip) else clip)
+        for field, kinds in (("no_weight_decay", DECAY_PER_WEIGHT), ("no_trust_ratio", ("lamb",))):
+            object.__setattr__(self, field, self._weight_names(field, kinds))
+
+    def _weight_names(self, field: str, optimizers: tuple[str, ...]) -> tuple[str, ...]:
+        """``field``'s weight names as a sorted tuple; refused unless strings, or if this optimizer
+        is not one of ``optimizers``."""
+        given = getattr(self, field)
+        names = [given] if isinstance(given, str) else list(given or ())
+        bad = [n for n in names if not isinstance(n, str) or not n]
+        if bad:
+            raise OptionsError(f"optimizer {self.name!r}: {field} {given!r}: expected weight names (strings)")
+        if names and self.name not in optimizers:
+            raise OptionsError(f"optimizer {self.name!r}: {field} is a setting of {', '.join(optimizers)} only "
+                               f"(PopART has no such per-weight value for {self.name})")
+        return tuple(sorted(set(names)))
 
     @property
     def state_dtypes(self) -> tuple[str, ...]:
@@ -157,8 +188,9 @@ class Optimizer:
     def describe(self) -> str:
         """``adamw``, ``adamw (state float16)`` or ``adamw (state: first moment float16, second
         moment float32)``: the name, and the state's dtypes unless all are float32; then the
-        accumulators' dtype where given (``lamb (accumulators float32)``) and the clip norm
-        (``lamb (gradients clipped to global norm 1)``)."""
+        accumulators' dtype where given (``lamb (accumulators float32)``), the clip norm
+        (``lamb (gradients clipped to global norm 1)``) and the per-weight settings
+        (``lamb (no weight decay on 4 weights; no trust ratio on 2 weights)``)."""
         dtypes = self.state_dtypes
         extras = []
         if len(set(dtypes)) == 1 and dtypes[0] != "float32":
@@ -170,6 +202,9 @@ class Optimizer:
             extras.append(f"accumulators {self.accum_dtype}")
         if self.clip_norm is not None:
             extras.append(f"gradients clipped to global norm {self.clip_norm:g}")
+        for what, names in (("weight decay", self.no_weight_decay), ("trust ratio", self.no_trust_ratio)):
+            if names:
+                extras.append(f"no {what} on {len(names)} weight{'s' * (len(names) > 1)}")
         return f"{self.name} ({'; '.join(extras)})" if extras else self.name
 
     @property
@@ -182,9 +217,12 @@ class Optimizer:
 
     def update_kind_of(self, weight: str) -> str:
         """The update op kind of weight ``weight``: LARS skips the weights named in
-        :data:`LARS_SKIP` (momentum SGD, ``sgd_update``)."""
+        :data:`LARS_SKIP` (momentum SGD, ``sgd_update``); LAMB updates the weights of
+        :attr:`no_trust_ratio` as Adam (``adam_update``)."""
         if self.name == "lars" and any(s in weight for s in LARS_SKIP):
             return "sgd_update"
+        if weight in self.no_trust_ratio:
+            return "adam_update"
         return self.update_kind
 
 
@@ -257,6 +295,13 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
             f"graph {graph.name!r} has no loss: build one with softmax_cross_entropy/mse_loss "
             "(or pass training=False)")
     opt = optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)
+    weights = {w.name for w in graph.weights()}
+    for field in ("no_weight_decay", "no_trust_ratio"):
+        unknown = [n for n in getattr(opt, field) if n not in weights]
+        if unknown:
+            raise OptionsError(f"optimizer {opt.name!r}: {field} names {', '.join(map(repr, unknown[:5]))}, "
+                               f"not weights of graph {graph.name!r}; use its weight names "
+                               f"(e.g. {', '.join(sorted(weights)[:3]) or 'none: the graph has no weights'})")
     g = graph.copy()
     g.training = True
     _mark_fully_connected_passes(g)
@@ -300,6 +345,8 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
                                dtype, "state").name for k, dtype in enumerate(opt.state_dtypes)]
         kind = opt.update_kind_of(w.name)
         attrs = {"optimizer": opt.name, "weight": w.name}
+        if w.name in opt.no_weight_decay:
+            attrs["weight_decay"] = False  # the updater has no wd * w term (AdamUpdaterOpx)
         if kind == "lamb_update":
             _lamb(g, w.name, grad, states, attrs, annotations)
             continue

@@ -262,7 +262,8 @@ class PoplarExecutor:
         sim_opt = self._sim_optimizer
         if self._training:
             sim_opt = _SimOptimizer(self._sim_optimizer, _optim.state_dtype(self._optimizer),
-                                    _optim.accum_dtype(self._optimizer), _optim.clip_norm(self._optimizer))
+                                    _optim.accum_dtype(self._optimizer), _optim.clip_norm(self._optimizer),
+                                    **self._per_weight(self._optimizer, {w.name for w in g.weights()}))
         try:
             exe = sim_compile(g, system, o, self._training, sim_opt)
         except UnsupportedOpError as e:
@@ -319,6 +320,12 @@ class PoplarExecutor:
             notes.append(f"anchored tensors {', '.join(sorted(anchors))}: computed on the CPU, no "
                          "extra host transfer simulated")
         return notes
+
+    def _per_weight(self, optimizer, weights: set[str] | None = None) -> dict[str, tuple[str, ...]]:
+        """``optimizer``'s per-weight settings of the priced update (:func:`_optim.per_weight`), of
+        the parameters named in ``weights`` (the graph's; None: all)."""
+        return _optim.per_weight(optimizer, {id(p): n for n, p in self._user_model.named_parameters()
+                                             if weights is None or n in weights})
 
     def _name_optimizer_params(self) -> None:
         """Let a poptorch.optim optimizer name its state after the model's parameters."""
@@ -616,14 +623,14 @@ class PoplarExecutor:
             raise error(f"Clip norm settings {which}do not match. (max_grad_norm {compiled_clip} was compiled into "
                         f"the model's gradient clipping and cannot become {clip}: give it before the first call, "
                         "or make a new trainingModel)")
-        dtype_changed = ((_optim.state_dtype(optimizer), _optim.accum_dtype(optimizer))
-                         != (_optim.state_dtype(self._optimizer), _optim.accum_dtype(self._optimizer)))
+        priced = lambda opt: (_optim.state_dtype(opt), _optim.accum_dtype(opt), self._per_weight(opt))  # noqa: E731
+        repriced = priced(optimizer) != priced(self._optimizer)
         if isinstance(self._optimizer, _optim.Optimizer) and self._optimizer is not optimizer:
             self._optimizer._ipusim_param_names = None
         self._optimizer = optimizer
         if self.isCompiled():
             self._name_optimizer_params()
-        if name != self._sim_optimizer or dtype_changed:
+        if name != self._sim_optimizer or repriced:
             self._sim_optimizer = name
             if self._executable is not None:
                 self._executable = None

@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from ..graph.training import STATES
+from ..graph.training import DECAY_PER_WEIGHT, STATES
 from ._errors import Error
 
 logger = logging.getLogger("poptorch")
@@ -391,6 +391,39 @@ def clip_norm(optimizer) -> float | None:
     if math.isnan(norm):
         raise Error("Maximum norm of gradients cannot be NaN", "poptorch_cpp_error")
     return None if math.isinf(norm) else norm
+
+
+#: the value PopTorch takes as constant for an optimizer without ``variable_attrs`` (a torch.optim
+#: one): poptorch python/_optimizer_attributes.py (weight decay 0, 1e-2 for AdamW; max weight norm
+#: 65500)
+_CONST_WHEN = {"weight_decay": 0.0, "max_weight_norm": 65500.0}
+
+
+def _constant(optimizer, attr: str, value) -> bool:
+    """Is ``attr`` (of value ``value`` in a group) a constant of the compiled optimizer? With
+    ``variable_attrs`` (PopTorch's optimizers), as they say, else equal to PopTorch's constant."""
+    variable_attrs = getattr(optimizer, "variable_attrs", None)
+    if variable_attrs is not None:
+        return variable_attrs.isConstant(attr)
+    default = 1e-2 if attr == "weight_decay" and isinstance(optimizer, torch.optim.AdamW) else _CONST_WHEN[attr]
+    return value == default
+
+
+def per_weight(optimizer, names: dict[int, str]) -> dict[str, tuple[str, ...]]:
+    """The per-weight settings of the :class:`sim.Optimizer` pricing ``optimizer`` (``names``: each
+    parameter's name by ``id``), from its parameter groups: the weights whose weight decay
+    (Adam, AdamW, LAMB) or max weight norm (LAMB) is the constant 0, which PopART compiles without
+    the decay term or without LAMB's norms and trust ratio."""
+    kind = sim_optimizer(optimizer)
+    settings = {"no_weight_decay": [], "no_trust_ratio": []}
+    for group in optimizer.param_groups:
+        params = [names[id(p)] for p in group["params"] if id(p) in names]
+        for field, attr, applies in (("no_weight_decay", "weight_decay", kind in DECAY_PER_WEIGHT),
+                                     ("no_trust_ratio", "max_weight_norm", kind == "lamb")):
+            value = group.get(attr)
+            if applies and value == 0 and _constant(optimizer, attr, value):
+                settings[field] += params
+    return {field: tuple(sorted(v)) for field, v in settings.items()}
 
 
 def unmodelled(optimizer) -> dict:

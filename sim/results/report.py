@@ -53,16 +53,21 @@ OUTPUT_FILES = ("trace.csv", "ops.csv", "breakdown.csv", "summary.json", "timeli
 
 # --- text -----------------------------------------------------------------------------------
 def _optimizer(run: Run) -> str | None:
-    """The optimizer of a training run, its state dtypes unless all float32 and its clip norm,
-    read from its update ops (``adamw (state: first moment float16, second moment float32)``);
-    None for inference."""
+    """The optimizer of a training run, its state dtypes unless all float32, its clip norm and its
+    per-weight settings, read from its update ops (``adamw (state: first moment float16, second
+    moment float32)``); None for inference."""
     g = run.executable.graph
     clip = next((op.attrs["clip_norm"] for op in g.ops if op.attrs.get("clip") == "global"), None)
-    for op in g.ops:
-        if op.pass_ == "update" and "optimizer" in op.attrs and "clip" not in op.attrs:
-            dtypes = tuple(g.tensors[t].dtype for t in op.inputs if g.tensors[t].role == "state")
-            return Optimizer(op.attrs["optimizer"], dtypes or "float32", clip_norm=clip).describe()
-    return None
+    updates = [op for op in g.ops if op.pass_ == "update" and "optimizer" in op.attrs and "clip" not in op.attrs]
+    if not updates:
+        return None
+    first = updates[0]
+    dtypes = tuple(g.tensors[t].dtype for t in first.inputs if g.tensors[t].role == "state")
+    name = first.attrs["optimizer"]
+    no_decay = {op.attrs["weight"] for op in updates if op.attrs.get("weight_decay") is False}
+    no_ratio = {op.attrs["weight"] for op in updates if name == "lamb" and op.kind == "adam_update"}
+    return Optimizer(name, dtypes or "float32", clip_norm=clip, no_weight_decay=tuple(no_decay),
+                     no_trust_ratio=tuple(no_ratio)).describe()
 
 
 def _output_mode(run: Run) -> str:

@@ -64,9 +64,15 @@ def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
 def adam_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tensor | None = None,
                  time_step: Tensor | None = None, weight_decay=None, beta1: float = 0.9,
                  beta2: float = 0.999, epsilon: float = 1e-07) -> Tensor:
-    """Adam's update term from the two moment accumulators (a new tensor)."""
-    others = [x for x in (acc_second_order, weight, time_step) if isinstance(x, Tensor)]
-    return _update("adam_updater", "adam_updater", acc_first_order, others, new_output=True)
+    """Adam's update term from the two moment accumulators (a new tensor). Its ``wd * w`` term
+    runs only when the weight decay is a tensor or a non-zero number, as in PopXL
+    (``weight_decay_is_required``); it then needs the weight."""
+    decay = isinstance(weight_decay, Tensor) or (weight_decay is not None and weight_decay != 0.0)
+    if decay and weight is None:
+        raise ValueError("Weight decay requires weight to not be None.")
+    others = [x for x in (acc_second_order, weight if decay else None, time_step) if isinstance(x, Tensor)]
+    return _update("adam_updater", "adam_updater", acc_first_order, others, None if decay else {"weight_decay": False},
+                   new_output=True)
 
 
 def lamb_square(t: Tensor) -> Tensor:
