@@ -410,6 +410,14 @@ DEPARTURES = {
             "16.16 keeps it in fp16, and IPUOptimizer's weight-decay term added to every gradient is not modelled",
     "resnet-recompute": "recomputation is the zoo's checkpoint after every block; the TF1 config recomputes "
                         "between 6 split points (about the same recomputed work)",
+    "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
+              "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
+              "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
+              "'memory', and its 32 IO tiles (the simulator, as PopTorch, takes no IO tiles with a pipeline); "
+              "the pipeline schedule is PopART's, not TF1's Grouped; the pre-SDK 2.5 rows (B4-B6) are assumed "
+              "to run the SDK 3.0 config [U]",
+    "effnet-pod256": "RF 128 and GA 16 are inferred from the GBS of 6,144 at micro-batch 3 [U]; the config "
+                     "lists no Pod256 entry",
     "vit-pretrain": "the loss is lam CE(labels) + (1 - lam) CE(rolled labels); the zoo builds one softmax "
                     "cross-entropy, whose gradient is the same work (a softmax less a mixed one-hot); the second "
                     "term's forward and the on-device accuracy (B x 1,000 values) are left out",
@@ -665,6 +673,19 @@ def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, am
                  io_tiles=io_tiles, overlap_io=bool(io_tiles))
 
 
+def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
+    """EfficientNet-B4 G16 training as Graphcore's TF1 CNN example runs it (graphcore/examples
+    ``vision/cnns/tensorflow1/training``, configs.yml ``efficientnet_b4_g16_large_batch_size_high_throughput``
+    and Models/efficientnet.py ``set_defaults``): group convolutions of 16 channels, expansion ratio 4,
+    group norm of 4 groups (the model's default), the ImageNet default size 380, micro-batch 3, two IPUs
+    per replica split at block4a, availableMemoryProportion 0.4, precision 16.16 with half partials,
+    LARS, 8-bit images, recomputation, prefetch depth 3, the gradient all-reduces combined
+    ([tf-combine])."""
+    params = _params(micro_batch=3, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
+    return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
+                 optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",))
+
+
 def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
     """ViT-B/16 training as Graphcore's PyTorch ViT runs it (graphcore/examples 8ae588c
     ``vision/vit/pytorch``, configs.yml and benchmarks.yml): blocks [3, 3, 3, 3] on a 4-IPU pipeline,
@@ -853,6 +874,15 @@ PUBLISHED_ROWS = [
         ("attention_probs_dropout_prob 0.15 and outputMode All (run_squad.py:51: the loss and both logits come "
          "back every micro-batch) as the source", "pt-not-modelled", "pt-squad", "per-call",
          "GCN-S33 gives 1,009 sequences/s for the same config")),
+    # EfficientNet-B4 G16 training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
+    *[Row(rid, f"{src} {rid}", f"EfficientNet-B4 (G16) training, Bow {pod}", pub, "images/s",
+          _effnet_train(f"bow-{pod.lower()}", rf, ga), True,
+          ("effnet", "lars", "tf-combine") + (("effnet-pod256",) if rf == 128 else ()))
+      for rid, src, pod, rf, ga, pub in (("B4", "GCN-P", "Pod16", 8, 256, 8936), ("B5", "GCN-P", "Pod64", 32, 64, 34943),
+                                         ("B6", "GCN-P", "Pod256", 128, 16, 117641),
+                                         ("B17", "GCN-S30", "Pod16", 8, 256, 9000),
+                                         ("B19", "GCN-S30", "Pod64", 32, 64, 34140),
+                                         ("B20", "GCN-S30", "Pod256", 128, 16, 122665))],
     # ViT-B/16 training, PyTorch (graphcore/examples vision/vit/pytorch, SDK 3.0)
     Row("B22", "GCN-S30 B22", "ViT-B/16 pre-training (LAMB, mixup, 8-bit images), Bow Pod16", 7615, "images/s",
         _vit_train("bow-pod16", 4, 2048, pretrain=True), False, ("vit-pretrain", "vit-not-modelled")),
@@ -950,6 +980,10 @@ SCALING = [
           "B12", "B10", True),
     Ratio("vit_base_pretrain_s30_16_64", "ViT-B/16 pre-training, Bow Pod16 → Pod64 (GA 2,048 → 512)",
           "GCN-S30 B22 → B23", "B23", "B22", True),
+    Ratio("efficientnet_b4_bow_s30_16_64", "EfficientNet-B4 G16 training, Bow Pod16 → Pod64 (GBS 6,144)",
+          "GCN-S30 B17 → B19", "B19", "B17", True),
+    Ratio("efficientnet_b4_bow_s30_64_256", "EfficientNet-B4 G16 training, Bow Pod64 → Pod256 (GBS 6,144)",
+          "GCN-S30 B19 → B20", "B20", "B19", True),
     Ratio("resnet50_mk2_to_bow", "ResNet-50 training, GBS 1,920 on POD16: Mk2 → Bow", "MLP v1.0 M5 → GCN-P B1",
           "B1", "M5", True),
     Ratio("resnet50_infer_fp16_synth_1_90", "ResNet-50 inference fp16 synthetic, batch 1 → 90",
@@ -980,7 +1014,8 @@ NOT_EXPRESSIBLE = [
      "FP8 is matmul and convolution operands on the C600's FP8 AMP)"),
     ("M21, M22", "BERT-Large MLPerf v2.0, PaddlePaddle", "configuration not extracted (mbs, RF, placement unknown)"),
     ("M27", "RNN-T MLPerf v2.0", "no RNN-T / LSTM model in the zoo"),
-    ("B4-B6, B17-B20", "EfficientNet-B4 (G16)", "not in the zoo (grouped depthwise convolutions)"),
+    ("B18", "EfficientNet-B4 (G16-GN), PyTorch, Bow Pod16", "the measured configuration is unknown: the "
+     "table's GBS 1,024 and precision 16.32 are not the PyTorch config's (GBS 2,048, 16.16)"),
     ("B7, B21", "ResNeXt-101", "not in the zoo (grouped convolutions)"),
     ("B8", "ViT (B/16?), pre-SDK 2.5, Bow Pod64", "the measured configuration is unknown (31,200 images/s, "
      "above the SDK 3.0 pre-training row B23: another task or configuration)"),

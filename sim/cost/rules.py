@@ -35,8 +35,8 @@ from .vector import codelet, launch_cycles, spread, tile_cycles
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
           "pad"}  # popops::pad concatenates views of the input and constants (popops/Padder.cpp)
-_UNARY = {"relu", "gelu", "tanh", "sigmoid", "exp", "scale", "dropout", "cast", "copy",
-          "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "accumulate",
+_UNARY = {"relu", "gelu", "tanh", "sigmoid", "swish", "exp", "scale", "dropout", "cast", "copy",
+          "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "swish_grad", "accumulate",
           "sgd_update", "loss_grad", "mul", "add", "sub", "div",
           "reduce_mean_grad", "reduce_sum_grad"}
 _ROW_OPS = {"softmax_cross_entropy",  # softmax, layer norm and their gradients: ROW_OP_KINDS (row_ops.py)

@@ -431,6 +431,10 @@ class GraphBuilder:
     def sigmoid(self, x: str, name: str | None = None) -> str:
         return self.unary("sigmoid", x, name)
 
+    def swish(self, x: str, name: str | None = None) -> str:
+        """``x * sigmoid(x)`` (SiLU) as one non-linearity (popnn's SWISH)."""
+        return self.unary("swish", x, name)
+
     def scale(self, x: str, factor: float, name: str | None = None) -> str:
         return self.unary("scale", x, name, factor=factor)
 
@@ -460,6 +464,17 @@ class GraphBuilder:
             self.constant("running_mean", (c,), "float32")
             self.constant("running_var", (c,), "float32")
             return self._one("batchnorm", [x, g, b], self.shape(x))
+
+    def group_norm(self, x: str, groups: int, eps: float = 1e-5, name: str = "gn") -> str:
+        """Group normalisation of NCHW ``x``: statistics over each sample's ``groups`` groups of
+        channels, then a per-channel scale (``gamma``) and shift (``beta``), as popnn's group norm."""
+        c = self.shape(x)[1]
+        if groups < 1 or c % groups:
+            raise GraphError(f"group_norm {self._name(name)}: {c} channels do not split into {groups} groups")
+        with self.scope(name):
+            g = self.weight("gamma", (c,), self.dtype_of(x))
+            b = self.weight("beta", (c,), self.dtype_of(x))
+            return self._one("groupnorm", [x, g, b], self.shape(x), {"groups": groups, "eps": eps})
 
     def reduce(self, x: str, axes: Sequence[int], kind: str = "reduce_sum", keepdims: bool = False,
                name: str | None = None) -> str:

@@ -226,7 +226,7 @@ class Optimizer:
         return self.update_kind
 
 
-_ACTIVATION_GRADS = {"relu", "gelu", "tanh", "sigmoid"}
+_ACTIVATION_GRADS = {"relu", "gelu", "tanh", "sigmoid", "swish"}
 _PASS_THROUGH = {"identity", "detach"}
 
 

@@ -21,6 +21,9 @@ UNARY = {
     "reciprocal": "reciprocal", "square": "square", "log": "log", "log1p": "log1p", "expm1": "expm1",
     "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "arcsin": "asin", "erf": "erf",
     "isnan": "isnan", "logical_not": "logical_not", "bitwise_not": "bitwise_not", "invert": "bitwise_not",
+    # PopTorch lowers aten::silu to PopART's Swish (AtenHandlers.gen.cpp siluHandler), one popnn
+    # non-linearity
+    "silu": "swish",
 }
 
 # torch name -> (codelets of the expression, codelets of its gradient) for one input
@@ -35,7 +38,6 @@ EXPRESSIONS = {
     "frac": (["trunc", "sub"], ["copy"]),
     "log10": (["log", "scale"], ["div", "scale"]),
     "log2": (["log", "scale"], ["div", "scale"]),
-    "silu": (["sigmoid", "mul"], ["sigmoid", "sub", "mul", "add", "mul"]),
     "mish": (["exp", "log1p", "tanh", "mul"],
              ["exp", "log1p", "tanh", "square", "sigmoid", "mul", "mul", "add", "mul"]),
     "softplus": (["scale", "exp", "log1p", "scale", "compare", "select"], ["scale", "sigmoid", "mul"]),
@@ -267,7 +269,7 @@ RULES = {
 
 MODULE_RULES = {
     nn.ELU: _expression("elu"), nn.CELU: _expression("celu"), nn.SELU: _expression("selu"),
-    nn.SiLU: _expression("silu"), nn.Mish: _expression("mish"), nn.Softplus: _expression("softplus"),
+    nn.SiLU: _unary("swish"), nn.Mish: _expression("mish"), nn.Softplus: _expression("softplus"),
     nn.Softsign: _expression("softsign"), nn.Hardshrink: _expression("hardshrink"),
     nn.Softshrink: _expression("softshrink"), nn.LeakyReLU: _expression("leaky_relu"),
     nn.RReLU: _expression("rrelu"), nn.Threshold: _expression("threshold"), nn.Hardtanh: _clamp,
