@@ -1,4 +1,8 @@
-"""ResNet-50 (He et al. 2015), torchvision's v1.5 layout (stride on the 3x3 conv), NCHW.
+"""ResNet-50 (He et al. 2015), torchvision's v1.5 layout (stride on the 3x3 conv), NCHW, and
+ResNeXt-101 32x4d (Xie et al. 2017): the same bottleneck blocks, [3, 4, 23, 3] of them, whose 3x3
+convolution has ``groups`` groups of ``width_per_group`` channels per 64 of the stage's width
+(``resnext101``: 32 groups of 4, so 128 channels in the first stage), with group norm
+(``norm="group"``, ``norm_groups`` 32) as Graphcore's TF1 example builds it.
 
 Inputs, in order: ``images`` ((B, 3, image_size, image_size), model dtype) and ``labels``
 (int32, (B,)). Outputs: the logits and the loss. ``with_loss=False`` (an inference deployment,
@@ -32,35 +36,47 @@ from sim.graph import Graph, GraphBuilder
 
 from ._common import Params, Placement
 
+_COMMON = dict(image_size=224, num_classes=1000, split_points=None, recompute_checkpoints=None, eight_bit_io=False,
+               with_loss=True, dtype="float16", fp8_convs=False, norm="batch", norm_groups=32)
 MODELS = {
-    "resnet50": dict(micro_batch=4, image_size=224, num_classes=1000, split_points=None,
-                     recompute_checkpoints=None, eight_bit_io=False, with_loss=True, dtype="float16",
-                     fp8_convs=False),
+    "resnet50": dict(micro_batch=4, **_COMMON, groups=1, width_per_group=64),
+    # ResNeXt-101 32x4d as Graphcore's TF1 example builds it (Models/resnext.py set_defaults: 32 groups of
+    # 4 channels; group norm of 32 groups unless --batch-norm is given)
+    "resnext101": dict(micro_batch=6, **dict(_COMMON, norm="group"), groups=32, width_per_group=4),
 }
-DEPTHS, WIDTHS, STRIDES = (3, 4, 6, 3), (64, 128, 256, 512), (1, 2, 2, 2)
+DEPTHS = {"resnet50": (3, 4, 6, 3), "resnext101": (3, 4, 23, 3)}
+WIDTHS, STRIDES = (64, 128, 256, 512), (1, 2, 2, 2)
 
 
-def bottleneck(b: GraphBuilder, x: str, width: int, stride: int, fp8: bool = False) -> str:
-    """1x1 reduce, 3x3 (strided), 1x1 expand ×4, each with batchnorm; projection shortcut. With
-    ``fp8`` each convolution casts its input to FP8 first (its weights and result follow)."""
+def bottleneck(b: GraphBuilder, x: str, width: int, stride: int, fp8: bool = False, groups: int = 1,
+               width_per_group: int = 64, norm=None) -> str:
+    """1x1 reduce, 3x3 (strided; ``groups`` groups of ``width_per_group x width / 64`` channels in
+    all: ResNeXt's cardinality), 1x1 expand to ``4 x width``, each normalised (``norm``; batch norm
+    by default); projection shortcut. With ``fp8`` each convolution casts its input to FP8 first
+    (its weights and result follow)."""
     cin, cout = b.shape(x)[1], 4 * width
+    inner = width * groups * width_per_group // 64
+    norm = norm or (lambda t, name: b.batchnorm(t, name=name))
 
-    def conv(t, channels, kernel, stride=1, padding=0, name="conv"):
+    def conv(t, channels, kernel, stride=1, padding=0, groups=1, name="conv"):
         t = b.cast(t, "float8", name=f"{name}/to_fp8") if fp8 else t
-        return b.conv2d(t, channels, kernel, stride, padding, name=name)
+        return b.conv2d(t, channels, kernel, stride, padding, groups=groups, name=name)
 
-    y = b.relu(b.batchnorm(conv(x, width, 1, name="conv1"), name="bn1"))
-    y = b.relu(b.batchnorm(conv(y, width, 3, stride, 1, name="conv2"), name="bn2"))
-    y = b.batchnorm(conv(y, cout, 1, name="conv3"), name="bn3")
+    y = b.relu(norm(conv(x, inner, 1, name="conv1"), "bn1"))
+    y = b.relu(norm(conv(y, inner, 3, stride, 1, groups=groups, name="conv2"), "bn2"))
+    y = norm(conv(y, cout, 1, name="conv3"), "bn3")
     if stride != 1 or cin != cout:
-        x = b.batchnorm(conv(x, cout, 1, stride, name="downsample/conv"), name="downsample/bn")
+        x = norm(conv(x, cout, 1, stride, name="downsample/conv"), "downsample/bn")
     return b.relu(b.add(y, x))
 
 
 def build(name: str, p: Params) -> Graph:
     B, size, classes = p.int("micro_batch"), p.int("image_size", minimum=32), p.int("num_classes")
     blocks = [(f"layer{i + 1}/{j}", w, s if j == 0 else 1)
-              for i, (n, w, s) in enumerate(zip(DEPTHS, WIDTHS, STRIDES)) for j in range(n)]
+              for i, (n, w, s) in enumerate(zip(DEPTHS[name], WIDTHS, STRIDES)) for j in range(n)]
+    groups, per_group, norm_groups = p.int("groups"), p.int("width_per_group"), p.int("norm_groups")
+    if p["norm"] not in ("batch", "group"):
+        p.fail("norm", 'expected "batch" (batch norm) or "group" (group norm of norm_groups groups)')
     splits = p["split_points"] or []
     if not isinstance(splits, (list, tuple)) or not all(isinstance(s, str) for s in splits):
         p.fail("split_points", "expected a list of block names")
@@ -84,6 +100,11 @@ def build(name: str, p: Params) -> Graph:
         p.fail("fp8_convs", "converts a dtype='float16' model (PopRT's --precision fp8); give dtype='float16'")
     b = GraphBuilder(name, p.dtype())
     place = Placement(b, bool(splits))
+
+    def norm(t, label):
+        if p["norm"] == "batch":
+            return b.batchnorm(t, name=label)
+        return b.group_norm(t, min(norm_groups, b.shape(t)[1]), name=label)
     if p.flag("eight_bit_io"):
         images = b.cast(b.input("images", (B, 3, size, size), "uint8"), p.dtype(), name="normalise")
     else:
@@ -93,12 +114,12 @@ def build(name: str, p: Params) -> Graph:
 
     ipu = 0
     with place.on(ipu, "stem"), b.scope("stem"):
-        x = b.relu(b.batchnorm(b.conv2d(images, 64, 7, 2, 3, name="conv1"), name="bn1"))
+        x = b.relu(norm(b.conv2d(images, 64, 7, 2, 3, name="conv1"), "bn1"))
         x = b.maxpool(x, 3, 2, 1)
     for blk, width, stride in blocks:
         ipu += blk in splits
         with place.on(ipu, blk), b.scope(blk):
-            x = bottleneck(b, x, width, stride, fp8)
+            x = bottleneck(b, x, width, stride, fp8, groups, per_group, norm)
             if blk in checkpoints:
                 b.checkpoint(x)
     with place.on(ipu, "classifier"), b.scope("classifier"):

@@ -416,6 +416,11 @@ DEPARTURES = {
               "'memory', and its 32 IO tiles (the simulator, as PopTorch, takes no IO tiles with a pipeline); "
               "the pipeline schedule is PopART's, not TF1's Grouped; the pre-SDK 2.5 rows (B4-B6) are assumed "
               "to run the SDK 3.0 config [U]",
+    "resnext": "the TF1 config as models/resnet.py builds resnext101 (torchvision's layout: the stride on "
+               "the 3x3 convolution); not modelled: the benchmark's 32 IO tiles (the simulator, as PopTorch, "
+               "takes no IO tiles with a pipeline), TF1's Grouped pipeline schedule (PopART's is run); "
+               "availableMemoryProportion is the default 0.6 (the config sets none); B7 (pre-SDK 2.5) is "
+               "assumed to run the SDK 3.0 config [U]",
     "effnet-pod256": "RF 128 and GA 16 are inferred from the GBS of 6,144 at micro-batch 3 [U]; the config "
                      "lists no Pod256 entry",
     "vit-pretrain": "the loss is lam CE(labels) + (1 - lam) CE(rolled labels); the zoo builds one softmax "
@@ -686,6 +691,17 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
                  optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",))
 
 
+def _resnext_train() -> Setup:
+    """ResNeXt-101 32x4d training as Graphcore's TF1 CNN example runs it (configs.yml
+    ``resnext101_16ipus``, Models/resnext.py ``set_defaults``): group norm of 32 groups, micro-batch 6,
+    two IPUs per replica split at stage3/unit4 (the zoo's layer3/3), 8 replicas, GA 16, momentum SGD,
+    half partials, 8-bit images, recomputation, prefetch depth 4 (the benchmark's), the gradient
+    all-reduces combined ([tf-combine])."""
+    params = _params(micro_batch=6, split_points=["layer3/3"], eight_bit_io=True)
+    return Setup("resnext101", params, "bow-pod16", replicas=8, accumulation=16, optimizer="sgd_momentum",
+                 prefetch_depth=4, merged_collectives=("all_reduce",))
+
+
 def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
     """ViT-B/16 training as Graphcore's PyTorch ViT runs it (graphcore/examples 8ae588c
     ``vision/vit/pytorch``, configs.yml and benchmarks.yml): blocks [3, 3, 3, 3] on a 4-IPU pipeline,
@@ -883,6 +899,10 @@ PUBLISHED_ROWS = [
                                          ("B17", "GCN-S30", "Pod16", 8, 256, 9000),
                                          ("B19", "GCN-S30", "Pod64", 32, 64, 34140),
                                          ("B20", "GCN-S30", "Pod256", 128, 16, 122665))],
+    # ResNeXt-101 32x4d training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
+    *[Row(rid, f"{src} {rid}", "ResNeXt-101 32x4d training, Bow Pod16, GBS 768", pub, "images/s", _resnext_train(),
+          True, ("resnext", "tf-combine"))
+      for rid, src, pub in (("B7", "GCN-P", 12221), ("B21", "GCN-S30", 12277))],
     # ViT-B/16 training, PyTorch (graphcore/examples vision/vit/pytorch, SDK 3.0)
     Row("B22", "GCN-S30 B22", "ViT-B/16 pre-training (LAMB, mixup, 8-bit images), Bow Pod16", 7615, "images/s",
         _vit_train("bow-pod16", 4, 2048, pretrain=True), False, ("vit-pretrain", "vit-not-modelled")),
@@ -1016,7 +1036,6 @@ NOT_EXPRESSIBLE = [
     ("M27", "RNN-T MLPerf v2.0", "no RNN-T / LSTM model in the zoo"),
     ("B18", "EfficientNet-B4 (G16-GN), PyTorch, Bow Pod16", "the measured configuration is unknown: the "
      "table's GBS 1,024 and precision 16.32 are not the PyTorch config's (GBS 2,048, 16.16)"),
-    ("B7, B21", "ResNeXt-101", "not in the zoo (grouped convolutions)"),
     ("B8", "ViT (B/16?), pre-SDK 2.5, Bow Pod64", "the measured configuration is unknown (31,200 images/s, "
      "above the SDK 3.0 pre-training row B23: another task or configuration)"),
     ("B9, B25-B31", "Mini DALL-E, DINO, Swin, UNet", "not in the zoo"),

@@ -13,11 +13,14 @@ from sim.errors import GraphError
 # pooler), so it is compared to 336M. GPT-2 and ResNet-50 are compared to the exact Hugging Face
 # / torchvision counts (tied LM head, batchnorm gamma/beta counted, running stats not): exact.
 # ViT-B/16 and ViT-L/16 are Hugging Face's ViTForImageClassification with 1,000 labels
-# (google/vit-base-patch16-224, google/vit-large-patch16-224): exact.
+# (google/vit-base-patch16-224, google/vit-large-patch16-224): exact. ResNeXt-101 32x4d and
+# EfficientNet-B0 / B4 are torchvision's resnext101_32x4d (44.18 M) and the reference
+# EfficientNets (5.29 M, 19.34 M): exact.
 PUBLISHED = {"bert-base": 110e6, "bert-large": 336e6}
 EXACT = {"gpt2-small": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
          "gpt2-xl": 1_557_611_200, "resnet50": 25_557_032, "vit-base-16": 86_567_656,
-         "vit-large-16": 304_326_632}
+         "vit-large-16": 304_326_632, "resnext101": 44_177_704, "efficientnet-b0": 5_288_548,
+         "efficientnet-b4": 19_341_616}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -91,6 +94,17 @@ def test_gpt2_layers_per_ipu_placement():
     assert ipu_of(g, "lm_head/") == {(0, 3)}
 
 
+def test_resnext_has_grouped_3x3_convolutions_and_group_norm():
+    g = models.get("resnext101", micro_batch=1)
+    convs = [op for op in g.ops if op.kind == "conv2d" and op.name.split("/")[-2:-1] == ["conv2"]]
+    assert len(convs) == 3 + 4 + 23 + 3 and {op.attrs["groups"] for op in convs} == {32}
+    firsts = [op for op in convs if op.name.split("/")[1] == "0"]  # each stage's first block
+    assert [g.tensors[op.outputs[0]].shape[1] for op in firsts] == [128, 256, 512, 1024]
+    assert {op.kind for op in g.ops} >= {"groupnorm"} and "batchnorm" not in {op.kind for op in g.ops}
+    assert {op.attrs["groups"] for op in g.ops if op.kind == "groupnorm"} == {32}
+    assert "groupnorm" not in {op.kind for op in models.get("resnet50").ops}  # ResNet-50 keeps batch norm
+
+
 def test_resnet_split_points_placement():
     g = models.get("resnet50", split_points=["layer2/0", "layer3.0"])
     assert {o for o, _ in ipu_of(g, "stem/")} == {0}
@@ -113,6 +127,8 @@ def test_resnet_split_points_placement():
     ("resnet50", dict(split_points=["layer9/0"]), "split_points"),
     ("resnet50", dict(split_points=["layer3/0", "layer2/0"]), "split_points"),
     ("resnet50", dict(image_size=8), "image_size"),
+    ("resnext101", dict(norm="layer"), "norm"),
+    ("resnext101", dict(norm_groups=0), "norm_groups"),
     ("mlp", dict(hidden=[256, 0]), "hidden"),
     ("mlp", dict(hidden=[256], num_layers=3), "num_layers"),
 ])
