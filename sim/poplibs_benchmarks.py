@@ -69,9 +69,9 @@ def _fc(name, batch, inputs, outputs, groups=1, dtype="float16"):
                               ("dtype", dtype)))
 
 
-def _conv(name, field_hw, kernel, cin, cout, stride=1, padding=0, batch=4):
+def _conv(name, field_hw, kernel, cin, cout, stride=1, padding=0, batch=4, groups=1):
     return Bench(name, "conv", (("batch", batch), ("field", field_hw), ("kernel", kernel), ("cin", cin),
-                                ("cout", cout), ("stride", stride), ("padding", padding)))
+                                ("cout", cout), ("stride", stride), ("padding", padding), ("groups", groups)))
 
 
 def _reduce(name, shape, dims, operation, tiles=None):
@@ -155,6 +155,14 @@ def _benches() -> list[Bench]:
           _conv(m + "conv_pw_5_1", 28, 1, 256, 256), _conv(m + "conv_pw_6_1", 14, 1, 256, 512),
           _conv(m + "conv_pw_7_1", 14, 1, 512, 512), _conv(m + "conv_pw_12_1", 7, 1, 512, 1024),
           _conv(m + "conv_pw_13_1", 7, 1, 1024, 1024)]
+    # the depthwise 3x3 layers (--conv-groups G, one input and one output channel per group); the
+    # strided ones pad only the low side (--padding-lower 1), which gives the output size of
+    # symmetric padding 1
+    b += [_conv(m + name, field, 3, groups, groups, stride, 1, groups=groups)
+          for name, field, stride, groups in (
+              ("depthwise", 112, 1, 32), ("depthwise_1", 112, 2, 64), ("depthwise_2", 56, 1, 128),
+              ("depthwise_3", 56, 2, 128), ("depthwise_4", 28, 1, 256), ("depthwise_5", 28, 2, 256),
+              ("depthwise_6", 14, 1, 512), ("depthwise_11", 14, 2, 512), ("depthwise_12", 7, 1, 1024))]
     # reduce_op: BERT's softmax max/sum, group-norm statistics and gamma gradient, ResNet-50's
     # group-norm statistics (tests/CMakeLists.txt at 8dcde1ec; no --tiles-per-ipu: all 1,472)
     b += [_reduce("bert_reduce_0", (16, 4, 16, 32, 8), (1, 3), "max", 1024),
@@ -287,9 +295,11 @@ def gemm_graph(m: int, k: int, n: int, dtype: str = "float16") -> Graph:
 
 
 def conv_graph(batch: int, field, kernel, cin: int, cout: int, stride: int = 1,
-               padding=0, dtype: str = "float16") -> Graph:
+               padding=0, dtype: str = "float16", groups: int = 1) -> Graph:
     """poplibs' ``single_conv_layer`` (no bias, every pass) as a graph, NCHW. ``field``, ``kernel``
-    and ``padding`` are one int or a (height, width) pair, as the tool's ``{h,w}`` arguments.
+    and ``padding`` are one int or a (height, width) pair, as the tool's ``{h,w}`` arguments;
+    ``cin`` and ``cout`` count every group's channels (``--conv-groups`` times the tool's per-group
+    ``--input-channels`` / ``--output-channels``).
 
     Forward convolution; backward: the weights' channels transposed and kernel flipped
     (``weightsTransposeChansFlipXY``, a rearranging copy: the ``transpose`` kind), then the
@@ -298,18 +308,19 @@ def conv_graph(batch: int, field, kernel, cin: int, cout: int, stride: int = 1,
     """
     (fh, fw), (kh, kw) = spatial(field, "field"), spatial(kernel)
     hw = lambda v: "x".join(map(str, dict.fromkeys(spatial(v))))  # "3", or "1x7" when not square
-    b = GraphBuilder(f"conv_{batch}x{cin}x{fh}x{fw}_k{hw(kernel)}s{stride}p{hw(padding)}_{cout}", dtype)
+    b = GraphBuilder(f"conv_{batch}x{cin}x{fh}x{fw}_k{hw(kernel)}s{stride}p{hw(padding)}_{cout}"
+                     + (f"_g{groups}" if groups > 1 else ""), dtype)
     prev_act = b.input("prevAct", (batch, cin, fh, fw))
-    next_act = b.conv2d(prev_act, cout, kernel, stride, padding, name="fwd")
+    next_act = b.conv2d(prev_act, cout, kernel, stride, padding, groups=groups, name="fwd")
     weights = "fwd/weight"
     n, co, ho, wo = b.shape(next_act)
     z_deltas = b.input("zDeltas", (n, co, ho, wo))
-    attrs = dict(kernel=spatial_attr(kernel), stride=stride, padding=spatial_attr(padding), groups=1, n=n, ci=cin,
-                 co=cout, ho=ho, wo=wo)
-    flipped = b.op("transpose", [weights], [(cin, cout, kh, kw)], name="bwd/transposeChansFlipXY")[0]
+    attrs = dict(kernel=spatial_attr(kernel), stride=stride, padding=spatial_attr(padding), groups=groups, n=n,
+                 ci=cin, co=cout, ho=ho, wo=wo)
+    flipped = b.op("transpose", [weights], [(cin, cout // groups, kh, kw)], name="bwd/transposeChansFlipXY")[0]
     prev_deltas = b.op("conv2d_grad_input", [z_deltas, flipped], [(batch, cin, fh, fw)], attrs,
                        name="bwd")[0]
-    delta_w = b.op("conv2d_grad_weight", [prev_act, z_deltas], [(cout, cin, kh, kw)], attrs,
+    delta_w = b.op("conv2d_grad_weight", [prev_act, z_deltas], [(cout, cin // groups, kh, kw)], attrs,
                    name="wu")[0]
     b.graph.add_op(Op("wu/update", "accumulate", [weights, delta_w], [weights], {"weight": weights}))
     b.output(next_act, prev_deltas)
@@ -345,7 +356,8 @@ def graph(bench: Bench) -> Graph:
     if bench.tool == "gemm":
         return gemm_graph(p["m"], p["k"], p["n"])
     if bench.tool == "conv":
-        return conv_graph(p["batch"], p["field"], p["kernel"], p["cin"], p["cout"], p["stride"], p["padding"])
+        return conv_graph(p["batch"], p["field"], p["kernel"], p["cin"], p["cout"], p["stride"], p["padding"],
+                          groups=p["groups"])
     if bench.tool == "reduce":
         return reduce_graph(p["shape"], p["dims"], p["operation"], p["dtype"])
     raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} (expected fc, gemm, conv or reduce)")

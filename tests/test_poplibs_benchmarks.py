@@ -16,7 +16,9 @@ from sim import load_system, poplibs_benchmarks as pb
 from sim.cost.amp import pass_fixed_cycles, plan_matmul, rearrangement
 
 TOLERANCE = 0.05
-# the IPUModel2 rows within 5 % (127 of 173 on 2026-11-23; the comments say when rows came and left): held there
+# the IPUModel2 rows within 5 % (127 of 173 on 2026-11-23, of 182 since the 9 depthwise rows came on
+# 2026-11-28, all outside: the depthwise convolution is priced on the vector unit, not as poplin plans it
+# with its SLIC / VMAC vertices; the comments say when rows came and left): held there
 WITHIN = (
     "bert_ffn1_384x1024x4096", "bert_ffn1_512x1024x4096",
     # bert_grouped_12x128x64x128 and bert_grouped_16x128x64x128 left (+0.2 -> +6.7 %, +0.3 -> +6.3 %) when
@@ -117,7 +119,7 @@ WITHIN = (
 def test_every_row_of_the_data_file_is_a_benchmark_or_listed_as_not_expressible():
     published = pb.published()
     assert set(published) == set(pb.BENCHES) | set(pb.NOT_EXPRESSIBLE)
-    assert len(pb.rows()) == len(pb.BENCHES) == 173
+    assert len(pb.rows()) == len(pb.BENCHES) == 182
     assert not pb.NOT_EXPRESSIBLE  # non-square kernels (Inception's 1x7 / 7x1, the 5x200) are expressed
     # spot values copied from poplibs at 8dcde1ec
     assert published["fc_layer_1_1000_5_half"] == (6902, 528900)

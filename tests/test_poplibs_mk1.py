@@ -14,7 +14,8 @@ from sim.cost.amp import amp_fp32_vertex_cycles, amp_mode
 
 TOLERANCE = 0.05
 TARGET = "IpuModel1"
-# the IpuModel1 rows within 5 % (122 of 174 on 2026-11-23; 68 of 160 when the table was added): held there
+# the IpuModel1 rows within 5 % (122 of 174 on 2026-11-23, 123 of 183 with the 9 depthwise rows of
+# 2026-11-28; 68 of 160 when the table was added): held there
 MK1_WITHIN = (
     "alexnet_tr_bs4_layer7", "bert_ffn1_512x768x3072", "bert_kqv_384x1024x3072",
     "bert_kqv_512x1024x3072", "fc_layer_1440x200x400", "fc_layer_16x1324x100",
@@ -97,7 +98,7 @@ MK1_WITHIN = (
 def test_every_ipumodel1_row_is_a_benchmark_or_listed_as_not_expressible():
     published = pb.published(TARGET)
     assert set(published) == set(pb.MK1_BENCHES) | set(pb.NOT_EXPRESSIBLE)
-    assert len(pb.rows(TARGET)) == len(pb.MK1_BENCHES) == 174
+    assert len(pb.rows(TARGET)) == len(pb.MK1_BENCHES) == 183
     # the same benchmarks as the IpuModel2 table, and the one row only IpuModel1 has
     assert set(published) - set(pb.published()) == {"vgg16_tr_bs4_v1L1"}
     assert set(pb.published()) <= set(published)
@@ -171,11 +172,11 @@ def test_mk1_report_section_lists_every_row_and_a_family_summary():
     lines = pb.mk1_report_section()
     assert lines[1] == "### Mk1 (GC2): the same benchmarks on Poplar's IPUModel1"
     rows = [line for line in lines if line.startswith("| `") and line.endswith(("within |", "outside |"))]
-    assert len(rows) == 174
+    assert len(rows) == 183
     assert any(line.startswith("| `vgg16_tr_bs4_v1L1` | conv | 1,258,656 |") for line in rows)
     families = {line.split(" | ")[0][2:] for line in lines if line.startswith("| ") and " … " in line}
     assert families == {"gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet",
                         "reduce", "conv"}
     text = "\n".join(lines)
-    assert f"**{len(pb.within(TOLERANCE, TARGET))} of 174 rows within 5%.**" in text
+    assert f"**{len(pb.within(TOLERANCE, TARGET))} of 183 rows within 5%.**" in text
     assert "`vgg16_tr_bs4_v2L1`" in text.split("MaxTileMemory exceeds")[1].split("(the IPUModel")[0]
