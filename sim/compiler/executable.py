@@ -169,6 +169,12 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                                                                 for t in op.inputs):
         notes.append("lars with sharded optimizer state (RTS): each replica's norms cover its shard; the "
                      "cross-replica sum of those partial norms (one value per norm) is not modelled")
+    depthwise = [op.name for op in g.ops if op.kind == "conv2d" and op.attrs.get("groups", 1) > 1
+                 and g.tensors[op.inputs[0]].shape[1] == op.attrs["groups"]]
+    if depthwise:
+        notes.append(f"{len(depthwise)} depthwise convolution(s) (one channel per group, e.g. {depthwise[0]}) "
+                     "priced on the vector unit, not with poplin's SLIC / VMAC vertices: poplibs' estimates of "
+                     "MobileNet's depthwise layers are 17-69 % higher (reports/validation.md, microbenchmarks)")
     if o.num_instances() > 1:
         notes.append(f"process {o.instance_index()} of {o.num_instances()}, {R} replicas each: this "
                      "instance's replicas are simulated; "
