@@ -82,6 +82,33 @@ class Params(dict):
         return d
 
 
+def image_inputs(b: GraphBuilder, p: Params, size: int) -> tuple[str, str | None]:
+    """A classifier's inputs: ``images`` ((B, 3, size, size); streamed as uint8 and cast on the IPU
+    with ``eight_bit_io``, as Graphcore's CNN configs do) and, with ``with_loss``, the int32
+    ``labels`` (None without)."""
+    B = p.int("micro_batch")
+    if p.flag("eight_bit_io"):
+        images = b.cast(b.input("images", (B, 3, size, size), "uint8"), p.dtype(), name="normalise")
+    else:
+        images = b.input("images", (B, 3, size, size))
+    return images, (b.input("labels", (B,), "int32") if p.flag("with_loss") else None)
+
+
+def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
+    """The ``norm`` parameter's normalisation as a function of (tensor, name): ``"batch"`` (batch
+    norm) or ``"group"`` (group norm of ``norm_groups`` groups, fewer where a tensor has fewer
+    channels)."""
+    if p["norm"] not in ("batch", "group"):
+        p.fail("norm", 'expected "batch" (batch norm) or "group" (group norm of norm_groups groups)')
+    groups = p.int("norm_groups")
+
+    def norm(x: str, name: str) -> str:
+        if p["norm"] == "batch":
+            return b.batchnorm(x, name=name)
+        return b.group_norm(x, min(groups, b.shape(x)[1]), eps, name=name)
+    return norm
+
+
 class Placement:
     """Puts consecutive parts of a model on IPUs.
 

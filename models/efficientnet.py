@@ -33,7 +33,7 @@ import math
 
 from sim.graph import Graph, GraphBuilder
 
-from ._common import Params, Placement
+from ._common import Params, Placement, image_inputs, normaliser
 
 _DEFAULTS = dict(micro_batch=3, num_classes=1000, group_dim=1, expand_ratio=6, se=True, norm="group",
                  norm_groups=4, split_points=None, eight_bit_io=False, with_loss=True, dtype="float16")
@@ -72,12 +72,8 @@ def blocks(size: str, expand_ratio: int) -> list[tuple[str, int, int, int, int, 
 def build(name: str, p: Params) -> Graph:
     size = name.rsplit("-", 1)[1]
     width = SIZES[size][0]
-    B, image, classes = p.int("micro_batch"), p.int("image_size", minimum=32), p.int("num_classes")
+    image, classes = p.int("image_size", minimum=32), p.int("num_classes")
     group_dim, expand = p.int("group_dim"), p.int("expand_ratio")
-    norm_kind = p["norm"]
-    if norm_kind not in ("group", "batch"):
-        p.fail("norm", 'expected "group" (group norm) or "batch" (batch norm)')
-    norm_groups = p.int("norm_groups")
     dropout = p.prob("dropout")
     spec = blocks(size, expand)
     order = [blk[0] for blk in spec]
@@ -89,18 +85,8 @@ def build(name: str, p: Params) -> Graph:
 
     b = GraphBuilder(name, p.dtype())
     place = Placement(b, bool(splits))
-
-    def norm(x, label):
-        if norm_kind == "batch":
-            return b.batchnorm(x, name=label)
-        return b.group_norm(x, min(b.shape(x)[1], norm_groups), EPS, name=label)
-
-    if p.flag("eight_bit_io"):
-        images = b.cast(b.input("images", (B, 3, image, image), "uint8"), p.dtype(), name="normalise")
-    else:
-        images = b.input("images", (B, 3, image, image))
-    with_loss = p.flag("with_loss")
-    labels = b.input("labels", (B,), "int32") if with_loss else None
+    norm = normaliser(b, p, EPS)
+    images, labels = image_inputs(b, p, image)
 
     ipu = 0
     with place.on(ipu, "stem"), b.scope("block0"):
@@ -115,7 +101,7 @@ def build(name: str, p: Params) -> Graph:
         if dropout:
             x = b.dropout(x, dropout)
         logits = b.linear(x, classes, name="logits")
-        if with_loss:
+        if labels is not None:
             b.output(logits, b.softmax_cross_entropy(logits, labels))
         else:
             b.output(logits)

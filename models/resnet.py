@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from sim.graph import Graph, GraphBuilder
 
-from ._common import Params, Placement
+from ._common import Params, Placement, image_inputs, normaliser
 
 _COMMON = dict(image_size=224, num_classes=1000, split_points=None, recompute_checkpoints=None, eight_bit_io=False,
                with_loss=True, dtype="float16", fp8_convs=False, norm="batch", norm_groups=32)
@@ -71,12 +71,10 @@ def bottleneck(b: GraphBuilder, x: str, width: int, stride: int, fp8: bool = Fal
 
 
 def build(name: str, p: Params) -> Graph:
-    B, size, classes = p.int("micro_batch"), p.int("image_size", minimum=32), p.int("num_classes")
+    size, classes = p.int("image_size", minimum=32), p.int("num_classes")
     blocks = [(f"layer{i + 1}/{j}", w, s if j == 0 else 1)
               for i, (n, w, s) in enumerate(zip(DEPTHS[name], WIDTHS, STRIDES)) for j in range(n)]
-    groups, per_group, norm_groups = p.int("groups"), p.int("width_per_group"), p.int("norm_groups")
-    if p["norm"] not in ("batch", "group"):
-        p.fail("norm", 'expected "batch" (batch norm) or "group" (group norm of norm_groups groups)')
+    groups, per_group = p.int("groups"), p.int("width_per_group")
     splits = p["split_points"] or []
     if not isinstance(splits, (list, tuple)) or not all(isinstance(s, str) for s in splits):
         p.fail("split_points", "expected a list of block names")
@@ -100,17 +98,8 @@ def build(name: str, p: Params) -> Graph:
         p.fail("fp8_convs", "converts a dtype='float16' model (PopRT's --precision fp8); give dtype='float16'")
     b = GraphBuilder(name, p.dtype())
     place = Placement(b, bool(splits))
-
-    def norm(t, label):
-        if p["norm"] == "batch":
-            return b.batchnorm(t, name=label)
-        return b.group_norm(t, min(norm_groups, b.shape(t)[1]), name=label)
-    if p.flag("eight_bit_io"):
-        images = b.cast(b.input("images", (B, 3, size, size), "uint8"), p.dtype(), name="normalise")
-    else:
-        images = b.input("images", (B, 3, size, size))
-    with_loss = p.flag("with_loss")
-    labels = b.input("labels", (B,), "int32") if with_loss else None
+    norm = normaliser(b, p)
+    images, labels = image_inputs(b, p, size)
 
     ipu = 0
     with place.on(ipu, "stem"), b.scope("stem"):
@@ -124,7 +113,7 @@ def build(name: str, p: Params) -> Graph:
                 b.checkpoint(x)
     with place.on(ipu, "classifier"), b.scope("classifier"):
         logits = b.linear(b.global_avgpool(x), classes, name="fc")
-        if with_loss:
+        if labels is not None:
             b.output(logits, b.softmax_cross_entropy(logits, labels))
         else:
             b.output(logits)
