@@ -285,6 +285,16 @@ def test_the_cli_memory_proportion_covers_the_model_ipus_only(capsys):
     assert "availableMemoryProportion IPU0=0.3" in out
 
 
+def test_the_summary_lists_the_memory_proportion_per_ipu_of_a_replica(capsys):
+    """Two replicas of a 2-IPU pipeline simulate 4 IPUs, but the proportions are set per IPU of a
+    replica: the summary lists IPU0 and IPU1 only."""
+    code, out, err = cli("run", "--model", "bert-base", "--num-layers", "2", "--layers-per-ipu", "1,1",
+                         "--system", "ipu-pod16", "--replicas", "2", "--training", "--gradient-accumulation", "8",
+                         "--available-memory-proportion", "0.4,0.3")
+    assert code == 0, err
+    assert out.splitlines()[2].endswith("availableMemoryProportion IPU0=0.4, IPU1=0.3")
+
+
 @pytest.mark.parametrize("depth", [0, -1, 2.5, "3", True])
 def test_prefetch_depth_below_one_is_refused_as_popart_does(depth):
     options = [sim.Options()]

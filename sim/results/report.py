@@ -150,7 +150,8 @@ def format_summary(run: Run) -> str:
     opt = _optimizer(run)
     if opt:
         mode += f" ({opt})"
-    amp = ", ".join(f"IPU{i}={o.memory_proportion(i):g}" for i in ex.ipus)
+    # availableMemoryProportion is set per IPU of a replica (IPU0 … IPU{k-1}), whatever the replica
+    amp = ", ".join(f"IPU{i}={o.memory_proportion(i):g}" for i in range(ex.ipus_per_replica))
     lines = [
         f"{ex.graph.name} on {s.name} ({s.num_ipus} x {s.ipu.generation} IPU, "
         f"{s.ipu.clock_hz / 1e9:.4g} GHz, {ex.tiles} compute tiles), {mode}",
