@@ -55,8 +55,9 @@ LARS_SKIP = ("beta", "gamma", "bias")
 #: tensor sharding each LambSquare reduces a shard and is followed by a ReplicatedAllReduceInplace
 #: of its one value (op/lamb.cpp, configureForReplicatedTensorSharding). PopART drops the norms
 #: of a weight whose max weight norm is the constant 0 (Graphcore's PyTorch BERT sets that for
-#: biases, nlp/bert/pytorch/optimization.py); MLPerf BERT (PopART, bert_optimizer.py) keeps a
-#: non-zero default for every weight, as this does: every weight gets the norms.
+#: biases, nlp/bert/pytorch/optimization.py): such a weight, named in ``Optimizer.no_trust_ratio``,
+#: is one ``adam_update``. MLPerf BERT (PopART, bert_optimizer.py) keeps a non-zero default for every
+#: weight, so every weight gets the norms.
 LAMB_OPS = ("adam_updater", "reduce_sum", "reduce_sum", "lamb_update")
 
 
@@ -445,9 +446,10 @@ def _lamb(g: Graph, weight: str, grad: str, states: list[str], attrs: dict, anno
     r = g.add_tensor(g.unique_tensor_name(f"{weight}/lamb_updater"), w.shape, w.dtype, "activation", name).name
     g.add_op(Op(name, "adam_updater", [weight, grad] + states, states + [r], dict(attrs),
                 pass_="update", **annotations))
-    norms = [_norm(g, x, weight, of, attrs, annotations, "float32") for of, x in (("weight", weight), ("update", r))]
+    rest = {k: v for k, v in attrs.items() if k != "weight_decay"}  # the updater's term only
+    norms = [_norm(g, x, weight, of, rest, annotations, "float32") for of, x in (("weight", weight), ("update", r))]
     name = g.unique_op_name(f"{weight}/lamb_update")
-    g.add_op(Op(name, "lamb_update", [weight, r] + norms, [weight], dict(attrs), pass_="update", **annotations))
+    g.add_op(Op(name, "lamb_update", [weight, r] + norms, [weight], rest, pass_="update", **annotations))
 
 
 def _norm(g: Graph, x: str, weight: str, of: str, attrs: dict, annotations: dict, dtype: str | None = None) -> str:
