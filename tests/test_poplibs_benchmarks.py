@@ -16,9 +16,9 @@ from sim import load_system, poplibs_benchmarks as pb
 from sim.cost.amp import pass_fixed_cycles, plan_matmul, rearrangement
 
 TOLERANCE = 0.05
-# the IPUModel2 rows within 5 % (127 of 173 on 2026-11-23, of 182 since the 9 depthwise rows came on
-# 2026-11-28, all outside: the depthwise convolution is priced on the vector unit, not as poplin plans it
-# with its SLIC / VMAC vertices; the comments say when rows came and left): held there
+# the IPUModel2 rows within 5 % (127 of 173 on 2026-11-23; 129 of 182 since the 9 depthwise rows came on
+# 2026-11-28: the depthwise convolution is priced on the vector unit, not as poplin plans it with its
+# SLIC / VMAC vertices, plus the pass's fixed cycles; the comments say when rows came and left): held there
 WITHIN = (
     "bert_ffn1_384x1024x4096", "bert_ffn1_512x1024x4096",
     # bert_grouped_12x128x64x128 and bert_grouped_16x128x64x128 left (+0.2 -> +6.7 %, +0.3 -> +6.3 %) when
@@ -113,6 +113,9 @@ WITHIN = (
     # -9.8, -9.0, -5.2, +7.3, +7.1 % -> -1.1, -1.6, -4.9, +2.0, -1.1 %
     "alexnet_tr_bs4_layer11", "alexnet_tr_bs4_layer9", "inception_tr_bs4_i10_b1x1", "inception_tr_bs4_i1_b1x1",
     "resnet50_tr_bs4_bm64L0A1",
+    # the two stride-1 depthwise layers of the widest fields (2026-11-28), once a depthwise pass pays the
+    # fixed cycles every poplin convolution pass pays (-17.3, -17.6 % -> -1.6, -2.0 %)
+    "mobilenet_depthwise", "mobilenet_depthwise_2",
 )
 
 
@@ -151,7 +154,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 127
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 129
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

@@ -22,6 +22,7 @@ from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
+                  pass_fixed_cycles,
                   plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
@@ -465,10 +466,13 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     flops = 2.0 * positions * cig * kh * kw * cog * groups
     itemsize = DTYPE_BYTES[dtype]
     if cig == 1 and groups > 1:  # depthwise: the vector unit, one MAC per element per tap
+        # like every poplin convolution pass, plus the pass's fixed cycles (sim/cost/amp.py pass_fixed_cycles)
         used, per_tile = spread(positions * co, itemsize, ipu, tiles)
-        compute = tile_cycles(per_tile * kh * kw, itemsize, "mul", ipu)
+        fixed = pass_fixed_cycles()
+        compute = tile_cycles(per_tile * kh * kw, itemsize, "mul", ipu) + fixed
         exch = exchange_cycles(per_tile * itemsize * stride * stride, ipu)
-        return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used, launch=launch_cycles("mul"))
+        return _phases(ipu, compute, exch, 1, flops, per_tile * itemsize * used, used,
+                       launch=launch_cycles("mul") + fixed)
     if kind == "conv2d":
         conv, weight = ConvShape(kh, kw, stride, wo, cig, n, ho), True
         # output channels short of the partial-channel group: padded weights and output rearranged
