@@ -414,8 +414,9 @@ DEPARTURES = {
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
               "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
               "'memory', and its 32 IO tiles (the simulator, as PopTorch, takes no IO tiles with a pipeline); "
-              "the pipeline schedule is PopART's, not TF1's Grouped; the pre-SDK 2.5 rows (B4-B6) are assumed "
-              "to run the SDK 3.0 config [U]",
+              "the pipeline schedule is PopART's, not TF1's Grouped; LARS's norms are merged into ReduceMany "
+              "calls as in the MLPerf ResNet-50 rows, though this config sets no max_reduce_many_buffer_size "
+              "[U]; the pre-SDK 2.5 rows (B4-B6) are assumed to run the SDK 3.0 config [U]",
     "resnext": "the TF1 config as models/resnet.py builds resnext101 (torchvision's layout: the stride on "
                "the 3x3 convolution); not modelled: the benchmark's 32 IO tiles (the simulator, as PopTorch, "
                "takes no IO tiles with a pipeline), TF1's Grouped pipeline schedule (PopART's is run); "
