@@ -82,6 +82,21 @@ class Params(dict):
         return d
 
 
+def split_points(p: Params, order: list[str], spell=lambda s: s) -> list[str]:
+    """The ``split_points`` parameter: the blocks of ``order`` where a new IPU starts (each name
+    through ``spell`` first), distinct and in model order."""
+    splits = p["split_points"] or []
+    if not isinstance(splits, (list, tuple)) or not all(isinstance(s, str) for s in splits):
+        p.fail("split_points", "expected a list of block names")
+    splits = [spell(s) for s in splits]
+    for s in splits:
+        if s not in order:
+            p.fail("split_points", f"unknown block {s!r}: expected a list of block names: {', '.join(order)}")
+    if [order.index(s) for s in splits] != sorted({order.index(s) for s in splits}):
+        p.fail("split_points", "blocks must be distinct and in model order")
+    return splits
+
+
 def image_inputs(b: GraphBuilder, p: Params, size: int) -> tuple[str, str | None]:
     """A classifier's inputs: ``images`` ((B, 3, size, size); streamed as uint8 and cast on the IPU
     with ``eight_bit_io``, as Graphcore's CNN configs do) and, with ``with_loss``, the int32

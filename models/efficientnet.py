@@ -33,7 +33,7 @@ import math
 
 from sim.graph import Graph, GraphBuilder
 
-from ._common import Params, Placement, image_inputs, normaliser
+from ._common import Params, Placement, image_inputs, normaliser, split_points
 
 _DEFAULTS = dict(micro_batch=3, num_classes=1000, group_dim=1, expand_ratio=6, se=True, norm="group",
                  norm_groups=4, split_points=None, eight_bit_io=False, with_loss=True, dtype="float16")
@@ -76,12 +76,7 @@ def build(name: str, p: Params) -> Graph:
     group_dim, expand = p.int("group_dim"), p.int("expand_ratio")
     dropout = p.prob("dropout")
     spec = blocks(size, expand)
-    order = [blk[0] for blk in spec]
-    splits = p["split_points"] or []
-    if not isinstance(splits, (list, tuple)) or any(s not in order for s in splits):
-        p.fail("split_points", f"expected a list of block names: {', '.join(order)}")
-    if [order.index(s) for s in splits] != sorted({order.index(s) for s in splits}):
-        p.fail("split_points", "blocks must be distinct and in model order")
+    splits = split_points(p, [blk[0] for blk in spec])
 
     b = GraphBuilder(name, p.dtype())
     place = Placement(b, bool(splits))

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from sim.graph import Graph, GraphBuilder
 
-from ._common import Params, Placement, image_inputs, normaliser
+from ._common import Params, Placement, image_inputs, normaliser, split_points
 
 _COMMON = dict(image_size=224, num_classes=1000, split_points=None, recompute_checkpoints=None, eight_bit_io=False,
                with_loss=True, dtype="float16", fp8_convs=False, norm="batch", norm_groups=32)
@@ -75,16 +75,8 @@ def build(name: str, p: Params) -> Graph:
     blocks = [(f"layer{i + 1}/{j}", w, s if j == 0 else 1)
               for i, (n, w, s) in enumerate(zip(DEPTHS[name], WIDTHS, STRIDES)) for j in range(n)]
     groups, per_group = p.int("groups"), p.int("width_per_group")
-    splits = p["split_points"] or []
-    if not isinstance(splits, (list, tuple)) or not all(isinstance(s, str) for s in splits):
-        p.fail("split_points", "expected a list of block names")
-    splits = [s.replace(".", "/") for s in splits]
     order = [blk for blk, _, _ in blocks]
-    for s in splits:
-        if s not in order:
-            p.fail("split_points", f"unknown block {s!r}; blocks: {', '.join(order)}")
-    if [order.index(s) for s in splits] != sorted({order.index(s) for s in splits}):
-        p.fail("split_points", "blocks must be distinct and in model order")
+    splits = split_points(p, order, lambda s: s.replace(".", "/"))  # "layer2.0" is "layer2/0"
 
     checkpoints = p["recompute_checkpoints"] or []
     if checkpoints == "blocks":
