@@ -59,6 +59,7 @@ def test_a_step_without_norms_or_decay_is_cheaper_and_described():
     (dict(name="adam", no_trust_ratio=("w",)), "no_trust_ratio is a setting of lamb only"),
     (dict(name="sgd_momentum", no_weight_decay=("w",)), "no_weight_decay is a setting of adam, adamw, lamb only"),
     (dict(name="lamb", no_weight_decay=(3,)), "expected weight names"),
+    (dict(name="lamb", no_trust_ratio=5), "expected weight names"),
 ])
 def test_bad_per_weight_settings_are_refused(kwargs, match):
     with pytest.raises(OptionsError, match=match):

@@ -166,9 +166,11 @@ class Optimizer:
         """``field``'s weight names as a sorted tuple; refused unless strings, or if this optimizer
         is not one of ``optimizers``."""
         given = getattr(self, field)
-        names = [given] if isinstance(given, str) else list(given or ())
-        bad = [n for n in names if not isinstance(n, str) or not n]
-        if bad:
+        try:
+            names = [given] if isinstance(given, str) else list(given or ())
+        except TypeError:  # not a collection of names (a number, say)
+            names = [given]
+        if any(not isinstance(n, str) or not n for n in names):
             raise OptionsError(f"optimizer {self.name!r}: {field} {given!r}: expected weight names (strings)")
         if names and self.name not in optimizers:
             raise OptionsError(f"optimizer {self.name!r}: {field} is a setting of {', '.join(optimizers)} only "
