@@ -1010,25 +1010,35 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
                    grain_splits=False, serial_dim="M") -> MatmulPlan:
     mode = amp_mode(ipu, itemsize, partials_bytes) if grain_splits else None
-    pg, pm, pn, pk = np.meshgrid(_candidates(G, tiles), _candidates(M, tiles),
-                                 _candidates(N, tiles, mode.out_group if mode else 0),
-                                 _candidates(K, tiles, mode.in_group if mode else 0), indexing="ij")
-    pg, pm, pn, pk = (a.ravel() for a in (pg, pm, pn, pk))
-    fills = []  # also the splits that fill the tiles the other splits leave
+    cand_g, cand_m = _candidates(G, tiles), _candidates(M, tiles)
+    cand_n = _candidates(N, tiles, mode.out_group if mode else 0)
+    cand_k = _candidates(K, tiles, mode.in_group if mode else 0)
+
+    def room_left(a, b, c):
+        """Every combination of three splits' candidates, and the most tiles left for the fourth."""
+        a, b, c = (x.ravel() for x in np.meshgrid(a, b, c, indexing="ij"))
+        room = tiles // (a * b * c)
+        keep = room >= 1
+        return a[keep], b[keep], c[keep], room[keep]
+    g3, n3, k3, room = room_left(cand_g, cand_n, cand_k)
+    row, col = np.nonzero(cand_m[None, :] <= room[:, None])  # every candidate split that fits the tiles
+    parts = [(g3[row], cand_m[col], n3[row], k3[row])]
+    # also the splits that fill the tiles the other splits leave (those not already candidates)
     if grain_splits or conv is not None:
         # of M; a convolution's field split takes any value (ConvModel.cpp constructModel: fieldSplit
         # and batchSplit are popsolver variables from 1 to the tiles)
-        fills.append((pg, np.clip(tiles // (pg * pn * pk), 1, M), pn, pk))
+        fill = np.minimum(room, M)
+        new = ~np.isin(fill, cand_m)
+        parts.append((g3[new], fill[new], n3[new], k3[new]))
     if grain_splits:  # and of N
-        fills.append((pg, pm, np.clip(tiles // (pg * pm * pk), 1, N), pk))
-    if fills:
-        pg, pm, pn, pk = (np.concatenate(a) for a in zip((pg, pm, pn, pk), *fills))
-        key = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
-        _, first = np.unique(key, return_index=True)
-        pg, pm, pn, pk = (a[first] for a in (pg, pm, pn, pk))
+        g3, m3, k3, room = room_left(cand_g, cand_m, cand_k)
+        fill = np.minimum(room, N)
+        new = ~np.isin(fill, cand_n)
+        parts.append((g3[new], m3[new], fill[new], k3[new]))
+    pg, pm, pn, pk = (np.concatenate(a) for a in zip(*parts))
     used = pg * pm * pn * pk
-    ok = used <= tiles
-    pg, pm, pn, pk, used = pg[ok], pm[ok], pn[ok], pk[ok], used[ok]
+    # ties between plans are broken by the splits, (groups, rows, columns, inner) in order
+    split_order = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
     g = -(-G // pg)
     m = -(-M // pm)
     n = -(-N // pn)
@@ -1067,9 +1077,9 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         planned = costs(replace(tile_conv, row_hits=(), col_hits=()))[1]
     temp = c["temp"]
     fits = temp <= budget
-    idx_pool = np.flatnonzero(fits) if fits.any() else np.array([int(np.argmin(temp))])
+    idx_pool = np.flatnonzero(fits) if fits.any() else np.lexsort((split_order, temp))[:1]
     # fastest by the planner's estimate; ties broken by fewer tiles, then by less memory
-    order = np.lexsort((temp[idx_pool], used[idx_pool], planned[idx_pool]))
+    order = np.lexsort((split_order[idx_pool], temp[idx_pool], used[idx_pool], planned[idx_pool]))
     i = int(idx_pool[order[0]])
     return MatmulPlan(
         splits=(int(pg[i]), int(pm[i]), int(pn[i]), int(pk[i])),
@@ -1113,29 +1123,38 @@ def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) ->
     else:  # the 1x1 vertex (a 1x1 kernel) or the whole kernel folded into the channels
         ci, kh, kw = K, 1, 1
     grains = -(-ci // in_group)
-    out = np.empty(pk.shape, dtype=np.int64)
-    for p in np.unique(pk):
-        p = int(p)
-        out[pk == p] = min(min(-(-grains // (p // d)) * in_group, ci) * -(-kh // d) * kw
-                           for d in range(1, min(kh, p) + 1) if p % d == 0)
-    return np.minimum(out, K)
+    block = np.zeros(int(pk.max(initial=0)) + 1, dtype=np.int64)  # by split count
+    present = np.zeros(block.size, dtype=bool)
+    present[pk.ravel()] = True
+    for p in np.flatnonzero(present).tolist():
+        block[p] = min(min(-(-grains // (p // d)) * in_group, ci) * -(-kh // d) * kw
+                       for d in range(1, min(kh, p) + 1) if p % d == 0)
+    return np.minimum(block[pk], K)
 
 
 @lru_cache(maxsize=1024)
 def _field_split_table(batch: int, height: int, width: int, top: int) -> tuple[np.ndarray, np.ndarray]:
     """(positions, row width) of the busiest tile for every count of tiles ``1..top`` the output
     field ``batch x height x width`` is split over: the best ``pb x ph x pw <= count`` split."""
-    pos = np.full(top + 1, batch * height * width, dtype=np.int64)
-    wid = np.full(top + 1, width, dtype=np.int64)
+    # the best split has the fewest positions, then the widest rows: the least key below. Of the
+    # splits of a dimension that leave a tile the same share, the smallest is as good or better
+    # (more tiles left for the row), so only those are tried
+    def smallest_per_share(size, limit):
+        p = np.arange(1, min(size, limit) + 1)
+        share = -(-size // p)
+        return p[np.r_[True, share[1:] != share[:-1]]]
+    full = batch * height * width
+    best = np.full(top + 1, full * (width + 1), dtype=np.int64)  # positions x (width + 1) + (width - row width)
     counts = np.arange(top + 1)
-    for pb in range(1, min(batch, top) + 1):
-        for ph in range(1, min(height, top // pb) + 1):
-            pw = np.clip(counts // (pb * ph), 1, width)
-            w = -(-width // pw)
-            m = -(-batch // pb) * -(-height // ph) * w
-            ok = (counts >= pb * ph) & ((m < pos) | ((m == pos) & (w > wid)))
-            pos, wid = np.where(ok, m, pos), np.where(ok, w, wid)
-    return pos, wid
+    for pb in smallest_per_share(batch, top).tolist():
+        ph = smallest_per_share(height, top // pb)[:, None]  # every height split at once
+        pw = np.clip(counts // (pb * ph), 1, width)
+        w = -(-width // pw)
+        m = -(-batch // pb) * -(-height // ph) * w
+        key = np.where(counts >= pb * ph, m * (width + 1) + (width - w), best)
+        best = np.minimum(best, key.min(axis=0))
+    pos, narrower = np.divmod(best, width + 1)
+    return pos, width - narrower
 
 
 def field_split_positions(conv: ConvShape, pm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -105,35 +105,45 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
     depth = np.asarray(depth, dtype=np.int64)
     shape = np.broadcast(outputs, depth).shape
     outputs, depth = np.broadcast_to(outputs, shape), np.broadcast_to(depth, shape)
-    out = []
     p_float = partials_bytes == 4
     p_grain = 4 if p_float else 8  # partialsGrain: whole accumulator vectors for the single-input form
-    for d in np.unique(depth):
-        d = int(d)
-        if d <= 1:
-            continue
-        sel = depth == d
-        o = outputs[sel]
-        rows, tiles = d, d  # one partial sum per tile of the group
-        sections = multi_stage_plan(d) + (1,)
+    # each depth's plan, as tables indexed by depth: the rows a stage's section takes and the tiles
+    # it is reduced on (0 where the depth has no such stage), so every candidate is priced at once
+    present = np.zeros(int(depth.max(initial=0)) + 1, dtype=bool)
+    present[depth.ravel()] = True
+    plans = {int(d): multi_stage_plan(int(d)) + (1,) for d in np.flatnonzero(present) if d > 1}
+    n_stages = max((len(p) for p in plans.values()), default=0)
+    sec_rows = np.zeros((n_stages, present.size), dtype=np.int64)
+    sec_tiles = np.ones((n_stages, present.size), dtype=np.int64)
+    for d, sections in plans.items():
+        rows = tiles = d  # one partial sum per tile of the group
         for i, sec in enumerate(sections):
-            last = i == len(sections) - 1
+            sec_rows[i, d] = -(-rows // sec)
+            sec_tiles[i, d] = max(1, tiles // sec)
+            rows = sec
+    last_stage = np.zeros(present.size, dtype=np.int64)
+    for d, sections in plans.items():
+        last_stage[d] = len(sections) - 1
+    out = []
+    flat_outputs, flat_depth = outputs.ravel(), depth.ravel()
+    for i in range(n_stages):
+        got, cycles, fixed = (np.zeros(flat_depth.size) for _ in range(3))
+        stage_rows = sec_rows[i][flat_depth]
+        for last in (False, True):  # intermediate stages write partials, the last the result type
+            at = np.flatnonzero((stage_rows > 0) & ((last_stage[flat_depth] == i) == last))
+            if not at.size:
+                continue
+            rows, tiles, o = stage_rows[at], sec_tiles[i][flat_depth[at]], flat_outputs[at]
             res_bytes = out_bytes if last else partials_bytes
             res_grain = max(grain, 8 // res_bytes)  # partialGroupedReduce: partial chans, >= the result's vector
-            sec_rows = -(-rows // sec)
-            sec_tiles = max(1, tiles // sec)
-            per_tile = np.minimum(o, -(-(-(-o // res_grain)) // sec_tiles) * res_grain)
-            got = (sec_rows - 1) * per_tile * partials_bytes
-            single = (per_tile % p_grain == 0) & single_input_fits(got, ipu.sram_bytes_per_tile,
+            per_tile = np.minimum(o, -(-(-(-o // res_grain)) // tiles) * res_grain)
+            got[at] = (rows - 1) * per_tile * partials_bytes
+            single = (per_tile % p_grain == 0) & single_input_fits(got[at], ipu.sram_bytes_per_tile,
                                                                    ipu.memory_element_bytes)
-            cyc = reduce_add_cycles(per_tile, sec_rows - single, res_bytes == 4, p_float, single, *vertex)
-            while len(out) <= i:
-                out.append((np.zeros(shape), np.zeros(shape), np.zeros(shape)))
-            out[i][0][sel] = got
-            out[i][1][sel] = cyc
-            out[i][2][sel] = reduce_add_cycles(0, 0, res_bytes == 4, p_float, single, *vertex)
-            rows = sec
+            cycles[at] = reduce_add_cycles(per_tile, rows - single, res_bytes == 4, p_float, single, *vertex)
+            base = [reduce_add_cycles(0, 0, res_bytes == 4, p_float, form, *vertex) for form in (False, True)]
+            fixed[at] = np.where(single, base[1], base[0])
+        out.append(tuple(a.reshape(shape) for a in (got, cycles, fixed)))
     return out
-
 
 __all__ = ["multi_stage_plan", "reduce_add_cycles", "single_input_fits", "conv_partials_reduction"]
