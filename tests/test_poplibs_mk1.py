@@ -14,9 +14,12 @@ from sim.cost.amp import amp_fp32_vertex_cycles, amp_mode
 
 TOLERANCE = 0.05
 TARGET = "IpuModel1"
-# the IpuModel1 rows within 5 % (122 of 174 on 2026-11-23, 122 of 183 with the 9 depthwise rows of
-# 2026-11-28, none of them within; 68 of 160 when the table was added): held there
+# the IpuModel1 rows within 5 % (122 of 174 on 2026-11-23; 124 of 183 with the 9 depthwise rows of
+# 2026-11-28, two of them within; 68 of 160 when the table was added): held there
 MK1_WITHIN = (
+    # two depthwise layers once each pass is planned with poplin's SLIC and VMAC vertex estimates
+    # (2026-11-28, sim/cost/depthwise.py, nothing fitted): -28.9, +18.6 % -> +0.2, +4.2 %
+    "mobilenet_depthwise_1", "mobilenet_depthwise_2",
     "alexnet_tr_bs4_layer7", "bert_ffn1_512x768x3072", "bert_kqv_384x1024x3072",
     "bert_kqv_512x1024x3072", "fc_layer_1440x200x400", "fc_layer_16x1324x100",
     "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_200x256x20000",
@@ -165,7 +168,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 122
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 124
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

@@ -173,8 +173,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                  and g.tensors[op.inputs[0]].shape[1] == op.attrs["groups"]]
     if depthwise:
         notes.append(f"{len(depthwise)} depthwise convolution(s) (one channel per group, e.g. {depthwise[0]}) "
-                     "priced on the vector unit, not with poplin's SLIC / VMAC vertices: the simulator comes out "
-                     "2-53 % under poplibs' estimates of MobileNet's depthwise layers (reports/validation.md, "
+                     "planned with poplin's SLIC (forward, backward) and VMAC (weight update) vertex estimates, "
+                     "fp32 ones on the vector unit; poplin's other candidates (conv groups combined for the AMP, a "
+                     "SLIC weight update, swapped operands) are not tried: the simulator comes out 24 % under to "
+                     "33 % over poplibs' estimates of MobileNet's depthwise layers (reports/validation.md, "
                      "microbenchmarks)")
     if o.num_instances() > 1:
         notes.append(f"process {o.instance_index()} of {o.num_instances()}, {R} replicas each: this "

@@ -24,6 +24,7 @@ from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
                   pass_fixed_cycles,
                   plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
+from .depthwise import plan_depthwise
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
@@ -465,7 +466,17 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     positions = n * ho * wo
     flops = 2.0 * positions * cig * kh * kw * cog * groups
     itemsize = DTYPE_BYTES[dtype]
-    if cig == 1 and groups > 1:  # depthwise: the vector unit, one MAC per element per tap
+    if cig == 1 and cog == 1 and groups > 1:  # depthwise: poplin's SLIC and VMAC vertices
+        # the forward input's field: the input of the forward pass and weight update, the result of the backward
+        field = outs[0][0] if kind == "conv2d_grad_input" else x_shape
+        plan = None if len(field) != 4 else plan_depthwise(
+            {"conv2d": "fwd", "conv2d_grad_input": "bwd"}.get(kind, "wu"), n, groups, tuple(field[2:]), (ho, wo),
+            (kh, kw), stride, spatial(attrs.get("padding", 0), "padding"), itemsize, partials_bytes, ipu, tiles, amp)
+        if plan is not None:
+            return _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.compute_sets, flops,
+                           plan.received_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe(),
+                           tiles=tiles, launch=plan.launch_cycles, exchange_phases=plan.exchange_phases)
+    if cig == 1 and groups > 1:  # fp32 depthwise: the vector unit, one MAC per element per tap
         # like every poplin convolution pass, plus the pass's fixed cycles (sim/cost/amp.py pass_fixed_cycles)
         used, per_tile = spread(positions * co, itemsize, ipu, tiles)
         fixed = pass_fixed_cycles()

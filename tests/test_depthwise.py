@@ -1,0 +1,80 @@
+"""Depthwise convolutions as poplin plans them (sim/cost/depthwise.py).
+
+The vertex values are poplibs' estimators (lib/poplin/PerformanceEstimation.hpp at 7eac0f26) worked
+by hand for one tile: 16 conv groups, a 3x3 kernel, a 1x14x14 output field, fp16 inputs, 6 workers
+(docs/reference/poplibs-costs.md 1.11). They are exact: the estimators are integer arithmetic.
+"""
+
+import pytest
+
+import sim
+from sim.cost.depthwise import plan_depthwise, slic_vertex_cycles, vmac_vertex_cycles, worker_rows
+from sim.graph.ir import GraphBuilder
+from sim.hardware.system import load_system
+
+MK2 = load_system("ipu-mk2").ipu
+
+
+def test_workers_take_even_ranges_of_the_flattened_field_cut_at_rows():
+    # 196 outputs: boundaries 0, 32, 65, 98, 130, 163, 196 over rows of 14
+    rows = worker_rows(1, 14, 14, 6)
+    assert rows[0] == [(14, 2), (4, 1)]
+    assert rows[1] == [(10, 1), (14, 1), (9, 1)]
+    assert rows[2] == [(5, 1), (14, 2)]
+    assert rows[3:] == rows[:3]
+    assert sum(n * c for w in worker_rows(3, 5, 7, 6) for n, c in w) == 105
+    assert worker_rows(1, 1, 2, 6)[0] == []  # a worker with nothing to do
+
+
+def test_slic_vertex_is_poplins_estimate():
+    # fp32 partials, 2 chains: 28 + 79 + 364 + 4 x 1098 + 8 x 1128
+    assert slic_vertex_cycles(1, 14, 14, 4, 3, 3, 1, 4, 2, 6) == 13887
+    # fp16 partials: 4 chains (ipu2's 16 conv units) and 2 chains (ipu1's 8, the merging variant)
+    assert slic_vertex_cycles(1, 14, 14, 4, 3, 3, 1, 2, 4, 6) == 8799
+    assert slic_vertex_cycles(1, 14, 14, 4, 3, 3, 1, 2, 2, 6) == 15868
+    # output stride 2 on a 7x7 output
+    assert slic_vertex_cycles(1, 7, 7, 4, 3, 3, 2, 4, 2, 6) == 8799
+
+
+def test_vmac_vertex_is_poplins_estimate():
+    assert vmac_vertex_cycles(14, 14, 1, 3, 3, 4, 1, 4, 6) == 47785
+    assert vmac_vertex_cycles(14, 14, 1, 3, 3, 4, 1, 2, 6) == 42444
+
+
+def _plans(stride, field=56, groups=128, batch=4):
+    out = (field + 2 - 3) // stride + 1
+    return {p: plan_depthwise(p, batch, groups, (field, field), (out, out), (3, 3), stride, (1, 1), 2, 4, MK2,
+                              MK2.tiles, 0.6) for p in ("fwd", "bwd", "wu")}
+
+
+def test_each_pass_runs_poplins_vertex_for_it():
+    plans = _plans(1)
+    assert plans["wu"].vertex == "vmac"  # its kernel is the output field: SLIC's window does not apply
+    for plan in plans.values():
+        assert plan.fits and plan.tiles_used <= MK2.tiles
+        assert plan.compute_cycles > plan.vertex_cycles > 0
+    # the weight update reduces the partials of the kernel rows and batch split over the tiles
+    assert plans["wu"].splits[1] * plans["wu"].splits[2] > 1 and plans["wu"].exchange_phases >= 2
+
+
+def test_a_strided_backward_pass_runs_over_the_inputs_field():
+    # the output gradient is dilated by the stride: the backward pass convolves the 4x larger input field
+    plans = _plans(2)
+    assert plans["bwd"].vertex_cycles > plans["fwd"].vertex_cycles
+    assert plans["bwd"].total_cycles > 1.2 * plans["fwd"].total_cycles
+
+
+def test_more_work_per_tile_costs_more_and_fp32_has_no_depthwise_vertex():
+    small, large = _plans(1, field=14, groups=512), _plans(1, field=112, groups=512)
+    assert all(large[p].total_cycles > small[p].total_cycles for p in small)
+    assert plan_depthwise("fwd", 1, 32, (8, 8), (8, 8), (3, 3), 1, (1, 1), 4, 4, MK2, MK2.tiles, 0.6) is None
+
+
+def test_a_depthwise_layer_costs_what_its_plan_says_and_fp32_stays_on_the_vector_unit():
+    o = sim.Options().enableSyntheticData(True)
+    for dtype, word in (("float16", "depthwise SLIC"), ("float32", "")):
+        b = GraphBuilder("dw", dtype)
+        x = b.input("x", (4, 64, 28, 28))
+        b.output(b.conv2d(x, 64, 3, 1, 1, groups=64, name="dw"))
+        cost = sim.compile(b.graph, "ipu-mk2", o).costs["dw/conv2d"]
+        assert cost.plan.startswith(word) if word else "SLIC" not in cost.plan
