@@ -5,8 +5,6 @@ by hand for one tile: 16 conv groups, a 3x3 kernel, a 1x14x14 output field, fp16
 (docs/reference/poplibs-costs.md 1.11). They are exact: the estimators are integer arithmetic.
 """
 
-import pytest
-
 import sim
 from sim.cost.depthwise import plan_depthwise, slic_vertex_cycles, vmac_vertex_cycles, worker_rows
 from sim.graph.ir import GraphBuilder

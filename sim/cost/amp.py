@@ -1132,6 +1132,15 @@ def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) ->
     return np.minimum(block[pk], K)
 
 
+def fewest_splits(size: int, limit: int) -> np.ndarray:
+    """The smallest split count of a dimension of ``size`` for each share a tile can get
+    (``ceil(size / split)``), up to ``limit`` splits: of the splits leaving the same share, the
+    smallest leaves the most tiles for the other dimensions."""
+    p = np.arange(1, max(1, min(size, limit)) + 1)
+    share = -(-size // p)
+    return p[np.r_[True, share[1:] != share[:-1]]]
+
+
 @lru_cache(maxsize=1024)
 def _field_split_table(batch: int, height: int, width: int, top: int) -> tuple[np.ndarray, np.ndarray]:
     """(positions, row width) of the busiest tile for every count of tiles ``1..top`` the output
@@ -1139,15 +1148,11 @@ def _field_split_table(batch: int, height: int, width: int, top: int) -> tuple[n
     # the best split has the fewest positions, then the widest rows: the least key below. Of the
     # splits of a dimension that leave a tile the same share, the smallest is as good or better
     # (more tiles left for the row), so only those are tried
-    def smallest_per_share(size, limit):
-        p = np.arange(1, min(size, limit) + 1)
-        share = -(-size // p)
-        return p[np.r_[True, share[1:] != share[:-1]]]
     full = batch * height * width
     best = np.full(top + 1, full * (width + 1), dtype=np.int64)  # positions x (width + 1) + (width - row width)
     counts = np.arange(top + 1)
-    for pb in smallest_per_share(batch, top).tolist():
-        ph = smallest_per_share(height, top // pb)[:, None]  # every height split at once
+    for pb in fewest_splits(batch, top).tolist():
+        ph = fewest_splits(height, top // pb)[:, None]  # every height split at once
         pw = np.clip(counts // (pb * ph), 1, width)
         w = -(-width // pw)
         m = -(-batch // pb) * -(-height // ph) * w

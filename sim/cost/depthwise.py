@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import ConfigError
-from .amp import CONV_VERTICES_FILE, _conv_vertices, partials_reduction, pass_fixed_cycles, rearrangement
+from .amp import (CONV_VERTICES_FILE, _conv_vertices, fewest_splits, partials_reduction, pass_fixed_cycles,
+                  rearrangement)
 from .vector import codelet
 
 _SLIC_KEYS = ("weight_load_fixed", "weight_load_per_worker", "outer_fixed", "per_conv_group_group", "per_sub_kernel",
@@ -195,14 +196,7 @@ class DepthwisePlan:
 
 
 def _fewest_splits(size: int, limit: int) -> list[int]:
-    """The smallest split of ``size`` for each share a tile can get, up to ``limit`` splits."""
-    out, last = [], None
-    for p in range(1, max(1, min(size, limit)) + 1):
-        share = -(-size // p)
-        if share != last:
-            out.append(p)
-            last = share
-    return out
+    return fewest_splits(size, limit).tolist()
 
 
 def _cast(outputs: int, partials_bytes: int, itemsize: int) -> tuple[int, int, int]:
@@ -226,13 +220,12 @@ def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], 
     if itemsize != 2:
         return None
     partials_bytes = max(partials_bytes, itemsize)
-    workers = ipu.worker_threads
     t = _table("slic", _SLIC_KEYS)
     group = _table("vmac", _VMAC_KEYS)["groups_per_group"]  # 4 conv groups per group, SLIC and VMAC alike
     chains = t["chains_fp32_partials"] if partials_bytes == 4 else (4 if ipu.amp_fp16_output_group == 16 else 2)
     budget = memory_proportion * ipu.sram_bytes_per_tile
     grains = -(-groups // group)
-    (H, W), (Ho, Wo), (kh, kw) = in_hw, out_hw, kernel
+    (H, W), (Ho, Wo) = in_hw, out_hw
     plans = []
     for sg in _fewest_splits(grains, tiles):
         group_groups = -(-grains // sg)
