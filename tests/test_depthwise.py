@@ -76,3 +76,25 @@ def test_a_depthwise_layer_costs_what_its_plan_says_and_fp32_stays_on_the_vector
         b.output(b.conv2d(x, 64, 3, 1, 1, groups=64, name="dw"))
         cost = sim.compile(b.graph, "ipu-mk2", o).costs["dw/conv2d"]
         assert cost.plan.startswith(word) if word else "SLIC" not in cost.plan
+
+
+def test_activations_from_another_op_are_regrouped_first():
+    # SLIC and VMAC read 4 conv groups at a time: an activation laid out by the op before (channels
+    # innermost) is copied into the plan's layout first; a graph input is created in it
+    shape = dict(batch=4, groups=128, in_hw=(28, 28), out_hw=(28, 28), kernel=(3, 3), stride=1, padding=(1, 1),
+                 itemsize=2, partials_bytes=4, ipu=MK2, tiles=MK2.tiles, memory_proportion=0.6)
+    for pass_ in ("fwd", "bwd"):
+        laid_out = plan_depthwise(pass_, **shape)
+        regrouped = plan_depthwise(pass_, **shape, regroup_input=True)
+        assert regrouped.compute_sets == laid_out.compute_sets + 1
+        assert regrouped.exchange_phases == laid_out.exchange_phases + 1
+        assert regrouped.total_cycles > laid_out.total_cycles
+    wu = plan_depthwise("wu", **shape)  # rearranges both operands either way
+    assert wu == plan_depthwise("wu", **shape, regroup_input=True)
+    o = sim.Options().enableSyntheticData(True)
+    b = GraphBuilder("dw2", "float16")
+    x = b.input("x", (4, 64, 28, 28))
+    y = b.conv2d(x, 64, 3, 1, 1, groups=64, name="dw1")
+    b.output(b.conv2d(y, 64, 3, 1, 1, groups=64, name="dw2"))
+    costs = sim.compile(b.graph, "ipu-mk2", o).costs
+    assert costs["dw2/conv2d"].cycles > costs["dw1/conv2d"].cycles

@@ -213,10 +213,18 @@ def _exchange(nbytes: float, ipu) -> int:
 
 def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], out_hw: tuple[int, int],
                    kernel: tuple[int, int], stride: int, padding: tuple[int, int], itemsize: int,
-                   partials_bytes: int, ipu, tiles: int, memory_proportion: float) -> DepthwisePlan | None:
+                   partials_bytes: int, ipu, tiles: int, memory_proportion: float,
+                   regroup_input: bool = False) -> DepthwisePlan | None:
     """The cheapest plan of one pass (``"fwd"``, ``"bwd"`` or ``"wu"``) of a depthwise convolution of
     ``groups`` channels: forward ``batch x in_hw`` to ``out_hw`` by a ``kernel`` of ``stride`` and
-    symmetric ``padding``. None where poplin has neither SLIC nor VMAC (inputs other than fp16)."""
+    symmetric ``padding``. None where poplin has neither SLIC nor VMAC (inputs other than fp16).
+
+    ``regroup_input``: the forward or backward pass's activations (the input, the output gradient)
+    come from another op, laid out for it with the channels innermost; SLIC and VMAC read them in
+    blocks of 4 conv groups, so poplin copies them into a tensor laid out for the plan first
+    (``Convolution.cpp``: ``rearrangeActs`` when the plan's innermost grouping is not the tensor's
+    innermost dimension; the copy is elided only for a tensor created for this convolution, such as
+    ``createInput``'s). The weight update rearranges both operands in any case."""
     if itemsize != 2:
         return None
     partials_bytes = max(partials_bytes, itemsize)
@@ -246,7 +254,8 @@ def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], 
                     for vertex in ("slic", "vmac") if vstride <= 2 else ("vmac",):
                         plans.append(_field_plan(pass_, vertex, (sg, sb, sh, sw), b_t, h_t, w_t, group_groups, groups_t,
                                                  src, kernel, stride, padding, vstride, itemsize, partials_bytes,
-                                                 chains, ipu, budget))
+                                                 chains, ipu, budget,
+                                                 batch * groups * src[0] * src[1] if regroup_input else 0))
     fitting = [p for p in plans if p.fits]
     if fitting:
         return min(fitting, key=lambda p: (p.total_cycles, p.temp_bytes_per_tile, p.tiles_used))
@@ -254,8 +263,9 @@ def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], 
 
 
 def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group_groups, groups_t, src, kernel, stride, padding, vstride,
-                itemsize, partials_bytes, chains, ipu, budget) -> DepthwisePlan:
-    """A forward or backward pass split ``splits`` (conv group groups, batch, rows, columns)."""
+                itemsize, partials_bytes, chains, ipu, budget, regrouped: int = 0) -> DepthwisePlan:
+    """A forward or backward pass split ``splits`` (conv group groups, batch, rows, columns), after
+    ``regrouped`` activation elements are copied into the plan's layout over its tiles."""
     (kh, kw), (sh_in, sw_in) = kernel, src
     sg, sb, sh, sw = splits
     used = sg * sb * sh * sw
@@ -292,9 +302,17 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group_groups, groups_t, sr
     cast, cast_fixed, cast_sets = _cast(outputs, partials_bytes, itemsize)
     fixed = pass_fixed_cycles()
     sets = 1 + cast_sets + (1 if pad else 0)
+    phases = 1 if exchange else 0
+    copy = copy_fixed = 0
+    if regrouped:
+        r_exch, r_copy, r_bytes = (float(x) for x in rearrangement(ipu, regrouped, used, itemsize))
+        copy_fixed = codelet("copy").fixed
+        copy = int(r_copy) + copy_fixed
+        exchange, received, phases, sets = exchange + int(r_exch), received + r_bytes, phases + 1, sets + 1
     temp = outputs * partials_bytes + window * itemsize + zeros * itemsize
-    return DepthwisePlan(vertex, splits, used, cycles, cycles + pad + cast + fixed, cast_fixed + fixed,
-                         exchange, 1 if exchange else 0, sets, received * used, int(temp), temp <= budget)
+    return DepthwisePlan(vertex, splits, used, cycles, int(cycles + pad + cast + copy + fixed),
+                         int(cast_fixed + copy_fixed + fixed), exchange, phases, sets, int(received * used), int(temp),
+                         temp <= budget)
 
 
 def _wu_plans(batch, groups, groups_t, group_groups, sg, in_hw, out_hw, kernel, stride, itemsize, partials_bytes, ipu,

@@ -471,7 +471,8 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         field = outs[0][0] if kind == "conv2d_grad_input" else x_shape
         plan = None if len(field) != 4 else plan_depthwise(
             {"conv2d": "fwd", "conv2d_grad_input": "bwd"}.get(kind, "wu"), n, groups, tuple(field[2:]), (ho, wo),
-            (kh, kw), stride, spatial(attrs.get("padding", 0), "padding"), itemsize, partials_bytes, ipu, tiles, amp)
+            (kh, kw), stride, spatial(attrs.get("padding", 0), "padding"), itemsize, partials_bytes, ipu, tiles, amp,
+            regroup_input=ins[0][2] != "input")  # a graph input is created in the convolution's layout
         if plan is not None:
             return _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.compute_sets, flops,
                            plan.received_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe(),
