@@ -28,9 +28,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..errors import ConfigError
-from .amp import (CONV_VERTICES_FILE, _conv_vertices, fewest_splits, partials_reduction, pass_fixed_cycles,
-                  rearrangement)
+from .amp import _vertex_table, fewest_splits, partials_reduction, pass_fixed_cycles, rearrangement
 from .vector import codelet
 
 _SLIC_KEYS = ("weight_load_fixed", "weight_load_per_worker", "outer_fixed", "per_conv_group_group", "per_sub_kernel",
@@ -45,11 +43,8 @@ _VMAC_KEYS = ("outer_fixed", "per_conv_group_group", "per_in_group", "zero_fixed
 
 @lru_cache(maxsize=None)
 def _table(section: str, keys: tuple) -> dict:
-    table = _conv_vertices().get(section, {})
-    missing = [key for key in keys if key not in table]
-    if missing:
-        raise ConfigError(f"{CONV_VERTICES_FILE}: [{section}] has no {', '.join(missing)}")
-    return {key: int(table[key]) for key in keys}
+    """``[section]`` of ``configs/_conv-vertices.toml`` as integers (the estimators are integer arithmetic)."""
+    return {key: int(value) for key, value in _vertex_table(section, keys).items()}
 
 
 def worker_rows(batch: int, height: int, width: int, workers: int) -> list[list[tuple[int, int]]]:
