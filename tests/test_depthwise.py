@@ -6,6 +6,7 @@ by hand for one tile: 16 conv groups, a 3x3 kernel, a 1x14x14 output field, fp16
 """
 
 import sim
+from sim.cost.amp import pass_fixed_cycles
 from sim.cost.depthwise import plan_depthwise, slic_vertex_cycles, vmac_vertex_cycles, worker_rows
 from sim.graph.ir import GraphBuilder
 from sim.hardware.system import load_system
@@ -51,6 +52,8 @@ def test_each_pass_runs_poplins_vertex_for_it():
     for plan in plans.values():
         assert plan.fits and plan.tiles_used <= MK2.tiles
         assert plan.compute_cycles > plan.vertex_cycles > 0
+        # the fixed part: the vertex with no work (its loops, weight loads, worker preambles) and the pass's
+        assert pass_fixed_cycles() < plan.launch_cycles < plan.compute_cycles
     # the weight update reduces the partials of the kernel rows and batch split over the tiles
     assert plans["wu"].splits[1] * plans["wu"].splits[2] > 1 and plans["wu"].exchange_phases >= 2
 

@@ -171,7 +171,7 @@ class DepthwisePlan:
     tiles_used: int
     vertex_cycles: int  # the partial-sum vertex
     compute_cycles: int  # vertex + padding copy + cast or reduction + rearrangement copy + the pass's fixed cycles
-    launch_cycles: int  # the fixed part of compute_cycles
+    launch_cycles: int  # the fixed part of compute_cycles: the vertices' cycles with no work, the pass's fixed cycles
     exchange_cycles: int  # window, weights, rearrangement and reduction exchange, each phase with its set-up
     exchange_phases: int
     compute_sets: int
@@ -267,8 +267,11 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group_groups, groups_t, sr
     workers = ipu.worker_threads
     if vertex == "slic":
         cycles = slic_vertex_cycles(b_t, h_t, w_t, group_groups, kh, kw, vstride, partials_bytes, chains, workers)
+        # the vertex's fixed part: its cycles with no output (supervisor loops, weight loads, worker preambles)
+        vertex_fixed = slic_vertex_cycles(0, h_t, w_t, group_groups, kh, kw, vstride, partials_bytes, chains, workers)
     else:
         cycles = vmac_vertex_cycles(h_t, w_t, b_t, kh, kw, group_groups, 1, partials_bytes, workers)
+        vertex_fixed = vmac_vertex_cycles(h_t, w_t, 0, kh, kw, group_groups, 1, partials_bytes, workers)
     # the source rows and columns the tile's window reads beyond those it holds
     if pass_ == "fwd":
         need = min((h_t - 1) * stride + kh, sh_in), min((w_t - 1) * stride + kw, sw_in)
@@ -306,7 +309,8 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group_groups, groups_t, sr
         exchange, received, phases, sets = exchange + int(r_exch), received + r_bytes, phases + 1, sets + 1
     temp = outputs * partials_bytes + window * itemsize + zeros * itemsize
     return DepthwisePlan(vertex, splits, used, cycles, int(cycles + pad + cast + copy + fixed),
-                         int(cast_fixed + copy_fixed + fixed), exchange, phases, sets, int(received * used), int(temp),
+                         int(vertex_fixed + cast_fixed + copy_fixed + fixed), exchange, phases, sets,
+                         int(received * used), int(temp),
                          temp <= budget)
 
 
@@ -322,6 +326,7 @@ def _wu_plans(batch, groups, groups_t, group_groups, sg, in_hw, out_hw, kernel, 
             b_t, k_t = -(-batch // sb), -(-Ho // sk)
             used = sg * sb * sk
             cycles = vmac_vertex_cycles(kh, kw, 1, k_t, Wo, group_groups, b_t, partials_bytes, workers)
+            vertex_fixed = vmac_vertex_cycles(kh, kw, 0, k_t, Wo, group_groups, b_t, partials_bytes, workers)
             # poplin rearranges both operands (the input, the output gradient) into the plan's layout
             r_exch, r_copy, r_bytes = rearrangement(ipu, batch * groups * (H * W + Ho * Wo), used, itemsize)
             r_exch, r_copy, r_bytes = int(r_exch), int(r_copy), float(r_bytes)
@@ -340,6 +345,6 @@ def _wu_plans(batch, groups, groups_t, group_groups, sg, in_hw, out_hw, kernel, 
             plans.append(DepthwisePlan(
                 "vmac", (sg, sb, sk, 0), used, cycles,
                 int(cycles + r_copy + copy_fixed + red + cast + fixed),
-                int(copy_fixed + red_fixed + cast_fixed + fixed), exchange, phases, sets,
+                int(vertex_fixed + copy_fixed + red_fixed + cast_fixed + fixed), exchange, phases, sets,
                 int((r_bytes + halo * itemsize + red_recv) * used), int(temp), temp <= budget))
     return plans
