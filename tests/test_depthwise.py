@@ -33,11 +33,29 @@ def test_slic_vertex_is_poplins_estimate():
     assert slic_vertex_cycles(1, 14, 14, 4, 3, 3, 1, 2, 2, 6) == 15868
     # output stride 2 on a 7x7 output
     assert slic_vertex_cycles(1, 7, 7, 4, 3, 3, 2, 4, 2, 6) == 8799
+    # fp16 partials on 4 chains also take 8 or 16 conv groups a group: a weight load and a worker pass per 4
+    assert slic_vertex_cycles(1, 14, 14, 2, 3, 3, 1, 2, 4, 6, group=8) == 8092
+    assert slic_vertex_cycles(1, 14, 14, 1, 3, 3, 1, 2, 4, 6, group=16) == 8129
 
 
 def test_vmac_vertex_is_poplins_estimate():
     assert vmac_vertex_cycles(14, 14, 1, 3, 3, 4, 1, 4, 6) == 47785
     assert vmac_vertex_cycles(14, 14, 1, 3, 3, 4, 1, 2, 6) == 42444
+    assert vmac_vertex_cycles(14, 14, 1, 3, 3, 2, 1, 2, 6, group=8) == 38104
+    assert vmac_vertex_cycles(14, 14, 1, 3, 3, 1, 1, 2, 6, group=16) == 37905
+
+
+def test_wider_groups_only_with_fp16_partials_and_slic_only_on_four_chains():
+    mk1 = load_system("ipu-mk1-c2").ipu
+    shape = dict(batch=4, groups=256, in_hw=(28, 28), out_hw=(28, 28), kernel=(3, 3), stride=1, padding=(1, 1),
+                 itemsize=2, memory_proportion=0.6)
+    assert all(plan_depthwise(p, **shape, partials_bytes=4, ipu=MK2, tiles=MK2.tiles).group == 4
+               for p in ("fwd", "bwd", "wu"))
+    half = {p: plan_depthwise(p, **shape, partials_bytes=2, ipu=MK2, tiles=MK2.tiles) for p in ("fwd", "wu")}
+    assert half["wu"].group in (4, 8, 16) and half["fwd"].total_cycles > 0
+    # ipu1's 8 half-half conv units give SLIC 2 chains and 4 groups only
+    fwd = plan_depthwise("fwd", **shape, partials_bytes=2, ipu=mk1, tiles=mk1.tiles)
+    assert fwd.vertex == "vmac" or fwd.group == 4
 
 
 def _plans(stride, field=56, groups=128, batch=4):

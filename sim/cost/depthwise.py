@@ -35,10 +35,12 @@ _SLIC_KEYS = ("weight_load_fixed", "weight_load_per_worker", "outer_fixed", "per
               "loop_stall", "worker_fixed", "worker_per_row", "worker_row_fp32", "row_fixed", "row_short_zeroing",
               "row_short", "row_stride2_fixed", "chains_fp32_partials", "window_width", "h8_outer_fixed",
               "h8_per_conv_group_group", "h8_per_sub_kernel", "h8_worker_per_row", "h8_worker_tail", "h8_row_extra",
-              "h8_short_below", "h8_merge_per_element")
+              "h8_short_below", "h8_merge_per_element", "wide_weight_load_per_worker", "wide_per_stride",
+              "wide_per_sub_kernel", "wide_per_conv_group_group", "wide_worker_fixed")
 _VMAC_KEYS = ("outer_fixed", "per_conv_group_group", "per_in_group", "zero_fixed", "worker_fixed", "worker_per_entry",
               "dot_fixed", "dot_per_tap", "reduce_fixed", "reduce_per_element", "reduce_per_element_per_worker",
-              "groups_per_group")
+              "groups_per_group", "wide_worker_fixed_8", "wide_worker_fixed_16", "wide_worker_per_entry",
+              "wide_dot_per_tap")
 
 
 @lru_cache(maxsize=None)
@@ -97,7 +99,7 @@ def slic_inner_cycles(batch: int, height: int, width: int, stride: int, zeroing:
     per_row = (t["h8_worker_per_row"] if h8 else t["worker_per_row"]) + zeroing + (t["worker_row_fp32"] if fp32 else 0)
     busiest, outputs = 0, 0
     for pieces in worker_rows(batch, height, width, workers):
-        cycles = t["worker_fixed"] + (4 if group > 4 else 0) + (t["h8_worker_tail"] if h8 else 0)
+        cycles = t["worker_fixed"] + (t["wide_worker_fixed"] if group > 4 else 0) + (t["h8_worker_tail"] if h8 else 0)
         for n, count in pieces:
             cycles += count * (per_row + passes * _slic_row(n, stride, zeroing, h8, fp32, t))
             outputs += n * count
@@ -120,10 +122,17 @@ def slic_vertex_cycles(batch: int, height: int, width: int, group_groups: int, k
     sub_kernels = -(-kernel_w // t["window_width"]) * kernel_h
     zeroing = slic_inner_cycles(batch, height, width, stride, True, chains, group, fp32, workers)
     inner = slic_inner_cycles(batch, height, width, stride, False, chains, group, fp32, workers)
-    weight_load = t["weight_load_fixed"] + t["weight_load_per_worker"] * workers
     stall = lambda n: t["loop_stall"] * (n - 1) + 1
     per_group = t["h8_per_conv_group_group"] if h8 else t["per_conv_group_group"]
-    per_kernel = weight_load + (t["h8_per_sub_kernel"] if h8 else t["per_sub_kernel"])
+    if group <= 4:
+        weight_load = t["weight_load_fixed"] + t["weight_load_per_worker"] * workers
+        per_kernel = weight_load + (t["h8_per_sub_kernel"] if h8 else t["per_sub_kernel"])
+    else:  # each sub-kernel loads weights for each 4 of the group; the workers make a pass per 4 but the zeroing one
+        strides = group // 4
+        weight_load = t["weight_load_fixed"] + t["wide_weight_load_per_worker"] * workers
+        per_kernel = (weight_load + t["wide_per_stride"]) * strides + stall(strides) + t["wide_per_sub_kernel"]
+        per_group += t["wide_per_conv_group_group"]
+        inner *= strides
     return ((t["h8_outer_fixed"] if h8 else t["outer_fixed"])
             + per_group * group_groups + stall(group_groups)
             + per_kernel * sub_kernels + stall(sub_kernels)
@@ -131,25 +140,27 @@ def slic_vertex_cycles(batch: int, height: int, width: int, group_groups: int, k
 
 
 def vmac_vertex_cycles(out_h: int, out_w: int, batch: int, kernel_h: int, kernel_w: int, group_groups: int,
-                       in_groups: int, partials_bytes: int, workers: int) -> int:
+                       in_groups: int, partials_bytes: int, workers: int, group: int = 4) -> int:
     """Tile cycles of the VMAC vertex (``getConvPartialVerticalMacSupervisorCycleEstimate`` as
     ``ConvModel.cpp`` calls it): each output element a row of ``kernel_w`` taps per kernel row,
     the rows dealt to the workers (split in ``workers / gcd`` parts), the partials zeroed and,
     after the workers, reduced across them; per conv group group and per input group (the batch
-    of a weight update)."""
+    of a weight update); ``group`` conv groups per group (8 and 16 with fp16 partials only)."""
     t = _table("vmac", _VMAC_KEYS)
     fp32 = partials_bytes == 4
-    group = t["groups_per_group"]
     rows = out_h * out_w * batch
     split = workers // math.gcd(workers, rows)
     most = -(-rows * split // workers)
     whole, part = divmod(most, split)
 
-    def dot(taps):
-        return t["dot_fixed"] + t["dot_per_tap"] * (taps - 1) * (group // 4)
-    entry = t["worker_per_entry"] - (0 if fp32 else 2)
-    worker = (t["worker_fixed"] - (0 if fp32 else 1)
-              + kernel_h * (whole * (entry + dot(kernel_w)) + part * (entry + dot(-(-kernel_w // split)))))
+    if group > 4:  # fp16 partials: 8 groups a pass, two passes for 16
+        passes = group // 8
+        entry = lambda taps: passes * (t["wide_worker_per_entry"] + t["dot_fixed"] + t["wide_dot_per_tap"] * (taps - 1))
+        fixed = t["wide_worker_fixed_8"] if group == 8 else t["wide_worker_fixed_16"]
+    else:
+        entry = lambda taps: (t["worker_per_entry"] - (0 if fp32 else 2)) + t["dot_fixed"] + t["dot_per_tap"] * (taps - 1)
+        fixed = t["worker_fixed"] - (0 if fp32 else 1)
+    worker = fixed + kernel_h * (whole * entry(kernel_w) + part * entry(-(-kernel_w // split)))
     inner = workers * worker
     elements = out_h * out_w  # ConvModel.cpp: the zeroing and reduction count neither batch nor groups
     zero = t["zero_fixed"] + -(-elements // (2 if fp32 else 4))
@@ -178,6 +189,7 @@ class DepthwisePlan:
     received_bytes: int  # over every tile
     temp_bytes_per_tile: int
     fits: bool
+    group: int = 4  # conv groups per group the vertex takes (8 and 16 with fp16 partials)
 
     @property
     def total_cycles(self) -> int:
@@ -186,7 +198,7 @@ class DepthwisePlan:
     def describe(self) -> str:
         g, b, h, w = self.splits
         rows = "kernel rows" if self.vertex == "vmac" and w == 0 else "rows"
-        return (f"depthwise {self.vertex.upper()} vertex, conv group groups/{g} batch/{b} {rows}/{h}"
+        return (f"depthwise {self.vertex.upper()} vertex, groups of {self.group}, conv group groups/{g} batch/{b} {rows}/{h}"
                 + (f" columns/{w}" if w > 1 else "") + f" on {self.tiles_used} tiles")
 
 
@@ -224,40 +236,45 @@ def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], 
         return None
     partials_bytes = max(partials_bytes, itemsize)
     t = _table("slic", _SLIC_KEYS)
-    group = _table("vmac", _VMAC_KEYS)["groups_per_group"]  # 4 conv groups per group, SLIC and VMAC alike
+    base = _table("vmac", _VMAC_KEYS)["groups_per_group"]  # 4 conv groups per group, SLIC and VMAC alike
     chains = t["chains_fp32_partials"] if partials_bytes == 4 else (4 if ipu.amp_fp16_output_group == 16 else 2)
+    # fp16 partials add groups of 8 and 16: VMAC's always, SLIC's on 4 chains (ConvVertexType.cpp; the
+    # 2-chain SLIC of 8 or 16 groups the planner lists has no codelet)
+    vmac_groups = (base,) if partials_bytes == 4 else (base, 2 * base, 4 * base)
+    slic_groups = vmac_groups if chains == 4 else (base,)
     budget = memory_proportion * ipu.sram_bytes_per_tile
-    grains = -(-groups // group)
     (H, W), (Ho, Wo) = in_hw, out_hw
+    # the vertex's output field and stride, and the input rows and columns it reads
+    if pass_ == "fwd":
+        fh, fw, vstride, src = Ho, Wo, stride, (H, W)
+    else:  # the output gradient dilated by the stride, convolved at stride 1 over the input's field
+        fh, fw, vstride, src = H, W, 1, (Ho, Wo)
     plans = []
-    for sg in _fewest_splits(grains, tiles):
-        group_groups = -(-grains // sg)
-        groups_t = group_groups * group
-        if pass_ == "wu":
-            plans += _wu_plans(batch, groups, groups_t, group_groups, sg, (H, W), (Ho, Wo), kernel, stride,
-                               itemsize, partials_bytes, ipu, tiles, budget)
-            continue
-        # the vertex's output field and stride, and the input rows and columns it reads
-        if pass_ == "fwd":
-            fh, fw, vstride, src = Ho, Wo, stride, (H, W)
-        else:  # the output gradient dilated by the stride, convolved at stride 1 over the input's field
-            fh, fw, vstride, src = H, W, 1, (Ho, Wo)
-        for sb in _fewest_splits(batch, tiles // sg):
-            for sh in _fewest_splits(fh, tiles // (sg * sb)):
-                for sw in _fewest_splits(fw, min(8, tiles // (sg * sb * sh))):
-                    b_t, h_t, w_t = -(-batch // sb), -(-fh // sh), -(-fw // sw)
-                    for vertex in ("slic", "vmac") if vstride <= 2 else ("vmac",):
-                        plans.append(_field_plan(pass_, vertex, (sg, sb, sh, sw), b_t, h_t, w_t, group_groups, groups_t,
-                                                 src, kernel, stride, padding, vstride, itemsize, partials_bytes,
-                                                 chains, ipu, budget,
-                                                 batch * groups * src[0] * src[1] if regroup_input else 0))
+    for group in vmac_groups:
+        grains = -(-groups // group)
+        vertices = [v for v, ok in (("slic", group in slic_groups and vstride <= 2), ("vmac", True)) if ok]
+        for sg in _fewest_splits(grains, tiles):
+            group_groups = -(-grains // sg)
+            if pass_ == "wu":
+                plans += _wu_plans(batch, groups, group, group_groups, sg, (H, W), (Ho, Wo), kernel, stride,
+                                   itemsize, partials_bytes, ipu, tiles, budget)
+                continue
+            for sb in _fewest_splits(batch, tiles // sg):
+                for sh in _fewest_splits(fh, tiles // (sg * sb)):
+                    for sw in _fewest_splits(fw, min(8, tiles // (sg * sb * sh))):
+                        b_t, h_t, w_t = -(-batch // sb), -(-fh // sh), -(-fw // sw)
+                        for vertex in vertices:
+                            plans.append(_field_plan(
+                                pass_, vertex, (sg, sb, sh, sw), b_t, h_t, w_t, group, group_groups, src, kernel,
+                                stride, padding, vstride, itemsize, partials_bytes, chains, ipu, budget,
+                                batch * groups * src[0] * src[1] if regroup_input else 0))
     fitting = [p for p in plans if p.fits]
     if fitting:
         return min(fitting, key=lambda p: (p.total_cycles, p.temp_bytes_per_tile, p.tiles_used))
     return min(plans, key=lambda p: (p.temp_bytes_per_tile, p.total_cycles))
 
 
-def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group_groups, groups_t, src, kernel, stride, padding, vstride,
+def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group, group_groups, src, kernel, stride, padding, vstride,
                 itemsize, partials_bytes, chains, ipu, budget, regrouped: int = 0) -> DepthwisePlan:
     """A forward or backward pass split ``splits`` (conv group groups, batch, rows, columns), after
     ``regrouped`` activation elements are copied into the plan's layout over its tiles."""
@@ -265,13 +282,16 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group_groups, groups_t, sr
     sg, sb, sh, sw = splits
     used = sg * sb * sh * sw
     workers = ipu.worker_threads
+    groups_t = group_groups * group
     if vertex == "slic":
-        cycles = slic_vertex_cycles(b_t, h_t, w_t, group_groups, kh, kw, vstride, partials_bytes, chains, workers)
+        cycles = slic_vertex_cycles(b_t, h_t, w_t, group_groups, kh, kw, vstride, partials_bytes, chains, workers,
+                                    group)
         # the vertex's fixed part: its cycles with no output (supervisor loops, weight loads, worker preambles)
-        vertex_fixed = slic_vertex_cycles(0, h_t, w_t, group_groups, kh, kw, vstride, partials_bytes, chains, workers)
+        vertex_fixed = slic_vertex_cycles(0, h_t, w_t, group_groups, kh, kw, vstride, partials_bytes, chains, workers,
+                                          group)
     else:
-        cycles = vmac_vertex_cycles(h_t, w_t, b_t, kh, kw, group_groups, 1, partials_bytes, workers)
-        vertex_fixed = vmac_vertex_cycles(h_t, w_t, 0, kh, kw, group_groups, 1, partials_bytes, workers)
+        cycles = vmac_vertex_cycles(h_t, w_t, b_t, kh, kw, group_groups, 1, partials_bytes, workers, group)
+        vertex_fixed = vmac_vertex_cycles(h_t, w_t, 0, kh, kw, group_groups, 1, partials_bytes, workers, group)
     # the source rows and columns the tile's window reads beyond those it holds
     if pass_ == "fwd":
         need = min((h_t - 1) * stride + kh, sh_in), min((w_t - 1) * stride + kw, sw_in)
@@ -310,23 +330,24 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group_groups, groups_t, sr
     temp = outputs * partials_bytes + window * itemsize + zeros * itemsize
     return DepthwisePlan(vertex, splits, used, cycles, int(cycles + pad + cast + copy + fixed),
                          int(vertex_fixed + cast_fixed + copy_fixed + fixed), exchange, phases, sets,
-                         int(received * used), int(temp),
-                         temp <= budget)
+                         int(received * used), int(temp), temp <= budget, group)
 
 
-def _wu_plans(batch, groups, groups_t, group_groups, sg, in_hw, out_hw, kernel, stride, itemsize, partials_bytes, ipu,
+def _wu_plans(batch, groups, group, group_groups, sg, in_hw, out_hw, kernel, stride, itemsize, partials_bytes, ipu,
               tiles, budget) -> list[DepthwisePlan]:
-    """Weight-update plans of one conv group split: the batch (the input channels) and the forward
-    output's rows (the kernel's) split over the tiles, their partials reduced."""
+    """Weight-update plans of one conv group split (``group_groups`` groups of ``group`` on a tile):
+    the batch (the input channels) and the forward output's rows (the kernel's) split over the
+    tiles, their partials reduced."""
     (H, W), (Ho, Wo), (kh, kw) = in_hw, out_hw, kernel
     workers = ipu.worker_threads
+    groups_t = group_groups * group
     plans = []
     for sb in _fewest_splits(batch, tiles // sg):
         for sk in _fewest_splits(Ho, tiles // (sg * sb)):
             b_t, k_t = -(-batch // sb), -(-Ho // sk)
             used = sg * sb * sk
-            cycles = vmac_vertex_cycles(kh, kw, 1, k_t, Wo, group_groups, b_t, partials_bytes, workers)
-            vertex_fixed = vmac_vertex_cycles(kh, kw, 0, k_t, Wo, group_groups, b_t, partials_bytes, workers)
+            cycles = vmac_vertex_cycles(kh, kw, 1, k_t, Wo, group_groups, b_t, partials_bytes, workers, group)
+            vertex_fixed = vmac_vertex_cycles(kh, kw, 0, k_t, Wo, group_groups, b_t, partials_bytes, workers, group)
             # poplin rearranges both operands (the input, the output gradient) into the plan's layout
             r_exch, r_copy, r_bytes = rearrangement(ipu, batch * groups * (H * W + Ho * Wo), used, itemsize)
             r_exch, r_copy, r_bytes = int(r_exch), int(r_copy), float(r_bytes)
@@ -334,7 +355,7 @@ def _wu_plans(batch, groups, groups_t, group_groups, sg, in_hw, out_hw, kernel, 
             outputs = groups_t * kh * kw
             depth = sb * sk
             red_exch, red, stages, red_recv, red_fixed = (float(x) for x in partials_reduction(
-                ipu, outputs, depth, partials_bytes, itemsize, 4))
+                ipu, outputs, depth, partials_bytes, itemsize, group))
             cast, cast_fixed, cast_sets = _cast(outputs, partials_bytes, itemsize) if depth == 1 else (0, 0, 0)
             copy_fixed = codelet("copy").fixed
             fixed = pass_fixed_cycles()
@@ -346,5 +367,5 @@ def _wu_plans(batch, groups, groups_t, group_groups, sg, in_hw, out_hw, kernel, 
                 "vmac", (sg, sb, sk, 0), used, cycles,
                 int(cycles + r_copy + copy_fixed + red + cast + fixed),
                 int(vertex_fixed + copy_fixed + red_fixed + cast_fixed + fixed), exchange, phases, sets,
-                int((r_bytes + halo * itemsize + red_recv) * used), int(temp), temp <= budget))
+                int((r_bytes + halo * itemsize + red_recv) * used), int(temp), temp <= budget, group))
     return plans
