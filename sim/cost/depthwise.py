@@ -4,7 +4,8 @@ poplin gives such a convolution no AMP: its vertex candidates (``ConvVertexType.
 7eac0f26) for half inputs are SLIC (``ConvPartial1xNSLIC``: 4 conv groups per group, a window of
 4 kernel columns loaded as weights, the output rows streamed through the conv units) and VMAC
 (``ConvPartialVerticalMac``: 4 conv groups per group on the vector unit, each worker accumulating
-its own copy of the output, then a reduction over the workers). The planner prices every
+its own copy of the output, then a reduction over the workers); with fp16 partials also groups of
+8 and 16 (SLIC only where the tile has 16 half conv units, 4 chains). The planner prices every
 candidate over every split of the conv groups, batch and field over the tiles and keeps the
 cheapest (``ConvPlan.cpp createPlan``); the passes are planned separately:
 
@@ -17,7 +18,7 @@ cheapest (``ConvPlan.cpp createPlan``); the passes are planned separately:
 
 Vertex cycles follow ``PerformanceEstimation.hpp`` (the ``[slic]`` and ``[vmac]`` tables of
 ``configs/_conv-vertices.toml``); the exchange of the input rows a tile's window needs beyond its
-own, the cast of fp32 partials (``estimateCastCycles``), the rearrangement of a weight update's
+own, the cast of fp32 partials (the ``cast`` codelet, as after a matmul), the rearrangement of a weight update's
 operands and the partials' reduction are priced as for the other convolutions
 (:mod:`sim.cost.amp`). Cycles are tile cycles, bytes are bytes.
 """
@@ -33,7 +34,8 @@ from .vector import codelet
 
 _SLIC_KEYS = ("weight_load_fixed", "weight_load_per_worker", "outer_fixed", "per_conv_group_group", "per_sub_kernel",
               "loop_stall", "worker_fixed", "worker_per_row", "worker_row_fp32", "row_fixed", "row_short_zeroing",
-              "row_short", "row_stride2_fixed", "chains_fp32_partials", "window_width", "h8_outer_fixed",
+              "row_short", "row_stride2_fixed", "row_stride2_one", "row_stride2_two", "short_below",
+              "chains_fp32_partials", "window_width", "h8_outer_fixed",
               "h8_per_conv_group_group", "h8_per_sub_kernel", "h8_worker_per_row", "h8_worker_tail", "h8_row_extra",
               "h8_short_below", "h8_merge_per_element", "wide_weight_load_per_worker", "wide_per_stride",
               "wide_per_sub_kernel", "wide_per_conv_group_group", "wide_worker_fixed")
@@ -77,8 +79,9 @@ def worker_rows(batch: int, height: int, width: int, workers: int) -> list[list[
 def _slic_row(n: int, stride: int, zeroing: bool, h8: bool, fp32: bool, t: dict) -> int:
     """Worker cycles of one pass over a row piece of ``n`` outputs."""
     if stride == 2:
-        cycles = (13 if n == 1 else 15) if n < 3 else t["row_stride2_fixed"] + 2 * n
-    elif n < (t["h8_short_below"] if h8 else 5):
+        cycles = ((t["row_stride2_one"] if n == 1 else t["row_stride2_two"]) if n < 3
+                  else t["row_stride2_fixed"] + 2 * n)
+    elif n < (t["h8_short_below"] if h8 else t["short_below"]):
         if zeroing:
             cycles = t["row_short_zeroing"] + (n if n > 1 else 0)
         else:
@@ -158,7 +161,8 @@ def vmac_vertex_cycles(out_h: int, out_w: int, batch: int, kernel_h: int, kernel
         entry = lambda taps: passes * (t["wide_worker_per_entry"] + t["dot_fixed"] + t["wide_dot_per_tap"] * (taps - 1))
         fixed = t["wide_worker_fixed_8"] if group == 8 else t["wide_worker_fixed_16"]
     else:
-        entry = lambda taps: (t["worker_per_entry"] - (0 if fp32 else 2)) + t["dot_fixed"] + t["dot_per_tap"] * (taps - 1)
+        entry = lambda taps: (t["worker_per_entry"] - (0 if fp32 else 2) + t["dot_fixed"]
+                              + t["dot_per_tap"] * (taps - 1))
         fixed = t["worker_fixed"] - (0 if fp32 else 1)
     worker = fixed + kernel_h * (whole * entry(kernel_w) + part * entry(-(-kernel_w // split)))
     inner = workers * worker
@@ -198,7 +202,8 @@ class DepthwisePlan:
     def describe(self) -> str:
         g, b, h, w = self.splits
         rows = "kernel rows" if self.vertex == "vmac" and w == 0 else "rows"
-        return (f"depthwise {self.vertex.upper()} vertex, groups of {self.group}, conv group groups/{g} batch/{b} {rows}/{h}"
+        return (f"depthwise {self.vertex.upper()} vertex, groups of {self.group}, "
+                f"conv group groups/{g} batch/{b} {rows}/{h}"
                 + (f" columns/{w}" if w > 1 else "") + f" on {self.tiles_used} tiles")
 
 
@@ -312,8 +317,7 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group, group_groups, src, 
         side = (kh - 1 - padding[0], kw - 1 - padding[1]) if pass_ == "bwd" else padding
         field, padded = 1, 1
         for size, extra, p in ((h_t, 0, side[0]), (w_t, wpad, side[1])):
-            base = size + extra
-            padded *= (1 + (base - 1) * dil) + 2 * max(p, 0)
+            padded *= (1 + (size + extra - 1) * dil) + 2 * max(p, 0)
             field *= size
         zeros = groups_t * b_t * (padded - field) + groups_t * wpad * kh
         pad = math.ceil(zeros * itemsize / ipu.exchange_bytes_per_cycle_per_tile)  # the planner's rate
