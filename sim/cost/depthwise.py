@@ -111,6 +111,7 @@ def slic_inner_cycles(batch: int, height: int, width: int, stride: int, zeroing:
     return busiest * workers + merge
 
 
+@lru_cache(maxsize=65536)
 def slic_vertex_cycles(batch: int, height: int, width: int, group_groups: int, kernel_h: int, kernel_w: int,
                        stride: int, partials_bytes: int, chains: int, workers: int, group: int = 4) -> int:
     """Tile cycles of the SLIC vertex on a tile of ``group_groups`` groups of ``group`` conv groups
@@ -142,6 +143,7 @@ def slic_vertex_cycles(batch: int, height: int, width: int, group_groups: int, k
             + group_groups * zeroing + group_groups * (sub_kernels - 1) * inner)
 
 
+@lru_cache(maxsize=65536)
 def vmac_vertex_cycles(out_h: int, out_w: int, batch: int, kernel_h: int, kernel_w: int, group_groups: int,
                        in_groups: int, partials_bytes: int, workers: int, group: int = 4) -> int:
     """Tile cycles of the VMAC vertex (``getConvPartialVerticalMacSupervisorCycleEstimate`` as
@@ -176,7 +178,7 @@ def vmac_vertex_cycles(out_h: int, out_w: int, batch: int, kernel_h: int, kernel
             + group_groups * (zero + t["per_conv_group_group"] + in_groups * (t["per_in_group"] + inner) + reduce))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DepthwisePlan:
     """One pass of a depthwise convolution as planned: its vertex, its split over the tiles and
     what the busiest tile spends (cycles, bytes), all compute sets and exchanges together."""
@@ -219,6 +221,20 @@ def _cast(outputs: int, partials_bytes: int, itemsize: int) -> tuple[int, int, i
     return int(c.fixed + math.ceil(outputs * c.fp16)), int(c.fixed), 1
 
 
+@lru_cache(maxsize=65536)
+def _rearranged(ipu, elements: int, used: int, itemsize: int) -> tuple[int, int, float]:
+    """(exchange cycles, copy cycles, bytes received) per tile of :func:`~sim.cost.amp.rearrangement`."""
+    exch, copy, received = rearrangement(ipu, elements, used, itemsize)
+    return int(exch), int(copy), float(received)
+
+
+@lru_cache(maxsize=65536)
+def _reduced(ipu, outputs: int, depth: int, partials_bytes: int, out_bytes: int, grain: int) -> tuple[float, ...]:
+    """(exchange cycles, compute cycles, stages, bytes received, fixed cycles) of
+    :func:`~sim.cost.amp.partials_reduction` for one block."""
+    return tuple(float(x) for x in partials_reduction(ipu, outputs, depth, partials_bytes, out_bytes, grain))
+
+
 def _exchange(nbytes: float, ipu) -> int:
     return int(ipu.exchange_setup_cycles + math.ceil(nbytes / ipu.exchange_bytes_per_cycle_per_tile)) if nbytes else 0
 
@@ -254,6 +270,12 @@ def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], 
         fh, fw, vstride, src = Ho, Wo, stride, (H, W)
     else:  # the output gradient dilated by the stride, convolved at stride 1 over the input's field
         fh, fw, vstride, src = H, W, 1, (Ho, Wo)
+    regrouped = {}  # used tiles -> the regrouping copy's (exchange, copy, bytes received) per tile
+
+    def regroup(used: int) -> tuple[int, int, float]:
+        if used not in regrouped:
+            regrouped[used] = _rearranged(ipu, batch * groups * src[0] * src[1], used, itemsize)
+        return regrouped[used]
     plans = []
     for group in vmac_groups:
         grains = -(-groups // group)
@@ -272,17 +294,22 @@ def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], 
                             plans.append(_field_plan(
                                 pass_, vertex, (sg, sb, sh, sw), b_t, h_t, w_t, group, group_groups, src, kernel,
                                 stride, padding, vstride, itemsize, partials_bytes, chains, ipu, budget,
-                                batch * groups * src[0] * src[1] if regroup_input else 0))
-    fitting = [p for p in plans if p.fits]
+                                regroup if regroup_input else None))
+    # candidates are DepthwisePlan field tuples (cheap to build); the fastest that fits, ties to less
+    # memory then fewer tiles, else the one needing the least memory
+    total = lambda p: p[4] + p[6]  # compute_cycles + exchange_cycles
+    fitting = [p for p in plans if p[11]]
     if fitting:
-        return min(fitting, key=lambda p: (p.total_cycles, p.temp_bytes_per_tile, p.tiles_used))
-    return min(plans, key=lambda p: (p.temp_bytes_per_tile, p.total_cycles))
+        return DepthwisePlan(*min(fitting, key=lambda p: (total(p), p[10], p[2])))
+    return DepthwisePlan(*min(plans, key=lambda p: (p[10], total(p))))
 
 
 def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group, group_groups, src, kernel, stride, padding, vstride,
-                itemsize, partials_bytes, chains, ipu, budget, regrouped: int = 0) -> DepthwisePlan:
-    """A forward or backward pass split ``splits`` (conv group groups, batch, rows, columns), after
-    ``regrouped`` activation elements are copied into the plan's layout over its tiles."""
+                itemsize, partials_bytes, chains, ipu, budget, regroup=None) -> tuple:
+    """The :class:`DepthwisePlan` fields of a forward or backward pass split ``splits`` (conv group
+    groups, batch, rows, columns); with
+    ``regroup`` (used tiles -> that copy's cost per tile), after the activations are copied into the
+    plan's layout over its tiles."""
     (kh, kw), (sh_in, sw_in) = kernel, src
     sg, sb, sh, sw = splits
     used = sg * sb * sh * sw
@@ -326,20 +353,21 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group, group_groups, src, 
     sets = 1 + cast_sets + (1 if pad else 0)
     phases = 1 if exchange else 0
     copy = copy_fixed = 0
-    if regrouped:
-        r_exch, r_copy, r_bytes = (float(x) for x in rearrangement(ipu, regrouped, used, itemsize))
+    if regroup is not None:
+        r_exch, r_copy, r_bytes = regroup(used)
         copy_fixed = codelet("copy").fixed
         copy = int(r_copy) + copy_fixed
         exchange, received, phases, sets = exchange + int(r_exch), received + r_bytes, phases + 1, sets + 1
     temp = outputs * partials_bytes + window * itemsize + zeros * itemsize
-    return DepthwisePlan(vertex, splits, used, cycles, int(cycles + pad + cast + copy + fixed),
+    return (vertex, splits, used, cycles, int(cycles + pad + cast + copy + fixed),
                          int(vertex_fixed + cast_fixed + copy_fixed + fixed), exchange, phases, sets,
                          int(received * used), int(temp), temp <= budget, group)
 
 
 def _wu_plans(batch, groups, group, group_groups, sg, in_hw, out_hw, kernel, stride, itemsize, partials_bytes, ipu,
-              tiles, budget) -> list[DepthwisePlan]:
-    """Weight-update plans of one conv group split (``group_groups`` groups of ``group`` on a tile):
+              tiles, budget) -> list[tuple]:
+    """:class:`DepthwisePlan` fields of the weight-update plans of one conv group split
+    (``group_groups`` groups of ``group`` on a tile):
     the batch (the input channels) and the forward output's rows (the kernel's) split over the
     tiles, their partials reduced."""
     (H, W), (Ho, Wo), (kh, kw) = in_hw, out_hw, kernel
@@ -353,13 +381,11 @@ def _wu_plans(batch, groups, group, group_groups, sg, in_hw, out_hw, kernel, str
             cycles = vmac_vertex_cycles(kh, kw, 1, k_t, Wo, group_groups, b_t, partials_bytes, workers, group)
             vertex_fixed = vmac_vertex_cycles(kh, kw, 0, k_t, Wo, group_groups, b_t, partials_bytes, workers, group)
             # poplin rearranges both operands (the input, the output gradient) into the plan's layout
-            r_exch, r_copy, r_bytes = rearrangement(ipu, batch * groups * (H * W + Ho * Wo), used, itemsize)
-            r_exch, r_copy, r_bytes = int(r_exch), int(r_copy), float(r_bytes)
+            r_exch, r_copy, r_bytes = _rearranged(ipu, batch * groups * (H * W + Ho * Wo), used, itemsize)
             halo = b_t * groups_t * max(0, min((k_t - 1) * stride + kh, H) - min(k_t * stride, H)) * W if sk > 1 else 0
             outputs = groups_t * kh * kw
             depth = sb * sk
-            red_exch, red, stages, red_recv, red_fixed = (float(x) for x in partials_reduction(
-                ipu, outputs, depth, partials_bytes, itemsize, group))
+            red_exch, red, stages, red_recv, red_fixed = _reduced(ipu, outputs, depth, partials_bytes, itemsize, group)
             cast, cast_fixed, cast_sets = _cast(outputs, partials_bytes, itemsize) if depth == 1 else (0, 0, 0)
             copy_fixed = codelet("copy").fixed
             fixed = pass_fixed_cycles()
@@ -367,7 +393,7 @@ def _wu_plans(batch, groups, group, group_groups, sg, in_hw, out_hw, kernel, str
             phases = 1 + (1 if halo else 0) + int(stages)
             sets = 2 + int(stages) + cast_sets
             temp = b_t * groups_t * (min(k_t * stride + kh, H) * W + k_t * Wo) * itemsize + outputs * partials_bytes
-            plans.append(DepthwisePlan(
+            plans.append((
                 "vmac", (sg, sb, sk, 0), used, cycles,
                 int(cycles + r_copy + copy_fixed + red + cast + fixed),
                 int(vertex_fixed + copy_fixed + red_fixed + cast_fixed + fixed), exchange, phases, sets,
