@@ -174,10 +174,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if depthwise:
         notes.append(f"{len(depthwise)} depthwise convolution(s) (one channel per group, e.g. {depthwise[0]}) "
                      "planned with poplin's SLIC (forward, backward) and VMAC (weight update) vertex estimates, "
-                     "fp32 ones and those with more than one output channel per group on the vector unit; poplin's other candidates (conv groups combined for the AMP, a "
-                     "SLIC weight update, swapped operands) are not tried: the simulator comes out 24 % under to "
-                     "33 % over poplibs' estimates of MobileNet's depthwise layers (reports/validation.md, "
-                     "microbenchmarks)")
+                     "fp32 ones and those with more than one output channel per group on the vector unit; "
+                     "poplin's other candidates (conv groups combined for the AMP, a SLIC weight update, swapped "
+                     "operands) are not tried: the simulator comes out 24 % under to 33 % over poplibs' estimates "
+                     "of MobileNet's depthwise layers (reports/validation.md, microbenchmarks)")
     if o.num_instances() > 1:
         notes.append(f"process {o.instance_index()} of {o.num_instances()}, {R} replicas each: this "
                      "instance's replicas are simulated; "

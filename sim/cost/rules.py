@@ -477,7 +477,7 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
             return _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.compute_sets, flops,
                            plan.received_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe(),
                            tiles=tiles, launch=plan.launch_cycles, exchange_phases=plan.exchange_phases)
-    if cig == 1 and groups > 1:  # fp32 depthwise: the vector unit, one MAC per element per tap
+    if cig == 1 and groups > 1:  # fp32 depthwise, or a channel multiplier: the vector unit, one MAC per element per tap
         # like every poplin convolution pass, plus the pass's fixed cycles (sim/cost/amp.py pass_fixed_cycles)
         used, per_tile = spread(positions * co, itemsize, ipu, tiles)
         fixed = pass_fixed_cycles()
