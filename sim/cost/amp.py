@@ -60,7 +60,7 @@ from ..errors import ConfigError, UnsupportedOpError
 from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import IPU
 from .opcost import TileProfile
-from .conv_reduce import conv_partials_reduction
+from .conv_reduce import conv_partials_reduction, distinct_values
 from .vector import codelet
 
 CONV_VERTICES_FILE = CONFIG_DIR / "_conv-vertices.toml"
@@ -1124,9 +1124,7 @@ def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) ->
         ci, kh, kw = K, 1, 1
     grains = -(-ci // in_group)
     block = np.zeros(int(pk.max(initial=0)) + 1, dtype=np.int64)  # by split count
-    present = np.zeros(block.size, dtype=bool)
-    present[pk.ravel()] = True
-    for p in np.flatnonzero(present).tolist():
+    for p in distinct_values(pk):
         block[p] = min(min(-(-grains // (p // d)) * in_group, ci) * -(-kh // d) * kw
                        for d in range(1, min(kh, p) + 1) if p % d == 0)
     return np.minimum(block[pk], K)

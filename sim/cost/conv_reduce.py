@@ -94,6 +94,15 @@ def single_input_fits(exchanged_bytes, tile_bytes: int, element_bytes: int):
     return elements * element_bytes < tile_bytes // 16
 
 
+def distinct_values(values) -> list[int]:
+    """The distinct values of an array of small non-negative integers (split counts, depths), in
+    order: a table lookup, not a sort, over arrays of many candidates."""
+    values = np.asarray(values, dtype=np.int64).ravel()
+    present = np.zeros(int(values.max(initial=0)) + 1, dtype=bool)
+    present[values] = True
+    return np.flatnonzero(present).tolist()
+
+
 def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int, grain: int, ipu):
     """Per stage of poplin's reduction of ``depth`` partial sums of an ``outputs``-element block
     held by ``depth`` tiles (arrays of the same shape; ``grain``: the partials' channel group):
@@ -109,20 +118,18 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
     p_grain = 4 if p_float else 8  # partialsGrain: whole accumulator vectors for the single-input form
     # each depth's plan, as tables indexed by depth: the rows a stage's section takes and the tiles
     # it is reduced on (0 where the depth has no such stage), so every candidate is priced at once
-    present = np.zeros(int(depth.max(initial=0)) + 1, dtype=bool)
-    present[depth.ravel()] = True
-    plans = {int(d): multi_stage_plan(int(d)) + (1,) for d in np.flatnonzero(present) if d > 1}
+    plans = {d: multi_stage_plan(d) + (1,) for d in distinct_values(depth) if d > 1}
     n_stages = max((len(p) for p in plans.values()), default=0)
-    sec_rows = np.zeros((n_stages, present.size), dtype=np.int64)
-    sec_tiles = np.ones((n_stages, present.size), dtype=np.int64)
+    size = int(depth.max(initial=0)) + 1
+    sec_rows = np.zeros((n_stages, size), dtype=np.int64)
+    sec_tiles = np.ones((n_stages, size), dtype=np.int64)
+    last_stage = np.zeros(size, dtype=np.int64)
     for d, sections in plans.items():
         rows = tiles = d  # one partial sum per tile of the group
         for i, sec in enumerate(sections):
             sec_rows[i, d] = -(-rows // sec)
             sec_tiles[i, d] = max(1, tiles // sec)
             rows = sec
-    last_stage = np.zeros(present.size, dtype=np.int64)
-    for d, sections in plans.items():
         last_stage[d] = len(sections) - 1
     out = []
     flat_outputs, flat_depth = outputs.ravel(), depth.ravel()
@@ -146,4 +153,5 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
         out.append(tuple(a.reshape(shape) for a in (got, cycles, fixed)))
     return out
 
-__all__ = ["multi_stage_plan", "reduce_add_cycles", "single_input_fits", "conv_partials_reduction"]
+
+__all__ = ["multi_stage_plan", "reduce_add_cycles", "single_input_fits", "conv_partials_reduction", "distinct_values"]
