@@ -65,6 +65,6 @@ def test_amp_partials_reduction_sums_the_stages():
     assert list(stages) == [0, 1, 2]
     assert list(compute) == [0, 1413, 6 * (20 + 16 * 22) + 33 + 6 * (20 + 15 * 4) + 33]
     assert list(recv) == [0, 14 * 144 * 4, 4 * 512 * 4 + 4 * 96 * 4]
-    setup, bw = MK2.exchange_setup_cycles, MK2.exchange_bytes_per_cycle_per_tile
+    setup, bw = MK2.exchange_setup_cycles, MK2.exchange_rate
     assert list(exch) == [0, setup + 14 * 144 * 4 / bw, 2 * setup + (8192 + 1536) / bw]
     assert list(fixed) == [0, 153, 306]

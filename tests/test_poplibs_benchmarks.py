@@ -47,24 +47,23 @@ WITHIN = (
     "gemm_200x512x30000", "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x256x20000",
     "gemm_600x256x30000", "gemm_600x512x30000", "gemm_600x64x20000", "inception_tr_bs4_i10_a1x1",
     "inception_tr_bs4_i10_c1x1", "inception_tr_bs4_i10_d1x1", "inception_tr_bs4_i1_a1x1",
-    "inception_tr_bs4_i1_c3x3a", "inception_tr_bs4_i1_c3x3b", "inception_tr_bs4_i1_db1x1",
+    "inception_tr_bs4_i1_c3x3a", "inception_tr_bs4_i1_c3x3b",
     "inception_tr_bs4_i2_a1x1", "inception_tr_bs4_i2_b1x1", "inception_tr_bs4_i3_a1x1",
     "inception_tr_bs4_i3_b1x1", "inception_tr_bs4_i5_a1x1", "inception_tr_bs4_i5_b1x1",
     "inception_tr_bs4_i6_b1x1", "inception_tr_bs4_i8_a3x3", "inception_tr_bs4_i9_a1x1",
     "inception_tr_bs4_i9_c1x1", "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1", "mobilenet_conv_pw_13_1", "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_4_1", "mobilenet_conv_pw_6_1",
     "mobilenet_conv_pw_7_1", "resnet50_tr_bs4_bm128L0A2", "resnet50_tr_bs4_bm128L1A0",
-    "resnet50_tr_bs4_bm256L0A0", "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L0_projection",
+    "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L0_projection",
     "resnet50_tr_bs4_bm256L1A0", "resnet50_tr_bs4_bm512L0A0",
     # resnet50_tr_bs4_bm512L0A1 left (+4.4 % -> +5.6 %) when the conv weight update began paying
     # for its expanded (im2col) input: for a 7x7 field poplin likely plans the weight update
     # without expanding both dimensions, a plan the simulator does not offer (tests/test_conv_passes.py)
     "resnet50_tr_bs4_bm512L0A2", "resnet50_tr_bs4_bm64L0", "resnet50_tr_bs4_bm64L0_projection",
-    "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v4L0", "vgg16_tr_bs4_v4L1", "vgg16_tr_bs4_v5L0",
+    "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v4L0", "vgg16_tr_bs4_v5L0",
     # within since the conv passes follow poplin's plans more closely (the weight update's expanded
     # input, the strided 1x1 kernel's expansion and deferred dilation; tests/test_conv_passes.py)
     # within (+499 % before) since the backward pass may swap its operands as poplin's does
     # (tests/test_conv_swap.py)
-    "conv_5x200_1_in_100_out_bs1440",
     "alexnet_tr_bs4_layer4", "inception_tr_bs4_i1_b5x5", "inception_tr_bs4_layer10", "inception_tr_bs4_layer3",
     "inception_tr_bs4_layer5", "resnet50_tr_bs4_bm128L0A1", "resnet50_tr_bs4_bm256L0A1",
     "resnet50_tr_bs4_bm512L0_projection", "vgg16_tr_bs4_v2L0", "vgg16_tr_bs4_v2L1",
@@ -77,10 +76,10 @@ WITHIN = (
     "bert_ffn2_512x4096x1024",
     # popops reductions (reduce_op) within 5 % with the reduction plan of sim/cost/reduction.py
     "bert_reduce_0", "bert_reduce_2", "bert_reduce_3", "resnet50_tr_bs1_bm128L0A0_reduce",
-    "resnet50_tr_bs1_bm64L0A0_reduce", "resnet50_tr_bs1_cnv_reduce",
+    "resnet50_tr_bs1_bm64L0A0_reduce",
     # non-square kernels (Inception-v3's factorised 1xN / Nx1), expressible since conv2d takes (kh, kw)
     "inception_tr_bs4_i5_b1x7", "inception_tr_bs4_i5_c1x7b", "inception_tr_bs4_i6_b1x7",
-    "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i7_b1x7", "inception_tr_bs4_i7_b7x1",
+    "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i7_b7x1",
     "inception_tr_bs4_i9_ba1x3", "inception_tr_bs4_i9_bb3x1",
     # within since a matmul's or conv's passes follow poplin's plans more closely (2026-11-23): the fc
     # tool's passes planned jointly as FC_TRAINING (tests/test_fc_joint_plan.py), a backward pass with
@@ -106,7 +105,7 @@ WITHIN = (
     # within since a separately planned fc backward pass exchanges its transposed weights from the forward
     # layout (B, session 24: Convolution.cpp fullyConnectedWeightTranspose, tests/test_fc_transposed_weights.py):
     # -5.2, -5.1 % -> -4.6, -3.6 %
-    "bert_ffn2_512x3072x768", "fc_layer_80_1324_100",
+    "bert_ffn2_512x3072x768",
     # within since a convolution's reduction is split over tiles in whole input-channel grains times the
     # kernel's outer dimension (alexnet: then cheapest expanded) and its field split may fill the tiles
     # (C, session 24: ConvModel.cpp constructModel; amp.conv_inner_block, tests/test_conv_inner_split.py):
@@ -115,8 +114,19 @@ WITHIN = (
     "resnet50_tr_bs4_bm64L0A1",
     # stride-1 depthwise layers (2026-11-28) once each pass is planned with poplin's SLIC and VMAC vertex
     # estimates (sim/cost/depthwise.py; -1.6 and -13.7 % when priced on the vector unit: -3.1, -3.2 %);
-    # mobilenet_depthwise_2 went from -2.0 to -5.3 %
-    "mobilenet_depthwise", "mobilenet_depthwise_4",
+    # mobilenet_depthwise_2 went from -2.0 to -5.3 %; both left again with the exchange efficiency below
+    # within since an on-chip exchange moves its data at 0.87 of the 4-byte width, fitted jointly with the
+    # pass's fixed cycles (1634 -> 1100) on the IPUModel2 rows (2026-11-28, configs/ipu-mk2.toml
+    # exchange_efficiency): the fixed part came down and the part that grows with a layer's bytes went up.
+    # Left: conv_5x200_1_in_100_out_bs1440 +6.2 %, fc_layer_80_1324_100 -12.2 %, inception_tr_bs4_i1_db1x1
+    # -5.3 %, inception_tr_bs4_i7_b1x7 +5.0 %, mobilenet_depthwise -6.8 %, mobilenet_depthwise_4 -9.6 %,
+    # resnet50_tr_bs1_cnv_reduce +5.9 %, resnet50_tr_bs4_bm256L0A0 -6.0 %, vgg16_tr_bs4_v4L1 +5.4 %
+    "alexnet_tr_bs4_layer7", "bert_ffn2_128x3072x768", "bert_ffn2_128x4096x1024",
+    "bert_grouped_12x128x64x128", "bert_grouped_16x128x64x128", "bert_proj_512x1024x1024",
+    "fc_layer_16_1000_5_half", "fc_layer_1_1000_1000_float", "fc_layer_4_1000_1000_float",
+    "fc_layer_4_1000_5_float", "fc_layer_4_1000_5_half", "fc_layer_8_1000_5_float", "gemm_200x256x10000",
+    "gemm_200x64x10000", "gemm_600x512x20000", "inception_tr_bs4_i9_d1x1", "mobilenet_conv_pw_2_1",
+    "mobilenet_depthwise_6",
 )
 
 
@@ -155,7 +165,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 129
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 138
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():
@@ -222,7 +232,7 @@ def test_reduction_splits_rows_over_free_workers_and_adds_their_partials():
 def test_pass_fixed_cycles_are_charged_once_per_pass():
     ipu = load_system("ipu-mk2").ipu
     fixed = pass_fixed_cycles()
-    assert fixed == 1634
+    assert fixed == 1100
     plan = plan_matmul(1, 1, 1000, 5, 2, True, ipu, ipu.tiles, 0.6)
     assert plan.pass_fixed == fixed
     assert plan.total_cycles >= fixed and plan.launch_cycles >= fixed

@@ -21,16 +21,15 @@ MK1_WITHIN = (
     # (2026-11-28, sim/cost/depthwise.py, nothing fitted): -28.9, +18.6 % -> +0.2, +4.2 %
     "mobilenet_depthwise_1", "mobilenet_depthwise_2",
     "alexnet_tr_bs4_layer7", "bert_ffn1_512x768x3072", "bert_kqv_384x1024x3072",
-    "bert_kqv_512x1024x3072", "fc_layer_1440x200x400", "fc_layer_16x1324x100",
+    "bert_kqv_512x1024x3072", "fc_layer_1440x200x400",
     "gemm_1000x256x20000", "gemm_1000x512x10000", "gemm_200x256x20000",
     "gemm_200x256x30000", "gemm_200x512x10000", "gemm_200x512x20000", "gemm_600x256x10000", "gemm_600x256x20000",
     "gemm_600x512x20000", "gemm_600x512x30000", "inception_tr_bs4_i10_a1x1",
     "inception_tr_bs4_i10_c1x1", "inception_tr_bs4_i10_d1x1", "inception_tr_bs4_i1_a1x1",
-    "inception_tr_bs4_i1_b1x1", "inception_tr_bs4_i1_c3x3a",
     "inception_tr_bs4_i1_c3x3b", "inception_tr_bs4_i1_db1x1", "inception_tr_bs4_i2_a1x1",
     "inception_tr_bs4_i2_b1x1", "inception_tr_bs4_i3_a1x1", "inception_tr_bs4_i3_b1x1",
     "inception_tr_bs4_i5_b1x1", "inception_tr_bs4_i9_d1x1", "inception_tr_bs4_layer1", "inception_tr_bs4_layer3",
-    "inception_tr_bs4_layer5", "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1",
+    "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1",
     "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_6_1", "resnet50_tr_bs4_bm128L0A2",
     "resnet50_tr_bs4_bm128L1A0", "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L1A0",
     "resnet50_tr_bs4_bm512L0A1", "resnet50_tr_bs4_bm64L0",
@@ -67,7 +66,7 @@ MK1_WITHIN = (
     "bert_ffn1_128x1024x4096", "bert_ffn1_128x768x3072", "bert_ffn1_384x1024x4096",
     "bert_ffn1_384x768x3072", "bert_ffn1_512x1024x4096", "bert_ffn2_384x3072x768",
     "bert_ffn2_384x4096x1024", "bert_ffn2_512x3072x768", "bert_ffn2_512x4096x1024",
-    "bert_grouped_12x384x64x384", "bert_grouped_16x384x64x384", "bert_kqv_128x1024x3072",
+    "bert_grouped_12x384x64x384", "bert_grouped_16x384x64x384",
     "bert_kqv_128x768x2304", "bert_kqv_384x768x2304", "bert_kqv_512x768x2304", "bert_proj_128x1024x1024",
     "bert_proj_384x1024x1024", "bert_proj_384x768x768", "bert_proj_512x1024x1024", "bert_proj_512x768x768",
     "gemm_600x512x10000", "inception_tr_bs4_i10_b1x1", "inception_tr_bs4_i5_a1x1",
@@ -89,12 +88,23 @@ MK1_WITHIN = (
     # (ConvModel.cpp addTransformCycleEstimate) and does not pick, and from the add priced at 0.75 cycles
     # an element spread linearly; over that plan's layout the add alone would put 200x256x10000 at
     # +8.8 % (100 regions of 24 elements a tile). Both now sit with the under-predicted large Mk1 rows.
-    "gemm_1000x256x10000", "gemm_1000x64x10000", "gemm_1000x64x20000", "gemm_1000x64x30000",
+    "gemm_1000x256x10000", "gemm_1000x64x10000", "gemm_1000x64x30000",
     "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x64x20000", "gemm_600x64x30000",
     # within since a separately planned fc backward pass exchanges its transposed weights from the forward
     # layout (B, session 24: Convolution.cpp fullyConnectedWeightTranspose, tests/test_fc_transposed_weights.py):
     # -5.7, -5.2, -5.4, -5.8 % -> -4.1, -3.5, -4.7, -4.95 % (fc_layer_1440x100x200 at the edge)
-    "bert_ffn2_128x3072x768", "bert_ffn2_128x4096x1024", "bert_grouped_12x512x64x512", "fc_layer_1440x100x200",
+    "bert_ffn2_128x3072x768", "bert_ffn2_128x4096x1024", "bert_grouped_12x512x64x512",
+    # within since an on-chip exchange moves its data at 0.87 of the 4-byte width, fitted jointly with the
+    # pass's fixed cycles (1634 -> 1100) on the IPUModel2 rows, these IPUModel1 rows held out (2026-11-28,
+    # configs/ipu-mk2.toml exchange_efficiency): the fixed part came down and the part that grows with a
+    # layer's bytes went up. Left: bert_kqv_128x1024x3072 +5.9 %, fc_layer_1440x100x200 -9.0 %,
+    # fc_layer_16x1324x100 -8.7 %, gemm_1000x64x20000 +5.0 %, inception_tr_bs4_i1_b1x1 -6.4 %,
+    # inception_tr_bs4_i1_c3x3a +5.6 %, inception_tr_bs4_layer5 +5.1 %
+    "bert_proj_128x768x768", "fc_layer_16_1000_1000_float", "fc_layer_16_1000_5_float",
+    "fc_layer_1_1000_1000_half", "fc_layer_4_1000_1000_float", "fc_layer_4_1000_5_half",
+    "fc_layer_8_1000_5_half", "gemm_200x256x10000", "gemm_200x512x30000", "gemm_200x64x10000",
+    "gemm_600x256x30000", "mobilenet_conv_pw_13_1", "mobilenet_depthwise", "mobilenet_depthwise_4",
+    "mobilenet_depthwise_6",
 )
 
 
@@ -168,7 +178,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 124
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 132
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

@@ -37,7 +37,7 @@ def test_softmax_is_poplibs_steps():
     # each tile receives the max (and 1/sum) of the rows it holds, not a tile's worth of values
     stat_bytes = (math.ceil(busiest / L) + 1) * 2
     assert sm.exchange_cycles == (rmax.exchange_cycles + radd.exchange_cycles
-                                  + 2 * (IPU.exchange_setup_cycles + math.ceil(stat_bytes / IPU.exchange_bytes_per_cycle_per_tile)))
+                                  + 2 * (IPU.exchange_setup_cycles + math.ceil(stat_bytes / IPU.exchange_rate)))
 
 
 def test_layernorm_statistics_share_compute_sets():

@@ -624,7 +624,7 @@ def transposed_weights_exchange(ipu: IPU, elements: int, src_tiles: int, dst_til
     if elements <= 0:
         return 0
     per_tile = math.ceil(elements / max(1, min(src_tiles, dst_tiles))) * itemsize
-    return ipu.exchange_setup_cycles + math.ceil(per_tile / ipu.exchange_bytes_per_cycle_per_tile)
+    return ipu.exchange_setup_cycles + math.ceil(per_tile / ipu.exchange_rate)
 
 
 def with_transposed_weights_moved(plan: MatmulPlan, elements: int, src_tiles: int, ipu: IPU,
@@ -657,7 +657,7 @@ def rearrangement(ipu: IPU, elements, used, itemsize: int):
         raise ConfigError(f"{CONV_VERTICES_FILE}: [rearrange] has no copy_cycles_per_element")
     per_tile = np.ceil(np.asarray(elements, dtype=float) / np.maximum(used, 1))
     nbytes = per_tile * itemsize
-    exch = np.where(per_tile > 0, ipu.exchange_setup_cycles + np.ceil(nbytes / ipu.exchange_bytes_per_cycle_per_tile), 0)
+    exch = np.where(per_tile > 0, ipu.exchange_setup_cycles + np.ceil(nbytes / ipu.exchange_rate), 0)
     copy = np.ceil(per_tile * float(table["copy_cycles_per_element"]))
     return exch, copy, nbytes
 
@@ -722,7 +722,7 @@ def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes:
     for got, cycles, base in conv_partials_reduction(outputs, depth, partials_bytes, out_bytes, grain, ipu):
         active = cycles > 0
         recv += got
-        exch += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_bytes_per_cycle_per_tile), 0)
+        exch += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_rate), 0)
         compute += cycles
         fixed += base
     return exch, compute, reduce_stages(depth), recv, fixed
@@ -802,7 +802,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     ``used`` tiles (:func:`rearrangement`) and before ``dilated_output`` result elements are
     copied over them (:func:`deferred_dilation_copy`). Cycles and bytes."""
     mode = amp_mode(ipu, itemsize, partials_bytes)
-    bw = ipu.exchange_bytes_per_cycle_per_tile
+    bw = ipu.exchange_rate
     if vertex == "expand_w":
         conv = conv.expanded_width()
     # an nx1 or 1x1 convolution receives an input patch; the expanded form receives im2col rows

@@ -236,7 +236,7 @@ def _reduced(ipu, outputs: int, depth: int, partials_bytes: int, out_bytes: int,
 
 
 def _exchange(nbytes: float, ipu) -> int:
-    return int(ipu.exchange_setup_cycles + math.ceil(nbytes / ipu.exchange_bytes_per_cycle_per_tile)) if nbytes else 0
+    return int(ipu.exchange_setup_cycles + math.ceil(nbytes / ipu.exchange_rate)) if nbytes else 0
 
 
 def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], out_hw: tuple[int, int],
@@ -347,7 +347,7 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group, group_groups, src, 
             padded *= (1 + (size + extra - 1) * dil) + 2 * max(p, 0)
             field *= size
         zeros = groups_t * b_t * (padded - field) + groups_t * wpad * kh
-        pad = math.ceil(zeros * itemsize / ipu.exchange_bytes_per_cycle_per_tile)  # the planner's rate
+        pad = math.ceil(zeros * itemsize / ipu.exchange_rate)  # the planner's rate
     cast, cast_fixed, cast_sets = _cast(outputs, partials_bytes, itemsize)
     fixed = pass_fixed_cycles()
     sets = 1 + cast_sets + (1 if pad else 0)

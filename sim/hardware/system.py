@@ -49,7 +49,8 @@ class IPU:
     data_path_bits: int  # width of one load from tile memory (Target::getDataPathWidth)
     memory_element_bytes: int  # one tile memory element (bank), bytes
     vertex_overhead_cycles: int  # supervisor launch + worker entry, per compute set per tile
-    exchange_bytes_per_cycle_per_tile: float  # send rate of one tile
+    exchange_bytes_per_cycle_per_tile: float  # send rate of one tile: the exchange's data width
+    exchange_efficiency: float  # fraction of that rate an on-chip exchange's data moves at, on average
     exchange_setup_cycles: int  # fixed cycles of one exchange phase
     internal_sync_cycles: int  # one on-chip (tiles of one IPU) barrier
     external_sync_cycles: int  # one barrier between IPUs, base cost
@@ -60,6 +61,11 @@ class IPU:
     vertex_state_bytes_per_vertex: int  # fields of one vertex (one per compute set per working tile)
     exchange_code_bytes_per_phase: int  # exchange code of one exchange phase on a tile receiving in it
     stack_bytes_per_tile: int  # supervisor + worker stacks on a tile that runs vertices
+
+    @property
+    def exchange_rate(self) -> float:
+        """Bytes per cycle one tile receives (or sends) in an on-chip exchange, on average."""
+        return self.exchange_bytes_per_cycle_per_tile * self.exchange_efficiency
 
 
 @dataclass(frozen=True)
@@ -292,6 +298,8 @@ _PER_TILE_RATE = (0.01, 1e6, "per tile per cycle", "a Mk2 tile does 128 fp16 FLO
                   "exchange bytes per cycle")
 _BYTES_PER_TILE = (0, 2**30, "bytes", "a tile's SRAM in bytes: 256 KiB on Mk1, 624 KiB on Mk2 and Bow")
 _RANGES = {
+    "exchange_efficiency": (0.01, 1, "fraction", "a fraction of the exchange's data width: 1 is the full "
+                            "4 bytes per cycle per tile"),
     "tiles": (1, 65536, "tiles", "costs and memory are per-tile arrays; IPUs have 1216 (Mk1) or 1472 "
               "(Mk2, Bow) tiles"),
     "amp_fp8_flops_per_cycle": (0, 1e6, "per tile per cycle", "FP8 FLOP per cycle of a tile's AMP: 256 on an "
