@@ -117,10 +117,11 @@ WITHIN = (
     # mobilenet_depthwise_2 went from -2.0 to -5.3 %; both left again with the exchange efficiency below
     # within since an on-chip exchange moves its data at 0.87 of the 4-byte width, fitted jointly with the
     # pass's fixed cycles (1634 -> 1100) on the IPUModel2 rows (2026-11-28, configs/ipu-mk2.toml
-    # exchange_efficiency): the fixed part came down and the part that grows with a layer's bytes went up.
-    # Left: conv_5x200_1_in_100_out_bs1440 +6.2 %, fc_layer_80_1324_100 -12.2 %, inception_tr_bs4_i1_db1x1
-    # -5.3 %, inception_tr_bs4_i7_b1x7 +5.0 %, mobilenet_depthwise -6.8 %, mobilenet_depthwise_4 -9.6 %,
-    # resnet50_tr_bs1_cnv_reduce +5.9 %, resnet50_tr_bs4_bm256L0A0 -6.0 %, vgg16_tr_bs4_v4L1 +5.4 %
+    # exchange_efficiency; plans still chosen at poplin's full rate): the fixed part came down and the
+    # part that grows with a layer's bytes went up. Left: conv_5x200_1_in_100_out_bs1440 +6.2 %,
+    # fc_layer_80_1324_100 -12.2 %, inception_tr_bs4_i1_db1x1 -5.3 %, inception_tr_bs4_i7_b1x7 +5.0 %,
+    # mobilenet_depthwise -6.8 %, mobilenet_depthwise_4 -9.6 %, resnet50_tr_bs1_cnv_reduce +5.9 %,
+    # resnet50_tr_bs4_bm256L0A0 -6.0 %, vgg16_tr_bs4_v4L1 +5.4 %
     "alexnet_tr_bs4_layer7", "bert_ffn2_128x3072x768", "bert_ffn2_128x4096x1024",
     "bert_grouped_12x128x64x128", "bert_grouped_16x128x64x128", "bert_proj_512x1024x1024",
     "fc_layer_16_1000_5_half", "fc_layer_1_1000_1000_float", "fc_layer_4_1000_1000_float",
@@ -183,7 +184,7 @@ def test_reduce_op_builds_one_reduction_on_the_tools_tiles():
     assert len(pb.simulated_run(bench).tile_compute(0)) == 1024
     assert pb._family("bert_reduce_3") == "reduce" and pb._family("bert_ffn1_128x768x3072") == "bert"
     reduce_rows = [r for r in pb.within(TOLERANCE) if r.bench.tool == "reduce"]
-    assert len(reduce_rows) >= 6
+    assert len(reduce_rows) >= 5  # resnet50_tr_bs1_cnv_reduce +5.9 % since the exchange efficiency
 
 
 def test_with_tiles_rejects_more_tiles_than_the_ipu_has():
@@ -202,7 +203,7 @@ def test_bert_reduce_0_plan_worked_by_hand():
     2*30 + 16 = 76); a strided vertex 7 + 17 + 6*ceil(4/4) + 32*4/4 = 62 thread cycles, x 6 =
     372 tile cycles. 4 sources < 2*sqrt(1024) and every tile holds partials: straight to output.
     Output: 2,048 halves linearly, at least 4 vectors (16) a tile: 128 tiles, each receiving 4
-    partials x 16 x 2 B = 128 B; 4 pieces of 4 columns, strided 7 + 17 + 6 + 4*4/4 = 34, x 6 = 204.
+    partials x 16 x 2 B = 128 B (37 cycles at 0.87 x 4 B a cycle); 4 pieces of 4 columns, strided 7 + 17 + 6 + 4*4/4 = 34, x 6 = 204.
     """
     from sim.cost import op_cost
     from sim.cost.reduction import constants, plan_reduce
@@ -215,9 +216,9 @@ def test_bert_reduce_0_plan_worked_by_hand():
     cost = op_cost(g.ops[0], g, ipu, ipu.tiles)
     fixed = constants()["call_fixed_cycles"]
     assert cost.compute_cycles == 372 + 204 + fixed
-    assert cost.exchange_cycles == ipu.exchange_setup_cycles + 128 // 4
+    assert cost.exchange_cycles == ipu.exchange_setup_cycles + math.ceil(128 / ipu.exchange_rate) == 137
     assert cost.sync_cycles == 3 * ipu.internal_sync_cycles  # two compute sets, one exchange
-    assert pb.simulated_cycles(bench) == 372 + 204 + fixed + 132 + 270
+    assert pb.simulated_cycles(bench) == 372 + 204 + fixed + 137 + 270
 
 
 def test_reduction_splits_rows_over_free_workers_and_adds_their_partials():
@@ -246,10 +247,10 @@ def test_pass_fixed_cycles_are_charged_once_per_pass():
 def test_weight_update_rearrangement_follows_poplins_transform_estimate():
     ipu = load_system("ipu-mk2").ipu
     exch, copy, nbytes = rearrangement(ipu, 1_000_000, 1000, 2)
-    # ceildiv(elements, usedTiles) = 1000 per tile: 2000 bytes at 4 B/cycle after the set-up, and
-    # bytes x 5 / (4 x min(memcpy, 2)) = 1.25 cycles per element
+    # ceildiv(elements, usedTiles) = 1000 per tile: 2000 bytes at 0.87 x 4 B/cycle after the set-up,
+    # and bytes x 5 / (4 x min(memcpy, 2)) = 1.25 cycles per element
     assert nbytes == 2000
-    assert exch == ipu.exchange_setup_cycles + 500
+    assert exch == ipu.exchange_setup_cycles + math.ceil(2000 / ipu.exchange_rate) == 675
     assert copy == 1250
     # a weight-update matmul pays it; the same matmul without it does not
     plain = plan_matmul(1, 1000, 64, 1000, 2, False, ipu, ipu.tiles, 0.6)

@@ -1052,7 +1052,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         m, width = field_split_positions(conv, pm)
         tile_conv = replace(conv, width=width)
 
-    def costs(tconv):
+    def costs(tconv, ipu=ipu):
         c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, tconv, vertex, g, m, k, n, pm, pn, pk,
                         rearranged, used, dilated_output)
         if serial > 1:  # each piece slices its operand block out and updates its part of the result
@@ -1068,13 +1068,17 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         return c, _tile_total(c, ipu)
 
     c, total = costs(tile_conv)
-    planned = total
+    # poplin's planner exchanges at the Target's full rate (ExchangeEstimator: getExchangeBytesPerCycle),
+    # not at the fitted efficiency the costs run at
+    planner = ipu if ipu.exchange_efficiency == 1 else replace(ipu, exchange_efficiency=1.0)
+    planned_conv = tile_conv
     if vertex in ("nx1", "expand_w") and (tile_conv.row_hits or tile_conv.col_hits) and tile_conv.dilation == 1:
         # poplin's planner estimates every kernel position over the whole tile output (padding_coverage);
         # an input dilation it does see (PerformanceEstimation.hpp getConvPartialnx1InnerLoopCycleEstimate:
         # partitionConvPartialByWorker with the inputDilation, ceil(width / outStrideX) per row), so a
         # dilated convolution is planned on its hits
-        planned = costs(replace(tile_conv, row_hits=(), col_hits=()))[1]
+        planned_conv = replace(tile_conv, row_hits=(), col_hits=())
+    planned = total if planner is ipu and planned_conv is tile_conv else costs(planned_conv, planner)[1]
     temp = c["temp"]
     fits = temp <= budget
     idx_pool = np.flatnonzero(fits) if fits.any() else np.lexsort((split_order, temp))[:1]
