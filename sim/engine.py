@@ -114,6 +114,7 @@ class Timeline:
     events: int = 0  # SimPy events processed, summed over sub-simulations
     event_seconds: float = 0.0  # wall seconds of SimPy's event loop processing them (for the benchmark)
     iteration_starts: list = field(default_factory=list)  # of a tagged (loop) simulation
+    lane_iteration_starts: dict = field(default_factory=dict)  # lane -> the same on that lane (None: no task)
 
     def place(self, offsets: np.ndarray, tag: int, rows_tag: int | None = None):
         """Records and streams of this timeline at each of ``offsets``, tagged ``tag``.
@@ -508,7 +509,7 @@ class Engine:
             else:
                 n = STEADY_ITERATIONS + 1
                 sub = self._simulate_memo(r.body, n)
-                period = sub.iteration_starts[n - 1] - sub.iteration_starts[n - 2]
+                period = steady_period(sub, n)
                 macro, cycles = ("steady", r.count, sub, period), sub.total_cycles + (r.count - n) * period
             resources = sorted(sub.resources)
             emit(Task(deps_of(lanes), [k for k in resources if k[0] != "tiles"], [([], cycles)],
@@ -633,6 +634,7 @@ class Engine:
             steps = np.array([t.lane_end is None for t in tasks])
             tags = np.array([t.tag for t in tasks])
             tl.iteration_starts = [int(start[steps & (tags == k)].min()) for k in range(len(seq.items))]
+            tl.lane_iteration_starts = _lane_iteration_starts(tasks, start, len(seq.items))
         return tl
 
     def _collect(self, tasks, start, end, total, used, group_start) -> Timeline:
@@ -775,6 +777,31 @@ class Engine:
                 for ipu, cats in per_tag.items():
                     for cat, c in cats.items():
                         busy[ipu][cat] += factor * c
+
+
+def _lane_iteration_starts(tasks: list[Task], start: np.ndarray, iterations: int) -> dict:
+    """Lane -> the first start (cycles) of each iteration's tasks on that lane (None where it has none)."""
+    firsts: dict = {}
+    for i, t in enumerate(tasks):
+        if t.lane_end is not None:
+            continue
+        for lane in t.lanes:
+            row = firsts.setdefault(lane, [None] * iterations)
+            if row[t.tag] is None or start[i] < row[t.tag]:
+                row[t.tag] = int(start[i])
+    return firsts
+
+
+def steady_period(sub: Timeline, n: int) -> int:
+    """Cycles from one iteration of an overlapping loop to the next once it runs steadily, from the
+    last two of its ``n`` simulated iterations: the widest spacing over its lanes. A lane that runs
+    ahead of the others, such as input copies into free buffers, shows a shorter spacing until the
+    buffers are full, after which the slowest lane paces every lane."""
+    spacings = [sub.iteration_starts[n - 1] - sub.iteration_starts[n - 2]]
+    for row in sub.lane_iteration_starts.values():
+        if row[n - 1] is not None and row[n - 2] is not None:
+            spacings.append(row[n - 1] - row[n - 2])
+    return max(spacings)
 
 
 @contextmanager
