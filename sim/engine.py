@@ -13,7 +13,8 @@ Loops are not simulated iteration by iteration when they need not be:
   tiled. Identical bodies are simulated once per run.
 * a Repeat whose iterations do overlap (prefetching, IO tiles) is simulated for
   ``STEADY_ITERATIONS + 1`` iterations; from then on each iteration is the previous one
-  shifted by the steady-state period, so the rest are extrapolated, not simulated.
+  shifted by the steady-state period (:func:`steady_period`: the slowest lane's), so the rest
+  are extrapolated, not simulated.
 
 A :class:`~sim.program.Parallel` (the stages of a pipeline cycle, each on its own IPU) is one
 task per group of IPUs that start together, not a task per step: its records are kept, and a
