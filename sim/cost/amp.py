@@ -709,22 +709,28 @@ def reduce_stages(depth):
     return np.where(depth <= 1, 0, np.where(depth < 16, 1, np.where(depth < 125, 2, 3)))
 
 
-def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes: int = 2, grain: int = 8):
+def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes: int = 2, grain: int = 8,
+                       planner_exchange: bool = False):
     """(exchange cycles, compute cycles, stages, bytes received, fixed compute cycles) per tile of
     reducing ``depth`` partial sums of ``outputs`` outputs, held by ``depth`` tiles (arrays), to a
     result of ``out_bytes`` elements; ``grain`` is the partials' channel group. Each stage is one
     exchange phase and one compute set, as poplin builds them (``ConvReduce.cpp``,
     :func:`sim.cost.conv_reduce.conv_partials_reduction`: the busiest tile's share of the output
-    block and its ``poplin::ReduceAdd`` vertex estimate).
+    block and its ``poplin::ReduceAdd`` vertex estimate). With ``planner_exchange``, also the
+    exchange cycles at the full width, as poplin's planner prices them (:func:`planner_exchange_cycles`).
     """
     shape = np.broadcast(np.asarray(outputs), np.asarray(depth)).shape
-    exch, compute, recv, fixed = (np.zeros(shape) for _ in range(4))
+    exch, planned, compute, recv, fixed = (np.zeros(shape) for _ in range(5))
     for got, cycles, base in conv_partials_reduction(outputs, depth, partials_bytes, out_bytes, grain, ipu):
         active = cycles > 0
         recv += got
         exch += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_rate), 0)
+        if planner_exchange:
+            planned += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_bytes_per_cycle_per_tile), 0)
         compute += cycles
         fixed += base
+    if planner_exchange:
+        return exch, compute, reduce_stages(depth), recv, fixed, planned
     return exch, compute, reduce_stages(depth), recv, fixed
 
 
@@ -802,7 +808,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     ``used`` tiles (:func:`rearrangement`) and before ``dilated_output`` result elements are
     copied over them (:func:`deferred_dilation_copy`). Cycles and bytes."""
     mode = amp_mode(ipu, itemsize, partials_bytes)
-    bw = ipu.exchange_rate
+    bw, full = ipu.exchange_rate, ipu.exchange_bytes_per_cycle_per_tile  # priced; poplin's planner (ExchangeEstimator)
     if vertex == "expand_w":
         conv = conv.expanded_width()
     # an nx1 or 1x1 convolution receives an input patch; the expanded form receives im2col rows
@@ -814,6 +820,8 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     a_rate = np.where(pn % 2 == 0, 2 * bw, bw)  # supertile: both tiles take the same input
     recv1 = a_recv + b_recv
     exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / a_rate + b_recv / bw), 0)
+    plan1 = np.where(recv1 > 0, ipu.exchange_setup_cycles
+                     + np.ceil(a_recv / np.where(pn % 2 == 0, 2 * full, full) + b_recv / full), 0)
     if vertex in ("nx1", "expand_w"):
         amp, launch = nx1_vertex_cycles(ipu, mode, conv, g, m, k, n)
     elif vertex == "hmac":
@@ -839,6 +847,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         copy = codelet("copy").fixed
         rearrange = np.ceil(moved / itemsize * rearrange_cycles_per_element(conv, itemsize))
         exch1 = exch1 + ipu.exchange_setup_cycles + np.ceil(moved / bw)
+        plan1 = plan1 + ipu.exchange_setup_cycles + np.ceil(moved / full)
         recv1 = recv1 + moved
         amp, launch = amp + copy + rearrange, launch + copy
         extra_sets = 1
@@ -848,6 +857,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         r_exch, r_copy, r_bytes = rearrangement(ipu, rearranged, used, itemsize)
         copy = codelet("copy").fixed
         exch1 = exch1 + r_exch
+        plan1 = plan1 + np.where(r_bytes > 0, ipu.exchange_setup_cycles + np.ceil(r_bytes / full), 0)
         recv1 = recv1 + r_bytes
         amp, launch = amp + copy + r_copy, launch + copy
         moved = moved + r_bytes
@@ -858,8 +868,8 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         extra_sets = extra_sets + 1
     outputs = g * m * n
     out_bytes = max(itemsize, 2)  # an FP8 matmul's result is fp16 (GraphBuilder.matmul)
-    red_exch, red, red_stages, recv2, red_fixed = partials_reduction(
-        ipu, outputs, pk, partials_bytes, out_bytes, 1 if vertex == "hmac" else mode.out_group)
+    red_exch, red, red_stages, recv2, red_fixed, red_plan = partials_reduction(
+        ipu, outputs, pk, partials_bytes, out_bytes, 1 if vertex == "hmac" else mode.out_group, planner_exchange=True)
     cast_codelet = codelet("cast")
     cast_fixed = cast_codelet.fixed
     needs_cast = (partials_bytes > out_bytes) & (np.asarray(pk) <= 1)
@@ -874,7 +884,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     # whole input and weight blocks plus its partials), which the budget bounds; "held" is what the
     # tile allocates: the part of its blocks the exchange brings (the rest is already resident, as
     # the estimator's exchange assumes) beside its partials, then the partials it receives to reduce
-    return {"exchange": exch1 + red_exch, "compute": amp + red + cast,
+    return {"exchange": exch1 + red_exch, "planner_exchange": plan1 + red_plan, "compute": amp + red + cast,
             "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
             "exchange_phases": exch_phases, "compute_sets": compute_sets,
             "recv": recv1 + recv2,
@@ -1052,7 +1062,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         m, width = field_split_positions(conv, pm)
         tile_conv = replace(conv, width=width)
 
-    def costs(tconv, ipu=ipu):
+    def costs(tconv):
         c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, tconv, vertex, g, m, k, n, pm, pn, pk,
                         rearranged, used, dilated_output)
         if serial > 1:  # each piece slices its operand block out and updates its part of the result
@@ -1068,17 +1078,18 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         return c, _tile_total(c, ipu)
 
     c, total = costs(tile_conv)
-    # poplin's planner exchanges at the Target's full rate (ExchangeEstimator: getExchangeBytesPerCycle),
-    # not at the fitted efficiency the costs run at
-    planner = ipu if ipu.exchange_efficiency == 1 else replace(ipu, exchange_efficiency=1.0)
-    planned_conv = tile_conv
+    seen = c
     if vertex in ("nx1", "expand_w") and (tile_conv.row_hits or tile_conv.col_hits) and tile_conv.dilation == 1:
         # poplin's planner estimates every kernel position over the whole tile output (padding_coverage);
         # an input dilation it does see (PerformanceEstimation.hpp getConvPartialnx1InnerLoopCycleEstimate:
         # partitionConvPartialByWorker with the inputDilation, ceil(width / outStrideX) per row), so a
         # dilated convolution is planned on its hits
-        planned_conv = replace(tile_conv, row_hits=(), col_hits=())
-    planned = total if planner is ipu and planned_conv is tile_conv else costs(planned_conv, planner)[1]
+        seen, total_seen = costs(replace(tile_conv, row_hits=(), col_hits=()))
+    else:
+        total_seen = total
+    # and it exchanges at the Target's full rate (ExchangeEstimator: getExchangeBytesPerCycle), not at
+    # the fitted efficiency the costs run at
+    planned = total_seen - seen["exchange"] + seen["planner_exchange"]
     temp = c["temp"]
     fits = temp <= budget
     idx_pool = np.flatnonzero(fits) if fits.any() else np.lexsort((split_order, temp))[:1]
