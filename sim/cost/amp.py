@@ -717,7 +717,7 @@ def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes:
     exchange phase and one compute set, as poplin builds them (``ConvReduce.cpp``,
     :func:`sim.cost.conv_reduce.conv_partials_reduction`: the busiest tile's share of the output
     block and its ``poplin::ReduceAdd`` vertex estimate). With ``planner_exchange``, also the
-    exchange cycles at the full width, as poplin's planner prices them (:func:`planner_exchange_cycles`).
+    exchange cycles at the full width, as poplin's planner prices them (a sixth value).
     """
     shape = np.broadcast(np.asarray(outputs), np.asarray(depth)).shape
     exch, planned, compute, recv, fixed = (np.zeros(shape) for _ in range(5))

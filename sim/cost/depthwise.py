@@ -347,7 +347,7 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group, group_groups, src, 
             padded *= (1 + (size + extra - 1) * dil) + 2 * max(p, 0)
             field *= size
         zeros = groups_t * b_t * (padded - field) + groups_t * wpad * kh
-        pad = math.ceil(zeros * itemsize / ipu.exchange_rate)  # the planner's rate
+        pad = math.ceil(zeros * itemsize / ipu.exchange_bytes_per_cycle_per_tile)  # the planner's rate (full width)
     cast, cast_fixed, cast_sets = _cast(outputs, partials_bytes, itemsize)
     fixed = pass_fixed_cycles()
     sets = 1 + cast_sets + (1 if pad else 0)

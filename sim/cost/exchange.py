@@ -2,8 +2,9 @@
 
 Each tile sends and receives at most ``ipu.exchange_bytes_per_cycle_per_tile`` bytes per cycle
 (the exchange's data width), and on average ``ipu.exchange_rate``, the fraction
-``exchange_efficiency`` of it (fitted to poplibs' single-layer benchmarks); an exchange phase lasts as long as its busiest tile plus a fixed set-up cost. Broadcasts cost the
-receivers, not the sender (the exchange fabric multicasts).
+``exchange_efficiency`` of it (fitted to poplibs' single-layer benchmarks). An exchange phase
+lasts as long as its busiest tile plus a fixed set-up cost. Broadcasts cost the receivers, not
+the sender (the exchange fabric multicasts).
 """
 
 from __future__ import annotations
