@@ -65,8 +65,8 @@ def test_expanding_a_strided_1x1_kernel_rearranges_both_operands(ipu):
     # a tile holding [100, 256] @ [256, 64] of a stride-2 1x1 conv split rows/2 cols/2: expanding
     # moves 1/pn of its input block (100 x 256 x 2 B / 2) and 1/pm of its weight block
     # (256 x 64 x 2 B / 2) = 41,984 bytes: one more exchange phase (100 set-up + 41984 bytes at the
-    # exchange rate, 0.87 x 4 bytes per cycle) and copy compute set (100 fixed + 20,992 elements x 1.25 cycles: getScaleFactorForTransform
-    # 5/4 at min(memcpy, 2) bytes per cycle)
+    # exchange rate, 0.87 x 4 bytes per cycle) and copy compute set (100 fixed + 20,992 elements x
+    # 1.25 cycles: getScaleFactorForTransform 5/4 at min(memcpy, 2) bytes per cycle)
     conv = ConvShape(1, 1, 2, 28, 256)
     args = (ipu, 2, 4, True, conv)
     dims = (np.array([1]), np.array([100]), np.array([256]), np.array([64]), 2, 2, 1)
