@@ -111,15 +111,26 @@ def image_inputs(b: GraphBuilder, p: Params, size: int) -> tuple[str, str | None
 
 def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
     """The ``norm`` parameter's normalisation as a function of (tensor, name): ``"batch"`` (batch
-    norm) or ``"group"`` (group norm of ``norm_groups`` groups, fewer where a tensor has fewer
-    channels)."""
-    if p["norm"] not in ("batch", "group"):
-        p.fail("norm", 'expected "batch" (batch norm) or "group" (group norm of norm_groups groups)')
+    norm), ``"group"`` (group norm of ``norm_groups`` groups, fewer where a tensor has fewer
+    channels) or ``"folded"``: batch norm folded into the convolution before it, as an inference
+    model exported to ONNX has it (PyTorch's ``torch.onnx.export`` of an ``eval()`` model fuses each
+    Conv + BatchNormalization pair into one Conv: its scale into the weights, its shift into a
+    bias), so each normalisation is that bias added per channel. Folding needs fixed statistics,
+    so ``"folded"`` is refused for a model that computes a loss (``with_loss``)."""
+    if p["norm"] not in ("batch", "group", "folded"):
+        p.fail("norm", 'expected "batch" (batch norm), "group" (group norm of norm_groups groups) or "folded" '
+                       "(batch norm folded into the convolutions, as an exported inference model has it)")
+    if p["norm"] == "folded" and p.get("with_loss", True) is not False:
+        p.fail("norm", "batch norm folds into the convolutions only in an inference model with fixed statistics; "
+                       "give with_loss=False, or norm=\"batch\" to train")
     groups = p.int("norm_groups")
 
     def norm(x: str, name: str) -> str:
         if p["norm"] == "batch":
             return b.batchnorm(x, name=name)
+        if p["norm"] == "folded":
+            with b.scope(name):
+                return b.add(x, b.weight("bias", (1, b.shape(x)[1], 1, 1), b.dtype_of(x)))
         return b.group_norm(x, min(groups, b.shape(x)[1]), eps, name=name)
     return norm
 

@@ -6,7 +6,9 @@ convolution has ``groups`` groups of ``width_per_group`` channels per 64 of the 
 
 Inputs, in order: ``images`` ((B, 3, image_size, image_size), model dtype) and ``labels``
 (int32, (B,)). Outputs: the logits and the loss. ``with_loss=False`` (an inference deployment,
-as PopRT runs the exported classifier) leaves out the labels and the loss: logits only.
+as PopRT runs the exported classifier) leaves out the labels and the loss: logits only; with it,
+``norm="folded"`` folds each batch norm into its convolution as the exported ONNX model has it
+(``torch.onnx.export`` of an ``eval()`` model fuses Conv + BatchNormalization): a bias per channel.
 
 Stem (7x7/2 conv, batchnorm, ReLU, 3x3/2 maxpool), bottleneck blocks [3, 4, 6, 3] named
 "layer1/0" … "layer4/2", global average pool, fully connected layer, softmax cross-entropy.

@@ -447,8 +447,10 @@ DEPARTURES = {
     "poprt": "hardware not named next to the figures; run on the C600 (configs/c600.toml: IPU21 at 1.5 GHz, "
              "PCIe Gen4 host link, no gateway) as the README's FP8 runs in the same table need IPU21 "
              "(--ipu_version ipu21, the C600's architecture) and PopRT's utilisation tool defaults to the C600 "
-             "(doc section 3) [U]; PopRT's ONNX ResNet-50 takes uint8 images (eight_bit_io); the zoo's model also streams labels "
-             "and computes a loss (tiny)",
+             "(doc section 3) [U]; PopRT's ONNX ResNet-50 takes uint8 images (eight_bit_io) and, exported by "
+             "torch.onnx.export from torchvision's eval() model (examples/resnet50/test_resnet.py), has each batch "
+             "norm folded into its convolution (the script's node names Conv_5 ... Gemm_126 count 127 nodes, none "
+             "a BatchNormalization): the zoo's norm=\"folded\", a bias added per channel",
     "poprt-bps": "batches per step not stated: 100, as the README's run commands",
     "poprt-depth": "stream_buffering_depth 2, as the benchmark script",
     "poprt-fp8": "RT examples/resnet50 README's row \"first conv and last gemm use fp16\" (PopRT's Converter with "
@@ -599,9 +601,10 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
                   io_tiles: int = 32, prefetch_depth: int = 1, fp8: bool = False) -> Setup:
     """ResNet-50 inference as PopRT runs it on one C600 IPU: the classifier without labels or loss,
-    uint8 images normalised on the IPU, half partials in fp16, 32 IO tiles with every stream
+    batch norm folded into the convolutions (as the exported ONNX model has it), uint8 images
+    normalised on the IPU, half partials in fp16, 32 IO tiles with every stream
     overlapped (real data) or synthetic data; ``fp8``: every convolution but the stem's in FP8."""
-    params = dict(micro_batch=batch, eight_bit_io=True, with_loss=False)
+    params = dict(micro_batch=batch, eight_bit_io=True, with_loss=False, norm="folded")
     if dtype != "float16":
         params["dtype"] = dtype
     if fp8:

@@ -105,6 +105,27 @@ def test_resnext_has_grouped_3x3_convolutions_and_group_norm():
     assert "groupnorm" not in {op.kind for op in models.get("resnet50").ops}  # ResNet-50 keeps batch norm
 
 
+def test_folded_batch_norm_is_a_bias_per_channel_of_each_convolution():
+    """norm="folded": an exported inference ResNet-50 (torch.onnx.export of an eval() model fuses
+    each Conv + BatchNormalization): no batch norm, one (1, C, 1, 1) bias added after each of the
+    53 convolutions, and cheaper than the batch norms it replaces."""
+    import sim
+    folded = models.get("resnet50", micro_batch=8, with_loss=False, norm="folded")
+    kinds = [op.kind for op in folded.ops]
+    assert "batchnorm" not in kinds and kinds.count("conv2d") == 53
+    biases = [op for op in folded.ops if op.kind == "add" and "bn" in op.name.split("/")[-2]]
+    assert len(biases) == 53
+    conv_of = {op.outputs[0]: op for op in folded.ops if op.kind == "conv2d"}
+    assert all(b.inputs[0] in conv_of for b in biases)
+    assert all(folded.tensors[b.inputs[1]].shape == (1, folded.tensors[b.inputs[0]].shape[1], 1, 1) for b in biases)
+    o = sim.Options()
+    runs = {norm: sim.simulate(models.get("resnet50", micro_batch=8, with_loss=False, norm=norm), "c600", o)
+            for norm in ("batch", "folded")}
+    assert runs["folded"].cycle_count < runs["batch"].cycle_count
+    with pytest.raises(GraphError, match="with_loss=False"):
+        models.get("resnet50", norm="folded")  # training statistics cannot be folded
+
+
 def test_resnet_split_points_placement():
     g = models.get("resnet50", split_points=["layer2/0", "layer3.0"])
     assert {o for o, _ in ipu_of(g, "stem/")} == {0}
