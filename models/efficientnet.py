@@ -19,7 +19,8 @@ Source: graphcore/examples ``vision/cnns/tensorflow1/training/Models/efficientne
 * Top: 1x1 convolution to ``round_filters(1280)``, norm, swish, global average pool, dropout
   (``dropout``: 0.2 for B0, 0.4 for B4), the classifier.
 * ``norm``: ``"group"`` (the source's default when neither ``--batch-norm`` nor ``--group-norm``
-  is given: group norm with ``norm_groups`` 4 groups) or ``"batch"``.
+  is given: group norm with ``norm_groups`` 4 groups), ``"batch"``, or ``"folded"`` (batch norm
+  folded into the convolutions, as an exported inference model has it: ``with_loss=False`` only).
 * ``split_points`` lists the blocks where a new IPU starts (``--pipeline-splits``, e.g.
   ``["block4a"]``); ``eight_bit_io`` streams uint8 images cast on the IPU.
 
