@@ -74,7 +74,7 @@ def test_pipelined_g16_split_runs_on_two_ipus():
 
 
 @pytest.mark.parametrize("params, match", [
-    (dict(norm="layer"), 'expected "batch" .* or "group"'),
+    (dict(norm="layer"), 'expected "batch" .*, "group" .* or "folded"'),
     (dict(split_points=["block9a"]), "expected a list of block names: block1a"),
     (dict(split_points=["block4a", "block2a"]), "distinct and in model order"),
     (dict(group_dim=0), "group_dim"),
