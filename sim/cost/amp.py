@@ -61,6 +61,7 @@ from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import IPU
 from .opcost import TileProfile
 from .conv_reduce import conv_partials_reduction, distinct_values
+from .exchange import exchange_cycles
 from .vector import codelet
 
 CONV_VERTICES_FILE = CONFIG_DIR / "_conv-vertices.toml"
@@ -623,8 +624,7 @@ def transposed_weights_exchange(ipu: IPU, elements: int, src_tiles: int, dst_til
     sends or receives its even share: one exchange phase with its set-up."""
     if elements <= 0:
         return 0
-    per_tile = math.ceil(elements / max(1, min(src_tiles, dst_tiles))) * itemsize
-    return ipu.exchange_setup_cycles + math.ceil(per_tile / ipu.exchange_rate)
+    return exchange_cycles(math.ceil(elements / max(1, min(src_tiles, dst_tiles))) * itemsize, ipu)
 
 
 def with_transposed_weights_moved(plan: MatmulPlan, elements: int, src_tiles: int, ipu: IPU,
@@ -817,11 +817,10 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     b_bytes = g * k * n * itemsize
     a_recv = a_bytes * (1.0 - 1.0 / pn)
     b_recv = b_bytes * (1.0 - 1.0 / pm) if b_is_weight else b_bytes
-    a_rate = np.where(pn % 2 == 0, 2 * bw, bw)  # supertile: both tiles take the same input
+    shared = np.where(pn % 2 == 0, 2, 1)  # supertile: both tiles take the same input at once
     recv1 = a_recv + b_recv
-    exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / a_rate + b_recv / bw), 0)
-    plan1 = np.where(recv1 > 0, ipu.exchange_setup_cycles
-                     + np.ceil(a_recv / np.where(pn % 2 == 0, 2 * full, full) + b_recv / full), 0)
+    exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / (shared * bw) + b_recv / bw), 0)
+    plan1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / (shared * full) + b_recv / full), 0)
     if vertex in ("nx1", "expand_w"):
         amp, launch = nx1_vertex_cycles(ipu, mode, conv, g, m, k, n)
     elif vertex == "hmac":

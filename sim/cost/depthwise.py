@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .amp import _vertex_table, fewest_splits, partials_reduction, pass_fixed_cycles, rearrangement
+from .exchange import exchange_cycles
 from .vector import codelet
 
 _SLIC_KEYS = ("weight_load_fixed", "weight_load_per_worker", "outer_fixed", "per_conv_group_group", "per_sub_kernel",
@@ -235,10 +236,6 @@ def _reduced(ipu, outputs: int, depth: int, partials_bytes: int, out_bytes: int,
     return tuple(float(x) for x in partials_reduction(ipu, outputs, depth, partials_bytes, out_bytes, grain))
 
 
-def _exchange(nbytes: float, ipu) -> int:
-    return int(ipu.exchange_setup_cycles + math.ceil(nbytes / ipu.exchange_rate)) if nbytes else 0
-
-
 def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], out_hw: tuple[int, int],
                    kernel: tuple[int, int], stride: int, padding: tuple[int, int], itemsize: int,
                    partials_bytes: int, ipu, tiles: int, memory_proportion: float,
@@ -335,7 +332,7 @@ def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group, group_groups, src, 
     halo = b_t * groups_t * (need[0] * need[1] - own[0] * own[1]) if sh * sw > 1 else 0
     weights = groups_t * kh * kw
     received = (halo + (weights if sb * sh * sw > 1 else 0)) * itemsize
-    exchange = _exchange(received, ipu)
+    exchange = exchange_cycles(received, ipu)
     outputs = b_t * h_t * w_t * groups_t
     pad = zeros = 0
     if vertex == "slic":  # SLIC reads no padding: the zeros are written out (ConvModel.cpp :871-955)
@@ -389,7 +386,7 @@ def _wu_plans(batch, groups, group, group_groups, sg, in_hw, out_hw, kernel, str
             cast, cast_fixed, cast_sets = _cast(outputs, partials_bytes, itemsize) if depth == 1 else (0, 0, 0)
             copy_fixed = codelet("copy").fixed
             fixed = pass_fixed_cycles()
-            exchange = r_exch + _exchange(halo * itemsize, ipu) + int(red_exch)
+            exchange = r_exch + exchange_cycles(halo * itemsize, ipu) + int(red_exch)
             phases = 1 + (1 if halo else 0) + int(stages)
             sets = 2 + int(stages) + cast_sets
             temp = b_t * groups_t * (min(k_t * stride + kh, H) * W + k_t * Wo) * itemsize + outputs * partials_bytes
