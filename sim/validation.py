@@ -477,7 +477,8 @@ DEPARTURES = {
                  "tiles; the script runs one request at a time in a Python loop and hard-codes batch 1 (the other "
                  "batch sizes need a changed script [U]), simulated as one call per batch (its host loop is not "
                  "modelled); hardware not stated (IPU21 per the doc [U]), run on the C600 (configs/c600.toml). "
-                 "The README's bert_fp16_with_gelu row (GELU not kept in fp32) runs 15-31 % faster at batch 1-8 "
+                 "The README's bert_fp16_with_gelu row (GELU not kept in fp32, as its name suggests [U]) runs "
+                 "15-31 % faster at batch 1-8 "
                  "(bs8: 5.07 against 6.62 ms per call), so the fp32 GELU alone costs about 1.5 ms per batch-8 call "
                  "on the hardware, where the simulator's fp16 GELU takes under 0.05 ms",
     "squad-popart": "PopART configs/squad_large_384.json: ADAM_NO_BIAS run as adam (bias correction is scalar "
