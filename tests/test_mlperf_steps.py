@@ -50,3 +50,51 @@ def test_mlperf_rows_follow_the_scripts_prefetch_depth_and_say_what_the_figure_h
     assert len(mlperf_bert) == 13
     assert all("mlperf-step" in r.notes for r in mlperf_bert)
     assert "mlperf-step" in V.DEPARTURES
+
+
+# --- ResNet-50 (TF1 MLPerf configs): weight updates per session.run ----------------------------
+
+def test_tf1_steps_per_call_is_a_fifth_of_an_epoch():
+    # train.py: iterations_per_epoch = 1,281,167 // GBS, log_freq = that // logs_per_epoch (5)
+    assert V.tf1_steps_per_call(10240) == 25  # POD256: 125 weight updates an epoch
+    assert V.tf1_steps_per_call(5120) == 50
+    assert V.tf1_steps_per_call(3520) == 72  # 363 // 5
+    assert V.tf1_steps_per_call(1920) == 133
+    assert V.tf1_steps_per_call(10240, logs_per_epoch=1) == 125
+    assert V.tf1_steps_per_call(2_000_000) == 1  # never fewer than one
+
+
+def test_tf1_resnet_rows_run_one_call_of_the_scripts_steps():
+    tf1 = [r for r in V.PUBLISHED_ROWS if "tf1-calls" in r.notes]
+    assert sorted(r.id for r in tf1) == sorted(["M5", "M6", "M13", "M14", "M15", "M16", "M23", "M24", "M25", "M26",
+                                                "B3", "B13", "B15", "B16"])
+    for r in tf1:
+        gbs = r.setup.replicas * r.setup.accumulation * dict(r.setup.params)["micro_batch"]
+        assert r.setup.device_iterations == V.tf1_steps_per_call(gbs), r.id
+        assert r.setup.options().device_iterations == r.setup.device_iterations
+    assert ROWS["B14"].setup.device_iterations == 1  # PyTorch: not the TF1 script
+    assert "tf1-calls" in V.DEPARTURES
+
+
+def test_resnet_step_table_holds_published_and_simulated_step_times():
+    section = "\n".join(V._resnet_step_section())
+    assert "### ResNet-50 MLPerf: time per step" in section
+    for rid in V.RESNET_STEP_ROWS:
+        r = ROWS[rid]
+        gbs = r.setup.replicas * r.setup.accumulation * dict(r.setup.params)["micro_batch"]
+        published, simulated = gbs / r.published * 1e3, gbs / r.simulated() * 1e3
+        line = next(x for x in section.splitlines() if x.startswith(f"| {rid} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[4] == str(r.setup.device_iterations)
+        assert float(cells[5].replace(",", "")) == pytest.approx(published, abs=0.051)
+        assert float(cells[6].replace(",", "")) == pytest.approx(simulated, abs=0.051)
+        assert float(cells[8].replace(",", "")) == pytest.approx(published - simulated, abs=0.11)
+
+
+def test_gradient_all_reduce_is_link_time_the_same_on_mk2_and_bow():
+    # priced in seconds over the links: the same replicas take the same all-reduce time per
+    # weight update whatever the IPU clock, and more replicas (more PODs) take longer
+    per_step = {rid: V.collective_seconds_per_step(ROWS[rid].setup) for rid in ("M14", "M24", "M15", "M25", "M26")}
+    assert per_step["M24"] == pytest.approx(per_step["M14"], rel=1e-3)
+    assert per_step["M25"] == pytest.approx(per_step["M15"], rel=1e-3)
+    assert per_step["M24"] < per_step["M25"] < per_step["M26"]
