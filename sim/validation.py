@@ -1628,14 +1628,6 @@ def _packed_step_section() -> list[str]:
 RESNET_STEP_ROWS = ("M13", "M14", "M15", "M16", "M23", "M24", "M25", "M26")
 
 
-def collective_seconds_per_step(setup: Setup) -> float:
-    """Seconds per weight update the simulated call spends in collectives (the breakdown's
-    ``collective`` line, averaged over the IPUs, over the call's device iterations)."""
-    run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
-                   optimizer=setup.sim_optimizer())
-    return float(run.breakdown["collective"].mean()) * run.seconds / run.cycle_count / setup.device_iterations
-
-
 def _resnet_step_section() -> list[str]:
     """The report's "ResNet-50 MLPerf: time per step": published and simulated weight-update times (ms)."""
     by_id = {r.id: r for r in PUBLISHED_ROWS}
@@ -1646,7 +1638,7 @@ def _resnet_step_section() -> list[str]:
         published, simulated = images / r.published, images / r.simulated()
         rows.append(f"| {rid} | {r.setup.system} | {r.setup.replicas} | {r.setup.accumulation} | "
                     f"{r.setup.device_iterations} | {published * 1e3:,.1f} | {simulated * 1e3:,.1f} | "
-                    f"{collective_seconds_per_step(r.setup) * 1e3:,.2f} | {(published - simulated) * 1e3:+,.1f} |")
+                    f"{step_seconds(r.setup)[0]['collective'] * 1e3:,.2f} | {(published - simulated) * 1e3:+,.1f} |")
     return ["", "### ResNet-50 MLPerf: time per step", "",
             "Step time = images per weight update (GBS) / throughput. The published throughput is an epoch's "
             "images over the epoch's time (`epoch_start` to `epoch_stop`), and the TF1 script runs each epoch as "
