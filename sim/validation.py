@@ -365,14 +365,24 @@ def _pytorch_bert_groups(setup: Setup) -> dict[str, tuple[str, ...]]:
 
 
 @lru_cache(maxsize=None)
-def _outcome(setup: Setup) -> float | OutOfMemoryError:
-    """Samples per second of one simulated call, or the simulator's out-of-memory error."""
+def _simulated(setup: Setup) -> tuple[float, dict[str, float]] | OutOfMemoryError:
+    """One simulated call of ``setup``, kept small: (samples per second, seconds per weight update
+    on the first IPU by breakdown line: the call's over its device iterations), or the simulator's
+    out-of-memory error. The report's sections share it, so each setup is simulated once."""
     try:
         run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
                        optimizer=setup.sim_optimizer())
     except OutOfMemoryError as e:
         return e
-    return run.samples_per_second
+    scale = run.executable.system.ipu.clock_hz * setup.device_iterations
+    first = run.breakdown.iloc[0]
+    return run.samples_per_second, {line: float(first[line]) / scale for line in first.index}
+
+
+def _outcome(setup: Setup) -> float | OutOfMemoryError:
+    """Samples per second of one simulated call, or the simulator's out-of-memory error."""
+    value = _simulated(setup)
+    return value if isinstance(value, OutOfMemoryError) else value[0]
 
 
 def _oom_text(e: OutOfMemoryError) -> str:
@@ -1740,7 +1750,6 @@ def _pair_published(row_id: str) -> float:
     return (_END_TO_END_BY_ID.get(row_id) or PUBLISHED_BY_ID[row_id]).published
 
 
-@lru_cache(maxsize=None)
 def step_seconds(setup: Setup, prefetch_depth: int | None = None) -> tuple[dict[str, float], float]:
     """(seconds per weight update on the first IPU by breakdown line: one call's over its device
     iterations, samples/s per IPU) of ``setup``,
@@ -1749,13 +1758,11 @@ def step_seconds(setup: Setup, prefetch_depth: int | None = None) -> tuple[dict[
     if prefetch_depth is not None:
         from dataclasses import replace
         setup = replace(setup, prefetch_depth=prefetch_depth)
-    run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
-                   optimizer=setup.sim_optimizer())
-    clock = run.executable.system.ipu.clock_hz
-    first = run.breakdown.iloc[0]
-    steps = setup.device_iterations
-    return ({line: float(first[line]) / clock / steps for line in first.index},
-            run.samples_per_second / setup.replicas)
+    value = _simulated(setup)
+    if isinstance(value, OutOfMemoryError):
+        raise value
+    samples_per_second, lines = value
+    return lines, samples_per_second / setup.replicas
 
 
 def _generation_section() -> list[str]:
@@ -1793,7 +1800,8 @@ def _generation_section() -> list[str]:
             f"{1 / clock:.1%} of the Mk2 time on Bow; host IO (the host filling the stream buffers, the 100 GbE "
             "host link, the gateway to the tiles) and the all-reduce over IPU-Links are priced in seconds and take "
             "the same time on both; `sync` and `idle` mix the two. So a simulated Bow/Mk2 ratio is at most "
-            f"{clock:.3f} and falls with the share of the step in seconds. Seconds per weight update on the first IPU of "
+            f"{clock:.3f} and falls with the share of the step in seconds. Seconds per weight update on the "
+            "first IPU of "
             f"{MK2_TO_BOW[0][0]}'s configuration, run on `{first.system}` and on `{on_bow.system}`:", "",
             "| line | priced in | Mk2 ms | Bow ms | Mk2 / Bow |", "|---|---|---:|---:|---:|"] + per_line + [
             "", "Every Mk2 → Bow pair, throughput per IPU. The rows run with the host side of each input stream "
