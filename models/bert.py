@@ -44,6 +44,11 @@ inference deployment: no labels streamed in, no loss); without the head, the enc
 - ``recompute_checkpoint_every_layer``: each layer's output but the last is a recomputation
   checkpoint, as in Graphcore's configs; by default (None) on when ``layers_per_ipu`` pipelines
   the layers over several IPUs (``models.transformer.checkpointed_layers``).
+- ``checkpoint_dtype="float8"``: MLPerf v2.0 BERT's ``activation_checkpoint_dtype: FLOAT8``
+  (training_results_v2.0 Graphcore ``bert_model.py`` ``Bert.checkpoint``): each checkpoint but those
+  of the last pipeline stage (which are not stashed) is cast to an 8-bit float before it is
+  checkpointed and cast back after, so the pipeline stashes it in 1 byte per element; the
+  backward pass recomputes from the 8-bit copy. None (the default) checkpoints in ``dtype``.
 - ``layers_per_ipu`` (e.g. ``[0, 4, 4, 4]``) places the encoder layers on consecutive IPUs. As in
   Graphcore's PyTorch BERT (``Embedding --> IPU 0``, ``Encoder i --> IPU k``, ``Classifier -->
   IPU 0``), the embeddings go on IPU 0 and the MLM head and loss go back on IPU 0, where the
@@ -63,7 +68,8 @@ _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_p
                type_vocab=2, mask_tokens="auto", dropout=0.1, attention_dropout=None, layers_per_ipu=None,
                att_ffn_placement=None,
                max_sequences_per_pack=None, packing_factor="auto", with_head=True,
-               head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, dtype="float16")
+               head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, checkpoint_dtype=None,
+               dtype="float16")
 MODELS = {
     "bert-base": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "bert-large": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -93,6 +99,9 @@ def build(name: str, p: Params) -> Graph:
     drop, att_ffn = c["dropout"], c["att_ffn"]
     att_drop = None if p["attention_dropout"] is None else p.prob("attention_dropout")
     layer_ipu = c["layer_ipu"] or (att_ffn[1] if att_ffn else None)  # the IPU each layer ends on
+    head, with_loss = _head(p)
+    eight_bit = _checkpoint_dtype(p) == "float8"
+    last_stage = _last_stage_layers(layer_ipu, c["num_layers"], head if c["with_head"] else None)
 
     b = GraphBuilder(name, c["dtype"])
     place = Placement(b, layer_ipu is not None)
@@ -103,7 +112,6 @@ def build(name: str, p: Params) -> Graph:
     if packs is not None:
         position_ids = b.input("position_ids", (B, S), "int32")  # restart at 0 for each sequence
         b.graph.samples_per_row = factor
-    head, with_loss = _head(p)
     labels = (b.input("labels", (B, mask_tokens or S), "int32")
               if c["with_head"] and head == "mlm" and with_loss else None)
 
@@ -132,7 +140,7 @@ def build(name: str, p: Params) -> Graph:
             with place.on(ffn_ipu, f"layer{i}"):
                 x = b.layernorm(b.add(x, ffn(b, x, c["intermediate"], drop)), EPS, name="ffn_norm")
                 if i in c["checkpoints"]:
-                    b.checkpoint(x)
+                    x = _checkpoint(b, x, eight_bit and i not in last_stage, c["dtype"])
 
     if not c["with_head"]:
         b.output(x)
@@ -183,6 +191,42 @@ def squad_head(b: GraphBuilder, x: str, positions: str | None) -> None:
     per_row = b.transpose(logits, (0, 2, 1), name="span_logits")  # (B, 2, S): start row, end row
     loss = b.softmax_cross_entropy(per_row, positions)
     b.output(start, end, loss)
+
+
+def _checkpoint_dtype(p: Params) -> str | None:
+    value = p["checkpoint_dtype"]
+    if value is None:
+        return None
+    if value not in ("float8", "fp8", "FLOAT8"):
+        p.fail("checkpoint_dtype", "expected None (the model's dtype) or 'float8' (MLPerf v2.0's "
+                                   "activation_checkpoint_dtype FLOAT8)")
+    return "float8"
+
+
+def _last_stage_layers(layer_ipu: list[int] | None, num_layers: int, head: str | None) -> set[int]:
+    """The layers whose FFN output is in the last pipeline stage: the trailing layers on the IPU of
+    the last stage (the MLM head's IPU 0; else the last layer's IPU, where the SQuAD head sits)."""
+    if layer_ipu is None:
+        return set(range(num_layers))
+    last_ipu = 0 if head == "mlm" else layer_ipu[-1]
+    layers = set()
+    for i in reversed(range(num_layers)):
+        if layer_ipu[i] != last_ipu:
+            break
+        layers.add(i)
+    return layers
+
+
+def _checkpoint(b: GraphBuilder, x: str, eight_bit: bool, dtype: str) -> str:
+    """Make ``x`` a recomputation checkpoint; ``eight_bit``: through an 8-bit float copy, the
+    tensor the pipeline stashes (``bert_model.py`` ``Bert.checkpoint``: CastToFp8, checkpointOutput,
+    CastFromFp8)."""
+    if not eight_bit:
+        b.checkpoint(x)
+        return x
+    x8 = b.cast(x, "float8", name="checkpoint_to_fp8")
+    b.checkpoint(x8)
+    return b.cast(x8, dtype, name="checkpoint_from_fp8")
 
 
 def _packing(p: Params, seq_len: int) -> tuple[int | None, float]:
