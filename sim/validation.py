@@ -1590,7 +1590,7 @@ def _status(asserted: bool, error: float | None, tolerance: float = PUBLISHED_TO
 #: whose slope is the time per micro-batch and whose intercept what every step adds whatever its GA
 PACKED_STEP_FIT_ROWS = ("M18", "M19", "M20")
 #: the packed BERT SL512 MLPerf rows shown with their time per step (one of each configuration)
-PACKED_STEP_ROWS = ("M1", "M3", "M7", "M9", "M11", "M18", "M19", "M20")
+PACKED_STEP_ROWS = ("M1", "M3", "M7", "M9", "M11", "M17", "M18", "M19", "M20")
 
 
 def packed_step_seconds(row: Row, samples_per_second: float) -> float:
