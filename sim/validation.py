@@ -543,7 +543,8 @@ DEPARTURES = {
                    "training call: each eval call of the same training program costs a full step without the host "
                    "work (docs/reference/published-results.md 1.1); what it is has no published size",
     "fp8-checkpoints": "the config's activation_checkpoint_dtype FLOAT8 (bert_model.py Bert.checkpoint): each "
-                       "layer's checkpoint goes through an 8-bit float copy (CastToFp8, 1-4-3, then CastFromFp8), so "
+                       "layer's checkpoint goes through an 8-bit float copy (CastToFp8: 3 exponent and 4 mantissa "
+                       "bits; CastFromFp8), so "
                        "the pipeline stashes it in 1 byte per element; with fp16 checkpoints the simulator puts IPU 2 "
                        "out of memory by 9.8 kB. The custom ops cast with popfloat's GfloatCast, whose cycle "
                        "estimators for the 8-bit casts are placeholders (poplibs popfloatCycleEstimators.cpp "
