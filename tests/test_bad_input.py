@@ -395,7 +395,7 @@ COLLECTIVE_FLAGS = {
     "--replicas": flag("--replicas", NUMBER),
     "--ipus-per-replica": flag("--ipus-per-replica", NUMBER),
     "--algorithm": flag("--algorithm", choice("auto", "ring", "bidirectional_ring", "meet_in_middle",
-                                              "broadcast_reduce", "hierarchical")),
+                                              "broadcast", "hierarchical")),
     "--json": flag("--json"),
 }
 BENCH_FLAGS = {"--system": flag("--system", SYSTEMS), "--repeats": flag("--repeats", NUMBER)}
@@ -460,7 +460,7 @@ def plausible_collective(draw) -> list[str]:
             "--op", pick("all-reduce", "reduce-scatter", "all-gather", "all-to-all"),
             "--bytes", pick("1", "1KiB", "64MiB", "1GiB", "100GB"), "--replicas", pick(2, 4, 8, 16, 64, 128, 256),
             "--ipus-per-replica", pick(1, 2, 4),
-            "--algorithm", pick("auto", "ring", "bidirectional_ring", "meet_in_middle", "broadcast_reduce",
+            "--algorithm", pick("auto", "ring", "bidirectional_ring", "meet_in_middle", "broadcast",
                                 "hierarchical")]
 
 

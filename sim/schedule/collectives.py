@@ -13,19 +13,27 @@ time; a chassis' GW-Links are shared by every edge leaving the chassis in that s
 ``bidirectional_ring``  two rings in opposite directions, each on half the data: the same steps
                         with chunks of ``S/2N`` (links carry both directions at once); with two
                         members it is the ring
-``meet_in_middle``      all-reduce only: the two halves of the ring reduce towards each other,
-                        ``ceil(N/2)`` steps of ``S/2`` in each direction, then back the same way
-``broadcast_reduce``    all-reduce only, for small tensors: recursive doubling, ``ceil(log2 N)``
-                        steps; in step ``k`` each member exchanges its whole partial sum with the
-                        member ``2^k`` places along the ring and adds it, so ``2^k`` transfers
-                        share each link on the way and the partner's hops set the latency
+``meet_in_middle``      GCL's meet-in-the-middle ring: ``N`` fragments of ``S/N``, half of each
+                        member's sent half way round the ring clockwise and half anticlockwise,
+                        so a reduce-scatter or all-gather is ``floor(N/2)`` steps of ``S/N`` in
+                        both directions (for even ``N`` the last step uses one direction) and an
+                        all-reduce twice that: fewer steps than the rings, larger fragments
+``broadcast``           all-reduce only, GCL's method for small tensors: every member's whole
+                        tensor is sent to all the others, half way round the ring each way
+                        (``floor(N/2)`` steps of ``S`` in both directions), and each member reduces
+                        what it received locally
 ``hierarchical``        members in several PODs: a reduce-scatter inside each POD over IPU-Links
-                        (bidirectional rings), the shards reduced across PODs over GW-Links (one
-                        ring per shard, all at once), an all-gather inside each POD
+                        (bidirectional rings or meet-in-the-middle, the cheaper), the shards
+                        reduced across PODs over GW-Links (one ring per shard, all at once), an
+                        all-gather inside each POD
 
+The methods are GCL's (GCL user guide, ``gcl/Collectives.hpp`` option ``method``:
+clockwise_ring, bidirectional_ring_pair, meet_in_middle_ring, broadcast; the fragment counts are
+its own, as are those of poplibs' ``ReplicatedCollectives.cpp`` before the code moved to GCL,
+887b9d3a); its quad_directional_ring (a torus's mirrored and non-mirrored rings) is not modelled.
 ``auto`` (GCL's default) picks the fastest of those that apply, as GCL picks by tensor size and
-topology: the latency-bound ones for small tensors, the bandwidth-optimal rings for large ones
-and the hierarchical one across PODs.
+topology: broadcast for small tensors, meet-in-the-middle for medium ones and many members, the
+bidirectional ring pair for large ones, and the hierarchical one across PODs.
 
 Replica groups follow PopXL's ``replica_grouping(stride, group_size)`` (:func:`replica_grouping`
 gives its ``assignment``) and PopTorch / PopART's ``CommGroupType`` (:func:`comm_group`).
@@ -33,7 +41,6 @@ gives its ``assignment``) and PopTorch / PopART's ``CommGroupType`` (:func:`comm
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -44,7 +51,7 @@ from ..program import Collective, Repeat, Sequence
 from ..hardware.topology import crosses_gw_link, hops, route
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
-ALGORITHMS = ("ring", "bidirectional_ring", "meet_in_middle", "broadcast_reduce", "hierarchical")
+ALGORITHMS = ("ring", "bidirectional_ring", "meet_in_middle", "broadcast", "hierarchical")
 
 Edge = tuple[int, int]
 
@@ -153,33 +160,28 @@ def _ring(system, op, nbytes, members, concurrent, both):
     return ((_ring_steps(op, n), _step_cycles(system, edges, nbytes / n / split, concurrent)),), edges
 
 
-def _meet_in_middle(system, nbytes, members, concurrent):
-    half = math.ceil(len(members) / 2)
-    edges = _ring_edges(members, both=True)
-    return ((2 * half, _step_cycles(system, edges, nbytes / 2, concurrent)),), edges
-
-
-def _recursive_doubling(system, nbytes, members, concurrent):
+def _meet_in_middle(system, op, nbytes, members, concurrent):
     n = len(members)
-    phases, edges = [], set()
-    for k in range(math.ceil(math.log2(n))):
-        d = 1 << k
-        pairs = []
-        for i in range(n):
-            j = i ^ d if (n & (n - 1)) == 0 else (i + d) % n
-            if j < n and j != i:
-                pairs.append((members[i], members[j]))
-        edges.update(pairs)
-        phases.append((1, _step_cycles(system, pairs, nbytes, concurrent, load=min(d, n - d))))
-    return tuple(phases), sorted(edges)
+    edges = _ring_edges(members, both=True)
+    phases = 2 if op == "all_reduce" else 1
+    return ((phases * (n // 2), _step_cycles(system, edges, nbytes / n, concurrent)),), edges
+
+
+def _broadcast(system, nbytes, members, concurrent):
+    edges = _ring_edges(members, both=True)
+    return ((len(members) // 2, _step_cycles(system, edges, nbytes, concurrent)),), edges
 
 
 def _hierarchical(system, op, nbytes, members, pods, concurrent):
     per_pod = [[m for m in members if system.pod_of(m) == p] for p in pods]
     local = min(len(p) for p in per_pod)
     inner_edges = [e for p in per_pod for e in _ring_edges(p[:local], both=True)]
+    # the reduce-scatter (and all-gather) in each POD by the cheaper of the bidirectional ring pair
+    # (local - 1 steps of S/2local) and meet-in-the-middle (local // 2 steps of S/local)
     split = 2 if local > 2 else 1
-    inner = (local - 1, _step_cycles(system, inner_edges, nbytes / local / split, concurrent))
+    inner = min((local - 1, _step_cycles(system, inner_edges, nbytes / local / split, concurrent)),
+                (local // 2, _step_cycles(system, inner_edges, nbytes / local, concurrent)),
+                key=lambda phase: (phase[0] * phase[1], -phase[0]))
     # shard j is reduced across PODs by the j-th member of every POD, all shards at once
     across_edges = [e for j in range(local) for e in _ring_edges([p[j] for p in per_pod])]
     across_op = "all_reduce" if op == "all_reduce" else op
@@ -207,9 +209,10 @@ def plan_collective(system: System, op: str, nbytes: int, members: list[int],
         return CollectivePlan(op, "none", n, nbytes, ())
     candidates = {"ring": _ring(system, op, nbytes, members, concurrent, both=False),
                   "bidirectional_ring": _ring(system, op, nbytes, members, concurrent, both=True)}
+    if op != "all_to_all":
+        candidates["meet_in_middle"] = _meet_in_middle(system, op, nbytes, members, concurrent)
     if op == "all_reduce":
-        candidates["meet_in_middle"] = _meet_in_middle(system, nbytes, members, concurrent)
-        candidates["broadcast_reduce"] = _recursive_doubling(system, nbytes, members, concurrent)
+        candidates["broadcast"] = _broadcast(system, nbytes, members, concurrent)
     pods = sorted({system.pod_of(m) for m in members})
     if len(pods) > 1 and op != "all_to_all":
         candidates["hierarchical"] = _hierarchical(system, op, nbytes, members, pods, concurrent)
