@@ -125,15 +125,20 @@ def _ring_edges(members: list[int], both: bool = False) -> list[Edge]:
 
 
 def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: int = 1,
-                 load: int = 1) -> int:
+                 load: int = 1, reduces: bool = False) -> int:
     """Cycles of one step in which each edge carries ``nbytes`` (``load`` transfers share it).
 
+    Every step pays GCL's fixed step time beyond its link latency (``ipu_link.reduce_step_s``
+    for a step that reduces what it received, ``gather_step_s`` for one that only copies it).
     An edge that leaves the POD uses its chassis' GW-Links, shared by every edge leaving that
     chassis in the step and by ``concurrent`` collectives; other edges use an IPU-Link direction
     and pay its latency once per hop.
     """
     if not edges:
         return 0
+    ipu_link = system.ipu_link
+    fixed = system.seconds_to_cycles(ipu_link.reduce_step_s if reduces else ipu_link.gather_step_s)
+    overhead = max(0, fixed - ipu_link.latency_cycles)  # the step's own cost, its first hop's latency aside
     leaving = Counter(system.chassis_of(a) for a, b in edges if crosses_gw_link(system, a, b))
     worst = 0
     for a, b in edges:
@@ -142,29 +147,31 @@ def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: i
             share = leaving[system.chassis_of(a)] * max(1, concurrent)
             cycles = link.latency_cycles + system.seconds_to_cycles(nbytes * load * share / link.bytes_per_s)
         else:
-            link = system.ipu_link
-            cycles = (link.latency_cycles * max(1, hops(system, a, b))
-                      + system.seconds_to_cycles(nbytes * load / link.bytes_per_s))
+            cycles = (ipu_link.latency_cycles * max(1, hops(system, a, b))
+                      + system.seconds_to_cycles(nbytes * load / ipu_link.bytes_per_s))
         worst = max(worst, cycles)
-    return worst
+    return overhead + worst
 
 
-def _ring_steps(op: str, n: int) -> int:
-    return 2 * (n - 1) if op == "all_reduce" else n - 1
+def _phases(system, op: str, steps: int, edges: list[Edge], chunk: float, concurrent: int) -> tuple:
+    """``(steps, cycles per step)`` of ``op`` run as ``steps`` steps of ``chunk`` bytes per edge
+    per phase: an all-reduce is a reduce-scatter phase then an all-gather phase."""
+    reduce = (steps, _step_cycles(system, edges, chunk, concurrent, reduces=True))
+    gather = (steps, _step_cycles(system, edges, chunk, concurrent))
+    return {"all_reduce": (reduce, gather), "reduce_scatter": (reduce,)}.get(op, (gather,))
 
 
 def _ring(system, op, nbytes, members, concurrent, both):
     n = len(members)
     edges = _ring_edges(members, both)
     split = 2 if both and n > 2 else 1
-    return ((_ring_steps(op, n), _step_cycles(system, edges, nbytes / n / split, concurrent)),), edges
+    return _phases(system, op, n - 1, edges, nbytes / n / split, concurrent), edges
 
 
 def _meet_in_middle(system, op, nbytes, members, concurrent):
     n = len(members)
     edges = _ring_edges(members, both=True)
-    phases = 2 if op == "all_reduce" else 1
-    return ((phases * (n // 2), _step_cycles(system, edges, nbytes / n, concurrent)),), edges
+    return _phases(system, op, n // 2, edges, nbytes / n, concurrent), edges
 
 
 def _broadcast(system, nbytes, members, concurrent):
@@ -179,15 +186,13 @@ def _hierarchical(system, op, nbytes, members, pods, concurrent):
     # the reduce-scatter (and all-gather) in each POD by the cheaper of the bidirectional ring pair
     # (local - 1 steps of S/2local) and meet-in-the-middle (local // 2 steps of S/local)
     split = 2 if local > 2 else 1
-    inner = min((local - 1, _step_cycles(system, inner_edges, nbytes / local / split, concurrent)),
-                (local // 2, _step_cycles(system, inner_edges, nbytes / local, concurrent)),
-                key=lambda phase: (phase[0] * phase[1], -phase[0]))
+    inner = min((_phases(system, "all_reduce", local - 1, inner_edges, nbytes / local / split, concurrent),
+                 _phases(system, "all_reduce", local // 2, inner_edges, nbytes / local, concurrent)),
+                key=lambda ph: (sum(n * c for n, c in ph), -ph[0][0]))
     # shard j is reduced across PODs by the j-th member of every POD, all shards at once
     across_edges = [e for j in range(local) for e in _ring_edges([p[j] for p in per_pod])]
-    across_op = "all_reduce" if op == "all_reduce" else op
-    across = (_ring_steps(across_op, len(pods)),
-              _step_cycles(system, across_edges, nbytes / local / len(pods), concurrent))
-    phases = (inner, across, inner) if op == "all_reduce" else (inner, across)
+    across = _phases(system, op, len(pods) - 1, across_edges, nbytes / local / len(pods), concurrent)
+    phases = (inner[0], *across, inner[1]) if op == "all_reduce" else (inner[0], *across)
     return phases, inner_edges + across_edges
 
 
