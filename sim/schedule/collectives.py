@@ -125,8 +125,8 @@ def _ring_edges(members: list[int], both: bool = False) -> list[Edge]:
 
 
 def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: int = 1,
-                 load: int = 1, reduces: bool = False) -> int:
-    """Cycles of one step in which each edge carries ``nbytes`` (``load`` transfers share it).
+                 reduces: bool = False) -> int:
+    """Cycles of one step in which each edge carries ``nbytes``.
 
     Every step pays GCL's fixed step time beyond its link latency (``ipu_link.reduce_step_s``
     for a step that reduces what it received, ``gather_step_s`` for one that only copies it).
@@ -145,10 +145,10 @@ def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: i
         if crosses_gw_link(system, a, b):
             link = system.gw_link
             share = leaving[system.chassis_of(a)] * max(1, concurrent)
-            cycles = link.latency_cycles + system.seconds_to_cycles(nbytes * load * share / link.bytes_per_s)
+            cycles = link.latency_cycles + system.seconds_to_cycles(nbytes * share / link.bytes_per_s)
         else:
             cycles = (ipu_link.latency_cycles * max(1, hops(system, a, b))
-                      + system.seconds_to_cycles(nbytes * load / ipu_link.bytes_per_s))
+                      + system.seconds_to_cycles(nbytes / ipu_link.bytes_per_s))
         worst = max(worst, cycles)
     return overhead + worst
 
@@ -192,7 +192,9 @@ def _hierarchical(system, op, nbytes, members, pods, concurrent):
     # shard j is reduced across PODs by the j-th member of every POD, all shards at once
     across_edges = [e for j in range(local) for e in _ring_edges([p[j] for p in per_pod])]
     across = _phases(system, op, len(pods) - 1, across_edges, nbytes / local / len(pods), concurrent)
-    phases = (inner[0], *across, inner[1]) if op == "all_reduce" else (inner[0], *across)
+    # reduce-scatter: in each POD, then across; all-gather: across, then in each POD
+    phases = {"all_reduce": (inner[0], *across, inner[1]), "reduce_scatter": (inner[0], *across)}.get(
+        op, (*across, inner[1]))
     return phases, inner_edges + across_edges
 
 
