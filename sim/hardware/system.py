@@ -86,7 +86,7 @@ class IPULink:
     """One direction of the IPU-Link connection between two neighbouring IPUs."""
 
     bytes_per_s: float  # usable bandwidth between a neighbouring pair, one direction
-    latency_cycles: int  # per transfer (and per ring step)
+    latency_cycles: int  # per transfer, and per hop of a ring step beyond its first
     reduce_step_s: float  # a GCL reduce-scatter ring step's fixed time, its link latency included
     gather_step_s: float  # a GCL all-gather ring step's fixed time, its link latency included
 
