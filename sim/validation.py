@@ -1568,6 +1568,7 @@ def report() -> str:
     lines += _published_section()
     lines += _packed_step_section()
     lines += _resnet_step_section()
+    lines += _gcl_section()
     lines += _generation_section()
     lines += _memory_section()
     lines += poplibs_benchmarks.report_section()
@@ -1672,6 +1673,52 @@ def _resnet_step_section() -> list[str]:
             "while the simulator's hierarchical all-reduce adds little for each POD over the GW-Links.", "",
             "| row | system | replicas | GA | steps per call | published step (ms) | simulated step (ms) | "
             "of it all-reduce (ms) | difference (ms) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"] + rows
+
+
+#: poplibs' crossovers (bytes per IPU) above which the bidirectional ring pair beats meet-in-the-middle,
+#: "determined experimentally", by op and by the largest replica count each applies to (more than 16
+#: replicas: meet-in-the-middle always); lib/popops/ReplicatedCollectives.cpp at 887b9d3a^,
+#: pickReduceScatterMethod / pickAllGatherMethod (one IPU per replica, no torus). The collectives' fixed
+#: step times (configs/ipu-mk2.toml ipu_link.reduce_step_s, gather_step_s) are fitted to them.
+GCL_CROSSOVERS = {"reduce_scatter": {4: 1_245_184, 8: 4_980_736, 16: 39_845_888},
+                  "all_gather": {4: 622_592, 8: 2_490_368, 16: 19_922_944}}
+
+
+def gcl_crossover(op: str, replicas: int, system: str = "ipu-pod64") -> int:
+    """The smallest tensor (bytes, to 1 %) at which the simulator's bidirectional ring pair is faster
+    than its meet-in-the-middle for ``op`` over ``replicas`` consecutive IPUs of ``system``."""
+    from .schedule.collectives import plan_collective
+    sysobj, members = load_system(system), list(range(replicas))
+
+    def ring_wins(nbytes: float) -> bool:
+        return (plan_collective(sysobj, op, int(nbytes), members, "bidirectional_ring").cycles
+                < plan_collective(sysobj, op, int(nbytes), members, "meet_in_middle").cycles)
+    low, high = 1.0, 2.0 ** 34
+    while high / low > 1.01:
+        mid = (low * high) ** 0.5
+        low, high = (low, mid) if ring_wins(mid) else (mid, high)
+    return int(high)
+
+
+def _gcl_section() -> list[str]:
+    """The report's "Collectives: GCL's methods against poplibs' measured crossovers"."""
+    rows = []
+    for op, by_ranks in GCL_CROSSOVERS.items():
+        for ranks, published in by_ranks.items():
+            simulated = gcl_crossover(op, ranks)
+            rows.append(f"| {op.replace('_', '-')} | {ranks} | {published:,} | {simulated:,} | "
+                        f"{simulated / published - 1:+.0%} |")
+    return ["", "### Collectives: GCL's methods against poplibs' measured crossovers", "",
+            "GCL's bidirectional ring pair moves N-1 chunks of S/2N each way per phase, meet-in-the-middle "
+            "floor(N/2) fragments of S/N: the first wins on large tensors, the second on small ones. poplibs "
+            "picked between them by tensor size with thresholds \"determined experimentally\" "
+            "(`lib/popops/ReplicatedCollectives.cpp` before the code moved to GCL; hardware not stated). The "
+            "simulator's fixed time per ring step (`ipu_link.reduce_step_s` 5.9 µs, `gather_step_s` 2.9 µs) is "
+            "fitted to them: each threshold gives the step time at which the two methods' modelled times meet "
+            "there (3.9-6.7 µs, 2.0-3.4 µs), and the median is used. Each threshold covers a range of replica "
+            "counts (up to 4, 5-8, 9-16), shown at its largest; the simulator's crossover at that count:", "",
+            "| collective | replicas | poplibs' crossover (bytes) | simulator's crossover (bytes) | "
+            "difference |", "|---|---:|---:|---:|---:|"] + rows
 
 
 def _published_section() -> list[str]:

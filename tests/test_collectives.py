@@ -17,6 +17,7 @@ from sim.schedule.collectives import (bus_factor, collective_item, comm_group,
                                       comm_group_assignment, groups_of, plan_collective,
                                       replica_group, replica_grouping)
 from sim.engine import Engine
+from sim.validation import GCL_CROSSOVERS, gcl_crossover
 from sim.errors import OptionsError
 from sim.hardware.system import load_system
 from sim.options import CommGroupType
@@ -114,13 +115,20 @@ def test_meet_in_the_middle_sends_n_fragments_half_way_round_each_way(pod16, n):
 
 
 def _poplibs_method(op: str, nbytes: int, ranks: int) -> str:
-    """poplibs' ReplicatedCollectives.cpp (887b9d3a^, before the code moved to GCL)
-    pick{ReduceScatter,AllGather}Method for one IPU per replica on a ring: thresholds "where the
-    BIDIRECTIONAL_RING_PAIR method starts to beat the MEET_IN_MIDDLE_RING method determined
-    experimentally"."""
-    a, b, c = (1245184, 4980736, 39845888) if op == "reduce_scatter" else (622592, 2490368, 19922944)
-    small = nbytes < a or (ranks > 4 and nbytes < b) or (ranks > 8 and nbytes < c) or ranks > 16
-    return "meet_in_middle" if small else "bidirectional_ring"
+    """poplibs' pick{ReduceScatter,AllGather}Method for one IPU per replica on a ring: meet-in-the-middle
+    below the measured crossover of the replica count's range, and always above 16 replicas."""
+    limits = GCL_CROSSOVERS[op]
+    bound = next((limits[k] for k in sorted(limits) if ranks <= k), None)
+    return "meet_in_middle" if bound is None or nbytes < bound else "bidirectional_ring"
+
+
+def test_the_fitted_step_times_put_the_crossovers_near_poplibs():
+    """The step times are the median of the six thresholds' values: at 4 replicas the model crosses
+    within 2 % of poplibs, at 8 and 16 within a factor of 2 (a threshold covers 5-8 or 9-16)."""
+    for op, by_ranks in GCL_CROSSOVERS.items():
+        assert gcl_crossover(op, 4) == pytest.approx(by_ranks[4], rel=0.02)
+        for ranks in (8, 16):
+            assert 0.5 < gcl_crossover(op, ranks) / by_ranks[ranks] < 2
 
 
 def test_auto_picks_what_poplibs_measured_faster():
