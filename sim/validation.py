@@ -42,6 +42,7 @@ from .graph.training import Optimizer
 from .hardware.system import load_system
 from .options import CommGroupType, Options, OutputMode, OverlapMode, TensorLocationSettings
 from .program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
+from .schedule.collectives import plan_collective
 from .strategy import ShardedExecution
 
 REPORT = Path(__file__).resolve().parent.parent / "reports" / "validation.md"
@@ -544,9 +545,8 @@ DEPARTURES = {
                    "work (docs/reference/published-results.md 1.1); what it is has no published size",
     "fp8-checkpoints": "the config's activation_checkpoint_dtype FLOAT8 (bert_model.py Bert.checkpoint): each "
                        "layer's checkpoint goes through an 8-bit float copy (CastToFp8: 3 exponent and 4 mantissa "
-                       "bits; CastFromFp8), so "
-                       "the pipeline stashes it in 1 byte per element; with fp16 checkpoints the simulator puts IPU 2 "
-                       "out of memory by 9.8 kB. The custom ops cast with popfloat's GfloatCast, whose cycle "
+                       "bits; CastFromFp8), so the pipeline stashes it in 1 byte per element; with fp16 "
+                       "checkpoints the simulator puts IPU 2 out of memory by 9.8 kB. The custom ops cast with popfloat's GfloatCast, whose cycle "
                        "estimators for the 8-bit casts are placeholders (poplibs popfloatCycleEstimators.cpp "
                        "CastHalfToGf8Supervisor returns 1): priced as popops casts, as are their gradients (copies "
                        "of the fp16 gradient in the source); about 0.1 % of a step",
@@ -1687,7 +1687,6 @@ GCL_CROSSOVERS = {"reduce_scatter": {4: 1_245_184, 8: 4_980_736, 16: 39_845_888}
 def gcl_crossover(op: str, replicas: int, system: str = "ipu-pod64") -> int:
     """The smallest tensor (bytes, to 1 %) at which the simulator's bidirectional ring pair is faster
     than its meet-in-the-middle for ``op`` over ``replicas`` consecutive IPUs of ``system``."""
-    from .schedule.collectives import plan_collective
     sysobj, members = load_system(system), list(range(replicas))
 
     def ring_wins(nbytes: float) -> bool:

@@ -273,7 +273,7 @@ def test_ipu_copy_on_a_ring_link_queues_behind_a_step():
     pod64 = load_system("ipu-pod64")
     item, plan = collective_item(pod64, "all_reduce", 64 * MiB, [0, 32], "ring")
     assert ("ipu_link", 8, 12) in item.links
-    (_, step), (_, gather_step) = plan.phases  # a reduce-scatter step, then an all-gather step
+    (_, step), _ = plan.phases  # a reduce-scatter step, then an all-gather step
     copy = IpuCopy(((8, 12, MiB),), "copy")
     engine = Engine(pod64)
     copy_cycles = engine.ipu_copy_cycles(copy)
