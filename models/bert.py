@@ -59,7 +59,9 @@ from __future__ import annotations
 
 import math
 
+from sim.errors import GraphError
 from sim.graph import Graph, GraphBuilder
+from sim.graph.ir import canonical_dtype
 
 from ._common import Params, Placement
 from .transformer import attention, ffn, tied_projection, transformer_params
@@ -197,10 +199,14 @@ def _checkpoint_dtype(p: Params) -> str | None:
     value = p["checkpoint_dtype"]
     if value is None:
         return None
-    if value not in ("float8", "fp8", "FLOAT8"):
+    try:
+        dtype = canonical_dtype(str(value).lower())  # also the config's spelling, FLOAT8
+    except GraphError:
+        dtype = None
+    if dtype != "float8":
         p.fail("checkpoint_dtype", "expected None (the model's dtype) or 'float8' (MLPerf v2.0's "
                                    "activation_checkpoint_dtype FLOAT8)")
-    return "float8"
+    return dtype
 
 
 def _last_stage_layers(layer_ipu: list[int] | None, num_layers: int, head: str | None) -> set[int]:

@@ -1699,8 +1699,19 @@ def gcl_crossover(op: str, replicas: int, system: str = "ipu-pod64") -> int:
     return int(high)
 
 
+def gcl_implied_step_seconds(nbytes: int, replicas: int, bytes_per_s: float) -> float:
+    """The fixed step time (seconds) at which a ring pair (replicas - 1 steps of S/2N each way) and
+    meet-in-the-middle (replicas // 2 steps of S/N) take the same time for a tensor of ``nbytes``
+    over links of ``bytes_per_s``: S/8B, S/48B, S/224B for 4, 8, 16 replicas."""
+    ring, middle = replicas - 1, replicas // 2
+    return nbytes * (middle - ring / 2) / (replicas * bytes_per_s * (ring - middle))
+
+
 def _gcl_section() -> list[str]:
     """The report's "Collectives: GCL's methods against poplibs' measured crossovers"."""
+    link = load_system("ipu-mk2").ipu_link
+    implied = {op: [gcl_implied_step_seconds(S, n, link.bytes_per_s) * 1e6 for n, S in by_ranks.items()]
+               for op, by_ranks in GCL_CROSSOVERS.items()}
     rows = []
     for op, by_ranks in GCL_CROSSOVERS.items():
         for ranks, published in by_ranks.items():
@@ -1712,9 +1723,12 @@ def _gcl_section() -> list[str]:
             "floor(N/2) fragments of S/N: the first wins on large tensors, the second on small ones. poplibs "
             "picked between them by tensor size with thresholds \"determined experimentally\" "
             "(`lib/popops/ReplicatedCollectives.cpp` before the code moved to GCL; hardware not stated). The "
-            "simulator's fixed time per ring step (`ipu_link.reduce_step_s` 5.9 µs, `gather_step_s` 2.9 µs) is "
-            "fitted to them: each threshold gives the step time at which the two methods' modelled times meet "
-            "there (3.9-6.7 µs, 2.0-3.4 µs), and the median is used. Each threshold covers a range of replica "
+            f"simulator's fixed time per ring step (`ipu_link.reduce_step_s` {link.reduce_step_s * 1e6:.1f} µs, "
+            f"`gather_step_s` {link.gather_step_s * 1e6:.1f} µs) is fitted to them: each threshold gives the step "
+            "time at which the two methods' modelled times meet there "
+            f"({min(implied['reduce_scatter']):.1f}-{max(implied['reduce_scatter']):.1f} µs, "
+            f"{min(implied['all_gather']):.1f}-{max(implied['all_gather']):.1f} µs), and the median is used. "
+            "Each threshold covers a range of replica "
             "counts (up to 4, 5-8, 9-16), shown at its largest; the simulator's crossover at that count:", "",
             "| collective | replicas | poplibs' crossover (bytes) | simulator's crossover (bytes) | "
             "difference |", "|---|---:|---:|---:|---:|"] + rows

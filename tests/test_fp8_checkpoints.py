@@ -5,6 +5,8 @@ checkpoint but the last stage's to an 8-bit float, checkpoints that, and casts i
 pipeline stashes one byte per element instead of two.
 """
 
+from dataclasses import replace
+
 import pytest
 
 import models
@@ -66,7 +68,6 @@ def test_mlperf_pod16_needs_its_8_bit_checkpoints_to_fit():
     row = v.PUBLISHED_BY_ID["M17"]
     assert dict(row.setup.params)["checkpoint_dtype"] == "float8"
     assert not isinstance(row.outcome(), sim.errors.OutOfMemoryError)
-    from dataclasses import replace
     fp16 = replace(row.setup, params=tuple((k, val) for k, val in row.setup.params if k != "checkpoint_dtype"))
     with pytest.raises(sim.errors.OutOfMemoryError):
         sim.simulate(fp16.graph(), fp16.system, fp16.options(), training=True, optimizer=fp16.sim_optimizer())
