@@ -4,7 +4,10 @@
 ``P - 1`` fill, ``G - (P - 1)`` main, ``P - 1`` flush. In cycle ``c`` stage ``s`` works on
 micro-batch ``c - s``. Each cycle: the host-to-IPU copies of the active stages, the stages'
 work (stages on one IPU run one after the other), the IPU-to-host copies, one merged inter-IPU
-copy, then a sync of the replica's IPUs. Identical consecutive cycles (the main phase) are one
+copy of every stage's sends, then a sync of the replica's IPUs. The copy is the same in every
+cycle, fill and flush included: PopART's ``PopPrograms::addPipelineCycle`` always calls the one
+function holding all the pipeline's IPU copies, so that they outline across cycles and merge
+across stages (willow/src/popx/popprograms.cpp, step 5). Identical consecutive cycles (the main phase) are one
 collapsed :class:`~sim.program.Repeat`. Each stage's items are built once and every cycle reuses
 them, so building the ``2P - 1`` distinct cycles costs little beyond listing their stages.
 
@@ -60,14 +63,15 @@ class _RangeLists:
 
 
 class _Cycles:
-    """Builds pipeline cycles; each stage's items and copies are made once (the schedule's
-    lists for a cycle are then concatenations of them, see :class:`_RangeLists`)."""
+    """Builds pipeline cycles; each stage's items are made once (the schedule's lists for a cycle
+    are then concatenations of them, see :class:`_RangeLists`), and each replica's inter-IPU
+    copy, all stages' sends, once."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
         P = len(ctx.stages)
         self.work = _RangeLists(lambda s: ctx.stage_items(ctx.stages[s]))
-        self.copies = {r: _RangeLists(lambda s, r=r: self._sends(r, ctx.stages[s])) for r in ctx.replicas}
+        self.copies = {r: tuple(t for s in ctx.stages for t in self._sends(r, s)) for r in ctx.replicas}
         self.host_outputs = [s for s in range(P) if ctx.stages[s].host_outputs]
 
     def _sends(self, r: int, s) -> list:
@@ -88,7 +92,7 @@ class _Cycles:
             seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
 
         def copy_and_sync(r):
-            copies = tuple(self.copies[r](first, last))
+            copies = self.copies[r]
             return [IpuCopy(copies, "pipeline copy")] * bool(copies) + [ctx.replica_sync(r, "pipeline sync")]
 
         seq.items += [i for i in ctx.for_replicas(copy_and_sync) if i is not None]
