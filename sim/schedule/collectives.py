@@ -25,7 +25,8 @@ time; a chassis' GW-Links are shared by every edge leaving the chassis in that s
 ``hierarchical``        members in several PODs: a reduce-scatter inside each POD over IPU-Links
                         (bidirectional rings or meet-in-the-middle, the cheaper), the shards
                         reduced across PODs over GW-Links (one ring per shard, all at once), an
-                        all-gather inside each POD
+                        all-gather inside each POD: GCL's "three-phase collective operations" for
+                        groups that span several IPU-Link domains (GCL release notes, SDK 3.0.0)
 
 The methods are GCL's (GCL user guide, ``gcl/Collectives.hpp`` option ``method``:
 clockwise_ring, bidirectional_ring_pair, meet_in_middle_ring, broadcast; the fragment counts are
