@@ -116,7 +116,9 @@ def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
     model exported to ONNX has it (PyTorch's ``torch.onnx.export`` of an ``eval()`` model fuses each
     Conv + BatchNormalization pair into one Conv: its scale into the weights, its shift into a
     bias), so each normalisation is that bias added per channel. Folding needs fixed statistics,
-    so ``"folded"`` is refused for a model that computes a loss (``with_loss``)."""
+    so ``"folded"`` is refused for a model that computes a loss (``with_loss``). ``bn_span`` (where
+    the model has it) > 1 spreads each batch norm's training statistics over that many adjacent
+    replicas (:meth:`~sim.graph.GraphBuilder.batchnorm`'s ``replica_group_size``)."""
     if p["norm"] not in ("batch", "group", "folded"):
         p.fail("norm", 'expected "batch" (batch norm), "group" (group norm of norm_groups groups) or "folded" '
                        "(batch norm folded into the convolutions, as an exported inference model has it)")
@@ -124,10 +126,14 @@ def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
         p.fail("norm", "batch norm folds into the convolutions only in an inference model with fixed statistics; "
                        "give with_loss=False, or norm=\"batch\" to train")
     groups = p.int("norm_groups")
+    span = p.int("bn_span") if "bn_span" in p else 1
+    if span > 1 and p["norm"] != "batch":
+        p.fail("bn_span", f"spreads batch norm statistics over replicas; norm={p['norm']!r} has none: "
+                          "give norm=\"batch\" or bn_span=1")
 
     def norm(x: str, name: str) -> str:
         if p["norm"] == "batch":
-            return b.batchnorm(x, name=name)
+            return b.batchnorm(x, name=name, replica_group_size=span)
         if p["norm"] == "folded":
             with b.scope(name):
                 return b.add(x, b.weight("bias", (1, b.shape(x)[1], 1, 1), b.dtype_of(x)))

@@ -27,6 +27,13 @@ fp16 ResNet-50 (graphcore/PopRT examples/resnet50): each such convolution casts 
 FP8 (a cast per convolution, as the converter inserts one before each), keeps its weights in FP8
 and returns fp16. It needs an IPU with FP8 (the ``c600`` system) and ``dtype="float16"``.
 
+``bn_span`` > 1 is Graphcore's TF1 CNNs' ``--BN-span`` (``BN_span: 2`` in their MLPerf ResNet-50
+configs, logged as ``model_bn_span`` 2 x the micro-batch): in training each batch norm's
+statistics span that many adjacent replicas (TensorFlow's
+``number_of_distributed_batch_norm_replicas``, run by poplibs' distributed batch norm), so every
+batch norm and its gradient all-reduce two per-channel vectors over each group of replicas
+(:mod:`sim.schedule.replicated_ops`). The replica count must be a multiple of it.
+
 ``split_points`` lists the blocks where a new IPU starts (as Graphcore's CNN examples'
 ``--pipeline-splits``): ``["layer2/0", "layer3/0"]`` puts the stem and layer1 on IPU 0, layer2
 on IPU 1, layer3, layer4 and the classifier on IPU 2. "layer2.0" is accepted for "layer2/0".
@@ -39,7 +46,7 @@ from sim.graph import Graph, GraphBuilder
 from ._common import Params, Placement, image_inputs, normaliser, split_points
 
 _COMMON = dict(image_size=224, num_classes=1000, split_points=None, recompute_checkpoints=None, eight_bit_io=False,
-               with_loss=True, dtype="float16", fp8_convs=False, norm="batch", norm_groups=32)
+               with_loss=True, dtype="float16", fp8_convs=False, norm="batch", norm_groups=32, bn_span=1)
 MODELS = {
     "resnet50": dict(micro_batch=4, **_COMMON, groups=1, width_per_group=64),
     # ResNeXt-101 32x4d as Graphcore's TF1 example builds it (Models/resnext.py set_defaults: 32 groups of

@@ -43,6 +43,7 @@ from .hardware.system import load_system
 from .options import CommGroupType, Options, OutputMode, OverlapMode, TensorLocationSettings
 from .program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
 from .schedule.collectives import plan_collective
+from .schedule.replicated_ops import NORM_COLLECTIVE_SUFFIX
 from .strategy import ShardedExecution
 
 REPORT = Path(__file__).resolve().parent.parent / "reports" / "validation.md"
@@ -192,8 +193,8 @@ PERFORMANCE_RESULTS = "graphcore.ai/performance-results (Bow Pod training table,
 @lru_cache(maxsize=None)
 def resnet50_training(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> float:
     """ResNet-50 training as Graphcore's TF1 ResNet-50 config runs it (recomputation checkpoint per
-    block, 8-bit images, availableMemoryProportion 0.16, half partials, momentum SGD, the host one
-    input buffer ahead), images/s."""
+    block, 8-bit images, availableMemoryProportion 0.16, half partials, momentum SGD, batch norm
+    statistics over pairs of replicas, the host one input buffer ahead), images/s."""
     setup = _resnet_e2e(system, replicas, global_batch, micro_batch)
     return simulate(setup.graph(), system, setup.options(), training=True,
                     optimizer=setup.sim_optimizer()).samples_per_second
@@ -366,10 +367,11 @@ def _pytorch_bert_groups(setup: Setup) -> dict[str, tuple[str, ...]]:
 
 
 @lru_cache(maxsize=None)
-def _simulated(setup: Setup) -> tuple[float, dict[str, float]] | OutOfMemoryError:
+def _simulated(setup: Setup) -> tuple[float, dict[str, float], float] | OutOfMemoryError:
     """One simulated call of ``setup``, kept small: (samples per second, seconds per weight update
-    on the first IPU by breakdown line: the call's over its device iterations), or the simulator's
-    out-of-memory error. The report's sections share it, so each setup is simulated once."""
+    on the first IPU by breakdown line: the call's over its device iterations, and of the
+    ``collective`` line the weight update's: all but the distributed norms' statistics), or the
+    simulator's out-of-memory error. The report's sections share it, so each setup is simulated once."""
     try:
         run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
                        optimizer=setup.sim_optimizer())
@@ -377,7 +379,12 @@ def _simulated(setup: Setup) -> tuple[float, dict[str, float]] | OutOfMemoryErro
         return e
     scale = run.executable.system.ipu.clock_hz * setup.device_iterations
     first = run.breakdown.iloc[0]
-    return run.samples_per_second, {line: float(first[line]) / scale for line in first.index}
+    trace = run.trace
+    ipu = run.breakdown.index[0]
+    update = trace[(trace.ipu == ipu) & (trace.kind == "collective")
+                   & ~trace.name.str.endswith(NORM_COLLECTIVE_SUFFIX)]
+    return (run.samples_per_second, {line: float(first[line]) / scale for line in first.index},
+            float(update.cycles.sum()) / scale)
 
 
 def _outcome(setup: Setup) -> float | OutOfMemoryError:
@@ -426,6 +433,10 @@ DEPARTURES = {
                  "script's work between them, which is not modelled (\"ResNet-50 MLPerf: time per step\" below)",
     "resnet-recompute": "recomputation is the zoo's checkpoint after every block; the TF1 config recomputes "
                         "between 6 split points (about the same recomputed work)",
+    "bn-span": "configs.yml BN_span 2 (the logs' model_bn_span is 2 x the micro-batch): each batch norm's "
+               "statistics and its gradient sums are all-reduced over pairs of adjacent replicas (TF's "
+               "number_of_distributed_batch_norm_replicas, poplibs' distributed batch norm), the zoo's "
+               "bn_span=2; the recomputed forward all-reduces its statistics again [U]",
     "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
               "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
@@ -599,21 +610,25 @@ def tf1_steps_per_call(global_batch: int, logs_per_epoch: int = TF1_MLPERF_LOGS_
 
 
 def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: int, amp: float,
-                  optimizer: str = "sgd_momentum", prefetch_depth: int = TF1_PREFETCH_DEPTH,
-                  tf1_calls: bool = False) -> Setup:
-    """ResNet-50 training as the TF1 (MLPerf) and PyTorch configs run it: 8-bit images, half
-    partials, recomputation, momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs), one IPU
-    per replica, real data; the host one input buffer ahead of the IPU as TF1's infeeds run
-    (:data:`TF1_PREFETCH_DEPTH`; ``prefetch_depth=1`` for the PyTorch config). The gradient
-    all-reduces are one call: TF1 combines them up to ``max_cross_replica_buffer_size`` (50 MiB in
-    the MLPerf v1.0-v2.0 configs.yml, more than ResNet-50's 51.1 MB of fp16 gradients) and the
-    PyTorch config merges them (examples 8ae588c ``vision/cnns/pytorch/utils/ipu_settings.py``:
-    ``mergeAllReduceCollectives``). ``tf1_calls``: one simulated call runs the weight updates the TF1
-    script runs per ``session.run`` (:func:`tf1_steps_per_call`), as deviceIterations."""
+                  optimizer: str = "sgd_momentum", pytorch: bool = False, tf1_calls: bool = False) -> Setup:
+    """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
+    images, half partials, recomputation, momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs),
+    one IPU per replica, real data. TF1: the host one input buffer ahead of the IPU as its infeeds
+    run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), and batch norm statistics over pairs of
+    replicas (``BN_span: 2`` in every MLPerf ResNet-50 configs.yml, v1.0-v2.0: the zoo's
+    ``bn_span``; PyTorch's batch norm is per replica). The gradient all-reduces are one call: TF1
+    combines them up to ``max_cross_replica_buffer_size`` (50 MiB in the MLPerf v1.0-v2.0
+    configs.yml, more than ResNet-50's 51.1 MB of fp16 gradients) and the PyTorch config merges them
+    (examples 8ae588c ``vision/cnns/pytorch/utils/ipu_settings.py``: ``mergeAllReduceCollectives``).
+    ``tf1_calls``: one simulated call runs the weight updates the TF1 script runs per
+    ``session.run`` (:func:`tf1_steps_per_call`), as deviceIterations."""
     steps = tf1_steps_per_call(replicas * accumulation * micro_batch) if tf1_calls else 1
-    return Setup("resnet50", _params(micro_batch=micro_batch, recompute_checkpoints="blocks", eight_bit_io=True),
-                 system, replicas=replicas, accumulation=accumulation, device_iterations=steps, amp=(amp,),
-                 optimizer=optimizer, prefetch_depth=prefetch_depth, merged_collectives=("all_reduce",))
+    params = dict(micro_batch=micro_batch, recompute_checkpoints="blocks", eight_bit_io=True)
+    if not pytorch:
+        params["bn_span"] = 2
+    return Setup("resnet50", _params(**params), system, replicas=replicas, accumulation=accumulation,
+                 device_iterations=steps, amp=(amp,), optimizer=optimizer,
+                 prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",))
 
 
 def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> Setup:
@@ -799,51 +814,51 @@ _ASSERTED_I1, _ASSERTED_I2, _ASSERTED_I3 = set(_I1), set(_I2), set(_I3)
 PUBLISHED_ROWS = [
     # ResNet-50 training, Mk2 (MLPerf v1.0 / v1.1, TF1.15; throughput from the result logs)
     Row("M5", "MLP v1.0 M5", "ResNet-50 training, Mk2 POD16, GBS 1,920", 27527, "images/s",
-        _resnet_train("ipu-pod16", 16, 20, 6, 0.15, tf1_calls=True), True, ("resnet-recompute", "tf1-calls")),
+        _resnet_train("ipu-pod16", 16, 20, 6, 0.15, tf1_calls=True), True, ("resnet-recompute", "tf1-calls", "bn-span")),
     Row("M6", "MLP v1.0 M6", "ResNet-50 training, Mk2 POD64, GBS 2,560", 83404, "images/s",
-        _resnet_train("ipu-pod64", 64, 20, 2, 0.14, tf1_calls=True), False, ("resnet-recompute", "tf1-calls")),
+        _resnet_train("ipu-pod64", 64, 20, 2, 0.14, tf1_calls=True), False, ("resnet-recompute", "tf1-calls", "bn-span")),
     Row("M13", "MLP v1.1 M13", "ResNet-50 training, Mk2 POD16, GBS 3,200", 29543, "images/s",
         _resnet_train("ipu-pod16", 16, 20, 10, 0.15, "lars", tf1_calls=True), True,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("M14", "MLP v1.1 M14", "ResNet-50 training, Mk2 POD64, GBS 3,840", 108011, "images/s",
         _resnet_train("ipu-pod64", 64, 20, 3, 0.15, "lars", tf1_calls=True), True,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("M15", "MLP v1.1 M15", "ResNet-50 training, Mk2 POD128, GBS 5,120", 178212, "images/s",
         _resnet_train("ipu-pod128", 128, 20, 2, 0.15, "lars", tf1_calls=True), True,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("M16", "MLP v1.1 M16", "ResNet-50 training, Mk2 POD256, GBS 10,240", 325997, "images/s",
         _resnet_train("ipu-pod256", 256, 20, 2, 0.15, "lars", tf1_calls=True), False,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     # ResNet-50 training, Bow (MLPerf v2.0; Graphcore's table)
     Row("M23", "MLP v2.0 M23", "ResNet-50 training, Bow Pod16, GBS 3,520", 43127, "images/s",
         _resnet_train("bow-pod16", 16, 22, 10, 0.15, "lars", tf1_calls=True), True,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("M24", "MLP v2.0 M24", "ResNet-50 training, Bow Pod64, GBS 5,120", 146252, "images/s",
         _resnet_train("bow-pod64", 64, 20, 4, 0.15, "lars", tf1_calls=True), True,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("M25", "MLP v2.0 M25", "ResNet-50 training, Bow Pod128, GBS 5,120", 229435, "images/s",
         _resnet_train("bow-pod128", 128, 20, 2, 0.15, "lars", tf1_calls=True), False,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("M26", "MLP v2.0 M26", "ResNet-50 training, Bow Pod256, GBS 10,240", 421575, "images/s",
         _resnet_train("bow-pod256", 256, 20, 2, 0.15, "lars", tf1_calls=True), False,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("B3", "GCN-P B3", "ResNet-50 training, Bow Pod256, GBS 10,240", 425514, "images/s",
         _resnet_train("bow-pod256", 256, 20, 2, 0.15, "lars", tf1_calls=True), False,
         ("configuration inferred by the doc from MLPerf v1.1's POD256 config [U]", "lars", "resnet-recompute",
-         "tf1-calls")),
+         "tf1-calls", "bn-span")),
     Row("B13", "GCN-S30 B13", "ResNet-50 training, Bow Pod16, GBS 3,520 (TF1)", 44059, "images/s",
         _resnet_train("bow-pod16", 16, 22, 10, 0.15, "lars", tf1_calls=True), True,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("B14", "GCN-S30 B14", "ResNet-50 training, Bow Pod16, GBS 16,416 (PyTorch)", 37061, "images/s",
-        _resnet_train("bow-pod16", 16, 18, 57, 0.16, prefetch_depth=1), True,
+        _resnet_train("bow-pod16", 16, 18, 57, 0.16, pytorch=True), True,
         ("sgd_combined is momentum SGD", "recomputation: a checkpoint after every block (the config names "
         "35 checkpoint tensors)", "the table says GBS 16,384 [U]")),
     Row("B15", "GCN-S30 B15", "ResNet-50 training, Bow Pod64, GBS 5,120", 153205, "images/s",
         _resnet_train("bow-pod64", 64, 20, 4, 0.15, "lars", tf1_calls=True), True,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("B16", "GCN-S30 B16", "ResNet-50 training, Bow Pod256, GBS 10,240", 456906, "images/s",
         _resnet_train("bow-pod256", 256, 20, 2, 0.15, "lars", tf1_calls=True), False,
-        ("lars", "resnet-recompute", "tf1-calls")),
+        ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     # BERT pre-training (unpacked), Bow Pod16 / Pod64
     Row("B10", "GCN-P B10", "BERT-Large Ph1 (SL128) PopART, Bow Pod16, mbs 8", 5179, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2048, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0), True,
@@ -1663,16 +1678,18 @@ def _resnet_step_section() -> list[str]:
         published, simulated = images / r.published, images / r.simulated()
         rows.append(f"| {rid} | {r.setup.system} | {r.setup.replicas} | {r.setup.accumulation} | "
                     f"{r.setup.device_iterations} | {published * 1e3:,.1f} | {simulated * 1e3:,.1f} | "
-                    f"{step_seconds(r.setup)[0]['collective'] * 1e3:,.2f} | {(published - simulated) * 1e3:+,.1f} |")
+                    f"{update_collective_seconds(r.setup) * 1e3:,.2f} | {(published - simulated) * 1e3:+,.1f} |")
     return ["", "### ResNet-50 MLPerf: time per step", "",
             "Step time = images per weight update (GBS) / throughput. The published throughput is an epoch's "
             "images over the epoch's time (`epoch_start` to `epoch_stop`), and the TF1 script runs each epoch as "
             "5 `session.run` calls of the steps shown [tf1-calls]; the simulator runs one such call. What the "
             "difference grows with is the system: the same per-replica work (GA 2 on POD128 and POD256) costs "
             "the hardware more per step the more PODs the gradient all-reduce spans, on Mk2 and Bow alike, "
-            "while the simulator's hierarchical all-reduce adds little for each POD over the GW-Links.", "",
+            "while the simulator's hierarchical all-reduce adds little for each POD over the GW-Links. The "
+            "simulated step also holds the batch norms' statistics all-reduces over pairs of replicas [bn-span], "
+            "a few per cent of each micro-batch, the same on every system.", "",
             "| row | system | replicas | GA | steps per call | published step (ms) | simulated step (ms) | "
-            "of it all-reduce (ms) | difference (ms) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"] + rows
+            "of it the gradient all-reduce (ms) | difference (ms) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"] + rows
 
 
 #: poplibs' crossovers (bytes per IPU) above which the bidirectional ring pair beats meet-in-the-middle,
@@ -1835,8 +1852,17 @@ def step_seconds(setup: Setup, prefetch_depth: int | None = None) -> tuple[dict[
     value = _simulated(setup)
     if isinstance(value, OutOfMemoryError):
         raise value
-    samples_per_second, lines = value
+    samples_per_second, lines, _ = value
     return lines, samples_per_second / setup.replicas
+
+
+def update_collective_seconds(setup: Setup) -> float:
+    """Seconds per weight update the first IPU spends in the weight update's collectives (the
+    ``collective`` line less the distributed norms' statistics all-reduces)."""
+    value = _simulated(setup)
+    if isinstance(value, OutOfMemoryError):
+        raise value
+    return value[2]
 
 
 def _generation_section() -> list[str]:

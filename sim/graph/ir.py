@@ -456,14 +456,23 @@ class GraphBuilder:
             b = self.weight("beta", (h,), self.dtype_of(x))
             return self._one("layernorm", [x, g, b], self.shape(x), {"eps": eps})
 
-    def batchnorm(self, x: str, name: str = "bn") -> str:
+    def batchnorm(self, x: str, name: str = "bn", replica_group_size: int = 1) -> str:
+        """Batch norm of NCHW ``x`` over N, H, W per channel. ``replica_group_size`` > 1: in
+        training the statistics span that many adjacent replicas (distributed batch norm, as
+        TensorFlow's ``number_of_distributed_batch_norm_replicas`` runs poplibs'
+        ``distributedBatchNormStatistics`` / ``Gradients``): the schedule adds each group's
+        all-reduce of the per-channel sums after the op and after its gradient."""
         c = self.shape(x)[1]
+        if not isinstance(replica_group_size, int) or isinstance(replica_group_size, bool) or replica_group_size < 1:
+            raise GraphError(f"batchnorm {self._name(name)}: replica_group_size must be a whole number >= 1, "
+                             f"got {replica_group_size!r}")
+        attrs = {"replica_group_size": replica_group_size} if replica_group_size > 1 else None
         with self.scope(name):
             g = self.weight("gamma", (c,), self.dtype_of(x))
             b = self.weight("beta", (c,), self.dtype_of(x))
             self.constant("running_mean", (c,), "float32")
             self.constant("running_var", (c,), "float32")
-            return self._one("batchnorm", [x, g, b], self.shape(x))
+            return self._one("batchnorm", [x, g, b], self.shape(x), attrs)
 
     def group_norm(self, x: str, groups: int, eps: float = 1e-5, name: str = "gn") -> str:
         """Group normalisation of NCHW ``x``: statistics over each sample's ``groups`` groups of

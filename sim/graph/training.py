@@ -575,8 +575,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
             bw.give(ins[0].name, bw.new("softmax_grad", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))
     elif k in ("layernorm", "batchnorm"):
         x = ins[0]
-        if wants(0):
-            bw.give(x.name, bw.new(f"{k}_grad", [dy, x.name, ins[1].name], x.shape, x.dtype))
+        if wants(0):  # a distributed batch norm's gradient sums span the same replicas
+            span = {key: v for key, v in op.attrs.items() if key == "replica_group_size"}
+            bw.give(x.name, bw.new(f"{k}_grad", [dy, x.name, ins[1].name], x.shape, x.dtype, span))
         for p in ins[1:]:
             if p.name in need:  # gamma and beta: reductions of dy (times the normalised x)
                 bw.give(p.name, bw.new("reduce_sum", [dy], p.shape, p.dtype, {"axes": "broadcast"},

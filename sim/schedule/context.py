@@ -72,7 +72,8 @@ class Context:
 
     def stage_parts(self, stage: StageWork) -> list[tuple[str, object]]:
         """What a stage runs, in order: ``("compute", (name, OpSteps))`` for runs of ops
-        (recomputation, forward, backward) and ``("collective", op)`` for collective ops."""
+        (recomputation, forward, backward) and ``("collective", op)`` for collective ops and
+        after each distributed norm (:func:`~sim.schedule.replicated_ops.spans_replicas`)."""
         key = id(stage)
         if key not in self._parts:
             self._parts[key] = (stage, self._split_stage(stage))
@@ -87,14 +88,15 @@ class Context:
         for what, ops, label in groups:
             chunk: list[Op] = []
             for op in ops + [None]:
-                if op is None or op.kind in replicated_ops.KINDS:
-                    if chunk:
-                        parts.append(("compute", (f"stage {stage.index} {what}", self.steps(chunk, label))))
-                        chunk = []
-                    if op is not None and self.options.total_replicas() > 1:
-                        parts.append(("collective", op))
-                else:
-                    chunk.append(op)
+                if op is not None and op.kind not in replicated_ops.KINDS:
+                    chunk.append(op)  # a distributed norm computes, then all-reduces its sums
+                    if not replicated_ops.spans_replicas(op):
+                        continue
+                if chunk:
+                    parts.append(("compute", (f"stage {stage.index} {what}", self.steps(chunk, label))))
+                    chunk = []
+                if op is not None and (self.options.total_replicas() > 1 or replicated_ops.spans_replicas(op)):
+                    parts.append(("collective", op))
         return parts
 
     def off_chip_traffic(self, stage: StageWork) -> tuple[int, int]:
