@@ -7,8 +7,8 @@ work (stages on one IPU run one after the other), the IPU-to-host copies, one me
 copy of every stage's sends, then a sync of the replica's IPUs. The copy is the same in every
 cycle, fill and flush included: PopART's ``PopPrograms::addPipelineCycle`` always calls the one
 function holding all the pipeline's IPU copies, so that they outline across cycles and merge
-across stages (willow/src/popx/popprograms.cpp, step 5). Identical consecutive cycles (the main phase) are one
-collapsed :class:`~sim.program.Repeat`. Each stage's items are built once and every cycle reuses
+across stages (willow/src/popx/popprograms.cpp, step 5). Identical consecutive cycles (the main
+phase) are one collapsed :class:`~sim.program.Repeat`. Each stage's items are built once and every cycle reuses
 them, so building the ``2P - 1`` distinct cycles costs little beyond listing their stages.
 
 Training: ``G = gradientAccumulation`` per weight update; the pipeline fills and flushes once
