@@ -425,8 +425,8 @@ class Row:
 # report lists them once, under the table), or say it in their own words.
 DEPARTURES = {
     "lars": "LARS as the TF1 code runs it (lars_optimizer.py; norms merged into one ReduceMany, as "
-            "max_reduce_many_buffer_size 216 does), but its momentum is kept in fp32 where the config's precision "
-            "16.16 keeps it in fp16, and IPUOptimizer's weight-decay term added to every gradient is not modelled",
+            "max_reduce_many_buffer_size 216 does; its momentum in fp16, the weights' dtype at precision 16.16); "
+            "IPUOptimizer's weight-decay term added to every gradient is not modelled",
     "tf1-calls": "train.py runs (1,281,167 // GBS) // 5 weight updates per session.run (logs_per_epoch 5 in "
                  "every ResNet-50 MLPerf config; iterations_per_step = log_freq), simulated as one call of as many "
                  "device iterations; the published figure is an epoch's images over its time, 5 such calls with the "
@@ -614,9 +614,10 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
     images, half partials, recomputation, momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs),
     one IPU per replica, real data. TF1: the host one input buffer ahead of the IPU as its infeeds
-    run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), and batch norm statistics over pairs of
+    run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), batch norm statistics over pairs of
     replicas (``BN_span: 2`` in every MLPerf ResNet-50 configs.yml, v1.0-v2.0: the zoo's
-    ``bn_span``; PyTorch's batch norm is per replica). The gradient all-reduces are one call: TF1
+    ``bn_span``; PyTorch's batch norm is per replica), and the momentum in fp16 (precision 16.16:
+    TF creates each optimizer slot in its weight's dtype). The gradient all-reduces are one call: TF1
     combines them up to ``max_cross_replica_buffer_size`` (50 MiB in the MLPerf v1.0-v2.0
     configs.yml, more than ResNet-50's 51.1 MB of fp16 gradients) and the PyTorch config merges them
     (examples 8ae588c ``vision/cnns/pytorch/utils/ipu_settings.py``: ``mergeAllReduceCollectives``).
@@ -628,6 +629,7 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
         params["bn_span"] = 2
     return Setup("resnet50", _params(**params), system, replicas=replicas, accumulation=accumulation,
                  device_iterations=steps, amp=(amp,), optimizer=optimizer,
+                 state_dtype="float32" if pytorch else "float16",
                  prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",))
 
 
