@@ -1851,20 +1851,22 @@ def step_seconds(setup: Setup, prefetch_depth: int | None = None) -> tuple[dict[
     if prefetch_depth is not None:
         from dataclasses import replace
         setup = replace(setup, prefetch_depth=prefetch_depth)
-    value = _simulated(setup)
-    if isinstance(value, OutOfMemoryError):
-        raise value
-    samples_per_second, lines, _ = value
+    samples_per_second, lines, _ = _simulated_or_raise(setup)
     return lines, samples_per_second / setup.replicas
 
 
 def update_collective_seconds(setup: Setup) -> float:
     """Seconds per weight update the first IPU spends in the weight update's collectives (the
     ``collective`` line less the distributed norms' statistics all-reduces)."""
+    return _simulated_or_raise(setup)[2]
+
+
+def _simulated_or_raise(setup: Setup) -> tuple[float, dict[str, float], float]:
+    """:func:`_simulated`, raising its out-of-memory error."""
     value = _simulated(setup)
     if isinstance(value, OutOfMemoryError):
         raise value
-    return value[2]
+    return value
 
 
 def _generation_section() -> list[str]:
