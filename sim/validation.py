@@ -495,7 +495,12 @@ DEPARTURES = {
                   "(RT benchmarks/bert/test_bert_*.py: transformers.onnx --feature question-answering), run "
                   "as the zoo's BERT with the squad head; PopRT's fused attention and erf-GELU passes are not "
                   "modelled; throughput is batch x requests / wall time with 5 host threads, simulated as one "
-                  "call of batches-per-step device iterations",
+                  "call of batches-per-step device iterations. Also set by both scripts and not modelled: "
+                  "use_128bit_conv_unit_load (poplin's use128BitConvUnitLoad: the AMP loads its weights 128 "
+                  "bits a cycle instead of 64, ConvModel.cpp and poplinCycleEstimators.cpp; halving the 32 "
+                  "weight-load cycles of each channel-group pair the simulator charges makes these rows about "
+                  "1 % faster), enable_fast_reduce with enable_multi_stage_reduce off (popops reduction "
+                  "options) and group_host_sync",
     "poprt-bert-fp32": "fp16_skip_op_types 'GroupNormalization,Gelu' at batch 128: layer norm and GELU run in "
                        "fp32 there; the zoo runs them in fp16",
     "poprt-i11": "RT examples/bert/test_bertsquad.py: bertsquad-12 (Google's BERT-Base, vocab 30522) at SL 256, "
