@@ -115,13 +115,23 @@ def _channel_group_pairs(mode: AmpMode, g, k, n):
     return g * np.ceil(k / mode.in_group) * np.ceil(n / mode.out_group)
 
 
+def amp_pair_cycles(ipu: IPU, mode: AmpMode) -> float:
+    """Fixed cycles of one (input group, output group) pair of the fp16-operand 1x1 AMP vertex:
+    ``amp_pair_overhead_cycles`` and the weight load of the mode's conv units (one per output channel
+    of the group), ``getConvPartialAmpSupervisorWeightLoadCycleEstimate``: conv units x
+    ``weight_bytes_per_conv_unit`` at ``coeff_load_bytes_per_cycle`` (32 cycles for fp32 partials' 8
+    units, 64 for fp16 partials' 16 on Mk2)."""
+    nx1 = nx1_constants()
+    return ipu.amp_pair_overhead_cycles + mode.out_group * nx1.weight_bytes_per_conv_unit / nx1.coeff_load_bytes_per_cycle
+
+
 def amp_vertex_cycles(ipu: IPU, mode: AmpMode, g, m, k, n):
     """Cycles of the AMP vertex of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed)."""
     if mode.float_activations:
         return amp_fp32_vertex_cycles(mode, g, m, k, n)[0]
     if mode.quarter:
         return amp_quarter_vertex_cycles(mode, g, m, k, n)[0]
-    work = _channel_group_pairs(mode, g, k, n) * (ipu.amp_pair_overhead_cycles + m * mode.cycles_per_position)
+    work = _channel_group_pairs(mode, g, k, n) * (amp_pair_cycles(ipu, mode) + m * mode.cycles_per_position)
     return np.where(g * m * k * n > 0, ipu.amp_vertex_overhead_cycles + np.ceil(work), 0)
 
 
@@ -832,7 +842,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     else:
         amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
         launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles
-                          + _channel_group_pairs(mode, g, k, n) * ipu.amp_pair_overhead_cycles, 0)
+                          + _channel_group_pairs(mode, g, k, n) * amp_pair_cycles(ipu, mode), 0)
     if mode.cast_from_quarter:  # the tile's FP8 input patch and weights cast to fp16 for the vertex
         cast_in = quarter_cast_cycles(a_bytes / itemsize) + quarter_cast_cycles(b_bytes / itemsize)
         amp = amp + cast_in
@@ -1338,7 +1348,7 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
         return joint, True
     return sep, False
 
-__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_vertex_cycles",
+__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_pair_cycles", "amp_vertex_cycles",
            "amp_fp32_vertex_cycles", "hmac_fp32_vertex_cycles",
            "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy",
            "padded_partials_rearranged", "kernel_hits", "padding_coverage",
