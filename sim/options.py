@@ -264,6 +264,11 @@ class Options:
                             "optimizer": "optimizerStateTensorLocationSettings.location.shardingDomain",
                             "accumulator": "accumulatorTensorLocationSettings.location.shardingDomain"}
 
+    #: PopART's Poplar option maps for poplin (SessionOptions ``convolutionOptions``, ``matmulOptions``),
+    #: as set through ``_Popart.set``, and the keys of them the simulator models
+    POPLIN_OPTION_MAPS = {"conv": "_Popart.convolutionOptions", "matmul": "_Popart.matmulOptions"}
+    MODELLED_POPLIN_KEYS = {"use128BitConvUnitLoad"}
+
     #: options this class models; anything else recorded is reported as unmodelled
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
@@ -465,8 +470,31 @@ class Options:
         return self.output_mode
 
     def unmodelled(self) -> dict[str, object]:
-        """Options that were set but have no effect on the simulation."""
-        return {k: v for k, v in self.set_options.items() if k not in self.MODELLED}
+        """Options that were set but have no effect on the simulation; of a Poplar option map
+        (:data:`POPLIN_OPTION_MAPS`), each key the simulator does not model, as ``map.key``."""
+        out = {}
+        for k, v in self.set_options.items():
+            if k in self.POPLIN_OPTION_MAPS.values() and isinstance(v, dict):
+                out.update({f"{k}.{key}": value for key, value in v.items() if key not in self.MODELLED_POPLIN_KEYS})
+            elif k not in self.MODELLED:
+                out[k] = v
+        return out
+
+    def conv_unit_load_bits(self, convolution: bool) -> int:
+        """Bits of weights the AMP loads per cycle in a convolution's (``convolution``) or a matmul's
+        vertices: 128 when PopART's ``convolutionOptions`` or ``matmulOptions`` (poplin's option
+        maps) set ``use128BitConvUnitLoad``, else poplin's default 64."""
+        key = self.POPLIN_OPTION_MAPS["conv" if convolution else "matmul"]
+        value = self.set_options.get(key, {})
+        if not isinstance(value, dict):
+            raise OptionsError(f"{key} = {value!r}: expected a dict of Poplar option names to values, "
+                               "as PopART's SessionOptions takes it")
+        flag = value.get("use128BitConvUnitLoad", "false")
+        text = str(flag).lower()
+        if text not in ("true", "false"):
+            raise OptionsError(f"{key}['use128BitConvUnitLoad'] = {flag!r}: expected 'true' or 'false' "
+                               "(poplin's option values)")
+        return 128 if text == "true" else 64
 
     def clone(self) -> "Options":
         new = copy.deepcopy(self)

@@ -284,6 +284,7 @@ class Setup:
     accum_dtype: str = ""  # the gradient accumulators' dtype (PopTorch accum_type, PopART accumType); "": the weights'
     clip_norm: float = 0.0  # gradients clipped to this global norm (PopART ClipNormSettings, max_grad_norm); 0: none
     pytorch_bert_groups: bool = False  # the parameter groups of Graphcore's PyTorch BERT (pytorch_bert_groups)
+    wide_conv_unit_loads: bool = False  # poplin's use128BitConvUnitLoad in matmulOptions and convolutionOptions
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -318,6 +319,9 @@ class Setup:
             o._Popart.set(f"replicatedCollectivesSettings.{Options.MERGE_KEYS[kind]}", True)
         if self.sharding_domain:
             o._Popart.set(Options.SHARDING_DOMAIN_KEYS["optimizer"], (CommGroupType.Consecutive, self.sharding_domain))
+        if self.wide_conv_unit_loads:
+            for key in ("matmulOptions", "convolutionOptions"):
+                o._Popart.set(key, {"use128BitConvUnitLoad": "true"})
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -348,6 +352,8 @@ class Setup:
             parts.append(f"outputMode {self.output_mode}")
         if self.merged_collectives:
             parts.append(" and ".join(k.replace("_", "-") + "s" for k in self.merged_collectives) + " merged")
+        if self.wide_conv_unit_loads:
+            parts.append("128-bit conv-unit weight loads")
         return "; ".join(parts)
 
 
@@ -496,15 +502,16 @@ DEPARTURES = {
                   "(RT benchmarks/bert/test_bert_*.py: transformers.onnx --feature question-answering), run "
                   "as the zoo's BERT with the squad head; PopRT's fused attention and erf-GELU passes are not "
                   "modelled; throughput is batch x requests / wall time with 5 host threads, simulated as one "
-                  "call of batches-per-step device iterations. Also set by both scripts and not modelled: "
-                  "use_128bit_conv_unit_load (poplin's use128BitConvUnitLoad: the AMP loads its weights 128 "
-                  "bits a cycle instead of 64, ConvModel.cpp and poplinCycleEstimators.cpp; halving the 32 "
-                  "weight-load cycles of each channel-group pair the simulator charges makes these rows about "
-                  "1 % faster), enable_fast_reduce with enable_multi_stage_reduce off (popops reduction "
+                  "call of batches-per-step device iterations. Both scripts set use_128bit_conv_unit_load "
+                  "(poplin's use128BitConvUnitLoad: the AMP loads its weights 128 bits a cycle instead of 64, "
+                  "ConvModel.cpp and poplinCycleEstimators.cpp), run as such (about 2 % faster); also set and "
+                  "not modelled: enable_fast_reduce with enable_multi_stage_reduce off (popops reduction "
                   "options) and group_host_sync",
     "poprt-bert-fp32": "fp16_skip_op_types 'GroupNormalization,Gelu' at batch 128: layer norm and GELU run in "
                        "fp32 there; the zoo runs them in fp16",
     "poprt-i11": "RT examples/bert/test_bertsquad.py: bertsquad-12 (Google's BERT-Base, vocab 30522) at SL 256, "
+                 "its layer norms and tanh-form GELU (Pow(x, 3) included) fused into single ops by PopRT's "
+                 "layer_norm_pattern and gelu_pattern passes, "
                  "fp16 with GELU and layer norm kept in fp32 (the zoo runs them in fp16), half partials, 32 IO "
                  "tiles; the script runs one request at a time in a Python loop and hard-codes batch 1 (the other "
                  "batch sizes need a changed script [U]), simulated as one call per batch (its host loop is not "
@@ -746,13 +753,14 @@ def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[fl
 
 
 def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, amp: float | None = None,
-                 io_tiles: int = 0) -> Setup:
+                 io_tiles: int = 0, wide_loads: bool = False) -> Setup:
     """BERT SQuAD inference as PopRT runs it on one C600 IPU: the span head without positions or loss
     (only the start and end logits come back), fp16 with half partials, int32 inputs; IO tiles
-    overlap every stream when given (``num_io_tiles``)."""
+    overlap every stream when given (``num_io_tiles``); ``wide_loads``: the compiler option
+    ``use_128bit_conv_unit_load``."""
     return Setup(model, _params(micro_batch=batch, seq_len=seq_len, head="squad", with_loss=False), "c600",
                  device_iterations=batches_per_step, amp=(amp,) if amp else (), training=False,
-                 io_tiles=io_tiles, overlap_io=bool(io_tiles))
+                 io_tiles=io_tiles, overlap_io=bool(io_tiles), wide_conv_unit_loads=wide_loads)
 
 
 def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
@@ -1006,14 +1014,14 @@ PUBLISHED_ROWS = [
         _vit_train("bow-pod16", 4, 30, pretrain=False), False, ("vit-not-modelled",)),
     # BERT SQuAD inference, one IPU (PopRT)
     Row("I7 bs16", "RT I7 bs16", "BERT-Base SQuAD inference fp16 (SL128), batch 16", 4817, "sequences/s",
-        _squad_infer("bert-base", 16, 128, 64, amp=0.4), True,
+        _squad_infer("bert-base", 16, 128, 64, amp=0.4, wide_loads=True), True,
         ("poprt-bert", "batches per step 64: the script's default (the README's command gives none)")),
     Row("I7 bs128", "RT I7 bs128", "BERT-Base SQuAD inference fp16 (SL128), batch 128", 5672, "sequences/s",
-        _squad_infer("bert-base", 128, 128, 64, amp=0.4), True,
+        _squad_infer("bert-base", 128, 128, 64, amp=0.4, wide_loads=True), True,
         ("poprt-bert", "batches per step 64: the script's default (the README's command gives none)",
          "poprt-bert-fp32")),
     Row("I9", "RT I9", "BERT-Large SQuAD-head inference fp16 (SL128), batch 18, 256 batches per step", 1473,
-        "sequences/s", _squad_infer("bert-large", 18, 128, 256, amp=0.15), True,
+        "sequences/s", _squad_infer("bert-large", 18, 128, 256, amp=0.15, wide_loads=True), True,
         ("poprt-bert", "bert-large-uncased with the question-answering head (untrained head), outlining on "
          "(not modelled)")),
     *[Row(f"I11 bs{bs}", f"RT I11 bs{bs}", f"BERT-Base SQuAD inference fp16 (SL256, bertsquad-12), batch {bs}",

@@ -12,7 +12,7 @@ check tile memory (:mod:`sim.compiler.memory`). Host stream copies are left out 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..schedule import phased, pipeline, replicated_ops, sharded
 from ..cost import OpCost, op_cost
@@ -204,13 +204,16 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
     expanded for training already and is changed in place (ops that run in inference mode are
     marked); dropout at inference and collective ops (priced by the schedule) get no entry."""
     costs: dict[str, OpCost] = {}
+    # the IPU as poplin's option maps set its AMP weight loads, for convolutions and for matmuls
+    ipus = {conv: replace(system.ipu, conv_unit_load_bits=o.conv_unit_load_bits(conv)) for conv in (False, True)}
     for op in g.ops:
         if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule
         if not training and op.kind in _INFERENCE_MODE:
             op.attrs["inference"] = True  # g is the caller's own copy
         proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
-        costs[op.name] = op_cost(op, g, system.ipu, tiles, proportion, o.partials_type())
+        ipu = ipus[op.kind.startswith("conv")]
+        costs[op.name] = op_cost(op, g, ipu, tiles, proportion, o.partials_type())
         if not 0 <= costs[op.name].cycles <= MAX_OP_CYCLES:
             raise GraphError(
                 f"op {op.name!r} ({op.kind}) costs {show_number(costs[op.name].cycles)} cycles, more than the "

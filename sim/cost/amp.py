@@ -115,22 +115,30 @@ def _channel_group_pairs(mode: AmpMode, g, k, n):
     return g * np.ceil(k / mode.in_group) * np.ceil(n / mode.out_group)
 
 
+def coeff_load_bytes(load_bits: int = 64) -> float:
+    """Bytes of weights the supervisor loads into the conv units per cycle: ``[nx1]
+    coeff_load_bytes_per_cycle`` with poplin's default 64-bit loads, twice that with its
+    ``use128BitConvUnitLoad`` (``load_bits`` 128: ``ConvModel.cpp`` and ``poplinCycleEstimators.cpp``
+    halve the target's rate only when the option is off)."""
+    return nx1_constants().coeff_load_bytes_per_cycle * load_bits / 64
+
+
 def amp_pair_cycles(ipu: IPU, mode: AmpMode) -> float:
     """Fixed cycles of one (input group, output group) pair of the fp16-operand 1x1 AMP vertex:
     ``amp_pair_overhead_cycles`` and the weight load of the mode's conv units (one per output channel
     of the group), ``getConvPartialAmpSupervisorWeightLoadCycleEstimate``: conv units x
-    ``weight_bytes_per_conv_unit`` at ``coeff_load_bytes_per_cycle`` (32 cycles for fp32 partials' 8
-    units, 64 for fp16 partials' 16 on Mk2)."""
-    nx1 = nx1_constants()
-    return ipu.amp_pair_overhead_cycles + mode.out_group * nx1.weight_bytes_per_conv_unit / nx1.coeff_load_bytes_per_cycle
+    ``weight_bytes_per_conv_unit`` at :func:`coeff_load_bytes` (with 64-bit loads 32 cycles for fp32
+    partials' 8 units, 64 for fp16 partials' 16 on Mk2; half that with 128-bit loads)."""
+    return (ipu.amp_pair_overhead_cycles
+            + mode.out_group * nx1_constants().weight_bytes_per_conv_unit / coeff_load_bytes(ipu.conv_unit_load_bits))
 
 
 def amp_vertex_cycles(ipu: IPU, mode: AmpMode, g, m, k, n):
     """Cycles of the AMP vertex of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed)."""
     if mode.float_activations:
-        return amp_fp32_vertex_cycles(mode, g, m, k, n)[0]
+        return amp_fp32_vertex_cycles(mode, g, m, k, n, ipu.worker_threads, ipu.conv_unit_load_bits)[0]
     if mode.quarter:
-        return amp_quarter_vertex_cycles(mode, g, m, k, n)[0]
+        return amp_quarter_vertex_cycles(mode, g, m, k, n, ipu.worker_threads, ipu.conv_unit_load_bits)[0]
     work = _channel_group_pairs(mode, g, k, n) * (amp_pair_cycles(ipu, mode) + m * mode.cycles_per_position)
     return np.where(g * m * k * n > 0, ipu.amp_vertex_overhead_cycles + np.ceil(work), 0)
 
@@ -145,7 +153,7 @@ def _fp32_worker_cycles(c: dict, n, zero_per_position: int, zeroing: bool):
     return np.where(n > 0, run, 0.0)
 
 
-def amp_fp32_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6):
+def amp_fp32_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6, load_bits: int = 64):
     """(cycles, fixed cycles) of poplin's ConvPartial1x1Out vertex with fp32 operands and partials
     on a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed), after poplibs'
     ``getConvPartial1x1SupervisorCycleEstimate`` (constants: ``[amp1x1_fp32]`` of
@@ -164,7 +172,7 @@ def amp_fp32_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6):
     g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
     ig = np.ceil(k / mode.in_group)
     og = np.ceil(n / mode.out_group)
-    loads = mode.out_group * nx1.weight_bytes_per_conv_unit / nx1.coeff_load_bytes_per_cycle
+    loads = mode.out_group * nx1.weight_bytes_per_conv_unit / coeff_load_bytes(load_bits)
     zero_per_position = c["zero_cycles_per_position_16"] if mode.out_group == 16 else c["zero_cycles_per_position_8"]
     busiest, least = np.ceil(m / workers), np.floor(m / workers)
 
@@ -181,7 +189,7 @@ def amp_fp32_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6):
     return total, fixed
 
 
-def amp_quarter_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6):
+def amp_quarter_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6, load_bits: int = 64):
     """(cycles, fixed cycles) of poplin's ConvPartial1x1Out vertex with FP8 operands and fp16
     partials on a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed), after poplibs'
     ``getConvPartial1x1Supervisor*CycleEstimateQuarter`` (constants: ``[amp_quarter]`` of
@@ -193,11 +201,10 @@ def amp_quarter_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6):
     position per channel-group pair.
     """
     q = _quarter_table()
-    nx1 = nx1_constants()
     g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
     ig = np.ceil(k / mode.in_group)
     og = np.ceil(n / mode.out_group)
-    loads = mode.out_group * q["weight_bytes_per_conv_unit"] / nx1.coeff_load_bytes_per_cycle
+    loads = mode.out_group * q["weight_bytes_per_conv_unit"] / coeff_load_bytes(load_bits)
 
     def worker(p, zeroing):
         run = np.where(p == 1, q["worker_one"], np.where(p == 2, q["worker_two"],
@@ -402,7 +409,7 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     ig = np.ceil(np.ceil(k / kpos) / mode.in_group)
     og = np.ceil(n / mode.out_group)
     krows = np.ceil(kpos / conv.kernel_w)
-    loads = mode.out_group * c.weight_bytes_per_conv_unit / c.coeff_load_bytes_per_cycle
+    loads = mode.out_group * c.weight_bytes_per_conv_unit / coeff_load_bytes(ipu.conv_unit_load_bits)
     # the busiest worker: ceil(m / 6) positions in rows of the tile's width
     width = np.minimum(conv.width, np.maximum(m, 1))
     share = np.ceil(m / workers)
@@ -417,7 +424,8 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     per_position = workers * np.ceil(m * padding_coverage(conv, m) / workers) * mode.cycles_per_position
     zero_rows = workers * np.ceil(np.ceil(m * mode.out_group / workers) / c.zero_elems_per_cycle) * og * g
     if mode.quarter:
-        return _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, zero_rows, workers)
+        return _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, zero_rows, workers,
+                                   ipu.conv_unit_load_bits)
     fp16_partials = mode.partials_bytes == 2
     entry = c.worker_entry_fp16 if mode.cycles_per_position <= 4 else c.worker_entry_fp32
     worker_fixed = c.worker_fixed_fp32_partials + fp16_partials + \
@@ -436,7 +444,7 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     return total, fixed
 
 
-def _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, zero_rows, workers):
+def _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, zero_rows, workers, load_bits=64):
     """(cycles, fixed cycles) of the ConvPartialnx1 vertex with FP8 operands (arrays allowed), after
     poplibs' ``getConvPartialnx1Supervisor*CycleEstimateQuarter`` (``[amp_quarter]`` nx1_*): per
     (conv group, output group, input group) the supervisor walks the tile's kernel rows and columns,
@@ -446,7 +454,7 @@ def _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, 
     for fp16 (``zero_rows``, no state retained)."""
     q = _quarter_table()
     c = nx1_constants()
-    load = q["out_group"] * q["weight_bytes_per_conv_unit"] / c.coeff_load_bytes_per_cycle
+    load = q["out_group"] * q["weight_bytes_per_conv_unit"] / coeff_load_bytes(load_bits)
     columns = kpos / krows
     supervisor = krows * (q["nx1_per_kernel_row"] + q["nx1_first_kernel_column"] + 2 * load
                           + (columns - 1) * q["nx1_per_kernel_column"])
@@ -836,9 +844,9 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     elif vertex == "hmac":
         amp, launch = hmac_fp32_vertex_cycles(g, m, k, n, ipu.worker_threads)
     elif mode.float_activations:
-        amp, launch = amp_fp32_vertex_cycles(mode, g, m, k, n, ipu.worker_threads)
+        amp, launch = amp_fp32_vertex_cycles(mode, g, m, k, n, ipu.worker_threads, ipu.conv_unit_load_bits)
     elif mode.quarter:
-        amp, launch = amp_quarter_vertex_cycles(mode, g, m, k, n, ipu.worker_threads)
+        amp, launch = amp_quarter_vertex_cycles(mode, g, m, k, n, ipu.worker_threads, ipu.conv_unit_load_bits)
     else:
         amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
         launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles
@@ -1348,7 +1356,7 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
         return joint, True
     return sep, False
 
-__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_pair_cycles", "amp_vertex_cycles",
+__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_pair_cycles", "coeff_load_bytes", "amp_vertex_cycles",
            "amp_fp32_vertex_cycles", "hmac_fp32_vertex_cycles",
            "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy",
            "padded_partials_rearranged", "kernel_hits", "padding_coverage",

@@ -61,6 +61,9 @@ class IPU:
     vertex_state_bytes_per_vertex: int  # fields of one vertex (one per compute set per working tile)
     exchange_code_bytes_per_phase: int  # exchange code of one exchange phase on a tile receiving in it
     stack_bytes_per_tile: int  # supervisor + worker stacks on a tile that runs vertices
+    # bits of AMP weights loaded per cycle: 64, poplin's default, or 128 with its use128BitConvUnitLoad
+    # option (a compile option, set from Options.conv_unit_load_bits, never a config key)
+    conv_unit_load_bits: int = 64
 
     @property
     def exchange_rate(self) -> float:
@@ -258,7 +261,8 @@ def _read_merged(path: Path, seen: tuple[Path, ...] = ()) -> dict:
 def _build_section(path: Path, section: str, cls, values) -> object:
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: [{section}] must be a table")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    # fields with a default are compile options, not hardware: a config cannot set them
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(
