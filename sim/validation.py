@@ -438,8 +438,10 @@ DEPARTURES = {
                  "every ResNet-50 MLPerf config; iterations_per_step = log_freq), simulated as one call of as many "
                  "device iterations; the published figure is an epoch's images over its time, 5 such calls with the "
                  "script's work between them, which is not modelled (\"ResNet-50 MLPerf: time per step\" below)",
-    "resnet-recompute": "recomputation is the zoo's checkpoint after every block; the TF1 config recomputes "
-                        "between 6 split points (about the same recomputed work)",
+    "resnet-recompute": "recomputation as TF1 runs the config's pipeline of 7 stages on one IPU (pipeline_splits "
+                        "b1/0, b1/2, b2/0, b2/2, b3/0, b3/3 with shards 1): every forward stage but the last is "
+                        "recomputed (graphcore/tensorflow pipeline_recomputation.cc), the zoo's checkpoints at "
+                        "those 6 block outputs (layer1/0 ... layer3/3), layer3/4 to the head not recomputed",
     "bn-span": "configs.yml BN_span 2 (the logs' model_bn_span is 2 x the micro-batch): each batch norm's "
                "statistics and its gradient sums are all-reduced over pairs of adjacent replicas (TF's "
                "number_of_distributed_batch_norm_replicas, poplibs' distributed batch norm), the zoo's "
@@ -622,10 +624,20 @@ def tf1_steps_per_call(global_batch: int, logs_per_epoch: int = TF1_MLPERF_LOGS_
     return max(1, IMAGENET_TRAIN_IMAGES // global_batch // logs_per_epoch)
 
 
+#: the recomputation checkpoints of the TF1 (MLPerf) ResNet-50 configs: configs.yml ``pipeline_splits``
+#: [b1/0/relu, b1/2/relu, b2/0/relu, b2/2/relu, b3/0/relu, b3/3/relu] (v1.0 and v1.1 ``*_bs20`` and
+#: ``*_lars``; v2.0 names them stage1/unit1 ... stage3/unit4) with ``shards: 1`` and
+#: ``enable_recomputation``: seven pipeline stages on the replica's one IPU, of which graphcore/tensorflow's
+#: PipelineRecomputation pass recomputes every forward stage "apart from the last one which does not need
+#: recomputation" (passes/pipeline_recomputation.cc), so layer3/4 to the head keep their activations
+TF1_RESNET_CHECKPOINTS = ("layer1/0", "layer1/2", "layer2/0", "layer2/2", "layer3/0", "layer3/3")
+
+
 def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: int, amp: float,
                   optimizer: str = "sgd_momentum", pytorch: bool = False, tf1_calls: bool = False) -> Setup:
     """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
-    images, half partials, recomputation, momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs),
+    images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`; PyTorch: a checkpoint
+    after every block), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs),
     one IPU per replica, real data. TF1: the host one input buffer ahead of the IPU as its infeeds
     run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), batch norm statistics over pairs of
     replicas (``BN_span: 2`` in every MLPerf ResNet-50 configs.yml, v1.0-v2.0: the zoo's
@@ -637,7 +649,8 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     ``tf1_calls``: one simulated call runs the weight updates the TF1 script runs per
     ``session.run`` (:func:`tf1_steps_per_call`), as deviceIterations."""
     steps = tf1_steps_per_call(replicas * accumulation * micro_batch) if tf1_calls else 1
-    params = dict(micro_batch=micro_batch, recompute_checkpoints="blocks", eight_bit_io=True)
+    params = dict(micro_batch=micro_batch, recompute_checkpoints="blocks" if pytorch else TF1_RESNET_CHECKPOINTS,
+                  eight_bit_io=True)
     if not pytorch:
         params["bn_span"] = 2
     return Setup("resnet50", _params(**params), system, replicas=replicas, accumulation=accumulation,
