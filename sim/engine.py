@@ -268,9 +268,11 @@ class Engine:
     def prefetch_phases(self, s: StreamCopy):
         """(host-side phases, IPU-side phases) of a stream copy.
 
-        The host side (the request, the buffer fill, the host link) can run ahead of the IPU
-        when inputs are prefetched; the IPU side is the host sync and the gateway-to-tiles
-        transfer.
+        The host side (the request, the buffer fill, the host link to the gateway) can run ahead
+        of the IPU when inputs are prefetched; the IPU side is the host sync and the
+        gateway-to-tiles transfer. Without a gateway (a PCIe card: :attr:`System.has_gateway`)
+        the IPU's copy reads the host buffer over the PCIe link itself, so the host side is the
+        request and the fill, and the copy crosses the link once, on the IPU side.
         """
         hl = self.system.host_link
         sysm = self.system
@@ -280,8 +282,12 @@ class Engine:
         device = sysm.seconds_to_cycles(s.nbytes / hl.gateway_to_ipu_bytes_per_s)
         if s.direction == "to_ipu":
             prep = sysm.seconds_to_cycles(s.nbytes / hl.host_prepare_bytes_per_s)
+            if not sysm.has_gateway:
+                return [([], latency + prep)], [([], sync), (link, device)]
             wire = sysm.seconds_to_cycles(s.nbytes / hl.host_to_ipu_bytes_per_s)
             return [([], latency + prep), (link, wire)], [([], sync), ([], device)]
+        if not sysm.has_gateway:
+            return [], [([], sync + latency), (link, device)]
         wire = sysm.seconds_to_cycles(s.nbytes / hl.ipu_to_host_bytes_per_s)
         return [(link, wire)], [([], sync + latency), ([], device)]
 

@@ -139,6 +139,13 @@ class System:
     def num_ipus(self) -> int:
         return self.layout.num_ipus
 
+    @property
+    def has_gateway(self) -> bool:
+        """Do the IPUs sit behind a gateway (an IPU-Machine's, whose DRAM is the streaming memory)?
+        A PCIe card (C2, C600) has neither: its IPU reads and writes host memory over its own PCIe
+        link, so a stream copy crosses that link once, in the copy itself."""
+        return self.streaming_memory.bytes_per_ipu > 0
+
     # --- unit conversions at the boundary: everything inside is cycles -------------------
     def seconds_to_cycles(self, seconds: float) -> int:
         return int(math.ceil(seconds * self.ipu.clock_hz))
