@@ -493,12 +493,13 @@ DEPARTURES = {
                  "the script's default also skips Conv_13, the README's next row): the zoo's fp8_convs, each other "
                  "convolution casting its fp16 input to FP8 with FP8 weights and an fp16 result, on the C600's "
                  "FP8 AMP (poplibs' quarter vertex estimates); the FP8 scales cost nothing",
-    "poprt-fp8-io": "from batch 64 the simulator's real-data rate stops at about 15.9 k images/s (2.4 GB/s of uint8 "
-                    "images): per batch of 90 the host fills the stream buffer (3.9 ms at host_prepare_bytes_per_s, "
-                    "fitted on an IPU-M2000 host with Poplar tutorial 6 and carried over to the C600's host), then "
-                    "copies it to the IO tiles (1.7 ms), longer than the IPU's 4.4 ms; the published 23.5 k images/s "
-                    "needs at least 3.5 GB/s from the host (PopRT's benchmark submits from several host threads, "
-                    "which the simulator does not model)",
+    "poprt-fp8-io": "from batch 64 the simulator's real-data rate stops at about 18.8 k images/s (2.8 GB/s of uint8 "
+                    "images): per batch of 90 the host fills its one stream buffer (3.9 ms at "
+                    "host_prepare_bytes_per_s, fitted on an IPU-M2000 host with Poplar tutorial 6 and carried over "
+                    "to the C600's host), then the IPU copies it over PCIe to the IO tiles (0.9 ms) before the next "
+                    "fill, longer than the IPU's compute of a batch; the published 23.5 k images/s needs at least "
+                    "3.5 GB/s from the host (PopRT's benchmark submits from several host threads, which the "
+                    "simulator does not model)",
     "poprt-bert": "hardware not named: run on the C600 (configs/c600.toml), as the ResNet-50 rows of the same "
                   "PopRT release [U]. The model is Hugging Face's BertForQuestionAnswering exported to ONNX "
                   "(RT benchmarks/bert/test_bert_*.py: transformers.onnx --feature question-answering), run "
