@@ -49,6 +49,9 @@ inference deployment: no labels streamed in, no loss); without the head, the enc
   of the last pipeline stage (which are not stashed) is cast to an 8-bit float before it is
   checkpointed and cast back after, so the pipeline stashes it in 1 byte per element; the
   backward pass recomputes from the 8-bit copy. None (the default) checkpoints in ``dtype``.
+- ``fp32_ops`` (e.g. ``["layernorm", "gelu"]``): those ops run in float32 in a float16 model, cast
+  in and out, their weights in float32, as PopRT's Converter keeps the op types of its
+  ``fp16_skip_op_types`` (Graphcore's PopRT BERT examples: "Gelu,GroupNormalization").
 - ``layers_per_ipu`` (e.g. ``[0, 4, 4, 4]``) places the encoder layers on consecutive IPUs. As in
   Graphcore's PyTorch BERT (``Embedding --> IPU 0``, ``Encoder i --> IPU k``, ``Classifier -->
   IPU 0``), the embeddings go on IPU 0 and the MLM head and loss go back on IPU 0, where the
@@ -71,7 +74,7 @@ _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_p
                att_ffn_placement=None,
                max_sequences_per_pack=None, packing_factor="auto", with_head=True,
                head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, checkpoint_dtype=None,
-               dtype="float16")
+               dtype="float16", fp32_ops=())
 MODELS = {
     "bert-base": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "bert-large": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -105,7 +108,7 @@ def build(name: str, p: Params) -> Graph:
     eight_bit = _checkpoint_dtype(p) == "float8"
     last_stage = _last_stage_layers(layer_ipu, c["num_layers"], head if c["with_head"] else None)
 
-    b = GraphBuilder(name, c["dtype"])
+    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"])
     place = Placement(b, layer_ipu is not None)
     ids = b.input("input_ids", (B, S), "int32")
     # packed: each token's sequence index in its pack (0: padding), the source's input_mask

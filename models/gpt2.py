@@ -16,6 +16,8 @@ the loss (with the head), else the final hidden states.
 - ``recompute_checkpoint_every_layer``: each block's output but the last is a recomputation
   checkpoint, as in Graphcore's configs; by default (None) on when ``layers_per_ipu`` pipelines
   the blocks over several IPUs (``models.transformer.checkpointed_layers``).
+- ``fp32_ops`` (e.g. ``["layernorm", "gelu"]``): those ops run in float32 in a float16 model, cast in
+  and out (``models.transformer.fp32_ops``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=1, seq_len=1024, intermediate=None, vocab=50257, n_positions=1024,
                dropout=0.1, layers_per_ipu=None, with_head=True, recompute_checkpoint_every_layer=None,
-               dtype="float16")
+               dtype="float16", fp32_ops=())
 MODELS = {
     "gpt2-small": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "gpt2-medium": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -42,7 +44,7 @@ def build(name: str, p: Params) -> Graph:
     B, S, H, V = c["micro_batch"], c["seq_len"], c["hidden"], c["vocab"]
     drop, layer_ipu = c["dropout"], c["layer_ipu"]
 
-    b = GraphBuilder(name, c["dtype"])
+    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"])
     place = Placement(b, layer_ipu is not None)
     ids = b.input("input_ids", (B, S), "int32")
     labels = b.input("labels", (B, S), "int32") if c["with_head"] else None

@@ -85,7 +85,19 @@ def transformer_params(p: Params, extra_seq_limit: str) -> dict:
                 intermediate=p.int("intermediate", optional=True) or 4 * hidden,
                 dropout=p.prob("dropout"), with_head=p.flag("with_head"), dtype=p.dtype(),
                 layer_ipu=layer_ipus(p, num_layers), att_ffn=att_ffn_ipus(p, num_layers),
-                checkpoints=checkpointed_layers(p, num_layers))
+                checkpoints=checkpointed_layers(p, num_layers), fp32_ops=fp32_ops(p))
+
+
+def fp32_ops(p: Params) -> tuple[str, ...]:
+    """``fp32_ops``: the op kinds (``"gelu"``, ``"layernorm"``) kept in float32 in a float16 model,
+    as PopRT's Converter keeps the ONNX op types of its ``fp16_skip_op_types`` (Graphcore's PopRT BERT
+    examples skip "Gelu,GroupNormalization"): each such op casts its input to float32 and its output
+    back (:class:`sim.graph.GraphBuilder`'s ``fp32_kinds``)."""
+    ops = p["fp32_ops"] or ()
+    if isinstance(ops, str) or not all(isinstance(o, str) for o in ops) \
+            or not set(ops) <= set(GraphBuilder.FP32_KINDS):
+        p.fail("fp32_ops", f"expected a list of op kinds among {', '.join(GraphBuilder.FP32_KINDS)}")
+    return tuple(ops)
 
 
 def checkpointed_layers(p: Params, num_layers: int) -> set[int]:

@@ -249,9 +249,21 @@ class GraphBuilder:
         graph = b.graph
     """
 
-    def __init__(self, name: str, dtype: str = "float16"):
+    #: the op kinds a float16 graph can keep in float32 (:meth:`__init__`'s ``fp32_kinds``)
+    FP32_KINDS = ("gelu", "layernorm")
+
+    def __init__(self, name: str, dtype: str = "float16", fp32_kinds: Sequence[str] = ()):
+        """``fp32_kinds``: op kinds (of :data:`FP32_KINDS`) that run in float32 on a float16 input,
+        cast to float32 before and back to float16 after, their weights in float32: what PopRT's
+        Converter does to the ONNX op types it names in ``fp16_skip_op_types`` ("Gelu", and
+        "GroupNormalization" for a layer norm once its pattern pass has fused it)."""
         self.graph = Graph(name)
         self.dtype = canonical_dtype(dtype)
+        unknown = sorted(set(fp32_kinds) - set(self.FP32_KINDS))
+        if unknown:
+            raise GraphError(f"fp32 kinds {unknown}: only {', '.join(self.FP32_KINDS)} can run in float32 "
+                             "inside a float16 graph")
+        self.fp32_kinds = frozenset(fp32_kinds)
         self._scopes: list[str] = []
         self._ipu: int | None = None
         self._stage: int | None = None
@@ -423,7 +435,7 @@ class GraphBuilder:
         return self.unary("relu", x, name)
 
     def gelu(self, x: str, name: str | None = None) -> str:
-        return self.unary("gelu", x, name)
+        return self._fp32_island("gelu", x, lambda v: self.unary("gelu", v, name))
 
     def tanh(self, x: str, name: str | None = None) -> str:
         return self.unary("tanh", x, name)
@@ -452,9 +464,18 @@ class GraphBuilder:
     def layernorm(self, x: str, eps: float = 1e-5, name: str = "layernorm") -> str:
         h = self.shape(x)[-1]
         with self.scope(name):
-            g = self.weight("gamma", (h,), self.dtype_of(x))
-            b = self.weight("beta", (h,), self.dtype_of(x))
-            return self._one("layernorm", [x, g, b], self.shape(x), {"eps": eps})
+            def norm(v: str) -> str:
+                g = self.weight("gamma", (h,), self.dtype_of(v))
+                b = self.weight("beta", (h,), self.dtype_of(v))
+                return self._one("layernorm", [v, g, b], self.shape(v), {"eps": eps})
+            return self._fp32_island("layernorm", x, norm)
+
+    def _fp32_island(self, kind: str, x: str, build) -> str:
+        """``build(x)``, run in float32 between two casts when ``kind`` is one of :attr:`fp32_kinds`
+        and ``x`` is float16."""
+        if kind not in self.fp32_kinds or self.dtype_of(x) != "float16":
+            return build(x)
+        return self.cast(build(self.cast(x, "float32", name=f"{kind}_to_fp32")), "float16", name=f"{kind}_to_fp16")
 
     def batchnorm(self, x: str, name: str = "bn", replica_group_size: int = 1) -> str:
         """Batch norm of NCHW ``x`` over N, H, W per channel. ``replica_group_size`` > 1: in
