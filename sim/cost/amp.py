@@ -1356,7 +1356,8 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
         return joint, True
     return sep, False
 
-__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_pair_cycles", "coeff_load_bytes", "amp_vertex_cycles",
+__all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_pair_cycles",
+           "coeff_load_bytes", "amp_vertex_cycles",
            "amp_fp32_vertex_cycles", "hmac_fp32_vertex_cycles",
            "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy",
            "padded_partials_rearranged", "kernel_hits", "padding_coverage",
