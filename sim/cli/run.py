@@ -159,6 +159,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "a one-IPU model then runs with ShardedExecution, as PopTorch requires")
     x.add_argument("--prefetch-depth", type=positive_int, metavar="N",
                    help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
+    x.add_argument("--wide-conv-unit-loads", action="store_true",
+                   help="[_Popart.set('matmulOptions' and 'convolutionOptions', {'use128BitConvUnitLoad': 'true'})] "
+                   "the AMP loads its weights 128 bits a cycle (PopRT's use_128bit_conv_unit_load)")
     x.add_argument("--optimizer-state", choices=OPTIMIZER_STATES,
                    help="[TensorLocations.setOptimizerLocation] on-chip, off-chip (streaming memory), rts "
                    "(on chip, sharded over --replicas) or off-chip-rts (in streaming memory, sharded); "
@@ -249,6 +252,9 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
             opts.setExecutionStrategy(ShardedExecution())  # what PopTorch asks for on one IPU
     if args.prefetch_depth is not None:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
+    if args.wide_conv_unit_loads:
+        for key in ("matmulOptions", "convolutionOptions"):
+            opts._Popart.set(key, {"use128BitConvUnitLoad": "true"})
     if args.optimizer_state is not None:
         where = TensorLocationSettings().useOnChipStorage(not args.optimizer_state.startswith("off-chip"))
         if args.optimizer_state.endswith("rts"):
