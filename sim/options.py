@@ -267,7 +267,7 @@ class Options:
     #: PopART's Poplar option maps for poplin (SessionOptions ``convolutionOptions``, ``matmulOptions``),
     #: as set through ``_Popart.set``, and the keys of them the simulator models
     POPLIN_OPTION_MAPS = {"conv": "_Popart.convolutionOptions", "matmul": "_Popart.matmulOptions"}
-    MODELLED_POPLIN_KEYS = {"use128BitConvUnitLoad"}
+    MODELLED_POPLIN_KEYS = {"use128BitConvUnitLoad", "enableFastReduce", "enableMultiStageReduce"}
 
     #: options this class models; anything else recorded is reported as unmodelled
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
@@ -480,21 +480,27 @@ class Options:
                 out[k] = v
         return out
 
-    def conv_unit_load_bits(self, convolution: bool) -> int:
-        """Bits of weights the AMP loads per cycle in a convolution's (``convolution``) or a matmul's
-        vertices: 128 when PopART's ``convolutionOptions`` or ``matmulOptions`` (poplin's option
-        maps) set ``use128BitConvUnitLoad``, else poplin's default 64."""
+    def poplin_options(self, convolution: bool) -> dict:
+        """poplin's options a convolution's (``convolution``) or a matmul's vertices run with, as
+        PopART's ``convolutionOptions`` or ``matmulOptions`` (its option maps for poplin) set them:
+        the :class:`~sim.hardware.system.IPU` fields ``conv_unit_load_bits`` (128 with
+        ``use128BitConvUnitLoad``, else 64), ``fast_reduce`` (``enableFastReduce``, default off) and
+        ``multi_stage_reduce`` (``enableMultiStageReduce``, default on)."""
         key = self.POPLIN_OPTION_MAPS["conv" if convolution else "matmul"]
         value = self.set_options.get(key, {})
         if not isinstance(value, dict):
             raise OptionsError(f"{key} = {value!r}: expected a dict of Poplar option names to values, "
                                "as PopART's SessionOptions takes it")
-        flag = value.get("use128BitConvUnitLoad", "false")
-        text = str(flag).lower()
-        if text not in ("true", "false"):
-            raise OptionsError(f"{key}['use128BitConvUnitLoad'] = {flag!r}: expected 'true' or 'false' "
-                               "(poplin's option values)")
-        return 128 if text == "true" else 64
+
+        def flag(name: str, default: bool) -> bool:
+            text = str(value.get(name, default)).lower()
+            if text not in ("true", "false"):
+                raise OptionsError(f"{key}[{name!r}] = {value[name]!r}: expected 'true' or 'false' "
+                                   "(poplin's option values)")
+            return text == "true"
+        return {"conv_unit_load_bits": 128 if flag("use128BitConvUnitLoad", False) else 64,
+                "fast_reduce": flag("enableFastReduce", False),
+                "multi_stage_reduce": flag("enableMultiStageReduce", True)}
 
     def clone(self) -> "Options":
         new = copy.deepcopy(self)

@@ -284,7 +284,7 @@ class Setup:
     accum_dtype: str = ""  # the gradient accumulators' dtype (PopTorch accum_type, PopART accumType); "": the weights'
     clip_norm: float = 0.0  # gradients clipped to this global norm (PopART ClipNormSettings, max_grad_norm); 0: none
     pytorch_bert_groups: bool = False  # the parameter groups of Graphcore's PyTorch BERT (pytorch_bert_groups)
-    wide_conv_unit_loads: bool = False  # poplin's use128BitConvUnitLoad in matmulOptions and convolutionOptions
+    poplin_options: tuple = ()  # (name, value) pairs set in PopART's matmulOptions and convolutionOptions
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -319,9 +319,9 @@ class Setup:
             o._Popart.set(f"replicatedCollectivesSettings.{Options.MERGE_KEYS[kind]}", True)
         if self.sharding_domain:
             o._Popart.set(Options.SHARDING_DOMAIN_KEYS["optimizer"], (CommGroupType.Consecutive, self.sharding_domain))
-        if self.wide_conv_unit_loads:
+        if self.poplin_options:
             for key in ("matmulOptions", "convolutionOptions"):
-                o._Popart.set(key, {"use128BitConvUnitLoad": "true"})
+                o._Popart.set(key, dict(self.poplin_options))
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -352,8 +352,8 @@ class Setup:
             parts.append(f"outputMode {self.output_mode}")
         if self.merged_collectives:
             parts.append(" and ".join(k.replace("_", "-") + "s" for k in self.merged_collectives) + " merged")
-        if self.wide_conv_unit_loads:
-            parts.append("128-bit conv-unit weight loads")
+        if self.poplin_options:
+            parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
         return "; ".join(parts)
 
 
@@ -505,17 +505,18 @@ DEPARTURES = {
                   "(RT benchmarks/bert/test_bert_*.py: transformers.onnx --feature question-answering), run "
                   "as the zoo's BERT with the squad head; PopRT's fused attention and erf-GELU passes are not "
                   "modelled; throughput is batch x requests / wall time with 5 host threads, simulated as one "
-                  "call of batches-per-step device iterations. Both scripts set use_128bit_conv_unit_load "
-                  "(poplin's use128BitConvUnitLoad: the AMP loads its weights 128 bits a cycle instead of 64, "
-                  "ConvModel.cpp and poplinCycleEstimators.cpp), run as such (about 2 % faster); also set and "
-                  "not modelled: enable_fast_reduce with enable_multi_stage_reduce off (popops reduction "
-                  "options) and group_host_sync",
+                  "call of batches-per-step device iterations. Both scripts set poplin's use128BitConvUnitLoad "
+                  "(the AMP loads its weights 128 bits a cycle instead of 64), enableFastReduce (the partials "
+                  "reduced by the single-input vertex at twice the load width) and enableMultiStageReduce off "
+                  "(the partials reduced in one stage), run as such (ConvModel.cpp, poplinCycleEstimators.cpp, "
+                  "ConvReduce.cpp); group_host_sync is not modelled",
     "poprt-bert-fp32": "fp16_skip_op_types 'GroupNormalization,Gelu' at batch 128: layer norm and GELU run in "
                        "fp32 there, cast from and back to fp16 (the zoo's fp32_ops)",
     "poprt-i11": "RT examples/bert/test_bertsquad.py: bertsquad-12 (Google's BERT-Base, vocab 30522) at SL 256, "
                  "its layer norms and tanh-form GELU (Pow(x, 3) included) fused into single ops by PopRT's "
                  "layer_norm_pattern and gelu_pattern passes, "
-                 "fp16 with GELU and layer norm kept in fp32 (fp16_skip_op_types; the zoo's fp32_ops), half partials, 32 IO "
+                 "fp16 with GELU and layer norm kept in fp32 (fp16_skip_op_types; the zoo's fp32_ops), half "
+                 "partials, 32 IO "
                  "tiles; the script runs one request at a time in a Python loop and hard-codes batch 1 (the other "
                  "batch sizes need a changed script [U]), simulated as one call per batch (its host loop is not "
                  "modelled); hardware not stated (IPU21 per the doc [U]), run on the C600 (configs/c600.toml). "
@@ -767,19 +768,27 @@ def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[fl
                  state_dtype=_HALF_FIRST_MOMENT, output_mode=output_mode)
 
 
+#: the poplin options of PopRT's BERT benchmark scripts (RT benchmarks/bert/test_bert_{base,large}.py,
+#: 77e7d66: CompilerOptions use_128bit_conv_unit_load, enable_fast_reduce True, enable_multi_stage_reduce
+#: False), which PopRT passes to poplin's matmul and convolution options
+POPRT_BENCHMARK_POPLIN_OPTIONS = (("use128BitConvUnitLoad", "true"), ("enableFastReduce", "true"),
+                                  ("enableMultiStageReduce", "false"))
+
+
 def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, amp: float | None = None,
-                 io_tiles: int = 0, wide_loads: bool = False, fp32_ops: tuple = ()) -> Setup:
+                 io_tiles: int = 0, benchmark_options: bool = False, fp32_ops: tuple = ()) -> Setup:
     """BERT SQuAD inference as PopRT runs it on one C600 IPU: the span head without positions or loss
     (only the start and end logits come back), fp16 with half partials, int32 inputs; IO tiles
-    overlap every stream when given (``num_io_tiles``); ``wide_loads``: the compiler option
-    ``use_128bit_conv_unit_load``; ``fp32_ops``: the op kinds the Converter's ``fp16_skip_op_types``
-    keeps in fp32 (the zoo's ``fp32_ops``)."""
+    overlap every stream when given (``num_io_tiles``); ``benchmark_options``: the compiler options of
+    RT ``benchmarks/bert/test_bert_*.py`` (:data:`POPRT_BENCHMARK_POPLIN_OPTIONS`); ``fp32_ops``: the op
+    kinds the Converter's ``fp16_skip_op_types`` keeps in fp32 (the zoo's ``fp32_ops``)."""
     params = dict(micro_batch=batch, seq_len=seq_len, head="squad", with_loss=False)
     if fp32_ops:
         params["fp32_ops"] = list(fp32_ops)
     return Setup(model, _params(**params), "c600",
                  device_iterations=batches_per_step, amp=(amp,) if amp else (), training=False,
-                 io_tiles=io_tiles, overlap_io=bool(io_tiles), wide_conv_unit_loads=wide_loads)
+                 io_tiles=io_tiles, overlap_io=bool(io_tiles),
+                 poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS if benchmark_options else ())
 
 
 def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
@@ -1033,14 +1042,14 @@ PUBLISHED_ROWS = [
         _vit_train("bow-pod16", 4, 30, pretrain=False), False, ("vit-not-modelled",)),
     # BERT SQuAD inference, one IPU (PopRT)
     Row("I7 bs16", "RT I7 bs16", "BERT-Base SQuAD inference fp16 (SL128), batch 16", 4817, "sequences/s",
-        _squad_infer("bert-base", 16, 128, 64, amp=0.4, wide_loads=True), True,
+        _squad_infer("bert-base", 16, 128, 64, amp=0.4, benchmark_options=True), True,
         ("poprt-bert", "batches per step 64: the script's default (the README's command gives none)")),
     Row("I7 bs128", "RT I7 bs128", "BERT-Base SQuAD inference fp16 (SL128), batch 128", 5672, "sequences/s",
-        _squad_infer("bert-base", 128, 128, 64, amp=0.4, wide_loads=True, fp32_ops=("layernorm", "gelu")), True,
+        _squad_infer("bert-base", 128, 128, 64, amp=0.4, benchmark_options=True, fp32_ops=("layernorm", "gelu")), True,
         ("poprt-bert", "batches per step 64: the script's default (the README's command gives none)",
          "poprt-bert-fp32")),
     Row("I9", "RT I9", "BERT-Large SQuAD-head inference fp16 (SL128), batch 18, 256 batches per step", 1473,
-        "sequences/s", _squad_infer("bert-large", 18, 128, 256, amp=0.15, wide_loads=True), True,
+        "sequences/s", _squad_infer("bert-large", 18, 128, 256, amp=0.15, benchmark_options=True), True,
         ("poprt-bert", "bert-large-uncased with the question-answering head (untrained head), outlining on "
          "(not modelled)")),
     *[Row(f"I11 bs{bs}", f"RT I11 bs{bs}", f"BERT-Base SQuAD inference fp16 (SL256, bertsquad-12), batch {bs}",

@@ -5,6 +5,7 @@ of PerformanceEstimation.hpp (poplibs 8dcde1ec), with values worked by hand from
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -72,3 +73,28 @@ def test_amp_partials_reduction_sums_the_stages():
     assert list(exch) == [0, setup + math.ceil(14 * 144 * 4 / bw),
                           2 * setup + math.ceil(8192 / bw) + math.ceil(1536 / bw)] == [0, 2418, 2997]
     assert list(fixed) == [0, 153, 306]
+
+
+def test_fast_reduce_loads_interleaved_partials_at_twice_the_width():
+    """enableFastReduce (getReduceCycleEstimate's constrainPartials): the single-input form loads
+    2 x 64 bits a cycle, so fp32 partials take 1 cycle a row, not 2; the general form is unchanged."""
+    assert int(reduce_add_cycles(144, 14, False, True, True, *VERTEX, True)) == 6 * (20 + (1 * 14 + 7) * 6) + 33
+    assert int(reduce_add_cycles(144, 15, False, True, False, *VERTEX, True)) == 2028
+
+
+def test_fast_reduce_takes_the_single_input_form_whatever_the_partials_size():
+    """On a Mk1 tile (the general form above, the partials over 1/16 of the tile) enableFastReduce
+    runs the single-input vertex at 1 cycle a row, 4 rows exchanged."""
+    fast = replace(MK1, fast_reduce=True)
+    (got, cycles, fixed), _ = conv_partials_reduction(np.array([2048]), np.array([23]), 4, 2, 8, fast)
+    assert int(cycles[0]) == 6 * (20 + (1 * 4 + 8) * 22) + 33 and int(fixed[0]) == 6 * 20 + 33
+
+
+def test_without_multi_stage_reduce_every_depth_is_one_stage():
+    """enableMultiStageReduce off: 23 partials reduced in one stage, 22 rows received by each tile."""
+    one = replace(MK2, multi_stage_reduce=False)
+    assert multi_stage_plan(200, False) == ()
+    (stage,) = conv_partials_reduction(np.array([2048]), np.array([23]), 4, 2, 8, one)
+    assert int(stage[0][0]) == 22 * 96 * 4  # 2048 outputs over 23 tiles in grains of 8: 96 each
+    exch, compute, stages, recv, fixed = partials_reduction(one, np.array([2048]), np.array([23]), 4)
+    assert list(stages) == [1] and list(recv) == [22 * 96 * 4]

@@ -38,13 +38,16 @@ def test_fp32_vertex_loads_its_weights_twice_as_fast_with_128_bits():
 
 def test_options_read_poplins_option_maps():
     o = Options()
-    assert (o.conv_unit_load_bits(False), o.conv_unit_load_bits(True)) == (64, 64)
-    o._Popart.set("matmulOptions", {"use128BitConvUnitLoad": "true", "enableFastReduce": "true"})
-    assert (o.conv_unit_load_bits(False), o.conv_unit_load_bits(True)) == (128, 64)
+    default = {"conv_unit_load_bits": 64, "fast_reduce": False, "multi_stage_reduce": True}
+    assert o.poplin_options(False) == o.poplin_options(True) == default
+    o._Popart.set("matmulOptions", {"use128BitConvUnitLoad": "true", "enableFastReduce": "true",
+                                    "enableMultiStageReduce": "false", "partialsType": "half"})
+    assert o.poplin_options(False) == {"conv_unit_load_bits": 128, "fast_reduce": True, "multi_stage_reduce": False}
+    assert o.poplin_options(True) == default
     o._Popart.set("convolutionOptions", {"use128BitConvUnitLoad": True})
-    assert o.conv_unit_load_bits(True) == 128
-    # the modelled key is not reported; the map's other keys are, one by one
-    assert o.unmodelled() == {"_Popart.matmulOptions.enableFastReduce": "true"}
+    assert o.poplin_options(True)["conv_unit_load_bits"] == 128
+    # the modelled keys are not reported; the map's other keys are, one by one
+    assert o.unmodelled() == {"_Popart.matmulOptions.partialsType": "half"}
 
 
 @pytest.mark.parametrize("value, match", [
@@ -55,7 +58,7 @@ def test_bad_option_map_is_refused_with_what_to_give(value, match):
     o = Options()
     o._Popart.set("matmulOptions", value)
     with pytest.raises(OptionsError, match=match):
-        o.conv_unit_load_bits(False)
+        o.poplin_options(False)
 
 
 def _matmul_and_conv():

@@ -204,8 +204,9 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
     expanded for training already and is changed in place (ops that run in inference mode are
     marked); dropout at inference and collective ops (priced by the schedule) get no entry."""
     costs: dict[str, OpCost] = {}
-    # the IPU as poplin's option maps set its AMP weight loads, for convolutions and for matmuls
-    ipus = {conv: replace(system.ipu, conv_unit_load_bits=o.conv_unit_load_bits(conv)) for conv in (False, True)}
+    # the IPU as poplin's option maps set its AMP weight loads and partials reduction, for
+    # convolutions and for matmuls
+    ipus = {conv: replace(system.ipu, **o.poplin_options(conv)) for conv in (False, True)}
     for op in g.ops:
         if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule

@@ -721,9 +721,12 @@ def deferred_dilation_copy(elements, used, itemsize: int):
     return np.where(per_tile > 0, copy.fixed + np.ceil(per_tile * copy.per_element(itemsize)), 0)
 
 
-def reduce_stages(depth):
-    """Stages poplin reduces ``depth`` partials in (0 when there is nothing to reduce)."""
+def reduce_stages(depth, multi_stage: bool = True):
+    """Stages poplin reduces ``depth`` partials in (0 when there is nothing to reduce; at most one
+    without ``enableMultiStageReduce``)."""
     depth = np.asarray(depth)
+    if not multi_stage:
+        return np.where(depth <= 1, 0, 1)
     return np.where(depth <= 1, 0, np.where(depth < 16, 1, np.where(depth < 125, 2, 3)))
 
 
@@ -748,8 +751,8 @@ def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes:
         compute += cycles
         fixed += base
     if planner_exchange:
-        return exch, compute, reduce_stages(depth), recv, fixed, planned
-    return exch, compute, reduce_stages(depth), recv, fixed
+        return exch, compute, reduce_stages(depth, ipu.multi_stage_reduce), recv, fixed, planned
+    return exch, compute, reduce_stages(depth, ipu.multi_stage_reduce), recv, fixed
 
 
 @dataclass(frozen=True)

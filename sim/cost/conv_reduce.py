@@ -31,8 +31,10 @@ import numpy as np
 
 
 
-def _stages(depth: int) -> int:
-    """getNumReduceStages with enableMultiStageReduce (poplin's default)."""
+def _stages(depth: int, multi_stage: bool = True) -> int:
+    """getNumReduceStages: with enableMultiStageReduce (poplin's default) 1, 2 or 3 by depth; without, 1."""
+    if not multi_stage:
+        return 1
     return 3 if depth >= 125 else 2 if depth >= 16 else 1
 
 
@@ -51,24 +53,25 @@ def _plan_and_cost(depth: int, stages: int) -> tuple[tuple[int, ...], float]:
 
 
 @lru_cache(maxsize=1024)
-def multi_stage_plan(depth: int) -> tuple[int, ...]:
+def multi_stage_plan(depth: int, multi_stage: bool = True) -> tuple[int, ...]:
     """The output depth of each intermediate stage poplin reduces ``depth`` partials in (empty:
-    one stage straight to the result)."""
-    return _plan_and_cost(depth, _stages(depth))[0] if depth > 1 else ()
+    one stage straight to the result, as always without ``multi_stage``)."""
+    return _plan_and_cost(depth, _stages(depth, multi_stage))[0] if depth > 1 else ()
 
 
 def reduce_add_cycles(outputs, partials, out_float: bool, partials_float: bool, single_input,
-                      workers: int, data_path_bits: int):
+                      workers: int, data_path_bits: int, fast=False):
     """Tile cycles of one ``poplin::ReduceAdd`` vertex: ``outputs`` elements from ``partials``
     rows (its ``numPartials`` field: the exchanged rows only in the single-input form), as
-    ``getReduceCycleEstimate`` with the default ``enableFastReduce`` off (arrays allowed), on a
-    tile of ``workers`` worker threads loading ``data_path_bits`` at a time."""
+    ``getReduceCycleEstimate`` (arrays allowed), on a tile of ``workers`` worker threads loading
+    ``data_path_bits`` at a time. ``fast`` (``enableFastReduce``, single-input form only): the
+    partials sit in interleaved memory and load at twice the width (``constrainPartials``)."""
     outputs = np.asarray(outputs, dtype=np.int64)
     partials = np.asarray(partials, dtype=np.int64)
     acc = 4 if partials_float else 8  # accumulator vector width
     in_path = data_path_bits // (32 if partials_float else 16)  # partials per load
     # single input: a 1- or 2-cycle inner loop per accumulator vector, split over the workers
-    s_loop = acc // min(acc, in_path)
+    s_loop = acc // np.minimum(acc, in_path * (1 + np.asarray(fast, dtype=np.int64)))
     s_over = (8 if out_float else 7) if partials_float else (10 if out_float else 9)
     s_per_worker = -(-(outputs // acc) // workers)
     single = (20 + (s_loop * partials + s_over) * s_per_worker) * workers + 33
@@ -108,7 +111,10 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
     held by ``depth`` tiles (arrays of the same shape; ``grain``: the partials' channel group):
     a list of (bytes received, compute cycles, fixed compute cycles) on the busiest tile, one entry
     per stage; the fixed cycles are the vertex's with no outputs (its launch and prologue).
-    ``ipu`` (:class:`sim.hardware.system.IPU`) gives the tile's memory, workers and data path."""
+    ``ipu`` (:class:`sim.hardware.system.IPU`) gives the tile's memory, workers and data path, and
+    poplin's reduction options as the compile set them: ``fast_reduce`` (``enableFastReduce``: the
+    single-input form whenever the outputs fill whole accumulator vectors, whatever the partials'
+    size, and its faster loads) and ``multi_stage_reduce``."""
     vertex = (ipu.worker_threads, ipu.data_path_bits)
     outputs = np.asarray(outputs, dtype=np.int64)
     depth = np.asarray(depth, dtype=np.int64)
@@ -118,7 +124,7 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
     p_grain = 4 if p_float else 8  # partialsGrain: whole accumulator vectors for the single-input form
     # each depth's plan, as tables indexed by depth: the rows a stage's section takes and the tiles
     # it is reduced on (0 where the depth has no such stage), so every candidate is priced at once
-    plans = {d: multi_stage_plan(d) + (1,) for d in distinct_values(depth) if d > 1}
+    plans = {d: multi_stage_plan(d, ipu.multi_stage_reduce) + (1,) for d in distinct_values(depth) if d > 1}
     n_stages = max((len(p) for p in plans.values()), default=0)
     size = int(depth.max(initial=0)) + 1
     sec_rows = np.zeros((n_stages, size), dtype=np.int64)
@@ -145,10 +151,12 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
             res_grain = max(grain, 8 // res_bytes)  # partialGroupedReduce: partial chans, >= the result's vector
             per_tile = np.minimum(o, -(-(-(-o // res_grain)) // tiles) * res_grain)
             got[at] = (rows - 1) * per_tile * partials_bytes
-            single = (per_tile % p_grain == 0) & single_input_fits(got[at], ipu.sram_bytes_per_tile,
-                                                                   ipu.memory_element_bytes)
-            cycles[at] = reduce_add_cycles(per_tile, rows - single, res_bytes == 4, p_float, single, *vertex)
-            base = [reduce_add_cycles(0, 0, res_bytes == 4, p_float, form, *vertex) for form in (False, True)]
+            single = (per_tile % p_grain == 0) & (ipu.fast_reduce | single_input_fits(
+                got[at], ipu.sram_bytes_per_tile, ipu.memory_element_bytes))
+            fast = single & ipu.fast_reduce
+            cycles[at] = reduce_add_cycles(per_tile, rows - single, res_bytes == 4, p_float, single, *vertex, fast)
+            base = [reduce_add_cycles(0, 0, res_bytes == 4, p_float, form, *vertex, form and ipu.fast_reduce)
+                    for form in (False, True)]
             fixed[at] = np.where(single, base[1], base[0])
         out.append(tuple(a.reshape(shape) for a in (got, cycles, fixed)))
     return out

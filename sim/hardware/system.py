@@ -61,9 +61,13 @@ class IPU:
     vertex_state_bytes_per_vertex: int  # fields of one vertex (one per compute set per working tile)
     exchange_code_bytes_per_phase: int  # exchange code of one exchange phase on a tile receiving in it
     stack_bytes_per_tile: int  # supervisor + worker stacks on a tile that runs vertices
-    # bits of AMP weights loaded per cycle: 64, poplin's default, or 128 with its use128BitConvUnitLoad
-    # option (a compile option, set from Options.conv_unit_load_bits, never a config key)
+    # poplin's matmul / convolution options as a compile sets them (Options.poplin_options), never
+    # config keys: bits of AMP weights loaded per cycle (64, or 128 with use128BitConvUnitLoad), the
+    # partials reduction's fast single-input vertex (enableFastReduce) and its stages
+    # (enableMultiStageReduce: several when the depth is large, as by default, or one)
     conv_unit_load_bits: int = 64
+    fast_reduce: bool = False
+    multi_stage_reduce: bool = True
 
     @property
     def exchange_rate(self) -> float:
