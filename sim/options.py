@@ -480,6 +480,15 @@ class Options:
                 out[k] = v
         return out
 
+    def set_poplin_options(self, values: dict) -> "Options":
+        """Set poplin ``values`` (option name: value) for matmuls and convolutions alike, in PopART's
+        ``matmulOptions`` and ``convolutionOptions`` maps (as PopRT's compiler options do), keeping
+        what the maps already hold."""
+        for key in self.POPLIN_OPTION_MAPS.values():
+            held = self.set_options.get(key)
+            self._Popart.set(key.removeprefix("_Popart."), {**(held if isinstance(held, dict) else {}), **values})
+        return self
+
     def poplin_options(self, convolution: bool) -> dict:
         """poplin's options a convolution's (``convolution``) or a matmul's vertices run with, as
         PopART's ``convolutionOptions`` or ``matmulOptions`` (its option maps for poplin) set them:

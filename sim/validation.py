@@ -320,8 +320,7 @@ class Setup:
         if self.sharding_domain:
             o._Popart.set(Options.SHARDING_DOMAIN_KEYS["optimizer"], (CommGroupType.Consecutive, self.sharding_domain))
         if self.poplin_options:
-            for key in ("matmulOptions", "convolutionOptions"):
-                o._Popart.set(key, dict(self.poplin_options))
+            o.set_poplin_options(dict(self.poplin_options))
         return o
 
     def sim_optimizer(self) -> Optimizer:

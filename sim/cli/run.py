@@ -253,8 +253,7 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
     if args.prefetch_depth is not None:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
     if args.wide_conv_unit_loads:
-        for key in ("matmulOptions", "convolutionOptions"):
-            opts._Popart.set(key, {"use128BitConvUnitLoad": "true"})
+        opts.set_poplin_options({"use128BitConvUnitLoad": "true"})
     if args.optimizer_state is not None:
         where = TensorLocationSettings().useOnChipStorage(not args.optimizer_state.startswith("off-chip"))
         if args.optimizer_state.endswith("rts"):
