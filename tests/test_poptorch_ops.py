@@ -576,6 +576,31 @@ def test_group_norm_tutorial_model_trains_and_infers(half):
         torch.testing.assert_close(poptorch.inferenceModel(net)(x), net(x), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("field", ["values", "indices"])
+@pytest.mark.parametrize("fn", ["topk", "sort", "max", "min", "median"])
+def test_named_results_are_read_by_field(fn, field):
+    """``torch.topk(x, k).values`` reads the same output as ``torch.topk(x, k)[0]``: a named
+    result (torch.return_types) is a tuple whose fields name its positions."""
+    call = {"topk": lambda x: torch.topk(x, 3, dim=1), "sort": lambda x: torch.sort(x, 1)}.get(
+        fn, lambda x: getattr(torch, fn)(x, 1))
+    position = ("values", "indices").index(field)
+
+    class ByField(nn.Module):
+        def forward(self, x):
+            return getattr(call(x), field)
+
+    class ByIndex(nn.Module):
+        def forward(self, x):
+            return call(x)[position]
+
+    x = torch.randn(4, 5)
+    by_field, by_index = poptorch.inferenceModel(ByField()), poptorch.inferenceModel(ByIndex())
+    # indices come back as int32, as from PopTorch (no int64 on the IPU)
+    torch.testing.assert_close(by_field(x), getattr(call(x), field), rtol=0, atol=0, check_dtype=False)
+    by_index(x)
+    assert _forward_cycles(by_field) == _forward_cycles(by_index) > 0
+
+
 def test_conv1d_is_priced_with_its_multiply_adds():
     torch.manual_seed(0)
     conv = nn.Conv1d(4, 6, 3, stride=2, padding=1)

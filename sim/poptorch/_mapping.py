@@ -310,6 +310,11 @@ def _getattr(ctx: OpContext):
         return _transpose(ctx)
     if attr in ("data", "real"):
         return ctx.sarg(0)
+    obj, real = ctx.sarg(0), ctx.args[0]
+    if isinstance(obj, (tuple, list)) and isinstance(real, tuple) and hasattr(real, attr):
+        # a named result (torch.return_types: topk, sort, max/min/median with dim): .values, .indices
+        field = getattr(real, attr)
+        return next(o for o, r in zip(obj, real) if r is field)
     ctx.unsupported(f"attribute {attr!r}")
 
 
