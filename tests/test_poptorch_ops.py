@@ -601,6 +601,84 @@ def test_named_results_are_read_by_field(fn, field):
     assert _forward_cycles(by_field) == _forward_cycles(by_index) > 0
 
 
+def _one_sgd_step_as_torch(make, *xs):
+    """Train ``make()`` one SGD step with sim.poptorch and with torch: same loss, same weights."""
+    torch.manual_seed(0)
+    net, reference = make(), make()
+    reference.load_state_dict(net.state_dict())
+    torch_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    expected = reference(*xs)
+    expected.backward()
+    torch_opt.step()
+    trained = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    torch.testing.assert_close(trained(*xs), expected.detach(), rtol=1e-6, atol=1e-6)
+    for p, q in zip(net.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-6)
+    return trained.executable.graph
+
+
+class _TwoHeads(nn.Module):
+    def __init__(self, combine):
+        super().__init__()
+        self.fc, self.nsp, self.combine = nn.Linear(8, 4), nn.Linear(8, 2), combine
+
+    def forward(self, x, y, z):
+        return self.combine(self, x, y, z)
+
+
+@pytest.mark.parametrize("combine, grads", [
+    (lambda m, x, y, z: poptorch.identity_loss(F.cross_entropy(m.fc(x), y) + F.cross_entropy(m.nsp(x), z), "none"),
+     ["softmax_cross_entropy_grad", "softmax_cross_entropy_grad"]),
+    (lambda m, x, y, z: poptorch.identity_loss(F.cross_entropy(m.fc(x), y, reduction="none"), "mean"),
+     ["reduce_mean_grad", "softmax_cross_entropy_grad"]),
+    (lambda m, x, y, z: poptorch.identity_loss(F.cross_entropy(m.fc(x), y) / 4.0, "none"),
+     ["scale", "softmax_cross_entropy_grad"]),
+    (lambda m, x, y, z: poptorch.identity_loss(F.mse_loss(m.fc(x)[:, :2], m.nsp(x)), "none"),
+     ["mse_loss_grad", "scale"]),
+], ids=["sum_of_losses", "mean_of_per_sample_loss", "scaled_loss", "mse_target_with_gradient"])
+def test_a_loss_built_from_losses_trains_as_torch(combine, grads):
+    """identity_loss marks any expression as the loss (PopTorch): a sum of losses, a scaled
+    loss, a re-reduced per-sample loss, an MSE whose target has a gradient. The backward pass
+    starts from a constant seed (or the loss op's own fused gradient) and runs through them."""
+    g = torch.Generator().manual_seed(1)
+    x, y, z = torch.randn(8, 8, generator=g), torch.randint(0, 4, (8,), generator=g), torch.randint(0, 2, (8,), generator=g)
+    graph = _one_sgd_step_as_torch(lambda: _TwoHeads(combine), x, y, z)
+    kinds = [o.kind for o in graph.ops if o.pass_ == "backward" and o.kind in ("softmax_cross_entropy_grad",
+                                                                                "mse_loss_grad", "reduce_mean_grad",
+                                                                                "scale")]
+    assert sorted(kinds) == sorted(grads)
+
+
+def test_baddbmm_normalize_and_masked_attention_run_as_torch():
+    """baddbmm (nn.MultiheadAttention with a mask uses it), F.normalize (a norm, a floor at eps
+    and a division, as PopTorch lowers it) give torch's results and train."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+        def forward(self, x, mask):
+            a = self.attn(x, x, x, key_padding_mask=mask)[0]
+            b = torch.baddbmm(a, a, a.transpose(1, 2) @ a, beta=0.5, alpha=2.0)
+            return F.normalize(b, dim=-1)
+
+    g = torch.Generator().manual_seed(2)
+    x, mask = torch.randn(2, 6, 16, generator=g), torch.zeros(2, 6, dtype=torch.bool)
+    mask[:, -2:] = True
+    torch.manual_seed(0)
+    net = Net().eval()
+    model = poptorch.inferenceModel(net)
+    torch.testing.assert_close(model(x, mask), net(x, mask), rtol=1e-4, atol=1e-5)
+    kinds = [o.kind for o in model.executable.graph.ops]
+    assert {"scale", "maximum", "div", "sqrt"} <= set(kinds) and _forward_cycles(model) > 0
+
+    class Loss(Net):
+        def forward(self, x, mask):
+            return poptorch.identity_loss(super().forward(x, mask).sum(), "none")
+
+    _one_sgd_step_as_torch(Loss, x, mask)
+
+
 def test_conv1d_is_priced_with_its_multiply_adds():
     torch.manual_seed(0)
     conv = nn.Conv1d(4, 6, 3, stride=2, padding=1)

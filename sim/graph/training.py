@@ -277,6 +277,12 @@ def _mark_fully_connected_passes(g: Graph) -> None:
             op.attrs = dict(op.attrs, fully_connected_pass="TRAINING_FWD")
 
 
+#: losses the graph builders and front ends make; their gradient ops take the loss's inputs
+LOSS_KINDS = ("softmax_cross_entropy", "mse_loss")
+#: loss ops whose gradient starts the backward pass without a seed tensor (``<kind>_grad``)
+_SEEDED_LOSS_KINDS = LOSS_KINDS + ("reduce_mean", "reduce_sum")
+
+
 def _requires_grad(graph: Graph) -> set[str]:
     need = {t.name for t in graph.tensors.values() if t.role == "weight"}
     for op in graph.ops:
@@ -313,11 +319,17 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     forward = list(g.ops)
     loss_op = next(op for op in forward if g.loss in op.outputs)
     bw.current = loss_op
-    logits = loss_op.inputs[0]
-    bw.grads[logits] = bw.new(f"{loss_op.kind}_grad", list(loss_op.inputs), g.tensors[logits].shape,
-                              g.tensors[logits].dtype)
+    if loss_op.kind in LOSS_KINDS:  # its gradient and the loss's seed in one op
+        _loss_grads(bw, loss_op, need)
+    elif loss_op.kind in _SEEDED_LOSS_KINDS:
+        x = g.tensors[loss_op.inputs[0]]
+        bw.grads[x.name] = bw.new(f"{loss_op.kind}_grad", list(loss_op.inputs), x.shape, x.dtype)
+    else:  # a loss built from other ops (identity_loss of a sum, a scaled loss): seeded with a constant 1
+        loss = g.tensors[g.loss]
+        bw.grads[g.loss] = g.add_tensor(g.unique_tensor_name(f"{g.loss}/grad_seed"), loss.shape, loss.dtype,
+                                        "constant").name
     for op in reversed(forward):
-        if op is loss_op or not any(o in bw.grads for o in op.outputs):
+        if (op is loss_op and op.kind in _SEEDED_LOSS_KINDS) or not any(o in bw.grads for o in op.outputs):
             continue
         bw.current = op
         _differentiate(bw, op, need)
@@ -617,12 +629,30 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k == "slice":
         if wants(0):
             bw.give(ins[0].name, bw.new("copy", [dy], ins[0].shape, ins[0].dtype, suffix="pad"))
+    elif k in LOSS_KINDS:  # a loss inside a larger one (a sum of losses, a scaled loss)
+        _loss_grads(bw, op, need, dy)
     elif _more_backward(bw, op, ins, dy, wants):
         pass
     else:
         raise GraphError(
             f"op {op.name!r}: no backward rule for op kind {k!r}; it cannot be trained "
             "(build the model without it, or run inference)")
+
+
+def _loss_grads(bw: _Backward, op: Op, need: set[str], dy: str | None = None) -> None:
+    """The gradients of a loss op (``LOSS_KINDS``): one ``<kind>_grad`` op from its inputs (and
+    ``dy`` when the loss feeds a larger one), given to the prediction and, for ``mse_loss``, its
+    negation to a target that needs a gradient."""
+    x, *rest = [bw.g.tensors[i] for i in op.inputs]
+    target_wanted = bool(rest) and rest[0].name in need
+    if target_wanted and op.kind != "mse_loss":
+        raise GraphError(f"op {op.name!r}: the gradient of {op.kind!r} with respect to its labels "
+                         f"({rest[0].name!r}) is not modelled; detach the labels")
+    grad = bw.new(f"{op.kind}_grad", list(op.inputs) + ([dy] if dy else []), x.shape, x.dtype)
+    if x.name in need:
+        bw.give(x.name, grad)
+    if target_wanted:  # d/dtarget of (x - target)^2 is the negated d/dx
+        bw.give(rest[0].name, bw.new("scale", [grad], rest[0].shape, rest[0].dtype, suffix="grad_target"))
 
 
 def _inverse(perm):

@@ -390,8 +390,17 @@ def _attention(ctx: OpContext):
 
 
 def _addmm(ctx: OpContext):
+    """addmm / baddbmm: ``beta * input + alpha * (a @ b)``, as PopTorch lowers them (MatMul, Mul
+    where a factor is not 1, Add); the result has the product's shape."""
     bias, a, b = ctx.sarg(0), ctx.sarg(1), ctx.sarg(2)
+    beta, alpha = ctx.arg(3, "beta", 1), ctx.arg(4, "alpha", 1)
     y = _matmul(ctx, a, b)
+    if alpha != 1:
+        y = ctx.op("scale", [y], {"factor": float(alpha)}, name="alpha")
+    if beta == 0:  # torch ignores the input then
+        return y
+    if beta != 1:
+        bias = ctx.op("scale", [bias], {"factor": float(beta)}, output=ctx.args[0], name="beta")
     return ctx.op("add", [y, bias], name="add")
 
 
@@ -764,7 +773,7 @@ RULES = {
     "dropout": _dropout, "feature_dropout": _dropout, "native_dropout": _dropout,
     # dense algebra
     "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "__rmatmul__": _matmul,
-    "addmm": _addmm, "conv2d": _conv, "convolution": _conv,
+    "addmm": _addmm, "baddbmm": _addmm, "conv2d": _conv, "convolution": _conv,
     "scaled_dot_product_attention": _attention,
     # normalisations and pooling
     "batch_norm": _batch_norm, "native_batch_norm": _batch_norm,

@@ -143,25 +143,42 @@ def _norm(ctx):
         ctx.unsupported(f"the matrix {p} norm (PopTorch supports vector norms and the Frobenius norm)")
     if p == "fro":
         p = 2
-    dims = _dims(dim, rx.dim())
     keep = bool(ctx.arg(3, "keepdim", False))
-    shape, dt = tuple(rx.shape), rx.dtype
-    p = float(p)
+    return _p_norm(ctx, x, float(p), _dims(dim, rx.dim()), keep, tuple(rx.shape), rx.dtype, last=ctx.op)
+
+
+def _p_norm(ctx, x, p: float, dims, keep: bool, shape, dt, last):
+    """The ops of a vector p-norm of ``x`` over ``dims``; ``last(kind, inputs, attrs)`` makes the
+    final op (the node's own result, or an intermediate one)."""
     if math.isinf(p):
         a = emit(ctx, "abs", [x], shape, dt, name="abs")
-        return ctx.op("reduce_max" if p > 0 else "reduce_min", [a], {"axes": dims, "keepdims": keep})
+        return last("reduce_max" if p > 0 else "reduce_min", [a], {"axes": dims, "keepdims": keep})
     if p == 2:
         sq = emit(ctx, "mul", [x, x], shape, dt, name="square")
         s = _reduce_to(ctx, "reduce_sum", sq, dims, keep, shape, dt, "sum")
-        return ctx.op("sqrt", [s])
+        return last("sqrt", [s], None)
     if p == 1:
         a = emit(ctx, "abs", [x], shape, dt, name="abs")
-        return ctx.op("reduce_sum", [a], {"axes": dims, "keepdims": keep})
+        return last("reduce_sum", [a], {"axes": dims, "keepdims": keep})
     a = emit(ctx, "abs", [x], shape, dt, name="abs")
     e = const(ctx, (1,), dt, "p")
     pw = emit(ctx, "pow", [a, e], shape, dt, name="pow")
     s = _reduce_to(ctx, "reduce_sum", pw, dims, keep, shape, dt, "sum")
-    return ctx.op("pow", [s, const(ctx, (1,), dt, "inverse_p")])
+    return last("pow", [s, const(ctx, (1,), dt, "inverse_p")], None)
+
+
+def _normalize(ctx):
+    """F.normalize: ``x / max(||x||_p, eps)`` over ``dim``, as PopTorch lowers it
+    (linalg_vector_norm, clamp_min, div)."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    p, dim = float(ctx.arg(1, "p", 2.0)), ctx.arg(2, "dim", 1)
+    shape, dt = tuple(rx.shape), rx.dtype
+    dims = _dims(dim, rx.dim())
+    kept = _reduced(shape, dims, True)
+    norm = _p_norm(ctx, x, p, dims, True, shape, dt,
+                   last=lambda kind, ins, attrs: emit(ctx, kind, ins, kept, dt, attrs, "norm"))
+    floor = emit(ctx, "maximum", [norm, const(ctx, (1,), dt, "eps")], kept, dt, name="clamp_min")
+    return ctx.op("div", [x, floor])
 
 
 def _sort(ctx):
@@ -240,7 +257,7 @@ RULES = {
     "var": _statistic("var"), "std": _statistic("std"), "var_mean": _statistic("var_mean"),
     "std_mean": _statistic("std_mean"), "correction": _statistic("var"),
     "norm": _norm, "linalg_norm": _norm, "linalg_vector_norm": _norm, "linalg_matrix_norm": _norm,
-    "vector_norm": _norm, "matrix_norm": _norm, "frobenius_norm": _norm,
+    "vector_norm": _norm, "matrix_norm": _norm, "frobenius_norm": _norm, "normalize": _normalize,
     "sort": _sort, "argsort": _sort, "topk": _sort, "msort": _sort, "median": _median,
     "nanmedian": _median, "cumsum": _cumsum, "cumprod": _cumprod,
 }
