@@ -679,6 +679,50 @@ def test_baddbmm_normalize_and_masked_attention_run_as_torch():
     _one_sgd_step_as_torch(Loss, x, mask)
 
 
+@pytest.mark.parametrize("equation, shapes, matmuls", [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], 1),
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 3, 6, 4)], 1),
+    ("ij,jk", [(3, 4), (4, 5)], 1),          # implicit output: ik
+    ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 5)], 2),
+    ("ijk,k->i", [(2, 3, 4), (4,)], 1),       # j summed in its operand first
+    ("...ij,jk", [(2, 2, 3, 4), (4, 5)], 1),
+    ("ij->ji", [(3, 4)], 0),
+])
+def test_einsum_runs_as_torch_and_trains(equation, shapes, matmuls):
+    """einsum lowers as PopTorch's EinsumOp: one batched matmul per pair of operands."""
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(*s, generator=g) for s in shapes]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(*shapes[-1], generator=g))
+
+        def forward(self, *xs):
+            return torch.einsum(equation, *xs, self.w)
+
+    torch.manual_seed(0)
+    net = Net()
+    model = poptorch.inferenceModel(net)
+    torch.testing.assert_close(model(*xs[:-1]), net(*xs[:-1]), rtol=1e-5, atol=1e-5)
+    assert sum(o.kind == "matmul" for o in model.executable.graph.ops) == matmuls
+
+    class Loss(Net):
+        def forward(self, *xs):
+            return poptorch.identity_loss(super().forward(*xs), "sum")
+
+    _one_sgd_step_as_torch(Loss, *xs[:-1])
+
+
+def test_einsum_with_a_repeated_label_is_refused():
+    class Diagonal(nn.Module):
+        def forward(self, x):
+            return torch.einsum("ii->i", x)
+
+    with pytest.raises(sim.UnsupportedOpError, match="repeated label"):
+        poptorch.inferenceModel(Diagonal())(torch.randn(3, 3))
+
+
 def test_conv1d_is_priced_with_its_multiply_adds():
     torch.manual_seed(0)
     conv = nn.Conv1d(4, 6, 3, stride=2, padding=1)

@@ -5,7 +5,7 @@ Constants (``fill``) fold into graph constants, as PopART folds them. ``gather``
 (ONNX GatherElements / ScatterElements: popops multiSlice / multiUpdate of single elements);
 ``bincount`` scatters ones. Padding and ``roll``, ``meshgrid``, ``cartesian_prod`` are views
 (popops::pad concatenates views of the input and constants, ``popops/Padder.cpp``).
-``tensordot`` and ``cdist`` are the matmul and element-wise ops they are made of.
+``tensordot``, ``einsum`` and ``cdist`` are the matmul and element-wise ops they are made of.
 """
 
 from __future__ import annotations
@@ -140,6 +140,70 @@ def _tensordot(ctx):
     return ctx.op("reshape", [y])
 
 
+def _einsum(ctx):
+    """einsum as PopTorch lowers it (``EinsumOp.cpp``): labels summed in one operand only are
+    reduced first, then the operands are multiplied left to right, each pair as one batched
+    matmul of the permuted, flattened operands (batch labels, kept labels, contracted labels),
+    and the result permuted to the output's order."""
+    eq = str(ctx.arg(0, "equation")).replace(" ", "")
+    operands = ctx.sym_args[1] if len(ctx.sym_args) == 2 and isinstance(ctx.sym_args[1], (list, tuple)) \
+        else ctx.sym_args[1:]
+    reals = ctx.args[1] if len(ctx.args) == 2 and isinstance(ctx.args[1], (list, tuple)) else ctx.args[1:]
+    lhs, arrow, rhs = eq.partition("->")
+    labels = lhs.split(",")
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+    widest = max((real.dim() - len(lab) + 3 for lab, real in zip(labels, reals) if "..." in lab), default=0)
+    dots = "".join(spare[:widest])  # the ellipsis's dimensions, aligned from the right as torch does
+    labels = [lab.replace("...", dots[widest - (real.dim() - len(lab) + 3):]) for lab, real in zip(labels, reals)]
+    if not arrow:  # implicit output: the ellipsis, then the labels seen once in alphabetical order
+        rhs = dots + "".join(sorted(c for c in set("".join(labels)) - set(dots) if "".join(labels).count(c) == 1))
+    rhs = rhs.replace("...", dots)
+    if any(len(set(lab)) != len(lab) for lab in labels + [rhs]):
+        ctx.unsupported("einsum with a repeated label in one operand (a diagonal or a trace)")
+    size = {}
+    for lab, real in zip(labels, reals):
+        for c, d in zip(lab, real.shape):
+            if size.setdefault(c, d) != d:
+                ctx.unsupported(f"einsum label {c!r} broadcast between sizes {size[c]} and {d}")
+    dt = ctx.output.dtype
+    terms = []
+    for i, (lab, sym) in enumerate(zip(labels, operands)):
+        elsewhere = set(rhs).union(*(set(x) for j, x in enumerate(labels) if j != i))
+        alone = [k for k, c in enumerate(lab) if c not in elsewhere]
+        t = ctx.t(sym)
+        if alone:
+            lab_kept = "".join(c for c in lab if c in elsewhere)
+            t = emit(ctx, "reduce_sum", [t], tuple(size[c] for c in lab_kept) or (1,), dt,
+                     {"axes": alone, "keepdims": False}, f"sum_{i}")
+            lab = lab_kept
+        terms.append((t, lab))
+    t, lab = terms[0]
+    for i, (u, ulab) in enumerate(terms[1:], start=1):
+        later = set(rhs).union(*(set(x) for _, x in terms[i + 1:]))
+        batch = [c for c in lab if c in ulab and c in later]
+        summed = [c for c in lab if c in ulab and c not in later]
+        left = [c for c in lab if c not in ulab]
+        right = [c for c in ulab if c not in lab]
+        nb, nl, nk, nr = (math.prod(size[c] for c in g) for g in (batch, left, summed, right))
+        a = _permuted(ctx, t, lab, batch + left + summed, (nb, nl, nk), dt, f"a{i}")
+        b = _permuted(ctx, u, ulab, batch + summed + right, (nb, nk, nr), dt, f"b{i}")
+        lab = "".join(batch + left + right)
+        y = emit(ctx, "matmul", [a, b], (nb, nl, nr), dt, name=f"matmul{i}")
+        t = emit(ctx, "reshape", [y], tuple(size[c] for c in lab) or (1,), dt, name=f"product{i}")
+    if lab != rhs:
+        return ctx.op("transpose", [t], {"perm": [lab.index(c) for c in rhs]})
+    return ctx.op("reshape", [t])
+
+
+def _permuted(ctx, t, lab, order, shape, dt, label):
+    """``t`` (labels ``lab``) permuted to ``order`` and flattened to ``shape``."""
+    if list(lab) != order:
+        perm = [lab.index(c) for c in order]
+        real = ctx.cap.g.tensors[t].shape
+        t = emit(ctx, "transpose", [t], tuple(real[p] for p in perm), dt, {"perm": perm}, f"{label}_t")
+    return emit(ctx, "reshape", [t], shape, dt, name=f"{label}_3d")
+
+
 def _arranged(ctx, s, real, perm, shape2d, label):
     t = ctx.t(s)
     if perm != list(range(real.dim())):
@@ -181,5 +245,5 @@ RULES = {
     "pad": _pad, "constant_pad_nd": _pad, "reflection_pad1d": _pad, "reflection_pad2d": _pad,
     "reflection_pad3d": _pad, "replication_pad1d": _pad, "replication_pad2d": _pad, "replication_pad3d": _pad,
     "_pad_circular": _pad, "meshgrid": _views, "cartesian_prod": _views, "cross": _cross,
-    "linalg_cross": _cross, "tensordot": _tensordot, "cdist": _cdist, "_cdist_forward": _cdist,
+    "linalg_cross": _cross, "tensordot": _tensordot, "einsum": _einsum, "cdist": _cdist, "_cdist_forward": _cdist,
 }
