@@ -714,6 +714,35 @@ def test_einsum_runs_as_torch_and_trains(equation, shapes, matmuls):
     _one_sgd_step_as_torch(Loss, *xs[:-1])
 
 
+@pytest.mark.parametrize("fn, kinds", [
+    (lambda a, b: F.cosine_similarity(a, b, dim=-1), {"mul", "reduce_sum", "sqrt", "maximum", "div"}),
+    (lambda a, b: torch.flip(a, [0, 1]) + b, {"copy"}),
+], ids=["cosine_similarity", "flip"])
+def test_lowered_like_poptorch_run_as_torch_and_train(fn, kinds):
+    """cosine_similarity (DistanceOps.cpp) and flip (PopART's Reverse: a copy of a reversed view)."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, a, b):
+            return fn(self.fc(a), b)
+
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g)
+    torch.manual_seed(0)
+    net = Net()
+    model = poptorch.inferenceModel(net)
+    torch.testing.assert_close(model(a, b), net(a, b), rtol=1e-5, atol=1e-5)
+    assert kinds <= {o.kind for o in model.executable.graph.ops}
+
+    class Loss(Net):
+        def forward(self, a, b):
+            return poptorch.identity_loss(super().forward(a, b), "sum")
+
+    _one_sgd_step_as_torch(Loss, a, b)
+
+
 def test_einsum_with_a_repeated_label_is_refused():
     class Diagonal(nn.Module):
         def forward(self, x):

@@ -181,6 +181,28 @@ def _normalize(ctx):
     return ctx.op("div", [x, floor])
 
 
+def _cosine_similarity(ctx):
+    """F.cosine_similarity as PopTorch lowers it (``DistanceOps.cpp``): the sum of the products
+    over ``dim`` divided by max(sqrt(sum of squares of x1 * sum of squares of x2), eps)."""
+    a, b, ra, rb = ctx.sarg(0, "x1"), ctx.sarg(1, "x2"), ctx.args[0], ctx.args[1]
+    shape, dt = tuple(torch.broadcast_shapes(ra.shape, rb.shape)), ctx.output.dtype
+    (d,) = _dims(ctx.arg(2, "dim", 1), len(shape))
+    product = emit(ctx, "mul", [a, b], shape, dt, name="product")
+    dot = _reduce_to(ctx, "reduce_sum", product, [d], False, shape, dt, "dot")
+    squares = []
+    for x, rx, label in ((a, ra, "x1"), (b, rb, "x2")):
+        dx = d - (len(shape) - rx.dim())
+        if dx < 0:
+            ctx.unsupported(f"cosine_similarity of {label} broadcast along the reduced dimension")
+        sq = emit(ctx, "mul", [x, x], tuple(rx.shape), dt, name=f"square_{label}")
+        squares.append(_reduce_to(ctx, "reduce_sum", sq, [dx], False, tuple(rx.shape), dt, f"sum_squares_{label}"))
+    reduced = _reduced(shape, [d], False) or (1,)
+    both = emit(ctx, "mul", squares, reduced, dt, name="magnitudes")
+    floor = emit(ctx, "maximum", [emit(ctx, "sqrt", [both], reduced, dt, name="sqrt"), const(ctx, (1,), dt, "eps")],
+                 reduced, dt, name="max_eps")
+    return ctx.op("div", [dot, floor])
+
+
 def _sort(ctx):
     """sort / argsort / topk / msort: heap sort of each row (values and indices)."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
@@ -258,6 +280,7 @@ RULES = {
     "std_mean": _statistic("std_mean"), "correction": _statistic("var"),
     "norm": _norm, "linalg_norm": _norm, "linalg_vector_norm": _norm, "linalg_matrix_norm": _norm,
     "vector_norm": _norm, "matrix_norm": _norm, "frobenius_norm": _norm, "normalize": _normalize,
+    "cosine_similarity": _cosine_similarity,
     "sort": _sort, "argsort": _sort, "topk": _sort, "msort": _sort, "median": _median,
     "nanmedian": _median, "cumsum": _cumsum, "cumprod": _cumprod,
 }

@@ -235,8 +235,13 @@ def _cdist(ctx):
     return ctx.op("pow", [s, const(ctx, (1,), dt, "inverse_p")])
 
 
+def _flip(ctx):
+    """flip: PopART's Reverse, a reversed view of the input copied out (``reversex.cpp``)."""
+    return ctx.op("copy", [ctx.sarg(0, "input")], name="reverse")
+
+
 RULES = {
-    "fill": _fill, "fill_": _fill, "zero": _fill, "zero_": _fill,
+    "fill": _fill, "fill_": _fill, "zero": _fill, "zero_": _fill, "flip": _flip,
     "bincount": _bincount, "bucketize": _bucketize,
     "gather": _gather, "take_along_dim": _gather, "index_select": _index_select,
     "index": _index,
