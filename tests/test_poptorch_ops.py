@@ -743,6 +743,15 @@ def test_lowered_like_poptorch_run_as_torch_and_train(fn, kinds):
     _one_sgd_step_as_torch(Loss, a, b)
 
 
+def test_triangle_of_a_computed_tensor_is_refused_as_poptorch_refuses_it():
+    class Causal(nn.Module):
+        def forward(self, x):
+            return torch.tril(x) + torch.ones(4, 4).triu_(1)  # the constant mask folds
+
+    with pytest.raises(sim.UnsupportedOpError, match="only supported within constant expressions"):
+        poptorch.inferenceModel(Causal())(torch.randn(4, 4))
+
+
 def test_einsum_with_a_repeated_label_is_refused():
     class Diagonal(nn.Module):
         def forward(self, x):

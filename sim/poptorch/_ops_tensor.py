@@ -240,7 +240,15 @@ def _flip(ctx):
     return ctx.op("copy", [ctx.sarg(0, "input")], name="reverse")
 
 
+def _triangle(ctx):
+    """tril / triu of a computed tensor: refused as PopTorch refuses it (``TensorOps.cpp``
+    ``triuHandler``); of constants they fold before reaching a rule."""
+    ctx.unsupported(f"torch.{ctx.key.rstrip('_')} is only supported within constant expressions, for "
+                    "example torch.ones(3, 3).triu_() (PopTorch); build the mask from constants")
+
+
 RULES = {
+    "tril": _triangle, "triu": _triangle,
     "fill": _fill, "fill_": _fill, "zero": _fill, "zero_": _fill, "flip": _flip,
     "bincount": _bincount, "bucketize": _bucketize,
     "gather": _gather, "take_along_dim": _gather, "index_select": _index_select,
