@@ -28,6 +28,7 @@ from .depthwise import plan_depthwise
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
+from .sort import bitonic_sort_cost
 from .opcost import FREE, OpCost, TileProfile, _counts
 from .reduction import plan_reduce
 from .row_ops import ROW_OP_KINDS, row_op_cost
@@ -828,19 +829,16 @@ def _map(ins, outs, attrs, ipu, tiles) -> OpCost:
 
 
 def _sort(ins, outs, attrs, ipu, tiles) -> OpCost:
-    """popops sort (sort, topk, argsort, median): each row along ``attrs["axis"]`` is heap-sorted
-    on one tile by a worker vertex (popops ``HeapSortVertexKV``: keys and their indices), rows
-    spread over the tiles; a worker issues every ``worker_threads``-th cycle."""
+    """popops' bitonic top-k / sort of each row along ``attrs["axis"]`` (sort, topk with
+    ``attrs["k"]``, argsort, median): ``sim/cost/sort.py``."""
     shape, dtype, _ = ins[0]
     axis = attrs.get("axis", -1) % max(len(shape), 1)
-    length = shape[axis] if shape else 1
-    rows = math.prod(shape) // max(length, 1)
-    used = min(tiles, rows)
-    per_tile = math.ceil(rows / used)
-    c = codelet("heapsort")
-    levels = math.floor(math.log2(max(length, 1)))
-    vertex = c.fixed + length * c.per_element(DTYPE_BYTES[dtype]) + c.per_index * length * levels
-    w = ipu.worker_threads
-    compute = ipu.vertex_overhead_cycles + math.ceil(per_tile / w) * w * math.ceil(vertex)
-    return _phases(ipu, compute, 0, 1, float(rows * length), 0, used,
-                   plan=f"{rows} rows of {length}, {per_tile} per tile", launch=ipu.vertex_overhead_cycles)
+    n = shape[axis] if shape else 1
+    rows = math.prod(shape) // max(n, 1)
+    k = min(int(attrs.get("k", n)), n)
+    c = bitonic_sort_cost(rows, n, k, DTYPE_BYTES[dtype], dtype.startswith(("int", "uint")), ipu, tiles)
+    return _phases(ipu, c.compute_cycles, c.exchange_cycles, c.compute_sets, float(c.comparisons),
+                   c.exchange_bytes, c.tiles_used, c.temp_bytes_per_tile, tiles=tiles, launch=c.launch_cycles,
+                   exchange_phases=c.exchange_phases,
+                   plan=f"bitonic top-{k} of {rows} rows of {n}: {c.steps} compare-and-swap steps on up to "
+                        f"{c.tiles_used} tiles")

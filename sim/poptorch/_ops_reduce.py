@@ -3,7 +3,7 @@
 popops::reduce prices every reduction the same way per element (``reduce_sum``, ``reduce_mean``,
 ``reduce_max``, ``reduce_min``, ``reduce_prod``); statistics are the ops PopTorch builds them
 from (``var`` = mean, subtract, square, mean; ``logsumexp`` = max, subtract, exp, sum, log,
-add); sorting (``sort``, ``topk``, ``argsort``, ``median``) is popops' heap sort of each row;
+add); sorting (``sort``, ``topk``, ``argsort``, ``median``) is popops' bitonic top-k network;
 ``cumsum`` is the matmul with a triangular constant that PopART's ``CumSumOpx`` does, and
 ``cumprod`` the chain of multiplies of PopTorch's ``cumprodHandler``.
 """
@@ -204,7 +204,7 @@ def _cosine_similarity(ctx):
 
 
 def _sort(ctx):
-    """sort / argsort / topk / msort: heap sort of each row (values and indices)."""
+    """sort / argsort / topk / msort: popops' bitonic top-k of each row, with its indices."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
     if ctx.key == "topk":
         dim = ctx.arg(2, "dim", -1)
@@ -217,7 +217,8 @@ def _sort(ctx):
         if isinstance(dim, bool):
             dim = -1
     axis = int(dim if dim is not None else -1) % max(rx.dim(), 1)
-    return ctx.op("sort", [x], {"axis": axis, "op": ctx.key})
+    attrs = {"axis": axis, "op": ctx.key} | ({"k": int(ctx.arg(1, "k"))} if ctx.key == "topk" else {})
+    return ctx.op("sort", [x], attrs)
 
 
 def _median(ctx):
