@@ -325,7 +325,15 @@ def test_autodiff_program_is_simulated_as_training():
 def test_autodiff_with_adam_updaters_selects_adam_and_needs_a_loss():
     ir, *_ = _training_ir(adam=True)
     s = popxl.Session(ir)
-    assert [op.kind for op in s.executable.graph.ops].count("adam_updater") == 2  # Adam's phase 1 only
+    ops_ = s.executable.graph.ops
+    # the simulator's Adam update of each weight after the backward pass, not the updaters
+    # recorded as forward ops reading the moment variables
+    assert [(op.kind, op.pass_) for op in ops_].count(("adam_update", "update")) == 2
+    assert not any(op.pass_ == "forward" and op.kind in ("adam_updater", "accumulate", "sgd_update") for op in ops_)
+    assert any(n.startswith("trained with the simulator's adam update") for n in s.executable.notes)
+    # the moments are the simulated Adam's state, not two more weights per weight
+    assert sorted(w.name for w in s.executable.graph.weights()) == ["W1", "W2"]
+    assert any("m_W1" in n and "optimizer's state" in n for n in s.executable.notes)
     ir, *_ = _training_ir(loss=False)
     with pytest.raises(GraphError, match="nll_loss_with_softmax_grad"):
         popxl.Session(ir)

@@ -138,6 +138,7 @@ class Ir:
         self._graph_count: dict[str, int] = {}
         self._training = False
         self._optimizer = "sgd"
+        self._gradient_state: set[str] = set()  # variables an update accumulates a gradient into
         self._num_host_transfers = 1
         self._use_popdist = replication == "popdist"
         self.options = SessionOptions()

@@ -86,6 +86,11 @@ class Session:
                 "the program calls an autodiff grad graph, so it is simulated as training, but it has no "
                 "loss the simulator can differentiate from: compute it with "
                 "ops.nll_loss_with_softmax_grad(probs, labels) in the program")
+        moments = sorted(n for n in ir._gradient_state if not any(n in op.inputs for op in graph.ops))
+        if moments:  # the simulated optimizer keeps this state itself
+            graph = graph.copy()
+            for name in moments:
+                del graph.tensors[name]
         self._ir = ir
         self._device_desc = device_desc
         ipus_per_replica = max((op.ipu or 0) for op in graph.ops) + 1
@@ -103,6 +108,9 @@ class Session:
         if ir._training:
             notes.append(f"trained with the simulator's {ir._optimizer} update after each host transfer "
                          "(from popxl.transforms.autodiff)")
+        if moments:
+            notes.append(f"variables {', '.join(moments)}: gradient moments the updates accumulate, counted "
+                         f"as the simulated {ir._optimizer} optimizer's state, not as weights")
         outside = len(graph.ops) - ir.main_graph._io_ops
         if ir.main_graph._io_repeats and outside:
             notes.append(f"{outside} op(s) of the main graph outside the repeat with host IO are simulated "

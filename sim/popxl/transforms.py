@@ -119,6 +119,8 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
     ir._note(f"ops.{fn} of an autodiff gradient: the weight update is the simulator's optimizer update "
              "of each trained weight (sim/training.py), not recorded op by op")
     if isinstance(target, Tensor) and not isinstance(target, GradTensor):
+        if target._sim is not None and fn.startswith("accumulate") and not g.sim_graph.tensors[target._sim].producer:
+            ir._gradient_state.add(target._sim)  # a variable holding a moment of the gradient
         return target
     return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})")
 

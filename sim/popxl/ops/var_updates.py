@@ -6,7 +6,10 @@ place: the accumulators as ``accumulate``, ``copy_var_update_`` as ``copy``, ``a
 ``adam_var_update`` as ``sgd_update`` (w -= lr x updater). Given an
 autodiff gradient (see :mod:`sim.popxl.transforms`), an update is instead taken as the
 simulator's optimizer update of that weight (``sim/training.py``): it is not recorded again,
-and the Adam/LAMB updaters select the ``adam``/``lamb`` optimizer.
+and the Adam/LAMB updaters select the ``adam``/``lamb`` optimizer. A variable an update
+accumulates a gradient into (Adam's moments) is optimizer state from then on: the updates that
+read it are part of the same optimizer update, and the variable leaves the simulated graph,
+whose optimizer keeps that state itself.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from ._core import _as_tensor, _inplace, reduce_sum
 
 
 def _update(fn: str, kind: str, t: Tensor, others, attrs=None, new_output: bool = False) -> Tensor:
-    if isinstance(t, GradTensor) or any(isinstance(x, GradTensor) for x in others):
-        grad = next(x for x in (t, *others) if isinstance(x, GradTensor))
-        return _gradient_update(fn, t, grad)
+    derived = [x for x in (t, *others) if _from_gradient(x)]
+    if derived:  # part of the optimizer update: an autodiff gradient, or a state accumulated from one
+        return _gradient_update(fn, None if new_output else t, derived[0])
     if not new_output:
         return _inplace(kind, t, others, f"ops.var_updates.{fn}", attrs)
     g = get_current_context().graph
@@ -29,6 +32,12 @@ def _update(fn: str, kind: str, t: Tensor, others, attrs=None, new_output: bool 
     with g._building() as b:
         out = b.op(kind, [x._sim for x in ins], [t.shape], attrs, name=g._scoped(fn))[0]
     return g._wrap(out, t.dtype)
+
+
+def _from_gradient(x) -> bool:
+    """An autodiff gradient, or a variable an update has accumulated one into (Adam's moments)."""
+    return isinstance(x, GradTensor) or (isinstance(x, Tensor) and x._sim is not None
+                                         and x._sim in get_current_context().graph.ir._gradient_state)
 
 
 def accumulate_(t: Tensor, X: Tensor, f=None) -> Tensor:
