@@ -1114,7 +1114,12 @@ class _Importer:
                                      "needed at import time; load the model from its file path")
                 t2 = TensorProto()
                 t2.CopyFrom(t)
-                onnx.external_data_helper.load_external_data_for_tensor(t2, str(self.base_dir))
+                try:
+                    onnx.external_data_helper.load_external_data_for_tensor(t2, str(self.base_dir))
+                except (OSError, onnx.checker.ValidationError) as e:
+                    raise GraphError(f"sim.onnx: initializer {t.name!r} is needed at import time but its "
+                                     f"external data could not be read ({e}); keep the model's data files "
+                                     f"beside it in {str(self.base_dir)!r}") from None
                 t = t2
             v.const = numpy_helper.to_array(t)
         return v.const
@@ -1169,11 +1174,22 @@ class _Importer:
             self.onnx_shapes[name] = tuple(shape)
             outs.append(name)
         ann = ctx._attrs
+        placement = {}
+        for a, f in _POPART_ATTRS.items():
+            if a in ann:
+                value = ann[a]
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise GraphError(f"{ctx.desc}: PopART attribute {a} = {value!r}; expected a whole number "
+                                     f">= 0 (the {f} the op runs on / in)")
+                placement[f] = value
         op = Op(op_name, kind, list(inputs), outs, dict(attrs),
-                recompute=bool(ann.get("__recompute_output_in_backward_pass", 0)),
-                **{f: int(ann[a]) for a, f in _POPART_ATTRS.items() if a in ann})
+                recompute=bool(ann.get("__recompute_output_in_backward_pass", 0)), **placement)
         if "__available_memory" in ann:
-            op.attrs["available_memory_proportion"] = float(ann["__available_memory"])
+            proportion = ann["__available_memory"]
+            if isinstance(proportion, bool) or not isinstance(proportion, (int, float)) or not 0 < proportion <= 1:
+                raise GraphError(f"{ctx.desc}: PopART attribute __available_memory = {proportion!r}; expected "
+                                 "a proportion of the tile memory in (0, 1]")
+            op.attrs["available_memory_proportion"] = float(proportion)
         self.g.add_op(op)
         return outs
 

@@ -400,6 +400,36 @@ def test_popart_placement_attributes_carry_over():
     assert run.executable.strategy == "pipelined" and len(run.executable.stages) == 2
 
 
+@pytest.mark.parametrize("attrs, match", [
+    ({"__ipu_number": -1}, r"__ipu_number = -1; expected a whole number >= 0"),
+    ({"__ipu_number": "zero"}, r"__ipu_number = b?'zero'; expected a whole number"),
+    ({"__available_memory": 7.0}, r"__available_memory = 7.0; expected a proportion .* \(0, 1\]"),
+    ({"__available_memory": -1.0}, r"__available_memory = -1.0"),
+])
+def test_bad_popart_attributes_are_named_errors(attrs, match):
+    m = model([h.make_node("MatMul", ["x", "w"], ["y"], name="mm", **attrs)],
+              [h.make_tensor_value_info("x", T.FLOAT, [8, 64])], [h.make_tensor_value_info("y", T.FLOAT, [8, 64])],
+              [zeros("w", (64, 64))])
+    with pytest.raises(sim.GraphError, match=match) as e:
+        sim.onnx.load(m)
+    assert "mm" in str(e.value)
+
+
+def test_missing_external_data_needed_at_import_is_a_named_error(tmp_path):
+    """A Reshape's shape kept in an external data file that is gone: one error naming the
+    initializer and the folder, not onnx's traceback."""
+    import onnx
+    shape = const("shp", [8, 64])
+    m = model([h.make_node("Reshape", ["x", "shp"], ["y"], name="r")], [h.make_tensor_value_info("x", T.FLOAT, [512])],
+              [h.make_tensor_value_info("y", T.FLOAT, [8, 64])], [shape])
+    path = tmp_path / "resh.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="resh.data",
+                    size_threshold=0)
+    (tmp_path / "resh.data").unlink()
+    with pytest.raises(sim.GraphError, match=r"initializer 'shp' is needed at import time .* could not be read"):
+        sim.onnx.load(path)
+
+
 def test_a_torch_export_imports():
     """A torch.nn.TransformerEncoderLayer through torch's TorchScript exporter (offline)."""
     torch = pytest.importorskip("torch")
