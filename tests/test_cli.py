@@ -91,6 +91,25 @@ def test_write_outputs_refuses_a_file_and_overwrites_whole_files(tmp_path):
     assert "notes: none" in format_summary(run)
 
 
+def test_sigterm_while_writing_output_leaves_nothing(capsys, tmp_path, monkeypatch):
+    """SIGTERM arriving while the output files are written (here: while the timeline is drawn)
+    stops the run with exit 143 and leaves no partial or temporary folder, as Ctrl-C does."""
+    import os
+    import signal
+    import sim.results.report as report
+
+    def terminated(run):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the SIGTERM handler should have stopped the write")
+
+    monkeypatch.setattr(report, "timeline_figure", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = cli(capsys, "run", *SMALL, "--output", tmp_path / "out")
+    assert code == 143 and "terminated (SIGTERM)" in err
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the command's only
+
+
 def test_output_onto_a_file_is_an_error(capsys, tmp_path):
     a_file = tmp_path / "f"
     a_file.write_text("x")

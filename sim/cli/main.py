@@ -20,7 +20,9 @@ model, bad parameter, invalid options; for compare: a missing file, or one that 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 import sim
 
@@ -50,9 +52,19 @@ def _error(message: object) -> None:
     print(f"ipusim: error: {message}", file=sys.stderr)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is, so output files are cleaned up as after Ctrl-C."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (never raises for user errors)."""
     parser = build_parser()
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if on_main_thread else None
     try:
         args = parser.parse_args(argv)
         return args.func(args, args.subparser)
@@ -70,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except Terminated:
+        _error("terminated (SIGTERM)")
+        return 143
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
