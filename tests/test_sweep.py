@@ -51,6 +51,27 @@ def test_cli_sweep_and_bad_axis(capsys, tmp_path):
     assert "FLAG=V1,V2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--grid", "micro-batch=1,2", "--grid", "micro-batch=4"], "--grid micro-batch is given twice"),
+    (["--grid", "micro-bach=1,2"], "no flag --micro-bach (did you mean micro-batch?)"),
+    (["--grid", "training=true,false"], "--training takes no value"),
+    (["--grid", "micro-batch=1,2", "--", "--output", "out"], "--output after -- writes one run's output"),
+    (["--grid", "micro-batch=1,2", "--", "--json"], "--json after -- writes one run's output"),
+])
+def test_a_grid_asked_for_wrongly_is_refused_before_any_point_runs(argv, message, capsys, monkeypatch):
+    monkeypatch.setattr(sweep_module, "run_points", lambda *a, **k: pytest.fail("a point ran"))
+    if "--" not in argv:
+        argv = argv + ["--", "--model", "mlp"]
+    assert cli.main(["sweep"] + argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_empty_grid_value_is_the_run_default():
+    table = sweep(["micro-batch=,4"], ["--model", "mlp"], workers=1)
+    default = sim.simulate(models.get("mlp"), "ipu-mk2").cycle_count
+    assert list(table["micro-batch"].fillna("")) == ["", "4"] and table["cycle_count"].iloc[0] == default
+
+
 def test_sweep_on_a_dask_cluster():
     """The same rows when the points run on a Dask scheduler (an in-process cluster here)."""
     distributed = pytest.importorskip("distributed")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import difflib
 import itertools
 import os
 import signal
@@ -80,14 +81,43 @@ def run_point(argv: list[str]) -> dict:
 
 
 def grid_points(axes: list[str]) -> list[dict[str, str]]:
-    """``["micro-batch=1,2", "replicas=1,4"]`` -> the product as dicts of flag -> value."""
-    parsed = []
+    """``["micro-batch=1,2", "replicas=1,4"]`` -> the product as dicts of flag -> value (an
+    empty value leaves the flag out: the run's default)."""
+    parsed, seen = [], set()
     for axis in axes:
         flag, sep, values = axis.partition("=")
+        flag = flag.lstrip("-")
         if not sep or not flag or not values:
             raise PointError(f"--grid {axis!r}: expected FLAG=V1,V2,... (a flag of ipusim run, without --)")
-        parsed.append([(flag.lstrip("-"), v) for v in values.split(",")])
+        if flag in seen:
+            raise PointError(f"--grid {flag} is given twice: put all its values in one --grid {flag}=V1,V2,...")
+        seen.add(flag)
+        parsed.append([(flag, v) for v in values.split(",")])
+    _check_flags(seen)
     return [dict(p) for p in itertools.product(*parsed)]
+
+
+def _check_flags(flags) -> None:
+    """Every grid flag is a flag of ``ipusim run`` that takes a value."""
+    actions = {s.lstrip("-"): a for a in run.configure(argparse.ArgumentParser(prog="ipusim run"))._actions
+               for s in a.option_strings}
+    for flag in sorted(flags):
+        action = actions.get(flag)
+        if action is None:
+            near = difflib.get_close_matches(flag, actions, n=1)
+            raise PointError(f"--grid {flag}=...: ipusim run has no flag --{flag}"
+                             + (f" (did you mean {near[0]}?)" if near else ""))
+        if action.nargs == 0:
+            raise PointError(f"--grid {flag}=...: --{flag} takes no value, so it cannot be an axis; sweep it "
+                             f"as two runs, one with -- --{flag}")
+
+
+def check_common(common: list[str]) -> None:
+    """The flags after ``--`` that belong to one run's output, not a sweep's rows."""
+    single = [f for f in common if f in ("--output", "--json") or f.startswith("--output=")]
+    if single:
+        raise PointError(f"{single[0].split('=')[0]} after -- writes one run's output; a sweep writes its rows "
+                         "with --csv")
 
 
 def _worker_init() -> None:
@@ -220,6 +250,7 @@ def sweep(axes: list[str], common: list[str], workers: int | None = None, dask: 
     if workers is not None and workers < 1:
         raise PointError(f"workers must be a whole number >= 1, got {workers}")
     points = grid_points(axes)
+    check_common(common)
     flags = list(points[0])
     columns = flags + [c for c in RESULT_COLUMNS if c not in flags]
 
