@@ -1061,10 +1061,11 @@ class _Importer:
             resolved[vi.name] = (tuple(shape), tt.elem_type)
         if missing:
             what = "; ".join(f"input {n!r} dim {i}" + (f" ({p!r})" if p else "") for n, i, p in missing)
-            hint = "load(..., batch_size=N) for a leading (batch) dimension"
+            hint = "load(..., batch_size=N) (command line: --micro-batch / --batch-size N) for a leading (batch) dimension"
             named = sorted({p for _, i, p in missing if p and i > 0})
             if named:
-                hint += ", dims={" + ", ".join(f"{p!r}: N" for p in named) + "} for the others"
+                hint += (", dims={" + ", ".join(f"{p!r}: N" for p in named) + "} (command line: "
+                         + " ".join(f"--dim {p}=N" for p in named) + ") for the others")
             raise GraphError(f"sim.onnx.load: symbolic dimensions need sizes: {what}. Give {hint}")
         if batch_size is not None and not by_batch:
             fixed = {n: s[0] for n, (s, _) in resolved.items() if s}
@@ -1358,19 +1359,8 @@ def load(model, batch_size: int | None = None, dtype: str | None = None, *, loss
 
 
 # --- command line ---------------------------------------------------------------------------
-def _dim(text: str) -> tuple[str, int]:
-    key, sep, value = text.partition("=")
-    try:
-        size = int(value)
-    except ValueError:
-        size = 0
-    if not sep or not key or size < 1:
-        raise argparse.ArgumentTypeError(f"expected NAME=SIZE with SIZE >= 1, got {text!r}")
-    return key, size
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from .cli.argtypes import positive_int
+    from .cli.argtypes import name_size, positive_int
     from .graph.training import OPTIMIZERS
     p = argparse.ArgumentParser(prog="python -m sim.onnx", description="Simulate one call of an ONNX model "
                                 "on an IPU system and print what `ipusim run` prints.")
@@ -1378,7 +1368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system", default="ipu-mk2", help="system config name or .toml path (default: ipu-mk2)")
     p.add_argument("--batch-size", type=positive_int, metavar="N",
                    help="size of the inputs' symbolic leading (batch) dimension: the micro-batch")
-    p.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=SIZE",
+    p.add_argument("--dim", action="append", default=[], type=name_size, metavar="NAME=SIZE",
                    help="size of another symbolic dimension (repeatable)")
     p.add_argument("--dtype", choices=["float16", "float32"], help="dtype of every float tensor (default: the model's)")
     p.add_argument("--device-iterations", type=positive_int, metavar="N", help="[deviceIterations]")

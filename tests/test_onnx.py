@@ -475,3 +475,25 @@ def test_ipusim_run_takes_an_onnx_file(tmp_path, capsys):
     assert cli.main(["run", "--onnx", str(path), "--model", "mlp"]) == 2
     assert cli.main(["run", "--onnx", str(tmp_path / "missing.onnx")]) == 2
     assert "no such file" in capsys.readouterr().err
+    # a zoo parameter is refused (an ONNX model's sizes are in its file), and --dim is for ONNX only
+    assert cli.main(["run", "--onnx", str(path), "--hidden", "512"]) == 2
+    assert "--hidden sets a zoo model's parameter" in capsys.readouterr().err
+    assert cli.main(["run", "--model", "mlp", "--dim", "batch=4"]) == 2
+    assert "--dim applies to an ONNX model" in capsys.readouterr().err
+
+
+def test_ipusim_run_sizes_symbolic_dimensions_and_names_the_loss(tmp_path, capsys):
+    """--dim sizes a symbolic dimension other than the batch, --loss names the tensor to train on."""
+    from sim.cli import main as cli
+    path = tmp_path / "tokens.onnx"
+    onnx.save(model([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                    [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", 64])],
+                    [h.make_tensor_value_info("y", T.FLOAT, ["B", "S", 64])], [zeros("w", (64, 64))]), str(path))
+    assert cli.main(["run", "--onnx", str(path), "--micro-batch", "2"]) == 2
+    assert "dims={'S': N} (command line: --dim S=N)" in capsys.readouterr().err
+    assert cli.main(["run", "--onnx", str(path), "--micro-batch", "2", "--dim", "S=32", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["cycle_count"] == sim.simulate(sim.onnx.load(path, batch_size=2, dims={"S": 32})).cycle_count
+    assert cli.main(["run", "--onnx", str(path), "--micro-batch", "2", "--dim", "S=32", "--training",
+                     "--loss", "y"]) == 2
+    assert "SoftmaxCrossEntropyLoss" in capsys.readouterr().err  # as sim.onnx.load(loss="y") says

@@ -17,6 +17,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def name_size(text: str) -> tuple[str, int]:
+    """``NAME=SIZE`` (a symbolic dimension of an ONNX model and its size, >= 1)."""
+    key, sep, value = text.partition("=")
+    size = int(value) if value.strip().isdigit() else 0
+    if not sep or not key or size < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE with SIZE >= 1, got {text!r}")
+    return key, size
+
+
 def whole_numbers(least: int, example: str):
     """An argparse type: comma-separated whole numbers, each >= ``least``, as a list."""
     def parse(text: str) -> list[int]:

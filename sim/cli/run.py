@@ -27,7 +27,7 @@ from ..options import OutputMode, OverlapMode, TensorLocationSettings
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
-from .argtypes import QUIET, add_verbosity, positive_int, progress, proportions, verbosity, whole_numbers
+from .argtypes import QUIET, add_verbosity, name_size, positive_int, progress, proportions, verbosity, whole_numbers
 
 DEFAULT_SYSTEM = "ipu-mk2"
 DEFAULT_MODEL = "bert-base"
@@ -113,6 +113,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     r.add_argument("--onnx", metavar="PATH", type=Path,
                    help="an ONNX model instead of a zoo model (needs the onnx extra); --micro-batch sizes "
                    "its symbolic batch dimension")
+    r.add_argument("--dim", action="append", default=[], type=name_size, metavar="NAME=SIZE",
+                   help="with --onnx: the size of another symbolic dimension (repeatable)")
+    r.add_argument("--loss", metavar="TENSOR",
+                   help="with --onnx and --training: the ONNX tensor to train on (default: the model's one loss)")
     m = r.add_argument_group("model parameters (passed to the zoo only when given)")
     for name in MODEL_PARAM_FLAGS:
         m.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N")
@@ -295,7 +299,13 @@ def _onnx_graph(args, parser) -> sim.Graph:
         parser.error(f"--onnx needs the onnx package: pip install -e '.[onnx]' ({e})")
     if not args.onnx.is_file():
         parser.error(f"--onnx {str(args.onnx)!r}: no such file")
-    return sim_onnx.load(args.onnx, batch_size=args.micro_batch)
+    zoo_only = [f"--{k.replace('_', '-')}" for k in MODEL_PARAM_FLAGS if k != "micro_batch" and getattr(args, k) is not None]
+    zoo_only += ["--param"] * bool(args.param) + ["--layers-per-ipu"] * (args.layers_per_ipu is not None)
+    if zoo_only:
+        parser.error(f"{zoo_only[0]} sets a zoo model's parameter; an ONNX model's sizes are in its file "
+                     "(size its symbolic dimensions with --micro-batch and --dim NAME=SIZE)")
+    return sim_onnx.load(args.onnx, batch_size=args.micro_batch, dims=dict(args.dim) or None,
+                         loss=args.loss if args.training else None)
 
 
 def simulate_args(args, parser) -> sim.Run:
@@ -319,6 +329,9 @@ def simulate_args(args, parser) -> sim.Run:
             parser.error(f"--output: {e}")
     system = sim.load_system(args.system)
     progress(args, f"system {system.name} ({system.num_ipus} IPU{'s' * (system.num_ipus != 1)}) from {system.path}")
+    if not args.onnx and (args.dim or args.loss):
+        parser.error(f"{'--dim' if args.dim else '--loss'} applies to an ONNX model (--onnx PATH); a zoo model "
+                     "takes its sizes as parameters (--seq-len, --param KEY=VALUE)")
     graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args))
     progress(args, f"model {graph.name}: {len(graph.ops):,} ops; compiling and simulating "
              + ("a training step" if args.training else "inference"))
