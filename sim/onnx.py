@@ -1022,9 +1022,17 @@ class _Importer:
         inputs = [vi for vi in graph.input if vi.name not in inits]
         # which dim names the batch size resolves: the symbolic leading dim of each input
         by_batch = False
+        for what, size in ([("batch_size", batch_size)] if batch_size is not None else []) + \
+                [(f"dims[{k!r}]", v) for k, v in dims.items()]:
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+                raise GraphError(f"sim.onnx.load: {what} must be a whole number >= 1, got {size!r}")
+        named = {d.dim_param for vi in inputs if vi.type.HasField("tensor_type")
+                 for d in vi.type.tensor_type.shape.dim if d.dim_param}
+        unknown = sorted(set(dims) - named)
+        if unknown:
+            raise GraphError(f"sim.onnx.load: dims names {', '.join(map(repr, unknown))}, not a symbolic dimension "
+                             f"of the model's inputs ({', '.join(map(repr, sorted(named))) or 'it has none'})")
         if batch_size is not None:
-            if int(batch_size) < 1:
-                raise GraphError(f"sim.onnx.load: batch_size must be >= 1, got {batch_size}")
             for vi in inputs:
                 tt = vi.type.tensor_type
                 if tt.HasField("shape") and tt.shape.dim:

@@ -415,6 +415,19 @@ def test_bad_popart_attributes_are_named_errors(attrs, match):
     assert "mm" in str(e.value)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"batch_size": 2.5}, r"batch_size must be a whole number >= 1, got 2.5"),
+    ({"batch_size": True}, r"batch_size must be a whole number"),
+    ({"batch_size": 4, "dims": {"S": "64"}}, r"dims\['S'\] must be a whole number >= 1, got '64'"),
+    ({"batch_size": 4, "dims": {"S": 8, "seqq": 12}}, r"dims names 'seqq', not a symbolic dimension .*'S'"),
+])
+def test_load_refuses_sizes_it_cannot_use(kwargs, match):
+    m = model([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", 64])],
+              [h.make_tensor_value_info("y", T.FLOAT, ["B", "S", 64])], [zeros("w", (64, 64))])
+    with pytest.raises(sim.GraphError, match=match):
+        sim.onnx.load(m, **kwargs)
+
+
 def test_missing_external_data_needed_at_import_is_a_named_error(tmp_path):
     """A Reshape's shape kept in an external data file that is gone: one error naming the
     initializer and the folder, not onnx's traceback."""
