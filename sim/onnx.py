@@ -1275,6 +1275,12 @@ class _Importer:
             raise _unsupported(ctx)
         result = rule(ctx)
         results = list(result) if isinstance(result, (list, tuple)) else [result]
+        named = [out for out in node.output if out]
+        if len(results) > len(node.output) or any(r is not None and (not isinstance(r, str) or r not in self.g.tensors)
+                                                  for r in results):
+            raise GraphError(f"{ctx.desc}: its rule returned {result!r}; a rule returns the name of the graph "
+                             f"tensor of each of the node's {len(named)} output(s) (from ctx.op), or None for an "
+                             "output it does not model")
         for i, out in enumerate(node.output):
             if not out:
                 continue

@@ -248,6 +248,17 @@ def test_register_op_gives_an_op_a_cost():
         sim.onnx.load(unknown_op_model())
 
 
+@pytest.mark.parametrize("bad", [lambda ctx: 42, lambda ctx: "no-such-tensor",
+                                 lambda ctx: (ctx.op("gelu", ctx.inputs[:1], shapes=[ctx.shape(0)]),) * 3])
+def test_a_rule_returning_no_graph_tensor_is_a_named_error(bad):
+    sim.onnx.register_op("FancyOp", bad)
+    try:
+        with pytest.raises(sim.GraphError, match=r"FancyOp.*its rule returned .* a rule returns the name"):
+            sim.onnx.load(unknown_op_model())
+    finally:
+        sim.onnx.unregister_op("FancyOp")
+
+
 def test_file_path_and_bytes_round_trip(tmp_path):
     m = cnn_model()
     path = tmp_path / "small_cnn.onnx"
