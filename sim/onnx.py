@@ -1276,8 +1276,8 @@ class _Importer:
         result = rule(ctx)
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         named = [out for out in node.output if out]
-        if len(results) > len(node.output) or any(r is not None and (not isinstance(r, str) or r not in self.g.tensors)
-                                                  for r in results):
+        extra = [r for r in results[len(node.output):] if r is not None]
+        if extra or any(r is not None and (not isinstance(r, str) or r not in self.g.tensors) for r in results):
             raise GraphError(f"{ctx.desc}: its rule returned {result!r}; a rule returns the name of the graph "
                              f"tensor of each of the node's {len(named)} output(s) (from ctx.op), or None for an "
                              "output it does not model")
