@@ -198,6 +198,15 @@ def test_inference_plan_has_no_training_axes(capsys):
     assert "--gradient-accumulation" not in command and "--optimizer-state" not in command
 
 
+def test_no_configuration_fits_says_why(capsys):
+    """Every candidate invalid (8 replicas on a 4-IPU machine): the error gives one with its reason."""
+    code = cli.main(["plan", "--model", "mlp", "--system", "ipu-m2000", "--global-batch", "64", "--replicas", "8",
+                     "--workers", "1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "no configuration fits; e.g. ipusim run" in err and "needs 1 x 8 = 8 IPUs; ipu-m2000 has 4" in err
+
+
 def test_config_file_and_overrides(capsys, tmp_path):
     config = tmp_path / "plan.toml"
     config.write_text('model = "bert-base"\nsystem = "ipu-m2000"\nglobal_batch = 64\ntraining = true\n'

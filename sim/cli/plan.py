@@ -438,8 +438,9 @@ def _cmd_plan(args, parser) -> int:
         print(_summary(table, time.perf_counter() - t0, len(pl.candidates) - pl.enumerated))
     if best.empty:
         dropped = table[table["status"] == "oom"]
-        print("ipusim: no configuration fits" + (f"; e.g. {dropped['command'].iloc[0]}: {dropped['reason'].iloc[0]}"
-                                                 if len(dropped) else ""), file=sys.stderr)
+        example = dropped if len(dropped) else table[table["reason"].astype(str) != ""]
+        print("ipusim: no configuration fits" + (f"; e.g. {example['command'].iloc[0]}: {example['reason'].iloc[0]}"
+                                                 if len(example) else ""), file=sys.stderr)
         return 3 if len(dropped) else 2
     print(format_table(best.head(args.top)))
     if args.commands > 0 and not quiet:
