@@ -110,6 +110,15 @@ def test_sigterm_while_writing_output_leaves_nothing(capsys, tmp_path, monkeypat
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is the command's only
 
 
+def test_an_unwritable_output_folder_is_named_not_its_temporary(capsys):
+    """/proc takes no new folders, even from root: the error names the folder asked for."""
+    from pathlib import Path
+    if not Path("/proc/self").exists():
+        pytest.skip("needs Linux's /proc")
+    code, _, err = cli(capsys, "run", "--model", "mlp", "--output", "/proc/ipusim-out")
+    assert code == 1 and "cannot write the output folder '/proc/ipusim-out'" in err and ".tmp" not in err
+
+
 def test_output_onto_a_file_is_an_error(capsys, tmp_path):
     a_file = tmp_path / "f"
     a_file.write_text("x")

@@ -360,7 +360,11 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     # a fresh name made with mkdir, so the folder gets the usual (umask) permissions
     tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+    except OSError as e:  # name the folder asked for, not the temporary one
+        raise OSError(e.errno, f"cannot write the output folder {str(d)!r} (in {str(target.parent)!r}): "
+                               f"{e.strerror}") from None
     figures = {}  # file name -> PNG bytes, drawn once for the file and the HTML report
 
     def figure(name: str, draw) -> Callable[[Path], None]:
