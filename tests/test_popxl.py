@@ -211,6 +211,12 @@ def test_reduce_scatter_and_all_gather_shapes_follow_the_group():
         assert s.shape == (15,)
         assert ops.collectives.replicated_all_gather(s, group=group).shape == (60,)
         assert ops.collectives.replicated_all_gather(t, group=group, output_shape="new_axis").shape == (4, 6, 10)
+        # PopXL's 'concat' (and 'auto' without a meta-shape) along an axis; 'meta_shape' one after another
+        assert ops.collectives.replicated_all_gather(t, group=group).shape == (24, 10)
+        assert ops.collectives.replicated_all_gather(t, 1, group).shape == (6, 40)
+        assert ops.collectives.replicated_all_gather(t, group=group, output_shape="meta_shape").shape == (240,)
+        with pytest.raises(ValueError, match="Axis should be an int"):
+            ops.collectives.replicated_all_gather(t, group)
     kinds = {op.kind: op.attrs for op in ir.main_graph.sim_graph.ops}
     assert kinds["replicated_reduce_scatter"] == {"group_stride": 1, "group_size": 4}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..context import get_current_context
 from ..errors import PopXLError, not_modelled
 from ..tensor import GradTensor, Tensor
-from ._core import reshape
+from ._core import reshape, transpose
 
 OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
@@ -68,24 +68,35 @@ def replicated_reduce_scatter(t: Tensor, op: str = "add", group=None,
     return g._wrap(out, t.dtype)
 
 
-def replicated_all_gather(t: Tensor, group=None, output_shape: str = "auto") -> Tensor:
-    """Every member of a group gets the group's ``t`` one after another: shape
-    ``(group_size * t.nelms,)``, or ``(group_size, *t.shape)`` with ``output_shape='new_axis'``,
-    or concatenated along axis 0 with ``'concat'``."""
+def replicated_all_gather(t: Tensor, axis: int = 0, group=None, output_shape: str = "auto") -> Tensor:
+    """Every member of a group gets the group's ``t``, as PopXL's: ``'concat'`` concatenates the
+    members' tensors along ``axis`` (``'auto'`` too: the simulator's tensors have no meta-shape),
+    ``'new_axis'`` stacks them, ``(group_size, *t.shape)``, and ``'meta_shape'`` gives them one
+    after another, ``(group_size * t.nelms,)``."""
     if isinstance(t, GradTensor):
         return _on_gradient(t, "replicated_all_gather", group)
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise ValueError(f"Axis should be an int. Type: {type(axis)}. Value: {axis}")
     g, stride, size = _grouping(t, group, "add", "ops.collectives.replicated_all_gather")
     if output_shape not in ("auto", "meta_shape", "new_axis", "concat"):
         raise ValueError(f"replicated_all_gather: output_shape must be 'auto', 'meta_shape', 'new_axis' or "
                          f"'concat', got {output_shape!r}")
+    if not -max(t.rank, 1) <= axis < max(t.rank, 1):
+        raise ValueError(f"replicated_all_gather: axis {axis} is out of range for a tensor of rank {t.rank}")
+    axis %= max(t.rank, 1)
+    concat = output_shape in ("auto", "concat") and t.rank
+    front = [axis] + [d for d in range(t.rank) if d != axis]
+    x = transpose(t, front) if concat and axis else t  # PopXL's _rearrange_input: the axis first
     shards = size or g.ir.replication_factor // stride
     with g._building() as b:
-        out = b.replicated_all_gather(t._sim, shards, stride, size, name=g._scoped("replicated_all_gather"))
+        out = b.replicated_all_gather(x._sim, shards, stride, size, name=g._scoped("replicated_all_gather"))
     y = g._wrap(out, t.dtype)
     if output_shape == "new_axis":
         y = reshape(y, (shards,) + t.shape)
-    elif output_shape == "concat" and t.rank:
-        y = reshape(y, (shards * t.shape[0],) + t.shape[1:])
+    elif concat:
+        y = reshape(y, (shards * x.shape[0],) + x.shape[1:])
+        if axis:  # and back (_rearrange_output)
+            y = transpose(y, [front.index(d) for d in range(t.rank)])
     return y
 
 
