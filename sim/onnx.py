@@ -976,6 +976,8 @@ def _read(model) -> tuple[onnx.ModelProto, str | None, Path | None]:
         path = Path(model)
         if not path.is_file():
             raise GraphError(f"sim.onnx.load: no ONNX file at {str(path)!r}")
+        if path.stat().st_size == 0:
+            raise GraphError(f"sim.onnx.load: {str(path)!r} is empty, not an ONNX model")
         try:
             m = onnx.load(str(path), load_external_data=False)  # weights' bytes are never needed
         except Exception as e:  # noqa: BLE001
@@ -1232,7 +1234,15 @@ class _Importer:
             sim_name = self.b.input(name, _sim_shape(shape), dtype)
             self.onnx_shapes[sim_name] = shape
             self.env[name] = _Value(shape, dtype, sim=sim_name, uses=uses.get(name, 0), name=name)
+        made: dict[str, str] = {}  # tensor -> the node that writes it (ONNX graphs are SSA)
         for index, node in enumerate(graph.node):
+            name = node.name or f"{node.op_type}_{index}"
+            for out in filter(None, node.output):
+                if out in made or out in self.input_shapes or any(t.name == out for t in graph.initializer):
+                    raise GraphError(f"sim.onnx.load: node {name!r} ({node.op_type}) writes {out!r}, which "
+                                     f"{'node ' + repr(made[out]) if out in made else 'the model'} already "
+                                     "defines (an ONNX tensor has one producer); the model is not valid ONNX")
+                made[out] = name
             self._node(index, node)
         for o in graph.output:
             v = self.env.get(o.name)

@@ -439,6 +439,17 @@ def test_load_refuses_sizes_it_cannot_use(kwargs, match):
         sim.onnx.load(m, **kwargs)
 
 
+def test_a_tensor_written_twice_or_an_empty_file_is_named(tmp_path):
+    twice = model([h.make_node("Relu", ["x"], ["y"], name="a"), h.make_node("Sigmoid", ["x"], ["y"], name="b")],
+                  [h.make_tensor_value_info("x", T.FLOAT, [4, 8])], [h.make_tensor_value_info("y", T.FLOAT, [4, 8])])
+    with pytest.raises(sim.GraphError, match=r"node 'b' \(Sigmoid\) writes 'y', which node 'a' already defines"):
+        sim.onnx.load(twice)
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(sim.GraphError, match="is empty, not an ONNX model"):
+        sim.onnx.load(empty)
+
+
 def test_missing_external_data_needed_at_import_is_a_named_error(tmp_path):
     """A Reshape's shape kept in an external data file that is gone: one error naming the
     initializer and the folder, not onnx's traceback."""
