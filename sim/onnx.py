@@ -1235,10 +1235,11 @@ class _Importer:
             self.onnx_shapes[sim_name] = shape
             self.env[name] = _Value(shape, dtype, sim=sim_name, uses=uses.get(name, 0), name=name)
         made: dict[str, str] = {}  # tensor -> the node that writes it (ONNX graphs are SSA)
+        defined = set(self.input_shapes) | {t.name for t in graph.initializer}
         for index, node in enumerate(graph.node):
             name = node.name or f"{node.op_type}_{index}"
             for out in filter(None, node.output):
-                if out in made or out in self.input_shapes or any(t.name == out for t in graph.initializer):
+                if out in made or out in defined:
                     raise GraphError(f"sim.onnx.load: node {name!r} ({node.op_type}) writes {out!r}, which "
                                      f"{'node ' + repr(made[out]) if out in made else 'the model'} already "
                                      "defines (an ONNX tensor has one producer); the model is not valid ONNX")
