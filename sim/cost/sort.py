@@ -154,7 +154,8 @@ def bitonic_sort_cost(rows: int, n: int, k: int, dtype_bytes: int, integer_keys:
             temp = max(temp, 2 * held)  # the step's source and destination buffers
             used_most = max(used_most, used)
     per_tile_in = -(-rows * n // used_most)
-    fill = math.ceil(ipu.worker_threads * (14 + 3 * -(-per_tile_in // (2 * ipu.worker_threads))))  # the indices' iota
+    # the indices' iota: one worker vertex a worker, 10 + 4 + 3 per pair of elements (Iota's estimator)
+    fill = ipu.worker_threads * (14 + 3 * -(-per_tile_in // (2 * ipu.worker_threads)))
     compute, launch, sets = compute + fill, launch + ipu.worker_threads * 10, steps + 1
     if dtype_bytes == 2 and not integer_keys:  # half keys cast to float before, back after
         cast_in, cast_out = _cast_cycles(per_tile_in, 2), _cast_cycles(-(-rows * k // used_most), 2)
