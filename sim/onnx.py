@@ -464,6 +464,10 @@ def _not_modelled(v: _Value, where: str) -> UnsupportedOpError:
         f"{where}. Give the producer a rule that does with sim.onnx.register_op (see docs/onnx.md)")
 
 
+#: op types whose outputs are always known at import (shapes, constants)
+_ALWAYS_FOLDED = ("Shape", "Size", "Constant")
+
+
 def _unsupported(ctx: OpContext, why: str = "") -> UnsupportedOpError:
     reason = f": {why}" if why else ""
     return UnsupportedOpError(
@@ -1283,7 +1287,12 @@ class _Importer:
         if rule is None and node.domain in ("", "ai.onnx"):
             rule = RULES.get(node.op_type)
         if rule is None:
-            raise _unsupported(ctx)
+            error = _unsupported(ctx)
+            later = [t for t in self._unknown_op_types(index) if t not in (node.op_type, f"{node.domain}::{node.op_type}")]
+            if later:  # name the rest too, so one round of register_op covers the model
+                error.args = (f"{error.args[0]} Further on, the model also has op types with no rule: "
+                              f"{', '.join(later)} (unless their inputs are constants, which fold)",)
+            raise error
         result = rule(ctx)
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         named = [out for out in node.output if out]
@@ -1301,6 +1310,17 @@ class _Importer:
                 continue
             like = next((v for v in ins if v is not None and v.sim == r), None)
             self.env[out] = replace(self.value_of_tensor(r, like), name=out)
+
+    def _unknown_op_types(self, index: int) -> list[str]:
+        """The op types after node ``index`` that neither a rule nor register_op prices."""
+        types = []
+        for node in list(self.model.graph.node)[index + 1:]:
+            known = (_REGISTRY.get(f"{node.domain}::{node.op_type}") or _REGISTRY.get(node.op_type)
+                     or (node.domain in ("", "ai.onnx") and (node.op_type in RULES or node.op_type in _ALWAYS_FOLDED)))
+            label = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+            if not known and label not in types:
+                types.append(label)
+        return types
 
     def _fold(self, ctx: OpContext):
         """The node's outputs as numpy values when they are known at import time, else None."""
