@@ -315,6 +315,21 @@ def _training_ir(adam: bool = False, loss: bool = True):
     return ir, img_h2d, lbl_h2d, grads
 
 
+def test_nll_loss_is_a_scalar_as_in_popxl():
+    ir, img, lbl, _ = _training_ir()
+    loss = next(op for op in ir.main_graph.sim_graph.ops if op.kind == "softmax_cross_entropy")
+    s = popxl.Session(ir, "ipu_hw")
+    out = s.run({img: np.zeros((2, 2, 32, 784), np.float32), lbl: np.zeros((2, 2, 32), np.int32)})
+    assert [v.shape for v in out.values()] == [(2, 2)]  # (transfers, replicas) of a scalar loss
+    assert loss.outputs[0] == s.executable.graph.loss
+    other = popxl.Ir()
+    with other.main_graph:
+        probs = popxl.variable((4, 10), popxl.float32, name="p")
+        labels = popxl.variable(np.zeros(4, np.int32), name="l")
+        ops.nll_loss_with_softmax_grad(probs, labels, reduction="none")
+    assert any("reduction='none'" in n and "no modelled effect" in n for n in other._notes)
+
+
 def test_autodiff_program_is_simulated_as_training():
     ir, img, lbl, grads = _training_ir()
     assert grads[next(iter(grads))].shape == (32, 784)  # the image's gradient handle

@@ -573,9 +573,15 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
     g = _graph("ops.nll_loss_with_softmax_grad", probs, labels)
     if not labels.dtype.is_int:
         raise GraphError(f"ops.nll_loss_with_softmax_grad: labels {labels.id!r} must be integers")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"Not a valid reduction: {reduction}. Must be one of 'mean', 'sum' or 'none'")
+    if reduction == "none" or ignore_index is not None or isinstance(loss_grad, Tensor):
+        g.ir._note(f"ops.nll_loss_with_softmax_grad(reduction={reduction!r}, ignore_index={ignore_index!r}, "
+                   "loss_grad): accepted, no modelled effect: priced as one reduced loss over the batch")
     with g._building() as bld:
         loss = bld.softmax_cross_entropy(probs._sim, labels._sim, name=_name(g, "nll_loss"))
-    return _out(g, loss), GradTensor(g, probs.shape, probs.dtype, probs, f"d_loss/d_{probs.id}")
+    out = _out(g, loss) if reduction == "none" else reshape(_out(g, loss), ())  # PopXL's reduced loss: a scalar
+    return out, GradTensor(g, probs.shape, probs.dtype, probs, f"d_loss/d_{probs.id}")
 
 
 # --- calling subgraphs ------------------------------------------------------------------------
