@@ -649,6 +649,31 @@ def test_a_loss_built_from_losses_trains_as_torch(combine, grads):
     assert sorted(kinds) == sorted(grads)
 
 
+def test_an_unmarked_combined_loss_is_named_in_the_notes():
+    """A loss changed by further ops without identity_loss (which PopTorch requires) trains from
+    the loss op, and the run's notes say so; a plain torch loss gets no such note."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.fc(x), y) * 2
+
+    class Plain(Scaled):
+        def forward(self, x, y):
+            return F.cross_entropy(self.fc(x), y)
+
+    x, y = torch.randn(8, 8), torch.randint(0, 4, (8,))
+    notes = {}
+    for net in (Scaled(), Plain()):
+        model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+        model(x, y)
+        notes[type(net).__name__] = [n for n in model.executable.notes if "identity_loss" in n]
+    assert len(notes["Scaled"]) == 1 and "backward starts from the last one" in notes["Scaled"][0]
+    assert notes["Plain"] == []
+
+
 def test_baddbmm_normalize_and_masked_attention_run_as_torch():
     """baddbmm (nn.MultiheadAttention with a mask uses it), F.normalize (a norm, a floor at eps
     and a division, as PopTorch lowers it) give torch's results and train."""

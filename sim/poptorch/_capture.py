@@ -390,6 +390,10 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
             for i, out in enumerate(cap.outputs):
                 if out in consumers:
                     loss_output = i
+    if cap.explicit_loss is None and (len(cap.losses) > 1 or (g.loss is not None and g.loss not in cap.outputs)):
+        cap.notes.append(f"the model's loss is built from {len(cap.losses)} loss op(s) by further ops without "
+                         "poptorch.identity_loss, which PopTorch needs for a custom or combined loss (user guide, "
+                         f"'pytorch_to_poptorch'); the simulated backward starts from the last one, {g.loss!r}")
     for tname, mode in cap.overlap.items():
         if tname in g.tensors:
             g.overlap[tname] = int(OverlapMode[mode] if isinstance(mode, str) else mode)
