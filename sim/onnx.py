@@ -1403,6 +1403,19 @@ def load(model, batch_size: int | None = None, dtype: str | None = None, *, loss
     return _Importer(proto, batch_size, dtype, dims, gname, base_dir).run(loss)
 
 
+def fixed_batch(model) -> int | None:
+    """The leading dimension every input of ``model`` fixes, if they all fix the same one (a
+    model exported without a dynamic batch axis), else None."""
+    proto, _, _ = _read(model)
+    inits = {t.name for t in proto.graph.initializer}
+    leading = set()
+    for vi in proto.graph.input:
+        dims = vi.type.tensor_type.shape.dim if vi.name not in inits and vi.type.HasField("tensor_type") else ()
+        if dims:
+            leading.add(dims[0].dim_value if dims[0].HasField("dim_value") and dims[0].dim_value > 0 else None)
+    return leading.pop() if len(leading) == 1 and None not in leading else None
+
+
 # --- command line ---------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .cli.argtypes import name_size, positive_int

@@ -151,6 +151,13 @@ class Model:
         elif "split_points" in defaults and "recompute_checkpoints" in defaults:
             self.family = "blocks"
 
+    def fixed_batch(self) -> int | None:
+        """The micro-batch an ONNX file fixes in its inputs (None: the planner chooses)."""
+        if self.onnx is None:
+            return None
+        from . import onnx as sim_onnx
+        return sim_onnx.fixed_batch(self.onnx)
+
     def build(self, micro_batch: int, **placement) -> Graph:
         """The model's graph at ``micro_batch`` with the planner's placement parameters."""
         if self.onnx is not None:
@@ -449,6 +456,13 @@ class Planner:
 
     def _micro_batches(self) -> list[int]:
         hi = self.space.global_batch[1]
+        fixed = self.model.fixed_batch()
+        if fixed is not None:  # an ONNX model exported with a fixed batch: that is its micro-batch
+            if self.space.micro_batches and fixed not in self.space.micro_batches:
+                raise OptionsError(f"plan: {self.model.onnx!r} fixes its batch at {fixed}, not one of the "
+                                   f"micro-batches {self.space.micro_batches}; re-export it with a dynamic batch "
+                                   "axis to plan others")
+            return [fixed]
         return self.space.micro_batches or [m for m in powers_of_two(64) if m <= hi]
 
     def _optimizer_states(self) -> list[str | None]:

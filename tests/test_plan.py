@@ -207,6 +207,28 @@ def test_no_configuration_fits_says_why(capsys):
     assert "no configuration fits; e.g. ipusim run" in err and "needs 1 x 8 = 8 IPUs; ipu-m2000 has 4" in err
 
 
+def test_an_onnx_model_with_a_fixed_batch_is_planned_at_that_batch(capsys, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "fixed",
+                         [h.make_tensor_value_info("x", T.FLOAT, [4, 64])], [h.make_tensor_value_info("y", T.FLOAT, [4, 64])],
+                         [nh.from_array(np.zeros((64, 64), np.float32), "w")])
+    path = tmp_path / "fixed.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    code = cli.main(["plan", "--onnx", str(path), "--system", "ipu-m2000", "--global-batch", "16", "--workers", "1",
+                     "--commands", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    command = next(line for line in out.splitlines() if line.startswith("  1. "))
+    assert "--micro-batch 4" in command
+    assert cli.main(["plan", "--onnx", str(path), "--system", "ipu-m2000", "--global-batch", "16",
+                     "--micro-batch", "8"]) == 2
+    assert "fixes its batch at 4" in capsys.readouterr().err
+
+
 def test_config_file_and_overrides(capsys, tmp_path):
     config = tmp_path / "plan.toml"
     config.write_text('model = "bert-base"\nsystem = "ipu-m2000"\nglobal_batch = 64\ntraining = true\n'
