@@ -548,3 +548,5 @@ def test_ipusim_run_sizes_symbolic_dimensions_and_names_the_loss(tmp_path, capsy
     assert cli.main(["run", "--onnx", str(path), "--micro-batch", "2", "--dim", "S=32", "--training",
                      "--loss", "y"]) == 2
     assert "SoftmaxCrossEntropyLoss" in capsys.readouterr().err  # as sim.onnx.load(loss="y") says
+    assert cli.main(["run", "--onnx", str(path), "--micro-batch", "2", "--dim", "S=32", "--training"]) == 2
+    assert "has no loss the simulator recognises" in capsys.readouterr().err

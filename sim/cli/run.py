@@ -333,6 +333,10 @@ def simulate_args(args, parser) -> sim.Run:
         parser.error(f"{'--dim' if args.dim else '--loss'} applies to an ONNX model (--onnx PATH); a zoo model "
                      "takes its sizes as parameters (--seq-len, --param KEY=VALUE)")
     graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args))
+    if args.training and graph.loss is None:
+        raise sim.GraphError(f"--training: {graph.name!r} has no loss the simulator recognises"
+                             + (" (a SoftmaxCrossEntropyLoss or NegativeLogLikelihoodLoss output); name the tensor "
+                                "to train on with --loss TENSOR" if args.onnx else "; run it without --training"))
     progress(args, f"model {graph.name}: {len(graph.ops):,} ops; compiling and simulating "
              + ("a training step" if args.training else "inference"))
     run = sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
