@@ -742,9 +742,12 @@ def test_einsum_runs_as_torch_and_trains(equation, shapes, matmuls):
 @pytest.mark.parametrize("fn, kinds", [
     (lambda a, b: F.cosine_similarity(a, b, dim=-1), {"mul", "reduce_sum", "sqrt", "maximum", "div"}),
     (lambda a, b: torch.flip(a, [0, 1]) + b, {"copy"}),
-], ids=["cosine_similarity", "flip"])
+    (lambda a, b: F.hardswish(a * 4) + F.hardsigmoid(b * 4), {"map"}),
+], ids=["cosine_similarity", "flip", "hardswish_hardsigmoid"])
 def test_lowered_like_poptorch_run_as_torch_and_train(fn, kinds):
-    """cosine_similarity (DistanceOps.cpp) and flip (PopART's Reverse: a copy of a reversed view)."""
+    """cosine_similarity (DistanceOps.cpp), flip (PopART's Reverse: a copy of a reversed view),
+    hardswish and hardsigmoid (ActivationOps.cpp: a where of max, abs, compare and mul; PopART's
+    HardSigmoid)."""
     class Net(nn.Module):
         def __init__(self):
             super().__init__()

@@ -50,6 +50,11 @@ EXPRESSIONS = {
     "hardshrink": (["abs", "compare", "select"], ["abs", "compare", "select"]),
     "softshrink": (["abs", "compare", "sign", "scale", "sub", "select"], ["abs", "compare", "select"]),
     "threshold": (["compare", "select"], ["compare", "select"]),
+    # PopTorch's handlers (ActivationOps.cpp): where(|x| > 3, max(x, 0), x (x + 3) / 6), and
+    # PopART's HardSigmoid, clip(x / 6 + 1/2, 0, 1)
+    "hardswish": (["maximum", "abs", "compare", "add", "mul", "scale", "select"],
+                  ["abs", "compare", "scale", "add", "select", "mul"]),
+    "hardsigmoid": (["scale", "add", "clamp"], ["compare", "select", "scale", "mul"]),
 }
 ALIASES = {"arccos": "acos", "arctan": "atan", "arccosh": "acosh", "arcsinh": "asinh", "arctanh": "atanh",
            "_threshold": "threshold"}
@@ -273,7 +278,8 @@ MODULE_RULES = {
     nn.Softsign: _expression("softsign"), nn.Hardshrink: _expression("hardshrink"),
     nn.Softshrink: _expression("softshrink"), nn.LeakyReLU: _expression("leaky_relu"),
     nn.RReLU: _expression("rrelu"), nn.Threshold: _expression("threshold"), nn.Hardtanh: _clamp,
-    nn.PReLU: _prelu, nn.GLU: _glu,
+    nn.PReLU: _prelu, nn.GLU: _glu, nn.Hardswish: _expression("hardswish"),
+    nn.Hardsigmoid: _expression("hardsigmoid"),
 }
 
 #: generators are drawn on the device at every run, never folded into constants
