@@ -352,6 +352,10 @@ def _interpolate(ctx):
         return ctx.op("copy", [x], {"op": "upsample_nearest"})
     if mode == "bicubic":
         return emit_map(ctx, ["mul", "add"], [x], [["mul", "add"]], repeat=16)
+    if mode == "bilinear":
+        ctx.unsupported("mode 'bilinear': PopTorch runs it (integer, uniform scale factors) as its "
+                        "UpsampleBilinear2d custom op, a plain C++ codelet without a cycle estimate, so the "
+                        "simulator has no cost for it; register_op one (four multiply-adds per output)")
     ctx.unsupported(f"mode {mode!r}: PopTorch supports the nearest and bicubic modes of Upsample")
 
 
