@@ -223,6 +223,19 @@ def test_a_model_without_host_inputs_runs_and_says_what_is_not_measured():
 
 # --- silently accepted -----------------------------------------------------------------------
 
+@pytest.mark.parametrize("args, error, message", [
+    ((None, "ipu-mk2"), sim.GraphError, "graph=NoneType: expected a sim.Graph"),
+    (("GRAPH", None), sim.ConfigError, "system=None: expected a system name"),
+    (("GRAPH", ""), sim.ConfigError, "system='': expected a system name"),
+    (("GRAPH", "ipu-mk2", {"replicationFactor": 2}), sim.OptionsError, "options=dict: expected a sim.Options"),
+])
+def test_arguments_of_the_wrong_type_are_named_errors(args, error, message):
+    args = tuple(models.get("mlp") if a == "GRAPH" else a for a in args)
+    for call in (sim.simulate, sim.compile):
+        with pytest.raises(error, match=re.escape(message)):
+            call(*args)
+
+
 @pytest.mark.parametrize("training", ["no", "yes", 1, 0, None])
 def test_training_must_be_a_bool(training):
     graph = models.get("mlp")

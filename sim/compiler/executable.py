@@ -11,12 +11,13 @@ check tile memory (:mod:`sim.compiler.memory`). Host stream copies are left out 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
 
 from ..schedule import phased, pipeline, replicated_ops, sharded
 from ..cost import OpCost, op_cost
-from ..errors import GraphError, OptionsError, show_number
+from ..errors import ConfigError, GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..hardware.system import System, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory
@@ -124,6 +125,15 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if not isinstance(training, bool):
         raise OptionsError(f"training={training!r}: expected True or False (a bool); a string such as "
                            "'no' would otherwise count as true")
+    if not isinstance(graph, Graph):
+        raise GraphError(f"graph={type(graph).__name__}: expected a sim.Graph (models.get(...), a GraphBuilder's "
+                         "graph or sim.onnx.load(...))")
+    if not isinstance(system, (System, str, os.PathLike)) or system == "":
+        raise ConfigError(f"system={system!r}: expected a system name (see sim.available_systems()), a .toml "
+                          "path or a sim.System")
+    if options is not None and not isinstance(options, Options):
+        raise OptionsError(f"options={type(options).__name__}: expected a sim.Options (sim.Options()"
+                           ".replicationFactor(2), ...) or None")
     clock = [time.perf_counter()]
     timings: dict[str, float] = {}
 
