@@ -49,3 +49,24 @@ def test_off_chip_accumulators_move_every_micro_batch():
     assert [c.nbytes for c in stores] == [accum]  # in the accumulation loop's body, run 4 times
     trace = run.trace
     assert (trace["name"] == stores[0].name).sum() == 4
+
+
+def test_state_locations_with_nothing_to_act_on_are_noted():
+    """RTS over one replica, or any optimizer-state setting in inference, changes nothing; the
+    run's notes say so rather than accepting it silently."""
+    import models
+    import sim
+    from sim.options import TensorLocationSettings
+    rts = TensorLocationSettings().useReplicatedTensorSharding()
+    one = sim.Options()
+    one.TensorLocations.setOptimizerLocation(rts)
+    notes = sim.simulate(models.get("mlp"), "ipu-mk2", one, training=True, optimizer="adam").executable.notes
+    assert "TensorLocations.setOptimizerLocation: replicated tensor sharding over 1 replica shards nothing; " \
+           "no effect" in notes
+    two = sim.Options().replicationFactor(2)
+    two.TensorLocations.setOptimizerLocation(rts)
+    assert "TensorLocations.setOptimizerLocation: no optimizer state in inference; no effect" in \
+        sim.simulate(models.get("mlp"), "ipu-m2000", two).executable.notes
+    assert not [n for n in sim.simulate(models.get("mlp"), "ipu-m2000", two, training=True,
+                                        optimizer="adam").executable.notes if "TensorLocations" in n]
+

@@ -175,6 +175,14 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
+    for kind in ("optimizer", "accumulator"):  # settings with nothing to act on here
+        where = o.TensorLocations.locations[kind]
+        set_on = where.replicated_tensor_sharding or where.on_chip is False
+        if set_on and not training:
+            notes.append(f"TensorLocations.set{kind.capitalize()}Location: no {kind} state in inference; no effect")
+        elif where.replicated_tensor_sharding and o.total_replicas() == 1 and training:
+            notes.append(f"TensorLocations.set{kind.capitalize()}Location: replicated tensor sharding over 1 replica "
+                         "shards nothing; no effect")
     if any(op.kind == "lars_update" for op in updates) and any(g.tensors[t].shards > 1 for op in updates
                                                                 for t in op.inputs):
         notes.append("lars with sharded optimizer state (RTS): each replica's norms cover its shard; the "
