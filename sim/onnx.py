@@ -468,6 +468,21 @@ def _not_modelled(v: _Value, where: str) -> UnsupportedOpError:
 _ALWAYS_FOLDED = ("Shape", "Size", "Constant")
 
 
+def _default_domain(node) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def _op_label(node) -> str:
+    """``OpType``, or ``domain::OpType`` outside the default ONNX domain."""
+    return node.op_type if _default_domain(node) else f"{node.domain}::{node.op_type}"
+
+
+def _rule_for(node):
+    """The rule pricing ``node``: a register_op one (domain-qualified first), else the built-in."""
+    rule = _REGISTRY.get(f"{node.domain}::{node.op_type}") or _REGISTRY.get(node.op_type)
+    return rule if rule is not None or not _default_domain(node) else RULES.get(node.op_type)
+
+
 def _unsupported(ctx: OpContext, why: str = "") -> UnsupportedOpError:
     reason = f": {why}" if why else ""
     return UnsupportedOpError(
@@ -1274,7 +1289,7 @@ class _Importer:
                                  "produces it (the graph must be in topological order)")
             ins.append(self.env[n])
         ctx = OpContext(self, node, name, ins)
-        if node.domain in ("", "ai.onnx"):
+        if _default_domain(node):
             folded = self._fold(ctx)
             if folded is not None:
                 for out, arr in zip(node.output, folded):
@@ -1283,12 +1298,10 @@ class _Importer:
                         self.env[out] = _Value(tuple(arr.shape), self.np_sim_dtype(arr.dtype, f"{out!r}"),
                                                const=arr, name=out)
                 return
-        rule = _REGISTRY.get(f"{node.domain}::{node.op_type}") or _REGISTRY.get(node.op_type)
-        if rule is None and node.domain in ("", "ai.onnx"):
-            rule = RULES.get(node.op_type)
+        rule = _rule_for(node)
         if rule is None:
             error = _unsupported(ctx)
-            later = [t for t in self._unknown_op_types(index) if t not in (node.op_type, f"{node.domain}::{node.op_type}")]
+            later = [t for t in self._unknown_op_types(index) if t != _op_label(node)]
             if later:  # name the rest too, so one round of register_op covers the model
                 error.args = (f"{error.args[0]} Further on, the model also has op types with no rule: "
                               f"{', '.join(later)} (unless their inputs are constants, which fold)",)
@@ -1313,14 +1326,9 @@ class _Importer:
 
     def _unknown_op_types(self, index: int) -> list[str]:
         """The op types after node ``index`` that neither a rule nor register_op prices."""
-        types = []
-        for node in list(self.model.graph.node)[index + 1:]:
-            known = (_REGISTRY.get(f"{node.domain}::{node.op_type}") or _REGISTRY.get(node.op_type)
-                     or (node.domain in ("", "ai.onnx") and (node.op_type in RULES or node.op_type in _ALWAYS_FOLDED)))
-            label = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
-            if not known and label not in types:
-                types.append(label)
-        return types
+        unknown = (_op_label(node) for node in list(self.model.graph.node)[index + 1:]
+                   if _rule_for(node) is None and not (_default_domain(node) and node.op_type in _ALWAYS_FOLDED))
+        return list(dict.fromkeys(unknown))
 
     def _fold(self, ctx: OpContext):
         """The node's outputs as numpy values when they are known at import time, else None."""

@@ -59,6 +59,7 @@ import heapq
 import math
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -151,8 +152,10 @@ class Model:
         elif "split_points" in defaults and "recompute_checkpoints" in defaults:
             self.family = "blocks"
 
+    @cached_property
     def fixed_batch(self) -> int | None:
-        """The micro-batch an ONNX file fixes in its inputs (None: the planner chooses)."""
+        """The micro-batch an ONNX file fixes in its inputs (None: the planner chooses); the file
+        is read once."""
         if self.onnx is None:
             return None
         from . import onnx as sim_onnx
@@ -456,7 +459,7 @@ class Planner:
 
     def _micro_batches(self) -> list[int]:
         hi = self.space.global_batch[1]
-        fixed = self.model.fixed_batch()
+        fixed = self.model.fixed_batch
         if fixed is not None:  # an ONNX model exported with a fixed batch: that is its micro-batch
             if self.space.micro_batches and fixed not in self.space.micro_batches:
                 raise OptionsError(f"plan: {self.model.onnx!r} fixes its batch at {fixed}, not one of the "

@@ -134,8 +134,8 @@ def _tensordot(ctx):
     keep_b = [i for i in range(rb.dim()) if i not in db]
     K = math.prod(ra.shape[i] for i in da)
     M, N = math.prod(ra.shape[i] for i in keep_a), math.prod(rb.shape[i] for i in keep_b)
-    ta = _arranged(ctx, a, ra, keep_a + da, (M, K), "a")
-    tb = _arranged(ctx, b, rb, db + keep_b, (K, N), "b")
+    ta = _arranged(ctx, a, keep_a + da, (M, K), "a")
+    tb = _arranged(ctx, b, db + keep_b, (K, N), "b")
     y = emit(ctx, "matmul", [ta, tb], (M, N), dt, name="matmul")
     return ctx.op("reshape", [y])
 
@@ -185,8 +185,8 @@ def _einsum(ctx):
         left = [c for c in lab if c not in ulab]
         right = [c for c in ulab if c not in lab]
         nb, nl, nk, nr = (math.prod(size[c] for c in g) for g in (batch, left, summed, right))
-        a = _permuted(ctx, t, lab, batch + left + summed, (nb, nl, nk), dt, f"a{i}")
-        b = _permuted(ctx, u, ulab, batch + summed + right, (nb, nk, nr), dt, f"b{i}")
+        a = _arranged(ctx, t, [lab.index(c) for c in batch + left + summed], (nb, nl, nk), f"a{i}")
+        b = _arranged(ctx, u, [ulab.index(c) for c in batch + summed + right], (nb, nk, nr), f"b{i}")
         lab = "".join(batch + left + right)
         y = emit(ctx, "matmul", [a, b], (nb, nl, nr), dt, name=f"matmul{i}")
         t = emit(ctx, "reshape", [y], tuple(size[c] for c in lab) or (1,), dt, name=f"product{i}")
@@ -195,20 +195,13 @@ def _einsum(ctx):
     return ctx.op("reshape", [t])
 
 
-def _permuted(ctx, t, lab, order, shape, dt, label):
-    """``t`` (labels ``lab``) permuted to ``order`` and flattened to ``shape``."""
-    if list(lab) != order:
-        perm = [lab.index(c) for c in order]
-        real = ctx.cap.g.tensors[t].shape
-        t = emit(ctx, "transpose", [t], tuple(real[p] for p in perm), dt, {"perm": perm}, f"{label}_t")
-    return emit(ctx, "reshape", [t], shape, dt, name=f"{label}_3d")
-
-
-def _arranged(ctx, s, real, perm, shape2d, label):
+def _arranged(ctx, s, perm, shape, label):
+    """Graph value ``s`` with its dimensions permuted by ``perm`` and flattened to ``shape``."""
     t = ctx.t(s)
-    if perm != list(range(real.dim())):
-        t = emit(ctx, "transpose", [t], tuple(real.shape[p] for p in perm), real.dtype, {"perm": perm}, f"{label}_t")
-    return emit(ctx, "reshape", [t], shape2d, real.dtype, name=f"{label}_2d")
+    src = ctx.cap.g.tensors[t]
+    if perm != list(range(len(src.shape))):
+        t = emit(ctx, "transpose", [t], tuple(src.shape[p] for p in perm), src.dtype, {"perm": perm}, f"{label}_t")
+    return emit(ctx, "reshape", [t], shape, src.dtype, name=f"{label}_{len(shape)}d")
 
 
 def _cdist(ctx):
