@@ -374,8 +374,69 @@ def test_compile_twice_warns_and_shape_changes_are_errors(caplog):
     model.compile(*batch(4))
     model.compile(*batch(4))
     assert "Call to compile() ignored" in caplog.text
-    with pytest.raises(poptorch.Error, match="compiled for inputs of shapes"):
+    with pytest.raises(poptorch.Error, match=r"Shape mismatch for x: expected \[2, 8\] but got \[4, 8\]"):
         model(*batch(8))
+
+
+class Scaled(torch.nn.Module):
+    """A Python value (``k``) chooses the graph: a constant of the compiled model."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x, k):
+        return self.fc(x) * k if k < 5 else torch.relu(self.fc(x)).exp()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, x: m(x, 7), "Value mismatch for k: expected 2 but got 7"),
+    (lambda m, x: m(x, 2.0), "Type mismatch for k: expected <class 'int'> but got <class 'float'>"),
+    (lambda m, x: m(x.half(), 2), "Data type mismatch for x: expected torch.float32 but got torch.float16"),
+    (lambda m, x: m(x, 2, 3), r"do not fit Scaled.forward\(x, k\): too many positional arguments"),
+])
+def test_inputs_must_match_the_compiled_call(call, message):
+    """PopTorch's ``validateInputs``: a non-tensor argument is a constant of the graph, so a new
+    value is an error (it used to run the old graph silently); ``m(x, k=2)`` is ``m(x, 2)``."""
+    model = poptorch.inferenceModel(Scaled(), make_options())
+    x = torch.ones(MB, 8)
+    model(x, 2)
+    model(x, k=2)
+    model(k=2, x=x)
+    with pytest.raises(poptorch.Error, match=message):
+        call(model, x)
+
+
+def test_custom_argument_objects_are_compared_by_their_tensors():
+    class Pair:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    class Parser(poptorch.ICustomArgParser):
+        def yieldTensors(self, struct):
+            yield struct.a
+            yield struct.b
+
+        def reconstruct(self, original, tensors):
+            return Pair(next(tensors), next(tensors))
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, p):
+            return self.fc(p.a) + self.fc(p.b)
+
+    poptorch.registerCustomArgParser(Pair, Parser())
+    try:
+        model = poptorch.inferenceModel(Model(), make_options())
+        model(Pair(torch.ones(MB, 8), torch.ones(MB, 8)))
+        model(Pair(torch.zeros(MB, 8), torch.ones(MB, 8)))  # another object, same tensors: fine
+        with pytest.raises(poptorch.Error, match=r"Shape mismatch for p\[1\]: expected \[2, 8\] but got \[1, 8\]"):
+            model(Pair(torch.ones(MB, 8), torch.ones(1, 8)))
+    finally:
+        poptorch.registerCustomArgParser(Pair, None)
 
 
 def test_save_and_load_recompile(tmp_path):

@@ -15,7 +15,7 @@ from torch.utils import _pytree as pytree
 
 from ._errors import error
 
-_PARSERS: dict[type, "ICustomArgParser"] = {}
+PARSERS: dict[type, "ICustomArgParser"] = {}
 
 
 class ICustomArgParser(abc.ABC):
@@ -41,9 +41,9 @@ def _deregister(arg_type: type) -> None:
 
 def registerCustomArgParser(arg_data_type: type, arg_parser: ICustomArgParser | None) -> None:
     """Use ``arg_parser`` for arguments of type ``arg_data_type`` (None removes it)."""
-    if arg_data_type in _PARSERS:
+    if arg_data_type in PARSERS:
         _deregister(arg_data_type)
-        del _PARSERS[arg_data_type]
+        del PARSERS[arg_data_type]
     if arg_parser is None:
         return
     if not isinstance(arg_parser, ICustomArgParser):
@@ -55,9 +55,14 @@ def registerCustomArgParser(arg_data_type: type, arg_parser: ICustomArgParser | 
     def unflatten(tensors, obj):
         return arg_parser.reconstruct(obj, iter(tensors))
 
+    def flatten_with_keys(obj):  # the tensors named by their position, for input checks
+        tensors, context = flatten(obj)
+        return [(pytree.SequenceKey(i), t) for i, t in enumerate(tensors)], context
+
     pytree.register_pytree_node(arg_data_type, flatten, unflatten,
-                                serialized_type_name=f"ipusim.{arg_data_type.__qualname__}")
-    _PARSERS[arg_data_type] = arg_parser
+                                serialized_type_name=f"ipusim.{arg_data_type.__qualname__}",
+                                flatten_with_keys_fn=flatten_with_keys)
+    PARSERS[arg_data_type] = arg_parser
 
 
 __all__ = ["ICustomArgParser", "registerCustomArgParser"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import copy
 import datetime
+import inspect
 import logging
 import os
 import time
@@ -34,7 +35,7 @@ from .. import run_executable
 from ..errors import OptionsError, UnsupportedOpError
 from ..graph.training import Optimizer as _SimOptimizer
 from ..strategy import PipelinedExecution, ShardedExecution, assign
-from . import _precision, _system, enums
+from . import _args, _precision, _system, enums
 from . import optim as _optim
 from ._capture import Captured, capture
 from ._errors import NO_EXECUTABLE, error
@@ -116,7 +117,7 @@ class PoplarExecutor:
         self._executable = None
         self._captured: Captured | None = None
         self._example = None  # (args, kwargs) of the micro-batch the model was compiled for
-        self._shapes = None
+        self._inputs = None  # (structure, leaves) of the compiled call: see _inputs_of
         self._run = None
         self._is_attached = False
         self._system_reason = ""
@@ -283,9 +284,25 @@ class PoplarExecutor:
         self._captured = captured
         self._executable = exe
         self._example = (ex_args, ex_kwargs)
-        self._shapes = _shapes_of(ex_args, ex_kwargs)
+        self._inputs = _inputs_of(*self._by_name(ex_args, ex_kwargs))
         self._is_attached = o.connection_type != enums.ConnectionType.Never
         logger.debug("Compiled %s for %s (%s)", captured.graph, system.name, why)
+
+    def _by_name(self, args, kwargs) -> tuple[tuple, dict]:
+        """A call's arguments by the name of ``forward``'s parameter each binds to, as PopTorch
+        names them (so ``m(x, 2)`` and ``m(x, k=2)`` are the same call); as given where they do
+        not bind."""
+        try:
+            signature = inspect.signature(self._user_model.forward)
+        except (TypeError, ValueError):  # no signature to bind to
+            return args, kwargs
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise error(f"The call's arguments do not fit {type(self._user_model).__name__}.forward"
+                        f"{signature}: {e}") from None
+        bound.apply_defaults()
+        return (), dict(bound.arguments)
 
     def _resolve_anchors(self) -> dict[str, tuple[str, str]]:
         """short name -> (prefix, parameter) of each ``Options.anchorTensor``; PopTorch-style
@@ -378,11 +395,7 @@ class PoplarExecutor:
         if not self.isCompiled():
             self._compile(*self._chunk(leaves, spec, positions, chunks, 0))
         else:
-            shapes = _shapes_of(*self._chunk(leaves, spec, positions, chunks, 0))
-            if shapes != self._shapes:
-                raise error(f"The model was compiled for inputs of shapes {self._shapes} (per "
-                            f"micro-batch) but was called with {shapes}: call it with the same "
-                            "shapes, or destroy() it and call it again to recompile")
+            _check_same_inputs(self._inputs, _inputs_of(*self._by_name(*self._chunk(leaves, spec, positions, chunks, 0))))
         if not self._is_attached:
             self.attachToDevice()
         self._run = run_executable(self._executable)
@@ -735,8 +748,78 @@ def _refuse_backward(*args, **kwargs):
     raise error(_NO_BACKWARD)
 
 
-def _shapes_of(args, kwargs):
-    return [(tuple(t.shape), t.dtype) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+def _inputs_of(args, kwargs):
+    """A call's inputs as the compiled graph depends on them: the structure of its arguments and,
+    per leaf (named as PopTorch names it: ``x``, ``args[1]``, ``k[0]``), a tensor's shape and
+    dtype (of one micro-batch) or any other value itself, which the graph was built with."""
+    paths, spec = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    leaves = []
+    for path, leaf in paths:
+        name = _input_name(path)
+        if isinstance(leaf, torch.Tensor):
+            leaves.append((name, "tensor", tuple(leaf.shape), leaf.dtype))
+        else:
+            leaves.append((name, "value", type(leaf), leaf))
+    return _structure(spec), leaves
+
+
+def _structure(spec):
+    """A pytree spec as nested (type, keys, children), without the context a custom argument
+    parser keeps (the original object), which differs from call to call."""
+    keys = None if spec.type in _args.PARSERS else spec.context
+    return spec.type, keys, tuple(_structure(c) for c in spec.children())
+
+
+def _input_name(path) -> str:
+    """``args[0]``, ``y`` or ``x[1]['a']`` for a pytree key path of ``((args...), {kwargs})``."""
+    where, *rest = path
+    first, *rest = rest
+    key = getattr(first, "idx", getattr(first, "key", None))
+    name = f"args[{key}]" if getattr(where, "idx", 0) == 0 else str(key)
+    return name + "".join(str(k) for k in rest)
+
+
+_RECOMPILE = ("\nThis error occurred because the inputs passed at runtime don't match the inputs used "
+              "to compile the model.\nTo recompile the model for the new inputs create a new "
+              "inferenceModel / trainingModel wrapper or call destroy() on the current one and try again.")
+
+
+def _check_same_inputs(compiled, called) -> None:
+    """PopTorch's check (``_args_parser.validateInputs``) that a call's inputs match those the
+    model was compiled with: the same structure, tensors of the same (micro-batch) shape and dtype,
+    and the same values of non-tensor arguments, which are constants of the graph."""
+    (cspec, cleaves), (spec, leaves) = compiled, called
+    nargs, got_nargs = len(cspec[2][0][2]), len(spec[2][0][2])
+    if nargs != got_nargs:
+        raise error(f"Number of positional arguments mismatch: expected {nargs} arguments but got "
+                    f"{got_nargs}.{_RECOMPILE}")
+    keys, got_keys = set(cspec[2][1][1]), set(spec[2][1][1])
+    if keys != got_keys:
+        details = [f"{what}: {', '.join(sorted(names))}" for what, names in
+                   (("Unexpected arguments", got_keys - keys), ("Missing arguments", keys - got_keys)) if names]
+        raise error(f"Keys mismatch for the keyword arguments: {'. '.join(details)}.{_RECOMPILE}")
+    if cspec != spec:
+        raise error(f"Arguments mismatch: the arguments are not structured as those the model was compiled "
+                    f"with (the same containers of the same lengths and keys).{_RECOMPILE}")
+    for (name, kind, *was), (_, ckind, *now) in zip(cleaves, leaves):
+        if kind != ckind or (kind == "value" and was[0] is not now[0]):
+            got = "a tensor" if ckind == "tensor" else now[0]
+            raise error(f"Type mismatch for {name}: expected {'a tensor' if kind == 'tensor' else was[0]} "
+                        f"but got {got}.{_RECOMPILE}")
+        if kind == "tensor" and was[1] != now[1]:
+            raise error(f"Data type mismatch for {name}: expected {was[1]} but got {now[1]}.{_RECOMPILE}")
+        if kind == "tensor" and was[0] != now[0]:
+            raise error(f"Shape mismatch for {name}: expected {list(was[0])} but got {list(now[0])} (per "
+                        f"micro-batch).{_RECOMPILE}")
+        if kind == "value" and not _same_value(was[1], now[1]):
+            raise error(f"Value mismatch for {name}: expected {was[1]!r} but got {now[1]!r}.{_RECOMPILE}")
+
+
+def _same_value(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an object without a plain equality: the same object
+        return a is b
 
 
 def _detached(x):
