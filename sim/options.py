@@ -130,6 +130,12 @@ class _Training:
         return self._owner
 
 
+def _flag(setter: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise OptionsError(f"TensorLocationSettings.{setter} expects True or False, got {value!r}")
+    return bool(value)
+
+
 class TensorLocationSettings:
     """Where one class of tensors lives (PopTorch ``TensorLocationSettings``)."""
 
@@ -141,12 +147,14 @@ class TensorLocationSettings:
         self.io_tiles_to_load = False
         self.io_tiles_to_store = False
 
-    def useOnChipStorage(self, use: bool = True) -> "TensorLocationSettings":
-        self.on_chip = bool(use)
+    def useOnChipStorage(self, use: bool | None = True) -> "TensorLocationSettings":
+        """True: on chip; False: off chip (streaming memory); None: undefined again (the
+        strategy's default, as PopTorch's ``None``)."""
+        self.on_chip = None if use is None else _flag("useOnChipStorage", use)
         return self
 
     def useReplicatedTensorSharding(self, use: bool = True) -> "TensorLocationSettings":
-        self.replicated_tensor_sharding = bool(use)
+        self.replicated_tensor_sharding = _flag("useReplicatedTensorSharding", use)
         return self
 
     def minElementsForOffChip(self, min_elements: int) -> "TensorLocationSettings":
@@ -158,11 +166,14 @@ class TensorLocationSettings:
         return self
 
     def useIOTilesToLoad(self, use: bool = True) -> "TensorLocationSettings":
-        self.io_tiles_to_load = bool(use)
+        """Accepted; not modelled (the compile's notes say so): off-chip tensors are loaded
+        straight to the compute tiles."""
+        self.io_tiles_to_load = _flag("useIOTilesToLoad", use)
         return self
 
     def useIOTilesToStore(self, use: bool = True) -> "TensorLocationSettings":
-        self.io_tiles_to_store = bool(use)
+        """Accepted; not modelled (the compile's notes say so)."""
+        self.io_tiles_to_store = _flag("useIOTilesToStore", use)
         return self
 
     def off_chip(self, numel: int) -> bool:
@@ -378,14 +389,25 @@ class Options:
         return self
 
     def inputReplicaGrouping(self, input_group_size: int, input_group_type: CommGroupType) -> "Options":
-        """Replicas in a group of ``input_group_size`` receive the same input data."""
-        self.input_group_size = _positive_int("inputReplicaGrouping.input_group_size", input_group_size)
+        """Replicas in a group of ``input_group_size`` receive the same input data (PopTorch's
+        checks: the size divides ``replicationFactor``, set before; ``NoGrouping`` is groups of 1)."""
+        if input_group_type == CommGroupType.NoGrouping:
+            input_group_size, input_group_type = 1, CommGroupType.Consecutive
+        size = _positive_int("inputReplicaGrouping.input_group_size", input_group_size)
         if input_group_type not in (CommGroupType.Consecutive, CommGroupType.Orthogonal):
-            raise OptionsError("inputReplicaGrouping: the group type must be CommGroupType.Consecutive "
-                               f"or CommGroupType.Orthogonal, got {input_group_type!r}")
-        self.input_group_type = input_group_type
-        self._record("inputReplicaGrouping", (input_group_size, input_group_type.name))
+            raise OptionsError("inputReplicaGrouping: the group type must be CommGroupType.Consecutive, "
+                               f"Orthogonal or NoGrouping, got {input_group_type!r}")
+        self.input_group_size, self.input_group_type = size, input_group_type
+        self.check_input_grouping()
+        self._record("inputReplicaGrouping", (size, input_group_type.name))
         return self
+
+    def check_input_grouping(self) -> None:
+        """The input replica groups divide the replicas (checked again when a model is wrapped, in
+        case ``replicationFactor`` changed after ``inputReplicaGrouping``)."""
+        if self.replication_factor % self.input_group_size:
+            raise OptionsError(f"inputReplicaGrouping: input_group_size {self.input_group_size} must be a factor of "
+                               f"replicationFactor ({self.replication_factor}); set replicationFactor first")
 
     def num_instances(self) -> int:
         """Processes (PopDist instances) running this program, each with its own replicas."""

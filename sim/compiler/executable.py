@@ -175,6 +175,12 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
+    for kind, where in o.TensorLocations.locations.items():
+        io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load),
+                                      ("useIOTilesToStore", where.io_tiles_to_store)) if used]
+        if io:
+            notes.append(f"TensorLocations {kind} location {' and '.join(io)}: accepted, no modelled effect "
+                         "(off-chip tensors are loaded to and stored from the compute tiles)")
     for kind in ("optimizer", "accumulator"):  # settings with nothing to act on here
         where = o.TensorLocations.locations[kind]
         set_on = where.replicated_tensor_sharding or where.on_chip is False

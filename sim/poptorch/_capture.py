@@ -138,21 +138,22 @@ def _input_labels(model, args, kwargs, tensor_pos, leaves) -> list[str]:
 
 
 def _trace(adapter, flat: list, leaf_types: tuple):
-    """(GraphModule, method): torch.fx first, torch.export where fx cannot trace."""
+    """(GraphModule, method, notes): torch.fx first, torch.export where fx cannot trace; the
+    notes are what annotations seen while tracing record (:attr:`_state.CaptureState.notes`)."""
     fx_error = None
     try:
-        with _state.capturing("fx"):
+        with _state.capturing("fx") as state:
             graph = _Tracer(leaf_types).trace(adapter)
-        return torch.fx.GraphModule(adapter, graph), "torch.fx"
+        return torch.fx.GraphModule(adapter, graph), "torch.fx", state.notes
     except UnsupportedOpError:
         raise
     except Exception as e:  # noqa: BLE001 - any fx failure falls back to torch.export
         fx_error = e
     try:
         import torch.fx.traceback as fxt
-        with _state.capturing("export"), fxt.preserve_node_meta():
+        with _state.capturing("export") as state, fxt.preserve_node_meta():
             ep = torch.export.export(adapter, tuple(flat), strict=False)
-        return ep.module(), "torch.export"
+        return ep.module(), "torch.export", state.notes
     except Exception as e:  # noqa: BLE001
         raise GraphError(
             "sim.poptorch could not capture the model: torch.fx failed with "
@@ -230,6 +231,7 @@ class Capture:
         self.blocks = _BlockResolver(model)
         self.overlap: dict[str, object] = {}
         self.cast_to = None  # implicit casts of mixed float16/float32 operands (see capture())
+        self.partials = "float"  # matmul partials type (see capture())
 
     # --- per node -----------------------------------------------------------------------
     def node(self, n, interp: _Run, result) -> None:
@@ -366,17 +368,20 @@ class _BlockResolver:
 
 # --- the entry point -----------------------------------------------------------------------------------
 def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None = None,
-            cast_to: torch.dtype | None = None) -> Captured:
+            cast_to: torch.dtype | None = None, partials: str = "float") -> Captured:
     """Capture ``model`` called as ``model(*args, **kwargs)`` on one micro-batch.
 
     ``cast_to`` (float16 or float32): the type mixed float16/float32 operands are cast to, as
     PopTorch's ``halfFloatCasting`` does (:mod:`sim.poptorch._precision`); None runs torch's
-    own rules."""
+    own rules. ``partials``: the matmul partials type (``Options.partials_type()``), which decides
+    whether ``serializedMatMul``'s ``keep_precision`` applies."""
     adapter, flat, labels = _adapter(model, args, kwargs)
     with _no_distribution_checks():
-        gm, method = _trace(adapter, flat, _mapping.leaf_types())
+        gm, method, notes = _trace(adapter, flat, _mapping.leaf_types())
     cap = Capture(model, gm, name or type(model).__name__, method, labels)
+    cap.notes += notes
     cap.cast_to = cast_to
+    cap.partials = partials
     with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
         _Run(gm, cap).run(*flat)
     g = cap.g

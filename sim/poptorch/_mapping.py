@@ -667,11 +667,74 @@ def _cross_replica_rule(ctx: OpContext):
     return ctx.op(_CROSS_REPLICA[ctx.key], [ctx.sarg(0)], {"group_stride": 1, "group_size": None})
 
 
+# serializedMatMul's modes: the dimension of LHS [.., M, K] and RHS [.., K, N] each piece slices
+# (PopART's LHS = [group, input channels, reducing dim], RHS = [group, reducing dim, output channels])
+_SERIAL_DIMS = {"input_channels": (-2, None), "reducing_dim": (-1, -2), "output_channels": (None, -1)}
+
+
+def _serialized_matmul(ctx: OpContext):
+    """``poptorch.serializedMatMul``: PopART's ``SerializeMatMuls`` transform makes ``factor``
+    matmuls of slices of the operands (slices are views), then concatenates their outputs (input or
+    output channels) or adds them (reducing dim; with ``keep_precision`` and float partials the
+    pieces and their sum stay in float32, then one cast back). Each piece is a graph op of its own,
+    so it is planned, priced and differentiated as PopART's pieces are (the backward matmuls of the
+    pieces are the serialised backward)."""
+    a, b = ctx.sarg(0), ctx.sarg(1)
+    mode, factor, keep = ctx.arg(2), int(ctx.arg(3, default=0)), bool(ctx.arg(4, default=False))
+    mode = getattr(mode, "value", mode)
+    if mode == "none" or factor <= 1:
+        return _matmul(ctx, a, b)
+    sa, sb = ctx.shape(a), ctx.shape(b)
+    if not 2 <= len(sa) <= 3 or len(sa) != len(sb):
+        raise error(f"serializedMatMul: operands of shapes {list(sa)} and {list(sb)}: PopART serialises "
+                    "matmuls of rank 2 or 3 with equal ranks; reshape them first")
+    da, db = _SERIAL_DIMS[mode]
+    size = sa[da] if da is not None else sb[db]
+    if size % factor:
+        raise error(f"serializedMatMul: factor {factor} does not divide the {mode.replace('_', ' ')} "
+                    f"dimension ({size}); choose a factor that divides it")
+    dt = ctx.cap.g.tensors[ctx.t(a)].dtype
+    wide = mode == "reducing_dim" and keep and dt == "float16" and ctx.cap.partials == "float"
+    piece_dt = "float32" if wide else sim_dtype(ctx.output.dtype)
+    step = size // factor
+    out_shape = tuple(torch.broadcast_shapes(torch.Size(sa[:-2]), torch.Size(sb[:-2]))) + (sa[-2], sb[-1])
+    pieces = []
+    for i in range(factor):
+        ins = []
+        for x, shape, d in ((a, sa, da), (b, sb, db)):
+            if d is None:
+                ins.append(ctx.t(x))
+                continue
+            piece = list(shape)
+            piece[d] = step
+            ins.append(ctx.builder.op("slice", [ctx.t(x)], [tuple(piece)],
+                                      {"axis": len(shape) + d, "start": i * step, "stop": (i + 1) * step},
+                                      name=f"serial{i}/slice", out_dtypes=[ctx.cap.g.tensors[ctx.t(x)].dtype])[0])
+        shape = list(out_shape)
+        if mode != "reducing_dim":
+            shape[-2 if mode == "input_channels" else -1] //= factor
+        pieces.append(ctx.builder.op("matmul", ins, [tuple(shape)], None, name=f"serial{i}/matmul",
+                                     out_dtypes=[piece_dt])[0])
+    if mode != "reducing_dim":
+        axis = len(out_shape) - (2 if mode == "input_channels" else 1)
+        out = ctx.builder.op("concat", pieces, [out_shape], {"axis": axis}, name="serial/concat",
+                             out_dtypes=[piece_dt])[0]
+    else:
+        out = pieces[0]
+        for i, p in enumerate(pieces[1:], 1):
+            out = ctx.builder.op("add", [out, p], [out_shape], None, name=f"serial{i}/sum", out_dtypes=[piece_dt])[0]
+        if wide:
+            out = ctx.builder.op("cast", [out], [out_shape], {"to": sim_dtype(ctx.output.dtype)},
+                                 name="serial/cast", out_dtypes=[sim_dtype(ctx.output.dtype)])[0]
+    if out_shape != sim_shape(ctx.output.shape):
+        out = ctx.op("reshape", [out])
+    return out
+
+
 def _annotation_rule(ctx: OpContext):
     key = ctx.key
     if key == "serialized_matmul":
-        mode, factor = ctx.arg(2), ctx.arg(3, default=0)
-        return _matmul(ctx, ctx.sarg(0), ctx.sarg(1), {"serialization": [getattr(mode, "value", mode), int(factor)]})
+        return _serialized_matmul(ctx)
     value = ctx.arg(1) if len(ctx.args) > 1 else None
     return _annotation(ctx, key, value, ctx.sarg(0))
 

@@ -27,6 +27,11 @@ class CaptureState:
         self.scopes: list[str] = []
         self._next_auto = 0
         self._annotations: list = []
+        self.notes: list[str] = []  # for the run's notes: annotations accepted without a modelled effect
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def auto_id(self) -> str:
         uid = str(self._next_auto)

@@ -230,13 +230,29 @@ class MultiConv:
         self._settings[key] = value
         return self
 
+    @staticmethod
+    def _per_conv(name: str, value, kind):
+        """A value for every convolution, or a non-empty list of one per convolution (PopTorch's
+        checks)."""
+        if value is None or isinstance(value, kind):
+            return value
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, kind) for v in value):
+            return value
+        raise AssertionError(f"Invalid {name}!")
+
     def availableMemoryProportions(self, value) -> "MultiConv":
-        return self._set("available_memory_proportions", value)
+        return self._set("available_memory_proportions", self._per_conv("available memory proportion", value, float))
 
     def partialsTypes(self, value) -> "MultiConv":
+        for dtype in value if isinstance(value, (list, tuple)) else [value]:
+            if dtype not in (torch.float, torch.half):
+                raise ValueError("Invalid partials types. Expecting torch.float or torch.half")
         return self._set("partials_types", value)
 
     def enableConvDithering(self, value) -> "MultiConv":
+        if value is not None and not isinstance(value, bool) and not (
+                isinstance(value, (list, tuple)) and all(isinstance(v, bool) for v in value)):
+            raise ValueError("value must be bool or list of bools")
         return self._set("enable_conv_dithering", value)
 
     def planType(self, value) -> "MultiConv":
@@ -245,12 +261,19 @@ class MultiConv:
         return self._set("plan_type", value)
 
     def perConvReservedTiles(self, value: int) -> "MultiConv":
-        return self._set("per_conv_reserved_tiles", int(value))
+        assert isinstance(value, int), "perConvReservedTiles expects an int"
+        return self._set("per_conv_reserved_tiles", value)
 
     def cycleBackOff(self, value: float) -> "MultiConv":
-        return self._set("cycle_back_off", float(value))
+        assert isinstance(value, float), "cycleBackOff expects a float"
+        return self._set("cycle_back_off", value)
 
     def __enter__(self):
+        st = _state.active()
+        if st is not None:
+            settings = f" and its settings ({', '.join(sorted(self._settings))})" if self._settings else ""
+            st.note("poptorch.MultiConv: accepted; the convolutions inside are planned and priced one by one, "
+                    f"not as one poplin multi-convolution{settings}: no modelled effect")
         return self
 
     def __exit__(self, exc_type, value, traceback):
@@ -285,7 +308,10 @@ def set_available_memory(tensor: torch.Tensor, available_memory_proportion: floa
     if not isinstance(tensor, (torch.Tensor, torch.fx.Proxy)):
         raise error("You may only set available memory for torch.tensor values. "
                     f"{type(tensor)} is not supported.")
-    return _set_available_memory(tensor, float(available_memory_proportion))
+    proportion = float(available_memory_proportion)
+    if not 0 < proportion <= 1:  # PopART's Builder::setAvailableMemoryProportion check
+        raise error(f"set_available_memory: availableMemoryProportion must be in (0,1], got {proportion}")
+    return _set_available_memory(tensor, proportion)
 
 
 @_traceable("set_overlap_for_input", mark_arg=1)
@@ -337,10 +363,18 @@ def recomputationCheckpoint(*tensors):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def _show(tensor, title: str, layout: dict) -> None:
+    with torch._tensor_str.printoptions(**layout):
+        text = str(tensor.detach())
+    print(f"{title}: {text}" if title else text)
+
+
 @_traceable("ipu_print_tensor", mark_arg=1)
-def _print_tensor(tensor, title):
+def _print_tensor(tensor, title, layout=None, print_gradient=False):
     if not _state.quiet():
-        print(f"{title}: {tensor}" if title else tensor)
+        _show(tensor, title, layout or {})
+        if print_gradient and tensor.requires_grad and torch.is_grad_enabled():
+            tensor.register_hook(lambda grad: _show(grad, f"{title or 'tensor'} gradient", layout or {}))
     return _carrier(tensor)
 
 
@@ -348,10 +382,15 @@ def ipu_print_tensor(tensor: torch.Tensor, title: str = "", print_gradient: bool
                      summarise_threshold: int = 1000, edge_items: int = 3, max_line_width: int = 80,
                      digits: int = 4, float_format: str = "auto", separator: str = ", ",
                      open_bracket: str = "(", close_bracket: str = ")") -> torch.Tensor:
-    """Print ``tensor`` each time the model runs (on the CPU); the graph gets an identity."""
+    """Print ``tensor`` each time the model runs (on the CPU), and its gradient in the backward pass
+    of a training model (``print_gradient``); the graph gets an identity. The summary threshold,
+    edge items, line width and digits are torch's print options; ``float_format``, ``separator``
+    and the brackets are Poplar's own print format, not followed here (torch's)."""
     if not isinstance(tensor, (torch.Tensor, torch.fx.Proxy)):
         raise error(f"ipu print tensor must take a torch.tensor argument. {type(tensor)} is not supported.")
-    return _print_tensor(tensor, title)
+    layout = {"threshold": summarise_threshold, "edgeitems": edge_items, "linewidth": max_line_width,
+              "precision": digits}
+    return _print_tensor(tensor, title, layout, print_gradient)
 
 
 @_traceable("nop")

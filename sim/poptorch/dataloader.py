@@ -90,6 +90,7 @@ class DataLoader(torch.utils.data.DataLoader):
                  batch_sampler=None, **kwargs):
         if not isinstance(options, Options):
             raise AssertionError("poptorch.DataLoader expects poptorch.Options as its first argument")
+        options._freeze()  # as PopTorch: the loader's batch is sized from them
         self._accessor = None
         if batch_sampler is not None:
             return self._init_with_sampler(options, dataset, batch_size, shuffle, num_workers,

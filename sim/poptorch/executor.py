@@ -175,6 +175,10 @@ class PoplarExecutor:
 
     def _split(self, args, kwargs):
         """(flat leaves, spec, tensor positions, number of micro-batch chunks) of a call."""
+        try:
+            self._options.check_input_grouping()
+        except OptionsError as e:
+            raise error(str(e)) from None
         di, ga, _, groups = self._factors()
         chunks = di * groups * ga
         leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
@@ -228,11 +232,11 @@ class PoplarExecutor:
                 cast_to = _precision.behaviour(self._options)  # mixed float16/float32 operands
                 if self._training:
                     captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
-                                       cast_to=cast_to)
+                                       cast_to=cast_to, partials=self._options.partials_type())
                 else:  # captured as it runs: in eval mode
                     with _eval_mode(self._user_model):
                         captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
-                                           cast_to=cast_to)
+                                           cast_to=cast_to, partials=self._options.partials_type())
         finally:
             for hook in list(PoplarExecutor._postcompile_hooks.values()):
                 hook()
@@ -488,8 +492,8 @@ class PoplarExecutor:
                 values = [v for i, v in enumerate(values) if (i + 1) % max(1, int(period or 1)) == 0]
             elif mode == enums.OutputMode.Sum:
                 values = [_sum(values)]
-            if values:
-                self._anchor_memory[short] = values[0] if len(values) == 1 else torch.stack(values)
+            if values:  # concatenated along dim 0 as outputs are (PoplarExecutable.cpp: every anchor's dim 0)
+                self._anchor_memory[short] = _join(values)
 
     def _loss_of(self, out) -> torch.Tensor:
         if isinstance(out, torch.Tensor):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import enum
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ from ..errors import OptionsError
 from ..options import TensorLocationSettings
 from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage)
-from . import enums
+from . import _system, enums
 
 _FROZEN = "Can't modify frozen Options"
 logger = logging.getLogger("poptorch")
@@ -479,9 +480,14 @@ class Options(_Frozen, _sim_options.Options):
         return self
 
     def useOfflineIpuTarget(self, ipu_version: int = 2) -> "Options":
-        """Compile for an offline target: ``ConnectionType.Never``."""
+        """Compile for an offline target of ``ipu_version`` (1: Mk1, 2: Mk2, 21: Mk2 with FP8, the
+        C600): ``ConnectionType.Never``, and the simulated system is that IPU's (see
+        :mod:`sim.poptorch._system`)."""
+        if ipu_version not in _system.IPU_VERSIONS:
+            raise AssertionError(f"useOfflineIpuTarget: ipu_version {ipu_version!r} is not one of "
+                                 f"{sorted(_system.IPU_VERSIONS)} (1 for Mk1, 2 for Mk2, 21 for Mk2 with FP8 support)")
         self.connectionType(enums.ConnectionType.Never)
-        return self._accept("useOfflineIpuTarget", ipu_version)
+        return self._accept("useOfflineIpuTarget", ipu_version, "ipu_version")
 
     def showCompilationProgressBar(self, show: bool = True) -> "Options":
         return self._accept("showCompilationProgressBar", bool(show), "_show_compilation_progress_bar")
@@ -534,6 +540,9 @@ class Options(_Frozen, _sim_options.Options):
         return self._accept("disableModuleNamescope", True)
 
     def updatableNamedBuffers(self, buffers: list) -> "Options":
+        """Buffers ``copyNamedBuffersToDevice`` may copy (a PopART option in PopTorch, so also in
+        ``_Popart.options``)."""
+        self._Popart.values["updatableNamedBuffers"] = list(buffers)
         return self._accept("updatableNamedBuffers", list(buffers))
 
     def maxRepeatLogs(self, number: int) -> "Options":
@@ -564,9 +573,8 @@ class Options(_Frozen, _sim_options.Options):
         return f"Options({self.set_options})"
 
 
-# What an options file's arguments can name besides literals, with or without ``poptorch.`` in
-# front: PopTorch's enums (``OutputMode.All``, ``enums.OutputMode.All``).
-_ENUMS = {"enums": enums, **{name: getattr(enums, name) for name in enums.__all__}}
+# PopTorch's enums by name, for enum values written as strings (``"OutputMode.All"``)
+_ENUMS = {name: getattr(enums, name) for name in enums.__all__}
 
 
 def _enum_from_string(value):
@@ -575,66 +583,76 @@ def _enum_from_string(value):
     if isinstance(value, str) and value.count(".") == 1:
         kind, name = value.split(".")
         cls = _ENUMS.get(kind)
-        if cls is not None and cls is not enums and hasattr(cls, name):
+        if cls is not None and hasattr(cls, name):
             return getattr(cls, name)
     return value
 
 
-def _resolve_value(node: ast.AST):
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        pass
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
+def _poptorch_names() -> dict:
+    """What ``poptorch.X`` can name in an options file: sim.poptorch's public names (its
+    constructors such as ``ShardedExecution`` and ``TensorLocationSettings``, and its enums)."""
+    from .. import poptorch
+    return {name: getattr(poptorch, name) for name in poptorch.__all__ if hasattr(poptorch, name)}
+
+
+def _evaluate(node: ast.AST, opts: Options, names: dict):
+    """The value of ``node``, an expression of an options-file line: Python literals, containers,
+    ``poptorch.<public name>`` or a bare enum name, attributes (no dunders) and calls of what those
+    reach; a bare name otherwise is an attribute of the options (the line's implicit ``options.``)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        items = [_evaluate(e, opts, names) for e in node.elts]
+        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
+    if isinstance(node, ast.Dict):
+        return {_evaluate(k, opts, names): _evaluate(v, opts, names) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand, opts, names)
     if isinstance(node, ast.Name):
-        parts.append(node.id)
-    else:
-        raise ConfigFileError(f"unsupported argument {ast.unparse(node)!r}")
-    parts.reverse()
-    if parts[0] == "poptorch" and len(parts) > 1:
-        parts = parts[1:]
-    if parts[0] not in _ENUMS:
-        raise ConfigFileError(f"unknown value {'.'.join(parts)!r}")
-    value = _ENUMS[parts[0]]
-    for p in parts[1:]:
-        if not hasattr(value, p):
-            raise ConfigFileError(f"unknown value {'.'.join(parts)!r}")
-        value = getattr(value, p)
-    return value
+        if node.id == "poptorch":
+            return names
+        if node.id in names and isinstance(names[node.id], type) and issubclass(names[node.id], enum.Enum):
+            return names[node.id]  # OutputMode.All without poptorch.
+        if node.id == "enums":
+            return enums
+        if node.id.startswith("__") or not hasattr(opts, node.id):
+            raise ConfigFileError(f"unknown option {node.id!r}")
+        return getattr(opts, node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _evaluate(node.value, opts, names)
+        if node.attr.startswith("__"):
+            raise ConfigFileError(f"unsupported name {node.attr!r}")
+        if owner is names:
+            if node.attr not in names:
+                raise ConfigFileError(f"unknown value 'poptorch.{node.attr}'")
+            return names[node.attr]
+        if not hasattr(owner, node.attr):
+            raise ConfigFileError(f"unknown option or value {ast.unparse(node)!r}")
+        return getattr(owner, node.attr)
+    if isinstance(node, ast.Call):
+        target = _evaluate(node.func, opts, names)
+        if not callable(target):
+            raise ConfigFileError(f"{ast.unparse(node.func)!r} is not a setter")
+        args = [_evaluate(a, opts, names) for a in node.args]
+        kwargs = {k.arg: _evaluate(k.value, opts, names) for k in node.keywords}
+        try:
+            return target(*args, **kwargs)
+        except (OptionsError, ValueError, TypeError, AssertionError, AttributeError) as e:
+            raise ConfigFileError(f"{ast.unparse(node.func)}: {e}") from None
+    raise ConfigFileError(f"unsupported argument {ast.unparse(node)!r}")
 
 
 def _apply_line(opts: Options, line: str) -> None:
+    """One line of an options file, as PopTorch runs it (``options.<line>``): a setter call, which
+    may be chained (``deviceIterations(2).replicationFactor(2)``) and take constructed values
+    (``setExecutionStrategy(poptorch.ShardedExecution())``)."""
     try:
         tree = ast.parse(line, mode="eval").body
     except SyntaxError as e:
         raise ConfigFileError(f"cannot parse {line!r}: {e.msg}") from None
     if not isinstance(tree, ast.Call):
         raise ConfigFileError(f"expected a setter call such as deviceIterations(1), got {line!r}")
-    chain = []
-    func = tree.func
-    while isinstance(func, ast.Attribute):
-        chain.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name):
-        raise ConfigFileError(f"expected a setter call such as deviceIterations(1), got {line!r}")
-    chain.append(func.id)
-    chain.reverse()
-    target = opts
-    for name in chain:
-        if name.startswith("__") or not hasattr(target, name):
-            raise ConfigFileError(f"unknown option {'.'.join(chain)!r}")
-        target = getattr(target, name)
-    if not callable(target):
-        raise ConfigFileError(f"{'.'.join(chain)!r} is not a setter")
-    args = [_resolve_value(a) for a in tree.args]
-    kwargs = {k.arg: _resolve_value(k.value) for k in tree.keywords}
-    try:
-        target(*args, **kwargs)
-    except (OptionsError, ValueError, TypeError, AssertionError) as e:
-        raise ConfigFileError(f"{'.'.join(chain)}: {e}") from None
+    _evaluate(tree, opts, _poptorch_names())
 
 
 __all__ = ["Options", "TensorLocationSettings", "ConfigFileError", "Stage", "Phase",

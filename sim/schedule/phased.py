@@ -100,6 +100,12 @@ def build(ctx: Context) -> Sequence:
     strategy = ctx.options.execution_strategy
     off_chip = strategy.liveness != Liveness.AlwaysLive
     parallel = not strategy.serial
+    if off_chip and not parallel:
+        ctx.notes.append(
+            f"Liveness.{strategy.liveness.name}: the activations a later phase needs are stored after their "
+            "phase and loaded before the phase that needs them, each load after the previous phase's compute "
+            "(OffChipAfterFwdNoOverlap's order); the overlap of loads with compute that OffChipAfterFwd allows "
+            "and the wider phase spacing of OffChipAfterEachPhase are not modelled")
     ctx.stages = [w for works in phases for w in works.values()]  # for memory and host outputs
 
     def load_items(t: int) -> list:
