@@ -23,10 +23,10 @@ from .strategy import SyncPattern, _Strategy
 class OutputMode(enum.IntEnum):
     """Which outputs are returned to the host (PopTorch ``OutputMode``)."""
 
-    Final = 0
-    All = 1
-    Sum = 2
-    EveryN = 3
+    Final = 0  # PopTorch's values (python/enums.py)
+    EveryN = 1
+    All = 2
+    Sum = 3
     Default = 4
 
 

@@ -43,7 +43,7 @@ from .ops import cond, dynamic_slice, dynamic_update
 from .options import (ConfigFileError, Options, ParallelPhasedExecution, Phase, PipelinedExecution,
                       SerialPhasedExecution, ShardedExecution, Stage, TensorLocationSettings)
 
-__version__ = "3.3.0+ipusim"
+__version__ = "3.4.0+ipusim"
 
 logger = _logging.getLogger("poptorch")
 
@@ -84,6 +84,23 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
 def ipuHardwareVersion() -> int:
     """The generation the simulator targets by default (2: Mk2)."""
     return 2
+
+
+#: PopTorch names sim.poptorch does not provide, and why (docs/poptorch.md)
+_NOT_PROVIDED = {
+    "CPU": "poptorch.CPU runs a function on the host inside the model (a host callback), which the simulator "
+           "does not model; run that part outside the model",
+    "custom_op": "poptorch.custom_op needs a compiled Poplar custom op, which the simulator cannot run; price "
+                 "the op instead with poptorch.register_op(target, rule) (docs/poptorch.md)",
+    "Attribute": "poptorch.Attribute passes attributes to poptorch.custom_op, which the simulator does not "
+                 "provide; use poptorch.register_op (docs/poptorch.md)",
+}
+
+
+def __getattr__(name: str):
+    if name in _NOT_PROVIDED:
+        raise AttributeError(f"sim.poptorch has no {name!r}: {_NOT_PROVIDED[name]}")
+    raise AttributeError(f"module 'sim.poptorch' has no attribute {name!r}")
 
 
 __all__ = [

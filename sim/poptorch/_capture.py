@@ -29,6 +29,7 @@ from ..graph.ir import Graph, GraphBuilder
 from . import _mapping, _state
 from ._precision import implicit_casts
 from ._values import Lazy, sim_dtype, sim_shape
+from ._errors import Error
 from .annotations import block_hooks
 
 @dataclass
@@ -145,7 +146,7 @@ def _trace(adapter, flat: list, leaf_types: tuple):
         with _state.capturing("fx") as state:
             graph = _Tracer(leaf_types).trace(adapter)
         return torch.fx.GraphModule(adapter, graph), "torch.fx", state.notes
-    except UnsupportedOpError:
+    except (UnsupportedOpError, Error):  # the model's own error (an annotation's check): as it is
         raise
     except Exception as e:  # noqa: BLE001 - any fx failure falls back to torch.export
         fx_error = e

@@ -673,6 +673,16 @@ class PoplarExecutor:
         """Save what recompiles this model: options, example inputs and (optionally) the model."""
         if not self.isCompiled():
             raise error(NO_EXECUTABLE)
+        folder = os.path.dirname(filename)  # PopTorch's handling: make the folder; a folder is model.poptorch in it
+        if folder:
+            if os.path.exists(folder):
+                assert os.path.isdir(folder), f"Destination folder {folder} is not a directory"
+            else:
+                os.makedirs(folder)
+        if os.path.isdir(filename):
+            logger.warning("save(): %s is a directory, saving model to %s", filename,
+                           os.path.join(filename, "model.poptorch"))
+            filename = os.path.join(filename, "model.poptorch")
         data = {"ipusim": 1, "options": self._options, "training": self._training,
                 "example": self._example}
         if export_model:

@@ -83,6 +83,11 @@ class _TrainingOptions(_Frozen, _sim_options._Training):
         super().gradientAccumulation(gradient_accumulation)
         return self
 
+    @property
+    def accumulation_and_replication_reduction_type(self):
+        """PopTorch's name of the value ``accumulationAndReplicationReductionType`` sets."""
+        return self.reduction_type
+
     def accumulationAndReplicationReductionType(self, reduction_type) -> "_TrainingOptions":
         """Mean (default) or Sum of the gradients over accumulation steps and replicas."""
         if not isinstance(reduction_type, enums.ReductionType) or \
@@ -514,12 +519,12 @@ class Options(_Frozen, _sim_options.Options):
         return self._accept("enableExecutableCaching", path)
 
     def useIpuModel(self, use_model: bool) -> "Options":
-        return self._accept("useIpuModel", bool(use_model))
+        return self._accept("useIpuModel", bool(use_model), "_use_model")
 
     def useIpuId(self, ipu_id: int) -> "Options":
         if not isinstance(ipu_id, int):
             raise AssertionError("useIpuId expects an int")
-        return self._accept("useIpuId", ipu_id)
+        return self._accept("useIpuId", ipu_id, "_ipu_id")
 
     def anchorTensor(self, short_name: str, long_name: str, output_mode=None,
                      output_return_period: int | None = 1) -> "Options":
@@ -545,8 +550,22 @@ class Options(_Frozen, _sim_options.Options):
         self._Popart.values["updatableNamedBuffers"] = list(buffers)
         return self._accept("updatableNamedBuffers", list(buffers))
 
-    def maxRepeatLogs(self, number: int) -> "Options":
-        return self._accept("maxRepeatLogs", int(number))
+    def maxRepeatLogs(self, number: int | None) -> "Options":
+        """Cap on repeated log lines (None: no cap, as PopTorch's ``2^64 - 1``)."""
+        return self._accept("maxRepeatLogs", (1 << 64) - 1 if number is None else int(number), "max_repeat_logs")
+
+    # PopTorch's readable option values (attributes of its OptionsDict) under their own names
+    @property
+    def input_cgt(self):
+        return self.input_group_type
+
+    @property
+    def ipu_id(self):
+        return getattr(self, "_ipu_id", None)
+
+    @property
+    def use_model(self):
+        return getattr(self, "_use_model", None)
 
     # --- files and dictionaries -----------------------------------------------------------
     def loadFromFile(self, filepath: str | os.PathLike) -> "Options":

@@ -30,7 +30,7 @@ from .tensor import (Constant, GradTensor, Tensor, TensorSpec, Variable, constan
 
 TensorByRef = Tensor  # PopXL's type hint for inputs passed by reference: the same here
 
-__version__ = "3.3.0+ipusim"
+__version__ = "3.4.0+ipusim"
 
 __all__ = [
     "Constant",
