@@ -45,4 +45,8 @@ def describe(name: str) -> dict:
 def get(name: str, **params) -> Graph:
     """Build model ``name`` with its defaults overridden by ``params``."""
     build, defaults = _entry(name)
-    return build(name, Params(name, defaults, params))
+    p = Params(name, defaults, params)
+    g = build(name, p)
+    g.micro_batch = p.int("micro_batch") if "micro_batch" in defaults else 1  # a microbenchmark: one call
+    g.params = copy.deepcopy(dict(params))
+    return g

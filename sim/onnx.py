@@ -1020,6 +1020,7 @@ class _Importer:
         self.env: dict[str, _Value] = {}
         self.onnx_shapes: dict[str, tuple] = {}  # graph tensor -> its ONNX shape
         self.input_shapes = self._resolve_inputs(batch_size, dict(dims or {}))
+        self.g.micro_batch = self._micro_batch(batch_size, dict(dims or {}))
         self.inferred = self._infer()
 
     # --- dtypes and shapes ----------------------------------------------------------------
@@ -1104,6 +1105,18 @@ class _Importer:
                     f"dimensions ({', '.join(f'{n}: {d}' for n, d in fixed.items())}); re-export it with a "
                     "dynamic batch axis, or leave batch_size out")
         return resolved
+
+    def _micro_batch(self, batch_size, dims) -> int | None:
+        """The model's micro-batch: ``batch_size``; else the size given to the one symbolic
+        dimension named as a batch (``batch``, ``batch_size``, ``N``...: a name holding "batch");
+        else the leading dimension every input of rank >= 1 shares; else None (the first input's)."""
+        if batch_size is not None:
+            return int(batch_size)
+        batch = {int(v) for k, v in dims.items() if "batch" in k.lower()}
+        if len(batch) == 1:
+            return batch.pop()
+        leading = {shape[0] for shape, _ in self.input_shapes.values() if shape}
+        return leading.pop() if len(leading) == 1 else None
 
     def _infer(self) -> dict[str, tuple]:
         if self.model.functions:

@@ -338,7 +338,8 @@ class Options:
         elif output_return_period is not None:
             raise OptionsError("output_return_period is only valid with OutputMode.EveryN")
         self.output_mode = output_mode
-        self._record("outputMode", output_mode.name)
+        self._record("outputMode", f"EveryN({self.output_return_period})" if output_mode == OutputMode.EveryN
+                     else output_mode.name)
         return self
 
     def enableSyntheticData(self, enabled: bool) -> "Options":

@@ -308,8 +308,7 @@ def test_annotation_functions_on_the_cpu_and_in_the_graph(capsys):
     g = model.executable.graph
     fc = next(op for op in g.ops if op.name == "fc/add")
     assert fc.attrs["available_memory_proportion"] == 0.3 and fc.attrs["recomputation_checkpoint"]
-    mm = [op for op in g.ops if op.kind == "matmul"][1]
-    assert mm.attrs["serialization"] == ["output_channels", 2]
+    assert [op.kind for op in g.ops].count("matmul") == 3  # fc's, and the serialised one's 2 pieces
     assert [op.kind for op in g.ops].count("relu") == 3  # the loop is unrolled
     assert g.loss == g.outputs[1]
 

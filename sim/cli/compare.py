@@ -20,6 +20,7 @@ file, a file or folder that is not a run, a figure type Matplotlib cannot write)
 
 from __future__ import annotations
 
+import collections
 import argparse
 import json
 import math
@@ -202,7 +203,12 @@ def _describe(s: dict) -> dict[str, str]:
     return {"model": str(s.get("model", "?")), "system": str(s.get("system", "?")),
             "mode": "training" if s.get("training") else "inference",
             "strategy": str(run.get("strategy", "?")),
+            "model parameters": "; ".join(f"{k}={json.dumps(v)}" for k, v in (s.get("model_params") or {}).items())
+            or "defaults",
             "IPUs x replicas": f"{run.get('ipus_per_replica', '?')} x {run.get('replication_factor', '?')}",
+            "micro-batch": str(run.get("micro_batch", "?")),
+            "overlapped streams": ", ".join(f"{n} {m}" for m, n in
+                                            collections.Counter((run.get("overlap") or {}).values()).items()) or "none",
             "options": ("; ".join(f"{k}={json.dumps(v)}" for k, v in opts.items()) or "defaults")
             if isinstance(opts, dict) else "(not recorded)",
             "system constants": str(config.get("constants_digest", "(not recorded)"))}
@@ -230,7 +236,7 @@ def format_comparison(runs: list[RunResult]) -> str:
     out += [_table(["", *labels], rows), ""]
     cats = list(dict.fromkeys([c for c in CATEGORIES if any(c in r.breakdown for r in runs)]
                               + [c for r in runs for c in r.breakdown]))
-    header = ["breakdown (cycles, all IPUs)", labels[0]]
+    header = ["breakdown (cycles, simulated IPUs)", labels[0]]
     for label in labels[1:]:
         header += [label, "change", "%"]
     rows = []
@@ -283,6 +289,8 @@ def write_figure(runs: list[RunResult], path: Path) -> Path:
                            f"end the name with one of {', '.join('.' + k for k in sorted(supported))}")
     if not path.parent.is_dir():
         raise CompareError(f"--figure {str(path)!r}: no folder {str(path.parent)!r}; create it first")
+    if path.is_dir():
+        raise CompareError(f"--figure {str(path)!r} is a folder; give the path of a file to write")
     fig = comparison_figure(runs)
     return atomic_write(path, lambda tmp: fig.savefig(tmp, format=kind, dpi=100))
 

@@ -20,6 +20,7 @@ model, bad parameter, invalid options; for compare: a missing file, or one that 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -76,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     except sim.IpuSimError as e:
         _error(e)
         return 2
+    except BrokenPipeError:  # the reader went away (ipusim models | head): stop quietly, as a Unix filter does
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        except OSError:
+            pass
+        return 141  # 128 + SIGPIPE, what the shell reports for a filter stopped by the pipe
     except OSError as e:
         _error(e)
         return 1

@@ -250,6 +250,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
     if args.io_tiles is not None:
         opts.TensorLocations.numIOTiles(args.io_tiles)
     if args.overlap is not None and args.overlap != "none":
+        if not args.io_tiles:
+            parser.error(f"--overlap {args.overlap} needs IO tiles: add --io-tiles N (an even number, 32 or more)")
         for name in graph.inputs + graph.outputs:
             graph.overlap[name] = int(OVERLAP_MODES[args.overlap])
         if strategy is None and len({op.ipu or 0 for op in graph.ops}) == 1:

@@ -336,6 +336,17 @@ def _interrupted_message(e: SweepInterrupted, csv_path: Path | None) -> str:
     return head + f", rows in {str(csv_path)!r}; run the same command with --resume to finish"
 
 
+def _printable(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as printed: whole-number columns (cycles, bytes) as integers, also where a failed
+    point left them empty (which makes pandas hold them as floats)."""
+    table = table.copy()
+    for col in table.select_dtypes("float").columns:
+        values = table[col].dropna()
+        if len(values) and (values == values.round()).all() and values.abs().max() < 2 ** 53:
+            table[col] = table[col].astype("Int64")
+    return table
+
+
 def _cmd_sweep(args, parser) -> int:
     if not args.grid:
         parser.error("give at least one --grid FLAG=V1,V2,...")
@@ -351,5 +362,5 @@ def _cmd_sweep(args, parser) -> int:
         print(_interrupted_message(e, args.csv), file=sys.stderr)
         return 128 + e.signum
     with pd.option_context("display.width", 220, "display.max_columns", 30):
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(_printable(table).to_string(index=False, float_format=lambda v: f"{v:.6g}"))
     return 0 if (table["error"] == "").all() else 1

@@ -175,6 +175,11 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
+    if o.synthetic_data:
+        idle = [what for what, set_ in (("a prefetch depth above 1", o.prefetch_depth() > 1),
+                                        ("overlapped host IO (IO tiles)", any(g.overlap.values()))) if set_]
+        if idle:
+            notes.append(f"synthetic data: no host transfers run, so {' and '.join(idle)} has no effect")
     for kind, where in o.TensorLocations.locations.items():
         io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load),
                                       ("useIOTilesToStore", where.io_tiles_to_store)) if used]
@@ -207,8 +212,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                      "instance's replicas are simulated; "
                      f"collectives span all {o.total_replicas()} replicas, the other instances' by symmetry")
     if simulated != list(range(R)):
-        notes.append(f"replicas 0-{len(simulated) - 1} simulated (they share one host link); the other "
-                     f"{R - len(simulated)} run the same program and share their timings by symmetry")
+        who = ("replica 0 simulated (no other replica shares its host link)" if len(simulated) == 1
+               else f"replicas 0-{len(simulated) - 1} simulated (they share one host link)")
+        notes.append(f"{who}; the other {R - len(simulated)} run the same program and share their timings "
+                     "by symmetry")
     ctx = Context(g, system, o, training, mode, costs, stages, updates, k, simulated, notes,
                   collective_algorithm, tiles, *_collapsing(g, o))
     lap("stages")

@@ -122,6 +122,13 @@ class Graph:
         #: is what throughput counts: 1 for an ordinary model; a packed BERT row (a pack) holds
         #: ``packing_factor`` sequences on average, so its runs count sequences, not packs
         self.samples_per_row: float = 1.0
+        #: rows of one micro-batch (its samples, for an ordinary model), where the front end knows
+        #: them (the zoo's ``micro_batch``, an ONNX model's batch dimension, a PyTorch call's
+        #: micro-batch); None: the leading dimension of the first input that has one
+        self.micro_batch: int | None = None
+        #: the parameters the front end was given to build it (the zoo's overrides of its defaults),
+        #: recorded so that two runs can be told apart
+        self.params: dict = {}
         self._op_names: set[str] = set()
 
     # --- construction -------------------------------------------------------------------
@@ -171,11 +178,18 @@ class Graph:
                                        attrs=dict(op.attrs)) for op in self.ops]
         new.inputs, new.outputs = list(self.inputs), list(self.outputs)
         new.loss, new.training, new.overlap = self.loss, self.training, dict(self.overlap)
-        new.samples_per_row = self.samples_per_row
+        new.samples_per_row, new.micro_batch, new.params = self.samples_per_row, self.micro_batch, dict(self.params)
         new._op_names = set(self._op_names)
         return new
 
     # --- queries ------------------------------------------------------------------------
+    def micro_batch_rows(self) -> int:
+        """Rows of one micro-batch: :attr:`micro_batch`, else the leading dimension of the first
+        input that has one, else 1."""
+        if self.micro_batch is not None:
+            return self.micro_batch
+        return next((self.tensors[n].shape[0] for n in self.inputs if self.tensors[n].shape), 1)
+
     def tensor(self, name: str) -> Tensor:
         try:
             return self.tensors[name]

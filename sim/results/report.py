@@ -376,7 +376,9 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
         "trace.csv": lambda path: run.trace.to_csv(path, index=False),
         "ops.csv": lambda path: run.op_trace().to_csv(path, index=False),
         "breakdown.csv": lambda path: run.breakdown.to_csv(path),
-        "summary.json": lambda path: path.write_text(to_json(run.summary(), indent=2) + "\n", encoding="utf-8"),
+        "summary.json": lambda path: path.write_text(
+            to_json({**run.summary(), "outputs": [str(d / name) for name in OUTPUT_FILES]}, indent=2) + "\n",
+            encoding="utf-8"),
         "timeline.png": figure("timeline.png", timeline_figure),
         "memory.png": figure("memory.png", memory_figure),
         "liveness.png": figure("liveness.png", liveness_figure),

@@ -13,6 +13,7 @@ from ..compiler.executable import Executable
 from ..compiler.memory import CATEGORIES as MEMORY_CATEGORIES
 from ..engine import Timeline
 from ..program import CATEGORIES, OpSteps
+from ..options import OverlapMode
 
 TRACE_COLUMNS = ["ipu", "replica", "represents", "kind", "name", "start", "end", "cycles", "bytes"]
 OP_TRACE_COLUMNS = ["ipu", "task", "name", "kind", "start", "end", "exchange", "sync", "compute", "launch",
@@ -78,8 +79,8 @@ class Run:
 
     @property
     def micro_batch(self) -> int:
-        g = self.executable.graph
-        return g.tensors[g.inputs[0]].shape[0] if g.inputs else 1
+        """Rows of one micro-batch (``Graph.micro_batch_rows``)."""
+        return self.executable.graph.micro_batch_rows()
 
     @property
     def samples_per_second(self) -> float:
@@ -332,8 +333,12 @@ class Run:
 
     @property
     def flops(self) -> float:
-        return float(sum(float(ops.flops.sum()) * len(r.offsets)
-                         for r in self.timeline.records for ops in r.detail if isinstance(ops, OpSteps)))
+        """FLOPs of the run on every replica: each simulated replica's ops counted once for every
+        replica it stands for (as :attr:`samples` counts every replica's)."""
+        represented, k = self._replicas_represented(), self.executable.ipus_per_replica
+        return float(sum(float(ops.flops.sum()) * len(r.offsets) * represented.get(int(ipu) // k, 1)
+                         for r in self.timeline.records for ipu, ops in zip(r.ipu, r.detail)
+                         if isinstance(ops, OpSteps)))
 
     def summary(self) -> dict:
         """The numbers of the run as plain Python values (what ``ipusim run --json`` prints)."""
@@ -348,7 +353,10 @@ class Run:
                     "simulated_replicas": list(ex.simulated_replicas),
                     "device_iterations": ex.options.device_iterations,
                     "gradient_accumulation": ex.options.Training.gradient_accumulation,
-                    "output_mode": ex.output_mode.name, "compute_tiles": ex.tiles},
+                    "output_mode": ex.output_mode.name, "compute_tiles": ex.tiles,
+                    "micro_batch": self.micro_batch,
+                    "overlap": {t: OverlapMode(m).name for t, m in ex.graph.overlap.items() if m}},
+            "model_params": {k: _plain(v) for k, v in ex.graph.params.items()},
             "cycle_count": self.cycle_count, "seconds": self.seconds, "samples": self.samples,
             "samples_per_row": self.samples_per_row, "samples_per_second": self.samples_per_second,
             "latency": lat("latency"), "compute_latency": lat("compute_latency"),
