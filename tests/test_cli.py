@@ -321,7 +321,7 @@ def test_bert_large_optimizer_state_on_chip_is_out_of_memory_off_chip_fits(capsy
     (["--model", "bert-base", "--strategy", "sharded"], ["several IPUs", "--layers-per-ipu"]),
     (["--sync-pattern", "ladder"], ["--sync-pattern"]),
     (["--io-tiles", "31"], ["numIOTiles", "even", "32", "192"]),
-    (["--model", "mlp", "--overlap", "device"], ["No IO tiles", "numIOTiles"]),
+    (["--model", "mlp", "--overlap", "device"], ["--overlap device needs IO tiles", "--io-tiles"]),
     (["--prefetch-depth", "0"], ["--prefetch-depth", ">= 1"]),
     (["--replicas", "0"], ["--replicas"]),
     (["--model", "mlp", "--replicas", "3", "--system", "ipu-m2000"], ["not a power of two", "autoRoundNumIPUs"]),
