@@ -31,7 +31,7 @@ from ..strategy import PipelinedExecution, ShardedExecution, assign
 from ..hardware.topology import check_fits
 from ..graph.training import Optimizer, expand_training, merge_norms, place_global_norm
 
-_INFERENCE_NOOPS = {"dropout"}  # identity at inference
+_INFERENCE_NOOPS = {"dropout"}  # identity at inference, unless the program itself asks for it (attrs explicit)
 #: ops that run differently at inference: batch norm applies its running statistics (a
 #: per-channel scale and shift) instead of computing the batch's
 _INFERENCE_MODE = {"batchnorm"}
@@ -239,7 +239,8 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
     # convolutions and for matmuls
     ipus = {conv: replace(system.ipu, **o.poplin_options(conv)) for conv in (False, True)}
     for op in g.ops:
-        if (not training and op.kind in _INFERENCE_NOOPS) or op.kind in replicated_ops.KINDS:
+        if (not training and op.kind in _INFERENCE_NOOPS and not op.attrs.get("explicit")) \
+                or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule
         if not training and op.kind in _INFERENCE_MODE:
             op.attrs["inference"] = True  # g is the caller's own copy

@@ -14,7 +14,7 @@ simulator does something different it says so in the run's notes and in docs/pop
 from __future__ import annotations
 
 from . import dtypes, ops, transforms
-from .context import (gcg, get_current_context, get_current_graph, get_main_graph, gmg, in_sequence,
+from .context import (gcg, get_current_context, get_current_graph, get_ir, get_main_graph, gir, gmg, in_sequence,
                       io_tiles, ipu, name_scope)
 from .dtypes import (bool, dtype, float8_143, float8_152, float16, float32, float64, half, int8, int32,
                      int64, uint8, uint32, uint64)
@@ -62,8 +62,10 @@ __all__ = [
     "float32",
     "float64",
     "gcg",
+    "gir",
     "get_current_context",
     "get_current_graph",
+    "get_ir",
     "get_main_graph",
     "gmg",
     "graph_input",

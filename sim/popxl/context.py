@@ -50,6 +50,11 @@ def get_current_graph() -> Graph:
     return _CONTEXT.graph
 
 
+def get_ir():
+    """The Ir of the current graph (PopXL ``popxl.gir()``)."""
+    return get_current_graph().ir
+
+
 def get_main_graph() -> Graph:
     """The main graph of the Ir being built (PopXL ``popxl.gmg()``)."""
     return _CONTEXT.graph.ir.main_graph
@@ -57,6 +62,7 @@ def get_main_graph() -> Graph:
 
 gcg = get_current_graph
 gmg = get_main_graph
+gir = get_ir
 
 
 @contextlib.contextmanager
@@ -95,11 +101,8 @@ def name_scope(name: str) -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def io_tiles() -> Iterator[None]:
-    """Accepted and noted: ops in this context are simulated on the compute tiles."""
-    if _CONTEXT.graphs:
-        _CONTEXT.graph.ir._note("popxl.io_tiles(): accepted, no modelled effect (ops in it are "
-                                "simulated on the compute tiles; IO tiles come from "
-                                "ir.options.numIOTiles)")
+    """Accepted: ops made in this context are simulated on the compute tiles, which the run's
+    notes say (``Graph._building``)."""
     saved, _CONTEXT.io_tiles = _CONTEXT.io_tiles, True
     try:
         yield

@@ -16,6 +16,11 @@ class PopXLError(IpuSimError, RuntimeError):
     graph, a subgraph called with missing inputs ...)."""
 
 
+class GraphInputError(IpuSimError, ValueError):
+    """A called or repeated graph was given the wrong inputs (too many, a missing one, another
+    shape or dtype): PopXL's ``ValueError``."""
+
+
 class SessionIOError(IpuSimError, ValueError):
     """``session.run`` was given missing, unexpected or wrongly shaped buffers."""
 

@@ -11,13 +11,16 @@ The main graph's sim graph is what :class:`~sim.popxl.Session` compiles and simu
 from __future__ import annotations
 
 import contextlib
+import numbers
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Self
+
+import numpy as np
 
 from ..graph.ir import GraphBuilder, Op
 from . import dtypes
 from .context import get_current_context
-from .errors import NotModelledError, PopXLError
+from .errors import GraphInputError, NotModelledError, PopXLError
 from .streams import DeviceToHostStream, HostToDeviceStream
 from .tensor import GradTensor, Tensor
 
@@ -112,9 +115,17 @@ class Graph:
 
     @contextlib.contextmanager
     def _building(self) -> Iterator[GraphBuilder]:
-        """The builder, with the context's IPU set, for adding one op."""
+        """The builder, with the context's IPU set, for adding one op (noting the contexts the op
+        is made in that the simulator does not model)."""
         self._check_open()
-        with self._b.ipu(get_current_context().ipu):
+        context = get_current_context()
+        if context.io_tiles:
+            self.ir._note("popxl.io_tiles(): accepted, no modelled effect (ops in it are simulated on the "
+                          "compute tiles; IO tiles come from ir.options.numIOTiles)")
+        if context.in_sequence is False:
+            self.ir._note("popxl.in_sequence(False): ops run in the order they are created (the simulator does "
+                          "not reorder them as PopXL's scheduler may)")
+        with self._b.ipu(context.ipu):
             yield self._b
 
     def _wrap(self, sim_name: str, dtype: dtypes.dtype | None = None) -> Tensor:
@@ -162,27 +173,38 @@ class Graph:
 
     # --- calling subgraphs -------------------------------------------------------------------
     def _connect(self, sub: Graph, inputs: Sequence, inputs_dict: dict | None, where: str) -> dict[str, str]:
-        """Map each input of ``sub`` to a tensor of this graph (positional, then ``inputs_dict``)."""
-        if len(inputs) > len(sub._inputs):
-            raise PopXLError(f"{where}: {len(inputs)} inputs given but graph {sub.name!r} has "
-                             f"{len(sub._inputs)}")
-        given: dict[Tensor, Tensor] = dict(zip(sub._inputs, inputs))
+        """Map each input of ``sub`` to a tensor of this graph (positional, then ``inputs_dict``).
+        As PopXL's ``ops.call``: lists and tuples of inputs are flattened, and a Python or numpy
+        number becomes a constant of the input's dtype."""
+        flat = [x for item in inputs for x in (item if isinstance(item, (list, tuple)) else (item,))]
+        if len(flat) > len(sub._inputs):
+            raise GraphInputError(f"{where}: {len(flat)} inputs given but graph {sub.name!r} has "
+                                  f"{len(sub._inputs)}")
+        given: dict[Tensor, object] = dict(zip(sub._inputs, flat))
         for k, v in (inputs_dict or {}).items():
             if k not in sub._inputs:
-                raise PopXLError(f"{where}: inputs_dict key {getattr(k, 'id', k)!r} is not an input of "
-                                 f"graph {sub.name!r} (its inputs: {[t.id for t in sub._inputs]})")
+                raise GraphInputError(f"{where}: inputs_dict key {getattr(k, 'id', k)!r} is not an input of "
+                                      f"graph {sub.name!r} (its inputs: {[t.id for t in sub._inputs]})")
             if k in given:
-                raise PopXLError(f"{where}: input {k.id!r} of graph {sub.name!r} is given twice")
+                raise GraphInputError(f"{where}: input {k.id!r} of graph {sub.name!r} is given twice")
             given[k] = v
         mapping = {}
         for t in sub._inputs:
             if t not in given:
-                raise PopXLError(f"{where}: input {t.id!r} of graph {sub.name!r} was given no tensor: "
-                                 "pass it positionally or in inputs_dict")
-            parent = self._own(given[t], where)
+                raise GraphInputError(f"{where}: input {t.id!r} of graph {sub.name!r} was given no tensor: "
+                                      "pass it positionally or in inputs_dict")
+            value = given[t]
+            if not isinstance(value, Tensor) and isinstance(value, (numbers.Number, np.generic, np.ndarray)):
+                shape = np.shape(value)
+                value = Tensor(self, self._new_tensor("constant", shape, t.dtype, "constant"), shape, t.dtype,
+                               get_current_context().ipu)
+            parent = self._own(value, where)
             if parent.shape != t.shape:
-                raise PopXLError(f"{where}: input {t.id!r} of graph {sub.name!r} has shape {t.shape} but "
-                                 f"is given {parent.id!r} of shape {parent.shape}")
+                raise GraphInputError(f"{where}: input {t.id!r} of graph {sub.name!r} has shape {t.shape} but "
+                                      f"is given {parent.id!r} of shape {parent.shape}")
+            if parent.dtype != t.dtype:
+                raise GraphInputError(f"{where}: input {t.id!r} of graph {sub.name!r} is {t.dtype.name} but is "
+                                      f"given {parent.id!r} of dtype {parent.dtype.name}: cast it with ops.cast")
             mapping[t._sim] = parent._sim
         return mapping
 
@@ -236,6 +258,9 @@ class Graph:
             raise ValueError(f"{where}: repeat_count must be a whole number >= 0")
         if sub._main:
             raise PopXLError(f"{where}: the main graph cannot be repeated")
+        if len(sub._inputs) < len(sub._outputs):  # PopXL's check (ops/repeat.py)
+            raise GraphInputError(f"{where}: to repeat graph {sub.name!r} the number of inputs must be greater than "
+                                  f"or equal to the number of outputs ({len(sub._inputs)} < {len(sub._outputs)})")
         mapping = self._connect(sub, inputs, inputs_dict, where)
         n_out = len(sub._outputs)
         for i, (o, t) in enumerate(zip(sub._outputs, sub._inputs)):

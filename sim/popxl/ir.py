@@ -139,6 +139,7 @@ class Ir:
         self._training = False
         self._optimizer = "sgd"
         self._gradient_state: set[str] = set()  # variables an update accumulates a gradient into
+        self._updated: set[str] = set()  # variables an update of the gradient writes (the trained weights)
         self._num_host_transfers = 1
         self._use_popdist = replication == "popdist"
         self.options = SessionOptions()

@@ -25,6 +25,7 @@ import numpy as np
 from .. import compile as sim_compile
 from .. import run_executable
 from ..errors import GraphError, OptionsError
+from ..graph.ir import Op
 from ..hardware.system import choose_system
 from ..options import Options, OutputMode
 from ..results.report import format_summary
@@ -72,6 +73,8 @@ class Session:
         if ir._session is not None:
             raise PopXLError(f"{ir} already belongs to a Session (a session takes ownership of its Ir)")
         graph = ir.main_graph.sim_graph
+        if not graph.ops and graph.outputs:  # host IO only: the transfers are the program (an identity
+            graph = _host_io_only(graph)     # view stands for the host_store's read of the tensor)
         if not graph.ops:
             raise PopXLError(f"The Ir {ir.id} has no ops to run: add operations to the main graph "
                              "(`with ir.main_graph:`) before creating the Session")
@@ -87,13 +90,17 @@ class Session:
                 "loss the simulator can differentiate from: compute it with "
                 "ops.nll_loss_with_softmax_grad(probs, labels) in the program")
         moments = sorted(n for n in ir._gradient_state if not any(n in op.inputs for op in graph.ops))
-        if moments:  # the simulated optimizer keeps this state itself
+        fixed = sorted(t.name for t in graph.tensors.values() if t.role == "weight" and t.name not in ir._updated
+                       and t.name not in ir._gradient_state) if ir._training else []
+        if moments or fixed:
             graph = graph.copy()
-            for name in moments:
+            for name in moments:  # the simulated optimizer keeps this state itself
                 del graph.tensors[name]
+            for name in fixed:  # no update writes it: its gradient is not needed (PopART prunes it)
+                graph.tensors[name].role = "constant"
         self._ir = ir
         self._device_desc = device_desc
-        ipus_per_replica = max((op.ipu or 0) for op in graph.ops) + 1
+        ipus_per_replica = max(((op.ipu or 0) for op in graph.ops), default=0) + 1
         options = self._options(ipus_per_replica)
         local = ipus_per_replica * ir.instance_replication_factor
         reserved = 1 << (local - 1).bit_length()
@@ -108,6 +115,9 @@ class Session:
         if ir._training:
             notes.append(f"trained with the simulator's {ir._optimizer} update after each host transfer "
                          "(from popxl.transforms.autodiff)")
+        if fixed:
+            notes.append(f"variables {', '.join(fixed)}: no update of the program writes them, so they are "
+                         "not trained: no gradient and no optimizer update of them is priced")
         if moments:
             notes.append(f"variables {', '.join(moments)}: gradient moments the updates accumulate, counted "
                          f"as the simulated {ir._optimizer} optimizer's state, not as weights")
@@ -306,3 +316,18 @@ class Session:
     def __repr__(self) -> str:
         return (f"Session({self._ir}, {self._device_desc!r}, system={self._executable.system.name!r}, "
                 f"runs={self._runs})")
+
+
+def _host_io_only(graph):
+    """A program of host transfers only (``host_store`` of a loaded tensor or a variable), as one the
+    simulator can run: each stored tensor read through an identity (a view, free), so the stream
+    copies are all it prices."""
+    graph = graph.copy()
+    outputs = []
+    for name in graph.outputs:
+        t, op_name = graph.tensors[name], graph.unique_op_name(f"{name}/host_store_read")
+        out = graph.add_tensor(graph.unique_tensor_name(f"{name}/stored"), t.shape, t.dtype, "activation", op_name)
+        graph.add_op(Op(op_name, "identity", [name], [out.name]))
+        outputs.append(out.name)
+    graph.outputs = outputs
+    return graph

@@ -111,9 +111,15 @@ class Tensor:
     def __eq__(self, other) -> builtins.bool:  # identity, so tensors can key dicts (as in PopXL)
         return self is other
 
+    # numpy must not take a Tensor for a sequence (``np.float32(2) * t`` calls Tensor.__rmul__),
+    # nor may a Tensor be iterated: PopXL's settings
+    __array_ufunc__ = None
+    __iter__ = None
+    __contains__ = None
+
     def __len__(self) -> int:
         if not self._shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise ValueError("len() of a 0-d tensor")
         return self._shape[0]
 
     def __bool__(self) -> builtins.bool:
@@ -139,6 +145,11 @@ class Tensor:
     def T(self) -> Tensor:
         return self.transpose()
 
+    T_ = T
+
+    def detach_(self) -> Tensor:
+        return self.detach()
+
     def detach(self) -> Tensor:
         return _op("detach")(self)
 
@@ -162,12 +173,12 @@ class Tensor:
                     raise IndexError(f"index {k} is out of range for axis {axis} of size {size}")
                 starts.append(i), stops.append(i + 1), steps.append(1), axes.append(axis)
                 drop.append(axis)
-            elif k != slice(None):
-                start, stop, step = k.indices(size)
-                starts.append(start), stops.append(stop), steps.append(step), axes.append(axis)
+            elif k != slice(None):  # as written: ops.slice applies numpy's rules (negative steps too)
+                starts.append(k.start), stops.append(k.stop), steps.append(1 if k.step is None else k.step)
+                axes.append(axis)
         out = _op("slice")(self, starts, stops, steps, axes) if axes else self
-        if drop:
-            out = _op("reshape")(out, [d for a, d in enumerate(out.shape) if a not in drop] or [1])
+        if drop:  # integer indices drop their axes, down to a 0-d tensor, as PopXL's
+            out = _op("reshape")(out, [d for a, d in enumerate(out.shape) if a not in drop])
         return out
 
     def _binary(self, other, fn, reverse=False):
@@ -207,11 +218,39 @@ class Tensor:
     def __neg__(self):
         return _op("negate")(self)
 
+    def _unmodelled(self, *_, op: str):
+        raise NotModelledError(f"the operator behind {op} (PopXL's ops.{_OPERATOR_OPS[op]}) is not modelled by the "
+                               "simulator; build the program without it")
+
+    def __pow__(self, other):
+        return self._unmodelled(op="**")
+
+    __rpow__ = __pow__
+
+    def __mod__(self, other):
+        return self._unmodelled(op="%")
+
+    def __invert__(self):
+        return self._unmodelled(op="~")
+
+    def __and__(self, other):
+        return self._unmodelled(op="&")
+
+    __rand__ = __and__
+
+    def __or__(self, other):
+        return self._unmodelled(op="|")
+
+    __ror__ = __or__
+
     def __iadd__(self, other):
         return _op("add_")(self, other)
 
 
 # --- the ops behind the methods and operators ------------------------------------------------------
+
+#: PopXL's ops behind operators the simulator has no model for
+_OPERATOR_OPS = {"**": "pow", "%": "fmod", "~": "logical_not", "&": "logical_and", "|": "logical_or"}
 
 _OPS: dict[str, Callable[..., Tensor]] = {}
 
@@ -282,11 +321,12 @@ class GradTensor(Tensor):
 
 # --- making tensors --------------------------------------------------------------------------------
 
-def _shape_and_dtype(data, dtype, downcast: builtins.bool, shape, what: str):
-    """(shape, popxl dtype, data or None) for ``variable``/``constant`` arguments."""
+def _shape_and_dtype(data, dtype, downcast: builtins.bool, shape, what: str, tuple_is_shape: builtins.bool = True):
+    """(shape, popxl dtype, data or None) for ``variable``/``constant`` arguments; a tuple of ints
+    is a shape where ``tuple_is_shape`` (``variable``'s convenience), else data as in PopXL."""
     if isinstance(data, TensorSpec):
         return data.shape, dtype and dtypes.dtype.as_dtype(dtype) or data.dtype, None
-    if data is None or (isinstance(data, tuple) and data and all(
+    if data is None or (tuple_is_shape and isinstance(data, tuple) and data and all(
             isinstance(d, int) and not isinstance(d, builtins.bool) for d in data)):
         # a shape (a simulator convenience; PopXL would take a tuple as data)
         shp = tuple(shape if data is None else data)
@@ -308,7 +348,8 @@ def _shape_and_dtype(data, dtype, downcast: builtins.bool, shape, what: str):
 
 def variable(data=None, dtype=None, name: str | None = None, downcast: builtins.bool = True,
              replica_grouping: ReplicaGrouping | None = None,
-             retrieval_mode: str | None = "one_per_group", *, shape=None) -> Variable:
+             retrieval_mode: str | None = "one_per_group", log2_scale: int | None = None,
+             nan_on_overflow: builtins.bool | None = None, *, shape=None) -> Variable:
     """A variable of the main graph (a weight of the simulated model).
 
     ``data`` is a numpy array or scalar (its shape and dtype are used; with a ``replica_grouping``
@@ -340,11 +381,13 @@ def variable(data=None, dtype=None, name: str | None = None, downcast: builtins.
 
 
 def constant(data=None, dtype=None, name: str | None = None, downcast: builtins.bool = True,
-             *, shape=None) -> Constant:
-    """A constant (role ``constant``: always live, never updated)."""
+             log2_scale: int | None = None, nan_on_overflow: builtins.bool | None = None, *, shape=None) -> Constant:
+    """A constant (role ``constant``: always live, never updated). A tuple is data, as in PopXL
+    (``shape=`` gives a shape without data). ``log2_scale`` and ``nan_on_overflow`` (FP8 data)
+    change values only."""
     g = get_current_context().graph
     g._check_open()
-    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.constant")
+    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.constant", tuple_is_shape=False)
     sim_name = g._new_tensor(name or "constant", shp, dt, "constant")
     return Constant(g, sim_name, shp, dt, get_current_context().ipu, data=arr)
 

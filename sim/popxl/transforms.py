@@ -21,6 +21,7 @@ would recompute or that a custom grad graph would add are not seen.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 
 from .context import get_current_context
@@ -29,15 +30,22 @@ from .graph import Graph
 from .tensor import GradTensor, Tensor
 
 
+class ExpectedConnectionType(enum.Enum):
+    """What a grad graph's input or output connects to (PopXL's values)."""
+
+    Fwd = "Fwd"  # a forward tensor
+    FwdGrad = "FwdGrad"  # the gradient of a forward tensor
+
+
 class ExpectedConnection:
     """One input or output of a grad graph: the forward tensor it belongs to."""
 
-    def __init__(self, fwd_tensor: Tensor, connection_type: str):
+    def __init__(self, fwd_tensor: Tensor, connection_type: ExpectedConnectionType):
         self.fwd_tensor = fwd_tensor
-        self.connection_type = connection_type  # "FwdGrad" or "Fwd"
+        self.connection_type = connection_type
 
     def __repr__(self) -> str:
-        return f"ExpectedConnection({self.fwd_tensor.id}, {self.connection_type})"
+        return f"ExpectedConnection({self.fwd_tensor.id}, {self.connection_type.value})"
 
 
 class GradGraphInfo:
@@ -52,11 +60,11 @@ class GradGraphInfo:
 
     @property
     def expected_inputs(self) -> tuple[ExpectedConnection, ...]:
-        return tuple(ExpectedConnection(t, "FwdGrad") for t in self._provided)
+        return tuple(ExpectedConnection(t, ExpectedConnectionType.FwdGrad) for t in self._provided)
 
     @property
     def expected_outputs(self) -> tuple[ExpectedConnection, ...]:
-        return tuple(ExpectedConnection(t, "FwdGrad") for t in self._required)
+        return tuple(ExpectedConnection(t, ExpectedConnectionType.FwdGrad) for t in self._required)
 
     def inputs_dict(self, fwd_call_info) -> dict:
         """The forward tensors the grad graph needs: none here (the simulator keeps what its own
@@ -88,7 +96,7 @@ def autodiff(graph: Graph, grads_provided: Iterable[Tensor] | None = None,
     graph.ir._note("popxl.transforms.autodiff: the backward pass, weight update and gradient all-reduce "
                    "are the simulator's training expansion from the loss (sim/training.py), not the "
                    "grad graph PopXL would build")
-    return [info] if return_all_grad_graphs else info
+    return {graph: info} if return_all_grad_graphs else info  # PopXL: grad info by forward graph
 
 
 def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[GradTensor]:
@@ -112,7 +120,7 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
     gradient handle for the update term when ``target`` is not a forward tensor."""
     g = get_current_context().graph
     ir = g.ir
-    if fn.startswith("adam"):
+    if fn.startswith("adam"):  # Adam's updater; LAMB's is told by lamb_square (its r1, r2)
         ir._optimizer = "adam" if ir._optimizer != "lamb" else "lamb"
     elif fn.startswith("lamb"):
         ir._optimizer = "lamb"
@@ -121,8 +129,20 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
     if isinstance(target, Tensor) and not isinstance(target, GradTensor):
         if target._sim is not None and fn.startswith("accumulate") and not g.sim_graph.tensors[target._sim].producer:
             ir._gradient_state.add(target._sim)  # a variable holding a moment of the gradient
+        elif target._sim is not None and target._sim not in ir._gradient_state:
+            ir._updated.add(target._sim)  # a weight the program trains
         return target
     return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})")
 
 
-__all__ = ["ExpectedConnection", "GradGraphInfo", "autodiff"]
+_NOT_MODELLED = ("io_tile_exchange", "merge_exchange", "decompose_sum")
+
+
+def __getattr__(name: str):
+    if name in _NOT_MODELLED:
+        from .errors import not_modelled
+        raise not_modelled("popxl.transforms", name, __all__)
+    raise AttributeError(f"module 'sim.popxl.transforms' has no attribute {name!r}")
+
+
+__all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]

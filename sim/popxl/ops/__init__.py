@@ -18,13 +18,14 @@ from __future__ import annotations
 from ..errors import not_modelled
 from ..tensor import register_tensor_ops
 from . import _core, collectives, var_updates
-from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat, conv, conv_pow2scaled, detach, div,
-                    dropout, exp, flatten, gather, gelu, group_norm, host_load, host_store, identity,
-                    init, ipu_copy, layer_norm, matmul, matmul_pow2scaled, max, mean, mul, negate,
-                    nll_loss_with_softmax_grad, pow2scale_cast_from_fp8, pow2scale_cast_to_fp8,
-                    print_tensor, reduce_mean, reduce_sum, relu, repeat,
-                    repeat_with_info, reshape, scaled_add, scaled_add_, sigmoid, slice, softmax, sub,
-                    sum, tanh, transpose)
+from . import call as _call_module  # popxl.ops.call is a module too (``from popxl.ops.call import CallSiteInfo``)
+from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat, concat_, conv, conv_pow2scaled,
+                    detach, detach_, div, dropout, exp, exp_, flatten, flatten_, gather, gelu, gelu_, group_norm,
+                    host_load, host_store, identity, init, ipu_copy, layer_norm, matmul, matmul_pow2scaled, max,
+                    mean, mul, negate, negate_, nll_loss_with_softmax_grad, pow2scale_cast_from_fp8,
+                    pow2scale_cast_to_fp8, print_tensor, reduce_mean, reduce_sum, relu, relu_, repeat,
+                    repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid, sigmoid_, slice,
+                    slice_, softmax, sub, sum, tanh, tanh_, transpose, transpose_)
 
 register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_copy, matmul=matmul,
                     mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose)

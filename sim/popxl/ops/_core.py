@@ -87,12 +87,23 @@ _FP8 = (dtypes.float8_143, dtypes.float8_152)
 
 
 def matmul(lhs: Tensor, rhs: Tensor, available_memory_proportion: float | None = None,
-           serialise_mode=None, serialise_factor: int = 1, output_type=None,
-           partials_type=None) -> Tensor:
-    """``lhs @ rhs`` with numpy's rules (1-D operands and broadcast batch dimensions)."""
+           output_type=None, partials_type=None, *, serialise_mode=None, serialise_factor: int = 1) -> Tensor:
+    """``lhs @ rhs`` with numpy's rules (1-D operands and broadcast batch dimensions); PopXL's
+    arguments in its order (``partials_type`` a dtype or ``"float"``/``"half"``), then the
+    simulator's own keyword-only ``serialise_mode`` / ``serialise_factor`` (noted, not modelled)."""
     _refuse_unscaled_fp8("matmul", "MatMulOp", lhs, rhs)
     return _matmul("ops.matmul", lhs, rhs, available_memory_proportion, serialise_mode, serialise_factor,
-                   output_type)
+                   output_type, _partials(partials_type))
+
+
+def _partials(partials_type) -> str | None:
+    """``"float"`` / ``"half"`` (or None) from a PopXL dtype or a string."""
+    if partials_type is None or partials_type in ("float", "half"):
+        return partials_type
+    dt = dtypes.dtype.as_dtype(partials_type)
+    if dt not in (dtypes.float32, dtypes.float16):
+        raise TypeError(f"ops.matmul: partials_type must be popxl.float32 or popxl.float16, got {dt.name}")
+    return "float" if dt == dtypes.float32 else "half"
 
 
 def matmul_pow2scaled(lhs: Tensor, rhs: Tensor, log2_scale: Tensor,
@@ -151,9 +162,8 @@ def _matmul(where: str, lhs: Tensor, rhs: Tensor, available_memory_proportion, s
     if lhs.dtype != rhs.dtype:
         raise GraphError(f"{where}: operands have different dtypes ({lhs.dtype.name} @ {rhs.dtype.name}); "
                          "cast one of them with ops.cast")
-    if available_memory_proportion is not None:
-        g.ir._note(f"{where}(available_memory_proportion=...): accepted, no modelled effect per op "
-                   "(the cost model uses 0.6 of tile memory for every matmul)")
+    if available_memory_proportion is not None and not 0 < available_memory_proportion <= 1:
+        raise ValueError(f"{where}: available_memory_proportion must be in (0, 1], got {available_memory_proportion}")
     if serialise_factor not in (1, None) or serialise_mode not in (None, "none"):
         g.ir._note(f"{where} serialisation: accepted, no modelled effect")
     a, b = lhs, rhs
@@ -163,6 +173,8 @@ def _matmul(where: str, lhs: Tensor, rhs: Tensor, available_memory_proportion, s
         b = reshape(b, (b.shape[0], 1))
     with g._building() as bld:
         out = bld.matmul(a._sim, b._sim, name=_name(g, "matmul"), partials_type=partials_type)
+    if available_memory_proportion is not None:  # the op's own proportion (PopART's per-op setting)
+        g.sim_graph.ops[-1].attrs["available_memory_proportion"] = float(available_memory_proportion)
     y = _out(g, out, dtypes.float16 if lhs.dtype in _FP8 else lhs.dtype)  # FP8 gives float16
     if lhs.rank == 1 or rhs.rank == 1:
         shape = list(y.shape)
@@ -185,6 +197,9 @@ def _binary(kind: str, lhs, rhs) -> Tensor:
         raise TypeError(f"{where}: at least one operand must be a popxl Tensor")
     g = _graph(where)
     a, b = _as_tensor(g, lhs, like, where), _as_tensor(g, rhs, like, where)
+    if a.dtype != b.dtype:  # PopART's element-wise ops need one dtype (a Python number takes the tensor's)
+        raise TypeError(f"{where}: operands of different dtypes ({a.dtype.name}, {b.dtype.name}); cast one "
+                        "with ops.cast")
     with g._building() as bld:
         out = getattr(bld, kind)(a._sim, b._sim, name=_name(g, kind))
     return _out(g, out, like.dtype)
@@ -273,10 +288,10 @@ def dropout(t: Tensor, seed_tensor: Tensor | None = None, p: float = 0.5, mask: 
     if not 0 <= p < 1:
         raise ValueError(f"ops.dropout: p must be in [0, 1), got {p!r}")
     g = _graph("ops.dropout", t)
-    g.ir._note("ops.dropout: priced in training; an inference run treats it as the identity, as "
-               "PopTorch's inference does")
-    with g._building() as bld:
-        return _out(g, bld.dropout(t._sim, p, name=_name(g, "dropout")), t.dtype)
+    with g._building() as bld:  # PopXL has no inference mode: the op the program has always runs
+        out = bld.dropout(t._sim, p, name=_name(g, "dropout"))
+    g.sim_graph.ops[-1].attrs["explicit"] = True
+    return _out(g, out, t.dtype)
 
 
 def cast(t: Tensor, data_type) -> Tensor:
@@ -296,8 +311,10 @@ def softmax(t: Tensor, axis: int) -> Tensor:
         return _out(g, bld.softmax(t._sim, axis, name=_name(g, "softmax")), t.dtype)
 
 
-def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, epsilon: float = 1e-05) -> Tensor:
-    """Normalise over the last dimension, then scale by ``weight`` and shift by ``bias``."""
+def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-05, *, epsilon: float | None = None) -> Tensor:
+    """Normalise over the last dimension, then scale by ``weight`` and shift by ``bias`` (PopXL's
+    ``eps``; ``epsilon``, this front end's earlier name, still works)."""
+    epsilon = eps if epsilon is None else epsilon
     g = _graph("ops.layer_norm", t, weight, bias)
     h = t.shape[-1]
     for p in (weight, bias):
@@ -407,6 +424,9 @@ def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
     for t in ts[1:]:
         if t.rank != rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, ts[0].shape)) if i != ax):
             raise GraphError(f"ops.concat: shapes {[x.shape for x in ts]} differ outside axis {axis}")
+        if t.dtype != ts[0].dtype:
+            raise TypeError(f"ops.concat: tensors of different dtypes ({', '.join(x.dtype.name for x in ts)}); "
+                            "cast them to one with ops.cast")
     with g._building() as bld:
         return _out(g, bld.concat([t._sim for t in ts], ax, name=_name(g, "concat")), ts[0].dtype)
 
@@ -520,8 +540,10 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
     return _out(g, out, out_dtype)
 
 
-def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = "zero") -> Tensor:
-    """A tensor initialised on the device (a constant of the simulated graph)."""
+def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = "zero",
+         replica_grouping=None, meta_shape: Iterable[int] | None = None) -> Tensor:
+    """A tensor initialised on the device (a constant of the simulated graph); ``replica_grouping``
+    and ``meta_shape`` (of replica-sharded tensors) change nothing here."""
     g = _graph("ops.init")
     if init_type not in ("zero", "undef"):
         raise ValueError(f"ops.init: init_type must be 'zero' or 'undef', got {init_type!r}")
@@ -548,10 +570,10 @@ def detach(t: Tensor) -> Tensor:
         return _out(g, bld.op("detach", [t._sim], [t.shape], name=_name(g, "detach"))[0], t.dtype)
 
 
-def identity(t: Tensor) -> Tensor:
+def identity(t: Tensor, output_name: str | None = None) -> Tensor:
     g = _graph("ops.identity", t)
     with g._building() as bld:
-        return _out(g, bld.op("identity", [t._sim], [t.shape], name=_name(g, "identity"))[0], t.dtype)
+        return _out(g, bld.op("identity", [t._sim], [t.shape], name=_name(g, output_name or "identity"))[0], t.dtype)
 
 
 def print_tensor(t: Tensor, title: str | None = None, print_self: bool = True, print_gradient: bool = False,
@@ -597,6 +619,17 @@ class CallSiteInfo:
     @property
     def outputs(self) -> tuple[Tensor, ...]:
         return self._outputs
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        """The parent tensors given to the call, in the order of the graph's inputs."""
+        return tuple(self._parent_inputs[t] for t in self.called_graph._inputs if t in self._parent_inputs)
+
+    def set_parent_input_modified(self, subgraph_tensor: Tensor, infer_modified_regions: bool = False) -> None:
+        """Accepted: the call writes that parent tensor in place in PopXL; the simulator copies the
+        called graph's ops into the caller and prices them the same either way."""
+        self.called_graph.ir._note("CallSiteInfo.set_parent_input_modified: accepted, no modelled effect (the "
+                                   "called graph's ops are priced the same whether they write in place)")
 
     def parent_input(self, idx: int) -> Tensor:
         return self._parent_inputs[self.called_graph._inputs[idx]]
@@ -661,3 +694,9 @@ def repeat_with_info(graph: Graph, repeat_count: int, *inputs: Tensor, inputs_di
 
 def repeat(graph: Graph, repeat_count: int, *inputs: Tensor, inputs_dict: dict | None = None) -> tuple[Tensor, ...]:
     return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs
+
+
+# PopXL's in-place variants: the same op and price (the simulator does not track which buffer
+# an op writes); detach_ and the views' in-place forms are views as well
+relu_, gelu_, exp_, tanh_, sigmoid_, negate_ = relu, gelu, exp, tanh, sigmoid, negate
+reshape_, flatten_, transpose_, slice_, concat_, detach_ = reshape, flatten, transpose, slice, concat, detach

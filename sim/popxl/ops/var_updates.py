@@ -65,20 +65,36 @@ def accumulate_moving_average_square_(t: Tensor, X: Tensor, f) -> Tensor:
     return _update("accumulate_moving_average_square_", "accumulate", t, [X])
 
 
+def accumulator_scale_(t: Tensor, f) -> Tensor:
+    """``t *= f`` in place (a scale of the accumulator)."""
+    return _update("accumulator_scale_", "scale", t, [])
+
+
+def accumulator_zero_(t: Tensor) -> Tensor:
+    """``t = 0`` in place (PopXL's accumulator_scale_ by 0)."""
+    return _update("accumulator_zero_", "scale", t, [])
+
+
 def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
-    """``t = X``."""
+    """``t = X`` (the same shape: no broadcasting)."""
+    if isinstance(X, Tensor) and not isinstance(X, GradTensor) and X.shape != t.shape:
+        raise ValueError(f"ops.var_updates.copy_var_update_: {X.id!r} of shape {X.shape} cannot be copied into "
+                         f"{t.id!r} of shape {t.shape}")
     return _update("copy_var_update_", "copy", t, [X])
 
 
 def adam_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tensor | None = None,
-                 time_step: Tensor | None = None, weight_decay=None, beta1: float = 0.9,
-                 beta2: float = 0.999, epsilon: float = 1e-07) -> Tensor:
+                 time_step: Tensor | None = None, weight_decay=None, beta1=None,
+                 beta2=None, epsilon: float = 1e-07) -> Tensor:
     """Adam's update term from the two moment accumulators (a new tensor). Its ``wd * w`` term
     runs only when the weight decay is a tensor or a non-zero number, as in PopXL
-    (``weight_decay_is_required``); it then needs the weight."""
+    (``weight_decay_is_required``); it then needs the weight. Bias correction (``time_step``)
+    needs both betas (PopXL's check)."""
     decay = isinstance(weight_decay, Tensor) or (weight_decay is not None and weight_decay != 0.0)
     if decay and weight is None:
         raise ValueError("Weight decay requires weight to not be None.")
+    if time_step is not None and (beta1 is None or beta2 is None):
+        raise ValueError("Bias correction requires both beta1 and beta2 to not be None.")
     others = [x for x in (acc_second_order, weight if decay else None, time_step) if isinstance(x, Tensor)]
     return _update("adam_updater", "adam_updater", acc_first_order, others, None if decay else {"weight_decay": False},
                    new_output=True)
@@ -93,15 +109,15 @@ def lamb_square(t: Tensor) -> Tensor:
 
 def adam_var_update(t: Tensor, x: Tensor, r1=None, r2=None, learning_rate=None,
                     max_weight_norm=None) -> Tensor:
-    """``t -= learning_rate * x`` (with LAMB's trust ratio when ``r1``/``r2`` are given)."""
-    fn = "lamb_var_update" if r1 is not None or r2 is not None else "adam_var_update"
+    """``t -= learning_rate * x`` (scaled by LAMB's trust ratio ``r1 / r2``, which PopXL requires
+    for Adam too: the optimizer is LAMB only when ``lamb_square`` made them)."""
     if isinstance(x, GradTensor) or isinstance(t, GradTensor):
-        return _gradient_update(fn, t, x if isinstance(x, GradTensor) else t)
-    return _update(fn, "sgd_update", t, [x])
+        return _gradient_update("adam_var_update", t, x if isinstance(x, GradTensor) else t)
+    return _update("adam_var_update", "sgd_update", t, [x])
 
 
 SUPPORTED = ("accumulate_", "accumulate_square_", "accumulate_mean_", "accumulate_moving_average_",
-             "accumulate_moving_average_square_", "copy_var_update_", "adam_updater", "lamb_square",
+             "accumulate_moving_average_square_", "accumulator_scale_", "accumulator_zero_", "copy_var_update_", "adam_updater", "lamb_square",
              "adam_var_update")
 
 
