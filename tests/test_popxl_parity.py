@@ -203,3 +203,21 @@ def test_contexts_the_simulator_does_not_model_are_noted():
     notes = _session(ir).executable.notes
     assert any(n.startswith("popxl.io_tiles(): accepted, no modelled effect") for n in notes)
     assert any(n.startswith("popxl.in_sequence(False): ops run in the order they are created") for n in notes)
+
+
+def test_variables_group_every_replica_by_default_and_read_back_per_replica():
+    """tensor.py ``variable``: replica_grouping defaults to ``ir.replica_grouping()``;
+    ``retrieval_mode="all_replicas"`` reads one value per replica (session.py get_tensors_data)."""
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        v = popxl.variable(np.ones((2, 3), np.float32), retrieval_mode="all_replicas")
+        pairs = popxl.variable(np.stack([np.zeros((2, 3)), np.ones((2, 3))]).astype(np.float32),
+                               replica_grouping=ir.replica_grouping(1, 2), retrieval_mode="all_replicas")
+        ops.host_store(popxl.d2h_stream((2, 3), popxl.float32, "y"), v + pairs)
+    assert v.replica_grouping.num_groups == 1
+    assert ir.replica_grouping(2, 1) == ir.replica_grouping(1, 1)  # groups of one: the same groups
+    s = _session(ir)
+    assert s.get_tensor_data(v).shape == (4, 2, 3)
+    assert s.get_tensor_data(pairs)[:, 0, 0].tolist() == [0, 0, 1, 1]
+    with pytest.raises(TypeError, match="must match the dtype"):
+        s.write_variable_data(v, np.ones((2, 3), np.float16))

@@ -35,6 +35,8 @@ class ReplicaGrouping:
         self._group_size = ir.replication_factor // stride if group_size is None and isinstance(
             stride, int) and stride > 0 else group_size
         _assignment(ir.replication_factor, self._stride, self._group_size)  # fail now, as PopXL does
+        if self._group_size == 1:  # groups of one: the stride says nothing (PopXL normalises it to 1)
+            self._stride = 1
 
     @property
     def stride(self) -> int:
@@ -64,12 +66,12 @@ class ReplicaGrouping:
             raise ValueError(f"the transpose of {self!r} has no constant stride")
         return t
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other) -> bool:  # the same groups of replicas, as PopXL compares them
         return (isinstance(other, ReplicaGrouping) and other._ir is self._ir
-                and (other.stride, other.group_size) == (self.stride, self.group_size))
+                and other.assignment == self.assignment)
 
     def __hash__(self) -> int:
-        return hash((self._ir.id, self.stride, self.group_size))
+        return hash((self._ir.id, tuple(self.assignment)))
 
     def __repr__(self) -> str:
         return (f"ReplicaGrouping(num_replicas={self._ir.replication_factor}, stride={self.stride}, "

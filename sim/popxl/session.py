@@ -18,6 +18,7 @@ first run's simulation is reused by later runs of the same session.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Self
 
 import numpy as np
@@ -259,8 +260,14 @@ class Session:
                 raise TypeError(f"{t} is not of type Constant or Variable. get_tensor_data is not supported "
                                 "for this type.")
             shape = t.shape_on_host if isinstance(t, Variable) else t.shape
-            out[t] = (np.asarray(t._data, dtype=t.dtype.as_numpy()) if t._data is not None
-                      else np.zeros(shape, dtype=t.dtype.as_numpy()))
+            data = (np.asarray(t._data, dtype=t.dtype.as_numpy()) if t._data is not None
+                    else np.zeros(shape, dtype=t.dtype.as_numpy()))
+            rg = getattr(t, "replica_grouping", None)
+            if getattr(t, "retrieval_mode", None) == "all_replicas" and rg is not None and rg._ir.replication_factor > 1:
+                # one value per replica: its group's (PopXL's Session.get_tensors_data)
+                per_group = data if rg.num_groups > 1 else data[np.newaxis]
+                data = np.stack([per_group[g] for g in rg.assignment])
+            out[t] = data
         return out
 
     def write_variable_data(self, tensor: Variable, data) -> None:
@@ -271,7 +278,11 @@ class Session:
             if not isinstance(t, Variable):
                 raise TypeError(f"Tensor {t.id} is not of type Variable. write_variable_data is not supported "
                                 "for this type.")
-            arr = np.asarray(data)
+            # a Python number takes the variable's dtype; an array must have it (PopXL's check)
+            arr = np.array(data).astype(t.dtype.as_numpy()) if isinstance(data, numbers.Number) else np.asarray(data)
+            if arr.dtype != t.dtype.as_numpy():
+                raise TypeError(f"The dtype of the input array {arr.dtype} must match the dtype of the tensor "
+                                f"{t.id} : {t.dtype.as_numpy()}")
             if arr.shape != t.shape_on_host:
                 raise ValueError(f"The shape of the input array {arr.shape} must match the shape of the tensor "
                                  f"{t.id} : {t.shape_on_host}")

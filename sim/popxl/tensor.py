@@ -372,6 +372,8 @@ def variable(data=None, dtype=None, name: str | None = None, downcast: builtins.
             shp = shp[1:]
         g.ir._note(f"variable {name or 'variable'}: {replica_grouping!r}: accepted, no modelled effect "
                    "(the grouping sets how values are initialised and read)")
+    if replica_grouping is None:  # PopXL's default: one group of every replica
+        replica_grouping = g.ir.replica_grouping()
     if retrieval_mode not in ("one_per_group", "all_replicas", None):
         raise ValueError(f"popxl.variable: retrieval_mode must be 'one_per_group' or 'all_replicas', "
                          f"got {retrieval_mode!r}")
