@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import copy
 import enum
+import importlib
 import json
 import logging
 import os
@@ -610,7 +611,7 @@ def _enum_from_string(value):
 def _poptorch_names() -> dict:
     """What ``poptorch.X`` can name in an options file: sim.poptorch's public names (its
     constructors such as ``ShardedExecution`` and ``TensorLocationSettings``, and its enums)."""
-    from .. import poptorch
+    poptorch = importlib.import_module(__package__)  # the package, loaded before this module
     return {name: getattr(poptorch, name) for name in poptorch.__all__ if hasattr(poptorch, name)}
 
 
