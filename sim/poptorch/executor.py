@@ -189,9 +189,9 @@ class PoplarExecutor:
             if leaf.requires_grad:
                 leaves[i] = leaf = leaf.detach()
             b = 1 if leaf.dim() == 0 else leaf.shape[0]
-            if b % chunks:
+            if b % chunks:  # PopTorch asserts it (_poplar_executor.py _narrow_tensor)
                 o = self._options
-                raise error(
+                raise AssertionError(
                     f"Invalid batch dimension: In the input {leaf.shape}, the batch dimension ({b}) must "
                     f"be a multiple of Options.deviceIterations({o.device_iterations}) * "
                     f"(Options.replicationFactor({o.replication_factor}) / "
