@@ -215,6 +215,7 @@ def test_variables_group_every_replica_by_default_and_read_back_per_replica():
                                replica_grouping=ir.replica_grouping(1, 2), retrieval_mode="all_replicas")
         ops.host_store(popxl.d2h_stream((2, 3), popxl.float32, "y"), v + pairs)
     assert v.replica_grouping.num_groups == 1
+    assert ir.main_graph.variables == (v, pairs) and ir.main_graph.constants == ()
     assert ir.replica_grouping(2, 1) == ir.replica_grouping(1, 1)  # groups of one: the same groups
     s = _session(ir)
     assert s.get_tensor_data(v).shape == (4, 2, 3)

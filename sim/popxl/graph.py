@@ -22,7 +22,7 @@ from . import dtypes
 from .context import get_current_context
 from .errors import GraphInputError, NotModelledError, PopXLError
 from .streams import DeviceToHostStream, HostToDeviceStream
-from .tensor import GradTensor, Tensor
+from .tensor import Constant, GradTensor, Tensor, Variable
 
 if TYPE_CHECKING:  # pragma: no cover
     from .ir import Ir
@@ -46,6 +46,7 @@ class Graph:
         self._io_repeats: list[tuple[str, int]] = []  # (graph, count) of repeats with host IO
         self._io_ops = 0  # ops copied from the bodies of those repeats
         self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
+        self._made: list[Tensor] = []  # the variables and constants made in this graph, in order
 
     # --- PopXL's surface ---------------------------------------------------------------------
     def __enter__(self) -> Self:
@@ -74,6 +75,16 @@ class Graph:
     @property
     def outputs(self) -> tuple[Tensor, ...]:
         return tuple(self._outputs)
+
+    @property
+    def variables(self) -> tuple[Tensor, ...]:
+        """The variables made in this graph (PopXL's ``Graph.variables``)."""
+        return tuple(t for t in self._made if isinstance(t, Variable))
+
+    @property
+    def constants(self) -> tuple[Tensor, ...]:
+        """The constants made in this graph (PopXL's ``Graph.constants``)."""
+        return tuple(t for t in self._made if isinstance(t, Constant))
 
     @property
     def sim_graph(self):

@@ -378,8 +378,10 @@ def variable(data=None, dtype=None, name: str | None = None, downcast: builtins.
         raise ValueError(f"popxl.variable: retrieval_mode must be 'one_per_group' or 'all_replicas', "
                          f"got {retrieval_mode!r}")
     sim_name = g._new_tensor(name or "variable", shp, dt, "weight")
-    return Variable(g, sim_name, shp, dt, get_current_context().ipu, data=arr,
-                    replica_grouping=replica_grouping, retrieval_mode=retrieval_mode or "one_per_group")
+    v = Variable(g, sim_name, shp, dt, get_current_context().ipu, data=arr,
+                 replica_grouping=replica_grouping, retrieval_mode=retrieval_mode or "one_per_group")
+    g._made.append(v)
+    return v
 
 
 def constant(data=None, dtype=None, name: str | None = None, downcast: builtins.bool = True,
@@ -391,7 +393,9 @@ def constant(data=None, dtype=None, name: str | None = None, downcast: builtins.
     g._check_open()
     shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.constant", tuple_is_shape=False)
     sim_name = g._new_tensor(name or "constant", shp, dt, "constant")
-    return Constant(g, sim_name, shp, dt, get_current_context().ipu, data=arr)
+    c = Constant(g, sim_name, shp, dt, get_current_context().ipu, data=arr)
+    g._made.append(c)
+    return c
 
 
 def graph_input(shape, dtype, name: str | None = None, by_ref: builtins.bool = False,
