@@ -507,7 +507,8 @@ class Planner:
         most_stages = len(self.units) + 1 if self.units else 1
         if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
             raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner "
-                               "(only bert, gpt2, vit, resnet50 and resnext101 are): it runs on one IPU per replica; drop --pipeline")
+                               "(only bert, gpt2, vit, resnet50 and resnext101 are): it runs on one IPU per replica; "
+                               "drop --pipeline")
         for sname, system in self.systems.items():
             n = system.num_ipus
             pipelines = sp.pipelines or [p for p in powers_of_two(n) if p <= most_stages]

@@ -399,7 +399,8 @@ class PoplarExecutor:
         if not self.isCompiled():
             self._compile(*self._chunk(leaves, spec, positions, chunks, 0))
         else:
-            _check_same_inputs(self._inputs, _inputs_of(*self._by_name(*self._chunk(leaves, spec, positions, chunks, 0))))
+            first = self._chunk(leaves, spec, positions, chunks, 0)
+            _check_same_inputs(self._inputs, _inputs_of(*self._by_name(*first)))
         if not self._is_attached:
             self.attachToDevice()
         self._run = run_executable(self._executable)
@@ -803,16 +804,7 @@ def _check_same_inputs(compiled, called) -> None:
     model was compiled with: the same structure, tensors of the same (micro-batch) shape and dtype,
     and the same values of non-tensor arguments, which are constants of the graph."""
     (cspec, cleaves), (spec, leaves) = compiled, called
-    nargs, got_nargs = len(cspec[2][0][2]), len(spec[2][0][2])
-    if nargs != got_nargs:
-        raise error(f"Number of positional arguments mismatch: expected {nargs} arguments but got "
-                    f"{got_nargs}.{_RECOMPILE}")
-    keys, got_keys = set(cspec[2][1][1]), set(spec[2][1][1])
-    if keys != got_keys:
-        details = [f"{what}: {', '.join(sorted(names))}" for what, names in
-                   (("Unexpected arguments", got_keys - keys), ("Missing arguments", keys - got_keys)) if names]
-        raise error(f"Keys mismatch for the keyword arguments: {'. '.join(details)}.{_RECOMPILE}")
-    if cspec != spec:
+    if cspec != spec:  # a different number of arguments, or containers of other lengths or keys
         raise error(f"Arguments mismatch: the arguments are not structured as those the model was compiled "
                     f"with (the same containers of the same lengths and keys).{_RECOMPILE}")
     for (name, kind, *was), (_, ckind, *now) in zip(cleaves, leaves):

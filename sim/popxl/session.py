@@ -263,7 +263,8 @@ class Session:
             data = (np.asarray(t._data, dtype=t.dtype.as_numpy()) if t._data is not None
                     else np.zeros(shape, dtype=t.dtype.as_numpy()))
             rg = getattr(t, "replica_grouping", None)
-            if getattr(t, "retrieval_mode", None) == "all_replicas" and rg is not None and rg._ir.replication_factor > 1:
+            per_replica = getattr(t, "retrieval_mode", None) == "all_replicas"
+            if per_replica and rg is not None and rg._ir.replication_factor > 1:
                 # one value per replica: its group's (PopXL's Session.get_tensors_data)
                 per_group = data if rg.num_groups > 1 else data[np.newaxis]
                 data = np.stack([per_group[g] for g in rg.assignment])

@@ -117,7 +117,8 @@ def adam_var_update(t: Tensor, x: Tensor, r1=None, r2=None, learning_rate=None,
 
 
 SUPPORTED = ("accumulate_", "accumulate_square_", "accumulate_mean_", "accumulate_moving_average_",
-             "accumulate_moving_average_square_", "accumulator_scale_", "accumulator_zero_", "copy_var_update_", "adam_updater", "lamb_square",
+             "accumulate_moving_average_square_", "accumulator_scale_", "accumulator_zero_", "copy_var_update_",
+             "adam_updater", "lamb_square",
              "adam_var_update")
 
 
