@@ -219,3 +219,10 @@ def test_save_makes_its_folder_and_takes_a_folder(tmp_path, caplog):
         model.save(str(tmp_path / "new"))
     assert (tmp_path / "new" / "model.poptorch").is_file()
     assert "is a directory, saving model to" in caplog.text
+
+
+def test_executor_attributes_are_the_models():
+    """PoplarExecutor has no ``training`` of its own: ``__getattr__`` gives the wrapped module's."""
+    net = torch.nn.Linear(4, 3).eval()
+    assert poptorch.inferenceModel(net).training is False
+    assert poptorch.inferenceModel(net.train()).training is True

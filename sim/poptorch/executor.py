@@ -150,10 +150,6 @@ class PoplarExecutor:
         """The :class:`sim.Executable` the model was compiled to (None before compiling)."""
         return self._executable
 
-    @property
-    def training(self) -> bool:
-        return self._training
-
     def __getattr__(self, attr):
         if attr.startswith("__") or attr in ("_user_model", "_model"):
             raise AttributeError(attr)
