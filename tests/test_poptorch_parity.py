@@ -226,3 +226,17 @@ def test_executor_attributes_are_the_models():
     net = torch.nn.Linear(4, 3).eval()
     assert poptorch.inferenceModel(net).training is False
     assert poptorch.inferenceModel(net.train()).training is True
+
+
+def test_a_constant_output_comes_back_once():
+    """popartBatchDimForAnchor is 1 for a host-side constant: it is not repeated per micro-batch."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x), torch.tensor([1.0, 2.0])
+
+    y, c = poptorch.inferenceModel(Net(), poptorch.Options().deviceIterations(3))(torch.ones(6, 4))
+    assert (tuple(y.shape), tuple(c.shape)) == ((6, 3), (2,))

@@ -528,9 +528,31 @@ class PoplarExecutor:
                     parts = [pytree.tree_leaves(results[s, a, r])[i] for s in range(di) for a in range(ga)]
                     sums.append(_sum(parts))
                 per_leaf.append(sums)
-        out = [_join(parts) if isinstance(leaf, torch.Tensor) else leaf
-               for leaf, parts in zip(t_leaves, per_leaf)]
+        constants = self._constant_outputs(sum(isinstance(leaf, torch.Tensor) for leaf in t_leaves))
+        out, n = [], 0
+        for leaf, parts in zip(t_leaves, per_leaf):
+            if isinstance(leaf, torch.Tensor):  # a host-side constant comes back once (popartBatchDimForAnchor: 1)
+                out.append(_host_dtype(leaf) if n in constants else _join(parts))
+                n += 1
+            else:
+                out.append(leaf)
         return pytree.tree_unflatten(out, t_spec)
+
+    def _constant_outputs(self, tensors: int) -> set[int]:
+        """Positions, among the model's tensor outputs, of those that are constants of the graph
+        (PopTorch returns a host-side constant once, not once per micro-batch)."""
+        captured = self._captured
+        if captured is None or len(captured.output_names) != tensors:
+            return set()
+        g = captured.graph
+        producers = {o: op for op in g.ops for o in op.outputs}
+
+        def constant(name: str) -> bool:
+            op = producers.get(name)
+            if op is None:
+                return g.tensors[name].role == "constant"
+            return op.kind == "identity" and all(constant(i) for i in op.inputs)
+        return {i for i, name in enumerate(captured.output_names) if constant(name)}
 
     # --- PoplarExecutor's numbers --------------------------------------------------------------
     def cycleCount(self) -> int:
