@@ -3,9 +3,12 @@ examples build it.
 
 Inputs, in order: ``input_ids``, ``attention_mask``, ``token_type_ids`` (int32, (B, S)) and,
 with the head and its loss, ``labels`` (MLM: int32, (B, S) or (B, mask_tokens)) or ``positions``
-(SQuAD: int32, (B, 2), the answer's start and end). Outputs: the MLM logits, or the SQuAD
-``start_logits`` and ``end_logits`` (B, S), then the loss (unless ``with_loss=False``, an
-inference deployment: no labels streamed in, no loss); without the head, the encoder output.
+(SQuAD: int32, (B, 2), the answer's start and end). Outputs: with the MLM head, the loss (as
+Graphcore's PopART and PyTorch BERT training return it, not the masked tokens' logits; their
+on-device accuracy is not modelled), or, with ``with_loss=False`` (an inference deployment: no
+labels streamed in, no loss), the MLM logits; with the SQuAD head, ``start_logits`` and
+``end_logits`` (B, S), then the loss unless ``with_loss=False``; without the head, the encoder
+output.
 
 - Post-layernorm encoder layers: fused QKV attention, residual add, layernorm, FFN (GELU),
   residual add, layernorm (``models.transformer``).
@@ -165,7 +168,7 @@ def build(name: str, p: Params) -> Graph:
             b.output(logits)
             return b.graph
         loss = b.softmax_cross_entropy(logits, labels)
-    b.output(logits, loss)
+    b.output(loss)  # Graphcore's scripts anchor the loss (and an on-device accuracy), not the logits
     return b.graph
 
 

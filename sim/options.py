@@ -142,8 +142,10 @@ class TensorLocationSettings:
     def __init__(self):
         self.on_chip: bool | None = None
         self.replicated_tensor_sharding = False
-        self.min_elements_off_chip = 0
-        self.min_elements_rts = 0
+        # PopART's defaults (sessionoptions.hpp TensorLocationSettings): a tensor of fewer elements
+        # stays on chip, and one of fewer than 8192 is not sharded over replicas
+        self.min_elements_off_chip = 2
+        self.min_elements_rts = 8192
         self.io_tiles_to_load = False
         self.io_tiles_to_store = False
 

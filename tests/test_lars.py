@@ -163,7 +163,8 @@ def test_unknown_optimizer_names_lars_among_the_known():
 def test_lars_with_sharded_state_says_the_norms_all_reduce_is_not_modelled():
     from sim.options import TensorLocationSettings
     o = sim.Options().replicationFactor(2).enableSyntheticData(True)
-    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True))
+    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True)
+                                        .minElementsForReplicatedTensorSharding(0))  # every tensor, small ones too
     notes = {name: sim.compile(small_cnn(), "ipu-m2000", o, training=True, optimizer=name).notes
              for name in ("lars", "sgd_momentum")}
     assert any("lars with sharded optimizer state" in n for n in notes["lars"])

@@ -180,13 +180,17 @@ def test_names_and_describe():
 @pytest.mark.parametrize("name", ["mlp", "bert-base", "gpt2-small", "resnet50"])
 def test_inputs_outputs_and_loss(name):
     g = models.get(name)
-    assert g.loss == g.outputs[-1] and len(g.outputs) == 2
+    # BERT's MLM training returns its loss only, as Graphcore's scripts anchor it (not the logits)
+    assert g.loss == g.outputs[-1] and len(g.outputs) == (1 if name == "bert-base" else 2)
+    if name == "bert-base":
+        g = models.get(name, with_loss=False)
     logits = g.tensor(g.outputs[0])
     assert logits.shape[-1] == {"mlp": 10, "bert-base": 30522, "gpt2-small": 50257, "resnet50": 1000}[name]
     for t in map(g.tensor, g.inputs):
         is_index = t.name.endswith(("ids", "labels", "mask"))
         assert t.dtype == ("int32" if is_index else g.tensor(g.outputs[0]).dtype)
-    assert g.tensor("labels").dtype == "int32"
+    if name != "bert-base":
+        assert g.tensor("labels").dtype == "int32"
 
 
 def test_without_head_outputs_hidden_states():

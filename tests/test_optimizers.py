@@ -142,7 +142,8 @@ def test_lamb_with_rts_all_reduces_each_norm_between_the_phases():
     fp32 value across the replicas: 2 per weight, 4 bytes each, after phase 1 and the norms and
     before phase 2. The updater is a shard too."""
     o = sim.Options().replicationFactor(2).enableSyntheticData(True)
-    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True))
+    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True)
+                                        .minElementsForReplicatedTensorSharding(0))  # every tensor, small ones too
     ex = sim.compile(mlp((2,)), "ipu-m2000", o, training=True, optimizer="lamb")
     (seq,) = [i for i in _items(ex.program) if getattr(i, "name", "") == "weight update" and hasattr(i, "items")]
     repeats = [i for i, item in enumerate(seq.items) if isinstance(item, Repeat) and "LAMB norm" in item.name]

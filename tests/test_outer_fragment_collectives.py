@@ -23,7 +23,8 @@ def _options(*merged: str) -> sim.Options:
     """2 replicas of a 2-IPU BERT pipeline, LAMB with its state sharded (RTS)."""
     o = sim.Options().replicationFactor(2).enableSyntheticData(True)
     o.Training.gradientAccumulation(6)
-    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True))
+    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True)
+                                        .minElementsForReplicatedTensorSharding(0))  # every tensor, small ones too
     for kind in merged:
         o._Popart.set(MERGE.format(kind), True)
     return o

@@ -115,9 +115,32 @@ def test_bert_large_pod16_fits_only_with_rts():
     capacity = run.memory[0]["tile_capacity_bytes"]
     assert err.value.shortfalls[0] > 0 and err.value.shortfall_bytes == max(err.value.shortfalls.values())
     assert all(m["peak_tile_bytes"] <= capacity for m in run.memory.values())  # needs > capacity without RTS
-    # with RTS each LAMB norm is of a shard: one all-reduce of its fp32 value per norm
-    assert _collective_kinds(run) == {"gradient reduce-scatter", "LAMB norm all-reduce", "weight all-gather"}
+    # with RTS each LAMB norm is of a shard: one all-reduce of its fp32 value per norm; the biases
+    # and layer norms (under PopART's 8192 elements) are not sharded: their gradients all-reduced
+    assert _collective_kinds(run) == {"gradient reduce-scatter", "LAMB norm all-reduce", "weight all-gather",
+                                      "gradient all-reduce"}
     assert run.executable.strategy == "pipelined" and run.executable.ipus_per_replica == 4
+
+
+def test_rts_shards_only_tensors_of_8192_elements_or_more():
+    """PopART's default minElementsForReplicatedTensorSharding (8192, sessionoptions.hpp): a smaller
+    tensor's state stays whole on every replica and its gradient is all-reduced; setting the minimum
+    to 0 shards every tensor."""
+    def run(minimum=None):
+        g = models.get("bert-base", micro_batch=2, seq_len=32, num_layers=1)
+        o = sim.Options().replicationFactor(2)
+        where = TensorLocationSettings().useReplicatedTensorSharding(True)
+        if minimum is not None:
+            where.minElementsForReplicatedTensorSharding(minimum)
+        o.TensorLocations.setOptimizerLocation(where)
+        return sim.simulate(g, "ipu-m2000", o, training=True, optimizer="lamb")
+    default, everything = run(), run(0)
+    state = {t.name: t.shards for t in default.executable.graph.tensors.values() if t.role == "state"}
+    assert state["embeddings/token_type_embeddings/lamb_state0"] == 1  # 1,536 elements
+    assert state["embeddings/word_embeddings/lamb_state0"] == 2
+    assert all(t.shards == 2 for t in everything.executable.graph.tensors.values() if t.role == "state")
+    assert "gradient all-reduce" in _collective_kinds(default)
+    assert "gradient all-reduce" not in _collective_kinds(everything)
 
 
 def test_rts_lowers_memory_per_tile_and_swaps_the_all_reduce():
@@ -128,7 +151,8 @@ def test_rts_lowers_memory_per_tile_and_swaps_the_all_reduce():
         assert on.memory[ipu]["peak_tile_bytes"] < off.memory[ipu]["peak_tile_bytes"]
         assert on.memory[ipu]["always_live_bytes"] < off.memory[ipu]["always_live_bytes"]
     assert _collective_kinds(off) == {"gradient all-reduce"}
-    assert _collective_kinds(on) == {"gradient reduce-scatter", "LAMB norm all-reduce", "weight all-gather"}
+    assert _collective_kinds(on) == {"gradient reduce-scatter", "LAMB norm all-reduce", "weight all-gather",
+                                     "gradient all-reduce"}  # the tensors under 8192 elements
     names = set(on.trace[on.trace.kind == "collective"].name)
     for what in ("gradient reduce-scatter", "weight all-gather"):  # one per tensor on every IPU
         assert all(any(n.startswith(f"{what} (IPU {i}, ") for n in names) for i in range(4))

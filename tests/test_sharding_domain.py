@@ -28,7 +28,8 @@ def _options(domain=None, replicas: int = 4) -> sim.Options:
     """``replicas`` replicas of a 2-IPU BERT pipeline, LAMB state sharded over ``domain``."""
     o = sim.Options().replicationFactor(replicas).enableSyntheticData(True)
     o.Training.gradientAccumulation(6)
-    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True))
+    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True)
+                                        .minElementsForReplicatedTensorSharding(0))  # every tensor, small ones too
     if domain is not None:
         o._Popart.set(KEY, domain)
     return o

@@ -50,13 +50,16 @@ class Context:
     def ipus(self, replica: int) -> list[int]:
         return replica_ipus(replica, self.ipus_per_replica)
 
-    def steps(self, ops: list[Op], label: str = "", share: int = 1) -> OpSteps:
-        """Per-op cycles of ``ops``; ``share`` > 1 prices a 1/share slice of each (a shard)."""
+    def steps(self, ops: list[Op], label: str = "", share: int | dict[str, int] = 1) -> OpSteps:
+        """Per-op cycles of ``ops``; ``share`` > 1 prices a 1/share slice of each (a shard), or per
+        op name."""
         priced = [(op, self.costs[op.name]) for op in ops if op.name in self.costs and self.costs[op.name].cycles > 0]
+        shares = np.array([share.get(op.name, 1) if isinstance(share, dict) else share for op, _ in priced],
+                          dtype=np.float64)
 
         def col(values, dtype=np.int64):
             a = np.array(values, dtype=np.float64)
-            return np.ceil(a / share).astype(dtype) if dtype is np.int64 else (a / share)
+            return np.ceil(a / shares).astype(dtype) if dtype is np.int64 else (a / shares)
         return OpSteps(
             names=tuple(op.name + label for op, _ in priced),
             kinds=tuple(op.kind for op, _ in priced),
@@ -67,8 +70,8 @@ class Context:
             exchange_bytes=col([c.exchange_bytes for _, c in priced]),
             launch=col([c.launch_cycles for _, c in priced]),
             exchange_setup=col([c.exchange_setup_cycles for _, c in priced]),
-            tile_compute=sum((c.profile.compute for _, c in priced if c.profile is not None),
-                             np.zeros(self.compute_tiles)) / share)
+            tile_compute=sum((c.profile.compute / n for (_, c), n in zip(priced, shares) if c.profile is not None),
+                             np.zeros(self.compute_tiles)))
 
     def stage_parts(self, stage: StageWork) -> list[tuple[str, object]]:
         """What a stage runs, in order: ``("compute", (name, OpSteps))`` for runs of ops
@@ -191,25 +194,36 @@ class Context:
         clipping = [op for op in self.updates if op.attrs.get("clip") in ("norm", "global")]
         by_position = {p: [op for op in self.updates if op.ipu == p and op.attrs.get("clip") not in ("norm", "global")]
                        for p in range(self.ipus_per_replica)}
-        # one gradient per weight updated (LARS's norm ops name the weight they belong to)
-        grads = {p: [tensors[w].nbytes for w in dict.fromkeys(op.attrs.get("weight", op.inputs[0]) for op in ops)]
-                 for p, ops in by_position.items()}
-        sharded = {p: any(tensors[t].shards > 1 for op in ops for t in op.inputs) for p, ops in by_position.items()}
+        # one gradient per weight updated (every update op names its weight), and whether that weight's
+        # update is sharded over replicas (its optimizer state is: PopART shards only tensors of
+        # minElementsForReplicatedTensorSharding elements or more, so a run mixes both)
+        split: dict[int, dict[str, bool]] = {p: {} for p in by_position}
+        for p, ops in by_position.items():
+            for op in ops:
+                w = op.attrs.get("weight", op.inputs[0])
+                split[p][w] = split[p].get(w, False) or any(tensors[t].shards > 1 for t in op.inputs)
+        grads = {p: {way: [tensors[w].nbytes for w, s in ws.items() if s == way] for way in (True, False)}
+                 for p, ws in split.items()}
+        sharded = {p: any(ws.values()) for p, ws in split.items()}
         domain, across = self._sharding_groups()
         if R > 1:
-            seq.items += self.collectives("reduce_scatter", {p: grads[p] for p in grads if sharded[p]}, "gradient",
-                                          domain)
+            seq.items += self.collectives("reduce_scatter", {p: g[True] for p, g in grads.items() if g[True]},
+                                          "gradient", domain)
             if across[1] > 1:  # shards of the same part of a tensor, reduced across the domains
-                seq.items += self.collectives("all_reduce", {p: [-(-n // domain[1]) for n in grads[p]]
-                                                             for p in grads if sharded[p]}, "gradient shard", across)
-            seq.items += self.collectives("all_reduce", {p: grads[p] for p in grads if not sharded[p]}, "gradient")
+                seq.items += self.collectives("all_reduce", {p: [-(-n // domain[1]) for n in g[True]]
+                                                             for p, g in grads.items() if g[True]}, "gradient shard",
+                                              across)
+            seq.items += self.collectives("all_reduce", {p: g[False] for p, g in grads.items() if g[False]},
+                                          "gradient")
         if clipping:
             seq.items += self._clip_by_global_norm(clipping, sharded, domain)
-        # with RTS each LAMB norm covers a shard: PopART all-reduces each LambSquare's one fp32
-        # value across the sharding domain (LambSquareOp::configureForReplicatedTensorSharding)
-        # before the trust ratio; the norms' all-reduces run between the updates' two phases
-        norms = {p: sum(1 for op in ops if op.attrs.get("optimizer") == "lamb" and "norm_of" in op.attrs)
-                 for p, ops in by_position.items() if sharded[p] and R > 1}
+        # with RTS each LAMB norm of a sharded weight covers a shard: PopART all-reduces each
+        # LambSquare's one fp32 value across the sharding domain
+        # (LambSquareOp::configureForReplicatedTensorSharding) before the trust ratio; the norms'
+        # all-reduces run between the updates' two phases
+        norms = {p: sum(1 for op in ops if op.attrs.get("optimizer") == "lamb" and "norm_of" in op.attrs
+                        and split[p][op.attrs.get("weight", op.inputs[0])])
+                 for p, ops in by_position.items() if R > 1}
         norms = {p: n for p, n in norms.items() if n}
         tails = []
         for r in self.replicas:
@@ -224,7 +238,7 @@ class Context:
                           for name, ts in (("load", loads), ("store", stores))}
                 if nbytes["load"]:
                     seq.add(RemoteCopy(ipus[p], "load", nbytes["load"], "load optimizer inputs"))
-                share = domain[1] if sharded[p] else 1
+                share = {op.name: domain[1] if split[p][op.attrs.get("weight", op.inputs[0])] else 1 for op in ops}
                 if p in norms:
                     seq.add(Compute(ipus[p], "weight update", self.steps([op for op in ops if op.kind != "lamb_update"],
                                                                          share=share)))
@@ -242,7 +256,7 @@ class Context:
         for tail in tails:
             seq.items += tail
         if R > 1:
-            seq.items += self.collectives("all_gather", {p: grads[p] for p in grads if sharded[p]}, "weight",
+            seq.items += self.collectives("all_gather", {p: g[True] for p, g in grads.items() if g[True]}, "weight",
                                           domain)
         return seq
 
