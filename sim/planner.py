@@ -70,7 +70,7 @@ from .errors import GraphError, OptionsError
 from .graph.ir import Graph
 from .graph.training import Optimizer, expand_training, merge_norms
 from .hardware.system import load_system
-from .options import Options
+from .options import Options, TensorLocationSettings
 from .strategy import assign
 
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
@@ -307,8 +307,8 @@ class _Profile:
     #: block -> the optimizer-state tensors its update reads and writes: (name, bytes), which
     #: off-chip placement loads from and stores to streaming memory every step
     state_io: dict[str, set[tuple[str, int]]]
-    #: always-live tensors: (role, bytes, blocks whose ops use it)
-    tensors: list[tuple[str, int, frozenset[str]]]
+    #: always-live tensors: (role, bytes, blocks whose ops use it, elements)
+    tensors: list[tuple[str, int, frozenset[str], int]]
 
 
 def balanced_split(weights: list[float], first: float, last: float, parts: int) -> tuple[int, ...]:
@@ -568,7 +568,8 @@ class Planner:
             for t in op.inputs + op.outputs:
                 if g.tensors[t].role in ("weight", "constant", "state", "accumulator"):
                     users.setdefault(t, set()).add(op.block)
-        tensors = [(g.tensors[t].role, int(g.tensors[t].nbytes), frozenset(blocks)) for t, blocks in users.items()]
+        tensors = [(g.tensors[t].role, int(g.tensors[t].nbytes), frozenset(blocks), g.tensors[t].numel)
+                   for t, blocks in users.items()]
         self._profiles[key] = _Profile(sides["forward"], sides["backward"], sides["update"], state_io, tensors)
         return self._profiles[key]
 
@@ -639,8 +640,8 @@ class Planner:
 
     def always_live_per_tile(self, c: Candidate) -> list[float]:
         """Per IPU of a replica: bytes per tile that are live all the time at the least, the
-        program memory (code, vertex state, stacks) plus the on-chip weights, constants, optimizer state (1/R with rts,
-        none off chip) and accumulators, spread evenly over the tiles."""
+        program memory (code, vertex state, stacks) plus the on-chip weights, constants, optimizer state (1/R with rts
+        for the tensors PopART shards, none off chip) and accumulators, spread evenly over the tiles."""
         key = (c.system, c.micro_batch, c.gradient_accumulation > 1, c.split, c.optimizer_state,
                c.replicas if c.optimizer_state == "rts" else 0)
         if key not in self._always_live:
@@ -652,11 +653,12 @@ class Planner:
         prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1)
         where = self.ipu_of_blocks(c.split)
         per_ipu = [0.0] * max(1, len(c.split))
-        for role, nbytes, blocks in prof.tensors:
+        sharded = TensorLocationSettings().useReplicatedTensorSharding(True).sharded  # PopART's threshold
+        for role, nbytes, blocks, numel in prof.tensors:
             if role == "state":
                 if c.optimizer_state and c.optimizer_state.startswith("off-chip"):
                     continue
-                if c.optimizer_state == "rts":
+                if c.optimizer_state == "rts" and sharded(numel):
                     nbytes = nbytes / c.replicas
             for ipu in {where.get(b, 0) for b in blocks}:
                 per_ipu[ipu] += nbytes

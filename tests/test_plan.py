@@ -164,7 +164,10 @@ def test_resume_keeps_the_rows_and_simulates_only_the_rest(tmp_path, monkeypatch
     first = plan_cli.plan(pl, top=3, workers=1, bar=False, csv_path=out_csv)
     simulated = first[first["status"].isin(["ok", "oom"]) & ~first["reason"].str.contains("inferred|not simulated")]
     lines = out_csv.read_text().splitlines(keepends=True)
-    out_csv.write_text("".join(lines[:len(lines) // 2]) + lines[len(lines) // 2][:10])  # cut mid-row
+    rows = pd.read_csv(out_csv)  # in the order the points finished: cut in the middle of the second simulated one
+    done = rows[rows["status"].isin(["ok", "oom"]) & ~rows["reason"].fillna("").str.contains("inferred|not simulated")]
+    cut = int(done.index[1]) + 1  # its line (after the header)
+    out_csv.write_text("".join(lines[:cut]) + lines[cut][:10])  # cut mid-row
     calls = []
     real = plan_cli.plan_point
     monkeypatch.setattr(plan_cli, "plan_point", lambda argv: calls.append(argv) or real(argv))
