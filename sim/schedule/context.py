@@ -200,7 +200,7 @@ class Context:
         split: dict[int, dict[str, bool]] = {p: {} for p in by_position}
         for p, ops in by_position.items():
             for op in ops:
-                w = op.attrs.get("weight", op.inputs[0])
+                w = _weight_of(op)
                 split[p][w] = split[p].get(w, False) or any(tensors[t].shards > 1 for t in op.inputs)
         grads = {p: {way: [tensors[w].nbytes for w, s in ws.items() if s == way] for way in (True, False)}
                  for p, ws in split.items()}
@@ -222,7 +222,7 @@ class Context:
         # (LambSquareOp::configureForReplicatedTensorSharding) before the trust ratio; the norms'
         # all-reduces run between the updates' two phases
         norms = {p: sum(1 for op in ops if op.attrs.get("optimizer") == "lamb" and "norm_of" in op.attrs
-                        and split[p][op.attrs.get("weight", op.inputs[0])])
+                        and split[p][_weight_of(op)])
                  for p, ops in by_position.items() if R > 1}
         norms = {p: n for p, n in norms.items() if n}
         tails = []
@@ -238,7 +238,7 @@ class Context:
                           for name, ts in (("load", loads), ("store", stores))}
                 if nbytes["load"]:
                     seq.add(RemoteCopy(ipus[p], "load", nbytes["load"], "load optimizer inputs"))
-                share = {op.name: domain[1] if split[p][op.attrs.get("weight", op.inputs[0])] else 1 for op in ops}
+                share = {op.name: domain[1] if split[p][_weight_of(op)] else 1 for op in ops}
                 if p in norms:
                     seq.add(Compute(ipus[p], "weight update", self.steps([op for op in ops if op.kind != "lamb_update"],
                                                                          share=share)))
@@ -319,6 +319,11 @@ class Context:
 
     def outputs_every_step(self) -> bool:
         return self.mode in (OutputMode.All, OutputMode.EveryN)
+
+
+def _weight_of(op: Op) -> str:
+    """The weight an update op belongs to (every one names it; else its first input)."""
+    return op.attrs.get("weight", op.inputs[0])
 
 
 def device_iteration_loop(ctx: Context, step) -> Sequence:
