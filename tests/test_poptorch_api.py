@@ -408,8 +408,13 @@ def test_custom_argument_types():
     poptorch.registerCustomArgParser(Pair, PairParser())
     try:
         a, b = torch.randn(4, 3), torch.randn(4, 3)
-        out = poptorch.inferenceModel(Model(), poptorch.Options().deviceIterations(2))(Pair(a, b))
+        model = poptorch.inferenceModel(Model(), poptorch.Options().deviceIterations(2))
+        out = model(Pair(a, b))
         assert torch.equal(out, a + b)
+        # a call's objects are compared by their tensors: another object with the same shapes is fine
+        model(Pair(torch.zeros(4, 3), b))
+        with pytest.raises(poptorch.Error, match=r"Shape mismatch for pair\[1\]: expected \[2, 3\] but got \[1, 3\]"):
+            model(Pair(a, torch.ones(2, 3)))
     finally:
         poptorch.registerCustomArgParser(Pair, None)
 

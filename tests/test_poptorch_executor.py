@@ -407,38 +407,6 @@ def test_inputs_must_match_the_compiled_call(call, message):
         call(model, x)
 
 
-def test_custom_argument_objects_are_compared_by_their_tensors():
-    class Pair:
-        def __init__(self, a, b):
-            self.a, self.b = a, b
-
-    class Parser(poptorch.ICustomArgParser):
-        def yieldTensors(self, struct):
-            yield struct.a
-            yield struct.b
-
-        def reconstruct(self, original, tensors):
-            return Pair(next(tensors), next(tensors))
-
-    class Model(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = torch.nn.Linear(8, 4)
-
-        def forward(self, p):
-            return self.fc(p.a) + self.fc(p.b)
-
-    poptorch.registerCustomArgParser(Pair, Parser())
-    try:
-        model = poptorch.inferenceModel(Model(), make_options())
-        model(Pair(torch.ones(MB, 8), torch.ones(MB, 8)))
-        model(Pair(torch.zeros(MB, 8), torch.ones(MB, 8)))  # another object, same tensors: fine
-        with pytest.raises(poptorch.Error, match=r"Shape mismatch for p\[1\]: expected \[2, 8\] but got \[1, 8\]"):
-            model(Pair(torch.ones(MB, 8), torch.ones(1, 8)))
-    finally:
-        poptorch.registerCustomArgParser(Pair, None)
-
-
 def test_save_and_load_recompile(tmp_path):
     net = Net()
     model = poptorch.inferenceModel(net, make_options(2))

@@ -118,6 +118,7 @@ class PoplarExecutor:
         self._captured: Captured | None = None
         self._example = None  # (args, kwargs) of the micro-batch the model was compiled for
         self._inputs = None  # (structure, leaves) of the compiled call: see _inputs_of
+        self._constants_of = (None, set())  # (captured graph, positions of its constant outputs)
         self._run = None
         self._is_attached = False
         self._system_reason = ""
@@ -544,6 +545,12 @@ class PoplarExecutor:
         captured = self._captured
         if captured is None or len(captured.output_names) != tensors:
             return set()
+        if self._constants_of[0] is not captured:  # once per compilation, not per call
+            self._constants_of = (captured, self._find_constant_outputs(captured))
+        return self._constants_of[1]
+
+    @staticmethod
+    def _find_constant_outputs(captured) -> set[int]:
         g = captured.graph
         producers = {o: op for op in g.ops for o in op.outputs}
 

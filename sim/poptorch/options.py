@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import enum
 import importlib
 import json
 import logging
@@ -631,8 +630,8 @@ def _evaluate(node: ast.AST, opts: Options, names: dict):
     if isinstance(node, ast.Name):
         if node.id == "poptorch":
             return names
-        if node.id in names and isinstance(names[node.id], type) and issubclass(names[node.id], enum.Enum):
-            return names[node.id]  # OutputMode.All without poptorch.
+        if node.id in _ENUMS:  # OutputMode.All without poptorch.
+            return _ENUMS[node.id]
         if node.id == "enums":
             return enums
         if node.id.startswith("__") or not hasattr(opts, node.id):
