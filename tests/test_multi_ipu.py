@@ -375,6 +375,43 @@ def test_offchip_after_forward_stores_activations():
     assert len(stores(par)) > 0
 
 
+def test_an_activation_crossing_phases_is_stored_once_and_loaded_once_per_phase_reading_it():
+    """Phase 0 makes ``h``; phase 1 reads it twice, phase 2 once more. Off chip, ``h`` is stored
+    once after phase 0 and loaded before each of phases 1 and 2, not once per reading op."""
+    b = GraphBuilder("phases")
+    x = b.input("x", (MB, D))
+    with b.ipu(0, block="p0"):
+        h = b.linear(x, D, name="p0/l")
+    with b.ipu(0, block="p1"):
+        a, c = b.relu(h), b.add(h, b.weight("p1/shift", (D,)))
+    with b.ipu(0, block="p2"):
+        b.output(b.add(b.add(a, h), c))
+    g = b.graph
+    st = SerialPhasedExecution(*[Phase(Stage(p).ipu(0)) for p in ("p0", "p1", "p2")])
+    run = sim.simulate(g, "ipu-mk2", sim.Options().enableSyntheticData(True).setExecutionStrategy(
+        st.setTensorsLiveness(Liveness.OffChipAfterFwd)))
+    moved = run.trace.set_index("name")["bytes"]
+    S, shift = g.tensors[h].nbytes, g.tensors["p1/shift"].nbytes
+    assert moved["phase 0 store activations"] == S  # h
+    assert moved["phase 1 load"] == S + shift  # h once, and the phase's weight
+    assert moved["phase 1 store activations"] == 2 * S  # a and c
+    assert moved["phase 2 load"] == 3 * S  # a, h and c
+
+
+def test_phased_inference_memory_does_not_grow_with_depth():
+    """With activations on chip (Liveness.AlwaysLive), a layer's output lives until the next
+    phase has read it: adding layers adds program memory only, not activations."""
+    def peak_beyond_program(layers: int) -> int:
+        g = models.get("bert-base", micro_batch=4, num_layers=layers)
+        blocks = ["embedding"] + [f"layer{i}" for i in range(layers)] + ["head"]
+        st = SerialPhasedExecution(*[Phase(Stage(b).ipu(0)) for b in blocks])
+        m = sim.simulate(g, "ipu-mk2", sim.Options().enableSyntheticData(True).setExecutionStrategy(st)).memory[0]
+        return m["total_peak_bytes"] - m["by_role"]["reserved"]  # all but the code, vertex state and stacks
+
+    # one layer output (4 x 128 x 768 fp16) is 786 kB: six more layers kept whole would add 4.7 MB
+    assert peak_beyond_program(8) == pytest.approx(peak_beyond_program(2), rel=1e-3)
+
+
 # --- 8. errors ---------------------------------------------------------------------------------
 def test_too_little_gradient_accumulation_for_a_training_pipeline():
     with pytest.raises(sim.OptionsError, match=r"gradientAccumulation \(6\).*7 = 2 x 4 forward stages - 1"

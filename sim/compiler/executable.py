@@ -308,14 +308,15 @@ def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strate
     without raising (:func:`check_tile_memory` then looks at every IPU)."""
     unit = {"pipelined": "pipeline stage", "sharded": "stage", "serial_phased": "phase",
             "parallel_phased": "phase"}.get(strategy)  # a single-IPU model has no stages to name
-    runs = [(run, f"{unit} {s.index}" if unit else None, s.restored)
+    runs = [(run, f"{unit} {s.index}" if unit else None, s.restored, s.hold, s.through_bytes)
             for s in ctx.stages if s.ipu == ipu for run in (s.memory_runs or [s.ops])]
-    runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update", set()))
+    runs.append(([op for op in ctx.updates if op.ipu == ipu], "weight update", set(), set(), 0))
     runs = [run for run in runs if run[0]]
     stash = sum(s.held_bytes for s in ctx.stages if s.ipu == ipu)
-    program = program_memory(g, [op for ops, _, _ in runs for op in ops], ctx.costs, system.ipu, tiles,
+    program = program_memory(g, [op for run in runs for op in run[0]], ctx.costs, system.ipu, tiles,
                              outlining=ctx.options.outlining())
-    return analyse_ipu(g, [ops for ops, _, _ in runs], ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
+    ops, labels, restored, held, through = zip(*runs) if runs else ((),) * 5
+    return analyse_ipu(g, list(ops), ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
                        system.ipu.reserved_bytes_per_tile, stash_bytes=stash, check=False,
-                       run_labels=[label for _, label, _ in runs], restored=[r for _, _, r in runs],
+                       run_labels=list(labels), restored=list(restored), held=list(held), through=list(through),
                        program=program)

@@ -270,14 +270,17 @@ class _Peak:
 def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ipu: int, tiles: int,
                 sram_bytes: int, reserved_bytes: int, stash_bytes: int = 0, check: bool = True,
                 run_labels: list[str | None] | None = None,
-                restored: list[set[str]] | None = None,
+                restored: list[set[str]] | None = None, held: list[set[str]] | None = None,
+                through: list[float] | None = None,
                 program: dict[str, np.ndarray] | None = None) -> IpuMemory:
     """Peak memory per tile of an IPU that executes ``runs`` (op lists, each in order).
 
     Each run starts with no live activations (a pipeline stage, the weight update); its inputs
     that no op of the run produces are live from its start, except those in ``restored[k]``
     (tensors run ``k`` reads from the pipeline stash, already counted in it). ``stash_bytes``
-    (pipeline stashes) are live throughout, spread over all tiles. ``run_labels`` name the runs
+    (pipeline stashes) are live throughout, spread over all tiles. A later run reads the tensors in
+    ``held[k]`` (phased execution), so run ``k`` keeps them live to its end once made or received,
+    and ``through[k]`` bytes of activations between earlier and later runs are live throughout it. ``run_labels`` name the runs
     (e.g. ``"pipeline stage 4"``) for the out-of-memory error; without them it names the op's
     forward stage annotation. With ``check`` an IPU that does not fit raises
     :class:`OutOfMemoryError` (:func:`check_tile_memory`). ``program`` gives the program memory
@@ -315,7 +318,8 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
     by_role["activation_peak"] = 0
     for k, run in enumerate(runs):
         _sweep(graph, run, costs, tiles, layout, always, peak, len(ops_seen), by_role,
-               restored[k] if restored else set(), recorder, k)
+               restored[k] if restored else set(), recorder, k,
+               held[k] if held else set(), through[k] if through else 0)
         ops_seen += run
         run_of += [k] * len(run)
     fullest = int(peak.level.argmax())
@@ -339,9 +343,10 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
 
 
 def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role, restored,
-           recorder: _LivenessRecorder, run: int) -> None:
+           recorder: _LivenessRecorder, run: int, held: set[str] = frozenset(), through: float = 0) -> None:
     """Walk one run (number ``run``), raising ``peak`` (and noting when) with live activations
-    and temporaries, and recording each op's live bytes in ``recorder``."""
+    and temporaries, and recording each op's live bytes in ``recorder``. Tensors in ``held``
+    stay live to the end of the run; ``through`` bytes are live throughout it."""
     tensors = graph.tensors
     root = {}
     for op in ops:
@@ -357,8 +362,11 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
     for out in graph.outputs:  # streamed back at the end of the step
         if out in produced:
             last_use[root.get(out, out)] = len(ops)
-    live = np.zeros(tiles)
-    live_sum = 0.0  # live.sum(), kept as bytes are added and freed
+    for name in held:  # a later run reads it
+        if name in produced or root.get(name, name) in last_use:
+            last_use[root.get(name, name)] = len(ops)
+    live = np.full(tiles, through / tiles)
+    live_sum = float(through)  # live.sum(), kept as bytes are added and freed
     owner: dict[str, tuple[int, int]] = {}
     frees: dict[int, list[str]] = {}
     for t, i in last_use.items():

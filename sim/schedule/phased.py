@@ -53,8 +53,9 @@ def split_phases(ctx: Context) -> list[dict[int, StageWork]]:
 def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
     """Host streams, cross-IPU sends and same-IPU carries between phases.
 
-    Returns (sends per phase: list of (src ipu, dst ipu, bytes), carried bytes per (phase, ipu):
-    activations a later phase on the same IPU reads, loads per (phase, ipu): weight bytes).
+    Returns (sends per phase: list of (src ipu, dst ipu, bytes); carried: for each activation a
+    later phase on the same IPU reads, ``(phase that makes it, ipu, the later phases reading it)``;
+    loads per (phase, ipu): weight bytes). A tensor counts once however many ops read it.
     """
     g = ctx.g
     where = {}
@@ -64,9 +65,9 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
                 for o in op.outputs:
                     where.setdefault(o, (t, ipu))
     sends = defaultdict(list)
-    carried = defaultdict(int)
+    carried: dict[str, tuple[int, int, set[int]]] = {}
     loads = defaultdict(int)
-    seen_input = set()
+    seen_input, received = set(), set()
     for t, works in enumerate(phases):
         for ipu, w in works.items():
             weights = set()
@@ -85,12 +86,30 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
                     if src is None or src[0] == t:
                         continue
                     if src[1] == ipu:
-                        carried[(src[0], ipu, t)] += tensor.nbytes
-                    else:
+                        carried.setdefault(name, (src[0], ipu, set()))[2].add(t)
+                    elif (name, ipu) not in received:  # copied once to each IPU reading it
+                        received.add((name, ipu))
                         sends[src[0]].append((src[1], ipu, tensor.nbytes))
             loads[(t, ipu)] = sum(g.tensors[n].nbytes for n in weights if g.tensors[n].location == "off_chip")
             w.host_outputs = [o for op in w.ops for o in op.outputs if o in g.outputs]
     return sends, carried, loads
+
+
+def _keep_on_chip(ctx: Context, phases: list[dict[int, StageWork]], carried) -> None:
+    """Tile memory of activations kept on chip between phases (``Liveness.AlwaysLive``): each is
+    live from the op that makes it to the last phase reading it. The phases making or reading it
+    (all but the last) hold it to their end; the phases of its IPU in between hold its bytes
+    throughout."""
+    for name, (src, ipu, readers) in carried.items():
+        last = max(readers)
+        for t in range(src, last):
+            work = phases[t].get(ipu)
+            if work is None:
+                continue
+            if t == src or t in readers:
+                work.hold.add(name)
+            else:
+                work.through_bytes += ctx.g.tensors[name].nbytes
 
 
 def build(ctx: Context) -> Sequence:
@@ -113,8 +132,8 @@ def build(ctx: Context) -> Sequence:
             ipus = ctx.ipus(r)
             items = []
             for ipu in phases[t]:
-                nbytes = loads[(t, ipu)] + (sum(b for (_, i, dst), b in carried.items() if dst == t and i == ipu)
-                                            if off_chip else 0)
+                nbytes = loads[(t, ipu)] + (sum(ctx.g.tensors[n].nbytes for n, (_, i, readers) in carried.items()
+                                                if i == ipu and t in readers) if off_chip else 0)
                 if nbytes:
                     items.append(RemoteCopy(ipus[ipu], "load", nbytes, f"phase {t} load"))
             return items
@@ -125,7 +144,7 @@ def build(ctx: Context) -> Sequence:
             ipus = ctx.ipus(r)
             items = []
             for ipu in works if off_chip else ():
-                keep = sum(b for (src, i, _), b in carried.items() if src == t and i == ipu)
+                keep = sum(ctx.g.tensors[n].nbytes for n, (src, i, _) in carried.items() if src == t and i == ipu)
                 if keep:
                     items.append(RemoteCopy(ipus[ipu], "store", keep, f"phase {t} store activations"))
             transfers = tuple((ipus[s], ipus[d], b) for s, d, b in sends.get(t, []))
@@ -152,9 +171,11 @@ def build(ctx: Context) -> Sequence:
             seq.items += after_phase(t, works)
         return seq
 
-    if not off_chip:  # activations kept on chip across phases count against tile memory
-        for (src, ipu, _), nbytes in carried.items():
-            phases[src][ipu].kept_bytes += nbytes
+    if off_chip:  # stored after the phase that makes them: held to its end
+        for name, (src, ipu, _) in carried.items():
+            phases[src][ipu].hold.add(name)
+    else:
+        _keep_on_chip(ctx, phases, carried)
 
     def step(with_outputs: bool) -> Sequence:
         if not ctx.training:

@@ -37,7 +37,9 @@ class StageWork:
     inputs_bytes: int = 0  # bytes of tensors it receives from other stages or the host
     stash_depth: int = 0  # micro-batches of its inputs (and checkpoints) kept for its backward stage
     checkpoint_bytes: int = 0  # bytes of its checkpoint outputs its backward stage reads, per micro-batch
-    kept_bytes: int = 0  # activations it makes that stay on chip for a later phase
+    hold: set[str] = field(default_factory=set)  # activations it makes or reads that a later phase reads:
+    # live to the end of its run (phased execution)
+    through_bytes: int = 0  # bytes of activations of earlier phases a later phase reads, live throughout its run
     memory_runs: list[list[Op]] | None = None  # how its ops split into runs for tile memory
     restored: set[str] = field(default_factory=set)  # tensors a backward stage reads from the stash
 
@@ -47,9 +49,8 @@ class StageWork:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes it keeps on its IPU beyond its own run: stashed inputs and checkpoints, and
-        kept activations."""
-        return self.stash_depth * (self.inputs_bytes + self.checkpoint_bytes) + self.kept_bytes
+        """Bytes it keeps on its IPU beyond its own run: stashed inputs and checkpoints."""
+        return self.stash_depth * (self.inputs_bytes + self.checkpoint_bytes)
 
 
 def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list[StageWork], list[Op]]:
