@@ -1,9 +1,11 @@
 """GPT-2 (Radford et al. 2019) language model, as Graphcore's GPT-2 examples build it.
 
-Inputs, in order: ``input_ids`` and, with the head, ``labels`` (int32, (B, S); the labels are
-the ids shifted by one, prepared by the data loader). Outputs: the logits of the last position
-(what generation reads: (B, 1, vocab); all positions' logits stay on the IPU for the loss) and
-the loss (with the head), else the final hidden states.
+Inputs, in order: ``input_ids`` and, with the head and ``with_loss``, ``labels`` (int32, (B, S);
+the labels are the ids shifted by one, prepared by the data loader). Outputs: the logits of the
+last position (what generation reads: (B, 1, vocab); all positions' logits stay on the IPU for the
+loss) and the loss (with the head and ``with_loss``), else the final hidden states.
+``with_loss=False`` is inference as Graphcore's ``inference_gpt2.py`` runs it: ``input_ids`` in,
+no labels and no cross-entropy.
 
 - Pre-layernorm blocks: x + attention(ln_1(x)), then x + FFN(ln_2(x)), and ``ln_f`` at the end.
 - Causal attention: a constant (1, 1, S, S) mask (0 / -10000) added to the scores.
@@ -28,7 +30,7 @@ from ._common import Params, Placement
 from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=1, seq_len=1024, intermediate=None, vocab=50257, n_positions=1024,
-               dropout=0.1, layers_per_ipu=None, with_head=True, recompute_checkpoint_every_layer=None,
+               dropout=0.1, layers_per_ipu=None, with_head=True, with_loss=True, recompute_checkpoint_every_layer=None,
                dtype="float16", fp32_ops=())
 MODELS = {
     "gpt2-small": dict(_COMMON, num_layers=12, hidden=768, heads=12),
@@ -47,7 +49,8 @@ def build(name: str, p: Params) -> Graph:
     b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"])
     place = Placement(b, layer_ipu is not None)
     ids = b.input("input_ids", (B, S), "int32")
-    labels = b.input("labels", (B, S), "int32") if c["with_head"] else None
+    with_loss = p.flag("with_loss") and c["with_head"]
+    labels = b.input("labels", (B, S), "int32") if with_loss else None
     causal_mask = b.constant("causal_mask", (1, 1, S, S))
 
     with place.on(0, "embedding"), b.scope("embeddings"):
@@ -74,7 +77,7 @@ def build(name: str, p: Params) -> Graph:
         return b.graph
     with place.on(0, "head"), b.scope("lm_head"):
         logits = tied_projection(b, x, wte)
-        loss = b.softmax_cross_entropy(logits, labels)
+        loss = b.softmax_cross_entropy(logits, labels) if with_loss else None
         next_token = b.slice(logits, 1, S - 1, S, name="next_token_logits")
-    b.output(next_token, loss)
+    b.output(next_token, *([loss] if with_loss else []))
     return b.graph

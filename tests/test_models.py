@@ -94,6 +94,17 @@ def test_gpt2_layers_per_ipu_placement():
     assert ipu_of(g, "lm_head/") == {(0, 3)}
 
 
+def test_gpt2_inference_without_loss_streams_only_the_ids():
+    """with_loss=False is Graphcore's inference_gpt2.py: input_ids in, the next token's logits
+    out; no labels streamed and no cross-entropy over the vocabulary."""
+    g = models.get("gpt2-small", seq_len=128, with_loss=False)
+    assert g.inputs == ["input_ids"]
+    assert "softmax_cross_entropy" not in {op.kind for op in g.ops}
+    assert [g.tensors[o].shape for o in g.outputs] == [(1, 1, 50257)]
+    trained = models.get("gpt2-small", seq_len=128)
+    assert trained.inputs == ["input_ids", "labels"] and len(trained.outputs) == 2
+
+
 def test_resnext_has_grouped_3x3_convolutions_and_group_norm():
     g = models.get("resnext101", micro_batch=1)
     convs = [op for op in g.ops if op.kind == "conv2d" and op.name.split("/")[-2:-1] == ["conv2"]]
