@@ -392,6 +392,7 @@ RUN_FLAGS = {
                                           st.one_of(NUMBER, st.sampled_from(["0.1", "0.3", "0.9", "1e-9"]))),
     "--strategy": flag("--strategy", choice("pipelined", "sharded", "serial-phased", "parallel-phased")),
     "--sync-pattern": flag("--sync-pattern", choice("full", "single-pipeline", "replica-and-ladder")),
+    "--liveness": flag("--liveness", choice("always-live", "off-chip-after-fwd", "off-chip-after-each-phase")),
     "--replicas": flag("--replicas", NUMBER),
     "--auto-round-num-ipus": flag("--auto-round-num-ipus"),
     "--io-tiles": flag("--io-tiles", st.one_of(NUMBER, st.sampled_from(["32", "64", "192", "1472"]))),

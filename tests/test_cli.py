@@ -175,7 +175,7 @@ def test_help_exits_0(capsys):
 # --- issue 4: multi-IPU and host-IO flags ----------------------------------------------------
 from sim.options import OverlapMode, TensorLocationSettings  # noqa: E402
 from sim.results.report import compute_pass, pipeline_phases, timeline_figure  # noqa: E402
-from sim.strategy import ParallelPhasedExecution, Phase, SerialPhasedExecution, Stage, SyncPattern
+from sim.strategy import Liveness, ParallelPhasedExecution, Phase, SerialPhasedExecution, Stage, SyncPattern
 
 PIPE = ["--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--layers-per-ipu", "1,1,1,1",
         "--system", "ipu-m2000"]  # 5 forward stages (the tied head is a stage on IPU 0)
@@ -230,6 +230,36 @@ def test_phased_strategy_has_one_phase_per_block(capsys, strategy):
     assert d["breakdown"]["0"]["remote_io"] > 0
     code, out, _ = cli(capsys, "run", *argv)
     assert f"strategy {strategy.replace('-', ' ')} (6 phases on" in out
+
+@pytest.mark.parametrize("strategy, flag, liveness", [
+    ("serial-phased", "off-chip-after-fwd", Liveness.OffChipAfterFwd),
+    ("serial-phased", "off-chip-after-each-phase", Liveness.OffChipAfterEachPhase),
+    ("parallel-phased", "off-chip-after-fwd", Liveness.OffChipAfterFwd)])
+def test_liveness_flag_is_the_phased_strategys_liveness(capsys, strategy, flag, liveness):
+    blocks = ["embedding", "layer0", "layer1", "layer2", "layer3", "head"]
+    d = cli_cycles(capsys, "--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--system",
+                   "ipu-m2000", "--synthetic-data", "--training", "--strategy", strategy, "--liveness", flag)
+    if strategy == "serial-phased":
+        st = SerialPhasedExecution(*[Phase(Stage(b).ipu(0)) for b in blocks]).setTensorsLiveness(liveness)
+    else:
+        st = ParallelPhasedExecution(*[Phase(Stage(b).ipu(i % 2)) for i, b in enumerate(blocks)]
+                                     ).sendTensorsOffChipAfterFwd()
+    opts = sim.Options().enableSyntheticData(True).setExecutionStrategy(st)
+    run = api_run(bert4(), "ipu-m2000", opts, training=True)
+    always_live = api_run(bert4(), "ipu-m2000", sim.Options().enableSyntheticData(True).setExecutionStrategy(
+        SerialPhasedExecution(*[Phase(Stage(b).ipu(0)) for b in blocks])), training=True)
+    assert d["cycle_count"] == run.cycle_count
+    if strategy == "serial-phased":  # the activations' stores and loads add streaming-memory time
+        assert run.breakdown.loc[0, "remote_io"] > always_live.breakdown.loc[0, "remote_io"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--liveness", "off-chip-after-fwd"], "applies to phased execution"),
+    (["--strategy", "parallel-phased", "--liveness", "off-chip-after-each-phase"], "sendTensorsOffChipAfterFwd")])
+def test_liveness_flag_errors(capsys, argv, message):
+    code, _, err = cli(capsys, "run", "--model", "bert-base", "--num-layers", "4", "--system", "ipu-m2000", *argv)
+    assert code == 2 and message in err
+
 
 
 @pytest.mark.parametrize("flag, pattern", [("full", SyncPattern.Full), ("single-pipeline", SyncPattern.SinglePipeline),

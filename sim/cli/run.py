@@ -25,7 +25,7 @@ import sim
 from ..graph.training import OPTIMIZERS, Optimizer
 from ..options import OutputMode, OverlapMode, TensorLocationSettings
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
-from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
+from ..strategy import (Liveness, ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
 from .argtypes import QUIET, add_verbosity, name_size, positive_int, progress, proportions, verbosity, whole_numbers
 
@@ -70,6 +70,9 @@ SYNC_PATTERNS = {"full": SyncPattern.Full, "single-pipeline": SyncPattern.Single
 OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.OverlapAccumulationLoop,
                  "device": OverlapMode.OverlapDeviceIterationLoop}
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
+LIVENESS = {"always-live": Liveness.AlwaysLive, "off-chip-after-fwd": Liveness.OffChipAfterFwd,
+            "off-chip-after-fwd-no-overlap": Liveness.OffChipAfterFwdNoOverlap,
+            "off-chip-after-each-phase": Liveness.OffChipAfterEachPhase}
 
 
 _STATE_DTYPE_NAMES = {"float16": "float16", "half": "float16", "fp16": "float16",
@@ -152,6 +155,11 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "(see --layers-per-ipu); serial-phased: one phase per block of the model, all on IPU 0; "
                    "parallel-phased: one phase per block, alternating IPUs 0 and 1 (default: pipelined "
                    "when the model spans several IPUs)")
+    x.add_argument("--liveness", choices=list(LIVENESS),
+                   help="[SerialPhasedExecution.setTensorsLiveness, ParallelPhasedExecution."
+                   "sendTensorsOffChipAfterFwd] where activations a later phase reads wait: on chip, or stored "
+                   "to streaming memory and loaded back (phased strategies only; parallel-phased takes "
+                   "always-live or off-chip-after-fwd; default: always-live)")
     x.add_argument("--sync-pattern", choices=list(SYNC_PATTERNS), help="[syncPattern] (default: full)")
     x.add_argument("--replicas", type=positive_int, metavar="N", help="[replicationFactor] (default: 1)")
     x.add_argument("--auto-round-num-ipus", action="store_true",
@@ -218,6 +226,14 @@ def _placed_stages(graph: sim.Graph) -> list[Stage]:
 
 
 def _strategy(args, graph: sim.Graph, parser):
+    phased = args.strategy in ("serial-phased", "parallel-phased")
+    if args.liveness is not None and not phased:
+        parser.error(f"--liveness {args.liveness} applies to phased execution: add --strategy serial-phased "
+                     "or --strategy parallel-phased")
+    if args.strategy == "parallel-phased" and args.liveness not in (None, "always-live", "off-chip-after-fwd"):
+        parser.error(f"--liveness {args.liveness}: ParallelPhasedExecution only sends tensors off chip after the "
+                     "forward pass (sendTensorsOffChipAfterFwd); use always-live or off-chip-after-fwd, or "
+                     "--strategy serial-phased")
     if args.strategy is None:
         return None
     if args.strategy in ("pipelined", "sharded"):
@@ -231,9 +247,11 @@ def _strategy(args, graph: sim.Graph, parser):
     if not blocks or graph.ops[0].block is None:
         parser.error(f"--strategy {args.strategy} needs a model whose layers are blocks (e.g. bert, gpt2, "
                      f"resnet50); {graph.name!r} has {'none' if not blocks else 'ops before its first block'}")
+    liveness = LIVENESS[args.liveness or "always-live"]
     if args.strategy == "serial-phased":
-        return SerialPhasedExecution(*[Phase(Stage(b).ipu(0)) for b in blocks])
-    return ParallelPhasedExecution(*[Phase(Stage(b).ipu(i % 2)) for i, b in enumerate(blocks)])
+        return SerialPhasedExecution(*[Phase(Stage(b).ipu(0)) for b in blocks]).setTensorsLiveness(liveness)
+    return ParallelPhasedExecution(*[Phase(Stage(b).ipu(i % 2)) for i, b in enumerate(blocks)]
+                                   ).sendTensorsOffChipAfterFwd(liveness == Liveness.OffChipAfterFwd)
 
 
 def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
