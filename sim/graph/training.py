@@ -238,6 +238,7 @@ class _Backward:
         self.g = graph
         self.grads: dict[str, str] = {}  # tensor -> its gradient tensor
         self.current: Op | None = None
+        self.pads: dict[str, Op] = {}  # a gradient made by padding slices' gradients -> its pad op
 
     def new(self, kind: str, inputs: list[str], shape, dtype: str, attrs=None, suffix="grad") -> str:
         fwd = self.current
@@ -258,6 +259,29 @@ class _Backward:
         if tensor in self.grads:
             grad = self.new("add", [self.grads[tensor], grad], t.shape, t.dtype, suffix="sum")
         self.grads[tensor] = grad
+
+    def give_slice(self, tensor: str, dy: str, axis: int | None, start: int | None, stop: int | None) -> None:
+        """Add the gradient ``dy`` of ``tensor[start:stop]`` along ``axis``. PopART's SliceGradOp pads
+        it with zeros to the tensor's shape, a ``popops::pad`` (a view of ``dy`` and constants), and
+        its PadSum pattern (on by default, willow/src/patterns/padsum.cpp) turns a sum of such pads
+        on one axis whose regions do not overlap into one concatenation, a view too: BERT's fused
+        QKV gets its gradient from its three slices so. The pad op gathers every such slice of the
+        tensor; another gradient of it, or that of a slice whose region is not known (``axis``,
+        ``start`` or ``stop`` None: a front end's index or split), is added as usual."""
+        op = self.pads.get(self.grads.get(tensor))
+        known = None not in (axis, start, stop)
+        if (known and op is not None and op.attrs["axis"] == axis
+                and all(stop <= a or b <= start for a, b in op.attrs["regions"])):
+            op.inputs.append(dy)
+            op.attrs["regions"].append((start, stop))
+            self.g.ops.remove(op)  # after the op making dy
+            self.g.ops.append(op)
+            return
+        t = self.g.tensors[tensor]
+        pad = self.new("pad", [dy], t.shape, t.dtype, {"axis": axis, "regions": [(start, stop)]}, suffix="pad")
+        self.give(tensor, pad)
+        if known and self.grads[tensor] == pad:
+            self.pads[pad] = self.g.ops[-1]
 
 
 def _mark_fully_connected_passes(g: Graph) -> None:
@@ -628,7 +652,7 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
                     bw.new("reshape", [grad], ins[0].shape, ins[0].dtype, suffix="unflatten"))
     elif k == "slice":
         if wants(0):
-            bw.give(ins[0].name, bw.new("copy", [dy], ins[0].shape, ins[0].dtype, suffix="pad"))
+            bw.give_slice(ins[0].name, dy, *(op.attrs.get(key) for key in ("axis", "start", "stop")))
     elif k in LOSS_KINDS:  # a loss inside a larger one (a sum of losses, a scaled loss)
         _loss_grads(bw, op, need, dy)
     elif _more_backward(bw, op, ins, dy, wants):
