@@ -328,8 +328,10 @@ def _adam_family(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
 
 
 def _rows(kind, ins, ipu, tiles) -> OpCost:
-    """Row-wise ops (softmax, norms, losses): whole rows on a tile when there are enough rows;
-    otherwise each row over ``q`` tiles, whose partial statistics are exchanged and combined."""
+    """Row-wise ops (the losses and their gradients): whole rows on a tile when there are enough
+    rows; otherwise each row over ``q`` tiles, whose partial statistics are exchanged and combined.
+    A row is spread no thinner than poputil's linear mapping spreads a tensor (128 bytes a tile,
+    :func:`~sim.cost.vector.spread`): ten logits stay on one tile however few the rows."""
     shape, dtype, _ = ins[0]
     length = shape[-1]
     rows = math.prod(shape[:-1]) or 1
@@ -341,7 +343,7 @@ def _rows(kind, ins, ipu, tiles) -> OpCost:
         compute = tile_cycles(per_tile * length, itemsize, vec_kind, ipu)
         return _phases(ipu, compute, 0, sets, rows * length * 5, 0, tiles,
                        plan=f"{rows} rows of {length}, {per_tile} per tile", launch=launch_cycles(vec_kind))
-    q = max(1, tiles // rows)
+    q = min(max(1, tiles // rows), spread(length, itemsize, ipu, tiles)[0])
     part = math.ceil(length / q)
     compute = tile_cycles(part, itemsize, vec_kind, ipu)
     launch = launch_cycles(vec_kind)
@@ -352,7 +354,7 @@ def _rows(kind, ins, ipu, tiles) -> OpCost:
     compute += tile_cycles(2 * q, 4, "reduce", ipu)
     launch += launch_cycles("reduce")
     exch = exchange_cycles(2 * q * 4, ipu)
-    return _phases(ipu, compute, exch, sets + 1, rows * length * 5, 2 * q * 4 * rows * q, rows * q,
+    return _phases(ipu, compute, exch, sets + 1, rows * length * 5, 2 * q * 4 * rows, rows * q,
                    plan=f"{rows} rows of {length}, each over {q} tiles", launch=launch)
 
 
