@@ -398,6 +398,22 @@ def test_an_activation_crossing_phases_is_stored_once_and_loaded_once_per_phase_
     assert moved["phase 2 load"] == 3 * S  # a, h and c
 
 
+def test_phased_training_keeps_gradient_accumulators_in_streaming_memory_unless_told():
+    """PopTorch sets PopART's accumulator location off chip for phased execution, as it does the
+    weights' and the optimizer state's (Compiler.cpp, ExecutionMode::Phased): the accumulators
+    leave tile memory and each phase loads and stores its own; useOnChipStorage(True) keeps them."""
+    def run(on_chip: bool | None) -> sim.Run:
+        o = synthetic(4, True).setExecutionStrategy(phased_strategy(False))
+        if on_chip is not None:
+            o.TensorLocations.setAccumulatorLocation(TensorLocationSettings().useOnChipStorage(on_chip))
+        return sim.simulate(models.get("bert-base", micro_batch=2, num_layers=4), "ipu-mk2", o, training=True)
+    default, on_chip = run(None), run(True)
+    assert default.memory[0]["peak_tile_parts"]["accumulators"] == 0
+    assert on_chip.memory[0]["peak_tile_parts"]["accumulators"] > 0
+    assert default.breakdown.loc[0, "remote_io"] > on_chip.breakdown.loc[0, "remote_io"]
+    assert run(False).cycle_count == default.cycle_count
+
+
 def test_phased_inference_memory_does_not_grow_with_depth():
     """With activations on chip (Liveness.AlwaysLive), a layer's output lives until the next
     phase has read it: adding layers adds program memory only, not activations."""

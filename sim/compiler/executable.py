@@ -272,8 +272,10 @@ def _collapsing(g: Graph, o: Options) -> tuple[bool, bool]:
 def _apply_locations(g: Graph, o: Options, phased: bool) -> None:
     """Mark tensors TensorLocations puts off chip (streaming memory) or shards over replicas.
 
-    Phased execution keeps weights (and optimizer state) in streaming memory unless the
-    user placed them on chip explicitly.
+    Phased execution keeps weights, optimizer state and gradient accumulators in streaming memory
+    unless the user placed them on chip explicitly, as PopTorch sets PopART's tensor locations for
+    ``ExecutionMode::Phased`` (popart_compiler/source/Compiler.cpp, ``setOptionIfNotSet`` of
+    ``location_weight``, ``location_optimizer`` and ``location_accumulator``).
     """
     roles = {"weight": "weight", "state": "optimizer", "accumulator": "accumulator"}
     for t in g.tensors.values():
@@ -281,7 +283,7 @@ def _apply_locations(g: Graph, o: Options, phased: bool) -> None:
         if not kind:
             continue
         where = o.TensorLocations.locations[kind]
-        if where.off_chip(t.numel) or (phased and kind != "accumulator" and where.on_chip is None):
+        if where.off_chip(t.numel) or (phased and where.on_chip is None):
             t.location = "off_chip"
         if where.sharded(t.numel):
             t.shard_stride, t.shards = o.sharding_domain(kind)
