@@ -386,6 +386,7 @@ RUN_FLAGS = {
     "--gradient-accumulation": flag("--gradient-accumulation", NUMBER),
     "--training": flag("--training"),
     "--optimizer": flag("--optimizer", choice("sgd", "adam", "lamb")),
+    "--accum-type": flag("--accum-type", choice("float16", "float32")),
     "--synthetic-data": flag("--synthetic-data"),
     "--output-mode": flag("--output-mode", choice("all", "final", "sum", "everyn:2", "everyn:0")),
     "--available-memory-proportion": flag("--available-memory-proportion",

@@ -206,3 +206,19 @@ def test_poptorch_accumulates_in_float32_unless_told_otherwise():
 
     assert accumulator_dtypes() == {"float32"}
     assert accumulator_dtypes(accum_type=torch.float16) == {"float16"}
+
+
+def test_cli_accum_type_sets_the_accumulators_and_the_summary_names_it():
+    """``--accum-type float32`` (PopTorch's accum_type): float32 accumulators of twice the bytes,
+    named in the run's summary; without it they take the weights' dtype."""
+    from sim.results.report import format_summary
+    parser = build_parser()
+    argv = ["run", "--training", "--optimizer", "lamb", "--gradient-accumulation", "4"]
+    assert optimizer_of(parser.parse_args(argv + ["--accum-type", "float32"]), parser).accum_dtype == "float32"
+    assert optimizer_of(parser.parse_args(argv), parser).accum_dtype is None
+    o = sim.Options()
+    o.Training.gradientAccumulation(4)
+    run = sim.simulate(_graph(), "ipu-mk2", o, training=True, optimizer=Optimizer("lamb", accum_dtype="float32"))
+    assert "training (lamb (accumulators float32))" in format_summary(run).splitlines()[0]
+    plain = sim.simulate(_graph(), "ipu-mk2", o, training=True, optimizer=Optimizer("lamb"))
+    assert format_summary(plain).splitlines()[0].endswith("training (lamb)")

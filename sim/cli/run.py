@@ -90,14 +90,16 @@ def state_dtypes(text: str) -> tuple[str, ...]:
 
 
 def optimizer_of(args, parser) -> Optimizer:
-    """The :class:`~sim.Optimizer` of ``--optimizer``, ``--optimizer-state-dtype`` and
-    ``--max-grad-norm``."""
+    """The :class:`~sim.Optimizer` of ``--optimizer``, ``--optimizer-state-dtype``, ``--accum-type``
+    and ``--max-grad-norm``."""
     dtypes = getattr(args, "optimizer_state_dtype", None)
     name = args.optimizer or "sgd"
     try:
         optimizer = Optimizer(name) if dtypes is None else Optimizer(name, dtypes[0] if len(dtypes) == 1 else dtypes)
     except sim.OptionsError as e:
         parser.error(f"--optimizer-state-dtype: {e}")
+    if getattr(args, "accum_type", None):
+        optimizer = dataclasses.replace(optimizer, accum_dtype=args.accum_type)
     clip = getattr(args, "max_grad_norm", None)
     try:
         return optimizer if clip is None else dataclasses.replace(optimizer, clip_norm=clip)
@@ -138,6 +140,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "velocity_accum_type] float16 or float32 for every optimizer state tensor, or one per state "
                    "in order (adam, adamw, lamb: first moment, second moment), e.g. float16,float32 "
                    "(default: float32; training only)")
+    o.add_argument("--accum-type", choices=("float16", "float32"),
+                   help="[accum_type] dtype of the gradient accumulators of a run with gradient accumulation "
+                   "(default: the weights' dtype; PopTorch's optimizers default to float32; training only)")
     o.add_argument("--max-grad-norm", type=float, metavar="NORM",
                    help="[max_grad_norm] clip the gradients to this global norm before the update (PopART's "
                    "ClipNormSettings.clipAllWeights; training only)")
@@ -338,6 +343,8 @@ def simulate_args(args, parser) -> sim.Run:
         parser.error("--optimizer-state-dtype only applies with --training")
     if args.max_grad_norm is not None and not args.training:
         parser.error("--max-grad-norm only applies with --training")
+    if args.accum_type and not args.training:
+        parser.error("--accum-type only applies with --training")
     optimizer = optimizer_of(args, parser)
     if args.optimizer_state in ("rts", "off-chip-rts") and (args.replicas or 1) < 2:
         parser.error(f"--optimizer-state {args.optimizer_state} shards the state over replicas: give --replicas 2 "

@@ -53,9 +53,9 @@ OUTPUT_FILES = ("trace.csv", "ops.csv", "breakdown.csv", "summary.json", "timeli
 
 # --- text -----------------------------------------------------------------------------------
 def _optimizer(run: Run) -> str | None:
-    """The optimizer of a training run, its state dtypes unless all float32, its clip norm and its
-    per-weight settings, read from its update ops (``adamw (state: first moment float16, second
-    moment float32)``); None for inference."""
+    """The optimizer of a training run, its state dtypes unless all float32, its accumulators' dtype
+    where it is not their weights', its clip norm and its per-weight settings, read from its update
+    ops (``adamw (state: first moment float16, second moment float32)``); None for inference."""
     g = run.executable.graph
     clip = next((op.attrs["clip_norm"] for op in g.ops if op.attrs.get("clip") == "global"), None)
     updates = [op for op in g.ops if op.pass_ == "update" and "optimizer" in op.attrs and "clip" not in op.attrs]
@@ -66,7 +66,9 @@ def _optimizer(run: Run) -> str | None:
     name = first.attrs["optimizer"]
     no_decay = {op.attrs["weight"] for op in updates if op.attrs.get("weight_decay") is False}
     no_ratio = {op.attrs["weight"] for op in updates if name == "lamb" and op.kind == "adam_update"}
-    return Optimizer(name, dtypes or "float32", clip_norm=clip, no_weight_decay=tuple(no_decay),
+    accum = next((g.tensors[op.inputs[0]].dtype for op in g.ops if op.kind == "accumulate"
+                  and g.tensors[op.inputs[0]].dtype != g.tensors[op.attrs["weight"]].dtype), None)
+    return Optimizer(name, dtypes or "float32", accum, clip_norm=clip, no_weight_decay=tuple(no_decay),
                      no_trust_ratio=tuple(no_ratio)).describe()
 
 
