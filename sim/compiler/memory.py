@@ -280,9 +280,9 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
     (tensors run ``k`` reads from the pipeline stash, already counted in it). ``stash_bytes``
     (pipeline stashes) are live throughout, spread over all tiles. A later run reads the tensors in
     ``held[k]`` (phased execution), so run ``k`` keeps them live to its end once made or received,
-    and ``through[k]`` bytes of activations between earlier and later runs are live throughout it. ``run_labels`` name the runs
-    (e.g. ``"pipeline stage 4"``) for the out-of-memory error; without them it names the op's
-    forward stage annotation. With ``check`` an IPU that does not fit raises
+    and ``through[k]`` bytes of activations between earlier and later runs are live throughout it.
+    ``run_labels`` name the runs (e.g. ``"pipeline stage 4"``) for the out-of-memory error; without
+    them it names the op's forward stage annotation. With ``check`` an IPU that does not fit raises
     :class:`OutOfMemoryError` (:func:`check_tile_memory`). ``program`` gives the program memory
     per tile by category (:func:`sim.compiler.program_memory.program_memory`); without it every
     tile holds ``reserved_bytes`` of control code and nothing else of the program.
