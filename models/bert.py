@@ -19,7 +19,9 @@ output.
   By default (``mask_tokens="auto"``) it follows Graphcore's pre-training examples, which put
   the masked tokens first and project only those (20 at S=128, 76 at S=384, 80 at S=512,
   otherwise 15 % of S rounded up); ``mask_tokens=None`` projects every position (Hugging
-  Face's ``BertForMaskedLM``).
+  Face's ``BertForMaskedLM``). ``embedding_serialization`` (PopART's
+  ``embedding_serialization_vocab_steps``, PyTorch's ``embedding_serialization_factor``) serialises
+  the projection over the vocabulary (``models.transformer.tied_projection``); it must divide ``vocab``.
 - ``dropout`` (0.1, BERT's ``hidden_dropout_prob``) after the embeddings, the attention output and
   the FFN; ``attention_dropout`` (Hugging Face's ``attention_probs_dropout_prob``) on the attention
   probabilities, None: the same as ``dropout``. Graphcore's PyTorch pre-training configs set it to 0
@@ -75,7 +77,7 @@ from .transformer import attention, ffn, tied_projection, transformer_params
 _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_positions=512,
                type_vocab=2, mask_tokens="auto", dropout=0.1, attention_dropout=None, layers_per_ipu=None,
                att_ffn_placement=None,
-               max_sequences_per_pack=None, packing_factor="auto", with_head=True,
+               max_sequences_per_pack=None, packing_factor="auto", with_head=True, embedding_serialization=1,
                head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, checkpoint_dtype=None,
                dtype="float16", fp32_ops=())
 MODELS = {
@@ -163,7 +165,8 @@ def build(name: str, p: Params) -> Graph:
         if mask_tokens is not None:
             x = b.slice(x, 1, 0, mask_tokens, name="masked_tokens")
         x = b.layernorm(b.gelu(b.linear(x, H, name="transform")), EPS)
-        logits = b.add(tied_projection(b, x, word_table), b.weight("decoder_bias", (V,)))
+        logits = b.add(tied_projection(b, x, word_table, serial=c["embedding_serialization"]),
+                       b.weight("decoder_bias", (V,)))
         if not with_loss:
             b.output(logits)
             return b.graph

@@ -11,6 +11,9 @@ no labels and no cross-entropy.
 - Causal attention: a constant (1, 1, S, S) mask (0 / -10000) added to the scores.
 - The LM head is tied to ``wte``: logits = ln_f(x) @ wteᵀ, no bias.
 - ``vocab`` is GPT-2's 50257 (Graphcore pads it for serialised embeddings; pass e.g. 50264).
+  ``embedding_serialization`` (the examples' ``--embedding-serialization-factor``, a
+  ``SerializedLinear`` LM head) serialises the projection over the vocabulary
+  (``models.transformer.tied_projection``); it must divide ``vocab``.
 - ``layers_per_ipu`` places the blocks on consecutive IPUs; as in Graphcore's GPT-2
   (``Embedding --> IPU 0``, ``Layer i --> IPU k``, ``LM_head --> IPU 0``) the embeddings are on
   IPU 0, ``ln_f`` stays with the last block, and the LM head and loss go back to IPU 0 (where
@@ -30,7 +33,8 @@ from ._common import Params, Placement
 from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=1, seq_len=1024, intermediate=None, vocab=50257, n_positions=1024,
-               dropout=0.1, layers_per_ipu=None, with_head=True, with_loss=True, recompute_checkpoint_every_layer=None,
+               dropout=0.1, layers_per_ipu=None, with_head=True, with_loss=True, embedding_serialization=1,
+               recompute_checkpoint_every_layer=None,
                dtype="float16", fp32_ops=())
 MODELS = {
     "gpt2-small": dict(_COMMON, num_layers=12, hidden=768, heads=12),
@@ -76,7 +80,7 @@ def build(name: str, p: Params) -> Graph:
         b.output(x)
         return b.graph
     with place.on(0, "head"), b.scope("lm_head"):
-        logits = tied_projection(b, x, wte)
+        logits = tied_projection(b, x, wte, serial=c["embedding_serialization"])
         loss = b.softmax_cross_entropy(logits, labels) if with_loss else None
         next_token = b.slice(logits, 1, S - 1, S, name="next_token_logits")
     b.output(next_token, *([loss] if with_loss else []))

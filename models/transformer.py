@@ -66,9 +66,22 @@ def ffn(b: GraphBuilder, x: str, intermediate: int, dropout: float = 0.0, name: 
     return y
 
 
-def tied_projection(b: GraphBuilder, x: str, table: str, name: str = "decoder") -> str:
-    """Logits = x @ tableᵀ: the LM head tied to the (vocab, hidden) word-embedding table."""
-    return b.matmul(x, b.transpose(table, (1, 0), name="table_t"), name=name)
+def tied_projection(b: GraphBuilder, x: str, table: str, name: str = "decoder", serial: int = 1) -> str:
+    """Logits = x @ tableᵀ: the LM head tied to the (vocab, hidden) word-embedding table.
+
+    With ``serial`` > 1 the projection is serialised over the vocabulary, as Graphcore's examples
+    have PopART serialise it (``setSerializeMatMul(..., 'output_channels', steps)`` in the PopART
+    BERT's ``embedding_serialization_vocab_steps``; ``poptorch.serializedMatMul`` OutputChannels in
+    the PyTorch BERT's and GPT-2's ``SerializedLinear``): ``serial`` matmuls of row blocks of the
+    table, each planned on its own, their logits concatenated (a view). The table's gradient
+    gathers the pieces' gradients as PopART's PadSum does (one pad, no adds)."""
+    if serial <= 1:
+        return b.matmul(x, b.transpose(table, (1, 0), name="table_t"), name=name)
+    step = b.shape(table)[0] // serial
+    pieces = [b.matmul(x, b.transpose(b.slice(table, 0, i * step, (i + 1) * step, name=f"{name}/serial{i}/rows"),
+                                      (1, 0), name=f"{name}/serial{i}/table_t"), name=f"{name}/serial{i}")
+              for i in range(serial)]
+    return b.concat(pieces, axis=len(b.shape(x)) - 1, name=name)
 
 
 def transformer_params(p: Params, extra_seq_limit: str) -> dict:
@@ -80,8 +93,12 @@ def transformer_params(p: Params, extra_seq_limit: str) -> dict:
     if seq_len > p.int(extra_seq_limit):
         p.fail("seq_len", f"must be <= {extra_seq_limit}={p[extra_seq_limit]}")
     num_layers = p.layers("num_layers")
+    vocab, serial = p.int("vocab"), p.int("embedding_serialization")
+    if vocab % serial:
+        p.fail("embedding_serialization", f"must divide vocab={vocab} (Graphcore's examples pad the vocabulary "
+               "to a multiple of the steps: pass the padded vocab)")
     return dict(micro_batch=p.int("micro_batch"), seq_len=seq_len, num_layers=num_layers,
-                hidden=hidden, heads=heads, vocab=p.int("vocab"),
+                hidden=hidden, heads=heads, vocab=vocab, embedding_serialization=serial,
                 intermediate=p.int("intermediate", optional=True) or 4 * hidden,
                 dropout=p.prob("dropout"), with_head=p.flag("with_head"), dtype=p.dtype(),
                 layer_ipu=layer_ipus(p, num_layers), att_ffn=att_ffn_ipus(p, num_layers),

@@ -580,8 +580,12 @@ DEPARTURES = {
                        "of the fp16 gradient in the source); about 0.1 % of a step",
     "nsp": "the config keeps the NSP head (pooler and 2-way classifier on each pack's 3 sequence slots); the zoo's "
            "BERT has none (about 0.01 % of the FLOPs)",
-    "emb-serial": "the config serialises the tied vocab projection (embedding_serialization_vocab_steps 4-5); the "
-                  "zoo plans it as one matmul, so its temporaries are larger",
+    "emb-serial": "the config serialises the tied vocab projection over the vocabulary (PopART's "
+                  "embedding_serialization_vocab_steps: 5 in MLPerf v1.0 and the examples' pre-training configs, 4 "
+                  "in MLPerf v1.1 and v2.0; PyTorch's embedding_serialization_factor 2 for BERT-Large): the zoo's "
+                  "embedding_serialization, that many matmuls of the table's row blocks; PopART also splits the "
+                  "table into as many weights, updated one by one (not modelled: the same work in smaller pieces), "
+                  "and the PyTorch model's word-embedding lookup into as many masked lookups (not modelled)",
     "split-qkv": "split_qkv: the config runs Q, K and V as three matmuls; the zoo fuses them",
     "att-ffn": "att_ffn_placement as the config; recomputation checkpoints stay per layer (each layer's FFN "
                "output); the source also checkpoints the attention outputs of its last stage and skips the FFN "
@@ -671,13 +675,16 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
                 layers_per_ipu: list[int], amp: list[float], seq_len: int = 128, mask_tokens: int = 20,
                 vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
                 attention_dropout: float | None = None, output_mode: str = "",
-                merged_collectives: tuple = (), pytorch: bool = False) -> Setup:
+                merged_collectives: tuple = (), pytorch: bool = False, embedding_serialization: int = 1) -> Setup:
     """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
     state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
     ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum); ``pytorch``: the
-    PyTorch example's parameter groups (:func:`pytorch_bert_groups`)."""
+    PyTorch example's parameter groups (:func:`pytorch_bert_groups`); ``embedding_serialization`` the
+    config's vocabulary steps of the tied projection."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
                   mask_tokens=mask_tokens)
+    if embedding_serialization > 1:
+        params["embedding_serialization"] = embedding_serialization
     if recompute is not None:
         params["recompute_checkpoint_every_layer"] = recompute
     if attention_dropout is not None:
@@ -708,7 +715,8 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  layers_per_ipu: list[int] | None = None, att_ffn: list | None = None, off_chip: bool = False,
                  model: str = "bert-large", prefetch_depth: int = 1, attention_dropout: float | None = None,
                  output_mode: str = "", merged_collectives: tuple = (), sharding_domain: int = 0,
-                 clip_norm: float = 0.0, pytorch: bool = False, checkpoint_dtype: str | None = None) -> Setup:
+                 clip_norm: float = 0.0, pytorch: bool = False, checkpoint_dtype: str | None = None,
+                 embedding_serialization: int = 1) -> Setup:
     """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
     state sharded over the replicas (on or off chip), half partials, real data; gradients clipped to
@@ -718,9 +726,12 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     script's ``defaultPrefetchBufferingDepth`` (3 in MLPerf v2.0's bert.py, unset before);
     ``sharding_domain`` the replicas of one poprun instance, over which bert.py shards the optimizer
     state when it runs under poprun (0: one process, sharded over all replicas); ``checkpoint_dtype``
-    the config's ``activation_checkpoint_dtype`` ("float8": MLPerf v2.0 POD16's FLOAT8)."""
+    the config's ``activation_checkpoint_dtype`` ("float8": MLPerf v2.0 POD16's FLOAT8);
+    ``embedding_serialization`` the config's vocabulary steps of the tied projection [emb-serial]."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, vocab=vocab, mask_tokens=mask_tokens,
                   max_sequences_per_pack=3, packing_factor=packing_factor)
+    if embedding_serialization > 1:
+        params["embedding_serialization"] = embedding_serialization
     if checkpoint_dtype is not None:
         params["checkpoint_dtype"] = checkpoint_dtype
     if att_ffn is not None:
@@ -904,24 +915,27 @@ PUBLISHED_ROWS = [
         ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     # BERT pre-training (unpacked), Bow Pod16 / Pod64
     Row("B10", "GCN-P B10", "BERT-Large Ph1 (SL128) PopART, Bow Pod16, mbs 8", 5179, "sequences/s",
-        _bert_train("bert-large", "bow-pod16", 4, 8, 2048, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0), True,
-        ("bert-recompute", "attn-dropout")),
+        _bert_train("bert-large", "bow-pod16", 4, 8, 2048, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
+                    embedding_serialization=5), True,
+        ("bert-recompute", "attn-dropout", "emb-serial")),
     Row("B11", "GCN-P B11", "BERT-Large Ph1 (SL128) TF1, Bow Pod16", 5125, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2050, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
                     merged_collectives=("all_reduce",)), True,
         ("TF1's Grouped pipeline schedule runs as the simulator's one pipeline schedule", "bert-recompute",
          "attn-dropout", "tf-combine")),
     Row("B12", "GCN-P B12", "BERT-Large Ph1 (SL128) PopART, Bow Pod64, mbs 8", 19353, "sequences/s",
-        _bert_train("bert-large", "bow-pod64", 16, 8, 512, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0), False,
+        _bert_train("bert-large", "bow-pod64", 16, 8, 512, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
+                    embedding_serialization=5), False,
         ("RF 16 assumed by the doc, and the POD16 AMP (the POD64 config is missing) [U]", "bert-recompute",
-         "attn-dropout")),
+         "attn-dropout", "emb-serial")),
     Row("B33", "GCN-S31 B33", "BERT-Large Ph1 (SL128) TF2, Bow Pod16", 4528, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2040, [3, 7, 7, 7], [0.10, 0.19, 0.20, 0.25], rts=False,
                     merged_collectives=("all_reduce",)),
         True, ("tf2", "bert-recompute", "tf-combine")),
     Row("B44", "GCN-S31 B44", "BERT-Base Ph1 (SL128) PopART, Bow Pod16", 16391, "sequences/s",
-        _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.28] * 4, attention_dropout=0.0), True,
-        ("IPU0 holds the embedding only (encoder_start_ipu 1)", "bert-recompute", "attn-dropout")),
+        _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.28] * 4, attention_dropout=0.0,
+                    embedding_serialization=5), True,
+        ("IPU0 holds the embedding only (encoder_start_ipu 1)", "bert-recompute", "attn-dropout", "emb-serial")),
     Row("B45", "GCN-S31 B45", "BERT-Base Ph1 (SL128) TF2, Bow Pod16", 15157, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], rts=False,
                     merged_collectives=("all_reduce",)),
@@ -933,8 +947,8 @@ PUBLISHED_ROWS = [
                "pt-options", "pt-not-modelled")),
     Row("B47", "GCN-S33 B47", "BERT-Base Ph2 (SL512) PopART, Bow Pod16", 3656, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 8, 512, [0, 4, 4, 4], [0.28] * 4, seq_len=512, mask_tokens=76,
-                    attention_dropout=0.0),
-        True, ("bert-recompute", "attn-dropout")),
+                    attention_dropout=0.0, embedding_serialization=5),
+        True, ("bert-recompute", "attn-dropout", "emb-serial")),
     Row("B48", "GCN-S33 B48", "BERT-Base Ph2 (SL384) TF2, Bow Pod16", 4387, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 8, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], seq_len=384,
                     mask_tokens=56, rts=False,
@@ -943,25 +957,27 @@ PUBLISHED_ROWS = [
     # BERT-Large packed pre-training, MLPerf (PopART, SL512; throughput from the result logs)
     *[Row(rid, f"MLP v1.0 {rid}", f"BERT-Large MLPerf v1.0 {div}, packed SL512, Mk2 POD16", pub, "sequences/s",
           _packed_bert("ipu-pod16", 4, 2, 192, [0.20, 0.20, 0.25, 0.25], vocab=30400, layers_per_ipu=[3, 7, 7, 7],
-                       off_chip=True, attention_dropout=0.0), rid in _ASSERTED_PACKED,
+                       off_chip=True, attention_dropout=0.0, embedding_serialization=5), rid in _ASSERTED_PACKED,
           _MLPERF + ("nsp", "emb-serial", "split-qkv", "attn-dropout")
           + (("the open JSON sets GA 96; the log reports GA 192 and GBS 3072, used here [U]",) if div == "open" else ()))
       for rid, div, pub in (("M1", "closed", 1419), ("M2", "open", 1416))],
     *[Row(rid, f"MLP v1.0 {rid}", f"BERT-Large MLPerf v1.0 {div}, packed SL512, Mk2 POD64", pub, "sequences/s",
           _packed_bert("ipu-pod64", 8, 2, 96, [1.0] * 8, vocab=30400, layers_per_ipu=[0, 3, 3, 3, 3, 4, 4, 4],
-                       attention_dropout=0.0),
+                       attention_dropout=0.0, embedding_serialization=5),
           rid in _ASSERTED_PACKED, _MLPERF + ("IPU0 holds the embedding only (encoder_start_ipu 1)", "emb-serial", "attn-dropout"))
       for rid, div, pub in (("M3", "closed", 4241), ("M4", "open", 4243))],
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 POD16, attention/FFN split",
           pub, "sequences/s", _packed_bert("ipu-pod16", 4, 2, 192, [0.23] * 4, att_ffn=_ATT_FFN_V11_POD16,
-                                           off_chip=True, attention_dropout=0.0, clip_norm=clip),
+                                           off_chip=True, attention_dropout=0.0, clip_norm=clip,
+                                           embedding_serialization=4),
           rid in _ASSERTED_PACKED,
           _MLPERF + ("att-ffn", "lamb-fp16", "emb-serial", "split-qkv", "attn-dropout") + ("clip",) * bool(clip))
       for rid, div, clip, pub in (("M7", "closed", 1.0, 1524), ("M8", "open", 0.0, 1527))],
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 {pod.upper()}, attention/FFN "
           "split", pub, "sequences/s", _packed_bert(f"ipu-{pod}", rf, 2, 96, [0.20] + [0.25] * 7,
                                                       att_ffn=_ATT_FFN_V11_POD64, attention_dropout=0.0,
-                                                      sharding_domain=8 if rf > 8 else 0, clip_norm=clip),
+                                                      sharding_domain=8 if rf > 8 else 0, clip_norm=clip,
+                                                      embedding_serialization=4),
           rid in _ASSERTED_PACKED,
           _MLPERF + ("att-ffn", "emb-serial", "attn-dropout") + (("lamb-fp16", "poprun-rts") if rf == 16 else ())
           + ("clip",) * bool(clip))
@@ -972,7 +988,8 @@ PUBLISHED_ROWS = [
     *[Row(rid, f"MLP v2.0 {rid}", f"BERT-Large MLPerf v2.0, packed SL512, Bow {pod}, attention/FFN split", pub,
           "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, 3, ga, [1.0] * 8, att_ffn=_ATT_FFN_V20_POD64,
                                       prefetch_depth=3, merged_collectives=("all_reduce",),
-                                      sharding_domain=8 if rf > 8 else 0, clip_norm=clip),
+                                      sharding_domain=8 if rf > 8 else 0, clip_norm=clip,
+                                      embedding_serialization=4),
           rid in _ASSERTED_PACKED, _MLPERF + ("att-ffn", "lamb-fp16", "nsp", "emb-serial",
                             "merge_collectives: bert.py sets mergeAllReduceCollectives (the LAMB norms' and the "
                             "shards' all-reduces; RTS reduce-scatters and all-gathers stay one per tensor, as "
@@ -981,18 +998,21 @@ PUBLISHED_ROWS = [
                                           ("M20", "Pod256", 32, 36, 100.0, 19071))],
     Row("M17", "MLP v2.0 M17", "BERT-Large MLPerf v2.0, packed SL512, Bow Pod16, FP8 activation checkpoints", 2304,
         "sequences/s", _packed_bert("bow-pod16", 2, 3, 256, [0.3] * 8, att_ffn=_ATT_FFN_V20_POD16, prefetch_depth=3,
-                                    merged_collectives=("all_reduce",), clip_norm=1000.0, checkpoint_dtype="float8"),
+                                    merged_collectives=("all_reduce",), clip_norm=1000.0, checkpoint_dtype="float8",
+                                    embedding_serialization=4),
         True, _MLPERF + ("att-ffn", "fp8-checkpoints", "lamb-fp16", "nsp", "emb-serial", "clip")),
     # BERT-Large packed pre-training, Graphcore's table (PopART and PyTorch examples, SDK 3.1-3.3)
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph1 packed (SL128) PopART, Bow {pod}", pub, "sequences/s",
           _packed_bert(f"bow-{pod.lower()}", rf, 8, ga, _LARGE_AMP, seq_len=128, mask_tokens=22, vocab=30400,
-                       packing_factor=1.17, layers_per_ipu=[3, 7, 7, 7], off_chip=True, attention_dropout=0.0), rid in _ASSERTED_PACKED,
+                       packing_factor=1.17, layers_per_ipu=[3, 7, 7, 7], off_chip=True, attention_dropout=0.0,
+                       embedding_serialization=5), rid in _ASSERTED_PACKED,
           ("packed", "packing factor 1.17 (the PyTorch config's at SL128): PopART counts the real sequences of "
            "each pack, the dataset's factor is not stated [U]", "nsp", "emb-serial", "split-qkv", "attn-dropout"))
       for rid, pod, rf, ga, pub in (("B32", "Pod16", 4, 1712, 6044), ("B35", "Pod64", 16, 428, 22759))],
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph2 packed (SL512) PopART, Bow {pod}", pub, "sequences/s",
           _packed_bert(f"bow-{pod.lower()}", rf, 2, ga, [0.16, 0.21, 0.21, 0.21], vocab=30400,
-                       layers_per_ipu=[3, 7, 7, 7], off_chip=True, attention_dropout=0.0), rid in _ASSERTED_PACKED,
+                       layers_per_ipu=[3, 7, 7, 7], off_chip=True, attention_dropout=0.0,
+                       embedding_serialization=5), rid in _ASSERTED_PACKED,
           ("packed", "packing factor 2.0 (the PyTorch config's at SL512); the table's GBS of 9,600 packs against "
            "16,384 unpacked suggests about 1.7 for this dataset [U]", "nsp", "emb-serial", "split-qkv",
            "attn-dropout"))
@@ -1000,7 +1020,8 @@ PUBLISHED_ROWS = [
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph{1 if sl == 128 else 2} packed (SL{sl}) PyTorch, Bow {pod}", pub,
           "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, mbs, ga, amp, seq_len=sl, mask_tokens=mt + 2,
                                       vocab=30522, packing_factor=pf, layers_per_ipu=[3, 7, 7, 7], off_chip=True,
-                                      attention_dropout=0.0, output_mode="Sum", pytorch=True),
+                                      attention_dropout=0.0, output_mode="Sum", pytorch=True,
+                                      embedding_serialization=2),
           rid in _ASSERTED_PACKED, ("packed", f"packing factor {pf} (the config's packing_factor; its GA is ceil(GA / {pf}))",
                   f"mask_tokens {mt} + 2 (run_pretraining.py:61-62 adds max_sequences_per_pack - 1 for packed data)",
                   "pt-gather", "nsp", "emb-serial", "pt-options", "pt-not-modelled")

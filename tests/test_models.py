@@ -208,3 +208,26 @@ def test_without_head_outputs_hidden_states():
     g = models.get("gpt2-small", seq_len=64, with_head=False)
     assert g.loss is None and [g.tensor(o).shape for o in g.outputs] == [(1, 64, 768)]
     assert "labels" not in g.inputs
+
+
+@pytest.mark.parametrize("model, vocab, steps", [("bert-base", 30400, 5), ("gpt2-small", 50264, 8)])
+def test_embedding_serialization_splits_the_tied_projection_over_the_vocabulary(model, vocab, steps):
+    """embedding_serialization (PopART's embedding_serialization_vocab_steps, the PyTorch examples'
+    SerializedLinear): that many matmuls of the table's row blocks, their logits concatenated; in
+    training the table's gradient gathers the pieces' gradients in one pad (no adds), beside the
+    lookup's gradient."""
+    from sim.graph.training import expand_training
+    g = models.get(model, seq_len=128, num_layers=1, vocab=vocab, embedding_serialization=steps)
+    pieces = [op for op in g.ops if op.kind == "matmul" and "/serial" in op.name]
+    assert len(pieces) == steps
+    assert {g.tensors[op.outputs[0]].shape[-1] for op in pieces} == {vocab // steps}
+    plain = models.get(model, seq_len=128, num_layers=1, vocab=vocab)
+    assert [g.tensors[o].shape for o in g.outputs] == [plain.tensors[o].shape for o in plain.outputs]
+    t = expand_training(g, "sgd")
+    pads = [op for op in t.ops if op.kind == "pad" and "/serial" in op.name]
+    assert len(pads) == 1 and len(pads[0].inputs) == steps
+
+
+def test_embedding_serialization_must_divide_the_vocabulary():
+    with pytest.raises(GraphError, match=r"embedding_serialization=7: must divide vocab=30522"):
+        models.get("bert-base", embedding_serialization=7)
