@@ -126,14 +126,23 @@ def build(ctx: Context) -> Sequence:
             "(OffChipAfterFwdNoOverlap's order); the overlap of loads with compute that OffChipAfterFwd allows "
             "and the wider phase spacing of OffChipAfterEachPhase are not modelled")
     ctx.stages = [w for works in phases for w in works.values()]  # for memory and host outputs
+    stored = defaultdict(int)  # (phase, ipu) -> activation bytes stored after it (off chip)
+    if off_chip:  # each carried tensor stored once after the phase making it, loaded before each reading it
+        for name, (src, ipu, readers) in carried.items():
+            nbytes = ctx.g.tensors[name].nbytes
+            phases[src][ipu].hold.add(name)  # live until stored, at the end of its phase
+            stored[(src, ipu)] += nbytes
+            for t in readers:
+                loads[(t, ipu)] += nbytes
+    else:
+        _keep_on_chip(ctx, phases, carried)
 
     def load_items(t: int) -> list:
         def make(r):
             ipus = ctx.ipus(r)
             items = []
             for ipu in phases[t]:
-                nbytes = loads[(t, ipu)] + (sum(ctx.g.tensors[n].nbytes for n, (_, i, readers) in carried.items()
-                                                if i == ipu and t in readers) if off_chip else 0)
+                nbytes = loads[(t, ipu)]
                 if nbytes:
                     items.append(RemoteCopy(ipus[ipu], "load", nbytes, f"phase {t} load"))
             return items
@@ -143,10 +152,9 @@ def build(ctx: Context) -> Sequence:
         def make(r):
             ipus = ctx.ipus(r)
             items = []
-            for ipu in works if off_chip else ():
-                keep = sum(ctx.g.tensors[n].nbytes for n, (src, i, _) in carried.items() if src == t and i == ipu)
-                if keep:
-                    items.append(RemoteCopy(ipus[ipu], "store", keep, f"phase {t} store activations"))
+            for ipu in works:
+                if stored[(t, ipu)]:
+                    items.append(RemoteCopy(ipus[ipu], "store", stored[(t, ipu)], f"phase {t} store activations"))
             transfers = tuple((ipus[s], ipus[d], b) for s, d, b in sends.get(t, []))
             if transfers:
                 items.append(IpuCopy(transfers, f"phase {t} copy"))
@@ -170,12 +178,6 @@ def build(ctx: Context) -> Sequence:
                 seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
             seq.items += after_phase(t, works)
         return seq
-
-    if off_chip:  # stored after the phase that makes them: held to its end
-        for name, (src, ipu, _) in carried.items():
-            phases[src][ipu].hold.add(name)
-    else:
-        _keep_on_chip(ctx, phases, carried)
 
     def step(with_outputs: bool) -> Sequence:
         if not ctx.training:
