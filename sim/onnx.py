@@ -695,6 +695,53 @@ def _conv(ctx: OpContext):
     return ctx.op("add", [y, bias], shapes=[out])
 
 
+def _conv_transpose(ctx: OpContext):
+    """ConvTranspose (2-D): the input gradient of the convolution mapping its output back to its
+    input, as poplin runs it (:meth:`sim.GraphBuilder.conv_transpose2d`)."""
+    xs, ws = ctx.shape(0), ctx.shape(1)
+    if len(xs) != 4 or len(ws) != 4:
+        ctx.unsupported(f"only 2-D transposed convolutions (NCHW input, 4-D weight) have a rule; input {xs}, "
+                        f"weight {ws}")
+    n, c, h, w = xs
+    ci, cog, kh, kw = ws
+    group = int(ctx.attr("group", 1))
+    if ci != c:
+        raise GraphError(f"{ctx.desc}: weight {ws} does not match {c} input channels")
+    strides = [int(v) for v in ctx.attr("strides", [1, 1])]
+    if len(set(strides)) > 1:
+        ctx.unsupported(f"strides={strides} differ (the simulator's convolutions take one stride)")
+    if any(d != 1 for d in ctx.attr("dilations", [1, 1])):
+        ctx.unsupported(f"dilations={list(ctx.attr('dilations'))} (the simulator's convolutions have no dilation)")
+    s, co = strides[0], cog * group
+    extra = [int(v) for v in ctx.attr("output_padding", [0, 0])]
+    full = [(size - 1) * s + k + e for size, k, e in zip((h, w), (kh, kw), extra)]  # the output before cropping
+    auto = ctx.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if ctx.attr("output_shape", None) is not None:
+        crops = [f - int(o) for f, o in zip(full, list(ctx.attr("output_shape"))[-2:])]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        crops = [f - size * s for f, size in zip(full, (h, w))]
+    elif auto == "VALID":
+        crops = [0, 0]
+    else:
+        p4 = [int(v) for v in ctx.attr("pads", [0, 0, 0, 0])] or [0, 0, 0, 0]
+        crops = [p4[0] + p4[2], p4[1] + p4[3]]
+    # an odd crop is the next even one less an output padding of one: the same convolution
+    pads = tuple((t + 1) // 2 for t in crops)
+    if any(t < 0 or e + t % 2 >= s for t, e in zip(crops, extra)):
+        ctx.unsupported(f"an output of {[f - t for f, t in zip(full, crops)]} from {full} leaves an output "
+                        f"padding of stride {s} or more, which a transposed convolution does not have")
+    out = (n, co, full[0] - crops[0], full[1] - crops[1])
+    attrs = {"kernel": spatial_attr((kh, kw)), "stride": s, "padding": spatial_attr(pads), "groups": group,
+             "n": n, "ci": co, "co": c, "ho": h, "wo": w, "transposed": True}
+    wt = ctx._imp.operand(ctx, 1, ws)
+    if not ctx.has_input(2):
+        return ctx.op("conv2d_grad_input", [ctx.input(0), wt], attrs, shapes=[out])
+    y = ctx.op("conv2d_grad_input", [ctx.input(0), wt], attrs, shapes=[out], result=False)
+    bias = ctx._imp.operand(ctx, 2, (1, co, 1, 1))
+    return ctx.op("add", [y, bias], shapes=[out])
+
+
 def _batchnorm(ctx: OpContext):
     for i in (3, 4):  # running mean and variance: always-live constants, not trained
         ctx.input(i, role="constant")
@@ -954,7 +1001,7 @@ RULES: dict = {
                              "Or", "Xor")},
     "Cast": _cast, "CastLike": _cast, "Identity": _identity, "Dropout": _dropout,
     # dense algebra
-    "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
+    "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     # normalisations, softmax, pooling
     "BatchNormalization": _batchnorm, "LayerNormalization": _layernorm,
     "Softmax": _softmax, "LogSoftmax": _softmax,

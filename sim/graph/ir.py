@@ -425,6 +425,42 @@ class GraphBuilder:
                 y = self.add(y, self.weight("bias", (1, out_channels, 1, 1), self.dtype_of(y)))
         return y
 
+    def conv_transpose2d(self, x: str, out_channels: int, kernel, stride=1, padding=0, output_padding=0,
+                         groups: int = 1, bias: bool = False, name: str = "conv_transpose") -> str:
+        """2-D transposed convolution, NCHW (PyTorch's ``ConvTranspose2d``, Keras' ``Conv2DTranspose``):
+        the output is ``(H - 1) x stride - 2 x padding + kernel + output_padding`` high (and wide).
+
+        It is the input gradient of the convolution that maps the output back to ``x``, and poplin
+        runs it as one: a convolution over the output's field of ``x`` dilated by the stride, whose
+        AMP worklists skip the dilation zeros (``ConvVertices.cpp``: the nx1 vertex's output stride
+        is the input dilation). So it is the graph op ``conv2d_grad_input`` of that convolution, its
+        weights ``(in_channels, out_channels / groups, kh, kw)`` as PyTorch stores them."""
+        n, c, h, w = self.shape(x)
+        where = f"conv_transpose {self._name(name)}"
+        if c % groups or out_channels % groups:
+            raise GraphError(f"{where}: channels {c}->{out_channels} not divisible by groups {groups}")
+        (kh, kw), (sh, sw), (ph, pw), (oh, ow) = (
+            spatial(v, f"{where}: {what}") for v, what in
+            ((kernel, "kernel"), (stride, "stride"), (padding, "padding"), (output_padding, "output_padding")))
+        if sh != sw:
+            raise GraphError(f"{where}: stride {sh}x{sw} differs along the two axes; the cost model takes one "
+                             "stride (give the same stride for height and width)")
+        if not (0 <= oh < sh and 0 <= ow < sw):
+            raise GraphError(f"{where}: output_padding ({oh}, {ow}) must be smaller than the stride {sh}")
+        ho, wo = (h - 1) * sh - 2 * ph + kh + oh, (w - 1) * sw - 2 * pw + kw + ow
+        if ho <= 0 or wo <= 0:
+            raise GraphError(f"{where}: padding {ph}x{pw} leaves no output from input {h}x{w}")
+        with self.scope(name):
+            wt = self.weight("weight", (c, out_channels // groups, kh, kw), self.dtype_of(x))
+            # the convolution it is the gradient of: out_channels -> c channels, output field h x w
+            attrs = {"kernel": spatial_attr(kernel), "stride": sh, "padding": spatial_attr(padding),
+                     "groups": groups, "n": n, "ci": out_channels, "co": c, "ho": h, "wo": w, "transposed": True}
+            y = self._one("conv2d_grad_input", [x, wt], (n, out_channels, ho, wo), attrs,
+                          dtype=_amp_output_dtype(self.dtype_of(x)))
+            if bias:
+                y = self.add(y, self.weight("bias", (1, out_channels, 1, 1), self.dtype_of(y)))
+        return y
+
     # --- element-wise -------------------------------------------------------------------
     def _binary(self, kind: str, a: str, b: str, name: str | None) -> str:
         shape = _broadcast(self.shape(a), self.shape(b), f"{kind} {self._name(name or kind)}")

@@ -586,6 +586,14 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
             bw.give(x.name, bw.new("conv2d_grad_input", [dy, w.name], x.shape, x.dtype, attrs, "grad_input"))
         if wants(1):
             bw.give(w.name, bw.new("conv2d_grad_weight", [x.name, dy], w.shape, w.dtype, attrs, "grad_weight"))
+    elif k == "conv2d_grad_input":  # a transposed convolution: the input gradient of a convolution C
+        z, w = ins
+        attrs = {a: op.attrs[a] for a in ("kernel", "stride", "padding", "groups") if a in op.attrs}
+        if wants(0):  # C itself, applied to the output's gradient
+            bw.give(z.name, bw.new("conv2d", [dy, w.name], z.shape, z.dtype, attrs, "grad_input"))
+        if wants(1):  # C's weight gradient, the output's gradient in the place of C's input
+            grad_attrs = dict(attrs, n=z.shape[0], ci=op.attrs["ci"], co=op.attrs["co"], ho=z.shape[2], wo=z.shape[3])
+            bw.give(w.name, bw.new("conv2d_grad_weight", [dy, z.name], w.shape, w.dtype, grad_attrs, "grad_weight"))
     elif k in ("add", "sub"):
         for i in range(2):
             if wants(i):

@@ -2,11 +2,13 @@
 convolutions, group / instance / weight normalisation, recurrent layers, bilinear, embedding
 bags, upsampling, and the loss functions PopTorch builds from element-wise ops).
 
-A 1-D or 3-D (or transposed) convolution is priced as poplin's expandDims transform lays it
-out: its kernel positions folded into the input channels (an on-tile rearranging copy), then a
-``conv2d`` of a 1x1 kernel over its output positions, with exactly the layer's multiply-adds (a
-transposed convolution as poplin computes it, over the upsampled input; a note in the run says
-so). Stride, padding and dilation shape the output, which is all the price reads of them.
+A 1-D or 3-D convolution is priced as poplin's expandDims transform lays it out: its kernel
+positions folded into the input channels (an on-tile rearranging copy), then a ``conv2d`` of a
+1x1 kernel over its output positions, with exactly the layer's multiply-adds (a note in the run
+says so). Stride, padding and dilation shape the output, which is all the price reads of them. A
+1-D or 2-D transposed convolution is the input gradient of the convolution mapping its output back
+to its input (``conv2d_grad_input``), as poplin runs it; a 3-D one, or one with a dilated kernel
+or unequal strides, takes the expandDims form over its upsampled input.
 Recurrent layers are unrolled over the sequence:
 the input projection as one matmul, then per step the recurrent matmul and the gates'
 element-wise ops (popnn runs the same work per step).
@@ -21,6 +23,7 @@ import torch.nn as nn
 
 from ._emit import const, emit, emit_map, is_tensor, tensor_args
 from ._values import Lazy, sim_dtype
+from ..graph.ir import spatial_attr
 
 
 # --- convolutions ------------------------------------------------------------------------------
@@ -59,6 +62,11 @@ def conv_any(ctx):
     out = ctx.output
     rw = w.value if isinstance(w, Lazy) else None
     kshape = tuple(rw.shape[2:]) if rw is not None else tuple(ctx.shape(w)[2:])
+    if transposed and len(kshape) <= 2 and set(_tuple(dilation, len(kshape))) == {1}:
+        strides = _tuple(stride, len(kshape))
+        if len(set(strides)) == 1:
+            return _transposed_as_grad_input(ctx, x, w, b, kshape, strides[0], _tuple(padding, len(kshape)),
+                                             int(groups or 1))
     volume = math.prod(kshape)
     n, ci, co = rx.shape[0], rx.shape[1], out.shape[1]
     positions = math.prod(out.shape[2:])
@@ -75,6 +83,31 @@ def conv_any(ctx):
         f"{ctx.desc}: priced as a 1x1 convolution with its {'x'.join(map(str, kshape))} kernel folded into the "
         "input channels (poplin's expandDims)" + (", over the positions of its output (a transposed "
         "convolution computed as poplin computes it, over the upsampled input)" if transposed else ""))
+    if is_tensor(b):
+        y = ctx.op("add", [y, b], name="add")
+    return y
+
+
+def _transposed_as_grad_input(ctx, x, w, b, kshape, stride, padding, groups):
+    """A 1-D or 2-D transposed convolution as poplin runs it: the input gradient of the convolution
+    that maps its output back to its input (``conv2d_grad_input``, :meth:`sim.GraphBuilder.conv_transpose2d`),
+    whose worklists skip the stride's dilation zeros. A 1-D one is a 2-D one of height 1 (views)."""
+    rx, out = ctx.args[0], ctx.output
+    n, c = rx.shape[0], rx.shape[1]
+    field_in, field_out = tuple(rx.shape[2:]), tuple(out.shape[2:])
+    if len(kshape) == 1:  # (N, C, L) as (N, C, 1, L)
+        kshape, padding = (1,) + tuple(kshape), (0,) + tuple(padding)
+        field_in, field_out = (1,) + field_in, (1,) + field_out
+        x = emit(ctx, "reshape", [x], (n, c) + field_in, rx.dtype, name="as_2d")
+        wshape = ctx.shape(w)
+        w = emit(ctx, "reshape", [w], tuple(wshape[:2]) + kshape, ctx.cap.g.tensors[ctx.t(w)].dtype,
+                 name="weight_as_2d")
+    co = out.shape[1]
+    attrs = {"kernel": spatial_attr(kshape), "stride": int(stride), "padding": spatial_attr(padding),
+             "groups": groups, "n": n, "ci": co, "co": c, "ho": field_in[0], "wo": field_in[1], "transposed": True}
+    y = emit(ctx, "conv2d_grad_input", [x, w], (n, co) + field_out, out.dtype, attrs, "conv_transpose")
+    if len(out.shape) == 3:
+        y = ctx.op("reshape", [y], name="unview")
     if is_tensor(b):
         y = ctx.op("add", [y, b], name="add")
     return y
