@@ -469,6 +469,12 @@ DEPARTURES = {
                         "each step (the next batch from the asynchronous DataLoader, scheduler.step(), setOptimizer())",
     "vit-pod64": "poprun with 8 instances of 2 replicas: PopTorch shards the optimizer state over each "
                  "instance's replicas (CommGroup(Consecutive, 2))",
+    "unet": "the example's model as models/unet.py builds it (its default 572 x 572 input, 2 classes, dropout 0.5 "
+            "at the bottom); not modelled: the metrics computed beside the loss (the Dice accuracy and the "
+            "cross-entropy again), the loss scaling (LossScaleOptimizer, 128) and the gradient normaliser's scale "
+            "of each gradient, the exchange target 'balanced', TensorFlow's Grouped pipeline schedule (PopART's is "
+            "run), Keras' work between executions; the throughput is one execution's 240 images over its time "
+            "(PerfCallback)",
     "bert-recompute": "recomputation is the zoo's default for a pipelined BERT (a checkpoint after every layer)",
     "attn-dropout": "the config turns attention dropout off (PopART's \"no_attn_dropout\": true in the MLPerf "
                     "v1.0/v1.1 and examples' pretrain JSONs): run with the zoo's attention_dropout=0, its hidden "
@@ -850,6 +856,23 @@ def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sh
                  state_dtype="float16", rts=True, prefetch_depth=2, output_mode="All")
 
 
+def _unet_train() -> Setup:
+    """U-Net training as Graphcore's TensorFlow 2 medical-segmentation example runs it
+    (graphcore/examples ``vision/unet_medical/tensorflow2``, benchmarks.yml ``tf2_unet_train_real_pod4``:
+    ``--nb-ipus-per-replica 4 --micro-batch-size 1 --gradient-accumulation-count 24 --augment``):
+    one replica of four pipeline stages split as ``model_utils.set_pipeline_stages`` does, the
+    skip connections passed stage by stage (TensorFlow's pipeline), availableMemoryProportion
+    0.7, 0.3, 0.45, 0.7 and half partials (``parse_args.py`` defaults), recomputation
+    (``RecomputationMode.Auto``), momentum SGD with fp16 momentum (``set_floatx('float16')``) kept
+    on chip (``offload_weight_update_variables=False``), 240 micro-batches per execution
+    (``--steps-per-execution`` default: 10 weight updates), real data through an infeed
+    (:data:`TF1_PREFETCH_DEPTH`)."""
+    params = _params(micro_batch=1, split_points=["encoder_block_2", "decoder_block_0", "decoder_block_2"],
+                     pass_through=True)
+    return Setup("unet", params, "bow-2000", accumulation=24, device_iterations=10, amp=(0.7, 0.3, 0.45, 0.7),
+                 optimizer="sgd_momentum", state_dtype="float16", prefetch_depth=TF1_PREFETCH_DEPTH)
+
+
 _LARGE_AMP = [0.15, 0.25, 0.25, 0.25]
 _SQUAD_PYTORCH_AMP = [0.08, 0.25, 0.32, 0.32, 0.36, 0.38, 0.40, 0.32]  # configs_squad.yml squad_large_384
 _SQUAD_POPART_AMP = [0.1, 0.3, 0.32, 0.34, 0.36, 0.38, 0.4, 0.32]  # popart configs/squad_large_384.json
@@ -1060,6 +1083,9 @@ PUBLISHED_ROWS = [
         ("vit-pretrain", "vit-not-modelled", "vit-pod64")),
     Row("B24", "GCN-S30 B24", "ViT-B/16 fine-tuning (SGD, fp16 images), Bow Pod16", 7319, "images/s",
         _vit_train("bow-pod16", 4, 30, pretrain=False), False, ("vit-not-modelled",)),
+    # U-Net training, TensorFlow 2 (graphcore/examples vision/unet_medical/tensorflow2)
+    Row("B30", "GCN-S30 B30", "U-Net (medical segmentation) training, Bow-2000, GBS 24", 151, "images/s",
+        _unet_train(), False, ("unet",)),
     # BERT SQuAD inference, one IPU (PopRT)
     Row("I7 bs16", "RT I7 bs16", "BERT-Base SQuAD inference fp16 (SL128), batch 16", 4817, "sequences/s",
         _squad_infer("bert-base", 16, 128, 64, amp=0.4, benchmark_options=True), True,
@@ -1185,7 +1211,7 @@ NOT_EXPRESSIBLE = [
      "table's GBS 1,024 and precision 16.32 are not the PyTorch config's (GBS 2,048, 16.16)"),
     ("B8", "ViT (B/16?), pre-SDK 2.5, Bow Pod64", "the measured configuration is unknown (31,200 images/s, "
      "above the SDK 3.0 pre-training row B23: another task or configuration)"),
-    ("B9, B25-B31", "Mini DALL-E, DINO, Swin, UNet", "not in the zoo"),
+    ("B9, B25-B29, B31", "Mini DALL-E, DINO, Swin", "not in the zoo"),
     ("B36", "BERT-Large Ph1 TF2, Bow Pod64", "the measured configuration is unknown (the table's GA 520 is not "
      "the repo's 1020)"),
     ("I8, I10", "BERT inference, packed (PopRT)", "PopRT's PackRunner packs queued host requests at run time "
