@@ -807,7 +807,24 @@ def test_conv1d_is_priced_with_its_multiply_adds():
     op = next(o for o in model.executable.graph.ops if o.kind == "conv2d")
     positions = 2 * 5  # batch x output length
     assert model.executable.costs[op.name].flops == 2 * positions * 4 * 3 * 6
-    assert any("Conv1d" in n and "expandDims" in n for n in model.executable.notes)
+    # a convolution of height 1 with a 1 x 3 kernel, whose planner weighs expandDims as poplin's does
+    assert (op.attrs["kernel"], op.attrs["stride"], op.attrs["padding"]) == ([1, 3], 2, [0, 1])
+    assert not any("Conv1d" in n for n in model.executable.notes)
+
+
+def test_depthwise_conv1d_is_the_depthwise_conv2d_of_height_one():
+    """Conformer's depthwise convolution: poplin's 1xN SLIC vertex, as the 2-D depthwise rule prices it."""
+    conv = nn.Conv1d(256, 256, 15, padding=7, groups=256, bias=False).half()
+    opts = poptorch.Options().enableSyntheticData(True)
+    model = poptorch.inferenceModel(conv, opts)
+    model(torch.zeros(4, 256, 200, dtype=torch.half))
+    (op,) = [o for o in model.executable.graph.ops if o.kind == "conv2d"]
+    b = sim.GraphBuilder("t", "float16")
+    x = b.reshape(b.input("x", (4, 256, 200)), (4, 256, 1, 200))  # a view, as the capture's
+    b.output(b.conv2d(x, 256, (1, 15), 1, (0, 7), groups=256))
+    ref = sim.compile(b.graph, model.executable.system, opts)
+    (ref_op,) = [o for o in ref.graph.ops if o.kind == "conv2d"]
+    assert model.executable.costs[op.name].cycles == ref.costs[ref_op.name].cycles
 
 
 def test_float32_input_into_a_half_model_upcasts_as_poptorch_3():

@@ -2,13 +2,14 @@
 convolutions, group / instance / weight normalisation, recurrent layers, bilinear, embedding
 bags, upsampling, and the loss functions PopTorch builds from element-wise ops).
 
-A 1-D or 3-D convolution is priced as poplin's expandDims transform lays it out: its kernel
-positions folded into the input channels (an on-tile rearranging copy), then a ``conv2d`` of a
-1x1 kernel over its output positions, with exactly the layer's multiply-adds (a note in the run
-says so). Stride, padding and dilation shape the output, which is all the price reads of them. A
-1-D or 2-D transposed convolution is the input gradient of the convolution mapping its output back
-to its input (``conv2d_grad_input``), as poplin runs it; a 3-D one, or one with a dilated kernel
-or unequal strides, takes the expandDims form over its upsampled input.
+A 1-D convolution is a ``conv2d`` of height 1 (its planner weighs the kernel on the tile against
+poplin's expandDims, as for any convolution). A 1-D or 2-D transposed convolution is the input
+gradient of the convolution mapping its output back to its input (``conv2d_grad_input``), as poplin
+runs it. A 3-D convolution, or one with a dilated kernel or unequal strides, is priced as poplin's
+expandDims transform lays it out: its kernel positions folded into the input channels (an on-tile
+rearranging copy), then a ``conv2d`` of a 1x1 kernel over its output positions, with exactly the
+layer's multiply-adds (over the upsampled input for a transposed one; a note in the run says so).
+Stride, padding and dilation shape the output, which is all that price reads of them.
 Recurrent layers are unrolled over the sequence:
 the input projection as one matmul, then per step the recurrent matmul and the gates'
 element-wise ops (popnn runs the same work per step).
@@ -62,11 +63,13 @@ def conv_any(ctx):
     out = ctx.output
     rw = w.value if isinstance(w, Lazy) else None
     kshape = tuple(rw.shape[2:]) if rw is not None else tuple(ctx.shape(w)[2:])
-    if transposed and len(kshape) <= 2 and set(_tuple(dilation, len(kshape))) == {1}:
-        strides = _tuple(stride, len(kshape))
-        if len(set(strides)) == 1:
-            return _transposed_as_grad_input(ctx, x, w, b, kshape, strides[0], _tuple(padding, len(kshape)),
-                                             int(groups or 1))
+    if len(kshape) <= 2 and set(_tuple(dilation, len(kshape))) == {1} and len(set(_tuple(stride, len(kshape)))) == 1:
+        if transposed:
+            return _transposed_as_grad_input(ctx, x, w, b, kshape, _tuple(stride, len(kshape))[0],
+                                             _tuple(padding, len(kshape)), int(groups or 1))
+        if len(kshape) == 1 and not isinstance(padding, str):
+            return _conv1d_as_2d(ctx, x, w, b, kshape[0], _tuple(stride, 1)[0], _tuple(padding, 1)[0],
+                                 int(groups or 1))
     volume = math.prod(kshape)
     n, ci, co = rx.shape[0], rx.shape[1], out.shape[1]
     positions = math.prod(out.shape[2:])
@@ -88,6 +91,32 @@ def conv_any(ctx):
     return y
 
 
+def _as_2d(ctx, x, w, name: str):
+    """Views of a 1-D convolution's input ``(N, C, L)`` and weight ``(A, B, k)`` as 2-D ones of
+    height 1: ``(N, C, 1, L)`` and ``(A, B, 1, k)``."""
+    rx = ctx.args[0]
+    x = emit(ctx, "reshape", [x], (rx.shape[0], rx.shape[1], 1, rx.shape[2]), rx.dtype, name=f"{name}_as_2d")
+    wshape = ctx.shape(w)
+    w = emit(ctx, "reshape", [w], (wshape[0], wshape[1], 1, wshape[2]), ctx.cap.g.tensors[ctx.t(w)].dtype,
+             name="weight_as_2d")
+    return x, w
+
+
+def _conv1d_as_2d(ctx, x, w, b, k, stride, padding, groups):
+    """A 1-D convolution as poplin plans it: a convolution over its one field dimension, a 2-D one of
+    height 1 with a ``1 x k`` kernel here, for which the planner weighs the kernel on the tile (the
+    nx1 and, depthwise, the 1xN SLIC vertices) against folding it into the input channels
+    (expandDims), as ``conv2d`` does."""
+    x, w = _as_2d(ctx, x, w, "conv")
+    out = ctx.output
+    attrs = {"kernel": [1, int(k)], "stride": int(stride), "padding": [0, int(padding)], "groups": groups}
+    y = emit(ctx, "conv2d", [x, w], (out.shape[0], out.shape[1], 1, out.shape[2]), out.dtype, attrs, "conv")
+    y = ctx.op("reshape", [y], name="unview")
+    if is_tensor(b):
+        y = ctx.op("add", [y, b], name="add")
+    return y
+
+
 def _transposed_as_grad_input(ctx, x, w, b, kshape, stride, padding, groups):
     """A 1-D or 2-D transposed convolution as poplin runs it: the input gradient of the convolution
     that maps its output back to its input (``conv2d_grad_input``, :meth:`sim.GraphBuilder.conv_transpose2d`),
@@ -98,10 +127,7 @@ def _transposed_as_grad_input(ctx, x, w, b, kshape, stride, padding, groups):
     if len(kshape) == 1:  # (N, C, L) as (N, C, 1, L)
         kshape, padding = (1,) + tuple(kshape), (0,) + tuple(padding)
         field_in, field_out = (1,) + field_in, (1,) + field_out
-        x = emit(ctx, "reshape", [x], (n, c) + field_in, rx.dtype, name="as_2d")
-        wshape = ctx.shape(w)
-        w = emit(ctx, "reshape", [w], tuple(wshape[:2]) + kshape, ctx.cap.g.tensors[ctx.t(w)].dtype,
-                 name="weight_as_2d")
+        x, w = _as_2d(ctx, x, w, "conv_transpose")
     co = out.shape[1]
     attrs = {"kernel": spatial_attr(kshape), "stride": int(stride), "padding": spatial_attr(padding),
              "groups": groups, "n": n, "ci": co, "co": c, "ho": field_in[0], "wo": field_in[1], "transposed": True}
