@@ -671,8 +671,11 @@ def _gemm(ctx: OpContext):
 
 def _conv(ctx: OpContext):
     xs, ws = ctx.shape(0), ctx.shape(1)
+    if len(xs) == 3 and len(ws) == 3:
+        return _conv1d(ctx)
     if len(xs) != 4 or len(ws) != 4:
-        ctx.unsupported(f"only 2-D convolutions (NCHW input, 4-D weight) have a rule; input {xs}, weight {ws}")
+        ctx.unsupported(f"only 1-D and 2-D convolutions (NCL / NCHW input, 3-D / 4-D weight) have a rule; "
+                        f"input {xs}, weight {ws}")
     n, c, h, w = xs
     co, cig, kh, kw = ws
     strides = list(ctx.attr("strides", [1, 1]))
@@ -693,6 +696,35 @@ def _conv(ctx: OpContext):
     y = ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out], result=False)
     bias = ctx._imp.operand(ctx, 2, (1, co, 1, 1))  # (C,) viewed as (1, C, 1, 1), as the zoo's bias
     return ctx.op("add", [y, bias], shapes=[out])
+
+
+def _conv1d(ctx: OpContext):
+    """A 1-D Conv as poplin plans it: over its one field dimension, a ``conv2d`` of height 1 with a
+    ``1 x k`` kernel here (its planner weighs expandDims, as for any convolution)."""
+    (n, c, length), (co, cig, k) = ctx.shape(0), ctx.shape(1)
+    if any(d != 1 for d in ctx.attr("dilations", [1])):
+        ctx.unsupported(f"dilations={list(ctx.attr('dilations'))} (the simulator's convolutions have no dilation)")
+    group = int(ctx.attr("group", 1))
+    if cig * group != c:
+        raise GraphError(f"{ctx.desc}: weight {(co, cig, k)} with group={group} does not match {c} input channels")
+    stride = int(list(ctx.attr("strides", [1]))[0])
+    if ctx.attr("pads", None) is None:  # auto_pad, as a 2-D one of height 1
+        _, pad = _pads_2d(ctx, 1, length, (1, k), (1, stride))
+    else:
+        pads = [int(p) for p in ctx.attr("pads")]
+        if pads[0] != pads[1]:
+            ctx.unsupported(f"pads={pads} differ before and after the axis (the simulator's convolutions pad "
+                            "each axis the same on both sides)")
+        pad = pads[0]
+    lout = _conv_out(length, k, stride, 2 * pad)
+    attrs = {"kernel": [1, k], "stride": stride, "padding": [0, pad], "groups": group}
+    x = ctx._imp.operand(ctx, 0, (n, c, 1, length))
+    wt = ctx._imp.operand(ctx, 1, (co, cig, 1, k))
+    y = ctx.op("conv2d", [x, wt], attrs, shapes=[(n, co, 1, lout)], result=False, suffix="conv")
+    if ctx.has_input(2):
+        y = ctx.op("add", [y, ctx._imp.operand(ctx, 2, (1, co, 1, 1))], shapes=[(n, co, 1, lout)], result=False,
+                   suffix="bias")
+    return ctx.op("reshape", [y], shapes=[(n, co, lout)])
 
 
 def _conv_transpose(ctx: OpContext):

@@ -339,6 +339,25 @@ def test_conv_attributes_beyond_conv2d_are_clear_errors():
     assert same.ops[0].attrs["padding"] == 1 and same.tensors["y"].shape == (1, 4, 16, 16)
 
 
+@pytest.mark.parametrize("attrs", [dict(pads=[7, 7], group=64), dict(auto_pad="SAME_UPPER", group=64)])
+def test_conv1d_is_a_conv2d_of_height_one(attrs):
+    """A 1-D Conv (a speech model's depthwise convolution): a 1 x k conv2d over views, priced as one."""
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["y"], name="c", **attrs)]
+    g = sim.onnx.load(model(nodes, [h.make_tensor_value_info("x", T.FLOAT16, [2, 64, 100])],
+                            [h.make_tensor_value_info("y", T.FLOAT16, None)],
+                            [zeros("w", (64, 1, 15), np.float16), zeros("b", (64,), np.float16)]))
+    assert [op.kind for op in g.ops] == ["reshape", "conv2d", "add", "reshape"]
+    conv = g.ops[1]
+    assert (conv.attrs["kernel"], conv.attrs["padding"], conv.attrs["groups"]) == ([1, 15], [0, 7], 64)
+    assert g.tensors["y"].shape == (2, 64, 100)
+    b = sim.GraphBuilder("ref", "float16")
+    b.output(b.conv2d(b.reshape(b.input("x", (2, 64, 100)), (2, 64, 1, 100)), 64, (1, 15), 1, (0, 7), groups=64))
+    opts = sim.Options().enableSyntheticData(True)
+    cycles = {k: sim.simulate(graph, "ipu-mk2", opts).op_trace().set_index("kind").loc["conv2d", "compute"]
+              for k, graph in (("onnx", g), ("builder", b.graph))}
+    assert cycles["onnx"] == cycles["builder"]
+
+
 def test_gather_is_an_embedding_on_a_table_and_a_copy_otherwise():
     nodes = [h.make_node("Gather", ["table", "ids"], ["emb"], name="embed"),            # table lookup
              h.make_node("Gather", ["emb", "first"], ["cls"], name="cls", axis=1),      # one position: a view
