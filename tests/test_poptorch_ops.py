@@ -330,13 +330,14 @@ CASES: dict[str, Case] = {
     "torch.nn.CosineEmbeddingLoss": loss(lambda: nn.CosineEmbeddingLoss(), X, X, S(3)),
     "torch.nn.MarginRankingLoss": loss(lambda: nn.MarginRankingLoss(0.1), R(4), R(4), S(4)),
     "torch.nn.TripletMarginLoss": loss(lambda: nn.TripletMarginLoss(), X, X, X),
+    "torch.nn.CTCLoss": loss(lambda: nn.CTCLoss(), R(6, 2, 5), T(torch.tensor([[1, 2, 3], [2, 4, 1]])),
+                             T(torch.tensor([6, 5])), T(torch.tensor([3, 2]))),
     # vision
     "torch.nn.Upsample": layer(lambda: nn.Upsample(scale_factor=2, mode="bicubic"), R(1, 2, 3, 3)),
 }
 
 # op -> the reason it is not simulated (the same words are in docs/poptorch.md, "Operations")
 UNSUPPORTED = {
-    "torch.nn.CTCLoss": "no cost model for popnn's CTC loss",
     "torch_scatter.scatter": "needs the torch_scatter package",
     "torch_scatter.composite.scatter_log_softmax": "needs the torch_scatter package",
     "torch_scatter.composite.scatter_softmax": "needs the torch_scatter package",
@@ -481,14 +482,44 @@ def test_unsupported_op_is_documented_with_its_reason(name):
     assert UNSUPPORTED[name] in row
 
 
-def test_ctc_loss_is_refused_with_a_message_naming_it():
+def test_ctc_loss_is_popnns_planned_op_and_its_gradient_is_scaled():
+    class M(nn.Module):
+        def forward(self, log_probs, targets, reduction="mean"):
+            return F.ctc_loss(log_probs, targets, torch.tensor([50, 40]), torch.tensor([12, 9]), reduction=reduction)
+
+    log_probs = torch.randn(50, 2, 30).log_softmax(2)
+    targets = torch.randint(1, 30, (2, 12))
+    model = poptorch.inferenceModel(M())
+    torch.testing.assert_close(model(log_probs, targets), M()(log_probs, targets), rtol=0, atol=0)
+    (op,) = [o for o in model.executable.graph.ops if o.kind == "ctc_loss"]
+    cost = model.executable.costs[op.name]
+    assert cost.plan.startswith("CTC loss: batch/") and cost.cycles > 0
+    assert model.executable.graph.tensors[op.outputs[1]].shape == (50, 2, 30)  # the gradient popnn makes
+
+    class Train(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj, self.ctc = nn.Linear(8, 30), M()
+
+        def forward(self, x, targets):
+            return self.ctc(self.proj(x).log_softmax(2), targets)
+
+    trained = poptorch.trainingModel(Train(), optimizer=torch.optim.SGD(Train().parameters(), lr=0.1))
+    trained(torch.randn(50, 2, 8), targets)
+    g = trained.executable.graph
+    (top,) = [o for o in g.ops if o.kind == "ctc_loss"]
+    # the log-probabilities' gradient is popnn's (the op's second output), scaled by the loss's
+    assert [o.kind for o in g.ops if top.outputs[1] in o.inputs] == ["mul"]
+
+
+def test_ctc_loss_with_concatenated_targets_is_refused_saying_why():
     class M(nn.Module):
         def forward(self, log_probs, targets):
             return F.ctc_loss(log_probs, targets, torch.tensor([4, 4]), torch.tensor([2, 2]))
 
     log_probs = torch.randn(4, 2, 5).log_softmax(2)
-    with pytest.raises(sim.UnsupportedOpError, match=r"ctc_loss.*register_op"):
-        poptorch.inferenceModel(M())(log_probs, torch.tensor([[1, 2], [3, 4]]))
+    with pytest.raises(sim.UnsupportedOpError, match=r"padded to \(batch, max target length\)"):
+        poptorch.inferenceModel(M())(log_probs, torch.tensor([1, 2, 3, 4]))
 
 
 def test_op_list_names_its_source():

@@ -24,6 +24,7 @@ from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
                   pass_fixed_cycles,
                   plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
+from .ctc import plan_ctc
 from .depthwise import plan_depthwise
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
@@ -808,6 +809,8 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
                        ipu, tiles)
     if kind == "sort":
         return _sort(ins, outs, attrs, ipu, tiles)
+    if kind == "ctc_loss":
+        return _ctc(ins, attrs, ipu, tiles)
     return None
 
 
@@ -828,6 +831,44 @@ def _map(ins, outs, attrs, ipu, tiles) -> OpCost:
     return _phases(ipu, int(per_tile_cycles.max()), exchange_cycles(bcast, ipu), 1, n * len(steps),
                    bcast * used, used, plan=f"{n} elements on {used} tiles, {'+'.join(attrs['steps'])}",
                    profile=profile, launch=math.ceil(fixed))
+
+
+def _ctc(ins, attrs, ipu, tiles) -> OpCost:
+    """popnn's CTC loss and gradient (``sim/cost/ctc.py``): log-probabilities ``(T, B, C)`` in, labels
+    ``(B, L)``. The plan's two loops, the input brought to its tiles (the whole alphabet to every
+    label partition), then the loss and gradient reduced over the label partitions and the gradient
+    mapped to the logits' (``exp(data) - exp(grad + loss)``, four codelets an element). With
+    ``reduced_classes`` (PopART's ``enableReducedClassesInLabel``) the input is first gathered down
+    to each label's ``L + 1`` classes, and the gradient scattered back."""
+    (T, B, C), dtype, _ = ins[0]
+    L = ins[1][0][1] if len(ins[1][0]) > 1 else 1
+    in_bytes, partials = DTYPE_BYTES[dtype], 4  # popnn's partialsType defaults to float
+    reduced = bool(attrs.get("reduced_classes"))
+    classes = L + 1 if reduced else C
+    plan = plan_ctc(B, T, L, classes, in_bytes, partials, ipu, tiles)
+    steps = plan.loops * plan.serial_runs
+    loop_compute = steps * (plan.alpha_compute + plan.grad_compute)
+    loop_exchange = steps * (exchange_cycles(plan.alpha_exchange_bytes, ipu)
+                             + exchange_cycles(plan.grad_exchange_bytes, ipu))
+    # before the loops: the data to the plan's tiles; after: the gradient's partials of the label
+    # partitions reduced into a gradient laid out linearly (popops::reduceWithOutput: each output
+    # tile receives every partition's partial of its elements), then mapped there
+    _, per_tile = spread(T * B * classes, partials, ipu, tiles)
+    reduce_bytes = per_tile * partials * plan.label_tiles if plan.label_tiles > 1 else 0
+    gather = (T * B * classes * in_bytes) if reduced else 0  # ctcLossPreProcess / PostProcess
+    exch = (exchange_cycles(plan.data_bytes, ipu) + exchange_cycles(reduce_bytes, ipu)
+            + 2 * exchange_cycles(math.ceil(gather / tiles), ipu))
+    tail = (tile_cycles(per_tile * (plan.label_tiles - 1), partials, "add", ipu)
+            + 2 * tile_cycles(per_tile, partials, "exp", ipu) + 2 * tile_cycles(per_tile, partials, "add", ipu))
+    phases = 2 * steps + 2 + (2 if reduced else 0)
+    sets = 2 * steps + 2 + (2 if reduced else 0)
+    # log-add 6 FLOP (max, subtract, exp, add, log, add), log-multiply 1: 2 of each per extended
+    # symbol and step in each recursion, the gradient's product and sum twice more
+    flops = float(B * T * (2 * L + 1) * (2 * (2 * 6 + 2) + 2 * 7))
+    return _phases(ipu, loop_compute + tail, loop_exchange + exch, sets, flops,
+                   plan.tiles * (plan.data_bytes + steps * (plan.alpha_exchange_bytes + plan.grad_exchange_bytes)),
+                   plan.tiles, plan.temp_bytes, plan.describe(), tiles=tiles, exchange_phases=phases,
+                   launch=sets * ipu.vertex_overhead_cycles)
 
 
 def _sort(ins, outs, attrs, ipu, tiles) -> OpCost:

@@ -642,6 +642,26 @@ class GraphBuilder:
         self.graph.loss = out
         return out
 
+    def ctc_loss(self, log_probs: str, targets: str, input_lengths: str, target_lengths: str,
+                 reduction: str = "mean", reduced_classes: bool = False, name: str = "loss") -> str:
+        """CTC loss of ``log_probs`` ``(T, B, C)`` against padded ``targets`` ``(B, L)``, as popnn
+        computes it with its gradient (two outputs: the loss, and the gradient of the
+        log-probabilities, which the backward pass scales). ``reduction``: ``"mean"`` (each sequence's
+        loss over its target length, then the batch mean: PyTorch's and PopART's), ``"sum"`` or
+        ``"none"`` (one per sequence). ``reduced_classes``: PopART's ``enableReducedClassesInLabel``."""
+        where = f"ctc_loss {self._name(name)}"
+        lp, tg = self.shape(log_probs), self.shape(targets)
+        if len(lp) != 3 or len(tg) != 2 or tg[0] != lp[1]:
+            raise GraphError(f"{where}: expected log_probs (T, B, C) and padded targets (B, L), got {lp} and {tg}")
+        if reduction not in ("mean", "sum", "none"):
+            raise GraphError(f"{where}: reduction {reduction!r}: expected 'mean', 'sum' or 'none'")
+        shape = (lp[1],) if reduction == "none" else (1,)
+        out, _ = self.op("ctc_loss", [log_probs, targets, input_lengths, target_lengths], [shape, lp],
+                         {"reduction": reduction, "reduced_classes": bool(reduced_classes)}, name,
+                         ["float32", self.dtype_of(log_probs)])
+        self.graph.loss = out
+        return out
+
     def mse_loss(self, x: str, target: str, name: str = "loss") -> str:
         out = self._one("mse_loss", [x, target], (1,), name=name, dtype="float32")
         self.graph.loss = out

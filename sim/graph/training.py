@@ -663,6 +663,12 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
             bw.give_slice(ins[0].name, dy, *(op.attrs.get(key) for key in ("axis", "start", "stop")))
     elif k in LOSS_KINDS:  # a loss inside a larger one (a sum of losses, a scaled loss)
         _loss_grads(bw, op, need, dy)
+    elif k == "ctc_loss":  # popnn computed the gradient with the loss (its second output): scale it
+        if wants(0):
+            grad = g.tensors[op.outputs[1]]
+            d = dy if len(g.tensors[dy].shape) != 1 or g.tensors[dy].shape[0] == 1 else \
+                bw.new("reshape", [dy], (1, g.tensors[dy].shape[0], 1), g.tensors[dy].dtype, suffix="per_sequence")
+            bw.give(ins[0].name, bw.new("mul", [grad.name, d], grad.shape, ins[0].dtype, suffix="grad"))
     elif _more_backward(bw, op, ins, dy, wants):
         pass
     else:

@@ -436,7 +436,7 @@ _LOSS_TERMS = {
     "margin_ranking_loss": (["sub", "mul", "scale", "add", "maximum"],
                             [["compare", "mul", "scale"], ["compare", "mul", "scale"], None]),
 }
-_REDUCTION_ARG = {"binary_cross_entropy": 3, "binary_cross_entropy_with_logits": 4, "kl_div": 4,
+_REDUCTION_ARG = {"ctc_loss": 5, "binary_cross_entropy": 3, "binary_cross_entropy_with_logits": 4, "kl_div": 4,
                   "poisson_nll_loss": 6, "hinge_embedding_loss": 3, "smooth_l1_loss": 4, "huber_loss": 2,
                   "soft_margin_loss": 4, "margin_ranking_loss": 5, "cosine_embedding_loss": 5,
                   "triplet_margin_loss": 8}
@@ -519,7 +519,20 @@ def _triplet_margin_loss(ctx):
 
 
 def _ctc_loss(ctx):
-    ctx.unsupported("no cost model for popnn's CTC loss (its alpha-beta recursion over time steps) yet")
+    """PopTorch's CTCLoss: PopART's CtcOp, popnn's CTC loss computed with its gradient
+    (:meth:`sim.GraphBuilder.ctc_loss`, ``sim/cost/ctc.py``). Targets padded to (batch, max length)."""
+    log_probs, targets = ctx.args[0], ctx.args[1]
+    if not isinstance(targets, torch.Tensor) or targets.dim() != 2:
+        ctx.unsupported("targets must be padded to (batch, max target length), as PopTorch's CTCLoss takes "
+                        "them; concatenated 1-D targets are not")
+    reduction = _reduction(ctx)
+    if ctx.module is None and len(ctx.args) > 5 and isinstance(ctx.args[5], int):  # ATen's: 0 none, 1 mean, 2 sum
+        reduction = ("none", "mean", "sum")[ctx.args[5]]
+    ins = [s for s in tensor_args(ctx)[:4]]
+    loss, _ = ctx.op("ctc_loss", ins, {"reduction": reduction, "reduced_classes": False},
+                     output=(ctx.output, torch.empty_like(log_probs)), name="loss")
+    ctx.cap.losses.append(loss)
+    return loss
 
 
 RULES = {
