@@ -54,7 +54,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("sim.onnx needs the onnx package: pip install -e '.[onnx]' (onnx>=1.15)") from _e
 
 from .errors import GraphError, IpuSimError, OutOfMemoryError, UnsupportedOpError
-from .graph.ir import Graph, GraphBuilder, Op, canonical_dtype, spatial_attr
+from .graph.ir import Graph, GraphBuilder, Op, canonical_dtype, spatial_attr, transposed_conv_attrs
 
 __all__ = ["RULES", "OpContext", "load", "main", "register_op", "unregister_op"]
 
@@ -764,8 +764,7 @@ def _conv_transpose(ctx: OpContext):
         ctx.unsupported(f"an output of {[f - t for f, t in zip(full, crops)]} from {full} leaves an output "
                         f"padding of stride {s} or more, which a transposed convolution does not have")
     out = (n, co, full[0] - crops[0], full[1] - crops[1])
-    attrs = {"kernel": spatial_attr((kh, kw)), "stride": s, "padding": spatial_attr(pads), "groups": group,
-             "n": n, "ci": co, "co": c, "ho": h, "wo": w, "transposed": True}
+    attrs = transposed_conv_attrs(n, c, co, (h, w), (kh, kw), s, pads, group)
     wt = ctx._imp.operand(ctx, 1, ws)
     if not ctx.has_input(2):
         return ctx.op("conv2d_grad_input", [ctx.input(0), wt], attrs, shapes=[out])

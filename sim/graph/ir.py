@@ -242,6 +242,16 @@ def spatial(value, what: str = "kernel") -> tuple[int, int]:
         raise GraphError(f"{what} {value!r}: give one int or a (height, width) pair") from None
 
 
+def transposed_conv_attrs(n: int, in_channels: int, out_channels: int, field_in, kernel, stride: int, padding,
+                          groups: int = 1) -> dict:
+    """The ``conv2d_grad_input`` attributes of a transposed convolution of ``in_channels`` ->
+    ``out_channels`` over an input field ``field_in`` (height, width): those of the convolution it
+    is the input gradient of (``out_channels`` -> ``in_channels``, output field ``field_in``)."""
+    return {"kernel": spatial_attr(kernel), "stride": int(stride), "padding": spatial_attr(padding, "padding"),
+            "groups": int(groups), "n": int(n), "ci": int(out_channels), "co": int(in_channels),
+            "ho": int(field_in[0]), "wo": int(field_in[1]), "transposed": True}
+
+
 def spatial_attr(value, what: str = "kernel"):
     """The op attribute of a kernel, stride or padding: its int when square, else ``[h, w]``."""
     h, w = spatial(value, what)
@@ -452,9 +462,7 @@ class GraphBuilder:
             raise GraphError(f"{where}: padding {ph}x{pw} leaves no output from input {h}x{w}")
         with self.scope(name):
             wt = self.weight("weight", (c, out_channels // groups, kh, kw), self.dtype_of(x))
-            # the convolution it is the gradient of: out_channels -> c channels, output field h x w
-            attrs = {"kernel": spatial_attr(kernel), "stride": sh, "padding": spatial_attr(padding),
-                     "groups": groups, "n": n, "ci": out_channels, "co": c, "ho": h, "wo": w, "transposed": True}
+            attrs = transposed_conv_attrs(n, c, out_channels, (h, w), kernel, sh, padding, groups)
             y = self._one("conv2d_grad_input", [x, wt], (n, out_channels, ho, wo), attrs,
                           dtype=_amp_output_dtype(self.dtype_of(x)))
             if bias:

@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from ._emit import const, emit, emit_map, is_tensor, tensor_args
 from ._values import Lazy, sim_dtype
-from ..graph.ir import spatial_attr
+from ..graph.ir import transposed_conv_attrs
 
 
 # --- convolutions ------------------------------------------------------------------------------
@@ -128,10 +128,8 @@ def _transposed_as_grad_input(ctx, x, w, b, kshape, stride, padding, groups):
         kshape, padding = (1,) + tuple(kshape), (0,) + tuple(padding)
         field_in, field_out = (1,) + field_in, (1,) + field_out
         x, w = _as_2d(ctx, x, w, "conv_transpose")
-    co = out.shape[1]
-    attrs = {"kernel": spatial_attr(kshape), "stride": int(stride), "padding": spatial_attr(padding),
-             "groups": groups, "n": n, "ci": co, "co": c, "ho": field_in[0], "wo": field_in[1], "transposed": True}
-    y = emit(ctx, "conv2d_grad_input", [x, w], (n, co) + field_out, out.dtype, attrs, "conv_transpose")
+    attrs = transposed_conv_attrs(n, c, out.shape[1], field_in, kshape, stride, padding, groups)
+    y = emit(ctx, "conv2d_grad_input", [x, w], (n, out.shape[1]) + field_out, out.dtype, attrs, "conv_transpose")
     if len(out.shape) == 3:
         y = ctx.op("reshape", [y], name="unview")
     if is_tensor(b):
@@ -528,8 +526,7 @@ def _ctc_loss(ctx):
     reduction = _reduction(ctx)
     if ctx.module is None and len(ctx.args) > 5 and isinstance(ctx.args[5], int):  # ATen's: 0 none, 1 mean, 2 sum
         reduction = ("none", "mean", "sum")[ctx.args[5]]
-    ins = [s for s in tensor_args(ctx)[:4]]
-    loss, _ = ctx.op("ctc_loss", ins, {"reduction": reduction, "reduced_classes": False},
+    loss, _ = ctx.op("ctc_loss", tensor_args(ctx)[:4], {"reduction": reduction, "reduced_classes": False},
                      output=(ctx.output, torch.empty_like(log_probs)), name="loss")
     ctx.cap.losses.append(loss)
     return loss
