@@ -67,9 +67,8 @@ def test_the_op_prices_the_plans_loops():
         (op,) = [o for o in ex.graph.ops if o.kind == "ctc_loss"]
         costs[T] = ex.costs[op.name]
         plan = ctc.plan_ctc(8, T, 40, 30, 2, 4, IPU, IPU.tiles)
-        steps = plan.loops * plan.serial_runs
-        assert costs[T].compute_cycles >= steps * (plan.alpha_compute + plan.grad_compute)
-        assert costs[T].supersteps == 2 * steps + 2
+        assert costs[T].compute_cycles >= plan.loops * plan.serial_runs * (plan.alpha_compute + plan.grad_compute)
+        assert costs[T].supersteps == 2 * plan.loops + 2  # two loops of one compute set each, reduce, map
     # the wavefront: twice the time steps, about twice the cycles
     assert costs[400].cycles / costs[200].cycles == pytest.approx(2.0, rel=0.1)
 

@@ -846,10 +846,11 @@ def _ctc(ins, attrs, ipu, tiles) -> OpCost:
     reduced = bool(attrs.get("reduced_classes"))
     classes = L + 1 if reduced else C
     plan = plan_ctc(B, T, L, classes, in_bytes, partials, ipu, tiles)
-    steps = plan.loops * plan.serial_runs
-    loop_compute = steps * (plan.alpha_compute + plan.grad_compute)
-    loop_exchange = steps * (exchange_cycles(plan.alpha_exchange_bytes, ipu)
-                             + exchange_cycles(plan.grad_exchange_bytes, ipu))
+    # each loop iteration: one compute set (its workers run ``serial_runs`` vertices each, one per
+    # sequence) and one exchange of the columns of every sequence on the tile
+    loop_compute = plan.loops * plan.serial_runs * (plan.alpha_compute + plan.grad_compute)
+    loop_exchange = plan.loops * (exchange_cycles(plan.alpha_exchange_bytes, ipu)
+                                  + exchange_cycles(plan.grad_exchange_bytes, ipu))
     # before the loops: the data to the plan's tiles; after: the gradient's partials of the label
     # partitions reduced into a gradient laid out linearly (popops::reduceWithOutput: each output
     # tile receives every partition's partial of its elements), then mapped there
@@ -860,13 +861,12 @@ def _ctc(ins, attrs, ipu, tiles) -> OpCost:
             + 2 * exchange_cycles(math.ceil(gather / tiles), ipu))
     tail = (tile_cycles(per_tile * (plan.label_tiles - 1), partials, "add", ipu)
             + 2 * tile_cycles(per_tile, partials, "exp", ipu) + 2 * tile_cycles(per_tile, partials, "add", ipu))
-    phases = 2 * steps + 2 + (2 if reduced else 0)
-    sets = 2 * steps + 2 + (2 if reduced else 0)
+    sets = phases = 2 * plan.loops + 2 + (2 if reduced else 0)
     # log-add 6 FLOP (max, subtract, exp, add, log, add), log-multiply 1: 2 of each per extended
     # symbol and step in each recursion, the gradient's product and sum twice more
     flops = float(B * T * (2 * L + 1) * (2 * (2 * 6 + 2) + 2 * 7))
     return _phases(ipu, loop_compute + tail, loop_exchange + exch, sets, flops,
-                   plan.tiles * (plan.data_bytes + steps * (plan.alpha_exchange_bytes + plan.grad_exchange_bytes)),
+                   plan.tiles * (plan.data_bytes + plan.loops * (plan.alpha_exchange_bytes + plan.grad_exchange_bytes)),
                    plan.tiles, plan.temp_bytes, plan.describe(), tiles=tiles, exchange_phases=phases,
                    launch=sets * ipu.vertex_overhead_cycles)
 
