@@ -473,8 +473,9 @@ DEPARTURES = {
             "at the bottom); not modelled: the metrics computed beside the loss (the Dice accuracy and the "
             "cross-entropy again), the loss scaling (LossScaleOptimizer, 128) and the gradient normaliser's scale "
             "of each gradient, the exchange target 'balanced', TensorFlow's Grouped pipeline schedule (PopART's is "
-            "run), Keras' work between executions; the throughput is one execution's 240 images over its time "
-            "(PerfCallback)",
+            "run), Keras' work between executions; RecomputationMode.Auto run as PopART's pipeline recomputation "
+            "(every forward stage but the last recomputed) [U]; the throughput is one execution's 240 images over "
+            "its time (PerfCallback)",
     "bert-recompute": "recomputation is the zoo's default for a pipelined BERT (a checkpoint after every layer)",
     "attn-dropout": "the config turns attention dropout off (PopART's \"no_attn_dropout\": true in the MLPerf "
                     "v1.0/v1.1 and examples' pretrain JSONs): run with the zoo's attention_dropout=0, its hidden "
