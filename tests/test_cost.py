@@ -53,6 +53,10 @@ def mm_cost(M, K, N, dtype="float16", proportion=0.6):
     ((2, 12, 128, 64), (2, 12, 64, 128), None, 2 * 24 * 128 * 64 * 128),
     ((256, 1024), (30528, 1024), {"transpose_b": True}, 2 * 256 * 1024 * 30528),
     ((1024, 256), (1024, 512), {"transpose_a": True}, 2 * 256 * 1024 * 512),
+    # broadcast on both sides: PopART computes every product (matmulx.cpp matCombineBroadcastDims)
+    ((8, 1, 32, 64), (1, 8, 64, 16), None, 2 * 64 * 32 * 64 * 16),
+    ((2, 12, 128, 64), (2, 1, 64, 128), None, 2 * 24 * 128 * 64 * 128),  # heads fold into M
+    ((32, 64), (6, 64, 16), None, 2 * 6 * 32 * 64 * 16),  # the right operand's batch folds into N
 ])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_matmul_flops_are_exact(a_shape, b_shape, attrs, flops, dtype):

@@ -374,10 +374,19 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     if attrs.get("transpose_b"):
         sb = sb[:-2] + (sb[-1], sb[-2])
     M, K, N = sa[-2], sa[-1], sb[-1]
-    if len(sb) == 2 or math.prod(sb[:-2]) == 1:  # shared right operand: fold A's batch into M
-        G, M = 1, M * math.prod(sa[:-2])
-    else:
-        G = max(math.prod(sa[:-2]), math.prod(sb[:-2]))
+    # batch dimensions as PopART's MatMulOpx groups them (matmulx.cpp matCombineBroadcastDims): the
+    # dimensions both operands have are the groups; one only the left operand has (the right
+    # broadcast along it) folds into M, one only the right operand has into N
+    rank = max(len(sa), len(sb)) - 2
+    ba, bb = (1,) * (rank - len(sa) + 2) + tuple(sa[:-2]), (1,) * (rank - len(sb) + 2) + tuple(sb[:-2])
+    G = 1
+    for x, y in zip(ba, bb):
+        if x == y:
+            G *= x
+        elif y == 1:
+            M *= x
+        else:
+            N *= y
     itemsize = DTYPE_BYTES[da]
     # a weight-update matmul (A transposed, B not a weight: dW = Xᵀ dY) rearranges its left operand,
     # laid out for the forward pass (poplin FC_TRAINING_WU rearrangeInput; sim/cost/amp.py rearrangement)
