@@ -504,3 +504,34 @@ def test_top_k_of_a_vocabulary_costs_a_network_not_a_heap_sort():
 def test_group_norm_costs_a_layer_norm_over_each_group():
     g = _one_op("groupnorm", [(2, 4, 3, 3), (4,), (4,)], [(2, 4, 3, 3)], {"groups": 2})
     assert g == _one_op("layernorm", [(4, 18), (18,), (18,)], [(4, 18)])
+
+
+# --- pooling gradients (popnn poolInputGradient) ----------------------------------------------
+def _pool_costs(kind, shape, kernel, stride, padding=0):
+    b = GraphBuilder("p", "float16")
+    x = b.input("x", shape)
+    y = b.pool(x, kind, kernel, stride, padding)
+    b.op(f"{kind}_grad", [y], [shape], dict(b.graph.ops[-1].attrs))  # as autodiff makes it
+    ops = {op.kind: op for op in b.graph.ops}
+    return op_cost(ops[kind], b.graph, MK2, TILES), op_cost(ops[f"{kind}_grad"], b.graph, MK2, TILES)
+
+
+@pytest.mark.parametrize("kind, kernel, stride, covering", [
+    ("maxpool", 3, 2, 9 / 4),  # ResNet's stem: 9 window positions, a quarter of them per input element
+    ("maxpool", 2, 2, 1.0),  # U-Net's: each input element in one window
+    ("avgpool", 7, 7, 1.0),  # a global average pool
+])
+def test_pool_gradient_reads_the_windows_covering_each_input_element(kind, kernel, stride, covering):
+    """popnn's input gradient skips the kernel positions on the stride's dilation zeros, so each
+    input-gradient element reads window / stride windows at MaxPoolingGrad's rate (5 cycles per
+    64-bit vector), not a whole window."""
+    shape = (16, 64, 56, 56) if kernel != 7 else (16, 2048, 7, 7)
+    fwd, bwd = _pool_costs(kind, shape, kernel, stride, 1 if kernel == 3 else 0)
+    n = math.prod(shape)
+    used = min(TILES, math.ceil(n * 2 / 128))
+    per_tile = math.ceil(n / used)
+    rate = codelet("pool_grad")
+    assert bwd.flops == pytest.approx(n * covering)
+    assert bwd.compute_cycles == pytest.approx(rate.fixed + per_tile * covering * rate.per_element(2), rel=0.01)
+    if kernel == 3:  # popnn's backward loop, 7 + 5n against 4 + 3n forward: about 5/3 of the forward
+        assert 1.5 < bwd.compute_cycles / fwd.compute_cycles < 1.9

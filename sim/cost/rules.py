@@ -644,18 +644,31 @@ def _batchnorm(kind, ins, attrs, ipu, tiles) -> OpCost:
 
 
 def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
+    """popnn's pooling and its input gradient. Forward: each output element reads its window, and
+    a tile receives the input patch of its outputs. Backward (``poolInputGradient``): a pooling
+    over the input field of the output gradient dilated by the stride (``Pooling.cpp
+    getGradientParams``) whose worklists skip the kernel positions on dilation zeros
+    (``PoolVertices.cpp``), so each input-gradient element reads the ``window / stride`` windows
+    covering it on average (at least one), at MaxPoolingGrad's rate; a tile receives the output
+    gradient of its inputs (and, for max pooling, the forward input and output it compares)."""
     shape, dtype, _ = ins[0]
     itemsize = DTYPE_BYTES[dtype]
     out_n = math.prod(outs[0][0])
     # a 1-D or 3-D window gives its own size ("window": elements, "stride_volume": elements
     # the window moves by); a 2-D one is kernel_h x kernel_w moving by stride_h x stride_w
     window = attrs.get("window", math.prod(spatial(attrs.get("kernel", 1))))
+    stride = attrs.get("stride_volume", max(1, math.prod(spatial(attrs.get("stride", 1), "stride"))))
     used, per_tile = spread(out_n, itemsize, ipu, tiles)
-    reads = per_tile * window
-    halo = per_tile * itemsize * attrs.get("stride_volume", max(1, math.prod(spatial(attrs.get("stride", 1), "stride"))))
-    vec_kind = "pool_grad" if kind.endswith("_grad") else "pool"
+    if kind.endswith("_grad"):
+        covering = max(1.0, window / stride)
+        reads = per_tile * covering
+        received = per_tile / stride + (per_tile + per_tile / stride if kind == "maxpool_grad" else 0)
+        vec_kind, flops = "pool_grad", out_n * covering
+    else:
+        reads, received, vec_kind, flops = per_tile * window, per_tile * stride, "pool", out_n * window
+    halo = math.ceil(received * itemsize)
     return _phases(ipu, tile_cycles(reads, itemsize, vec_kind, ipu), exchange_cycles(halo, ipu), 1,
-                   float(out_n * window), halo * used, used, launch=launch_cycles(vec_kind))
+                   float(flops), halo * used, used, launch=launch_cycles(vec_kind))
 
 
 def _gather(kind, ins, outs, ipu, tiles) -> OpCost:
