@@ -910,3 +910,32 @@ def test_random_factories_are_drawn_at_every_run_not_baked_in():
     assert not torch.equal(first, second)
     gen = next(o for o in model.executable.graph.ops if o.kind == "random_normal")
     assert gen.inputs == [] and model.executable.costs[gen.name].cycles > 0
+
+
+def test_nearest_upsample_gradient_sums_each_inputs_copies():
+    """PopART's ResizeGradOpx: a copy of the output gradient, then per scaled dimension the sum of
+    each input element's copies (a reduction over the scale factor here), not a free copy."""
+    class Up(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.up = nn.Conv2d(4, 4, 1), nn.Upsample(scale_factor=(2, 3))
+
+        def forward(self, x):
+            return poptorch.identity_loss(self.up(self.conv(x)), reduction="mean")
+
+    torch.manual_seed(0)
+    net, ref = Up(), Up()
+    ref.load_state_dict(net.state_dict())
+    x = torch.randn(2, 4, 5, 6)
+    model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    loss = model(x)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    expected = ref(x)
+    expected.backward()
+    opt.step()
+    torch.testing.assert_close(loss, expected.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(net.conv.weight.detach(), ref.conv.weight.detach(), rtol=0, atol=0)
+    g = model.executable.graph
+    grads = [(o.kind, g.tensors[o.outputs[0]].shape) for o in g.ops if o.pass_ == "backward" and "grad_" in o.name
+             and o.kind in ("copy", "reduce_sum")]
+    assert grads == [("copy", (2, 4, 10, 18)), ("reduce_sum", (2, 4, 5, 18)), ("reduce_sum", (2, 4, 5, 6))]

@@ -607,6 +607,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k in _ACTIVATION_GRADS:
         if wants(0):
             bw.give(ins[0].name, bw.new(f"{k}_grad", [dy, ins[0].name], ins[0].shape, ins[0].dtype))
+    elif k == "copy" and op.attrs.get("op") == "upsample_nearest" and _integer_scales(ins[0].shape, g.tensors[dy].shape):
+        if wants(0):
+            bw.give(ins[0].name, _nearest_upsample_grad(bw, dy, ins[0]))
     elif k in ("scale", "dropout", "cast", "copy"):
         if wants(0):
             kind = "mul" if k == "dropout" else k
@@ -691,6 +694,31 @@ def _loss_grads(bw: _Backward, op: Op, need: set[str], dy: str | None = None) ->
         bw.give(x.name, grad)
     if target_wanted:  # d/dtarget of (x - target)^2 is the negated d/dx
         bw.give(rest[0].name, bw.new("scale", [grad], rest[0].shape, rest[0].dtype, suffix="grad_target"))
+
+
+def _integer_scales(small, large) -> bool:
+    """Is ``large`` ``small`` scaled by a whole factor along each spatial dimension?"""
+    return (len(small) == len(large) and tuple(small[:2]) == tuple(large[:2])
+            and all(b % a == 0 for a, b in zip(small[2:], large[2:])))
+
+
+def _nearest_upsample_grad(bw: _Backward, dy: str, x) -> str:
+    """The gradient of a nearest upsample as PopART's ResizeGradOpx computes it (resizex.cpp
+    ``resizeNearestGrad``): a copy of the output gradient, then for each scaled dimension the
+    sum of each input element's copies (there a fill and a ``multiUpdateAdd``; a reduction over
+    the scale factor here)."""
+    g = bw.g
+    t = bw.new("copy", [dy], g.tensors[dy].shape, x.dtype, suffix="grad_copy")
+    for axis in range(2, len(x.shape)):
+        shape = g.tensors[t].shape
+        factor = shape[axis] // x.shape[axis]
+        if factor == 1:
+            continue
+        split = shape[:axis] + (x.shape[axis], factor) + shape[axis + 1:]
+        view = bw.new("reshape", [t], split, x.dtype, suffix=f"grad_split{axis}")
+        t = bw.new("reduce_sum", [view], split[:axis + 1] + split[axis + 2:], x.dtype,
+                   {"axes": [axis + 1], "keepdims": False}, f"grad_sum{axis}")
+    return t
 
 
 def _inverse(perm):
