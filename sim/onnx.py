@@ -669,6 +669,22 @@ def _gemm(ctx: OpContext):
     return y
 
 
+def _one_stride(ctx: OpContext, dims: int) -> int:
+    """The stride of a convolution node with ``dims`` field dimensions: the same along each (the
+    simulator's convolutions take one) and no dilation, else a clear refusal."""
+    strides = [int(v) for v in ctx.attr("strides", [1] * dims)]
+    if len(set(strides)) > 1:
+        ctx.unsupported(f"strides={strides} differ (the simulator's conv2d takes one stride)")
+    if any(d != 1 for d in ctx.attr("dilations", [1] * dims)):
+        ctx.unsupported(f"dilations={list(ctx.attr('dilations'))} (the simulator's conv2d has no dilation)")
+    return strides[0]
+
+
+def _add_bias(ctx: OpContext, y: str, out, **kw) -> str:
+    """``y`` plus the node's bias (input 2: (C,) viewed as (1, C, 1, 1), as the zoo's bias)."""
+    return ctx.op("add", [y, ctx._imp.operand(ctx, 2, (1, out[1], 1, 1))], shapes=[out], **kw)
+
+
 def _conv(ctx: OpContext):
     xs, ws = ctx.shape(0), ctx.shape(1)
     if len(xs) == 3 and len(ws) == 3:
@@ -678,36 +694,27 @@ def _conv(ctx: OpContext):
                         f"input {xs}, weight {ws}")
     n, c, h, w = xs
     co, cig, kh, kw = ws
-    strides = list(ctx.attr("strides", [1, 1]))
-    if len(set(strides)) > 1:
-        ctx.unsupported(f"strides={strides} differ (the simulator's conv2d takes one stride)")
-    if any(d != 1 for d in ctx.attr("dilations", [1, 1])):
-        ctx.unsupported(f"dilations={list(ctx.attr('dilations'))} (the simulator's conv2d has no dilation)")
+    stride = _one_stride(ctx, 2)
     group = int(ctx.attr("group", 1))
     if cig * group != c:
         raise GraphError(f"{ctx.desc}: weight {ws} with group={group} does not match {c} input channels")
-    stride = int(strides[0])
     ph, pw = _pads_2d(ctx, h, w, (kh, kw), (stride, stride))
     out = (n, co, _conv_out(h, kh, stride, 2 * ph), _conv_out(w, kw, stride, 2 * pw))
     attrs = {"kernel": spatial_attr((kh, kw)), "stride": stride, "padding": spatial_attr((ph, pw)), "groups": group}
     wt = ctx._imp.operand(ctx, 1, ws)
     if not ctx.has_input(2):
         return ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out])
-    y = ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out], result=False)
-    bias = ctx._imp.operand(ctx, 2, (1, co, 1, 1))  # (C,) viewed as (1, C, 1, 1), as the zoo's bias
-    return ctx.op("add", [y, bias], shapes=[out])
+    return _add_bias(ctx, ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out], result=False), out)
 
 
 def _conv1d(ctx: OpContext):
     """A 1-D Conv as poplin plans it: over its one field dimension, a ``conv2d`` of height 1 with a
     ``1 x k`` kernel here (its planner weighs expandDims, as for any convolution)."""
     (n, c, length), (co, cig, k) = ctx.shape(0), ctx.shape(1)
-    if any(d != 1 for d in ctx.attr("dilations", [1])):
-        ctx.unsupported(f"dilations={list(ctx.attr('dilations'))} (the simulator's convolutions have no dilation)")
+    stride = _one_stride(ctx, 1)
     group = int(ctx.attr("group", 1))
     if cig * group != c:
         raise GraphError(f"{ctx.desc}: weight {(co, cig, k)} with group={group} does not match {c} input channels")
-    stride = int(list(ctx.attr("strides", [1]))[0])
     if ctx.attr("pads", None) is None:  # auto_pad, as a 2-D one of height 1
         _, pad = _pads_2d(ctx, 1, length, (1, k), (1, stride))
     else:
@@ -722,8 +729,7 @@ def _conv1d(ctx: OpContext):
     wt = ctx._imp.operand(ctx, 1, (co, cig, 1, k))
     y = ctx.op("conv2d", [x, wt], attrs, shapes=[(n, co, 1, lout)], result=False, suffix="conv")
     if ctx.has_input(2):
-        y = ctx.op("add", [y, ctx._imp.operand(ctx, 2, (1, co, 1, 1))], shapes=[(n, co, 1, lout)], result=False,
-                   suffix="bias")
+        y = _add_bias(ctx, y, (n, co, 1, lout), result=False, suffix="bias")
     return ctx.op("reshape", [y], shapes=[(n, co, lout)])
 
 
@@ -739,12 +745,7 @@ def _conv_transpose(ctx: OpContext):
     group = int(ctx.attr("group", 1))
     if ci != c:
         raise GraphError(f"{ctx.desc}: weight {ws} does not match {c} input channels")
-    strides = [int(v) for v in ctx.attr("strides", [1, 1])]
-    if len(set(strides)) > 1:
-        ctx.unsupported(f"strides={strides} differ (the simulator's convolutions take one stride)")
-    if any(d != 1 for d in ctx.attr("dilations", [1, 1])):
-        ctx.unsupported(f"dilations={list(ctx.attr('dilations'))} (the simulator's convolutions have no dilation)")
-    s, co = strides[0], cog * group
+    s, co = _one_stride(ctx, 2), cog * group
     extra = [int(v) for v in ctx.attr("output_padding", [0, 0])]
     full = [(size - 1) * s + k + e for size, k, e in zip((h, w), (kh, kw), extra)]  # the output before cropping
     auto = ctx.attr("auto_pad", "NOTSET")
@@ -768,9 +769,7 @@ def _conv_transpose(ctx: OpContext):
     wt = ctx._imp.operand(ctx, 1, ws)
     if not ctx.has_input(2):
         return ctx.op("conv2d_grad_input", [ctx.input(0), wt], attrs, shapes=[out])
-    y = ctx.op("conv2d_grad_input", [ctx.input(0), wt], attrs, shapes=[out], result=False)
-    bias = ctx._imp.operand(ctx, 2, (1, co, 1, 1))
-    return ctx.op("add", [y, bias], shapes=[out])
+    return _add_bias(ctx, ctx.op("conv2d_grad_input", [ctx.input(0), wt], attrs, shapes=[out], result=False), out)
 
 
 def _batchnorm(ctx: OpContext):

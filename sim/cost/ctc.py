@@ -138,23 +138,19 @@ def plan_ctc(batch: int, time: int, label: int, classes: int, in_bytes: int, par
     labels of at most ``label`` symbols and ``classes`` classes (blank included)."""
     budget = memory_proportion * ipu.sram_bytes_per_tile
     rate = max(1, int(ipu.exchange_bytes_per_cycle_per_tile))
-    best, key = None, None
+    labels = [p for p in _candidates(label) if _no_empty(label, p)]
+    times = [p for p in _candidates(time) if _no_empty(time, p)]
+    plans = []
     for pb in _candidates(batch):
-        for pl in [p for p in _candidates(label) if _no_empty(label, p)]:
+        for pl in labels:
             for separate in (False, True):
-                for pt in [p for p in _candidates(time) if _no_empty(time, p)]:
+                for pt in times:
                     if pb * pt * (pl + separate) > tiles:
                         break
-                    plan = _estimate(batch, time, label, classes, pb, pt, pl, separate, in_bytes, partials_bytes,
-                                     ipu.worker_threads, rate)
-                    if plan.temp_bytes > budget:
-                        continue
-                    k = (plan.planner_cycles, plan.temp_bytes, plan.tiles)
-                    if key is None or k < key:
-                        best, key = plan, k
-    if best is None:  # nothing fits the budget: the plan of the least memory, as an out-of-memory run shows it
-        best = min((_estimate(batch, time, label, classes, pb, pt, pl, False, in_bytes, partials_bytes,
-                              ipu.worker_threads, rate)
-                    for pb in _candidates(batch) for pl in _candidates(label) for pt in _candidates(time)
-                    if pb * pt * pl <= tiles), key=lambda p: (p.temp_bytes, p.planner_cycles))
-    return best
+                    plans.append(_estimate(batch, time, label, classes, pb, pt, pl, separate, in_bytes,
+                                           partials_bytes, ipu.worker_threads, rate))
+    fitting = [p for p in plans if p.temp_bytes <= budget]
+    if fitting:
+        return min(fitting, key=lambda p: (p.planner_cycles, p.temp_bytes, p.tiles))
+    # nothing fits (popnn: "No ctc loss plan found"): the least memory, so the out-of-memory check names it
+    return min(plans, key=lambda p: (p.temp_bytes, p.planner_cycles))
