@@ -70,3 +70,31 @@ class OpCost:
 
 
 FREE = OpCost(0, 0, 0, 0, 0.0, 0, 0, 0, "view: no data moves")
+
+
+def in_series(parts: list[tuple[OpCost, int]], tiles: int, plan: str) -> OpCost:
+    """One op that runs each ``(cost, times)`` of ``parts`` one after another (a loop of compute
+    sets and matmuls): cycles, compute sets, FLOPs and bytes add up, the tile vectors add up
+    weighted by the times, and the temporary memory is the largest part's."""
+    parts = [(c, n) for c, n in parts if n > 0]
+
+    def total(field: str) -> int:
+        return sum(getattr(c, field) * n for c, n in parts)
+
+    def vector(field: str) -> np.ndarray:
+        out = np.zeros(tiles)
+        for c, n in parts:
+            if c.profile is not None:
+                out += getattr(c.profile, field) * n
+        return out
+
+    temp = np.zeros(tiles)
+    for c, _ in parts:
+        if c.profile is not None:
+            temp = np.maximum(temp, c.profile.temp)
+    return OpCost(total("compute_cycles"), total("exchange_cycles"), total("sync_cycles"), total("supersteps"),
+                  float(sum(c.flops * n for c, n in parts)), total("exchange_bytes"),
+                  max((c.tiles_used for c, _ in parts), default=0),
+                  max((c.temp_bytes_per_tile for c, _ in parts), default=0), plan,
+                  TileProfile(vector("compute"), vector("bytes_in"), temp),
+                  launch_cycles=total("launch_cycles"), exchange_setup_cycles=total("exchange_setup_cycles"))

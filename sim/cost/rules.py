@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import DTYPE_BYTES, Graph, Op, spatial
+from ..graph.ir import DTYPE_BYTES, RNN_GATES, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
                   pass_fixed_cycles,
@@ -30,7 +30,8 @@ from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
 from .sort import bitonic_sort_cost
-from .opcost import FREE, OpCost, TileProfile, _counts
+from .opcost import FREE, OpCost, TileProfile, _counts, in_series
+from .rnn import backward_parts, forward_parts
 from .reduction import plan_reduce
 from .row_ops import ROW_OP_KINDS, row_op_cost
 from .reduction import constants as reduce_constants
@@ -155,6 +156,8 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _adam_family(kind, ins, outs, attrs, ipu, tiles)
     if kind == "reduce_many":
         return _reduce_many(ins, outs, ipu, tiles)
+    if kind.removesuffix("_grad") in RNN_GATES:
+        return _rnn(kind, ins, attrs, ipu, tiles, memory_proportion, partials)
     more = _more_kinds(kind, ins, outs, attrs, ipu, tiles)
     if more is not None:
         return more
@@ -834,6 +837,44 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
     if kind == "ctc_loss":
         return _ctc(ins, attrs, ipu, tiles)
     return None
+
+
+def _rnn(kind, ins, attrs, ipu, tiles, amp, partials) -> OpCost:
+    """A popnn LSTM or GRU layer over its whole sequence (``lstm``, ``gru``: the forward pass;
+    ``lstm_grad``, ``gru_grad``: the backward pass with the weight update): the parts
+    ``sim/cost/rnn.py`` lists, each priced as the matmul or element-wise op it is, in series.
+    Inputs start ``x`` (T, B, I), the input weights, the recurrent weights (H, gates x H)."""
+    cell = kind.removesuffix("_grad")
+    (T, B, I), dtype, _ = ins[0]
+    H = ins[2][0][0]
+    itemsize = DTYPE_BYTES[dtype]
+    if kind.endswith("_grad"):
+        parts = backward_parts(cell, T, B, I, H, itemsize, ipu.sram_bytes_per_tile, tiles)
+    else:
+        parts = forward_parts(cell, T, B, I, H, bool(attrs.get("training")))
+    priced = []
+    for p in parts:
+        if p.kind == "matmul":
+            M, K, N = p.shape
+            c = _rule("matmul", (((M, K), dtype, "activation"), ((K, N), dtype, "weight" if p.weight else "activation")),
+                      (((M, N), dtype),), {}, ipu, tiles, amp, partials)
+        elif p.kind == "reduce_sum":
+            c = _reduce("reduce_sum", (((p.shape), "float32", "activation"),), (((p.shape[1],), "float32"),),
+                        {"axes": (0,)}, ipu, tiles)
+        elif p.kind == "transpose":
+            c = _transpose(((p.shape, dtype),), ipu, tiles)
+        else:
+            operands = [((p.shape[0],), dtype, "activation")] + ([((p.broadcast,), dtype, "weight")] if p.broadcast else [])
+            if p.kind.startswith("map:"):
+                c = _map(operands, (((p.shape[0],), dtype),), {"steps": p.kind[4:].split(",")}, ipu, tiles)
+            else:
+                c = _elementwise(p.kind, operands, (((p.shape[0],), dtype),), ipu, tiles)
+        priced.append((c, p.count))
+    total = in_series(priced, tiles, "")
+    what = "backward and weight update" if kind.endswith("_grad") else "forward"
+    matmuls = sum(p.count for p in parts if p.kind == "matmul")
+    return replace(total, plan=f"popnn {cell.upper()} {what} over {T} steps: {matmuls} matmuls, "
+                               f"{total.supersteps} compute sets")
 
 
 def _map(ins, outs, attrs, ipu, tiles) -> OpCost:

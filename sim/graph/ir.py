@@ -79,6 +79,14 @@ class Tensor:
         return DTYPE_BYTES[self.dtype]
 
 
+#: popnn's recurrent cells (``GraphBuilder.recurrent``): gates per cell, and the intermediates of a
+#: step kept for the backward pass (Lstm.cpp getFwdIntermediatesToSave: the four gates, tanh of the
+#: cell state and the previous cell state; Gru.cpp: the reset and update gates, the candidate and
+#: the recurrent candidate term of a reset-after GRU)
+RNN_GATES = {"lstm": 4, "gru": 3}
+RNN_SAVED = {"lstm": 6, "gru": 4}
+
+
 @dataclass
 class Op:
     """One op: a kind the cost model knows, its tensors, attributes and annotations."""
@@ -649,6 +657,33 @@ class GraphBuilder:
         out = self._one("softmax_cross_entropy", [logits, labels], (1,), name=name, dtype="float32")
         self.graph.loss = out
         return out
+
+    def recurrent(self, cell: str, x: str, w_input: str, w_recurrent: str, bias: str, h0: str,
+                  c0: str | None = None, name: str | None = None) -> list[str]:
+        """One popnn LSTM or GRU layer over a time-major sequence ``x`` (T, B, I), as PopART's LSTM
+        and GRU ops run it (sim/cost/rnn.py): ``w_input`` (I, gates x H), ``w_recurrent``
+        (H, gates x H), ``bias`` (gates x H for an LSTM, its two biases summed; 2 x gates x H for a
+        GRU, input then recurrent: PyTorch's reset-after GRU), initial states ``h0`` (and ``c0``
+        for an LSTM) (B, H). Returns the outputs (T, B, H), the last ``h`` and, for an LSTM, the last
+        ``c``. Training adds the intermediates popnn keeps for the backward pass."""
+        where = f"{cell} {self._name(name or cell)}"
+        if cell not in RNN_GATES:
+            raise GraphError(f"{where}: cell {cell!r}: expected one of {', '.join(RNN_GATES)}")
+        sx, si, sr, sb, sh = (self.shape(t) for t in (x, w_input, w_recurrent, bias, h0))
+        if len(sx) != 3:
+            raise GraphError(f"{where}: expected a time-major input (T, B, I), got {sx}")
+        (T, B, I), H = sx, sh[-1] if sh else 0
+        gates = RNN_GATES[cell] * H
+        want = {"w_input": (I, gates), "w_recurrent": (H, gates), "bias": (gates * (1 if cell == "lstm" else 2),),
+                "h0": (B, H)} | ({"c0": (B, H)} if cell == "lstm" else {})
+        got = {"w_input": si, "w_recurrent": sr, "bias": sb, "h0": sh} | (
+            {"c0": self.shape(c0) if c0 else None} if cell == "lstm" else {})
+        wrong = [f"{k} {got[k]} (expected {v})" for k, v in want.items() if tuple(got[k] or ()) != v]
+        if wrong:
+            raise GraphError(f"{where}: {'; '.join(wrong)}")
+        states = [(B, H)] * (2 if cell == "lstm" else 1)
+        inputs = [x, w_input, w_recurrent, bias, h0] + ([c0] if cell == "lstm" else [])
+        return self.op(cell, inputs, [(T, B, H)] + states, {}, name or cell)
 
     def ctc_loss(self, log_probs: str, targets: str, input_lengths: str, target_lengths: str,
                  reduction: str = "mean", reduced_classes: bool = False, name: str = "loss") -> str:

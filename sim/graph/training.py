@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import GraphError, OptionsError
-from .ir import Graph, Op, canonical_dtype
+from .ir import RNN_GATES, RNN_SAVED, Graph, Op, canonical_dtype
 
 #: optimizer name -> number of state tensors per weight, update op kind
 OPTIMIZERS = {
@@ -241,13 +241,18 @@ class _Backward:
         self.pads: dict[str, Op] = {}  # a gradient made by padding slices' gradients -> its pad op
 
     def new(self, kind: str, inputs: list[str], shape, dtype: str, attrs=None, suffix="grad") -> str:
+        return self.new_many(kind, inputs, [(shape, dtype)], attrs, suffix)[0]
+
+    def new_many(self, kind: str, inputs: list[str], outputs: list[tuple], attrs=None, suffix="grad") -> list[str]:
+        """A backward op of the current forward op with one output per ``(shape, dtype)``."""
         fwd = self.current
         name = self.g.unique_op_name(f"{fwd.name}/{suffix}")
-        out = self.g.add_tensor(self.g.unique_tensor_name(name), shape, dtype, "gradient", name).name
-        self.g.add_op(Op(name, kind, inputs, [out], dict(attrs or {}), pass_="backward", ipu=fwd.ipu,
+        outs = [self.g.add_tensor(self.g.unique_tensor_name(name if len(outputs) == 1 else f"{name}:{i}"), shape,
+                                  dtype, "gradient", name).name for i, (shape, dtype) in enumerate(outputs)]
+        self.g.add_op(Op(name, kind, inputs, outs, dict(attrs or {}), pass_="backward", ipu=fwd.ipu,
                          stage=fwd.stage, phase=fwd.phase, block=fwd.block, recompute=False,
                          forward_of=fwd.name))
-        return out
+        return outs
 
     def give(self, tensor: str, grad: str) -> None:
         """Add ``grad`` to the gradient of ``tensor`` (sum when it has several consumers)."""
@@ -301,6 +306,35 @@ def _mark_fully_connected_passes(g: Graph) -> None:
             op.attrs = dict(op.attrs, fully_connected_pass="TRAINING_FWD")
 
 
+def _mark_recurrent_saves(g: Graph) -> None:
+    """Give each LSTM / GRU layer the output popnn fills for its backward pass in training: the
+    intermediates of every step (``intermediatesSeq``, (T, saved, B, H); ``RNN_SAVED``), which its
+    gradient op reads, and the ``training`` attribute (the cell copies them out at each step)."""
+    for op in g.ops:
+        if op.kind in RNN_GATES and not op.attrs.get("training"):
+            T, B, H = g.tensors[op.outputs[0]].shape
+            name = g.unique_tensor_name(f"{op.name}/intermediates")
+            g.add_tensor(name, (T, RNN_SAVED[op.kind], B, H), g.tensors[op.outputs[0]].dtype, "activation", op.name)
+            op.outputs = op.outputs + [name]
+            op.attrs = dict(op.attrs, training=True)
+
+
+def _recurrent_grads(bw: _Backward, op: Op, need: set[str]) -> None:
+    """The gradients of a recurrent layer (``GraphBuilder.recurrent``), from whichever of its
+    outputs (the sequence, the last ``h``, the last ``c``) have one: one ``<cell>_grad`` op, popnn's
+    backward pass with its weight update (``lstmBwdWithWU`` / ``gruBwdWithWU``), whose outputs are
+    the gradients of the input sequence, both weights, the bias and the initial states."""
+    g = bw.g
+    ins = [g.tensors[i] for i in op.inputs]
+    states = len(op.outputs) - 2  # the sequence, the states, the intermediates
+    grads = {i: bw.grads[o] for i, o in enumerate(op.outputs[:1 + states]) if o in bw.grads}
+    outs = bw.new_many(f"{op.kind}_grad", list(op.inputs) + [op.outputs[0], op.outputs[-1]] + list(grads.values()),
+                       [(t.shape, t.dtype) for t in ins], {"output_grads": sorted(grads)})
+    for t, grad in zip(ins, outs):
+        if t.name in need:
+            bw.give(t.name, grad)
+
+
 #: losses the graph builders and front ends make; their gradient ops take the loss's inputs
 LOSS_KINDS = ("softmax_cross_entropy", "mse_loss")
 #: loss ops whose gradient starts the backward pass without a seed tensor (``<kind>_grad``)
@@ -338,6 +372,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     g = graph.copy()
     g.training = True
     _mark_fully_connected_passes(g)
+    _mark_recurrent_saves(g)
     need = _requires_grad(g)
     bw = _Backward(g)
     forward = list(g.ops)
@@ -554,6 +589,9 @@ def _accumulate_early(g: Graph, accumulates: list[Op]) -> None:
 
 
 def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
+    if op.kind in RNN_GATES:
+        _recurrent_grads(bw, op, need)
+        return
     g = bw.g
     dy = bw.grads[op.outputs[0]]
     ins = [g.tensors[i] for i in op.inputs]
@@ -611,9 +649,10 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         if wants(0):
             bw.give(ins[0].name, _nearest_upsample_grad(bw, dy, ins[0]))
     elif k in ("scale", "dropout", "cast", "copy"):
+        # a dropout's gradient is the same dropout applied to dy: PopART's DropoutGradOp reruns
+        # poprand::dropout with the forward op's seed (op/dropout.cpp, popx/op/dropoutx.cpp)
         if wants(0):
-            kind = "mul" if k == "dropout" else k
-            bw.give(ins[0].name, bw.new(kind, [dy], ins[0].shape, ins[0].dtype, op.attrs))
+            bw.give(ins[0].name, bw.new(k, [dy], ins[0].shape, ins[0].dtype, op.attrs))
     elif k == "exp":  # d exp(x) = exp(x) dx: one multiply by the forward output
         if wants(0):
             bw.give(ins[0].name, bw.new("mul", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))

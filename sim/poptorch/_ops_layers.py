@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from ._emit import const, emit, emit_map, is_tensor, tensor_args
 from ._values import Lazy, sim_dtype
-from ..graph.ir import transposed_conv_attrs
+from ..graph.ir import RNN_GATES, transposed_conv_attrs
 
 
 # --- convolutions ------------------------------------------------------------------------------
@@ -231,8 +231,10 @@ def _weight_norm_ops(ctx, v, g, rv, dim: int, name: str, transposed: bool = Fals
 
 # --- recurrent layers ---------------------------------------------------------------------------
 def _recurrent(ctx):
-    """RNN / GRU / LSTM (one layer, one direction, no dropout: PopTorch's limits), unrolled;
-    the module kept whole under torch.fx, or ATen's lstm / gru / rnn_tanh / rnn_relu."""
+    """RNN / GRU / LSTM (one layer, one direction, no dropout: PopTorch's limits); the module kept
+    whole under torch.fx, or ATen's lstm / gru / rnn_tanh / rnn_relu. An LSTM or GRU is one popnn
+    layer op (:func:`_popnn_recurrent`); a plain RNN, which PopART builds from its own ops, is
+    unrolled step by step."""
     m = ctx.module
     if m is not None:
         cell = "lstm" if isinstance(m, nn.LSTM) else "gru" if isinstance(m, nn.GRU) else f"rnn_{m.nonlinearity}"
@@ -256,7 +258,7 @@ def _recurrent(ctx):
         ctx.unsupported("PopTorch supports recurrent layers with num_layers=1, bidirectional=False and "
                         "dropout=0 only")
     w_ih, w_hh = (_transposed_weight(ctx, w) for w in (w_ih, w_hh))
-    gates = {"lstm": 4, "gru": 3}.get(cell, 1)
+    gates = RNN_GATES.get(cell, 1)
     x, rx = ctx.sarg(0), ctx.args[0]
     batched = rx.dim() == 3
     dt = rx.dtype
@@ -267,54 +269,23 @@ def _recurrent(ctx):
         T, B, I = rx.shape
     else:
         (T, I), B = rx.shape, 1
+    if cell in ("lstm", "gru"):
+        return _popnn_recurrent(ctx, m, cell, x, (T, B, I), H, dt, hx, w_ih, w_hh, b_ih, b_hh, batch_first and batched)
     G = gates * H
     flat = emit(ctx, "reshape", [x], (T * B, I), dt, name="steps")
     xp = emit(ctx, "matmul", [flat, w_ih], (T * B, G), dt, name="input_projection")
     if is_tensor(b_ih):
         xp = emit(ctx, "add", [xp, b_ih], (T * B, G), dt, name="input_bias")
-    if cell == "lstm":
-        h0, c0 = (hx if isinstance(hx, (tuple, list)) else (None, None))
-        h = emit(ctx, "reshape", [h0], (B, H), dt, name="h0") if is_tensor(h0) else const(ctx, (B, H), dt, "h0")
-        c = emit(ctx, "reshape", [c0], (B, H), dt, name="c0") if is_tensor(c0) else const(ctx, (B, H), dt, "c0")
-    else:
-        h = emit(ctx, "reshape", [hx], (B, H), dt, name="h0") if is_tensor(hx) else const(ctx, (B, H), dt, "h0")
-        c = None
-
-    def sl(t, start, stop, label, rows=B):
-        return emit(ctx, "slice", [t], (rows, stop - start), dt, {"axis": 1, "start": start, "stop": stop}, label)
-
+    h = emit(ctx, "reshape", [hx], (B, H), dt, name="h0") if is_tensor(hx) else const(ctx, (B, H), dt, "h0")
     hs = []
     for t in range(T):
         xt = emit(ctx, "slice", [xp], (B, G), dt, {"axis": 0, "start": t * B, "stop": (t + 1) * B}, f"step{t}/x")
         hp = emit(ctx, "matmul", [h, w_hh], (B, G), dt, name=f"step{t}/recurrent")
         if is_tensor(b_hh):
             hp = emit(ctx, "add", [hp, b_hh], (B, G), dt, name=f"step{t}/recurrent_bias")
-        if cell == "lstm":
-            pre = emit(ctx, "add", [xt, hp], (B, G), dt, name=f"step{t}/gates")
-            i = emit(ctx, "sigmoid", [sl(pre, 0, H, f"step{t}/i")], (B, H), dt, name=f"step{t}/input_gate")
-            f = emit(ctx, "sigmoid", [sl(pre, H, 2 * H, f"step{t}/f")], (B, H), dt, name=f"step{t}/forget_gate")
-            g = emit(ctx, "tanh", [sl(pre, 2 * H, 3 * H, f"step{t}/g")], (B, H), dt, name=f"step{t}/cell_input")
-            o = emit(ctx, "sigmoid", [sl(pre, 3 * H, 4 * H, f"step{t}/o")], (B, H), dt, name=f"step{t}/output_gate")
-            c = emit(ctx, "add", [emit(ctx, "mul", [f, c], (B, H), dt, name=f"step{t}/keep"),
-                                  emit(ctx, "mul", [i, g], (B, H), dt, name=f"step{t}/write")], (B, H), dt,
-                     name=f"step{t}/cell")
-            h = emit(ctx, "mul", [o, emit(ctx, "tanh", [c], (B, H), dt, name=f"step{t}/cell_tanh")], (B, H), dt,
-                     name=f"step{t}/hidden")
-        elif cell == "gru":
-            rz = emit(ctx, "add", [sl(xt, 0, 2 * H, f"step{t}/xrz"), sl(hp, 0, 2 * H, f"step{t}/hrz")], (B, 2 * H),
-                      dt, name=f"step{t}/rz")
-            rz = emit(ctx, "sigmoid", [rz], (B, 2 * H), dt, name=f"step{t}/rz_gates")
-            r, z = sl(rz, 0, H, f"step{t}/r"), sl(rz, H, 2 * H, f"step{t}/z")
-            hn = emit(ctx, "mul", [r, sl(hp, 2 * H, 3 * H, f"step{t}/hn")], (B, H), dt, name=f"step{t}/reset")
-            n_ = emit(ctx, "tanh", [emit(ctx, "add", [sl(xt, 2 * H, 3 * H, f"step{t}/xn"), hn], (B, H), dt,
-                                         name=f"step{t}/n_in")], (B, H), dt, name=f"step{t}/candidate")
-            diff = emit(ctx, "sub", [h, n_], (B, H), dt, name=f"step{t}/diff")
-            h = emit(ctx, "add", [n_, emit(ctx, "mul", [z, diff], (B, H), dt, name=f"step{t}/update")], (B, H), dt,
-                     name=f"step{t}/hidden")
-        else:
-            act = "relu" if cell == "rnn_relu" else "tanh"
-            h = emit(ctx, act, [emit(ctx, "add", [xt, hp], (B, H), dt, name=f"step{t}/pre")], (B, H), dt,
-                     name=f"step{t}/hidden")
+        act = "relu" if cell == "rnn_relu" else "tanh"
+        h = emit(ctx, act, [emit(ctx, "add", [xt, hp], (B, H), dt, name=f"step{t}/pre")], (B, H), dt,
+                 name=f"step{t}/hidden")
         hs.append(h)
     seq = emit(ctx, "concat", hs, (T * B, H), dt, {"axis": 0}, "sequence")
     output, state = ctx.output[0], ctx.output[1]
@@ -322,11 +293,39 @@ def _recurrent(ctx):
         seq = emit(ctx, "reshape", [seq], (T, B, H), dt, name="time_major_out")
         seq = emit(ctx, "transpose", [seq], (B, T, H), dt, {"perm": [1, 0, 2]}, "batch_first")
     out = ctx.op("reshape", [seq], output=output, name="output")
-    if cell == "lstm":
-        h_n, c_n = (state[0], state[1]) if m is not None else (ctx.output[1], ctx.output[2])
-        states = (ctx.op("reshape", [h], output=h_n, name="h_n"), ctx.op("reshape", [c], output=c_n, name="c_n"))
-        return (out, states) if m is not None else (out,) + states
     return out, ctx.op("reshape", [h], output=state, name="h_n")
+
+
+def _popnn_recurrent(ctx, m, cell, x, tbi, H, dt, hx, w_ih, w_hh, b_ih, b_hh, batch_first):
+    """An LSTM or GRU as PopTorch lowers it: one PopART LSTM / GRU op (``GraphBuilder.recurrent``,
+    popnn's cell loop; RNNOps.cpp sums the LSTM's two biases, and the GRU keeps both for its
+    reset-after form). ``x``: the time-major input (T, B, I)."""
+    T, B, I = tbi
+    gates = RNN_GATES[cell] * H
+    x = emit(ctx, "reshape", [x], (T, B, I), dt, name="sequence_in")
+    biases = [b for b in (b_ih, b_hh) if is_tensor(b)]
+    if cell == "lstm":
+        bias = emit(ctx, "add", biases, (gates,), dt, name="bias") if len(biases) == 2 else const(ctx, (gates,), dt, "bias")
+    else:
+        bias = emit(ctx, "concat", biases, (2 * gates,), dt, {"axis": 0}, "bias") if len(biases) == 2 \
+            else const(ctx, (2 * gates,), dt, "bias")
+    h0, c0 = (hx if isinstance(hx, (tuple, list)) else (hx, None)) if cell == "lstm" else (hx, None)
+
+    def state(s, label):
+        return emit(ctx, "reshape", [s], (B, H), dt, name=label) if is_tensor(s) else const(ctx, (B, H), dt, label)
+
+    states = [state(h0, "h0")] + ([state(c0, "c0")] if cell == "lstm" else [])
+    seq, *last = ctx.builder.recurrent(cell, ctx.t(x), ctx.t(w_ih), ctx.t(w_hh), ctx.t(bias),
+                                       *[ctx.t(s) for s in states], name=ctx.key)
+    if batch_first:
+        seq = emit(ctx, "transpose", [seq], (B, T, H), dt, {"perm": [1, 0, 2]}, "batch_first")
+    out = ctx.op("reshape", [seq], output=ctx.output[0], name="output")
+    wanted = (ctx.output[1] if cell == "gru" or m is None else ctx.output[1][0],
+              ctx.output[2] if m is None and cell == "lstm" else (ctx.output[1][1] if cell == "lstm" else None))
+    finals = tuple(ctx.op("reshape", [t], output=o, name=n) for t, o, n in zip(last, wanted, ("h_n", "c_n")))
+    if cell == "gru":
+        return out, finals[0]
+    return (out, finals) if m is not None else (out,) + finals
 
 
 def _transposed_weight(ctx, w):

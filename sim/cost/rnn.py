@@ -1,0 +1,144 @@
+"""popnn's recurrent layers (LSTM and GRU) as PopART runs them: the work of one layer pass.
+
+PopTorch lowers ``nn.LSTM`` / ``nn.GRU`` to PopART's LSTM / GRU ops
+(``popart_canonicalization/RNNOps.cpp``; the LSTM's two biases summed into one), which call
+``popnn::lstm::lstmFwd`` / ``lstmBwdWithWU`` and ``popnn::gru::gruFwd`` / ``gruBwdWithWU``
+(``willow/src/popx/op/lstmx.cpp``, ``grux.cpp``). popnn runs the time steps as one loop
+(``rnn::Rnn``) whose body is the cell: this module lists a pass as :class:`Part` s -- one matmul
+or one element-wise compute set each, with how many times the pass runs it -- which
+``sim/cost/rules.py`` prices with the matmul planner and the codelet rates.
+
+LSTM (``lib/popnn/Lstm.cpp``), per step forward (``basicLstmCellForwardPass``): the step's input
+sliced from the sequence, one matmul ``[x_t, h] @ [W_i; W_h]`` (``basicLstmUnitsNlInput``: the
+input weights are not applied to the whole sequence up front, ``preCalcWeights`` is off by default),
+the result rearranged like the cell state (``rearrangeUnitsOutputFwd``), the bias added, the four
+gates' non-linearities in one compute set (``applyGateNonlinearities``), ``[f, g] * [c, i]``,
+``c' = f c + i g``, ``tanh(c')`` and ``h = o tanh(c')``; in training the step's six intermediates
+and the new state are copied out, and the output is written into the sequence. Backward, per step
+(``backwardStepImpl``): the step's intermediates sliced, the output gradients added, ``[o, tanh] *
+dh``, one compute set of the two non-linearity gradients, the cell-state gradient added, a 4-way
+``mul``, one compute set of the three gate gradients, one matmul ``d[x, h] = dgates @ [W_i; W_h]ᵀ``
+(the weights transposed once before the loop, ``lstmBwdRearrangeWeights``), the input gradient
+written into its sequence and the gate gradients kept for the weight update. The weight update
+(``basicLstmParamUpdate``) is one accumulating matmul ``[x, h]ᵀ @ dgates`` over ``steps_per_wu``
+steps at a time (the steps folded into the reduction dimension) plus the bias gradients reduced
+over those steps, and a last reduction over the batch (``basicLstmParamUpdateFinal``);
+``steps_per_wu`` as ``interleaveWUCadence`` picks it (see :func:`lstm_steps_per_wu`).
+
+GRU (``lib/popnn/Gru.cpp``, ``resetAfter``: PyTorch's ``linear_before_reset``), per step forward:
+two matmuls (``x_t @ W_i`` and ``h @ W_h``), their results rearranged, the biases added, the
+update and reset gates' sum and sigmoid, the reset gate applied to the recurrent candidate, the
+candidate's sum and tanh, then ``h = c + u (h - c)`` as one map. Backward per step
+(``backwardStepImplResetAfter``): the output gradient copied and added, ``[1 - u, h - c] * dh``,
+one compute set of the candidate's and update gate's gradients, the reset gate's product and
+gradient, two matmuls (to ``h`` and to ``x``) and ``dh_prev`` as one map. The weight update
+(``basicGruParamUpdate``) runs at every step when that saves memory
+(``interleavedWUIsBeneficial``: the weights no larger than the sequence's gate gradients), else
+once over the whole sequence.
+
+Not modelled: popnn's sharding of long sequences over tile sets (``numShards``), the variable
+sequence lengths' masks, and the cadence's serial split of the weight-update matmul (its FLOPs
+are the same).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..graph.ir import RNN_GATES, RNN_SAVED
+
+#: popnn's default availableMemoryProportion for the LSTM cadence (Lstm.cpp defaultAvailMemoryProp)
+_LSTM_MEMORY_PROPORTION = 0.2
+#: share of that memory the backward intermediates may take (Lstm.cpp interleaveWUCadence)
+_BWD_INTERMEDIATES_SHARE = 0.1
+#: bits the data path moves per cycle: the cadence rounds its steps to a multiple of 64 bits
+_DATA_PATH_BITS = 64
+
+
+@dataclass(frozen=True)
+class Part:
+    """One compute set (or one matmul) of a recurrent layer's pass, run ``count`` times.
+
+    ``kind``: ``"matmul"`` (``shape`` = (M, K, N); ``weight`` when the right operand is a weight),
+    ``"reduce_sum"`` (``shape`` = (rows, columns), summed over the rows), ``"transpose"``
+    (``shape`` = (rows, columns)) or an element-wise codelet kind over ``shape`` = (elements,),
+    ``broadcast`` elements of a second operand repeated over them (a bias)."""
+
+    kind: str
+    shape: tuple[int, ...]
+    count: int = 1
+    weight: bool = False
+    broadcast: int = 0
+
+
+def lstm_steps_per_wu(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int, tiles: int) -> int:
+    """Time steps per weight-update matmul, as popnn's ``interleaveWUCadence`` picks them: the gate
+    gradients of as many steps as fit in 10 % of 20 % of a tile (the LSTM's default memory
+    proportion), rounded down to a multiple of the 64-bit data path; when not even one step fits,
+    one step if interleaving saves memory (``interleavedWUIsBeneficial``), else the whole sequence."""
+    grain = math.gcd(16, H)  # rnn::getNumGrains: the state laid out in grains of gcd(16, H)
+    per_tile = math.ceil(B * H // grain / tiles) * grain * itemsize  # RnnParams::getOutputBytesPerTile
+    per_step = per_tile * 4
+    fits = min(T, int(_BWD_INTERMEDIATES_SHARE * int(tile_bytes * _LSTM_MEMORY_PROPORTION)) // per_step)
+    if fits == 0:
+        return 1 if (I + H) * H * 4 <= B * H * 4 * T else T
+    align = max(1, _DATA_PATH_BITS // (8 * itemsize))
+    return max(1, fits // align * align) if fits >= align else fits
+
+
+def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool) -> list[Part]:
+    """The compute sets of one forward pass over ``T`` steps (see the module docstring)."""
+    BH = B * H
+    parts = [Part("copy", (T * B * I,))]  # the input sequence copied to the loop's layout (lstmFwd)
+    if cell == "lstm":
+        parts += [Part("copy", (B * I,), T),  # the step's input, sliced from the sequence
+                  Part("matmul", (B, I + H, 4 * H), T, weight=True),
+                  Part("copy", (4 * BH,), T),  # rearranged like the cell state
+                  Part("add", (4 * BH,), T, broadcast=4 * H),  # AddBias
+                  Part("sigmoid", (4 * BH,), T),  # the gates' non-linearities, one compute set
+                  Part("mul", (2 * BH,), T), Part("add", (BH,), T), Part("tanh", (BH,), T), Part("mul", (BH,), T)]
+    else:
+        parts += [Part("copy", (B * I,), T),
+                  Part("matmul", (B, I, 3 * H), T, weight=True), Part("matmul", (B, H, 3 * H), T, weight=True),
+                  Part("copy", (6 * BH,), T), Part("copy", (3 * BH,), T),  # both results rearranged
+                  Part("add", (6 * BH,), T, broadcast=6 * H),  # both biases
+                  Part("add", (2 * BH,), T), Part("sigmoid", (2 * BH,), T),  # update and reset gates
+                  Part("mul", (BH,), T), Part("add", (BH,), T), Part("tanh", (BH,), T),  # the candidate
+                  Part("map:sub,mul,add", (BH,), T)]  # h = c + u (h - c)
+    if training:  # the step's intermediates and the new state copied out (the in-place cell otherwise)
+        parts += [Part("copy", (RNN_SAVED[cell] * BH,), T), Part("copy", (2 * BH if cell == "lstm" else BH,), T)]
+    parts.append(Part("copy", (BH,), T))  # the output written into the sequence
+    return parts
+
+
+def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int,
+                   tiles: int) -> list[Part]:
+    """The compute sets of one backward pass with the weight update (``*BwdWithWU``)."""
+    BH, G = B * H, RNN_GATES[cell]
+    if cell == "lstm":
+        parts = [Part("transpose", (I + H, 4 * H)),  # lstmBwdRearrangeWeights, before the loop
+                 Part("copy", (RNN_SAVED["lstm"] * BH,), T),  # the step's intermediates
+                 Part("add", (BH,), T), Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
+                 Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
+                 Part("matmul", (B, 4 * H, I + H), T, weight=True)]
+        steps = lstm_steps_per_wu(T, B, I, H, itemsize, tile_bytes, tiles)
+        wu_rows, wu_k = steps * B, [I + H]
+    else:
+        parts = [Part("transpose", (I, 3 * H)), Part("transpose", (H, 3 * H)),
+                 Part("copy", (RNN_SAVED["gru"] * BH,), T),
+                 Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
+                 Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
+                 Part("mul", (BH,), T), Part("sigmoid_grad", (BH,), T), Part("mul", (BH,), T),
+                 Part("matmul", (B, 3 * H, H), T, weight=True), Part("matmul", (B, 3 * H, I), T, weight=True),
+                 Part("map:mul,add", (BH,), T)]
+        steps = 1 if (I + H) * 3 * H <= 3 * BH * T else T  # Gru.cpp interleavedWUIsBeneficial
+        wu_rows, wu_k = steps * B, [I, H]
+    parts.append(Part("copy", (B * I,), T))  # the input gradient written into its sequence
+    calls = math.ceil(T / steps)
+    parts.append(Part("copy", ((I + H) * G * H + G * H * B,)))  # the accumulators zeroed (popops::zero)
+    for k in wu_k:  # accumulating matmuls [x, h]ᵀ @ dgates over ``steps`` steps, then added in
+        parts += [Part("matmul", (k, wu_rows, G * H), calls), Part("add", (k * G * H,), calls)]
+    parts += [Part("reduce_sum", (steps, G * BH), calls),  # the bias gradients over the steps
+              Part("reduce_sum", (B, G * H))]  # and over the batch, once (ParamUpdateFinal)
+    return parts

@@ -1,0 +1,141 @@
+"""popnn's LSTM and GRU layers: one op per layer and pass, priced as popnn's cell loop runs."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+import sim.poptorch as poptorch
+from sim import GraphBuilder
+from sim.cost import op_cost, rnn
+from sim.cost.opcost import OpCost, TileProfile, in_series
+from sim.errors import GraphError
+from sim.graph.training import expand_training
+from sim.hardware.system import load_system
+
+IPU = load_system("ipu-mk2").ipu
+TILES = 1472
+
+
+def _layer(cell, T=8, B=16, I=256, H=256, training=True):
+    G = {"lstm": 4, "gru": 3}[cell]
+    b = GraphBuilder("rnn", dtype="float16")
+    x, h0 = b.input("x", (T, B, I)), b.input("h0", (B, H))
+    c0 = b.input("c0", (B, H)) if cell == "lstm" else None
+    wi, wh = b.weight("wi", (I, G * H)), b.weight("wh", (H, G * H))
+    bias = b.weight("b", (G * H * (1 if cell == "lstm" else 2),))
+    outs = b.recurrent(cell, x, wi, wh, bias, h0, c0)
+    b.mse_loss(outs[0], b.input("target", (T, B, H)))
+    return expand_training(b.graph) if training else b.graph
+
+
+def _cost(g, kind):
+    op = next(o for o in g.ops if o.kind == kind)
+    return op, op_cost(op, g, IPU, TILES)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_layer_is_one_op_each_way_and_training_keeps_its_intermediates(cell):
+    inference, training = _layer(cell, training=False), _layer(cell)
+    assert [o.kind for o in inference.ops if o.kind.startswith(cell)] == [cell]
+    assert [o.kind for o in training.ops if o.kind.startswith(cell)] == [cell, f"{cell}_grad"]
+    fwd = next(o for o in training.ops if o.kind == cell)
+    saved = training.tensors[fwd.outputs[-1]]
+    assert saved.shape == (8, {"lstm": 6, "gru": 4}[cell], 16, 256)  # popnn's fwdIntermediates
+    assert len(next(o for o in inference.ops if o.kind == cell).outputs) == len(fwd.outputs) - 1
+    # every weight gets its gradient from the one backward op, and an update
+    grad = next(o for o in training.ops if o.kind == f"{cell}_grad")
+    updated = {o.attrs.get("weight") for o in training.ops if o.pass_ == "update"}
+    assert updated == {"wi", "wh", "b"} and len(grad.outputs) == len(fwd.inputs)
+
+
+@pytest.mark.parametrize("cell, per_step", [("lstm", 9), ("gru", 11)])
+def test_each_step_runs_popnns_compute_sets(cell, per_step):
+    """Per step forward: the input slice, the matmul(s), the rearrangement, the bias, the gates in
+    one compute set, the cell's products and sums, the output written (Lstm.cpp / Gru.cpp); in
+    training two copies more (the intermediates and the state)."""
+    def stepwise(training):
+        return [p for p in rnn.forward_parts(cell, 8, 16, 256, 256, training) if p.count == 8 and p.kind != "matmul"]
+    assert len(stepwise(False)) == per_step
+    assert len(stepwise(True)) == per_step + 2
+    matmuls = [p for p in rnn.forward_parts(cell, 8, 16, 256, 256, False) if p.kind == "matmul"]
+    assert [p.shape for p in matmuls] == ([(16, 512, 1024)] if cell == "lstm" else [(16, 256, 768), (16, 256, 768)])
+
+
+def test_forward_cost_grows_by_one_step_per_step():
+    """The loop body is priced once per step: two more steps cost exactly twice one more."""
+    def cycles(T):
+        return _cost(_layer("lstm", T=T), "lstm")[1].cycles
+    assert cycles(10) - cycles(8) == 2 * (cycles(9) - cycles(8)) > 0
+
+
+def test_forward_flops_are_the_matmuls_and_the_cell():
+    T, B, I, H = 8, 16, 256, 256
+    _, c = _cost(_layer("lstm", T, B, I, H, training=False), "lstm")
+    matmul = 2 * T * B * (I + H) * 4 * H
+    assert matmul < c.flops < 1.05 * matmul
+
+
+def test_steps_per_weight_update_follow_popnns_cadence():
+    """interleaveWUCadence: the gate gradients of as many steps as fit 10 % of 20 % of a tile, a
+    multiple of the 64-bit data path. (8, 16, 256, 256) fp16: the state is 256 grains of 16 over
+    1,472 tiles, 32 B a tile, 128 B a step: all 8 steps fit. (1000, 64, 1024, 1024): 3 grains a
+    tile, 384 B a step, 33 fit, 32 after rounding to 4 halves."""
+    tile = IPU.sram_bytes_per_tile
+    assert rnn.lstm_steps_per_wu(8, 16, 256, 256, 2, tile, TILES) == 8
+    assert rnn.lstm_steps_per_wu(1000, 64, 1024, 1024, 2, tile, TILES) == 32
+    parts = rnn.backward_parts("lstm", 1000, 64, 1024, 1024, 2, tile, TILES)
+    wu = [p for p in parts if p.kind == "matmul" and p.shape[0] == 2048]
+    assert [(p.shape, p.count) for p in wu] == [((2048, 32 * 64, 4096), math.ceil(1000 / 32))]
+
+
+def test_gru_updates_its_weights_every_step_only_when_that_saves_memory():
+    """Gru.cpp interleavedWUIsBeneficial: the weights no larger than the sequence's gate gradients."""
+    def wu_calls(T, B, I, H):
+        parts = rnn.backward_parts("gru", T, B, I, H, 2, IPU.sram_bytes_per_tile, TILES)
+        return {p.count for p in parts if p.kind == "matmul" and p.shape[1] != 3 * H}
+    assert wu_calls(100, 16, 64, 64) == {100}  # (64 + 64) x 192 <= 3 x 16 x 64 x 100: every step
+    assert wu_calls(8, 16, 256, 256) == {1}  # once over the 8 x 16 rows
+
+
+def test_backward_step_is_no_dearer_than_the_unrolled_cells():
+    """popnn's backward step: 6 element-wise compute sets and one matmul; the weight update batched
+    over the steps. It costs less than a forward step and a half."""
+    g = _layer("lstm", T=32)
+    _, fwd = _cost(g, "lstm")
+    _, bwd = _cost(g, "lstm_grad")
+    assert fwd.cycles < bwd.cycles < 1.5 * fwd.cycles
+
+
+def test_in_series_adds_cycles_and_tile_vectors():
+    def part(compute, exchange, temp):
+        return OpCost(compute, exchange, 10, 1, 100.0, 64, 2, temp, "",
+                      TileProfile.padded(4, [compute, compute / 2], [32, 32], [temp, 0]), launch_cycles=5)
+    total = in_series([(part(100, 20, 8), 3), (part(50, 0, 16), 2), (part(1, 1, 99), 0)], 4, "x")
+    assert (total.compute_cycles, total.exchange_cycles, total.sync_cycles, total.supersteps) == (400, 60, 50, 5)
+    assert total.launch_cycles == 25 and total.flops == 500.0 and total.temp_bytes_per_tile == 16
+    assert list(total.profile.compute) == [400, 200, 0, 0] and list(total.profile.temp) == [16, 0, 0, 0]
+
+
+@pytest.mark.parametrize("module", [lambda: nn.LSTM(6, 5, batch_first=True), lambda: nn.GRU(6, 5)])
+def test_poptorch_layers_run_as_torch_on_one_op(module):
+    torch.manual_seed(0)
+    layer = module().eval()
+    x = torch.randn(3, 4, 6)
+    expected = layer(x)
+    model = poptorch.inferenceModel(layer)
+    got = model(x)
+    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
+    kinds = [o.kind for o in model.executable.graph.ops]
+    assert kinds.count("lstm") + kinds.count("gru") == 1 and "matmul" not in kinds
+
+
+def test_wrong_weights_are_named():
+    b = GraphBuilder("rnn", dtype="float16")
+    x, h0, c0 = b.input("x", (4, 2, 8)), b.input("h0", (2, 5)), b.input("c0", (2, 5))
+    wi, wh, bias = b.weight("wi", (8, 15)), b.weight("wh", (5, 20)), b.weight("b", (20,))
+    with pytest.raises(GraphError, match=r"w_input \(8, 15\) \(expected \(8, 20\)\)"):
+        b.recurrent("lstm", x, wi, wh, bias, h0, c0)
+    with pytest.raises(GraphError, match="cell 'rnn'"):
+        b.recurrent("rnn", x, wi, wh, bias, h0, c0)
