@@ -617,6 +617,54 @@ def _dropout(ctx: OpContext):
     return [ctx.op("dropout", [ctx.input(0)], {"p": float(ratio)}, shapes=[ctx.shape(0)]), None]
 
 
+def _recurrent(ctx: OpContext):
+    """ONNX LSTM / GRU as PopART runs them (one popnn layer, ``GraphBuilder.recurrent``): forward
+    (a GRU also ``reverse``: PopART reverses the input), the default activations, no clip, no
+    peepholes or sequence lengths (PopART refuses peepholes; lstm.cpp); the LSTM's two biases summed
+    (lstmx.cpp), the GRU's kept apart when ``linear_before_reset`` (popnn's resetAfter)."""
+    cell = ctx.op_type.lower()
+    direction = ctx.attr("direction", "forward")
+    if direction not in ("forward", "reverse") or (cell == "lstm" and direction != "forward"):
+        ctx.unsupported(f"direction={direction!r} (PopART runs a forward LSTM, a forward or reverse GRU)")
+    for name in ("activations", "clip", "input_forget"):
+        if ctx.attr(name):
+            ctx.unsupported(f"{name}={ctx.attr(name)!r} (only the default activations and no clip are modelled)")
+    if int(ctx.attr("layout", 0)):
+        ctx.unsupported("layout=1 (batch-major); the simulator takes ONNX's default time-major layout")
+    if ctx.has_input(4):
+        ctx.unsupported("sequence_lens: variable sequence lengths are not modelled (every step of every sequence runs)")
+    if cell == "lstm" and ctx.has_input(7):
+        ctx.unsupported("peephole weights P (PopART: 'Popart does not support peephole connections')")
+    T, B, I = ctx.shape(0)
+    H = int(ctx.attr("hidden_size", ctx.shape(2)[-1]))
+    G = {"lstm": 4, "gru": 3}[cell] * H
+    reset_after = cell == "gru" and bool(int(ctx.attr("linear_before_reset", 0)))
+    x = ctx.input(0)  # reversed, a GRU's input is a view (GruOpx feeds popnn input.reverse(0))
+    w_in = ctx._imp.operand(ctx, 1, (I, G), perm=(0, 2, 1))
+    w_rec = ctx._imp.operand(ctx, 2, (H, G), perm=(0, 2, 1))
+    dt = ctx.dtype(0)
+    if not ctx.has_input(3):
+        bias = ctx.builder.constant(f"{ctx.name}/bias", (2 * G if reset_after else G,), dt)
+    elif reset_after:
+        bias = ctx._imp.operand(ctx, 3, (2 * G,))
+    else:  # input and recurrent biases summed, as PopART does
+        pair = ctx._imp.operand(ctx, 3, (2, G))
+        bias = ctx.op("reduce_sum", [pair], {"axes": [0]}, shapes=[(G,)], result=False, suffix="bias")
+    states = []
+    for i, label in ((5, "h0"), (6, "c0"))[:2 if cell == "lstm" else 1]:
+        states.append(ctx._imp.operand(ctx, i, (B, H)) if ctx.has_input(i)
+                      else ctx.builder.constant(f"{ctx.name}/{label}", (B, H), dt))
+    outs = ctx.builder.recurrent(cell, x, w_in, w_rec, bias, *states, reset_after=reset_after, name=ctx.name)
+    # Y (T, 1, B, H), Y_h and Y_c (1, B, H): views of the layer's outputs
+    results = [ctx.op("reshape", [outs[0]], shapes=[(T, 1, B, H)], outputs=[0])]
+    for k, t in enumerate(outs[1:], start=1):
+        if k < len(ctx.node.output) and ctx.node.output[k]:
+            results.append(ctx.op("reshape", [t], shapes=[(1, B, H)], outputs=[k]))
+        else:
+            results.append(None)
+    return results
+
+
 def _matmul_shapes(sa, sb):
     if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
         raise GraphError(f"inner dimensions do not match: {sa} @ {sb}")
@@ -1029,7 +1077,7 @@ RULES: dict = {
     "Clip": _clip, "Where": _where, "Max": _minmax, "Min": _minmax,
     **{k: _compare for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
                              "Or", "Xor")},
-    "Cast": _cast, "CastLike": _cast, "Identity": _identity, "Dropout": _dropout,
+    "Cast": _cast, "CastLike": _cast, "Identity": _identity, "Dropout": _dropout, "LSTM": _recurrent, "GRU": _recurrent,
     # dense algebra
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     # normalisations, softmax, pooling

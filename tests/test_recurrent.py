@@ -139,3 +139,55 @@ def test_wrong_weights_are_named():
         b.recurrent("lstm", x, wi, wh, bias, h0, c0)
     with pytest.raises(GraphError, match="cell 'rnn'"):
         b.recurrent("rnn", x, wi, wh, bias, h0, c0)
+
+
+def _onnx_layer(cell, T=10, B=4, I=32, H=64, bias=True, **attrs):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    G = {"LSTM": 4, "GRU": 3}[cell] * H
+    inits = [numpy_helper.from_array(np.zeros((1, G, I), np.float32), "W"),
+             numpy_helper.from_array(np.zeros((1, G, H), np.float32), "R")]
+    if bias:
+        inits.append(numpy_helper.from_array(np.zeros((1, 2 * G), np.float32), "B"))
+    outs = ["Y", "Y_h"] + (["Y_c"] if cell == "LSTM" else [])
+    node = helper.make_node(cell, ["X", "W", "R", "B" if bias else ""], outs, hidden_size=H, **attrs)
+    graph = helper.make_graph([node], "rnn", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, B, I])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [T, 1, B, H])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+@pytest.mark.parametrize("cell, lbr, bias_shape, matmuls", [
+    ("LSTM", None, (256,), [(4, 96, 256)]),  # the two biases summed (lstmx.cpp)
+    ("GRU", 1, (384,), [(4, 32, 192), (4, 64, 192)]),  # reset-after: both biases, two matmuls
+    ("GRU", 0, (192,), [(4, 96, 128), (4, 96, 64)]),  # [x, h] for the gates, [x, r h] for the candidate
+])
+def test_onnx_layers_are_popnns(cell, lbr, bias_shape, matmuls):
+    import sim
+    import sim.onnx
+
+    g = sim.onnx.load(_onnx_layer(cell, **({} if lbr is None else {"linear_before_reset": lbr})))
+    op = next(o for o in g.ops if o.kind == cell.lower())
+    assert g.tensors[op.inputs[3]].shape == bias_shape
+    reset_after = op.attrs.get("reset_after", True)
+    parts = rnn.forward_parts(cell.lower(), 10, 4, 32, 64, False, reset_after)
+    assert [p.shape for p in parts if p.kind == "matmul"] == matmuls
+    assert sim.simulate(g, "ipu-mk2").cycle_count > 0
+
+
+@pytest.mark.parametrize("attrs, inputs, why", [
+    ({"direction": "bidirectional"}, (), "direction='bidirectional'"),
+    ({"clip": 3.0}, (), "clip=3.0"),
+    ({}, ("seq",), "sequence_lens"),
+])
+def test_onnx_layers_popart_cannot_run_are_refused(attrs, inputs, why):
+    import sim.onnx
+    from sim.errors import UnsupportedOpError
+
+    m = _onnx_layer("LSTM", **attrs)
+    if inputs:
+        from onnx import TensorProto, helper
+        m.graph.node[0].input.append("seq")
+        m.graph.input.append(helper.make_tensor_value_info("seq", TensorProto.INT32, [4]))
+    with pytest.raises(UnsupportedOpError, match=why):
+        sim.onnx.load(m)

@@ -25,7 +25,7 @@ steps at a time (the steps folded into the reduction dimension) plus the bias gr
 over those steps, and a last reduction over the batch (``basicLstmParamUpdateFinal``);
 ``steps_per_wu`` as ``interleaveWUCadence`` picks it (see :func:`lstm_steps_per_wu`).
 
-GRU (``lib/popnn/Gru.cpp``, ``resetAfter``: PyTorch's ``linear_before_reset``), per step forward:
+GRU (``lib/popnn/Gru.cpp``, ``resetAfter``: PyTorch's form, ONNX's ``linear_before_reset`` 1), per step forward:
 two matmuls (``x_t @ W_i`` and ``h @ W_h``), their results rearranged, the biases added, the
 update and reset gates' sum and sigmoid, the reset gate applied to the recurrent candidate, the
 candidate's sum and tanh, then ``h = c + u (h - c)`` as one map. Backward per step
@@ -34,7 +34,8 @@ one compute set of the candidate's and update gate's gradients, the reset gate's
 gradient, two matmuls (to ``h`` and to ``x``) and ``dh_prev`` as one map. The weight update
 (``basicGruParamUpdate``) runs at every step when that saves memory
 (``interleavedWUIsBeneficial``: the weights no larger than the sequence's gate gradients), else
-once over the whole sequence.
+once over the whole sequence. ONNX's default GRU (``linear_before_reset`` 0, not ``resetAfter``)
+runs two matmuls of ``[x_t, h]`` and ``[x_t, r h]`` per step instead, and two backward.
 
 Not modelled: popnn's sharding of long sequences over tile sets (``numShards``), the variable
 sequence lengths' masks, and the cadence's serial split of the weight-update matmul (its FLOPs
@@ -87,8 +88,10 @@ def lstm_steps_per_wu(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes:
     return max(1, fits // align * align) if fits >= align else fits
 
 
-def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool) -> list[Part]:
-    """The compute sets of one forward pass over ``T`` steps (see the module docstring)."""
+def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, reset_after: bool = True) -> list[Part]:
+    """The compute sets of one forward pass over ``T`` steps (see the module docstring);
+    ``reset_after`` False: ONNX's default GRU (``linear_before_reset`` 0), whose candidate's matmul
+    takes ``[x_t, r h]`` after the gates' (``gruCellForwardPassCalcUnits`` twice)."""
     BH = B * H
     parts = [Part("copy", (T * B * I,))]  # the input sequence copied to the loop's layout (lstmFwd)
     if cell == "lstm":
@@ -98,6 +101,14 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool) -> 
                   Part("add", (4 * BH,), T, broadcast=4 * H),  # AddBias
                   Part("sigmoid", (4 * BH,), T),  # the gates' non-linearities, one compute set
                   Part("mul", (2 * BH,), T), Part("add", (BH,), T), Part("tanh", (BH,), T), Part("mul", (BH,), T)]
+    elif not reset_after:
+        parts += [Part("copy", (B * I,), T),
+                  Part("matmul", (B, I + H, 2 * H), T, weight=True), Part("copy", (2 * BH,), T),
+                  Part("add", (2 * BH,), T, broadcast=2 * H), Part("sigmoid", (2 * BH,), T),  # update and reset
+                  Part("mul", (BH,), T),  # r h
+                  Part("matmul", (B, I + H, H), T, weight=True), Part("copy", (BH,), T),
+                  Part("add", (BH,), T, broadcast=H), Part("tanh", (BH,), T),  # the candidate
+                  Part("map:sub,mul,add", (BH,), T)]
     else:
         parts += [Part("copy", (B * I,), T),
                   Part("matmul", (B, I, 3 * H), T, weight=True), Part("matmul", (B, H, 3 * H), T, weight=True),
@@ -113,7 +124,7 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool) -> 
 
 
 def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int,
-                   tiles: int) -> list[Part]:
+                   tiles: int, reset_after: bool = True) -> list[Part]:
     """The compute sets of one backward pass with the weight update (``*BwdWithWU``)."""
     BH, G = B * H, RNN_GATES[cell]
     if cell == "lstm":
@@ -123,6 +134,16 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
                  Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
                  Part("matmul", (B, 4 * H, I + H), T, weight=True)]
         steps = lstm_steps_per_wu(T, B, I, H, itemsize, tile_bytes, tiles)
+        wu_rows, wu_k = steps * B, [I + H]
+    elif not reset_after:  # Gru.cpp backwardStepImpl: the candidate's matmul, then the gates'
+        parts = [Part("transpose", (I + H, 3 * H)),
+                 Part("copy", (RNN_SAVED["gru"] * BH,), T),
+                 Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
+                 Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
+                 Part("matmul", (B, H, I + H), T, weight=True), Part("mul", (BH,), T),
+                 Part("sigmoid_grad", (BH,), T), Part("matmul", (B, 2 * H, I + H), T, weight=True),
+                 Part("map:mul,add,mul,add,add", (BH,), T)]
+        steps = 1 if (I + H) * 3 * H <= 3 * BH * T else T
         wu_rows, wu_k = steps * B, [I + H]
     else:
         parts = [Part("transpose", (I, 3 * H)), Part("transpose", (H, 3 * H)),

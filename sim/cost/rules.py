@@ -848,10 +848,11 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp, partials) -> OpCost:
     (T, B, I), dtype, _ = ins[0]
     H = ins[2][0][0]
     itemsize = DTYPE_BYTES[dtype]
+    reset_after = attrs.get("reset_after", True)
     if kind.endswith("_grad"):
-        parts = backward_parts(cell, T, B, I, H, itemsize, ipu.sram_bytes_per_tile, tiles)
+        parts = backward_parts(cell, T, B, I, H, itemsize, ipu.sram_bytes_per_tile, tiles, reset_after)
     else:
-        parts = forward_parts(cell, T, B, I, H, bool(attrs.get("training")))
+        parts = forward_parts(cell, T, B, I, H, bool(attrs.get("training")), reset_after)
     priced = []
     for p in parts:
         if p.kind == "matmul":

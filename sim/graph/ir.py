@@ -659,11 +659,12 @@ class GraphBuilder:
         return out
 
     def recurrent(self, cell: str, x: str, w_input: str, w_recurrent: str, bias: str, h0: str,
-                  c0: str | None = None, name: str | None = None) -> list[str]:
+                  c0: str | None = None, reset_after: bool = True, name: str | None = None) -> list[str]:
         """One popnn LSTM or GRU layer over a time-major sequence ``x`` (T, B, I), as PopART's LSTM
         and GRU ops run it (sim/cost/rnn.py): ``w_input`` (I, gates x H), ``w_recurrent``
         (H, gates x H), ``bias`` (gates x H for an LSTM, its two biases summed; 2 x gates x H for a
-        GRU, input then recurrent: PyTorch's reset-after GRU), initial states ``h0`` (and ``c0``
+        reset-after GRU, input then recurrent: PyTorch's; gates x H for ONNX's default GRU,
+        ``reset_after`` False, whose biases sum), initial states ``h0`` (and ``c0``
         for an LSTM) (B, H). Returns the outputs (T, B, H), the last ``h`` and, for an LSTM, the last
         ``c``. Training adds the intermediates popnn keeps for the backward pass."""
         where = f"{cell} {self._name(name or cell)}"
@@ -674,7 +675,8 @@ class GraphBuilder:
             raise GraphError(f"{where}: expected a time-major input (T, B, I), got {sx}")
         (T, B, I), H = sx, sh[-1] if sh else 0
         gates = RNN_GATES[cell] * H
-        want = {"w_input": (I, gates), "w_recurrent": (H, gates), "bias": (gates * (1 if cell == "lstm" else 2),),
+        want = {"w_input": (I, gates), "w_recurrent": (H, gates),
+                "bias": (gates * (2 if cell == "gru" and reset_after else 1),),
                 "h0": (B, H)} | ({"c0": (B, H)} if cell == "lstm" else {})
         got = {"w_input": si, "w_recurrent": sr, "bias": sb, "h0": sh} | (
             {"c0": self.shape(c0) if c0 else None} if cell == "lstm" else {})
@@ -683,7 +685,8 @@ class GraphBuilder:
             raise GraphError(f"{where}: {'; '.join(wrong)}")
         states = [(B, H)] * (2 if cell == "lstm" else 1)
         inputs = [x, w_input, w_recurrent, bias, h0] + ([c0] if cell == "lstm" else [])
-        return self.op(cell, inputs, [(T, B, H)] + states, {}, name or cell)
+        attrs = {} if cell == "lstm" or reset_after else {"reset_after": False}
+        return self.op(cell, inputs, [(T, B, H)] + states, attrs, name or cell)
 
     def ctc_loss(self, log_probs: str, targets: str, input_lengths: str, target_lengths: str,
                  reduction: str = "mean", reduced_classes: bool = False, name: str = "loss") -> str:

@@ -329,7 +329,7 @@ def _recurrent_grads(bw: _Backward, op: Op, need: set[str]) -> None:
     states = len(op.outputs) - 2  # the sequence, the states, the intermediates
     grads = {i: bw.grads[o] for i, o in enumerate(op.outputs[:1 + states]) if o in bw.grads}
     outs = bw.new_many(f"{op.kind}_grad", list(op.inputs) + [op.outputs[0], op.outputs[-1]] + list(grads.values()),
-                       [(t.shape, t.dtype) for t in ins], {"output_grads": sorted(grads)})
+                       [(t.shape, t.dtype) for t in ins], dict(op.attrs, output_grads=sorted(grads)))
     for t, grad in zip(ins, outs):
         if t.name in need:
             bw.give(t.name, grad)
