@@ -939,3 +939,33 @@ def test_nearest_upsample_gradient_sums_each_inputs_copies():
     grads = [(o.kind, g.tensors[o.outputs[0]].shape) for o in g.ops if o.pass_ == "backward" and "grad_" in o.name
              and o.kind in ("copy", "reduce_sum")]
     assert grads == [("copy", (2, 4, 10, 18)), ("reduce_sum", (2, 4, 5, 18)), ("reduce_sum", (2, 4, 5, 6))]
+
+
+def test_embedding_bag_is_one_gather_and_reduction_per_bag():
+    """PopTorch's embeddingBagHandler: per bag (cut at the constant offsets) a slice of the indices,
+    a gather (times its per-sample weights) and a reduction, then the bags concatenated."""
+    class Bags(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = nn.EmbeddingBag(20, 4, mode="sum")
+            self.register_buffer("offsets", torch.tensor([0, 2, 2, 5]))
+
+        def forward(self, ids, weights):
+            return self.bag(ids, self.offsets, per_sample_weights=weights)
+
+    torch.manual_seed(0)
+    net = Bags().eval()
+    ids, w = torch.randint(0, 20, (7,)), torch.rand(7)
+    expected = net(ids, w)
+    model = poptorch.inferenceModel(net)
+    torch.testing.assert_close(model(ids, w), expected, rtol=0, atol=0)
+    g = model.executable.graph
+    gathers = [g.tensors[o.outputs[0]].shape for o in g.ops if o.kind == "gather"]
+    assert gathers == [(2, 4), (3, 4), (2, 4)]  # bags [0, 2), [2, 2) empty, [2, 5), [5, 7)
+    assert sum(o.kind == "mul" for o in g.ops) == 3 and sum(o.kind == "reduce_sum" for o in g.ops) == 3
+
+
+def test_embedding_bag_offsets_from_the_host_are_refused_as_poptorch_refuses_them():
+    net = nn.EmbeddingBag(20, 4, mode="mean")
+    with pytest.raises(Exception, match="offsets tensor must be a constant"):
+        poptorch.inferenceModel(net)(torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2]))

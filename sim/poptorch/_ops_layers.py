@@ -366,28 +366,57 @@ def _bilinear(ctx):
 
 
 def _embedding_bag(ctx):
-    """EmbeddingBag: the rows gathered, then reduced per bag (sum, mean or max)."""
+    """EmbeddingBag as PopTorch lowers it (EmbeddingOps.cpp embeddingBagHandler): the offsets must be
+    constant, and each bag is its own slice of the indices, gather (times its per-sample weights),
+    and reduction (sum, mean or max), the bags' rows then concatenated. In training each bag's
+    gather has its own table-sized gradient, summed."""
     m = ctx.module
-    if m is not None:
-        ids, table, mode = ctx.sarg(0), ctx.param("weight"), m.mode
-        offsets = ctx.sarg(1) if len(ctx.sym_args) > 1 else ctx.sym_kwargs.get("offsets")
-    elif ctx.aten:  # aten._embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode: 0/1/2, ...)
-        table, ids, offsets = ctx.sarg(0), ctx.sarg(1), ctx.sarg(2)
+    psw = None
+    if m is not None:  # EmbeddingBag.forward(input, offsets=None, per_sample_weights=None)
+        ids, table, mode, last = ctx.sarg(0), ctx.param("weight"), m.mode, m.include_last_offset
+        offsets, real_offsets = ctx.sarg(1, "offsets"), ctx.arg(1, "offsets")
+        psw = ctx.sarg(2, "per_sample_weights")
+        rids = ctx.args[0]
+    elif ctx.aten:  # aten._embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+        # per_sample_weights, include_last_offset, padding_idx)
+        table, ids, offsets, real_offsets = ctx.sarg(0), ctx.sarg(1), ctx.sarg(2), ctx.arg(2)
         mode = ("sum", "mean", "max")[int(ctx.arg(4, default=1))]
-    else:  # F.embedding_bag(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, ...)
+        psw, last, rids = ctx.sarg(6), bool(ctx.arg(7, default=False)), ctx.args[1]
+    else:  # F.embedding_bag(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode,
+        # sparse, per_sample_weights, include_last_offset)
         ids, table = ctx.sarg(0, "input"), ctx.sarg(1, "weight")
-        offsets, mode = ctx.sarg(2, "offsets"), ctx.arg(6, "mode", "mean")
-    rids = ctx.args[1] if ctx.aten else ctx.args[0]
+        offsets, real_offsets, mode = ctx.sarg(2, "offsets"), ctx.arg(2, "offsets"), ctx.arg(6, "mode", "mean")
+        psw, last, rids = ctx.sarg(8, "per_sample_weights"), bool(ctx.arg(9, "include_last_offset", False)), ctx.args[0]
     out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
-    D = out.shape[-1]
-    dt = out.dtype
-    rows = emit(ctx, "gather", [ids, table], tuple(rids.shape) + (D,), dt, name="gather")
+    D, dt = out.shape[-1], out.dtype
+    if rids.dim() == 2:  # torch cuts a (bags, L) input into bags of L (constant offsets)
+        bags, L = rids.shape
+        bounds = [(b * L, (b + 1) * L) for b in range(bags)]
+        ids = emit(ctx, "reshape", [ids], (bags * L,), rids.dtype, name="indices")
+        if is_tensor(psw):
+            psw = emit(ctx, "reshape", [psw], (bags * L,), dt, name="per_sample_weights")
+    else:
+        if is_tensor(offsets) and ctx.cap.g.tensors[ctx.t(offsets)].role == "input":
+            ctx.unsupported("offsets tensor must be a constant (PopTorch's embeddingBagHandler slices the "
+                            "indices at each offset when it builds the graph)")
+        starts = [int(v) for v in torch.as_tensor(real_offsets).reshape(-1)]
+        ends = starts[1:] + ([] if last else [rids.shape[0]])
+        bounds = list(zip(starts, ends))
     kind = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max"}[mode]
-    if rids.dim() == 2:
-        y = ctx.op(kind, [rows], {"axes": [1], "keepdims": False}, output=out, name=kind)
-    else:  # 1-D indices cut into bags by the offsets
-        y = ctx.op(kind, [rows] + ([ctx.t(offsets)] if is_tensor(offsets) else []),
-                   {"axes": [0], "keepdims": False, "bags": True}, output=out, name=kind)
+    rows = []
+    for b, (start, stop) in enumerate(bounds):
+        n = stop - start
+        if n <= 0:  # an empty bag: a row of zeros
+            rows.append(const(ctx, (1, D), dt, f"bag{b}/empty"))
+            continue
+        bag = emit(ctx, "slice", [ids], (n,), rids.dtype, {"axis": 0, "start": start, "stop": stop}, f"bag{b}/indices")
+        got = emit(ctx, "gather", [bag, table], (n, D), dt, name=f"bag{b}/gather")
+        if is_tensor(psw):
+            w = emit(ctx, "slice", [psw], (n,), dt, {"axis": 0, "start": start, "stop": stop}, f"bag{b}/weights")
+            w = emit(ctx, "reshape", [w], (n, 1), dt, name=f"bag{b}/weights_col")
+            got = emit(ctx, "mul", [got, w], (n, D), dt, name=f"bag{b}/weighted")
+        rows.append(emit(ctx, kind, [got], (1, D), dt, {"axes": [0], "keepdims": True}, f"bag{b}/{kind}"))
+    y = ctx.op("concat", rows, {"axis": 0}, output=out, name="bags")
     if isinstance(ctx.output, (tuple, list)):
         return (y,) + (None,) * (len(ctx.output) - 1)
     return y
