@@ -191,3 +191,12 @@ def test_onnx_layers_popart_cannot_run_are_refused(attrs, inputs, why):
         m.graph.input.append(helper.make_tensor_value_info("seq", TensorProto.INT32, [4]))
     with pytest.raises(UnsupportedOpError, match=why):
         sim.onnx.load(m)
+
+
+def test_a_cadence_rounded_to_nothing_updates_every_step():
+    """Fewer steps fit than the 64-bit data path holds: H 16 (one grain) and B = 30 rows a tile
+    put 30 x 16 halves a unit, 3,840 B a step of 4 units, on each tile; 3 steps fit in 12,779 B
+    (10 % of 20 % of 638,976 B), alignPrev to 4 halves leaves none, and popnn falls back to one
+    step per update."""
+    assert rnn.lstm_steps_per_wu(50, 30 * TILES, 64, 16, 2, IPU.sram_bytes_per_tile, TILES) == 1
+    assert rnn.lstm_steps_per_wu(50, 7 * TILES, 64, 16, 2, IPU.sram_bytes_per_tile, TILES) == 12  # 14 fit

@@ -76,8 +76,10 @@ class Part:
 def lstm_steps_per_wu(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int, tiles: int) -> int:
     """Time steps per weight-update matmul, as popnn's ``interleaveWUCadence`` picks them: the gate
     gradients of as many steps as fit in 10 % of 20 % of a tile (the LSTM's default memory
-    proportion), rounded down to a multiple of the 64-bit data path; when not even one step fits,
-    one step if interleaving saves memory (``interleavedWUIsBeneficial``), else the whole sequence."""
+    proportion), rounded down to a multiple of the 64-bit data path (one, when that leaves none);
+    when not even one step fits, one step if interleaving saves memory
+    (``interleavedWUIsBeneficial``), else the whole sequence. The plan's serial split of the
+    matmul's input channels, which divides the steps further, is taken as one."""
     grain = math.gcd(16, H)  # rnn::getNumGrains: the state laid out in grains of gcd(16, H)
     per_tile = math.ceil(B * H // grain / tiles) * grain * itemsize  # RnnParams::getOutputBytesPerTile
     per_step = per_tile * 4
@@ -85,7 +87,7 @@ def lstm_steps_per_wu(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes:
     if fits == 0:
         return 1 if (I + H) * H * 4 <= B * H * 4 * T else T
     align = max(1, _DATA_PATH_BITS // (8 * itemsize))
-    return max(1, fits // align * align) if fits >= align else fits
+    return fits // align * align or 1  # none after rounding: one step per update (the cadence's fallback)
 
 
 def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, reset_after: bool = True) -> list[Part]:
