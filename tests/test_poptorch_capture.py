@@ -426,3 +426,30 @@ def test_transformer_layer_and_scaled_dot_product_attention():
     losses = [float(training(xs, ys)[1]) for _ in range(5)]
     assert losses[-1] < losses[0]
     assert "transpose matmul scale softmax matmul" in " ".join(kinds(training))
+
+
+def test_a_branch_on_a_traced_values_type_is_captured_as_the_model_runs():
+    """torch.fx traces with proxies, so ``isinstance(state, tuple)`` is False while tracing and the
+    fx graph would read the LSTM's last cell state where the model reads its last output. The
+    traced graph's outputs are checked against the model's; here they differ, and the model is
+    captured with torch.export, which follows the model's branch."""
+    class LastState(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn, self.fc = torch.nn.LSTM(6, 5), torch.nn.Linear(5, 3)
+
+        def forward(self, x):
+            _, state = self.rnn(x)
+            h = state[0] if isinstance(state, tuple) else state
+            return self.fc(h[-1])
+
+    torch.manual_seed(0)
+    model = poptorch.inferenceModel(LastState().eval())
+    model(torch.randn(4, 2, 6))
+    g = model.executable.graph
+    lstm = next(o for o in g.ops if o.kind == "lstm")
+    producers = {t: op for op in g.ops for t in op.outputs}
+    last_step = next(o for o in g.ops if o.kind == "slice")  # h[-1]
+    state = producers[last_step.inputs[0]]  # the reshape of the layer's state output it reads
+    assert state.inputs[0] == lstm.outputs[1]  # h_n, not c_n
+    assert any("captured with torch.export instead" in n for n in model.executable.notes)

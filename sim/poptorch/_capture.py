@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -151,15 +152,48 @@ def _trace(adapter, flat: list, leaf_types: tuple):
     except Exception as e:  # noqa: BLE001 - any fx failure falls back to torch.export
         fx_error = e
     try:
-        import torch.fx.traceback as fxt
-        with _state.capturing("export") as state, fxt.preserve_node_meta():
-            ep = torch.export.export(adapter, tuple(flat), strict=False)
-        return ep.module(), "torch.export", state.notes
+        return _export(adapter, flat)
     except Exception as e:  # noqa: BLE001
         raise GraphError(
             "sim.poptorch could not capture the model: torch.fx failed with "
             f"{type(fx_error).__name__}: {_first_line(fx_error)}; torch.export failed with "
             f"{type(e).__name__}: {_first_line(e)}") from e
+
+
+def _export(adapter, flat: list):
+    """(GraphModule, "torch.export", notes): the model traced by torch.export, which runs the
+    Python with fake tensors, so it follows the branches a real run takes."""
+    import torch.fx.traceback as fxt
+    with _state.capturing("export") as state, fxt.preserve_node_meta(), warnings.catch_warnings():
+        # nn.RNN and its kind re-assign their flat weight list on every call: harmless here
+        warnings.filterwarnings("ignore", message="The tensor attributes .* were assigned during export")
+        ep = torch.export.export(adapter, tuple(flat), strict=False)
+    return ep.module(), "torch.export", state.notes
+
+
+def _copied(outputs):
+    """The outputs' tensors copied: a view of a parameter must not outlive the run that made it
+    (the parameters are restored in place after it)."""
+    return pytree.tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, outputs)
+
+
+def _same_values(traced, eager) -> bool:
+    """Whether two runs' outputs are the same structure of the same values (NaNs equal)."""
+    a, b = pytree.tree_leaves(traced), pytree.tree_leaves(eager)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if not isinstance(x, torch.Tensor):
+            if x != y:
+                return False
+        elif x.shape != y.shape or x.dtype != y.dtype or not torch.equal(
+                torch.nan_to_num(x, nan=0.0) if x.is_floating_point() else x,
+                torch.nan_to_num(y, nan=0.0) if y.is_floating_point() else y) \
+                or (x.is_floating_point() and not torch.equal(x.isnan(), y.isnan())):
+            return False
+    return True
 
 
 def _first_line(e) -> str:
@@ -377,14 +411,32 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     own rules. ``partials``: the matmul partials type (``Options.partials_type()``), which decides
     whether ``serializedMatMul``'s ``keep_precision`` applies."""
     adapter, flat, labels = _adapter(model, args, kwargs)
+
+    def run(gm, method, notes):
+        cap = Capture(model, gm, name or type(model).__name__, method, labels)
+        cap.notes += notes
+        cap.cast_to = cast_to
+        cap.partials = partials
+        with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
+            return cap, _copied(_Run(gm, cap).run(*flat))
+
     with _no_distribution_checks():
-        gm, method, notes = _trace(adapter, flat, _mapping.leaf_types())
-    cap = Capture(model, gm, name or type(model).__name__, method, labels)
-    cap.notes += notes
-    cap.cast_to = cast_to
-    cap.partials = partials
-    with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
-        _Run(gm, cap).run(*flat)
+        cap, traced = run(*_trace(adapter, flat, _mapping.leaf_types()))
+        if cap.method == "torch.fx":
+            # torch.fx traces with proxies: a branch on a value's type (isinstance(x, torch.Tensor),
+            # isinstance(state, tuple)) can take another path than the model does, silently. The
+            # model run as it is, from the same RNG state, must give the traced graph's outputs.
+            with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
+                eager = _copied(adapter(*flat))
+            if not _same_values(traced, eager):
+                why = ("torch.fx's trace of the model computes other outputs than the model does (Python "
+                       "control flow on a traced value's type, such as isinstance(x, torch.Tensor))")
+                try:
+                    cap, _ = run(*_export(adapter, flat))
+                    cap.notes.append(f"{why}: captured with torch.export instead")
+                except Exception as e:  # noqa: BLE001 - keep the fx graph, saying it may differ
+                    cap.notes.append(f"{why}, and torch.export failed ({type(e).__name__}: {_first_line(e)}): "
+                                     "the simulated graph may not be the model's")
     g = cap.g
     g.loss = cap.explicit_loss or (cap.losses[-1] if cap.losses else None)
     loss_output = None
@@ -403,7 +455,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     for tname, mode in cap.overlap.items():
         if tname in g.tensors:
             g.overlap[tname] = int(OverlapMode[mode] if isinstance(mode, str) else mode)
-    return Captured(g, method, cap.inputs, cap.outputs, loss_output, cap.notes)
+    return Captured(g, cap.method, cap.inputs, cap.outputs, loss_output, cap.notes)
 
 
 def _consumers_of(g: Graph, tensor: str) -> set[str]:
