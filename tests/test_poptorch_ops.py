@@ -969,3 +969,19 @@ def test_embedding_bag_offsets_from_the_host_are_refused_as_poptorch_refuses_the
     net = nn.EmbeddingBag(20, 4, mode="mean")
     with pytest.raises(Exception, match="offsets tensor must be a constant"):
         poptorch.inferenceModel(net)(torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2]))
+
+
+@pytest.mark.parametrize("layer", [nn.AdaptiveMaxPool1d(2), nn.AdaptiveMaxPool2d(2), nn.AdaptiveMaxPool3d(2)])
+def test_adaptive_max_pooling_is_refused_as_poptorch_cannot_run_it(layer):
+    """PopTorch registers adaptive average pooling only (PoolingOps.cpp; AdaptiveMaxPool is T30564
+    in its tests), so a model using adaptive max pooling does not compile there."""
+    x = torch.randn(2, 3, *([4] * (int(type(layer).__name__[-2]))))
+    with pytest.raises(Exception, match="no handler for adaptive max pooling"):
+        poptorch.inferenceModel(nn.Sequential(layer))(x)
+
+    class Functional(nn.Module):
+        def forward(self, t):
+            return getattr(F, f"adaptive_max_pool{type(layer).__name__[-2]}d")(t, 2)
+
+    with pytest.raises(Exception, match="no handler for adaptive max pooling"):
+        poptorch.inferenceModel(Functional())(x)

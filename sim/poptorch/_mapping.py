@@ -816,7 +816,7 @@ MODULE_RULES = {
     nn.GELU: _unary("gelu"), nn.Tanh: _unary("tanh"), nn.Sigmoid: _unary("sigmoid"),
     nn.Softmax: _m_softmax, nn.LogSoftmax: _m_softmax, nn.Dropout: _m_dropout,
     nn.MaxPool2d: _m_pool("maxpool"), nn.AvgPool2d: _m_pool("avgpool"),
-    nn.AdaptiveAvgPool2d: _m_pool("avgpool"), nn.AdaptiveMaxPool2d: _m_pool("maxpool"),
+    nn.AdaptiveAvgPool2d: _m_pool("avgpool"),
     nn.Embedding: _m_embedding, nn.Flatten: _view, nn.Identity: _identity,
     nn.CrossEntropyLoss: _m_loss("softmax_cross_entropy", "cross_entropy"),
     nn.NLLLoss: _m_loss("softmax_cross_entropy", "nll"),
@@ -846,7 +846,6 @@ RULES = {
     "max_pool2d": _pool("maxpool"), "_max_pool2d": _pool("maxpool"),
     "max_pool2d_with_indices": _pool("maxpool"), "avg_pool2d": _pool("avgpool"),
     "adaptive_avg_pool2d": _pool("avgpool"), "_adaptive_avg_pool2d": _pool("avgpool"),
-    "adaptive_max_pool2d": _pool("maxpool"),
     # data movement
     "embedding": _embedding,
     "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _view, "unflatten": _view,

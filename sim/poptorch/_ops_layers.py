@@ -365,6 +365,14 @@ def _bilinear(ctx):
     return y
 
 
+def _adaptive_max_pool(ctx):
+    """PopTorch cannot run adaptive max pooling: its canonicalisation registers adaptive average
+    pooling only (popart_canonicalization/PoolingOps.cpp), its tests mark AdaptiveMaxPool T30564."""
+    ctx.unsupported("PopTorch has no handler for adaptive max pooling (PoolingOps.cpp registers "
+                    "adaptive_avg_pool only); use MaxPool with the kernel and stride it works out to, or "
+                    "AdaptiveAvgPool")
+
+
 def _embedding_bag(ctx):
     """EmbeddingBag as PopTorch lowers it (EmbeddingOps.cpp embeddingBagHandler): the offsets must be
     constant, and each bag is its own slice of the indices, gather (times its per-sample weights),
@@ -568,8 +576,8 @@ RULES = {
     "max_pool1d_with_indices": _pool_any("maxpool"), "max_pool3d_with_indices": _pool_any("maxpool"),
     "avg_pool1d": _pool_any("avgpool"), "avg_pool3d": _pool_any("avgpool"),
     "adaptive_avg_pool1d": _pool_any("avgpool"), "adaptive_avg_pool3d": _pool_any("avgpool"),
-    "_adaptive_avg_pool3d": _pool_any("avgpool"), "adaptive_max_pool1d": _pool_any("maxpool"),
-    "adaptive_max_pool3d": _pool_any("maxpool"),
+    "_adaptive_avg_pool3d": _pool_any("avgpool"),
+    **{f"adaptive_max_pool{d}d": _adaptive_max_pool for d in (1, 2, 3)},
     "group_norm": _group_norm, "native_group_norm": _group_norm, "instance_norm": _group_norm,
     "lstm": _recurrent, "gru": _recurrent, "rnn_tanh": _recurrent, "rnn_relu": _recurrent,
     "_weight_norm": lambda ctx: _weight_norm_ops(ctx, ctx.sarg(0, "v"), ctx.sarg(1, "g"), ctx.args[0],
@@ -587,8 +595,9 @@ MODULE_RULES = {
     nn.ConvTranspose3d: conv_any,
     nn.MaxPool1d: _pool_any("maxpool"), nn.MaxPool3d: _pool_any("maxpool"), nn.AvgPool1d: _pool_any("avgpool"),
     nn.AvgPool3d: _pool_any("avgpool"), nn.AdaptiveAvgPool1d: _pool_any("avgpool"),
-    nn.AdaptiveAvgPool3d: _pool_any("avgpool"), nn.AdaptiveMaxPool1d: _pool_any("maxpool"),
-    nn.AdaptiveMaxPool3d: _pool_any("maxpool"),
+    nn.AdaptiveAvgPool3d: _pool_any("avgpool"),
+    nn.AdaptiveMaxPool1d: _adaptive_max_pool, nn.AdaptiveMaxPool2d: _adaptive_max_pool,
+    nn.AdaptiveMaxPool3d: _adaptive_max_pool,
     nn.GroupNorm: _group_norm, nn.InstanceNorm1d: _group_norm, nn.InstanceNorm2d: _group_norm,
     nn.InstanceNorm3d: _group_norm,
     nn.RNN: _recurrent, nn.GRU: _recurrent, nn.LSTM: _recurrent,
