@@ -320,8 +320,8 @@ def _popnn_recurrent(ctx, m, cell, x, tbi, H, dt, hx, w_ih, w_hh, b_ih, b_hh, ba
     if batch_first:
         seq = emit(ctx, "transpose", [seq], (B, T, H), dt, {"perm": [1, 0, 2]}, "batch_first")
     out = ctx.op("reshape", [seq], output=ctx.output[0], name="output")
-    wanted = (ctx.output[1] if cell == "gru" or m is None else ctx.output[1][0],
-              ctx.output[2] if m is None and cell == "lstm" else (ctx.output[1][1] if cell == "lstm" else None))
+    # the final states torch returns: ATen's (output, h_n[, c_n]), the LSTM module's (output, (h_n, c_n))
+    wanted = ctx.output[1:] if m is None else ctx.output[1] if cell == "lstm" else (ctx.output[1],)
     finals = tuple(ctx.op("reshape", [t], output=o, name=n) for t, o, n in zip(last, wanted, ("h_n", "c_n")))
     if cell == "gru":
         return out, finals[0]
