@@ -157,7 +157,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind == "reduce_many":
         return _reduce_many(ins, outs, ipu, tiles)
     if kind.removesuffix("_grad") in RNN_GATES:
-        return _rnn(kind, ins, attrs, ipu, tiles, memory_proportion, partials)
+        return _rnn(kind, ins, attrs, ipu, tiles, memory_proportion)
     more = _more_kinds(kind, ins, outs, attrs, ipu, tiles)
     if more is not None:
         return more
@@ -839,11 +839,13 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
     return None
 
 
-def _rnn(kind, ins, attrs, ipu, tiles, amp, partials) -> OpCost:
+def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
     """A popnn LSTM or GRU layer over its whole sequence (``lstm``, ``gru``: the forward pass;
     ``lstm_grad``, ``gru_grad``: the backward pass with the weight update): the parts
     ``sim/cost/rnn.py`` lists, each priced as the matmul or element-wise op it is, in series.
-    Inputs start ``x`` (T, B, I), the input weights, the recurrent weights (H, gates x H)."""
+    Inputs start ``x`` (T, B, I), the input weights, the recurrent weights (H, gates x H). popnn's
+    matmuls keep fp32 partials (its ``partialsType`` default; PopART passes them its own
+    ``lstmOptions``, not the matmul partials option), its accumulators the layer's type."""
     cell = kind.removesuffix("_grad")
     (T, B, I), dtype, _ = ins[0]
     H = ins[2][0][0]
@@ -858,10 +860,10 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp, partials) -> OpCost:
         if p.kind == "matmul":
             M, K, N = p.shape
             c = _rule("matmul", (((M, K), dtype, "activation"), ((K, N), dtype, "weight" if p.weight else "activation")),
-                      (((M, N), dtype),), {}, ipu, tiles, amp, partials)
+                      (((M, N), dtype),), {}, ipu, tiles, amp, "float")
         elif p.kind == "reduce_sum":
-            c = _reduce("reduce_sum", (((p.shape), "float32", "activation"),), (((p.shape[1],), "float32"),),
-                        {"axes": (0,)}, ipu, tiles)
+            c = _reduce("reduce_sum", ((p.shape, dtype, "activation"),), (((p.shape[1],), dtype),), {"axes": (0,)},
+                        ipu, tiles)
         elif p.kind == "transpose":
             c = _transpose(((p.shape, dtype),), ipu, tiles)
         else:
