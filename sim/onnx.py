@@ -54,7 +54,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("sim.onnx needs the onnx package: pip install -e '.[onnx]' (onnx>=1.15)") from _e
 
 from .errors import GraphError, IpuSimError, OutOfMemoryError, UnsupportedOpError
-from .graph.ir import Graph, GraphBuilder, Op, canonical_dtype, spatial_attr, transposed_conv_attrs
+from .graph.ir import RNN_GATES, Graph, GraphBuilder, Op, canonical_dtype, spatial_attr, transposed_conv_attrs
 
 __all__ = ["RULES", "OpContext", "load", "main", "register_op", "unregister_op"]
 
@@ -626,9 +626,12 @@ def _recurrent(ctx: OpContext):
     direction = ctx.attr("direction", "forward")
     if direction not in ("forward", "reverse") or (cell == "lstm" and direction != "forward"):
         ctx.unsupported(f"direction={direction!r} (PopART runs a forward LSTM, a forward or reverse GRU)")
-    for name in ("activations", "clip", "input_forget"):
+    defaults = {"lstm": ["Sigmoid", "Tanh", "Tanh"], "gru": ["Sigmoid", "Tanh"]}[cell]
+    if [a.decode() if isinstance(a, bytes) else a for a in ctx.attr("activations", defaults)] != defaults:
+        ctx.unsupported(f"activations={ctx.attr('activations')!r} (popnn's cells run {defaults} only here)")
+    for name in ("clip", "input_forget"):
         if ctx.attr(name):
-            ctx.unsupported(f"{name}={ctx.attr(name)!r} (only the default activations and no clip are modelled)")
+            ctx.unsupported(f"{name}={ctx.attr(name)!r} (not modelled: no clip, no coupled input and forget gates)")
     if int(ctx.attr("layout", 0)):
         ctx.unsupported("layout=1 (batch-major); the simulator takes ONNX's default time-major layout")
     if ctx.has_input(4):
@@ -637,7 +640,7 @@ def _recurrent(ctx: OpContext):
         ctx.unsupported("peephole weights P (PopART: 'Popart does not support peephole connections')")
     T, B, I = ctx.shape(0)
     H = int(ctx.attr("hidden_size", ctx.shape(2)[-1]))
-    G = {"lstm": 4, "gru": 3}[cell] * H
+    G = RNN_GATES[cell] * H
     reset_after = cell == "gru" and bool(int(ctx.attr("linear_before_reset", 0)))
     x = ctx.input(0)  # reversed, a GRU's input is a view (GruOpx feeds popnn input.reverse(0))
     w_in = ctx._imp.operand(ctx, 1, (I, G), perm=(0, 2, 1))

@@ -178,6 +178,7 @@ def test_onnx_layers_are_popnns(cell, lbr, bias_shape, matmuls):
 @pytest.mark.parametrize("attrs, inputs, why", [
     ({"direction": "bidirectional"}, (), "direction='bidirectional'"),
     ({"clip": 3.0}, (), "clip=3.0"),
+    ({"activations": ["Sigmoid", "Relu", "Tanh"]}, (), "activations="),
     ({}, ("seq",), "sequence_lens"),
 ])
 def test_onnx_layers_popart_cannot_run_are_refused(attrs, inputs, why):
