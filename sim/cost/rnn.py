@@ -95,25 +95,23 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, res
     ``reset_after`` False: ONNX's default GRU (``linear_before_reset`` 0), whose candidate's matmul
     takes ``[x_t, r h]`` after the gates' (``gruCellForwardPassCalcUnits`` twice)."""
     BH = B * H
-    parts = [Part("copy", (T * B * I,))]  # the input sequence copied to the loop's layout (lstmFwd)
+    parts = [Part("copy", (T * B * I,)),  # the input sequence copied to the loop's layout (lstmFwd)
+             Part("copy", (B * I,), T)]  # each step's input, sliced from the sequence
     if cell == "lstm":
-        parts += [Part("copy", (B * I,), T),  # the step's input, sliced from the sequence
-                  Part("matmul", (B, I + H, 4 * H), T, weight=True),
+        parts += [Part("matmul", (B, I + H, 4 * H), T, weight=True),
                   Part("copy", (4 * BH,), T),  # rearranged like the cell state
                   Part("add", (4 * BH,), T, broadcast=4 * H),  # AddBias
                   Part("sigmoid", (4 * BH,), T),  # the gates' non-linearities, one compute set
                   Part("mul", (2 * BH,), T), Part("add", (BH,), T), Part("tanh", (BH,), T), Part("mul", (BH,), T)]
     elif not reset_after:
-        parts += [Part("copy", (B * I,), T),
-                  Part("matmul", (B, I + H, 2 * H), T, weight=True), Part("copy", (2 * BH,), T),
+        parts += [Part("matmul", (B, I + H, 2 * H), T, weight=True), Part("copy", (2 * BH,), T),
                   Part("add", (2 * BH,), T, broadcast=2 * H), Part("sigmoid", (2 * BH,), T),  # update and reset
                   Part("mul", (BH,), T),  # r h
                   Part("matmul", (B, I + H, H), T, weight=True), Part("copy", (BH,), T),
                   Part("add", (BH,), T, broadcast=H), Part("tanh", (BH,), T),  # the candidate
                   Part("map:sub,mul,add", (BH,), T)]
     else:
-        parts += [Part("copy", (B * I,), T),
-                  Part("matmul", (B, I, 3 * H), T, weight=True), Part("matmul", (B, H, 3 * H), T, weight=True),
+        parts += [Part("matmul", (B, I, 3 * H), T, weight=True), Part("matmul", (B, H, 3 * H), T, weight=True),
                   Part("copy", (6 * BH,), T), Part("copy", (3 * BH,), T),  # both results rearranged
                   Part("add", (6 * BH,), T, broadcast=6 * H),  # both biases
                   Part("add", (2 * BH,), T), Part("sigmoid", (2 * BH,), T),  # update and reset gates
@@ -129,39 +127,35 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
                    tiles: int, reset_after: bool = True) -> list[Part]:
     """The compute sets of one backward pass with the weight update (``*BwdWithWU``)."""
     BH, G = B * H, RNN_GATES[cell]
+    saved = Part("copy", (RNN_SAVED[cell] * BH,), T)  # the step's intermediates, sliced
     if cell == "lstm":
         parts = [Part("transpose", (I + H, 4 * H)),  # lstmBwdRearrangeWeights, before the loop
-                 Part("copy", (RNN_SAVED["lstm"] * BH,), T),  # the step's intermediates
-                 Part("add", (BH,), T), Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
+                 saved, Part("add", (BH,), T), Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
                  Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
                  Part("matmul", (B, 4 * H, I + H), T, weight=True)]
         steps = lstm_steps_per_wu(T, B, I, H, itemsize, tile_bytes, tiles)
-        wu_rows, wu_k = steps * B, [I + H]
-    elif not reset_after:  # Gru.cpp backwardStepImpl: the candidate's matmul, then the gates'
-        parts = [Part("transpose", (I + H, 3 * H)),
-                 Part("copy", (RNN_SAVED["gru"] * BH,), T),
-                 Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
-                 Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
-                 Part("matmul", (B, H, I + H), T, weight=True), Part("mul", (BH,), T),
-                 Part("sigmoid_grad", (BH,), T), Part("matmul", (B, 2 * H, I + H), T, weight=True),
-                 Part("map:mul,add,mul,add,add", (BH,), T)]
-        steps = 1 if (I + H) * 3 * H <= 3 * BH * T else T
-        wu_rows, wu_k = steps * B, [I + H]
+        wu_k = [I + H]
     else:
-        parts = [Part("transpose", (I, 3 * H)), Part("transpose", (H, 3 * H)),
-                 Part("copy", (RNN_SAVED["gru"] * BH,), T),
-                 Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
-                 Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
-                 Part("mul", (BH,), T), Part("sigmoid_grad", (BH,), T), Part("mul", (BH,), T),
-                 Part("matmul", (B, 3 * H, H), T, weight=True), Part("matmul", (B, 3 * H, I), T, weight=True),
-                 Part("map:mul,add", (BH,), T)]
+        gru_step = [Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
+                    Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T)]
+        if not reset_after:  # Gru.cpp backwardStepImpl: the candidate's matmul, then the gates'
+            parts = [Part("transpose", (I + H, 3 * H)), saved, *gru_step,
+                     Part("matmul", (B, H, I + H), T, weight=True), Part("mul", (BH,), T),
+                     Part("sigmoid_grad", (BH,), T), Part("matmul", (B, 2 * H, I + H), T, weight=True),
+                     Part("map:mul,add,mul,add,add", (BH,), T)]
+            wu_k = [I + H]
+        else:
+            parts = [Part("transpose", (I, 3 * H)), Part("transpose", (H, 3 * H)), saved, *gru_step,
+                     Part("mul", (BH,), T), Part("sigmoid_grad", (BH,), T), Part("mul", (BH,), T),
+                     Part("matmul", (B, 3 * H, H), T, weight=True), Part("matmul", (B, 3 * H, I), T, weight=True),
+                     Part("map:mul,add", (BH,), T)]
+            wu_k = [I, H]
         steps = 1 if (I + H) * 3 * H <= 3 * BH * T else T  # Gru.cpp interleavedWUIsBeneficial
-        wu_rows, wu_k = steps * B, [I, H]
     parts.append(Part("copy", (B * I,), T))  # the input gradient written into its sequence
     calls = math.ceil(T / steps)
     parts.append(Part("copy", ((I + H) * G * H + G * H * B,)))  # the accumulators zeroed (popops::zero)
     for k in wu_k:  # accumulating matmuls [x, h]ᵀ @ dgates over ``steps`` steps, then added in
-        parts += [Part("matmul", (k, wu_rows, G * H), calls), Part("add", (k * G * H,), calls)]
+        parts += [Part("matmul", (k, steps * B, G * H), calls), Part("add", (k * G * H,), calls)]
     parts += [Part("reduce_sum", (steps, G * BH), calls),  # the bias gradients over the steps
               Part("reduce_sum", (B, G * H))]  # and over the batch, once (ParamUpdateFinal)
     return parts

@@ -188,10 +188,8 @@ def _same_values(traced, eager) -> bool:
         if not isinstance(x, torch.Tensor):
             if x != y:
                 return False
-        elif x.shape != y.shape or x.dtype != y.dtype or not torch.equal(
-                torch.nan_to_num(x, nan=0.0) if x.is_floating_point() else x,
-                torch.nan_to_num(y, nan=0.0) if y.is_floating_point() else y) \
-                or (x.is_floating_point() and not torch.equal(x.isnan(), y.isnan())):
+        elif x.shape != y.shape or x.dtype != y.dtype or not (
+                torch.allclose(x, y, rtol=0, atol=0, equal_nan=True) if x.is_floating_point() else torch.equal(x, y)):
             return False
     return True
 
@@ -412,12 +410,17 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     whether ``serializedMatMul``'s ``keep_precision`` applies."""
     adapter, flat, labels = _adapter(model, args, kwargs)
 
+    @contextlib.contextmanager
+    def running():  # no gradients, PopTorch's casts; the model's state and the RNG restored after
+        with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
+            yield
+
     def run(gm, method, notes):
         cap = Capture(model, gm, name or type(model).__name__, method, labels)
         cap.notes += notes
         cap.cast_to = cast_to
         cap.partials = partials
-        with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
+        with running():
             return cap, _copied(_Run(gm, cap).run(*flat))
 
     with _no_distribution_checks():
@@ -426,7 +429,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
             # torch.fx traces with proxies: a branch on a value's type (isinstance(x, torch.Tensor),
             # isinstance(state, tuple)) can take another path than the model does, silently. The
             # model run as it is, from the same RNG state, must give the traced graph's outputs.
-            with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
+            with running():
                 eager = _copied(adapter(*flat))
             if not _same_values(traced, eager):
                 why = ("torch.fx's trace of the model computes other outputs than the model does (Python "
