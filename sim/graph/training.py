@@ -289,21 +289,25 @@ class _Backward:
             self.pads[pad] = self.g.ops[-1]
 
 
-def _mark_fully_connected_passes(g: Graph) -> None:
-    """Give each weight's forward matmul (``X @ W``, W a weight) poplin's ``fullyConnectedPass``
-    TRAINING_FWD; ``_differentiate`` gives its gradients TRAINING_BWD (dX) and TRAINING_WU (dW).
+def mark_fully_connected_passes(g: Graph, training: bool) -> None:
+    """Give each weight's forward matmul (``X @ W``, W a weight) poplin's ``fullyConnectedPass``:
+    TRAINING_FWD in training (``_differentiate`` gives its gradients TRAINING_BWD (dX) and
+    TRAINING_WU (dW)), INFERENCE_FWD at inference.
 
-    The frameworks set this option on every matmul of a training graph: PopART (and PopTorch
-    through it) when the session option ``enableFullyConnectedPass`` is on, its default
-    (popart willow/src/popx/op/matmulx.cpp ``appendPoplarOptionsForOp``; sessionoptions.hpp), and
-    graphcore/tensorflow from each dot's classification (``GetMatMulOptionsForInst``, unless
-    ``clear_matmul_pass_type``). poplin then plans the three passes jointly or separately
-    (sim/cost/amp.py ``plan_fc_training``). Matmuls between two activations (attention) and those
-    given a pass explicitly are left as they are."""
+    The frameworks set this option on every matmul: PopART (and PopTorch through it) when the
+    session option ``enableFullyConnectedPass`` is on, its default (popart willow/src/popx/op/
+    matmulx.cpp ``appendPoplarOptionsForOp``: the op's phase in a training IR, INFERENCE_FWD
+    otherwise; sessionoptions.hpp), and graphcore/tensorflow from each dot's classification
+    (``GetMatMulOptionsForInst``, unless ``clear_matmul_pass_type``). poplin then plans a
+    training layer's three passes jointly or separately (sim/cost/amp.py ``plan_fc_training``) and
+    an inference layer with its operands swapped when its planner prefers (sim/cost/matmul_swap.py).
+    Matmuls between two activations (attention), a transposed weight (a tied projection) and
+    those given a pass explicitly are left as they are."""
+    fc_pass = "TRAINING_FWD" if training else "INFERENCE_FWD"
     for op in g.ops:
         if (op.kind == "matmul" and "fully_connected_pass" not in op.attrs and not op.attrs.get("transpose_a")
                 and not op.attrs.get("transpose_b") and g.tensors[op.inputs[1]].role == "weight"):
-            op.attrs = dict(op.attrs, fully_connected_pass="TRAINING_FWD")
+            op.attrs = dict(op.attrs, fully_connected_pass=fc_pass)
 
 
 def _mark_recurrent_saves(g: Graph) -> None:
@@ -371,7 +375,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
                                f"(e.g. {', '.join(sorted(weights)[:3]) or 'none: the graph has no weights'})")
     g = graph.copy()
     g.training = True
-    _mark_fully_connected_passes(g)
+    mark_fully_connected_passes(g, training=True)
     _mark_recurrent_saves(g)
     need = _requires_grad(g)
     bw = _Backward(g)
@@ -602,7 +606,7 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
 
     if k == "matmul":
         a, b = ins
-        fc = op.attrs.get("fully_connected_pass") == "TRAINING_FWD"  # _mark_fully_connected_passes
+        fc = op.attrs.get("fully_connected_pass") == "TRAINING_FWD"  # mark_fully_connected_passes
         if wants(0):
             attrs = {"transpose_b": True} | ({"fully_connected_pass": "TRAINING_BWD"} if fc else {})
             bw.give(a.name, bw.new("matmul", [dy, b.name], a.shape, a.dtype, attrs, "grad_a"))
