@@ -68,7 +68,7 @@ import models
 from .compiler.executable import price_ops
 from .errors import GraphError, OptionsError
 from .graph.ir import Graph
-from .graph.training import Optimizer, expand_training, merge_norms
+from .graph.training import Optimizer, graph_to_price, merge_norms
 from .hardware.system import load_system
 from .options import Options, TensorLocationSettings
 from .strategy import assign
@@ -548,8 +548,7 @@ class Planner:
             return self._profiles[key]
         g = self.model.build(mb)
         training = self.space.training
-        g = (expand_training(g, Optimizer(self.space.optimizer, self.space.optimizer_state_dtype), accumulate)
-             if training else g.copy())
+        g = graph_to_price(g, training, Optimizer(self.space.optimizer, self.space.optimizer_state_dtype), accumulate)
         assign(g, None)
         merge_norms(g, per_block=True)  # LARS's norms: a ReduceMany per block, which moves as a whole
         o = Options().setAvailableMemoryProportion({"IPU0": amp})

@@ -29,7 +29,7 @@ from ..schedule.context import Context
 from ..schedule.stages import StageWork, split_stages
 from ..strategy import PipelinedExecution, ShardedExecution, assign
 from ..hardware.topology import check_fits
-from ..graph.training import Optimizer, expand_training, mark_fully_connected_passes, merge_norms, place_global_norm
+from ..graph.training import Optimizer, graph_to_price, merge_norms, place_global_norm
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference, unless the program itself asks for it (attrs explicit)
 #: ops that run differently at inference: batch norm applies its running statistics (a
@@ -148,11 +148,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         raise GraphError(f"graph {graph.name!r}: the model has no ops, so there is nothing to simulate; "
                          "build the model's computation into the graph")
     accumulate = o.Training.gradient_accumulation > 1
-    if training:
-        g = expand_training(graph, optimizer, accumulate)
-    else:
-        g = graph.copy()
-        mark_fully_connected_passes(g, training=False)
+    g = graph_to_price(graph, training, optimizer, accumulate)
     strategy = assign(g, o.execution_strategy)
     merge_norms(g)  # LARS's norms: one ReduceMany per IPU, stage and phase
     place_global_norm(g)  # gradient clipping's global norm: on the IPU with the most norms

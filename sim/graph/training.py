@@ -353,6 +353,17 @@ def _requires_grad(graph: Graph) -> set[str]:
     return need
 
 
+def graph_to_price(graph: Graph, training: bool, optimizer: Optimizer | str = "sgd",
+                   accumulate: bool = False) -> Graph:
+    """The copy of ``graph`` the compiler prices: expanded for training (:func:`expand_training`),
+    or at inference with its weights' matmuls marked INFERENCE_FWD (:func:`mark_fully_connected_passes`)."""
+    if training:
+        return expand_training(graph, optimizer, accumulate)
+    g = graph.copy()
+    mark_fully_connected_passes(g, training=False)
+    return g
+
+
 def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate: bool = False) -> Graph:
     """A copy of ``graph`` with backward and update passes added.
 
