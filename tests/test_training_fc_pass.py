@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim import load_system
+from sim import compile as compile_graph, load_system
 from sim.cost.amp import plan_fc_training, plan_matmul
 from sim.cost.matmul_swap import plan_matmul_none_pass
 from sim.cost.rules import op_cost
@@ -69,9 +69,7 @@ def test_marked_matmuls_cost_what_the_fc_training_plan_gives():
 # --- inference: INFERENCE_FWD (PopART's inference IR, TensorFlow's forward-only graph) -------------
 
 def test_inference_marks_each_weight_matmul_inference_fwd_and_leaves_attention_plain():
-    from sim import compile as compile_graph
     g = _layer()
-    g.training = False
     mark_fully_connected_passes(g, training=False)
     passes = _passes(g)
     assert passes["fc/matmul"] == passes["head/matmul"] == "INFERENCE_FWD"
