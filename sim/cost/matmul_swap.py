@@ -1,5 +1,6 @@
-"""poplin's plan of a plain matmul (``fullyConnectedPass`` NONE: convolution pass ``NONE_MATMUL``),
-whose operands the planner may swap, and where its result lands on the tiles.
+"""poplin's plan of a plain matmul (``fullyConnectedPass`` NONE: convolution pass ``NONE_MATMUL``)
+or of an inference layer's (INFERENCE_FWD: ``FC_INFERENCE_FWD``, planned alike), whose operands the
+planner may swap, and where its result lands on the tiles.
 
 poplin maps ``G x [M, K] @ [K, N]`` to a 1x1 convolution of batch ``M``, ``K`` input and ``N``
 output channels (``MatMul.cpp :: getConvParams``). For ``NONE_MATMUL`` the planner tries the
