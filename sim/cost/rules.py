@@ -364,6 +364,9 @@ def _rows(kind, ins, ipu, tiles) -> OpCost:
 
 # poplin's fullyConnectedPass values of a training layer's matmuls (MatMul.cpp) and the pass each is
 _FC_PASSES = {"TRAINING_FWD": "fwd", "TRAINING_BWD": "bwd", "TRAINING_WU": "wu"}
+# the matmul each fully connected pass is, as (A transposed, B transposed, B a weight)
+_FC_SHAPES = {"TRAINING_FWD": (False, False, True), "TRAINING_BWD": (False, True, True),
+              "TRAINING_WU": (True, False, False), "INFERENCE_FWD": (False, False, True)}
 
 
 def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
@@ -395,25 +398,23 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     # laid out for the forward pass (poplin FC_TRAINING_WU rearrangeInput; sim/cost/amp.py rearrangement)
     wu = bool(attrs.get("transpose_a")) and rb != "weight"
     fc_pass = attrs.get("fully_connected_pass")
+    if fc_pass not in (None, "NONE") and \
+            _FC_SHAPES.get(fc_pass) != (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")), rb == "weight"):
+        raise UnsupportedOpError(
+            f"fully_connected_pass {fc_pass!r}: expected NONE, or one of {', '.join(_FC_SHAPES)} on a matmul shaped "
+            "as that pass (TRAINING_FWD and INFERENCE_FWD: X @ W, TRAINING_BWD: dY @ Wᵀ, TRAINING_WU: Xᵀ @ dY, "
+            "W a weight)")
     if fc_pass in ("NONE", "INFERENCE_FWD"):
         # poplin's plain matmul (fullyConnectedPass NONE, pass NONE_MATMUL) or an inference layer
         # (INFERENCE_FWD, pass FC_INFERENCE_FWD): the planner tries the operands swapped first and
         # charges the unswapped plan the same rearrangements for both (ConvModel.cpp
         # addTransformCycleEstimate, isMatmulOrFullyConnectedLayer; sim/cost/matmul_swap.py)
-        if fc_pass == "INFERENCE_FWD" and (attrs.get("transpose_a") or attrs.get("transpose_b") or rb != "weight"):
-            raise UnsupportedOpError(
-                "fully_connected_pass 'INFERENCE_FWD': expected a matmul X @ W of a weight W, neither transposed")
         plan, _ = plan_matmul_none_pass(G, M, K, N, itemsize, ipu, tiles, amp, partials_bytes)
         return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, True)
     if fc_pass is not None:
         # poplin's matmul option fullyConnectedPass=TRAINING_*: the three passes planned jointly or
         # separately, as ConvPlan.cpp createPlan decides (sim/cost/amp.py plan_fc_training)
-        p = _FC_PASSES.get(fc_pass)
-        expected = {"fwd": (False, False, True), "bwd": (False, True, True), "wu": (True, False, False)}.get(p)
-        if expected != (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")), rb == "weight"):
-            raise UnsupportedOpError(
-                f"fully_connected_pass {fc_pass!r}: expected NONE, INFERENCE_FWD, or one of {', '.join(_FC_PASSES)} on a matmul shaped as "
-                "that pass (TRAINING_FWD: X @ W, TRAINING_BWD: dY @ Wᵀ, TRAINING_WU: Xᵀ @ dY, W a weight)")
+        p = _FC_PASSES[fc_pass]
         B, I, O = {"fwd": (M, K, N), "bwd": (M, N, K), "wu": (K, M, N)}[p]
         plans, joint = plan_fc_training(G, B, I, O, itemsize, ipu, tiles, amp, partials_bytes)
         plan = plans[p]
