@@ -476,6 +476,18 @@ DEPARTURES = {
             "run), Keras' work between executions; RecomputationMode.Auto run as PopART's pipeline recomputation "
             "(every forward stage but the last recomputed) [U]; the throughput is one execution's 240 images over "
             "its time (PerfCallback)",
+    "conformer": "the example's model as models/conformer.py builds it (WeNet's Conformer-medium: 12 encoder "
+                 "blocks of d 256, 6 decoder blocks, vocabulary 4,233); not modelled: the loss scaling (1,024), "
+                 "stochastic rounding, PopART's outlineThreshold 10 and its TiedGather patterns, the padding masks "
+                 "made on the IPU from the lengths (constants here); the example sets no recomputation checkpoint, so "
+                 "each pipelined stage recomputes from its stashed inputs; the label-smoothing loss is built as a "
+                 "softmax cross-entropy (the same work); throughput is the step's samples over its time, the "
+                 "DataLoader's next batch, scheduler.step() and setOptimizer() included (trainer.py), which is not "
+                 "modelled",
+    "conformer-pod4": "the README lists POD4 figures under global batch 16,128 without a script: one replica, GA "
+                      "4,032 [U]",
+    "conformer-pod64": "poprun with 4 instances of 4 replicas (run_wenet_conformer_globalbs_16128_pod64.sh); without "
+                       "RTS the instances change nothing the simulator models",
     "bert-recompute": "recomputation is the zoo's default for a pipelined BERT (a checkpoint after every layer)",
     "attn-dropout": "the config turns attention dropout off (PopART's \"no_attn_dropout\": true in the MLPerf "
                     "v1.0/v1.1 and examples' pretrain JSONs): run with the zoo's attention_dropout=0, its hidden "
@@ -874,6 +886,20 @@ def _unet_train() -> Setup:
                  optimizer="sgd_momentum", state_dtype="float16", prefetch_depth=TF1_PREFETCH_DEPTH)
 
 
+def _conformer_train(system: str, replicas: int, accumulation: int) -> Setup:
+    """Conformer-medium training as Graphcore's PyTorch Conformer runs it (graphcore/examples
+    ``speech/conformer/pytorch``, SDK 3.2 ``2d8b565``: ``configs/train.yaml`` and the scripts
+    ``run_wenet_conformer_globalbs_16128_pod16.sh`` / ``_pod64.sh``): micro-batch 4 of generated
+    utterances at the maximum lengths (1,220 frames, 48 tokens), the pipeline ``encoder.encoders__2``,
+    ``__6``, ``__11`` on IPUs 1-3 (blocks [2, 4, 5, 1]), availableMemoryProportion 0.3 on each IPU, half
+    partials, poptorch.optim.Adam with fp16 gradient accumulators (``accum_type`` the model dtype) and
+    the global gradient norm clipped at 5 (``max_grad_norm``), its state on chip without RTS, outputMode
+    Final (``main.py build_ipu_options``); GA so that the global batch is 16,128."""
+    return Setup("conformer-medium", _params(micro_batch=4, layers_per_ipu=[2, 4, 5, 1]), system, replicas=replicas,
+                 accumulation=accumulation, amp=(0.3,) * 4, optimizer="adam", accum_dtype="float16", clip_norm=5.0,
+                 output_mode="Final")
+
+
 _LARGE_AMP = [0.15, 0.25, 0.25, 0.25]
 _SQUAD_PYTORCH_AMP = [0.08, 0.25, 0.32, 0.32, 0.36, 0.38, 0.40, 0.32]  # configs_squad.yml squad_large_384
 _SQUAD_POPART_AMP = [0.1, 0.3, 0.32, 0.34, 0.36, 0.38, 0.4, 0.32]  # popart configs/squad_large_384.json
@@ -1087,6 +1113,16 @@ PUBLISHED_ROWS = [
     # U-Net training, TensorFlow 2 (graphcore/examples vision/unet_medical/tensorflow2)
     Row("B30", "GCN-S30 B30", "U-Net (medical segmentation) training, Bow-2000, GBS 24", 151, "images/s",
         _unet_train(), False, ("unet",)),
+    # Conformer-medium training, PyTorch (graphcore/examples speech/conformer/pytorch README, global batch 16,128)
+    *(Row(f"C{i}", f"EX-CF C{i}", f"Conformer-medium training, {label}, GBS 16,128", pub, "samples/s",
+          _conformer_train(system, rf, 16128 // (4 * rf)), asserted, ("conformer",) + extra)
+      for i, (label, system, rf, pub, asserted, extra) in enumerate((
+          ("IPU-M2000 (POD4)", "ipu-m2000", 1, 819, True, ("conformer-pod4",)),
+          ("Mk2 POD16", "ipu-pod16", 4, 3163, False, ()),
+          ("Mk2 POD64", "ipu-pod64", 16, 11689, False, ("conformer-pod64",)),
+          ("Bow-2000 (POD4)", "bow-2000", 1, 1126, True, ("conformer-pod4",)),
+          ("Bow Pod16", "bow-pod16", 4, 4302, False, ()),
+          ("Bow Pod64", "bow-pod64", 16, 15815, False, ("conformer-pod64",))), start=1)),
     # BERT SQuAD inference, one IPU (PopRT)
     Row("I7 bs16", "RT I7 bs16", "BERT-Base SQuAD inference fp16 (SL128), batch 16", 4817, "sequences/s",
         _squad_infer("bert-base", 16, 128, 64, amp=0.4, benchmark_options=True), True,
@@ -1177,6 +1213,14 @@ SCALING = [
           "B12", "B10", True),
     Ratio("vit_base_pretrain_s30_16_64", "ViT-B/16 pre-training, Bow Pod16 → Pod64 (GA 2,048 → 512)",
           "GCN-S30 B22 → B23", "B23", "B22", True),
+    Ratio("conformer_mk2_4_16", "Conformer-medium training, IPU-M2000 → Mk2 POD16 (GBS 16,128)",
+          "EX-CF C1 → C2", "C2", "C1", True),
+    Ratio("conformer_mk2_16_64", "Conformer-medium training, Mk2 POD16 → POD64 (GBS 16,128)",
+          "EX-CF C2 → C3", "C3", "C2", True),
+    Ratio("conformer_bow_4_16", "Conformer-medium training, Bow-2000 → Bow Pod16 (GBS 16,128)",
+          "EX-CF C4 → C5", "C5", "C4", True),
+    Ratio("conformer_bow_16_64", "Conformer-medium training, Bow Pod16 → Pod64 (GBS 16,128)",
+          "EX-CF C5 → C6", "C6", "C5", True),
     Ratio("efficientnet_b4_bow_s30_16_64", "EfficientNet-B4 G16 training, Bow Pod16 → Pod64 (GBS 6,144)",
           "GCN-S30 B17 → B19", "B19", "B17", True),
     Ratio("efficientnet_b4_bow_s30_64_256", "EfficientNet-B4 G16 training, Bow Pod64 → Pod256 (GBS 6,144)",
@@ -1880,7 +1924,7 @@ def _published_section() -> list[str]:
     lines = ["", "## Held-out published measurements", "",
              f"Rows of `{PUBLISHED}` (published hardware measurements; the tags are the doc's: MLP = MLPerf "
              "Training logs, GCN-P/S30/S31/S33 = Graphcore's performance-results table by SDK, RT = PopRT's "
-             "READMEs), each run on the zoo's model configured as the row's source configures it (the "
+             "READMEs, EX-CF = the examples' Conformer README), each run on the zoo's model configured as the row's source configures it (the "
              "configuration column; its *notes* say where the zoo cannot follow the source). No constant, config "
              "value or model was changed for them. Rows within 30 % when they were added are asserted at "
              "30 % by `tests/test_calibration.py`: a regression guard, not a fit (another software stack and "
