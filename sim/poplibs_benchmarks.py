@@ -20,6 +20,11 @@ for single layers run by three tools, each with ``--ignore-data`` (no host trans
   output) of an fp16 ``input`` made by ``addVariable`` and laid out by ``mapTensorLinearly`` (a
   new tensor's linear mapping), on an IPUModel2 of ``--tiles-per-ipu`` tiles when given (Poplar's
   ``createTestDevice``; :meth:`~sim.hardware.System.with_tiles`), else all 1,472.
+* ``tools/lstm_layer.cpp`` and ``tools/gru_layer.cpp`` (``add_lstm_benchmark``,
+  ``add_gru_benchmark``): one popnn layer of the ``--data-type`` with popnn's defaults (fp32
+  partials, no pre-weighted input, the GRU without ``resetAfter``), ``--phase fwd`` (the default:
+  ``lstmFwd`` / ``gruFwd``) or ``all`` (the ``_train`` rows: also ``lstmBwdWithWU`` /
+  ``gruBwdWithWU``); :func:`rnn_graph`.
 
 The rows (``tests/data/poplibs_benchmark_results.csv``, copied from poplibs at commit 8dcde1ec)
 and their arguments (``tests/CMakeLists.txt`` at that commit) are in :data:`ROWS`;
@@ -36,7 +41,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import load_system, simulate
-from .graph.ir import Graph, GraphBuilder, Op, spatial, spatial_attr
+from .graph.ir import RNN_GATES, Graph, GraphBuilder, Op, spatial, spatial_attr
+from .graph.training import mark_recurrent_saves
 from .options import Options
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "poplibs_benchmark_results.csv"
@@ -56,7 +62,7 @@ class Bench:
     """One benchmark: the tool and its arguments (as in poplibs' ``tests/CMakeLists.txt``)."""
 
     name: str
-    tool: str  # "fc", "gemm", "conv" or "reduce"
+    tool: str  # "fc", "gemm", "conv", "reduce" or "rnn"
     args: tuple = field(default=())  # (key, value) pairs, see the graph builders
 
     @property
@@ -77,6 +83,11 @@ def _conv(name, field_hw, kernel, cin, cout, stride=1, padding=0, batch=4, group
 def _reduce(name, shape, dims, operation, tiles=None):
     return Bench(name, "reduce", (("shape", shape), ("dims", dims), ("operation", operation), ("dtype", "float16"),
                                   ("tiles", tiles)))
+
+
+def _rnn(name, cell, batch, steps, inputs, outputs, dtype, train):
+    return Bench(name, "rnn", (("cell", cell), ("batch", batch), ("steps", steps), ("inputs", inputs),
+                               ("outputs", outputs), ("dtype", dtype), ("train", train)))
 
 
 def _benches() -> list[Bench]:
@@ -174,6 +185,14 @@ def _benches() -> list[Bench]:
           _reduce("resnet50_tr_bs1_bm64L0A0_reduce", (4, 6272, 8), (1,), "add", 1200),
           _reduce("resnet50_tr_bs1_bm128L0A0_reduce", (4, 3136, 8), (1,), "add"),
           _reduce("resnet50_tr_bs1_bm128L0_reduce", (4, 12544, 8), (1,), "add")]
+    # lstm_layer and gru_layer: 25 steps of 1,024 inputs and outputs, forward (--phase fwd, the default)
+    # or forward, backward and weight update (--phase all: "_train"); their "_shuffled_cell_order"
+    # variants permute the gates only and have the same rows
+    for cell in ("lstm", "gru"):
+        for batch, dtype in ((16, "half"), (8, "float")):
+            for train in (False, True):
+                b.append(_rnn(f"{cell}_{batch}_25_1024_1024_{dtype}" + ("_train" if train else ""), cell, batch, 25,
+                              1024, 1024, "float16" if dtype == "half" else "float32", train))
     return b
 
 
@@ -348,6 +367,32 @@ def reduce_graph(shape: tuple, dims: tuple, operation: str = "add", dtype: str =
     return b.graph
 
 
+def rnn_graph(cell: str, batch: int, steps: int, inputs: int, outputs: int, dtype: str = "float16",
+              train: bool = False) -> Graph:
+    """poplibs' ``lstm_layer`` / ``gru_layer`` as a graph: one layer over ``steps`` time steps of
+    ``batch`` sequences (popnn's defaults: fp32 partials, no pre-weighted input; the GRU without
+    ``resetAfter``, the tool's default), ``lstmFwd`` / ``gruFwd``; with ``train`` (``--phase all``)
+    also ``lstmBwdWithWU`` / ``gruBwdWithWU`` from an output-sequence gradient (``nextLayerGrads``),
+    which give the input and weight gradients (the tool applies no update)."""
+    gates = RNN_GATES[cell]
+    b = GraphBuilder(f"{cell}_{batch}_{steps}_{inputs}_{outputs}" + ("_train" if train else ""), dtype)
+    x = b.input("prevLayerAct", (steps, batch, inputs))
+    w_in, w_out = b.weight("weightsInput", (inputs, gates * outputs)), b.weight("weightsOutput", (outputs, gates * outputs))
+    bias = b.weight("biases", (gates * outputs,))
+    state = [b.input(n, (batch, outputs)) for n in (("outputInit", "cellStateInit") if cell == "lstm" else ("outputInit",))]
+    seq = b.recurrent(cell, x, w_in, w_out, bias, *state, reset_after=False, name=cell)[0]
+    if not train:
+        b.output(seq)
+        return b.graph
+    mark_recurrent_saves(b.graph)
+    fwd = b.graph.ops[-1]
+    dy = b.input("nextLayerGrads", (steps, batch, outputs))
+    grads = b.op(f"{cell}_grad", fwd.inputs + [seq, fwd.outputs[-1], dy], [b.shape(t) for t in fwd.inputs],
+                 dict(fwd.attrs, output_grads=[0]), name=f"{cell}_grad")
+    b.output(grads[0])
+    return b.graph
+
+
 def graph(bench: Bench) -> Graph:
     """The simulator's graph of ``bench``'s tool with its arguments."""
     p = bench.params
@@ -360,7 +405,9 @@ def graph(bench: Bench) -> Graph:
                           groups=p["groups"])
     if bench.tool == "reduce":
         return reduce_graph(p["shape"], p["dims"], p["operation"], p["dtype"])
-    raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} (expected fc, gemm, conv or reduce)")
+    if bench.tool == "rnn":
+        return rnn_graph(p["cell"], p["batch"], p["steps"], p["inputs"], p["outputs"], p["dtype"], p["train"])
+    raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} (expected fc, gemm, conv, reduce or rnn)")
 
 
 def system(bench: Bench, target: str = "IpuModel2"):
@@ -400,7 +447,8 @@ def within(tolerance: float = 0.05, target: str = "IpuModel2") -> list[Row]:
 def _family(name: str) -> str:
     if BENCHES.get(name) is not None and BENCHES[name].tool == "reduce":
         return "reduce"
-    for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet", "conv"):
+    for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet", "conv",
+                   "lstm", "gru"):
         if name.startswith(prefix):
             return prefix
     return "other"
@@ -431,18 +479,20 @@ def report_section(tolerance: float = 0.05) -> list[str]:
     a summary per family, and the rows not expressible."""
     rs = rows()
     within_count, tables = _tables(rs, tolerance, "IPUModel2")
-    return ["", "## Microbenchmarks: single matmul, convolution and reduction layers (IPUModel2)", "",
+    return ["", "## Microbenchmarks: single matmul, convolution, reduction and recurrent layers (IPUModel2)", "",
             f"Source: {SOURCE}. Cycles is Poplar's IPUModel2 estimate of the layer (its codelet estimators, "
             "exchange and sync model: how Poplar plans and runs it, not a hardware measurement), against the "
             "simulator's cycles for the tool's graph (`sim/poplibs_benchmarks.py`: fully_connected_layer and "
             "single_conv_layer run the forward, backward and weight-update passes, general_matrix_multiply one "
-            "matmul and an add, reduce_op one popops reduction of a linearly mapped input) on one `ipu-mk2` "
+            "matmul and an add, reduce_op one popops reduction of a linearly mapped input, lstm_layer and gru_layer "
+            "one popnn layer over 25 steps, forward or (`_train`) forward, backward and weight update) on one `ipu-mk2` "
             "(of the tool's `--tiles-per-ipu` tiles where set) with synthetic data. Two constants were fitted "
             "together to these rows (the fixed cycles of a matmul/convolution pass, `configs/_conv-vertices.toml` "
             "[pass], and the fraction of the 4-byte width an on-chip exchange moves its data at, "
             "`configs/ipu-mk2.toml` [ipu] `exchange_efficiency`) and one to "
             "the reduction rows (the fixed cycles of a reduce call, `configs/_vector-ops.toml` [reduce_vertex] "
-            "`call_fixed_cycles`); rows within "
+            "`call_fixed_cycles`); the LSTM and GRU rows came in after those fits (2026-11-29) and set nothing. "
+            "Rows within "
             f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py`. "
             f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", ""] + tables
 
@@ -480,4 +530,4 @@ def mk1_report_section(tolerance: float = 0.05) -> list[str]:
 __all__ = ["Bench", "report_section", "mk1_report_section", "MK1_BENCHES", "benches", "max_tile_memory",
            "DATA_MK1", "SYSTEM_MK1", "SOURCE_MK1", "TARGETS",
            "BENCHES", "NOT_EXPRESSIBLE", "Row", "rows", "published", "fc_graph", "gemm_graph",
-           "conv_graph", "reduce_graph", "system", "graph", "simulated_cycles", "simulated_run", "within", "SOURCE", "DATA"]
+           "conv_graph", "reduce_graph", "rnn_graph", "system", "graph", "simulated_cycles", "simulated_run", "within", "SOURCE", "DATA"]

@@ -67,6 +67,9 @@ def op_program_steps(cost: OpCost, ipu: IPU) -> tuple[int, int]:
     (``lib/poplin/Convolution.cpp``), so its program holds one piece's steps (the slice and the
     update included) and the loop counter's increment, however many pieces run.
     """
+    if cost.program_extent is not None:  # a loop over parts, each compiled once (sim.cost.opcost.in_series)
+        sets, setup = cost.program_extent  # and the loop counter's increment
+        return sets + 1, round(setup / ipu.exchange_setup_cycles) if ipu.exchange_setup_cycles else 0
     phases = round(cost.exchange_setup_cycles / ipu.exchange_setup_cycles) if ipu.exchange_setup_cycles else 0
     pieces = serial_pieces(cost)
     if pieces > 1:
@@ -75,8 +78,11 @@ def op_program_steps(cost: OpCost, ipu: IPU) -> tuple[int, int]:
 
 
 def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
-    """Keys of the distinct codelets an op runs: one per compute set of one piece of the op (a
-    serialised matmul loops over its pieces), shared by ops of the same kind and dtype."""
+    """Keys of the distinct codelets an op runs: its cost's ``codelets`` when it names them, else one
+    per compute set of one piece of the op (a serialised matmul loops over its pieces), shared by
+    ops of the same kind and dtype."""
+    if cost.codelets:
+        return list(cost.codelets)
     sets = _piece_sets(cost)
     names = op.inputs + op.outputs
     dtype = graph.tensors[names[0]].dtype if names else ""

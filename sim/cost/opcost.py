@@ -63,6 +63,10 @@ class OpCost:
     profile: TileProfile | None = field(default=None, compare=False, repr=False)
     launch_cycles: int = 0  # the fixed part of compute_cycles: vertex launches and prologues
     exchange_setup_cycles: int = 0  # the fixed part of exchange_cycles: one set-up per phase
+    # (compute sets, exchange set-up cycles) of the op's program when it runs parts in a loop, each
+    # part compiled once (None: every compute set and exchange phase it runs is in its program)
+    program_extent: tuple[int, int] | None = None
+    codelets: tuple = ()  # keys of the distinct codelets it runs (empty: one per compute set of its program)
 
     @property
     def cycles(self) -> int:
@@ -75,7 +79,8 @@ FREE = OpCost(0, 0, 0, 0, 0.0, 0, 0, 0, "view: no data moves")
 def in_series(parts: list[tuple[OpCost, int]], tiles: int, plan: str) -> OpCost:
     """One op that runs each ``(cost, times)`` of ``parts`` one after another (a loop of compute
     sets and matmuls): cycles, compute sets, FLOPs and bytes add up, the tile vectors add up
-    weighted by the times, and the temporary memory is the largest part's."""
+    weighted by the times, and the temporary memory is the largest part's. The program holds each
+    part once, however many times the loop runs it (``program_extent``)."""
     parts = [(c, n) for c, n in parts if n > 0]
 
     def total(field: str) -> int:
@@ -97,4 +102,5 @@ def in_series(parts: list[tuple[OpCost, int]], tiles: int, plan: str) -> OpCost:
                   max((c.tiles_used for c, _ in parts), default=0),
                   max((c.temp_bytes_per_tile for c, _ in parts), default=0), plan,
                   TileProfile(vector("compute"), vector("bytes_in"), temp),
-                  launch_cycles=total("launch_cycles"), exchange_setup_cycles=total("exchange_setup_cycles"))
+                  launch_cycles=total("launch_cycles"), exchange_setup_cycles=total("exchange_setup_cycles"),
+                  program_extent=(sum(c.supersteps for c, _ in parts), sum(c.exchange_setup_cycles for c, _ in parts)))

@@ -45,7 +45,7 @@ are the same).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..graph.ir import RNN_GATES, RNN_SAVED
 
@@ -71,6 +71,7 @@ class Part:
     count: int = 1
     weight: bool = False
     broadcast: int = 0
+    fc_pass: str = ""
 
 
 def lstm_steps_per_wu(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int, tiles: int) -> int:
@@ -120,7 +121,7 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, res
     if training:  # the step's intermediates and the new state copied out (the in-place cell otherwise)
         parts += [Part("copy", (RNN_SAVED[cell] * BH,), T), Part("copy", (2 * BH if cell == "lstm" else BH,), T)]
     parts.append(Part("copy", (BH,), T))  # the output written into the sequence
-    return parts
+    return _with_fc_passes(parts, "TRAINING_FWD" if training else "INFERENCE_FWD")
 
 
 def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int,
@@ -158,4 +159,14 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
         parts += [Part("matmul", (k, steps * B, G * H), calls), Part("add", (k * G * H,), calls)]
     parts += [Part("reduce_sum", (steps, G * BH), calls),  # the bias gradients over the steps
               Part("reduce_sum", (B, G * H))]  # and over the batch, once (ParamUpdateFinal)
-    return parts
+    return _with_fc_passes(parts, "TRAINING_BWD")
+
+
+def _with_fc_passes(parts: list[Part], weights_pass: str) -> list[Part]:
+    """``parts`` with each matmul's ``fullyConnectedPass`` as popnn sets it in its matmul options:
+    ``weights_pass`` on a matmul by the layer's weights (``INFERENCE_FWD`` / ``TRAINING_FWD`` when
+    the layer is inference-only or not, ``TRAINING_BWD`` for the gradient through them: Lstm.cpp
+    ``basicLstmCellForwardPass``, ``backwardStepImpl``; Gru.cpp likewise), ``TRAINING_WU`` on the
+    weight update's accumulating matmuls (``basicLstmParamUpdate``, ``basicGruParamUpdate``)."""
+    return [replace(p, fc_pass=weights_pass if p.weight else "TRAINING_WU") if p.kind == "matmul" else p
+            for p in parts]

@@ -864,9 +864,7 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
     priced = []
     for p in parts:
         if p.kind == "matmul":
-            M, K, N = p.shape
-            c = _rule("matmul", (((M, K), dtype, "activation"), ((K, N), dtype, "weight" if p.weight else "activation")),
-                      (((M, N), dtype),), {}, ipu, tiles, amp, "float")
+            c = _rule("matmul", *_rnn_matmul(p, dtype), ipu, tiles, amp, "float")
         elif p.kind == "reduce_sum":
             c = _reduce("reduce_sum", ((p.shape, dtype, "activation"),), (((p.shape[1],), dtype),), {"axes": (0,)},
                         ipu, tiles)
@@ -882,8 +880,25 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
     total = in_series(priced, tiles, "")
     what = "backward and weight update" if kind.endswith("_grad") else "forward"
     matmuls = sum(p.count for p in parts if p.kind == "matmul")
-    return replace(total, plan=f"popnn {cell.upper()} {what} over {T} steps: {matmuls} matmuls, "
+    # the codelets of each part's compute sets, shared between parts (and ops) of the same kind
+    codelets = tuple(sorted({(p.kind.split(":")[0], dtype, j) for p, (c, _) in zip(parts, priced)
+                             for j in range(c.supersteps)}))
+    return replace(total, codelets=codelets, plan=f"popnn {cell.upper()} {what} over {T} steps: {matmuls} matmuls, "
                                f"{total.supersteps} compute sets")
+
+
+def _rnn_matmul(part, dtype) -> tuple:
+    """``(ins, outs, attrs)`` of a recurrent layer's matmul ``part`` (the product (M, K) @ (K, N)) as
+    the matmul op its ``fullyConnectedPass`` plans: ``X @ W`` forward, ``dY @ Wᵀ`` (W stored
+    (N, K)) backward, ``Xᵀ @ dY`` (X stored (K, M)) for the weight update."""
+    M, K, N = part.shape
+    if part.fc_pass == "TRAINING_WU":
+        ins, attrs = (((K, M), dtype, "activation"), ((K, N), dtype, "activation")), {"transpose_a": True}
+    elif part.fc_pass == "TRAINING_BWD":
+        ins, attrs = (((M, K), dtype, "activation"), ((N, K), dtype, "weight")), {"transpose_b": True}
+    else:
+        ins, attrs = (((M, K), dtype, "activation"), ((K, N), dtype, "weight")), {}
+    return ins, (((M, N), dtype),), attrs | ({"fully_connected_pass": part.fc_pass} if part.fc_pass else {})
 
 
 def _map(ins, outs, attrs, ipu, tiles) -> OpCost:

@@ -310,7 +310,7 @@ def mark_fully_connected_passes(g: Graph, training: bool) -> None:
             op.attrs = dict(op.attrs, fully_connected_pass=fc_pass)
 
 
-def _mark_recurrent_saves(g: Graph) -> None:
+def mark_recurrent_saves(g: Graph) -> None:
     """Give each LSTM / GRU layer the output popnn fills for its backward pass in training: the
     intermediates of every step (``intermediatesSeq``, (T, saved, B, H); ``RNN_SAVED``), which its
     gradient op reads, and the ``training`` attribute (the cell copies them out at each step)."""
@@ -387,7 +387,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     g = graph.copy()
     g.training = True
     mark_fully_connected_passes(g, training=True)
-    _mark_recurrent_saves(g)
+    mark_recurrent_saves(g)
     need = _requires_grad(g)
     bw = _Backward(g)
     forward = list(g.ops)
