@@ -2,7 +2,7 @@
 
 poplibs kept a regression file of Poplar's own IPUModel2 estimates (its codelet cycle estimators
 plus its exchange and sync model: how Poplar plans and runs the work, not a hardware measurement)
-for single layers run by three tools, each with ``--ignore-data`` (no host transfers):
+for single layers run by these tools, each with ``--ignore-data`` (no host transfers):
 
 * ``tools/fully_connected_layer.cpp`` (``add_fc_benchmark``, ``--bias 0``): fp16 unless
   ``--data-type``, fp32 partials (poplin's default), availableMemoryProportion 0.6, Pass ALL:
