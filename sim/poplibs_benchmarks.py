@@ -377,9 +377,11 @@ def rnn_graph(cell: str, batch: int, steps: int, inputs: int, outputs: int, dtyp
     gates = RNN_GATES[cell]
     b = GraphBuilder(f"{cell}_{batch}_{steps}_{inputs}_{outputs}" + ("_train" if train else ""), dtype)
     x = b.input("prevLayerAct", (steps, batch, inputs))
-    w_in, w_out = b.weight("weightsInput", (inputs, gates * outputs)), b.weight("weightsOutput", (outputs, gates * outputs))
+    w_in = b.weight("weightsInput", (inputs, gates * outputs))
+    w_out = b.weight("weightsOutput", (outputs, gates * outputs))
     bias = b.weight("biases", (gates * outputs,))
-    state = [b.input(n, (batch, outputs)) for n in (("outputInit", "cellStateInit") if cell == "lstm" else ("outputInit",))]
+    states = ("outputInit", "cellStateInit") if cell == "lstm" else ("outputInit",)
+    state = [b.input(n, (batch, outputs)) for n in states]
     seq = b.recurrent(cell, x, w_in, w_out, bias, *state, reset_after=False, name=cell)[0]
     if not train:
         b.output(seq)
@@ -530,4 +532,5 @@ def mk1_report_section(tolerance: float = 0.05) -> list[str]:
 __all__ = ["Bench", "report_section", "mk1_report_section", "MK1_BENCHES", "benches", "max_tile_memory",
            "DATA_MK1", "SYSTEM_MK1", "SOURCE_MK1", "TARGETS",
            "BENCHES", "NOT_EXPRESSIBLE", "Row", "rows", "published", "fc_graph", "gemm_graph",
-           "conv_graph", "reduce_graph", "rnn_graph", "system", "graph", "simulated_cycles", "simulated_run", "within", "SOURCE", "DATA"]
+           "conv_graph", "reduce_graph", "rnn_graph", "system", "graph", "simulated_cycles", "simulated_run", "within",
+           "SOURCE", "DATA"]

@@ -91,6 +91,6 @@ def test_the_step_loop_is_in_the_program_once():
         assert len(op_codelets(g.ops[0], g, cost)) == len(cost.codelets) < 20
         program[steps] = (sets, cost.codelets, run.tile_memory(0, "vertex_code").max())
     assert program[5] == program[50]  # (the sequence's first copy spreads over more tiles at 50 steps)
-    row = pb.rows()[[r.name for r in pb.rows()].index("gru_16_25_1024_1024_half")]
+    row = next(r for r in pb.rows() if r.name == "gru_16_25_1024_1024_half")
     simulated = pb.simulated_run(row.bench).memory[0]["total_peak_bytes"]
     assert simulated == pytest.approx(row.total_memory, rel=0.35)  # 39.0 MB against Poplar's 30.4 MB
