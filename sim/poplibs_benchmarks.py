@@ -25,6 +25,11 @@ for single layers run by these tools, each with ``--ignore-data`` (no host trans
   partials, no pre-weighted input, the GRU without ``resetAfter``), ``--phase fwd`` (the default:
   ``lstmFwd`` / ``gruFwd``) or ``all`` (the ``_train`` rows: also ``lstmBwdWithWU`` /
   ``gruBwdWithWU``); :func:`rnn_graph`.
+* ``tools/ctc_loss.cpp`` (``add_ctc_loss_benchmark``): popnn's CTC loss and gradient of fp32 logits
+  (``--logit-inputs true``: ``calcLossAndGradientLogits``, a log-softmax then the loss), batch
+  ``--batch`` of ``--max-time`` steps, labels of ``--max-label-length``, ``--num-classes`` classes;
+  :func:`ctc_graph`. Its ``--ignore-data`` still runs the upload program (the tool: valid inputs
+  are needed), so its inputs come from the host and nothing goes back.
 
 The rows (``tests/data/poplibs_benchmark_results.csv``, copied from poplibs at commit 8dcde1ec)
 and their arguments (``tests/CMakeLists.txt`` at that commit) are in :data:`ROWS`;
@@ -62,7 +67,7 @@ class Bench:
     """One benchmark: the tool and its arguments (as in poplibs' ``tests/CMakeLists.txt``)."""
 
     name: str
-    tool: str  # "fc", "gemm", "conv", "reduce" or "rnn"
+    tool: str  # "fc", "gemm", "conv", "reduce", "rnn" or "ctc"
     args: tuple = field(default=())  # (key, value) pairs, see the graph builders
 
     @property
@@ -88,6 +93,10 @@ def _reduce(name, shape, dims, operation, tiles=None):
 def _rnn(name, cell, batch, steps, inputs, outputs, dtype, train):
     return Bench(name, "rnn", (("cell", cell), ("batch", batch), ("steps", steps), ("inputs", inputs),
                                ("outputs", outputs), ("dtype", dtype), ("train", train)))
+
+
+def _ctc(name, time, labels, classes, batch):
+    return Bench(name, "ctc", (("time", time), ("labels", labels), ("classes", classes), ("batch", batch)))
 
 
 def _benches() -> list[Bench]:
@@ -193,6 +202,9 @@ def _benches() -> list[Bench]:
             for train in (False, True):
                 b.append(_rnn(f"{cell}_{batch}_25_1024_1024_{dtype}" + ("_train" if train else ""), cell, batch, 25,
                               1024, 1024, "float16" if dtype == "half" else "float32", train))
+    # ctc_loss: fp32 logits in, fp32 out (--in-type float --out-type float)
+    b += [_ctc(f"ctc_loss_t_{t}_l_{lab}_c_{c}_bs_{bs}_float_float", t, lab, c, bs)
+          for t, lab, c in ((375, 200, 36), (1200, 480, 5)) for bs in (1, 4)]
     return b
 
 
@@ -395,6 +407,20 @@ def rnn_graph(cell: str, batch: int, steps: int, inputs: int, outputs: int, dtyp
     return b.graph
 
 
+def ctc_graph(time: int, labels: int, classes: int, batch: int) -> Graph:
+    """poplibs' ``ctc_loss`` with ``--logit-inputs true`` as a graph: fp32 logits ``(time, batch,
+    classes)``, labels ``(batch, labels)`` and the two length vectors in, popnn's log-softmax of the
+    logits and its CTC loss and gradient (``calcLossAndGradientLogits``), one loss per sequence. With
+    ``--ignore-data`` the tool downloads nothing, so the graph has no output (the loss keeps it)."""
+    b = GraphBuilder(f"ctc_loss_t{time}_l{labels}_c{classes}_b{batch}", "float32")
+    logits = b.input("data", (time, batch, classes))
+    targets = b.input("labels", (batch, labels), dtype="int32")
+    lengths = [b.input(n, (batch,), dtype="int32") for n in ("dataLengths", "labelLengths")]
+    log_probs = b.op("softmax", [logits], [(time, batch, classes)], {"axis": -1, "log": True}, name="logSoftmax")[0]
+    b.ctc_loss(log_probs, targets, *lengths, reduction="none", name="ctc_loss")
+    return b.graph
+
+
 def graph(bench: Bench) -> Graph:
     """The simulator's graph of ``bench``'s tool with its arguments."""
     p = bench.params
@@ -409,7 +435,10 @@ def graph(bench: Bench) -> Graph:
         return reduce_graph(p["shape"], p["dims"], p["operation"], p["dtype"])
     if bench.tool == "rnn":
         return rnn_graph(p["cell"], p["batch"], p["steps"], p["inputs"], p["outputs"], p["dtype"], p["train"])
-    raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} (expected fc, gemm, conv, reduce or rnn)")
+    if bench.tool == "ctc":
+        return ctc_graph(p["time"], p["labels"], p["classes"], p["batch"])
+    raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} "
+                     "(expected fc, gemm, conv, reduce, rnn or ctc)")
 
 
 def system(bench: Bench, target: str = "IpuModel2"):
@@ -425,15 +454,16 @@ def system(bench: Bench, target: str = "IpuModel2"):
     return base.with_tiles(tiles) if tiles else base
 
 
-def _options() -> Options:
-    return Options().enableSyntheticData(True)  # --ignore-data: no host transfers
+def _options(bench: Bench) -> Options:
+    """--ignore-data: no host transfers, but ctc_loss's upload of its inputs (see the module docstring)."""
+    return Options().enableSyntheticData(bench.tool != "ctc")
 
 
 @lru_cache(maxsize=None)
 def simulated_run(bench: Bench, target: str = "IpuModel2"):
     """The simulator's :class:`~sim.results.run.Run` of ``bench`` on :func:`system` (one ``ipu-mk2``,
     or one Mk1 IPU for IpuModel1, of the tool's ``--tiles-per-ipu`` tiles if set)."""
-    return simulate(graph(bench), system(bench, target), _options())
+    return simulate(graph(bench), system(bench, target), _options(bench))
 
 
 def simulated_cycles(bench: Bench, target: str = "IpuModel2") -> int:
@@ -450,7 +480,7 @@ def _family(name: str) -> str:
     if BENCHES.get(name) is not None and BENCHES[name].tool == "reduce":
         return "reduce"
     for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet", "conv",
-                   "lstm", "gru"):
+                   "lstm", "gru", "ctc"):
         if name.startswith(prefix):
             return prefix
     return "other"
@@ -481,19 +511,21 @@ def report_section(tolerance: float = 0.05) -> list[str]:
     a summary per family, and the rows not expressible."""
     rs = rows()
     within_count, tables = _tables(rs, tolerance, "IPUModel2")
-    return ["", "## Microbenchmarks: single matmul, convolution, reduction and recurrent layers (IPUModel2)", "",
+    return ["", "## Microbenchmarks: single matmul, convolution, reduction, recurrent and CTC-loss layers (IPUModel2)",
+            "",
             f"Source: {SOURCE}. Cycles is Poplar's IPUModel2 estimate of the layer (its codelet estimators, "
             "exchange and sync model: how Poplar plans and runs it, not a hardware measurement), against the "
             "simulator's cycles for the tool's graph (`sim/poplibs_benchmarks.py`: fully_connected_layer and "
             "single_conv_layer run the forward, backward and weight-update passes, general_matrix_multiply one "
             "matmul and an add, reduce_op one popops reduction of a linearly mapped input, lstm_layer and gru_layer "
-            "one popnn layer over 25 steps, forward or (`_train`) forward, backward and weight update) on one `ipu-mk2` "
-            "(of the tool's `--tiles-per-ipu` tiles where set) with synthetic data. Two constants were fitted "
-            "together to these rows (the fixed cycles of a matmul/convolution pass, `configs/_conv-vertices.toml` "
-            "[pass], and the fraction of the 4-byte width an on-chip exchange moves its data at, "
+            "one popnn layer over 25 steps, forward or (`_train`) forward, backward and weight update, ctc_loss a "
+            "log-softmax and popnn's CTC loss and gradient) on one `ipu-mk2` (of the tool's `--tiles-per-ipu` tiles "
+            "where set) with synthetic data, but for ctc_loss, whose `--ignore-data` still uploads its inputs. Two "
+            "constants were fitted together to these rows (the fixed cycles of a matmul/convolution pass, "
+            "`configs/_conv-vertices.toml` [pass], and the fraction of the 4-byte width an on-chip exchange moves its data at, "
             "`configs/ipu-mk2.toml` [ipu] `exchange_efficiency`) and one to "
             "the reduction rows (the fixed cycles of a reduce call, `configs/_vector-ops.toml` [reduce_vertex] "
-            "`call_fixed_cycles`); the LSTM and GRU rows came in after those fits (2026-11-29) and set nothing. "
+            "`call_fixed_cycles`); the LSTM, GRU and CTC rows came in after those fits (2026-11-29) and set nothing. "
             "Rows within "
             f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py`. "
             f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", ""] + tables
@@ -532,5 +564,6 @@ def mk1_report_section(tolerance: float = 0.05) -> list[str]:
 __all__ = ["Bench", "report_section", "mk1_report_section", "MK1_BENCHES", "benches", "max_tile_memory",
            "DATA_MK1", "SYSTEM_MK1", "SOURCE_MK1", "TARGETS",
            "BENCHES", "NOT_EXPRESSIBLE", "Row", "rows", "published", "fc_graph", "gemm_graph",
-           "conv_graph", "reduce_graph", "rnn_graph", "system", "graph", "simulated_cycles", "simulated_run", "within",
+           "conv_graph", "reduce_graph", "rnn_graph", "ctc_graph", "system", "graph", "simulated_cycles",
+           "simulated_run", "within",
            "SOURCE", "DATA"]

@@ -61,16 +61,32 @@ def _ctc_graph(T, B=8, L=40, C=30, reduction="mean"):
 
 
 def test_the_op_prices_the_plans_loops():
-    costs = {}
+    costs, loops = {}, {}
     for T in (200, 400):
         ex = sim.compile(_ctc_graph(T), "ipu-mk2", sim.Options().enableSyntheticData(True))
         (op,) = [o for o in ex.graph.ops if o.kind == "ctc_loss"]
         costs[T] = ex.costs[op.name]
         plan = ctc.plan_ctc(8, T, 40, 30, 2, 4, IPU, IPU.tiles)
+        loops[T] = plan.loops
         assert costs[T].compute_cycles >= plan.loops * plan.serial_runs * (plan.alpha_compute + plan.grad_compute)
-        assert costs[T].supersteps == 2 * plan.loops + 2  # two loops of one compute set each, reduce, map
+    # two loops of one compute set each, then the same tail (the LOG_ADD reductions, the map, the cast)
+    assert costs[400].supersteps - 2 * loops[400] == costs[200].supersteps - 2 * loops[200] > 0
+    # each loop's body is compiled once: the program does not grow with the time steps
+    assert costs[400].program_extent == costs[200].program_extent
+    assert costs[200].program_extent[0] == costs[200].supersteps - 2 * loops[200] + 2
+    assert {k[0] for k in costs[200].codelets} == {"ctc_alpha", "ctc_grad", "reduce_log_add", "exp+add+exp+sub", "cast"}
     # the wavefront: twice the time steps, about twice the cycles
     assert costs[400].cycles / costs[200].cycles == pytest.approx(2.0, rel=0.1)
+
+
+def test_a_long_sequence_fits_the_tile():
+    """The loops' bodies are in the program once: 1,200 steps of 480 labels (poplibs' own benchmark,
+    which Poplar compiled) fit, where one codelet per step did not."""
+    g = _ctc_graph(1200, B=1, L=480, C=5)
+    ex = sim.compile(g, "ipu-mk2", sim.Options().enableSyntheticData(True))
+    (op,) = [o for o in ex.graph.ops if o.kind == "ctc_loss"]
+    assert ex.costs[op.name].supersteps > 1200  # two loops of 600 steps
+    assert ex.memory[0].by_role["vertex_code"] < 0.01 * IPU.sram_bytes_per_tile * IPU.tiles
 
 
 def test_training_scales_popnns_gradient():

@@ -31,6 +31,28 @@ def test_default_and_continuous_vertices_worked_by_hand():
     assert continuous_cycles(3, 65, 2, "add") == 75
 
 
+def test_log_add_vertices_worked_by_hand():
+    """popops' LOG_ADD (getCycleEstimateForReduceVertex at 8dcde1ec): the strided vertex has an
+    assembler log-add, 23 cycles per f32v2 (12 per f16v4): 8 fp32 outputs of 10 rows,
+    7 + 17 + 6 * 4 + 23 * 80 / 2 = 968; every other vertex a scalar C++ log-add of 20 cycles, the
+    default vertex 7 + 16 + 10 and 2 + 20 + 3 + 1 per partial element: 33 + 26 * 64 = 1697 for 4
+    outputs of 16 partials (27 an element when the output type differs); the continuous vertex
+    20 per partial of each output but the last (numOutputsM1): 20 * 2 * 65 + 2 + 12 * 2 + 17 = 2643."""
+    assert strided_cycles(8, 10, 8, 4, "log_add") == 968
+    assert strided_cycles(8, 10, 8, 2, "log_add") == 7 + 17 + 6 * 2 + 12 * 80 // 4
+    assert default_cycles(4, 16, 4, 4, "log_add") == 1697
+    assert default_cycles(4, 16, 4, 2, "log_add") == 33 + 27 * 64
+    assert continuous_cycles(3, 65, 4, "log_add") == 2643
+
+
+def test_log_add_reductions_cost_their_scalar_vertices():
+    """The same plan's stages for ADD and LOG_ADD, the LOG_ADD compute sets about 20 cycles an
+    element dearer (a scalar C++ log-add against a vectorised add)."""
+    add, log_add = (plan_reduce((201, 13500), (0,), 4, op, 1472, 6) for op in ("add", "log_add"))
+    assert [s.name for s in add.stages] == [s.name for s in log_add.stages]
+    assert log_add.compute_cycles > 8 * add.compute_cycles
+
+
 def test_reduce_of_a_column_on_one_tile_needs_no_exchange():
     # [64, 8] over dim 1: each row's 8 values on one tile: one compute set, no exchange
     plan = plan_reduce((64, 8), (1,), 2, "add", 1472, 6)

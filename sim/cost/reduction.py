@@ -45,9 +45,13 @@ from ..errors import ConfigError
 from .vector import VECTOR_OPS_FILE
 
 ACCUMULATING = ("add", "square_add")  # popops ops that accumulate in fp32 (opBenefitsFromHigherIntermediatePrecision)
+#: popops' LOG_ADD, log(exp(a) + exp(b)) (popnn's CTC loss reduces with it): no vectorised vertex; an
+#: assembler log-add in the strided vertex only, a scalar C++ one in every other
+LOG_ADD = "log_add"
 _KEYS = ("entry", "strided_fixed", "strided_per_outer_loop", "default_fixed", "default_per_region",
          "fetch_ptr", "continuous_fixed", "continuous_per_output", "approx_vertex_overhead", "approx_min_cycles_per_split", "sources_factor",
-         "stage_threshold", "min_piece_size", "call_fixed_cycles")
+         "stage_threshold", "min_piece_size", "call_fixed_cycles", "log_add_strided_float", "log_add_strided_half",
+         "log_add_cpp", "cpp_fixed", "cpp_per_region", "cpp_per_element")
 
 
 @lru_cache(maxsize=1)
@@ -82,11 +86,16 @@ def _op_vector_width(nbytes: int, op: str) -> int:
 def strided_cycles(outputs: int, rows: int, stride: int, in_bytes: int, op: str) -> int:
     """Thread cycles of a STRIDED_REDUCE vertex: ``rows`` rows of ``outputs`` columns, rows
     ``stride`` elements apart; ``7 + 17 + 6·ceil(outputs/e) + rows·outputs/e`` with ``e`` the
-    gcd of the elements a 64-bit load brings and the stride (getCyclesEstimateForReduce)."""
+    gcd of the elements a 64-bit load brings and the stride (getCyclesEstimateForReduce); a
+    LOG_ADD's vector op (two floats or four halves) takes its assembler log-add's cycles."""
     c = constants()
-    per_loop = math.gcd(min(_op_vector_width(in_bytes, op), _vector_width(in_bytes)), stride)
+    if op == LOG_ADD:
+        width, per_op = (2, c["log_add_strided_float"]) if in_bytes >= 4 else (4, c["log_add_strided_half"])
+    else:
+        width, per_op = _op_vector_width(in_bytes, op), 1
+    per_loop = math.gcd(min(width, _vector_width(in_bytes)), stride)
     return (c["entry"] + c["strided_fixed"] + math.ceil(outputs / per_loop) * c["strided_per_outer_loop"]
-            + rows * outputs // per_loop)
+            + per_op * rows * outputs // per_loop)
 
 
 def continuous_cycles(outputs: int, partials: int, in_bytes: int, op: str) -> int:
@@ -95,17 +104,24 @@ def continuous_cycles(outputs: int, partials: int, in_bytes: int, op: str) -> in
     poplibs 8dcde1ec, the estimator is handed the vertex's ``numOutputsM1`` field as its output
     count, so one output costs only the fixed cycles."""
     c = constants()
-    per_loop = min(_op_vector_width(in_bytes, op), _vector_width(in_bytes))
     m1 = outputs - 1
-    return (m1 * (partials // per_loop) + (2 if partials & 1 else 0) + c["continuous_per_output"] * m1
+    if op == LOG_ADD:  # the scalar C++ log-add, one partial a loop
+        per_loop, per_op = 1, c["log_add_cpp"]
+    else:
+        per_loop, per_op = min(_op_vector_width(in_bytes, op), _vector_width(in_bytes)), 1
+    return (per_op * m1 * (partials // per_loop) + (2 if partials & 1 else 0) + c["continuous_per_output"] * m1
             + c["continuous_fixed"])
 
 
 def default_cycles(outputs: int, partials: int, in_bytes: int, out_bytes: int, op: str) -> int:
     """Thread cycles of the vectorised default Reduce vertex: one output region of ``outputs``
     elements from ``partials`` partials of the same width (getCyclesEstimateForReduce, the
-    vectorisedOp branch, no update)."""
+    vectorisedOp branch, no update); a LOG_ADD takes the estimator's other branch, the C++
+    vertex's: a scalar log-add and its loop for every partial element."""
     c = constants()
+    if op == LOG_ADD:
+        per_element = c["cpp_per_element"] + c["log_add_cpp"] + (in_bytes != out_bytes)
+        return c["entry"] + c["cpp_fixed"] + c["cpp_per_region"] + partials * outputs * per_element
     acc = op in ACCUMULATING
     vw = _op_vector_width(in_bytes, op)
     load_width = min(vw, _vector_width(in_bytes))
@@ -427,5 +443,5 @@ def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int, w
     return plan
 
 
-__all__ = ["plan_reduce", "ReducePlan", "Stage", "TileWork", "tile_cycles", "strided_cycles", "default_cycles",
+__all__ = ["LOG_ADD", "plan_reduce", "ReducePlan", "Stage", "TileWork", "tile_cycles", "strided_cycles", "default_cycles",
            "continuous_cycles", "linear_chunk", "layout_stats", "LayoutStats", "constants"]

@@ -32,7 +32,7 @@ from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
 from .sort import bitonic_sort_cost
 from .opcost import FREE, OpCost, TileProfile, _counts, in_series
 from .rnn import backward_parts, forward_parts
-from .reduction import plan_reduce
+from .reduction import LOG_ADD, plan_reduce
 from .row_ops import ROW_OP_KINDS, row_op_cost
 from .reduction import constants as reduce_constants
 from .vector import codelet, launch_cycles, spread, tile_cycles
@@ -922,40 +922,69 @@ def _map(ins, outs, attrs, ipu, tiles) -> OpCost:
 
 def _ctc(ins, attrs, ipu, tiles) -> OpCost:
     """popnn's CTC loss and gradient (``sim/cost/ctc.py``): log-probabilities ``(T, B, C)`` in, labels
-    ``(B, L)``. The plan's two loops, the input brought to its tiles (the whole alphabet to every
-    label partition), then the loss and gradient reduced over the label partitions and the gradient
-    mapped to the logits' (``exp(data) - exp(grad + loss)``, four codelets an element). With
-    ``reduced_classes`` (PopART's ``enableReducedClassesInLabel``) the input is first gathered down
-    to each label's ``L + 1`` classes, and the gradient scattered back."""
+    ``(B, L)``. The program popnn builds (``calcLossAndGradientLogProbabilities``), its parts run one
+    after another:
+
+    1. the copies before the loops: the input to every label partition's tiles (the whole alphabet),
+       the labels and lengths broadcast, the gradient and the temporaries initialised from a constant;
+       priced as one exchange;
+    2. ``Repeat(loops, {exchange, alpha/beta compute set})`` and ``Repeat(loops, {exchange, gradient
+       compute set})``: the program holds each body once (``OpCost.program_extent``), however many
+       times it runs;
+    3. the loss and the gradient reduced over the label partitions with popops' LOG_ADD (their
+       reductions share compute sets), then the gradient mapped to the logits'
+       (``exp(data) - exp(grad + loss)``) and cast to the input's type if it is not float.
+
+    With ``reduced_classes`` (PopART's ``enableReducedClassesInLabel``) the input is first gathered
+    down to each label's ``L + 1`` classes, and the gradient scattered back."""
     (T, B, C), dtype, _ = ins[0]
     L = ins[1][0][1] if len(ins[1][0]) > 1 else 1
     in_bytes, partials = DTYPE_BYTES[dtype], 4  # popnn's partialsType defaults to float
     reduced = bool(attrs.get("reduced_classes"))
     classes = L + 1 if reduced else C
     plan = plan_ctc(B, T, L, classes, in_bytes, partials, ipu, tiles)
-    # each loop iteration: one compute set (its workers run ``serial_runs`` vertices each, one per
-    # sequence) and one exchange of the columns of every sequence on the tile
-    loop_compute = plan.loops * plan.serial_runs * (plan.alpha_compute + plan.grad_compute)
-    loop_exchange = plan.loops * (exchange_cycles(plan.alpha_exchange_bytes, ipu)
-                                  + exchange_cycles(plan.grad_exchange_bytes, ipu))
-    # before the loops: the data to the plan's tiles; after: the gradient's partials of the label
-    # partitions reduced into a gradient laid out linearly (popops::reduceWithOutput: each output
-    # tile receives every partition's partial of its elements), then mapped there
-    _, per_tile = spread(T * B * classes, partials, ipu, tiles)
-    reduce_bytes = per_tile * partials * plan.label_tiles if plan.label_tiles > 1 else 0
-    gather = (T * B * classes * in_bytes) if reduced else 0  # ctcLossPreProcess / PostProcess
-    exch = (exchange_cycles(plan.data_bytes, ipu) + exchange_cycles(reduce_bytes, ipu)
-            + 2 * exchange_cycles(math.ceil(gather / tiles), ipu))
-    tail = (tile_cycles(per_tile * (plan.label_tiles - 1), partials, "add", ipu)
-            + 2 * tile_cycles(per_tile, partials, "exp", ipu) + 2 * tile_cycles(per_tile, partials, "add", ipu))
-    sets = phases = 2 * plan.loops + 2 + (2 if reduced else 0)
+    b_per, t_per = math.ceil(B / plan.batch), math.ceil(T / plan.time)
+    ext_per = 2 * math.ceil(L / plan.label) + 1
+    # the copies before the loops, into the busiest tile: its slice of the input (when split over
+    # label partitions), of the gradient, and the alpha/beta columns it carries between steps
+    setup_bytes = ((plan.data_bytes if plan.label_tiles > 1 else 0) + b_per * t_per * classes * partials
+                   + b_per * 3 * ext_per * partials)
+    setup = _phases(ipu, 0, exchange_cycles(setup_bytes, ipu), 0, 0.0, plan.tiles * setup_bytes, plan.tiles,
+                    tiles=tiles, exchange_phases=1)
     # log-add 6 FLOP (max, subtract, exp, add, log, add), log-multiply 1: 2 of each per extended
     # symbol and step in each recursion, the gradient's product and sum twice more
-    flops = float(B * T * (2 * L + 1) * (2 * (2 * 6 + 2) + 2 * 7))
-    return _phases(ipu, loop_compute + tail, loop_exchange + exch, sets, flops,
-                   plan.tiles * (plan.data_bytes + plan.loops * (plan.alpha_exchange_bytes + plan.grad_exchange_bytes)),
-                   plan.tiles, plan.temp_bytes, plan.describe(), tiles=tiles, exchange_phases=phases,
-                   launch=sets * ipu.vertex_overhead_cycles)
+    per_step = B * (2 * L + 1) / max(plan.time, 1)
+
+    def step(compute: int, received: int, flops: float) -> OpCost:
+        # one loop iteration: the columns every sequence of the tile needs, then one compute set
+        # (its workers run ``serial_runs`` vertices each, one per sequence)
+        return _phases(ipu, plan.serial_runs * compute, exchange_cycles(received, ipu), 1, flops,
+                       plan.tiles * received, plan.tiles, plan.temp_bytes, tiles=tiles,
+                       launch=min(ipu.vertex_overhead_cycles, plan.serial_runs * compute))
+
+    alpha = step(plan.alpha_compute, plan.alpha_exchange_bytes, per_step * plan.time * (2 * 6 + 2))
+    grad = step(plan.grad_compute, plan.grad_exchange_bytes, per_step * plan.time * (2 * 6 + 2 + 2 * 7))
+    # the reductions over the label partitions: the gradient (label tiles, T·B·classes) and the loss
+    # (B, time x label tiles), LOG_ADD in shared compute sets
+    reductions = [plan_reduce((plan.label_tiles * plan.time, B), (0,), partials, LOG_ADD, tiles, ipu.worker_threads)]
+    if plan.label_tiles > 1:
+        reductions.insert(0, plan_reduce((plan.label_tiles, T * B * classes), (0,), partials, LOG_ADD, tiles,
+                                         ipu.worker_threads))
+    reduce = _plan_cost(reductions, ipu, tiles, float(plan.label_tiles * T * B * classes), "LOG_ADD reductions")
+    n = T * B * classes
+    grad_map = _map(((( n,), "float32", "activation"), ((B,), "float32", "activation")), (((n,), "float32"),),
+                    {"steps": ("exp", "add", "exp", "sub")}, ipu, tiles)
+    parts = [(setup, 1), (alpha, plan.loops), (grad, plan.loops), (reduce, 1), (grad_map, 1)]
+    if dtype != "float32":  # the loss and the gradient cast to the output type
+        parts.append((_elementwise("cast", (((n,), "float32", "activation"),), (((n,), dtype),), ipu, tiles), 1))
+    if reduced:  # ctcLossPreProcess's multiSlice and ctcLossPostProcess's multiUpdate of the classes
+        moved = math.ceil(T * B * classes * in_bytes / tiles)
+        gather = _phases(ipu, 0, exchange_cycles(moved, ipu), 0, 0.0, moved * tiles, tiles, tiles=tiles)
+        parts.append((gather, 2))
+    total = in_series(parts, tiles, plan.describe())
+    codelets = (("ctc_alpha", dtype, 0), ("ctc_grad", dtype, 0), ("reduce_log_add", "float32", 0),
+                ("exp+add+exp+sub", "float32", 0)) + ((("cast", dtype, 0),) if dtype != "float32" else ())
+    return replace(total, temp_bytes_per_tile=plan.temp_bytes, codelets=codelets)
 
 
 def _sort(ins, outs, attrs, ipu, tiles) -> OpCost:
