@@ -6,7 +6,7 @@ The rows are Poplar's IPUModel estimates of 2021 poplibs (not hardware); no cons
 them. Tolerance 25 %: the simulator charges each loop step its usual sync, exchange set-up and
 vertex launch (about 290 cycles beside the vertices'), where the four rows, read together, leave
 IPUModel about 140 a step and a fixed part of about 180k cycles the simulator does not have
-(docs/reference/poplibs-costs.md 6.9); the short rows (375 steps) come out 9-20 % under, the long
+(docs/reference/poplibs-costs.md 6.7); the short rows (375 steps) come out 9-20 % under, the long
 ones (1,200 steps) 0-9 % over. Before the loops were compiled once and LOG_ADD priced as popops
 does, the short rows were 37 and 55 % under (with synthetic inputs) and the long ones out of memory.
 """
