@@ -20,8 +20,11 @@ MK1_WITHIN = (
     # two depthwise layers once each pass is planned with poplin's SLIC and VMAC vertex estimates
     # (2026-11-28, sim/cost/depthwise.py, nothing fitted): -28.9, +18.6 % -> +0.2, +4.2 %
     "mobilenet_depthwise_1", "mobilenet_depthwise_2",
-    # popnn layers (added 2026-11-29, tests/test_rnn_benchmarks.py): -2.4 and -2.3 %
-    "lstm_8_25_1024_1024_float", "lstm_16_25_1024_1024_half_train",
+    # popnn layers (added 2026-11-29, tests/test_rnn_benchmarks.py): -2.4 % and, with the GRU's weight
+    # update a step at a time as popnn runs it, -2.9 %. lstm_16_25_1024_1024_half_train (-2.3 %) left
+    # the list when its update became current poplibs' cadence, planned within the cadence's memory
+    # (+9.9 %: the 2021 row ran it a step at a time)
+    "lstm_8_25_1024_1024_float", "gru_8_25_1024_1024_float_train",
     # popnn's CTC loss (added 2026-11-29, tests/test_ctc_benchmarks.py): +4.0 and +0.0 %
     "ctc_loss_t_1200_l_480_c_5_bs_1_float_float", "ctc_loss_t_1200_l_480_c_5_bs_4_float_float",
     "alexnet_tr_bs4_layer7", "bert_ffn1_512x768x3072", "bert_kqv_384x1024x3072",

@@ -90,13 +90,27 @@ def test_steps_per_weight_update_follow_popnns_cadence():
     assert [(p.shape, p.count) for p in wu] == [((2048, 32 * 64, 4096), math.ceil(1000 / 32))]
 
 
-def test_gru_updates_its_weights_every_step_only_when_that_saves_memory():
-    """Gru.cpp interleavedWUIsBeneficial: the weights no larger than the sequence's gate gradients."""
-    def wu_calls(T, B, I, H):
+def test_gru_updates_its_weights_a_step_at_a_time():
+    """Gru.cpp: interleavedWUIsBeneficial ((64 + 64) x 192 <= 3 x 16 x 64 x 100) puts the update's
+    matmuls in the backward loop; otherwise gruWUImpl runs them in a loop of their own after it, still
+    a step (the batch's rows) at a time, never once over the whole sequence."""
+    def wu(T, B, I, H):
         parts = rnn.backward_parts("gru", T, B, I, H, 2, IPU.sram_bytes_per_tile, TILES)
-        return {p.count for p in parts if p.kind == "matmul" and p.shape[1] != 3 * H}
-    assert wu_calls(100, 16, 64, 64) == {100}  # (64 + 64) x 192 <= 3 x 16 x 64 x 100: every step
-    assert wu_calls(8, 16, 256, 256) == {1}  # once over the 8 x 16 rows
+        return {(p.shape[1], p.count, p.fc_pass) for p in parts if p.kind == "matmul" and p.shape[1] != 3 * H}
+    assert wu(100, 16, 64, 64) == {(16, 100, "TRAINING_WU")}
+    assert wu(8, 16, 256, 256) == {(16, 8, "TRAINING_WU")}
+
+
+def test_the_lstm_cadence_plans_its_update_within_its_memory():
+    """Lstm.cpp interleaveWUCadence and basicLstmParamUpdate: several steps per update are planned as
+    INFERENCE_FWD at what the 20 % left after the kept gate gradients (all 8 steps: 8 x 128 B) is of
+    the tile; one step at a time is any TRAINING_WU matmul, at the layer's proportion."""
+    tile = IPU.sram_bytes_per_tile
+    assert rnn.lstm_wu_cadence(8, 16, 256, 256, 2, tile, TILES) == (8, (int(0.2 * tile) - 8 * 128) / tile)
+    (wu,) = [p for p in rnn.backward_parts("lstm", 8, 16, 256, 256, 2, tile, TILES)
+             if p.kind == "matmul" and p.shape[0] == 512]
+    assert (wu.shape, wu.fc_pass) == ((512, 8 * 16, 1024), "INFERENCE_FWD") and 0.19 < wu.memory_proportion < 0.2
+    assert rnn.lstm_wu_cadence(50, 30 * TILES, 64, 16, 2, tile, TILES) == (1, None)
 
 
 def test_backward_step_is_no_dearer_than_the_unrolled_cells():

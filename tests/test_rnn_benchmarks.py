@@ -4,9 +4,10 @@ fullyConnectedPass popnn gives the layers' matmuls, and the program of a layer's
 
 The rows are Poplar's IPUModel estimates of 2021 poplibs (not hardware); no constant was fitted to
 them. Tolerances: the forward rows within 15 % (the simulator's matmul planner and codelet rates,
-the steps' element-wise compute sets); the training rows within 30 % (their weight-update matmul
-over the whole sequence, planned as poplin's TRAINING_WU of a 400-row batch, is where the simulator
-departs most: -10..-25 % on IPUModel2).
+the steps' element-wise compute sets); the training rows within 20 %: the LSTM's weight update is
+simulated as current poplibs runs it (interleaveWUCadence: several steps per matmul, planned within
+the cadence's memory), where the 2021 rows ran it a step at a time (-15..+10 %); the GRU's a step at a
+time in both (-10..-3 %; -25..-20 % while it was simulated as one matmul over the sequence).
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ def test_matmuls_carry_the_fully_connected_pass_popnn_sets():
     assert passes(forward_parts("lstm", 25, 16, 1024, 1024, training=True)) == {((16, 2048, 4096), "TRAINING_FWD")}
     ipu = load_system("ipu-mk2").ipu
     bwd = passes(backward_parts("gru", 25, 16, 1024, 1024, 2, ipu.sram_bytes_per_tile, ipu.tiles, reset_after=False))
-    # the candidate's and the gates' gradients through the weights, then one update over the sequence
+    # the candidate's and the gates' gradients through the weights, then the update a step at a time
     assert bwd == {((16, 1024, 2048), "TRAINING_BWD"), ((16, 2048, 2048), "TRAINING_BWD"),
-                   ((2048, 400, 3072), "TRAINING_WU")}
+                   ((2048, 16, 3072), "TRAINING_WU")}
 
 
 def test_an_inference_layer_plans_its_matmul_as_poplin_plans_an_inference_layer():
@@ -64,7 +65,18 @@ def test_an_inference_layer_plans_its_matmul_as_poplin_plans_an_inference_layer(
 @pytest.mark.parametrize("name", RNN_ROWS)
 def test_rows_against_poplar(name, target):
     row = next(r for r in pb.rows(target) if r.name == name)
-    assert row.simulated() == pytest.approx(row.cycles, rel=0.30 if name.endswith("_train") else 0.15)
+    assert row.simulated() == pytest.approx(row.cycles, rel=0.20 if name.endswith("_train") else 0.15)
+
+
+@pytest.mark.parametrize("target", pb.TARGETS)
+@pytest.mark.parametrize("name", [n for n in RNN_ROWS if n.startswith("gru") and n.endswith("_train")])
+def test_a_gru_training_layer_holds_a_steps_update_at_a_time(name, target):
+    """The GRU's weight update a step at a time: its temporaries those of a (2048, 16) x (16, 3072)
+    matmul, not of one over the 400 rows of the sequence (+410 % / +191 % of Poplar's memory then;
+    -37..+38 % now: the layer's other temporaries are the simulator's own)."""
+    row = next(r for r in pb.rows(target) if r.name == name)
+    simulated = pb.simulated_run(row.bench, target).memory[0]["total_peak_bytes"]
+    assert simulated == pytest.approx(row.total_memory, rel=0.40)
 
 
 def _layer(steps: int):

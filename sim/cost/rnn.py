@@ -21,9 +21,11 @@ dh``, one compute set of the two non-linearity gradients, the cell-state gradien
 (the weights transposed once before the loop, ``lstmBwdRearrangeWeights``), the input gradient
 written into its sequence and the gate gradients kept for the weight update. The weight update
 (``basicLstmParamUpdate``) is one accumulating matmul ``[x, h]ᵀ @ dgates`` over ``steps_per_wu``
-steps at a time (the steps folded into the reduction dimension) plus the bias gradients reduced
-over those steps, and a last reduction over the batch (``basicLstmParamUpdateFinal``);
-``steps_per_wu`` as ``interleaveWUCadence`` picks it (see :func:`lstm_steps_per_wu`).
+steps at a time (the steps folded into the reduction dimension; several steps planned as
+INFERENCE_FWD within the memory the cadence leaves, one as TRAINING_WU) plus the bias gradients
+reduced over those steps, and a last reduction over the batch (``basicLstmParamUpdateFinal``);
+``steps_per_wu`` as ``interleaveWUCadence`` picks it (see :func:`lstm_wu_cadence`). poplibs of 2021
+(before the cadence) updated a step at a time.
 
 GRU (``lib/popnn/Gru.cpp``, ``resetAfter``: PyTorch's form, ONNX's ``linear_before_reset`` 1), per step forward:
 two matmuls (``x_t @ W_i`` and ``h @ W_h``), their results rearranged, the biases added, the
@@ -32,9 +34,10 @@ candidate's sum and tanh, then ``h = c + u (h - c)`` as one map. Backward per st
 (``backwardStepImplResetAfter``): the output gradient copied and added, ``[1 - u, h - c] * dh``,
 one compute set of the candidate's and update gate's gradients, the reset gate's product and
 gradient, two matmuls (to ``h`` and to ``x``) and ``dh_prev`` as one map. The weight update
-(``basicGruParamUpdate``) runs at every step when that saves memory
-(``interleavedWUIsBeneficial``: the weights no larger than the sequence's gate gradients), else
-once over the whole sequence. ONNX's default GRU (``linear_before_reset`` 0, not ``resetAfter``)
+(``basicGruParamUpdate``) runs a step at a time: inside the backward loop when that saves memory
+(``interleavedWUIsBeneficial``: the weights no larger than the sequence's gate gradients), else in
+a loop of its own over the kept gate gradients (``gruWUImpl``, an ``rnn::Rnn`` loop); either way its
+accumulating matmuls have the batch as their reduction dimension. ONNX's default GRU (``linear_before_reset`` 0, not ``resetAfter``)
 runs two matmuls of ``[x_t, h]`` and ``[x_t, r h]`` per step instead, and two backward.
 
 Not modelled: popnn's sharding of long sequences over tile sets (``numShards``), the variable
@@ -72,23 +75,36 @@ class Part:
     weight: bool = False
     broadcast: int = 0
     fc_pass: str = ""
+    memory_proportion: float | None = None  # a matmul's availableMemoryProportion (None: the layer's)
 
 
-def lstm_steps_per_wu(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int, tiles: int) -> int:
-    """Time steps per weight-update matmul, as popnn's ``interleaveWUCadence`` picks them: the gate
-    gradients of as many steps as fit in 10 % of 20 % of a tile (the LSTM's default memory
-    proportion), rounded down to a multiple of the 64-bit data path (one, when that leaves none);
-    when not even one step fits, one step if interleaving saves memory
+def lstm_wu_cadence(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int,
+                    tiles: int) -> tuple[int, float | None]:
+    """``(time steps per weight-update matmul, that matmul's availableMemoryProportion)`` as popnn's
+    ``interleaveWUCadence`` picks them: the gate gradients of as many steps as fit in 10 % of 20 % of
+    a tile (the LSTM's default memory proportion), rounded down to a multiple of the 64-bit data
+    path, the matmul then planned within what is left of the 20 % (``memoryPropMatMul``; None when
+    one step runs at a time, planned as any TRAINING_WU matmul: no step fits after rounding, the
+    cadence's fallback); when not even one step fits, one step if interleaving saves memory
     (``interleavedWUIsBeneficial``), else the whole sequence. The plan's serial split of the
     matmul's input channels, which divides the steps further, is taken as one."""
     grain = math.gcd(16, H)  # rnn::getNumGrains: the state laid out in grains of gcd(16, H)
     per_tile = math.ceil(B * H // grain / tiles) * grain * itemsize  # RnnParams::getOutputBytesPerTile
     per_step = per_tile * 4
-    fits = min(T, int(_BWD_INTERMEDIATES_SHARE * int(tile_bytes * _LSTM_MEMORY_PROPORTION)) // per_step)
+    available = int(tile_bytes * _LSTM_MEMORY_PROPORTION)
+    fits = min(T, int(_BWD_INTERMEDIATES_SHARE * available) // per_step)
     if fits == 0:
-        return 1 if (I + H) * H * 4 <= B * H * 4 * T else T
+        return (1 if (I + H) * H * 4 <= B * H * 4 * T else T), None
     align = max(1, _DATA_PATH_BITS // (8 * itemsize))
-    return fits // align * align or 1  # none after rounding: one step per update (the cadence's fallback)
+    steps = fits // align * align
+    if steps <= 1:  # none after rounding: one step per update (the cadence's fallback)
+        return 1, None
+    return steps, (available - per_step * fits) / tile_bytes
+
+
+def lstm_steps_per_wu(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int, tiles: int) -> int:
+    """Time steps per weight-update matmul (:func:`lstm_wu_cadence`)."""
+    return lstm_wu_cadence(T, B, I, H, itemsize, tile_bytes, tiles)[0]
 
 
 def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, reset_after: bool = True) -> list[Part]:
@@ -134,7 +150,7 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
                  saved, Part("add", (BH,), T), Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
                  Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
                  Part("matmul", (B, 4 * H, I + H), T, weight=True)]
-        steps = lstm_steps_per_wu(T, B, I, H, itemsize, tile_bytes, tiles)
+        steps, wu_memory = lstm_wu_cadence(T, B, I, H, itemsize, tile_bytes, tiles)
         wu_k = [I + H]
     else:
         gru_step = [Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
@@ -151,12 +167,19 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
                      Part("matmul", (B, 3 * H, H), T, weight=True), Part("matmul", (B, 3 * H, I), T, weight=True),
                      Part("map:mul,add", (BH,), T)]
             wu_k = [I, H]
-        steps = 1 if (I + H) * 3 * H <= 3 * BH * T else T  # Gru.cpp interleavedWUIsBeneficial
+        # Gru.cpp: the update's matmuls run a step at a time, inside the backward loop when
+        # interleavedWUIsBeneficial, else in a loop of their own after it (gruWUImpl's rnn::Rnn)
+        steps, wu_memory = 1, None
     parts.append(Part("copy", (B * I,), T))  # the input gradient written into its sequence
     calls = math.ceil(T / steps)
     parts.append(Part("copy", ((I + H) * G * H + G * H * B,)))  # the accumulators zeroed (popops::zero)
-    for k in wu_k:  # accumulating matmuls [x, h]ᵀ @ dgates over ``steps`` steps, then added in
-        parts += [Part("matmul", (k, steps * B, G * H), calls), Part("add", (k * G * H,), calls)]
+    # accumulating matmuls [x, h]ᵀ @ dgates over ``steps`` steps, then added in: a step at a time
+    # TRAINING_WU, several (the LSTM's cadence) INFERENCE_FWD within the cadence's memory
+    # (Lstm.cpp basicLstmParamUpdate: the plan found at that proportion, then kept)
+    wu_pass = "INFERENCE_FWD" if steps > 1 and wu_memory is not None else ""
+    for k in wu_k:
+        parts += [Part("matmul", (k, steps * B, G * H), calls, fc_pass=wu_pass, memory_proportion=wu_memory),
+                  Part("add", (k * G * H,), calls)]
     parts += [Part("reduce_sum", (steps, G * BH), calls),  # the bias gradients over the steps
               Part("reduce_sum", (B, G * H))]  # and over the batch, once (ParamUpdateFinal)
     return _with_fc_passes(parts, "TRAINING_BWD")
@@ -168,5 +191,5 @@ def _with_fc_passes(parts: list[Part], weights_pass: str) -> list[Part]:
     the layer is inference-only or not, ``TRAINING_BWD`` for the gradient through them: Lstm.cpp
     ``basicLstmCellForwardPass``, ``backwardStepImpl``; Gru.cpp likewise), ``TRAINING_WU`` on the
     weight update's accumulating matmuls (``basicLstmParamUpdate``, ``basicGruParamUpdate``)."""
-    return [replace(p, fc_pass=weights_pass if p.weight else "TRAINING_WU") if p.kind == "matmul" else p
-            for p in parts]
+    return [replace(p, fc_pass=p.fc_pass or (weights_pass if p.weight else "TRAINING_WU")) if p.kind == "matmul"
+            else p for p in parts]

@@ -864,7 +864,7 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
     priced = []
     for p in parts:
         if p.kind == "matmul":
-            c = _rule("matmul", *_rnn_matmul(p, dtype), ipu, tiles, amp, "float")
+            c = _rule("matmul", *_rnn_matmul(p, dtype), ipu, tiles, p.memory_proportion or amp, "float")
         elif p.kind == "reduce_sum":
             c = _reduce("reduce_sum", ((p.shape, dtype, "activation"),), (((p.shape[1],), dtype),), {"axes": (0,)},
                         ipu, tiles)
@@ -890,7 +890,8 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
 def _rnn_matmul(part, dtype) -> tuple:
     """``(ins, outs, attrs)`` of a recurrent layer's matmul ``part`` (the product (M, K) @ (K, N)) as
     the matmul op its ``fullyConnectedPass`` plans: ``X @ W`` forward, ``dY @ Wᵀ`` (W stored
-    (N, K)) backward, ``Xᵀ @ dY`` (X stored (K, M)) for the weight update."""
+    (N, K)) backward, ``Xᵀ @ dY`` (X stored (K, M)) for the weight update (``X @ W`` too for the
+    LSTM cadence's, which popnn plans as INFERENCE_FWD)."""
     M, K, N = part.shape
     if part.fc_pass == "TRAINING_WU":
         ins, attrs = (((K, M), dtype, "activation"), ((K, N), dtype, "activation")), {"transpose_a": True}
