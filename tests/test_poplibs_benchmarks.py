@@ -134,8 +134,10 @@ WITHIN = (
     # -4.97 -> -5.06 %, bert_grouped_16x384x64x384 -4.84 -> -5.08 %, bert_proj_128x768x768 -4.73 -> -5.08 %
     "inception_tr_bs4_i7_b1x7",
     # popnn layers (added 2026-11-29 with popnn's fullyConnectedPass on the layers' matmuls,
-    # tests/test_rnn_benchmarks.py): -3.3 and -2.5 %
-    "lstm_8_25_1024_1024_float", "gru_8_25_1024_1024_float",
+    # tests/test_rnn_benchmarks.py): -3.3 and -2.5 %; with the GRU's update a step at a time and the
+    # step loop's counter, slices and updates (rnn::Rnn), these at +1.3 / +1.5 % and four more
+    "lstm_8_25_1024_1024_float", "gru_8_25_1024_1024_float", "lstm_16_25_1024_1024_half",
+    "lstm_16_25_1024_1024_half_train", "gru_16_25_1024_1024_half_train", "gru_8_25_1024_1024_float_train",
     # popnn's CTC loss (added 2026-11-29 with its program's loops compiled once and popops' LOG_ADD
     # reductions, tests/test_ctc_benchmarks.py): +4.7 %
     "ctc_loss_t_1200_l_480_c_5_bs_1_float_float",
@@ -177,7 +179,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 139
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 143
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

@@ -25,6 +25,8 @@ MK1_WITHIN = (
     # the list when its update became current poplibs' cadence, planned within the cadence's memory
     # (+9.9 %: the 2021 row ran it a step at a time)
     "lstm_8_25_1024_1024_float", "gru_8_25_1024_1024_float_train",
+    # and with the step loop's counter, slices and updates (rnn::Rnn): +0.9 and -2.5 %
+    "gru_16_25_1024_1024_half_train", "gru_8_25_1024_1024_float",
     # popnn's CTC loss (added 2026-11-29, tests/test_ctc_benchmarks.py): +4.0 and +0.0 %
     "ctc_loss_t_1200_l_480_c_5_bs_1_float_float", "ctc_loss_t_1200_l_480_c_5_bs_4_float_float",
     "alexnet_tr_bs4_layer7", "bert_ffn1_512x768x3072", "bert_kqv_384x1024x3072",
@@ -189,7 +191,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 136
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 138
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

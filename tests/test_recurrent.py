@@ -8,7 +8,7 @@ import torch.nn as nn
 
 import sim.poptorch as poptorch
 from sim import GraphBuilder
-from sim.cost import op_cost, rnn
+from sim.cost import op_cost, rnn, vector
 from sim.cost.opcost import OpCost, TileProfile, in_series
 from sim.errors import GraphError
 from sim.graph.training import expand_training
@@ -52,15 +52,27 @@ def test_a_layer_is_one_op_each_way_and_training_keeps_its_intermediates(cell):
 
 @pytest.mark.parametrize("cell, per_step", [("lstm", 9), ("gru", 11)])
 def test_each_step_runs_popnns_compute_sets(cell, per_step):
-    """Per step forward: the input slice, the matmul(s), the rearrangement, the bias, the gates in
-    one compute set, the cell's products and sums, the output written (Lstm.cpp / Gru.cpp); in
-    training two copies more (the intermediates and the state)."""
+    """Per step forward: rnn::Rnn's loop counter and input slice, the matmul(s), the rearrangement,
+    the bias, the gates in one compute set, the cell's products and sums, the output written into its
+    sequence (Lstm.cpp / Gru.cpp, Rnn.cpp); in training two more (the intermediates written into
+    their sequence and the state copied)."""
     def stepwise(training):
         return [p for p in rnn.forward_parts(cell, 8, 16, 256, 256, training) if p.count == 8 and p.kind != "matmul"]
-    assert len(stepwise(False)) == per_step
-    assert len(stepwise(True)) == per_step + 2
+    assert len(stepwise(False)) == per_step + 1
+    assert len(stepwise(True)) == per_step + 3
+    # the loop's counter (ForLoopCounter) and its slices and updates of the sequences (DynamicSlice1D)
+    assert [p.kind for p in stepwise(False)].count("dynamic_slice") == 2
+    assert [p.kind for p in stepwise(True)].count("dynamic_slice") == 3
+    assert [p.kind for p in stepwise(True)].count("loop_counter") == 1
     matmuls = [p for p in rnn.forward_parts(cell, 8, 16, 256, 256, False) if p.kind == "matmul"]
     assert [p.shape for p in matmuls] == ([(16, 512, 1024)] if cell == "lstm" else [(16, 256, 768), (16, 256, 768)])
+
+
+def test_a_steps_slice_is_priced_as_popops_dynamic_slice():
+    """getDynamicSlice1DEstimate: 64 halves on a tile, 11 a worker, two 64-bit copies each:
+    25 + 6 x (39 + 24 + 2 x 2) = 427 tile cycles; the loop counter's vertex 43."""
+    assert vector.dynamic_slice_tile_cycles(64, 2, 6) == 427
+    assert vector.loop_counter_cycles() == 43
 
 
 def test_forward_cost_grows_by_one_step_per_step():

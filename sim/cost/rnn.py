@@ -6,7 +6,11 @@ PopTorch lowers ``nn.LSTM`` / ``nn.GRU`` to PopART's LSTM / GRU ops
 (``willow/src/popx/op/lstmx.cpp``, ``grux.cpp``). popnn runs the time steps as one loop
 (``rnn::Rnn``) whose body is the cell: this module lists a pass as :class:`Part` s -- one matmul
 or one element-wise compute set each, with how many times the pass runs it -- which
-``sim/cost/rules.py`` prices with the matmul planner and the codelet rates.
+``sim/cost/rules.py`` prices with the matmul planner and the codelet rates. The loop itself
+(``Rnn.cpp``: ``Repeat`` over the steps of ``checkLimit`` then the body) runs, each step, its
+counter (a ``ForLoopCounter`` vertex on one tile, its own compute set) and a popops dynamic slice
+of every sequence the body reads and a dynamic update of every sequence it writes (``sliceShard``,
+``updateShard``: one ``DynamicSlice1D`` compute set each), priced by popops' estimates.
 
 LSTM (``lib/popnn/Lstm.cpp``), per step forward (``basicLstmCellForwardPass``): the step's input
 sliced from the sequence, one matmul ``[x_t, h] @ [W_i; W_h]`` (``basicLstmUnitsNlInput``: the
@@ -66,8 +70,10 @@ class Part:
 
     ``kind``: ``"matmul"`` (``shape`` = (M, K, N); ``weight`` when the right operand is a weight),
     ``"reduce_sum"`` (``shape`` = (rows, columns), summed over the rows), ``"transpose"``
-    (``shape`` = (rows, columns)) or an element-wise codelet kind over ``shape`` = (elements,),
-    ``broadcast`` elements of a second operand repeated over them (a bias)."""
+    (``shape`` = (rows, columns)), ``"dynamic_slice"`` (one step's slice of a sequence, or its
+    update, ``shape`` = (elements,)), ``"loop_counter"`` (the step loop's counter, ``shape`` = (1,))
+    or an element-wise codelet kind over ``shape`` = (elements,), ``broadcast`` elements of a second
+    operand repeated over them (a bias)."""
 
     kind: str
     shape: tuple[int, ...]
@@ -113,7 +119,8 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, res
     takes ``[x_t, r h]`` after the gates' (``gruCellForwardPassCalcUnits`` twice)."""
     BH = B * H
     parts = [Part("copy", (T * B * I,)),  # the input sequence copied to the loop's layout (lstmFwd)
-             Part("copy", (B * I,), T)]  # each step's input, sliced from the sequence
+             Part("loop_counter", (1,), T),  # rnn::Rnn's step counter (checkLimit)
+             Part("dynamic_slice", (B * I,), T)]  # each step's input, sliced from the sequence
     if cell == "lstm":
         parts += [Part("matmul", (B, I + H, 4 * H), T, weight=True),
                   Part("copy", (4 * BH,), T),  # rearranged like the cell state
@@ -134,9 +141,10 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, res
                   Part("add", (2 * BH,), T), Part("sigmoid", (2 * BH,), T),  # update and reset gates
                   Part("mul", (BH,), T), Part("add", (BH,), T), Part("tanh", (BH,), T),  # the candidate
                   Part("map:sub,mul,add", (BH,), T)]  # h = c + u (h - c)
-    if training:  # the step's intermediates and the new state copied out (the in-place cell otherwise)
-        parts += [Part("copy", (RNN_SAVED[cell] * BH,), T), Part("copy", (2 * BH if cell == "lstm" else BH,), T)]
-    parts.append(Part("copy", (BH,), T))  # the output written into the sequence
+    if training:  # the step's intermediates written into their sequence, the new state copied out
+        parts += [Part("dynamic_slice", (RNN_SAVED[cell] * BH,), T),
+                  Part("copy", (2 * BH if cell == "lstm" else BH,), T)]
+    parts.append(Part("dynamic_slice", (BH,), T))  # the output written into the sequence
     return _with_fc_passes(parts, "TRAINING_FWD" if training else "INFERENCE_FWD")
 
 
@@ -144,10 +152,14 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
                    tiles: int, reset_after: bool = True) -> list[Part]:
     """The compute sets of one backward pass with the weight update (``*BwdWithWU``)."""
     BH, G = B * H, RNN_GATES[cell]
-    saved = Part("copy", (RNN_SAVED[cell] * BH,), T)  # the step's intermediates, sliced
+    # rnn::Rnn's step loop: its counter, the step's slices of the output gradient and of the saved
+    # intermediates, and of the input and previous output the weight update reads
+    saved = [Part("loop_counter", (1,), T), Part("dynamic_slice", (BH,), T),
+             Part("dynamic_slice", (RNN_SAVED[cell] * BH,), T)]
+    wu_inputs = [Part("dynamic_slice", (B * I,), T), Part("dynamic_slice", (BH,), T)]
     if cell == "lstm":
         parts = [Part("transpose", (I + H, 4 * H)),  # lstmBwdRearrangeWeights, before the loop
-                 saved, Part("add", (BH,), T), Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
+                 *saved, *wu_inputs, Part("add", (BH,), T), Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
                  Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
                  Part("matmul", (B, 4 * H, I + H), T, weight=True)]
         steps, wu_memory = lstm_wu_cadence(T, B, I, H, itemsize, tile_bytes, tiles)
@@ -156,21 +168,26 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
         gru_step = [Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
                     Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T)]
         if not reset_after:  # Gru.cpp backwardStepImpl: the candidate's matmul, then the gates'
-            parts = [Part("transpose", (I + H, 3 * H)), saved, *gru_step,
+            parts = [Part("transpose", (I + H, 3 * H)), *saved, *gru_step,
                      Part("matmul", (B, H, I + H), T, weight=True), Part("mul", (BH,), T),
                      Part("sigmoid_grad", (BH,), T), Part("matmul", (B, 2 * H, I + H), T, weight=True),
                      Part("map:mul,add,mul,add,add", (BH,), T)]
             wu_k = [I + H]
         else:
-            parts = [Part("transpose", (I, 3 * H)), Part("transpose", (H, 3 * H)), saved, *gru_step,
+            parts = [Part("transpose", (I, 3 * H)), Part("transpose", (H, 3 * H)), *saved, *gru_step,
                      Part("mul", (BH,), T), Part("sigmoid_grad", (BH,), T), Part("mul", (BH,), T),
                      Part("matmul", (B, 3 * H, H), T, weight=True), Part("matmul", (B, 3 * H, I), T, weight=True),
                      Part("map:mul,add", (BH,), T)]
             wu_k = [I, H]
         # Gru.cpp: the update's matmuls run a step at a time, inside the backward loop when
-        # interleavedWUIsBeneficial, else in a loop of their own after it (gruWUImpl's rnn::Rnn)
+        # interleavedWUIsBeneficial, else in a loop of their own after it (gruWUImpl's rnn::Rnn,
+        # which slices the kept gate gradients too)
         steps, wu_memory = 1, None
-    parts.append(Part("copy", (B * I,), T))  # the input gradient written into its sequence
+        if (I + H) * 3 * H <= 3 * BH * T:
+            parts += wu_inputs
+        else:
+            parts += [Part("loop_counter", (1,), T), *wu_inputs, Part("dynamic_slice", (3 * BH,), T)]
+    parts.append(Part("dynamic_slice", (B * I,), T))  # the input gradient written into its sequence
     calls = math.ceil(T / steps)
     parts.append(Part("copy", ((I + H) * G * H + G * H * B,)))  # the accumulators zeroed (popops::zero)
     # accumulating matmuls [x, h]ᵀ @ dgates over ``steps`` steps, then added in: a step at a time

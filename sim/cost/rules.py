@@ -35,7 +35,8 @@ from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce
 from .row_ops import ROW_OP_KINDS, row_op_cost
 from .reduction import constants as reduce_constants
-from .vector import codelet, launch_cycles, spread, tile_cycles
+from .vector import (codelet, dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, spread,
+                     tile_cycles)
 
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
@@ -870,6 +871,13 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
                         ipu, tiles)
         elif p.kind == "transpose":
             c = _transpose(((p.shape, dtype),), ipu, tiles)
+        elif p.kind == "dynamic_slice":
+            used, per_tile = spread(p.shape[0], itemsize, ipu, tiles)
+            cycles = dynamic_slice_tile_cycles(per_tile, itemsize, ipu.worker_threads)
+            c = _phases(ipu, cycles, 0, 1, 0.0, 0, used, tiles=tiles,
+                        launch=dynamic_slice_tile_cycles(0, itemsize, ipu.worker_threads))
+        elif p.kind == "loop_counter":
+            c = _phases(ipu, loop_counter_cycles(), 0, 1, 0.0, 0, 1, tiles=tiles, launch=loop_counter_cycles())
         else:
             operands = [((p.shape[0],), dtype, "activation")] + ([((p.broadcast,), dtype, "weight")] if p.broadcast else [])
             if p.kind.startswith("map:"):
@@ -881,8 +889,9 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
     what = "backward and weight update" if kind.endswith("_grad") else "forward"
     matmuls = sum(p.count for p in parts if p.kind == "matmul")
     # the codelets of each part's compute sets, shared between parts (and ops) of the same kind
+    # (the loop counter's vertex runs on one tile: left out, as the codelets count on all the op's tiles)
     codelets = tuple(sorted({(p.kind.split(":")[0], dtype, j) for p, (c, _) in zip(parts, priced)
-                             for j in range(c.supersteps)}))
+                             if p.kind != "loop_counter" for j in range(c.supersteps)}))
     return replace(total, codelets=codelets, plan=f"popnn {cell.upper()} {what} over {T} steps: {matmuls} matmuls, "
                                f"{total.supersteps} compute sets")
 

@@ -88,3 +88,30 @@ def launch_cycles(kind: str) -> int:
     """The fixed part of :func:`tile_cycles`: every compute set's vertex launch and prologue."""
     c = codelet(kind)
     return math.ceil(c.sets * c.fixed)
+
+
+@lru_cache(maxsize=1)
+def _loop_constants() -> dict[str, dict[str, int]]:
+    """The ``[dynamic_slice]`` and ``[loop_counter]`` tables of ``configs/_vector-ops.toml``."""
+    with open(VECTOR_OPS_FILE, "rb") as f:
+        data = tomllib.load(f)
+    need = {"dynamic_slice": ("supervisor", "worker_fixed", "per_sub_element", "per_copy"), "loop_counter": ("vertex",)}
+    for table, keys in need.items():
+        missing = [k for k in keys if not isinstance(data.get(table, {}).get(k), int)]
+        if missing:
+            raise ConfigError(f"{VECTOR_OPS_FILE}: [{table}] lacks whole numbers for {', '.join(missing)}")
+    return {table: data[table] for table in need}
+
+
+def dynamic_slice_tile_cycles(elements_on_tile: int, itemsize: int, workers: int) -> int:
+    """Tile cycles of popops' DynamicSlice1D (or DynamicUpdateSlice1D) taking one slice of a region
+    of ``elements_on_tile`` elements: the region split over the ``workers``, each copying its share
+    64 bits at a time (getDynamicSlice1DEstimate)."""
+    c = _loop_constants()["dynamic_slice"]
+    copies = math.ceil(elements_on_tile / workers) // max(1, 8 // itemsize)
+    return c["supervisor"] + workers * (c["worker_fixed"] + c["per_sub_element"] + c["per_copy"] * copies)
+
+
+def loop_counter_cycles() -> int:
+    """Cycles of the ForLoopCounter vertex a counted loop runs each iteration, on one tile."""
+    return _loop_constants()["loop_counter"]["vertex"]
