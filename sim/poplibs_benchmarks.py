@@ -522,11 +522,10 @@ def report_section(tolerance: float = 0.05) -> list[str]:
             "log-softmax and popnn's CTC loss and gradient) on one `ipu-mk2` (of the tool's `--tiles-per-ipu` tiles "
             "where set) with synthetic data, but for ctc_loss, whose `--ignore-data` still uploads its inputs. Two "
             "constants were fitted together to these rows (the fixed cycles of a matmul/convolution pass, "
-            "`configs/_conv-vertices.toml` [pass], and the fraction of the 4-byte width an on-chip exchange moves its data at, "
-            "`configs/ipu-mk2.toml` [ipu] `exchange_efficiency`) and one to "
-            "the reduction rows (the fixed cycles of a reduce call, `configs/_vector-ops.toml` [reduce_vertex] "
-            "`call_fixed_cycles`); the LSTM, GRU and CTC rows came in after those fits (2026-11-29) and set nothing. "
-            "Rows within "
+            "`configs/_conv-vertices.toml` [pass], and the fraction of the 4-byte width an on-chip exchange moves "
+            "its data at, `configs/ipu-mk2.toml` [ipu] `exchange_efficiency`) and one to the reduction rows (the "
+            "fixed cycles of a reduce call, `configs/_vector-ops.toml` [reduce_vertex] `call_fixed_cycles`); the "
+            "LSTM, GRU and CTC rows came in after those fits (2026-11-29) and set nothing. Rows within "
             f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py`. "
             f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", ""] + tables
 

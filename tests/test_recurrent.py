@@ -95,8 +95,8 @@ def test_steps_per_weight_update_follow_popnns_cadence():
     1,472 tiles, 32 B a tile, 128 B a step: all 8 steps fit. (1000, 64, 1024, 1024): 3 grains a
     tile, 384 B a step, 33 fit, 32 after rounding to 4 halves."""
     tile = IPU.sram_bytes_per_tile
-    assert rnn.lstm_steps_per_wu(8, 16, 256, 256, 2, tile, TILES) == 8
-    assert rnn.lstm_steps_per_wu(1000, 64, 1024, 1024, 2, tile, TILES) == 32
+    assert rnn.lstm_wu_cadence(8, 16, 256, 256, 2, tile, TILES)[0] == 8
+    assert rnn.lstm_wu_cadence(1000, 64, 1024, 1024, 2, tile, TILES)[0] == 32
     parts = rnn.backward_parts("lstm", 1000, 64, 1024, 1024, 2, tile, TILES)
     wu = [p for p in parts if p.kind == "matmul" and p.shape[0] == 2048]
     assert [(p.shape, p.count) for p in wu] == [((2048, 32 * 64, 4096), math.ceil(1000 / 32))]
@@ -225,5 +225,5 @@ def test_a_cadence_rounded_to_nothing_updates_every_step():
     put 30 x 16 halves a unit, 3,840 B a step of 4 units, on each tile; 3 steps fit in 12,779 B
     (10 % of 20 % of 638,976 B), alignPrev to 4 halves leaves none, and popnn falls back to one
     step per update."""
-    assert rnn.lstm_steps_per_wu(50, 30 * TILES, 64, 16, 2, IPU.sram_bytes_per_tile, TILES) == 1
-    assert rnn.lstm_steps_per_wu(50, 7 * TILES, 64, 16, 2, IPU.sram_bytes_per_tile, TILES) == 12  # 14 fit
+    assert rnn.lstm_wu_cadence(50, 30 * TILES, 64, 16, 2, IPU.sram_bytes_per_tile, TILES)[0] == 1
+    assert rnn.lstm_wu_cadence(50, 7 * TILES, 64, 16, 2, IPU.sram_bytes_per_tile, TILES)[0] == 12  # 14 fit

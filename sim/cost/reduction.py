@@ -443,5 +443,6 @@ def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int, w
     return plan
 
 
-__all__ = ["LOG_ADD", "plan_reduce", "ReducePlan", "Stage", "TileWork", "tile_cycles", "strided_cycles", "default_cycles",
+__all__ = ["LOG_ADD", "plan_reduce", "ReducePlan", "Stage", "TileWork", "tile_cycles", "strided_cycles",
+           "default_cycles",
            "continuous_cycles", "linear_chunk", "layout_stats", "LayoutStats", "constants"]

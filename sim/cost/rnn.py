@@ -41,7 +41,8 @@ gradient, two matmuls (to ``h`` and to ``x``) and ``dh_prev`` as one map. The we
 (``basicGruParamUpdate``) runs a step at a time: inside the backward loop when that saves memory
 (``interleavedWUIsBeneficial``: the weights no larger than the sequence's gate gradients), else in
 a loop of its own over the kept gate gradients (``gruWUImpl``, an ``rnn::Rnn`` loop); either way its
-accumulating matmuls have the batch as their reduction dimension. ONNX's default GRU (``linear_before_reset`` 0, not ``resetAfter``)
+accumulating matmuls have the batch as their reduction dimension. ONNX's default GRU
+(``linear_before_reset`` 0, not ``resetAfter``)
 runs two matmuls of ``[x_t, h]`` and ``[x_t, r h]`` per step instead, and two backward.
 
 Not modelled: popnn's sharding of long sequences over tile sets (``numShards``), the variable
@@ -108,11 +109,6 @@ def lstm_wu_cadence(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: i
     return steps, (available - per_step * fits) / tile_bytes
 
 
-def lstm_steps_per_wu(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int, tiles: int) -> int:
-    """Time steps per weight-update matmul (:func:`lstm_wu_cadence`)."""
-    return lstm_wu_cadence(T, B, I, H, itemsize, tile_bytes, tiles)[0]
-
-
 def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, reset_after: bool = True) -> list[Part]:
     """The compute sets of one forward pass over ``T`` steps (see the module docstring);
     ``reset_after`` False: ONNX's default GRU (``linear_before_reset`` 0), whose candidate's matmul
@@ -159,7 +155,8 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
     wu_inputs = [Part("dynamic_slice", (B * I,), T), Part("dynamic_slice", (BH,), T)]
     if cell == "lstm":
         parts = [Part("transpose", (I + H, 4 * H)),  # lstmBwdRearrangeWeights, before the loop
-                 *saved, *wu_inputs, Part("add", (BH,), T), Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
+                 *saved, *wu_inputs, Part("add", (BH,), T), Part("mul", (2 * BH,), T),
+                 Part("tanh_grad", (2 * BH,), T),
                  Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
                  Part("matmul", (B, 4 * H, I + H), T, weight=True)]
         steps, wu_memory = lstm_wu_cadence(T, B, I, H, itemsize, tile_bytes, tiles)

@@ -976,13 +976,14 @@ def _ctc(ins, attrs, ipu, tiles) -> OpCost:
     grad = step(plan.grad_compute, plan.grad_exchange_bytes, per_step * plan.time * (2 * 6 + 2 + 2 * 7))
     # the reductions over the label partitions: the gradient (label tiles, T·B·classes) and the loss
     # (B, time x label tiles), LOG_ADD in shared compute sets
-    reductions = [plan_reduce((plan.label_tiles * plan.time, B), (0,), partials, LOG_ADD, tiles, ipu.worker_threads)]
+    def log_add(shape):
+        return plan_reduce(shape, (0,), partials, LOG_ADD, tiles, ipu.worker_threads)
+    reductions = [log_add((plan.label_tiles * plan.time, B))]
     if plan.label_tiles > 1:
-        reductions.insert(0, plan_reduce((plan.label_tiles, T * B * classes), (0,), partials, LOG_ADD, tiles,
-                                         ipu.worker_threads))
+        reductions.insert(0, log_add((plan.label_tiles, T * B * classes)))
     reduce = _plan_cost(reductions, ipu, tiles, float(plan.label_tiles * T * B * classes), "LOG_ADD reductions")
     n = T * B * classes
-    grad_map = _map(((( n,), "float32", "activation"), ((B,), "float32", "activation")), (((n,), "float32"),),
+    grad_map = _map((((n,), "float32", "activation"), ((B,), "float32", "activation")), (((n,), "float32"),),
                     {"steps": ("exp", "add", "exp", "sub")}, ipu, tiles)
     parts = [(setup, 1), (alpha, plan.loops), (grad, plan.loops), (reduce, 1), (grad_map, 1)]
     if dtype != "float32":  # the loss and the gradient cast to the output type

@@ -95,7 +95,8 @@ def _loop_constants() -> dict[str, dict[str, int]]:
     """The ``[dynamic_slice]`` and ``[loop_counter]`` tables of ``configs/_vector-ops.toml``."""
     with open(VECTOR_OPS_FILE, "rb") as f:
         data = tomllib.load(f)
-    need = {"dynamic_slice": ("supervisor", "worker_fixed", "per_sub_element", "per_copy"), "loop_counter": ("vertex",)}
+    need = {"dynamic_slice": ("supervisor", "worker_fixed", "per_sub_element", "per_copy"),
+            "loop_counter": ("vertex",)}
     for table, keys in need.items():
         missing = [k for k in keys if not isinstance(data.get(table, {}).get(k), int)]
         if missing:
