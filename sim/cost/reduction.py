@@ -35,14 +35,12 @@ Cycles are tile cycles, bytes are bytes.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-from ..errors import ConfigError
-from .vector import VECTOR_OPS_FILE
+from .vector import whole_number_table
 
 ACCUMULATING = ("add", "square_add")  # popops ops that accumulate in fp32 (opBenefitsFromHigherIntermediatePrecision)
 #: popops' LOG_ADD, log(exp(a) + exp(b)) (popnn's CTC loss reduces with it): no vectorised vertex; an
@@ -57,17 +55,7 @@ _KEYS = ("entry", "strided_fixed", "strided_per_outer_loop", "default_fixed", "d
 @lru_cache(maxsize=1)
 def constants() -> dict[str, int]:
     """The ``[reduce_vertex]`` table of ``configs/_vector-ops.toml``."""
-    with open(VECTOR_OPS_FILE, "rb") as f:
-        table = tomllib.load(f).get("reduce_vertex", {})
-    missing = [k for k in _KEYS if k not in table]
-    if missing:
-        raise ConfigError(f"{VECTOR_OPS_FILE}: [reduce_vertex] lacks {', '.join(missing)}; restore it from the "
-                          "project's copy")
-    bad = [k for k in _KEYS if isinstance(table[k], bool) or not isinstance(table[k], int) or table[k] < 0]
-    if bad:
-        raise ConfigError(f"{VECTOR_OPS_FILE}: [reduce_vertex] {bad[0]} = {table[bad[0]]!r}: expected a whole "
-                          "number >= 0")
-    return {k: table[k] for k in _KEYS}
+    return whole_number_table("reduce_vertex", _KEYS)
 
 
 # --- worker cycles of one reduce vertex (reduction/CycleEstimationFunctions.cpp) ----------------

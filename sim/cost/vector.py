@@ -90,18 +90,28 @@ def launch_cycles(kind: str) -> int:
     return math.ceil(c.sets * c.fixed)
 
 
+def whole_number_table(name: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """The ``[name]`` table of ``configs/_vector-ops.toml``: ``keys``, each a whole number >= 0, or a
+    :class:`ConfigError` naming the file, the table and what is wrong."""
+    with open(VECTOR_OPS_FILE, "rb") as f:
+        table = tomllib.load(f).get(name, {})
+    missing = [k for k in keys if k not in table]
+    if missing:
+        raise ConfigError(f"{VECTOR_OPS_FILE}: [{name}] lacks {', '.join(missing)}; restore it from the "
+                          "project's copy")
+    bad = [k for k in keys if isinstance(table[k], bool) or not isinstance(table[k], int) or table[k] < 0]
+    if bad:
+        raise ConfigError(f"{VECTOR_OPS_FILE}: [{name}] {bad[0]} = {table[bad[0]]!r}: expected a whole "
+                          "number >= 0")
+    return {k: table[k] for k in keys}
+
+
 @lru_cache(maxsize=1)
 def _loop_constants() -> dict[str, dict[str, int]]:
     """The ``[dynamic_slice]`` and ``[loop_counter]`` tables of ``configs/_vector-ops.toml``."""
-    with open(VECTOR_OPS_FILE, "rb") as f:
-        data = tomllib.load(f)
-    need = {"dynamic_slice": ("supervisor", "worker_fixed", "per_sub_element", "per_copy"),
-            "loop_counter": ("vertex",)}
-    for table, keys in need.items():
-        missing = [k for k in keys if not isinstance(data.get(table, {}).get(k), int)]
-        if missing:
-            raise ConfigError(f"{VECTOR_OPS_FILE}: [{table}] lacks whole numbers for {', '.join(missing)}")
-    return {table: data[table] for table in need}
+    return {"dynamic_slice": whole_number_table("dynamic_slice", ("supervisor", "worker_fixed", "per_sub_element",
+                                                                  "per_copy")),
+            "loop_counter": whole_number_table("loop_counter", ("vertex",))}
 
 
 def dynamic_slice_tile_cycles(elements_on_tile: int, itemsize: int, workers: int) -> int:
