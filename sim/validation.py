@@ -1542,6 +1542,26 @@ def _squad_large_384(replicas: int) -> Setup:
     return _squad_train(replicas, 30522, 2, _SQUAD_PYTORCH_AMP, "adamw")
 
 
+_EXAMPLES_GPT2 = "graphcore/examples `nlp/gpt2/pytorch/benchmarks.yml` "
+
+
+def _gpt2_train(model: str, layers_per_ipu: list[int], amp: list[float], replicas: int, accumulation: int,
+                rts: bool, seq_len: int = 1024, embedding_serialization: int = 4) -> Setup:
+    """GPT-2 pre-training as Graphcore's PyTorch example benchmarks it on a Bow Pod16 (EX 3cc8f81
+    ``nlp/gpt2/pytorch``: ``benchmarks.yml``, ``arguments.py``, ``ipu_options.py``, ``tools.py
+    get_optimizer``): micro-batch 1, device iterations 8, a checkpoint after every layer, half
+    partials, the vocabulary padded to 50,272 (``config/*.json``) and the LM head serialised over it;
+    AdamW with fp16 gradient accumulators and first moment, fp32 second moment, its state off chip
+    (``--optimizer-state-offchip`` defaults to true) and sharded where the benchmark sets
+    ``--replicated-tensor-sharding``. Not modelled: ``wpe`` on IPU 1 (the zoo keeps both embeddings on
+    IPU 0), the loss serialised over 128-position chunks and the ``RemapCE`` custom op."""
+    params = _params(seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=50272,
+                     embedding_serialization=embedding_serialization)
+    return Setup(model, params, "bow-pod16", replicas=replicas, accumulation=accumulation, device_iterations=8,
+                 amp=tuple(amp), optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16",
+                 optimizer_off_chip=True, rts=rts)
+
+
 MEMORY_FITS = [
     ("GCN-P B10", "BERT-Large phase 1 (SL128), Bow Pod16, micro-batch 8, layers [3, 7, 7, 7]",
      _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_128 (benchmark "
@@ -1563,6 +1583,21 @@ MEMORY_FITS = [
      _squad_large_384(2), True),
     ("SQ8 R1", "the same with 1 replica (optimizer state not sharded)",
      "the same config's note: \"NB This requires replication_factor=2 to fit\"", _squad_large_384(1), False),
+    ("G-S", "GPT-2 small (SL1024), 4-IPU pipeline [0, 4, 4, 4], 4 replicas",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_small_train_gen_pod16`",
+     _gpt2_train("gpt2-small", [0, 4, 4, 4], [0.15] * 4, 4, 2048, rts=True), True),
+    ("G-M", "GPT-2 medium (SL1024), 8-IPU pipeline [0, 3, 3, 3, 3, 4, 4, 4], 2 replicas",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_medium_train_gen_pod16`",
+     _gpt2_train("gpt2-medium", [0, 3, 3, 3, 3, 4, 4, 4], [0.30] + [0.15] * 7, 2, 4096, rts=True), True),
+    ("G-L512", "GPT-2 large (SL512), 8-IPU pipeline [1, 5, 5, 5, 5, 5, 5, 5], 2 replicas",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_large_sl512_train_gen_pod16`",
+     _gpt2_train("gpt2-large", [1, 5, 5, 5, 5, 5, 5, 5], [0.15, 0.12] + [0.15] * 6, 2, 4096, rts=True, seq_len=512,
+                 embedding_serialization=8), True),
+    ("G-L", "GPT-2 large (SL1024), 16-IPU pipeline, 1 replica (optimizer state not sharded)",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_large_train_gen_pod16`",
+     _gpt2_train("gpt2-large", [0, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 2],
+                 [0.15, 0.15, 0.2, 0.2, 0.2, 0.15, 0.15, 0.2, 0.2, 0.15, 0.15, 0.2, 0.2, 0.15, 0.15, 0.2], 1, 8192,
+                 rts=False), True),
 ]
 
 
@@ -1679,7 +1714,8 @@ def _memory_section() -> list[str]:
             "Graphcore's configurations that run on hardware, and one its notes say does not fit, compiled "
             "by the simulator; `tests/test_memory.py` asserts each outcome. The SQuAD rows run the zoo's "
             "BERT with the span head on the last IPU (`head=\"squad\"`) and AdamW's first moment in fp16, the "
-            "second in fp32, as the config keeps them.", "",
+            "second in fp32, as the config keeps them; the GPT-2 rows keep AdamW's state off chip, as the example's "
+            "`--optimizer-state-offchip` does by default (on chip, neither GPT-2 large run fits).", "",
             "| row | workload | source | published | simulated | configuration |",
             "|---|---|---|---|---|---|"] + fits + [
             "", "### Published statements about memory", "",
