@@ -347,6 +347,30 @@ def test_every_codelet_has_a_cost_and_composite_ops_several_compute_sets():
     assert codelet("batchnorm").sets == 6 and codelet("loss").sets == 7 and codelet("add").sets == 1
 
 
+def test_dropout_saves_sets_and_restores_the_seeds_on_every_tile():
+    """PopART's dropout calls poprand::dropout with a seed tensor, so poprand adds three compute
+    sets on every tile around the mask-and-scale one (RandomGen.cpp maybeSaveHwSeedsAndSetSeeds,
+    maybeRestoreHwSeeds): the hardware seeds read, the 8-byte seed sent to each tile and set (SetSeed:
+    14 + 27 per worker, 176 cycles with 6 workers), the seeds written back. A dropout of a few
+    elements therefore costs the three compute sets on all 1,472 tiles and one exchange phase more
+    than the element-wise op alone."""
+    from sim.cost.rules import _elementwise
+    from sim.cost.vector import seed_programs_cycles
+    set_seed, hw_seeds = seed_programs_cycles(MK2.worker_threads)
+    assert set_seed == 14 + 27 * 6
+    b = GraphBuilder("d", "float16")
+    b.dropout(b.input("x", (4, 8)), 0.1)
+    op = b.graph.ops[-1]
+    cost = op_cost(op, b.graph, MK2, TILES)
+    body = _elementwise("dropout", [((4, 8), "float16", "activation")], [((4, 8), "float16")], MK2, TILES)
+    assert cost.supersteps == body.supersteps + 3
+    assert cost.compute_cycles == body.compute_cycles + set_seed + 2 * hw_seeds
+    assert cost.exchange_setup_cycles == body.exchange_setup_cycles + MK2.exchange_setup_cycles
+    assert cost.tiles_used == TILES and body.tiles_used == 1
+    assert cost.profile.compute[-1] == set_seed + 2 * hw_seeds  # a tile without data still sets its seed
+    assert {k[0] for k in cost.codelets} == {"dropout", "poprand_set_seed", "hw_seeds"}
+
+
 def test_small_ops_cost_their_fixed_costs():
     """An element-wise op on a few elements costs its vertex launch, a sync and little else; the
     breakdown shows the launch and exchange set-up as their own lines, and the lines add up."""

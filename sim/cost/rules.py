@@ -35,8 +35,8 @@ from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce
 from .row_ops import ROW_OP_KINDS, row_op_cost
 from .reduction import constants as reduce_constants
-from .vector import (codelet, dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, spread,
-                     tile_cycles)
+from .vector import (codelet, dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles,
+                     spread, tile_cycles)
 
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
@@ -149,6 +149,8 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _reduce(kind, ins, outs, attrs, ipu, tiles)
     if kind == "accumulate" and "layout_of_matmul" in attrs:
         return _scaled_add_to_matmul(ins, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
+    if kind == "dropout":
+        return _dropout(ins, outs, ipu, tiles)
     if kind in _UNARY:
         return _elementwise(kind, ins, outs, ipu, tiles)
     if kind == "lars_update":
@@ -198,6 +200,26 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
     return _phases(ipu, int(per_tile_cycles.max()), exch, c.sets, n, bcast * used, used,
                    plan=f"{n} elements on {used} tiles", profile=profile, launch=launch_cycles(vec_kind))
+
+
+def _dropout(ins, outs, ipu, tiles) -> OpCost:
+    """A dropout (or its gradient, the same dropout of dy) as PopART runs it: ``poprand::dropout``
+    with the op's seed tensor, so poprand wraps the mask-and-scale compute set in three more on
+    every tile of the IPU (lib/poprand/RandomGen.cpp ``maybeSaveHwSeedsAndSetSeeds``,
+    ``maybeRestoreHwSeeds``): the hardware seeds read out, the 8-byte master seed sent to every
+    tile and set (``setSeed``: a SetSeed vertex per tile), and the saved seeds written back."""
+    body = _elementwise("dropout", ins, outs, ipu, tiles)
+    set_seed, hw_seeds = seed_programs_cycles(ipu.worker_threads)
+    seed_bytes = 8  # the master seed, two UNSIGNED_INTs, read by every tile's SetSeed vertex
+
+    def on_every_tile(cycles: int, received: int = 0) -> OpCost:
+        return _phases(ipu, cycles, exchange_cycles(received, ipu), 1, 0.0, received * tiles, tiles, tiles=tiles,
+                       launch=cycles)
+    parts = [(on_every_tile(hw_seeds), 1), (on_every_tile(set_seed, seed_bytes), 1), (body, 1),
+             (on_every_tile(hw_seeds), 1)]
+    dtype = outs[0][1]
+    return replace(in_series(parts, tiles, body.plan + ", seeds saved, set and restored on every tile"),
+                   codelets=(("dropout", dtype, 0), ("poprand_set_seed", "", 0), ("hw_seeds", "", 0)))
 
 
 #: LARS's trust ratio from the two norms, one fused scalar expression (lars_optimizer.py's

@@ -123,6 +123,19 @@ def dynamic_slice_tile_cycles(elements_on_tile: int, itemsize: int, workers: int
     return c["supervisor"] + workers * (c["worker_fixed"] + c["per_sub_element"] + c["per_copy"] * copies)
 
 
+@lru_cache(maxsize=1)
+def _seed_constants() -> dict[str, int]:
+    """The ``[random_seed]`` table of ``configs/_vector-ops.toml``."""
+    return whole_number_table("random_seed", ("set_seed_supervisor", "set_seed_per_worker", "hw_seeds"))
+
+
+def seed_programs_cycles(workers: int) -> tuple[int, int]:
+    """(set-seed, hardware-seeds) cycles on each tile of the compute sets poprand adds around a random
+    op given a master seed: SetSeed's estimate, and one of poplar's getHwSeeds / setHwSeeds."""
+    c = _seed_constants()
+    return c["set_seed_supervisor"] + workers * c["set_seed_per_worker"], c["hw_seeds"]
+
+
 def loop_counter_cycles() -> int:
     """Cycles of the ForLoopCounter vertex a counted loop runs each iteration, on one tile."""
     return _loop_constants()["loop_counter"]["vertex"]
