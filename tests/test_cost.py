@@ -347,28 +347,51 @@ def test_every_codelet_has_a_cost_and_composite_ops_several_compute_sets():
     assert codelet("batchnorm").sets == 6 and codelet("loss").sets == 7 and codelet("add").sets == 1
 
 
-def test_dropout_saves_sets_and_restores_the_seeds_on_every_tile():
+def test_dropout_makes_its_seed_and_sets_it_on_every_tile():
     """PopART's dropout calls poprand::dropout with a seed tensor, so poprand adds three compute
     sets on every tile around the mask-and-scale one (RandomGen.cpp maybeSaveHwSeedsAndSetSeeds,
     maybeRestoreHwSeeds): the hardware seeds read, the 8-byte seed sent to each tile and set (SetSeed:
-    14 + 27 per worker, 176 cycles with 6 workers), the seeds written back. A dropout of a few
-    elements therefore costs the three compute sets on all 1,472 tiles and one exchange phase more
-    than the element-wise op alone."""
+    14 + 27 per worker, 176 cycles with 6 workers), the seeds written back. The forward op first makes
+    its seed (ModifyRandomSeedOpx: an add, a one-element uniform INT drawn the same seeded way, 4 + 22
+    per worker + 2 = 138 cycles, a cast and a copy); its gradient reuses the forward's seed."""
     from sim.cost.rules import _elementwise
-    from sim.cost.vector import seed_programs_cycles
+    from sim.cost.vector import seed_programs_cycles, uniform_int_cycles
     set_seed, hw_seeds = seed_programs_cycles(MK2.worker_threads)
-    assert set_seed == 14 + 27 * 6
-    b = GraphBuilder("d", "float16")
-    b.dropout(b.input("x", (4, 8)), 0.1)
-    op = b.graph.ops[-1]
-    cost = op_cost(op, b.graph, MK2, TILES)
+    assert set_seed == 14 + 27 * 6 and uniform_int_cycles(1, MK2.worker_threads) == 4 + 22 * 6 + 2
+    seeded = set_seed + 2 * hw_seeds
+
+    def dropout(**attrs):
+        b = GraphBuilder("d", "float16")
+        b.op("dropout", [b.input("x", (4, 8))], [(4, 8)], {"p": 0.1, **attrs})
+        return op_cost(b.graph.ops[-1], b.graph, MK2, TILES)
     body = _elementwise("dropout", [((4, 8), "float16", "activation")], [((4, 8), "float16")], MK2, TILES)
-    assert cost.supersteps == body.supersteps + 3
-    assert cost.compute_cycles == body.compute_cycles + set_seed + 2 * hw_seeds
-    assert cost.exchange_setup_cycles == body.exchange_setup_cycles + MK2.exchange_setup_cycles
-    assert cost.tiles_used == TILES and body.tiles_used == 1
-    assert cost.profile.compute[-1] == set_seed + 2 * hw_seeds  # a tile without data still sets its seed
-    assert {k[0] for k in cost.codelets} == {"dropout", "poprand_set_seed", "hw_seeds"}
+    grad, forward = dropout(seed_from_forward=True), dropout()
+    assert grad.supersteps == body.supersteps + 3
+    assert grad.compute_cycles == body.compute_cycles + seeded
+    assert grad.exchange_setup_cycles == body.exchange_setup_cycles + MK2.exchange_setup_cycles
+    assert grad.tiles_used == TILES and body.tiles_used == 1
+    assert grad.profile.compute[-1] == seeded  # a tile without data still sets its seed
+    assert {k[0] for k in grad.codelets} == {"dropout", "poprand_set_seed", "hw_seeds"}
+    make_seed = codelet("add").fixed + seeded + 138 + codelet("cast").fixed + codelet("copy").fixed
+    assert forward.supersteps == grad.supersteps + 7
+    assert forward.compute_cycles == grad.compute_cycles + make_seed
+    assert forward.exchange_setup_cycles == grad.exchange_setup_cycles + MK2.exchange_setup_cycles
+
+
+def test_a_dropouts_gradient_reuses_the_forward_seed():
+    """The backward graph's dropout is marked as running on its forward op's seed, so it is priced
+    without a ModifyRandomSeedOp of its own, and the forward one keeps it."""
+    from sim.graph.training import expand_training
+    b = GraphBuilder("d", "float16")
+    x = b.input("x", (64, 64))
+    y = b.dropout(b.matmul(x, b.weight("w", (64, 64))), 0.1)
+    b.output(b.mse_loss(y, b.input("t", (64, 64))))
+    g = expand_training(b.graph)
+    drops = [op for op in g.ops if op.kind == "dropout"]
+    assert len(drops) == 2
+    assert [bool(op.attrs.get("seed_from_forward")) for op in drops] == [False, True]
+    fwd, grad = (op_cost(op, g, MK2, TILES) for op in drops)
+    assert fwd.cycles > grad.cycles
 
 
 def test_small_ops_cost_their_fixed_costs():

@@ -36,7 +36,7 @@ from .reduction import LOG_ADD, plan_reduce
 from .row_ops import ROW_OP_KINDS, row_op_cost
 from .reduction import constants as reduce_constants
 from .vector import (codelet, dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles,
-                     spread, tile_cycles)
+                     spread, tile_cycles, uniform_int_cycles)
 
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
@@ -150,7 +150,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind == "accumulate" and "layout_of_matmul" in attrs:
         return _scaled_add_to_matmul(ins, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
     if kind == "dropout":
-        return _dropout(ins, outs, ipu, tiles)
+        return _dropout(ins, outs, attrs, ipu, tiles)
     if kind in _UNARY:
         return _elementwise(kind, ins, outs, ipu, tiles)
     if kind == "lars_update":
@@ -202,21 +202,43 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
                    plan=f"{n} elements on {used} tiles", profile=profile, launch=launch_cycles(vec_kind))
 
 
-def _dropout(ins, outs, ipu, tiles) -> OpCost:
-    """A dropout (or its gradient, the same dropout of dy) as PopART runs it: ``poprand::dropout``
-    with the op's seed tensor, so poprand wraps the mask-and-scale compute set in three more on
-    every tile of the IPU (lib/poprand/RandomGen.cpp ``maybeSaveHwSeedsAndSetSeeds``,
-    ``maybeRestoreHwSeeds``): the hardware seeds read out, the 8-byte master seed sent to every
-    tile and set (``setSeed``: a SetSeed vertex per tile), and the saved seeds written back."""
-    body = _elementwise("dropout", ins, outs, ipu, tiles)
+def _seeded(ipu, tiles, op_on_tiles: OpCost) -> list[tuple[OpCost, int]]:
+    """The parts of a poprand op given a master seed tensor: poprand wraps the op's compute set in
+    three more on every tile of the IPU (lib/poprand/RandomGen.cpp ``maybeSaveHwSeedsAndSetSeeds``,
+    ``maybeRestoreHwSeeds``): the hardware seeds read out, the 8-byte master seed sent to every tile
+    and set (``setSeed``: a SetSeed vertex per tile), and, after the op, the saved seeds written back."""
     set_seed, hw_seeds = seed_programs_cycles(ipu.worker_threads)
     seed_bytes = 8  # the master seed, two UNSIGNED_INTs, read by every tile's SetSeed vertex
 
     def on_every_tile(cycles: int, received: int = 0) -> OpCost:
         return _phases(ipu, cycles, exchange_cycles(received, ipu), 1, 0.0, received * tiles, tiles, tiles=tiles,
                        launch=cycles)
-    parts = [(on_every_tile(hw_seeds), 1), (on_every_tile(set_seed, seed_bytes), 1), (body, 1),
-             (on_every_tile(hw_seeds), 1)]
+    return [(on_every_tile(hw_seeds), 1), (on_every_tile(set_seed, seed_bytes), 1), (op_on_tiles, 1),
+            (on_every_tile(hw_seeds), 1)]
+
+
+def _on_one_tile(ipu, tiles, cycles: int) -> OpCost:
+    """One compute set of ``cycles`` on one tile (a scalar step)."""
+    return _phases(ipu, cycles, 0, 1, 0.0, 0, 1, tiles=tiles, launch=cycles)
+
+
+def _modify_random_seed(ipu, tiles) -> list[tuple[OpCost, int]]:
+    """The parts of PopART's ModifyRandomSeedOp, which makes each random op's seed from the step's
+    base seed (popx/op/modifyrandomseedx.cpp): ``R + modifier`` (popops::add), a one-element
+    ``poprand::uniform`` of INT given that as its seed (so inside the seed save, set and restore of
+    :func:`_seeded`), its cast to UNSIGNED_INT (popops::map) and the copy of the new seed."""
+    return ([(_on_one_tile(ipu, tiles, codelet("add").fixed), 1)]
+            + _seeded(ipu, tiles, _on_one_tile(ipu, tiles, uniform_int_cycles(1, ipu.worker_threads)))
+            + [(_on_one_tile(ipu, tiles, codelet("cast").fixed), 1), (_on_one_tile(ipu, tiles, codelet("copy").fixed), 1)])
+
+
+def _dropout(ins, outs, attrs, ipu, tiles) -> OpCost:
+    """A dropout as PopART runs it: its seed made by a ModifyRandomSeedOp (:func:`_modify_random_seed`),
+    then ``poprand::dropout`` given that seed (:func:`_seeded` around the mask-and-scale compute set).
+    Its gradient (``seed_from_forward``) is the same dropout of dy on the forward op's seed, so it
+    makes no seed of its own (PopART's DropoutGradOp; transforms/randomsetup.hpp)."""
+    body = _elementwise("dropout", ins, outs, ipu, tiles)
+    parts = ([] if attrs.get("seed_from_forward") else _modify_random_seed(ipu, tiles)) + _seeded(ipu, tiles, body)
     dtype = outs[0][1]
     return replace(in_series(parts, tiles, body.plan + ", seeds saved, set and restored on every tile"),
                    codelets=(("dropout", dtype, 0), ("poprand_set_seed", "", 0), ("hw_seeds", "", 0)))

@@ -126,7 +126,9 @@ def dynamic_slice_tile_cycles(elements_on_tile: int, itemsize: int, workers: int
 @lru_cache(maxsize=1)
 def _seed_constants() -> dict[str, int]:
     """The ``[random_seed]`` table of ``configs/_vector-ops.toml``."""
-    return whole_number_table("random_seed", ("set_seed_supervisor", "set_seed_per_worker", "hw_seeds"))
+    return whole_number_table("random_seed", ("set_seed_supervisor", "set_seed_per_worker", "hw_seeds",
+                                              "uniform_int_supervisor", "uniform_int_per_worker",
+                                              "uniform_int_per_odd"))
 
 
 def seed_programs_cycles(workers: int) -> tuple[int, int]:
@@ -134,6 +136,13 @@ def seed_programs_cycles(workers: int) -> tuple[int, int]:
     op given a master seed: SetSeed's estimate, and one of poplar's getHwSeeds / setHwSeeds."""
     c = _seed_constants()
     return c["set_seed_supervisor"] + workers * c["set_seed_per_worker"], c["hw_seeds"]
+
+
+def uniform_int_cycles(elements: int, workers: int) -> int:
+    """Tile cycles of poprand's Uniform vertex drawing ``elements`` INT values (scaled)."""
+    c = _seed_constants()
+    return (c["uniform_int_supervisor"] + workers * c["uniform_int_per_worker"] + 6 * (elements // 2)
+            + c["uniform_int_per_odd"] * (elements % 2))
 
 
 def loop_counter_cycles() -> int:

@@ -667,7 +667,8 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         # a dropout's gradient is the same dropout applied to dy: PopART's DropoutGradOp reruns
         # poprand::dropout with the forward op's seed (op/dropout.cpp, popx/op/dropoutx.cpp)
         if wants(0):
-            bw.give(ins[0].name, bw.new(k, [dy], ins[0].shape, ins[0].dtype, op.attrs))
+            attrs = {**op.attrs, "seed_from_forward": True} if k == "dropout" else op.attrs
+            bw.give(ins[0].name, bw.new(k, [dy], ins[0].shape, ins[0].dtype, attrs))
     elif k == "exp":  # d exp(x) = exp(x) dx: one multiply by the forward output
         if wants(0):
             bw.give(ins[0].name, bw.new("mul", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))
