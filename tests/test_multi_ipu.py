@@ -139,12 +139,16 @@ def test_balanced_training_pipeline_idles_the_bubble_of_its_ipus(G):
     merged stage padded to the same), the fill costs only forward time and the flush only
     backward time: (F-1) x (forward + backward) = (F-1) cycles' worth. So each IPU idles
     (F-1)/(G+F-1) of the compute window: the textbook bubble with P = the number of IPUs
-    (pipeline depth in devices), not the 2F-1 stages. Tolerance 1 % relative; the padding is
+    (pipeline depth in devices), not the 2F-1 stages. The stash of IPUs 0-2 runs with their
+    forward work and its restore with their backward work. Tolerance 1 % relative; the padding is
     a whole number of worker cycles, so IPU 3 is within a few cycles of the others.
     """
     probe = stage_work(sim.simulate(stack([4] * F, training=True), M2000, synthetic(8, True), training=True))
-    per_ipu = probe["stage 1 forward"] + probe["stage 5 recompute"] + probe["stage 5 backward"]
-    assert per_ipu == probe["stage 0 forward"] + probe["stage 6 recompute"] + probe["stage 6 backward"]
+    # IPUs 0-2 also stash their stage's input each micro-batch and restore it for the backward stage
+    per_ipu = (probe["stage 1 forward"] + probe["stage 1 stash"] + probe["stage 5 restore"]
+               + probe["stage 5 recompute"] + probe["stage 5 backward"])
+    assert per_ipu == (probe["stage 0 forward"] + probe["stage 0 stash"] + probe["stage 6 restore"]
+                       + probe["stage 6 recompute"] + probe["stage 6 backward"])
     merged = probe["stage 3 forward"] + probe["stage 3 backward"]
     mk2 = sim.load_system(M2000).ipu
     # custom op: vertex overhead + one vertex per tile of 6 worker slots x vertex_cycles, + a sync

@@ -217,7 +217,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         notes.append(f"{who}; the other {R - len(simulated)} run the same program and share their timings "
                      "by symmetry")
     ctx = Context(g, system, o, training, mode, costs, stages, updates, k, simulated, notes,
-                  collective_algorithm, tiles, *_collapsing(g, o))
+                  collective_algorithm, tiles, *_collapsing(g, o), pipelined=(strategy == "pipelined"))
     lap("stages")
     program = _BUILDERS[strategy](ctx)
     lap("schedule")

@@ -22,6 +22,7 @@ from .hostio import host_transfers
 from ..options import Options, OutputMode
 from ..program import Compute, IpuCopy, OpSteps, RemoteCopy, Repeat, Sequence, Sync
 from .stages import StageWork
+from .stash import restored_tensors, stash_op_cost, stashed_tensors
 from ..hardware.topology import replica_ipus, sync_cycles
 
 
@@ -44,6 +45,7 @@ class Context:
     compute_tiles: int = 0
     collapse_accumulation: bool = True  # False when host IO overlaps across micro-batches
     collapse_device: bool = True  # False when host IO overlaps across device iterations
+    pipelined: bool = False  # stages run as PopART's pipeline: forward stages stash, backward ones restore
     _parts: dict = field(default_factory=dict, repr=False)
     _items: dict = field(default_factory=dict, repr=False)  # (id(stage), load_weights) -> (stage, items)
 
@@ -53,16 +55,24 @@ class Context:
     def steps(self, ops: list[Op], label: str = "", share: int | dict[str, int] = 1) -> OpSteps:
         """Per-op cycles of ``ops``; ``share`` > 1 prices a 1/share slice of each (a shard), or per
         op name."""
-        priced = [(op, self.costs[op.name]) for op in ops if op.name in self.costs and self.costs[op.name].cycles > 0]
-        shares = np.array([share.get(op.name, 1) if isinstance(share, dict) else share for op, _ in priced],
+        priced = [((op.name, op.kind), self.costs[op.name]) for op in ops
+                  if op.name in self.costs and self.costs[op.name].cycles > 0]
+        shares = np.array([share.get(name, 1) if isinstance(share, dict) else share for (name, _), _ in priced],
                           dtype=np.float64)
+        return self._steps_of(priced, label, shares)
+
+    def _steps_of(self, priced: list[tuple[tuple[str, str], OpCost]], label: str = "",
+                  shares: np.ndarray | None = None) -> OpSteps:
+        """The :class:`OpSteps` of ``((name, kind), cost)`` pairs, each a 1/share slice."""
+        if shares is None:
+            shares = np.ones(len(priced))
 
         def col(values, dtype=np.int64):
             a = np.array(values, dtype=np.float64)
             return np.ceil(a / shares).astype(dtype) if dtype is np.int64 else (a / shares)
         return OpSteps(
-            names=tuple(op.name + label for op, _ in priced),
-            kinds=tuple(op.kind for op, _ in priced),
+            names=tuple(name + label for (name, _), _ in priced),
+            kinds=tuple(kind for (_, kind), _ in priced),
             compute=col([c.compute_cycles for _, c in priced]),
             exchange=col([c.exchange_cycles for _, c in priced]),
             sync=np.array([c.sync_cycles for _, c in priced], dtype=np.int64),
@@ -82,12 +92,22 @@ class Context:
             self._parts[key] = (stage, self._split_stage(stage))
         return self._parts[key][1]
 
+    def _stash_part(self, stage: StageWork, what: str, tensors: list[str]) -> list[tuple[str, object]]:
+        """A pipeline stage's stash (``what`` "stash") or restore ops, one per tensor, as a compute part
+        (:mod:`sim.schedule.stash`); none when it keeps no stash."""
+        if not tensors:
+            return []
+        priced = [((f"{what}/{t}", what), stash_op_cost(self.g.tensors[t], self.system.ipu, self.compute_tiles))
+                  for t in tensors]
+        return [("compute", (f"stage {stage.index} {what}", self._steps_of(priced)))]
+
     def _split_stage(self, stage: StageWork) -> list[tuple[str, object]]:
         recomputed = set(id(op) for op in stage.recomputed)
         groups = [("forward", [op for op in stage.ops if id(op) not in recomputed and op.pass_ == "forward"], ""),
                   ("recompute", [op for op in stage.ops if id(op) in recomputed], " (recompute)"),
                   ("backward", [op for op in stage.ops if op.pass_ == "backward"], "")]
-        parts = []
+        pipelined = self.training and self.pipelined
+        parts = self._stash_part(stage, "restore", restored_tensors(stage, self.stages)) if pipelined else []
         for what, ops, label in groups:
             chunk: list[Op] = []
             for op in ops + [None]:
@@ -100,6 +120,8 @@ class Context:
                     chunk = []
                 if op is not None and (self.options.total_replicas() > 1 or replicated_ops.spans_replicas(op)):
                     parts.append(("collective", op))
+        if pipelined:
+            parts += self._stash_part(stage, "stash", stashed_tensors(stage, self.stages))
         return parts
 
     def off_chip_traffic(self, stage: StageWork) -> tuple[int, int]:

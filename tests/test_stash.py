@@ -1,0 +1,64 @@
+"""A pipeline's stash and restore ops as PopART grows them (StashOpx, RestoreOpx): their cycles,
+which stages run them and how often."""
+
+import math
+
+import models
+import sim
+from sim.cost.vector import dynamic_slice_tile_cycles, tile_cycles
+from sim.schedule.stash import INDEX_BYTES, stash_op_cost
+from sim.graph.ir import Tensor
+from sim.strategy import AutoStage, ShardedExecution
+
+MK2 = sim.load_system("ipu-mk2").ipu
+
+
+def test_a_stash_moves_the_tensor_on_its_tiles_at_an_index_it_then_advances():
+    """One stash of a [4096, 1024] fp16 activation: the index sent to the tensor's tiles (one
+    exchange phase), popops' dynamic update of each tile's 2,850 elements, the index's add and
+    remainder on one tile; four syncs; nothing moves between tiles but the index."""
+    t = Tensor("x", (4096, 1024), "float16", "activation")
+    c = stash_op_cost(t, MK2, MK2.tiles)
+    per_tile = math.ceil(4096 * 1024 / MK2.tiles)
+    move = dynamic_slice_tile_cycles(per_tile, 2, MK2.worker_threads)
+    index = tile_cycles(1, INDEX_BYTES, "add", MK2) + tile_cycles(1, INDEX_BYTES, "remainder", MK2)
+    assert c.compute_cycles == move + index
+    assert c.supersteps == 3 and c.sync_cycles == 4 * MK2.internal_sync_cycles
+    assert c.exchange_bytes == INDEX_BYTES * MK2.tiles and c.exchange_setup_cycles == MK2.exchange_setup_cycles
+    assert c.tiles_used == MK2.tiles and c.profile.compute[0] == move + index and c.profile.compute[1] == move
+
+
+def _bert_pipeline(strategy=None):
+    g = models.get("bert-base", micro_batch=2, seq_len=128, num_layers=4, layers_per_ipu=[1, 1, 1, 1])
+    o = sim.Options().enableSyntheticData(True)
+    o.Training.gradientAccumulation(16)
+    if strategy is not None:
+        o.setExecutionStrategy(strategy)
+    return sim.simulate(g, "ipu-m2000", o, training=True, optimizer="sgd")
+
+
+def test_every_stashing_forward_stage_stashes_and_its_backward_restores_each_micro_batch():
+    """On a 4-IPU pipeline (5 forward stages: the MLM head goes back to IPU 0), the forward stages
+    with a stash (all but the last) run a stash step every micro-batch, and their backward stages a
+    restore step, one op per stashed tensor; the stash and its restore cost the same."""
+    run = _bert_pipeline()
+    ex = run.executable
+    trace = run.trace
+    stashing = [s for s in ex.stages if s.stash_depth > 0]
+    forward = [s for s in ex.stages if s.forward_stage == s.index]
+    assert len(forward) == 5 and stashing == forward[:-1]
+    for s in stashing:
+        stash = trace[trace.name == f"stage {s.index} stash"]
+        backward = next(b for b in ex.stages if b.forward_stage == s.index and b is not s)
+        restore = trace[trace.name == f"stage {backward.index} restore"]
+        assert len(stash) == len(restore) == 16  # one a micro-batch
+        assert stash.cycles.iloc[0] == restore.cycles.iloc[0] > 0
+    ops = run.op_trace()
+    assert ops.name.str.startswith("stash/").sum() == ops.name.str.startswith("restore/").sum() > 0
+
+
+def test_sharded_training_keeps_no_stash():
+    """Without pipelining (ShardedExecution) a micro-batch's forward and backward run back to back:
+    no stash or restore steps."""
+    run = _bert_pipeline(ShardedExecution(AutoStage.AutoIncrement))
+    assert not run.trace.name.str.contains(" stash| restore").any()
