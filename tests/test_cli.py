@@ -384,15 +384,16 @@ def test_timeline_shows_fill_main_flush_and_passes(tmp_path):
         ax = fig.axes[0]
         assert [t.get_text() for t in ax.texts] == ["fill", "main", "flush"]
         legend = {t.get_text() for t in ax.get_legend().get_texts()}
-        assert {"forward", "backward", "recompute", "weight update"} <= legend and "compute" not in legend
+        assert {"forward", "backward", "recompute", "stash", "restore", "weight update"} <= legend
+        assert "compute" not in legend
         assert [t.get_text() for t in ax.get_yticklabels()] == [f"IPU {i}" for i in range(4)]
         assert "fill | main | flush of the first weight-update step" in ax.get_title()
     finally:
         import matplotlib.pyplot as plt
         plt.close(fig)
-    assert [compute_pass(n) for n in ("stage 3 forward", "stage 6 recompute", "stage 5 backward",
-                                      "weight update", "IO tiles -> compute tiles: x", "main")] == [
-        "forward", "recompute", "backward", "weight update", "io-tile copy", "compute"]
+    assert [compute_pass(n) for n in ("stage 3 forward", "stage 6 recompute", "stage 5 backward", "stage 1 stash",
+                                      "stage 5 restore", "weight update", "IO tiles -> compute tiles: x", "main")] == [
+        "forward", "recompute", "backward", "stash", "restore", "weight update", "io-tile copy", "compute"]
 
 
 def test_timeline_draws_io_tile_and_host_lanes(capsys, tmp_path):

@@ -33,7 +33,7 @@ KIND_COLOURS = {"compute": "tab:blue", "host_io": "tab:orange", "sync": "tab:gra
                 "remote_io": "tab:brown", "host_io_overlapped": "tab:orange", "host_prefetch": "navajowhite"}
 #: colours of compute tasks by what they run (from the task name, e.g. "stage 3 backward")
 PASS_COLOURS = {"forward": "tab:blue", "backward": "tab:cyan", "recompute": "tab:olive",
-                "weight update": "tab:pink", "io-tile copy": "gold"}
+                "stash": "slateblue", "restore": "teal", "weight update": "tab:pink", "io-tile copy": "gold"}
 #: the timeline draws at most this many tasks (the earliest ones) to stay fast
 MAX_TIMELINE_TASKS = 5000
 
@@ -81,14 +81,14 @@ def _output_mode(run: Run) -> str:
 
 
 def compute_pass(name: str) -> str:
-    """What a compute task runs, from its name: forward, backward, recompute, weight update,
-    io-tile copy, or compute (anything else)."""
+    """What a compute task runs, from its name: forward, backward, recompute, a pipeline stage's
+    stash or restore, weight update, io-tile copy, or compute (anything else)."""
     if name == "weight update":
         return "weight update"
     if name.startswith("IO tiles"):
         return "io-tile copy"
     last = name.rsplit(" ", 1)[-1]
-    return last if last in ("forward", "backward", "recompute") else "compute"
+    return last if last in ("forward", "backward", "recompute", "stash", "restore") else "compute"
 
 
 def pipeline_phases(run: Run) -> dict[str, tuple[int, int]] | None:
