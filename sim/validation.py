@@ -44,7 +44,7 @@ from .options import CommGroupType, Options, OutputMode, OverlapMode, TensorLoca
 from .program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
 from .schedule.collectives import plan_collective
 from .schedule.replicated_ops import NORM_COLLECTIVE_SUFFIX
-from .strategy import ShardedExecution
+from .strategy import AutoStage, ShardedExecution
 
 REPORT = Path(__file__).resolve().parent.parent / "reports" / "validation.md"
 
@@ -276,6 +276,7 @@ class Setup:
     synthetic: bool = False  # enableSyntheticData: no host IO
     io_tiles: int = 0  # TensorLocations.numIOTiles
     overlap_io: bool = False  # every host stream overlapped (OverlapDeviceIterationLoop), ShardedExecution
+    sharded: bool = False  # ShardedExecution(AutoStage.AutoIncrement): the IPUs run one after another, no pipeline
     prefetch_depth: int = 1  # _Popart defaultPrefetchBufferingDepth
     output_mode: str = ""  # outputMode as an OutputMode member name ("All", "Sum", ...); "": the default
     merged_collectives: tuple = ()  # collective kinds merged into one call ("all_reduce", ...): PopART's
@@ -311,6 +312,8 @@ class Setup:
             o.TensorLocations.numIOTiles(self.io_tiles)
         if self.overlap_io:
             o.setExecutionStrategy(ShardedExecution())
+        if self.sharded:
+            o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
         if self.prefetch_depth > 1:
             o._Popart.set("defaultPrefetchBufferingDepth", self.prefetch_depth)
         if self.output_mode:
@@ -351,6 +354,8 @@ class Setup:
             parts.append(f"outputMode {self.output_mode}")
         if self.merged_collectives:
             parts.append(" and ".join(k.replace("_", "-") + "s" for k in self.merged_collectives) + " merged")
+        if self.sharded:
+            parts.append("ShardedExecution")
         if self.poplin_options:
             parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
         return "; ".join(parts)
@@ -1545,6 +1550,19 @@ def _squad_large_384(replicas: int) -> Setup:
 _EXAMPLES_GPT2 = "graphcore/examples `nlp/gpt2/pytorch/benchmarks.yml` "
 
 
+def _gpt2_infer(model: str, layers_per_ipu: list[int], replicas: int) -> Setup:
+    """GPT-2 inference as Graphcore's PyTorch example benchmarks it on a Bow Pod16 (EX 3cc8f81
+    ``nlp/gpt2/pytorch``: ``benchmarks.yml`` ``pytorch_gpt2_*_infer_gen_pod16``, ``inference_gpt2.py``):
+    sequence length 1,024, batch 1, one batch per call, ``ShardedExecution(AutoStage.AutoIncrement)``,
+    availableMemoryProportion 0.2 on every IPU, half partials, the LM head serialised 4 ways over the
+    padded vocabulary. The example returns the argmax of every position's logits; the zoo the last
+    position's logits (the same LM head and logits on IPU 0)."""
+    params = _params(seq_len=1024, layers_per_ipu=layers_per_ipu, vocab=50272, embedding_serialization=4,
+                     with_loss=False)
+    return Setup(model, params, "bow-pod16", replicas=replicas, amp=(0.2,) * len(layers_per_ipu), training=False,
+                 sharded=True)
+
+
 def _gpt2_train(model: str, layers_per_ipu: list[int], amp: list[float], replicas: int, accumulation: int,
                 rts: bool, seq_len: int = 1024, embedding_serialization: int = 4) -> Setup:
     """GPT-2 pre-training as Graphcore's PyTorch example benchmarks it on a Bow Pod16 (EX 3cc8f81
@@ -1598,6 +1616,10 @@ MEMORY_FITS = [
      _gpt2_train("gpt2-large", [0, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 2],
                  [0.15, 0.15, 0.2, 0.2, 0.2, 0.15, 0.15, 0.2, 0.2, 0.15, 0.15, 0.2, 0.2, 0.15, 0.15, 0.2], 1, 8192,
                  rts=False), True),
+    ("G-XL I", "GPT-2 XL inference (SL1024), batch 1, 8 IPUs [1, 6, 6, 7, 7, 7, 7, 7], sharded",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_xlarge_infer_gen_pod16`", _gpt2_infer("gpt2-xl", [1, 6, 6, 7, 7, 7, 7, 7], 2), True),
+    ("G-M I", "GPT-2 medium inference (SL1024), batch 1, 4 IPUs [1, 7, 8, 8], sharded",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_medium_infer_gen_pod16`", _gpt2_infer("gpt2-medium", [1, 7, 8, 8], 4), True),
 ]
 
 
@@ -1714,8 +1736,8 @@ def _memory_section() -> list[str]:
             "Graphcore's configurations that run on hardware, and one its notes say does not fit, compiled "
             "by the simulator; `tests/test_memory.py` asserts each outcome. The SQuAD rows run the zoo's "
             "BERT with the span head on the last IPU (`head=\"squad\"`) and AdamW's first moment in fp16, the "
-            "second in fp32, as the config keeps them; the GPT-2 rows keep AdamW's state off chip, as the example's "
-            "`--optimizer-state-offchip` does by default (on chip, neither GPT-2 large run fits).", "",
+            "second in fp32, as the config keeps them; the GPT-2 training rows keep AdamW's state off chip, as the "
+            "example's `--optimizer-state-offchip` does by default (on chip, neither GPT-2 large run fits).", "",
             "| row | workload | source | published | simulated | configuration |",
             "|---|---|---|---|---|---|"] + fits + [
             "", "### Published statements about memory", "",
