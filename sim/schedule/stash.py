@@ -7,7 +7,10 @@ tensors, how deep). PopART grows each stashed tensor as a ``StashOp`` in the for
 ``restorex.cpp``): ``popops::dynamicUpdate`` of the stash (laid out like the tensor, so no data
 moves between tiles) at a stash index, or ``popops::dynamicSlice`` of it, each followed by the
 index's ``addInPlace`` and ``remInPlace`` on the tile that holds it. Every tile of the tensor reads
-the index, so an exchange phase brings it there first.
+the index, so an exchange phase brings it there first. graphcore/tensorflow's pipelines do the same
+work in one ``FifoOp`` per stashed tensor (``driver/ops/custom_ops/poputil/fifo.cc``: a
+``dynamicSliceWithOutput`` pop and a ``dynamicUpdate`` push at a counter, for depths above 1), priced
+here the same way.
 """
 
 from __future__ import annotations
