@@ -1617,7 +1617,8 @@ MEMORY_FITS = [
                  [0.15, 0.15, 0.2, 0.2, 0.2, 0.15, 0.15, 0.2, 0.2, 0.15, 0.15, 0.2, 0.2, 0.15, 0.15, 0.2], 1, 8192,
                  rts=False), True),
     ("G-XL I", "GPT-2 XL inference (SL1024), batch 1, 8 IPUs [1, 6, 6, 7, 7, 7, 7, 7], sharded",
-     _EXAMPLES_GPT2 + "`pytorch_gpt2_xlarge_infer_gen_pod16`", _gpt2_infer("gpt2-xl", [1, 6, 6, 7, 7, 7, 7, 7], 2), True),
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_xlarge_infer_gen_pod16`", _gpt2_infer("gpt2-xl", [1, 6, 6, 7, 7, 7, 7, 7], 2),
+     True),
     ("G-M I", "GPT-2 medium inference (SL1024), batch 1, 4 IPUs [1, 7, 8, 8], sharded",
      _EXAMPLES_GPT2 + "`pytorch_gpt2_medium_infer_gen_pod16`", _gpt2_infer("gpt2-medium", [1, 7, 8, 8], 4), True),
 ]

@@ -227,9 +227,10 @@ def _modify_random_seed(ipu, tiles) -> list[tuple[OpCost, int]]:
     base seed (popx/op/modifyrandomseedx.cpp): ``R + modifier`` (popops::add), a one-element
     ``poprand::uniform`` of INT given that as its seed (so inside the seed save, set and restore of
     :func:`_seeded`), its cast to UNSIGNED_INT (popops::map) and the copy of the new seed."""
-    return ([(_on_one_tile(ipu, tiles, codelet("add").fixed), 1)]
-            + _seeded(ipu, tiles, _on_one_tile(ipu, tiles, uniform_int_cycles(1, ipu.worker_threads)))
-            + [(_on_one_tile(ipu, tiles, codelet("cast").fixed), 1), (_on_one_tile(ipu, tiles, codelet("copy").fixed), 1)])
+    def scalar(kind: str) -> tuple[OpCost, int]:
+        return _on_one_tile(ipu, tiles, codelet(kind).fixed), 1
+    draw = _on_one_tile(ipu, tiles, uniform_int_cycles(1, ipu.worker_threads))
+    return [scalar("add")] + _seeded(ipu, tiles, draw) + [scalar("cast"), scalar("copy")]
 
 
 def _dropout(ins, outs, attrs, ipu, tiles) -> OpCost:
