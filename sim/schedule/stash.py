@@ -15,8 +15,6 @@ here the same way.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..cost import OpCost
 from ..cost.exchange import exchange_cycles
 from ..cost.opcost import TileProfile
@@ -39,10 +37,8 @@ def stash_op_cost(tensor: Tensor, ipu: IPU, tiles: int) -> OpCost:
     index = tile_cycles(1, INDEX_BYTES, "add", ipu) + tile_cycles(1, INDEX_BYTES, "remainder", ipu)
     exchange = exchange_cycles(INDEX_BYTES, ipu)
     compute = move + index
-    on_tiles = np.arange(tiles) < used
-    profile_compute = np.where(on_tiles, float(move), 0.0)
-    profile_compute[0] += index
-    profile = TileProfile(profile_compute, np.where(on_tiles, float(INDEX_BYTES), 0.0), np.zeros(tiles))
+    profile = TileProfile.uniform(tiles, used, move, INDEX_BYTES)
+    profile.compute[0] += index  # the index is advanced on the first tile
     return OpCost(compute_cycles=compute, exchange_cycles=exchange, sync_cycles=4 * ipu.internal_sync_cycles,
                   supersteps=3, flops=0.0, exchange_bytes=INDEX_BYTES * used, tiles_used=used, temp_bytes_per_tile=0,
                   plan=f"{tensor.numel} elements on {used} tiles at the stash index", profile=profile,
