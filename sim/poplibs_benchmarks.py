@@ -30,6 +30,10 @@ for single layers run by these tools, each with ``--ignore-data`` (no host trans
   ``--batch`` of ``--max-time`` steps, labels of ``--max-label-length``, ``--num-classes`` classes;
   :func:`ctc_graph`. Its ``--ignore-data`` still runs the upload program (the tool: valid inputs
   are needed), so its inputs come from the host and nothing goes back.
+* ``tools/embedding_layer.cpp`` (``add_embedding_benchmark``): an fp16 table of ``--shape`` laid out
+  by popops' embedding plan (``usedForUpdate``), ``--num-indices`` uint32 indices, Pass BOTH:
+  ``multiSlice`` of the indices, then ``multiUpdateAdd`` of as many rows of deltas into the table
+  with a scale (no zeroing: the table itself is updated); :func:`embedding_graph`.
 
 The rows (``tests/data/poplibs_benchmark_results.csv``, copied from poplibs at commit 8dcde1ec)
 and their arguments (``tests/CMakeLists.txt`` at that commit) are in :data:`ROWS`;
@@ -67,7 +71,7 @@ class Bench:
     """One benchmark: the tool and its arguments (as in poplibs' ``tests/CMakeLists.txt``)."""
 
     name: str
-    tool: str  # "fc", "gemm", "conv", "reduce", "rnn" or "ctc"
+    tool: str  # "fc", "gemm", "conv", "reduce", "rnn", "ctc" or "embedding"
     args: tuple = field(default=())  # (key, value) pairs, see the graph builders
 
     @property
@@ -97,6 +101,10 @@ def _rnn(name, cell, batch, steps, inputs, outputs, dtype, train):
 
 def _ctc(name, time, labels, classes, batch):
     return Bench(name, "ctc", (("time", time), ("labels", labels), ("classes", classes), ("batch", batch)))
+
+
+def _embedding(name, entries, row, lookups):
+    return Bench(name, "embedding", (("entries", entries), ("row", row), ("lookups", lookups)))
 
 
 def _benches() -> list[Bench]:
@@ -205,6 +213,9 @@ def _benches() -> list[Bench]:
     # ctc_loss: fp32 logits in, fp32 out (--in-type float --out-type float)
     b += [_ctc(f"ctc_loss_t_{t}_l_{lab}_c_{c}_bs_{bs}_float_float", t, lab, c, bs)
           for t, lab, c in ((375, 200, 36), (1200, 480, 5)) for bs in (1, 4)]
+    # embedding_layer: --shape {entries, row}, --num-indices
+    b += [_embedding("embedding_small", 1000, 200, 21600), _embedding("embedding_vlarge", 100000, 200, 1440),
+          _embedding("embedding_vlarge_large_indices", 100000, 200, 11520)]
     return b
 
 
@@ -421,6 +432,22 @@ def ctc_graph(time: int, labels: int, classes: int, batch: int) -> Graph:
     return b.graph
 
 
+def embedding_graph(entries: int, row: int, lookups: int) -> Graph:
+    """poplibs' ``embedding_layer`` (Pass BOTH) as a graph: an fp16 table ``(entries, row)`` (a weight:
+    the tool makes it with ``createSliceableTensor``), ``lookups`` indices in, their rows looked up
+    (``multiSlice``), then a ``(lookups, row)`` tensor of deltas added into the table at the same
+    indices (``multiUpdateAdd`` with a scale, ``into_table``). With ``--ignore-data`` nothing is
+    streamed; the looked-up rows are the graph's output."""
+    b = GraphBuilder(f"embedding_{entries}x{row}_{lookups}", "float16")
+    ids = b.input("indices", (lookups,), dtype="int32")
+    table = b.weight("embedding", (entries, row))
+    rows_out = b.embedding(ids, table, name="multiSlice")
+    deltas = b.input("deltas", (lookups, row))
+    b.graph.add_op(Op("multiUpdateAdd", "embedding_grad", [ids, deltas, table], [table], {"into_table": True}))
+    b.output(rows_out)
+    return b.graph
+
+
 def graph(bench: Bench) -> Graph:
     """The simulator's graph of ``bench``'s tool with its arguments."""
     p = bench.params
@@ -437,8 +464,10 @@ def graph(bench: Bench) -> Graph:
         return rnn_graph(p["cell"], p["batch"], p["steps"], p["inputs"], p["outputs"], p["dtype"], p["train"])
     if bench.tool == "ctc":
         return ctc_graph(p["time"], p["labels"], p["classes"], p["batch"])
+    if bench.tool == "embedding":
+        return embedding_graph(p["entries"], p["row"], p["lookups"])
     raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} "
-                     "(expected fc, gemm, conv, reduce, rnn or ctc)")
+                     "(expected fc, gemm, conv, reduce, rnn, ctc or embedding)")
 
 
 def system(bench: Bench, target: str = "IpuModel2"):
@@ -480,7 +509,7 @@ def _family(name: str) -> str:
     if BENCHES.get(name) is not None and BENCHES[name].tool == "reduce":
         return "reduce"
     for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet", "conv",
-                   "lstm", "gru", "ctc"):
+                   "lstm", "gru", "ctc", "embedding"):
         if name.startswith(prefix):
             return prefix
     return "other"

@@ -25,6 +25,8 @@ from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_
                   pass_fixed_cycles,
                   plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
 from .ctc import plan_ctc
+from .embedding import (FLOAT_BYTES, INDEX_BYTES, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan, offsets_per_worker,
+                        plan_embedding, slice_worker_cycles, update_worker_cycles)
 from .depthwise import plan_depthwise
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
@@ -144,7 +146,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ("maxpool", "avgpool", "maxpool_grad", "avgpool_grad"):
         return _pool(kind, ins, outs, attrs, ipu, tiles)
     if kind in ("gather", "embedding_grad"):
-        return _gather(kind, ins, outs, ipu, tiles)
+        return _gather(kind, ins, outs, ipu, tiles, attrs)
     if kind in ("reduce_sum", "reduce_mean", "reduce_max"):
         return _reduce(kind, ins, outs, attrs, ipu, tiles)
     if kind == "accumulate" and "layout_of_matmul" in attrs:
@@ -726,49 +728,94 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
                    float(flops), halo * used, used, launch=launch_cycles(vec_kind))
 
 
-def _gather(kind, ins, outs, ipu, tiles) -> OpCost:
-    """Embedding lookup (multiSlice) or its gradient (multiUpdateAdd).
-
-    The table is spread over tiles; every tile receives all indices, copies the rows it owns
-    (a fixed cost per index it looks at, and per element copied), and the rows are exchanged to
-    where the output lives. The gradient first zeroes the dense table it scatters into.
-
-    A lookup of a small table (BERT's token types: 2 rows) into a large output splits the lookups
-    into groups, each on its own copy of the table's tiles, as popops' slice plan does
-    (``lookupParallelSplit``, ``lib/popops/DynamicSlice.cpp``), so the output is spread over as
-    many tiles as its size needs rather than over the few that hold the table.
-    """
+def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
+    """Embedding lookup (``gather``: popops multiSlice) or its gradient (``embedding_grad``: a zeroed
+    dense table, then multiUpdateAdd; with ``into_table`` the update adds into the table it is
+    given, as poplibs' embedding_layer tool and PopART's sparse accumulate do), as popops plans and
+    runs them: ``sim/cost/embedding.py``."""
     (ids_shape, _, _) = ins[0]
     if kind == "gather":
         table_shape, dtype, _ = ins[1]
     else:
         table_shape, dtype = outs[0]
     itemsize = DTYPE_BYTES[dtype]
-    lookups = math.prod(ids_shape)
-    vocab, row = table_shape[0], math.prod(table_shape[1:])
-    table_tiles, _ = spread(vocab * row, itemsize, ipu, tiles)
-    rows_per_tile = math.ceil(vocab / table_tiles)
-    groups = 1
-    if kind == "gather":  # the gradient's lookup split needs a dense partial table per group: not modelled
-        out_tiles, _ = spread(lookups * row, itemsize, ipu, tiles)
-        groups = max(1, min(tiles // table_tiles, math.ceil(out_tiles / table_tiles)))
-    used = table_tiles * groups
-    lookups_per_group = math.ceil(lookups / groups)
-    hits = min(lookups_per_group, rows_per_tile)  # rows a tile may have to copy
-    table_copy = rows_per_tile * row * itemsize if groups > 1 else 0  # each group's copy of the table part
-    recv = lookups_per_group * 4 + table_copy + math.ceil(lookups * row / used) * itemsize
-    vec_kind = "gather" if kind == "gather" else "scatter_add"
-    c = codelet(vec_kind)
-    compute = (tile_cycles(hits * row, itemsize, vec_kind, ipu)
-               + math.ceil(lookups_per_group * c.per_index / ipu.worker_threads))
-    launch = launch_cycles(vec_kind)
-    sets = c.sets
-    if kind != "gather":  # the dense gradient table is zeroed first
-        compute += tile_cycles(rows_per_tile * row, itemsize, "copy", ipu)
-        launch += launch_cycles("copy")
-        sets += 1
-    return _phases(ipu, compute, exchange_cycles(recv, ipu), sets, float(lookups * row), recv * used, used,
-                   launch=launch)
+    lookups = max(1, math.prod(ids_shape))
+    entries, row = table_shape[0], max(1, math.prod(table_shape[1:]))
+    plan = plan_embedding(entries, row, lookups, itemsize, tiles)
+    if kind == "gather":
+        return in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe())
+    parts = _embedding_update(plan, ipu, tiles)
+    if not (attrs or {}).get("into_table"):  # the dense gradient is zeroed first (popops::zero)
+        zero = tile_cycles(plan.rows_per_tile * plan.columns_per_tile, itemsize, "copy", ipu)
+        parts.insert(0, (_phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles("copy")), 1))
+    return in_series(parts, tiles, plan.describe())
+
+
+def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int]]:
+    """multiSlicePlanned: each tile receives its group's indices (and, with several lookup groups,
+    its part of the table, which is spread over the groups) and copies the rows it holds, six
+    worker vertices sharing the indices; a split dictionary adds a second stage: the indices
+    adjusted (a popops map), each tile receives every dictionary split's candidates for its share
+    of the indices and picks from them."""
+    W, it, h = ipu.worker_threads, plan.itemsize, plan.columns_per_tile
+    lpt = plan.lookups_per_group
+    table_part = plan.rows_per_tile * h * it
+    received = lpt * INDEX_BYTES + (table_part - math.ceil(table_part / plan.lookup) if plan.lookup > 1 else 0)
+    cycles = W * slice_worker_cycles(offsets_per_worker(lpt, it, W), h, it)
+    flops = float(plan.lookups * plan.row)
+    parts = [(_phases(ipu, cycles, exchange_cycles(received, ipu), 1, flops, received * plan.tiles, plan.tiles,
+                      temp=plan.slice_temp, tiles=tiles, launch=W * slice_worker_cycles(0, h, it)), 1)]
+    if plan.sliced > 1:
+        ids = ((plan.lookups,), "int32", "activation")
+        parts.append((_map([ids], [((plan.lookups,), "int32")], {"steps": ["div", "mul", "add"]}, ipu, tiles), 1))
+        second = math.ceil(lpt / plan.sliced)
+        got = plan.sliced * second * h * it + second * INDEX_BYTES
+        cycles = W * slice_worker_cycles(offsets_per_worker(second, it, W), h, it)
+        parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 0.0, got * plan.tiles, plan.tiles,
+                              temp=plan.slice_temp, tiles=tiles, launch=W * slice_worker_cycles(0, h, it)), 1))
+    return parts
+
+
+def _embedding_update(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int]]:
+    """generatePlannedMultiUpdateAdd: the slices rearranged to the plan's layout when they will be
+    cast or sent to many dictionary splits; one lookup group adds straight into the table, several
+    each add (in fp32) into a zeroed copy of it that are then reduced and added to the table with
+    the scale. The update vertex runs on one worker per tile."""
+    W, it, h = ipu.worker_threads, plan.itemsize, plan.columns_per_tile
+    lpt, groups = plan.lookups_per_group, plan.groups_used
+    dtype = {2: "float16", 4: "float32"}.get(it, "float32")
+    slices = ((plan.lookups, plan.row), dtype, "activation")
+    table = ((plan.entries, plan.row), "float32")
+    several = groups > 1
+    parts = []
+    if (several and it != FLOAT_BYTES) or plan.sliced >= SLICES_REARRANGE_THRESHOLD:
+        moved = math.ceil(plan.lookups * plan.row * it / plan.tiles)
+        parts.append((_phases(ipu, 0, exchange_cycles(moved, ipu), 0, 0.0, moved * plan.tiles, plan.tiles,
+                              tiles=tiles), 1))
+    update_size = it
+    if several:
+        update_size = FLOAT_BYTES
+        parts.append((_on_one_tile(ipu, tiles, codelet("cast").fixed), 1))  # the scale, cast to fp32
+        if it != FLOAT_BYTES:
+            parts.append((_elementwise("cast", [slices], [((plan.lookups, plan.row), "float32")], ipu, tiles), 1))
+        zero = tile_cycles(plan.rows_per_tile * h, FLOAT_BYTES, "copy", ipu)
+        parts.append((_phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles("copy")), 1))
+    got = lpt * (INDEX_BYTES + h * update_size)
+    cycles = W * update_worker_cycles(lpt, h, update_size)
+    parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 2.0 * plan.lookups * plan.row, got * plan.tiles,
+                          plan.tiles, temp=plan.update_temp, tiles=tiles,
+                          launch=W * update_worker_cycles(0, h, update_size)), 1))
+    if several:
+        partials = ((groups, plan.entries, plan.row), "float32", "activation")
+        parts.append((_reduce("reduce_sum", [partials], [table], {"axes": [0]}, ipu, tiles), 1))
+        base = ((plan.entries, plan.row), dtype, "activation")
+        if it != FLOAT_BYTES:
+            parts.append((_elementwise("cast", [base], [table], ipu, tiles), 1))
+        parts.append((_elementwise("accumulate", [(table[0], "float32", "activation")] * 2, [table], ipu, tiles), 1))
+        if it != FLOAT_BYTES:
+            parts.append((_elementwise("cast", [(table[0], "float32", "activation")], [(table[0], dtype)], ipu,
+                                       tiles), 1))
+    return parts
 
 
 #: popops reduction operation of each reduce kind (an op's ``operation`` attribute wins)
