@@ -141,13 +141,16 @@ WITHIN = (
     # popnn's CTC loss (added 2026-11-29 with its program's loops compiled once and popops' LOG_ADD
     # reductions, tests/test_ctc_benchmarks.py): +4.7 %
     "ctc_loss_t_1200_l_480_c_5_bs_1_float_float",
+    # popops' embedding layer as it plans and runs it (added 2026-11-29 with sim/cost/embedding.py,
+    # tests/test_embedding.py): +3.3 %, +0.5 %; embedding_vlarge -5.7 %
+    "embedding_small", "embedding_vlarge_large_indices",
 )
 
 
 def test_every_row_of_the_data_file_is_a_benchmark_or_listed_as_not_expressible():
     published = pb.published()
     assert set(published) == set(pb.BENCHES) | set(pb.NOT_EXPRESSIBLE)
-    assert len(pb.rows()) == len(pb.BENCHES) == 194
+    assert len(pb.rows()) == len(pb.BENCHES) == 197
     assert not pb.NOT_EXPRESSIBLE  # non-square kernels (Inception's 1x7 / 7x1, the 5x200) are expressed
     # spot values copied from poplibs at 8dcde1ec
     assert published["fc_layer_1_1000_5_half"] == (6902, 528900)
@@ -179,7 +182,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 143
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 145
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():
