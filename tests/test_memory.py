@@ -231,7 +231,9 @@ def test_lower_amp_never_raises_a_peak():
     for k in range(3):
         _assert_never_higher(peaks[k + 1], peaks[k], "a lower availableMemoryProportion")
         _assert_never_higher(not_always[k + 1], not_always[k], "a lower availableMemoryProportion")
-        _assert_never_higher(always[k], always[k + 1], "a higher availableMemoryProportion")  # code only grows
+        # serialising adds code to what the unserialised plans hold; between two low proportions the
+        # plans may differ in the vertices a tile runs, so the comparison is with the highest one's
+        _assert_never_higher(always[0], always[k + 1], "the highest availableMemoryProportion")
     assert all(peaks[3][i] < peaks[0][i] for i in peaks[0])  # 0.05 serialises, and saves on every IPU
     assert 0 < always[3][1] - always[0][1] < 8_000  # the loops' code: bytes, not a piece's worth each
 
