@@ -540,7 +540,8 @@ def report_section(tolerance: float = 0.05) -> list[str]:
     a summary per family, and the rows not expressible."""
     rs = rows()
     within_count, tables = _tables(rs, tolerance, "IPUModel2")
-    return ["", "## Microbenchmarks: single matmul, convolution, reduction, recurrent and CTC-loss layers (IPUModel2)",
+    return ["", "## Microbenchmarks: single matmul, convolution, reduction, recurrent, CTC-loss and embedding layers "
+            "(IPUModel2)",
             "",
             f"Source: {SOURCE}. Cycles is Poplar's IPUModel2 estimate of the layer (its codelet estimators, "
             "exchange and sync model: how Poplar plans and runs it, not a hardware measurement), against the "
@@ -548,13 +549,14 @@ def report_section(tolerance: float = 0.05) -> list[str]:
             "single_conv_layer run the forward, backward and weight-update passes, general_matrix_multiply one "
             "matmul and an add, reduce_op one popops reduction of a linearly mapped input, lstm_layer and gru_layer "
             "one popnn layer over 25 steps, forward or (`_train`) forward, backward and weight update, ctc_loss a "
-            "log-softmax and popnn's CTC loss and gradient) on one `ipu-mk2` (of the tool's `--tiles-per-ipu` tiles "
+            "log-softmax and popnn's CTC loss and gradient, embedding_layer a popops multiSlice of its indices and "
+            "a multiUpdateAdd of as many rows into the table) on one `ipu-mk2` (of the tool's `--tiles-per-ipu` tiles "
             "where set) with synthetic data, but for ctc_loss, whose `--ignore-data` still uploads its inputs. Two "
             "constants were fitted together to these rows (the fixed cycles of a matmul/convolution pass, "
             "`configs/_conv-vertices.toml` [pass], and the fraction of the 4-byte width an on-chip exchange moves "
             "its data at, `configs/ipu-mk2.toml` [ipu] `exchange_efficiency`) and one to the reduction rows (the "
             "fixed cycles of a reduce call, `configs/_vector-ops.toml` [reduce_vertex] `call_fixed_cycles`); the "
-            "LSTM, GRU and CTC rows came in after those fits (2026-11-29) and set nothing. Rows within "
+            "LSTM, GRU, CTC and embedding rows came in after those fits (2026-11-29) and set nothing. Rows within "
             f"{tolerance:.0%} are held there by `tests/test_poplibs_benchmarks.py`. "
             f"**{within_count} of {len(rs)} rows within {tolerance:.0%}.**", ""] + tables
 
