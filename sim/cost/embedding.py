@@ -58,8 +58,6 @@ class EmbeddingPlan:
     sliced: int  # dictionary row split (slicedDimSplit)
     lookup: int  # index groups (lookupSplit)
     grain: int  # columns per grain
-    slice_temp: int = 0  # the lookup's peak temporary bytes on the worst tile (the planner's model)
-    update_temp: int = 0  # the update's
 
     @property
     def tiles(self) -> int:
@@ -139,11 +137,11 @@ def plan_embedding(entries: int, row: int, lookups: int, itemsize: int, tiles: i
                 slice_temp = max(split_lookups * base_grains * grain_bytes + first_out + lpt * INDEX_BYTES,
                                  first_out + split_dict * d * second * gpt * grain_bytes + second * INDEX_BYTES)
                 goal = 10 * (base_store + out_store + idx_store + code) + max(slice_temp, update_temp)
-                key = (goal, lk, d, e, slice_temp, update_temp)
+                key = (goal, lk, d, e)
                 if best is None or key < best:
                     best = key
-    _, lk, d, e, slice_temp, update_temp = best
-    return EmbeddingPlan(entries, row, lookups, itemsize, e, d, lk, grain, slice_temp, update_temp)
+    _, lk, d, e = best
+    return EmbeddingPlan(entries, row, lookups, itemsize, e, d, lk, grain)
 
 
 def slice_worker_cycles(indices: int, columns: int, itemsize: int) -> int:

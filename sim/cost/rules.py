@@ -764,7 +764,7 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
     cycles = W * slice_worker_cycles(offsets_per_worker(lpt, it, W), h, it)
     flops = float(plan.lookups * plan.row)
     parts = [(_phases(ipu, cycles, exchange_cycles(received, ipu), 1, flops, received * plan.tiles, plan.tiles,
-                      temp=plan.slice_temp, tiles=tiles, launch=W * slice_worker_cycles(0, h, it)), 1)]
+                      temp=received, tiles=tiles, launch=W * slice_worker_cycles(0, h, it)), 1)]
     if plan.sliced > 1:
         ids = ((plan.lookups,), "int32", "activation")
         parts.append((_map([ids], [((plan.lookups,), "int32")], {"steps": ["div", "mul", "add"]}, ipu, tiles), 1))
@@ -772,7 +772,7 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
         got = plan.sliced * second * h * it + second * INDEX_BYTES
         cycles = W * slice_worker_cycles(offsets_per_worker(second, it, W), h, it)
         parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 0.0, got * plan.tiles, plan.tiles,
-                              temp=plan.slice_temp, tiles=tiles, launch=W * slice_worker_cycles(0, h, it)), 1))
+                              temp=got, tiles=tiles, launch=W * slice_worker_cycles(0, h, it)), 1))
     return parts
 
 
@@ -791,7 +791,7 @@ def _embedding_update(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
     if (several and it != FLOAT_BYTES) or plan.sliced >= SLICES_REARRANGE_THRESHOLD:
         moved = math.ceil(plan.lookups * plan.row * it / plan.tiles)
         parts.append((_phases(ipu, 0, exchange_cycles(moved, ipu), 0, 0.0, moved * plan.tiles, plan.tiles,
-                              tiles=tiles), 1))
+                              temp=moved, tiles=tiles), 1))
     update_size = it
     if several:
         update_size = FLOAT_BYTES
@@ -801,9 +801,10 @@ def _embedding_update(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
         zero = tile_cycles(plan.rows_per_tile * h, FLOAT_BYTES, "copy", ipu)
         parts.append((_phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles("copy")), 1))
     got = lpt * (INDEX_BYTES + h * update_size)
+    partials = several * plan.rows_per_tile * h * FLOAT_BYTES  # the group's zeroed fp32 copy of the table
     cycles = W * update_worker_cycles(lpt, h, update_size)
     parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 2.0 * plan.lookups * plan.row, got * plan.tiles,
-                          plan.tiles, temp=plan.update_temp, tiles=tiles,
+                          plan.tiles, temp=got + partials, tiles=tiles,
                           launch=W * update_worker_cycles(0, h, update_size)), 1))
     if several:
         partials = ((groups, plan.entries, plan.row), "float32", "activation")
