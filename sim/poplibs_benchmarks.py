@@ -436,12 +436,13 @@ def embedding_graph(entries: int, row: int, lookups: int) -> Graph:
     """poplibs' ``embedding_layer`` (Pass BOTH) as a graph: an fp16 table ``(entries, row)`` (a weight:
     the tool makes it with ``createSliceableTensor``), ``lookups`` indices in, their rows looked up
     (``multiSlice``), then a ``(lookups, row)`` tensor of deltas added into the table at the same
-    indices (``multiUpdateAdd`` with a scale, ``into_table``). With ``--ignore-data`` nothing is
+    indices (``multiUpdateAdd`` with a scale, ``into_table``), both with the tool's one plan
+    (``plan_for_update``). With ``--ignore-data`` nothing is
     streamed; the looked-up rows are the graph's output."""
     b = GraphBuilder(f"embedding_{entries}x{row}_{lookups}", "float16")
     ids = b.input("indices", (lookups,), dtype="int32")
     table = b.weight("embedding", (entries, row))
-    rows_out = b.embedding(ids, table, name="multiSlice")
+    rows_out = b.op("gather", [ids, table], [(lookups, row)], attrs={"plan_for_update": True}, name="multiSlice")[0]
     deltas = b.input("deltas", (lookups, row))
     b.graph.add_op(Op("multiUpdateAdd", "embedding_grad", [ids, deltas, table], [table], {"into_table": True}))
     b.output(rows_out)

@@ -36,6 +36,20 @@ def test_plan_of_poplibs_embedding_benchmarks(entries, lookups, tiles, expected)
     assert plan.grain == 2 and plan.columns_per_tile == 2 and plan.tiles <= tiles
 
 
+def test_a_lookup_alone_is_planned_for_slicing():
+    """PopART plans a Gather for slicing only (usedForUpdate false) and its gradient for the update;
+    without the update's fp32 copies of the table in the goal, the small table spreads over more
+    lookup groups. A large table's plan is the same either way."""
+    assert [(p.unsliced, p.sliced, p.lookup) for p in (plan_embedding(1000, 200, 21600, 2, 1472, False),
+                                                        plan_embedding(100000, 200, 1440, 2, 1472, False))] == [
+        (50, 1, 29), (100, 14, 1)]
+    b = GraphBuilder("lookup", "float16")
+    ids = b.input("ids", (21600,), dtype="int32")
+    table = b.weight("table", (1000, 200))
+    b.output(b.embedding(ids, table))
+    assert "50 column x 1 row x 29 lookup" in op_cost(b.graph.ops[0], b.graph, MK2, MK2.tiles).plan
+
+
 def test_vertex_estimates_worked_by_hand():
     # MultiSlice: 16 + n x (19 + 3 x 64-bit vectors); 2 halves are one vector, 200 floats 100
     assert slice_worker_cycles(10, 2, 2) == 16 + 10 * (19 + 3)

@@ -51,8 +51,7 @@ _ROW_OPS = {"softmax_cross_entropy",  # softmax, layer norm and their gradients:
             "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
 _VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale",
                 "softmax_cross_entropy": "loss", "mse_loss": "loss",
-                "softmax_cross_entropy_grad": "loss_grad", "mse_loss_grad": "loss_grad",
-                "embedding_grad": "scatter_add"}
+                "softmax_cross_entropy_grad": "loss_grad", "mse_loss_grad": "loss_grad"}
 
 
 def _freeze(v):
@@ -741,7 +740,10 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     itemsize = DTYPE_BYTES[dtype]
     lookups = max(1, math.prod(ids_shape))
     entries, row = table_shape[0], max(1, math.prod(table_shape[1:]))
-    plan = plan_embedding(entries, row, lookups, itemsize, tiles)
+    # PopART plans a lookup for slicing only (popx/op/sliceplanx.cpp SlicePlanUsedFor::Slice) and its
+    # gradient for the update; poplibs' embedding_layer tool plans both with one update plan
+    for_update = (attrs or {}).get("plan_for_update", kind != "gather")
+    plan = plan_embedding(entries, row, lookups, itemsize, tiles, for_update)
     if kind == "gather":
         return in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe())
     parts = _embedding_update(plan, ipu, tiles)
@@ -807,8 +809,8 @@ def _embedding_update(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
                           plan.tiles, temp=got + partials, tiles=tiles,
                           launch=W * update_worker_cycles(0, h, update_size)), 1))
     if several:
-        partials = ((groups, plan.entries, plan.row), "float32", "activation")
-        parts.append((_reduce("reduce_sum", [partials], [table], {"axes": [0]}, ipu, tiles), 1))
+        copies = ((groups, plan.entries, plan.row), "float32", "activation")
+        parts.append((_reduce("reduce_sum", [copies], [table], {"axes": [0]}, ipu, tiles), 1))
         base = ((plan.entries, plan.row), dtype, "activation")
         if it != FLOAT_BYTES:
             parts.append((_elementwise("cast", [base], [table], ipu, tiles), 1))

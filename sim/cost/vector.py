@@ -31,7 +31,6 @@ class Codelet:
     fp16: float  # cycles per element, 2-byte operands
     fp32: float  # cycles per element, 4-byte operands
     sets: int = 1  # compute sets the op runs as
-    per_index: float = 0.0  # cycles per looked-up index (gather, scatter-add)
 
     def per_element(self, itemsize: int) -> float:
         return self.fp16 if itemsize <= 2 else self.fp32
@@ -48,10 +47,10 @@ def codelet_table() -> dict[str, Codelet]:
             c = Codelet(**entry)
         except TypeError as e:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind}: {e}") from None
-        values = (c.fixed, c.fp16, c.fp32, c.per_index)
+        values = (c.fixed, c.fp16, c.fp32)
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in values) or c.sets < 1:
-            raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind} = {entry!r}: fixed, fp16, fp32 and "
-                              "per_index must be numbers >= 0 and sets a whole number >= 1")
+            raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind} = {entry!r}: fixed, fp16 and fp32 "
+                              "must be numbers >= 0 and sets a whole number >= 1")
         table[kind] = c
     return table
 
