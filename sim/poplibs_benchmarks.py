@@ -442,7 +442,8 @@ def embedding_graph(entries: int, row: int, lookups: int) -> Graph:
     b = GraphBuilder(f"embedding_{entries}x{row}_{lookups}", "float16")
     ids = b.input("indices", (lookups,), dtype="int32")
     table = b.weight("embedding", (entries, row))
-    rows_out = b.op("gather", [ids, table], [(lookups, row)], attrs={"plan_for_update": True}, name="multiSlice")[0]
+    rows_out = b.op("gather", [ids, table], [(lookups, row)], attrs={"plan_for_update": True}, name="multiSlice",
+                    out_dtypes=["float16"])[0]
     deltas = b.input("deltas", (lookups, row))
     b.graph.add_op(Op("multiUpdateAdd", "embedding_grad", [ids, deltas, table], [table], {"into_table": True}))
     b.output(rows_out)

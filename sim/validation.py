@@ -1403,6 +1403,52 @@ MEMORY_ROWS = [
     MemoryRow("fc_layer_8_1000_5_half", False),  # +595.3%
 ]
 
+# poplibs' embedding_layer rows (sim.poplibs_benchmarks.embedding_graph): the same file's TotalMemory of
+# a table planned by popops' embedding plan, its lookup and its scatter-add (sim/cost/embedding.py)
+EMBEDDING_MEMORY_ROWS = ["embedding_small", "embedding_vlarge", "embedding_vlarge_large_indices"]
+
+
+@dataclass(frozen=True)
+class EmbeddingMemoryRow:
+    """One embedding_layer TotalMemory of the poplibs file and the simulator's bytes for it, held at
+    :data:`MEMORY_TOLERANCE` (tests/test_calibration.py)."""
+
+    name: str
+
+    @property
+    def published(self) -> int:
+        return poplibs_benchmarks.published()[self.name][1]
+
+    def memory(self) -> IpuMemory:
+        return poplibs_benchmarks.simulated_run(poplibs_benchmarks.BENCHES[self.name]).executable.memory[0]
+
+    def simulated(self) -> int:
+        return self.memory().total_bytes
+
+
+def _embedding_memory_section() -> list[str]:
+    rows = []
+    for name in EMBEDDING_MEMORY_ROWS:
+        r = EmbeddingMemoryRow(name)
+        p = poplibs_benchmarks.BENCHES[name].params
+        m = r.memory()
+        parts = m.summary()["peak_tile_parts"]
+        rows.append(f"| `{name}` | {p['entries']:,} × {p['row']}, {p['lookups']:,} | {r.published:,} B | "
+                    f"{r.simulated():,} B | {r.simulated() / r.published - 1:+.1%} | weights {_mb(m.by_role['weight'])} "
+                    f"+ program {_mb(m.by_role['reserved'])}; fullest tile: temporaries {parts['temporaries']:,} B, "
+                    f"activations {parts['activations']:,} B |")
+    return ["", "### Embedding layers", "",
+            "The same file's TotalMemory of poplibs' `embedding_layer` benchmarks (an fp16 table laid out by "
+            "popops' embedding plan, a lookup of the indices and a scatter-add of as many rows into the "
+            "table; `sim.poplibs_benchmarks.embedding_graph`; their cycles are in the microbenchmark tables). "
+            "The temporaries are what each tile receives: its lookup group's indices and rows. The small "
+            "table is over: the simulator keeps the looked-up rows (the graph's output) and the deltas live "
+            "to the end, where Poplar, with nothing downloaded, frees them. Held at "
+            f"{MEMORY_TOLERANCE:.0%} by `tests/test_calibration.py`.", "",
+            "| benchmark | table, indices | published TotalMemory | simulated | error | simulated split |",
+            "|---|---|---:|---:|---:|---|"] + rows
+
+
 # --- memory: a published PopVision profile, category by category -------------------------------------
 KERAS_DENSE = ("graphcore/ipu_tensorflow_addons `ipu_tensorflow_addons/keras/experimental/auto_pipeline/utils/"
                "pva_utils_test.py` at 27f07620 (`TEST_CASES_SINGLE_LAYER`, \"As of Poplar version: 3.0.0\"), the "
@@ -1732,7 +1778,7 @@ def _memory_section() -> list[str]:
             "| benchmark | M×K×N | published TotalMemory | simulated | error | status | simulated by category "
             "(summed over tiles) | tensors (both) | code + temporaries: published [derived] vs simulated |",
             "|---|---|---:|---:|---:|---|---|---:|---|"] + rows + [
-            "", "The cycles of these layers are in the microbenchmark table of poplibs' IPUModel2 estimates below."] + _keras_dense_section() + [
+            "", "The cycles of these layers are in the microbenchmark table of poplibs' IPUModel2 estimates below."] + _embedding_memory_section() + _keras_dense_section() + [
             "", "### Configurations published as fitting", "",
             "Graphcore's configurations that run on hardware, and one its notes say does not fit, compiled "
             "by the simulator; `tests/test_memory.py` asserts each outcome. The SQuAD rows run the zoo's "

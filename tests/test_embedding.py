@@ -75,6 +75,7 @@ def test_large_table_costs_worked_by_hand():
     g = pb.graph(bench)
     look, update = g.ops
     assert (look.kind, update.kind, update.attrs) == ("gather", "embedding_grad", {"into_table": True})
+    assert look.attrs == {"plan_for_update": True} and g.tensors[look.outputs[0]].dtype == "float16"
     lookup_cost = op_cost(look, g, MK2, MK2.tiles)
     update_cost = op_cost(update, g, MK2, MK2.tiles)
     mapped = op_cost(look, g, MK2, MK2.tiles).compute_cycles - 253_536 - 18_312
