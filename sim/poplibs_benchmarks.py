@@ -437,8 +437,8 @@ def embedding_graph(entries: int, row: int, lookups: int) -> Graph:
     the tool makes it with ``createSliceableTensor``), ``lookups`` indices in, their rows looked up
     (``multiSlice``), then a ``(lookups, row)`` tensor of deltas added into the table at the same
     indices (``multiUpdateAdd`` with a scale, ``into_table``), both with the tool's one plan
-    (``plan_for_update``). With ``--ignore-data`` nothing is
-    streamed; the looked-up rows are the graph's output."""
+    (``plan_for_update``). With ``--ignore-data`` nothing is streamed; the looked-up rows are the
+    graph's output."""
     b = GraphBuilder(f"embedding_{entries}x{row}_{lookups}", "float16")
     ids = b.input("indices", (lookups,), dtype="int32")
     table = b.weight("embedding", (entries, row))

@@ -12,7 +12,8 @@ configured as the row's source configures the run; those within 30 % when added 
 30 %, the others are tracked in the report; :data:`NOT_EXPRESSIBLE` lists the rows the zoo cannot
 run yet, and why.
 
-Memory: :data:`MEMORY_ROWS` (poplibs' published IPUModel2 memory of single fully connected layers),
+Memory: :data:`MEMORY_ROWS` (poplibs' published IPUModel2 memory of single fully connected layers;
+:data:`EMBEDDING_MEMORY_ROWS`, of its embedding layers),
 :data:`KERAS_DENSE_ROWS` (a published PopVision profile of one Keras Dense layer, category by
 category: the program-memory code constants are fitted to it) and :data:`MEMORY_FITS`
 (configurations Graphcore publishes as fitting); asserted only once within their tolerance.
@@ -1442,8 +1443,8 @@ def _embedding_memory_section() -> list[str]:
             "popops' embedding plan, a lookup of the indices and a scatter-add of as many rows into the "
             "table; `sim.poplibs_benchmarks.embedding_graph`; their cycles are in the microbenchmark tables). "
             "The temporaries are what each tile receives: its lookup group's indices and rows. The small "
-            "table is over: the simulator keeps the looked-up rows (the graph's output) and the deltas live "
-            "to the end, where Poplar, with nothing downloaded, frees them. Held at "
+            "table is over, likely because the simulator keeps the looked-up rows (the graph's output) and the "
+            "deltas live to the end, which Poplar, downloading nothing, need not (not checked). Held at "
             f"{MEMORY_TOLERANCE:.0%} by `tests/test_calibration.py`.", "",
             "| benchmark | table, indices | published TotalMemory | simulated | error | simulated split |",
             "|---|---|---:|---:|---:|---|"] + rows
