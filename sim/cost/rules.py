@@ -745,12 +745,19 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     for_update = (attrs or {}).get("plan_for_update", kind != "gather")
     plan = plan_embedding(entries, row, lookups, itemsize, tiles, for_update)
     if kind == "gather":
-        return in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe())
+        codelets = (("multi_slice", dtype, 0),) + ((("div+mul+add", "int32", 0),) if plan.sliced > 1 else ())
+        return replace(in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe()), codelets=codelets)
     parts = _embedding_update(plan, ipu, tiles)
+    if plan.groups_used > 1:  # the slices and the table cast to fp32 and back, the copies zeroed and reduced
+        codelets = (("multi_update_add", "float32", 0), ("cast", dtype, 0), ("cast", "float32", 0),
+                    ("copy", "float32", 0), ("reduce_sum", "float32", 0), ("accumulate", "float32", 0))
+    else:
+        codelets = (("multi_update_add", dtype, 0),)
     if not (attrs or {}).get("into_table"):  # the dense gradient is zeroed first (popops::zero)
         zero = tile_cycles(plan.rows_per_tile * plan.columns_per_tile, itemsize, "copy", ipu)
         parts.insert(0, (_phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles("copy")), 1))
-    return in_series(parts, tiles, plan.describe())
+        codelets += (("copy", dtype, 0),)
+    return replace(in_series(parts, tiles, plan.describe()), codelets=tuple(dict.fromkeys(codelets)))
 
 
 def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int]]:
