@@ -31,16 +31,15 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-#: bytes of one atomic store (poplar ``Target::getAtomicStoreGranularity``; not public, 4 assumed as
-#: docs/reference/poplibs-costs.md 6.5 says): the plan's column grain is a whole number of them
+#: bytes of one atomic store (poplar ``Target::getAtomicStoreGranularity``, whose value is not public;
+#: 4, as generatePlannedMultiUpdateAdd implies: a half update needs sub-word writes exactly when its
+#: column count is odd): the plan's column grain is a whole number of them
 ATOM_BYTES = 4
 #: DynamicSlice.cpp ``minIndicesPerTile``: indices are laid out linearly, at least this many per tile
 MIN_INDICES_PER_TILE = 32
 #: DynamicSlice.cpp ``slicesBroadcastDestRearrangeThreshold``: the update's slices are rearranged to
 #: the plan's layout first when the dictionary is split at least this many ways
 SLICES_REARRANGE_THRESHOLD = 4
-#: the 64-bit data path: elements per vector load (``getDataPathWidth() / bits``)
-DATA_PATH_BITS = 64
 INDEX_BYTES = 4
 FLOAT_BYTES = 4
 
@@ -144,11 +143,11 @@ def plan_embedding(entries: int, row: int, lookups: int, itemsize: int, tiles: i
     return EmbeddingPlan(entries, row, lookups, itemsize, e, d, lk, grain)
 
 
-def slice_worker_cycles(indices: int, columns: int, itemsize: int) -> int:
+def slice_worker_cycles(indices: int, columns: int, itemsize: int, data_path_bits: int = 64) -> int:
     """popops ``MultiSlice`` vertex (``multiSlicer``): call overhead, then per index its load,
-    compare, branch and multiply and a load and store per 64-bit vector of the columns; every index
-    is counted as in range (the estimator's worst case)."""
-    vectors = math.ceil(columns / (DATA_PATH_BITS // (8 * itemsize)))
+    compare, branch and multiply and a load and store per vector of the columns (the IPU's data path,
+    ``Target::getDataPathWidth``); every index is counted as in range (the estimator's worst case)."""
+    vectors = math.ceil(columns / (data_path_bits // (8 * itemsize)))
     return 16 + indices * (19 + 3 * vectors)
 
 

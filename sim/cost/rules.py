@@ -770,18 +770,18 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
     lpt = plan.lookups_per_group
     table_part = plan.rows_per_tile * h * it
     received = lpt * INDEX_BYTES + (table_part - math.ceil(table_part / plan.lookup) if plan.lookup > 1 else 0)
-    cycles = W * slice_worker_cycles(offsets_per_worker(lpt, it, W), h, it)
+    cycles = W * slice_worker_cycles(offsets_per_worker(lpt, it, W), h, it, ipu.data_path_bits)
     flops = float(plan.lookups * plan.row)
     parts = [(_phases(ipu, cycles, exchange_cycles(received, ipu), 1, flops, received * plan.tiles, plan.tiles,
-                      temp=received, tiles=tiles, launch=W * slice_worker_cycles(0, h, it)), 1)]
+                      temp=received, tiles=tiles, launch=W * slice_worker_cycles(0, h, it, ipu.data_path_bits)), 1)]
     if plan.sliced > 1:
         ids = ((plan.lookups,), "int32", "activation")
         parts.append((_map([ids], [((plan.lookups,), "int32")], {"steps": ["div", "mul", "add"]}, ipu, tiles), 1))
         second = math.ceil(lpt / plan.sliced)
         got = plan.sliced * second * h * it + second * INDEX_BYTES
-        cycles = W * slice_worker_cycles(offsets_per_worker(second, it, W), h, it)
+        cycles = W * slice_worker_cycles(offsets_per_worker(second, it, W), h, it, ipu.data_path_bits)
         parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 0.0, got * plan.tiles, plan.tiles,
-                              temp=got, tiles=tiles, launch=W * slice_worker_cycles(0, h, it)), 1))
+                              temp=got, tiles=tiles, launch=W * slice_worker_cycles(0, h, it, ipu.data_path_bits)), 1))
     return parts
 
 
