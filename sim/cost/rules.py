@@ -730,8 +730,8 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
 def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     """Embedding lookup (``gather``: popops multiSlice) or its gradient (``embedding_grad``: a zeroed
     dense table, then multiUpdateAdd; with ``into_table`` the update adds into the table it is
-    given, as poplibs' embedding_layer tool and PopART's sparse accumulate do), as popops plans and
-    runs them: ``sim/cost/embedding.py``."""
+    given, as poplibs' embedding_layer tool does), as popops plans and runs them:
+    ``sim/cost/embedding.py``."""
     (ids_shape, _, _) = ins[0]
     if kind == "gather":
         table_shape, dtype, _ = ins[1]
