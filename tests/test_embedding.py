@@ -68,7 +68,8 @@ def test_vertex_estimates_worked_by_hand():
 def test_large_table_costs_worked_by_hand():
     """embedding_vlarge_large_indices on Mk2: one lookup group of 11,520 indices; every tile checks
     every index. The lookup: 6 workers of 1,920 indices, 16 + 1920 x 22 = 42,256, x 6 = 253,536 tile
-    cycles, then the second stage over the 14 dictionary splits: ceil(11520 / 14) = 823 indices,
+    cycles, then (after the indices are adjusted) the second stage over the 14 dictionary splits:
+    ceil(11520 / 14) = 823 indices,
     138 a worker (whole words), 16 + 138 x 22 = 3,052, x 6 = 18,312. The update: one worker with
     all 11,520, 18 + 11520 x 12 = 138,258, x 6 = 829,548."""
     bench = pb.BENCHES["embedding_vlarge_large_indices"]
@@ -78,16 +79,18 @@ def test_large_table_costs_worked_by_hand():
     assert look.attrs == {"plan_for_update": True} and g.tensors[look.outputs[0]].dtype == "float16"
     lookup_cost = op_cost(look, g, MK2, MK2.tiles)
     update_cost = op_cost(update, g, MK2, MK2.tiles)
-    mapped = op_cost(look, g, MK2, MK2.tiles).compute_cycles - 253_536 - 18_312
-    assert 0 < mapped < 1000  # the popops map adjusting the indices for the second stage
+    # between the stages, the iota of a partition's 823 positions on 26 tiles (32 a tile: 10 + 4 + 3 x
+    # 16 two-index vectors = 62, x 6 = 372) and the popops map adjusting the indices
+    between = lookup_cost.compute_cycles - 253_536 - 18_312
+    assert 372 < between < 1372
     assert update_cost.compute_cycles == 829_548
-    assert lookup_cost.supersteps == 3 and update_cost.supersteps == 1
+    assert lookup_cost.supersteps == 4 and update_cost.supersteps == 1  # stage 0, iota, map, stage 1
     assert "100 column x 14 row x 1 lookup" in update_cost.plan
 
 
 def test_embedding_rows_against_poplar():
     """Poplar's IPUModel2 and IPUModel1 cycles of the three embedding_layer benchmarks: within 6 %
-    (embedding_vlarge is -5.7 % / -5.2 %; nothing was fitted to them)."""
+    (embedding_vlarge is -5.4 % / -4.9 %; nothing was fitted to them)."""
     for target in pb.TARGETS:
         rows = [r for r in pb.rows(target) if r.bench.tool == "embedding"]
         assert [r.name for r in rows] == ["embedding_small", "embedding_vlarge", "embedding_vlarge_large_indices"]

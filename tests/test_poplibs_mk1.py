@@ -118,8 +118,8 @@ MK1_WITHIN = (
     # amp_pair_cycles: 32 cycles less per fp32-partials vertex call): +5.19 -> +4.85, +5.02 -> +4.97,
     # +5.03 -> +4.74 %; inception_tr_bs4_i2_b1x1 left (-4.76 -> -5.11 %)
     "bert_proj_128x768x768", "gemm_1000x64x20000", "mobilenet_conv_pw_2_1",
-    # popops' embedding layer (added 2026-11-29, sim/cost/embedding.py): +4.3 %, +0.6 %; embedding_vlarge -5.2 %
-    "embedding_small", "embedding_vlarge_large_indices",
+    # popops' embedding layer (added 2026-11-29, sim/cost/embedding.py): +4.3 %, +0.6 %, -4.9 %
+    "embedding_small", "embedding_vlarge_large_indices", "embedding_vlarge",
 )
 
 
@@ -193,7 +193,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 140
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 141
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

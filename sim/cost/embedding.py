@@ -167,6 +167,11 @@ def update_worker_cycles(indices: int, columns: int, itemsize: int) -> int:
     return 3 + (15 if half else 14) + indices * per_index
 
 
+def iota_worker_cycles(elements: int, itemsize: int, data_path_bits: int = 64) -> int:
+    """popops ``Iota`` vertex of one contiguous region: 10 + 4 + 3 per vector written."""
+    return 10 + 4 + 3 * math.ceil(elements / (data_path_bits // (8 * itemsize)))
+
+
 def offsets_per_worker(indices: int, itemsize: int, workers: int) -> int:
     """Indices per MultiSlice worker vertex (``generateMultiSliceVerticesOnTile``): the indices
     shared over the workers, rounded up to whole 32-bit words."""

@@ -25,8 +25,9 @@ from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_
                   pass_fixed_cycles,
                   plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
 from .ctc import plan_ctc
-from .embedding import (FLOAT_BYTES, INDEX_BYTES, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan, offsets_per_worker,
-                        plan_embedding, slice_worker_cycles, update_worker_cycles)
+from .embedding import (FLOAT_BYTES, INDEX_BYTES, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
+                        iota_worker_cycles, offsets_per_worker, plan_embedding, slice_worker_cycles,
+                        update_worker_cycles)
 from .depthwise import plan_depthwise
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
@@ -745,7 +746,8 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     for_update = (attrs or {}).get("plan_for_update", kind != "gather")
     plan = plan_embedding(entries, row, lookups, itemsize, tiles, for_update)
     if kind == "gather":
-        codelets = (("multi_slice", dtype, 0),) + ((("div+mul+add", "int32", 0),) if plan.sliced > 1 else ())
+        codelets = (("multi_slice", dtype, 0),) + ((("iota", "int32", 0), ("div+mul+add", "int32", 0))
+                                                   if plan.sliced > 1 else ())
         return replace(in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe()), codelets=codelets)
     parts = _embedding_update(plan, ipu, tiles)
     if plan.groups_used > 1:  # the slices and the table cast to fp32 and back, the copies zeroed and reduced
@@ -775,9 +777,15 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
     parts = [(_phases(ipu, cycles, exchange_cycles(received, ipu), 1, flops, received * plan.tiles, plan.tiles,
                       temp=received, tiles=tiles, launch=W * slice_worker_cycles(0, h, it, ipu.data_path_bits)), 1)]
     if plan.sliced > 1:
+        second = math.ceil(lpt / plan.sliced)
+        # the second stage's indices: an iota of one partition's positions (laid out like the indices,
+        # at least MIN_INDICES_PER_TILE a tile) and a popops map adjusting every index with it
+        iota_tiles = math.ceil(second / MIN_INDICES_PER_TILE)
+        iota = W * iota_worker_cycles(math.ceil(second / iota_tiles), INDEX_BYTES, ipu.data_path_bits)
+        parts.append((_phases(ipu, iota, 0, 1, 0.0, 0, iota_tiles, tiles=tiles,
+                              launch=W * iota_worker_cycles(0, INDEX_BYTES)), 1))
         ids = ((plan.lookups,), "int32", "activation")
         parts.append((_map([ids], [((plan.lookups,), "int32")], {"steps": ["div", "mul", "add"]}, ipu, tiles), 1))
-        second = math.ceil(lpt / plan.sliced)
         got = plan.sliced * second * h * it + second * INDEX_BYTES
         cycles = W * slice_worker_cycles(offsets_per_worker(second, it, W), h, it, ipu.data_path_bits)
         parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 0.0, got * plan.tiles, plan.tiles,
