@@ -108,38 +108,37 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
     # and PopART's ModifyRandomSeedOp making each forward dropout's seed
     # a pipeline's stash and restore ops (PopART's StashOpx / RestoreOpx) every micro-batch
     # popops' embedding plan, lookup and scatter-add (sim/cost/embedding.py)
- 'pipeline_training': {'cycle_count': 17008295,
-                       'trace': 'b7cf1cd0838f3a86',
-                       'op_trace': '882a13a84d49413c',
-                       'perf_counters': 'a7dca88923198dff',
-                       'latency': '(0.012836449056603774, 0.012836449056603774, 0.012836449056603774)',
-                       'compute_latency': '(0.012408065660377358, 0.012408065660377358, '
-                                          '0.012408065660377358)',
-                       'breakdown': '28b9ee14c274e4b2'},
- 'pipeline_inference_prefetch': {'cycle_count': 2402375,
-                                 'trace': '44543cdd076bee2d',
-                                 'op_trace': 'c2936e23e88d5f2a',
-                                 'perf_counters': '7efb3fa65d4a1b85',
-                                 'latency': '(0.0007280226415094339, 0.0009511335849056604, '
-                                            '0.000849822075471698)',
-                                 'compute_latency': '(0.00020619018867924538, 0.0004223049056603774, '
-                                                    '0.0003510511320754717)',
-                                 'breakdown': '9634fa40a7c74885'},
- 'pipeline_replicas': {'cycle_count': 42292805,
-                       'trace': 'c69581350fe948f3',
-                       'op_trace': '18cd01f6f0207e8c',
-                       'perf_counters': '58efcd3b44aa686d',
-                       'latency': '(0.02061571924528302, 0.03191897735849057, 0.026267348301886796)',
-                       'compute_latency': '(0.019128311698113208, 0.031490110943396224, '
-                                          '0.025309211320754716)',
-                       'breakdown': '95fc8031bb2b9a51'},
- 'deep_pipeline': {'cycle_count': 30846712,
-                   'trace': '59452cf3277b2eac',
-                   'op_trace': 'a5e94390b1d3dfa0',
-                   'perf_counters': 'ce591bdbbeaeca1f',
-                   'latency': '(0.023280235471698114, 0.023280235471698114, 0.023280235471698114)',
-                   'compute_latency': '(0.021639224150943395, 0.021639224150943395, 0.021639224150943395)',
-                   'breakdown': 'fbbb73a284dc09ff'},
+ 'pipeline_training': {'cycle_count': 17025023,
+                       'trace': '8dda937a6625ab24',
+                       'op_trace': 'c8b67d562794448b',
+                       'perf_counters': '590eeed1ce34990b',
+                       'latency': '(0.012849073962264151, 0.012849073962264151, 0.012849073962264151)',
+                       'compute_latency': '(0.012419205283018868, 0.012419205283018868, '
+                                          '0.012419205283018868)',
+                       'breakdown': '47474fff1fb77148'},
+ 'pipeline_inference_prefetch': {'cycle_count': 2408279,
+                                 'trace': '54a1ea4b19127682',
+                                 'op_trace': '7ecf42627804fd30',
+                                 'perf_counters': '1fab7b1354c81c6e',
+                                 'latency': '(0.0007291366037735848, 0.0009537328301886793, '
+                                            '0.0008519571698113208)',
+                                 'compute_latency': '(0.00020619018867924516, 0.0004234188679245283, '
+                                                    '0.00035179377358490564)',
+                                 'breakdown': 'f8ded132b677fcc4'},
+ 'pipeline_replicas': {'cycle_count': 42317897,
+                       'trace': '2a4ccfe61877edeb',
+                       'op_trace': '76f86239e7d3473f',
+                       'perf_counters': '978b6992d0f18c05',
+                       'latency': '(0.02062648754716981, 0.03193791471698113, 0.02628220113207547)',
+                       'compute_latency': '(0.01913833735849057, 0.03150756301886792, 0.025322950188679246)',
+                       'breakdown': 'b5cef26e45b53ca1'},
+ 'deep_pipeline': {'cycle_count': 30878692,
+                   'trace': '9b96027f7cde3f8d',
+                   'op_trace': '9965686b0c4563c6',
+                   'perf_counters': 'bbfe5d648d0e22c2',
+                   'latency': '(0.023304371320754715, 0.023304371320754715, 0.023304371320754715)',
+                   'compute_latency': '(0.02165741886792453, 0.02165741886792453, 0.02165741886792453)',
+                   'breakdown': '96fe2ec360283a40'},
  'io_tiles_overlap': {'cycle_count': 3087394,
                       'trace': '80a22e0ae2860ffa',
                       'op_trace': '56a42dc3b0a12982',
@@ -156,13 +155,13 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                        'compute_latency': '(1.580603773584905e-05, 1.5806037735849077e-05, '
                                           '1.5806037735849057e-05)',
                        'breakdown': '5a37474e6e316464'},
- 'off_chip_rts': {'cycle_count': 97268453,
-                  'trace': 'a659525c1a00e453',
-                  'op_trace': '2d59f9c360cafbd5',
-                  'perf_counters': 'bd883f2140bb4f88',
-                  'latency': '(0.036697404528301884, 0.07341003245283019, 0.055053718490566034)',
-                  'compute_latency': '(0.03628900603773585, 0.07298116603773584, 0.05463508603773584)',
-                  'breakdown': '7e7fb3fc2299032e'}}
+ 'off_chip_rts': {'cycle_count': 97285181,
+                  'trace': '0f2c6f3a7176bc8b',
+                  'op_trace': '1b605a931ad80518',
+                  'perf_counters': '4a0b93293f67b5ae',
+                  'latency': '(0.03670371698113208, 0.07342265735849057, 0.05506318716981133)',
+                  'compute_latency': '(0.03629383320754717, 0.07299230566037736, 0.054643069433962264)',
+                  'breakdown': 'a8072138250c09bc'}}
 
 
 def digests(run) -> dict:
