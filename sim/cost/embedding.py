@@ -31,6 +31,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .vector import INDEX_BYTES
+
 #: bytes of one atomic store (poplar ``Target::getAtomicStoreGranularity``, whose value is not public;
 #: 4, as generatePlannedMultiUpdateAdd implies: a half update needs sub-word writes exactly when its
 #: column count is odd): the plan's column grain is a whole number of them
@@ -40,7 +42,6 @@ MIN_INDICES_PER_TILE = 32
 #: DynamicSlice.cpp ``slicesBroadcastDestRearrangeThreshold``: the update's slices are rearranged to
 #: the plan's layout first when the dictionary is split at least this many ways
 SLICES_REARRANGE_THRESHOLD = 4
-INDEX_BYTES = 4
 FLOAT_BYTES = 4
 
 

@@ -25,7 +25,7 @@ from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_
                   pass_fixed_cycles,
                   plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
 from .ctc import plan_ctc
-from .embedding import (FLOAT_BYTES, INDEX_BYTES, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
+from .embedding import (FLOAT_BYTES, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
                         iota_worker_cycles, offsets_per_worker, plan_embedding, slice_worker_cycles,
                         update_worker_cycles)
 from .depthwise import plan_depthwise
@@ -38,8 +38,8 @@ from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce
 from .row_ops import ROW_OP_KINDS, row_op_cost
 from .reduction import constants as reduce_constants
-from .vector import (codelet, dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles,
-                     spread, tile_cycles, uniform_int_cycles)
+from .vector import (INDEX_BYTES, codelet, dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles,
+                     seed_programs_cycles, spread, tile_cycles, uniform_int_cycles)
 
 
 _VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
@@ -756,10 +756,16 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     else:
         codelets = (("multi_update_add", dtype, 0),)
     if not (attrs or {}).get("into_table"):  # the dense gradient is zeroed first (popops::zero)
-        zero = tile_cycles(plan.rows_per_tile * plan.columns_per_tile, itemsize, "copy", ipu)
-        parts.insert(0, (_phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles("copy")), 1))
+        parts.insert(0, (_zero_table(plan, itemsize, ipu, tiles), 1))
         codelets += (("copy", dtype, 0),)
     return replace(in_series(parts, tiles, plan.describe()), codelets=tuple(dict.fromkeys(codelets)))
+
+
+def _zero_table(plan: EmbeddingPlan, itemsize: int, ipu, tiles) -> OpCost:
+    """popops::zero of a table laid out by ``plan`` (each tile its rows' columns), ``itemsize`` bytes
+    an element."""
+    zero = tile_cycles(plan.rows_per_tile * plan.columns_per_tile, itemsize, "copy", ipu)
+    return _phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles("copy"))
 
 
 def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int]]:
@@ -815,8 +821,7 @@ def _embedding_update(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
         parts.append((_on_one_tile(ipu, tiles, codelet("cast").fixed), 1))  # the scale, cast to fp32
         if it != FLOAT_BYTES:
             parts.append((_elementwise("cast", [slices], [((plan.lookups, plan.row), "float32")], ipu, tiles), 1))
-        zero = tile_cycles(plan.rows_per_tile * h, FLOAT_BYTES, "copy", ipu)
-        parts.append((_phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles("copy")), 1))
+        parts.append((_zero_table(plan, FLOAT_BYTES, ipu, tiles), 1))
     got = lpt * (INDEX_BYTES + h * update_size)
     partials = several * plan.rows_per_tile * h * FLOAT_BYTES  # the group's zeroed fp32 copy of the table
     cycles = W * update_worker_cycles(lpt, h, update_size)

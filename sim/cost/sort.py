@@ -35,11 +35,11 @@ from functools import lru_cache
 from ..errors import ConfigError
 from ..hardware.system import IPU
 from .exchange import exchange_cycles
-from .vector import VECTOR_OPS_FILE, codelet
+from .vector import INDEX_BYTES, VECTOR_OPS_FILE, codelet
 
 _VERTEX_KEYS = ("overhead", "per_worklist_entry", "first_inner", "inner", "first_outer", "outer")
-_INDEX_BYTES = 4  # the indices sorted with the keys are UNSIGNED_INT (TopK.cpp createTopKInput)
-_KEY_BYTES = 4  # half keys are sorted as float (BitonicTopK.cpp topKImpl casts them)
+_KEY_BYTES = 4  # half keys are sorted as float (BitonicTopK.cpp topKImpl casts them); the indices sorted
+# with them are UNSIGNED_INT, INDEX_BYTES each (TopK.cpp createTopKInput)
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def bitonic_sort_cost(rows: int, n: int, k: int, dtype_bytes: int, integer_keys:
             cycles, fixed = _vertex_cycles(per_tile, distance * rows, v, ipu)
             compute, launch, steps, compared = compute + cycles, launch + fixed, steps + 1, compared + c
             # both elements of each comparison, keys and indices, 4 bytes each
-            held = 2 * per_tile * (_KEY_BYTES + _INDEX_BYTES)
+            held = 2 * per_tile * (_KEY_BYTES + INDEX_BYTES)
             moving = 0 if distance * rows < per_tile else held if merge else held // 2
             if moving:
                 exch += exchange_cycles(moving, ipu)

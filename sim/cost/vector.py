@@ -23,6 +23,11 @@ VECTOR_OPS_FILE = CONFIG_DIR / "_vector-ops.toml"
 MIN_BYTES_PER_TILE = 128  # poputil calcLinearTileMapping: the least a tile is given of a new tensor
 
 
+#: bytes of an index or offset popops and poplar keep as an UNSIGNED_INT (slice offsets, sort
+#: indices, a pipeline stash's position)
+INDEX_BYTES = 4
+
+
 @dataclass(frozen=True)
 class Codelet:
     """Cost of one op kind's codelets on a tile (see ``configs/_vector-ops.toml``)."""

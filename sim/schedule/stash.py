@@ -18,11 +18,9 @@ from __future__ import annotations
 from ..cost import OpCost
 from ..cost.exchange import exchange_cycles
 from ..cost.opcost import TileProfile
-from ..cost.vector import dynamic_slice_tile_cycles, spread, tile_cycles
+from ..cost.vector import INDEX_BYTES, dynamic_slice_tile_cycles, spread, tile_cycles
 from ..graph.ir import Tensor
 from ..hardware.system import IPU
-
-INDEX_BYTES = 4  # the stash index, an UNSIGNED_INT scalar
 
 
 def stash_op_cost(tensor: Tensor, ipu: IPU, tiles: int) -> OpCost:
