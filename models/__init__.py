@@ -5,7 +5,7 @@
     >>> models.names()[:3]
     ['mlp', 'bert-base', 'bert-large']
 
-Each family module (``mlp``, ``bert``, ``gpt2``, ``resnet``, ``efficientnet``, ``vit``, ``unet``, ``conformer``) holds
+Each family module (``mlp``, ``bert``, ``gpt2``, ``resnet``, ``efficientnet``, ``vit``, ``swin``, ``unet``, ``conformer``) holds
 ``MODELS`` (name → default parameters) and ``build(name, params)``. Unknown names and unknown or
 invalid parameters raise
 :class:`sim.errors.GraphError` naming what is wrong and what is valid.
@@ -18,11 +18,11 @@ import copy
 from sim.errors import GraphError
 from sim.graph import Graph
 
-from . import bert, conformer, efficientnet, gpt2, microbench, mlp, resnet, unet, vit
+from . import bert, conformer, efficientnet, gpt2, microbench, mlp, resnet, swin, unet, vit
 from ._common import Params
 
 _REGISTRY = {name: (family.build, defaults)
-             for family in (mlp, bert, gpt2, resnet, efficientnet, vit, unet, conformer, microbench) for name, defaults in family.MODELS.items()}
+             for family in (mlp, bert, gpt2, resnet, efficientnet, vit, swin, unet, conformer, microbench) for name, defaults in family.MODELS.items()}
 
 
 def names() -> list[str]:

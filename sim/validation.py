@@ -482,6 +482,13 @@ DEPARTURES = {
             "run), Keras' work between executions; RecomputationMode.Auto run as PopART's pipeline recomputation "
             "(every forward stage but the last recomputed) [U]; the throughput is one execution's 240 images over "
             "its time (PerfCallback)",
+    "swin": "Graphcore's port as models/swin.py builds it (each 7 x 7 window padded to 56 tokens, its "
+            "RemapCE layout copies); throughput is the call's samples over the time from setOptimizer() to the "
+            "call's return (train_swin.py: the DataLoader's next batch is outside it), setOptimizer's write of "
+            "the learning rate not modelled; not modelled: stochastic rounding, the loss scaling (1,024), "
+            "accumulateOuterFragmentSettings OverlapMemoryOptimized, PopART's subgraph copying (JustInTime) and "
+            "scheduleNonWeightUpdateGradientConsumersEarly, the random draw of stochastic depth's per-sample masks, "
+            "RemapCE's regrouping after a matmul (priced as its plain layout copy)",
     "conformer": "the example's model as models/conformer.py builds it (WeNet's Conformer-medium: 12 encoder "
                  "blocks of d 256, 6 decoder blocks, vocabulary 4,233); not modelled: the loss scaling (1,024), "
                  "stochastic rounding, PopART's outlineThreshold 10 and its TiedGather patterns, the padding masks "
@@ -906,6 +913,29 @@ def _conformer_train(system: str, replicas: int, accumulation: int) -> Setup:
                  output_mode="Final")
 
 
+def _swin_train(tiny: bool) -> Setup:
+    """Swin training as Graphcore's PyTorch port runs it (graphcore/examples ``vision/swin/pytorch``,
+    ``configs/configs.yaml``, ``options.py``, ``optimizer.py``; benchmarks.yml
+    ``pytorch_swin_tiny_train_real_pod16`` / ``pytorch_swin_large_finetune_real_pod16``): SWIN_TINY in
+    fp32 (PRECISION float, float: fp32 weights, images and partials), micro-batch 4, 4 replicas of the
+    pipeline [2, 3, 5, 2], GA 64, drop path 0.2; SWIN_LARGE_224_22K_FINETUNE_1K_FP16_POD16 in fp16
+    (``model.half()``, half partials), micro-batch 6, 2 replicas of [2, 3, 4, 4, 4, 4, 2, 1], GA 683, drop
+    path 0.2. Both: availableMemoryProportion 0.12 on every IPU (config.py IPU.AMP), AdamW with the
+    first moment in fp16 and the second in fp32 and gradient accumulators of the precision's type
+    (``accum_type``), the global gradient norm clipped at 5 (TRAIN.CLIP_GRAD), its state on chip without
+    RTS (TRAIN.OPTIMIZER.RTS default), buffering depth 3 (``defaultBufferingDepth``), outputMode the
+    default, images streamed from the host."""
+    if tiny:
+        params = _params(micro_batch=4, layers_per_ipu=[2, 3, 5, 2], dtype="float32")
+        return Setup("swin-tiny", params, "bow-pod16", replicas=4, accumulation=64, amp=(0.12,) * 4,
+                     half_partials=False, optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float32",
+                     clip_norm=5.0, prefetch_depth=3)
+    params = _params(micro_batch=6, layers_per_ipu=[2, 3, 4, 4, 4, 4, 2, 1])
+    return Setup("swin-large", params, "bow-pod16", replicas=2, accumulation=683, amp=(0.12,) * 8,
+                 optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16", clip_norm=5.0,
+                 prefetch_depth=3)
+
+
 _LARGE_AMP = [0.15, 0.25, 0.25, 0.25]
 _SQUAD_PYTORCH_AMP = [0.08, 0.25, 0.32, 0.32, 0.36, 0.38, 0.40, 0.32]  # configs_squad.yml squad_large_384
 _SQUAD_POPART_AMP = [0.1, 0.3, 0.32, 0.34, 0.36, 0.38, 0.4, 0.32]  # popart configs/squad_large_384.json
@@ -1116,6 +1146,11 @@ PUBLISHED_ROWS = [
         ("vit-pretrain", "vit-not-modelled", "vit-pod64")),
     Row("B24", "GCN-S30 B24", "ViT-B/16 fine-tuning (SGD, fp16 images), Bow Pod16", 7319, "images/s",
         _vit_train("bow-pod16", 4, 30, pretrain=False), False, ("vit-not-modelled",)),
+    # Swin training, PyTorch (graphcore/examples vision/swin/pytorch, SDK 3.0)
+    Row("B28", "GCN-S30 B28", "Swin-Tiny pre-training fp32, Bow Pod16, GBS 1,024", 3779, "images/s",
+        _swin_train(tiny=True), False, ("swin",)),
+    Row("B29", "GCN-S30 B29", "Swin-Large fine-tuning fp16, Bow Pod16, GBS 8,196", 3279, "images/s",
+        _swin_train(tiny=False), True, ("swin",)),
     # U-Net training, TensorFlow 2 (graphcore/examples vision/unet_medical/tensorflow2)
     Row("B30", "GCN-S30 B30", "U-Net (medical segmentation) training, Bow-2000, GBS 24", 151, "images/s",
         _unet_train(), False, ("unet",)),
@@ -1258,7 +1293,9 @@ NOT_EXPRESSIBLE = [
      "table's GBS 1,024 and precision 16.32 are not the PyTorch config's (GBS 2,048, 16.16)"),
     ("B8", "ViT (B/16?), pre-SDK 2.5, Bow Pod64", "the measured configuration is unknown (31,200 images/s, "
      "above the SDK 3.0 pre-training row B23: another task or configuration)"),
-    ("B9, B25-B29, B31", "Mini DALL-E, DINO, Swin", "not in the zoo"),
+    ("B9, B25, B26, B31", "Mini DALL-E, DINO", "not in the zoo"),
+    ("B27", "Swin-Base, Bow Pod16", "the measured configuration is unknown: the table's GBS 512 is none of the "
+     "port's Swin-Base configs (SWIN_BASE_LINEAR and SWIN_BASE_384: GBS 1,024)"),
     ("B36", "BERT-Large Ph1 TF2, Bow Pod64", "the measured configuration is unknown (the table's GA 520 is not "
      "the repo's 1020)"),
     ("I8, I10", "BERT inference, packed (PopRT)", "PopRT's PackRunner packs queued host requests at run time "

@@ -24,10 +24,9 @@ import numpy as np
 
 from ..cost import FREE, OpCost
 from ..errors import OutOfMemoryError
-from ..graph.ir import Graph, Op
+from ..graph.ir import VIEW_KINDS, Graph, Op
 from .program_memory import PROGRAM_CATEGORIES
 
-_VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
 ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
 #: what a tile holds at its peak, in the order :attr:`IpuMemory.peak_parts` lists it
 CATEGORIES = PROGRAM_CATEGORIES + ("weights", "constants", "optimizer_state", "accumulators", "stash",
@@ -350,7 +349,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
     tensors = graph.tensors
     root = {}
     for op in ops:
-        if op.kind in _VIEWS and op.inputs:
+        if op.kind in VIEW_KINDS and op.inputs:
             for o in op.outputs:
                 root[o] = root.get(op.inputs[0], op.inputs[0])
     last_use: dict[str, int] = {}
@@ -387,7 +386,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
                 layout.add(live, owner[name], t.nbytes / t.shards)
                 live_sum += t.nbytes / t.shards
         start = None  # first tile of the op's outputs: its temporaries go on the same tiles
-        if op.kind not in _VIEWS:
+        if op.kind not in VIEW_KINDS:
             for o in op.outputs:
                 t = tensors[o]
                 if t.role not in ALWAYS_LIVE and o in last_use and o not in owner:

@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import DTYPE_BYTES, RNN_GATES, Graph, Op, spatial
+from ..graph.ir import DTYPE_BYTES, RNN_GATES, VIEW_KINDS, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
                   pass_fixed_cycles,
@@ -42,8 +42,7 @@ from .vector import (INDEX_BYTES, codelet, dynamic_slice_tile_cycles, launch_cyc
                      seed_programs_cycles, spread, tile_cycles, uniform_int_cycles)
 
 
-_VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
-          "pad"}  # popops::pad concatenates views of the input and constants (popops/Padder.cpp)
+_VIEWS = VIEW_KINDS | {"pad"}  # popops::pad concatenates views of the input and constants (popops/Padder.cpp)
 _UNARY = {"relu", "gelu", "tanh", "sigmoid", "swish", "exp", "scale", "dropout", "cast", "copy",
           "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "swish_grad", "accumulate",
           "sgd_update", "loss_grad", "mul", "add", "sub", "div",
@@ -135,7 +134,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _conv(kind, ins, outs, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
     if kind == "custom":
         return _custom(attrs, ipu, tiles)
-    if kind == "transpose":
+    if kind in ("transpose", "remap"):  # a copy into a new tile layout (GraphBuilder.remap)
         return _transpose(outs, ipu, tiles)
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
         return row_op_cost(kind, tuple(ins[0][0]), ins[0][1], ipu, tiles, _row_reduce_cost(ipu))

@@ -5,8 +5,8 @@ with; ``training`` turns an inference graph into a training one (backward ops, g
 accumulation, the optimizer update). No costs are computed here.
 """
 
-from .ir import DTYPE_BYTES, PASSES, ROLES, Graph, GraphBuilder, Op, Tensor, canonical_dtype, spatial, spatial_attr
+from .ir import DTYPE_BYTES, PASSES, ROLES, VIEW_KINDS, Graph, GraphBuilder, Op, Tensor, canonical_dtype, spatial, spatial_attr
 from .training import OPTIMIZERS, Optimizer, expand_training
 
-__all__ = ["DTYPE_BYTES", "PASSES", "ROLES", "Graph", "GraphBuilder", "Op", "Tensor",
+__all__ = ["DTYPE_BYTES", "PASSES", "ROLES", "VIEW_KINDS", "Graph", "GraphBuilder", "Op", "Tensor",
            "canonical_dtype", "spatial", "spatial_attr", "OPTIMIZERS", "Optimizer", "expand_training"]

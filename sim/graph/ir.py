@@ -37,6 +37,10 @@ _DTYPE_ALIASES = {
 }
 ROLES = ("input", "weight", "constant", "activation", "gradient", "accumulator", "state")
 PASSES = ("forward", "backward", "update")
+#: op kinds whose outputs are views of their first input: no work, no memory of their own
+#: (``remap_inplace``: a layout op that keeps its input's layout, see :meth:`GraphBuilder.remap`)
+VIEW_KINDS = frozenset({"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
+                        "remap_inplace"})
 
 
 def _amp_output_dtype(operand_dtype: str) -> str | None:
@@ -613,6 +617,14 @@ class GraphBuilder:
     def transpose(self, x: str, perm: Sequence[int], name: str | None = None) -> str:
         s = self.shape(x)
         return self._one("transpose", [x], tuple(s[p] for p in perm), {"perm": list(perm)}, name)
+
+    def remap(self, x: str, inplace: bool = False, name: str | None = None) -> str:
+        """``x`` copied into a new tile layout: a Poplar Copy between two mappings of one tensor,
+        every tile receiving its share through the exchange (what a layout custom op does, such as
+        the RemapCE of Graphcore's Swin port: ``custom_ops/remap_tensor_ce.cpp``). Its gradient is
+        remapped the same way. ``inplace``: the forward keeps ``x``'s layout (PopART runs the op in
+        place, a view: RemapCE's ``fwd_clone_layout``) and only the gradient is copied."""
+        return self._one("remap_inplace" if inplace else "remap", [x], self.shape(x), name=name)
 
     def concat(self, xs: Sequence[str], axis: int, name: str | None = None) -> str:
         shapes = [self.shape(x) for x in xs]

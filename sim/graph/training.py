@@ -696,6 +696,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
             back = "transpose" if k == "transpose" else "reshape"
             attrs = {"perm": _inverse(op.attrs["perm"])} if k == "transpose" else {}
             bw.give(ins[0].name, bw.new(back, [dy], ins[0].shape, ins[0].dtype, attrs))
+    elif k in ("remap", "remap_inplace"):  # the gradient is remapped (RemapCEGradOp): a copy either way
+        if wants(0):
+            bw.give(ins[0].name, bw.new("remap", [dy], ins[0].shape, ins[0].dtype))
     elif k in ("reduce_sum", "reduce_mean"):
         if wants(0):
             bw.give(ins[0].name, bw.new("scale", [dy], ins[0].shape, ins[0].dtype, suffix="broadcast"))

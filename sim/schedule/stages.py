@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from ..errors import OptionsError
 from ..graph.ir import Graph, Op
 
-_VIEWS = {"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze"}
-
 
 @dataclass
 class StageWork:

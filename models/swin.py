@@ -1,0 +1,226 @@
+"""Swin Transformer (Liu et al. 2021, "Hierarchical Vision Transformer using Shifted Windows") for
+image classification, as Graphcore's PyTorch port builds it (graphcore/examples
+``vision/swin/pytorch``, ``models/swin_transformer.py`` and ``models/build.py``, SDK 3.0).
+
+Inputs, in order: ``images`` ((B, 3, image_size, image_size), the model dtype) and ``targets``
+((B, num_labels) float32: the soft labels mixup makes on the host, ``SoftTargetCrossEntropy``).
+Outputs: the logits (B, num_labels) and the loss; with ``with_loss=False`` the logits only.
+
+- Patch embedding: a ``patch x patch`` convolution with stride ``patch`` (3 -> embed_dim, with
+  bias), flattened and transposed to (B, tokens, C), then a layer norm (``patch_norm``).
+- Four stages of ``depths`` blocks at resolutions image_size / patch / 2^i, C x 2^i channels and
+  ``heads`` heads; after each stage but the last, patch merging: each 2 x 2 neighbourhood's four
+  tokens concatenated (4C), a layer norm and a linear 4C -> 2C without bias.
+- A block: x + attn(LN(x)), then x + MLP(LN(x)) (GELU, ratio ``mlp_ratio``), each branch scaled by
+  stochastic depth (timm's DropPath: rates rising linearly from 0 to ``drop_path`` over the blocks).
+  Odd blocks shift the map by window // 2 first (the port's two slice-and-concat pairs instead of
+  ``torch.roll``) and back after, and add the shifted windows' mask (-100 across regions) to the
+  scores; a stage whose map is no larger than a window uses one unshifted window.
+- Window attention on ``window x window`` tokens, padded to a multiple of 8 (49 -> 56: the port's
+  ``padding_aligned``): the fused QKV projection (with bias) times its row mask (zero on the pad
+  rows), Q scaled by head_dim^-0.5, scores plus the relative position bias (a learnt
+  ((2w-1)^2, heads) table gathered at the (w^2, w^2) index, padded) plus the pad mask (-65450 on the
+  pad columns), softmax, times the mask zeroing the pad rows and columns, the product with V, the
+  output projection, and the pad rows dropped. The port's masks are built for window 7 only; for
+  another window they are ones / zeros of shape (1,), still multiplied and added.
+- The port's ``RemapCE`` custom op (``custom_ops/remap_tensor_ce.cpp``: a Poplar Copy of the tensor
+  into a new tile mapping, grains spread over all tiles) follows the permutes of the window
+  partition and reverse, of QKV into heads, of the patch embedding and patch merging, and stands on
+  its own before each block, after the shift, around the MLP and after the QKV / output
+  projections and the scores: each a layout change through the exchange (``remap``; a permute it
+  follows is that op). Its gradient remaps too. Where the port keeps the forward layout
+  (``fwd_clone_layout``: PopART runs the op in place) only the backward copies.
+- The head: a layer norm, the mean over the tokens (``AdaptiveAvgPool1d``), the classifier
+  (num_features -> num_labels), and the soft-target cross-entropy on float32 logits.
+- ``layers_per_ipu`` (the configs' ``LAYERS_PER_IPU``, e.g. [2, 3, 5, 2] for the 12 blocks of Swin-T)
+  places the blocks on consecutive IPUs (``set_pipeline``: a ``poptorch.BeginBlock`` on every
+  block); the patch embedding is on IPU 0, each patch merging on its stage's last block's IPU, the
+  head on the last block's. The port sets no recomputation checkpoint (``use_recompute`` False), so a
+  pipelined stage recomputes from its stashed inputs.
+
+Not built: the random per-sample masks of stochastic depth (B numbers a branch; the mask is an
+input-sized constant here, its multiply and the 1 / keep scaling are built); dropout (the configs'
+``DROP_RATE`` and attention dropout are 0).
+"""
+
+from __future__ import annotations
+
+from sim.graph import Graph, GraphBuilder
+
+from ._common import Params, Placement
+
+_COMMON = dict(micro_batch=4, image_size=224, patch=4, window=7, mlp_ratio=4, num_labels=1000, drop_path=0.2,
+               layers_per_ipu=None, with_loss=True, dtype="float16")
+MODELS = {  # configs/configs.yaml MODEL.SWIN: EMBED_DIM, DEPTHS, NUM_HEADS (WINDOW_SIZE 7, PATCH_SIZE 4)
+    "swin-tiny": dict(_COMMON, embed_dim=96, depths=[2, 2, 6, 2], heads=[3, 6, 12, 24]),
+    "swin-base": dict(_COMMON, embed_dim=128, depths=[2, 2, 18, 2], heads=[4, 8, 16, 32]),
+    "swin-large": dict(_COMMON, embed_dim=192, depths=[2, 2, 18, 2], heads=[6, 12, 24, 48]),
+}
+EPS = 1e-5  # nn.LayerNorm's default eps, every norm of the port
+CHANNELS = 3  # RGB images
+ALIGN = 8  # padding_aligned pads a window's tokens to a multiple of 8
+
+
+def _permute_remap(b: GraphBuilder, x: str, perm: tuple[int, ...]) -> str:
+    """A permute followed by RemapCE: one copy into the new layout (PopART's transpose is a view)."""
+    return b.transpose(x, perm, name="remap")
+
+
+def _pad_to(b: GraphBuilder, x: str, axis: int, size: int) -> str:
+    """Zeros appended along ``axis`` up to ``size`` (popops::pad: views of the input and a constant)."""
+    shape = list(b.shape(x))
+    axis %= len(shape)
+    if shape[axis] == size:
+        return x
+    n, shape[axis] = shape[axis], size
+    return b.op("pad", [x], [tuple(shape)], {"axis": axis, "regions": [(0, n)]}, name="pad")[0]
+
+
+def _drop_path(b: GraphBuilder, x: str, rate: float, name: str) -> str:
+    """timm's DropPath in training: the branch divided by the keep probability and multiplied by a
+    per-sample 0/1 mask (B, 1, 1); the mask's random draw is not built."""
+    if rate <= 0:
+        return x
+    with b.scope(name):
+        mask = b.constant("mask", (b.shape(x)[0], 1, 1), b.dtype_of(x))
+        return b.mul(b.scale(x, 1.0 / (1.0 - rate)), mask)
+
+
+def _window_attention(b: GraphBuilder, x: str, heads: int, window: int, shift_windows: int) -> str:
+    """WindowAttention.forward on ``x`` (B_, N, C), N = window^2; ``shift_windows``: the windows per
+    image whose shifted mask is added (0: an unshifted block)."""
+    B_, N, C = b.shape(x)
+    Np, d = -(-N // ALIGN) * ALIGN, C // heads
+    # the port's masks exist for window 7 only; otherwise (1,) ones and zeros
+    qkv_mask, pad_mask = ((Np, 3 * C), (Np, Np)) if window == 7 else ((1,), (1,))
+    with b.scope("attn"):
+        x = b.remap(_pad_to(b, x, 1, Np))
+        qkv = b.remap(b.linear(x, 3 * C, name="qkv"))
+        qkv = b.mul(qkv, b.constant("qkv_mask", qkv_mask))
+        qkv = b.remap(qkv, inplace=True)
+        qkv = _permute_remap(b, b.reshape(qkv, (B_, Np, 3, heads, d)), (2, 0, 3, 1, 4))  # (3, B_, heads, Np, d)
+        q, k, v = (b.reshape(b.slice(qkv, 0, i, i + 1), (B_, heads, Np, d)) for i in range(3))
+        q = b.remap(b.scale(q, d ** -0.5), inplace=True)
+        k_t = b.reshape(k, (B_, heads, d, Np), name="k_transposed")  # k.transpose(-2, -1): a view the matmul reads
+        scores = b.remap(b.matmul(q, k_t, name="scores"))
+        with b.scope("relative_position_bias"):
+            table = b.weight("table", ((2 * window - 1) ** 2, heads))
+            bias = b.embedding(b.constant("index", (N * N,), "int32"), table)
+            bias = b.transpose(b.reshape(bias, (N, N, heads)), (2, 0, 1))  # .permute(2, 0, 1).contiguous()
+            bias = b.remap(_pad_to(b, bias, 2, Np))
+            bias = b.remap(_pad_to(b, bias, 1, Np))
+        scores = b.add(scores, bias)
+        if shift_windows:
+            with b.scope("shift_mask"):
+                mask = b.constant("mask", (shift_windows, N, N))
+                mask = b.remap(_pad_to(b, b.remap(_pad_to(b, mask, 2, Np)), 1, Np))
+                per_image = (B_ // shift_windows, shift_windows, heads, Np, Np)
+                scores = b.reshape(b.add(b.reshape(scores, per_image),
+                                         b.reshape(mask, (1, shift_windows, 1, Np, Np))), (B_, heads, Np, Np))
+        scores = b.add(scores, b.constant("mask0", pad_mask))
+        probs = b.mul(b.softmax(scores), b.constant("mask1", pad_mask))
+        probs = b.remap(probs, inplace=True)
+        out = b.matmul(probs, v, name="context")  # (B_, heads, Np, d)
+        out = b.reshape(b.transpose(out, (0, 2, 1, 3)), (B_, Np, C))
+        out = b.remap(b.linear(out, C, name="proj"))
+        return b.slice(out, 1, 0, N)
+
+
+def _block(b: GraphBuilder, x: str, res: int, heads: int, window: int, shift: int, rate: float, mlp: int) -> str:
+    """SwinTransformerBlock.forward on ``x`` (B, res^2, C); ``rate``: its stochastic depth (both branches)."""
+    B, L, C = b.shape(x)
+    shortcut = x
+    y = b.reshape(b.layernorm(x, EPS, name="norm1"), (B, res, res, C))
+    if shift:  # the port's roll: two slice-and-concat pairs (views), then RemapCE
+        y = b.concat([b.slice(y, 1, shift, res), b.slice(y, 1, 0, shift)], 1)
+        y = b.remap(b.concat([b.slice(y, 2, shift, res), b.slice(y, 2, 0, shift)], 2))
+    n = res // window
+    y = _permute_remap(b, b.reshape(y, (B, n, window, n, window, C)), (0, 1, 3, 2, 4, 5))  # window_partition
+    y = _window_attention(b, b.reshape(y, (B * n * n, window * window, C)), heads, window,
+                          n * n if shift else 0)
+    y = _permute_remap(b, b.reshape(y, (B, n, n, window, window, C)), (0, 1, 3, 2, 4, 5))  # window_reverse
+    y = b.reshape(y, (B, res, res, C))
+    if shift:  # the reverse roll (views)
+        y = b.concat([b.slice(y, 1, res - shift, res), b.slice(y, 1, 0, res - shift)], 1)
+        y = b.concat([b.slice(y, 2, res - shift, res), b.slice(y, 2, 0, res - shift)], 2)
+    y = b.reshape(b.remap(y), (B, L, C))
+    x = b.add(shortcut, _drop_path(b, y, rate, "drop_path_attn"))
+    y = b.remap(b.layernorm(x, EPS, name="norm2"), inplace=True)
+    with b.scope("mlp"):
+        y = b.linear(b.gelu(b.linear(y, mlp, name="fc1")), C, name="fc2")
+    return b.add(x, _drop_path(b, b.remap(y), rate, "drop_path_mlp"))
+
+
+def _patch_merging(b: GraphBuilder, x: str, res: int) -> str:
+    """PatchMerging.forward: (B, res^2, C) -> (B, (res/2)^2, 2C)."""
+    B, _, C = b.shape(x)
+    with b.scope("downsample"):
+        y = _permute_remap(b, b.reshape(x, (B, res // 2, 2, res // 2, 2, C)), (0, 1, 3, 4, 2, 5))
+        y = b.layernorm(b.reshape(y, (B, (res // 2) ** 2, 4 * C)), EPS, name="norm")
+        return b.linear(y, 2 * C, bias=False, name="reduction")
+
+
+def build(name: str, p: Params) -> Graph:
+    B, size, patch, window = p.int("micro_batch"), p.int("image_size"), p.int("patch"), p.int("window")
+    C0, classes, ratio = p.int("embed_dim"), p.int("num_labels"), p.int("mlp_ratio")
+    depths, heads = p.ints("depths"), p.ints("heads")
+    if len(heads) != len(depths):
+        p.fail("heads", f"expected one head count per stage ({len(depths)} stages in depths={depths})")
+    if size % patch:
+        p.fail("patch", f"must divide image_size={size}")
+    res0 = size // patch
+    if res0 % 2 ** (len(depths) - 1):
+        p.fail("image_size", f"the patch grid ({res0} x {res0}) must halve {len(depths) - 1} times for the "
+                             "patch mergings between stages")
+    for i, h in enumerate(heads):
+        if (C0 * 2 ** i) % h:
+            p.fail("heads", f"stage {i} has {C0 * 2 ** i} channels, not a multiple of its {h} heads")
+        res = res0 // 2 ** i
+        if res > window and res % window:
+            p.fail("window", f"stage {i}'s {res} x {res} map is not a whole number of {window} x {window} windows")
+    blocks = sum(depths)
+    counts = p.ints("layers_per_ipu", minimum=0, optional=True)
+    if counts is not None and sum(counts) != blocks:
+        p.fail("layers_per_ipu", f"must sum to the {blocks} blocks of depths={depths}, sums to {sum(counts)}")
+    block_ipu = [ipu for ipu, n in enumerate(counts) for _ in range(n)] if counts else [0] * blocks
+    top = p["drop_path"]
+    if isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 <= top < 1:
+        p.fail("drop_path", "expected a rate in [0, 1)")
+    # torch.linspace(0, drop_path, blocks): each block's rate
+    rates = [top * k / (blocks - 1) if blocks > 1 else 0.0 for k in range(blocks)]
+    with_loss, dtype = p.flag("with_loss"), p.dtype()
+
+    b = GraphBuilder(name, dtype)
+    place = Placement(b, counts is not None)
+    images = b.input("images", (B, CHANNELS, size, size), dtype)
+    targets = b.input("targets", (B, classes), "float32") if with_loss else None
+
+    with place.on(0, "patch_embed"), b.scope("patch_embed"):
+        x = b.conv2d(images, C0, patch, patch, bias=True, name="proj")
+        x = _permute_remap(b, b.reshape(x, (B, C0, res0 * res0)), (0, 2, 1))
+        x = b.layernorm(x, EPS, name="norm")
+
+    k, ipu = 0, 0
+    for i, depth in enumerate(depths):
+        res = res0 // 2 ** i
+        win = min(window, res)  # a map no larger than a window is one unshifted window
+        for j in range(depth):
+            ipu = block_ipu[k]
+            with place.on(ipu, f"layer{i}_block{j}"), b.scope(f"layers{i}/blocks{j}"):
+                shift = win // 2 if j % 2 and res > window else 0
+                x = _block(b, b.remap(x), res, heads[i], win, shift, rates[k], ratio * C0 * 2 ** i)
+            k += 1
+        if i < len(depths) - 1:
+            with place.on(ipu, f"layer{i}_block{depth - 1}"), b.scope(f"layers{i}"):
+                x = _patch_merging(b, x, res)
+
+    with place.on(ipu, "head"), b.scope("head"):
+        x = b.reduce(b.layernorm(x, EPS, name="norm"), [1], "reduce_mean", name="avgpool")
+        logits = b.linear(x, classes, name="head")
+        if not with_loss:
+            b.output(logits)
+            return b.graph
+        scores = logits if dtype == "float32" else b.cast(logits, "float32")
+        b.output(logits, b.softmax_cross_entropy(scores, targets))
+    return b.graph
+
