@@ -291,6 +291,7 @@ class Options:
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
+                "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
                 *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
                 *(f"_Popart.{key}" for key in SHARDING_DOMAIN_KEYS.values())}
 
@@ -435,6 +436,11 @@ class Options:
         """PopART ``enablePrefetchDatastreams`` (default on, as PopTorch leaves it): Poplar prepares an
         input stream's data for its next copy while the IPU computes (sessionoptions.hpp)."""
         return self._popart_bool("enablePrefetchDatastreams", True)
+
+    def automatic_loss_scaling(self) -> bool:
+        """PopART ``automaticLossScalingSettings.enabled`` (PopTorch ``Training.setAutomaticLossScaling``;
+        default off): gradient statistics and the loss scale's update (:mod:`sim.graph.loss_scaling`)."""
+        return self._popart_bool("automaticLossScalingSettings.enabled", False)
 
     def prefetch_depth(self) -> int:
         """Host stream prefetch depth (PopART ``defaultPrefetchBufferingDepth``; default 1)."""

@@ -29,6 +29,7 @@ from ..schedule.context import Context
 from ..schedule.stages import StageWork, split_stages
 from ..strategy import PipelinedExecution, ShardedExecution, assign
 from ..hardware.topology import check_fits
+from ..graph.loss_scaling import add_automatic_loss_scaling
 from ..graph.training import Optimizer, graph_to_price, merge_norms, place_global_norm
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference, unless the program itself asks for it (attrs explicit)
@@ -149,6 +150,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                          "build the model's computation into the graph")
     accumulate = o.Training.gradient_accumulation > 1
     g = graph_to_price(graph, training, optimizer, accumulate)
+    tracked = add_automatic_loss_scaling(g, accumulate) if training and o.automatic_loss_scaling() else 0
     strategy = assign(g, o.execution_strategy)
     merge_norms(g)  # LARS's norms: one ReduceMany per IPU, stage and phase
     place_global_norm(g)  # gradient clipping's global norm: on the IPU with the most norms
@@ -175,6 +177,12 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
     simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
+    if tracked:
+        notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
+                     "AllNonViewChangingGradientTensors), each with a histogram; the statistics' copies between IPUs "
+                     "to one sum are not modelled")
+    elif o.automatic_loss_scaling() and not training:
+        notes.append("automatic loss scaling: an inference model has no gradients; no effect")
     if o.synthetic_data:
         idle = [what for what, set_ in (("a prefetch depth above 1", o.prefetch_depth() > 1),
                                         ("overlapped host IO (IO tiles)", any(g.overlap.values()))) if set_]

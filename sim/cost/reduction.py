@@ -392,8 +392,26 @@ def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int, w
         compute, v = tile_cycles(work, itemsize, acc_bytes, op, workers)
         plan.stages.append(Stage("on tile", plan.input_tiles, compute, vertices=v * plan.input_tiles))
         part_bytes = acc_bytes
-    sources = stats.spread
-    total = stats.pairs
+    return _across_tiles(plan, stats.spread, stats.pairs, out_n, partial_tiles, part_bytes, itemsize, acc_bytes,
+                         op, tiles, workers)
+
+
+def plan_reduce_partials(sources: int, outputs: int, itemsize: int, op: str, tiles: int, workers: int) -> ReducePlan:
+    """popops' plan of ``reduce(in, {0}, op)`` for an input of ``sources`` rows of ``outputs``
+    values, one row on each of ``sources`` tiles (results a compute set left on the tiles that made
+    them, such as popops::histogram's per-vertex counts): the partials reduced across the tiles,
+    the output in the input's type."""
+    acc_bytes = 4 if op in ACCUMULATING and itemsize < 4 else itemsize
+    plan = ReducePlan(input_tiles=sources)
+    return _across_tiles(plan, sources, sources * outputs, outputs, sources, itemsize, itemsize, acc_bytes, op,
+                         tiles, workers)
+
+
+def _across_tiles(plan: ReducePlan, sources: int, total: int, out_n: int, partial_tiles: int, part_bytes: int,
+                  itemsize: int, acc_bytes: int, op: str, tiles: int, workers: int) -> ReducePlan:
+    """``plan`` with the stages that reduce ``total`` partials (``part_bytes`` each) of ``out_n``
+    outputs held on ``partial_tiles`` tiles, each output's on ``sources`` tiles: intermediate stages
+    while they are spread too wide, then the exchange to the linearly laid out output."""
     c = constants()
     while True:
         straight = sources < c["sources_factor"] * math.sqrt(tiles) and partial_tiles > tiles * 3 // 4
@@ -431,6 +449,6 @@ def plan_reduce(shape: tuple, axes: tuple, itemsize: int, op: str, tiles: int, w
     return plan
 
 
-__all__ = ["LOG_ADD", "plan_reduce", "ReducePlan", "Stage", "TileWork", "tile_cycles", "strided_cycles",
+__all__ = ["LOG_ADD", "plan_reduce", "plan_reduce_partials", "ReducePlan", "Stage", "TileWork", "tile_cycles", "strided_cycles",
            "default_cycles",
            "continuous_cycles", "linear_chunk", "layout_stats", "LayoutStats", "constants"]

@@ -25,6 +25,7 @@ from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_
                   pass_fixed_cycles,
                   plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
 from .ctc import plan_ctc
+from .histogram import histogram_tile_cycles
 from .embedding import (FLOAT_BYTES, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
                         iota_worker_cycles, offsets_per_worker, plan_embedding, slice_worker_cycles,
                         update_worker_cycles)
@@ -35,7 +36,7 @@ from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
 from .sort import bitonic_sort_cost
 from .opcost import FREE, OpCost, TileProfile, _counts, in_series
 from .rnn import backward_parts, forward_parts
-from .reduction import LOG_ADD, plan_reduce
+from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
 from .row_ops import ROW_OP_KINDS, row_op_cost
 from .reduction import constants as reduce_constants
 from .vector import (INDEX_BYTES, codelet, dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles,
@@ -152,6 +153,10 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _scaled_add_to_matmul(ins, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
     if kind == "dropout":
         return _dropout(ins, outs, attrs, ipu, tiles)
+    if kind == "histogram":
+        return _histogram(ins, attrs, ipu, tiles)
+    if kind == "loss_scale_update":
+        return _loss_scale_update(attrs, ipu, tiles)
     if kind in _UNARY:
         return _elementwise(kind, ins, outs, ipu, tiles)
     if kind == "lars_update":
@@ -905,6 +910,45 @@ def _reduce(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     op = attrs.get("operation", _REDUCE_OPERATION.get(kind, "add"))
     plan = plan_reduce(tuple(shape), axes, itemsize, op, tiles, ipu.worker_threads)
     return _plan_cost([plan], ipu, tiles, float(n), f"popops reduce ({op}): {plan.describe()}")
+
+
+def _histogram(ins, attrs, ipu, tiles) -> OpCost:
+    """PopART's HistogramOp (``popops::histogram``, sim/cost/histogram.py): each tile of the input's
+    linear layout counts its elements (their absolute values with ``absolute``) into ``levels + 1``
+    bins in one compute set, leaving its fp32 counts there; the counts are reduced over those tiles
+    (popops' plan for partials held one row a tile) and cast to unsigned."""
+    shape, dtype, _ = ins[0]
+    itemsize = DTYPE_BYTES[dtype]
+    n = math.prod(shape)
+    bins = int(attrs.get("levels", 1)) + 1
+    absolute = bool(attrs.get("absolute", True))
+    used, per_tile = spread(n, itemsize, ipu, tiles)
+    cycles, vertex = histogram_tile_cycles(per_tile, bins, itemsize, absolute, ipu.worker_threads)
+    fixed, _ = histogram_tile_cycles(0, bins, itemsize, absolute, ipu.worker_threads)
+    count = _phases(ipu, cycles, 0, 1, float(n * (1 + absolute)), 0, used, tiles=tiles, launch=min(fixed, cycles),
+                    plan=f"{vertex} on {used} tiles")
+    plan = plan_reduce_partials(used, bins, 4, "add", tiles, ipu.worker_threads)
+    counts = _plan_cost([plan], ipu, tiles, float(used * bins), f"popops reduce (add): {plan.describe()}")
+    cast = _elementwise("cast", [((bins,), "float32", "activation")], [((bins,), "int32")], ipu, tiles)
+    return in_series([(count, 1), (counts, 1), (cast, 1)], tiles,
+                     plan=f"{n} elements into {bins} bins: {vertex} on {used} tiles, counts reduced over them")
+
+
+#: the one-element popops calls of automatic loss scaling's update, in order (popart
+#: popx/op/lossscaleupdatex.cpp: the two bin counts cast to fp32, the lower one scaled, the compare,
+#: the If's doubling or halving of the update factor; then the MulOp and DivOp making the loss scale
+#: and its inverse): each its own compute set on one tile
+_LOSS_SCALE_UPDATE_STEPS = ("cast", "cast", "mul", "compare", "mul", "mul", "div")
+
+
+def _loss_scale_update(attrs, ipu, tiles) -> OpCost:
+    """Automatic loss scaling's update of the loss scale from the summed statistics (once per weight
+    update, :data:`_LOSS_SCALE_UPDATE_STEPS`), and with gradient accumulation the statistics'
+    accumulator zeroed (AccumulatorZeroOp)."""
+    steps = _LOSS_SCALE_UPDATE_STEPS + (("copy",) if attrs.get("accumulated") else ())
+    cycles = sum(math.ceil(codelet(k).fixed + codelet(k).per_element(4)) for k in steps)
+    return _phases(ipu, cycles, 0, len(steps), float(len(steps)), 0, 1, tiles=tiles, launch=cycles,
+                   plan=f"{len(steps)} one-element compute sets on one tile")
 
 
 def _reduce_many(ins, outs, ipu, tiles) -> OpCost:

@@ -176,6 +176,18 @@ class Graph:
         self.ops.append(op)
         return op
 
+    def insert_after(self, placements: dict[str, list[Op]]) -> None:
+        """Add ops at given places in the execution order: ``placements`` maps an op's name to the
+        new ops to run right after it (in list order), each checked as :meth:`add_op` checks it."""
+        unknown = set(placements) - {op.name for op in self.ops}
+        if unknown:
+            raise GraphError(f"graph {self.name!r}: no op {sorted(unknown)[0]!r} to insert after")
+        new = [op for ops in placements.values() for op in ops]
+        for op in new:  # checked and named as add_op does, then put in place
+            self.add_op(op)
+        del self.ops[len(self.ops) - len(new):]
+        self.ops[:] = [x for op in self.ops for x in (op, *placements.get(op.name, ()))]
+
     def unique_op_name(self, base: str) -> str:
         return _unused_name(base, self._op_names)
 

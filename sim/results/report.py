@@ -66,7 +66,7 @@ def _optimizer(run: Run) -> str | None:
     name = first.attrs["optimizer"]
     no_decay = {op.attrs["weight"] for op in updates if op.attrs.get("weight_decay") is False}
     no_ratio = {op.attrs["weight"] for op in updates if name == "lamb" and op.kind == "adam_update"}
-    accum = next((g.tensors[op.inputs[0]].dtype for op in g.ops if op.kind == "accumulate"
+    accum = next((g.tensors[op.inputs[0]].dtype for op in g.ops if op.kind == "accumulate" and "weight" in op.attrs
                   and g.tensors[op.inputs[0]].dtype != g.tensors[op.attrs["weight"]].dtype), None)
     return Optimizer(name, dtypes or "float32", accum, clip_norm=clip, no_weight_decay=tuple(no_decay),
                      no_trust_ratio=tuple(no_ratio)).describe()

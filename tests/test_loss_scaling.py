@@ -1,0 +1,82 @@
+"""Automatic loss scaling (sim/graph/loss_scaling.py, sim/cost/histogram.py): which gradients PopART
+tracks, popops::histogram's vertex estimates, and what a run with it on adds."""
+
+import pytest
+
+import models
+import sim
+import sim.poptorch as poptorch
+from sim import Options
+from sim.cost.histogram import by_data_cycles, by_limit_cycles, histogram_tile_cycles, worker_2d_cycles
+from sim.errors import OptionsError
+from sim.graph import GraphBuilder
+from sim.graph.loss_scaling import tracked_gradients
+from sim.graph.training import expand_training
+
+
+def mlp(dtype="float16"):
+    b = GraphBuilder("mlp", dtype)
+    x = b.input("x", (16, 64))
+    h = b.relu(b.linear(x, 128, name="fc1"))
+    y = b.linear(b.reshape(h, (16, 128)), 10, name="fc2")
+    b.output(b.softmax_cross_entropy(y, b.input("labels", (16,), "int32")))
+    return b.graph
+
+
+def test_tracked_gradients_are_popart_non_view_changing_fp16_ones():
+    g = expand_training(mlp(), "sgd", accumulate=True)
+    names = {op.name for op in tracked_gradients(g)}
+    # the weights' and biases' gradients and the activation's, not the loss's gradient (it reads the
+    # loss scale), not dX of a weight matmul (it reads the weight: a variable), not a view
+    assert names == {"fc2/matmul/grad_b", "fc2/add/reduce_bias", "relu/grad", "fc1/matmul/grad_b",
+                     "fc1/add/reduce_bias"}
+    assert tracked_gradients(expand_training(mlp("float32"), "sgd")) == []  # fp32 gradients are never tracked
+
+
+def test_histogram_vertex_estimates_worked_by_hand():
+    # 712 fp16 elements (178 vectors of 4), 2 bins, absolute values: by data, each of 6 workers 30 vectors
+    # at 4 cycles: 23 + 5 + (19 + 4 x 30) + 10 = 177 worker cycles; by limit one worker runs all 178:
+    # 19 + 3 + (17 + 4 x 178) + 8 + 2 = 761 (poplibs HistogramPerformanceEstimation.cpp)
+    assert by_data_cycles(712, 2, True, True, 6, 4) == 6 * 177
+    assert by_limit_cycles(712, 2, True, True, 6, 4) == 6 * 761
+    assert histogram_tile_cycles(712, 2, 2) == (6 * 177, "Histogram1D by data")
+    # one element: the by-limit vertex is the cheaper (no combining of the workers' bins)
+    assert histogram_tile_cycles(1, 2, 2)[1] == "Histogram1D by limit"
+    # a tile of more than 4,095 vectors per worker: 2-D worker vertices of 16,380 fp16 elements each
+    cycles, vertex = histogram_tile_cycles(200_000, 2, 2)
+    assert vertex == "Histogram2D" and cycles == 6 * 3 * worker_2d_cycles(16_380, 2, True, True, 4)
+
+
+def test_a_run_adds_a_histogram_after_each_tracked_gradient_and_the_update():
+    g = models.get("bert-base", micro_batch=2, num_layers=2, seq_len=128)
+    base = Options().deviceIterations(1)
+    base.Training.gradientAccumulation(4)
+    als = Options().deviceIterations(1)
+    als.Training.gradientAccumulation(4)
+    als._Popart.set("automaticLossScalingSettings.enabled", True)
+    plain = sim.simulate(g, "ipu-mk2", base, training=True, optimizer="lamb")
+    run = sim.simulate(g, "ipu-mk2", als, training=True, optimizer="lamb")
+    ops = run.executable.graph.ops
+    index = {op.name: i for i, op in enumerate(ops)}
+    hist = [op for op in ops if op.kind == "histogram"]
+    producer = {t: op for op in ops for t in op.outputs}
+    assert len(hist) == len(tracked_gradients(plain.executable.graph)) > 50
+    assert all(index[op.name] == index[producer[op.inputs[0]].name] + 1 for op in hist)  # right after it
+    assert sum(op.kind == "loss_scale_update" and op.pass_ == "update" for op in ops) == 1
+    assert any("automatic loss scaling" in note for note in run.executable.notes)
+    assert "_Popart.automaticLossScalingSettings.enabled" not in als.unmodelled()
+    costs = run.executable.costs
+    extra = sum(costs[op.name].compute_cycles + costs[op.name].exchange_cycles + costs[op.name].sync_cycles
+                for op in hist)
+    assert run.cycle_count - plain.cycle_count == pytest.approx(4 * extra, rel=0.05)  # 4 micro-batches
+
+
+def test_poptorch_option_is_modelled_and_an_fp32_model_is_refused():
+    opts = poptorch.Options()
+    opts.Training.setAutomaticLossScaling(True)
+    assert opts.automatic_loss_scaling() and "Training.setAutomaticLossScaling" not in opts.unmodelled()
+    with pytest.raises(OptionsError, match="setAutomaticLossScaling.*fp16"):
+        sim.compile(mlp("float32"), "ipu-mk2", Options()._Popart.set("automaticLossScalingSettings.enabled", True),
+                    training=True)
+    notes = sim.compile(mlp(), "ipu-mk2", Options()._Popart.set("automaticLossScalingSettings.enabled", True)).notes
+    assert any("inference model has no gradients" in n for n in notes)
