@@ -901,14 +901,15 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     compute_sets = 1 + red_stages + needs_cast + extra_sets
     partials = np.where(separate, outputs * partials_bytes, 0)
     # "temp" is poplin's planning estimate (ConvModel.cpp :: addConvTempMemoryEstimate: the tile's
-    # whole input and weight blocks plus its partials), which the budget bounds; "held" is what the
+    # whole input and weight blocks plus its partials, counted even where the AMP writes the result
+    # itself), which the budget bounds; "held" is what the
     # tile allocates: the part of its blocks the exchange brings (the rest is already resident, as
     # the estimator's exchange assumes) beside its partials, then the partials it receives to reduce
     return {"exchange": exch1 + red_exch, "planner_exchange": plan1 + red_plan, "compute": amp + red + cast,
             "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
             "exchange_phases": exch_phases, "compute_sets": compute_sets,
             "recv": recv1 + recv2,
-            "temp": a_bytes + b_bytes + moved + partials,
+            "temp": a_bytes + b_bytes + moved + outputs * partials_bytes,
             "held": partials + np.maximum(recv1, recv2)}
 
 
