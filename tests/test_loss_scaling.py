@@ -80,3 +80,14 @@ def test_poptorch_option_is_modelled_and_an_fp32_model_is_refused():
                     training=True)
     notes = sim.compile(mlp(), "ipu-mk2", Options()._Popart.set("automaticLossScalingSettings.enabled", True)).notes
     assert any("inference model has no gradients" in n for n in notes)
+
+
+def test_cli_flag(capsys):
+    from sim.cli.main import main
+    assert main(["run", "--model", "bert-base", "--num-layers", "1", "--micro-batch", "2", "--training",
+                 "--auto-loss-scaling"]) == 0
+    assert "automatic loss scaling:" in capsys.readouterr().out
+    assert main(["run", "--model", "mlp", "--auto-loss-scaling"]) == 2
+    assert "--auto-loss-scaling only applies with --training" in capsys.readouterr().err
+    assert main(["run", "--model", "mlp", "--training", "--auto-loss-scaling"]) == 2  # an fp32 model: no fp16 gradient
+    assert "no fp16 gradient" in capsys.readouterr().err

@@ -146,6 +146,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     o.add_argument("--max-grad-norm", type=float, metavar="NORM",
                    help="[max_grad_norm] clip the gradients to this global norm before the update (PopART's "
                    "ClipNormSettings.clipAllWeights; training only)")
+    o.add_argument("--auto-loss-scaling", action="store_true",
+                   help="[Training.setAutomaticLossScaling(True)] PopART's automatic loss scaling: a histogram of "
+                   "every fp16 gradient it tracks, the loss scale updated each weight update (training of a "
+                   "float16 model only)")
     o.add_argument("--synthetic-data", action="store_true", help="[enableSyntheticData(True)]: no host IO")
     o.add_argument("--output-mode", type=_output_mode, metavar="{all,final,sum,everyn:N}",
                    help="[outputMode] (default: all for inference, final for training)")
@@ -294,6 +298,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.Training.gradientAccumulation(args.gradient_accumulation)
     if args.synthetic_data:
         opts.enableSyntheticData(True)
+    if args.auto_loss_scaling:
+        opts._Popart.set("automaticLossScalingSettings.enabled", True)
     if args.output_mode is not None:
         opts.outputMode(*args.output_mode)
     if args.partials is not None:
@@ -345,6 +351,8 @@ def simulate_args(args, parser) -> sim.Run:
         parser.error("--max-grad-norm only applies with --training")
     if args.accum_type and not args.training:
         parser.error("--accum-type only applies with --training")
+    if args.auto_loss_scaling and not args.training:
+        parser.error("--auto-loss-scaling only applies with --training")
     optimizer = optimizer_of(args, parser)
     if args.optimizer_state in ("rts", "off-chip-rts") and (args.replicas or 1) < 2:
         parser.error(f"--optimizer-state {args.optimizer_state} shards the state over replicas: give --replicas 2 "
