@@ -35,8 +35,11 @@ Outputs: the logits (B, num_labels) and the loss; with ``with_loss=False`` the l
 - ``layers_per_ipu`` (the configs' ``LAYERS_PER_IPU``, e.g. [2, 3, 5, 2] for the 12 blocks of Swin-T)
   places the blocks on consecutive IPUs (``set_pipeline``: a ``poptorch.BeginBlock`` on every
   block); the patch embedding is on IPU 0, each patch merging on its stage's last block's IPU, the
-  head on the last block's. The port sets no recomputation checkpoint (``use_recompute`` False), so a
-  pipelined stage recomputes from its stashed inputs.
+  head on the last block's; the blocks are the placement's units ``layer0``, ``layer1``, ... (a stage's
+  patch merging goes with its last block). The port sets no recomputation checkpoint (``use_recompute``
+  False), so a pipelined stage recomputes from its stashed inputs; ``recompute_checkpoint_every_layer``
+  (default False) checkpoints every block's output but the last, as the zoo's BERT does (what
+  ``ipusim plan`` tries).
 
 Not built: the random per-sample masks of stochastic depth (B numbers a branch; the mask is an
 input-sized constant here, its multiply and the 1 / keep scaling are built); dropout (the configs'
@@ -48,9 +51,10 @@ from __future__ import annotations
 from sim.graph import Graph, GraphBuilder
 
 from ._common import Params, Placement
+from .transformer import checkpointed_layers, layer_ipus
 
 _COMMON = dict(micro_batch=4, image_size=224, patch=4, window=7, mlp_ratio=4, num_labels=1000, drop_path=0.2,
-               layers_per_ipu=None, with_loss=True, dtype="float16")
+               layers_per_ipu=None, recompute_checkpoint_every_layer=False, with_loss=True, dtype="float16")
 MODELS = {  # configs/configs.yaml MODEL.SWIN: EMBED_DIM, DEPTHS, NUM_HEADS (WINDOW_SIZE 7, PATCH_SIZE 4)
     "swin-tiny": dict(_COMMON, embed_dim=96, depths=[2, 2, 6, 2], heads=[3, 6, 12, 24]),
     "swin-base": dict(_COMMON, embed_dim=128, depths=[2, 2, 18, 2], heads=[4, 8, 16, 32]),
@@ -179,10 +183,8 @@ def build(name: str, p: Params) -> Graph:
         if res > window and res % window:
             p.fail("window", f"stage {i}'s {res} x {res} map is not a whole number of {window} x {window} windows")
     blocks = sum(depths)
-    counts = p.ints("layers_per_ipu", minimum=0, optional=True)
-    if counts is not None and sum(counts) != blocks:
-        p.fail("layers_per_ipu", f"must sum to the {blocks} blocks of depths={depths}, sums to {sum(counts)}")
-    block_ipu = [ipu for ipu, n in enumerate(counts) for _ in range(n)] if counts else [0] * blocks
+    block_ipu = layer_ipus(p, blocks)
+    checkpoints = checkpointed_layers(p, blocks)
     top = p["drop_path"]
     if isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 <= top < 1:
         p.fail("drop_path", "expected a rate in [0, 1)")
@@ -191,7 +193,8 @@ def build(name: str, p: Params) -> Graph:
     with_loss, dtype = p.flag("with_loss"), p.dtype()
 
     b = GraphBuilder(name, dtype)
-    place = Placement(b, counts is not None)
+    place = Placement(b, block_ipu is not None)
+    block_ipu = block_ipu or [0] * blocks
     images = b.input("images", (B, CHANNELS, size, size), dtype)
     targets = b.input("targets", (B, classes), "float32") if with_loss else None
 
@@ -206,12 +209,14 @@ def build(name: str, p: Params) -> Graph:
         win = min(window, res)  # a map no larger than a window is one unshifted window
         for j in range(depth):
             ipu = block_ipu[k]
-            with place.on(ipu, f"layer{i}_block{j}"), b.scope(f"layers{i}/blocks{j}"):
+            with place.on(ipu, f"layer{k}"), b.scope(f"layers{i}/blocks{j}"):
                 shift = win // 2 if j % 2 and res > window else 0
                 x = _block(b, b.remap(x), res, heads[i], win, shift, rates[k], ratio * C0 * 2 ** i)
+                if k in checkpoints:
+                    b.checkpoint(x)
             k += 1
         if i < len(depths) - 1:
-            with place.on(ipu, f"layer{i}_block{depth - 1}"), b.scope(f"layers{i}"):
+            with place.on(ipu, f"layer{k - 1}"), b.scope(f"layers{i}"):
                 x = _patch_merging(b, x, res)
 
     with place.on(ipu, "head"), b.scope("head"):

@@ -484,7 +484,7 @@ class Planner:
             if self.space.recompute:
                 raise OptionsError(f"plan: {'inference' if not self.space.training else 'this model'} has no "
                                    "recomputation axis (only training of a zoo model with recomputation "
-                                   "checkpoints: bert, gpt2, vit, resnet50)")
+                                   "checkpoints: bert, gpt2, vit, swin, resnet50)")
             return [None]
         return list(self.space.recompute or (False, True))
 
@@ -507,7 +507,7 @@ class Planner:
         most_stages = len(self.units) + 1 if self.units else 1
         if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
             raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner "
-                               "(only bert, gpt2, vit, resnet50 and resnext101 are): it runs on one IPU per replica; "
+                               "(only bert, gpt2, vit, swin, resnet50 and resnext101 are): it runs on one IPU per replica; "
                                "drop --pipeline")
         for sname, system in self.systems.items():
             n = system.num_ipus

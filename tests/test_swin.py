@@ -94,3 +94,20 @@ def test_graphcore_configurations_train_on_a_bow_pod16(rid, model):
     row = PUBLISHED_BY_ID[rid]
     assert row.setup.model == model
     assert row.simulated() > 0
+
+
+def test_the_planner_splits_the_blocks_and_its_commands_run():
+    """ipusim plan treats a Swin block as a unit (``layer<k>``, the patch merging with its stage's last
+    block), as BERT's layers; the configuration it proposes is one `ipusim run` can simulate."""
+    from sim import planner
+    from sim.cli import plan as plan_cli
+    pl = planner.Planner(planner.Model("swin-tiny", {}), planner.Space(
+        ["bow-pod16"], (64, 64), optimizer="adamw", pipelines=[4], replicas=[1], micro_batches=[4],
+        proportions=[0.3], recompute=[False], optimizer_states=["on-chip"]))
+    assert pl.units == [f"layer{k}" for k in range(12)]
+    rows = plan_cli.plan(pl, top=1, workers=1, bar=False, batch=4)
+    best = plan_cli.rank(rows).iloc[0]
+    split = [int(n) for n in best["split"].split(",")]
+    assert len(split) == 4 and sum(split) == 12 and best["samples_per_second"] > 0
+    g = models.get("swin-tiny", recompute_checkpoint_every_layer=True)
+    assert sum(bool(op.attrs.get("recomputation_checkpoint")) for op in g.ops) == 11

@@ -193,7 +193,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "configuration's own (default: the lowest --available-memory-proportion; none: same on "
                    "every IPU)")
     a.add_argument("--recompute", type=_choices(("on", "off")), metavar="on,off",
-                   help="recomputation checkpoint after every layer (bert, gpt2, vit) or block (resnet50); "
+                   help="recomputation checkpoint after every layer (bert, gpt2, vit, swin) or block (resnet50); "
                    "default: both, in training")
     a.add_argument("--optimizer-state", type=_choices(run.OPTIMIZER_STATES), metavar="on-chip,off-chip,rts,...",
                    help="default: all four in training (rts and off-chip-rts with 2 replicas or more), none "
