@@ -41,8 +41,8 @@ Outputs: the logits (B, num_labels) and the loss; with ``with_loss=False`` the l
   (default False) checkpoints every block's output but the last, as the zoo's BERT does (what
   ``ipusim plan`` tries).
 
-Not built: the random per-sample masks of stochastic depth (B numbers a branch; the mask is an
-input-sized constant here, its multiply and the 1 / keep scaling are built); dropout (the configs'
+Not built: the random draw of stochastic depth's per-sample masks (B numbers a branch; the mask is a
+(B, 1, 1) constant here, its multiply and the 1 / keep scaling are built); dropout (the configs'
 ``DROP_RATE`` and attention dropout are 0).
 """
 

@@ -91,3 +91,19 @@ def test_cli_flag(capsys):
     assert "--auto-loss-scaling only applies with --training" in capsys.readouterr().err
     assert main(["run", "--model", "mlp", "--training", "--auto-loss-scaling"]) == 2  # an fp32 model: no fp16 gradient
     assert "no fp16 gradient" in capsys.readouterr().err
+
+
+def test_insert_after_puts_ops_in_place_all_or_none():
+    from sim.errors import GraphError
+    from sim.graph import Op
+    g = mlp()
+    first, second = g.ops[0].name, g.ops[1].name
+    t = g.add_tensor("extra", (1,), "float32", "activation").name
+    g.insert_after({first: [Op("after_first", "copy", [g.ops[0].outputs[0]], [t])]})
+    assert [op.name for op in g.ops[:3]] == [first, "after_first", second]
+    before = [op.name for op in g.ops]
+    u = g.add_tensor("extra2", (1,), "float32", "activation").name
+    with pytest.raises(GraphError, match="defined twice"):
+        g.insert_after({second: [Op("fine", "copy", [t], [u]), Op("after_first", "copy", [t], [u])]})
+    assert [op.name for op in g.ops] == before  # nothing added
+    g.insert_after({second: [Op("fine", "copy", [t], [u])]})  # its name was not kept either

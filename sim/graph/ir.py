@@ -182,10 +182,15 @@ class Graph:
         unknown = set(placements) - {op.name for op in self.ops}
         if unknown:
             raise GraphError(f"graph {self.name!r}: no op {sorted(unknown)[0]!r} to insert after")
-        new = [op for ops in placements.values() for op in ops]
-        for op in new:  # checked and named as add_op does, then put in place
-            self.add_op(op)
-        del self.ops[len(self.ops) - len(new):]
+        start = len(self.ops)
+        try:  # checked and named as add_op does (all or none), then put in place
+            for op in (op for ops in placements.values() for op in ops):
+                self.add_op(op)
+        except GraphError:
+            self._op_names.difference_update(op.name for op in self.ops[start:])
+            del self.ops[start:]
+            raise
+        del self.ops[start:]
         self.ops[:] = [x for op in self.ops for x in (op, *placements.get(op.name, ()))]
 
     def unique_op_name(self, base: str) -> str:

@@ -88,8 +88,7 @@ def add_automatic_loss_scaling(g: Graph, accumulate: bool) -> int:
             acc = g.add_tensor(g.unique_tensor_name(f"{last.name}/statistics_accum"), (BIN_EDGES + 1,), "float32",
                                "accumulator").name
             ops.append(Op(g.unique_op_name(f"{last.name}/statistics_accumulate"), "accumulate", [acc, total], [acc],
-                          pass_="backward", ipu=last.ipu, stage=last.stage, phase=last.phase, block=last.block,
-                          forward_of=last.forward_of))
+                          **_beside(last)))
             total = acc
         after.setdefault(last.name, []).extend(ops)
         summed.append(total)
@@ -107,8 +106,13 @@ def _op(g: Graph, base: str, kind: str, inputs: list[str], dtype: str, like: Op,
     tensor of ``dtype``; not yet in the graph's order."""
     name = g.unique_op_name(base)
     out = g.add_tensor(g.unique_tensor_name(name), (BIN_EDGES + 1,), dtype, "activation", name).name
-    return Op(name, kind, inputs, [out], attrs, pass_="backward", ipu=like.ipu, stage=like.stage, phase=like.phase,
-              block=like.block, forward_of=like.forward_of)
+    return Op(name, kind, inputs, [out], attrs, **_beside(like))
+
+
+def _beside(op: Op) -> dict:
+    """The annotations of a backward op placed with ``op``: its IPU, stage, phase, block and forward op."""
+    return dict(pass_="backward", ipu=op.ipu, stage=op.stage, phase=op.phase, block=op.block,
+                forward_of=op.forward_of)
 
 
 __all__ = ["add_automatic_loss_scaling", "tracked_gradients"]
