@@ -41,9 +41,7 @@ Outputs: the logits (B, num_labels) and the loss; with ``with_loss=False`` the l
   (default False) checkpoints every block's output but the last, as the zoo's BERT does (what
   ``ipusim plan`` tries).
 
-Not built: the random draw of stochastic depth's per-sample masks (B numbers a branch; the mask is a
-(B, 1, 1) constant here, its multiply and the 1 / keep scaling are built); dropout (the configs'
-``DROP_RATE`` and attention dropout are 0).
+Not built: dropout (the configs' ``DROP_RATE`` and attention dropout are 0).
 """
 
 from __future__ import annotations
@@ -81,12 +79,14 @@ def _pad_to(b: GraphBuilder, x: str, axis: int, size: int) -> str:
 
 
 def _drop_path(b: GraphBuilder, x: str, rate: float, name: str) -> str:
-    """timm's DropPath in training: the branch divided by the keep probability and multiplied by a
-    per-sample 0/1 mask (B, 1, 1); the mask's random draw is not built."""
+    """timm 0.4.5's DropPath in training (the port's pinned timm): a per-sample 0/1 mask drawn as
+    ``floor(keep + rand(B, 1, 1))``, the branch divided by ``keep`` and multiplied by the mask."""
     if rate <= 0:
         return x
     with b.scope(name):
-        mask = b.constant("mask", (b.shape(x)[0], 1, 1), b.dtype_of(x))
+        dtype = b.dtype_of(x)
+        uniform = b.op("random_uniform", [], [(b.shape(x)[0], 1, 1)], name="rand", out_dtypes=[dtype])[0]
+        mask = b.unary("floor", b.add(uniform, b.constant("keep_prob", (), dtype)))
         return b.mul(b.scale(x, 1.0 / (1.0 - rate)), mask)
 
 

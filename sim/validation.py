@@ -487,8 +487,8 @@ DEPARTURES = {
             "call's return (train_swin.py: the DataLoader's next batch is outside it), setOptimizer's write of "
             "the learning rate not modelled; not modelled: stochastic rounding, the loss scaling (1,024), "
             "accumulateOuterFragmentSettings OverlapMemoryOptimized, PopART's subgraph copying (JustInTime) and "
-            "scheduleNonWeightUpdateGradientConsumersEarly, the random draw of stochastic depth's per-sample masks, "
-            "RemapCE's regrouping after a matmul (priced as its plain layout copy)",
+            "scheduleNonWeightUpdateGradientConsumersEarly, RemapCE's regrouping after a matmul (priced as its plain "
+            "layout copy)",
     "conformer": "the example's model as models/conformer.py builds it (WeNet's Conformer-medium: 12 encoder "
                  "blocks of d 256, 6 decoder blocks, vocabulary 4,233); not modelled: the loss scaling (1,024), "
                  "stochastic rounding, PopART's outlineThreshold 10 and its TiedGather patterns, the padding masks "

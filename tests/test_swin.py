@@ -49,6 +49,21 @@ def test_stochastic_depth_rises_linearly_over_the_blocks():
     assert scales[-1] == pytest.approx(1 / (1 - 0.2))  # the last block's rate is drop_path
 
 
+def test_stochastic_depth_draws_one_mask_value_per_sample():
+    """timm 0.4.5: floor(keep + rand((B, 1, 1))) multiplies the scaled branch; no gradient flows
+    into the draw."""
+    g = models.get("swin-tiny", micro_batch=4)
+    draws = [op for op in g.ops if op.kind == "random_uniform"]
+    assert len(draws) == 2 * 11 and all(g.tensors[op.outputs[0]].shape == (4, 1, 1) for op in draws)
+    floor = next(op for op in g.ops if op.name == "layers3/blocks1/drop_path_mlp/floor")
+    mul = next(op for op in g.ops if op.name == "layers3/blocks1/drop_path_mlp/mul")
+    assert floor.outputs[0] in mul.inputs
+    trained = expand_training(g)
+    assert [op.name for op in trained.ops if op.kind == "random_uniform"] == [op.name for op in draws]
+    assert not any(op.inputs and set(op.inputs) & {floor.outputs[0]} and op.pass_ == "backward"
+                   and op.kind != "mul" for op in trained.ops)
+
+
 def test_placement_follows_the_blocks_patch_merging_stays_with_its_stage():
     g = models.get("swin-tiny", layers_per_ipu=[2, 3, 5, 2])
     where = {op.name: (op.ipu, op.stage) for op in g.ops}
