@@ -22,7 +22,7 @@ category: the program-memory code constants are fitted to it) and :data:`MEMORY_
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -287,6 +287,7 @@ class Setup:
     clip_norm: float = 0.0  # gradients clipped to this global norm (PopART ClipNormSettings, max_grad_norm); 0: none
     pytorch_bert_groups: bool = False  # the parameter groups of Graphcore's PyTorch BERT (pytorch_bert_groups)
     poplin_options: tuple = ()  # (name, value) pairs set in PopART's matmulOptions and convolutionOptions
+    auto_loss_scaling: bool = False  # Training.setAutomaticLossScaling(True)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -325,6 +326,8 @@ class Setup:
             o._Popart.set(Options.SHARDING_DOMAIN_KEYS["optimizer"], (CommGroupType.Consecutive, self.sharding_domain))
         if self.poplin_options:
             o.set_poplin_options(dict(self.poplin_options))
+        if self.auto_loss_scaling:
+            o._Popart.set("automaticLossScalingSettings.enabled", True)
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -344,7 +347,8 @@ class Setup:
             where = ("off chip" if self.optimizer_off_chip else "on chip") + (" + RTS" if self.rts else "")
             if self.rts and self.sharding_domain:
                 where += f" over groups of {self.sharding_domain} replicas"
-            parts.append(f"{self.sim_optimizer().describe()}, optimizer state {where}")
+            parts.append(f"{self.sim_optimizer().describe()}, optimizer state {where}"
+                         + (", automatic loss scaling" if self.auto_loss_scaling else ""))
         parts.append("synthetic data" if self.synthetic else "real data (host IO)")
         if self.io_tiles:
             parts.append(f"{self.io_tiles} IO tiles" + (", all streams overlapped (ShardedExecution)"
@@ -1668,6 +1672,9 @@ MEMORY_FITS = [
     ("GCN-P B10", "BERT-Large phase 1 (SL128), Bow Pod16, micro-batch 8, layers [3, 7, 7, 7]",
      _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_128 (benchmark "
      "`pytorch_bert_large_pretrain_real_pod16`)", PUBLISHED_BY_ID["B10"].setup, True),
+    ("L128 ALS", "the same with automatic loss scaling, AMP [0.13, 0.2, 0.2, 0.2]",
+     _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_128_ALS",
+     replace(PUBLISHED_BY_ID["B10"].setup, amp=(0.13, 0.20, 0.20, 0.20), auto_loss_scaling=True), True),
     ("L512", "BERT-Large phase 2 (SL512), Bow Pod16, micro-batch 2, layers [3, 7, 7, 7]",
      _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_512",
      _bert_train("bert-large", "bow-pod16", 4, 2, 2048, [3, 7, 7, 7], [0.10, 0.15, 0.15, 0.15], seq_len=512,
@@ -2125,7 +2132,6 @@ def step_seconds(setup: Setup, prefetch_depth: int | None = None) -> tuple[dict[
     with its host prefetch depth replaced by ``prefetch_depth`` when given (depth 2: the host
     fills and sends each input buffer while the IPU runs the previous micro-batch)."""
     if prefetch_depth is not None:
-        from dataclasses import replace
         setup = replace(setup, prefetch_depth=prefetch_depth)
     samples_per_second, lines, _ = _simulated_or_raise(setup)
     return lines, samples_per_second / setup.replicas
@@ -2148,7 +2154,6 @@ def _simulated_or_raise(setup: Setup) -> tuple[float, dict[str, float], float]:
 def _generation_section() -> list[str]:
     mk2, bow = (load_system(s).ipu.clock_hz for s in ("ipu-mk2", "bow-ipu"))
     clock = bow / mk2
-    from dataclasses import replace
     first = _pair_setup(MK2_TO_BOW[0][0])  # M5's configuration, run on Mk2 and on Bow
     on_bow = replace(first, system=first.system.replace("ipu-", "bow-"))
     lines_a, _ = step_seconds(first)
