@@ -743,23 +743,24 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     else:
         table_shape, dtype = outs[0]
     itemsize = DTYPE_BYTES[dtype]
+    attrs = attrs or {}
     lookups = max(1, math.prod(ids_shape))
     entries, row = table_shape[0], max(1, math.prod(table_shape[1:]))
     # PopART plans a lookup for slicing only (popx/op/sliceplanx.cpp SlicePlanUsedFor::Slice) and its
     # gradient for the update; poplibs' embedding_layer tool plans both with one update plan
-    for_update = (attrs or {}).get("plan_for_update", kind != "gather")
+    for_update = attrs.get("plan_for_update", kind != "gather")
     plan = plan_embedding(entries, row, lookups, itemsize, tiles, for_update)
     if kind == "gather":
         codelets = (("multi_slice", dtype, 0),) + ((("iota", "int32", 0), ("div+mul+add", "int32", 0))
                                                    if plan.sliced > 1 else ())
         return replace(in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe()), codelets=codelets)
-    parts = _embedding_update(plan, ipu, tiles)
+    parts = _embedding_update(plan, dtype, ipu, tiles)
     if plan.groups_used > 1:  # the slices and the table cast to fp32 and back, the copies zeroed and reduced
         codelets = (("multi_update_add", "float32", 0), ("cast", dtype, 0), ("cast", "float32", 0),
                     ("copy", "float32", 0), ("reduce_sum", "float32", 0), ("accumulate", "float32", 0))
     else:
         codelets = (("multi_update_add", dtype, 0),)
-    if not (attrs or {}).get("into_table"):  # the dense gradient is zeroed first (popops::zero)
+    if not attrs.get("into_table"):  # the dense gradient is zeroed first (popops::zero)
         parts.insert(0, (_zero_table(plan, itemsize, ipu, tiles), 1))
         codelets += (("copy", dtype, 0),)
     return replace(in_series(parts, tiles, plan.describe()), codelets=tuple(dict.fromkeys(codelets)))
@@ -803,14 +804,13 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
     return parts
 
 
-def _embedding_update(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int]]:
+def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles) -> list[tuple[OpCost, int]]:
     """generatePlannedMultiUpdateAdd: the slices rearranged to the plan's layout when they will be
     cast or sent to many dictionary splits; one lookup group adds straight into the table, several
     each add (in fp32) into a zeroed copy of it that are then reduced and added to the table with
     the scale. The update vertex runs on one worker per tile."""
     W, it, h = ipu.worker_threads, plan.itemsize, plan.columns_per_tile
     lpt, groups = plan.lookups_per_group, plan.groups_used
-    dtype = {2: "float16", 4: "float32"}.get(it, "float32")
     slices = ((plan.lookups, plan.row), dtype, "activation")
     table = ((plan.entries, plan.row), "float32")
     several = groups > 1

@@ -132,7 +132,7 @@ def _seed_constants() -> dict[str, int]:
     """The ``[random_seed]`` table of ``configs/_vector-ops.toml``."""
     return whole_number_table("random_seed", ("set_seed_supervisor", "set_seed_per_worker", "hw_seeds",
                                               "uniform_int_supervisor", "uniform_int_per_worker",
-                                              "uniform_int_per_odd"))
+                                              "uniform_int_per_pair", "uniform_int_per_odd"))
 
 
 def seed_programs_cycles(workers: int) -> tuple[int, int]:
@@ -145,7 +145,7 @@ def seed_programs_cycles(workers: int) -> tuple[int, int]:
 def uniform_int_cycles(elements: int, workers: int) -> int:
     """Tile cycles of poprand's Uniform vertex drawing ``elements`` INT values (scaled)."""
     c = _seed_constants()
-    return (c["uniform_int_supervisor"] + workers * c["uniform_int_per_worker"] + 6 * (elements // 2)
+    return (c["uniform_int_supervisor"] + workers * c["uniform_int_per_worker"] + c["uniform_int_per_pair"] * (elements // 2)
             + c["uniform_int_per_odd"] * (elements % 2))
 
 

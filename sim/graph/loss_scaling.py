@@ -40,7 +40,7 @@ BIN_EDGES = 1  # binEdgeLocation (0.125 of the fp16 range by default): one edge,
 def tracked_gradients(g: Graph) -> list[Op]:
     """The backward ops whose outputs PopART's AllNonViewChangingGradientTensors method tracks."""
     consumed = {t for op in g.ops for t in op.inputs}
-    loss_op = next(op for op in g.ops if g.loss in op.outputs)
+    loss_op = _loss_op(g)
     tracked = []
     for op in g.ops:
         if op.pass_ != "backward" or op.kind in _VIEW_CHANGES or op.forward_of == loss_op.name:
@@ -63,7 +63,7 @@ def add_automatic_loss_scaling(g: Graph, accumulate: bool) -> int:
         raise OptionsError("Training.setAutomaticLossScaling(True): the model has no fp16 gradient for automatic "
                            "loss scaling to track (PopART: \"No tracked gradient tensors of type fp16 were found\"); "
                            "it tracks fp16 gradients only: train the model in float16, or turn it off")
-    loss_op = next(op for op in g.ops if g.loss in op.outputs)
+    loss_op = _loss_op(g)
     order = {op.name: i for i, op in enumerate(g.ops)}
     after: dict[str, list[Op]] = {}  # new ops by the op they follow
     groups: dict[tuple, list[tuple[Op, str]]] = {}
@@ -99,6 +99,11 @@ def add_automatic_loss_scaling(g: Graph, accumulate: bool) -> int:
                 {"accumulated": accumulate, "weight": summed[0]}, pass_="update", ipu=loss_op.ipu,
                 stage=loss_op.stage, phase=loss_op.phase, block=loss_op.block))
     return sum(len(op.outputs) for op in tracked)
+
+
+def _loss_op(g: Graph) -> Op:
+    """The op that makes the graph's loss."""
+    return next(op for op in g.ops if g.loss in op.outputs)
 
 
 def _op(g: Graph, base: str, kind: str, inputs: list[str], dtype: str, like: Op, **attrs) -> Op:

@@ -61,4 +61,4 @@ def restored_tensors(stage, stages) -> list[str]:
     return sorted(stage.restored)
 
 
-__all__ = ["stash_op_cost", "stashed_tensors", "restored_tensors", "INDEX_BYTES"]
+__all__ = ["stash_op_cost", "stashed_tensors", "restored_tensors"]
