@@ -369,6 +369,83 @@ def conv_graph(batch: int, field, kernel, cin: int, cout: int, stride: int = 1,
     return b.graph
 
 
+def oct_graph(batch: int, field: int, kernel: int, cin: int, cout: int, stride: int = 1, padding: int = 0,
+              alpha_in: float = 1.0, alpha_out: float = 1.0, plan: str = "parallel",
+              dtype: str = "float16") -> Graph:
+    """poplibs' ``oct_conv_layer`` (an octave convolution, every pass) as a graph, NCHW.
+
+    The input's channels split into a high-frequency part at ``field`` and a low-frequency part
+    (``alpha_in`` of them, ``int()`` as the tool rounds) at half the field; likewise the output's
+    (``alpha_out``). Up to four convolutions map them, each a member of one poplin
+    multi-convolution per pass (the ``multiconv`` attribute; ``plan`` is its plan type): low to
+    low, low to high (its output upsampled 2x by a broadcast view, then added to high to high's),
+    high to low (on the high input average-pooled 2x, popnn's pooling) and high to high, in the
+    tool's order. Backward: each member's weights transposed and flipped, then the convolution of
+    its ``zDeltas`` (its own output's shape, before any upsampling); the weight update
+    (``multiconv::convolutionWeightUpdate``): each member's weight deltas, then their ScaledAdds
+    one after another (``popops::scaledAddTo`` into the program tree's finalize sequence).
+    The tool's backward pass returns each member's input gradient on its own (no pooling or
+    upsampling gradients), so the graph does too.
+    """
+    lo_in, lo_out = int(alpha_in * cin), int(alpha_out * cout)
+    chans_in = {"Lo": lo_in, "Hi": cin - lo_in}
+    chans_out = {"Lo": lo_out, "Hi": cout - lo_out}
+    fields = {"Lo": field // 2, "Hi": field}
+    b = GraphBuilder(f"oct_conv_{batch}x{cin}x{field}_k{kernel}s{stride}p{padding}_{cout}"
+                     f"_a{alpha_in:g}-{alpha_out:g}", dtype)
+    inputs = {f: b.input(f"freq{f}", (batch, chans_in[f], fields[f], fields[f])) for f in ("Lo", "Hi") if chans_in[f]}
+    group = {"multiconv": "octconv", "multiconv_plan": plan}
+
+    def member(op_name: str) -> None:
+        b.graph.ops[-1].attrs.update(group)
+        assert b.graph.ops[-1].name == op_name
+
+    outputs: dict[str, str] = {}
+    backward = []
+    for src in inputs:
+        for dst in ("Lo", "Hi"):
+            if not chans_out[dst]:
+                continue
+            name = f"freq{src}{dst}"
+            x = b.pool(inputs[src], "avgpool", 2, 2, name=f"{name}/pool") if (src, dst) == ("Hi", "Lo") \
+                else inputs[src]
+            y = b.conv2d(x, chans_out[dst], kernel, stride, padding, name=f"fwd/{name}")
+            member(f"fwd/{name}/conv2d")
+            if dst in outputs:  # popops::add of the two paths; low to high's output enters it upsampled,
+                # a broadcast view, so the add runs over the high field
+                shape = max(b.shape(outputs[dst]), b.shape(y), key=lambda s: s[2])
+                outputs[dst] = b.op("add", [outputs[dst], y], [shape], name=f"fwd/freq{dst}/add")[0]
+            else:
+                outputs[dst] = y
+            backward.append((name, x, y))
+    # the backward and weight-update multi-convolutions, each member's steps in one program
+    z_deltas, flipped, grads, deltas = {}, {}, [], {}
+    for name, x, y in backward:
+        co, ci, kh, kw = b.shape(f"fwd/{name}/weight")
+        z_deltas[name] = b.input(f"zDeltas{name[4:]}", b.shape(y))
+        flipped[name] = b.op("transpose", [f"fwd/{name}/weight"], [(ci, co, kh, kw)],
+                             name=f"bwd/{name}/transposeChansFlipXY")[0]
+        member(f"bwd/{name}/transposeChansFlipXY")
+
+    def conv_attrs(name, y):
+        co, ci, _, _ = b.shape(f"fwd/{name}/weight")
+        n, _, ho, wo = b.shape(y)
+        return dict(kernel=kernel, stride=stride, padding=padding, groups=1, n=n, ci=ci, co=co, ho=ho, wo=wo)
+    for name, x, y in backward:
+        grads.append(b.op("conv2d_grad_input", [z_deltas[name], flipped[name]], [b.shape(x)], conv_attrs(name, y),
+                          name=f"bwd/{name}")[0])
+        member(f"bwd/{name}")
+    for name, x, y in backward:
+        deltas[name] = b.op("conv2d_grad_weight", [x, z_deltas[name]], [b.shape(f"fwd/{name}/weight")],
+                            conv_attrs(name, y), name=f"wu/{name}")[0]
+        member(f"wu/{name}")
+    for name, _, _ in backward:
+        weights = f"fwd/{name}/weight"
+        b.graph.add_op(Op(f"wu/{name}/update", "accumulate", [weights, deltas[name]], [weights], {"weight": weights}))
+    b.output(*outputs.values(), *grads)
+    return b.graph
+
+
 #: reduce_op's --operation as the graph's op kind and its ``operation`` attribute
 REDUCE_OPERATIONS = {"add": ("reduce_sum", None), "square_add": ("reduce_sum", "square_add"),
                      "max": ("reduce_max", None)}

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..schedule import phased, pipeline, replicated_ops, sharded
-from ..cost import OpCost, op_cost
+from ..cost import OpCost, multiconv, op_cost
 from ..errors import ConfigError, GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..hardware.system import System, load_system
@@ -260,6 +260,24 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
                 f"op {op.name!r} ({op.kind}) costs {show_number(costs[op.name].cycles)} cycles, more than the "
                 f"simulator's limit of 2^50 per op (ten days of IPU time), which keeps a run's cycle count "
                 "within 64 bits; its sizes or attributes are out of range: check them")
+    for members in multiconv.groups([op for op in g.ops if op.name in costs]):
+        first = members[0]
+        if not first.kind.startswith("conv"):  # a backward multi-convolution's weight transposes
+            placed = [(costs[op.name], 0) for op in members]
+            for op, cost in zip(members, multiconv.run_side_by_side([op.name for op in members], placed, tiles)):
+                costs[op.name] = cost
+            continue
+
+        def price(i: int, budget: int, members=members) -> OpCost:
+            op = members[i]
+            proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))
+            return op_cost(op, g, ipus[True], budget, proportion, o.partials_type())
+        plans = multiconv.parallel_plan([costs[op.name].flops for op in members], price, tiles,
+                                        first.attrs.get("multiconv_reserved_tiles", multiconv.PER_CONV_RESERVED_TILES),
+                                        first.attrs.get("multiconv_cycle_back_off", multiconv.CYCLE_BACK_OFF))
+        if plans is not None:  # else poplin falls back to planning them one by one, as priced above
+            for op, cost in zip(members, multiconv.run_side_by_side([op.name for op in members], plans, tiles)):
+                costs[op.name] = cost
     return costs
 
 
