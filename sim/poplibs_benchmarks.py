@@ -15,6 +15,9 @@ for single layers run by these tools, each with ``--ignore-data`` (no host trans
   Pass ALL: forward convolution, backward ``weightsTransposeChansFlipXY`` then the convolution of
   ``zDeltas`` with the flipped weights, and ``convolutionWeightUpdate`` (weight deltas then one
   ScaledAdd).
+* ``tools/oct_conv_layer.cpp`` (``add_oct_conv_benchmark``, ``--pool-optimize-for-speed=true``): an
+  octave convolution (fp16, fp32 partials, Pass ALL) whose up to four convolutions are one poplin
+  multi-convolution per pass, planned in parallel (:mod:`sim.cost.multiconv`); :func:`oct_graph`.
 * ``tools/reduce_op.cpp`` (``add_reduction_benchmark``): ``popops::reduce(input, dims, {op})``
   (``--update=false``, ``--scale=1.0``: no scale tensor, no update, so ``reduce()`` makes the
   output) of an fp16 ``input`` made by ``addVariable`` and laid out by ``mapTensorLinearly`` (a
@@ -71,7 +74,7 @@ class Bench:
     """One benchmark: the tool and its arguments (as in poplibs' ``tests/CMakeLists.txt``)."""
 
     name: str
-    tool: str  # "fc", "gemm", "conv", "reduce", "rnn", "ctc" or "embedding"
+    tool: str  # "fc", "gemm", "conv", "oct", "reduce", "rnn", "ctc" or "embedding"
     args: tuple = field(default=())  # (key, value) pairs, see the graph builders
 
     @property
@@ -87,6 +90,12 @@ def _fc(name, batch, inputs, outputs, groups=1, dtype="float16"):
 def _conv(name, field_hw, kernel, cin, cout, stride=1, padding=0, batch=4, groups=1):
     return Bench(name, "conv", (("batch", batch), ("field", field_hw), ("kernel", kernel), ("cin", cin),
                                 ("cout", cout), ("stride", stride), ("padding", padding), ("groups", groups)))
+
+
+def _oct(name, field, kernel, cin, cout, stride=1, padding=0, alpha_in=0.25, alpha_out=0.25):
+    return Bench(name, "oct", (("batch", 4), ("field", field), ("kernel", kernel), ("cin", cin), ("cout", cout),
+                               ("stride", stride), ("padding", padding), ("alpha_in", alpha_in),
+                               ("alpha_out", alpha_out)))
 
 
 def _reduce(name, shape, dims, operation, tiles=None):
@@ -213,6 +222,20 @@ def _benches() -> list[Bench]:
     # ctc_loss: fp32 logits in, fp32 out (--in-type float --out-type float)
     b += [_ctc(f"ctc_loss_t_{t}_l_{lab}_c_{c}_bs_{bs}_float_float", t, lab, c, bs)
           for t, lab, c in ((375, 200, 36), (1200, 480, 5)) for bs in (1, 4)]
+    # oct_conv_layer: ResNet-50's layers as octave convolutions (--alpha 0.25: a quarter of the channels
+    # at half the field), batch 4; the stem takes a plain input (--alpha-in 0 --alpha-out 0.25)
+    o = "oct_resnet50_tr_bs4_"
+    b += [_oct(o + "cnv_ain0_aout25", 224, 7, 4, 64, 2, 3, alpha_in=0.0)]
+    b += [_oct(f"{o}{name}_a25", field, kernel, cin, cout, stride, kernel // 2)
+          for name, field, kernel, cin, cout, stride in (
+              ("bm64L0_projection", 56, 1, 64, 256, 1), ("bm64L0", 56, 1, 64, 64, 1), ("bm64L0A1", 56, 3, 64, 64, 1),
+              ("bm64L1A0", 56, 1, 256, 64, 1), ("bm128L0_projection", 56, 1, 256, 512, 2),
+              ("bm128L0A0", 56, 1, 256, 128, 2), ("bm128L0A1", 28, 3, 128, 128, 1), ("bm128L0A2", 28, 1, 128, 512, 1),
+              ("bm128L1A0", 28, 1, 512, 128, 1), ("bm256L0_projection", 28, 1, 512, 1024, 2),
+              ("bm256L0A0", 28, 1, 512, 256, 2), ("bm256L0A1", 16, 3, 256, 256, 1), ("bm256L0A2", 16, 1, 256, 1024, 1),
+              ("bm256L1A0", 16, 1, 1024, 256, 1), ("bm512L0_projection", 16, 1, 1024, 2048, 2),
+              ("bm512L0A0", 16, 1, 1024, 512, 2), ("bm512L0A1", 8, 3, 512, 512, 1), ("bm512L0A2", 8, 1, 512, 2048, 1),
+              ("bm512L1A0", 8, 1, 2048, 512, 1))]
     # embedding_layer: --shape {entries, row}, --num-indices
     b += [_embedding("embedding_small", 1000, 200, 21600), _embedding("embedding_vlarge", 100000, 200, 1440),
           _embedding("embedding_vlarge_large_indices", 100000, 200, 11520)]
@@ -537,6 +560,9 @@ def graph(bench: Bench) -> Graph:
     if bench.tool == "conv":
         return conv_graph(p["batch"], p["field"], p["kernel"], p["cin"], p["cout"], p["stride"], p["padding"],
                           groups=p["groups"])
+    if bench.tool == "oct":
+        return oct_graph(p["batch"], p["field"], p["kernel"], p["cin"], p["cout"], p["stride"], p["padding"],
+                         p["alpha_in"], p["alpha_out"])
     if bench.tool == "reduce":
         return reduce_graph(p["shape"], p["dims"], p["operation"], p["dtype"])
     if bench.tool == "rnn":
@@ -546,7 +572,7 @@ def graph(bench: Bench) -> Graph:
     if bench.tool == "embedding":
         return embedding_graph(p["entries"], p["row"], p["lookups"])
     raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} "
-                     "(expected fc, gemm, conv, reduce, rnn, ctc or embedding)")
+                     "(expected fc, gemm, conv, oct, reduce, rnn, ctc or embedding)")
 
 
 def system(bench: Bench, target: str = "IpuModel2"):
@@ -588,7 +614,7 @@ def _family(name: str) -> str:
     if BENCHES.get(name) is not None and BENCHES[name].tool == "reduce":
         return "reduce"
     for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet", "conv",
-                   "lstm", "gru", "ctc", "embedding"):
+                   "oct", "lstm", "gru", "ctc", "embedding"):
         if name.startswith(prefix):
             return prefix
     return "other"

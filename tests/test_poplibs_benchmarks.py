@@ -144,13 +144,20 @@ WITHIN = (
     # popops' embedding layer as it plans and runs it (added 2026-11-29 with sim/cost/embedding.py,
     # tests/test_embedding.py): +3.3 %, +0.6 %; embedding_vlarge -5.4 %
     "embedding_small", "embedding_vlarge_large_indices",
+    # poplibs' octave convolutions, planned as one poplin multi-convolution per pass in parallel (added
+    # 2026-11-29 with sim/cost/multiconv.py, tests/test_multiconv.py): +0.8, +2.8, -3.2, +1.8, +4.0, -1.3,
+    # -2.0, -4.9 %
+    "oct_resnet50_tr_bs4_bm128L0A0_a25", "oct_resnet50_tr_bs4_bm128L0A2_a25",
+    "oct_resnet50_tr_bs4_bm128L0_projection_a25", "oct_resnet50_tr_bs4_bm256L0A1_a25",
+    "oct_resnet50_tr_bs4_bm256L1A0_a25", "oct_resnet50_tr_bs4_bm512L1A0_a25", "oct_resnet50_tr_bs4_bm64L0A1_a25",
+    "oct_resnet50_tr_bs4_bm64L0_projection_a25",
 )
 
 
 def test_every_row_of_the_data_file_is_a_benchmark_or_listed_as_not_expressible():
     published = pb.published()
     assert set(published) == set(pb.BENCHES) | set(pb.NOT_EXPRESSIBLE)
-    assert len(pb.rows()) == len(pb.BENCHES) == 197
+    assert len(pb.rows()) == len(pb.BENCHES) == 217
     assert not pb.NOT_EXPRESSIBLE  # non-square kernels (Inception's 1x7 / 7x1, the 5x200) are expressed
     # spot values copied from poplibs at 8dcde1ec
     assert published["fc_layer_1_1000_5_half"] == (6902, 528900)
@@ -182,7 +189,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 145
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 153
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():
