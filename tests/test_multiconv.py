@@ -10,7 +10,9 @@ Poplar's IPUModel2 estimates, which no constant was fitted to.
 from __future__ import annotations
 
 import pytest
+import torch
 
+import sim.poptorch as poptorch
 from sim import GraphError, poplibs_benchmarks as pb
 from sim.cost import OpCost, TileProfile
 from sim.cost.multiconv import groups, parallel_plan, run_side_by_side
@@ -106,3 +108,57 @@ def test_parallel_beats_one_by_one_against_poplar():
         assert row.simulated() == pytest.approx(row.cycles, rel=0.10)
     for row in (r for r in pb.rows() if r.bench.tool == "oct"):
         assert row.simulated() == pytest.approx(row.cycles, rel=0.30), row.name
+
+
+# --- poptorch.MultiConv ---------------------------------------------------------------------------
+
+class _TwoBranches(torch.nn.Module):
+    """Two independent convolutions, as an octave convolution's high and low paths."""
+
+    def __init__(self, multiconv):
+        super().__init__()
+        self.high = torch.nn.Conv2d(48, 48, 3, padding=1, bias=False)
+        self.low = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.gain = torch.nn.Parameter(torch.ones(1))  # so the convolutions' input gradients are needed
+        self.multiconv = multiconv
+
+    def forward(self, x, y):
+        x, y = x * self.gain, y * self.gain
+        with self.multiconv():
+            p, q = self.high(x), self.low(y)
+        return poptorch.identity_loss(p.sum() + q.sum(), "none")
+
+
+def _trained(multiconv):
+    net = _TwoBranches(multiconv)
+    model = poptorch.trainingModel(net, poptorch.Options(), torch.optim.SGD(net.parameters(), lr=0.1))
+    model.compile(torch.randn(4, 48, 56, 56), torch.randn(4, 16, 28, 28))
+    ex = model.executable
+    return ex, {op.name: op for op in ex.graph.ops if op.kind.startswith("conv")}
+
+
+def test_poptorch_multiconv_runs_its_convolutions_and_their_gradients_side_by_side():
+    ex, convs = _trained(lambda: poptorch.MultiConv().availableMemoryProportions([0.2, 0.4]))
+    assert {op.attrs["multiconv"] for op in convs.values()} == {"multiconv0"}
+    assert convs["high/conv2d"].attrs["available_memory_proportion"] == 0.2
+    assert convs["low/conv2d"].attrs["available_memory_proportion"] == 0.4
+    by_kind = {}
+    for op in convs.values():
+        by_kind.setdefault(op.kind, []).append(ex.costs[op.name])
+    # forward, input-gradient and weight-gradient passes: each a group of two, one costing nothing
+    assert sorted(by_kind) == ["conv2d", "conv2d_grad_input", "conv2d_grad_weight"]
+    for kind, costs in by_kind.items():
+        assert sorted(c.cycles == 0 for c in costs) == [False, True], kind
+        assert any("multi-convolution (parallel)" in c.plan for c in costs)
+    serial, serial_convs = _trained(lambda: poptorch.MultiConv().planType(poptorch.MultiConvPlanType.Serial))
+    assert all(serial.costs[name].cycles > 0 for name in serial_convs)
+    assert sum(ex.costs[n].cycles for n in convs) < sum(serial.costs[n].cycles for n in serial_convs)
+
+
+def test_poptorch_multiconv_checks_its_per_convolution_lists_and_notes_dithering():
+    with pytest.raises(poptorch.Error, match=r"1 value\(s\) given to partialsTypes but convolution "
+                                             r"'low/conv2d' is number 2"):
+        _trained(lambda: poptorch.MultiConv().partialsTypes([torch.half]))
+    ex, convs = _trained(lambda: poptorch.MultiConv().partialsTypes(torch.half).enableConvDithering(True))
+    assert {op.attrs["partials_type"] for op in convs.values()} == {"half"}
+    assert any(n.startswith("poptorch.MultiConv.enableConvDithering: accepted") for n in ex.notes)

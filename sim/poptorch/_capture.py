@@ -30,7 +30,7 @@ from ..graph.ir import Graph, GraphBuilder
 from . import _mapping, _state
 from ._precision import implicit_casts
 from ._values import Lazy, sim_dtype, sim_shape
-from ._errors import Error
+from ._errors import Error, error
 from .annotations import block_hooks
 
 @dataclass
@@ -259,6 +259,7 @@ class Capture:
         self.param_names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
         self.param_names.update({id(b): n for n, b in model.named_buffers(remove_duplicate=False)})
         self.losses: list[str] = []  # loss tensors, in order
+        self.multiconv_members: dict[str, int] = {}  # group id -> convolutions joined so far
         self.explicit_loss: str | None = None  # marked by identity_loss
         self.notes: list[str] = []
         self.blocks = _BlockResolver(model)
@@ -279,7 +280,38 @@ class Capture:
             self.b._block, self.b._ipu = (block if block else (None, None))
             scope = self._scope(n)
             self.b._scopes = [scope] if scope else []
+            first = len(self.g.ops)
             self.sym[n] = _mapping.map_node(self, n, interp, result)
+            multiconv = n.meta.get(_state.MULTICONV) or (n.meta.get("custom") or {}).get(_state.MULTICONV)
+            if multiconv:
+                self._join_multiconv(*multiconv, self.g.ops[first:])
+
+    def _join_multiconv(self, group: str, settings: tuple, ops) -> None:
+        """The convolutions among ``ops`` join ``poptorch.MultiConv`` ``group``: its plan type and
+        options, and each one's entry of the per-convolution lists (in the order traced)."""
+        settings = dict(settings)
+        per_conv = {"available_memory_proportions": "available_memory_proportion", "partials_types": "partials_type"}
+        for op in ops:
+            if not op.kind.startswith("conv"):
+                continue
+            index = self.multiconv_members.get(group, 0)
+            self.multiconv_members[group] = index + 1
+            op.attrs.update(multiconv=group, multiconv_plan=settings.get("plan_type", "parallel"))
+            if "per_conv_reserved_tiles" in settings:
+                op.attrs["multiconv_reserved_tiles"] = settings["per_conv_reserved_tiles"]
+            if "cycle_back_off" in settings:
+                op.attrs["multiconv_cycle_back_off"] = settings["cycle_back_off"]
+            for key, attr in per_conv.items():
+                value = settings.get(key)
+                if isinstance(value, tuple):
+                    if index >= len(value):
+                        raise error(f"poptorch.MultiConv: {len(value)} value(s) given to "
+                                    f"{'availableMemoryProportions' if attr.startswith('available') else 'partialsTypes'}"
+                                    f" but convolution {op.name!r} is number {index + 1} of the multi-convolution: "
+                                    "give one value per convolution, or one for all")
+                    value = value[index]
+                if value is not None:
+                    op.attrs[attr] = value
 
     def _scope(self, n) -> str:
         scope = n.meta.get(_state.SCOPE) or (n.meta.get("custom") or {}).get(_state.SCOPE)

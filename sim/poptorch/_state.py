@@ -17,6 +17,7 @@ BLOCK = "ipusim_block"  # (user_id, ipu_id) of the innermost open ``with Block``
 START = "ipusim_start"  # (user_id, ipu_id) set by ``Block.start`` (a block from here on)
 SCOPE = "ipusim_scope"  # NameScope path
 MARK = "ipusim_mark"  # (annotation name, value) carried by an annotation's node
+MULTICONV = "ipusim_multiconv"  # (group id, settings) of the innermost open ``with MultiConv``
 
 
 class CaptureState:
@@ -25,6 +26,8 @@ class CaptureState:
         self.blocks: list[tuple[str, int | None]] = []
         self.start: tuple[str, int | None] | None = None
         self.scopes: list[str] = []
+        self.multiconvs: list[tuple[str, tuple]] = []
+        self._next_multiconv = 0
         self._next_auto = 0
         self._annotations: list = []
         self.notes: list[str] = []  # for the run's notes: annotations accepted without a modelled effect
@@ -72,6 +75,18 @@ class CaptureState:
             self.scopes.pop()
             self._exit_export()
 
+    def push_multiconv(self, settings: tuple) -> None:
+        """Open a multi-convolution: the convolutions traced until :meth:`pop_multiconv` join it."""
+        group = f"multiconv{self._next_multiconv}"
+        self._next_multiconv += 1
+        self.multiconvs.append((group, settings))
+        self._enter_export({MULTICONV: (group, settings)})
+
+    def pop_multiconv(self) -> None:
+        if self.multiconvs:
+            self.multiconvs.pop()
+            self._exit_export()
+
     @contextlib.contextmanager
     def mark(self, name: str, value=None):
         """Under export, the ops created inside carry ``(name, value)`` in their metadata."""
@@ -90,6 +105,8 @@ class CaptureState:
             meta[START] = self.start
         if self.scopes:
             meta[SCOPE] = "/".join(self.scopes)
+        if self.multiconvs:
+            meta[MULTICONV] = self.multiconvs[-1]
         return meta
 
     def close(self) -> None:

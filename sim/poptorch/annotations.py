@@ -220,8 +220,12 @@ class NameScope:
 
 
 class MultiConv:
-    """Combine the convolutions inside into one multi-convolution (accepted, no modelled effect:
-    the simulator prices each convolution on its own)."""
+    """Combine the convolutions inside into one poplin multi-convolution: planned together and, with
+    the default plan type ``Parallel``, run side by side on separate tile ranges
+    (:mod:`sim.cost.multiconv`); their backward and weight-update passes are multi-convolutions too.
+    ``availableMemoryProportions`` and ``partialsTypes`` set each convolution's (one value for all,
+    or a list of one per convolution in the order they are traced); ``enableConvDithering`` is
+    accepted and reported as not modelled."""
 
     def __init__(self):
         self._settings: dict = {}
@@ -268,15 +272,35 @@ class MultiConv:
         assert isinstance(value, float), "cycleBackOff expects a float"
         return self._set("cycle_back_off", value)
 
+    def _capture_settings(self) -> tuple:
+        """The settings as plain values the capture carries on each traced node."""
+        out = {}
+        for key, value in self._settings.items():
+            if value is None:
+                continue
+            if key == "plan_type":
+                value = "serial" if value == enums.MultiConvPlanType.Serial else "parallel"
+            elif key == "partials_types":
+                value = tuple("half" if v == torch.half else "float" for v in value) \
+                    if isinstance(value, (list, tuple)) else ("half" if value == torch.half else "float")
+            elif isinstance(value, list):
+                value = tuple(value)
+            out[key] = value
+        return tuple(sorted(out.items()))
+
     def __enter__(self):
         st = _state.active()
         if st is not None:
-            settings = f" and its settings ({', '.join(sorted(self._settings))})" if self._settings else ""
-            st.note("poptorch.MultiConv: accepted; the convolutions inside are planned and priced one by one, "
-                    f"not as one poplin multi-convolution{settings}: no modelled effect")
+            if self._settings.get("enable_conv_dithering") is not None:
+                st.note("poptorch.MultiConv.enableConvDithering: accepted; the convolutions' tile placement is "
+                        "not dithered in the simulator: no modelled effect")
+            st.push_multiconv(self._capture_settings())
         return self
 
     def __exit__(self, exc_type, value, traceback):
+        st = _state.active()
+        if st is not None:
+            st.pop_multiconv()
         return None
 
 
