@@ -389,8 +389,13 @@ def test_tensor_methods_and_op_shapes():
         ids = popxl.constant(np.zeros((3,), np.int32), name="ids")
         assert ops.gather(popxl.variable((100, 16), popxl.float16), ids).shape == (3, 16)
         img = popxl.variable((2, 3, 16, 16), popxl.float16)
-        y = ops.conv(img, popxl.variable((8, 3, 3, 3), popxl.float16), padding=(1, 1, 1, 1))
+        y = ops.conv(img, popxl.variable((8, 3, 3, 3), popxl.float16), padding=(1, 1, 1, 1),
+                     available_memory_proportions=[0.3])
         assert y.shape == (2, 8, 16, 16)
+        conv = next(op for op in ir.main_graph.sim_graph.ops if op.kind == "conv2d")
+        assert conv.attrs["available_memory_proportion"] == 0.3  # the op's own, as PopART sets it per op
+        with pytest.raises(ValueError, match="expected one entry in"):
+            ops.conv(img, popxl.variable((8, 3, 3, 3), popxl.float16), available_memory_proportions=[1.5])
         assert ops.group_norm(y, popxl.variable((8,), popxl.float16), popxl.variable((8,), popxl.float16),
                               num_groups=4).shape == y.shape
     assert ir.main_graph.sim_graph.ops[0].name.startswith("blk/")

@@ -478,7 +478,8 @@ def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilatio
     The cost model takes one stride for both axes, the same padding before and after each axis
     (``padding`` = (h_begin, w_begin, h_end, w_end)) and no dilation; the kernel may be kH x kW.
     ``partials_types`` (PopXL's one entry per convolution: ``["half"]`` or ``["float"]``) sets the
-    partials as ``Precision.setPartialsType`` does for the whole model."""
+    partials as ``Precision.setPartialsType`` does for the whole model; ``available_memory_proportions``
+    (one entry) the convolution's own proportion."""
     _refuse_unscaled_fp8("conv", "ConvOp", t, weight)
     partials = None
     if partials_types is not None:
@@ -520,9 +521,12 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
         raise NotModelledError(f"{where}(pad_type={pad_type!r}): give the padding explicitly")
     if c % groups or co % groups or cig != c // groups:
         raise GraphError(f"{where}: input {t.shape} and weight {weight.shape} do not match for {groups} group(s)")
-    if available_memory_proportions is not None:
-        g.ir._note(f"{where}(available_memory_proportions=...): accepted, no modelled effect per op (the "
-                   "IPU's availableMemoryProportion applies to every convolution)")
+    proportion = None
+    if available_memory_proportions is not None:  # PopXL's one entry per convolution of the op
+        if len(available_memory_proportions) != 1 or not 0 < available_memory_proportions[0] <= 1:
+            raise ValueError(f"{where}: available_memory_proportions {available_memory_proportions!r}: expected one "
+                             "entry in (0, 1]")
+        proportion = float(available_memory_proportions[0])
     if enable_conv_dithering is not None:
         g.ir._note(f"{where}(enable_conv_dithering=...): accepted, no modelled effect (tile balance across "
                    "convolutions is not modelled)")
@@ -533,6 +537,8 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
     attrs = {"kernel": spatial_attr((kh, kw)), "stride": s, "padding": spatial_attr((ph, pw)), "groups": groups}
     if partials:
         attrs["partials_type"] = partials
+    if proportion is not None:  # the op's own proportion (PopART's per-op setting)
+        attrs["available_memory_proportion"] = proportion
     out_dtype = dtypes.float16 if t.dtype in _FP8 else t.dtype
     with g._building() as bld:
         out = bld.op("conv2d", [t._sim, weight._sim], [(n, co, ho, wo)], attrs, name=_name(g, "conv"),
