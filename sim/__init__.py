@@ -16,7 +16,7 @@ from .errors import (ConfigError, GraphError, IpuSimError, OptionsError, OutOfMe
                      UnsupportedOpError)
 from .graph.ir import Graph, GraphBuilder, Op, Tensor
 from .hardware.system import System, available_systems, load_system
-from .options import Options, OutputMode
+from .options import Options, OutputMode, PipelineCopies
 from .results.run import Run
 from .graph.training import Optimizer
 
@@ -40,6 +40,6 @@ def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | 
 
 
 __all__ = ["simulate", "compile", "run_executable", "load_system", "available_systems", "Options",
-           "OutputMode", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run", "Executable",
+           "OutputMode", "PipelineCopies", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run", "Executable",
            "Optimizer", "IpuSimError", "ConfigError", "GraphError", "OptionsError",
            "OutOfMemoryError", "UnsupportedOpError"]

@@ -38,6 +38,20 @@ class OverlapMode(enum.IntEnum):
     OverlapDeviceIterationLoop = 2
 
 
+class PipelineCopies(enum.Enum):
+    """How a pipeline cycle runs its stages' inter-IPU copies (the simulator's own option).
+
+    ``Merged``: PopART and PopTorch put every stage's copies in one function called once per
+    cycle ("merged across pipelineStages", popart ``PopPrograms::addPipelineCycle``), so the
+    links carry them at once. ``PerStage``: TensorFlow's IPU pipelines wrap each stage's copies
+    in a Poplar function of their own and call them one after another (graphcore/tensorflow
+    ``pipeline_visitor.cc``: ``inter_ipu_copy_sequences_[stage]``, ``to_function``; its copy
+    combiner never joins copies of different stages, which depend on each other)."""
+
+    Merged = "merged"
+    PerStage = "per_stage"
+
+
 class CommGroupType(enum.IntEnum):
     """How replicas are grouped for a collective or a variable (PopTorch ``CommGroupType``)."""
 
@@ -285,7 +299,7 @@ class Options:
     #: options this class models; anything else recorded is reported as unmodelled
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
-                "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern",
+                "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern", "pipelineCopies",
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
@@ -306,6 +320,7 @@ class Options:
         self.random_seed: int | None = None
         self.execution_strategy: _Strategy | None = None
         self.sync_pattern = SyncPattern.Full
+        self.pipeline_copies = PipelineCopies.Merged
         self.auto_round_num_ipus = False
         self.input_group_size = 1
         self.input_group_type = CommGroupType.Consecutive
@@ -384,6 +399,16 @@ class Options:
             raise OptionsError(f"syncPattern expects a SyncPattern, got {sync_pattern!r}")
         self.sync_pattern = sync_pattern
         self._record("syncPattern", sync_pattern.name)
+        return self
+
+    def pipelineCopies(self, mode: PipelineCopies) -> "Options":
+        """The simulator's own: how a pipeline cycle runs its stages' inter-IPU copies,
+        ``PipelineCopies.Merged`` (PopART and PopTorch, the default) or ``PerStage`` (TensorFlow's
+        IPU pipelines: each stage's copies one after another)."""
+        if not isinstance(mode, PipelineCopies):
+            raise OptionsError(f"pipelineCopies expects a PipelineCopies (Merged or PerStage), got {mode!r}")
+        self.pipeline_copies = mode
+        self._record("pipelineCopies", mode.name)
         return self
 
     def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":

@@ -41,7 +41,7 @@ from .errors import OutOfMemoryError
 from .graph import Graph, GraphBuilder
 from .graph.training import Optimizer
 from .hardware.system import load_system
-from .options import CommGroupType, Options, OutputMode, OverlapMode, TensorLocationSettings
+from .options import CommGroupType, Options, OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
 from .program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
 from .schedule.collectives import plan_collective
 from .schedule.replicated_ops import NORM_COLLECTIVE_SUFFIX
@@ -288,6 +288,7 @@ class Setup:
     pytorch_bert_groups: bool = False  # the parameter groups of Graphcore's PyTorch BERT (pytorch_bert_groups)
     poplin_options: tuple = ()  # (name, value) pairs set in PopART's matmulOptions and convolutionOptions
     auto_loss_scaling: bool = False  # Training.setAutomaticLossScaling(True)
+    per_stage_copies: bool = False  # a TensorFlow pipeline: each stage's inter-IPU copies one after another
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -328,6 +329,8 @@ class Setup:
             o.set_poplin_options(dict(self.poplin_options))
         if self.auto_loss_scaling:
             o._Popart.set("automaticLossScalingSettings.enabled", True)
+        if self.per_stage_copies:
+            o.pipelineCopies(PipelineCopies.PerStage)
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -361,6 +364,8 @@ class Setup:
             parts.append(" and ".join(k.replace("_", "-") + "s" for k in self.merged_collectives) + " merged")
         if self.sharded:
             parts.append("ShardedExecution")
+        if self.per_stage_copies:
+            parts.append("each stage's inter-IPU copies one after another (TensorFlow)")
         if self.poplin_options:
             parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
         return "; ".join(parts)
@@ -459,12 +464,14 @@ DEPARTURES = {
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
               "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
               "'memory', and its 32 IO tiles (the simulator, as PopTorch, takes no IO tiles with a pipeline); "
-              "the pipeline schedule is PopART's, not TF1's Grouped; LARS's norms are merged into ReduceMany "
+              "the Grouped schedule's cycles run as PopART's pipeline cycles, each stage's inter-IPU copies one "
+              "after another as TensorFlow calls them (\"tf-copies\"); LARS's norms are merged into ReduceMany "
               "calls as in the MLPerf ResNet-50 rows, though this config sets no max_reduce_many_buffer_size "
               "[U]; the pre-SDK 2.5 rows (B4-B6) are assumed to run the SDK 3.0 config [U]",
     "resnext": "the TF1 config as models/resnet.py builds resnext101 (torchvision's layout: the stride on "
                "the 3x3 convolution); not modelled: the benchmark's 32 IO tiles (the simulator, as PopTorch, "
-               "takes no IO tiles with a pipeline), TF1's Grouped pipeline schedule (PopART's is run); "
+               "takes no IO tiles with a pipeline); the Grouped schedule runs as PopART's pipeline cycles with "
+               "each stage's inter-IPU copies one after another (\"tf-copies\"); "
                "availableMemoryProportion is the default 0.6 (the config sets none); B7 (pre-SDK 2.5) is "
                "assumed to run the SDK 3.0 config [U]",
     "effnet-pod256": "RF 128 and GA 16 are inferred from the GBS of 6,144 at micro-batch 3 [U]; the config "
@@ -482,8 +489,9 @@ DEPARTURES = {
     "unet": "the example's model as models/unet.py builds it (its default 572 x 572 input, 2 classes, dropout 0.5 "
             "at the bottom); not modelled: the metrics computed beside the loss (the Dice accuracy and the "
             "cross-entropy again), the loss scaling (LossScaleOptimizer, 128) and the gradient normaliser's scale "
-            "of each gradient, the exchange target 'balanced', TensorFlow's Grouped pipeline schedule (PopART's is "
-            "run), Keras' work between executions; RecomputationMode.Auto run as PopART's pipeline recomputation "
+            "of each gradient, the exchange target 'balanced', Keras' work between executions; the Grouped "
+            "schedule runs as PopART's pipeline cycles, each stage's inter-IPU copies one after another and the "
+            "crops sent straight to the stage that reads them (\"tf-copies\"); RecomputationMode.Auto run as PopART's pipeline recomputation "
             "(every forward stage but the last recomputed) [U]; the throughput is one execution's 240 images over "
             "its time (PerfCallback)",
     "swin": "Graphcore's port as models/swin.py builds it (each 7 x 7 window padded to 56 tokens, its "
@@ -512,6 +520,12 @@ DEPARTURES = {
     "tf-combine": "graphcore/tensorflow combines the gradient all-reduces up to 10 MiB a call "
                   "(maximum_cross_replica_sum_buffer_size in ipu_utils.py); run as one merged call (the TF1 "
                   "config's reduce-scatter buffer is 0: its RTS reduce-scatters stay one per tensor)",
+    "tf-copies": "TensorFlow's pipelines wrap each stage's inter-IPU copies in a Poplar function of their own and "
+                 "call them one after another every cycle (graphcore/tensorflow pipeline_visitor.cc "
+                 "HandleInterIpuCopy, to_function; its copy combiner joins no copies of different stages, which "
+                 "depend on each other), where PopART merges every stage's copies into one call: run with "
+                 "pipelineCopies(PerStage); a tensor a later stage reads goes straight to it (the Grouped and "
+                 "Sequential schedules' PipelineCommunicationOptimizer turns a pass-through path into a FIFO)",
     "tf2": "TF2 config: optimizer state off chip (its default) without RTS; its MLM head has no transform "
            "layer (use_cls_layer false), the zoo's has one",
     "poprt": "hardware not named next to the figures; run on the C600 (configs/c600.toml: IPU21 at 1.5 GHz, "
@@ -711,12 +725,14 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
                 layers_per_ipu: list[int], amp: list[float], seq_len: int = 128, mask_tokens: int = 20,
                 vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
                 attention_dropout: float | None = None, output_mode: str = "",
-                merged_collectives: tuple = (), pytorch: bool = False, embedding_serialization: int = 1) -> Setup:
+                merged_collectives: tuple = (), pytorch: bool = False, embedding_serialization: int = 1,
+                tensorflow: bool = False) -> Setup:
     """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
     state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
     ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum); ``pytorch``: the
     PyTorch example's parameter groups (:func:`pytorch_bert_groups`); ``embedding_serialization`` the
-    config's vocabulary steps of the tied projection."""
+    config's vocabulary steps of the tied projection; ``tensorflow``: each stage's inter-IPU copies
+    one after another ([tf-copies])."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
                   mask_tokens=mask_tokens)
     if embedding_serialization > 1:
@@ -727,7 +743,7 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
         params["attention_dropout"] = attention_dropout
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
                  amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
-                 merged_collectives=merged_collectives, pytorch_bert_groups=pytorch)
+                 merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow)
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -844,10 +860,10 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     group norm of 4 groups (the model's default), the ImageNet default size 380, micro-batch 3, two IPUs
     per replica split at block4a, availableMemoryProportion 0.4, precision 16.16 with half partials,
     LARS, 8-bit images, recomputation, prefetch depth 3, the gradient all-reduces combined
-    ([tf-combine])."""
+    ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies])."""
     params = _params(micro_batch=3, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
     return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
-                 optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",))
+                 optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True)
 
 
 def _resnext_train() -> Setup:
@@ -855,10 +871,10 @@ def _resnext_train() -> Setup:
     ``resnext101_16ipus``, Models/resnext.py ``set_defaults``): group norm of 32 groups, micro-batch 6,
     two IPUs per replica split at stage3/unit4 (the zoo's layer3/3), 8 replicas, GA 16, momentum SGD,
     half partials, 8-bit images, recomputation, prefetch depth 4 (the benchmark's), the gradient
-    all-reduces combined ([tf-combine])."""
+    all-reduces combined ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies])."""
     params = _params(micro_batch=6, split_points=["layer3/3"], eight_bit_io=True)
     return Setup("resnext101", params, "bow-pod16", replicas=8, accumulation=16, optimizer="sgd_momentum",
-                 prefetch_depth=4, merged_collectives=("all_reduce",))
+                 prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True)
 
 
 def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
@@ -890,17 +906,19 @@ def _unet_train() -> Setup:
     """U-Net training as Graphcore's TensorFlow 2 medical-segmentation example runs it
     (graphcore/examples ``vision/unet_medical/tensorflow2``, benchmarks.yml ``tf2_unet_train_real_pod4``:
     ``--nb-ipus-per-replica 4 --micro-batch-size 1 --gradient-accumulation-count 24 --augment``):
-    one replica of four pipeline stages split as ``model_utils.set_pipeline_stages`` does, the
-    skip connections passed stage by stage (TensorFlow's pipeline), availableMemoryProportion
+    one replica of four pipeline stages split as ``model_utils.set_pipeline_stages`` does, each
+    stage's inter-IPU copies one after another and each crop sent straight to the stage that reads
+    it ([tf-copies]: the model passes the crops on stage by stage, which TensorFlow's
+    PipelineCommunicationOptimizer turns into FIFOs for the Grouped schedule), availableMemoryProportion
     0.7, 0.3, 0.45, 0.7 and half partials (``parse_args.py`` defaults), recomputation
     (``RecomputationMode.Auto``), momentum SGD with fp16 momentum (``set_floatx('float16')``) kept
     on chip (``offload_weight_update_variables=False``), 240 micro-batches per execution
     (``--steps-per-execution`` default: 10 weight updates), real data through an infeed
     (:data:`TF1_PREFETCH_DEPTH`)."""
-    params = _params(micro_batch=1, split_points=["encoder_block_2", "decoder_block_0", "decoder_block_2"],
-                     pass_through=True)
+    params = _params(micro_batch=1, split_points=["encoder_block_2", "decoder_block_0", "decoder_block_2"])
     return Setup("unet", params, "bow-2000", accumulation=24, device_iterations=10, amp=(0.7, 0.3, 0.45, 0.7),
-                 optimizer="sgd_momentum", state_dtype="float16", prefetch_depth=TF1_PREFETCH_DEPTH)
+                 optimizer="sgd_momentum", state_dtype="float16", prefetch_depth=TF1_PREFETCH_DEPTH,
+                 per_stage_copies=True)
 
 
 def _conformer_train(system: str, replicas: int, accumulation: int) -> Setup:
@@ -1010,8 +1028,8 @@ PUBLISHED_ROWS = [
         ("bert-recompute", "attn-dropout", "emb-serial")),
     Row("B11", "GCN-P B11", "BERT-Large Ph1 (SL128) TF1, Bow Pod16", 5125, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2050, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
-                    merged_collectives=("all_reduce",)), True,
-        ("TF1's Grouped pipeline schedule runs as the simulator's one pipeline schedule", "bert-recompute",
+                    merged_collectives=("all_reduce",), tensorflow=True), True,
+        ("TF1's Grouped pipeline schedule runs as PopART's pipeline cycles", "tf-copies", "bert-recompute",
          "attn-dropout", "tf-combine")),
     Row("B12", "GCN-P B12", "BERT-Large Ph1 (SL128) PopART, Bow Pod64, mbs 8", 19353, "sequences/s",
         _bert_train("bert-large", "bow-pod64", 16, 8, 512, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
@@ -1020,16 +1038,16 @@ PUBLISHED_ROWS = [
          "attn-dropout", "emb-serial")),
     Row("B33", "GCN-S31 B33", "BERT-Large Ph1 (SL128) TF2, Bow Pod16", 4528, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2040, [3, 7, 7, 7], [0.10, 0.19, 0.20, 0.25], rts=False,
-                    merged_collectives=("all_reduce",)),
-        True, ("tf2", "bert-recompute", "tf-combine")),
+                    merged_collectives=("all_reduce",), tensorflow=True),
+        True, ("tf2", "tf-copies", "bert-recompute", "tf-combine")),
     Row("B44", "GCN-S31 B44", "BERT-Base Ph1 (SL128) PopART, Bow Pod16", 16391, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.28] * 4, attention_dropout=0.0,
                     embedding_serialization=5), True,
         ("IPU0 holds the embedding only (encoder_start_ipu 1)", "bert-recompute", "attn-dropout", "emb-serial")),
     Row("B45", "GCN-S31 B45", "BERT-Base Ph1 (SL128) TF2, Bow Pod16", 15157, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], rts=False,
-                    merged_collectives=("all_reduce",)),
-        True, ("tf2", "bert-recompute", "tf-combine")),
+                    merged_collectives=("all_reduce",), tensorflow=True),
+        True, ("tf2", "tf-copies", "bert-recompute", "tf-combine")),
     Row("B46", "GCN-S33 B46", "BERT-Base Ph1 (SL128) PyTorch, Bow Pod16", 15911, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.25] * 4, vocab=30522, recompute=True,
                     attention_dropout=0.0, output_mode="Sum", pytorch=True),
@@ -1042,8 +1060,8 @@ PUBLISHED_ROWS = [
     Row("B48", "GCN-S33 B48", "BERT-Base Ph2 (SL384) TF2, Bow Pod16", 4387, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 8, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], seq_len=384,
                     mask_tokens=56, rts=False,
-                    merged_collectives=("all_reduce",)),
-        True, ("tf2", "bert-recompute", "tf-combine")),
+                    merged_collectives=("all_reduce",), tensorflow=True),
+        True, ("tf2", "tf-copies", "bert-recompute", "tf-combine")),
     # BERT-Large packed pre-training, MLPerf (PopART, SL512; throughput from the result logs)
     *[Row(rid, f"MLP v1.0 {rid}", f"BERT-Large MLPerf v1.0 {div}, packed SL512, Mk2 POD16", pub, "sequences/s",
           _packed_bert("ipu-pod16", 4, 2, 192, [0.20, 0.20, 0.25, 0.25], vocab=30400, layers_per_ipu=[3, 7, 7, 7],
@@ -1132,7 +1150,7 @@ PUBLISHED_ROWS = [
     # EfficientNet-B4 G16 training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
     *[Row(rid, f"{src} {rid}", f"EfficientNet-B4 (G16) training, Bow {pod}", pub, "images/s",
           _effnet_train(f"bow-{pod.lower()}", rf, ga), True,
-          ("effnet", "lars", "tf-combine") + (("effnet-pod256",) if rf == 128 else ()))
+          ("effnet", "lars", "tf-combine", "tf-copies") + (("effnet-pod256",) if rf == 128 else ()))
       for rid, src, pod, rf, ga, pub in (("B4", "GCN-P", "Pod16", 8, 256, 8936), ("B5", "GCN-P", "Pod64", 32, 64, 34943),
                                          ("B6", "GCN-P", "Pod256", 128, 16, 117641),
                                          ("B17", "GCN-S30", "Pod16", 8, 256, 9000),
@@ -1140,7 +1158,7 @@ PUBLISHED_ROWS = [
                                          ("B20", "GCN-S30", "Pod256", 128, 16, 122665))],
     # ResNeXt-101 32x4d training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
     *[Row(rid, f"{src} {rid}", "ResNeXt-101 32x4d training, Bow Pod16, GBS 768", pub, "images/s", _resnext_train(),
-          True, ("resnext", "tf-combine"))
+          True, ("resnext", "tf-combine", "tf-copies"))
       for rid, src, pub in (("B7", "GCN-P", 12221), ("B21", "GCN-S30", 12277))],
     # ViT-B/16 training, PyTorch (graphcore/examples vision/vit/pytorch, SDK 3.0)
     Row("B22", "GCN-S30 B22", "ViT-B/16 pre-training (LAMB, mixup, 8-bit images), Bow Pod16", 7615, "images/s",
@@ -1157,7 +1175,7 @@ PUBLISHED_ROWS = [
         _swin_train(tiny=False), True, ("swin",)),
     # U-Net training, TensorFlow 2 (graphcore/examples vision/unet_medical/tensorflow2)
     Row("B30", "GCN-S30 B30", "U-Net (medical segmentation) training, Bow-2000, GBS 24", 151, "images/s",
-        _unet_train(), False, ("unet",)),
+        _unet_train(), False, ("unet", "tf-copies")),
     # Conformer-medium training, PyTorch (graphcore/examples speech/conformer/pytorch README, global batch 16,128)
     *(Row(f"C{i}", f"EX-CF C{i}", f"Conformer-medium training, {label}, GBS 16,128", pub, "samples/s",
           _conformer_train(system, rf, 16128 // (4 * rf)), False, ("conformer",) + extra)

@@ -20,7 +20,7 @@ micro-batches.
 from __future__ import annotations
 
 from ..errors import OptionsError
-from ..options import OutputMode
+from ..options import OutputMode, PipelineCopies
 from ..program import IpuCopy, Parallel, Repeat, Sequence
 from .context import Context, device_iteration_loop
 
@@ -71,7 +71,10 @@ class _Cycles:
         self.ctx = ctx
         P = len(ctx.stages)
         self.work = _RangeLists(lambda s: ctx.stage_items(ctx.stages[s]))
-        self.copies = {r: tuple(t for s in ctx.stages for t in self._sends(r, s)) for r in ctx.replicas}
+        # each replica's copies of a cycle: one merged group, or one group per stage (PipelineCopies)
+        per_stage = ctx.options.pipeline_copies is PipelineCopies.PerStage
+        self.copies = {r: [tuple(self._sends(r, s)) for s in ctx.stages] if per_stage
+                       else [tuple(t for s in ctx.stages for t in self._sends(r, s))] for r in ctx.replicas}
         self.host_outputs = [s for s in range(P) if ctx.stages[s].host_outputs]
 
     def _sends(self, r: int, s) -> list:
@@ -91,9 +94,10 @@ class _Cycles:
         if outputs:
             seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
 
-        def copy_and_sync(r):
-            copies = self.copies[r]
-            return [IpuCopy(copies, "pipeline copy")] * bool(copies) + [ctx.replica_sync(r, "pipeline sync")]
+        def copy_and_sync(r):  # each copy group is an exchange of its own, a sync after it
+            return [item for copies in self.copies[r] if copies
+                    for item in (IpuCopy(copies, "pipeline copy"), ctx.replica_sync(r, "pipeline sync"))] or \
+                [ctx.replica_sync(r, "pipeline sync")]
 
         seq.items += [i for i in ctx.for_replicas(copy_and_sync) if i is not None]
         return seq
