@@ -25,10 +25,12 @@ after ``encoder_block_1_maxpooling``, ``decoder_block_0_transpose`` and
 ``decoder_block_2_transpose``, ``model_utils.set_pipeline_stages``). Pipelined, the centre crop
 is the example's ``CentralCropIpu`` custom op, which copies the crop into a new tensor so that only
 it crosses to later IPUs; on one IPU it is ``tf.image.central_crop``'s view. ``pass_through``
-routes a tensor that a later stage needs through every stage in between, as TensorFlow's
-pipeline passes each stage's outputs to the next stage only (the example's README: the encoder's
-skip connections "are passed through the pipeline"); PopART and PopTorch copy it straight to its
-stage (``pass_through=False``).
+routes a tensor that a later stage needs through every stage in between, as a TensorFlow pipeline
+with the Interleaved schedule runs the example's model, which passes the encoder's skip connections
+on stage by stage (its README: they "are passed through the pipeline"). With the Grouped and
+Sequential schedules TensorFlow's PipelineCommunicationOptimizer turns such a path into a FIFO
+and copies the tensor straight to the stage that reads it, as PopART and PopTorch do
+(``pass_through=False``, the default).
 
 Not built: the metrics the source computes beside the loss (the Dice accuracy and the
 cross-entropy again, element-wise work over the output).
