@@ -214,6 +214,14 @@ def test_layers_per_ipu_and_pipelined_or_sharded_strategy(capsys, strategy):
         assert "pipeline (first call): " + ", ".join(f"{k} {e - b:,}" for k, (b, e) in phases.items()) in out
 
 
+def test_pipeline_copies_flag_runs_each_stages_copies_one_after_another(capsys):
+    merged = cli_cycles(capsys, *PIPE, "--device-iterations", "6")
+    per_stage = cli_cycles(capsys, *PIPE, "--device-iterations", "6", "--pipeline-copies", "per-stage")
+    opts = sim.Options().deviceIterations(6).pipelineCopies(sim.PipelineCopies.PerStage)
+    assert per_stage["cycle_count"] == api_run(bert4(layers_per_ipu=[1, 1, 1, 1]), "ipu-m2000", opts).cycle_count
+    assert per_stage["cycle_count"] > merged["cycle_count"]
+
+
 @pytest.mark.parametrize("strategy", ["serial-phased", "parallel-phased"])
 def test_phased_strategy_has_one_phase_per_block(capsys, strategy):
     argv = ["--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--system", "ipu-m2000",

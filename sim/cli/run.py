@@ -23,7 +23,7 @@ import models
 import sim
 
 from ..graph.training import OPTIMIZERS, Optimizer
-from ..options import OutputMode, OverlapMode, TensorLocationSettings
+from ..options import OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (Liveness, ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
@@ -67,6 +67,7 @@ def _output_mode(text: str) -> tuple[OutputMode, int | None]:
 STRATEGIES = ("pipelined", "sharded", "serial-phased", "parallel-phased")
 SYNC_PATTERNS = {"full": SyncPattern.Full, "single-pipeline": SyncPattern.SinglePipeline,
                  "replica-and-ladder": SyncPattern.ReplicaAndLadder}
+PIPELINE_COPIES = {"merged": PipelineCopies.Merged, "per-stage": PipelineCopies.PerStage}
 OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.OverlapAccumulationLoop,
                  "device": OverlapMode.OverlapDeviceIterationLoop}
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
@@ -170,6 +171,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "to streaming memory and loaded back (phased strategies only; parallel-phased takes "
                    "always-live or off-chip-after-fwd; default: always-live)")
     x.add_argument("--sync-pattern", choices=list(SYNC_PATTERNS), help="[syncPattern] (default: full)")
+    x.add_argument("--pipeline-copies", choices=list(PIPELINE_COPIES),
+                   help="the simulator's own [pipelineCopies]: how a pipeline cycle runs its stages' inter-IPU "
+                   "copies: merged (PopART and PopTorch) or per-stage, one after another (TensorFlow's pipelines) "
+                   "(default: merged)")
     x.add_argument("--replicas", type=positive_int, metavar="N", help="[replicationFactor] (default: 1)")
     x.add_argument("--auto-round-num-ipus", action="store_true",
                    help="[autoRoundNumIPUs] round an IPU count that is not a power of two up")
@@ -270,6 +275,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.setExecutionStrategy(strategy)
     if args.sync_pattern is not None:
         opts.syncPattern(SYNC_PATTERNS[args.sync_pattern])
+    if args.pipeline_copies is not None:
+        opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
     if args.replicas is not None:
         opts.replicationFactor(args.replicas)
     if args.auto_round_num_ipus:
