@@ -478,9 +478,12 @@ def _op_label(node) -> str:
 
 
 def _rule_for(node):
-    """The rule pricing ``node``: a register_op one (domain-qualified first), else the built-in."""
+    """The rule pricing ``node``: a register_op one (domain-qualified first), else the built-in
+    (keyed by op type in the default domain, ``domain::OpType`` in another: PopART's ``ai.graphcore`` ops)."""
     rule = _REGISTRY.get(f"{node.domain}::{node.op_type}") or _REGISTRY.get(node.op_type)
-    return rule if rule is not None or not _default_domain(node) else RULES.get(node.op_type)
+    if rule is not None:
+        return rule
+    return RULES.get(node.op_type) if _default_domain(node) else RULES.get(f"{node.domain}::{node.op_type}")
 
 
 def _unsupported(ctx: OpContext, why: str = "") -> UnsupportedOpError:
@@ -756,6 +759,66 @@ def _conv(ctx: OpContext):
     if not ctx.has_input(2):
         return ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out])
     return _add_bias(ctx, ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out], result=False), out)
+
+
+def _multiconv(ctx: OpContext):
+    """PopART's MultiConv (``ai.graphcore``, ``builder.aiGraphcore.multiconv``): ``numConvs`` 2-D
+    convolutions in one poplin multi-convolution (:mod:`sim.cost.multiconv`). As the builder writes
+    the node (willow/src/builder.cpp ``AiGraphcoreOpset1::multiconv``): inputs (data, weights, bias
+    or "") per convolution; ``strides``, ``pads`` and ``dilations`` flattened, one set per
+    convolution; ``availableMemoryProportions`` and ``partialsTypes`` one entry per convolution;
+    ``planType``, ``perConvReservedTiles`` and ``cycleBackOff`` for the planner."""
+    n = int(ctx.attr("numConvs", len(ctx.node.output)))
+    if n < 1 or len(ctx.node.input) != 3 * n or len(ctx.node.output) != n:
+        raise GraphError(f"{ctx.desc}: numConvs {n} needs 3 x {n} inputs (data, weights, bias or \"\" each) and "
+                         f"{n} outputs; the node has {len(ctx.node.input)} and {len(ctx.node.output)}")
+
+    def per_conv(name: str, width: int, default: int) -> list[list[int]]:
+        flat = [int(v) for v in ctx.attr(name, [])]
+        if not flat:
+            return [[default] * width for _ in range(n)]
+        if len(flat) != n * width:
+            raise GraphError(f"{ctx.desc}: {name} has {len(flat)} values, not {width} for each of {n} convolutions")
+        return [flat[i * width:(i + 1) * width] for i in range(n)]
+    strides, pads, dilations = per_conv("strides", 2, 1), per_conv("pads", 4, 0), per_conv("dilations", 2, 1)
+    in_dilations, out_pads = per_conv("inDilations", 2, 1), per_conv("outPads", 4, 0)
+    settings = {}
+    for attr, key, cast in (("availableMemoryProportions", "available_memory_proportion", float),
+                            ("partialsTypes", "partials_type", lambda v: (v.decode() if isinstance(v, bytes)
+                                                                         else v).lower())):
+        values = [cast(v) for v in ctx.attr(attr, [])]
+        if values and len(values) != n:
+            raise GraphError(f"{ctx.desc}: {attr} has {len(values)} values for {n} convolutions")
+        settings[key] = values
+    group = {"multiconv": ctx.name, "multiconv_plan": str(ctx.attr("planType", "parallel")).lower()}
+    if ctx.attr("perConvReservedTiles") is not None:
+        group["multiconv_reserved_tiles"] = int(ctx.attr("perConvReservedTiles"))
+    if ctx.attr("cycleBackOff") is not None:
+        group["multiconv_cycle_back_off"] = float(ctx.attr("cycleBackOff"))
+    outs = []
+    for i in range(n):
+        where = f"{ctx.desc}, convolution {i}"
+        if len(set(strides[i])) > 1 or set(dilations[i]) != {1} or set(in_dilations[i]) != {1} \
+                or set(out_pads[i]) != {0} or pads[i][0] != pads[i][2] or pads[i][1] != pads[i][3]:
+            ctx.unsupported(f"{where}: strides {strides[i]}, pads {pads[i]}, dilations {dilations[i]}, inDilations "
+                            f"{in_dilations[i]}, outPads {out_pads[i]} (the simulator's conv2d takes one stride, "
+                            "the same padding before and after each axis, no dilation and no output padding)")
+        (batch, c, h, w), (co, cig, kh, kw) = ctx.shape(3 * i), ctx.shape(3 * i + 1)
+        if c % cig:
+            raise GraphError(f"{where}: weight ({co}, {cig}, {kh}, {kw}) does not match {c} input channels")
+        stride, (ph, pw) = strides[i][0], pads[i][:2]
+        out = (batch, co, _conv_out(h, kh, stride, 2 * ph), _conv_out(w, kw, stride, 2 * pw))
+        attrs = {"kernel": spatial_attr((kh, kw)), "stride": stride, "padding": spatial_attr((ph, pw)),
+                 "groups": c // cig, **group}
+        attrs.update({key: values[i] for key, values in settings.items() if values})
+        x, wt = ctx.input(3 * i), ctx._imp.operand(ctx, 3 * i + 1, (co, cig, kh, kw))
+        if not ctx.has_input(3 * i + 2):
+            outs.append(ctx.op("conv2d", [x, wt], attrs, shapes=[out], outputs=[i]))
+            continue
+        y = ctx.op("conv2d", [x, wt], attrs, shapes=[out], result=False, suffix=f"conv{i}")
+        bias = ctx._imp.operand(ctx, 3 * i + 2, (1, co, 1, 1))
+        outs.append(ctx.op("add", [y, bias], shapes=[out], outputs=[i]))
+    return outs
 
 
 def _conv1d(ctx: OpContext):
@@ -1083,6 +1146,7 @@ RULES: dict = {
     "Cast": _cast, "CastLike": _cast, "Identity": _identity, "Dropout": _dropout, "LSTM": _recurrent, "GRU": _recurrent,
     # dense algebra
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
+    "ai.graphcore::MultiConv": _multiconv,
     # normalisations, softmax, pooling
     "BatchNormalization": _batchnorm, "LayerNormalization": _layernorm,
     "Softmax": _softmax, "LogSoftmax": _softmax,

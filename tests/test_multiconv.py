@@ -162,3 +162,40 @@ def test_poptorch_multiconv_checks_its_per_convolution_lists_and_notes_dithering
     ex, convs = _trained(lambda: poptorch.MultiConv().partialsTypes(torch.half).enableConvDithering(True))
     assert {op.attrs["partials_type"] for op in convs.values()} == {"half"}
     assert any(n.startswith("poptorch.MultiConv.enableConvDithering: accepted") for n in ex.notes)
+
+
+# --- PopART's MultiConv in ONNX ----------------------------------------------------------------
+
+def test_onnx_multiconv_is_one_multi_convolution():
+    pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto as T, helper as h, numpy_helper as nh
+
+    import sim.onnx
+
+    # as PopART's builder.aiGraphcore.multiconv writes it: (data, weights, bias or "") per convolution,
+    # the receptive-field attributes flattened per convolution
+    node = h.make_node("MultiConv", ["hi", "w0", "", "lo", "w1", "b1"], ["y0", "y1"], name="mc", domain="ai.graphcore",
+                       numConvs=2, strides=[1, 1, 2, 2], pads=[1, 1, 1, 1, 0, 0, 0, 0],
+                       availableMemoryProportions=[0.2, 0.5], partialsTypes=["HALF", "FLOAT"], planType="parallel")
+    inits = [nh.from_array(np.zeros(s, np.float16), n) for n, s in
+             (("w0", (48, 48, 3, 3)), ("w1", (16, 16, 1, 1)), ("b1", (16,)))]
+    graph = h.make_graph([node], "mc", [h.make_tensor_value_info("hi", T.FLOAT16, [4, 48, 56, 56]),
+                                        h.make_tensor_value_info("lo", T.FLOAT16, [4, 16, 28, 28])],
+                         [h.make_tensor_value_info("y0", T.FLOAT16, None),
+                          h.make_tensor_value_info("y1", T.FLOAT16, None)], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.graphcore", 1)])
+    g = sim.onnx.load(m)
+    convs = [op for op in g.ops if op.kind == "conv2d"]
+    assert [(op.attrs["multiconv"], op.attrs["stride"], op.attrs["padding"]) for op in convs] == \
+        [("mc", 1, 1), ("mc", 2, 0)]
+    assert [op.attrs["partials_type"] for op in convs] == ["half", "float"]
+    assert [op.attrs["available_memory_proportion"] for op in convs] == pytest.approx([0.2, 0.5])  # float32 attrs
+    assert g.tensors["y0"].shape == (4, 48, 56, 56) and g.tensors["y1"].shape == (4, 16, 14, 14)
+    costs = sim.compile(g, "ipu-mk2", sim.Options().enableSyntheticData(True)).costs
+    assert sorted(costs[op.name].cycles == 0 for op in convs) == [False, True]  # side by side
+    attrs = m.graph.node[0].attribute  # the strides: 4 values for 2 convolutions are right; 2 are not
+    attrs.remove(next(a for a in attrs if a.name == "strides"))
+    attrs.append(h.make_attribute("strides", [1, 1]))
+    with pytest.raises(sim.GraphError, match="strides has 2 values, not 2 for each of 2 convolutions"):
+        sim.onnx.load(m)
