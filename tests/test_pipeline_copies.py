@@ -15,17 +15,7 @@ import models
 import sim
 from sim import OptionsError, PipelineCopies
 from sim.engine import Engine
-from sim.program import IpuCopy, Repeat, Sequence
-
-
-def _leaves(item):
-    if isinstance(item, Sequence):
-        for i in item.items:
-            yield from _leaves(i)
-    elif isinstance(item, Repeat):
-        yield from _leaves(item.body)
-    else:
-        yield item
+from sim.program import IpuCopy, Repeat, Sequence, leaves
 
 
 def _main_cycle(exe) -> Sequence:
@@ -52,13 +42,13 @@ def _compiled(mode: PipelineCopies | None):
 
 def test_per_stage_copies_run_one_after_another():
     merged, per_stage = _compiled(None), _compiled(PipelineCopies.PerStage)
-    copies = {name: [i for i in _leaves(_main_cycle(exe)) if isinstance(i, IpuCopy)]
+    copies = {name: [i for i in leaves(_main_cycle(exe)) if isinstance(i, IpuCopy)]
               for name, exe in (("merged", merged), ("per_stage", per_stage))}
     # one merged copy of every stage's sends; per stage, one copy per sending stage, each followed by a sync
     assert len(copies["merged"]) == 1
     assert [t for c in copies["per_stage"] for t in c.transfers] == list(copies["merged"][0].transfers)
     assert len(copies["per_stage"]) == 8  # 5 forward stages (IPUs 0-3, then the tied head on IPU 0) and 4 backward
-    cycle = [i for i in _leaves(_main_cycle(per_stage))
+    cycle = [i for i in leaves(_main_cycle(per_stage))
              if isinstance(i, IpuCopy) or getattr(i, "name", "") == "pipeline sync"]
     assert [type(i).__name__ for i in cycle] == ["IpuCopy", "Sync"] * 8
     # the merged copy lasts as long as its slowest link; one after another they add up, with a sync each
