@@ -31,7 +31,7 @@ cost no cycles of their own: their plans name the member they run beside.
 Checked on poplibs' ``oct_conv_layer`` rows (octave convolutions: up to four convolutions per
 pass; :func:`sim.poplibs_benchmarks.oct_graph`), which no constant was fitted to: planned one by
 one the simulator was 10-78 % over Poplar's IPUModel2 cycles on 18 of 20 rows; planned in
-parallel, within 5 % on about half (reports/validation.md).
+parallel, 8 of them are within 5 % and all within 20 % (reports/validation.md).
 """
 
 from __future__ import annotations
