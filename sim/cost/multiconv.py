@@ -26,7 +26,9 @@ The merged program runs step by step, every step as long as its slowest convolut
 group's exchange, compute and syncs each take as long as the longest member's: between the
 longest member's total (a lower bound) and the step-wise sum, which the members' totals do not
 resolve. The slowest member carries that time; the others run inside it on their own tiles and
-cost no cycles of their own: their plans name the member they run beside.
+cost no cycles of their own: their plans name the member they run beside. Their program memory is
+approximate: each member's compute sets still count as control-code steps (in Poplar the merged
+steps are shared) and a zero-time member's exchange code is left out.
 
 Checked on poplibs' ``oct_conv_layer`` rows (octave convolutions: up to four convolutions per
 pass; :func:`sim.poplibs_benchmarks.oct_graph`), which no constant was fitted to: planned one by
