@@ -54,7 +54,8 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("sim.onnx needs the onnx package: pip install -e '.[onnx]' (onnx>=1.15)") from _e
 
 from .errors import GraphError, IpuSimError, OutOfMemoryError, UnsupportedOpError
-from .graph.ir import RNN_GATES, Graph, GraphBuilder, Op, canonical_dtype, spatial_attr, transposed_conv_attrs
+from .graph.ir import (RNN_GATES, Graph, GraphBuilder, Op, canonical_dtype, spatial_attr, transposed_conv_attrs,
+                       undilated_padding)
 
 __all__ = ["RULES", "OpContext", "load", "main", "register_op", "unregister_op"]
 
@@ -723,15 +724,35 @@ def _gemm(ctx: OpContext):
     return y
 
 
-def _one_stride(ctx: OpContext, dims: int) -> int:
+def _one_stride(ctx: OpContext, dims: int, dilated: bool = False) -> int:
     """The stride of a convolution node with ``dims`` field dimensions: the same along each (the
-    simulator's convolutions take one) and no dilation, else a clear refusal."""
+    simulator's convolutions take one), else a clear refusal; a dilation too unless ``dilated``
+    (the rule prices a dilated kernel: :func:`_dilations`)."""
     strides = [int(v) for v in ctx.attr("strides", [1] * dims)]
     if len(set(strides)) > 1:
         ctx.unsupported(f"strides={strides} differ (the simulator's conv2d takes one stride)")
-    if any(d != 1 for d in ctx.attr("dilations", [1] * dims)):
-        ctx.unsupported(f"dilations={list(ctx.attr('dilations'))} (the simulator's conv2d has no dilation)")
+    if not dilated and any(d != 1 for d in ctx.attr("dilations", [1] * dims)):
+        ctx.unsupported(f"dilations={list(ctx.attr('dilations'))} (the simulator's transposed convolution has no "
+                        "dilation)")
     return strides[0]
+
+
+def _dilations(ctx: OpContext, dims: int) -> list[int]:
+    """The node's kernel dilation per field dimension (1s when it has none)."""
+    dilations = [int(v) for v in ctx.attr("dilations", [1] * dims)] or [1] * dims
+    if any(d < 1 for d in dilations):
+        raise GraphError(f"{ctx.desc}: dilations={dilations}: each must be a whole number >= 1")
+    return dilations
+
+
+def _conv_attrs(kernel, stride: int, pads, dilations, group: int) -> dict:
+    """A ``conv2d``'s attributes; a dilated kernel as the undilated one with the padding that keeps
+    the output field, its ``dilation`` kept (:meth:`sim.GraphBuilder.conv2d`)."""
+    attrs = {"kernel": spatial_attr(kernel), "stride": stride, "padding": spatial_attr(pads), "groups": group}
+    if tuple(dilations) != (1, 1):
+        attrs.update(padding=spatial_attr(undilated_padding(kernel, pads, dilations)),
+                     dilation=spatial_attr(tuple(dilations)))
+    return attrs
 
 
 def _add_bias(ctx: OpContext, y: str, out, **kw) -> str:
@@ -748,13 +769,13 @@ def _conv(ctx: OpContext):
                         f"input {xs}, weight {ws}")
     n, c, h, w = xs
     co, cig, kh, kw = ws
-    stride = _one_stride(ctx, 2)
+    stride, (dh, dw) = _one_stride(ctx, 2, dilated=True), _dilations(ctx, 2)
     group = int(ctx.attr("group", 1))
     if cig * group != c:
         raise GraphError(f"{ctx.desc}: weight {ws} with group={group} does not match {c} input channels")
-    ph, pw = _pads_2d(ctx, h, w, (kh, kw), (stride, stride))
-    out = (n, co, _conv_out(h, kh, stride, 2 * ph), _conv_out(w, kw, stride, 2 * pw))
-    attrs = {"kernel": spatial_attr((kh, kw)), "stride": stride, "padding": spatial_attr((ph, pw)), "groups": group}
+    ph, pw = _pads_2d(ctx, h, w, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), (stride, stride))
+    out = (n, co, _conv_out(h, kh, stride, 2 * ph, dh), _conv_out(w, kw, stride, 2 * pw, dw))
+    attrs = _conv_attrs((kh, kw), stride, (ph, pw), (dh, dw), group)
     wt = ctx._imp.operand(ctx, 1, ws)
     if not ctx.has_input(2):
         return ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out])
@@ -767,7 +788,8 @@ def _multiconv(ctx: OpContext):
     the node (willow/src/builder.cpp ``AiGraphcoreOpset1::multiconv``): inputs (data, weights, bias
     or "") per convolution; ``strides``, ``pads`` and ``dilations`` flattened, one set per
     convolution; ``availableMemoryProportions`` and ``partialsTypes`` one entry per convolution;
-    ``planType``, ``perConvReservedTiles`` and ``cycleBackOff`` for the planner."""
+    ``planType``, ``perConvReservedTiles`` and ``cycleBackOff`` for the planner; a dilated kernel
+    as :func:`_conv` prices one."""
     n = int(ctx.attr("numConvs", len(ctx.node.output)))
     if n < 1 or len(ctx.node.input) != 3 * n or len(ctx.node.output) != n:
         raise GraphError(f"{ctx.desc}: numConvs {n} needs 3 x {n} inputs (data, weights, bias or \"\" each) and "
@@ -798,18 +820,17 @@ def _multiconv(ctx: OpContext):
     outs = []
     for i in range(n):
         where = f"{ctx.desc}, convolution {i}"
-        if len(set(strides[i])) > 1 or set(dilations[i]) != {1} or set(in_dilations[i]) != {1} \
+        if len(set(strides[i])) > 1 or min(dilations[i]) < 1 or set(in_dilations[i]) != {1} \
                 or set(out_pads[i]) != {0} or pads[i][0] != pads[i][2] or pads[i][1] != pads[i][3]:
             ctx.unsupported(f"{where}: strides {strides[i]}, pads {pads[i]}, dilations {dilations[i]}, inDilations "
                             f"{in_dilations[i]}, outPads {out_pads[i]} (the simulator's conv2d takes one stride, "
-                            "the same padding before and after each axis, no dilation and no output padding)")
+                            "the same padding before and after each axis, no input dilation and no output padding)")
         (batch, c, h, w), (co, cig, kh, kw) = ctx.shape(3 * i), ctx.shape(3 * i + 1)
         if c % cig:
             raise GraphError(f"{where}: weight ({co}, {cig}, {kh}, {kw}) does not match {c} input channels")
-        stride, (ph, pw) = strides[i][0], pads[i][:2]
-        out = (batch, co, _conv_out(h, kh, stride, 2 * ph), _conv_out(w, kw, stride, 2 * pw))
-        attrs = {"kernel": spatial_attr((kh, kw)), "stride": stride, "padding": spatial_attr((ph, pw)),
-                 "groups": c // cig, **group}
+        stride, (ph, pw), (dh, dw) = strides[i][0], pads[i][:2], dilations[i]
+        out = (batch, co, _conv_out(h, kh, stride, 2 * ph, dh), _conv_out(w, kw, stride, 2 * pw, dw))
+        attrs = {**_conv_attrs((kh, kw), stride, (ph, pw), (dh, dw), c // cig), **group}
         attrs.update({key: values[i] for key, values in settings.items() if values})
         x, wt = ctx.input(3 * i), ctx._imp.operand(ctx, 3 * i + 1, (co, cig, kh, kw))
         if not ctx.has_input(3 * i + 2):
@@ -825,20 +846,20 @@ def _conv1d(ctx: OpContext):
     """A 1-D Conv as poplin plans it: over its one field dimension, a ``conv2d`` of height 1 with a
     ``1 x k`` kernel here (its planner weighs expandDims, as for any convolution)."""
     (n, c, length), (co, cig, k) = ctx.shape(0), ctx.shape(1)
-    stride = _one_stride(ctx, 1)
+    stride, (d,) = _one_stride(ctx, 1, dilated=True), _dilations(ctx, 1)
     group = int(ctx.attr("group", 1))
     if cig * group != c:
         raise GraphError(f"{ctx.desc}: weight {(co, cig, k)} with group={group} does not match {c} input channels")
     if ctx.attr("pads", None) is None:  # auto_pad, as a 2-D one of height 1
-        _, pad = _pads_2d(ctx, 1, length, (1, k), (1, stride))
+        _, pad = _pads_2d(ctx, 1, length, (1, d * (k - 1) + 1), (1, stride))
     else:
         pads = [int(p) for p in ctx.attr("pads")]
         if pads[0] != pads[1]:
             ctx.unsupported(f"pads={pads} differ before and after the axis (the simulator's convolutions pad "
                             "each axis the same on both sides)")
         pad = pads[0]
-    lout = _conv_out(length, k, stride, 2 * pad)
-    attrs = {"kernel": [1, k], "stride": stride, "padding": [0, pad], "groups": group}
+    lout = _conv_out(length, k, stride, 2 * pad, d)
+    attrs = _conv_attrs((1, k), stride, (0, pad), (1, d), group)
     x = ctx._imp.operand(ctx, 0, (n, c, 1, length))
     wt = ctx._imp.operand(ctx, 1, (co, cig, 1, k))
     y = ctx.op("conv2d", [x, wt], attrs, shapes=[(n, co, 1, lout)], result=False, suffix="conv")

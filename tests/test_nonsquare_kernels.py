@@ -127,12 +127,13 @@ def test_popxl_conv_takes_a_non_square_kernel_and_padding_per_axis():
     assert (op.attrs["kernel"], op.attrs["padding"]) == ([7, 1], [3, 0])
 
 
-def test_poptorch_dilated_conv_is_reported_as_not_modelled():
+def test_poptorch_dilated_conv_is_priced_as_the_undilated_kernel_and_noted():
     torch = pytest.importorskip("torch")
     import sim.poptorch as poptorch
 
     model = poptorch.inferenceModel(torch.nn.Conv2d(4, 4, 3, dilation=2, padding=2))
     model(torch.randn(1, 4, 9, 9))
-    assert [n for n in model.executable.notes if "dilation" in n] == [
-        "torch.nn.modules.conv.Conv2d (module 'model'): dilation (2, 2) is not modelled: priced as the undilated "
-        "kernel"]
+    assert [n for n in model.executable.notes if "dilated" in n] == [
+        "1 convolution(s) with a dilated kernel (e.g. conv2d): priced as the undilated kernel with the padding that "
+        "keeps the output field (the same multiply-adds; the wider input window's extra rows and columns are not "
+        "exchanged)"]

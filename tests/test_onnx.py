@@ -329,8 +329,10 @@ def test_conv_attributes_beyond_conv2d_are_clear_errors():
                      [h.make_tensor_value_info("y", T.FLOAT, None)], [zeros("w", (4, 4) + kernel)])
     with pytest.raises(sim.UnsupportedOpError, match=r"pads=\[0, 0, 1, 1\].*register_op\('Conv'"):
         sim.onnx.load(conv(pads=[0, 0, 1, 1]))
-    with pytest.raises(sim.UnsupportedOpError, match="dilations"):
-        sim.onnx.load(conv(dilations=[2, 2]))
+    with pytest.raises(sim.GraphError, match=r"dilations=\[0, 1\]: each must be a whole number >= 1"):
+        sim.onnx.load(conv(dilations=[0, 1]))
+    atrous = sim.onnx.load(conv(dilations=[2, 2], pads=[2, 2, 2, 2]))  # priced as tests/test_dilation.py says
+    assert atrous.ops[0].attrs["dilation"] == 2 and atrous.tensors["y"].shape == (1, 4, 16, 16)
     with pytest.raises(sim.UnsupportedOpError, match="strides"):
         sim.onnx.load(conv(strides=[1, 2]))
     with pytest.raises(sim.UnsupportedOpError, match="auto_pad=SAME_UPPER"):

@@ -206,6 +206,11 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                                                                 for t in op.inputs):
         notes.append("lars with sharded optimizer state (RTS): each replica's norms cover its shard; the "
                      "cross-replica sum of those partial norms (one value per norm) is not modelled")
+    dilated = [op.name for op in g.ops if op.kind == "conv2d" and op.attrs.get("dilation", 1) not in (1, [1, 1])]
+    if dilated:
+        notes.append(f"{len(dilated)} convolution(s) with a dilated kernel (e.g. {dilated[0]}): priced as the "
+                     "undilated kernel with the padding that keeps the output field (the same multiply-adds; the "
+                     "wider input window's extra rows and columns are not exchanged)")
     depthwise = [op.name for op in g.ops if op.kind == "conv2d" and op.attrs.get("groups", 1) > 1
                  and g.tensors[op.inputs[0]].shape[1] == op.attrs["groups"]]
     if depthwise:

@@ -254,8 +254,17 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...], where: str) -> tuple[int,
     return tuple(out)
 
 
-def _conv_out(size: int, k: int, stride: int, pad: int) -> int:
-    return (size + 2 * pad - k) // stride + 1
+def _conv_out(size: int, k: int, stride: int, pad: int, dilation: int = 1) -> int:
+    return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+
+
+def undilated_padding(kernel, padding, dilation):
+    """``(height, width)`` padding with which the undilated ``kernel`` gives the output field of
+    the kernel dilated by ``dilation`` with ``padding`` (at least 0): the geometry the cost model
+    prices a dilated convolution by (the same multiply-adds: each output position still meets
+    ``kernel`` taps; :func:`sim.graph.ir.GraphBuilder.conv2d`)."""
+    return tuple(max(0, p - (d - 1) * (k - 1) // 2)
+                 for k, p, d in zip(spatial(kernel), spatial(padding, "padding"), spatial(dilation, "dilation")))
 
 
 def spatial(value, what: str = "kernel") -> tuple[int, int]:
@@ -440,26 +449,37 @@ class GraphBuilder:
         return y
 
     def conv2d(self, x: str, out_channels: int, kernel, stride=1, padding=0,
-               groups: int = 1, bias: bool = False, name: str = "conv") -> str:
-        """2-D convolution, NCHW layout. ``kernel`` and ``padding`` are one int or a (height,
-        width) pair (Inception's 1x7 / 7x1 kernels); the stride is the same along both axes."""
+               groups: int = 1, bias: bool = False, name: str = "conv", dilation=1) -> str:
+        """2-D convolution, NCHW layout. ``kernel``, ``padding`` and ``dilation`` are one int or a
+        (height, width) pair (Inception's 1x7 / 7x1 kernels); the stride is the same along both axes.
+
+        A dilated kernel (atrous convolution) is priced as the undilated kernel with the padding
+        that keeps the output field (:func:`undilated_padding`): the same multiply-adds, its wider
+        input window not exchanged; the op keeps the ``dilation`` attribute and the run's notes
+        say so."""
         n, c, h, w = self.shape(x)
         where = f"conv {self._name(name)}"
         if c % groups or out_channels % groups:
             raise GraphError(f"{where}: channels {c}->{out_channels} not divisible by groups {groups}")
-        (kh, kw), (sh, sw), (ph, pw) = (spatial(v, f"{where}: {what}") for v, what in
-                                        ((kernel, "kernel"), (stride, "stride"), (padding, "padding")))
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
+            spatial(v, f"{where}: {what}") for v, what in
+            ((kernel, "kernel"), (stride, "stride"), (padding, "padding"), (dilation, "dilation")))
         if sh != sw:
             raise GraphError(f"{where}: stride {sh}x{sw} differs along the two axes; the cost model takes one "
                              "stride (give the same stride for height and width)")
+        if dh < 1 or dw < 1:
+            raise GraphError(f"{where}: dilation {dh}x{dw}: give whole numbers >= 1")
         with self.scope(name):
             wt = self.weight("weight", (out_channels, c // groups, kh, kw), self.dtype_of(x))
-            ho, wo = _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw)
+            ho, wo = _conv_out(h, kh, sh, ph, dh), _conv_out(w, kw, sw, pw, dw)
             if ho <= 0 or wo <= 0:
-                raise GraphError(f"{where}: kernel {kh}x{kw} too large for input {h}x{w}")
-            y = self._one("conv2d", [x, wt], (n, out_channels, ho, wo),
-                          {"kernel": spatial_attr(kernel), "stride": sh, "padding": spatial_attr(padding),
-                           "groups": groups}, dtype=_amp_output_dtype(self.dtype_of(x)))
+                raise GraphError(f"{where}: kernel {kh}x{kw} (dilation {dh}x{dw}) too large for input {h}x{w}")
+            attrs = {"kernel": spatial_attr(kernel), "stride": sh, "padding": spatial_attr(padding), "groups": groups}
+            if (dh, dw) != (1, 1):
+                attrs.update(padding=spatial_attr(undilated_padding((kh, kw), (ph, pw), (dh, dw))),
+                             dilation=spatial_attr((dh, dw)))
+            y = self._one("conv2d", [x, wt], (n, out_channels, ho, wo), attrs,
+                          dtype=_amp_output_dtype(self.dtype_of(x)))
             if bias:
                 y = self.add(y, self.weight("bias", (1, out_channels, 1, 1), self.dtype_of(y)))
         return y

@@ -32,7 +32,7 @@ import torch.nn as nn
 from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import spatial, spatial_attr
+from ..graph.ir import spatial, spatial_attr, undilated_padding
 from . import _state
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
@@ -414,22 +414,22 @@ def _conv(ctx: OpContext, x=None, w=None, bias=None, stride=1, padding=0, groups
         else:
             stride, padding, groups = ctx.arg(3, "stride", 1), ctx.arg(4, "padding", 0), ctx.arg(6, "groups", 1)
             dilation = ctx.arg(5, "dilation", 1)
-    if _pair(dilation, 1) != (1, 1):
-        ctx.cap.notes.append(f"{ctx.desc}: dilation {_pair(dilation, 1)} is not modelled: priced as the undilated "
-                             "kernel")
     wt = ctx.cap.weight(w) if isinstance(w, Lazy) else ctx.t(w)
     wshape = ctx.cap.g.tensors[wt].shape
     if len(wshape) != 4:
         ctx.unsupported("only 2-D convolutions (Conv2d) have a rule")
     kernel = tuple(int(k) for k in wshape[2:])
-    if isinstance(padding, str):
-        padding = tuple((k - 1) // 2 for k in kernel) if padding == "same" else 0
+    if isinstance(padding, str):  # "same": the dilated kernel's half span
+        padding = tuple(d * (k - 1) // 2 for k, d in zip(kernel, _pair(dilation, 1))) if padding == "same" else 0
     stride_hw = _pair(stride, 1)
     if stride_hw[0] != stride_hw[1]:
         ctx.unsupported(f"stride {stride_hw[0]}x{stride_hw[1]} differs along the two axes (the simulator's conv2d "
                         "takes one stride)")
     attrs = {"kernel": spatial_attr(kernel), "stride": stride_hw[0], "padding": spatial_attr(_pair(padding, 0)),
              "groups": int(groups or 1)}
+    if _pair(dilation, 1) != (1, 1):  # priced as the undilated kernel with the padding that keeps the output field
+        attrs.update(padding=spatial_attr(undilated_padding(kernel, _pair(padding, 0), _pair(dilation, 1))),
+                     dilation=spatial_attr(_pair(dilation, 1)))
     y = ctx.op("conv2d", [x, wt], attrs, name="conv2d")
     if _is_sym_tensor(bias):
         y = ctx.op("add", [y, bias], name="add")

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ...errors import GraphError
-from ...graph.ir import spatial_attr
+from ...graph.ir import spatial_attr, undilated_padding
 from .. import dtypes, transforms
 from ..context import get_current_context
 from ..errors import NotModelledError
@@ -475,8 +475,9 @@ def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilatio
          partials_types: list[str] | None = None, enable_conv_dithering: list[int] | None = None) -> Tensor:
     """2-D convolution of NCHW ``t`` with ``weight`` (C_out, C_in / groups, kH, kW).
 
-    The cost model takes one stride for both axes, the same padding before and after each axis
-    (``padding`` = (h_begin, w_begin, h_end, w_end)) and no dilation; the kernel may be kH x kW.
+    The cost model takes one stride for both axes and the same padding before and after each axis
+    (``padding`` = (h_begin, w_begin, h_end, w_end)); the kernel may be kH x kW; a dilated kernel is
+    priced as the undilated one with the padding that keeps the output field (the run's notes say so).
     ``partials_types`` (PopXL's one entry per convolution: ``["half"]`` or ``["float"]``) sets the
     partials as ``Precision.setPartialsType`` does for the whole model; ``available_memory_proportions``
     (one entry) the convolution's own proportion."""
@@ -513,10 +514,12 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
     n, c, h, w = t.shape
     co, cig, kh, kw = weight.shape
     stride, dilation, padding = tuple(stride), tuple(dilation), tuple(padding)
-    if len(set(stride)) != 1 or len(padding) != 4 or padding[:2] != padding[2:] or set(dilation) != {1}:
+    if len(set(stride)) != 1 or len(padding) != 4 or padding[:2] != padding[2:] or len(dilation) != 2:
         raise NotModelledError(
             f"{where}: stride {stride}, padding {padding}, dilation {dilation}: the cost model takes one stride "
-            "for both axes, the same padding before and after each axis and no dilation")
+            "for both axes and the same padding before and after each axis")
+    if min(dilation) < 1:
+        raise ValueError(f"{where}: dilation {dilation}: each must be a whole number >= 1")
     if pad_type not in ("not_set", "valid"):
         raise NotModelledError(f"{where}(pad_type={pad_type!r}): give the padding explicitly")
     if c % groups or co % groups or cig != c // groups:
@@ -530,11 +533,14 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
     if enable_conv_dithering is not None:
         g.ir._note(f"{where}(enable_conv_dithering=...): accepted, no modelled effect (tile balance across "
                    "convolutions is not modelled)")
-    s, (ph, pw) = stride[0], padding[:2]
-    ho, wo = (h + 2 * ph - kh) // s + 1, (w + 2 * pw - kw) // s + 1
+    s, (ph, pw), (dh, dw) = stride[0], padding[:2], dilation
+    ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // s + 1, (w + 2 * pw - dw * (kw - 1) - 1) // s + 1
     if ho <= 0 or wo <= 0:
-        raise GraphError(f"{where}: kernel {kh}x{kw} is too large for input {h}x{w}")
+        raise GraphError(f"{where}: kernel {kh}x{kw} (dilation {dh}x{dw}) is too large for input {h}x{w}")
     attrs = {"kernel": spatial_attr((kh, kw)), "stride": s, "padding": spatial_attr((ph, pw)), "groups": groups}
+    if (dh, dw) != (1, 1):  # priced as the undilated kernel with the padding that keeps the output field
+        attrs.update(padding=spatial_attr(undilated_padding((kh, kw), (ph, pw), (dh, dw))),
+                     dilation=spatial_attr((dh, dw)))
     if partials:
         attrs["partials_type"] = partials
     if proportion is not None:  # the op's own proportion (PopART's per-op setting)
