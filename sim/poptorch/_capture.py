@@ -290,7 +290,8 @@ class Capture:
         """The convolutions among ``ops`` join ``poptorch.MultiConv`` ``group``: its plan type and
         options, and each one's entry of the per-convolution lists (in the order traced)."""
         settings = dict(settings)
-        per_conv = {"available_memory_proportions": "available_memory_proportion", "partials_types": "partials_type"}
+        per_conv = {"available_memory_proportions": ("available_memory_proportion", "availableMemoryProportions"),
+                    "partials_types": ("partials_type", "partialsTypes")}
         for op in ops:
             if not op.kind.startswith("conv"):
                 continue
@@ -301,14 +302,13 @@ class Capture:
                 op.attrs["multiconv_reserved_tiles"] = settings["per_conv_reserved_tiles"]
             if "cycle_back_off" in settings:
                 op.attrs["multiconv_cycle_back_off"] = settings["cycle_back_off"]
-            for key, attr in per_conv.items():
+            for key, (attr, setter) in per_conv.items():
                 value = settings.get(key)
                 if isinstance(value, tuple):
                     if index >= len(value):
-                        raise error(f"poptorch.MultiConv: {len(value)} value(s) given to "
-                                    f"{'availableMemoryProportions' if attr.startswith('available') else 'partialsTypes'}"
-                                    f" but convolution {op.name!r} is number {index + 1} of the multi-convolution: "
-                                    "give one value per convolution, or one for all")
+                        raise error(f"poptorch.MultiConv: {len(value)} value(s) given to {setter} but convolution "
+                                    f"{op.name!r} is number {index + 1} of the multi-convolution: give one value per "
+                                    "convolution, or one for all")
                     value = value[index]
                 if value is not None:
                     op.attrs[attr] = value
