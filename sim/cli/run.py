@@ -67,7 +67,7 @@ def _output_mode(text: str) -> tuple[OutputMode, int | None]:
 STRATEGIES = ("pipelined", "sharded", "serial-phased", "parallel-phased")
 SYNC_PATTERNS = {"full": SyncPattern.Full, "single-pipeline": SyncPattern.SinglePipeline,
                  "replica-and-ladder": SyncPattern.ReplicaAndLadder}
-PIPELINE_COPIES = {"merged": PipelineCopies.Merged, "per-stage": PipelineCopies.PerStage}
+PIPELINE_COPIES = {mode.value.replace("_", "-"): mode for mode in PipelineCopies}  # merged, per-stage
 OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.OverlapAccumulationLoop,
                  "device": OverlapMode.OverlapDeviceIterationLoop}
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")

@@ -267,20 +267,19 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
                 "within 64 bits; its sizes or attributes are out of range: check them")
     for members in multiconv.groups([op for op in g.ops if op.name in costs]):
         first = members[0]
-        if not first.kind.startswith("conv"):  # a backward multi-convolution's weight transposes
-            placed = [(costs[op.name], 0) for op in members]
-            for op, cost in zip(members, multiconv.run_side_by_side([op.name for op in members], placed, tiles)):
-                costs[op.name] = cost
-            continue
 
         def price(i: int, budget: int, members=members) -> OpCost:
             op = members[i]
             proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))
             return op_cost(op, g, ipus[True], budget, proportion, o.partials_type())
-        plans = multiconv.parallel_plan([costs[op.name].flops for op in members], price, tiles,
-                                        first.attrs.get("multiconv_reserved_tiles", multiconv.PER_CONV_RESERVED_TILES),
-                                        first.attrs.get("multiconv_cycle_back_off", multiconv.CYCLE_BACK_OFF))
-        if plans is not None:  # else poplin falls back to planning them one by one, as priced above
+        if first.kind.startswith("conv"):  # re-planned on their tile ranges; None: poplin plans them one by one
+            plans = multiconv.parallel_plan(
+                [costs[op.name].flops for op in members], price, tiles,
+                first.attrs.get("multiconv_reserved_tiles", multiconv.PER_CONV_RESERVED_TILES),
+                first.attrs.get("multiconv_cycle_back_off", multiconv.CYCLE_BACK_OFF))
+        else:  # a backward multi-convolution's weight transposes: one compute set, as priced
+            plans = [(costs[op.name], 0) for op in members]
+        if plans is not None:
             for op, cost in zip(members, multiconv.run_side_by_side([op.name for op in members], plans, tiles)):
                 costs[op.name] = cost
     return costs
