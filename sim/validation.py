@@ -43,7 +43,7 @@ from .graph.training import Optimizer
 from .hardware.system import load_system
 from .options import CommGroupType, Options, OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
 from .program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, leaves
-from .schedule.collectives import plan_collective
+from .schedule.collectives import partition_sync, plan_collective
 from .schedule.replicated_ops import NORM_COLLECTIVE_SUFFIX
 from .strategy import AutoStage, ShardedExecution
 
@@ -2020,18 +2020,19 @@ def gcl_crossover(op: str, replicas: int, system: str = "ipu-pod64") -> int:
 
 
 def gcl_implied_step_seconds(nbytes: int, replicas: int, bytes_per_s: float) -> float:
-    """The fixed step time (seconds) at which a ring pair (replicas - 1 steps of S/2N each way) and
-    meet-in-the-middle (replicas // 2 steps of S/N) take the same time for a tensor of ``nbytes``
-    over links of ``bytes_per_s``: S/8B, S/48B, S/224B for 4, 8, 16 replicas."""
+    """The fixed step time (seconds, its sync included) at which a ring pair (replicas - 1 steps of
+    S/2N each way) and meet-in-the-middle (replicas // 2 steps of S/N) take the same time for a tensor
+    of ``nbytes`` over links of ``bytes_per_s``: S/8B, S/48B, S/224B for 4, 8, 16 replicas."""
     ring, middle = replicas - 1, replicas // 2
     return nbytes * (middle - ring / 2) / (replicas * bytes_per_s * (ring - middle))
 
 
 def _gcl_section() -> list[str]:
     """The report's "Collectives: GCL's methods against poplibs' measured crossovers"."""
-    link = load_system("ipu-mk2").ipu_link
-    implied = {op: [gcl_implied_step_seconds(S, n, link.bytes_per_s) * 1e6 for n, S in by_ranks.items()]
-               for op, by_ranks in GCL_CROSSOVERS.items()}
+    system = load_system("ipu-mk2")
+    link = system.ipu_link
+    implied = {op: [(gcl_implied_step_seconds(S, n, link.bytes_per_s) - system.cycles_to_seconds(partition_sync(system, n)))
+                    * 1e6 for n, S in by_ranks.items()] for op, by_ranks in GCL_CROSSOVERS.items()}
     rows = []
     for op, by_ranks in GCL_CROSSOVERS.items():
         for ranks, published in by_ranks.items():
@@ -2043,9 +2044,10 @@ def _gcl_section() -> list[str]:
             "floor(N/2) fragments of S/N: the first wins on large tensors, the second on small ones. poplibs "
             "picked between them by tensor size with thresholds \"determined experimentally\" "
             "(`lib/popops/ReplicatedCollectives.cpp` before the code moved to GCL; hardware not stated). The "
-            f"simulator's fixed time per ring step (`ipu_link.reduce_step_s` {link.reduce_step_s * 1e6:.1f} µs, "
-            f"`gather_step_s` {link.gather_step_s * 1e6:.1f} µs) is fitted to them: each threshold gives the step "
-            "time at which the two methods' modelled times meet there "
+            f"simulator's fixed time per ring step (`ipu_link.reduce_step_s` {link.reduce_step_s * 1e6:.2f} µs, "
+            f"`gather_step_s` {link.gather_step_s * 1e6:.2f} µs, each step's sync over the partition's IPUs "
+            "apart) is fitted to them: each threshold gives the step time at which the two methods' modelled times "
+            "meet there, less the sync over its 4, 8 or 16 IPUs "
             f"({min(implied['reduce_scatter']):.1f}-{max(implied['reduce_scatter']):.1f} µs, "
             f"{min(implied['all_gather']):.1f}-{max(implied['all_gather']):.1f} µs), and the median is used. "
             "Each threshold covers a range of replica "

@@ -14,7 +14,7 @@ from sim.cli.collective import main as collective_main
 from sim.cli.collective import parse_bytes
 from sim.results.collective import run_collective
 from sim.schedule.collectives import (bus_factor, collective_item, comm_group,
-                                      comm_group_assignment, groups_of, plan_collective,
+                                      comm_group_assignment, groups_of, partition_sync, plan_collective,
                                       replica_group, replica_grouping)
 from sim.engine import Engine
 from sim.validation import GCL_CROSSOVERS, gcl_crossover
@@ -42,11 +42,13 @@ def pod128():
 @pytest.mark.parametrize("n", [2, 4, 8, 16])
 def test_ring_all_reduce_matches_bandwidth_formula(pod16, n):
     """2(N-1)/N * S / link bandwidth + N-1 reduce-scatter and N-1 all-gather steps' fixed time,
-    from the config, within 5 %."""
+    from the config, and each step's sync over the N IPUs, within 5 %."""
     S = 64 * MiB
     link = pod16.ipu_link
     steps = 2 * (n - 1)
-    expected_s = 2 * (n - 1) / n * S / link.bytes_per_s + (n - 1) * (link.reduce_step_s + link.gather_step_s)
+    sync_s = pod16.cycles_to_seconds(partition_sync(pod16, n))
+    expected_s = (2 * (n - 1) / n * S / link.bytes_per_s
+                  + (n - 1) * (link.reduce_step_s + link.gather_step_s + 2 * sync_s))
     result = run_collective(pod16, "all_reduce", S, list(range(n)), "ring")
     assert result.plan.algorithm == "ring"
     assert result.plan.steps == steps
@@ -83,8 +85,9 @@ def test_small_tensor_is_latency_bound_and_auto_picks_gcl_s_broadcast(pod16):
     members = list(range(16))
     link = pod16.ipu_link
     ring = plan_collective(pod16, "all_reduce", 1024, members, "ring")
-    # forced ring: 15 reduce-scatter and 15 all-gather steps, each its fixed time plus 64 bytes
-    fixed = 15 * pod16.seconds_to_cycles(link.reduce_step_s) + 15 * pod16.seconds_to_cycles(link.gather_step_s)
+    # forced ring: 15 reduce-scatter and 15 all-gather steps, each its fixed time and its sync plus 64 bytes
+    fixed = (15 * pod16.seconds_to_cycles(link.reduce_step_s) + 15 * pod16.seconds_to_cycles(link.gather_step_s)
+             + 30 * partition_sync(pod16, 16))
     assert ring.cycles == pytest.approx(fixed, rel=0.01)
     # GCL: "broadcast the tensor to all replicas and do the reduce locally; the fastest option for
     # small tensors": every tensor goes half way round the ring each way, 8 steps of the whole KiB
@@ -112,6 +115,19 @@ def test_meet_in_the_middle_sends_n_fragments_half_way_round_each_way(pod16, n):
     ar = plan_collective(pod16, "all_reduce", S, members, "meet_in_middle")
     ag = plan_collective(pod16, "all_gather", S, members, "meet_in_middle")
     assert ar.steps == 2 * (n // 2) and ar.cycles == rs.cycles + ag.cycles
+
+
+def test_every_step_waits_for_a_sync_of_the_whole_partition(pod128):
+    """A collective over two replicas of a 128-IPU program waits, at each of its steps, for a sync
+    over all 128 IPUs (the poplibs test model: 40 + 40 x 128 / 4 cycles), not over its two."""
+    pair = [0, 1]
+    alone = plan_collective(pod128, "all_reduce", 4096, pair, "ring")
+    in_pod128 = plan_collective(pod128, "all_reduce", 4096, pair, "ring", partition_ipus=128)
+    assert (partition_sync(pod128, 2), partition_sync(pod128, 128)) == (60, 1320)
+    assert alone.steps == in_pod128.steps == 2
+    assert in_pod128.cycles - alone.cycles == 2 * (1320 - 60)
+    # the partition never counts fewer IPUs than the members
+    assert plan_collective(pod128, "all_reduce", 4096, pair, "ring", partition_ipus=1).cycles == alone.cycles
 
 
 def _poplibs_method(op: str, nbytes: int, ranks: int) -> str:

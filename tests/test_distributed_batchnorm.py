@@ -56,8 +56,22 @@ def test_groups_are_adjacent_replicas_and_priced_as_gcl_plans_them():
     first = stats[stats.name == f"stem/bn1/batchnorm {SUFFIX}"].sort_values(["start", "ipu"])
     starts = first.groupby("ipu").start.first()
     assert starts[0] == starts[1] and starts[2] == starts[3]
-    plan = plan_collective(run.executable.system, "all_reduce", 384, [0, 1])
+    # each step waits for a sync of the program's 4 IPUs, not of the pair's 2 (partition_sync)
+    plan = plan_collective(run.executable.system, "all_reduce", 384, [0, 1], partition_ipus=4)
     assert set(first.cycles) == {plan.cycles}
+
+
+def test_a_larger_partition_makes_every_pair_wait_longer():
+    """The same pair's statistics all-reduce in a program of 8 replicas on an IPU-POD16 waits at its
+    step (GCL's broadcast: one step each way for two members) for a sync of 8 IPUs instead of 4:
+    120 - 80 cycles more (the poplibs test model, configs/ipu-mk2.toml external_sync_*)."""
+    def stem_cycles(replicas):
+        g = models.get("resnet50", micro_batch=2, image_size=64, bn_span=2)
+        o = Options().replicationFactor(replicas)
+        o.Training.gradientAccumulation(1)
+        t = _statistics(sim.simulate(g, "ipu-pod16", o, training=True, optimizer="sgd"))
+        return set(t[t.name == f"stem/bn1/batchnorm {SUFFIX}"].cycles)
+    assert {c + (120 - 80) for c in stem_cycles(4)} == stem_cycles(8)
 
 
 def test_without_a_span_or_at_inference_there_is_none():

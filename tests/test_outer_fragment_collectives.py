@@ -78,7 +78,9 @@ def test_default_is_one_call_per_weight_holding_every_ipu(runs):
         assert sum(n for _, n in calls) == sum(len(w) for w in weights.values())  # one per weight
         for coll, _ in calls:
             assert coll.ipus == (0, 1, 2, 3)  # every IPU of both replicas waits in its syncs
-            plan = plan_collective(ex.system, op, coll.nbytes, [coll.ipus[0] % 2, 2 + coll.ipus[0] % 2])
+            # priced over the 2 replicas' IPUs at the position, each step waiting for a sync of all 4
+            plan = plan_collective(ex.system, op, coll.nbytes, [coll.ipus[0] % 2, 2 + coll.ipus[0] % 2],
+                                   partition_ipus=4)
             assert coll.group_size == 2 and coll.phases == plan.phases
         assert sorted(c.nbytes for c, n in calls for _ in range(n)) == sorted(sum(weights.values(), []))
     norms = _calls(seq, "all_reduce")  # 2 LAMB norms per weight, a call each

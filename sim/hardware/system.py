@@ -94,8 +94,8 @@ class IPULink:
 
     bytes_per_s: float  # usable bandwidth between a neighbouring pair, one direction
     latency_cycles: int  # per transfer, and per hop of a ring step beyond its first
-    reduce_step_s: float  # a GCL reduce-scatter ring step's fixed time, its link latency included
-    gather_step_s: float  # a GCL all-gather ring step's fixed time, its link latency included
+    reduce_step_s: float  # a GCL reduce-scatter ring step's fixed time, its link latency included, its sync not
+    gather_step_s: float  # a GCL all-gather ring step's fixed time, its link latency included, its sync not
 
 
 @dataclass(frozen=True)
@@ -332,10 +332,10 @@ _RANGES = {
     "memory_element_bytes": (1, 2**30, "bytes", "one tile memory element (bank): 32 KiB on Mk2"),
     "data_path_bits": (8, 1024, "bits", "the width of one load from tile memory: 64 on every IPU"),
     "worker_threads": (1, 64, "threads", "hardware worker threads per tile: 6 on every IPU"),
-    "reduce_step_s": (0, 1e-3, "s", "seconds of a collective's ring step beyond its data: microseconds "
-                      "(5.9e-6), so more than a millisecond is a unit slip"),
-    "gather_step_s": (0, 1e-3, "s", "seconds of a collective's ring step beyond its data: microseconds "
-                      "(2.9e-6), so more than a millisecond is a unit slip"),
+    "reduce_step_s": (0, 1e-3, "s", "seconds of a collective's ring step beyond its data and sync: microseconds "
+                      "(5.82e-6), so more than a millisecond is a unit slip"),
+    "gather_step_s": (0, 1e-3, "s", "seconds of a collective's ring step beyond its data and sync: microseconds "
+                      "(2.88e-6), so more than a millisecond is a unit slip"),
     "latency_s": (0, 1.0, "s", "seconds per stream copy: the fixed cost is microseconds (5.0e-6), so more "
                   "than a second is a unit slip"),
     "ipus_per_link": (1, 64, "IPUs", "IPUs sharing one host link: 4 behind an IPU-M2000 gateway; the simulator "

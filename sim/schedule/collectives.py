@@ -49,7 +49,7 @@ from ..errors import OptionsError
 from ..options import comm_group
 from ..hardware.system import System
 from ..program import Collective, Repeat, Sequence
-from ..hardware.topology import crosses_gw_link, hops, route
+from ..hardware.topology import crosses_gw_link, hops, route, sync_cycles
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 ALGORITHMS = ("ring", "bidirectional_ring", "meet_in_middle", "broadcast", "hierarchical")
@@ -126,11 +126,12 @@ def _ring_edges(members: list[int], both: bool = False) -> list[Edge]:
 
 
 def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: int = 1,
-                 reduces: bool = False) -> int:
+                 reduces: bool = False, sync: int = 0) -> int:
     """Cycles of one step in which each edge carries ``nbytes``.
 
     Every step pays GCL's fixed step time beyond its link latency (``ipu_link.reduce_step_s``
-    for a step that reduces what it received, ``gather_step_s`` for one that only copies it).
+    for a step that reduces what it received, ``gather_step_s`` for one that only copies it)
+    and ``sync``, the cycles of the sync its cross-replica copy waits for (:func:`partition_sync`).
     An edge that leaves the POD uses its chassis' GW-Links, shared by every edge leaving that
     chassis in the step and by ``concurrent`` collectives; other edges use an IPU-Link direction
     and pay its latency once per hop.
@@ -138,7 +139,7 @@ def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: i
     if not edges:
         return 0
     ipu_link = system.ipu_link
-    fixed = system.seconds_to_cycles(ipu_link.reduce_step_s if reduces else ipu_link.gather_step_s)
+    fixed = system.seconds_to_cycles(ipu_link.reduce_step_s if reduces else ipu_link.gather_step_s) + sync
     overhead = max(0, fixed - ipu_link.latency_cycles)  # the step's own cost, its first hop's latency aside
     leaving = Counter(system.chassis_of(a) for a, b in edges if crosses_gw_link(system, a, b))
     worst = 0
@@ -154,57 +155,71 @@ def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: i
     return overhead + worst
 
 
-def _phases(system, op: str, steps: int, edges: list[Edge], chunk: float, concurrent: int) -> tuple:
+def _phases(system, op: str, steps: int, edges: list[Edge], chunk: float, concurrent: int, sync: int) -> tuple:
     """``(steps, cycles per step)`` of ``op`` run as ``steps`` steps of ``chunk`` bytes per edge
     per phase: an all-reduce is a reduce-scatter phase then an all-gather phase."""
-    reduce = (steps, _step_cycles(system, edges, chunk, concurrent, reduces=True))
-    gather = (steps, _step_cycles(system, edges, chunk, concurrent))
+    reduce = (steps, _step_cycles(system, edges, chunk, concurrent, reduces=True, sync=sync))
+    gather = (steps, _step_cycles(system, edges, chunk, concurrent, sync=sync))
     return {"all_reduce": (reduce, gather), "reduce_scatter": (reduce,)}.get(op, (gather,))
 
 
-def _ring(system, op, nbytes, members, concurrent, both):
+def _ring(system, op, nbytes, members, concurrent, both, sync):
     n = len(members)
     edges = _ring_edges(members, both)
     split = 2 if both and n > 2 else 1
-    return _phases(system, op, n - 1, edges, nbytes / n / split, concurrent), edges
+    return _phases(system, op, n - 1, edges, nbytes / n / split, concurrent, sync), edges
 
 
-def _meet_in_middle(system, op, nbytes, members, concurrent):
+def _meet_in_middle(system, op, nbytes, members, concurrent, sync):
     n = len(members)
     edges = _ring_edges(members, both=True)
-    return _phases(system, op, n // 2, edges, nbytes / n, concurrent), edges
+    return _phases(system, op, n // 2, edges, nbytes / n, concurrent, sync), edges
 
 
-def _broadcast(system, nbytes, members, concurrent):
+def _broadcast(system, nbytes, members, concurrent, sync):
     edges = _ring_edges(members, both=True)
-    return ((len(members) // 2, _step_cycles(system, edges, nbytes, concurrent)),), edges
+    return ((len(members) // 2, _step_cycles(system, edges, nbytes, concurrent, sync=sync)),), edges
 
 
-def _hierarchical(system, op, nbytes, members, pods, concurrent):
+def _hierarchical(system, op, nbytes, members, pods, concurrent, sync):
     per_pod = [[m for m in members if system.pod_of(m) == p] for p in pods]
     local = min(len(p) for p in per_pod)
     inner_edges = [e for p in per_pod for e in _ring_edges(p[:local], both=True)]
     # the reduce-scatter (and all-gather) in each POD by the cheaper of the bidirectional ring pair
     # (local - 1 steps of S/2local) and meet-in-the-middle (local // 2 steps of S/local)
     split = 2 if local > 2 else 1
-    inner = min((_phases(system, "all_reduce", local - 1, inner_edges, nbytes / local / split, concurrent),
-                 _phases(system, "all_reduce", local // 2, inner_edges, nbytes / local, concurrent)),
+    inner = min((_phases(system, "all_reduce", local - 1, inner_edges, nbytes / local / split, concurrent, sync),
+                 _phases(system, "all_reduce", local // 2, inner_edges, nbytes / local, concurrent, sync)),
                 key=lambda ph: (sum(n * c for n, c in ph), -ph[0][0]))
     # shard j is reduced across PODs by the j-th member of every POD, all shards at once
     across_edges = [e for j in range(local) for e in _ring_edges([p[j] for p in per_pod])]
-    across = _phases(system, op, len(pods) - 1, across_edges, nbytes / local / len(pods), concurrent)
+    across = _phases(system, op, len(pods) - 1, across_edges, nbytes / local / len(pods), concurrent, sync)
     # reduce-scatter: in each POD, then across; all-gather: across, then in each POD
     phases = {"all_reduce": (inner[0], *across, inner[1]), "reduce_scatter": (inner[0], *across)}.get(
         op, (*across, inner[1]))
     return phases, inner_edges + across_edges
 
 
+def partition_sync(system: System, partition_ipus: int) -> int:
+    """Cycles of the sync each step of a GCL collective waits for: one over the whole partition.
+
+    GCL's collectives are syncful by default (PopART 2.5 passes only ``useSynclessCollectives``,
+    default auto, syncful in SDK 2.4's option page; graphcore/tensorflow leaves GCL's options at
+    their defaults), and a cross-replica copy syncs the sync group that spans every IPU of the
+    partition, whatever the replica group (the IPU's sync groups are the replica's IPUs and all of
+    them: PopART user guide 1.3.35, 7.1 "Sync configuration"). So a step of a collective over two
+    replicas of a POD256 waits for a sync of all 256 IPUs, priced as every barrier over ``n``
+    IPUs (:func:`~sim.hardware.topology.sync_cycles`, the poplibs test model)."""
+    return sync_cycles(system, max(1, partition_ipus))
+
+
 def plan_collective(system: System, op: str, nbytes: int, members: list[int],
-                    algorithm: str = "auto", concurrent: int = 1) -> CollectivePlan:
+                    algorithm: str = "auto", concurrent: int = 1, partition_ipus: int = 0) -> CollectivePlan:
     """Price ``op`` on tensors of ``nbytes`` over the IPUs ``members`` (in ring order).
 
     ``concurrent`` is how many such collectives run at once and share each chassis' GW-Links
-    (one per IPU position of a multi-IPU replica).
+    (one per IPU position of a multi-IPU replica). ``partition_ipus`` is the number of IPUs the
+    program runs on, whose sync every step waits for (:func:`partition_sync`; at least the members).
     """
     op = normalize_op(op)
     if algorithm != "auto" and algorithm not in ALGORITHMS:
@@ -215,15 +230,16 @@ def plan_collective(system: System, op: str, nbytes: int, members: list[int],
     n = len(members)
     if n < 2 or nbytes <= 0:
         return CollectivePlan(op, "none", n, nbytes, ())
-    candidates = {"ring": _ring(system, op, nbytes, members, concurrent, both=False),
-                  "bidirectional_ring": _ring(system, op, nbytes, members, concurrent, both=True)}
+    sync = partition_sync(system, max(n, partition_ipus))
+    candidates = {"ring": _ring(system, op, nbytes, members, concurrent, False, sync),
+                  "bidirectional_ring": _ring(system, op, nbytes, members, concurrent, True, sync)}
     if op != "all_to_all":
-        candidates["meet_in_middle"] = _meet_in_middle(system, op, nbytes, members, concurrent)
+        candidates["meet_in_middle"] = _meet_in_middle(system, op, nbytes, members, concurrent, sync)
     if op == "all_reduce":
-        candidates["broadcast"] = _broadcast(system, nbytes, members, concurrent)
+        candidates["broadcast"] = _broadcast(system, nbytes, members, concurrent, sync)
     pods = sorted({system.pod_of(m) for m in members})
     if len(pods) > 1 and op != "all_to_all":
-        candidates["hierarchical"] = _hierarchical(system, op, nbytes, members, pods, concurrent)
+        candidates["hierarchical"] = _hierarchical(system, op, nbytes, members, pods, concurrent, sync)
 
     def cost(name):
         return sum(s * c for s, c in candidates[name][0])
@@ -292,7 +308,7 @@ def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str,
             continue
         members, simulated = _position_ring(ctx, position, replicas)
         plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm,
-                               concurrent=len(bytes_by_position))
+                               concurrent=len(bytes_by_position), partition_ipus=ctx.partition_ipus)
         links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
         items.append(Collective(tuple(simulated), op, nbytes, len(replicas), plan.algorithm, plan.phases, links,
                                 f"{what} {op.replace('_', '-')} (IPU {position})"))
@@ -319,7 +335,8 @@ def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str,
     for position, sizes in sorted(bytes_by_position.items()):
         members, simulated = _position_ring(ctx, position, replicas)
         for nbytes, count in sorted(Counter(n for n in sizes if n > 0).items()):
-            plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm)
+            plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm,
+                                   partition_ipus=ctx.partition_ipus)
             links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
             name = f"{what} {op.replace('_', '-')} (IPU {position}, {nbytes} B each)"
             item = Collective(every_ipu, op, nbytes, len(replicas), plan.algorithm, plan.phases, links, name)

@@ -52,6 +52,11 @@ class Context:
     def ipus(self, replica: int) -> list[int]:
         return replica_ipus(replica, self.ipus_per_replica)
 
+    @property
+    def partition_ipus(self) -> int:
+        """The IPUs the program runs on: every replica's (all instances'), simulated or not."""
+        return self.options.total_replicas() * self.ipus_per_replica
+
     def steps(self, ops: list[Op], label: str = "", share: int | dict[str, int] = 1) -> OpSteps:
         """Per-op cycles of ``ops``; ``share`` > 1 prices a 1/share slice of each (a shard), or per
         op name."""

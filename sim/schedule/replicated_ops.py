@@ -80,7 +80,8 @@ def collectives_for(ctx, op: Op) -> list[Collective]:
             continue
         seen.add(group)
         members = [m * k + op.ipu for m in group]
-        plan = plan_collective(ctx.system, kind, nbytes, members, ctx.collective_algorithm)
+        plan = plan_collective(ctx.system, kind, nbytes, members, ctx.collective_algorithm,
+                               partition_ipus=ctx.partition_ipus)
         simulated = [m * k + op.ipu for m in group if m in ctx.replicas]
         links = tuple(("ipu_link", a, b) for a, b in zip(simulated, simulated[1:] + simulated[:1]) if a != b)
         items.append(Collective(tuple(simulated), kind, nbytes, len(members), plan.algorithm, plan.phases,
