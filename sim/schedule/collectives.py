@@ -3,7 +3,8 @@
 A collective over ``N`` members on tensors of ``S`` bytes runs as steps. In a step every
 member sends one chunk over the edges the algorithm uses, so a step lasts as long as its
 slowest edge: the link latency (once per IPU-Link hop, or a GW-Link's where the edge leaves
-the POD) plus the chunk over the edge's bandwidth. An IPU-Link direction carries one edge at a
+the POD) plus the chunk over the edge's bandwidth, after GCL's fixed step time and a sync over every
+IPU of the partition (:func:`partition_sync`). An IPU-Link direction carries one edge at a
 time; a chassis' GW-Links are shared by every edge leaving the chassis in that step (and by
 ``concurrent`` collectives running at once). Algorithms:
 
