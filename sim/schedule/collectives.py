@@ -210,8 +210,16 @@ def partition_sync(system: System, partition_ipus: int) -> int:
     partition, whatever the replica group (the IPU's sync groups are the replica's IPUs and all of
     them: PopART user guide 1.3.35, 7.1 "Sync configuration"). So a step of a collective over two
     replicas of a POD256 waits for a sync of all 256 IPUs, priced as every barrier over ``n``
-    IPUs (:func:`~sim.hardware.topology.sync_cycles`, the poplibs test model)."""
-    return sync_cycles(system, max(1, partition_ipus))
+    IPUs (:func:`~sim.hardware.topology.sync_cycles`, the poplibs test model). A partition that
+    spans several PODs syncs across the GW-Links that join them (IPU-POD128 datasheet: the POD64s
+    joined only by cross-connected GW-Link cables; the switched GW-Links note: "Packetised sync"),
+    so its sync also pays a GW-Link's latency (``gw_link.latency_cycles``, as a ring step's edge
+    between PODs does)."""
+    n = max(1, partition_ipus)
+    cycles = sync_cycles(system, n)
+    if system.pod_of(n - 1) != system.pod_of(0):
+        cycles += system.gw_link.latency_cycles
+    return cycles
 
 
 def plan_collective(system: System, op: str, nbytes: int, members: list[int],
