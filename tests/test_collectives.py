@@ -333,6 +333,21 @@ def test_cli_json_is_the_engine_run(capsys):
     assert out["bus_bandwidth"] == pytest.approx(out["algorithm_bandwidth"] * 2 * 63 / 64)
 
 
+def test_cli_steps_wait_for_a_sync_of_every_replicas_ipus(capsys, pod128):
+    """Two replicas of 64 IPUs on an IPU-POD128: the collective runs between IPUs 0 and 64, and each of
+    its steps waits for a sync of all 128 IPUs, across the GW-Links (partition_sync)."""
+    def cycles(k):
+        argv = ["--system", "ipu-pod128", "--op", "all-reduce", "--bytes", "1KiB", "--replicas", "2",
+                "--ipus-per-replica", str(k), "--algorithm", "ring", "--json"]
+        assert collective_main(argv) == 0
+        return json.loads(capsys.readouterr().out)
+    apart, together = cycles(64), cycles(1)
+    assert apart["steps"] == together["steps"] == 2
+    assert apart["cycles"] == run_collective(pod128, "all_reduce", 1024, [0, 64], "ring", partition_ipus=128).cycles
+    # the members' link aside, the steps' syncs: 128 IPUs over two PODs against 2 IPUs
+    assert partition_sync(pod128, 128) - partition_sync(pod128, 2) == 6260
+
+
 def test_cli_text_and_forced_algorithm(capsys):
     argv = ["--system", "ipu-pod16", "--op", "reduce-scatter", "--bytes", "16MB", "--replicas", "16",
             "--algorithm", "ring"]

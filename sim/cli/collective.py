@@ -65,7 +65,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="tensor size per replica: bytes, or with a suffix KiB/MiB/GiB or KB/MB/GB")
     p.add_argument("--replicas", required=True, type=positive_int, metavar="N", help="replicas taking part (>= 2)")
     p.add_argument("--ipus-per-replica", type=positive_int, default=1, metavar="K",
-                   help="IPUs per replica (default 1); the collective runs between the first IPU of each")
+                   help="IPUs per replica (default 1); the collective runs between the first IPU of each, and "
+                        "each step waits for a sync of all the replicas' IPUs")
     p.add_argument("--algorithm", default="auto", choices=("auto",) + ALGORITHMS,
                    help="GCL-style algorithm (default: auto, the fastest for the size and topology)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -118,7 +119,8 @@ def _cmd_collective(args, parser) -> int:
     progress(args, f"timing {args.op.replace('_', '-')} of {args.nbytes:,} bytes between IPUs "
              f"{', '.join(map(str, members[:3]))}{', ...' * (len(members) > 3)} of "
              f"{system.name} (algorithm {args.algorithm})")
-    result = run_collective(system, args.op, args.nbytes, members, args.algorithm)
+    result = run_collective(system, args.op, args.nbytes, members, args.algorithm,
+                            partition_ipus=args.replicas * args.ipus_per_replica)
     summary = result.summary()
     if args.json:
         print(json.dumps(summary, indent=2))

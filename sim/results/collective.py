@@ -43,13 +43,14 @@ class CollectiveResult:
 
 
 def run_collective(system: System | str, op: str, nbytes: int, members: list[int],
-                   algorithm: str = "auto") -> CollectiveResult:
-    """Simulate one collective over ``members`` alone: a program of one Collective, run by the engine."""
+                   algorithm: str = "auto", partition_ipus: int = 0) -> CollectiveResult:
+    """Simulate one collective over ``members`` alone: a program of one Collective, run by the engine.
+    ``partition_ipus``: the IPUs of the program, whose sync each step waits for (at least the members)."""
     system = load_system(system)
     bad = [m for m in members if not 0 <= m < system.num_ipus]
     if bad:
         raise OptionsError(f"IPU {bad[0]} is not in system {system.name!r}, which has {system.num_ipus} IPUs")
-    item, plan = collective_item(system, op, nbytes, members, algorithm)
+    item, plan = collective_item(system, op, nbytes, members, algorithm, partition_ipus=partition_ipus)
     timeline = Engine(system).run(Sequence([item], name="collective"))
     cycles = int(timeline.total_cycles)
     return CollectiveResult(plan, cycles, system.cycles_to_seconds(cycles), system.name)

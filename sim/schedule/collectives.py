@@ -278,9 +278,11 @@ def link_resources(system: System, edges) -> tuple[tuple, ...]:
 
 
 def collective_item(system: System, op: str, nbytes: int, members: list[int], algorithm: str = "auto",
-                    concurrent: int = 1, name: str | None = None) -> tuple[Collective, CollectivePlan]:
-    """A :class:`~sim.program.Collective` over all of ``members`` holding every link it uses."""
-    plan = plan_collective(system, op, nbytes, members, algorithm, concurrent)
+                    concurrent: int = 1, name: str | None = None,
+                    partition_ipus: int = 0) -> tuple[Collective, CollectivePlan]:
+    """A :class:`~sim.program.Collective` over all of ``members`` holding every link it uses, in a
+    program on ``partition_ipus`` IPUs (at least the members: :func:`partition_sync`)."""
+    plan = plan_collective(system, op, nbytes, members, algorithm, concurrent, partition_ipus)
     label = name or f"{plan.op.replace('_', '-')} ({plan.algorithm}, {len(members)} members)"
     item = Collective(tuple(members), plan.op, nbytes, len(members), plan.algorithm, plan.phases,
                       link_resources(system, plan.edges), label)
