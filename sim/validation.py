@@ -460,6 +460,9 @@ DEPARTURES = {
                "statistics and its gradient sums are all-reduced over pairs of adjacent replicas (TF's "
                "number_of_distributed_batch_norm_replicas, poplibs' distributed batch norm), the zoo's "
                "bn_span=2; the recomputed forward all-reduces its statistics again [U]",
+    "stable-norm": "the MLPerf v1.0 configs.yml sets stable_norm: True (TF's norms.use_stable_statistics; "
+                   "v1.1 and v2.0 do not): poplin's stable estimator, the mean's all-reduce then the power's "
+                   "(lib/poplin/Norms.cpp normStatisticsImpl), the zoo's bn_stable",
     "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
               "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
@@ -690,7 +693,8 @@ TF1_RESNET_CHECKPOINTS = ("layer1/0", "layer1/2", "layer2/0", "layer2/2", "layer
 
 
 def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: int, amp: float,
-                  optimizer: str = "sgd_momentum", pytorch: bool = False, tf1_calls: bool = False) -> Setup:
+                  optimizer: str = "sgd_momentum", pytorch: bool = False, tf1_calls: bool = False,
+                  stable_norm: bool = False) -> Setup:
     """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
     images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`; PyTorch: a checkpoint
     after every block), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs),
@@ -703,12 +707,15 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     configs.yml, more than ResNet-50's 51.1 MB of fp16 gradients) and the PyTorch config merges them
     (examples 8ae588c ``vision/cnns/pytorch/utils/ipu_settings.py``: ``mergeAllReduceCollectives``).
     ``tf1_calls``: one simulated call runs the weight updates the TF1 script runs per
-    ``session.run`` (:func:`tf1_steps_per_call`), as deviceIterations."""
+    ``session.run`` (:func:`tf1_steps_per_call`), as deviceIterations. ``stable_norm``: the MLPerf
+    v1.0 configs' ``stable_norm: True`` ([stable-norm])."""
     steps = tf1_steps_per_call(replicas * accumulation * micro_batch) if tf1_calls else 1
     params = dict(micro_batch=micro_batch, recompute_checkpoints="blocks" if pytorch else TF1_RESNET_CHECKPOINTS,
                   eight_bit_io=True)
     if not pytorch:
         params["bn_span"] = 2
+    if stable_norm:
+        params["bn_stable"] = True
     return Setup("resnet50", _params(**params), system, replicas=replicas, accumulation=accumulation,
                  device_iterations=steps, amp=(amp,), optimizer=optimizer,
                  state_dtype="float32" if pytorch else "float16",
@@ -717,8 +724,10 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
 
 def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> Setup:
     """The end-to-end ResNet-50 checks' configuration (:func:`resnet50_training`): momentum SGD,
-    availableMemoryProportion 0.16, the accumulation that makes ``global_batch``."""
-    return _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), 0.16)
+    availableMemoryProportion 0.16, the accumulation that makes ``global_batch``; their GBS are the
+    MLPerf v1.0 ``_bs20`` configs', so their stable batch norm statistics too ([stable-norm])."""
+    return _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), 0.16,
+                         stable_norm=True)
 
 
 def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumulation: int,
@@ -976,9 +985,11 @@ _ASSERTED_I1, _ASSERTED_I2, _ASSERTED_I3 = set(_I1), set(_I2), set(_I3)
 PUBLISHED_ROWS = [
     # ResNet-50 training, Mk2 (MLPerf v1.0 / v1.1, TF1.15; throughput from the result logs)
     Row("M5", "MLP v1.0 M5", "ResNet-50 training, Mk2 POD16, GBS 1,920", 27527, "images/s",
-        _resnet_train("ipu-pod16", 16, 20, 6, 0.15, tf1_calls=True), True, ("resnet-recompute", "tf1-calls", "bn-span")),
+        _resnet_train("ipu-pod16", 16, 20, 6, 0.15, tf1_calls=True, stable_norm=True), True,
+        ("resnet-recompute", "tf1-calls", "bn-span", "stable-norm")),
     Row("M6", "MLP v1.0 M6", "ResNet-50 training, Mk2 POD64, GBS 2,560", 83404, "images/s",
-        _resnet_train("ipu-pod64", 64, 20, 2, 0.14, tf1_calls=True), False, ("resnet-recompute", "tf1-calls", "bn-span")),
+        _resnet_train("ipu-pod64", 64, 20, 2, 0.14, tf1_calls=True, stable_norm=True), False,
+        ("resnet-recompute", "tf1-calls", "bn-span", "stable-norm")),
     Row("M13", "MLP v1.1 M13", "ResNet-50 training, Mk2 POD16, GBS 3,200", 29543, "images/s",
         _resnet_train("ipu-pod16", 16, 20, 10, 0.15, "lars", tf1_calls=True), True,
         ("lars", "resnet-recompute", "tf1-calls", "bn-span")),

@@ -74,6 +74,33 @@ def test_a_larger_partition_makes_every_pair_wait_longer():
     assert {c + (120 - 80) for c in stem_cycles(4)} == stem_cycles(8)
 
 
+def test_stable_statistics_all_reduce_the_mean_then_the_power():
+    """bn_stable (TF's use_stable_statistics, poplin's stableAlgo): each training batch norm all-reduces
+    its mean (fp16) and then its power (fp32 partials) where the default all-reduces both at once;
+    the gradient's one all-reduce is unchanged."""
+    stats = _statistics(_run(bn_span=2, bn_stable=True))  # 3 micro-batches
+    first = stats[stats.ipu == 0]
+    assert len(first) == 3 * BATCH_NORMS * 3
+    stem = first[first.name == f"stem/bn1/batchnorm {SUFFIX}"].sort_values("start")
+    assert stem.bytes.tolist() == [64 * 2, 64 * 4] * 3  # the mean, then the power, every micro-batch
+    assert first.name.str.endswith(f"/batchnorm/grad {SUFFIX}").sum() == BATCH_NORMS * 3
+
+
+def test_stable_statistics_cost_one_more_pass_over_the_activations():
+    """The stable estimator subtracts the mean from the activations before their power
+    (Norms.cpp: popops::map _1 - Cast(_2)): the forward batch norm costs one 'sub' pass more."""
+    from sim.cost.vector import launch_cycles, spread, tile_cycles
+    runs = {stable: _run(replicas=2, accumulation=1, bn_span=1, bn_stable=stable) for stable in (False, True)}
+    ex = runs[True].executable
+    op = next(o for o in ex.graph.ops if o.name == "stem/bn1/batchnorm")
+    base, stable = (runs[k].executable.costs[op.name] for k in (False, True))
+    ipu = ex.system.ipu
+    _, per_tile = spread(ex.graph.tensors[op.inputs[0]].numel, 2, ipu, ipu.tiles)
+    assert stable.compute_cycles - base.compute_cycles == tile_cycles(per_tile, 2, "sub", ipu)
+    assert stable.launch_cycles - base.launch_cycles == launch_cycles("sub")
+    assert stable.supersteps == base.supersteps + 1
+
+
 def test_without_a_span_or_at_inference_there_is_none():
     assert _statistics(_run(bn_span=1)).empty
     assert _statistics(_run(bn_span=2, training=False)).empty
@@ -92,6 +119,10 @@ def test_bad_spans_are_refused_with_what_to_do():
         models.get("resnet50", bn_span=0)
     with pytest.raises(GraphError, match="norm=.group.*bn_span=1"):
         models.get("resnet50", norm="group", bn_span=2)
+    with pytest.raises(GraphError, match="bn_stable.*norm=.group.*bn_stable=False"):
+        models.get("resnet50", norm="group", bn_stable=True)
+    with pytest.raises(GraphError, match="bn_stable.*True or False"):
+        models.get("resnet50", bn_stable=1)
 
 
 def test_the_tf1_rows_span_two_replicas_and_the_pytorch_row_none():

@@ -700,8 +700,13 @@ def _batchnorm(kind, ins, attrs, ipu, tiles) -> OpCost:
     # statistics: per-tile partial sums per channel, exchanged and combined
     stats = min(channels, per_tile) * 2 * 4
     compute = tile_cycles(per_tile, itemsize, kind, ipu) + tile_cycles(2 * channels, 4, "reduce", ipu)
-    return _phases(ipu, compute, exchange_cycles(stats, ipu), codelet(kind).sets + 1, 8.0 * n, stats * used,
-                   used, launch=launch_cycles(kind) + launch_cycles("reduce"))
+    launch, sets = launch_cycles(kind) + launch_cycles("reduce"), codelet(kind).sets + 1
+    if kind == "batchnorm" and attrs.get("stable_statistics"):
+        # poplin's stable estimator subtracts the mean from the activations before their power
+        # (Norms.cpp normStatisticsImpl: popops::map _1 - Cast(_2)), one more element-wise pass
+        compute += tile_cycles(per_tile, itemsize, "sub", ipu)
+        launch, sets = launch + launch_cycles("sub"), sets + 1
+    return _phases(ipu, compute, exchange_cycles(stats, ipu), sets, 8.0 * n, stats * used, used, launch=launch)
 
 
 def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:

@@ -12,8 +12,9 @@ batch norm over groups of k adjacent replicas: its compute runs as usual and a c
 follows it. poplibs passes two per-channel vectors to the framework's all-reduce callback
 (``lib/poplin/Norms.cpp``): the statistics' mean (the activations' type) and power (the partials
 type, ``FLOAT`` by default) in ``normStatisticsImpl``, the two gradient sums (the partials type)
-in ``normStatisticsGradientsImpl``. poplibs reduces before it normalises; the simulator runs the
-collective after the op, the same time on the IPU.
+in ``normStatisticsGradientsImpl``; with the stable estimator (``stable_statistics``) the mean's
+all-reduce, then the power's. poplibs reduces before it normalises; the simulator runs the
+collectives after the op, the same time on the IPU.
 """
 
 from __future__ import annotations
@@ -37,14 +38,14 @@ def spans_replicas(op: Op) -> bool:
             and not op.attrs.get("inference"))
 
 
-def _collective_of(ctx, op: Op) -> tuple[str, int, int, int | None]:
-    """(collective, bytes per member, group stride, group size) of a collective op or a
-    distributed norm."""
+def _collective_of(ctx, op: Op) -> tuple[str, tuple[int, ...], int, int | None]:
+    """(collective, bytes per member of each call in order, group stride, group size) of a
+    collective op or a distributed norm."""
     tensors = ctx.g.tensors
     if op.kind in KINDS:
         kind = KINDS[op.kind]
         nbytes = tensors[op.outputs[0]].nbytes if kind == "all_gather" else tensors[op.inputs[0]].nbytes
-        return kind, nbytes, op.attrs.get("group_stride", 1), op.attrs.get("group_size")
+        return kind, (nbytes,), op.attrs.get("group_stride", 1), op.attrs.get("group_size")
     k, R = op.attrs["replica_group_size"], ctx.options.total_replicas()
     if R % k:
         raise OptionsError(
@@ -53,8 +54,11 @@ def _collective_of(ctx, op: Op) -> tuple[str, int, int, int | None]:
             "or bn_span to 1")
     x = tensors[op.inputs[1] if op.kind == "batchnorm_grad" else op.inputs[0]]
     channels = x.shape[1]
-    per_channel = (DTYPE_BYTES[x.dtype] + PARTIALS_BYTES) if op.kind == "batchnorm" else 2 * PARTIALS_BYTES
-    return "all_reduce", channels * per_channel, 1, k
+    if op.kind == "batchnorm_grad":
+        return "all_reduce", (channels * 2 * PARTIALS_BYTES,), 1, k
+    if op.attrs.get("stable_statistics"):  # the mean's all-reduce, then the power's (Norms.cpp, stableAlgo)
+        return "all_reduce", (channels * DTYPE_BYTES[x.dtype], channels * PARTIALS_BYTES), 1, k
+    return "all_reduce", (channels * (DTYPE_BYTES[x.dtype] + PARTIALS_BYTES),), 1, k
 
 
 def group_members(rank: int, replicas: int, stride: int = 1, group_size: int | None = None) -> list[int]:
@@ -69,7 +73,7 @@ def collectives_for(ctx, op: Op) -> list[Collective]:
     Each spans its group's simulated replicas (a barrier over them); the group's other
     replicas behave the same and are priced into its ring.
     """
-    kind, nbytes, stride, size = _collective_of(ctx, op)
+    kind, sizes, stride, size = _collective_of(ctx, op)
     k = ctx.ipus_per_replica
     R = ctx.options.total_replicas()
     name = f"{op.name} {NORM_COLLECTIVE_SUFFIX}" if op.kind in NORM_KINDS else op.name
@@ -80,10 +84,11 @@ def collectives_for(ctx, op: Op) -> list[Collective]:
             continue
         seen.add(group)
         members = [m * k + op.ipu for m in group]
-        plan = plan_collective(ctx.system, kind, nbytes, members, ctx.collective_algorithm,
-                               partition_ipus=ctx.partition_ipus)
         simulated = [m * k + op.ipu for m in group if m in ctx.replicas]
         links = tuple(("ipu_link", a, b) for a, b in zip(simulated, simulated[1:] + simulated[:1]) if a != b)
-        items.append(Collective(tuple(simulated), kind, nbytes, len(members), plan.algorithm, plan.phases,
-                                links, name))
+        for nbytes in sizes:
+            plan = plan_collective(ctx.system, kind, nbytes, members, ctx.collective_algorithm,
+                                   partition_ipus=ctx.partition_ipus)
+            items.append(Collective(tuple(simulated), kind, nbytes, len(members), plan.algorithm, plan.phases,
+                                    links, name))
     return items
