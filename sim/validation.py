@@ -461,8 +461,8 @@ DEPARTURES = {
                "number_of_distributed_batch_norm_replicas, poplibs' distributed batch norm), the zoo's "
                "bn_span=2; the recomputed forward all-reduces its statistics again [U]",
     "stable-norm": "the MLPerf v1.0 configs.yml sets stable_norm: True (TF's norms.use_stable_statistics; "
-                   "v1.1 and v2.0 do not): poplin's stable estimator, the mean's all-reduce then the power's "
-                   "(lib/poplin/Norms.cpp normStatisticsImpl), the zoo's bn_stable",
+                   "v1.1, v2.0 and the examples repo's configs do not): poplin's stable estimator, the mean's "
+                   "all-reduce then the power's (lib/poplin/Norms.cpp normStatisticsImpl), the zoo's bn_stable",
     "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
               "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
@@ -724,10 +724,10 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
 
 def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> Setup:
     """The end-to-end ResNet-50 checks' configuration (:func:`resnet50_training`): momentum SGD,
-    availableMemoryProportion 0.16, the accumulation that makes ``global_batch``; their GBS are the
-    MLPerf v1.0 ``_bs20`` configs', so their stable batch norm statistics too ([stable-norm])."""
-    return _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), 0.16,
-                         stable_norm=True)
+    availableMemoryProportion 0.16, the accumulation that makes ``global_batch``. Their GBS are the
+    MLPerf v1.0 ``_bs20`` configs', but not their ``stable_norm``: the examples repo's
+    ``applications/tensorflow/cnns/training/configs.yml`` (SDK 2.2-2.5) never set it for these configs."""
+    return _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), 0.16)
 
 
 def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumulation: int,
