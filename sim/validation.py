@@ -8,8 +8,8 @@ the tolerances; ``python -m sim.validation`` writes the table to ``reports/valid
 
 End to end: :data:`END_TO_END` (published throughputs held at 30 %) and the held-out rows of
 ``docs/reference/published-results.md`` (:data:`PUBLISHED_ROWS`, :data:`SCALING`): each a zoo model
-configured as the row's source configures the run; those within 30 % when added are asserted at
-30 %, the others are tracked in the report; :data:`NOT_EXPRESSIBLE` lists the rows the zoo cannot
+configured as the row's source configures the run; those within 30 % when added (or within 25 % since,
+:data:`PROMOTED`) are asserted at 30 %, the others are tracked in the report; :data:`NOT_EXPRESSIBLE` lists the rows the zoo cannot
 run yet, and why.
 
 Memory: :data:`MEMORY_ROWS` (poplibs' published IPUModel2 memory of single fully connected layers;
@@ -429,7 +429,7 @@ class Row:
     published: float
     unit: str
     setup: Setup
-    asserted: bool  # within 30 % when added: tests/test_calibration.py holds it there
+    asserted: bool  # within 30 % when added, or since (PROMOTED): tests/test_calibration.py holds it there
     notes: tuple = ()  # where the run departs from the source's configuration: DEPARTURES keys or text
 
     def outcome(self) -> float | OutOfMemoryError:
@@ -1237,6 +1237,13 @@ PUBLISHED_ROWS = [
         ("poprt", "poprt-depth", "no IO tiles (no --enable_overlapio)", "the README's --eightbitio flag "
         "is not in the script: 8-bit input as the doc says [U]")),
 ]
+#: rows tracked when added (outside 30 %) that model changes have since brought within 25 % (reports of
+#: 2026-11-29); asserted at 30 % from then on like the rows added within it, so a change that loses the
+#: gain fails tests/test_calibration.py. The rows between 25 and 30 % stay tracked: too near the edge for
+#: a guard.
+PROMOTED = frozenset(("M1", "M2", "M7", "M8", "M25", "M26", "B3", "B12", "B16", "B30", "B34", "B37", "B40",
+                      "B42", "B43", "I12 bs64", "I12 bs90", "I12 bs96"))
+PUBLISHED_ROWS = [replace(r, asserted=True) if r.id in PROMOTED else r for r in PUBLISHED_ROWS]
 PUBLISHED_BY_ID = {r.id: r for r in PUBLISHED_ROWS}
 _END_TO_END_BY_ID = {"B1": END_TO_END[0], "B2": END_TO_END[1]}  # GCN-P B1, B2: already end to end
 
@@ -2118,8 +2125,8 @@ def _published_section() -> list[str]:
              "Training logs, GCN-P/S30/S31/S33 = Graphcore's performance-results table by SDK, RT = PopRT's "
              "READMEs, EX-CF = the examples' Conformer README), each run on the zoo's model configured as the row's source configures it (the "
              "configuration column; its *notes* say where the zoo cannot follow the source). No constant, config "
-             "value or model was changed for them. Rows within 30 % when they were added are asserted at "
-             "30 % by `tests/test_calibration.py`: a regression guard, not a fit (another software stack and "
+             "value or model was changed for them. Rows within 30 % when they were added, and rows that model "
+             "changes have brought within 25 % since, are asserted at 30 % by `tests/test_calibration.py`: a regression guard, not a fit (another software stack and "
              "data pipeline, nothing tuned to them); the others are tracked here only. GCN-P B1 and B2, and "
              "B10 and B12 at micro-batch 4, are the end-to-end rows above; B10 and B12 here use the "
              "configuration's micro-batch 8. "
