@@ -118,8 +118,7 @@ def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
     bias), so each normalisation is that bias added per channel. Folding needs fixed statistics,
     so ``"folded"`` is refused for a model that computes a loss (``with_loss``). ``bn_span`` (where
     the model has it) > 1 spreads each batch norm's training statistics over that many adjacent
-    replicas (:meth:`~sim.graph.GraphBuilder.batchnorm`'s ``replica_group_size``); ``bn_stable``
-    (where the model has it) computes them with poplin's stable estimator (``stable_statistics``)."""
+    replicas (:meth:`~sim.graph.GraphBuilder.batchnorm`'s ``replica_group_size``)."""
     if p["norm"] not in ("batch", "group", "folded"):
         p.fail("norm", 'expected "batch" (batch norm), "group" (group norm of norm_groups groups) or "folded" '
                        "(batch norm folded into the convolutions, as an exported inference model has it)")
@@ -131,14 +130,10 @@ def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
     if span > 1 and p["norm"] != "batch":
         p.fail("bn_span", f"spreads batch norm statistics over replicas; norm={p['norm']!r} has none: "
                           "give norm=\"batch\" or bn_span=1")
-    stable = p.flag("bn_stable") if "bn_stable" in p else False
-    if stable and p["norm"] != "batch":
-        p.fail("bn_stable", f"is the batch norms' stable estimator; norm={p['norm']!r} has none: "
-                            "give norm=\"batch\" or bn_stable=False")
 
     def norm(x: str, name: str) -> str:
         if p["norm"] == "batch":
-            return b.batchnorm(x, name=name, replica_group_size=span, stable_statistics=stable)
+            return b.batchnorm(x, name=name, replica_group_size=span)
         if p["norm"] == "folded":
             with b.scope(name):
                 return b.add(x, b.weight("bias", (1, b.shape(x)[1], 1, 1), b.dtype_of(x)))

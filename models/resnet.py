@@ -33,10 +33,6 @@ statistics span that many adjacent replicas (TensorFlow's
 ``number_of_distributed_batch_norm_replicas``, run by poplibs' distributed batch norm), so every
 batch norm and its gradient all-reduce two per-channel vectors over each group of replicas
 (:mod:`sim.schedule.replicated_ops`). The replica count must be a multiple of it.
-``bn_stable`` is their ``stable_norm`` (TensorFlow's ``norms.use_stable_statistics``, set in the
-MLPerf v1.0 configs): poplin's stable estimator, the mean before the power of the activations
-less the mean, one more element-wise pass per batch norm in training and, with a span, two
-all-reduces (the mean's, then the power's) where there was one.
 
 ``split_points`` lists the blocks where a new IPU starts (as Graphcore's CNN examples'
 ``--pipeline-splits``): ``["layer2/0", "layer3/0"]`` puts the stem and layer1 on IPU 0, layer2
@@ -50,8 +46,7 @@ from sim.graph import Graph, GraphBuilder
 from ._common import Params, Placement, image_inputs, normaliser, split_points
 
 _COMMON = dict(image_size=224, num_classes=1000, split_points=None, recompute_checkpoints=None, eight_bit_io=False,
-               with_loss=True, dtype="float16", fp8_convs=False, norm="batch", norm_groups=32, bn_span=1,
-               bn_stable=False)
+               with_loss=True, dtype="float16", fp8_convs=False, norm="batch", norm_groups=32, bn_span=1)
 MODELS = {
     "resnet50": dict(micro_batch=4, **_COMMON, groups=1, width_per_group=64),
     # ResNeXt-101 32x4d as Graphcore's TF1 example builds it (Models/resnext.py set_defaults: 32 groups of

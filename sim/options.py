@@ -300,6 +300,7 @@ class Options:
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
                 "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern", "pipelineCopies",
+                "stableNormStatistics",
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
@@ -321,6 +322,7 @@ class Options:
         self.execution_strategy: _Strategy | None = None
         self.sync_pattern = SyncPattern.Full
         self.pipeline_copies = PipelineCopies.Merged
+        self.stable_norm_statistics = False
         self.auto_round_num_ipus = False
         self.input_group_size = 1
         self.input_group_type = CommGroupType.Consecutive
@@ -409,6 +411,20 @@ class Options:
             raise OptionsError(f"pipelineCopies expects a PipelineCopies (Merged or PerStage), got {mode!r}")
         self.pipeline_copies = mode
         self._record("pipelineCopies", mode.name)
+        return self
+
+    def stableNormStatistics(self, stable: bool = True) -> "Options":
+        """The simulator's own: TensorFlow's ``norms.use_stable_statistics`` (``IPUConfig``), which
+        Graphcore's TF1 CNN (``--stable-norm``, forced on for EfficientNet and ResNeXt) and BERT
+        examples set. Every batch, group and layer norm in training then estimates its statistics as
+        poplin's ``normStatistics`` does with ``stableAlgo`` (``lib/poplin/Norms.cpp``): the mean's
+        reduction, the mean subtracted from the activations, then the power's reduction, where the
+        default reduces both at once; a distributed batch norm all-reduces the mean, then the power.
+        PopART and PopTorch never set it (default: off)."""
+        if not isinstance(stable, bool):
+            raise OptionsError(f"stableNormStatistics expects True or False, got {stable!r}")
+        self.stable_norm_statistics = stable
+        self._record("stableNormStatistics", stable)
         return self
 
     def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":

@@ -289,6 +289,7 @@ class Setup:
     poplin_options: tuple = ()  # (name, value) pairs set in PopART's matmulOptions and convolutionOptions
     auto_loss_scaling: bool = False  # Training.setAutomaticLossScaling(True)
     per_stage_copies: bool = False  # a TensorFlow pipeline: each stage's inter-IPU copies one after another
+    stable_norm: bool = False  # TensorFlow's norms.use_stable_statistics (Options.stableNormStatistics)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -331,6 +332,8 @@ class Setup:
             o._Popart.set("automaticLossScalingSettings.enabled", True)
         if self.per_stage_copies:
             o.pipelineCopies(PipelineCopies.PerStage)
+        if self.stable_norm:
+            o.stableNormStatistics(True)
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -366,6 +369,8 @@ class Setup:
             parts.append("ShardedExecution")
         if self.per_stage_copies:
             parts.append("each stage's inter-IPU copies one after another (TensorFlow)")
+        if self.stable_norm:
+            parts.append("stable norm statistics (TensorFlow)")
         if self.poplin_options:
             parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
         return "; ".join(parts)
@@ -460,9 +465,13 @@ DEPARTURES = {
                "statistics and its gradient sums are all-reduced over pairs of adjacent replicas (TF's "
                "number_of_distributed_batch_norm_replicas, poplibs' distributed batch norm), the zoo's "
                "bn_span=2; the recomputed forward all-reduces its statistics again [U]",
-    "stable-norm": "the MLPerf v1.0 configs.yml sets stable_norm: True (TF's norms.use_stable_statistics; "
-                   "v1.1, v2.0 and the examples repo's configs do not): poplin's stable estimator, the mean's "
-                   "all-reduce then the power's (lib/poplin/Norms.cpp normStatisticsImpl), the zoo's bn_stable",
+    "stable-norm": "the MLPerf v1.0 configs.yml sets stable_norm: True (TF's norms.use_stable_statistics, the "
+                   "simulator's Options.stableNormStatistics; v1.1, v2.0 and the examples repo's ResNet-50 MLPerf "
+                   "configs do not): poplin's stable estimator, the mean's all-reduce then the power's "
+                   "(lib/poplin/Norms.cpp normStatisticsImpl)",
+    "tf-stable-norm": "TensorFlow's norms.use_stable_statistics, as the example sets it (the simulator's "
+                      "Options.stableNormStatistics): each norm reduces its mean, subtracts it, then reduces the "
+                      "power (lib/poplin/Norms.cpp normStatisticsImpl, stableAlgo)",
     "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
               "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
@@ -714,12 +723,11 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
                   eight_bit_io=True)
     if not pytorch:
         params["bn_span"] = 2
-    if stable_norm:
-        params["bn_stable"] = True
     return Setup("resnet50", _params(**params), system, replicas=replicas, accumulation=accumulation,
                  device_iterations=steps, amp=(amp,), optimizer=optimizer,
                  state_dtype="float32" if pytorch else "float16",
-                 prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",))
+                 prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",),
+                 stable_norm=stable_norm)
 
 
 def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> Setup:
@@ -735,13 +743,14 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
                 vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
                 attention_dropout: float | None = None, output_mode: str = "",
                 merged_collectives: tuple = (), pytorch: bool = False, embedding_serialization: int = 1,
-                tensorflow: bool = False) -> Setup:
+                tensorflow: bool = False, stable_norm: bool = False) -> Setup:
     """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
     state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
     ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum); ``pytorch``: the
     PyTorch example's parameter groups (:func:`pytorch_bert_groups`); ``embedding_serialization`` the
     config's vocabulary steps of the tied projection; ``tensorflow``: each stage's inter-IPU copies
-    one after another ([tf-copies])."""
+    one after another ([tf-copies]); ``stable_norm``: TensorFlow's stable norm statistics, which the
+    TF1 BERT's ipu_utils.py sets for every run ([tf-stable-norm]; the TF2 BERT does not)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
                   mask_tokens=mask_tokens)
     if embedding_serialization > 1:
@@ -752,7 +761,8 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
         params["attention_dropout"] = attention_dropout
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
                  amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
-                 merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow)
+                 merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow,
+                 stable_norm=stable_norm)
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -869,10 +879,12 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     group norm of 4 groups (the model's default), the ImageNet default size 380, micro-batch 3, two IPUs
     per replica split at block4a, availableMemoryProportion 0.4, precision 16.16 with half partials,
     LARS, 8-bit images, recomputation, prefetch depth 3, the gradient all-reduces combined
-    ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies])."""
+    ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies]), stable norm
+    statistics (Models/efficientnet.py forces ``stable_norm`` on; [tf-stable-norm])."""
     params = _params(micro_batch=3, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
     return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
-                 optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True)
+                 optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True,
+                 stable_norm=True)
 
 
 def _resnext_train() -> Setup:
@@ -880,10 +892,12 @@ def _resnext_train() -> Setup:
     ``resnext101_16ipus``, Models/resnext.py ``set_defaults``): group norm of 32 groups, micro-batch 6,
     two IPUs per replica split at stage3/unit4 (the zoo's layer3/3), 8 replicas, GA 16, momentum SGD,
     half partials, 8-bit images, recomputation, prefetch depth 4 (the benchmark's), the gradient
-    all-reduces combined ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies])."""
+    all-reduces combined ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies]),
+    stable norm statistics (the config's ``stable_norm: True``, which Models/resnext.py also forces;
+    [tf-stable-norm])."""
     params = _params(micro_batch=6, split_points=["layer3/3"], eight_bit_io=True)
     return Setup("resnext101", params, "bow-pod16", replicas=8, accumulation=16, optimizer="sgd_momentum",
-                 prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True)
+                 prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True, stable_norm=True)
 
 
 def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
@@ -1039,9 +1053,9 @@ PUBLISHED_ROWS = [
         ("bert-recompute", "attn-dropout", "emb-serial")),
     Row("B11", "GCN-P B11", "BERT-Large Ph1 (SL128) TF1, Bow Pod16", 5125, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2050, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
-                    merged_collectives=("all_reduce",), tensorflow=True), True,
+                    merged_collectives=("all_reduce",), tensorflow=True, stable_norm=True), True,
         ("TF1's Grouped pipeline schedule runs as PopART's pipeline cycles", "tf-copies", "bert-recompute",
-         "attn-dropout", "tf-combine")),
+         "attn-dropout", "tf-combine", "tf-stable-norm")),
     Row("B12", "GCN-P B12", "BERT-Large Ph1 (SL128) PopART, Bow Pod64, mbs 8", 19353, "sequences/s",
         _bert_train("bert-large", "bow-pod64", 16, 8, 512, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
                     embedding_serialization=5), False,
@@ -1161,7 +1175,7 @@ PUBLISHED_ROWS = [
     # EfficientNet-B4 G16 training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
     *[Row(rid, f"{src} {rid}", f"EfficientNet-B4 (G16) training, Bow {pod}", pub, "images/s",
           _effnet_train(f"bow-{pod.lower()}", rf, ga), True,
-          ("effnet", "lars", "tf-combine", "tf-copies") + (("effnet-pod256",) if rf == 128 else ()))
+          ("effnet", "lars", "tf-combine", "tf-copies", "tf-stable-norm") + (("effnet-pod256",) if rf == 128 else ()))
       for rid, src, pod, rf, ga, pub in (("B4", "GCN-P", "Pod16", 8, 256, 8936), ("B5", "GCN-P", "Pod64", 32, 64, 34943),
                                          ("B6", "GCN-P", "Pod256", 128, 16, 117641),
                                          ("B17", "GCN-S30", "Pod16", 8, 256, 9000),
@@ -1169,7 +1183,7 @@ PUBLISHED_ROWS = [
                                          ("B20", "GCN-S30", "Pod256", 128, 16, 122665))],
     # ResNeXt-101 32x4d training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
     *[Row(rid, f"{src} {rid}", "ResNeXt-101 32x4d training, Bow Pod16, GBS 768", pub, "images/s", _resnext_train(),
-          True, ("resnext", "tf-combine", "tf-copies"))
+          True, ("resnext", "tf-combine", "tf-copies", "tf-stable-norm"))
       for rid, src, pub in (("B7", "GCN-P", 12221), ("B21", "GCN-S30", 12277))],
     # ViT-B/16 training, PyTorch (graphcore/examples vision/vit/pytorch, SDK 3.0)
     Row("B22", "GCN-S30 B22", "ViT-B/16 pre-training (LAMB, mixup, 8-bit images), Bow Pod16", 7615, "images/s",

@@ -15,9 +15,9 @@ BATCH_NORMS = 53  # ResNet-50: the stem's, 3 per bottleneck block (16) and 4 pro
 SUFFIX = "statistics all-reduce"
 
 
-def _run(replicas=4, accumulation=3, training=True, **params):
+def _run(replicas=4, accumulation=3, training=True, stable=False, **params):
     g = models.get("resnet50", micro_batch=2, image_size=64, **params)
-    o = Options().replicationFactor(replicas)
+    o = Options().replicationFactor(replicas).stableNormStatistics(stable)
     if training:
         o.Training.gradientAccumulation(accumulation)
     return sim.simulate(g, "ipu-m2000", o, training=training, optimizer="sgd" if training else None)
@@ -75,10 +75,10 @@ def test_a_larger_partition_makes_every_pair_wait_longer():
 
 
 def test_stable_statistics_all_reduce_the_mean_then_the_power():
-    """bn_stable (TF's use_stable_statistics, poplin's stableAlgo): each training batch norm all-reduces
-    its mean (fp16) and then its power (fp32 partials) where the default all-reduces both at once;
-    the gradient's one all-reduce is unchanged."""
-    stats = _statistics(_run(bn_span=2, bn_stable=True))  # 3 micro-batches
+    """Options.stableNormStatistics (TF's use_stable_statistics, poplin's stableAlgo): each training
+    batch norm all-reduces its mean (fp16) and then its power (fp32 partials) where the default
+    all-reduces both at once; the gradient's one all-reduce is unchanged."""
+    stats = _statistics(_run(bn_span=2, stable=True))  # 3 micro-batches
     first = stats[stats.ipu == 0]
     assert len(first) == 3 * BATCH_NORMS * 3
     stem = first[first.name == f"stem/bn1/batchnorm {SUFFIX}"].sort_values("start")
@@ -90,7 +90,7 @@ def test_stable_statistics_cost_one_more_pass_over_the_activations():
     """The stable estimator subtracts the mean from the activations before their power
     (Norms.cpp: popops::map _1 - Cast(_2)): the forward batch norm costs one 'sub' pass more."""
     from sim.cost.vector import launch_cycles, spread, tile_cycles
-    runs = {stable: _run(replicas=2, accumulation=1, bn_span=1, bn_stable=stable) for stable in (False, True)}
+    runs = {stable: _run(replicas=2, accumulation=1, bn_span=1, stable=stable) for stable in (False, True)}
     ex = runs[True].executable
     op = next(o for o in ex.graph.ops if o.name == "stem/bn1/batchnorm")
     base, stable = (runs[k].executable.costs[op.name] for k in (False, True))
@@ -119,10 +119,6 @@ def test_bad_spans_are_refused_with_what_to_do():
         models.get("resnet50", bn_span=0)
     with pytest.raises(GraphError, match="norm=.group.*bn_span=1"):
         models.get("resnet50", norm="group", bn_span=2)
-    with pytest.raises(GraphError, match="bn_stable.*norm=.group.*bn_stable=False"):
-        models.get("resnet50", norm="group", bn_stable=True)
-    with pytest.raises(GraphError, match="bn_stable.*True or False"):
-        models.get("resnet50", bn_stable=1)
 
 
 def test_the_tf1_rows_span_two_replicas_and_the_pytorch_row_none():

@@ -150,6 +150,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                          "build the model's computation into the graph")
     accumulate = o.Training.gradient_accumulation > 1
     g = graph_to_price(graph, training, optimizer, accumulate)
+    if o.stable_norm_statistics:
+        mark_stable_norms(g)
     tracked = add_automatic_loss_scaling(g, accumulate) if training and o.automatic_loss_scaling() else 0
     strategy = assign(g, o.execution_strategy)
     merge_norms(g)  # LARS's norms: one ReduceMany per IPU, stage and phase
@@ -240,6 +242,20 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
                       strategy, k, simulated, ctx.stages, timings)
+
+
+#: the norms whose training statistics poplin estimates (``normStatistics``): the forward op kinds
+STATISTICS_NORMS = ("batchnorm", "groupnorm", "layernorm")
+
+
+def mark_stable_norms(g: Graph) -> None:
+    """``Options.stableNormStatistics``: every forward norm of ``g`` (the compiler's copy) that
+    computes statistics (a batch norm in training, a group or layer norm always) estimates them with
+    poplin's stable algorithm: the ``stable_statistics`` attribute the cost rules and the
+    distributed batch norm's collectives read (an inference batch norm's fixed statistics ignore it)."""
+    for op in g.ops:
+        if op.kind in STATISTICS_NORMS and op.pass_ == "forward":
+            op.attrs = {**op.attrs, "stable_statistics": True}
 
 
 def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) -> dict[str, OpCost]:

@@ -64,6 +64,12 @@ SOFTMAX_GRAD_STEPS = (("map", ("mul",)), ("reduce", ("add",), None), ("row", ("m
 #: the InverseStdDeviation vertex priced as the fused map of its expression (power/n - mean^2 + eps, rsqrt)
 LAYERNORM_STEPS = (("reduce", ("add", "square_add"), 4), ("stats", ("mul", "mul", "sub", "add", "rsqrt"), 4),
                    ("row", ("sub",), 4), ("row", ("mul",), 4), ("col", ("mul",)), ("col", ("add",)))
+#: the same with poplin's stable estimator (Norms.cpp normStatisticsImpl, stableAlgo: TensorFlow's
+#: norms.use_stable_statistics): the mean's reduction on its own (to the activations' type), the mean
+#: subtracted from the activations (a new tensor), then the power's reduction of that; the
+#: InverseStdDeviation vertex then skips the mean's square (power/n + eps, rsqrt)
+LAYERNORM_STABLE_STEPS = (("reduce", ("add",), None), ("row", ("sub",), None), ("reduce", ("square_add",), 4),
+                          ("stats", ("mul", "add", "rsqrt"), 4)) + LAYERNORM_STEPS[2:]
 #: PopART's GroupNormGradOpx (popart willow/src/popx/op/groupnormx.cpp): groupNormWhiten again (the row sub
 #: and mul), then popnn groupNormGradients -> poplin normGradients (mul by gamma) and normStatisticsGradients
 #: (Norms.cpp: normParamGradients' mul and its one reduce of the concatenated [dy * x_hat, dy] per row, the
@@ -75,7 +81,7 @@ LAYERNORM_GRAD_STEPS = (("row", ("sub",), 4), ("row", ("mul",), 4), ("col", ("mu
                         ("stats", ("mul",), None), ("row", ("add",), None), ("map", ("scale",)),
                         ("row", ("mul",), 4), ("map", ("mul",)))
 STEPS = {"softmax": SOFTMAX_STEPS, "softmax_grad": SOFTMAX_GRAD_STEPS, "layernorm": LAYERNORM_STEPS,
-         "layernorm_grad": LAYERNORM_GRAD_STEPS}
+         "layernorm_grad": LAYERNORM_GRAD_STEPS, "layernorm_stable": LAYERNORM_STABLE_STEPS}
 
 #: ``reduce_cost(shape, axes, itemsize, operations, tiles)``: the OpCost of popops reductions of
 #: ``shape`` over ``axes``, one per operation, sharing compute sets
@@ -95,9 +101,9 @@ def _elementwise_step(n: int, itemsize: int, codelets: tuple, recv_bytes: int, i
 
 
 def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduce_cost: ReduceCost) -> OpCost:
-    """The cost of ``kind`` (one of :data:`ROW_OP_KINDS`) over the last dimension of ``shape``
-    (``dtype`` elements): the steps of :data:`STEPS` in order, their cycles, syncs and exchanges
-    added (each step its own compute sets)."""
+    """The cost of ``kind`` (a key of :data:`STEPS`: one of :data:`ROW_OP_KINDS`, or
+    ``layernorm_stable``) over the last dimension of ``shape`` (``dtype`` elements): the steps of
+    :data:`STEPS` in order, their cycles, syncs and exchanges added (each step its own compute sets)."""
     length = shape[-1] if shape else 1
     rows = max(1, math.prod(shape[:-1]))
     n = rows * length

@@ -138,7 +138,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ("transpose", "remap"):  # a copy into a new tile layout (GraphBuilder.remap)
         return _transpose(outs, ipu, tiles)
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
-        return row_op_cost(kind, tuple(ins[0][0]), ins[0][1], ipu, tiles, _row_reduce_cost(ipu))
+        return row_op_cost(_stable(kind, attrs), tuple(ins[0][0]), ins[0][1], ipu, tiles, _row_reduce_cost(ipu))
     if kind in _ROW_OPS:
         return _rows(kind, ins, ipu, tiles)
     if kind in ("batchnorm", "batchnorm_grad"):
@@ -683,6 +683,12 @@ def _transpose(outs, ipu, tiles) -> OpCost:
                    0.0, recv * used, used, plan="layout change through the exchange", launch=launch_cycles("copy"))
 
 
+def _stable(kind: str, attrs: dict) -> str:
+    """A layer (or group) norm's steps with poplin's stable statistics where the op has them
+    (``Options.stableNormStatistics``); any other kind as it is."""
+    return "layernorm_stable" if kind == "layernorm" and attrs.get("stable_statistics") else kind
+
+
 def _batchnorm(kind, ins, attrs, ipu, tiles) -> OpCost:
     """Batch norm: in training, statistics over N, H, W (per-tile partial sums, exchanged and
     combined) then the normalisation; at inference, the running statistics' per-channel scale and
@@ -988,8 +994,8 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
         shape, dtype, _ = ins[0]
         rows = shape[0] * attrs.get("groups", 1)
         # popnn's group norm is the path PopART's layer norm takes (GroupNormOpx): sim/cost/row_ops.py
-        return row_op_cost("layernorm" if kind == "groupnorm" else "layernorm_grad", (rows, math.prod(shape) // rows),
-                           dtype, ipu, tiles, _row_reduce_cost(ipu))
+        return row_op_cost(_stable("layernorm", attrs) if kind == "groupnorm" else "layernorm_grad",
+                           (rows, math.prod(shape) // rows), dtype, ipu, tiles, _row_reduce_cost(ipu))
     if kind in ("gather_elements", "scatter_elements"):
         # element by element (ONNX GatherElements / ScatterElements): a table of single
         # elements. gather: ins = [index, data]; scatter: ins = [index, data, updates], writing

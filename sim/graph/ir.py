@@ -584,29 +584,18 @@ class GraphBuilder:
             return build(x)
         return self.cast(build(self.cast(x, "float32", name=f"{kind}_to_fp32")), "float16", name=f"{kind}_to_fp16")
 
-    def batchnorm(self, x: str, name: str = "bn", replica_group_size: int = 1,
-                  stable_statistics: bool = False) -> str:
+    def batchnorm(self, x: str, name: str = "bn", replica_group_size: int = 1) -> str:
         """Batch norm of NCHW ``x`` over N, H, W per channel. ``replica_group_size`` > 1: in
         training the statistics span that many adjacent replicas (distributed batch norm, as
         TensorFlow's ``number_of_distributed_batch_norm_replicas`` runs poplibs'
         ``distributedBatchNormStatistics`` / ``Gradients``): the schedule adds each group's
-        all-reduce of the per-channel sums after the op and after its gradient.
-        ``stable_statistics``: poplin's stable estimator (TensorFlow's
-        ``norms.use_stable_statistics``; ``lib/poplin/Norms.cpp normStatisticsImpl`` with
-        ``stableAlgo``): the mean first, then the power of the activations less the mean, so in
-        training one more element-wise pass and, with a span, the mean's all-reduce before the
-        power's instead of one of both."""
+        all-reduce of the per-channel sums after the op and after its gradient. How the statistics
+        are estimated is the run's (``Options.stableNormStatistics``)."""
         c = self.shape(x)[1]
         if not isinstance(replica_group_size, int) or isinstance(replica_group_size, bool) or replica_group_size < 1:
             raise GraphError(f"batchnorm {self._name(name)}: replica_group_size must be a whole number >= 1, "
                              f"got {replica_group_size!r}")
-        if not isinstance(stable_statistics, bool):
-            raise GraphError(f"batchnorm {self._name(name)}: stable_statistics must be True or False, "
-                             f"got {stable_statistics!r}")
-        attrs = {"replica_group_size": replica_group_size} if replica_group_size > 1 else {}
-        if stable_statistics:
-            attrs["stable_statistics"] = True
-        attrs = attrs or None
+        attrs = {"replica_group_size": replica_group_size} if replica_group_size > 1 else None
         with self.scope(name):
             g = self.weight("gamma", (c,), self.dtype_of(x))
             b = self.weight("beta", (c,), self.dtype_of(x))

@@ -1,0 +1,110 @@
+"""Options.stableNormStatistics: TensorFlow's norms.use_stable_statistics, poplin's stable estimator
+for every batch, group and layer norm (lib/poplin/Norms.cpp normStatisticsImpl with stableAlgo).
+
+The distributed batch norm's two all-reduces are in tests/test_distributed_batchnorm.py."""
+import json
+
+import pytest
+
+import models
+import sim
+from cli_run import cli
+from sim import GraphBuilder, Options
+from sim.cost.row_ops import LAYERNORM_STABLE_STEPS, LAYERNORM_STEPS, row_op_cost
+from sim.cost.rules import _row_reduce_cost
+from sim.errors import OptionsError
+
+
+def _norms_graph():
+    """A conv, a group norm of 4 groups, a layer norm over the last axis and a batch norm, then a loss."""
+    b = GraphBuilder("norms", "float16")
+    x = b.input("x", (2, 8, 16, 16))
+    y = b.conv2d(x, 16, 3, 1, 1, name="conv")
+    y = b.group_norm(y, 4, name="gn")
+    y = b.layernorm(y, name="ln")
+    y = b.batchnorm(y, name="bn")
+    y = b.reshape(y, (2, 16 * 16 * 16))
+    logits = b.linear(y, 10, name="fc")
+    b.graph.loss = b.softmax_cross_entropy(logits, b.input("labels", (2,), "int32"))
+    b.output(b.graph.loss)
+    return b.graph
+
+
+def _compile(stable: bool, training: bool = True):
+    return sim.compile(_norms_graph(), "ipu-mk2", Options().stableNormStatistics(stable), training=training)
+
+
+def _op(ex, name):
+    return next(op for op in ex.graph.ops if op.name == name)
+
+
+def test_the_option_marks_every_forward_norm_and_nothing_else():
+    graph = _norms_graph()
+    ex = sim.compile(graph, "ipu-mk2", Options().stableNormStatistics(True), training=True)
+    marked = sorted(op.name for op in ex.graph.ops if op.attrs.get("stable_statistics"))
+    assert marked == ["bn/batchnorm", "gn/groupnorm", "ln/layernorm"]
+    assert not any(op.attrs.get("stable_statistics") for op in graph.ops)  # the user's graph is untouched
+    assert not any(op.attrs.get("stable_statistics") for op in _compile(False).graph.ops)
+
+
+def test_a_group_norm_runs_the_stable_steps():
+    """The mean's reduction on its own, the mean subtracted (a row broadcast), the power's reduction,
+    then the rest as before: priced as row_ops' LAYERNORM_STABLE_STEPS over (samples x groups) rows."""
+    base, stable = _compile(False), _compile(True)
+    cost = stable.costs["gn/groupnorm"]
+    ipu = stable.system.ipu
+    expected = row_op_cost("layernorm_stable", (2 * 4, 16 * 16 * 16 // 4), "float16", ipu, stable.tiles,
+                           _row_reduce_cost(ipu))
+    assert (cost.compute_cycles, cost.exchange_cycles, cost.sync_cycles, cost.supersteps) == (
+        expected.compute_cycles, expected.exchange_cycles, expected.sync_cycles, expected.supersteps)
+    assert cost.plan.startswith("8 rows of 1024: reduce add, row sub, reduce square_add, stats mul+add+rsqrt")
+    assert cost.compute_cycles + cost.exchange_cycles + cost.sync_cycles > sum(
+        getattr(base.costs["gn/groupnorm"], k) for k in ("compute_cycles", "exchange_cycles", "sync_cycles"))
+    # the gradient does not depend on how the statistics were estimated
+    grad = next(op.name for op in stable.graph.ops if op.kind == "groupnorm_grad")
+    assert stable.costs[grad] == base.costs[grad]
+
+
+def test_a_layer_norm_runs_the_stable_steps_in_training_and_inference():
+    """A layer norm computes its statistics at inference too, so the option applies there."""
+    for training in (True, False):
+        base, stable = _compile(False, training), _compile(True, training)
+        op = _op(stable, "ln/layernorm")
+        rows = 2 * 16 * 16
+        expected = row_op_cost("layernorm_stable", (rows, 16), "float16", stable.system.ipu, stable.tiles,
+                               _row_reduce_cost(stable.system.ipu))
+        assert op.attrs["stable_statistics"] is True
+        assert stable.costs["ln/layernorm"].supersteps == expected.supersteps
+        assert stable.costs["ln/layernorm"].supersteps > base.costs["ln/layernorm"].supersteps
+
+
+def test_the_stable_steps_are_the_default_steps_with_the_reduction_split():
+    assert LAYERNORM_STABLE_STEPS[:3] == (("reduce", ("add",), None), ("row", ("sub",), None),
+                                          ("reduce", ("square_add",), 4))
+    assert LAYERNORM_STEPS[0] == ("reduce", ("add", "square_add"), 4)
+    assert LAYERNORM_STABLE_STEPS[4:] == LAYERNORM_STEPS[2:]
+
+
+def test_an_inference_batch_norm_is_unchanged():
+    base, stable = _compile(False, training=False), _compile(True, training=False)
+    assert stable.costs["bn/batchnorm"] == base.costs["bn/batchnorm"]
+
+
+def test_the_option_takes_a_bool_and_is_listed_as_modelled():
+    with pytest.raises(OptionsError, match="stableNormStatistics expects True or False, got 1"):
+        Options().stableNormStatistics(1)
+    ex = _compile(True)
+    assert not any("stableNormStatistics" in n for n in ex.notes)
+
+
+def test_the_cli_flag_sets_the_option(capsys):
+    argv = ["run", "--model", "resnext101", "--micro-batch", "1", "--param", "image_size=64", "--training",
+            "--json"]
+    cycles = {}
+    for flag in ((), ("--stable-norm-statistics",)):
+        code, out, err = cli(capsys, *argv, *flag)
+        assert code == 0, err
+        cycles[bool(flag)] = json.loads(out)["cycle_count"]
+    graph = models.get("resnext101", micro_batch=1, image_size=64)
+    run = sim.simulate(graph, "ipu-mk2", Options().stableNormStatistics(True), training=True)
+    assert cycles[True] == run.cycle_count > cycles[False]
