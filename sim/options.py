@@ -300,7 +300,7 @@ class Options:
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
                 "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern", "pipelineCopies",
-                "stableNormStatistics",
+                "stableNormStatistics", "clearMatmulPassType",
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
@@ -323,6 +323,7 @@ class Options:
         self.sync_pattern = SyncPattern.Full
         self.pipeline_copies = PipelineCopies.Merged
         self.stable_norm_statistics = False
+        self.clear_matmul_pass_type = False
         self.auto_round_num_ipus = False
         self.input_group_size = 1
         self.input_group_type = CommGroupType.Consecutive
@@ -425,6 +426,19 @@ class Options:
             raise OptionsError(f"stableNormStatistics expects True or False, got {stable!r}")
         self.stable_norm_statistics = stable
         self._record("stableNormStatistics", stable)
+        return self
+
+    def clearMatmulPassType(self, clear: bool = True) -> "Options":
+        """The simulator's own: TensorFlow's ``matmuls.clear_pass_type`` (``IPUConfig``), which
+        Graphcore's TF1 BERT sets. graphcore/tensorflow then gives no matmul poplin's
+        ``fullyConnectedPass`` (``GetMatMulOptionsForInst``), so a layer's forward, backward and
+        weight-update matmuls are planned one by one as plain matmuls (pass NONE_MATMUL, operands
+        swapped where the planner prefers) instead of as a fully connected layer's passes, jointly
+        or separately. PopART and PopTorch set the pass (``enableFullyConnectedPass``; default: off)."""
+        if not isinstance(clear, bool):
+            raise OptionsError(f"clearMatmulPassType expects True or False, got {clear!r}")
+        self.clear_matmul_pass_type = clear
+        self._record("clearMatmulPassType", clear)
         return self
 
     def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":

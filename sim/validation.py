@@ -290,6 +290,7 @@ class Setup:
     auto_loss_scaling: bool = False  # Training.setAutomaticLossScaling(True)
     per_stage_copies: bool = False  # a TensorFlow pipeline: each stage's inter-IPU copies one after another
     stable_norm: bool = False  # TensorFlow's norms.use_stable_statistics (Options.stableNormStatistics)
+    clear_pass_type: bool = False  # TensorFlow's matmuls.clear_pass_type (Options.clearMatmulPassType)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -334,6 +335,8 @@ class Setup:
             o.pipelineCopies(PipelineCopies.PerStage)
         if self.stable_norm:
             o.stableNormStatistics(True)
+        if self.clear_pass_type:
+            o.clearMatmulPassType(True)
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -371,6 +374,8 @@ class Setup:
             parts.append("each stage's inter-IPU copies one after another (TensorFlow)")
         if self.stable_norm:
             parts.append("stable norm statistics (TensorFlow)")
+        if self.clear_pass_type:
+            parts.append("matmul pass type cleared (TensorFlow)")
         if self.poplin_options:
             parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
         return "; ".join(parts)
@@ -472,6 +477,9 @@ DEPARTURES = {
     "tf-stable-norm": "TensorFlow's norms.use_stable_statistics, as the example sets it (the simulator's "
                       "Options.stableNormStatistics): each norm reduces its mean, subtracts it, then reduces the "
                       "power (lib/poplin/Norms.cpp normStatisticsImpl, stableAlgo)",
+    "tf-clear-pass": "TensorFlow's matmuls.clear_pass_type, as the TF1 BERT's ipu_utils.py sets it (the simulator's "
+                     "Options.clearMatmulPassType): graphcore/tensorflow gives no matmul a fullyConnectedPass "
+                     "(GetMatMulOptionsForInst), so poplin plans each as a plain matmul",
     "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
               "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
@@ -743,14 +751,15 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
                 vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
                 attention_dropout: float | None = None, output_mode: str = "",
                 merged_collectives: tuple = (), pytorch: bool = False, embedding_serialization: int = 1,
-                tensorflow: bool = False, stable_norm: bool = False) -> Setup:
+                tensorflow: bool = False, tf1: bool = False) -> Setup:
     """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
     state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
     ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum); ``pytorch``: the
     PyTorch example's parameter groups (:func:`pytorch_bert_groups`); ``embedding_serialization`` the
     config's vocabulary steps of the tied projection; ``tensorflow``: each stage's inter-IPU copies
-    one after another ([tf-copies]); ``stable_norm``: TensorFlow's stable norm statistics, which the
-    TF1 BERT's ipu_utils.py sets for every run ([tf-stable-norm]; the TF2 BERT does not)."""
+    one after another ([tf-copies]); ``tf1``: the IPUConfig the TF1 BERT's ipu_utils.py sets for every
+    run, stable norm statistics ([tf-stable-norm]) and the matmul pass type cleared ([tf-clear-pass]);
+    the TF2 BERT sets neither."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
                   mask_tokens=mask_tokens)
     if embedding_serialization > 1:
@@ -762,7 +771,7 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
                  amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
                  merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow,
-                 stable_norm=stable_norm)
+                 stable_norm=tf1, clear_pass_type=tf1)
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -1053,9 +1062,9 @@ PUBLISHED_ROWS = [
         ("bert-recompute", "attn-dropout", "emb-serial")),
     Row("B11", "GCN-P B11", "BERT-Large Ph1 (SL128) TF1, Bow Pod16", 5125, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2050, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
-                    merged_collectives=("all_reduce",), tensorflow=True, stable_norm=True), True,
+                    merged_collectives=("all_reduce",), tensorflow=True, tf1=True), True,
         ("TF1's Grouped pipeline schedule runs as PopART's pipeline cycles", "tf-copies", "bert-recompute",
-         "attn-dropout", "tf-combine", "tf-stable-norm")),
+         "attn-dropout", "tf-combine", "tf-stable-norm", "tf-clear-pass")),
     Row("B12", "GCN-P B12", "BERT-Large Ph1 (SL128) PopART, Bow Pod64, mbs 8", 19353, "sequences/s",
         _bert_train("bert-large", "bow-pod64", 16, 8, 512, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
                     embedding_serialization=5), False,

@@ -179,6 +179,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the simulator's own [stableNormStatistics]: TensorFlow's norms.use_stable_statistics, "
                    "each norm's training statistics as the mean, then the power of the activations less it "
                    "(Graphcore's TF1 CNN and BERT examples; default: off, as PopART and PopTorch)")
+    x.add_argument("--clear-matmul-pass-type", action="store_true",
+                   help="the simulator's own [clearMatmulPassType]: TensorFlow's matmuls.clear_pass_type, each "
+                   "matmul planned as a plain matmul, not as a fully connected layer's pass (Graphcore's TF1 "
+                   "BERT; default: off, as PopART and PopTorch)")
     x.add_argument("--replicas", type=positive_int, metavar="N", help="[replicationFactor] (default: 1)")
     x.add_argument("--auto-round-num-ipus", action="store_true",
                    help="[autoRoundNumIPUs] round an IPU count that is not a power of two up")
@@ -283,6 +287,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
     if args.stable_norm_statistics:
         opts.stableNormStatistics(True)
+    if args.clear_matmul_pass_type:
+        opts.clearMatmulPassType(True)
     if args.replicas is not None:
         opts.replicationFactor(args.replicas)
     if args.auto_round_num_ipus:

@@ -152,6 +152,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     g = graph_to_price(graph, training, optimizer, accumulate)
     if o.stable_norm_statistics:
         mark_stable_norms(g)
+    if o.clear_matmul_pass_type:
+        clear_matmul_passes(g)
     tracked = add_automatic_loss_scaling(g, accumulate) if training and o.automatic_loss_scaling() else 0
     strategy = assign(g, o.execution_strategy)
     merge_norms(g)  # LARS's norms: one ReduceMany per IPU, stage and phase
@@ -256,6 +258,14 @@ def mark_stable_norms(g: Graph) -> None:
     for op in g.ops:
         if op.kind in STATISTICS_NORMS and op.pass_ == "forward":
             op.attrs = {**op.attrs, "stable_statistics": True}
+
+
+def clear_matmul_passes(g: Graph) -> None:
+    """``Options.clearMatmulPassType``: every matmul of ``g`` (the compiler's copy) that carries a
+    fully connected pass is planned as poplin's plain matmul instead (``fully_connected_pass`` NONE)."""
+    for op in g.ops:
+        if op.kind == "matmul" and op.attrs.get("fully_connected_pass") not in (None, "NONE"):
+            op.attrs = {**op.attrs, "fully_connected_pass": "NONE"}
 
 
 def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) -> dict[str, OpCost]:

@@ -1,7 +1,10 @@
-"""Options.stableNormStatistics: TensorFlow's norms.use_stable_statistics, poplin's stable estimator
-for every batch, group and layer norm (lib/poplin/Norms.cpp normStatisticsImpl with stableAlgo).
+"""TensorFlow IPUConfig settings the simulator models as options of its own:
 
-The distributed batch norm's two all-reduces are in tests/test_distributed_batchnorm.py."""
+* Options.stableNormStatistics (norms.use_stable_statistics): poplin's stable estimator for every
+  batch, group and layer norm (lib/poplin/Norms.cpp normStatisticsImpl with stableAlgo); the
+  distributed batch norm's two all-reduces are in tests/test_distributed_batchnorm.py;
+* Options.clearMatmulPassType (matmuls.clear_pass_type): no matmul gets poplin's fullyConnectedPass
+  (graphcore/tensorflow GetMatMulOptionsForInst)."""
 import json
 
 import pytest
@@ -10,6 +13,7 @@ import models
 import sim
 from cli_run import cli
 from sim import GraphBuilder, Options
+from sim.cost.matmul_swap import plan_matmul_none_pass
 from sim.cost.row_ops import LAYERNORM_STABLE_STEPS, LAYERNORM_STEPS, row_op_cost
 from sim.cost.rules import _row_reduce_cost
 from sim.errors import OptionsError
@@ -108,3 +112,37 @@ def test_the_cli_flag_sets_the_option(capsys):
     graph = models.get("resnext101", micro_batch=1, image_size=64)
     run = sim.simulate(graph, "ipu-mk2", Options().stableNormStatistics(True), training=True)
     assert cycles[True] == run.cycle_count > cycles[False]
+
+
+# --- clearMatmulPassType ------------------------------------------------------------------------
+
+def test_cleared_pass_type_plans_every_layer_matmul_as_a_plain_matmul():
+    """The fc layer's forward, backward and weight-update matmuls lose their fullyConnectedPass and
+    are each priced as poplin's plain matmul (plan_matmul_none_pass); the user's graph is untouched."""
+    graph = _norms_graph()
+    opts = Options().clearMatmulPassType(True)
+    ex = sim.compile(graph, "ipu-mk2", opts, training=True)
+    base = sim.compile(graph, "ipu-mk2", Options(), training=True)
+    matmuls = [op for op in ex.graph.ops if op.kind == "matmul"]
+    assert sorted(op.name for op in matmuls) == ["fc/matmul", "fc/matmul/grad_a", "fc/matmul/grad_b"]
+    assert {op.attrs["fully_connected_pass"] for op in matmuls} == {"NONE"}
+    assert sorted(op.attrs["fully_connected_pass"] for op in base.graph.ops if op.kind == "matmul") == [
+        "TRAINING_BWD", "TRAINING_FWD", "TRAINING_WU"]
+    assert not any("fully_connected_pass" in op.attrs for op in graph.ops)
+    fwd = _op(ex, "fc/matmul")
+    ipu = ex.system.ipu
+    plan, _ = plan_matmul_none_pass(1, 2, 16 * 16 * 16, 10, 2, ipu, ex.tiles, 0.6, 4)
+    assert ex.costs[fwd.name].plan == plan.describe()
+    assert ex.costs[fwd.name] != base.costs[fwd.name]
+
+
+def test_clear_pass_type_takes_a_bool_and_the_cli_flag_sets_it(capsys):
+    with pytest.raises(OptionsError, match="clearMatmulPassType expects True or False, got 'yes'"):
+        Options().clearMatmulPassType("yes")
+    argv = ["run", "--model", "bert-base", "--num-layers", "1", "--micro-batch", "1", "--training", "--json"]
+    code, out, err = cli(capsys, *argv, "--clear-matmul-pass-type")
+    assert code == 0, err
+    graph = models.get("bert-base", num_layers=1, micro_batch=1)
+    run = sim.simulate(graph, "ipu-mk2", Options().clearMatmulPassType(True), training=True)
+    assert json.loads(out)["cycle_count"] == run.cycle_count
+    assert run.cycle_count != sim.simulate(graph, "ipu-mk2", Options(), training=True).cycle_count
