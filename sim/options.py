@@ -247,6 +247,8 @@ class _Popart:
 
     #: PopART's buffering-depth options (the second is the newer name of the first)
     BUFFERING_DEPTH_KEYS = ("defaultPrefetchBufferingDepth", "defaultBufferingDepth")
+    #: session options the simulator reads as switches
+    BOOL_KEYS = ("enableStableNorm", "enableFullyConnectedPass")
 
     def set(self, key: str, value) -> "Options":
         if key in self.BUFFERING_DEPTH_KEYS and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -254,6 +256,8 @@ class _Popart:
             raise OptionsError(f"_Popart.set({key!r}, {value!r}): Unable to support a buffering depth of "
                                f"{value!r} (minimum buffering depth is 1); give a whole number >= 1 "
                                "(1 = no prefetch, the default)")
+        if key in self.BOOL_KEYS and not isinstance(value, bool):
+            raise OptionsError(f"_Popart.set({key!r}, {value!r}): expected True or False")
         self.values[key] = value
         self._owner._record(f"_Popart.{key}", value)
         return self._owner
@@ -300,12 +304,13 @@ class Options:
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
                 "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern", "pipelineCopies",
-                "stableNormStatistics", "clearMatmulPassType",
+
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
+                "_Popart.enableStableNorm", "_Popart.enableFullyConnectedPass",
                 "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
                 *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
                 *(f"_Popart.{key}" for key in SHARDING_DOMAIN_KEYS.values())}
@@ -322,8 +327,6 @@ class Options:
         self.execution_strategy: _Strategy | None = None
         self.sync_pattern = SyncPattern.Full
         self.pipeline_copies = PipelineCopies.Merged
-        self.stable_norm_statistics = False
-        self.clear_matmul_pass_type = False
         self.auto_round_num_ipus = False
         self.input_group_size = 1
         self.input_group_type = CommGroupType.Consecutive
@@ -414,32 +417,27 @@ class Options:
         self._record("pipelineCopies", mode.name)
         return self
 
-    def stableNormStatistics(self, stable: bool = True) -> "Options":
-        """The simulator's own: TensorFlow's ``norms.use_stable_statistics`` (``IPUConfig``), which
-        Graphcore's TF1 CNN (``--stable-norm``, forced on for EfficientNet and ResNeXt) and BERT
-        examples set. Every batch, group and layer norm in training then estimates its statistics as
-        poplin's ``normStatistics`` does with ``stableAlgo`` (``lib/poplin/Norms.cpp``): the mean's
-        reduction, the mean subtracted from the activations, then the power's reduction, where the
-        default reduces both at once; a distributed batch norm all-reduces the mean, then the power.
-        PopART and PopTorch never set it (default: off)."""
-        if not isinstance(stable, bool):
-            raise OptionsError(f"stableNormStatistics expects True or False, got {stable!r}")
-        self.stable_norm_statistics = stable
-        self._record("stableNormStatistics", stable)
+    def enableStableNorm(self, enabled: bool) -> "Options":
+        """PopTorch's ``enableStableNorm`` (PopART's ``enableStableNorm``; TensorFlow's
+        ``norms.use_stable_statistics``): every batch, group and layer norm estimates its statistics
+        as poplin's ``normStatistics`` does with ``stableAlgo`` (``lib/poplin/Norms.cpp``; popart
+        ``batchnormx.cpp``, ``groupnormx.cpp``): the mean's reduction, the mean subtracted from the
+        activations, then the power's reduction, where the default reduces both at once; a
+        distributed batch norm all-reduces the mean, then the power. Default: off."""
+        self._Popart.set("enableStableNorm", enabled)
         return self
 
-    def clearMatmulPassType(self, clear: bool = True) -> "Options":
-        """The simulator's own: TensorFlow's ``matmuls.clear_pass_type`` (``IPUConfig``), which
-        Graphcore's TF1 BERT sets. graphcore/tensorflow then gives no matmul poplin's
-        ``fullyConnectedPass`` (``GetMatMulOptionsForInst``), so a layer's forward, backward and
-        weight-update matmuls are planned one by one as plain matmuls (pass NONE_MATMUL, operands
-        swapped where the planner prefers) instead of as a fully connected layer's passes, jointly
-        or separately. PopART and PopTorch set the pass (``enableFullyConnectedPass``; default: off)."""
-        if not isinstance(clear, bool):
-            raise OptionsError(f"clearMatmulPassType expects True or False, got {clear!r}")
-        self.clear_matmul_pass_type = clear
-        self._record("clearMatmulPassType", clear)
-        return self
+    @property
+    def stable_norm(self) -> bool:
+        """``enableStableNorm`` (``_Popart``'s ``enableStableNorm``), False by default."""
+        return bool(self._Popart.values.get("enableStableNorm", False))
+
+    @property
+    def fully_connected_pass(self) -> bool:
+        """PopART's ``enableFullyConnectedPass`` (default True): matmuls carry poplin's
+        ``fullyConnectedPass``. False (TensorFlow's ``matmuls.clear_pass_type``): each is planned as
+        poplin's plain matmul."""
+        return bool(self._Popart.values.get("enableFullyConnectedPass", True))
 
     def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":
         """Round the IPU count up to a power of two instead of failing."""

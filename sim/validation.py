@@ -289,8 +289,8 @@ class Setup:
     poplin_options: tuple = ()  # (name, value) pairs set in PopART's matmulOptions and convolutionOptions
     auto_loss_scaling: bool = False  # Training.setAutomaticLossScaling(True)
     per_stage_copies: bool = False  # a TensorFlow pipeline: each stage's inter-IPU copies one after another
-    stable_norm: bool = False  # TensorFlow's norms.use_stable_statistics (Options.stableNormStatistics)
-    clear_pass_type: bool = False  # TensorFlow's matmuls.clear_pass_type (Options.clearMatmulPassType)
+    stable_norm: bool = False  # enableStableNorm (TensorFlow's norms.use_stable_statistics)
+    clear_pass_type: bool = False  # enableFullyConnectedPass off (TensorFlow's matmuls.clear_pass_type)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -334,9 +334,9 @@ class Setup:
         if self.per_stage_copies:
             o.pipelineCopies(PipelineCopies.PerStage)
         if self.stable_norm:
-            o.stableNormStatistics(True)
+            o.enableStableNorm(True)
         if self.clear_pass_type:
-            o.clearMatmulPassType(True)
+            o._Popart.set("enableFullyConnectedPass", False)
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -470,15 +470,15 @@ DEPARTURES = {
                "statistics and its gradient sums are all-reduced over pairs of adjacent replicas (TF's "
                "number_of_distributed_batch_norm_replicas, poplibs' distributed batch norm), the zoo's "
                "bn_span=2; the recomputed forward all-reduces its statistics again [U]",
-    "stable-norm": "the MLPerf v1.0 configs.yml sets stable_norm: True (TF's norms.use_stable_statistics, the "
-                   "simulator's Options.stableNormStatistics; v1.1, v2.0 and the examples repo's ResNet-50 MLPerf "
+    "stable-norm": "the MLPerf v1.0 configs.yml sets stable_norm: True (TF's norms.use_stable_statistics, PopTorch's "
+                   "and PopART's enableStableNorm; v1.1, v2.0 and the examples repo's ResNet-50 MLPerf "
                    "configs do not): poplin's stable estimator, the mean's all-reduce then the power's "
                    "(lib/poplin/Norms.cpp normStatisticsImpl)",
-    "tf-stable-norm": "TensorFlow's norms.use_stable_statistics, as the example sets it (the simulator's "
-                      "Options.stableNormStatistics): each norm reduces its mean, subtracts it, then reduces the "
+    "tf-stable-norm": "TensorFlow's norms.use_stable_statistics, as the example sets it (PopTorch's and PopART's "
+                      "enableStableNorm): each norm reduces its mean, subtracts it, then reduces the "
                       "power (lib/poplin/Norms.cpp normStatisticsImpl, stableAlgo)",
-    "tf-clear-pass": "TensorFlow's matmuls.clear_pass_type, as the TF1 BERT's ipu_utils.py sets it (the simulator's "
-                     "Options.clearMatmulPassType): graphcore/tensorflow gives no matmul a fullyConnectedPass "
+    "tf-clear-pass": "TensorFlow's matmuls.clear_pass_type, as the TF1 BERT's ipu_utils.py sets it (PopART's "
+                     "enableFullyConnectedPass off): graphcore/tensorflow gives no matmul a fullyConnectedPass "
                      "(GetMatMulOptionsForInst), so poplin plans each as a plain matmul",
     "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "

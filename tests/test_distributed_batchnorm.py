@@ -17,7 +17,7 @@ SUFFIX = "statistics all-reduce"
 
 def _run(replicas=4, accumulation=3, training=True, stable=False, **params):
     g = models.get("resnet50", micro_batch=2, image_size=64, **params)
-    o = Options().replicationFactor(replicas).stableNormStatistics(stable)
+    o = Options().replicationFactor(replicas).enableStableNorm(stable)
     if training:
         o.Training.gradientAccumulation(accumulation)
     return sim.simulate(g, "ipu-m2000", o, training=training, optimizer="sgd" if training else None)
@@ -75,7 +75,7 @@ def test_a_larger_partition_makes_every_pair_wait_longer():
 
 
 def test_stable_statistics_all_reduce_the_mean_then_the_power():
-    """Options.stableNormStatistics (TF's use_stable_statistics, poplin's stableAlgo): each training
+    """Options.enableStableNorm (TF's use_stable_statistics, poplin's stableAlgo): each training
     batch norm all-reduces its mean (fp16) and then its power (fp32 partials) where the default
     all-reduces both at once; the gradient's one all-reduce is unchanged."""
     stats = _statistics(_run(bn_span=2, stable=True))  # 3 micro-batches

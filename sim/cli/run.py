@@ -175,14 +175,14 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the simulator's own [pipelineCopies]: how a pipeline cycle runs its stages' inter-IPU "
                    "copies: merged (PopART and PopTorch) or per-stage, one after another (TensorFlow's pipelines) "
                    "(default: merged)")
-    x.add_argument("--stable-norm-statistics", action="store_true",
-                   help="the simulator's own [stableNormStatistics]: TensorFlow's norms.use_stable_statistics, "
-                   "each norm's training statistics as the mean, then the power of the activations less it "
-                   "(Graphcore's TF1 CNN and BERT examples; default: off, as PopART and PopTorch)")
-    x.add_argument("--clear-matmul-pass-type", action="store_true",
-                   help="the simulator's own [clearMatmulPassType]: TensorFlow's matmuls.clear_pass_type, each "
-                   "matmul planned as a plain matmul, not as a fully connected layer's pass (Graphcore's TF1 "
-                   "BERT; default: off, as PopART and PopTorch)")
+    x.add_argument("--stable-norm", action="store_true",
+                   help="[enableStableNorm] every norm's statistics as the mean, then the power of the activations "
+                   "less it (TensorFlow's norms.use_stable_statistics, which Graphcore's TF1 CNN and BERT examples "
+                   "set; default: off)")
+    x.add_argument("--no-fully-connected-pass", action="store_true",
+                   help="[_Popart enableFullyConnectedPass=False] each matmul planned as a plain matmul, not as a "
+                   "fully connected layer's pass (TensorFlow's matmuls.clear_pass_type, which Graphcore's TF1 BERT "
+                   "sets; default: the pass is set)")
     x.add_argument("--replicas", type=positive_int, metavar="N", help="[replicationFactor] (default: 1)")
     x.add_argument("--auto-round-num-ipus", action="store_true",
                    help="[autoRoundNumIPUs] round an IPU count that is not a power of two up")
@@ -285,10 +285,10 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.syncPattern(SYNC_PATTERNS[args.sync_pattern])
     if args.pipeline_copies is not None:
         opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
-    if args.stable_norm_statistics:
-        opts.stableNormStatistics(True)
-    if args.clear_matmul_pass_type:
-        opts.clearMatmulPassType(True)
+    if args.stable_norm:
+        opts.enableStableNorm(True)
+    if args.no_fully_connected_pass:
+        opts._Popart.set("enableFullyConnectedPass", False)
     if args.replicas is not None:
         opts.replicationFactor(args.replicas)
     if args.auto_round_num_ipus:

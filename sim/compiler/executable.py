@@ -150,9 +150,9 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                          "build the model's computation into the graph")
     accumulate = o.Training.gradient_accumulation > 1
     g = graph_to_price(graph, training, optimizer, accumulate)
-    if o.stable_norm_statistics:
+    if o.stable_norm:
         mark_stable_norms(g)
-    if o.clear_matmul_pass_type:
+    if not o.fully_connected_pass:
         clear_matmul_passes(g)
     tracked = add_automatic_loss_scaling(g, accumulate) if training and o.automatic_loss_scaling() else 0
     strategy = assign(g, o.execution_strategy)
@@ -251,7 +251,7 @@ STATISTICS_NORMS = ("batchnorm", "groupnorm", "layernorm")
 
 
 def mark_stable_norms(g: Graph) -> None:
-    """``Options.stableNormStatistics``: every forward norm of ``g`` (the compiler's copy) that
+    """``Options.enableStableNorm``: every forward norm of ``g`` (the compiler's copy) that
     computes statistics (a batch norm in training, a group or layer norm always) estimates them with
     poplin's stable algorithm: the ``stable_statistics`` attribute the cost rules and the
     distributed batch norm's collectives read (an inference batch norm's fixed statistics ignore it)."""
@@ -261,8 +261,9 @@ def mark_stable_norms(g: Graph) -> None:
 
 
 def clear_matmul_passes(g: Graph) -> None:
-    """``Options.clearMatmulPassType``: every matmul of ``g`` (the compiler's copy) that carries a
-    fully connected pass is planned as poplin's plain matmul instead (``fully_connected_pass`` NONE)."""
+    """PopART's ``enableFullyConnectedPass`` off (TensorFlow's ``matmuls.clear_pass_type``): every
+    matmul of ``g`` (the compiler's copy) that carries a fully connected pass is planned as poplin's
+    plain matmul instead (``fully_connected_pass`` NONE)."""
     for op in g.ops:
         if op.kind == "matmul" and op.attrs.get("fully_connected_pass") not in (None, "NONE"):
             op.attrs = {**op.attrs, "fully_connected_pass": "NONE"}

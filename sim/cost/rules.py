@@ -685,7 +685,7 @@ def _transpose(outs, ipu, tiles) -> OpCost:
 
 def _stable(kind: str, attrs: dict) -> str:
     """A layer (or group) norm's steps with poplin's stable statistics where the op has them
-    (``Options.stableNormStatistics``); any other kind as it is."""
+    (``Options.enableStableNorm``); any other kind as it is."""
     return "layernorm_stable" if kind == "layernorm" and attrs.get("stable_statistics") else kind
 
 

@@ -590,7 +590,7 @@ class GraphBuilder:
         TensorFlow's ``number_of_distributed_batch_norm_replicas`` runs poplibs'
         ``distributedBatchNormStatistics`` / ``Gradients``): the schedule adds each group's
         all-reduce of the per-channel sums after the op and after its gradient. How the statistics
-        are estimated is the run's (``Options.stableNormStatistics``)."""
+        are estimated is the run's (``Options.enableStableNorm``)."""
         c = self.shape(x)[1]
         if not isinstance(replica_group_size, int) or isinstance(replica_group_size, bool) or replica_group_size < 1:
             raise GraphError(f"batchnorm {self._name(name)}: replica_group_size must be a whole number >= 1, "

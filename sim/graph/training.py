@@ -298,7 +298,8 @@ def mark_fully_connected_passes(g: Graph, training: bool) -> None:
     session option ``enableFullyConnectedPass`` is on, its default (popart willow/src/popx/op/
     matmulx.cpp ``appendPoplarOptionsForOp``: the op's phase in a training IR, INFERENCE_FWD
     otherwise; sessionoptions.hpp), and graphcore/tensorflow from each dot's classification
-    (``GetMatMulOptionsForInst``, unless ``clear_matmul_pass_type``). poplin then plans a
+    (``GetMatMulOptionsForInst``, unless ``clear_matmul_pass_type``; the compiler clears the marks
+    when ``enableFullyConnectedPass`` is off). poplin then plans a
     training layer's three passes jointly or separately (sim/cost/amp.py ``plan_fc_training``) and
     an inference layer with its operands swapped when its planner prefers (sim/cost/matmul_swap.py).
     Matmuls between two activations (attention), a transposed weight (a tied projection) and

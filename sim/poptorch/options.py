@@ -533,9 +533,6 @@ class Options(_Frozen, _sim_options.Options):
                                              output_return_period]
         return self._accept("anchorTensor", short_name)
 
-    def enableStableNorm(self, enabled: bool) -> "Options":
-        return self._accept("enableStableNorm", bool(enabled))
-
     def enableProfiling(self, profile_dir: str | None = None) -> "Options":
         return self._accept("enableProfiling", profile_dir or ".")
 

@@ -1,16 +1,18 @@
-"""TensorFlow IPUConfig settings the simulator models as options of its own:
+"""Two settings Graphcore's TensorFlow examples use, as PopTorch and PopART name them:
 
-* Options.stableNormStatistics (norms.use_stable_statistics): poplin's stable estimator for every
-  batch, group and layer norm (lib/poplin/Norms.cpp normStatisticsImpl with stableAlgo); the
-  distributed batch norm's two all-reduces are in tests/test_distributed_batchnorm.py;
-* Options.clearMatmulPassType (matmuls.clear_pass_type): no matmul gets poplin's fullyConnectedPass
-  (graphcore/tensorflow GetMatMulOptionsForInst)."""
+* Options.enableStableNorm (PopART's enableStableNorm; TF's norms.use_stable_statistics): poplin's
+  stable estimator for every batch, group and layer norm (lib/poplin/Norms.cpp normStatisticsImpl
+  with stableAlgo); the distributed batch norm's two all-reduces are in
+  tests/test_distributed_batchnorm.py;
+* _Popart.set("enableFullyConnectedPass", False) (TF's matmuls.clear_pass_type): no matmul gets
+  poplin's fullyConnectedPass (graphcore/tensorflow GetMatMulOptionsForInst)."""
 import json
 
 import pytest
 
 import models
 import sim
+import sim.poptorch as poptorch
 from cli_run import cli
 from sim import GraphBuilder, Options
 from sim.cost.matmul_swap import plan_matmul_none_pass
@@ -35,7 +37,7 @@ def _norms_graph():
 
 
 def _compile(stable: bool, training: bool = True):
-    return sim.compile(_norms_graph(), "ipu-mk2", Options().stableNormStatistics(stable), training=training)
+    return sim.compile(_norms_graph(), "ipu-mk2", Options().enableStableNorm(stable), training=training)
 
 
 def _op(ex, name):
@@ -44,7 +46,7 @@ def _op(ex, name):
 
 def test_the_option_marks_every_forward_norm_and_nothing_else():
     graph = _norms_graph()
-    ex = sim.compile(graph, "ipu-mk2", Options().stableNormStatistics(True), training=True)
+    ex = sim.compile(graph, "ipu-mk2", Options().enableStableNorm(True), training=True)
     marked = sorted(op.name for op in ex.graph.ops if op.attrs.get("stable_statistics"))
     assert marked == ["bn/batchnorm", "gn/groupnorm", "ln/layernorm"]
     assert not any(op.attrs.get("stable_statistics") for op in graph.ops)  # the user's graph is untouched
@@ -95,32 +97,35 @@ def test_an_inference_batch_norm_is_unchanged():
 
 
 def test_the_option_takes_a_bool_and_is_listed_as_modelled():
-    with pytest.raises(OptionsError, match="stableNormStatistics expects True or False, got 1"):
-        Options().stableNormStatistics(1)
+    with pytest.raises(OptionsError, match=r"_Popart.set\('enableStableNorm', 1\): expected True or False"):
+        Options().enableStableNorm(1)
     ex = _compile(True)
-    assert not any("stableNormStatistics" in n for n in ex.notes)
+    assert not any("enableStableNorm" in n for n in ex.notes)
+    # PopTorch's own Options (sim.poptorch) take the same setter, and it is modelled there too
+    opts = poptorch.Options().enableStableNorm(True)
+    assert opts.stable_norm and "_Popart.enableStableNorm" not in opts.unmodelled()
 
 
 def test_the_cli_flag_sets_the_option(capsys):
     argv = ["run", "--model", "resnext101", "--micro-batch", "1", "--param", "image_size=64", "--training",
             "--json"]
     cycles = {}
-    for flag in ((), ("--stable-norm-statistics",)):
+    for flag in ((), ("--stable-norm",)):
         code, out, err = cli(capsys, *argv, *flag)
         assert code == 0, err
         cycles[bool(flag)] = json.loads(out)["cycle_count"]
     graph = models.get("resnext101", micro_batch=1, image_size=64)
-    run = sim.simulate(graph, "ipu-mk2", Options().stableNormStatistics(True), training=True)
+    run = sim.simulate(graph, "ipu-mk2", Options().enableStableNorm(True), training=True)
     assert cycles[True] == run.cycle_count > cycles[False]
 
 
-# --- clearMatmulPassType ------------------------------------------------------------------------
+# --- enableFullyConnectedPass off ------------------------------------------------------------------
 
 def test_cleared_pass_type_plans_every_layer_matmul_as_a_plain_matmul():
     """The fc layer's forward, backward and weight-update matmuls lose their fullyConnectedPass and
     are each priced as poplin's plain matmul (plan_matmul_none_pass); the user's graph is untouched."""
     graph = _norms_graph()
-    opts = Options().clearMatmulPassType(True)
+    opts = Options()._Popart.set("enableFullyConnectedPass", False)
     ex = sim.compile(graph, "ipu-mk2", opts, training=True)
     base = sim.compile(graph, "ipu-mk2", Options(), training=True)
     matmuls = [op for op in ex.graph.ops if op.kind == "matmul"]
@@ -136,13 +141,13 @@ def test_cleared_pass_type_plans_every_layer_matmul_as_a_plain_matmul():
     assert ex.costs[fwd.name] != base.costs[fwd.name]
 
 
-def test_clear_pass_type_takes_a_bool_and_the_cli_flag_sets_it(capsys):
-    with pytest.raises(OptionsError, match="clearMatmulPassType expects True or False, got 'yes'"):
-        Options().clearMatmulPassType("yes")
+def test_the_fully_connected_pass_switch_takes_a_bool_and_the_cli_flag_clears_it(capsys):
+    with pytest.raises(OptionsError, match="enableFullyConnectedPass.*expected True or False"):
+        Options()._Popart.set("enableFullyConnectedPass", "yes")
     argv = ["run", "--model", "bert-base", "--num-layers", "1", "--micro-batch", "1", "--training", "--json"]
-    code, out, err = cli(capsys, *argv, "--clear-matmul-pass-type")
+    code, out, err = cli(capsys, *argv, "--no-fully-connected-pass")
     assert code == 0, err
     graph = models.get("bert-base", num_layers=1, micro_batch=1)
-    run = sim.simulate(graph, "ipu-mk2", Options().clearMatmulPassType(True), training=True)
+    run = sim.simulate(graph, "ipu-mk2", Options()._Popart.set("enableFullyConnectedPass", False), training=True)
     assert json.loads(out)["cycle_count"] == run.cycle_count
     assert run.cycle_count != sim.simulate(graph, "ipu-mk2", Options(), training=True).cycle_count
