@@ -8,9 +8,9 @@ the tolerances; ``python -m sim.validation`` writes the table to ``reports/valid
 
 End to end: :data:`END_TO_END` (published throughputs held at 30 %) and the held-out rows of
 ``docs/reference/published-results.md`` (:data:`PUBLISHED_ROWS`, :data:`SCALING`): each a zoo model
-configured as the row's source configures the run; those within 30 % when added (or within 25 % since,
-:data:`PROMOTED`) are asserted at 30 %, the others are tracked in the report; :data:`NOT_EXPRESSIBLE` lists the rows the zoo cannot
-run yet, and why.
+configured as the row's source configures the run; those within 30 % when added (or within 25 %
+since, :data:`PROMOTED`) are asserted at 30 %, the others are tracked in the report;
+:data:`NOT_EXPRESSIBLE` lists the rows the zoo cannot run yet, and why.
 
 Memory: :data:`MEMORY_ROWS` (poplibs' published IPUModel2 memory of single fully connected layers;
 :data:`EMBEDDING_MEMORY_ROWS`, of its embedding layers),
@@ -373,9 +373,9 @@ class Setup:
         if self.per_stage_copies:
             parts.append("each stage's inter-IPU copies one after another (TensorFlow)")
         if self.stable_norm:
-            parts.append("stable norm statistics (TensorFlow)")
+            parts.append("enableStableNorm")
         if self.clear_pass_type:
-            parts.append("matmul pass type cleared (TensorFlow)")
+            parts.append("enableFullyConnectedPass off")
         if self.poplin_options:
             parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
         return "; ".join(parts)
