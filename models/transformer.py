@@ -15,10 +15,13 @@ from ._common import Params
 
 def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
               dropout: float = 0.0, name: str = "attention", probs_dropout: float | None = None,
-              split_qkv: bool = False) -> str:
+              split_qkv: bool = False, split_qkv_weights: bool = False) -> str:
     """Multi-head self-attention with one fused QKV projection [h, 3h], as Graphcore's BERT, or
     with ``split_qkv`` three projections [h, h] (``query``, ``key``, ``value``: Hugging Face's
-    layout, which Graphcore's ViT keeps).
+    layout, which Graphcore's ViT keeps). ``split_qkv_weights``: the fused projection with its
+    weight and bias kept as three tensors each (``query``, ``key``, ``value``), concatenated
+    before the one matmul, as Graphcore's PopART BERT's ``split_qkv`` (``GraphBuilder.linear``'s
+    pieces).
 
     ``mask`` is added to the scores (broadcast to (batch, heads, seq, seq)). Returns the output
     projection (after dropout), before the residual add. ``probs_dropout`` is the dropout of the
@@ -28,7 +31,8 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
     batch, seq, hidden = b.shape(x)
     d = hidden // heads
     with b.scope(name):
-        qkv = None if split_qkv else b.linear(x, 3 * hidden, name="qkv")
+        qkv = None if split_qkv else b.linear(x, 3 * hidden, name="qkv",
+                                              pieces=("query", "key", "value") if split_qkv_weights else ())
 
         def split(i: int, perm: tuple[int, ...], what: str) -> str:
             t = (b.linear(x, hidden, name={"q": "query", "k": "key", "v": "value"}[what]) if split_qkv

@@ -656,10 +656,6 @@ DEPARTURES = {
                   "embedding_serialization, that many matmuls of the table's row blocks; PopART also splits the "
                   "table into as many weights, updated one by one (not modelled: the same work in smaller pieces), "
                   "and the PyTorch model's word-embedding lookup into as many masked lookups (not modelled)",
-    "split-qkv": "split_qkv: the config keeps Q, K and V as three [h, h] weights and concatenates them into the one "
-                 "[h, 3h] QKV matmul's weight every forward pass (PopART bert_model.py qkv_weights); the zoo keeps "
-                 "one [h, 3h] weight, so the concatenation and two more weights a layer (their optimizer state, "
-                 "and with RTS a reduce-scatter and an all-gather each) are not modelled",
     "att-ffn": "att_ffn_placement as the config; recomputation checkpoints stay per layer (each layer's FFN "
                "output); the source also checkpoints the attention outputs of its last stage and skips the FFN "
                "output that ends an IPU's run",
@@ -754,7 +750,7 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
                 vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
                 attention_dropout: float | None = None, output_mode: str = "",
                 merged_collectives: tuple = (), pytorch: bool = False, embedding_serialization: int = 1,
-                tensorflow: bool = False, tf1: bool = False) -> Setup:
+                tensorflow: bool = False, tf1: bool = False, split_qkv: bool = False) -> Setup:
     """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
     state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
     ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum); ``pytorch``: the
@@ -762,7 +758,8 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
     config's vocabulary steps of the tied projection; ``tensorflow``: each stage's inter-IPU copies
     one after another ([tf-copies]); ``tf1``: the IPUConfig the TF1 BERT's ipu_utils.py sets for every
     run, stable norm statistics ([tf-stable-norm]) and the matmul pass type cleared ([tf-clear-pass]);
-    the TF2 BERT sets neither."""
+    the TF2 BERT sets neither; ``split_qkv``: the PopART config's three QKV weights (the zoo's
+    ``split_qkv``)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
                   mask_tokens=mask_tokens)
     if embedding_serialization > 1:
@@ -771,6 +768,8 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
         params["recompute_checkpoint_every_layer"] = recompute
     if attention_dropout is not None:
         params["attention_dropout"] = attention_dropout
+    if split_qkv:
+        params["split_qkv"] = True
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
                  amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
                  merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow,
@@ -799,7 +798,7 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  model: str = "bert-large", prefetch_depth: int = 1, attention_dropout: float | None = None,
                  output_mode: str = "", merged_collectives: tuple = (), sharding_domain: int = 0,
                  clip_norm: float = 0.0, pytorch: bool = False, checkpoint_dtype: str | None = None,
-                 embedding_serialization: int = 1) -> Setup:
+                 embedding_serialization: int = 1, split_qkv: bool = False) -> Setup:
     """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
     state sharded over the replicas (on or off chip), half partials, real data; gradients clipped to
@@ -810,9 +809,12 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     ``sharding_domain`` the replicas of one poprun instance, over which bert.py shards the optimizer
     state when it runs under poprun (0: one process, sharded over all replicas); ``checkpoint_dtype``
     the config's ``activation_checkpoint_dtype`` ("float8": MLPerf v2.0 POD16's FLOAT8);
-    ``embedding_serialization`` the config's vocabulary steps of the tied projection [emb-serial]."""
+    ``embedding_serialization`` the config's vocabulary steps of the tied projection [emb-serial];
+    ``split_qkv`` the PopART config's three QKV weights (the zoo's ``split_qkv``)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, vocab=vocab, mask_tokens=mask_tokens,
                   max_sequences_per_pack=3, packing_factor=packing_factor)
+    if split_qkv:
+        params["split_qkv"] = True
     if embedding_serialization > 1:
         params["embedding_serialization"] = embedding_serialization
     if checkpoint_dtype is not None:
@@ -1061,8 +1063,8 @@ PUBLISHED_ROWS = [
     # BERT pre-training (unpacked), Bow Pod16 / Pod64
     Row("B10", "GCN-P B10", "BERT-Large Ph1 (SL128) PopART, Bow Pod16, mbs 8", 5179, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2048, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
-                    embedding_serialization=5), True,
-        ("bert-recompute", "attn-dropout", "emb-serial", "split-qkv")),
+                    embedding_serialization=5, split_qkv=True), True,
+        ("bert-recompute", "attn-dropout", "emb-serial")),
     Row("B11", "GCN-P B11", "BERT-Large Ph1 (SL128) TF1, Bow Pod16", 5125, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2050, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
                     merged_collectives=("all_reduce",), tensorflow=True, tf1=True), True,
@@ -1070,18 +1072,17 @@ PUBLISHED_ROWS = [
          "attn-dropout", "tf-combine", "tf-stable-norm", "tf-clear-pass")),
     Row("B12", "GCN-P B12", "BERT-Large Ph1 (SL128) PopART, Bow Pod64, mbs 8", 19353, "sequences/s",
         _bert_train("bert-large", "bow-pod64", 16, 8, 512, [3, 7, 7, 7], _LARGE_AMP, attention_dropout=0.0,
-                    embedding_serialization=5), False,
+                    embedding_serialization=5, split_qkv=True), False,
         ("RF 16 assumed by the doc, and the POD16 AMP (the POD64 config is missing) [U]", "bert-recompute",
-         "attn-dropout", "emb-serial", "split-qkv")),
+         "attn-dropout", "emb-serial")),
     Row("B33", "GCN-S31 B33", "BERT-Large Ph1 (SL128) TF2, Bow Pod16", 4528, "sequences/s",
         _bert_train("bert-large", "bow-pod16", 4, 8, 2040, [3, 7, 7, 7], [0.10, 0.19, 0.20, 0.25], rts=False,
                     merged_collectives=("all_reduce",), tensorflow=True),
         True, ("tf2", "tf-copies", "bert-recompute", "tf-combine")),
     Row("B44", "GCN-S31 B44", "BERT-Base Ph1 (SL128) PopART, Bow Pod16", 16391, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.28] * 4, attention_dropout=0.0,
-                    embedding_serialization=5), True,
-        ("IPU0 holds the embedding only (encoder_start_ipu 1)", "bert-recompute", "attn-dropout", "emb-serial",
-         "split-qkv")),
+                    embedding_serialization=5, split_qkv=True), True,
+        ("IPU0 holds the embedding only (encoder_start_ipu 1)", "bert-recompute", "attn-dropout", "emb-serial")),
     Row("B45", "GCN-S31 B45", "BERT-Base Ph1 (SL128) TF2, Bow Pod16", 15157, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 32, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], rts=False,
                     merged_collectives=("all_reduce",), tensorflow=True),
@@ -1093,8 +1094,8 @@ PUBLISHED_ROWS = [
                "pt-options", "pt-not-modelled")),
     Row("B47", "GCN-S33 B47", "BERT-Base Ph2 (SL512) PopART, Bow Pod16", 3656, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 8, 512, [0, 4, 4, 4], [0.28] * 4, seq_len=512, mask_tokens=76,
-                    attention_dropout=0.0, embedding_serialization=5),
-        True, ("bert-recompute", "attn-dropout", "emb-serial", "split-qkv")),
+                    attention_dropout=0.0, embedding_serialization=5, split_qkv=True),
+        True, ("bert-recompute", "attn-dropout", "emb-serial")),
     Row("B48", "GCN-S33 B48", "BERT-Base Ph2 (SL384) TF2, Bow Pod16", 4387, "sequences/s",
         _bert_train("bert-base", "bow-pod16", 4, 8, 510, [0, 4, 4, 4], [0.28, 0.26, 0.28, 0.28], seq_len=384,
                     mask_tokens=56, rts=False,
@@ -1103,8 +1104,8 @@ PUBLISHED_ROWS = [
     # BERT-Large packed pre-training, MLPerf (PopART, SL512; throughput from the result logs)
     *[Row(rid, f"MLP v1.0 {rid}", f"BERT-Large MLPerf v1.0 {div}, packed SL512, Mk2 POD16", pub, "sequences/s",
           _packed_bert("ipu-pod16", 4, 2, 192, [0.20, 0.20, 0.25, 0.25], vocab=30400, layers_per_ipu=[3, 7, 7, 7],
-                       off_chip=True, attention_dropout=0.0, embedding_serialization=5), rid in _ASSERTED_PACKED,
-          _MLPERF + ("nsp", "emb-serial", "split-qkv", "attn-dropout")
+                       off_chip=True, attention_dropout=0.0, embedding_serialization=5, split_qkv=True),
+          rid in _ASSERTED_PACKED, _MLPERF + ("nsp", "emb-serial", "attn-dropout")
           + (("the open JSON sets GA 96; the log reports GA 192 and GBS 3072, used here [U]",) if div == "open" else ()))
       for rid, div, pub in (("M1", "closed", 1419), ("M2", "open", 1416))],
     *[Row(rid, f"MLP v1.0 {rid}", f"BERT-Large MLPerf v1.0 {div}, packed SL512, Mk2 POD64", pub, "sequences/s",
@@ -1115,9 +1116,9 @@ PUBLISHED_ROWS = [
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 POD16, attention/FFN split",
           pub, "sequences/s", _packed_bert("ipu-pod16", 4, 2, 192, [0.23] * 4, att_ffn=_ATT_FFN_V11_POD16,
                                            off_chip=True, attention_dropout=0.0, clip_norm=clip,
-                                           embedding_serialization=4),
+                                           embedding_serialization=4, split_qkv=True),
           rid in _ASSERTED_PACKED,
-          _MLPERF + ("att-ffn", "lamb-fp16", "emb-serial", "split-qkv", "attn-dropout") + ("clip",) * bool(clip))
+          _MLPERF + ("att-ffn", "lamb-fp16", "emb-serial", "attn-dropout") + ("clip",) * bool(clip))
       for rid, div, clip, pub in (("M7", "closed", 1.0, 1524), ("M8", "open", 0.0, 1527))],
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 {pod.upper()}, attention/FFN "
           "split", pub, "sequences/s", _packed_bert(f"ipu-{pod}", rf, 2, 96, [0.20] + [0.25] * 7,
@@ -1151,17 +1152,16 @@ PUBLISHED_ROWS = [
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph1 packed (SL128) PopART, Bow {pod}", pub, "sequences/s",
           _packed_bert(f"bow-{pod.lower()}", rf, 8, ga, _LARGE_AMP, seq_len=128, mask_tokens=22, vocab=30400,
                        packing_factor=1.17, layers_per_ipu=[3, 7, 7, 7], off_chip=True, attention_dropout=0.0,
-                       embedding_serialization=5), rid in _ASSERTED_PACKED,
+                       embedding_serialization=5, split_qkv=True), rid in _ASSERTED_PACKED,
           ("packed", "packing factor 1.17 (the PyTorch config's at SL128): PopART counts the real sequences of "
-           "each pack, the dataset's factor is not stated [U]", "nsp", "emb-serial", "split-qkv", "attn-dropout"))
+           "each pack, the dataset's factor is not stated [U]", "nsp", "emb-serial", "attn-dropout"))
       for rid, pod, rf, ga, pub in (("B32", "Pod16", 4, 1712, 6044), ("B35", "Pod64", 16, 428, 22759))],
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph2 packed (SL512) PopART, Bow {pod}", pub, "sequences/s",
           _packed_bert(f"bow-{pod.lower()}", rf, 2, ga, [0.16, 0.21, 0.21, 0.21], vocab=30400,
                        layers_per_ipu=[3, 7, 7, 7], off_chip=True, attention_dropout=0.0,
-                       embedding_serialization=5), rid in _ASSERTED_PACKED,
+                       embedding_serialization=5, split_qkv=True), rid in _ASSERTED_PACKED,
           ("packed", "packing factor 2.0 (the PyTorch config's at SL512); the table's GBS of 9,600 packs against "
-           "16,384 unpacked suggests about 1.7 for this dataset [U]", "nsp", "emb-serial", "split-qkv",
-           "attn-dropout"))
+           "16,384 unpacked suggests about 1.7 for this dataset [U]", "nsp", "emb-serial", "attn-dropout"))
       for rid, pod, rf, ga, pub in (("B38", "Pod16", 4, 1200, 2126), ("B40", "Pod64", 16, 300, 7789))],
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph{1 if sl == 128 else 2} packed (SL{sl}) PyTorch, Bow {pod}", pub,
           "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, mbs, ga, amp, seq_len=sl, mask_tokens=mt + 2,

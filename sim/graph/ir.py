@@ -69,6 +69,7 @@ class Tensor:
     location: str = "on_chip"  # "on_chip" or "off_chip" (streaming memory)
     shards: int = 1  # replicas it is sharded over (replicated tensor sharding)
     shard_stride: int = 1  # replica numbers between two of those replicas (1: consecutive replicas)
+    weight_view: bool = False  # a view of weights (GraphBuilder.linear's pieces), an operand priced as a weight
 
     @property
     def numel(self) -> int:
@@ -438,14 +439,30 @@ class GraphBuilder:
         return self._one("matmul", [a, b], batch + (sa[-2], sb[-1]), attrs, name=name,
                          dtype=_amp_output_dtype(self.dtype_of(a)))
 
-    def linear(self, x: str, out_features: int, bias: bool = True, name: str = "linear") -> str:
-        """A fully connected layer: ``x @ W + b`` with ``W`` of shape (in, out)."""
+    def linear(self, x: str, out_features: int, bias: bool = True, name: str = "linear",
+               pieces: Sequence[str] = ()) -> str:
+        """A fully connected layer: ``x @ W + b`` with ``W`` of shape (in, out). ``pieces`` (names):
+        ``W`` and ``b`` kept as that many tensors each, split evenly along the output features
+        (``<piece>_weight``, ``<piece>_bias``), and concatenated (a view) before the one matmul, as
+        Graphcore's PopART BERT keeps its QKV weights (``split_qkv``): the same matmul, each piece
+        a weight of its own to update."""
         in_features = self.shape(x)[-1]
+        if pieces and out_features % len(pieces):
+            raise GraphError(f"linear {self._name(name)}: {out_features} output features do not split into "
+                             f"{len(pieces)} pieces")
+
+        def param(what: str, shape: tuple, dtype: str) -> str:
+            if not pieces:
+                return self.weight(what, shape, dtype)
+            part = shape[:-1] + (shape[-1] // len(pieces),)
+            view = self.concat([self.weight(f"{p}_{what}", part, dtype) for p in pieces], len(shape) - 1,
+                               name=what)
+            self.graph.tensors[view].weight_view = True
+            return view
         with self.scope(name):
-            w = self.weight("weight", (in_features, out_features), self.dtype_of(x))
-            y = self.matmul(x, w)
+            y = self.matmul(x, param("weight", (in_features, out_features), self.dtype_of(x)))
             if bias:
-                y = self.add(y, self.weight("bias", (out_features,), self.dtype_of(y)))
+                y = self.add(y, param("bias", (out_features,), self.dtype_of(y)))
         return y
 
     def conv2d(self, x: str, out_channels: int, kernel, stride=1, padding=0,

@@ -303,11 +303,13 @@ def mark_fully_connected_passes(g: Graph, training: bool) -> None:
     training layer's three passes jointly or separately (sim/cost/amp.py ``plan_fc_training``) and
     an inference layer with its operands swapped when its planner prefers (sim/cost/matmul_swap.py).
     Matmuls between two activations (attention), a transposed weight (a tied projection) and
-    those given a pass explicitly are left as they are."""
+    those given a pass explicitly are left as they are; a view of weights (``GraphBuilder.linear``'s
+    pieces) is a weight."""
     fc_pass = "TRAINING_FWD" if training else "INFERENCE_FWD"
     for op in g.ops:
-        if (op.kind == "matmul" and "fully_connected_pass" not in op.attrs and not op.attrs.get("transpose_a")
-                and not op.attrs.get("transpose_b") and g.tensors[op.inputs[1]].role == "weight"):
+        right = g.tensors[op.inputs[1]] if op.kind == "matmul" else None
+        if (right is not None and "fully_connected_pass" not in op.attrs and not op.attrs.get("transpose_a")
+                and not op.attrs.get("transpose_b") and (right.role == "weight" or right.weight_view)):
             op.attrs = dict(op.attrs, fully_connected_pass=fc_pass)
 
 
