@@ -444,7 +444,7 @@ def test_run_flags_for_graphcores_bert_configuration(capsys):
                            "--gradient-accumulation", "2048", "--replicas", "4", "--optimizer-state", "off-chip-rts",
                            "--partials", "half", "--available-memory-proportion", "0.15,0.25,0.25,0.25",
                            "--param", "vocab=30400", "--param", "mask_tokens=20", "--param", "attention_dropout=0",
-                           "--json")
+                           "--param", "embedding_serialization=5", "--param", "split_qkv=true", "--json")
     assert code == 0
     summary = json.loads(out)
     assert summary["samples_per_second"] == pytest.approx(PUBLISHED_BY_ID["B10"].simulated(), rel=1e-9)
