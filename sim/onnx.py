@@ -54,8 +54,8 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("sim.onnx needs the onnx package: pip install -e '.[onnx]' (onnx>=1.15)") from _e
 
 from .errors import GraphError, IpuSimError, OutOfMemoryError, UnsupportedOpError
-from .graph.ir import (RNN_GATES, Graph, GraphBuilder, Op, canonical_dtype, spatial_attr, transposed_conv_attrs,
-                       undilated_padding)
+from .graph.ir import (RNN_GATES, Graph, GraphBuilder, Op, canonical_dtype, conv_attrs, spatial_attr,
+                       transposed_conv_attrs)
 
 __all__ = ["RULES", "OpContext", "load", "main", "register_op", "unregister_op"]
 
@@ -745,16 +745,6 @@ def _dilations(ctx: OpContext, dims: int) -> list[int]:
     return dilations
 
 
-def _conv_attrs(kernel, stride: int, pads, dilations, group: int) -> dict:
-    """A ``conv2d``'s attributes; a dilated kernel as the undilated one with the padding that keeps
-    the output field, its ``dilation`` kept (:meth:`sim.GraphBuilder.conv2d`)."""
-    attrs = {"kernel": spatial_attr(kernel), "stride": stride, "padding": spatial_attr(pads), "groups": group}
-    if tuple(dilations) != (1, 1):
-        attrs.update(padding=spatial_attr(undilated_padding(kernel, pads, dilations)),
-                     dilation=spatial_attr(tuple(dilations)))
-    return attrs
-
-
 def _add_bias(ctx: OpContext, y: str, out, **kw) -> str:
     """``y`` plus the node's bias (input 2: (C,) viewed as (1, C, 1, 1), as the zoo's bias)."""
     return ctx.op("add", [y, ctx._imp.operand(ctx, 2, (1, out[1], 1, 1))], shapes=[out], **kw)
@@ -775,7 +765,7 @@ def _conv(ctx: OpContext):
         raise GraphError(f"{ctx.desc}: weight {ws} with group={group} does not match {c} input channels")
     ph, pw = _pads_2d(ctx, h, w, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), (stride, stride))
     out = (n, co, _conv_out(h, kh, stride, 2 * ph, dh), _conv_out(w, kw, stride, 2 * pw, dw))
-    attrs = _conv_attrs((kh, kw), stride, (ph, pw), (dh, dw), group)
+    attrs = conv_attrs((kh, kw), stride, (ph, pw), group, (dh, dw))
     wt = ctx._imp.operand(ctx, 1, ws)
     if not ctx.has_input(2):
         return ctx.op("conv2d", [ctx.input(0), wt], attrs, shapes=[out])
@@ -830,7 +820,7 @@ def _multiconv(ctx: OpContext):
             raise GraphError(f"{where}: weight ({co}, {cig}, {kh}, {kw}) does not match {c} input channels")
         stride, (ph, pw), (dh, dw) = strides[i][0], pads[i][:2], dilations[i]
         out = (batch, co, _conv_out(h, kh, stride, 2 * ph, dh), _conv_out(w, kw, stride, 2 * pw, dw))
-        attrs = {**_conv_attrs((kh, kw), stride, (ph, pw), (dh, dw), c // cig), **group}
+        attrs = {**conv_attrs((kh, kw), stride, (ph, pw), c // cig, (dh, dw)), **group}
         attrs.update({key: values[i] for key, values in settings.items() if values})
         x, wt = ctx.input(3 * i), ctx._imp.operand(ctx, 3 * i + 1, (co, cig, kh, kw))
         if not ctx.has_input(3 * i + 2):
@@ -859,7 +849,7 @@ def _conv1d(ctx: OpContext):
                             "each axis the same on both sides)")
         pad = pads[0]
     lout = _conv_out(length, k, stride, 2 * pad, d)
-    attrs = _conv_attrs((1, k), stride, (0, pad), (1, d), group)
+    attrs = conv_attrs((1, k), stride, (0, pad), group, (1, d))
     x = ctx._imp.operand(ctx, 0, (n, c, 1, length))
     wt = ctx._imp.operand(ctx, 1, (co, cig, 1, k))
     y = ctx.op("conv2d", [x, wt], attrs, shapes=[(n, co, 1, lout)], result=False, suffix="conv")

@@ -65,7 +65,7 @@ def _freeze(v):
 
 def op_signature(op: Op, graph: Graph) -> tuple:
     """Everything about an op that its cost depends on (not its name)."""
-    ins = tuple((t.shape, t.dtype, "weight" if t.weight_view else t.role) for t in (graph.tensors[n] for n in op.inputs))
+    ins = tuple((t.shape, t.dtype, t.priced_role) for t in (graph.tensors[n] for n in op.inputs))
     outs = tuple((t.shape, t.dtype) for t in (graph.tensors[n] for n in op.outputs))
     return (op.kind, ins, outs, _freeze(op.attrs))
 

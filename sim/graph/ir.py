@@ -76,6 +76,11 @@ class Tensor:
         return math.prod(self.shape)
 
     @property
+    def priced_role(self) -> str:
+        """The role the cost model sees: a view of weights (``weight_view``) is a weight."""
+        return "weight" if self.weight_view else self.role
+
+    @property
     def nbytes(self) -> int:
         return self.numel * DTYPE_BYTES[self.dtype]
 
@@ -279,6 +284,18 @@ def spatial(value, what: str = "kernel") -> tuple[int, int]:
         return int(h), int(w)
     except (TypeError, ValueError):
         raise GraphError(f"{what} {value!r}: give one int or a (height, width) pair") from None
+
+
+def conv_attrs(kernel, stride: int, padding, groups: int, dilation=1) -> dict:
+    """A ``conv2d``'s attributes (``kernel``, ``padding`` and ``dilation`` one int or a (height, width)
+    pair). A dilated kernel is priced as the undilated one with the padding that keeps the output
+    field (:func:`undilated_padding`: the same multiply-adds), its ``dilation`` kept."""
+    attrs = {"kernel": spatial_attr(kernel), "stride": stride, "padding": spatial_attr(padding, "padding"),
+             "groups": groups}
+    if spatial(dilation, "dilation") != (1, 1):
+        attrs.update(padding=spatial_attr(undilated_padding(kernel, padding, dilation)),
+                     dilation=spatial_attr(dilation, "dilation"))
+    return attrs
 
 
 def transposed_conv_attrs(n: int, in_channels: int, out_channels: int, field_in, kernel, stride: int, padding,
@@ -491,11 +508,7 @@ class GraphBuilder:
             ho, wo = _conv_out(h, kh, sh, ph, dh), _conv_out(w, kw, sw, pw, dw)
             if ho <= 0 or wo <= 0:
                 raise GraphError(f"{where}: kernel {kh}x{kw} (dilation {dh}x{dw}) too large for input {h}x{w}")
-            attrs = {"kernel": spatial_attr(kernel), "stride": sh, "padding": spatial_attr(padding), "groups": groups}
-            if (dh, dw) != (1, 1):
-                attrs.update(padding=spatial_attr(undilated_padding((kh, kw), (ph, pw), (dh, dw))),
-                             dilation=spatial_attr((dh, dw)))
-            y = self._one("conv2d", [x, wt], (n, out_channels, ho, wo), attrs,
+            y = self._one("conv2d", [x, wt], (n, out_channels, ho, wo), conv_attrs(kernel, sh, padding, groups, dilation),
                           dtype=_amp_output_dtype(self.dtype_of(x)))
             if bias:
                 y = self.add(y, self.weight("bias", (1, out_channels, 1, 1), self.dtype_of(y)))

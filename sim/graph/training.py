@@ -309,7 +309,7 @@ def mark_fully_connected_passes(g: Graph, training: bool) -> None:
     for op in g.ops:
         right = g.tensors[op.inputs[1]] if op.kind == "matmul" else None
         if (right is not None and "fully_connected_pass" not in op.attrs and not op.attrs.get("transpose_a")
-                and not op.attrs.get("transpose_b") and (right.role == "weight" or right.weight_view)):
+                and not op.attrs.get("transpose_b") and right.priced_role == "weight"):
             op.attrs = dict(op.attrs, fully_connected_pass=fc_pass)
 
 

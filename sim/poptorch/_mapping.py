@@ -32,7 +32,7 @@ import torch.nn as nn
 from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import spatial, spatial_attr, undilated_padding
+from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _state
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
@@ -425,12 +425,8 @@ def _conv(ctx: OpContext, x=None, w=None, bias=None, stride=1, padding=0, groups
     if stride_hw[0] != stride_hw[1]:
         ctx.unsupported(f"stride {stride_hw[0]}x{stride_hw[1]} differs along the two axes (the simulator's conv2d "
                         "takes one stride)")
-    attrs = {"kernel": spatial_attr(kernel), "stride": stride_hw[0], "padding": spatial_attr(_pair(padding, 0)),
-             "groups": int(groups or 1)}
-    if _pair(dilation, 1) != (1, 1):  # priced as the undilated kernel with the padding that keeps the output field
-        attrs.update(padding=spatial_attr(undilated_padding(kernel, _pair(padding, 0), _pair(dilation, 1))),
-                     dilation=spatial_attr(_pair(dilation, 1)))
-    y = ctx.op("conv2d", [x, wt], attrs, name="conv2d")
+    y = ctx.op("conv2d", [x, wt], conv_attrs(kernel, stride_hw[0], _pair(padding, 0), int(groups or 1),
+                                             _pair(dilation, 1)), name="conv2d")
     if _is_sym_tensor(bias):
         y = ctx.op("add", [y, bias], name="add")
     return y
