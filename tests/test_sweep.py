@@ -205,6 +205,23 @@ def test_resume_runs_only_the_missing_points(tmp_path, monkeypatch):
     assert on_disk.set_index("micro-batch")["cycle_count"].to_dict() == dict(zip([1, 2, 4, 6], fresh["cycle_count"]))
 
 
+def test_resume_refuses_the_csv_of_other_shared_flags(tmp_path, capsys):
+    """The grid values alone do not identify a point: a CSV of the same grid run with other
+    shared flags (another system, training instead of inference) is not reused."""
+    csv_path = tmp_path / "sweep.csv"
+    sweep(["micro-batch=1,2"], ["--model", "mlp", "--system", "ipu-m2000"], workers=1, csv_path=csv_path)
+    assert pd.read_csv(csv_path)["shared_flags"].tolist() == ["--model mlp --system ipu-m2000"] * 2
+    before = csv_path.read_text()
+    code = cli.main(["sweep", "--grid", "micro-batch=1,2", "--workers", "1", "--csv", str(csv_path), "--resume",
+                     "--", "--model", "mlp", "--system", "ipu-mk1-c2", "--training"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (f"--resume: {str(csv_path)!r} holds a sweep run with other shared flags ('--model mlp --system "
+            "ipu-m2000'); this one runs '--model mlp --system ipu-mk1-c2 --training': give the same flags after "
+            "--, or another --csv") in err
+    assert csv_path.read_text() == before  # nothing appended
+
+
 def test_sigint_stops_a_sweep_with_130_and_keeps_its_rows(capsys, tmp_path, monkeypatch):
     csv_path = tmp_path / "sweep.csv"
     real = sweep_module.run_point

@@ -10,8 +10,10 @@ its row with the error instead of the numbers::
 
 Points run on a process pool (``--workers``, default: all cores), or on a Dask cluster with
 ``--dask ADDRESS`` (``pip install -e '.[dask]'``). With ``--csv FILE`` each row is appended to
-FILE as its point finishes (completion order); ``--resume`` skips the points FILE already
-holds. SIGINT or SIGTERM stops the sweep cleanly (exit 130 / 143), keeping the rows done.
+FILE as its point finishes (completion order), with the shared flags in its last column
+(``shared_flags``); ``--resume`` skips the points FILE already holds, and refuses a FILE written
+with other shared flags. SIGINT or SIGTERM stops the sweep cleanly (exit 130 / 143), keeping the
+rows done.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import csv
 import difflib
 import itertools
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -35,6 +38,9 @@ from ..errors import IpuSimError
 from ..program import CATEGORIES
 from . import run
 from .argtypes import positive_int
+
+#: the CSV's last column: the ``ipusim run`` flags every point shares (after ``--``), as one command line
+SHARED_COLUMN = "shared_flags"
 
 #: the columns of a row after the grid's: cycles (IPU clock), seconds, samples per second,
 #: average round-trip latency (seconds; empty where not measured, e.g. synthetic data), peak bytes on the fullest tile, the error ("" if
@@ -185,7 +191,8 @@ def _read_rows(path: Path, columns: list[str]) -> list[dict[str, str]]:
     """The rows of an earlier sweep's CSV at ``path`` (values as text), for ``--resume``.
 
     A last line cut short (the writer killed mid-row) is cut off the file. The header must be
-    ``columns``: rows of another grid cannot be mixed with this one's.
+    ``columns``: rows of another grid cannot be mixed with this one's (:func:`_check_shared`
+    keeps out those of other shared flags).
     """
     if not path.exists() or path.stat().st_size == 0:
         return []
@@ -200,6 +207,15 @@ def _read_rows(path: Path, columns: list[str]) -> list[dict[str, str]]:
                              f"({', '.join(reader.fieldnames[:4])}, ...); this one writes "
                              f"{', '.join(columns[:4])}, ...")
         return list(reader)
+
+
+def _check_shared(path: Path, rows: list[dict[str, str]], shared: str) -> None:
+    """Error unless every row of an earlier sweep's CSV was run with the shared flags ``shared``:
+    its numbers belong to another configuration (another model, system or option)."""
+    other = next((r[SHARED_COLUMN] for r in rows if r.get(SHARED_COLUMN) != shared), None)
+    if other is not None:
+        raise PointError(f"--resume: {str(path)!r} holds a sweep run with other shared flags ({other!r}); "
+                         f"this one runs {shared!r}: give the same flags after --, or another --csv")
 
 
 class _CsvRows:
@@ -253,20 +269,25 @@ def sweep(axes: list[str], common: list[str], workers: int | None = None, dask: 
     check_common(common)
     flags = list(points[0])
     columns = flags + [c for c in RESULT_COLUMNS if c not in flags]
+    shared = shlex.join(common)
 
     def key(row: dict) -> tuple[str, ...]:
         return tuple(str(row[f]) for f in flags)
-    earlier = {key(r): r for r in _read_rows(csv_path, columns)} if resume and csv_path else {}
+    earlier = {}
+    if resume and csv_path:
+        found = _read_rows(csv_path, columns + [SHARED_COLUMN])
+        _check_shared(csv_path, found, shared)
+        earlier = {key(r): r for r in found}
     argvs = {i: common + [a for flag, v in p.items() for a in (f"--{flag}", v) if v != ""]
              for i, p in enumerate(points) if key(p) not in earlier}
     rows: dict[int, dict] = {}
-    out = _CsvRows(csv_path, columns, append=resume)
+    out = _CsvRows(csv_path, columns + [SHARED_COLUMN], append=resume)
     bar = _progress_bar(len(points), len(points) - len(argvs))
     try:
         with contextlib.closing(run_points(argvs, workers, dask)) as finished:
             for i, row in finished:
                 rows[i] = {**points[i], **row}
-                out.write(rows[i])
+                out.write({**rows[i], SHARED_COLUMN: shared})
                 if bar is not None:
                     bar.update()
     except SweepInterrupted as e:
