@@ -419,8 +419,8 @@ class Engine:
                           tiles=tuple(ipus)), ipus)
             elif isinstance(item, Sync):
                 ipus = sorted(item.ipus)
-                emit(Task(deps_of(item.ipus), [], [([], item.cycles)], ipus[0], "sync", item.name,
-                          tiles=tuple(ipus)), item.ipus)
+                emit(Task(deps_of(item.ipus, item), [], [([], item.cycles)], ipus[0], "sync", item.name,
+                          tiles=tuple(ipus)), item.ipus, item)
             elif isinstance(item, IpuCopy):
                 ipus = sorted(item.ipus)
                 links, cycles = self._ipu_copy(item)

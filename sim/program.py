@@ -102,6 +102,7 @@ class Sync:
     scope: str
     cycles: int
     name: str = "sync"
+    after: tuple = ()  # other items (e.g. IO-tile stream copies) whose latest run must end first
 
 
 @dataclass

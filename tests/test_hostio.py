@@ -170,6 +170,45 @@ def test_one_buffer_is_refilled_while_the_ipu_computes():
         sim.compile(models.get("io-bound"), "ipu-mk2", sim.Options()._Popart.set("enablePrefetchDatastreams", 1))
 
 
+def _overlapped_training(mode: OverlapMode, accumulation: int = 4, iterations: int = 8) -> sim.Run:
+    """mlp training on one IPU with 64 IO tiles, both its input streams and its output overlapped
+    in ``mode`` (the loss summed on the device: OutputMode.Sum, which overlapped IO needs)."""
+    g = models.get("mlp")
+    for name in g.inputs + g.outputs:
+        g.overlap[name] = int(mode)
+    o = sim.Options().deviceIterations(iterations).setExecutionStrategy(ShardedExecution())
+    o.Training.gradientAccumulation(accumulation)
+    o.TensorLocations.numIOTiles(64)
+    o.outputMode(sim.OutputMode.Sum)
+    return sim.simulate(g, "ipu-mk2", o, training=True, optimizer="sgd")
+
+
+def test_accumulation_loop_overlap_stops_at_each_device_iteration():
+    """PopTorch's OverlapAccumulationLoop is PopART's OverlapInnerLoop: the accumulation loop is
+    decomposed so a micro-batch's inputs load on the IO tiles while the one before computes, but
+    the outer (device-iteration) loop is not (overlapio.cpp), so each device iteration's first
+    loads start only when the previous iteration, weight update included, has ended.
+    OverlapDeviceIterationLoop (OverlapLoops) preloads them during it."""
+    inner, both = (_overlapped_training(m) for m in (OverlapMode.OverlapAccumulationLoop,
+                                                      OverlapMode.OverlapDeviceIterationLoop))
+    assert inner.cycle_count > both.cycle_count
+    t = inner.trace
+    boundaries = t[t.name == "device-iteration boundary"].sort_values("start")
+    assert len(boundaries) == 8 and (boundaries.cycles == 0).all()
+    x = inner.executable.graph.inputs[0]
+    loads = t[(t.kind == "host_io_overlapped") & (t.name == x)].sort_values("start")
+    updates = t[t.name == "weight update"].sort_values("end")
+    firsts = loads.start.to_numpy()[::4]  # 4 micro-batches a device iteration
+    assert (firsts[1:] == boundaries.start.to_numpy()[1:]).all()
+    assert (firsts[1:] >= updates.end.to_numpy()[:-1]).all()  # after the previous weight update
+    assert not (both.trace.name == "device-iteration boundary").any()
+    # with one loop the two strategies are the same (the inner loop is the outer one)
+    for accumulation, iterations in ((1, 8), (4, 1)):
+        runs = [_overlapped_training(m, accumulation, iterations).cycle_count
+                for m in (OverlapMode.OverlapAccumulationLoop, OverlapMode.OverlapDeviceIterationLoop)]
+        assert runs[0] == runs[1]
+
+
 # --- 9. steady-state extrapolation -------------------------------------------------------------
 @pytest.mark.parametrize("setting", ["prefetch", "io_tiles"])
 def test_steady_state_extrapolation_equals_the_unrolled_loop(setting, monkeypatch):

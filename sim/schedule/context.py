@@ -19,8 +19,8 @@ from ..errors import OptionsError
 from ..graph.ir import Graph, Op
 from ..hardware.system import System
 from .hostio import host_transfers
-from ..options import Options, OutputMode
-from ..program import Compute, IpuCopy, OpSteps, RemoteCopy, Repeat, Sequence, Sync
+from ..options import Options, OutputMode, OverlapMode
+from ..program import Compute, IpuCopy, OpSteps, RemoteCopy, Repeat, Sequence, StreamCopy, Sync, leaves
 from .stages import StageWork
 from .stash import restored_tensors, stash_op_cost, stashed_tensors
 from ..hardware.topology import replica_ipus, sync_cycles
@@ -353,9 +353,49 @@ def _weight_of(op: Op) -> str:
     return op.attrs.get("weight", op.inputs[0])
 
 
+def inner_loop_streams(ctx: Context) -> set[str]:
+    """Host streams overlapped within the gradient-accumulation loop only, not across device iterations.
+
+    PopTorch's ``OverlapAccumulationLoop`` is PopART's ``ExchangeStrategy::OverlapInnerLoop``, and
+    ``OverlapDeviceIterationLoop`` its ``OverlapLoops``. PopART's OverlapIO transform
+    (willow/src/transforms/overlapio.cpp) decomposes the inner loop (gradient accumulation, or the
+    device-iteration loop when there is no accumulation) for either, and the outer loop only for
+    ``OverlapLoops`` when both loops exist: so an ``OverlapInnerLoop`` stream loads the first
+    micro-batch of a device iteration, and stores its last output, inside that iteration. Empty
+    unless training with gradient accumulation and several device iterations on IO tiles.
+    """
+    o = ctx.options
+    if not (ctx.training and o.Training.gradient_accumulation > 1 and o.device_iterations > 1
+            and o.TensorLocations.num_io_tiles and not o.synthetic_data):
+        return set()
+    return {name for name, mode in ctx.g.overlap.items() if mode == OverlapMode.OverlapAccumulationLoop}
+
+
+def with_iteration_boundary(body: Sequence, names: set[str]) -> Sequence:
+    """``body`` (one device iteration) whose IO-tile copies of ``names`` stay inside it: a
+    zero-cycle barrier on each replica's IPUs first waits for the previous iteration's output
+    copies, and the iteration's input copies wait for it (:func:`inner_loop_streams`)."""
+    copies = [c for c in leaves(body) if isinstance(c, StreamCopy) and c.io_tiles and c.name in names]
+    if not copies:
+        return body
+    barriers = []
+    for replica in sorted({c.replica for c in copies}):
+        own = [c for c in copies if c.replica == replica]
+        barrier = Sync(tuple(sorted({c.ipu for c in own})), "host", 0, "device-iteration boundary",
+                       after=tuple(c for c in own if c.direction == "from_ipu"))
+        for c in own:
+            if c.direction == "to_ipu":
+                c.after = c.after + (barrier,)
+        barriers.append(barrier)
+    return Sequence(barriers + [body], body.name)
+
+
 def device_iteration_loop(ctx: Context, step) -> Sequence:
     """``deviceIterations`` runs of ``step(with_outputs)``, honouring OutputMode.EveryN."""
     o = ctx.options
+    inner_only = inner_loop_streams(ctx)
+    if inner_only:
+        step = (lambda build: lambda with_outputs: with_iteration_boundary(build(with_outputs), inner_only))(step)
     main = Sequence(name="main")
     if ctx.mode == OutputMode.EveryN and o.output_return_period > 1:
         n = o.output_return_period
