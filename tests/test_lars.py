@@ -12,7 +12,7 @@ import sim
 from sim.cli import plan as plan_cli
 from sim.cli.main import main
 from sim.cost.exchange import exchange_cycles
-from sim.cost.rules import LARS_ELEMENT_STEPS, LARS_RATIO_STEPS, op_cost
+from sim.cost.rules import LARS_ELEMENT_STEPS, LARS_RATIO_STEPS, SGD_STEP, op_cost
 from sim.cost.opcost import _counts
 from sim.cost.vector import codelet, spread
 from sim.graph.ir import Op
@@ -98,18 +98,23 @@ def test_reduce_many_of_one_tensor_costs_what_reduce_sum_costs():
 
 
 def _lars_minus_momentum(n, itemsize, ipu):
-    """What one lars_update costs beyond sgd_update on the same weight, from the codelets: the
-    scalar trust ratio (one vertex on one tile), the exchange of its two fp32 factors, the
-    aXPlusbY set, and the syncs before those three."""
+    """What one lars_update costs beyond momentum SGD's sgd_update on the same weight, from the
+    codelets. LARS: the scalar trust ratio (one vertex on one tile), its two fp32 factors sent to
+    every tile, the aXPlusbY set and the two ScaledAdds of LARS_ELEMENT_STEPS' sgd_update; momentum
+    SGD: the learning rate negated on one tile, its fp32 value sent, the velocity's and the weight's
+    ScaledAdds (SGD_STEP). LARS has one compute set, so one sync, more."""
     ratio = math.ceil(max(codelet(k).fixed for k in LARS_RATIO_STEPS)
                       + sum(codelet(k).per_element(4) for k in LARS_RATIO_STEPS))
     scale, sgd = (codelet(k) for k in LARS_ELEMENT_STEPS)
+    step = codelet(SGD_STEP)
     used, _ = spread(n, itemsize, ipu, ipu.tiles)
     first = int(_counts(n, used)[0])
     lars = math.ceil(scale.fixed + sgd.sets * sgd.fixed + first * (scale.per_element(itemsize)
                                                                     + sgd.per_element(itemsize))) + ratio
-    momentum = math.ceil(sgd.sets * sgd.fixed + first * sgd.per_element(itemsize))
-    return lars - momentum + exchange_cycles(8, ipu) + 3 * ipu.internal_sync_cycles
+    momentum = 2 * math.ceil(step.fixed + first * step.per_element(itemsize)) + math.ceil(
+        step.fixed + step.per_element(4))
+    return (lars - momentum + exchange_cycles(8, ipu) - exchange_cycles(4, ipu)
+            + ipu.internal_sync_cycles)
 
 
 def test_lars_step_costs_more_than_momentum_sgd_by_the_norms_and_the_ratio():
@@ -169,3 +174,27 @@ def test_lars_with_sharded_state_says_the_norms_all_reduce_is_not_modelled():
              for name in ("lars", "sgd_momentum")}
     assert any("lars with sharded optimizer state" in n for n in notes["lars"])
     assert not any("lars" in n for n in notes["sgd_momentum"])
+
+
+def test_plain_sgd_is_one_scaled_add_and_momentum_sgd_two():
+    """PopART's SGD0VarUpdate (no momentum) is one ScaledAdd over the weight after the learning
+    rate's negation on one tile; with momentum the velocity's ScaledAdd comes first (SGD1/SGD2
+    AcclUpdate), so the update is one compute set longer by exactly that set and its sync."""
+    ipu = sim.load_system("ipu-mk2").ipu
+    g = sim.Graph("u")
+    g.add_tensor("w", (512, 256), "float16", "weight")
+    g.add_tensor("g", (512, 256), "float16", "gradient")
+    g.add_tensor("v", (512, 256), "float32", "state")
+    plain = op_cost(Op("plain", "sgd_update", ["w", "g"], ["w"], {"weight": "w"}), g, ipu, ipu.tiles)
+    momentum = op_cost(Op("momentum", "sgd_update", ["w", "g", "v"], ["w"], {"weight": "w"}), g, ipu, ipu.tiles)
+    step = codelet(SGD_STEP)
+    used, _ = spread(512 * 256, 4, ipu, ipu.tiles)  # laid out by its widest operand, as every update
+    first = int(_counts(512 * 256, used)[0])
+    plain_used, _ = spread(512 * 256, 2, ipu, ipu.tiles)
+    plain_first = int(_counts(512 * 256, plain_used)[0])
+    lr = math.ceil(step.fixed + step.per_element(4))
+    assert plain.supersteps == 2 and momentum.supersteps == 3
+    assert plain.compute_cycles == math.ceil(step.fixed + plain_first * step.per_element(2)) + lr
+    assert momentum.compute_cycles == 2 * math.ceil(step.fixed + first * step.per_element(4)) + lr
+    assert plain.exchange_cycles == momentum.exchange_cycles == exchange_cycles(4, ipu)
+    assert momentum.sync_cycles - plain.sync_cycles == ipu.internal_sync_cycles

@@ -70,3 +70,46 @@ def test_state_locations_with_nothing_to_act_on_are_noted():
     assert not [n for n in sim.simulate(models.get("mlp"), "ipu-m2000", two, training=True,
                                         optimizer="adam").executable.notes if "TensorLocations" in n]
 
+
+
+def test_settings_with_nothing_to_act_on_are_noted_and_change_nothing():
+    """Each setting below has nothing to act on in its run (no optimizer state, no accumulators, no
+    norm, one IPU): the cycles are those of the run without it, and a note says so."""
+    import models
+    import sim
+    from sim.options import PipelineCopies, TensorLocationSettings
+    from sim.strategy import SyncPattern
+
+    def run(options, system="ipu-mk2", training=True, optimizer="sgd"):
+        return sim.simulate(models.get("mlp"), system, options, training=training, optimizer=optimizer)
+
+    plain = run(sim.Options()).cycle_count
+    off_chip = sim.Options()
+    off_chip.TensorLocations.setOptimizerLocation(TensorLocationSettings().useOnChipStorage(False))
+    accumulators = sim.Options()
+    accumulators.TensorLocations.setAccumulatorLocation(TensorLocationSettings().useOnChipStorage(False))
+    cases = [
+        (off_chip, "sgd", "TensorLocations.setOptimizerLocation: optimizer sgd keeps no state; no effect"),
+        (accumulators, "sgd",
+         "TensorLocations.setAccumulatorLocation: gradient accumulation 1 keeps no accumulators; no effect"),
+        (sim.Options(), sim.Optimizer("sgd", "float16"), "optimizer sgd keeps no state: its state dtype float16 has no "
+                                                         "effect"),
+        (sim.Options(), sim.Optimizer("sgd", accum_dtype="float16"),
+         "gradient accumulators float16: gradient accumulation 1 keeps none; no effect"),
+        (sim.Options().enableStableNorm(True), "sgd",
+         "enableStableNorm: the model has no batch, group or layer norm; no effect"),
+        (sim.Options().syncPattern(SyncPattern.ReplicaAndLadder), "sgd",
+         "syncPattern ReplicaAndLadder: a replica of one IPU syncs with the host alone under every pattern; no effect"),
+        (sim.Options().pipelineCopies(PipelineCopies.PerStage), "sgd",
+         "pipelineCopies PerStage: a model on one IPU has no inter-IPU copies; no effect"),
+    ]
+    for options, optimizer, note in cases:
+        r = run(options, optimizer=optimizer)
+        assert note in r.executable.notes
+        assert r.cycle_count == plain, note
+    rounded = run(sim.Options().replicationFactor(3).autoRoundNumIPUs(True), system="ipu-pod16")
+    assert ("autoRoundNumIPUs: 1 IPU(s) per replica x 3 replica(s) = 3 IPUs, rounded up to 4; 1 of them idle"
+            in rounded.executable.notes)
+    # where the setting has something to act on, no such note
+    momentum = run(off_chip, optimizer="sgd_momentum").executable.notes
+    assert not [n for n in momentum if "keeps no" in n]

@@ -22,12 +22,12 @@ from ..graph.ir import Graph
 from ..hardware.system import System, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory
 from .program_memory import program_memory
-from ..options import Options, OutputMode, OverlapMode
+from ..options import Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
 from ..program import Sequence
 from ..schedule.context import Context
 from ..schedule.stages import StageWork, split_stages
-from ..strategy import PipelinedExecution, ShardedExecution, assign
+from ..strategy import PipelinedExecution, ShardedExecution, SyncPattern, assign
 from ..hardware.topology import check_fits
 from ..graph.loss_scaling import add_automatic_loss_scaling
 from ..graph.training import Optimizer, graph_to_price, merge_norms, place_global_norm
@@ -163,7 +163,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if strategy == "pipelined" and len({op.stage for op in g.ops}) == 1:
         strategy = "single"
     R = o.replication_factor
-    check_fits(system, k, o.total_replicas(), o.auto_round_num_ipus)
+    rounded = check_fits(system, k, o.total_replicas(), o.auto_round_num_ipus)
     o.check_call_size()
     mode = o.resolved_output_mode(training)
     _check_strategy_options(o, g, strategy, k, training)
@@ -198,14 +198,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         if io:
             notes.append(f"TensorLocations {kind} location {' and '.join(io)}: accepted, no modelled effect "
                          "(off-chip tensors are loaded to and stored from the compute tiles)")
-    for kind in ("optimizer", "accumulator"):  # settings with nothing to act on here
-        where = o.TensorLocations.locations[kind]
-        set_on = where.replicated_tensor_sharding or where.on_chip is False
-        if set_on and not training:
-            notes.append(f"TensorLocations.set{kind.capitalize()}Location: no {kind} state in inference; no effect")
-        elif where.replicated_tensor_sharding and o.total_replicas() == 1 and training:
-            notes.append(f"TensorLocations.set{kind.capitalize()}Location: replicated tensor sharding over 1 replica "
-                         "shards nothing; no effect")
+    notes += idle_settings(g, o, training, optimizer, k, rounded)
     if any(op.kind == "lars_update" for op in updates) and any(g.tensors[t].shards > 1 for op in updates
                                                                 for t in op.inputs):
         notes.append("lars with sharded optimizer state (RTS): each replica's norms cover its shard; the "
@@ -248,6 +241,48 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
 
 #: the norms whose training statistics poplin estimates (``normStatistics``): the forward op kinds
 STATISTICS_NORMS = ("batchnorm", "groupnorm", "layernorm")
+
+
+def idle_settings(g: Graph, o: Options, training: bool, optimizer: Optimizer | str, k: int,
+                  rounded: int) -> list[str]:
+    """Notes for settings that have nothing to act on in this run (the run is what it would be
+    without them): ``g`` is the compiler's graph, ``k`` the IPUs of a replica, ``rounded`` the IPUs
+    the run takes after ``autoRoundNumIPUs``."""
+    notes = []
+    roles = {t.role for t in g.tensors.values()}
+    held = {"optimizer": "state", "accumulator": "accumulator"}
+    for kind in ("optimizer", "accumulator"):
+        where = o.TensorLocations.locations[kind]
+        set_on = where.replicated_tensor_sharding or where.on_chip is False
+        setter = f"TensorLocations.set{kind.capitalize()}Location"
+        if set_on and not training:
+            notes.append(f"{setter}: no {kind} state in inference; no effect")
+        elif set_on and held[kind] not in roles:
+            why = ("gradient accumulation 1 keeps no accumulators" if kind == "accumulator"
+                   else f"optimizer {getattr(optimizer, 'name', optimizer)} keeps no state")
+            notes.append(f"{setter}: {why}; no effect")
+        elif where.replicated_tensor_sharding and o.total_replicas() == 1 and training:
+            notes.append(f"{setter}: replicated tensor sharding over 1 replica shards nothing; no effect")
+    if training and isinstance(optimizer, Optimizer):
+        if "state" not in roles and optimizer.state_dtype != "float32":
+            notes.append(f"optimizer {optimizer.name} keeps no state: its state dtype {optimizer.state_dtype} "
+                         "has no effect")
+        if optimizer.accum_dtype and "accumulator" not in roles:
+            notes.append(f"gradient accumulators {optimizer.accum_dtype}: gradient accumulation 1 keeps none; "
+                         "no effect")
+    if o.stable_norm and not any(op.kind in STATISTICS_NORMS for op in g.ops):
+        notes.append("enableStableNorm: the model has no batch, group or layer norm; no effect")
+    if k == 1 and o.sync_pattern != SyncPattern.Full:
+        notes.append(f"syncPattern {o.sync_pattern.name}: a replica of one IPU syncs with the host alone under "
+                     "every pattern; no effect")
+    if o.pipeline_copies != PipelineCopies.Merged and k == 1:
+        notes.append(f"pipelineCopies {o.pipeline_copies.name}: a model on one IPU has no inter-IPU copies; "
+                     "no effect")
+    used = k * o.total_replicas()
+    if rounded > used:
+        notes.append(f"autoRoundNumIPUs: {k} IPU(s) per replica x {o.total_replicas()} replica(s) = {used} IPUs, "
+                     f"rounded up to {rounded}; {rounded - used} of them idle")
+    return notes
 
 
 def mark_stable_norms(g: Graph) -> None:

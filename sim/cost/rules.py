@@ -157,6 +157,8 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _histogram(ins, attrs, ipu, tiles)
     if kind == "loss_scale_update":
         return _loss_scale_update(attrs, ipu, tiles)
+    if kind == "sgd_update":
+        return _sgd(ins, ipu, tiles)
     if kind in _UNARY:
         return _elementwise(kind, ins, outs, ipu, tiles)
     if kind == "lars_update":
@@ -261,6 +263,15 @@ LARS_RATIO_STEPS = ("sqrt", "sqrt", "mul", "mul", "add", "add", "div", "compare"
 #: momentum SGD's two ScaledAdds (momentum, weight)
 LARS_ELEMENT_STEPS = ("scale", "sgd_update")
 
+#: SGD's update as PopART runs it, each step one popops ScaledAdd over the weight's tiles (``scale``'s
+#: codelet): with momentum the velocity ``v <- m v + g`` (SGD1 / SGD2 AcclUpdateOpx, the velocity
+#: being the only optimizer state), then the weight ``w <- w - lr v`` (VarUpdateOpx); plain SGD
+#: only the weight's, ``w <- w - lr g`` (SGD0VarUpdateOpx, willow/src/popx/op/sgd0varupdatex.cpp).
+#: The learning rate, a tensor in PopTorch, is negated on one tile first (``popops::neg``) and sent
+#: to every tile of the weight. PyTorch's default weight decay 0 is assumed: a non-zero one adds a
+#: ``mapInPlace`` of ``w (1 - lr wd)`` to plain SGD (not modelled: the zoo's SGD has none)
+SGD_STEP = "scale"
+
 
 def _lars_update(ins, outs, ipu, tiles) -> OpCost:
     """One LARS weight update (inputs: weight, gradient, momentum, then the two norms, which are
@@ -310,6 +321,31 @@ ADAM_UPDATER_STEPS = ("div", "div", "sqrt", "add", "div") + ADAM_DECAY_STEPS
 ADAM_LR_STEPS = ("scale",)
 LAMB_RATIO_STEPS = ("sqrt", "sqrt", "minimum", "div", "compare", "select", "compare", "select", "mul", "scale")
 VAR_UPDATE_STEP = "scale"
+
+
+def _sgd(ins, ipu, tiles) -> OpCost:
+    """SGD's update of a weight (:data:`SGD_STEP`): the learning rate negated on one tile and sent
+    to every tile of the weight, then the velocity's ScaledAdd when there is a velocity (an input
+    of role ``state``: momentum) and the weight's, each at the bytes of the widest operand it reads."""
+    n = max(math.prod(s) for s, _, _ in ins)
+    full = [x for x in ins if math.prod(x[0]) == n]
+    weight = next((x for x in full if x[2] == "weight"), full[0])
+    velocity = [x for x in full if x[2] == "state"]
+    gradient = [x for x in full if x is not weight and x[2] != "state"]
+    used, _ = spread(n, max(DTYPE_BYTES[d] for _, d, _ in full), ipu, tiles)  # as _elementwise lays out an update
+    step = codelet(SGD_STEP)
+    sets = ([velocity + gradient] if velocity else []) + [[weight] + (velocity or gradient)]
+    per_tile = np.zeros(used)
+    for operands in sets:
+        per_tile += np.ceil(step.fixed + _counts(n, used) * step.per_element(max(DTYPE_BYTES[d] for _, d, _ in operands)))
+    lr = _map((((1,), "float32", "activation"),), (((1,), "float32"),), {"steps": (SGD_STEP,)}, ipu, tiles)
+    per_tile[0] += lr.compute_cycles  # the scalar's tile holds the first (largest) share
+    recv = 4  # the fp32 learning rate to every tile of the weight
+    profile = TileProfile.padded(tiles, per_tile, recv, 0)
+    return _phases(ipu, int(per_tile.max()), exchange_cycles(recv, ipu), 1 + len(sets), float(n * len(sets)),
+                   recv * used, used, profile=profile, launch=len(sets) * math.ceil(step.fixed) + lr.launch_cycles,
+                   plan=f"learning rate on one tile, then {n} elements on {used} tiles, "
+                   + ("the velocity's and the weight's ScaledAdds" if velocity else "the weight's ScaledAdd"))
 
 
 def adam_sets(kind: str, ins, weight_decay: bool = True) -> list[tuple[tuple[str, ...], int]]:
