@@ -160,6 +160,26 @@ def test_usage_and_simulator_errors_exit_2(capsys, argv, words):
         assert w in err
 
 
+@pytest.mark.parametrize("argv, hint", [
+    (["run", "--model", "mlp", "--system", "ipu-pod16", "--replicas", "3"],
+     "(on the command line: --auto-round-num-ipus sets autoRoundNumIPUs)"),
+    (["run", "--model", "mlp", "--training", "--gradient-accumulation", "4", "--io-tiles", "64", "--overlap", "device"],
+     "(on the command line: --output-mode sets OutputMode)"),
+])
+def test_errors_in_poptorch_terms_name_the_flag(capsys, argv, hint):
+    """The simulator's errors speak PopTorch's API; on the command line they also name the flag
+    that sets the option (from the flags' help tags, sim.cli.run.api_flags)."""
+    code, out, err = cli(capsys, *argv)
+    assert code == 2 and err.rstrip().endswith(hint)
+
+
+def test_a_mistyped_flag_is_named_with_the_nearest_flag_of_its_subcommand(capsys):
+    code, out, err = cli(capsys, "run", "--model", "mlp", "--trainig")
+    assert code == 2 and out == ""
+    assert err.startswith("usage: ipusim run ")  # the subcommand's usage, not ipusim's
+    assert err.rstrip().endswith("ipusim run: error: unrecognized arguments: --trainig (did you mean --training?)")
+
+
 def test_out_of_memory_exits_3_with_the_shortfall(capsys):
     code, out, err = cli(capsys, "run", "--model", "bert-large", "--training",
                              "--num-layers", "24", "--micro-batch", "8")

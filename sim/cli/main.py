@@ -20,6 +20,7 @@ model, bad parameter, invalid options; for compare: a missing file, or one that 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import sys
@@ -53,6 +54,17 @@ def _error(message: object) -> None:
     print(f"ipusim: error: {message}", file=sys.stderr)
 
 
+def _unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> None:
+    """Usage error (exit 2) naming the words the (sub)command does not know, with the nearest of
+    its flags for each mistyped one."""
+    flags = [f for action in parser._actions for f in action.option_strings]
+    shown = []
+    for word in words:
+        near = difflib.get_close_matches(word.split("=")[0], flags, n=1) if word.startswith("-") else []
+        shown.append(f"{word} (did you mean {near[0]}?)" if near else word)
+    parser.error("unrecognized arguments: " + " ".join(shown))
+
+
 class Terminated(BaseException):
     """SIGTERM, raised where the process is, so output files are cleaned up as after Ctrl-C."""
 
@@ -67,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if on_main_thread else None
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            _unrecognized(getattr(args, "subparser", parser), unknown)
         return args.func(args, args.subparser)
     except SystemExit as e:  # argparse: --help, --version, usage errors
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
@@ -75,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(e)
         return 3
     except sim.IpuSimError as e:
-        _error(e)
+        _error(f"{e}{run.flag_hints(str(e))}")  # the Python API's option names, as flags
         return 2
     except BrokenPipeError:  # the reader went away (ipusim models | head): stop quietly, as a Unix filter does
         try:

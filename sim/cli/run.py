@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import re
 from pathlib import Path
 
 import models
@@ -109,6 +111,37 @@ def optimizer_of(args, parser) -> Optimizer:
 
 
 _int_list = whole_numbers(0, "3,7,7,7")
+
+
+#: an option's name in PopTorch's API as the flags' help gives it ("[autoRoundNumIPUs]"): a camelCase
+#: or snake_case word (setters and groups such as ``Training.`` or ``_Popart.set`` left out)
+_API_NAME = re.compile(r"\b([a-z][a-z0-9]*(?:[A-Z][A-Za-z0-9]*)+|[a-z0-9]+(?:_[a-z0-9]+)+)\b")
+
+
+@functools.lru_cache(maxsize=1)
+def api_flags() -> dict[str, str]:
+    """{PopTorch option name, lower case: the ``ipusim run`` flag that sets it}, from each flag's help
+    tag (``[outputMode]``, ``[TensorLocations.numIOTiles]``, ``[enableSyntheticData(True)]``)."""
+    names = {}
+    for action in configure(argparse.ArgumentParser(add_help=False))._actions:
+        tag = re.match(r"\[([^\]]+)\]", action.help or "")
+        if tag and action.option_strings:
+            for name in _API_NAME.findall(tag.group(1)):
+                names.setdefault(name.lower(), action.option_strings[-1])
+    return names
+
+
+def flag_hints(message: str) -> str:
+    """`` (on the command line: --flag sets name, ...)`` for the PopTorch option names ``message``
+    gives (an error of the Python API, seen from ``ipusim``), or ""."""
+    flags = api_flags()
+    found = {}
+    for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message):
+        flag = flags.get(word.lower())
+        if flag and flag not in found.values():
+            found[word] = flag
+    return (" (on the command line: " + ", ".join(f"{flag} sets {name}" for name, flag in found.items()) + ")"
+            if found else "")
 
 
 def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
