@@ -254,3 +254,9 @@ def test_workers_below_one_is_a_usage_error(capsys, value):
 def test_resume_needs_a_csv(capsys):
     assert cli.main(["sweep", "--grid", "micro-batch=1,2", "--resume", "--", "--model", "mlp"]) == 2
     assert "--resume needs --csv" in capsys.readouterr().err
+
+
+def test_csv_onto_a_folder_is_a_usage_error(capsys, tmp_path):
+    code = cli.main(["sweep", "--grid", "micro-batch=1,2", "--csv", str(tmp_path), "--", "--model", "mlp"])
+    assert code == 2
+    assert f"argument --csv: {str(tmp_path)!r} is a folder; give a file path" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def positive_int(text: str) -> int:
@@ -15,6 +16,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
+
+
+def csv_file(text: str) -> Path:
+    """A path to write CSV rows to: not an existing folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file path, e.g. {str(path / 'rows.csv')!r}")
+    return path
 
 
 def name_size(text: str) -> tuple[str, int]:

@@ -32,7 +32,7 @@ from .. import planner
 from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
 from . import run
-from .argtypes import QUIET, positive_int, progress, proportions, verbosity, whole_numbers
+from .argtypes import QUIET, csv_file, positive_int, progress, proportions, verbosity, whole_numbers
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
                     run_points, simulate_point)
 
@@ -213,7 +213,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="candidates simulated between pruning decisions (default: 16)")
     s.add_argument("--workers", type=positive_int, metavar="N", help="processes, >= 1 (default: all cores)")
     s.add_argument("--dask", metavar="ADDRESS", help="simulate on this Dask scheduler instead")
-    s.add_argument("--csv", type=Path, help="write a row per candidate, each as it is decided")
+    s.add_argument("--csv", type=csv_file, metavar="FILE", help="write a row per candidate, each as it is decided")
     s.add_argument("--resume", action="store_true",
                    help="with --csv: keep the candidates the CSV already holds and decide the others")
     p.set_defaults(func=_cmd_plan, subparser=p)
