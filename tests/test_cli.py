@@ -474,3 +474,16 @@ def test_proportions_must_match_the_ipus_of_a_replica(capsys):
     code, _, err = cli(capsys, "run", "--model", "bert-base", "--num-layers", "4", "--layers-per-ipu", "0,2,1,1",
                            "--system", "ipu-pod16", "--available-memory-proportion", "0.2,0.3")
     assert code == 2 and "2 values" in err and "(4)" in err
+
+
+def test_unmeasured_latencies_print_as_not_available(capsys):
+    """A model that streams outputs but no inputs (amp-tile) has only getIpuHostLatency() measured:
+    the text report prints n/a for the other three, as --json gives null, and the note says why."""
+    code, out, err = cli(capsys, "run", "--model", "amp-tile")
+    assert code == 0
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[out.splitlines().index(
+        next(x for x in out.splitlines() if x.startswith("latency (ms)"))) + 1:][:4]}
+    assert rows["round"] == ["trip", "n/a", "n/a", "n/a"] and rows["host"] == ["->", "IPU", "n/a", "n/a", "n/a"]
+    assert rows["compute"] == ["n/a", "n/a", "n/a"] and "n/a" not in rows["IPU"]
+    assert ("latency, host_ipu_latency, compute_latency not measured: the model streams no inputs to the IPU"
+            in out)

@@ -219,12 +219,16 @@ def _tflops(run: Run) -> float:
 
 
 def _latency_table(run: Run) -> list[str]:
-    rows = [("round trip", run.latency), ("host -> IPU", run.host_ipu_latency),
-            ("compute", run.compute_latency), ("IPU -> host", run.ipu_host_latency)]
+    rows = [("round trip", "latency"), ("host -> IPU", "host_ipu_latency"),
+            ("compute", "compute_latency"), ("IPU -> host", "ipu_host_latency")]
     if run.executable.options.synthetic_data:
         return ["latency: n/a (synthetic data: no host transfers, PopTorch reports zeros)"]
     out = [f"{'latency (ms)':<16}{'min':>12}{'avg':>12}{'max':>12}"]
-    for label, (lo, hi, avg) in rows:
+    for label, name in rows:
+        if not run.latency_measured(name):  # PopTorch's (0, 0, 0): no time (the notes say why)
+            out.append(f"  {label:<14}" + f"{'n/a':>12}" * 3)
+            continue
+        lo, hi, avg = getattr(run, name)
         out.append(f"  {label:<14}{lo * 1e3:>12.4f}{avg * 1e3:>12.4f}{hi * 1e3:>12.4f}")
     return out
 

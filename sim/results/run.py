@@ -172,9 +172,10 @@ class Run:
         unmeasured = [name for name in self.LATENCIES if not self.latency_measured(name)]
         if unmeasured:
             g = self.executable.graph
-            missing = " and ".join(w for w, names in (("inputs", g.inputs), ("outputs", g.outputs)) if not names)
-            return (f"{', '.join(unmeasured)} not measured: the model streams no {missing or 'tensors'} to or "
-                    "from the host, so there are no timestamps to time them by; they read (0, 0, 0)")
+            missing = " and ".join(w for w, names in (("no inputs to the IPU", g.inputs),
+                                                        ("no outputs to the host", g.outputs)) if not names)
+            return (f"{', '.join(unmeasured)} not measured: the model streams {missing}, so there are no "
+                    "timestamps to time them by; they read (0, 0, 0)")
         return None
 
     # --- what hardware cannot tell ------------------------------------------------------------
