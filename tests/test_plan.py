@@ -207,7 +207,18 @@ def test_no_configuration_fits_says_why(capsys):
                      "--workers", "1"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "no configuration fits; e.g. ipusim run" in err and "needs 1 x 8 = 8 IPUs; ipu-m2000 has 4" in err
+    assert "no valid configuration (none was simulated); e.g. ipusim run" in err
+    assert "needs 1 x 8 = 8 IPUs; ipu-m2000 has 4" in err
+
+
+def test_commands_are_printed_for_the_exact_top_only(capsys):
+    """--top 2 with the default --commands 3: only the 2 ranked rows, exact under pruning, as commands."""
+    code = cli.main(["plan", "--model", "mlp", "--system", "ipu-m2000", "--global-batch", "16", "--workers", "1",
+                     "--top", "2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "the best 2 as commands:" in out
+    assert [line[:5] for line in out.splitlines() if line.startswith("  ") and ". ipusim run" in line] == \
+        ["  1. ", "  2. "]
 
 
 def test_an_onnx_model_with_a_fixed_batch_is_planned_at_that_batch(capsys, tmp_path):

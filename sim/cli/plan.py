@@ -206,7 +206,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("--top", type=positive_int, default=10, metavar="K",
                    help="show the K best; pruning keeps them exact (default: 10)")
     s.add_argument("--commands", type=int, default=3, metavar="N",
-                   help="print the N best as `ipusim run` commands (default: 3)")
+                   help="print the N best as `ipusim run` commands, at most --top (default: 3)")
     s.add_argument("--exhaustive", action="store_true",
                    help="simulate every candidate: no bound, no inference, no check before simulating")
     s.add_argument("--batch", type=positive_int, default=16, metavar="N",
@@ -439,13 +439,15 @@ def _cmd_plan(args, parser) -> int:
     if best.empty:
         dropped = table[table["status"] == "oom"]
         example = dropped if len(dropped) else table[table["reason"].astype(str) != ""]
-        print("ipusim: no configuration fits" + (f"; e.g. {example['command'].iloc[0]}: {example['reason'].iloc[0]}"
-                                                 if len(example) else ""), file=sys.stderr)
+        head = "no configuration fits" if len(dropped) else "no valid configuration (none was simulated)"
+        print(f"ipusim: {head}" + (f"; e.g. {example['command'].iloc[0]}: {example['reason'].iloc[0]}"
+                                   if len(example) else ""), file=sys.stderr)
         return 3 if len(dropped) else 2
     print(format_table(best.head(args.top)))
-    if args.commands > 0 and not quiet:
-        print(f"\nthe best {min(args.commands, len(best))} as commands:")
-        for n, cmd in enumerate(best["command"].head(args.commands), 1):
+    shown = min(args.commands, args.top, len(best))  # the top K are exact; the rest may be pruned away
+    if shown > 0 and not quiet:
+        print(f"\nthe best {shown} as commands:")
+        for n, cmd in enumerate(best["command"].head(shown), 1):
             print(f"  {n}. {cmd}")
     if args.csv is not None and not quiet:
         print(f"\nevery configuration, with its status and reason: {args.csv}")
