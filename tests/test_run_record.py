@@ -68,6 +68,11 @@ def test_summary_tells_runs_apart(capsys):
     overlapped = summary("--overlap", "device")
     assert set(overlapped["run"]["overlap"].values()) == {"OverlapDeviceIterationLoop"}
     assert summary()["run"]["overlap"] == {} and summary()["model_params"] == {}
+    assert summary()["run"]["optimizer"] is None  # inference
+    adam = summary("--training", "--optimizer", "adamw", "--optimizer-state-dtype", "float16,float32",
+                   "--max-grad-norm", "1")
+    assert adam["run"]["optimizer"] == ("adamw (state: first moment float16, second moment float32; gradients "
+                                        "clipped to global norm 1)")
 
 
 def test_output_folder_summary_lists_the_files(tmp_path):

@@ -201,7 +201,8 @@ def _describe(s: dict) -> dict[str, str]:
     opts = s.get("options")
     config = s.get("system_config") if isinstance(s.get("system_config"), dict) else {}
     return {"model": str(s.get("model", "?")), "system": str(s.get("system", "?")),
-            "mode": "training" if s.get("training") else "inference",
+            "mode": (f"training ({run['optimizer']})" if run.get("optimizer") else "training") if s.get("training")
+            else "inference",
             "strategy": str(run.get("strategy", "?")),
             "model parameters": "; ".join(f"{k}={json.dumps(v)}" for k, v in (s.get("model_params") or {}).items())
             or "defaults",

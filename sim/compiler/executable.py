@@ -63,6 +63,8 @@ class Executable:
     #: wall seconds of each compile step: "graph" (training expansion, placement, checks),
     #: "costs", "stages", "schedule" (building the program), "memory"
     timings: dict[str, float] = field(default_factory=dict)
+    #: the optimizer of a training run, as :meth:`Optimizer.describe` says it ("" at inference)
+    optimizer: str = ""
 
     @property
     def replicas(self) -> int:
@@ -235,8 +237,9 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     check_tile_memory(memory)  # after every IPU is measured: the error names the worst
     lap("memory")
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
+    described = (optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)).describe() if training else ""
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
-                      strategy, k, simulated, ctx.stages, timings)
+                      strategy, k, simulated, ctx.stages, timings, described)
 
 
 #: the norms whose training statistics poplin estimates (``normStatistics``): the forward op kinds
