@@ -97,8 +97,9 @@ def _cmd_collective(args, parser) -> int:
     need = args.replicas * k
     if need > system.num_ipus:
         per = f" ({show_number(k)} IPUs per replica = {show_number(need)} IPUs)" if k > 1 else ""
+        ipus = f"{system.num_ipus} IPU{'s' * (system.num_ipus != 1)}"
         raise OptionsError(f"{show_number(args.replicas)} replicas{per} do not fit on system {system.name!r}, which "
-                           f"has {system.num_ipus} IPU{'s' * (system.num_ipus != 1)}; use fewer replicas or a larger system (ipusim systems)")
+                           f"has {ipus}; use fewer replicas or a larger system (ipusim systems)")
     if args.replicas < 2:
         raise OptionsError(f"a collective needs at least 2 replicas, got {args.replicas}")
     if need & (need - 1):

@@ -333,8 +333,8 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="an axis: a flag of `ipusim run` (without --) and its values; repeatable")
     parser.add_argument("--workers", type=positive_int, metavar="N", help="processes, >= 1 (default: all cores)")
     parser.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler")
-    parser.add_argument("--csv", type=csv_file, metavar="FILE", help="also write the rows to this CSV file, each as its point "
-                        "finishes (completion order)")
+    parser.add_argument("--csv", type=csv_file, metavar="FILE",
+                        help="also write the rows to this CSV file, each as its point finishes (completion order)")
     parser.add_argument("--resume", action="store_true",
                         help="with --csv: skip the points the CSV already holds and append the others")
     parser.add_argument("common", nargs=argparse.REMAINDER,

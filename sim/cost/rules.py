@@ -337,7 +337,8 @@ def _sgd(ins, ipu, tiles) -> OpCost:
     sets = ([velocity + gradient] if velocity else []) + [[weight] + (velocity or gradient)]
     per_tile = np.zeros(used)
     for operands in sets:
-        per_tile += np.ceil(step.fixed + _counts(n, used) * step.per_element(max(DTYPE_BYTES[d] for _, d, _ in operands)))
+        size = max(DTYPE_BYTES[d] for _, d, _ in operands)
+        per_tile += np.ceil(step.fixed + _counts(n, used) * step.per_element(size))
     lr = _map((((1,), "float32", "activation"),), (((1,), "float32"),), {"steps": (SGD_STEP,)}, ipu, tiles)
     per_tile[0] += lr.compute_cycles  # the scalar's tile holds the first (largest) share
     recv = 4  # the fp32 learning rate to every tile of the weight

@@ -49,7 +49,8 @@ def run_collective(system: System | str, op: str, nbytes: int, members: list[int
     system = load_system(system)
     bad = [m for m in members if not 0 <= m < system.num_ipus]
     if bad:
-        raise OptionsError(f"IPU {bad[0]} is not in system {system.name!r}, which has {system.num_ipus} IPU{'s' * (system.num_ipus != 1)}")
+        ipus = f"{system.num_ipus} IPU{'s' * (system.num_ipus != 1)}"
+        raise OptionsError(f"IPU {bad[0]} is not in system {system.name!r}, which has {ipus}")
     item, plan = collective_item(system, op, nbytes, members, algorithm, partition_ipus=partition_ipus)
     timeline = Engine(system).run(Sequence([item], name="collective"))
     cycles = int(timeline.total_cycles)
