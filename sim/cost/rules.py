@@ -264,12 +264,14 @@ LARS_RATIO_STEPS = ("sqrt", "sqrt", "mul", "mul", "add", "add", "div", "compare"
 LARS_ELEMENT_STEPS = ("scale", "sgd_update")
 
 #: SGD's update as PopART runs it, each step one popops ScaledAdd over the weight's tiles (``scale``'s
-#: codelet): with momentum the velocity ``v <- m v + g`` (SGD1 / SGD2 AcclUpdateOpx, the velocity
-#: being the only optimizer state), then the weight ``w <- w - lr v`` (VarUpdateOpx); plain SGD
-#: only the weight's, ``w <- w - lr g`` (SGD0VarUpdateOpx, willow/src/popx/op/sgd0varupdatex.cpp).
-#: The learning rate, a tensor in PopTorch, is negated on one tile first (``popops::neg``) and sent
-#: to every tile of the weight. PyTorch's default weight decay 0 is assumed: a non-zero one adds a
-#: ``mapInPlace`` of ``w (1 - lr wd)`` to plain SGD (not modelled: the zoo's SGD has none)
+#: codelet): with momentum the velocity ``v <- m v + g`` (SGD1AcclUpdateOpx, the velocity being the
+#: only optimizer state), then the weight ``w <- w - lr v`` (VarUpdateOpx); plain SGD only the
+#: weight's, ``w <- w - lr g`` (SGD0VarUpdateOpx, willow/src/popx/op/sgd0varupdatex.cpp). The
+#: learning rate, a tensor in PopTorch, is negated on one tile first (``popops::neg``) and sent to
+#: every tile of the weight. Not modelled: a non-zero weight decay's ``mapInPlace`` of
+#: ``w (1 - lr wd)`` in plain SGD (PyTorch's default is 0), and SGD2 (PopTorch's default separate
+#: accumulator and velocity, patterns/sgd2decompose.cpp), which updates the velocity in two ops
+#: (PartialAcclUpdate, then Accumulate) and zeroes the accumulator after them
 SGD_STEP = "scale"
 
 
