@@ -37,7 +37,8 @@ from sim.options import TensorLocationSettings  # noqa: E402
 REPLICAS = (16, 64, 128, 256)
 FAMILIES = {"Mk2": "ipu-pod{}", "Bow": "bow-pod{}"}
 ASKED_MICRO_BATCH = 20
-OPTIMIZER = "sgd_momentum"  # the example's sgd_combined with momentum 0.9
+#: the example's sgd_combined with momentum 0.9: SGD(use_combined_accum=True), the velocity as the accumulator
+OPTIMIZER = sim.Optimizer("sgd_momentum", combined_accum=True)
 EXAMPLE_UPDATE_MICRO_BATCHES = 912  # 16 x 57 in the PopTorch example (64 x 14 = 896)
 
 
@@ -155,7 +156,7 @@ def build_report() -> str:
         for ga_name, ga16 in (("example", example_accumulation(16)), ("ga1", 1)):
             fits[(family, ga_name)] = resnet_fit(system, ga16)
     mb_example, err = fits[("Mk2", "example")]
-    lines.append(f"Optimizer: momentum SGD (`{OPTIMIZER}`), real data (host IO simulated), deviceIterations 1, "
+    lines.append(f"Optimizer: momentum SGD (`{OPTIMIZER.describe()}`), real data (host IO simulated), deviceIterations 1, "
                  f"availableMemoryProportion {MEMORY_PROPORTION} and a recomputation checkpoint after every "
                  "bottleneck block, and 8-bit images cast on the IPU, as Graphcore's PopTorch ResNet-50 config. "
                  "The 4 IPUs of a chassis share one host link, so host IO still takes a share; with synthetic "

@@ -291,6 +291,7 @@ class Setup:
     per_stage_copies: bool = False  # a TensorFlow pipeline: each stage's inter-IPU copies one after another
     stable_norm: bool = False  # enableStableNorm (TensorFlow's norms.use_stable_statistics)
     clear_pass_type: bool = False  # enableFullyConnectedPass off (TensorFlow's matmuls.clear_pass_type)
+    combined_accum: bool = False  # momentum SGD's velocity as the gradient accumulator (SGD use_combined_accum)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -341,7 +342,8 @@ class Setup:
 
     def sim_optimizer(self) -> Optimizer:
         groups = _pytorch_bert_groups(self) if self.pytorch_bert_groups else {}
-        return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None, self.clip_norm or None, **groups)
+        return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None, self.clip_norm or None,
+                         combined_accum=self.combined_accum, **groups)
 
     def describe(self) -> str:
         parts = [f"`{self.system}`", f"`{self.model}` " + ", ".join(f"{k}={_show(v)}" for k, v in self.params)]
@@ -713,7 +715,8 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
                   stable_norm: bool = False) -> Setup:
     """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
     images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`; PyTorch: a checkpoint
-    after every block), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs),
+    after every block), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs; PyTorch: the CNN
+    example's ``sgd_combined``, ``SGD(use_combined_accum=True)``, the velocity as the accumulator),
     one IPU per replica, real data. TF1: the host one input buffer ahead of the IPU as its infeeds
     run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), batch norm statistics over pairs of
     replicas (``BN_span: 2`` in every MLPerf ResNet-50 configs.yml, v1.0-v2.0: the zoo's
@@ -734,7 +737,7 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
                  device_iterations=steps, amp=(amp,), optimizer=optimizer,
                  state_dtype="float32" if pytorch else "float16",
                  prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",),
-                 stable_norm=stable_norm)
+                 stable_norm=stable_norm, combined_accum=pytorch and optimizer == "sgd_momentum")
 
 
 def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> Setup:
@@ -1052,7 +1055,8 @@ PUBLISHED_ROWS = [
         ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("B14", "GCN-S30 B14", "ResNet-50 training, Bow Pod16, GBS 16,416 (PyTorch)", 37061, "images/s",
         _resnet_train("bow-pod16", 16, 18, 57, 0.16, pytorch=True), True,
-        ("sgd_combined is momentum SGD", "recomputation: a checkpoint after every block (the config names "
+        ("sgd_combined is momentum SGD with the velocity as the gradient accumulator (train.py: "
+         "use_combined_accum=True)", "recomputation: a checkpoint after every block (the config names "
         "35 checkpoint tensors)", "the table says GBS 16,384 [U]")),
     Row("B15", "GCN-S30 B15", "ResNet-50 training, Bow Pod64, GBS 5,120", 153205, "images/s",
         _resnet_train("bow-pod64", 64, 20, 4, 0.15, "lars", tf1_calls=True), True,

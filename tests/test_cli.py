@@ -148,6 +148,7 @@ def test_systems_and_models_lists(capsys):
     (["run", "--output-mode", "every3"], ["--output-mode"]),
     (["run", "--gradient-accumulation", "4"], ["gradientAccumulation"]),
     (["run", "--optimizer", "adam"], ["--training"]),
+    (["run", "--training", "--combined-accum"], ["--combined-accum", "sgd_momentum"]),
     (["run", "--bogus"], ["--bogus"]),
     (["frobnicate"], ["frobnicate"]),
     ([], ["COMMAND"]),

@@ -222,3 +222,24 @@ def test_cli_accum_type_sets_the_accumulators_and_the_summary_names_it():
     assert "training (lamb (accumulators float32))" in format_summary(run).splitlines()[0]
     plain = sim.simulate(_graph(), "ipu-mk2", o, training=True, optimizer=Optimizer("lamb"))
     assert format_summary(plain).splitlines()[0].endswith("training (lamb)")
+
+
+def test_combined_accumulation_is_a_setting_of_momentum_sgd_only():
+    """Optimizer(combined_accum=True): the velocity is the gradient accumulator (PopART's SGD1), so
+    with gradient accumulation no accumulator tensor is made and the run's memory is smaller by
+    exactly the accumulators' bytes; any other optimizer refuses it."""
+    import models
+    import sim
+    o = sim.Options()
+    o.Training.gradientAccumulation(4)
+    runs = {c: sim.compile(models.get("mlp"), "ipu-mk2", o, training=True,
+                           optimizer=sim.Optimizer("sgd_momentum", combined_accum=c)) for c in (False, True)}
+    accumulators = sum(t.nbytes for t in runs[False].graph.tensors.values() if t.role == "accumulator")
+    assert accumulators > 0
+    assert not any(t.role == "accumulator" for t in runs[True].graph.tensors.values())
+    assert runs[False].memory[0].by_role["accumulator"] == accumulators
+    assert runs[True].memory[0].by_role.get("accumulator", 0) == 0
+    assert runs[True].optimizer == "sgd_momentum (the velocity as the gradient accumulator)"
+    for name in ("sgd", "adam", "lars"):
+        with pytest.raises(sim.OptionsError, match="combined_accum .* a setting of sgd_momentum only"):
+            sim.Optimizer(name, combined_accum=True)

@@ -331,7 +331,34 @@ def test_float16_optimizer_state_is_rounded_and_priced_as_float16():
     assert buf.dtype == torch.float32 and torch.equal(buf, buf.half().float())
     states = [t for t in model.executable.graph.tensors.values() if t.role == "state"]
     assert states and all(t.dtype == "float16" for t in states)
-    assert any("use_combined_accum=True: accepted, no modelled effect" in n for n in model.executable.notes)
+    # with momentum, use_combined_accum is modelled (the velocity is the accumulator), so not noted
+    assert not any("use_combined_accum" in n for n in model.executable.notes)
+    assert model.executable.optimizer == ("sgd_momentum (state float16; the velocity as the gradient "
+                                          "accumulator; accumulators float32)")
+
+
+def test_combined_accumulation_keeps_the_gradients_in_the_velocity():
+    """PopTorch's SGD(use_combined_accum=True) with momentum is PopART's SGD1: with gradient
+    accumulation each micro-batch's gradient is added into the velocity, so there are no
+    accumulator tensors and the update reads no gradient beside the velocity; without momentum
+    (SGD0) the option has nothing to act on and is listed as not modelled."""
+    def compiled(**kw):
+        net = Net()
+        opts = poptorch.Options()
+        opts.Training.gradientAccumulation(2)
+        model = poptorch.trainingModel(net, opts, optimizer=poptorch.optim.SGD(net.parameters(), lr=0.1, **kw))
+        model(*batch(4))
+        return model.executable
+    separate, combined = compiled(momentum=0.9), compiled(momentum=0.9, use_combined_accum=True)
+    roles = lambda ex: sorted({t.role for t in ex.graph.tensors.values()})  # noqa: E731
+    assert "accumulator" in roles(separate) and "accumulator" not in roles(combined)
+    update = next(op for op in combined.graph.ops if op.kind == "sgd_update")
+    accumulate = next(op for op in combined.graph.ops
+                      if op.kind == "accumulate" and op.attrs["weight"] == update.attrs["weight"])
+    assert accumulate.outputs[0] in update.inputs and combined.graph.tensors[accumulate.outputs[0]].role == "state"
+    assert combined.memory[0].total_bytes < separate.memory[0].total_bytes
+    plain = compiled(use_combined_accum=True)
+    assert any("use_combined_accum=True: accepted, no modelled effect" in n for n in plain.notes)
 
 
 def test_max_grad_norm_clips_the_global_norm():

@@ -93,8 +93,8 @@ def state_dtypes(text: str) -> tuple[str, ...]:
 
 
 def optimizer_of(args, parser) -> Optimizer:
-    """The :class:`~sim.Optimizer` of ``--optimizer``, ``--optimizer-state-dtype``, ``--accum-type``
-    and ``--max-grad-norm``."""
+    """The :class:`~sim.Optimizer` of ``--optimizer``, ``--optimizer-state-dtype``, ``--accum-type``,
+    ``--combined-accum`` and ``--max-grad-norm``."""
     dtypes = getattr(args, "optimizer_state_dtype", None)
     name = args.optimizer or "sgd"
     try:
@@ -103,6 +103,8 @@ def optimizer_of(args, parser) -> Optimizer:
         parser.error(f"--optimizer-state-dtype: {e}")
     if getattr(args, "accum_type", None):
         optimizer = dataclasses.replace(optimizer, accum_dtype=args.accum_type)
+    if getattr(args, "combined_accum", False):
+        optimizer = dataclasses.replace(optimizer, combined_accum=True)
     clip = getattr(args, "max_grad_norm", None)
     try:
         return optimizer if clip is None else dataclasses.replace(optimizer, clip_norm=clip)
@@ -177,6 +179,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     o.add_argument("--accum-type", choices=("float16", "float32"),
                    help="[accum_type] dtype of the gradient accumulators of a run with gradient accumulation "
                    "(default: the weights' dtype; PopTorch's optimizers default to float32; training only)")
+    o.add_argument("--combined-accum", action="store_true",
+                   help="[use_combined_accum] sgd_momentum: the velocity is the gradient accumulator (PopTorch's "
+                   "SGD(use_combined_accum=True), as Graphcore's CNN examples' sgd_combined; training only)")
     o.add_argument("--max-grad-norm", type=float, metavar="NORM",
                    help="[max_grad_norm] clip the gradients to this global norm before the update (PopART's "
                    "ClipNormSettings.clipAllWeights; training only)")
@@ -403,6 +408,9 @@ def simulate_args(args, parser) -> sim.Run:
         parser.error("--max-grad-norm only applies with --training")
     if args.accum_type and not args.training:
         parser.error("--accum-type only applies with --training")
+    if args.combined_accum and args.optimizer != "sgd_momentum":
+        parser.error("--combined-accum only applies with --training --optimizer sgd_momentum (the velocity "
+                     "becomes the gradient accumulator)")
     if args.auto_loss_scaling and not args.training:
         parser.error("--auto-loss-scaling only applies with --training")
     optimizer = optimizer_of(args, parser)

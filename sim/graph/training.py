@@ -119,6 +119,12 @@ class Optimizer:
       (nlp/bert/pytorch/optimization.py).
 
     Both are weight names of the graph; any other name is refused when the graph is expanded.
+
+    ``combined_accum`` (momentum SGD): the velocity is the gradient accumulator, PopTorch's
+    ``SGD(use_combined_accum=True)`` (PopART's SGD1): with gradient accumulation each micro-batch's
+    gradient is added into the velocity and no separate accumulator is kept (its bytes, and the
+    velocity's ScaledAdd with the gradient at the update, are saved). Graphcore's PyTorch CNNs run
+    so (``--optimizer sgd_combined``, vision/cnns/pytorch/train/train.py).
     """
 
     name: str = "sgd"
@@ -127,6 +133,7 @@ class Optimizer:
     clip_norm: float | None = None
     no_weight_decay: tuple[str, ...] = ()
     no_trust_ratio: tuple[str, ...] = ()
+    combined_accum: bool = False
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
@@ -161,6 +168,11 @@ class Optimizer:
             object.__setattr__(self, "clip_norm", None if math.isinf(clip) else clip)
         for field, kinds in (("no_weight_decay", DECAY_PER_WEIGHT), ("no_trust_ratio", ("lamb",))):
             object.__setattr__(self, field, self._weight_names(field, kinds))
+        if self.combined_accum not in (True, False):
+            raise OptionsError(f"optimizer {self.name!r}: combined_accum {self.combined_accum!r}: expected True or False")
+        if self.combined_accum and self.name != "sgd_momentum":
+            raise OptionsError(f"optimizer {self.name!r}: combined_accum combines momentum SGD's velocity with its "
+                               "gradient accumulator; it is a setting of sgd_momentum only")
 
     def _weight_names(self, field: str, optimizers: tuple[str, ...]) -> tuple[str, ...]:
         """``field``'s weight names as a sorted tuple; refused unless strings, or if this optimizer
@@ -201,6 +213,8 @@ class Optimizer:
         elif len(set(dtypes)) > 1:
             names = [what for what, _ in STATES.get(self.name, ())] or [f"state {k}" for k in range(len(dtypes))]
             extras.append("state: " + ", ".join(f"{what} {d}" for what, d in zip(names, dtypes)))
+        if self.combined_accum:
+            extras.append("the velocity as the gradient accumulator")
         if self.accum_dtype:
             extras.append(f"accumulators {self.accum_dtype}")
         if self.clip_norm is not None:
@@ -424,17 +438,18 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
         user = first_user[w.name]
         grad = bw.grads[w.name]
         annotations = dict(ipu=user.ipu, stage=user.stage, phase=user.phase, block=user.block)
-        if accumulate:
-            acc = g.add_tensor(g.unique_tensor_name(f"{w.name}/accum"), w.shape, opt.accum_dtype or w.dtype,
-                               "accumulator").name
+        states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
+                               dtype, "state").name for k, dtype in enumerate(opt.state_dtypes)]
+        combined = accumulate and opt.combined_accum
+        if accumulate:  # into an accumulator, or with combined_accum into the velocity itself
+            acc = states[0] if combined else g.add_tensor(g.unique_tensor_name(f"{w.name}/accum"), w.shape,
+                                                          opt.accum_dtype or w.dtype, "accumulator").name
             name = g.unique_op_name(f"{w.name}/accumulate")
             accumulates.append(g.add_op(Op(name, "accumulate", [acc, grad], [acc], {"weight": w.name},
                                            pass_="backward", **annotations)))
             grad = acc
         if factor is not None:
             _clip_gradient(g, w.name, grad, factor, annotations)
-        states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
-                               dtype, "state").name for k, dtype in enumerate(opt.state_dtypes)]
         kind = opt.update_kind_of(w.name)
         attrs = {"optimizer": opt.name, "weight": w.name}
         if w.name in opt.no_weight_decay:
@@ -445,8 +460,8 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
         norms = [_norm(g, x, w.name, of, attrs, annotations) for of, x in (("weight", w.name), ("gradient", grad))] \
             if kind == "lars_update" else []
         name = g.unique_op_name(f"{w.name}/{kind}")
-        g.add_op(Op(name, kind, [w.name, grad] + states + norms, [w.name] + states, dict(attrs),
-                    pass_="update", **annotations))
+        g.add_op(Op(name, kind, ([w.name] if combined else [w.name, grad]) + states + norms, [w.name] + states,
+                    dict(attrs), pass_="update", **annotations))
     _accumulate_early(g, accumulates)
     if factor is not None:
         _clip_by_global_norm(g, factor, opt.clip_norm)

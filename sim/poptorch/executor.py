@@ -265,6 +265,7 @@ class PoplarExecutor:
         if self._training:
             sim_opt = _SimOptimizer(self._sim_optimizer, _optim.state_dtype(self._optimizer),
                                     _optim.accum_dtype(self._optimizer), _optim.clip_norm(self._optimizer),
+                                    combined_accum=_optim.combined_accum(self._optimizer),
                                     **self._per_weight(self._optimizer, {w.name for w in g.weights()}))
         try:
             exe = sim_compile(g, system, o, self._training, sim_opt)
@@ -666,7 +667,8 @@ class PoplarExecutor:
             raise error(f"Clip norm settings {which}do not match. (max_grad_norm {compiled_clip} was compiled into "
                         f"the model's gradient clipping and cannot become {clip}: give it before the first call, "
                         "or make a new trainingModel)")
-        priced = lambda opt: (_optim.state_dtype(opt), _optim.accum_dtype(opt), self._per_weight(opt))  # noqa: E731
+        priced = lambda opt: (_optim.state_dtype(opt), _optim.accum_dtype(opt), _optim.combined_accum(opt),  # noqa: E731
+                              self._per_weight(opt))
         repriced = priced(optimizer) != priced(self._optimizer)
         if isinstance(self._optimizer, _optim.Optimizer) and self._optimizer is not optimizer:
             self._optimizer._ipusim_param_names = None

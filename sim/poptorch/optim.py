@@ -426,9 +426,19 @@ def per_weight(optimizer, names: dict[int, str]) -> dict[str, tuple[str, ...]]:
     return {field: tuple(sorted(v)) for field, v in settings.items()}
 
 
+def combined_accum(optimizer) -> bool:
+    """Does ``optimizer`` keep its gradients in its velocity (``SGD(use_combined_accum=True)`` with
+    momentum, PopART's SGD1)? Without momentum PopART runs SGD0 either way (no velocity)."""
+    return sim_optimizer(optimizer) == "sgd_momentum" and bool(getattr(optimizer, "use_combined_accum", False))
+
+
 def unmodelled(optimizer) -> dict:
-    """The optimizer's IPU arguments that have no modelled effect (for the run's notes)."""
-    return dict(getattr(optimizer, "_ipusim_given", {}))
+    """The optimizer's IPU arguments that have no modelled effect (for the run's notes):
+    ``use_combined_accum`` is modelled with momentum (:func:`combined_accum`)."""
+    given = dict(getattr(optimizer, "_ipusim_given", {}))
+    if combined_accum(optimizer):
+        given.pop("use_combined_accum", None)
+    return given
 
 
 def loss_scaling(optimizer) -> float:
