@@ -198,3 +198,24 @@ def test_plain_sgd_is_one_scaled_add_and_momentum_sgd_two():
     assert momentum.compute_cycles == 2 * math.ceil(step.fixed + first * step.per_element(4)) + lr
     assert plain.exchange_cycles == momentum.exchange_cycles == exchange_cycles(4, ipu)
     assert momentum.sync_cycles - plain.sync_cycles == ipu.internal_sync_cycles
+
+
+def test_sgd_zeroes_a_separate_gradient_accumulator_after_the_update():
+    """With gradient accumulation into a separate accumulator, PopART zeroes it after the VarUpdate
+    (AccumulatorZeroOp, sgd0decompose.cpp / sgd2decompose.cpp): one more compute set, a fill at the
+    accumulator's bytes. Momentum SGD whose velocity is the accumulator (SGD1) has none to zero."""
+    ipu = sim.load_system("ipu-mk2").ipu
+    g = sim.Graph("u")
+    g.add_tensor("w", (512, 256), "float16", "weight")
+    g.add_tensor("g", (512, 256), "float16", "gradient")
+    g.add_tensor("a", (512, 256), "float16", "accumulator")
+    g.add_tensor("v", (512, 256), "float32", "state")
+    for velocity in ([], ["v"]):
+        direct = op_cost(Op("d", "sgd_update", ["w", "g"] + velocity, ["w"], {"weight": "w"}), g, ipu, ipu.tiles)
+        accumulated = op_cost(Op("a", "sgd_update", ["w", "a"] + velocity, ["w"], {"weight": "w"}), g, ipu, ipu.tiles)
+        used, _ = spread(512 * 256, 4 if velocity else 2, ipu, ipu.tiles)
+        fill = codelet("copy")
+        assert accumulated.supersteps == direct.supersteps + 1
+        assert accumulated.compute_cycles - direct.compute_cycles == math.ceil(
+            fill.fixed + int(_counts(512 * 256, used)[0]) * fill.per_element(2))
+        assert "the gradient accumulator zeroed" in accumulated.plan and "zeroed" not in direct.plan

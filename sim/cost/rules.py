@@ -328,27 +328,35 @@ VAR_UPDATE_STEP = "scale"
 def _sgd(ins, ipu, tiles) -> OpCost:
     """SGD's update of a weight (:data:`SGD_STEP`): the learning rate negated on one tile and sent
     to every tile of the weight, then the velocity's ScaledAdd when there is a velocity (an input
-    of role ``state``: momentum) and the weight's, each at the bytes of the widest operand it reads."""
+    of role ``state``: momentum) and the weight's, each at the bytes of the widest operand it reads,
+    then, when the gradient is a separate accumulator (gradient accumulation), its zeroing for the
+    next step (PopART's AccumulatorZeroOp after the VarUpdate, patterns/sgd0decompose.cpp,
+    sgd2decompose.cpp; a fill, as Adam's :data:`ADAM_ZERO_STEPS`)."""
     n = max(math.prod(s) for s, _, _ in ins)
     full = [x for x in ins if math.prod(x[0]) == n]
     weight = next((x for x in full if x[2] == "weight"), full[0])
     velocity = [x for x in full if x[2] == "state"]
     gradient = [x for x in full if x is not weight and x[2] != "state"]
     used, _ = spread(n, max(DTYPE_BYTES[d] for _, d, _ in full), ipu, tiles)  # as _elementwise lays out an update
-    step = codelet(SGD_STEP)
-    sets = ([velocity + gradient] if velocity else []) + [[weight] + (velocity or gradient)]
+    accumulator = [x for x in gradient if x[2] == "accumulator"]
+    sets = [(SGD_STEP, velocity + gradient)] if velocity else []
+    sets += [(SGD_STEP, [weight] + (velocity or gradient))] + [(ADAM_ZERO_STEPS[0], accumulator)] * bool(accumulator)
     per_tile = np.zeros(used)
-    for operands in sets:
+    launch = 0
+    for kind, operands in sets:
+        step = codelet(kind)
         size = max(DTYPE_BYTES[d] for _, d, _ in operands)
         per_tile += np.ceil(step.fixed + _counts(n, used) * step.per_element(size))
+        launch += math.ceil(step.fixed)
     lr = _map((((1,), "float32", "activation"),), (((1,), "float32"),), {"steps": (SGD_STEP,)}, ipu, tiles)
     per_tile[0] += lr.compute_cycles  # the scalar's tile holds the first (largest) share
     recv = 4  # the fp32 learning rate to every tile of the weight
     profile = TileProfile.padded(tiles, per_tile, recv, 0)
+    what = "the velocity's and the weight's ScaledAdds" if velocity else "the weight's ScaledAdd"
     return _phases(ipu, int(per_tile.max()), exchange_cycles(recv, ipu), 1 + len(sets), float(n * len(sets)),
-                   recv * used, used, profile=profile, launch=len(sets) * math.ceil(step.fixed) + lr.launch_cycles,
-                   plan=f"learning rate on one tile, then {n} elements on {used} tiles, "
-                   + ("the velocity's and the weight's ScaledAdds" if velocity else "the weight's ScaledAdd"))
+                   recv * used, used, profile=profile, launch=launch + lr.launch_cycles,
+                   plan=f"learning rate on one tile, then {n} elements on {used} tiles, {what}"
+                   + (", the gradient accumulator zeroed" if accumulator else ""))
 
 
 def adam_sets(kind: str, ins, weight_decay: bool = True) -> list[tuple[tuple[str, ...], int]]:
