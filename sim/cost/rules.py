@@ -270,8 +270,8 @@ LARS_ELEMENT_STEPS = ("scale", "sgd_update")
 #: learning rate, a tensor in PopTorch, is negated on one tile first (``popops::neg``) and sent to
 #: every tile of the weight. Not modelled: a non-zero weight decay's ``mapInPlace`` of
 #: ``w (1 - lr wd)`` in plain SGD (PyTorch's default is 0), and SGD2 (PopTorch's default separate
-#: accumulator and velocity, patterns/sgd2decompose.cpp), which updates the velocity in two ops
-#: (PartialAcclUpdate, then Accumulate) and zeroes the accumulator after them
+#: accumulator and velocity, patterns/sgd2decompose.cpp) updating the velocity in two ops
+#: (PartialAcclUpdate, then Accumulate) where one is priced
 SGD_STEP = "scale"
 
 
