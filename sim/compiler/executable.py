@@ -151,7 +151,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         raise GraphError(f"graph {graph.name!r}: the model has no ops, so there is nothing to simulate; "
                          "build the model's computation into the graph")
     accumulate = o.Training.gradient_accumulation > 1
-    g = graph_to_price(graph, training, optimizer, accumulate)
+    opt = (optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)) if training else None
+    g = graph_to_price(graph, training, opt, accumulate)
     if o.stable_norm:
         mark_stable_norms(g)
     if not o.fully_connected_pass:
@@ -200,7 +201,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         if io:
             notes.append(f"TensorLocations {kind} location {' and '.join(io)}: accepted, no modelled effect "
                          "(off-chip tensors are loaded to and stored from the compute tiles)")
-    notes += idle_settings(g, o, training, optimizer, k, rounded)
+    notes += idle_settings(g, o, opt, k, rounded)
     if any(op.kind == "lars_update" for op in updates) and any(g.tensors[t].shards > 1 for op in updates
                                                                 for t in op.inputs):
         notes.append("lars with sharded optimizer state (RTS): each replica's norms cover its shard; the "
@@ -237,20 +238,20 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     check_tile_memory(memory)  # after every IPU is measured: the error names the worst
     lap("memory")
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
-    described = (optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)).describe() if training else ""
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,
-                      strategy, k, simulated, ctx.stages, timings, described)
+                      strategy, k, simulated, ctx.stages, timings, opt.describe() if opt else "")
 
 
 #: the norms whose training statistics poplin estimates (``normStatistics``): the forward op kinds
 STATISTICS_NORMS = ("batchnorm", "groupnorm", "layernorm")
 
 
-def idle_settings(g: Graph, o: Options, training: bool, optimizer: Optimizer | str, k: int,
-                  rounded: int) -> list[str]:
+def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rounded: int) -> list[str]:
     """Notes for settings that have nothing to act on in this run (the run is what it would be
-    without them): ``g`` is the compiler's graph, ``k`` the IPUs of a replica, ``rounded`` the IPUs
-    the run takes after ``autoRoundNumIPUs``."""
+    without them): ``g`` is the compiler's graph, ``optimizer`` that of a training run (None at
+    inference), ``k`` the IPUs of a replica, ``rounded`` the IPUs the run takes after
+    ``autoRoundNumIPUs``."""
+    training = optimizer is not None
     notes = []
     roles = {t.role for t in g.tensors.values()}
     held = {"optimizer": "state", "accumulator": "accumulator"}
@@ -262,11 +263,11 @@ def idle_settings(g: Graph, o: Options, training: bool, optimizer: Optimizer | s
             notes.append(f"{setter}: no {kind} state in inference; no effect")
         elif set_on and held[kind] not in roles:
             why = ("gradient accumulation 1 keeps no accumulators" if kind == "accumulator"
-                   else f"optimizer {getattr(optimizer, 'name', optimizer)} keeps no state")
+                   else f"optimizer {optimizer.name} keeps no state")
             notes.append(f"{setter}: {why}; no effect")
         elif where.replicated_tensor_sharding and o.total_replicas() == 1 and training:
             notes.append(f"{setter}: replicated tensor sharding over 1 replica shards nothing; no effect")
-    if training and isinstance(optimizer, Optimizer):
+    if training:
         if "state" not in roles and optimizer.state_dtype != "float32":
             notes.append(f"optimizer {optimizer.name} keeps no state: its state dtype {optimizer.state_dtype} "
                          "has no effect")

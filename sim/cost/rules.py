@@ -275,6 +275,12 @@ LARS_ELEMENT_STEPS = ("scale", "sgd_update")
 SGD_STEP = "scale"
 
 
+def _scalar_map(steps: tuple[str, ...], ipu, tiles) -> OpCost:
+    """An optimizer's scalar (the learning rate, a trust ratio: one fp32 value) made by a popops
+    map of ``steps`` on one tile (:func:`_map`)."""
+    return _map((((1,), "float32", "activation"),), (((1,), "float32"),), {"steps": steps}, ipu, tiles)
+
+
 def _lars_update(ins, outs, ipu, tiles) -> OpCost:
     """One LARS weight update (inputs: weight, gradient, momentum, then the two norms, which are
     ops of their own). The trust ratio is a scalar popops::map on one tile (priced by
@@ -284,8 +290,7 @@ def _lars_update(ins, outs, ipu, tiles) -> OpCost:
     n = math.prod(outs[0][0])
     itemsize = max(DTYPE_BYTES[d] for _, d, _ in ins[:-2])  # the weight, its gradient, its momentum
     used, _ = spread(n, itemsize, ipu, tiles)
-    scalar = (((1,), "float32", "activation"),)
-    ratio = _map(scalar, (((1,), "float32"),), {"steps": LARS_RATIO_STEPS}, ipu, tiles)
+    ratio = _scalar_map(LARS_RATIO_STEPS, ipu, tiles)
     steps = [codelet(k) for k in LARS_ELEMENT_STEPS]
     counts = _counts(n, used)
     per_tile = np.ceil(sum(c.sets * c.fixed + counts * c.per_element(itemsize) for c in steps))
@@ -340,7 +345,9 @@ def _sgd(ins, ipu, tiles) -> OpCost:
     used, _ = spread(n, max(DTYPE_BYTES[d] for _, d, _ in full), ipu, tiles)  # as _elementwise lays out an update
     accumulator = [x for x in gradient if x[2] == "accumulator"]
     sets = [(SGD_STEP, velocity + gradient)] if velocity else []
-    sets += [(SGD_STEP, [weight] + (velocity or gradient))] + [(ADAM_ZERO_STEPS[0], accumulator)] * bool(accumulator)
+    sets.append((SGD_STEP, [weight] + (velocity or gradient)))
+    if accumulator:
+        sets.append((ADAM_ZERO_STEPS[0], accumulator))
     per_tile = np.zeros(used)
     launch = 0
     for kind, operands in sets:
@@ -348,7 +355,7 @@ def _sgd(ins, ipu, tiles) -> OpCost:
         size = max(DTYPE_BYTES[d] for _, d, _ in operands)
         per_tile += np.ceil(step.fixed + _counts(n, used) * step.per_element(size))
         launch += math.ceil(step.fixed)
-    lr = _map((((1,), "float32", "activation"),), (((1,), "float32"),), {"steps": (SGD_STEP,)}, ipu, tiles)
+    lr = _scalar_map((SGD_STEP,), ipu, tiles)
     per_tile[0] += lr.compute_cycles  # the scalar's tile holds the first (largest) share
     recv = 4  # the fp32 learning rate to every tile of the weight
     profile = TileProfile.padded(tiles, per_tile, recv, 0)
@@ -412,9 +419,7 @@ def _adam_family(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     supersteps, recv, plan = len(sets), 0, f"{n} elements on {used} tiles, {len(sets)} compute sets"
     temp = 0
     if kind != "adam_updater":
-        scalar = (((1,), "float32", "activation"),)
-        lr = _map(scalar, (((1,), "float32"),),
-                  {"steps": LAMB_RATIO_STEPS if kind == "lamb_update" else ADAM_LR_STEPS}, ipu, tiles)
+        lr = _scalar_map(LAMB_RATIO_STEPS if kind == "lamb_update" else ADAM_LR_STEPS, ipu, tiles)
         per_tile[0] += lr.compute_cycles  # the scalar's tile holds the first (largest) share
         launch += lr.launch_cycles
         supersteps += 1

@@ -370,7 +370,7 @@ def _requires_grad(graph: Graph) -> set[str]:
     return need
 
 
-def graph_to_price(graph: Graph, training: bool, optimizer: Optimizer | str = "sgd",
+def graph_to_price(graph: Graph, training: bool, optimizer: Optimizer | str | None = "sgd",
                    accumulate: bool = False) -> Graph:
     """The copy of ``graph`` the compiler prices: expanded for training (:func:`expand_training`),
     or at inference with its weights' matmuls marked INFERENCE_FWD (:func:`mark_fully_connected_passes`)."""
