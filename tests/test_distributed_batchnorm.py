@@ -87,18 +87,21 @@ def test_stable_statistics_all_reduce_the_mean_then_the_power():
 
 
 def test_stable_statistics_cost_one_more_pass_over_the_activations():
-    """The stable estimator subtracts the mean from the activations before their power
-    (Norms.cpp: popops::map _1 - Cast(_2)): the forward batch norm costs one 'sub' pass more."""
-    from sim.cost.vector import launch_cycles, spread, tile_cycles
+    """The stable estimator reduces the mean on its own and subtracts it from the activations
+    before their power (Norms.cpp: popops::map _1 - Cast(_2), a plain element-wise vertex): the
+    forward batch norm runs row_ops' stable steps per channel, one map pass and one reduction more."""
+    from sim.cost.row_ops import row_op_cost
+    from sim.cost.rules import _row_reduce_cost
     runs = {stable: _run(replicas=2, accumulation=1, bn_span=1, stable=stable) for stable in (False, True)}
     ex = runs[True].executable
     op = next(o for o in ex.graph.ops if o.name == "stem/bn1/batchnorm")
     base, stable = (runs[k].executable.costs[op.name] for k in (False, True))
     ipu = ex.system.ipu
-    _, per_tile = spread(ex.graph.tensors[op.inputs[0]].numel, 2, ipu, ipu.tiles)
-    assert stable.compute_cycles - base.compute_cycles == tile_cycles(per_tile, 2, "sub", ipu)
-    assert stable.launch_cycles - base.launch_cycles == launch_cycles("sub")
-    assert stable.supersteps == base.supersteps + 1
+    shape = ex.graph.tensors[op.inputs[0]].shape
+    assert stable == row_op_cost("layernorm_stable", shape, "float16", ipu, ipu.tiles, _row_reduce_cost(ipu),
+                                 statistics="channel")
+    assert stable.plan.count("reduce") == base.plan.count("reduce") + 1 and "rowmap sub" in stable.plan
+    assert stable.cycles > base.cycles
 
 
 def test_without_a_span_or_at_inference_there_is_none():

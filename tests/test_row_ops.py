@@ -28,9 +28,13 @@ def test_softmax_is_poplibs_steps():
     exp = cost("exp", [((rows, L), "float16")], [((rows, L), "float16")])
     assert sm.supersteps == rmax.supersteps + radd.supersteps + 5
     # the reductions and the exp are exactly their own ops' compute; the rest are the sub and mul
-    # over the rows (each a BinaryOp1D pass) and the reciprocal and cast of the sums
+    # over the rows (each popops' BroadcastVectorOuterByRow vertex: its fixed cycles, its cycles an
+    # element and 7 a row piece, the tile's whole rows and the pieces at its two ends) and the
+    # reciprocal and cast of the sums
     used, busiest = spread(rows * L, 2, IPU, T)
-    binop = math.ceil(codelet("sub").fixed + busiest * codelet("sub").fp16)
+    outer = codelet("broadcast_outer")
+    assert (outer.fixed, outer.fp16, outer.per_run) == (101, 0.5, 7)
+    binop = math.ceil(outer.fixed + busiest * outer.fp16 + (math.ceil(busiest / L) + 1) * outer.per_run)
     small = [math.ceil(codelet(k).fixed + math.ceil(rows / spread(rows, 4, IPU, T)[0]) * codelet(k).fp32)
              for k in ("reciprocal", "cast")]
     assert sm.compute_cycles == rmax.compute_cycles + radd.compute_cycles + exp.compute_cycles + 2 * binop + sum(small)
@@ -47,7 +51,10 @@ def test_layernorm_statistics_share_compute_sets():
               [((8, 128, 1024), "float16")])
     one = cost("reduce_sum", [((1024, 1024), "float16")], [((1024,), "float32")], {"axes": [1]})
     assert ln.supersteps == one.supersteps + 5
-    assert "reduce add+square_add" in ln.plan and ln.plan.endswith("col mul, col add")
+    # whitening by the per-row statistics on popops' outer broadcast vertex, gamma and beta (per
+    # column) on the inner one
+    assert "reduce add+square_add" in ln.plan
+    assert ln.plan.endswith("row broadcast_outer, row broadcast_outer, col broadcast_inner_mul, col broadcast_inner_add")
     # dearer than the one-codelet estimate it replaced (6 sets of 160 cycles + 3.5 cycles an element,
     # a sync each): the extra compute sets, syncs and broadcasts of the popops calls
     old = 6 * 160 + 1024 * 3.5 + 6 * IPU.internal_sync_cycles
@@ -92,8 +99,10 @@ def test_layernorm_grad_is_groupnorm_grad_opx():
 
 def test_row_op_codelets_are_shared_popops_codelets():
     """The vertex code of a row op: one codelet per distinct step (the layer-norm gradient's five
-    row multiplies share one), keyed like the ops that run the same popops codelet."""
+    row multiplies share two: poplin's mul and mulInPlace), keyed like the ops that run the same
+    popops codelet."""
     keys = row_ops.row_op_codelets("layernorm_grad", "float16")
-    assert len(keys) == len(set(keys)) == 7
+    assert len(keys) == len(set(keys)) == 8
+    assert ("broadcast mul_inplace", "float16", 0) in keys
     assert ("reduce_sum", "float16", 0) in keys and ("broadcast mul", "float16", 0) in keys
     assert ("mul", "float16", 0) in keys  # the plain multiply, as a ``mul`` op keys its codelet

@@ -60,10 +60,10 @@ def test_a_group_norm_runs_the_stable_steps():
     cost = stable.costs["gn/groupnorm"]
     ipu = stable.system.ipu
     expected = row_op_cost("layernorm_stable", (2 * 4, 16 * 16 * 16 // 4), "float16", ipu, stable.tiles,
-                           _row_reduce_cost(ipu))
+                           _row_reduce_cost(ipu), statistics="group")
     assert (cost.compute_cycles, cost.exchange_cycles, cost.sync_cycles, cost.supersteps) == (
         expected.compute_cycles, expected.exchange_cycles, expected.sync_cycles, expected.supersteps)
-    assert cost.plan.startswith("8 rows of 1024: reduce add, row sub, reduce square_add, stats mul+add+rsqrt")
+    assert cost.plan.startswith("8 rows of 1024: reduce add, rowmap sub, reduce square_add, stats mul+add+rsqrt")
     assert cost.compute_cycles + cost.exchange_cycles + cost.sync_cycles > sum(
         getattr(base.costs["gn/groupnorm"], k) for k in ("compute_cycles", "exchange_cycles", "sync_cycles"))
     # the gradient does not depend on how the statistics were estimated
@@ -85,7 +85,7 @@ def test_a_layer_norm_runs_the_stable_steps_in_training_and_inference():
 
 
 def test_the_stable_steps_are_the_default_steps_with_the_reduction_split():
-    assert LAYERNORM_STABLE_STEPS[:3] == (("reduce", ("add",), None), ("row", ("sub",), None),
+    assert LAYERNORM_STABLE_STEPS[:3] == (("reduce", ("add",), None), ("rowmap", ("sub",), None),
                                           ("reduce", ("square_add",), 4))
     assert LAYERNORM_STEPS[0] == ("reduce", ("add", "square_add"), 4)
     assert LAYERNORM_STABLE_STEPS[4:] == LAYERNORM_STEPS[2:]

@@ -43,32 +43,34 @@ from ..graph.ir import DTYPE_BYTES
 from ..hardware.system import IPU
 from .exchange import exchange_cycles
 from .opcost import OpCost, TileProfile, _counts
-from .vector import codelet, spread
+from .vector import broadcast_codelet, codelet, spread
 
 #: the op kinds priced here
 ROW_OP_KINDS = ("softmax", "softmax_grad", "layernorm", "layernorm_grad")
 
 # A step: ("reduce", (operations...), output bytes or None for the input's) -- popops reduce calls
-# sharing compute sets; ("map", codelets) -- element-wise over the whole tensor; ("row", codelets,
-# statistic bytes or None) -- element-wise with a per-row statistic broadcast; ("col", codelets) --
-# with a per-column vector broadcast; ("stats", codelets, bytes) -- element-wise over the per-row
-# statistics only.
+# sharing compute sets; ("map", codelets) -- element-wise over the whole tensor; ("row", (op,),
+# statistic bytes or None) -- a binary op with a per-row statistic broadcast, popops' broadcast vertex
+# (op one of sim.cost.vector.BROADCAST_OPS, "mul_inplace" for poplibs' mulInPlace); ("rowmap",
+# codelets, statistic bytes or None) -- a map expression reading a per-row statistic (a plain
+# element-wise vertex); ("col", (op,)) -- a binary op with a per-column vector broadcast; ("stats",
+# codelets, bytes) -- element-wise over the per-row statistics only.
 #: popnn softmaxImpl, stable (NonLinearity.cpp); the inv and cast run on the row sums
 SOFTMAX_STEPS = (("reduce", ("max",), None), ("row", ("sub",), None), ("map", ("exp",)),
                  ("reduce", ("add",), 4), ("stats", ("reciprocal",), 4), ("stats", ("cast",), 4),
-                 ("row", ("mul",), None))
+                 ("row", ("mul_inplace",), None))
 #: popnn softmaxInputGradientImpl (NonLinearity.cpp)
 SOFTMAX_GRAD_STEPS = (("map", ("mul",)), ("reduce", ("add",), None), ("row", ("mul",), None),
                       ("map", ("sub",)))
 #: popnn groupNormStatistics / groupNormalise -> poplin normStatistics, normWhiten, normalise (Norms.cpp);
 #: the InverseStdDeviation vertex priced as the fused map of its expression (power/n - mean^2 + eps, rsqrt)
 LAYERNORM_STEPS = (("reduce", ("add", "square_add"), 4), ("stats", ("mul", "mul", "sub", "add", "rsqrt"), 4),
-                   ("row", ("sub",), 4), ("row", ("mul",), 4), ("col", ("mul",)), ("col", ("add",)))
+                   ("row", ("sub",), 4), ("row", ("mul_inplace",), 4), ("col", ("mul",)), ("col", ("add",)))
 #: the same with poplin's stable estimator (Norms.cpp normStatisticsImpl, stableAlgo: TensorFlow's
 #: norms.use_stable_statistics): the mean's reduction on its own (to the activations' type), the mean
 #: subtracted from the activations (a new tensor), then the power's reduction of that; the
 #: InverseStdDeviation vertex then skips the mean's square (power/n + eps, rsqrt)
-LAYERNORM_STABLE_STEPS = (("reduce", ("add",), None), ("row", ("sub",), None), ("reduce", ("square_add",), 4),
+LAYERNORM_STABLE_STEPS = (("reduce", ("add",), None), ("rowmap", ("sub",), None), ("reduce", ("square_add",), 4),
                           ("stats", ("mul", "add", "rsqrt"), 4)) + LAYERNORM_STEPS[2:]
 #: PopART's GroupNormGradOpx (popart willow/src/popx/op/groupnormx.cpp): groupNormWhiten again (the row sub
 #: and mul), then popnn groupNormGradients -> poplin normGradients (mul by gamma) and normStatisticsGradients
@@ -76,38 +78,66 @@ LAYERNORM_STABLE_STEPS = (("reduce", ("add",), None), ("row", ("sub",), None), (
 #: Copy of dy, varGrads' mul by varDelta, meanDelta scaled, added over the row, scaledAddTo(gradient,
 #: varGrads), mulInPlace by the inverse standard deviation), then groupNormParamGradients' mul of x_hat and
 #: dy (its column reduction for gamma and beta is the graph's own reduce_sum ops)
-LAYERNORM_GRAD_STEPS = (("row", ("sub",), 4), ("row", ("mul",), 4), ("col", ("mul",)), ("map", ("mul",)),
+LAYERNORM_GRAD_STEPS = (("row", ("sub",), 4), ("row", ("mul_inplace",), 4), ("col", ("mul",)), ("map", ("mul",)),
                         ("reduce", ("add", "add"), None), ("map", ("copy",)), ("row", ("mul",), None),
                         ("stats", ("mul",), None), ("row", ("add",), None), ("map", ("scale",)),
-                        ("row", ("mul",), 4), ("map", ("mul",)))
+                        ("row", ("mul_inplace",), 4), ("map", ("mul",)))
+#: poplin normalise with a batch norm's combined scale and shift (popnn BatchNorm.cpp batchNormalise at
+#: inference: the running statistics folded into one multiplicand and one addend)
+BATCHNORM_INFERENCE_STEPS = (("col", ("mul",)), ("col", ("add",)))
 STEPS = {"softmax": SOFTMAX_STEPS, "softmax_grad": SOFTMAX_GRAD_STEPS, "layernorm": LAYERNORM_STEPS,
-         "layernorm_grad": LAYERNORM_GRAD_STEPS, "layernorm_stable": LAYERNORM_STABLE_STEPS}
+         "layernorm_grad": LAYERNORM_GRAD_STEPS, "layernorm_stable": LAYERNORM_STABLE_STEPS,
+         "batchnorm_inference": BATCHNORM_INFERENCE_STEPS}
 
 #: ``reduce_cost(shape, axes, itemsize, operations, tiles)``: the OpCost of popops reductions of
 #: ``shape`` over ``axes``, one per operation, sharing compute sets
 ReduceCost = Callable[[tuple, tuple, int, tuple, int], OpCost]
 
 
-def _elementwise_step(n: int, itemsize: int, codelets: tuple, recv_bytes: int, ipu: IPU, tiles: int):
+def _elementwise_step(n: int, itemsize: int, codelets: tuple, recv_bytes: int, ipu: IPU, tiles: int,
+                      run: int = 0):
     """(per-tile compute cycles, tiles used, launch cycles, exchange cycles, bytes per tile) of one
     element-wise compute set over ``n`` elements, one fused vertex per tile (its largest codelet's
-    fixed cost, the sum of their per-element cycles), ``recv_bytes`` of a broadcast operand
-    received by each working tile first."""
+    fixed cost, the sum of their per-element cycles, and a codelet's ``per_run`` cycles per
+    contiguous ``run`` of one broadcast element), ``recv_bytes`` of a broadcast operand received by
+    each working tile first."""
     used, _ = spread(n, itemsize, ipu, tiles)
     cs = [codelet(k) for k in codelets]
     fixed = max(c.fixed for c in cs)
-    per_tile = np.ceil(fixed + _counts(n, used) * sum(c.per_element(itemsize) for c in cs))
+    counts = _counts(n, used)
+    runs = np.ceil(counts / run) + 1 if run else 0
+    per_tile = np.ceil(fixed + counts * sum(c.per_element(itemsize) for c in cs) + runs * sum(c.per_run for c in cs))
     return per_tile, used, math.ceil(fixed), exchange_cycles(recv_bytes, ipu) if recv_bytes else 0, recv_bytes
 
 
-def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduce_cost: ReduceCost) -> OpCost:
+def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduce_cost: ReduceCost,
+                statistics: str = "row") -> OpCost:
     """The cost of ``kind`` (a key of :data:`STEPS`: one of :data:`ROW_OP_KINDS`, or
     ``layernorm_stable``) over the last dimension of ``shape`` (``dtype`` elements): the steps of
-    :data:`STEPS` in order, their cycles, syncs and exchanges added (each step its own compute sets)."""
-    length = shape[-1] if shape else 1
-    rows = max(1, math.prod(shape[:-1]))
-    n = rows * length
+    :data:`STEPS` in order, their cycles, syncs and exchanges added (each step its own compute sets).
+
+    ``statistics`` says what a statistic covers and so which of popops' broadcast vertices its
+    steps run: ``"row"``, a contiguous run of its row (a softmax or layer norm: the outer vertex;
+    a per-column vector, gamma or beta, the inner one); ``"channel"``, a channel of an ``(N, C,
+    ...)`` activation over its other dimensions (a batch norm, poplin Norms.cpp), which poplin lays
+    out channels innermost, so every broadcast step runs the inner vertex and the reductions
+    reduce the outer dimension of ``(positions, C)``; ``"group"``, the rows of ``shape`` (a group
+    norm's sample and group) of such an activation, whose statistics poplin expands to its
+    channels, so its broadcast steps run the inner vertex too."""
     itemsize = DTYPE_BYTES[dtype]
+    per_channel = statistics == "channel"
+    if per_channel:
+        stats = shape[1] if len(shape) > 1 else 1
+        n = math.prod(shape)
+        length = n // stats  # elements one statistic covers
+        reduced, axes = (length, stats), (0,)
+        row_pattern = "inner"
+    else:
+        length = shape[-1] if shape else 1
+        stats = max(1, math.prod(shape[:-1]))
+        n = stats * length
+        reduced, axes = (stats, length), (1,)
+        row_pattern = "inner" if statistics == "group" else "outer"
     compute = exch = sync = sets = launch = setup = moved = 0
     used_max = out_tiles = 0
     profile = np.zeros(tiles)
@@ -117,7 +147,7 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
         what = step[0]
         if what == "reduce":  # priced on the input type; step[2] records the output type poplibs reduces to
             ops = step[1]
-            c = reduce_cost((rows, length), (1,), itemsize, ops, tiles)
+            c = reduce_cost(reduced, axes, itemsize, ops, tiles)
             compute += c.compute_cycles
             exch += c.exchange_cycles
             sync += c.sync_cycles
@@ -131,20 +161,29 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
                 recv_profile[:len(c.profile.bytes_in)] += c.profile.bytes_in[:tiles]
             names.append("reduce " + "+".join(ops))
             continue
-        codelets = step[1]
+        codelets, run = step[1], 0
         if what == "stats":
             size = step[2] or itemsize
-            per_tile, used, fixed, ex, recv = _elementwise_step(rows, size, codelets, 0, ipu, tiles)
+            per_tile, used, fixed, ex, recv = _elementwise_step(stats, size, codelets, 0, ipu, tiles)
         else:
             used, busiest = spread(n, itemsize, ipu, tiles)
-            if what == "row":
-                stat = step[2] or itemsize
-                recv = min(rows, math.ceil(busiest / length) + 1) * stat
-            elif what == "col":
-                recv = min(length, busiest) * itemsize
+            pattern = row_pattern if what in ("row", "rowmap") else "inner"
+            if what in ("row", "rowmap", "col"):
+                size = (step[2] or itemsize) if what != "col" else itemsize
+                # the statistics or vector elements a tile's elements need
+                if per_channel:
+                    needed = min(stats, busiest)
+                elif what == "col":
+                    needed = min(length, busiest)
+                else:
+                    needed = min(stats, math.ceil(busiest / length) + 1)
+                recv = needed * size
+                if what != "rowmap":
+                    codelets = tuple(broadcast_codelet(op, pattern) for op in codelets)
+                    run = length if pattern == "outer" else 0
             else:
                 recv = 0
-            per_tile, used, fixed, ex, recv = _elementwise_step(n, itemsize, codelets, recv, ipu, tiles)
+            per_tile, used, fixed, ex, recv = _elementwise_step(n, itemsize, codelets, recv, ipu, tiles, run)
         compute += int(per_tile.max())
         profile[:used] += per_tile
         recv_profile[:used] += recv
@@ -159,10 +198,22 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
         out_tiles = used
         names.append(f"{what} {'+'.join(codelets)}")
     # tiles_used: the tiles of the result, as the last (element-wise) step lays it out
+    label = f"{stats} channels of {length}" if per_channel else f"{stats} rows of {length}"
     return OpCost(int(compute), int(exch), int(sync), sets, float(n * 5), int(moved), int(out_tiles or used_max), 0,
-                  f"{rows} rows of {length}: " + ", ".join(names),
+                  f"{label}: " + ", ".join(names),
                   TileProfile(profile, recv_profile, np.zeros(tiles)),
                   launch_cycles=int(launch), exchange_setup_cycles=int(setup))
+
+
+def batchnorm_steps(kind: str, attrs: dict) -> str:
+    """The key of :data:`STEPS` a ``batchnorm`` or ``batchnorm_grad`` op runs (``statistics="channel"``):
+    the running statistics' scale and shift at inference, else a norm's steps (with poplin's
+    stable statistics where the op has them, ``Options.enableStableNorm``) or its gradient's."""
+    if attrs.get("inference"):
+        return "batchnorm_inference"
+    if kind == "batchnorm_grad":
+        return "layernorm_grad"
+    return "layernorm_stable" if attrs.get("stable_statistics") else "layernorm"
 
 
 def row_op_codelets(kind: str, dtype: str) -> list[tuple]:

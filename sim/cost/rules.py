@@ -37,10 +37,11 @@ from .sort import bitonic_sort_cost
 from .opcost import FREE, OpCost, TileProfile, _counts, in_series
 from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
-from .row_ops import ROW_OP_KINDS, row_op_cost
+from .row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_cost
 from .reduction import constants as reduce_constants
-from .vector import (INDEX_BYTES, codelet, dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles,
-                     seed_programs_cycles, spread, tile_cycles, uniform_int_cycles)
+from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, codelet,
+                     dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles, spread,
+                     tile_cycles, uniform_int_cycles)
 
 
 _VIEWS = VIEW_KINDS | {"pad"}  # popops::pad concatenates views of the input and constants (popops/Padder.cpp)
@@ -193,7 +194,29 @@ def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, ex
                   exchange_setup_cycles=int(exchange_phases * ipu.exchange_setup_cycles if exch else 0))
 
 
+def _broadcast_vertex(kind: str, ins, out_shape) -> tuple[str | None, int]:
+    """(the popops broadcast codelet, the elements of the output one operand element covers) of a
+    binary ``kind`` with an operand repeated over the other (:func:`~sim.cost.vector.broadcast_pattern`);
+    (None, 0) for a plain element-wise op. A multiply is priced in place, as PopART's inplacing
+    turns it (MulLhsInplace), the repeated operand the one left as it is."""
+    if kind not in BROADCAST_OPS or len(ins) != 2:
+        return None, 0
+    small = min(ins, key=lambda x: math.prod(x[0]))[0]
+    if kind == "sub" and math.prod(ins[0][0]) < math.prod(ins[1][0]):
+        return None, 0  # popops broadcasts a first operand only into a commutative op
+    pattern = broadcast_pattern(out_shape, small)
+    if pattern is None:
+        return None, 0
+    operand = (1,) * (len(out_shape) - len(small)) + tuple(small)
+    varying = [i for i, d in enumerate(operand) if d != 1]
+    run = math.prod(out_shape[max(varying) + 1:]) if varying else math.prod(out_shape)
+    return broadcast_codelet("mul_inplace" if kind == "mul" else kind, pattern), run
+
+
 def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
+    """An element-wise op laid out as a new tensor; an add, subtract or multiply whose operand is
+    repeated over the other runs popops' broadcast vertex (:func:`_broadcast_vertex`), its outer
+    loop once per contiguous run of one operand element on the busiest tile."""
     out_shape, out_dtype = outs[0]
     itemsize = max(DTYPE_BYTES[out_dtype], max(DTYPE_BYTES[d] for _, d, _ in ins))
     n = math.prod(out_shape)
@@ -201,13 +224,16 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     # a broadcast operand smaller than the output reaches every tile that needs a part of it
     bcast = sum(min(math.prod(s), per_tile) * DTYPE_BYTES[d] for s, d, _ in ins if math.prod(s) < n)
     exch = exchange_cycles(bcast, ipu)
-    vec_kind = _VECTOR_KIND.get(kind, kind)
+    vec_kind, run = _broadcast_vertex(kind, ins, tuple(out_shape))
+    vec_kind = vec_kind or _VECTOR_KIND.get(kind, kind)
     c = codelet(vec_kind)
-    per_element = c.per_element(itemsize)
-    per_tile_cycles = np.ceil(c.sets * c.fixed + _counts(n, used) * per_element)
+    counts = _counts(n, used)
+    runs = np.ceil(counts / run) + 1 if c.per_run and run else 0
+    per_tile_cycles = np.ceil(c.sets * c.fixed + counts * c.per_element(itemsize) + runs * c.per_run)
     profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
     return _phases(ipu, int(per_tile_cycles.max()), exch, c.sets, n, bcast * used, used,
-                   plan=f"{n} elements on {used} tiles", profile=profile, launch=launch_cycles(vec_kind))
+                   plan=f"{n} elements on {used} tiles" + (f", {vec_kind}" if vec_kind.startswith("broadcast") else ""),
+                   profile=profile, launch=launch_cycles(vec_kind))
 
 
 def _seeded(ipu, tiles, op_on_tiles: OpCost) -> list[tuple[OpCost, int]]:
@@ -742,29 +768,14 @@ def _stable(kind: str, attrs: dict) -> str:
 
 
 def _batchnorm(kind, ins, attrs, ipu, tiles) -> OpCost:
-    """Batch norm: in training, statistics over N, H, W (per-tile partial sums, exchanged and
-    combined) then the normalisation; at inference, the running statistics' per-channel scale and
-    shift (one broadcast multiply-add, poplin ``batchNormalise`` with given statistics)."""
+    """Batch norm as poplin's Norms.cpp runs it, a statistic per channel over the batch and the field
+    (:func:`~sim.cost.row_ops.row_op_cost`, ``statistics="channel"``): in training the statistics'
+    reductions, the whitening and ``normalise`` (and, for the gradient, the steps of PopART's norm
+    gradient), at inference the running statistics' combined scale and shift (popnn
+    ``batchNormalise``: one multiply, one add)."""
     shape, dtype, _ = ins[0]
-    itemsize = DTYPE_BYTES[dtype]
-    n = math.prod(shape)
-    used, per_tile = spread(n, itemsize, ipu, tiles)
-    channels = shape[1]
-    if attrs.get("inference"):
-        params = min(channels, per_tile) * 2 * itemsize  # scale and shift of the tile's channels
-        return _phases(ipu, tile_cycles(per_tile, itemsize, "batchnorm_inference", ipu),
-                       exchange_cycles(params, ipu), codelet("batchnorm_inference").sets, 2.0 * n,
-                       params * used, used, launch=launch_cycles("batchnorm_inference"))
-    # statistics: per-tile partial sums per channel, exchanged and combined
-    stats = min(channels, per_tile) * 2 * 4
-    compute = tile_cycles(per_tile, itemsize, kind, ipu) + tile_cycles(2 * channels, 4, "reduce", ipu)
-    launch, sets = launch_cycles(kind) + launch_cycles("reduce"), codelet(kind).sets + 1
-    if kind == "batchnorm" and attrs.get("stable_statistics"):
-        # poplin's stable estimator subtracts the mean from the activations before their power
-        # (Norms.cpp normStatisticsImpl: popops::map _1 - Cast(_2)), one more element-wise pass
-        compute += tile_cycles(per_tile, itemsize, "sub", ipu)
-        launch, sets = launch + launch_cycles("sub"), sets + 1
-    return _phases(ipu, compute, exchange_cycles(stats, ipu), sets, 8.0 * n, stats * used, used, launch=launch)
+    return row_op_cost(batchnorm_steps(kind, attrs), tuple(shape), dtype, ipu, tiles, _row_reduce_cost(ipu),
+                       statistics="channel")
 
 
 def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
@@ -1047,7 +1058,8 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
         rows = shape[0] * attrs.get("groups", 1)
         # popnn's group norm is the path PopART's layer norm takes (GroupNormOpx): sim/cost/row_ops.py
         return row_op_cost(_stable("layernorm", attrs) if kind == "groupnorm" else "layernorm_grad",
-                           (rows, math.prod(shape) // rows), dtype, ipu, tiles, _row_reduce_cost(ipu))
+                           (rows, math.prod(shape) // rows), dtype, ipu, tiles, _row_reduce_cost(ipu),
+                           statistics="group" if len(shape) >= 3 else "row")
     if kind in ("gather_elements", "scatter_elements"):
         # element by element (ONNX GatherElements / ScatterElements): a table of single
         # elements. gather: ins = [index, data]; scatter: ins = [index, data, updates], writing

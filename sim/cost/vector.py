@@ -36,6 +36,7 @@ class Codelet:
     fp16: float  # cycles per element, 2-byte operands
     fp32: float  # cycles per element, 4-byte operands
     sets: int = 1  # compute sets the op runs as
+    per_run: float = 0  # cycles per contiguous run of one repeated operand element (outer broadcast)
 
     def per_element(self, itemsize: int) -> float:
         return self.fp16 if itemsize <= 2 else self.fp32
@@ -52,10 +53,10 @@ def codelet_table() -> dict[str, Codelet]:
             c = Codelet(**entry)
         except TypeError as e:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind}: {e}") from None
-        values = (c.fixed, c.fp16, c.fp32)
+        values = (c.fixed, c.fp16, c.fp32, c.per_run)
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in values) or c.sets < 1:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind} = {entry!r}: fixed, fp16 and fp32 "
-                              "must be numbers >= 0 and sets a whole number >= 1")
+                              "must be numbers >= 0 (per_run too) and sets a whole number >= 1")
         table[kind] = c
     return table
 
@@ -86,6 +87,47 @@ def tile_cycles(elements_on_tile: float, itemsize: int, kind: str, ipu: IPU) -> 
     the op's compute sets together."""
     c = codelet(kind)
     return math.ceil(c.sets * c.fixed + elements_on_tile * c.per_element(itemsize))
+
+
+#: binary op kinds popops runs with a broadcast vertex when an operand is repeated over the other
+BROADCAST_OPS = ("add", "sub", "mul", "mul_inplace")
+
+
+def broadcast_pattern(out_shape: tuple, operand_shape: tuple) -> str | None:
+    """How popops finds ``operand_shape`` repeated over ``out_shape`` in a binary op
+    (``constructBroadcastBinaryOp``, lib/popops/ElementWise.cpp, which matches the operand against
+    each tile's contiguous regions of the output): ``"inner"`` when the operand is a vector laid
+    along the output's innermost dimension and repeated over the others (BroadcastVectorInner: a
+    bias over the last dimension, or a per-channel vector of an activation of rank 3 or more,
+    whose channels poplin lays out innermost), ``"outer"`` when each operand element covers a
+    contiguous run (BroadcastVectorOuterByRow: per-row statistics) or the operand is one element
+    (BroadcastScalar, priced alike); None when the operand is not smaller or matches neither
+    (a plain binary op reading the broadcast view)."""
+    out_shape, operand_shape = tuple(out_shape), tuple(operand_shape)
+    if math.prod(operand_shape) >= math.prod(out_shape):
+        return None
+    if math.prod(operand_shape) == 1:
+        return "outer"
+    operand = (1,) * (len(out_shape) - len(operand_shape)) + operand_shape
+    varying = [i for i, d in enumerate(operand) if d != 1]
+    repeated = [i for i, (d, o) in enumerate(zip(operand, out_shape)) if d == 1 and o > 1]
+    if len(out_shape) >= 3 and 1 in varying and set(varying) <= {0, 1} and (len(out_shape) >= 4 or varying == [1]):
+        return "inner"  # per channel (and sample) of an N, C, ... activation: channels innermost on the tiles
+    if min(varying) > max(repeated):
+        return "inner"
+    if max(varying) < min(repeated):
+        return "outer"
+    return None
+
+
+def broadcast_codelet(op: str, pattern: str) -> str:
+    """The ``configs/_vector-ops.toml`` codelet of ``op`` (:data:`BROADCAST_OPS`) under ``pattern``
+    (:func:`broadcast_pattern`): popops' inner broadcast vertices differ by operation and by
+    whether a multiply is in place; the outer and scalar ones cost alike."""
+    if pattern == "outer":
+        return "broadcast_outer"
+    return {"add": "broadcast_inner_add", "sub": "broadcast_inner_add", "mul": "broadcast_inner_mul",
+            "mul_inplace": "broadcast_inner_mul_inplace"}[op]
 
 
 def launch_cycles(kind: str) -> int:
