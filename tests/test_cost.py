@@ -564,6 +564,44 @@ def test_group_norm_costs_a_layer_norm_over_each_group():
     assert "row broadcast_outer, row broadcast_outer" in ln.plan
 
 
+
+@pytest.mark.parametrize("out, operand, pattern", [
+    ((90, 64, 112, 112), (1, 64, 1, 1), "inner"),  # a convolution's bias or norm scale: channels innermost
+    ((4, 64, 56, 56), (4, 64, 1, 1), "inner"),  # a squeeze-excitation scale, per sample and channel
+    ((4, 256, 1220), (1, 256, 1), "inner"),  # a 1-D convolution's per-channel vector
+    ((8, 128, 1024), (1024,), "inner"),  # a matmul's bias over the last dimension
+    ((8, 128, 1024), (8, 128, 1), "outer"),  # a per-row statistic
+    ((4, 16), (1,), "outer"),  # a scalar
+    ((2, 12, 197, 197), (2, 1, 1, 197), None),  # an attention mask: neither
+    ((4, 48, 56, 56), (4, 48, 28, 28), None),  # not a numpy broadcast
+    ((3, 4), (3, 4), None),  # not smaller
+])
+def test_broadcast_patterns_are_popops_broadcast_vertices(out, operand, pattern):
+    from sim.cost.vector import broadcast_pattern
+    assert broadcast_pattern(out, operand) == pattern
+
+
+def test_a_bias_add_runs_popops_inner_broadcast_vertex():
+    """A per-channel bias added to a convolution's output runs BroadcastVectorInner (2 cycles per
+    8 halves per block, popopsCycleEstimators.cpp), a third of BinaryOp1D's 3 cycles per 4 halves;
+    in fp32 it runs the scalar path, 2 cycles per float against 1.5."""
+    half = _one_op("add", [(8, 64, 56, 56), (1, 64, 1, 1)], [(8, 64, 56, 56)], dtype="float16")
+    plain = _one_op("add", [(8, 64, 56, 56), (8, 64, 56, 56)], [(8, 64, 56, 56)], dtype="float16")
+    n = 8 * 64 * 56 * 56
+    per_tile = math.ceil(n / TILES)
+    inner = codelet("broadcast_inner_add")
+    assert (inner.fixed, inner.fp16, inner.fp32) == (367, 0.25, 2.0)
+    assert half.compute_cycles == math.ceil(inner.fixed + per_tile * 0.25)
+    assert plain.compute_cycles == math.ceil(codelet("add").fixed + per_tile * 0.75)
+    assert "broadcast_inner_add" in half.plan
+    single = _one_op("add", [(8, 64, 56, 56), (1, 64, 1, 1)], [(8, 64, 56, 56)])
+    assert single.compute_cycles == math.ceil(inner.fixed + per_tile * 2.0)
+    # a per-row statistic takes the outer vertex: 2 cycles per 4 halves and 7 a row piece
+    rows = _one_op("mul", [(1024, 768), (1024, 1)], [(1024, 768)], dtype="float16")
+    outer = codelet("broadcast_outer")
+    busiest = math.ceil(1024 * 768 / TILES)
+    assert rows.compute_cycles == math.ceil(outer.fixed + busiest * 0.5 + (math.ceil(busiest / 768) + 1) * 7)
+
 # --- pooling gradients (popnn poolInputGradient) ----------------------------------------------
 def _pool_costs(kind, shape, kernel, stride, padding=0):
     b = GraphBuilder("p", "float16")

@@ -109,6 +109,8 @@ def broadcast_pattern(out_shape: tuple, operand_shape: tuple) -> str | None:
     if math.prod(operand_shape) == 1:
         return "outer"
     operand = (1,) * (len(out_shape) - len(operand_shape)) + operand_shape
+    if len(operand) != len(out_shape) or any(d not in (1, o) for d, o in zip(operand, out_shape)):
+        return None  # not a numpy broadcast (an op's own resampling, say)
     varying = [i for i, d in enumerate(operand) if d != 1]
     repeated = [i for i, (d, o) in enumerate(zip(operand, out_shape)) if d == 1 and o > 1]
     if len(out_shape) >= 3 and 1 in varying and set(varying) <= {0, 1} and (len(out_shape) >= 4 or varying == [1]):
