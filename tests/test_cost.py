@@ -557,11 +557,15 @@ def test_group_norm_costs_a_layer_norm_over_each_group():
     which it lays out innermost), where a layer norm's rows take the outer one."""
     from sim.cost.row_ops import row_op_cost
     from sim.cost.rules import _row_reduce_cost
-    g = _one_op("groupnorm", [(2, 4, 3, 3), (4,), (4,)], [(2, 4, 3, 3)], {"groups": 2})
-    assert g == row_op_cost("layernorm", (4, 18), "float32", MK2, TILES, _row_reduce_cost(MK2), statistics="group")
+    g = _one_op("groupnorm", [(8, 64, 32, 32), (64,), (64,)], [(8, 64, 32, 32)], {"groups": 4})
+    assert g == row_op_cost("layernorm", (32, 16384), "float32", MK2, TILES, _row_reduce_cost(MK2),
+                            statistics="group")
     assert "row broadcast_inner_add, row broadcast_inner_mul_inplace" in g.plan
-    ln = _one_op("layernorm", [(4, 18), (18,), (18,)], [(4, 18)])
+    ln = _one_op("layernorm", [(32, 16384), (16384,), (16384,)], [(32, 16384)])
     assert "row broadcast_outer, row broadcast_outer" in ln.plan
+    # a tiny one: too few elements a tile for popops to find a repeated vector, plain vertices
+    tiny = _one_op("groupnorm", [(2, 4, 3, 3), (4,), (4,)], [(2, 4, 3, 3)], {"groups": 2})
+    assert "row sub, row mul" in tiny.plan
 
 
 
@@ -596,6 +600,10 @@ def test_a_bias_add_runs_popops_inner_broadcast_vertex():
     assert "broadcast_inner_add" in half.plan
     single = _one_op("add", [(8, 64, 56, 56), (1, 64, 1, 1)], [(8, 64, 56, 56)])
     assert single.compute_cycles == math.ceil(inner.fixed + per_tile * 2.0)
+    # a matmul's bias over 16 rows of 1,024: a tile holds less than a row, so popops finds no
+    # repeated vector and runs the plain vertex
+    small = _one_op("add", [(16, 1024), (1024,)], [(16, 1024)], dtype="float16")
+    assert "broadcast" not in small.plan
     # a per-row statistic takes the outer vertex: 2 cycles per 4 halves and 7 a row piece
     rows = _one_op("mul", [(1024, 768), (1024, 1)], [(1024, 768)], dtype="float16")
     outer = codelet("broadcast_outer")

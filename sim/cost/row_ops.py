@@ -43,7 +43,7 @@ from ..graph.ir import DTYPE_BYTES
 from ..hardware.system import IPU
 from .exchange import exchange_cycles
 from .opcost import OpCost, TileProfile, _counts
-from .vector import broadcast_codelet, codelet, spread
+from .vector import CHANNEL_GROUP, broadcast_codelet, codelet, spread
 
 #: the op kinds priced here
 ROW_OP_KINDS = ("softmax", "softmax_grad", "layernorm", "layernorm_grad")
@@ -178,7 +178,12 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
                 else:
                     needed = min(stats, math.ceil(busiest / length) + 1)
                 recv = needed * size
-                if what != "rowmap":
+                # an inner vector repeats on the tile: a channel group, or a whole row of columns
+                unit = length if what == "col" and not per_channel else min(stats if per_channel else CHANNEL_GROUP,
+                                                                              CHANNEL_GROUP)
+                if what == "rowmap" or (pattern == "inner" and busiest < 2 * unit):
+                    codelets = tuple(op.removesuffix("_inplace") for op in codelets)  # a plain vertex
+                else:
                     codelets = tuple(broadcast_codelet(op, pattern) for op in codelets)
                     run = length if pattern == "outer" else 0
             else:

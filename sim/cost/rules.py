@@ -194,17 +194,17 @@ def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, ex
                   exchange_setup_cycles=int(exchange_phases * ipu.exchange_setup_cycles if exch else 0))
 
 
-def _broadcast_vertex(kind: str, ins, out_shape) -> tuple[str | None, int]:
+def _broadcast_vertex(kind: str, ins, out_shape, per_tile: int) -> tuple[str | None, int]:
     """(the popops broadcast codelet, the elements of the output one operand element covers) of a
-    binary ``kind`` with an operand repeated over the other (:func:`~sim.cost.vector.broadcast_pattern`);
-    (None, 0) for a plain element-wise op. A multiply is priced in place, as PopART's inplacing
+    binary ``kind`` with an operand repeated over the other (:func:`~sim.cost.vector.broadcast_pattern`
+    on the busiest tile's ``per_tile`` elements); (None, 0) for a plain element-wise op. A multiply is priced in place, as PopART's inplacing
     turns it (MulLhsInplace), the repeated operand the one left as it is."""
     if kind not in BROADCAST_OPS or len(ins) != 2:
         return None, 0
     small = min(ins, key=lambda x: math.prod(x[0]))[0]
     if kind == "sub" and math.prod(ins[0][0]) < math.prod(ins[1][0]):
         return None, 0  # popops broadcasts a first operand only into a commutative op
-    pattern = broadcast_pattern(out_shape, small)
+    pattern = broadcast_pattern(out_shape, small, per_tile)
     if pattern is None:
         return None, 0
     operand = (1,) * (len(out_shape) - len(small)) + tuple(small)
@@ -224,7 +224,7 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     # a broadcast operand smaller than the output reaches every tile that needs a part of it
     bcast = sum(min(math.prod(s), per_tile) * DTYPE_BYTES[d] for s, d, _ in ins if math.prod(s) < n)
     exch = exchange_cycles(bcast, ipu)
-    vec_kind, run = _broadcast_vertex(kind, ins, tuple(out_shape))
+    vec_kind, run = _broadcast_vertex(kind, ins, tuple(out_shape), per_tile)
     vec_kind = vec_kind or _VECTOR_KIND.get(kind, kind)
     c = codelet(vec_kind)
     counts = _counts(n, used)

@@ -93,7 +93,13 @@ def tile_cycles(elements_on_tile: float, itemsize: int, kind: str, ipu: IPU) -> 
 BROADCAST_OPS = ("add", "sub", "mul", "mul_inplace")
 
 
-def broadcast_pattern(out_shape: tuple, operand_shape: tuple) -> str | None:
+#: elements of a convolution activation's innermost channel group (poplin's AMP output channel
+#: groups of 16, configs ``amp_fp16_output_group``): the unit popops finds repeated on a tile when a
+#: per-channel vector is broadcast over the activation
+CHANNEL_GROUP = 16
+
+
+def broadcast_pattern(out_shape: tuple, operand_shape: tuple, per_tile: int | None = None) -> str | None:
     """How popops finds ``operand_shape`` repeated over ``out_shape`` in a binary op
     (``constructBroadcastBinaryOp``, lib/popops/ElementWise.cpp, which matches the operand against
     each tile's contiguous regions of the output): ``"inner"`` when the operand is a vector laid
@@ -102,7 +108,9 @@ def broadcast_pattern(out_shape: tuple, operand_shape: tuple) -> str | None:
     whose channels poplin lays out innermost), ``"outer"`` when each operand element covers a
     contiguous run (BroadcastVectorOuterByRow: per-row statistics) or the operand is one element
     (BroadcastScalar, priced alike); None when the operand is not smaller or matches neither
-    (a plain binary op reading the broadcast view)."""
+    (a plain binary op reading the broadcast view). With ``per_tile`` (elements on the busiest tile),
+    an inner vector must repeat at least twice on the tile (popops wants a pattern's outer factor
+    above one), or the op stays a plain one."""
     out_shape, operand_shape = tuple(out_shape), tuple(operand_shape)
     if math.prod(operand_shape) >= math.prod(out_shape):
         return None
@@ -114,12 +122,14 @@ def broadcast_pattern(out_shape: tuple, operand_shape: tuple) -> str | None:
     varying = [i for i, d in enumerate(operand) if d != 1]
     repeated = [i for i, (d, o) in enumerate(zip(operand, out_shape)) if d == 1 and o > 1]
     if len(out_shape) >= 3 and 1 in varying and set(varying) <= {0, 1} and (len(out_shape) >= 4 or varying == [1]):
-        return "inner"  # per channel (and sample) of an N, C, ... activation: channels innermost on the tiles
-    if min(varying) > max(repeated):
-        return "inner"
-    if max(varying) < min(repeated):
+        unit = min(out_shape[1], CHANNEL_GROUP)  # per channel (and sample): channels innermost on the tiles
+    elif min(varying) > max(repeated):
+        unit = math.prod(operand)  # a vector along the last dimensions
+    elif max(varying) < min(repeated):
         return "outer"
-    return None
+    else:
+        return None
+    return "inner" if per_tile is None or per_tile >= 2 * unit else None
 
 
 def broadcast_codelet(op: str, pattern: str) -> str:
