@@ -25,11 +25,14 @@ its own compute set(s), on-chip syncs and, for a reduction, its own plan and cal
 
 Each element-wise step is laid out as poputil lays out a new tensor (``sim/cost/vector.py``
 ``spread``) and costs its codelet's fixed cycles plus cycles per element of the tensor's type
-(``configs/_vector-ops.toml``); a per-row statistic broadcast to it is received by each tile for
-the rows it holds a part of (a tile of ``e`` contiguous elements of rows of ``L`` spans at most
-``ceil(e / L) + 1`` rows), a per-column vector (gamma, beta) for the columns it holds. The
-reductions are priced by popops' reduction plan (``sim/cost/reduction.py``, through the
-``reduce_cost`` the caller gives). Cycles are tile cycles of the IPU clock; bytes are bytes.
+(``configs/_vector-ops.toml``); a step broadcasting a statistic or a vector runs popops' broadcast
+vertex (the outer one for a per-row statistic, the inner one for a per-column or per-channel
+vector that repeats on a tile; ``sim.cost.vector.broadcast_pattern``). A per-row statistic is
+received by each tile for the rows it holds a part of (a tile of ``e`` contiguous elements of rows
+of ``L`` spans at most ``ceil(e / L) + 1`` rows), a per-column vector (gamma, beta) for the columns
+it holds. Batch norm (``statistics="channel"``) runs the layer norm's steps with a statistic per
+channel. The reductions are priced by popops' reduction plan (``sim/cost/reduction.py``, through
+the ``reduce_cost`` the caller gives). Cycles are tile cycles of the IPU clock; bytes are bytes.
 """
 
 from __future__ import annotations
