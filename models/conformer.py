@@ -27,8 +27,8 @@ ctc_weight * CTC``.
   output linear d -> vocab. The label-smoothing loss (KL divergence to the smoothed one-hot) is
   built as one softmax cross-entropy over the (B x tokens, vocab) logits: its gradient is the
   same work (a softmax less a smoothed one-hot).
-- ``layers_per_ipu`` (e.g. [2, 4, 5, 1]: the example's pipeline ``encoder.encoders__2``,
-  ``__6``, ``__11`` on IPUs 1, 2, 3) places the encoder blocks; the front end is on IPU 0, the
+- ``layers_per_ipu`` (e.g. [2, 4, 4, 2]: the SDK 2.6 example's pipeline ``encoder.encoders__2``,
+  ``__6``, ``__10`` on IPUs 1, 2, 3; SDK 3.2's ``__11`` gives [2, 4, 5, 1]) places the encoder blocks; the front end is on IPU 0, the
   CTC branch, decoder and losses on the last block's IPU. The example sets no recomputation
   checkpoint, so a pipelined stage recomputes from its stashed inputs.
 

@@ -528,9 +528,9 @@ DEPARTURES = {
                  "stochastic rounding, PopART's outlineThreshold 10 and its TiedGather patterns, the padding masks "
                  "made on the IPU from the lengths (constants here); the example sets no recomputation checkpoint, so "
                  "each pipelined stage recomputes from its stashed inputs; the label-smoothing loss is built as a "
-                 "softmax cross-entropy (the same work); throughput is the step's samples over its time, the "
-                 "DataLoader's next batch, scheduler.step() and setOptimizer() included (trainer.py), which is not "
-                 "modelled",
+                 "softmax cross-entropy (the same work); throughput is the step's samples over the time from the "
+                 "call to setOptimizer()'s return (trainer.py: the DataLoader's next batch and the keys' decoding "
+                 "come before the timer), scheduler.step() and setOptimizer() not modelled",
     "conformer-pod4": "the README lists POD4 figures under global batch 16,128 without a script: one replica, GA "
                       "4,032 [U]",
     "conformer-pod64": "poprun with 4 instances of 4 replicas (run_wenet_conformer_globalbs_16128_pod64.sh); without "
@@ -962,15 +962,17 @@ def _unet_train() -> Setup:
 
 
 def _conformer_train(system: str, replicas: int, accumulation: int) -> Setup:
-    """Conformer-medium training as Graphcore's PyTorch Conformer runs it (graphcore/examples
-    ``speech/conformer/pytorch``, SDK 3.2 ``2d8b565``: ``configs/train.yaml`` and the scripts
-    ``run_wenet_conformer_globalbs_16128_pod16.sh`` / ``_pod64.sh``): micro-batch 4 of generated
+    """Conformer-medium training as Graphcore's PyTorch Conformer ran it for the README's figures
+    (graphcore/examples ``speech/conformer/pytorch`` at ``1c4dd6c``, "Refresh examples for SDK2.6",
+    the commit that added the figures, which no later commit changed: ``configs/train.yaml`` and the
+    scripts ``run_wenet_conformer_globalbs_16128_pod16.sh`` / ``_pod64.sh``): micro-batch 4 of generated
     utterances at the maximum lengths (1,220 frames, 48 tokens), the pipeline ``encoder.encoders__2``,
-    ``__6``, ``__11`` on IPUs 1-3 (blocks [2, 4, 5, 1]), availableMemoryProportion 0.3 on each IPU, half
-    partials, poptorch.optim.Adam with fp16 gradient accumulators (``accum_type`` the model dtype) and
-    the global gradient norm clipped at 5 (``max_grad_norm``), its state on chip without RTS, outputMode
-    Final (``main.py build_ipu_options``); GA so that the global batch is 16,128."""
-    return Setup("conformer-medium", _params(micro_batch=4, layers_per_ipu=[2, 4, 5, 1]), system, replicas=replicas,
+    ``__6``, ``__10`` on IPUs 1-3 (blocks [2, 4, 4, 2]; SDK 3.2's ``2d8b565`` moved the last split to
+    ``__11``, [2, 4, 5, 1], and nothing else of the configuration), availableMemoryProportion 0.3 on each
+    IPU, half partials, poptorch.optim.Adam with fp16 gradient accumulators (``accum_type`` the model
+    dtype) and the global gradient norm clipped at 5 (``max_grad_norm``), its state on chip without RTS,
+    outputMode Final (``main.py build_ipu_options``); GA so that the global batch is 16,128."""
+    return Setup("conformer-medium", _params(micro_batch=4, layers_per_ipu=[2, 4, 4, 2]), system, replicas=replicas,
                  accumulation=accumulation, amp=(0.3,) * 4, optimizer="adam", accum_dtype="float16", clip_norm=5.0,
                  output_mode="Final")
 
