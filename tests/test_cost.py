@@ -576,7 +576,8 @@ def test_group_norm_costs_a_layer_norm_over_each_group():
     ((8, 128, 1024), (1024,), "inner"),  # a matmul's bias over the last dimension
     ((8, 128, 1024), (8, 128, 1), "outer"),  # a per-row statistic
     ((4, 16), (1,), "outer"),  # a scalar
-    ((2, 12, 197, 197), (2, 1, 1, 197), None),  # an attention mask: neither
+    ((2, 12, 197, 197), (2, 1, 1, 197), "inner"),  # an attention mask per sample, repeated over heads and rows
+    ((2, 12, 128, 128), (2, 1, 128, 128), "inner"),  # a full mask per sample, repeated over heads
     ((4, 48, 56, 56), (4, 48, 28, 28), None),  # not a numpy broadcast
     ((3, 4), (3, 4), None),  # not smaller
 ])

@@ -104,8 +104,8 @@ def broadcast_pattern(out_shape: tuple, operand_shape: tuple, per_tile: int | No
     (``constructBroadcastBinaryOp``, lib/popops/ElementWise.cpp, which matches the operand against
     each tile's contiguous regions of the output): ``"inner"`` when the operand is a vector laid
     along the output's innermost dimension and repeated over the others (BroadcastVectorInner: a
-    bias over the last dimension, or a per-channel vector of an activation of rank 3 or more,
-    whose channels poplin lays out innermost), ``"outer"`` when each operand element covers a
+    bias over the last dimension, a mask over the last dimension repeated over heads and rows, or a
+    per-channel vector of an activation of rank 3 or more, whose channels poplin lays out innermost), ``"outer"`` when each operand element covers a
     contiguous run (BroadcastVectorOuterByRow: per-row statistics) or the operand is one element
     (BroadcastScalar, priced alike); None when the operand is not smaller or matches neither
     (a plain binary op reading the broadcast view). With ``per_tile`` (elements on the busiest tile),
@@ -123,8 +123,10 @@ def broadcast_pattern(out_shape: tuple, operand_shape: tuple, per_tile: int | No
     repeated = [i for i, (d, o) in enumerate(zip(operand, out_shape)) if d == 1 and o > 1]
     if len(out_shape) >= 3 and 1 in varying and set(varying) <= {0, 1} and (len(out_shape) >= 4 or varying == [1]):
         unit = min(out_shape[1], CHANNEL_GROUP)  # per channel (and sample): channels innermost on the tiles
-    elif min(varying) > max(repeated):
-        unit = math.prod(operand)  # a vector along the last dimensions
+    elif operand[-1] == out_shape[-1] > 1:
+        # a vector along the last dimensions, repeated over the dimensions before it (and the same for
+        # each index of any leading dimension it varies in: an attention mask per sample)
+        unit = math.prod(operand[max(repeated) + 1:])
     elif max(varying) < min(repeated):
         return "outer"
     else:
