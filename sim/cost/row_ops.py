@@ -181,9 +181,12 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
                 else:
                     needed = min(stats, math.ceil(busiest / length) + 1)
                 recv = needed * size
-                # an inner vector repeats on the tile: a channel group, or a whole row of columns
-                unit = length if what == "col" and not per_channel else min(stats if per_channel else CHANNEL_GROUP,
-                                                                              CHANNEL_GROUP)
+                # what repeats on a tile for the inner vertex: a channel group (a batch norm's channels,
+                # a group norm's statistics expanded to the channels) or a whole row of columns
+                if per_channel:
+                    unit = min(stats, CHANNEL_GROUP)
+                else:
+                    unit = length if what == "col" else CHANNEL_GROUP
                 if what == "rowmap" or (pattern == "inner" and busiest < 2 * unit):
                     codelets = tuple(op.removesuffix("_inplace") for op in codelets)  # a plain vertex
                 else:

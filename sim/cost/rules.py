@@ -197,8 +197,9 @@ def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, ex
 def _broadcast_vertex(kind: str, ins, out_shape, per_tile: int) -> tuple[str | None, int]:
     """(the popops broadcast codelet, the elements of the output one operand element covers) of a
     binary ``kind`` with an operand repeated over the other (:func:`~sim.cost.vector.broadcast_pattern`
-    on the busiest tile's ``per_tile`` elements); (None, 0) for a plain element-wise op. A multiply is priced in place, as PopART's inplacing
-    turns it (MulLhsInplace), the repeated operand the one left as it is."""
+    on the busiest tile's ``per_tile`` elements); (None, 0) for a plain element-wise op. A multiply
+    is priced in place, as PopART's inplacing turns it (MulLhsInplace), the repeated operand the one
+    left as it is."""
     if kind not in BROADCAST_OPS or len(ins) != 2:
         return None, 0
     small = min(ins, key=lambda x: math.prod(x[0]))[0]
