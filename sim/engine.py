@@ -53,6 +53,7 @@ from .program import (CATEGORIES, Collective, Compute, IpuCopy, Parallel, Remote
 STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extrapolated
 MAX_CYCLES = 2**62  # the simulated time must fit the int64 cycle arrays with room for sums
 COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective
+HOST_CALLBACKS = "host_callbacks"  # a host process's stream-callback thread, which fills input buffers
 
 
 def _busy():
@@ -281,11 +282,14 @@ class Engine:
         latency = sysm.seconds_to_cycles(hl.latency_s)
         device = sysm.seconds_to_cycles(s.nbytes / hl.gateway_to_ipu_bytes_per_s)
         if s.direction == "to_ipu":
-            prep = sysm.seconds_to_cycles(s.nbytes / hl.host_prepare_bytes_per_s)
+            # the process's callback thread fills the buffers one at a time: this copy's and those
+            # of the replicas it stands for (StreamCopy.host_fills)
+            prep = sysm.seconds_to_cycles(s.nbytes * s.host_fills / hl.host_prepare_bytes_per_s)
+            fill = ([(HOST_CALLBACKS,) + tuple(s.host_thread)], latency + prep)
             if not sysm.has_gateway:
-                return [([], latency + prep)], [([], sync), (link, device)]
+                return [fill], [([], sync), (link, device)]
             wire = sysm.seconds_to_cycles(s.nbytes / hl.host_to_ipu_bytes_per_s)
-            return [([], latency + prep), (link, wire)], [([], sync), ([], device)]
+            return [fill, (link, wire)], [([], sync), ([], device)]
         if not sysm.has_gateway:
             return [], [([], sync + latency), (link, device)]
         wire = sysm.seconds_to_cycles(s.nbytes / hl.ipu_to_host_bytes_per_s)

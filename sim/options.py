@@ -326,6 +326,8 @@ class Options:
         self.execution_strategy: _Strategy | None = None
         self.sync_pattern = SyncPattern.Full
         self.pipeline_copies = PipelineCopies.Merged
+        self.stream_callback_threads = 1
+        self._host_processes: int | None = None
         self.auto_round_num_ipus = False
         self.input_group_size = 1
         self.input_group_type = CommGroupType.Consecutive
@@ -414,6 +416,33 @@ class Options:
             raise OptionsError(f"pipelineCopies expects a PipelineCopies (Merged or PerStage), got {mode!r}")
         self.pipeline_copies = mode
         self._record("pipelineCopies", mode.name)
+        return self
+
+    def hostProcesses(self, processes: int) -> "Options":
+        """The simulator's own: the host processes (PopRun instances) that feed the replicas, each
+        running the stream callbacks of its share of them (default: :meth:`num_instances`, one for a
+        plain run). Only the host's filling of input buffers depends on it (:meth:`streamCallbackThreads`)."""
+        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+            raise OptionsError(f"hostProcesses expects a whole number >= 1, got {processes!r}")
+        self._host_processes = processes
+        self._record("hostProcesses", processes)
+        return self
+
+    def host_processes(self) -> int:
+        """Host processes feeding the replicas (:meth:`hostProcesses`, else :meth:`num_instances`)."""
+        return self._host_processes or self.num_instances()
+
+    def streamCallbackThreads(self, threads: int) -> "Options":
+        """Poplar's engine options ``streamCallbacks.multiThreadMode`` and ``numWorkerThreads`` (set
+        through ``POPLAR_ENGINE_OPTIONS``): the threads of a host process that run its stream
+        callbacks, which copy every input buffer of its replicas. Default 1: Poplar's
+        ``singleThread`` with ``numWorkerThreads`` 0, "the main thread will execute all of the
+        callbacks" (Poplar API reference, RuntimeOptions); ``collaborative`` with ``auto`` workers
+        gives about one a CPU core."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise OptionsError(f"streamCallbackThreads expects a whole number >= 1, got {threads!r}")
+        self.stream_callback_threads = threads
+        self._record("streamCallbackThreads", threads)
         return self
 
     def enableStableNorm(self, enabled: bool) -> "Options":

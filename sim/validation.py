@@ -100,10 +100,12 @@ def _stream(ipu: int, nbytes: int, direction: str = "to_ipu") -> StreamCopy:
 
 
 def m2000_host_link_shared(nbytes: int = 256 * 2**20) -> float:
-    """Four IPUs of an IPU-M2000 stream at once over their one host link (bytes/s on the link)."""
+    """Four IPUs of an IPU-M2000 stream at once over their one host link (bytes/s on the link). Each
+    IPU's buffers are filled by a thread of its own: the measured 7.06 GB/s over four IPUs is twice
+    what one thread fills (``host_prepare_bytes_per_s``), so the tool cannot be filling them in turn."""
     system = load_system("ipu-m2000")
     engine = Engine(system)
-    total = engine.run(Sequence([_stream(i, nbytes) for i in range(4)])).total_cycles
+    total = engine.run(Sequence([replace(_stream(i, nbytes), host_thread=(i, 0)) for i in range(4)])).total_cycles
     host, device = engine.prefetch_phases(_stream(0, nbytes))
     overhead = host[0][1] + device[0][1] + device[1][1]  # first fill + sync, last device transfer
     return 4 * nbytes / system.cycles_to_seconds(total - overhead)
@@ -193,11 +195,12 @@ PERFORMANCE_RESULTS = "graphcore.ai/performance-results (Bow Pod training table,
 
 
 @lru_cache(maxsize=None)
-def resnet50_training(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> float:
+def resnet50_training(system: str, replicas: int, global_batch: int, micro_batch: int = 20,
+                      replicas_per_process: int = 2) -> float:
     """ResNet-50 training as Graphcore's TF1 ResNet-50 config runs it (recomputation checkpoint per
     block, 8-bit images, availableMemoryProportion 0.16, half partials, momentum SGD, batch norm
     statistics over pairs of replicas, the host one input buffer ahead), images/s."""
-    setup = _resnet_e2e(system, replicas, global_batch, micro_batch)
+    setup = _resnet_e2e(system, replicas, global_batch, micro_batch, replicas_per_process)
     return simulate(setup.graph(), system, setup.options(), training=True,
                     optimizer=setup.sim_optimizer()).samples_per_second
 
@@ -224,7 +227,7 @@ END_TO_END = [
     Check("resnet50_bow_pod16", "ResNet-50 training, Bow Pod16, batch 1,920", 42029, "images/s", 0.3,
           "end to end", _E2E_WHY, lambda: resnet50_training("bow-pod16", 16, 1920)),
     Check("resnet50_bow_pod64", "ResNet-50 training, Bow Pod64, batch 2,560", 145287, "images/s", 0.3,
-          "end to end", _E2E_WHY, lambda: resnet50_training("bow-pod64", 64, 2560)),
+          "end to end", _E2E_WHY, lambda: resnet50_training("bow-pod64", 64, 2560, replicas_per_process=4)),
     Check("bert_large_ph1_bow_pod16", "BERT-Large phase 1 (SL128), Bow Pod16", 5179, "sequences/s", 0.3,
           "end to end", _E2E_WHY, lambda: bert_large_phase1("bow-pod16", 4)),
     Check("bert_large_ph1_bow_pod64", "BERT-Large phase 1 (SL128), Bow Pod64", 19353, "sequences/s", 0.3,
@@ -292,6 +295,7 @@ class Setup:
     stable_norm: bool = False  # enableStableNorm (TensorFlow's norms.use_stable_statistics)
     clear_pass_type: bool = False  # enableFullyConnectedPass off (TensorFlow's matmuls.clear_pass_type)
     combined_accum: bool = False  # momentum SGD's velocity as the gradient accumulator (SGD use_combined_accum)
+    processes: int = 1  # host processes (PopRun instances) feeding the replicas, each one callback thread
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -338,6 +342,8 @@ class Setup:
             o.enableStableNorm(True)
         if self.clear_pass_type:
             o._Popart.set("enableFullyConnectedPass", False)
+        if self.processes > 1:
+            o.hostProcesses(self.processes)
         return o
 
     def sim_optimizer(self) -> Optimizer:
@@ -360,7 +366,8 @@ class Setup:
                 where += f" over groups of {self.sharding_domain} replicas"
             parts.append(f"{self.sim_optimizer().describe()}, optimizer state {where}"
                          + (", automatic loss scaling" if self.auto_loss_scaling else ""))
-        parts.append("synthetic data" if self.synthetic else "real data (host IO)")
+        parts.append("synthetic data" if self.synthetic else "real data (host IO" + (
+            f", {self.processes} host processes)" if self.processes > 1 else ")"))
         if self.io_tiles:
             parts.append(f"{self.io_tiles} IO tiles" + (", all streams overlapped (ShardedExecution)"
                                                         if self.overlap_io else ""))
@@ -498,6 +505,17 @@ DEPARTURES = {
                "assumed to run the SDK 3.0 config [U]",
     "effnet-pod256": "RF 128 and GA 16 are inferred from the GBS of 6,144 at micro-batch 3 [U]; the config "
                      "lists no Pod256 entry",
+    "host-processes": "each host process (PopRun instance) runs its replicas' stream callbacks on one thread, Poplar's "
+                      "default (RuntimeOptions streamCallbacks.multiThreadMode singleThread, numWorkerThreads 0: \"the "
+                      "main thread will execute all of the callbacks\"), and PopART, PopTorch and TensorFlow's infeeds "
+                      "copy each replica's micro-batch into its stream buffer in a callback (popart devicex.cpp "
+                      "PrefetchCallback; tensorflow poplar_executor.cc InfeedPrefetchCallback), so a process fills its "
+                      "replicas' inputs one after another at host_prepare_bytes_per_s (Options.hostProcesses, "
+                      "streamCallbackThreads). The processes are the source's: MLPerf ResNet-50 v1.0 POD16 8 of 2 "
+                      "replicas, POD64 16 of 4 (run_and_time.sh INSTANCES); v1.1, v2.0 and the examples' TF1 and "
+                      "PyTorch CNN scripts 2 replicas a process; EfficientNet and ResNeXt 1; ViT Pod64 8 of 2; "
+                      "Conformer POD64 4 of 4; MLPerf BERT POD128/256 2 / 4 of 8; the other scripts one process for "
+                      "all replicas (pre-SDK 2.5 rows B1-B7: the SDK 2.4 README's commands [U])",
     "vit-pretrain": "the loss is lam CE(labels) + (1 - lam) CE(rolled labels); the zoo builds one softmax "
                     "cross-entropy, whose gradient is the same work (a softmax less a mixed one-hot); the second "
                     "term's forward and the on-device accuracy (B x 1,000 values) are left out",
@@ -712,7 +730,7 @@ TF1_RESNET_CHECKPOINTS = ("layer1/0", "layer1/2", "layer2/0", "layer2/2", "layer
 
 def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: int, amp: float,
                   optimizer: str = "sgd_momentum", pytorch: bool = False, tf1_calls: bool = False,
-                  stable_norm: bool = False) -> Setup:
+                  stable_norm: bool = False, replicas_per_process: int = 2) -> Setup:
     """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
     images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`; PyTorch: a checkpoint
     after every block), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs; PyTorch: the CNN
@@ -727,7 +745,9 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     (examples 8ae588c ``vision/cnns/pytorch/utils/ipu_settings.py``: ``mergeAllReduceCollectives``).
     ``tf1_calls``: one simulated call runs the weight updates the TF1 script runs per
     ``session.run`` (:func:`tf1_steps_per_call`), as deviceIterations. ``stable_norm``: the MLPerf
-    v1.0 configs' ``stable_norm: True`` ([stable-norm])."""
+    v1.0 configs' ``stable_norm: True`` ([stable-norm]). ``replicas_per_process``: the PopRun
+    instances' replicas ([host-processes]: 2 in the MLPerf v1.1/v2.0 and examples' scripts, 4 in MLPerf
+    v1.0's POD64)."""
     steps = tf1_steps_per_call(replicas * accumulation * micro_batch) if tf1_calls else 1
     params = dict(micro_batch=micro_batch, recompute_checkpoints="blocks" if pytorch else TF1_RESNET_CHECKPOINTS,
                   eight_bit_io=True)
@@ -737,15 +757,18 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
                  device_iterations=steps, amp=(amp,), optimizer=optimizer,
                  state_dtype="float32" if pytorch else "float16",
                  prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",),
-                 stable_norm=stable_norm, combined_accum=pytorch and optimizer == "sgd_momentum")
+                 stable_norm=stable_norm, combined_accum=pytorch and optimizer == "sgd_momentum",
+                 processes=max(1, replicas // replicas_per_process))
 
 
-def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20) -> Setup:
+def _resnet_e2e(system: str, replicas: int, global_batch: int, micro_batch: int = 20,
+                replicas_per_process: int = 2) -> Setup:
     """The end-to-end ResNet-50 checks' configuration (:func:`resnet50_training`): momentum SGD,
     availableMemoryProportion 0.16, the accumulation that makes ``global_batch``. Their GBS are the
     MLPerf v1.0 ``_bs20`` configs', but not their ``stable_norm``: the examples repo's
     ``applications/tensorflow/cnns/training/configs.yml`` (SDK 2.2-2.5) never set it for these configs."""
-    return _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), 0.16)
+    return _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), 0.16,
+                         replicas_per_process=replicas_per_process)
 
 
 def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumulation: int,
@@ -831,7 +854,8 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation, amp=tuple(amp),
                  optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth,
                  output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain,
-                 clip_norm=clip_norm, pytorch_bert_groups=pytorch)
+                 clip_norm=clip_norm, pytorch_bert_groups=pytorch,
+                 processes=replicas // sharding_domain if sharding_domain else 1)
 
 
 # att_ffn_placement of the MLPerf configs (training_results v1.1 / v2.0, Graphcore .../popart/configs)
@@ -901,7 +925,7 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     params = _params(micro_batch=3, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
     return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
                  optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True,
-                 stable_norm=True)
+                 stable_norm=True, processes=replicas)
 
 
 def _resnext_train() -> Setup:
@@ -914,7 +938,8 @@ def _resnext_train() -> Setup:
     [tf-stable-norm])."""
     params = _params(micro_batch=6, split_points=["layer3/3"], eight_bit_io=True)
     return Setup("resnext101", params, "bow-pod16", replicas=8, accumulation=16, optimizer="sgd_momentum",
-                 prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True, stable_norm=True)
+                 prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True, stable_norm=True,
+                 processes=8)
 
 
 def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
@@ -936,7 +961,8 @@ def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sh
                          mid_checkpoints=[1, 4, 7, 10])
         return Setup("vit-base-16", params, system, replicas=replicas, accumulation=accumulation, amp=(0.3,) * 4,
                      optimizer="lamb", rts=True, prefetch_depth=2, output_mode="All",
-                     sharding_domain=sharding_domain, accum_dtype="float32")
+                     sharding_domain=sharding_domain, accum_dtype="float32",
+                     processes=replicas // sharding_domain if sharding_domain else 1)
     return Setup("vit-base-16", _params(micro_batch=17, layers_per_ipu=[3, 3, 3, 3]), system, replicas=replicas,
                  accumulation=accumulation, device_iterations=8, amp=(0.3,) * 4, optimizer="sgd_momentum",
                  state_dtype="float16", rts=True, prefetch_depth=2, output_mode="All")
@@ -961,7 +987,7 @@ def _unet_train() -> Setup:
                  per_stage_copies=True)
 
 
-def _conformer_train(system: str, replicas: int, accumulation: int) -> Setup:
+def _conformer_train(system: str, replicas: int, accumulation: int, processes: int = 1) -> Setup:
     """Conformer-medium training as Graphcore's PyTorch Conformer ran it for the README's figures
     (graphcore/examples ``speech/conformer/pytorch`` at ``1c4dd6c``, "Refresh examples for SDK2.6",
     the commit that added the figures, which no later commit changed: ``configs/train.yaml`` and the
@@ -974,7 +1000,7 @@ def _conformer_train(system: str, replicas: int, accumulation: int) -> Setup:
     outputMode Final (``main.py build_ipu_options``); GA so that the global batch is 16,128."""
     return Setup("conformer-medium", _params(micro_batch=4, layers_per_ipu=[2, 4, 4, 2]), system, replicas=replicas,
                  accumulation=accumulation, amp=(0.3,) * 4, optimizer="adam", accum_dtype="float16", clip_norm=5.0,
-                 output_mode="Final")
+                 output_mode="Final", processes=processes)
 
 
 def _swin_train(tiny: bool) -> Setup:
@@ -1021,7 +1047,7 @@ PUBLISHED_ROWS = [
         _resnet_train("ipu-pod16", 16, 20, 6, 0.15, tf1_calls=True, stable_norm=True), True,
         ("resnet-recompute", "tf1-calls", "bn-span", "stable-norm")),
     Row("M6", "MLP v1.0 M6", "ResNet-50 training, Mk2 POD64, GBS 2,560", 83404, "images/s",
-        _resnet_train("ipu-pod64", 64, 20, 2, 0.14, tf1_calls=True, stable_norm=True), False,
+        _resnet_train("ipu-pod64", 64, 20, 2, 0.14, tf1_calls=True, stable_norm=True, replicas_per_process=4), False,
         ("resnet-recompute", "tf1-calls", "bn-span", "stable-norm")),
     Row("M13", "MLP v1.1 M13", "ResNet-50 training, Mk2 POD16, GBS 3,200", 29543, "images/s",
         _resnet_train("ipu-pod16", 16, 20, 10, 0.15, "lars", tf1_calls=True), True,
@@ -1222,7 +1248,7 @@ PUBLISHED_ROWS = [
         _unet_train(), False, ("unet", "tf-copies")),
     # Conformer-medium training, PyTorch (graphcore/examples speech/conformer/pytorch README, global batch 16,128)
     *(Row(f"C{i}", f"EX-CF C{i}", f"Conformer-medium training, {label}, GBS 16,128", pub, "samples/s",
-          _conformer_train(system, rf, 16128 // (4 * rf)), False, ("conformer",) + extra)
+          _conformer_train(system, rf, 16128 // (4 * rf), 4 if rf == 16 else 1), False, ("conformer",) + extra)
       for i, (label, system, rf, pub, extra) in enumerate((
           ("IPU-M2000 (POD4)", "ipu-m2000", 1, 819, ("conformer-pod4",)),
           ("Mk2 POD16", "ipu-pod16", 4, 3163, ()),
@@ -2136,7 +2162,8 @@ def _published_section() -> list[str]:
             error = value / r.published - 1
             shown, err_text = f"{value:,.0f}", f"{error:+.1%}"
         counts["asserted" if r.asserted else "tracked"] += 1
-        notes = "; ".join(f"[{n}]" if n in DEPARTURES else n for n in r.notes)
+        shared = ("host-processes",) if not r.setup.synthetic and r.setup.replicas > 1 else ()
+        notes = "; ".join(f"[{n}]" if n in DEPARTURES else n for n in r.notes + shared)
         config = r.setup.describe() + (f". *Notes:* {notes}" if notes else "")
         rows.append(f"| {r.id} | {r.what} | {r.source} | {r.published:,.0f} {r.unit} | {shown} | {err_text} | "
                     f"{_status(r.asserted, error)} | {config} |")
@@ -2204,7 +2231,7 @@ CLOCK_LINES = ("compute", "launch", "exchange", "exchange_setup")
 #: breakdown lines priced in seconds (host CPU, host link, gateway, IPU-Links): the same seconds
 SECONDS_LINES = ("host_io", "remote_io", "inter_ipu", "collective")
 #: B1 and B2 (END_TO_END, :func:`resnet50_training`) as Setups
-_E2E_SETUPS = {"B1": _resnet_e2e("bow-pod16", 16, 1920), "B2": _resnet_e2e("bow-pod64", 64, 2560)}
+_E2E_SETUPS = {"B1": _resnet_e2e("bow-pod16", 16, 1920), "B2": _resnet_e2e("bow-pod64", 64, 2560, replicas_per_process=4)}
 
 
 def _pair_setup(row_id: str) -> Setup:

@@ -8,6 +8,8 @@ interleaved step by step so that they contend for the link as real replicas do.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,10 +190,17 @@ class Context:
             names = s.host_inputs if direction == "to_ipu" else s.host_outputs
             per_ipu.setdefault(ipus[s.ipu], []).extend(names)
         index = {n: i for i, n in enumerate(self.g.inputs if direction == "to_ipu" else self.g.outputs)}
+        # each host process's callback threads fill its replicas' inputs in turn; a simulated replica
+        # stands for the process's replicas that are not simulated
+        per_process = math.ceil(self.options.total_replicas() / self.options.host_processes())
+        process = replica // per_process
+        simulated = sum(1 for r in self.replicas if r // per_process == process)
+        threads = self.options.stream_callback_threads
+        fills = math.ceil(per_process / (simulated * threads))
         return host_transfers(self.g, self.system, self.options.sync_pattern, ipus, per_ipu, direction,
                               replica, index, self.options.prefetch_depth(),
                               self.options.TensorLocations.num_io_tiles, self.compute_tiles,
-                              self.options.prefetch_datastreams())
+                              self.options.prefetch_datastreams(), fills, process, threads)
 
     def final_outputs(self) -> list:
         """Outputs copied once after the run (OutputMode Final and Sum)."""

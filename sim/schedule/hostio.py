@@ -30,7 +30,8 @@ def sync_group(pattern: SyncPattern, ipu: int, replica_ipus: list[int]) -> list[
 def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[int],
                    per_ipu: dict[int, list[str]], direction: str, replica: int,
                    stream_index: dict[str, int], prefetch: int = 1, io_tiles: int = 0,
-                   compute_tiles: int = 0, fill_ahead: bool = False) -> list:
+                   compute_tiles: int = 0, fill_ahead: bool = False, host_fills: int = 1,
+                   process: int = 0, threads: int = 1) -> list:
     """Program items copying the tensors in ``per_ipu`` (IPU -> tensor names) to or from the host.
 
     The first copy on each IPU opens the host exchange (one host sync per IPU per step); copies
@@ -40,7 +41,9 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
     between the IO tiles and the compute tiles; the IO tiles hold one buffer per stream, so
     the copy of the next step waits until the previous step's data has been moved on.
     With ``fill_ahead`` (PopART's ``enablePrefetchDatastreams``) the host fills an input's buffer
-    for its next copy while the IPU computes.
+    for its next copy while the IPU computes. The host ``process``'s ``threads`` stream-callback
+    threads make the fills, the streams taking them in turn; ``host_fills`` is the fills a thread
+    makes for each copy (the replicas of the process the simulated one stands for).
     """
     items = []
     for ipu, names in per_ipu.items():
@@ -49,7 +52,8 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
         for name in overlapped:
             nbytes = g.tensors[name].nbytes
             copy = StreamCopy(ipu, name, direction, nbytes, stream_index[name], host_sync=True,
-                              replica=replica, io_tiles=True, prefetch=prefetch, fill_ahead=fill_ahead)
+                              replica=replica, io_tiles=True, prefetch=prefetch, fill_ahead=fill_ahead,
+                              host_fills=host_fills, host_thread=(process, stream_index[name] % threads))
             move = Compute(ipu, f"IO tiles {'->' if direction == 'to_ipu' else '<-'} compute tiles: {name}",
                            io_tile_copy_steps(name, nbytes, system.ipu, io_tiles, compute_tiles))
             copy.after, move.after = (move,), (copy,)
@@ -63,7 +67,8 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
         for k, name in enumerate(plain):
             items.append(StreamCopy(ipu, name, direction, g.tensors[name].nbytes, stream_index[name],
                                     host_sync=(k == 0), replica=replica, prefetch=prefetch,
-                                    fill_ahead=fill_ahead))
+                                    fill_ahead=fill_ahead, host_fills=host_fills,
+                                    host_thread=(process, stream_index[name] % threads)))
         if barrier:
             items.append(Sync(barrier.ipus, barrier.scope, barrier.cycles, "host sync end"))
     return items
