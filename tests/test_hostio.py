@@ -272,3 +272,61 @@ def test_steady_state_extrapolation_inside_a_pipeline_is_off_by_a_boundary_only(
     assert diffs[50] == diffs[200]
     assert 0 <= diffs[200] <= host_out["cycles"].max()
     assert diffs[200] / full[200].cycle_count < 2e-3
+
+
+# --- host processes and their stream-callback threads ------------------------------------------
+def _image_model(micro_batch: int = 8) -> sim.Graph:
+    """A small model with a large input (micro_batch x 3 x 224 x 224 fp16, 2.4 MB): host fills matter."""
+    b = GraphBuilder("images")
+    x = b.input("x", (micro_batch, 3 * 224 * 224))
+    b.matmul(x, b.weight("w", (3 * 224 * 224, 16)), name="proj")
+    return b.graph
+
+
+def _copies(options: sim.Options) -> list:
+    ex = sim.compile(_image_model(), "ipu-pod16", options, training=False)
+    return [c for c in leaves(ex.program) if isinstance(c, sim.program.StreamCopy) and c.direction == "to_ipu"]
+
+
+def test_one_process_fills_its_replicas_inputs_in_turn():
+    """Poplar runs stream callbacks on the main thread by default (RuntimeOptions
+    streamCallbacks.multiThreadMode singleThread, numWorkerThreads 0), so one process feeding 16
+    replicas fills their input buffers one after another. The simulated replicas (the 4 of one host
+    link) each stand for 4 fills of the process's one thread; with a process per replica, or 16
+    threads, each fills its own."""
+    one = sim.Options().replicationFactor(16)
+    copies = _copies(one)
+    assert {c.replica for c in copies} == {0, 1, 2, 3}
+    assert {(c.host_fills, c.host_thread) for c in copies} == {(4, (0, 0))}
+    per_replica = _copies(sim.Options().replicationFactor(16).hostProcesses(16))
+    assert {(c.host_fills, c.host_thread) for c in per_replica} == {(1, (r, 0)) for r in range(4)}
+    pairs = _copies(sim.Options().replicationFactor(16).hostProcesses(8))  # 2 replicas a process
+    assert {(c.replica, c.host_fills, c.host_thread) for c in pairs} == {
+        (0, 1, (0, 0)), (1, 1, (0, 0)), (2, 1, (1, 0)), (3, 1, (1, 0))}
+    threads = _copies(sim.Options().replicationFactor(16).streamCallbackThreads(16))
+    assert {c.host_fills for c in threads} == {1}
+    # the fill's host phase lasts its bytes over the host's rate, times the fills, holding the thread
+    engine = sim.engine.Engine(sim.load_system("ipu-pod16"))
+    (fill, _), _ = engine.prefetch_phases(copies[0])
+    system = sim.load_system("ipu-pod16")
+    rate = system.host_link.host_prepare_bytes_per_s
+    latency = system.seconds_to_cycles(system.host_link.latency_s)
+    assert fill == ([("host_callbacks", 0, 0)], latency + system.seconds_to_cycles(copies[0].nbytes * 4 / rate))
+
+
+def test_a_process_thread_makes_the_run_host_bound():
+    """Sixteen replicas of a model this small wait for one process's fills; a process per pair
+    of replicas hides them behind the IPUs again."""
+    def seconds(options):
+        return sim.simulate(_image_model(), "ipu-pod16", options.deviceIterations(32), training=False).seconds
+    one = seconds(sim.Options().replicationFactor(16))
+    pairs = seconds(sim.Options().replicationFactor(16).hostProcesses(8))
+    own = seconds(sim.Options().replicationFactor(16).hostProcesses(16))
+    assert one > 1.5 * pairs and pairs >= own
+
+
+@pytest.mark.parametrize("call", ["hostProcesses", "streamCallbackThreads"])
+@pytest.mark.parametrize("value", [0, -1, 1.5, True])
+def test_host_process_options_refuse_bad_values(call, value):
+    with pytest.raises(sim.OptionsError, match=call):
+        getattr(sim.Options(), call)(value)
