@@ -53,10 +53,12 @@ MEMORY_PROPORTION = 0.16  # Graphcore's configs: available_memory_proportion [0.
 
 def _resnet_options(replicas: int, accumulation: int) -> sim.Options:
     """The example's options (as ``sim.validation`` runs its PyTorch ResNet-50 row, B14): the
-    proportion on the replica's one IPU, half partials, and the gradient all-reduces merged into
+    proportion on the replica's one IPU, half partials, the gradient all-reduces merged into
     one call (examples ``vision/cnns/pytorch/utils/ipu_settings.py``:
-    ``replicatedCollectivesSettings.mergeAllReduceCollectives``)."""
-    o = sim.Options().replicationFactor(replicas)
+    ``replicatedCollectivesSettings.mergeAllReduceCollectives``), and PopRun instances of 2
+    replicas, each process filling its replicas' inputs (examples 8ae588c
+    ``vision/cnns/pytorch/train/benchmarks.yml``: 8 instances on a Pod16)."""
+    o = sim.Options().replicationFactor(replicas).hostProcesses(max(1, replicas // 2))
     o.Training.gradientAccumulation(accumulation)
     o.setAvailableMemoryProportion({"IPU0": MEMORY_PROPORTION})
     o.Precision.setPartialsType("half")
