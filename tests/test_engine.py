@@ -294,16 +294,24 @@ def test_stream_copy_cycles_are_its_phases(mlp_executable, direction, host_sync,
 
 
 def test_stream_copies_share_one_host_link_fifo(mlp_executable):
-    """Four IPUs behind one link fill their buffers in parallel, then queue for the link."""
+    """Four IPUs behind one link, filled by four host threads: the fills run in parallel, then the
+    copies queue for the link."""
     assert M2000.host_link.ipus_per_link == 4
     hl, n = M2000.host_link, 1_000_000
     fill = hl.host_sync_cycles + c(hl.latency_s) + c(n / hl.host_prepare_bytes_per_s)
     wire, device = c(n / hl.host_to_ipu_bytes_per_s), c(n / hl.gateway_to_ipu_bytes_per_s)
-    prog = Sequence([StreamCopy(i, f"in{i}", "to_ipu", n, 0) for i in range(4)])
+    prog = Sequence([StreamCopy(i, f"in{i}", "to_ipu", n, 0, host_thread=(i, 0)) for i in range(4)])
     run = run_program(mlp_executable, prog)
     ends = sorted(run.trace["end"])
     assert ends == [fill + k * wire + device for k in (1, 2, 3, 4)]
     assert (run.trace["start"] == 0).all()
+    # filled by one thread (StreamCopy's default, one process's), the fills take turns; a fill is
+    # slower than its wire transfer, so each copy finds the link free
+    thread_fill = c(hl.latency_s) + c(n / hl.host_prepare_bytes_per_s)
+    assert thread_fill > wire
+    prog = Sequence([StreamCopy(i, f"in{i}", "to_ipu", n, 0) for i in range(4)])
+    ends = sorted(run_program(mlp_executable, prog).trace["end"])
+    assert ends == [k * thread_fill + wire + hl.host_sync_cycles + device for k in (1, 2, 3, 4)]
     # the other direction is a separate resource: an IPU->host copy does not queue behind them
     mixed = Sequence([StreamCopy(0, "in", "to_ipu", n, 0), StreamCopy(1, "out", "from_ipu", n, 0)])
     run = run_program(mlp_executable, mixed)
@@ -316,10 +324,11 @@ def test_ipus_behind_different_host_links_do_not_contend():
     assert eng.host_link_of(0) != eng.host_link_of(4)
     n = 1_000_000
     alone = eng.run(Sequence([StreamCopy(0, "a", "to_ipu", n, 0)])).total_cycles
+    # each filled by its own host process, so that only the links can make them wait
     apart = eng.run(Sequence([StreamCopy(0, "a", "to_ipu", n, 0),
-                              StreamCopy(4, "b", "to_ipu", n, 0)])).total_cycles
+                              StreamCopy(4, "b", "to_ipu", n, 0, host_thread=(1, 0))])).total_cycles
     shared = eng.run(Sequence([StreamCopy(0, "a", "to_ipu", n, 0),
-                               StreamCopy(1, "b", "to_ipu", n, 0)])).total_cycles
+                               StreamCopy(1, "b", "to_ipu", n, 0, host_thread=(1, 0))])).total_cycles
     assert apart == alone
     assert shared == alone + math.ceil(n / pod16.host_link.host_to_ipu_bytes_per_s * pod16.ipu.clock_hz)
 
