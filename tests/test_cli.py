@@ -323,6 +323,20 @@ def test_io_tiles_overlap_and_prefetch_flags(capsys):
     assert "IO tiles 32, prefetch depth 3" in out and "1440 compute tiles" in out
 
 
+def test_host_process_and_callback_thread_flags(capsys):
+    """--host-processes and --stream-callback-threads run as the API's setters: 8 replicas' inputs
+    filled by one thread of one process take longer than by two processes, or by one with 2 threads."""
+    base = ["--model", "mlp", "--system", "ipu-pod16", "--replicas", "8", "--device-iterations", "4"]
+    one = cli_cycles(capsys, *base)
+    two = cli_cycles(capsys, *base, "--host-processes", "2")
+    threads = cli_cycles(capsys, *base, "--stream-callback-threads", "2")
+    opts = sim.Options().replicationFactor(8).deviceIterations(4).hostProcesses(2)
+    assert two["cycle_count"] == api_run(models.get("mlp"), "ipu-pod16", opts).cycle_count
+    assert two["cycle_count"] < one["cycle_count"] and threads["cycle_count"] < one["cycle_count"]
+    code, _, err = cli(capsys, "run", *base, "--host-processes", "0")
+    assert code == 2 and "--host-processes" in err
+
+
 def test_wide_conv_unit_loads_flag_sets_poplins_option_maps(capsys):
     """--wide-conv-unit-loads runs as the API with both option maps set, and the AMP's weight loads
     take half the cycles, so a matmul model runs faster."""

@@ -231,6 +231,12 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "a one-IPU model then runs with ShardedExecution, as PopTorch requires")
     x.add_argument("--prefetch-depth", type=positive_int, metavar="N",
                    help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
+    x.add_argument("--host-processes", type=positive_int, metavar="N",
+                   help="the simulator's own [hostProcesses]: host processes (PopRun instances) feeding the "
+                   "replicas, each filling its replicas' input buffers in turn (default: 1)")
+    x.add_argument("--stream-callback-threads", type=positive_int, metavar="N",
+                   help="[POPLAR_ENGINE_OPTIONS streamCallbacks.numWorkerThreads] threads of each host process "
+                   "that fill input buffers (default: 1, Poplar's singleThread mode)")
     x.add_argument("--wide-conv-unit-loads", action="store_true",
                    help="[_Popart.set('matmulOptions' and 'convolutionOptions', {'use128BitConvUnitLoad': 'true'})] "
                    "the AMP loads its weights 128 bits a cycle (PopRT's use_128bit_conv_unit_load)")
@@ -342,6 +348,10 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
             opts.setExecutionStrategy(ShardedExecution())  # what PopTorch asks for on one IPU
     if args.prefetch_depth is not None:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
+    if args.host_processes is not None:
+        opts.hostProcesses(args.host_processes)
+    if args.stream_callback_threads is not None:
+        opts.streamCallbackThreads(args.stream_callback_threads)
     if args.wide_conv_unit_loads:
         opts.set_poplin_options({"use128BitConvUnitLoad": "true"})
     if args.optimizer_state is not None:

@@ -192,9 +192,13 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         notes.append("automatic loss scaling: an inference model has no gradients; no effect")
     if o.synthetic_data:
         idle = [what for what, set_ in (("a prefetch depth above 1", o.prefetch_depth() > 1),
-                                        ("overlapped host IO (IO tiles)", any(g.overlap.values()))) if set_]
+                                        ("overlapped host IO (IO tiles)", any(g.overlap.values())),
+                                        ("hostProcesses", "hostProcesses" in o.set_options),
+                                        ("streamCallbackThreads", "streamCallbackThreads" in o.set_options))
+                if set_]
         if idle:
-            notes.append(f"synthetic data: no host transfers run, so {' and '.join(idle)} has no effect")
+            notes.append(f"synthetic data: no host transfers run, so {' and '.join(idle)} "
+                         f"{'has' if len(idle) == 1 else 'have'} no effect")
     for kind, where in o.TensorLocations.locations.items():
         io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load),
                                       ("useIOTilesToStore", where.io_tiles_to_store)) if used]
