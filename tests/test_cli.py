@@ -333,6 +333,8 @@ def test_host_process_and_callback_thread_flags(capsys):
     opts = sim.Options().replicationFactor(8).deviceIterations(4).hostProcesses(2)
     assert two["cycle_count"] == api_run(models.get("mlp"), "ipu-pod16", opts).cycle_count
     assert two["cycle_count"] < one["cycle_count"] and threads["cycle_count"] < one["cycle_count"]
+    code, out, _ = cli(capsys, "run", *base, "--host-processes", "2", "--stream-callback-threads", "2")
+    assert "no modelled effect" not in out
     code, _, err = cli(capsys, "run", *base, "--host-processes", "0")
     assert code == 2 and "--host-processes" in err
 

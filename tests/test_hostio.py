@@ -330,3 +330,22 @@ def test_a_process_thread_makes_the_run_host_bound():
 def test_host_process_options_refuse_bad_values(call, value):
     with pytest.raises(sim.OptionsError, match=call):
         getattr(sim.Options(), call)(value)
+
+
+def test_a_run_whose_host_threads_fill_several_replicas_says_how_to_spread_them():
+    """8 replicas fed by one process's one thread: host IO is most of the run and the run says so,
+    with the settings that spread it; one process a replica leaves each thread one replica (the
+    link, not the threads, is then what waits), and the note goes."""
+    def run(processes: int) -> sim.Run:
+        o = sim.Options().replicationFactor(8).deviceIterations(4).hostProcesses(processes)
+        return sim.simulate(models.get("mlp"), "ipu-pod16", o)
+
+    one, eight = run(1), run(8)
+    (note,) = [n for n in one.notes if n.startswith("host IO is")]
+    share = one.breakdown.host_io.max() / one.cycle_count
+    assert share > sim.Run.HOST_BOUND_SHARE
+    assert note.startswith(f"host IO is {share:.0%} of the run: 8 replicas' input buffers are filled by 1 host "
+                           "process with 1 stream-callback thread each, 8 in turn per thread")
+    assert "--host-processes" in note and "--stream-callback-threads" in note
+    assert eight.cycle_count < one.cycle_count
+    assert not [n for n in eight.notes if n.startswith("host IO is")]

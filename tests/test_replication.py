@@ -14,8 +14,9 @@ from sim.program import Collective, leaves
 
 def _resnet(replicas: int, system: str, micro_batch: int = 4, accumulation: int = 1):
     """ResNet-50 with its gradient all-reduces merged into one call, as Graphcore's ResNet configs
-    run it (TF1 combining buffers, PyTorch mergeAllReduceCollectives)."""
-    o = sim.Options().replicationFactor(replicas)
+    run it (TF1 combining buffers, PyTorch mergeAllReduceCollectives), fed by a host process for
+    every 2 replicas (their PopRun instances)."""
+    o = sim.Options().replicationFactor(replicas).hostProcesses(max(1, replicas // 2))
     o._Popart.set("replicatedCollectivesSettings.mergeAllReduceCollectives", True)
     o.Training.gradientAccumulation(accumulation)
     return sim.simulate(models.get("resnet50", micro_batch=micro_batch), system, o, training=True,

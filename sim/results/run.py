@@ -42,10 +42,32 @@ class Run:
     wall_seconds: float = 0.0  # how long the simulator itself took
     notes: list[str] = field(default_factory=list)
 
+    #: share of the run (on its busiest IPU) spent in host IO above which a run whose host threads
+    #: each fill several replicas' inputs says how to spread that work
+    HOST_BOUND_SHARE = 0.2
+
     def __post_init__(self):
-        note = self._unmeasured_latency_note()
-        if note:
-            self.notes.append(note)
+        for note in (self._unmeasured_latency_note(), self._host_fill_note()):
+            if note:
+                self.notes.append(note)
+
+    def _host_fill_note(self) -> str | None:
+        """When host IO takes a large share of the run and each host thread fills the inputs of
+        several replicas in turn: the layout, and the settings that spread it."""
+        o = self.executable.options
+        if o.synthetic_data or not self.executable.graph.inputs or not self.cycle_count:
+            return None
+        processes, threads = o.host_processes(), o.stream_callback_threads
+        per_thread = -(-o.total_replicas() // (processes * threads))
+        host_io = max(self.timeline.busy.get(ipu, {}).get("host_io", 0) for ipu in self.executable.ipus)
+        share = host_io / self.cycle_count
+        if per_thread < 2 or share < self.HOST_BOUND_SHARE:
+            return None
+        return (f"host IO is {share:.0%} of the run: {o.total_replicas()} replicas' input buffers are filled by "
+                f"{processes} host process{'es' if processes > 1 else ''} with {threads} stream-callback "
+                f"thread{'s' if threads > 1 else ''} each, {per_thread} in turn per thread (Poplar's default: one "
+                "thread a process); more PopRun instances (hostProcesses, --host-processes) or callback threads "
+                "(streamCallbackThreads, --stream-callback-threads) share the work")
 
     # --- PoplarExecutor numbers -------------------------------------------------------------
     @property
