@@ -1047,7 +1047,7 @@ PUBLISHED_ROWS = [
         _resnet_train("ipu-pod16", 16, 20, 6, 0.15, tf1_calls=True, stable_norm=True), True,
         ("resnet-recompute", "tf1-calls", "bn-span", "stable-norm")),
     Row("M6", "MLP v1.0 M6", "ResNet-50 training, Mk2 POD64, GBS 2,560", 83404, "images/s",
-        _resnet_train("ipu-pod64", 64, 20, 2, 0.14, tf1_calls=True, stable_norm=True, replicas_per_process=4), False,
+        _resnet_train("ipu-pod64", 64, 20, 2, 0.14, tf1_calls=True, stable_norm=True, replicas_per_process=4), True,
         ("resnet-recompute", "tf1-calls", "bn-span", "stable-norm")),
     Row("M13", "MLP v1.1 M13", "ResNet-50 training, Mk2 POD16, GBS 3,200", 29543, "images/s",
         _resnet_train("ipu-pod16", 16, 20, 10, 0.15, "lars", tf1_calls=True), True,
@@ -1059,7 +1059,7 @@ PUBLISHED_ROWS = [
         _resnet_train("ipu-pod128", 128, 20, 2, 0.15, "lars", tf1_calls=True), True,
         ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     Row("M16", "MLP v1.1 M16", "ResNet-50 training, Mk2 POD256, GBS 10,240", 325997, "images/s",
-        _resnet_train("ipu-pod256", 256, 20, 2, 0.15, "lars", tf1_calls=True), False,
+        _resnet_train("ipu-pod256", 256, 20, 2, 0.15, "lars", tf1_calls=True), True,
         ("lars", "resnet-recompute", "tf1-calls", "bn-span")),
     # ResNet-50 training, Bow (MLPerf v2.0; Graphcore's table)
     Row("M23", "MLP v2.0 M23", "ResNet-50 training, Bow Pod16, GBS 3,520", 43127, "images/s",
@@ -1237,10 +1237,10 @@ PUBLISHED_ROWS = [
         _vit_train("bow-pod64", 16, 512, pretrain=True, sharding_domain=2), False,
         ("vit-pretrain", "vit-not-modelled", "vit-pod64")),
     Row("B24", "GCN-S30 B24", "ViT-B/16 fine-tuning (SGD, fp16 images), Bow Pod16", 7319, "images/s",
-        _vit_train("bow-pod16", 4, 30, pretrain=False), False, ("vit-not-modelled",)),
+        _vit_train("bow-pod16", 4, 30, pretrain=False), True, ("vit-not-modelled",)),
     # Swin training, PyTorch (graphcore/examples vision/swin/pytorch, SDK 3.0)
     Row("B28", "GCN-S30 B28", "Swin-Tiny pre-training fp32, Bow Pod16, GBS 1,024", 3779, "images/s",
-        _swin_train(tiny=True), False, ("swin",)),
+        _swin_train(tiny=True), True, ("swin",)),
     Row("B29", "GCN-S30 B29", "Swin-Large fine-tuning fp16, Bow Pod16, GBS 8,196", 3279, "images/s",
         _swin_train(tiny=False), True, ("swin",)),
     # U-Net training, TensorFlow 2 (graphcore/examples vision/unet_medical/tensorflow2)
