@@ -213,6 +213,10 @@ class Space:
     #: availableMemoryProportion values the relieved IPU alone tries, below the configuration's
     #: own (default: the lowest of ``proportions``; empty: the same proportion on every IPU)
     relief_proportions: list[float] | None = None
+    #: replicas each host process (PopRun instance) feeds, filling their input buffers in turn
+    #: (``Options.hostProcesses``): 2, as Graphcore's PopRun scripts run ResNet-50 (8 instances for
+    #: 16 replicas); one process for every replica would hide the host, one for all would bind it
+    replicas_per_process: int = 2
 
     def __post_init__(self):
         lo, hi = self.global_batch
@@ -241,6 +245,10 @@ class Space:
         Optimizer(self.optimizer, self.optimizer_state_dtype)  # unknown names, bad dtypes raise OptionsError
         if self.partials not in ("float", "half"):
             raise OptionsError(f"plan: partials {self.partials!r}: expected float or half")
+        if isinstance(self.replicas_per_process, bool) or not isinstance(self.replicas_per_process, int) \
+                or self.replicas_per_process < 1:
+            raise OptionsError(f"plan: replicas per process {self.replicas_per_process!r}: expected a whole "
+                               "number >= 1")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from sim import planner
+from sim.errors import OptionsError
 from sim.cli import main as cli
 from sim.cli import plan as plan_cli
 from sim.cli import run as run_cli
@@ -134,6 +135,26 @@ def test_always_live_bound_is_the_compilers_always_live_memory():
         assert run.samples_per_second <= pl.bound(c)
         seen.add(c.optimizer_state)
     assert seen == {"on-chip", "off-chip", "rts", "off-chip-rts"}
+
+
+def test_candidates_run_with_a_host_process_every_few_replicas():
+    """A candidate's command gives its host processes (PopRun instances): ceil(replicas / N), N the
+    space's replicas_per_process (2 by default); one replica needs no flag."""
+    def flags(per_process=None):
+        space = {} if per_process is None else {"replicas_per_process": per_process}
+        pl = _planner("ipu-pod16", global_batch=(64, 64), micro_batches=[4], proportions=[0.6], pipelines=[1],
+                      replicas=[1, 16], **space)
+        out = {}
+        for c in pl.candidates:
+            argv = plan_cli.command(pl, c)
+            out[c.replicas] = argv[argv.index("--host-processes") + 1] if "--host-processes" in argv else None
+        return out
+
+    assert flags() == {1: None, 16: "8"}
+    assert flags(3) == {1: None, 16: "6"}
+    assert flags(16) == {1: None, 16: None}
+    with pytest.raises(OptionsError, match="replicas per process 0"):
+        planner.Space(["ipu-pod16"], (64, 64), replicas_per_process=0)
 
 
 def test_cli_plan_table_csv_and_runnable_commands(capsys, tmp_path):

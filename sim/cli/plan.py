@@ -87,6 +87,8 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
                  else ["--param", f"{key}={_param_text(value)}"])
     if c.replicas > 1:
         argv += ["--replicas", str(c.replicas)]
+    if c.replicas > sp.replicas_per_process:
+        argv += ["--host-processes", str(-(-c.replicas // sp.replicas_per_process))]
     if sp.training:
         argv += ["--training", "--optimizer", sp.optimizer]
         dtypes = Optimizer(sp.optimizer, sp.optimizer_state_dtype).state_dtypes
@@ -202,6 +204,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="[Precision.setPartialsType] of every candidate (default: float)")
     a.add_argument("--device-iterations", type=positive_int, metavar="N",
                    help="of every candidate (default: 1 in training, 32 in inference)")
+    a.add_argument("--replicas-per-process", type=positive_int, default=2, metavar="N",
+                   help="replicas each host process (PopRun instance) feeds; a candidate runs with "
+                   "--host-processes ceil(replicas / N) (default: 2, as Graphcore's PopRun scripts)")
     s = p.add_argument_group("the search")
     s.add_argument("--top", type=positive_int, default=10, metavar="K",
                    help="show the K best; pruning keeps them exact (default: 10)")
@@ -302,7 +307,8 @@ def build_planner(args, parser) -> planner.Planner:
         proportions=args.available_memory_proportion,
         recompute=None if args.recompute is None else [v == "on" for v in args.recompute],
         optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials,
-        optimizer_state_dtype=state_dtype, relief=args.relief, relief_proportions=args.relief_proportion)
+        optimizer_state_dtype=state_dtype, relief=args.relief, relief_proportions=args.relief_proportion,
+        replicas_per_process=args.replicas_per_process)
     return planner.Planner(model, space)
 
 
