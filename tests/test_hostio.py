@@ -349,3 +349,17 @@ def test_a_run_whose_host_threads_fill_several_replicas_says_how_to_spread_them(
     assert "--host-processes" in note and "--stream-callback-threads" in note
     assert eight.cycle_count < one.cycle_count
     assert not [n for n in eight.notes if n.startswith("host IO is")]
+
+
+def test_more_host_processes_than_replicas_is_noted():
+    """16 processes for 8 replicas: each replica has its own process, as with 8, and the run says
+    that 8 processes feed nothing."""
+    def run(processes: int) -> sim.Run:
+        o = sim.Options().replicationFactor(8).deviceIterations(4).hostProcesses(processes)
+        return sim.simulate(models.get("mlp"), "ipu-pod16", o)
+
+    eight, sixteen = run(8), run(16)
+    assert sixteen.cycle_count == eight.cycle_count
+    assert "hostProcesses 16 is more than the 8 replicas: 8 host processes have no replica to feed" \
+        in sixteen.executable.notes
+    assert not any(n.startswith("hostProcesses") for n in eight.executable.notes)

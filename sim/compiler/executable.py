@@ -199,6 +199,9 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         if idle:
             notes.append(f"synthetic data: no host transfers run, so {' and '.join(idle)} "
                          f"{'has' if len(idle) == 1 else 'have'} no effect")
+    if o.host_processes() > o.total_replicas():
+        notes.append(f"hostProcesses {o.host_processes()} is more than the {o.total_replicas()} replicas: "
+                     f"{o.host_processes() - o.total_replicas()} host processes have no replica to feed")
     for kind, where in o.TensorLocations.locations.items():
         io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load),
                                       ("useIOTilesToStore", where.io_tiles_to_store)) if used]
