@@ -8,19 +8,24 @@ example's generated data fills every frame), ``targets_in`` and ``targets_out`` 
 and ``target_lengths`` (int32, (B,)). Outputs: the loss, ``(1 - ctc_weight) * attention +
 ctc_weight * CTC``.
 
-- Global CMVN in float32 (``GlobalMVN``: ``(x - mean) * istd`` per mel bin), then the cast to fp16.
+- Global CMVN (``GlobalMVN``: ``(x - mean) * istd`` per mel bin) in the model dtype: its ``x.float()``
+  is cast back down by PopTorch's autocast, which the example enables (``model.autocast``).
 - ``Conv2dSubsampling4``: two 3 x 3 stride-2 convolutions (1 -> d, d -> d, bias, ReLU) over
   (frames, mel bins), the (d, mel') channels of each frame flattened and projected to ``d``;
-  frames 1220 -> 304. The relative positional encoding scales by sqrt(d) and adds the table
-  (dropout ``positional_dropout``); its position embedding (1, T, d) feeds every block.
+  frames 1220 -> 304. The relative positional encoding scales by sqrt(d) (it adds no table;
+  dropout ``positional_dropout``); its position embedding (1, T, d) feeds every block.
 - Encoder blocks (macaron): x + 0.5 FFN(LN x); x + MHSA(LN x) with relative positions (WeNet's
   ``RelPositionMultiHeadedAttention`` without ``rel_shift``: Q + u against K and Q + v against the
-  projected positions, two score matmuls added); x + Conv(LN x); x + 0.5 FFN(LN x); LN. FFNs are
-  d -> ``linear_units`` -> d with Swish; the convolution module is a pointwise convolution to
-  2d, GLU, a depthwise 1-D convolution of ``kernel`` taps, LayerNorm (the example's change from
-  batch norm), Swish and a pointwise convolution. Each block starts with the example's ``RemapCE``
-  custom op in training (a copy of the block's input into a new tile layout, grain 16), built as a
-  copy. Dropout ``dropout`` after each FFN, attention and convolution module, as WeNet.
+  projected positions, two score matmuls added; the padding mask applied as the example's
+  ``attention.py`` does: scores times the 0/1 mask plus (mask - 1) x 1e3, softmax, times the mask);
+  x + Conv(LN x); x + 0.5 FFN(LN x); LN. FFNs are d -> ``linear_units`` -> d with Swish, which the
+  example writes as ``x * sigmoid(x)`` (two ops); the convolution module runs in (B, d, T): a 1 x 1
+  convolution to 2d, GLU, a depthwise 1-D convolution of ``kernel`` taps, LayerNorm over the
+  channels (the example's change from batch norm; transposed to normalise and back), Swish and a
+  1 x 1 convolution. Each block starts and ends with the example's ``RemapCE`` custom op in training
+  (the tensor copied into a new tile layout, grain 16: ``GraphBuilder.remap``), as each decoder block
+  does after its self-attention and at its end. Dropout ``dropout`` after each FFN, attention and
+  convolution module, as WeNet.
 - CTC branch: linear d -> vocab, log-softmax, CTC (popnn, ``enableReducedClassesInLabel``).
 - Decoder: the targets' embedding (vocab x d) with positional encoding, ``decoder_blocks``
   pre-LN blocks (causal self-attention, attention over the encoder output, ReLU FFN), LN and the
@@ -84,9 +89,13 @@ def _heads_attention(b: GraphBuilder, q_in: str, kv: str | None, heads: int, mas
             qv = b.add(q, b.weight("pos_bias_v", (heads, 1, dk)), name="q_bias_v")
             scores = b.add(b.matmul(qu, k, name="matrix_ac"), b.matmul(qv, p, name="matrix_bd"))
         scores = b.scale(scores, 1.0 / math.sqrt(dk))
-        if mask is not None:
-            scores = b.add(scores, mask, name="mask")
-        ctx = b.matmul(b.softmax(scores), v, name="context")
+        if mask is not None:  # attention.py: scores *= m; scores += (m - 1) * 1e3; softmax; * m
+            keep, rev = mask
+            scores = b.add(b.mul(scores, keep, name="mask_keep"), rev, name="mask")
+            probs = b.mul(b.softmax(scores), keep, name="mask_probs")
+        else:
+            probs = b.softmax(scores)
+        ctx = b.matmul(probs, v, name="context")
         out = b.linear(b.reshape(b.transpose(ctx, (0, 2, 1, 3)), (B, Tq, d)), d, name="output")
         return b.dropout(out, drop) if drop else out
 
@@ -95,25 +104,34 @@ def _ffn(b: GraphBuilder, x: str, units: int, drop: float, act: str, name: str) 
     d = b.shape(x)[-1]
     with b.scope(name):
         y = b.linear(x, units, name="w_1")
-        y = b.swish(y) if act == "swish" else b.relu(y)
+        y = _swish(b, y) if act == "swish" else b.relu(y)
         if drop:
             y = b.dropout(y, drop)
         y = b.linear(y, d, name="w_2")
         return b.dropout(y, drop) if drop else y
 
 
+def _swish(b: GraphBuilder, x: str) -> str:
+    """The example's Swish (``swish.py``): ``x * sigmoid(x)``, two ops."""
+    return b.mul(x, b.sigmoid(x), name="swish")
+
+
 def _conv_module(b: GraphBuilder, x: str, kernel: int, drop: float) -> str:
     """Pointwise conv to 2d, GLU, depthwise conv (``kernel`` taps, same padding), LayerNorm over
-    the channels, Swish, pointwise conv; on (B, T, d) as WeNet transposes to (B, d, T) and back."""
+    the channels, Swish, pointwise conv, in (B, d, T) as the example runs it (``convolution.py``:
+    transposed in and out; the 1 x 1 Conv1d layers are poplin convolutions, here of height 1; its
+    ``LayerNorm(dim=-2)`` transposes to normalise the channels and back)."""
     B, T, d = b.shape(x)
     with b.scope("conv_module"):
-        y = b.linear(x, 2 * d, bias=False, name="pointwise_conv1")  # a 1 x 1 Conv1d
-        y = b.mul(b.slice(y, 2, 0, d, name="glu_a"), b.sigmoid(b.slice(y, 2, d, 2 * d, name="glu_b")), name="glu")
-        y = b.reshape(b.transpose(y, (0, 2, 1)), (B, d, 1, T))  # Conv1d as a 2-D conv of height 1
+        y = b.reshape(b.transpose(x, (0, 2, 1)), (B, d, 1, T))  # Conv1d as a 2-D conv of height 1
+        y = b.conv2d(y, 2 * d, (1, 1), 1, 0, bias=False, name="pointwise_conv1")
+        y = b.mul(b.slice(y, 1, 0, d, name="glu_a"), b.sigmoid(b.slice(y, 1, d, 2 * d, name="glu_b")), name="glu")
         y = b.conv2d(y, d, (1, kernel), 1, (0, (kernel - 1) // 2), groups=d, name="depthwise_conv")
+        y = b.transpose(b.layernorm(b.transpose(b.reshape(y, (B, d, T)), (0, 2, 1)), LN_EPS, name="norm"),
+                        (0, 2, 1))
+        y = _swish(b, b.reshape(y, (B, d, 1, T)))
+        y = b.conv2d(y, d, (1, 1), 1, 0, bias=False, name="pointwise_conv2")
         y = b.transpose(b.reshape(y, (B, d, T)), (0, 2, 1))
-        y = b.swish(b.layernorm(y, LN_EPS, name="norm"))
-        y = b.linear(y, d, bias=False, name="pointwise_conv2")
         return b.dropout(y, drop) if drop else y
 
 
@@ -140,24 +158,24 @@ def build(name: str, p: Params) -> Graph:
     targets_out = b.input("targets_out", (B, tokens), "int32")
     feature_lengths = b.input("feature_lengths", (B,), "int32")
     target_lengths = b.input("target_lengths", (B,), "int32")
-    # the padding masks (and the decoder's causal one) as additive scores; the example makes them on
-    # the IPU from the lengths (a few small ops), here constants
-    enc_mask = b.constant("encoder_mask", (B, 1, 1, T))
-    dec_mask = b.constant("decoder_mask", (B, 1, tokens, tokens))
+    # the padding masks (and the decoder's causal one), each as the 0/1 mask in the scores' dtype and
+    # its (m - 1) * 1e3; the example makes them on the IPU from the lengths (a few small ops), here
+    # constants
+    enc_mask = (b.constant("encoder_mask", (B, 1, 1, T)), b.constant("encoder_mask_rev", (B, 1, 1, T)))
+    dec_mask = (b.constant("decoder_mask", (B, 1, tokens, tokens)),
+                b.constant("decoder_mask_rev", (B, 1, tokens, tokens)))
 
     with place.on(layer_ipu[0] if layer_ipu else 0, "frontend"):
-        with b.scope("global_cmvn"):
-            x = b.cast(feats, "float32")
-            x = b.mul(b.sub(x, b.constant("mean", (1, 1, mel), "float32")), b.constant("istd", (1, 1, mel), "float32"))
-            x = b.cast(x, dtype)
+        with b.scope("global_cmvn"):  # in the model dtype: PopTorch's autocast casts its x.float() down
+            x = b.mul(b.sub(feats, b.constant("mean", (1, 1, mel))), b.constant("istd", (1, 1, mel)))
         with b.scope("subsampling"):
             x = b.reshape(x, (B, 1, frames, mel))
             x = b.relu(b.conv2d(x, d, 3, 2, bias=True, name="conv0"))
             x = b.relu(b.conv2d(x, d, 3, 2, bias=True, name="conv1"))
             x = b.reshape(b.transpose(x, (0, 2, 1, 3)), (B, T, d * mel_out))
             x = b.linear(x, d, name="out")
-        with b.scope("pos_enc"):
-            x = b.add(b.scale(x, math.sqrt(d)), b.constant("pe", (1, T, d)))
+        with b.scope("pos_enc"):  # RelPositionalEncoding scales x; the positions go to the blocks
+            x = b.scale(x, math.sqrt(d))
             pos = b.constant("pos_emb", (1, T, d))
             if pos_drop:
                 x, pos = b.dropout(x, pos_drop), b.dropout(pos, pos_drop)
@@ -166,7 +184,7 @@ def build(name: str, p: Params) -> Graph:
     for i in range(blocks):
         last = layer_ipu[i] if layer_ipu else 0
         with place.on(last, f"encoder{i}"), b.scope(f"encoder/block{i}"):
-            x = b.op("copy", [x], [b.shape(x)], {"op": "remap"}, name="remap")[0]
+            x = b.remap(x, name="remap_in")
             x = b.add(x, b.scale(_ffn(b, b.layernorm(x, LN_EPS, name="norm_ff_macaron"), units, drop, "swish",
                                       "feed_forward_macaron"), 0.5))
             x = b.add(x, _heads_attention(b, b.layernorm(x, LN_EPS, name="norm_mha"), None, heads, enc_mask, drop,
@@ -174,7 +192,7 @@ def build(name: str, p: Params) -> Graph:
             x = b.add(x, _conv_module(b, b.layernorm(x, LN_EPS, name="norm_conv"), kernel, drop))
             x = b.add(x, b.scale(_ffn(b, b.layernorm(x, LN_EPS, name="norm_ff"), units, drop, "swish",
                                       "feed_forward"), 0.5))
-            x = b.layernorm(x, LN_EPS, name="norm_final")
+            x = b.remap(b.layernorm(x, LN_EPS, name="norm_final"), name="remap_out")
 
     with place.on(last, "heads"):
         memory = b.layernorm(x, LN_EPS, name="encoder/after_norm")
@@ -192,10 +210,11 @@ def build(name: str, p: Params) -> Graph:
                 with b.scope(f"block{j}"):
                     y = b.add(y, _heads_attention(b, b.layernorm(y, LN_EPS, name="norm1"), None, heads, dec_mask,
                                                   drop, name="self_attn"))
+                    y = b.remap(y, name="remap_mid")
                     y = b.add(y, _heads_attention(b, b.layernorm(y, LN_EPS, name="norm2"), memory, heads, enc_mask,
                                                   drop, name="src_attn"))
-                    y = b.add(y, _ffn(b, b.layernorm(y, LN_EPS, name="norm3"), units, drop, "relu",
-                                      "feed_forward"))
+                    y = b.remap(b.add(y, _ffn(b, b.layernorm(y, LN_EPS, name="norm3"), units, drop, "relu",
+                                              "feed_forward")), name="remap_out")
             logits = b.linear(b.layernorm(y, LN_EPS, name="after_norm"), vocab, name="output_layer")
             att = b.softmax_cross_entropy(b.reshape(logits, (B * tokens, vocab)),
                                           b.reshape(targets_out, (B * tokens,)), name="loss")

@@ -34,15 +34,22 @@ def test_parameters_and_shapes_are_the_examples():
     assert ctc.attrs["reduced_classes"]
     depthwise = [op for op in g.ops if op.kind == "conv2d" and op.attrs["groups"] == 256]
     assert len(depthwise) == 12 and all(tuple(op.attrs["kernel"]) == (1, 15) for op in depthwise)
+    # as the example writes them: two RemapCE a block (encoder and decoder), Swish as x * sigmoid(x),
+    # the convolution module's pointwise layers as 1 x 1 convolutions, the mask as scores * m + rev
+    kinds = [op.kind for op in g.ops]
+    assert kinds.count("remap") == 2 * 12 + 2 * 6 and "swish" not in kinds
+    pointwise = [op for op in g.ops if op.kind == "conv2d" and op.attrs["kernel"] in (1, (1, 1), [1, 1])]
+    assert len(pointwise) == 2 * 12
+    assert sum(op.name.endswith("mask_keep") for op in g.ops) == 12 + 2 * 6
 
 
 def test_pipeline_placement_as_the_example():
     g = models.get("conformer-medium", layers_per_ipu=PIPELINE)
     ipu = {op.name: op.ipu for op in g.ops}
-    assert ipu["subsampling/conv0/conv2d"] == 0 and ipu["encoder/block1/remap"] == 0
-    assert ipu["encoder/block2/remap"] == 1 and ipu["encoder/block5/remap"] == 1
-    assert ipu["encoder/block6/remap"] == 2 and ipu["encoder/block10/remap"] == 2
-    assert ipu["encoder/block11/remap"] == 3 and ipu["ctc/loss"] == 3 and ipu["decoder/loss"] == 3
+    assert ipu["subsampling/conv0/conv2d"] == 0 and ipu["encoder/block1/remap_out"] == 0
+    assert ipu["encoder/block2/remap_in"] == 1 and ipu["encoder/block5/remap_out"] == 1
+    assert ipu["encoder/block6/remap_in"] == 2 and ipu["encoder/block10/remap_out"] == 2
+    assert ipu["encoder/block11/remap_in"] == 3 and ipu["ctc/loss"] == 3 and ipu["decoder/loss"] == 3
     assert sorted({op.stage for op in g.ops}) == [0, 1, 2, 3]
 
 
