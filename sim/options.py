@@ -423,15 +423,17 @@ class Options:
         """The simulator's own: the host processes (PopRun instances) that feed the replicas, each
         running the stream callbacks of its share of them (default: :meth:`num_instances`, one for a
         plain run). Only the host's filling of input buffers depends on it (:meth:`streamCallbackThreads`)."""
-        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-            raise OptionsError(f"hostProcesses expects a whole number >= 1, got {processes!r}")
-        self._host_processes = processes
+        self._host_processes = _positive_int("hostProcesses", processes)
         self._record("hostProcesses", processes)
         return self
 
     def host_processes(self) -> int:
         """Host processes feeding the replicas (:meth:`hostProcesses`, else :meth:`num_instances`)."""
         return self._host_processes or self.num_instances()
+
+    def replicas_per_host_process(self) -> int:
+        """Replicas whose input buffers one host process fills (the most any process has)."""
+        return -(-self.total_replicas() // self.host_processes())
 
     def streamCallbackThreads(self, threads: int) -> "Options":
         """Poplar's engine options ``streamCallbacks.multiThreadMode`` and ``numWorkerThreads`` (set
@@ -440,9 +442,7 @@ class Options:
         ``singleThread`` with ``numWorkerThreads`` 0, "the main thread will execute all of the
         callbacks" (Poplar API reference, RuntimeOptions); ``collaborative`` with ``auto`` workers
         gives about one a CPU core."""
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise OptionsError(f"streamCallbackThreads expects a whole number >= 1, got {threads!r}")
-        self.stream_callback_threads = threads
+        self.stream_callback_threads = _positive_int("streamCallbackThreads", threads)
         self._record("streamCallbackThreads", threads)
         return self
 

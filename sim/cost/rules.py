@@ -39,7 +39,7 @@ from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
 from .row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_cost
 from .reduction import constants as reduce_constants
-from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, codelet,
+from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
                      dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles, spread,
                      tile_cycles, uniform_int_cycles)
 
@@ -208,10 +208,7 @@ def _broadcast_vertex(kind: str, ins, out_shape, per_tile: int) -> tuple[str | N
     pattern = broadcast_pattern(out_shape, small, per_tile)
     if pattern is None:
         return None, 0
-    operand = (1,) * (len(out_shape) - len(small)) + tuple(small)
-    varying = [i for i, d in enumerate(operand) if d != 1]
-    run = math.prod(out_shape[max(varying) + 1:]) if varying else math.prod(out_shape)
-    return broadcast_codelet("mul_inplace" if kind == "mul" else kind, pattern), run
+    return broadcast_codelet("mul_inplace" if kind == "mul" else kind, pattern), broadcast_run(out_shape, small)
 
 
 def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:

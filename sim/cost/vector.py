@@ -99,6 +99,14 @@ BROADCAST_OPS = ("add", "sub", "mul", "mul_inplace")
 CHANNEL_GROUP = 16
 
 
+def broadcast_run(out_shape: tuple, operand_shape: tuple) -> int:
+    """Elements of ``out_shape`` one element of the broadcast ``operand_shape`` covers contiguously
+    (the output's dimensions after the operand's last varying one; all of it for a scalar)."""
+    operand = (1,) * (len(out_shape) - len(operand_shape)) + tuple(operand_shape)
+    varying = [i for i, d in enumerate(operand) if d != 1]
+    return math.prod(out_shape[max(varying) + 1:]) if varying else math.prod(out_shape)
+
+
 def broadcast_pattern(out_shape: tuple, operand_shape: tuple, per_tile: int | None = None) -> str | None:
     """How popops finds ``operand_shape`` repeated over ``out_shape`` in a binary op
     (``constructBroadcastBinaryOp``, lib/popops/ElementWise.cpp, which matches the operand against

@@ -58,7 +58,7 @@ class Run:
         if o.synthetic_data or not self.executable.graph.inputs or not self.cycle_count:
             return None
         processes, threads = o.host_processes(), o.stream_callback_threads
-        per_thread = -(-o.total_replicas() // (processes * threads))
+        per_thread = -(-o.replicas_per_host_process() // threads)
         host_io = max(self.timeline.busy.get(ipu, {}).get("host_io", 0) for ipu in self.executable.ipus)
         share = host_io / self.cycle_count
         if per_thread < 2 or share < self.HOST_BOUND_SHARE:

@@ -192,7 +192,7 @@ class Context:
         index = {n: i for i, n in enumerate(self.g.inputs if direction == "to_ipu" else self.g.outputs)}
         # each host process's callback threads fill its replicas' inputs in turn; a simulated replica
         # stands for the process's replicas that are not simulated
-        per_process = math.ceil(self.options.total_replicas() / self.options.host_processes())
+        per_process = self.options.replicas_per_host_process()
         process = replica // per_process
         simulated = sum(1 for r in self.replicas if r // per_process == process)
         threads = self.options.stream_callback_threads

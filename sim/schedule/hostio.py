@@ -45,6 +45,9 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
     threads make the fills, the streams taking them in turn; ``host_fills`` is the fills a thread
     makes for each copy (the replicas of the process the simulated one stands for).
     """
+    def thread(name: str) -> tuple[int, int]:  # the streams take the process's threads in turn
+        return process, stream_index[name] % threads
+
     items = []
     for ipu, names in per_ipu.items():
         overlapped = [n for n in names if io_tiles and g.overlap.get(n)]
@@ -53,7 +56,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
             nbytes = g.tensors[name].nbytes
             copy = StreamCopy(ipu, name, direction, nbytes, stream_index[name], host_sync=True,
                               replica=replica, io_tiles=True, prefetch=prefetch, fill_ahead=fill_ahead,
-                              host_fills=host_fills, host_thread=(process, stream_index[name] % threads))
+                              host_fills=host_fills, host_thread=thread(name))
             move = Compute(ipu, f"IO tiles {'->' if direction == 'to_ipu' else '<-'} compute tiles: {name}",
                            io_tile_copy_steps(name, nbytes, system.ipu, io_tiles, compute_tiles))
             copy.after, move.after = (move,), (copy,)
@@ -68,7 +71,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
             items.append(StreamCopy(ipu, name, direction, g.tensors[name].nbytes, stream_index[name],
                                     host_sync=(k == 0), replica=replica, prefetch=prefetch,
                                     fill_ahead=fill_ahead, host_fills=host_fills,
-                                    host_thread=(process, stream_index[name] % threads)))
+                                    host_thread=thread(name)))
         if barrier:
             items.append(Sync(barrier.ipus, barrier.scope, barrier.cycles, "host sync end"))
     return items
