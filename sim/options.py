@@ -248,7 +248,7 @@ class _Popart:
     #: PopART's buffering-depth options (the second is the newer name of the first)
     BUFFERING_DEPTH_KEYS = ("defaultPrefetchBufferingDepth", "defaultBufferingDepth")
     #: session options the simulator reads as switches
-    BOOL_KEYS = ("enableStableNorm", "enableFullyConnectedPass")
+    BOOL_KEYS = ("enableStableNorm", "enableFullyConnectedPass", "enableNonStableSoftmax")
 
     def set(self, key: str, value) -> "Options":
         if key in self.BUFFERING_DEPTH_KEYS and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -310,7 +310,7 @@ class Options:
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
-                "_Popart.enableStableNorm", "_Popart.enableFullyConnectedPass",
+                "_Popart.enableStableNorm", "_Popart.enableFullyConnectedPass", "_Popart.enableNonStableSoftmax",
                 "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
                 *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
                 *(f"_Popart.{key}" for key in SHARDING_DOMAIN_KEYS.values())}
@@ -460,6 +460,14 @@ class Options:
     def stable_norm(self) -> bool:
         """``enableStableNorm`` (``_Popart``'s ``enableStableNorm``), False by default."""
         return bool(self._Popart.values.get("enableStableNorm", False))
+
+    @property
+    def non_stable_softmax(self) -> bool:
+        """PopART's ``enableNonStableSoftmax`` (``_Popart.set``; PopRT's ``enable_non_stable_softmax``),
+        False by default: every softmax runs popnn's SOFTMAX instead of SOFTMAX_STABLE (popart
+        ``softmaxx.cpp``), without the row maximum's reduction and its subtraction. A log-softmax
+        stays stable (``popnn::logSoftmaxInPlace``)."""
+        return bool(self._Popart.values.get("enableNonStableSoftmax", False))
 
     @property
     def fully_connected_pass(self) -> bool:

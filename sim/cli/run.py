@@ -217,6 +217,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="[enableStableNorm] every norm's statistics as the mean, then the power of the activations "
                    "less it (TensorFlow's norms.use_stable_statistics, which Graphcore's TF1 CNN and BERT examples "
                    "set; default: off)")
+    x.add_argument("--non-stable-softmax", action="store_true",
+                   help="[_Popart enableNonStableSoftmax=True] every softmax without the row maximum's reduction "
+                   "and subtraction (popnn's SOFTMAX; PopRT's enable_non_stable_softmax; a log-softmax stays "
+                   "stable; default: off)")
     x.add_argument("--no-fully-connected-pass", action="store_true",
                    help="[_Popart enableFullyConnectedPass=False] each matmul planned as a plain matmul, not as a "
                    "fully connected layer's pass (TensorFlow's matmuls.clear_pass_type, which Graphcore's TF1 BERT "
@@ -331,6 +335,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
     if args.stable_norm:
         opts.enableStableNorm(True)
+    if args.non_stable_softmax:
+        opts._Popart.set("enableNonStableSoftmax", True)
     if args.no_fully_connected_pass:
         opts._Popart.set("enableFullyConnectedPass", False)
     if args.replicas is not None:

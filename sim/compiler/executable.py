@@ -155,6 +155,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     g = graph_to_price(graph, training, opt, accumulate)
     if o.stable_norm:
         mark_stable_norms(g)
+    if o.non_stable_softmax:
+        mark_non_stable_softmax(g)
     if not o.fully_connected_pass:
         clear_matmul_passes(g)
     tracked = add_automatic_loss_scaling(g, accumulate) if training and o.automatic_loss_scaling() else 0
@@ -283,6 +285,8 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
                          "no effect")
     if o.stable_norm and not any(op.kind in STATISTICS_NORMS for op in g.ops):
         notes.append("enableStableNorm: the model has no batch, group or layer norm; no effect")
+    if o.non_stable_softmax and not any(op.attrs.get("non_stable") for op in g.ops):
+        notes.append("enableNonStableSoftmax: the model has no softmax but log-softmaxes, which stay stable; no effect")
     if k == 1 and o.sync_pattern != SyncPattern.Full:
         notes.append(f"syncPattern {o.sync_pattern.name}: a replica of one IPU syncs with the host alone under "
                      "every pattern; no effect")
@@ -304,6 +308,15 @@ def mark_stable_norms(g: Graph) -> None:
     for op in g.ops:
         if op.kind in STATISTICS_NORMS and op.pass_ == "forward":
             op.attrs = {**op.attrs, "stable_statistics": True}
+
+
+def mark_non_stable_softmax(g: Graph) -> None:
+    """PopART's ``enableNonStableSoftmax``: every softmax of ``g`` (the compiler's copy, its
+    recomputations included) runs popnn's SOFTMAX, without the row maximum (popart ``softmaxx.cpp``);
+    a log-softmax (``log`` attribute: ``popnn::logSoftmaxInPlace``) stays stable."""
+    for op in g.ops:
+        if op.kind == "softmax" and not op.attrs.get("log"):
+            op.attrs = {**op.attrs, "non_stable": True}
 
 
 def clear_matmul_passes(g: Graph) -> None:

@@ -39,7 +39,7 @@ import re
 import numpy as np
 
 from ..cost import FREE, OpCost
-from ..cost.row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_codelets
+from ..cost.row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_codelets, row_op_steps
 from ..cost.rules import op_signature
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
@@ -87,7 +87,7 @@ def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
     names = op.inputs + op.outputs
     dtype = graph.tensors[names[0]].dtype if names else ""
     if op.kind in ROW_OP_KINDS and sets:  # popops calls: the codelets of their steps, shared with other ops
-        return row_op_codelets(op.kind, dtype)
+        return row_op_codelets(row_op_steps(op.kind, op.attrs), dtype)
     if op.kind in ("batchnorm", "batchnorm_grad") and sets:  # the same calls, per channel
         return row_op_codelets(batchnorm_steps(op.kind, op.attrs), dtype)
     return [(op.kind, dtype, j) for j in range(sets)]

@@ -62,6 +62,8 @@ ROW_OP_KINDS = ("softmax", "softmax_grad", "layernorm", "layernorm_grad")
 SOFTMAX_STEPS = (("reduce", ("max",), None), ("row", ("sub",), None), ("map", ("exp",)),
                  ("reduce", ("add",), 4), ("stats", ("reciprocal",), 4), ("stats", ("cast",), 4),
                  ("row", ("mul_inplace",), None))
+#: popnn softmaxImpl without stableAlgo (SOFTMAX: PopART's enableNonStableSoftmax): no row maximum
+SOFTMAX_NONSTABLE_STEPS = SOFTMAX_STEPS[2:]
 #: popnn softmaxInputGradientImpl (NonLinearity.cpp)
 SOFTMAX_GRAD_STEPS = (("map", ("mul",)), ("reduce", ("add",), None), ("row", ("mul",), None),
                       ("map", ("sub",)))
@@ -88,7 +90,7 @@ LAYERNORM_GRAD_STEPS = (("row", ("sub",), 4), ("row", ("mul_inplace",), 4), ("co
 #: poplin normalise with a batch norm's combined scale and shift (popnn BatchNorm.cpp batchNormalise at
 #: inference: the running statistics folded into one multiplicand and one addend)
 BATCHNORM_INFERENCE_STEPS = (("col", ("mul",)), ("col", ("add",)))
-STEPS = {"softmax": SOFTMAX_STEPS, "softmax_grad": SOFTMAX_GRAD_STEPS, "layernorm": LAYERNORM_STEPS,
+STEPS = {"softmax": SOFTMAX_STEPS, "softmax_nonstable": SOFTMAX_NONSTABLE_STEPS, "softmax_grad": SOFTMAX_GRAD_STEPS, "layernorm": LAYERNORM_STEPS,
          "layernorm_grad": LAYERNORM_GRAD_STEPS, "layernorm_stable": LAYERNORM_STABLE_STEPS,
          "batchnorm_inference": BATCHNORM_INFERENCE_STEPS}
 
@@ -214,6 +216,18 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
                   f"{label}: " + ", ".join(names),
                   TileProfile(profile, recv_profile, np.zeros(tiles)),
                   launch_cycles=int(launch), exchange_setup_cycles=int(setup))
+
+
+def row_op_steps(kind: str, attrs: dict) -> str:
+    """The key of :data:`STEPS` an op of ``kind`` (one of :data:`ROW_OP_KINDS`) runs: a layer (or
+    group) norm with poplin's stable statistics where the op has them (``Options.enableStableNorm``),
+    a softmax without the row maximum where it is marked ``non_stable`` (``enableNonStableSoftmax``),
+    any other as its kind."""
+    if kind == "layernorm" and attrs.get("stable_statistics"):
+        return "layernorm_stable"
+    if kind == "softmax" and attrs.get("non_stable"):
+        return "softmax_nonstable"
+    return kind
 
 
 def batchnorm_steps(kind: str, attrs: dict) -> str:

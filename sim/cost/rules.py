@@ -37,7 +37,7 @@ from .sort import bitonic_sort_cost
 from .opcost import FREE, OpCost, TileProfile, _counts, in_series
 from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
-from .row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_cost
+from .row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_cost, row_op_steps
 from .reduction import constants as reduce_constants
 from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
                      dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles, spread,
@@ -139,7 +139,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ("transpose", "remap"):  # a copy into a new tile layout (GraphBuilder.remap)
         return _transpose(outs, ipu, tiles)
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
-        return row_op_cost(_stable(kind, attrs), tuple(ins[0][0]), ins[0][1], ipu, tiles, _row_reduce_cost(ipu))
+        return row_op_cost(row_op_steps(kind, attrs), tuple(ins[0][0]), ins[0][1], ipu, tiles, _row_reduce_cost(ipu))
     if kind in _ROW_OPS:
         return _rows(kind, ins, ipu, tiles)
     if kind in ("batchnorm", "batchnorm_grad"):
@@ -759,12 +759,6 @@ def _transpose(outs, ipu, tiles) -> OpCost:
                    0.0, recv * used, used, plan="layout change through the exchange", launch=launch_cycles("copy"))
 
 
-def _stable(kind: str, attrs: dict) -> str:
-    """A layer (or group) norm's steps with poplin's stable statistics where the op has them
-    (``Options.enableStableNorm``); any other kind as it is."""
-    return "layernorm_stable" if kind == "layernorm" and attrs.get("stable_statistics") else kind
-
-
 def _batchnorm(kind, ins, attrs, ipu, tiles) -> OpCost:
     """Batch norm as poplin's Norms.cpp runs it, a statistic per channel over the batch and the field
     (:func:`~sim.cost.row_ops.row_op_cost`, ``statistics="channel"``): in training the statistics'
@@ -1055,7 +1049,7 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
         shape, dtype, _ = ins[0]
         rows = shape[0] * attrs.get("groups", 1)
         # popnn's group norm is the path PopART's layer norm takes (GroupNormOpx): sim/cost/row_ops.py
-        return row_op_cost(_stable("layernorm", attrs) if kind == "groupnorm" else "layernorm_grad",
+        return row_op_cost(row_op_steps("layernorm", attrs) if kind == "groupnorm" else "layernorm_grad",
                            (rows, math.prod(shape) // rows), dtype, ipu, tiles, _row_reduce_cost(ipu),
                            statistics="group" if len(shape) >= 3 else "row")
     if kind in ("gather_elements", "scatter_elements"):
