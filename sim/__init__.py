@@ -31,7 +31,7 @@ def run_executable(executable: Executable) -> Run:
 
 
 def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | None = None,
-             training: bool = False, optimizer: Optimizer | str = "sgd") -> Run:
+             training: bool = False, optimizer: Optimizer | str | None = None) -> Run:
     """Compile ``graph`` for ``system`` and simulate one call (all device iterations)."""
     t0 = time.perf_counter()
     run = run_executable(compile(graph, system, options, training, optimizer))

@@ -1696,7 +1696,8 @@ def main(argv: list[str] | None = None) -> int:
             opts.Training.gradientAccumulation(args.gradient_accumulation)
         if args.synthetic_data:
             opts.enableSyntheticData(True)
-        run = sim.simulate(graph, system, opts, training=args.training, optimizer=args.optimizer or "sgd")
+        run = sim.simulate(graph, system, opts, training=args.training,
+                           optimizer=(args.optimizer or "sgd") if args.training else None)
         print(to_json(run.summary()) if args.json else format_summary(run))
         return 0
     except SystemExit as e:  # argparse: --help, usage errors

@@ -127,11 +127,14 @@ class Model:
     name: str | None = None
     params: dict = field(default_factory=dict)
     onnx: str | None = None
+    dims: dict = field(default_factory=dict)  # an ONNX file's other symbolic dimensions by name (--dim)
     family: str = field(init=False, default="whole")
 
     def __post_init__(self):
         if (self.name is None) == (self.onnx is None):
             raise GraphError("plan: give a zoo model or an ONNX file (exactly one)")
+        if self.dims and self.onnx is None:
+            raise GraphError("plan: --dim sizes an ONNX model's symbolic dimensions; a zoo model takes --param")
         if self.onnx is not None:
             if self.params:
                 raise GraphError("plan: an ONNX model takes no --param (its shapes are in the file; "
@@ -165,7 +168,7 @@ class Model:
         """The model's graph at ``micro_batch`` with the planner's placement parameters."""
         if self.onnx is not None:
             from . import onnx as sim_onnx
-            return sim_onnx.load(self.onnx, batch_size=micro_batch)
+            return sim_onnx.load(self.onnx, batch_size=micro_batch, dims=self.dims or None)
         return models.get(self.name, **{**self.params, "micro_batch": micro_batch, **placement})
 
     def units(self, graph: Graph) -> list[str]:

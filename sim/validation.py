@@ -331,7 +331,9 @@ class Setup:
             o.hostProcesses(self.processes)
         return o
 
-    def sim_optimizer(self) -> Optimizer:
+    def sim_optimizer(self) -> Optimizer | None:
+        if not self.training:
+            return None
         groups = _pytorch_bert_groups(self) if self.pytorch_bert_groups else {}
         return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None, self.clip_norm or None,
                          combined_accum=self.combined_accum, **groups)

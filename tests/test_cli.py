@@ -126,6 +126,41 @@ def test_output_onto_a_file_is_an_error(capsys, tmp_path):
     assert code == 2 and "not a directory" in err
 
 
+def test_output_under_a_file_is_refused_before_simulating(capsys, tmp_path, monkeypatch):
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    monkeypatch.setattr(sim, "simulate", lambda *a, **k: pytest.fail("simulated before checking --output"))
+    code, _, err = cli(capsys, "run", "--model", "mlp", "--output", str(a_file / "sub"))
+    assert code == 2 and f"{str(a_file)!r} is a file, not a directory" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-layers", "4", "--param", "num_layers=2"],
+     "model parameter num_layers is given twice, as --num-layers 4 and --param num_layers=2; give it once"),
+    (["--num-layers", "2", "--layers-per-ipu", "1,1", "--param", "layers_per_ipu=[2,0]"],
+     "model parameter layers_per_ipu is given twice, as --param layers_per_ipu=2,0 and --layers-per-ipu 1,1"),
+])
+def test_a_model_parameter_given_twice_differently_is_a_usage_error(capsys, argv, message):
+    code, _, err = cli(capsys, "run", "--model", "bert-base", *argv)
+    assert code == 2 and message in err
+    code, _, _ = cli(capsys, "run", "--model", "bert-base", "--num-layers", "1", "--param", "num_layers=1", "-q")
+    assert code == 0  # the same value twice is no conflict
+
+
+def test_an_optimizer_given_to_an_inference_run_is_noted():
+    run = sim.simulate(models.get("mlp"), "ipu-mk2", optimizer="adam")
+    assert "optimizer 'adam': an inference run (training=False) updates no weights; no effect" in run.executable.notes
+    assert run.cycle_count == sim.simulate(models.get("mlp"), "ipu-mk2").cycle_count
+    assert not any("optimizer" in n for n in sim.simulate(models.get("mlp"), "ipu-mk2").executable.notes)
+
+
+def test_a_custom_op_asking_for_more_tiles_than_the_ipu_has_is_noted():
+    run = sim.simulate(models.get("tut6-matvec", tiles=2000), "ipu-mk2")
+    assert any(n.startswith("custom op 'mulCS' asks for tiles=2000, more than the 1472 the IPU computes on")
+               and "--param tiles=1472" in n for n in run.executable.notes)
+    assert not any("custom op" in n for n in sim.simulate(models.get("tut6-matvec"), "ipu-mk2").executable.notes)
+
+
 def test_systems_and_models_lists(capsys):
     code, out, _ = cli(capsys, "systems")
     assert code == 0
@@ -490,7 +525,8 @@ def test_run_flags_for_graphcores_bert_configuration(capsys):
 def test_proportions_must_match_the_ipus_of_a_replica(capsys):
     code, _, err = cli(capsys, "run", "--model", "bert-base", "--num-layers", "4", "--layers-per-ipu", "0,2,1,1",
                            "--system", "ipu-pod16", "--available-memory-proportion", "0.2,0.3")
-    assert code == 2 and "2 values" in err and "(4)" in err
+    assert code == 2 and ("has 2 values; give one value (for every IPU) or 4, one for each IPU of a replica "
+                          "(every replica takes the same)") in err
 
 
 def test_unmeasured_latencies_print_as_not_available(capsys):

@@ -201,6 +201,20 @@ def test_resume_keeps_the_rows_and_simulates_only_the_rest(tmp_path, monkeypatch
     assert calls == []
 
 
+def test_resume_refuses_the_csv_of_another_plan(tmp_path, capsys):
+    out_csv = tmp_path / "plan.csv"
+    base = ["plan", "--model", "mlp", "--system", "ipu-mk2", "--global-batch", "16", "--workers", "1",
+            "--csv", str(out_csv)]
+    assert cli.main(base) == 0
+    rows = len(pd.read_csv(out_csv))
+    assert cli.main(base + ["--resume"]) == 0 and len(pd.read_csv(out_csv)) == rows
+    capsys.readouterr()
+    for other in (["--param", "hidden=[128,128]"], ["--micro-batch", "4,16"]):
+        assert cli.main(base + other + ["--resume"]) == 2
+        assert "holds the rows of another plan" in capsys.readouterr().err
+    assert len(pd.read_csv(out_csv)) == rows and pd.read_csv(out_csv)["plan"].nunique() == 1
+
+
 def test_plan_on_a_dask_cluster_equals_the_local_pool():
     distributed = pytest.importorskip("distributed")
     pl = _planner("ipu-m2000", global_batch=(32, 32), micro_batches=[4, 8], proportions=[0.6])
@@ -262,6 +276,29 @@ def test_an_onnx_model_with_a_fixed_batch_is_planned_at_that_batch(capsys, tmp_p
     assert cli.main(["plan", "--onnx", str(path), "--system", "ipu-m2000", "--global-batch", "16",
                      "--micro-batch", "8"]) == 2
     assert "fixes its batch at 4" in capsys.readouterr().err
+
+
+def test_an_onnx_model_with_a_named_dimension_is_planned_with_dim(capsys, tmp_path):
+    """--dim sizes a symbolic dimension other than the batch; every candidate's command carries it."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "named",
+                         [h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq", 64])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["batch", "seq", 64])],
+                         [nh.from_array(np.zeros((64, 64), np.float32), "w")])
+    path = tmp_path / "named.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    argv = ["plan", "--onnx", str(path), "--system", "ipu-m2000", "--global-batch", "16", "--workers", "1",
+            "--commands", "1", "--micro-batch", "4"]
+    assert cli.main(argv + ["--dim", "seq=32"]) == 0
+    command = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  1. "))
+    assert "--dim seq=32" in command
+    assert cli.main(["run", *shlex.split(command.split("ipusim ", 1)[1])[1:], "-q"]) == 0
+    assert cli.main(["plan", "--model", "mlp", "--system", "ipu-mk2", "--global-batch", "16", "--dim", "seq=32"]) == 2
+    assert "--dim sizes an ONNX model's symbolic dimensions" in capsys.readouterr().err
 
 
 def test_config_file_and_overrides(capsys, tmp_path):

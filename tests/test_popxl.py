@@ -11,7 +11,7 @@ from sim.schedule.collectives import groups_of
 from sim.errors import GraphError, IpuSimError, OptionsError
 from sim.popxl import ops
 from sim.program import Collective
-from sim.strategy import ShardedExecution
+from sim.strategy import AutoStage, ShardedExecution
 
 # --- replica groupings: PopXL's documented examples ---------------------------------------------
 
@@ -270,6 +270,35 @@ def test_popxl_ipu_places_ops_and_the_program_runs_sharded():
     b.output(y)
     ref = sim.simulate(b.graph, "ipu-m2000",
                        sim.Options().deviceIterations(2).setExecutionStrategy(ShardedExecution()))
+    assert s.cycle_count == ref.cycle_count
+
+
+def test_a_program_may_go_back_to_an_ipu_it_used_before():
+    """IPU 0, then 1, then 0 again, in program order: each change of IPU is the next stage
+    (ShardedExecution with AutoStage.AutoIncrement), as the same graph built with blocks runs."""
+    ir = popxl.Ir()
+    ir.num_host_transfers = 2
+    with ir.main_graph:
+        x_h2d = popxl.h2d_stream((16, 128), popxl.float16, "x")
+        with popxl.ipu(0):
+            h = ops.relu(ops.host_load(x_h2d) @ popxl.variable((128, 128), popxl.float16, name="w0")).copy_to_ipu(1)
+        with popxl.ipu(1):
+            h = ops.relu(h @ popxl.variable((128, 128), popxl.float16, name="w1")).copy_to_ipu(0)
+        with popxl.ipu(0):
+            y = ops.relu(h @ popxl.variable((128, 128), popxl.float16, name="w2"))
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+    s = popxl.Session(ir, "ipu_hw")
+    s.run({x_h2d: np.zeros((2, 16, 128), np.float16)})
+    assert s.executable.strategy == "sharded" and [len(st.ops) for st in s.executable.stages] == [2, 2, 2]
+
+    b = sim.GraphBuilder("back", dtype="float16")
+    x = b.input("x", (16, 128))
+    for i, ipu in enumerate((0, 1, 0)):
+        with b.ipu(ipu):
+            x = b.relu(b.matmul(x, b.weight(f"w{i}", (128, 128))))
+    b.output(x)
+    ref = sim.simulate(b.graph, "ipu-m2000", sim.Options().deviceIterations(2)
+                       .setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement)))
     assert s.cycle_count == ref.cycle_count
 
 

@@ -57,6 +57,12 @@ def test_cli_sweep_and_bad_axis(capsys, tmp_path):
     (["--grid", "training=true,false"], "--training takes no value"),
     (["--grid", "micro-batch=1,2", "--", "--output", "out"], "--output after -- writes one run's output"),
     (["--grid", "micro-batch=1,2", "--", "--json"], "--json after -- writes one run's output"),
+    (["--grid", "micro-batch=1", "--", "--model", "mlp", "--micro-batch", "2"],
+     "--micro-batch is both a --grid axis and a flag after --; give it in one place"),
+    (["--grid", "micro-batch=1", "--", "--model", "mlp", "--bogus"],
+     "the flags after --: unrecognized arguments: --bogus"),
+    (["--grid", "micro-batch=1", "--", "--model", "mlp", "--replicas", "two"],
+     "the flags after --: argument --replicas: expected a whole number >= 1"),
 ])
 def test_a_grid_asked_for_wrongly_is_refused_before_any_point_runs(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(sweep_module, "run_points", lambda *a, **k: pytest.fail("a point ran"))
@@ -64,6 +70,22 @@ def test_a_grid_asked_for_wrongly_is_refused_before_any_point_runs(argv, message
         argv = argv + ["--", "--model", "mlp"]
     assert cli.main(["sweep"] + argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_values_holding_commas_are_separated_by_semicolons():
+    """A list flag's values: a semicolon separates the points when there is one."""
+    assert grid_points(["layers-per-ipu=1,1,1,1;2,2"]) == [{"layers-per-ipu": "1,1,1,1"}, {"layers-per-ipu": "2,2"}]
+    table = sweep(["layers-per-ipu=1,1,1,1;2,2"], ["--model", "bert-base", "--num-layers", "4", "--hidden", "64",
+                                                    "--heads", "4", "--seq-len", "16", "--vocab", "1000",
+                                                    "--system", "ipu-m2000", "--device-iterations", "8"], workers=1)
+    assert list(table["error"]) == ["", ""] and table["cycle_count"].nunique() == 2
+
+
+def test_a_dask_address_dask_cannot_parse_is_a_usage_error(capsys):
+    pytest.importorskip("distributed")
+    assert cli.main(["sweep", "--dask", "nonsense", "--grid", "micro-batch=1,2", "--", "--model", "mlp"]) == 2
+    err = capsys.readouterr().err
+    assert "--dask 'nonsense': cannot reach the Dask scheduler" in err and "Traceback" not in err
 
 
 def test_an_empty_grid_value_is_the_run_default():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import shlex
 import signal
@@ -32,12 +33,12 @@ from .. import planner
 from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
 from . import run
-from .argtypes import QUIET, csv_file, positive_int, progress, proportions, verbosity, whole_numbers
+from .argtypes import QUIET, csv_file, name_size, positive_int, progress, proportions, verbosity, whole_numbers
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
                     run_points, simulate_point)
 
 #: the CSV: a candidate's columns, its result, and its ``ipusim run`` command line
-COLUMNS = list(planner.CANDIDATE_COLUMNS) + list(planner.RESULT_COLUMNS) + ["command"]
+COLUMNS = list(planner.CANDIDATE_COLUMNS) + list(planner.RESULT_COLUMNS) + ["command", "plan"]
 #: the breakdown's categories of an IPU's own op work (what the split balances)
 _OP_WORK = ("compute", "launch", "exchange", "exchange_setup")
 #: model parameters with a flag of their own in ``ipusim run`` (the rest go as --param)
@@ -76,6 +77,7 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
     """The ``ipusim run`` flags of candidate ``c``."""
     m, sp = pl.model, pl.space
     argv = ["--system", c.system] + (["--onnx", str(m.onnx)] if m.onnx else ["--model", m.name])
+    argv += [a for name, size in m.dims.items() for a in ("--dim", f"{name}={size}")]
     for key, value in m.params.items():
         argv += ([f"--{key.replace('_', '-')}", str(value)] if key in _PARAM_FLAGS and isinstance(value, int)
                  else ["--param", f"{key}={_param_text(value)}"])
@@ -163,6 +165,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "flags on the command line override it")
     w.add_argument("--model", help="zoo model (see `ipusim models`)")
     w.add_argument("--onnx", metavar="PATH", help="an ONNX model instead (needs the onnx extra)")
+    w.add_argument("--dim", action="append", default=[], type=name_size, metavar="NAME=SIZE",
+                   help="with --onnx: the size of a symbolic dimension other than the batch (repeatable)")
     for name in _PARAM_FLAGS:
         w.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N", help=argparse.SUPPRESS)
     w.add_argument("--param", action="append", default=[], type=run._key_value, metavar="KEY=VALUE",
@@ -258,6 +262,8 @@ def config_argv(path: Path, parser: argparse.ArgumentParser) -> list[str]:
             if not isinstance(flags[dest], argparse._StoreTrueAction):
                 parser.error(f"--config {str(path)!r}: {key} = {str(value).lower()}: expected a value, not true/false")
             argv += [flag] if value else []
+        elif isinstance(value, list) and isinstance(flags[dest], argparse._AppendAction):
+            argv += [a for v in value for a in (flag, str(v))]  # dim = ["seq=128"]: one flag a value
         elif isinstance(value, list):
             argv += [flag, ",".join(str(v) for v in value)]
         else:
@@ -297,9 +303,8 @@ def build_planner(args, parser) -> planner.Planner:
         parser.error("give --model NAME or --onnx PATH (one of them)")
     if args.resume and args.csv is None:
         parser.error("--resume needs --csv FILE (the CSV of the plan to finish)")
-    params = {k: getattr(args, k) for k in _PARAM_FLAGS if getattr(args, k) is not None}
-    params.update(dict(args.param))
-    model = planner.Model(args.model, params, args.onnx)
+    model = planner.Model(args.model, run.given_params(args, parser.error, _PARAM_FLAGS), args.onnx,
+                          dict(args.dim))
     space = planner.Space(
         systems=args.system, global_batch=args.global_batch, training=args.training,
         optimizer=args.optimizer or "sgd", pipelines=args.pipeline, replicas=args.replicas,
@@ -312,9 +317,23 @@ def build_planner(args, parser) -> planner.Planner:
     return planner.Planner(model, space)
 
 
-def _known_rows(path: Path) -> dict[str, dict]:
-    """Rows of an earlier plan's CSV, by command line."""
-    return {r["command"]: r for r in _read_rows(path, COLUMNS) if r.get("command")}
+def plan_key(pl: planner.Planner) -> str:
+    """What a plan's rows belong to (its CSV's ``plan`` column): the model with its parameters and
+    dimensions, and the space searched."""
+    m = pl.model
+    return json.dumps({"model": m.name, "onnx": m.onnx and str(m.onnx), "params": m.params, "dims": m.dims,
+                       "space": dataclasses.asdict(pl.space)}, sort_keys=True, default=str)
+
+
+def _known_rows(path: Path, key: str) -> dict[str, dict]:
+    """Rows of an earlier run of the plan ``key`` from its CSV, by command line; a CSV that holds
+    another plan's rows is a :class:`PointError` (its rows would mix with this plan's)."""
+    rows = _read_rows(path, COLUMNS)
+    other = next((r for r in rows if r.get("plan") != key), None)
+    if other is not None:
+        raise PointError(f"--resume: {str(path)!r} holds the rows of another plan (another model, parameter or "
+                         "search axis); resume with that plan's flags, or give a new --csv")
+    return {r["command"]: r for r in rows if r.get("command")}
 
 
 def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch: int = 16,
@@ -333,7 +352,8 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
             argvs[i] = command(pl, pl.candidates[i])
         return argvs[i]
 
-    known = _known_rows(csv_path) if resume and csv_path else {}
+    key = plan_key(pl)
+    known = _known_rows(csv_path, key) if resume and csv_path else {}
     done_before = sum(command_line(argv(i)) in known for i in range(len(pl.candidates)))
     out = _CsvRows(csv_path, COLUMNS, append=resume)
     progress = _progress_bar(len(pl.candidates), done_before) if bar else None
@@ -346,7 +366,7 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
             yield from done
 
     def on_row(i: int, row: dict) -> None:
-        row["command"] = command_line(argv(i))
+        row["command"], row["plan"] = command_line(argv(i)), key
         if row["command"] not in known:
             out.write(row)
             if progress is not None:

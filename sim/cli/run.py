@@ -268,13 +268,27 @@ def add_subcommand(subparsers) -> argparse.ArgumentParser:
                                            + ", ".join(f"{k}={v}" for k, v in DEFAULT_PARAMS.items()) + "."))
 
 
-def _model_params(args) -> dict:
-    params = dict(DEFAULT_PARAMS) if args.model is None else {}
-    params.update({k: getattr(args, k) for k in MODEL_PARAM_FLAGS if getattr(args, k) is not None})
-    params.update(dict(args.param))
-    if args.layers_per_ipu is not None:
-        params["layers_per_ipu"] = args.layers_per_ipu
+def given_params(args, error, flags: tuple = MODEL_PARAM_FLAGS) -> dict:
+    """The model parameters the flags give (those of ``flags``: ``--num-layers`` and the like, then
+    ``--param``, ``--layers-per-ipu``): one given twice with different values is an ``error``, not a
+    silent choice."""
+    def shown(value) -> str:
+        return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    given = [(k, getattr(args, k), f"--{k.replace('_', '-')} {getattr(args, k)}") for k in flags
+             if getattr(args, k, None) is not None]
+    given += [(k, v, f"--param {k}={shown(v)}") for k, v in args.param]
+    if getattr(args, "layers_per_ipu", None) is not None:
+        given.append(("layers_per_ipu", args.layers_per_ipu, f"--layers-per-ipu {shown(args.layers_per_ipu)}"))
+    params, source = {}, {}
+    for key, value, flag in given:
+        if key in params and params[key] != value:
+            error(f"model parameter {key} is given twice, as {source[key]} and {flag}; give it once")
+        params[key], source[key] = value, flag
     return params
+
+
+def _model_params(args, parser) -> dict:
+    return {**(dict(DEFAULT_PARAMS) if args.model is None else {}), **given_params(args, parser.error)}
 
 
 def _blocks(graph: sim.Graph) -> list[str]:
@@ -381,8 +395,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         ipus = _ipus_per_replica(graph, opts.execution_strategy)
         given = args.available_memory_proportion
         if len(given) not in (1, ipus):
-            raise sim.IpuSimError(f"--available-memory-proportion has {len(given)} values; give one for every "
-                                  f"IPU or one per IPU of a replica ({ipus})")
+            raise sim.IpuSimError(f"--available-memory-proportion has {len(given)} values; give one value (for every "
+                                  f"IPU) or {ipus}, one for each IPU of a replica (every replica takes the same)")
         opts.setAvailableMemoryProportion({f"IPU{i}": given[i if len(given) > 1 else 0] for i in range(ipus)})
     return opts
 
@@ -429,7 +443,7 @@ def simulate_args(args, parser) -> sim.Run:
                      "becomes the gradient accumulator)")
     if args.auto_loss_scaling and not args.training:
         parser.error("--auto-loss-scaling only applies with --training")
-    optimizer = optimizer_of(args, parser)
+    optimizer = optimizer_of(args, parser) if args.training else None
     if args.optimizer_state in ("rts", "off-chip-rts") and (args.replicas or 1) < 2:
         parser.error(f"--optimizer-state {args.optimizer_state} shards the state over replicas: give --replicas 2 "
                      "or more")
@@ -443,7 +457,7 @@ def simulate_args(args, parser) -> sim.Run:
     if not args.onnx and (args.dim or args.loss):
         parser.error(f"{'--dim' if args.dim else '--loss'} applies to an ONNX model (--onnx PATH); a zoo model "
                      "takes its sizes as parameters (--seq-len, --param KEY=VALUE)")
-    graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args))
+    graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args, parser))
     if args.training and graph.loss is None:
         raise sim.GraphError(f"--training: {graph.name!r} has no loss the simulator recognises"
                              + (" (a SoftmaxCrossEntropyLoss or NegativeLogLikelihoodLoss output); name the tensor "

@@ -61,14 +61,27 @@ class SweepInterrupted(BaseException):
         self.signum, self.done, self.total = signum, done, total
 
 
-def simulate_point(argv: list[str]):
-    """Parse ``ipusim run`` flags and simulate them; a usage error is a :class:`PointError`."""
-    run_parser = run.configure(argparse.ArgumentParser(prog="ipusim run"))
+def _run_parser(what: str = "") -> argparse.ArgumentParser:
+    """``ipusim run``'s parser, its usage errors raised as :class:`PointError` (prefixed by ``what``)."""
+    parser = run.configure(argparse.ArgumentParser(prog="ipusim run", exit_on_error=False))
 
     def fail(message):
-        raise PointError(message)
-    run_parser.error = fail
-    return run.simulate_args(run_parser.parse_args(argv), run_parser)
+        raise PointError(f"{what}: {message}" if what else message)
+    parser.error = fail
+    return parser
+
+
+def simulate_point(argv: list[str]):
+    """Parse ``ipusim run`` flags and simulate them; a usage error is a :class:`PointError`."""
+    parser = _run_parser()
+    return run.simulate_args(_parse(parser, argv), parser)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    try:
+        return parser.parse_args(argv)
+    except argparse.ArgumentError as e:
+        parser.error(str(e))
 
 
 def run_point(argv: list[str]) -> dict:
@@ -88,7 +101,8 @@ def run_point(argv: list[str]) -> dict:
 
 def grid_points(axes: list[str]) -> list[dict[str, str]]:
     """``["micro-batch=1,2", "replicas=1,4"]`` -> the product as dicts of flag -> value (an
-    empty value leaves the flag out: the run's default)."""
+    empty value leaves the flag out: the run's default). Values that hold commas themselves (a
+    list flag: ``layers-per-ipu=3,3;2,4``) are separated by semicolons instead."""
     parsed, seen = [], set()
     for axis in axes:
         flag, sep, values = axis.partition("=")
@@ -98,7 +112,7 @@ def grid_points(axes: list[str]) -> list[dict[str, str]]:
         if flag in seen:
             raise PointError(f"--grid {flag} is given twice: put all its values in one --grid {flag}=V1,V2,...")
         seen.add(flag)
-        parsed.append([(flag, v) for v in values.split(",")])
+        parsed.append([(flag, v) for v in values.split(";" if ";" in values else ",")])
     _check_flags(seen)
     return [dict(p) for p in itertools.product(*parsed)]
 
@@ -118,12 +132,17 @@ def _check_flags(flags) -> None:
                              f"as two runs, one with -- --{flag}")
 
 
-def check_common(common: list[str]) -> None:
-    """The flags after ``--`` that belong to one run's output, not a sweep's rows."""
+def check_common(common: list[str], grid_flags=()) -> None:
+    """The flags after ``--`` parse as ``ipusim run``'s, set no grid axis, and hold none that belongs
+    to one run's output rather than a sweep's rows (checked before any point runs)."""
     single = [f for f in common if f in ("--output", "--json") or f.startswith("--output=")]
     if single:
         raise PointError(f"{single[0].split('=')[0]} after -- writes one run's output; a sweep writes its rows "
                          "with --csv")
+    both = sorted(f for f in grid_flags if f"--{f}" in common or any(c.startswith(f"--{f}=") for c in common))
+    if both:
+        raise PointError(f"--{both[0]} is both a --grid axis and a flag after --; give it in one place")
+    _parse(_run_parser("the flags after --"), common)
 
 
 def _worker_init() -> None:
@@ -165,7 +184,13 @@ def run_points(argvs: dict[int, list[str]], workers: int | None = None,
             from dask.distributed import as_completed as dask_completed
         except ImportError:
             raise PointError("--dask needs Dask: pip install -e '.[dask]'") from None
-        with Client(dask) as client:
+        try:
+            _check_address(dask)  # before a Client: a failed one leaves Dask's event loop unusable in this process
+            client = Client(dask)
+        except Exception as e:  # a malformed or unreachable address: dask's ValueError, OSError, TimeoutError
+            raise PointError(f"--dask {dask!r}: cannot reach the Dask scheduler ({e}); give its address as "
+                             "tcp://HOST:PORT") from None
+        with client:
             futures = {client.submit(point, argv, pure=False): i for i, argv in argvs.items()}
             try:
                 for future in dask_completed(futures):
@@ -185,6 +210,15 @@ def run_points(argvs: dict[int, list[str]], workers: int | None = None,
     else:
         for i, argv in argvs.items():
             yield i, point(argv)
+
+
+def _check_address(address: str) -> None:
+    """Dask's own parse of a scheduler address (ValueError for a malformed one); a TCP-like address
+    must name a port."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    scheme, location = parse_address(address)
+    if scheme in ("tcp", "tls", "ws", "wss"):
+        parse_host_port(location)
 
 
 def _read_rows(path: Path, columns: list[str]) -> list[dict[str, str]]:
@@ -266,7 +300,7 @@ def sweep(axes: list[str], common: list[str], workers: int | None = None, dask: 
     if workers is not None and workers < 1:
         raise PointError(f"workers must be a whole number >= 1, got {workers}")
     points = grid_points(axes)
-    check_common(common)
+    check_common(common, points[0])
     flags = list(points[0])
     columns = flags + [c for c in RESULT_COLUMNS if c not in flags]
     shared = shlex.join(common)
@@ -330,7 +364,8 @@ def _signals_interrupt():
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--grid", action="append", default=[], metavar="FLAG=V1,V2",
-                        help="an axis: a flag of `ipusim run` (without --) and its values; repeatable")
+                        help="an axis: a flag of `ipusim run` (without --) and its values, separated by commas, or "
+                        "by semicolons when a value holds commas (layers-per-ipu=3,3;2,4); repeatable")
     parser.add_argument("--workers", type=positive_int, metavar="N", help="processes, >= 1 (default: all cores)")
     parser.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler")
     parser.add_argument("--csv", type=csv_file, metavar="FILE",

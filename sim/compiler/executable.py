@@ -122,9 +122,11 @@ def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replic
 
 
 def compile(graph: Graph, system: System | str, options: Options | None = None,
-            training: bool = False, optimizer: Optimizer | str = "sgd",
+            training: bool = False, optimizer: Optimizer | str | None = None,
             collective_algorithm: str = "auto") -> Executable:
-    """Compile ``graph`` for ``system`` with PopTorch-style ``options``."""
+    """Compile ``graph`` for ``system`` with PopTorch-style ``options``; a training run updates
+    its weights with ``optimizer`` (default ``"sgd"``); an inference run has none, and one given
+    is noted as having no effect."""
     if not isinstance(training, bool):
         raise OptionsError(f"training={training!r}: expected True or False (a bool); a string such as "
                            "'no' would otherwise count as true")
@@ -151,7 +153,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         raise GraphError(f"graph {graph.name!r}: the model has no ops, so there is nothing to simulate; "
                          "build the model's computation into the graph")
     accumulate = o.Training.gradient_accumulation > 1
-    opt = (optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)) if training else None
+    opt = (optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer or "sgd")) if training else None
     g = graph_to_price(graph, training, opt, accumulate)
     if o.stable_norm:
         mark_stable_norms(g)
@@ -211,6 +213,15 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
             notes.append(f"TensorLocations {kind} location {' and '.join(io)}: accepted, no modelled effect "
                          "(off-chip tensors are loaded to and stored from the compute tiles)")
     notes += idle_settings(g, o, opt, k, rounded)
+    if optimizer is not None and not training:
+        name = optimizer.name if isinstance(optimizer, Optimizer) else optimizer
+        notes.append(f"optimizer {name!r}: an inference run (training=False) updates no weights; no effect")
+    crowded = [op for op in g.ops if op.kind == "custom" and op.attrs.get("tiles", 0) > tiles]
+    if crowded:
+        notes.append(f"custom op {crowded[0].name!r} asks for tiles={crowded[0].attrs['tiles']}, more than the {tiles} "
+                     f"the IPU computes on: spread over {tiles}, each tile receiving the exchange_bytes_per_tile given"
+                     + (f" ({len(crowded) - 1} more such ops)" if len(crowded) > 1 else "")
+                     + f"; give tiles={tiles} (a zoo microbenchmark: --param tiles={tiles}) to size it for this IPU")
     if any(op.kind == "lars_update" for op in updates) and any(g.tensors[t].shards > 1 for op in updates
                                                                 for t in op.inputs):
         notes.append("lars with sharded optimizer state (RTS): each replica's norms cover its shard; the "

@@ -738,7 +738,7 @@ def _custom(attrs, ipu, tiles) -> OpCost:
     it runs), ``flops`` (for reports). A tile runs its vertices ``worker_threads`` at a time, and
     a worker issues one instruction every ``worker_threads`` cycles.
     """
-    used = min(tiles, int(attrs.get("tiles", tiles)))
+    used = min(tiles, int(attrs.get("tiles", tiles)))  # more than the IPU computes on: the run's notes say so
     vertices = int(attrs["vertices"])
     per_tile = math.ceil(vertices / used)
     w = ipu.worker_threads

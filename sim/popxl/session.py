@@ -30,7 +30,7 @@ from ..graph.ir import Op
 from ..hardware.system import choose_system
 from ..options import Options, OutputMode
 from ..results.report import format_summary
-from ..strategy import ShardedExecution
+from ..strategy import AutoStage, ShardedExecution
 from .errors import PopXLError, SessionIOError
 from .ir import Ir
 from .streams import DeviceToHostStream, HostToDeviceStream
@@ -147,8 +147,8 @@ class Session:
         o.outputMode(OutputMode.All)
         o.logCycleCount(True)
         o.autoRoundNumIPUs(True)  # PopXL reserves the next power of two of IPUs
-        if ipus_per_replica > 1:
-            o.setExecutionStrategy(ShardedExecution())
+        if ipus_per_replica > 1:  # program order: each change of IPU is the next stage
+            o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
         values = dict(ir.options.items())
         if values.get("numIOTiles"):
             o.TensorLocations.numIOTiles(values["numIOTiles"])

@@ -322,6 +322,10 @@ def check_output_directory(directory: str | os.PathLike) -> Path:
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise NotADirectoryError(f"output path {str(d)!r} exists and is not a directory")
+    blocked = next((p for p in d.absolute().parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise NotADirectoryError(f"output path {str(d)!r}: {str(blocked)!r} is a file, not a directory, so the "
+                                 "output folder cannot be made under it; give another --output")
     if d.is_dir():
         others = sorted(p.name for p in d.iterdir() if p.name not in OUTPUT_FILES or not p.is_file())
         if others:

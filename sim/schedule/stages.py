@@ -74,8 +74,9 @@ def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list
                 raise OptionsError(
                     f"op {op.name!r} in pipeline stage {op.stage} reads {t!r}, made in a later stage; "
                     "stages must follow the model's order. With AutoStage.SameAsIpu a block placed back on "
-                    "an earlier IPU joins that IPU's first stage: use PipelinedExecution(AutoStage."
-                    "AutoIncrement) or list the stages explicitly")
+                    "an earlier IPU joins that IPU's first stage: give the strategy AutoStage.AutoIncrement "
+                    "(PipelinedExecution(AutoStage.AutoIncrement), or ShardedExecution(AutoStage.AutoIncrement) "
+                    "for IPUs that run one at a time) or list the stages explicitly")
         for t in op.outputs:
             made_in[t] = rank[op.stage]
     updates = []
