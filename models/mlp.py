@@ -26,7 +26,8 @@ def build(name: str, p: Params) -> Graph:
             p.fail("hidden", f"{len(hidden)} widths; the simulator takes at most {MAX_LAYERS} layers: "
                    f"{WHY_MAX_LAYERS}")
         if num_layers is not None and num_layers != len(hidden):
-            p.fail("num_layers", f"does not match the {len(hidden)} widths in hidden={hidden}")
+            p.fail("num_layers", f"does not match the {len(hidden)} widths in hidden={hidden}; give one width a "
+                   f"layer (--param hidden=[...]) or leave num_layers out")
     else:
         hidden = [p.int("hidden")] * (1 if num_layers is None else num_layers)
 

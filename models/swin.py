@@ -183,7 +183,7 @@ def build(name: str, p: Params) -> Graph:
         if res > window and res % window:
             p.fail("window", f"stage {i}'s {res} x {res} map is not a whole number of {window} x {window} windows")
     blocks = sum(depths)
-    block_ipu = layer_ipus(p, blocks)
+    block_ipu = layer_ipus(p, blocks, f"the {blocks} blocks of depths={depths}")
     checkpoints = checkpointed_layers(p, blocks)
     top = p["drop_path"]
     if isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 <= top < 1:

@@ -140,13 +140,14 @@ def checkpointed_layers(p: Params, num_layers: int) -> set[int]:
     return set(range(num_layers - 1)) if on else set()
 
 
-def layer_ipus(p: Params, num_layers: int) -> list[int] | None:
-    """The IPU of each layer from ``layers_per_ipu`` (e.g. [0, 4, 4, 4]), or None if unset."""
+def layer_ipus(p: Params, num_layers: int, what: str | None = None) -> list[int] | None:
+    """The IPU of each layer from ``layers_per_ipu`` (e.g. [0, 4, 4, 4]), or None if unset;
+    ``what`` says where the ``num_layers`` layers come from, for the error (default the parameter)."""
     counts = p.ints("layers_per_ipu", minimum=0, optional=True)
     if counts is None:
         return None
     if sum(counts) != num_layers:
-        p.fail("layers_per_ipu", f"must sum to num_layers={num_layers}, sums to {sum(counts)}")
+        p.fail("layers_per_ipu", f"must sum to {what or f'num_layers={num_layers}'}, sums to {sum(counts)}")
     return [ipu for ipu, n in enumerate(counts) for _ in range(n)]
 
 
