@@ -869,8 +869,11 @@ class Planner:
         return [rows[i] for i in range(len(cands))]
 
 
-def ranking(rows: list[dict]) -> list[int]:
-    """Indices of the rows that fit (status ok), fastest first; ties: fewer IPUs, then the
-    candidates' order."""
+def ranking(rows: list[dict], candidates: list[Candidate] | None = None) -> list[int]:
+    """Indices of the rows that fit (status ok), fastest first; ties: fewer IPUs, then, given the
+    rows' ``candidates``, their :meth:`Candidate.preference` (which does not depend on the order
+    in which a search brought reliefs in, so an interrupted and resumed plan ranks ties as one
+    never stopped), then the rows' order."""
     ok = [n for n, r in enumerate(rows) if r["status"] == "ok"]
-    return sorted(ok, key=lambda n: (-float(rows[n]["samples_per_second"]), int(rows[n]["ipus"]), n))
+    return sorted(ok, key=lambda n: (-float(rows[n]["samples_per_second"]), int(rows[n]["ipus"]),
+                                     candidates[n].preference() if candidates else (), n))

@@ -391,9 +391,10 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
     return table
 
 
-def rank(table: pd.DataFrame) -> pd.DataFrame:
-    """The configurations that fit, fastest first (:func:`sim.planner.ranking`)."""
-    return table.iloc[planner.ranking(table.to_dict("records"))]
+def rank(table: pd.DataFrame, pl: planner.Planner | None = None) -> pd.DataFrame:
+    """The configurations that fit, fastest first (:func:`sim.planner.ranking`; with the planner
+    whose :func:`plan` made ``table``, ties by the candidates' own preference)."""
+    return table.iloc[planner.ranking(table.to_dict("records"), pl.candidates if pl is not None else None)]
 
 
 def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0) -> str:
@@ -459,7 +460,7 @@ def _cmd_plan(args, parser) -> int:
     except SweepInterrupted as e:
         print(_interrupted_message(e, args.csv), file=sys.stderr)
         return 128 + e.signum
-    best = rank(table)
+    best = rank(table, pl)
     if not quiet:
         print(_summary(table, time.perf_counter() - t0, len(pl.candidates) - pl.enumerated))
     if best.empty:
