@@ -307,10 +307,68 @@ def test_annotation_functions_on_the_cpu_and_in_the_graph(capsys):
     torch.testing.assert_close(out[1], cpu[1])
     g = model.executable.graph
     fc = next(op for op in g.ops if op.name == "fc/add")
-    assert fc.attrs["available_memory_proportion"] == 0.3 and fc.attrs["recomputation_checkpoint"]
+    assert fc.attrs["recomputation_checkpoint"] and "available_memory_proportion" not in fc.attrs
+    # the proportion reaches the layer's matmul, as PopTorch sets it on the layer's one PopART op
+    assert next(op for op in g.ops if op.name == "fc/matmul").attrs["available_memory_proportion"] == 0.3
     assert [op.kind for op in g.ops].count("matmul") == 3  # fc's, and the serialised one's 2 pieces
     assert [op.kind for op in g.ops].count("relu") == 3  # the loop is unrolled
     assert g.loss == g.outputs[1]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_set_available_memory_on_a_layers_output_reaches_its_matmul_or_convolution(bias):
+    """nn.Conv2d and nn.Linear are captured as the convolution or matmul, then an add of the bias:
+    the proportion set on the layer's output plans the convolution or matmul, with or without a bias."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(64, 64, 3, padding=1, bias=bias), nn.Linear(32, 32, bias=bias)
+
+        def forward(self, x, y):
+            return (poptorch.set_available_memory(self.conv(x), 0.05),
+                    poptorch.set_available_memory(self.fc(y), 0.05))
+
+    model = poptorch.inferenceModel(M())
+    model(torch.randn(1, 64, 16, 16), torch.randn(2, 8, 32))
+    amp = {op.kind: op.attrs.get("available_memory_proportion") for op in model.executable.graph.ops}
+    assert amp["conv2d"] == amp["matmul"] == 0.05
+    assert amp.get("add") is None
+
+
+def test_stochastic_depth_is_the_input_at_inference_and_a_sample_mask_in_training():
+    """torchvision.ops.stochastic_depth (fx-wrapped, kept whole by the capture): nothing at inference;
+    in training a dropout of a (N, 1, 1, 1) mask and its product with the input."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = x + stochastic_depth(self.conv(x), 0.2, "row", self.training)
+            return poptorch.identity_loss((y ** 2).mean(), "none") if self.training else y
+
+    x = torch.randn(4, 8, 16, 16)
+    inference = poptorch.inferenceModel(M().eval())
+    inference(x)
+    assert kinds(inference) == ["conv2d", "add", "add"]
+    m = M().train()
+    training = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    training(x)
+    ops = {op.kind: op for op in forward_ops(training)}
+    assert kinds(training)[:5] == ["conv2d", "add", "dropout", "mul", "add"]
+    g = training.executable.graph
+    assert g.tensors[ops["dropout"].outputs[0]].shape == (4, 1, 1, 1) and ops["dropout"].attrs["p"] == 0.2
+
+
+def stochastic_depth(input, p, mode, training=True):
+    """torchvision.ops.stochastic_depth's signature and arithmetic (torchvision is not a test dependency)."""
+    if not training or p == 0.0:
+        return input
+    size = [input.shape[0]] + [1] * (input.ndim - 1) if mode == "row" else [1] * input.ndim
+    return input * torch.empty(size, dtype=input.dtype).bernoulli_(1.0 - p).div_(1.0 - p)
+
+
+torch.fx.wrap("stochastic_depth")  # as torchvision wraps it, so the capture keeps it whole
 
 
 def test_poptorch_errors_for_bad_annotation_arguments():
@@ -355,6 +413,22 @@ def test_unknown_op_names_the_op_and_how_to_price_it():
     msg = str(e.value)
     assert "torch.pixel_shuffle" in msg
     assert "sim.poptorch.register_op" in msg and "ctx.custom(vertices=" in msg
+
+
+def test_packed_sequences_are_refused_by_name():
+    """pack_padded_sequence makes both torch.fx and torch.export fail inside torch's rnn helpers: the
+    error names packed sequences and what to do, not the tracers' own failures."""
+    class Packed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(8, 16, batch_first=True)
+
+        def forward(self, x, lengths):
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            return nn.utils.rnn.pad_packed_sequence(self.lstm(packed)[0], batch_first=True)[0]
+
+    with pytest.raises(sim.UnsupportedOpError, match="does not support packed sequences .*pass the padded batch"):
+        poptorch.inferenceModel(Packed())(torch.randn(3, 5, 8), torch.tensor([5, 3, 2]))
 
 
 def test_registered_ops_are_priced():
@@ -425,7 +499,10 @@ def test_transformer_layer_and_scaled_dot_product_attention():
     xs, ys = torch.randn(4, 6, 32), torch.randint(0, 4, (4,))
     losses = [float(training(xs, ys)[1]) for _ in range(5)]
     assert losses[-1] < losses[0]
-    assert "transpose matmul scale softmax matmul" in " ".join(kinds(training))
+    # is_causal: the causal bias, a constant (L, S) mask PopTorch folds from torch's tril, added as a mask is
+    assert "transpose matmul scale add softmax matmul" in " ".join(kinds(training))
+    mask = next(op for op in forward_ops(training) if op.kind == "add" and op.name.endswith("mask"))
+    assert training.executable.graph.tensors[mask.inputs[1]].shape == (6, 6)
 
 
 def test_a_branch_on_a_traced_values_type_is_captured_as_the_model_runs():

@@ -391,8 +391,9 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
         raise GraphError(f"graph {graph.name!r} is already a training graph")
     if graph.loss is None:
         raise GraphError(
-            f"graph {graph.name!r} has no loss: build one with softmax_cross_entropy/mse_loss "
-            "(or pass training=False)")
+            f"graph {graph.name!r} has no loss: build one with a GraphBuilder's softmax_cross_entropy or "
+            "mse_loss, name an ONNX model's loss tensor with sim.onnx.load(..., loss=NAME) (command line: "
+            "--loss NAME), or pass training=False")
     opt = optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)
     weights = {w.name for w in graph.weights()}
     for field in ("no_weight_decay", "no_trust_ratio"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
+import traceback
 import warnings
 from dataclasses import dataclass, field
 
@@ -154,10 +155,21 @@ def _trace(adapter, flat: list, leaf_types: tuple):
     try:
         return _export(adapter, flat)
     except Exception as e:  # noqa: BLE001
+        if any(_in_packed_sequences(err) for err in (fx_error, e)):
+            raise UnsupportedOpError(
+                "sim.poptorch does not support packed sequences (torch.nn.utils.rnn.pack_padded_sequence, "
+                "pack_sequence, PackedSequence; PopTorch's sources have no rule for them either): pass the "
+                "padded batch to the LSTM/GRU and mask the padding (or keep the lengths) yourself") from e
         raise GraphError(
             "sim.poptorch could not capture the model: torch.fx failed with "
             f"{type(fx_error).__name__}: {_first_line(fx_error)}; torch.export failed with "
             f"{type(e).__name__}: {_first_line(e)}") from e
+
+
+def _in_packed_sequences(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside torch's packed-sequence helpers (torch/nn/utils/rnn.py)."""
+    frames = traceback.extract_tb(error.__traceback__) if error is not None else []
+    return any(f.filename.replace("\\", "/").endswith("torch/nn/utils/rnn.py") for f in frames)
 
 
 def _export(adapter, flat: list):

@@ -368,11 +368,13 @@ def _attention(ctx: OpContext):
     rq, rk = ctx.args[0], ctx.args[1]
     mask = ctx.sarg(3, "attn_mask")
     dropout_p = float(ctx.arg(4, "dropout_p", 0.0) or 0.0)
-    if ctx.arg(5, "is_causal", False) and not _is_sym_tensor(mask):
-        mask = None  # a causal mask is generated on the device: priced with the softmax
     b = ctx.builder
     dt = sim_dtype(rq.dtype)
     L, S, E = rq.shape[-2], rk.shape[-2], rq.shape[-1]
+    if ctx.arg(5, "is_causal", False) and not _is_sym_tensor(mask):
+        # torch's SDPA builds the causal bias from constants (a lower-triangular mask filled with -inf),
+        # which PopTorch folds into one constant (L, S) tensor: added to the scores as a mask is
+        mask = b.constant(f"{ctx.node.name}_causal_mask", (L, S), dt)
     batch = tuple(torch.broadcast_shapes(rq.shape[:-2], rk.shape[:-2]))
     perm = list(range(rk.dim()))
     perm[-2], perm[-1] = perm[-1], perm[-2]
@@ -497,6 +499,23 @@ def _dropout(ctx: OpContext, p=None, training=None):
     if not training or not p:
         return x
     return ctx.op("dropout", [x], {"p": float(p)})
+
+
+def _stochastic_depth(ctx: OpContext):
+    """torchvision.ops.stochastic_depth (EfficientNet, ConvNeXt, Swin): the input itself at inference or
+    with ``p`` 0; in training each sample (``mode="row"``) or the whole batch (``"batch"``) is kept with
+    probability 1 - p and scaled by 1 / (1 - p): a random mask of that shape (priced as a dropout of
+    it) multiplying the input, broadcast."""
+    x = ctx.sarg(0, "input")
+    p, mode, training = float(ctx.arg(1, "p")), ctx.arg(2, "mode"), ctx.arg(3, "training", True)
+    if not training or not p:
+        return x
+    src = ctx.args[0]
+    shape = (src.shape[0],) + (1,) * (src.dim() - 1) if mode == "row" else (1,) * src.dim()
+    noise = torch.empty(shape, dtype=src.dtype)
+    mask = ctx.op("dropout", [ctx.builder.constant(f"{ctx.node.name}_noise", shape, sim_dtype(src.dtype))],
+                  {"p": p}, output=noise, name="mask")
+    return ctx.op("mul", [x, mask], name="mul")
 
 
 def _pool(kind):
@@ -625,6 +644,20 @@ def _producer(ctx: OpContext, tensor: str):
     return None
 
 
+def _biased_layer(ctx: OpContext, op):
+    """The matmul or convolution whose bias ``op`` adds, if it is a layer's bias add (nn.Linear and
+    nn.Conv2d are captured as the matmul or convolution, then an add of the bias: PopTorch's
+    ``set_available_memory(self.conv(x), p)`` sets the proportion of the layer's one PopART op, which
+    the matmul or convolution here is); else ``op``."""
+    g = ctx.cap.g
+    if op.kind != "add" or len(op.inputs) != 2 or g.tensors[op.inputs[1]].role != "weight":
+        return op
+    src = _producer(ctx, op.inputs[0])
+    while src is not None and src.kind == "reshape":  # a 3-D input's matmul runs 2-D between reshapes
+        src = _producer(ctx, src.inputs[0])
+    return src if src is not None and src.kind in ("matmul", "conv2d") else op
+
+
 def _annotation(ctx: OpContext, name: str, value, x):
     """Apply a PopTorch annotation to graph value ``x``; returns the annotated value."""
     if name == "identity_loss":
@@ -647,7 +680,7 @@ def _annotation(ctx: OpContext, name: str, value, x):
         return tensor
     op = _producer(ctx, tensor)
     if name == "set_available_memory" and op is not None:
-        op.attrs["available_memory_proportion"] = float(value)
+        _biased_layer(ctx, op).attrs["available_memory_proportion"] = float(value)
     elif name == "recomputation_checkpoint" and op is not None:
         op.attrs["recomputation_checkpoint"] = True
     return tensor
@@ -828,7 +861,7 @@ RULES = {
     "neg": _neg,
     "relu": _unary("relu"), "gelu": _unary("gelu"), "tanh": _unary("tanh"),
     "sigmoid": _unary("sigmoid"), "exp": _unary("exp"),
-    "softmax": _softmax, "_softmax": _softmax, "log_softmax": _softmax, "_log_softmax": _softmax,
+    "softmax": _softmax, "_softmax": _softmax, "stochastic_depth": _stochastic_depth, "log_softmax": _softmax, "_log_softmax": _softmax,
     "dropout": _dropout, "feature_dropout": _dropout, "native_dropout": _dropout,
     # dense algebra
     "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "__rmatmul__": _matmul,
