@@ -621,6 +621,20 @@ def _pool_costs(kind, shape, kernel, stride, padding=0):
     return op_cost(ops[kind], b.graph, MK2, TILES), op_cost(ops[f"{kind}_grad"], b.graph, MK2, TILES)
 
 
+@pytest.mark.parametrize("kind", ["avgpool", "maxpool"])
+def test_a_global_pool_of_few_outputs_spreads_by_channel_grain(kind):
+    """popnn's pooling planner splits channel groups (down to an 8-byte grain: 4 halves), batch and
+    output field over tiles, never the kernel: the 2 x 16 outputs of a 30 x 30 global pool run on 8
+    tiles, 4 outputs of 900 reads each, not all on the one tile a 128-byte spread would give."""
+    fwd, _ = _pool_costs(kind, (2, 16, 30, 30), 30, 30)
+    rate = codelet("pool")
+    assert fwd.tiles_used == 8
+    assert fwd.compute_cycles == math.ceil(rate.fixed + 4 * 900 * rate.per_element(2))
+    assert fwd.exchange_bytes == 8 * 4 * 900 * 2  # each tile receives its outputs' windows
+    reduce_mean = _one_op("reduce_mean", [(2, 16, 30, 30)], [(2, 16)], {"axes": [2, 3]}, dtype="float16")
+    assert fwd.compute_cycles < 3 * reduce_mean.compute_cycles  # about a reduction's cost, not 30x it
+
+
 @pytest.mark.parametrize("kind, kernel, stride, covering", [
     ("maxpool", 3, 2, 9 / 4),  # ResNet's stem: 9 window positions, a quarter of them per input element
     ("maxpool", 2, 2, 1.0),  # U-Net's: each input element in one window

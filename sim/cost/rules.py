@@ -770,6 +770,11 @@ def _batchnorm(kind, ins, attrs, ipu, tiles) -> OpCost:
                        statistics="channel")
 
 
+#: popnn's pooling channel grain (``PoolPlan.cpp`` ``chanGrainSize = 8 / typeSize``): the least of a
+#: channel group's elements a tile takes
+POOL_CHANNEL_GRAIN_BYTES = 8
+
+
 def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     """popnn's pooling and its input gradient. Forward: each output element reads its window, and
     a tile receives the input patch of its outputs. Backward (``poolInputGradient``): a pooling
@@ -777,15 +782,21 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     getGradientParams``) whose worklists skip the kernel positions on dilation zeros
     (``PoolVertices.cpp``), so each input-gradient element reads the ``window / stride`` windows
     covering it on average (at least one), at MaxPoolingGrad's rate; a tile receives the output
-    gradient of its inputs (and, for max pooling, the forward input and output it compares)."""
+    gradient of its inputs (and, for max pooling, the forward input and output it compares).
+    popnn's planner (``PoolPlan.cpp``) spreads the work by channel groups, batch and output field,
+    never by the kernel, down to one channel grain (8 bytes: 4 halves or 2 floats) of one output
+    position a tile: a global pool of few outputs runs on that many grains' tiles, each reading
+    its whole window."""
     shape, dtype, _ = ins[0]
     itemsize = DTYPE_BYTES[dtype]
     out_n = math.prod(outs[0][0])
+    grain = max(1, POOL_CHANNEL_GRAIN_BYTES // itemsize)
     # a 1-D or 3-D window gives its own size ("window": elements, "stride_volume": elements
     # the window moves by); a 2-D one is kernel_h x kernel_w moving by stride_h x stride_w
     window = attrs.get("window", math.prod(spatial(attrs.get("kernel", 1))))
     stride = attrs.get("stride_volume", max(1, math.prod(spatial(attrs.get("stride", 1), "stride"))))
-    used, per_tile = spread(out_n, itemsize, ipu, tiles)
+    used = max(1, min(tiles, math.ceil(out_n / grain)))
+    per_tile = math.ceil(out_n / used)
     if kind.endswith("_grad"):
         covering = max(1.0, window / stride)
         reads = per_tile * covering
