@@ -532,6 +532,25 @@ def _unary(kind: str, **attrs):
     return rule
 
 
+def _expression(steps: list[str], grad: list[str], onnx_op: str):
+    """An op PopART runs as one popops map expression (``steps``: its codelets; ``grad``: those of
+    its input gradient's expression)."""
+    def rule(ctx: OpContext):
+        return ctx.op("map", [ctx.input(0)], {"steps": list(steps), "grad": [list(grad)], "onnx_op": onnx_op},
+                      shapes=[ctx.shape(0)])
+    return rule
+
+
+#: PopART's expressions (willow/src/popx/op): SoftPlusOpx max(x, 0) + log(1 + exp(-|x|)) and its gradient
+#: sigmoid(x) times dy; HardSigmoidOpx max(0, min(1, alpha x + beta)) and its gradient, dy where the
+#: argument is inside (0, 1); HardSwish (ONNX: x times HardSigmoid(x) at alpha 1/6, beta 1/2) as that
+#: expression times x
+_SOFTPLUS = _expression(["maximum", "abs", "exp", "add", "log", "add"], ["sigmoid", "mul"], "Softplus")
+_HARD_SIGMOID = _expression(["mul", "add", "minimum", "maximum"], ["mul", "add", "compare", "mul"], "HardSigmoid")
+_HARD_SWISH = _expression(["mul", "add", "minimum", "maximum", "mul"], ["mul", "add", "compare", "mul", "add", "mul"],
+                          "HardSwish")
+
+
 def _compare(ctx: OpContext):
     # a comparison or logical op: one ALU instruction per element, priced as "sub"
     out = _broadcast(*[ctx.shape(i) for i in range(ctx.num_inputs)])
@@ -905,6 +924,16 @@ def _batchnorm(ctx: OpContext):
     return [y] + [None] * (len(ctx.node.output) - 1)
 
 
+def _instancenorm(ctx: OpContext):
+    """InstanceNormalization (PopART's InstanceNormOpx: popnn::in, a group norm of one channel a
+    group): a norm over each sample's and channel's field, with a scale and bias a channel."""
+    xs = ctx.shape(0)
+    if len(xs) < 3:
+        ctx.unsupported(f"InstanceNormalization of a rank-{len(xs)} input {xs}: expected (N, C, ...)")
+    return ctx.op("groupnorm", [ctx.input(0), ctx.input(1), ctx.input(2)],
+                  {"groups": int(xs[1]), "eps": float(ctx.attr("epsilon", 1e-5))}, shapes=[xs])
+
+
 def _layernorm(ctx: OpContext):
     ins = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
     attrs = {"eps": float(ctx.attr("epsilon", 1e-5))}
@@ -1151,6 +1180,7 @@ RULES: dict = {
     "Relu": _unary("relu"), "Gelu": _unary("gelu"), "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"),
     "Exp": _unary("exp"), "Sqrt": _sqrt, "Erf": _erf, "Pow": _pow, "Neg": _neg, "Reciprocal": _reciprocal,
     "LeakyRelu": _unary("relu", onnx_op="LeakyRelu"),  # a compare and a select, like relu
+    "Softplus": _SOFTPLUS, "HardSigmoid": _HARD_SIGMOID, "HardSwish": _HARD_SWISH,
     "Clip": _clip, "Where": _where, "Max": _minmax, "Min": _minmax,
     **{k: _compare for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
                              "Or", "Xor")},
@@ -1159,7 +1189,7 @@ RULES: dict = {
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     "ai.graphcore::MultiConv": _multiconv,
     # normalisations, softmax, pooling
-    "BatchNormalization": _batchnorm, "LayerNormalization": _layernorm,
+    "BatchNormalization": _batchnorm, "LayerNormalization": _layernorm, "InstanceNormalization": _instancenorm,
     "Softmax": _softmax, "LogSoftmax": _softmax,
     "MaxPool": _pool("maxpool"), "AveragePool": _pool("avgpool"),
     "GlobalAveragePool": _global_pool("avgpool"), "GlobalMaxPool": _global_pool("maxpool"),

@@ -402,6 +402,28 @@ def test_elementwise_maps_to_priced_kinds():
     assert sim.simulate(g).cycle_count > 0
 
 
+def test_softplus_hard_sigmoid_hard_swish_and_instance_norm():
+    """PopART's expressions for Softplus, HardSigmoid (and HardSwish, x times it) as one popops map each,
+    with their gradients' expressions; InstanceNormalization as popnn's group norm of a channel a group."""
+    nodes = [h.make_node("InstanceNormalization", ["x", "scale", "bias"], ["n"], name="in", epsilon=1e-5),
+             h.make_node("Softplus", ["n"], ["sp"], name="softplus"),
+             h.make_node("HardSigmoid", ["sp"], ["hs"], name="hardsigmoid", alpha=0.2, beta=0.5),
+             h.make_node("HardSwish", ["hs"], ["y"], name="hardswish")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 8, 16, 16])],
+              [h.make_tensor_value_info("y", T.FLOAT, [2, 8, 16, 16])],
+              [zeros("scale", (8,)), zeros("bias", (8,))], opset=[h.make_opsetid("", 17)])
+    g = sim.onnx.load(m)
+    assert kinds(g) == ["groupnorm", "map", "map", "map"]
+    ops = {op.name: op for op in g.ops}
+    assert ops["in"].attrs["groups"] == 8
+    assert ops["softplus"].attrs["steps"] == ["maximum", "abs", "exp", "add", "log", "add"]
+    assert ops["hardsigmoid"].attrs["steps"] == ["mul", "add", "minimum", "maximum"]
+    assert ops["hardswish"].attrs["steps"] == ops["hardsigmoid"].attrs["steps"] + ["mul"]
+    run = sim.simulate(g)
+    costs = run.executable.costs
+    assert costs["hardswish"].compute_cycles > costs["hardsigmoid"].compute_cycles > 0
+
+
 def test_dropout_reshape_family_and_reductions():
     inits = [const("shape", [4, -1]), const("axes", [1]), const("starts", [2]), const("ends", [10**9]),
              const("ax1", [1]), nh.from_array(np.array(0.1, np.float32), "ratio"),
