@@ -262,16 +262,16 @@ def test_a_rule_returning_no_graph_tensor_is_a_named_error(bad):
 def test_an_unknown_op_error_lists_the_others_further_on():
     """One round of register_op should cover a model: the first unknown op's error also names
     the op types after it that have no rule (a shape or a constant always folds)."""
-    nodes = [h.make_node("HardSwish", ["x"], ["a"], name="hs"), h.make_node("Shape", ["a"], ["s"], name="shape"),
+    nodes = [h.make_node("Selu", ["x"], ["a"], name="selu"), h.make_node("Shape", ["a"], ["s"], name="shape"),
              h.make_node("Resize", ["a", "", "scales"], ["b"], name="up"),
-             h.make_node("HardSwish", ["b"], ["c"], name="hs2"), h.make_node("Relu", ["c"], ["y"], name="relu")]
+             h.make_node("Selu", ["b"], ["c"], name="selu2"), h.make_node("Relu", ["c"], ["y"], name="relu")]
     m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
               [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])],
               [nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
     with pytest.raises(sim.UnsupportedOpError) as e:
         sim.onnx.load(m)
     message = str(e.value)
-    assert "ONNX op HardSwish (node 'hs')" in message
+    assert "ONNX op Selu (node 'selu')" in message
     assert "Further on, the model also has op types with no rule: Resize (unless" in message
 
 
