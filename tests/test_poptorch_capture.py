@@ -371,6 +371,25 @@ def stochastic_depth(input, p, mode, training=True):
 torch.fx.wrap("stochastic_depth")  # as torchvision wraps it, so the capture keeps it whole
 
 
+def test_repeat_and_repeat_interleave_are_copies_into_the_larger_output():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y.repeat(1, 3, 1) + y.repeat_interleave(3, dim=1)
+
+    m = M()
+    x = torch.randn(2, 4, 8)
+    model = poptorch.inferenceModel(m)
+    torch.testing.assert_close(model(x), m(x))
+    g = model.executable.graph
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops if op.kind == "copy"] == [
+        ("copy", (2, 12, 8)), ("copy", (2, 12, 8))]
+
+
 def test_poptorch_errors_for_bad_annotation_arguments():
     with pytest.raises(poptorch.Error, match="You may only set available memory for torch.tensor values"):
         poptorch.set_available_memory(3, 0.5)

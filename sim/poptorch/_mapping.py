@@ -303,6 +303,16 @@ def _transpose(ctx: OpContext):
     return ctx.op("transpose", [x], {"perm": perm})
 
 
+def _repeat(ctx: OpContext):
+    """``Tensor.repeat`` and ``repeat_interleave`` with a whole-number count: the input's copies
+    written into the larger output (PopART's Tile: Poplar copies of the broadcast input), a ``copy``
+    of the output's elements, each tile receiving the input elements it repeats."""
+    if ctx.key == "repeat_interleave" and isinstance(ctx.arg(1, "repeats"), (torch.Tensor, torch.fx.Proxy)):
+        ctx.unsupported("repeat_interleave with a tensor of repeat counts (an output shape that depends on "
+                        "values) has no rule; give a whole-number count")
+    return ctx.op("copy", [ctx.sarg(0, "input")])
+
+
 def _getattr(ctx: OpContext):
     attr = ctx.arg(1)
     if attr in ("T", "mT", "H", "mH"):
@@ -884,6 +894,7 @@ RULES = {
     "type_as": _cast, "float": _cast, "half": _cast, "double": _cast, "long": _cast, "int": _cast,
     "bool": _cast, "bfloat16": _cast,
     "transpose": _transpose, "t": _transpose, "permute": _transpose, "swapaxes": _transpose,
+    "repeat": _repeat, "repeat_interleave": _repeat,
     "swapdims": _transpose, "movedim": _transpose, "numpy_T": _transpose, "getattr": _getattr,
     "broadcast_tensors": _broadcast_tensors, "cat": _concat, "concat": _concat, "concatenate": _concat, "stack": _concat,
     "getitem": _getitem, "__getitem__": _getitem, "slice": _split, "select": _split,
