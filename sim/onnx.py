@@ -361,6 +361,15 @@ class OpContext:
             return None
         return self._imp.const_of(self._ins[i])
 
+    def static_value(self, i: int):
+        """The numpy value of input ``i`` when it is known at import time or is an initializer (a float
+        initializer of several elements is taken as a weight, but an attribute-like input such as
+        Resize's scales is one); None otherwise."""
+        v = self.value(i)
+        if v is None and self.has_input(i) and self._ins[i].init is not None:
+            v = numpy_helper.to_array(self._ins[i].init)
+        return v
+
     def is_weight(self, i: int) -> bool:
         return self.has_input(i) and self._ins[i].weight
 
@@ -1042,6 +1051,30 @@ def _unsqueeze(ctx: OpContext):
     return _view(ctx, tuple(s))
 
 
+def _resize(ctx: OpContext):
+    """Resize (Upsample) with mode ``nearest``: a copy of each input element to its outputs, as
+    sim.poptorch prices Upsample's nearest mode; the output shape from the constant ``sizes`` (input 3)
+    or ``scales`` (input 2; before opset 11, input 1). Other modes are refused."""
+    mode = ctx.attr("mode", "nearest")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    if mode != "nearest":
+        ctx.unsupported(f"mode {mode!r}: only nearest has a rule (PopTorch runs bilinear upsampling as a C++ "
+                        "custom op without a cycle estimate); register_op one")
+    xs = ctx.shape(0)
+    if ctx.num_inputs > 3 and ctx.has_input(3):
+        out = tuple(_const_ints(ctx, 3, "sizes"))
+    else:
+        i = 1 if ctx.opset < 11 else 2
+        v = ctx.static_value(i)
+        if v is None:
+            ctx.unsupported("its scales or sizes are computed at run time; the simulator needs static shapes")
+        out = tuple(int(np.floor(d * s)) for d, s in zip(xs, np.asarray(v, dtype=float).reshape(-1)))
+    if len(out) != len(xs):
+        ctx.unsupported(f"output shape {out} does not match the input's rank {len(xs)}")
+    return ctx.op("copy", [ctx.input(0)], {"op": "upsample_nearest", "onnx_op": ctx.op_type}, shapes=[out])
+
+
 def _expand(ctx: OpContext):
     # a broadcast view: free in Poplar until an op reads it (the consumer pays per element)
     return _view(ctx, _broadcast(ctx.shape(0), tuple(_const_ints(ctx, 1, "shape"))))
@@ -1199,7 +1232,7 @@ RULES: dict = {
     # data movement
     "Gather": _gather, "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze, "Expand": _expand, "Transpose": _transpose, "Concat": _concat,
-    "Slice": _slice, "Split": _split,
+    "Slice": _slice, "Split": _split, "Resize": _resize, "Upsample": _resize,
     # losses
     "SoftmaxCrossEntropyLoss": _cross_entropy, "NegativeLogLikelihoodLoss": _cross_entropy,
 }

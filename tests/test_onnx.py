@@ -263,16 +263,15 @@ def test_an_unknown_op_error_lists_the_others_further_on():
     """One round of register_op should cover a model: the first unknown op's error also names
     the op types after it that have no rule (a shape or a constant always folds)."""
     nodes = [h.make_node("Selu", ["x"], ["a"], name="selu"), h.make_node("Shape", ["a"], ["s"], name="shape"),
-             h.make_node("Resize", ["a", "", "scales"], ["b"], name="up"),
+             h.make_node("Celu", ["a"], ["b"], name="celu"),
              h.make_node("Selu", ["b"], ["c"], name="selu2"), h.make_node("Relu", ["c"], ["y"], name="relu")]
     m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
-              [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])],
-              [nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+              [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 8, 8])])
     with pytest.raises(sim.UnsupportedOpError) as e:
         sim.onnx.load(m)
     message = str(e.value)
     assert "ONNX op Selu (node 'selu')" in message
-    assert "Further on, the model also has op types with no rule: Resize (unless" in message
+    assert "Further on, the model also has op types with no rule: Celu (unless" in message
 
 
 def test_file_path_and_bytes_round_trip(tmp_path):
@@ -422,6 +421,23 @@ def test_softplus_hard_sigmoid_hard_swish_and_instance_norm():
     run = sim.simulate(g)
     costs = run.executable.costs
     assert costs["hardswish"].compute_cycles > costs["hardsigmoid"].compute_cycles > 0
+
+
+@pytest.mark.parametrize("inputs, inits", [
+    (["x", "", "scales"], [nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]),
+    (["x", "", "", "sizes"], [nh.from_array(np.array([1, 4, 16, 16], np.int64), "sizes")]),
+])
+def test_resize_nearest_is_a_copy_into_the_larger_output(inputs, inits):
+    m = model([h.make_node("Resize", inputs, ["y"], name="up", mode="nearest")],
+              [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])], [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])],
+              inits)
+    g = sim.onnx.load(m)
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [("copy", (1, 4, 16, 16))]
+    linear = model([h.make_node("Resize", inputs, ["y"], name="up", mode="linear")],
+                   [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
+                   [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])], inits)
+    with pytest.raises(sim.UnsupportedOpError, match="mode 'linear': only nearest has a rule"):
+        sim.onnx.load(linear)
 
 
 def test_dropout_reshape_family_and_reductions():
