@@ -1075,6 +1075,40 @@ def _resize(ctx: OpContext):
     return ctx.op("copy", [ctx.input(0)], {"op": "upsample_nearest", "onnx_op": ctx.op_type}, shapes=[out])
 
 
+def _topk(ctx: OpContext):
+    """TopK: popops' bitonic top-k of each row along ``axis`` with its indices (PopART TopKOpx), as
+    sim.poptorch prices ``torch.topk``; K must be a constant."""
+    xs = ctx.shape(0)
+    axis = _axis(ctx.attr("axis", -1), len(xs))
+    k = _const_ints(ctx, 1, "K")[0] if ctx.opset >= 10 else int(ctx.attr("k"))
+    out = tuple(k if d == axis else s for d, s in enumerate(xs))
+    attrs = {"axis": axis, "op": "topk", "k": k, "onnx_op": "TopK"}
+    return ctx.op("sort", [ctx.input(0)], attrs, shapes=[out, out], dtypes=[ctx.dtype(0), "int32"])
+
+
+def _cumsum(ctx: OpContext):
+    """CumSum (PopART CumSumOpx, as sim.poptorch prices ``torch.cumsum``): the scanned axis moved last,
+    then a matmul of the rows by a constant (n, n) triangular matrix, and moved back; ``exclusive``
+    and ``reverse`` change only the constant."""
+    xs = ctx.shape(0)
+    axis = _axis(_const_ints(ctx, 1, "axis")[0], len(xs))
+    dt, n = ctx.dtype(0), xs[axis]
+    perm = list(range(len(xs)))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    moved = tuple(xs[p] for p in perm)
+    x = ctx.input(0)
+    if perm != sorted(perm):
+        x = ctx.op("transpose", [x], {"perm": perm}, shapes=[moved], dtypes=[dt], result=False, suffix="to_last")
+    rows = math.prod(moved[:-1])
+    flat = ctx.op("reshape", [x], shapes=[(rows, n)], dtypes=[dt], result=False, suffix="rows")
+    tri = ctx.builder.constant(f"{ctx.name}/triangular", (n, n), dt)
+    y = ctx.op("matmul", [flat, tri], shapes=[(rows, n)], dtypes=[dt], result=False, suffix="scan")
+    if perm == sorted(perm):
+        return ctx.op("reshape", [y], shapes=[xs], dtypes=[dt])
+    y = ctx.op("reshape", [y], shapes=[moved], dtypes=[dt], result=False, suffix="unflatten")
+    return ctx.op("transpose", [y], {"perm": perm}, shapes=[xs], dtypes=[dt])
+
+
 def _expand(ctx: OpContext):
     # a broadcast view: free in Poplar until an op reads it (the consumer pays per element)
     return _view(ctx, _broadcast(ctx.shape(0), tuple(_const_ints(ctx, 1, "shape"))))
@@ -1232,7 +1266,7 @@ RULES: dict = {
     # data movement
     "Gather": _gather, "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze, "Expand": _expand, "Transpose": _transpose, "Concat": _concat,
-    "Slice": _slice, "Split": _split, "Resize": _resize, "Upsample": _resize,
+    "Slice": _slice, "Split": _split, "Resize": _resize, "Upsample": _resize, "TopK": _topk, "CumSum": _cumsum,
     # losses
     "SoftmaxCrossEntropyLoss": _cross_entropy, "NegativeLogLikelihoodLoss": _cross_entropy,
 }

@@ -440,6 +440,22 @@ def test_resize_nearest_is_a_copy_into_the_larger_output(inputs, inits):
         sim.onnx.load(linear)
 
 
+def test_topk_and_cumsum_as_sim_poptorch_prices_them():
+    """TopK: one sort op with its values and indices; CumSum: the axis moved last, a matmul of the rows
+    by a constant triangular matrix, moved back (PopART's CumSumOpx)."""
+    nodes = [h.make_node("TopK", ["x", "k"], ["v", "i"], name="topk", axis=-1),
+             h.make_node("CumSum", ["x", "ax"], ["c"], name="cumsum")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [4, 6, 32])],
+              [h.make_tensor_value_info("v", T.FLOAT, [4, 6, 5]), h.make_tensor_value_info("i", T.INT64, [4, 6, 5]),
+               h.make_tensor_value_info("c", T.FLOAT, [4, 6, 32])],
+              [const("k", [5]), const("ax", 1)])
+    g = sim.onnx.load(m)
+    ops = [(op.kind, [g.tensors[t].shape for t in op.outputs]) for op in g.ops]
+    assert ops == [("sort", [(4, 6, 5), (4, 6, 5)]), ("transpose", [(4, 32, 6)]), ("reshape", [(128, 6)]),
+                   ("matmul", [(128, 6)]), ("reshape", [(4, 32, 6)]), ("transpose", [(4, 6, 32)])]
+    assert g.ops[0].attrs["k"] == 5 and sim.simulate(g).cycle_count > 0
+
+
 def test_dropout_reshape_family_and_reductions():
     inits = [const("shape", [4, -1]), const("axes", [1]), const("starts", [2]), const("ends", [10**9]),
              const("ax1", [1]), nh.from_array(np.array(0.1, np.float32), "ratio"),
