@@ -185,6 +185,22 @@ def test_weight_gradients_are_not_all_live_at_once():
     assert ex.memory[1].by_role["activation_peak"] < grads / 2
 
 
+@pytest.mark.parametrize("make", [
+    lambda: (models.get("mlp", micro_batch=100000), sim.Options(), False),
+    lambda: (models.get("bert-base", num_layers=4, hidden=256, heads=4, vocab=8192, micro_batch=8,
+                        layers_per_ipu=[2, 2]), sim.Options().Training.gradientAccumulation(8), True),
+])
+def test_activation_peak_is_the_liveness_reports_largest_activations(make):
+    """by_role's activation_peak counts an op's inputs and outputs together, as the liveness report
+    does (it was taken after the op's dead inputs were freed)."""
+    graph, options, training = make()
+    run = sim.simulate(graph, "ipu-m2000" if training else "ipu-mk2", options, training=training,
+                       optimizer="adam" if training else None)
+    largest = run.liveness().groupby("ipu")["activations"].max()
+    for ipu, memory in run.executable.memory.items():
+        assert memory.by_role["activation_peak"] == largest[ipu]
+
+
 # --- C4: IO tiles ------------------------------------------------------------------------------------
 def test_resnet50_inference_mb64_fits_32_io_tiles():
     """Graphcore ran ResNet-50 inference at micro-batch 1-64 with 32 IO tiles and 8-bit images

@@ -405,9 +405,10 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
         level = always + live + temp
         peak.raise_to(level, live, temp, base + i)
         recorder.record(op, run, level, live, temp, live_sum, temp_sum)
+        # while the op runs, its inputs and outputs are live together: the peak is taken before its frees
+        by_role["activation_peak"] = max(by_role["activation_peak"], int(round(live.sum())))
         for t in frees.get(i, ()):
             if t in owner:
                 shards = tensors[t].shards if tensors[t].location == "off_chip" or t in produced else 1
                 layout.add(live, owner.pop(t), -tensors[t].nbytes / shards)
                 live_sum -= tensors[t].nbytes / shards
-        by_role["activation_peak"] = max(by_role["activation_peak"], int(live.sum()))
