@@ -128,13 +128,15 @@ class Model:
     params: dict = field(default_factory=dict)
     onnx: str | None = None
     dims: dict = field(default_factory=dict)  # an ONNX file's other symbolic dimensions by name (--dim)
+    loss: str | None = None  # the ONNX tensor to train on (--loss; default: the model's one loss)
     family: str = field(init=False, default="whole")
 
     def __post_init__(self):
         if (self.name is None) == (self.onnx is None):
             raise GraphError("plan: give a zoo model or an ONNX file (exactly one)")
-        if self.dims and self.onnx is None:
-            raise GraphError("plan: --dim sizes an ONNX model's symbolic dimensions; a zoo model takes --param")
+        if (self.dims or self.loss) and self.onnx is None:
+            raise GraphError(f"plan: {'--dim' if self.dims else '--loss'} applies to an ONNX model (--onnx PATH); a "
+                             "zoo model takes its sizes as --param and has its loss")
         if self.onnx is not None:
             if self.params:
                 raise GraphError("plan: an ONNX model takes no --param (its shapes are in the file; "
@@ -168,7 +170,7 @@ class Model:
         """The model's graph at ``micro_batch`` with the planner's placement parameters."""
         if self.onnx is not None:
             from . import onnx as sim_onnx
-            return sim_onnx.load(self.onnx, batch_size=micro_batch, dims=self.dims or None)
+            return sim_onnx.load(self.onnx, batch_size=micro_batch, dims=self.dims or None, loss=self.loss)
         return models.get(self.name, **{**self.params, "micro_batch": micro_batch, **placement})
 
     def units(self, graph: Graph) -> list[str]:
@@ -823,11 +825,13 @@ class Planner:
         def inferred(c: Candidate) -> str | None:
             key = self.memory_key(c)
             if key in oom:
-                return oom[key] + " [inferred: the same tile memory as a configuration simulated]"
+                return oom[key] + (" [inferred, not simulated: the figures are those of a simulated configuration "
+                                   "with the same split, micro-batch, proportions, recomputation and optimizer "
+                                   "state, which tile memory depends on; its replicas or accumulation differ]")
             if c.optimizer_state == "rts" and rts_oom.get(key[:-1], (0, ""))[0] >= c.replicas:
                 most, reason = rts_oom[key[:-1]]
-                return (reason + f" [inferred: does not fit with the optimizer state sharded over {most} replicas, "
-                        "so not over fewer]")
+                return (reason + f" [inferred, not simulated: the figures are those of the optimizer state sharded "
+                        f"over {most} replicas, which does not fit, so over fewer it does not either]")
             return None
 
         while queue:

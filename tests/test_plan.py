@@ -301,6 +301,32 @@ def test_an_onnx_model_with_a_named_dimension_is_planned_with_dim(capsys, tmp_pa
     assert "--dim sizes an ONNX model's symbolic dimensions" in capsys.readouterr().err
 
 
+def test_an_onnx_model_with_two_losses_is_planned_for_training_with_loss(capsys, tmp_path):
+    """--loss names the ONNX tensor to train on, as in ipusim run; every candidate's command carries it."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+    nodes = [h.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+             h.make_node("ReduceMean", ["y"], ["l1"], name="mean1", keepdims=0),
+             h.make_node("Mul", ["y", "y"], ["sq"], name="square"),
+             h.make_node("ReduceMean", ["sq"], ["l2"], name="mean2", keepdims=0)]
+    graph = h.make_graph(nodes, "two", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 64])],
+                         [h.make_tensor_value_info("l1", T.FLOAT, []), h.make_tensor_value_info("l2", T.FLOAT, [])],
+                         [nh.from_array(np.zeros((64, 64), np.float32), "w")])
+    path = tmp_path / "two.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    argv = ["plan", "--onnx", str(path), "--system", "ipu-mk2", "--global-batch", "16", "--training", "--workers", "1",
+            "--commands", "1", "--micro-batch", "4"]
+    assert cli.main(argv) == 2
+    assert "--loss NAME" in capsys.readouterr().err
+    assert cli.main(argv + ["--loss", "l1"]) == 0
+    command = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  1. "))
+    assert "--loss l1" in command
+    assert cli.main(["run", *shlex.split(command.split("ipusim ", 1)[1])[1:], "-q"]) == 0
+
+
 def test_config_file_and_overrides(capsys, tmp_path):
     config = tmp_path / "plan.toml"
     config.write_text('model = "bert-base"\nsystem = "ipu-m2000"\nglobal_batch = 64\ntraining = true\n'
@@ -310,6 +336,10 @@ def test_config_file_and_overrides(capsys, tmp_path):
     assert cli.main(["plan", "--config", str(config), "--global-batch", "32", "--workers", "1", "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "training (adam), global batch 32" in out and "--micro-batch 8" in out
+    # a parameter on the command line replaces the file's, as --num-layers or as --param
+    for flags in (["--num-layers", "1"], ["--param", "num_layers=1"]):
+        assert cli.main(["plan", "--config", str(config), "--workers", "1", "--top", "1", *flags]) == 0
+        assert "--num-layers 1 " in capsys.readouterr().out
     config.write_text('model = "bert-base"\nbatch_size = 4\n')
     assert cli.main(["plan", "--config", str(config)]) == 2
     assert "unknown key 'batch_size'; valid keys:" in capsys.readouterr().err

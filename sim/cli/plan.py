@@ -78,6 +78,7 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
     m, sp = pl.model, pl.space
     argv = ["--system", c.system] + (["--onnx", str(m.onnx)] if m.onnx else ["--model", m.name])
     argv += [a for name, size in m.dims.items() for a in ("--dim", f"{name}={size}")]
+    argv += ["--loss", m.loss] if m.loss else []
     for key, value in m.params.items():
         argv += ([f"--{key.replace('_', '-')}", str(value)] if key in _PARAM_FLAGS and isinstance(value, int)
                  else ["--param", f"{key}={_param_text(value)}"])
@@ -167,6 +168,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     w.add_argument("--onnx", metavar="PATH", help="an ONNX model instead (needs the onnx extra)")
     w.add_argument("--dim", action="append", default=[], type=name_size, metavar="NAME=SIZE",
                    help="with --onnx: the size of a symbolic dimension other than the batch (repeatable)")
+    w.add_argument("--loss", metavar="TENSOR",
+                   help="with --onnx --training: the ONNX tensor to train on (default: the model's one loss)")
     for name in _PARAM_FLAGS:
         w.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N", help=argparse.SUPPRESS)
     w.add_argument("--param", action="append", default=[], type=run._key_value, metavar="KEY=VALUE",
@@ -275,14 +278,18 @@ def config_argv(path: Path, parser: argparse.ArgumentParser) -> list[str]:
 
 def merge_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
     """``args`` with what ``--config`` sets wherever the command line left a flag at its
-    default (``--param`` values add up, the command line's last)."""
+    default; the model parameters add up, the command line's (``--param`` or ``--num-layers`` and the
+    like) replacing the file's for the same parameter."""
     if args.config is None:
         return args
     cfg = parser.parse_args(config_argv(args.config, parser))
     merged = argparse.Namespace(**vars(args))
+    given = {k for k, _ in args.param} | {k for k in _PARAM_FLAGS if getattr(args, k, None) is not None}
     for dest, value in vars(cfg).items():
-        if dest == "param":
-            merged.param = cfg.param + args.param
+        if dest == "param":  # the command line's value of a parameter replaces the file's
+            merged.param = [kv for kv in cfg.param if kv[0] not in given] + args.param
+        elif dest in _PARAM_FLAGS and dest in given:
+            continue  # the command line gave this parameter (as --param)
         elif getattr(args, dest) == parser.get_default(dest):
             setattr(merged, dest, value)
     return merged
@@ -304,7 +311,7 @@ def build_planner(args, parser) -> planner.Planner:
     if args.resume and args.csv is None:
         parser.error("--resume needs --csv FILE (the CSV of the plan to finish)")
     model = planner.Model(args.model, run.given_params(args, parser.error, _PARAM_FLAGS), args.onnx,
-                          dict(args.dim))
+                          dict(args.dim), args.loss)
     space = planner.Space(
         systems=args.system, global_batch=args.global_batch, training=args.training,
         optimizer=args.optimizer or "sgd", pipelines=args.pipeline, replicas=args.replicas,
@@ -322,6 +329,7 @@ def plan_key(pl: planner.Planner) -> str:
     dimensions, and the space searched."""
     m = pl.model
     return json.dumps({"model": m.name, "onnx": m.onnx and str(m.onnx), "params": m.params, "dims": m.dims,
+                       "loss": m.loss,
                        "space": dataclasses.asdict(pl.space)}, sort_keys=True, default=str)
 
 
