@@ -89,6 +89,22 @@ def test_out_of_memory_names_the_worst_ipu_and_lists_the_others():
                                               "activations", "temporaries"))
 
 
+def test_the_advice_acts_on_what_the_tile_holds():
+    """An inference run gets no recomputation or optimizer-state advice; a training run with its state
+    on chip does; temporaries bring the proportion, large weights their placement."""
+    from sim.compiler.memory import _remedies
+    inference = _remedies({"weights": 10, "activations": 800, "temporaries": 200})
+    assert inference == ("less of the model on this IPU (layers_per_ipu, split points), a smaller micro-batch "
+                         "or a lower availableMemoryProportion")
+    training = _remedies({"weights": 200, "optimizer_state": 500, "accumulators": 100, "activations": 300})
+    assert "recomputation checkpoints" in training and "optimizer state off chip" in training
+    assert "the weights off chip or sharded" not in training and "availableMemoryProportion" not in training
+    assert "the weights off chip or sharded" in _remedies({"weights": 900, "activations": 100})
+    with pytest.raises(sim.OutOfMemoryError) as info:
+        sim.simulate(models.get("mlp", micro_batch=400000), "ipu-mk2")
+    assert str(info.value).endswith(f"Try: {inference}.")
+
+
 def test_reported_shortfall_never_falls_as_amp_rises():
     """Lowering availableMemoryProportion is the first thing users try; the shortfall reported
     must not shrink as it rises (it did when the first IPU short was reported, not the worst)."""

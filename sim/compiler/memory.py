@@ -193,6 +193,23 @@ class IpuMemory:
         return ", ".join(parts) + " bytes"
 
 
+def _remedies(parts: dict[str, int]) -> str:
+    """What may bring a tile holding ``parts`` (bytes by category) under its capacity: those that
+    act on what it holds (no optimizer-state advice for a tile without optimizer state, no
+    recomputation for one without a stash or training state)."""
+    training = any(parts.get(k) for k in ("optimizer_state", "accumulators", "stash"))
+    tips = ["less of the model on this IPU (layers_per_ipu, split points)", "a smaller micro-batch"]
+    if parts.get("temporaries"):
+        tips.append("a lower availableMemoryProportion")
+    if training and parts.get("activations"):
+        tips.append("recomputation checkpoints")
+    if parts.get("optimizer_state"):
+        tips.append("the optimizer state off chip or sharded over replicas (TensorLocations, RTS)")
+    if parts.get("weights", 0) > 0.25 * sum(parts.values()):
+        tips.append("the weights off chip or sharded (TensorLocations)")
+    return ", ".join(tips[:-1]) + " or " + tips[-1]
+
+
 def check_tile_memory(memory: dict[int, IpuMemory]) -> None:
     """Raise :class:`OutOfMemoryError` for the IPU short by most bytes, if any IPU is short.
 
@@ -213,9 +230,7 @@ def check_tile_memory(memory: dict[int, IpuMemory]) -> None:
         f"Out of memory on IPU {worst.ipu}: tile {worst.fullest_tile} needs {worst.peak_tile_bytes:,} bytes at "
         f"{worst.peak_at} but a tile has {worst.capacity_per_tile:,} bytes; short by {worst.shortfall_bytes:,} "
         f"bytes (the tile then holds {worst.describe_peak()}; {int((worst.peak > worst.capacity_per_tile).sum())} "
-        f"of {tiles} compute tiles are over).{others} Try: fewer layers on this IPU, a smaller micro-batch, "
-        f"recomputation checkpoints, a lower availableMemoryProportion, or moving weights/optimizer state "
-        f"off chip (TensorLocations) or sharding it (RTS).",
+        f"of {tiles} compute tiles are over).{others} Try: {_remedies(worst.breakdown())}.",
         ipu=worst.ipu, op=worst.op, shortfall_bytes=worst.shortfall_bytes,
         shortfalls={m.ipu: m.shortfall_bytes for m in over})
 
