@@ -92,3 +92,20 @@ def test_usage_errors_exit_2(capsys, runs, extra, words):
 def test_a_figure_type_matplotlib_cannot_write_exits_2(capsys, runs, tmp_path):
     code, _, err = cli(capsys, "compare", runs / "base", runs / "same.json", "--figure", tmp_path / "f.docx")
     assert code == 2 and "cannot write 'docx'" in err and not (tmp_path / "f.docx").exists()
+
+
+def test_tensor_location_settings_show_only_what_was_set(capsys, tmp_path):
+    """A TensorLocationSettings is recorded whole; the comparison shows the fields that differ from
+    its defaults, so the options column stays readable."""
+    base = ["run", "--model", "mlp", "--system", "ipu-m2000", "--replicas", "2", "--training", "--optimizer", "adam",
+            "--json", "-q"]
+    files = []
+    for name, extra in (("rts", ["--optimizer-state", "rts"]), ("plain", [])):
+        code, out, _ = cli(capsys, *base, *extra)
+        assert code == 0
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(out)
+    main(["compare", *map(str, files)])
+    options = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("options"))
+    assert 'TensorLocations.setOptimizerLocation={"on_chip": true, "replicated_tensor_sharding": true}' in options
+    assert "min_elements" not in options

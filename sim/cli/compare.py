@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import IpuSimError
+from ..options import TensorLocationSettings
 from ..program import CATEGORIES
 from .argtypes import QUIET, VERBOSE, add_verbosity, progress, verbosity
 
@@ -196,6 +197,15 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _set_fields(value):
+    """A recorded option value as the comparison shows it: a TensorLocationSettings (recorded whole)
+    by the fields that differ from its defaults, so the column stays readable; anything else as is."""
+    defaults = vars(TensorLocationSettings())
+    if isinstance(value, dict) and set(value) == set(defaults):
+        return {k: v for k, v in value.items() if v != defaults[k]}
+    return value
+
+
 def _describe(s: dict) -> dict[str, str]:
     run = s.get("run") if isinstance(s.get("run"), dict) else {}
     opts = s.get("options")
@@ -210,7 +220,7 @@ def _describe(s: dict) -> dict[str, str]:
             "micro-batch": str(run.get("micro_batch", "?")),
             "overlapped streams": ", ".join(f"{n} {m}" for m, n in
                                             collections.Counter((run.get("overlap") or {}).values()).items()) or "none",
-            "options": ("; ".join(f"{k}={json.dumps(v)}" for k, v in opts.items()) or "defaults")
+            "options": ("; ".join(f"{k}={json.dumps(_set_fields(v))}" for k, v in opts.items()) or "defaults")
             if isinstance(opts, dict) else "(not recorded)",
             "system constants": str(config.get("constants_digest", "(not recorded)"))}
 
