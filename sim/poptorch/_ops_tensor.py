@@ -80,6 +80,24 @@ def _scatter(ctx):
     return ctx.op("scatter_elements", [idx, x, s], {"axis": int(dim), "reduce": str(reduce)})
 
 
+def _index_put(ctx):
+    """index_put / index_put_ (``x[idx] = v``; ``accumulate`` for ``x[idx] += v``): the values written
+    into a copy of the input element by element, as the scatter family (ONNX ScatterElements), as many
+    elements as the indexed positions cover (the index tensors' broadcast shape times the dimensions
+    they leave whole); with a boolean mask, a select over the input (masked_fill)."""
+    x, rx = ctx.sarg(0, "self"), ctx.args[0]
+    indices = list(ctx.args[1])
+    if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
+        return emit_map(ctx, ["select"], [x], [["select"]])
+    shape = torch.broadcast_shapes(*[i.shape for i in indices if isinstance(i, torch.Tensor)])
+    whole = [rx.shape[d] for d in range(rx.dim()) if d >= len(indices) or indices[d] is None]
+    n = max(1, math.prod(shape) * math.prod(whole))
+    values = operand(ctx, ctx.sarg(2, "values"), ctx.arg(2, "values"), ctx.output.dtype, "values")
+    accumulate = bool(ctx.arg(3, "accumulate", False))
+    return ctx.op("scatter_elements", [const(ctx, (n,), "int32", "index"), x, values],
+                  {"axis": 0, "reduce": "sum" if accumulate else "none"})
+
+
 def _index_fill(ctx):
     """index_fill: a select between the value and the input on the chosen slices."""
     return emit_map(ctx, ["select"], [ctx.sarg(0, "input")], [["select"]])
@@ -247,7 +265,8 @@ RULES = {
     "gather": _gather, "take_along_dim": _gather, "index_select": _index_select,
     "index": _index,
     "scatter": _scatter, "scatter_add": _scatter, "scatter_reduce": _scatter, "index_reduce": _scatter,
-    "index_fill": _index_fill, "roll": _roll, "one_hot": _one_hot,
+    "index_fill": _index_fill, "index_put": _index_put, "index_put_": _index_put,
+    "roll": _roll, "one_hot": _one_hot,
     "pad": _pad, "constant_pad_nd": _pad, "reflection_pad1d": _pad, "reflection_pad2d": _pad,
     "reflection_pad3d": _pad, "replication_pad1d": _pad, "replication_pad2d": _pad, "replication_pad3d": _pad,
     "_pad_circular": _pad, "meshgrid": _views, "cartesian_prod": _views, "cross": _cross,
