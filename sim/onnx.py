@@ -1052,15 +1052,15 @@ def _unsqueeze(ctx: OpContext):
 
 
 def _resize(ctx: OpContext):
-    """Resize (Upsample) with mode ``nearest``: a copy of each input element to its outputs, as
-    sim.poptorch prices Upsample's nearest mode; the output shape from the constant ``sizes`` (input 3)
-    or ``scales`` (input 2; before opset 11, input 1). Other modes are refused."""
+    """Resize (Upsample) as PopART's ResizeOpx runs it, the output shape from the constant ``sizes``
+    (input 3) or ``scales`` (input 2; before opset 11, input 1). ``nearest``: a copy of each input
+    element to its outputs, as sim.poptorch prices Upsample's nearest mode. ``linear`` (inference only:
+    PopART's ResizeGradOpx refuses it): ``resizeLinear``'s copy of the input, then for each resized
+    dimension the floor and ceiling neighbours (views) each multiplied by their constant weights along
+    that dimension and added. ``cubic`` is refused."""
     mode = ctx.attr("mode", "nearest")
-    if isinstance(mode, bytes):
-        mode = mode.decode()
-    if mode != "nearest":
-        ctx.unsupported(f"mode {mode!r}: only nearest has a rule (PopTorch runs bilinear upsampling as a C++ "
-                        "custom op without a cycle estimate); register_op one")
+    if mode not in ("nearest", "linear"):
+        ctx.unsupported(f"mode {mode!r}: the nearest and linear modes have rules")
     xs = ctx.shape(0)
     if ctx.num_inputs > 3 and ctx.has_input(3):
         out = tuple(_const_ints(ctx, 3, "sizes"))
@@ -1072,7 +1072,39 @@ def _resize(ctx: OpContext):
         out = tuple(int(np.floor(d * s)) for d, s in zip(xs, np.asarray(v, dtype=float).reshape(-1)))
     if len(out) != len(xs):
         ctx.unsupported(f"output shape {out} does not match the input's rank {len(xs)}")
-    return ctx.op("copy", [ctx.input(0)], {"op": "upsample_nearest", "onnx_op": ctx.op_type}, shapes=[out])
+    if mode == "nearest":
+        return ctx.op("copy", [ctx.input(0)], {"op": "upsample_nearest", "onnx_op": ctx.op_type}, shapes=[out])
+    dt, cur = ctx.dtype(0), list(xs)
+    resized = [d for d in range(len(xs)) if out[d] != xs[d]]
+    y = ctx.op("copy", [ctx.input(0)], {"op": "resize_linear"}, shapes=[xs], dtypes=[dt], result=not resized,
+               suffix="copy")
+    for d in resized:
+        cur[d] = out[d]
+        weights = ctx.builder.constant(f"{ctx.name}/weights{d}", tuple(out[d] if i == d else 1 for i in range(len(xs))),
+                                       dt)
+        ceil = ctx.op("mul", [y, weights], shapes=[tuple(cur)], dtypes=[dt], result=False, suffix=f"ceil{d}")
+        floor = ctx.op("mul", [y, weights], shapes=[tuple(cur)], dtypes=[dt], result=False, suffix=f"floor{d}")
+        last = d == resized[-1]
+        y = ctx.op("add", [floor, ceil], shapes=[tuple(cur)], dtypes=[dt], result=last, suffix=f"sum{d}")
+    return y
+
+
+def _depth_space(ctx: OpContext):
+    """DepthToSpace (DCR or CRD mode) and SpaceToDepth as PopART's ONNX pass spells them
+    (``onnxpasses/nodepatterns/spacedepth.cpp``): a reshape to six dimensions, a transpose, a reshape
+    to the output; the transpose is the one layout change."""
+    n, c, h, w = ctx.shape(0)
+    r, dt = int(ctx.attr("blocksize")), ctx.dtype(0)
+    if ctx.op_type == "SpaceToDepth":
+        six, perm, out = (n, c, h // r, r, w // r, r), [0, 3, 5, 1, 2, 4], (n, c * r * r, h // r, w // r)
+    elif ctx.attr("mode", "DCR") == "CRD":
+        six, perm, out = (n, c // (r * r), r, r, h, w), [0, 1, 4, 2, 5, 3], (n, c // (r * r), h * r, w * r)
+    else:
+        six, perm, out = (n, r, r, c // (r * r), h, w), [0, 3, 4, 1, 5, 2], (n, c // (r * r), h * r, w * r)
+    t = ctx.op("reshape", [ctx.input(0)], shapes=[six], dtypes=[dt], result=False, suffix="blocks")
+    moved = tuple(six[p] for p in perm)
+    t = ctx.op("transpose", [t], {"perm": perm}, shapes=[moved], dtypes=[dt], result=False, suffix="move")
+    return ctx.op("reshape", [t], shapes=[out], dtypes=[dt])
 
 
 def _topk(ctx: OpContext):
@@ -1266,7 +1298,8 @@ RULES: dict = {
     # data movement
     "Gather": _gather, "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze, "Expand": _expand, "Transpose": _transpose, "Concat": _concat,
-    "Slice": _slice, "Split": _split, "Resize": _resize, "Upsample": _resize, "TopK": _topk, "CumSum": _cumsum,
+    "Slice": _slice, "Split": _split, "Resize": _resize, "Upsample": _resize,
+    "DepthToSpace": _depth_space, "SpaceToDepth": _depth_space, "TopK": _topk, "CumSum": _cumsum,
     # losses
     "SoftmaxCrossEntropyLoss": _cross_entropy, "NegativeLogLikelihoodLoss": _cross_entropy,
 }

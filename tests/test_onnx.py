@@ -433,11 +433,32 @@ def test_resize_nearest_is_a_copy_into_the_larger_output(inputs, inits):
               inits)
     g = sim.onnx.load(m)
     assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [("copy", (1, 4, 16, 16))]
-    linear = model([h.make_node("Resize", inputs, ["y"], name="up", mode="linear")],
-                   [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
-                   [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])], inits)
-    with pytest.raises(sim.UnsupportedOpError, match="mode 'linear': only nearest has a rule"):
-        sim.onnx.load(linear)
+    cubic = model([h.make_node("Resize", inputs, ["y"], name="up", mode="cubic")],
+                  [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
+                  [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])], inits)
+    with pytest.raises(sim.UnsupportedOpError, match="mode 'cubic': the nearest and linear modes have rules"):
+        sim.onnx.load(cubic)
+
+
+def test_resize_linear_as_popart_runs_it_and_refuses_to_train():
+    """PopART's resizeLinear: a copy of the input, then per resized dimension the two neighbours times
+    their weights along it, added; ResizeGradOpx refuses linear mode, so training through it is refused."""
+    m = model([h.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear")],
+              [h.make_tensor_value_info("x", T.FLOAT16, [1, 4, 8, 8])], [h.make_tensor_value_info("y", T.FLOAT16, [1, 4, 16, 16])],
+              [nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    g = sim.onnx.load(m)
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [
+        ("copy", (1, 4, 8, 8)), ("mul", (1, 4, 16, 8)), ("mul", (1, 4, 16, 8)), ("add", (1, 4, 16, 8)),
+        ("mul", (1, 4, 16, 16)), ("mul", (1, 4, 16, 16)), ("add", (1, 4, 16, 16))]
+    assert g.ops[-1].outputs == ["y"] and {g.tensors[t].dtype for op in g.ops for t in op.outputs} == {"float16"}
+    assert sim.simulate(g, "ipu-mk2").cycle_count > 0
+    trained = model([h.make_node("Mul", ["x", "w"], ["a"], name="scale"),
+                     h.make_node("Resize", ["a", "", "scales"], ["y"], name="up", mode="linear"),
+                     h.make_node("ReduceMean", ["y"], ["loss"], name="loss", keepdims=0)],
+                    [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])], [h.make_tensor_value_info("loss", T.FLOAT, [])],
+                    [zeros("w", (1, 4, 8, 8)), nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    with pytest.raises(sim.GraphError, match="cannot train through a Resize in linear mode"):
+        sim.simulate(sim.onnx.load(trained, loss="loss"), "ipu-mk2", training=True)
 
 
 def test_topk_and_cumsum_as_sim_poptorch_prices_them():

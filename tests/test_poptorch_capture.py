@@ -444,20 +444,20 @@ class Swish(nn.Module):
         return F.silu(self.fc(x))
 
 
-class PixelShuffle(nn.Module):  # not in PopTorch's supported operations, nor priced here
+class Rot90(nn.Module):  # PopTorch has no handler for rot90, and no rule prices it here
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(8, 8)
 
     def forward(self, x):
-        return F.pixel_shuffle(self.fc(x).reshape(2, 8, 1, 1), 2)
+        return torch.rot90(self.fc(x), 1, (0, 1))
 
 
 def test_unknown_op_names_the_op_and_how_to_price_it():
     with pytest.raises(sim.UnsupportedOpError) as e:
-        poptorch.inferenceModel(PixelShuffle())(torch.randn(2, 8))
+        poptorch.inferenceModel(Rot90())(torch.randn(2, 8))
     msg = str(e.value)
-    assert "torch.pixel_shuffle" in msg
+    assert "torch.rot90" in msg
     assert "sim.poptorch.register_op" in msg and "ctx.custom(vertices=" in msg
 
 

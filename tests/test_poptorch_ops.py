@@ -811,15 +811,6 @@ def test_triangle_of_a_computed_tensor_is_refused_as_poptorch_refuses_it():
         poptorch.inferenceModel(Causal())(torch.randn(4, 4))
 
 
-def test_bilinear_upsampling_is_refused_saying_why():
-    class Up(nn.Module):
-        def forward(self, x):
-            return F.interpolate(x, scale_factor=2, mode="bilinear")
-
-    with pytest.raises(sim.UnsupportedOpError, match="UpsampleBilinear2d custom op, a plain C\\+\\+ codelet"):
-        poptorch.inferenceModel(Up())(torch.randn(1, 2, 4, 4))
-
-
 def test_einsum_with_a_repeated_label_is_refused():
     class Diagonal(nn.Module):
         def forward(self, x):

@@ -24,6 +24,7 @@ from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
                   pass_fixed_cycles,
                   plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
+from .bilinear import forward_plan, grad_plan
 from .ctc import plan_ctc
 from .histogram import histogram_tile_cycles
 from .embedding import (FLOAT_BYTES, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
@@ -1079,7 +1080,22 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
         return _sort(ins, outs, attrs, ipu, tiles)
     if kind == "ctc_loss":
         return _ctc(ins, attrs, ipu, tiles)
+    if kind in ("upsample_bilinear", "upsample_bilinear_grad"):
+        return _upsample_bilinear(kind, ins, outs, ipu, tiles)
     return None
+
+
+def _upsample_bilinear(kind, ins, outs, ipu, tiles) -> OpCost:
+    """PopTorch's bilinear upsampling custom op (:mod:`sim.cost.bilinear`): the forward's one
+    popops::map, or the gradient's C++ vertices in one to three compute sets."""
+    (in_shape, dtype, _), (out_shape, _) = ins[0], outs[0]
+    itemsize = DTYPE_BYTES[dtype]
+    if kind == "upsample_bilinear":
+        p = forward_plan(in_shape, out_shape, itemsize, ipu, tiles)
+    else:  # the output's gradient (the larger tensor) in, the input's gradient out
+        p = grad_plan(out_shape, in_shape, itemsize, ipu, tiles)
+    return _phases(ipu, p.compute, exchange_cycles(p.exchange_bytes, ipu), p.compute_sets, p.flops,
+                   p.exchange_bytes * p.tiles, p.tiles, plan=p.plan, tiles=tiles, launch=p.launch)
 
 
 def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:

@@ -679,6 +679,10 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k in _ACTIVATION_GRADS:
         if wants(0):
             bw.give(ins[0].name, bw.new(f"{k}_grad", [dy, ins[0].name], ins[0].shape, ins[0].dtype))
+    elif k == "copy" and op.attrs.get("op") == "resize_linear":
+        raise GraphError(f"op {op.name!r}: PopART cannot train through a Resize in linear mode (ResizeGradOpx: "
+                         "\"Resize mode 'linear' is not supported when training\"); run inference, or resize "
+                         "in nearest mode")
     elif k == "copy" and op.attrs.get("op") == "upsample_nearest" and _integer_scales(ins[0].shape, g.tensors[dy].shape):
         if wants(0):
             bw.give(ins[0].name, _nearest_upsample_grad(bw, dy, ins[0]))
@@ -842,6 +846,9 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
         for i in range(1 if k.startswith("reduce") else 2):
             if wants(i):  # dy where this input is the extreme
                 grad_map(i, ["compare", "mul"], [ins[i].name, y])
+    elif k == "upsample_bilinear":  # PopTorch's UpsampleGradOp: the output's gradient summed back
+        if wants(0):
+            bw.give(ins[0].name, bw.new("upsample_bilinear_grad", [dy], ins[0].shape, ins[0].dtype, op.attrs))
     elif k == "reduce_prod":
         if wants(0):
             grad_map(0, ["div", "mul"], [ins[0].name, y])

@@ -11,8 +11,8 @@ Unknown ops raise :class:`sim.UnsupportedOpError` naming the op. Give one a cost
 
     import torch, sim.poptorch as poptorch
 
-    # price torch.nn.functional.pixel_shuffle as a copy into the output's shape (a rearrangement)
-    poptorch.register_op(torch.nn.functional.pixel_shuffle, lambda ctx: ctx.op("copy", ctx.inputs[:1]))
+    # price torch.rot90 as a copy into the output's shape (a rearrangement)
+    poptorch.register_op(torch.rot90, lambda ctx: ctx.op("copy", ctx.inputs[:1]))
 
     # or give an op (here a whole module type, kept as one node) its own cost, like a Poplar
     # codelet with a cycle estimate: vertices, worker cycles per vertex, bytes in per tile
@@ -44,9 +44,9 @@ def register_op(target, fn) -> None:
     """Give ``target`` a sim cost: ``fn(ctx: OpContext)`` emits sim ops and returns the
     result's tensor name(s).
 
-    ``target`` is a function (``torch.nn.functional.pixel_shuffle``), a ``torch.nn.Module`` subclass
+    ``target`` is a function (``torch.rot90``), a ``torch.nn.Module`` subclass
     (kept whole under torch.fx and handed over as ``ctx.module``), an ATen op
-    (``torch.ops.aten.pixel_shuffle.default``) or a name (``"pixel_shuffle"``: any function, method or ATen op of
+    (``torch.ops.aten.rot90.default``) or a name (``"rot90"``: any function, method or ATen op of
     that name). A registration replaces the built-in rule of the same target.
     """
     if not callable(fn):

@@ -431,8 +431,9 @@ def _embedding_bag(ctx):
 
 
 def _interpolate(ctx):
-    """Upsample / interpolate: nearest is a copy of each input element to its outputs; bicubic
-    sixteen multiply-adds per output (PopTorch supports these two modes)."""
+    """Upsample / interpolate: nearest is a copy of each input element to its outputs; bilinear
+    PopTorch's custom op (:func:`_upsample_bilinear`); bicubic sixteen multiply-adds per output
+    (PopTorch supports these three modes)."""
     mode = ctx.arg(3, "mode", "nearest")
     if ctx.key.startswith("upsample_nearest"):
         mode = "nearest"
@@ -446,10 +447,32 @@ def _interpolate(ctx):
     if mode == "bicubic":
         return emit_map(ctx, ["mul", "add"], [x], [["mul", "add"]], repeat=16)
     if mode == "bilinear":
-        ctx.unsupported("mode 'bilinear': PopTorch runs it (integer, uniform scale factors) as its "
-                        "UpsampleBilinear2d custom op, a plain C++ codelet without a cycle estimate, so the "
-                        "simulator has no cost for it; register_op one (four multiply-adds per output)")
-    ctx.unsupported(f"mode {mode!r}: PopTorch supports the nearest and bicubic modes of Upsample")
+        return _upsample_bilinear(ctx, x)
+    ctx.unsupported(f"mode {mode!r}: PopTorch supports the nearest, bilinear (4-D) and bicubic modes of Upsample")
+
+
+def _upsample_bilinear(ctx, x):
+    """Bilinear upsampling of a 4-D input: PopTorch's UpsampleBilinear2d custom op
+    (``upsampleBilinear2dHandler``), priced by :mod:`sim.cost.bilinear`. PopTorch takes an output
+    size as it is, and refuses a scale factor that differs between height and width or is not a whole
+    number."""
+    rx, out = ctx.args[0], ctx.output
+    if rx.dim() != 4:
+        ctx.unsupported(f"a {rx.dim()}-D input: PopTorch's UpsampleBilinear2d takes (N, C, H, W) only")
+    scale = None if ctx.key.startswith("upsample_") else ctx.arg(2, "scale_factor")
+    if scale is not None:
+        sh, sw = (scale, scale) if isinstance(scale, (int, float)) else tuple(scale)
+        if sh != sw:
+            ctx.unsupported(f"scale factors {sh} x {sw}: PopTorch supports uniform bilinear upsampling only "
+                            "(\"Non-uniform bilinear upsampling not supported\"); give size= instead")
+        if sh != math.floor(sh):
+            ctx.unsupported(f"scale factor {sh}: PopTorch supports whole-number bilinear scale factors only; "
+                            "give size= instead")
+        if ctx.arg(6, "antialias", False):
+            ctx.unsupported("antialias=True: PopTorch has no handler for anti-aliased bilinear upsampling")
+    align = bool(ctx.arg(2 if ctx.key.startswith("upsample_") else 4, "align_corners", False) or False)
+    return ctx.op("upsample_bilinear", [x], {"align_corners": align,
+                                             "scale": out.shape[-1] / rx.shape[-1]})
 
 
 # --- losses made of element-wise ops ------------------------------------------------------------

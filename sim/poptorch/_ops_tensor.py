@@ -5,7 +5,8 @@ Constants (``fill``) fold into graph constants, as PopART folds them. ``gather``
 (ONNX GatherElements / ScatterElements: popops multiSlice / multiUpdate of single elements);
 ``bincount`` scatters ones. Padding and ``roll``, ``meshgrid``, ``cartesian_prod`` are views
 (popops::pad concatenates views of the input and constants, ``popops/Padder.cpp``).
-``tensordot``, ``einsum`` and ``cdist`` are the matmul and element-wise ops they are made of.
+``tensordot``, ``einsum`` and ``cdist`` are the matmul and element-wise ops they are made of;
+``pixel_shuffle`` a transpose between two reshapes (PopART's DepthToSpace).
 """
 
 from __future__ import annotations
@@ -251,6 +252,27 @@ def _flip(ctx):
     return ctx.op("copy", [ctx.sarg(0, "input")], name="reverse")
 
 
+def _pixel_shuffle(ctx):
+    """pixel_shuffle(x, r): PopTorch's DepthToSpace in CRD mode (``pixelShuffleHandler``), which
+    PopART's ONNX pass (``onnxpasses/nodepatterns/spacedepth.cpp``) spells as a reshape to
+    (B, C/r², r, r, H, W), a transpose to (B, C/r², H, r, W, r) and a reshape to the output: one layout
+    change through the exchange. Leading dimensions fold into B."""
+    rx, r = ctx.args[0], int(ctx.arg(1, "upscale_factor"))
+    *lead, C, H, W = rx.shape
+    B, c = math.prod(lead), C // (r * r)
+    t = emit(ctx, "reshape", [ctx.sarg(0, "input")], (B, c, r, r, H, W), rx.dtype, name="blocks")
+    t = emit(ctx, "transpose", [t], (B, c, H, r, W, r), rx.dtype, {"perm": [0, 1, 4, 2, 5, 3]}, "depth_to_space")
+    return ctx.op("reshape", [t])
+
+
+def _pixel_unshuffle(ctx):
+    """PopTorch has no handler for ``aten::pixel_unshuffle`` (its canonicalisation registers
+    pixel_shuffle only), so the model would not compile there."""
+    ctx.unsupported("PopTorch has no handler for pixel_unshuffle (it registers pixel_shuffle only); write it "
+                    "as x.reshape(B, C, H // r, r, W // r, r).permute(0, 1, 3, 5, 2, 4).reshape(B, C * r * r, "
+                    "H // r, W // r)")
+
+
 def _triangle(ctx):
     """tril / triu of a computed tensor: refused as PopTorch refuses it (``TensorOps.cpp``
     ``triuHandler``); of constants they fold before reaching a rule."""
@@ -259,7 +281,7 @@ def _triangle(ctx):
 
 
 RULES = {
-    "tril": _triangle, "triu": _triangle,
+    "tril": _triangle, "triu": _triangle, "pixel_shuffle": _pixel_shuffle, "pixel_unshuffle": _pixel_unshuffle,
     "fill": _fill, "fill_": _fill, "zero": _fill, "zero_": _fill, "flip": _flip,
     "bincount": _bincount, "bucketize": _bucketize,
     "gather": _gather, "take_along_dim": _gather, "index_select": _index_select,
