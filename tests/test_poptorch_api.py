@@ -488,3 +488,11 @@ def test_profiling_channel_and_print(capsys):
     out = capsys.readouterr().out
     assert "BeginBlock(user_id=b, ipu_id=0) Linear" in out
     assert popt_options._TrainingOptions is type(poptorch.Options().Training)
+
+
+def test_an_inference_model_notes_no_optimizer():
+    """inferenceModel takes no optimizer, so its run has no note about one (it said an 'sgd' optimizer
+    had no effect)."""
+    model = poptorch.inferenceModel(torch.nn.Linear(4, 4))
+    model(torch.randn(2, 4))
+    assert not [n for n in model.executable.notes if "optimizer" in n]

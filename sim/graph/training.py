@@ -725,6 +725,16 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k in ("reduce_sum", "reduce_mean"):
         if wants(0):
             bw.give(ins[0].name, bw.new("scale", [dy], ins[0].shape, ins[0].dtype, suffix="broadcast"))
+    elif k == "concat" and op.attrs.get("op") in ("im2col", "unfold"):
+        if wants(0):  # each window's gradient added back where the window came from (col2im)
+            x = ins[0]
+            n_dy = g.tensors[dy].numel
+            idx = bw.g.add_tensor(bw.g.unique_tensor_name(f"{op.name}/grad_positions"), (n_dy,), "int32", "constant")
+            zeros = bw.g.add_tensor(bw.g.unique_tensor_name(f"{op.name}/grad_zeros"), (x.numel,), x.dtype, "constant")
+            flat = bw.new("reshape", [dy], (n_dy,), x.dtype, suffix="grad_flat")
+            summed = bw.new("scatter_elements", [idx.name, zeros.name, flat], (x.numel,), x.dtype,
+                            {"axis": 0, "reduce": "sum"}, "grad_windows")
+            bw.give(x.name, bw.new("reshape", [summed], x.shape, x.dtype, suffix="grad_unflat"))
     elif k == "concat":
         axis = op.attrs["axis"]
         start = 0

@@ -6,7 +6,8 @@ Constants (``fill``) fold into graph constants, as PopART folds them. ``gather``
 ``bincount`` scatters ones. Padding and ``roll``, ``meshgrid``, ``cartesian_prod`` are views
 (popops::pad concatenates views of the input and constants, ``popops/Padder.cpp``).
 ``tensordot``, ``einsum`` and ``cdist`` are the matmul and element-wise ops they are made of;
-``pixel_shuffle`` a transpose between two reshapes (PopART's DepthToSpace).
+``pixel_shuffle`` a transpose between two reshapes (PopART's DepthToSpace); ``F.unfold`` and
+``Tensor.unfold`` views of their windows, ``F.fold`` a scatter-add (PopTorch's im2col and col2im).
 """
 
 from __future__ import annotations
@@ -273,6 +274,53 @@ def _pixel_unshuffle(ctx):
                     "H // r, W // r)")
 
 
+def _pair(v) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, (int, float)) else (int(v[0]), int(v[1]))
+
+
+def _windows(ctx, x, out, label: str):
+    """``out``, the windows of ``x`` side by side: the slices PopTorch concatenates (views, read by the
+    consumer). The gradient sums each window's output gradient back into ``x`` (:mod:`sim.graph.training`)."""
+    ctx.cap.notes.append(f"{ctx.desc}: the windows are views; in training their gradient is priced as a "
+                         "scatter-add of the output gradient into the input (PopTorch's col2im form), where "
+                         "PopART sums one zero-padded gradient per slice it cut")
+    return ctx.op("concat", [x], {"axis": -1, "op": label}, output=out)
+
+
+def _unfold(ctx):
+    """F.unfold (``aten::im2col``) as PopTorch's ``im2colHandler`` lowers it: the input zero-padded (its
+    width also up to a whole number of strides), then slices of the flattened padded image concatenated
+    into (N, C k_h k_w, L); Tensor.unfold (sliding windows along one dimension) as poprithms' Unfolder
+    lowers it, slices concatenated. Views either way."""
+    if ctx.key == "unfold" and (ctx.aten or (ctx.node is not None and ctx.node.op == "call_method")):
+        return _windows(ctx, ctx.sarg(0, "input"), ctx.output, "unfold")
+    rx = ctx.args[0]
+    if rx.dim() != 4:
+        ctx.unsupported(f"a {rx.dim()}-D input: PopTorch's im2col takes (N, C, H, W) only")
+    (ph, pw), sw = _pair(ctx.arg(3, "padding", 0)), _pair(ctx.arg(4, "stride", 1))[1]
+    n, c, h, w = rx.shape
+    width = w + 2 * pw
+    padded = emit(ctx, "pad", [ctx.sarg(0, "input")], (n, c, h + 2 * ph, width + (-width) % sw), rx.dtype,
+                  {"mode": "constant"}, "pad")
+    return _windows(ctx, padded, ctx.output, "im2col")
+
+
+def _fold(ctx):
+    """F.fold (``aten::col2im``) as PopTorch's ``col2imHandler`` lowers it: the columns (N, C k_h k_w, L)
+    viewed as (N, C, k_h k_w L) and scatter-added (PopART ScatterReduce, sum) into (N, C, H W) at the
+    positions they came from, then viewed as (N, C, H, W)."""
+    rx, out = ctx.args[0], ctx.output
+    if rx.dim() == 2:
+        rx = rx.unsqueeze(0)
+    n, c = out.shape[-4] if out.dim() == 4 else 1, out.shape[-3]
+    cols = emit(ctx, "reshape", [ctx.sarg(0, "input")], (n, c, rx.numel() // (n * c)), rx.dtype, name="columns")
+    idx = const(ctx, (n, c, rx.numel() // (n * c)), "int32", "positions")
+    zeros = const(ctx, (n, c, out.shape[-2] * out.shape[-1]), out.dtype, "zeros")
+    summed = emit(ctx, "scatter_elements", [idx, zeros, cols], (n, c, out.shape[-2] * out.shape[-1]), out.dtype,
+                  {"axis": 2, "reduce": "sum"}, "scatter_add")
+    return ctx.op("reshape", [summed])
+
+
 def _triangle(ctx):
     """tril / triu of a computed tensor: refused as PopTorch refuses it (``TensorOps.cpp``
     ``triuHandler``); of constants they fold before reaching a rule."""
@@ -282,6 +330,7 @@ def _triangle(ctx):
 
 RULES = {
     "tril": _triangle, "triu": _triangle, "pixel_shuffle": _pixel_shuffle, "pixel_unshuffle": _pixel_unshuffle,
+    "unfold": _unfold, "im2col": _unfold, "fold": _fold, "col2im": _fold,
     "fill": _fill, "fill_": _fill, "zero": _fill, "zero_": _fill, "flip": _flip,
     "bincount": _bincount, "bucketize": _bucketize,
     "gather": _gather, "take_along_dim": _gather, "index_select": _index_select,

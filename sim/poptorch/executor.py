@@ -113,7 +113,7 @@ class PoplarExecutor:
         options._freeze()
         self._options = options
         self._optimizer = optimizer
-        self._sim_optimizer = _optim.sim_optimizer(optimizer) if training else "sgd"
+        self._sim_optimizer = _optim.sim_optimizer(optimizer) if training else None
         self._executable = None
         self._captured: Captured | None = None
         self._example = None  # (args, kwargs) of the micro-batch the model was compiled for

@@ -1,5 +1,6 @@
-"""Bilinear upsampling (PopTorch's UpsampleBilinear2d custom op, sim/cost/bilinear.py) and pixel
-shuffle / ONNX DepthToSpace and SpaceToDepth (PopART's reshape, transpose, reshape)."""
+"""Bilinear upsampling (PopTorch's UpsampleBilinear2d custom op, sim/cost/bilinear.py); pixel
+shuffle / ONNX DepthToSpace and SpaceToDepth (PopART's reshape, transpose, reshape); F.unfold,
+Tensor.unfold and F.fold (PopTorch's im2col and col2im)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def test_bilinear_upsampling_is_poptorchs_custom_op_and_trains():
     (lambda t: F.interpolate(t, scale_factor=2, mode="bilinear", antialias=True), "anti-aliased"),
     (lambda t: F.interpolate(t.flatten(2), scale_factor=2, mode="linear"), "mode 'linear'"),
     (lambda t: F.pixel_unshuffle(t, 2), "registers pixel_shuffle only"),
+    (lambda t: F.unfold(t[0], 3), "im2col takes"),
 ])
 def test_what_poptorch_refuses_is_refused(call, match):
     with pytest.raises(sim.UnsupportedOpError, match=match):
@@ -174,3 +176,41 @@ def test_pixel_shuffle_moves_the_same_data_as_its_onnx_form():
     assert a.attrs["perm"] == b.attrs["perm"]
     cost_a, cost_b = op_cost(a, onnx, MK2, TILES), op_cost(b, torch_graph, MK2, TILES)
     assert cost_a.cycles == cost_b.cycles > 0 and cost_a.exchange_bytes == cost_b.exchange_bytes > 0
+
+
+# --- unfold and fold ---------------------------------------------------------------------------
+
+def _kinds(g, pass_, kinds):
+    return [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops if op.pass_ == pass_ and op.kind in kinds]
+
+
+def test_unfold_is_views_of_the_padded_input_and_its_gradient_a_scatter_add():
+    """PopTorch's im2col: the input padded (the width also up to a whole number of strides: 34 -> 36
+    for stride 3), the windows' slices concatenated; views, so the consumer reads them. In training
+    the windows' gradient is scatter-added into the padded input, which the run notes."""
+    unfold = lambda t: F.unfold(t, 3, padding=1, stride=3)  # noqa: E731
+    model = Head(unfold, 8)
+    trained = poptorch.trainingModel(model, optimizer=poptorch.optim.SGD(model.parameters(), lr=0.1))
+    trained(torch.randn(2, 8, 32, 32))
+    g = trained.executable.graph
+    assert _kinds(g, "forward", ("pad", "concat")) == [("pad", (2, 8, 34, 36)), ("concat", (2, 72, 121))]
+    (scatter,) = [op for op in g.ops if op.kind == "scatter_elements"]
+    assert scatter.pass_ == "backward"
+    assert [g.tensors[t].shape for t in scatter.inputs] == [(2 * 72 * 121,), (2 * 8 * 34 * 36,), (2 * 72 * 121,)]
+    assert any("unfold: the windows are views" in n for n in trained.executable.notes)
+
+
+def test_tensor_unfold_windows_and_their_gradient():
+    g = _graph(lambda t: t.unfold(3, 4, 2), torch.randn(1, 8, 6, 10), training=True)
+    assert _kinds(g, "forward", ("concat",)) == [("concat", (1, 8, 6, 4, 4))]
+    (scatter,) = [op for op in g.ops if op.kind == "scatter_elements"]
+    assert g.tensors[scatter.outputs[0]].shape == (1 * 8 * 6 * 10,)
+
+
+def test_fold_is_a_scatter_add_into_the_image():
+    """PopTorch's col2im: the columns viewed as (N, C, k k L), scatter-added into (N, C, H W)."""
+    fold = lambda t: F.fold(F.unfold(t, 3, padding=1), (6, 6), 3, padding=1)  # noqa: E731
+    g = _graph(fold, torch.randn(2, 8, 6, 6))
+    (scatter,) = [op for op in g.ops if op.kind == "scatter_elements"]
+    assert [g.tensors[t].shape for t in scatter.inputs] == [(2, 8, 9 * 36), (2, 8, 36), (2, 8, 9 * 36)]
+    assert scatter.attrs == {"axis": 2, "reduce": "sum"}
