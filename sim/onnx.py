@@ -53,6 +53,7 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("sim.onnx needs the onnx package: pip install -e '.[onnx]' (onnx>=1.15)") from _e
 
+from .cost.expressions import EXPRESSIONS
 from .errors import GraphError, IpuSimError, OutOfMemoryError, UnsupportedOpError
 from .graph.ir import (RNN_GATES, Graph, GraphBuilder, Op, canonical_dtype, conv_attrs, spatial_attr,
                        transposed_conv_attrs)
@@ -561,28 +562,32 @@ _HARD_SWISH = _expression(["mul", "add", "minimum", "maximum", "mul"], ["mul", "
 
 
 def _compare(ctx: OpContext):
-    # a comparison or logical op: one ALU instruction per element, priced as "sub"
+    """A comparison (popops' EQUAL, LESS_THAN, ... binary ops) or a logical op (LOGICAL_AND / OR / XOR,
+    LOGICAL_NOT), bool results."""
     out = _broadcast(*[ctx.shape(i) for i in range(ctx.num_inputs)])
-    return ctx.op("sub", ctx.inputs, {"onnx_op": ctx.op_type}, shapes=[out], dtypes=["bool"])
+    kind = {"Not": "logical_not", "And": "logical", "Or": "logical", "Xor": "logical"}.get(ctx.op_type, "compare")
+    return ctx.op(kind, ctx.inputs, {"onnx_op": ctx.op_type}, shapes=[out], dtypes=["bool"])
 
 
 def _minmax(ctx: OpContext):
-    # element-wise max/min of two or more tensors: one instruction per element per operand pair
+    """Element-wise Max / Min of two or more tensors: popops' MAXIMUM / MINIMUM, one binary op per
+    further operand (PopART's MaxOpx and MinOpx)."""
+    kind = "maximum" if ctx.op_type == "Max" else "minimum"
     ins = ctx.inputs
     y = ins[0]
     shape = ctx.shape(0)
     for i in range(1, len(ins)):
         shape = _broadcast(shape, ctx.shape(i))
         last = i == len(ins) - 1
-        y = ctx.op("sub", [y, ins[i]], {"onnx_op": ctx.op_type}, shapes=[shape], result=last,
+        y = ctx.op(kind, [y, ins[i]], {"onnx_op": ctx.op_type}, shapes=[shape], result=last,
                    suffix=f"{ctx.op_type.lower()}{i}", dtypes=[ctx.dtype(0)])
     return y
 
 
 def _where(ctx: OpContext):
-    # select(cond, x, y): a load of each operand and a store, priced as "add" of x and y
+    """Where(condition, x, y): popops' Select."""
     out = _broadcast(ctx.shape(0), ctx.shape(1), ctx.shape(2))
-    return ctx.op("add", [ctx.input(1), ctx.input(2), ctx.input(0)], {"onnx_op": "Where"}, shapes=[out],
+    return ctx.op("select", [ctx.input(0), ctx.input(1), ctx.input(2)], {"onnx_op": "Where"}, shapes=[out],
                   dtypes=[ctx.dtype(1) if ctx.value(1) is None else ctx.dtype(2)])
 
 
@@ -595,14 +600,12 @@ def _reciprocal(ctx: OpContext):
 
 
 def _sqrt(ctx: OpContext):
-    # sqrt: one special-function instruction per element, like exp (the cost model has no "sqrt")
-    return ctx.op("exp", [ctx.input(0)], {"onnx_op": "Sqrt"}, shapes=[ctx.shape(0)])
+    return ctx.op("sqrt", [ctx.input(0)], {"onnx_op": "Sqrt"}, shapes=[ctx.shape(0)])
 
 
 def _erf(ctx: OpContext):
-    # erf: a polynomial approximation like tanh's (the cost model has no "erf"); the exported
-    # GELU x * 0.5 * (1 + erf(x / sqrt 2)) stays as its element-wise ops
-    return ctx.op("tanh", [ctx.input(0)], {"onnx_op": "Erf"}, shapes=[ctx.shape(0)])
+    # popops' ERF; an exported GELU x * 0.5 * (1 + erf(x / sqrt 2)) stays as its element-wise ops
+    return ctx.op("erf", [ctx.input(0)], {"onnx_op": "Erf"}, shapes=[ctx.shape(0)])
 
 
 def _pow(ctx: OpContext):
@@ -620,9 +623,7 @@ def _pow(ctx: OpContext):
         return _sqrt(ctx)
     if e == -1.0:
         return _reciprocal(ctx)
-    # x ** y = exp(y * log x): priced as one exp and one mul (the cost model has no log)
-    t = ctx.op("exp", [x], {"onnx_op": "Pow"}, shapes=[ctx.shape(0)], result=False, suffix="exp_log")
-    return ctx.op("mul", [t, ctx.input(1)], shapes=[out], dtypes=[ctx.dtype(0)])
+    return ctx.op("pow", [x, ctx.input(1)], {"onnx_op": "Pow"}, shapes=[out], dtypes=[ctx.dtype(0)])
 
 
 def _cast(ctx: OpContext):
@@ -1255,8 +1256,10 @@ def _reduce(kind: str):
 
 
 def _clip(ctx: OpContext):
-    # a clamp to [min, max]: one or two compares per element, priced as relu (as ReLU6 is)
-    return ctx.op("relu", [ctx.input(0)], {"onnx_op": "Clip"}, shapes=[ctx.shape(0)])
+    """Clip: popops' Clamp of the input between its min and max (PopART's ClipOpx); a bound not given
+    is a constant."""
+    bounds = [ctx.input(i) if ctx.has_input(i) else _scalar_const(ctx, label) for i, label in ((1, "min"), (2, "max"))]
+    return ctx.op("clamp", [ctx.input(0)] + bounds, {"onnx_op": "Clip"}, shapes=[ctx.shape(0)], dtypes=[ctx.dtype(0)])
 
 
 def _cross_entropy(ctx: OpContext):
@@ -1273,12 +1276,180 @@ def _cross_entropy(ctx: OpContext):
     return loss
 
 
+# --- more of PopART's element-wise, reduction and data-movement ops -------------------------------
+#: ONNX ops PopART runs as one popops unary codelet, and the graph kind of that codelet
+_UNARY_KINDS = {"Abs": "abs", "Ceil": "ceil", "Floor": "floor", "Round": "round", "Sign": "sign", "Log": "log",
+                "Sin": "sin", "Cos": "cos", "Asin": "asin", "IsNaN": "isnan", "IsInf": "isnan",
+                "BitwiseNot": "bitwise_not"}
+#: ONNX ops PopART runs as one popops map expression, by their name in sim.cost.expressions
+_EXPRESSION_OPS = {"Elu": "elu", "Selu": "selu", "Softsign": "softsign", "ThresholdedRelu": "threshold",
+                   "Shrink": "softshrink", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh"}
+
+
+def _named_expression(ctx: OpContext):
+    steps, grad = EXPRESSIONS[_EXPRESSION_OPS[ctx.op_type]]
+    return _expression(steps, grad, ctx.op_type)(ctx)
+
+
+def _binary_kind(kind: str):
+    """A two-operand op with a popops codelet of its own (Mod: remainder; the bitwise ops)."""
+    def rule(ctx: OpContext):
+        return ctx.op(kind, [ctx.input(0), ctx.input(1)], {"onnx_op": ctx.op_type},
+                      shapes=[_broadcast(ctx.shape(0), ctx.shape(1))], dtypes=[ctx.dtype(0)])
+    return rule
+
+
+def _prelu(ctx: OpContext):
+    """PRelu (PopART's PReluOpx): x where positive, else x times the slope, one map; the slope's
+    gradient the same selection times x."""
+    out = _broadcast(ctx.shape(0), ctx.shape(1))
+    return ctx.op("map", [ctx.input(0), ctx.input(1)],
+                  {"steps": ["compare", "mul", "select"], "grad": [["compare", "mul", "select"], ["compare", "mul", "select"]],
+                   "onnx_op": "PRelu"}, shapes=[out], dtypes=[ctx.dtype(0)])
+
+
+def _sum_mean(ctx: OpContext):
+    """Sum and Mean of several tensors: PopART's SumOpx, one popops map of a balanced tree of adds
+    (Mean: then a scale); each input's gradient is the output's (scaled for Mean)."""
+    live = [i for i in range(ctx.num_inputs) if ctx.has_input(i)]
+    if len(live) == 1:
+        return ctx.input(live[0])
+    out = _broadcast(*[ctx.shape(i) for i in live])
+    steps = ["add"] * (len(live) - 1) + (["scale"] if ctx.op_type == "Mean" else [])
+    grad = ["scale"] if ctx.op_type == "Mean" else ["copy"]
+    return ctx.op("map", [ctx.input(i) for i in live], {"steps": steps, "grad": [grad] * len(live),
+                                                        "onnx_op": ctx.op_type},
+                  shapes=[out], dtypes=[ctx.dtype(live[0])])
+
+
+def _reduced_shape(ctx: OpContext, since: int) -> tuple[list[int], bool, tuple[int, ...]]:
+    """(axes, keepdims, output shape) of an ONNX reduction (axes an attribute before opset ``since``)."""
+    s = ctx.shape(0)
+    axes = _axes(ctx, 1, since)
+    keep = bool(ctx.attr("keepdims", 1))
+    axes = sorted({_axis(a, len(s)) for a in axes}) if axes else list(range(len(s)))
+    out = tuple(1 if i in axes else d for i, d in enumerate(s)) if keep else \
+        tuple(d for i, d in enumerate(s) if i not in axes)
+    return axes, keep, out
+
+
+def _reduce_composite(ctx: OpContext):
+    """ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp as PopART's
+    opx run them: an element-wise map before a popops reduction (|x|, x², and for LogSumExp x minus
+    the maximum, exponentiated), the reduction, and one after it (square root, log; the maximum added
+    back)."""
+    axes, keep, out = _reduced_shape(ctx, 18)
+    xs, dt, op = ctx.shape(0), ctx.dtype(0), ctx.op_type
+    attrs = {"axes": axes, "keepdims": keep}
+    if op == "ReduceProd":
+        return ctx.op("reduce_prod", [ctx.input(0)], attrs, shapes=[out])
+    x = ctx.input(0)
+    if op == "ReduceLogSumExp":
+        kept = tuple(1 if i in axes else d for i, d in enumerate(xs))
+        peak = ctx.op("reduce_max", [x], {"axes": axes, "keepdims": True}, shapes=[kept], dtypes=[dt], result=False,
+                      suffix="max")
+        x = ctx.op("map", [x, peak], {"steps": ["sub", "exp"], "grad": [["exp", "mul"], None]}, shapes=[xs],
+                   dtypes=[dt], result=False, suffix="exp")
+    elif op in ("ReduceL1", "ReduceL2", "ReduceSumSquare"):
+        steps, grad = (["abs"], ["sign", "mul"]) if op == "ReduceL1" else (["square"], ["mul", "scale"])
+        x = ctx.op("map", [x], {"steps": steps, "grad": [grad]}, shapes=[xs], dtypes=[dt], result=False,
+                   suffix=steps[0])
+    after = {"ReduceL2": ["sqrt"], "ReduceLogSum": ["log"], "ReduceLogSumExp": ["log", "add"]}.get(op)
+    s = ctx.op("reduce_sum", [x], attrs, shapes=[out], dtypes=[dt], result=after is None, suffix="sum")
+    if after is None:
+        return s
+    return ctx.op("map", [s], {"steps": after, "grad": [["div"] if after[0] == "log" else ["div", "scale"]],
+                               "onnx_op": op}, shapes=[out], dtypes=[dt])
+
+
+def _arg_extreme(ctx: OpContext):
+    """ArgMax / ArgMin: popops' max (min) reduction with the position of the extreme, priced as the
+    reduction (as sim.poptorch prices torch.argmax)."""
+    xs = ctx.shape(0)
+    axis = _axis(ctx.attr("axis", 0), len(xs))
+    keep = bool(ctx.attr("keepdims", 1))
+    out = tuple(1 if i == axis else d for i, d in enumerate(xs)) if keep else \
+        tuple(d for i, d in enumerate(xs) if i != axis)
+    return ctx.op("reduce_max", [ctx.input(0)], {"axes": [axis], "keepdims": keep, "onnx_op": ctx.op_type},
+                  shapes=[out], dtypes=["int32"])
+
+
+def _pad(ctx: OpContext):
+    """Pad (constant, reflect, edge): popops::pad, a concatenation of views of the input and constants
+    (``popops/Padder.cpp``), so a view; the pads from the ``pads`` input (an attribute before opset 11)."""
+    xs = ctx.shape(0)
+    pads = [int(p) for p in ctx.attr("pads")] if ctx.opset < 11 else _const_ints(ctx, 1, "pads")
+    axes = list(range(len(xs)))
+    if ctx.opset >= 18 and ctx.has_input(3):
+        axes = [_axis(a, len(xs)) for a in _const_ints(ctx, 3, "axes")]
+    out = list(xs)
+    for j, a in enumerate(axes):
+        out[a] += pads[j] + pads[j + len(axes)]
+    if min(out) <= 0:
+        ctx.unsupported(f"pads {pads} leave an empty output {tuple(out)}")
+    return ctx.op("pad", [ctx.input(0)], {"mode": ctx.attr("mode", "constant")}, shapes=[tuple(out)])
+
+
+def _tile(ctx: OpContext):
+    """Tile: PopART's TileOpx, copies of the input written into the larger output (a copy of the
+    output's elements, as sim.poptorch prices Tensor.repeat)."""
+    reps = _const_ints(ctx, 1, "repeats")
+    out = tuple(d * r for d, r in zip(ctx.shape(0), reps))
+    return ctx.op("copy", [ctx.input(0)], {"onnx_op": "Tile"}, shapes=[out])
+
+
+def _elements(ctx: OpContext):
+    """GatherElements and ScatterElements (Scatter before opset 11): popops multiSlice / multiUpdate of
+    single elements, as sim.poptorch prices torch.gather and the scatter family."""
+    axis = _axis(ctx.attr("axis", 0), len(ctx.shape(0)))
+    if ctx.op_type == "GatherElements":
+        return ctx.op("gather_elements", [ctx.input(1), ctx.input(0)], {"axis": axis}, shapes=[ctx.shape(1)],
+                      dtypes=[ctx.dtype(0)])
+    reduce = ctx.attr("reduction", "none")
+    return ctx.op("scatter_elements", [ctx.input(1), ctx.input(0), ctx.input(2)],
+                  {"axis": axis, "reduce": "sum" if reduce == "add" else reduce}, shapes=[ctx.shape(0)],
+                  dtypes=[ctx.dtype(0)])
+
+
+def _one_hot(ctx: OpContext):
+    """OneHot (PopART's OnehotOpx: popops encodeOneHot): each index compared with every class."""
+    xs = ctx.shape(0)
+    depth = int(_const_ints(ctx, 1, "depth")[0])
+    axis = _axis(ctx.attr("axis", -1), len(xs) + 1)
+    out = xs[:axis] + (depth,) + xs[axis:]
+    return ctx.op("map", [ctx.input(0)], {"steps": ["compare"], "grad": [None], "onnx_op": "OneHot"}, shapes=[out],
+                  dtypes=[ctx.dtype(2)])
+
+
+def _random(ctx: OpContext):
+    """RandomNormal / RandomUniform (their shape an attribute), the ...Like forms (the input's shape)
+    and Bernoulli: poprand's generators (PopART's RandomNormalOpx, RandomUniformOpx)."""
+    kind = {"RandomNormal": "random_normal", "RandomNormalLike": "random_normal", "RandomUniform": "random_uniform",
+            "RandomUniformLike": "random_uniform", "Bernoulli": "random_bernoulli"}[ctx.op_type]
+    if ctx.op_type in ("RandomNormal", "RandomUniform"):
+        shape = tuple(int(d) for d in ctx.attr("shape"))
+        return ctx.op(kind, [], {"onnx_op": ctx.op_type}, shapes=[shape],
+                      dtypes=[ctx.output_dtype(0) or ctx._imp.float_dtype("float32")])
+    return ctx.op(kind, [ctx.input(0)], {"onnx_op": ctx.op_type}, shapes=[ctx.shape(0)],
+                  dtypes=[ctx.output_dtype(0) or ctx.dtype(0)])
+
+
+def _groupnorm(ctx: OpContext):
+    """GroupNormalization (opset 18; PopART's GroupNormOpx, popnn's group norm): a norm over each sample's
+    group of channels, with a scale and bias (per group in opset 18, per channel from 21)."""
+    xs = ctx.shape(0)
+    if len(xs) < 3:
+        ctx.unsupported(f"GroupNormalization of a rank-{len(xs)} input {xs}: expected (N, C, ...)")
+    return ctx.op("groupnorm", [ctx.input(0), ctx.input(1), ctx.input(2)],
+                  {"groups": int(ctx.attr("num_groups")), "eps": float(ctx.attr("epsilon", 1e-5))}, shapes=[xs])
+
+
 RULES: dict = {
     # element-wise
     "Add": _binary("add"), "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"),
     "Relu": _unary("relu"), "Gelu": _unary("gelu"), "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"),
     "Exp": _unary("exp"), "Sqrt": _sqrt, "Erf": _erf, "Pow": _pow, "Neg": _neg, "Reciprocal": _reciprocal,
-    "LeakyRelu": _unary("relu", onnx_op="LeakyRelu"),  # a compare and a select, like relu
+    "LeakyRelu": _expression(*EXPRESSIONS["leaky_relu"], "LeakyRelu"),
     "Softplus": _SOFTPLUS, "HardSigmoid": _HARD_SIGMOID, "HardSwish": _HARD_SWISH,
     "Clip": _clip, "Where": _where, "Max": _minmax, "Min": _minmax,
     **{k: _compare for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
@@ -1294,7 +1465,7 @@ RULES: dict = {
     "GlobalAveragePool": _global_pool("avgpool"), "GlobalMaxPool": _global_pool("maxpool"),
     # reductions
     "ReduceMean": _reduce("reduce_mean"), "ReduceSum": _reduce("reduce_sum"),
-    "ReduceMax": _reduce("reduce_max"), "ReduceMin": _reduce("reduce_max"),  # min priced as max
+    "ReduceMax": _reduce("reduce_max"), "ReduceMin": _reduce("reduce_min"),
     # data movement
     "Gather": _gather, "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze, "Expand": _expand, "Transpose": _transpose, "Concat": _concat,
@@ -1302,6 +1473,17 @@ RULES: dict = {
     "DepthToSpace": _depth_space, "SpaceToDepth": _depth_space, "TopK": _topk, "CumSum": _cumsum,
     # losses
     "SoftmaxCrossEntropyLoss": _cross_entropy, "NegativeLogLikelihoodLoss": _cross_entropy,
+    # more of PopART's ops
+    **{k: _unary(kind, onnx_op=k) for k, kind in _UNARY_KINDS.items()},
+    **{k: _named_expression for k in _EXPRESSION_OPS},
+    "Mod": _binary_kind("remainder"), "BitwiseAnd": _binary_kind("bitwise"), "BitwiseOr": _binary_kind("bitwise"),
+    "BitwiseXor": _binary_kind("bitwise"), "PRelu": _prelu, "Sum": _sum_mean, "Mean": _sum_mean,
+    **{k: _reduce_composite for k in ("ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
+                                      "ReduceLogSumExp")},
+    "ArgMax": _arg_extreme, "ArgMin": _arg_extreme, "Pad": _pad, "Tile": _tile,
+    "GatherElements": _elements, "ScatterElements": _elements, "Scatter": _elements, "OneHot": _one_hot,
+    **{k: _random for k in ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli")},
+    "GroupNormalization": _groupnorm,
 }
 
 #: op kinds a loss may be produced by (each has a ``<kind>_grad`` the cost model prices)

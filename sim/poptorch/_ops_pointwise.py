@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..cost.expressions import EXPRESSIONS
 from ._emit import emit, emit_map, is_tensor, operand, out_tensor, tensor_args
 
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
@@ -26,36 +27,6 @@ UNARY = {
     "silu": "swish",
 }
 
-# torch name -> (codelets of the expression, codelets of its gradient) for one input
-EXPRESSIONS = {
-    "acos": (["asin", "scale", "add"], ["square", "sub", "rsqrt", "mul", "scale"]),
-    "atan": (["square", "add", "rsqrt", "mul", "asin"], ["square", "add", "div"]),
-    "acosh": (["square", "sub", "sqrt", "add", "log"], ["square", "sub", "rsqrt", "mul"]),
-    "asinh": (["square", "add", "sqrt", "add", "log"], ["square", "add", "rsqrt", "mul"]),
-    "atanh": (["add", "sub", "div", "log", "scale"], ["square", "sub", "div"]),
-    "cosh": (["exp", "reciprocal", "add", "scale"], ["exp", "reciprocal", "sub", "scale", "mul"]),
-    "sinh": (["exp", "reciprocal", "sub", "scale"], ["exp", "reciprocal", "add", "scale", "mul"]),
-    "frac": (["trunc", "sub"], ["copy"]),
-    "log10": (["log", "scale"], ["div", "scale"]),
-    "log2": (["log", "scale"], ["div", "scale"]),
-    "mish": (["exp", "log1p", "tanh", "mul"],
-             ["exp", "log1p", "tanh", "square", "sigmoid", "mul", "mul", "add", "mul"]),
-    "softplus": (["scale", "exp", "log1p", "scale", "compare", "select"], ["scale", "sigmoid", "mul"]),
-    "softsign": (["abs", "add", "div"], ["abs", "add", "square", "div"]),
-    "elu": (["expm1", "scale", "compare", "select"], ["exp", "scale", "compare", "select", "mul"]),
-    "celu": (["scale", "expm1", "scale", "compare", "select"], ["scale", "exp", "compare", "select", "mul"]),
-    "selu": (["expm1", "scale", "compare", "select", "scale"], ["exp", "scale", "compare", "select", "mul"]),
-    "leaky_relu": (["scale", "compare", "select"], ["compare", "select", "mul"]),
-    "rrelu": (["scale", "compare", "select"], ["compare", "select", "mul"]),
-    "hardshrink": (["abs", "compare", "select"], ["abs", "compare", "select"]),
-    "softshrink": (["abs", "compare", "sign", "scale", "sub", "select"], ["abs", "compare", "select"]),
-    "threshold": (["compare", "select"], ["compare", "select"]),
-    # PopTorch's handlers (ActivationOps.cpp): where(|x| > 3, max(x, 0), x (x + 3) / 6), and
-    # PopART's HardSigmoid, clip(x / 6 + 1/2, 0, 1)
-    "hardswish": (["maximum", "abs", "compare", "add", "mul", "scale", "select"],
-                  ["abs", "compare", "scale", "add", "select", "mul"]),
-    "hardsigmoid": (["scale", "add", "clamp"], ["compare", "select", "scale", "mul"]),
-}
 ALIASES = {"arccos": "acos", "arctan": "atan", "arccosh": "acosh", "arcsinh": "asinh", "arctanh": "atanh",
            "_threshold": "threshold"}
 
