@@ -310,11 +310,10 @@ def _fold(ctx):
     viewed as (N, C, k_h k_w L) and scatter-added (PopART ScatterReduce, sum) into (N, C, H W) at the
     positions they came from, then viewed as (N, C, H, W)."""
     rx, out = ctx.args[0], ctx.output
-    if rx.dim() == 2:
-        rx = rx.unsqueeze(0)
     n, c = out.shape[-4] if out.dim() == 4 else 1, out.shape[-3]
-    cols = emit(ctx, "reshape", [ctx.sarg(0, "input")], (n, c, rx.numel() // (n * c)), rx.dtype, name="columns")
-    idx = const(ctx, (n, c, rx.numel() // (n * c)), "int32", "positions")
+    columns = (n, c, rx.numel() // (n * c))
+    cols = emit(ctx, "reshape", [ctx.sarg(0, "input")], columns, rx.dtype, name="columns")
+    idx = const(ctx, columns, "int32", "positions")
     zeros = const(ctx, (n, c, out.shape[-2] * out.shape[-1]), out.dtype, "zeros")
     summed = emit(ctx, "scatter_elements", [idx, zeros, cols], (n, c, out.shape[-2] * out.shape[-1]), out.dtype,
                   {"axis": 2, "reduce": "sum"}, "scatter_add")
