@@ -779,13 +779,64 @@ def _add_bias(ctx: OpContext, y: str, out, **kw) -> str:
     return ctx.op("add", [y, ctx._imp.operand(ctx, 2, (1, out[1], 1, 1))], shapes=[out], **kw)
 
 
+def _conv_field(ctx: OpContext, field, kernel, strides, dilations) -> tuple[int, ...]:
+    """A convolution's output field from ONNX's ``auto_pad`` / ``pads`` (each side its own)."""
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        return tuple(math.ceil(n / s) for n, s in zip(field, strides))
+    pads = [int(p) for p in ctx.attr("pads", [])] if auto != "VALID" else []
+    pads = pads or [0] * (2 * len(field))
+    return tuple((n + pads[i] + pads[i + len(field)] - d * (k - 1) - 1) // s + 1
+                 for i, (n, k, s, d) in enumerate(zip(field, kernel, strides, dilations)))
+
+
+def _regular_conv(ctx: OpContext, dims: int) -> bool:
+    """Can ``conv2d``'s attributes hold this convolution of ``dims`` field dimensions: one stride,
+    the same padding before and after each axis?"""
+    if len({int(v) for v in ctx.attr("strides", [1] * dims)}) > 1:
+        return False
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        field, kernel = ctx.shape(0)[2:], ctx.shape(1)[2:]
+        s = int(ctx.attr("strides", [1])[0])
+        return all(max((math.ceil(n / s) - 1) * s + k - n, 0) % 2 == 0 for n, k in zip(field, kernel))
+    pads = [int(p) for p in ctx.attr("pads", [])] if auto != "VALID" else []
+    return not pads or pads[:dims] == pads[dims:]
+
+
+def _conv_expand_dims(ctx: OpContext):
+    """A convolution ``conv2d`` cannot hold (3-D; strides that differ between axes; padding that differs
+    before and after an axis) as poplin's expandDims runs it, as sim.poptorch prices such a layer: the
+    kernel's positions folded into the input channels (a rearranging ``copy``), then a 1 x 1
+    convolution over the output's positions with the layer's multiply-adds."""
+    xs, ws = ctx.shape(0), ctx.shape(1)
+    (n, c), (co, cig), kernel = xs[:2], ws[:2], tuple(ws[2:])
+    dims = len(kernel)
+    group = int(ctx.attr("group", 1))
+    if cig * group != c:
+        raise GraphError(f"{ctx.desc}: weight {ws} with group={group} does not match {c} input channels")
+    strides = [int(v) for v in ctx.attr("strides", [1] * dims)]
+    out = (n, co) + _conv_field(ctx, xs[2:], kernel, strides, _dilations(ctx, dims))
+    positions = math.prod(out[2:])
+    expanded = ctx.op("copy", [ctx.input(0)], {"op": "expand_dims", "kernel_shape": list(kernel)},
+                      shapes=[(n, c * math.prod(kernel), 1, positions)], result=False, suffix="expand_dims")
+    attrs = {"kernel": 1, "stride": 1, "padding": 0, "groups": group, "kernel_shape": list(kernel)}
+    y = ctx.op("conv2d", [expanded, ctx._imp.operand(ctx, 1, ws)], attrs, shapes=[(n, co, 1, positions)],
+               result=False, suffix="conv")
+    if ctx.has_input(2):
+        y = _add_bias(ctx, y, (n, co, 1, positions), result=False, suffix="bias")
+    return ctx.op("reshape", [y], shapes=[out])
+
+
 def _conv(ctx: OpContext):
     xs, ws = ctx.shape(0), ctx.shape(1)
-    if len(xs) == 3 and len(ws) == 3:
+    if len(xs) != len(ws) or len(xs) not in (3, 4, 5):
+        ctx.unsupported(f"only 1-D, 2-D and 3-D convolutions (NCL / NCHW / NCDHW input, a weight of the same rank) "
+                        f"have a rule; input {xs}, weight {ws}")
+    if len(xs) == 5 or not _regular_conv(ctx, len(xs) - 2):
+        return _conv_expand_dims(ctx)
+    if len(xs) == 3:
         return _conv1d(ctx)
-    if len(xs) != 4 or len(ws) != 4:
-        ctx.unsupported(f"only 1-D and 2-D convolutions (NCL / NCHW input, 3-D / 4-D weight) have a rule; "
-                        f"input {xs}, weight {ws}")
     n, c, h, w = xs
     co, cig, kh, kw = ws
     stride, (dh, dw) = _one_stride(ctx, 2, dilated=True), _dilations(ctx, 2)
@@ -970,8 +1021,24 @@ def _nchw(ctx: OpContext) -> tuple[int, int, int, int]:
     return tuple(xs)
 
 
+def _pool_nd(ctx: OpContext, kind: str, kernel, strides, out):
+    """A 1-D or 3-D pool as sim.poptorch prices MaxPool1d/3d and AvgPool1d/3d: the op with the window's
+    and the stride's own volumes (``window``, ``stride_volume``) and the real output shape."""
+    window, step = math.prod(kernel), math.prod(strides)
+    attrs = {"kernel": max(1, round(math.sqrt(window))), "stride": max(1, round(math.sqrt(step))), "padding": 0,
+             "window": int(window), "stride_volume": int(step)}
+    return ctx.op(kind, [ctx.input(0)], attrs, shapes=[tuple(out)])
+
+
 def _pool(kind: str):
     def rule(ctx: OpContext):
+        if len(ctx.shape(0)) in (3, 5):
+            kernel = [int(k) for k in ctx.attr("kernel_shape")]
+            strides = [int(v) for v in ctx.attr("strides", [1] * len(kernel))]
+            out = ctx.output_shapes[0] or ctx.shape(0)[:2] + _conv_field(ctx, ctx.shape(0)[2:], kernel, strides,
+                                                                         [1] * len(kernel))
+            y = _pool_nd(ctx, kind, kernel, strides, out)
+            return [y] + [None] * (len(ctx.node.output) - 1)
         n, c, h, w = _nchw(ctx)
         kh, kw = (int(k) for k in ctx.attr("kernel_shape"))
         sh, sw = (int(s) for s in ctx.attr("strides", [1, 1]))
@@ -989,6 +1056,9 @@ def _pool(kind: str):
 
 def _global_pool(kind: str):
     def rule(ctx: OpContext):
+        if len(ctx.shape(0)) in (3, 5):
+            field = ctx.shape(0)[2:]
+            return _pool_nd(ctx, kind, field, field, ctx.shape(0)[:2] + (1,) * len(field))
         n, c, h, w = _nchw(ctx)
         window = spatial_attr((h, w))  # the whole field, read once per output
         return ctx.op(kind, [ctx.input(0)], {"kernel": window, "stride": window, "padding": 0, "global": True},
@@ -1058,10 +1128,11 @@ def _resize(ctx: OpContext):
     element to its outputs, as sim.poptorch prices Upsample's nearest mode. ``linear`` (inference only:
     PopART's ResizeGradOpx refuses it): ``resizeLinear``'s copy of the input, then for each resized
     dimension the floor and ceiling neighbours (views) each multiplied by their constant weights along
-    that dimension and added. ``cubic`` is refused."""
+    that dimension and added. ``cubic`` (PopART's ResizeCubicHelper): sixteen multiply-adds an output
+    element, as sim.poptorch prices bicubic upsampling."""
     mode = ctx.attr("mode", "nearest")
-    if mode not in ("nearest", "linear"):
-        ctx.unsupported(f"mode {mode!r}: the nearest and linear modes have rules")
+    if mode not in ("nearest", "linear", "cubic"):
+        ctx.unsupported(f"mode {mode!r}: the nearest, linear and cubic modes have rules")
     xs = ctx.shape(0)
     if ctx.num_inputs > 3 and ctx.has_input(3):
         out = tuple(_const_ints(ctx, 3, "sizes"))
@@ -1075,6 +1146,9 @@ def _resize(ctx: OpContext):
         ctx.unsupported(f"output shape {out} does not match the input's rank {len(xs)}")
     if mode == "nearest":
         return ctx.op("copy", [ctx.input(0)], {"op": "upsample_nearest", "onnx_op": ctx.op_type}, shapes=[out])
+    if mode == "cubic":
+        return ctx.op("map", [ctx.input(0)], {"steps": ["mul", "add"], "repeat": 16, "grad": [["mul", "add"]],
+                                              "onnx_op": ctx.op_type}, shapes=[out])
     dt, cur = ctx.dtype(0), list(xs)
     resized = [d for d in range(len(xs)) if out[d] != xs[d]]
     y = ctx.op("copy", [ctx.input(0)], {"op": "resize_linear"}, shapes=[xs], dtypes=[dt], result=not resized,

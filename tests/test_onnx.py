@@ -1,6 +1,7 @@
 """sim.onnx: ONNX models imported into sim graphs (models built here with onnx.helper; no downloads)."""
 
 import collections
+import math
 import itertools
 import json
 import subprocess
@@ -320,22 +321,20 @@ def test_cli_prints_the_ipusim_summary(tmp_path, capsys):
     assert json.loads(proc.stdout)["cycle_count"] == sim.simulate(sim.onnx.load(path, batch_size=16)).cycle_count
 
 
-def test_conv_attributes_beyond_conv2d_are_clear_errors():
+def test_conv_attributes_conv2d_holds_or_rejects():
+    """conv2d holds one stride and the same padding on both sides (else expandDims, tested below); a
+    dilation below 1 is an error; a dilated kernel and SAME padding are conv2d attributes."""
     def conv(**attrs):
         nodes = [h.make_node("Conv", ["x", "w"], ["y"], name="c", **attrs)]
         kernel = attrs.pop("_kernel", (3, 3))
         return model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 16, 16])],
                      [h.make_tensor_value_info("y", T.FLOAT, None)], [zeros("w", (4, 4) + kernel)])
-    with pytest.raises(sim.UnsupportedOpError, match=r"pads=\[0, 0, 1, 1\].*register_op\('Conv'"):
-        sim.onnx.load(conv(pads=[0, 0, 1, 1]))
     with pytest.raises(sim.GraphError, match=r"dilations=\[0, 1\]: each must be a whole number >= 1"):
         sim.onnx.load(conv(dilations=[0, 1]))
     atrous = sim.onnx.load(conv(dilations=[2, 2], pads=[2, 2, 2, 2]))  # priced as tests/test_dilation.py says
     assert atrous.ops[0].attrs["dilation"] == 2 and atrous.tensors["y"].shape == (1, 4, 16, 16)
-    with pytest.raises(sim.UnsupportedOpError, match="strides"):
-        sim.onnx.load(conv(strides=[1, 2]))
-    with pytest.raises(sim.UnsupportedOpError, match="auto_pad=SAME_UPPER"):
-        sim.onnx.load(conv(auto_pad="SAME_UPPER", strides=[2, 2]))
+    for attrs in (dict(pads=[0, 0, 1, 1]), dict(strides=[1, 2]), dict(auto_pad="SAME_UPPER", strides=[2, 2])):
+        assert [op.kind for op in sim.onnx.load(conv(**attrs)).ops] == ["copy", "conv2d", "reshape"]
     same = sim.onnx.load(conv(auto_pad="SAME_UPPER"))
     assert same.ops[0].attrs["padding"] == 1 and same.tensors["y"].shape == (1, 4, 16, 16)
 
@@ -436,8 +435,8 @@ def test_resize_nearest_is_a_copy_into_the_larger_output(inputs, inits):
     cubic = model([h.make_node("Resize", inputs, ["y"], name="up", mode="cubic")],
                   [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
                   [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])], inits)
-    with pytest.raises(sim.UnsupportedOpError, match="mode 'cubic': the nearest and linear modes have rules"):
-        sim.onnx.load(cubic)
+    (op,) = sim.onnx.load(cubic).ops  # sixteen multiply-adds an output, as sim.poptorch's bicubic
+    assert (op.kind, op.attrs["steps"], op.attrs["repeat"]) == ("map", ["mul", "add"], 16)
 
 
 def test_resize_linear_as_popart_runs_it_and_refuses_to_train():
@@ -742,3 +741,54 @@ def test_selection_comparison_and_clamp_are_poplibs_own_ops():
                         "add", "reduce_mean"]
     assert next(op for op in g.ops if op.name == "leaky").attrs["steps"] == ["scale", "compare", "select"]
     assert sim.simulate(g, "ipu-mk2", training=True).cycle_count > sim.simulate(g, "ipu-mk2").cycle_count
+
+
+
+def _conv_graph(x_shape, w_shape, **attrs):
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", **attrs),
+             h.make_node("ReduceMean", ["y"], ["loss"], name="loss", keepdims=0)]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, list(x_shape))], [h.make_tensor_value_info("loss", T.FLOAT, [])],
+              [zeros("w", w_shape), zeros("b", (w_shape[0],))], opset=[h.make_opsetid("", 17)])
+    return sim.onnx.load(m, loss="loss")
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs, out", [
+    ((2, 3, 8, 16, 16), (8, 3, 3, 3, 3), {"pads": [1] * 6}, (2, 8, 8, 16, 16)),        # 3-D
+    ((2, 3, 16, 16), (8, 3, 3, 3), {"strides": [2, 1], "pads": [1, 1, 1, 1]}, (2, 8, 8, 16)),
+    ((2, 3, 16, 16), (8, 3, 4, 4), {"auto_pad": "SAME_UPPER"}, (2, 8, 16, 16)),         # 3 rows: 1 + 2
+    ((2, 3, 16, 16), (8, 3, 3, 3), {"pads": [0, 0, 1, 1]}, (2, 8, 15, 15)),
+    ((2, 3, 32), (8, 3, 3), {"pads": [0, 2]}, (2, 8, 32)),
+])
+def test_convolutions_conv2d_cannot_hold_run_as_expand_dims(x_shape, w_shape, attrs, out):
+    """3-D convolutions, strides that differ between axes and padding that differs between sides: poplin's
+    expandDims, as sim.poptorch prices such layers (the kernel folded into the input channels by a copy,
+    a 1x1 convolution over the output's positions with the layer's multiply-adds); they train, and the
+    run's notes say how they were priced."""
+    g = _conv_graph(x_shape, w_shape, **attrs)
+    positions = math.prod(out[2:])
+    volume = math.prod(w_shape[2:])
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops][:4] == [
+        ("copy", (2, 3 * volume, 1, positions)), ("conv2d", (2, 8, 1, positions)), ("add", (2, 8, 1, positions)),
+        ("reshape", out)]
+    conv = next(op for op in g.ops if op.kind == "conv2d")
+    assert conv.attrs["kernel_shape"] == list(w_shape[2:])
+    run = sim.simulate(g, "ipu-mk2", training=True)
+    assert run.flops > 0 and any("expandDims" in n for n in run.executable.notes)
+
+
+def test_one_and_three_dimensional_pools():
+    """MaxPool / AveragePool of 1-D and 3-D fields and their global forms, as sim.poptorch prices
+    MaxPool1d/3d: the window's and stride's volumes, the real output shapes."""
+    nodes = [h.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[3], strides=[2], pads=[1, 1]),
+             h.make_node("GlobalAveragePool", ["p"], ["y"], name="gap")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 8, 32])], [h.make_tensor_value_info("y", T.FLOAT, None)])
+    g = sim.onnx.load(m)
+    assert [(op.kind, g.tensors[op.outputs[0]].shape, op.attrs["window"], op.attrs["stride_volume"]) for op in g.ops] == [
+        ("maxpool", (2, 8, 16), 3, 2), ("avgpool", (2, 8, 1), 16, 16)]
+    nodes = [h.make_node("AveragePool", ["x"], ["p"], name="pool", kernel_shape=[2, 2, 2], strides=[2, 2, 2]),
+             h.make_node("GlobalMaxPool", ["p"], ["y"], name="gmp")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 8, 4, 16, 16])], [h.make_tensor_value_info("y", T.FLOAT, None)])
+    g = sim.onnx.load(m)
+    assert [(op.kind, g.tensors[op.outputs[0]].shape, op.attrs["window"]) for op in g.ops] == [
+        ("avgpool", (2, 8, 2, 8, 8), 8), ("maxpool", (2, 8, 1, 1, 1), 128)]
+    assert sim.simulate(g).cycle_count > 0

@@ -231,6 +231,16 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         notes.append(f"{len(dilated)} convolution(s) with a dilated kernel (e.g. {dilated[0]}): priced as the "
                      "undilated kernel with the padding that keeps the output field (the same multiply-adds; the "
                      "wider input window's extra rows and columns are not exchanged)")
+    expanded = [op for op in g.ops if op.kind == "conv2d" and "kernel_shape" in op.attrs and op.pass_ == "forward"]
+    if expanded:
+        example = expanded[0]
+        notes.append(f"{len(expanded)} convolution(s) the simulator's conv2d cannot hold (3-D, strides or padding "
+                     f"that differ between axes or sides, a dilated transposed one; e.g. {example.name}, kernel "
+                     f"{'x'.join(map(str, example.attrs['kernel_shape']))}): priced as poplin's expandDims runs them, "
+                     "the kernel's positions folded into the input channels (a copy), then a 1x1 convolution over "
+                     "the output's positions with the layer's multiply-adds"
+                     + (" (a transposed one over the positions of its output, computed over the upsampled input)"
+                        if any(op.attrs.get("transposed") for op in expanded) else ""))
     depthwise = [op.name for op in g.ops if op.kind == "conv2d" and op.attrs.get("groups", 1) > 1
                  and g.tensors[op.inputs[0]].shape[1] == op.attrs["groups"]]
     if depthwise:

@@ -81,11 +81,7 @@ def conv_any(ctx):
     if transposed:
         attrs["transposed"] = True
     y = emit(ctx, "conv2d", [expanded, ctx.t(w)], (n, co, 1, positions), out.dtype, attrs, "conv")
-    y = ctx.op("reshape", [y], name="unview")
-    ctx.cap.notes.append(
-        f"{ctx.desc}: priced as a 1x1 convolution with its {'x'.join(map(str, kshape))} kernel folded into the "
-        "input channels (poplin's expandDims)" + (", over the positions of its output (a transposed "
-        "convolution computed as poplin computes it, over the upsampled input)" if transposed else ""))
+    y = ctx.op("reshape", [y], name="unview")  # the run's notes name the expandDims convolutions
     if is_tensor(b):
         y = ctx.op("add", [y, b], name="add")
     return y
