@@ -1560,8 +1560,6 @@ RULES: dict = {
     "GroupNormalization": _groupnorm,
 }
 
-#: op kinds a loss may be produced by (each has a ``<kind>_grad`` the cost model prices)
-LOSS_KINDS = ("softmax_cross_entropy", "mse_loss", "reduce_mean", "reduce_sum")
 #: PopART's node attributes -> Op fields
 _POPART_ATTRS = {"__ipu_number": "ipu", "__pipeline_stage": "stage", "__execution_phase": "phase"}
 
@@ -1985,12 +1983,10 @@ class _Importer:
             outs = ", ".join(repr(o.name) for o in self.model.graph.output)
             raise GraphError(f"sim.onnx.load: loss={loss!r} is not a tensor computed by the model "
                              f"(its outputs: {outs})")
-        producer = next(op for op in self.g.ops if op.name == self.g.tensors[v.sim].producer)
-        if producer.kind not in LOSS_KINDS:
-            raise GraphError(
-                f"sim.onnx.load: loss={loss!r} is computed by {producer.name!r} (sim op kind "
-                f"{producer.kind!r}); a loss must come from SoftmaxCrossEntropyLoss, "
-                "NegativeLogLikelihoodLoss, ReduceMean or ReduceSum")
+        shape = self.g.tensors[v.sim].shape
+        if math.prod(shape) != 1:  # PopART's Ir::setFinalLoss: "must be a scalar tensor"
+            raise GraphError(f"sim.onnx.load: loss={loss!r} has shape {tuple(shape)}; a loss must be a scalar "
+                             "(one element), as PopART requires: reduce it first (ReduceMean, ReduceSum)")
         self.g.loss = v.sim
 
 

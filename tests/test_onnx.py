@@ -792,3 +792,20 @@ def test_one_and_three_dimensional_pools():
     assert [(op.kind, g.tensors[op.outputs[0]].shape, op.attrs["window"]) for op in g.ops] == [
         ("avgpool", (2, 8, 2, 8, 8), 8), ("maxpool", (2, 8, 1, 1, 1), 128)]
     assert sim.simulate(g).cycle_count > 0
+
+
+def test_any_scalar_is_a_loss_as_in_popart():
+    """PopART takes any one-element tensor as the final loss (Ir::setFinalLoss); the backward pass
+    starts from a gradient of one. A tensor of more elements is refused as PopART refuses it."""
+    nodes = [h.make_node("Mul", ["x", "w"], ["a"], name="scale"),
+             h.make_node("ReduceMean", ["a"], ["m"], name="mean", keepdims=0),
+             h.make_node("ReduceSumSquare", ["a"], ["l2"], name="l2", keepdims=0),
+             h.make_node("Add", ["m", "l2"], ["loss"], name="loss")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 4, 6, 6])], [h.make_tensor_value_info("loss", T.FLOAT, [])],
+              [_W])
+    g = sim.onnx.load(m, loss="loss")
+    run = sim.simulate(g, "ipu-mk2", training=True)
+    seeded = [t for t in run.executable.graph.tensors if t.startswith("loss/grad_seed")]
+    assert seeded and any(op.kind == "sgd_update" for op in run.executable.graph.ops)
+    with pytest.raises(sim.GraphError, match=r"loss='a' has shape \(2, 4, 6, 6\); a loss must be a scalar"):
+        sim.onnx.load(m, loss="a")
