@@ -1998,8 +1998,8 @@ def load(model, batch_size: int | None = None, dtype: str | None = None, *, loss
     ``batch_size`` sizes a symbolic leading dimension of the inputs (the micro-batch);
     ``dims`` sizes other symbolic dimensions by name (``{"sequence": 128}``). ``dtype``
     (``"float16"`` or ``"float32"``) sets the dtype of every float tensor; by default the
-    model's own. ``loss`` names the tensor to train on (the output of a
-    SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, ReduceMean or ReduceSum node); without
+    model's own. ``loss`` names the tensor to train on (any one-element tensor the model
+    computes, as PopART takes any scalar as the final loss); without
     it, a model with exactly one SoftmaxCrossEntropyLoss/NegativeLogLikelihoodLoss output
     trains on that. ``name`` names the graph (default: the file's stem, else the ONNX graph's
     name).
@@ -2065,9 +2065,8 @@ def main(argv: list[str] | None = None) -> int:
                      dims=dict(args.dim))
         if args.training and graph.loss is None:
             outs = ", ".join(graph.outputs)
-            parser.error(f"--training needs a loss: name it with --loss TENSOR, the output of a "
-                         "SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, ReduceMean or ReduceSum node "
-                         f"(the model's outputs: {outs})")
+            parser.error(f"--training needs a loss: name it with --loss TENSOR, a one-element tensor the model "
+                         f"computes (the model's outputs: {outs})")
         system = sim.load_system(args.system)
         opts = sim.Options()
         if args.device_iterations:
