@@ -1365,6 +1365,42 @@ def _named_expression(ctx: OpContext):
     return _expression(steps, grad, ctx.op_type)(ctx)
 
 
+def _trig(ctx: OpContext):
+    """Tan, Asinh, Acosh, Acos, Atanh as PopART's ONNX pass rewrites them into other ops
+    (``onnxpasses/nodepatterns/trig.cpp``), each its own compute set: Tan = Sin / Cos; Asinh =
+    log(x + sqrt(x² + 1)), Acosh with x² - 1; Acos = pi/2 - Asin; Atanh = log((1 + x) / (1 - x)) / 2."""
+    x, xs, dt, op = ctx.input(0), ctx.shape(0), ctx.dtype(0), ctx.op_type
+    steps = []
+
+    def step(kind, ins, last=False, attrs=None):
+        steps.append(kind)
+        return ctx.op(kind, ins, dict(attrs or {}, onnx_op=op), shapes=[xs], dtypes=[dt], result=last,
+                      suffix=f"{kind}{len(steps)}")
+    one = _scalar_const(ctx, "one")
+    if op == "Tan":
+        return step("div", [step("sin", [x]), step("cos", [x])], True)
+    if op in ("Asinh", "Acosh"):
+        root = step("sqrt", [step("add" if op == "Asinh" else "sub", [step("square", [x]), one])])
+        return step("log", [step("add", [x, root])], True)
+    if op == "Acos":
+        return step("sub", [_scalar_const(ctx, "half_pi"), step("asin", [x])], True)
+    ratio = step("div", [step("add", [one, x]), step("sub", [one, x])])
+    return step("scale", [step("log", [ratio])], True, {"factor": 0.5})
+
+
+#: ONNX ops PopART has no op for (none in willow/src/op, no ONNX pass rewrites them)
+_NOT_IN_POPART = ("Einsum", "GatherND", "ScatterND", "NonZero", "Compress", "Unique", "Celu", "Mish", "Hardmax",
+                  "MeanVarianceNormalization", "EyeLike", "Det", "ReverseSequence", "Trilu", "Range")
+
+
+def _not_in_popart(ctx: OpContext):
+    ctx.unsupported(f"PopART has no {ctx.op_type} op (no op of that type in PopART's willow/src/op, nor an ONNX "
+                    "pass that rewrites it), so the model would not compile there"
+                    + ("; an output shape that depends on the values cannot be planned either"
+                       if ctx.op_type in ("NonZero", "Compress", "Unique") else "")
+                    + ("; folded when its inputs are constants" if ctx.op_type in ("Trilu", "Range", "EyeLike") else ""))
+
+
 def _binary_kind(kind: str):
     """A two-operand op with a popops codelet of its own (Mod: remainder; the bitwise ops)."""
     def rule(ctx: OpContext):
@@ -1558,6 +1594,8 @@ RULES: dict = {
     "GatherElements": _elements, "ScatterElements": _elements, "Scatter": _elements, "OneHot": _one_hot,
     **{k: _random for k in ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli")},
     "GroupNormalization": _groupnorm,
+    **{k: _trig for k in ("Tan", "Asinh", "Acosh", "Acos", "Atanh")},
+    **{k: _not_in_popart for k in _NOT_IN_POPART},
 }
 
 #: PopART's node attributes -> Op fields

@@ -263,16 +263,16 @@ def test_a_rule_returning_no_graph_tensor_is_a_named_error(bad):
 def test_an_unknown_op_error_lists_the_others_further_on():
     """One round of register_op should cover a model: the first unknown op's error also names
     the op types after it that have no rule (a shape or a constant always folds)."""
-    nodes = [h.make_node("Mish", ["x"], ["a"], name="mish"), h.make_node("Shape", ["a"], ["s"], name="shape"),
-             h.make_node("Celu", ["a"], ["b"], name="celu"),
-             h.make_node("Mish", ["b"], ["c"], name="mish2"), h.make_node("Relu", ["c"], ["y"], name="relu")]
+    nodes = [h.make_node("LpNormalization", ["x"], ["a"], name="lpnorm"), h.make_node("Shape", ["a"], ["s"], name="shape"),
+             h.make_node("Shrink", ["a"], ["b0"], name="shrink"), h.make_node("LpPool", ["b0"], ["b"], name="lppool", kernel_shape=[1, 1]),
+             h.make_node("LpNormalization", ["b"], ["c"], name="lpnorm2"), h.make_node("Relu", ["c"], ["y"], name="relu")]
     m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
               [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 8, 8])])
     with pytest.raises(sim.UnsupportedOpError) as e:
         sim.onnx.load(m)
     message = str(e.value)
-    assert "ONNX op Mish (node 'mish')" in message
-    assert "Further on, the model also has op types with no rule: Celu (unless" in message
+    assert "ONNX op LpNormalization (node 'lpnorm')" in message
+    assert "Further on, the model also has op types with no rule: LpPool (unless" in message
 
 
 def test_file_path_and_bytes_round_trip(tmp_path):
@@ -809,3 +809,29 @@ def test_any_scalar_is_a_loss_as_in_popart():
     assert seeded and any(op.kind == "sgd_update" for op in run.executable.graph.ops)
     with pytest.raises(sim.GraphError, match=r"loss='a' has shape \(2, 4, 6, 6\); a loss must be a scalar"):
         sim.onnx.load(m, loss="a")
+
+
+@pytest.mark.parametrize("op_type, kinds_", [
+    ("Tan", ["sin", "cos", "div"]),
+    ("Asinh", ["square", "add", "sqrt", "add", "log"]),
+    ("Acosh", ["square", "sub", "sqrt", "add", "log"]),
+    ("Acos", ["asin", "sub"]),
+    ("Atanh", ["add", "sub", "div", "log", "scale"]),
+])
+def test_trig_ops_as_poparts_onnx_pass_rewrites_them(op_type, kinds_):
+    """PopART's onnxpasses/nodepatterns/trig.cpp rewrites these into other ops, each its own compute
+    set; they train."""
+    g = _trained(h.make_node(op_type, ["a"], ["y"], name="trig"))
+    assert [op.kind for op in g.ops if op.name not in ("scale", "loss")] == kinds_
+    assert g.ops[-2].outputs == ["y"]
+    assert sim.simulate(g, "ipu-mk2", training=True).cycle_count > 0
+
+
+@pytest.mark.parametrize("node", [
+    h.make_node("Einsum", ["a", "a"], ["y"], equation="bchw,bchw->bc"),
+    h.make_node("Celu", ["a"], ["y"]),
+    h.make_node("NonZero", ["a"], ["y"]),
+], ids=lambda n: n.op_type)
+def test_ops_popart_lacks_are_refused_saying_so(node):
+    with pytest.raises(sim.UnsupportedOpError, match=f"PopART has no {node.op_type} op"):
+        _trained(node)
