@@ -1388,6 +1388,27 @@ def _trig(ctx: OpContext):
     return step("scale", [step("log", [ratio])], True, {"factor": 0.5})
 
 
+def _lrn(ctx: OpContext):
+    """LRN as PopART's LRNOpx runs it: x squared, a copy of the squares, then for each of the window's
+    other ``size - 1`` channel offsets an in-place add of the squares shifted along the channels, one map
+    of ``bias + alpha / size * sum`` and one of ``x * scale ^ -beta``."""
+    x, xs, dt = ctx.input(0), ctx.shape(0), ctx.dtype(0)
+    size, channels = int(ctx.attr("size")), xs[1]
+    left = (size - 1) // 2
+    square = ctx.op("square", [x], shapes=[xs], dtypes=[dt], result=False, suffix="square")
+    total = ctx.op("copy", [square], shapes=[xs], dtypes=[dt], result=False, suffix="sum")
+    for i in range(-left, size - left):
+        width = channels - abs(i)
+        if i == 0 or width <= 0:
+            continue
+        shifted = (xs[0], width) + tuple(xs[2:])
+        total = ctx.op("add", [total, square], shapes=[shifted], dtypes=[dt], result=False, suffix=f"add{i + left}")
+    scale = ctx.op("map", [total], {"steps": ["mul", "add"], "grad": [["mul"]]}, shapes=[xs], dtypes=[dt],
+                   result=False, suffix="scale")
+    return ctx.op("map", [x, scale], {"steps": ["pow", "mul"], "grad": [["pow", "mul"], ["pow", "mul", "mul"]],
+                                      "onnx_op": "LRN"}, shapes=[xs], dtypes=[dt])
+
+
 #: ONNX ops PopART has no op for (none in willow/src/op, no ONNX pass rewrites them)
 _NOT_IN_POPART = ("Einsum", "GatherND", "ScatterND", "NonZero", "Compress", "Unique", "Celu", "Mish", "Hardmax",
                   "MeanVarianceNormalization", "EyeLike", "Det", "ReverseSequence", "Trilu", "Range")
@@ -1594,7 +1615,7 @@ RULES: dict = {
     "GatherElements": _elements, "ScatterElements": _elements, "Scatter": _elements, "OneHot": _one_hot,
     **{k: _random for k in ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli")},
     "GroupNormalization": _groupnorm,
-    **{k: _trig for k in ("Tan", "Asinh", "Acosh", "Acos", "Atanh")},
+    **{k: _trig for k in ("Tan", "Asinh", "Acosh", "Acos", "Atanh")}, "LRN": _lrn,
     **{k: _not_in_popart for k in _NOT_IN_POPART},
 }
 

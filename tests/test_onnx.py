@@ -835,3 +835,12 @@ def test_trig_ops_as_poparts_onnx_pass_rewrites_them(op_type, kinds_):
 def test_ops_popart_lacks_are_refused_saying_so(node):
     with pytest.raises(sim.UnsupportedOpError, match=f"PopART has no {node.op_type} op"):
         _trained(node)
+
+
+def test_lrn_as_popart_runs_it():
+    """LRNOpx: a square, its copy, size - 1 in-place adds of channel-shifted squares, two maps; trains."""
+    g = _trained(h.make_node("LRN", ["a"], ["y"], name="lrn", size=3, alpha=1e-4, beta=0.75, bias=1.0))
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops if op.name not in ("scale", "loss")] == [
+        ("square", (2, 4, 6, 6)), ("copy", (2, 4, 6, 6)), ("add", (2, 3, 6, 6)), ("add", (2, 3, 6, 6)),
+        ("map", (2, 4, 6, 6)), ("map", (2, 4, 6, 6))]
+    assert sim.simulate(g, "ipu-mk2", training=True).cycle_count > sim.simulate(g, "ipu-mk2").cycle_count
