@@ -938,13 +938,46 @@ def _conv1d(ctx: OpContext):
     return ctx.op("reshape", [y], shapes=[(n, co, lout)])
 
 
+def _conv_transpose_expand_dims(ctx: OpContext):
+    """A transposed convolution ``conv2d_grad_input`` cannot hold (1-D or 3-D, strides that differ
+    between axes, a dilated kernel) as sim.poptorch prices one: poplin's expandDims over the positions
+    of its output (computed over the upsampled input), the kernel folded into the input channels."""
+    xs, ws = ctx.shape(0), ctx.shape(1)
+    (n, c), (ci, cog), kernel = xs[:2], ws[:2], tuple(ws[2:])
+    dims, group = len(kernel), int(ctx.attr("group", 1))
+    if ci != c:
+        raise GraphError(f"{ctx.desc}: weight {ws} does not match {c} input channels")
+    if ctx.output_shapes[0]:
+        out = tuple(ctx.output_shapes[0])
+    else:  # ONNX's ConvTranspose output size, each side's padding its own
+        strides = [int(v) for v in ctx.attr("strides", [1] * dims)]
+        extra = [int(v) for v in ctx.attr("output_padding", [0] * dims)]
+        pads = [int(p) for p in ctx.attr("pads", [])] or [0] * (2 * dims)
+        field = [s * (i - 1) + e + (k - 1) * d + 1 - pads[j] - pads[j + dims]
+                 for j, (i, s, e, k, d) in enumerate(zip(xs[2:], strides, extra, kernel, _dilations(ctx, dims)))]
+        out = (n, cog * group) + tuple(field)
+    positions = math.prod(out[2:])
+    expanded = ctx.op("copy", [ctx.input(0)], {"op": "expand_dims", "kernel_shape": list(kernel)},
+                      shapes=[(n, c * math.prod(kernel), 1, positions)], result=False, suffix="expand_dims")
+    attrs = {"kernel": 1, "stride": 1, "padding": 0, "groups": group, "kernel_shape": list(kernel), "transposed": True}
+    y = ctx.op("conv2d", [expanded, ctx._imp.operand(ctx, 1, ws)], attrs, shapes=[(n, out[1], 1, positions)],
+               result=False, suffix="conv")
+    if ctx.has_input(2):
+        y = _add_bias(ctx, y, (n, out[1], 1, positions), result=False, suffix="bias")
+    return ctx.op("reshape", [y], shapes=[out])
+
+
 def _conv_transpose(ctx: OpContext):
     """ConvTranspose (2-D): the input gradient of the convolution mapping its output back to its
-    input, as poplin runs it (:meth:`sim.GraphBuilder.conv_transpose2d`)."""
+    input, as poplin runs it (:meth:`sim.GraphBuilder.conv_transpose2d`); 1-D and 3-D ones, strides
+    that differ between axes and dilated kernels by :func:`_conv_transpose_expand_dims`."""
     xs, ws = ctx.shape(0), ctx.shape(1)
-    if len(xs) != 4 or len(ws) != 4:
-        ctx.unsupported(f"only 2-D transposed convolutions (NCHW input, 4-D weight) have a rule; input {xs}, "
-                        f"weight {ws}")
+    if len(xs) != len(ws) or len(xs) not in (3, 4, 5):
+        ctx.unsupported(f"only 1-D, 2-D and 3-D transposed convolutions (a weight of the input's rank) have a rule; "
+                        f"input {xs}, weight {ws}")
+    if len(xs) != 4 or len({int(v) for v in ctx.attr("strides", [1, 1])}) > 1 \
+            or any(d != 1 for d in _dilations(ctx, len(xs) - 2)):
+        return _conv_transpose_expand_dims(ctx)
     n, c, h, w = xs
     ci, cog, kh, kw = ws
     group = int(ctx.attr("group", 1))

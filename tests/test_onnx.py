@@ -844,3 +844,25 @@ def test_lrn_as_popart_runs_it():
         ("square", (2, 4, 6, 6)), ("copy", (2, 4, 6, 6)), ("add", (2, 3, 6, 6)), ("add", (2, 3, 6, 6)),
         ("map", (2, 4, 6, 6)), ("map", (2, 4, 6, 6))]
     assert sim.simulate(g, "ipu-mk2", training=True).cycle_count > sim.simulate(g, "ipu-mk2").cycle_count
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs, out", [
+    ((4, 64, 32), (64, 32, 8), {"strides": [4], "pads": [2, 2]}, (4, 32, 128)),                 # 1-D (a vocoder)
+    ((2, 16, 8, 8), (16, 8, 1, 8), {"strides": [1, 4], "pads": [0, 2, 0, 2]}, (2, 8, 8, 32)),
+    ((2, 8, 4, 8, 8), (8, 4, 2, 2, 2), {"strides": [2, 2, 2]}, (2, 4, 8, 16, 16)),               # 3-D
+    ((2, 8, 8, 8), (8, 4, 3, 3), {"dilations": [2, 2]}, (2, 4, 12, 12)),
+])
+def test_transposed_convolutions_beyond_conv2d_grad_input(x_shape, w_shape, attrs, out):
+    """1-D and 3-D ConvTranspose, strides that differ between axes, dilated kernels: poplin's expandDims
+    over the output's positions, as sim.poptorch prices ConvTranspose1d/3d; they train."""
+    nodes = [h.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", **attrs),
+             h.make_node("ReduceMean", ["y"], ["loss"], name="loss", keepdims=0)]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, list(x_shape))], [h.make_tensor_value_info("loss", T.FLOAT, [])],
+              [zeros("w", w_shape)], opset=[h.make_opsetid("", 17)])
+    g = sim.onnx.load(m, loss="loss")
+    positions, volume = math.prod(out[2:]), math.prod(w_shape[2:])
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops][:3] == [
+        ("copy", (x_shape[0], x_shape[1] * volume, 1, positions)), ("conv2d", (x_shape[0], out[1], 1, positions)),
+        ("reshape", out)]
+    assert g.ops[1].attrs["transposed"] is True
+    assert sim.simulate(g, "ipu-mk2", training=True).cycle_count > 0
