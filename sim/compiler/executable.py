@@ -241,6 +241,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                      "the output's positions with the layer's multiply-adds"
                      + (" (a transposed one over the positions of its output, computed over the upsampled input)"
                         if any(op.attrs.get("transposed") for op in expanded) else ""))
+    notes += _control_flow_notes(g)
     depthwise = [op.name for op in g.ops if op.kind == "conv2d" and op.attrs.get("groups", 1) > 1
                  and g.tensors[op.inputs[0]].shape[1] == op.attrs["groups"]]
     if depthwise:
@@ -274,6 +275,29 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
 
 #: the norms whose training statistics poplin estimates (``normStatistics``): the forward op kinds
 STATISTICS_NORMS = ("batchnorm", "groupnorm", "layernorm")
+
+
+def _control_flow_notes(g: Graph) -> list[str]:
+    """What the run says of an ONNX model's loops and conditionals (sim.onnx unrolls a Loop or Scan
+    and, for a condition the device computes, prices both branches of an If)."""
+    notes, iterations, bounded, branches = [], {}, set(), []
+    for op in g.ops:
+        loop = op.attrs.get("onnx_loop")
+        if loop is not None and op.attrs.get("loop_control") == "exit_update":
+            iterations[loop] = iterations.get(loop, 0) + 1
+            if op.attrs.get("data_dependent"):
+                bounded.add(loop)
+        if op.kind == "select" and "onnx_if" in op.attrs and op.attrs["onnx_if"] not in branches:
+            branches.append(op.attrs["onnx_if"])
+    for loop, n in iterations.items():
+        notes.append(f"ONNX Loop {loop!r}: its body unrolled, {n} iterations (PopART's LoopOp runs it in a poplar "
+                     "loop: an exit-flag update, a copy of each loop-carried tensor and the iterator's increment an "
+                     "iteration)" + (", priced at its maximum trip count: its termination condition is computed on "
+                                     "the device, so this is an upper bound" if loop in bounded else ""))
+    for branch in branches:
+        notes.append(f"ONNX If {branch!r}: its condition is computed on the device, so both branches are priced, "
+                     "then a select of their outputs (the IPU runs only one: an upper bound)")
+    return notes
 
 
 def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rounded: int) -> list[str]:

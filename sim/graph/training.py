@@ -623,6 +623,10 @@ def _accumulate_early(g: Graph, accumulates: list[Op]) -> None:
 
 
 def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
+    if "onnx_loop" in op.attrs and any(i in need for i in op.inputs):
+        raise GraphError(f"op {op.name!r} runs in ONNX Loop {op.attrs['onnx_loop']!r} and the loss's gradient must "
+                         "pass through it, but PopART has no gradient for a Loop (its LoopOp has no grad ops); "
+                         "train a model whose loops need no gradient, or run inference (training=False)")
     if op.kind in RNN_GATES:
         _recurrent_grads(bw, op, need)
         return

@@ -10,6 +10,8 @@ symbolic dimensions of the graph inputs (``batch_size`` for a symbolic leading d
   Unsqueeze -> Concat -> Reshape``) cost nothing and appear in no trace;
 * every other node goes through a rule (``RULES``, keyed by op type) that emits sim ops of
   kinds the cost model prices (``sim/cost``), with the real shapes and dtypes;
+* a ``Loop`` or ``Scan`` is unrolled (its body's ops once an iteration, with the loop's own
+  exit-flag, iterator and loop-carried copies), an ``If`` is the branch a known condition picks;
 * an op type without a rule raises :class:`sim.UnsupportedOpError` naming the op type and the
   node, and saying how to give it a cost with :func:`register_op`.
 
@@ -38,7 +40,8 @@ what ``ipusim run`` prints (see :func:`main`). Details and limits: docs/onnx.md.
 The package, one concept a module: ``_importer`` (:func:`load`, :func:`fixed_batch`, the walk
 over the graph), ``_context`` (:class:`OpContext`, what a rule sees), ``_registry`` (``RULES``,
 :func:`register_op`: which rule prices a node), the rules by family (``_ops_elementwise``,
-``_ops_layers``, ``_ops_reduce``, ``_ops_tensor``, ``_ops_not_in_popart``), ``_folding`` (numpy
+``_ops_layers``, ``_ops_reduce``, ``_ops_tensor``, ``_ops_control_flow``: Loop, Scan and If
+unrolled, ``_ops_not_in_popart``), ``_folding`` (numpy
 constant folding), ``_values`` (dtypes, what is known of a tensor, shape arithmetic) and ``_cli``
 (the command line; ``__main__`` runs it).
 """

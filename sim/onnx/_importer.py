@@ -25,6 +25,15 @@ from ._values import _FLOAT_TYPES, _OTHER_TYPES, _sim_shape, _type_name, _Value
 _POPART_ATTRS = {"__ipu_number": "ipu", "__pipeline_stage": "stage", "__execution_phase": "phase"}
 
 
+def _graphs(graph):
+    """``graph`` and the graphs its nodes call (Loop and Scan bodies, If branches), depth first."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _graphs(sub)
+
+
 def _read(model) -> tuple[onnx.ModelProto, str | None, Path | None]:
     """(model, default name, directory of external data)."""
     if isinstance(model, onnx.ModelProto):
@@ -65,6 +74,8 @@ class _Importer:
         self.b = GraphBuilder(name, self.float_override or "float32")
         self.g = self.b.graph
         self.env: dict[str, _Value] = {}
+        self.scope = ""  # the name prefix of an unrolled loop's iteration or an If's branch
+        self.tags: dict = {}  # attributes every op emitted in that scope carries (sim.onnx._ops_control_flow)
         self.onnx_shapes: dict[str, tuple] = {}  # graph tensor -> its ONNX shape
         self.input_shapes = self._resolve_inputs(batch_size, dict(dims or {}))
         self.g.micro_batch = self._micro_batch(batch_size, dict(dims or {}))
@@ -172,7 +183,7 @@ class _Importer:
                 self.model = inliner.inline_local_functions(self.model)
             except Exception as e:  # noqa: BLE001
                 raise GraphError(f"sim.onnx.load: could not inline the model's local functions ({e})") from None
-        for vi in list(self.model.graph.value_info) + list(self.model.graph.output):
+        for vi in (vi for g in _graphs(self.model.graph) for vi in list(g.value_info) + list(g.output)):
             # symbolic shapes recorded by the exporter would clash with the sizes given here
             tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
             if tt is not None and tt.HasField("shape") and not all(
@@ -183,8 +194,8 @@ class _Importer:
                                                     data_prop=True)
         except Exception as e:  # noqa: BLE001 - onnx's InferenceError and friends
             raise GraphError(f"sim.onnx.load: ONNX shape inference failed: {e}") from None
-        out = {}
-        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        out = {}  # a subgraph's names are unique in the model too (ONNX forbids shadowing)
+        for vi in (vi for g in _graphs(inferred.graph) for vi in list(g.value_info) + list(g.output)):
             if not vi.type.HasField("tensor_type"):
                 continue
             tt = vi.type.tensor_type
@@ -234,13 +245,17 @@ class _Importer:
     def operand(self, ctx: OpContext, i: int, shape, perm=None) -> str:
         """Input ``i`` in the layout an op wants: ``shape`` after transposing by ``perm``.
 
-        An initializer used only here is stored in that layout (a compile-time choice, as
-        the zoo stores a linear layer's weight (in, out)); anything else gets a transpose op
-        (or a free reshape when only the view changes)."""
+        An initializer used only here (by one node, in every iteration of a loop's body) is stored
+        in that layout (a compile-time choice, as the zoo stores a linear layer's weight (in, out));
+        anything else gets a transpose op (or a free reshape when only the view changes)."""
         v = ctx._in(i)
         shape = tuple(shape)
+        layout = (None if perm is None else tuple(perm), shape)
+        if v.sim is not None and v.layout == layout:
+            return v.sim
         if v.sim is None and v.init is not None and v.uses == 1:
             self._add_variable(v, _sim_shape(shape), "weight" if v.weight else "constant")
+            v.layout = layout
             return v.sim
         t = self.materialise(v)
         cur = v.shape
@@ -254,6 +269,8 @@ class _Importer:
 
     def emit(self, kind, inputs, shapes, dtypes, attrs, op_name, bases, ctx: OpContext) -> list[str]:
         op_name = self.g.unique_op_name(op_name)
+        bases = [b if b.startswith(self.scope) else self.scope + b.lstrip("/") for b in bases]
+        attrs = {**attrs, **self.tags}
         outs = []
         for base, shape, dt in zip(bases, shapes, dtypes):
             sshape = _sim_shape(shape)
@@ -300,6 +317,10 @@ class _Importer:
                     uses[n] = uses.get(n, 0) + 1
         for o in graph.output:
             uses[o.name] = uses.get(o.name, 0) + 1
+        for sub in list(_graphs(graph))[1:]:  # a node in a loop's body is one use, however many iterations
+            for node in sub.node:
+                for n in filter(None, node.input):
+                    uses[n] = uses.get(n, 0) + 1
         for t in graph.initializer:
             dtype = self.sim_dtype(t.data_type, f"initializer {t.name!r}")
             numel = math.prod(t.dims)
@@ -337,8 +358,31 @@ class _Importer:
         self._set_loss(loss)
         return self.g
 
+    def run_subgraph(self, graph, bindings: dict[str, _Value], scope: str, tags: dict) -> list[_Value]:
+        """The values of ``graph``'s outputs after emitting its nodes (a loop body's iteration, an If's
+        branch): its inputs bound to ``bindings``, the enclosing scopes' values visible, its ops
+        named under ``scope`` and given ``tags``."""
+        saved = self.env, self.scope, self.tags
+        self.env = {**self.env, **bindings}
+        self.scope, self.tags = saved[1] + scope, {**saved[2], **tags}
+        try:
+            for t in graph.initializer:
+                dtype = self.sim_dtype(t.data_type, f"initializer {t.name!r}")
+                self.env[t.name] = _Value(tuple(int(d) for d in t.dims), dtype, init=t, uses=2, name=t.name,
+                                          weight=t.data_type in _FLOAT_TYPES and math.prod(t.dims) > 1)
+            for index, node in enumerate(graph.node):
+                self._node(index, node)
+            missing = [o.name for o in graph.output if o.name not in self.env]
+            if missing:
+                raise GraphError(f"sim.onnx.load: subgraph {graph.name!r} (under {scope.rstrip('/')!r}) has outputs "
+                                 f"{missing} that none of its nodes produces")
+            return [self.env[o.name] for o in graph.output]
+        finally:
+            self.env, self.scope, self.tags = saved
+
     def _node(self, index: int, node) -> None:
         name = node.name or f"{node.op_type}_{index}"
+        name = self.scope + name.lstrip("/") if self.scope else name
         ins = []
         for n in node.input:
             if not n:

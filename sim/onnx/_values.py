@@ -40,6 +40,7 @@ class _Value:
     uses: int = 0  # consumers (nodes and graph outputs)
     name: str = ""
     missing: str = ""  # set for a node output its rule does not model: who made it
+    layout: tuple | None = None  # (perm, shape) an initializer is stored in for the one node using it
 
     @property
     def known(self) -> bool:
