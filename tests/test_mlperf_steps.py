@@ -1,4 +1,4 @@
-"""Time per step of the packed BERT SL512 MLPerf rows (sim/validation.py): the published step
+"""Time per step of the packed BERT SL512 MLPerf rows (sim/validation/step_times.py): the published step
 times, the line through them against gradient accumulation, and the rows' configuration."""
 from dataclasses import replace
 

@@ -1,0 +1,98 @@
+"""Validation: the simulator against published hardware figures.
+
+Each :class:`Check` names a figure of ``../shared/calibration/hardware.csv`` (its published
+value is copied here, with the source, so the checks run without that file), how the simulator
+reproduces it, the tolerance and why, and whether a constant was fitted to it (then the check
+only guards the fit) or the model predicts it. ``tests/test_calibration.py`` holds the model to
+the tolerances; ``python -m sim.validation`` writes the table to ``reports/validation.md``.
+
+End to end: :data:`END_TO_END` (published throughputs held at 30 %) and the held-out rows of
+``docs/reference/published-results.md`` (:data:`PUBLISHED_ROWS`, :data:`SCALING`): each a zoo model
+configured as the row's source configures the run; those within 30 % when added (or within 25 %
+since, :data:`PROMOTED`) are asserted at 30 %, the others are tracked in the report;
+:data:`NOT_EXPRESSIBLE` lists the rows the zoo cannot run yet, and why.
+
+Memory: :data:`MEMORY_ROWS` (poplibs' published IPUModel2 memory of single fully connected layers;
+:data:`EMBEDDING_MEMORY_ROWS`, of its embedding layers),
+:data:`KERAS_DENSE_ROWS` (a published PopVision profile of one Keras Dense layer, category by
+category: the program-memory code constants are fitted to it) and :data:`MEMORY_FITS`
+(configurations Graphcore publishes as fitting); asserted only once within their tolerance.
+
+The modules, from the bottom up (each imports only those above it; this package re-exports
+their names):
+
+* ``setups``: :class:`Setup` and the workload builders per model family (``_resnet_train``,
+  ``_bert_train``, ``_packed_bert``, ``_vit_train``, ``_swin_train``, ``_gpt2_train``, ...).
+* ``runner``: each setup simulated once (``_simulated``), and what the report reads from the run.
+* ``calibration``: :class:`Check`, the microbenchmarks that reproduce each figure, :data:`CHECKS`.
+* ``published``: the held-out rows (:class:`Row`, :data:`PUBLISHED_ROWS`, :data:`PUBLISHED_BY_ID`),
+  their notes (:data:`DEPARTURES`), :data:`MEMORY_POINTS`, :data:`NOT_EXPRESSIBLE`.
+* ``end_to_end``: :data:`END_TO_END`; ``scaling``: :class:`Ratio`, :data:`SCALING`.
+* ``step_times``: time per step of the MLPerf packed BERT and ResNet-50 rows.
+* ``gcl_crossovers``: GCL's methods against poplibs' measured crossovers.
+* ``mk2_to_bow``: the Mk2/Bow pairs and which breakdown lines scale with the clock.
+* ``memory``: poplibs' single-layer TotalMemory rows; ``keras_dense``: the Keras Dense PopVision
+  profile; ``memory_fits``: :data:`MEMORY_FITS`; ``memory_statements``: Graphcore's statements
+  about tile memory, checked.
+* ``report``: reports/validation.md's markdown (:func:`report`), one writer per section.
+* ``__main__``: ``python -m sim.validation``.
+"""
+
+from .setups import (IMAGENET_TRAIN_IMAGES, POPRT_BENCHMARK_POPLIN_OPTIONS, Setup, TF1_MLPERF_LOGS_PER_EPOCH,
+                     TF1_PREFETCH_DEPTH, TF1_RESNET_CHECKPOINTS, _HALF_FIRST_MOMENT, _bert_train,
+                     _conformer_train, _effnet_train, _gpt2_infer, _gpt2_train, _packed_bert, _params,
+                     _pytorch_bert_groups, _resnet_e2e, _resnet_infer, _resnet_train, _resnext_train, _show,
+                     _squad_infer, _squad_train, _swin_train, _unet_train, _vit_infer, _vit_train,
+                     pytorch_bert_groups, tf1_steps_per_call)
+from .runner import _outcome, _simulated, _simulated_or_raise, step_seconds, update_collective_seconds
+from .calibration import (CHECKS, Check, _AMP_WHY, _stream, amp_tile_tflops, host_syncs, io_bound_cycles,
+                          m2000_gateway_to_host, m2000_host_link_shared, m2000_ipu_pair, tut6,
+                          tut6_host_exchange)
+from .published import (DEPARTURES, MEMORY_POINTS, NOT_EXPRESSIBLE, PROMOTED, PUBLISHED, PUBLISHED_BY_ID,
+                        PUBLISHED_ROWS, PUBLISHED_TOLERANCE, PUBLISHED_WHY, Row, _ASSERTED_I12,
+                        _ASSERTED_PACKED, _ATT_FFN_V11_POD16, _ATT_FFN_V11_POD64, _ATT_FFN_V20_POD16,
+                        _ATT_FFN_V20_POD64, _I1, _I11, _I12, _I13, _I2, _I3, _I4, _LARGE_AMP, _MLPERF,
+                        _SQUAD_POPART_AMP, _SQUAD_PYTORCH_AMP)
+from .end_to_end import END_TO_END, PERFORMANCE_RESULTS, _E2E_WHY, _END_TO_END_BY_ID, resnet50_training
+from .scaling import Ratio, SCALING
+from .step_times import (PACKED_STEP_FIT_ROWS, PACKED_STEP_ROWS, RESNET_CLEAN_STEP_MS, RESNET_STEP_ROWS,
+                         packed_step_line, packed_step_seconds)
+from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seconds
+from .mk2_to_bow import CLOCK_LINES, MK2_TO_BOW, SECONDS_LINES, _E2E_SETUPS, _pair_published, _pair_setup
+from .memory import (EMBEDDING_MEMORY_ROWS, EmbeddingMemoryRow, MEMORY_ROWS, MEMORY_TOLERANCE, MEMORY_WHY,
+                     MemoryRow, POPLIBS_MEMORY, UNCOMPILED_CODE, fc_layer_memory)
+from .keras_dense import (DenseRow, KERAS_DENSE, KERAS_DENSE_FITTED_TOLERANCE, KERAS_DENSE_ROWS,
+                          KERAS_DENSE_TOLERANCE, _role, keras_dense_control_code, keras_dense_cycles,
+                          keras_dense_executable, keras_dense_graph, keras_dense_max_live)
+from .memory_fits import MEMORY_FITS, _EXAMPLES_BERT, _EXAMPLES_GPT2, _PT_B10, _fits, _squad_large_384
+from .memory_statements import _statement_rows
+from .report import (REPORT, _embedding_memory_section, _gcl_section, _generation_section,
+                     _keras_dense_section, _mb, _memory_section, _oom_text, _packed_step_section,
+                     _published_section, _resnet_step_section, _rows, _status, report)
+
+__all__ = [
+    "IMAGENET_TRAIN_IMAGES", "POPRT_BENCHMARK_POPLIN_OPTIONS", "Setup", "TF1_MLPERF_LOGS_PER_EPOCH",
+    "TF1_PREFETCH_DEPTH", "TF1_RESNET_CHECKPOINTS", "_HALF_FIRST_MOMENT", "_bert_train", "_conformer_train",
+    "_effnet_train", "_gpt2_infer", "_gpt2_train", "_packed_bert", "_params", "_pytorch_bert_groups",
+    "_resnet_e2e", "_resnet_infer", "_resnet_train", "_resnext_train", "_show", "_squad_infer",
+    "_squad_train", "_swin_train", "_unet_train", "_vit_infer", "_vit_train", "pytorch_bert_groups",
+    "tf1_steps_per_call", "_outcome", "_simulated", "_simulated_or_raise", "step_seconds",
+    "update_collective_seconds", "CHECKS", "Check", "_AMP_WHY", "_stream", "amp_tile_tflops", "host_syncs",
+    "io_bound_cycles", "m2000_gateway_to_host", "m2000_host_link_shared", "m2000_ipu_pair", "tut6",
+    "tut6_host_exchange", "DEPARTURES", "MEMORY_POINTS", "NOT_EXPRESSIBLE", "PROMOTED", "PUBLISHED",
+    "PUBLISHED_BY_ID", "PUBLISHED_ROWS", "PUBLISHED_TOLERANCE", "PUBLISHED_WHY", "Row", "_ASSERTED_I12",
+    "_ASSERTED_PACKED", "_ATT_FFN_V11_POD16", "_ATT_FFN_V11_POD64", "_ATT_FFN_V20_POD16",
+    "_ATT_FFN_V20_POD64", "_I1", "_I11", "_I12", "_I13", "_I2", "_I3", "_I4", "_LARGE_AMP", "_MLPERF",
+    "_SQUAD_POPART_AMP", "_SQUAD_PYTORCH_AMP", "END_TO_END", "PERFORMANCE_RESULTS", "_E2E_WHY",
+    "_END_TO_END_BY_ID", "resnet50_training", "Ratio", "SCALING", "PACKED_STEP_FIT_ROWS", "PACKED_STEP_ROWS",
+    "RESNET_CLEAN_STEP_MS", "RESNET_STEP_ROWS", "packed_step_line", "packed_step_seconds", "GCL_CROSSOVERS",
+    "gcl_crossover", "gcl_implied_step_seconds", "CLOCK_LINES", "MK2_TO_BOW", "SECONDS_LINES", "_E2E_SETUPS",
+    "_pair_published", "_pair_setup", "EMBEDDING_MEMORY_ROWS", "EmbeddingMemoryRow", "MEMORY_ROWS",
+    "MEMORY_TOLERANCE", "MEMORY_WHY", "MemoryRow", "POPLIBS_MEMORY", "UNCOMPILED_CODE", "fc_layer_memory",
+    "DenseRow", "KERAS_DENSE", "KERAS_DENSE_FITTED_TOLERANCE", "KERAS_DENSE_ROWS", "KERAS_DENSE_TOLERANCE",
+    "_role", "keras_dense_control_code", "keras_dense_cycles", "keras_dense_executable", "keras_dense_graph",
+    "keras_dense_max_live", "MEMORY_FITS", "_EXAMPLES_BERT", "_EXAMPLES_GPT2", "_PT_B10", "_fits",
+    "_squad_large_384", "_statement_rows", "REPORT", "_embedding_memory_section", "_gcl_section",
+    "_generation_section", "_keras_dense_section", "_mb", "_memory_section", "_oom_text",
+    "_packed_step_section", "_published_section", "_resnet_step_section", "_rows", "_status", "report"
+]

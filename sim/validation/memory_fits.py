@@ -1,0 +1,87 @@
+"""Configurations Graphcore publishes as fitting in memory (and one its notes say does not):
+:data:`MEMORY_FITS`, each compiled by the simulator (:func:`_fits`) and asserted by
+tests/test_memory.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import compile as compile_graph
+from ..compiler.memory import IpuMemory
+from ..errors import OutOfMemoryError
+from .published import _SQUAD_PYTORCH_AMP, PUBLISHED_BY_ID
+from .setups import Setup, _bert_train, _gpt2_infer, _gpt2_train, _squad_train
+
+
+# Configurations Graphcore publishes as fitting (compiled, not run): the simulator must fit them too;
+# and one its own notes say does not fit. (row id, workload, source, setup, published to fit)
+_EXAMPLES_BERT = "graphcore/examples `nlp/bert/pytorch/"
+
+
+def _squad_large_384(replicas: int) -> Setup:
+    """configs_squad.yml squad_large_384: 8-IPU pipeline, the SQuAD span head on the last IPU, AdamW
+    with its state on chip and sharded, the first moment in fp16 and the second in fp32
+    (``enable_half_first_order_momentum``; nlp/bert/pytorch/optimization.py), vocab 30522 (the
+    config's default)."""
+    return _squad_train(replicas, 30522, 2, _SQUAD_PYTORCH_AMP, "adamw")
+
+
+_EXAMPLES_GPT2 = "graphcore/examples `nlp/gpt2/pytorch/benchmarks.yml` "
+
+
+#: B10's run with the PyTorch config's fused QKV weight (the PopART config splits it: split_qkv)
+_PT_B10 = replace(PUBLISHED_BY_ID["B10"].setup,
+                  params=tuple(kv for kv in PUBLISHED_BY_ID["B10"].setup.params if kv[0] != "split_qkv"))
+MEMORY_FITS = [
+    ("GCN-P B10", "BERT-Large phase 1 (SL128), Bow Pod16, micro-batch 8, layers [3, 7, 7, 7]",
+     _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_128 (benchmark "
+     "`pytorch_bert_large_pretrain_real_pod16`)", _PT_B10, True),
+    ("L128 ALS", "the same with automatic loss scaling, AMP [0.13, 0.2, 0.2, 0.2]",
+     _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_128_ALS",
+     replace(_PT_B10, amp=(0.13, 0.20, 0.20, 0.20), auto_loss_scaling=True), True),
+    ("L512", "BERT-Large phase 2 (SL512), Bow Pod16, micro-batch 2, layers [3, 7, 7, 7]",
+     _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_512",
+     _bert_train("bert-large", "bow-pod16", 4, 2, 2048, [3, 7, 7, 7], [0.10, 0.15, 0.15, 0.15], seq_len=512,
+                 mask_tokens=76, embedding_serialization=2), True),
+    ("B128", "BERT-Base phase 1 (SL128), Bow Pod16, micro-batch 32, layers [0, 4, 4, 4]",
+     _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_base_128",
+     _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.25] * 4), True),
+    ("B512", "BERT-Base phase 2 (SL512), Bow Pod16, micro-batch 8, layers [0, 4, 4, 4]",
+     _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_base_512",
+     _bert_train("bert-base", "bow-pod16", 4, 8, 512, [0, 4, 4, 4], [0.25] * 4, seq_len=512, mask_tokens=76,
+                 embedding_serialization=2),
+     True),
+    ("SQ8", "BERT-Large SQuAD (SL384), Bow Pod16, 8-IPU pipeline, 2 replicas",
+     _EXAMPLES_BERT + "configs_squad.yml` squad_large_384 (benchmark `pytorch_bert_squad_large_pretrain_real_pod16`)",
+     _squad_large_384(2), True),
+    ("SQ8 R1", "the same with 1 replica (optimizer state not sharded)",
+     "the same config's note: \"NB This requires replication_factor=2 to fit\"", _squad_large_384(1), False),
+    ("G-S", "GPT-2 small (SL1024), 4-IPU pipeline [0, 4, 4, 4], 4 replicas",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_small_train_gen_pod16`",
+     _gpt2_train("gpt2-small", [0, 4, 4, 4], [0.15] * 4, 4, 2048, rts=True), True),
+    ("G-M", "GPT-2 medium (SL1024), 8-IPU pipeline [0, 3, 3, 3, 3, 4, 4, 4], 2 replicas",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_medium_train_gen_pod16`",
+     _gpt2_train("gpt2-medium", [0, 3, 3, 3, 3, 4, 4, 4], [0.30] + [0.15] * 7, 2, 4096, rts=True), True),
+    ("G-L512", "GPT-2 large (SL512), 8-IPU pipeline [1, 5, 5, 5, 5, 5, 5, 5], 2 replicas",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_large_sl512_train_gen_pod16`",
+     _gpt2_train("gpt2-large", [1, 5, 5, 5, 5, 5, 5, 5], [0.15, 0.12] + [0.15] * 6, 2, 4096, rts=True, seq_len=512,
+                 embedding_serialization=8), True),
+    ("G-L", "GPT-2 large (SL1024), 16-IPU pipeline, 1 replica (optimizer state not sharded)",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_large_train_gen_pod16`",
+     _gpt2_train("gpt2-large", [0, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 2],
+                 [0.15, 0.15, 0.2, 0.2, 0.2, 0.15, 0.15, 0.2, 0.2, 0.15, 0.15, 0.2, 0.2, 0.15, 0.15, 0.2], 1, 8192,
+                 rts=False), True),
+    ("G-XL I", "GPT-2 XL inference (SL1024), batch 1, 8 IPUs [1, 6, 6, 7, 7, 7, 7, 7], sharded",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_xlarge_infer_gen_pod16`", _gpt2_infer("gpt2-xl", [1, 6, 6, 7, 7, 7, 7, 7], 2),
+     True),
+    ("G-M I", "GPT-2 medium inference (SL1024), batch 1, 4 IPUs [1, 7, 8, 8], sharded",
+     _EXAMPLES_GPT2 + "`pytorch_gpt2_medium_infer_gen_pod16`", _gpt2_infer("gpt2-medium", [1, 7, 8, 8], 4), True),
+]
+
+
+def _fits(setup: Setup) -> dict[int, IpuMemory] | OutOfMemoryError:
+    try:
+        return compile_graph(setup.graph(), setup.system, setup.options(), training=setup.training,
+                             optimizer=setup.sim_optimizer()).memory
+    except OutOfMemoryError as e:
+        return e

@@ -1,0 +1,66 @@
+"""Simulating a :class:`~sim.validation.setups.Setup`: each setup is simulated once
+(:func:`_simulated`, cached) and the report's sections read its throughput (:func:`_outcome`), its
+seconds per weight update by breakdown line (:func:`step_seconds`) and its weight update's
+collectives (:func:`update_collective_seconds`) from that one run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from .. import simulate
+from ..errors import OutOfMemoryError
+from ..schedule.replicated_ops import NORM_COLLECTIVE_SUFFIX
+from .setups import Setup
+
+
+@lru_cache(maxsize=None)
+def _simulated(setup: Setup) -> tuple[float, dict[str, float], float] | OutOfMemoryError:
+    """One simulated call of ``setup``, kept small: (samples per second, seconds per weight update
+    on the first IPU by breakdown line: the call's over its device iterations, and of the
+    ``collective`` line the weight update's: all but the distributed norms' statistics), or the
+    simulator's out-of-memory error. The report's sections share it, so each setup is simulated once."""
+    try:
+        run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
+                       optimizer=setup.sim_optimizer())
+    except OutOfMemoryError as e:
+        return e
+    scale = run.executable.system.ipu.clock_hz * setup.device_iterations
+    first = run.breakdown.iloc[0]
+    trace = run.trace
+    ipu = run.breakdown.index[0]
+    update = trace[(trace.ipu == ipu) & (trace.kind == "collective")
+                   & ~trace.name.str.endswith(NORM_COLLECTIVE_SUFFIX)]
+    return (run.samples_per_second, {line: float(first[line]) / scale for line in first.index},
+            float(update.cycles.sum()) / scale)
+
+
+def _outcome(setup: Setup) -> float | OutOfMemoryError:
+    """Samples per second of one simulated call, or the simulator's out-of-memory error."""
+    value = _simulated(setup)
+    return value if isinstance(value, OutOfMemoryError) else value[0]
+
+
+def step_seconds(setup: Setup, prefetch_depth: int | None = None) -> tuple[dict[str, float], float]:
+    """(seconds per weight update on the first IPU by breakdown line: one call's over its device
+    iterations, samples/s per IPU) of ``setup``,
+    with its host prefetch depth replaced by ``prefetch_depth`` when given (depth 2: the host
+    fills and sends each input buffer while the IPU runs the previous micro-batch)."""
+    if prefetch_depth is not None:
+        setup = replace(setup, prefetch_depth=prefetch_depth)
+    samples_per_second, lines, _ = _simulated_or_raise(setup)
+    return lines, samples_per_second / setup.replicas
+
+
+def update_collective_seconds(setup: Setup) -> float:
+    """Seconds per weight update the first IPU spends in the weight update's collectives (the
+    ``collective`` line less the distributed norms' statistics all-reduces)."""
+    return _simulated_or_raise(setup)[2]
+
+
+def _simulated_or_raise(setup: Setup) -> tuple[float, dict[str, float], float]:
+    """:func:`_simulated`, raising its out-of-memory error."""
+    value = _simulated(setup)
+    if isinstance(value, OutOfMemoryError):
+        raise value
+    return value

@@ -1,0 +1,82 @@
+"""Scaling ratios: :class:`Ratio` and :data:`SCALING`, how throughput scales between two published
+runs of one workload (replicas, batch size, Mk2 to Bow), simulated against published."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .end_to_end import _END_TO_END_BY_ID
+from .published import PUBLISHED_BY_ID
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """How throughput scales between two published runs of one workload: the ratio of the
+    simulated throughputs against the ratio of the published ones."""
+
+    name: str
+    what: str
+    source: str
+    numerator: str  # row ids (PUBLISHED_ROWS, or "B1"/"B2" of END_TO_END)
+    denominator: str
+    asserted: bool
+
+    @staticmethod
+    def _row(row_id: str):
+        return _END_TO_END_BY_ID.get(row_id) or PUBLISHED_BY_ID[row_id]
+
+    @property
+    def published(self) -> float:
+        return self._row(self.numerator).published / self._row(self.denominator).published
+
+    def simulated(self) -> float:
+        return self._row(self.numerator).simulated() / self._row(self.denominator).simulated()
+
+
+SCALING = [
+    Ratio("resnet50_mk2_v10_16_64", "ResNet-50 training, Mk2 POD16 → POD64 (GBS 1,920 → 2,560)",
+          "MLP v1.0 M5 → M6", "M6", "M5", True),
+    Ratio("resnet50_mk2_v11_16_64", "ResNet-50 training, Mk2 POD16 → POD64", "MLP v1.1 M13 → M14", "M14", "M13", True),
+    Ratio("resnet50_mk2_v11_64_128", "ResNet-50 training, Mk2 POD64 → POD128",
+          "MLP v1.1 M14 → M15", "M15", "M14", True),
+    Ratio("resnet50_mk2_v11_128_256", "ResNet-50 training, Mk2 POD128 → POD256 (same GA 2, over GW-Links)",
+          "MLP v1.1 M15 → M16", "M16", "M15", True),
+    Ratio("resnet50_bow_v20_16_64", "ResNet-50 training, Bow Pod16 → Pod64", "MLP v2.0 M23 → M24", "M24", "M23", True),
+    Ratio("resnet50_bow_v20_64_128", "ResNet-50 training, Bow Pod64 → Pod128",
+          "MLP v2.0 M24 → M25", "M25", "M24", True),
+    Ratio("resnet50_bow_v20_128_256", "ResNet-50 training, Bow Pod128 → Pod256 (same GA 2, over GW-Links)",
+          "MLP v2.0 M25 → M26", "M26", "M25", True),
+    Ratio("resnet50_bow_p_16_64", "ResNet-50 training, Bow Pod16 → Pod64 (end-to-end rows)",
+          "GCN-P B1 → B2", "B2", "B1", True),
+    Ratio("resnet50_bow_p_64_256", "ResNet-50 training, Bow Pod64 → Pod256", "GCN-P B2 → B3", "B3", "B2", True),
+    Ratio("resnet50_bow_s30_16_64", "ResNet-50 training, Bow Pod16 → Pod64", "GCN-S30 B13 → B15", "B15", "B13", True),
+    Ratio("resnet50_bow_s30_64_256", "ResNet-50 training, Bow Pod64 → Pod256", "GCN-S30 B15 → B16", "B16", "B15", True),
+    Ratio("bert_large_ph1_p_16_64", "BERT-Large Ph1 PopART, Bow Pod16 → Pod64 (mbs 8)", "GCN-P B10 → B12",
+          "B12", "B10", True),
+    Ratio("vit_base_pretrain_s30_16_64", "ViT-B/16 pre-training, Bow Pod16 → Pod64 (GA 2,048 → 512)",
+          "GCN-S30 B22 → B23", "B23", "B22", True),
+    *(Ratio(f"conformer_{gen}_{a}_{b}", f"Conformer-medium training, {what} (GBS 16,128)", f"EX-CF C{i} → C{i + 1}",
+            f"C{i + 1}", f"C{i}", True)
+      for gen, i, a, b, what in (("mk2", 1, 4, 16, "IPU-M2000 → Mk2 POD16"), ("mk2", 2, 16, 64, "Mk2 POD16 → POD64"),
+                                 ("bow", 4, 4, 16, "Bow-2000 → Bow Pod16"), ("bow", 5, 16, 64, "Bow Pod16 → Pod64"))),
+    Ratio("efficientnet_b4_bow_s30_16_64", "EfficientNet-B4 G16 training, Bow Pod16 → Pod64 (GBS 6,144)",
+          "GCN-S30 B17 → B19", "B19", "B17", True),
+    Ratio("efficientnet_b4_bow_s30_64_256", "EfficientNet-B4 G16 training, Bow Pod64 → Pod256 (GBS 6,144)",
+          "GCN-S30 B19 → B20", "B20", "B19", True),
+    Ratio("resnet50_mk2_to_bow", "ResNet-50 training, GBS 1,920 on POD16: Mk2 → Bow", "MLP v1.0 M5 → GCN-P B1",
+          "B1", "M5", True),
+    Ratio("resnet50_infer_fp16_synth_1_90", "ResNet-50 inference fp16 synthetic, batch 1 → 90",
+          "RT I1 bs1 → bs90", "I1 bs90", "I1 bs1", True),
+    Ratio("resnet50_infer_fp16_real_1_90", "ResNet-50 inference fp16 real data, batch 1 → 90",
+          "RT I2 bs1 → bs90", "I2 bs90", "I2 bs1", True),
+    Ratio("resnet50_infer_fp8_synth_1_90", "ResNet-50 inference FP8 synthetic, batch 1 → 90",
+          "RT I4 bs1 → bs90", "I4 bs90", "I4 bs1", True),
+    Ratio("resnet50_infer_fp16_to_fp8_synth_90", "ResNet-50 inference synthetic, batch 90: fp16 → FP8",
+          "RT I1 bs90 → I4 bs90", "I4 bs90", "I1 bs90", True),
+    Ratio("resnet50_infer_fp32_synth_1_16", "ResNet-50 inference fp32 synthetic, batch 1 → 16",
+          "RT I3 bs1 → bs16", "I3 bs16", "I3 bs1", True),
+    Ratio("resnet50_infer_latency_to_throughput", "ResNet-50 inference: batch 1, 1 per step → batch 80, 128 per step",
+          "RT I6 → I5", "I5", "I6", True),
+    Ratio("vit_base_infer_8_32", "ViT-B/16 inference fp16, batch 8 → 32", "RT I13 bs8 → bs32", "I13 bs32", "I13 bs8",
+          True),
+]

@@ -1,0 +1,549 @@
+"""The workloads of the published measurements: :class:`Setup` (a zoo model, the system and the
+PopTorch options a source's configuration sets) and the builders that configure one model family as
+Graphcore's examples, MLPerf submissions or PopRT benchmarks run it (``_resnet_train``,
+``_bert_train``, ``_packed_bert``, ``_vit_train``, ``_swin_train``, ``_gpt2_train``, ...), with the
+constants they share (:data:`TF1_PREFETCH_DEPTH`, :data:`TF1_RESNET_CHECKPOINTS`,
+:func:`tf1_steps_per_call`, :func:`pytorch_bert_groups`, ...). Nothing here is simulated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import models
+
+from ..graph.training import Optimizer
+from ..options import CommGroupType, Options, OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
+from ..strategy import AutoStage, ShardedExecution
+
+
+def _params(**params) -> tuple:
+    """Model parameters as a hashable tuple (lists become tuples)."""
+    def frozen(v):  # nested lists too (att_ffn_placement)
+        return tuple(frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
+    return tuple((k, frozen(v)) for k, v in params.items())
+
+
+def _show(value) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A zoo model run as a published measurement was: the model's parameters, the system, and the
+    PopTorch options the source's configuration sets."""
+
+    model: str
+    params: tuple  # (name, value) pairs for models.get (see _params)
+    system: str
+    replicas: int = 1  # replicationFactor
+    accumulation: int = 1  # Training.gradientAccumulation
+    device_iterations: int = 1
+    amp: tuple = ()  # availableMemoryProportion of IPU0, IPU1, ... of one replica
+    half_partials: bool = True  # Precision.setPartialsType("half")
+    optimizer_off_chip: bool = False  # optimizer state in streaming memory
+    rts: bool = False  # optimizer state sharded over the replicas
+    training: bool = True
+    optimizer: str = "sgd"
+    state_dtype: str | tuple = "float32"  # Optimizer.state_dtype: one dtype, or one per state (m, v)
+    synthetic: bool = False  # enableSyntheticData: no host IO
+    io_tiles: int = 0  # TensorLocations.numIOTiles
+    overlap_io: bool = False  # every host stream overlapped (OverlapDeviceIterationLoop), ShardedExecution
+    sharded: bool = False  # ShardedExecution(AutoStage.AutoIncrement): the IPUs run one after another, no pipeline
+    prefetch_depth: int = 1  # _Popart defaultPrefetchBufferingDepth
+    output_mode: str = ""  # outputMode as an OutputMode member name ("All", "Sum", ...); "": the default
+    merged_collectives: tuple = ()  # collective kinds merged into one call ("all_reduce", ...): PopART's
+    # replicatedCollectivesSettings, or graphcore/tensorflow combining them (maximum_*_buffer_size)
+    sharding_domain: int = 0  # RTS over groups of this many consecutive replicas (PopART's shardingDomain); 0: all
+    accum_dtype: str = ""  # the gradient accumulators' dtype (PopTorch accum_type, PopART accumType); "": the weights'
+    clip_norm: float = 0.0  # gradients clipped to this global norm (PopART ClipNormSettings, max_grad_norm); 0: none
+    pytorch_bert_groups: bool = False  # the parameter groups of Graphcore's PyTorch BERT (pytorch_bert_groups)
+    poplin_options: tuple = ()  # (name, value) pairs set in PopART's matmulOptions and convolutionOptions
+    auto_loss_scaling: bool = False  # Training.setAutomaticLossScaling(True)
+    per_stage_copies: bool = False  # a TensorFlow pipeline: each stage's inter-IPU copies one after another
+    stable_norm: bool = False  # enableStableNorm (TensorFlow's norms.use_stable_statistics)
+    non_stable_softmax: bool = False  # PopART's enableNonStableSoftmax (PopRT's enable_non_stable_softmax)
+    clear_pass_type: bool = False  # enableFullyConnectedPass off (TensorFlow's matmuls.clear_pass_type)
+    combined_accum: bool = False  # momentum SGD's velocity as the gradient accumulator (SGD use_combined_accum)
+    processes: int = 1  # host processes (PopRun instances) feeding the replicas, each one callback thread
+
+    def graph(self):
+        g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
+        if self.overlap_io:  # as poptorch.set_overlap_for_input/output in the user's model
+            for name in [*g.inputs, *g.outputs]:
+                g.overlap[name] = int(OverlapMode.OverlapDeviceIterationLoop)
+        return g
+
+    def options(self) -> Options:
+        o = Options().replicationFactor(self.replicas).deviceIterations(self.device_iterations)
+        if self.accumulation > 1:
+            o.Training.gradientAccumulation(self.accumulation)
+        if self.half_partials:
+            o.Precision.setPartialsType("half")
+        if self.amp:
+            o.setAvailableMemoryProportion({f"IPU{i}": p for i, p in enumerate(self.amp)})
+        if self.optimizer_off_chip or self.rts:
+            o.TensorLocations.setOptimizerLocation(
+                TensorLocationSettings().useOnChipStorage(not self.optimizer_off_chip)
+                .useReplicatedTensorSharding(self.rts))
+        if self.synthetic:
+            o.enableSyntheticData(True)
+        if self.io_tiles:
+            o.TensorLocations.numIOTiles(self.io_tiles)
+        if self.overlap_io:
+            o.setExecutionStrategy(ShardedExecution())
+        if self.sharded:
+            o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
+        if self.prefetch_depth > 1:
+            o._Popart.set("defaultPrefetchBufferingDepth", self.prefetch_depth)
+        if self.output_mode:
+            o.outputMode(OutputMode[self.output_mode])
+        for kind in self.merged_collectives:
+            o._Popart.set(f"replicatedCollectivesSettings.{Options.MERGE_KEYS[kind]}", True)
+        if self.sharding_domain:
+            o._Popart.set(Options.SHARDING_DOMAIN_KEYS["optimizer"], (CommGroupType.Consecutive, self.sharding_domain))
+        if self.poplin_options:
+            o.set_poplin_options(dict(self.poplin_options))
+        if self.auto_loss_scaling:
+            o._Popart.set("automaticLossScalingSettings.enabled", True)
+        if self.per_stage_copies:
+            o.pipelineCopies(PipelineCopies.PerStage)
+        if self.stable_norm:
+            o.enableStableNorm(True)
+        if self.non_stable_softmax:
+            o._Popart.set("enableNonStableSoftmax", True)
+        if self.clear_pass_type:
+            o._Popart.set("enableFullyConnectedPass", False)
+        if self.processes > 1:
+            o.hostProcesses(self.processes)
+        return o
+
+    def sim_optimizer(self) -> Optimizer | None:
+        if not self.training:
+            return None
+        groups = _pytorch_bert_groups(self) if self.pytorch_bert_groups else {}
+        return Optimizer(self.optimizer, self.state_dtype, self.accum_dtype or None, self.clip_norm or None,
+                         combined_accum=self.combined_accum, **groups)
+
+    def describe(self) -> str:
+        parts = [f"`{self.system}`", f"`{self.model}` " + ", ".join(f"{k}={_show(v)}" for k, v in self.params)]
+        if self.training:
+            parts.append(f"training, RF {self.replicas}, GA {self.accumulation}")
+        else:
+            parts.append(f"inference, RF {self.replicas}, deviceIterations {self.device_iterations}")
+        if self.amp:
+            parts.append("AMP {" + ", ".join(f"IPU{i}: {p:g}" for i, p in enumerate(self.amp)) + "}")
+        parts.append("half partials" if self.half_partials else "float partials")
+        if self.training:
+            where = ("off chip" if self.optimizer_off_chip else "on chip") + (" + RTS" if self.rts else "")
+            if self.rts and self.sharding_domain:
+                where += f" over groups of {self.sharding_domain} replicas"
+            parts.append(f"{self.sim_optimizer().describe()}, optimizer state {where}"
+                         + (", automatic loss scaling" if self.auto_loss_scaling else ""))
+        parts.append("synthetic data" if self.synthetic else "real data (host IO" + (
+            f", {self.processes} host processes)" if self.processes > 1 else ")"))
+        if self.io_tiles:
+            parts.append(f"{self.io_tiles} IO tiles" + (", all streams overlapped (ShardedExecution)"
+                                                        if self.overlap_io else ""))
+        if self.prefetch_depth > 1:
+            parts.append(f"prefetch depth {self.prefetch_depth}")
+        if self.output_mode:
+            parts.append(f"outputMode {self.output_mode}")
+        if self.merged_collectives:
+            parts.append(" and ".join(k.replace("_", "-") + "s" for k in self.merged_collectives) + " merged")
+        if self.sharded:
+            parts.append("ShardedExecution")
+        if self.per_stage_copies:
+            parts.append("each stage's inter-IPU copies one after another (TensorFlow)")
+        if self.stable_norm:
+            parts.append("enableStableNorm")
+        if self.non_stable_softmax:
+            parts.append("enableNonStableSoftmax")
+        if self.clear_pass_type:
+            parts.append("enableFullyConnectedPass off")
+        if self.poplin_options:
+            parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
+        return "; ".join(parts)
+
+
+def pytorch_bert_groups(graph, optimizer: str) -> dict[str, tuple[str, ...]]:
+    """The per-weight settings of Graphcore's PyTorch BERT optimizer (graphcore/examples
+    nlp/bert/pytorch/optimization.py ``get_optimizer``, SDK 3.1 c0239af): biases without weight
+    decay or LAMB's trust ratio (``max_weight_norm`` 0), other 1-D weights without weight decay,
+    both made constant (``markAsConstant``). Hugging Face names a LayerNorm's beta ``bias``; the
+    zoo names it ``beta``."""
+    one_d = [w.name for w in graph.weights() if len(w.shape) == 1]
+    biases = [n for n in one_d if n.endswith("bias") or n.endswith("/beta")]
+    return {"no_weight_decay": tuple(one_d), "no_trust_ratio": tuple(biases) if optimizer == "lamb" else ()}
+
+
+@lru_cache(maxsize=None)
+def _pytorch_bert_groups(setup: Setup) -> dict[str, tuple[str, ...]]:
+    return pytorch_bert_groups(setup.graph(), setup.optimizer)
+
+
+#: host buffers of a TF1 infeed, as the simulator counts them (``defaultPrefetchBufferingDepth``):
+#: graphcore/tensorflow's ``IPUConfig.optimizations.prefetch_data_streams`` is True by default
+#: ("prefetching of data for data streams on the host will be overlapped with execution on the
+#: IPU") and an ``IPUInfeedQueue``'s ``prefetch_depth`` defaults to 1 ("prefetches a single entry
+#: after it has been read to refill the buffer"): the host fills the next buffer while the IPU
+#: runs, one buffer ahead, which is depth 2 here. The MLPerf ResNet-50 scripts (v1.0-v2.0
+#: ``train.py``: ``IPUInfeedQueue(..., prefetch_depth=opts['prefetch_depth'])``, ``--prefetch-depth``
+#: default None; ``ipu_utils.py`` leaves ``prefetch_data_streams`` alone) keep both defaults.
+TF1_PREFETCH_DEPTH = 2
+
+#: ImageNet's training images (``standard_imagenet``: Datasets/data.py ``NUM_IMAGES``)
+IMAGENET_TRAIN_IMAGES = 1_281_167
+#: ``logs_per_epoch`` of every ResNet-50 MLPerf config (MLPerf v1.0-v2.0 and examples 8ae588c
+#: ``configs.yml``: ``mk2_resnet50_mlperf_pod16``, which the bs20 and LARS configs extend)
+TF1_MLPERF_LOGS_PER_EPOCH = 5
+
+
+def tf1_steps_per_call(global_batch: int, logs_per_epoch: int = TF1_MLPERF_LOGS_PER_EPOCH) -> int:
+    """Weight updates the TF1 CNN ``train.py`` runs in one ``session.run`` (MLPerf v1.0-v2.0 and
+    examples 8ae588c ``train_process``): ``iterations_per_epoch = images // global_batch``,
+    ``log_freq = iterations_per_epoch // logs_per_epoch`` and ``iterations_per_step = log_freq``,
+    as ``--batches-per-step`` (default 1000) is larger; the device loop repeats the step that often
+    and the published throughput is an epoch's images over its time, 5 such calls."""
+    return max(1, IMAGENET_TRAIN_IMAGES // global_batch // logs_per_epoch)
+
+
+#: the recomputation checkpoints of the TF1 (MLPerf) ResNet-50 configs: configs.yml ``pipeline_splits``
+#: [b1/0/relu, b1/2/relu, b2/0/relu, b2/2/relu, b3/0/relu, b3/3/relu] (v1.0 and v1.1 ``*_bs20`` and
+#: ``*_lars``; v2.0 names them stage1/unit1 ... stage3/unit4) with ``shards: 1`` and
+#: ``enable_recomputation``: seven pipeline stages on the replica's one IPU, of which graphcore/tensorflow's
+#: PipelineRecomputation pass recomputes every forward stage "apart from the last one which does not need
+#: recomputation" (passes/pipeline_recomputation.cc), so layer3/4 to the head keep their activations
+TF1_RESNET_CHECKPOINTS = ("layer1/0", "layer1/2", "layer2/0", "layer2/2", "layer3/0", "layer3/3")
+
+
+def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: int, amp: float,
+                  optimizer: str = "sgd_momentum", pytorch: bool = False, tf1_calls: bool = False,
+                  stable_norm: bool = False, replicas_per_process: int = 2) -> Setup:
+    """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
+    images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`; PyTorch: a checkpoint
+    after every block), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs; PyTorch: the CNN
+    example's ``sgd_combined``, ``SGD(use_combined_accum=True)``, the velocity as the accumulator),
+    one IPU per replica, real data. TF1: the host one input buffer ahead of the IPU as its infeeds
+    run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), batch norm statistics over pairs of
+    replicas (``BN_span: 2`` in every MLPerf ResNet-50 configs.yml, v1.0-v2.0: the zoo's
+    ``bn_span``; PyTorch's batch norm is per replica), and the momentum in fp16 (precision 16.16:
+    TF creates each optimizer slot in its weight's dtype). The gradient all-reduces are one call: TF1
+    combines them up to ``max_cross_replica_buffer_size`` (50 MiB in the MLPerf v1.0-v2.0
+    configs.yml, more than ResNet-50's 51.1 MB of fp16 gradients) and the PyTorch config merges them
+    (examples 8ae588c ``vision/cnns/pytorch/utils/ipu_settings.py``: ``mergeAllReduceCollectives``).
+    ``tf1_calls``: one simulated call runs the weight updates the TF1 script runs per
+    ``session.run`` (:func:`tf1_steps_per_call`), as deviceIterations. ``stable_norm``: the MLPerf
+    v1.0 configs' ``stable_norm: True`` ([stable-norm]). ``replicas_per_process``: the PopRun
+    instances' replicas ([host-processes]: 2 in the MLPerf v1.1/v2.0 and examples' scripts, 4 in MLPerf
+    v1.0's POD64)."""
+    steps = tf1_steps_per_call(replicas * accumulation * micro_batch) if tf1_calls else 1
+    params = dict(micro_batch=micro_batch, recompute_checkpoints="blocks" if pytorch else TF1_RESNET_CHECKPOINTS,
+                  eight_bit_io=True)
+    if not pytorch:
+        params["bn_span"] = 2
+    return Setup("resnet50", _params(**params), system, replicas=replicas, accumulation=accumulation,
+                 device_iterations=steps, amp=(amp,), optimizer=optimizer,
+                 state_dtype="float32" if pytorch else "float16",
+                 prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",),
+                 stable_norm=stable_norm, combined_accum=pytorch and optimizer == "sgd_momentum",
+                 processes=max(1, replicas // replicas_per_process))
+
+
+def _resnet_e2e(system: str, replicas: int, global_batch: int, amp: float, micro_batch: int = 20,
+                replicas_per_process: int = 2) -> Setup:
+    """The end-to-end ResNet-50 checks' configuration (:func:`resnet50_training`): the examples repo's
+    ``applications/tensorflow/cnns/training/configs.yml`` ``mk2_resnet50_mlperf_pod{16,64}_bs20``
+    (SDK 2.4-2.5, 32fc7bd and 187775b, the Bow launch's; the MLPerf v1.0 configs without their
+    ``stable_norm``): momentum SGD, the accumulation that makes ``global_batch``,
+    ``available_memory_proportion`` ``amp`` (0.15 Pod16, 0.145 Pod64), and ``logs_per_epoch`` 5, so
+    ``train.py`` runs ``log_freq`` weight updates per ``session.run`` (:func:`tf1_steps_per_call`)."""
+    return _resnet_train(system, replicas, micro_batch, max(1, global_batch // (micro_batch * replicas)), amp,
+                         tf1_calls=True, replicas_per_process=replicas_per_process)
+
+
+def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumulation: int,
+                layers_per_ipu: list[int], amp: list[float], seq_len: int = 128, mask_tokens: int = 20,
+                vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
+                attention_dropout: float | None = None, output_mode: str = "",
+                merged_collectives: tuple = (), pytorch: bool = False, embedding_serialization: int = 1,
+                tensorflow: bool = False, tf1: bool = False, split_qkv: bool = False) -> Setup:
+    """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
+    state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
+    ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum); ``pytorch``: the
+    PyTorch example's parameter groups (:func:`pytorch_bert_groups`); ``embedding_serialization`` the
+    config's vocabulary steps of the tied projection; ``tensorflow``: each stage's inter-IPU copies
+    one after another ([tf-copies]); ``tf1``: the IPUConfig the TF1 BERT's ipu_utils.py sets for every
+    run, stable norm statistics ([tf-stable-norm]) and the matmul pass type cleared ([tf-clear-pass]);
+    the TF2 BERT sets neither; ``split_qkv``: the PopART config's three QKV weights (the zoo's
+    ``split_qkv``)."""
+    params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
+                  mask_tokens=mask_tokens)
+    if embedding_serialization > 1:
+        params["embedding_serialization"] = embedding_serialization
+    if recompute is not None:
+        params["recompute_checkpoint_every_layer"] = recompute
+    if attention_dropout is not None:
+        params["attention_dropout"] = attention_dropout
+    if split_qkv:
+        params["split_qkv"] = True
+    return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
+                 amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
+                 merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow,
+                 stable_norm=tf1, clear_pass_type=tf1)
+
+
+def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
+                  io_tiles: int = 32, prefetch_depth: int = 1, fp8: bool = False) -> Setup:
+    """ResNet-50 inference as PopRT runs it on one C600 IPU: the classifier without labels or loss,
+    batch norm folded into the convolutions (as the exported ONNX model has it), uint8 images
+    normalised on the IPU, half partials in fp16, 32 IO tiles with every stream
+    overlapped (real data) or synthetic data; ``fp8``: every convolution but the stem's in FP8."""
+    params = dict(micro_batch=batch, eight_bit_io=True, with_loss=False, norm="folded")
+    if dtype != "float16":
+        params["dtype"] = dtype
+    if fp8:
+        params["fp8_convs"] = True
+    return Setup("resnet50", _params(**params), "c600", device_iterations=device_iterations,
+                 half_partials=dtype == "float16", training=False, synthetic=synthetic, io_tiles=io_tiles,
+                 overlap_io=bool(io_tiles) and not synthetic, prefetch_depth=prefetch_depth)
+
+
+def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int, amp: list[float],
+                 seq_len: int = 512, mask_tokens: int = 78, vocab: int = 30912, packing_factor: float = 2.0,
+                 layers_per_ipu: list[int] | None = None, att_ffn: list | None = None, off_chip: bool = False,
+                 model: str = "bert-large", prefetch_depth: int = 1, attention_dropout: float | None = None,
+                 output_mode: str = "", merged_collectives: tuple = (), sharding_domain: int = 0,
+                 clip_norm: float = 0.0, pytorch: bool = False, checkpoint_dtype: str | None = None,
+                 embedding_serialization: int = 1, split_qkv: bool = False) -> Setup:
+    """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
+    at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
+    state sharded over the replicas (on or off chip), half partials, real data; gradients clipped to
+    the global norm ``clip_norm`` (0: not clipped); ``pytorch``: the PyTorch example's parameter
+    groups (:func:`pytorch_bert_groups`). ``mask_tokens`` is
+    the MLM positions per pack (PopART: the config's mask_tokens + 2); ``prefetch_depth`` is the
+    script's ``defaultPrefetchBufferingDepth`` (3 in MLPerf v2.0's bert.py, unset before);
+    ``sharding_domain`` the replicas of one poprun instance, over which bert.py shards the optimizer
+    state when it runs under poprun (0: one process, sharded over all replicas); ``checkpoint_dtype``
+    the config's ``activation_checkpoint_dtype`` ("float8": MLPerf v2.0 POD16's FLOAT8);
+    ``embedding_serialization`` the config's vocabulary steps of the tied projection [emb-serial];
+    ``split_qkv`` the PopART config's three QKV weights (the zoo's ``split_qkv``)."""
+    params = dict(micro_batch=micro_batch, seq_len=seq_len, vocab=vocab, mask_tokens=mask_tokens,
+                  max_sequences_per_pack=3, packing_factor=packing_factor)
+    if split_qkv:
+        params["split_qkv"] = True
+    if embedding_serialization > 1:
+        params["embedding_serialization"] = embedding_serialization
+    if checkpoint_dtype is not None:
+        params["checkpoint_dtype"] = checkpoint_dtype
+    if att_ffn is not None:
+        params["att_ffn_placement"] = att_ffn
+    else:
+        params["layers_per_ipu"] = layers_per_ipu
+    if attention_dropout is not None:
+        params["attention_dropout"] = attention_dropout
+    return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation, amp=tuple(amp),
+                 optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth,
+                 output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain,
+                 clip_norm=clip_norm, pytorch_bert_groups=pytorch,
+                 processes=replicas // sharding_domain if sharding_domain else 1)
+
+
+#: Adam/AdamW state as Graphcore's SQuAD configs keep it: first moment fp16, second fp32 (PyTorch
+#: ``enable_half_first_order_momentum``, nlp/bert/pytorch/optimization.py; PopART
+#: ``use_half_optimizer_state``, which sets only ``accl1_type``, bert_optimizer/optimizer.py)
+_HALF_FIRST_MOMENT = ("float16", "float32")
+
+
+def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[float], optimizer: str,
+                 attention_dropout: float | None = None, output_mode: str = "") -> Setup:
+    """BERT-Large SQuAD fine-tuning (SL384) as Graphcore's configs run it: an 8-IPU pipeline
+    (layers 2, 3, 3, 3, 3, 3, 3, 4) with the span head on the last IPU, micro-batch 4, GA 32, the
+    optimizer state on chip and sharded over the replicas (first moment fp16), half partials;
+    ``attention_dropout`` and ``output_mode`` where the source sets them."""
+    params = dict(micro_batch=4, seq_len=384, layers_per_ipu=[2, 3, 3, 3, 3, 3, 3, 4], vocab=vocab, head="squad")
+    if attention_dropout is not None:
+        params["attention_dropout"] = attention_dropout
+    return Setup("bert-large", _params(**params), "bow-pod16", replicas=replicas, accumulation=32,
+                 device_iterations=device_iterations, amp=tuple(amp), optimizer=optimizer, rts=True,
+                 state_dtype=_HALF_FIRST_MOMENT, output_mode=output_mode)
+
+
+#: the poplin options of PopRT's BERT benchmark scripts (RT benchmarks/bert/test_bert_{base,large}.py,
+#: 77e7d66: CompilerOptions use_128bit_conv_unit_load, enable_fast_reduce True, enable_multi_stage_reduce
+#: False), which PopRT passes to poplin's matmul and convolution options
+POPRT_BENCHMARK_POPLIN_OPTIONS = (("use128BitConvUnitLoad", "true"), ("enableFastReduce", "true"),
+                                  ("enableMultiStageReduce", "false"))
+
+
+def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, amp: float | None = None,
+                 io_tiles: int = 0, benchmark_options: bool = False, fp32_ops: tuple = ()) -> Setup:
+    """BERT SQuAD inference as PopRT runs it on one C600 IPU: the span head without positions or loss
+    (only the start and end logits come back), fp16 with half partials, int32 inputs; IO tiles
+    overlap every stream when given (``num_io_tiles``); ``benchmark_options``: the compiler options of
+    RT ``benchmarks/bert/test_bert_*.py`` (:data:`POPRT_BENCHMARK_POPLIN_OPTIONS`); ``fp32_ops``: the op
+    kinds the Converter's ``fp16_skip_op_types`` keeps in fp32 (the zoo's ``fp32_ops``)."""
+    params = dict(micro_batch=batch, seq_len=seq_len, head="squad", with_loss=False)
+    if fp32_ops:
+        params["fp32_ops"] = list(fp32_ops)
+    return Setup(model, _params(**params), "c600",
+                 device_iterations=batches_per_step, amp=(amp,) if amp else (), training=False,
+                 io_tiles=io_tiles, overlap_io=bool(io_tiles),
+                 poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS if benchmark_options else ())
+
+
+def _vit_infer(batch: int) -> Setup:
+    """ViT-B/16 inference as PopRT's ViT benchmark runs it on one IPU (RT ``benchmarks/ViT/poprt_run.py``,
+    77e7d66): Hugging Face's ``google/vit-base-patch16-224`` classifier in fp16 with fp16 images from
+    the host, availableMemoryProportion 1.0, 128 batches per step, stream buffering depth 2, 32 IO tiles
+    (PopRT overlaps the streams on them); at batch 32 also ``use_128bit_conv_unit_load``,
+    ``enable_fast_reduce`` and ``enable_non_stable_softmax``."""
+    big = batch == 32
+    return Setup("vit-base-16", _params(micro_batch=batch, dropout=0.0, with_loss=False), "c600",
+                 device_iterations=128, amp=(1.0,), training=False, io_tiles=32, overlap_io=True,
+                 prefetch_depth=2, non_stable_softmax=big, poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2] if big else ())
+
+
+def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
+    """EfficientNet-B4 G16 training as Graphcore's TF1 CNN example runs it (graphcore/examples
+    ``vision/cnns/tensorflow1/training``, configs.yml ``efficientnet_b4_g16_large_batch_size_high_throughput``
+    and Models/efficientnet.py ``set_defaults``): group convolutions of 16 channels, expansion ratio 4,
+    group norm of 4 groups (the model's default), the ImageNet default size 380, micro-batch 3, two IPUs
+    per replica split at block4a, availableMemoryProportion 0.4, precision 16.16 with half partials,
+    LARS, 8-bit images, recomputation, prefetch depth 3, the gradient all-reduces combined
+    ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies]), stable norm
+    statistics (Models/efficientnet.py forces ``stable_norm`` on; [tf-stable-norm])."""
+    params = _params(micro_batch=3, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
+    return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
+                 optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True,
+                 stable_norm=True, processes=replicas)
+
+
+def _resnext_train() -> Setup:
+    """ResNeXt-101 32x4d training as Graphcore's TF1 CNN example runs it (configs.yml
+    ``resnext101_16ipus``, Models/resnext.py ``set_defaults``): group norm of 32 groups, micro-batch 6,
+    two IPUs per replica split at stage3/unit4 (the zoo's layer3/3), 8 replicas, GA 16, momentum SGD,
+    half partials, 8-bit images, recomputation, prefetch depth 4 (the benchmark's), the gradient
+    all-reduces combined ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies]),
+    stable norm statistics (the config's ``stable_norm: True``, which Models/resnext.py also forces;
+    [tf-stable-norm])."""
+    params = _params(micro_batch=6, split_points=["layer3/3"], eight_bit_io=True)
+    return Setup("resnext101", params, "bow-pod16", replicas=8, accumulation=16, optimizer="sgd_momentum",
+                 prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True, stable_norm=True,
+                 processes=8)
+
+
+def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
+    """ViT-B/16 training as Graphcore's PyTorch ViT runs it (graphcore/examples 8ae588c
+    ``vision/vit/pytorch``, configs.yml and benchmarks.yml): blocks [3, 3, 3, 3] on a 4-IPU pipeline,
+    availableMemoryProportion 0.3 on each IPU, the optimizer state on chip and sharded over the
+    replicas (``enable_rts``), half partials (args.py default), prefetch depth 2, outputMode All
+    (ipu_options.py), generated data streamed from the host. Pre-training (``b16_in1k_pretrain_lamb``,
+    ``--byteio true``): micro-batch 8, uint8 images normalised on the IPU, mixup, the representation
+    layer, attention-probability dropout 0.1, the dropout after the MLP's GELU, mid-block checkpoints
+    in blocks 1, 4, 7 and 10, LAMB with fp32 state and fp32 gradient accumulators (``accum_type``).
+    Fine-tuning (``b16_imagenet1k``, Hugging Face's
+    ``ViTForImageClassification``): micro-batch 17, fp16 images, device iterations 8, SGD with
+    momentum kept in fp16 (``first_order_type``), fp16 gradient accumulators (args.py's ``--accum-type``
+    default)."""
+    if pretrain:
+        params = _params(micro_batch=8, layers_per_ipu=[3, 3, 3, 3], eight_bit_io=True, mixup=True,
+                         representation_size=768, attention_dropout=0.1, ffn_act_dropout=True,
+                         mid_checkpoints=[1, 4, 7, 10])
+        return Setup("vit-base-16", params, system, replicas=replicas, accumulation=accumulation, amp=(0.3,) * 4,
+                     optimizer="lamb", rts=True, prefetch_depth=2, output_mode="All",
+                     sharding_domain=sharding_domain, accum_dtype="float32",
+                     processes=replicas // sharding_domain if sharding_domain else 1)
+    return Setup("vit-base-16", _params(micro_batch=17, layers_per_ipu=[3, 3, 3, 3]), system, replicas=replicas,
+                 accumulation=accumulation, device_iterations=8, amp=(0.3,) * 4, optimizer="sgd_momentum",
+                 state_dtype="float16", rts=True, prefetch_depth=2, output_mode="All")
+
+
+def _unet_train() -> Setup:
+    """U-Net training as Graphcore's TensorFlow 2 medical-segmentation example runs it
+    (graphcore/examples ``vision/unet_medical/tensorflow2``, benchmarks.yml ``tf2_unet_train_real_pod4``:
+    ``--nb-ipus-per-replica 4 --micro-batch-size 1 --gradient-accumulation-count 24 --augment``):
+    one replica of four pipeline stages split as ``model_utils.set_pipeline_stages`` does, each
+    stage's inter-IPU copies one after another and each crop sent straight to the stage that reads
+    it ([tf-copies]: the model passes the crops on stage by stage, which TensorFlow's
+    PipelineCommunicationOptimizer turns into FIFOs for the Grouped schedule), availableMemoryProportion
+    0.7, 0.3, 0.45, 0.7 and half partials (``parse_args.py`` defaults), recomputation
+    (``RecomputationMode.Auto``), momentum SGD with fp16 momentum (``set_floatx('float16')``) kept
+    on chip (``offload_weight_update_variables=False``), 240 micro-batches per execution
+    (``--steps-per-execution`` default: 10 weight updates), real data through an infeed
+    (:data:`TF1_PREFETCH_DEPTH`)."""
+    params = _params(micro_batch=1, split_points=["encoder_block_2", "decoder_block_0", "decoder_block_2"])
+    return Setup("unet", params, "bow-2000", accumulation=24, device_iterations=10, amp=(0.7, 0.3, 0.45, 0.7),
+                 optimizer="sgd_momentum", state_dtype="float16", prefetch_depth=TF1_PREFETCH_DEPTH,
+                 per_stage_copies=True)
+
+
+def _conformer_train(system: str, replicas: int, accumulation: int, processes: int = 1) -> Setup:
+    """Conformer-medium training as Graphcore's PyTorch Conformer ran it for the README's figures
+    (graphcore/examples ``speech/conformer/pytorch`` at ``1c4dd6c``, "Refresh examples for SDK2.6",
+    the commit that added the figures, which no later commit changed: ``configs/train.yaml`` and the
+    scripts ``run_wenet_conformer_globalbs_16128_pod16.sh`` / ``_pod64.sh``): micro-batch 4 of generated
+    utterances at the maximum lengths (1,220 frames, 48 tokens), the pipeline ``encoder.encoders__2``,
+    ``__6``, ``__10`` on IPUs 1-3 (blocks [2, 4, 4, 2]; SDK 3.2's ``2d8b565`` moved the last split to
+    ``__11``, [2, 4, 5, 1], and nothing else of the configuration), availableMemoryProportion 0.3 on each
+    IPU, half partials, poptorch.optim.Adam with fp16 gradient accumulators (``accum_type`` the model
+    dtype) and the global gradient norm clipped at 5 (``max_grad_norm``), its state on chip without RTS,
+    outputMode Final (``main.py build_ipu_options``); GA so that the global batch is 16,128."""
+    return Setup("conformer-medium", _params(micro_batch=4, layers_per_ipu=[2, 4, 4, 2]), system, replicas=replicas,
+                 accumulation=accumulation, amp=(0.3,) * 4, optimizer="adam", accum_dtype="float16", clip_norm=5.0,
+                 output_mode="Final", processes=processes)
+
+
+def _swin_train(tiny: bool) -> Setup:
+    """Swin training as Graphcore's PyTorch port runs it (graphcore/examples ``vision/swin/pytorch``,
+    ``configs/configs.yaml``, ``options.py``, ``optimizer.py``; benchmarks.yml
+    ``pytorch_swin_tiny_train_real_pod16`` / ``pytorch_swin_large_finetune_real_pod16``): SWIN_TINY in
+    fp32 (PRECISION float, float: fp32 weights, images and partials), micro-batch 4, 4 replicas of the
+    pipeline [2, 3, 5, 2], GA 64, drop path 0.2; SWIN_LARGE_224_22K_FINETUNE_1K_FP16_POD16 in fp16
+    (``model.half()``, half partials), micro-batch 6, 2 replicas of [2, 3, 4, 4, 4, 4, 2, 1], GA 683, drop
+    path 0.2. Both: availableMemoryProportion 0.12 on every IPU (config.py IPU.AMP), AdamW with the
+    first moment in fp16 and the second in fp32 and gradient accumulators of the precision's type
+    (``accum_type``), the global gradient norm clipped at 5 (TRAIN.CLIP_GRAD), its state on chip without
+    RTS (TRAIN.OPTIMIZER.RTS default), buffering depth 3 (``defaultBufferingDepth``), outputMode the
+    default, images streamed from the host."""
+    if tiny:
+        params = _params(micro_batch=4, layers_per_ipu=[2, 3, 5, 2], dtype="float32")
+        return Setup("swin-tiny", params, "bow-pod16", replicas=4, accumulation=64, amp=(0.12,) * 4,
+                     half_partials=False, optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float32",
+                     clip_norm=5.0, prefetch_depth=3)
+    params = _params(micro_batch=6, layers_per_ipu=[2, 3, 4, 4, 4, 4, 2, 1])
+    return Setup("swin-large", params, "bow-pod16", replicas=2, accumulation=683, amp=(0.12,) * 8,
+                 optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16", clip_norm=5.0,
+                 prefetch_depth=3)
+
+
+def _gpt2_infer(model: str, layers_per_ipu: list[int], replicas: int) -> Setup:
+    """GPT-2 inference as Graphcore's PyTorch example benchmarks it on a Bow Pod16 (EX 3cc8f81
+    ``nlp/gpt2/pytorch``: ``benchmarks.yml`` ``pytorch_gpt2_*_infer_gen_pod16``, ``inference_gpt2.py``):
+    sequence length 1,024, batch 1, one batch per call, ``ShardedExecution(AutoStage.AutoIncrement)``,
+    availableMemoryProportion 0.2 on every IPU, half partials, the LM head serialised 4 ways over the
+    padded vocabulary. The example returns the argmax of every position's logits; the zoo the last
+    position's logits (the same LM head and logits on IPU 0)."""
+    params = _params(seq_len=1024, layers_per_ipu=layers_per_ipu, vocab=50272, embedding_serialization=4,
+                     with_loss=False)
+    return Setup(model, params, "bow-pod16", replicas=replicas, amp=(0.2,) * len(layers_per_ipu), training=False,
+                 sharded=True)
+
+
+def _gpt2_train(model: str, layers_per_ipu: list[int], amp: list[float], replicas: int, accumulation: int,
+                rts: bool, seq_len: int = 1024, embedding_serialization: int = 4) -> Setup:
+    """GPT-2 pre-training as Graphcore's PyTorch example benchmarks it on a Bow Pod16 (EX 3cc8f81
+    ``nlp/gpt2/pytorch``: ``benchmarks.yml``, ``arguments.py``, ``ipu_options.py``, ``tools.py
+    get_optimizer``): micro-batch 1, device iterations 8, a checkpoint after every layer, half
+    partials, the vocabulary padded to 50,272 (``config/*.json``) and the LM head serialised over it;
+    AdamW with fp16 gradient accumulators and first moment, fp32 second moment, its state off chip
+    (``--optimizer-state-offchip`` defaults to true) and sharded where the benchmark sets
+    ``--replicated-tensor-sharding``. Not modelled: ``wpe`` on IPU 1 (the zoo keeps both embeddings on
+    IPU 0), the loss serialised over 128-position chunks and the ``RemapCE`` custom op."""
+    params = _params(seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=50272,
+                     embedding_serialization=embedding_serialization)
+    return Setup(model, params, "bow-pod16", replicas=replicas, accumulation=accumulation, device_iterations=8,
+                 amp=tuple(amp), optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16",
+                 optimizer_off_chip=True, rts=rts)
