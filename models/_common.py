@@ -144,9 +144,10 @@ def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
 class Placement:
     """Puts consecutive parts of a model on IPUs.
 
-    Pipeline stages are numbered the way PopTorch's default ``AutoStage.AutoIncrement`` does:
-    a new stage each time the IPU changes from one block to the next, so a head placed back on
-    IPU 0 after the last layer is a stage of its own. Without placement (``enabled=False``)
+    Pipeline stages are numbered as PopART ends up with them under ``AutoStage.AutoIncrement``
+    (a stage per block, then consecutive stages on one IPU merged: ``mergeConsecutivePipelineStages``,
+    sim.strategy): a new stage each time the IPU changes from one block to the next, so a head
+    placed back on IPU 0 after the last layer is a stage of its own. Without placement (``enabled=False``)
     ops carry only their block name (so an execution strategy can place blocks), no IPU.
     """
 

@@ -239,7 +239,28 @@ def assign(graph: Graph, strategy: _Strategy | None) -> str:
             op.ipu = 0
         if op.stage is None:
             op.stage = op.ipu
+    if name == PipelinedExecution.name:
+        _merge_consecutive_stages(graph)
     return name
+
+
+def _merge_consecutive_stages(graph: Graph) -> None:
+    """PopART's ``mergeConsecutivePipelineStages`` (willow/src/transforms/pipeline.cpp, before its
+    check that gradientAccumulation covers the stages): pipeline stages next to each other in stage
+    order that run on the same IPU become one. A block per layer under ``AutoStage.AutoIncrement``
+    (Graphcore's PyTorch BERT and GPT-2) therefore pipelines as one stage per IPU, as PopTorch counts
+    them (``CompilerImpl::numPipelineStages``: one more stage each time the IPU changes); stages that
+    come back to an IPU (0, 1, 0) stay apart."""
+    ipu_of = {op.stage: op.ipu for op in graph.ops if op.pass_ == "forward"}
+    renumber, merged, previous = {}, 0, None
+    for stage in sorted(ipu_of):
+        if ipu_of[stage] == previous:
+            merged += 1
+        renumber[stage] = stage - merged
+        previous = ipu_of[stage]
+    if merged:
+        for op in graph.ops:
+            op.stage = renumber.get(op.stage, op.stage)
 
 
 def _auto_stages(forward, auto: AutoStage | None) -> None:

@@ -193,3 +193,21 @@ def test_if_the_device_decides_prices_both_branches_as_sim_poptorch_cond():
     assert len(select) == 1 and select[0].outputs[0] in g.outputs
     run = sim.simulate(g, "ipu-mk2")
     assert any("If 'branch'" in n and "upper bound" in n for n in run.executable.notes)
+
+
+def test_loop_body_weight_is_stored_once_in_the_layout_its_matmul_wants():
+    """torch's Gemm (weights (out, in), transB=1) in a loop body: the weight is stored in the matmul's
+    layout once at compile time, as outside a loop, not transposed every iteration."""
+    body = h.make_graph([h.make_node("Gemm", ["v_in", "fc.weight", "fc.bias"], ["g"], name="fc", transB=1),
+                         h.make_node("Tanh", ["g"], ["v_out"], name="tanh"),
+                         h.make_node("Identity", ["cond_in"], ["cond_out"], name="keep")],
+                        "body", [_vi("i", [], T.INT64), _vi("cond_in", [], T.BOOL), _vi("v_in", [4, 16])],
+                        [_vi("cond_out", [], T.BOOL), _vi("v_out", [4, 16])])
+    inits = [nh.from_array(np.array(3, np.int64), "M"), nh.from_array(np.array(True), "go"),
+             nh.from_array(np.ones((16, 16), np.float32), "fc.weight"), nh.from_array(np.ones(16, np.float32), "fc.bias")]
+    m = _model([h.make_node("Loop", ["M", "go", "x"], ["y"], name="rnn", body=body)],
+               [_vi("x", [4, 16])], [_vi("y", [4, 16])], inits)
+    g = sim.onnx.load(m)
+    assert [op.kind for op in g.ops].count("transpose") == 0
+    assert [op.inputs[1] for op in g.ops if op.kind == "matmul"] == ["fc.weight"] * 3
+    assert g.tensors["fc.weight"].role == "weight"

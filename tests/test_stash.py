@@ -8,7 +8,7 @@ import sim
 from sim.cost.vector import dynamic_slice_tile_cycles, tile_cycles
 from sim.schedule.stash import INDEX_BYTES, stash_op_cost
 from sim.graph.ir import Tensor
-from sim.strategy import AutoStage, ShardedExecution
+from sim.strategy import AutoStage, PipelinedExecution, ShardedExecution
 
 MK2 = sim.load_system("ipu-mk2").ipu
 
@@ -62,3 +62,23 @@ def test_sharded_training_keeps_no_stash():
     no stash or restore steps."""
     run = _bert_pipeline(ShardedExecution(AutoStage.AutoIncrement))
     assert not run.trace.name.str.contains(" stash| restore").any()
+
+
+def test_a_block_per_layer_pipelines_as_one_stage_per_ipu_as_popart_merges_them():
+    """Graphcore's PyTorch BERT and GPT-2 put every layer in its own block under
+    AutoStage.AutoIncrement, one PopTorch stage each; PopART merges consecutive stages on one IPU
+    (mergeConsecutivePipelineStages), so the pipeline, its stash and its program are the same as one
+    stage per IPU: 3 forward stages here (embedding to layer 1 on IPU 0, layers 2-3 on IPU 1, the head
+    back on IPU 0), 5 in all, and GA 5 is enough, as PopTorch counts stages by IPU changes."""
+    g = models.get("bert-base", micro_batch=2, seq_len=128, num_layers=4, layers_per_ipu=[2, 2])
+    assert len({op.block for op in g.ops if op.pass_ == "forward"}) == 6  # a block per layer
+    runs = []
+    for strategy in (None, PipelinedExecution(AutoStage.AutoIncrement)):
+        o = sim.Options().enableSyntheticData(True)
+        o.Training.gradientAccumulation(5)
+        if strategy is not None:
+            o.setExecutionStrategy(strategy)
+        runs.append(sim.simulate(g, "ipu-m2000", o, training=True, optimizer="sgd"))
+    assert [len(r.executable.stages) for r in runs] == [5, 5]
+    assert runs[0].cycle_count == runs[1].cycle_count
+    assert [s.stash_depth for s in runs[0].executable.stages] == [s.stash_depth for s in runs[1].executable.stages]
