@@ -496,3 +496,26 @@ def test_an_inference_model_notes_no_optimizer():
     model = poptorch.inferenceModel(torch.nn.Linear(4, 4))
     model(torch.randn(2, 4))
     assert not [n for n in model.executable.notes if "optimizer" in n]
+
+
+def test_attribute_scopes_are_accepted_and_noted():
+    """poptorch.Attribute as Graphcore's BERT and GPT-2 use it (outline_attribute: entered in a forward
+    pre-hook, left in a forward hook): the model runs and the run notes the attributes as having no
+    modelled effect; a value that is not a dict is PopTorch's error."""
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    context = poptorch.Attribute(__outline={"layer": "A"})
+
+    def enable(*args):
+        context.__enter__()
+
+    def disable(*args):
+        context.__exit__(None, None, None)
+
+    net[0].register_forward_pre_hook(enable)
+    net[0].register_forward_hook(disable)
+    model = poptorch.inferenceModel(net)
+    model(torch.randn(2, 4))
+    assert any(n.startswith("poptorch.Attribute __outline={'layer': 'A'}: accepted, no modelled effect")
+               for n in model.executable.notes)
+    with pytest.raises(TypeError, match="must be a dict"):
+        poptorch.Attribute(__outline="A")

@@ -27,7 +27,7 @@ from . import enums, experimental, optim, profiling
 from ._args import ICustomArgParser, registerCustomArgParser
 from ._errors import Error, RecoverableError, UnrecoverableError
 from ._mapping import OpContext, register_op, unregister_op
-from .annotations import (BeginBlock, Block, BlockFunction, MultiConv, NameScope, for_loop,
+from .annotations import (Attribute, BeginBlock, Block, BlockFunction, MultiConv, NameScope, for_loop,
                           identity_loss, ipu_print_tensor, isRunningOnIpu, nop,
                           recomputationCheckpoint, removeBlocks, serializedMatMul,
                           set_available_memory, set_overlap_for_input, set_overlap_for_output)
@@ -92,8 +92,6 @@ _NOT_PROVIDED = {
            "does not model; run that part outside the model",
     "custom_op": "poptorch.custom_op needs a compiled Poplar custom op, which the simulator cannot run; price "
                  "the op instead with poptorch.register_op(target, rule) (docs/poptorch.md)",
-    "Attribute": "poptorch.Attribute passes attributes to poptorch.custom_op, which the simulator does not "
-                 "provide; use poptorch.register_op (docs/poptorch.md)",
 }
 
 
@@ -113,7 +111,7 @@ __all__ = [
     "HalfFloatCastingBehavior", "DataLoaderMode", "SharingStrategy", "MultiConvPlanType",
     "set_overlap_for_input", "set_overlap_for_output", "set_available_memory",
     "recomputationCheckpoint", "identity_loss", "ipu_print_tensor", "nop", "serializedMatMul",
-    "MultiConv", "NameScope", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
+    "MultiConv", "NameScope", "Attribute", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
     "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
     "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
     "cond", "dynamic_slice", "dynamic_update", "ICustomArgParser", "registerCustomArgParser",

@@ -10,6 +10,7 @@ the loss, ``set_overlap_for_input``/``output`` mark host streams, and ``set_avai
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import OrderedDict
 
@@ -217,6 +218,48 @@ class NameScope:
         st = _state.active()
         if st is not None:
             st.pop_scope()
+
+
+_attribute_notes: list[str] | None = None  # where Attribute scopes entered while compiling are noted
+
+
+@contextlib.contextmanager
+def attribute_notes():
+    """Collects the notes of the :class:`Attribute` scopes the model enters while it is captured."""
+    global _attribute_notes
+    saved, _attribute_notes = _attribute_notes, []
+    try:
+        yield _attribute_notes
+    finally:
+        _attribute_notes = saved
+
+
+class Attribute:
+    """``with Attribute(**attributes)``: PopART attributes set on the ops traced in its scope, each a
+    dict (Graphcore's PyTorch BERT and GPT-2 set ``__outline={"layer": ...}`` on layers to steer
+    PopART's outlining). The simulator prices no outlining, so the attributes are accepted with no
+    modelled effect, and the run's notes say so."""
+
+    def __init__(self, **attributes):
+        for name, values in attributes.items():
+            if not isinstance(values, dict):  # PopTorch iterates each one's items
+                raise TypeError(f"poptorch.Attribute: {name}={values!r} must be a dict of attribute values "
+                                f"(e.g. {name}={{'layer': 'A'}})")
+        self.attributes = attributes
+
+    def __enter__(self):
+        # entered from a module's forward hooks, it runs when the captured graph is replayed for its
+        # shapes rather than while tracing (torch.fx does not call a leaf layer's hooks)
+        notes = _state.active().notes if _state.active() is not None else _attribute_notes
+        if notes is not None:
+            for name, values in self.attributes.items():
+                text = (f"poptorch.Attribute {name}={values}: accepted, no modelled effect (PopART attributes "
+                        "on the ops in its scope; the simulator models no outlining)")
+                if text not in notes:
+                    notes.append(text)
+
+    def __exit__(self, exc_type, value, traceback):
+        return False
 
 
 class MultiConv:

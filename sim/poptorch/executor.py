@@ -40,7 +40,7 @@ from . import optim as _optim
 from ._capture import Captured, capture
 from ._errors import NO_EXECUTABLE, error
 from ._printing import module_repr
-from .annotations import on_ipu
+from .annotations import attribute_notes, on_ipu
 from .options import Options
 
 logger = logging.getLogger("poptorch")
@@ -225,7 +225,7 @@ class PoplarExecutor:
         try:
             for hook in list(PoplarExecutor._precompile_hooks.values()):
                 hook()
-            with on_ipu():
+            with on_ipu(), attribute_notes() as attributes:
                 cast_to = _precision.behaviour(self._options)  # mixed float16/float32 operands
                 if self._training:
                     captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
@@ -234,6 +234,7 @@ class PoplarExecutor:
                     with _eval_mode(self._user_model):
                         captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
                                            cast_to=cast_to, partials=self._options.partials_type())
+                captured.notes += [n for n in attributes if n not in captured.notes]
         finally:
             for hook in list(PoplarExecutor._postcompile_hooks.values()):
                 hook()
