@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 import sim.poptorch as poptorch  # noqa: E402
+from sim.errors import UnsupportedOpError  # noqa: E402
 from sim.poptorch import options as popt_options  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -86,7 +87,7 @@ def test_every_public_name_exists_or_is_listed_as_not_provided():
 
 def test_the_not_provided_table_is_true():
     table = not_provided()
-    assert "poptorch.custom_op" in table
+    assert "poptorch.CPU" in table
     for name, reason in table.items():
         assert len(reason) > 20, f"{name}: give the reason"
         if name.startswith("poptorch."):
@@ -519,3 +520,41 @@ def test_attribute_scopes_are_accepted_and_noted():
                for n in model.executable.notes)
     with pytest.raises(TypeError, match="must be a dict"):
         poptorch.Attribute(__outline="A")
+
+
+def test_custom_op_is_priced_by_its_rule_and_remapce_is_built_in():
+    """poptorch.custom_op as Graphcore's GPT-2 calls it (RemapCE on the attention weights): the built-in
+    rule is a remap of the input, the CPU numbers keep its values; another custom op needs a
+    register_op rule under "domain::name", which sees the op's inputs and outputs, and its CPU outputs
+    are PopTorch's zero placeholders, as the run's notes say."""
+    class Net(nn.Module):
+        def __init__(self, op):
+            super().__init__()
+            self.fc, self.op = nn.Linear(8, 8), op
+
+        def forward(self, x):
+            y = self.fc(x)
+            out = poptorch.custom_op([y], self.op, "ai.graphcore", 1, example_outputs=[y],
+                                     attributes={"grain_size": 8})
+            return out[0] * 2
+
+    x = torch.randn(4, 8)
+    remap = poptorch.inferenceModel(Net("RemapCE"))
+    assert torch.allclose(remap(x), remap.model.fc(x) * 2)
+    assert [op.kind for op in remap.executable.graph.ops if op.kind == "remap"] == ["remap"]
+    assert any("custom op ai.graphcore::RemapCE: a remap" in n for n in remap.executable.notes)
+    with pytest.raises(UnsupportedOpError, match=r"ai.graphcore::MyOp.*register_op\('ai.graphcore::MyOp'"):
+        poptorch.inferenceModel(Net("MyOp"))(x)
+    poptorch.register_op("ai.graphcore::MyOp", lambda ctx: ctx.custom(vertices=ctx.numel(), vertex_cycles=30))
+    try:
+        mine = poptorch.inferenceModel(Net("MyOp"))
+        assert torch.equal(mine(x), torch.zeros(4, 8))
+        ops = mine.executable.graph.ops
+        custom = [op for op in ops if op.kind == "custom"]
+        fc_out = next(op for op in ops if op.name == "fc/add").outputs[0]
+        assert len(custom) == 1 and custom[0].inputs == [fc_out]  # the op's input only, not example_outputs
+        assert any("zero placeholders" in n for n in mine.executable.notes)
+    finally:
+        poptorch.unregister_op("ai.graphcore::MyOp")
+    with pytest.raises(ValueError, match="attribute keys must be strings"):
+        poptorch.custom_op([x], "RemapCE", "ai.graphcore", 1, [x], attributes={1: 2})

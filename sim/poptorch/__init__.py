@@ -39,7 +39,7 @@ from .enums import (AutoStage, CommGroupType, ConnectionType, DataLoaderMode,
 from ._printing import module_repr, print  # noqa: A004 - PopTorch exports its own print
 from .executor import (PoplarExecutor, inferenceModel, load, registerPostCompileHook,
                        registerPreCompileHook, trainingModel)
-from .ops import cond, dynamic_slice, dynamic_update
+from .ops import cond, custom_op, dynamic_slice, dynamic_update
 from .options import (ConfigFileError, Options, ParallelPhasedExecution, Phase, PipelinedExecution,
                       SerialPhasedExecution, ShardedExecution, Stage, TensorLocationSettings)
 
@@ -90,8 +90,6 @@ def ipuHardwareVersion() -> int:
 _NOT_PROVIDED = {
     "CPU": "poptorch.CPU runs a function on the host inside the model (a host callback), which the simulator "
            "does not model; run that part outside the model",
-    "custom_op": "poptorch.custom_op needs a compiled Poplar custom op, which the simulator cannot run; price "
-                 "the op instead with poptorch.register_op(target, rule) (docs/poptorch.md)",
 }
 
 
@@ -114,6 +112,6 @@ __all__ = [
     "MultiConv", "NameScope", "Attribute", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
     "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
     "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
-    "cond", "dynamic_slice", "dynamic_update", "ICustomArgParser", "registerCustomArgParser",
+    "cond", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser", "registerCustomArgParser",
     "registerPreCompileHook", "registerPostCompileHook", "profiling", "module_repr", "print",
 ]

@@ -46,12 +46,18 @@ def register_op(target, fn) -> None:
 
     ``target`` is a function (``torch.rot90``), a ``torch.nn.Module`` subclass
     (kept whole under torch.fx and handed over as ``ctx.module``), an ATen op
-    (``torch.ops.aten.rot90.default``) or a name (``"rot90"``: any function, method or ATen op of
-    that name). A registration replaces the built-in rule of the same target.
+    (``torch.ops.aten.rot90.default``), a name (``"rot90"``: any function, method or ATen op of
+    that name), or a ``poptorch.custom_op``'s ``"domain::name"`` (or its name alone). A registration
+    replaces the built-in rule of the same target.
     """
     if not callable(fn):
         raise TypeError("register_op: fn must be callable")
     _REGISTRY[target] = fn
+
+
+def custom_op_rule(domain: str, name: str):
+    """The rule registered for the custom op ``domain::name`` (or ``name``), or None."""
+    return _REGISTRY.get(f"{domain}::{name}") or _REGISTRY.get(name)
 
 
 def unregister_op(target) -> None:

@@ -1,5 +1,5 @@
-"""PopTorch's on-device control flow and dynamic slicing: ``cond``, ``dynamic_slice``,
-``dynamic_update``.
+"""PopTorch's on-device control flow, dynamic slicing and custom ops: ``cond``, ``dynamic_slice``,
+``dynamic_update``, ``custom_op``.
 
 On the CPU (and in the simulator's CPU numbers) they compute what the IPU computes. In the
 captured graph:
@@ -9,13 +9,22 @@ captured graph:
 * ``dynamic_update`` is an out-of-place copy of the updated tensor;
 * ``cond`` puts both branches in the graph followed by an element-wise select of the outputs:
   the IPU runs only the branch the condition picks, so this prices an upper bound (the run's
-  notes say so).
+  notes say so);
+* ``custom_op`` (a PopART op written in C++) is priced by the rule given to
+  ``register_op("domain::name", fn)`` (or ``register_op("name", fn)``), whose ``ctx.inputs`` are
+  the op's inputs and ``ctx.output`` its outputs, shaped as ``example_outputs``. Graphcore's
+  ``ai.graphcore::RemapCE`` (the layout remap of its GPT-2 and BERT examples) has a built-in rule: a
+  ``remap`` of each input. The simulator cannot run C++, so on the CPU a custom op gives PopTorch's
+  placeholders (zeros shaped as ``example_outputs``; RemapCE its inputs' values), and the run's
+  notes say so.
 
 Their cost rules are added to the mapper's table (:data:`sim.poptorch._mapping.RULES`) when
 this module is imported.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 
@@ -109,6 +118,34 @@ def cond(condition: torch.Tensor, then_body, then_inps: list, else_body, else_in
     return [_select(condition, t, e) for t, e in zip(then_out, else_out)]
 
 
+#: custom ops whose outputs hold their inputs' values (a layout change): the CPU numbers keep them
+_LAYOUT_ONLY = {("ai.graphcore", "RemapCE")}
+
+
+@_traceable("custom_op")
+def _custom_operation(inputs, name, domain, domain_version, example_outputs, attributes):
+    if (domain, name) in _LAYOUT_ONLY:
+        return [x.clone() for x in inputs]
+    return [torch.zeros_like(o) for o in example_outputs]  # PopTorch's placeholders
+
+
+def custom_op(inputs, name: str, domain: str, domain_version: int, example_outputs,
+              attributes: dict | None = None) -> list:
+    """A PopART custom op ``domain::name`` applied to ``inputs``; its outputs are shaped and typed
+    as ``example_outputs``. Priced by the rule given to ``register_op`` (see the module's docstring)."""
+    for key, value in (attributes or {}).items():  # PopTorch's checks (python/ops.py custom_op)
+        if not isinstance(key, str):
+            raise ValueError("All attribute keys must be strings.")
+        if not isinstance(value, (float, int, str, list, tuple)):
+            raise ValueError("Attribute values must be floats, ints, strings or a list/tuple of float, "
+                             "ints of strings.")
+        if isinstance(value, (list, tuple)) and any(not isinstance(e, type(value[0])) for e in value):
+            raise ValueError("The types in a list/tuple attribute must all be the same.")
+    example_outputs = list(example_outputs)
+    outputs = _custom_operation(list(inputs), name, domain, domain_version, example_outputs, dict(attributes or {}))
+    return [outputs[i] for i in range(len(example_outputs))]  # a traced result is one proxy: index it
+
+
 # --- cost rules ---------------------------------------------------------------------------------
 def _slice_rule(ctx):
     """A copy of the slice (the tensor is read, the start index is broadcast to the tiles)."""
@@ -131,7 +168,29 @@ def _select_rule(ctx):
     return ctx.op("add", ctx.inputs, {"select": True}, name="cond_select")
 
 
-_mapping.RULES.update({"dynamic_slice": _slice_rule, "dynamic_update": _update_rule,
-                       "cond_select": _select_rule})
+def _custom_op_rule(ctx):
+    """The rule registered for the custom op, seeing only its inputs; RemapCE built in."""
+    inputs, name, domain = ctx.arg(0), ctx.arg(1), ctx.arg(2)
+    op = copy.copy(ctx)
+    op.args, op.sym_args, op.kwargs, op.sym_kwargs = tuple(inputs), tuple(ctx.sarg(0)), {}, {}
+    op.desc = f"custom op {domain}::{name}"
+    rule = _mapping.custom_op_rule(domain, name)
+    placeholder = (domain, name) not in _LAYOUT_ONLY
+    if rule is None and placeholder:
+        raise _mapping.unsupported(op.desc, ctx.node, "a PopART op written in C++; give it a cost with "
+                                   f"sim.poptorch.register_op({domain + '::' + name!r}, fn)")
+    note = (f"{op.desc}: priced by its register_op rule" if rule is not None else f"{op.desc}: a remap of each "
+            "input (a copy into the layout its consumer wants)")
+    if placeholder:
+        note += "; its CPU outputs are PopTorch's zero placeholders (the simulator cannot run C++)"
+    if note not in ctx.cap.notes:
+        ctx.cap.notes.append(note)
+    if rule is not None:
+        return rule(op)
+    return tuple(op.op("remap", [x], output=out) for x, out in zip(op.sym_args, ctx.output))
 
-__all__ = ["cond", "dynamic_slice", "dynamic_update"]
+
+_mapping.RULES.update({"dynamic_slice": _slice_rule, "dynamic_update": _update_rule,
+                       "cond_select": _select_rule, "custom_op": _custom_op_rule})
+
+__all__ = ["cond", "custom_op", "dynamic_slice", "dynamic_update"]
