@@ -87,9 +87,10 @@ class _Iterations:
             out.append(_Value(tuple(v.shape), v.dtype, sim=t, name=t))
         return out
 
-    def slice_in(self, i: int, j: int, sequence: str, axis: int, index: int, shape, dtype) -> _Value:
-        t = self.ctx.op("copy", [sequence, self.iterator], {"dynamic_slice": True, "axis": axis, "index": index,
-                                                           **self.tags},
+    def slice_in(self, i: int, j: int, sequence: str, axis: int, shape, dtype) -> _Value:
+        """Scan input ``j``'s slice along ``axis`` at the iterator (or from the end, reversed: the
+        same copy)."""
+        t = self.ctx.op("copy", [sequence, self.iterator], {"dynamic_slice": True, "axis": axis, **self.tags},
                         shapes=[shape], dtypes=[dtype], result=False, suffix=f"{i}/slice{j}")
         return _Value(tuple(shape), dtype, sim=t, name=t)
 
@@ -183,7 +184,6 @@ def _scan(ctx: OpContext):
         raise GraphError(f"{ctx.desc}: its body has {len(body.input)} inputs and {len(body.output)} outputs for "
                          f"{n_state} state value(s) and {n_in} scan input(s)")
     in_axes = [int(a) for a in ctx.attr("scan_input_axes", [0] * n_in)]
-    in_dirs = [int(d) for d in ctx.attr("scan_input_directions", [0] * n_in)]
     out_axes = [int(a) for a in ctx.attr("scan_output_axes", [0] * n_out)]
     out_dirs = [int(d) for d in ctx.attr("scan_output_directions", [0] * n_out)]
     shapes = [ctx.shape(n_state + j) for j in range(n_in)]
@@ -201,9 +201,8 @@ def _scan(ctx: OpContext):
     for i in range(trips):
         loop.begin(i)
         xs = []
-        for j, (shape, axis, reverse) in enumerate(zip(shapes, in_axes, in_dirs)):
-            index = trips - 1 - i if reverse else i
-            xs.append(loop.slice_in(i, j, ctx.input(n_state + j), axis, index, shape[:axis] + shape[axis + 1:],
+        for j, (shape, axis) in enumerate(zip(shapes, in_axes)):
+            xs.append(loop.slice_in(i, j, ctx.input(n_state + j), axis, shape[:axis] + shape[axis + 1:],
                                     ctx.dtype(n_state + j)))
         bindings = {**{body.input[j].name: v for j, v in enumerate(states)},
                     **{body.input[n_state + j].name: v for j, v in enumerate(xs)}}
