@@ -18,9 +18,9 @@ no labels and no cross-entropy.
   (``Embedding --> IPU 0``, ``Layer i --> IPU k``, ``LM_head --> IPU 0``) the embeddings are on
   IPU 0, ``ln_f`` stays with the last block, and the LM head and loss go back to IPU 0 (where
   ``wte`` lives) as the last pipeline stage.
-- ``recompute_checkpoint_every_layer``: each block's output but the last is a recomputation
-  checkpoint, as in Graphcore's configs; by default (None) on when ``layers_per_ipu`` pipelines
-  the blocks over several IPUs (``models.transformer.checkpointed_layers``).
+- ``recompute_checkpoint_every_layer``: each block's output is a recomputation checkpoint, the
+  last block's too, as Graphcore's ``train_gpt2.py`` marks them; by default (None) on when
+  ``layers_per_ipu`` pipelines the blocks over several IPUs (``models.transformer.checkpointed_layers``).
 - ``fp32_ops`` (e.g. ``["layernorm", "gelu"]``): those ops run in float32 in a float16 model, cast in
   and out (``models.transformer.fp32_ops``).
 """
@@ -46,7 +46,7 @@ EPS = 1e-5  # GPT-2's layer_norm_epsilon
 
 
 def build(name: str, p: Params) -> Graph:
-    c = transformer_params(p, "n_positions")
+    c = transformer_params(p, "n_positions", checkpoint_last=True)
     B, S, H, V = c["micro_batch"], c["seq_len"], c["hidden"], c["vocab"]
     drop, layer_ipu = c["dropout"], c["layer_ipu"]
 

@@ -88,7 +88,7 @@ def tied_projection(b: GraphBuilder, x: str, table: str, name: str = "decoder", 
     return b.concat(pieces, axis=len(b.shape(x)) - 1, name=name)
 
 
-def transformer_params(p: Params, extra_seq_limit: str) -> dict:
+def transformer_params(p: Params, extra_seq_limit: str, checkpoint_last: bool = False) -> dict:
     """Check the parameters BERT and GPT-2 share; returns them resolved (intermediate filled in)."""
     hidden, heads = p.int("hidden"), p.int("heads")
     if hidden % heads:
@@ -106,7 +106,7 @@ def transformer_params(p: Params, extra_seq_limit: str) -> dict:
                 intermediate=p.int("intermediate", optional=True) or 4 * hidden,
                 dropout=p.prob("dropout"), with_head=p.flag("with_head"), dtype=p.dtype(),
                 layer_ipu=layer_ipus(p, num_layers), att_ffn=att_ffn_ipus(p, num_layers),
-                checkpoints=checkpointed_layers(p, num_layers), fp32_ops=fp32_ops(p))
+                checkpoints=checkpointed_layers(p, num_layers, checkpoint_last), fp32_ops=fp32_ops(p))
 
 
 def fp32_ops(p: Params) -> tuple[str, ...]:
@@ -121,12 +121,14 @@ def fp32_ops(p: Params) -> tuple[str, ...]:
     return tuple(ops)
 
 
-def checkpointed_layers(p: Params, num_layers: int) -> set[int]:
+def checkpointed_layers(p: Params, num_layers: int, last: bool = False) -> set[int]:
     """The layers whose output is a recomputation checkpoint (``recompute_checkpoint_every_layer``).
 
     As Graphcore's BERT and GPT-2 (``recompute_checkpoint_every_layer: True`` in their configs):
     every layer but the last (the output of its FFN half, also when ``att_ffn_placement`` puts the
-    halves on different IPUs). ``None`` (the default) means True when ``layers_per_ipu`` or
+    halves on different IPUs), as the SDK 3.0 BERT (examples 8ae588c nlp/bert/pytorch/modeling.py:425,
+    ``index != num_hidden_layers - 1``); with ``last`` every layer, as GPT-2 (8ae588c and later
+    nlp/gpt2/pytorch/train_gpt2.py: every layer when ``recompute_checkpoint_layers`` is unset). ``None`` (the default) means True when ``layers_per_ipu`` or
     ``att_ffn_placement`` puts layers on an IPU other than IPU 0, so that the model is pipelined over several IPUs (where
     PopTorch recomputes, ``RecomputationType::Pipeline``), and False otherwise: on one IPU a
     checkpoint would make training recompute, which PopTorch does not do by default.
@@ -137,7 +139,7 @@ def checkpointed_layers(p: Params, num_layers: int) -> set[int]:
         on = (layer_ipu is not None and any(layer_ipu)) or (att_ffn is not None and any(att_ffn[0] + att_ffn[1]))
     else:
         on = p.flag("recompute_checkpoint_every_layer")
-    return set(range(num_layers - 1)) if on else set()
+    return set(range(num_layers if last else num_layers - 1)) if on else set()
 
 
 def layer_ipus(p: Params, num_layers: int, what: str | None = None) -> list[int] | None:

@@ -119,11 +119,12 @@ def test_reported_shortfall_never_falls_as_amp_rises():
 
 
 # --- C1: recomputation one checkpoint segment at a time ------------------------------------------
-def test_zoo_checkpoints_every_layer_but_the_last_when_pipelined():
+def test_zoo_checkpoints_every_layer_when_pipelined_as_graphcore_examples_do():
+    """BERT every layer but the last (SDK 3.0's modeling.py), GPT-2 every layer (train_gpt2.py)."""
     def checkpointed(g):  # the layers (blocks "layer<i>") whose output is a checkpoint
         return sorted(int(op.block.removeprefix("layer")) for op in g.ops if op.attrs.get("recomputation_checkpoint"))
     assert checkpointed(models.get("bert-large", layers_per_ipu=[3, 7, 7, 7])) == list(range(23))
-    assert checkpointed(models.get("gpt2-small", seq_len=128, layers_per_ipu=[0, 4, 4, 4])) == list(range(11))
+    assert checkpointed(models.get("gpt2-small", seq_len=128, layers_per_ipu=[0, 4, 4, 4])) == list(range(12))
     # one IPU: PopTorch does not recompute by default, so neither does the zoo
     assert checkpointed(models.get("bert-base")) == []
     assert checkpointed(models.get("bert-base", layers_per_ipu=[12])) == []
