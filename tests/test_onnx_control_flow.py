@@ -211,3 +211,27 @@ def test_loop_body_weight_is_stored_once_in_the_layout_its_matmul_wants():
     assert [op.kind for op in g.ops].count("transpose") == 0
     assert [op.inputs[1] for op in g.ops if op.kind == "matmul"] == ["fc.weight"] * 3
     assert g.tensors["fc.weight"].role == "weight"
+
+
+def test_nested_loops_and_a_body_initializer():
+    """A Loop in a Loop's body: its ops named <outer>/<i>/<inner>/<j>/<op>, every one tagged with the
+    inner loop (the innermost); a float initializer of the body is one weight, whatever the iterations."""
+    inner = h.make_graph([h.make_node("MatMul", ["u_in", "Wb"], ["u_out"], name="mm"),
+                          h.make_node("Identity", ["c_in"], ["c_out"], name="keep")],
+                         "inner", [_vi("j", [], T.INT64), _vi("c_in", [], T.BOOL), _vi("u_in", [2, 8])],
+                         [_vi("c_out", [], T.BOOL), _vi("u_out", [2, 8])],
+                         [nh.from_array(np.full((8, 8), 0.1, np.float32), "Wb")])
+    outer = h.make_graph([h.make_node("Loop", ["N", "go2", "v_in"], ["v_out"], name="inner", body=inner),
+                          h.make_node("Identity", ["cond_in"], ["cond_out"], name="keep")],
+                         "outer", [_vi("i", [], T.INT64), _vi("cond_in", [], T.BOOL), _vi("v_in", [2, 8])],
+                         [_vi("cond_out", [], T.BOOL), _vi("v_out", [2, 8])],
+                         [nh.from_array(np.array(3, np.int64), "N"), nh.from_array(np.array(True), "go2")])
+    inits = [nh.from_array(np.array(2, np.int64), "M"), nh.from_array(np.array(True), "go")]
+    m = _model([h.make_node("Loop", ["M", "go", "x"], ["y"], name="outer", body=outer)],
+               [_vi("x", [2, 8])], [_vi("y", [2, 8])], inits)
+    g = sim.onnx.load(m)
+    mms = [op for op in g.ops if op.kind == "matmul"]
+    assert [op.name for op in mms] == [f"outer/{i}/inner/{j}/mm" for i in range(2) for j in range(3)]
+    assert {op.inputs[1] for op in mms} == {"Wb"} and [t.name for t in g.weights()] == ["Wb"]
+    assert {op.attrs["onnx_loop"] for op in mms} == {"outer/0/inner", "outer/1/inner"}
+    assert sim.simulate(g).cycle_count > 0

@@ -76,6 +76,7 @@ class _Importer:
         self.env: dict[str, _Value] = {}
         self.scope = ""  # the name prefix of an unrolled loop's iteration or an If's branch
         self.tags: dict = {}  # attributes every op emitted in that scope carries (sim.onnx._ops_control_flow)
+        self._subgraph_initializers: dict[str, _Value] = {}  # a loop body's or branch's own initializers
         self.onnx_shapes: dict[str, tuple] = {}  # graph tensor -> its ONNX shape
         self.input_shapes = self._resolve_inputs(batch_size, dict(dims or {}))
         self.g.micro_batch = self._micro_batch(batch_size, dict(dims or {}))
@@ -361,15 +362,18 @@ class _Importer:
     def run_subgraph(self, graph, bindings: dict[str, _Value], scope: str, tags: dict) -> list[_Value]:
         """The values of ``graph``'s outputs after emitting its nodes (a loop body's iteration, an If's
         branch): its inputs bound to ``bindings``, the enclosing scopes' values visible, its ops
-        named under ``scope`` and given ``tags``."""
+        named under ``scope`` (the full prefix) and given ``tags`` beside the enclosing scopes'."""
         saved = self.env, self.scope, self.tags
         self.env = {**self.env, **bindings}
-        self.scope, self.tags = saved[1] + scope, {**saved[2], **tags}
+        self.scope, self.tags = scope, {**saved[2], **tags}
         try:
-            for t in graph.initializer:
-                dtype = self.sim_dtype(t.data_type, f"initializer {t.name!r}")
-                self.env[t.name] = _Value(tuple(int(d) for d in t.dims), dtype, init=t, uses=2, name=t.name,
-                                          weight=t.data_type in _FLOAT_TYPES and math.prod(t.dims) > 1)
+            for t in graph.initializer:  # one value however many iterations (a name is unique in the model)
+                if t.name not in self._subgraph_initializers:
+                    dtype = self.sim_dtype(t.data_type, f"initializer {t.name!r}")
+                    self._subgraph_initializers[t.name] = _Value(
+                        tuple(int(d) for d in t.dims), dtype, init=t, uses=2, name=t.name,
+                        weight=t.data_type in _FLOAT_TYPES and math.prod(t.dims) > 1)
+                self.env[t.name] = self._subgraph_initializers[t.name]
             for index, node in enumerate(graph.node):
                 self._node(index, node)
             missing = [o.name for o in graph.output if o.name not in self.env]
