@@ -69,6 +69,8 @@ class _Iterations:
         self.one = b.constant(f"{ctx.name}/one", (1,), "int32")
         self.exit = b.constant(f"{ctx.name}/exit", (1,), "bool")
         self.data_dependent = False
+        self.slices: list[list[str]] = []  # each scan output's slices, an iteration each
+        self.scan_values: list[_Value] = []  # the last iteration's scan outputs
 
     def iteration_number(self) -> _Value:
         return _Value((), "int32", sim=self.iterator, name=f"{self.ctx.name}/iterator")
@@ -101,6 +103,20 @@ class _Iterations:
     def end(self, i: int) -> None:
         self.iterator = self.ctx.op("add", [self.iterator, self.one], {"loop_control": "iterator", **self.tags},
                                     shapes=[()], dtypes=["int32"], result=False, suffix=f"{i}/iterator")
+
+    def body(self, i: int, graph, bindings: dict, first_carried: int, n_carried: int) -> tuple[list, list]:
+        """Iteration ``i``'s body, then its loop-carried outputs (``n_carried`` from output
+        ``first_carried``) copied back, each scan output (the outputs after them) written and the
+        iterator incremented; (the body's outputs, the loop-carried values for the next iteration)."""
+        outs = self.ctx._imp.run_subgraph(graph, bindings, f"{self.ctx.name}/{i}/", self.tags)
+        carried = self.carry(i, outs[first_carried:first_carried + n_carried])
+        self.scan_values = outs[first_carried + n_carried:]
+        if not self.slices:
+            self.slices = [[] for _ in self.scan_values]
+        for k, v in enumerate(self.scan_values):
+            self.slices[k].append(self.slice_out(i, k, v))
+        self.end(i)
+        return outs, carried
 
     def stack(self, k: int, slices: list[str], shape, dtype, axis: int, output: int) -> str:
         """A scan output: its slices side by side along ``axis`` (a view of the updated slices)."""
@@ -141,19 +157,12 @@ def _loop(ctx: OpContext):
     loop.data_dependent = cond is None
     condition = ctx._in(1) if cond is None else _Value((), "bool", const=np.array(True), name=f"{ctx.name}/cond")
     carried = [ctx._in(2 + j) for j in range(n_carried)]
-    slices: list[list[str]] = [[] for _ in range(n_scan)]
-    scan_values: list[_Value] = []
     ran = 0
     for i in range(trips):
         loop.begin(i)
         bindings = {body.input[0].name: loop.iteration_number(), body.input[1].name: condition,
                     **{body.input[2 + j].name: v for j, v in enumerate(carried)}}
-        outs = imp.run_subgraph(body, bindings, f"{ctx.name}/{i}/", loop.tags)
-        carried = loop.carry(i, outs[1:1 + n_carried])
-        scan_values = outs[1 + n_carried:]
-        for k, v in enumerate(scan_values):
-            slices[k].append(loop.slice_out(i, k, v))
-        loop.end(i)
+        outs, carried = loop.body(i, body, bindings, 1, n_carried)
         ran += 1
         if outs[0].known:
             if not _scalar_flag(imp.const_of(outs[0])):
@@ -165,15 +174,15 @@ def _loop(ctx: OpContext):
         raise GraphError(f"{ctx.desc}: its condition is false after {ran} of {trips} iterations while it has scan "
                          "outputs: the rows of the iterations that do not run are undefined")
     results = [v.sim for v in carried]
-    for k, v in enumerate(scan_values):
-        results.append(loop.stack(k, slices[k], v.shape, v.dtype, 0, n_carried + k))
+    for k, v in enumerate(loop.scan_values):
+        results.append(loop.stack(k, loop.slices[k], v.shape, v.dtype, 0, n_carried + k))
     return results
 
 
 def _scan(ctx: OpContext):
     """ONNX Scan (opset 9 on: state values, then ``num_scan_inputs`` sequences sliced along
     ``scan_input_axes``; body outputs: the new states, then the scan outputs)."""
-    imp, body = ctx._imp, ctx.attr("body")
+    body = ctx.attr("body")
     if ctx.opset < 9:
         ctx.unsupported("Scan before opset 9 (with its batch axis and sequence_lens) has no rule; re-export at "
                         "opset 9 or later")
@@ -196,8 +205,6 @@ def _scan(ctx: OpContext):
     _check_unroll(ctx, trips, body)
     loop = _Iterations(ctx)
     states = [ctx._in(j) for j in range(n_state)]
-    slices: list[list[str]] = [[] for _ in range(n_out)]
-    scan_values: list[_Value] = []
     for i in range(trips):
         loop.begin(i)
         xs = []
@@ -206,16 +213,11 @@ def _scan(ctx: OpContext):
                                     ctx.dtype(n_state + j)))
         bindings = {**{body.input[j].name: v for j, v in enumerate(states)},
                     **{body.input[n_state + j].name: v for j, v in enumerate(xs)}}
-        outs = imp.run_subgraph(body, bindings, f"{ctx.name}/{i}/", loop.tags)
-        states = loop.carry(i, outs[:n_state])
-        scan_values = outs[n_state:]
-        for k, v in enumerate(scan_values):
-            slices[k].append(loop.slice_out(i, k, v))
-        loop.end(i)
+        _, states = loop.body(i, body, bindings, 0, n_state)
     results = [v.sim for v in states]
-    for k, v in enumerate(scan_values):
+    for k, v in enumerate(loop.scan_values):
         axis = out_axes[k] + len(v.shape) + 1 if out_axes[k] < 0 else out_axes[k]
-        order = slices[k][::-1] if out_dirs[k] else slices[k]
+        order = loop.slices[k][::-1] if out_dirs[k] else loop.slices[k]
         results.append(loop.stack(k, order, v.shape, v.dtype, axis, n_state + k))
     return results
 
