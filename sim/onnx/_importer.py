@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import ChainMap
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,21 +18,13 @@ from ..errors import GraphError
 from ..graph.ir import Graph, GraphBuilder, Op, canonical_dtype
 from ._context import OpContext, _not_modelled, _unsupported
 from ._folding import _ALWAYS_FOLDED, _fold_numpy
+from ._ops_control_flow import subgraphs
 from ._registry import _default_domain, _op_label, _rule_for
 from ._values import _FLOAT_TYPES, _OTHER_TYPES, _sim_shape, _type_name, _Value
 
 
 #: PopART's node attributes -> Op fields
 _POPART_ATTRS = {"__ipu_number": "ipu", "__pipeline_stage": "stage", "__execution_phase": "phase"}
-
-
-def _graphs(graph):
-    """``graph`` and the graphs its nodes call (Loop and Scan bodies, If branches), depth first."""
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from _graphs(sub)
 
 
 def _read(model) -> tuple[onnx.ModelProto, str | None, Path | None]:
@@ -73,7 +66,7 @@ class _Importer:
         self.opsets = {(imp.domain if imp.domain != "ai.onnx" else ""): imp.version for imp in model.opset_import}
         self.b = GraphBuilder(name, self.float_override or "float32")
         self.g = self.b.graph
-        self.env: dict[str, _Value] = {}
+        self.env: dict[str, _Value] | ChainMap = {}
         self.scope = ""  # the name prefix of an unrolled loop's iteration or an If's branch
         self.tags: dict = {}  # attributes every op emitted in that scope carries (sim.onnx._ops_control_flow)
         self._subgraph_initializers: dict[str, _Value] = {}  # a loop body's or branch's own initializers
@@ -184,7 +177,7 @@ class _Importer:
                 self.model = inliner.inline_local_functions(self.model)
             except Exception as e:  # noqa: BLE001
                 raise GraphError(f"sim.onnx.load: could not inline the model's local functions ({e})") from None
-        for vi in (vi for g in _graphs(self.model.graph) for vi in list(g.value_info) + list(g.output)):
+        for vi in (vi for g in subgraphs(self.model.graph) for vi in list(g.value_info) + list(g.output)):
             # symbolic shapes recorded by the exporter would clash with the sizes given here
             tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
             if tt is not None and tt.HasField("shape") and not all(
@@ -196,7 +189,7 @@ class _Importer:
         except Exception as e:  # noqa: BLE001 - onnx's InferenceError and friends
             raise GraphError(f"sim.onnx.load: ONNX shape inference failed: {e}") from None
         out = {}  # a subgraph's names are unique in the model too (ONNX forbids shadowing)
-        for vi in (vi for g in _graphs(inferred.graph) for vi in list(g.value_info) + list(g.output)):
+        for vi in (vi for g in subgraphs(inferred.graph) for vi in list(g.value_info) + list(g.output)):
             if not vi.type.HasField("tensor_type"):
                 continue
             tt = vi.type.tensor_type
@@ -318,7 +311,7 @@ class _Importer:
                     uses[n] = uses.get(n, 0) + 1
         for o in graph.output:
             uses[o.name] = uses.get(o.name, 0) + 1
-        for sub in list(_graphs(graph))[1:]:  # a node in a loop's body is one use, however many iterations
+        for sub in list(subgraphs(graph))[1:]:  # a node in a loop's body is one use, however many iterations
             for node in sub.node:
                 for n in filter(None, node.input):
                     uses[n] = uses.get(n, 0) + 1
@@ -364,7 +357,7 @@ class _Importer:
         branch): its inputs bound to ``bindings``, the enclosing scopes' values visible, its ops
         named under ``scope`` (the full prefix) and given ``tags`` beside the enclosing scopes'."""
         saved = self.env, self.scope, self.tags
-        self.env = {**self.env, **bindings}
+        self.env = ChainMap(dict(bindings), self.env)  # the body's values over the enclosing ones, no copy
         self.scope, self.tags = scope, {**saved[2], **tags}
         try:
             for t in graph.initializer:  # one value however many iterations (a name is unique in the model)

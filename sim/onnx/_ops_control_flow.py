@@ -38,20 +38,19 @@ def _scalar_flag(value) -> bool:
     return bool(np.asarray(value).reshape(-1)[0])
 
 
-def _body_nodes(graph) -> int:
-    """Nodes of ``graph`` with those of the graphs its nodes call."""
-    count = 0
+def subgraphs(graph):
+    """``graph`` and the graphs its nodes call (Loop and Scan bodies, If branches), depth first."""
+    yield graph
     for node in graph.node:
-        count += 1
         for a in node.attribute:
-            count += sum(_body_nodes(g) for g in ([a.g] if a.HasField("g") else []) + list(a.graphs))
-    return count
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from subgraphs(sub)
 
 
 def _check_unroll(ctx: OpContext, trips: int, body) -> None:
-    total = trips * _body_nodes(body)
-    if total > MAX_UNROLLED_OPS:
-        raise GraphError(f"{ctx.desc}: {trips} iterations of a {_body_nodes(body)}-node body make {total} ops, more "
+    nodes = sum(len(g.node) for g in subgraphs(body))
+    if trips * nodes > MAX_UNROLLED_OPS:
+        raise GraphError(f"{ctx.desc}: {trips} iterations of a {nodes}-node body make {trips * nodes} ops, more "
                          f"than the {MAX_UNROLLED_OPS} the simulator unrolls from one loop; simulate a shorter "
                          "sequence (fewer iterations), or price the loop with sim.onnx.register_op")
 

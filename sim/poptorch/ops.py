@@ -158,13 +158,18 @@ def _update_rule(ctx):
                   name="dynamic_update")
 
 
+def _note(ctx, text: str) -> None:
+    """Add ``text`` to the run's notes once."""
+    if text not in ctx.cap.notes:
+        ctx.cap.notes.append(text)
+
+
 _COND_NOTE = ("poptorch.cond: both branches are priced, then a select (the IPU runs only the "
               "branch the condition picks, so this is an upper bound)")
 
 
 def _select_rule(ctx):
-    if _COND_NOTE not in ctx.cap.notes:
-        ctx.cap.notes.append(_COND_NOTE)
+    _note(ctx, _COND_NOTE)
     return ctx.op("add", ctx.inputs, {"select": True}, name="cond_select")
 
 
@@ -183,8 +188,7 @@ def _custom_op_rule(ctx):
             "input (a copy into the layout its consumer wants)")
     if placeholder:
         note += "; its CPU outputs are PopTorch's zero placeholders (the simulator cannot run C++)"
-    if note not in ctx.cap.notes:
-        ctx.cap.notes.append(note)
+    _note(ctx, note)
     if rule is not None:
         return rule(op)
     return tuple(op.op("remap", [x], output=out) for x, out in zip(op.sym_args, ctx.output))
