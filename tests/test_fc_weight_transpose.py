@@ -12,7 +12,7 @@ import pytest
 
 from sim import load_system, poplibs_benchmarks as pb
 from sim.cost import op_cost
-from sim.cost.amp import fc_weight_transpose, plan_matmul, transpose_block_cycles
+from sim.cost.amp import fc_weight_transpose, plan_fc_training, transpose_block_cycles
 
 
 def test_half_blocks_run_the_supervisor_transpose():
@@ -53,7 +53,8 @@ def test_backward_matmul_of_a_weight_pays_the_transpose_the_others_do_not():
     g = pb.graph(pb.BENCHES["bert_ffn2_128x4096x1024"])
     costs = {op.name: op_cost(op, g, ipu, ipu.tiles) for op in g.ops}
     # Bwd: dY (128, 1024) @ Wᵀ (1024, 4096)
-    plan = plan_matmul(1, 128, 1024, 4096, 2, True, ipu, ipu.tiles, 0.6)
+    plans, joint = plan_fc_training(1, 128, 4096, 1024, 2, ipu, ipu.tiles, 0.6)
+    plan = plans["bwd"]
     extra = fc_weight_transpose(1, 4096, 1024, 2, plan.tiles_used)
     assert extra > 0
     assert costs["Bwd"].compute_cycles == plan.compute_cycles + int(extra)
@@ -62,8 +63,7 @@ def test_backward_matmul_of_a_weight_pays_the_transpose_the_others_do_not():
     # more exchange phase (tests/test_fc_transposed_weights.py)
     assert costs["Bwd"].sync_cycles == (plan.sync_points + 2) * ipu.internal_sync_cycles
     # the forward pass and the weight update have no transpose
-    fwd = plan_matmul(1, 128, 4096, 1024, 2, True, ipu, ipu.tiles, 0.6)
-    assert costs["Fwd"].compute_cycles == fwd.compute_cycles
+    assert not joint and costs["Fwd"].compute_cycles == plans["fwd"].compute_cycles
     # the busiest tile of the profile carries it
     profile = plan.profile(ipu, ipu.tiles, 2, True)
     assert pytest.approx(profile.compute.max() + int(extra), abs=1) == \

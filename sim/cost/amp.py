@@ -695,13 +695,48 @@ def padded_partials_rearranged(ipu: IPU, itemsize: int, partials_bytes: int, gro
     channels, so 4 output channels) pays it: ``groups x 8 x (out_positions + weights_per_out_channel)``
     elements.
     """
-    mode = amp_mode(ipu, itemsize, partials_bytes)
-    units = mode.out_group // 2 if mode.out_group == 16 else mode.out_group
-    group = min(mode.in_group, units)
+    group = partial_channel_group(amp_mode(ipu, itemsize, partials_bytes))
     if out_channels % group == 0:
         return 0
     padded = -(-out_channels // group) * group
     return groups * padded * (out_positions + weights_per_out_channel)
+
+
+def partial_channel_group(mode: AmpMode) -> int:
+    """The smallest partial-channel group of poplin's AMP candidates for ``mode`` (``ConvVertexType.cpp
+    :: getConvVertexAMPCandidates``: the conv units, the weights per conv unit, and half the units
+    when there are 16): 8 on Mk2 at every precision."""
+    units = mode.out_group // 2 if mode.out_group == 16 else mode.out_group
+    return min(mode.in_group, units)
+
+
+def matmul_padding(in_group: int, partial_group: int, G: int, M: int, K: int, N: int, input_rearranged: bool,
+                   mismatch: bool = False) -> tuple[int, int]:
+    """(elements rearranged over the tiles, elements only poplin's planner charges) of the pass
+    ``G x [M,K] @ [K,N]`` of a matmul (a 1x1 convolution: ``M`` positions, ``K`` input and ``N`` output
+    channels) run on a vertex taking input channels in groups of ``in_group`` and producing partials in
+    groups of ``partial_group`` (1 and 1 for HMAC, which takes any grouping; an AMP vertex: its mode's
+    ``in_group`` and :func:`partial_channel_group`).
+
+    ``ConvModel.cpp :: addTransformCycleEstimate`` (8dcde1ec): input channels short of the vertex's
+    input-channel group (``padInChannels``) rearrange the input and the weights; output channels
+    short of the partial-channel group (``padPartialChannels``)
+    rearrange the weights and the output (``Convolution.cpp :: convolutionPreprocess`` pads them
+    with zeros; the padded operands are copied into the plan's layout). Counted in padded channels
+    (poplin's ``numInChanGrains x inChanGrainSize``), once per operand: an input already rearranged
+    (``input_rearranged``: a weight-update pass) is not counted again. ``mismatch``: the pass runs
+    unswapped while poplin's layout is the swapped one (``swapOperands != isMatmulOrFullyConnectedLayer``):
+    the planner charges the input, the weights and the output as rearranged, but the operands are
+    created for the chosen plan, so those not padded are charged to the plan's choice only (the
+    second value)."""
+    k = -(-K // in_group) * in_group
+    n = -(-N // partial_group) * partial_group
+    pad_in, pad_out = k != K, n != N
+    operands = ((G * M * k, pad_in and not input_rearranged, mismatch and not input_rearranged),
+                (G * k * n, pad_in or pad_out, mismatch), (G * M * n, pad_out, mismatch))
+    run = sum(e for e, padded, _ in operands if padded)
+    planned = sum(e for e, padded, charged in operands if charged and not padded)
+    return run, planned
 
 
 def deferred_dilation_copy(elements, used, itemsize: int):
@@ -822,12 +857,14 @@ class MatmulPlan:
 
 def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv: ConvShape | None,
                 vertex: str, g, m, k, n, pm, pn, pk, rearranged: float = 0.0, used=1,
-                dilated_output: float = 0.0):
+                dilated_output: float = 0.0, planned_rearranged: float = 0.0):
     """Costs of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` blocks of a plan split
     ``pm x pn x pk`` (arrays: one entry per tile or per candidate plan), run on ``vertex``
     (see :class:`MatmulPlan`), after ``rearranged`` operand elements are rearranged over the
     ``used`` tiles (:func:`rearrangement`) and before ``dilated_output`` result elements are
-    copied over them (:func:`deferred_dilation_copy`). Cycles and bytes."""
+    copied over them (:func:`deferred_dilation_copy`). ``planned_rearranged`` elements are
+    rearranged in poplin's planning estimate only (the ``planner_exchange`` cycles: a copy and its
+    exchange at the full rate, :func:`matmul_padding`). Cycles and bytes."""
     mode = amp_mode(ipu, itemsize, partials_bytes)
     bw, full = ipu.exchange_rate, ipu.exchange_bytes_per_cycle_per_tile  # priced; poplin's planner (ExchangeEstimator)
     if vertex == "expand_w":
@@ -882,6 +919,9 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         amp, launch = amp + copy + r_copy, launch + copy
         moved = moved + r_bytes
         extra_sets = extra_sets + 1
+    if planned_rearranged:
+        _, p_copy, p_bytes = rearrangement(ipu, planned_rearranged, used, itemsize)
+        plan1 = plan1 + np.where(p_bytes > 0, ipu.exchange_setup_cycles + np.ceil(p_bytes / full) + p_copy, 0)
     if dilated_output:
         post = deferred_dilation_copy(dilated_output, used, itemsize)
         amp, launch = amp + post, launch + codelet("copy").fixed
@@ -942,7 +982,8 @@ def _divisors(n: int) -> tuple[int, ...]:
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
                 tiles: int, memory_proportion: float, conv: ConvShape | None = None,
                 partials_bytes: int = 4, rearranged: int = 0, dilated_output: int = 0,
-                grain_splits: bool = False, serial_out_channels: bool = False) -> MatmulPlan:
+                grain_splits: bool = False, serial_out_channels: bool = False, mismatch: bool = False,
+                pads_channels: bool = True) -> MatmulPlan:
     """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
     of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
@@ -968,16 +1009,23 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     A plan is serialised along the larger of M and N; ``serial_out_channels`` also tries, when M is
     the larger, N (the output channels) in pieces that divide it, and keeps the cheaper (a
     convolution's weight-update pass: :func:`_plan`).
+
+    A matmul (``conv`` None, ``pads_channels``) whose channels are short of the vertex's groups also
+    rearranges its padded operands (:func:`matmul_padding`; ``rearranged`` is then its input, a
+    weight-update pass's; a convolution's weight-update pass, which rearranges both its operands
+    anyway, passes ``pads_channels`` False); ``mismatch`` marks a fully connected or plain matmul pass planned unswapped, which
+    poplin's planner charges a rearrangement of every operand (sim/cost/matmul_swap.py).
     """
     partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
     plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
-                 rearranged, dilated_output, grain_splits, serial_out_channels)
+                 rearranged, dilated_output, grain_splits, serial_out_channels, mismatch, pads_channels)
     fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
     return _plan_plus(plan, ipu, compute=fixed, launch=fixed, pass_fixed=fixed)
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
-          rearranged, dilated_output=0, grain_splits=False, serial_out_channels=False) -> MatmulPlan:
+          rearranged, dilated_output=0, grain_splits=False, serial_out_channels=False, mismatch=False,
+          pads_channels=True) -> MatmulPlan:
     budget = memory_proportion * ipu.sram_bytes_per_tile
     best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -989,14 +1037,15 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
         # Poplar's Mk1 gemm rows (docs/reference/poplibs-costs.md 1.9, "Rows to read with care")
         Ms, Ns = (math.ceil(M / serial), N) if M >= N else (M, math.ceil(N / serial))
         plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
-                       math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits)
+                       math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
+                       mismatch=mismatch, pads_channels=pads_channels)
         if serial_out_channels and serial > 1 and M >= N and N % serial == 0:
             # poplin serialises a convolution's output channels too (ConvModel.cpp constructModel:
             # outChanSplit.serial, a factor of the output channels, m.factorOf), each piece slicing its
             # weights and updating its outputs; the cheaper of the two serialisations is kept
             by_n = _search(G, M, K, N // serial, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
                            serial, math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
-                           serial_dim="N")
+                           serial_dim="N", mismatch=mismatch, pads_channels=pads_channels)
             plan = min((plan, by_n), key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
         if plan.fits:
             if best_fit is not None and plan.estimate >= best_fit.estimate:
@@ -1011,7 +1060,7 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
 
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
             conv: ConvShape | None, serial, rearranged=0, dilated_output=0, grain_splits=False,
-            serial_dim="M") -> MatmulPlan:
+            serial_dim="M", mismatch=False, pads_channels=True) -> MatmulPlan:
     if conv is not None and conv.kernel_positions == 1 and conv.stride > 1:
         # poplin's 1x1 vertex needs the field flattened, which a strided dimension cannot be
         # (ConvModel.cpp canUse1x1Vertex, dimCanBeFlattened): it expands the strided dimensions
@@ -1024,9 +1073,25 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
     else:
         vertices = ("nx1",) if not conv.expandable else \
             ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
-    plans = [_search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
-                            serial, vertex, rearranged, dilated_output, grain_splits, serial_dim)
-             for vertex in vertices]
+    candidates = [(vertex, partials_bytes) for vertex in vertices]
+    if "1x1" in vertices and itemsize == 2 and partials_bytes == 4 and K <= ipu.amp_fp16_input_group:
+        # with at most one input-channel group and a 1x1 kernel nothing is reduced across tiles, so
+        # poplin also tries the AMP writing fp16 partials, the result itself, on all its conv units
+        # (ConvVertexType.cpp getConvVertexAMPCandidates: "The vertex output type can be smaller than
+        # the partial type if no reduction is required afterwards"; poplibs 9235f683)
+        candidates.append(("1x1", 2))
+    plans = []
+    for vertex, partials in candidates:
+        planned_only = 0
+        moved = rearranged
+        if conv is None and pads_channels:  # a matmul pass: its padded operands (and, unswapped, poplin's layout charge)
+            mode = amp_mode(ipu, itemsize, partials)
+            groups = (1, 1) if vertex == "hmac" else (mode.in_group, partial_channel_group(mode))
+            padded, planned_only = matmul_padding(*groups, G, M, K, N, bool(rearranged), mismatch)
+            moved = rearranged + padded
+        plans.append(_search_vertex(G, M, K, N, itemsize, partials, b_is_weight, ipu, tiles, budget, conv,
+                                    serial, vertex, moved, dilated_output, grain_splits, serial_dim, planned_only,
+                                    inner_split=partials == partials_bytes))
     # a plan that fits beats one that does not; then the fastest, then the first listed
     return min(plans, key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
 
@@ -1039,11 +1104,12 @@ def _tile_total(c: dict, ipu: IPU):
 
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
-                   grain_splits=False, serial_dim="M") -> MatmulPlan:
+                   grain_splits=False, serial_dim="M", planned_rearranged=0, inner_split=True) -> MatmulPlan:
+    """The best plan of one vertex (:func:`_search`); ``inner_split`` False: K is not split over tiles."""
     mode = amp_mode(ipu, itemsize, partials_bytes) if grain_splits else None
     cand_g, cand_m = _candidates(G, tiles), _candidates(M, tiles)
     cand_n = _candidates(N, tiles, mode.out_group if mode else 0)
-    cand_k = _candidates(K, tiles, mode.in_group if mode else 0)
+    cand_k = _candidates(K, tiles, mode.in_group if mode else 0) if inner_split else np.array([1])
 
     def room_left(a, b, c):
         """Every combination of three splits' candidates, and the most tiles left for the fourth."""
@@ -1085,7 +1151,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
 
     def costs(tconv):
         c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, tconv, vertex, g, m, k, n, pm, pn, pk,
-                        rearranged, used, dilated_output)
+                        rearranged, used, dilated_output, planned_rearranged)
         if serial > 1:  # each piece slices its operand block out and updates its part of the result
             piece = codelet("copy")
             # serialised along N (poplin's outChanSplit.serial), a piece slices its weights, B's block
@@ -1294,12 +1360,17 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     # O, I, O), reduction k and output channels n (the batch in the forward and backward passes)
     grids = {"fwd": (o, i, b, po, pb, pi), "bwd": (i, o, b, pi, pb, po), "wu": (o, b, i, po, pi, pb)}
     dims = {"fwd": (O, I, B, 0), "bwd": (I, O, B, 0), "wu": (O, B, I, B * I)}  # (M, K, N, rearranged)
+    mode = amp_mode(ipu, itemsize, partials_bytes)
+    moved = {}  # operand elements each pass rearranges: the weight update's input, the padded operands
+    for name, (M, K, N, r) in dims.items():
+        moved[name] = G * r + matmul_padding(mode.in_group, partial_channel_group(mode), G, M, K, N, r > 0)[0]
     total = np.zeros(len(used))
     fits = np.ones(len(used), dtype=bool)
     for name, (m, k, n, pm, pn, pk) in grids.items():
         # both operands are laid out by the joint plan (1/pm of the right one resident, as for a
-        # weight); the weight update still rearranges its input (FC_TRAINING_WU rearrangeInput)
-        rearranged = G * dims[name][3]
+        # weight); the weight update still rearranges its input (FC_TRAINING_WU rearrangeInput), and
+        # a pass whose channels are short of the vertex's groups its padded operands (matmul_padding)
+        rearranged = moved[name]
         c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", g, m, k, n, pm, pn, pk, rearranged, used)
         total = total + _tile_total(c, ipu)
         fits &= c["temp"] <= budget
@@ -1311,7 +1382,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     for name, (m, k, n, pm, pn, pk) in grids.items():
         M, K, N, r = dims[name]
         out[name] = _plan_at(G, M, K, N, (int(pg[j]), int(pm[j]), int(pn[j]), int(pk[j])), itemsize, partials_bytes,
-                             True, ipu, G * r, block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n)))
+                             True, ipu, moved[name], block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n)))
     return out
 
 
@@ -1335,8 +1406,9 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
     (:func:`_fc_joint_plans`) against the three passes planned separately, whichever the planner
     estimates faster (the separate plans only when strictly faster).
 
-    Planned separately, each pass gets the layout of its own plan, so poplin's estimate charges
-    what the joint plan avoids (``ConvModel.cpp :: addTransformCycleEstimate``): the backward pass's
+    Planned separately, each pass is planned with its operands swapped and not, as poplin tries
+    both (sim/cost/matmul_swap.py ``swap_or_not``), and gets the layout of its own plan, so poplin's
+    estimate charges what the joint plan avoids (``ConvModel.cpp :: addTransformCycleEstimate``): the backward pass's
     input rearranged (``FC_TRAINING_BWD && !isJointPlan``) and the weight update's result rearranged
     (``FC_TRAINING_WU && !isJointPlan``), each as :func:`rearrangement` prices it. The weight
     update's result rearrangement is also charged to the chosen separate plan: ``matMulAcc`` adds
@@ -1344,10 +1416,11 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
     tool creates ``zDeltas`` for the backward plan. The weight transpose before the backward pass
     is the caller's (:func:`fc_weight_transpose`). Plans include the per-pass fixed cycles.
     """
+    from .matmul_swap import swap_or_not  # which imports this module
+
     partials_bytes = max(partials_bytes, itemsize)
     dims = _fc_pass_dims(B, I, O)
-    sep = {name: plan_matmul(G, M, K, N, itemsize, bw, ipu, tiles, memory_proportion,
-                             partials_bytes=partials_bytes, rearranged=G * r)
+    sep = {name: swap_or_not(G, M, K, N, itemsize, bw, ipu, tiles, memory_proportion, partials_bytes, bool(r))[0]
            for name, (M, K, N, bw, r) in dims.items()}
     sep["wu"] = with_output_rearrangement(sep["wu"], G * I * O, ipu, itemsize)
     joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles,

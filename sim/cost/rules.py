@@ -686,7 +686,7 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         # (outChanSplit.serial, a factor of co) or, operands swapped, the input channels (M here)
         plan = plan_matmul(groups, cig * kh * kw, positions, cog, itemsize, False, ipu, tiles, amp,
                            partials_bytes=partials_bytes, rearranged=im2col + positions * co,
-                           serial_out_channels=True)
+                           serial_out_channels=True, pads_channels=False)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
 
