@@ -4,8 +4,7 @@ plan_fc_training, after ConvPlan.cpp createPlan at poplibs 8dcde1ec)."""
 import pytest
 
 from sim import load_system
-from sim.cost.amp import pass_fixed_cycles, plan_fc_training, rearrangement
-from sim.cost.matmul_swap import swap_or_not
+from sim.cost.amp import pass_fixed_cycles, plan_fc_training, rearrangement, swap_or_not
 from sim.cost.rules import op_cost
 from sim.cost.vector import codelet
 from sim.errors import UnsupportedOpError
@@ -30,12 +29,12 @@ def test_joint_plan_shares_one_grid_and_swaps_operands():
 def test_separate_plans_pay_the_weight_update_result_rearrangement():
     plans, joint = plan_fc_training(1, 16, 1000, 5, 4, IPU, IPU.tiles, 0.6)
     assert not joint
-    # each pass planned on its own, operands swapped or not (sim/cost/matmul_swap.py swap_or_not)
-    alone = swap_or_not(1, 1000, 16, 5, 4, False, IPU, IPU.tiles, 0.6, 4, input_rearranged=True)[0]
+    # each pass planned on its own, operands swapped or not (sim/cost/amp.py swap_or_not)
+    alone = swap_or_not(1, 1000, 16, 5, 4, IPU, IPU.tiles, 0.6, 4, weight_update=True)[0]
     exch, copy, _ = rearrangement(IPU, 5000, alone.tiles_used, 4)
     extra = plans["wu"].total_cycles - alone.total_cycles
     assert extra == int(exch) + int(copy) + codelet("copy").fixed + 2 * IPU.internal_sync_cycles
-    assert plans["fwd"] == swap_or_not(1, 16, 1000, 5, 4, True, IPU, IPU.tiles, 0.6, 4)[0]
+    assert plans["fwd"] == swap_or_not(1, 16, 1000, 5, 4, IPU, IPU.tiles, 0.6, 4)[0]
 
 
 def test_fc_tool_graph_prices_passes_from_the_layer_plan():

@@ -702,6 +702,17 @@ def padded_partials_rearranged(ipu: IPU, itemsize: int, partials_bytes: int, gro
     return groups * padded * (out_positions + weights_per_out_channel)
 
 
+def fc_weight_update_rearranged(G: int, M: int, K: int, N: int) -> int:
+    """Operand elements a fully connected weight-update pass ``G x [M,K] @ [K,N]`` rearranges over
+    its tiles before it runs: both operands, laid out by the passes that made them. poplin's planner
+    charges the input (``ConvModel.cpp :: addTransformCycleEstimate``: ``rearrangeInput`` for
+    ``FC_TRAINING_WU``), and at run time ``Convolution.cpp`` rearranges the input and the weights
+    alike (``inputRearrangementIsExpensive`` / ``weightRearrangementIsExpensive``: "During the weight
+    update pass we change the innermost dimension"), so both then sit in the plan's layout, a share
+    of each already on its tile as for any planned operand."""
+    return G * M * K + G * K * N
+
+
 def partial_channel_group(mode: AmpMode) -> int:
     """The smallest partial-channel group of poplin's AMP candidates for ``mode`` (``ConvVertexType.cpp
     :: getConvVertexAMPCandidates``: the conv units, the weights per conv unit, and half the units
@@ -710,7 +721,7 @@ def partial_channel_group(mode: AmpMode) -> int:
     return min(mode.in_group, units)
 
 
-def matmul_padding(in_group: int, partial_group: int, G: int, M: int, K: int, N: int, input_rearranged: bool,
+def matmul_padding(in_group: int, partial_group: int, G: int, M: int, K: int, N: int, weight_update: bool,
                    mismatch: bool = False) -> tuple[int, int]:
     """(elements rearranged over the tiles, elements only poplin's planner charges) of the pass
     ``G x [M,K] @ [K,N]`` of a matmul (a 1x1 convolution: ``M`` positions, ``K`` input and ``N`` output
@@ -723,8 +734,9 @@ def matmul_padding(in_group: int, partial_group: int, G: int, M: int, K: int, N:
     short of the partial-channel group (``padPartialChannels``)
     rearrange the weights and the output (``Convolution.cpp :: convolutionPreprocess`` pads them
     with zeros; the padded operands are copied into the plan's layout). Counted in padded channels
-    (poplin's ``numInChanGrains x inChanGrainSize``), once per operand: an input already rearranged
-    (``input_rearranged``: a weight-update pass) is not counted again. ``mismatch``: the pass runs
+    (poplin's ``numInChanGrains x inChanGrainSize``), once per operand: a weight-update pass
+    (``weight_update``) rearranges both its operands anyway (:func:`fc_weight_update_rearranged`), so
+    only its output is counted. ``mismatch``: the pass runs
     unswapped while poplin's layout is the swapped one (``swapOperands != isMatmulOrFullyConnectedLayer``):
     the planner charges the input, the weights and the output as rearranged, but the operands are
     created for the chosen plan, so those not padded are charged to the plan's choice only (the
@@ -732,8 +744,9 @@ def matmul_padding(in_group: int, partial_group: int, G: int, M: int, K: int, N:
     k = -(-K // in_group) * in_group
     n = -(-N // partial_group) * partial_group
     pad_in, pad_out = k != K, n != N
-    operands = ((G * M * k, pad_in and not input_rearranged, mismatch and not input_rearranged),
-                (G * k * n, pad_in or pad_out, mismatch), (G * M * n, pad_out, mismatch))
+    operands = ((G * M * k, pad_in and not weight_update, mismatch and not weight_update),
+                (G * k * n, (pad_in or pad_out) and not weight_update, mismatch and not weight_update),
+                (G * M * n, pad_out, mismatch))
     run = sum(e for e, padded, _ in operands if padded)
     planned = sum(e for e, padded, charged in operands if charged and not padded)
     return run, planned
@@ -1289,10 +1302,10 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
 
 
 def _fc_pass_dims(B: int, I: int, O: int) -> dict:
-    """{pass: (M, K, N, b_is_weight, rearranged per group)} of a fully connected layer's three
-    passes as the simulator's matmuls: forward ``[B, I] @ [I, O]``, backward ``[B, O] @ [O, I]``
-    (the weights transposed) and weight update ``[I, B] @ [B, O]`` (its input rearranged)."""
-    return {"fwd": (B, I, O, True, 0), "bwd": (B, O, I, True, 0), "wu": (I, B, O, False, B * I)}
+    """{pass: (M, K, N, weight update)} of a fully connected layer's three passes as the simulator's
+    matmuls: forward ``[B, I] @ [I, O]``, backward ``[B, O] @ [O, I]`` (the weights transposed) and
+    weight update ``[I, B] @ [B, O]`` (its operands rearranged, :func:`fc_weight_update_rearranged`)."""
+    return {"fwd": (B, I, O, False), "bwd": (B, O, I, False), "wu": (I, B, O, True)}
 
 
 def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU, rearranged: int,
@@ -1359,17 +1372,18 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     # (m, k, n, pm, pn, pk) of each swapped pass on the grid: output positions m (the conv's field:
     # O, I, O), reduction k and output channels n (the batch in the forward and backward passes)
     grids = {"fwd": (o, i, b, po, pb, pi), "bwd": (i, o, b, pi, pb, po), "wu": (o, b, i, po, pi, pb)}
-    dims = {"fwd": (O, I, B, 0), "bwd": (I, O, B, 0), "wu": (O, B, I, B * I)}  # (M, K, N, rearranged)
+    dims = {"fwd": (O, I, B, False), "bwd": (I, O, B, False), "wu": (O, B, I, True)}  # (M, K, N, weight update)
     mode = amp_mode(ipu, itemsize, partials_bytes)
     moved = {}  # operand elements each pass rearranges: the weight update's input, the padded operands
-    for name, (M, K, N, r) in dims.items():
-        moved[name] = G * r + matmul_padding(mode.in_group, partial_channel_group(mode), G, M, K, N, r > 0)[0]
+    for name, (M, K, N, wu) in dims.items():
+        moved[name] = (fc_weight_update_rearranged(G, M, K, N) if wu else 0) + \
+            matmul_padding(mode.in_group, partial_channel_group(mode), G, M, K, N, wu)[0]
     total = np.zeros(len(used))
     fits = np.ones(len(used), dtype=bool)
     for name, (m, k, n, pm, pn, pk) in grids.items():
         # both operands are laid out by the joint plan (1/pm of the right one resident, as for a
-        # weight); the weight update still rearranges its input (FC_TRAINING_WU rearrangeInput), and
-        # a pass whose channels are short of the vertex's groups its padded operands (matmul_padding)
+        # weight); the weight update still rearranges them (fc_weight_update_rearranged), and a pass
+        # whose channels are short of the vertex's groups its padded operands (matmul_padding)
         rearranged = moved[name]
         c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", g, m, k, n, pm, pn, pk, rearranged, used)
         total = total + _tile_total(c, ipu)
@@ -1380,7 +1394,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     j = int(idx[np.lexsort((used[idx], total[idx]))[0]])
     out = {}
     for name, (m, k, n, pm, pn, pk) in grids.items():
-        M, K, N, r = dims[name]
+        M, K, N, _ = dims[name]
         out[name] = _plan_at(G, M, K, N, (int(pg[j]), int(pm[j]), int(pn[j]), int(pk[j])), itemsize, partials_bytes,
                              True, ipu, moved[name], block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n)))
     return out
@@ -1397,6 +1411,27 @@ def with_output_rearrangement(plan: MatmulPlan, elements: int, ipu: IPU, itemsiz
                       output_rearrange=plan.output_rearrange + copy)
 
 
+def swap_or_not(G: int, M: int, K: int, N: int, itemsize: int, ipu: IPU, tiles: int, memory_proportion: float,
+                partials_bytes: int = 4, weight_update: bool = False) -> tuple[MatmulPlan, bool]:
+    """(plan, swapped) of a matmul or fully connected pass ``G x [M,K] @ [K,N]`` as poplin chooses
+    between its operands swapped (``G x [N,K] @ [K,M]``) and not (``ConvPlan.cpp ::
+    getSwapOperandCandidates``: ``{true, false}``, the swapped first, for ``NONE_MATMUL`` and every
+    fully connected pass planned on its own): the one that fits, then the lower planning estimate,
+    the unswapped one charged its layout mismatch (:func:`matmul_padding`). Both operands are in the
+    plan's layout, a share of each on its tile (poplin's exchange estimate discounts both, "because
+    of the swap operands transformation"); a ``weight_update`` pass first rearranges them there
+    (:func:`fc_weight_update_rearranged`)."""
+    def rearranged(rows, cols):
+        return fc_weight_update_rearranged(G, rows, K, cols) if weight_update else 0
+    swapped = plan_matmul(G, N, K, M, itemsize, True, ipu, tiles, memory_proportion,
+                          partials_bytes=partials_bytes, grain_splits=True, rearranged=rearranged(N, M))
+    plain = plan_matmul(G, M, K, N, itemsize, True, ipu, tiles, memory_proportion, partials_bytes=partials_bytes,
+                        grain_splits=True, rearranged=rearranged(M, N), mismatch=True)
+    if (plain.fits, -plain.estimate) > (swapped.fits, -swapped.estimate):
+        return plain, False
+    return swapped, True
+
+
 @lru_cache(maxsize=1024)
 def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, tiles: int,
                      memory_proportion: float, partials_bytes: int = 4) -> tuple[dict, bool]:
@@ -1407,7 +1442,7 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
     estimates faster (the separate plans only when strictly faster).
 
     Planned separately, each pass is planned with its operands swapped and not, as poplin tries
-    both (sim/cost/matmul_swap.py ``swap_or_not``), and gets the layout of its own plan, so poplin's
+    both (:func:`swap_or_not`), and gets the layout of its own plan, so poplin's
     estimate charges what the joint plan avoids (``ConvModel.cpp :: addTransformCycleEstimate``): the backward pass's
     input rearranged (``FC_TRAINING_BWD && !isJointPlan``) and the weight update's result rearranged
     (``FC_TRAINING_WU && !isJointPlan``), each as :func:`rearrangement` prices it. The weight
@@ -1416,12 +1451,10 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
     tool creates ``zDeltas`` for the backward plan. The weight transpose before the backward pass
     is the caller's (:func:`fc_weight_transpose`). Plans include the per-pass fixed cycles.
     """
-    from .matmul_swap import swap_or_not  # which imports this module
-
     partials_bytes = max(partials_bytes, itemsize)
     dims = _fc_pass_dims(B, I, O)
-    sep = {name: swap_or_not(G, M, K, N, itemsize, bw, ipu, tiles, memory_proportion, partials_bytes, bool(r))[0]
-           for name, (M, K, N, bw, r) in dims.items()}
+    sep = {name: swap_or_not(G, M, K, N, itemsize, ipu, tiles, memory_proportion, partials_bytes, wu)[0]
+           for name, (M, K, N, wu) in dims.items()}
     sep["wu"] = with_output_rearrangement(sep["wu"], G * I * O, ipu, itemsize)
     joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles,
                             memory_proportion * ipu.sram_bytes_per_tile)
@@ -1440,4 +1473,5 @@ __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode"
            "padded_partials_rearranged", "kernel_hits", "padding_coverage",
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
            "transposed_weights_exchange", "with_transposed_weights_moved", "conv_inner_block",
-           "with_output_rearrangement"]
+           "with_output_rearrangement", "swap_or_not", "matmul_padding", "partial_channel_group",
+           "fc_weight_update_rearranged"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..hardware.system import IPU
-from .amp import MatmulPlan, plan_matmul
+from .amp import MatmulPlan, swap_or_not
 
 
 @lru_cache(maxsize=256)
@@ -30,29 +30,9 @@ def plan_matmul_none_pass(G: int, M: int, K: int, N: int, itemsize: int, ipu: IP
     cycles as the matmul. Both operands are laid out by poplin for the plan (1/pm of the right
     operand already on each tile, as for a weight). A plan that fits the budget beats one that
     does not; then the planner's estimate, the unswapped plan's charged a rearrangement of its
-    input (``M x K``), weights (``K x N``) and output (``M x N``) over its tiles (``mismatch``,
-    :func:`sim.cost.amp.matmul_padding`)."""
-    return swap_or_not(G, M, K, N, itemsize, True, ipu, tiles, memory_proportion, partials_bytes)
-
-
-def swap_or_not(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU, tiles: int,
-                memory_proportion: float, partials_bytes: int = 4, input_rearranged: bool = False
-                ) -> tuple[MatmulPlan, bool]:
-    """(plan, swapped) of a matmul or fully connected pass ``G x [M,K] @ [K,N]`` as poplin chooses
-    between its operands swapped (``G x [N,K] @ [K,M]``) and not (``ConvPlan.cpp ::
-    getSwapOperandCandidates``: ``{true, false}``, the swapped first, for ``NONE_MATMUL`` and every
-    fully connected pass planned on its own): the one that fits, then the lower planning estimate,
-    the unswapped one charged its layout mismatch. ``input_rearranged``: the pass rearranges its
-    left operand, whichever it is (a weight-update pass: ``FC_TRAINING_WU`` rearrangeInput)."""
-    def rearranged(rows):
-        return G * rows * K if input_rearranged else 0
-    swapped = plan_matmul(G, N, K, M, itemsize, b_is_weight, ipu, tiles, memory_proportion,
-                          partials_bytes=partials_bytes, grain_splits=True, rearranged=rearranged(N))
-    plain = plan_matmul(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion,
-                        partials_bytes=partials_bytes, grain_splits=True, rearranged=rearranged(M), mismatch=True)
-    if (plain.fits, -plain.estimate) > (swapped.fits, -swapped.estimate):
-        return plain, False
-    return swapped, True
+    input (``M x K``), weights (``K x N``) and output (``M x N``) over its tiles
+    (:func:`sim.cost.amp.swap_or_not`)."""
+    return swap_or_not(G, M, K, N, itemsize, ipu, tiles, memory_proportion, partials_bytes)
 
 
 def result_block(plan: MatmulPlan, swapped: bool, group: int) -> tuple[int, int]:
@@ -81,4 +61,4 @@ def result_block(plan: MatmulPlan, swapped: bool, group: int) -> tuple[int, int]
     return g * rows * plan.serial, cols
 
 
-__all__ = ["plan_matmul_none_pass", "swap_or_not", "result_block"]
+__all__ = ["plan_matmul_none_pass", "result_block"]
