@@ -4,7 +4,8 @@ plan_fc_training, after ConvPlan.cpp createPlan at poplibs 8dcde1ec)."""
 import pytest
 
 from sim import load_system
-from sim.cost.amp import pass_fixed_cycles, plan_fc_training, rearrangement, swap_or_not
+from sim.cost.amp import (fc_weight_update_rearranged, pass_fixed_cycles, plan_fc_training, plan_matmul, rearrangement,
+                          swap_or_not)
 from sim.cost.rules import op_cost
 from sim.cost.vector import codelet
 from sim.errors import UnsupportedOpError
@@ -29,8 +30,11 @@ def test_joint_plan_shares_one_grid_and_swaps_operands():
 def test_separate_plans_pay_the_weight_update_result_rearrangement():
     plans, joint = plan_fc_training(1, 16, 1000, 5, 4, IPU, IPU.tiles, 0.6)
     assert not joint
-    # each pass planned on its own, operands swapped or not (sim/cost/amp.py swap_or_not)
-    alone = swap_or_not(1, 1000, 16, 5, 4, IPU, IPU.tiles, 0.6, 4, weight_update=True)[0]
+    # each pass planned on its own (sim/cost/amp.py): the weight update unswapped, both operands rearranged
+    # into its layout; the forward pass with its operands swapped or not
+    alone = plan_matmul(1, 1000, 16, 5, 4, True, IPU, IPU.tiles, 0.6, grain_splits=True,
+                        rearranged=fc_weight_update_rearranged(1, 1000, 16, 5))
+    assert fc_weight_update_rearranged(1, 1000, 16, 5) == 1000 * 16 + 16 * 5
     exch, copy, _ = rearrangement(IPU, 5000, alone.tiles_used, 4)
     extra = plans["wu"].total_cycles - alone.total_cycles
     assert extra == int(exch) + int(copy) + codelet("copy").fixed + 2 * IPU.internal_sync_cycles

@@ -116,14 +116,14 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
     # a host process's one stream-callback thread filling its replicas' input buffers in turn
     # matmul passes as poplin plans them: padded channels rearranged, separate fc passes swapped or not, the
     # weight update's operands rearranged, the fp16-partials AMP (sim/cost/amp.py matmul_padding, swap_or_not)
-'pipeline_training': {'cycle_count': 18228960,
-                       'trace': '47dd1f6dc7eea175',
-                       'op_trace': '940d221735691e05',
-                       'perf_counters': 'c3410e240df536ea',
-                       'latency': '(0.013757705660377359, 0.013757705660377359, 0.013757705660377359)',
-                       'compute_latency': '(0.013310098867924527, 0.013310098867924527, '
-                                          '0.013310098867924527)',
-                       'breakdown': '4632372dd3c0c2d8'},
+ 'pipeline_training': {'cycle_count': 18228180,
+                       'trace': '274c63d3a0daf5db',
+                       'op_trace': '214fe12593cf4689',
+                       'perf_counters': 'd182669899a071f6',
+                       'latency': '(0.013757116981132075, 0.013757116981132075, 0.013757116981132075)',
+                       'compute_latency': '(0.013309510188679244, 0.013309510188679244, '
+                                          '0.013309510188679244)',
+                       'breakdown': 'c409c366cb2ac9d4'},
  'pipeline_inference_prefetch': {'cycle_count': 2741792,
                                  'trace': '619cd304c122bebb',
                                  'op_trace': 'a59610b97f9b268b',
@@ -132,21 +132,20 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                                  'compute_latency': '(0.00025621132075471717, 0.0004909630188679246, '
                                                     '0.00041270603773584905)',
                                  'breakdown': '58aab925a191416a'},
- 'pipeline_replicas': {'cycle_count': 44118038,
-                       'trace': '5fec955ca235ba8f',
-                       'op_trace': 'e5a83275dac55b03',
-                       'perf_counters': 'ef95028bdb6aa45a',
-                       'latency': '(0.02145601132075471, 0.03329651169811321, 0.02737626150943396)',
-                       'compute_latency': '(0.019889902641509437, 0.032847221886792455, '
-                                          '0.026368562264150946)',
-                       'breakdown': '17d46321a2d0e5a3'},
- 'deep_pipeline': {'cycle_count': 32998874,
-                   'trace': '3f63514c3d7b32f3',
-                   'op_trace': 'dad2a50b85e7afb3',
-                   'perf_counters': 'e425ab94ff5a22d8',
-                   'latency': '(0.024904508679245284, 0.024904508679245284, 0.024904508679245284)',
-                   'compute_latency': '(0.023263229433962265, 0.023263229433962265, 0.023263229433962265)',
-                   'breakdown': '28806805dc72c591'},
+ 'pipeline_replicas': {'cycle_count': 44116868,
+                       'trace': 'cfe6e82928af922d',
+                       'op_trace': 'c53423f401c68f59',
+                       'perf_counters': '39be3bb35d4e0fa4',
+                       'latency': '(0.021455422641509434, 0.033295628679245286, 0.02737552566037736)',
+                       'compute_latency': '(0.01988934339622641, 0.03284633886792453, 0.026367841132075468)',
+                       'breakdown': 'c9ca4fdcfb250481'},
+ 'deep_pipeline': {'cycle_count': 32997314,
+                   'trace': '7f5b276aa04c44f7',
+                   'op_trace': '3343c61e0892299c',
+                   'perf_counters': '5c8fec83ded0b98b',
+                   'latency': '(0.024903331320754715, 0.024903331320754715, 0.024903331320754715)',
+                   'compute_latency': '(0.023262052075471697, 0.023262052075471697, 0.023262052075471697)',
+                   'breakdown': 'e0520399775dd509'},
  'io_tiles_overlap': {'cycle_count': 3087394,
                       'trace': '80a22e0ae2860ffa',
                       'op_trace': '56a42dc3b0a12982',
@@ -163,13 +162,13 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                        'compute_latency': '(1.5962264150943314e-05, 1.5962264150943422e-05, '
                                           '1.59622641509434e-05)',
                        'breakdown': '22047fe56424dabc'},
- 'off_chip_rts': {'cycle_count': 98497646,
-                  'trace': '8cf62755a28e1339',
-                  'op_trace': '5105114bb861936f',
-                  'perf_counters': '48742d6f6f30f203',
-                  'latency': '(0.037147879999999994, 0.07433772528301887, 0.05574280264150943)',
-                  'compute_latency': '(0.03674580000000001, 0.07388843547169811, 0.05531711773584906)',
-                  'breakdown': '60b69d0ff1b434de'}}
+ 'off_chip_rts': {'cycle_count': 98496866,
+                  'trace': '56d4858449638acf',
+                  'op_trace': '92e359e0f1eb23ea',
+                  'perf_counters': '59a0b93ecceb0a8c',
+                  'latency': '(0.037147585660377354, 0.07433713660377358, 0.055742361132075466)',
+                  'compute_latency': '(0.036745505660377355, 0.07388784679245282, 0.05531667622641509)',
+                  'breakdown': '1a6453915b8ea59b'}}
 
 
 def digests(run) -> dict:
