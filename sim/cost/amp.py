@@ -1100,6 +1100,7 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         if conv is None and pads_channels:  # a matmul pass: its padded operands (and, unswapped, poplin's layout charge)
             mode = amp_mode(ipu, itemsize, partials)
             groups = (1, 1) if vertex == "hmac" else (mode.in_group, partial_channel_group(mode))
+            # only a weight-update pass rearranges a matmul's operands before it runs
             padded, planned_only = matmul_padding(*groups, G, M, K, N, bool(rearranged), mismatch)
             moved = rearranged + padded
         plans.append(_search_vertex(G, M, K, N, itemsize, partials, b_is_weight, ipu, tiles, budget, conv,
@@ -1374,7 +1375,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     grids = {"fwd": (o, i, b, po, pb, pi), "bwd": (i, o, b, pi, pb, po), "wu": (o, b, i, po, pi, pb)}
     dims = {"fwd": (O, I, B, False), "bwd": (I, O, B, False), "wu": (O, B, I, True)}  # (M, K, N, weight update)
     mode = amp_mode(ipu, itemsize, partials_bytes)
-    moved = {}  # operand elements each pass rearranges: the weight update's input, the padded operands
+    moved = {}  # operand elements each pass rearranges: the weight update's operands, padded ones
     for name, (M, K, N, wu) in dims.items():
         moved[name] = (fc_weight_update_rearranged(G, M, K, N) if wu else 0) + \
             matmul_padding(mode.in_group, partial_channel_group(mode), G, M, K, N, wu)[0]
