@@ -110,7 +110,7 @@ MK1_WITHIN = (
     # fc_layer_1440x100x200 -9.0 %, fc_layer_16x1324x100 -8.7 %, gemm_1000x64x20000 +5.0 %,
     # inception_tr_bs4_i1_b1x1 -6.4 %, inception_tr_bs4_i1_c3x3a +5.7 %, inception_tr_bs4_i6_c7x1b +6.1 %,
     # inception_tr_bs4_layer5 +5.1 %
-        "fc_layer_4_1000_1000_float", "fc_layer_4_1000_5_half", "fc_layer_8_1000_5_half", "gemm_200x256x10000",
+    "fc_layer_4_1000_1000_float", "fc_layer_4_1000_5_half", "fc_layer_8_1000_5_half", "gemm_200x256x10000",
     "gemm_200x512x30000", "gemm_200x64x10000", "gemm_600x256x30000", "mobilenet_conv_pw_13_1",
     "mobilenet_depthwise", "mobilenet_depthwise_4", "mobilenet_depthwise_6",
     # within since the fp16 AMP vertex's fixed cycles split as poplibs' estimate does (sim/cost/amp.py

@@ -731,16 +731,15 @@ def matmul_padding(in_group: int, partial_group: int, G: int, M: int, K: int, N:
 
     ``ConvModel.cpp :: addTransformCycleEstimate`` (8dcde1ec): input channels short of the vertex's
     input-channel group (``padInChannels``) rearrange the input and the weights; output channels
-    short of the partial-channel group (``padPartialChannels``)
-    rearrange the weights and the output (``Convolution.cpp :: convolutionPreprocess`` pads them
-    with zeros; the padded operands are copied into the plan's layout). Counted in padded channels
-    (poplin's ``numInChanGrains x inChanGrainSize``), once per operand: a weight-update pass
-    (``weight_update``) rearranges both its operands anyway (:func:`fc_weight_update_rearranged`), so
-    only its output is counted. ``mismatch``: the pass runs
-    unswapped while poplin's layout is the swapped one (``swapOperands != isMatmulOrFullyConnectedLayer``):
-    the planner charges the input, the weights and the output as rearranged, but the operands are
-    created for the chosen plan, so those not padded are charged to the plan's choice only (the
-    second value)."""
+    short of the partial-channel group (``padPartialChannels``) rearrange the weights and the output
+    (``Convolution.cpp :: convolutionPreprocess`` pads them with zeros; the padded operands are
+    copied into the plan's layout). Counted in padded channels (poplin's ``numInChanGrains x
+    inChanGrainSize``), once per operand: a weight-update pass (``weight_update``) rearranges both
+    its operands anyway (:func:`fc_weight_update_rearranged`), so only its output is counted.
+    ``mismatch``: the pass runs unswapped while poplin's layout is the swapped one (``swapOperands !=
+    isMatmulOrFullyConnectedLayer``): the planner charges the input, the weights and the output as
+    rearranged, but the operands are created for the chosen plan, so those not padded are charged to
+    the plan's choice only (the second value)."""
     k = -(-K // in_group) * in_group
     n = -(-N // partial_group) * partial_group
     pad_in, pad_out = k != K, n != N
@@ -1024,10 +1023,11 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     convolution's weight-update pass: :func:`_plan`).
 
     A matmul (``conv`` None, ``pads_channels``) whose channels are short of the vertex's groups also
-    rearranges its padded operands (:func:`matmul_padding`; ``rearranged`` is then its input, a
-    weight-update pass's; a convolution's weight-update pass, which rearranges both its operands
-    anyway, passes ``pads_channels`` False); ``mismatch`` marks a fully connected or plain matmul pass planned unswapped, which
-    poplin's planner charges a rearrangement of every operand (sim/cost/matmul_swap.py).
+    rearranges its padded operands (:func:`matmul_padding`; ``rearranged`` is then a weight-update
+    pass's operands; a convolution's weight-update pass, which rearranges both its operands anyway,
+    passes ``pads_channels`` False); ``mismatch`` marks a fully connected or plain matmul pass
+    planned unswapped, which poplin's planner charges a rearrangement of every operand
+    (:func:`swap_or_not`).
     """
     partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
     plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
@@ -1097,7 +1097,7 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
     for vertex, partials in candidates:
         planned_only = 0
         moved = rearranged
-        if conv is None and pads_channels:  # a matmul pass: its padded operands (and, unswapped, poplin's layout charge)
+        if conv is None and pads_channels:  # a matmul pass: its padded operands, and poplin's charge if unswapped
             mode = amp_mode(ipu, itemsize, partials)
             groups = (1, 1) if vertex == "hmac" else (mode.in_group, partial_channel_group(mode))
             # only a weight-update pass rearranges a matmul's operands before it runs
@@ -1397,7 +1397,8 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     for name, (m, k, n, pm, pn, pk) in grids.items():
         M, K, N, _ = dims[name]
         out[name] = _plan_at(G, M, K, N, (int(pg[j]), int(pm[j]), int(pn[j]), int(pk[j])), itemsize, partials_bytes,
-                             True, ipu, moved[name], block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n)))
+                             True, ipu, moved[name],
+                             block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n)))
     return out
 
 
