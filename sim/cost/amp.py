@@ -1360,7 +1360,8 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     # field, whose grain a joint plan sets to inChansPerGroup (ConvPlan.cpp createPlan: "The innermost
     # grain size becomes the inChansPerGroup in the backward pass"), so neither splits over more tiles
     # than it has grains (a 1000-input layer over at most 63 tiles in fp16) and a tile holds whole grains
-    grain = amp_mode(ipu, itemsize, partials_bytes).in_group
+    mode = amp_mode(ipu, itemsize, partials_bytes)
+    grain = mode.in_group
     i_grains, o_grains = -(-I // grain), -(-O // grain)
     pg, pb, pi, po = (a.ravel() for a in np.meshgrid(_candidates(G, tiles), np.array([1]),
                                                      _candidates(I, tiles, grain), _candidates(O, tiles, grain),
@@ -1374,11 +1375,10 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     # O, I, O), reduction k and output channels n (the batch in the forward and backward passes)
     grids = {"fwd": (o, i, b, po, pb, pi), "bwd": (i, o, b, pi, pb, po), "wu": (o, b, i, po, pi, pb)}
     dims = {"fwd": (O, I, B, False), "bwd": (I, O, B, False), "wu": (O, B, I, True)}  # (M, K, N, weight update)
-    mode = amp_mode(ipu, itemsize, partials_bytes)
     moved = {}  # operand elements each pass rearranges: the weight update's operands, padded ones
     for name, (M, K, N, wu) in dims.items():
         moved[name] = (fc_weight_update_rearranged(G, M, K, N) if wu else 0) + \
-            matmul_padding(mode.in_group, partial_channel_group(mode), G, M, K, N, wu)[0]
+            matmul_padding(grain, partial_channel_group(mode), G, M, K, N, wu)[0]
     total = np.zeros(len(used))
     fits = np.ones(len(used), dtype=bool)
     for name, (m, k, n, pm, pn, pk) in grids.items():
