@@ -1,5 +1,5 @@
 """fp32 matmul vertices as poplibs prices them (sim/cost/amp.py, configs/_conv-vertices.toml
-[amp1x1_fp32] and [hmac_fp32]).
+[amp1x1_fp32] and [hmac_fp32]; [hmac_fp16] for the fp16 HMAC's 1x1 form).
 
 Every expected value below is worked by hand from lib/poplin/PerformanceEstimation.hpp at 7eac0f26
 (getConvPartial1x1Supervisor*CycleEstimate*, getConvPartialHorizontalMac*, getDenseDotProductCycles,
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from sim import load_system
-from sim.cost.amp import amp_fp32_vertex_cycles, amp_mode, amp_vertex_cycles, hmac_fp32_vertex_cycles, plan_matmul
+from sim.cost.amp import amp_fp32_vertex_cycles, amp_mode, amp_vertex_cycles, hmac_vertex_cycles, plan_matmul
 
 MK2 = load_system("ipu-mk2").ipu
 
@@ -61,14 +61,29 @@ def test_fp32_amp_pair_costs_far_more_than_its_rate_at_one_position():
     (1, 7, 5, 2, 1262, 998),
 ])
 def test_fp32_hmac_vertex(g, m, k, n, total, fixed):
-    t, f = hmac_fp32_vertex_cycles(g, m, k, n)
+    t, f = hmac_vertex_cycles(g, m, k, n)
     assert (float(t), float(f)) == (total, fixed)
 
 
-def test_planner_takes_hmac_for_a_tiny_fp32_matmul_only():
-    """poplin tries HMAC beside AMP: a [1, 1000] @ [1000, 5] fp32 layer runs it (5 output channels,
-    one position: AMP would pad to 16 and pay ~430 per pair); a 1000-wide layer and fp16 stay AMP."""
+@pytest.mark.parametrize("g, m, k, n, total, fixed", [
+    # the 1x1 form with fp32 partials: 16 = 4 x 4, dot 7 - 1 + 4; worker 16 + 14 + (2 + 10) = 42;
+    # 55 + 6 x (9 + 15) + 23 + 15 + (10 + 252) = 499; zeroing 6 x (1 + 14 - 9) = 36
+    (1, 1, 16, 1, 535, 511),
+    # 6 even, not a multiple of 4: two loads a step and a warm-up cycle, dot 7 + 1 + 6 - 1 = 13 (7 per
+    # element); 2 positions: 30 + 2 x 15 = 60; 199 + 38 + 2 x (10 + 360) = 977; zeroing 6 x 6 x 2 = 72
+    (1, 7, 6, 2, 1049, 881),
+])
+def test_fp16_hmac_vertex(g, m, k, n, total, fixed):
+    t, f = hmac_vertex_cycles(g, m, k, n, itemsize=2)
+    assert (float(t), float(f)) == (total, fixed)
+
+
+def test_planner_takes_hmac_where_the_amp_would_pad():
+    """poplin tries HMAC beside AMP: a [1, 1000] @ [1000, 5] layer runs it in fp32 and fp16 (5 output
+    channels, one position: the AMP would pad the channels and rearrange the padded operands); a
+    1000-wide fp32 layer stays AMP, as does fp16 with fp16 partials (HMAC's modelled with fp32 ones)."""
     tiny = plan_matmul(1, 1, 1000, 5, 4, True, MK2, MK2.tiles, 0.6)
     assert tiny.vertex == "hmac" and "hmac vertex" in tiny.describe()
     assert plan_matmul(1, 1, 1000, 1000, 4, True, MK2, MK2.tiles, 0.6).vertex == "1x1"
-    assert plan_matmul(1, 1, 1000, 5, 2, True, MK2, MK2.tiles, 0.6).vertex == "1x1"
+    assert plan_matmul(1, 1, 1000, 5, 2, True, MK2, MK2.tiles, 0.6).vertex == "hmac"
+    assert plan_matmul(1, 1, 1000, 5, 2, True, MK2, MK2.tiles, 0.6, partials_bytes=2).vertex == "1x1"

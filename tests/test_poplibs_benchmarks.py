@@ -159,6 +159,10 @@ WITHIN = (
     # fc_layer_16_1000_5_half +3.6 -> +7.0 % (a batch of 4 and 5 outputs padded to the groups; poplin offers
     # HMAC and OuterProduct vertices there that the simulator does not in fp16, docs/reference/poplibs-costs.md 1.1)
     "bert_grouped_12x512x64x512", "bert_grouped_16x384x64x384", "bert_proj_128x768x768", "fc_layer_80_1324_100",
+    # fp16 HMAC beside the AMP (sim/cost/amp.py hmac_vertex_cycles, [hmac_fp16]; the 1x1 form poplin runs with
+    # fp32 partials), which takes any channel count, so a batch of 1 or 5 outputs need no padding: these came
+    # back (+20.9 -> +0.3 %, +7.0 -> +0.2 %)
+    "fc_layer_1_1000_1000_half", "fc_layer_16_1000_5_half",
 )
 
 
@@ -197,7 +201,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 153
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 155
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

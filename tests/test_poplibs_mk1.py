@@ -133,6 +133,9 @@ MK1_WITHIN = (
     # docs/reference/poplibs-costs.md 1.1)
     "bert_grouped_16x512x64x512", "bert_kqv_128x1024x3072", "fc_layer_16_1000_1000_half", "fc_layer_16x1324x100",
     "fc_layer_4_1000_5_float", "fc_layer_8_1000_1000_half",
+    # fp16 HMAC beside the AMP (sim/cost/amp.py hmac_vertex_cycles): +8.8 -> -0.6 %; fc_layer_1_1000_1000_half
+    # +34.2 -> +5.7 %, just outside
+    "fc_layer_16_1000_5_half",
 )
 
 
@@ -206,7 +209,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 150
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 151
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

@@ -15,7 +15,7 @@ groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
    16 input channels in fp16, 8 in fp32; as many output channels as conv units, which depends on
    the partials type (fp16 in with fp32 partials uses half the units of fp16 partials).
    fp32 operands run poplibs' float estimate of the vertex (:func:`amp_fp32_vertex_cycles`), and
-   poplin's HMAC vertex is tried beside it for a fp32 matmul (:func:`hmac_fp32_vertex_cycles`).
+   poplin's HMAC vertex is tried beside it (:func:`hmac_vertex_cycles`).
    A convolution with a kernel larger than 1x1 runs poplin's nx1 vertex instead: per
    (input group, output group) a loop over the tile's kernel positions, each with a coefficient
    load and a worklist entry per output row for each of the 6 workers
@@ -233,24 +233,31 @@ def quarter_cast_cycles(elements, workers: int = 6):
                     (np.ceil(per_worker / q["cast_elements_per_cycle"]) + q["cast_worker_fixed"]) * workers, 0)
 
 
-def hmac_fp32_vertex_cycles(g, m, k, n, workers: int = 6):
-    """(cycles, fixed cycles) of poplin's ConvPartialHorizontalMac vertex with fp32 operands and
-    partials on a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays allowed), the tile's ``k``
-    input channels one group (``[hmac_fp32]`` of ``configs/_conv-vertices.toml``).
+def hmac_vertex_cycles(g, m, k, n, itemsize: int = 4, workers: int = 6):
+    """(cycles, fixed cycles) of poplin's ConvPartialHorizontalMac vertex with fp32 partials and
+    ``itemsize``-byte operands (4: fp32, ``[hmac_fp32]``; 2: fp16, its 1x1 form, ``[hmac_fp16]`` of
+    ``configs/_conv-vertices.toml``) on a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays
+    allowed), the tile's ``k`` input channels one group.
 
     Each output channel is a pass in which the busiest worker takes ``ceil(m/6)`` positions, each a
-    ``k``-long fp32 dot product: ``7 + k/2`` worker cycles (2 floats per 64-bit load), or
-    ``8 + 2k`` when ``k`` is odd (getDenseDotProductCycles); then the partials are zeroed
-    (estimateZeroSupervisorCycles). The fixed cycles are everything but the dot products' per-element
-    cycles (``6 x ceil(m/6) x k/2`` per output channel).
+    ``k``-long dot product (getDenseDotProductCycles: the widest power of two up to the activations
+    per 64-bit load that divides ``k`` sets the step, a load a cycle at the full width and two below
+    it, plus a warm-up cycle then); then the partials are zeroed (estimateZeroSupervisorCycles). The
+    fixed cycles are everything but the dot products' per-element cycles.
     """
-    c = _hmac_table()
+    c = _hmac_table(itemsize)
     g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
     share = np.ceil(m / workers)
-    per_element = np.where(k % 2 == 0, k / 2, 2 * k + 1)  # the odd case: scalar loads, +1 warm-up
+    full = int(c["elems_per_load"])
+    width = np.ones_like(k)
+    w = 2
+    while w <= full:
+        width = np.where(k % w == 0, w, width)
+        w *= 2
+    per_element = np.where(width >= full, k / width, 2 * k / width + 1)
     worker = c["worker_fixed"] + c["worker_per_entry"] + share * (c["worker_per_position"] + c["dot_fixed"]
-                                                                  + per_element)
-    outer = (c["supervisor_fixed"] + workers * c["zero_retention"]
+                                                                  - c["dot_half_saving"] + per_element)
+    outer = (c["supervisor_fixed"] + workers * (c["zero_retention"] + c["worker_retention"])
              + g * (c["per_conv_group"] + c["per_in_group"] + n * (c["per_out_group"] + workers * worker)))
     zero = workers * (np.ceil(share / c["zero_elems_per_cycle"]) + c["zero_worker_fixed"] - c["zero_retention"]) * n * g
     total = np.where(g * m * k * n > 0, outer + zero, 0)
@@ -260,7 +267,7 @@ def hmac_fp32_vertex_cycles(g, m, k, n, workers: int = 6):
 
 _HMAC_KEYS = ("supervisor_fixed", "zero_retention", "per_conv_group", "per_in_group", "per_out_group",
               "worker_fixed", "worker_per_entry", "worker_per_position", "dot_fixed", "zero_worker_fixed",
-              "zero_elems_per_cycle")
+              "zero_elems_per_cycle", "worker_retention", "elems_per_load", "dot_half_saving")
 
 
 @lru_cache(maxsize=None)
@@ -273,9 +280,9 @@ def _vertex_table(section: str, keys: tuple) -> dict:
     return {key: float(table[key]) for key in keys}
 
 
-def _hmac_table() -> dict:
-    """``[hmac_fp32]``: poplin's HMAC vertex estimate for fp32."""
-    return _vertex_table("hmac_fp32", _HMAC_KEYS)
+def _hmac_table(itemsize: int = 4) -> dict:
+    """``[hmac_fp32]`` or ``[hmac_fp16]``: poplin's HMAC vertex estimate for ``itemsize``-byte operands."""
+    return _vertex_table("hmac_fp32" if itemsize == 4 else "hmac_fp16", _HMAC_KEYS)
 
 
 _FP32_KEYS = ("supervisor_fixed", "per_conv_group", "per_extra_in_group", "per_out_group", "worker_one",
@@ -894,7 +901,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     if vertex in ("nx1", "expand_w"):
         amp, launch = nx1_vertex_cycles(ipu, mode, conv, g, m, k, n)
     elif vertex == "hmac":
-        amp, launch = hmac_fp32_vertex_cycles(g, m, k, n, ipu.worker_threads)
+        amp, launch = hmac_vertex_cycles(g, m, k, n, itemsize, ipu.worker_threads)
     elif mode.float_activations:
         amp, launch = amp_fp32_vertex_cycles(mode, g, m, k, n, ipu.worker_threads, ipu.conv_unit_load_bits)
     elif mode.quarter:
@@ -1081,8 +1088,9 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         # vertex on the strided field
         vertices = ("nx1", "expanded")
     elif conv is None or conv.kernel_positions == 1:
-        # poplin also tries the HMAC vertex; it beats the fp32 AMP on tiny tiles (not modelled for fp16)
-        vertices = ("1x1",) + (("hmac",) if itemsize == 4 else ())
+        # poplin also tries the HMAC vertex (getConvVertexHMACCandidates), which takes any channel count:
+        # it beats the AMP on tiny tiles and where the AMP would pad. Modelled with fp32 partials
+        vertices = ("1x1",) + (("hmac",) if itemsize in (2, 4) and partials_bytes == 4 else ())
     else:
         vertices = ("nx1",) if not conv.expandable else \
             ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
@@ -1475,7 +1483,7 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
 
 __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode", "amp_pair_cycles",
            "coeff_load_bytes", "amp_vertex_cycles",
-           "amp_fp32_vertex_cycles", "hmac_fp32_vertex_cycles",
+           "amp_fp32_vertex_cycles", "hmac_vertex_cycles",
            "plan_matmul", "conv_input_factor", "partials_reduction", "rearrangement", "deferred_dilation_copy",
            "padded_partials_rearranged", "kernel_hits", "padding_coverage",
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
