@@ -136,6 +136,10 @@ MK1_WITHIN = (
     # fp16 HMAC beside the AMP (sim/cost/amp.py hmac_vertex_cycles): +8.8 -> -0.6 %; fc_layer_1_1000_1000_half
     # +34.2 -> +5.7 %, just outside
     "fc_layer_16_1000_5_half",
+    # plans chosen on poplin's own estimate, no syncs and no exchange set-ups (docs/reference/poplibs-costs.md
+    # 1.1; not fitted to these rows): fc_layer_1440x100x200 -5.3 -> -4.1 %, gru_16_25_1024_1024_half
+    # -5.3 -> -4.0 %
+    "fc_layer_1440x100x200", "gru_16_25_1024_1024_half",
 )
 
 
@@ -209,7 +213,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 151
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 153
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

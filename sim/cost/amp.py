@@ -24,7 +24,7 @@ groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
    kernel, or its width), after a rearrangement of the input over the tiles.
    The nx1 vertex skips (output, kernel position) pairs that meet padding where the ConvShape says
    which (:func:`padding_coverage`); poplin's planner does not, so plans are chosen on its
-   padding-blind estimate (``MatmulPlan.planned_cycles``).
+   padding-blind estimate (``MatmulPlan.planned_cycles``, below).
    A strided 1x1 kernel cannot run the 1x1 vertex on its field (poplin cannot flatten a strided
    dimension): it runs the nx1 vertex or, when cheaper, the 1x1 vertex after its subsampled input
    is rearranged over the tiles; its backward pass copies the dilated result afterwards
@@ -40,8 +40,12 @@ groups): split over tiles as ``pg x pm x pn x pk`` blocks. Each tile
    apart from the forward pass, the transposed blocks are then exchanged to its own layout
    (:func:`transposed_weights_exchange`).
 
-Every compute set and exchange phase also costs an on-chip sync. Costs are in tile cycles; the
-busiest tile sets the pace. The planner searches the splits vectorised over numpy arrays and
+Every compute set and exchange phase also costs an on-chip sync, and every exchange phase its
+set-up. Costs are in tile cycles; the busiest tile sets the pace. Plans are chosen on poplin's
+planning estimate (``MatmulPlan.planned_cycles``), which sums the exchange at the Target's full
+rate, the vertices, reductions, casts and transforms, and has neither syncs nor exchange set-ups
+(``ConvModel.cpp``, ``ExchangeEstimator.hpp``: bytes over bytes per cycle), so a plan of more phases
+is not held back by what they cost at run time. The planner searches the splits vectorised over numpy arrays and
 keeps the fastest whose temporary memory per tile (operand blocks plus partials) fits in
 ``availableMemoryProportion x SRAM``; if none fits it serialises the op into pieces, which is
 Poplar's trade-off of speed for memory. See docs/reference/poplibs-costs.md for the sources.
@@ -615,13 +619,15 @@ def _plan_plus(plan: MatmulPlan, ipu: IPU, *, exchange: int = 0, compute: int = 
                syncs: int = 0, phases: int = 0, nbytes: int = 0, planned: bool = True, **fields) -> MatmulPlan:
     """``plan`` with work added: ``exchange`` / ``compute`` / ``launch`` cycles, ``sets`` compute sets,
     ``syncs`` on-chip syncs, ``phases`` exchange phases of ``nbytes`` bytes in all, added to its total
-    (and to its planned cycles when it has them and ``planned``); ``fields`` set as given."""
+    (and, but for the syncs, to its planned cycles when it has them and ``planned``); ``fields`` set
+    as given."""
     added = exchange + compute + syncs * ipu.internal_sync_cycles
     return replace(plan, exchange_cycles=plan.exchange_cycles + exchange, compute_cycles=plan.compute_cycles + compute,
                    launch_cycles=plan.launch_cycles + launch, supersteps=plan.supersteps + sets,
                    sync_points=plan.sync_points + syncs, exchange_phases=plan.exchange_phases + phases,
                    exchange_bytes=plan.exchange_bytes + nbytes, total_cycles=plan.total_cycles + added,
-                   planned_cycles=plan.planned_cycles + added if planned and plan.planned_cycles else plan.planned_cycles,
+                   planned_cycles=plan.planned_cycles + exchange + compute if planned and plan.planned_cycles
+                   else plan.planned_cycles,
                    **fields)
 
 
@@ -685,6 +691,14 @@ def rearrangement(ipu: IPU, elements, used, itemsize: int):
     exch = np.where(per_tile > 0, ipu.exchange_setup_cycles + np.ceil(nbytes / ipu.exchange_rate), 0)
     copy = np.ceil(per_tile * float(table["copy_cycles_per_element"]))
     return exch, copy, nbytes
+
+
+def planned_rearrangement(ipu: IPU, elements, used, itemsize: int):
+    """poplin's planning estimate of :func:`rearrangement` (cycles per tile, arrays allowed): the copy
+    and the exchange at the Target's full rate, with no set-up (``ConvModel.cpp ::
+    addTransformCycleEstimate``, ``ExchangeEstimator``)."""
+    _, copy, nbytes = rearrangement(ipu, elements, used, itemsize)
+    return np.ceil(nbytes / ipu.exchange_bytes_per_cycle_per_tile) + copy
 
 
 def padded_partials_rearranged(ipu: IPU, itemsize: int, partials_bytes: int, groups: int, out_channels: int,
@@ -792,7 +806,8 @@ def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes:
     exchange phase and one compute set, as poplin builds them (``ConvReduce.cpp``,
     :func:`sim.cost.conv_reduce.conv_partials_reduction`: the busiest tile's share of the output
     block and its ``poplin::ReduceAdd`` vertex estimate). With ``planner_exchange``, also the
-    exchange cycles at the full width, as poplin's planner prices them (a sixth value).
+    exchange cycles at the full width and without set-ups, as poplin's planner prices them (a sixth
+    value).
     """
     shape = np.broadcast(np.asarray(outputs), np.asarray(depth)).shape
     exch, planned, compute, recv, fixed = (np.zeros(shape) for _ in range(5))
@@ -801,7 +816,7 @@ def partials_reduction(ipu: IPU, outputs, depth, partials_bytes: int, out_bytes:
         recv += got
         exch += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_rate), 0)
         if planner_exchange:
-            planned += np.where(active, ipu.exchange_setup_cycles + np.ceil(got / ipu.exchange_bytes_per_cycle_per_tile), 0)
+            planned += np.where(active, np.ceil(got / ipu.exchange_bytes_per_cycle_per_tile), 0)
         compute += cycles
         fixed += base
     if planner_exchange:
@@ -897,7 +912,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     shared = np.where(pn % 2 == 0, 2, 1)  # supertile: both tiles take the same input at once
     recv1 = a_recv + b_recv
     exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / (shared * bw) + b_recv / bw), 0)
-    plan1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / (shared * full) + b_recv / full), 0)
+    plan1 = np.where(recv1 > 0, np.ceil(a_recv / (shared * full) + b_recv / full), 0)
     if vertex in ("nx1", "expand_w"):
         amp, launch = nx1_vertex_cycles(ipu, mode, conv, g, m, k, n)
     elif vertex == "hmac":
@@ -923,7 +938,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         copy = codelet("copy").fixed
         rearrange = np.ceil(moved / itemsize * rearrange_cycles_per_element(conv, itemsize))
         exch1 = exch1 + ipu.exchange_setup_cycles + np.ceil(moved / bw)
-        plan1 = plan1 + ipu.exchange_setup_cycles + np.ceil(moved / full)
+        plan1 = plan1 + np.ceil(moved / full)
         recv1 = recv1 + moved
         amp, launch = amp + copy + rearrange, launch + copy
         extra_sets = 1
@@ -933,14 +948,13 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         r_exch, r_copy, r_bytes = rearrangement(ipu, rearranged, used, itemsize)
         copy = codelet("copy").fixed
         exch1 = exch1 + r_exch
-        plan1 = plan1 + np.where(r_bytes > 0, ipu.exchange_setup_cycles + np.ceil(r_bytes / full), 0)
+        plan1 = plan1 + np.ceil(r_bytes / full)
         recv1 = recv1 + r_bytes
         amp, launch = amp + copy + r_copy, launch + copy
         moved = moved + r_bytes
         extra_sets = extra_sets + 1
     if planned_rearranged:
-        _, p_copy, p_bytes = rearrangement(ipu, planned_rearranged, used, itemsize)
-        plan1 = plan1 + np.where(p_bytes > 0, ipu.exchange_setup_cycles + np.ceil(p_bytes / full) + p_copy, 0)
+        plan1 = plan1 + planned_rearrangement(ipu, planned_rearranged, used, itemsize)
     if dilated_output:
         post = deferred_dilation_copy(dilated_output, used, itemsize)
         amp, launch = amp + post, launch + codelet("copy").fixed
@@ -1193,12 +1207,10 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         # an input dilation it does see (PerformanceEstimation.hpp getConvPartialnx1InnerLoopCycleEstimate:
         # partitionConvPartialByWorker with the inputDilation, ceil(width / outStrideX) per row), so a
         # dilated convolution is planned on its hits
-        seen, total_seen = costs(replace(tile_conv, row_hits=(), col_hits=()))
-    else:
-        total_seen = total
+        seen, _ = costs(replace(tile_conv, row_hits=(), col_hits=()))
     # and it exchanges at the Target's full rate (ExchangeEstimator: getExchangeBytesPerCycle), not at
-    # the fitted efficiency the costs run at
-    planned = total_seen - seen["exchange"] + seen["planner_exchange"]
+    # the fitted efficiency the costs run at, with no set-ups and no syncs (module docstring)
+    planned = seen["compute"] + seen["planner_exchange"]
     temp = c["temp"]
     fits = temp <= budget
     idx_pool = np.flatnonzero(fits) if fits.any() else np.lexsort((split_order, temp))[:1]
@@ -1331,13 +1343,15 @@ def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU
     c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, None, "1x1", g, m, k, n, np.array([pm]),
                     np.array([pn]), np.array([pk]), rearranged, used)
     total = _tile_total(c, ipu)
+    planned = c["compute"] + c["planner_exchange"]
     fixed = pass_fixed_cycles()
     return MatmulPlan(splits=tuple(int(x) for x in splits), dims=(G, M, K, N), serial=1, tiles_used=int(used),
                       exchange_cycles=int(c["exchange"][0]), compute_cycles=int(c["compute"][0]) + fixed,
                       supersteps=int(c["compute_sets"][0]),
                       sync_points=int(c["exchange_phases"][0] + c["compute_sets"][0]),
                       exchange_bytes=int(c["recv"][0] * used), temp_bytes_per_tile=int(c["temp"][0]), fits=True,
-                      total_cycles=int(total[0]) + fixed, launch_cycles=int(c["launch"][0]) + fixed,
+                      total_cycles=int(total[0]) + fixed, planned_cycles=int(planned[0]) + fixed,
+                      launch_cycles=int(c["launch"][0]) + fixed,
                       exchange_phases=int(c["exchange_phases"][0]), partials_bytes=partials_bytes,
                       pass_fixed=fixed, rearranged=int(rearranged))
 
@@ -1354,8 +1368,8 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     (``getFullyConnectedBwdPlan``: field and input-channel splits; ``getFullyConnectedWUPlan``: input-
     and output-channel splits), so every pass runs on the same grid and reduces a different
     dimension: forward over ``pI``, backward over ``pO``, weight update over ``pB``. The grid
-    minimises the three passes' total (``ConvModel.cpp``: the joint plan's objective sums the
-    forward, ``jointPlanBwdEstimates`` and ``jointPlanWuEstimates`` cycles) with every pass's
+    minimises the three passes' planning estimates (``ConvModel.cpp``: the joint plan's objective
+    sums the forward, ``jointPlanBwdEstimates`` and ``jointPlanWuEstimates`` cycles) with every pass's
     temporaries within the budget. One piece (no serial splits)."""
     # the grid also splits the conv groups (Partition::convGroupSplit, a variable of the joint plan that
     # getFullyConnectedBwdPlan / getFullyConnectedWUPlan copy unchanged), so a grouped layer's tile
@@ -1395,7 +1409,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
         # whose channels are short of the vertex's groups its padded operands (matmul_padding)
         rearranged = moved[name]
         c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", g, m, k, n, pm, pn, pk, rearranged, used)
-        total = total + _tile_total(c, ipu)
+        total = total + c["compute"] + c["planner_exchange"]
         fits &= c["temp"] <= budget
     if not fits.any():
         return None
@@ -1464,9 +1478,10 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
     sep = {name: swap_or_not(G, M, K, N, itemsize, ipu, tiles, memory_proportion, partials_bytes)[0]
            for name, (M, K, N, wu) in dims.items() if not wu}
     # the weight update, its operands rearranged into the plan's layout; planned unswapped only. poplin
-    # tries it swapped too, but the swapped candidate's larger broadcast blocks are not checked against any
-    # memory measurement, and with them the memory model puts MLPerf v2.0's POD16 BERT (M17, which ran) out
-    # of memory by 0.8 % of a tile on its FFN weight updates: held back until the memory model is
+    # tries it swapped too (and, by a reconstruction of its planner, picks it for BERT-Large's FFN weight
+    # updates), but with the swapped candidate the memory model puts MLPerf v2.0's POD16 BERT (M17, which
+    # ran) out of memory by 0.8 % of a tile there: held back until the memory model's excess on that tile
+    # is found (docs/reference/poplibs-costs.md 1.1)
     M, K, N, _ = dims["wu"]
     sep["wu"] = plan_matmul(G, M, K, N, itemsize, True, ipu, tiles, memory_proportion, partials_bytes=partials_bytes,
                             grain_splits=True, rearranged=fc_weight_update_rearranged(G, M, K, N))
@@ -1475,9 +1490,12 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
                             memory_proportion * ipu.sram_bytes_per_tile)
     if joint is None:  # no grid fits the budget: the separate plans (poplin minimises their memory)
         return sep, False
-    bwd_in = with_output_rearrangement(sep["bwd"], G * B * O, ipu, itemsize).total_cycles - sep["bwd"].total_cycles
-    separate_cycles = sum(p.total_cycles for p in sep.values()) + bwd_in
-    if not all(p.fits for p in sep.values()) or separate_cycles >= sum(p.total_cycles for p in joint.values()):
+    # poplin's estimate of the separate plans: the three passes, the backward pass's input and the weight
+    # update's result rearranged (the latter is run too, but not part of the pass's own estimate)
+    rearranged = (planned_rearrangement(ipu, G * B * O, sep["bwd"].tiles_used, itemsize)
+                  + planned_rearrangement(ipu, G * I * O, sep["wu"].tiles_used, itemsize))
+    separate = sum(p.estimate for p in sep.values()) + int(rearranged)
+    if not all(p.fits for p in sep.values()) or separate >= sum(p.estimate for p in joint.values()):
         return joint, True
     return sep, False
 
