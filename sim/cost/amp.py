@@ -973,17 +973,22 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     exch_phases = np.where(recv1 > 0, 1, 0) + red_stages + extra_sets
     compute_sets = 1 + red_stages + needs_cast + extra_sets
     partials = np.where(separate, outputs * partials_bytes, 0)
+    # the result, counted live over the op by the memory walk, is written only after the partials (by the
+    # last reduction or the cast), when the exchanged operand blocks are dead: Poplar's liveness starts a
+    # variable at its first write, so the tile's share of it does not sit beside the blocks
+    result_first = np.where(separate, outputs * out_bytes / np.maximum(pk, 1), 0)
     # "temp" is poplin's planning estimate (ConvModel.cpp :: addConvTempMemoryEstimate: the tile's
     # whole input and weight blocks plus its partials, counted even where the AMP writes the result
     # itself), which the budget bounds; "held" is what the
     # tile allocates: the part of its blocks the exchange brings (the rest is already resident, as
     # the estimator's exchange assumes) beside its partials, then the partials it receives to reduce
+    # beside its share of the result (less that share, which the walk counts as the op's output)
     return {"exchange": exch1 + red_exch, "planner_exchange": plan1 + red_plan, "compute": amp + red + cast,
             "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
             "exchange_phases": exch_phases, "compute_sets": compute_sets,
             "recv": recv1 + recv2,
             "temp": a_bytes + b_bytes + moved + outputs * partials_bytes,
-            "held": partials + np.maximum(recv1, recv2)}
+            "held": partials + np.maximum(np.maximum(recv1 - result_first, recv2), 0)}
 
 
 def _candidates(dim: int, tiles: int, grain: int = 0) -> np.ndarray:
@@ -1477,14 +1482,15 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
     dims = _fc_pass_dims(B, I, O)
     sep = {name: swap_or_not(G, M, K, N, itemsize, ipu, tiles, memory_proportion, partials_bytes)[0]
            for name, (M, K, N, wu) in dims.items() if not wu}
-    # the weight update, its operands rearranged into the plan's layout; planned unswapped only. poplin
-    # tries it swapped too (and, by a reconstruction of its planner, picks it for BERT-Large's FFN weight
-    # updates), but with the swapped candidate the memory model puts MLPerf v2.0's POD16 BERT (M17, which
-    # ran) out of memory by 0.8 % of a tile there: held back until the memory model's excess on that tile
-    # is found (docs/reference/poplibs-costs.md 1.1)
+    # the weight update, its operands rearranged into the plan's layout (both, at run time, whichever
+    # candidate), swapped or not as the other passes: the swapped plan unless the plain one fits and is
+    # estimated strictly cheaper (getSwapOperandCandidates tries the swapped first)
     M, K, N, _ = dims["wu"]
-    sep["wu"] = plan_matmul(G, M, K, N, itemsize, True, ipu, tiles, memory_proportion, partials_bytes=partials_bytes,
-                            grain_splits=True, rearranged=fc_weight_update_rearranged(G, M, K, N))
+    wu_rearranged = fc_weight_update_rearranged(G, M, K, N)
+    swapped, plain = (plan_matmul(G, m, K, n, itemsize, True, ipu, tiles, memory_proportion,
+                                  partials_bytes=partials_bytes, grain_splits=True, rearranged=wu_rearranged)
+                      for m, n in ((N, M), (M, N)))
+    sep["wu"] = plain if (plain.fits, -plain.estimate) > (swapped.fits, -swapped.estimate) else swapped
     sep["wu"] = with_output_rearrangement(sep["wu"], G * I * O, ipu, itemsize)
     joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles,
                             memory_proportion * ipu.sram_bytes_per_tile)
