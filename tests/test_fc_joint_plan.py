@@ -34,11 +34,14 @@ def test_joint_plan_shares_one_grid_and_swaps_operands():
 def test_separate_plans_pay_the_weight_update_result_rearrangement():
     plans, joint = plan_fc_training(1, 16, 1000, 5, 4, IPU, IPU.tiles, 0.6)
     assert not joint
-    # each pass planned on its own (sim/cost/amp.py): the weight update unswapped, both operands rearranged
-    # into its layout; the forward pass with its operands swapped or not
-    alone = plan_matmul(1, 1000, 16, 5, 4, True, IPU, IPU.tiles, 0.6, grain_splits=True,
-                        rearranged=fc_weight_update_rearranged(1, 1000, 16, 5))
-    assert fc_weight_update_rearranged(1, 1000, 16, 5) == 1000 * 16 + 16 * 5
+    # each pass planned on its own (sim/cost/amp.py), its operands swapped or not: the weight update with
+    # both operands rearranged into its layout, here swapped ([5, 16] @ [16, 1000]: poplin tries the swap
+    # first and keeps it unless the plain plan is estimated strictly cheaper)
+    rearranged = fc_weight_update_rearranged(1, 1000, 16, 5)
+    assert rearranged == 1000 * 16 + 16 * 5
+    alone, plain = (plan_matmul(1, m, 16, n, 4, True, IPU, IPU.tiles, 0.6, grain_splits=True, rearranged=rearranged)
+                    for m, n in ((5, 1000), (1000, 5)))
+    assert plans["wu"].dims == (1, 5, 16, 1000) and alone.estimate <= plain.estimate
     exch, copy, _ = rearrangement(IPU, 5000, alone.tiles_used, 4)
     extra = plans["wu"].total_cycles - alone.total_cycles
     assert extra == int(exch) + int(copy) + codelet("copy").fixed + 2 * IPU.internal_sync_cycles
