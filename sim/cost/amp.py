@@ -45,8 +45,8 @@ set-up. Costs are in tile cycles; the busiest tile sets the pace. Plans are chos
 planning estimate (``MatmulPlan.planned_cycles``), which sums the exchange at the Target's full
 rate, the vertices, reductions, casts and transforms, and has neither syncs nor exchange set-ups
 (``ConvModel.cpp``, ``ExchangeEstimator.hpp``: bytes over bytes per cycle), so a plan of more phases
-is not held back by what they cost at run time. The planner searches the splits vectorised over numpy arrays and
-keeps the fastest whose temporary memory per tile (operand blocks plus partials) fits in
+is not held back by what they cost at run time. The planner searches the splits vectorised over
+numpy arrays and keeps the fastest whose temporary memory per tile (operand blocks plus partials) fits in
 ``availableMemoryProportion x SRAM``; if none fits it serialises the op into pieces, which is
 Poplar's trade-off of speed for memory. See docs/reference/poplibs-costs.md for the sources.
 """
@@ -1465,14 +1465,14 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
     ``fullyConnectedPass`` options (``G`` groups of batch ``B``, ``I`` inputs, ``O`` outputs), as
     ``ConvPlan.cpp :: createPlan`` decides for ``FC_TRAINING_FWD``: the joint plan
     (:func:`_fc_joint_plans`) against the three passes planned separately, whichever the planner
-    estimates faster (the separate plans only when strictly faster).
+    estimates faster (``MatmulPlan.estimate``; the separate plans only when strictly faster).
 
-    Planned separately, the forward and backward passes are planned with their operands swapped and
-    not, as poplin tries both (:func:`swap_or_not`; the weight update unswapped only, see below), and
-    each pass gets the layout of its own plan, so poplin's
-    estimate charges what the joint plan avoids (``ConvModel.cpp :: addTransformCycleEstimate``): the backward pass's
-    input rearranged (``FC_TRAINING_BWD && !isJointPlan``) and the weight update's result rearranged
-    (``FC_TRAINING_WU && !isJointPlan``), each as :func:`rearrangement` prices it. The weight
+    Planned separately, each pass is planned with its operands swapped and not, as poplin tries both
+    (:func:`swap_or_not`; the weight update with both operands rearranged into its layout either
+    way), and each pass gets the layout of its own plan, so poplin's estimate charges what the joint
+    plan avoids (``ConvModel.cpp :: addTransformCycleEstimate``): the backward pass's input
+    rearranged (``FC_TRAINING_BWD && !isJointPlan``) and the weight update's result rearranged
+    (``FC_TRAINING_WU && !isJointPlan``), each as :func:`planned_rearrangement` prices it. The weight
     update's result rearrangement is also charged to the chosen separate plan: ``matMulAcc`` adds
     the result into the weights, laid out for the forward pass. The backward input is not: the
     tool creates ``zDeltas`` for the backward plan. The weight transpose before the backward pass
