@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import OutOfMemoryError
 from .runner import _outcome
-from .setups import (Setup, _bert_train, _conformer_train, _effnet_train, _packed_bert, _resnet_infer,
+from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _conformer_train,
+                     _effnet_train, _packed_bert, _resnet_infer,
                      _resnet_train, _resnext_train, _squad_infer, _squad_train, _swin_train, _unet_train,
                      _vit_infer, _vit_train)
 
@@ -279,8 +280,6 @@ DEPARTURES = {
     "clip": "the closed config's gradient_clipping_norm (bert_optimizer.py: ClipNormSettings.clipAllWeights): every "
             "gradient's norm, the global norm on one IPU and its factor back, a barrier across the IPUs before the "
             "update; the open configs set none",
-    "lamb-fp16": "the config keeps LAMB's first moment (lamb_m_dtype) or accumulators (lamb_accl_dtype) in fp16; "
-                 "the zoo keeps all optimizer state in one dtype",
     "poprun-rts": "run under poprun, 8 replicas per instance: bert.py then shards the optimizer state over "
                   "each instance's replicas (shardingDomain CommGroup(Consecutive, local replicas), "
                   "set_popdist_args), so each gradient is reduce-scattered over 8 replicas, its shard all-reduced "
@@ -426,17 +425,19 @@ PUBLISHED_ROWS = [
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 POD16, attention/FFN split",
           pub, "sequences/s", _packed_bert("ipu-pod16", 4, 2, 192, [0.23] * 4, att_ffn=_ATT_FFN_V11_POD16,
                                            off_chip=True, attention_dropout=0.0, clip_norm=clip,
-                                           embedding_serialization=4, split_qkv=True),
+                                           embedding_serialization=4, split_qkv=True,
+                                           state_dtype=MLPERF_V11_LAMB_STATE),
           rid in _ASSERTED_PACKED,
-          _MLPERF + ("att-ffn", "lamb-fp16", "emb-serial", "attn-dropout") + ("clip",) * bool(clip))
+          _MLPERF + ("att-ffn", "emb-serial", "attn-dropout") + ("clip",) * bool(clip))
       for rid, div, clip, pub in (("M7", "closed", 1.0, 1524), ("M8", "open", 0.0, 1527))],
     *[Row(rid, f"MLP v1.1 {rid}", f"BERT-Large MLPerf v1.1 {div}, packed SL512, Mk2 {pod.upper()}, attention/FFN "
           "split", pub, "sequences/s", _packed_bert(f"ipu-{pod}", rf, 2, 96, [0.20] + [0.25] * 7,
                                                       att_ffn=_ATT_FFN_V11_POD64, attention_dropout=0.0,
                                                       sharding_domain=8 if rf > 8 else 0, clip_norm=clip,
-                                                      embedding_serialization=4),
+                                                      embedding_serialization=4,
+                                                      state_dtype=MLPERF_V11_LAMB_STATE if rf == 16 else "float32"),
           rid in _ASSERTED_PACKED,
-          _MLPERF + ("att-ffn", "emb-serial", "attn-dropout") + (("lamb-fp16", "poprun-rts") if rf == 16 else ())
+          _MLPERF + ("att-ffn", "emb-serial", "attn-dropout") + (("poprun-rts",) if rf == 16 else ())
           + ("clip",) * bool(clip))
       for rid, div, pod, rf, clip, pub in (("M9", "closed", "pod64", 8, 1.0, 4792),
                                            ("M10", "open", "pod64", 8, 0.0, 4896),
@@ -446,8 +447,8 @@ PUBLISHED_ROWS = [
           "sequences/s", _packed_bert(f"bow-{pod.lower()}", rf, 3, ga, [1.0] * 8, att_ffn=_ATT_FFN_V20_POD64,
                                       prefetch_depth=3, merged_collectives=("all_reduce",),
                                       sharding_domain=8 if rf > 8 else 0, clip_norm=clip,
-                                      embedding_serialization=4),
-          rid in _ASSERTED_PACKED, _MLPERF + ("att-ffn", "lamb-fp16", "nsp", "emb-serial",
+                                      embedding_serialization=4, state_dtype=MLPERF_V20_LAMB_STATE),
+          rid in _ASSERTED_PACKED, _MLPERF + ("att-ffn", "nsp", "emb-serial",
                             "merge_collectives: bert.py sets mergeAllReduceCollectives (the LAMB norms' and the "
                             "shards' all-reduces; RTS reduce-scatters and all-gathers stay one per tensor, as "
                             "SDK 2.5 merges no others)", "clip") + (("poprun-rts",) if rf > 8 else ()))
@@ -456,8 +457,8 @@ PUBLISHED_ROWS = [
     Row("M17", "MLP v2.0 M17", "BERT-Large MLPerf v2.0, packed SL512, Bow Pod16, FP8 activation checkpoints", 2304,
         "sequences/s", _packed_bert("bow-pod16", 2, 3, 256, [0.3] * 8, att_ffn=_ATT_FFN_V20_POD16, prefetch_depth=3,
                                     merged_collectives=("all_reduce",), clip_norm=1000.0, checkpoint_dtype="float8",
-                                    embedding_serialization=4),
-        True, _MLPERF + ("att-ffn", "fp8-checkpoints", "lamb-fp16", "nsp", "emb-serial", "clip")),
+                                    embedding_serialization=4, state_dtype=MLPERF_V20_LAMB_STATE),
+        True, _MLPERF + ("att-ffn", "fp8-checkpoints", "nsp", "emb-serial", "clip")),
     # BERT-Large packed pre-training, Graphcore's table (PopART and PyTorch examples, SDK 3.1-3.3)
     *[Row(rid, f"GCN-S31 {rid}", f"BERT-Large Ph1 packed (SL128) PopART, Bow {pod}", pub, "sequences/s",
           _packed_bert(f"bow-{pod.lower()}", rf, 8, ga, _LARGE_AMP, seq_len=128, mask_tokens=22, vocab=30400,

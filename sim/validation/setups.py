@@ -317,7 +317,8 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  model: str = "bert-large", prefetch_depth: int = 1, attention_dropout: float | None = None,
                  output_mode: str = "", merged_collectives: tuple = (), sharding_domain: int = 0,
                  clip_norm: float = 0.0, pytorch: bool = False, checkpoint_dtype: str | None = None,
-                 embedding_serialization: int = 1, split_qkv: bool = False) -> Setup:
+                 embedding_serialization: int = 1, split_qkv: bool = False,
+                 state_dtype: str | tuple = "float32") -> Setup:
     """Packed BERT pre-training as Graphcore's PopART (MLPerf, examples) and PyTorch configs run it:
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
     state sharded over the replicas (on or off chip), half partials, real data; gradients clipped to
@@ -329,7 +330,9 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     state when it runs under poprun (0: one process, sharded over all replicas); ``checkpoint_dtype``
     the config's ``activation_checkpoint_dtype`` ("float8": MLPerf v2.0 POD16's FLOAT8);
     ``embedding_serialization`` the config's vocabulary steps of the tied projection [emb-serial];
-    ``split_qkv`` the PopART config's three QKV weights (the zoo's ``split_qkv``)."""
+    ``split_qkv`` the PopART config's three QKV weights (the zoo's ``split_qkv``); ``state_dtype`` LAMB's
+    two moments' dtype, or one per moment (MLPerf's ``lamb_m_dtype`` sets the first, ``lamb_accl_dtype``
+    both: bert_optimizer.py accl1_type / accl2_type; fp32 when the config sets neither)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, vocab=vocab, mask_tokens=mask_tokens,
                   max_sequences_per_pack=3, packing_factor=packing_factor)
     if split_qkv:
@@ -347,8 +350,15 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation, amp=tuple(amp),
                  optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth,
                  output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain,
-                 clip_norm=clip_norm, pytorch_bert_groups=pytorch,
+                 clip_norm=clip_norm, pytorch_bert_groups=pytorch, state_dtype=state_dtype,
                  processes=replicas // sharding_domain if sharding_domain else 1)
+
+
+#: LAMB's state in MLPerf's packed BERT configs (mlcommons training_results): v1.1's POD16 and POD128 JSONs
+#: set ``lamb_m_dtype`` FLOAT16 (the first moment; the second stays fp32), v2.0's ``lamb_accl_dtype`` FLOAT16
+#: (both moments), bert_optimizer.py 149-166; v1.0's and v1.1's POD64 set neither (fp32)
+MLPERF_V11_LAMB_STATE = ("float16", "float32")
+MLPERF_V20_LAMB_STATE = "float16"
 
 
 #: Adam/AdamW state as Graphcore's SQuAD configs keep it: first moment fp16, second fp32 (PyTorch
