@@ -62,12 +62,23 @@ def test_bad_checkpoint_dtype_names_the_choices():
     assert "'float8'" in str(e.value)
 
 
-def test_mlperf_pod16_needs_its_8_bit_checkpoints_to_fit():
-    """M17's configuration fits only with the config's FLOAT8 checkpoints: with fp16 ones the
-    simulator reports an IPU out of memory, as the source's choice of FP8 suggests."""
+def test_mlperf_pod16_8_bit_checkpoints_relieve_its_fullest_tile():
+    """M17's configuration with the config's FLOAT8 checkpoints against fp16 ones: its fullest tile
+    (IPU 2, at an FFN weight update inside the backward pass, where the stashed checkpoints of the
+    micro-batches in flight are live) holds less with them. With LAMB's state in fp16 as the config
+    keeps it (lamb_accl_dtype), fp16 checkpoints fit too in the simulator (96.9 % against 90.8 %), so
+    the source's choice of FP8 is not shown to be needed; with fp32 state they put IPU 2 out of
+    memory."""
     row = v.PUBLISHED_BY_ID["M17"]
-    assert dict(row.setup.params)["checkpoint_dtype"] == "float8"
-    assert not isinstance(row.outcome(), sim.errors.OutOfMemoryError)
+    assert dict(row.setup.params)["checkpoint_dtype"] == "float8" and row.setup.state_dtype == "float16"
     fp16 = replace(row.setup, params=tuple((k, val) for k, val in row.setup.params if k != "checkpoint_dtype"))
+    peaks = {}
+    for name, setup in (("float8", row.setup), ("float16", fp16)):
+        run = sim.simulate(setup.graph(), setup.system, setup.options(), training=True, optimizer=setup.sim_optimizer())
+        peaks[name] = {ipu: m["peak_tile_bytes"] for ipu, m in run.memory.items()}
+    assert max(peaks["float16"].values()) > max(peaks["float8"].values()) + 30_000
+    assert peaks["float16"][2] == max(peaks["float16"].values())
+    fp32_state = replace(fp16, state_dtype="float32")
     with pytest.raises(sim.errors.OutOfMemoryError):
-        sim.simulate(fp16.graph(), fp16.system, fp16.options(), training=True, optimizer=fp16.sim_optimizer())
+        sim.simulate(fp32_state.graph(), fp32_state.system, fp32_state.options(), training=True,
+                     optimizer=fp32_state.sim_optimizer())
