@@ -1143,6 +1143,12 @@ def _tile_total(c: dict, ipu: IPU):
     return c["exchange"] + c["compute"] + (c["exchange_phases"] + c["compute_sets"]) * ipu.internal_sync_cycles
 
 
+def _tile_planned(c: dict):
+    """poplin's planning estimate of a :func:`_tile_costs` result: compute and the exchange at the
+    Target's full rate, with no set-ups and no syncs (module docstring)."""
+    return c["compute"] + c["planner_exchange"]
+
+
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
                    grain_splits=False, serial_dim="M", planned_rearranged=0, inner_split=True) -> MatmulPlan:
@@ -1214,8 +1220,8 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         # dilated convolution is planned on its hits
         seen, _ = costs(replace(tile_conv, row_hits=(), col_hits=()))
     # and it exchanges at the Target's full rate (ExchangeEstimator: getExchangeBytesPerCycle), not at
-    # the fitted efficiency the costs run at, with no set-ups and no syncs (module docstring)
-    planned = seen["compute"] + seen["planner_exchange"]
+    # the fitted efficiency the costs run at
+    planned = _tile_planned(seen)
     temp = c["temp"]
     fits = temp <= budget
     idx_pool = np.flatnonzero(fits) if fits.any() else np.lexsort((split_order, temp))[:1]
@@ -1347,8 +1353,7 @@ def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU
         g, m, k, n = (np.array([int(d)]) for d in block)
     c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, None, "1x1", g, m, k, n, np.array([pm]),
                     np.array([pn]), np.array([pk]), rearranged, used)
-    total = _tile_total(c, ipu)
-    planned = c["compute"] + c["planner_exchange"]
+    total, planned = _tile_total(c, ipu), _tile_planned(c)
     fixed = pass_fixed_cycles()
     return MatmulPlan(splits=tuple(int(x) for x in splits), dims=(G, M, K, N), serial=1, tiles_used=int(used),
                       exchange_cycles=int(c["exchange"][0]), compute_cycles=int(c["compute"][0]) + fixed,
@@ -1414,7 +1419,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
         # whose channels are short of the vertex's groups its padded operands (matmul_padding)
         rearranged = moved[name]
         c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", g, m, k, n, pm, pn, pk, rearranged, used)
-        total = total + c["compute"] + c["planner_exchange"]
+        total = total + _tile_planned(c)
         fits &= c["temp"] <= budget
     if not fits.any():
         return None
@@ -1453,6 +1458,13 @@ def swap_or_not(G: int, M: int, K: int, N: int, itemsize: int, ipu: IPU, tiles: 
                           partials_bytes=partials_bytes, grain_splits=True)
     plain = plan_matmul(G, M, K, N, itemsize, True, ipu, tiles, memory_proportion, partials_bytes=partials_bytes,
                         grain_splits=True, mismatch=True)
+    return _swapped_first(swapped, plain)
+
+
+def _swapped_first(swapped: MatmulPlan, plain: MatmulPlan) -> tuple[MatmulPlan, bool]:
+    """(plan, swapped) between a pass's two candidates as ``getSwapOperandCandidates`` orders them:
+    the swapped one unless the plain one fits where it does not, or fits as well and is estimated
+    strictly cheaper."""
     if (plain.fits, -plain.estimate) > (swapped.fits, -swapped.estimate):
         return plain, False
     return swapped, True
@@ -1483,14 +1495,13 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
     sep = {name: swap_or_not(G, M, K, N, itemsize, ipu, tiles, memory_proportion, partials_bytes)[0]
            for name, (M, K, N, wu) in dims.items() if not wu}
     # the weight update, its operands rearranged into the plan's layout (both, at run time, whichever
-    # candidate), swapped or not as the other passes: the swapped plan unless the plain one fits and is
-    # estimated strictly cheaper (getSwapOperandCandidates tries the swapped first)
+    # candidate), swapped or not as the other passes
     M, K, N, _ = dims["wu"]
     wu_rearranged = fc_weight_update_rearranged(G, M, K, N)
-    swapped, plain = (plan_matmul(G, m, K, n, itemsize, True, ipu, tiles, memory_proportion,
-                                  partials_bytes=partials_bytes, grain_splits=True, rearranged=wu_rearranged)
-                      for m, n in ((N, M), (M, N)))
-    sep["wu"] = plain if (plain.fits, -plain.estimate) > (swapped.fits, -swapped.estimate) else swapped
+    sep["wu"] = _swapped_first(*(plan_matmul(G, m, K, n, itemsize, True, ipu, tiles, memory_proportion,
+                                             partials_bytes=partials_bytes, grain_splits=True,
+                                             rearranged=wu_rearranged)
+                                 for m, n in ((N, M), (M, N))))[0]
     sep["wu"] = with_output_rearrangement(sep["wu"], G * I * O, ipu, itemsize)
     joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles,
                             memory_proportion * ipu.sram_bytes_per_tile)

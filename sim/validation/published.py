@@ -262,7 +262,8 @@ DEPARTURES = {
     "fp8-checkpoints": "the config's activation_checkpoint_dtype FLOAT8 (bert_model.py Bert.checkpoint): each "
                        "layer's checkpoint goes through an 8-bit float copy (CastToFp8: 3 exponent and 4 mantissa "
                        "bits; CastFromFp8), so the pipeline stashes it in 1 byte per element; with fp16 "
-                       "checkpoints the simulator's fullest tile (IPU 2) is at 96.9 % against 90.8 %. The custom ops cast with popfloat's GfloatCast, whose cycle "
+                       "checkpoints the simulator's fullest tile (IPU 2) is at 96.9 % against 90.8 %. The custom "
+                       "ops cast with popfloat's GfloatCast, whose cycle "
                        "estimators for the 8-bit casts are placeholders (poplibs popfloatCycleEstimators.cpp "
                        "CastHalfToGf8Supervisor returns 1): priced as popops casts, as are their gradients (copies "
                        "of the fp16 gradient in the source); about 0.1 % of a step",

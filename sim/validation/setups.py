@@ -354,17 +354,15 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  processes=replicas // sharding_domain if sharding_domain else 1)
 
 
-#: LAMB's state in MLPerf's packed BERT configs (mlcommons training_results): v1.1's POD16 and POD128 JSONs
-#: set ``lamb_m_dtype`` FLOAT16 (the first moment; the second stays fp32), v2.0's ``lamb_accl_dtype`` FLOAT16
-#: (both moments), bert_optimizer.py 149-166; v1.0's and v1.1's POD64 set neither (fp32)
-MLPERF_V11_LAMB_STATE = ("float16", "float32")
-MLPERF_V20_LAMB_STATE = "float16"
-
-
 #: Adam/AdamW state as Graphcore's SQuAD configs keep it: first moment fp16, second fp32 (PyTorch
 #: ``enable_half_first_order_momentum``, nlp/bert/pytorch/optimization.py; PopART
 #: ``use_half_optimizer_state``, which sets only ``accl1_type``, bert_optimizer/optimizer.py)
 _HALF_FIRST_MOMENT = ("float16", "float32")
+#: LAMB's state in MLPerf's packed BERT configs (mlcommons training_results): v1.1's POD16 and POD128 JSONs
+#: set ``lamb_m_dtype`` FLOAT16 (the first moment; the second stays fp32), v2.0's ``lamb_accl_dtype`` FLOAT16
+#: (both moments), bert_optimizer.py 149-166; v1.0's and v1.1's POD64 set neither (fp32)
+MLPERF_V11_LAMB_STATE = _HALF_FIRST_MOMENT
+MLPERF_V20_LAMB_STATE = "float16"
 
 
 def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[float], optimizer: str,
