@@ -1,8 +1,11 @@
 """Depthwise convolutions (one input and one output channel per conv group) as poplin plans them.
 
-poplin gives such a convolution no AMP: its vertex candidates (``ConvVertexType.cpp``, poplibs
-7eac0f26) for half inputs are SLIC (``ConvPartial1xNSLIC``: 4 conv groups per group, a window of
-4 kernel columns loaded as weights, the output rows streamed through the conv units) and VMAC
+poplin gives such a convolution no AMP vertex of its own (its ``combineConvGroups`` transform, which
+makes 4, 8 or 16 of them one AMP-able group with block-diagonal weights, is not modelled: priced, it
+costs more than the plans below on 8 of poplibs' 9 MobileNet layers, docs/reference/poplibs-costs.md 1.11):
+its vertex candidates (``ConvVertexType.cpp``, poplibs 7eac0f26) for half inputs are SLIC
+(``ConvPartial1xNSLIC``: 4 conv groups per group, a window of 4 kernel columns loaded as weights,
+the output rows streamed through the conv units) and VMAC
 (``ConvPartialVerticalMac``: 4 conv groups per group on the vector unit, each worker accumulating
 its own copy of the output, then a reduction over the workers); with fp16 partials also groups of
 8 and 16 (SLIC only where the tile has 16 half conv units, 4 chains). The planner prices every
