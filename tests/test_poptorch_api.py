@@ -458,6 +458,23 @@ def test_dataloader_batch_sampler_joins_micro_batches():
         poptorch.DataLoader(poptorch.Options(), dataset, batch_size=2, batch_sampler=sampler)
 
 
+def test_a_model_fed_by_a_dataloader_notes_that_data_loading_is_not_timed():
+    x, y = batch(8)
+    opts = poptorch.Options().deviceIterations(2)
+    loader = poptorch.DataLoader(opts, torch.utils.data.TensorDataset(x, y), batch_size=2,
+                                 mode=poptorch.DataLoaderMode.AsyncRebatched)
+    assert poptorch.dataloader.loader_modes(opts) == ["AsyncRebatched"]
+    model = poptorch.inferenceModel(Net(), opts)
+    for xs, ys in loader:
+        model(xs, ys)
+    note = "poptorch.DataLoader (AsyncRebatched) made with these options: the host's data loading"
+    assert any(n.startswith(note) for n in model.executable.notes)
+    # a model whose options fed no loader says nothing of one
+    plain = poptorch.inferenceModel(Net(), poptorch.Options().deviceIterations(2))
+    plain(*batch(4))
+    assert not any("poptorch.DataLoader" in n for n in plain.executable.notes)
+
+
 def test_distributed_shuffle_permutes_the_whole_dataset_first():
     dataset = torch.utils.data.TensorDataset(torch.arange(16))
     seen = []

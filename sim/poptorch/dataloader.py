@@ -7,12 +7,14 @@ the model consumes: ``batch_size`` (the micro-batch) x ``deviceIterations`` x
 process reads its own contiguous part of a map-style dataset. The asynchronous modes read the
 data in this process, in the same order (``AsynchronousDataAccessor`` and
 ``DataLoaderMode.Async``/``AsyncRebatched`` keep PopTorch's interface, checks and batch sizes):
-the host's data loading is not part of what the simulator times.
+the host's data loading is not part of what the simulator times, and a model whose options
+fed a loader says so in its run's notes (:func:`loader_modes`).
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 
 import torch
 
@@ -21,6 +23,15 @@ from ._errors import error
 from .options import Options
 
 logger = logging.getLogger("poptorch")
+
+#: the user's Options object -> the modes of the DataLoaders made with it (weakly held)
+_LOADERS: "weakref.WeakKeyDictionary[Options, set[str]]" = weakref.WeakKeyDictionary()
+
+
+def loader_modes(options: Options) -> list[str]:
+    """Names of the :class:`DataLoader` modes (``Sync``, ``Async``, ``AsyncRebatched``) made with
+    ``options`` so far, sorted; empty if none."""
+    return sorted(_LOADERS.get(options, ()))
 
 
 class _SubDataset(torch.utils.data.Dataset):
@@ -91,6 +102,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if not isinstance(options, Options):
             raise AssertionError("poptorch.DataLoader expects poptorch.Options as its first argument")
         options._freeze()  # as PopTorch: the loader's batch is sized from them
+        _LOADERS.setdefault(options, set()).add(getattr(mode, "name", str(mode)))
         self._accessor = None
         if batch_sampler is not None:
             return self._init_with_sampler(options, dataset, batch_size, shuffle, num_workers,

@@ -40,6 +40,7 @@ from . import optim as _optim
 from ._capture import Captured, capture
 from ._errors import NO_EXECUTABLE, error
 from ._printing import module_repr
+from .dataloader import loader_modes
 from .annotations import attribute_notes, on_ipu
 from .options import Options
 
@@ -79,9 +80,10 @@ class PoplarExecutor:
             if not isinstance(options, Options):
                 raise error(f"Invalid type: 'options' is of type {type(options)} (Expected poptorch.Options)")
             options._freeze()
+            self._user_options = options  # the object the user's DataLoaders were given
             options = options.clone()
         else:
-            options = Options()
+            options = self._user_options = Options()
         self._user_model = user_model or model
         self._model = model
         self._training = training
@@ -339,6 +341,11 @@ class PoplarExecutor:
         if anchors:
             notes.append(f"anchored tensors {', '.join(sorted(anchors))}: computed on the CPU, no "
                          "extra host transfer simulated")
+        modes = loader_modes(self._user_options)
+        if modes:
+            notes.append(f"poptorch.DataLoader ({', '.join(modes)}) made with these options: the host's data "
+                         "loading (the dataset, its workers, collation, rebatching) is not timed; each call's "
+                         "host transfers start from a batch already in memory")
         return notes
 
     def _per_weight(self, optimizer, weights: set[str] | None = None) -> dict[str, tuple[str, ...]]:
