@@ -140,6 +140,30 @@ def test_keras_dense_categories_are_the_program_memory_model():
     assert any(line.startswith("| vertexCode | 3,565,158 B |") for line in lines)
 
 
+def test_fullest_tile_rows_read_maxtilememory_where_it_measures_bytes():
+    """poplibs' MaxTileMemory of the rows whose mean tile holds over 290 KB: Poplar's fullest tile is
+    8-15 % above its mean there, the simulator's within 2 % of its own (each tensor spread evenly), so
+    where the means agree within 5 % its fullest tile is 9-13 % short (reported, not asserted against
+    the published figure: tracked in reports/validation.md, "The fullest tile")."""
+    rows = validation.fullest_tile_rows()
+    assert [r.name for r in rows] == [
+        "gemm_1000x512x30000", "gemm_1000x512x20000", "gemm_1000x512x10000", "gemm_600x512x30000",
+        "gemm_1000x256x30000", "vgg16_tr_bs4_v2L1", "gemm_600x256x20000", "gemm_600x512x10000",
+        "vgg16_tr_bs4_v3L1"]
+    first = rows[0]
+    assert (first.published_max, round(first.published_mean)) == (460824, round(621_957_560 / 1472))
+    assert all(0.08 <= r.published_excess <= 0.15 for r in rows)
+    assert all(0 <= r.simulated_excess < 0.02 for r in rows)
+    agree = [r for r in rows if abs(r.simulated_mean / r.published_mean - 1) <= 0.05]
+    assert len(agree) == 6 and all(-0.14 < r.error < -0.08 for r in agree)
+    lines = validation._fullest_tile_section({"ran at 95 %": 0.95, "ran at 85 %": 0.85}, {"did not fit": 0.9})
+    assert "### The fullest tile" in lines
+    assert any(line.startswith("| `gemm_1000x512x30000` | 460,824 B |") for line in lines)
+    # a 12 % margin (the median) puts 0.95 over and leaves 0.85 under, and catches 0.9
+    assert "put 1 of the 2 configurations that ran on hardware out of memory (ran at 95 % 95%;" in lines[3]
+    assert "catch 1 of PopRT's 1 points that did not fit (did not fit 90%)" in lines[3]
+
+
 def test_fc_rows_are_compared_without_the_code_they_do_not_count():
     """The fully connected tool's TotalMemory counts no program code (an IPUModel profile without
     compiled code): the simulated figure is the tiles' peaks less exactly the control code, vertex

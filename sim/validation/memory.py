@@ -175,3 +175,54 @@ class EmbeddingMemoryRow:
 
     def simulated(self) -> int:
         return self.memory().total_bytes
+
+
+# --- the fullest tile: poplibs' MaxTileMemory where it measures bytes ------------------------------
+#: A published row's MaxTileMemory is the highest address its fullest tile uses, gaps included. Every
+#: tile running an AMP vertex writes into the interleaved region, which starts near 213 KB (the
+#: fc_layer 1x1000x5 rows reach it with 0.5 MB in all), so the figure measures a tile's bytes only where
+#: tiles hold well above that: rows whose mean tile (TotalMemory / tiles) is over this many bytes
+FULLEST_TILE_MIN_MEAN = 290_000
+
+
+@dataclass(frozen=True)
+class FullestTileRow:
+    """One IPUModel2 row of the poplibs file with its fullest tile against its mean tile, published
+    (MaxTileMemory; TotalMemory / tiles) and simulated (each tile's peak less the program code the
+    rows do not count, :data:`UNCOMPILED_CODE`), bytes."""
+
+    name: str
+    published_max: int
+    published_mean: float
+    simulated_max: float
+    simulated_mean: float
+
+    @property
+    def error(self) -> float:
+        """The simulated fullest tile against the published one (fraction)."""
+        return self.simulated_max / self.published_max - 1
+
+    @property
+    def published_excess(self) -> float:
+        """How far the published fullest tile is above the published mean tile (fraction)."""
+        return self.published_max / self.published_mean - 1
+
+    @property
+    def simulated_excess(self) -> float:
+        return self.simulated_max / self.simulated_mean - 1
+
+
+def fullest_tile_rows(min_mean: float = FULLEST_TILE_MIN_MEAN) -> list[FullestTileRow]:
+    """:class:`FullestTileRow` of every IPUModel2 benchmark whose published mean tile holds over
+    ``min_mean`` bytes, fullest first."""
+    published, highest = poplibs_benchmarks.published(), poplibs_benchmarks.max_tile_memory()
+    rows = []
+    for name, bench in poplibs_benchmarks.BENCHES.items():
+        tiles = poplibs_benchmarks.system(bench).ipu.tiles
+        mean = published[name][1] / tiles
+        if name not in highest or mean <= min_mean:
+            continue
+        m = poplibs_benchmarks.simulated_run(bench).executable.memory[0]
+        per_tile = m.peak - sum(m.tile_category(c) for c in UNCOMPILED_CODE)
+        rows.append(FullestTileRow(name, highest[name], mean, float(per_tile.max()), float(per_tile.mean())))
+    return sorted(rows, key=lambda r: -r.published_max)

@@ -79,6 +79,13 @@ MEMORY_FITS = [
 ]
 
 
+def fullest_share(memory: dict[int, IpuMemory] | OutOfMemoryError) -> float:
+    """The fullest tile of the fullest IPU as a share of a tile's memory (infinite when out of memory)."""
+    if isinstance(memory, OutOfMemoryError):
+        return float("inf")
+    return max(m.peak_tile_bytes / m.capacity_per_tile for m in memory.values())
+
+
 def _fits(setup: Setup) -> dict[int, IpuMemory] | OutOfMemoryError:
     try:
         return compile_graph(setup.graph(), setup.system, setup.options(), training=setup.training,
