@@ -153,6 +153,10 @@ def test_fullest_tile_rows_read_maxtilememory_where_it_measures_bytes():
     first = rows[0]
     assert (first.published_max, round(first.published_mean)) == (460824, round(621_957_560 / 1472))
     assert all(0.08 <= r.published_excess <= 0.15 for r in rows)
+    # the band the compiler's near-capacity note quotes is these rows' lowest and highest excess
+    from sim.compiler.memory import FULLEST_TILE_EXCESS
+    excess = [r.published_excess for r in rows]
+    assert FULLEST_TILE_EXCESS == (round(min(excess), 2), round(max(excess), 2))
     assert all(0 <= r.simulated_excess < 0.02 for r in rows)
     agree = [r for r in rows if abs(r.simulated_mean / r.published_mean - 1) <= 0.05]
     assert len(agree) == 6 and all(-0.14 < r.error < -0.08 for r in agree)

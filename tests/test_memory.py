@@ -443,3 +443,22 @@ def test_outlining_shares_identical_layers_programs():
     assert four_flat["exchange_code"] > two_flat["exchange_code"] > two["exchange_code"]
     with pytest.raises(sim.errors.OptionsError, match="enableOutlining"):
         sim.compile(ex2.graph, "ipu-mk2", sim.Options()._Popart.set("enableOutlining", "yes"))
+
+
+def test_a_fullest_tile_near_capacity_is_noted():
+    """A program that fits but whose fullest tile is within FULLEST_TILE_EXCESS (Poplar's fullest tile
+    over its mean, poplibs' benchmarks) of a tile's memory gets a note naming the IPUs; one further
+    below, or out of memory, does not."""
+    from sim.compiler.memory import FULLEST_TILE_EXCESS, IpuMemory, near_capacity_notes
+
+    def ipu(index, peak):
+        tiles = np.full(4, float(peak))
+        return IpuMemory(index, 1000, np.zeros(4), tiles, "op", {})
+
+    assert FULLEST_TILE_EXCESS == (0.08, 0.15)
+    # 1000 / 1.15 = 869.6: 870 is noted, 869 is not; 1000 fits exactly and is noted
+    notes = near_capacity_notes({0: ipu(0, 869), 1: ipu(1, 900), 2: ipu(2, 1000), 3: ipu(3, 870)})
+    assert len(notes) == 1
+    assert notes[0].startswith("fullest tile near capacity (IPU 2 100%, IPU 1 90%, IPU 3 87% of a tile's 1,000 bytes)")
+    assert "8%-15% above an even spread" in notes[0]
+    assert near_capacity_notes({0: ipu(0, 869), 1: ipu(1, 1001)}) == []

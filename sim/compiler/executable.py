@@ -20,7 +20,7 @@ from ..cost import OpCost, multiconv, op_cost
 from ..errors import ConfigError, GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..hardware.system import System, load_system
-from .memory import IpuMemory, analyse_ipu, check_tile_memory
+from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
 from .program_memory import program_memory
 from ..options import Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
@@ -267,6 +267,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     lap("schedule")
     memory = {ipu: _memory(g, ctx, ipu, tiles, system, strategy) for ipu in range(k)}
     check_tile_memory(memory)  # after every IPU is measured: the error names the worst
+    notes += near_capacity_notes(memory)
     lap("memory")
     ipus = sorted({r * k + i for r in simulated for i in range(k)})
     return Executable(g, system, o, training, program, costs, memory, ipus, tiles, mode, notes,

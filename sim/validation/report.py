@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import poplibs_benchmarks
 from ..errors import OutOfMemoryError
+from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..hardware.system import load_system
 from ..schedule.collectives import partition_sync
 from .calibration import CHECKS
@@ -417,7 +418,9 @@ def _fullest_tile_section(ran: dict[str, float], did_not: dict[str, float]) -> l
             f"{margin:.0%} on every tile it would put {len(flipped)} of the {len(ran)} configurations that ran on "
             f"hardware out of memory ({shown(flipped) or 'none'}; fullest tile without the margin), and catch "
             f"{len(caught)} of PopRT's {len(did_not)} points that did not fit ({shown(did_not)}), so the simulator's "
-            "per-tile bytes are not short by one factor everywhere. The two 600-row gemm rows hold half Poplar's "
+            "per-tile bytes are not short by one factor everywhere; a run whose fullest tile is within "
+            f"{FULLEST_TILE_EXCESS[1]:.0%} of a tile's memory says in its notes that it may not fit on hardware "
+            "(`sim.compiler.memory.near_capacity_notes`). The two 600-row gemm rows hold half Poplar's "
             "bytes at the right cycles: poplin's estimate ranks plans within 0.5 % of each other whose temporaries "
             "differ 2.3 times, and picks the larger (`docs/reference/poplibs-costs.md` 1.12).", "",
             "| benchmark | published MaxTileMemory | simulated fullest tile | error | published mean tile | "
