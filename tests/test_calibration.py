@@ -140,6 +140,30 @@ def test_keras_dense_categories_are_the_program_memory_model():
     assert any(line.startswith("| vertexCode | 3,565,158 B |") for line in lines)
 
 
+@pytest.mark.parametrize("row", [r for r in validation.LAYER_MEMORY_ROWS if r.asserted], ids=lambda r: r.name)
+def test_published_layer_memory(row):
+    """poplibs' published TotalMemory of a convolution, octave-convolution or gemm layer (program code
+    included: these tools compile it), held at 30 % once within 25 % (the others are tracked in
+    reports/validation.md)."""
+    assert row.simulated() == pytest.approx(row.published, rel=validation.MEMORY_TOLERANCE), validation.MEMORY_WHY
+
+
+def test_layer_memory_rows_count_the_code_their_tools_compile():
+    """Every gemm, convolution and octave-convolution row is compared, with the program code (its tool
+    compiles it); the fully connected tool's rows without it; 36 rows more than 25 % off are tracked."""
+    rows = validation.LAYER_MEMORY_ROWS
+    assert len(rows) == 143 and {r.tool for r in rows} == set(validation.COMPILED_TOOLS) == {"conv", "oct", "gemm"}
+    assert len(validation.LAYER_MEMORY_TRACKED) == 36 and validation.LAYER_MEMORY_TRACKED <= {r.name for r in rows}
+    row = next(r for r in rows if r.name == "resnet50_tr_bs4_cnv")
+    m = row.memory()
+    assert row.simulated() == m.total_bytes and validation.counted_code_bytes("conv", m) == 0
+    fc = validation.counted_code_bytes("fc", m)
+    assert fc.sum() == pytest.approx(sum(m.tile_category(c).sum() for c in validation.UNCOMPILED_CODE))
+    lines = validation._layer_memory_section()
+    assert "### Convolution, octave-convolution and gemm layers" in lines
+    assert any(line.startswith("| `resnet50_tr_bs4_cnv` | conv | ") for line in lines)
+
+
 def test_fullest_tile_rows_read_maxtilememory_where_it_measures_bytes():
     """poplibs' MaxTileMemory of the rows whose mean tile holds over 290 KB: Poplar's fullest tile is
     8-15 % above its mean there, the simulator's within 2 % of its own (each tensor spread evenly), so
