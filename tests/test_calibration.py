@@ -156,12 +156,33 @@ def test_layer_memory_rows_count_the_code_their_tools_compile():
     assert len(validation.LAYER_MEMORY_TRACKED) == 36 and validation.LAYER_MEMORY_TRACKED <= {r.name for r in rows}
     row = next(r for r in rows if r.name == "resnet50_tr_bs4_cnv")
     m = row.memory()
-    assert row.simulated() == m.total_bytes and validation.counted_code_bytes("conv", m) == 0
+    assert row.simulated() == m.total_bytes and not validation.counted_code_bytes("conv", m).any()
     fc = validation.counted_code_bytes("fc", m)
     assert fc.sum() == pytest.approx(sum(m.tile_category(c).sum() for c in validation.UNCOMPILED_CODE))
     lines = validation._layer_memory_section()
     assert "### Convolution, octave-convolution and gemm layers" in lines
     assert any(line.startswith("| `resnet50_tr_bs4_cnv` | conv | ") for line in lines)
+
+
+@pytest.mark.parametrize("row", [r for r in validation.MK1_MEMORY_ROWS if r.asserted], ids=lambda r: r.name)
+def test_published_mk1_memory(row):
+    """poplibs' IpuModel1 TotalMemory of a fully connected, convolution, octave-convolution or gemm layer
+    on one Mk1 IPU, held at 30 % once within 25 % (the others are tracked in reports/validation.md)."""
+    assert row.simulated() == pytest.approx(row.published, rel=validation.MEMORY_TOLERANCE), validation.MEMORY_WHY
+
+
+def test_mk1_layers_that_do_not_fit_a_tile():
+    """Six Mk1 rows whose fullest tile Poplar puts over the 256 KiB tile: the simulator fits them all
+    (61-90 % of a tile), the same leniency as on Mk2 (reports/validation.md, "The fullest tile")."""
+    rows = validation.MK1_MEMORY_ROWS
+    assert len(rows) == 194 and len(validation.MK1_MEMORY_TRACKED) == 29
+    over = {r.name: r.memory().peak_tile_bytes / 262144 for r in rows if r.published_max > 262144}
+    assert sorted(over) == ["gemm_1000x256x30000", "gemm_1000x512x20000", "gemm_1000x512x30000",
+                            "gemm_600x512x30000", "vgg16_tr_bs4_v1L1", "vgg16_tr_bs4_v2L1"]
+    assert all(0.6 < share < 0.91 for share in over.values())
+    lines = validation._mk1_memory_section()
+    assert "### Mk1 (GC2): the same layers' memory on Poplar's IPUModel1" in lines
+    assert "the simulator fits 6 of them" in lines[3]
 
 
 def test_fullest_tile_rows_read_maxtilememory_where_it_measures_bytes():
@@ -189,7 +210,8 @@ def test_fullest_tile_rows_read_maxtilememory_where_it_measures_bytes():
     assert any(line.startswith("| `gemm_1000x512x30000` | 460,824 B |") for line in lines)
     # a 12 % margin (the median) puts 0.95 over and leaves 0.85 under, and catches 0.9
     assert "put 1 of the 2 configurations that ran on hardware out of memory (ran at 95 % 95%;" in lines[3]
-    assert "catch 1 of PopRT's 1 points that did not fit (did not fit 90%)" in lines[3]
+    assert "catch 1 of the 1 that did not fit (PopRT's ResNet-50 points and the Mk1 layers above: did not fit 90%)" \
+        in lines[3]
 
 
 def test_fc_rows_are_compared_without_the_code_they_do_not_count():

@@ -13,7 +13,7 @@ since, :data:`PROMOTED`) are asserted at 30 %, the others are tracked in the rep
 :data:`NOT_EXPRESSIBLE` lists the rows the zoo cannot run yet, and why.
 
 Memory: :data:`MEMORY_ROWS` (poplibs' published IPUModel2 memory of single fully connected layers;
-:data:`LAYER_MEMORY_ROWS`, of its convolution and gemm layers; :data:`EMBEDDING_MEMORY_ROWS`, of its
+:data:`LAYER_MEMORY_ROWS`, of its convolution and gemm layers; :data:`MK1_MEMORY_ROWS`, both on Mk1; :data:`EMBEDDING_MEMORY_ROWS`, of its
 embedding layers; :func:`fullest_tile_rows`, its fullest tile
 against its mean where that measures bytes: reported, not asserted),
 :data:`KERAS_DENSE_ROWS` (a published PopVision profile of one Keras Dense layer, category by
@@ -63,6 +63,7 @@ from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seco
 from .mk2_to_bow import CLOCK_LINES, MK2_TO_BOW, SECONDS_LINES, _E2E_SETUPS, _pair_published, _pair_setup
 from .memory import (COMPILED_TOOLS, EMBEDDING_MEMORY_ROWS, EmbeddingMemoryRow, FULLEST_TILE_MIN_MEAN, FullestTileRow,
                      LAYER_MEMORY_ROWS, LAYER_MEMORY_TRACKED, LayerMemoryRow, MEMORY_ROWS, MEMORY_TOLERANCE,
+                     MK1_MEMORY_ROWS, MK1_MEMORY_TRACKED, Mk1MemoryRow,
                      MEMORY_WHY, MemoryRow, POPLIBS_MEMORY, UNCOMPILED_CODE, counted_code_bytes, fc_layer_memory,
                      fullest_tile_rows)
 from .keras_dense import (DenseRow, KERAS_DENSE, KERAS_DENSE_FITTED_TOLERANCE, KERAS_DENSE_ROWS,
@@ -71,7 +72,7 @@ from .keras_dense import (DenseRow, KERAS_DENSE, KERAS_DENSE_FITTED_TOLERANCE, K
 from .memory_fits import MEMORY_FITS, _EXAMPLES_BERT, _EXAMPLES_GPT2, _PT_B10, _fits, _squad_large_384, fullest_share
 from .memory_statements import _statement_rows
 from .report import (REPORT, _embedding_memory_section, _fullest_tile_section, _gcl_section, _generation_section,
-                     _layer_memory_section,
+                     _layer_memory_section, _mk1_memory_section,
                      _keras_dense_section, _mb, _memory_section, _oom_text, _packed_step_section,
                      _published_section, _resnet_step_section, _rows, _status, report)
 
@@ -96,7 +97,7 @@ __all__ = [
     "MEMORY_TOLERANCE", "MEMORY_WHY", "MemoryRow", "POPLIBS_MEMORY", "UNCOMPILED_CODE", "fc_layer_memory",
     "FULLEST_TILE_MIN_MEAN", "FullestTileRow", "fullest_tile_rows", "fullest_share", "_fullest_tile_section",
     "COMPILED_TOOLS", "LAYER_MEMORY_ROWS", "LAYER_MEMORY_TRACKED", "LayerMemoryRow", "counted_code_bytes",
-    "_layer_memory_section",
+    "_layer_memory_section", "MK1_MEMORY_ROWS", "MK1_MEMORY_TRACKED", "Mk1MemoryRow", "_mk1_memory_section",
     "DenseRow", "KERAS_DENSE", "KERAS_DENSE_FITTED_TOLERANCE", "KERAS_DENSE_ROWS", "KERAS_DENSE_TOLERANCE",
     "_role", "keras_dense_control_code", "keras_dense_cycles", "keras_dense_executable", "keras_dense_graph",
     "keras_dense_max_live", "MEMORY_FITS", "_EXAMPLES_BERT", "_EXAMPLES_GPT2", "_PT_B10", "_fits",
