@@ -304,7 +304,7 @@ class Options:
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
                 "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern", "pipelineCopies",
-                "hostProcesses", "streamCallbackThreads",
+                "hostProcesses", "streamCallbackThreads", "memoryMargin",
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
@@ -426,6 +426,22 @@ class Options:
         self._host_processes = _positive_int("hostProcesses", processes)
         self._record("hostProcesses", processes)
         return self
+
+    def memoryMargin(self, fraction: float) -> "Options":
+        """The simulator's own: a program fits only if every IPU's fullest tile, raised by
+        ``fraction`` (0 to 1; default 0), fits in a tile. Poplar's fullest tile runs 8-15 % above an
+        even spread of the same bytes, which the simulator does not model
+        (:data:`sim.compiler.memory.FULLEST_TILE_EXCESS`), so a margin of 0.08 keeps a configuration
+        only with room for the least of that."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise OptionsError(f"memoryMargin({fraction!r}): expected a fraction from 0 to 1 (0.08: 8 % of a tile)")
+        self._memory_margin = float(fraction)
+        self._record("memoryMargin", fraction)
+        return self
+
+    def memory_margin(self) -> float:
+        """:meth:`memoryMargin` (0 unless set)."""
+        return getattr(self, "_memory_margin", 0.0)
 
     def host_processes(self) -> int:
         """Host processes feeding the replicas (:meth:`hostProcesses`, else :meth:`num_instances`)."""

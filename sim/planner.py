@@ -222,6 +222,10 @@ class Space:
     #: (``Options.hostProcesses``): 2, as Graphcore's PopRun scripts run ResNet-50 (8 instances for
     #: 16 replicas); one process for every replica would hide the host, one for all would bind it
     replicas_per_process: int = 2
+    #: every candidate's ``Options.memoryMargin``: it fits only if each fullest tile, raised by this
+    #: fraction, fits (the CLI's default is the least excess of Poplar's fullest tile over an even
+    #: spread, :data:`sim.compiler.memory.FULLEST_TILE_EXCESS`)
+    memory_margin: float = 0.0
 
     def __post_init__(self):
         lo, hi = self.global_batch
@@ -254,6 +258,8 @@ class Space:
                 or self.replicas_per_process < 1:
             raise OptionsError(f"plan: replicas per process {self.replicas_per_process!r}: expected a whole "
                                "number >= 1")
+        if not 0 <= self.memory_margin <= 1:
+            raise OptionsError(f"plan: memory margin {self.memory_margin!r}: expected a fraction from 0 to 1")
 
 
 @dataclass(frozen=True)
@@ -705,11 +711,14 @@ class Planner:
             return "invalid", (f"device iterations {c.device_iterations} are below the inference pipeline's "
                                f"{F} stages; raise --device-iterations")
         tile = system.ipu.sram_bytes_per_tile
+        margin = self.space.memory_margin
         for ipu, b in enumerate(self.always_live_per_tile(c)):
-            if b > tile:
+            if b * (1 + margin) > tile:
+                kept = f" (with the memory margin of {margin:.0%}: {math.ceil(b * (1 + margin)):,})" if margin else ""
                 return "oom", (f"out of memory on IPU {ipu} (not simulated): its weights, optimizer state, "
                                f"accumulators and program memory alone fill {math.ceil(b):,} bytes of an average "
-                               f"tile, which has {tile:,}; short by at least {math.ceil(b - tile):,} bytes per tile")
+                               f"tile{kept}, which has {tile:,}; short by at least "
+                               f"{math.ceil(b * (1 + margin) - tile):,} bytes per tile")
         return None
 
     def memory_key(self, c: Candidate) -> tuple:

@@ -171,7 +171,7 @@ def test_checkpoints_lower_the_pipelined_peak(monkeypatch):
     the other layers' activations, far more than the stashed checkpoints take."""
     o = _options([0.10, 0.15, 0.15, 0.15], replicas=4, optimizer_location=TensorLocationSettings()
                  .useOnChipStorage(False).useReplicatedTensorSharding(True))
-    monkeypatch.setattr(executable, "check_tile_memory", lambda memory: None)  # measure without the check
+    monkeypatch.setattr(executable, "check_tile_memory", lambda memory, margin=0.0: None)  # measure without the check
     whole = _compile(models.get("bert-large", micro_batch=2, seq_len=512, layers_per_ipu=[3, 7, 7, 7],
                                 recompute_checkpoint_every_layer=False), o)
     layers = _compile(models.get("bert-large", micro_batch=2, seq_len=512, layers_per_ipu=[3, 7, 7, 7]), o)
@@ -462,3 +462,23 @@ def test_a_fullest_tile_near_capacity_is_noted():
     assert notes[0].startswith("fullest tile near capacity (IPU 2 100%, IPU 1 90%, IPU 3 87% of a tile's 1,000 bytes)")
     assert "8%-15% above an even spread" in notes[0]
     assert near_capacity_notes({0: ipu(0, 869), 1: ipu(1, 1001)}) == []
+
+
+def test_a_memory_margin_raises_every_fullest_tile_before_the_check():
+    """Options.memoryMargin(f): a program fits only if each fullest tile times (1 + f) fits; the
+    shortfall counts the margin's bytes and the message says so (ipusim run / plan --memory-margin)."""
+    graph = lambda: models.get("bert-base", micro_batch=64)  # noqa: E731
+    plain = sim.compile(graph(), "ipu-mk2", sim.Options())
+    m = plain.memory[0]
+    share = m.peak_tile_bytes / m.capacity_per_tile
+    assert 0.8 < share < 0.9
+    # within the margin's room it fits, the same bytes
+    fits = sim.compile(graph(), "ipu-mk2", sim.Options().memoryMargin(0.1))
+    assert fits.memory[0].peak_tile_bytes == m.peak_tile_bytes
+    with pytest.raises(sim.OutOfMemoryError) as e:
+        sim.compile(graph(), "ipu-mk2", sim.Options().memoryMargin(0.3))
+    assert e.value.shortfall_bytes == -(-m.peak_tile_bytes * 13 // 10) - m.capacity_per_tile
+    assert f"({-(-m.peak_tile_bytes * 13 // 10):,} with the memory margin of 30%)" in str(e.value)
+    assert str(e.value).endswith("or a smaller memoryMargin.")
+    with pytest.raises(sim.OptionsError, match="memoryMargin"):
+        sim.Options().memoryMargin(1.5)

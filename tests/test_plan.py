@@ -157,6 +157,21 @@ def test_candidates_run_with_a_host_process_every_few_replicas():
         planner.Space(["ipu-pod16"], (64, 64), replicas_per_process=0)
 
 
+def test_candidates_carry_the_memory_margin():
+    """A plan's memory margin (the CLI's default: the least excess of Poplar's fullest tile over an even
+    spread, 8 %) is every candidate's --memory-margin; 0 gives no flag; out of range is refused."""
+    def margins(**space):
+        pl = _planner("ipu-m2000", global_batch=(8, 8), micro_batches=[8], proportions=[0.6], pipelines=[1],
+                      replicas=[1], **space)
+        return {shlex.join(plan_cli.command(pl, c)).partition("--memory-margin")[2] for c in pl.candidates}
+
+    assert margins() == {""} and margins(memory_margin=0.08) == {" 0.08"}
+    args = plan_cli.configure(argparse.ArgumentParser()).parse_args(["--model", "bert-base"])
+    assert args.memory_margin == 0.08
+    with pytest.raises(OptionsError, match="memory margin 1.5"):
+        planner.Space(["ipu-m2000"], (8, 8), memory_margin=1.5)
+
+
 def test_cli_plan_table_csv_and_runnable_commands(capsys, tmp_path):
     out_csv = tmp_path / "plan.csv"
     code = cli.main(["plan", *TINY_FLAGS, "--system", "ipu-m2000", "--training", "--optimizer", "adam",

@@ -61,6 +61,17 @@ def proportions(text: str) -> list[float]:
     return values
 
 
+def margin(text: str) -> float:
+    """``0.08``: a memory margin, a fraction of a tile from 0 to 1 (``Options.memoryMargin``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.08, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"the margin must be from 0 to 1 (0.08: 8 % of a tile), got {text!r}")
+    return value
+
+
 # --- how much a subcommand prints ---------------------------------------------------------------
 #: ``args.verbosity``: -1 with -q/--quiet, 0 by default, 1 with -v/--verbose
 QUIET, NORMAL, VERBOSE = -1, 0, 1

@@ -30,10 +30,12 @@ from pathlib import Path
 import pandas as pd
 
 from .. import planner
+from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
 from . import run
-from .argtypes import QUIET, csv_file, name_size, positive_int, progress, proportions, verbosity, whole_numbers
+from .argtypes import (QUIET, csv_file, margin, name_size, positive_int, progress, proportions, verbosity,
+                       whole_numbers)
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
                     run_points, simulate_point)
 
@@ -106,6 +108,8 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
         argv += ["--device-iterations", str(c.device_iterations)]
     if sp.partials != "float":
         argv += ["--partials", sp.partials]
+    if sp.memory_margin:
+        argv += ["--memory-margin", f"{sp.memory_margin:g}"]
     return argv
 
 
@@ -211,6 +215,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="[Precision.setPartialsType] of every candidate (default: float)")
     a.add_argument("--device-iterations", type=positive_int, metavar="N",
                    help="of every candidate (default: 1 in training, 32 in inference)")
+    a.add_argument("--memory-margin", type=margin, default=FULLEST_TILE_EXCESS[0], metavar="F",
+                   help="[memoryMargin] of every candidate: it fits only if each fullest tile, raised by this "
+                   "fraction, fits (default: %(default)s, the least by which Poplar's fullest tile exceeds an even "
+                   "spread; 0 to fit to the byte)")
     a.add_argument("--replicas-per-process", type=positive_int, default=2, metavar="N",
                    help="replicas each host process (PopRun instance) feeds; a candidate runs with "
                    "--host-processes ceil(replicas / N) (default: 2, as Graphcore's PopRun scripts)")
@@ -320,7 +328,7 @@ def build_planner(args, parser) -> planner.Planner:
         recompute=None if args.recompute is None else [v == "on" for v in args.recompute],
         optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials,
         optimizer_state_dtype=state_dtype, relief=args.relief, relief_proportions=args.relief_proportion,
-        replicas_per_process=args.replicas_per_process)
+        replicas_per_process=args.replicas_per_process, memory_margin=args.memory_margin)
     return planner.Planner(model, space)
 
 

@@ -29,7 +29,8 @@ from ..options import OutputMode, OverlapMode, PipelineCopies, TensorLocationSet
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (Liveness, ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
-from .argtypes import QUIET, add_verbosity, name_size, positive_int, progress, proportions, verbosity, whole_numbers
+from .argtypes import (QUIET, add_verbosity, margin, name_size, positive_int, progress, proportions, verbosity,
+                       whole_numbers)
 
 DEFAULT_SYSTEM = "ipu-mk2"
 DEFAULT_MODEL = "bert-base"
@@ -197,6 +198,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "or one per IPU of a replica (default: 0.6)")
     o.add_argument("--partials", choices=("float", "half"),
                    help="[Precision.setPartialsType] of matmuls and convolutions (default: float)")
+    o.add_argument("--memory-margin", type=margin, metavar="F",
+                   help="[memoryMargin, the simulator's own] fit only if every fullest tile, raised by this "
+                   "fraction, fits: Poplar's fullest tile runs 8-15 %% above an even spread (default: 0)")
     x = r.add_argument_group("multi-IPU and host IO (PopTorch names in brackets)")
     x.add_argument("--strategy", choices=STRATEGIES,
                    help="[setExecutionStrategy] pipelined or sharded: the model's IPU placement as stages "
@@ -391,6 +395,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.outputMode(*args.output_mode)
     if args.partials is not None:
         opts.Precision.setPartialsType(args.partials)
+    if args.memory_margin is not None:
+        opts.memoryMargin(args.memory_margin)
     if args.available_memory_proportion is not None:
         ipus = _ipus_per_replica(graph, opts.execution_strategy)
         given = args.available_memory_proportion

@@ -266,7 +266,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     program = _BUILDERS[strategy](ctx)
     lap("schedule")
     memory = {ipu: _memory(g, ctx, ipu, tiles, system, strategy) for ipu in range(k)}
-    check_tile_memory(memory)  # after every IPU is measured: the error names the worst
+    check_tile_memory(memory, o.memory_margin())  # after every IPU is measured: the error names the worst
     notes += near_capacity_notes(memory)
     lap("memory")
     ipus = sorted({r * k + i for r in simulated for i in range(k)})

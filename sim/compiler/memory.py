@@ -18,6 +18,7 @@ liveness report): the bytes live at every op, summed over the tiles and on the f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -193,7 +194,7 @@ class IpuMemory:
         return ", ".join(parts) + " bytes"
 
 
-def _remedies(parts: dict[str, int]) -> str:
+def _remedies(parts: dict[str, int], margin: float = 0.0) -> str:
     """What may bring a tile holding ``parts`` (bytes by category) under its capacity: those that
     act on what it holds (no optimizer-state advice for a tile without optimizer state, no
     recomputation for one without a stash or training state)."""
@@ -207,32 +208,39 @@ def _remedies(parts: dict[str, int]) -> str:
         tips.append("the optimizer state off chip or sharded over replicas (TensorLocations, RTS)")
     if parts.get("weights", 0) > 0.25 * sum(parts.values()):
         tips.append("the weights off chip or sharded (TensorLocations)")
+    if margin:
+        tips.append("a smaller memoryMargin")
     return ", ".join(tips[:-1]) + " or " + tips[-1]
 
 
-def check_tile_memory(memory: dict[int, IpuMemory]) -> None:
+def check_tile_memory(memory: dict[int, IpuMemory], margin: float = 0.0) -> None:
     """Raise :class:`OutOfMemoryError` for the IPU short by most bytes, if any IPU is short.
 
-    The message names that IPU's fullest tile, the op then running and what the tile holds,
-    and lists every other IPU that does not fit with its shortfall; the error's ``ipu``,
-    ``op`` and ``shortfall_bytes`` are the worst IPU's and ``shortfalls`` maps every IPU that
-    does not fit to its shortfall in bytes.
+    With a ``margin`` (a fraction, ``Options.memoryMargin``) an IPU is short when its fullest tile,
+    raised by it, does not fit; the shortfall then counts the margin's bytes. The message names that
+    IPU's fullest tile, the op then running and what the tile holds, and lists every other IPU that
+    does not fit with its shortfall; the error's ``ipu``, ``op`` and ``shortfall_bytes`` are the worst
+    IPU's and ``shortfalls`` maps every IPU that does not fit to its shortfall in bytes.
     """
-    over = sorted((m for m in memory.values() if m.shortfall_bytes > 0),
-                  key=lambda m: (-m.shortfall_bytes, m.ipu))
+    short = {ipu: math.ceil(m.peak_tile_bytes * (1 + margin)) - m.capacity_per_tile for ipu, m in memory.items()}
+    over = sorted((m for m in memory.values() if short[m.ipu] > 0), key=lambda m: (-short[m.ipu], m.ipu))
     if not over:
         return
     worst = over[0]
     tiles = len(worst.peak)
-    others = "; ".join(f"IPU {m.ipu} short by {m.shortfall_bytes:,} bytes at {m.peak_at}" for m in over[1:])
+    others = "; ".join(f"IPU {m.ipu} short by {short[m.ipu]:,} bytes at {m.peak_at}" for m in over[1:])
     others = f" Also out of memory: {others}." if others else ""
+    needs = f"{worst.peak_tile_bytes:,} bytes"
+    if margin:
+        needs += f" ({math.ceil(worst.peak_tile_bytes * (1 + margin)):,} with the memory margin of {margin:.0%})"
     raise OutOfMemoryError(
-        f"Out of memory on IPU {worst.ipu}: tile {worst.fullest_tile} needs {worst.peak_tile_bytes:,} bytes at "
-        f"{worst.peak_at} but a tile has {worst.capacity_per_tile:,} bytes; short by {worst.shortfall_bytes:,} "
-        f"bytes (the tile then holds {worst.describe_peak()}; {int((worst.peak > worst.capacity_per_tile).sum())} "
-        f"of {tiles} compute tiles are over).{others} Try: {_remedies(worst.breakdown())}.",
-        ipu=worst.ipu, op=worst.op, shortfall_bytes=worst.shortfall_bytes,
-        shortfalls={m.ipu: m.shortfall_bytes for m in over})
+        f"Out of memory on IPU {worst.ipu}: tile {worst.fullest_tile} needs {needs} at "
+        f"{worst.peak_at} but a tile has {worst.capacity_per_tile:,} bytes; short by {short[worst.ipu]:,} "
+        f"bytes (the tile then holds {worst.describe_peak()}; "
+        f"{int((worst.peak * (1 + margin) > worst.capacity_per_tile).sum())} "
+        f"of {tiles} compute tiles are over).{others} Try: {_remedies(worst.breakdown(), margin)}.",
+        ipu=worst.ipu, op=worst.op, shortfall_bytes=short[worst.ipu],
+        shortfalls={m.ipu: short[m.ipu] for m in over})
 
 
 #: How far Poplar's fullest tile sits above its mean tile where the tiles are well filled: the lowest
