@@ -276,6 +276,12 @@ class Mk1MemoryRow(_HeldRow):
         m = self.memory()
         return int(round(m.total_bytes - counted_code_bytes(self.tool, m).sum()))
 
+    @property
+    def fits_in_poplar(self) -> bool:
+        """Whether Poplar's fullest tile (MaxTileMemory) fits a Mk1 tile: not so for the layers the
+        IPUModel estimated anyway."""
+        return self.published_max <= self.memory().capacity_per_tile
+
     @staticmethod
     def _tracked() -> frozenset:
         return MK1_MEMORY_TRACKED
