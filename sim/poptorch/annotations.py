@@ -236,9 +236,10 @@ def attribute_notes():
 
 class Attribute:
     """``with Attribute(**attributes)``: PopART attributes set on the ops traced in its scope, each a
-    dict (Graphcore's PyTorch BERT and GPT-2 set ``__outline={"layer": ...}`` on layers to steer
-    PopART's outlining). The simulator prices no outlining, so the attributes are accepted with no
-    modelled effect, and the run's notes say so."""
+    dict (Graphcore's PyTorch BERT sets ``__outline={"layer": ...}`` on its embeddings' LayerNorm and
+    GPT-2 on its final one, so that PopART does not outline them with the encoder's). The simulator
+    prices no outlining (its call copies cost a few per cent: docs/reference/poplibs-costs.md), so the
+    attributes are accepted with no modelled effect, and the run's notes say so."""
 
     def __init__(self, **attributes):
         for name, values in attributes.items():
