@@ -5,6 +5,7 @@ import argparse
 import itertools
 import json
 import random
+import re
 import shlex
 
 import pandas as pd
@@ -189,9 +190,23 @@ def test_cli_plan_table_csv_and_runnable_commands(capsys, tmp_path):
     best = table[table["status"] == "ok"].sort_values("samples_per_second", ascending=False, kind="stable")
     commands = [line.split(". ", 1)[1] for line in out.splitlines() if line.startswith("  1. ")]
     assert commands == [best["command"].iloc[0]]
+    # a pipelined training best says what the per-call time of published pipelines would add to its call
+    pipelined = [line for line in out.splitlines() if line.startswith("note: the best is a pipelined training")]
+    assert len(pipelined) == (best["pipeline"].iloc[0] > 1)
     # the printed command is a real `ipusim run` and gives the same throughput
     assert cli.main(shlex.split(commands[0])[1:] + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["samples_per_second"] == best["samples_per_second"].iloc[0]
+
+
+def test_a_pipelined_training_best_states_the_per_call_time_published_pipelines_have(capsys):
+    code = cli.main(["plan", *TINY_FLAGS, "--system", "ipu-m2000", "--training", "--optimizer", "sgd",
+                     "--global-batch", "32", "--micro-batch", "4", "--pipeline", "2", "--replicas", "1",
+                     "--available-memory-proportion", "0.6", "--workers", "1", "--top", "1", "--commands", "0"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    [line] = [line for line in out.splitlines() if line.startswith("note: the best is a pipelined training")]
+    assert "take 120-200 ms more per call than the simulator gives them" in line
+    assert re.search(r"its call of [\d,]+ ms may take \d+%-\d+% longer on hardware$", line)
 
 
 def test_resume_keeps_the_rows_and_simulates_only_the_rest(tmp_path, monkeypatch):
