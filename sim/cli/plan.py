@@ -33,7 +33,7 @@ from .. import planner
 from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
-from ..results.run import Run
+from ..results.run import unmodelled_call_effect
 from . import run
 from .argtypes import (QUIET, csv_file, margin, name_size, positive_int, progress, proportions, verbosity,
                        whole_numbers)
@@ -447,15 +447,6 @@ def _header(pl: planner.Planner) -> str:
             f"device iterations {pl.device_iterations}" + "".join(f"\nnote: {n}" for n in pl.notes))
 
 
-def _unmodelled_call_note(seconds: float) -> str:
-    """What a pipelined training plan's best would add per call on hardware (``Run.UNMODELLED_CALL_SECONDS``)."""
-    low, high = Run.UNMODELLED_CALL_SECONDS
-    return (f"note: the best is a pipelined training configuration; Graphcore's published pipelined PopART and "
-            f"PopTorch training runs take {low * 1e3:.0f}-{high * 1e3:.0f} ms more per call than the simulator "
-            f"gives them (not modelled: reports/validation.md), so its call of {seconds * 1e3:,.0f} ms may take "
-            f"{low / seconds:.0%}-{high / seconds:.0%} longer on hardware")
-
-
 def _interrupted_message(e: SweepInterrupted, csv_path: Path | None) -> str:
     head = f"ipusim: plan stopped by {signal.Signals(e.signum).name}"
     if csv_path is None:
@@ -498,7 +489,8 @@ def _cmd_plan(args, parser) -> int:
         return 3 if len(dropped) else 2
     print(format_table(best.head(args.top)))
     if not quiet and pl.space.training and best["pipeline"].iloc[0] > 1:
-        print(_unmodelled_call_note(best["seconds"].iloc[0]))
+        print("note: the best is a pipelined training configuration (not modelled): "
+              + unmodelled_call_effect(best["seconds"].iloc[0]))
     shown = min(args.commands, args.top, len(best))  # the top K are exact; the rest may be pruned away
     if shown > 0 and not quiet:
         print(f"\nthe best {shown} as commands:")

@@ -33,6 +33,24 @@ class _OnFirstUse:
 pd = _OnFirstUse("pandas")
 
 
+#: seconds per host call (session.run, a model call) that Graphcore's published pipelined PopART and
+#: PopTorch training runs spend beyond the simulator's time, whatever their replicas, accumulation or
+#: system (reports/validation.md, "Packed BERT SL512: time per step": +118 to +184 ms a step of one call
+#: on 8-IPU pipelines, MLPerf v1.0-v2.0; [per-call]: 170 ms a call through B42 and B43 at SDK 3.1); not
+#: modelled, as no source says what it is, so pipelined training runs and plans state what it would add
+UNMODELLED_CALL_SECONDS = (0.12, 0.20)
+
+
+def unmodelled_call_effect(seconds: float) -> str:
+    """What :data:`UNMODELLED_CALL_SECONDS` would add to a pipelined training call of ``seconds``."""
+    low, high = UNMODELLED_CALL_SECONDS
+    return (f"Graphcore's published pipelined PopART and PopTorch training runs take {low * 1e3:.0f}-"
+            f"{high * 1e3:.0f} ms more per call than the simulator gives them, whatever their replicas, "
+            "accumulation or system, a cost no public source sizes or explains (reports/validation.md, 'Packed "
+            f"BERT SL512: time per step'); so a call of {seconds * 1e3:,.1f} ms may take {low / seconds:.0%}-"
+            f"{high / seconds:.0%} longer on hardware")
+
+
 @dataclass
 class Run:
     """The result of :func:`sim.simulate`. Cycles are cycles of the IPU clock."""
@@ -46,31 +64,18 @@ class Run:
     #: each fill several replicas' inputs says how to spread that work
     HOST_BOUND_SHARE = 0.2
 
-    #: seconds per host call (session.run, a model call) that Graphcore's published pipelined PopART and
-    #: PopTorch training runs spend beyond the simulator's time, whatever their replicas, accumulation or
-    #: system (reports/validation.md, "Packed BERT SL512: time per step": +118 to +184 ms a step of one call
-    #: on 8-IPU pipelines, MLPerf v1.0-v2.0; [per-call]: 170 ms a call through B42 and B43 at SDK 3.1);
-    #: not modelled, as no source says what it is, so a pipelined training run states what it would add
-    UNMODELLED_CALL_SECONDS = (0.12, 0.20)
-
     def __post_init__(self):
         for note in (self._unmeasured_latency_note(), self._host_fill_note(), self._unmodelled_call_note()):
             if note:
                 self.notes.append(note)
 
     def _unmodelled_call_note(self) -> str | None:
-        """For a pipelined training run: the per-call time published runs have beyond the simulator's,
-        and what it would add to this call."""
+        """For a pipelined training run: what the per-call time published pipelines have beyond the
+        simulator's would add to this call (:func:`unmodelled_call_effect`)."""
         ex = self.executable
         if not ex.training or ex.strategy != "pipelined" or ex.ipus_per_replica < 2 or not self.seconds:
             return None
-        low, high = self.UNMODELLED_CALL_SECONDS
-        return (f"not modelled: Graphcore's published pipelined PopART and PopTorch training runs take "
-                f"{low * 1e3:.0f}-{high * 1e3:.0f} ms more per host call than the simulator gives them, whatever "
-                "their replicas, accumulation or system (reports/validation.md, 'Packed BERT SL512: time per "
-                "step'), a cost no public source sizes or explains; this call simulates "
-                f"{self.seconds * 1e3:,.1f} ms, so on hardware it may take {low / self.seconds:.0%}-"
-                f"{high / self.seconds:.0%} longer")
+        return "not modelled: " + unmodelled_call_effect(self.seconds)
 
     def _host_fill_note(self) -> str | None:
         """When host IO takes a large share of the run and each host thread fills the inputs of
