@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import numbers
 from typing import Iterator
 
@@ -34,7 +35,14 @@ class Params(dict):
         self.model = model
 
     def fail(self, key: str, why: str):
-        raise GraphError(f"model {self.model!r}: invalid parameter {key}={self[key]!r}: {why} "
+        value = self[key]
+        hint = ""
+        if isinstance(value, str) and "," in value and " list " in why:
+            # a comma-separated string where a list is wanted: how --param takes a list (as JSON)
+            items = [v.strip() for v in value.split(",")]
+            items = [int(v) if v.lstrip("-").isdigit() else v for v in items]
+            hint = f"; on the command line give the list as JSON: --param '{key}={json.dumps(items)}'"
+        raise GraphError(f"model {self.model!r}: invalid parameter {key}={value!r}: {why}{hint} "
                          f"(valid parameters: {', '.join(self)})")
 
     def int(self, key: str, minimum: int = 1, optional: bool = False) -> int | None:

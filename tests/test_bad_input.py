@@ -142,6 +142,21 @@ def test_huge_numbers_are_a_one_line_error_naming_the_value(argv, words):
     assert code == 2 and words in message
 
 
+@pytest.mark.parametrize("model, param, json_list", [
+    ("unet", "split_points=encoder_block_2,decoder_block_0,decoder_block_2",
+     'split_points=["encoder_block_2", "decoder_block_0", "decoder_block_2"]'),
+    ("vit-base-16", "mid_checkpoints=1,4", "mid_checkpoints=[1, 4]"),
+])
+def test_a_comma_separated_list_parameter_is_an_error_that_shows_the_json_list(model, param, json_list):
+    """--param takes a list as JSON; a comma-separated value says how to write it, and that works."""
+    code, _, err = cli("run", "--model", model, "--param", param, seconds=30)
+    message = one_line_error(err)
+    assert code == 2 and f"give the list as JSON: --param '{json_list}'" in message
+    code, out, err = cli("run", "-q", "--model", model, "--param", json_list, "--system", "ipu-m2000", "--device-iterations", "4", "--json",
+                         seconds=120)
+    assert code == 0 and json.loads(out)["samples_per_second"] > 0, err
+
+
 def test_huge_collective_says_how_many_bytes_fit():
     code, _, err = cli("collective", "--system", "ipu-pod16", "--op", "all-reduce", "--bytes", str(10**30),
                        "--replicas", "4")
