@@ -11,6 +11,7 @@ from .. import poplibs_benchmarks
 from ..errors import OutOfMemoryError
 from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..hardware.system import load_system
+from ..results.run import UNMODELLED_CALL_SECONDS
 from ..schedule.collectives import partition_sync
 from .calibration import CHECKS
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS
@@ -170,6 +171,7 @@ def _packed_step_section() -> list[str]:
         ipus = len(r.setup.amp)
         rows.append(f"| {rid} | {r.setup.system} | {ipus} | {r.setup.replicas} | {r.setup.accumulation} | "
                     f"{published * 1e3:,.0f} | {simulated * 1e3:,.0f} | {(published - simulated) * 1e3:+,.0f} |")
+    low, high = UNMODELLED_CALL_SECONDS
     return ["", "### Packed BERT SL512: time per step", "",
             "The MLPerf logs time blocks of training steps between evaluations (`block_start` to `block_stop`), "
             "so the published figures exclude evaluation and start-up but include everything the script does "
@@ -186,7 +188,9 @@ def _packed_step_section() -> list[str]:
             "Per row: the difference is about the same for every 8-IPU pipeline whatever its GA, replicas or "
             "system, so it is a cost per step that the simulator does not have, not a cost per micro-batch "
             "[mlperf-step]; the 4-IPU pipelines (M1, M7: GA 192) add to it a time per micro-batch the simulator "
-            "also underestimates.", "",
+            "also underestimates. It is not modelled; a pipelined training run's notes, and `ipusim plan` for a "
+            f"pipelined best, say what {low * 1e3:.0f}-{high * 1e3:.0f} ms a call would add to the call "
+            "(`sim.results.run.UNMODELLED_CALL_SECONDS`).", "",
             "| row | system | IPUs per replica | replicas | GA | published step (ms) | simulated step (ms) | "
             "difference (ms) |", "|---|---|---:|---:|---:|---:|---:|---:|"] + rows
 
