@@ -1,7 +1,9 @@
 """The calibration checks: :class:`Check` (one figure of ``../shared/calibration/hardware.csv``, its
 published value copied here with the source, how the simulator reproduces it, the tolerance and
 why), the microbenchmarks that reproduce each figure (tile AMP, Poplar tutorial 6, the IPU-M2000's
-host link, gateway and IPU-Links, host syncs, PopTorch's host-IO profile) and :data:`CHECKS`."""
+host link, gateway and IPU-Links, host syncs, PopTorch's host-IO profile) and :data:`CHECKS`; and
+:data:`VERTEX_CHECKS`, hardware cycle counts of one elementwise compute set published outside
+hardware.csv (:data:`TESSELLATE_BASICS`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import models
 from .. import simulate
 from ..cost import op_cost
 from ..cost.amp import pass_fixed_cycles
+from ..graph import GraphBuilder
 from ..engine import Engine
 from ..hardware.system import load_system
 from ..options import Options
@@ -120,6 +123,16 @@ def io_bound_cycles(setting: str, iterations: int = 100) -> float:
     return simulate(graph, "ipu-mk2", o).cycle_count / iterations
 
 
+def add_compute_set_cycles(elements: int) -> int:
+    """Cycles of one compute set adding two fp32 vectors of ``elements`` already on a tile, on a Bow
+    IPU: the simulator's price of the op (poplibs' BinaryOp1D estimate and an on-chip sync). The op
+    runs on one tile; on more tiles each does the same, at the same time."""
+    b = GraphBuilder("add_compute_set", "float32")
+    b.output(b.add(b.input("lhs", (1, elements)), b.input("rhs", (1, elements))))
+    ipu = load_system("bow-ipu").ipu
+    return op_cost(b.graph.ops[-1], b.graph, ipu, 1).cycles
+
+
 # --- the checks ---------------------------------------------------------------------------------
 _AMP_WHY = ("the AMP constants (128 FLOP/cycle fp16.16; 133 cycles per vertex + 197 per channel-group pair, "
             "the pair cost from poplibs: 133 and the 64-cycle weight load of the 16 conv units) are the sweep's "
@@ -161,3 +174,23 @@ CHECKS = [
           ("prefetch", "prefetch depth 3", 190_000, "predicted"),
           ("io_tiles", "depth 3 + 64 IO tiles + overlap", 170_000, "predicted"))],
 ]
+
+
+#: where :data:`VERTEX_CHECKS` come from
+TESSELLATE_BASICS = ("graphcore-research/tessellate-ipu `notebooks/01-tessellate-ipu-tile-api-basics.ipynb` at "
+                     "3ab241f3: `tile_map(jax.lax.add_p, lhs, rhs)`, one `popops::BinaryOp1D<ADD,float>` per tile "
+                     "(`tessellate_ipu/lax/tile_lax_binary.py`) on data already sharded and replicated there, timed "
+                     "on hardware between two `ipu_cycle_count` reads and printed in microseconds at the device's "
+                     "tile clock (1.85 GHz: a Bow IPU); less the 45 cycles two successive counts take "
+                     "(`tile_interpreter_hw_primitives.py` `ipu_cycle_count_overhead`, measured)")
+#: cycles of a tiny compute set measured on hardware, beside what the simulator prices it at
+VERTEX_CHECKS = [
+    Check("tessellate_add_fp32", f"Bow: one compute set adding two fp32 vectors of {n:,} elements on a tile ({where})",
+          round(us * 1.85e3) - 45,
+          "cycles", 0.05, "predicted",
+          "a single run printed to 4-5 digits; the simulator prices the compute set as poplibs' vertex "
+          "estimate (its fixed part and 1.5 cycles an element) plus an on-chip sync, which together "
+          "stand for what the hardware spends beyond the workers' loop",
+          lambda n=n: add_compute_set_cycles(n))
+    for n, where, us in ((10, "the notebook's (3, 5, 2) input on 3 tiles", 0.1783783783783784),
+                         (1024, "on 4, 16, 128 and 1,024 tiles alike", 1.0054054054054054))]
