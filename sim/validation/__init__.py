@@ -45,7 +45,7 @@ from .setups import (IMAGENET_TRAIN_IMAGES, POPRT_BENCHMARK_POPLIN_OPTIONS, Setu
                      TF1_PREFETCH_DEPTH, TF1_RESNET_CHECKPOINTS, _HALF_FIRST_MOMENT, _bert_train,
                      _conformer_train, _effnet_train, _gpt2_infer, _gpt2_train, _packed_bert, _params,
                      _pytorch_bert_groups, _resnet_e2e, _resnet_infer, _resnet_train, _resnext_train, _show,
-                     _squad_infer, _squad_train, _swin_train, _unet_train, _vit_infer, _vit_train,
+                     _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train, _vit_infer, _vit_train,
                      pytorch_bert_groups, tf1_steps_per_call)
 from .runner import _outcome, _simulated, _simulated_or_raise, step_seconds, update_collective_seconds
 from .calibration import (CHECKS, Check, TESSELLATE_BASICS, VERTEX_CHECKS, _AMP_WHY, _stream, add_compute_set_cycles,
@@ -82,7 +82,7 @@ __all__ = [
     "TF1_PREFETCH_DEPTH", "TF1_RESNET_CHECKPOINTS", "_HALF_FIRST_MOMENT", "_bert_train", "_conformer_train",
     "_effnet_train", "_gpt2_infer", "_gpt2_train", "_packed_bert", "_params", "_pytorch_bert_groups",
     "_resnet_e2e", "_resnet_infer", "_resnet_train", "_resnext_train", "_show", "_squad_infer",
-    "_squad_train", "_swin_train", "_unet_train", "_vit_infer", "_vit_train", "pytorch_bert_groups",
+    "_squad_train", "_swin_infer", "_swin_train", "_unet_train", "_vit_infer", "_vit_train", "pytorch_bert_groups",
     "tf1_steps_per_call", "_outcome", "_simulated", "_simulated_or_raise", "step_seconds",
     "update_collective_seconds", "CHECKS", "Check", "TESSELLATE_BASICS", "VERTEX_CHECKS", "_AMP_WHY", "_stream",
     "add_compute_set_cycles", "amp_tile_tflops", "host_syncs",

@@ -12,7 +12,7 @@ from ..errors import OutOfMemoryError
 from .runner import _outcome
 from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _conformer_train,
                      _effnet_train, _packed_bert, _resnet_infer,
-                     _resnet_train, _resnext_train, _squad_infer, _squad_train, _swin_train, _unet_train,
+                     _resnet_train, _resnext_train, _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train,
                      _vit_infer, _vit_train)
 
 
@@ -165,6 +165,15 @@ DEPARTURES = {
              "norm folded into its convolution (the script's node names Conv_5 ... Gemm_126 count 127 nodes, none "
              "a BatchNormalization): the zoo's norm=\"folded\", a bias added per channel",
     "poprt-bps": "batches per step not stated: 100, as the README's run commands",
+    "poprt-swin": "RT benchmarks/Swin-Tiny (README and poprt_run.py at 77e7d66, unchanged at 7487d65): ByteMLPerf's Swin-T ONNX model "
+                  "(open_swin-Tiny, batch 24; taken to be the original Swin-T, 224 x 224, window 7 [U]); hardware not "
+                  "named: run on the C600 as the other PopRT rows (poprt) [U]; throughput is the batch over the mean "
+                  "time of 1,500 asynchronous execute calls of one batch each. The Converter pads the attention "
+                  "(attention_padding, to a length not stated [U]) and inserts remaps (enable_insert_remap): run as "
+                  "the zoo's Swin-T, Graphcore's port, whose windows are padded 49 -> 56 tokens and whose permuted "
+                  "tensors are remapped; merge_multi_slice and PopRT's outlining (threshold 0.5) are not modelled. "
+                  "The script sets no partials type (as I13's [U]): run with half partials; with float partials "
+                  "the simulator gives 5,476 images/s (-19.5 %)",
     "poprt-vit": "hardware not named: run on the C600 as the other PopRT rows (poprt) [U]; throughput is the batch over "
                  "the mean time of 2,000 asynchronous execute calls of one batch each (poprt_run.py). PopRT's Converter "
                  "passes fused_attention and attention_padding (the attention as one fused op, its 197 tokens padded) "
@@ -575,6 +584,9 @@ PUBLISHED_ROWS = [
     *[Row(f"I13 bs{bs}", f"RT I13 bs{bs}", f"ViT-B/16 inference fp16, batch {bs}, 128 batches per step, overlapped IO",
           pub, "images/s", _vit_infer(bs), bs == 8, ("poprt-vit",))
       for bs, pub in _I13.items()],
+    # Swin-T inference, one IPU (PopRT)
+    Row("I14", "RT I14", "Swin-T inference fp16, batch 24, 128 batches per step, overlapped IO", 6802, "images/s",
+        _swin_infer(24), True, ("poprt-swin",)),
     Row("I6", "RT I6", "ResNet-50 inference fp16, batch 1, 1 batch per step (low latency)", 3119, "images/s",
         _resnet_infer(1, device_iterations=1, io_tiles=0, prefetch_depth=2), True,
         ("poprt", "poprt-depth", "no IO tiles (no --enable_overlapio)", "the README's --eightbitio flag "

@@ -414,6 +414,17 @@ def _vit_infer(batch: int) -> Setup:
                  prefetch_depth=2, non_stable_softmax=big, poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2] if big else ())
 
 
+def _swin_infer(batch: int) -> Setup:
+    """Swin-T inference as PopRT's Swin-Tiny benchmark runs it on one IPU (RT ``benchmarks/Swin-Tiny/poprt_run.py``,
+    77e7d66): ByteMLPerf's Swin-T ONNX model (224 x 224, window 7, 1,000 classes) in fp16 with fp16 images
+    from the host, availableMemoryProportion 0.3, 128 batches per step, stream buffering depth 2, 32 IO
+    tiles (PopRT overlaps the streams on them). The zoo's Swin-T is Graphcore's PyTorch port: its windows
+    padded 49 -> 56 tokens and its tensors remapped after each permute (``models/swin.py``), as PopRT's
+    ``attention_padding`` and ``enable_insert_remap`` do to the ONNX graph."""
+    return Setup("swin-tiny", _params(micro_batch=batch, drop_path=0.0, with_loss=False), "c600",
+                 device_iterations=128, amp=(0.3,), training=False, io_tiles=32, overlap_io=True, prefetch_depth=2)
+
+
 def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     """EfficientNet-B4 G16 training as Graphcore's TF1 CNN example runs it (graphcore/examples
     ``vision/cnns/tensorflow1/training``, configs.yml ``efficientnet_b4_g16_large_batch_size_high_throughput``
