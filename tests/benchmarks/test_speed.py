@@ -10,7 +10,7 @@ The same measurements as ``ipusim bench`` (:mod:`sim.cli.bench`):
   the same kinds of events (processes waiting for their predecessors, zero and nonzero
   timeouts), the two measured turn about.
 
-    python -m pytest -s tests/benchmarks/test_speed.py
+    python -m pytest -s -n 0 tests/benchmarks/test_speed.py   # -n 0: in one process, so -s shows their output
 """
 
 from __future__ import annotations
