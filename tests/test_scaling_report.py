@@ -36,16 +36,19 @@ def _samples_per_second(text: str) -> dict[str, str]:
     return rows
 
 
+def _report_resnet_section() -> str:
+    """reports/scaling.md from its ResNet-50 table at the example's accumulation on."""
+    return (ROOT / "reports" / "scaling.md").read_text().split("gradient accumulation as the PopTorch example", 1)[1]
+
+
 def test_the_readme_quotes_the_reports_resnet_table():
     readme = (ROOT / "README.md").read_text().split("ResNet-50 training, one IPU per replica", 1)[1]
-    report = (ROOT / "reports" / "scaling.md").read_text().split("gradient accumulation as the PopTorch example", 1)[1]
-    quoted, generated = _samples_per_second(readme), _samples_per_second(report)
+    quoted, generated = _samples_per_second(readme), _samples_per_second(_report_resnet_section())
     assert len(quoted) == 8 and quoted == generated
 
 
 def test_the_report_is_what_the_simulator_gives_now():
     """reports/scaling.md's first ResNet-50 row, re-simulated: a change of costs must regenerate the
     report (``python reports/scaling.py``), and with it the README's copy, rather than leave both behind."""
-    report = (ROOT / "reports" / "scaling.md").read_text().split("gradient accumulation as the PopTorch example", 1)[1]
     row = scaling.resnet_row("Mk2", 16, scaling.ASKED_MICRO_BATCH, scaling.example_accumulation(16))
-    assert _samples_per_second(report)["ipu-pod16"] == f"{row['samples_per_second']:,.0f}"
+    assert _samples_per_second(_report_resnet_section())["ipu-pod16"] == f"{row['samples_per_second']:,.0f}"

@@ -186,8 +186,7 @@ TESSELLATE_BASICS = ("graphcore-research/tessellate-ipu `notebooks/01-tessellate
 #: cycles of a tiny compute set measured on hardware, beside what the simulator prices it at
 VERTEX_CHECKS = [
     Check("tessellate_add_fp32", f"Bow: one compute set adding two fp32 vectors of {n:,} elements on a tile ({where})",
-          round(us * 1.85e3) - 45,
-          "cycles", 0.05, "predicted",
+          round(us * 1.85e3) - 45, "cycles", 0.05, "predicted",
           "a single run printed to 4-5 digits; the simulator prices the compute set as poplibs' vertex "
           "estimate (its fixed part and 1.5 cycles an element) plus an on-chip sync, which together "
           "stand for what the hardware spends beyond the workers' loop",

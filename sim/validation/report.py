@@ -62,6 +62,11 @@ def _rows(checks) -> list[str]:
     return out
 
 
+#: the head of a table of :class:`~sim.validation.calibration.Check` rows (:func:`_rows`)
+_CHECK_HEADER = ("| figure | published | simulated | error | tolerance | kind | why the tolerance |",
+                 "|---|---:|---:|---:|---:|---|---|")
+
+
 def report() -> str:
     """The validation table as markdown."""
     lines = ["# Validation against published figures", "",
@@ -70,12 +75,9 @@ def report() -> str:
              "constant was fitted to the figure (the check guards the fit); *predicted*: the model "
              "predicts it from other constants; *measured constant*: the figure is a config value; "
              "*workload chosen to match*: the workload, not a constant, was picked to land on it.", "",
-             "| figure | published | simulated | error | tolerance | kind | why the tolerance |",
-             "|---|---:|---:|---:|---:|---|---|"]
+             *_CHECK_HEADER]
     lines += _rows(CHECKS)
-    lines += ["", f"A compute set on the hardware (not in hardware.csv): {TESSELLATE_BASICS}.", "",
-              "| figure | published | simulated | error | tolerance | kind | why the tolerance |",
-              "|---|---:|---:|---:|---:|---|---|"]
+    lines += ["", f"A compute set on the hardware (not in hardware.csv): {TESSELLATE_BASICS}.", "", *_CHECK_HEADER]
     lines += _rows(VERTEX_CHECKS)
     lines += ["", "## End to end", "",
               f"Published training throughputs ({PERFORMANCE_RESULTS}), compared with the simulator on "
