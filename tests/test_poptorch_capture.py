@@ -250,6 +250,40 @@ def test_blocks_name_scopes_and_pipelining():
                    for h in m._forward_pre_hooks.values())
 
 
+class BranchyBlocks(Blocks):
+    """Blocks with Python control flow on a shape, which torch.fx cannot trace (torch.export can)."""
+
+    def forward(self, x, y):
+        if x.shape[0] > 1:
+            x = x * 2
+        return super().forward(x, y)
+
+
+class Wrapped(nn.Module):
+    """Annotated layers one level down, under an attribute named ``model``, as Graphcore's ViT
+    pre-training module holds its VisionTransformer (examples vision/vit/pytorch
+    models/pipeline_model.py: ``self.model``)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.model = inner
+
+    def forward(self, x, y):
+        return self.model(x, y)
+
+
+@pytest.mark.parametrize("inner, method", [(Blocks, "torch.fx"), (BranchyBlocks, "torch.export")])
+def test_blocks_under_an_attribute_named_model(inner, method):
+    o = poptorch.Options().deviceIterations(2)
+    o.Training.gradientAccumulation(4)
+    model = poptorch.trainingModel(Wrapped(inner()), o)
+    model.compile(torch.randn(16, 8), torch.randint(0, 4, (16,)))
+    assert f"graph captured with {method}" in model.executable.notes
+    placed = [(op.block, op.ipu) for op in forward_ops(model) if op.block is not None]
+    assert placed[0] == ("encoder", 1) and placed[-1] == ("head", 1)
+    assert model.executable.ipus_per_replica == 2
+
+
 def test_begin_block_twice_is_an_error():
     layer = nn.Linear(2, 2)
     poptorch.BeginBlock(layer, "a")

@@ -406,7 +406,8 @@ class _BlockResolver:
     """Which block (and IPU) each node belongs to (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module):
-        self.hooks = {re.sub(r"^model\.?", "", k): h for k, h in block_hooks(model).items()}
+        # keyed as the capture's adapter names the modules: the model is its attribute ``model``
+        self.hooks = {f"model.{k}" if k else "model": h for k, h in block_hooks(model).items()}
         self.current = None
         self.prev_keys: set = set()
         self.last_start = None
@@ -426,7 +427,6 @@ class _BlockResolver:
             if key in self.prev_keys:
                 continue
             path = re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(value[0]))
-            path = re.sub(r"^model\.?", "", path)
             hook = self.hooks.get(path)
             if hook is not None:
                 if hook._user_id is None:
