@@ -51,6 +51,12 @@ output.
 - ``recompute_checkpoint_every_layer``: each layer's output but the last is a recomputation
   checkpoint, as in Graphcore's configs; by default (None) on when ``layers_per_ipu`` pipelines
   the layers over several IPUs (``models.transformer.checkpointed_layers``).
+  ``checkpoint_last_layer`` puts one on the last layer too, as Graphcore's PyTorch pre-training
+  model does (``PipelinedBertForPretraining.parallelize`` in graphcore/examples
+  ``nlp/bert/pytorch/modeling.py``: every layer; its SQuAD model and the PopART BERT leave out the
+  last, ``bert_model.py`` ``should_checkpoint``). In the final pipeline stage PopART recomputes the
+  forward ops before the stage's last checkpoint (``Pipeline::setFinalFwdStageRecomputation``), so
+  with it that stage recomputes all its layers.
 - ``checkpoint_dtype="float8"``: MLPerf v2.0 BERT's ``activation_checkpoint_dtype: FLOAT8``
   (training_results_v2.0 Graphcore ``bert_model.py`` ``Bert.checkpoint``): each checkpoint but those
   of the last pipeline stage (which are not stashed) is cast to an 8-bit float before it is
@@ -80,7 +86,8 @@ _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_p
                type_vocab=2, mask_tokens="auto", dropout=0.1, attention_dropout=None, layers_per_ipu=None,
                att_ffn_placement=None,
                max_sequences_per_pack=None, packing_factor="auto", with_head=True, embedding_serialization=1,
-               head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, checkpoint_dtype=None,
+               head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, checkpoint_last_layer=False,
+               checkpoint_dtype=None,
                dtype="float16", fp32_ops=(), split_qkv=False)
 MODELS = {
     "bert-base": dict(_COMMON, num_layers=12, hidden=768, heads=12),
@@ -99,7 +106,7 @@ PACKING_FACTOR = {128: 1.17, 384: 1.7, 512: 2.0}
 
 
 def build(name: str, p: Params) -> Graph:
-    c = transformer_params(p, "max_positions")
+    c = transformer_params(p, "max_positions", checkpoint_last=p.flag("checkpoint_last_layer"))
     B, S, H, V = c["micro_batch"], c["seq_len"], c["hidden"], c["vocab"]
     packs, factor = _packing(p, S)
     if p["mask_tokens"] == "auto":

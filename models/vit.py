@@ -30,8 +30,11 @@ coefficient per micro-batch). Outputs: the logits (B, num_labels) and the loss; 
 - ``layers_per_ipu`` (e.g. [3, 3, 3, 3]) places the blocks on consecutive IPUs; the embeddings are
   on IPU 0 and the final layernorm and the head on the last block's IPU (``Embedding --> IPU 0``,
   ``Head --> IPU 3`` in the examples), so they add no pipeline stage.
-- ``recompute_checkpoint_every_layer``: each block's output but the last is a recomputation
-  checkpoint (default None: on when the blocks are pipelined over several IPUs);
+- ``recompute_checkpoint_every_layer``: each block's output, the last included, is a recomputation
+  checkpoint, as both Graphcore models put one on every layer (``models/pipeline_model.py``); in the
+  final pipeline stage PopART then recomputes all the stage's blocks, the forward ops before the
+  stage's last checkpoint (``Pipeline::setFinalFwdStageRecomputation``). Default None: on when the
+  blocks are pipelined over several IPUs;
   ``mid_checkpoints`` lists blocks that also checkpoint after their attention residual (the
   pre-training model's ``recompute_mid_layers``, [1, 4, 7, 10] in its configs).
 """
@@ -67,7 +70,7 @@ def build(name: str, p: Params) -> Graph:
     drop, att_drop = p.prob("dropout"), p.prob("attention_dropout")
     act_drop = drop if p.flag("ffn_act_dropout") else 0.0
     layer_ipu = layer_ipus(p, layers)
-    checkpoints = checkpointed_layers(p, layers)
+    checkpoints = checkpointed_layers(p, layers, last=True)
     mid = p.ints("mid_checkpoints", minimum=0, optional=True) or []
     if any(i >= layers for i in mid):
         p.fail("mid_checkpoints", f"block indices must be < num_layers={layers}")

@@ -29,9 +29,12 @@ def _squad_large_384(replicas: int) -> Setup:
 _EXAMPLES_GPT2 = "graphcore/examples `nlp/gpt2/pytorch/benchmarks.yml` "
 
 
-#: B10's run with the PyTorch config's fused QKV weight (the PopART config splits it: split_qkv)
-_PT_B10 = replace(PUBLISHED_BY_ID["B10"].setup,
-                  params=tuple(kv for kv in PUBLISHED_BY_ID["B10"].setup.params if kv[0] != "split_qkv"))
+#: B10's run as the PyTorch config builds it: one fused QKV weight (the PopART config splits it:
+#: split_qkv), a checkpoint on every layer, the last included, and the PyTorch parameter groups
+#: (``_bert_train``'s ``pytorch``)
+_PT_B10 = replace(PUBLISHED_BY_ID["B10"].setup, pytorch_bert_groups=True,
+                  params=tuple(kv for kv in PUBLISHED_BY_ID["B10"].setup.params if kv[0] != "split_qkv")
+                  + (("checkpoint_last_layer", True),))
 MEMORY_FITS = [
     ("GCN-P B10", "BERT-Large phase 1 (SL128), Bow Pod16, micro-batch 8, layers [3, 7, 7, 7]",
      _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_128 (benchmark "
@@ -42,14 +45,14 @@ MEMORY_FITS = [
     ("L512", "BERT-Large phase 2 (SL512), Bow Pod16, micro-batch 2, layers [3, 7, 7, 7]",
      _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_large_512",
      _bert_train("bert-large", "bow-pod16", 4, 2, 2048, [3, 7, 7, 7], [0.10, 0.15, 0.15, 0.15], seq_len=512,
-                 mask_tokens=76, embedding_serialization=2), True),
+                 mask_tokens=76, embedding_serialization=2, pytorch=True), True),
     ("B128", "BERT-Base phase 1 (SL128), Bow Pod16, micro-batch 32, layers [0, 4, 4, 4]",
      _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_base_128",
-     _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.25] * 4), True),
+     _bert_train("bert-base", "bow-pod16", 4, 32, 512, [0, 4, 4, 4], [0.25] * 4, pytorch=True), True),
     ("B512", "BERT-Base phase 2 (SL512), Bow Pod16, micro-batch 8, layers [0, 4, 4, 4]",
      _EXAMPLES_BERT + "configs_pretraining.yml` pretrain_base_512",
      _bert_train("bert-base", "bow-pod16", 4, 8, 512, [0, 4, 4, 4], [0.25] * 4, seq_len=512, mask_tokens=76,
-                 embedding_serialization=2),
+                 embedding_serialization=2, pytorch=True),
      True),
     ("SQ8", "BERT-Large SQuAD (SL384), Bow Pod16, 8-IPU pipeline, 2 replicas",
      _EXAMPLES_BERT + "configs_squad.yml` squad_large_384 (benchmark `pytorch_bert_squad_large_pretrain_real_pod16`)",

@@ -273,7 +273,8 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
     """BERT pre-training as Graphcore's configs run it: a 4-IPU pipeline, LAMB with the optimizer
     state off chip (with or without RTS), half partials, real data. ``attention_dropout`` and
     ``output_mode`` where the source sets them (the PyTorch configs: 0 and Sum); ``pytorch``: the
-    PyTorch example's parameter groups (:func:`pytorch_bert_groups`); ``embedding_serialization`` the
+    PyTorch example's parameter groups (:func:`pytorch_bert_groups`) and its checkpoint on every layer,
+    the last included (the zoo's ``checkpoint_last_layer``); ``embedding_serialization`` the
     config's vocabulary steps of the tied projection; ``tensorflow``: each stage's inter-IPU copies
     one after another ([tf-copies]); ``tf1``: the IPUConfig the TF1 BERT's ipu_utils.py sets for every
     run, stable norm statistics ([tf-stable-norm]) and the matmul pass type cleared ([tf-clear-pass]);
@@ -281,6 +282,8 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
     ``split_qkv``)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=vocab,
                   mask_tokens=mask_tokens)
+    if pytorch:
+        params["checkpoint_last_layer"] = True
     if embedding_serialization > 1:
         params["embedding_serialization"] = embedding_serialization
     if recompute is not None:
@@ -323,7 +326,8 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     at most 3 sequences per pack, ``micro_batch`` packs per micro-batch, LAMB with the optimizer
     state sharded over the replicas (on or off chip), half partials, real data; gradients clipped to
     the global norm ``clip_norm`` (0: not clipped); ``pytorch``: the PyTorch example's parameter
-    groups (:func:`pytorch_bert_groups`). ``mask_tokens`` is
+    groups (:func:`pytorch_bert_groups`) and its checkpoint on every layer, the last included (the zoo's
+    ``checkpoint_last_layer``). ``mask_tokens`` is
     the MLM positions per pack (PopART: the config's mask_tokens + 2); ``prefetch_depth`` is the
     script's ``defaultPrefetchBufferingDepth`` (3 in MLPerf v2.0's bert.py, unset before);
     ``sharding_domain`` the replicas of one poprun instance, over which bert.py shards the optimizer
@@ -335,6 +339,8 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
     both: bert_optimizer.py accl1_type / accl2_type; fp32 when the config sets neither)."""
     params = dict(micro_batch=micro_batch, seq_len=seq_len, vocab=vocab, mask_tokens=mask_tokens,
                   max_sequences_per_pack=3, packing_factor=packing_factor)
+    if pytorch:
+        params["checkpoint_last_layer"] = True
     if split_qkv:
         params["split_qkv"] = True
     if embedding_serialization > 1:
