@@ -308,7 +308,7 @@ class Options:
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
-                "_Popart.defaultPrefetchBufferingDepth", "_Popart.partialsTypeMatMuls",
+                "_Popart.defaultPrefetchBufferingDepth", "_Popart.defaultBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
                 "_Popart.enableStableNorm", "_Popart.enableFullyConnectedPass", "_Popart.enableNonStableSoftmax",
                 "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
@@ -549,8 +549,12 @@ class Options:
         return self._popart_bool("automaticLossScalingSettings.enabled", False)
 
     def prefetch_depth(self) -> int:
-        """Host stream prefetch depth (PopART ``defaultPrefetchBufferingDepth``; default 1)."""
-        return int(self._Popart.values.get("defaultPrefetchBufferingDepth", 1))
+        """Host stream prefetch depth: PopART's ``defaultBufferingDepth``, or its deprecated alias
+        ``defaultPrefetchBufferingDepth``, which wins when set (``SessionOptions::getBufferingDepth``
+        copies it over the other); default 1."""
+        values = self._Popart.values
+        old, new = self._Popart.BUFFERING_DEPTH_KEYS
+        return int(values[old] if old in values else values.get(new, 1))
 
     def outlining(self) -> bool:
         """PopART ``enableOutlining`` (default on, as in PopART's SessionOptions): identical op

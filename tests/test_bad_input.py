@@ -337,6 +337,18 @@ def test_prefetch_depth_below_one_is_refused_as_popart_does(depth):
     assert sim.Options()._Popart.set("defaultPrefetchBufferingDepth", 3).prefetch_depth() == 3
 
 
+def test_buffering_depth_under_either_popart_name():
+    """SDK 3's defaultBufferingDepth (Graphcore's Swin sets it) is the depth too; the deprecated
+    defaultPrefetchBufferingDepth wins when both are set, as SessionOptions::getBufferingDepth
+    copies it over the other."""
+    new = sim.Options()._Popart.set("defaultBufferingDepth", 3)
+    assert new.prefetch_depth() == 3
+    assert "_Popart.defaultBufferingDepth" not in new.unmodelled()
+    both = sim.Options()._Popart.set("defaultBufferingDepth", 3)._Popart.set("defaultPrefetchBufferingDepth", 2)
+    assert both.prefetch_depth() == 2
+    assert sim.Options().prefetch_depth() == 1
+
+
 def test_off_chip_tensors_need_streaming_memory():
     """A C2 card has none: off-chip optimizer state used to run at the placeholder bandwidth."""
     opts = sim.Options()
