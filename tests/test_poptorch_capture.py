@@ -91,7 +91,8 @@ def test_cnn_layers_become_sim_ops_with_real_shapes():
     xs, ys = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
     probs, loss = model(xs, ys)
     assert probs.shape == (2, 10) and loss.shape == ()
-    assert kinds(model) == ["conv2d", "add", "batchnorm", "relu", "conv2d", "tanh", "maxpool", "avgpool",
+    # the bias is added per channel, through a (1, C, 1, 1) view of it
+    assert kinds(model) == ["conv2d", "reshape", "add", "batchnorm", "relu", "conv2d", "tanh", "maxpool", "avgpool",
                             "dropout", "avgpool", "reshape", "matmul", "add", "layernorm", "softmax",
                             "softmax", "softmax_cross_entropy"]
     g = model.executable.graph
@@ -384,12 +385,12 @@ def test_stochastic_depth_is_the_input_at_inference_and_a_sample_mask_in_trainin
     x = torch.randn(4, 8, 16, 16)
     inference = poptorch.inferenceModel(M().eval())
     inference(x)
-    assert kinds(inference) == ["conv2d", "add", "add"]
+    assert kinds(inference) == ["conv2d", "reshape", "add", "add"]  # the bias's per-channel view
     m = M().train()
     training = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
     training(x)
     ops = {op.kind: op for op in forward_ops(training)}
-    assert kinds(training)[:5] == ["conv2d", "add", "dropout", "mul", "add"]
+    assert kinds(training)[:6] == ["conv2d", "reshape", "add", "dropout", "mul", "add"]
     g = training.executable.graph
     assert g.tensors[ops["dropout"].outputs[0]].shape == (4, 1, 1, 1) and ops["dropout"].attrs["p"] == 0.2
 

@@ -849,6 +849,44 @@ def test_depthwise_conv1d_is_the_depthwise_conv2d_of_height_one():
     assert model.executable.costs[op.name].cycles == ref.costs[ref_op.name].cycles
 
 
+class _ConvFn(nn.Module):
+    """F.conv2d with a bias: the functional path (sim/poptorch/_mapping.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(6, 4, 3, 3)), nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        return F.conv2d(x, self.w, self.b)
+
+
+@pytest.mark.parametrize("layer, shape", [
+    (lambda: nn.Conv2d(4, 6, 3), (2, 4, 8, 9)), (lambda: nn.Conv1d(4, 6, 3), (2, 4, 9)),
+    (lambda: nn.ConvTranspose2d(4, 6, 3, stride=2), (2, 4, 5, 7)), (lambda: nn.Conv3d(4, 6, 2), (2, 4, 3, 4, 5)),
+    (_ConvFn, (2, 4, 8, 9))], ids=["Conv2d", "Conv1d", "ConvTranspose2d", "Conv3d", "F.conv2d"])
+def test_convolution_bias_is_added_per_channel(layer, shape):
+    """A (C,) bias broadcast over the batch and the field, as the layer adds it: priced as the zoo's
+    (1, C, 1, 1) bias, not as a (C,) operand broadcast against the last axis."""
+    torch.manual_seed(0)
+    conv = layer()
+
+    class Summed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = conv
+
+        def forward(self, x):
+            return poptorch.identity_loss(self.conv(x), "sum")
+
+    net = Summed()
+    model = poptorch.trainingModel(net, poptorch.Options(), torch.optim.SGD(net.parameters(), lr=0.1))
+    model.compile(torch.randn(*shape))
+    g = model.executable.graph
+    (add,) = [op for op in g.ops if op.kind == "add" and op.pass_ == "forward"]
+    bias = g.tensors[add.inputs[1]].shape
+    assert bias == (1, 6) + (1,) * (len(g.tensors[add.inputs[0]].shape) - 2)
+
+
 def test_float32_input_into_a_half_model_upcasts_as_poptorch_3():
     torch.manual_seed(0)
     fc = nn.Linear(4, 3).half()

@@ -35,6 +35,17 @@ def emit(ctx, kind: str, inputs: list, shape, dtype, attrs: dict | None = None, 
                           out_dtypes=[dtype])[0]
 
 
+def channel_bias(ctx, y: str, bias, name: str = "add") -> str:
+    """``y`` (N, C, ...) plus a convolution's bias (C,): the bias viewed as (1, C, 1, ...), so that it
+    broadcasts over the batch and the field as the layer adds it (and its gradient reduces them),
+    not over the last axis as a bare (C,) would."""
+    shape = ctx.cap.g.tensors[y].shape
+    channels = ctx.shape(bias)[0]
+    view = emit(ctx, "reshape", [bias], (1, channels) + (1,) * (len(shape) - 2),
+                ctx.cap.g.tensors[ctx.t(bias)].dtype, name="bias_per_channel")
+    return ctx.op("add", [y, view], name=name)
+
+
 def emit_map(ctx, steps: list[str], inputs: list, grad: list | None = None, output=None,
              name: str | None = None, shape=None, dtype=None, repeat: int = 1) -> str:
     """A fused element-wise expression (popops::map) chaining the codelets ``steps``.

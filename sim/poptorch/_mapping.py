@@ -34,6 +34,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _state
+from ._emit import channel_bias
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
 
@@ -446,7 +447,7 @@ def _conv(ctx: OpContext, x=None, w=None, bias=None, stride=1, padding=0, groups
     y = ctx.op("conv2d", [x, wt], conv_attrs(kernel, stride_hw[0], _pair(padding, 0), int(groups or 1),
                                              _pair(dilation, 1)), name="conv2d")
     if _is_sym_tensor(bias):
-        y = ctx.op("add", [y, bias], name="add")
+        y = channel_bias(ctx, y, bias)
     return y
 
 
@@ -666,7 +667,11 @@ def _biased_layer(ctx: OpContext, op):
     ``set_available_memory(self.conv(x), p)`` sets the proportion of the layer's one PopART op, which
     the matmul or convolution here is); else ``op``."""
     g = ctx.cap.g
-    if op.kind != "add" or len(op.inputs) != 2 or g.tensors[op.inputs[1]].role != "weight":
+    if op.kind != "add" or len(op.inputs) != 2:
+        return op
+    bias = _producer(ctx, op.inputs[1])  # a convolution's bias is added through a per-channel view
+    bias = bias.inputs[0] if bias is not None and bias.kind == "reshape" else op.inputs[1]
+    if g.tensors[bias].role != "weight":
         return op
     src = _producer(ctx, op.inputs[0])
     while src is not None and src.kind == "reshape":  # a 3-D input's matmul runs 2-D between reshapes

@@ -22,7 +22,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._emit import const, emit, emit_map, is_tensor, tensor_args
+from ._emit import channel_bias, const, emit, emit_map, is_tensor, tensor_args
 from ._values import Lazy, sim_dtype
 from ..graph.ir import RNN_GATES, transposed_conv_attrs
 
@@ -83,7 +83,7 @@ def conv_any(ctx):
     y = emit(ctx, "conv2d", [expanded, ctx.t(w)], (n, co, 1, positions), out.dtype, attrs, "conv")
     y = ctx.op("reshape", [y], name="unview")  # the run's notes name the expandDims convolutions
     if is_tensor(b):
-        y = ctx.op("add", [y, b], name="add")
+        y = channel_bias(ctx, y, b)
     return y
 
 
@@ -109,7 +109,7 @@ def _conv1d_as_2d(ctx, x, w, b, k, stride, padding, groups):
     y = emit(ctx, "conv2d", [x, w], (out.shape[0], out.shape[1], 1, out.shape[2]), out.dtype, attrs, "conv")
     y = ctx.op("reshape", [y], name="unview")
     if is_tensor(b):
-        y = ctx.op("add", [y, b], name="add")
+        y = channel_bias(ctx, y, b)
     return y
 
 
@@ -129,7 +129,7 @@ def _transposed_as_grad_input(ctx, x, w, b, kshape, stride, padding, groups):
     if len(out.shape) == 3:
         y = ctx.op("reshape", [y], name="unview")
     if is_tensor(b):
-        y = ctx.op("add", [y, b], name="add")
+        y = channel_bias(ctx, y, b)
     return y
 
 
@@ -357,7 +357,7 @@ def _bilinear(ctx):
     y = emit(ctx, "reduce_sum", [p], (rows, O), dt, {"axes": [2], "keepdims": False}, "sum")
     y = ctx.op("reshape", [y], name="bilinear")
     if is_tensor(b):
-        y = ctx.op("add", [y, b], name="add")
+        y = channel_bias(ctx, y, b)
     return y
 
 
