@@ -539,17 +539,22 @@ def test_attribute_scopes_are_accepted_and_noted():
         poptorch.Attribute(__outline="A")
 
 
-def test_custom_op_is_priced_by_its_rule_and_remapce_is_built_in():
+@pytest.mark.parametrize("method", ["torch.fx", "torch.export"])
+def test_custom_op_is_priced_by_its_rule_and_remapce_is_built_in(method):
     """poptorch.custom_op as Graphcore's GPT-2 calls it (RemapCE on the attention weights): the built-in
     rule is a remap of the input, the CPU numbers keep its values; another custom op needs a
     register_op rule under "domain::name", which sees the op's inputs and outputs, and its CPU outputs
-    are PopTorch's zero placeholders, as the run's notes say."""
+    are PopTorch's zero placeholders, as the run's notes say. The same when torch.fx cannot trace the
+    model (Python control flow on a shape, as Conformer's CTC loss and Swin have) and torch.export
+    captures it: the op stays one node there (ipusim::custom_op), not its CPU stand-in's ops."""
     class Net(nn.Module):
         def __init__(self, op):
             super().__init__()
             self.fc, self.op = nn.Linear(8, 8), op
 
         def forward(self, x):
+            if method == "torch.export" and x.shape[0] > 1:  # torch.fx cannot trace this
+                x = x * 1
             y = self.fc(x)
             out = poptorch.custom_op([y], self.op, "ai.graphcore", 1, example_outputs=[y],
                                      attributes={"grain_size": 8})
@@ -560,6 +565,7 @@ def test_custom_op_is_priced_by_its_rule_and_remapce_is_built_in():
     assert torch.allclose(remap(x), remap.model.fc(x) * 2)
     assert [op.kind for op in remap.executable.graph.ops if op.kind == "remap"] == ["remap"]
     assert any("custom op ai.graphcore::RemapCE: a remap" in n for n in remap.executable.notes)
+    assert f"graph captured with {method}" in remap.executable.notes
     with pytest.raises(UnsupportedOpError, match=r"ai.graphcore::MyOp.*register_op\('ai.graphcore::MyOp'"):
         poptorch.inferenceModel(Net("MyOp"))(x)
     poptorch.register_op("ai.graphcore::MyOp", lambda ctx: ctx.custom(vertices=ctx.numel(), vertex_cycles=30))

@@ -25,6 +25,7 @@ this module is imported.
 from __future__ import annotations
 
 import copy
+import json
 
 import torch
 
@@ -129,6 +130,24 @@ def _custom_operation(inputs, name, domain, domain_version, example_outputs, att
     return [torch.zeros_like(o) for o in example_outputs]  # PopTorch's placeholders
 
 
+@torch.library.custom_op("ipusim::custom_op", mutates_args=())
+def _exported_custom_op(inputs: list[torch.Tensor], name: str, domain: str, domain_version: int,
+                        outputs: str, attributes: str) -> list[torch.Tensor]:
+    """A custom op as one node of an exported graph, which torch.export keeps whole (it would
+    otherwise trace the CPU stand-in's ops); ``outputs`` is the JSON of the example outputs' shapes
+    and dtypes, ``attributes`` of the op's attributes. The capture prices it as under torch.fx."""
+    if (domain, name) in _LAYOUT_ONLY:
+        return [x.clone() for x in inputs]
+    return [torch.zeros(shape, dtype=getattr(torch, dtype)) for shape, dtype in json.loads(outputs)]
+
+
+@_exported_custom_op.register_fake
+def _(inputs, name, domain, domain_version, outputs, attributes):
+    if (domain, name) in _LAYOUT_ONLY:
+        return [torch.empty_like(x) for x in inputs]
+    return [torch.empty(shape, dtype=getattr(torch, dtype)) for shape, dtype in json.loads(outputs)]
+
+
 def custom_op(inputs, name: str, domain: str, domain_version: int, example_outputs,
               attributes: dict | None = None) -> list:
     """A PopART custom op ``domain::name`` applied to ``inputs``; its outputs are shaped and typed
@@ -142,7 +161,14 @@ def custom_op(inputs, name: str, domain: str, domain_version: int, example_outpu
         if isinstance(value, (list, tuple)) and any(not isinstance(e, type(value[0])) for e in value):
             raise ValueError("The types in a list/tuple attribute must all be the same.")
     example_outputs = list(example_outputs)
-    outputs = _custom_operation(list(inputs), name, domain, domain_version, example_outputs, dict(attributes or {}))
+    st = _state.active()
+    if st is not None and st.mode == "export":
+        shapes = json.dumps([[list(o.shape), str(o.dtype).removeprefix("torch.")] for o in example_outputs])
+        outputs = _exported_custom_op(list(inputs), name, domain, domain_version, shapes,
+                                      json.dumps(dict(attributes or {})))
+    else:
+        outputs = _custom_operation(list(inputs), name, domain, domain_version, example_outputs,
+                                    dict(attributes or {}))
     return [outputs[i] for i in range(len(example_outputs))]  # a traced result is one proxy: index it
 
 
