@@ -478,6 +478,19 @@ def _serialized_matmul(lhs, rhs, mode, factor, keep_precision):
     return torch.matmul(lhs, rhs)
 
 
+@torch.library.custom_op("ipusim::serialized_matmul", mutates_args=())
+def _exported_serialized_matmul(lhs: torch.Tensor, rhs: torch.Tensor, mode: str, factor: int,
+                                keep_precision: bool) -> torch.Tensor:
+    """serializedMatMul as one node of an exported graph, which torch.export keeps whole (a plain
+    ``torch.matmul`` there would lose the serialisation); priced by the same rule as under torch.fx."""
+    return torch.matmul(lhs, rhs)
+
+
+@_exported_serialized_matmul.register_fake
+def _(lhs, rhs, mode, factor, keep_precision):
+    return torch.matmul(lhs, rhs)
+
+
 def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor, mode: enums.MatMulSerializationMode,
                      factor: int = 0, keep_precision: bool = False) -> torch.Tensor:
     """``lhs @ rhs`` computed as ``factor`` smaller matmuls (priced as one matmul)."""
@@ -485,6 +498,9 @@ def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor, mode: enums.MatMulSer
             not isinstance(mode, enums.MatMulSerializationMode):
         raise AssertionError("serializedMatMul expects a MatMulSerializationMode, an int factor "
                              "and a bool keep_precision")
+    st = _state.active()
+    if st is not None and st.mode == "export":
+        return _exported_serialized_matmul(lhs, rhs, mode.value, factor, keep_precision)
     return _serialized_matmul(lhs, rhs, mode, factor, keep_precision)
 
 
