@@ -611,3 +611,32 @@ def test_a_branch_on_a_traced_values_type_is_captured_as_the_model_runs():
     state = producers[last_step.inputs[0]]  # the reshape of the layer's state output it reads
     assert state.inputs[0] == lstm.outputs[1]  # h_n, not c_n
     assert any("captured with torch.export instead" in n for n in model.executable.notes)
+
+
+def test_in_place_ops_whose_result_is_unused_are_captured_with_torch_export():
+    """WeNet's attention (Graphcore's Conformer) transposes q and k in place and uses them after, and
+    Graphcore's ViT normalises its images with mul_ / sub_: torch.fx records no mutation, so the
+    capture takes torch.export, which sees it; the shapes and the multiply are the model's."""
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k = nn.Linear(32, 32), nn.Linear(32, 32)
+
+        def forward(self, x):
+            x = x.clone()
+            x.mul_(2.0)
+            q, k = self.q(x).view(2, -1, 4, 8), self.k(x).view(2, -1, 4, 8)
+            q.transpose_(1, 2)
+            k.transpose_(1, 2)
+            return torch.matmul(q, k.transpose(-2, -1))
+
+    torch.manual_seed(0)
+    net = Attn()
+    x = torch.randn(2, 10, 32)
+    model = poptorch.inferenceModel(net)
+    torch.testing.assert_close(model(x), net(x))
+    assert "graph captured with torch.export" in model.executable.notes
+    g = model.executable.graph
+    scores = next(op for op in g.ops if op.kind == "matmul" and len(g.tensors[op.outputs[0]].shape) == 4)
+    assert g.tensors[scores.outputs[0]].shape == (2, 4, 10, 10)
+    assert any(op.kind in ("scale", "mul") for op in g.ops)

@@ -147,6 +147,7 @@ def _trace(adapter, flat: list, leaf_types: tuple):
     try:
         with _state.capturing("fx") as state:
             graph = _Tracer(leaf_types).trace(adapter)
+        _check_no_unseen_mutation(graph)
         return torch.fx.GraphModule(adapter, graph), "torch.fx", state.notes
     except (UnsupportedOpError, Error):  # the model's own error (an annotation's check): as it is
         raise
@@ -164,6 +165,19 @@ def _trace(adapter, flat: list, leaf_types: tuple):
             "sim.poptorch could not capture the model: torch.fx failed with "
             f"{type(fx_error).__name__}: {_first_line(fx_error)}; torch.export failed with "
             f"{type(e).__name__}: {_first_line(e)}") from e
+
+
+def _check_no_unseen_mutation(graph: torch.fx.Graph) -> None:
+    """Raise if an in-place op's result is unused (``q.transpose_(1, 2)``, ``img.mul_(s)``): torch.fx
+    records no mutation, so the later uses of the tensor read the value before it, and the graph is
+    not the model's (torch.export, which functionalises in-place ops, captures it instead)."""
+    for n in graph.nodes:
+        if n.op not in ("call_method", "call_function") or n.users:
+            continue
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if name.endswith("_") and not name.startswith("_"):
+            raise RuntimeError(f"in-place {name} whose result is unused (node {n.name!r}): torch.fx does not "
+                               "see the mutation")
 
 
 def _in_packed_sequences(error: BaseException) -> bool:
