@@ -640,3 +640,20 @@ def test_in_place_ops_whose_result_is_unused_are_captured_with_torch_export():
     scores = next(op for op in g.ops if op.kind == "matmul" and len(g.tensors[op.outputs[0]].shape) == 4)
     assert g.tensors[scores.outputs[0]].shape == (2, 4, 10, 10)
     assert any(op.kind in ("scale", "mul") for op in g.ops)
+
+
+def test_ops_whose_results_nothing_uses_are_pruned_as_popart_prunes_them():
+    """Graphcore's BERT OnehotGather makes a one-hot it drops; PopART's Prune removes it, and so does
+    the capture, saying so in the notes."""
+    class Gather(nn.Module):
+        def forward(self, seq, pos):
+            unused = F.one_hot(pos, seq.shape[1])  # noqa: F841 - computed and dropped, as the example does
+            return torch.matmul(F.one_hot(pos, seq.shape[1]).to(seq.dtype), seq)
+
+    model = poptorch.inferenceModel(Gather())
+    model(torch.randn(4, 16, 8), torch.randint(0, 16, (4, 5)))
+    g = model.executable.graph
+    assert [op.kind for op in g.ops].count("map") == 1  # one one-hot
+    assert any("1 op(s) whose results nothing uses removed" in n for n in model.executable.notes)
+    used = {t for op in g.ops for t in op.inputs} | set(g.outputs)
+    assert all(set(op.outputs) & used for op in g.ops)

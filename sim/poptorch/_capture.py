@@ -516,7 +516,39 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     for tname, mode in cap.overlap.items():
         if tname in g.tensors:
             g.overlap[tname] = int(OverlapMode[mode] if isinstance(mode, str) else mode)
+    pruned = _prune_unused(g)
+    if pruned:
+        cap.notes.append(f"{len(pruned)} op(s) whose results nothing uses removed, as PopART's Prune transform "
+                         f"removes them: {', '.join(pruned[:5])}{', ...' if len(pruned) > 5 else ''}")
     return Captured(g, cap.method, cap.inputs, cap.outputs, loss_output, cap.notes)
+
+
+#: op kinds kept though nothing reads their results (collectives synchronise the replicas; a
+#: custom op may act beyond its outputs)
+_KEPT_UNUSED = ("replicated_all_reduce", "replicated_all_gather", "replicated_all_to_all",
+                "replicated_reduce_scatter", "custom")
+
+
+def _prune_unused(g: Graph) -> list[str]:
+    """Remove the ops none of whose results reaches an output or the loss (a value the model computes
+    and drops, such as Graphcore's BERT ``OnehotGather``'s first one-hot), and the activations only
+    they made; returns the removed ops' names."""
+    needed = set(g.outputs) | ({g.loss} if g.loss else set())
+    kept = []
+    for op in reversed(g.ops):
+        if op.kind in _KEPT_UNUSED or any(t in needed for t in op.outputs):
+            kept.append(op)
+            needed.update(op.inputs)
+    if len(kept) == len(g.ops):
+        return []
+    kept_ids = {id(op) for op in kept}
+    removed = [op for op in g.ops if id(op) not in kept_ids]
+    g.ops = kept[::-1]
+    for op in removed:
+        for t in op.outputs:
+            if t not in needed and g.tensors[t].role == "activation":
+                del g.tensors[t]
+    return [op.name for op in removed]
 
 
 def _consumers_of(g: Graph, tensor: str) -> set[str]:
