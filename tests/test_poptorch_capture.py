@@ -657,3 +657,29 @@ def test_ops_whose_results_nothing_uses_are_pruned_as_popart_prunes_them():
     assert any("1 op(s) whose results nothing uses removed" in n for n in model.executable.notes)
     used = {t for op in g.ops for t in op.inputs} | set(g.outputs)
     assert all(set(op.outputs) & used for op in g.ops)
+
+
+@pytest.mark.parametrize("split", [lambda h: torch.split(h, 64, dim=-1), lambda h: h.chunk(3, dim=2),
+                                   lambda h: (h[..., :64], h.narrow(2, 64, 64), h[:, :, 128:])],
+                         ids=["split", "chunk", "slices"])
+def test_pieces_of_a_tensor_get_one_gradient_as_popart_padsum_gives_it(split):
+    """Graphcore's BERT splits its fused QKV projection with torch.split: PopART's PadSum assembles the
+    three pieces' gradients into one concatenation (a view), with no zero pad and add per piece."""
+    class QKV(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(64, 192)
+
+        def forward(self, x, y):
+            q, k, v = split(self.qkv(x))
+            return F.mse_loss(q * k + v, y)
+
+    net = QKV()
+    model = poptorch.trainingModel(net, poptorch.Options(), torch.optim.SGD(net.parameters(), lr=0.1))
+    model.compile(torch.randn(8, 16, 64), torch.randn(8, 16, 64))
+    g = model.executable.graph
+    (pad,) = [op for op in g.ops if op.kind == "pad"]
+    assert sorted(pad.attrs["regions"]) == [(0, 64), (64, 128), (128, 192)]
+    full = (8, 16, 192)
+    assert not [op for op in g.ops if op.kind == "add" and op.pass_ == "backward"
+                and g.tensors[op.outputs[0]].shape == full]

@@ -588,15 +588,59 @@ def _getitem(ctx: OpContext):
         return ctx.op("gather", [index_tensors[0], obj], name="index")
     if tuple(ctx.output.shape) == tuple(ctx.args[0].shape):
         return obj
-    return ctx.op("slice", [obj], {"index": str(idx)}, name="slice")
+    return ctx.op("slice", [obj], {"index": str(idx), **_index_region(idx, tuple(ctx.args[0].shape))},
+                  name="slice")
+
+
+def _index_region(idx, shape: tuple) -> dict:
+    """``{axis, start, stop}`` of ``x[idx]`` when the index slices one axis with step 1 and keeps
+    every other whole (``h[..., :64]``, ``h[:, :, 128:]``), as :func:`_split`; else nothing."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if sum(i is Ellipsis for i in idx) > 1 or not all(isinstance(i, slice) or i is Ellipsis for i in idx):
+        return {}
+    if Ellipsis in idx:
+        at = idx.index(Ellipsis)
+        idx = idx[:at] + (slice(None),) * (len(shape) - len(idx) + 1) + idx[at + 1:]
+    cut = [(d, i) for d, i in enumerate(idx) if i != slice(None)]
+    if len(cut) != 1 or len(idx) > len(shape):
+        return {}
+    axis, piece = cut[0]
+    start, stop, step = piece.indices(shape[axis])
+    return {"axis": axis, "start": start, "stop": stop} if step == 1 and stop > start else {}
 
 
 def _split(ctx: OpContext):
+    """Slices of ``x``; where a slice keeps ``x``'s rank and its region along one axis is known (the
+    pieces of a split or chunk, an ATen slice of step 1, a narrow), the ``axis`` / ``start`` /
+    ``stop`` the backward pass needs to assemble the pieces' gradients as PopART's PadSum does
+    (one concatenation, sim/graph/training.py ``give_slice``), not a zero pad and an add per piece."""
     x = ctx.sarg(0, "input")
-    outs = ctx.output
+    outs, shape = ctx.output, tuple(ctx.args[0].shape)
     if isinstance(outs, torch.Tensor):
-        return ctx.op("slice", [x], name="slice")
-    return tuple(ctx.op("slice", [x], {"piece": i}, output=o, name="slice") for i, o in enumerate(outs))
+        return ctx.op("slice", [x], _slice_region(ctx, shape, tuple(outs.shape)), name="slice")
+    attrs = [{"piece": i} for i in range(len(outs))]
+    ranks_kept = all(len(o.shape) == len(shape) for o in outs)
+    axis = next((d for d in range(len(shape)) if any(o.shape[d] != shape[d] for o in outs)), None)
+    if ranks_kept and axis is not None and sum(o.shape[axis] for o in outs) == shape[axis]:
+        start = 0
+        for a, o in zip(attrs, outs):  # the pieces tile the axis in order
+            a.update(axis=axis, start=start, stop=start + o.shape[axis])
+            start += o.shape[axis]
+    return tuple(ctx.op("slice", [x], a, output=o, name="slice") for a, o in zip(attrs, outs))
+
+
+def _slice_region(ctx: OpContext, shape: tuple, out: tuple) -> dict:
+    """``{axis, start, stop}`` of a one-output slice that keeps the rank (ATen ``slice`` of step 1,
+    ``narrow``), else nothing."""
+    if len(out) != len(shape) or ctx.key not in ("slice", "narrow"):
+        return {}
+    axis = int(ctx.arg(1, "dim", 0)) % len(shape)
+    if ctx.key == "slice" and ctx.arg(4, "step", 1) not in (None, 1):
+        return {}
+    start = ctx.arg(2, "start", 0)
+    start = 0 if start is None else int(start)
+    start = min(max(start + shape[axis] if start < 0 else start, 0), shape[axis])
+    return {"axis": axis, "start": start, "stop": start + out[axis]}
 
 
 def _reduce(kind):
