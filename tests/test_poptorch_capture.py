@@ -647,7 +647,7 @@ def test_ops_whose_results_nothing_uses_are_pruned_as_popart_prunes_them():
     the capture, saying so in the notes."""
     class Gather(nn.Module):
         def forward(self, seq, pos):
-            unused = F.one_hot(pos, seq.shape[1])  # noqa: F841 - computed and dropped, as the example does
+            F.one_hot(pos, seq.shape[1])  # computed and dropped, as the example does
             return torch.matmul(F.one_hot(pos, seq.shape[1]).to(seq.dtype), seq)
 
     model = poptorch.inferenceModel(Gather())
