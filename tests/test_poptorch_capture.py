@@ -683,3 +683,38 @@ def test_pieces_of_a_tensor_get_one_gradient_as_popart_padsum_gives_it(split):
     full = (8, 16, 192)
     assert not [op for op in g.ops if op.kind == "add" and op.pass_ == "backward"
                 and g.tensors[op.outputs[0]].shape == full]
+
+
+def test_a_weight_made_of_weights_in_the_model_is_priced_as_one_weight():
+    """Graphcore's BERT fuses its Q, K and V weights in forward (x @ cat([Wq, Wk, Wv]).T): PopART lays
+    the weights out through the concat and transpose for the matmul, which gets its fully connected
+    passes, so it costs what one (h, 3h) linear layer's weight costs, with no transpose copies."""
+    class Fused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (nn.Linear(256, 256, bias=False) for _ in range(3))
+
+        def forward(self, x, y):
+            w = torch.cat((self.q.weight, self.k.weight, self.v.weight), 0)
+            return F.mse_loss(x @ torch.transpose(w, -2, -1), y)
+
+    class Plain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(256, 768, bias=False)
+
+        def forward(self, x, y):
+            return F.mse_loss(self.qkv(x), y)
+
+    def matmuls(net):
+        net = net.half()
+        model = poptorch.trainingModel(net, poptorch.Options(), torch.optim.SGD(net.parameters(), lr=0.1))
+        model.compile(torch.randn(4, 64, 256).half(), torch.randn(4, 64, 768).half())
+        exe = model.executable
+        assert not [op for op in exe.graph.ops if op.kind == "transpose"]
+        return sorted((op.attrs.get("fully_connected_pass"), exe.costs[op.name].cycles)
+                      for op in exe.graph.ops if op.kind == "matmul")
+
+    fused = matmuls(Fused())
+    assert fused == matmuls(Plain())
+    assert [p for p, _ in fused] == ["TRAINING_FWD", "TRAINING_WU"]

@@ -307,6 +307,8 @@ def _transpose(ctx: OpContext):
     moved = [p for i, p in enumerate(perm) if p != i]
     if n < 2 or all(src.shape[p] == 1 for p in moved):
         return ctx.op("reshape", [x])
+    if _is_weight(ctx, x) and not isinstance(x, Lazy):  # weights concatenated, then transposed: a view
+        return _weight_view(ctx, ctx.op("reshape", [x], {"perm": perm}, name="transpose"))
     return ctx.op("transpose", [x], {"perm": perm})
 
 
@@ -568,10 +570,26 @@ def _embedding(ctx: OpContext, ids=None, table=None):
     return ctx.op("gather", [ids, table], name="gather")
 
 
+def _is_weight(ctx: OpContext, s) -> bool:
+    """A trainable parameter, or a view of such (``weight_view``)."""
+    if isinstance(s, Lazy):
+        return s.role == "weight"
+    return isinstance(s, str) and ctx.cap.g.tensors[s].priced_role == "weight"
+
+
+def _weight_view(ctx: OpContext, out: str) -> str:
+    """Mark ``out``, a concatenation or transpose of weights, as a view of weights: PopART lays the
+    weights out through it for the matmul that reads it (the ops' unwinding), as the zoo's
+    ``GraphBuilder.linear`` pieces, so the matmul is a weight's (``fullyConnectedPass``)."""
+    ctx.cap.g.tensors[out].weight_view = True
+    return out
+
+
 def _concat(ctx: OpContext):
-    tensors = ctx.sarg(0, "tensors")
+    tensors = [s for s in ctx.sarg(0, "tensors") if _is_sym_tensor(s)]
     dim = int(ctx.arg(1, "dim", 0) or 0)
-    return ctx.op("concat", [s for s in tensors if _is_sym_tensor(s)], {"axis": dim}, name="concat")
+    out = ctx.op("concat", tensors, {"axis": dim}, name="concat")
+    return _weight_view(ctx, out) if tensors and all(_is_weight(ctx, t) for t in tensors) else out
 
 
 def _getitem(ctx: OpContext):
