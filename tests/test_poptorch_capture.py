@@ -718,3 +718,28 @@ def test_a_weight_made_of_weights_in_the_model_is_priced_as_one_weight():
     fused = matmuls(Fused())
     assert fused == matmuls(Plain())
     assert [p for p, _ in fused] == ["TRAINING_FWD", "TRAINING_WU"]
+
+
+@pytest.mark.parametrize("method", ["torch.fx", "torch.export"])
+def test_torch_ops_poptorch_name_scopes_from_hooks(method):
+    """Graphcore's CNN examples name each layer's ops with torch.ops.poptorch.push_name_scope /
+    pop_name_scope from forward hooks (vision/cnns/pytorch/models/models.py name_scope_hook)."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.head = nn.Linear(8, 8), nn.Linear(8, 4)
+
+        def forward(self, x):
+            if method == "torch.export" and x.shape[0] > 1:  # torch.fx cannot trace this
+                x = x * 1
+            return self.head(torch.relu(self.stem(x)))
+
+    net = Net()
+    for name, m in net.named_children():
+        m.register_forward_pre_hook(lambda _m, _i, name=name: torch.ops.poptorch.push_name_scope(name))
+        m.register_forward_hook(lambda _m, _i, _o: torch.ops.poptorch.pop_name_scope())
+    model = poptorch.inferenceModel(net)
+    model(torch.randn(4, 8))
+    assert f"graph captured with {method}" in model.executable.notes
+    names = [op.name for op in model.executable.graph.ops if op.kind == "matmul"]
+    assert [n.split("/")[0] for n in names] == ["stem", "head"]

@@ -220,6 +220,28 @@ class NameScope:
             st.pop_scope()
 
 
+def _push_name_scope(name: str) -> None:
+    """``torch.ops.poptorch.push_name_scope``: what entering a :class:`NameScope` does (PopTorch's
+    C++ extension registers the op; Graphcore's CNN examples call it from forward hooks,
+    vision/cnns/pytorch/models/models.py ``name_scope_hook``)."""
+    st = _state.active()
+    if st is not None:
+        st.push_scope(name)
+
+
+def _pop_name_scope() -> None:
+    """``torch.ops.poptorch.pop_name_scope``: what leaving a :class:`NameScope` does."""
+    st = _state.active()
+    if st is not None:
+        st.pop_scope()
+
+
+# PopTorch's ops as its extension makes them reachable: torch.ops.poptorch.<name> (plain Python here,
+# run while the model is traced, as the NameScope above)
+torch.ops.poptorch.push_name_scope = _push_name_scope
+torch.ops.poptorch.pop_name_scope = _pop_name_scope
+
+
 _attribute_notes: list[str] | None = None  # where Attribute scopes entered while compiling are noted
 
 
