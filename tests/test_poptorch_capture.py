@@ -743,3 +743,27 @@ def test_torch_ops_poptorch_name_scopes_from_hooks(method):
     assert f"graph captured with {method}" in model.executable.notes
     names = [op.name for op in model.executable.graph.ops if op.kind == "matmul"]
     assert [n.split("/")[0] for n in names] == ["stem", "head"]
+
+
+def test_a_layer_outside_the_module_tree_is_traced_through_with_torch_fx():
+    """Graphcore's CNN LabelSmoothing keeps its NLLLoss on a plain object, not as a submodule: torch.fx
+    traces through it rather than giving up for torch.export."""
+    class Smooth:
+        def __init__(self):
+            self.loss = nn.NLLLoss()
+
+        def __call__(self, out, y):
+            return self.loss(out, y) * 0.9
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.losses = nn.Linear(8, 4), [Smooth()]
+
+        def forward(self, x, y):
+            lp = torch.log_softmax(self.fc(x), 1)
+            return poptorch.identity_loss(sum(loss(lp, y) for loss in self.losses), "none")
+
+    model = poptorch.trainingModel(Net(), poptorch.Options())
+    model.compile(torch.randn(4, 8), torch.zeros(4, dtype=torch.long))
+    assert "graph captured with torch.fx" in model.executable.notes

@@ -57,6 +57,15 @@ class _Tracer(torch.fx.Tracer):
     def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
         return isinstance(m, self._leaf_types)
 
+    def call_module(self, m: torch.nn.Module, forward, args, kwargs):
+        """A layer held outside the module tree (Graphcore's CNN LabelSmoothing keeps its NLLLoss on
+        a plain object) has no path for a call_module node: trace through its forward instead."""
+        try:
+            self.path_of_module(m)
+        except NameError:
+            return forward(*args, **kwargs)
+        return super().call_module(m, forward, args, kwargs)
+
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         st = _state.active()
