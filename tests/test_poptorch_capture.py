@@ -767,3 +767,27 @@ def test_a_layer_outside_the_module_tree_is_traced_through_with_torch_fx():
     model = poptorch.trainingModel(Net(), poptorch.Options())
     model.compile(torch.randn(4, 8), torch.zeros(4, dtype=torch.long))
     assert "graph captured with torch.fx" in model.executable.notes
+
+
+def test_a_no_grad_block_in_forward_is_inlined_under_torch_export():
+    """A metric computed under torch.no_grad() in forward (Graphcore's CNN training wrapper, DINO's
+    teacher): torch.export wraps it in a higher-order op calling a sub-module, whose ops the capture
+    copies inline and prices."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x, y):
+            if x.shape[0] > 1:  # torch.fx cannot trace this
+                x = x * 1
+            out = self.fc(x)
+            with torch.no_grad():
+                acc = (out.argmax(1) == y).float().mean()
+            return F.cross_entropy(out, y), acc
+
+    model = poptorch.trainingModel(Net(), poptorch.Options())
+    loss, acc = model(torch.randn(4, 8), torch.zeros(4, dtype=torch.long))
+    assert "graph captured with torch.export" in model.executable.notes
+    kinds_ = [op.kind for op in forward_ops(model)]
+    assert "compare" in kinds_ and "reduce_mean" in kinds_

@@ -203,7 +203,32 @@ def _export(adapter, flat: list):
         # nn.RNN and its kind re-assign their flat weight list on every call: harmless here
         warnings.filterwarnings("ignore", message="The tensor attributes .* were assigned during export")
         ep = torch.export.export(adapter, tuple(flat), strict=False)
-    return ep.module(), "torch.export", state.notes
+    return _inlined(ep.module()), "torch.export", state.notes
+
+
+def _inlined(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` with each ``with torch.no_grad()`` (or autocast) block of the forward, which torch.export
+    wraps in a higher-order op calling a sub-module (``wrap_with_set_grad_enabled``), copied inline:
+    its ops are the model's to price (Graphcore's CNN accuracy metric, DINO's teacher)."""
+    wrappers = {getattr(torch.ops.higher_order, name, None) for name in ("wrap_with_set_grad_enabled",
+                                                                          "wrap_with_autocast")} - {None}
+    g = gm.graph
+    while True:
+        node = next((n for n in g.nodes if n.op == "call_function" and n.target in wrappers), None)
+        if node is None:
+            break
+        at = next(i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and a.op == "get_attr")
+        sub = getattr(gm, node.args[at].target)
+        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        with g.inserting_before(node):
+            out = g.graph_copy(sub.graph, dict(zip(placeholders, node.args[at + 1:])))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for user in list(node.users):  # the wrapper returns a tuple: its users are getitem nodes
+            user.replace_all_uses_with(outs[user.args[1]])
+            g.erase_node(user)
+        g.erase_node(node)
+    gm.recompile()
+    return gm
 
 
 def _copied(outputs):
