@@ -1014,3 +1014,29 @@ def test_adaptive_max_pooling_is_refused_as_poptorch_cannot_run_it(layer):
 
     with pytest.raises(Exception, match="no handler for adaptive max pooling"):
         poptorch.inferenceModel(Functional())(x)
+
+
+def test_in_place_op_on_a_half_tensor_with_a_float_operand_keeps_half():
+    """GPT-2's ``attn_weights -= 1e4 * (1 - causal_mask)`` (a half tensor, a float32 operand): the in-place
+    op keeps its tensor's dtype, as torch and PopTorch do. torch.fx records the augmented assignment as
+    an out-of-place ``sub`` (another dtype), so the capture takes torch.export, where the op is ATen's
+    ``sub_.Tensor``, which the implicit casts must see as in place."""
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("bias", torch.tril(torch.ones(8, 8, dtype=torch.uint8)).view(1, 8, 8))
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            w = self.lin(x)
+            n = x.size(-2)
+            w -= 1e4 * (1 - self.bias[:, :n, :n])  # a float32 operand
+            w = w.type(x.dtype)
+            return w.softmax(-1)
+
+    net = Masked().half()
+    x = torch.randn(2, 8, 8).half()
+    model = poptorch.inferenceModel(net)
+    out = model(x)
+    assert out.dtype == torch.float16 and "graph captured with torch.export" in model.executable.notes
+    torch.testing.assert_close(out, net(x), rtol=1e-3, atol=1e-3)

@@ -54,12 +54,18 @@ def target_dtype(dtypes: set, cast_to: torch.dtype | None) -> torch.dtype | None
 
 
 def _name(func) -> str:
-    return getattr(func, "__name__", "") or ""
+    """The function's name, an ATen overload's without its overload (``sub_.Tensor``: ``sub_``)."""
+    return (getattr(func, "__name__", "") or "").split(".")[0]
+
+
+#: an augmented assignment (``w -= x``): ``operator.isub`` under torch.fx, ``Tensor.__isub__`` otherwise
+_AUGMENTED = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor"}
 
 
 def in_place(name: str) -> bool:
-    """An in-place method (``add_``): it keeps its own dtype, the other operands follow it."""
-    return name.endswith("_") and not name.startswith("_")
+    """An in-place method (``add_``) or augmented assignment (``w -= x``): it keeps its own dtype,
+    the other operands follow it."""
+    return (name.endswith("_") and not name.startswith("_")) or name.strip("_") in _AUGMENTED
 
 
 def cast_values(values, dtype: torch.dtype):
