@@ -246,3 +246,23 @@ def test_a_constant_output_comes_back_once():
 
     y, c = poptorch.inferenceModel(Net(), poptorch.Options().deviceIterations(3))(torch.ones(6, 4))
     assert (tuple(y.shape), tuple(c.shape)) == ((6, 3), (2,))
+
+
+def test_serialized_matmul_of_a_rank_3_input_by_a_rank_2_weight():
+    """GPT-2's LM head: [B, S, H] by [H, V], serialised over the output channels; PopART's MatMulPattern
+    brings the weight to rank 3 (group 1) before SerializeMatMuls, so PopTorch accepts it."""
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(256, 64))
+
+        def forward(self, x):
+            return poptorch.serializedMatMul(x, self.weight.t(), Serial.OutputChannels, 4)
+
+    net = Head()
+    x = torch.randn(2, 32, 64)
+    model = poptorch.inferenceModel(net)
+    torch.testing.assert_close(model(x), x @ net.weight.t(), rtol=1e-4, atol=1e-3)
+    g = model.executable.graph
+    pieces = [op for op in g.ops if op.kind == "matmul"]
+    assert len(pieces) == 4 and {g.tensors[op.outputs[0]].shape for op in pieces} == {(2, 32, 64)}

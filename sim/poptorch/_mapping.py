@@ -797,9 +797,11 @@ def _serialized_matmul(ctx: OpContext):
     if mode == "none" or factor <= 1:
         return _matmul(ctx, a, b)
     sa, sb = ctx.shape(a), ctx.shape(b)
-    if not 2 <= len(sa) <= 3 or len(sa) != len(sb):
+    # PopART's MatMulPattern brings both operands to rank 3 (a missing group dimension is 1, broadcast)
+    # before SerializeMatMuls slices them (GPT-2's LM head: [B, S, H] by [H, V])
+    if not (2 <= len(sa) <= 3 and 2 <= len(sb) <= 3):
         raise error(f"serializedMatMul: operands of shapes {list(sa)} and {list(sb)}: PopART serialises "
-                    "matmuls of rank 2 or 3 with equal ranks; reshape them first")
+                    "matmuls of rank 2 or 3; reshape them first")
     da, db = _SERIAL_DIMS[mode]
     size = sa[da] if da is not None else sb[db]
     if size % factor:
