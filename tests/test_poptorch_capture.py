@@ -791,3 +791,20 @@ def test_a_no_grad_block_in_forward_is_inlined_under_torch_export():
     assert "graph captured with torch.export" in model.executable.notes
     kinds_ = [op.kind for op in forward_ops(model)]
     assert "compare" in kinds_ and "reduce_mean" in kinds_
+
+
+def test_a_subclass_of_a_layer_with_its_own_forward_is_traced_through():
+    """GPT-2's SerializedLinear(nn.Linear) serialises its matmul in its own forward: torch.fx traces
+    that forward instead of pricing the base nn.Linear's rule; the transposed weight it reads is the
+    weight in the matmul's layout, no transpose copy."""
+    class SerializedLinear(nn.Linear):
+        def forward(self, x):
+            out = poptorch.serializedMatMul(x, self.weight.t(), poptorch.MatMulSerializationMode.OutputChannels, 4)
+            return out + self.bias if self.bias is not None else out
+
+    model = poptorch.inferenceModel(SerializedLinear(64, 256, bias=False))
+    model(torch.randn(32, 64))
+    g = model.executable.graph
+    assert "graph captured with torch.fx" in model.executable.notes
+    assert [op.kind for op in g.ops].count("matmul") == 4
+    assert "transpose" not in [op.kind for op in g.ops]

@@ -55,7 +55,11 @@ class _Tracer(torch.fx.Tracer):
         self._leaf_types = leaf_types
 
     def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
-        return isinstance(m, self._leaf_types)
+        """A layer with a rule, unless it is a subclass with a forward of its own (GPT-2's
+        ``SerializedLinear(nn.Linear)`` serialises its matmul there): that is traced through."""
+        if type(m) in self._leaf_types:
+            return True
+        return any(isinstance(m, t) and type(m).forward is t.forward for t in self._leaf_types)
 
     def call_module(self, m: torch.nn.Module, forward, args, kwargs):
         """A layer held outside the module tree (Graphcore's CNN LabelSmoothing keeps its NLLLoss on

@@ -307,6 +307,10 @@ def _transpose(ctx: OpContext):
     moved = [p for i, p in enumerate(perm) if p != i]
     if n < 2 or all(src.shape[p] == 1 for p in moved):
         return ctx.op("reshape", [x])
+    if isinstance(x, Lazy) and x.role == "weight" and perm == list(range(n - 2)) + [n - 1, n - 2]:
+        # a weight transposed (GPT-2's SerializedLinear: x @ W.t()): the weight in the matmul's layout,
+        # a real transpose only if the model also reads it untransposed (Capture.weight)
+        return ctx.cap.weight(x, transposed=True)
     if _is_weight(ctx, x) and not isinstance(x, Lazy):  # weights concatenated, then transposed: a view
         return _weight_view(ctx, ctx.op("reshape", [x], {"perm": perm}, name="transpose"))
     return ctx.op("transpose", [x], {"perm": perm})
