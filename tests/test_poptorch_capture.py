@@ -808,3 +808,34 @@ def test_a_subclass_of_a_layer_with_its_own_forward_is_traced_through():
     assert "graph captured with torch.fx" in model.executable.notes
     assert [op.kind for op in g.ops].count("matmul") == 4
     assert "transpose" not in [op.kind for op in g.ops]
+
+
+def test_a_checkpoint_whose_result_is_unused_checkpoints_nothing():
+    """Graphcore's GPT-2 checkpoints every output of a block with a hook, its unused `present` (key,
+    value) too: PopTorch's checkpoint is an op PopART prunes when unused, so only the used output
+    is a checkpoint."""
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kv, self.out = nn.Linear(16, 32), nn.Linear(16, 16)
+
+        def forward(self, x):
+            k, v = self.kv(x).split(16, dim=-1)
+            return x + self.out(torch.relu(k * v)), (k, v)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b0, self.b1 = Block(), poptorch.BeginBlock(Block(), ipu_id=1)
+            for b in (self.b0, self.b1):
+                b.register_forward_hook(lambda m, i, o: tuple(poptorch.recomputationCheckpoint(y) for y in o))
+
+        def forward(self, x):
+            return poptorch.identity_loss(self.b1(self.b0(x)[0])[0].pow(2).mean(), "none")
+
+    o = poptorch.Options()
+    o.Training.gradientAccumulation(4)
+    model = poptorch.trainingModel(Net(), o)
+    model.compile(torch.randn(8, 16))
+    marked = [op.name for op in model.executable.graph.ops if op.attrs.get("recomputation_checkpoint")]
+    assert marked == ["b0/add", "b1/add"]

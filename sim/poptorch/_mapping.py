@@ -768,7 +768,9 @@ def _annotation(ctx: OpContext, name: str, value, x):
     op = _producer(ctx, tensor)
     if name == "set_available_memory" and op is not None:
         _biased_layer(ctx, op).attrs["available_memory_proportion"] = float(value)
-    elif name == "recomputation_checkpoint" and op is not None:
+    elif name == "recomputation_checkpoint" and op is not None and ctx.node.users:
+        # PopTorch's checkpoint is an op of its own, pruned by PopART when nothing reads its result
+        # (GPT-2's hook checkpoints each block's unused `present` too): only a used one checkpoints
         op.attrs["recomputation_checkpoint"] = True
     return tensor
 
