@@ -839,3 +839,22 @@ def test_a_checkpoint_whose_result_is_unused_checkpoints_nothing():
     model.compile(torch.randn(8, 16))
     marked = [op.name for op in model.executable.graph.ops if op.attrs.get("recomputation_checkpoint")]
     assert marked == ["b0/add", "b1/add"]
+
+
+def test_a_string_argument_is_not_taken_for_a_tensor():
+    """DINO's ViT attention reshapes by torch.div(C, heads, rounding_mode="trunc") of shape values: an
+    op of constants, folded, though one of its arguments is a string."""
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(64, 192)
+
+        def forward(self, x):
+            B, N, C = x.shape
+            qkv = self.qkv(x).reshape(B, N, 3, 4, torch.div(C, 4, rounding_mode="trunc")).permute(2, 0, 3, 1, 4)
+            return (qkv[0] @ qkv[1].transpose(-2, -1)).softmax(-1) @ qkv[2]
+
+    model = poptorch.inferenceModel(Attn())
+    x = torch.randn(2, 10, 64)
+    torch.testing.assert_close(model(x), model.model(x))
+    assert [op.kind for op in model.executable.graph.ops].count("matmul") == 3

@@ -1069,7 +1069,9 @@ def map_node(cap, n, interp, result):
     if rule is None:
         if not _has_tensor(result):
             return None
-        leaves = pytree.tree_leaves((sym_args, sym_kwargs), is_leaf=lambda x: isinstance(x, Lazy))
+        # the values the op reads from other nodes (a str among the plain arguments, such as
+        # rounding_mode="trunc", is not a graph tensor)
+        leaves = pytree.tree_leaves([cap.sym.get(a) for a in n.all_input_nodes], is_leaf=lambda x: isinstance(x, Lazy))
         trainable_layer = module is not None and isinstance(module, nn.Module) and any(
             p.requires_grad for p in module.parameters(recurse=False))
         if not trainable_layer and not any(_live(s) for s in leaves) and key not in NEVER_FOLDED:
