@@ -581,3 +581,28 @@ def test_custom_op_is_priced_by_its_rule_and_remapce_is_built_in(method):
         poptorch.unregister_op("ai.graphcore::MyOp")
     with pytest.raises(ValueError, match="attribute keys must be strings"):
         poptorch.custom_op([x], "RemapCE", "ai.graphcore", 1, [x], attributes={1: 2})
+
+
+def test_custom_op_operands_are_not_cast():
+    """PopTorch builds a custom op with ImplicitCast::None (OpBuilder.cpp createCustomOperation): DINO's
+    ExpMovAvg reads half weights and a float32 factor as they are, with no casts priced."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, x, factor):
+            poptorch.custom_op([self.a.weight, self.b.weight, factor], "ExpMovAvg", "com.acme", 1,
+                               example_outputs=[self.a.weight], attributes={})
+            return self.a(x)
+
+    poptorch.register_op("com.acme::ExpMovAvg", lambda ctx: ctx.custom(vertices=ctx.numel(), vertex_cycles=10))
+    try:
+        model = poptorch.inferenceModel(Net().half())
+        model(torch.randn(4, 16).half(), torch.ones(1))
+    finally:
+        poptorch.unregister_op("com.acme::ExpMovAvg")
+    g = model.executable.graph
+    (custom,) = [op for op in g.ops if op.kind == "custom"]
+    assert [g.tensors[t].dtype for t in custom.inputs] == ["float16", "float16", "float32"]
+    assert "cast" not in [op.kind for op in g.ops]
