@@ -95,7 +95,7 @@ def test_settings_with_nothing_to_act_on_are_noted_and_change_nothing():
         (sim.Options(), sim.Optimizer("sgd", "float16"), "optimizer sgd keeps no state: its state dtype float16 has no "
                                                          "effect"),
         (sim.Options(), sim.Optimizer("sgd", accum_dtype="float16"),
-         "gradient accumulators float16: gradient accumulation 1 keeps none; no effect"),
+         "gradient accumulators float16: gradient accumulation 1 keeps no accumulators; no effect"),
         (sim.Options().enableStableNorm(True), "sgd",
          "enableStableNorm: the model has no batch, group or layer norm; no effect"),
         (sim.Options().syncPattern(SyncPattern.ReplicaAndLadder), "sgd",

@@ -402,3 +402,25 @@ def test_partials_type_is_modelled():
     o.Precision.setPartialsType(torch.half)
     assert o.partials_type() == "half"
     assert "Precision.setPartialsType" not in o.unmodelled()
+
+
+def test_combined_sgd_accumulates_into_its_velocity_as_the_notes_say():
+    """SGD with use_combined_accum (PopART's SGD1, Graphcore's CNN sgd_combined) keeps no gradient
+    accumulators at any accumulation: the velocity is the accumulator, and the notes give that reason."""
+    net = torch.nn.Linear(8, 4)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x, y):
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    o = poptorch.Options()
+    o.Training.gradientAccumulation(6)
+    opt = poptorch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, use_combined_accum=True)
+    model = poptorch.trainingModel(M(), o, opt)
+    model.compile(torch.randn(12, 8), torch.zeros(12, dtype=torch.long))
+    notes = [n for n in model.executable.notes if n.startswith("gradient accumulators")]
+    assert notes and all("accumulates the gradients into its own state" in n for n in notes)

@@ -301,6 +301,14 @@ def _control_flow_notes(g: Graph) -> list[str]:
     return notes
 
 
+def _no_accumulators(o: Options, optimizer: Optimizer) -> str:
+    """Why a training run keeps no gradient accumulators: one micro-batch a step, or an optimizer that
+    accumulates into its own state (SGD's combined velocity, PopART's SGD1)."""
+    if o.Training.gradient_accumulation == 1:
+        return "gradient accumulation 1 keeps no accumulators"
+    return f"optimizer {optimizer.name} accumulates the gradients into its own state, no accumulators"
+
+
 def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rounded: int) -> list[str]:
     """Notes for settings that have nothing to act on in this run (the run is what it would be
     without them): ``g`` is the compiler's graph, ``optimizer`` that of a training run (None at
@@ -317,7 +325,7 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         if set_on and not training:
             notes.append(f"{setter}: no {kind} state in inference; no effect")
         elif set_on and held[kind] not in roles:
-            why = ("gradient accumulation 1 keeps no accumulators" if kind == "accumulator"
+            why = (_no_accumulators(o, optimizer) if kind == "accumulator"
                    else f"optimizer {optimizer.name} keeps no state")
             notes.append(f"{setter}: {why}; no effect")
         elif where.replicated_tensor_sharding and o.total_replicas() == 1 and training:
@@ -327,7 +335,7 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
             notes.append(f"optimizer {optimizer.name} keeps no state: its state dtype {optimizer.state_dtype} "
                          "has no effect")
         if optimizer.accum_dtype and "accumulator" not in roles:
-            notes.append(f"gradient accumulators {optimizer.accum_dtype}: gradient accumulation 1 keeps none; "
+            notes.append(f"gradient accumulators {optimizer.accum_dtype}: {_no_accumulators(o, optimizer)}; "
                          "no effect")
     if o.stable_norm and not any(op.kind in STATISTICS_NORMS for op in g.ops):
         notes.append("enableStableNorm: the model has no batch, group or layer norm; no effect")
