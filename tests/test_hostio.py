@@ -363,3 +363,18 @@ def test_more_host_processes_than_replicas_is_noted():
     assert "hostProcesses 16 is more than the 8 replicas: 8 host processes have no replica to feed" \
         in sixteen.executable.notes
     assert not any(n.startswith("hostProcesses") for n in eight.executable.notes)
+
+
+def test_a_popdist_instance_shares_its_host_link_with_the_next_instances_replicas():
+    """poprun with 8 instances of 2 one-IPU replicas on a Pod16: each IPU-Machine's host link feeds 4
+    replicas, two instances' worth, each instance's from its own process; simulated so, the instance's run
+    is the same as the whole job described as 16 replicas fed by 8 host processes."""
+    poptorch = pytest.importorskip("sim.poptorch")  # PopDist's process id is PopTorch's option
+    g = models.get("mlp", micro_batch=64, in_features=4096, hidden=[1024])
+    as_instance = poptorch.Options().replicationFactor(2)
+    as_instance.Distributed.configureProcessId(0, 8)
+    as_processes = sim.Options().replicationFactor(16).hostProcesses(8)
+    a, b = (sim.simulate(g, "ipu-pod16", o, training=True, optimizer="sgd") for o in (as_instance, as_processes))
+    assert a.executable.simulated_replicas == b.executable.simulated_replicas == [0, 1, 2, 3]
+    assert a.cycle_count == b.cycle_count
+    assert a.breakdown.loc[0, "host_io"] == b.breakdown.loc[0, "host_io"] > 0

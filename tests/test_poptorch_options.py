@@ -373,7 +373,8 @@ def test_import_without_torch_names_the_extra():
 
 def test_collectives_span_every_instance():
     """4 PopDist instances x 2 replicas: the gradient all-reduce runs over all 8 replicas, so it
-    takes longer than over one instance's 2, and each call still simulates only 2 replicas."""
+    takes longer than over one instance's 2; each call simulates the 4 replicas of the instance's
+    IPU-Machine host link, 2 of them the next instance's (fed by its own process)."""
     class WithLoss(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -390,7 +391,7 @@ def test_collectives_span_every_instance():
         model = poptorch.trainingModel(net, o, poptorch.optim.SGD(net.parameters(), lr=0.1))
         model(x(2, 64), x(2, 64))
         t = model.simulation.trace
-        assert model.executable.simulated_replicas == [0, 1]
+        assert model.executable.simulated_replicas == list(range(min(4, 2 * processes)))
         return t[t["kind"] == "collective"]["cycles"].sum()
     assert collective_cycles(4) > collective_cycles(1) > 0
 

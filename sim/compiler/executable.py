@@ -186,7 +186,9 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     costs = price_ops(g, system, o, training, tiles)
     lap("costs")
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
-    simulated = list(range(min(R, max(1, system.host_link.ipus_per_link // k))))
+    # the replicas on one host link, over all instances: a PopDist instance's replicas share their
+    # IPU-Machine's link with the next instance's (each fed by its own process)
+    simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
@@ -255,7 +257,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         notes.append(f"process {o.instance_index()} of {o.num_instances()}, {R} replicas each: this "
                      "instance's replicas are simulated; "
                      f"collectives span all {o.total_replicas()} replicas, the other instances' by symmetry")
-    if simulated != list(range(R)):
+    if len(simulated) > R:
+        notes.append(f"replicas 0-{len(simulated) - 1} simulated: they share one host link, this instance's {R} "
+                     f"and {len(simulated) - R} of the next instance's, each instance's fed by its own process")
+    elif simulated != list(range(R)):
         who = ("replica 0 simulated (no other replica shares its host link)" if len(simulated) == 1
                else f"replicas 0-{len(simulated) - 1} simulated (they share one host link)")
         notes.append(f"{who}; the other {R - len(simulated)} run the same program and share their timings "
