@@ -255,7 +255,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                      "of MobileNet's depthwise layers (reports/validation.md, microbenchmarks)")
     if o.num_instances() > 1:
         notes.append(f"process {o.instance_index()} of {o.num_instances()}, {R} replicas each: this "
-                     "instance's replicas are simulated; "
+                     "instance's replicas are simulated with those sharing their host link; "
                      f"collectives span all {o.total_replicas()} replicas, the other instances' by symmetry")
     if len(simulated) > R:
         notes.append(f"replicas 0-{len(simulated) - 1} simulated: they share one host link, this instance's {R} "
