@@ -46,7 +46,7 @@ def test_pretraining_options_build_what_the_source_runs():
     assert kinds(g, "encoder/layer0/ffn/").count("dropout") == 2  # after the GELU and after fc2
     assert kinds(g, "encoder/layer0/attention/").count("dropout") == 2  # probabilities and output
     checkpoints = [op for op in g.ops if op.attrs.get("recomputation_checkpoint")]
-    assert len(checkpoints) == 11 + 4  # every block's output but the last, and 4 mid-block
+    assert len(checkpoints) == 12 + 4  # every block's output, the last too (as the source), and 4 mid-block
 
 
 @pytest.mark.parametrize("params, key", [
