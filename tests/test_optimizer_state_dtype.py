@@ -243,3 +243,23 @@ def test_combined_accumulation_is_a_setting_of_momentum_sgd_only():
     for name in ("sgd", "adam", "lars"):
         with pytest.raises(sim.OptionsError, match="combined_accum .* a setting of sgd_momentum only"):
             sim.Optimizer(name, combined_accum=True)
+
+
+def test_rmsprop_with_momentum_keeps_a_float32_momentum_beside_its_mean_square():
+    """PopART's RMSProp (adaptivedecompose.cpp) adds Accl3, the momentum, when the momentum is not 0,
+    in float32 whatever PopTorch's arguments; the mean square (Accl1) takes PopTorch's
+    first_order_momentum_accum_type (popart_compiler CompilerImpl.cpp builds popart::Adaptive so)."""
+    poptorch = pytest.importorskip("sim.poptorch")
+    torch = pytest.importorskip("torch")
+    from sim.poptorch.optim import sim_optimizer, state_dtype
+    p = [torch.nn.Parameter(torch.zeros(4))]
+    plain = poptorch.optim.RMSprop(p, lr=0.01, first_order_momentum_accum_type=torch.float16)
+    momentum = poptorch.optim.RMSprop(p, lr=0.01, momentum=0.9, first_order_momentum_accum_type=torch.float16)
+    assert (sim_optimizer(plain), state_dtype(plain)) == ("rmsprop", ("float16",))
+    assert (sim_optimizer(momentum), state_dtype(momentum)) == ("rmsprop_momentum", ("float16", "float32"))
+    import models
+    g = models.get("mlp")
+    costs = {name: sim.simulate(g, "ipu-mk2", training=True, optimizer=name) for name in ("rmsprop", "rmsprop_momentum")}
+    states = {name: sum(t.role == "state" for t in run.executable.graph.tensors.values()) for name, run in costs.items()}
+    assert states["rmsprop_momentum"] == 2 * states["rmsprop"] > 0
+    assert costs["rmsprop_momentum"].cycle_count > costs["rmsprop"].cycle_count

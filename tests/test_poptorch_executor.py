@@ -304,6 +304,7 @@ def test_training_output_shapes_follow_poptorch():
     (lambda p: poptorch.optim.Adam(p, lr=0.01), "adam"),
     (lambda p: poptorch.optim.AdamW(p, lr=0.01), "adamw"),
     (lambda p: poptorch.optim.RMSprop(p, lr=0.01), "rmsprop"),
+    (lambda p: poptorch.optim.RMSprop(p, lr=0.01, momentum=0.9), "rmsprop_momentum"),
     (lambda p: poptorch.optim.LAMB(p, lr=0.01), "lamb"),
     (lambda p: torch.optim.Adam(p, lr=0.01), "adam"),
 ])

@@ -31,6 +31,7 @@ OPTIMIZERS = {
     "adam": (2, "adam_update"),
     "adamw": (2, "adam_update"),
     "rmsprop": (1, "adam_update"),
+    "rmsprop_momentum": (2, "adam_update"),
     "lamb": (2, "lamb_update"),
     "lars": (1, "lars_update"),
 }
@@ -62,14 +63,18 @@ LAMB_OPS = ("adam_updater", "reduce_sum", "reduce_sum", "lamb_update")
 
 
 #: optimizer name -> what each state tensor holds, in order, and the PopTorch argument that sets
-#: its dtype (``poptorch.optim``): SGD's velocity, Adam's and LAMB's first and second moments,
-#: RMSprop's mean square (its second-order momentum); LARS (not a PopTorch optimizer) its momentum
+#: its dtype (``poptorch.optim``; None: always float32): SGD's velocity, Adam's and LAMB's first and
+#: second moments, RMSprop's mean square (PopART's Accl1, which PopTorch types with
+#: ``first_order_momentum_accum_type``: popart_compiler CompilerImpl.cpp builds popart::Adaptive with
+#: it) and, with momentum, its momentum (Accl3, float32: adaptivedecompose.cpp adds it when the
+#: momentum is not the constant 0); LARS (not a PopTorch optimizer) its momentum
 STATES = {
     "sgd": (),
     "sgd_momentum": (("velocity", "velocity_accum_type"),),
     "adam": (("first moment", "first_order_momentum_accum_type"),
              ("second moment", "second_order_momentum_accum_type")),
-    "rmsprop": (("mean square", "second_order_momentum_accum_type"),),
+    "rmsprop": (("mean square", "first_order_momentum_accum_type"),),
+    "rmsprop_momentum": (("mean square", "first_order_momentum_accum_type"), ("momentum", None)),
     "lars": (("velocity", None),),
 }
 STATES["adamw"] = STATES["lamb"] = STATES["adam"]

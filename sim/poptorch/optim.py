@@ -358,7 +358,7 @@ def sim_optimizer(optimizer) -> str:
     if isinstance(optimizer, torch.optim.Adam):
         return "adam"
     if isinstance(optimizer, torch.optim.RMSprop):
-        return "rmsprop"
+        return "rmsprop_momentum" if any(g.get("momentum", 0) for g in optimizer.param_groups) else "rmsprop"
     momentum = any(g.get("momentum", 0) for g in optimizer.param_groups)
     return "sgd_momentum" if momentum else "sgd"
 
@@ -367,12 +367,12 @@ def state_dtype(optimizer) -> str | tuple[str, ...]:
     """The ``state_dtype`` of the :class:`sim.Optimizer` pricing ``optimizer``: one dtype per
     state tensor, in the order of ``sim.graph.training.STATES`` (Adam, AdamW, LAMB: the first
     moment from ``first_order_momentum_accum_type``, the second from
-    ``second_order_momentum_accum_type``; RMSprop's mean square from the latter; momentum SGD's
-    velocity from ``velocity_accum_type``); "float32" for an optimizer without state."""
+    ``second_order_momentum_accum_type``; RMSprop's mean square from the former, its momentum float32;
+    momentum SGD's velocity from ``velocity_accum_type``); "float32" for an optimizer without state."""
     attrs = [attr for _, attr in STATES[sim_optimizer(optimizer)]]
     if not attrs:
         return "float32"
-    return tuple("float16" if getattr(optimizer, a, torch.float32) == torch.float16 else "float32"
+    return tuple("float16" if a is not None and getattr(optimizer, a, torch.float32) == torch.float16 else "float32"
                  for a in attrs)
 
 
