@@ -59,3 +59,25 @@ def test_recomputed_segments_run_just_before_their_backward():
     by_name = {op.name: op for op in forward}
     for seg, first_backward in blocks:
         assert segment(by_name[first_backward.forward_of]) == seg
+
+
+def test_only_what_the_backward_pass_reads_is_recomputed():
+    """A segment's recomputed copies are the ops whose outputs the backward pass reads and what they
+    need; PopART prunes the others. Here the matmul of a linear layer whose bias add is the checkpoint:
+    the add's gradient reads no activation, the matmul's reads its input, so the matmul is not recomputed,
+    while the second layer's (read by the GELU's gradient) is."""
+    b = sim.GraphBuilder("prune", "float16")
+    x = b.input("x", (256, 256))
+    labels = b.input("labels", (256,), "int32")
+    with b.scope("a"):
+        h = b.linear(x, 256)  # matmul, then the bias add: the checkpoint
+    b.checkpoint(h)
+    with b.scope("b"):
+        h = b.gelu(b.linear(h, 256))
+    b.checkpoint(h)
+    b.softmax_cross_entropy(b.linear(h, 16, name="head"), labels)
+    b.output(b.graph.loss)
+    stage = sim.compile(b.graph, "ipu-mk2", training=True).stages[0]
+    recomputed = {op.name for op in stage.recomputed}
+    assert not any(n.startswith("a/") for n in recomputed)
+    assert any(n.startswith("b/") and "matmul" in n for n in recomputed)

@@ -111,8 +111,9 @@ def _recompute_between_checkpoints(stage: StageWork, by_name: dict[str, Op]) -> 
 
     The forward pass keeps only the checkpoints (and what the last segment, after the last
     checkpoint, makes); before the backward ops of an earlier segment run, that segment's
-    forward ops are recomputed. Tile memory therefore sees two runs: the forward pass, and the
-    backward pass with the recomputed segments interleaved.
+    forward ops whose outputs the backward pass reads (and those they need) are recomputed. Tile
+    memory therefore sees two runs: the forward pass, and the backward pass with the recomputed
+    segments interleaved.
     """
     forward = [op for op in stage.ops if op.pass_ == "forward"]
     backward = [op for op in stage.ops if op.pass_ != "forward"]
@@ -130,6 +131,7 @@ def _recompute_between_checkpoints(stage: StageWork, by_name: dict[str, Op]) -> 
         src = by_name.get(op.forward_of) if op.forward_of else first_user.get(op.attrs.get("weight"))
         return segment.get(src.name, last) if src is not None else last
 
+    reads = {t for op in backward for t in op.inputs}
     recomputed: list[Op] = []
     done = set()
     again = []
@@ -137,7 +139,14 @@ def _recompute_between_checkpoints(stage: StageWork, by_name: dict[str, Op]) -> 
         seg = segment_of(op)
         if seg < last and seg not in done:
             done.add(seg)
-            copies = [dataclasses.replace(f) for f in forward if segment[f.name] == seg and not is_checkpoint(f)]
+            # only the ops whose outputs the backward pass reads, and what they need: PopART prunes
+            # the other recomputed copies (a linear layer's matmul, whose output only its bias add reads)
+            needed, keep = set(reads), []
+            for f in reversed([f for f in forward if segment[f.name] == seg and not is_checkpoint(f)]):
+                if needed.intersection(f.outputs):
+                    keep.append(f)
+                    needed.update(f.inputs)
+            copies = [dataclasses.replace(f) for f in reversed(keep)]
             recomputed += copies
             again += copies
         again.append(op)
