@@ -1040,3 +1040,26 @@ def test_in_place_op_on_a_half_tensor_with_a_float_operand_keeps_half():
     out = model(x)
     assert out.dtype == torch.float16 and "graph captured with torch.export" in model.executable.notes
     torch.testing.assert_close(out, net(x), rtol=1e-3, atol=1e-3)
+
+
+def test_an_implicit_cast_of_a_constant_is_folded():
+    """GPT-2's causal mask, a float32 constant subtracted in place from half attention scores: its implicit
+    cast to half is folded into the constant (no cast runs on the IPU, as PopART folds constants)."""
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("bias", torch.tril(torch.ones(8, 8, dtype=torch.uint8)).view(1, 8, 8))
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            w = self.lin(x)
+            n = x.size(-2)
+            w -= 1e4 * (1 - self.bias[:, :n, :n])  # in place: the half scores stay half, the mask is cast
+            return w.softmax(-1)
+
+    model = poptorch.inferenceModel(Masked().half())
+    model(torch.randn(2, 8, 8).half())
+    g = model.executable.graph
+    assert "cast" not in [op.kind for op in g.ops]
+    (sub,) = [op for op in g.ops if op.kind == "sub"]
+    assert [g.tensors[t].dtype for t in sub.inputs] == ["float16", "float16"]

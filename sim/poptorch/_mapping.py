@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _state
-from ._emit import channel_bias
+from ._emit import channel_bias, const
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
 
@@ -1123,9 +1123,13 @@ def _implicit_casts(ctx: OpContext, interp) -> None:
             if a is not keep and isinstance(v, torch.Tensor) and v.dtype in _precision.MIXED and v.dtype != target:
                 real = v.to(target)
                 s = ctx.cap.sym.get(a)
-                sym = ctx.op("cast", [s], {"to": sim_dtype(target)}, output=real,
-                             name="implicit_cast") if _is_sym_tensor(s) else s
-                done[a] = (real, sym)
+                if isinstance(s, Lazy) and s.role != "weight":  # a constant: folded in its new type
+                    s = Lazy(real, s.name, s.role)
+                elif isinstance(s, str) and ctx.cap.g.tensors[s].role == "constant":
+                    s = const(ctx, real.shape, real.dtype, "folded_cast")  # GPT-2's causal mask
+                elif _is_sym_tensor(s):
+                    s = ctx.op("cast", [s], {"to": sim_dtype(target)}, output=real, name="implicit_cast")
+                done[a] = (real, s)
         return done[a]
 
     def real(a):
