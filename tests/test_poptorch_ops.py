@@ -1016,49 +1016,33 @@ def test_adaptive_max_pooling_is_refused_as_poptorch_cannot_run_it(layer):
         poptorch.inferenceModel(Functional())(x)
 
 
-def test_in_place_op_on_a_half_tensor_with_a_float_operand_keeps_half():
-    """GPT-2's ``attn_weights -= 1e4 * (1 - causal_mask)`` (a half tensor, a float32 operand): the in-place
-    op keeps its tensor's dtype, as torch and PopTorch do. torch.fx records the augmented assignment as
-    an out-of-place ``sub`` (another dtype), so the capture takes torch.export, where the op is ATen's
-    ``sub_.Tensor``, which the implicit casts must see as in place."""
-    class Masked(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("bias", torch.tril(torch.ones(8, 8, dtype=torch.uint8)).view(1, 8, 8))
-            self.lin = nn.Linear(8, 8)
+class _CausalMask(nn.Module):
+    """GPT-2's ``attn_weights -= 1e4 * (1 - causal_mask)``: half scores, a uint8 buffer made a float32
+    operand, subtracted in place."""
 
-        def forward(self, x):
-            w = self.lin(x)
-            n = x.size(-2)
-            w -= 1e4 * (1 - self.bias[:, :n, :n])  # a float32 operand
-            w = w.type(x.dtype)
-            return w.softmax(-1)
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(8, 8, dtype=torch.uint8)).view(1, 8, 8))
+        self.lin = nn.Linear(8, 8)
 
-    net = Masked().half()
+    def forward(self, x):
+        w = self.lin(x)
+        n = x.size(-2)
+        w -= 1e4 * (1 - self.bias[:, :n, :n])
+        return w.softmax(-1)
+
+
+def test_in_place_op_on_a_half_tensor_with_a_float_constant_keeps_half():
+    """The in-place op keeps its tensor's dtype, as torch and PopTorch do. torch.fx records the augmented
+    assignment as an out-of-place ``sub`` (another dtype), so the capture takes torch.export, where the
+    op is ATen's ``sub_.Tensor``, which the implicit casts must see as in place; the mask's cast to half
+    is folded into the constant (no cast runs on the IPU, as PopART folds constants)."""
+    net = _CausalMask().half()
     x = torch.randn(2, 8, 8).half()
     model = poptorch.inferenceModel(net)
     out = model(x)
     assert out.dtype == torch.float16 and "graph captured with torch.export" in model.executable.notes
     torch.testing.assert_close(out, net(x), rtol=1e-3, atol=1e-3)
-
-
-def test_an_implicit_cast_of_a_constant_is_folded():
-    """GPT-2's causal mask, a float32 constant subtracted in place from half attention scores: its implicit
-    cast to half is folded into the constant (no cast runs on the IPU, as PopART folds constants)."""
-    class Masked(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("bias", torch.tril(torch.ones(8, 8, dtype=torch.uint8)).view(1, 8, 8))
-            self.lin = nn.Linear(8, 8)
-
-        def forward(self, x):
-            w = self.lin(x)
-            n = x.size(-2)
-            w -= 1e4 * (1 - self.bias[:, :n, :n])  # in place: the half scores stay half, the mask is cast
-            return w.softmax(-1)
-
-    model = poptorch.inferenceModel(Masked().half())
-    model(torch.randn(2, 8, 8).half())
     g = model.executable.graph
     assert "cast" not in [op.kind for op in g.ops]
     (sub,) = [op for op in g.ops if op.kind == "sub"]
