@@ -101,15 +101,17 @@ def check_overlap(o: Options, g: Graph, training: bool) -> None:
                            "poptorch.OutputMode.All or poptorch.OutputMode.Sum.")
 
 
-def _check_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> None:
-    """setAvailableMemoryProportion may only name IPUs the model runs on (within a replica)."""
+def _unused_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> list[str]:
+    """A note if setAvailableMemoryProportion names IPUs the model does not run on (within a replica):
+    PopTorch looks up the proportion of each op's IPU only and ignores the other keys (Graphcore's
+    FastPitch names one per IPU of the whole partition)."""
     unused = sorted(i for i in o.available_memory_proportion if i >= ipus_per_replica)
-    if unused:
-        names = ", ".join(f"IPU{i}" for i in unused)
-        have = "IPU0" if ipus_per_replica == 1 else f"IPU0 to IPU{ipus_per_replica - 1}"
-        raise OptionsError(
-            f"setAvailableMemoryProportion names {names}, which the model does not use: it runs on "
-            f"{have} (per replica); give proportions for those IPUs only")
+    if not unused:
+        return []
+    names = ", ".join(f"IPU{i}" for i in unused)
+    have = "IPU0" if ipus_per_replica == 1 else f"IPU0 to IPU{ipus_per_replica - 1}"
+    return [f"setAvailableMemoryProportion names {names}, which the model does not use (it runs on {have} "
+            "per replica): no effect, as in PopTorch"]
 
 
 def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replica: int, training: bool) -> None:
@@ -166,7 +168,6 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     merge_norms(g)  # LARS's norms: one ReduceMany per IPU, stage and phase
     place_global_norm(g)  # gradient clipping's global norm: on the IPU with the most norms
     k = max(op.ipu for op in g.ops) + 1
-    _check_memory_proportion_ipus(o, k)
     if strategy == "pipelined" and len({op.stage for op in g.ops}) == 1:
         strategy = "single"
     R = o.replication_factor
@@ -190,6 +191,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
+    notes += _unused_memory_proportion_ipus(o, k)
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
                      "AllNonViewChangingGradientTensors), each with a histogram; the statistics' copies between IPUs "
