@@ -1047,3 +1047,19 @@ def test_in_place_op_on_a_half_tensor_with_a_float_constant_keeps_half():
     assert "cast" not in [op.kind for op in g.ops]
     (sub,) = [op for op in g.ops if op.kind == "sub"]
     assert [g.tensors[t].dtype for t in sub.inputs] == ["float16", "float16"]
+
+
+def test_integer_cumsum_runs_in_float32_as_poptorch_lowers_it():
+    """FastPitch's length regulator takes the cumsum of integer durations: PopTorch's cumsumHandler
+    casts to float32 for its convolution of ones and back (an integer matmul has no poplin plan)."""
+    class Regulate(nn.Module):
+        def forward(self, durations, x):
+            return x * durations.long().cumsum(1).float()
+
+    model = poptorch.inferenceModel(Regulate())
+    d, x = torch.randint(1, 4, (2, 16)), torch.randn(2, 16)
+    torch.testing.assert_close(model(d, x), x * d.cumsum(1).float())
+    g = model.executable.graph
+    (mm,) = [op for op in g.ops if op.kind == "matmul"]
+    assert {g.tensors[t].dtype for t in mm.inputs} == {"float32"}
+    assert [op.attrs["to"] for op in g.ops if op.kind == "cast"][:2] == ["float32", "int32"]

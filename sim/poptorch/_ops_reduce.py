@@ -15,6 +15,7 @@ import math
 import torch
 
 from ._emit import const, emit, emit_map, is_tensor
+from ._values import sim_dtype
 
 
 def _dims(dim, ndim: int) -> list[int]:
@@ -232,7 +233,10 @@ def _median(ctx):
 
 
 def _cumsum(ctx):
-    """PopART CumSumOpx: the scanned dim moved last, times an upper-triangular constant."""
+    """PopTorch's cumsumHandler (popart_canonicalization/ConvolutionOps.cpp): the input cast to the
+    output's dtype, the scanned dim moved, a 1-D convolution with a kernel of ones in float32 (an
+    integer or half cumsum too), cast back. Priced as the same multiply-adds, the rows times a
+    triangular float32 constant."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
     dim = int(ctx.arg(1, "dim")) % max(rx.dim(), 1)
     shape, dt = tuple(rx.shape) or (1,), ctx.output.dtype
@@ -241,17 +245,19 @@ def _cumsum(ctx):
     perm[dim], perm[-1] = perm[-1], perm[dim]
     moved = tuple(shape[p] for p in perm)
     src = ctx.t(x)
-    if dt != rx.dtype:
-        src = emit(ctx, "cast", [src], shape, dt, {"to": dt}, "cast")
+    if rx.dtype != torch.float32:
+        src = emit(ctx, "cast", [src], shape, torch.float32, {"to": "float32"}, "cast")
     if perm != sorted(perm):
-        src = emit(ctx, "transpose", [src], moved, dt, {"perm": perm}, "to_last")
+        src = emit(ctx, "transpose", [src], moved, torch.float32, {"perm": perm}, "to_last")
     rows = math.prod(moved[:-1])
-    flat = emit(ctx, "reshape", [src], (rows, n), dt, name="rows")
-    tri = const(ctx, (n, n), dt, "triangular")
-    y = emit(ctx, "matmul", [flat, tri], (rows, n), dt, name="cumsum_mul")
-    y = emit(ctx, "reshape", [y], moved, dt, name="unflatten")
+    flat = emit(ctx, "reshape", [src], (rows, n), torch.float32, name="rows")
+    tri = const(ctx, (n, n), torch.float32, "triangular")
+    y = emit(ctx, "matmul", [flat, tri], (rows, n), torch.float32, name="cumsum_mul")
+    y = emit(ctx, "reshape", [y], moved, torch.float32, name="unflatten")
     if perm != sorted(perm):
-        y = emit(ctx, "transpose", [y], shape, dt, {"perm": perm}, "back")
+        y = emit(ctx, "transpose", [y], shape, torch.float32, {"perm": perm}, "back")
+    if dt != torch.float32:
+        y = emit(ctx, "cast", [y], shape, dt, {"to": sim_dtype(dt)}, "cast_back")
     return ctx.op("reshape", [y], name="cumsum")
 
 
