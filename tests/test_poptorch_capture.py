@@ -870,3 +870,30 @@ def test_traced_and_eager_outputs_a_rounding_apart_agree():
     h = x.half()
     assert _same_values((h,), (torch.nextafter(h, torch.zeros(2, dtype=torch.half)),))
     assert not _same_values((torch.tensor([1, 2]),), (torch.tensor([1, 3]),))
+
+
+def test_a_buffer_updated_in_forward_is_written_back():
+    """CLIP's feature queue: a buffer updated in place in forward, under torch.no_grad(); torch.export
+    writes it back with copy_, priced as a copy into the buffer and kept though nothing reads it."""
+    class Queue(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.register_buffer("queue", torch.zeros(12, 8))
+
+        @torch.no_grad()
+        def enqueue(self, f):
+            self.queue.copy_(torch.cat([f, self.queue[:8]], dim=0))
+
+        def forward(self, x):
+            f = self.lin(x)
+            loss = (f @ torch.cat([f, self.queue], 0).t()).sum()
+            self.enqueue(f)
+            return poptorch.identity_loss(loss, reduction="none")
+
+    net = Queue()
+    model = poptorch.trainingModel(net, poptorch.Options(), poptorch.optim.SGD(net.parameters(), lr=0.1))
+    model.compile(torch.randn(4, 8))
+    assert "graph captured with torch.export" in model.executable.notes
+    writes = [op for op in model.executable.graph.ops if op.attrs.get("buffer_write")]
+    assert len(writes) == 1 and writes[0].kind == "copy"

@@ -570,7 +570,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
 
 
 #: op kinds kept though nothing reads their results (collectives synchronise the replicas; a
-#: custom op may act beyond its outputs)
+#: custom op may act beyond its outputs); a buffer's write-back (``buffer_write``) is kept too
 _KEPT_UNUSED = ("replicated_all_reduce", "replicated_all_gather", "replicated_all_to_all",
                 "replicated_reduce_scatter", "custom")
 
@@ -582,7 +582,7 @@ def _prune_unused(g: Graph) -> list[str]:
     needed = set(g.outputs) | ({g.loss} if g.loss else set())
     kept = []
     for op in reversed(g.ops):
-        if op.kind in _KEPT_UNUSED or any(t in needed for t in op.outputs):
+        if op.kind in _KEPT_UNUSED or op.attrs.get("buffer_write") or any(t in needed for t in op.outputs):
             kept.append(op)
             needed.update(op.inputs)
     if len(kept) == len(g.ops):

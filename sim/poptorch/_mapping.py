@@ -276,6 +276,16 @@ def _copy(ctx: OpContext):
     return ctx.op("copy", [ctx.sarg(0, "input")])
 
 
+def _copy_into(ctx: OpContext):
+    """``dst.copy_(src)``: under torch.export a buffer updated in forward (CLIP's feature queue) is
+    written back so: a copy of ``src`` into the buffer, kept though nothing reads it (the buffer
+    keeps it for the next call; sim.poptorch._capture prunes around it)."""
+    src = ctx.sarg(1, "src")
+    if not _is_sym_tensor(src):
+        return ctx.sarg(0)
+    return ctx.op("copy", [src], {"buffer_write": True}, name="buffer_write")
+
+
 def _cast(ctx: OpContext):
     x = ctx.sarg(0, "input")
     if not isinstance(ctx.output, torch.Tensor):
@@ -971,7 +981,7 @@ RULES = {
     "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _view, "unflatten": _view,
     "squeeze": _view, "unsqueeze": _view, "expand": _view, "expand_as": _view, "view_as": _view,
     "reshape_as": _view, "contiguous": _view, "alias": _view, "lift_fresh": _view,
-    "detach": _detach, "clone": _copy, "_to_copy": _cast, "to": _cast, "type": _cast,
+    "detach": _detach, "clone": _copy, "copy_": _copy_into, "_to_copy": _cast, "to": _cast, "type": _cast,
     "type_as": _cast, "float": _cast, "half": _cast, "double": _cast, "long": _cast, "int": _cast,
     "bool": _cast, "bfloat16": _cast,
     "transpose": _transpose, "t": _transpose, "permute": _transpose, "swapaxes": _transpose,
