@@ -897,3 +897,28 @@ def test_a_buffer_updated_in_forward_is_written_back():
     assert "graph captured with torch.export" in model.executable.notes
     writes = [op for op in model.executable.graph.ops if op.attrs.get("buffer_write")]
     assert len(writes) == 1 and writes[0].kind == "copy"
+
+
+@pytest.mark.parametrize("export", [False, True], ids=["torch.fx", "torch.export"])
+def test_indexing_with_two_index_tensors_looks_up_by_both(export):
+    """CLIP's pooling x[arange(B), text.argmax(-1)]: one flat index from both tensors into the rows of
+    x (B * L of them), as PopTorch's index handler makes it, so the lookup depends on the input's argmax."""
+    class EOT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(100, 16)
+
+        def forward(self, text):
+            if export and text.shape[0] > 1:  # torch.fx cannot trace this
+                text = text * 1
+            x = self.emb(text)
+            return x[torch.arange(x.shape[0]), text.argmax(dim=-1)]
+
+    net = EOT()
+    text = torch.randint(0, 100, (4, 7))
+    model = poptorch.inferenceModel(net)
+    torch.testing.assert_close(model(text), net(text))
+    g = model.executable.graph
+    (lookup,) = [op for op in g.ops if op.name.endswith("index") and op.kind == "gather"]
+    assert g.tensors[lookup.inputs[0]].shape == (4,) and g.tensors[lookup.inputs[1]].shape == (28, 16)
+    assert any(op.kind in ("reduce_max", "argmax", "sort") for op in g.ops)  # the argmax is not pruned

@@ -617,6 +617,11 @@ def _getitem(ctx: OpContext):
     index_tensors = [s for s in pytree.tree_leaves(ctx.sym_args[1], is_leaf=lambda v: isinstance(v, Lazy))
                      if _is_sym_tensor(s)]
     if index_tensors:
+        if isinstance(idx, tuple):
+            from ._ops_tensor import leading_index
+            leading = leading_index(ctx, obj, idx, ctx.sym_args[1])
+            if leading is not None:
+                return leading
         return ctx.op("gather", [index_tensors[0], obj], name="index")
     if tuple(ctx.output.shape) == tuple(ctx.args[0].shape):
         return obj

@@ -61,8 +61,33 @@ def _index_select(ctx):
 def _index(ctx):
     """ATen's index (``x[:, idx]`` under torch.export): a lookup by the index tensor."""
     x = ctx.sarg(0, "self")
+    leading = leading_index(ctx, x, ctx.args[1], ctx.sym_args[1])
+    if leading is not None:
+        return leading
     idx = [s for s in tensor_args(ctx) if s is not x]
     return ctx.op("gather", [idx[0], x], {"op": "index"})
+
+
+def leading_index(ctx, x, reals, syms):
+    """``x[i0, i1, ...]`` with two or more index tensors on the leading dims (CLIP's
+    ``x[arange(B), text.argmax(-1)]``), as PopTorch's index handler lowers it: one flat index
+    (``i0 * n1 + i1``, the index tensors broadcast) into ``x`` viewed with those dims as one, then
+    one lookup of its broadcast shape; None for any other index."""
+    reals, syms = list(reals), list(syms)
+    while reals and (reals[-1] is None or reals[-1] == slice(None) or reals[-1] is Ellipsis):
+        reals.pop()
+        syms.pop()
+    if len(reals) < 2 or not all(isinstance(r, torch.Tensor) for r in reals):
+        return None
+    shape = tuple(ctx.args[0].shape)
+    k = len(reals)
+    if k > len(shape):
+        return None
+    steps = ["mul", "add"] * (k - 1)
+    flat_index = emit_map(ctx, steps, syms, shape=torch.broadcast_shapes(*(r.shape for r in reals)),
+                          dtype=torch.int32, name="flat_index")
+    flat = emit(ctx, "reshape", [x], (math.prod(shape[:k]),) + shape[k:], ctx.args[0].dtype, name="index_rows")
+    return ctx.op("gather", [flat_index, flat], {"op": "index"}, name="index")
 
 
 def _scatter(ctx):
