@@ -568,7 +568,9 @@ def test_custom_op_is_priced_by_its_rule_and_remapce_is_built_in(method):
     assert f"graph captured with {method}" in remap.executable.notes
     with pytest.raises(UnsupportedOpError, match=r"ai.graphcore::MyOp.*register_op\('ai.graphcore::MyOp'"):
         poptorch.inferenceModel(Net("MyOp"))(x)
-    poptorch.register_op("ai.graphcore::MyOp", lambda ctx: ctx.custom(vertices=ctx.numel(), vertex_cycles=30))
+    seen = []
+    poptorch.register_op("ai.graphcore::MyOp", lambda ctx: seen.append(dict(ctx.kwargs))
+                         or ctx.custom(vertices=ctx.numel(), vertex_cycles=30))
     try:
         mine = poptorch.inferenceModel(Net("MyOp"))
         assert torch.equal(mine(x), torch.zeros(4, 8))
@@ -577,6 +579,7 @@ def test_custom_op_is_priced_by_its_rule_and_remapce_is_built_in(method):
         fc_out = next(op for op in ops if op.name == "fc/add").outputs[0]
         assert len(custom) == 1 and custom[0].inputs == [fc_out]  # the op's input only, not example_outputs
         assert any("zero placeholders" in n for n in mine.executable.notes)
+        assert seen and seen[-1] == {"grain_size": 8}  # the rule sees the op's attributes
     finally:
         poptorch.unregister_op("ai.graphcore::MyOp")
     with pytest.raises(ValueError, match="attribute keys must be strings"):

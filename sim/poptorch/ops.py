@@ -200,10 +200,15 @@ def _select_rule(ctx):
 
 
 def _custom_op_rule(ctx):
-    """The rule registered for the custom op, seeing only its inputs; RemapCE built in."""
-    inputs, name, domain = ctx.arg(0), ctx.arg(1), ctx.arg(2)
+    """The rule registered for the custom op, seeing its inputs as its arguments and its attributes
+    as its keyword arguments (``ctx.kwargs``: YOLOv4's Nms sizes its cost by ``numDetections``);
+    RemapCE built in."""
+    inputs, name, domain, attributes = ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(5, default={})
+    if isinstance(attributes, str):  # the exported node carries them as JSON (ipusim::custom_op)
+        attributes = json.loads(attributes)
     op = copy.copy(ctx)
-    op.args, op.sym_args, op.kwargs, op.sym_kwargs = tuple(inputs), tuple(ctx.sarg(0)), {}, {}
+    op.args, op.sym_args = tuple(inputs), tuple(ctx.sarg(0))
+    op.kwargs, op.sym_kwargs = dict(attributes or {}), dict(attributes or {})
     op.desc = f"custom op {domain}::{name}"
     rule = _mapping.custom_op_rule(domain, name)
     placeholder = (domain, name) not in _LAYOUT_ONLY
