@@ -238,6 +238,10 @@ class _TensorLocations:
         return self._set("accumulator", location)
 
 
+#: op kinds PopART plans as convolutions (their partials type is ``convolutionOptions``' ``partialsType``)
+CONVOLUTION_KINDS = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight")
+
+
 class _Popart:
     """``Options._Popart``: PopART session options by name (advanced)."""
 
@@ -278,6 +282,7 @@ class _Precision:
             raise OptionsError(f"Precision.setPartialsType({dtype!r}): the partials type must be float "
                                "(torch.float) or half (torch.half)")
         self._owner._Popart.set("partialsTypeMatMuls", kind)
+        self._owner._set_poplin_option("conv", "partialsType", kind)  # PopTorch sets both (options.py)
         return self._owner
 
 
@@ -585,12 +590,20 @@ class Options:
             raise OptionsError(f"_Popart {key} = {value!r}: expected a (CommGroupType, group size) pair whose "
                                f"group size divides the {self.total_replicas()} replicas ({e})") from None
 
-    def partials_type(self) -> str:
-        """``"float"`` or ``"half"``: matmul and convolution partials (PopART ``partialsTypeMatMuls``,
-        PopTorch ``Precision.setPartialsType``; poplin's default is float)."""
-        kind = str(self._Popart.values.get("partialsTypeMatMuls", "float")).lower()
+    def partials_type(self, op_kind: str | None = None) -> str:
+        """``"float"`` or ``"half"``: the partials of a matmul (PopART ``partialsTypeMatMuls``) or, for a
+        convolution ``op_kind``, of a convolution (``convolutionOptions["partialsType"]``); PopTorch's
+        ``Precision.setPartialsType`` sets both; poplin's default is float."""
+        if op_kind in CONVOLUTION_KINDS:
+            key = self.POPLIN_OPTION_MAPS["conv"]
+            held = self.set_options.get(key, {})
+            kind = str((held if isinstance(held, dict) else {}).get("partialsType", "float")).lower()
+            where = f"{key}['partialsType']"
+        else:
+            kind = str(self._Popart.values.get("partialsTypeMatMuls", "float")).lower()
+            where = "_Popart partialsTypeMatMuls"
         if kind not in ("float", "half"):
-            raise OptionsError(f"_Popart partialsTypeMatMuls = {kind!r}: expected 'float' or 'half'")
+            raise OptionsError(f"{where} = {kind!r}: expected 'float' or 'half'")
         return kind
 
     def randomSeed(self, random_seed: int) -> "Options":
@@ -616,10 +629,20 @@ class Options:
         out = {}
         for k, v in self.set_options.items():
             if k in self.POPLIN_OPTION_MAPS.values() and isinstance(v, dict):
-                out.update({f"{k}.{key}": value for key, value in v.items() if key not in self.MODELLED_POPLIN_KEYS})
+                modelled = self.MODELLED_POPLIN_KEYS | ({"partialsType"} if k == self.POPLIN_OPTION_MAPS["conv"] else set())
+                out.update({f"{k}.{key}": value for key, value in v.items() if key not in modelled})
             elif k not in self.MODELLED:
                 out[k] = v
         return out
+
+    def _set_poplin_option(self, which: str, name: str, value) -> None:
+        """Set poplin option ``name`` in PopART's ``which`` ("conv" or "matmul") option map, keeping
+        what the map holds, without recording the map as set by the user."""
+        key = self.POPLIN_OPTION_MAPS[which]
+        held = self.set_options.get(key)
+        merged = {**(held if isinstance(held, dict) else {}), name: value}
+        self._Popart.values[key.removeprefix("_Popart.")] = merged
+        self.set_options[key] = merged
 
     def set_poplin_options(self, values: dict) -> "Options":
         """Set poplin ``values`` (option name: value) for matmuls and convolutions alike, in PopART's

@@ -425,3 +425,23 @@ def test_combined_sgd_accumulates_into_its_velocity_as_the_notes_say():
     model.compile(torch.randn(12, 8), torch.zeros(12, dtype=torch.long))
     notes = [n for n in model.executable.notes if n.startswith("gradient accumulators")]
     assert notes and all("accumulates the gradients into its own state" in n for n in notes)
+
+
+def test_convolution_partials_follow_convolution_options():
+    """PopART types a convolution's partials by convolutionOptions["partialsType"] and a matmul's by
+    partialsTypeMatMuls; PopTorch's setPartialsType sets both (python/options.py)."""
+    both = poptorch.Options()
+    both.Precision.setPartialsType(torch.half)
+    assert both.partials_type("matmul") == both.partials_type("conv2d") == "half"
+    conv_only = poptorch.Options()
+    conv_only._Popart.set("convolutionOptions", {"partialsType": "half"})
+    assert (conv_only.partials_type("conv2d_grad_weight"), conv_only.partials_type("matmul")) == ("half", "float")
+    assert not any("partialsType" in k for k in conv_only.unmodelled())
+    matmul_only = poptorch.Options()
+    matmul_only._Popart.set("partialsTypeMatMuls", "half")
+    assert (matmul_only.partials_type("conv2d"), matmul_only.partials_type("matmul")) == ("float", "half")
+    b = sim.GraphBuilder("conv", "float16")
+    b.output(b.conv2d(b.input("x", (8, 64, 28, 28)), 64, 3, 1, 1))
+    cycles = {name: sim.simulate(b.graph, "ipu-mk2", o.enableSyntheticData(True)).cycle_count
+              for name, o in (("both", both), ("conv_only", conv_only), ("matmul_only", matmul_only))}
+    assert cycles["both"] == cycles["conv_only"] != cycles["matmul_only"]

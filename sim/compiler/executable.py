@@ -406,7 +406,7 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
             op.attrs["inference"] = True  # g is the caller's own copy
         proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
         ipu = ipus[op.kind.startswith("conv")]
-        costs[op.name] = op_cost(op, g, ipu, tiles, proportion, o.partials_type())
+        costs[op.name] = op_cost(op, g, ipu, tiles, proportion, o.partials_type(op.kind))
         if not 0 <= costs[op.name].cycles <= MAX_OP_CYCLES:
             raise GraphError(
                 f"op {op.name!r} ({op.kind}) costs {show_number(costs[op.name].cycles)} cycles, more than the "
@@ -418,7 +418,7 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
         def price(i: int, budget: int, members=members) -> OpCost:
             op = members[i]
             proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))
-            return op_cost(op, g, ipus[True], budget, proportion, o.partials_type())
+            return op_cost(op, g, ipus[True], budget, proportion, o.partials_type(op.kind))
         if first.kind.startswith("conv"):  # re-planned on their tile ranges; None: poplin plans them one by one
             plans = multiconv.parallel_plan(
                 [costs[op.name].flops for op in members], price, tiles,
