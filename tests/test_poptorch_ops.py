@@ -1063,3 +1063,24 @@ def test_integer_cumsum_runs_in_float32_as_poptorch_lowers_it():
     (mm,) = [op for op in g.ops if op.kind == "matmul"]
     assert {g.tensors[t].dtype for t in mm.inputs} == {"float32"}
     assert [op.attrs["to"] for op in g.ops if op.kind == "cast"][:2] == ["float32", "int32"]
+
+
+def test_an_unreduced_loss_is_its_element_wise_terms():
+    """F.mse_loss(reduction="none"), masked and reduced by the model (FastPitch's mel loss): PopTorch
+    lowers it to its element-wise terms; not a loss op, not the model's loss."""
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x, y, mask):
+            e = F.mse_loss(self.lin(x), y, reduction="none")
+            return poptorch.identity_loss((e * mask).sum() / mask.sum(), reduction="mean")
+
+    net = Masked()
+    model = poptorch.trainingModel(net, poptorch.Options(), poptorch.optim.SGD(net.parameters(), lr=0.1))
+    model.compile(torch.randn(2, 16, 8), torch.randn(2, 16, 8), torch.ones(2, 16, 8))
+    g = model.executable.graph
+    assert not [op for op in g.ops if op.kind == "mse_loss"]
+    (terms,) = [op for op in g.ops if op.name.endswith("unreduced_loss")]
+    assert terms.kind == "map" and g.tensors[terms.outputs[0]].shape == (2, 16, 8)

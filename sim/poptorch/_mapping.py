@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _state
-from ._emit import channel_bias, const
+from ._emit import channel_bias, const, emit_map
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
 
@@ -693,12 +693,21 @@ def _reduce(kind):
     return rule
 
 
+#: an unreduced loss's element-wise terms and those of its gradient
+_ELEMENTWISE_LOSSES = {"mse": (["sub", "mul"], ["sub", "mul", "scale"]), "l1": (["sub", "abs"], ["sub", "sign", "mul"])}
+
+
 def _loss(kind, label):
     def rule(ctx: OpContext, x=None, target=None):
         if x is None:
             x, target = ctx.sarg(0, "input"), ctx.sarg(1, "target")
         out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
         ins = [x] + ([target] if _is_sym_tensor(target) else [])
+        if label in _ELEMENTWISE_LOSSES and out.dim() > 0 and tuple(out.shape) == tuple(ctx.args[0].shape):
+            # reduction="none": PopTorch's handler lowers it to its element-wise terms, no loss op
+            # (FastPitch masks and reduces its mel loss itself)
+            steps, grad = _ELEMENTWISE_LOSSES[label]
+            return emit_map(ctx, steps, ins, [grad, grad][:len(ins)], output=out, name="unreduced_loss")
         y = ctx.op(kind, ins, {"loss": label}, output=out, name="loss")
         ctx.cap.losses.append(y)
         if label == "l1":
