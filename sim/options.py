@@ -637,7 +637,7 @@ class Options:
 
     def _set_poplin_option(self, which: str, name: str, value) -> None:
         """Set poplin option ``name`` in PopART's ``which`` ("conv" or "matmul") option map, keeping
-        what the map holds, without recording the map as set by the user."""
+        what the map holds (and recorded, as PopTorch's own setters record the map they set)."""
         key = self.POPLIN_OPTION_MAPS[which]
         held = self.set_options.get(key)
         merged = {**(held if isinstance(held, dict) else {}), name: value}
