@@ -1084,3 +1084,26 @@ def test_an_unreduced_loss_is_its_element_wise_terms():
     assert not [op for op in g.ops if op.kind == "mse_loss"]
     (terms,) = [op for op in g.ops if op.name.endswith("unreduced_loss")]
     assert terms.kind == "map" and g.tensors[terms.outputs[0]].shape == (2, 16, 8)
+
+
+@pytest.mark.parametrize("how", ["repeat", "expand"])
+def test_the_gradient_of_a_repeated_or_expanded_weight_sums_the_copies(how):
+    """MAE's mask token repeated over the patches and its class token expanded over the batch: the
+    gradient sums the copies back into the weight (PopART's TileGradOp, and ExpandGradOp's ReduceSum),
+    the same work as a broadcast add's gradient."""
+    class Token(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Parameter(torch.zeros(1, 1, 64))
+
+        def forward(self, x):
+            t = self.tok.repeat(x.shape[0], 20, 1) if how == "repeat" else self.tok.expand(x.shape[0], 20, -1)
+            return poptorch.identity_loss((x + t).pow(2).sum(), "none")
+
+    net = Token()
+    model = poptorch.trainingModel(net, poptorch.Options(), torch.optim.SGD(net.parameters(), lr=0.1))
+    model.compile(torch.randn(6, 20, 64))
+    g = model.executable.graph
+    sums = [op for op in g.ops if op.pass_ == "backward" and op.kind == "reduce_sum"
+            and g.tensors[op.inputs[0]].shape == (6, 20, 64) and g.tensors[op.outputs[0]].shape == (1, 1, 64)]
+    assert sums

@@ -695,6 +695,12 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k == "copy" and op.attrs.get("op") == "upsample_nearest" and _integer_scales(ins[0].shape, g.tensors[dy].shape):
         if wants(0):
             bw.give(ins[0].name, _nearest_upsample_grad(bw, dy, ins[0]))
+    elif k in ("copy", "reshape") and g.tensors[dy].numel > ins[0].numel:
+        # a repeat (PopART's Tile) or an expand of the input: its gradient sums the copies back
+        # (TileGradOp; ExpandGradOp is a ReduceSum over the broadcast axes)
+        if wants(0):
+            bw.give(ins[0].name, bw.new("reduce_sum", [dy], ins[0].shape, ins[0].dtype, {"axes": "broadcast"},
+                                        "sum_copies"))
     elif k in ("scale", "dropout", "cast", "copy"):
         # a dropout's gradient is the same dropout applied to dy: PopART's DropoutGradOp reruns
         # poprand::dropout with the forward op's seed (op/dropout.cpp, popx/op/dropoutx.cpp)
