@@ -238,6 +238,13 @@ class _TensorLocations:
         return self._set("accumulator", location)
 
 
+def _recomputation_code(value) -> int | None:
+    """PopART's RecomputationType as its number (an enum member, its int, or its name)."""
+    value = getattr(value, "value", value)
+    names = {"None": 0, "NoRecompute": 0, "Standard": 1, "NormOnly": 2, "Pipeline": 3, "RecomputeAll": 4}
+    return value if isinstance(value, int) else names.get(str(value).rpartition(".")[2])
+
+
 #: op kinds PopART plans as convolutions (their partials type is ``convolutionOptions``' ``partialsType``)
 CONVOLUTION_KINDS = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight")
 
@@ -561,6 +568,13 @@ class Options:
         old, new = self._Popart.BUFFERING_DEPTH_KEYS
         return int(values[old] if old in values else values.get(new, 1))
 
+    def pipeline_recomputation(self) -> bool:
+        """Whether a pipelined training run recomputes its forward stages: PopTorch sets PopART's
+        ``autoRecomputation`` to Pipeline (3) unless the user sets it (popart_compiler Compiler.cpp);
+        None (0) keeps every activation the backward pass reads in the stash instead. Other values
+        (Standard, NormOnly, RecomputeAll) are listed in the run's notes as not modelled."""
+        return _recomputation_code(self._Popart.values.get("autoRecomputation", 3)) != 0
+
     def outlining(self) -> bool:
         """PopART ``enableOutlining`` (default on, as in PopART's SessionOptions): identical op
         sequences share one program (:mod:`sim.compiler.program_memory`)."""
@@ -631,6 +645,8 @@ class Options:
             if k in self.POPLIN_OPTION_MAPS.values() and isinstance(v, dict):
                 modelled = self.MODELLED_POPLIN_KEYS | ({"partialsType"} if k == self.POPLIN_OPTION_MAPS["conv"] else set())
                 out.update({f"{k}.{key}": value for key, value in v.items() if key not in modelled})
+            elif k == "_Popart.autoRecomputation" and _recomputation_code(v) in (0, 3):
+                continue  # None or Pipeline: modelled (pipeline_recomputation)
             elif k not in self.MODELLED:
                 out[k] = v
         return out

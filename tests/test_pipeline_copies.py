@@ -70,3 +70,22 @@ def test_pipeline_copies_option_is_checked_and_reported():
     # a model on one IPU has no inter-IPU copies: the option changes nothing
     g = models.get("mlp", micro_batch=2)
     assert sim.simulate(g, "ipu-m2000", o).cycle_count == sim.simulate(g, "ipu-m2000").cycle_count
+
+
+def test_pipeline_recomputation_follows_popart_auto_recomputation():
+    """PopTorch sets autoRecomputation to Pipeline (3) unless the user sets it; None (0) stashes what the
+    backward pass reads instead of recomputing; another value is listed in the notes as not modelled."""
+    g = models.get("bert-base", num_layers=2, layers_per_ipu=[1, 1], micro_batch=2)
+
+    def run(value):
+        o = sim.Options().enableSyntheticData(True)
+        o.Training.gradientAccumulation(8)
+        if value is not None:
+            o._Popart.set("autoRecomputation", value)
+        exe = sim.compile(g, "ipu-m2000", o, training=True)
+        return exe, sum(len(getattr(s, "recomputed", [])) for s in exe.stages)
+    (default, n_default), (pipeline, n_pipeline), (none, n_none) = run(None), run(3), run(0)
+    assert n_default == n_pipeline > 0 and n_none == 0
+    assert not any("autoRecomputation" in n for n in none.notes + pipeline.notes)
+    standard, _ = run(1)
+    assert any("option _Popart.autoRecomputation=1: accepted, no modelled effect" in n for n in standard.notes)

@@ -186,7 +186,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     lap("graph")
     costs = price_ops(g, system, o, training, tiles)
     lap("costs")
-    stages, updates = split_stages(g, training, recompute=(strategy == "pipelined"))
+    stages, updates = split_stages(g, training, recompute=(strategy == "pipelined" and o.pipeline_recomputation()))
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
