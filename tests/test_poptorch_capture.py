@@ -659,6 +659,19 @@ def test_ops_whose_results_nothing_uses_are_pruned_as_popart_prunes_them():
     assert all(set(op.outputs) & used for op in g.ops)
 
 
+def test_unbind_along_a_later_axis():
+    """TGN unbinds its memory's integer columns (torch.unbind(x, 1)): pieces of a lower rank, no region."""
+    class Columns(nn.Module):
+        def forward(self, x):
+            a, b, c = torch.unbind(x, 1)
+            return a * b + c
+
+    model = poptorch.inferenceModel(Columns())
+    x = torch.randn(8, 3)
+    torch.testing.assert_close(model(x), x[:, 0] * x[:, 1] + x[:, 2])
+    assert [op.kind for op in model.executable.graph.ops].count("slice") == 3
+
+
 @pytest.mark.parametrize("split", [lambda h: torch.split(h, 64, dim=-1), lambda h: h.chunk(3, dim=2),
                                    lambda h: (h[..., :64], h.narrow(2, 64, 64), h[:, :, 128:])],
                          ids=["split", "chunk", "slices"])

@@ -656,9 +656,10 @@ def _split(ctx: OpContext):
     if isinstance(outs, torch.Tensor):
         return ctx.op("slice", [x], _slice_region(ctx, shape, tuple(outs.shape)), name="slice")
     attrs = [{"piece": i} for i in range(len(outs))]
-    ranks_kept = all(len(o.shape) == len(shape) for o in outs)
-    axis = next((d for d in range(len(shape)) if any(o.shape[d] != shape[d] for o in outs)), None)
-    if ranks_kept and axis is not None and sum(o.shape[axis] for o in outs) == shape[axis]:
+    ranks_kept = all(len(o.shape) == len(shape) for o in outs)  # not an unbind, which drops the axis
+    axis = next((d for d in range(len(shape)) if any(o.shape[d] != shape[d] for o in outs)), None) \
+        if ranks_kept else None
+    if axis is not None and sum(o.shape[axis] for o in outs) == shape[axis]:
         start = 0
         for a, o in zip(attrs, outs):  # the pieces tile the axis in order
             a.update(axis=axis, start=start, stop=start + o.shape[axis])
