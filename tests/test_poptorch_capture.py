@@ -659,6 +659,26 @@ def test_ops_whose_results_nothing_uses_are_pruned_as_popart_prunes_them():
     assert all(set(op.outputs) & used for op in g.ops)
 
 
+def test_an_in_place_update_of_a_buffer_is_kept():
+    """TGN writes its memory buffers with index_put_ in forward, for the next call to read: under
+    torch.export the in-place op's result is read by nothing in the graph, yet the write is kept."""
+    class Memory(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("store", torch.zeros(1000, 16))
+
+        def forward(self, idx, v):
+            out = self.store[idx].sum() + v.sum()
+            self.store.index_put_(indices=(idx,), values=v * 2)
+            return out
+
+    model = poptorch.inferenceModel(Memory())
+    model(torch.randint(0, 1000, (8,)), torch.randn(8, 16))
+    g = model.executable.graph
+    assert "graph captured with torch.export" in model.executable.notes
+    assert any(op.attrs.get("buffer_write") and op.kind.startswith("scatter") for op in g.ops)
+
+
 def test_unbind_along_a_later_axis():
     """TGN unbinds its memory's integer columns (torch.unbind(x, 1)): pieces of a lower rank, no region."""
     class Columns(nn.Module):

@@ -1114,7 +1114,14 @@ def map_node(cap, n, interp, result):
             rule = RULES.get(key) or (RULES.get(key.rstrip("_")) if key.endswith("_") and not key.startswith("_") else None)
     if rule is None:
         raise unsupported(desc, n)
+    made = len(cap.g.ops)
     value = rule(ctx)
+    if not n.users and key.endswith("_") and not key.startswith("_"):
+        # an in-place update nothing reads afterwards in the graph (torch.export keeps TGN's
+        # index_put_ into its memory buffers so): it writes a buffer the next call reads, so pruning
+        # must keep it, as a copy_ write-back
+        for op in cap.g.ops[made:]:
+            op.attrs["buffer_write"] = True
     return _marked(ctx, n, value)
 
 
