@@ -679,6 +679,25 @@ def test_an_in_place_update_of_a_buffer_is_kept():
     assert any(op.attrs.get("buffer_write") and op.kind.startswith("scatter") for op in g.ops)
 
 
+def test_an_in_place_index_put_of_half_values_into_a_float_buffer():
+    """TGN (float16) writes half messages into its float32 message buffer with index_put_: the values
+    take the buffer's dtype, as an in-place op's operands do under the implicit casts."""
+    class Memory(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("store", torch.zeros(100, 8))
+
+        def forward(self, idx, v):
+            self.store.index_put_(indices=(idx,), values=v * 2)
+            return v.sum()
+
+    model = poptorch.inferenceModel(Memory())
+    model(torch.randint(0, 100, (16,)), torch.randn(16, 8).half())
+    g = model.executable.graph
+    (write,) = [op for op in g.ops if op.attrs.get("buffer_write")]
+    assert {g.tensors[t].dtype for t in write.inputs if g.tensors[t].shape == (16, 8)} == {"float32"}
+
+
 def test_unbind_along_a_later_axis():
     """TGN unbinds its memory's integer columns (torch.unbind(x, 1)): pieces of a lower rank, no region."""
     class Columns(nn.Module):

@@ -30,7 +30,7 @@ MIXED = {torch.float16, torch.float32}
 # calls whose operands legitimately differ in type: conversions and copies take the other
 # operand's type on purpose
 EXEMPT = {"to", "type", "type_as", "copy_", "new_tensor", "new_zeros", "new_ones", "new_full",
-           "new_empty", "set_", "__setitem__", "__getitem__", "index_put_", "masked_scatter_",
+           "new_empty", "set_", "__setitem__", "__getitem__", "masked_scatter_",
            "__get__", "__set__", "detach", "clone", "size", "dim", "numel", "item", "tolist",
            "custom_op"}  # PopTorch builds custom ops with ImplicitCast::None (OpBuilder.cpp createCustomOperation)
 
