@@ -289,7 +289,7 @@ class _Precision:
             raise OptionsError(f"Precision.setPartialsType({dtype!r}): the partials type must be float "
                                "(torch.float) or half (torch.half)")
         self._owner._Popart.set("partialsTypeMatMuls", kind)
-        self._owner._set_poplin_option("conv", "partialsType", kind)  # PopTorch sets both (options.py)
+        self._owner._merge_poplin_options("conv", {"partialsType": kind})  # PopTorch sets both (options.py)
         return self._owner
 
 
@@ -651,22 +651,19 @@ class Options:
                 out[k] = v
         return out
 
-    def _set_poplin_option(self, which: str, name: str, value) -> None:
-        """Set poplin option ``name`` in PopART's ``which`` ("conv" or "matmul") option map, keeping
-        what the map holds (and recorded, as PopTorch's own setters record the map they set)."""
+    def _merge_poplin_options(self, which: str, values: dict) -> None:
+        """Set poplin ``values`` (option name: value) in PopART's ``which`` ("conv" or "matmul") option
+        map, keeping what the map already holds."""
         key = self.POPLIN_OPTION_MAPS[which]
         held = self.set_options.get(key)
-        merged = {**(held if isinstance(held, dict) else {}), name: value}
-        self._Popart.values[key.removeprefix("_Popart.")] = merged
-        self.set_options[key] = merged
+        self._Popart.set(key.removeprefix("_Popart."), {**(held if isinstance(held, dict) else {}), **values})
 
     def set_poplin_options(self, values: dict) -> "Options":
         """Set poplin ``values`` (option name: value) for matmuls and convolutions alike, in PopART's
         ``matmulOptions`` and ``convolutionOptions`` maps (as PopRT's compiler options do), keeping
         what the maps already hold."""
-        for key in self.POPLIN_OPTION_MAPS.values():
-            held = self.set_options.get(key)
-            self._Popart.set(key.removeprefix("_Popart."), {**(held if isinstance(held, dict) else {}), **values})
+        for which in self.POPLIN_OPTION_MAPS:
+            self._merge_poplin_options(which, values)
         return self
 
     def poplin_options(self, convolution: bool) -> dict:

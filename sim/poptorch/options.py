@@ -234,7 +234,7 @@ class _PrecisionOptions(_Frozen):
         else:
             raise ValueError("parameter to setPartialsType should be either torch.float or torch.half")
         self._owner._Popart._set_quiet("partialsTypeMatMuls", name)
-        self._owner._set_poplin_option("conv", "partialsType", name)  # as PopTorch's setPartialsType
+        self._owner._merge_poplin_options("conv", {"partialsType": name})  # as PopTorch's setPartialsType
         self._owner._record("Precision.setPartialsType", name)
         return self
 
