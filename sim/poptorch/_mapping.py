@@ -278,12 +278,11 @@ def _copy(ctx: OpContext):
 
 def _copy_into(ctx: OpContext):
     """``dst.copy_(src)``: under torch.export a buffer updated in forward (CLIP's feature queue) is
-    written back so: a copy of ``src`` into the buffer, kept though nothing reads it (the buffer
-    keeps it for the next call; sim.poptorch._capture prunes around it)."""
+    written back so: a copy of ``src`` into the buffer (kept as an in-place update: map_node)."""
     src = ctx.sarg(1, "src")
     if not _is_sym_tensor(src):
         return ctx.sarg(0)
-    return ctx.op("copy", [src], {"buffer_write": True}, name="buffer_write")
+    return ctx.op("copy", [src], name="buffer_write")
 
 
 def _cast(ctx: OpContext):
