@@ -29,7 +29,7 @@ from ..errors import GraphError, UnsupportedOpError
 from ..options import OverlapMode
 from ..graph.ir import Graph, GraphBuilder
 from . import _mapping, _state
-from ._precision import implicit_casts
+from ._precision import implicit_casts, in_place
 from ._values import Lazy, sim_dtype, sim_shape
 from ._errors import Error, error
 from .annotations import block_hooks
@@ -188,7 +188,7 @@ def _check_no_unseen_mutation(graph: torch.fx.Graph) -> None:
         if n.op not in ("call_method", "call_function") or n.users:
             continue
         name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        if name.endswith("_") and not name.startswith("_"):
+        if in_place(name):
             raise RuntimeError(f"in-place {name} whose result is unused (node {n.name!r}): torch.fx does not "
                                "see the mutation")
 

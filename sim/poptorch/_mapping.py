@@ -33,7 +33,7 @@ from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
-from . import _state
+from . import _precision, _state
 from ._emit import channel_bias, const, emit_map
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
@@ -1115,7 +1115,7 @@ def map_node(cap, n, interp, result):
         raise unsupported(desc, n)
     made = len(cap.g.ops)
     value = rule(ctx)
-    if not n.users and key.endswith("_") and not key.startswith("_"):
+    if not n.users and _precision.in_place(key):
         # an in-place update nothing reads afterwards in the graph (torch.export keeps TGN's
         # index_put_ into its memory buffers so): it writes a buffer the next call reads, so pruning
         # must keep it, as a copy_ write-back
@@ -1132,7 +1132,6 @@ NEVER_FOLDED: set[str] = set()
 def _implicit_casts(ctx: OpContext, interp) -> None:
     """PopTorch's implicit casts of mixed float16/float32 operands (:mod:`._precision`): each
     operand converted gets a graph ``cast``, and the rule sees the converted values."""
-    from . import _precision
     n, module = ctx.node, ctx.module
     if ctx.key in _precision.EXEMPT:
         return
