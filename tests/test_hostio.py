@@ -351,6 +351,21 @@ def test_a_run_whose_host_threads_fill_several_replicas_says_how_to_spread_them(
     assert not [n for n in eight.notes if n.startswith("host IO is")]
 
 
+def test_a_real_data_run_says_what_its_host_data_pipeline_must_deliver():
+    """The host's reading and augmenting of samples is not modelled, so a run with real data says the
+    samples per second each host process must produce for its throughput; synthetic data needs none."""
+    def run(processes: int, synthetic: bool = False) -> sim.Run:
+        o = sim.Options().replicationFactor(8).deviceIterations(4).hostProcesses(processes)
+        return sim.simulate(models.get("mlp"), "ipu-pod16", o.enableSyntheticData(synthetic))
+
+    for processes in (1, 4):
+        r = run(processes)
+        (note,) = [n for n in r.notes if "host's data pipeline" in n]
+        per_process = r.samples_per_second / processes
+        assert f"needs {per_process:,.0f} samples/s from each of {processes} host process" in note
+    assert not [n for n in run(1, synthetic=True).notes if "host's data pipeline" in n]
+
+
 def test_more_host_processes_than_replicas_is_noted():
     """16 processes for 8 replicas: each replica has its own process, as with 8, and the run says
     that 8 processes feed nothing."""

@@ -67,7 +67,8 @@ class Run:
     HOST_BOUND_SHARE = 0.2
 
     def __post_init__(self):
-        for note in (self._unmeasured_latency_note(), self._host_fill_note(), self._unmodelled_call_note()):
+        for note in (self._unmeasured_latency_note(), self._host_fill_note(), self._host_data_note(),
+                     self._unmodelled_call_note()):
             if note:
                 self.notes.append(note)
 
@@ -96,6 +97,19 @@ class Run:
                 f"thread{'s' if threads > 1 else ''} each, {per_thread} in turn per thread (Poplar's default: one "
                 "thread a process); more PopRun instances (hostProcesses, --host-processes) or callback threads "
                 "(streamCallbackThreads, --stream-callback-threads) share the work")
+
+    def _host_data_note(self) -> str | None:
+        """With real data: the samples per second the host's data pipeline must deliver for this
+        throughput, per host process, as the simulator prices the host's copies into the stream
+        buffers but not the reading, decoding and augmenting that produces the samples."""
+        o = self.executable.options
+        if o.synthetic_data or not self.executable.graph.inputs or not self.samples_per_second:
+            return None
+        per_process = self.samples_per_second * o.num_instances() / o.host_processes()
+        return (f"not modelled: the host's data pipeline (reading, decoding and augmenting samples in the "
+                f"DataLoader or infeed); this throughput needs {per_process:,.0f} samples/s from each of "
+                f"{o.host_processes()} host process{'es' if o.host_processes() > 1 else ''}, and a slower "
+                "pipeline sets the throughput instead")
 
     # --- PoplarExecutor numbers -------------------------------------------------------------
     @property
