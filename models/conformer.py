@@ -33,7 +33,7 @@ ctc_weight * CTC``.
   built as one softmax cross-entropy over the (B x tokens, vocab) logits: its gradient is the
   same work (a softmax less a smoothed one-hot).
 - ``layers_per_ipu`` (e.g. [2, 4, 4, 2]: the SDK 2.6 example's pipeline ``encoder.encoders__2``,
-  ``__6``, ``__10`` on IPUs 1, 2, 3; SDK 3.2's ``__11`` gives [2, 4, 5, 1]) places the encoder blocks; the front end is on IPU 0, the
+  ``__6``, ``__10`` on IPUs 1, 2, 3; SDK 3.0 and later's ``__11`` gives [2, 4, 5, 1]) places the encoder blocks; the front end is on IPU 0, the
   CTC branch, decoder and losses on the last block's IPU. The example sets no recomputation
   checkpoint, so a pipelined stage recomputes from its stashed inputs.
 

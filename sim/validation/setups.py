@@ -511,8 +511,8 @@ def _conformer_train(system: str, replicas: int, accumulation: int, processes: i
     the commit that added the figures, which no later commit changed: ``configs/train.yaml`` and the
     scripts ``run_wenet_conformer_globalbs_16128_pod16.sh`` / ``_pod64.sh``): micro-batch 4 of generated
     utterances at the maximum lengths (1,220 frames, 48 tokens), the pipeline ``encoder.encoders__2``,
-    ``__6``, ``__10`` on IPUs 1-3 (blocks [2, 4, 4, 2]; SDK 3.2's ``2d8b565`` moved the last split to
-    ``__11``, [2, 4, 5, 1], and nothing else of the configuration), availableMemoryProportion 0.3 on each
+    ``__6``, ``__10`` on IPUs 1-3 (blocks [2, 4, 4, 2]; SDK 3.0's ``8ae588c``, kept through SDK 3.2's ``2d8b565``,
+    moved the last split to ``__11``, [2, 4, 5, 1], and nothing else of the configuration), availableMemoryProportion 0.3 on each
     IPU, half partials, poptorch.optim.Adam with fp16 gradient accumulators (``accum_type`` the model
     dtype) and the global gradient norm clipped at 5 (``max_grad_norm``), its state on chip without RTS,
     outputMode Final (``main.py build_ipu_options``); GA so that the global batch is 16,128."""
