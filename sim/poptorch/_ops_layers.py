@@ -10,9 +10,9 @@ expandDims transform lays it out: its kernel positions folded into the input cha
 rearranging copy), then a ``conv2d`` of a 1x1 kernel over its output positions, with exactly the
 layer's multiply-adds (over the upsampled input for a transposed one; a note in the run says so).
 Stride, padding and dilation shape the output, which is all that price reads of them.
-Recurrent layers are unrolled over the sequence:
-the input projection as one matmul, then per step the recurrent matmul and the gates'
-element-wise ops (popnn runs the same work per step).
+A GRU or LSTM is one popnn layer op; a plain RNN is unrolled over the sequence: the input
+projection as one matmul, then per step the recurrent matmul and the gates' element-wise ops.
+A recurrent cell (GRUCell, LSTMCell, RNNCell) is the linears and element-wise ops ATen builds it from.
 """
 
 from __future__ import annotations
@@ -324,6 +324,92 @@ def _popnn_recurrent(ctx, m, cell, x, tbi, H, dt, hx, w_ih, w_hh, b_ih, b_hh, ba
     return (out, finals) if m is not None else (out,) + finals
 
 
+#: ATen's cell ops -> (cell, gates): the nonlinearity of a plain RNN cell is in the name
+_CELL_OPS = {"gru_cell": ("gru", 3), "lstm_cell": ("lstm", 4), "rnn_tanh_cell": ("rnn_tanh", 1),
+             "rnn_relu_cell": ("rnn_relu", 1)}
+
+
+def _recurrent_cell(ctx):
+    """One step of a recurrent cell: ``nn.GRUCell``, ``nn.LSTMCell``, ``nn.RNNCell`` (kept whole under
+    torch.fx) or ATen's ``gru_cell`` / ``lstm_cell`` / ``rnn_tanh_cell`` / ``rnn_relu_cell``.
+
+    PopTorch has no handler for these: ATen registers them CompositeImplicitAutograd and PopTorch's
+    dispatcher intercepts only ``lstm.input`` of the recurrent ops
+    (poptorch/source/dispatch_tracer/RegisterOptionalAtenOps.cpp.inc), so a cell reaches PopART as the
+    ops ATen's RNN.cpp builds it from (the CPU path of its GRUCell / LSTMCell / SimpleCell): two
+    linears (``linearHandler``: a matmul by the transposed weight, plus the bias), the gates sliced from
+    them, and the element-wise ops between; emitted here in that order."""
+    m = ctx.module
+    if m is not None:
+        cell = ("gru" if isinstance(m, nn.GRUCell) else "lstm" if isinstance(m, nn.LSTMCell)
+                else f"rnn_{m.nonlinearity}")
+        gates = RNN_GATES.get(cell, 1)
+        H = m.hidden_size
+        hx = ctx.sarg(1, "hx")
+        w_ih, w_hh = ctx.param("weight_ih", transposed=True), ctx.param("weight_hh", transposed=True)
+        b_ih, b_hh = ctx.param("bias_ih"), ctx.param("bias_hh")
+    else:  # aten.<cell>(input, hx, w_ih, w_hh, b_ih=None, b_hh=None); lstm_cell's hx is [h, c]
+        cell, gates = _CELL_OPS[ctx.key]
+        hx = ctx.sarg(1, "hx")
+        w_ih, w_hh = ctx.sarg(2, "w_ih"), ctx.sarg(3, "w_hh")
+        b_ih, b_hh = ctx.sarg(4, "b_ih"), ctx.sarg(5, "b_hh")
+        H = ctx.args[3].shape[-1]
+        w_ih, w_hh = (_transposed_weight(ctx, w) for w in (w_ih, w_hh))
+    rx = ctx.args[0]
+    dt = rx.dtype
+    unbatched = rx.dim() == 1
+    B = 1 if unbatched else rx.shape[0]
+    x = emit(ctx, "reshape", [ctx.sarg(0)], (1, rx.shape[0]), dt, name="as_batch") if unbatched else ctx.sarg(0)
+    if cell == "lstm":
+        h, c = (hx if isinstance(hx, (tuple, list)) else (None, None))
+    else:
+        h, c = hx, None
+
+    def state(s, label):
+        if not is_tensor(s):  # the module's zeros when no state is given: a constant
+            return const(ctx, (B, H), dt, label)
+        return emit(ctx, "reshape", [s], (B, H), dt, name=label) if unbatched else s
+
+    h = state(h, "h")
+    c = state(c, "c") if cell == "lstm" else None
+    G = gates * H
+
+    def linear(v, w, b, label):
+        y = emit(ctx, "matmul", [v, w], (B, G), dt, name=f"{label}/matmul")
+        return emit(ctx, "add", [y, b], (B, G), dt, name=f"{label}/bias") if is_tensor(b) else y
+
+    def gate(src, i, label):
+        return emit(ctx, "slice", [src], (B, H), dt, {"axis": 1, "start": i * H, "stop": (i + 1) * H}, label)
+
+    def op(kind, inputs, label):
+        return emit(ctx, kind, inputs, (B, H), dt, name=label)
+
+    if cell == "gru":
+        gi, gh = linear(x, w_ih, b_ih, "linear_ih"), linear(h, w_hh, b_hh, "linear_hh")
+        r = op("sigmoid", [op("add", [gate(gh, 0, "h_r"), gate(gi, 0, "i_r")], "reset/add")], "reset_gate")
+        z = op("sigmoid", [op("add", [gate(gh, 1, "h_z"), gate(gi, 1, "i_z")], "input/add")], "input_gate")
+        hn = op("mul", [gate(gh, 2, "h_n"), r], "new/reset")
+        n = op("tanh", [op("add", [gate(gi, 2, "i_n"), hn], "new/add")], "new_gate")
+        results = [op("add", [op("mul", [op("sub", [h, n], "blend/sub"), z], "blend/mul"), n], "hy")]
+    elif cell == "lstm":
+        gsum = emit(ctx, "add", [linear(h, w_hh, b_hh, "linear_hh"), linear(x, w_ih, b_ih, "linear_ih")],
+                    (B, G), dt, name="gates")
+        i = op("sigmoid", [gate(gsum, 0, "g_i")], "in_gate")
+        f = op("sigmoid", [gate(gsum, 1, "g_f")], "forget_gate")
+        g = op("tanh", [gate(gsum, 2, "g_c")], "cell_gate")
+        o = op("sigmoid", [gate(gsum, 3, "g_o")], "out_gate")
+        cy = op("add", [op("mul", [f, c], "cy/forget"), op("mul", [i, g], "cy/in")], "cy")
+        results = [op("mul", [o, op("tanh", [cy], "cy/tanh")], "hy"), cy]
+    else:
+        pre = emit(ctx, "add", [linear(h, w_hh, b_hh, "linear_hh"), linear(x, w_ih, b_ih, "linear_ih")],
+                   (B, G), dt, name="pre")
+        results = [op("relu" if cell == "rnn_relu" else "tanh", [pre], "hy")]
+    outs = list(ctx.output) if isinstance(ctx.output, (tuple, list)) else [ctx.output]
+    made = tuple(ctx.op("reshape", [r], output=o, name="unbatched") if unbatched else r
+                 for r, o in zip(results, outs))
+    return made if isinstance(ctx.output, (tuple, list)) else made[0]
+
+
 def _transposed_weight(ctx, w):
     """A linear weight ``(out, in)`` in the ``(in, out)`` layout a matmul reads."""
     if isinstance(w, Lazy):
@@ -599,6 +685,7 @@ RULES = {
     **{f"adaptive_max_pool{d}d": _adaptive_max_pool for d in (1, 2, 3)},
     "group_norm": _group_norm, "native_group_norm": _group_norm, "instance_norm": _group_norm,
     "lstm": _recurrent, "gru": _recurrent, "rnn_tanh": _recurrent, "rnn_relu": _recurrent,
+    **{name: _recurrent_cell for name in _CELL_OPS},
     "_weight_norm": lambda ctx: _weight_norm_ops(ctx, ctx.sarg(0, "v"), ctx.sarg(1, "g"), ctx.args[0],
                                                  int(ctx.arg(2, "dim", 0)), name="weight_norm"),
     "bilinear": _bilinear, "embedding_bag": _embedding_bag, "_embedding_bag": _embedding_bag,
@@ -620,6 +707,7 @@ MODULE_RULES = {
     nn.GroupNorm: _group_norm, nn.InstanceNorm1d: _group_norm, nn.InstanceNorm2d: _group_norm,
     nn.InstanceNorm3d: _group_norm,
     nn.RNN: _recurrent, nn.GRU: _recurrent, nn.LSTM: _recurrent,
+    nn.RNNCell: _recurrent_cell, nn.GRUCell: _recurrent_cell, nn.LSTMCell: _recurrent_cell,
     nn.Bilinear: _bilinear, nn.EmbeddingBag: _embedding_bag,
 }
 
