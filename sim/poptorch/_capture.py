@@ -31,6 +31,7 @@ from ..graph.ir import Graph, GraphBuilder
 from . import _mapping, _state
 from ._precision import implicit_casts, in_place
 from ._values import Lazy, sim_dtype, sim_shape
+from ._device import ipu_device
 from ._errors import Error, error
 from .annotations import block_hooks
 
@@ -123,12 +124,18 @@ def _adapter(model: torch.nn.Module, args: tuple, kwargs: dict):
             super().__init__()
             self.model = model
 
+        device_reads = 0  # reads of a tensor's device by the model's code (it sees the IPU's)
+
         def _call(self, tensors):
             filled = list(leaves)
             for pos, t in zip(tensor_pos, tensors):
                 filled[pos] = t
             a, k = pytree.tree_unflatten(filled, spec)
-            return self.model(*a, **k)
+            with ipu_device() as mode:
+                try:
+                    return self.model(*a, **k)
+                finally:
+                    Adapter.device_reads += mode.reads
 
     src = f"def forward(self, {', '.join(names)}):\n    return self._call(({''.join(n + ', ' for n in names)}))\n"
     scope: dict = {}
@@ -309,7 +316,8 @@ class _Run(torch.fx.Interpreter):
         self.extra_traceback = False  # our errors name the op already
 
     def run_node(self, n):
-        result = super().run_node(n)
+        with ipu_device():  # a device read by the model (torch.fx: a getattr node) is the IPU's
+            result = super().run_node(n)
         self.cap.node(n, self, result)
         return result
 
@@ -544,6 +552,9 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
                 except Exception as e:  # noqa: BLE001 - keep the fx graph, saying it may differ
                     cap.notes.append(f"{why}, and torch.export failed ({type(e).__name__}: {_first_line(e)}): "
                                      "the simulated graph may not be the model's")
+    if type(adapter).device_reads:
+        cap.notes.append("the model reads its tensors' device: it sees ipu:0, as when PopTorch traces it (and in "
+                         "the CPU run of its outputs; the CPU stands in for it in torch calls given that device)")
     g = cap.g
     g.loss = cap.explicit_loss or (cap.losses[-1] if cap.losses else None)
     loss_output = None

@@ -38,6 +38,7 @@ from ..strategy import PipelinedExecution, ShardedExecution, assign
 from . import _args, _precision, _system, enums
 from . import optim as _optim
 from ._capture import Captured, capture
+from ._device import ipu_device
 from ._errors import NO_EXECUTABLE, error
 from ._printing import module_repr
 from .dataloader import loader_modes
@@ -428,7 +429,7 @@ class PoplarExecutor:
 
         def call(step, acc, r):
             a, k = self._chunk(leaves, spec, positions, chunks, (step * ga + acc) * groups + group_of(r))
-            with _precision.implicit_casts(_precision.behaviour(o), self._model, (a, k)):
+            with _precision.implicit_casts(_precision.behaviour(o), self._model, (a, k)), ipu_device():
                 return self._model(*a, **k)
 
         results = {}  # (step, acc, replica) -> the model's output
