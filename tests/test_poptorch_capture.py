@@ -425,33 +425,6 @@ def test_repeat_and_repeat_interleave_are_copies_into_the_larger_output():
         ("copy", (2, 12, 8)), ("copy", (2, 12, 8))]
 
 
-def test_index_put_writes_the_indexed_elements_into_a_copy():
-    """``x[idx] = v`` scatters as many elements as the indexed rows hold, ``x[:, idx] += v`` the indexed
-    columns' elements, and ``x[mask] = v`` is a select over the input; the outputs are torch's."""
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(8, 8)
-
-        def forward(self, x, idx):
-            y = self.fc(x).clone()
-            y[idx] = 0.5
-            z = y.clone()
-            z[:, idx[:2]] += 1.0
-            w = z.clone()
-            w[w > 0.3] = 0.0
-            return w
-
-    m = M()
-    x, idx = torch.randn(6, 8), torch.tensor([0, 2, 4])
-    model = poptorch.inferenceModel(m)
-    torch.testing.assert_close(model(x, idx), m(x, idx))
-    g = model.executable.graph
-    scatters = [g.tensors[op.inputs[0]].shape for op in g.ops if op.kind == "scatter_elements"]
-    assert scatters == [(24,), (12,)]  # 3 rows of 8; 6 rows of 2 columns
-    assert kinds(model)[-1] == "map"  # the mask's select
-
-
 def test_poptorch_errors_for_bad_annotation_arguments():
     with pytest.raises(poptorch.Error, match="You may only set available memory for torch.tensor values"):
         poptorch.set_available_memory(3, 0.5)

@@ -1067,8 +1067,19 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
     if kind in ("gather_elements", "scatter_elements"):
         # element by element (ONNX GatherElements / ScatterElements): a table of single
         # elements. gather: ins = [index, data]; scatter: ins = [index, data, updates], writing
-        # a copy of data (shaped like the output)
+        # a copy of data (shaped like the output). With ``slices`` the index is a vector along
+        # ``axis`` and each of its entries moves a whole slice: PopART's ScatterReduce with index
+        # broadcast (popx/op/scatterreduceutilx.cpp prepMultiUpdateTensors: the axis rolled to the
+        # front, the other dims flattened), a multiUpdate of rows, and its gradient's multiSlice
         ids = (math.prod(ins[0][0]),)
+        if attrs.get("slices"):
+            data, dtype = (ins[1][0], ins[1][1]) if kind == "gather_elements" else outs[0]
+            axis = attrs.get("axis", 0) % len(data)
+            rows = (data[axis], math.prod(data) // max(1, data[axis]))
+            if kind == "gather_elements":
+                return _gather("gather", ((ids, "int32", "activation"), (rows, dtype, "activation")),
+                               (((ids[0], rows[1]), dtype),), ipu, tiles)
+            return _gather("embedding_grad", ((ids, "int32", "activation"),), ((rows, dtype),), ipu, tiles)
         if kind == "gather_elements":
             table, dtype, _ = ins[1]
             return _gather("gather", ((ids, "int32", "activation"), ((math.prod(table), 1), dtype, "activation")),

@@ -2,8 +2,9 @@
 
 Constants (``fill``) fold into graph constants, as PopART folds them. ``gather`` and
 ``take_along_dim`` are element-wise gathers and the ``scatter`` family element-wise scatters
-(ONNX GatherElements / ScatterElements: popops multiSlice / multiUpdate of single elements);
-``bincount`` scatters ones. Padding and ``roll``, ``meshgrid``, ``cartesian_prod`` are views
+(ONNX GatherElements / ScatterElements: popops multiSlice / multiUpdate of single elements), but
+where PopTorch vectorises them (``index_put`` by one index vector, ``scatter_add`` of an expanded
+index vector): whole slices (a ``scatter_elements`` with ``slices``); ``bincount`` scatters ones. Padding and ``roll``, ``meshgrid``, ``cartesian_prod`` are views
 (popops::pad concatenates views of the input and constants, ``popops/Padder.cpp``).
 ``tensordot``, ``einsum`` and ``cdist`` are the matmul and element-wise ops they are made of;
 ``pixel_shuffle`` a transpose between two reshapes (PopART's DepthToSpace); ``F.unfold`` and
@@ -17,6 +18,7 @@ import math
 import torch
 
 from ._emit import const, emit, emit_map, fold, is_tensor, operand, tensor_args
+from ._values import Lazy
 
 
 def _fill(ctx):
@@ -92,7 +94,8 @@ def leading_index(ctx, x, reals, syms):
 
 def _scatter(ctx):
     """scatter / scatter_add / scatter_reduce / index_reduce: element by element into a copy of
-    the input (``src`` may be a number)."""
+    the input (``src`` may be a number); a scatter_add or scatter_reduce whose index is an expanded
+    vector updates whole slices (:func:`_expanded_index`)."""
     x = ctx.sarg(0, "input")
     if ctx.key.startswith("index_reduce"):
         dim, idx, src, rsrc = ctx.arg(1, "dim"), ctx.sarg(2, "index"), ctx.sarg(3, "source"), ctx.arg(3, "source")
@@ -104,25 +107,95 @@ def _scatter(ctx):
         reduce = ctx.arg(4, "reduce", "add" if "add" in ctx.key else None)
     out = ctx.output
     s = operand(ctx, src, rsrc, out.dtype, "src")
-    return ctx.op("scatter_elements", [idx, x, s], {"axis": int(dim), "reduce": str(reduce)})
+    attrs = {"axis": int(dim), "reduce": str(reduce)}
+    vector = _expanded_index(ctx, int(dim) % out.dim(), rsrc)
+    if vector is not None:  # the vector itself is the index: the expansion is never made
+        idx = emit(ctx, "reshape", [vector], (ctx.shape(vector)[int(dim) % out.dim()],), "int32", name="index_vector")
+        attrs["slices"] = True
+    return ctx.op("scatter_elements", [idx, x, s], attrs)
+
+
+def _expanded_index(ctx, dim: int, src):
+    """The index vector of a scatter_add / scatter_reduce whose index is an ``expand`` of it, which
+    PopTorch scatters slice by slice: its ``removeScatterAddIndexExpansion``
+    (poptorch/source/GNNOptimizations.cpp) drops an index expansion used only by the scatter and shaped
+    like ``src`` and enables index broadcast, and PopART's ScatterReduce then updates whole slices when
+    the vector's only dimension longer than one is the scatter's (popart willow/src/op/scatterreduce.cpp
+    ``checkIndexBroadcasted``; other shapes are its "partial broadcasting" error). torch_scatter's
+    ``scatter_sum`` (TGN's message aggregation) expands its index so. None for any other index."""
+    if ctx.key.rstrip("_") not in ("scatter_add", "scatter_reduce"):
+        return None
+    node = ctx.node.kwargs.get("index", ctx.node.args[2] if len(ctx.node.args) > 2 else None)
+    if not isinstance(node, torch.fx.Node) or len(node.users) != 1 or not isinstance(src, torch.Tensor):
+        return None
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if name.split(".")[0] not in ("expand", "expand_as") or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    vector = ctx.cap.sym.get(node.args[0])
+    index = ctx.args[2] if len(ctx.args) > 2 else ctx.kwargs.get("index")
+    if not is_tensor(vector) or not isinstance(index, torch.Tensor) or tuple(index.shape) != tuple(src.shape):
+        return None
+    shape = ctx.shape(vector)
+    shape = (1,) * (len(src.shape) - len(shape)) + tuple(shape)
+    return vector if [d for d, n in enumerate(shape) if n != 1] == [dim] else None
+
+
+def _vector_dim(indices) -> int | None:
+    """PopTorch's ``canVectorizeInDim`` (popart_canonicalization/IndexOps.cpp): the one dimension indexed
+    by a 1-D integer tensor of more than one element, every other dimension left whole; else None."""
+    dim = None
+    for d, index in enumerate(indices):
+        if index is None:
+            continue
+        if dim is not None or not isinstance(index, torch.Tensor):
+            return None
+        if index.dtype == torch.bool or index.is_floating_point() or index.is_complex():
+            return None
+        if index.dim() != 1 or index.numel() == 1:
+            return None
+        dim = d
+    return dim
 
 
 def _index_put(ctx):
-    """index_put / index_put_ (``x[idx] = v``; ``accumulate`` for ``x[idx] += v``): the values written
-    into a copy of the input element by element, as the scatter family (ONNX ScatterElements), as many
-    elements as the indexed positions cover (the index tensors' broadcast shape times the dimensions
-    they leave whole); with a boolean mask, a select over the input (masked_fill)."""
+    """index_put / index_put_ (``x[idx] = v``; ``accumulate`` for ``x[idx] += v``) as PopTorch's
+    ``indexPutHandler`` lowers it (popart_canonicalization/IndexOps.cpp): with one 1-D integer index on
+    one dimension (``canVectorizeInDim``), PopART's ScatterReduce with index broadcast, which
+    ``multiUpdate``s whole slices of that dimension (popart popx/op/scatterreduceutilx.cpp
+    ``prepMultiUpdateTensors``; lower-rank values expanded first); otherwise ONNX ScatterElements,
+    the values written into a copy of the input element by element, as many elements as the indexed
+    positions cover (the index tensors' broadcast shape times the dimensions they leave whole);
+    with a boolean mask, a select over the input (masked_fill)."""
     x, rx = ctx.sarg(0, "self"), ctx.args[0]
-    indices = list(ctx.args[1])
+    indices, syms = list(ctx.arg(1, "indices")), list(ctx.sarg(1, "indices"))
     if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
         return emit_map(ctx, ["select"], [x], [["select"]])
+    accumulate = bool(ctx.arg(3, "accumulate", False))
+    attrs = {"axis": 0, "reduce": "sum" if accumulate else "none"}
+    d = _vector_dim(indices)
+    if d is not None:
+        shape = tuple(rx.shape[:d]) + (indices[d].numel(),) + tuple(rx.shape[d + 1:])
+        values = _expanded_values(ctx, ctx.sarg(2, "values"), ctx.arg(2, "values"), shape)
+        index = syms[d] if is_tensor(syms[d]) else const(ctx, (shape[d],), "int32", "index")
+        return ctx.op("scatter_elements", [index, x, values], dict(attrs, axis=d, slices=True))
     shape = torch.broadcast_shapes(*[i.shape for i in indices if isinstance(i, torch.Tensor)])
-    whole = [rx.shape[d] for d in range(rx.dim()) if d >= len(indices) or indices[d] is None]
+    whole = [rx.shape[dd] for dd in range(rx.dim()) if dd >= len(indices) or indices[dd] is None]
     n = max(1, math.prod(shape) * math.prod(whole))
     values = operand(ctx, ctx.sarg(2, "values"), ctx.arg(2, "values"), ctx.output.dtype, "values")
-    accumulate = bool(ctx.arg(3, "accumulate", False))
-    return ctx.op("scatter_elements", [const(ctx, (n,), "int32", "index"), x, values],
-                  {"axis": 0, "reduce": "sum" if accumulate else "none"})
+    return ctx.op("scatter_elements", [const(ctx, (n,), "int32", "index"), x, values], attrs)
+
+
+def _expanded_values(ctx, sym, real, shape: tuple):
+    """The values of a vectorised index_put as the ``shape`` of the slices written: PopTorch expands
+    values of a lower rank (an Expand, a copy on the device; of a constant, a constant)."""
+    dtype = ctx.output.dtype
+    if not isinstance(real, torch.Tensor) or not is_tensor(sym):
+        return const(ctx, shape, dtype, "values")
+    if real.dim() >= len(shape):
+        return sym
+    if isinstance(sym, Lazy) and sym.role != "weight":  # a constant expanded: folded
+        return const(ctx, shape, dtype, "values")
+    return emit(ctx, "copy", [sym], shape, real.dtype, name="expand_values")
 
 
 def _index_fill(ctx):
