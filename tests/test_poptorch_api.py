@@ -447,6 +447,86 @@ def test_custom_argument_types():
         poptorch.registerCustomArgParser(Pair, None)
 
 
+
+class _SwapHelper:
+    """A substitution manager as PopTorch Geometric's: swaps a module-level function for another."""
+
+    def replace(self):
+        self.saved = _helpers.helper
+        _helpers.helper = torch.tanh
+
+    def restore(self):
+        _helpers.helper = self.saved
+
+
+class _helpers:
+    helper = staticmethod(torch.relu)
+
+
+def test_substitution_managers_entered_around_capture_and_cpu_run(monkeypatch):
+    """PopTorch Geometric registers a manager through ``importlib`` as ``poptorch._poplar_executor``
+    (its __init__.py); PopTorch enters it around tracing, so the captured model is the substituted one."""
+    import importlib.util
+    import sys
+
+    from sim.poptorch import executor
+
+    monkeypatch.setitem(sys.modules, "poptorch", poptorch)
+    monkeypatch.delitem(sys.modules, "poptorch._poplar_executor", raising=False)
+    spec = importlib.util.find_spec("poptorch._poplar_executor")
+    module = spec.loader.load_module()  # as poptorch_geometric/__init__.py loads it
+    saved = list(executor.SUBSTITUTION_MANAGERS)
+    try:
+        module._OverwriteContextManager.registerSubsitutionManager(_SwapHelper)
+        module._OverwriteContextManager.registerSubsitutionManager(_SwapHelper)  # once only
+        assert executor.SUBSTITUTION_MANAGERS.count(_SwapHelper) == 1
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return _helpers.helper(x) * 2
+
+        x = torch.randn(4, 3)
+        model = poptorch.inferenceModel(Model())
+        out = model(x)
+        assert "tanh" in [op.kind for op in model.executable.graph.ops]
+        assert "relu" not in [op.kind for op in model.executable.graph.ops]
+        assert torch.allclose(out, torch.tanh(x) * 2)
+        assert _helpers.helper is torch.relu  # restored afterwards
+    finally:
+        executor.SUBSTITUTION_MANAGERS[:] = saved
+
+
+def test_utils_module_for_poptorch_geometric(monkeypatch):
+    """``poptorch._utils`` as PopTorch Geometric's collater imports it, under the ``poptorch`` name;
+    a parser registered for a base class applies to its subclasses, as PopTorch's getCustomParser."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "poptorch", poptorch)
+    monkeypatch.delitem(sys.modules, "poptorch._utils", raising=False)
+    from poptorch._utils import (combine_batch_tensors_gen, flattenTensorStructure,  # noqa: E402
+                                 reconstructTensorStructure)
+
+    a = [torch.zeros(2, 3), torch.ones(1)]
+    b = [torch.ones(2, 3), torch.zeros(1)]
+    joined = list(combine_batch_tensors_gen([a, b]))
+    assert [t.shape for t in joined] == [torch.Size([4, 3]), torch.Size([2])]
+    assert torch.equal(joined[0][2:], b[0])
+
+    class SubPair(Pair):
+        pass
+
+    poptorch.registerCustomArgParser(Pair, PairParser())
+    try:
+        s = SubPair(torch.zeros(1), torch.ones(2))
+        flat = flattenTensorStructure({"p": s, "n": 3, "t": (torch.ones(3),)})
+        assert [t.numel() for t in flat] == [1, 2, 3]
+        rebuilt = reconstructTensorStructure({"p": s, "n": 3, "t": (torch.ones(3),)},
+                                             [torch.full((1,), 5.0), torch.full((2,), 6.0), torch.zeros(3)])
+        assert rebuilt["n"] == 3 and float(rebuilt["p"].a) == 5.0 and torch.equal(rebuilt["t"][0], torch.zeros(3))
+    finally:
+        poptorch.registerCustomArgParser(Pair, None)
+
+
 # --- data ---------------------------------------------------------------------------------------------
 def test_dataloader_batch_sampler_joins_micro_batches():
     dataset = torch.utils.data.TensorDataset(torch.arange(20.0))

@@ -23,7 +23,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 import logging as _logging
 import os as _os
 
-from . import enums, experimental, optim, profiling
+from . import _poplar_executor, _utils, enums, experimental, optim, profiling
+from ._poplar_executor import _OverwriteContextManager
 from ._args import ICustomArgParser, registerCustomArgParser
 from ._errors import Error, RecoverableError, UnrecoverableError
 from ._mapping import OpContext, register_op, unregister_op

@@ -67,6 +67,31 @@ _UNMODELLED_ENV = ("POPLAR_ENGINE_OPTIONS", "POPLAR_TARGET_OPTIONS", "POPLAR_LOG
 #: anchor names the simulator computes for a training model: <prefix><parameter name>
 _ANCHOR_PREFIXES = ("Gradient___", "UpdatedVar___")
 
+#: substitution manager types (``replace()`` / ``restore()``) registered with
+#: ``poptorch._poplar_executor._OverwriteContextManager.registerSubsitutionManager``: entered
+#: around each capture, as PopTorch enters them around its tracing, and around the CPU runs
+SUBSTITUTION_MANAGERS: list = []
+
+
+class _substitutions:
+    """Every registered substitution manager entered (``replace()``), left in reverse order."""
+
+    def __enter__(self):
+        self.entered = []
+        try:
+            for manager_type in list(SUBSTITUTION_MANAGERS):
+                manager = manager_type()
+                manager.replace()
+                self.entered.append(manager)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for manager in reversed(self.entered):
+            manager.restore()
+
 
 class PoplarExecutor:
     """The wrapper ``inferenceModel``/``trainingModel`` return; call it like the model."""
@@ -228,7 +253,7 @@ class PoplarExecutor:
         try:
             for hook in list(PoplarExecutor._precompile_hooks.values()):
                 hook()
-            with on_ipu(), attribute_notes() as attributes:
+            with on_ipu(), attribute_notes() as attributes, _substitutions():
                 cast_to = _precision.behaviour(self._options)  # mixed float16/float32 operands
                 if self._training:
                     captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
@@ -411,7 +436,7 @@ class PoplarExecutor:
         if not self._is_attached:
             self.attachToDevice()
         self._run = run_executable(self._executable)
-        with on_ipu():
+        with on_ipu(), _substitutions():
             out = self._run_on_cpu(leaves, spec, positions, chunks)
         for leaf in pytree.tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
