@@ -774,9 +774,11 @@ def test_einsum_runs_as_torch_and_trains(equation, shapes, matmuls):
     (lambda a, b: F.cosine_similarity(a, b, dim=-1), {"mul", "reduce_sum", "sqrt", "maximum", "div"}),
     (lambda a, b: torch.flip(a, [0, 1]) + b, {"copy"}),
     (lambda a, b: F.hardswish(a * 4) + F.hardsigmoid(b * 4), {"map"}),
-], ids=["cosine_similarity", "flip", "hardswish_hardsigmoid"])
+    (lambda a, b: F.pairwise_distance(a[:, None], b, eps=0), {"sub", "add", "mul", "reduce_sum", "sqrt"}),
+    (lambda a, b: F.pairwise_distance(a, b, p=1, keepdim=True), {"sub", "add", "abs", "reduce_sum"}),
+], ids=["cosine_similarity", "flip", "hardswish_hardsigmoid", "pairwise_distance", "pairwise_distance_p1"])
 def test_lowered_like_poptorch_run_as_torch_and_train(fn, kinds):
-    """cosine_similarity (DistanceOps.cpp), flip (PopART's Reverse: a copy of a reversed view),
+    """cosine_similarity and pairwise_distance (DistanceOps.cpp; SchNet's KNN graph), flip (PopART's Reverse: a copy of a reversed view),
     hardswish and hardsigmoid (ActivationOps.cpp: a where of max, abs, compare and mul; PopART's
     HardSigmoid)."""
     class Net(nn.Module):
@@ -1107,3 +1109,21 @@ def test_the_gradient_of_a_repeated_or_expanded_weight_sums_the_copies(how):
     sums = [op for op in g.ops if op.pass_ == "backward" and op.kind == "reduce_sum"
             and g.tensors[op.inputs[0]].shape == (6, 20, 64) and g.tensors[op.outputs[0]].shape == (1, 1, 64)]
     assert sums
+
+
+def test_pairwise_distance_reduces_the_last_dimension_of_the_broadcast_pairs():
+    """SchNet's KNN graph: F.pairwise_distance(pos[:, None], pos) is every pair's distance, (N, N)."""
+    class Net(nn.Module):
+        def forward(self, pos):
+            return F.pairwise_distance(pos[:, None], pos, eps=0)
+
+    pos = torch.randn(6, 3)
+    model = poptorch.inferenceModel(Net())
+    torch.testing.assert_close(model(pos), torch.cdist(pos, pos), rtol=1e-5, atol=1e-5)
+    ops = model.executable.graph.ops
+    g = model.executable.graph
+    (reduce,) = [o for o in ops if o.kind == "reduce_sum"]
+    assert g.tensors[reduce.inputs[0]].shape == (6, 6, 3)
+    assert g.tensors[reduce.outputs[0]].shape == (6, 6)
+    (diff,) = [o for o in ops if o.kind == "sub"]
+    assert g.tensors[diff.outputs[0]].shape == (6, 6, 3)

@@ -204,6 +204,20 @@ def _cosine_similarity(ctx):
     return ctx.op("div", [dot, floor])
 
 
+def _pairwise_distance(ctx):
+    """F.pairwise_distance(x1, x2, p, eps, keepdim): the p-norm of ``x1 - x2 + eps`` over the last
+    dimension of their broadcast shape, as ATen composes it (``Distance.cpp``: sub, add of eps,
+    norm) and as PopTorch lowers it (``DistanceOps.cpp``: the same sub, add and norm)."""
+    a, b, ra, rb = ctx.sarg(0, "x1"), ctx.sarg(1, "x2"), ctx.args[0], ctx.args[1]
+    p, keep = float(ctx.arg(2, "p", 2.0)), bool(ctx.arg(4, "keepdim", False))
+    shape, dt = tuple(torch.broadcast_shapes(ra.shape, rb.shape)), ctx.output.dtype
+    d = emit(ctx, "sub", [a, b], shape, dt, name="difference")
+    d = emit(ctx, "add", [d, const(ctx, (1,), dt, "eps")], shape, dt, name="plus_eps")
+    if len(shape) == 1:  # one pair: the norm of the whole vector
+        return _p_norm(ctx, d, p, [0], keep, shape, dt, last=ctx.op)
+    return _p_norm(ctx, d, p, [len(shape) - 1], keep, shape, dt, last=ctx.op)
+
+
 def _sort(ctx):
     """sort / argsort / topk / msort: popops' bitonic top-k of each row, with its indices."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
@@ -287,7 +301,7 @@ RULES = {
     "std_mean": _statistic("std_mean"), "correction": _statistic("var"),
     "norm": _norm, "linalg_norm": _norm, "linalg_vector_norm": _norm, "linalg_matrix_norm": _norm,
     "vector_norm": _norm, "matrix_norm": _norm, "frobenius_norm": _norm, "normalize": _normalize,
-    "cosine_similarity": _cosine_similarity,
+    "cosine_similarity": _cosine_similarity, "pairwise_distance": _pairwise_distance,
     "sort": _sort, "argsort": _sort, "topk": _sort, "msort": _sort, "median": _median,
     "nanmedian": _median, "cumsum": _cumsum, "cumprod": _cumprod,
 }
