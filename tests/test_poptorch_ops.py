@@ -1127,3 +1127,36 @@ def test_pairwise_distance_reduces_the_last_dimension_of_the_broadcast_pairs():
     assert g.tensors[reduce.outputs[0]].shape == (6, 6)
     (diff,) = [o for o in ops if o.kind == "sub"]
     assert g.tensors[diff.outputs[0]].shape == (6, 6, 3)
+
+
+@pytest.mark.parametrize("fn, axis", [
+    (torch.vstack, 0), (torch.row_stack, 0), (torch.hstack, 1), (torch.column_stack, 1), (torch.dstack, 2),
+], ids=["vstack", "row_stack", "hstack", "column_stack", "dstack"])
+def test_stacking_helpers_are_one_concat(fn, axis):
+    """vstack & co. (SchNet's KNN graph stacks its edge index with vstack): one concat along the
+    helper's axis of the output; they train as a concat does."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+
+        def forward(self, a, b, c):
+            return fn([self.fc(a), b]) if c is None else fn([self.fc(a)[0], c])
+
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    torch.manual_seed(0)
+    net = Net()
+    model = poptorch.inferenceModel(net)
+    for c in (None, torch.randn(6)):  # 2-D inputs, then 1-D ones (viewed as the helper views them)
+        model = poptorch.inferenceModel(net)
+        torch.testing.assert_close(model(a, b, c), net(a, b, c))
+        (cat,) = [o for o in model.executable.graph.ops if o.kind == "concat"]
+        assert cat.attrs["axis"] == (0 if fn is torch.hstack and c is not None else axis)
+        assert model.executable.graph.tensors[cat.outputs[0]].shape == tuple(net(a, b, c).shape)
+
+    class Loss(Net):
+        def forward(self, a, b, c):
+            return poptorch.identity_loss(super().forward(a, b, c), "sum")
+
+    _one_sgd_step_as_torch(Loss, a, b, None)
+    _one_sgd_step_as_torch(Loss, a, b, torch.randn(6))

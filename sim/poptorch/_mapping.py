@@ -605,6 +605,41 @@ def _concat(ctx: OpContext):
     return _weight_view(ctx, out) if tensors and all(_is_weight(ctx, t) for t in tensors) else out
 
 
+def _atleast(shape: tuple, helper: str) -> tuple:
+    """The shape ATen views a stacking helper's input as (``atleast_1d/2d/3d``, or
+    column_stack's column)."""
+    n = len(shape)
+    if helper in ("vstack", "row_stack"):
+        return shape if n >= 2 else (1,) * (2 - n) + shape
+    if helper == "dstack":
+        return {0: (1, 1, 1), 1: (1,) + shape + (1,), 2: shape + (1,)}.get(n, shape)
+    if helper == "column_stack":
+        return shape if n >= 2 else (max(1, math.prod(shape)), 1)
+    return shape if n >= 1 else (1,)  # hstack
+
+
+#: the concatenation axis of each of torch's stacking helpers, given its inputs' viewed rank
+_STACKS = {"vstack": lambda rank: 0, "row_stack": lambda rank: 0, "column_stack": lambda rank: 1,
+           "dstack": lambda rank: 2, "hstack": lambda rank: 0 if rank == 1 else 1}
+
+
+def _stack_helper(ctx: OpContext):
+    """vstack / row_stack / hstack / column_stack / dstack, as ATen composes them: each input
+    viewed with the rank the helper gives it (a free reshape) and one concat (PopART's Concat)
+    along the helper's axis."""
+    pieces = []
+    for s, real in zip(ctx.sarg(0, "tensors"), ctx.arg(0, "tensors")):
+        if not _is_sym_tensor(s):
+            continue
+        shape = _atleast(tuple(real.shape), ctx.key)
+        if shape != tuple(real.shape):
+            t = ctx.t(s)
+            s = ctx.builder.op("reshape", [t], [shape], name="atleast", out_dtypes=[ctx.cap.g.tensors[t].dtype])[0]
+        pieces.append(s)
+    rank = len(ctx.output.shape)
+    return ctx.op("concat", pieces, {"axis": _STACKS[ctx.key](rank)}, name="concat")
+
+
 def _getitem(ctx: OpContext):
     obj, idx = ctx.sarg(0), ctx.arg(1)
     if isinstance(obj, (tuple, list)):
@@ -1002,6 +1037,7 @@ RULES = {
     "repeat": _repeat, "repeat_interleave": _repeat,
     "swapdims": _transpose, "movedim": _transpose, "numpy_T": _transpose, "getattr": _getattr,
     "broadcast_tensors": _broadcast_tensors, "cat": _concat, "concat": _concat, "concatenate": _concat, "stack": _concat,
+    **{name: _stack_helper for name in _STACKS},
     "getitem": _getitem, "__getitem__": _getitem, "slice": _split, "select": _split,
     "narrow": _split, "split": _split, "chunk": _split, "unbind": _split, "tensor_split": _split,
     "split_with_sizes": _split, "index_select": _getitem,
