@@ -1160,3 +1160,32 @@ def test_stacking_helpers_are_one_concat(fn, axis):
 
     _one_sgd_step_as_torch(Loss, a, b, None)
     _one_sgd_step_as_torch(Loss, a, b, torch.randn(6))
+
+
+def test_index_select_along_a_later_axis_is_priced_as_that_axis_rolled_to_the_front():
+    """NBFNet's index_select(x, -2, idx) of a (batch, nodes, features) tensor: PopART rolls the gather
+    axis to the front and flattens the rest (popx/op/gatherx.cpp), a lookup into a nodes-row table, not
+    into a batch-row table of whole (nodes x features) rows; its gradient likewise."""
+    from sim.cost.rules import op_cost
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 32)
+
+        def forward(self, x, idx):
+            return poptorch.identity_loss(self.fc(x).index_select(-2, idx), "sum")
+
+    x, idx = torch.randn(4, 1595, 32), torch.randint(0, 1595, (8490,))
+    model = poptorch.trainingModel(Net(), optimizer=torch.optim.SGD(Net().parameters(), lr=0.1))
+    model.compile(x, idx)
+    exe = model.executable
+    g, ipu, tiles = exe.graph, exe.system.ipu, exe.tiles
+    (fwd,) = [o for o in g.ops if o.kind == "gather"]
+    (bwd,) = [o for o in g.ops if o.kind == "embedding_grad"]
+    rolled = poptorch.inferenceModel(nn.Embedding(1595, 4 * 32))  # the same lookup on the rolled table
+    rolled.compile(idx)
+    (ref,) = [o for o in rolled.executable.graph.ops if o.kind == "gather"]
+    want = op_cost(ref, rolled.executable.graph, ipu, tiles).compute_cycles
+    assert op_cost(fwd, g, ipu, tiles).compute_cycles == want
+    assert op_cost(bwd, g, ipu, tiles).temp_bytes_per_tile < ipu.sram_bytes_per_tile

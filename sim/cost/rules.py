@@ -823,7 +823,11 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     itemsize = DTYPE_BYTES[dtype]
     attrs = attrs or {}
     lookups = max(1, math.prod(ids_shape))
-    entries, row = table_shape[0], max(1, math.prod(table_shape[1:]))
+    # a lookup along another axis: PopART rolls that axis to the front and flattens the others (a view:
+    # popx/op/gatherx.cpp, dimRoll and flatten before multiSlice / multiUpdateAdd)
+    axis = int(attrs.get("axis", 0) or 0) % max(1, len(table_shape))
+    entries = table_shape[axis] if table_shape else 1
+    row = max(1, math.prod(table_shape) // max(1, entries))
     # PopART plans a lookup for slicing only (popx/op/sliceplanx.cpp SlicePlanUsedFor::Slice) and its
     # gradient for the update; poplibs' embedding_layer tool plans both with one update plan
     for_update = attrs.get("plan_for_update", kind != "gather")

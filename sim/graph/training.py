@@ -728,7 +728,8 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k == "gather":
         ids, table = ins
         if wants(1):
-            bw.give(table.name, bw.new("embedding_grad", [ids.name, dy], table.shape, table.dtype))
+            axis = {"axis": op.attrs["axis"]} if op.attrs.get("axis") else {}  # the lookup's axis, as PopART's GatherGradOp
+            bw.give(table.name, bw.new("embedding_grad", [ids.name, dy], table.shape, table.dtype, axis))
     elif k in ("reshape", "transpose", "identity", "detach"):
         if wants(0):
             back = "transpose" if k == "transpose" else "reshape"
