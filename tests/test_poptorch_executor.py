@@ -416,3 +416,30 @@ def test_save_and_load_recompile(tmp_path):
     assert again.isCompiled()
     out = again(*batch(4))
     assert out[0].shape == (4, 4)
+
+
+def test_non_contiguous_inputs_are_converted_with_poptorch_warning(caplog):
+    """PopTorch's ArgsParser makes each non-contiguous input contiguous (warning once), so a model
+    that views its input (Frozen in Time's ``x.view(-1, C, H, W)`` of an expanded video batch)
+    runs; the simulator's capture and CPU run see the contiguous micro-batches too."""
+
+    class Flat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.fc(x.view(-1, 8))
+
+    torch.manual_seed(0)
+    net = Flat()
+    x = torch.rand(4, 4, 2).transpose(1, 2)  # (4, 2, 4), not contiguous: view(-1, 8) fails on it
+    assert not x.is_contiguous()
+    m = poptorch.inferenceModel(net, poptorch.Options().deviceIterations(2))
+    with caplog.at_level("WARNING", logger="poptorch"):
+        out = m(x)
+        m(x)
+    assert torch.equal(out, net(x.contiguous()))
+    warned = [r for r in caplog.records if "not contiguous" in r.getMessage()]
+    assert len(warned) == 1
+    assert m.simulation.cycle_count > 0

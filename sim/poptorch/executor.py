@@ -154,6 +154,7 @@ class PoplarExecutor:
         self._anchors: dict[str, tuple[str, str]] = {}
         self._rng_state: list[int] | None = None
         self._anchor_memory: dict[str, torch.Tensor] = {}
+        self._warned_not_contiguous_input = False
         if training:
             _WRAPPED[self._user_model] = weakref.ref(self)
 
@@ -213,6 +214,12 @@ class PoplarExecutor:
                 continue
             if leaf.requires_grad:
                 leaves[i] = leaf = leaf.detach()
+            if not leaf.is_contiguous():  # copied to the IPU contiguous (_chunk), as PopTorch's
+                # ArgsParser converts them (python/_args_parser.py), warning once per model
+                if not self._warned_not_contiguous_input:
+                    logger.warning("At least one input tensor is not contiguous: non-contiguous tensors "
+                                   "will be converted.")
+                    self._warned_not_contiguous_input = True
             b = 1 if leaf.dim() == 0 else leaf.shape[0]
             if b % chunks:  # PopTorch asserts it (_poplar_executor.py _narrow_tensor)
                 o = self._options
@@ -236,7 +243,9 @@ class PoplarExecutor:
             if t.dim() == 0:
                 continue
             mb = t.shape[0] // chunks
-            filled[i] = t.narrow(0, c * mb, mb)
+            # a micro-batch of a non-contiguous input is made contiguous, as PopTorch converts the
+            # whole input (the same values; the model sees a contiguous tensor, as on the IPU)
+            filled[i] = t.narrow(0, c * mb, mb).contiguous()
         return pytree.tree_unflatten(filled, spec)
 
     # --- compilation --------------------------------------------------------------------------
