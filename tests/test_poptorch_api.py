@@ -468,13 +468,16 @@ def test_substitution_managers_entered_around_capture_and_cpu_run(monkeypatch):
     (its __init__.py); PopTorch enters it around tracing, so the captured model is the substituted one."""
     import importlib.util
     import sys
+    import warnings
 
     from sim.poptorch import executor
 
     monkeypatch.setitem(sys.modules, "poptorch", poptorch)
     monkeypatch.delitem(sys.modules, "poptorch._poplar_executor", raising=False)
     spec = importlib.util.find_spec("poptorch._poplar_executor")
-    module = spec.loader.load_module()  # as poptorch_geometric/__init__.py loads it
+    with warnings.catch_warnings():  # load_module is deprecated, but it is what poptorch_geometric calls
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = spec.loader.load_module()  # as poptorch_geometric/__init__.py loads it
     saved = list(executor.SUBSTITUTION_MANAGERS)
     try:
         module._OverwriteContextManager.registerSubsitutionManager(_SwapHelper)
