@@ -814,7 +814,9 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     """Embedding lookup (``gather``: popops multiSlice) or its gradient (``embedding_grad``: a zeroed
     dense table, then multiUpdateAdd; with ``into_table`` the update adds into the table it is
     given, as poplibs' embedding_layer tool does), as popops plans and runs them:
-    ``sim/cost/embedding.py``."""
+    ``sim/cost/embedding.py``. ``operation`` ``"max"`` (or ``"mul"``) is popops' multiUpdateMax
+    (multiUpdateMul) on the same plan, as PopART's scatter max and min run
+    (popx/op/scatterreduceutilx.cpp MaxReductionStrategy). Cycles are IPU cycles."""
     (ids_shape, _, _) = ins[0]
     if kind == "gather":
         table_shape, dtype, _ = ins[1]
@@ -836,8 +838,13 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
         codelets = (("multi_slice", dtype, 0),) + ((("iota", "int32", 0), ("div+mul+add", "int32", 0))
                                                    if plan.sliced > 1 else ())
         return replace(in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe()), codelets=codelets)
-    parts = _embedding_update(plan, dtype, ipu, tiles)
-    if plan.groups_used > 1:  # the slices and the table cast to fp32 and back, the copies zeroed and reduced
+    operation = attrs.get("operation", "add")
+    parts = _embedding_update(plan, dtype, ipu, tiles, operation)
+    if operation != "add":  # the partials in the data's type (no casts), reduced and applied with the op
+        codelets = ((f"multi_update_{operation}", dtype, 0),) + (
+            (("copy", dtype, 0), (f"reduce_{operation}", dtype, 0), (_UPDATE_APPLY[operation], dtype, 0))
+            if plan.groups_used > 1 else ())
+    elif plan.groups_used > 1:  # the slices and the table cast to fp32 and back, the copies zeroed and reduced
         codelets = (("multi_update_add", "float32", 0), ("cast", dtype, 0), ("cast", "float32", 0),
                     ("copy", "float32", 0), ("reduce_sum", "float32", 0), ("accumulate", "float32", 0))
     else:
@@ -886,42 +893,59 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
     return parts
 
 
-def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles) -> list[tuple[OpCost, int]]:
+#: the dense op that applies a multi-update's reduced partials to the table (popops
+#: DynamicSlice.cpp ``generatePlannedMultiUpdateOp``: scaledAddTo, maxInPlace, mulInPlace)
+_UPDATE_APPLY = {"add": "accumulate", "max": "maximum", "mul": "mul"}
+
+
+def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles, operation: str = "add") -> list[tuple[OpCost, int]]:
     """generatePlannedMultiUpdateAdd: the slices rearranged to the plan's layout when they will be
     cast or sent to many dictionary splits; one lookup group adds straight into the table, several
     each add (in fp32) into a zeroed copy of it that are then reduced and added to the table with
-    the scale. The update vertex runs on one worker per tile."""
+    the scale. The update vertex runs on one worker per tile.
+
+    ``operation`` ``"max"`` / ``"mul"``: multiUpdateMax / multiUpdateMul (popops DynamicSlice.cpp
+    ``generatePlannedMultiUpdateOp``): no scale, and the partials of several lookup groups stay in the
+    data's type (``partialTypeToUse`` widens only ADD), filled with the op's identity, reduced with
+    the op and applied with maxInPlace / mulInPlace. The vertex (MultiUpdateOp) is priced with the
+    MultiUpdateAdd loop (:func:`update_worker_cycles`): popopsCycleEstimators.cpp prices both with one
+    estimate per offset (11 / 12 cycles plus 3 per further atom). Cycles are IPU cycles."""
     W, it, h = ipu.worker_threads, plan.itemsize, plan.columns_per_tile
     lpt, groups = plan.lookups_per_group, plan.groups_used
+    add = operation == "add"
+    partial = FLOAT_BYTES if add else it
+    partial_dtype = "float32" if add else dtype
     slices = ((plan.lookups, plan.row), dtype, "activation")
-    table = ((plan.entries, plan.row), "float32")
+    table = ((plan.entries, plan.row), partial_dtype)
     several = groups > 1
     parts = []
-    if (several and it != FLOAT_BYTES) or plan.sliced >= SLICES_REARRANGE_THRESHOLD:
+    if (several and it != partial) or plan.sliced >= SLICES_REARRANGE_THRESHOLD:
         moved = math.ceil(plan.lookups * plan.row * it / plan.tiles)
         parts.append((_phases(ipu, 0, exchange_cycles(moved, ipu), 0, 0.0, moved * plan.tiles, plan.tiles,
                               temp=moved, tiles=tiles), 1))
     update_size = it
     if several:
-        update_size = FLOAT_BYTES
-        parts.append((_on_one_tile(ipu, tiles, codelet("cast").fixed), 1))  # the scale, cast to fp32
-        if it != FLOAT_BYTES:
+        update_size = partial
+        if add:
+            parts.append((_on_one_tile(ipu, tiles, codelet("cast").fixed), 1))  # the scale, cast to fp32
+        if it != partial:
             parts.append((_elementwise("cast", [slices], [((plan.lookups, plan.row), "float32")], ipu, tiles), 1))
-        parts.append((_zero_table(plan, FLOAT_BYTES, ipu, tiles), 1))
+        parts.append((_zero_table(plan, partial, ipu, tiles), 1))  # filled with the op's identity
     got = lpt * (INDEX_BYTES + h * update_size)
-    partials = several * plan.rows_per_tile * h * FLOAT_BYTES  # the group's zeroed fp32 copy of the table
+    partials = several * plan.rows_per_tile * h * partial  # the group's zeroed copy of the table
     cycles = W * update_worker_cycles(lpt, h, update_size)
     parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 2.0 * plan.lookups * plan.row, got * plan.tiles,
                           plan.tiles, temp=got + partials, tiles=tiles,
                           launch=W * update_worker_cycles(0, h, update_size)), 1))
     if several:
-        copies = ((groups, plan.entries, plan.row), "float32", "activation")
-        parts.append((_reduce("reduce_sum", [copies], [table], {"axes": [0]}, ipu, tiles), 1))
+        copies = ((groups, plan.entries, plan.row), partial_dtype, "activation")
+        reduce_kind = {"add": "reduce_sum", "max": "reduce_max", "mul": "reduce_prod"}[operation]
+        parts.append((_reduce(reduce_kind, [copies], [table], {"axes": [0]}, ipu, tiles), 1))
         base = ((plan.entries, plan.row), dtype, "activation")
-        if it != FLOAT_BYTES:
+        if it != partial:
             parts.append((_elementwise("cast", [base], [table], ipu, tiles), 1))
-        parts.append((_elementwise("accumulate", [(table[0], "float32", "activation")] * 2, [table], ipu, tiles), 1))
-        if it != FLOAT_BYTES:
+        parts.append((_elementwise(_UPDATE_APPLY[operation], [(table[0], partial_dtype, "activation")] * 2, [table], ipu, tiles), 1))
+        if it != partial:
             parts.append((_elementwise("cast", [(table[0], "float32", "activation")], [(table[0], dtype)], ipu,
                                        tiles), 1))
     return parts
@@ -1052,6 +1076,13 @@ _POINTWISE = {"abs", "ceil", "floor", "round", "trunc", "sign", "sqrt", "rsqrt",
               "select", "clamp", "random_uniform", "random_normal", "random_bernoulli"}
 
 
+#: the popops multi-update of each scatter reduction that updates whole slices (PopART
+#: popx/op/scatterreduceutilx.cpp: Sum multiUpdateAdd, Max multiUpdateMax, Min multiUpdateMax of the
+#: negated values, Mul multiUpdateMul); any other (``none``: multiUpdate) is priced as the add
+_SCATTER_OPERATION = {"add": "add", "sum": "add", "amax": "max", "max": "max", "amin": "min", "min": "min",
+                      "prod": "mul", "multiply": "mul", "mul": "mul"}
+
+
 def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
     """Kinds the sim.poptorch front end emits for PopTorch's supported operations; ``None``
     for a kind this does not know either."""
@@ -1083,7 +1114,22 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
             if kind == "gather_elements":
                 return _gather("gather", ((ids, "int32", "activation"), (rows, dtype, "activation")),
                                (((ids[0], rows[1]), dtype),), ipu, tiles)
-            return _gather("embedding_grad", ((ids, "int32", "activation"),), ((rows, dtype),), ipu, tiles)
+            operation = _SCATTER_OPERATION.get(str(attrs.get("reduce", "sum")), "add")
+            if operation == "add":
+                return _gather("embedding_grad", ((ids, "int32", "activation"),), ((rows, dtype),), ipu, tiles)
+            update = _gather("embedding_grad", ((ids, "int32", "activation"),), ((rows, dtype),), ipu, tiles,
+                             {"operation": "mul" if operation == "mul" else "max"})
+            if operation != "min":
+                return update
+            # popx/op/scatterreduceutilx.cpp MinReductionStrategy::applyReduction: the target negated
+            # in place (it holds the initial values), the updates negated, multiUpdateMax, the target
+            # negated back (each negation priced as sim.poptorch prices torch.neg: a scale by -1)
+            slices = ((ids[0], rows[1]), dtype)
+            neg_table = _elementwise("scale", [outs[0] + ("activation",)], [outs[0]], ipu, tiles)
+            neg_slices = _elementwise("scale", [slices + ("activation",)], [slices], ipu, tiles)
+            return replace(in_series([(neg_table, 1), (neg_slices, 1), (update, 1), (neg_table, 1)], tiles,
+                                     "negated, " + (update.plan or "multiUpdateMax")),
+                           codelets=tuple(dict.fromkeys(update.codelets + (("scale", dtype, 0),))))
         if kind == "gather_elements":
             table, dtype, _ = ins[1]
             return _gather("gather", ((ids, "int32", "activation"), ((math.prod(table), 1), dtype, "activation")),

@@ -838,6 +838,12 @@ def _inverse(perm):
 # --- the rest of PopTorch's supported operations (kinds sim.poptorch emits) -------------------------
 #: element-wise kinds -> the codelets of their gradient, one fused popops::map of
 #: [dy, x, y] (y the forward output), as PopART's *GradOpx compute them
+
+#: scatter reductions whose gradient masks the updates by the forward output (PopART's
+#: ScatterReduceGradOp reads the source data and the output for these: willow/src/op/scatterreduce.cpp)
+_SCATTER_EXTREMES = {"amax": "max", "max": "max", "amin": "min", "min": "min", "prod": "mul", "mul": "mul",
+                     "multiply": "mul"}
+
 POINTWISE_GRADS = {
     "abs": ["sign", "mul"], "sqrt": ["div", "scale"], "rsqrt": ["mul", "mul", "mul", "scale"],
     "reciprocal": ["square", "mul", "scale"], "square": ["mul", "scale"], "log": ["div"],
@@ -908,11 +914,26 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
             bw.give(ins[1].name, bw.new("scatter_elements", [ins[0].name, dy], ins[1].shape, ins[1].dtype,
                                         op.attrs, "grad_data"))
     elif k == "scatter_elements":  # ins = [index, data, updates]
+        extreme = str(op.attrs.get("reduce")) in _SCATTER_EXTREMES
         if wants(1):
-            grad_map(1, ["select"], [ins[0].name])
+            if extreme:  # the initial values' gradient: dy where the output is the initial value
+                grad_map(1, ["compare", "mul"], [y, ins[1].name])
+            else:
+                grad_map(1, ["select"], [ins[0].name])
         if len(ins) > 2 and wants(2):
-            bw.give(ins[2].name, bw.new("gather_elements", [ins[0].name, dy], ins[2].shape, ins[2].dtype,
-                                        op.attrs, "grad_updates"))
+            picked = bw.new("gather_elements", [ins[0].name, dy], ins[2].shape, ins[2].dtype, op.attrs,
+                            "grad_updates")
+            if extreme:
+                # PopART's ScatterReduceGradOp for max, min and mul (popx/op/scatterreduceutilx.cpp
+                # MaxReductionStrategy / MulReductionStrategy::calcGradient): the gradient and the
+                # forward output both read back at the index (two multiSlices), then one map: dy
+                # where the value is the output (max, min), dy times output over value (mul)
+                out = bw.new("gather_elements", [ins[0].name, y], ins[2].shape, ins[2].dtype, op.attrs,
+                             "grad_gather_output")
+                steps = ["div", "mul"] if _SCATTER_EXTREMES[str(op.attrs.get("reduce"))] == "mul" else ["compare", "mul"]
+                picked = bw.new("map", [picked, ins[2].name, out], ins[2].shape, ins[2].dtype,
+                                {"steps": steps}, "grad_updates_mask")
+            bw.give(ins[2].name, picked)
     elif k == "sort":  # the values' gradient goes back to where each value came from
         if wants(0) and len(op.outputs) > 1:
             bw.give(ins[0].name, bw.new("scatter_elements", [op.outputs[1], dy], ins[0].shape, ins[0].dtype,

@@ -95,9 +95,12 @@ def leading_index(ctx, x, reals, syms):
 def _scatter(ctx):
     """scatter / scatter_add / scatter_reduce / index_reduce: element by element into a copy of
     the input (``src`` may be a number); a scatter_add or scatter_reduce whose index is an expanded
-    vector updates whole slices (:func:`_expanded_index`)."""
+    vector, and an index_reduce (its index is always a vector), update whole slices
+    (:func:`_expanded_index`); scatter_reduce and index_reduce as PopTorch lowers their reductions
+    (:func:`_scatter_reduce`)."""
     x = ctx.sarg(0, "input")
-    if ctx.key.startswith("index_reduce"):
+    index_reduce = ctx.key.startswith("index_reduce")
+    if index_reduce:
         dim, idx, src, rsrc = ctx.arg(1, "dim"), ctx.sarg(2, "index"), ctx.sarg(3, "source"), ctx.arg(3, "source")
         reduce = ctx.arg(4, "reduce")
     else:
@@ -112,7 +115,46 @@ def _scatter(ctx):
     if vector is not None:  # the vector itself is the index: the expansion is never made
         idx = emit(ctx, "reshape", [vector], (ctx.shape(vector)[int(dim) % out.dim()],), "int32", name="index_vector")
         attrs["slices"] = True
+    elif index_reduce:  # PopTorch's indexReduceHandler always enables index broadcast (OtherOps.cpp)
+        attrs["slices"] = True
+    if index_reduce or ctx.key.rstrip("_") == "scatter_reduce":
+        include_self = bool(ctx.arg(5, "include_self", True))
+        return _scatter_reduce(ctx, idx, x, s, tuple(rsrc.shape), attrs, include_self)
     return ctx.op("scatter_elements", [idx, x, s], attrs)
+
+
+def _scatter_reduce(ctx, idx: str, x: str, src: str, src_shape: tuple, attrs: dict, include_self: bool) -> str:
+    """scatter_reduce / index_reduce as PopTorch's ``scatterReduce`` lowers them
+    (popart_canonicalization/OtherOps.cpp), each step a PopART ScatterReduce (``scatter_elements``):
+
+    * ``mean`` (``meanScatterReduceHandler``): the counts, ones of ``src``'s shape summed into ones of
+      the output's shape, and the sum of ``src`` into the input, then a divide; without
+      ``include_self`` the ones and the input are first masked, zeros of ``src``'s shape written
+      (reduction none) where the index points;
+    * any other reduction without ``include_self``: the reduction's initial value (a constant of
+      ``src``'s shape: 0, 1, -inf or +inf) written (reduction none) into the input where the index
+      points, then the reduction into that.
+
+    ``src_shape`` is in elements; returns the result's graph tensor."""
+    out = ctx.output
+
+    def scatter(values: str, into: str, reduce: str, name: str) -> str:
+        return emit(ctx, "scatter_elements", [idx, into, values], tuple(out.shape), out.dtype,
+                    dict(attrs, reduce=reduce), name=name)
+
+    if attrs["reduce"] == "mean":
+        ones_self = const(ctx, tuple(out.shape), out.dtype, "ones_self")
+        ones_src = const(ctx, src_shape, out.dtype, "ones_src")
+        if include_self:
+            count = scatter(ones_src, ones_self, "sum", "count")
+        else:
+            zeros_src = const(ctx, src_shape, out.dtype, "zeros_src")
+            count = scatter(ones_src, scatter(zeros_src, ones_self, "none", "count_mask"), "sum", "count")
+            x = scatter(zeros_src, x, "none", "masked_self")
+        return ctx.op("div", [scatter(src, x, "sum", "sum"), count])
+    if not include_self:
+        x = scatter(const(ctx, src_shape, out.dtype, "init"), x, "none", "masked_self")
+    return ctx.op("scatter_elements", [idx, x, src], attrs)
 
 
 def _expanded_index(ctx, dim: int, src):
