@@ -23,6 +23,8 @@ from .errors import NotModelledError, PopXLError, SessionIOError, not_modelled
 from .graph import Graph
 from .ir import Ir, ReplicaGrouping, SessionOptions
 from .module import Module
+from .remote_buffer import RemoteBuffer, remote_buffer, replica_sharded_buffer
+from .random_seed import create_seeds, two_uint32_to_uint64
 from .session import Session
 from .streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
 from .tensor import (Constant, GradTensor, Tensor, TensorSpec, Variable, constant, graph_input,
@@ -42,6 +44,7 @@ __all__ = [
     "Module",
     "NotModelledError",
     "PopXLError",
+    "RemoteBuffer",
     "ReplicaGrouping",
     "Session",
     "SessionIOError",
@@ -52,6 +55,7 @@ __all__ = [
     "Variable",
     "bool",
     "constant",
+    "create_seeds",
     "d2h_stream",
     "dtype",
     "dtypes",
@@ -81,6 +85,7 @@ __all__ = [
     "name_scope",
     "ops",
     "transforms",
+    "two_uint32_to_uint64",
     "uint8",
     "uint32",
     "uint64",

@@ -11,6 +11,7 @@ noted (ops run on the compute tiles in the simulation).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ class Context:
         self.scopes: list[str] = []
         self.in_sequence: bool | None = None
         self.io_tiles = False
+        self.execution_context = None
 
     @property
     def graph(self) -> Graph:
@@ -108,3 +110,33 @@ def io_tiles() -> Iterator[None]:
         yield
     finally:
         _CONTEXT.io_tiles = saved
+
+
+@contextlib.contextmanager
+def debug_context_frame_offset(i: int) -> Iterator[int]:
+    """Accepted (PopXL's offset of the source frame its debug info names): the simulator keeps no
+    debug info. A context manager, and a decorator as PopXL's ops use it."""
+    yield i
+
+
+def op_debug_context(name):
+    """PopXL's decorator that gives an op function its own debug context (``@op_debug_context`` or
+    ``@op_debug_context("name")``): the function runs as it is (the simulator keeps no debug info)."""
+    def outer(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            return func(*args, **kwargs)
+        return wrapper
+    return outer(name) if callable(name) else outer
+
+
+@contextlib.contextmanager
+def _execution_context(execution_context) -> Iterator[object]:
+    """PopXL's (private) choice of the program fragment ops go into (PopART's ExecutionContext:
+    the normal program, the weights-from-host or weights-to-host fragment, ...). Accepted; ops made
+    in it are simulated in the normal program, which the run's notes say (``Graph._building``)."""
+    saved, _CONTEXT.execution_context = _CONTEXT.execution_context, execution_context
+    try:
+        yield execution_context
+    finally:
+        _CONTEXT.execution_context = saved

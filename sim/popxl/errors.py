@@ -35,3 +35,8 @@ def not_modelled(where: str, name: str, supported, op: bool = False) -> NotModel
             "op its own cost (kind='custom')" if op else "")
     return NotModelledError(f"{where}.{name} is not modelled by the simulator (ipusim's PopXL front "
                             f"end); supported here: {listing}.{hint}")
+
+
+class UndefinedValue(Exception):
+    """PopXL's error for a value that is not defined (a tensor's IPU or tile set outside any
+    ``popxl.ipu`` / ``popxl.io_tiles`` context)."""

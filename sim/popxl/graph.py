@@ -87,6 +87,14 @@ class Graph:
         return tuple(t for t in self._made if isinstance(t, Constant))
 
     @property
+    def _pb_graph(self):
+        """PopART's C++ graph behind a PopXL graph, which custom ops (popxl-addons' cppimport ops)
+        and PopART-internal transforms use: the simulator has none."""
+        raise NotModelledError(
+            f"Graph._pb_graph ({self.name!r}): PopART's C++ graph (popart._internal.ir) is not modelled; custom "
+            "ops built on it (such as popxl-addons' cppimport ops) and PopART-internal transforms cannot run")
+
+    @property
     def sim_graph(self):
         """The simulator's graph this PopXL graph records into."""
         return self._b.graph
@@ -133,6 +141,9 @@ class Graph:
         if context.io_tiles:
             self.ir._note("popxl.io_tiles(): accepted, no modelled effect (ops in it are simulated on the "
                           "compute tiles; IO tiles come from ir.options.numIOTiles)")
+        if context.execution_context is not None:
+            self.ir._note(f"popxl.context._execution_context({context.execution_context!r}): accepted, no modelled "
+                          "effect (its ops are simulated in the main program, once per host transfer)")
         if context.in_sequence is False:
             self.ir._note("popxl.in_sequence(False): ops run in the order they are created (the simulator does "
                           "not reorder them as PopXL's scheduler may)")

@@ -87,6 +87,10 @@ class SessionOptions:
     """
 
     MODELLED = ("numIOTiles", "defaultPrefetchBufferingDepth")
+    #: PopART's options that are maps, empty until set (``opts.engineOptions["key"] = value``, as
+    #: PopXL scripts write them); an entry set is listed in the notes like any option
+    MAPS = ("engineOptions", "convolutionOptions", "lstmOptions", "matmulOptions", "reportOptions",
+            "gclOptions", "tensorLocationSettingsOverride", "customCodeletCompileFlags")
 
     def __init__(self):
         object.__setattr__(self, "_values", {})
@@ -100,13 +104,16 @@ class SessionOptions:
         try:
             return self._values[name]
         except KeyError:
+            if name in self.MAPS:
+                return self._values.setdefault(name, {})
             raise AttributeError(f"session option {name!r} has not been set on this Ir") from None
 
     def set(self, name: str, value) -> None:
         self._values[name] = value
 
     def items(self):
-        return self._values.items()
+        """The options set (a map option only when it has entries)."""
+        return [(k, v) for k, v in self._values.items() if not (k in self.MAPS and v == {})]
 
     def __repr__(self) -> str:
         return f"SessionOptions({self._values})"
@@ -123,6 +130,13 @@ class _PbIr:
 
     def getId(self) -> int:
         return self._ir.id
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        from .errors import NotModelledError
+        raise NotModelledError(f"ir._pb_ir.{name}: PopART's C++ Ir (popart._internal.ir) is not modelled; only "
+                               "getSessionOptions() and getId() are here")
 
 
 class Ir:

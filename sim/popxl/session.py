@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Self
+from collections.abc import Mapping
+from typing import Self, Union
 
 import numpy as np
 
@@ -34,9 +35,14 @@ from ..strategy import AutoStage, ShardedExecution
 from .errors import PopXLError, SessionIOError
 from .ir import Ir
 from .streams import DeviceToHostStream, HostToDeviceStream
-from .tensor import Constant, Variable
+from .tensor import Constant, HostScalarTensor, Variable
 
 DEVICES = ("ipu_hw", "ipu_model", "cpu")
+
+#: PopXL's type hints for ``run``'s buffers (session.py)
+d2hStreamBufferMaps = Mapping[DeviceToHostStream, np.ndarray]
+h2dStreamBufferMaps = Mapping[HostToDeviceStream, HostScalarTensor]
+StreamBufferMaps = Union[h2dStreamBufferMaps, d2hStreamBufferMaps]
 
 
 class _InstanceOptions(Options):

@@ -15,7 +15,9 @@ from .tensor import TensorSpec
 _ids = itertools.count()
 
 
-class _Stream:
+class Stream:
+    """A host stream (PopXL's base class of the two kinds)."""
+
     _kind = "stream"
 
     def __init__(self, shape, dtype, name: str | None):
@@ -44,11 +46,11 @@ class _Stream:
         return self is other
 
 
-class HostToDeviceStream(_Stream):
+class HostToDeviceStream(Stream):
     _kind = "h2d_stream"
 
 
-class DeviceToHostStream(_Stream):
+class DeviceToHostStream(Stream):
     _kind = "d2h_stream"
 
 
@@ -61,3 +63,6 @@ def d2h_stream(shape, dtype, name: str | None = None) -> DeviceToHostStream:
     """A device-to-host stream; store to it with ``ops.host_store``."""
     return DeviceToHostStream(shape, dtype, name)
 
+
+
+_Stream = Stream  # the earlier private name

@@ -15,7 +15,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -26,6 +26,15 @@ from .errors import NotModelledError, PopXLError
 if TYPE_CHECKING:  # pragma: no cover
     from .graph import Graph
     from .ir import ReplicaGrouping
+
+
+#: PopXL's type hints for host data (tensor.py): numpy arrays or nested sequences of numbers
+#: (PopXL adds ``torch.Tensor`` when torch is installed; the simulator reads only shapes)
+ScalarType = Union[int, float, builtins.bool]
+HostTensor = Union[np.ndarray, Iterable[ScalarType]]
+host_tensor_types = (np.ndarray, Iterable)
+HostScalarTensor = Union[ScalarType, HostTensor]
+TensorLike = Union["Tensor", HostScalarTensor]
 
 
 class TensorSpec:

@@ -18,7 +18,12 @@ from __future__ import annotations
 from ..errors import not_modelled
 from ..tensor import register_tensor_ops
 from . import _core, collectives, var_updates
-from . import call as _call_module  # popxl.ops.call is a module too (``from popxl.ops.call import CallSiteInfo``)
+# popxl.ops.call, .conv and .negative_log_likelihood are modules too, as in PopXL (``from popxl.ops.call
+# import CallSiteInfo``); imported before the functions of the same names, which then replace them here
+from . import call as _call_module
+from . import conv as _conv_module
+from . import negative_log_likelihood as _nll_module
+from . import utils
 from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat, concat_, conv, conv_pow2scaled,
                     detach, detach_, div, dropout, exp, exp_, flatten, flatten_, gather, gelu, gelu_, group_norm,
                     host_load, host_store, identity, init, ipu_copy, layer_norm, matmul, matmul_pow2scaled, max,

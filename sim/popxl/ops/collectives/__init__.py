@@ -9,10 +9,10 @@ gradient, a collective is the gradient all-reduce the simulator's weight update 
 
 from __future__ import annotations
 
-from ..context import get_current_context
-from ..errors import PopXLError, not_modelled
-from ..tensor import GradTensor, Tensor
-from ._core import reshape, transpose
+from ...context import get_current_context
+from ...errors import PopXLError, not_modelled
+from ...tensor import GradTensor, Tensor
+from .._core import reshape, transpose
 
 OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 

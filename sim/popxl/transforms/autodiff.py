@@ -1,4 +1,4 @@
-"""``popxl.transforms.autodiff``, mapped to the simulator's training.
+"""``popxl.transforms.autodiff`` (the module, as PopXL has it), mapped to the simulator's training.
 
 PopXL's autodiff builds a gradient graph op by op. The simulator has its own autodiff at the
 level of op kinds (``sim/training.py``: a matmul's backward is two matmuls, ...) followed by
@@ -24,10 +24,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from .context import get_current_context
-from .errors import PopXLError
-from .graph import Graph
-from .tensor import GradTensor, Tensor
+from ..context import get_current_context
+from ..errors import PopXLError
+from ..graph import Graph
+from ..tensor import GradTensor, Tensor
 
 
 class ExpectedConnectionType(enum.Enum):
@@ -133,16 +133,6 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
             ir._updated.add(target._sim)  # a weight the program trains
         return target
     return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})")
-
-
-_NOT_MODELLED = ("io_tile_exchange", "merge_exchange", "decompose_sum")
-
-
-def __getattr__(name: str):
-    if name in _NOT_MODELLED:
-        from .errors import not_modelled
-        raise not_modelled("popxl.transforms", name, __all__)
-    raise AttributeError(f"module 'sim.popxl.transforms' has no attribute {name!r}")
 
 
 __all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
