@@ -145,3 +145,24 @@ def test_execution_context_is_noted():
         ops.host_store(popxl.d2h_stream(y.shape, y.dtype, name="y"), y)
     notes = _run(ir)
     assert any("_execution_context('WeightsFromHostFragment')" in n and "no modelled effect" in n for n in notes)
+
+
+def test_split_and_sqrt():
+    # GPT attention splits the fused QKV projection (ops.split); GPT pretraining takes the global norm's sqrt
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = ops.host_load(popxl.h2d_stream((4, 96), popxl.float16, name="x"))
+        q, k, v = ops.split(x, 3, axis=1)
+        assert q.shape == k.shape == v.shape == (4, 32)
+        a, b = ops.split(x, [64, 32], axis=-1)
+        assert (a.shape, b.shape) == ((4, 64), (4, 32))
+        with pytest.raises(ValueError, match="does not equally divide"):
+            ops.split(x, 5, axis=1)
+        y = ops.sqrt(q + k + v + a[:, :32] + b)
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, name="y"), y)
+    s = popxl.Session(ir, "ipu_hw")
+    kinds = [op.kind for op in s.executable.graph.ops]
+    assert "sqrt" in kinds and kinds.count("slice") >= 5
+    with s:
+        s.run({ir.main_graph._loads and next(iter(ir.get_all_h2d_streams())): np.zeros((4, 96), np.float16)})
+    assert s.cycle_count > 0

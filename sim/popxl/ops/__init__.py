@@ -30,7 +30,7 @@ from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat,
                     mean, mul, negate, negate_, nll_loss_with_softmax_grad, pow2scale_cast_from_fp8,
                     pow2scale_cast_to_fp8, print_tensor, reduce_mean, reduce_sum, relu, relu_, repeat,
                     repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid, sigmoid_, slice,
-                    slice_, softmax, sub, sum, tanh, tanh_, transpose, transpose_)
+                    slice_, softmax, split, sqrt, sub, sum, tanh, tanh_, transpose, transpose_)
 
 register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_copy, matmul=matmul,
                     mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose)

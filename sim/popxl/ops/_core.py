@@ -283,6 +283,11 @@ def exp(t: Tensor) -> Tensor:
     return _unary("exp", t)
 
 
+def sqrt(t: Tensor) -> Tensor:
+    """Element-wise square root (popops UnaryOp SQRT, as the cost model prices it for PopTorch)."""
+    return _unary("sqrt", t)
+
+
 def dropout(t: Tensor, seed_tensor: Tensor | None = None, p: float = 0.5, mask: bool = False) -> Tensor:
     """Dropout with probability ``p`` (the seed only changes numerics)."""
     if not 0 <= p < 1:
@@ -429,6 +434,24 @@ def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
                             "cast them to one with ops.cast")
     with g._building() as bld:
         return _out(g, bld.concat([t._sim for t in ts], ax, name=_name(g, "concat")), ts[0].dtype)
+
+
+def split(t: Tensor, splits, axis: int = 0) -> list[Tensor]:
+    """``t`` cut along ``axis`` into ``splits`` equal parts (an int) or parts of the given lengths,
+    as PopXL's ``ops.split``: slices, views of ``t`` that move no data."""
+    axis = axis + t.rank if axis < 0 else axis
+    if not 0 <= axis < t.rank:
+        raise ValueError(f"ops.split: axis {axis} is out of range for a tensor of rank {t.rank}")
+    size = t.shape[axis]
+    if isinstance(splits, int):
+        if splits < 1 or size % splits:
+            raise ValueError(f"Split {splits} does not equally divide tensor axis {axis} of length {size}.")
+        splits = [size // splits] * splits
+    splits = [int(n) for n in splits]
+    if builtins.sum(splits) != size or builtins.min(splits) < 1:
+        raise ValueError(f"ops.split: lengths {splits} do not add up to axis {axis} of length {size}")
+    starts = np.cumsum([0] + splits[:-1])
+    return [slice(t, int(a), int(a) + n, 1, axis) for a, n in zip(starts, splits)]
 
 
 def slice(t: Tensor, start=None, stop=None, step=None, axis=None) -> Tensor:
