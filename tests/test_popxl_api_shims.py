@@ -22,7 +22,7 @@ def test_modules_popxl_addons_imports():
     assert callable(popxl.transforms.autodiff) and callable(ops.conv) and callable(ops.call)
     assert GradGraphInfo is popxl.transforms.GradGraphInfo and ExpectedConnectionType.FwdGrad
     assert to_collective_op("square_add") == "square_add" and CollectiveOps and PadType and REDUCTION_TYPE
-    with pytest.raises(ValueError, match="Not a valid op: sum"):
+    with pytest.raises(ValueError, match="collective op .sum. is not one of"):
         to_collective_op("sum")
     for name in ("HostTensor", "host_tensor_types", "HostScalarTensor"):
         assert hasattr(importlib.import_module("sim.popxl.tensor"), name)
@@ -73,7 +73,7 @@ def test_check_in_graph():
         z = popxl.variable(np.zeros((2,), np.float32), name="z")
         check_tensor_ipu_and_tile_set(x=x, z=z)
     sub = ir.create_empty_graph("sub")
-    with pytest.raises(ValueError, match="not in the current Graph sub"):
+    with pytest.raises(ValueError, match="another graph than sub"):
         check_in_graph(sub, x=x)
     with ir.main_graph, popxl.ipu(0):
         w = popxl.variable(np.zeros((2,), np.float32), name="w")
@@ -156,7 +156,7 @@ def test_split_and_sqrt():
         assert q.shape == k.shape == v.shape == (4, 32)
         a, b = ops.split(x, [64, 32], axis=-1)
         assert (a.shape, b.shape) == ((4, 64), (4, 32))
-        with pytest.raises(ValueError, match="does not equally divide"):
+        with pytest.raises(ValueError, match="equal parts do not divide"):
             ops.split(x, 5, axis=1)
         y = ops.sqrt(q + k + v + a[:, :32] + b)
         ops.host_store(popxl.d2h_stream(y.shape, y.dtype, name="y"), y)

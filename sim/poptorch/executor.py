@@ -217,8 +217,8 @@ class PoplarExecutor:
             if not leaf.is_contiguous():  # copied to the IPU contiguous (_chunk), as PopTorch's
                 # ArgsParser converts them (python/_args_parser.py), warning once per model
                 if not self._warned_not_contiguous_input:
-                    logger.warning("At least one input tensor is not contiguous: non-contiguous tensors "
-                                   "will be converted.")
+                    logger.warning("an input tensor is not contiguous: each such input is copied to a "
+                                   "contiguous one before the model runs, as PopTorch does")
                     self._warned_not_contiguous_input = True
             b = 1 if leaf.dim() == 0 else leaf.shape[0]
             if b % chunks:  # PopTorch asserts it (_poplar_executor.py _narrow_tensor)

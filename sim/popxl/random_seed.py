@@ -21,7 +21,7 @@ def create_seeds(seed: int, offset: int = 0, batches_per_step: int = 1, gradient
 def uint64_to_two_uint32(num: int) -> tuple[int, int]:
     """The most and least significant 32 bits of a uint64."""
     if num < 0 or num > MAX_UINT64:
-        raise ValueError(f"Number is negative or cannot be represented as a uint64: {num}")
+        raise ValueError(f"{num} is outside the range of a uint64 (0 to 2**64 - 1)")
     return num >> 32, num & 0xFFFFFFFF
 
 

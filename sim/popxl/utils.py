@@ -27,16 +27,13 @@ def to_numpy(x, dtype: dtypes.dtype | None = None, downcast: bool = True, copy: 
         arr = np.asarray(x)
         if arr.dtype != dtype.as_numpy():
             if arr.dtype not in (np.float16, np.float32, np.float64):
-                raise TypeError(f"Type {arr.dtype} is not supported for float8 tensors."
-                                "Please use float16, float32 or float64 types.")
+                raise TypeError(f"float8 data is made from float16, float32 or float64 values, not {arr.dtype}")
             arr = np.zeros(arr.shape, dtype.as_numpy())
         return arr.copy() if copy else arr
     if log2_scale is not None:
-        raise RuntimeError("Non-default value for 'log2scale' is not supported for dtypes  that are not "
-                           "popxl.float8_143 or popxl.float8_152")
+        raise RuntimeError(f"log2scale applies to float8_143 and float8_152 data only, not {dtype}")
     if nan_on_overflow is not None:
-        raise RuntimeError("Non-default value for 'nan_on_overflow' is not supported for  dtypes that are not "
-                           "popxl.float8_143 or popxl.float8_152")
+        raise RuntimeError(f"nan_on_overflow applies to float8_143 and float8_152 data only, not {dtype}")
     arr = np.asarray(x, dtype=dtype.as_numpy() if dtype is not None else None, order="C")
     if dtype is None and downcast and arr.dtype in downcast_np_dtypes:
         return np.array(arr, dtype=downcast_np_dtypes[arr.dtype], order="C")

@@ -445,7 +445,7 @@ def split(t: Tensor, splits, axis: int = 0) -> list[Tensor]:
     size = t.shape[axis]
     if isinstance(splits, int):
         if splits < 1 or size % splits:
-            raise ValueError(f"Split {splits} does not equally divide tensor axis {axis} of length {size}.")
+            raise ValueError(f"ops.split: {splits} equal parts do not divide axis {axis} of length {size}")
         splits = [size // splits] * splits
     splits = [int(n) for n in splits]
     if builtins.sum(splits) != size or builtins.min(splits) < 1:

@@ -18,24 +18,24 @@ def cast_if_needed(t: Tensor, data_type: dtype) -> Tensor:
 def check_in_graph(graph, *args, **tensors: Tensor) -> None:
     """Every keyword argument must be a tensor of ``graph`` (PopXL's TypeError / ValueError)."""
     if args:
-        raise Exception("Internal error: please specify all tensors as keyword arguments.")
+        raise TypeError("pass the tensors to check as keyword arguments (name=tensor)")
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
-            raise TypeError(f"The input `{name}` is not a Tensor. Type: {type(t)}. Value: {t}.")
+            raise TypeError(f"input {name!r} is not a Tensor but a {type(t).__name__}: {t!r}")
         if t._graph is not graph:
-            raise ValueError(f"The input tensor `{name}` is not in the current Graph {graph.name}.")
+            raise ValueError(f"input {name!r} belongs to another graph than {graph.name}, the one being built")
 
 
 def check_tensor_ipu_and_tile_set(*args, **tensors: Tensor) -> None:
     """The tensors must be on one IPU (tensors made outside ``popxl.ipu`` are skipped, as PopXL
     skips an undefined IPU). Tile sets are not checked: the simulator has one tile set."""
     if args:
-        raise Exception("Internal error: please specify all tensors as keyword arguments.")
+        raise TypeError("pass the tensors to check as keyword arguments (name=tensor)")
     placed = [(t._ipu, name) for name, t in tensors.items() if isinstance(t, Tensor) and t._ipu is not None]
     for ipu, name in placed[1:]:
         if ipu != placed[0][0]:
-            raise ValueError(f"The input tensors `{placed[0][1]}` and `{name}` are located on different IPUs: "
-                             f"{placed[0][0]} != {ipu}.")
+            raise ValueError(f"inputs {placed[0][1]!r} and {name!r} are on different IPUs ({placed[0][0]} and {ipu}); "
+                             "copy one to the other's IPU first")
 
 
 def handle_negative_axis(t: Tensor, axis: int) -> int:

@@ -16,7 +16,7 @@ def to_collective_op(op: CollectiveOps) -> str:
     try:
         return OP_MAP[op]
     except KeyError:
-        raise ValueError(f"Not a valid op: {op}. Must choose from: {', '.join(OP_MAP.keys())}") from None
+        raise ValueError(f"collective op {op!r} is not one of {sorted(OP_MAP)}") from None
 
 
 __all__ = ["CollectiveOps", "OP_MAP", "to_collective_op"]
