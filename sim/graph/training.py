@@ -836,14 +836,13 @@ def _inverse(perm):
 
 
 # --- the rest of PopTorch's supported operations (kinds sim.poptorch emits) -------------------------
-#: element-wise kinds -> the codelets of their gradient, one fused popops::map of
-#: [dy, x, y] (y the forward output), as PopART's *GradOpx compute them
-
 #: scatter reductions whose gradient masks the updates by the forward output (PopART's
 #: ScatterReduceGradOp reads the source data and the output for these: willow/src/op/scatterreduce.cpp)
 _SCATTER_EXTREMES = {"amax": "max", "max": "max", "amin": "min", "min": "min", "prod": "mul", "mul": "mul",
                      "multiply": "mul"}
 
+#: element-wise kinds -> the codelets of their gradient, one fused popops::map of
+#: [dy, x, y] (y the forward output), as PopART's *GradOpx compute them
 POINTWISE_GRADS = {
     "abs": ["sign", "mul"], "sqrt": ["div", "scale"], "rsqrt": ["mul", "mul", "mul", "scale"],
     "reciprocal": ["square", "mul", "scale"], "square": ["mul", "scale"], "log": ["div"],
