@@ -443,3 +443,20 @@ def test_non_contiguous_inputs_are_converted_with_poptorch_warning(caplog):
     warned = [r for r in caplog.records if "not contiguous" in r.getMessage()]
     assert len(warned) == 1
     assert m.simulation.cycle_count > 0
+
+
+def test_out_of_memory_is_a_poptorch_error_raised_at_poplar_compilation():
+    """A model that does not fit fails to compile as under PopTorch: a ``poptorch.Error`` of PopART's
+    type naming the Poplar compilation stage (Graphcore's available_memory sweep.py looks for that
+    stage in the output to tell an out-of-memory point from a crash), and still the simulator's
+    ``sim.OutOfMemoryError`` with its shortfall."""
+    model = torch.nn.Linear(8192, 4 * 8192, bias=False)  # 1 GiB of float32 weights: more than an IPU holds
+    m = poptorch.inferenceModel(model)
+    with pytest.raises(poptorch.Error) as info:
+        m.compile(torch.ones(1, 8192))
+    e = info.value
+    assert isinstance(e, sim.OutOfMemoryError) and e.shortfall_bytes > 0 and e.ipu == 0
+    assert e.type == "popart_exception" and e.message.startswith("Out of memory on IPU 0")
+    assert "popart::Session::prepareDevice: Poplar compilation" in str(e)
+    assert "popart::Session::prepareDevice: Poplar compilation" in e.location
+    assert not m.isCompiled()

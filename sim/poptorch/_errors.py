@@ -9,7 +9,7 @@ on the text, or catch ``poptorch.Error``, behave the same. They also derive from
 
 from __future__ import annotations
 
-from ..errors import IpuSimError
+from ..errors import IpuSimError, OutOfMemoryError
 
 
 class Error(IpuSimError, RuntimeError):
@@ -30,6 +30,26 @@ class RecoverableError(Error):
 
 class UnrecoverableError(Error):
     """``poptorch.UnrecoverableError``: the device is lost (never raised by the simulator)."""
+
+
+class OutOfMemory(Error, OutOfMemoryError):
+    """A model that does not fit in tile memory, raised as PopTorch raises Poplar's out-of-memory at
+    compile time: a ``poptorch.Error`` of type ``'popart_exception'`` (PopART's memory_allocation_err
+    derives from popart::error, popart_compiler/source/Compiler.cpp rethrowPopartOrPoplarException)
+    whose text ends with the compile stage it was raised in (PopTorch's log context around
+    ``prepareDevice``, the same file's compileAndPrepareDevice). It is also the simulator's
+    :class:`sim.OutOfMemoryError`, with its ``ipu``, ``op`` and shortfalls in bytes."""
+
+    #: the stages PopTorch names (innermost first) when Poplar compilation fails
+    CONTEXT = ("popart::Session::prepareDevice: Poplar compilation", "Compiler::compileAndPrepareDevice")
+
+    def __init__(self, cause: OutOfMemoryError):
+        self.location = "\n".join(f"  [{i}] {c}" for i, c in enumerate(self.CONTEXT))
+        Exception.__init__(self, f"'popart_exception': {cause}\nError raised in:\n{self.location}")
+        self.message = str(cause)
+        self.type = "popart_exception"
+        self.ipu, self.op = cause.ipu, cause.op
+        self.shortfall_bytes, self.shortfalls = cause.shortfall_bytes, dict(cause.shortfalls)
 
 
 def error(message: str) -> Error:

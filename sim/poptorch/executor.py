@@ -32,14 +32,14 @@ from torch.utils import _pytree as pytree
 from .. import compile as sim_compile
 from ..compiler.executable import check_overlap
 from .. import run_executable
-from ..errors import OptionsError, UnsupportedOpError
+from ..errors import OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as _SimOptimizer
 from ..strategy import PipelinedExecution, ShardedExecution, assign
 from . import _args, _precision, _system, enums
 from . import optim as _optim
 from ._capture import Captured, capture
 from ._device import ipu_device
-from ._errors import NO_EXECUTABLE, error
+from ._errors import NO_EXECUTABLE, OutOfMemory, error
 from ._printing import module_repr
 from .dataloader import loader_modes
 from .annotations import attribute_notes, on_ipu
@@ -307,6 +307,8 @@ class PoplarExecutor:
                                     **self._per_weight(self._optimizer, {w.name for w in g.weights()}))
         try:
             exe = sim_compile(g, system, o, self._training, sim_opt)
+        except OutOfMemoryError as e:  # Poplar's compile-time failure, as PopTorch reports it
+            raise OutOfMemory(e) from e
         except UnsupportedOpError as e:
             if self._training and "_grad" in str(e):
                 raise UnsupportedOpError(
