@@ -125,6 +125,7 @@ class IndexReduce(nn.Module):
         return x.new_zeros(10, 6).index_reduce_(0, index, x, "amax", include_self=True)
 
 
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")  # torch's own warning, not the simulator's
 def test_index_reduce_updates_rows():
     """PopTorch's indexReduceHandler always enables index broadcast: whole rows by the index vector."""
     x, index = torch.randn(12, 6), torch.randint(0, 10, (12,))
