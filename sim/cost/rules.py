@@ -1107,24 +1107,22 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
         # broadcast (popx/op/scatterreduceutilx.cpp prepMultiUpdateTensors: the axis rolled to the
         # front, the other dims flattened), a multiUpdate of rows, and its gradient's multiSlice
         ids = (math.prod(ins[0][0]),)
-        if attrs.get("slices"):
+        if attrs.get("slices"):  # _gather rolls the axis to the front and flattens the rest
             data, dtype = (ins[1][0], ins[1][1]) if kind == "gather_elements" else outs[0]
-            axis = attrs.get("axis", 0) % len(data)
-            rows = (data[axis], math.prod(data) // max(1, data[axis]))
+            axis = {"axis": attrs.get("axis", 0) % len(data)}
+            row = math.prod(data) // max(1, data[axis["axis"]])
             if kind == "gather_elements":
-                return _gather("gather", ((ids, "int32", "activation"), (rows, dtype, "activation")),
-                               (((ids[0], rows[1]), dtype),), ipu, tiles)
+                return _gather("gather", ((ids, "int32", "activation"), (data, dtype, "activation")),
+                               (((ids[0], row), dtype),), ipu, tiles, axis)
             operation = _SCATTER_OPERATION.get(str(attrs.get("reduce", "sum")), "add")
-            if operation == "add":
-                return _gather("embedding_grad", ((ids, "int32", "activation"),), ((rows, dtype),), ipu, tiles)
-            update = _gather("embedding_grad", ((ids, "int32", "activation"),), ((rows, dtype),), ipu, tiles,
-                             {"operation": "mul" if operation == "mul" else "max"})
+            update = _gather("embedding_grad", ((ids, "int32", "activation"),), ((data, dtype),), ipu, tiles,
+                             dict(axis, operation={"min": "max"}.get(operation, operation)))
             if operation != "min":
                 return update
             # popx/op/scatterreduceutilx.cpp MinReductionStrategy::applyReduction: the target negated
             # in place (it holds the initial values), the updates negated, multiUpdateMax, the target
             # negated back (each negation priced as sim.poptorch prices torch.neg: a scale by -1)
-            slices = ((ids[0], rows[1]), dtype)
+            slices = ((ids[0], row), dtype)
             neg_table = _elementwise("scale", [outs[0] + ("activation",)], [outs[0]], ipu, tiles)
             neg_slices = _elementwise("scale", [slices + ("activation",)], [slices], ipu, tiles)
             return replace(in_series([(neg_table, 1), (neg_slices, 1), (update, 1), (neg_table, 1)], tiles,

@@ -213,9 +213,7 @@ def _pairwise_distance(ctx):
     shape, dt = tuple(torch.broadcast_shapes(ra.shape, rb.shape)), ctx.output.dtype
     d = emit(ctx, "sub", [a, b], shape, dt, name="difference")
     d = emit(ctx, "add", [d, const(ctx, (1,), dt, "eps")], shape, dt, name="plus_eps")
-    if len(shape) == 1:  # one pair: the norm of the whole vector
-        return _p_norm(ctx, d, p, [0], keep, shape, dt, last=ctx.op)
-    return _p_norm(ctx, d, p, [len(shape) - 1], keep, shape, dt, last=ctx.op)
+    return _p_norm(ctx, d, p, [len(shape) - 1], keep, shape, dt, last=ctx.op)  # one pair: the whole vector
 
 
 def _sort(ctx):
