@@ -457,8 +457,8 @@ def test_clear_errors_for_unknown_or_wrong_usage():
         h2d = popxl.h2d_stream((4, 4), popxl.float32, "in")
         y = ops.host_load(h2d) @ x
         ops.host_store(popxl.d2h_stream((4, 4), popxl.float32, "out"), y)
-    with pytest.raises(AttributeError, match="popxl.remote_variable is not modelled"):
-        _ = popxl.remote_variable
+    with pytest.raises(AttributeError, match="popxl.TensorLocation is not modelled"):
+        _ = popxl.TensorLocation
     with pytest.raises(ValueError, match="device_desc"):
         popxl.Session(ir, "gpu")
     s = popxl.Session(ir, "ipu_hw")

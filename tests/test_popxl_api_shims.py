@@ -90,14 +90,6 @@ def test_create_seeds_as_popxl():
     assert popxl.create_seeds(1, batches_per_step=2, replicas=3).shape == (2, 3, 2)
 
 
-def test_remote_buffers_refused_by_name():
-    assert isinstance(popxl.RemoteBuffer, type)  # popxl-addons annotates with it
-    with pytest.raises(popxl.NotModelledError, match="remote buffers"):
-        popxl.remote_buffer((2,), popxl.uint32)
-    with pytest.raises(popxl.NotModelledError, match="remote buffers"):
-        popxl.RemoteBuffer((2,), popxl.float16, 4)
-
-
 def test_popart_internals_refused():
     ir = popxl.Ir()
     with pytest.raises(popxl.NotModelledError, match="PopART's C\\+\\+ graph"):

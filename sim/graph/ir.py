@@ -41,6 +41,10 @@ PASSES = ("forward", "backward", "update")
 #: (``remap_inplace``: a layout op that keeps its input's layout, see :meth:`GraphBuilder.remap`)
 VIEW_KINDS = frozenset({"reshape", "slice", "identity", "concat", "detach", "flatten", "squeeze", "unsqueeze",
                         "remap_inplace"})
+#: op kinds that copy one slot of a remote buffer (streaming memory) to or from the tiles, and the
+#: direction of that copy: the schedule runs each as a RemoteCopy of ``attrs["slot_bytes"]``, not
+#: as compute (PopXL's ops.remote_load / remote_store)
+REMOTE_KINDS = {"remote_load": "load", "remote_store": "store"}
 
 
 def _amp_output_dtype(operand_dtype: str) -> str | None:

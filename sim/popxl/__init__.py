@@ -23,7 +23,8 @@ from .errors import NotModelledError, PopXLError, SessionIOError, not_modelled
 from .graph import Graph
 from .ir import Ir, ReplicaGrouping, SessionOptions
 from .module import Module
-from .remote_buffer import RemoteBuffer, remote_buffer, replica_sharded_buffer
+from .remote_buffer import (RemoteBuffer, remote_buffer, remote_replica_sharded_variable, remote_variable,
+                            replica_sharded_buffer, replica_sharded_variable)
 from .random_seed import create_seeds, two_uint32_to_uint64
 from .session import Session
 from .streams import DeviceToHostStream, HostToDeviceStream, d2h_stream, h2d_stream
@@ -84,6 +85,11 @@ __all__ = [
     "ipu",
     "name_scope",
     "ops",
+    "remote_buffer",
+    "remote_replica_sharded_variable",
+    "remote_variable",
+    "replica_sharded_buffer",
+    "replica_sharded_variable",
     "transforms",
     "two_uint32_to_uint64",
     "uint8",

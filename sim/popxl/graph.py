@@ -118,6 +118,11 @@ class Graph:
                 "only go to ops.var_updates.* / ops.scaled_add_ (which become the optimizer update)")
         if not isinstance(t, Tensor):
             raise TypeError(f"{where}: expected a popxl Tensor, got {type(t).__name__} {t!r}")
+        if t._sim is None and hasattr(t, "remote_buffer"):
+            raise PopXLError(
+                f"{where}: {t.id!r} is a variable held in {t.remote_buffer!r} (slot {t.offset}), in streaming "
+                f"memory, not on the tiles; load it with ops.remote_load(buffer, {t.offset}) and use the loaded "
+                "tensor (ops.remote_store writes it back)")
         if t._graph is not self:
             raise PopXLError(
                 f"{where}: tensor {t.id!r} belongs to graph {t._graph.name!r}, not to {self.name!r} "

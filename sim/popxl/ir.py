@@ -156,6 +156,9 @@ class Ir:
         self._optimizer = "sgd"
         self._gradient_state: set[str] = set()  # variables an update accumulates a gradient into
         self._updated: set[str] = set()  # variables an update of the gradient writes (the trained weights)
+        self._remote_buffers: list = []  # popxl.RemoteBuffer, by id - 1
+        self._remote_labels: set[str] = set()  # names of the variables held in remote buffers
+        self._sharded_weights: dict[str, object] = {}  # sim tensor of a replica_sharded_variable's shard -> the variable
         self._num_host_transfers = 1
         self._use_popdist = replication == "popdist"
         self.options = SessionOptions()
@@ -220,6 +223,15 @@ class Ir:
         self._graph_count[base] = k + 1
         return f"{base}_{k}"
 
+    def _remote_label(self, base: str) -> str:
+        """A name for a variable held in a remote buffer, unique in the Ir."""
+        label, k = base, 0
+        while label in self._remote_labels or label in self._main.sim_graph.tensors:
+            k += 1
+            label = f"{base}_{k}"
+        self._remote_labels.add(label)
+        return label
+
     def create_empty_graph(self, name: str | None = None) -> Graph:
         return Graph(self, self._unique_graph_name(name or "graph"))
 
@@ -247,11 +259,13 @@ class Ir:
         with graph:
             for name, arg in list(bound.arguments.items()):
                 if isinstance(arg, (Tensor, TensorSpec)):
-                    bound.arguments[name] = graph_input(arg.shape, arg.dtype, name)
+                    bound.arguments[name] = graph_input(arg.shape, arg.dtype, name, meta_shape=arg.meta_shape)
                 elif isinstance(arg, (list, tuple)) and arg and all(isinstance(a, (Tensor, TensorSpec)) for a in arg):
-                    bound.arguments[name] = [graph_input(a.shape, a.dtype, f"{name}_{i}") for i, a in enumerate(arg)]
+                    bound.arguments[name] = [graph_input(a.shape, a.dtype, f"{name}_{i}", meta_shape=a.meta_shape)
+                                             for i, a in enumerate(arg)]
                 elif isinstance(arg, dict) and arg and all(isinstance(a, (Tensor, TensorSpec)) for a in arg.values()):
-                    bound.arguments[name] = {k: graph_input(a.shape, a.dtype, str(k)) for k, a in arg.items()}
+                    bound.arguments[name] = {k: graph_input(a.shape, a.dtype, str(k), meta_shape=a.meta_shape)
+                                             for k, a in arg.items()}
             outputs = func(*bound.args, **bound.kwargs)
             if outputs is None:
                 outputs = []

@@ -27,13 +27,14 @@ import numpy as np
 from .. import compile as sim_compile
 from .. import run_executable
 from ..errors import GraphError, OptionsError
-from ..graph.ir import Op
+from ..graph.ir import REMOTE_KINDS, Op
 from ..hardware.system import choose_system
 from ..options import Options, OutputMode
 from ..results.report import format_summary
 from ..strategy import AutoStage, ShardedExecution
-from .errors import PopXLError, SessionIOError
+from .errors import NotModelledError, PopXLError, SessionIOError
 from .ir import Ir
+from .remote_buffer import check_fits
 from .streams import DeviceToHostStream, HostToDeviceStream
 from .tensor import Constant, HostScalarTensor, Variable
 
@@ -105,6 +106,15 @@ class Session:
                 del graph.tensors[name]
             for name in fixed:  # no update writes it: its gradient is not needed (PopART prunes it)
                 graph.tensors[name].role = "constant"
+        remote_ops = [op.name for op in graph.ops if op.kind in REMOTE_KINDS]
+        if ir._training and (remote_ops or ir._sharded_weights):
+            what = (f"remote buffer copies ({', '.join(remote_ops[:3])}{', ...' if len(remote_ops) > 3 else ''})"
+                    if remote_ops else f"replica-sharded variables ({', '.join(v.id for v in ir._sharded_weights.values())})")
+            raise NotModelledError(
+                f"the program is trained (it calls an autodiff grad graph) and uses {what}: training weights held "
+                "in remote buffers or sharded over replicas is not modelled (the simulator's weight update keeps "
+                "every trained weight on the tiles and all-reduces its whole gradient); simulate the program "
+                "without autodiff (inference), or keep the trained weights in popxl.variable")
         self._ir = ir
         self._device_desc = device_desc
         ipus_per_replica = max(((op.ipu or 0) for op in graph.ops), default=0) + 1
@@ -112,6 +122,7 @@ class Session:
         local = ipus_per_replica * ir.instance_replication_factor
         reserved = 1 << (local - 1).bit_length()
         sys_, why = _choose_system(system, reserved * options.num_instances())
+        streaming = check_fits(ir, sys_)
         self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer)
         notes = [f"system {sys_.name}: {why}",
                  (f"PopXL program: device {device_desc!r} simulated as IPU hardware; session.run returns "
@@ -132,6 +143,11 @@ class Session:
         if ir.main_graph._io_repeats and outside:
             notes.append(f"{outside} op(s) of the main graph outside the repeat with host IO are simulated "
                          "once per host transfer too (PopXL runs them once per run)")
+        notes += streaming
+        if ir._sharded_weights:
+            notes.append(f"replica-sharded variables {', '.join(v.id for v in ir._sharded_weights.values())}: each "
+                         "replica's shard is loaded into tile memory when the weights are written to the device "
+                         "(PopXL's WeightsFromHost program), not in a run, so no run pays for the load")
         notes += ir._notes
         notes += [f"ir.options.{k}={v!r}: accepted, no modelled effect"
                   for k, v in ir.options.items() if k not in ir.options.MODELLED]

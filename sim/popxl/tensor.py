@@ -65,6 +65,7 @@ class Tensor:
         self._shape = tuple(int(d) for d in shape)
         self._dtype = dtype
         self._ipu = ipu
+        self._meta_shape: tuple[int, ...] = ()  # the unsharded shape of a replica shard (PopXL's meta-shape)
 
     # --- what it is --------------------------------------------------------------------------
     @property
@@ -101,11 +102,12 @@ class Tensor:
 
     @property
     def meta_shape(self) -> tuple[int, ...]:
-        return ()
+        """The shape of the whole tensor a replica shard is part of (``()`` if not a shard)."""
+        return self._meta_shape
 
     @property
     def spec(self) -> TensorSpec:
-        return TensorSpec(self._shape, self._dtype)
+        return TensorSpec(self._shape, self._dtype, self._meta_shape)
 
     @property
     def ir(self):
@@ -417,6 +419,7 @@ def graph_input(shape, dtype, name: str | None = None, by_ref: builtins.bool = F
     dt = dtypes.dtype.as_dtype(dtype)
     t = Tensor(g, g._new_tensor(name or "input", tuple(shape), dt, "input"), tuple(shape), dt,
                get_current_context().ipu)
+    t._meta_shape = tuple(meta_shape or ())
     g._inputs.append(t)
     return t
 

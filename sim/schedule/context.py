@@ -18,7 +18,7 @@ from . import replicated_ops
 from .collectives import per_position, per_tensor
 from ..cost import OpCost
 from ..errors import OptionsError
-from ..graph.ir import Graph, Op
+from ..graph.ir import REMOTE_KINDS, Graph, Op
 from ..hardware.system import System
 from .hostio import host_transfers
 from ..options import Options, OutputMode, OverlapMode
@@ -92,8 +92,9 @@ class Context:
 
     def stage_parts(self, stage: StageWork) -> list[tuple[str, object]]:
         """What a stage runs, in order: ``("compute", (name, OpSteps))`` for runs of ops
-        (recomputation, forward, backward) and ``("collective", op)`` for collective ops and
-        after each distributed norm (:func:`~sim.schedule.replicated_ops.spans_replicas`)."""
+        (recomputation, forward, backward), ``("collective", op)`` for collective ops and
+        after each distributed norm (:func:`~sim.schedule.replicated_ops.spans_replicas`), and
+        ``("remote", op)`` for copies to and from remote buffers (``REMOTE_KINDS``)."""
         key = id(stage)
         if key not in self._parts:
             self._parts[key] = (stage, self._split_stage(stage))
@@ -118,14 +119,16 @@ class Context:
         for what, ops, label in groups:
             chunk: list[Op] = []
             for op in ops + [None]:
-                if op is not None and op.kind not in replicated_ops.KINDS:
+                if op is not None and op.kind not in replicated_ops.KINDS and op.kind not in REMOTE_KINDS:
                     chunk.append(op)  # a distributed norm computes, then all-reduces its sums
                     if not replicated_ops.spans_replicas(op):
                         continue
                 if chunk:
                     parts.append(("compute", (f"stage {stage.index} {what}", self.steps(chunk, label))))
                     chunk = []
-                if op is not None and (self.options.total_replicas() > 1 or replicated_ops.spans_replicas(op)):
+                if op is not None and op.kind in REMOTE_KINDS:
+                    parts.append(("remote", op))
+                elif op is not None and (self.options.total_replicas() > 1 or replicated_ops.spans_replicas(op)):
                     parts.append(("collective", op))
         if pipelined:
             parts += self._stash_part(stage, "stash", stashed_tensors(stage, self.stages))
@@ -168,6 +171,10 @@ class Context:
         for what, part in self.stage_parts(stage):
             if what == "collective":
                 items += replicated_ops.collectives_for(self, part)
+                continue
+            if what == "remote":  # one slot of a remote buffer to or from the tiles
+                items += [RemoteCopy(self.ipus(r)[stage.ipu], REMOTE_KINDS[part.kind], part.attrs["slot_bytes"],
+                                     part.name) for r in self.replicas]
                 continue
             name, steps = part
             items += [Compute(self.ipus(r)[stage.ipu], name, steps) for r in self.replicas]

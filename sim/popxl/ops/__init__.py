@@ -7,8 +7,8 @@ types, reduction kinds) are accepted and have no effect on the simulated time. A
 and the simulator does not raises :class:`~sim.popxl.errors.NotModelledError` naming the ops
 that are supported.
 
-The ops are defined in :mod:`sim.popxl.ops._core` (re-exported here),
-:mod:`sim.popxl.ops.collectives` and :mod:`sim.popxl.ops.var_updates`. Importing this package
+The ops are defined in :mod:`sim.popxl.ops._core` and :mod:`sim.popxl.ops.remote` (re-exported
+here), :mod:`sim.popxl.ops.collectives` and :mod:`sim.popxl.ops.var_updates`. Importing this package
 registers the ops behind :class:`~sim.popxl.tensor.Tensor`'s methods and operators
 (``t.reshape(...)``, ``a + b``, ``t[0]``, ...).
 """
@@ -24,6 +24,7 @@ from . import call as _call_module
 from . import conv as _conv_module
 from . import negative_log_likelihood as _nll_module
 from . import utils
+from .remote import remote_load, remote_load_, remote_store
 from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat, concat_, conv, conv_pow2scaled,
                     detach, detach_, div, dropout, exp, exp_, flatten, flatten_, gather, gelu, gelu_, group_norm,
                     host_load, host_store, identity, init, ipu_copy, layer_norm, matmul, matmul_pow2scaled, max,
@@ -36,7 +37,8 @@ register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_cop
                     mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose)
 
 SUPPORTED = sorted(n for n, v in dict(globals()).items() if callable(v) and n[0].islower()
-                   and getattr(v, "__module__", "") == _core.__name__) + ["collectives", "var_updates"]
+                   and getattr(v, "__module__", "") in (_core.__name__, remote_load.__module__)) + [
+                       "collectives", "var_updates"]
 
 __all__ = ["CallSiteInfo", *SUPPORTED]
 

@@ -578,13 +578,15 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
 def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = "zero",
          replica_grouping=None, meta_shape: Iterable[int] | None = None) -> Tensor:
     """A tensor initialised on the device (a constant of the simulated graph); ``replica_grouping``
-    and ``meta_shape`` (of replica-sharded tensors) change nothing here."""
+    changes nothing here, ``meta_shape`` is kept (the whole shape of a replica shard)."""
     g = _graph("ops.init")
     if init_type not in ("zero", "undef"):
         raise ValueError(f"ops.init: init_type must be 'zero' or 'undef', got {init_type!r}")
     dt = dtypes.dtype.as_dtype(dtype)
     shape = tuple(shape)
-    return Tensor(g, g._new_tensor(name or "init", shape, dt, "constant"), shape, dt, get_current_context().ipu)
+    t = Tensor(g, g._new_tensor(name or "init", shape, dt, "constant"), shape, dt, get_current_context().ipu)
+    t._meta_shape = tuple(meta_shape or ())
+    return t
 
 
 def ipu_copy(t: Tensor, destination: int, source: int | None = None) -> Tensor:

@@ -3,16 +3,20 @@
 Each becomes a collective op of the simulated graph (``sim/replicated_ops.py``), run between
 the compute before and after it over the replicas of each group, and priced over the group's
 ring on the system's links (``sim/collectives.py``). ``group=None`` means every replica. The
-reduction (``op='add'``, ``'mean'``, ...) does not change the time. Applied to an autodiff
-gradient, a collective is the gradient all-reduce the simulator's weight update already does.
+reduction (``op='add'``, ``'mean'``, ...) does not change the time, except ``'local'``: a
+reduce-scatter with it (and ``replica_sharded_slice`` / ``replicated_slice``, which PopXL builds
+on it) only slices each replica's own tensor. Applied to an autodiff gradient, a collective is
+the gradient all-reduce the simulator's weight update already does.
 """
 
 from __future__ import annotations
 
+import math
+
 from ...context import get_current_context
 from ...errors import PopXLError, not_modelled
 from ...tensor import GradTensor, Tensor
-from .._core import reshape, transpose
+from .._core import reshape, slice, transpose
 
 OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
@@ -62,17 +66,26 @@ def replicated_reduce_scatter(t: Tensor, op: str = "add", group=None,
         return _on_gradient(t, "replicated_reduce_scatter", group)
     g, stride, size = _grouping(t, group, op, "ops.collectives.replicated_reduce_scatter")
     shards = size or g.ir.replication_factor // stride
+    if op == "local":  # no reduction: each member keeps its own slice, with no exchange between replicas
+        y = _local_shard(t, shards)
+        if configure_output_for_replicated_tensor_sharding:
+            y._meta_shape = t.shape
+        return y
     with g._building() as b:
         out = b.replicated_reduce_scatter(t._sim, shards, stride, size,
                                           name=g._scoped("replicated_reduce_scatter"))
-    return g._wrap(out, t.dtype)
+    y = g._wrap(out, t.dtype)
+    if configure_output_for_replicated_tensor_sharding:  # a shard of a t-shaped tensor
+        y._meta_shape = t.shape
+    return y
 
 
 def replicated_all_gather(t: Tensor, axis: int = 0, group=None, output_shape: str = "auto") -> Tensor:
     """Every member of a group gets the group's ``t``, as PopXL's: ``'concat'`` concatenates the
-    members' tensors along ``axis`` (``'auto'`` too: the simulator's tensors have no meta-shape),
-    ``'new_axis'`` stacks them, ``(group_size, *t.shape)``, and ``'meta_shape'`` gives them one
-    after another, ``(group_size * t.nelms,)``."""
+    members' tensors along ``axis``, ``'new_axis'`` stacks them, ``(group_size, *t.shape)``,
+    ``'meta_shape'`` gives the whole tensor a shard belongs to, ``t.meta_shape`` (the shards one
+    after another, ``(group_size * t.nelms,)``, for a tensor without one), and ``'auto'`` is
+    ``'meta_shape'`` for a shard and ``'concat'`` otherwise."""
     if isinstance(t, GradTensor):
         return _on_gradient(t, "replicated_all_gather", group)
     if isinstance(axis, bool) or not isinstance(axis, int):
@@ -84,7 +97,9 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group=None, output_shape: st
     if not -max(t.rank, 1) <= axis < max(t.rank, 1):
         raise ValueError(f"replicated_all_gather: axis {axis} is out of range for a tensor of rank {t.rank}")
     axis %= max(t.rank, 1)
-    concat = output_shape in ("auto", "concat") and t.rank
+    if output_shape == "auto":
+        output_shape = "meta_shape" if t.meta_shape else "concat"
+    concat = output_shape == "concat" and t.rank
     front = [axis] + [d for d in range(t.rank) if d != axis]
     x = transpose(t, front) if concat and axis else t  # PopXL's _rearrange_input: the axis first
     shards = size or g.ir.replication_factor // stride
@@ -93,6 +108,9 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group=None, output_shape: st
     y = g._wrap(out, t.dtype)
     if output_shape == "new_axis":
         y = reshape(y, (shards,) + t.shape)
+    elif output_shape == "meta_shape" and t.meta_shape:  # the shards' padding dropped, then the whole shape
+        whole = math.prod(t.meta_shape)
+        y = reshape(slice(y, 0, whole, axis=0) if y.nelms > whole else y, t.meta_shape)
     elif concat:
         y = reshape(y, (shards * x.shape[0],) + x.shape[1:])
         if axis:  # and back (_rearrange_output)
@@ -100,8 +118,44 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group=None, output_shape: st
     return y
 
 
-SUPPORTED = ("replicated_all_reduce", "replicated_all_reduce_", "replicated_reduce_scatter",
-             "replicated_all_gather")
+def _local_shard(t: Tensor, shards: int) -> Tensor:
+    """One member's ``ceil(elements / shards)`` elements of flattened ``t``: which ones depends on the
+    replica, the cost does not (a view of the tensor, as the simulator prices slices)."""
+    flat = reshape(t, (t.nelms,))
+    part = -(-t.nelms // shards)
+    return slice(flat, 0, part, axis=0) if part < t.nelms else flat
+
+
+def replica_sharded_slice(t: Tensor, group=None) -> Tensor:
+    """This replica's shard of ``t`` (flattened, ``ceil(elements / group_size)`` elements, with
+    ``t``'s shape as its meta-shape): PopXL's reduce-scatter with the ``local`` operator, which
+    moves nothing between replicas."""
+    if isinstance(t, GradTensor):
+        return _on_gradient(t, "replica_sharded_slice", group)
+    g, stride, size = _grouping(t, group, "local", "ops.collectives.replica_sharded_slice")
+    y = _local_shard(t, size or g.ir.replication_factor // stride)
+    y._meta_shape = t.shape
+    return y
+
+
+def replicated_slice(t: Tensor, axis: int = 0, group=None) -> Tensor:
+    """This replica's ``1 / group_size`` of ``t`` along ``axis`` (the axis dropped when that leaves
+    one), as PopXL's: a slice on each replica, no exchange between them."""
+    g, stride, size = _grouping(t, group, "local", "ops.collectives.replicated_slice")
+    members = size or g.ir.replication_factor // stride
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -t.rank <= axis < t.rank:
+        raise ValueError(f"replicated_slice: axis {axis!r} is not an axis of a tensor of rank {t.rank}")
+    axis %= t.rank
+    if t.shape[axis] % members:
+        raise ValueError(f"replicated_slice: axis {axis} of {t.id!r} has {t.shape[axis]} elements, which "
+                         f"{members} replicas cannot split equally")
+    part = t.shape[axis] // members
+    y = slice(t, 0, part, axis=axis) if members > 1 else t
+    return reshape(y, t.shape[:axis] + t.shape[axis + 1:]) if part == 1 and members > 1 else y
+
+
+SUPPORTED = ("replica_sharded_slice", "replicated_all_reduce", "replicated_all_reduce_", "replicated_reduce_scatter",
+             "replicated_all_gather", "replicated_slice")
 
 
 def __getattr__(name: str):

@@ -1,0 +1,79 @@
+"""``ops.remote_load``, ``ops.remote_load_`` and ``ops.remote_store``: copies between one slot
+of a remote buffer (streaming memory) and the tiles.
+
+Each is an op of the simulated graph (kinds ``remote_load`` / ``remote_store``) that the
+schedule runs as a :class:`~sim.program.RemoteCopy` of one slot's bytes, between the compute
+before and after it (``sim/schedule/context.py``): the IPU waits for it, as for Poplar's copy to
+or from a remote buffer. ``offset`` is an int, checked against the buffer's entries, or a scalar
+integer tensor (chosen at run time: every slot is the same size, so the time is the same).
+"""
+
+from __future__ import annotations
+
+from ..context import get_current_context
+from ..graph import Graph
+from ..remote_buffer import RemoteBuffer
+from ..tensor import Tensor
+from ._core import _graph
+
+_INDEX_DTYPES = ("int32", "uint32")
+
+
+def _check(buffer, g: Graph, where: str) -> RemoteBuffer:
+    if not isinstance(buffer, RemoteBuffer):
+        raise TypeError(f"{where}: expected a popxl.RemoteBuffer, got {buffer!r}")
+    if buffer._ir is not g.ir:
+        raise TypeError(f"{where}: {buffer!r} belongs to another Ir")
+    buffer._ipus.add(get_current_context().ipu or 0)
+    return buffer
+
+
+def _offset(g: Graph, buffer: RemoteBuffer, offset, where: str) -> tuple[list[str], dict]:
+    """(the op's offset input, if a tensor; the op's attributes)."""
+    attrs = {"remote_buffer": buffer.remote_buffer_id, "slot_bytes": buffer.entry_nbytes}
+    if isinstance(offset, Tensor):
+        g._own(offset, where)
+        if offset.nelms != 1 or offset.dtype.name not in _INDEX_DTYPES:
+            raise TypeError(f"{where}: a tensor offset must be one int32 or uint32 value, got {offset.id!r} "
+                            f"({offset.dtype.name} {offset.shape})")
+        return [offset._sim], attrs
+    buffer._check_offset(offset, where)
+    return [], {**attrs, "offset": offset}
+
+
+def remote_load(remote_buffer: RemoteBuffer, offset, name: str | None = None) -> Tensor:
+    """Slot ``offset`` of ``remote_buffer`` as a new tensor on the tiles (with the buffer's
+    ``meta_shape`` when it holds replica shards)."""
+    where = "ops.remote_load"
+    g = _graph(where)
+    buffer = _check(remote_buffer, g, where)
+    inputs, attrs = _offset(g, buffer, offset, where)
+    with g._building() as b:
+        out = b.op("remote_load", inputs, [buffer.tensor_shape], attrs, name=g._scoped(name or "remote_load"),
+                   out_dtypes=[buffer.tensor_dtype.sim_name])[0]
+    t = g._wrap(out, buffer.tensor_dtype)
+    t._meta_shape = buffer.meta_shape
+    return t
+
+
+def remote_load_(remote_buffer: RemoteBuffer, offset, t: Tensor) -> Tensor:
+    """Slot ``offset`` of ``remote_buffer`` written into ``t`` (which must have the slot's shape
+    and dtype); returns ``t``."""
+    where = "ops.remote_load_"
+    g = _graph(where, t)
+    buffer = _check(remote_buffer, g, where)
+    buffer.validate_tensor_matches_buffer(t)
+    inputs, attrs = _offset(g, buffer, offset, where)
+    g._add_op("remote_load", [t._sim] + inputs, [t._sim], attrs, name="remote_load_")
+    return t
+
+
+def remote_store(remote_buffer: RemoteBuffer, offset, t: Tensor) -> None:
+    """``t`` written to slot ``offset`` of ``remote_buffer`` (``t`` must have the slot's shape and
+    dtype)."""
+    where = "ops.remote_store"
+    g = _graph(where, t)
+    buffer = _check(remote_buffer, g, where)
+    buffer.validate_tensor_matches_buffer(t)
+    inputs, attrs = _offset(g, buffer, offset, where)
+    g._add_op("remote_store", [t._sim] + inputs, [], attrs, name="remote_store")
