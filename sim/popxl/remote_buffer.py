@@ -42,6 +42,7 @@ class RemoteBuffer:
         self._tensor_dtype = dtypes.dtype.as_dtype(tensor_dtype)
         self._entries = entries
         self._meta_shape: tuple[int, ...] = ()
+        self._shard_over: int | None = None  # replicas a replica_sharded_buffer's tensors are split over
         self._remote_buffer_id = len(ir._remote_buffers) + 1
         self._variables: dict[int, object] = {}  # slot -> the remote variable placed there
         self._ipus: set[int] = set()  # IPUs whose ops load or store it
@@ -270,7 +271,7 @@ def remote_replica_sharded_variable(data, remote_buffer: RemoteBuffer, offset: i
     elif remote_buffer.meta_shape != tuple(full):
         raise ValueError(f"{where}: {remote_buffer!r} holds shards of {remote_buffer.meta_shape} tensors, not of "
                          f"{tuple(full)}")
-    shards = getattr(remote_buffer, "_shard_over", None) or -(-math.prod(full) // math.prod(remote_buffer.tensor_shape))
+    shards = remote_buffer._shard_over or -(-math.prod(full) // math.prod(remote_buffer.tensor_shape))
     if shards < 2:
         raise ValueError(f"{where}: the slots of {remote_buffer!r} hold the whole {tuple(full)} tensor, not a shard "
                          "of it; make the buffer with popxl.replica_sharded_buffer")
