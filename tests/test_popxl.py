@@ -10,7 +10,7 @@ from sim import popxl
 from sim.schedule.collectives import groups_of
 from sim.errors import GraphError, IpuSimError, OptionsError
 from sim.popxl import ops
-from sim.program import Collective
+from sim.program import Collective, leaves
 from sim.strategy import AutoStage, ShardedExecution
 
 # --- replica groupings: PopXL's documented examples ---------------------------------------------
@@ -304,14 +304,15 @@ def test_a_program_may_go_back_to_an_ipu_it_used_before():
 
 # --- training through autodiff ----------------------------------------------------------------------
 
-def _training_ir(adam: bool = False, loss: bool = True):
+def _training_ir(adam: bool = False, loss: bool = True, replication: int = 2, group_size: int | None = None,
+                 reduce: bool = True):
     class Net(popxl.Module):
         def build(self, x):
             self.W1 = popxl.graph_input((784, 128), popxl.float32, "W1")
             self.W2 = popxl.graph_input((128, 10), popxl.float32, "W2")
             return ops.gelu(x @ self.W1) @ self.W2
 
-    ir = popxl.Ir(replication=2)
+    ir = popxl.Ir(replication=replication)
     ir.num_host_transfers = 2
     with ir.main_graph:
         img_h2d = popxl.h2d_stream((32, 784), popxl.float32, "img")
@@ -330,8 +331,9 @@ def _training_ir(adam: bool = False, loss: bool = True):
             out, dx = probs, popxl.GradTensor(ir.main_graph, probs.shape, probs.dtype, probs, "dx")
         bwd_call = ops.call_with_info(bwd.graph, dx, inputs_dict=bwd.inputs_dict(fwd_call))
         grads = bwd.fwd_parent_ins_to_grad_parent_outs(fwd_call, bwd_call)
+        group = ir.replica_grouping(group_size=group_size) if group_size else None
         for w in (W1, W2):
-            g = ops.collectives.replicated_all_reduce(grads[w])
+            g = ops.collectives.replicated_all_reduce(grads[w], group=group) if reduce else grads[w]
             if adam:
                 m = popxl.variable(w.shape, popxl.float32, name=f"m_{w.name}")
                 v = popxl.variable(w.shape, popxl.float32, name=f"v_{w.name}")
@@ -370,6 +372,28 @@ def test_autodiff_program_is_simulated_as_training():
     assert "gelu_grad" in kinds and kinds.count("sgd_update") == 2
     assert s.simulation.breakdown.loc[0, "collective"] > 0  # gradient all-reduce over 2 replicas
     assert any("autodiff" in n for n in ex.notes)
+
+
+def _gradient_collectives(session) -> list[tuple[str, int]]:
+    """(op, group size) of each gradient collective of the session's weight update."""
+    return [(c.op, c.group_size) for c in leaves(session.executable.program)
+            if isinstance(c, Collective) and c.name.startswith("gradient")]
+
+
+@pytest.mark.parametrize("adam", [False, True])
+def test_gradient_collectives_are_the_programs(adam):
+    # as the program applies them to each weight's gradient (through Adam's moments too): over
+    # every replica, over groups of 2 of 4 (data parallel within tensor-parallel groups), or none
+    everyone = popxl.Session(_training_ir(adam, replication=4)[0])
+    assert _gradient_collectives(everyone) == [("all_reduce", 4)] * 2
+    pairs = popxl.Session(_training_ir(adam, replication=4, group_size=2)[0])
+    assert _gradient_collectives(pairs) == [("all_reduce", 2)] * 2
+    assert any(n.startswith("gradient collectives of W1, W2, as the program applies them: all-reduce over groups "
+                            "of 2") for n in pairs.executable.notes)
+    alone = popxl.Session(_training_ir(adam, replication=4, reduce=False)[0])
+    assert _gradient_collectives(alone) == []
+    assert any(n.endswith("none (each replica updates its own copy)") for n in alone.executable.notes)
+    assert alone.executable.graph.tensors["W1"].grad_collectives == ()
 
 
 def test_autodiff_with_adam_updaters_selects_adam_and_needs_a_loss():

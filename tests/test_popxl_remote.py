@@ -11,6 +11,7 @@ import pytest
 import sim
 from sim import popxl
 from sim.popxl import ops
+from sim.program import Collective, leaves
 
 
 def _copy_cycles(system: str, nbytes: int) -> int:
@@ -222,5 +223,46 @@ def test_training_with_remote_weights_is_refused():
         fwd_call = ops.call_with_info(fwd, img, inputs_dict={net.W: W})
         _, dx = ops.nll_loss_with_softmax_grad(ops.softmax(fwd_call.outputs[0], axis=-1), lbl)
         ops.call_with_info(bwd.graph, dx, inputs_dict=bwd.inputs_dict(fwd_call))
-    with pytest.raises(popxl.NotModelledError, match="training weights held in remote buffers"):
+    with pytest.raises(popxl.NotModelledError, match="training with tensors held in remote buffers"):
         popxl.Session(ir, "ipu_hw")
+
+
+def test_training_replica_sharded_weights():
+    # PopXL's RTS training: each replica keeps a shard of W, gathers it for the forward pass,
+    # reduce-scatters the gradient and updates its shard
+    class Net(popxl.Module):
+        def build(self, x):
+            self.W = popxl.graph_input((784, 10), popxl.float32, "W")
+            return x @ self.W
+
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        img, lbl = (ops.host_load(popxl.h2d_stream((32, 784), popxl.float32, "img")),
+                    ops.host_load(popxl.h2d_stream((32,), popxl.int32, "label")))
+        W, W_shard = popxl.replica_sharded_variable(np.zeros((784, 10), np.float32), name="W")
+        W_full = ops.collectives.replicated_all_gather(W_shard)
+        assert W_full.shape == (784, 10)
+        net = Net()
+        fwd = ir.create_graph(net, img)
+        bwd = popxl.transforms.autodiff(fwd)
+        fwd_call = ops.call_with_info(fwd, img, inputs_dict={net.W: W_full})
+        _, dx = ops.nll_loss_with_softmax_grad(ops.softmax(fwd_call.outputs[0], axis=-1), lbl)
+        bwd_call = ops.call_with_info(bwd.graph, dx, inputs_dict=bwd.inputs_dict(fwd_call))
+        grad = bwd.fwd_parent_ins_to_grad_parent_outs(fwd_call, bwd_call)[W_full]
+        grad_shard = ops.collectives.replicated_reduce_scatter(
+            grad, configure_output_for_replicated_tensor_sharding=True)
+        assert grad_shard.shape == W_shard.shape == (1960,)
+        ops.scaled_add_(W_shard, grad_shard, b=-0.01)
+    session = popxl.Session(ir, "ipu_hw")
+    graph = session.executable.graph
+    # the shard is the trained weight (a quarter of W in tile memory); the gather's backward is the
+    # reduce-scatter of the gradient, so the weight update adds no collective of its own
+    assert [w.name for w in graph.weights()] == [W_shard.id] and graph.tensors[W_shard.id].grad_collectives == ()
+    assert [(op.kind, op.pass_) for op in graph.ops if op.kind.startswith("replicated")] == [
+        ("replicated_all_gather", "forward"), ("replicated_reduce_scatter", "backward")]
+    assert not [c for c in leaves(session.executable.program) if isinstance(c, Collective)
+                and c.name.startswith("gradient")]
+    assert ("gradient collectives of W_rts, as the program applies them: reduce-scatter in the backward pass of its "
+            "all-gather") in session.executable.notes
+    session.run({s: np.zeros((4,) + s.shape, s.dtype.as_numpy()) for s in session.expected_inputs()})
+    assert session.simulation.memory[0]["by_role"]["weight"] == 1960 * 4

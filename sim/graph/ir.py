@@ -74,6 +74,10 @@ class Tensor:
     shards: int = 1  # replicas it is sharded over (replicated tensor sharding)
     shard_stride: int = 1  # replica numbers between two of those replicas (1: consecutive replicas)
     weight_view: bool = False  # a view of weights (GraphBuilder.linear's pieces), an operand priced as a weight
+    #: the collectives the program itself applies to a weight's gradient before its update, in order, as
+    #: ``(kind, group stride, group size, bytes)`` (PopXL: ``ops.collectives`` on an autodiff gradient);
+    #: None: the weight update's default, an all-reduce over every replica
+    grad_collectives: tuple | None = None
 
     @property
     def numel(self) -> int:

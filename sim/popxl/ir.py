@@ -156,6 +156,8 @@ class Ir:
         self._optimizer = "sgd"
         self._gradient_state: set[str] = set()  # variables an update accumulates a gradient into
         self._updated: set[str] = set()  # variables an update of the gradient writes (the trained weights)
+        self._grad_collectives: dict[str, tuple] = {}  # trained weight -> collectives the program applied to its gradient
+        self._state_collectives: dict[str, tuple] = {}  # moment variable -> those of the gradient it accumulates
         self._remote_buffers: list = []  # popxl.RemoteBuffer, by id - 1
         self._remote_labels: set[str] = set()  # names of the variables held in remote buffers
         self._sharded_weights: dict[str, object] = {}  # sim tensor of a replica_sharded_variable's shard -> the variable

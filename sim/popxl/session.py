@@ -30,6 +30,7 @@ from ..errors import GraphError, OptionsError
 from ..graph.ir import REMOTE_KINDS, Op
 from ..hardware.system import choose_system
 from ..options import Options, OutputMode
+from ..schedule import replicated_ops
 from ..results.report import format_summary
 from ..strategy import AutoStage, ShardedExecution
 from .errors import NotModelledError, PopXLError, SessionIOError
@@ -58,6 +59,35 @@ class _InstanceOptions(Options):
 
     def instance_index(self) -> int:
         return self._index
+
+
+def _gradient_collectives(graph, ir: Ir) -> tuple[dict[str, tuple], list[str]]:
+    """Each trained weight's gradient collectives as the program applies them
+    (``sim.graph.Tensor.grad_collectives``), and the run's notes on them.
+
+    A weight the program all-gathers before use (a replica-sharded weight) gets its gradient
+    reduce-scattered by the simulated backward pass of that gather, so the program's first
+    reduce-scatter of its gradient is that one, not another; local slices move nothing."""
+    gathered = {op.inputs[0] for op in graph.ops if op.kind == "replicated_all_gather"}
+    out, described = {}, {}
+    for w in sorted(ir._updated):
+        applied = list(ir._grad_collectives.get(w, ()))
+        first = next((i for i, c in enumerate(applied) if c[0] == "replicated_reduce_scatter"), None)
+        through_gather = w in gathered and first is not None
+        if through_gather:
+            del applied[first]
+        out[w] = tuple((replicated_ops.KINDS[kind], stride, size, nbytes) for kind, stride, size, nbytes in applied
+                       if kind in replicated_ops.KINDS and size > 1)
+        steps = ["reduce-scatter in the backward pass of its all-gather"] * through_gather + [
+            f"{kind.replace('_', '-')} over groups of {size}" + (f" {stride} apart" if stride > 1 else "")
+            for kind, stride, size, _ in out[w]]
+        described.setdefault(", then ".join(steps) or "none", []).append(w)
+    notes = []
+    if ir.replication_factor > 1:
+        notes = [f"gradient collectives of {', '.join(ws)}, as the program applies them: {what}"
+                 + (" (each replica updates its own copy)" if what == "none" else "")
+                 for what, ws in described.items()]
+    return out, notes
 
 
 def _choose_system(system, ipus: int) -> tuple:
@@ -100,21 +130,23 @@ class Session:
         moments = sorted(n for n in ir._gradient_state if not any(n in op.inputs for op in graph.ops))
         fixed = sorted(t.name for t in graph.tensors.values() if t.role == "weight" and t.name not in ir._updated
                        and t.name not in ir._gradient_state) if ir._training else []
-        if moments or fixed:
+        collectives, collective_notes = _gradient_collectives(graph, ir) if ir._training else ({}, [])
+        if moments or fixed or collectives:
             graph = graph.copy()
+            for name, done in collectives.items():
+                graph.tensors[name].grad_collectives = done
             for name in moments:  # the simulated optimizer keeps this state itself
                 del graph.tensors[name]
             for name in fixed:  # no update writes it: its gradient is not needed (PopART prunes it)
                 graph.tensors[name].role = "constant"
         remote_ops = [op.name for op in graph.ops if op.kind in REMOTE_KINDS]
-        if ir._training and (remote_ops or ir._sharded_weights):
-            what = (f"remote buffer copies ({', '.join(remote_ops[:3])}{', ...' if len(remote_ops) > 3 else ''})"
-                    if remote_ops else f"replica-sharded variables ({', '.join(v.id for v in ir._sharded_weights.values())})")
+        if ir._training and remote_ops:
             raise NotModelledError(
-                f"the program is trained (it calls an autodiff grad graph) and uses {what}: training weights held "
-                "in remote buffers or sharded over replicas is not modelled (the simulator's weight update keeps "
-                "every trained weight on the tiles and all-reduces its whole gradient); simulate the program "
-                "without autodiff (inference), or keep the trained weights in popxl.variable")
+                f"the program is trained (it calls an autodiff grad graph) and copies to or from remote buffers "
+                f"({', '.join(remote_ops[:3])}{', ...' if len(remote_ops) > 3 else ''}): training with tensors "
+                "held in remote buffers is not modelled (the simulator's weight update keeps every trained weight "
+                "and its optimizer state on the tiles); simulate the program without autodiff (inference), or "
+                "keep the trained weights on the tiles (popxl.variable, popxl.replica_sharded_variable)")
         self._ir = ir
         self._device_desc = device_desc
         ipus_per_replica = max(((op.ipu or 0) for op in graph.ops), default=0) + 1
@@ -136,6 +168,7 @@ class Session:
         if fixed:
             notes.append(f"variables {', '.join(fixed)}: no update of the program writes them, so they are "
                          "not trained: no gradient and no optimizer update of them is priced")
+        notes += collective_notes
         if moments:
             notes.append(f"variables {', '.join(moments)}: gradient moments the updates accumulate, counted "
                          f"as the simulated {ir._optimizer} optimizer's state, not as weights")

@@ -313,10 +313,12 @@ class GradTensor(Tensor):
     are then taken as the simulator's optimizer update.
     """
 
-    def __init__(self, graph, shape, dtype, of: Tensor | None, label: str):
+    def __init__(self, graph, shape, dtype, of: Tensor | None, label: str, collectives: tuple = ()):
         super().__init__(graph, None, shape, dtype)
         self._grad_of = of
         self._label = label
+        #: the collectives applied to it so far: ((kind, group stride, group size, bytes), ...)
+        self._collectives = collectives
 
     @property
     def id(self) -> str:

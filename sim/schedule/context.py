@@ -226,8 +226,9 @@ class Context:
 
         With replicated tensor sharding (RTS) of the optimizer state the gradients are
         reduce-scattered, each replica updates its 1/R shard, and the new weights are
-        all-gathered. Tensors placed off chip are loaded from streaming memory before the
-        update and stored after it. Each weight has its own collectives, run one after another
+        all-gathered. A weight whose gradient collectives the program gives itself (PopXL,
+        ``Tensor.grad_collectives``) gets those, each over its own groups, instead. Tensors placed
+        off chip are loaded from streaming memory before the update and stored after it. Each weight has its own collectives, run one after another
         over the whole replica, unless PopART merges that kind (:meth:`collectives`).
         """
         seq = Sequence(name="weight update")
@@ -245,8 +246,10 @@ class Context:
             for op in ops:
                 w = _weight_of(op)
                 split[p][w] = split[p].get(w, False) or any(tensors[t].shards > 1 for t in op.inputs)
-        grads = {p: {way: [tensors[w].nbytes for w, s in ws.items() if s == way] for way in (True, False)}
-                 for p, ws in split.items()}
+        own = {p: {w: tensors[w].grad_collectives for w in ws if tensors[w].grad_collectives is not None}
+               for p, ws in split.items()}  # weights whose gradient collectives the program gives
+        grads = {p: {way: [tensors[w].nbytes for w, s in ws.items() if s == way and w not in own[p]]
+                     for way in (True, False)} for p, ws in split.items()}
         sharded = {p: any(ws.values()) for p, ws in split.items()}
         domain, across = self._sharding_groups()
         if R > 1:
@@ -258,6 +261,7 @@ class Context:
                                               across)
             seq.items += self.collectives("all_reduce", {p: g[False] for p, g in grads.items() if g[False]},
                                           "gradient")
+            seq.items += self._program_gradient_collectives(own)
         if clipping:
             seq.items += self._clip_by_global_norm(clipping, sharded, domain)
         # with RTS each LAMB norm of a sharded weight covers a shard: PopART all-reduces each
@@ -302,6 +306,18 @@ class Context:
             seq.items += self.collectives("all_gather", {p: g[True] for p, g in grads.items() if g[True]}, "weight",
                                           domain)
         return seq
+
+    def _program_gradient_collectives(self, own: dict[int, dict[str, tuple]]) -> list:
+        """The collectives a program applies to its weights' gradients itself (``Tensor.grad_collectives``),
+        each over its own replica groups: per kind and grouping, the weights' calls as :meth:`collectives`
+        makes them, in the order the program first applies them."""
+        calls: dict[tuple, dict[int, list[int]]] = {}
+        for p, weights in own.items():
+            for collectives in weights.values():
+                for kind, stride, size, nbytes in collectives:
+                    calls.setdefault((kind, stride, size), {}).setdefault(p, []).append(nbytes)
+        return [item for (kind, stride, size), by_position in calls.items()
+                for item in self.collectives(kind, by_position, "gradient", (stride, size))]
 
     def _clip_by_global_norm(self, ops: list[Op], sharded: dict[int, bool], domain: tuple[int, int]) -> list:
         """Gradient clipping's barrier across a replica's IPUs (PopART's ClipWeightGradientsByNorm):

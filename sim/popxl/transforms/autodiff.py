@@ -2,7 +2,7 @@
 
 PopXL's autodiff builds a gradient graph op by op. The simulator has its own autodiff at the
 level of op kinds (``sim/training.py``: a matmul's backward is two matmuls, ...) followed by
-an optimizer update per weight and the gradient all-reduce across replicas. So here:
+an optimizer update per weight after its gradient collectives. So here:
 
 * ``autodiff(graph)`` returns a :class:`GradGraphInfo` whose ``.graph`` can be called with
   ``ops.call``; calling it marks the program as *trained*. The gradients it returns are
@@ -12,8 +12,9 @@ an optimizer update per weight and the gradient all-reduce across replicas. So h
   taken as the weight update; any other op on them is an error (it is not modelled).
 * The ``Session`` then compiles the main graph with ``training=True``: backward ops from the
   loss (``ops.nll_loss_with_softmax_grad``), the optimizer update of every variable that gets a
-  gradient (``sgd``; ``adam`` or ``lamb`` when their updaters were used) and the gradient
-  all-reduce over replicas, once per host transfer.
+  gradient (``sgd``; ``adam`` or ``lamb`` when their updaters were used) after the collectives
+  the program applied to its gradient (recorded on the gradient handles, through moment
+  variables too; ``Tensor.grad_collectives``), once per host transfer.
 
 The backward pass is therefore the simulator's, not the one PopXL would build: ops that PopXL
 would recompute or that a custom grad graph would add are not seen.
@@ -93,9 +94,8 @@ def autodiff(graph: Graph, grads_provided: Iterable[Tensor] | None = None,
         if not isinstance(t, Tensor) or t._graph is not graph:
             raise PopXLError(f"autodiff({graph.name!r}): {t!r} is not a tensor of that graph")
     info = GradGraphInfo(graph, provided, required)
-    graph.ir._note("popxl.transforms.autodiff: the backward pass, weight update and gradient all-reduce "
-                   "are the simulator's training expansion from the loss (sim/training.py), not the "
-                   "grad graph PopXL would build")
+    graph.ir._note("popxl.transforms.autodiff: the backward pass and weight update are the simulator's "
+                   "training expansion from the loss (sim/training.py), not the grad graph PopXL would build")
     return {graph: info} if return_all_grad_graphs else info  # PopXL: grad info by forward graph
 
 
@@ -126,13 +126,18 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
         ir._optimizer = "lamb"
     ir._note(f"ops.{fn} of an autodiff gradient: the weight update is the simulator's optimizer update "
              "of each trained weight (sim/training.py), not recorded op by op")
+    # the collectives the program applied to the gradient on its way here (ops.collectives on it, or on
+    # the gradient a moment variable accumulated)
+    collectives = grad._collectives if isinstance(grad, GradTensor) else ir._state_collectives.get(grad._sim, ())
     if isinstance(target, Tensor) and not isinstance(target, GradTensor):
         if target._sim is not None and fn.startswith("accumulate") and not g.sim_graph.tensors[target._sim].producer:
             ir._gradient_state.add(target._sim)  # a variable holding a moment of the gradient
+            ir._state_collectives.setdefault(target._sim, collectives)
         elif target._sim is not None and target._sim not in ir._gradient_state:
             ir._updated.add(target._sim)  # a weight the program trains
+            ir._grad_collectives.setdefault(target._sim, collectives)
         return target
-    return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})")
+    return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})", collectives)
 
 
 __all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
