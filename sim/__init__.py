@@ -8,8 +8,6 @@ would report (cycle count, latencies, perf counters) plus a trace, a breakdown a
 
 from __future__ import annotations
 
-import time
-
 from .compiler.executable import Executable, compile
 from .engine import Engine
 from .errors import (ConfigError, GraphError, IpuSimError, OptionsError, OutOfMemoryError,
@@ -18,6 +16,7 @@ from .graph.ir import Graph, GraphBuilder, Op, Tensor
 from .hardware.system import System, available_systems, load_system
 from .options import Options, OutputMode, PipelineCopies
 from .results.run import Run
+from .virtual_clock import real_perf_counter
 from .graph.training import Optimizer
 
 __version__ = "0.1.0"
@@ -25,17 +24,17 @@ __version__ = "0.1.0"
 
 def run_executable(executable: Executable) -> Run:
     """Simulate a compiled model once."""
-    t0 = time.perf_counter()
+    t0 = real_perf_counter()
     timeline = Engine(executable.system).run(executable.program)
-    return Run(executable, timeline, wall_seconds=time.perf_counter() - t0)
+    return Run(executable, timeline, wall_seconds=real_perf_counter() - t0)
 
 
 def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | None = None,
              training: bool = False, optimizer: Optimizer | str | None = None) -> Run:
     """Compile ``graph`` for ``system`` and simulate one call (all device iterations)."""
-    t0 = time.perf_counter()
+    t0 = real_perf_counter()
     run = run_executable(compile(graph, system, options, training, optimizer))
-    run.wall_seconds = time.perf_counter() - t0
+    run.wall_seconds = real_perf_counter() - t0
     return run
 
 

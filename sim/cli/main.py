@@ -7,6 +7,7 @@
     ipusim bench            the simulator's own speed (sim.cli.bench)
     ipusim compare A B ...  runs side by side, within a tolerance or not (sim.cli.compare)
     ipusim plan ...         the fastest configurations for a global batch (sim.cli.plan)
+    ipusim script S [ARGS]  run an unmodified PopTorch / PopXL script on the simulator (sim.cli.script)
 
 Every subcommand takes -q/--quiet (only errors and the machine output asked for) and
 -v/--verbose (also progress and the run's notes, on stderr); docs/cli.md lists every flag.
@@ -31,6 +32,7 @@ import sim
 from . import bench, catalog, collective, run, sweep
 from . import compare
 from . import plan
+from . import script
 from .argtypes import add_verbosity_to_subcommands
 
 
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_subcommand(sub)
     compare.add_subcommand(sub)
     plan.add_subcommand(sub)
+    script.add_subcommand(sub)
     add_verbosity_to_subcommands(sub)  # -v/-q on every subcommand (keep this line last)
     return p
 

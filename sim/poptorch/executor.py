@@ -23,7 +23,6 @@ import datetime
 import inspect
 import logging
 import os
-import time
 import weakref
 
 import torch
@@ -32,6 +31,7 @@ from torch.utils import _pytree as pytree
 from .. import compile as sim_compile
 from ..compiler.executable import check_overlap
 from .. import run_executable
+from ..virtual_clock import device_call, real_perf_counter
 from ..errors import OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as _SimOptimizer
 from ..strategy import PipelinedExecution, ShardedExecution, assign
@@ -258,7 +258,7 @@ class PoplarExecutor:
         self._compile(*self._chunk(leaves, spec, positions, chunks, 0))
 
     def _compile(self, ex_args, ex_kwargs) -> None:
-        started = time.perf_counter()
+        started = real_perf_counter()
         try:
             for hook in list(PoplarExecutor._precompile_hooks.values()):
                 hook()
@@ -276,7 +276,7 @@ class PoplarExecutor:
             for hook in list(PoplarExecutor._postcompile_hooks.values()):
                 hook()
         self._compile_captured(captured, ex_args, ex_kwargs)
-        self._compilation_time = datetime.timedelta(seconds=time.perf_counter() - started)
+        self._compilation_time = datetime.timedelta(seconds=real_perf_counter() - started)
 
     def _compile_captured(self, captured, ex_args, ex_kwargs) -> None:
         g = captured.graph
@@ -435,6 +435,12 @@ class PoplarExecutor:
 
     # --- calling -----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        with device_call() as call:  # on a virtual clock (ipusim script), the call takes the simulated time
+            out = self._call(args, kwargs)
+            call.seconds = self._run.seconds
+        return out
+
+    def _call(self, args, kwargs):
         if self._options.connection_type == enums.ConnectionType.Never:
             raise AssertionError("Trying to run a model on an offline device (ConnectionType.Never): "
                                  "use model.compile(inputs) instead of model(inputs)")

@@ -1,0 +1,136 @@
+"""``ipusim script``: run an unmodified PopTorch, PopXL or PopDist script on the simulator.
+
+    ipusim script train.py --epochs 1
+    ipusim script --system bow-pod16 train.py --config b16_in1k_pretrain_lamb
+    python -m sim.cli.script infer.py --batch-size 8
+
+The script's ``import poptorch`` (and ``poptorch.*``), ``import popxl`` (and ``popxl.*``) and
+``import popdist`` (and ``popdist.*``) get the simulator's front ends, ``sim.poptorch``,
+``sim.popxl`` and ``sim.popdist``, whatever else is installed, and so do the libraries it imports
+(a layer library built on PopTorch, say). ``--system`` sets the system (``IPUSIM_SYSTEM``)
+unless the script chooses one itself. Unless ``--real-clock`` is given, the ``time`` module's
+clocks read the simulated time of each device call (:mod:`sim.virtual_clock`), so the throughput
+and step times the script prints are the simulated ones; its host work outside the calls counts
+at the speed it runs here. After the script, one line on stderr gives the device calls
+simulated and their simulated seconds.
+
+Exit codes: the script's own (its ``sys.exit`` code, 0 when it ends; an uncaught exception prints
+its traceback and exits 1); 2 for a usage error or an error the simulator raises; 3 if a model
+does not fit in tile memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+from .argtypes import QUIET, add_verbosity, verbosity
+from .. import virtual_clock
+from ..errors import OptionsError, OutOfMemoryError
+from ..hardware.system import SYSTEM_ENV_VAR
+
+#: the module names a script imports -> the simulator's module that stands for each
+FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.popdist"}
+
+
+class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of ``poptorch[.X]``, ``popxl[.X]`` and ``popdist[.X]`` as the simulator's modules
+    (the same module objects, under both names)."""
+
+    def find_spec(self, name, path=None, target=None):
+        return importlib.machinery.ModuleSpec(name, self) if name.split(".")[0] in FRONT_ENDS else None
+
+    def create_module(self, spec):
+        top, _, rest = spec.name.partition(".")
+        target = FRONT_ENDS[top] + ("." + rest if rest else "")
+        try:
+            return importlib.import_module(target)
+        except ModuleNotFoundError as e:
+            if e.name != target:
+                raise
+            raise ModuleNotFoundError(f"No module named {spec.name!r}: the simulator's {FRONT_ENDS[top]} has no "
+                                      f"module {target!r}", name=spec.name) from None
+
+    def exec_module(self, module):
+        pass  # the simulator's module is imported already
+
+
+def run_script(path: str, argv: list[str], system: str | None = None, real_clock: bool = False,
+               quiet: bool = False) -> int:
+    """Run ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` on the simulator's front ends;
+    returns its exit code. Everything it changes (imports, clocks, argv, the system variable) is
+    put back afterwards; unless ``quiet``, a line on stderr gives the device calls simulated."""
+    script = Path(path)
+    if not script.is_file():
+        raise OptionsError(f"no script {path!r}: give the path of a Python file")
+    finder = _FrontEnds()
+    before = set(sys.modules)
+    saved = sys.argv, list(sys.path), os.environ.get(SYSTEM_ENV_VAR)
+    sys.meta_path.insert(0, finder)
+    sys.argv = [str(script)] + list(argv)
+    sys.path.insert(0, str(script.resolve().parent))
+    if system:
+        os.environ[SYSTEM_ENV_VAR] = system
+    if not real_clock:
+        virtual_clock.install()
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:  # the script's own failure: its traceback, as Python would show it
+        traceback.print_exc()
+        return 3 if isinstance(e, OutOfMemoryError) else 1
+    finally:
+        calls, seconds = virtual_clock.totals()
+        virtual_clock.uninstall()
+        sys.meta_path.remove(finder)
+        for name in set(sys.modules) - before:
+            if name.split(".")[0] in FRONT_ENDS:  # the aliases only: sim's own modules stay imported
+                del sys.modules[name]
+        sys.argv, sys.path[:] = saved[0], saved[1]
+        if system:
+            if saved[2] is None:
+                os.environ.pop(SYSTEM_ENV_VAR, None)
+            else:
+                os.environ[SYSTEM_ENV_VAR] = saved[2]
+        if not quiet:
+            print(f"ipusim script: {calls} simulated device call(s), {seconds:.6g} s of simulated device time"
+                  + (" (the script's clocks were real)" if real_clock else ""), file=sys.stderr)
+
+
+def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``script`` arguments to ``p`` (a sub-parser of ``ipusim``)."""
+    p.add_argument("--system", metavar="NAME", help="the system (a config name or TOML path) unless the script "
+                   "chooses one (sets IPUSIM_SYSTEM)")
+    p.add_argument("--real-clock", action="store_true", help="leave the time module's clocks real (the script's "
+                   "own timings then measure the simulator, not the IPU)")
+    p.add_argument("script", help="the Python script to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    add_verbosity(p)
+    p.set_defaults(func=_cmd_script, subparser=p)
+    return p
+
+
+def add_subcommand(subparsers) -> argparse.ArgumentParser:
+    """Register ``script`` on ``ipusim``'s sub-parsers."""
+    return configure(subparsers.add_parser(
+        "script", help="run an unmodified PopTorch / PopXL / PopDist script on the simulator",
+        description="Run a Python script whose poptorch, popxl and popdist imports get the simulator's "
+                    "front ends, with the time module's clocks reading the simulated device time."))
+
+
+def _cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    return run_script(args.script, args.args, args.system, args.real_clock, quiet=verbosity(args) == QUIET)
+
+
+if __name__ == "__main__":
+    from .main import main as ipusim
+    sys.exit(ipusim(["script", *sys.argv[1:]]))

@@ -1,0 +1,119 @@
+"""A clock on which a simulated device call takes the time the simulator gives it.
+
+A benchmark script times its own training or inference loop with ``time.perf_counter`` or
+``time.time`` and prints samples per second. Run on the simulator, a call to a model returns
+after the simulator's own work (capture, compilation, the CPU run that gives values), which says
+nothing about the IPU. With the clock installed (``ipusim script`` does it), the standard clocks
+of the ``time`` module stand still during each simulated device call (a PopTorch model's call, a
+PopXL ``Session.run``) and then move on by the simulated seconds of that call; outside the calls
+they move with real time, so the script's own host work (data loading, logging) counts as it
+runs here. A script's printed throughput is then the simulated device time plus its real host
+time. Compilation inside a call adds nothing (Poplar's compile time is not modelled).
+
+Times are seconds. Only :func:`install` changes the ``time`` module, and :func:`uninstall`
+restores it; :func:`device_call` does nothing but count while the clock is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+#: the clocks a script may read, and the real ones behind them (kept before any patching)
+_REAL = {name: getattr(time, name) for name in ("time", "perf_counter", "monotonic", "time_ns", "perf_counter_ns",
+                                                 "monotonic_ns")}
+_real_perf = _REAL["perf_counter"]
+#: the real ``time.perf_counter``, for the simulator's measures of its own speed (which the virtual
+#: clock must not change)
+real_perf_counter = _real_perf
+
+
+class _State:
+    def __init__(self):
+        self.installed = False
+        self.offset = 0.0  # seconds added to every real clock
+        self.frozen_at: float | None = None  # real perf_counter when the current device call began
+        self.depth = 0  # device calls in progress (a call inside a call counts once)
+        self.calls = 0  # device calls finished since install
+        self.simulated = 0.0  # their simulated seconds
+        self.lock = threading.Lock()
+
+    def shift(self) -> float:
+        """Seconds to add to a real clock reading now: the offset, less the real time of the call
+        in progress (so the clock stands still during it)."""
+        frozen = self.frozen_at
+        return self.offset - (_real_perf() - frozen if frozen is not None else 0.0)
+
+
+_STATE = _State()
+
+
+def _seconds_clock(real):
+    return lambda: real() + _STATE.shift()
+
+
+def _ns_clock(real):
+    return lambda: real() + int(round(_STATE.shift() * 1e9))
+
+
+def install() -> None:
+    """Replace ``time.time``, ``perf_counter``, ``monotonic`` and their ``_ns`` forms with the
+    virtual clock (a script that imports them afterwards, ``from time import perf_counter``
+    included, reads it)."""
+    with _STATE.lock:
+        if _STATE.installed:
+            return
+        _STATE.installed, _STATE.offset, _STATE.frozen_at = True, 0.0, None
+        _STATE.calls, _STATE.simulated = 0, 0.0
+        for name, real in _REAL.items():
+            setattr(time, name, (_ns_clock if name.endswith("_ns") else _seconds_clock)(real))
+
+
+def uninstall() -> None:
+    """Give the ``time`` module its real clocks back."""
+    with _STATE.lock:
+        for name, real in _REAL.items():
+            setattr(time, name, real)
+        _STATE.installed, _STATE.frozen_at = False, None
+
+
+def installed() -> bool:
+    return _STATE.installed
+
+
+def totals() -> tuple[int, float]:
+    """(device calls, their simulated seconds) since :func:`install`."""
+    return _STATE.calls, _STATE.simulated
+
+
+class DeviceCall:
+    """What a device call reports to the clock: set :attr:`seconds` to its simulated time."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+
+@contextlib.contextmanager
+def device_call() -> Iterator[DeviceCall]:
+    """Around one simulated device call: the clock stands still inside it and then moves on by
+    the ``seconds`` the call sets (none if it raises). A call inside a call counts once."""
+    call = DeviceCall()
+    outer = _STATE.depth == 0
+    _STATE.depth += 1
+    if outer and _STATE.installed:
+        _STATE.frozen_at = _real_perf()
+    finished = False
+    try:
+        yield call
+        finished = True
+    finally:
+        _STATE.depth -= 1
+        if outer:
+            if _STATE.installed:
+                _STATE.offset = _STATE.shift() + (call.seconds if finished else 0.0)
+                _STATE.frozen_at = None
+            if finished:
+                _STATE.calls += 1
+                _STATE.simulated += call.seconds

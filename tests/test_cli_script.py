@@ -1,0 +1,123 @@
+"""``ipusim script`` and the virtual clock: an unmodified PopTorch / PopXL script runs on the
+simulator, and its own timings read the simulated device time (docs/cli.md, "ipusim script")."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+
+from sim import virtual_clock
+from sim.cli.main import main
+
+POPTORCH_SCRIPT = '''
+import json, sys, time
+import torch
+import poptorch                      # not sim.poptorch: the runner gives the simulator's
+import poptorch.optim
+from sim import virtual_clock
+
+model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024))
+opts = poptorch.Options().deviceIterations(8).logCycleCount(True)
+runner = poptorch.inferenceModel(model, opts)
+x = torch.randn(8 * 512, 1024)
+runner(x)                             # compiles: adds no time on the virtual clock
+before = virtual_clock.totals()[1]
+t0 = time.perf_counter()
+runner(x)
+elapsed = time.perf_counter() - t0
+print(json.dumps({"elapsed": elapsed, "simulated": virtual_clock.totals()[1] - before,
+                  "argv": sys.argv[1:], "module": poptorch.__name__, "cycles": runner.cycleCount()}))
+'''
+
+
+def _run(tmp_path, capsys, body: str, flags: tuple = (), script_args: tuple = ()) -> tuple[int, dict | None, str]:
+    """``ipusim script FLAGS script.py SCRIPT_ARGS`` on ``body``: (exit code, the last JSON line it
+    printed, stderr)."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    code = main(["script", *flags, str(script), *script_args])
+    out, err = capsys.readouterr()
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    return code, json.loads(lines[-1]) if lines else None, err
+
+
+def test_poptorch_script_times_the_simulated_call(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("IPUSIM_SYSTEM", raising=False)
+    code, out, err = _run(tmp_path, capsys, POPTORCH_SCRIPT, script_args=("--epochs", "1"))
+    assert code == 0
+    assert out["module"] == "sim.poptorch" and out["argv"] == ["--epochs", "1"]
+    # the call reads as its simulated seconds; the script's two clock reads around it add the real
+    # microseconds of one Python call (tolerance 1 ms, the call itself is ~10 ms)
+    assert out["simulated"] > 5e-3
+    assert out["elapsed"] == pytest.approx(out["simulated"], abs=1e-3)
+    assert out["simulated"] == pytest.approx(out["cycles"] / 1.325e9, rel=1e-6)  # ipu-mk2's clock
+    assert err.strip().endswith("s of simulated device time") and "2 simulated device call(s)" in err
+    # everything is put back: the aliases, the clocks, argv
+    assert "poptorch" not in sys.modules and time.perf_counter is virtual_clock.real_perf_counter
+    assert not virtual_clock.installed()
+
+
+def test_real_clock_and_system(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("IPUSIM_SYSTEM", raising=False)
+    code, out, err = _run(tmp_path, capsys, POPTORCH_SCRIPT, flags=("--real-clock", "--system", "bow-2000"))
+    assert code == 0 and "(the script's clocks were real)" in err
+    assert out["simulated"] == pytest.approx(out["cycles"] / 1.85e9, rel=1e-6)  # a Bow IPU's clock
+    assert "IPUSIM_SYSTEM" not in os.environ  # put back
+
+
+def test_popxl_script(tmp_path, capsys):
+    body = '''
+    import json, time
+    import numpy as np
+    import popxl, popxl.ops as ops
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h2d = popxl.h2d_stream((256, 1024), popxl.float16, "x")
+        y = ops.gelu(ops.host_load(h2d) @ popxl.variable(np.zeros((1024, 1024), np.float16)))
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+    session = popxl.Session(ir, "ipu_hw")
+    t0 = time.time()
+    session.run({h2d: np.zeros((256, 1024), np.float16)})
+    print(json.dumps({"elapsed": time.time() - t0, "simulated": session.simulation.seconds}))
+    '''
+    code, out, err = _run(tmp_path, capsys, body)
+    assert code == 0 and out["elapsed"] == pytest.approx(out["simulated"], abs=1e-3)
+    assert "1 simulated device call(s)" in err
+
+
+def test_exit_status(tmp_path, capsys):
+    assert _run(tmp_path, capsys, "import sys\nsys.exit(5)\n")[0] == 5
+    code, _, err = _run(tmp_path, capsys, "raise ValueError('from the script')\n")
+    assert code == 1 and "Traceback" in err and "ValueError: from the script" in err
+    code, _, err = _run(tmp_path, capsys, "import poptorch.nonexistent\n")
+    assert code == 1 and "the simulator's sim.poptorch has no module 'sim.poptorch.nonexistent'" in err
+    assert main(["script", str(tmp_path / "missing.py")]) == 2
+    assert "no script" in capsys.readouterr().err
+
+
+def test_virtual_clock_stands_still_in_a_call_then_moves_on():
+    virtual_clock.install()
+    try:
+        start, wall = time.perf_counter(), time.time()
+        with virtual_clock.device_call() as call:
+            time.sleep(0.05)
+            assert time.perf_counter() == pytest.approx(start, abs=5e-3)  # still
+            with virtual_clock.device_call() as inner:  # a call inside a call counts once
+                inner.seconds = 100.0
+            call.seconds = 2.0
+        assert time.perf_counter() - start == pytest.approx(2.0, abs=5e-3)
+        assert time.time() - wall == pytest.approx(2.0, abs=5e-3)
+        assert time.monotonic_ns() > 0 and virtual_clock.totals() == (1, 2.0)
+        with pytest.raises(RuntimeError), virtual_clock.device_call() as failed:
+            failed.seconds = 50.0
+            raise RuntimeError
+        assert time.perf_counter() - start == pytest.approx(2.0, abs=5e-3)  # a failed call adds nothing
+        assert virtual_clock.totals() == (1, 2.0)
+    finally:
+        virtual_clock.uninstall()
+    assert time.perf_counter is virtual_clock.real_perf_counter and time.time is virtual_clock._REAL["time"]
