@@ -252,9 +252,15 @@ DEPARTURES = {
                 "its options otherwise as pt-options (AdamW, first moment fp16, on-chip optimizer state with RTS)",
     "per-call": "B42 (PopART, deviceIterations 4) and B43 (PyTorch, deviceIterations 2) run the same model, "
                 "micro-batch, GA and replicas; the line through their call times (samples per call / throughput: "
-                "866 and 518 ms) is 174 ms per weight update plus 170 ms per call. The simulator gives 171-174 ms "
-                "per weight update and nothing per call, so B43's larger error is its deviceIterations 2: the "
-                "same missing per-call time spread over half the samples (as mlperf-step)",
+                "866 and 518 ms) is 174 ms per weight update plus 170 ms per call. The simulator now gives "
+                "205-207 ms per weight update for both (171-174 ms when this note was first written) and nothing "
+                "per call, so the calls miss 47 ms (B42) and 104 ms (B43): B42's 47 ms added to B43's call would "
+                "leave it at +12.5 %, so its deviceIterations 2 explains about half of its larger error. Of the "
+                "other 57 ms, the one PyTorch-only cost found is host work inside its timer: run_squad.py:131-140 "
+                "times the call, scheduler.step() and setOptimizer(), whose updateOptimizerFromHost streams a "
+                "learning rate and epsilon per parameter (PopTorch makes every parameter of a group an "
+                "insertSpecific, poptorch 3.1 CompilerImpl.cpp updateGroups), where PopART's bert.py times "
+                "session.run alone and updates its optimizer after the timer (bert.py:622-646); not sized [U]",
     "packed": "packed sequences (max_sequences_per_pack 3): the zoo's packed BERT, a block-diagonal attention mask "
               "made in every layer from the streamed sequence indices, position ids streamed, the MLM head on the "
               "first mask_tokens positions; samples/s counts sequences, packs x the packing factor "
