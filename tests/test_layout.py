@@ -12,7 +12,7 @@ SIM = Path(__file__).resolve().parents[1] / "sim"
 # Layers from the bottom up: a module may import its own layer and the ones below, never above.
 # Front ends and tools (poptorch, popxl, popdist, onnx, cli, validation) sit on top of it all.
 LAYERS = [
-    {"sim.errors"},
+    {"sim.errors", "sim.virtual_clock"},
     {"sim.graph", "sim.hardware", "sim.program"},
     {"sim.strategy", "sim.options", "sim.cost"},
     {"sim.schedule"},

@@ -2,7 +2,7 @@
 
     ipusim script train.py --epochs 1
     ipusim script --system bow-pod16 train.py --config b16_in1k_pretrain_lamb
-    python -m sim.cli.script infer.py --batch-size 8
+    python -m sim script infer.py --batch-size 8
 
 The script's ``import poptorch`` (and ``poptorch.*``), ``import popxl`` (and ``popxl.*``) and
 ``import popdist`` (and ``popdist.*``) get the simulator's front ends, ``sim.poptorch``,
@@ -129,8 +129,3 @@ def add_subcommand(subparsers) -> argparse.ArgumentParser:
 
 def _cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return run_script(args.script, args.args, args.system, args.real_clock, quiet=verbosity(args) == QUIET)
-
-
-if __name__ == "__main__":
-    from .main import main as ipusim
-    sys.exit(ipusim(["script", *sys.argv[1:]]))
