@@ -415,8 +415,15 @@ class Engine:
             elif isinstance(item, StreamCopy):
                 stream(item)
             elif isinstance(item, RemoteCopy):
-                emit(Task(deps_of([item.ipu]), [("streaming_memory", item.ipu)], [([], self.remote_cycles(item))],
-                          item.ipu, "remote_io", item.name, item.nbytes, tiles=(item.ipu,)), [item.ipu])
+                if item.io_tiles:  # on the IO tiles' own lane: compute goes on meanwhile
+                    lane = ("io", item.ipu, "remote")
+                    emit(Task(deps_of([lane], item), [("streaming_memory", item.ipu), ("io_tiles", item.ipu, "remote")],
+                              [([], self.remote_cycles(item))], item.ipu, "remote_io_overlapped", item.name,
+                              item.nbytes, tiles=()), [lane], item)
+                else:
+                    emit(Task(deps_of([item.ipu], item), [("streaming_memory", item.ipu)],
+                              [([], self.remote_cycles(item))], item.ipu, "remote_io", item.name, item.nbytes,
+                              tiles=(item.ipu,)), [item.ipu], item)
             elif isinstance(item, Collective):
                 ipus = sorted(item.ipus)
                 emit(Task(deps_of(ipus), [], collective_phases(item), ipus[0], "collective", item.name, item.nbytes,
@@ -696,7 +703,7 @@ class Engine:
                         busy[t.ipu][cat] += c
                 elif t.category in ("sync", "inter_ipu", "collective"):
                     shared[t.tag, t.category, t.tiles] += cycles
-                elif t.category == "host_io_overlapped":
+                elif t.category in ("host_io_overlapped", "remote_io_overlapped"):
                     busy[t.ipu]["io_tiles"] += cycles
                 elif t.category != "host_prefetch":
                     busy[t.ipu][t.category] += cycles

@@ -128,12 +128,18 @@ class IpuCopy:
 
 @dataclass
 class RemoteCopy:
-    """A load (``"load"``) from or store (``"store"``) to streaming memory of ``nbytes``."""
+    """A load (``"load"``) from or store (``"store"``) to streaming memory of ``nbytes``.
+
+    On the compute tiles it holds the IPU; with ``io_tiles`` it runs on the IO tiles, concurrently
+    with compute, and whatever moves its data to or from the compute tiles waits for it (``after``).
+    """
 
     ipu: int
     direction: str
     nbytes: int
     name: str = "remote"
+    io_tiles: bool = False
+    after: tuple = ()  # other items whose latest run must end first (the copy of a store's data to the IO tiles)
 
 
 @dataclass

@@ -27,10 +27,10 @@ runner = poptorch.inferenceModel(model, opts)
 x = torch.randn(8 * 512, 1024)
 runner(x)                             # compiles: adds no time on the virtual clock
 before = virtual_clock.totals()[1]
-t0 = time.perf_counter()
+r0, t0 = virtual_clock.real_perf_counter(), time.perf_counter()
 runner(x)
-elapsed = time.perf_counter() - t0
-print(json.dumps({"elapsed": elapsed, "simulated": virtual_clock.totals()[1] - before,
+elapsed, real = time.perf_counter() - t0, virtual_clock.real_perf_counter() - r0
+print(json.dumps({"elapsed": elapsed, "real": real, "simulated": virtual_clock.totals()[1] - before,
                   "argv": sys.argv[1:], "module": poptorch.__name__, "cycles": runner.cycleCount()}))
 '''
 
@@ -51,10 +51,11 @@ def test_poptorch_script_times_the_simulated_call(tmp_path, capsys, monkeypatch)
     code, out, err = _run(tmp_path, capsys, POPTORCH_SCRIPT, script_args=("--epochs", "1"))
     assert code == 0
     assert out["module"] == "sim.poptorch" and out["argv"] == ["--epochs", "1"]
-    # the call reads as its simulated seconds; the script's two clock reads around it add the real
-    # microseconds of one Python call (tolerance 1 ms, the call itself is ~10 ms)
-    assert out["simulated"] > 5e-3
-    assert out["elapsed"] == pytest.approx(out["simulated"], abs=1e-3)
+    # the call reads as its simulated seconds (~12 ms), not the real time the simulator took for it
+    # (its CPU run of ~70 GFLOP alone takes longer); only the Python around the call adds real time,
+    # microseconds, more on a loaded machine: 50 ms of slack
+    assert out["simulated"] > 5e-3 and out["real"] > out["elapsed"]
+    assert out["simulated"] <= out["elapsed"] <= out["simulated"] + 0.05
     assert out["simulated"] == pytest.approx(out["cycles"] / 1.325e9, rel=1e-6)  # ipu-mk2's clock
     assert err.strip().endswith("s of simulated device time") and "2 simulated device call(s)" in err
     # everything is put back: the aliases, the clocks, argv
@@ -86,7 +87,7 @@ def test_popxl_script(tmp_path, capsys):
     print(json.dumps({"elapsed": time.time() - t0, "simulated": session.simulation.seconds}))
     '''
     code, out, err = _run(tmp_path, capsys, body)
-    assert code == 0 and out["elapsed"] == pytest.approx(out["simulated"], abs=1e-3)
+    assert code == 0 and out["simulated"] <= out["elapsed"] <= out["simulated"] + 0.05  # as above
     assert "1 simulated device call(s)" in err
 
 

@@ -201,7 +201,8 @@ def test_contexts_the_simulator_does_not_model_are_noted():
         v = popxl.variable(np.ones(4, np.float32))
         ops.host_store(popxl.d2h_stream((4,), popxl.float32, "y"), v + 1)
     notes = _session(ir).executable.notes
-    assert any(n.startswith("popxl.io_tiles(): accepted, no modelled effect") for n in notes)
+    assert any(n.startswith("popxl.io_tiles(): only remote buffer copies run on the IO tiles; other ops made in "
+                            "it are simulated on the compute tiles") for n in notes)
     assert any(n.startswith("popxl.in_sequence(False): ops run in the order they are created") for n in notes)
 
 

@@ -437,7 +437,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
         if op.kind not in VIEW_KINDS:
             for o in op.outputs:
                 t = tensors[o]
-                if t.role not in ALWAYS_LIVE and o in last_use and o not in owner:
+                if t.role not in ALWAYS_LIVE and o in last_use and o not in owner and t.location != "io_tiles":
                     owner[o] = layout.place(used)  # a shard with RTS (LAMB's updater of a sharded state)
                     layout.add(live, owner[o], t.nbytes / t.shards)
                     live_sum += t.nbytes / t.shards

@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import DTYPE_BYTES, REMOTE_KINDS, RNN_GATES, VIEW_KINDS, Graph, Op, spatial
+from ..graph.ir import DTYPE_BYTES, IO_TILE_COPY, REMOTE_KINDS, RNN_GATES, VIEW_KINDS, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
                   pass_fixed_cycles,
@@ -89,8 +89,8 @@ def op_cost(op: Op, graph: Graph, ipu: IPU, tiles: int, memory_proportion: float
 def _cost(sig: tuple, ipu: IPU, tiles: int, memory_proportion: float, partials: str) -> OpCost:
     kind, ins, outs, attrs = sig
     attrs = dict(attrs)
-    if kind in _VIEWS or kind in REMOTE_KINDS:  # a remote copy's time is the schedule's RemoteCopy
-        return FREE
+    if kind in _VIEWS or kind in REMOTE_KINDS or kind == IO_TILE_COPY:  # priced by the schedule (RemoteCopy,
+        return FREE                                                      # hostio.io_tile_copy_steps)
     cost = _rule(kind, ins, outs, attrs, ipu, tiles, memory_proportion, partials)
     if cost.profile is None:
         cost = replace(cost, profile=TileProfile.uniform(tiles, cost.tiles_used, cost.compute_cycles,

@@ -45,6 +45,9 @@ VIEW_KINDS = frozenset({"reshape", "slice", "identity", "concat", "detach", "fla
 #: direction of that copy: the schedule runs each as a RemoteCopy of ``attrs["slot_bytes"]``, not
 #: as compute (PopXL's ops.remote_load / remote_store)
 REMOTE_KINDS = {"remote_load": "load", "remote_store": "store"}
+#: the op kind that copies a tensor between an IPU's IO tiles and its compute tiles (PopART's
+#: IoTileCopy): the schedule prices it as that on-chip exchange; ``attrs["to_io"]`` gives the way
+IO_TILE_COPY = "io_tile_copy"
 
 
 def _amp_output_dtype(operand_dtype: str) -> str | None:
@@ -70,7 +73,7 @@ class Tensor:
     dtype: str
     role: str
     producer: str | None = None  # name of the op that writes it, None for inputs and variables
-    location: str = "on_chip"  # "on_chip" or "off_chip" (streaming memory)
+    location: str = "on_chip"  # "on_chip", "off_chip" (streaming memory) or "io_tiles" (on the IPU's IO tiles, not its compute tiles)
     shards: int = 1  # replicas it is sharded over (replicated tensor sharding)
     shard_stride: int = 1  # replica numbers between two of those replicas (1: consecutive replicas)
     weight_view: bool = False  # a view of weights (GraphBuilder.linear's pieces), an operand priced as a weight

@@ -4,8 +4,9 @@ PopXL keeps one global context; so does this module. ``with ir.main_graph:`` (or
 being built by ``ir.create_graph``) selects the graph; :func:`ipu` sets the IPU of the ops made
 inside it (``Op.ipu`` in the simulator's graph); :func:`name_scope` prefixes op names;
 :func:`in_sequence` is accepted and has nothing to change (the simulator runs ops in the order
-they were created, which is what ``in_sequence(True)`` asks for); :func:`io_tiles` is accepted and
-noted (ops run on the compute tiles in the simulation).
+they were created, which is what ``in_sequence(True)`` asks for); :func:`io_tiles` puts the remote
+copies made in it on the IO tiles (:mod:`sim.popxl.io_tile_placement`); other ops made in it run on
+the compute tiles in the simulation, and the run's notes say so.
 """
 
 from __future__ import annotations
@@ -103,8 +104,9 @@ def name_scope(name: str) -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def io_tiles() -> Iterator[None]:
-    """Accepted: ops made in this context are simulated on the compute tiles, which the run's
-    notes say (``Graph._building``)."""
+    """Remote copies made in this context run on the IO tiles (:mod:`sim.popxl.io_tile_placement`);
+    other ops made in it are simulated on the compute tiles, which the run's notes say
+    (``Graph._building``)."""
     saved, _CONTEXT.io_tiles = _CONTEXT.io_tiles, True
     try:
         yield

@@ -138,14 +138,15 @@ class Graph:
         return g.add_tensor(g.unique_tensor_name(self._scoped(name)), shape, dtype.sim_name, role).name
 
     @contextlib.contextmanager
-    def _building(self) -> Iterator[GraphBuilder]:
+    def _building(self, io_tiles_modelled: bool = False) -> Iterator[GraphBuilder]:
         """The builder, with the context's IPU set, for adding one op (noting the contexts the op
-        is made in that the simulator does not model)."""
+        is made in that the simulator does not model; ``io_tiles_modelled``: the op runs on the IO
+        tiles when made in ``popxl.io_tiles()``, as remote copies do)."""
         self._check_open()
         context = get_current_context()
-        if context.io_tiles:
-            self.ir._note("popxl.io_tiles(): accepted, no modelled effect (ops in it are simulated on the "
-                          "compute tiles; IO tiles come from ir.options.numIOTiles)")
+        if context.io_tiles and not io_tiles_modelled:
+            self.ir._note("popxl.io_tiles(): only remote buffer copies run on the IO tiles; other ops made in it "
+                          "are simulated on the compute tiles")
         if context.execution_context is not None:
             self.ir._note(f"popxl.context._execution_context({context.execution_context!r}): accepted, no modelled "
                           "effect (its ops are simulated in the main program, once per host transfer)")

@@ -35,6 +35,7 @@ from ..results.report import format_summary
 from ..strategy import AutoStage, ShardedExecution
 from ..virtual_clock import device_call
 from .errors import NotModelledError, PopXLError, SessionIOError
+from .io_tile_placement import place_on_io_tiles
 from .ir import Ir
 from .remote_buffer import check_fits
 from .streams import DeviceToHostStream, HostToDeviceStream
@@ -156,6 +157,7 @@ class Session:
         reserved = 1 << (local - 1).bit_length()
         sys_, why = _choose_system(system, reserved * options.num_instances())
         streaming = check_fits(ir, sys_)
+        graph, io_notes = place_on_io_tiles(graph, options.TensorLocations.num_io_tiles, sys_.ipu)
         self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer)
         notes = [f"system {sys_.name}: {why}",
                  (f"PopXL program: device {device_desc!r} simulated as IPU hardware; session.run returns "
@@ -177,7 +179,7 @@ class Session:
         if ir.main_graph._io_repeats and outside:
             notes.append(f"{outside} op(s) of the main graph outside the repeat with host IO are simulated "
                          "once per host transfer too (PopXL runs them once per run)")
-        notes += streaming
+        notes += streaming + io_notes
         if ir._sharded_weights:
             notes.append(f"replica-sharded variables {', '.join(v.id for v in ir._sharded_weights.values())}: each "
                          "replica's shard is loaded into tile memory when the weights are written to the device "

@@ -18,7 +18,7 @@ import numpy as np
 KINDS = {"compute": (1, "compute"), "sync": (2, "sync"), "inter_ipu": (3, "inter-IPU copy"),
          "collective": (4, "collective"), "host_io": (5, "host IO"),
          "host_io_overlapped": (6, "host IO on the IO tiles"), "host_prefetch": (7, "host side of host IO"),
-         "remote_io": (8, "streaming memory")}
+         "remote_io": (8, "streaming memory"), "remote_io_overlapped": (9, "streaming memory on the IO tiles")}
 #: threads per kind before the next kind's ids (overlapping tasks of one kind on one IPU)
 LANES_PER_KIND = 100
 #: expand every replica (``all_replicas=None``) only while the written-out trace has at most

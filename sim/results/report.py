@@ -30,7 +30,10 @@ from .run import Run
 #: colours of the timeline, by task kind (anything else is grey); compute is coloured by pass
 KIND_COLOURS = {"compute": "tab:blue", "host_io": "tab:orange", "sync": "tab:gray",
                 "inter_ipu": "tab:green", "collective": "tab:red", "repeat": "tab:purple",
-                "remote_io": "tab:brown", "host_io_overlapped": "tab:orange", "host_prefetch": "navajowhite"}
+                "remote_io": "tab:brown", "host_io_overlapped": "tab:orange", "host_prefetch": "navajowhite",
+                "remote_io_overlapped": "tab:brown"}
+#: task kinds that run on the IO tiles (their own timeline lane)
+IO_TILE_KINDS = ("host_io_overlapped", "remote_io_overlapped")
 #: colours of compute tasks by what they run (from the task name, e.g. "stage 3 backward")
 PASS_COLOURS = {"forward": "tab:blue", "backward": "tab:cyan", "recompute": "tab:olive",
                 "stash": "slateblue", "restore": "teal", "weight update": "tab:pink", "io-tile copy": "gold"}
@@ -436,20 +439,21 @@ def _lanes(run: Run, shown):
 
     Returns (lane labels, a function giving each trace row's lane index)."""
     ipus = sorted(set(run.executable.ipus) | set(shown["ipu"].unique().tolist()))
-    extra = {k: set(shown.loc[shown["kind"] == k, "ipu"].tolist()) for k in ("host_io_overlapped", "host_prefetch")}
+    extra = {k: set(shown.loc[shown["kind"].isin(kinds), "ipu"].tolist())
+             for k, kinds in (("io", IO_TILE_KINDS), ("host", ("host_prefetch",)))}
     labels, index = [], {}
     for ipu in ipus:
         index[(ipu, "tiles")] = len(labels)
         labels.append(f"IPU {ipu}")
-        if ipu in extra["host_io_overlapped"]:
+        if ipu in extra["io"]:
             index[(ipu, "io")] = len(labels)
             labels.append(f"IPU {ipu} IO tiles")
-        if ipu in extra["host_prefetch"]:
+        if ipu in extra["host"]:
             index[(ipu, "host")] = len(labels)
             labels.append(f"IPU {ipu} host side")
 
     def lane_of(ipu: int, kind: str) -> int:
-        where = {"host_io_overlapped": "io", "host_prefetch": "host"}.get(kind, "tiles")
+        where = "io" if kind in IO_TILE_KINDS else "host" if kind == "host_prefetch" else "tiles"
         return index[(ipu, where)]
     return labels, lane_of
 

@@ -18,14 +18,18 @@ from . import replicated_ops
 from .collectives import per_position, per_tensor
 from ..cost import OpCost
 from ..errors import OptionsError
-from ..graph.ir import REMOTE_KINDS, Graph, Op
+from ..graph.ir import IO_TILE_COPY, REMOTE_KINDS, Graph, Op
 from ..hardware.system import System
-from .hostio import host_transfers
+from .hostio import host_transfers, io_tile_copy_steps
 from ..options import Options, OutputMode, OverlapMode
 from ..program import Compute, IpuCopy, OpSteps, RemoteCopy, Repeat, Sequence, StreamCopy, Sync, leaves
 from .stages import StageWork
 from .stash import restored_tensors, stash_op_cost, stashed_tensors
 from ..hardware.topology import replica_ipus, sync_cycles
+
+
+#: op kinds that are program items of their own, not compute: the part of a stage they make
+OWN_ITEMS = {**{kind: "remote" for kind in REMOTE_KINDS}, IO_TILE_COPY: "io_copy"}
 
 
 @dataclass
@@ -119,15 +123,15 @@ class Context:
         for what, ops, label in groups:
             chunk: list[Op] = []
             for op in ops + [None]:
-                if op is not None and op.kind not in replicated_ops.KINDS and op.kind not in REMOTE_KINDS:
+                if op is not None and op.kind not in replicated_ops.KINDS and op.kind not in OWN_ITEMS:
                     chunk.append(op)  # a distributed norm computes, then all-reduces its sums
                     if not replicated_ops.spans_replicas(op):
                         continue
                 if chunk:
                     parts.append(("compute", (f"stage {stage.index} {what}", self.steps(chunk, label))))
                     chunk = []
-                if op is not None and op.kind in REMOTE_KINDS:
-                    parts.append(("remote", op))
+                if op is not None and op.kind in OWN_ITEMS:
+                    parts.append((OWN_ITEMS[op.kind], op))
                 elif op is not None and (self.options.total_replicas() > 1 or replicated_ops.spans_replicas(op)):
                     parts.append(("collective", op))
         if pipelined:
@@ -165,6 +169,8 @@ class Context:
     def _build_stage_items(self, stage: StageWork, load_weights: bool) -> list:
         loads, stores = self.off_chip_traffic(stage) if load_weights else (0, 0)
         items = []
+        on_io: set[str] = set()  # tensors on the IO tiles
+        latest: dict[tuple, object] = {}  # (replica, lane) -> this stage's latest item there (_io_items)
         if loads:
             items += [RemoteCopy(self.ipus(r)[stage.ipu], "load", loads, f"stage {stage.index} load weights")
                       for r in self.replicas]
@@ -172,15 +178,47 @@ class Context:
             if what == "collective":
                 items += replicated_ops.collectives_for(self, part)
                 continue
-            if what == "remote":  # one slot of a remote buffer to or from the tiles
-                items += [RemoteCopy(self.ipus(r)[stage.ipu], REMOTE_KINDS[part.kind], part.attrs["slot_bytes"],
-                                     part.name) for r in self.replicas]
+            if what in ("remote", "io_copy"):
+                items += self._io_items(stage, part, on_io, latest)
                 continue
             name, steps = part
-            items += [Compute(self.ipus(r)[stage.ipu], name, steps) for r in self.replicas]
+            for r in self.replicas:
+                latest[r, "compute"] = Compute(self.ipus(r)[stage.ipu], name, steps)
+                items.append(latest[r, "compute"])
         if stores:
             items += [RemoteCopy(self.ipus(r)[stage.ipu], "store", stores,
                                  f"stage {stage.index} store accumulators") for r in self.replicas]
+        return items
+
+    def _io_items(self, stage: StageWork, op: Op, on_io: set, latest: dict) -> list:
+        """A remote buffer copy (``REMOTE_KINDS``) or an IO-tile copy (``IO_TILE_COPY``) for each
+        simulated replica. A remote copy on the IO tiles (``attrs["io_tiles"]``) runs on their own
+        lane, alongside the compute tiles; the IO tiles do one thing at a time, in program order, so
+        it waits for the IO-tile copy before it (which uses them too), and an IO-tile copy waits for
+        the IO-tile work before it. A copy on the IO tiles whose offset the compute tiles made waits
+        for them. ``on_io``: the tensors on the IO tiles; ``latest``: (replica, "compute" | "io" |
+        "copy") -> the stage's latest item on the compute tiles, on the IO tiles, and IO-tile copy."""
+        items = []
+        for r in self.replicas:
+            ipu = self.ipus(r)[stage.ipu]
+
+            def waits(*lanes):
+                return tuple(latest[r, lane] for lane in lanes if (r, lane) in latest)
+            if op.kind == IO_TILE_COPY:
+                steps = io_tile_copy_steps(op.name, self.g.tensors[op.inputs[0]].nbytes, self.system.ipu,
+                                           self.options.TensorLocations.num_io_tiles, self.compute_tiles)
+                item = Compute(ipu, f"io-tile copy {op.name}", steps, after=waits("io"))
+                latest[r, "compute"] = latest[r, "copy"] = item
+            elif op.attrs.get("io_tiles"):
+                from_compute = any(t not in on_io for t in op.inputs)  # the offset, made on the compute tiles
+                item = RemoteCopy(ipu, REMOTE_KINDS[op.kind], op.attrs["slot_bytes"], op.name, io_tiles=True,
+                                  after=waits("copy", *("compute",) * from_compute))
+                latest[r, "io"] = item
+            else:
+                item = latest[r, "compute"] = RemoteCopy(ipu, REMOTE_KINDS[op.kind], op.attrs["slot_bytes"], op.name)
+            items.append(item)
+        if op.kind == IO_TILE_COPY and op.attrs.get("to_io") or op.attrs.get("io_tiles"):
+            on_io.update(op.outputs)
         return items
 
     def for_replicas(self, make) -> list:

@@ -24,7 +24,7 @@ from . import call as _call_module
 from . import conv as _conv_module
 from . import negative_log_likelihood as _nll_module
 from . import utils
-from .remote import remote_load, remote_load_, remote_store
+from .remote import io_tile_copy, remote_load, remote_load_, remote_store
 from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat, concat_, conv, conv_pow2scaled,
                     detach, detach_, div, dropout, exp, exp_, flatten, flatten_, gather, gelu, gelu_, group_norm,
                     host_load, host_store, identity, init, ipu_copy, layer_norm, matmul, matmul_pow2scaled, max,

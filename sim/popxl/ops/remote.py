@@ -1,5 +1,6 @@
 """``ops.remote_load``, ``ops.remote_load_`` and ``ops.remote_store``: copies between one slot
-of a remote buffer (streaming memory) and the tiles.
+of a remote buffer (streaming memory) and the tiles; ``ops.io_tile_copy``: a copy between an IPU's
+IO tiles and its compute tiles.
 
 Each is an op of the simulated graph (kinds ``remote_load`` / ``remote_store``) that the
 schedule runs as a :class:`~sim.program.RemoteCopy` of one slot's bytes, between the compute
@@ -10,6 +11,7 @@ integer tensor (chosen at run time: every slot is the same size, so the time is 
 
 from __future__ import annotations
 
+from ...graph.ir import IO_TILE_COPY
 from ..context import get_current_context
 from ..graph import Graph
 from ..remote_buffer import RemoteBuffer
@@ -29,8 +31,11 @@ def _check(buffer, g: Graph, where: str) -> RemoteBuffer:
 
 
 def _offset(g: Graph, buffer: RemoteBuffer, offset, where: str) -> tuple[list[str], dict]:
-    """(the op's offset input, if a tensor; the op's attributes)."""
+    """(the op's offset input, if a tensor; the op's attributes: made in ``popxl.io_tiles()``, the
+    copy runs on the IO tiles)."""
     attrs = {"remote_buffer": buffer.remote_buffer_id, "slot_bytes": buffer.entry_nbytes}
+    if get_current_context().io_tiles:
+        attrs["io_tiles"] = True
     if isinstance(offset, Tensor):
         g._own(offset, where)
         if offset.nelms != 1 or offset.dtype.name not in _INDEX_DTYPES:
@@ -48,7 +53,7 @@ def remote_load(remote_buffer: RemoteBuffer, offset, name: str | None = None) ->
     g = _graph(where)
     buffer = _check(remote_buffer, g, where)
     inputs, attrs = _offset(g, buffer, offset, where)
-    with g._building() as b:
+    with g._building(io_tiles_modelled=True) as b:
         out = b.op("remote_load", inputs, [buffer.tensor_shape], attrs, name=g._scoped(name or "remote_load"),
                    out_dtypes=[buffer.tensor_dtype.sim_name])[0]
     t = g._wrap(out, buffer.tensor_dtype)
@@ -77,3 +82,31 @@ def remote_store(remote_buffer: RemoteBuffer, offset, t: Tensor) -> None:
     buffer.validate_tensor_matches_buffer(t)
     inputs, attrs = _offset(g, buffer, offset, where)
     g._add_op("remote_store", [t._sim] + inputs, [], attrs, name="remote_store")
+
+
+def io_tile_copy(t: Tensor) -> Tensor:
+    """``t`` copied between the IO tiles and the compute tiles of its IPU: to the compute tiles if
+    ``t`` is on the IO tiles (made by a remote load in ``popxl.io_tiles()``, or by an IO-tile copy
+    to them), to the IO tiles otherwise; priced as that on-chip exchange over the IO tiles
+    (``ir.options.numIOTiles``)."""
+    where = "ops.io_tile_copy"
+    g = _graph(where, t)
+    with g._building(io_tiles_modelled=True) as b:
+        out = b.op(IO_TILE_COPY, [t._sim], [t.shape], {"to_io": not on_io_tiles(g.sim_graph, t._sim)},
+                   name=g._scoped("io_tile_copy"))[0]
+    y = g._wrap(out, t.dtype)
+    y._meta_shape = t.meta_shape
+    return y
+
+
+def on_io_tiles(graph, name: str) -> bool:
+    """Is tensor ``name`` of the simulated ``graph`` on the IO tiles: made by a remote load on them,
+    or by an IO-tile copy to them?"""
+    producer = graph.tensors[name].producer
+    op = next((op for op in reversed(graph.ops) if op.name == producer), None) if producer else None
+    return op is not None and makes_io_tensor(op)
+
+
+def makes_io_tensor(op) -> bool:
+    """Does ``op`` leave its outputs on the IO tiles?"""
+    return bool(op.attrs.get("to_io") if op.kind == IO_TILE_COPY else op.kind == "remote_load" and op.attrs.get("io_tiles"))
