@@ -204,27 +204,79 @@ def test_streaming_memory_is_checked():
         popxl.Session(program(3), "ipu_hw", system="c600")
 
 
-def test_training_with_remote_weights_is_refused():
+def _trained_remote_ir(remote: bool, adam: bool = False, store_activation: bool = False):
+    """One 784 x 1024 layer trained on 2 replicas, its weight (and Adam's moments) in remote buffers,
+    loaded and stored by the program as PopXL's phased programs do, or kept on the tiles."""
     class Net(popxl.Module):
         def build(self, x):
-            self.W = popxl.graph_input((784, 10), popxl.float32, "W")
+            self.W = popxl.graph_input((784, 1024), popxl.float32, "W")
             return x @ self.W
 
-    ir = popxl.Ir()
+    def held(name, buffer, slot):
+        if not remote:
+            return popxl.variable(np.zeros((784, 1024), np.float32), name=name)
+        popxl.remote_variable(np.zeros((784, 1024), np.float32), buffer, slot, name=name)
+        return ops.remote_load(buffer, slot, f"{name}_loaded")
+
+    ir = popxl.Ir(replication=2)
     with ir.main_graph:
         img, lbl = (ops.host_load(popxl.h2d_stream((32, 784), popxl.float32, "img")),
                     ops.host_load(popxl.h2d_stream((32,), popxl.int32, "label")))
-        buf = popxl.remote_buffer((784, 10), popxl.float32)
-        popxl.remote_variable(np.zeros((784, 10), np.float32), buf, 0, name="W")
-        W = ops.remote_load(buf, 0)
+        weights = popxl.remote_buffer((784, 1024), popxl.float32) if remote else None
+        W = held("W", weights, 0)
         net = Net()
         fwd = ir.create_graph(net, img)
         bwd = popxl.transforms.autodiff(fwd)
         fwd_call = ops.call_with_info(fwd, img, inputs_dict={net.W: W})
-        _, dx = ops.nll_loss_with_softmax_grad(ops.softmax(fwd_call.outputs[0], axis=-1), lbl)
-        ops.call_with_info(bwd.graph, dx, inputs_dict=bwd.inputs_dict(fwd_call))
-    with pytest.raises(popxl.NotModelledError, match="training with tensors held in remote buffers"):
-        popxl.Session(ir, "ipu_hw")
+        logits = fwd_call.outputs[0]
+        if store_activation:
+            ops.remote_store(popxl.remote_buffer(logits.shape, logits.dtype), 0, logits)
+        _, dx = ops.nll_loss_with_softmax_grad(ops.softmax(logits, axis=-1), lbl)
+        bwd_call = ops.call_with_info(bwd.graph, dx, inputs_dict=bwd.inputs_dict(fwd_call))
+        g = ops.collectives.replicated_all_reduce(bwd.fwd_parent_ins_to_grad_parent_outs(fwd_call, bwd_call)[W])
+        if adam:
+            moments = popxl.remote_buffer((784, 1024), popxl.float32, 2) if remote else None
+            m, v = held("m", moments, 0), held("v", moments, 1)
+            ops.var_updates.accumulate_moving_average_(m, g, 0.9)
+            ops.var_updates.accumulate_moving_average_square_(v, g, 0.999)
+            ops.var_updates.adam_var_update(W, ops.var_updates.adam_updater(m, v), learning_rate=1e-3)
+            if remote:
+                ops.remote_store(moments, 0, m)
+                ops.remote_store(moments, 1, v)
+        else:
+            ops.scaled_add_(W, g, b=-0.01)
+        if remote:
+            ops.remote_store(weights, 0, W)
+    return ir
+
+
+@pytest.mark.parametrize("adam", [False, True])
+def test_training_weights_held_in_remote_buffers(adam):
+    on_chip = popxl.Session(_trained_remote_ir(False, adam), "ipu_hw")
+    phased = popxl.Session(_trained_remote_ir(True, adam), "ipu_hw")
+    for s in (on_chip, phased):
+        s.run({st: np.zeros((2,) + st.shape, st.dtype.as_numpy()) for st in s.expected_inputs()})
+    graph = phased.executable.graph
+    # the loaded weight is the simulator's off-chip weight; the program's own copies of it (and of
+    # the moments) give way to the off-chip weight's loads and stores
+    assert graph.tensors["W_loaded"].role == "weight" and graph.tensors["W_loaded"].location == "off_chip"
+    assert not [op for op in graph.ops if op.kind in ("remote_load", "remote_store")]
+    assert [w.name for w in graph.weights()] == ["W_loaded"]
+    memory = phased.simulation.memory[0]["by_role"]
+    assert "weight" not in memory and "state" not in memory  # in streaming memory, not always live on the tiles
+    assert on_chip.simulation.memory[0]["by_role"]["weight"] == 784 * 1024 * 4
+    weight, state = 784 * 1024 * 4, 2 * 784 * 1024 * 4 * adam  # Adam's two fp32 moments
+    rows = phased.simulation.trace.query("kind == 'remote_io' and ipu == 0")
+    assert list(rows.name) == ["stage 0 load weights", "load optimizer inputs", "store optimizer outputs"]
+    assert list(rows.bytes) == [weight, weight + state, weight + state]
+    assert any(n.startswith("weights W_loaded: loaded from remote buffers and trained") for n in phased.executable.notes)
+    assert adam == any(n.startswith("optimizer moments m_loaded, v_loaded kept in remote buffers")
+                       for n in phased.executable.notes)
+
+
+def test_training_with_other_remote_copies_is_refused():
+    with pytest.raises(popxl.NotModelledError, match="of tensors that are not its trained weights"):
+        popxl.Session(_trained_remote_ir(True, store_activation=True), "ipu_hw")
 
 
 def test_training_replica_sharded_weights():

@@ -29,7 +29,7 @@ from .. import run_executable
 from ..errors import GraphError, OptionsError
 from ..graph.ir import REMOTE_KINDS, Op
 from ..hardware.system import choose_system
-from ..options import Options, OutputMode
+from ..options import Options, OutputMode, TensorLocationSettings
 from ..schedule import replicated_ops
 from ..results.report import format_summary
 from ..strategy import AutoStage, ShardedExecution
@@ -61,6 +61,37 @@ class _InstanceOptions(Options):
 
     def instance_index(self) -> int:
         return self._index
+
+
+def _weights_in_streaming_memory(graph, ir: Ir) -> tuple:
+    """(graph, whether optimizer state goes off chip, notes) for a trained program that keeps weights
+    or their optimizer moments in remote buffers: each trained weight it loads with ``remote_load``
+    becomes one of the simulator's off-chip weights (streaming memory: loaded before the forward
+    pass, and with its optimizer state for the update, then stored), the loads and stores of those
+    weights and moments leave the program, and moments loaded from remote buffers make the
+    optimizer state off chip. The program's own copies are not priced one by one: the weight is
+    loaded once more than a program that keeps its first load for the update."""
+    held = ir._updated | ir._gradient_state
+    loads = [op for op in graph.ops if op.kind == "remote_load" and op.outputs[0] in held
+             and op.outputs[0] not in op.inputs]
+    if not loads:
+        return graph, False, []
+    g = graph.copy()
+    drop = {op.name for op in loads} | {op.name for op in g.ops if op.kind == "remote_store" and op.inputs[0] in held}
+    g.ops = [op for op in g.ops if op.name not in drop]
+    g._op_names -= drop
+    weights = sorted(op.outputs[0] for op in loads if op.outputs[0] in ir._updated)
+    for name in weights:
+        t = g.tensors[name]
+        t.role, t.producer, t.location = "weight", None, "off_chip"
+    moments = sorted(op.outputs[0] for op in loads if op.outputs[0] in ir._gradient_state)
+    notes = [f"weights {', '.join(weights)}: loaded from remote buffers and trained, so priced as off-chip weights in "
+             "streaming memory (loaded before the forward pass, and again with their optimizer state for the update, "
+             "then stored), not as the program's own remote copies"] if weights else []
+    if moments:
+        notes.append(f"optimizer moments {', '.join(moments)} kept in remote buffers: the simulated optimizer state "
+                     "is off chip")
+    return g, bool(moments), notes
 
 
 def _gradient_collectives(graph, ir: Ir) -> tuple[dict[str, tuple], list[str]]:
@@ -129,6 +160,9 @@ class Session:
                 "the program calls an autodiff grad graph, so it is simulated as training, but it has no "
                 "loss the simulator can differentiate from: compute it with "
                 "ops.nll_loss_with_softmax_grad(probs, labels) in the program")
+        streamed_state = False
+        if ir._training:
+            graph, streamed_state, streamed_notes = _weights_in_streaming_memory(graph, ir)
         moments = sorted(n for n in ir._gradient_state if not any(n in op.inputs for op in graph.ops))
         fixed = sorted(t.name for t in graph.tensors.values() if t.role == "weight" and t.name not in ir._updated
                        and t.name not in ir._gradient_state) if ir._training else []
@@ -145,14 +179,16 @@ class Session:
         if ir._training and remote_ops:
             raise NotModelledError(
                 f"the program is trained (it calls an autodiff grad graph) and copies to or from remote buffers "
-                f"({', '.join(remote_ops[:3])}{', ...' if len(remote_ops) > 3 else ''}): training with tensors "
-                "held in remote buffers is not modelled (the simulator's weight update keeps every trained weight "
-                "and its optimizer state on the tiles); simulate the program without autodiff (inference), or "
-                "keep the trained weights on the tiles (popxl.variable, popxl.replica_sharded_variable)")
+                f"({', '.join(remote_ops[:3])}{', ...' if len(remote_ops) > 3 else ''}) of tensors that are not its "
+                "trained weights or their optimizer moments: the simulator's backward pass cannot place such "
+                "copies (of activations, say); keep those tensors on the tiles, or simulate the program without "
+                "autodiff (inference)")
         self._ir = ir
         self._device_desc = device_desc
         ipus_per_replica = max(((op.ipu or 0) for op in graph.ops), default=0) + 1
         options = self._options(ipus_per_replica)
+        if streamed_state:  # the program keeps its optimizer moments in remote buffers
+            options.TensorLocations.setOptimizerLocation(TensorLocationSettings().useOnChipStorage(False))
         local = ipus_per_replica * ir.instance_replication_factor
         reserved = 1 << (local - 1).bit_length()
         sys_, why = _choose_system(system, reserved * options.num_instances())
@@ -171,7 +207,7 @@ class Session:
         if fixed:
             notes.append(f"variables {', '.join(fixed)}: no update of the program writes them, so they are "
                          "not trained: no gradient and no optimizer update of them is priced")
-        notes += collective_notes
+        notes += collective_notes + (streamed_notes if ir._training else [])
         if moments:
             notes.append(f"variables {', '.join(moments)}: gradient moments the updates accumulate, counted "
                          f"as the simulated {ir._optimizer} optimizer's state, not as weights")

@@ -130,7 +130,7 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
     # the gradient a moment variable accumulated)
     collectives = grad._collectives if isinstance(grad, GradTensor) else ir._state_collectives.get(grad._sim, ())
     if isinstance(target, Tensor) and not isinstance(target, GradTensor):
-        if target._sim is not None and fn.startswith("accumulate") and not g.sim_graph.tensors[target._sim].producer:
+        if target._sim is not None and fn.startswith("accumulate") and _held(g.sim_graph, target._sim):
             ir._gradient_state.add(target._sim)  # a variable holding a moment of the gradient
             ir._state_collectives.setdefault(target._sim, collectives)
         elif target._sim is not None and target._sim not in ir._gradient_state:
@@ -138,6 +138,13 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
             ir._grad_collectives.setdefault(target._sim, collectives)
         return target
     return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})", collectives)
+
+
+def _held(graph, name: str) -> bool:
+    """Is ``name`` a tensor the program holds across steps: a variable, or one it loads from a remote
+    buffer (as phased programs keep their weights and optimizer moments)?"""
+    producer = graph.tensors[name].producer
+    return producer is None or any(op.name == producer and op.kind == "remote_load" for op in graph.ops)
 
 
 __all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
