@@ -73,7 +73,8 @@ class Tensor:
     dtype: str
     role: str
     producer: str | None = None  # name of the op that writes it, None for inputs and variables
-    location: str = "on_chip"  # "on_chip", "off_chip" (streaming memory) or "io_tiles" (on the IPU's IO tiles, not its compute tiles)
+    #: "on_chip", "off_chip" (streaming memory) or "io_tiles" (on the IPU's IO tiles, not its compute tiles)
+    location: str = "on_chip"
     shards: int = 1  # replicas it is sharded over (replicated tensor sharding)
     shard_stride: int = 1  # replica numbers between two of those replicas (1: consecutive replicas)
     weight_view: bool = False  # a view of weights (GraphBuilder.linear's pieces), an operand priced as a weight

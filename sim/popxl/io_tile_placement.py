@@ -90,6 +90,7 @@ def _check_fits(g: Graph, on_io: set[str], io_tiles: int, ipu) -> None:
         op, names = worst
         raise OutOfMemoryError(
             f"out of IO-tile memory on IPU {op.ipu or 0} at {op.name}: the tensors on its IO tiles then "
-            f"({', '.join(names)}) need {peak:,} bytes but {io_tiles} IO tiles hold {room:,}; {peak - room:,} bytes over. "
+            f"({', '.join(names)}) need {peak:,} bytes but {io_tiles} IO tiles hold {room:,}; "
+            f"{peak - room:,} bytes over. "
             "Use more IO tiles (ir.options.numIOTiles) or copy tensors off them sooner",
             ipu=op.ipu or 0, op=op.name, shortfall_bytes=peak - room)

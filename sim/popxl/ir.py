@@ -156,11 +156,13 @@ class Ir:
         self._optimizer = "sgd"
         self._gradient_state: set[str] = set()  # variables an update accumulates a gradient into
         self._updated: set[str] = set()  # variables an update of the gradient writes (the trained weights)
-        self._grad_collectives: dict[str, tuple] = {}  # trained weight -> collectives the program applied to its gradient
+        #: trained weight -> the collectives the program applied to its gradient
+        self._grad_collectives: dict[str, tuple] = {}
         self._state_collectives: dict[str, tuple] = {}  # moment variable -> those of the gradient it accumulates
         self._remote_buffers: list = []  # popxl.RemoteBuffer, by id - 1
         self._remote_labels: set[str] = set()  # names of the variables held in remote buffers
-        self._sharded_weights: dict[str, object] = {}  # sim tensor of a replica_sharded_variable's shard -> the variable
+        #: sim tensor of a replica_sharded_variable's shard -> the variable
+        self._sharded_weights: dict[str, object] = {}
         self._num_host_transfers = 1
         self._use_popdist = replication == "popdist"
         self.options = SessionOptions()

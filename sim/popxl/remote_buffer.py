@@ -211,7 +211,8 @@ class RemoteVariable(Variable):
         return self._label.rsplit("/", 1)[-1]
 
     def __repr__(self) -> str:
-        return f"RemoteVariable[{self._label} {self.dtype.name} {self.shape} in {self.remote_buffer!r} slot {self.offset}]"
+        return (f"RemoteVariable[{self._label} {self.dtype.name} {self.shape} in {self.remote_buffer!r} "
+                f"slot {self.offset}]")
 
 
 def _remote(data, buffer: RemoteBuffer, offset: int, dtype, name, downcast, replica_grouping, retrieval_mode,

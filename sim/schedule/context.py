@@ -97,8 +97,9 @@ class Context:
     def stage_parts(self, stage: StageWork) -> list[tuple[str, object]]:
         """What a stage runs, in order: ``("compute", (name, OpSteps))`` for runs of ops
         (recomputation, forward, backward), ``("collective", op)`` for collective ops and
-        after each distributed norm (:func:`~sim.schedule.replicated_ops.spans_replicas`), and
-        ``("remote", op)`` for copies to and from remote buffers (``REMOTE_KINDS``)."""
+        after each distributed norm (:func:`~sim.schedule.replicated_ops.spans_replicas`),
+        ``("remote", op)`` for copies to and from remote buffers (``REMOTE_KINDS``) and
+        ``("io_copy", op)`` for copies between the IO and compute tiles (``IO_TILE_COPY``)."""
         key = id(stage)
         if key not in self._parts:
             self._parts[key] = (stage, self._split_stage(stage))
@@ -266,8 +267,9 @@ class Context:
         reduce-scattered, each replica updates its 1/R shard, and the new weights are
         all-gathered. A weight whose gradient collectives the program gives itself (PopXL,
         ``Tensor.grad_collectives``) gets those, each over its own groups, instead. Tensors placed
-        off chip are loaded from streaming memory before the update and stored after it. Each weight has its own collectives, run one after another
-        over the whole replica, unless PopART merges that kind (:meth:`collectives`).
+        off chip are loaded from streaming memory before the update and stored after it. Each
+        weight has its own collectives, run one after another over the whole replica, unless
+        PopART merges that kind (:meth:`collectives`).
         """
         seq = Sequence(name="weight update")
         R = self.options.total_replicas()

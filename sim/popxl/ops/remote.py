@@ -109,4 +109,6 @@ def on_io_tiles(graph, name: str) -> bool:
 
 def makes_io_tensor(op) -> bool:
     """Does ``op`` leave its outputs on the IO tiles?"""
-    return bool(op.attrs.get("to_io") if op.kind == IO_TILE_COPY else op.kind == "remote_load" and op.attrs.get("io_tiles"))
+    if op.kind == IO_TILE_COPY:
+        return bool(op.attrs.get("to_io"))
+    return op.kind == "remote_load" and bool(op.attrs.get("io_tiles"))
