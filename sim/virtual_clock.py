@@ -38,6 +38,7 @@ class _State:
         self.depth = 0  # device calls in progress (a call inside a call counts once)
         self.calls = 0  # device calls finished since install
         self.simulated = 0.0  # their simulated seconds
+        self.by_label: dict[str, list] = {}  # what was called -> [calls, simulated seconds]
         self.lock = threading.Lock()
 
     def shift(self) -> float:
@@ -58,6 +59,11 @@ def _ns_clock(real):
     return lambda: real() + int(round(_STATE.shift() * 1e9))
 
 
+def reset() -> None:
+    """Start counting device calls afresh (:func:`install` does too)."""
+    _STATE.calls, _STATE.simulated, _STATE.by_label = 0, 0.0, {}
+
+
 def install() -> None:
     """Replace ``time.time``, ``perf_counter``, ``monotonic`` and their ``_ns`` forms with the
     virtual clock (a script that imports them afterwards, ``from time import perf_counter``
@@ -66,7 +72,7 @@ def install() -> None:
         if _STATE.installed:
             return
         _STATE.installed, _STATE.offset, _STATE.frozen_at = True, 0.0, None
-        _STATE.calls, _STATE.simulated = 0, 0.0
+        reset()
         for name, real in _REAL.items():
             setattr(time, name, (_ns_clock if name.endswith("_ns") else _seconds_clock)(real))
 
@@ -84,15 +90,23 @@ def installed() -> bool:
 
 
 def totals() -> tuple[int, float]:
-    """(device calls, their simulated seconds) since :func:`install`."""
+    """(device calls, their simulated seconds) since :func:`install` or :func:`reset`."""
     return _STATE.calls, _STATE.simulated
 
 
+def by_label() -> dict[str, tuple[int, float]]:
+    """What was called (each call's ``label``) -> (calls, simulated seconds), since :func:`install`
+    or :func:`reset`."""
+    return {label: (n, seconds) for label, (n, seconds) in _STATE.by_label.items()}
+
+
 class DeviceCall:
-    """What a device call reports to the clock: set :attr:`seconds` to its simulated time."""
+    """What a device call reports to the clock: :attr:`seconds`, its simulated time, and
+    :attr:`label`, what was called (a model and its system)."""
 
     def __init__(self):
         self.seconds = 0.0
+        self.label = "device call"
 
 
 @contextlib.contextmanager
@@ -117,3 +131,6 @@ def device_call() -> Iterator[DeviceCall]:
             if finished:
                 _STATE.calls += 1
                 _STATE.simulated += call.seconds
+                done = _STATE.by_label.setdefault(call.label, [0, 0.0])
+                done[0] += 1
+                done[1] += call.seconds

@@ -78,6 +78,7 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
     sys.path.insert(0, str(script.resolve().parent))
     if system:
         os.environ[SYSTEM_ENV_VAR] = system
+    virtual_clock.reset()
     if not real_clock:
         virtual_clock.install()
     try:
@@ -90,6 +91,7 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
         return 3 if isinstance(e, OutOfMemoryError) else 1
     finally:
         calls, seconds = virtual_clock.totals()
+        each = virtual_clock.by_label()
         virtual_clock.uninstall()
         sys.meta_path.remove(finder)
         for name in set(sys.modules) - before:
@@ -104,6 +106,8 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
         if not quiet:
             print(f"ipusim script: {calls} simulated device call(s), {seconds:.6g} s of simulated device time"
                   + (" (the script's clocks were real)" if real_clock else ""), file=sys.stderr)
+            for label, (n, s) in each.items():
+                print(f"  {label}: {n} call(s), {s / n:.6g} s each", file=sys.stderr)
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

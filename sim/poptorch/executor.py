@@ -438,6 +438,8 @@ class PoplarExecutor:
         with device_call() as call:  # on a virtual clock (ipusim script), the call takes the simulated time
             out = self._call(args, kwargs)
             call.seconds = self._run.seconds
+            call.label = (f"{type(self._user_model).__name__} ({'trainingModel' if self._training else 'inferenceModel'}) "
+                          f"on {self._executable.system.name}")
         return out
 
     def _call(self, args, kwargs):

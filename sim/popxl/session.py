@@ -328,6 +328,7 @@ class Session:
             if self._run is None:
                 self._run = run_executable(self._executable)
             call.seconds = self._run.seconds
+            call.label = f"popxl Session of Ir {self._ir.id} on {self._executable.system.name}"
         self._runs += 1
 
     def run(self, inputs: dict | None = None, downcast_inputs: bool = True) -> dict:
