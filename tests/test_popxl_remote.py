@@ -12,6 +12,7 @@ import sim
 from sim import popxl
 from sim.popxl import ops
 from sim.program import Collective, leaves
+from sim.results import report
 
 
 def _copy_cycles(system: str, nbytes: int) -> int:
@@ -364,6 +365,8 @@ def test_remote_loads_on_io_tiles_overlap_compute():
     assert loads.start[0] == 0  # the first load runs alongside the input's host copy
     assert overlapped.simulation.breakdown.loc[0, "remote_io"] == 0
     assert overlapped.cycle_count < serial.cycle_count
+    labels, lane_of = report._lanes(overlapped.simulation, trace)  # the timeline gives the IO tiles a lane
+    assert labels == ["IPU 0", "IPU 0 IO tiles"] and lane_of(0, "remote_io_overlapped") == 1
     # the loaded weights live on the IO tiles, not in the compute tiles' memory
     graph = overlapped.executable.graph
     assert [graph.tensors[f"w{i}_loaded"].location for i in range(4)] == ["io_tiles"] * 4
