@@ -298,7 +298,6 @@ def replica_sharded_variable(data, dtype=None, name: str | None = None, downcast
     shard = Tensor(g, g._new_tensor(f"{var.name}_rts", buffer.tensor_shape, dt, "weight"), buffer.tensor_shape, dt,
                    get_current_context().ipu)
     shard._meta_shape = buffer.meta_shape
-    shard._shard_of = var
     g.ir._sharded_weights[shard._sim] = var
     return var, shard
 

@@ -160,7 +160,7 @@ class Session:
                 "the program calls an autodiff grad graph, so it is simulated as training, but it has no "
                 "loss the simulator can differentiate from: compute it with "
                 "ops.nll_loss_with_softmax_grad(probs, labels) in the program")
-        streamed_state = False
+        streamed_state, streamed_notes = False, []
         if ir._training:
             graph, streamed_state, streamed_notes = _weights_in_streaming_memory(graph, ir)
         moments = sorted(n for n in ir._gradient_state if not any(n in op.inputs for op in graph.ops))
@@ -207,7 +207,7 @@ class Session:
         if fixed:
             notes.append(f"variables {', '.join(fixed)}: no update of the program writes them, so they are "
                          "not trained: no gradient and no optimizer update of them is priced")
-        notes += collective_notes + (streamed_notes if ir._training else [])
+        notes += collective_notes + streamed_notes
         if moments:
             notes.append(f"variables {', '.join(moments)}: gradient moments the updates accumulate, counted "
                          f"as the simulated {ir._optimizer} optimizer's state, not as weights")
