@@ -102,6 +102,28 @@ def test_exit_status(tmp_path, capsys):
     assert "no script" in capsys.readouterr().err
 
 
+def test_popart_option_enums(tmp_path, capsys):
+    # PopTorch scripts set PopART options with PopART's enums (ViT's ipu_options.py, say)
+    body = '''
+    import json
+    import popart, poptorch, torch
+    opts = poptorch.Options()
+    opts._Popart.set("accumulateOuterFragmentSettings.schedule",
+                     int(popart.AccumulateOuterFragmentSchedule.OverlapMemoryOptimized))
+    opts._Popart.set("autoRecomputation", int(popart.RecomputationType.RecomputeAll))
+    try:
+        popart.Builder()
+    except AttributeError as e:
+        refused = str(e)
+    print(json.dumps({"values": [int(popart.RecomputationType.Pipeline), int(popart.SyntheticDataMode.RandomNormal),
+                                 int(popart.MergeVarUpdateType.Off), int(popart.TensorStorage.OffChip)],
+                      "refused": refused}))
+    '''
+    code, out, _ = _run(tmp_path, capsys, body)
+    assert code == 0 and out["values"] == [3, 2, 0, 1]  # PopART's values (sessionoptions.hpp, tensorlocation.hpp)
+    assert out["refused"].startswith("popart.Builder is PopART's own API, which the simulator does not model")
+
+
 def test_virtual_clock_stands_still_in_a_call_then_moves_on():
     virtual_clock.install()
     try:

@@ -19,7 +19,7 @@ LAYERS = [
     {"sim.compiler", "sim.engine"},
     {"sim.results"},
     {"sim"},  # the package's own API (simulate, compile, ...)
-    {"sim.poptorch", "sim.popxl", "sim.popdist", "sim.onnx", "sim.cli", "sim.validation", "sim.planner",
+    {"sim.poptorch", "sim.popxl", "sim.popdist", "sim.popart", "sim.onnx", "sim.cli", "sim.validation", "sim.planner",
      "sim.poplibs_benchmarks", "sim.__main__"},
 ]
 

@@ -7,7 +7,8 @@
 The script's ``import poptorch`` (and ``poptorch.*``), ``import popxl`` (and ``popxl.*``) and
 ``import popdist`` (and ``popdist.*``) get the simulator's front ends, ``sim.poptorch``,
 ``sim.popxl`` and ``sim.popdist``, whatever else is installed, and so do the libraries it imports
-(a layer library built on PopTorch, say). ``--system`` sets the system (``IPUSIM_SYSTEM``)
+(a layer library built on PopTorch, say); ``import popart`` gets ``sim.popart``, PopART's option
+enums, which PopTorch scripts set options with. ``--system`` sets the system (``IPUSIM_SYSTEM``)
 unless the script chooses one itself. Unless ``--real-clock`` is given, the ``time`` module's
 clocks read the simulated time of each device call (:mod:`sim.virtual_clock`), so the throughput
 and step times the script prints are the simulated ones; its host work outside the calls counts
@@ -37,7 +38,7 @@ from ..errors import OptionsError, OutOfMemoryError
 from ..hardware.system import SYSTEM_ENV_VAR
 
 #: the module names a script imports -> the simulator's module that stands for each
-FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.popdist"}
+FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.popdist", "popart": "sim.popart"}
 
 
 class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
