@@ -8,7 +8,8 @@ of the ``time`` module stand still during each simulated device call (a PopTorch
 PopXL ``Session.run``) and then move on by the simulated seconds of that call; outside the calls
 they move with real time, so the script's own host work (data loading, logging) counts as it
 runs here. A script's printed throughput is then the simulated device time plus its real host
-time. Compilation inside a call adds nothing (Poplar's compile time is not modelled).
+time; with ``host_time=False`` the clock moves only by the calls, so it is the simulated device
+time alone. Compilation inside a call adds nothing (Poplar's compile time is not modelled).
 
 Times are seconds. Only :func:`install` changes the ``time`` module, and :func:`uninstall`
 restores it; :func:`device_call` does nothing but count while the clock is not installed.
@@ -33,30 +34,41 @@ real_perf_counter = _real_perf
 class _State:
     def __init__(self):
         self.installed = False
-        self.offset = 0.0  # seconds added to every real clock
-        self.frozen_at: float | None = None  # real perf_counter when the current device call began
+        self.host_time = True  # False: the clock moves only by device calls (host work takes no time)
+        self.offsets = dict.fromkeys(_REAL, 0)  # clock -> what it adds to the real clock (s, or ns for _ns)
+        self.frozen: dict | None = None  # clock -> its real reading when it stopped (None: running)
         self.depth = 0  # device calls in progress (a call inside a call counts once)
         self.calls = 0  # device calls finished since install
         self.simulated = 0.0  # their simulated seconds
         self.by_label: dict[str, list] = {}  # what was called -> [calls, simulated seconds]
         self.lock = threading.Lock()
 
-    def shift(self) -> float:
-        """Seconds to add to a real clock reading now: the offset, less the real time of the call
-        in progress (so the clock stands still during it)."""
-        frozen = self.frozen_at
-        return self.offset - (_real_perf() - frozen if frozen is not None else 0.0)
+    def read(self, name: str):
+        frozen = self.frozen
+        return (frozen[name] if frozen is not None else _REAL[name]()) + self.offsets[name]
+
+    def stop(self) -> None:
+        """Stand the clocks still (each keeps its current reading)."""
+        self.frozen = {name: real() for name, real in _REAL.items()}
+
+    def advance(self, seconds: float, restart: bool) -> None:
+        """Move every clock on by ``seconds`` from where it stands; ``restart``: let it run with
+        real time again from there."""
+        for name in _REAL:
+            step = int(round(seconds * 1e9)) if name.endswith("_ns") else seconds
+            if restart:
+                self.offsets[name] += self.frozen[name] + step - _REAL[name]()
+            else:
+                self.offsets[name] += step
+        if restart:
+            self.frozen = None
 
 
 _STATE = _State()
 
 
-def _seconds_clock(real):
-    return lambda: real() + _STATE.shift()
-
-
-def _ns_clock(real):
-    return lambda: real() + int(round(_STATE.shift() * 1e9))
+def _clock(name: str):
+    return lambda: _STATE.read(name)
 
 
 def reset() -> None:
@@ -64,17 +76,23 @@ def reset() -> None:
     _STATE.calls, _STATE.simulated, _STATE.by_label = 0, 0.0, {}
 
 
-def install() -> None:
+def install(host_time: bool = True) -> None:
     """Replace ``time.time``, ``perf_counter``, ``monotonic`` and their ``_ns`` forms with the
     virtual clock (a script that imports them afterwards, ``from time import perf_counter``
-    included, reads it)."""
+    included, reads it). ``host_time=False``: the clock moves only by the device calls' simulated
+    seconds, so the script's own host work takes no time (a script that waits for the clock to
+    pass a deadline would wait for ever)."""
     with _STATE.lock:
         if _STATE.installed:
             return
-        _STATE.installed, _STATE.offset, _STATE.frozen_at = True, 0.0, None
+        _STATE.installed, _STATE.host_time = True, host_time
+        _STATE.offsets = dict.fromkeys(_REAL, 0)
+        _STATE.frozen = None
+        if not host_time:
+            _STATE.stop()
         reset()
-        for name, real in _REAL.items():
-            setattr(time, name, (_ns_clock if name.endswith("_ns") else _seconds_clock)(real))
+        for name in _REAL:
+            setattr(time, name, _clock(name))
 
 
 def uninstall() -> None:
@@ -82,7 +100,7 @@ def uninstall() -> None:
     with _STATE.lock:
         for name, real in _REAL.items():
             setattr(time, name, real)
-        _STATE.installed, _STATE.frozen_at = False, None
+        _STATE.installed, _STATE.frozen = False, None
 
 
 def installed() -> bool:
@@ -115,9 +133,10 @@ def device_call() -> Iterator[DeviceCall]:
     the ``seconds`` the call sets (none if it raises). A call inside a call counts once."""
     call = DeviceCall()
     outer = _STATE.depth == 0
+    moving = _STATE.installed and _STATE.host_time  # else the clock stands still outside calls too
     _STATE.depth += 1
-    if outer and _STATE.installed:
-        _STATE.frozen_at = _real_perf()
+    if outer and moving:
+        _STATE.stop()
     finished = False
     try:
         yield call
@@ -126,8 +145,7 @@ def device_call() -> Iterator[DeviceCall]:
         _STATE.depth -= 1
         if outer:
             if _STATE.installed:
-                _STATE.offset = _STATE.shift() + (call.seconds if finished else 0.0)
-                _STATE.frozen_at = None
+                _STATE.advance(call.seconds if finished else 0.0, restart=moving)
             if finished:
                 _STATE.calls += 1
                 _STATE.simulated += call.seconds

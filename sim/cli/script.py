@@ -12,7 +12,7 @@ enums, which PopTorch scripts set options with. ``--system`` sets the system (``
 unless the script chooses one itself. Unless ``--real-clock`` is given, the ``time`` module's
 clocks read the simulated time of each device call (:mod:`sim.virtual_clock`), so the throughput
 and step times the script prints are the simulated ones; its host work outside the calls counts
-at the speed it runs here. After the script, one line on stderr gives the device calls
+at the speed it runs here, or not at all with ``--no-host-time``. After the script, one line on stderr gives the device calls
 simulated and their simulated seconds.
 
 Exit codes: the script's own (its ``sys.exit`` code, 0 when it ends; an uncaught exception prints
@@ -64,7 +64,7 @@ class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def run_script(path: str, argv: list[str], system: str | None = None, real_clock: bool = False,
-               quiet: bool = False) -> int:
+               quiet: bool = False, host_time: bool = True) -> int:
     """Run ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` on the simulator's front ends;
     returns its exit code. Everything it changes (imports, clocks, argv, the system variable) is
     put back afterwards; unless ``quiet``, a line on stderr gives the device calls simulated."""
@@ -81,7 +81,7 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
         os.environ[SYSTEM_ENV_VAR] = system
     virtual_clock.reset()
     if not real_clock:
-        virtual_clock.install()
+        virtual_clock.install(host_time)
     try:
         runpy.run_path(str(script), run_name="__main__")
         return 0
@@ -117,6 +117,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "chooses one (sets IPUSIM_SYSTEM)")
     p.add_argument("--real-clock", action="store_true", help="leave the time module's clocks real (the script's "
                    "own timings then measure the simulator, not the IPU)")
+    p.add_argument("--no-host-time", dest="host_time", action="store_false", help="the virtual clock moves only "
+                   "by the simulated device calls: the script's host work (data loading, ...) takes no time")
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     add_verbosity(p)
@@ -133,4 +135,8 @@ def add_subcommand(subparsers) -> argparse.ArgumentParser:
 
 
 def _cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    return run_script(args.script, args.args, args.system, args.real_clock, quiet=verbosity(args) == QUIET)
+    if args.real_clock and not args.host_time:
+        raise OptionsError("--no-host-time sets how the virtual clock moves, and --real-clock leaves the clocks "
+                           "real: give one or the other")
+    return run_script(args.script, args.args, args.system, args.real_clock, quiet=verbosity(args) == QUIET,
+                      host_time=args.host_time)
