@@ -243,6 +243,13 @@ class Graph:
         except KeyError:
             raise GraphError(f"graph {self.name!r} has no tensor {name!r}") from None
 
+    def producer_op(self, name: str) -> Op | None:
+        """The op that made tensor ``name`` (None for an input, weight or constant)."""
+        producer = self.tensor(name).producer
+        if producer is None:
+            return None
+        return next((op for op in reversed(self.ops) if op.name == producer), None)
+
     def weights(self) -> list[Tensor]:
         return [t for t in self.tensors.values() if t.role == "weight"]
 
@@ -415,10 +422,10 @@ class GraphBuilder:
         """A recomputation checkpoint (PopTorch ``recomputationCheckpoint``): ``name`` is kept
         from the forward pass; in training, the ops between checkpoints are recomputed in the
         backward pass instead of keeping their activations."""
-        producer = self.graph.tensor(name).producer
+        producer = self.graph.producer_op(name)
         if producer is None:
             raise GraphError(f"checkpoint({name!r}): only an op's output can be a checkpoint")
-        next(op for op in self.graph.ops if op.name == producer).attrs["recomputation_checkpoint"] = True
+        producer.attrs["recomputation_checkpoint"] = True
         return name
 
     def set_overlap(self, name: str, mode) -> str:

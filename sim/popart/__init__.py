@@ -24,119 +24,36 @@ class NotModelledError(UnsupportedOpError, AttributeError):
     """A name of PopART's own API, which the simulator has no front end for."""
 
 
-class AccumulateOuterFragmentSchedule(IntEnum):
-    Scheduler = 0
-    Serial = 1
-    OverlapCycleOptimized = 2
-    OverlapMemoryOptimized = 3
+#: each enum's members in value order from 0 (PopART's C++ order), and other names of those values
+#: in PopART's Python binding
+_MEMBERS = {
+    "AccumulateOuterFragmentSchedule": ("Scheduler", "Serial", "OverlapCycleOptimized", "OverlapMemoryOptimized"),
+    "AutodiffStitchStrategy": ("RecomputeMinimal", "RecomputeAllNonInputs", "AddFwdOutputs", "SafeAddFwdOutputs"),
+    "BatchSerializationBatchSchedule": ("Scheduler", "Isomorphic", "OverlapOnIo", "OverlapOnCompute"),
+    "BatchSerializationMethod": ("UnrollDynamic", "UnrollStatic", "Loop"),
+    "BatchSerializationTransformContext": ("Fwd", "Bwd"),
+    "ExecutionPhaseIOSchedule": ("Preload", "OnDemand"),
+    "ExecutionPhaseSchedule": ("Interleaving", "Batch", "BatchClusteredIO"),
+    "GradientTensorTrackingMethod": ("AllNonViewChangingGradientTensors", "ConvAndMatmulGradients",
+                                     "GradientsOfUserSpecifiedTensors"),
+    "Instrumentation": ("Outer", "Inner"),
+    "MeanReductionStrategy": ("Running", "Post"),
+    "MergeVarUpdateType": ("Off", "All", "AutoLoose", "AutoTight"),  # Off: C++'s None
+    "RecomputationType": ("NoRecompute", "Standard", "NormOnly", "Pipeline", "RecomputeAll"),  # NoRecompute: None
+    "ReplicatedTensorSharding": ("Off", "On"),
+    "SubgraphCopyingStrategy": ("OnEnterAndExit", "JustInTime"),
+    "SyntheticDataMode": ("Off", "Zeros", "RandomNormal", "RandomUniform"),
+    "TensorStorage": ("OnChip", "OffChip"),
+    "TileSet": ("Compute", "IO", "Undefined"),
+    "VirtualGraphMode": ("Off", "Manual", "Auto", "ExecutionPhases"),
+}
+_ALIASES = {"BatchSerializationTransformContext": {"Forward": 0, "Backward": 1}}
 
+for _name, _members in _MEMBERS.items():
+    globals()[_name] = IntEnum(_name, [(m, i) for i, m in enumerate(_members)]
+                               + list(_ALIASES.get(_name, {}).items()), module=__name__)
 
-class AutodiffStitchStrategy(IntEnum):
-    RecomputeMinimal = 0
-    RecomputeAllNonInputs = 1
-    AddFwdOutputs = 2
-    SafeAddFwdOutputs = 3
-
-
-class BatchSerializationBatchSchedule(IntEnum):
-    Scheduler = 0
-    Isomorphic = 1
-    OverlapOnIo = 2
-    OverlapOnCompute = 3
-
-
-class BatchSerializationMethod(IntEnum):
-    UnrollDynamic = 0
-    UnrollStatic = 1
-    Loop = 2
-
-
-class BatchSerializationTransformContext(IntEnum):
-    Fwd = 0
-    Bwd = 1
-    Forward = 0  # the binding's other names for them
-    Backward = 1
-
-
-class ExecutionPhaseIOSchedule(IntEnum):
-    Preload = 0
-    OnDemand = 1
-
-
-class ExecutionPhaseSchedule(IntEnum):
-    Interleaving = 0
-    Batch = 1
-    BatchClusteredIO = 2
-
-
-class GradientTensorTrackingMethod(IntEnum):
-    AllNonViewChangingGradientTensors = 0
-    ConvAndMatmulGradients = 1
-    GradientsOfUserSpecifiedTensors = 2
-
-
-class Instrumentation(IntEnum):
-    Outer = 0
-    Inner = 1
-
-
-class MeanReductionStrategy(IntEnum):
-    Running = 0
-    Post = 1
-
-
-class MergeVarUpdateType(IntEnum):
-    Off = 0  # PopART's None, named Off in its Python binding
-    All = 1
-    AutoLoose = 2
-    AutoTight = 3
-
-
-class RecomputationType(IntEnum):
-    NoRecompute = 0  # PopART's None, named NoRecompute in its Python binding
-    Standard = 1
-    NormOnly = 2
-    Pipeline = 3
-    RecomputeAll = 4
-
-
-class ReplicatedTensorSharding(IntEnum):
-    Off = 0
-    On = 1
-
-
-class SubgraphCopyingStrategy(IntEnum):
-    OnEnterAndExit = 0
-    JustInTime = 1
-
-
-class SyntheticDataMode(IntEnum):
-    Off = 0
-    Zeros = 1
-    RandomNormal = 2
-    RandomUniform = 3
-
-
-class TensorStorage(IntEnum):
-    OnChip = 0
-    OffChip = 1
-
-
-class TileSet(IntEnum):
-    Compute = 0
-    IO = 1
-    Undefined = 2
-
-
-class VirtualGraphMode(IntEnum):
-    Off = 0
-    Manual = 1
-    Auto = 2
-    ExecutionPhases = 3
-
-
-ENUMS = sorted(name for name, value in dict(globals()).items()
-               if isinstance(value, type) and issubclass(value, IntEnum) and value is not IntEnum)
+ENUMS = sorted(_MEMBERS)
 
 
 def __getattr__(name: str):

@@ -777,13 +777,7 @@ def _fold(ctx: OpContext):
 
 # --- PopTorch annotations -----------------------------------------------------------------------
 def _producer(ctx: OpContext, tensor: str):
-    prod = ctx.cap.g.tensors[tensor].producer
-    if prod is None:
-        return None
-    for op in reversed(ctx.cap.g.ops):
-        if op.name == prod:
-            return op
-    return None
+    return ctx.cap.g.producer_op(tensor)
 
 
 def _biased_layer(ctx: OpContext, op):

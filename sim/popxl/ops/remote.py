@@ -102,8 +102,7 @@ def io_tile_copy(t: Tensor) -> Tensor:
 def on_io_tiles(graph, name: str) -> bool:
     """Is tensor ``name`` of the simulated ``graph`` on the IO tiles: made by a remote load on them,
     or by an IO-tile copy to them?"""
-    producer = graph.tensors[name].producer
-    op = next((op for op in reversed(graph.ops) if op.name == producer), None) if producer else None
+    op = graph.producer_op(name)
     return op is not None and makes_io_tensor(op)
 
 

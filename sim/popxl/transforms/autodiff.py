@@ -143,8 +143,8 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
 def _held(graph, name: str) -> bool:
     """Is ``name`` a tensor the program holds across steps: a variable, or one it loads from a remote
     buffer (as phased programs keep their weights and optimizer moments)?"""
-    producer = graph.tensors[name].producer
-    return producer is None or any(op.name == producer and op.kind == "remote_load" for op in graph.ops)
+    op = graph.producer_op(name)
+    return op is None or op.kind == "remote_load"
 
 
 __all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]

@@ -34,15 +34,21 @@ def _grouping(t: Tensor, group, op: str, where: str) -> tuple:
     return g, group.stride, group.group_size
 
 
-def _on_gradient(t: GradTensor, kind: str, group, shape=None) -> GradTensor:
-    """A collective on an autodiff gradient: recorded on the gradient, and the weight it updates
-    gets it as its gradient collective in the simulated weight update (one call over each group)."""
+#: collectives whose result is one member's flat share of the tensor
+_SHARDING = ("replicated_reduce_scatter", "replica_sharded_slice")
+
+
+def _on_gradient(t: GradTensor, kind: str, group) -> GradTensor:
+    """A collective on an autodiff gradient: recorded on the gradient (with the shape its result
+    has), and the weight it updates gets it as its gradient collective in the simulated weight
+    update (one call over each group)."""
     g = get_current_context().graph
     stride = group.stride if group is not None else 1
     size = group.group_size if group is not None else g.ir.replication_factor
-    done = GradTensor(g, t.shape if shape is None else shape, t.dtype, t._grad_of, f"{kind}({t.id})",
-                      t._collectives + ((kind, stride, size, t.nbytes),))
-    done._meta_shape = t.shape if kind in ("replicated_reduce_scatter", "replica_sharded_slice") else ()
+    shape = ((-(-t.nelms // size),) if kind in _SHARDING else (size * t.nelms,) if kind == "replicated_all_gather"
+             else t.shape)
+    done = GradTensor(g, shape, t.dtype, t._grad_of, f"{kind}({t.id})", t._collectives + ((kind, stride, size, t.nbytes),))
+    done._meta_shape = t.shape if kind in _SHARDING else ()
     return done
 
 
@@ -66,9 +72,8 @@ def replicated_reduce_scatter(t: Tensor, op: str = "add", group=None,
     """Reduce ``t`` over each group; member ``i`` keeps the ``i``-th 1/group_size of the flattened
     result (a 1-D tensor)."""
     if isinstance(t, GradTensor):
-        shards = group.group_size if group is not None else get_current_context().graph.ir.replication_factor
         kind = "replica_sharded_slice" if op == "local" else "replicated_reduce_scatter"  # local: no exchange
-        return _on_gradient(t, kind, group, (-(-t.nelms // shards),))
+        return _on_gradient(t, kind, group)
     g, stride, size = _grouping(t, group, op, "ops.collectives.replicated_reduce_scatter")
     shards = size or g.ir.replication_factor // stride
     if op == "local":  # no reduction: each member keeps its own slice, with no exchange between replicas
@@ -92,8 +97,7 @@ def replicated_all_gather(t: Tensor, axis: int = 0, group=None, output_shape: st
     after another, ``(group_size * t.nelms,)``, for a tensor without one), and ``'auto'`` is
     ``'meta_shape'`` for a shard and ``'concat'`` otherwise."""
     if isinstance(t, GradTensor):
-        members = group.group_size if group is not None else get_current_context().graph.ir.replication_factor
-        return _on_gradient(t, "replicated_all_gather", group, (members * t.nelms,))
+        return _on_gradient(t, "replicated_all_gather", group)
     if isinstance(axis, bool) or not isinstance(axis, int):
         raise ValueError(f"Axis should be an int. Type: {type(axis)}. Value: {axis}")
     g, stride, size = _grouping(t, group, "add", "ops.collectives.replicated_all_gather")
@@ -137,8 +141,7 @@ def replica_sharded_slice(t: Tensor, group=None) -> Tensor:
     ``t``'s shape as its meta-shape): PopXL's reduce-scatter with the ``local`` operator, which
     moves nothing between replicas."""
     if isinstance(t, GradTensor):
-        shards = group.group_size if group is not None else get_current_context().graph.ir.replication_factor
-        return _on_gradient(t, "replica_sharded_slice", group, (-(-t.nelms // shards),))
+        return _on_gradient(t, "replica_sharded_slice", group)
     g, stride, size = _grouping(t, group, "local", "ops.collectives.replica_sharded_slice")
     y = _local_shard(t, size or g.ir.replication_factor // stride)
     y._meta_shape = t.shape
