@@ -16,6 +16,7 @@ from .graph.ir import Graph, GraphBuilder, Op, Tensor
 from .hardware.system import System, available_systems, load_system
 from .options import Options, OutputMode, PipelineCopies
 from .results.run import Run
+from .schedule.hostio import optimizer_from_host
 from .virtual_clock import real_perf_counter
 from .graph.training import Optimizer
 
@@ -29,6 +30,14 @@ def run_executable(executable: Executable) -> Run:
     return Run(executable, timeline, wall_seconds=real_perf_counter() - t0)
 
 
+def optimizer_write_seconds(executable: Executable, tensors_by_ipu: dict[int, int]) -> float:
+    """Seconds of PopART's OptimizerFromHost engine run for ``executable``: the host writing
+    ``tensors_by_ipu`` optimizer tensors (IPU of a replica -> count) to the IPUs, as it does when
+    an optimizer's values change between calls (:func:`sim.schedule.hostio.optimizer_from_host`)."""
+    timeline = Engine(executable.system).run(optimizer_from_host(tensors_by_ipu))
+    return executable.system.cycles_to_seconds(timeline.total_cycles)
+
+
 def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | None = None,
              training: bool = False, optimizer: Optimizer | str | None = None) -> Run:
     """Compile ``graph`` for ``system`` and simulate one call (all device iterations)."""
@@ -39,6 +48,6 @@ def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | 
 
 
 __all__ = ["simulate", "compile", "run_executable", "load_system", "available_systems", "Options",
-           "OutputMode", "PipelineCopies", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run", "Executable",
+           "OutputMode", "PipelineCopies", "optimizer_write_seconds", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run", "Executable",
            "Optimizer", "IpuSimError", "ConfigError", "GraphError", "OptionsError",
            "OutOfMemoryError", "UnsupportedOpError"]

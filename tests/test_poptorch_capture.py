@@ -395,6 +395,83 @@ def test_stochastic_depth_is_the_input_at_inference_and_a_sample_mask_in_trainin
     assert g.tensors[ops["dropout"].outputs[0]].shape == (4, 1, 1, 1) and ops["dropout"].attrs["p"] == 0.2
 
 
+@pytest.mark.parametrize("make, shape, mask", [
+    (lambda: nn.Dropout2d(0.25), (4, 8, 6, 6), (4, 8, 1, 1)),
+    (lambda: nn.Dropout1d(0.25), (4, 8, 6), (4, 8, 1)),
+    (lambda: nn.Dropout3d(0.25), (4, 8, 3, 3, 3), (4, 8, 1, 1, 1)),
+    (lambda: FunctionalDropout2d(), (4, 8, 6, 6), (4, 8, 1, 1)),
+])
+def test_channel_dropout_is_popart_s_shaped_dropout(make, shape, mask):
+    """PopTorch lowers torch's feature dropout to PopART's ShapedDropout: a mask of N x C (and
+    singletons) multiplying the input, not a dropout of every element; nothing at inference."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop, self.fc = make(), nn.Linear(shape[-1], shape[-1])
+
+        def forward(self, x):
+            y = self.fc(self.drop(x))
+            return poptorch.identity_loss((y ** 2).mean(), "none") if self.training else y
+
+    x = torch.randn(*shape)
+    m = M().train()
+    training = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    training(x)
+    g = training.executable.graph
+    drop = next(op for op in forward_ops(training) if op.kind == "dropout")
+    assert g.tensors[drop.outputs[0]].shape == mask and drop.attrs["p"] == 0.25
+    masking = next(op for op in forward_ops(training) if drop.outputs[0] in op.inputs)
+    assert masking.kind == "mul" and [g.tensors[t].shape for t in masking.inputs] == [shape, mask]
+    inference = poptorch.inferenceModel(M().eval())
+    inference(x)
+    assert "dropout" not in kinds(inference)
+
+
+class FunctionalDropout2d(nn.Module):
+    def forward(self, x):
+        return F.dropout2d(x, 0.25, self.training)
+
+
+@pytest.mark.parametrize("layer, shape, expected", [
+    # torch's composites as PopTorch's dispatcher sees them (its own ops, or PopTorch's handler)
+    (lambda: nn.Softmin(-1), (4, 8), ["scale", "softmax"]),
+    (lambda: nn.LogSigmoid(), (4, 8), ["sigmoid", "log"]),
+    (lambda: nn.Tanhshrink(), (4, 8), ["tanh", "sub"]),
+    (lambda: Composite(lambda x: torch.outer(x[0], x[1])), (4, 8), ["slice", "slice", "reshape", "reshape", "mul"]),
+    (lambda: Composite(lambda x: torch.diff(x, n=2, dim=1)), (4, 8), ["slice", "slice", "sub"] * 2),
+    (lambda: nn.ChannelShuffle(2), (4, 8, 3, 3), ["reshape", "transpose", "reshape"]),
+    (lambda: nn.LocalResponseNorm(3), (4, 8, 3, 3), ["mul", "reshape", "pad", "avgpool", "reshape", "map", "div"]),
+])
+def test_composites_are_the_ops_poptorch_sees(layer, shape, expected):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.layer = nn.Linear(shape[-1], shape[-1]), layer()
+
+        def forward(self, x):
+            y = self.layer(self.fc(x))
+            return y, poptorch.identity_loss((y ** 2).mean(), "none")
+
+    m = M()
+    x = torch.randn(*shape)
+    want = m(x)[0]
+    training = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.0))
+    got = training(x)[0]
+    torch.testing.assert_close(got, want)
+    after_linear = kinds(training)[kinds(training).index("matmul") + 2:]  # the linear's matmul and bias add
+    assert after_linear[:len(expected)] == expected
+    assert training.simulation.seconds > 0
+
+
+class Composite(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
 def stochastic_depth(input, p, mode, training=True):
     """torchvision.ops.stochastic_depth's signature and arithmetic (torchvision is not a test dependency)."""
     if not training or p == 0.0:
@@ -584,6 +661,35 @@ def test_a_branch_on_a_traced_values_type_is_captured_as_the_model_runs():
     state = producers[last_step.inputs[0]]  # the reshape of the layer's state output it reads
     assert state.inputs[0] == lstm.outputs[1]  # h_n, not c_n
     assert any("captured with torch.export instead" in n for n in model.executable.notes)
+
+
+def test_a_branch_on_a_traced_values_type_that_breaks_the_trace_is_captured_as_the_model_runs():
+    """The same branch can make the fx graph fail where the model runs (here it would take the
+    first row of the logits, and the loss would refuse it): that too is the trace's failure, and
+    the model is captured with torch.export; a model that fails itself keeps its own error."""
+    class Unwrapping(nn.Module):
+        def __init__(self, broken: bool = False):
+            super().__init__()
+            self.fc, self.broken = nn.Linear(6, 3), broken
+
+        def forward(self, x, y):
+            out = self.fc(x)
+            if not isinstance(out, torch.Tensor):  # a model returning (logits, aux) elsewhere
+                out = out[0]
+            return out, F.cross_entropy(out[:, :2] if self.broken else out, y)
+
+    x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+    m = Unwrapping()
+    training = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    training(x, y)
+    g = training.executable.graph
+    loss = next(op for op in forward_ops(training) if op.kind == "softmax_cross_entropy")
+    assert g.tensors[loss.inputs[0]].shape == (4, 3)  # the logits, not their first row
+    assert any("fails (ValueError" in n and "captured with torch.export instead" in n
+               for n in training.executable.notes)
+    m = Unwrapping(broken=True)
+    with pytest.raises(IndexError):  # the model's own error: class 2 beyond its two logits
+        poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))(x, torch.full((4,), 2))
 
 
 def test_in_place_ops_whose_result_is_unused_are_captured_with_torch_export():

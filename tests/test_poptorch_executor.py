@@ -327,14 +327,14 @@ def test_unsupported_optimizer_is_an_error():
         poptorch.trainingModel(net, optimizer=torch.optim.Adagrad(net.parameters()))
 
 
-def test_set_optimizer_changes_the_priced_update():
+def test_set_optimizer_before_compiling_changes_the_priced_update_after_it_is_popart_s_error():
     net = Net()
     model = poptorch.trainingModel(net, make_options(1))
-    model(*batch(MB))
-    assert {op.kind for op in model.executable.graph.ops if op.pass_ == "update"} == {"sgd_update"}
     model.setOptimizer(poptorch.optim.Adam(net.parameters(), lr=0.01))
     model(*batch(MB))
     assert {op.kind for op in model.executable.graph.ops if op.pass_ == "update"} == {"adam_update"}
+    with pytest.raises(poptorch.Error, match="Can not replace optimizer of type Adam with new optimizer of type SGD"):
+        model.setOptimizer(torch.optim.SGD(net.parameters(), lr=0.01))
 
 
 # --- the executor's other methods ------------------------------------------------------------------

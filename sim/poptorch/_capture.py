@@ -536,7 +536,23 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
             return cap, _copied(_Run(gm, cap).run(*flat))
 
     with _no_distribution_checks():
-        cap, traced = run(*_trace(adapter, flat, _mapping.leaf_types()))
+        gm, method, notes = _trace(adapter, flat, _mapping.leaf_types())
+        try:
+            cap, traced = run(gm, method, notes)
+        except (UnsupportedOpError, GraphError, Error):
+            raise
+        except Exception as e:  # the traced graph fails where the model may not: a branch on a type
+            if method != "torch.fx" or not _runs_eagerly(adapter, flat, running):
+                raise
+            why = (f"torch.fx's trace of the model fails ({type(e).__name__}: {_first_line(e)}) where the model "
+                   "runs (Python control flow on a traced value's type, such as isinstance(x, torch.Tensor))")
+            try:
+                exported = _export(adapter, flat)
+            except Exception as export_error:  # noqa: BLE001
+                raise GraphError(f"sim.poptorch could not capture the model: {why}, and torch.export failed with "
+                                 f"{type(export_error).__name__}: {_first_line(export_error)}") from export_error
+            cap, traced = run(*exported)
+            cap.notes.append(f"{why}: captured with torch.export instead")
         if cap.method == "torch.fx":
             # torch.fx traces with proxies: a branch on a value's type (isinstance(x, torch.Tensor),
             # isinstance(state, tuple)) can take another path than the model does, silently. The
@@ -584,6 +600,16 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
 #: custom op may act beyond its outputs); a buffer's write-back (``buffer_write``) is kept too
 _KEPT_UNUSED = ("replicated_all_reduce", "replicated_all_gather", "replicated_all_to_all",
                 "replicated_reduce_scatter", "custom")
+
+
+def _runs_eagerly(adapter, flat: list, running) -> bool:
+    """Does the model itself run on the example (so that a failure of its fx trace is the trace's)?"""
+    try:
+        with running():
+            adapter(*flat)
+    except Exception:  # noqa: BLE001 - the model's own failure: the trace's error stands
+        return False
+    return True
 
 
 def _prune_unused(g: Graph) -> list[str]:

@@ -533,21 +533,43 @@ def _dropout(ctx: OpContext, p=None, training=None):
     return ctx.op("dropout", [x], {"p": float(p)})
 
 
+def _masked(ctx: OpContext, x, shape: tuple, p: float):
+    """``x`` times a kept-with-probability-1-p mask of ``shape`` scaled by 1 / (1 - p), broadcast (the
+    mask priced as a dropout of a tensor of that shape: poprand::shapedDropout's bernoulli and scale)."""
+    src = ctx.args[0]
+    noise = torch.empty(shape, dtype=src.dtype)
+    mask = ctx.op("dropout", [ctx.builder.constant(f"{ctx.node.name}_noise", shape, sim_dtype(src.dtype))],
+                  {"p": p}, output=noise, name="mask")
+    return ctx.op("mul", [x, mask], name="mul")
+
+
 def _stochastic_depth(ctx: OpContext):
     """torchvision.ops.stochastic_depth (EfficientNet, ConvNeXt, Swin): the input itself at inference or
     with ``p`` 0; in training each sample (``mode="row"``) or the whole batch (``"batch"``) is kept with
-    probability 1 - p and scaled by 1 / (1 - p): a random mask of that shape (priced as a dropout of
-    it) multiplying the input, broadcast."""
+    probability 1 - p and scaled by 1 / (1 - p): a random mask of that shape multiplying the input."""
     x = ctx.sarg(0, "input")
     p, mode, training = float(ctx.arg(1, "p")), ctx.arg(2, "mode"), ctx.arg(3, "training", True)
     if not training or not p:
         return x
     src = ctx.args[0]
-    shape = (src.shape[0],) + (1,) * (src.dim() - 1) if mode == "row" else (1,) * src.dim()
-    noise = torch.empty(shape, dtype=src.dtype)
-    mask = ctx.op("dropout", [ctx.builder.constant(f"{ctx.node.name}_noise", shape, sim_dtype(src.dtype))],
-                  {"p": p}, output=noise, name="mask")
-    return ctx.op("mul", [x, mask], name="mul")
+    return _masked(ctx, x, (src.shape[0],) + (1,) * (src.dim() - 1) if mode == "row" else (1,) * src.dim(), p)
+
+
+def _feature_dropout(ctx: OpContext, p=None, training=None):
+    """Channel dropout (``dropout1d`` / ``2d`` / ``3d``, aten ``feature_dropout``) as PopTorch lowers it
+    (poptorch popart_canonicalization/DropoutOps.cpp ``featureDropoutHandler``): PopART's ShapedDropout
+    with a mask of N x C and singleton dimensions after (``poprand::shapedDropout``: a bernoulli mask of
+    that shape, scaled, multiplying the input); PopTorch's error below two dimensions."""
+    x = ctx.sarg(0, "input")
+    if p is None:
+        p = ctx.arg(1, "p", 0.5)
+        training = ctx.arg(2, "training" if not ctx.aten else "train", True)
+    if not training or not p:
+        return x
+    src = ctx.args[0]
+    if src.dim() < 2:
+        raise error("Feature dropout requires at least 2 dimensions in the input")
+    return _masked(ctx, x, tuple(src.shape[:2]) + (1,) * (src.dim() - 2), float(p))
 
 
 def _pool(kind):
@@ -964,6 +986,10 @@ def _m_dropout(ctx):
     return _dropout(ctx, ctx.module.p, ctx.module.training)
 
 
+def _m_feature_dropout(ctx):
+    return _feature_dropout(ctx, ctx.module.p, ctx.module.training)
+
+
 def _m_pool(kind):
     def rule(ctx):
         m = ctx.module
@@ -988,6 +1014,7 @@ MODULE_RULES = {
     nn.BatchNorm2d: _m_batch_norm, nn.LayerNorm: _m_layer_norm, nn.ReLU: _unary("relu"),
     nn.GELU: _unary("gelu"), nn.Tanh: _unary("tanh"), nn.Sigmoid: _unary("sigmoid"),
     nn.Softmax: _m_softmax, nn.LogSoftmax: _m_softmax, nn.Dropout: _m_dropout,
+    nn.Dropout1d: _m_feature_dropout, nn.Dropout2d: _m_feature_dropout, nn.Dropout3d: _m_feature_dropout,
     nn.MaxPool2d: _m_pool("maxpool"), nn.AvgPool2d: _m_pool("avgpool"),
     nn.AdaptiveAvgPool2d: _m_pool("avgpool"),
     nn.Embedding: _m_embedding, nn.Flatten: _view, nn.Identity: _identity,
@@ -1006,7 +1033,8 @@ RULES = {
     "relu": _unary("relu"), "gelu": _unary("gelu"), "tanh": _unary("tanh"),
     "sigmoid": _unary("sigmoid"), "exp": _unary("exp"),
     "softmax": _softmax, "_softmax": _softmax, "stochastic_depth": _stochastic_depth, "log_softmax": _softmax, "_log_softmax": _softmax,
-    "dropout": _dropout, "feature_dropout": _dropout, "native_dropout": _dropout,
+    "dropout": _dropout, "native_dropout": _dropout, "feature_dropout": _feature_dropout,
+    "dropout1d": _feature_dropout, "dropout2d": _feature_dropout, "dropout3d": _feature_dropout,
     # dense algebra
     "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "__rmatmul__": _matmul,
     "addmm": _addmm, "baddbmm": _addmm, "conv2d": _conv, "convolution": _conv,

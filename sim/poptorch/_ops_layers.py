@@ -673,7 +673,29 @@ def _ctc_loss(ctx):
     return loss
 
 
+def _local_response_norm(ctx):
+    """local_response_norm(x, size, alpha, beta, k): torch's composite as PopTorch's dispatcher sees it:
+    x * x, padded along the channels, averaged over windows of ``size`` channels (an average pool of a
+    (N, 1, C, rest) view), then (alpha * that + k) ** beta dividing x."""
+    m, rx = ctx.module, ctx.args[0]
+    size = int(m.size if m is not None else ctx.arg(1, "size"))  # alpha, beta and k: constants of the map
+    x, dt = ctx.sarg(0, "input"), rx.dtype
+    n, c = rx.shape[0], rx.shape[1]
+    rest = math.prod(rx.shape[2:])
+    square = emit(ctx, "mul", [x, x], rx.shape, dt, name="square")
+    view = emit(ctx, "reshape", [square], (n, 1, c, rest), dt, name="channels")
+    padded = emit(ctx, "pad", [view], (n, 1, c + size - 1, rest), dt, {"mode": "constant"}, "pad")
+    pooled = emit(ctx, "avgpool", [padded], (n, 1, c, rest), dt,
+                  {"kernel": max(1, round(math.sqrt(size))), "stride": 1, "padding": 0, "window": size,
+                   "stride_volume": 1}, "window_mean")
+    back = emit(ctx, "reshape", [pooled], rx.shape, dt, name="back")
+    scale = emit_map(ctx, ["scale", "add", "pow"], [back], [["pow", "mul", "scale"]], shape=rx.shape, dtype=dt,
+                     name="denominator")
+    return ctx.op("div", [x, scale])
+
+
 RULES = {
+    "local_response_norm": _local_response_norm,
     "ctc_loss": _ctc_loss,
     "conv1d": conv_any, "conv3d": conv_any, "conv_transpose1d": conv_any, "conv_transpose2d": conv_any,
     "conv_transpose3d": conv_any,
@@ -697,6 +719,7 @@ RULES = {
 }
 
 MODULE_RULES = {
+    nn.LocalResponseNorm: _local_response_norm,
     nn.Conv1d: conv_any, nn.Conv3d: conv_any, nn.ConvTranspose1d: conv_any, nn.ConvTranspose2d: conv_any,
     nn.ConvTranspose3d: conv_any,
     nn.MaxPool1d: _pool_any("maxpool"), nn.MaxPool3d: _pool_any("maxpool"), nn.AvgPool1d: _pool_any("avgpool"),

@@ -200,6 +200,26 @@ def _glu(ctx):
     return ctx.op("mul", [a, gate])
 
 
+def _log_sigmoid(ctx):
+    """log(sigmoid(x)): PopTorch's ``logSigmoidHandler`` (AtenHandlers.gen.cpp), a Sigmoid and a Log."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    return ctx.op("log", [emit(ctx, "sigmoid", [x], rx.shape, rx.dtype, name="sigmoid")])
+
+
+def _tanhshrink(ctx):
+    """x - tanh(x): torch's Python definition, which PopTorch's dispatcher sees as a tanh and a sub."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    return ctx.op("sub", [x, emit(ctx, "tanh", [x], rx.shape, rx.dtype, name="tanh")])
+
+
+def _softmin(ctx):
+    """softmax(-x): torch's Python definition, a Neg and a Softmax in PopTorch."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    dim = ctx.module.dim if ctx.module is not None else ctx.arg(1, "dim", -1)
+    negated = emit(ctx, "scale", [x], rx.shape, rx.dtype, {"factor": -1.0}, name="neg")
+    return ctx.op("softmax", [negated], {"axis": -1 if dim is None else int(dim)})
+
+
 def _random(ctx):
     """A poprand generator, drawn on the device at every run. Its tensor arguments (a mean, a
     probability) are its inputs; ``exponential`` is -log(uniform) / rate, ``randperm`` the
@@ -240,6 +260,8 @@ RULES = {
     "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp, "clamp_max": _clamp, "hardtanh": _clamp,
     "addcdiv": _addc, "addcmul": _addc, "prelu": _prelu, "_prelu_kernel": _prelu, "glu": _glu,
     "rrelu_with_noise": _expression("rrelu"),
+    "log_sigmoid": _log_sigmoid, "logsigmoid": _log_sigmoid, "log_sigmoid_forward": _log_sigmoid,
+    "tanhshrink": _tanhshrink, "softmin": _softmin,
     **{name: _random for name in RANDOM},
 }
 
@@ -250,7 +272,8 @@ MODULE_RULES = {
     nn.Softshrink: _expression("softshrink"), nn.LeakyReLU: _expression("leaky_relu"),
     nn.RReLU: _expression("rrelu"), nn.Threshold: _expression("threshold"), nn.Hardtanh: _clamp,
     nn.PReLU: _prelu, nn.GLU: _glu, nn.Hardswish: _expression("hardswish"),
-    nn.Hardsigmoid: _expression("hardsigmoid"),
+    nn.Hardsigmoid: _expression("hardsigmoid"), nn.LogSigmoid: _log_sigmoid, nn.Tanhshrink: _tanhshrink,
+    nn.Softmin: _softmin,
 }
 
 #: generators are drawn on the device at every run, never folded into constants

@@ -406,6 +406,47 @@ def _pixel_shuffle(ctx):
     return ctx.op("reshape", [t])
 
 
+def _outer(ctx):
+    """outer(a, b) (``ger``): torch's composite, a (n, 1) view of a times a (1, m) view of b."""
+    a, b = ctx.sarg(0, "input"), ctx.sarg(1, "vec2")
+    ra, rb = ctx.args[0], ctx.args[1]
+    column = emit(ctx, "reshape", [a], (ra.shape[0], 1), ra.dtype, name="column")
+    row = emit(ctx, "reshape", [b], (1, rb.shape[0]), rb.dtype, name="row")
+    return ctx.op("mul", [column, row])
+
+
+def _diff(ctx):
+    """diff(x, n, dim, prepend, append): torch's composite, ``n`` times the difference of the slices
+    [1:] and [:-1] along ``dim`` (after concatenating ``prepend`` and ``append``)."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    n, dim = int(ctx.arg(1, "n", 1)), int(ctx.arg(2, "dim", -1)) % rx.dim()
+    shape = list(rx.shape)
+    ends = [(ctx.sarg(k, key), ctx.arg(k, key)) for k, key in ((3, "prepend"), (4, "append"))]
+    if any(r is not None for _, r in ends):
+        parts = ([ends[0][0]] if ends[0][1] is not None else []) + [x] + ([ends[1][0]] if ends[1][1] is not None else [])
+        shape[dim] += sum(r.shape[dim] for _, r in ends if r is not None)
+        x = emit(ctx, "concat", parts, shape, rx.dtype, {"axis": dim, "op": "diff"}, name="joined")
+    for k in range(n):
+        shape[dim] -= 1
+        later = emit(ctx, "slice", [x], shape, rx.dtype, {"axis": dim, "start": 1, "stop": shape[dim] + 1}, "later")
+        earlier = emit(ctx, "slice", [x], shape, rx.dtype, {"axis": dim, "start": 0, "stop": shape[dim]}, "earlier")
+        x = emit(ctx, "sub", [later, earlier], shape, rx.dtype, name="diff") if k < n - 1 else \
+            ctx.op("sub", [later, earlier])
+    return x
+
+
+def _channel_shuffle(ctx):
+    """channel_shuffle(x, groups): torch's composite, a reshape to (N, g, C/g, ...), a transpose of the
+    two channel axes (one layout change through the exchange) and a reshape back."""
+    rx = ctx.args[0]
+    g = int(ctx.module.groups if ctx.module is not None else ctx.arg(1, "groups"))
+    n, c, *rest = rx.shape
+    t = emit(ctx, "reshape", [ctx.sarg(0, "input")], (n, g, c // g, *rest), rx.dtype, name="groups")
+    perm = [0, 2, 1] + list(range(3, 3 + len(rest)))
+    t = emit(ctx, "transpose", [t], (n, c // g, g, *rest), rx.dtype, {"perm": perm}, "shuffle")
+    return ctx.op("reshape", [t])
+
+
 def _pixel_unshuffle(ctx):
     """PopTorch has no handler for ``aten::pixel_unshuffle`` (its canonicalisation registers
     pixel_shuffle only), so the model would not compile there."""
@@ -481,4 +522,6 @@ RULES = {
     "reflection_pad3d": _pad, "replication_pad1d": _pad, "replication_pad2d": _pad, "replication_pad3d": _pad,
     "_pad_circular": _pad, "meshgrid": _views, "cartesian_prod": _views, "cross": _cross,
     "linalg_cross": _cross, "tensordot": _tensordot, "einsum": _einsum, "cdist": _cdist, "_cdist_forward": _cdist,
+    "outer": _outer, "ger": _outer, "diff": _diff, "channel_shuffle": _channel_shuffle,
+    "native_channel_shuffle": _channel_shuffle,
 }

@@ -30,7 +30,7 @@ from torch.utils import _pytree as pytree
 
 from .. import compile as sim_compile
 from ..compiler.executable import check_overlap
-from .. import run_executable
+from .. import optimizer_write_seconds, run_executable
 from ..virtual_clock import device_call, real_perf_counter
 from ..errors import OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as _SimOptimizer
@@ -154,6 +154,9 @@ class PoplarExecutor:
         self._anchors: dict[str, tuple[str, str]] = {}
         self._rng_state: list[int] | None = None
         self._anchor_memory: dict[str, torch.Tensor] = {}
+        self._optimizer_on_ipu = None  # the optimizer the IPUs hold, as PopART sees it (_popart_view)
+        self._optimizer_write_due = False  # new values to write before the next call (set while detached)
+        self._optimizer_writes = {"runs": 0, "tensors": 0, "seconds": 0.0}
         self._warned_not_contiguous_input = False
         if training:
             _WRAPPED[self._user_model] = weakref.ref(self)
@@ -174,6 +177,13 @@ class PoplarExecutor:
         """The :class:`sim.Run` of the latest call (None before the first): the trace, the
         breakdown, memory and the summary the simulator adds to PopTorch's numbers."""
         return self._run
+
+    @property
+    def optimizer_writes(self) -> dict:
+        """The simulated writes of new optimizer values to the IPUs so far (``setOptimizer`` with
+        other values: PopART's OptimizerFromHost engine run): ``runs``, optimizer ``tensors`` written
+        by each, and their ``seconds`` in all (none in the calls' own figures)."""
+        return dict(self._optimizer_writes)
 
     @property
     def executable(self):
@@ -321,6 +331,8 @@ class PoplarExecutor:
         exe.notes[:0] = notes
         if self._training:
             self._name_optimizer_params()
+            self._optimizer_on_ipu = self._popart_view()  # loading the executable writes them
+            self._optimizer_write_due = False
         self._system_reason = why
         self._anchors = anchors
         self._captured = captured
@@ -436,8 +448,9 @@ class PoplarExecutor:
     # --- calling -----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         with device_call() as call:  # on a virtual clock (ipusim script), the call takes the simulated time
+            written = self._write_optimizer() if self._optimizer_write_due else 0.0
             out = self._call(args, kwargs)
-            call.seconds = self._run.seconds
+            call.seconds = written + self._run.seconds
             call.label = (f"{type(self._user_model).__name__} ({'trainingModel' if self._training else 'inferenceModel'}) "
                           f"on {self._executable.system.name}")
         return out
@@ -720,19 +733,56 @@ class PoplarExecutor:
             raise error(f"Clip norm settings {which}do not match. (max_grad_norm {compiled_clip} was compiled into "
                         f"the model's gradient clipping and cannot become {clip}: give it before the first call, "
                         "or make a new trainingModel)")
-        priced = lambda opt: (_optim.state_dtype(opt), _optim.accum_dtype(opt), _optim.combined_accum(opt),  # noqa: E731
-                              self._per_weight(opt))
-        repriced = priced(optimizer) != priced(self._optimizer)
         if isinstance(self._optimizer, _optim.Optimizer) and self._optimizer is not optimizer:
             self._optimizer._ipusim_param_names = None
         self._optimizer = optimizer
-        if self.isCompiled():
-            self._name_optimizer_params()
-        if name != self._sim_optimizer or repriced:
-            self._sim_optimizer = name
-            if self._executable is not None:
-                self._executable = None
-                self._compile(*self._example)
+        if not self.isCompiled():
+            self._sim_optimizer = name  # the update the model will compile
+            return
+        self._name_optimizer_params()
+        if self._popart_view() != self._optimizer_on_ipu:
+            self._optimizer_write_due = True  # PopTorch writes them now when attached, else before the next call
+            if self.isAttachedToDevice():
+                with device_call() as call:
+                    call.seconds = self._write_optimizer()
+                    call.label = (f"{type(self._user_model).__name__} (setOptimizer: OptimizerFromHost) on "
+                                  f"{self._executable.system.name}")
+
+    def _popart_view(self) -> dict:
+        """The optimizer as PopART sees it (:func:`sim.poptorch.optim.popart_view`)."""
+        return _optim.popart_view(self._optimizer, *self._optimizer_context())
+
+    def _optimizer_context(self) -> tuple[dict[int, str], bool]:
+        """Each parameter's name by ``id``; is automatic loss scaling on (its loss scaling variable)?"""
+        names = {id(p): n for n, p in self._user_model.named_parameters()}
+        return names, bool(self._options._Popart.options.get("automaticLossScalingSettings.enabled", False))
+
+    def _write_optimizer(self) -> float:
+        """Simulate PopART's OptimizerFromHost run writing the optimizer's values (each weight's
+        optimizer tensors, on the IPU that updates it); its seconds. PopART's error first when the
+        new optimizer cannot replace the compiled one (another kind of update, a constant changed);
+        the values stay due, so the next call fails too, as PopTorch's."""
+        view = self._popart_view()
+        problem = _optim.replacement_error(self._optimizer_on_ipu, view)
+        if problem:
+            raise error(problem)
+        g = self._executable.graph
+        per_weight = _optim.optimizer_tensors(self._optimizer, *self._optimizer_context())
+        ipu_of: dict[str, int] = {}  # each weight on the IPU of its update (LAMB's has several ops)
+        for op in g.ops:
+            if op.pass_ == "update" and op.inputs and op.inputs[0] in per_weight:
+                ipu_of.setdefault(op.inputs[0], op.ipu or 0)
+        by_ipu: dict[int, int] = collections.defaultdict(int)
+        for weight, ipu in ipu_of.items():
+            by_ipu[ipu] += per_weight[weight]
+        seconds = optimizer_write_seconds(self._executable, dict(by_ipu)) if by_ipu else 0.0
+        w = self._optimizer_writes
+        w["runs"] += 1
+        w["tensors"] = sum(by_ipu.values())
+        w["seconds"] += seconds
+        self._optimizer_on_ipu = view
+        self._optimizer_write_due = False
+        return seconds
 
     @property
     def rng_state(self) -> list[int]:

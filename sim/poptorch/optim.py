@@ -393,18 +393,28 @@ def clip_norm(optimizer) -> float | None:
     return None if math.isinf(norm) else norm
 
 
-#: the value PopTorch takes as constant for an optimizer without ``variable_attrs`` (a torch.optim
-#: one): poptorch python/_optimizer_attributes.py (weight decay 0, 1e-2 for AdamW; max weight norm
-#: 65500)
-_CONST_WHEN = {"weight_decay": 0.0, "max_weight_norm": 65500.0}
+#: the value at which PopTorch takes a group attribute as constant for an optimizer without
+#: ``variable_attrs`` (a torch.optim one): poptorch python/_optimizer_attributes.py (weight decay 0,
+#: 1e-2 for AdamW; max weight norm 65500; loss scaling 1 unless automatic loss scaling is on); the
+#: learning rate is never constant there, ``alpha``, ``nesterov`` and ``betas`` always are
+_CONST_WHEN = {"weight_decay": 0.0, "max_weight_norm": 65500.0, "momentum": 0.0, "dampening": 0.0,
+               "velocity_scaling": 1.0, "eps": 1e-08, "loss_scaling": 1.0}
+_ALWAYS_CONST = ("alpha", "nesterov", "betas")
 
 
-def _constant(optimizer, attr: str, value) -> bool:
+def _constant(optimizer, attr: str, value, auto_loss_scaling: bool = False) -> bool:
     """Is ``attr`` (of value ``value`` in a group) a constant of the compiled optimizer? With
-    ``variable_attrs`` (PopTorch's optimizers), as they say, else equal to PopTorch's constant."""
+    ``variable_attrs`` (PopTorch's optimizers), as they say, else equal to PopTorch's constant.
+    Automatic loss scaling makes the loss scaling variable."""
+    if attr == "loss_scaling" and auto_loss_scaling:
+        return False
     variable_attrs = getattr(optimizer, "variable_attrs", None)
     if variable_attrs is not None:
         return variable_attrs.isConstant(attr)
+    if attr == "lr":
+        return False
+    if attr in _ALWAYS_CONST:
+        return True
     default = 1e-2 if attr == "weight_decay" and isinstance(optimizer, torch.optim.AdamW) else _CONST_WHEN[attr]
     return value == default
 
@@ -424,6 +434,152 @@ def per_weight(optimizer, names: dict[int, str]) -> dict[str, tuple[str, ...]]:
             if applies and value == 0 and _constant(optimizer, attr, value):
                 settings[field] += params
     return {field: tuple(sorted(v)) for field, v in settings.items()}
+
+
+#: PopART's optimizer tensors of one weight's update, each named by the PopTorch attributes it
+#: is made of: its compound scalars (popart willow/src/sgd.cpp, adam.cpp, adaptive.cpp
+#: ``getOptimizerInputs``) and what each depends on (compoundscalarhelper.cpp ``isConst``). SGD
+#: without momentum is PopART's SGD0 (scaled learning rate, weight-decay scale factor); with
+#: momentum SGD1 (combined) or SGD2 (separate; PopTorch glues its velocity scaling to the loss
+#: scaling): scaled weight decay, scaled learning rate, scaled momentum, dampening scale factor,
+#: and with Nesterov two more factors, the momentum and the weight decay; Adam, AdamW and LAMB:
+#: learning rate, weight decay, beta1, beta2, epsilon, loss scaling, max weight norm, gradient
+#: scaling; RMSprop: learning rate, weight decay, alpha, momentum, epsilon, loss scaling, gradient
+#: scaling
+_COMPOUND_SCALARS = {
+    "sgd": (("lr", "loss_scaling", "dampening"), ("weight_decay", "lr", "dampening")),
+    "sgd_momentum": (("dampening", "weight_decay", "velocity_scaling"), ("lr", "velocity_scaling"), ("momentum",),
+                     ("dampening", "velocity_scaling", "loss_scaling")),
+    "adam": (("lr",), ("weight_decay",), ("betas",), ("betas",), ("eps",), ("loss_scaling",), ("max_weight_norm",),
+             ("loss_scaling",)),
+    "rmsprop": (("lr",), ("weight_decay",), ("alpha",), ("momentum",), ("eps",), ("loss_scaling",), ("loss_scaling",)),
+}
+_SCALING_DEFAULTS = {"loss_scaling": 1.0, "velocity_scaling": 1.0}
+_NESTEROV_SCALARS = (("dampening", "velocity_scaling", "loss_scaling"), ("velocity_scaling",), ("momentum",),
+                     ("weight_decay",))
+
+
+def optimizer_tensors(optimizer, names: dict[int, str], auto_loss_scaling: bool = False) -> dict[str, int]:
+    """How many optimizer tensors PopART gives each weight's update (``names``: each parameter's
+    name by ``id``): one per compound scalar not made of constants alone (:data:`_COMPOUND_SCALARS`).
+    PopTorch gives every parameter its group's values (popart_compiler CompilerImpl.cpp
+    ``updateGroups``: ``insertSpecific`` per tensor), so each weight has its own tensors; they are
+    what PopART's OptimizerFromHost program writes to the IPUs."""
+    kind = sim_optimizer(optimizer)
+    scalars = _COMPOUND_SCALARS[{"adamw": "adam", "lamb": "adam", "rmsprop_momentum": "rmsprop"}.get(kind, kind)]
+    separate = kind == "sgd_momentum" and not combined_accum(optimizer)
+    counts = {}
+    for group in optimizer.param_groups:
+        def variable(attr: str) -> bool:
+            if separate and attr == "velocity_scaling":
+                attr = "loss_scaling"
+            # PopTorch reads a loss scaling and velocity scaling of 1 where there is none
+            value = group.get(attr, getattr(optimizer, attr, _SCALING_DEFAULTS.get(attr)))
+            if value is None:  # not an attribute of this optimizer: PopART's constant default
+                return False
+            return not _constant(optimizer, attr, value, auto_loss_scaling)
+
+        group_scalars = scalars + (_NESTEROV_SCALARS if kind == "sgd_momentum" and group.get("nesterov") else ())
+        count = sum(any(variable(a) for a in attrs) for attrs in group_scalars)
+        counts.update({names[id(p)]: count for p in group["params"] if id(p) in names})
+    return counts
+
+
+#: the values PopART's ``validReplacement`` compares when an optimizer replaces the compiled one
+#: (willow/src/sgd.cpp, adam.cpp, adaptive.cpp): (PopTorch attribute, PopART's name for them)
+_REPLACED_VALUES = {
+    "SGD": (("lr", "learning rates"), ("weight_decay", "weight decays"), ("momentum", "momentums"),
+            ("velocity_scaling", "velocity scalings"), ("nesterov", "nesterov")),
+    "Adam": (("lr", "learning rates"), ("weight_decay", "weight decays"), ("beta1", "beta1s"), ("beta2", "beta2s"),
+             ("eps", "eps"), ("max_weight_norm", "mwn")),
+    "Adaptive": (("lr", "learning rates"), ("weight_decay", "weight decays"), ("alpha", "alphas"),
+                 ("momentum", "momentums"), ("eps", "eps")),
+}
+
+
+def popart_view(optimizer, names: dict[int, str], auto_loss_scaling: bool = False) -> dict:
+    """What PopTorch hands PopART for ``optimizer`` (popart_compiler CompilerImpl.cpp
+    ``getPopartOptimizer``): PopART's optimizer class and modes, and each weight's values of the
+    attributes its ``validReplacement`` compares, as ``(value, constant)``, plus the loss scaling.
+    ``setOptimizer`` writes the values to the IPUs when this changes (poptorch
+    python/_poplar_executor.py ``_ipu_optimizer_is_dirty``)."""
+    kind = sim_optimizer(optimizer)
+    popart_type = "SGD" if kind.startswith("sgd") else "Adaptive" if kind.startswith("rmsprop") else "Adam"
+    bias = bool(getattr(optimizer, "bias_correction", True))
+    modes: tuple = {"adam": ("Adam", "L2Regularization"), "adamw": ("Adam", "Decay"),
+                    "lamb": ("Lamb" if bias else "LambNoBias", "Decay")}.get(kind, ())
+    if popart_type == "Adaptive":
+        modes = ("CenteredRMSProp" if any(g.get("centered") for g in optimizer.param_groups) else "RMSProp",
+                 "L2Regularization")
+    if popart_type == "SGD":
+        default = optimizer.defaults.get("momentum", 0.0)
+        velocity = default != 0 or not _constant(optimizer, "momentum", default)
+        variant = ("Combined" if combined_accum(optimizer) else "Separate") if velocity else ""
+        dtypes = (str(getattr(optimizer, "accum_type", torch.float32)),
+                  str(getattr(optimizer, "velocity_accum_type", torch.float32))) if variant == "Separate" else ()
+        modes = (velocity, variant, dtypes)
+
+    def pair(attr, value):
+        if isinstance(value, torch.Tensor):
+            value = float(value)
+        return value, _constant(optimizer, attr, value, auto_loss_scaling)
+
+    weights = {}
+    for group in optimizer.param_groups:
+        values = {}
+        for attr, _ in _REPLACED_VALUES[popart_type]:
+            if attr in ("beta1", "beta2"):
+                betas = group.get("betas", (0.9, 0.999))
+                values[attr] = (betas[attr == "beta2"], _constant(optimizer, "betas", betas))
+            elif attr in group:
+                values[attr] = pair(attr, group[attr])
+        weights.update({names[id(p)]: values for p in group["params"] if id(p) in names})
+    return {"type": popart_type, "modes": modes, "loss_scaling": pair("loss_scaling", loss_scaling(optimizer)),
+            "weights": weights}
+
+
+def replacement_error(compiled: dict, new: dict) -> str | None:
+    """PopART's error when the optimizer ``new`` (:func:`popart_view`) replaces ``compiled``, in the
+    order ``Ir::updateOptimizer``'s ``validReplacement`` checks; None when it may. A constant is
+    compiled into the program: it cannot change, nor become variable (PopTorch's user guide,
+    "Constant attributes")."""
+    if new["type"] != compiled["type"]:
+        return f"Can not replace optimizer of type {compiled['type']} with new optimizer of type {new['type']}"
+    if compiled["type"] != "SGD" and new["modes"] != compiled["modes"]:  # Adam's and Adaptive's come first
+        return (f"{compiled['type']} modes do not match" if new["modes"][0] != compiled["modes"][0]
+                else "Weight decay modes do not match")
+
+    def problem(old, now) -> str | None:
+        if old[1] != now[1]:
+            return ("Can not replace a constant value with a non constant value." if old[1] else
+                    "Can not replace a non constant value with a constant value.")
+        if old[1] and old[0] != now[0]:
+            return "Values are constant but do not match."
+        return None
+
+    why = problem(compiled["loss_scaling"], new["loss_scaling"])
+    if why:
+        return f"Problem with loss scaling. {why}"
+    for attr, name in _REPLACED_VALUES[compiled["type"]]:
+        for weight in sorted(compiled["weights"]):
+            old, now = compiled["weights"][weight].get(attr), new["weights"].get(weight, {}).get(attr)
+            why = problem(old, now) if old is not None and now is not None else None
+            if why:
+                return (f"Problem with {name}. OptimizerValue for tensor {weight} is not a valid replacement.{why} "
+                        f"({attr} was {old[0]!r}, {'a constant' if old[1] else 'variable'}, when the model compiled; "
+                        f"now {now[0]!r}, {'a constant' if now[1] else 'variable'}: an attribute given to a "
+                        "poptorch.optim optimizer is variable, one left to its default constant, and a torch.optim "
+                        "one is constant at PopTorch's default value; make it variable before the first call, "
+                        "optimizer.variable_attrs.markAsVariable, or give it then)")
+    if new["modes"] != compiled["modes"]:  # SGD's, after its values
+        (velocity, variant, dtypes), (new_velocity, new_variant, new_dtypes) = compiled["modes"], new["modes"]
+        if velocity != new_velocity:  # PopART's words, whichever has the velocity
+            return "this does not require a velocity tensor, but other does."
+        if variant != new_variant:
+            return f"this has SGDAccumulatorAndMomentum {variant}, but other has {new_variant}"
+        return (f"this has SGDAccumulatorAndMomentum::Separate and accumulator types {dtypes}, but other has "
+                f"{new_dtypes}")
+    return None
 
 
 def combined_accum(optimizer) -> bool:

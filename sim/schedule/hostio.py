@@ -13,7 +13,7 @@ import numpy as np
 from ..cost.exchange import exchange_cycles
 from ..errors import OptionsError
 from ..graph.ir import Graph
-from ..program import Compute, OpSteps, StreamCopy, Sync
+from ..program import Compute, OpSteps, Sequence, StreamCopy, Sync
 from ..strategy import SyncPattern
 from ..hardware.topology import sync_cycles
 
@@ -75,6 +75,24 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
         if barrier:
             items.append(Sync(barrier.ipus, barrier.scope, barrier.cycles, "host sync end"))
     return items
+
+
+def optimizer_from_host(tensors_by_ipu: dict[int, int], nbytes: int = 4) -> Sequence:
+    """PopART's OptimizerFromHost program: a stream copy from the host of each optimizer tensor.
+
+    ``tensors_by_ipu``: how many optimizer tensors (scalars of ``nbytes``: learning rates, weight
+    decays, loss scaling, ... of the weights each IPU updates) each IPU of a replica holds. PopART
+    builds the program of one ``Copy`` from a host stream per tensor (willow/src/popx/irlowering.cpp,
+    ``ir().optimizerTensors()`` into ``streamOptimizerFromHostFragment``) and broadcasts each
+    stream to every replica (willow/src/ir.cpp: optimizer tensors' ``ReplicatedStreamMode::Broadcast``),
+    so the host fills each stream once, in turn on its callback thread, whatever the replicas; each
+    IPU opens its host exchange with one host sync, as a step's input copies do.
+    """
+    items = []
+    for ipu, count in sorted(tensors_by_ipu.items()):
+        items += [StreamCopy(ipu, f"optimizer tensor {k}", "to_ipu", nbytes, k, host_sync=(k == 0))
+                  for k in range(count)]
+    return Sequence(items)
 
 
 def io_tile_copy_steps(name: str, nbytes: int, ipu, io_tiles: int, compute_tiles: int) -> OpSteps:

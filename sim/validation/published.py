@@ -257,10 +257,15 @@ DEPARTURES = {
                 "per call, so the calls miss 47 ms (B42) and 104 ms (B43): B42's 47 ms added to B43's call would "
                 "leave it at +12.5 %, so its deviceIterations 2 explains about half of its larger error. Of the "
                 "other 57 ms, the one PyTorch-only cost found is host work inside its timer: run_squad.py:131-140 "
-                "times the call, scheduler.step() and setOptimizer(), whose updateOptimizerFromHost streams a "
-                "learning rate and epsilon per parameter (PopTorch makes every parameter of a group an "
+                "times the call, scheduler.step() and setOptimizer(), whose updateOptimizerFromHost streams "
+                "each parameter's optimizer scalars (PopTorch makes every parameter of a group an "
                 "insertSpecific, poptorch 3.1 CompilerImpl.cpp updateGroups), where PopART's bert.py times "
-                "session.run alone and updates its optimizer after the timer (bert.py:622-646); not sized [U]",
+                "session.run alone and updates its optimizer after the timer (bert.py:622-646). sim.poptorch "
+                "prices that write since 2026-11-30 (PopART's OptimizerFromHost: a host stream copy of each "
+                "optimizer tensor, PoplarExecutor.optimizer_writes): B43's AdamW (optimization.py: learning "
+                "rate, weight decay, eps and loss scaling given, so 5 tensors for each of the zoo model's 295 "
+                "weights) writes 1,475 tensors in about 7.4 ms, which leaves about 50 ms a call unexplained; "
+                "the rows run the zoo model through sim.simulate and do not add it",
     "packed": "packed sequences (max_sequences_per_pack 3): the zoo's packed BERT, a block-diagonal attention mask "
               "made in every layer from the streamed sequence indices, position ids streamed, the MLM head on the "
               "first mask_tokens positions; samples/s counts sequences, packs x the packing factor "
