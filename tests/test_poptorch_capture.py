@@ -692,6 +692,37 @@ def test_a_branch_on_a_traced_values_type_that_breaks_the_trace_is_captured_as_t
         poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))(x, torch.full((4,), 2))
 
 
+def relative_bias(table, index):
+    """Like torchvision's Swin ``_get_relative_position_bias``: rows of a table, one per pair of
+    positions, as a bias per head (fx-wrapped below, as torchvision wraps it)."""
+    return table[index].reshape(4, 4, -1).permute(2, 0, 1).unsqueeze(0)
+
+
+torch.fx.wrap("relative_bias")
+
+
+def test_a_python_function_fx_keeps_whole_without_a_rule_is_captured_with_torch_export():
+    class Biased(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(7, 2))
+            self.register_buffer("index", torch.randint(0, 7, (16,)))
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x) + relative_bias(self.table, self.index)
+            return y, poptorch.identity_loss((y ** 2).mean(), "none")
+
+    m = Biased()
+    training = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    training(torch.randn(3, 2, 4, 4))
+    assert training.executable.graph.tensors  # captured
+    notes = training.executable.notes
+    assert any("relative_bias" in n and "a Python function torch.fx kept whole: captured with torch.export instead"
+               in n for n in notes)
+    assert "gather" in kinds(training)  # the table's rows, as torch.export records the indexing
+
+
 def test_in_place_ops_whose_result_is_unused_are_captured_with_torch_export():
     """WeNet's attention (Graphcore's Conformer) transposes q and k in place and uses them after, and
     Graphcore's ViT normalises its images with mul_ / sub_: torch.fx records no mutation, so the

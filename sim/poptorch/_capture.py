@@ -229,10 +229,21 @@ def _inlined(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node is None:
             break
         at = next(i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and a.op == "get_attr")
-        sub = getattr(gm, node.args[at].target)
+        sub = gm.get_submodule(node.args[at].target)
         placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        copied = dict(zip(placeholders, node.args[at + 1:]))
         with g.inserting_before(node):
-            out = g.graph_copy(sub.graph, dict(zip(placeholders, node.args[at + 1:])))
+            # what the block reads from its own sub-module (a nested block's sub-module, RoPE's autocast
+            # inside LLaMA's no_grad) moves to the outer module under a new name
+            for attr in (n for n in sub.graph.nodes if n.op == "get_attr"):
+                name = _unused_attr(gm, f"{node.args[at].target}_{attr.target}".replace(".", "_"))
+                value = _attr(sub, attr.target)
+                if isinstance(value, torch.nn.Module):
+                    gm.add_submodule(name, value)
+                else:
+                    setattr(gm, name, value)
+                copied[attr] = g.get_attr(name)
+            out = g.graph_copy(sub.graph, copied)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for user in list(node.users):  # the wrapper returns a tuple: its users are getitem nodes
             user.replace_all_uses_with(outs[user.args[1]])
@@ -240,6 +251,21 @@ def _inlined(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         g.erase_node(node)
     gm.recompile()
     return gm
+
+
+def _attr(module: torch.nn.Module, target: str):
+    """The attribute ``target`` ("a.b.c") of ``module``."""
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def _unused_attr(module: torch.nn.Module, base: str) -> str:
+    name, k = base, 1
+    while hasattr(module, name):
+        k += 1
+        name = f"{base}_{k}"
+    return name
 
 
 def _copied(outputs):
@@ -539,13 +565,18 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
         gm, method, notes = _trace(adapter, flat, _mapping.leaf_types())
         try:
             cap, traced = run(gm, method, notes)
-        except (UnsupportedOpError, GraphError, Error):
+        except (GraphError, Error):
             raise
         except Exception as e:  # the traced graph fails where the model may not: a branch on a type
-            if method != "torch.fx" or not _runs_eagerly(adapter, flat, running):
+            if isinstance(e, UnsupportedOpError):
+                if method != "torch.fx" or not getattr(e, "fx_leaf_function", False):
+                    raise
+                why = f"{_first_line(e).split('. Give it one')[0]}, a Python function torch.fx kept whole"
+            elif method != "torch.fx" or not _runs_eagerly(adapter, flat, running):
                 raise
-            why = (f"torch.fx's trace of the model fails ({type(e).__name__}: {_first_line(e)}) where the model "
-                   "runs (Python control flow on a traced value's type, such as isinstance(x, torch.Tensor))")
+            else:
+                why = (f"torch.fx's trace of the model fails ({type(e).__name__}: {_first_line(e)}) where the model "
+                       "runs (Python control flow on a traced value's type, such as isinstance(x, torch.Tensor))")
             try:
                 exported = _export(adapter, flat)
             except Exception as export_error:  # noqa: BLE001

@@ -24,6 +24,7 @@ result (one name, or a tuple/list matching a tuple result).
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 
@@ -1170,7 +1171,13 @@ def map_node(cap, n, interp, result):
         else:
             rule = RULES.get(key) or (RULES.get(key.rstrip("_")) if key.endswith("_") and not key.startswith("_") else None)
     if rule is None:
-        raise unsupported(desc, n)
+        error = unsupported(desc, n)
+        # a Python function torch.fx kept whole (torch.fx.wrap, as torchvision wraps Swin's relative
+        # position bias): its body is torch ops, which torch.export records one by one
+        home = getattr(n.target, "__module__", "") or ""
+        error.fx_leaf_function = module is None and n.op == "call_function" and inspect.isfunction(n.target) \
+            and home != "torch" and not home.startswith("torch.")
+        raise error
     made = len(cap.g.ops)
     value = rule(ctx)
     if not n.users and _precision.in_place(key):
