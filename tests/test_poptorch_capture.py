@@ -955,6 +955,31 @@ def test_a_no_grad_block_in_forward_is_inlined_under_torch_export():
     assert "compare" in kinds_ and "reduce_mean" in kinds_
 
 
+def test_nested_no_grad_and_autocast_blocks_are_inlined_under_torch_export():
+    """Hugging Face's LLaMA computes its rotary angles under autocast(enabled=False) inside
+    no_grad: torch.export nests one wrapper's sub-module in the other's, and each level is inlined
+    (the inner block's sub-module moved to the outer module), its ops priced once."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.register_buffer("freq", torch.rand(8))
+
+        def forward(self, x):
+            if x.shape[0] > 1:  # torch.fx cannot trace this
+                x = x * 1
+            with torch.no_grad():
+                with torch.autocast("cpu", enabled=False):
+                    angle = (x * self.freq).cos()
+            return poptorch.identity_loss((self.fc(x) * angle).sum(), "none")
+
+    m = Net()
+    model = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    model(torch.randn(4, 8))
+    assert "graph captured with torch.export" in model.executable.notes
+    assert kinds(model).count("cos") == 1
+
+
 def test_a_subclass_of_a_layer_with_its_own_forward_is_traced_through():
     """GPT-2's SerializedLinear(nn.Linear) serialises its matmul in its own forward: torch.fx traces
     that forward instead of pricing the base nn.Linear's rule; the transposed weight it reads is the
