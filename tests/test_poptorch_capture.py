@@ -546,6 +546,27 @@ def test_unknown_op_names_the_op_and_how_to_price_it():
     assert "sim.poptorch.register_op" in msg and "ctx.custom(vertices=" in msg
 
 
+def test_a_branch_on_a_tensor_s_values_is_refused_with_what_to_do():
+    """Hugging Face's OPT and BART decide on their attention mask with ``if (mask == 1).all()``: neither
+    torch.fx nor torch.export (nor PopTorch, tracing without values) can follow it."""
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, mask):
+            y = self.fc(x)
+            if (mask == 1).all():
+                y = y * 2
+            return poptorch.identity_loss(y.sum(), "none")
+
+    m = Branchy()
+    model = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    with pytest.raises(sim.GraphError, match=r"could not capture the model: .*branches on a tensor's values .*"
+                                             r"torch\.where"):
+        model(torch.randn(2, 4), torch.ones(2, 4))
+
+
 def test_packed_sequences_are_refused_by_name():
     """pack_padded_sequence makes both torch.fx and torch.export fail inside torch's rnn helpers: the
     error names packed sequences and what to do, not the tracers' own failures."""

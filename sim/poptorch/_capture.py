@@ -181,10 +181,15 @@ def _trace(adapter, flat: list, leaf_types: tuple):
                 "sim.poptorch does not support packed sequences (torch.nn.utils.rnn.pack_padded_sequence, "
                 "pack_sequence, PackedSequence; PopTorch's sources have no rule for them either): pass the "
                 "padded batch to the LSTM/GRU and mask the padding (or keep the lengths) yourself") from e
+        hint = ""
+        if "DataDependent" in type(e).__name__:
+            hint = (": the model's Python branches on a tensor's values (data-dependent control flow, such as "
+                    "`if (mask == 1).all():`), which PopTorch cannot trace either, as it traces without values; "
+                    "compute both sides and choose with torch.where, or take the decision outside forward")
         raise GraphError(
             "sim.poptorch could not capture the model: torch.fx failed with "
             f"{type(fx_error).__name__}: {_first_line(fx_error)}; torch.export failed with "
-            f"{type(e).__name__}: {_first_line(e)}") from e
+            f"{type(e).__name__}: {_first_line(e)}{hint}") from e
 
 
 def _check_no_unseen_mutation(graph: torch.fx.Graph) -> None:

@@ -524,14 +524,19 @@ def _softmax(ctx: OpContext, dim=None):
     return ctx.op("softmax", [x], attrs, name="log_softmax" if "log" in ctx.key else "softmax")
 
 
-def _dropout(ctx: OpContext, p=None, training=None):
+def _dropout_call(ctx: OpContext, p, training):
+    """(input, p) of a dropout call (``p`` and ``training`` from its module, else its arguments);
+    p is None when it drops nothing (not training, or p 0)."""
     x = ctx.sarg(0, "input")
     if p is None:
         p = ctx.arg(1, "p", 0.5)
         training = ctx.arg(2, "training" if not ctx.aten else "train", True)
-    if not training or not p:
-        return x
-    return ctx.op("dropout", [x], {"p": float(p)})
+    return x, (float(p) if training and p else None)
+
+
+def _dropout(ctx: OpContext, p=None, training=None):
+    x, p = _dropout_call(ctx, p, training)
+    return x if p is None else ctx.op("dropout", [x], {"p": p})
 
 
 def _masked(ctx: OpContext, x, shape: tuple, p: float):
@@ -561,16 +566,13 @@ def _feature_dropout(ctx: OpContext, p=None, training=None):
     (poptorch popart_canonicalization/DropoutOps.cpp ``featureDropoutHandler``): PopART's ShapedDropout
     with a mask of N x C and singleton dimensions after (``poprand::shapedDropout``: a bernoulli mask of
     that shape, scaled, multiplying the input); PopTorch's error below two dimensions."""
-    x = ctx.sarg(0, "input")
+    x, p = _dropout_call(ctx, p, training)
     if p is None:
-        p = ctx.arg(1, "p", 0.5)
-        training = ctx.arg(2, "training" if not ctx.aten else "train", True)
-    if not training or not p:
         return x
     src = ctx.args[0]
     if src.dim() < 2:
         raise error("Feature dropout requires at least 2 dimensions in the input")
-    return _masked(ctx, x, tuple(src.shape[:2]) + (1,) * (src.dim() - 2), float(p))
+    return _masked(ctx, x, tuple(src.shape[:2]) + (1,) * (src.dim() - 2), p)
 
 
 def _pool(kind):
