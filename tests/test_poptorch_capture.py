@@ -567,6 +567,37 @@ def test_a_branch_on_a_tensor_s_values_is_refused_with_what_to_do():
         model(torch.randn(2, 4), torch.ones(2, 4))
 
 
+def test_torch_activation_checkpointing_runs_and_records_its_ops_once():
+    """torch.utils.checkpoint asks its arguments' device (ipu, to the model's code) for a device
+    module, which torch has none of: it runs on the CPU the tensors are on, its ops recorded once as
+    PopTorch records them, and the notes say it recomputes nothing."""
+    class Checkpointed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = torch.utils.checkpoint.checkpoint(lambda t: self.fc1(t).relu(), x, use_reentrant=False)
+            return poptorch.identity_loss(self.fc2(h).sum(), "none")
+
+    m = Checkpointed()
+    model = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    loss = model(torch.randn(4, 8))
+    assert torch.isfinite(loss).all()
+    assert kinds(model).count("matmul") == 2
+    assert any(n.startswith("torch.utils.checkpoint.checkpoint: ") for n in model.executable.notes)
+
+
+def test_complex_tensors_are_refused_saying_how_to_write_them():
+    class Rotary(nn.Module):
+        def forward(self, x):
+            z = torch.view_as_complex(x.reshape(4, 4, 2))
+            return torch.view_as_real(z * z).sum()
+
+    with pytest.raises(sim.UnsupportedOpError, match="the IPU has no complex types .*with real tensors"):
+        poptorch.inferenceModel(Rotary())(torch.randn(4, 8))
+
+
 def test_packed_sequences_are_refused_by_name():
     """pack_padded_sequence makes both torch.fx and torch.export fail inside torch's rnn helpers: the
     error names packed sequences and what to do, not the tracers' own failures."""

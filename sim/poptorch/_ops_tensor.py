@@ -447,6 +447,13 @@ def _channel_shuffle(ctx):
     return ctx.op("reshape", [t])
 
 
+def _complex(ctx):
+    """Complex tensors: the IPU has no complex types and PopTorch none either."""
+    ctx.unsupported("the IPU has no complex types (PopTorch supports none): write the complex product with real "
+                    "tensors, as (a*c - b*d, a*d + b*c) on the halves or interleaved pairs (a rotary embedding's "
+                    "rotation: x * cos + rotate_half(x) * sin)")
+
+
 def _pixel_unshuffle(ctx):
     """PopTorch has no handler for ``aten::pixel_unshuffle`` (its canonicalisation registers
     pixel_shuffle only), so the model would not compile there."""
@@ -522,6 +529,7 @@ RULES = {
     "reflection_pad3d": _pad, "replication_pad1d": _pad, "replication_pad2d": _pad, "replication_pad3d": _pad,
     "_pad_circular": _pad, "meshgrid": _views, "cartesian_prod": _views, "cross": _cross,
     "linalg_cross": _cross, "tensordot": _tensordot, "einsum": _einsum, "cdist": _cdist, "_cdist_forward": _cdist,
+    "view_as_complex": _complex, "view_as_real": _complex, "complex": _complex, "polar": _complex,
     "outer": _outer, "ger": _outer, "diff": _diff, "channel_shuffle": _channel_shuffle,
     "native_channel_shuffle": _channel_shuffle,
 }

@@ -15,6 +15,7 @@ import functools
 from collections import OrderedDict
 
 import torch
+import torch.utils.checkpoint
 from torch.utils import _pytree as pytree
 
 from . import _state, enums
@@ -78,16 +79,36 @@ def isRunningOnIpu() -> bool:
     return _ON_IPU > 0 or _state.active() is not None
 
 
+_TORCH_CHECKPOINT_DEVICE = torch.utils.checkpoint._infer_device_type
+_TORCH_CHECKPOINT_NOTE = ("torch.utils.checkpoint.checkpoint: its function's ops are recorded once, as PopTorch "
+                          "records them; it recomputes nothing (PopTorch's recomputation is "
+                          "poptorch.recomputationCheckpoint and Options._Popart autoRecomputation)")
+
+
+def _checkpoint_device(*args) -> str:
+    """torch's checkpoint asks its arguments' device for a device module to save the RNG with: the
+    model's tensors answer ``ipu`` (:mod:`._device`), which torch has none of; they are on the CPU."""
+    if _attribute_notes is not None and _TORCH_CHECKPOINT_NOTE not in _attribute_notes:
+        _attribute_notes.append(_TORCH_CHECKPOINT_NOTE)
+    device = _TORCH_CHECKPOINT_DEVICE(*args)
+    return "cpu" if device == "ipu" else device
+
+
 class on_ipu:
-    """While inside, :func:`isRunningOnIpu` is True (used by the executor)."""
+    """While inside, :func:`isRunningOnIpu` is True (used by the executor), and torch's activation
+    checkpointing runs on the CPU the model's tensors are on (:func:`_checkpoint_device`)."""
 
     def __enter__(self):
         global _ON_IPU
+        if _ON_IPU == 0:
+            torch.utils.checkpoint._infer_device_type = _checkpoint_device
         _ON_IPU += 1
 
     def __exit__(self, *exc):
         global _ON_IPU
         _ON_IPU -= 1
+        if _ON_IPU == 0:
+            torch.utils.checkpoint._infer_device_type = _TORCH_CHECKPOINT_DEVICE
 
 
 # --- blocks -----------------------------------------------------------------------------------
