@@ -462,8 +462,8 @@ def test_clear_errors_for_unknown_or_wrong_usage():
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable((4, 4), popxl.float32, name="x")
-        with pytest.raises(AttributeError, match="ops.log is not modelled"):
-            ops.log(x)
+        with pytest.raises(AttributeError, match="ops.cumsum is not modelled"):
+            ops.cumsum(x)
         with pytest.raises(popxl.NotModelledError, match="supported here"):
             ops.collectives.replicated_all_to_all(x)
         with pytest.raises(GraphError, match="inner dimensions"):
@@ -522,3 +522,83 @@ def test_gradients_only_feed_weight_updates():
         dw, = ops.call(info.graph, popxl.GradTensor(ir.main_graph, (4, 4), popxl.float32, None, "dy"))
         with pytest.raises(popxl.NotModelledError, match="gradient from an autodiff grad graph"):
             ops.mul(dw, 2.0)
+
+
+# --- element-wise math, comparisons, reductions and random numbers (sim/popxl/ops/_math.py) ----------
+def _program(build):
+    """(session run, the graph's ops) of a one-IPU program whose main graph ``build`` fills."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        out = build()
+        d2h = popxl.d2h_stream(out.shape, out.dtype, "out")
+        ops.host_store(d2h, out)
+    with popxl.Session(ir, "ipu_hw") as s:
+        s.run()
+    return s.simulation, s.executable.graph.ops
+
+
+@pytest.mark.parametrize("op, kind", [("abs", "abs"), ("cos", "cos"), ("sin", "sin"), ("log", "log"),
+                                      ("ceil", "ceil"), ("floor", "floor"), ("sign", "sign"), ("swish", "swish"),
+                                      ("geluerf", "gelu"), ("clip", "clamp")])
+def test_unary_math_ops_are_popops_unary_ops(op, kind):
+    def build():
+        x = popxl.variable(np.ones((4, 8), np.float32), name="x")
+        y = getattr(ops, op)(x)
+        assert (y.shape, y.dtype) == ((4, 8), popxl.float32)
+        return y
+    run, graph_ops = _program(build)
+    assert [o.kind for o in graph_ops] == [kind]
+    assert run.cycle_count > 0
+
+
+def test_comparisons_and_where_broadcast_and_give_bools():
+    def build():
+        x = popxl.variable(np.ones((4, 1), np.float32), name="x")
+        y = popxl.variable(np.ones((1, 8), np.float32), name="y")
+        above = ops.greater(x, y)
+        assert (above.shape, above.dtype) == ((4, 8), popxl.bool)
+        both = ops.logical_and(above, ops.logical_not(ops.equal(x, 0.5)))
+        return ops.where(both, x, ops.pow(y, 2.0))
+    run, graph_ops = _program(build)
+    assert [o.kind for o in graph_ops] == ["compare", "compare", "logical_not", "logical", "pow", "select"]
+    with pytest.raises(TypeError, match="the condition must be a popxl bool Tensor"):
+        _program(lambda: ops.where(popxl.variable(np.ones(3, np.float32)), 1.0, popxl.variable(np.ones(3, np.float32))))
+    with pytest.raises(GraphError, match=r"shapes \(3,\), \(4,\) do not broadcast"):
+        _program(lambda: ops.fmod(popxl.variable(np.ones(3, np.float32)), popxl.variable(np.ones(4, np.float32))))
+
+
+def test_reductions_as_popart_builds_them():
+    expected = {"min": ["reduce_min"], "prod": ["reduce_prod"], "sumsquare": ["square", "reduce_sum"],
+                "l1": ["abs", "reduce_sum"], "l2": ["square", "reduce_sum", "sqrt"], "logsum": ["reduce_sum", "log"],
+                "logsumexp": ["reduce_max", "sub", "exp", "reduce_sum", "log", "add"]}
+    for name, kinds in expected.items():
+        def build():
+            y = getattr(ops, name)(popxl.variable(np.ones((4, 8), np.float32), name="x"), axis=1)
+            assert y.shape == (4,)
+            return y
+        _, graph_ops = _program(build)
+        assert [o.kind for o in graph_ops if o.kind != "reshape"] == kinds, name
+
+
+def test_seeds_and_random_numbers_are_drawn_on_the_ipu():
+    def build():
+        seed = popxl.variable(np.array([1, 2], np.uint32), popxl.uint32, name="seed")
+        seeds = ops.split_random_seed(seed, 3)
+        assert len(seeds) == 3 and all(s.shape == (2,) and s.dtype == popxl.uint32 for s in seeds)
+        return ops.add(ops.random_normal(seeds[0], (4, 8)), ops.random_uniform(seeds[1], (4, 8), -1.0, 1.0))
+    run, graph_ops = _program(build)
+    assert [o.kind for o in graph_ops] == ["modify_random_seed"] * 3 + ["random_normal", "random_uniform", "add"]
+    trace = run.op_trace()
+    assert (trace[trace.kind == "modify_random_seed"].end - trace[trace.kind == "modify_random_seed"].start > 0).all()
+    with pytest.raises(ValueError, match=r"seed Tensor must be shape=\(2,\) dtype=uint32"):
+        _program(lambda: ops.random_uniform(popxl.variable(np.ones(2, np.float32)), (4,)))
+
+
+def test_squeeze_and_increment_mod():
+    def build():
+        x = popxl.variable(np.ones((4, 1, 8), np.float32), name="x")
+        with pytest.raises(ValueError, match="axis 0 .* has size 4, not 1"):
+            ops.squeeze(x, 0)
+        return ops.increment_mod(ops.squeeze(x), 1.0, 3.0)
+    _, graph_ops = _program(build)
+    assert [(o.kind, o.attrs.get("steps")) for o in graph_ops] == [("reshape", None), ("map", ["add", "remainder"])]

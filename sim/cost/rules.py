@@ -155,6 +155,9 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _scaled_add_to_matmul(ins, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))
     if kind == "dropout":
         return _dropout(ins, outs, attrs, ipu, tiles)
+    if kind == "modify_random_seed":  # PopXL's ops.create_random_seed / split_random_seed
+        parts = _modify_random_seed(ipu, tiles)
+        return in_series(parts, tiles, "PopART's ModifyRandomSeedOp: a one-element draw given the seed plus modifier")
     if kind == "histogram":
         return _histogram(ins, attrs, ipu, tiles)
     if kind == "loss_scale_update":

@@ -7,8 +7,8 @@ types, reduction kinds) are accepted and have no effect on the simulated time. A
 and the simulator does not raises :class:`~sim.popxl.errors.NotModelledError` naming the ops
 that are supported.
 
-The ops are defined in :mod:`sim.popxl.ops._core` and :mod:`sim.popxl.ops.remote` (re-exported
-here), :mod:`sim.popxl.ops.collectives` and :mod:`sim.popxl.ops.var_updates`. Importing this package
+The ops are defined in :mod:`sim.popxl.ops._core`, :mod:`sim.popxl.ops._math` and
+:mod:`sim.popxl.ops.remote` (re-exported here), :mod:`sim.popxl.ops.collectives` and :mod:`sim.popxl.ops.var_updates`. Importing this package
 registers the ops behind :class:`~sim.popxl.tensor.Tensor`'s methods and operators
 (``t.reshape(...)``, ``a + b``, ``t[0]``, ...).
 """
@@ -33,11 +33,15 @@ from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat,
                     repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid, sigmoid_, slice,
                     slice_, softmax, split, sqrt, sub, sum, tanh, tanh_, transpose, transpose_)
 
+from ._math import (abs, ceil, clip, cos, create_random_seed, equal, floor, fmod, geluerf, greater, increment_mod,
+                    isnan, l1, l2, log, logical_and, logical_not, logical_or, logsum, logsumexp, min, pow, prod,
+                    random_normal, random_uniform, sign, sin, split_random_seed, squeeze, sumsquare, swish, where)
+
 register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_copy, matmul=matmul,
                     mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose)
 
 SUPPORTED = sorted(n for n, v in dict(globals()).items() if callable(v) and n[0].islower()
-                   and getattr(v, "__module__", "") in (_core.__name__, remote_load.__module__)) + [
+                   and getattr(v, "__module__", "") in (_core.__name__, remote_load.__module__, abs.__module__)) + [
                        "collectives", "var_updates"]
 
 __all__ = ["CallSiteInfo", *SUPPORTED]
