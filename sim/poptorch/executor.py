@@ -157,6 +157,7 @@ class PoplarExecutor:
         self._optimizer_on_ipu = None  # the optimizer the IPUs hold, as PopART sees it (_popart_view)
         self._optimizer_write_due = False  # new values to write before the next call (set while detached)
         self._optimizer_writes = {"runs": 0, "tensors": 0, "seconds": 0.0}
+        self._write_seconds: dict[tuple, float] = {}  # (executable, tensors by IPU) -> seconds of a write
         self._warned_not_contiguous_input = False
         if training:
             _WRAPPED[self._user_model] = weakref.ref(self)
@@ -309,6 +310,8 @@ class PoplarExecutor:
                 "different number of IPUs or set poptorch.Options().autoRoundNumIPUs(True).")
         system, why = _system.choose(o, rounded * o.Distributed.numProcesses)
         anchors = self._resolve_anchors()
+        if self._training:  # the optimizer set last (a refused replacement stays the model's, as PopTorch's)
+            self._sim_optimizer = _optim.sim_optimizer(self._optimizer)
         sim_opt = self._sim_optimizer
         if self._training:
             sim_opt = _SimOptimizer(self._sim_optimizer, _optim.state_dtype(self._optimizer),
@@ -723,10 +726,12 @@ class PoplarExecutor:
             raise error("No named buffers marked as updatable via updatableNamedBuffers option")
 
     def setOptimizer(self, optimizer) -> None:
-        """Use ``optimizer`` from the next call (recompiles if its kind of update changes)."""
+        """Use ``optimizer``: before compilation the update the model compiles; after, its new values
+        written to the IPUs (PopART's OptimizerFromHost), or PopART's error where it cannot replace the
+        compiled one."""
         if not self._training:
             raise error("setOptimizer() is only available for a poptorch.trainingModel()")
-        name = _optim.sim_optimizer(optimizer)
+        _optim.check_supported(optimizer)
         clip, compiled_clip = _optim.clip_norm(optimizer), _optim.clip_norm(self._optimizer)
         if self._executable is not None and clip != compiled_clip:  # PopART's Optimizer::validReplacement
             which = "at index 0 " if None not in (clip, compiled_clip) else ""
@@ -737,7 +742,6 @@ class PoplarExecutor:
             self._optimizer._ipusim_param_names = None
         self._optimizer = optimizer
         if not self.isCompiled():
-            self._sim_optimizer = name  # the update the model will compile
             return
         self._name_optimizer_params()
         if self._popart_view() != self._optimizer_on_ipu:
@@ -775,7 +779,10 @@ class PoplarExecutor:
         by_ipu: dict[int, int] = collections.defaultdict(int)
         for weight, ipu in ipu_of.items():
             by_ipu[ipu] += per_weight[weight]
-        seconds = optimizer_write_seconds(self._executable, dict(by_ipu)) if by_ipu else 0.0
+        key = (id(self._executable), tuple(sorted(by_ipu.items())))  # priced once for a program and a count
+        if key not in self._write_seconds:
+            self._write_seconds[key] = optimizer_write_seconds(self._executable, dict(by_ipu)) if by_ipu else 0.0
+        seconds = self._write_seconds[key]
         w = self._optimizer_writes
         w["runs"] += 1
         w["tensors"] = sum(by_ipu.values())
