@@ -602,3 +602,39 @@ def test_squeeze_and_increment_mod():
         return ops.increment_mod(ops.squeeze(x), 1.0, 3.0)
     _, graph_ops = _program(build)
     assert [(o.kind, o.attrs.get("steps")) for o in graph_ops] == [("reshape", None), ("map", ["add", "remainder"])]
+
+
+def test_topk_argmax_onehot_and_dynamic_slices():
+    def build():
+        x = popxl.variable(np.ones((4, 16), np.float32), name="x")
+        values, indices = ops.topk(x, 3, axis=1, largest=True, sorted=True)
+        assert (values.shape, values.dtype, indices.shape, indices.dtype) == ((4, 3), popxl.float32, (4, 3), popxl.int32)
+        best = ops.argmax(x, 1)
+        assert (best.shape, best.dtype, ops.argmin(x, 0, keepdim=True).shape) == ((4,), popxl.int32, (1, 16))
+        classes = ops.onehot(best, popxl.constant(10, popxl.int32), popxl.constant(np.array([0.0, 1.0], np.float32)), 1)
+        assert (classes.shape, classes.dtype) == ((4, 10), popxl.float32)
+        with pytest.raises(GraphError, match="number of classes must be known"):
+            ops.onehot(best, popxl.variable(np.array(10, np.int32)), popxl.constant(np.array([0.0, 1.0], np.float32)), 1)
+        at = popxl.variable(np.array([2], np.uint32), popxl.uint32, name="at")
+        window = ops.dynamic_slice(x, at, [1], [4], True)
+        with pytest.raises(ValueError, match="a slice of 20 along axis 1 does not fit"):
+            ops.dynamic_slice(x, at, [1], [20], True)
+        updated = ops.dynamic_update(x, at, window, [1], [4], True)
+        assert (window.shape, updated.shape) == ((4, 4), (4, 16))
+        return ops.add(ops.sum(updated), ops.sum(classes))
+    _, graph_ops = _program(build)
+    kinds = [o.kind for o in graph_ops if o.kind != "reshape"]
+    assert kinds[:6] == ["sort", "reduce_max", "reduce_min", "map", "copy", "copy"]
+    assert graph_ops[0].attrs["k"] == 3
+
+
+def test_shaped_dropout_draws_a_mask_of_its_shape():
+    def build():
+        x = popxl.variable(np.ones((4, 8, 6), np.float32), name="x")
+        seed = popxl.variable(np.array([1, 2], np.uint32), popxl.uint32, name="seed")
+        with pytest.raises(GraphError, match=r"mask shape \(3, 1, 1\) does not broadcast"):
+            ops.shaped_dropout(x, seed, (3, 1, 1), 0.1)
+        return ops.shaped_dropout(x, seed, (4, 8, 1), 0.1)
+    _, graph_ops = _program(build)
+    drop = next(o for o in graph_ops if o.kind == "dropout")
+    assert drop.attrs["p"] == 0.1 and [o.kind for o in graph_ops] == ["dropout", "mul"]

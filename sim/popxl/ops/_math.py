@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import GraphError
 from .. import dtypes
-from ..tensor import Tensor
+from ..tensor import Constant, Tensor
 from ._core import _as_tensor, _axes, _graph, _name, _out, _reduce, _unary, add, exp, reshape, sub
 from ._core import max as _reduce_max
 
@@ -262,3 +262,123 @@ def random_normal(seed_tensor: Tensor, shape, mean: float = 0.0, std: float = 1.
                   dtype=dtypes.float32) -> Tensor:
     """Normally distributed random numbers drawn on the IPU (poprand::normal)."""
     return _random("random_normal", seed_tensor, shape, dtype, "ops.random_normal")
+
+
+# --- selection, indices and dynamic slices --------------------------------------------------------
+
+def topk(t: Tensor, k: int, axis: int, largest: bool, sorted: bool,  # noqa: A002 - PopXL's name
+         available_memory_proportion: float | None = None) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest (smallest) values along ``axis`` and their int32 indices: popops' top-k of each
+    row (PopART's TopKOp; priced as sim.poptorch's ``topk``)."""
+    if not -t.rank <= axis < t.rank:
+        raise ValueError(f"ops.topk: axis {axis} is out of range for a tensor of rank {t.rank}")
+    axis %= t.rank
+    if not 0 < k <= t.shape[axis]:
+        raise ValueError(f"ops.topk: k {k} must be in [1, {t.shape[axis]}] (the size of axis {axis})")
+    shape = tuple(k if i == axis else d for i, d in enumerate(t.shape))
+    g = _graph("ops.topk", t)
+    with g._building() as bld:
+        values, indices = bld.op("sort", [t._sim], [shape, shape], {"axis": axis, "op": "topk", "k": int(k)},
+                                 name=_name(g, "topk"), out_dtypes=[t.dtype.sim_name, "int32"])
+    return _out(g, values, t.dtype), _out(g, indices, dtypes.int32)
+
+
+def _arg(kind: str, t: Tensor, dim: int, keepdim: bool, where: str) -> Tensor:
+    axes = _axes(t, dim)
+    shape = [1 if i in axes else d for i, d in enumerate(t.shape)] if keepdim else \
+        [d for i, d in enumerate(t.shape) if i not in axes]
+    g = _graph(where, t)
+    with g._building() as bld:
+        out = bld.op(kind, [t._sim], [tuple(shape) or (1,)], {"axes": axes, "keepdims": keepdim},
+                     name=_name(g, where.split(".")[-1]), out_dtypes=["int32"])[0]
+    out = _out(g, out, dtypes.int32)
+    return reshape(out, ()) if not shape else out
+
+
+def argmax(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
+    """The int32 index of the maximum along ``dim``: a popops max reduction keeping its index."""
+    return _arg("reduce_max", t, dim, keepdim, "ops.argmax")
+
+
+def argmin(t: Tensor, dim: int = 0, keepdim: bool = False) -> Tensor:
+    return _arg("reduce_min", t, dim, keepdim, "ops.argmin")
+
+
+def onehot(t: Tensor, num_classes: Tensor, values: Tensor, axis: int) -> Tensor:
+    """A one-hot encoding of the indices ``t``, the classes along ``axis`` (popops encodeOneHot: each
+    index compared with every class). ``num_classes`` is a graph tensor, whose value sets the output's
+    shape: it must be a ``popxl.constant`` made from a number."""
+    data = num_classes._data if isinstance(num_classes, Constant) else None
+    if data is None or np.size(data) != 1:
+        raise GraphError("ops.onehot: the number of classes must be known when the program is built; make "
+                         "num_classes with popxl.constant(<int>)")
+    classes = int(np.asarray(data).reshape(()))
+    rank = t.rank + 1
+    if not -rank <= axis < rank:
+        raise ValueError(f"ops.onehot: axis {axis} is out of range for the result's rank {rank}")
+    shape = list(t.shape)
+    shape.insert(axis % rank, int(classes))
+    g = _graph("ops.onehot", t, num_classes, values)
+    with g._building() as bld:
+        out = bld.op("map", [t._sim], [tuple(shape)], {"steps": ["compare"], "op": "onehot"},
+                     name=_name(g, "onehot"), out_dtypes=[values.dtype.sim_name])[0]
+    return _out(g, out, values.dtype)
+
+
+def _dynamic(where: str, t: Tensor, index: Tensor, axes, sizes) -> tuple[list[int], list[int]]:
+    axes, sizes = [int(a) for a in axes], [int(s) for s in sizes]
+    if len(axes) != len(sizes) or not axes:
+        raise ValueError(f"{where}: axes {axes} and sizes {sizes} must be as long, and not empty")
+    if index.shape != (len(axes),):
+        raise ValueError(f"{where}: the index must be a 1-D tensor of {len(axes)} offsets (one per axis); "
+                         f"got shape {index.shape}")
+    for a, s in zip(axes, sizes):
+        if not 0 <= a < t.rank or not 0 < s <= t.shape[a]:
+            raise ValueError(f"{where}: a slice of {s} along axis {a} does not fit {t.id!r} {t.shape}")
+    return axes, sizes
+
+
+def dynamic_slice(t: Tensor, index: Tensor, axes, sizes, no_overlap: bool) -> Tensor:
+    """A slice at offsets the program computes (popops dynamicSlice): a copy of the slice, as
+    sim.poptorch prices ``poptorch.dynamic_slice``."""
+    axes, sizes = _dynamic("ops.dynamic_slice", t, index, axes, sizes)
+    shape = list(t.shape)
+    for a, s in zip(axes, sizes):
+        shape[a] = s
+    g = _graph("ops.dynamic_slice", t, index)
+    with g._building() as bld:
+        out = bld.op("copy", [t._sim, index._sim], [tuple(shape)], {"dynamic_slice": True},
+                     name=_name(g, "dynamic_slice"))[0]
+    return _out(g, out, t.dtype)
+
+
+def dynamic_update(t: Tensor, index: Tensor, t_update: Tensor, axes, sizes, no_overlap: bool) -> Tensor:
+    """``t`` with ``t_update`` written at offsets the program computes (popops dynamicUpdate), out of
+    place: a copy of the updated tensor."""
+    axes, sizes = _dynamic("ops.dynamic_update", t, index, axes, sizes)
+    g = _graph("ops.dynamic_update", t, index, t_update)
+    with g._building() as bld:
+        out = bld.op("copy", [t._sim, t_update._sim, index._sim], [t.shape], {"dynamic_update": True},
+                     name=_name(g, "dynamic_update"))[0]
+    return _out(g, out, t.dtype)
+
+
+def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Iterable[int], ratio: float) -> Tensor:
+    """Dropout with a mask of ``shape`` broadcast over ``t`` (PopART's ShapedDropoutOp,
+    ``poprand::shapedDropout``: a bernoulli mask of that shape, scaled, multiplying ``t``)."""
+    _check_seed(seed_tensor, "ops.shaped_dropout")
+    if not 0 <= ratio < 1:
+        raise ValueError(f"ops.shaped_dropout: ratio must be in [0, 1), got {ratio!r}")
+    shape = tuple(int(d) for d in shape)
+    try:
+        np.broadcast_shapes(shape, t.shape)
+    except ValueError:
+        raise GraphError(f"ops.shaped_dropout: the mask shape {shape} does not broadcast to {t.id!r} {t.shape}") \
+            from None
+    g = _graph("ops.shaped_dropout", t, seed_tensor)
+    with g._building() as bld:
+        mask = bld.op("dropout", [bld.constant(_name(g, "ones"), shape, t.dtype.sim_name)], [shape], {"p": ratio},
+                      name=_name(g, "mask"))[0]
+        g.sim_graph.ops[-1].attrs["explicit"] = True
+        out = bld.mul(t._sim, mask, name=_name(g, "shaped_dropout"))
+    return _out(g, out, t.dtype)
