@@ -17,7 +17,8 @@ def _session(ir) -> popxl.Session:
 
 
 def test_numpy_on_the_left_and_iteration():
-    """PopXL's Tensor sets ``__array_ufunc__`` and ``__iter__`` to None (tensor.py)."""
+    """PopXL's Tensor sets ``__array_ufunc__`` and ``__iter__`` to None (tensor.py); its operators
+    ``**``, ``%``, ``~`` are ops.pow, ops.fmod and ops.logical_not."""
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable(np.zeros((3, 4), np.float32))
@@ -27,8 +28,12 @@ def test_numpy_on_the_left_and_iteration():
         assert len(ir.main_graph.sim_graph.ops) == before + 1  # one mul, not 1,518 slices
         with pytest.raises(TypeError):
             list(x)
-        with pytest.raises(popxl.NotModelledError, match=r"\*\* \(PopXL's ops.pow\)"):
-            x ** 2
+        assert [op.kind for op in ir.main_graph.sim_graph.ops[-1:]] == ["mul"]
+        squared, left = x ** 2.0, 2.0 ** x  # ops.pow, with the number on either side
+        flags = ~ops.greater(x % 3.0, 1.0)  # ops.fmod, ops.logical_not
+        assert (squared.shape, left.shape, flags.dtype) == ((3, 4), (3, 4), popxl.bool)
+        assert [op.kind for op in ir.main_graph.sim_graph.ops[-5:]] == ["pow", "pow", "remainder", "compare",
+                                                                        "logical_not"]
 
 
 def test_indexing_drops_integer_axes_and_takes_negative_steps():

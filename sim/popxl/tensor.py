@@ -229,30 +229,32 @@ class Tensor:
     def __neg__(self):
         return _op("negate")(self)
 
-    def _unmodelled(self, *_, op: str):
-        raise NotModelledError(f"the operator behind {op} (PopXL's ops.{_OPERATOR_OPS[op]}) is not modelled by the "
-                               "simulator; build the program without it")
-
     def __pow__(self, other):
-        return self._unmodelled(op="**")
+        return self._binary(other, "pow")
 
-    __rpow__ = __pow__
+    def __rpow__(self, other):
+        return self._binary(other, "pow", True)
 
     def __mod__(self, other):
-        return self._unmodelled(op="%")
+        return self._binary(other, "fmod")
+
+    def __rmod__(self, other):
+        return self._binary(other, "fmod", True)
 
     def __invert__(self):
-        return self._unmodelled(op="~")
+        return _op("logical_not")(self)
 
     def __and__(self, other):
-        return self._unmodelled(op="&")
+        return self._binary(other, "logical_and")
 
-    __rand__ = __and__
+    def __rand__(self, other):
+        return self._binary(other, "logical_and", True)
 
     def __or__(self, other):
-        return self._unmodelled(op="|")
+        return self._binary(other, "logical_or")
 
-    __ror__ = __or__
+    def __ror__(self, other):
+        return self._binary(other, "logical_or", True)
 
     def __iadd__(self, other):
         return _op("add_")(self, other)
@@ -261,7 +263,6 @@ class Tensor:
 # --- the ops behind the methods and operators ------------------------------------------------------
 
 #: PopXL's ops behind operators the simulator has no model for
-_OPERATOR_OPS = {"**": "pow", "%": "fmod", "~": "logical_not", "&": "logical_and", "|": "logical_or"}
 
 _OPS: dict[str, Callable[..., Tensor]] = {}
 

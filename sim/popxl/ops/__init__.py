@@ -39,7 +39,8 @@ from ._math import (abs, argmax, argmin, ceil, clip, cos, create_random_seed, dy
                     shaped_dropout, sign, sin, split_random_seed, squeeze, sumsquare, swish, topk, where)
 
 register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_copy, matmul=matmul,
-                    mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose)
+                    mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose,
+                    pow=pow, fmod=fmod, logical_not=logical_not, logical_and=logical_and, logical_or=logical_or)
 
 SUPPORTED = sorted(n for n, v in dict(globals()).items() if callable(v) and n[0].islower()
                    and getattr(v, "__module__", "") in (_core.__name__, remote_load.__module__, abs.__module__)) + [
