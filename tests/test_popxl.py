@@ -462,8 +462,8 @@ def test_clear_errors_for_unknown_or_wrong_usage():
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable((4, 4), popxl.float32, name="x")
-        with pytest.raises(AttributeError, match="ops.cumsum is not modelled"):
-            ops.cumsum(x)
+        with pytest.raises(AttributeError, match="ops.scatter is not modelled"):
+            ops.scatter(x)
         with pytest.raises(popxl.NotModelledError, match="supported here"):
             ops.collectives.replicated_all_to_all(x)
         with pytest.raises(GraphError, match="inner dimensions"):
@@ -602,6 +602,15 @@ def test_squeeze_and_increment_mod():
         return ops.increment_mod(ops.squeeze(x), 1.0, 3.0)
     _, graph_ops = _program(build)
     assert [(o.kind, o.attrs.get("steps")) for o in graph_ops] == [("reshape", None), ("map", ["add", "remainder"])]
+
+
+def test_cumsum_is_a_triangular_matmul_as_popart_runs_it():
+    def build():
+        y = ops.cumsum(popxl.variable(np.ones((4, 8, 3), np.float32), name="x"), 1)
+        assert y.shape == (4, 8, 3)
+        return y
+    _, graph_ops = _program(build)
+    assert [o.kind for o in graph_ops] == ["transpose", "reshape", "matmul", "reshape", "transpose"]
 
 
 def test_topk_argmax_onehot_and_dynamic_slices():

@@ -17,7 +17,8 @@ import numpy as np
 from ...errors import GraphError
 from .. import dtypes
 from ..tensor import Constant, Tensor
-from ._core import _as_tensor, _axes, _graph, _name, _out, _reduce, _unary, add, exp, reshape, sub
+from ._core import (_as_tensor, _axes, _graph, _name, _out, _reduce, _unary, add, exp, matmul, reshape, sub,
+                    transpose)
 from ._core import max as _reduce_max
 
 
@@ -382,3 +383,20 @@ def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Iterable[int], ratio: 
         g.sim_graph.ops[-1].attrs["explicit"] = True
         out = bld.mul(t._sim, mask, name=_name(g, "shaped_dropout"))
     return _out(g, out, t.dtype)
+
+
+def cumsum(t: Tensor, dim: int = 0) -> Tensor:
+    """The running sum along ``dim`` as PopART computes it (popx/op/cumsumx.cpp): the input as a
+    (T, rest) matrix, ``dim`` first, multiplied by a constant T x T triangular matrix."""
+    if not -t.rank <= dim < t.rank:
+        raise ValueError(f"ops.cumsum: dim {dim} is out of range for a tensor of rank {t.rank}")
+    dim %= max(t.rank, 1)
+    g = _graph("ops.cumsum", t)
+    perm = [dim] + [i for i in range(t.rank) if i != dim]
+    moved = transpose(t, perm) if dim else t
+    rows = moved.shape[0]
+    flat = reshape(moved, [rows, math.prod(moved.shape[1:])])
+    triangle = Tensor(g, g._new_tensor("triangular", (rows, rows), t.dtype, "constant"), (rows, rows), t.dtype,
+                      flat.ipu)
+    summed = reshape(matmul(triangle, flat), moved.shape)
+    return transpose(summed, [perm.index(i) for i in range(t.rank)]) if dim else summed
