@@ -266,6 +266,7 @@ def _attr(module: torch.nn.Module, target: str):
 
 
 def _unused_attr(module: torch.nn.Module, base: str) -> str:
+    """``base``, or ``base_2``, ``base_3`` ...: the first name ``module`` has no attribute of."""
     name, k = base, 1
     while hasattr(module, name):
         k += 1
