@@ -647,3 +647,19 @@ def test_shaped_dropout_draws_a_mask_of_its_shape():
     _, graph_ops = _program(build)
     drop = next(o for o in graph_ops if o.kind == "dropout")
     assert drop.attrs["p"] == 0.1 and [o.kind for o in graph_ops] == ["dropout", "mul"]
+
+
+def test_batch_norm_inference_and_pooling():
+    def build():
+        x = popxl.variable(np.ones((2, 8, 16, 16), np.float32), name="x")
+        stats = [popxl.variable(np.ones(8, np.float32), name=n) for n in ("scale", "bias", "mean", "var")]
+        y = ops.max_pool(ops.batch_norm_inference(x, *stats), (3, 3), (2, 2), (1, 1, 1, 1))
+        assert y.shape == (2, 8, 8, 8)
+        with pytest.raises(popxl.NotModelledError, match=r"padding \(0, 0, 1, 1\) .* the same before and after"):
+            ops.average_pool(y, (2, 2), padding=(0, 0, 1, 1))
+        with pytest.raises(GraphError, match=r"has shape \(4,\), expected \(8,\)"):
+            ops.batch_norm_inference(x, popxl.variable(np.ones(4, np.float32)), *stats[1:])
+        return ops.average_pool(y, (2, 2))
+    _, graph_ops = _program(build)
+    assert [(o.kind, o.attrs.get("inference")) for o in graph_ops] == [("batchnorm", True), ("maxpool", None),
+                                                                       ("avgpool", None)]

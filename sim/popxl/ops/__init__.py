@@ -33,10 +33,11 @@ from ._core import (CallSiteInfo, add, add_, call, call_with_info, cast, concat,
                     repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid, sigmoid_, slice,
                     slice_, softmax, split, sqrt, sub, sum, tanh, tanh_, transpose, transpose_)
 
-from ._math import (abs, argmax, argmin, ceil, clip, cos, create_random_seed, cumsum, dynamic_slice, dynamic_update, equal,
-                    floor, fmod, geluerf, greater, increment_mod, isnan, l1, l2, log, logical_and, logical_not,
-                    logical_or, logsum, logsumexp, min, onehot, pow, prod, random_normal, random_uniform,
-                    shaped_dropout, sign, sin, split_random_seed, squeeze, sumsquare, swish, topk, where)
+from ._math import (abs, argmax, argmin, average_pool, batch_norm_inference, ceil, clip, cos, create_random_seed,
+                    cumsum, dynamic_slice, dynamic_update, equal, floor, fmod, geluerf, greater, increment_mod,
+                    isnan, l1, l2, log, logical_and, logical_not, logical_or, logsum, logsumexp, max_pool, min,
+                    onehot, pow, prod, random_normal, random_uniform, shaped_dropout, sign, sin, split_random_seed,
+                    squeeze, sumsquare, swish, topk, where)
 
 register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_copy, matmul=matmul,
                     mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose,

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...errors import GraphError
 from .. import dtypes
+from ..errors import NotModelledError
 from ..tensor import Constant, Tensor
 from ._core import (_as_tensor, _axes, _graph, _name, _out, _reduce, _unary, add, exp, matmul, reshape, sub,
                     transpose)
@@ -400,3 +401,62 @@ def cumsum(t: Tensor, dim: int = 0) -> Tensor:
                       flat.ipu)
     summed = reshape(matmul(triangle, flat), moved.shape)
     return transpose(summed, [perm.index(i) for i in range(t.rank)]) if dim else summed
+
+
+# --- convolutional-network layers ---------------------------------------------------------------
+
+def batch_norm_inference(t: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor,
+                         epsilon: float = 1e-5, momentum: float = 0.9) -> Tensor:
+    """Batch norm with the running statistics (PopART's BatchNormOp at inference, popnn
+    ``batchNormalise``: the statistics' combined scale and shift, one multiply and one add)."""
+    if t.rank < 2:
+        raise ValueError(f"ops.batch_norm_inference: {t.id!r} {t.shape} needs (N, C, ...) dimensions")
+    channels = t.shape[1]
+    for p in (scale, bias, mean, var):
+        if p.shape != (channels,):
+            raise GraphError(f"ops.batch_norm_inference: {p.id!r} has shape {p.shape}, expected ({channels},) for "
+                             f"{t.id!r} {t.shape}")
+    g = _graph("ops.batch_norm_inference", t, scale, bias, mean, var)
+    with g._building() as bld:
+        out = bld.op("batchnorm", [t._sim, scale._sim, bias._sim, mean._sim, var._sim], [t.shape],
+                     {"inference": True, "eps": epsilon}, name=_name(g, "batch_norm"))[0]
+    return _out(g, out, t.dtype)
+
+
+def _pool(kind: str, where: str, t: Tensor, kernel_size, stride, padding, out_pads, dilation, in_dilations,
+          auto_pad, ceil_mode) -> Tensor:
+    """popnn's 2-D pooling of an (N, C, H, W) tensor; PopXL's other forms are refused by name."""
+    kernel = tuple(int(k) for k in kernel_size)
+    if t.rank != 4 or len(kernel) != 2:
+        raise NotModelledError(f"{where}: only 2-D pooling of (N, C, H, W) tensors is modelled; got {t.id!r} "
+                               f"{t.shape} with a kernel of {kernel}")
+    stride = tuple(int(s) for s in (stride or kernel))
+    pads = tuple(int(p) for p in (padding or (0, 0, 0, 0)))
+    if len(pads) != 4 or pads[:2] != pads[2:]:
+        raise NotModelledError(f"{where}: padding {pads} (begin and end of each axis) is modelled only the same "
+                               "before and after each axis")
+    unmodelled = [name for name, value, default in (("out_pads", out_pads, None), ("in_dilations", in_dilations, None),
+                                                     ("ceil_mode", ceil_mode, False))
+                  if value not in (default, (), [])]
+    if dilation not in (None, (), []) and any(int(d) != 1 for d in dilation):
+        unmodelled.append("dilation")
+    if auto_pad not in ("not_set", "notset", None):
+        unmodelled.append("auto_pad")
+    if unmodelled:
+        raise NotModelledError(f"{where}: {', '.join(unmodelled)} not modelled; pool with explicit, even padding")
+    g = _graph(where, t)
+    with g._building() as bld:
+        out = bld.pool(t._sim, kind, kernel, stride, pads[:2], name=_name(g, kind))
+    return _out(g, out, t.dtype)
+
+
+def average_pool(t: Tensor, kernel_size, stride=None, padding=None, out_pads=None, dilation=None,
+                 in_dilations=None, auto_pad="not_set", ceil_mode: bool = False) -> Tensor:
+    return _pool("avgpool", "ops.average_pool", t, kernel_size, stride, padding, out_pads, dilation, in_dilations,
+                 auto_pad, ceil_mode)
+
+
+def max_pool(t: Tensor, kernel_size, stride=None, padding=None, out_pads=None, dilation=None, in_dilations=None,
+             auto_pad="not_set", ceil_mode: bool = False, storage_order: str = "row") -> Tensor:
+    return _pool("maxpool", "ops.max_pool", t, kernel_size, stride, padding, out_pads, dilation, in_dilations,
+                 auto_pad, ceil_mode)
