@@ -575,9 +575,9 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
             raise
         except Exception as e:  # the traced graph fails where the model may not: a branch on a type
             if isinstance(e, UnsupportedOpError):
-                if method != "torch.fx" or not getattr(e, "fx_leaf_function", False):
+                if method != "torch.fx" or not getattr(e, "fx_leaf_function", None):
                     raise
-                why = f"{_first_line(e).split('. Give it one')[0]}, a Python function torch.fx kept whole"
+                why = f"{e.fx_leaf_function}, a Python function torch.fx kept whole"
             elif method != "torch.fx" or not _runs_eagerly(adapter, flat, running):
                 raise
             else:

@@ -1177,8 +1177,9 @@ def map_node(cap, n, interp, result):
         # a Python function torch.fx kept whole (torch.fx.wrap, as torchvision wraps Swin's relative
         # position bias): its body is torch ops, which torch.export records one by one
         home = getattr(n.target, "__module__", "") or ""
-        error.fx_leaf_function = module is None and n.op == "call_function" and inspect.isfunction(n.target) \
+        kept_whole = module is None and n.op == "call_function" and inspect.isfunction(n.target) \
             and home != "torch" and not home.startswith("torch.")
+        error.fx_leaf_function = f"sim.poptorch has no cost for {desc} (node {n.name!r})" if kept_whole else None
         raise error
     made = len(cap.g.ops)
     value = rule(ctx)

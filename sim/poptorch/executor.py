@@ -157,7 +157,8 @@ class PoplarExecutor:
         self._optimizer_on_ipu = None  # the optimizer the IPUs hold, as PopART sees it (_popart_view)
         self._optimizer_write_due = False  # new values to write before the next call (set while detached)
         self._optimizer_writes = {"runs": 0, "tensors": 0, "seconds": 0.0}
-        self._write_seconds: dict[tuple, float] = {}  # (executable, tensors by IPU) -> seconds of a write
+        self._write_seconds: dict[tuple, float] = {}  # tensors by IPU -> seconds of a write (this executable's)
+        self._update_ipus: dict[str, int] = {}
         self._warned_not_contiguous_input = False
         if training:
             _WRAPPED[self._user_model] = weakref.ref(self)
@@ -336,6 +337,11 @@ class PoplarExecutor:
             self._name_optimizer_params()
             self._optimizer_on_ipu = self._popart_view()  # loading the executable writes them
             self._optimizer_write_due = False
+            self._write_seconds = {}
+            self._update_ipus = {}  # each trained weight -> the IPU of its update (LAMB's has several ops)
+            for op in exe.graph.ops:
+                if op.pass_ == "update" and op.inputs and exe.graph.tensors[op.inputs[0]].role == "weight":
+                    self._update_ipus.setdefault(op.inputs[0], op.ipu or 0)
         self._system_reason = why
         self._anchors = anchors
         self._captured = captured
@@ -766,20 +772,16 @@ class PoplarExecutor:
         optimizer tensors, on the IPU that updates it); its seconds. PopART's error first when the
         new optimizer cannot replace the compiled one (another kind of update, a constant changed);
         the values stay due, so the next call fails too, as PopTorch's."""
-        view = self._popart_view()
+        context = self._optimizer_context()
+        view = _optim.popart_view(self._optimizer, *context)
         problem = _optim.replacement_error(self._optimizer_on_ipu, view)
         if problem:
             raise error(problem)
-        g = self._executable.graph
-        per_weight = _optim.optimizer_tensors(self._optimizer, *self._optimizer_context())
-        ipu_of: dict[str, int] = {}  # each weight on the IPU of its update (LAMB's has several ops)
-        for op in g.ops:
-            if op.pass_ == "update" and op.inputs and op.inputs[0] in per_weight:
-                ipu_of.setdefault(op.inputs[0], op.ipu or 0)
+        per_weight = _optim.optimizer_tensors(self._optimizer, *context)
         by_ipu: dict[int, int] = collections.defaultdict(int)
-        for weight, ipu in ipu_of.items():
-            by_ipu[ipu] += per_weight[weight]
-        key = (id(self._executable), tuple(sorted(by_ipu.items())))  # priced once for a program and a count
+        for weight, ipu in self._update_ipus.items():
+            by_ipu[ipu] += per_weight.get(weight, 0)
+        key = tuple(sorted(by_ipu.items()))  # priced once for the compiled program and a count
         if key not in self._write_seconds:
             self._write_seconds[key] = optimizer_write_seconds(self._executable, dict(by_ipu)) if by_ipu else 0.0
         seconds = self._write_seconds[key]

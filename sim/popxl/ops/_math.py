@@ -63,20 +63,12 @@ def geluerf(t: Tensor) -> Tensor:
     return _unary("gelu", t)
 
 
-def _to_bool(kind: str, inputs: list[Tensor], shape, where: str) -> Tensor:
-    g = _graph(where, *inputs)
-    with g._building() as bld:
-        out = bld.op(kind, [x._sim for x in inputs], [tuple(shape)], {"op": where.split(".")[-1]},
-                     name=_name(g, where.split(".")[-1]), out_dtypes=["bool"])[0]
-    return _out(g, out, dtypes.bool)
-
-
 def logical_not(t: Tensor) -> Tensor:
-    return _to_bool("logical_not", [t], t.shape, "ops.logical_not")
+    return _broadcast("logical_not", [t], "ops.logical_not", dtypes.bool)
 
 
 def isnan(t: Tensor) -> Tensor:
-    return _to_bool("isnan", [t], t.shape, "ops.isnan")
+    return _broadcast("isnan", [t], "ops.isnan", dtypes.bool)
 
 
 def clip(t: Tensor, min: float | None = float("-inf"), max: float | None = float("inf")) -> Tensor:  # noqa: A002
@@ -101,6 +93,8 @@ def increment_mod(t: Tensor, increment: float, modulus: float) -> Tensor:
 
 def _broadcast(kind: str, operands: list, where: str, out_dtype: dtypes.dtype | None = None,
                like: Tensor | None = None) -> Tensor:
+    """One op of ``kind`` on ``operands`` (numbers made constants of ``like``'s dtype), its result
+    broadcast from them and of ``out_dtype`` (default ``like``'s)."""
     if like is None:
         like = next((x for x in operands if isinstance(x, Tensor)), None)
     if like is None:
