@@ -462,8 +462,8 @@ def test_clear_errors_for_unknown_or_wrong_usage():
     ir = popxl.Ir()
     with ir.main_graph:
         x = popxl.variable((4, 4), popxl.float32, name="x")
-        with pytest.raises(AttributeError, match="ops.scatter is not modelled"):
-            ops.scatter(x)
+        with pytest.raises(AttributeError, match="ops.roi_align is not modelled"):
+            ops.roi_align(x)
         with pytest.raises(popxl.NotModelledError, match="supported here"):
             ops.collectives.replicated_all_to_all(x)
         with pytest.raises(GraphError, match="inner dimensions"):
@@ -663,3 +663,161 @@ def test_batch_norm_inference_and_pooling():
     _, graph_ops = _program(build)
     assert [(o.kind, o.attrs.get("inference")) for o in graph_ops] == [("batchnorm", True), ("maxpool", None),
                                                                        ("avgpool", None)]
+
+
+# --- gathers, scatters, order statistics and the rest of PopXL's ops (sim/popxl/ops/_select.py) -----
+def _kinds(graph_ops, *attrs):
+    return [(o.kind,) + tuple(o.attrs.get(a) for a in attrs) for o in graph_ops if o.kind != "reshape"]
+
+
+def test_gathers_along_any_axis_are_multislices():
+    def build():
+        x = popxl.variable(np.ones((4, 16, 8), np.float32), name="x")
+        at = popxl.variable(np.array([[1, 2, 3]], np.int32), name="at")
+        y = ops.gather(x, at, axis=1)
+        assert y.shape == (4, 1, 3, 8)
+        assert ops.tied_gather(x, at).shape == (1, 3, 16, 8) and ops.groupedgather(x, at, 2).shape == (4, 16, 1, 3)
+        with pytest.raises(popxl.NotModelledError, match="only one group is modelled"):
+            ops.groupedgather(x, at, 0, group_size=2)
+        with pytest.raises(GraphError, match="must be integers"):
+            ops.gather(x, popxl.variable(np.ones(3, np.float32)))
+        return y
+    run, graph_ops = _program(build)
+    assert _kinds(graph_ops, "axis") == [("gather", 1), ("gather", None), ("gather", 2)]
+    trace = run.op_trace()
+    assert (trace[trace.kind == "gather"].end - trace[trace.kind == "gather"].start > 0).all()
+
+
+def test_scatters_follow_popart_index_alignment():
+    def build():
+        data = popxl.variable(np.ones((10, 16), np.float32), name="data")
+        rows = popxl.variable(np.zeros(10, np.int32), name="rows")
+        slices = ops.scatter_reduce(data, rows, "sum", axis_size=4)  # a vector along axis 0: whole rows
+        elements = ops.scatter_reduce(data, popxl.variable(np.zeros((10, 16), np.int32)), "max", axis_size=4)
+        assert slices.shape == elements.shape == (4, 16)
+        with pytest.raises(GraphError, match="Partial broadcasting of indices is not currently supported"):
+            ops.scatter_reduce(data, popxl.variable(np.zeros((2, 16), np.int32)), "sum", axis_size=4)
+        assert ops.scatter_reduce(data, popxl.variable(np.zeros(16, np.int32)), "sum", axis=1, axis_size=4).shape == (10, 4)
+        with pytest.raises(GraphError, match="Failed to expand 'indices' shape"):
+            ops.scatter_reduce(data, popxl.variable(np.zeros(12, np.int32)), "sum", axis_size=4)
+        with pytest.raises(ValueError, match="One of initial_values and axis_size"):
+            ops.scatter_reduce(data, rows, "sum")
+        into = ops.scatter_reduce(data, rows, "min", initial_values=slices)
+        written = ops.scatter(into, popxl.variable(np.zeros((4, 3), np.int32)), popxl.variable(np.ones((4, 3), np.float32)),
+                              axis=1)
+        return ops.add(ops.add(written, elements), slices)
+    _, graph_ops = _program(build)
+    scatters = [(o.attrs["reduce"], o.attrs["slices"], o.attrs["axis"]) for o in graph_ops if o.kind == "scatter_elements"]
+    assert scatters == [("sum", True, 0), ("max", False, 0), ("sum", True, 1), ("min", True, 0), ("none", False, 1)]
+
+
+def test_subsample_median_histogram_and_nll_loss_as_popart_grows_them():
+    def build():
+        x = popxl.variable(np.ones((10, 16, 5), np.float32), name="x")
+        assert ops.subsample(x, [2, 3, 1]).shape == (5, 6, 5)
+        w = popxl.variable(np.ones((2, 8, 8, 8), np.float32))
+        assert ops.conv_transpose(w, popxl.variable(np.ones((8, 4, 3, 3), np.float32)), stride=(2, 2),
+                                  output_shape=(16, 16)).shape == (2, 4, 16, 16)
+        mid = ops.median(x, axis=[0, 2])
+        assert mid.shape == (16,) and ops.median(x, axis=1, keepdims=True).shape == (10, 1, 5)
+        counts = ops.histogram(x, [0.1, 1.0, 10.0], absolute_of_input=True)
+        assert (counts.shape, counts.dtype) == ((4,), popxl.uint32)
+        with pytest.raises(ValueError, match="must increase"):
+            ops.histogram(x, [1.0, 0.5], False)
+        loss = ops.nll_loss(popxl.variable(np.ones((8, 10), np.float32)), popxl.variable(np.zeros(8, np.int32)))
+        assert loss.shape == ()
+        return ops.add(ops.sum(mid), loss)
+    _, graph_ops = _program(build)
+    kinds = _kinds(graph_ops, "op")
+    assert kinds[:7] == [("copy", "subsample"), ("conv2d_grad_input", None), ("transpose", None), ("sort", "median"),
+                         ("transpose", None), ("sort", "median"), ("histogram", None)]
+    # NllOpx: one-hot, multiply, row sums, log of the max with epsilon, the mean
+    assert [k for k, _ in kinds[7:12]] == ["map", "mul", "reduce_sum", "map", "reduce_mean"]
+
+
+def test_maximum_isinf_isfinite_lamb_square_clamp_and_inplace_forms():
+    def build():
+        x = popxl.variable(np.ones((10, 16), np.float32), name="x")
+        top = ops.maximum(x, popxl.variable(np.ones(16, np.float32)), popxl.variable(np.ones((10, 1), np.float32)))
+        finite = ops.isfinite(ops.clamp(top, 0.0, 1.0))
+        assert (finite.shape, finite.dtype) == ((10, 16), popxl.bool)
+        sq = ops.lamb_square(popxl.variable(np.ones((4, 4), np.float16), popxl.float16))
+        assert (sq.shape, sq.dtype) == ((), popxl.float32)
+        assert ops.geluerf_ is ops.geluerf and ops.dynamic_update_ is ops.dynamic_update and ops.rename is ops.identity
+        return ops.add(ops.sum(ops.where(finite, top, x)), sq)
+    run, graph_ops = _program(build)
+    kinds = _kinds(graph_ops, "steps")
+    assert kinds[:6] == [("maximum", None), ("maximum", None), ("clamp", None), ("isnan", None),
+                         ("map", ["compare", "isfinite", "logical_not", "logical"]), ("logical", None)]
+    assert ("square", None) in kinds and run.cycle_count > 0
+
+
+@pytest.mark.parametrize("mode, kinds", [("nearest", ["copy"]), ("cubic", ["map"]),
+                                         ("linear", ["copy", "mul", "mul", "add", "mul", "mul", "add"])])
+def test_interpolate_as_popart_resizes(mode, kinds):
+    def build():
+        y = ops.interpolate(popxl.variable(np.ones((2, 3, 8, 8), np.float32)), (1, 1, 2, 1.5), mode)
+        assert y.shape == (2, 3, 16, 12)
+        return y
+    _, graph_ops = _program(build)
+    assert [o.kind for o in graph_ops] == kinds
+
+
+def test_conv_transpose_is_the_input_gradient_of_a_convolution_and_trains():
+    class Net(popxl.Module):
+        def build(self, x):
+            self.W = popxl.graph_input((8, 4, 3, 3), popxl.float32, "W")
+            y = ops.conv_transpose(x, self.W, stride=(2, 2), padding=(1, 1, 1, 1), output_padding=(1, 1))
+            assert y.shape == (2, 4, 16, 16)
+            return ops.reshape(ops.interpolate(y, (1, 1, 0.5, 0.5)), (2, 256)) @ popxl.constant(
+                np.ones((256, 10), np.float32))
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones((2, 8, 8, 8), np.float32), name="x")
+        W = popxl.variable((8, 4, 3, 3), popxl.float32, name="W")
+        net = Net()
+        fwd = ir.create_graph(net, x)
+        bwd = popxl.transforms.autodiff(fwd)
+        call = ops.call_with_info(fwd, x, inputs_dict={net.W: W})
+        loss, dx = ops.nll_loss_with_softmax_grad(ops.softmax(call.outputs[0], axis=-1),
+                                                  popxl.variable(np.zeros(2, np.int32)))
+        grads = bwd.fwd_parent_ins_to_grad_parent_outs(call, ops.call_with_info(bwd.graph, dx,
+                                                                                 inputs_dict=bwd.inputs_dict(call)))
+        ops.scaled_add_(W, grads[W], b=-0.01)
+        ops.host_store(popxl.d2h_stream(loss.shape, loss.dtype, "loss"), loss)
+    s = popxl.Session(ir, "ipu_hw")
+    s.run()
+    kinds = [o.kind for o in s.executable.graph.ops]
+    assert kinds.count("conv2d_grad_input") == 1 and "conv2d_grad_weight" in kinds and "sgd_update" in kinds
+    convt = next(o for o in s.executable.graph.ops if o.kind == "conv2d_grad_input")
+    assert (convt.attrs["ci"], convt.attrs["co"], convt.attrs["stride"], convt.attrs["padding"]) == (4, 8, 2, 1)
+
+
+def test_conditional_prices_the_constant_branch_or_both():
+    runs = {}
+    for cond in ("device", True, False):
+        ir = popxl.Ir()
+        with ir.main_graph:
+            x = popxl.variable(np.ones((64, 64), np.float32), name="x")
+            big = ir.create_graph(lambda a: ops.relu(a @ a @ a), x)
+            small = ir.create_graph(lambda a: ops.relu(a), x)
+            c = popxl.variable(np.array(True), popxl.bool) if cond == "device" else popxl.constant(np.array(cond),
+                                                                                                   popxl.bool)
+            info = ops.conditional_with_info(c, big, small, [x], [x])
+            y, = info.outputs
+            assert info.called_graph == (big, small) and y.shape == (64, 64)
+            ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "out"), y)
+        s = popxl.Session(ir, "ipu_hw")
+        s.run()
+        runs[cond] = ([o.kind for o in s.executable.graph.ops], s.simulation.cycle_count, s.executable.notes)
+    assert runs[True][0] == ["matmul", "matmul", "relu"] and runs[False][0] == ["relu"]
+    assert runs["device"][0] == ["matmul", "matmul", "relu", "relu", "select"]
+    assert runs[False][1] < runs[True][1] < runs["device"][1]
+    assert any("both branches" in n and "upper bound" in n for n in runs["device"][2])
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.ones((4, 4), np.float32))
+        a, b = ir.create_graph(lambda t: t @ t, x), ir.create_graph(lambda t: ops.sum(t), x)
+        with pytest.raises(GraphError, match="the branches' outputs differ"):
+            ops.conditional(popxl.variable(np.array(True), popxl.bool), a, b, [x], [x])

@@ -38,3 +38,7 @@ EXPRESSIONS = {
                   ["abs", "compare", "scale", "add", "select", "mul"]),
     "hardsigmoid": (["scale", "add", "clamp"], ["compare", "select", "scale", "mul"]),
 }
+
+#: PopART's IsInfx (popx/op/isinfx.cpp), ONNX IsInf and PopXL's ``ops.isinf``: x == x and not
+#: isfinite(x), a bool with no gradient (PopTorch has no handler for torch.isinf, so it is not above)
+ISINF_STEPS = ["compare", "isfinite", "logical_not", "logical"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost.expressions import EXPRESSIONS
+from ..cost.expressions import EXPRESSIONS, ISINF_STEPS
 from ._context import OpContext
 from ._values import _broadcast
 
@@ -165,7 +165,7 @@ def _clip(ctx: OpContext):
 
 #: ONNX ops PopART runs as one popops unary codelet, and the graph kind of that codelet
 _UNARY_KINDS = {"Abs": "abs", "Ceil": "ceil", "Floor": "floor", "Round": "round", "Sign": "sign", "Log": "log",
-                "Sin": "sin", "Cos": "cos", "Asin": "asin", "IsNaN": "isnan", "IsInf": "isnan",
+                "Sin": "sin", "Cos": "cos", "Asin": "asin", "IsNaN": "isnan",
                 "BitwiseNot": "bitwise_not"}
 #: ONNX ops PopART runs as one popops map expression, by their name in sim.cost.expressions
 _EXPRESSION_OPS = {"Elu": "elu", "Selu": "selu", "Softsign": "softsign", "ThresholdedRelu": "threshold",
@@ -248,7 +248,7 @@ RULES: dict = {
     "Add": _binary("add"), "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"),
     "Relu": _unary("relu"), "Gelu": _unary("gelu"), "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"),
     "Exp": _unary("exp"), "Sqrt": _sqrt, "Erf": _erf, "Pow": _pow, "Neg": _neg, "Reciprocal": _reciprocal,
-    "LeakyRelu": _expression(*EXPRESSIONS["leaky_relu"], "LeakyRelu"),
+    "LeakyRelu": _expression(*EXPRESSIONS["leaky_relu"], "LeakyRelu"), "IsInf": _expression(ISINF_STEPS, [], "IsInf"),
     "Softplus": _SOFTPLUS, "HardSigmoid": _HARD_SIGMOID, "HardSwish": _HARD_SWISH,
     "Clip": _clip, "Where": _where, "Max": _minmax, "Min": _minmax,
     **{k: _compare for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",

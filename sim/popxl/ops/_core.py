@@ -18,13 +18,13 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ...errors import GraphError
-from ...graph.ir import spatial_attr, undilated_padding
+from ...graph.ir import spatial_attr, transposed_conv_attrs, undilated_padding
 from .. import dtypes, transforms
 from ..context import get_current_context
 from ..errors import NotModelledError
 from ..graph import Graph
 from ..streams import DeviceToHostStream, HostToDeviceStream
-from ..tensor import GradTensor, Tensor
+from ..tensor import Constant, GradTensor, Tensor
 
 
 def _graph(where: str, *tensors) -> Graph:
@@ -480,19 +480,6 @@ def slice(t: Tensor, start=None, stop=None, step=None, axis=None) -> Tensor:
     return _out(g, out, t.dtype)
 
 
-def gather(t: Tensor, indices: Tensor, axis: int = 0, available_memory_proportion: float | None = None,
-           zero_OOR: bool = False) -> Tensor:
-    """Rows of ``t`` at ``indices`` (an embedding lookup)."""
-    g = _graph("ops.gather", t, indices)
-    if axis % t.rank != 0:
-        raise NotModelledError(f"ops.gather(axis={axis}): only axis 0 (a row lookup) is modelled; "
-                               "transpose the table first")
-    if not indices.dtype.is_int:
-        raise GraphError(f"ops.gather: indices {indices.id!r} must be integers, got {indices.dtype.name}")
-    with g._building() as bld:
-        return _out(g, bld.embedding(indices._sim, t._sim, name=_name(g, "gather")), t.dtype)
-
-
 def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1,
          pad_type: str = "not_set", available_memory_proportions: list[float] | None = None,
          partials_types: list[str] | None = None, enable_conv_dithering: list[int] | None = None) -> Tensor:
@@ -505,11 +492,7 @@ def conv(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilatio
     partials as ``Precision.setPartialsType`` does for the whole model; ``available_memory_proportions``
     (one entry) the convolution's own proportion."""
     _refuse_unscaled_fp8("conv", "ConvOp", t, weight)
-    partials = None
-    if partials_types is not None:
-        if len(partials_types) != 1 or partials_types[0] not in ("float", "half"):
-            raise ValueError(f"ops.conv: partials_types {partials_types!r}: expected one entry, 'float' or 'half'")
-        partials = partials_types[0]
+    partials = _conv_partials("ops.conv", partials_types)
     return _conv("ops.conv", t, weight, stride, padding, dilation, groups, pad_type, available_memory_proportions,
                  enable_conv_dithering, partials)
 
@@ -527,6 +510,25 @@ def conv_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, stride=(1, 1)
     _graph("ops.conv_pow2scaled", t, weight, log2_scale)
     return _conv("ops.conv_pow2scaled", t, weight, stride, padding, dilation, groups, pad_type,
                  available_memory_proportions, enable_conv_dithering, "half")
+
+
+def _conv_partials(where: str, partials_types) -> str | None:
+    """PopXL's one partials type per convolution: ``["half"]`` or ``["float"]`` (None: the run's)."""
+    if partials_types is None:
+        return None
+    if len(partials_types) != 1 or partials_types[0] not in ("float", "half"):
+        raise ValueError(f"{where}: partials_types {partials_types!r}: expected one entry, 'float' or 'half'")
+    return partials_types[0]
+
+
+def _conv_proportion(where: str, available_memory_proportions) -> float | None:
+    """PopXL's one available-memory proportion per convolution (None: the run's)."""
+    if available_memory_proportions is None:
+        return None
+    if len(available_memory_proportions) != 1 or not 0 < available_memory_proportions[0] <= 1:
+        raise ValueError(f"{where}: available_memory_proportions {available_memory_proportions!r}: expected one "
+                         "entry in (0, 1]")
+    return float(available_memory_proportions[0])
 
 
 def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups: int, pad_type: str,
@@ -547,12 +549,7 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
         raise NotModelledError(f"{where}(pad_type={pad_type!r}): give the padding explicitly")
     if c % groups or co % groups or cig != c // groups:
         raise GraphError(f"{where}: input {t.shape} and weight {weight.shape} do not match for {groups} group(s)")
-    proportion = None
-    if available_memory_proportions is not None:  # PopXL's one entry per convolution of the op
-        if len(available_memory_proportions) != 1 or not 0 < available_memory_proportions[0] <= 1:
-            raise ValueError(f"{where}: available_memory_proportions {available_memory_proportions!r}: expected one "
-                             "entry in (0, 1]")
-        proportion = float(available_memory_proportions[0])
+    proportion = _conv_proportion(where, available_memory_proportions)
     if enable_conv_dithering is not None:
         g.ir._note(f"{where}(enable_conv_dithering=...): accepted, no modelled effect (tile balance across "
                    "convolutions is not modelled)")
@@ -573,6 +570,80 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
         out = bld.op("conv2d", [t._sim, weight._sim], [(n, co, ho, wo)], attrs, name=_name(g, "conv"),
                      out_dtypes=[out_dtype.sim_name])[0]
     return _out(g, out, out_dtype)
+
+
+def conv_transpose(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1,
+                   pad_type: str = "not_set", output_padding=(), output_shape=(),
+                   available_memory_proportions: list[float] | None = None, partials_types: list[str] | None = None,
+                   enable_conv_dithering: list[int] | None = None) -> Tensor:
+    """2-D transposed convolution of NCHW ``t`` with ``weight`` (C_in, C_out / groups, kH, kW), as
+    poplin runs it: the input gradient of the convolution mapping its output back to ``t``
+    (:meth:`sim.GraphBuilder.conv_transpose2d`). The output is ONNX ConvTranspose's:
+    ``(H - 1) * stride + kH + output_padding`` less the padding, or ``output_shape`` (the padding then
+    what it takes). One stride for both axes and no dilation."""
+    _refuse_unscaled_fp8("conv_transpose", "ConvTransposeOp", t, weight)
+    partials = _conv_partials("ops.conv_transpose", partials_types)
+    return _conv_transpose("ops.conv_transpose", t, weight, stride, padding, dilation, groups, pad_type,
+                           output_padding, output_shape, available_memory_proportions, enable_conv_dithering, partials)
+
+
+def conv_transpose_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, stride=(1, 1), padding=(0, 0, 0, 0),
+                              dilation=(1, 1), groups: int = 1, pad_type: str = "not_set", output_padding=(),
+                              output_shape=(), available_memory_proportions: list[float] | None = None,
+                              enable_conv_dithering: list[int] | None = None) -> Tensor:
+    """:func:`conv_transpose` of FP8 operands scaled by ``2**log2_scale`` into float16, half partials
+    (the quarter AMP of an IPU with FP8), as :func:`conv_pow2scaled`."""
+    if t.dtype not in _FP8 or weight.dtype not in _FP8:
+        raise TypeError("Scaled conv operands must be of dtype popxl.float8_143 or popxl.float8_152")
+    _check_log2_scale(log2_scale)
+    _graph("ops.conv_transpose_pow2scaled", t, weight, log2_scale)
+    return _conv_transpose("ops.conv_transpose_pow2scaled", t, weight, stride, padding, dilation, groups, pad_type,
+                           output_padding, output_shape, available_memory_proportions, enable_conv_dithering, "half")
+
+
+def _conv_transpose(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups: int, pad_type: str,
+                    output_padding, output_shape, available_memory_proportions, enable_conv_dithering,
+                    partials: str | None) -> Tensor:
+    g = _graph(where, t, weight)
+    if t.rank != 4 or weight.rank != 4:
+        raise NotModelledError(f"{where}: only 2-D transposed convolutions (NCHW input, 4-D weight) are modelled")
+    n, c, h, w = t.shape
+    ci, cog, kh, kw = weight.shape
+    stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
+    if len(set(stride)) != 1 or len(padding) != 4 or any(d != 1 for d in dilation):
+        raise NotModelledError(f"{where}: stride {stride}, dilation {dilation}: the cost model takes one stride for "
+                               "both axes and no dilation")
+    if ci != c or c % groups:
+        raise GraphError(f"{where}: input {t.shape} and weight {weight.shape} do not match for {groups} group(s)")
+    if pad_type not in ("not_set", "valid"):
+        raise NotModelledError(f"{where}(pad_type={pad_type!r}): give the padding or the output shape explicitly")
+    s, extra = stride[0], list(output_padding) or [0, 0]
+    full = [(size - 1) * s + k + e for size, k, e in zip((h, w), (kh, kw), extra)]  # the output before cropping
+    if output_shape:
+        crops = [f - int(o) for f, o in zip(full, list(output_shape)[-2:])]
+    else:
+        crops = [0, 0] if pad_type == "valid" else [padding[0] + padding[2], padding[1] + padding[3]]
+    if any(x < 0 or e + x % 2 >= s for x, e in zip(crops, extra)):
+        raise NotModelledError(f"{where}: an output of {[f - x for f, x in zip(full, crops)]} from {full} leaves an "
+                               f"output padding of stride {s} or more, which a transposed convolution does not have")
+    out = (n, cog * groups, full[0] - crops[0], full[1] - crops[1])
+    if min(out[2:]) <= 0:
+        raise GraphError(f"{where}: padding {padding} leaves no output from input {h}x{w}")
+    pads = tuple((x + 1) // 2 for x in crops)  # an odd crop: the next even one less an output padding of one
+    attrs = transposed_conv_attrs(n, c, out[1], (h, w), (kh, kw), s, pads, groups)
+    proportion = _conv_proportion(where, available_memory_proportions)
+    if enable_conv_dithering is not None:
+        g.ir._note(f"{where}(enable_conv_dithering=...): accepted, no modelled effect (tile balance across "
+                   "convolutions is not modelled)")
+    if partials:
+        attrs["partials_type"] = partials
+    if proportion is not None:
+        attrs["available_memory_proportion"] = proportion
+    out_dtype = dtypes.float16 if t.dtype in _FP8 else t.dtype
+    with g._building() as bld:
+        y = bld.op("conv2d_grad_input", [t._sim, weight._sim], [out], attrs, name=_name(g, "conv_transpose"),
+                   out_dtypes=[out_dtype.sim_name])[0]
+    return _out(g, y, out_dtype)
 
 
 def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = "zero",
@@ -611,6 +682,9 @@ def identity(t: Tensor, output_name: str | None = None) -> Tensor:
     g = _graph("ops.identity", t)
     with g._building() as bld:
         return _out(g, bld.op("identity", [t._sim], [t.shape], name=_name(g, output_name or "identity"))[0], t.dtype)
+
+
+rename = identity  # PopXL's other name for it (ops/identity.py)
 
 
 def print_tensor(t: Tensor, title: str | None = None, print_self: bool = True, print_gradient: bool = False,
@@ -731,6 +805,87 @@ def repeat_with_info(graph: Graph, repeat_count: int, *inputs: Tensor, inputs_di
 
 def repeat(graph: Graph, repeat_count: int, *inputs: Tensor, inputs_dict: dict | None = None) -> tuple[Tensor, ...]:
     return repeat_with_info(graph, repeat_count, *inputs, inputs_dict=inputs_dict).outputs
+
+
+class ConditionalSiteInfo:
+    """Where ``ops.conditional`` called its two branches: the graphs, the parent tensors given to
+    each and the outputs."""
+
+    def __init__(self, then_call: CallSiteInfo | None, else_call: CallSiteInfo | None, outputs: Sequence[Tensor],
+                 branches: tuple[Graph, Graph]):
+        self._calls = (then_call, else_call)
+        self._outputs = tuple(outputs)
+        self.called_graph = branches
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return self._outputs
+
+    def parent_output(self, idx: int) -> Tensor:
+        return self._outputs[idx]
+
+    def set_parent_input_modified(self, subgraph_tensor: Tensor, infer_modified_regions: bool = False) -> None:
+        """Accepted, as :meth:`CallSiteInfo.set_parent_input_modified`."""
+        self.called_graph[0].ir._note("ConditionalSiteInfo.set_parent_input_modified: accepted, no modelled effect")
+
+
+def conditional_with_info(cond: Tensor, then_branch: Graph, else_branch: Graph, then_inputs=None, else_inputs=None,
+                          then_inputs_dict: dict | None = None, else_inputs_dict: dict | None = None,
+                          check_inputs: bool = True) -> ConditionalSiteInfo:
+    """``then_branch`` if ``cond`` else ``else_branch`` (PopART's IfOp: Poplar's If program runs one
+    branch, chosen on the device). The branches must give outputs of the same shapes and dtypes. A
+    ``cond`` made with ``popxl.constant`` picks its branch here, which alone is priced; otherwise the
+    simulator, which computes no values, prices both branches and an element-wise select of their
+    outputs, an upper bound (the run's notes say so), as sim.poptorch prices ``poptorch.cond``."""
+    where = "ops.conditional"
+    g = _graph(where, cond)
+    if cond.nelms != 1 or not (cond.dtype == dtypes.bool or cond.dtype.is_int):
+        raise TypeError(f"{where}: cond must be a one-element bool or integer Tensor, got {cond.dtype.name} "
+                        f"{cond.shape}")
+    for name, branch in (("then_branch", then_branch), ("else_branch", else_branch)):
+        if not isinstance(branch, Graph):
+            raise TypeError(f"{where}: {name} must be a popxl Graph (ir.create_graph), got {branch!r}")
+        if branch._grad_info is not None:
+            raise NotModelledError(f"{where}: an autodiff grad graph as a branch is not modelled; call it with "
+                                   "ops.call")
+    then_out, else_out = then_branch._outputs, else_branch._outputs
+    if [(t.shape, t.dtype) for t in then_out] != [(t.shape, t.dtype) for t in else_out]:
+        raise GraphError(f"{where}: the branches' outputs differ: then {[(t.shape, t.dtype.name) for t in then_out]}, "
+                         f"else {[(t.shape, t.dtype.name) for t in else_out]}; both must give the same shapes and "
+                         "dtypes")
+    known = cond._data if isinstance(cond, Constant) else None
+    if known is not None:  # a constant condition: the branch it picks, alone
+        pick_then = bool(np.asarray(known).reshape(-1)[0])
+        branch, ins, ins_dict = ((then_branch, then_inputs, then_inputs_dict) if pick_then
+                                 else (else_branch, else_inputs, else_inputs_dict))
+        info = call_with_info(branch, *(ins or ()), inputs_dict=ins_dict)
+        calls = (info, None) if pick_then else (None, info)
+        return ConditionalSiteInfo(*calls, info.outputs, (then_branch, else_branch))
+    g.ir._note(f"{where}: the branch is chosen on the device; both branches and a select of their outputs are "
+               "priced (an upper bound)")
+    first = call_with_info(then_branch, *(then_inputs or ()), inputs_dict=then_inputs_dict)
+    second = call_with_info(else_branch, *(else_inputs or ()), inputs_dict=else_inputs_dict)
+    flag = cond if cond.dtype == dtypes.bool else _as_bool(g, cond)
+    outs = []
+    for a, b in zip(first.outputs, second.outputs):
+        with g._building() as bld:
+            picked = bld.op("select", [flag._sim, a._sim, b._sim], [a.shape or (1,)], {"op": "conditional"},
+                            name=_name(g, "conditional"), out_dtypes=[a.dtype.sim_name])[0]
+        out = _out(g, picked, a.dtype)
+        outs.append(reshape(out, ()) if not a.shape else out)
+    return ConditionalSiteInfo(first, second, outs, (then_branch, else_branch))
+
+
+def _as_bool(g: Graph, t: Tensor) -> Tensor:
+    with g._building() as bld:
+        return _out(g, bld.op("cast", [t._sim], [t.shape or (1,)], name=_name(g, "cond"),
+                              out_dtypes=[dtypes.bool.sim_name])[0], dtypes.bool)
+
+
+def conditional(cond: Tensor, then_branch: Graph, else_branch: Graph, then_inputs=None, else_inputs=None,
+                then_inputs_dict: dict | None = None, else_inputs_dict: dict | None = None) -> tuple[Tensor, ...]:
+    return conditional_with_info(cond, then_branch, else_branch, then_inputs, else_inputs, then_inputs_dict,
+                                 else_inputs_dict).outputs
 
 
 # PopXL's in-place variants: the same op and price (the simulator does not track which buffer

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ...cost.expressions import ISINF_STEPS
 from ...errors import GraphError
 from .. import dtypes
 from ..errors import NotModelledError
@@ -78,6 +79,24 @@ def clip(t: Tensor, min: float | None = float("-inf"), max: float | None = float
     return _unary("clamp", t)
 
 
+clamp = clip  # PopXL's other name for it (ops/clip.py)
+
+
+def isinf(t: Tensor) -> Tensor:
+    """Where ``t`` is infinite, as PopART's IsInfx computes it: one popops map, ``x == x and not
+    isfinite(x)``."""
+    g = _graph("ops.isinf", t)
+    with g._building() as bld:
+        out = bld.op("map", [t._sim], [t.shape], {"steps": list(ISINF_STEPS), "op": "isinf"},
+                     name=_name(g, "isinf"), out_dtypes=[dtypes.bool.sim_name])[0]
+    return _out(g, out, dtypes.bool)
+
+
+def isfinite(t: Tensor) -> Tensor:
+    """``~(isnan(t) | isinf(t))``, the four ops PopXL builds it of (ops/isfinite.py)."""
+    return logical_not(logical_or(isnan(t), isinf(t)))
+
+
 def increment_mod(t: Tensor, increment: float, modulus: float) -> Tensor:
     """(t + increment) mod modulus, one fused expression (PopART's IncrementModOp, a popops map)."""
     if modulus == 0:
@@ -128,6 +147,18 @@ def fmod(lhs: Tensor, rhs) -> Tensor:
     return _broadcast("remainder", [lhs, rhs], "ops.fmod")
 
 
+def maximum(*ts: Tensor) -> Tensor:
+    """The element-wise maximum of the tensors, broadcast (PopART's MaxOpx: popops MAXIMUM of each next
+    tensor with the running result)."""
+    if not ts:
+        raise ValueError("ops.maximum: give at least one tensor")
+    out = ts[0]
+    for t in ts[1:]:
+        _same_dtype("ops.maximum", out, t)
+        out = _broadcast("maximum", [out, t], "ops.maximum")
+    return out
+
+
 def equal(lhs: Tensor, rhs) -> Tensor:
     _same_dtype("ops.equal", lhs, rhs)
     return _broadcast("compare", [lhs, rhs], "ops.equal", dtypes.bool)
@@ -170,6 +201,17 @@ def prod(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = Fa
 def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
     """The sum of squares (PopART's ReduceSumSquare: popops::reduce SQUARE_ADD), as the squares' sum."""
     return _reduce("reduce_sum", _unary("square", t), axis, keepdims, "ops.sumsquare")
+
+
+def lamb_square(t: Tensor) -> Tensor:
+    """The sum of ``t``'s squares as a float32 scalar (PopART's LambSquareOp: popops' SQUARE_ADD
+    reduction of every element into float)."""
+    g = _graph("ops.lamb_square", t)
+    with g._building() as bld:
+        squares = bld.unary("square", t._sim, name=_name(g, "square"))
+        total = bld.op("reduce_sum", [squares], [(1,)], {"axes": list(range(t.rank)), "keepdims": False},
+                       name=_name(g, "lamb_square"), out_dtypes=[dtypes.float32.sim_name])[0]
+    return reshape(_out(g, total, dtypes.float32), ())
 
 
 def l1(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
@@ -314,11 +356,16 @@ def onehot(t: Tensor, num_classes: Tensor, values: Tensor, axis: int) -> Tensor:
         raise ValueError(f"ops.onehot: axis {axis} is out of range for the result's rank {rank}")
     shape = list(t.shape)
     shape.insert(axis % rank, int(classes))
-    g = _graph("ops.onehot", t, num_classes, values)
+    return _one_hot(_graph("ops.onehot", t, num_classes, values), t, tuple(shape), values.dtype)
+
+
+def _one_hot(g, t: Tensor, shape: tuple, dtype: dtypes.dtype) -> Tensor:
+    """The indices ``t`` one-hot encoded into ``shape`` (popops encodeOneHot: each index compared
+    with every class)."""
     with g._building() as bld:
-        out = bld.op("map", [t._sim], [tuple(shape)], {"steps": ["compare"], "op": "onehot"},
-                     name=_name(g, "onehot"), out_dtypes=[values.dtype.sim_name])[0]
-    return _out(g, out, values.dtype)
+        out = bld.op("map", [t._sim], [shape], {"steps": ["compare"], "op": "onehot"}, name=_name(g, "onehot"),
+                     out_dtypes=[dtype.sim_name])[0]
+    return _out(g, out, dtype)
 
 
 def _dynamic(where: str, t: Tensor, index: Tensor, axes, sizes) -> tuple[list[int], list[int]]:
@@ -373,7 +420,7 @@ def shaped_dropout(t: Tensor, seed_tensor: Tensor, shape: Iterable[int], ratio: 
             from None
     g = _graph("ops.shaped_dropout", t, seed_tensor)
     with g._building() as bld:
-        mask = bld.op("dropout", [bld.constant(_name(g, "ones"), shape, t.dtype.sim_name)], [shape], {"p": ratio},
+        mask = bld.op("dropout", [g._new_tensor("ones", shape, t.dtype, "constant")], [shape], {"p": ratio},
                       name=_name(g, "mask"))[0]
         g.sim_graph.ops[-1].attrs["explicit"] = True
         out = bld.mul(t._sim, mask, name=_name(g, "shaped_dropout"))
@@ -454,3 +501,45 @@ def max_pool(t: Tensor, kernel_size, stride=None, padding=None, out_pads=None, d
              auto_pad="not_set", ceil_mode: bool = False, storage_order: str = "row") -> Tensor:
     return _pool("maxpool", "ops.max_pool", t, kernel_size, stride, padding, out_pads, dilation, in_dilations,
                  auto_pad, ceil_mode)
+
+
+def interpolate(t: Tensor, scale_factor=(1.0, 1.0, 1.0, 1.0), mode: str = "nearest",
+                nearest_mode: str = "round_prefer_floor",
+                coordinate_transformation_mode: str = "half_pixel") -> Tensor:
+    """``t`` resized by ``scale_factor`` (one factor an axis; each output size the floor of size times
+    factor), as PopART's ResizeOpx runs it and sim.onnx prices ONNX Resize: ``nearest`` a copy of each
+    input element to its outputs; ``linear`` a copy of the input, then for each resized axis its floor
+    and ceiling neighbours (views) each multiplied by constant weights along that axis and added;
+    ``cubic`` sixteen multiply-adds an output element."""
+    where = "ops.interpolate"
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ValueError(f"{where}: mode must be 'nearest', 'linear' or 'cubic', got {mode!r}")
+    scales = [float(s) for s in scale_factor]
+    if len(scales) != t.rank or any(s <= 0 for s in scales):
+        raise ValueError(f"{where}: scale_factor {tuple(scales)} must be {t.rank} positive factors (one per axis of "
+                         f"{t.id!r} {t.shape})")
+    shape = tuple(int(math.floor(d * s)) for d, s in zip(t.shape, scales))
+    if any(d < 1 for d in shape):
+        raise GraphError(f"{where}: scale_factor {tuple(scales)} leaves no output from {t.id!r} {t.shape}")
+    g = _graph(where, t)
+    with g._building() as bld:
+        if mode == "nearest":
+            out = bld.op("copy", [t._sim], [shape], {"op": "upsample_nearest"}, name=_name(g, "interpolate"))[0]
+        elif mode == "cubic":
+            out = bld.op("map", [t._sim], [shape], {"steps": ["mul", "add"], "repeat": 16, "grad": [["mul", "add"]]},
+                         name=_name(g, "interpolate"))[0]
+        else:
+            out = bld.op("copy", [t._sim], [t.shape], {"op": "resize_linear"}, name=_name(g, "interpolate/copy"))[0]
+            now = list(t.shape)
+            for d in [d for d in range(t.rank) if shape[d] != t.shape[d]]:
+                now[d] = shape[d]
+                weights = g._new_tensor(f"interpolate/weights{d}",
+                                        tuple(shape[d] if i == d else 1 for i in range(t.rank)), t.dtype, "constant")
+                ceil_, floor_ = (bld.op("mul", [out, weights], [tuple(now)], name=_name(g, f"interpolate/{side}{d}"))[0]
+                                 for side in ("ceil", "floor"))
+                out = bld.add(floor_, ceil_, name=_name(g, f"interpolate/sum{d}"))
+    return _out(g, out, t.dtype)
+
+
+# PopXL's in-place forms: the same op and price (the simulator does not track which buffer an op writes)
+geluerf_, swish_, increment_mod_, dynamic_update_ = geluerf, swish, increment_mod, dynamic_update

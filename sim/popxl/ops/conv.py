@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ._core import conv, conv_pow2scaled
+from ._core import conv, conv_pow2scaled, conv_transpose, conv_transpose_pow2scaled
 
 PadType = Literal["not_set", "same_upper", "same_lower", "valid"]
 
-__all__ = ["PadType", "conv", "conv_pow2scaled"]
+__all__ = ["PadType", "conv", "conv_pow2scaled", "conv_transpose", "conv_transpose_pow2scaled"]
