@@ -18,7 +18,8 @@ from ...cost.expressions import ISINF_STEPS
 from ...errors import GraphError
 from .. import dtypes
 from ..errors import NotModelledError
-from ..tensor import Constant, Tensor
+from ..tensor import Constant, GradTensor, Tensor
+from ..transforms import _gradient_update
 from ._core import (_as_tensor, _axes, _graph, _name, _out, _reduce, _unary, add, exp, matmul, reshape, sub,
                     transpose)
 from ._core import max as _reduce_max
@@ -205,7 +206,10 @@ def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool
 
 def lamb_square(t: Tensor) -> Tensor:
     """The sum of ``t``'s squares as a float32 scalar (PopART's LambSquareOp: popops' SQUARE_ADD
-    reduction of every element into float)."""
+    reduction of every element into float). Of an autodiff gradient (or an updater made from one) it is
+    LAMB's norm: the trust ratio of the simulated weight update."""
+    if isinstance(t, GradTensor):
+        return _gradient_update("lamb_square", None, t)
     g = _graph("ops.lamb_square", t)
     with g._building() as bld:
         squares = bld.unary("square", t._sim, name=_name(g, "square"))

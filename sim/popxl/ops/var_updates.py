@@ -18,7 +18,8 @@ from ..context import get_current_context
 from ..errors import not_modelled
 from ..tensor import GradTensor, Tensor
 from ..transforms import _gradient_update
-from ._core import _as_tensor, _inplace, reduce_sum
+from ._core import _as_tensor, _inplace
+from ._math import lamb_square  # noqa: F401 - PopXL has it as ops.lamb_square; kept here too
 
 
 def _update(fn: str, kind: str, t: Tensor, others, attrs=None, new_output: bool = False) -> Tensor:
@@ -98,13 +99,6 @@ def adam_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tens
     others = [x for x in (acc_second_order, weight if decay else None, time_step) if isinstance(x, Tensor)]
     return _update("adam_updater", "adam_updater", acc_first_order, others, None if decay else {"weight_decay": False},
                    new_output=True)
-
-
-def lamb_square(t: Tensor) -> Tensor:
-    """The squared norm LAMB needs (priced as a sum)."""
-    if isinstance(t, GradTensor):
-        return _gradient_update("lamb_square", None, t)
-    return reduce_sum(t)
 
 
 def adam_var_update(t: Tensor, x: Tensor, r1=None, r2=None, learning_rate=None,
