@@ -588,6 +588,61 @@ def test_torch_activation_checkpointing_runs_and_records_its_ops_once():
     assert any(n.startswith("torch.utils.checkpoint.checkpoint: ") for n in model.executable.notes)
 
 
+class _MaskedSoftmax(torch.autograd.Function):
+    """A custom autograd function as Hugging Face's DeBERTa-v2 writes its XSoftmax: a constant made
+    inside the forward, a saved output, a hand-written backward."""
+
+    @staticmethod
+    def forward(ctx, x, mask):
+        out = torch.softmax(x.masked_fill(~mask, torch.tensor(torch.finfo(x.dtype).min)), -1)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, = ctx.saved_tensors
+        return out * (grad - (grad * out).sum(-1, keepdim=True)), None
+
+
+class _Scale(torch.autograd.Function):  # the newer form: forward without ctx, setup_context apart
+    @staticmethod
+    def forward(x):
+        return x * 3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+@pytest.mark.parametrize("masked, method", [(True, "torch.export"), (False, "torch.fx")])
+def test_custom_autograd_functions_are_traced_through_their_forward(masked, method):
+    """PopTorch's autograd is PopART's: a custom function's forward ops are recorded and differentiated
+    with the rest, by torch.fx or (a forward reading a tensor's dtype) torch.export; its backward is not
+    used on the IPU (the CPU numbers still use it)."""
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x, mask):
+            h = _Scale.apply(self.fc(x))
+            probs = _MaskedSoftmax.apply(h, mask) if masked else torch.softmax(h, -1)
+            return poptorch.identity_loss(probs.sum(), "none")
+
+    m = Attention()
+    model = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    assert torch.isfinite(model(torch.randn(4, 8), torch.rand(4, 8) > 0.3)).all()
+    assert "softmax" in kinds(model) and "softmax_grad" in [op.kind for op in model.executable.graph.ops]
+    notes = model.executable.notes
+    assert f"graph captured with {method}" in notes
+    functions = [n for n in notes if n.startswith("torch.autograd.Function")]
+    assert len(functions) == 1 + masked and all("its own backward is not used" in n for n in functions)
+
+
 def test_complex_tensors_are_refused_saying_how_to_write_them():
     class Rotary(nn.Module):
         def forward(self, x):

@@ -94,14 +94,63 @@ def _checkpoint_device(*args) -> str:
     return "cpu" if device == "ipu" else device
 
 
+_TORCH_FUNCTION_APPLY = torch.autograd.Function.__dict__["apply"]
+
+
+class _ForwardContext:
+    """The ``ctx`` a custom autograd function's forward gets while the graph is captured: it keeps
+    what the forward saves and marks, which nothing reads (no backward runs)."""
+
+    def __init__(self, n_inputs: int):
+        self.needs_input_grad = (True,) * n_inputs
+        self.saved_tensors = ()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def save_for_forward(self, *tensors):
+        pass
+
+    def mark_dirty(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value: bool):
+        self.materialize_grads = value
+
+
+@classmethod
+def _function_apply(cls, *args, **kwargs):
+    """``torch.autograd.Function.apply`` as PopTorch traces it: a custom function defined outside torch
+    runs its forward's ops inline while the graph is captured (PopART differentiates them, as it
+    does the rest of the model: PopTorch's autograd is PopART's, its user guide's introduction; the
+    function's own backward is not used), and as torch runs it otherwise (the CPU numbers)."""
+    if _state.active() is None or cls.__module__.split(".")[0] == "torch":
+        return _TORCH_FUNCTION_APPLY.__get__(None, cls)(*args, **kwargs)
+    note = (f"torch.autograd.Function {cls.__qualname__}: its forward's ops are recorded and differentiated "
+            "by the simulator's training pass, as PopART does; its own backward is not used")
+    notes = _state.active().notes
+    if note not in notes:
+        notes.append(note)
+    if cls.setup_context is torch.autograd.Function.setup_context:  # forward(ctx, *args)
+        return cls.forward(_ForwardContext(len(args)), *args, **kwargs)
+    return cls.forward(*args, **kwargs)  # forward(*args) with a separate setup_context
+
+
 class on_ipu:
-    """While inside, :func:`isRunningOnIpu` is True (used by the executor), and torch's activation
-    checkpointing runs on the CPU the model's tensors are on (:func:`_checkpoint_device`)."""
+    """While inside, :func:`isRunningOnIpu` is True (used by the executor), torch's activation
+    checkpointing runs on the CPU the model's tensors are on (:func:`_checkpoint_device`), and a
+    custom autograd function's forward is traced inline while the graph is captured
+    (:func:`_function_apply`)."""
 
     def __enter__(self):
         global _ON_IPU
         if _ON_IPU == 0:
             torch.utils.checkpoint._infer_device_type = _checkpoint_device
+            torch.autograd.Function.apply = _function_apply
         _ON_IPU += 1
 
     def __exit__(self, *exc):
@@ -109,6 +158,7 @@ class on_ipu:
         _ON_IPU -= 1
         if _ON_IPU == 0:
             torch.utils.checkpoint._infer_device_type = _TORCH_CHECKPOINT_DEVICE
+            torch.autograd.Function.apply = _TORCH_FUNCTION_APPLY
 
 
 # --- blocks -----------------------------------------------------------------------------------
