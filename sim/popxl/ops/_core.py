@@ -521,16 +521,6 @@ def _conv_partials(where: str, partials_types) -> str | None:
     return partials_types[0]
 
 
-def _conv_proportion(where: str, available_memory_proportions) -> float | None:
-    """PopXL's one available-memory proportion per convolution (None: the run's)."""
-    if available_memory_proportions is None:
-        return None
-    if len(available_memory_proportions) != 1 or not 0 < available_memory_proportions[0] <= 1:
-        raise ValueError(f"{where}: available_memory_proportions {available_memory_proportions!r}: expected one "
-                         "entry in (0, 1]")
-    return float(available_memory_proportions[0])
-
-
 def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups: int, pad_type: str,
           available_memory_proportions, enable_conv_dithering, partials: str | None) -> Tensor:
     g = _graph(where, t, weight)
@@ -549,10 +539,6 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
         raise NotModelledError(f"{where}(pad_type={pad_type!r}): give the padding explicitly")
     if c % groups or co % groups or cig != c // groups:
         raise GraphError(f"{where}: input {t.shape} and weight {weight.shape} do not match for {groups} group(s)")
-    proportion = _conv_proportion(where, available_memory_proportions)
-    if enable_conv_dithering is not None:
-        g.ir._note(f"{where}(enable_conv_dithering=...): accepted, no modelled effect (tile balance across "
-                   "convolutions is not modelled)")
     s, (ph, pw), (dh, dw) = stride[0], padding[:2], dilation
     ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // s + 1, (w + 2 * pw - dw * (kw - 1) - 1) // s + 1
     if ho <= 0 or wo <= 0:
@@ -561,15 +547,8 @@ def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, grou
     if (dh, dw) != (1, 1):  # priced as the undilated kernel with the padding that keeps the output field
         attrs.update(padding=spatial_attr(undilated_padding((kh, kw), (ph, pw), (dh, dw))),
                      dilation=spatial_attr((dh, dw)))
-    if partials:
-        attrs["partials_type"] = partials
-    if proportion is not None:  # the op's own proportion (PopART's per-op setting)
-        attrs["available_memory_proportion"] = proportion
-    out_dtype = dtypes.float16 if t.dtype in _FP8 else t.dtype
-    with g._building() as bld:
-        out = bld.op("conv2d", [t._sim, weight._sim], [(n, co, ho, wo)], attrs, name=_name(g, "conv"),
-                     out_dtypes=[out_dtype.sim_name])[0]
-    return _out(g, out, out_dtype)
+    return _conv_op(g, where, "conv2d", t, weight, (n, co, ho, wo), attrs, available_memory_proportions,
+                    enable_conv_dithering, partials)
 
 
 def conv_transpose(t: Tensor, weight: Tensor, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1,
@@ -631,17 +610,27 @@ def _conv_transpose(where: str, t: Tensor, weight: Tensor, stride, padding, dila
         raise GraphError(f"{where}: padding {padding} leaves no output from input {h}x{w}")
     pads = tuple((x + 1) // 2 for x in crops)  # an odd crop: the next even one less an output padding of one
     attrs = transposed_conv_attrs(n, c, out[1], (h, w), (kh, kw), s, pads, groups)
-    proportion = _conv_proportion(where, available_memory_proportions)
+    return _conv_op(g, where, "conv2d_grad_input", t, weight, out, attrs, available_memory_proportions,
+                    enable_conv_dithering, partials)
+
+
+def _conv_op(g: Graph, where: str, kind: str, t: Tensor, weight: Tensor, out_shape: tuple, attrs: dict,
+             available_memory_proportions, enable_conv_dithering, partials: str | None) -> Tensor:
+    """The convolution op of ``kind`` with PopXL's per-convolution options: its own partials type and
+    available-memory proportion (PopART's per-op settings); FP8 operands give float16."""
+    if available_memory_proportions is not None:  # PopXL's one entry per convolution of the op
+        if len(available_memory_proportions) != 1 or not 0 < available_memory_proportions[0] <= 1:
+            raise ValueError(f"{where}: available_memory_proportions {available_memory_proportions!r}: expected one "
+                             "entry in (0, 1]")
+        attrs["available_memory_proportion"] = float(available_memory_proportions[0])
     if enable_conv_dithering is not None:
         g.ir._note(f"{where}(enable_conv_dithering=...): accepted, no modelled effect (tile balance across "
                    "convolutions is not modelled)")
     if partials:
         attrs["partials_type"] = partials
-    if proportion is not None:
-        attrs["available_memory_proportion"] = proportion
     out_dtype = dtypes.float16 if t.dtype in _FP8 else t.dtype
     with g._building() as bld:
-        y = bld.op("conv2d_grad_input", [t._sim, weight._sim], [out], attrs, name=_name(g, "conv_transpose"),
+        y = bld.op(kind, [t._sim, weight._sim], [out_shape], attrs, name=_name(g, where.split(".")[-1]),
                    out_dtypes=[out_dtype.sim_name])[0]
     return _out(g, y, out_dtype)
 
