@@ -38,7 +38,8 @@ from ..errors import OptionsError, OutOfMemoryError
 from ..hardware.system import SYSTEM_ENV_VAR
 
 #: the module names a script imports -> the simulator's module that stands for each
-FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.popdist", "popart": "sim.popart"}
+FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.popdist", "popart": "sim.popart",
+              "popxl_addons": "sim.popxl_addons"}
 
 
 class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -36,8 +36,9 @@ def _update(fn: str, kind: str, t: Tensor, others, attrs=None, new_output: bool 
 
 
 def _from_gradient(x) -> bool:
-    """An autodiff gradient, or a variable an update has accumulated one into (Adam's moments)."""
-    return isinstance(x, GradTensor) or (isinstance(x, Tensor) and x._sim is not None
+    """An autodiff gradient, or a variable an update has accumulated one into (Adam's moments); a
+    subgraph's tensor is neither, whatever its name (names are per graph)."""
+    return isinstance(x, GradTensor) or (isinstance(x, Tensor) and x._sim is not None and x._graph._main
                                          and x._sim in get_current_context().graph.ir._gradient_state)
 
 

@@ -1,0 +1,125 @@
+"""popxl-addons' graphs with named inputs: :class:`GraphWithNamedArgs` (a graph and the named
+inputs its module added, ``.args``) and :class:`BoundGraph` (one bound to the tensors that feed
+those inputs). Calling either is a ``popxl.ops.call`` with the named inputs in its ``inputs_dict``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .. import popxl
+from ..popxl import ops
+from .dot_tree import DotTree
+from .named_tensors import NamedTensors
+
+
+def _inputs_dict(named_args: NamedTensors, args, where: str) -> dict:
+    """``args`` as an ``inputs_dict`` of ``ops.call``: tensors by the names of ``named_args`` (a
+    :class:`DotTree`), or already a mapping from the graph's inputs to tensors."""
+    if args is None:
+        return {}
+    if isinstance(args, DotTree):
+        out = {}
+        for name, t in args.to_dict().items():
+            target = named_args.get(name)
+            if target is None:
+                raise KeyError(f"{where}: the graph has no named input {name!r} (its named inputs: "
+                               f"{', '.join(named_args.keys_flat()) or 'none'})")
+            out[target] = t
+        return out
+    if isinstance(args, Mapping):
+        return dict(args)
+    raise TypeError(f"{where}: args must be NamedTensors or a mapping of the graph's inputs to tensors, "
+                    f"got {type(args).__name__}")
+
+
+class GraphWithNamedArgs:
+    """A ``popxl.Graph`` and its named inputs (``args``, by the names the module gave them); a grad
+    graph made by :func:`~sim.popxl_addons.transforms.autodiff` also has its ``grad_graph_info``."""
+
+    def __init__(self, graph: popxl.Graph, args: NamedTensors | None = None, grad_graph_info=None, builder=None):
+        self.graph = graph
+        self.args = args if args is not None else NamedTensors()
+        self._grad_graph_info = grad_graph_info
+        self._builder = builder  # a module's graph: how to build it again inline (module._Builder)
+
+    @property
+    def grad_graph_info(self):
+        if self._grad_graph_info is None:
+            raise AttributeError(f"graph {self.graph.name!r} is not a grad graph (make one with addons.autodiff)")
+        return self._grad_graph_info
+
+    def bind(self, args: NamedTensors | Mapping) -> "BoundGraph":
+        """This graph with its named inputs fed by ``args`` (tensors by the same names)."""
+        return BoundGraph(self, _inputs_dict(self.args, args, f"bind({self.graph.name!r})"))
+
+    def call(self, *inputs, args=None) -> tuple:
+        return self.call_with_info(*inputs, args=args).outputs
+
+    def call_with_info(self, *inputs, args=None):
+        return _call(self, inputs, _inputs_dict(self.args, args, f"call({self.graph.name!r})"))
+
+    def copy(self) -> "GraphWithNamedArgs":
+        return GraphWithNamedArgs(self.graph, self.args.copy(), self._grad_graph_info, self._builder)
+
+    def print_schedule(self) -> str:
+        """The graph's ops in order, one a line (kind, name, input and output shapes)."""
+        g = self.graph.sim_graph
+        lines = [f"Graph : {self.graph.name}"]
+        lines += [f"  {t.id} {t.shape} {t.dtype.name} (input)" for t in self.graph.inputs]
+        for op in g.ops:
+            ins = ", ".join(str(g.tensors[t].shape) for t in op.inputs)
+            outs = ", ".join(str(g.tensors[t].shape) for t in op.outputs)
+            lines.append(f"  {op.kind} {op.name} ({ins}) -> ({outs})")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"GraphWithNamedArgs({self.graph.name!r}, args={', '.join(self.args.keys_flat())})"
+
+
+class BoundGraph:
+    """A :class:`GraphWithNamedArgs` whose named inputs are fed by tensors of the calling graph."""
+
+    def __init__(self, graph: GraphWithNamedArgs | popxl.Graph, args: dict | None = None):
+        self._named = graph if isinstance(graph, GraphWithNamedArgs) else GraphWithNamedArgs(graph)
+        self.graph = self._named.graph
+        self.args = dict(args or {})
+
+    def call(self, *inputs, args=None) -> tuple:
+        return self.call_with_info(*inputs, args=args).outputs
+
+    def call_with_info(self, *inputs, args=None):
+        given = {**self.args, **_inputs_dict(self._named.args, args, f"call({self.graph.name!r})")}
+        return _call(self._named, inputs, given)
+
+
+class InlineCallInfo:
+    """What a call built inline gives back (see :func:`_call`): its outputs."""
+
+    def __init__(self, graph: popxl.Graph, outputs):
+        self.called_graph = graph
+        if outputs is None:
+            outputs = ()
+        self._outputs = (outputs,) if isinstance(outputs, popxl.Tensor) else tuple(outputs)
+
+    @property
+    def outputs(self) -> tuple:
+        return self._outputs
+
+    def parent_output(self, idx: int):
+        return self._outputs[idx]
+
+
+def _call(graph: GraphWithNamedArgs, inputs: tuple, inputs_dict: dict):
+    """``ops.call_with_info`` of ``graph``; a module's graph given an autodiff gradient (an optimizer
+    module called on its weight's gradient) is built again inline in the caller instead, so the
+    simulated training sees the variable updates it makes with the gradient."""
+    given = list(inputs) + list(inputs_dict.values())
+    if graph._builder is not None and any(isinstance(t, popxl.GradTensor) for t in given):
+        named = {name: inputs_dict[t] for name, t in graph.args.to_dict().items() if t in inputs_dict}
+        graph.graph.ir._note(f"graph {graph.graph.name!r} called with autodiff gradients: built again inline in the "
+                             "caller, so the simulated training takes the variable updates it makes")
+        return InlineCallInfo(graph.graph, graph._builder.inline(tuple(inputs), named))
+    return ops.call_with_info(graph.graph, *inputs, inputs_dict=inputs_dict)
+
+    def __repr__(self) -> str:
+        return f"BoundGraph({self.graph.name!r}, {len(self.args)} bound inputs)"

@@ -1,0 +1,197 @@
+"""popxl-addons' ``Module``: a layer whose ``build`` adds named inputs (its variables) to the graph
+being built, and ``GraphCache``.
+
+``Module.create_graph(*inputs)`` builds a ``popxl.Graph`` from ``build`` (tensor arguments become its
+inputs) and returns the factories of the named inputs ``build`` added with ``add_variable_input``
+(``NamedVariableFactories``: ``init()`` makes the variables in the main graph) and the graph with
+those inputs by name (``GraphWithNamedArgs``). A module called inside another's ``build`` builds
+inline, its named inputs under the attribute name the parent gave it (``fc1.weight``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import popxl
+from ..popxl.errors import PopXLError
+from .named_tensors import NamedTensors
+from .graph import GraphWithNamedArgs
+from .variable_factory import NamedVariableFactories, VariableFactory
+
+_BUILDING: list["_Frame"] = []  # the create_graph calls under way, innermost last
+
+
+class _Frame:
+    """One ``create_graph`` under way: the named inputs and factories of its graph, and the
+    attribute names of the modules being built inline (their name scope). With ``bound`` (names ->
+    tensors of the calling graph) the module is built inline in the caller instead
+    (:meth:`_Builder.inline`), each named input being the tensor bound to its name."""
+
+    def __init__(self, root: "Module", bound: dict | None = None):
+        self.root = root
+        self.scopes: list[str] = []
+        self.factories = NamedVariableFactories()
+        self.args = NamedTensors()
+        self.bound = bound
+
+    def qualified(self, name: str) -> str:
+        return ".".join(self.scopes + [name])
+
+    def add(self, factory: VariableFactory, overwrite: bool) -> popxl.Tensor:
+        if factory.name in self.args and not overwrite:
+            raise PopXLError(f"{type(self.root).__name__}.create_graph: the named input {factory.name!r} is added "
+                             "twice; give it another name or pass overwrite=True")
+        if self.bound is not None:
+            if factory.name not in self.bound:
+                raise PopXLError(f"{type(self.root).__name__}: its named input {factory.name!r} is not bound; bind "
+                                 "the graph to tensors of every named input before calling it")
+            t = self.bound[factory.name]
+        else:
+            t = factory.create_input()
+        self.factories.insert(factory.name, factory, overwrite=True)
+        self.args.insert(factory.name, t, overwrite=True)
+        return t
+
+
+class _Builder:
+    """How a module built its graph (the module, and the ``build`` arguments that were not inputs),
+    so that a call of the graph given autodiff gradients can build it again inline in the caller:
+    the simulated training takes a gradient only into the variable updates it reaches directly
+    (:func:`sim.popxl.transforms.autodiff`), which an optimizer module's graph hides from it."""
+
+    def __init__(self, module: "Module", args: tuple, kwargs: dict):
+        self.module = module
+        self.signature = inspect.signature(module.build)
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        self.arguments = dict(bound.arguments)
+        self.inputs = [name for name, v in self.arguments.items() if isinstance(v, (popxl.Tensor, popxl.TensorSpec))]
+
+    def inline(self, inputs: tuple, named: dict):
+        """``build`` run in the calling graph on ``inputs`` (the graph's inputs, in order), its named
+        inputs the tensors ``named`` binds to their names; returns what ``build`` returns."""
+        if len(inputs) != len(self.inputs):
+            raise PopXLError(f"{type(self.module).__name__}: the graph takes {len(self.inputs)} inputs "
+                             f"({', '.join(self.inputs)}), {len(inputs)} given")
+        arguments = dict(self.arguments, **dict(zip(self.inputs, inputs)))
+        call = inspect.BoundArguments(self.signature, arguments)
+        _BUILDING.append(_Frame(self.module, named))
+        try:
+            return self.module.build(*call.args, **call.kwargs)
+        finally:
+            _BUILDING.pop()
+
+
+def _frame(where: str) -> _Frame:
+    if not _BUILDING:
+        raise PopXLError(f"{where}: no graph is being built; call it inside a Module's build (through "
+                         "create_graph, or a parent module's build)")
+    return _BUILDING[-1]
+
+
+class Module(popxl.Module):
+    """Subclass it and define ``build``; see the module docstring."""
+
+    def __init__(self, cache: "GraphCache | bool | None" = None):
+        object.__setattr__(self, "_scope", None)
+        object.__setattr__(self, "_cache", GraphCache() if cache is True else (cache or None))
+
+    def __setattr__(self, key: str, value) -> None:
+        if isinstance(value, Module) and not key.startswith("_") and getattr(value, "_scope", None) is None:
+            object.__setattr__(value, "_scope", key)  # its named inputs go under this name
+        object.__setattr__(self, key, value)
+
+    def set_name_scope(self, name: str) -> None:
+        object.__setattr__(self, "_scope", name)
+
+    def build(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define build()")
+
+    def __call__(self, *args, **kwargs):
+        """``build`` inline, in the graph being built, under this module's name scope."""
+        frame = _frame(f"{type(self).__name__}(...)")
+        scope = getattr(self, "_scope", None)
+        if scope:
+            frame.scopes.append(scope)
+        try:
+            return self.build(*args, **kwargs)
+        finally:
+            if scope:
+                frame.scopes.pop()
+
+    # --- graphs ---------------------------------------------------------------------------------
+    def create_graph(self, *args, **kwargs) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
+        """(factories of the named inputs, the graph) built from ``build`` with ``args`` as its inputs
+        (tensors or ``popxl.TensorSpec``); through the module's cache when it has one."""
+        if getattr(self, "_cache", None) is not None:
+            return self._cache.create_graph(self, *args, **kwargs)
+        return self._create_graph(*args, **kwargs)
+
+    def _create_graph(self, *args, **kwargs) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
+        ir = popxl.gcg().ir
+        frame = _Frame(self)
+        _BUILDING.append(frame)
+        try:
+            graph = ir.create_graph(self.build, *args, **kwargs)
+        finally:
+            _BUILDING.pop()
+        return frame.factories, GraphWithNamedArgs(graph, frame.args, builder=_Builder(self, args, kwargs))
+
+    # --- named inputs -----------------------------------------------------------------------------
+    def add_variable_input(self, name: str, input_fn: Callable[[], np.ndarray], dtype=popxl.float32,
+                           by_ref: bool = False, replica_grouping=None, overwrite: bool = False) -> popxl.Tensor:
+        """A named input of the graph being built, and the factory of the variable that feeds it
+        (``input_fn`` gives its initial value)."""
+        frame = _frame(f"{type(self).__name__}.add_variable_input({name!r})")
+        factory = VariableFactory(input_fn, dtype, frame.qualified(name), by_ref, replica_grouping)
+        return frame.add(factory, overwrite)
+
+    def add_variable_factory(self, factory: VariableFactory, name: str | None = None) -> popxl.Tensor:
+        """A named input made by ``factory`` (under ``name``, else the factory's)."""
+        frame = _frame(f"{type(self).__name__}.add_variable_factory")
+        named = VariableFactory(factory.data_fn, factory.dtype, frame.qualified(name or factory.name),
+                                factory.by_ref, factory.replica_grouping)
+        return frame.add(named, overwrite=False)
+
+    def add_variable_inputs(self, name: str, factories: NamedVariableFactories) -> NamedTensors:
+        """A named input for each of ``factories``, under ``name`` (new inputs each call: a graph made
+        once can then be bound to several sets of them)."""
+        return NamedTensors.from_dict({sub: self.add_variable_factory(f, f"{name}.{sub}")
+                                       for sub, f in factories.to_dict().items()})
+
+
+def _spec(x) -> object:
+    """What of an argument of ``create_graph`` decides the graph built from it."""
+    if isinstance(x, (popxl.Tensor, popxl.TensorSpec)):
+        return ("tensor", tuple(x.shape), x.dtype.name)
+    if isinstance(x, (list, tuple)):
+        return tuple(_spec(v) for v in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, _spec(v)) for k, v in x.items()))
+    return repr(x)
+
+
+def _settings(module: Module) -> tuple:
+    """A module's own settings (its attributes other than submodules, which count by theirs)."""
+    return (type(module),) + tuple(
+        (k, _settings(v) if isinstance(v, Module) else repr(v))
+        for k, v in sorted(vars(module).items()) if not k.startswith("_"))
+
+
+class GraphCache:
+    """Builds a module's graph once for each setting of the module and inputs' shapes and dtypes;
+    ``create_graph`` of an equal module on equal inputs returns the graph already built (and its
+    factories), so its calls share one graph."""
+
+    def __init__(self):
+        self._graphs: dict = {}
+
+    def create_graph(self, module: Module, *args, **kwargs) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
+        key = (_settings(module), _spec(args), _spec(kwargs), id(popxl.gcg().ir))
+        if key not in self._graphs:
+            self._graphs[key] = module._create_graph(*args, **kwargs)
+        factories, graph = self._graphs[key]
+        return factories.copy(), graph.copy()

@@ -1,0 +1,63 @@
+"""popxl-addons' variable factories: what a module's named input needs to become a variable of the
+main graph (the data that initialises it, its dtype, its replica grouping)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import popxl
+from .dot_tree import DotTree
+from .named_tensors import NamedTensors
+
+
+class VariableFactory:
+    """Makes a variable (``create_var``) or a subgraph input (``create_input``) of one shape and dtype.
+
+    ``data_fn`` returns the initial value (a numpy array or scalar); it is called once here for the
+    shape and again by each ``create_var``, so each variable gets fresh data (random initialisers
+    differ between them, as they do in popxl-addons)."""
+
+    def __init__(self, data_fn: Callable[[], np.ndarray], dtype=popxl.float32, name: str | None = None,
+                 by_ref: bool = False, replica_grouping=None):
+        if not callable(data_fn):
+            raise TypeError(f"VariableFactory({name!r}): data_fn must be a function returning the initial value "
+                            f"(for example functools.partial(np.zeros, shape)), got {data_fn!r}")
+        self.data_fn = data_fn
+        self.dtype = popxl.dtype.as_dtype(dtype)
+        self.name = name
+        self.by_ref = by_ref
+        self.replica_grouping = replica_grouping
+        self.shape = tuple(np.shape(data_fn()))
+
+    def create_input(self, prefix: str | None = None) -> popxl.Tensor:
+        """A named input of the subgraph being built."""
+        return popxl.graph_input(self.shape, self.dtype, _join(prefix, self.name), by_ref=self.by_ref)
+
+    def create_var(self, prefix: str | None = None) -> popxl.Variable:
+        """A variable of the main graph holding fresh data."""
+        data = np.asarray(self.data_fn(), dtype=self.dtype.as_numpy())
+        return popxl.variable(data, self.dtype, _join(prefix, self.name), replica_grouping=self.replica_grouping)
+
+    def __repr__(self) -> str:
+        return f"VariableFactory({self.name!r}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+class NamedVariableFactories(DotTree):
+    """A :class:`DotTree` of :class:`VariableFactory`."""
+
+    def init(self, prefix: str | None = None) -> NamedTensors:
+        """A variable of the main graph for each factory, by the same names (``prefix.name``)."""
+        return NamedTensors.from_dict({name: f.create_var(prefix) for name, f in self.to_dict().items()})
+
+    def init_zero(self, prefix: str | None = None) -> NamedTensors:
+        """As :meth:`init`, the data zeros."""
+        return NamedTensors.from_dict({
+            name: VariableFactory(lambda f=f: np.zeros(f.shape), f.dtype, f.name, f.by_ref,
+                                  f.replica_grouping).create_var(prefix)
+            for name, f in self.to_dict().items()})
+
+
+def _join(prefix: str | None, name: str | None) -> str | None:
+    return ".".join(p for p in (prefix, name) if p) or None
