@@ -19,8 +19,8 @@ LAYERS = [
     {"sim.compiler", "sim.engine"},
     {"sim.results"},
     {"sim"},  # the package's own API (simulate, compile, ...)
-    {"sim.poptorch", "sim.popxl", "sim.popdist", "sim.popart", "sim.onnx", "sim.cli", "sim.validation", "sim.planner",
-     "sim.poplibs_benchmarks", "sim.__main__"},
+    {"sim.poptorch", "sim.popxl", "sim.popxl_addons", "sim.popdist", "sim.popart", "sim.onnx", "sim.cli",
+     "sim.validation", "sim.planner", "sim.poplibs_benchmarks", "sim.__main__"},
 ]
 
 
