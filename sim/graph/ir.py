@@ -146,6 +146,9 @@ class Graph:
         self.inputs: list[str] = []  # host-fed tensors, in the model's flattened order
         self.outputs: list[str] = []  # tensors streamed back to the host, in order
         self.loss: str | None = None
+        #: the losses of a program that writes out its micro-batches one after another (a PopXL loop):
+        #: each micro-batch's backward pass follows its own loss (sim/graph/training.py)
+        self.micro_batch_losses: list[str] = []
         self.training = False
         self.overlap: dict[str, int] = {}  # input/output tensor -> OverlapMode (host IO overlap)
         #: samples one row of the micro-batch (the first input's leading dimension) carries, which
@@ -225,6 +228,7 @@ class Graph:
                                        attrs=dict(op.attrs)) for op in self.ops]
         new.inputs, new.outputs = list(self.inputs), list(self.outputs)
         new.loss, new.training, new.overlap = self.loss, self.training, dict(self.overlap)
+        new.micro_batch_losses = list(self.micro_batch_losses)
         new.samples_per_row, new.micro_batch, new.params = self.samples_per_row, self.micro_batch, dict(self.params)
         new._op_names = set(self._op_names)
         return new

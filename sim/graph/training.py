@@ -412,24 +412,8 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     mark_fully_connected_passes(g, training=True)
     mark_recurrent_saves(g)
     need = _requires_grad(g)
-    bw = _Backward(g)
     forward = list(g.ops)
-    loss_op = next(op for op in forward if g.loss in op.outputs)
-    bw.current = loss_op
-    if loss_op.kind in LOSS_KINDS:  # its gradient and the loss's seed in one op
-        _loss_grads(bw, loss_op, need)
-    elif loss_op.kind in _SEEDED_LOSS_KINDS:
-        x = g.tensors[loss_op.inputs[0]]
-        bw.grads[x.name] = bw.new(f"{loss_op.kind}_grad", list(loss_op.inputs), x.shape, x.dtype)
-    else:  # a loss built from other ops (identity_loss of a sum, a scaled loss): seeded with a constant 1
-        loss = g.tensors[g.loss]
-        bw.grads[g.loss] = g.add_tensor(g.unique_tensor_name(f"{g.loss}/grad_seed"), loss.shape, loss.dtype,
-                                        "constant").name
-    for op in reversed(forward):
-        if (op is loss_op and op.kind in _SEEDED_LOSS_KINDS) or not any(o in bw.grads for o in op.outputs):
-            continue
-        bw.current = op
-        _differentiate(bw, op, need)
+    bw = _backward_passes(g, forward, need)
 
     # weight gradients: accumulate, then update
     first_user = {}
@@ -472,6 +456,53 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     if factor is not None:
         _clip_by_global_norm(g, factor, opt.clip_norm)
     return g
+
+
+def _backward_from(bw: _Backward, forward: list[Op], loss: str, need: set[str]) -> None:
+    """The backward pass of the ops ``forward`` from their ``loss``, into ``bw``."""
+    g = bw.g
+    loss_op = next(op for op in forward if loss in op.outputs)
+    bw.current = loss_op
+    if loss_op.kind in LOSS_KINDS:  # its gradient and the loss's seed in one op
+        _loss_grads(bw, loss_op, need)
+    elif loss_op.kind in _SEEDED_LOSS_KINDS:
+        x = g.tensors[loss_op.inputs[0]]
+        bw.grads[x.name] = bw.new(f"{loss_op.kind}_grad", list(loss_op.inputs), x.shape, x.dtype)
+    else:  # a loss built from other ops (identity_loss of a sum, a scaled loss): seeded with a constant 1
+        t = g.tensors[loss]
+        bw.grads[loss] = g.add_tensor(g.unique_tensor_name(f"{loss}/grad_seed"), t.shape, t.dtype, "constant").name
+    for op in reversed(forward):
+        if (op is loss_op and op.kind in _SEEDED_LOSS_KINDS) or not any(o in bw.grads for o in op.outputs):
+            continue
+        bw.current = op
+        _differentiate(bw, op, need)
+
+
+def _backward_passes(g: Graph, forward: list[Op], need: set[str]) -> _Backward:
+    """The backward pass from the graph's loss; a graph whose micro-batches are written out one after
+    another (``Graph.micro_batch_losses``, a PopXL loop) gets each micro-batch's backward pass right
+    after its loss, as the program runs it, and each weight's gradients summed over them. Returns
+    the pass whose ``grads`` hold each weight's (summed) gradient."""
+    losses = g.micro_batch_losses if len(g.micro_batch_losses) > 1 else [g.loss]
+    if len(losses) == 1:
+        bw = _Backward(g)
+        _backward_from(bw, forward, losses[0], need)
+        return bw
+    total, order, start = _Backward(g), [], 0
+    for loss in losses:
+        end = next(i for i, op in enumerate(forward) if loss in op.outputs)
+        segment, start = forward[start:end + 1], end + 1
+        made = len(g.ops)
+        bw = _Backward(g)
+        _backward_from(bw, segment, loss, need)
+        for w in g.weights():  # this micro-batch's weight gradients added to the earlier ones'
+            if w.name in bw.grads:
+                total.current = next(op for op in segment if w.name in op.inputs)
+                total.give(w.name, bw.grads[w.name])
+        order += segment + g.ops[made:]
+        del g.ops[made:]
+    g.ops = order + forward[start:]
+    return total
 
 
 def _clip_factor_tensor(g: Graph, bw: _Backward, opt: Optimizer) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Self
 
@@ -41,8 +42,9 @@ class Graph:
         self._b = GraphBuilder(f"popxl_{name}" if main else name, dtype="float32")
         self._inputs: list[Tensor] = []
         self._outputs: list[Tensor] = []
-        self._loads: dict[HostToDeviceStream, str] = {}  # stream -> sim tensor it is loaded into
-        self._stores: dict[DeviceToHostStream, str] = {}  # stream -> sim tensor stored to it
+        self._loads: dict[HostToDeviceStream, str] = {}  # stream -> sim tensor it is loaded into (the first)
+        self._stores: dict[DeviceToHostStream, str] = {}  # stream -> sim tensor stored to it (the first)
+        self._io_count: Counter = Counter()  # stream -> its loads or stores in this graph
         self._io_repeats: list[tuple[str, int]] = []  # (graph, count) of repeats with host IO
         self._io_ops = 0  # ops copied from the bodies of those repeats
         self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
@@ -171,29 +173,51 @@ class Graph:
 
     # --- host IO -----------------------------------------------------------------------------
     def _host_load(self, stream: HostToDeviceStream, name: str | None = None) -> str:
-        if stream in self._loads:
+        """A load of ``stream``: one host transfer's data. The main graph may load a stream several
+        times (a loop written out, one load a micro-batch: each is the next transfer, and the
+        Session checks that every stream is loaded as many times); a subgraph once."""
+        if stream in self._loads and not self._main:
             raise NotModelledError(
                 f"ops.host_load: stream {stream.name!r} is loaded twice in graph {self.name!r}; the "
-                "simulator streams each h2d stream once per host transfer: use one host_load per "
-                "stream (and one stream per tensor)")
+                "simulator streams each h2d stream once per call of a subgraph: load it once there, or "
+                "in the main graph")
         self._check_open()
         if self._main:
             sim_name = self._b.input(self.sim_graph.unique_tensor_name(name or stream.name),
                                      stream.shape, stream.dtype.sim_name)
         else:
             sim_name = self._new_tensor(name or stream.name, stream.shape, stream.dtype, "input")
-        self._loads[stream] = sim_name
+        self._loads.setdefault(stream, sim_name)
+        self._io_count[stream] += 1
         return sim_name
 
     def _host_store(self, stream: DeviceToHostStream, sim_name: str) -> None:
-        if stream in self._stores:
+        """A store to ``stream`` (as :meth:`_host_load`: the main graph may store to it once a
+        transfer of a loop written out)."""
+        if stream in self._stores and not self._main:
             raise NotModelledError(
                 f"ops.host_store: stream {stream.name!r} is stored to twice in graph {self.name!r}; the "
-                "simulator streams each d2h stream once per host transfer")
+                "simulator streams each d2h stream once per call of a subgraph")
         self._check_open()
         if self._main:
+            if sim_name in self.sim_graph.outputs:  # the same tensor again: a copy of it is sent
+                with self._building() as b:
+                    sim_name = b.op("identity", [sim_name], [self.sim_graph.tensors[sim_name].shape],
+                                    name=self._scoped(f"{stream.name}/store"))[0]
             self._b.output(sim_name)
-        self._stores[stream] = sim_name
+        self._stores.setdefault(stream, sim_name)
+        self._io_count[stream] += 1
+
+    def _transfers_per_pass(self) -> int:
+        """Host transfers one pass of the main graph makes: the times each stream is loaded or stored
+        to (the same for every stream: PopXL's ``num_host_transfers`` counts them all alike)."""
+        counts = {s.name: n for s, n in self._io_count.items()}
+        if len(set(counts.values())) > 1:
+            raise NotModelledError(
+                "the main graph loads or stores its streams different numbers of times ("
+                + ", ".join(f"{name}: {n}" for name, n in sorted(counts.items()))
+                + "); the simulator needs one count for every stream (each load or store is one host transfer)")
+        return next(iter(counts.values()), 1)
 
     @property
     def _has_host_io(self) -> bool:

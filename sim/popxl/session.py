@@ -160,7 +160,14 @@ class Session:
                 "the program calls an autodiff grad graph, so it is simulated as training, but it has no "
                 "loss the simulator can differentiate from: compute it with "
                 "ops.nll_loss_with_softmax_grad(probs, labels) in the program")
-        streamed_state, streamed_notes = False, []
+        streamed_state, streamed_notes, loss_notes = False, [], []
+        losses = [op.outputs[0] for op in graph.ops if op.kind == "softmax_cross_entropy"] if ir._training else []
+        if len(losses) > 1:  # micro-batches written out in the main graph: a backward pass from each loss
+            graph = graph.copy()
+            graph.micro_batch_losses = losses
+            loss_notes.append(f"{len(losses)} losses in the main graph (its micro-batches written out one after "
+                                  "another): each micro-batch's backward pass follows its loss, and the weights' "
+                                  "gradients are summed over them before the update")
         if ir._training:
             graph, streamed_state, streamed_notes = _weights_in_streaming_memory(graph, ir)
         moments = sorted(n for n in ir._gradient_state if not any(n in op.inputs for op in graph.ops))
@@ -207,7 +214,7 @@ class Session:
         if fixed:
             notes.append(f"variables {', '.join(fixed)}: no update of the program writes them, so they are "
                          "not trained: no gradient and no optimizer update of them is priced")
-        notes += collective_notes + streamed_notes
+        notes += collective_notes + streamed_notes + loss_notes
         if moments:
             notes.append(f"variables {', '.join(moments)}: gradient moments the updates accumulate, counted "
                          f"as the simulated {ir._optimizer} optimizer's state, not as weights")
@@ -236,7 +243,7 @@ class Session:
             o = _InstanceOptions(popdist.getNumInstances(), popdist.getInstanceIndex())
         else:
             o = Options()
-        o.deviceIterations(ir.num_host_transfers)
+        o.deviceIterations(self._passes())
         o.replicationFactor(ir.instance_replication_factor)
         o.outputMode(OutputMode.All)
         o.logCycleCount(True)
@@ -249,6 +256,17 @@ class Session:
         if "defaultPrefetchBufferingDepth" in values:
             o._Popart.set("defaultPrefetchBufferingDepth", values["defaultPrefetchBufferingDepth"])
         return o
+
+    def _passes(self) -> int:
+        """Passes of the main graph a run makes: ``num_host_transfers`` over the transfers one pass makes
+        (a loop written out in the main graph loads each stream once a micro-batch)."""
+        ir = self._ir
+        per_pass = ir.main_graph._transfers_per_pass()
+        if ir.num_host_transfers % per_pass:
+            raise OptionsError(f"the main graph makes {per_pass} host transfers (it loads or stores each stream "
+                               f"{per_pass} times) but ir.num_host_transfers is {ir.num_host_transfers}: set it to a "
+                               f"multiple of {per_pass}")
+        return ir.num_host_transfers // per_pass
 
     # --- PopXL's surface ---------------------------------------------------------------------
     @property
@@ -280,6 +298,16 @@ class Session:
         if self._ir.instance_replication_factor > 1:
             dims += (self._ir.instance_replication_factor,)
         return dims
+
+    @property
+    def _extra_input_dims(self) -> tuple[int, ...]:
+        """(num_host_transfers, replicas) with those of size 1 left out, as PopXL's."""
+        return self._extra_dims()
+
+    def _full_input_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of a stream's buffer for one run: ``shape`` after :attr:`_extra_input_dims`
+        (PopXL's private helper, which Graphcore's PopXL tutorials call)."""
+        return self._extra_dims() + tuple(shape)
 
     def create_host_outputs(self) -> dict:
         """One zero-filled array per d2h stream, of shape (num_host_transfers, replicas, *shape)

@@ -19,11 +19,12 @@ from .dot_tree import DotTree
 from .named_tensors import NamedTensors
 from .graph import BoundGraph, GraphWithNamedArgs
 from .module import GraphCache, Module
-from .transforms import autodiff
+from .transforms import autodiff, autodiff_with_accumulation
+from . import transforms
 from .variable_factory import NamedVariableFactories, VariableFactory
 
 __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "Module", "NamedTensors",
-           "NamedVariableFactories", "VariableFactory", "autodiff", "ops"]
+           "NamedVariableFactories", "VariableFactory", "autodiff", "autodiff_with_accumulation", "ops", "transforms"]
 
 
 def __getattr__(name: str):

@@ -5,8 +5,15 @@ autodiff of its graph (in the simulator, the simulated training's backward pass:
 
 from __future__ import annotations
 
+from functools import partial
+
+import numpy as np
+
+from .. import popxl
 from ..popxl import transforms as popxl_transforms
-from .graph import GraphWithNamedArgs
+from .graph import Accumulation, GraphWithNamedArgs
+from .named_tensors import NamedTensors
+from .variable_factory import NamedVariableFactories, VariableFactory
 
 
 def autodiff(graph: GraphWithNamedArgs, grads_provided=None, grads_required=None, called_graphs_grad_info=None,
@@ -17,3 +24,30 @@ def autodiff(graph: GraphWithNamedArgs, grads_provided=None, grads_required=None
     included)."""
     info = popxl_transforms.autodiff(graph.graph, grads_provided, grads_required, called_graphs_grad_info)
     return GraphWithNamedArgs(info.graph, grad_graph_info=info)
+
+
+def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_grads, grads_provided=None,
+                               grads_required=None, called_graphs_grad_info=None, replica_groupings=None
+                               ) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
+    """:func:`autodiff`, and each call of the grad graph takes a running mean of the gradients of
+    ``tensors_to_accumulate_grads`` into accumulators: named inputs ``accum.<name>`` (zeros, the
+    tensors' shapes) and the count ``mean_accum_counter``, whose factories it returns. The
+    accumulated gradients are not outputs of the call. In the simulation an accumulator is a
+    gradient held across the calls: the collectives applied to it and the optimizer update reading
+    it are those of the weight's gradient."""
+    accumulated = list(tensors_to_accumulate_grads)
+    required = list(grads_required or []) + accumulated
+    info = popxl_transforms.autodiff(graph.graph, grads_provided, required, called_graphs_grad_info)
+    names = {t: name for name, t in graph.args.to_dict().items()}
+    factories = NamedVariableFactories()
+    factories.insert("mean_accum_counter", VariableFactory(partial(np.zeros, ()), popxl.float32, "mean_accum_counter",
+                                                           by_ref=True))
+    groupings = replica_groupings.to_dict() if replica_groupings is not None else {}
+    for t in accumulated:
+        name = names.get(t, t.id)
+        factories.insert(f"accum.{name}", VariableFactory(partial(np.zeros, t.shape), t.dtype, f"accum.{name}",
+                                                          by_ref=True, replica_grouping=groupings.get(name)))
+    accumulation = Accumulation([required.index(t) for t in accumulated],
+                                [f"accum.{names.get(t, t.id)}" for t in accumulated])
+    slots = NamedTensors.from_dict({name: accumulation.slot(name) for name in factories.keys_flat()})
+    return factories, GraphWithNamedArgs(info.graph, slots, grad_graph_info=info, accumulation=accumulation)

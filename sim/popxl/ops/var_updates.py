@@ -17,13 +17,13 @@ from __future__ import annotations
 from ..context import get_current_context
 from ..errors import not_modelled
 from ..tensor import GradTensor, Tensor
-from ..transforms import _gradient_update
+from ..transforms import _gradient_update, from_gradient
 from ._core import _as_tensor, _inplace
 from ._math import lamb_square  # noqa: F401 - PopXL has it as ops.lamb_square; kept here too
 
 
 def _update(fn: str, kind: str, t: Tensor, others, attrs=None, new_output: bool = False) -> Tensor:
-    derived = [x for x in (t, *others) if _from_gradient(x)]
+    derived = [x for x in (t, *others) if from_gradient(x)]
     if derived:  # part of the optimizer update: an autodiff gradient, or a state accumulated from one
         return _gradient_update(fn, None if new_output else t, derived[0])
     if not new_output:
@@ -33,13 +33,6 @@ def _update(fn: str, kind: str, t: Tensor, others, attrs=None, new_output: bool 
     with g._building() as b:
         out = b.op(kind, [x._sim for x in ins], [t.shape], attrs, name=g._scoped(fn))[0]
     return g._wrap(out, t.dtype)
-
-
-def _from_gradient(x) -> bool:
-    """An autodiff gradient, or a variable an update has accumulated one into (Adam's moments); a
-    subgraph's tensor is neither, whatever its name (names are per graph)."""
-    return isinstance(x, GradTensor) or (isinstance(x, Tensor) and x._sim is not None and x._graph._main
-                                         and x._sim in get_current_context().graph.ir._gradient_state)
 
 
 def accumulate_(t: Tensor, X: Tensor, f=None) -> Tensor:

@@ -4,7 +4,7 @@ PopXL: ``from popxl.transforms.autodiff import GradGraphInfo``)."""
 from __future__ import annotations
 
 from .autodiff import (ExpectedConnection, ExpectedConnectionType, GradGraphInfo, _call_grad_graph,
-                       _gradient_update, autodiff)
+                       _gradient_update, autodiff, from_gradient)
 
 _NOT_MODELLED = ("io_tile_exchange", "merge_exchange", "decompose_sum")
 

@@ -140,6 +140,13 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
     return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})", collectives)
 
 
+def from_gradient(x) -> bool:
+    """An autodiff gradient, or a variable an update has accumulated one into (Adam's moments, a
+    gradient accumulator); a subgraph's tensor is neither, whatever its name (names are per graph)."""
+    return isinstance(x, GradTensor) or (isinstance(x, Tensor) and x._sim is not None and x._graph._main
+                                         and x._sim in x._graph.ir._gradient_state)
+
+
 def _held(graph, name: str) -> bool:
     """Is ``name`` a tensor the program holds across steps: a variable, or one it loads from a remote
     buffer (as phased programs keep their weights and optimizer moments)?"""

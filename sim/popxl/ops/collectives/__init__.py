@@ -18,6 +18,7 @@ from ...context import get_current_context
 from ...errors import PopXLError, not_modelled
 from ...tensor import GradTensor, Tensor
 from .._core import reshape, slice, transpose
+from ...transforms import from_gradient
 
 OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
@@ -52,10 +53,23 @@ def _on_gradient(t: GradTensor, kind: str, group) -> GradTensor:
     return done
 
 
+def _on_state(t: Tensor, kind: str, group) -> Tensor:
+    """A collective on a variable an autodiff gradient was accumulated into (a gradient accumulator,
+    an optimizer moment): recorded with the gradient's collectives, which the weight it updates
+    gets in the simulated weight update."""
+    ir = t._graph.ir
+    stride = group.stride if group is not None else 1
+    size = group.group_size if group is not None else ir.replication_factor
+    ir._state_collectives[t._sim] = ir._state_collectives.get(t._sim, ()) + ((kind, stride, size, t.nbytes),)
+    return t
+
+
 def replicated_all_reduce(t: Tensor, op: str = "add", group=None) -> Tensor:
     """Reduce ``t`` over the replicas of each group; every member gets the result."""
     if isinstance(t, GradTensor):
         return _on_gradient(t, "replicated_all_reduce", group)
+    if from_gradient(t):
+        return _on_state(t, "replicated_all_reduce", group)
     g, stride, size = _grouping(t, group, op, "ops.collectives.replicated_all_reduce")
     with g._building() as b:
         out = b.replicated_all_reduce(t._sim, stride, size, name=g._scoped("replicated_all_reduce"))
