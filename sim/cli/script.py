@@ -8,7 +8,7 @@ The script's ``import poptorch`` (and ``poptorch.*``), ``import popxl`` (and ``p
 ``import popdist`` (and ``popdist.*``) get the simulator's front ends, ``sim.poptorch``,
 ``sim.popxl`` and ``sim.popdist``, whatever else is installed, and so do the libraries it imports
 (a layer library built on PopTorch, say); ``import popart`` gets ``sim.popart``, PopART's option
-enums, which PopTorch scripts set options with. ``--system`` sets the system (``IPUSIM_SYSTEM``)
+enums, which PopTorch scripts set options with; ``import popxl_addons`` gets ``sim.popxl_addons``. ``--system`` sets the system (``IPUSIM_SYSTEM``)
 unless the script chooses one itself. Unless ``--real-clock`` is given, the ``time`` module's
 clocks read the simulated time of each device call (:mod:`sim.virtual_clock`), so the throughput
 and step times the script prints are the simulated ones; its host work outside the calls counts
@@ -43,7 +43,8 @@ FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.
 
 
 class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of ``poptorch[.X]``, ``popxl[.X]`` and ``popdist[.X]`` as the simulator's modules
+    """Imports of ``poptorch[.X]``, ``popxl[.X]``, ``popdist[.X]``, ``popart`` and ``popxl_addons[.X]`` as
+    the simulator's modules
     (the same module objects, under both names)."""
 
     def find_spec(self, name, path=None, target=None):

@@ -243,8 +243,9 @@ def scaled_add(X: Tensor, Y: Tensor, a: float = 1.0, b: float = 1.0) -> Tensor:
 
 
 def scaled_add_(X: Tensor, Y, a: float = 1.0, b: float = 1.0) -> Tensor:
-    """``X = a * X + b * Y`` in place; with an autodiff gradient ``Y`` it is the optimizer update."""
-    if isinstance(Y, GradTensor):
+    """``X = a * X + b * Y`` in place; with an autodiff gradient ``Y`` (or an accumulator of one) it is
+    the optimizer update."""
+    if transforms.from_gradient(Y):
         return transforms._gradient_update("scaled_add_", X, Y)
     return _inplace("add", X, [Y], "ops.scaled_add_", {"a": a, "b": b})
 

@@ -99,8 +99,8 @@ def adam_var_update(t: Tensor, x: Tensor, r1=None, r2=None, learning_rate=None,
                     max_weight_norm=None) -> Tensor:
     """``t -= learning_rate * x`` (scaled by LAMB's trust ratio ``r1 / r2``, which PopXL requires
     for Adam too: the optimizer is LAMB only when ``lamb_square`` made them)."""
-    if isinstance(x, GradTensor) or isinstance(t, GradTensor):
-        return _gradient_update("adam_var_update", t, x if isinstance(x, GradTensor) else t)
+    if from_gradient(x) or isinstance(t, GradTensor):
+        return _gradient_update("adam_var_update", t, x if from_gradient(x) else t)
     return _update("adam_var_update", "sgd_update", t, [x])
 
 
