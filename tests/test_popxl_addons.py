@@ -214,8 +214,69 @@ def test_script_imports_popxl_addons(tmp_path, capsys):
             y, = graph.bind(facts.init()).call(popxl.variable(np.ones(4, np.float32)))
             ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
         popxl.Session(ir, "ipu_hw").run()
-        addons.pipelined_execution
+        addons.named_variable_buffers
     '''))
     assert main(["script", str(script)]) == 1
     _, err = capsys.readouterr()
-    assert "popxl_addons.pipelined_execution is not modelled" in err and "1 simulated device call(s)" in err
+    assert "popxl_addons.named_variable_buffers is not modelled" in err and "1 simulated device call(s)" in err
+
+
+def _pipelined(recompute: bool, steps: int = 4):
+    """Tutorial 4's shape: a layer a stage, a stage an IPU, the loss and the last layer's backward on
+    IPU 1, the first layer's backward on IPU 0, gradients accumulated over ``steps`` micro-batches."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        img_h2d = popxl.h2d_stream((5, 784), popxl.float32, "image")
+        lbl_h2d = popxl.h2d_stream((5,), popxl.int32, "labels")
+        layers = []
+        for ipu, (spec, out, needs_dx) in enumerate([((5, 784), 512, False), ((5, 512), 10, True)]):
+            with popxl.ipu(ipu):
+                facts, fwd = Linear(out).create_graph(popxl.TensorSpec(spec, popxl.float32))
+                required = (fwd.graph.inputs[0],) if needs_dx else ()
+                bwd_facts, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors, grads_required=required)
+                if recompute:
+                    bwd = addons.transforms.recompute_graph(bwd)
+                layers.append((fwd.bind(facts.init(f"fc{ipu}")), bwd, bwd_facts.init(f"fc{ipu}")))
+        with popxl.in_sequence(True), addons.pipelined_execution(steps) as pipeline:
+            with pipeline.stage(0), popxl.ipu(0):
+                info0 = layers[0][0].call_with_info(ops.host_load(img_h2d))
+                x = info0.outputs[0].copy_to_ipu(1)
+            with pipeline.stage(1), popxl.ipu(1):
+                info1 = layers[1][0].call_with_info(x)
+                loss, dx = addons.ops.cross_entropy_with_grad(info1.outputs[0], ops.host_load(lbl_h2d))
+                dx, = layers[1][1].bind(layers[1][2]).call(dx, args=layers[1][1].grad_graph_info.inputs_dict(info1))
+                dx = dx.copy_to_ipu(0)
+            with pipeline.stage(2), popxl.ipu(0):
+                activations = pipeline.stash_and_restore_activations(info0, layers[0][1].grad_graph_info)
+                layers[0][1].bind(layers[0][2]).call(dx, args=activations)
+        for (fwd, _, accums), ipu in zip(layers, (0, 1)):
+            with popxl.ipu(ipu):
+                for w, g in zip(fwd.args.values(), accums.tensors[:-1]):
+                    ops.scaled_add_(w, g, b=-0.01)
+    ir.num_host_transfers = 2 * steps
+    session = popxl.Session(ir, "ipu_hw")
+    session.run({img_h2d: np.zeros((2 * steps, 5, 784), np.float32), lbl_h2d: np.zeros((2 * steps, 5), np.int32)})
+    return session
+
+
+def test_pipelined_execution_is_popart_pipelining_with_accumulation():
+    s = _pipelined(recompute=True)
+    ex = s.executable
+    assert ex.strategy == "pipelined" and ex.training
+    assert (ex.options.Training.gradient_accumulation, ex.options.device_iterations) == (4, 2)
+    # a stage an IPU, each with its forward and backward ops (the simulator's PopART pipeline)
+    assert {(op.ipu, op.stage) for op in ex.graph.ops} == {(0, 0), (1, 1)}
+    assert {op.pass_ for op in ex.graph.ops if op.ipu == 0} == {"forward", "backward", "update"}
+    assert [op.kind for op in ex.graph.ops].count("sgd_update") == 4
+    assert any("pipelined_execution(4)" in n for n in ex.notes)
+    assert ex.options.pipeline_recomputation()
+    assert not _pipelined(recompute=False).executable.options.pipeline_recomputation()
+    with pytest.raises(Exception, match="set it to a multiple of 4"):
+        ir = popxl.Ir()
+        with ir.main_graph:
+            h2d = popxl.h2d_stream((4,), popxl.float32, "x")
+            with addons.pipelined_execution(4) as pipeline, pipeline.stage(0):
+                y = ops.relu(ops.host_load(h2d))
+            ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+        ir.num_host_transfers = 6
+        popxl.Session(ir, "ipu_hw")

@@ -159,6 +159,10 @@ class Ir:
         #: trained weight -> the collectives the program applied to its gradient
         self._grad_collectives: dict[str, tuple] = {}
         self._state_collectives: dict[str, tuple] = {}  # moment variable -> those of the gradient it accumulates
+        #: the micro-batches a pass of a pipeline written with popxl-addons' pipelined_execution runs
+        #: (None: no pipeline), and whether its grad graphs recompute their forward (recompute_graph)
+        self._pipeline_steps: int | None = None
+        self._recompute = False
         self._remote_buffers: list = []  # popxl.RemoteBuffer, by id - 1
         self._remote_labels: set[str] = set()  # names of the variables held in remote buffers
         #: sim tensor of a replica_sharded_variable's shard -> the variable

@@ -32,7 +32,7 @@ from ..hardware.system import choose_system
 from ..options import Options, OutputMode, TensorLocationSettings
 from ..schedule import replicated_ops
 from ..results.report import format_summary
-from ..strategy import AutoStage, ShardedExecution
+from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
 from ..virtual_clock import device_call
 from .errors import NotModelledError, PopXLError, SessionIOError
 from .io_tile_placement import place_on_io_tiles
@@ -243,12 +243,20 @@ class Session:
             o = _InstanceOptions(popdist.getNumInstances(), popdist.getInstanceIndex())
         else:
             o = Options()
-        o.deviceIterations(self._passes())
+        steps = ir._pipeline_steps
+        if steps and ir._training:  # popxl-addons' pipelined_execution: the pipeline's micro-batches accumulate
+            o.deviceIterations(self._passes() // steps)
+            o.Training.gradientAccumulation(steps)
+            o._Popart.set("autoRecomputation", 3 if ir._recompute else 0)
+        else:
+            o.deviceIterations(self._passes())
         o.replicationFactor(ir.instance_replication_factor)
         o.outputMode(OutputMode.All)
         o.logCycleCount(True)
         o.autoRoundNumIPUs(True)  # PopXL reserves the next power of two of IPUs
-        if ipus_per_replica > 1:  # program order: each change of IPU is the next stage
+        if steps:  # a stage an IPU, as PopART's pipelining runs them
+            o.setExecutionStrategy(PipelinedExecution(AutoStage.SameAsIpu))
+        elif ipus_per_replica > 1:  # program order: each change of IPU is the next stage
             o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
         values = dict(ir.options.items())
         if values.get("numIOTiles"):
@@ -258,15 +266,17 @@ class Session:
         return o
 
     def _passes(self) -> int:
-        """Passes of the main graph a run makes: ``num_host_transfers`` over the transfers one pass makes
-        (a loop written out in the main graph loads each stream once a micro-batch)."""
+        """Micro-batches a run makes: ``num_host_transfers`` over the times the program loads each stream
+        (a loop written out in the main graph loads it once a micro-batch; a pipeline's steps are
+        micro-batches too, and a run must hold whole passes of them)."""
         ir = self._ir
-        per_pass = ir.main_graph._transfers_per_pass()
-        if ir.num_host_transfers % per_pass:
-            raise OptionsError(f"the main graph makes {per_pass} host transfers (it loads or stores each stream "
-                               f"{per_pass} times) but ir.num_host_transfers is {ir.num_host_transfers}: set it to a "
-                               f"multiple of {per_pass}")
-        return ir.num_host_transfers // per_pass
+        loads = ir.main_graph._transfers_per_pass()
+        whole = loads * (ir._pipeline_steps or 1)  # a pipeline's pass runs its steps, a transfer each
+        if ir.num_host_transfers % whole:
+            raise OptionsError(f"a pass of the main graph makes {whole} host transfers (it loads or stores each "
+                               f"stream {whole} times{', its pipeline included' if ir._pipeline_steps else ''}) but "
+                               f"ir.num_host_transfers is {ir.num_host_transfers}: set it to a multiple of {whole}")
+        return ir.num_host_transfers // loads
 
     # --- PopXL's surface ---------------------------------------------------------------------
     @property

@@ -19,12 +19,14 @@ from .dot_tree import DotTree
 from .named_tensors import NamedTensors
 from .graph import BoundGraph, GraphWithNamedArgs
 from .module import GraphCache, Module
+from .pipeline import pipelined_execution
 from .transforms import autodiff, autodiff_with_accumulation
 from . import transforms
 from .variable_factory import NamedVariableFactories, VariableFactory
 
 __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "Module", "NamedTensors",
-           "NamedVariableFactories", "VariableFactory", "autodiff", "autodiff_with_accumulation", "ops", "transforms"]
+           "NamedVariableFactories", "VariableFactory", "autodiff", "autodiff_with_accumulation", "ops",
+           "pipelined_execution", "transforms"]
 
 
 def __getattr__(name: str):

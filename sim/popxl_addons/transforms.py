@@ -51,3 +51,14 @@ def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_
                                 [f"accum.{names.get(t, t.id)}" for t in accumulated])
     slots = NamedTensors.from_dict({name: accumulation.slot(name) for name in factories.keys_flat()})
     return factories, GraphWithNamedArgs(info.graph, slots, grad_graph_info=info, accumulation=accumulation)
+
+
+def recompute_graph(graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
+    """The grad graph ``graph``, recomputing its forward graph's activations instead of reading them
+    (popxl-addons' recomputation transform). In the simulation a pipeline whose grad graphs were made
+    so recomputes its forward stages, as PopART's pipelined recomputation does."""
+    ir = graph.graph.ir
+    ir._recompute = True
+    ir._note(f"transforms.recompute_graph({graph.graph.name!r}): the pipelined training recomputes its forward "
+             "stages (PopART's autoRecomputation Pipeline); without a pipeline it has no modelled effect")
+    return graph.copy()
