@@ -38,12 +38,12 @@ class GraphWithNamedArgs:
     graph made by :func:`~sim.popxl_addons.transforms.autodiff` also has its ``grad_graph_info``."""
 
     def __init__(self, graph: popxl.Graph, args: NamedTensors | None = None, grad_graph_info=None, builder=None,
-                 accumulation: "Accumulation | None" = None):
+                 accumulation=None):
         self.graph = graph
         self.args = args if args is not None else NamedTensors()
         self._grad_graph_info = grad_graph_info
         self._builder = builder  # a module's graph: how to build it again inline (module._Builder)
-        self._accumulation = accumulation  # a grad graph that accumulates (autodiff_with_accumulation)
+        self._accumulation = accumulation  # a grad graph that accumulates (transforms.Accumulation)
 
     @property
     def grad_graph_info(self):
@@ -95,6 +95,9 @@ class BoundGraph:
         given = {**self.args, **_inputs_dict(self._named.args, args, f"call({self.graph.name!r})")}
         return _call(self._named, inputs, given)
 
+    def __repr__(self) -> str:
+        return f"BoundGraph({self.graph.name!r}, {len(self.args)} bound inputs)"
+
 
 class InlineCallInfo:
     """What a call built inline gives back (see :func:`_call`): its outputs."""
@@ -113,48 +116,6 @@ class InlineCallInfo:
         return self._outputs[idx]
 
 
-class Accumulation:
-    """The accumulators a grad graph made by ``autodiff_with_accumulation`` adds its gradients to:
-    which outputs (``indices``, of its required gradients) go to which named input (``names``), and
-    the count ``mean_accum_counter``. Its named inputs are :class:`Slot` placeholders, bound by name."""
-
-    COUNTER = "mean_accum_counter"
-
-    def __init__(self, indices: list[int], names: list[str]):
-        self.indices, self.names = indices, names
-        self._slots: dict[str, Slot] = {}
-
-    def slot(self, name: str) -> "Slot":
-        return self._slots.setdefault(name, Slot(name))
-
-    def call(self, graph: popxl.Graph, inputs: tuple, inputs_dict: dict) -> "InlineCallInfo":
-        """The grad graph's call, then each accumulator's running mean of its gradient and the
-        count's increment, in order (PopXL's ``accumulate_mean_`` and ``accumulate_``)."""
-        bound = {slot.name: t for slot, t in inputs_dict.items() if isinstance(slot, Slot)}
-        missing = [n for n in [self.COUNTER] + self.names if n not in bound]
-        if missing:
-            raise KeyError(f"call({graph.name!r}): bind the accumulators first (bwd_graph.bind(factories.init())); "
-                           f"missing: {', '.join(missing)}")
-        grads = ops.call_with_info(graph, *inputs, inputs_dict={k: v for k, v in inputs_dict.items()
-                                                                if not isinstance(k, Slot)}).outputs
-        counter = bound[self.COUNTER]
-        with popxl.in_sequence(True):
-            for index, name in zip(self.indices, self.names):
-                ops.var_updates.accumulate_mean_(bound[name], grads[index], counter)
-            ops.var_updates.accumulate_(counter, popxl.constant(1, popxl.float32))
-        return InlineCallInfo(graph, [g for i, g in enumerate(grads) if i not in self.indices])
-
-
-class Slot:
-    """A named input of a grad graph with accumulation: bound to a tensor by its name."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"Slot({self.name!r})"
-
-
 def _call(graph: GraphWithNamedArgs, inputs: tuple, inputs_dict: dict):
     """``ops.call_with_info`` of ``graph``; a module's graph given an autodiff gradient (an optimizer
     module called on its weight's gradient, or on an accumulator of it) is built again inline in the
@@ -168,6 +129,3 @@ def _call(graph: GraphWithNamedArgs, inputs: tuple, inputs_dict: dict):
                              "caller, so the simulated training takes the variable updates it makes")
         return InlineCallInfo(graph.graph, graph._builder.inline(tuple(inputs), named))
     return ops.call_with_info(graph.graph, *inputs, inputs_dict=inputs_dict)
-
-    def __repr__(self) -> str:
-        return f"BoundGraph({self.graph.name!r}, {len(self.args)} bound inputs)"

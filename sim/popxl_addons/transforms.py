@@ -1,7 +1,8 @@
-"""popxl-addons' ``autodiff`` on a :class:`~sim.popxl_addons.graph.GraphWithNamedArgs`: PopXL's
-autodiff of its graph (in the simulator, the simulated training's backward pass: see
-:mod:`sim.popxl.transforms.autodiff`), returned as a graph with named inputs whose
-``grad_graph_info`` connects it to the forward call."""
+"""popxl-addons' transforms of a :class:`~sim.popxl_addons.graph.GraphWithNamedArgs`: ``autodiff``
+(PopXL's autodiff of its graph: in the simulator, the simulated training's backward pass, see
+:mod:`sim.popxl.transforms.autodiff`; returned as a graph with named inputs whose ``grad_graph_info``
+connects it to the forward call), ``autodiff_with_accumulation`` (the same, accumulating gradients
+into named inputs) and ``recompute_graph``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from functools import partial
 import numpy as np
 
 from .. import popxl
+from ..popxl import ops
 from ..popxl import transforms as popxl_transforms
-from .graph import Accumulation, GraphWithNamedArgs
+from .graph import GraphWithNamedArgs, InlineCallInfo
 from .named_tensors import NamedTensors
 from .variable_factory import NamedVariableFactories, VariableFactory
 
@@ -24,6 +26,49 @@ def autodiff(graph: GraphWithNamedArgs, grads_provided=None, grads_required=None
     included)."""
     info = popxl_transforms.autodiff(graph.graph, grads_provided, grads_required, called_graphs_grad_info)
     return GraphWithNamedArgs(info.graph, grad_graph_info=info)
+
+
+class Accumulation:
+    """The accumulators a grad graph made by ``autodiff_with_accumulation`` adds its gradients to:
+    which outputs (``indices``, of its required gradients) go to which named input (``names``), and
+    the count ``mean_accum_counter``. Its named inputs are :class:`Slot` placeholders, bound by name."""
+
+    COUNTER = "mean_accum_counter"
+
+    def __init__(self, indices: list[int], names: list[str]):
+        self.indices, self.names = indices, names
+        self._slots: dict[str, Slot] = {}
+
+    def slot(self, name: str) -> "Slot":
+        return self._slots.setdefault(name, Slot(name))
+
+    def call(self, graph: popxl.Graph, inputs: tuple, inputs_dict: dict) -> "InlineCallInfo":
+        """The grad graph's call, then each accumulator's running mean of its gradient and the
+        count's increment, in order (PopXL's ``accumulate_mean_`` and ``accumulate_``)."""
+        bound = {slot.name: t for slot, t in inputs_dict.items() if isinstance(slot, Slot)}
+        missing = [n for n in [self.COUNTER] + self.names if n not in bound]
+        if missing:
+            raise KeyError(f"call({graph.name!r}): bind the accumulators first (bwd_graph.bind(factories.init())); "
+                           f"missing: {', '.join(missing)}")
+        grads = ops.call_with_info(graph, *inputs, inputs_dict={k: v for k, v in inputs_dict.items()
+                                                                if not isinstance(k, Slot)}).outputs
+        counter = bound[self.COUNTER]
+        with popxl.in_sequence(True):
+            for index, name in zip(self.indices, self.names):
+                ops.var_updates.accumulate_mean_(bound[name], grads[index], counter)
+            ops.var_updates.accumulate_(counter, popxl.constant(1, popxl.float32))
+        return InlineCallInfo(graph, [g for i, g in enumerate(grads) if i not in self.indices])
+
+
+class Slot:
+    """A named input of a grad graph with accumulation: bound to a tensor by its name."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Slot({self.name!r})"
+
 
 
 def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_grads, grads_provided=None,

@@ -17,8 +17,8 @@ import math
 from ...context import get_current_context
 from ...errors import PopXLError, not_modelled
 from ...tensor import GradTensor, Tensor
-from .._core import reshape, slice, transpose
 from ...transforms import from_gradient
+from .._core import reshape, slice, transpose
 
 OPS = ("add", "mean", "mul", "min", "max", "and", "or", "square_add", "local")
 
