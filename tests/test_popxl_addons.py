@@ -280,3 +280,38 @@ def test_pipelined_execution_is_popart_pipelining_with_accumulation():
             ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
         ir.num_host_transfers = 6
         popxl.Session(ir, "ipu_hw")
+
+
+def test_layers_streams_and_helpers():
+    ir = popxl.Ir(replication=2)
+    inputs = addons.InputStreams(ids=((4, 16), popxl.int32))
+    with ir.main_graph:
+        outputs = addons.OutputStreams(y=((64, 8), popxl.float16))
+        assert inputs.ids is inputs[0] and list(inputs) == [inputs.ids]
+
+        class Block(addons.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = addons.layers.Embedding(popxl.float16, 1000, 32,
+                                                     replica_grouping=ir.replica_grouping(group_size=1))
+                self.norm, self.proj = addons.layers.LayerNorm(), addons.layers.Linear(8)
+
+            def build(self, ids):
+                return self.proj(self.norm(self.embed(ids).reshape((64, 32))))
+
+        facts, graph = Block().create_graph(popxl.TensorSpec((4, 16), popxl.int32))
+        assert facts.embed.weight.shape == (512, 32)  # 1,000 rows over 2 shards, padded to 16
+        assert addons.layers.Embedding.get_offsets(1000, 2).tolist() == [0, 512]
+        y, = graph.bind(facts.init()).call(ops.host_load(inputs.ids))
+        ops.host_store(outputs.y, y)
+        data, stream, loaded = addons.host_load(np.zeros((2, 3)), popxl.float32, "extra")
+        assert data.dtype == np.float32 and stream.shape == (2, 3) and loaded.shape == (2, 3)
+        addons.host_store(ops.sum(loaded))
+    addons.set_available_memory_proportion_by_ipu(ir, [0.2])
+    addons.patterns.apply_pre_alias_patterns(ir)
+    amp = [op.attrs.get("available_memory_proportion") for g in ir._graphs for op in g.sim_graph.ops
+           if op.kind == "matmul"]
+    assert amp and set(amp) == {0.2}
+    assert any("patterns are not run" in n for n in ir._notes)
+    kinds = [op.kind for op in ir.main_graph.sim_graph.ops]
+    assert kinds[:4] == ["gather", "reshape", "layernorm", "matmul"]

@@ -49,6 +49,7 @@ class Graph:
         self._io_ops = 0  # ops copied from the bodies of those repeats
         self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
         self._made: list[Tensor] = []  # the variables and constants made in this graph, in order
+        ir._graphs.append(self)
 
     # --- PopXL's surface ---------------------------------------------------------------------
     def __enter__(self) -> Self:

@@ -178,6 +178,7 @@ class Ir:
         else:
             self._replication = self._total_replicas = 1
             self.replication_factor = replication
+        self._graphs: list = []  # every Graph of this Ir, the main graph first
         self._main = Graph(self, "main", main=True)
 
     # --- replication and host transfers ------------------------------------------------------

@@ -14,19 +14,26 @@ refused by name with :class:`~sim.popxl.NotModelledError`.
 from __future__ import annotations
 
 from ..popxl.errors import not_modelled
-from . import ops
+from . import layers, ops, patterns, transforms, utils
 from .dot_tree import DotTree
-from .named_tensors import NamedTensors
 from .graph import BoundGraph, GraphWithNamedArgs
 from .module import GraphCache, Module
+from .named_tensors import NamedTensorData, NamedTensors
+from .ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
 from .pipeline import pipelined_execution
-from .transforms import autodiff, autodiff_with_accumulation
-from . import transforms
+from .streams import InputStreams, OutputStreams
+from .transforms import (autodiff, autodiff_with_accumulation, recompute_graph,
+                         set_available_memory_proportion_by_ipu)
+from .utils import OrderedDict, WeightsDict, timer
 from .variable_factory import NamedVariableFactories, VariableFactory
 
-__all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "Module", "NamedTensors",
-           "NamedVariableFactories", "VariableFactory", "autodiff", "autodiff_with_accumulation", "ops",
-           "pipelined_execution", "transforms"]
+GIT_COMMIT = None  # popxl-addons' commit (from git): none here
+
+__all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputStreams", "Module", "NamedTensorData",
+           "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "VariableFactory", "WeightsDict",
+           "autodiff", "autodiff_with_accumulation", "cross_entropy", "cross_entropy_with_grad", "host_load",
+           "host_store", "layers", "ops", "patterns", "pipelined_execution", "recompute_graph",
+           "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils"]
 
 
 def __getattr__(name: str):

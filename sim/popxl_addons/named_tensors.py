@@ -21,3 +21,7 @@ class NamedTensors(DotTree):
     def remap(self, mapping: dict) -> "NamedTensors":
         """The same names, each tensor replaced by ``mapping[tensor]``."""
         return self.map(lambda t: mapping[t])
+
+
+class NamedTensorData(DotTree):
+    """A :class:`DotTree` of numpy arrays (the data of named tensors)."""

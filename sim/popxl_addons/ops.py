@@ -1,10 +1,14 @@
-"""popxl-addons' losses: ``cross_entropy`` and ``cross_entropy_with_grad``, made of PopXL's ops as
-popxl-addons makes them (a softmax over the last axis, then PopXL's negative log-likelihood)."""
+"""popxl-addons' ops: the losses ``cross_entropy`` and ``cross_entropy_with_grad``, made of PopXL's ops
+as popxl-addons makes them (a softmax over the last axis, then PopXL's negative log-likelihood), and
+``host_load`` / ``host_store`` (:mod:`.streams`)."""
 
 from __future__ import annotations
 
 from .. import popxl
 from ..popxl import ops
+from .streams import host_load, host_store
+
+__all__ = ["cross_entropy", "cross_entropy_with_grad", "host_load", "host_store"]
 
 
 def cross_entropy(x: popxl.Tensor, labels: popxl.Tensor, ignore_index: int | None = None,

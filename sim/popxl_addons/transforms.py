@@ -107,3 +107,13 @@ def recompute_graph(graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
     ir._note(f"transforms.recompute_graph({graph.graph.name!r}): the pipelined training recomputes its forward "
              "stages (PopART's autoRecomputation Pipeline); without a pipeline it has no modelled effect")
     return graph.copy()
+
+
+def set_available_memory_proportion_by_ipu(ir, proportions) -> None:
+    """Every matmul and convolution made so far in ``ir``'s graphs plans with the proportion of its IPU
+    (``proportions[n]`` for IPU n; IPU 0's where there is none), replacing the op's own."""
+    by_ipu = dict(enumerate(float(p) for p in proportions))
+    for graph in ir._graphs:
+        for op in graph.sim_graph.ops:
+            if op.kind in ("matmul", "conv2d", "conv2d_grad_input"):
+                op.attrs["available_memory_proportion"] = by_ipu.get(op.ipu or 0, by_ipu[0])

@@ -38,6 +38,9 @@ class VariableFactory:
     def create_var(self, prefix: str | None = None) -> popxl.Variable:
         """A variable of the main graph holding fresh data."""
         data = np.asarray(self.data_fn(), dtype=self.dtype.as_numpy())
+        groups = self.replica_grouping.num_groups if self.replica_grouping is not None else 1
+        if groups > 1:  # one value a group of replicas, as PopXL takes grouped variables' data
+            data = np.broadcast_to(data, (groups,) + data.shape)
         return popxl.variable(data, self.dtype, _join(prefix, self.name), replica_grouping=self.replica_grouping)
 
     def __repr__(self) -> str:
