@@ -522,11 +522,17 @@ def _conv_partials(where: str, partials_types) -> str | None:
     return partials_types[0]
 
 
-def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups: int, pad_type: str,
-          available_memory_proportions, enable_conv_dithering, partials: str | None) -> Tensor:
+def _conv_graph(where: str, t: Tensor, weight: Tensor, what: str) -> Graph:
+    """The graph a 2-D convolution of ``t`` and ``weight`` goes into (others are refused by name)."""
     g = _graph(where, t, weight)
     if t.rank != 4 or weight.rank != 4:
-        raise NotModelledError(f"{where}: only 2-D convolutions (NCHW input, 4-D weight) are modelled")
+        raise NotModelledError(f"{where}: only 2-D {what} (NCHW input, 4-D weight) are modelled")
+    return g
+
+
+def _conv(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups: int, pad_type: str,
+          available_memory_proportions, enable_conv_dithering, partials: str | None) -> Tensor:
+    g = _conv_graph(where, t, weight, "convolutions")
     n, c, h, w = t.shape
     co, cig, kh, kw = weight.shape
     stride, dilation, padding = tuple(stride), tuple(dilation), tuple(padding)
@@ -584,9 +590,7 @@ def conv_transpose_pow2scaled(t: Tensor, weight: Tensor, log2_scale: Tensor, str
 def _conv_transpose(where: str, t: Tensor, weight: Tensor, stride, padding, dilation, groups: int, pad_type: str,
                     output_padding, output_shape, available_memory_proportions, enable_conv_dithering,
                     partials: str | None) -> Tensor:
-    g = _graph(where, t, weight)
-    if t.rank != 4 or weight.rank != 4:
-        raise NotModelledError(f"{where}: only 2-D transposed convolutions (NCHW input, 4-D weight) are modelled")
+    g = _conv_graph(where, t, weight, "transposed convolutions")
     n, c, h, w = t.shape
     ci, cog, kh, kw = weight.shape
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
