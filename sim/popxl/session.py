@@ -166,8 +166,8 @@ class Session:
             graph = graph.copy()
             graph.micro_batch_losses = losses
             loss_notes.append(f"{len(losses)} losses in the main graph (its micro-batches written out one after "
-                                  "another): each micro-batch's backward pass follows its loss, and the weights' "
-                                  "gradients are summed over them before the update")
+                              "another): each micro-batch's backward pass follows its loss, and the weights' "
+                              "gradients are summed over them before the update")
         if ir._training:
             graph, streamed_state, streamed_notes = _weights_in_streaming_memory(graph, ir)
         moments = sorted(n for n in ir._gradient_state if not any(n in op.inputs for op in graph.ops))
@@ -301,7 +301,10 @@ class Session:
     def _expected_outputs(self) -> list[DeviceToHostStream]:
         return list(self._ir.main_graph._stores)
 
-    def _extra_dims(self) -> tuple[int, ...]:
+    @property
+    def _extra_input_dims(self) -> tuple[int, ...]:
+        """(num_host_transfers, replicas) with those of size 1 left out, as PopXL's: the dimensions a
+        run's buffers have before each stream's shape."""
         dims = ()
         if self._ir.num_host_transfers > 1:
             dims += (self._ir.num_host_transfers,)
@@ -309,20 +312,15 @@ class Session:
             dims += (self._ir.instance_replication_factor,)
         return dims
 
-    @property
-    def _extra_input_dims(self) -> tuple[int, ...]:
-        """(num_host_transfers, replicas) with those of size 1 left out, as PopXL's."""
-        return self._extra_dims()
-
     def _full_input_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of a stream's buffer for one run: ``shape`` after :attr:`_extra_input_dims`
         (PopXL's private helper, which Graphcore's PopXL tutorials call)."""
-        return self._extra_dims() + tuple(shape)
+        return self._extra_input_dims + tuple(shape)
 
     def create_host_outputs(self) -> dict:
         """One zero-filled array per d2h stream, of shape (num_host_transfers, replicas, *shape)
         with dimensions of size 1 in the first two left out (PopXL's layout)."""
-        return {s: np.zeros(self._extra_dims() + s.shape, dtype=s.dtype.as_numpy())
+        return {s: np.zeros(self._extra_input_dims + s.shape, dtype=s.dtype.as_numpy())
                 for s in self._expected_outputs()}
 
     def _validate(self, buffers: dict, expected: list, kind: str) -> None:
@@ -352,7 +350,7 @@ class Session:
             if tuple(shape[data_index:]) != s.shape:
                 raise SessionIOError(
                     f"Shape mismatch for {kind} stream {s.tensor_id}:\nStream shape = {s.shape}, therefore "
-                    f"expected full global batch shape {self._extra_dims() + s.shape}. Got array shape = {shape}")
+                    f"expected full global batch shape {self._extra_input_dims + s.shape}. Got array shape = {shape}")
 
     def run_with_outputs(self, inputs: dict | None = None, outputs: dict | None = None,
                          downcast_inputs: bool = True) -> None:
