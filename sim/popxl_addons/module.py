@@ -175,10 +175,11 @@ def _spec(x) -> object:
 
 
 def _settings(module: Module) -> tuple:
-    """A module's own settings (its attributes other than submodules, which count by theirs)."""
+    """A module's own settings (its attributes other than submodules, which count by theirs, and the
+    tensors its builds keep)."""
     return (type(module),) + tuple(
         (k, _settings(v) if isinstance(v, Module) else repr(v))
-        for k, v in sorted(vars(module).items()) if not k.startswith("_"))
+        for k, v in sorted(vars(module).items()) if not k.startswith("_") and not isinstance(v, popxl.Tensor))
 
 
 class GraphCache:
