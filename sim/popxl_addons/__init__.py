@@ -14,7 +14,7 @@ refused by name with :class:`~sim.popxl.NotModelledError`.
 from __future__ import annotations
 
 from ..popxl.errors import not_modelled
-from . import layers, ops, patterns, transforms, utils
+from . import layers, named_replica_grouping, ops, patterns, rts, transforms, utils
 from .dot_tree import DotTree
 from .graph import BoundGraph, GraphWithNamedArgs
 from .module import GraphCache, Module
@@ -32,7 +32,7 @@ GIT_COMMIT = None  # popxl-addons' commit (from git): none here
 __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputStreams", "Module", "NamedTensorData",
            "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "VariableFactory", "WeightsDict",
            "autodiff", "autodiff_with_accumulation", "cross_entropy", "cross_entropy_with_grad", "host_load",
-           "host_store", "layers", "ops", "patterns", "pipelined_execution", "recompute_graph",
+           "host_store", "layers", "named_replica_grouping", "ops", "patterns", "pipelined_execution", "recompute_graph", "rts",
            "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils"]
 
 

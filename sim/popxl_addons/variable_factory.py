@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import popxl
 from .dot_tree import DotTree
+from .named_replica_grouping import NamedReplicaGrouping
 from .named_tensors import NamedTensors
 
 
@@ -53,6 +54,12 @@ class NamedVariableFactories(DotTree):
     def init(self, prefix: str | None = None) -> NamedTensors:
         """A variable of the main graph for each factory, by the same names (``prefix.name``)."""
         return NamedTensors.from_dict({name: f.create_var(prefix) for name, f in self.to_dict().items()})
+
+    @property
+    def replica_groupings(self):
+        """Each factory's replica grouping (every replica where it has none), by the same names."""
+        every = popxl.gcg().ir.replica_grouping()
+        return NamedReplicaGrouping.from_dict({name: f.replica_grouping or every for name, f in self.to_dict().items()})
 
     def init_zero(self, prefix: str | None = None) -> NamedTensors:
         """As :meth:`init`, the data zeros."""
