@@ -47,7 +47,8 @@ def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | 
     return run
 
 
-__all__ = ["simulate", "compile", "run_executable", "load_system", "available_systems", "Options",
-           "OutputMode", "PipelineCopies", "optimizer_write_seconds", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run", "Executable",
+__all__ = ["simulate", "compile", "run_executable", "optimizer_write_seconds", "load_system", "available_systems",
+           "Options", "OutputMode", "PipelineCopies", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run",
+           "Executable",
            "Optimizer", "IpuSimError", "ConfigError", "GraphError", "OptionsError",
            "OutOfMemoryError", "UnsupportedOpError"]

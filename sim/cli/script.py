@@ -6,14 +6,15 @@
 
 The script's ``import poptorch`` (and ``poptorch.*``), ``import popxl`` (and ``popxl.*``) and
 ``import popdist`` (and ``popdist.*``) get the simulator's front ends, ``sim.poptorch``,
-``sim.popxl`` and ``sim.popdist``, whatever else is installed, and so do the libraries it imports
-(a layer library built on PopTorch, say); ``import popart`` gets ``sim.popart``, PopART's option
-enums, which PopTorch scripts set options with; ``import popxl_addons`` gets ``sim.popxl_addons``. ``--system`` sets the system (``IPUSIM_SYSTEM``)
-unless the script chooses one itself. Unless ``--real-clock`` is given, the ``time`` module's
-clocks read the simulated time of each device call (:mod:`sim.virtual_clock`), so the throughput
-and step times the script prints are the simulated ones; its host work outside the calls counts
-at the speed it runs here, or not at all with ``--no-host-time``. After the script, one line on stderr gives the device calls
-simulated and their simulated seconds.
+``sim.popxl`` and ``sim.popdist``, whatever else is installed, and so do the libraries it imports (a
+layer library built on PopTorch, say); ``import popart`` gets ``sim.popart``, PopART's option enums,
+which PopTorch scripts set options with; ``import popxl_addons`` gets ``sim.popxl_addons``.
+``--system`` sets the system (``IPUSIM_SYSTEM``) unless the script chooses one itself. Unless
+``--real-clock`` is given, the ``time`` module's clocks read the simulated time of each device call
+(:mod:`sim.virtual_clock`), so the throughput and step times the script prints are the simulated
+ones; its host work outside the calls counts at the speed it runs here, or not at all with
+``--no-host-time``. After the script, one line on stderr gives the device calls simulated and their
+simulated seconds.
 
 Exit codes: the script's own (its ``sys.exit`` code, 0 when it ends; an uncaught exception prints
 its traceback and exits 1); 2 for a usage error or an error the simulator raises; 3 if a model
@@ -44,8 +45,7 @@ FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.
 
 class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports of ``poptorch[.X]``, ``popxl[.X]``, ``popdist[.X]``, ``popart`` and ``popxl_addons[.X]`` as
-    the simulator's modules
-    (the same module objects, under both names)."""
+    the simulator's modules (the same module objects, under both names)."""
 
     def find_spec(self, name, path=None, target=None):
         return importlib.machinery.ModuleSpec(name, self) if name.split(".")[0] in FRONT_ENDS else None

@@ -423,7 +423,8 @@ def _diff(ctx):
     shape = list(rx.shape)
     ends = [(ctx.sarg(k, key), ctx.arg(k, key)) for k, key in ((3, "prepend"), (4, "append"))]
     if any(r is not None for _, r in ends):
-        parts = ([ends[0][0]] if ends[0][1] is not None else []) + [x] + ([ends[1][0]] if ends[1][1] is not None else [])
+        (before, prepend), (after, append) = ends
+        parts = ([before] if prepend is not None else []) + [x] + ([after] if append is not None else [])
         shape[dim] += sum(r.shape[dim] for _, r in ends if r is not None)
         x = emit(ctx, "concat", parts, shape, rx.dtype, {"axis": dim, "op": "diff"}, name="joined")
     for k in range(n):

@@ -1,13 +1,13 @@
 """``popxl.Session``: compile an Ir for a simulated IPU system and run it.
 
 At construction the main graph is compiled (as PopXL compiles at construction) with
-``deviceIterations = ir.num_host_transfers`` (over the times it loads each stream, when it writes its
-micro-batches out; over a popxl-addons pipeline's steps, which accumulate), ``replicationFactor = ir.replication_factor``
-(this instance's), output mode ``All`` (every ``host_store`` reaches the host on every
-transfer) and, when ops sit on more than one IPU, ``ShardedExecution`` (a PopXL main graph runs
-its ops in order, one IPU at a time, with copies between IPUs; PopXL does not pipeline unless
-the program is written as a pipeline). A program that ``autodiff`` was applied to is compiled
-for training (:mod:`sim.popxl.transforms`).
+``deviceIterations = ir.num_host_transfers`` (over the times it loads each stream, when it writes
+its micro-batches out; over a popxl-addons pipeline's steps, which accumulate),
+``replicationFactor = ir.replication_factor`` (this instance's), output mode ``All`` (every
+``host_store`` reaches the host on every transfer) and, when ops sit on more than one IPU,
+``ShardedExecution`` (a PopXL main graph runs its ops in order, one IPU at a time, with copies
+between IPUs; PopXL does not pipeline unless the program is written as a pipeline). A program that
+``autodiff`` was applied to is compiled for training (:mod:`sim.popxl.transforms`).
 
 ``session.run(inputs)`` simulates one call: ``num_host_transfers`` host transfers on every
 replica. It returns the output buffers PopXL would, filled with zeros: the simulator computes

@@ -262,8 +262,6 @@ class Tensor:
 
 # --- the ops behind the methods and operators ------------------------------------------------------
 
-#: PopXL's ops behind operators the simulator has no model for
-
 _OPS: dict[str, Callable[..., Tensor]] = {}
 
 

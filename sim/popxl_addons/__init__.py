@@ -7,7 +7,7 @@ inputs need (``NamedVariableFactories.init()``), graphs with named inputs that a
 (``GraphWithNamedArgs``, ``BoundGraph``), ``autodiff`` and ``ops.cross_entropy_with_grad``. This
 package gives the same names and behaviour on the simulator's PopXL, so such programs run in the
 simulator (``ipusim script`` maps ``import popxl_addons`` here). What popxl-addons has beyond it
-(its C++ custom ops, pipelining and phased-execution transforms, remote-buffer helpers) is
+(its C++ custom ops, phased-execution transforms, remote-buffer helpers) is
 refused by name with :class:`~sim.popxl.NotModelledError`.
 """
 
@@ -32,8 +32,8 @@ GIT_COMMIT = None  # popxl-addons' commit (from git): none here
 __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputStreams", "Module", "NamedTensorData",
            "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "VariableFactory", "WeightsDict",
            "autodiff", "autodiff_with_accumulation", "cross_entropy", "cross_entropy_with_grad", "host_load",
-           "host_store", "layers", "named_replica_grouping", "ops", "patterns", "pipelined_execution", "recompute_graph", "rts",
-           "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils"]
+           "host_store", "layers", "named_replica_grouping", "ops", "patterns", "pipelined_execution",
+           "recompute_graph", "rts", "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils"]
 
 
 def __getattr__(name: str):

@@ -70,7 +70,6 @@ class Slot:
         return f"Slot({self.name!r})"
 
 
-
 def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_grads, grads_provided=None,
                                grads_required=None, called_graphs_grad_info=None, replica_groupings=None
                                ) -> tuple[NamedVariableFactories, GraphWithNamedArgs]:
@@ -84,16 +83,17 @@ def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_
     required = list(grads_required or []) + accumulated
     info = popxl_transforms.autodiff(graph.graph, grads_provided, required, called_graphs_grad_info)
     names = {t: name for name, t in graph.args.to_dict().items()}
+    counter = Accumulation.COUNTER
     factories = NamedVariableFactories()
-    factories.insert("mean_accum_counter", VariableFactory(partial(np.zeros, ()), popxl.float32, "mean_accum_counter",
-                                                           by_ref=True))
+    factories.insert(counter, VariableFactory(partial(np.zeros, ()), popxl.float32, counter, by_ref=True))
     groupings = replica_groupings.to_dict() if replica_groupings is not None else {}
+    accumulators = []
     for t in accumulated:
         name = names.get(t, t.id)
-        factories.insert(f"accum.{name}", VariableFactory(partial(np.zeros, t.shape), t.dtype, f"accum.{name}",
-                                                          by_ref=True, replica_grouping=groupings.get(name)))
-    accumulation = Accumulation([required.index(t) for t in accumulated],
-                                [f"accum.{names.get(t, t.id)}" for t in accumulated])
+        accumulators.append(f"accum.{name}")
+        factories.insert(accumulators[-1], VariableFactory(partial(np.zeros, t.shape), t.dtype, accumulators[-1],
+                                                           by_ref=True, replica_grouping=groupings.get(name)))
+    accumulation = Accumulation([required.index(t) for t in accumulated], accumulators)
     slots = NamedTensors.from_dict({name: accumulation.slot(name) for name in factories.keys_flat()})
     return factories, GraphWithNamedArgs(info.graph, slots, grad_graph_info=info, accumulation=accumulation)
 

@@ -8,7 +8,8 @@ and the simulator does not raises :class:`~sim.popxl.errors.NotModelledError` na
 that are supported.
 
 The ops are defined in :mod:`sim.popxl.ops._core`, :mod:`sim.popxl.ops._math`,
-:mod:`sim.popxl.ops._select` and :mod:`sim.popxl.ops.remote` (re-exported here), :mod:`sim.popxl.ops.collectives` and :mod:`sim.popxl.ops.var_updates`. Importing this package
+:mod:`sim.popxl.ops._select` and :mod:`sim.popxl.ops.remote` (re-exported here),
+:mod:`sim.popxl.ops.collectives` and :mod:`sim.popxl.ops.var_updates`. Importing this package
 registers the ops behind :class:`~sim.popxl.tensor.Tensor`'s methods and operators
 (``t.reshape(...)``, ``a + b``, ``t[0]``, ...).
 """
@@ -26,9 +27,10 @@ from . import negative_log_likelihood as _nll_module
 from . import utils
 from .remote import io_tile_copy, remote_load, remote_load_, remote_store
 from ._core import (CallSiteInfo, ConditionalSiteInfo, add, add_, call, call_with_info, cast, concat, concat_,
-                    conditional, conditional_with_info, conv, conv_pow2scaled, conv_transpose, conv_transpose_pow2scaled, detach, detach_, div, dropout, exp, exp_, flatten,
-                    flatten_, gelu, gelu_, group_norm, host_load, host_store, identity, init, ipu_copy, layer_norm,
-                    matmul, matmul_pow2scaled, max, mean, mul, negate, negate_, nll_loss_with_softmax_grad,
+                    conditional, conditional_with_info, conv, conv_pow2scaled, conv_transpose,
+                    conv_transpose_pow2scaled, detach, detach_, div, dropout, exp, exp_, flatten, flatten_, gelu,
+                    gelu_, group_norm, host_load, host_store, identity, init, ipu_copy, layer_norm, matmul,
+                    matmul_pow2scaled, max, mean, mul, negate, negate_, nll_loss_with_softmax_grad,
                     pow2scale_cast_from_fp8, pow2scale_cast_to_fp8, print_tensor, reduce_mean, reduce_sum, relu,
                     relu_, rename, repeat, repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid,
                     sigmoid_, slice, slice_, softmax, split, sqrt, sub, sum, tanh, tanh_, transpose, transpose_)

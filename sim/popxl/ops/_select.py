@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-
 from ...errors import GraphError
 from .. import dtypes
 from ..errors import NotModelledError
@@ -202,8 +201,9 @@ def histogram(t: Tensor, levels: list[float], absolute_of_input: bool) -> Tensor
         raise TypeError(f"ops.histogram: {t.id!r} is {t.dtype.name}; PopART's histogram takes float16 or float32")
     g = _graph("ops.histogram", t)
     with g._building() as bld:
-        out = bld.op("histogram", [t._sim], [(len(levels) + 1,)], {"levels": len(levels), "absolute": bool(absolute_of_input)},
-                     name=_name(g, "histogram"), out_dtypes=[dtypes.uint32.sim_name])[0]
+        out = bld.op("histogram", [t._sim], [(len(levels) + 1,)],
+                     {"levels": len(levels), "absolute": bool(absolute_of_input)}, name=_name(g, "histogram"),
+                     out_dtypes=[dtypes.uint32.sim_name])[0]
     return _out(g, out, dtypes.uint32)
 
 

@@ -39,16 +39,21 @@ def _grouping(t: Tensor, group, op: str, where: str) -> tuple:
 _SHARDING = ("replicated_reduce_scatter", "replica_sharded_slice")
 
 
+def _span(group, ir) -> tuple[int, int]:
+    """(stride, group size) of a collective over ``group`` (every replica when None)."""
+    return (group.stride, group.group_size) if group is not None else (1, ir.replication_factor)
+
+
 def _on_gradient(t: GradTensor, kind: str, group) -> GradTensor:
     """A collective on an autodiff gradient: recorded on the gradient (with the shape its result
     has), and the weight it updates gets it as its gradient collective in the simulated weight
     update (one call over each group)."""
     g = get_current_context().graph
-    stride = group.stride if group is not None else 1
-    size = group.group_size if group is not None else g.ir.replication_factor
+    stride, size = _span(group, g.ir)
     shape = ((-(-t.nelms // size),) if kind in _SHARDING else (size * t.nelms,) if kind == "replicated_all_gather"
              else t.shape)
-    done = GradTensor(g, shape, t.dtype, t._grad_of, f"{kind}({t.id})", t._collectives + ((kind, stride, size, t.nbytes),))
+    done = GradTensor(g, shape, t.dtype, t._grad_of, f"{kind}({t.id})",
+                      t._collectives + ((kind, stride, size, t.nbytes),))
     done._meta_shape = t.shape if kind in _SHARDING else ()
     return done
 
@@ -58,8 +63,7 @@ def _on_state(t: Tensor, kind: str, group) -> Tensor:
     an optimizer moment): recorded with the gradient's collectives, which the weight it updates
     gets in the simulated weight update."""
     ir = t._graph.ir
-    stride = group.stride if group is not None else 1
-    size = group.group_size if group is not None else ir.replication_factor
+    stride, size = _span(group, ir)
     ir._state_collectives[t._sim] = ir._state_collectives.get(t._sim, ()) + ((kind, stride, size, t.nbytes),)
     return t
 
