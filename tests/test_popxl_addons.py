@@ -214,11 +214,11 @@ def test_script_imports_popxl_addons(tmp_path, capsys):
             y, = graph.bind(facts.init()).call(popxl.variable(np.ones(4, np.float32)))
             ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
         popxl.Session(ir, "ipu_hw").run()
-        addons.named_variable_buffers
+        addons.TaskSession
     '''))
     assert main(["script", str(script)]) == 1
     _, err = capsys.readouterr()
-    assert "popxl_addons.named_variable_buffers is not modelled" in err and "1 simulated device call(s)" in err
+    assert "popxl_addons.TaskSession is not modelled" in err and "1 simulated device call(s)" in err
 
 
 def _pipelined(recompute: bool, steps: int = 4):
@@ -334,5 +334,138 @@ def test_replica_groupings_by_name_and_sharded_specs():
         assert (spec.shape, spec.meta_shape) == ((24,), (6, 8))
         assert replica_sharded_spec(w, ir.replica_grouping(group_size=1)).shape == (6, 8)
         assert replica_sharded_spec(popxl.variable(np.zeros(5, np.float32)), rg).shape == (5,)  # 5 does not split
-    with pytest.raises(ImportError, match="reduce_replica_sharded_graph"):
-        from sim.popxl_addons.rts import reduce_replica_sharded_graph  # noqa: F401 - not there yet
+
+
+def test_rts_helpers_reduce_gather_and_remote_buffers():
+    from sim.popxl_addons import remote, rts
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        every, pairs = ir.replica_grouping(), ir.replica_grouping(group_size=2)
+        ts = addons.NamedTensors.from_dict({"a": popxl.variable(np.zeros((4, 8), np.float32), name="a"),
+                                            "b": popxl.variable(np.zeros(6, np.float32), name="b")})
+        graph, names = rts.reduce_replica_sharded_graph(ts, "mean", shard_groups=addons.named_replica_grouping.
+                                                        NamedReplicaGrouping.from_dict({"a": pairs}))
+        assert names == ["a", "b"] and [t.shape for t in graph.graph.inputs] == [(4, 8), (6,)]
+        a, b = graph.bind(ts).call()  # built inline: the collectives act on the main graph's tensors
+        assert (a.shape, a.meta_shape, b.shape) == ((16,), (4, 8), (6,))  # a: all-reduced, sliced over pairs
+        whole = rts.gather_replica_sharded_tensor(rts.reduce_replica_sharded_tensor(ts.a, "add", every), False, every)
+        assert whole.shape == (4, 8)
+        kinds = [op.kind for op in ir.main_graph.sim_graph.ops]
+        assert kinds.count("replicated_all_reduce") == 2 and kinds.count("replicated_reduce_scatter") == 1
+        assert kinds.count("replicated_all_gather") == 1
+        factories = addons.NamedVariableFactories.from_dict({
+            "m": addons.VariableFactory(lambda: np.zeros((4, 8)), popxl.float16, "m", replica_grouping=every),
+            "s": addons.VariableFactory(lambda: np.zeros(()), popxl.float32, "s")})
+        buffers = remote.named_variable_buffers(factories, entries=2, shard_over_dict={"m": 4, "s": 1})
+        assert (buffers.m.tensor_shape, buffers.m.meta_shape, buffers.s.tensor_shape) == ((8,), (4, 8), ())
+        held = factories.init_remote(buffers, entry=1)
+        assert held.m.remote_buffer is buffers.m and held.s.offset == 1
+        load, names = remote.load_remote_graph(buffers, entries=3)
+        assert names == ["m", "s"] and buffers.m.entries == 3 and load.graph.inputs[0].shape == ()
+        loaded = addons.NamedTensors.pack(names, load.call(1))
+        store = remote.store_remote_graph(buffers)
+        store.bind(loaded).call(1)
+        ops_ = [op for op in ir.main_graph.sim_graph.ops if op.kind in ("remote_load", "remote_store")]
+        assert [(op.kind, op.attrs["offset"]) for op in ops_] == [("remote_load", 1)] * 2 + [("remote_store", 1)] * 2
+        with pytest.raises(ValueError, match="cannot be sharded over 4"):
+            remote.create_remote_buffer(popxl.TensorSpec((3,), popxl.float32), replica_group=every)
+
+
+class ShardedAdam(addons.Module):
+    """Tutorial 5's Adam: moments of the weight's shard when the weight is one."""
+
+    @popxl.in_sequence()
+    def build(self, var, grad, replica_grouping=None, *, lr=1e-3):
+        if var.meta_shape:
+            shard_over = int(np.prod(var.meta_shape) // np.prod(var.shape))
+            m = self.add_replica_sharded_variable_input("first_order", partial(np.zeros, var.meta_shape),
+                                                        popxl.float16, by_ref=True,
+                                                        replica_grouping=replica_grouping, shard_over=shard_over)
+            v = self.add_replica_sharded_variable_input("second_order", partial(np.zeros, var.meta_shape),
+                                                        popxl.float32, by_ref=True,
+                                                        replica_grouping=replica_grouping, shard_over=shard_over)
+        else:
+            m = self.add_variable_input("first_order", partial(np.zeros, var.shape), popxl.float16, by_ref=True)
+            v = self.add_variable_input("second_order", partial(np.zeros, var.shape), popxl.float32, by_ref=True)
+        ops.var_updates.accumulate_moving_average_(m, grad, f=0.9)
+        ops.var_updates.accumulate_moving_average_square_(v, grad, f=0.999)
+        step = self.add_variable_input("step", partial(np.zeros, ()), popxl.float32, by_ref=True)
+        updater = ops.var_updates.adam_updater(m, v, weight=var, time_step=step, beta1=0.9, beta2=0.999)
+        ops.scaled_add_(var, updater, b=-lr)
+
+
+def _rts_train(threshold: int):
+    """Tutorial 5's program (graphcore/examples tutorials/popxl/5_remote_variables_and_rts): data
+    parallel over 4 replicas, 2 micro-batches accumulated, gradients of at least ``threshold``
+    elements reduce-scattered and their weights updated shard by shard with Adam's moments in remote
+    buffers, then all-gathered and copied back; the others all-reduced and updated whole."""
+    from sim.popxl_addons.named_replica_grouping import NamedReplicaGrouping
+    from sim.popxl_addons.rts import reduce_replica_sharded_graph, replica_sharded_spec
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        img_h2d = popxl.h2d_stream((8, 28, 28), popxl.float32, "image")
+        lbl_h2d = popxl.h2d_stream((8,), popxl.int32, "labels")
+        rg = ir.replica_grouping(group_size=4)
+        facts, fwd = Net().create_graph(popxl.TensorSpec((8, 28, 28), popxl.float32))
+        variables = facts.init()
+
+        def shard_group(n):
+            return rg if n >= threshold and n % 4 == 0 else ir.replica_grouping(group_size=1)
+
+        groups = {k: shard_group(int(np.prod(f.shape))) for k, f in facts.to_dict().items()}
+        bwd_facts, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors)
+        accums = bwd_facts.init()
+        with popxl.in_sequence(True):
+            for _ in range(2):
+                info = fwd.bind(variables).call_with_info(ops.host_load(img_h2d))
+                loss, dx = addons.ops.cross_entropy_with_grad(info.outputs[0], ops.host_load(lbl_h2d))
+                bwd.bind(accums).call(dx, args=bwd.grad_graph_info.inputs_dict(info))
+            names = [n for n in accums.keys_flat() if n != "mean_accum_counter"]
+            accum_groups = NamedReplicaGrouping.from_dict({f"accum.{k}": g for k, g in groups.items()})
+            reduce, names = reduce_replica_sharded_graph(addons.NamedTensors.pack(names, accums.tensors[:-1]), "mean",
+                                                         shard_groups=accum_groups,
+                                                         replica_group=rg)
+            grads = reduce.bind(addons.NamedTensors.pack(names, accums.tensors[:-1])).call()
+            for (name, v), grad in zip(variables.named_tensors.items(), grads):
+                shard = ops.collectives.replica_sharded_slice(v, group=groups[name]) if groups[name].group_size > 1 \
+                    else v
+                opt_facts, opt = ShardedAdam(cache=False).create_graph(
+                    replica_sharded_spec(shard, groups[name]), replica_sharded_spec(grad, groups[name]), rg, lr=1e-3)
+                buffers = addons.named_variable_buffers(  # the moments sharded as the weight, the step count not
+                    opt_facts, shard_over_dict={n: shard_group(int(np.prod(f.shape))).group_size
+                                                for n, f in opt_facts.to_dict().items()})
+                opt_facts.init_remote(buffers)
+                load, state_names = addons.load_remote_graph(buffers)
+                state = addons.NamedTensors.pack(state_names, load.call(0))
+                opt.bind(state).call(shard, grad)
+                addons.store_remote_graph(buffers).bind(state).call(0)
+                if shard.meta_shape:
+                    ops.var_updates.copy_var_update_(v, ops.collectives.replicated_all_gather(shard, group=rg))
+            ops.var_updates.accumulator_scale_(accums.mean_accum_counter, 0.0)
+    ir.num_host_transfers = 2
+    session = popxl.Session(ir, "ipu_hw")
+    session.run({img_h2d: np.zeros((2, 4, 8, 28, 28), np.float32), lbl_h2d: np.zeros((2, 4, 8), np.int32)})
+    return session
+
+
+def test_sharded_updates_with_remote_moments_are_the_simulated_rts_update():
+    sharded, whole = _rts_train(threshold=128), _rts_train(threshold=10 ** 9)
+    ex = sharded.executable
+    state = ex.options.TensorLocations.locations["optimizer"]
+    # the smallest sharded weight: fc1.bias (128 elements); fc2.bias (10) is updated whole
+    assert (state.replicated_tensor_sharding, state.min_elements_rts, state.on_chip) == (True, 128, False)
+    assert ex.options.sharding_domain("optimizer") == (1, 4)
+    kinds = [op.kind for op in ex.graph.ops]
+    assert "replicated_all_gather" not in kinds and "copy" not in kinds  # the simulated update gathers
+    assert not any(ex.graph.tensors[w].grad_collectives for w in ("fc1.weight", "fc1.bias", "fc2.weight"))
+    assert ex.graph.tensors["fc2.bias"].grad_collectives == (("all_reduce", 1, 4, 40),)
+    names = list(sharded.simulation.trace.query("ipu == 0 and kind == 'collective'").name)
+    assert sum("gradient reduce-scatter" in n for n in names) == 3 and sum("weight all-gather" in n for n in names) == 3
+    assert sum("gradient all-reduce" in n for n in names) == 1
+    assert any("updated shard by shard over replica groups of 4" in n for n in ex.notes)
+    assert any("kept in remote buffers" in n for n in ex.notes)
+    # updated whole: every gradient all-reduced, no sharding, and a dearer update
+    plain = whole.executable
+    assert not plain.options.TensorLocations.locations["optimizer"].replicated_tensor_sharding
+    assert all(plain.graph.tensors[w].grad_collectives[0][0] == "all_reduce" for w in ("fc1.weight", "fc2.bias"))
+    assert sharded.cycle_count < whole.cycle_count

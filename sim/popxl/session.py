@@ -100,21 +100,28 @@ def _gradient_collectives(graph, ir: Ir) -> tuple[dict[str, tuple], list[str]]:
     (``sim.graph.Tensor.grad_collectives``), and the run's notes on them.
 
     A weight the program all-gathers before use (a replica-sharded weight) gets its gradient
-    reduce-scattered by the simulated backward pass of that gather, so the program's first
-    reduce-scatter of its gradient is that one, not another; local slices move nothing."""
+    reduce-scattered by the simulated backward pass of that gather, and a weight it updates shard by
+    shard (:func:`_replica_sharded_updates`) by the simulated sharded update, so the program's first
+    reduce-scatter of its gradient is that one, not another; local slices move nothing. A weight
+    updated shard by shard that the program gives no other collective is left to the simulated
+    update (no entry)."""
     gathered = {op.inputs[0] for op in graph.ops if op.kind == "replicated_all_gather"}
     out, described = {}, {}
     for w in sorted(ir._updated):
         applied = list(ir._grad_collectives.get(w, ()))
         first = next((i for i, c in enumerate(applied) if c[0] == "replicated_reduce_scatter"), None)
-        through_gather = w in gathered and first is not None
-        if through_gather:
+        by_shard = first == 0 and applied[0][1:3] == ir._sharded_updates.get(w)
+        through_gather = w in gathered and first is not None and not by_shard
+        if through_gather or by_shard:
             del applied[first]
-        out[w] = tuple((replicated_ops.KINDS[kind], stride, size, nbytes) for kind, stride, size, nbytes in applied
-                       if kind in replicated_ops.KINDS and size > 1)
-        steps = ["reduce-scatter in the backward pass of its all-gather"] * through_gather + [
-            f"{kind.replace('_', '-')} over groups of {size}" + (f" {stride} apart" if stride > 1 else "")
-            for kind, stride, size, _ in out[w]]
+        done = tuple((replicated_ops.KINDS[kind], stride, size, nbytes) for kind, stride, size, nbytes in applied
+                     if kind in replicated_ops.KINDS and size > 1)
+        if done or not by_shard:
+            out[w] = done
+        steps = (["reduce-scatter in the backward pass of its all-gather"] * through_gather
+                 + ["reduce-scatter of the simulated sharded update"] * by_shard
+                 + [f"{kind.replace('_', '-')} over groups of {size}" + (f" {stride} apart" if stride > 1 else "")
+                    for kind, stride, size, _ in done])
         described.setdefault(", then ".join(steps) or "none", []).append(w)
     notes = []
     if ir.replication_factor > 1:
@@ -122,6 +129,75 @@ def _gradient_collectives(graph, ir: Ir) -> tuple[dict[str, tuple], list[str]]:
                  + (" (each replica updates its own copy)" if what == "none" else "")
                  for what, ws in described.items()]
     return out, notes
+
+
+def _replica_sharded_updates(graph, ir: Ir) -> tuple:
+    """(graph, the optimizer state's RTS setting and sharding domain or None, notes) for a program that updates
+    weights shard by shard (``replica_sharded_slice`` of the weight, the optimizer called on the shard,
+    ``ir._sharded_updates``), as popxl-addons' RTS programs do: reduce-scatter each gradient over the
+    shard group, update this replica's shard, all-gather the shards and copy them into the weight.
+
+    That is the simulated weight update with replicated tensor sharding of the optimizer state over
+    the same group (``sim.schedule.context.weight_update``), so the weight's first reduce-scatter over
+    that group leaves the program's own gradient collectives (:func:`_gradient_collectives`), and the
+    program's all-gather of the updated shard and its copy into the weight leave the graph: the
+    simulated update does both.
+    Sharded are the weights of at least as many elements as the smallest the program shards
+    (PopART's ``minElementsForReplicatedTensorSharding``)."""
+    sharded = {w: group for w, group in ir._sharded_updates.items() if w in ir._updated}
+    if not sharded:
+        return graph, None, []
+    if len(set(sharded.values())) > 1:
+        raise NotModelledError(
+            f"weights are updated shard by shard over different replica groups ({sharded}): the simulator "
+            "shards every weight's optimizer state over one group; shard them all over the same group")
+    ((stride, size),) = set(sharded.values())
+    replicas = ir.replication_factor
+    if stride == 1:
+        domain = ("consecutive", size)
+    elif stride * size == replicas:
+        domain = ("orthogonal", size)
+    else:
+        raise NotModelledError(
+            f"weights are updated shard by shard over replica groups of {size} replicas {stride} apart, which "
+            f"neither PopART's Consecutive nor its Orthogonal CommGroup over {replicas} replicas makes")
+    smallest = min(graph.tensors[w].numel for w in sharded)
+    unsharded = sorted(w for w in ir._updated if w not in sharded and graph.tensors[w].numel >= smallest)
+    graph = _without_shard_gathers(graph, set(sharded))
+    rts = TensorLocationSettings().useReplicatedTensorSharding(True).minElementsForReplicatedTensorSharding(smallest)
+    notes = [f"weights {', '.join(sorted(sharded))}: updated shard by shard over replica groups of {size} (the "
+             "program's reduce-scatter, sharded optimizer step, all-gather and copy into the weight), simulated as "
+             f"the optimizer state sharded over those groups (replicated tensor sharding of tensors of {smallest:,} "
+             "elements or more): the simulated update reduce-scatters, updates each shard and all-gathers"]
+    if unsharded:
+        notes.append(f"weights {', '.join(unsharded)}: the program updates them whole, but they are as large as the "
+                     "sharded ones, so the simulated update shards them too")
+    return graph, (rts, domain), notes
+
+
+def _without_shard_gathers(graph, weights: set[str]):
+    """``graph`` without the copies of an all-gathered shard into each of ``weights`` and what only
+    they read (the all-gather, its reshapes, the shard's slice of the weight)."""
+    drop = {op.name for op in graph.ops if op.kind == "copy" and op.outputs[0] in weights}
+    if not drop:
+        return graph
+    readers: dict[str, set[str]] = {}
+    for op in graph.ops:
+        for t in op.inputs:
+            readers.setdefault(t, set()).add(op.name)
+    by_name = {op.name: op for op in graph.ops}
+    frontier = [t for name in drop for t in by_name[name].inputs[1:]]
+    while frontier:
+        op = graph.producer_op(frontier.pop())
+        if op is None or op.name in drop or set(op.inputs) & set(op.outputs):  # a variable, or an in-place write
+            continue
+        if all(readers.get(t, set()) <= drop for t in op.outputs):
+            drop.add(op.name)
+            frontier += op.inputs
+    g = graph.copy()
+    g.ops = [op for op in g.ops if op.name not in drop]
+    g._op_names -= drop
+    return g
 
 
 def _choose_system(system, ipus: int) -> tuple:
@@ -175,6 +251,10 @@ class Session:
         fixed = sorted(t.name for t in graph.tensors.values() if t.role == "weight" and t.name not in ir._updated
                        and t.name not in ir._gradient_state) if ir._training else []
         collectives, collective_notes = _gradient_collectives(graph, ir) if ir._training else ({}, [])
+        rts = None
+        if ir._training:
+            graph, rts, rts_notes = _replica_sharded_updates(graph, ir)
+            collective_notes += rts_notes
         if moments or fixed or collectives:
             graph = graph.copy()
             for name, done in collectives.items():
@@ -195,8 +275,13 @@ class Session:
         self._device_desc = device_desc
         ipus_per_replica = max(((op.ipu or 0) for op in graph.ops), default=0) + 1
         options = self._options(ipus_per_replica)
+        state = rts[0] if rts else TensorLocationSettings()
         if streamed_state:  # the program keeps its optimizer moments in remote buffers
-            options.TensorLocations.setOptimizerLocation(TensorLocationSettings().useOnChipStorage(False))
+            state.useOnChipStorage(False)
+        if streamed_state or rts:
+            options.TensorLocations.setOptimizerLocation(state)
+        if rts:  # its weights updated shard by shard: the optimizer state sharded over the program's groups
+            options._Popart.set(Options.SHARDING_DOMAIN_KEYS["optimizer"], rts[1])
         local = ipus_per_replica * ir.instance_replication_factor
         reserved = 1 << (local - 1).bit_length()
         sys_, why = _choose_system(system, reserved * options.num_instances())

@@ -6,21 +6,22 @@ collections of tensors (``NamedTensors``, ``DotTree``), factories that make the 
 inputs need (``NamedVariableFactories.init()``), graphs with named inputs that are bound and called
 (``GraphWithNamedArgs``, ``BoundGraph``), ``autodiff`` and ``ops.cross_entropy_with_grad``. This
 package gives the same names and behaviour on the simulator's PopXL, so such programs run in the
-simulator (``ipusim script`` maps ``import popxl_addons`` here). What popxl-addons has beyond it
-(its C++ custom ops, phased-execution transforms, remote-buffer helpers) is
-refused by name with :class:`~sim.popxl.NotModelledError`.
+simulator (``ipusim script`` maps ``import popxl_addons`` here). Its replicated tensor sharding
+(``rts``) and remote-buffer helpers (``remote``) are here too. What popxl-addons has beyond it (its
+C++ custom ops, phased-execution transforms) is refused by name with :class:`~sim.popxl.NotModelledError`.
 """
 
 from __future__ import annotations
 
 from ..popxl.errors import not_modelled
-from . import layers, named_replica_grouping, ops, patterns, rts, transforms, utils
+from . import layers, named_replica_grouping, ops, patterns, remote, rts, transforms, utils
 from .dot_tree import DotTree
 from .graph import BoundGraph, GraphWithNamedArgs
 from .module import GraphCache, Module
 from .named_tensors import NamedTensorData, NamedTensors
 from .ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
 from .pipeline import pipelined_execution
+from .remote import load_remote_graph, named_variable_buffers, store_remote_graph
 from .streams import InputStreams, OutputStreams
 from .transforms import (autodiff, autodiff_with_accumulation, recompute_graph,
                          set_available_memory_proportion_by_ipu)
@@ -32,8 +33,8 @@ GIT_COMMIT = None  # popxl-addons' commit (from git): none here
 __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputStreams", "Module", "NamedTensorData",
            "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "VariableFactory", "WeightsDict",
            "autodiff", "autodiff_with_accumulation", "cross_entropy", "cross_entropy_with_grad", "host_load",
-           "host_store", "layers", "named_replica_grouping", "ops", "patterns", "pipelined_execution",
-           "recompute_graph", "rts", "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils"]
+           "host_store", "layers", "load_remote_graph", "named_replica_grouping", "named_variable_buffers", "ops",
+           "patterns", "pipelined_execution", "recompute_graph", "remote", "rts", "store_remote_graph", "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils"]
 
 
 def __getattr__(name: str):

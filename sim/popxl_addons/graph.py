@@ -99,6 +99,23 @@ class BoundGraph:
         return f"BoundGraph({self.graph.name!r}, {len(self.args)} bound inputs)"
 
 
+class InlineBuilder:
+    """How to build a helper's graph again in the caller (popxl-addons' graphs of remote loads and
+    stores, of replica reductions and gathers): ``fn(inputs, named)`` makes the same ops there from
+    the call's inputs and its named inputs by name, and returns the graph's outputs. Such a graph is
+    always called inline (``always``), so the simulated program sees the copies and collectives
+    themselves: which tensors a remote load holds (optimizer state, weights) and which gradient a
+    collective reduces. A call of a graph costs nothing in the simulator, so the time is the same."""
+
+    always = True
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def inline(self, inputs: tuple, named: dict):
+        return self.fn(inputs, named)
+
+
 class InlineCallInfo:
     """What a call built inline gives back (see :func:`_call`): its outputs."""
 
@@ -123,9 +140,11 @@ def _call(graph: GraphWithNamedArgs, inputs: tuple, inputs_dict: dict):
     if graph._accumulation is not None:
         return graph._accumulation.call(graph.graph, inputs, inputs_dict)
     given = list(inputs) + list(inputs_dict.values())
-    if graph._builder is not None and any(from_gradient(t) for t in given):
+    builder = graph._builder
+    if builder is not None and (builder.always or any(from_gradient(t) for t in given)):
         named = {name: inputs_dict[t] for name, t in graph.args.to_dict().items() if t in inputs_dict}
-        graph.graph.ir._note(f"graph {graph.graph.name!r} called with autodiff gradients: built again inline in the "
-                             "caller, so the simulated training takes the variable updates it makes")
+        if not builder.always:
+            graph.graph.ir._note(f"graph {graph.graph.name!r} called with autodiff gradients: built again inline in "
+                                 "the caller, so the simulated training takes the variable updates it makes")
         return InlineCallInfo(graph.graph, graph._builder.inline(tuple(inputs), named))
     return ops.call_with_info(graph.graph, *inputs, inputs_dict=inputs_dict)

@@ -62,6 +62,8 @@ class _Builder:
     the simulated training takes a gradient only into the variable updates it reaches directly
     (:func:`sim.popxl.transforms.autodiff`), which an optimizer module's graph hides from it."""
 
+    always = False  # inline only when given autodiff gradients
+
     def __init__(self, module: "Module", args: tuple, kwargs: dict):
         self.module = module
         self.signature = inspect.signature(module.build)
@@ -149,11 +151,22 @@ class Module(popxl.Module):
         factory = VariableFactory(input_fn, dtype, frame.qualified(name), by_ref, replica_grouping)
         return frame.add(factory, overwrite)
 
+    def add_replica_sharded_variable_input(self, name: str, input_fn: Callable[[], np.ndarray], dtype=popxl.float32,
+                                           by_ref: bool = False, replica_grouping=None, shard_over: int | None = None,
+                                           overwrite: bool = False) -> popxl.Tensor:
+        """As :meth:`add_variable_input`, the input one replica's shard of the variable: flat, split over
+        ``shard_over`` replicas (by default every replica of ``replica_grouping``, itself by default all
+        replicas), its whole shape the meta-shape."""
+        frame = _frame(f"{type(self).__name__}.add_replica_sharded_variable_input({name!r})")
+        group = replica_grouping if replica_grouping is not None else popxl.gcg().ir.replica_grouping()
+        factory = VariableFactory(input_fn, dtype, frame.qualified(name), by_ref, group, shard_over or group.group_size)
+        return frame.add(factory, overwrite)
+
     def add_variable_factory(self, factory: VariableFactory, name: str | None = None) -> popxl.Tensor:
         """A named input made by ``factory`` (under ``name``, else the factory's)."""
         frame = _frame(f"{type(self).__name__}.add_variable_factory")
         named = VariableFactory(factory.data_fn, factory.dtype, frame.qualified(name or factory.name),
-                                factory.by_ref, factory.replica_grouping)
+                                factory.by_ref, factory.replica_grouping, factory.shard_over)
         return frame.add(named, overwrite=False)
 
     def add_variable_inputs(self, name: str, factories: NamedVariableFactories) -> NamedTensors:

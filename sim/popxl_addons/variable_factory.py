@@ -3,6 +3,7 @@ main graph (the data that initialises it, its dtype, its replica grouping)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -21,7 +22,7 @@ class VariableFactory:
     differ between them, as they do in popxl-addons)."""
 
     def __init__(self, data_fn: Callable[[], np.ndarray], dtype=popxl.float32, name: str | None = None,
-                 by_ref: bool = False, replica_grouping=None):
+                 by_ref: bool = False, replica_grouping=None, shard_over: int = 1):
         if not callable(data_fn):
             raise TypeError(f"VariableFactory({name!r}): data_fn must be a function returning the initial value "
                             f"(for example functools.partial(np.zeros, shape)), got {data_fn!r}")
@@ -30,11 +31,24 @@ class VariableFactory:
         self.name = name
         self.by_ref = by_ref
         self.replica_grouping = replica_grouping
+        self.shard_over = shard_over
         self.shape = tuple(np.shape(data_fn()))
+        self.meta_shape = None
+        if shard_over > 1:  # a replica shard: flat, its whole tensor's shape the meta-shape
+            group = replica_grouping.group_size if replica_grouping is not None else popxl.gcg().ir.replication_factor
+            if shard_over > group:
+                raise ValueError(f"VariableFactory({name!r}): shard_over={shard_over} is more replicas than its "
+                                 f"replica group holds ({group})")
+            self.meta_shape, self.shape = self.shape, (math.prod(self.shape) // shard_over,)
+
+    @property
+    def replica_sharded(self) -> bool:
+        return self.shard_over > 1
 
     def create_input(self, prefix: str | None = None) -> popxl.Tensor:
         """A named input of the subgraph being built."""
-        return popxl.graph_input(self.shape, self.dtype, _join(prefix, self.name), by_ref=self.by_ref)
+        return popxl.graph_input(self.shape, self.dtype, _join(prefix, self.name), by_ref=self.by_ref,
+                                 meta_shape=self.meta_shape)
 
     def create_var(self, prefix: str | None = None) -> popxl.Variable:
         """A variable of the main graph holding fresh data."""
@@ -43,6 +57,17 @@ class VariableFactory:
         if groups > 1:  # one value a group of replicas, as PopXL takes grouped variables' data
             data = np.broadcast_to(data, (groups,) + data.shape)
         return popxl.variable(data, self.dtype, _join(prefix, self.name), replica_grouping=self.replica_grouping)
+
+    def create_remote_var(self, buffer: popxl.RemoteBuffer, entry: int = 0, prefix: str | None = None) -> popxl.Tensor:
+        """A variable held in slot ``entry`` of ``buffer`` (streaming memory), holding fresh data: a
+        replica-sharded one when the buffer holds shards (has a meta-shape), as popxl-addons'
+        ``create_remote_tensor``."""
+        data = np.asarray(self.data_fn(), dtype=self.dtype.as_numpy())
+        name = _join(prefix, self.name)
+        if buffer.meta_shape:
+            return popxl.remote_replica_sharded_variable(data, buffer, entry, self.dtype, name,
+                                                         replica_grouping=self.replica_grouping)
+        return popxl.remote_variable(data, buffer, entry, self.dtype, name, replica_grouping=self.replica_grouping)
 
     def __repr__(self) -> str:
         return f"VariableFactory({self.name!r}, shape={self.shape}, dtype={self.dtype.name})"
@@ -55,6 +80,18 @@ class NamedVariableFactories(DotTree):
         """A variable of the main graph for each factory, by the same names (``prefix.name``)."""
         return NamedTensors.from_dict({name: f.create_var(prefix) for name, f in self.to_dict().items()})
 
+    def init_remote(self, buffers, entry: int = 0, prefix: str | None = None) -> NamedTensors:
+        """A variable held in the remote buffer of the same name (``buffers``, as
+        :func:`~sim.popxl_addons.remote.named_variable_buffers` makes them) for each factory, at slot
+        ``entry``; made in name order, as popxl-addons makes them."""
+        held = buffers.to_dict()
+        missing = sorted(set(self.to_dict()) - set(held))
+        if missing:
+            raise KeyError(f"init_remote: no remote buffer named {', '.join(map(repr, missing))} (buffers: "
+                           f"{', '.join(sorted(held)) or 'none'})")
+        return NamedTensors.from_dict({name: f.create_remote_var(held[name], entry, prefix)
+                                       for name, f in sorted(self.to_dict().items())})
+
     @property
     def replica_groupings(self):
         """Each factory's replica grouping (every replica where it has none), by the same names."""
@@ -64,8 +101,8 @@ class NamedVariableFactories(DotTree):
     def init_zero(self, prefix: str | None = None) -> NamedTensors:
         """As :meth:`init`, the data zeros."""
         return NamedTensors.from_dict({
-            name: VariableFactory(lambda f=f: np.zeros(f.shape), f.dtype, f.name, f.by_ref,
-                                  f.replica_grouping).create_var(prefix)
+            name: VariableFactory(lambda f=f: np.zeros(f.meta_shape or f.shape), f.dtype, f.name, f.by_ref,
+                                  f.replica_grouping, f.shard_over).create_var(prefix)
             for name, f in self.to_dict().items()})
 
 

@@ -18,6 +18,7 @@ from ..context import get_current_context
 from ..errors import not_modelled
 from ..tensor import GradTensor, Tensor
 from ..transforms import _gradient_update, from_gradient
+from ..transforms.autodiff import _is_state
 from ._core import _as_tensor, _inplace
 from ._math import lamb_square  # noqa: F401 - PopXL has it as ops.lamb_square; kept here too
 
@@ -91,6 +92,8 @@ def adam_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tens
     if time_step is not None and (beta1 is None or beta2 is None):
         raise ValueError("Bias correction requires both beta1 and beta2 to not be None.")
     others = [x for x in (acc_second_order, weight if decay else None, time_step) if isinstance(x, Tensor)]
+    if isinstance(time_step, Tensor) and any(from_gradient(x) for x in (acc_first_order, acc_second_order)):
+        _is_state(time_step)  # the updater counts the step in place (PopART's AdamUpdaterOp modifies it)
     return _update("adam_updater", "adam_updater", acc_first_order, others, None if decay else {"weight_decay": False},
                    new_output=True)
 

@@ -130,14 +130,29 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
     # the gradient a moment variable accumulated)
     collectives = grad._collectives if isinstance(grad, GradTensor) else ir._state_collectives.get(grad._sim, ())
     if isinstance(target, Tensor) and not isinstance(target, GradTensor):
-        if target._sim is not None and fn.startswith("accumulate") and _held(g.sim_graph, target._sim):
-            ir._gradient_state.add(target._sim)  # a variable holding a moment of the gradient
-            ir._state_collectives.setdefault(target._sim, collectives)
+        if fn.startswith("accumulate") and _is_state(target, collectives):
+            pass
         elif target._sim is not None and target._sim not in ir._gradient_state:
-            ir._updated.add(target._sim)  # a weight the program trains
-            ir._grad_collectives.setdefault(target._sim, collectives)
+            weight = target._sim
+            if weight in ir._shard_of:  # a replica shard of the weight (replica_sharded_slice): its update
+                weight, stride, size = ir._shard_of[weight]
+                ir._sharded_updates[weight] = (stride, size)
+            ir._updated.add(weight)  # a weight the program trains
+            ir._grad_collectives.setdefault(weight, collectives)
         return target
     return GradTensor(g, grad.shape, grad.dtype, getattr(grad, "_grad_of", None), f"{fn}({grad.id})", collectives)
+
+
+def _is_state(t: Tensor, collectives: tuple = ()) -> bool:
+    """Register ``t``, a tensor an update of an autodiff gradient writes in place (a moment it
+    accumulates, Adam's step count), as optimizer state when the program holds it across steps
+    (:func:`_held`); whether it did."""
+    g = get_current_context().graph
+    if isinstance(t, GradTensor) or t._sim is None or not _held(g.sim_graph, t._sim):
+        return False
+    g.ir._gradient_state.add(t._sim)
+    g.ir._state_collectives.setdefault(t._sim, collectives)
+    return True
 
 
 def from_gradient(x) -> bool:

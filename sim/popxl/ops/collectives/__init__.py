@@ -61,11 +61,17 @@ def _on_gradient(t: GradTensor, kind: str, group) -> GradTensor:
 def _on_state(t: Tensor, kind: str, group) -> Tensor:
     """A collective on a variable an autodiff gradient was accumulated into (a gradient accumulator,
     an optimizer moment): recorded with the gradient's collectives, which the weight it updates
-    gets in the simulated weight update."""
+    gets in the simulated weight update. One that leaves a shard (a reduce-scatter, a local slice)
+    gives a gradient handle of the shard's shape carrying them, as on a gradient itself."""
     ir = t._graph.ir
     stride, size = _span(group, ir)
     ir._state_collectives[t._sim] = ir._state_collectives.get(t._sim, ()) + ((kind, stride, size, t.nbytes),)
-    return t
+    if kind not in _SHARDING:
+        return t
+    shard = GradTensor(get_current_context().graph, (-(-t.nelms // size),), t.dtype, None, f"{kind}({t.id})",
+                       ir._state_collectives[t._sim])
+    shard._meta_shape = t.shape
+    return shard
 
 
 def replicated_all_reduce(t: Tensor, op: str = "add", group=None) -> Tensor:
@@ -89,9 +95,11 @@ def replicated_reduce_scatter(t: Tensor, op: str = "add", group=None,
                               configure_output_for_replicated_tensor_sharding: bool = False) -> Tensor:
     """Reduce ``t`` over each group; member ``i`` keeps the ``i``-th 1/group_size of the flattened
     result (a 1-D tensor)."""
+    kind = "replica_sharded_slice" if op == "local" else "replicated_reduce_scatter"  # local: no exchange
     if isinstance(t, GradTensor):
-        kind = "replica_sharded_slice" if op == "local" else "replicated_reduce_scatter"  # local: no exchange
         return _on_gradient(t, kind, group)
+    if from_gradient(t):
+        return _on_state(t, kind, group)
     g, stride, size = _grouping(t, group, op, "ops.collectives.replicated_reduce_scatter")
     shards = size or g.ir.replication_factor // stride
     if op == "local":  # no reduction: each member keeps its own slice, with no exchange between replicas
@@ -160,9 +168,13 @@ def replica_sharded_slice(t: Tensor, group=None) -> Tensor:
     moves nothing between replicas."""
     if isinstance(t, GradTensor):
         return _on_gradient(t, "replica_sharded_slice", group)
+    if from_gradient(t):
+        return _on_state(t, "replica_sharded_slice", group)
     g, stride, size = _grouping(t, group, "local", "ops.collectives.replica_sharded_slice")
     y = _local_shard(t, size or g.ir.replication_factor // stride)
     y._meta_shape = t.shape
+    if t._sim is not None and t._sim in g.sim_graph.tensors and g.sim_graph.tensors[t._sim].role == "weight":
+        g.ir._shard_of[y._sim] = (t._sim, *_span(group, g.ir))  # a weight's shard: its update is the weight's
     return y
 
 

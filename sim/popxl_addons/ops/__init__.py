@@ -1,14 +1,17 @@
 """popxl-addons' ops: the losses ``cross_entropy`` and ``cross_entropy_with_grad``, made of PopXL's ops
-as popxl-addons makes them (a softmax over the last axis, then PopXL's negative log-likelihood), and
-``host_load`` / ``host_store`` (:mod:`.streams`)."""
+as popxl-addons makes them (a softmax over the last axis, then PopXL's negative log-likelihood),
+``host_load`` / ``host_store`` (:mod:`..streams`), and the strided collectives
+(:mod:`.replicated_strided_collectives`)."""
 
 from __future__ import annotations
 
-from .. import popxl
-from ..popxl import ops
-from .streams import host_load, host_store
+from ... import popxl
+from ...popxl import ops
+from ..streams import host_load, host_store
+from . import replicated_strided_collectives
 
-__all__ = ["cross_entropy", "cross_entropy_with_grad", "host_load", "host_store"]
+__all__ = ["cross_entropy", "cross_entropy_with_grad", "host_load", "host_store",
+           "replicated_strided_collectives"]
 
 
 def cross_entropy(x: popxl.Tensor, labels: popxl.Tensor, ignore_index: int | None = None,
