@@ -136,7 +136,8 @@ class InlineCallInfo:
 def _call(graph: GraphWithNamedArgs, inputs: tuple, inputs_dict: dict):
     """``ops.call_with_info`` of ``graph``; a module's graph given an autodiff gradient (an optimizer
     module called on its weight's gradient, or on an accumulator of it) is built again inline in the
-    caller instead, so the simulated training sees the variable updates it makes with the gradient."""
+    caller instead, so the simulated training sees the variable updates it makes with the gradient, and
+    so is a helper's graph of remote copies or collectives always (:class:`InlineBuilder`)."""
     if graph._accumulation is not None:
         return graph._accumulation.call(graph.graph, inputs, inputs_dict)
     given = list(inputs) + list(inputs_dict.values())
