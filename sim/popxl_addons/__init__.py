@@ -34,7 +34,8 @@ __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputSt
            "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "VariableFactory", "WeightsDict",
            "autodiff", "autodiff_with_accumulation", "cross_entropy", "cross_entropy_with_grad", "host_load",
            "host_store", "layers", "load_remote_graph", "named_replica_grouping", "named_variable_buffers", "ops",
-           "patterns", "pipelined_execution", "recompute_graph", "remote", "rts", "store_remote_graph", "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils"]
+           "patterns", "pipelined_execution", "recompute_graph", "remote", "rts",
+           "set_available_memory_proportion_by_ipu", "store_remote_graph", "timer", "transforms", "utils"]
 
 
 def __getattr__(name: str):

@@ -91,8 +91,8 @@ def reduce_replica_sharded_graph(tensors: NamedTensors, op: str = "add", use_io_
 
     def each(name, t):
         with popxl.io_tiles() if use_io_tiles else nullcontext():
-            return reduce_replica_sharded_tensor(ops.io_tile_copy(t) if use_io_tiles else t, op,
-                                                 replica_group=replica_group, shard_group=groups.get(name, replica_group))
+            return reduce_replica_sharded_tensor(ops.io_tile_copy(t) if use_io_tiles else t, op, replica_group,
+                                                 groups.get(name, replica_group))
 
     return _per_tensor_graph("replica_reduce", tensors, each)
 
