@@ -761,6 +761,10 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         if wants(1):
             axis = {"axis": op.attrs["axis"]} if op.attrs.get("axis") else {}  # the lookup's axis, as PopART's GatherGradOp
             bw.give(table.name, bw.new("embedding_grad", [ids.name, dy], table.shape, table.dtype, axis))
+    elif k == "identity" and op.attrs.get("grad") == "replicated_all_reduce":  # popxl-addons' TP all-reduce
+        if wants(0):  # of identical inputs: an identity whose gradient is an all-reduce over the group
+            bw.give(ins[0].name, bw.new("replicated_all_reduce", [dy], ins[0].shape, ins[0].dtype,
+                                        {key: op.attrs[key] for key in ("group_stride", "group_size")}))
     elif k in ("reshape", "transpose", "identity", "detach"):
         if wants(0):
             back = "transpose" if k == "transpose" else "reshape"
@@ -790,6 +794,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
                 bw.give(t.name, bw.new("slice", [dy], t.shape, t.dtype,
                                        {"axis": axis, "start": start, "stop": start + t.shape[axis]}))
             start += t.shape[axis]
+    elif k == "replicated_all_reduce" and op.attrs.get("grad") == "identity":  # popxl-addons' TP all-reduce
+        if wants(0):  # of identical gradients: the gradient goes through unreduced
+            bw.give(ins[0].name, dy)
     elif k in ("replicated_all_reduce", "replicated_reduce_scatter", "replicated_all_gather",
                "replicated_all_to_all"):
         if wants(0):  # a sum over replicas differentiates to an all-reduce; scatter <-> gather

@@ -82,11 +82,14 @@ class SessionOptions:
     """PopART session options set on an Ir (``ir.options.name = value``), recorded.
 
     Modelled: ``numIOTiles`` (compute tiles given to IO), ``defaultPrefetchBufferingDepth``
-    (host stream buffering). Every other option is accepted and listed in the run's notes as
-    having no modelled effect.
+    (host stream buffering), ``partialsTypeMatMuls`` (the matmuls' partials type) and the poplin
+    option maps ``convolutionOptions`` / ``matmulOptions`` (their partials type and the options
+    :meth:`sim.options.Options.poplin_options` reads). Every other option is accepted and listed in
+    the run's notes as having no modelled effect.
     """
 
-    MODELLED = ("numIOTiles", "defaultPrefetchBufferingDepth")
+    MODELLED = ("numIOTiles", "defaultPrefetchBufferingDepth", "partialsTypeMatMuls", "convolutionOptions",
+                "matmulOptions")
     #: PopART's options that are maps, empty until set (``opts.engineOptions["key"] = value``, as
     #: PopXL scripts write them); an entry set is listed in the notes like any option
     MAPS = ("engineOptions", "convolutionOptions", "lstmOptions", "matmulOptions", "reportOptions",

@@ -349,6 +349,10 @@ class Session:
             o.TensorLocations.numIOTiles(values["numIOTiles"])
         if "defaultPrefetchBufferingDepth" in values:
             o._Popart.set("defaultPrefetchBufferingDepth", values["defaultPrefetchBufferingDepth"])
+        # the matmuls' partials type and poplin's option maps, as PopART reads them from its SessionOptions
+        for key in ("partialsTypeMatMuls", "convolutionOptions", "matmulOptions"):
+            if values.get(key):
+                o._Popart.set(key, dict(values[key]) if key.endswith("Options") else values[key])
         return o
 
     def _passes(self) -> int:

@@ -168,6 +168,16 @@ class Tensor:
         return _op("ipu_copy")(self, destination, source)
 
     def __getitem__(self, key) -> Tensor:
+        """Slicing with ints and slices; a tensor (or host array) of integers gathers along axis 0
+        (``ops.gather``), one of booleans keeps the elements where it is True and zeroes the others
+        (``ops.where``), as PopXL's ``Tensor.__getitem__``."""
+        if isinstance(key, Tensor) or (isinstance(key, np.ndarray) and key.dtype.kind in "biu"):
+            index = key if isinstance(key, Tensor) else constant(key)
+            if index.dtype.name == "bool":
+                return _op("where")(index, self, constant(0, self.dtype))
+            if index.dtype.is_int:
+                return _op("gather")(self, index)
+            raise TypeError(f"a tensor index must hold integers or booleans, got {index.id!r} of {index.dtype.name}")
         if not isinstance(key, tuple):
             key = (key,)
         if len(key) > self.rank:

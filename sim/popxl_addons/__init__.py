@@ -14,7 +14,7 @@ C++ custom ops, phased-execution transforms) is refused by name with :class:`~si
 from __future__ import annotations
 
 from ..popxl.errors import not_modelled
-from . import layers, named_replica_grouping, ops, patterns, remote, rts, transforms, utils
+from . import layers, named_replica_grouping, ops, patterns, remote, rts, task_session, transforms, utils
 from .dot_tree import DotTree
 from .graph import BoundGraph, GraphWithNamedArgs
 from .module import GraphCache, Module
@@ -23,6 +23,7 @@ from .ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
 from .pipeline import pipelined_execution
 from .remote import load_remote_graph, named_variable_buffers, store_remote_graph
 from .streams import InputStreams, OutputStreams
+from .task_session import TaskSession
 from .transforms import (autodiff, autodiff_with_accumulation, recompute_graph,
                          set_available_memory_proportion_by_ipu)
 from .utils import OrderedDict, WeightsDict, timer
@@ -31,7 +32,8 @@ from .variable_factory import NamedVariableFactories, VariableFactory
 GIT_COMMIT = None  # popxl-addons' commit (from git): none here
 
 __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputStreams", "Module", "NamedTensorData",
-           "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "VariableFactory", "WeightsDict",
+           "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "TaskSession", "VariableFactory",
+           "WeightsDict",
            "autodiff", "autodiff_with_accumulation", "cross_entropy", "cross_entropy_with_grad", "host_load",
            "host_store", "layers", "load_remote_graph", "named_replica_grouping", "named_variable_buffers", "ops",
            "patterns", "pipelined_execution", "recompute_graph", "remote", "rts",

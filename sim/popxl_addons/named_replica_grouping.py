@@ -7,6 +7,11 @@ from .. import popxl
 from .dot_tree import DotTree
 
 
+def fill_none_group(rg, none_value):
+    """``rg``, or ``none_value`` when it is None."""
+    return none_value if rg is None else rg
+
+
 class NamedReplicaGrouping(DotTree):
     """A :class:`DotTree` of ``popxl.ReplicaGrouping``."""
 

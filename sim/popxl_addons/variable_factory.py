@@ -50,19 +50,29 @@ class VariableFactory:
         return popxl.graph_input(self.shape, self.dtype, _join(prefix, self.name), by_ref=self.by_ref,
                                  meta_shape=self.meta_shape)
 
-    def create_var(self, prefix: str | None = None) -> popxl.Variable:
-        """A variable of the main graph holding fresh data."""
-        data = np.asarray(self.data_fn(), dtype=self.dtype.as_numpy())
+    def _data(self, empty: bool = False) -> np.ndarray:
+        """Fresh data; with a replica grouping of several groups, one draw a group stacked on a new
+        first axis, as PopXL takes grouped variables' data. ``empty`` (popxl-addons leaves the data
+        uninitialised): zeros, as a read-only view that holds no memory (the simulator computes no
+        values, so a multi-gigabyte model's variables need none), without running ``data_fn``."""
         groups = self.replica_grouping.num_groups if self.replica_grouping is not None else 1
-        if groups > 1:  # one value a group of replicas, as PopXL takes grouped variables' data
-            data = np.broadcast_to(data, (groups,) + data.shape)
-        return popxl.variable(data, self.dtype, _join(prefix, self.name), replica_grouping=self.replica_grouping)
+        shape = ((groups,) if groups > 1 else ()) + tuple(self.meta_shape or self.shape)
+        if empty:
+            return np.broadcast_to(np.zeros((), self.dtype.as_numpy()), shape)
+        draws = [np.asarray(self.data_fn(), dtype=self.dtype.as_numpy()) for _ in range(groups)]
+        return np.stack(draws) if groups > 1 else draws[0]
 
-    def create_remote_var(self, buffer: popxl.RemoteBuffer, entry: int = 0, prefix: str | None = None) -> popxl.Tensor:
-        """A variable held in slot ``entry`` of ``buffer`` (streaming memory), holding fresh data: a
-        replica-sharded one when the buffer holds shards (has a meta-shape), as popxl-addons'
-        ``create_remote_tensor``."""
-        data = np.asarray(self.data_fn(), dtype=self.dtype.as_numpy())
+    def create_var(self, prefix: str | None = None, empty: bool = False) -> popxl.Variable:
+        """A variable of the main graph holding fresh data (zeros when ``empty``)."""
+        return popxl.variable(self._data(empty), self.dtype, _join(prefix, self.name),
+                              replica_grouping=self.replica_grouping)
+
+    def create_remote_var(self, buffer: popxl.RemoteBuffer, entry: int = 0, prefix: str | None = None,
+                          empty: bool = False) -> popxl.Tensor:
+        """A variable held in slot ``entry`` of ``buffer`` (streaming memory), holding fresh data (zeros
+        when ``empty``): a replica-sharded one when the buffer holds shards (has a meta-shape), as
+        popxl-addons' ``create_remote_tensor``."""
+        data = self._data(empty)
         name = _join(prefix, self.name)
         if buffer.meta_shape:
             return popxl.remote_replica_sharded_variable(data, buffer, entry, self.dtype, name,
@@ -76,20 +86,26 @@ class VariableFactory:
 class NamedVariableFactories(DotTree):
     """A :class:`DotTree` of :class:`VariableFactory`."""
 
-    def init(self, prefix: str | None = None) -> NamedTensors:
-        """A variable of the main graph for each factory, by the same names (``prefix.name``)."""
-        return NamedTensors.from_dict({name: f.create_var(prefix) for name, f in self.to_dict().items()})
+    def init(self, prefix: str | None = None, empty: bool = False, memmap_dir: str | None = None,
+             read_only_if_exists: bool = False) -> NamedTensors:
+        """A variable of the main graph for each factory, by the same names (``prefix.name``), holding
+        fresh data (zeros when ``empty``). ``memmap_dir`` (popxl-addons keeps the host data in numpy
+        memory maps there) and ``read_only_if_exists`` change where the host keeps the data, not the
+        device program, so they are accepted and not used."""
+        return NamedTensors.from_dict({name: f.create_var(prefix, empty) for name, f in self.to_dict().items()})
 
-    def init_remote(self, buffers, entry: int = 0, prefix: str | None = None) -> NamedTensors:
+    def init_remote(self, buffers, entry: int = 0, prefix: str | None = None, empty: bool = False,
+                    memmap_dir: str | None = None, read_only_if_exists: bool = False) -> NamedTensors:
         """A variable held in the remote buffer of the same name (``buffers``, as
         :func:`~sim.popxl_addons.remote.named_variable_buffers` makes them) for each factory, at slot
-        ``entry``; made in name order, as popxl-addons makes them."""
+        ``entry``, holding fresh data (zeros when ``empty``); made in name order, as popxl-addons makes
+        them. ``memmap_dir`` and ``read_only_if_exists`` as for :meth:`init`."""
         held = buffers.to_dict()
         missing = sorted(set(self.to_dict()) - set(held))
         if missing:
             raise KeyError(f"init_remote: no remote buffer named {', '.join(map(repr, missing))} (buffers: "
                            f"{', '.join(sorted(held)) or 'none'})")
-        return NamedTensors.from_dict({name: f.create_remote_var(held[name], entry, prefix)
+        return NamedTensors.from_dict({name: f.create_remote_var(held[name], entry, prefix, empty)
                                        for name, f in sorted(self.to_dict().items())})
 
     @property

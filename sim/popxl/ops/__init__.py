@@ -46,7 +46,8 @@ from ._select import (gather, groupedgather, histogram, median, nll_loss, scatte
 
 register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_copy, matmul=matmul,
                     mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose,
-                    pow=pow, fmod=fmod, logical_not=logical_not, logical_and=logical_and, logical_or=logical_or)
+                    pow=pow, fmod=fmod, logical_not=logical_not, logical_and=logical_and, logical_or=logical_or,
+                    gather=gather, where=where)
 
 SUPPORTED = sorted(n for n, v in dict(globals()).items() if callable(v) and n[0].islower()
                    and getattr(v, "__module__", "") in (_core.__name__, remote_load.__module__, abs.__module__,

@@ -8,9 +8,9 @@ from functools import partial
 
 import numpy as np
 
-from .. import popxl
-from ..popxl import ops
-from .module import Module
+from ... import popxl
+from ...popxl import ops
+from ..module import Module
 
 #: popxl-addons' Embedding pads each vocabulary shard to a multiple of this (popops' multiSlice grain)
 VOCAB_GRAIN = 16
