@@ -14,7 +14,7 @@ C++ custom ops, phased-execution transforms) is refused by name with :class:`~si
 from __future__ import annotations
 
 from ..popxl.errors import not_modelled
-from . import layers, named_replica_grouping, ops, patterns, remote, rts, task_session, transforms, utils
+from . import array_munging, layers, named_replica_grouping, ops, patterns, remote, rts, task_session, transforms, utils
 from .dot_tree import DotTree
 from .graph import BoundGraph, GraphWithNamedArgs
 from .module import GraphCache, Module
