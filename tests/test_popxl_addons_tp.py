@@ -205,3 +205,13 @@ def test_array_munging_shards_and_tensor_parallel_data():
     assert am.squeeze_safe(np.zeros((1, 3, 1)), [0, 1]).shape == (3, 1)
     with pytest.raises(ValueError, match="does not equally divide"):
         am.tensor_parallel_input(a, 3, 4)
+
+
+def test_seed_variable_and_top_level_names():
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        var, seed = addons.seed_variable(7, ir.replica_grouping(group_size=2))
+        assert var is seed and (var.shape, var.dtype, var._data.shape) == ((2,), popxl.uint32, (2, 2))
+        assert np.array_equal(var._data, popxl.create_seeds(7, replicas=2))
+    # popxl-addons exports its remote-buffer and array helpers at the top too
+    assert addons.shard is addons.array_munging.shard and addons.create_remote_buffer is addons.remote.create_remote_buffer

@@ -7,8 +7,11 @@ inputs need (``NamedVariableFactories.init()``), graphs with named inputs that a
 (``GraphWithNamedArgs``, ``BoundGraph``), ``autodiff`` and ``ops.cross_entropy_with_grad``. This
 package gives the same names and behaviour on the simulator's PopXL, so such programs run in the
 simulator (``ipusim script`` maps ``import popxl_addons`` here). Its replicated tensor sharding
-(``rts``) and remote-buffer helpers (``remote``) are here too. What popxl-addons has beyond it (its
-C++ custom ops, phased-execution transforms) is refused by name with :class:`~sim.popxl.NotModelledError`.
+(``rts``), remote-buffer helpers (``remote``), host-side ``array_munging``, ``TaskSession``,
+``seed_variable`` and the custom ops of tensor-parallel models (``ops.replicated_all_reduce_TP``,
+``ops.rotary_pos_embed``) are here too. What popxl-addons has beyond it (its other C++ custom ops,
+batch serialisation and the phased-execution transforms) is refused by name with
+:class:`~sim.popxl.NotModelledError`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from .module import GraphCache, Module
 from .named_tensors import NamedTensorData, NamedTensors
 from .ops import cross_entropy, cross_entropy_with_grad, host_load, host_store
 from .pipeline import pipelined_execution
-from .remote import load_remote_graph, named_variable_buffers, store_remote_graph
+from .array_munging import *  # noqa: F401,F403 - popxl-addons exports these two modules' names at the top too
+from .remote import *  # noqa: F401,F403
+from .seed_variable import seed_variable
 from .streams import InputStreams, OutputStreams
 from .task_session import TaskSession
 from .transforms import (autodiff, autodiff_with_accumulation, recompute_graph,
@@ -33,11 +38,11 @@ GIT_COMMIT = None  # popxl-addons' commit (from git): none here
 
 __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputStreams", "Module", "NamedTensorData",
            "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "TaskSession", "VariableFactory",
-           "WeightsDict",
-           "autodiff", "autodiff_with_accumulation", "cross_entropy", "cross_entropy_with_grad", "host_load",
-           "host_store", "layers", "load_remote_graph", "named_replica_grouping", "named_variable_buffers", "ops",
-           "patterns", "pipelined_execution", "recompute_graph", "remote", "rts",
-           "set_available_memory_proportion_by_ipu", "store_remote_graph", "timer", "transforms", "utils"]
+           "WeightsDict", "array_munging", "autodiff", "autodiff_with_accumulation", "cross_entropy",
+           "cross_entropy_with_grad", "host_load", "host_store", "layers", "named_replica_grouping", "ops", "patterns",
+           "pipelined_execution", "recompute_graph", "remote", "rts", "seed_variable",
+           "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils", *array_munging.__all__,
+           *remote.__all__]
 
 
 def __getattr__(name: str):
