@@ -197,7 +197,8 @@ def test_array_munging_shards_and_tensor_parallel_data():
     assert am.repeat_shard(np.arange(4), 2, 2, 0, "strided").tolist() == [[0, 1], [0, 1], [2, 3], [2, 3]]
     assert am.repeat(d, 2, 1).shape == (4, 2, 2) and am.repeat_axis(d, 2, 1).shape == (4, 4)
     a = np.arange(4)
-    assert [am.tensor_parallel_input(a, tp, rf).shape for tp, rf in ((1, 2), (2, 2), (2, 4))] == [(2, 2), (4, 2), (2, 4)]
+    shapes = [am.tensor_parallel_input(a, tp, rf).shape for tp, rf in ((1, 2), (2, 2), (2, 4))]
+    assert shapes == [(2, 2), (4, 2), (2, 4)]
     assert am.tensor_parallel_input(a, 2, 4, repeat_fn=lambda x, i: x * (i + 1))[0].tolist() == [0, 0, 1, 2]
     out = np.arange(2 * 4 * 3).reshape(2, 4, 3)
     assert am.tensor_parallel_output(out, 2, 2, 4, (3,)).tolist() == [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 20]]
@@ -214,4 +215,5 @@ def test_seed_variable_and_top_level_names():
         assert var is seed and (var.shape, var.dtype, var._data.shape) == ((2,), popxl.uint32, (2, 2))
         assert np.array_equal(var._data, popxl.create_seeds(7, replicas=2))
     # popxl-addons exports its remote-buffer and array helpers at the top too
-    assert addons.shard is addons.array_munging.shard and addons.create_remote_buffer is addons.remote.create_remote_buffer
+    assert addons.shard is addons.array_munging.shard
+    assert addons.create_remote_buffer is addons.remote.create_remote_buffer

@@ -88,7 +88,8 @@ def _check_tp(tp: int, rf: int) -> None:
     if tp > rf:
         raise ValueError(f"tensor parallel factor `tp` is not less than replication factor `rf`: {tp} > {rf}")
     if rf % tp:
-        raise ValueError(f"tensor parallel factor `tp` does not equally divide replication factor `rf`: rf/tp={rf / tp}")
+        raise ValueError("tensor parallel factor `tp` does not equally divide replication factor `rf`: "
+                         f"rf/tp={rf / tp}")
 
 
 def tensor_parallel_input(input_data: np.ndarray, tp: int, rf: int,

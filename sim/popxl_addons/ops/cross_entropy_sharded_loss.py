@@ -11,6 +11,6 @@ __all__ = ["cross_entropy_sharded_loss"]
 
 
 def cross_entropy_sharded_loss(*args, **kwargs):
-    raise NotModelledError("popxl_addons.ops.cross_entropy_sharded_loss is not modelled by the simulator (popxl-addons' "
-                           "CrossEntropyShardedOp C++ op, the loss of logits sharded over replicas); compute the loss "
-                           "with addons.ops.cross_entropy on whole logits")
+    raise NotModelledError("popxl_addons.ops.cross_entropy_sharded_loss is not modelled by the simulator "
+                           "(popxl-addons' CrossEntropyShardedOp C++ op, the loss of logits sharded over replicas); "
+                           "compute the loss with addons.ops.cross_entropy on whole logits")
