@@ -217,3 +217,60 @@ def test_seed_variable_and_top_level_names():
     # popxl-addons exports its remote-buffer and array helpers at the top too
     assert addons.shard is addons.array_munging.shard
     assert addons.create_remote_buffer is addons.remote.create_remote_buffer
+
+
+class Block(addons.Module):
+    """A decoder block shaped as GPT-J's (tensor-parallel attention projections with the rotary
+    embedding, a sharded feed-forward, the all-reduces around them)."""
+
+    def __init__(self, tp: int, hidden: int, heads: int):
+        super().__init__()
+        self.tp, self.hidden, self.heads = tp, hidden, heads
+
+    def build(self, x):
+        rg = popxl.gcg().ir.replica_grouping(group_size=self.tp)
+        local_heads, head = self.heads // self.tp, self.hidden // self.heads
+        x = replicated_all_reduce_identical_inputs(x, group=rg)
+        qkv = x @ self.add_variable_input("qkv", partial(np.zeros, (self.hidden, 3 * self.hidden // self.tp)), x.dtype)
+        q = qkv[:, :self.hidden // self.tp].reshape((1, x.shape[0], local_heads, head))
+        sin, cos = trig_table_constants(x.shape[0], head, dtype=x.dtype)
+        q = rotary_pos_embed(q, sin, cos, head).reshape((x.shape[0], self.hidden // self.tp))
+        y = q @ self.add_variable_input("out", partial(np.zeros, (self.hidden // self.tp, self.hidden)), x.dtype)
+        return replicated_all_reduce_identical_grad_inputs(y, group=rg)
+
+
+def test_a_tensor_parallel_decoder_with_weights_streamed_per_layer_runs():
+    """GPT-J inference's structure: each layer's weights loaded from remote buffers inside ops.repeat,
+    the block's tensor-parallel all-reduces, and a TaskSession; priced with its remote loads."""
+    def run(layers: int):
+        ir = popxl.Ir(replication=4)
+        ir.options.partialsTypeMatMuls = "half"
+        with ir.main_graph:
+            streams = addons.InputStreams(x=((64, 256), popxl.float16))
+            outputs = addons.OutputStreams(y=((64, 256), popxl.float16))
+            facts, graph = Block(4, 256, 8).create_graph(streams.x.spec)
+            buffers = addons.named_variable_buffers(facts, entries=layers, shard_over_dict=False)
+            state = {n: facts.init_remote(buffers, n, f"layer{n}", empty=True) for n in range(layers)}
+            with popxl.in_sequence():
+                x = ops.host_load(streams.x)
+
+                def layer(x, n):
+                    load, names = addons.load_remote_graph(buffers)
+                    (x,) = graph.bind(addons.NamedTensors.pack(names, load.call(n))).call(x)
+                    return x, n + 1
+
+                layers_graph = ir.create_graph(layer, x, popxl.constant(0, name="layer_index"))
+                x, _ = ops.repeat(layers_graph, layers, x, popxl.constant(0, name="start"))
+                ops.host_store(outputs.y, x)
+        session = addons.TaskSession(streams, outputs, addons.NamedTensors.from_dict(state), ir=ir,
+                                     device_desc="ipu_hw")
+        with session:
+            session.run({streams.x: np.zeros((4, 64, 256), np.float16)})
+        return session
+    two, four = run(2), run(4)
+    assert two.session_state["steps"] == 1
+    lines = [s.simulation.breakdown.iloc[0] for s in (two, four)]
+    # each layer loads its weights and runs its forward all-reduce: twice the layers, twice those cycles
+    assert lines[0]["remote_io"] > 0 and lines[0]["collective"] > 0
+    assert lines[1]["remote_io"] == 2 * lines[0]["remote_io"] and lines[1]["collective"] == 2 * lines[0]["collective"]
+    assert four.cycle_count > two.cycle_count
