@@ -630,6 +630,11 @@ def test_topk_argmax_onehot_and_dynamic_slices():
             ops.dynamic_slice(x, at, [1], [20], True)
         updated = ops.dynamic_update(x, at, window, [1], [4], True)
         assert (window.shape, updated.shape) == ((4, 4), (4, 16))
+        # an index of any shape holding one offset an axis (PopART's opx reshapes it), as Llama's KV cache
+        two = popxl.constant(np.zeros((2, 1), np.int32))
+        assert ops.dynamic_update(x, two, window[:1], [0, 1], [1, 4], True).shape == (4, 16)
+        with pytest.raises(ValueError, match="must hold 2 offsets"):
+            ops.dynamic_update(x, at, window[:1], [0, 1], [1, 4], True)
         return ops.add(ops.sum(updated), ops.sum(classes))
     _, graph_ops = _program(build)
     kinds = [o.kind for o in graph_ops if o.kind != "reshape"]

@@ -209,11 +209,12 @@ class Session:
     """A compiled Ir on a simulated IPU system.
 
     ``device_desc`` is PopXL's ("ipu_hw", "ipu_model" or "cpu"): all three are simulated as IPU
-    hardware. ``system`` (a simulator extension) names the system or its TOML file; without it,
+    hardware. ``weights_to_host_on_exit`` (PopXL's: read the weights back when the session detaches)
+    happens outside the runs, so no run's time has it. ``system`` (a simulator extension) names the system or its TOML file; without it,
     ``IPUSIM_SYSTEM`` or the smallest Mk2 system that holds the IPUs the program reserves.
     """
 
-    def __init__(self, ir: Ir, device_desc: str = "cpu", *, system=None):
+    def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True, *, system=None):
         if not isinstance(ir, Ir):
             raise TypeError(f"popxl.Session expects a popxl.Ir, got {ir!r}")
         if device_desc not in DEVICES:
@@ -273,6 +274,7 @@ class Session:
                 "autodiff (inference)")
         self._ir = ir
         self._device_desc = device_desc
+        self.weights_to_host_on_exit = weights_to_host_on_exit
         ipus_per_replica = max(((op.ipu or 0) for op in graph.ops), default=0) + 1
         options = self._options(ipus_per_replica)
         state = rts[0] if rts else TensorLocationSettings()

@@ -376,8 +376,8 @@ def _dynamic(where: str, t: Tensor, index: Tensor, axes, sizes) -> tuple[list[in
     axes, sizes = [int(a) for a in axes], [int(s) for s in sizes]
     if len(axes) != len(sizes) or not axes:
         raise ValueError(f"{where}: axes {axes} and sizes {sizes} must be as long, and not empty")
-    if index.shape != (len(axes),):
-        raise ValueError(f"{where}: the index must be a 1-D tensor of {len(axes)} offsets (one per axis); "
+    if index.nelms != len(axes):  # any shape: PopART's opx reshapes it to one offset an axis (dynamicslicex.cpp)
+        raise ValueError(f"{where}: the index must hold {len(axes)} offsets (one per axis); "
                          f"got shape {index.shape}")
     for a, s in zip(axes, sizes):
         if not 0 <= a < t.rank or not 0 < s <= t.shape[a]:
