@@ -147,11 +147,18 @@ def test_host_transfers_alone_are_a_program():
 def test_names_popxl_programs_use():
     from sim.popxl.ops.call import CallSiteInfo
     assert CallSiteInfo is ops.CallSiteInfo and callable(ops.call)
-    with pytest.raises(popxl.NotModelledError, match="popxl.transforms.io_tile_exchange is not modelled"):
-        popxl.transforms.io_tile_exchange
+    with pytest.raises(AttributeError, match="no attribute 'no_such_transform'"):
+        popxl.transforms.no_such_transform
     ir = popxl.Ir()
     with ir.main_graph:
         assert popxl.gir() is ir
+        # the exchange transforms: io_tile_exchange puts its remote copies on the IO tiles; merging is noted
+        buffer = popxl.remote_buffer((4,), popxl.float32)
+        with popxl.transforms.io_tile_exchange():
+            loaded = ops.remote_load(buffer, 0)
+        assert ir.main_graph.sim_graph.ops[-1].attrs.get("io_tiles") and loaded.shape == (4,)
+        assert popxl.transforms.decompose_sum(ir.main_graph) is ir.main_graph
+        assert any("merge_exchange" in n for n in ir._notes) and any("DecomposeSum" in n for n in ir._notes)
         x = popxl.variable(np.zeros((4, 4), np.float32))
         assert ops.relu_(x).shape == x.T_.shape == (4, 4)
         assert ops.layer_norm(x, popxl.variable(np.ones(4, np.float32)), popxl.variable(np.zeros(4, np.float32)),
