@@ -274,3 +274,18 @@ def test_a_tensor_parallel_decoder_with_weights_streamed_per_layer_runs():
     assert lines[0]["remote_io"] > 0 and lines[0]["collective"] > 0
     assert lines[1]["remote_io"] == 2 * lines[0]["remote_io"] and lines[1]["collective"] == 2 * lines[0]["collective"]
     assert four.cycle_count > two.cycle_count
+
+
+def test_disable_fc_pass_turns_off_the_fully_connected_pass():
+    from sim.popxl_addons.transforms.use_fc_pass import disable_fc_pass, enable_fc_pass
+    sessions = []
+    for disable in (False, True):
+        ir = _tp_program(training=True)
+        if disable:
+            disable_fc_pass(ir)
+        sessions.append(popxl.Session(ir, "ipu_hw"))
+    assert [s.executable.options.fully_connected_pass() for s in sessions] == [True, False]
+    ir = popxl.Ir()
+    disable_fc_pass(ir)
+    enable_fc_pass(ir)
+    assert ir._fully_connected_pass

@@ -162,6 +162,7 @@ class Ir:
         #: trained weight -> the collectives the program applied to its gradient
         self._grad_collectives: dict[str, tuple] = {}
         self._state_collectives: dict[str, tuple] = {}  # moment variable -> those of the gradient it accumulates
+        self._fully_connected_pass = True  # PopART's enableFullyConnectedPass (popxl-addons' disable_fc_pass)
         self._shard_of: dict[str, tuple] = {}  # a weight's replica shard -> (the weight, group stride, group size)
         self._sharded_updates: dict[str, tuple] = {}  # a weight updated shard by shard -> (group stride, size)
         #: the micro-batches a pass of a pipeline written with popxl-addons' pipelined_execution runs

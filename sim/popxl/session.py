@@ -351,6 +351,8 @@ class Session:
             o.TensorLocations.numIOTiles(values["numIOTiles"])
         if "defaultPrefetchBufferingDepth" in values:
             o._Popart.set("defaultPrefetchBufferingDepth", values["defaultPrefetchBufferingDepth"])
+        if not ir._fully_connected_pass:  # popxl-addons' disable_fc_pass
+            o._Popart.set("enableFullyConnectedPass", False)
         # the matmuls' partials type and poplin's option maps, as PopART reads them from its SessionOptions
         for key in ("partialsTypeMatMuls", "convolutionOptions", "matmulOptions"):
             if values.get(key):

@@ -2,7 +2,8 @@
 (PopXL's autodiff of its graph: in the simulator, the simulated training's backward pass, see
 :mod:`sim.popxl.transforms.autodiff`; returned as a graph with named inputs whose ``grad_graph_info``
 connects it to the forward call), ``autodiff_with_accumulation`` (the same, accumulating gradients
-into named inputs) and ``recompute_graph``."""
+into named inputs), ``recompute_graph``, ``set_available_memory_proportion_by_ipu`` and
+``disable_fc_pass`` / ``enable_fc_pass`` (:mod:`.use_fc_pass`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from functools import partial
 
 import numpy as np
 
-from .. import popxl
-from ..popxl import ops
-from ..popxl import transforms as popxl_transforms
-from .graph import GraphWithNamedArgs, InlineCallInfo
-from .named_tensors import NamedTensors
-from .variable_factory import NamedVariableFactories, VariableFactory
+from ... import popxl
+from ...popxl import ops
+from ...popxl import transforms as popxl_transforms
+from ..graph import GraphWithNamedArgs, InlineCallInfo
+from ..named_tensors import NamedTensors
+from ..variable_factory import NamedVariableFactories, VariableFactory
+from . import use_fc_pass
+from .use_fc_pass import disable_fc_pass, enable_fc_pass
 
 
 def autodiff(graph: GraphWithNamedArgs, grads_provided=None, grads_required=None, called_graphs_grad_info=None,
