@@ -284,7 +284,7 @@ def test_disable_fc_pass_turns_off_the_fully_connected_pass():
         if disable:
             disable_fc_pass(ir)
         sessions.append(popxl.Session(ir, "ipu_hw"))
-    assert [s.executable.options.fully_connected_pass() for s in sessions] == [True, False]
+    assert [s.executable.options.fully_connected_pass for s in sessions] == [True, False]
     ir = popxl.Ir()
     disable_fc_pass(ir)
     enable_fc_pass(ir)

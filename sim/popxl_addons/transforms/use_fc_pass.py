@@ -2,7 +2,7 @@
 PopART's fully-connected pass, which plans a weight's matmuls of training jointly and keeps the
 weight's transpose for the backward pass (in an inference program, memory for nothing). In the
 simulator it is the Ir's PopART option ``enableFullyConnectedPass``, which the simulated training's
-matmul plans follow (``sim.options.Options.fully_connected_pass``)."""
+matmul plans follow (the property ``sim.options.Options.fully_connected_pass``)."""
 
 from __future__ import annotations
 
