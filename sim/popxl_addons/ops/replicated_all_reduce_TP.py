@@ -13,7 +13,6 @@ the simulator's collectives over the group's ring."""
 
 from __future__ import annotations
 
-from ...popxl.context import get_current_context
 from ...popxl.ops import collectives
 
 __all__ = ["replicated_all_reduce", "replicated_all_reduce_identical_grad_inputs",
