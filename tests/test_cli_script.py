@@ -159,3 +159,25 @@ def test_virtual_clock_stands_still_in_a_call_then_moves_on():
     finally:
         virtual_clock.uninstall()
     assert time.perf_counter is virtual_clock.real_perf_counter and time.time is virtual_clock._REAL["time"]
+
+
+def test_module_stand_ins_for_custom_op_modules(tmp_path, capsys):
+    # Graphcore's Llama code imports its rotary embedding from a C++ op it compiles (a package of the
+    # example's own); --module gives the script popxl-addons' equivalent under that name
+    (tmp_path / "modelling").mkdir()
+    (tmp_path / "modelling" / "__init__.py").write_text("")
+    body = """
+        import json
+        import modelling.rotary_pos_embed as rope
+        from modelling.rotary_pos_embed import trig_tables
+        print(json.dumps({"module": rope.__name__, "tables": list(trig_tables(8, 4)[0].shape)}))
+    """
+    stand_in = ("--module", "modelling.rotary_pos_embed=sim.popxl_addons.ops.rotary_pos_embed")
+    code, out, err = _run(tmp_path, capsys, body, flags=stand_in)
+    assert code == 0 and out == {"module": "sim.popxl_addons.ops.rotary_pos_embed", "tables": [8, 2]}
+    assert "modelling.rotary_pos_embed" not in sys.modules  # the alias is put back
+    code, _, err = _run(tmp_path, capsys, "import modelling.rotary_pos_embed.binding\n", flags=stand_in)
+    assert code == 1 and "'modelling.rotary_pos_embed' is not a package" in err  # the stand-in is a module
+    for bad, why in (("modelling.rope", "expected NAME=MODULE"), ("x=no.such.module", "cannot import 'no.such.module'")):
+        assert main(["script", "--module", bad, str(tmp_path / "script.py")]) == 2
+        assert why in capsys.readouterr().err

@@ -9,6 +9,10 @@ The script's ``import poptorch`` (and ``poptorch.*``), ``import popxl`` (and ``p
 ``sim.popxl`` and ``sim.popdist``, whatever else is installed, and so do the libraries it imports (a
 layer library built on PopTorch, say); ``import popart`` gets ``sim.popart``, PopART's option enums,
 which PopTorch scripts set options with; ``import popxl_addons`` gets ``sim.popxl_addons``.
+``--module NAME=MODULE`` (repeatable) makes the script's ``import NAME`` (and ``NAME.X``) get ``MODULE``
+instead: a stand-in for a module the simulator cannot run, as a custom op the script compiles in C++
+(Graphcore's Llama code builds its rotary embedding so: ``--module
+modelling.rotary_pos_embed=sim.popxl_addons.ops.rotary_pos_embed``), with PopXL ops the simulator prices.
 ``--system`` sets the system (``IPUSIM_SYSTEM``) unless the script chooses one itself. Unless
 ``--real-clock`` is given, the ``time`` module's clocks read the simulated time of each device call
 (:mod:`sim.virtual_clock`), so the throughput and step times the script prints are the simulated
@@ -45,20 +49,32 @@ FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.
 
 class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports of ``poptorch[.X]``, ``popxl[.X]``, ``popdist[.X]``, ``popart`` and ``popxl_addons[.X]`` as
-    the simulator's modules (the same module objects, under both names)."""
+    the simulator's modules (the same module objects, under both names), and of each name of
+    ``stand_ins`` (``--module``) and its submodules as the module given for it."""
+
+    def __init__(self, stand_ins: dict[str, str] | None = None):
+        self.stand_ins = dict(stand_ins or {})
+
+    def _target(self, name: str) -> tuple[str, str] | None:
+        """(the module that stands for ``name``, the name it was given for), or None."""
+        for given, module in self.stand_ins.items():
+            if name == given or name.startswith(given + "."):
+                return module + name[len(given):], given
+        top, _, rest = name.partition(".")
+        return (FRONT_ENDS[top] + ("." + rest if rest else ""), top) if top in FRONT_ENDS else None
 
     def find_spec(self, name, path=None, target=None):
-        return importlib.machinery.ModuleSpec(name, self) if name.split(".")[0] in FRONT_ENDS else None
+        return importlib.machinery.ModuleSpec(name, self) if self._target(name) else None
 
     def create_module(self, spec):
-        top, _, rest = spec.name.partition(".")
-        target = FRONT_ENDS[top] + ("." + rest if rest else "")
+        target, given = self._target(spec.name)
         try:
             return importlib.import_module(target)
         except ModuleNotFoundError as e:
             if e.name != target:
                 raise
-            raise ModuleNotFoundError(f"No module named {spec.name!r}: the simulator's {FRONT_ENDS[top]} has no "
+            what = FRONT_ENDS.get(given) or f"stand-in for {given!r}"
+            raise ModuleNotFoundError(f"No module named {spec.name!r}: the simulator's {what} has no "
                                       f"module {target!r}", name=spec.name) from None
 
     def exec_module(self, module):
@@ -66,14 +82,15 @@ class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def run_script(path: str, argv: list[str], system: str | None = None, real_clock: bool = False,
-               quiet: bool = False, host_time: bool = True) -> int:
-    """Run ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` on the simulator's front ends;
-    returns its exit code. Everything it changes (imports, clocks, argv, the system variable) is
-    put back afterwards; unless ``quiet``, a line on stderr gives the device calls simulated."""
+               quiet: bool = False, host_time: bool = True, stand_ins: dict[str, str] | None = None) -> int:
+    """Run ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` on the simulator's front ends
+    (and ``stand_ins``: module name -> the module imported for it); returns its exit code. Everything
+    it changes (imports, clocks, argv, the system variable) is put back afterwards; unless ``quiet``,
+    a line on stderr gives the device calls simulated."""
     script = Path(path)
     if not script.is_file():
         raise OptionsError(f"no script {path!r}: give the path of a Python file")
-    finder = _FrontEnds()
+    finder = _FrontEnds(stand_ins)
     before = set(sys.modules)
     saved = sys.argv, list(sys.path), os.environ.get(SYSTEM_ENV_VAR)
     sys.meta_path.insert(0, finder)
@@ -98,7 +115,7 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
         virtual_clock.uninstall()
         sys.meta_path.remove(finder)
         for name in set(sys.modules) - before:
-            if name.split(".")[0] in FRONT_ENDS:  # the aliases only: sim's own modules stay imported
+            if finder._target(name):  # the aliases only: sim's own modules and the stand-ins stay imported
                 del sys.modules[name]
         sys.argv, sys.path[:] = saved[0], saved[1]
         if system:
@@ -121,6 +138,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "own timings then measure the simulator, not the IPU)")
     p.add_argument("--no-host-time", dest="host_time", action="store_false", help="the virtual clock moves only "
                    "by the simulated device calls: the script's host work (data loading, ...) takes no time")
+    p.add_argument("--module", dest="stand_ins", action="append", default=[], metavar="NAME=MODULE",
+                   help="the script's import of NAME (and NAME.X) gets MODULE instead: a stand-in for a module the "
+                        "simulator cannot run, such as a custom op compiled in C++ (repeatable)")
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     add_verbosity(p)
@@ -140,5 +160,17 @@ def _cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if args.real_clock and not args.host_time:
         raise OptionsError("--no-host-time sets how the virtual clock moves, and --real-clock leaves the clocks "
                            "real: give one or the other")
+    stand_ins = {}
+    for given in args.stand_ins:
+        name, sep, module = given.partition("=")
+        if not sep or not name or not module:
+            raise OptionsError(f"--module {given!r}: expected NAME=MODULE, the module the script imports and the "
+                               "one to import for it (e.g. modelling.rotary_pos_embed=sim.popxl_addons.ops.rotary_pos_embed)")
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            raise OptionsError(f"--module {given!r}: cannot import {module!r} ({e}); give an importable module") \
+                from None
+        stand_ins[name] = module
     return run_script(args.script, args.args, args.system, args.real_clock, quiet=verbosity(args) == QUIET,
-                      host_time=args.host_time)
+                      host_time=args.host_time, stand_ins=stand_ins)
