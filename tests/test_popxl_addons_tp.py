@@ -289,3 +289,36 @@ def test_disable_fc_pass_turns_off_the_fully_connected_pass():
     disable_fc_pass(ir)
     enable_fc_pass(ir)
     assert ir._fully_connected_pass
+
+
+def test_distributed_layer_norm_all_reduces_its_statistics():
+    from sim.popxl_addons.layers.layer_norm_distributed import LayerNormDistributed
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        rg = ir.replica_grouping(group_size=4)
+        facts, graph = LayerNormDistributed(rg).create_graph(popxl.TensorSpec((16, 64), popxl.float16))
+        assert facts.weight.replica_grouping.num_groups == 4  # each member its own features' scale
+        (y,) = graph.bind(facts.init()).call(popxl.variable(np.zeros((16, 64), np.float16)))
+        ops_ = ir.main_graph.sim_graph.ops
+        assert y.shape == (16, 64) and [op.kind for op in ops_ if op.kind not in ("reshape", "concat")] == [
+            "map", "reduce_sum", "replicated_all_reduce", "map"]
+        reduce = next(op for op in ops_ if op.kind == "replicated_all_reduce")
+        assert ir.main_graph.sim_graph.tensors[reduce.inputs[0]].shape == (16, 2)  # each row's two sums
+        assert reduce.attrs["group_size"] == 4
+        with pytest.raises(ValueError, match="expected t"):
+            from sim.popxl_addons.ops.layer_norm_distributed import layer_norm_distributed
+            layer_norm_distributed(popxl.variable(np.zeros(4, np.float16)), facts.init().weight, facts.init().bias)
+
+
+def test_variable_factories_take_an_iterable_of_values():
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        values = iter([np.zeros(3), np.ones(3), np.full(3, 2.0)])
+        f = addons.VariableFactory(values, popxl.float32, "v", replica_grouping=ir.replica_grouping(group_size=1))
+        assert f.shape == (3,)  # read ahead, not taken
+        v = addons.NamedVariableFactories.from_dict({"v": f}).init().v
+        assert v._data.tolist() == [[0, 0, 0], [1, 1, 1]]  # one value a group, in order
+        with pytest.raises(ValueError, match="ran out"):
+            addons.NamedVariableFactories.from_dict({"v": f}).init()
+    with pytest.raises(TypeError, match="or an iterable of values"):
+        addons.VariableFactory(3)

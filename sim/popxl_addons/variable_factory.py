@@ -4,7 +4,7 @@ main graph (the data that initialises it, its dtype, its replica grouping)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -19,20 +19,24 @@ class VariableFactory:
 
     ``data_fn`` returns the initial value (a numpy array or scalar); it is called once here for the
     shape and again by each ``create_var``, so each variable gets fresh data (random initialisers
-    differ between them, as they do in popxl-addons)."""
+    differ between them, as they do in popxl-addons). As in popxl-addons it may instead be an
+    iterable of values, one taken for each variable (and each group of a grouped one)."""
 
-    def __init__(self, data_fn: Callable[[], np.ndarray], dtype=popxl.float32, name: str | None = None,
+    def __init__(self, data_fn: Callable[[], np.ndarray] | Iterable, dtype=popxl.float32, name: str | None = None,
                  by_ref: bool = False, replica_grouping=None, shard_over: int = 1):
         if not callable(data_fn):
-            raise TypeError(f"VariableFactory({name!r}): data_fn must be a function returning the initial value "
-                            f"(for example functools.partial(np.zeros, shape)), got {data_fn!r}")
+            if not isinstance(data_fn, Iterable):
+                raise TypeError(f"VariableFactory({name!r}): data_fn must be a function returning the initial value "
+                                f"(for example functools.partial(np.zeros, shape)) or an iterable of values, got "
+                                f"{data_fn!r}")
+            data_fn = _Draws(iter(data_fn), name)
         self.data_fn = data_fn
         self.dtype = popxl.dtype.as_dtype(dtype)
         self.name = name
         self.by_ref = by_ref
         self.replica_grouping = replica_grouping
         self.shard_over = shard_over
-        self.shape = tuple(np.shape(data_fn()))
+        self.shape = tuple(np.shape(data_fn.peek() if isinstance(data_fn, _Draws) else data_fn()))
         self.meta_shape = None
         if shard_over > 1:  # a replica shard: flat, its whole tensor's shape the meta-shape
             group = replica_grouping.group_size if replica_grouping is not None else popxl.gcg().ir.replication_factor
@@ -120,6 +124,29 @@ class NamedVariableFactories(DotTree):
             name: VariableFactory(lambda f=f: np.zeros(f.meta_shape or f.shape), f.dtype, f.name, f.by_ref,
                                   f.replica_grouping, f.shard_over).create_var(prefix)
             for name, f in self.to_dict().items()})
+
+
+class _Draws:
+    """An iterable of values as a ``data_fn``: each call takes the next value; ``peek`` reads the next one
+    ahead without taking it (for the factory's shape)."""
+
+    def __init__(self, values: Iterator, name: str | None):
+        self._values, self._name = values, name
+        self._ahead = [self._next()]
+
+    def _next(self):
+        try:
+            return next(self._values)
+        except StopIteration:
+            raise ValueError(f"VariableFactory({self._name!r}): its iterable of values ran out") from None
+
+    def peek(self):
+        if not self._ahead:
+            self._ahead.append(self._next())
+        return self._ahead[0]
+
+    def __call__(self):
+        return self._ahead.pop() if self._ahead else self._next()
 
 
 def _join(prefix: str | None, name: str | None) -> str | None:
