@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from contextlib import nullcontext
 
 from .. import popxl
 from ..popxl import ops
 from .dot_tree import DotTree
 from .graph import GraphWithNamedArgs, InlineBuilder
 from .named_tensors import NamedTensors
-from .rts import replica_sharded_spec
+from .rts import io_tiles_if, replica_sharded_spec
 
 __all__ = ["NamedRemoteBuffers", "create_remote_buffer", "load_remote", "load_remote_graph", "named_buffers",
            "named_variable_buffers", "store_remote", "store_remote_graph"]
@@ -84,20 +83,16 @@ def create_remote_buffer(spec, entries: int = 1, replica_group=None, shard_over:
     return popxl.remote_buffer(spec.shape, spec.dtype, entries)
 
 
-def _tiles(use_io_tiles: bool):
-    return popxl.io_tiles() if use_io_tiles else nullcontext()
-
-
 def load_remote(buffers: NamedRemoteBuffers, entry=0, use_io_tiles: bool = False) -> NamedTensors:
     """Slot ``entry`` (an int or an int32 tensor) of each buffer, loaded in the current graph."""
-    with popxl.in_sequence(False), _tiles(use_io_tiles):
+    with popxl.transforms.merge_exchange(), popxl.in_sequence(False), io_tiles_if(use_io_tiles):
         return NamedTensors.from_dict({name: ops.remote_load(b, entry, name) for name, b in buffers.to_dict().items()})
 
 
 def store_remote(buffers: NamedRemoteBuffers, tensors: NamedTensors, entry=0, use_io_tiles: bool = False) -> None:
     """Each of ``tensors`` stored into slot ``entry`` of the buffer of the same name."""
     held = buffers.to_dict()
-    with popxl.in_sequence(False), _tiles(use_io_tiles):
+    with popxl.transforms.merge_exchange(), popxl.in_sequence(False), io_tiles_if(use_io_tiles):
         for name, t in tensors.to_dict().items():
             ops.remote_store(held[name], entry, t)
 
@@ -110,7 +105,7 @@ def load_remote_graph(buffers: NamedRemoteBuffers, entries: int = 1,
     for b in held:
         b.entries = max(b.entries, entries)
     graph = popxl.gcg().ir.create_empty_graph("load_remote")
-    with graph, popxl.in_sequence(False), _tiles(use_io_tiles):
+    with graph, popxl.in_sequence(False), io_tiles_if(use_io_tiles):
         index = popxl.graph_input((), popxl.int32, "load_index")
         for name, b in zip(names, held):
             popxl.graph_output(ops.remote_load(b, index, name))
@@ -131,7 +126,7 @@ def store_remote_graph(buffers: NamedRemoteBuffers, entries: int = 1, use_io_til
         b.entries = max(b.entries, entries)
     graph = popxl.gcg().ir.create_empty_graph("store_remote")
     args = {}
-    with graph, popxl.in_sequence(False), _tiles(use_io_tiles):
+    with graph, popxl.in_sequence(False), io_tiles_if(use_io_tiles):
         index = popxl.graph_input((), popxl.int32, "store_index")
         for name, b in zip(names, held):
             args[name] = popxl.graph_input(b.tensor_shape, b.tensor_dtype, name, meta_shape=b.meta_shape)

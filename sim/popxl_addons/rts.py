@@ -25,6 +25,12 @@ __all__ = ["all_gather_replica_sharded_graph", "gather_replica_sharded_tensor", 
            "reduce_replica_sharded_tensor", "replica_sharded_spec"]
 
 
+def io_tiles_if(use_io_tiles: bool):
+    """``popxl.io_tiles()`` when ``use_io_tiles``, else a context that changes nothing (the helpers'
+    ``use_io_tiles`` arguments)."""
+    return popxl.io_tiles() if use_io_tiles else nullcontext()
+
+
 def replica_sharded_spec(t: popxl.Tensor, shard_over) -> popxl.TensorSpec:
     """The spec of one replica's shard of ``t`` over ``shard_over``'s groups: ``t``'s elements over the
     group size, flat, with ``t``'s shape as its meta-shape; ``t``'s own spec when it is a shard already,
@@ -58,7 +64,7 @@ def gather_replica_sharded_tensor(t: popxl.Tensor, use_io_tiles: bool = False, r
     tiles with ``use_io_tiles``."""
     replica_group = replica_group or popxl.gcg().ir.replica_grouping()
     if t.meta_shape:
-        with popxl.io_tiles() if use_io_tiles else nullcontext():
+        with io_tiles_if(use_io_tiles):
             t = replicated_all_gather_strided(t, group=replica_group)
     return ops.io_tile_copy(t) if use_io_tiles else t
 
@@ -90,7 +96,7 @@ def reduce_replica_sharded_graph(tensors: NamedTensors, op: str = "add", use_io_
     groups = shard_groups.to_dict() if shard_groups else {}
 
     def each(name, t):
-        with popxl.io_tiles() if use_io_tiles else nullcontext():
+        with io_tiles_if(use_io_tiles):
             return reduce_replica_sharded_tensor(ops.io_tile_copy(t) if use_io_tiles else t, op, replica_group,
                                                  groups.get(name, replica_group))
 
