@@ -322,3 +322,25 @@ def test_variable_factories_take_an_iterable_of_values():
             addons.NamedVariableFactories.from_dict({"v": f}).init()
     with pytest.raises(TypeError, match="or an iterable of values"):
         addons.VariableFactory(3)
+
+
+def test_adam_optimizer_step_is_the_simulated_adam_update():
+    from sim.popxl_addons.optimizers import AdamOptimizerStep
+    ir = popxl.Ir(replication=1)
+    with ir.main_graph:
+        x_h2d = popxl.h2d_stream((32, 64), popxl.float16, "x")
+        labels = ops.host_load(popxl.h2d_stream((32,), popxl.int32, "labels"))
+        facts, graph = ShardedMLP(1, 64).create_graph(popxl.TensorSpec((32, 64), popxl.float16))
+        variables = facts.init()
+        bwd = addons.autodiff(graph)
+        info = graph.bind(variables).call_with_info(ops.host_load(x_h2d))
+        loss, dx = addons.ops.cross_entropy_with_grad(info.outputs[0], labels)
+        grads = bwd.grad_graph_info.fwd_parent_ins_to_grad_parent_outs(
+            info, bwd.call_with_info(dx, args=bwd.grad_graph_info.inputs_dict(info)))
+        for w in variables.tensors:
+            opt_facts, opt = AdamOptimizerStep(cache=True).create_graph(w, w.spec, lr=1e-3, loss_scaling=128)
+            opt.bind(opt_facts.init()).call(w, grads[w])
+    session = popxl.Session(ir, "ipu_hw")
+    kinds = [op.kind for op in session.executable.graph.ops]
+    assert kinds.count("adam_update") == 3 and session.executable.optimizer == "adam"
+    assert any("gradient's scaling" in n for n in session.executable.notes)

@@ -17,7 +17,8 @@ batch serialisation and the phased-execution transforms) is refused by name with
 from __future__ import annotations
 
 from ..popxl.errors import not_modelled
-from . import array_munging, layers, named_replica_grouping, ops, patterns, remote, rts, task_session, transforms, utils
+from . import (array_munging, layers, named_replica_grouping, ops, optimizers, patterns, remote, rts, task_session,
+               transforms, utils)
 from .dot_tree import DotTree
 from .graph import BoundGraph, GraphWithNamedArgs
 from .module import GraphCache, Module
@@ -40,7 +41,7 @@ __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputSt
            "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "TaskSession", "VariableFactory",
            "WeightsDict", "array_munging", "autodiff", "autodiff_with_accumulation", "cross_entropy",
            "cross_entropy_with_grad", "host_load", "host_store", "layers", "named_replica_grouping", "ops", "patterns",
-           "pipelined_execution", "recompute_graph", "remote", "rts", "seed_variable",
+           "optimizers", "pipelined_execution", "recompute_graph", "remote", "rts", "seed_variable",
            "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils", *array_munging.__all__,
            *remote.__all__]
 

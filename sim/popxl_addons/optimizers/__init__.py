@@ -1,0 +1,5 @@
+"""popxl-addons' optimizers (``popxl_addons.optimizers``): :class:`~.adam.AdamOptimizerStep`."""
+
+from .adam import AdamOptimizerStep
+
+__all__ = ["AdamOptimizerStep"]
