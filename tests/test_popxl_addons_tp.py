@@ -344,3 +344,24 @@ def test_adam_optimizer_step_is_the_simulated_adam_update():
     kinds = [op.kind for op in session.executable.graph.ops]
     assert kinds.count("adam_update") == 3 and session.executable.optimizer == "adam"
     assert any("gradient's scaling" in n for n in session.executable.notes)
+
+
+def test_repeat_graph_of_the_main_graph_is_device_iterations():
+    from sim.popxl_addons.transforms.repeat_graph import repeat_graph
+
+    def program(repeats: int, transfers: int):
+        ir = popxl.Ir()
+        with ir.main_graph:
+            x_h2d = popxl.h2d_stream((64, 64), popxl.float16, "x")
+            y = ops.host_load(x_h2d) @ popxl.variable(np.zeros((64, 64), np.float16))
+            ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+        assert repeat_graph(ir.main_graph, repeats) is ir.main_graph
+        ir.num_host_transfers = transfers
+        return ir
+    s = popxl.Session(program(4, 8), "ipu_hw")
+    assert s.executable.options.device_iterations == 8 and any("repeat_graph" in n for n in s.executable.notes)
+    with pytest.raises(Exception, match="set it to a multiple of 4"):
+        popxl.Session(program(4, 6), "ipu_hw")
+    ir = popxl.Ir()
+    with pytest.raises(popxl.NotModelledError, match="only the main graph"):
+        repeat_graph(ir.create_empty_graph("g"), 2)

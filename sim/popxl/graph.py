@@ -46,6 +46,7 @@ class Graph:
         self._stores: dict[DeviceToHostStream, str] = {}  # stream -> sim tensor stored to it (the first)
         self._io_count: Counter = Counter()  # stream -> its loads or stores in this graph
         self._io_repeats: list[tuple[str, int]] = []  # (graph, count) of repeats with host IO
+        self._repeat_count = 1  # the main graph run this many times a run (popxl-addons' repeat_graph)
         self._io_ops = 0  # ops copied from the bodies of those repeats
         self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
         self._made: list[Tensor] = []  # the variables and constants made in this graph, in order

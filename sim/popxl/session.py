@@ -365,10 +365,12 @@ class Session:
         micro-batches too, and a run must hold whole passes of them)."""
         ir = self._ir
         loads = ir.main_graph._transfers_per_pass()
-        whole = loads * (ir._pipeline_steps or 1)  # a pipeline's pass runs its steps, a transfer each
+        # a pipeline's pass runs its steps, a transfer each; a main graph repeated (repeat_graph) its passes
+        whole = loads * (ir._pipeline_steps or 1) * ir.main_graph._repeat_count
         if ir.num_host_transfers % whole:
-            raise OptionsError(f"a pass of the main graph makes {whole} host transfers (it loads or stores each "
-                               f"stream {whole} times{', its pipeline included' if ir._pipeline_steps else ''}) but "
+            raise OptionsError(f"a run of the main graph makes {whole} host transfers (it loads or stores each "
+                               f"stream {whole} times{', its pipeline included' if ir._pipeline_steps else ''}"
+                               f"{', repeated' if ir.main_graph._repeat_count > 1 else ''}) but "
                                f"ir.num_host_transfers is {ir.num_host_transfers}: set it to a multiple of {whole}")
         return ir.num_host_transfers // loads
 

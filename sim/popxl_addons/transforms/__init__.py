@@ -3,7 +3,8 @@
 :mod:`sim.popxl.transforms.autodiff`; returned as a graph with named inputs whose ``grad_graph_info``
 connects it to the forward call), ``autodiff_with_accumulation`` (the same, accumulating gradients
 into named inputs), ``recompute_graph``, ``set_available_memory_proportion_by_ipu`` and
-``disable_fc_pass`` / ``enable_fc_pass`` (:mod:`.use_fc_pass`)."""
+``disable_fc_pass`` / ``enable_fc_pass`` (:mod:`.use_fc_pass`) and ``repeat_graph`` of the main graph
+(:mod:`.repeat_graph`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..graph import GraphWithNamedArgs, InlineCallInfo
 from ..named_tensors import NamedTensors
 from ..variable_factory import NamedVariableFactories, VariableFactory
 from . import use_fc_pass
+from .repeat_graph import repeat_graph
 from .use_fc_pass import disable_fc_pass, enable_fc_pass
 
 
