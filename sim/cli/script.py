@@ -165,7 +165,8 @@ def _cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         name, sep, module = given.partition("=")
         if not sep or not name or not module:
             raise OptionsError(f"--module {given!r}: expected NAME=MODULE, the module the script imports and the "
-                               "one to import for it (e.g. modelling.rotary_pos_embed=sim.popxl_addons.ops.rotary_pos_embed)")
+                               "one to import for it (e.g. "
+                               "modelling.rotary_pos_embed=sim.popxl_addons.ops.rotary_pos_embed)")
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as e:

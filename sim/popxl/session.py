@@ -210,8 +210,9 @@ class Session:
 
     ``device_desc`` is PopXL's ("ipu_hw", "ipu_model" or "cpu"): all three are simulated as IPU
     hardware. ``weights_to_host_on_exit`` (PopXL's: read the weights back when the session detaches)
-    happens outside the runs, so no run's time has it. ``system`` (a simulator extension) names the system or its TOML file; without it,
-    ``IPUSIM_SYSTEM`` or the smallest Mk2 system that holds the IPUs the program reserves.
+    happens outside the runs, so no run's time has it. ``system`` (a simulator extension) names the
+    system or its TOML file; without it, ``IPUSIM_SYSTEM`` or the smallest Mk2 system that holds the
+    IPUs the program reserves.
     """
 
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True, *, system=None):

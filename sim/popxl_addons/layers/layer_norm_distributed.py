@@ -22,6 +22,7 @@ class LayerNormDistributed(Module):
 
     def build(self, x: popxl.Tensor, eps: float = 1e-5) -> popxl.Tensor:
         group = self.replica_grouping or popxl.gcg().ir.replica_grouping()
-        w = self.add_variable_input("weight", partial(np.ones, x.shape[-1]), x.dtype, replica_grouping=group.transpose())
-        b = self.add_variable_input("bias", partial(np.zeros, x.shape[-1]), x.dtype, replica_grouping=group.transpose())
+        own = group.transpose()  # each member its own features' scale and shift
+        w = self.add_variable_input("weight", partial(np.ones, x.shape[-1]), x.dtype, replica_grouping=own)
+        b = self.add_variable_input("bias", partial(np.zeros, x.shape[-1]), x.dtype, replica_grouping=own)
         return layer_norm_distributed(x, w, b, epsilon=eps, group=group)
