@@ -178,6 +178,7 @@ def test_module_stand_ins_for_custom_op_modules(tmp_path, capsys):
     assert "modelling.rotary_pos_embed" not in sys.modules  # the alias is put back
     code, _, err = _run(tmp_path, capsys, "import modelling.rotary_pos_embed.binding\n", flags=stand_in)
     assert code == 1 and "'modelling.rotary_pos_embed' is not a package" in err  # the stand-in is a module
-    for bad, why in (("modelling.rope", "expected NAME=MODULE"), ("x=no.such.module", "cannot import 'no.such.module'")):
+    for bad, why in (("modelling.rope", "expected NAME=MODULE"),
+                     ("x=no.such.module", "cannot import 'no.such.module'")):
         assert main(["script", "--module", bad, str(tmp_path / "script.py")]) == 2
         assert why in capsys.readouterr().err
