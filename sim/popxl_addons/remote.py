@@ -97,13 +97,19 @@ def store_remote(buffers: NamedRemoteBuffers, tensors: NamedTensors, entry=0, us
             ops.remote_store(held[name], entry, t)
 
 
+def _unpacked(buffers: NamedRemoteBuffers, entries: int) -> tuple[tuple, tuple]:
+    """(the buffers' names, the buffers), each given at least ``entries`` slots."""
+    names, held = buffers.unpack()
+    for b in held:
+        b.entries = max(b.entries, entries)
+    return names, held
+
+
 def load_remote_graph(buffers: NamedRemoteBuffers, entries: int = 1,
                       use_io_tiles: bool = False) -> tuple[GraphWithNamedArgs, list[str]]:
     """(A graph of one input, the slot to load, whose outputs are that slot of each buffer; the
     buffers' names, in output order). Each buffer is given at least ``entries`` slots."""
-    names, held = buffers.unpack()
-    for b in held:
-        b.entries = max(b.entries, entries)
+    names, held = _unpacked(buffers, entries)
     graph = popxl.gcg().ir.create_empty_graph("load_remote")
     with graph, popxl.in_sequence(False), io_tiles_if(use_io_tiles):
         index = popxl.graph_input((), popxl.int32, "load_index")
@@ -121,9 +127,7 @@ def load_remote_graph(buffers: NamedRemoteBuffers, entries: int = 1,
 def store_remote_graph(buffers: NamedRemoteBuffers, entries: int = 1, use_io_tiles: bool = False) -> GraphWithNamedArgs:
     """A graph whose first input is the slot to store into and whose named inputs (the buffers'
     names) are the tensors stored. Each buffer is given at least ``entries`` slots."""
-    names, held = buffers.unpack()
-    for b in held:
-        b.entries = max(b.entries, entries)
+    names, held = _unpacked(buffers, entries)
     graph = popxl.gcg().ir.create_empty_graph("store_remote")
     args = {}
     with graph, popxl.in_sequence(False), io_tiles_if(use_io_tiles):

@@ -119,11 +119,8 @@ class NamedVariableFactories(DotTree):
         return NamedReplicaGrouping.from_dict({name: f.replica_grouping or every for name, f in self.to_dict().items()})
 
     def init_zero(self, prefix: str | None = None) -> NamedTensors:
-        """As :meth:`init`, the data zeros."""
-        return NamedTensors.from_dict({
-            name: VariableFactory(lambda f=f: np.zeros(f.meta_shape or f.shape), f.dtype, f.name, f.by_ref,
-                                  f.replica_grouping, f.shard_over).create_var(prefix)
-            for name, f in self.to_dict().items()})
+        """As :meth:`init`, the data zeros (those of ``init(empty=True)``)."""
+        return self.init(prefix, empty=True)
 
 
 class _Draws:

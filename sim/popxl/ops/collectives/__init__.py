@@ -44,18 +44,23 @@ def _span(group, ir) -> tuple[int, int]:
     return (group.stride, group.group_size) if group is not None else (1, ir.replication_factor)
 
 
+def _handle(t: Tensor, kind: str, size: int, grad_of, collectives: tuple) -> GradTensor:
+    """The gradient handle ``kind`` over groups of ``size`` leaves of ``t``, carrying ``collectives``:
+    the shape of its result (a flat shard, with ``t``'s shape as its meta-shape, for a sharding kind)."""
+    sharding = kind in _SHARDING
+    shape = ((-(-t.nelms // size),) if sharding else (size * t.nelms,) if kind == "replicated_all_gather"
+             else t.shape)
+    done = GradTensor(get_current_context().graph, shape, t.dtype, grad_of, f"{kind}({t.id})", collectives)
+    done._meta_shape = t.shape if sharding else ()
+    return done
+
+
 def _on_gradient(t: GradTensor, kind: str, group) -> GradTensor:
     """A collective on an autodiff gradient: recorded on the gradient (with the shape its result
     has), and the weight it updates gets it as its gradient collective in the simulated weight
     update (one call over each group)."""
-    g = get_current_context().graph
-    stride, size = _span(group, g.ir)
-    shape = ((-(-t.nelms // size),) if kind in _SHARDING else (size * t.nelms,) if kind == "replicated_all_gather"
-             else t.shape)
-    done = GradTensor(g, shape, t.dtype, t._grad_of, f"{kind}({t.id})",
-                      t._collectives + ((kind, stride, size, t.nbytes),))
-    done._meta_shape = t.shape if kind in _SHARDING else ()
-    return done
+    stride, size = _span(group, get_current_context().graph.ir)
+    return _handle(t, kind, size, t._grad_of, t._collectives + ((kind, stride, size, t.nbytes),))
 
 
 def _on_state(t: Tensor, kind: str, group) -> Tensor:
@@ -66,12 +71,7 @@ def _on_state(t: Tensor, kind: str, group) -> Tensor:
     ir = t._graph.ir
     stride, size = _span(group, ir)
     ir._state_collectives[t._sim] = ir._state_collectives.get(t._sim, ()) + ((kind, stride, size, t.nbytes),)
-    if kind not in _SHARDING:
-        return t
-    shard = GradTensor(get_current_context().graph, (-(-t.nelms // size),), t.dtype, None, f"{kind}({t.id})",
-                       ir._state_collectives[t._sim])
-    shard._meta_shape = t.shape
-    return shard
+    return _handle(t, kind, size, None, ir._state_collectives[t._sim]) if kind in _SHARDING else t
 
 
 def replicated_all_reduce(t: Tensor, op: str = "add", group=None) -> Tensor:
