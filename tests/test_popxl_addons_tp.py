@@ -365,3 +365,14 @@ def test_repeat_graph_of_the_main_graph_is_device_iterations():
     ir = popxl.Ir()
     with pytest.raises(popxl.NotModelledError, match="only the main graph"):
         repeat_graph(ir.create_empty_graph("g"), 2)
+
+
+def test_a_helper_graph_called_with_the_wrong_inputs_says_so():
+    from sim.popxl_addons import remote
+    ir = popxl.Ir()
+    with ir.main_graph:
+        buffers = remote.named_buffers(addons.NamedTensors.from_dict(
+            {"w": popxl.variable(np.zeros(4, np.float32), name="w")}))
+        load, _ = remote.load_remote_graph(buffers)
+        with pytest.raises(popxl.PopXLError, match=r"takes 1 input\(s\) besides its named ones \(none\), 0 given"):
+            load.call()

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from .. import popxl
 from ..popxl import ops
+from ..popxl.errors import PopXLError
 from ..popxl.transforms import from_gradient
 from .dot_tree import DotTree
 from .named_tensors import NamedTensors
@@ -144,6 +145,10 @@ def _call(graph: GraphWithNamedArgs, inputs: tuple, inputs_dict: dict):
     builder = graph._builder
     if builder is not None and (builder.always or any(from_gradient(t) for t in given)):
         named = {name: inputs_dict[t] for name, t in graph.args.to_dict().items() if t in inputs_dict}
+        positional = len(graph.graph.inputs) - len(graph.args.keys_flat())
+        if builder.always and len(inputs) != positional:
+            raise PopXLError(f"call({graph.graph.name!r}): the graph takes {positional} input(s) besides its named "
+                             f"ones ({', '.join(graph.args.keys_flat()) or 'none'}), {len(inputs)} given")
         if not builder.always:
             graph.graph.ir._note(f"graph {graph.graph.name!r} called with autodiff gradients: built again inline in "
                                  "the caller, so the simulated training takes the variable updates it makes")
