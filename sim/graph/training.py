@@ -483,13 +483,12 @@ def _backward_passes(g: Graph, forward: list[Op], need: set[str]) -> _Backward:
     another (``Graph.micro_batch_losses``, a PopXL loop) gets each micro-batch's backward pass right
     after its loss, as the program runs it, and each weight's gradients summed over them. Returns
     the pass whose ``grads`` hold each weight's (summed) gradient."""
-    losses = g.micro_batch_losses if len(g.micro_batch_losses) > 1 else [g.loss]
-    if len(losses) == 1:
+    if len(g.micro_batch_losses) <= 1:
         bw = _Backward(g)
-        _backward_from(bw, forward, losses[0], need)
+        _backward_from(bw, forward, g.loss, need)
         return bw
     total, order, start = _Backward(g), [], 0
-    for loss in losses:
+    for loss in g.micro_batch_losses:
         end = next(i for i, op in enumerate(forward) if loss in op.outputs)
         segment, start = forward[start:end + 1], end + 1
         made = len(g.ops)
