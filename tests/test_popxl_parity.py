@@ -83,7 +83,7 @@ def _two_weight_program(update: set[str]) -> popxl.Session:
         w1 = popxl.variable(np.zeros((64, 10), np.float32), name="w1")
         fwd = ir.create_graph(lambda a, b, c: ops.softmax((a @ b) @ c, axis=1), x, w0, w1)
         info = popxl.transforms.autodiff(fwd)
-        probs, = ops.call(fwd, x, w0, w1)
+        probs = ops.call(fwd, x, w0, w1)[0]  # autodiff added the activations its grad graph reads
         _, dprobs = ops.nll_loss_with_softmax_grad(probs, labels)
         _, d0, d1 = ops.call(info.graph, dprobs)
         for name, w, d in (("w0", w0, d0), ("w1", w1, d1)):

@@ -42,14 +42,15 @@ class Graph:
         self._b = GraphBuilder(f"popxl_{name}" if main else name, dtype="float32")
         self._inputs: list[Tensor] = []
         self._outputs: list[Tensor] = []
-        self._loads: dict[HostToDeviceStream, str] = {}  # stream -> sim tensor it is loaded into (the first)
-        self._stores: dict[DeviceToHostStream, str] = {}  # stream -> sim tensor stored to it (the first)
+        self._loads: dict[HostToDeviceStream, list[str]] = {}  # stream -> sim tensors it is loaded into, in order
+        self._stores: dict[DeviceToHostStream, list[str]] = {}  # stream -> sim tensors stored to it, in order
         self._io_count: Counter = Counter()  # stream -> its loads or stores in this graph
         self._io_repeats: list[tuple[str, int]] = []  # (graph, count) of repeats with host IO
         self._repeat_count = 1  # the main graph run this many times a run (popxl-addons' repeat_graph)
         self._io_ops = 0  # ops copied from the bodies of those repeats
         self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
         self._made: list[Tensor] = []  # the variables and constants made in this graph, in order
+        self._last_mapping: dict[str, str] = {}  # the last call's: sim tensor of the called graph -> this graph's
         ir._graphs.append(self)
 
     # --- PopXL's surface ---------------------------------------------------------------------
@@ -175,31 +176,21 @@ class Graph:
 
     # --- host IO -----------------------------------------------------------------------------
     def _host_load(self, stream: HostToDeviceStream, name: str | None = None) -> str:
-        """A load of ``stream``: one host transfer's data. The main graph may load a stream several
-        times (a loop written out, one load a micro-batch: each is the next transfer, and the
-        Session checks that every stream is loaded as many times); a subgraph once."""
-        if stream in self._loads and not self._main:
-            raise NotModelledError(
-                f"ops.host_load: stream {stream.name!r} is loaded twice in graph {self.name!r}; the "
-                "simulator streams each h2d stream once per call of a subgraph: load it once there, or "
-                "in the main graph")
+        """A load of ``stream``: one host transfer's data. A graph may load a stream several times (a
+        loop written out, one load a micro-batch): each is the next transfer, and the Session checks
+        that the main graph loads and stores every stream as many times."""
         self._check_open()
         if self._main:
             sim_name = self._b.input(self.sim_graph.unique_tensor_name(name or stream.name),
                                      stream.shape, stream.dtype.sim_name)
         else:
             sim_name = self._new_tensor(name or stream.name, stream.shape, stream.dtype, "input")
-        self._loads.setdefault(stream, sim_name)
+        self._loads.setdefault(stream, []).append(sim_name)
         self._io_count[stream] += 1
         return sim_name
 
     def _host_store(self, stream: DeviceToHostStream, sim_name: str) -> None:
-        """A store to ``stream`` (as :meth:`_host_load`: the main graph may store to it once a
-        transfer of a loop written out)."""
-        if stream in self._stores and not self._main:
-            raise NotModelledError(
-                f"ops.host_store: stream {stream.name!r} is stored to twice in graph {self.name!r}; the "
-                "simulator streams each d2h stream once per call of a subgraph")
+        """A store to ``stream`` (as :meth:`_host_load`: once a transfer of a loop written out)."""
         self._check_open()
         if self._main:
             if sim_name in self.sim_graph.outputs:  # the same tensor again: a copy of it is sent
@@ -207,7 +198,7 @@ class Graph:
                     sim_name = b.op("identity", [sim_name], [self.sim_graph.tensors[sim_name].shape],
                                     name=self._scoped(f"{stream.name}/store"))[0]
             self._b.output(sim_name)
-        self._stores.setdefault(stream, sim_name)
+        self._stores.setdefault(stream, []).append(sim_name)
         self._io_count[stream] += 1
 
     def _transfers_per_pass(self) -> int:
@@ -268,8 +259,9 @@ class Graph:
         self._check_open()
         src, dst = sub.sim_graph, self.sim_graph
         mapping = dict(mapping)
-        for stream, name in sub._loads.items():
-            mapping[name] = self._host_load(stream)
+        for stream, names in sub._loads.items():
+            for name in names:
+                mapping[name] = self._host_load(stream)
         for t in src.tensors.values():
             if t.name not in mapping and t.role in ("constant", "weight"):
                 mapping[t.name] = dst.add_tensor(dst.unique_tensor_name(f"{prefix}/{t.name}"), t.shape,
@@ -285,12 +277,14 @@ class Graph:
                 outs.append(mapping[o])
             dst.add_op(Op(name, op.kind, [mapping[i] for i in op.inputs], outs, dict(op.attrs),
                           op.pass_, op.ipu, op.stage, op.phase, op.block, op.recompute))
-        for stream, name in sub._stores.items():
-            self._host_store(stream, mapping[name])
+        for stream, names in sub._stores.items():
+            for name in names:
+                self._host_store(stream, mapping[name])
         if src.loss is not None:
             dst.loss = mapping[src.loss]
         self._io_repeats += sub._io_repeats
         self._io_ops += sub._io_ops
+        self._last_mapping = mapping  # for the CallSiteInfo: any tensor of ``sub`` -> what it became here
         outs = []
         for t in sub._outputs:
             w = self._wrap(mapping[t._sim], t.dtype)
@@ -323,7 +317,7 @@ class Graph:
                                  f"({t.id!r}, shape {t.shape}) of the next iteration: shapes must match")
         if count == 0:
             return [self._wrap(mapping[t._sim], t.dtype) for t in sub._inputs[:n_out]]
-        if sub._has_host_io:
+        if sub._has_host_io and self._main:
             # the body is one host transfer's step; Session runs it num_host_transfers times
             self._io_repeats.append((sub.name, count))
             self.ir._note(f"ops.repeat({sub.name}, {count}) with host IO: its body is taken as the step of "

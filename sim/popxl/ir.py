@@ -156,6 +156,7 @@ class Ir:
         self._notes: list[str] = []
         self._graph_count: dict[str, int] = {}
         self._training = False
+        self._explicit_grads = False  # a grad graph was called as ops, inside another graph (transforms.autodiff)
         self._optimizer = "sgd"
         self._gradient_state: set[str] = set()  # variables an update accumulates a gradient into
         self._updated: set[str] = set()  # variables an update of the gradient writes (the trained weights)

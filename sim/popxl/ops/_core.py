@@ -716,10 +716,13 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
 class CallSiteInfo:
     """Where a graph was called: the graph, the parent tensors given to it and its outputs."""
 
-    def __init__(self, graph: Graph, parent_inputs: dict, outputs: Sequence[Tensor]):
+    def __init__(self, graph: Graph, parent_inputs: dict, outputs: Sequence[Tensor], parent: Graph | None = None,
+                 mapping: dict | None = None):
         self.called_graph = graph
         self._parent_inputs = parent_inputs  # graph input -> parent tensor
         self._outputs = tuple(outputs)
+        self._parent = parent  # the calling graph, and what each tensor of the called graph became in it
+        self._mapping = dict(mapping or {})
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
@@ -745,8 +748,10 @@ class CallSiteInfo:
     def graph_to_parent(self, t: Tensor) -> Tensor:
         if t in self._parent_inputs:
             return self._parent_inputs[t]
-        if t in self.called_graph._outputs:
+        if t in self.called_graph._outputs[:len(self._outputs)]:
             return self._outputs[self.called_graph._outputs.index(t)]
+        if self._parent is not None and getattr(t, "_graph", None) is self.called_graph and t._sim in self._mapping:
+            return self._parent._wrap(self._mapping[t._sim], t.dtype)  # an output autodiff added after the call
         raise KeyError(f"{t!r} is not an input or output of graph {self.called_graph.name!r}")
 
     def parent_to_graph(self, t: Tensor) -> Tensor:
@@ -771,11 +776,12 @@ def call_with_info(graph: Graph, *inputs: Tensor, inputs_dict: dict | None = Non
     if not isinstance(graph, Graph):
         raise TypeError(f"ops.call: expected a popxl Graph (ir.create_graph), got {graph!r}")
     g = _graph(f"ops.call({graph.name!r})")
+    g._last_mapping = {}
     if graph._grad_info is not None:
         outs = transforms._call_grad_graph(g, graph, inputs, inputs_dict)
     else:
         outs = g._call(graph, inputs, inputs_dict, f"ops.call({graph.name!r})")
-    return CallSiteInfo(graph, _parent_inputs(graph, inputs, inputs_dict), outs)
+    return CallSiteInfo(graph, _parent_inputs(graph, inputs, inputs_dict), outs, g, g._last_mapping)
 
 
 def call(graph: Graph, *inputs: Tensor, inputs_dict: dict | None = None) -> tuple[Tensor, ...]:
@@ -786,8 +792,9 @@ def call(graph: Graph, *inputs: Tensor, inputs_dict: dict | None = None) -> tupl
 def repeat_with_info(graph: Graph, repeat_count: int, *inputs: Tensor, inputs_dict: dict | None = None,
                      check_inputs: bool = True) -> CallSiteInfo:
     """Run ``graph`` ``repeat_count`` times, output ``k`` of one iteration feeding input ``k`` of
-    the next. A body with host IO is the step of one host transfer (see ``Session``); any other
-    body is copied ``repeat_count`` times."""
+    the next. In the main graph a body with host IO is the step of one host transfer (see
+    ``Session``); any other body is copied ``repeat_count`` times (each of its host loads and stores
+    then one more transfer)."""
     if not isinstance(graph, Graph):
         raise TypeError(f"ops.repeat: expected a popxl Graph (ir.create_graph), got {graph!r}")
     g = _graph(f"ops.repeat({graph.name!r})")

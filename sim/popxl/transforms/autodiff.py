@@ -18,6 +18,16 @@ an optimizer update per weight after its gradient collectives. So here:
 
 The backward pass is therefore the simulator's, not the one PopXL would build: ops that PopXL
 would recompute or that a custom grad graph would add are not seen.
+
+**Explicit grad graphs.** ``autodiff`` also builds the grad graph as PopXL does, as ops: the
+simulator's backward rules (sim/graph/training.py ``_differentiate``) run over the forward graph's
+ops from the provided gradients, and the forward tensors those ops read become the grad graph's
+``Fwd`` inputs (added to the forward graph's outputs when they are neither an input nor an output,
+as PopXL does; ``inputs_dict(fwd_call_info)`` finds them at the forward call). A grad graph called
+inside another graph (a batch-serialised loop, a phase's graph, a forward-and-backward module) is
+that graph, called like any other: its ops are priced as written, the program's var_updates and
+collectives on its outputs too, and the Session compiles the program as it is, with no training
+expansion. A program mixing the two kinds of call is refused.
 """
 
 from __future__ import annotations
@@ -25,8 +35,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
+from ...graph.ir import GraphError, Op
+from ...graph.training import _Backward, _differentiate
 from ..context import get_current_context
-from ..errors import PopXLError
+from ..errors import NotModelledError, PopXLError
 from ..graph import Graph
 from ..tensor import GradTensor, Tensor
 
@@ -58,19 +70,39 @@ class GradGraphInfo:
         self.graph._grad_info = self
         self._provided = grads_provided
         self._required = grads_required
+        self._fwd_inputs: list[Tensor] = []  # the forward tensors the grad graph's ops read (its Fwd inputs)
+        self.explicit_error: str | None = None  # why the grad graph could not be built as ops
+        try:
+            _build_grad_graph(self)
+        except (GraphError, NotModelledError, KeyError, ValueError) as e:
+            self.explicit_error = str(e)
+            self.graph._inputs, self.graph._outputs, self._fwd_inputs = [], [], []
 
     @property
     def expected_inputs(self) -> tuple[ExpectedConnection, ...]:
-        return tuple(ExpectedConnection(t, ExpectedConnectionType.FwdGrad) for t in self._provided)
+        """The gradients of ``grads_provided`` first, in their order (``FwdGrad``), then the forward
+        tensors the grad graph reads (``Fwd``), as PopXL orders them."""
+        return (tuple(ExpectedConnection(t, ExpectedConnectionType.FwdGrad) for t in self._provided)
+                + tuple(ExpectedConnection(t, ExpectedConnectionType.Fwd) for t in self._fwd_inputs))
 
     @property
     def expected_outputs(self) -> tuple[ExpectedConnection, ...]:
         return tuple(ExpectedConnection(t, ExpectedConnectionType.FwdGrad) for t in self._required)
 
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(c.fwd_tensor for c in self.expected_inputs)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(self._required)
+
     def inputs_dict(self, fwd_call_info) -> dict:
-        """The forward tensors the grad graph needs: none here (the simulator keeps what its own
-        backward pass needs)."""
-        return {}
+        """Each ``Fwd`` input of the grad graph -> the tensor it became at the forward call."""
+        if fwd_call_info.called_graph is not self.forward_graph:
+            raise TypeError("The called graph does not match the graph that was differentiated.")
+        fwd_ins = self.graph._inputs[len(self._provided):]
+        return {x: fwd_call_info.graph_to_parent(t) for x, t in zip(fwd_ins, self._fwd_inputs)}
 
     def fwd_graph_ins_to_grad_parent_outs(self, grad_call_info) -> dict:
         """Forward-graph input -> its gradient (from the call of the grad graph)."""
@@ -80,6 +112,75 @@ class GradGraphInfo:
         """Tensor given to the forward call -> its gradient (from the call of the grad graph)."""
         return {fwd_call_info.graph_to_parent(t): g for t, g in
                 zip(self._required, grad_call_info.outputs) if t in fwd_call_info._parent_inputs}
+
+
+def _build_grad_graph(info: GradGraphInfo) -> None:
+    """Record the grad graph of ``info.forward_graph`` as ops in ``info.graph`` (see the module
+    docstring): inputs the provided gradients then the forward tensors read, outputs the required
+    gradients (a zero constant for an input no provided gradient depends on)."""
+    fwd, grad = info.forward_graph, info.graph
+    src = fwd.sim_graph
+    scratch = src.copy()
+    bw = _Backward(scratch)
+    seeds = []
+    for t in info._provided:
+        seeds.append(scratch.add_tensor(scratch.unique_tensor_name(f"{t._sim}/grad_in"), t.shape, t.dtype.sim_name,
+                                        "input").name)
+        bw.grads.setdefault(t._sim, seeds[-1])
+    need = {t._sim for t in info._required}
+    for op in src.ops:
+        if any(i in need for i in op.inputs):
+            need.update(op.outputs)
+    forward = list(scratch.ops)
+    for op in reversed(forward):
+        if any(o in bw.grads for o in op.outputs) and any(i in need for i in op.inputs):
+            bw.current = op
+            _differentiate(bw, op, need)
+    backward = scratch.ops[len(forward):]
+    made = {o for op in backward for o in op.outputs}
+    dst = grad.sim_graph
+    mapping: dict[str, str] = {}
+
+    def new_input(name: str, like: Tensor) -> str:
+        x = Tensor(grad, grad._new_tensor(name, like.shape, like.dtype, "input"), like.shape, like.dtype, like._ipu)
+        grad._inputs.append(x)
+        return x._sim
+
+    for t, seed in zip(info._provided, seeds):
+        mapping[seed] = new_input(f"grad_{t.id}", t)
+    exposed = {t._sim: t for t in (*fwd._inputs, *fwd._outputs)}
+    for op in backward:
+        for i in op.inputs:
+            if i in mapping or i in made:
+                continue
+            t = scratch.tensors[i]
+            if t.role == "constant":
+                mapping[i] = dst.add_tensor(dst.unique_tensor_name(i), t.shape, t.dtype, "constant").name
+                continue
+            if i not in exposed:  # PopXL adds the forward tensor to the forward graph's outputs
+                exposed[i] = fwd._wrap(i)
+                producer = src.producer_op(i)
+                exposed[i]._ipu = producer.ipu if producer is not None else None
+                fwd._outputs.append(exposed[i])
+            info._fwd_inputs.append(exposed[i])
+            mapping[i] = new_input(i, exposed[i])
+        outs = []
+        for o in op.outputs:
+            t = scratch.tensors[o]
+            mapping[o] = dst.add_tensor(dst.unique_tensor_name(o), t.shape, t.dtype, t.role, producer=op.name).name
+            outs.append(mapping[o])
+        dst.add_op(Op(dst.unique_op_name(op.name), op.kind, [mapping[i] for i in op.inputs], outs, dict(op.attrs),
+                      op.pass_, op.ipu, op.stage, op.phase, op.block, op.recompute, op.forward_of))
+    for t in info._required:
+        name = bw.grads.get(t._sim)
+        if name is None:  # no provided gradient depends on it: zeros
+            out = dst.add_tensor(dst.unique_tensor_name(f"{t.id}/zero_grad"), t.shape, t.dtype.sim_name,
+                                 "constant").name
+        else:
+            out = mapping[name]
+        w = grad._wrap(out, t.dtype)
+        w._ipu = t._ipu
+        grad._outputs.append(w)
 
 
 def autodiff(graph: Graph, grads_provided: Iterable[Tensor] | None = None,
@@ -94,23 +195,41 @@ def autodiff(graph: Graph, grads_provided: Iterable[Tensor] | None = None,
         if not isinstance(t, Tensor) or t._graph is not graph:
             raise PopXLError(f"autodiff({graph.name!r}): {t!r} is not a tensor of that graph")
     info = GradGraphInfo(graph, provided, required)
-    graph.ir._note("popxl.transforms.autodiff: the backward pass and weight update are the simulator's "
-                   "training expansion from the loss (sim/training.py), not the grad graph PopXL would build")
     return {graph: info} if return_all_grad_graphs else info  # PopXL: grad info by forward graph
 
 
-def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[GradTensor]:
-    """A call of a grad graph: marks the program trained; returns one gradient per required input."""
+def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[Tensor]:
+    """A call of a grad graph. Inside another graph (or once the program has made such a call), the
+    grad graph's ops are called as written (explicit); in the main graph, the call marks the program
+    trained and returns one gradient handle per required input (see the module docstring)."""
     info: GradGraphInfo = grad_graph._grad_info
+    ir = g.ir
     g._check_open()
+    where = f"ops.call({grad_graph.name!r})"
+    if not g._main or ir._explicit_grads:
+        if info.explicit_error is not None:
+            raise NotModelledError(f"{where} in graph {g.name!r}: the grad graph of {info.forward_graph.name!r} "
+                                   f"could not be built as ops ({info.explicit_error}); call it from the main graph "
+                                   "to train with the simulator's own backward pass")
+        if ir._training:
+            raise NotModelledError(f"{where} in graph {g.name!r}: the program already called a grad graph from "
+                                   "the main graph (trained with the simulator's backward pass); call every grad "
+                                   "graph from the main graph, or every one inside the graphs that need it")
+        if not ir._explicit_grads:
+            ir._note("autodiff grad graphs called inside other graphs: their ops are priced as written, with the "
+                     "program's own weight updates and collectives (no training expansion)")
+        ir._explicit_grads = True
+        return g._call(grad_graph, inputs, inputs_dict, where)
     if len(inputs) > len(info._provided):
-        raise PopXLError(f"ops.call({grad_graph.name!r}): {len(inputs)} inputs given but the grad graph takes "
+        raise PopXLError(f"{where}: {len(inputs)} inputs given but the grad graph takes "
                          f"{len(info._provided)} (one gradient per output of {info.forward_graph.name!r})")
     for i, (x, t) in enumerate(zip(inputs, info._provided)):
         if isinstance(x, Tensor) and x.shape != t.shape:
-            raise PopXLError(f"ops.call({grad_graph.name!r}): gradient input {i} has shape {x.shape}, "
+            raise PopXLError(f"{where}: gradient input {i} has shape {x.shape}, "
                              f"expected {t.shape} (the shape of {t.id!r})")
-    g.ir._training = True
+    ir._training = True
+    ir._note("popxl.transforms.autodiff: the backward pass and weight update are the simulator's "
+             "training expansion from the loss (sim/training.py), not the grad graph PopXL would build")
     return [GradTensor(g, t.shape, t.dtype, t, f"grad({t.id})") for t in info._required]
 
 
