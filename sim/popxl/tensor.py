@@ -396,8 +396,9 @@ def variable(data=None, dtype=None, name: str | None = None, downcast: builtins.
                                  f"leading dimension of num_groups = {replica_grouping.num_groups}, "
                                  f"got shape {shp}")
             shp = shp[1:]
-        g.ir._note(f"variable {name or 'variable'}: {replica_grouping!r}: accepted, no modelled effect "
-                   "(the grouping sets how values are initialised and read)")
+        if replica_grouping.num_groups > 1:  # one group of every replica is the default
+            g.ir._note(f"variable {name or 'variable'}: {replica_grouping!r}: accepted, no modelled effect "
+                       "(the grouping sets how values are initialised and read)")
     if replica_grouping is None:  # PopXL's default: one group of every replica
         replica_grouping = g.ir.replica_grouping()
     if retrieval_mode not in ("one_per_group", "all_replicas", None):

@@ -30,8 +30,8 @@ from .remote import *  # noqa: F401,F403
 from .seed_variable import seed_variable
 from .streams import InputStreams, OutputStreams
 from .task_session import TaskSession
-from .transforms import (autodiff, autodiff_with_accumulation, recompute_graph,
-                         set_available_memory_proportion_by_ipu)
+from .transforms import (autodiff, autodiff_with_accumulation, batch_serial_buffer, batch_serialise,
+                         batch_serialise_fwd_and_grad, recompute_graph, set_available_memory_proportion_by_ipu)
 from .utils import OrderedDict, WeightsDict, timer
 from .variable_factory import NamedVariableFactories, VariableFactory
 
@@ -39,7 +39,8 @@ GIT_COMMIT = None  # popxl-addons' commit (from git): none here
 
 __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputStreams", "Module", "NamedTensorData",
            "NamedTensors", "NamedVariableFactories", "OrderedDict", "OutputStreams", "TaskSession", "VariableFactory",
-           "WeightsDict", "array_munging", "autodiff", "autodiff_with_accumulation", "cross_entropy",
+           "WeightsDict", "array_munging", "autodiff", "autodiff_with_accumulation", "batch_serial_buffer",
+           "batch_serialise", "batch_serialise_fwd_and_grad", "cross_entropy",
            "cross_entropy_with_grad", "host_load", "host_store", "layers", "named_replica_grouping", "ops", "patterns",
            "optimizers", "pipelined_execution", "recompute_graph", "remote", "rts", "seed_variable",
            "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils", *array_munging.__all__,

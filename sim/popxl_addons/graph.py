@@ -16,18 +16,13 @@ from .named_tensors import NamedTensors
 
 def _inputs_dict(named_args: NamedTensors, args, where: str) -> dict:
     """``args`` as an ``inputs_dict`` of ``ops.call``: tensors by the names of ``named_args`` (a
-    :class:`DotTree`), or already a mapping from the graph's inputs to tensors."""
+    :class:`DotTree`; the names both have, as popxl-addons' ``to_mapping``: others are not inputs of
+    this graph), or already a mapping from the graph's inputs to tensors."""
     if args is None:
         return {}
     if isinstance(args, DotTree):
-        out = {}
-        for name, t in args.to_dict().items():
-            target = named_args.get(name)
-            if target is None:
-                raise KeyError(f"{where}: the graph has no named input {name!r} (its named inputs: "
-                               f"{', '.join(named_args.keys_flat()) or 'none'})")
-            out[target] = t
-        return out
+        given = args.to_dict()
+        return {t: given[name] for name, t in named_args.to_dict().items() if name in given}
     if isinstance(args, Mapping):
         return dict(args)
     raise TypeError(f"{where}: args must be NamedTensors or a mapping of the graph's inputs to tensors, "
@@ -120,8 +115,9 @@ class InlineBuilder:
 class InlineCallInfo:
     """What a call built inline gives back (see :func:`_call`): its outputs."""
 
-    def __init__(self, graph: popxl.Graph, outputs):
+    def __init__(self, graph: popxl.Graph, outputs, site=None):
         self.called_graph = graph
+        self._site = site  # the call of ``graph`` behind it, if any (a grad graph's, before its accumulation)
         if outputs is None:
             outputs = ()
         self._outputs = (outputs,) if isinstance(outputs, popxl.Tensor) else tuple(outputs)
@@ -132,6 +128,12 @@ class InlineCallInfo:
 
     def parent_output(self, idx: int):
         return self._outputs[idx]
+
+    def graph_to_parent(self, t):
+        if self._site is None:
+            raise KeyError(f"{t!r}: graph {self.called_graph.name!r} was built inline in the caller; only its outputs "
+                           "are known")
+        return self._site.graph_to_parent(t)
 
 
 def _call(graph: GraphWithNamedArgs, inputs: tuple, inputs_dict: dict):

@@ -34,7 +34,8 @@ class VariableFactory:
         self.dtype = popxl.dtype.as_dtype(dtype)
         self.name = name
         self.by_ref = by_ref
-        self.replica_grouping = replica_grouping
+        # every replica by default, as popxl-addons (needs the Ir of the graph being built)
+        self.replica_grouping = replica_grouping or popxl.gcg().ir.replica_grouping()
         self.shard_over = shard_over
         self.shape = tuple(np.shape(data_fn.peek() if isinstance(data_fn, _Draws) else data_fn()))
         self.meta_shape = None

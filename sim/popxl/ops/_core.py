@@ -696,7 +696,8 @@ def print_tensor(t: Tensor, title: str | None = None, print_self: bool = True, p
 def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float | Tensor = 1,
                                reduction: str = "mean", ignore_index: int | None = None):
     """(loss, d loss / d probs): the loss of the simulated training (``softmax_cross_entropy``);
-    the gradient is the handle to pass to an autodiff grad graph."""
+    the gradient is the handle to pass to an autodiff grad graph, or, inside a subgraph (where grad
+    graphs run as written), the op computing it."""
     g = _graph("ops.nll_loss_with_softmax_grad", probs, labels)
     if not labels.dtype.is_int:
         raise GraphError(f"ops.nll_loss_with_softmax_grad: labels {labels.id!r} must be integers")
@@ -708,7 +709,14 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
     with g._building() as bld:
         loss = bld.softmax_cross_entropy(probs._sim, labels._sim, name=_name(g, "nll_loss"))
     out = _out(g, loss) if reduction == "none" else reshape(_out(g, loss), ())  # PopXL's reduced loss: a scalar
-    return out, GradTensor(g, probs.shape, probs.dtype, probs, f"d_loss/d_{probs.id}")
+    if g._main and not g.ir._explicit_grads:
+        return out, GradTensor(g, probs.shape, probs.dtype, probs, f"d_loss/d_{probs.id}")
+    # inside another graph the grad graphs run as written (transforms.autodiff): the gradient as an op
+    with g._building() as bld:
+        grad = bld.op("softmax_cross_entropy_grad", [probs._sim, labels._sim], [probs.shape],
+                      name=_name(g, "nll_loss_grad"))[0]
+    g.sim_graph.ops[-1].pass_ = "backward"
+    return out, _out(g, grad)
 
 
 # --- calling subgraphs ------------------------------------------------------------------------

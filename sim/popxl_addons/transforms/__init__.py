@@ -3,8 +3,8 @@
 :mod:`sim.popxl.transforms.autodiff`; returned as a graph with named inputs whose ``grad_graph_info``
 connects it to the forward call), ``autodiff_with_accumulation`` (the same, accumulating gradients
 into named inputs), ``recompute_graph``, ``set_available_memory_proportion_by_ipu`` and
-``disable_fc_pass`` / ``enable_fc_pass`` (:mod:`.use_fc_pass`) and ``repeat_graph`` of the main graph
-(:mod:`.repeat_graph`)."""
+``disable_fc_pass`` / ``enable_fc_pass`` (:mod:`.use_fc_pass`), ``repeat_graph`` of the main graph
+(:mod:`.repeat_graph`) and batch serialisation (:mod:`.batch_serialisation`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from ...popxl import transforms as popxl_transforms
 from ..graph import GraphWithNamedArgs, InlineCallInfo
 from ..named_tensors import NamedTensors
 from ..variable_factory import NamedVariableFactories, VariableFactory
-from . import use_fc_pass
+from . import batch_serialisation, use_fc_pass
+from .batch_serialisation import (RemoteHandle, batch_serial_buffer, batch_serialise,  # noqa: F401 - popxl-addons'
+                                  batch_serialise_fwd_and_grad)
 from .repeat_graph import repeat_graph
 from .use_fc_pass import disable_fc_pass, enable_fc_pass
 
@@ -44,8 +46,8 @@ class Accumulation:
         self.indices, self.names = indices, names
         self._slots: dict[str, Slot] = {}
 
-    def slot(self, name: str) -> "Slot":
-        return self._slots.setdefault(name, Slot(name))
+    def slot(self, name: str, shape: tuple = (), dtype=popxl.float32) -> "Slot":
+        return self._slots.setdefault(name, Slot(name, shape, dtype))
 
     def call(self, graph: popxl.Graph, inputs: tuple, inputs_dict: dict) -> "InlineCallInfo":
         """The grad graph's call, then each accumulator's running mean of its gradient and the
@@ -55,21 +57,28 @@ class Accumulation:
         if missing:
             raise KeyError(f"call({graph.name!r}): bind the accumulators first (bwd_graph.bind(factories.init())); "
                            f"missing: {', '.join(missing)}")
-        grads = ops.call_with_info(graph, *inputs, inputs_dict={k: v for k, v in inputs_dict.items()
-                                                                if not isinstance(k, Slot)}).outputs
+        site = ops.call_with_info(graph, *inputs, inputs_dict={k: v for k, v in inputs_dict.items()
+                                                               if not isinstance(k, Slot)})
+        grads = site.outputs
         counter = bound[self.COUNTER]
         with popxl.in_sequence(True):
             for index, name in zip(self.indices, self.names):
                 ops.var_updates.accumulate_mean_(bound[name], grads[index], counter)
             ops.var_updates.accumulate_(counter, popxl.constant(1, popxl.float32))
-        return InlineCallInfo(graph, [g for i, g in enumerate(grads) if i not in self.indices])
+        return InlineCallInfo(graph, [g for i, g in enumerate(grads) if i not in self.indices], site)
 
 
 class Slot:
-    """A named input of a grad graph with accumulation: bound to a tensor by its name."""
+    """A named input of a grad graph with accumulation: bound to a tensor by its name; it has the
+    accumulator's shape and dtype (as popxl-addons' graph input has)."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, shape: tuple = (), dtype=popxl.float32):
+        self.name, self.shape, self.dtype = name, tuple(shape), dtype
+        self.meta_shape = ()
+
+    @property
+    def spec(self) -> popxl.TensorSpec:
+        return popxl.TensorSpec(self.shape, self.dtype)
 
     def __repr__(self) -> str:
         return f"Slot({self.name!r})"
@@ -99,7 +108,8 @@ def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_
         factories.insert(accumulators[-1], VariableFactory(partial(np.zeros, t.shape), t.dtype, accumulators[-1],
                                                            by_ref=True, replica_grouping=groupings.get(name)))
     accumulation = Accumulation([required.index(t) for t in accumulated], accumulators)
-    slots = NamedTensors.from_dict({name: accumulation.slot(name) for name in factories.keys_flat()})
+    slots = NamedTensors.from_dict({name: accumulation.slot(name, f.shape, f.dtype)
+                                    for name, f in factories.to_dict().items()})
     return factories, GraphWithNamedArgs(info.graph, slots, grad_graph_info=info, accumulation=accumulation)
 
 
