@@ -140,17 +140,37 @@ def test_empty_variables_hold_no_memory_and_grouped_data_is_per_group():
         assert full.w._data.shape == (4, 1000, 1000) and full.w._data.all()
 
 
-def test_quantised_layers_and_sharded_loss_import_and_refuse_at_use():
+def test_quantised_layers_import_and_refuse_at_use():
     from sim.popxl_addons.layers.linear_gq import LinearGQ, group_quantize_compress_numpy
-    from sim.popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
     with pytest.raises(popxl.NotModelledError, match="group_quantize_decompress"):
         LinearGQ(64)
     with pytest.raises(popxl.NotModelledError, match="group_quantize_decompress"):
         group_quantize_compress_numpy(np.zeros(4), 4)
-    with pytest.raises(popxl.NotModelledError, match="CrossEntropyShardedOp"):
-        cross_entropy_sharded_loss(None, None)
     from sim.popxl_addons.named_replica_grouping import fill_none_group
     assert fill_none_group(None, 3) == 3 and fill_none_group(2, 3) == 2
+
+
+def test_sharded_cross_entropy_and_its_one_map_gradient():
+    from sim.popxl_addons.ops.cross_entropy_sharded_loss import cross_entropy_sharded_loss
+    from sim.popxl_addons.ops.grad_reduce_square_add import grad_reduce_square_add
+    ir = popxl.Ir(replication=4)
+    with ir.main_graph:
+        group = ir.replica_grouping(group_size=4)
+        fwd = ir.create_graph(lambda z, y: cross_entropy_sharded_loss(z, y, replica_grouping=group),
+                              popxl.TensorSpec((2048, 12565), popxl.float16), popxl.TensorSpec((2048,), popxl.int32))
+        info = popxl.transforms.autodiff(fwd, grads_required=fwd.inputs[:1])
+        norm = grad_reduce_square_add(popxl.variable(np.zeros((64, 8), np.float16)), loss_scaling=64)
+    kinds = [op.kind for op in fwd.sim_graph.ops]
+    # the rows' maxima and their MAX all-reduce, the shard's softmax, log and label slice, the sums' and
+    # the losses' all-reduces, the mean
+    assert kinds == ["reduce_max", "replicated_all_reduce", "softmax_cross_entropy", "replicated_all_reduce",
+                     "replicated_all_reduce", "reduce_mean", "reshape"]
+    assert all(op.attrs.get("group_size") == 4 for op in fwd.sim_graph.ops if op.kind == "replicated_all_reduce")
+    # its gradient: the scalar's view, the mean's broadcast, then one map of the shard (the losses' all-reduce
+    # passes it through)
+    assert [op.kind for op in info.graph.sim_graph.ops] == ["reshape", "scale", "softmax_cross_entropy_grad"]
+    assert info.graph.outputs[0].shape == (2048, 12565)
+    assert norm.shape == () and norm.dtype == popxl.float32  # a float32 sum of squares, as LambSquareOp's
 
 
 def test_tensor_indexing_with_integer_and_boolean_tensors():

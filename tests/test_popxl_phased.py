@@ -252,3 +252,20 @@ def test_batch_serialise_checks_its_arguments():
             addons.batch_serialise(fwd, 2, {fwd.graph.inputs[0]: stream}, {}, {}, io_mode="disk")
         with pytest.raises(ValueError, match="rows must be >0"):
             addons.batch_serialise(fwd, 2, {fwd.graph.inputs[0]: stream}, {}, {}, rows=0, io_mode="compute")
+
+
+def test_recompute_graph_reads_only_the_forward_inputs():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        facts, fwd = Linear().create_graph(popxl.TensorSpec((8, 32), popxl.float32))
+        _, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors, grads_required=[fwd.graph.inputs[0]])
+        plain = [c.fwd_tensor for c in bwd.grad_graph_info.expected_inputs[1:]]
+        recomp = addons.recompute_graph(bwd)
+    info = recomp.grad_graph_info
+    assert len(plain) == 3 and fwd.graph.outputs[1] in plain  # x, the weight and the matmul's output
+    fwd_inputs = [c.fwd_tensor for c in info.expected_inputs if c.connection_type == ExpectedConnectionType.Fwd]
+    assert set(fwd_inputs) == set(fwd.graph.inputs)  # the activation is made again, not read
+    kinds = _kinds(recomp.graph)
+    assert kinds[:2] == ["matmul", "gelu"]  # the forward ops first, then the backward ones
+    assert kinds[2:] == _kinds(bwd.graph)
+    assert recomp._accumulation is bwd._accumulation and info.outputs == bwd.grad_graph_info.outputs

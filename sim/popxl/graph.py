@@ -202,15 +202,15 @@ class Graph:
         self._io_count[stream] += 1
 
     def _transfers_per_pass(self) -> int:
-        """Host transfers one pass of the main graph makes: the times each stream is loaded or stored
-        to (the same for every stream: PopXL's ``num_host_transfers`` counts them all alike)."""
-        counts = {s.name: n for s, n in self._io_count.items()}
-        if len(set(counts.values())) > 1:
-            raise NotModelledError(
-                "the main graph loads or stores its streams different numbers of times ("
-                + ", ".join(f"{name}: {n}" for name, n in sorted(counts.items()))
-                + "); the simulator needs one count for every stream (each load or store is one host transfer)")
-        return next(iter(counts.values()), 1)
+        """Host transfers one pass of the main graph makes: the most times it loads or stores a stream
+        (PopXL's ``num_host_transfers`` counts a pass's transfers of the streams used most; a stream
+        loaded fewer times, a learning rate once a step, makes only its own transfers)."""
+        return max(self._io_count.values(), default=1)
+
+    def _fewer_transfers(self) -> dict[str, int]:
+        """The streams a pass loads or stores fewer times than :meth:`_transfers_per_pass`, by name."""
+        most = self._transfers_per_pass()
+        return {s.name: n for s, n in self._io_count.items() if n < most}
 
     @property
     def _has_host_io(self) -> bool:

@@ -51,6 +51,12 @@ class ReplicaGrouping:
         return self._ir.replication_factor // self._group_size
 
     @property
+    def const_rg(self) -> ReplicaGrouping:
+        """The grouping of constant stride this one maps to: itself (every grouping here has a constant
+        stride; PopXL's are broken up into one only when made from an assignment)."""
+        return self
+
+    @property
     def assignment(self) -> list[int]:
         """The group of each replica: entry ``r`` is replica ``r``'s group."""
         return _assignment(self._ir.replication_factor, self._stride, self._group_size)
@@ -156,6 +162,7 @@ class Ir:
         self._notes: list[str] = []
         self._graph_count: dict[str, int] = {}
         self._training = False
+        self._drawn_bytes = 0  # variable data popxl-addons' factories drew for this Ir (variable_factory.py)
         self._explicit_grads = False  # a grad graph was called as ops, inside another graph (transforms.autodiff)
         self._optimizer = "sgd"
         self._gradient_state: set[str] = set()  # variables an update accumulates a gradient into

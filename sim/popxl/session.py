@@ -307,6 +307,11 @@ class Session:
         if moments:
             notes.append(f"variables {', '.join(moments)}: gradient moments the updates accumulate, counted "
                          f"as the simulated {ir._optimizer} optimizer's state, not as weights")
+        fewer = ir.main_graph._fewer_transfers()
+        if fewer:
+            notes.append(f"streams used fewer times a pass than the {ir.main_graph._transfers_per_pass()} of the "
+                         "others: " + ", ".join(f"{name} {n}" for name, n in sorted(fewer.items()))
+                         + "; each load or store is one host transfer, so they make only those")
         outside = len(graph.ops) - ir.main_graph._io_ops
         if ir.main_graph._io_repeats and outside:
             notes.append(f"{outside} op(s) of the main graph outside the repeat with host IO are simulated "

@@ -13,6 +13,9 @@ from .dot_tree import DotTree
 from .named_replica_grouping import NamedReplicaGrouping
 from .named_tensors import NamedTensors
 
+#: host bytes of variable data an Ir's factories draw (their ``data_fn``) before they give zeros instead
+DRAW_BUDGET_BYTES = 1 << 30
+
 
 class VariableFactory:
     """Makes a variable (``create_var``) or a subgraph input (``create_input``) of one shape and dtype.
@@ -62,8 +65,15 @@ class VariableFactory:
         values, so a multi-gigabyte model's variables need none), without running ``data_fn``."""
         groups = self.replica_grouping.num_groups if self.replica_grouping is not None else 1
         shape = ((groups,) if groups > 1 else ()) + tuple(self.meta_shape or self.shape)
+        ir = popxl.gcg().ir
+        nbytes = math.prod(shape) * self.dtype.itemsize
+        if not empty and ir._drawn_bytes + nbytes > DRAW_BUDGET_BYTES:
+            empty = True  # a model bigger than the budget: its values would only fill the host's memory
+            ir._note(f"variable data beyond the first {DRAW_BUDGET_BYTES >> 30} GiB an Ir's factories draw is not "
+                     "drawn: those variables hold zeros (the simulator computes no values)")
         if empty:
             return np.broadcast_to(np.zeros((), self.dtype.as_numpy()), shape)
+        ir._drawn_bytes += nbytes
         draws = [np.asarray(self.data_fn(), dtype=self.dtype.as_numpy()) for _ in range(groups)]
         return np.stack(draws) if groups > 1 else draws[0]
 
@@ -120,8 +130,21 @@ class NamedVariableFactories(DotTree):
         return NamedReplicaGrouping.from_dict({name: f.replica_grouping or every for name, f in self.to_dict().items()})
 
     def init_zero(self, prefix: str | None = None) -> NamedTensors:
-        """As :meth:`init`, the data zeros (those of ``init(empty=True)``)."""
-        return self.init(prefix, empty=True)
+        """A zeroed tensor for each factory in the graph being built (popxl-addons' ``ops.init``). In the
+        main graph they are variables of zeros (``init(empty=True)``), so that accumulators made there
+        are state the simulated training can keep; in a subgraph (a phase's gradient accumulators)
+        each is zeroed on every call and lives only while it is used."""
+        if popxl.gcg()._main:
+            return self.init(prefix, empty=True)
+        return NamedTensors.from_dict({name: popxl.ops.init(f.shape, f.dtype, _join(prefix, name), "zero")
+                                       for name, f in self.to_dict().items()})
+
+    def init_undef(self, prefix: str | None = None) -> NamedTensors:
+        """As :meth:`init_zero`, the tensors left undefined (no fill in a subgraph)."""
+        if popxl.gcg()._main:
+            return self.init(prefix, empty=True)
+        return NamedTensors.from_dict({name: popxl.ops.init(f.shape, f.dtype, _join(prefix, name), "undef")
+                                       for name, f in self.to_dict().items()})
 
 
 class _Draws:

@@ -183,6 +183,41 @@ def _build_grad_graph(info: GradGraphInfo) -> None:
         grad._outputs.append(w)
 
 
+def recompute_grad_graph(info: GradGraphInfo) -> GradGraphInfo:
+    """The grad graph of ``info`` recomputing the forward graph's activations instead of reading them
+    (popxl-addons' ``recompute_graph``): a new graph that takes the provided gradients and the forward
+    graph's inputs, calls the forward graph on them, then the grad graph on what that call made. Its
+    ``Fwd`` inputs are the forward graph's inputs only, so a phase stores or keeps nothing else for
+    the backward pass. ``info`` must have an explicit grad graph (``explicit_error`` None)."""
+    fwd, grad = info.forward_graph, info.graph
+    ir = fwd.ir
+    new = GradGraphInfo.__new__(GradGraphInfo)
+    new.forward_graph, new._provided, new._required, new.explicit_error = fwd, info._provided, info._required, None
+    new.graph = Graph(ir, ir._unique_graph_name(f"{grad.name}_recomp"))
+    new.graph._grad_info = new
+    new._fwd_inputs = []
+    with new.graph:
+        seeds = [_input_like(new.graph, x) for x in grad._inputs[:len(info._provided)]]
+        needed = [t for t in info._fwd_inputs if t in fwd._inputs]
+        ordered = needed + sorted((t for t in fwd._inputs if t not in needed), key=lambda t: t.id)
+        inputs = {t: _input_like(new.graph, t) for t in ordered}
+        new._fwd_inputs = ordered
+        new.graph._splice(fwd, {t._sim: x._sim for t, x in inputs.items()}, fwd.name)
+        made = new.graph._last_mapping
+        mapping = {x._sim: s._sim for x, s in zip(grad._inputs, seeds)}
+        for x, t in zip(grad._inputs[len(info._provided):], info._fwd_inputs):
+            mapping[x._sim] = made[t._sim]
+        for o in new.graph._splice(grad, mapping, grad.name):
+            new.graph._outputs.append(o)
+    return new
+
+
+def _input_like(g: Graph, t: Tensor) -> Tensor:
+    x = Tensor(g, g._new_tensor(t.id.split("/")[-1], t.shape, t.dtype, "input"), t.shape, t.dtype, t._ipu)
+    g._inputs.append(x)
+    return x
+
+
 def autodiff(graph: Graph, grads_provided: Iterable[Tensor] | None = None,
              grads_required: Iterable[Tensor] | None = None, called_graphs_grad_info=None,
              return_all_grad_graphs: bool = False):
@@ -288,4 +323,4 @@ def _held(graph, name: str) -> bool:
     return op is None or op.kind == "remote_load"
 
 
-__all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff"]
+__all__ = ["ExpectedConnection", "ExpectedConnectionType", "GradGraphInfo", "autodiff", "recompute_grad_graph"]

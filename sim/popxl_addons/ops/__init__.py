@@ -1,7 +1,7 @@
 """popxl-addons' ops: the losses ``cross_entropy`` and ``cross_entropy_with_grad``, made of PopXL's ops
 as popxl-addons makes them (a softmax over the last axis, then PopXL's negative log-likelihood),
-``host_load`` / ``host_store`` (:mod:`..streams`), and the strided collectives
-(:mod:`.replicated_strided_collectives`)."""
+``host_load`` / ``host_store`` (:mod:`..streams`), the strided collectives
+(:mod:`.replicated_strided_collectives`) and ``grad_reduce_square_add`` (:mod:`.grad_reduce_square_add`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from ... import popxl
 from ...popxl import ops
 from ..streams import host_load, host_store
 from . import replicated_strided_collectives
+from .grad_reduce_square_add import grad_reduce_square_add
 
-__all__ = ["cross_entropy", "cross_entropy_with_grad", "host_load", "host_store",
+__all__ = ["cross_entropy", "cross_entropy_with_grad", "grad_reduce_square_add", "host_load", "host_store",
            "replicated_strided_collectives"]
 
 

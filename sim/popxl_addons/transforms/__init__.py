@@ -15,6 +15,7 @@ import numpy as np
 from ... import popxl
 from ...popxl import ops
 from ...popxl import transforms as popxl_transforms
+from ...popxl.transforms.autodiff import recompute_grad_graph
 from ..graph import GraphWithNamedArgs, InlineCallInfo
 from ..named_tensors import NamedTensors
 from ..variable_factory import NamedVariableFactories, VariableFactory
@@ -115,13 +116,21 @@ def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_
 
 def recompute_graph(graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
     """The grad graph ``graph``, recomputing its forward graph's activations instead of reading them
-    (popxl-addons' recomputation transform). In the simulation a pipeline whose grad graphs were made
-    so recomputes its forward stages, as PopART's pipelined recomputation does."""
+    (popxl-addons' recomputation transform). Called inside another graph (a phase), it is that: the
+    forward graph's ops run again in the grad graph, which reads only the forward graph's inputs
+    (:func:`sim.popxl.transforms.autodiff.recompute_grad_graph`). Called from the main graph, in a
+    pipeline, the simulated training recomputes its forward stages, as PopART's pipelined
+    recomputation does."""
     ir = graph.graph.ir
     ir._recompute = True
-    ir._note(f"transforms.recompute_graph({graph.graph.name!r}): the pipelined training recomputes its forward "
-             "stages (PopART's autoRecomputation Pipeline); without a pipeline it has no modelled effect")
-    return graph.copy()
+    info = graph.grad_graph_info
+    ir._note(f"transforms.recompute_graph({graph.graph.name!r}): a grad graph called inside another graph "
+             "recomputes its forward ops; from the main graph, a pipelined training recomputes its forward "
+             "stages (PopART's autoRecomputation Pipeline), and without a pipeline it has no modelled effect")
+    if info.explicit_error is not None:
+        return graph.copy()
+    r_info = recompute_grad_graph(info)
+    return GraphWithNamedArgs(r_info.graph, graph.args.copy(), r_info, graph._builder, graph._accumulation)
 
 
 def set_available_memory_proportion_by_ipu(ir, proportions) -> None:
