@@ -31,7 +31,8 @@ def test_autodiff_builds_the_grad_graph_as_ops_and_exposes_what_it_reads():
     assert info.explicit_error is None
     # d/dc = gelu^T dy, d/dgelu = dy c^T, gelu's gradient, d/db = a^T dgelu (no gradient of a: not required)
     assert _kinds(info.graph) == ["matmul", "matmul", "gelu_grad", "matmul"]
-    assert all(op.pass_ == "backward" for op in info.graph.sim_graph.ops)
+    # gradient ops (``forward_of`` names the op), kept in program order (the "forward" pass the compiler keeps)
+    assert all(op.forward_of and op.pass_ == "forward" for op in info.graph.sim_graph.ops)
     kinds = [c.connection_type for c in info.expected_inputs]
     assert kinds == [ExpectedConnectionType.FwdGrad] + [ExpectedConnectionType.Fwd] * 4
     assert [c.fwd_tensor for c in info.expected_outputs] == list(fwd.inputs[1:])
@@ -71,7 +72,7 @@ def test_a_grad_graph_called_inside_a_graph_runs_as_written():
     ir, stream, labels = _explicit_program()
     assert ir._explicit_grads and not ir._training
     ops_ = ir.main_graph.sim_graph.ops
-    backward = [op.kind for op in ops_ if op.pass_ == "backward"]
+    backward = [op.kind for op in ops_ if op.forward_of]
     assert backward == ["softmax_cross_entropy_grad", "matmul", "matmul", "gelu_grad", "matmul"]
     updates = [op for op in ops_ if op.kind == "add" and op.outputs[0] in op.inputs]
     assert len(updates) == 2  # the program's own SGD updates (scaled_add_ in place)
@@ -199,7 +200,7 @@ def test_batch_serialised_phases_load_and_store_every_step():
     assert x_buffer.entries == 4
     # the grad graph's named inputs: its accumulators (it reads no weight: layer 1 needs no input gradient)
     assert sorted(bwd_bs.graph.args.keys_flat()) == ["accum.weight", "mean_accum_counter"]
-    backward = [op.kind for op in main.ops if op.pass_ == "backward"]
+    backward = [op.kind for op in main.ops if op.forward_of]
     assert backward.count("softmax_cross_entropy_grad") == 4 and backward.count("gelu_grad") == 8
     assert kinds.count("accumulate") == 4 * 2 * 2  # each step: a running mean and the count, per layer
     session = popxl.Session(ir, "ipu_hw")

@@ -4,7 +4,7 @@ Every PopXL graph (the main graph, and each subgraph made by ``ir.create_graph``
 into a sim graph through a :class:`~sim.graph.GraphBuilder` as they are created, so shapes are
 inferred, checked and named there. A subgraph is a template: ``ops.call`` and ``ops.repeat``
 copy its ops into the calling graph (:meth:`Graph._splice`), with its inputs connected to the
-caller's tensors, its constants and host streams carried over, and its ops keeping their IPU.
+caller's tensors, its constants carried over (one copy in the caller, however often it is called) and its host streams, and its ops keeping their IPU.
 The main graph's sim graph is what :class:`~sim.popxl.Session` compiles and simulates.
 """
 
@@ -50,6 +50,7 @@ class Graph:
         self._io_ops = 0  # ops copied from the bodies of those repeats
         self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
         self._made: list[Tensor] = []  # the variables and constants made in this graph, in order
+        self._held_copies: dict[tuple[str, str], str] = {}  # (graph, its constant or weight) -> the copy here
         self._last_mapping: dict[str, str] = {}  # the last call's: sim tensor of the called graph -> this graph's
         ir._graphs.append(self)
 
@@ -263,9 +264,12 @@ class Graph:
             for name in names:
                 mapping[name] = self._host_load(stream)
         for t in src.tensors.values():
-            if t.name not in mapping and t.role in ("constant", "weight"):
-                mapping[t.name] = dst.add_tensor(dst.unique_tensor_name(f"{prefix}/{t.name}"), t.shape,
-                                                 t.dtype, t.role).name
+            if t.name not in mapping and t.role in ("constant", "weight"):  # one copy however often it is called
+                key = (sub.name, t.name)
+                if key not in self._held_copies:
+                    self._held_copies[key] = dst.add_tensor(dst.unique_tensor_name(f"{prefix}/{t.name}"), t.shape,
+                                                            t.dtype, t.role).name
+                mapping[t.name] = self._held_copies[key]
         for op in src.ops:
             name = dst.unique_op_name(f"{prefix}/{op.name}")
             outs = []
@@ -275,8 +279,9 @@ class Graph:
                     mapping[o] = dst.add_tensor(dst.unique_tensor_name(f"{prefix}/{o}"), t.shape, t.dtype,
                                                 t.role, producer=name).name
                 outs.append(mapping[o])
+            forward_of = op.forward_of and f"{prefix}/{op.forward_of}"  # a gradient op of an explicit grad graph
             dst.add_op(Op(name, op.kind, [mapping[i] for i in op.inputs], outs, dict(op.attrs),
-                          op.pass_, op.ipu, op.stage, op.phase, op.block, op.recompute))
+                          op.pass_, op.ipu, op.stage, op.phase, op.block, op.recompute, forward_of))
         for stream, names in sub._stores.items():
             for name in names:
                 self._host_store(stream, mapping[name])

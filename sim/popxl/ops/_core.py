@@ -725,7 +725,7 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
     with g._building() as bld:
         grad = bld.op("softmax_cross_entropy_grad", [probs._sim, labels._sim], [probs.shape],
                       name=_name(g, "nll_loss_grad"))[0]
-    g.sim_graph.ops[-1].pass_ = "backward"
+    g.sim_graph.ops[-1].forward_of = g.sim_graph.producer_op(loss).name  # a gradient op, run in program order
     return out, _out(g, grad)
 
 

@@ -169,8 +169,10 @@ def _build_grad_graph(info: GradGraphInfo) -> None:
             t = scratch.tensors[o]
             mapping[o] = dst.add_tensor(dst.unique_tensor_name(o), t.shape, t.dtype, t.role, producer=op.name).name
             outs.append(mapping[o])
+        # in program order: an explicit program's grad ops run where it calls them, not in a backward pass
+        # the compiler would schedule after every forward op (so "forward", with ``forward_of`` naming the op)
         dst.add_op(Op(dst.unique_op_name(op.name), op.kind, [mapping[i] for i in op.inputs], outs, dict(op.attrs),
-                      op.pass_, op.ipu, op.stage, op.phase, op.block, op.recompute, op.forward_of))
+                      "forward", op.ipu, op.stage, op.phase, op.block, op.recompute, op.forward_of))
     for t in info._required:
         name = bw.grads.get(t._sim)
         if name is None:  # no provided gradient depends on it: zeros
