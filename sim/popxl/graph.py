@@ -51,7 +51,8 @@ class Graph:
         self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
         self._made: list[Tensor] = []  # the variables and constants made in this graph, in order
         self._held_copies: dict[tuple[str, str], str] = {}  # (graph, its constant or weight) -> the copy here
-        self._last_mapping: dict[str, str] = {}  # the last call's: sim tensor of the called graph -> this graph's
+        self._last_mapping: dict[str, str] = {}
+        self._called: list[Graph] = []  # the graphs this one calls or repeats, in the order first called  # the last call's: sim tensor of the called graph -> this graph's
         ir._graphs.append(self)
 
     # --- PopXL's surface ---------------------------------------------------------------------
@@ -81,6 +82,16 @@ class Graph:
     @property
     def outputs(self) -> tuple[Tensor, ...]:
         return tuple(self._outputs)
+
+    @property
+    def _ir(self) -> Ir:
+        """The Ir (PopXL's private attribute, which Graphcore's GPT-J code reads)."""
+        return self.ir
+
+    @property
+    def called_graphs(self) -> tuple[Graph, ...]:
+        """The graphs this graph calls or repeats (PopXL's ``Graph.called_graphs``), first call first."""
+        return tuple(self._called)
 
     @property
     def variables(self) -> tuple[Tensor, ...]:
@@ -119,9 +130,10 @@ class Graph:
         """Check that ``t`` is a tensor of this graph (and not an autodiff gradient)."""
         if isinstance(t, GradTensor):
             raise NotModelledError(
-                f"{where}: {t.id} is a gradient from an autodiff grad graph; the simulator models the "
-                "backward pass and weight update with its own training expansion, so gradients can "
-                "only go to ops.var_updates.* / ops.scaled_add_ (which become the optimizer update)")
+                f"{where}: {t.id} is a gradient from an autodiff grad graph called from the main graph; the "
+                "simulator models that backward pass and weight update with its own training expansion, so "
+                "such gradients can only go to ops.var_updates.* / ops.scaled_add_ (which become the optimizer "
+                "update); a grad graph called inside another graph (ir.create_graph) runs as written instead")
         if not isinstance(t, Tensor):
             raise TypeError(f"{where}: expected a popxl Tensor, got {type(t).__name__} {t!r}")
         if t._sim is None and hasattr(t, "remote_buffer"):
@@ -258,6 +270,8 @@ class Graph:
         """Copy the ops of ``sub`` into this graph; ``mapping`` connects its inputs. Returns the
         tensors of this graph that ``sub``'s outputs became."""
         self._check_open()
+        if sub not in self._called:
+            self._called.append(sub)
         src, dst = sub.sim_graph, self.sim_graph
         mapping = dict(mapping)
         for stream, names in sub._loads.items():

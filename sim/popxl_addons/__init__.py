@@ -8,9 +8,11 @@ inputs need (``NamedVariableFactories.init()``), graphs with named inputs that a
 package gives the same names and behaviour on the simulator's PopXL, so such programs run in the
 simulator (``ipusim script`` maps ``import popxl_addons`` here). Its replicated tensor sharding
 (``rts``), remote-buffer helpers (``remote``), host-side ``array_munging``, ``TaskSession``,
-``seed_variable`` and the custom ops of tensor-parallel models (``ops.replicated_all_reduce_TP``,
-``ops.rotary_pos_embed``) are here too. What popxl-addons has beyond it (its other C++ custom ops,
-batch serialisation and the phased-execution transforms) is refused by name with
+``seed_variable``, batch serialisation (``transforms.batch_serialisation``: phased execution's
+loops) and the custom ops of tensor-parallel models (``ops.replicated_all_reduce_TP``,
+``ops.rotary_pos_embed``, ``ops.layer_norm_distributed``, ``ops.cross_entropy_sharded_loss``,
+``ops.grad_reduce_square_add``) are here too. What popxl-addons has beyond it (its other C++ custom
+ops, ``call_module``, routing tensors into graphs) is refused by name with
 :class:`~sim.popxl.NotModelledError`.
 """
 

@@ -232,6 +232,9 @@ def autodiff(graph: Graph, grads_provided: Iterable[Tensor] | None = None,
         if not isinstance(t, Tensor) or t._graph is not graph:
             raise PopXLError(f"autodiff({graph.name!r}): {t!r} is not a tensor of that graph")
     info = GradGraphInfo(graph, provided, required)
+    if called_graphs_grad_info:
+        graph.ir._note(f"autodiff({graph.name!r}, called_graphs_grad_info=...): the graphs it calls are differentiated "
+                       "with it, their ops inline; the grad graphs given for them (a recomputed block's) are not used")
     return {graph: info} if return_all_grad_graphs else info  # PopXL: grad info by forward graph
 
 
