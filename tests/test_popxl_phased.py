@@ -80,9 +80,9 @@ def test_a_grad_graph_called_inside_a_graph_runs_as_written():
     data = {stream: np.zeros((16, 256), np.float16), labels: np.zeros(16, np.int32)}
     with session:
         session.run(data)
-    run = session.simulation
     assert "autodiff grad graphs called inside other graphs" in " ".join(session._executable.notes)
     assert not session._executable.training
+    assert session.simulation.breakdown.loc[0, "compute"] > 0
     # the same program with autodiff after the forward call: the same ops, the same cycles
     ir2, s2, l2 = _explicit_program(call_forward_first=True)
     session2 = popxl.Session(ir2, "ipu_hw")
@@ -236,7 +236,8 @@ def test_a_forward_weight_the_grad_graph_reads_is_its_named_input():
         x_buffer = addons.batch_serial_buffer(fwd.graph.inputs[0], steps=2)
         dy_buffer = addons.batch_serial_buffer(fwd.graph.outputs[0], steps=2)
         _, bwd_bs = addons.batch_serialise_fwd_and_grad(
-            fwd, bwd, fwd.args, 2, load_handles={fwd.graph.inputs[0]: (x_buffer, 0), bwd.graph.inputs[0]: (dy_buffer, 0)},
+            fwd, bwd, fwd.args, 2,
+            load_handles={fwd.graph.inputs[0]: (x_buffer, 0), bwd.graph.inputs[0]: (dy_buffer, 0)},
             store_streams={}, store_buffers={bwd.graph.outputs[0]: (x_buffer, 0)}, io_mode="compute")
     # dx = d(gelu) w^T reads the weight: bound by the forward graph's name
     assert sorted(bwd_bs.graph.args.keys_flat()) == ["accum.weight", "mean_accum_counter", "weight"]
@@ -270,3 +271,52 @@ def test_recompute_graph_reads_only_the_forward_inputs():
     assert kinds[:2] == ["matmul", "gelu"]  # the forward ops first, then the backward ones
     assert kinds[2:] == _kinds(bwd.graph)
     assert recomp._accumulation is bwd._accumulation and info.outputs == bwd.grad_graph_info.outputs
+
+
+def test_graph_helpers_the_examples_use():
+    ir = popxl.Ir(replication=8)
+    with ir.main_graph:
+        inner = ir.create_graph(lambda x: x + popxl.constant(np.ones((4, 4), np.float32), name="c"),
+                                popxl.TensorSpec((4, 4), popxl.float32))
+        outer = ir.create_graph(lambda x: ops.call(inner, ops.call(inner, x)[0])[0],
+                                popxl.TensorSpec((4, 4), popxl.float32))
+        x = popxl.variable(np.zeros((4, 4), np.float32))
+        ops.call(outer, x)
+        ops.call(outer, x)
+        # PopXL's Graph.called_graphs and its private _ir (Graphcore's GPT-J code reads both)
+        assert outer.called_graphs == (inner,) and ir.main_graph.called_graphs == (outer,) and outer._ir is ir
+        # the subgraph's constant is one tensor of the main graph however often it is called
+        consts = [t for t in ir.main_graph.sim_graph.tensors.values() if t.role == "constant"]
+        assert len(consts) == 1 and consts[0].shape == (4, 4)
+        from sim.popxl_addons.named_replica_grouping import get_ild_replica_grouping, is_cross_ild
+        group = ir.replica_grouping(stride=2, group_size=4)
+        assert not is_cross_ild(group) and get_ild_replica_grouping(group) == group  # 8 replicas: one domain
+
+
+def test_ild_replica_grouping_from_popdist(monkeypatch):
+    monkeypatch.setenv("POPLAR_TARGET_OPTIONS", '{"ipuLinkDomainSize": 4}')
+    from sim.popxl_addons.named_replica_grouping import get_ild_replica_grouping
+    ir = popxl.Ir(replication=16)
+    with ir.main_graph:
+        restricted = get_ild_replica_grouping(ir.replica_grouping(stride=2, group_size=8))
+    assert (restricted.stride, restricted.group_size) == (2, 2)
+
+
+def test_a_submodules_inputs_are_named_under_it():
+    class Head(addons.Module):
+        def __init__(self):
+            super().__init__()
+            self.fwd = addons.Module()
+
+        def build(self, x):
+            facts, graph = Linear().create_graph(x)
+            weights = self.fwd.add_variable_inputs("mlm", facts)  # a submodule's method from the parent's build
+            return graph.bind(weights).call(x)[0]
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        facts, head = Head().create_graph(popxl.TensorSpec((8, 32), popxl.float32))
+        assert facts.keys_flat() == ["fwd.mlm.weight"] and head.args.fwd.mlm.weight.shape == (32, 64)
+        probs = popxl.variable(np.zeros((8, 10), np.float16))
+        loss, _ = ops.nll_loss_with_softmax_grad(probs, popxl.variable(np.zeros(8, np.int32)))
+        assert loss.dtype == popxl.float16  # PopART's NllOp: the loss in the probabilities' type

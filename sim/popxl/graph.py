@@ -4,7 +4,8 @@ Every PopXL graph (the main graph, and each subgraph made by ``ir.create_graph``
 into a sim graph through a :class:`~sim.graph.GraphBuilder` as they are created, so shapes are
 inferred, checked and named there. A subgraph is a template: ``ops.call`` and ``ops.repeat``
 copy its ops into the calling graph (:meth:`Graph._splice`), with its inputs connected to the
-caller's tensors, its constants carried over (one copy in the caller, however often it is called) and its host streams, and its ops keeping their IPU.
+caller's tensors, its constants carried over (one copy in the caller, however often it is called)
+and its host streams, and its ops keeping their IPU.
 The main graph's sim graph is what :class:`~sim.popxl.Session` compiles and simulates.
 """
 
@@ -51,8 +52,8 @@ class Graph:
         self._grad_info = None  # set on the graph of an autodiff GradGraphInfo
         self._made: list[Tensor] = []  # the variables and constants made in this graph, in order
         self._held_copies: dict[tuple[str, str], str] = {}  # (graph, its constant or weight) -> the copy here
-        self._last_mapping: dict[str, str] = {}
-        self._called: list[Graph] = []  # the graphs this one calls or repeats, in the order first called  # the last call's: sim tensor of the called graph -> this graph's
+        self._last_mapping: dict[str, str] = {}  # the last call's: sim tensor of the called graph -> this graph's
+        self._called: list[Graph] = []  # the graphs this one calls or repeats, in the order first called
         ir._graphs.append(self)
 
     # --- PopXL's surface ---------------------------------------------------------------------

@@ -148,7 +148,7 @@ class Module(popxl.Module):
         """A named input of the graph being built, and the factory of the variable that feeds it
         (``input_fn`` gives its initial value)."""
         frame = _frame(f"{type(self).__name__}.add_variable_input({name!r})")
-        factory = VariableFactory(input_fn, dtype, frame.qualified(name), by_ref, replica_grouping)
+        factory = VariableFactory(input_fn, dtype, self._qualified(frame, name), by_ref, replica_grouping)
         return frame.add(factory, overwrite)
 
     def add_replica_sharded_variable_input(self, name: str, input_fn: Callable[[], np.ndarray], dtype=popxl.float32,
@@ -159,15 +159,25 @@ class Module(popxl.Module):
         replicas), its whole shape the meta-shape."""
         frame = _frame(f"{type(self).__name__}.add_replica_sharded_variable_input({name!r})")
         group = replica_grouping if replica_grouping is not None else popxl.gcg().ir.replica_grouping()
-        factory = VariableFactory(input_fn, dtype, frame.qualified(name), by_ref, group, shard_over or group.group_size)
+        factory = VariableFactory(input_fn, dtype, self._qualified(frame, name), by_ref, group,
+                                  shard_over or group.group_size)
         return frame.add(factory, overwrite)
 
     def add_variable_factory(self, factory: VariableFactory, name: str | None = None) -> popxl.Tensor:
         """A named input made by ``factory`` (under ``name``, else the factory's)."""
         frame = _frame(f"{type(self).__name__}.add_variable_factory")
-        named = VariableFactory(factory.data_fn, factory.dtype, frame.qualified(name or factory.name),
+        named = VariableFactory(factory.data_fn, factory.dtype, self._qualified(frame, name or factory.name),
                                 factory.by_ref, factory.replica_grouping, factory.shard_over)
         return frame.add(named, overwrite=False)
+
+    def _qualified(self, frame: _Frame, name: str) -> str:
+        """``name`` under the scopes being built; a submodule's own method called from its parent's
+        ``build`` (``self.fwd.add_variable_inputs(...)``) adds under the submodule's name too, as
+        popxl-addons names a submodule's inputs by its attribute."""
+        scope = getattr(self, "_scope", None)
+        if self is not frame.root and scope and (not frame.scopes or frame.scopes[-1] != scope):
+            name = f"{scope}.{name}"
+        return frame.qualified(name)
 
     def add_variable_inputs(self, name: str, factories: NamedVariableFactories) -> NamedTensors:
         """A named input for each of ``factories``, under ``name`` (new inputs each call: a graph made

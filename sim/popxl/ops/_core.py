@@ -718,6 +718,7 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
                    "loss_grad): accepted, no modelled effect: priced as one reduced loss over the batch")
     with g._building() as bld:
         loss = bld.softmax_cross_entropy(probs._sim, labels._sim, name=_name(g, "nll_loss"))
+    g.sim_graph.tensors[loss].dtype = probs.dtype.sim_name  # PopART's NllOp: the loss in the probabilities' type
     out = _out(g, loss) if reduction == "none" else reshape(_out(g, loss), ())  # PopXL's reduced loss: a scalar
     if g._main and not g.ir._explicit_grads:
         return out, GradTensor(g, probs.shape, probs.dtype, probs, f"d_loss/d_{probs.id}")
