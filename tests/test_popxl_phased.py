@@ -320,3 +320,19 @@ def test_a_submodules_inputs_are_named_under_it():
         probs = popxl.variable(np.zeros((8, 10), np.float16))
         loss, _ = ops.nll_loss_with_softmax_grad(probs, popxl.variable(np.zeros(8, np.int32)))
         assert loss.dtype == popxl.float16  # PopART's NllOp: the loss in the probabilities' type
+
+
+def test_a_called_graph_is_one_program_however_often_it_runs():
+    """PopXL's call and repeat are Poplar Call and Repeat programs: the subgraph's code is there once."""
+    def control_code(count: int) -> float:
+        ir = popxl.Ir()
+        with ir.main_graph:
+            x = popxl.variable(np.zeros((64, 64), np.float16))
+            body = ir.create_graph(lambda a: ops.gelu(a @ a), x)
+            y = ops.repeat(body, count, x)[0] if count > 1 else ops.call(body, x)[0]
+            ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+        session = popxl.Session(ir, "ipu_hw")
+        assert [op.kind for op in ir.main_graph.sim_graph.ops].count("matmul") == count  # the time: every copy
+        return float(session._executable.memory[0].tile_category("control_code")[0])
+
+    assert control_code(8) == control_code(1)

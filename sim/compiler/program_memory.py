@@ -30,6 +30,11 @@ calls, so its compute sets, their vertex state and its exchanges exist once on t
 whose cost signature (:func:`sim.cost.rules.op_signature`: kind, shapes, dtypes, attributes) was
 already seen on the IPU adds one program step (the call) and no vertex state or exchange code.
 The copies PopART may make into and out of a called subgraph are not priced.
+
+**Called programs** (PopXL's ``ops.call`` and ``ops.repeat``: a Poplar ``Call`` of the subgraph's
+function, a ``Repeat`` of its body): the front end copies a subgraph's ops into its caller for every
+call or iteration, each naming its origin in the :data:`~sim.cost.rules.CODE_OF` attribute; the
+program has that code once, so a copy of an op already seen adds nothing to the program memory.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import numpy as np
 
 from ..cost import FREE, OpCost
 from ..cost.row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_codelets, row_op_steps
-from ..cost.rules import op_signature
+from ..cost.rules import CODE_OF, op_signature
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
 
@@ -110,11 +115,18 @@ def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: I
     codelets: dict[tuple, np.ndarray] = {}
     outlined: set[tuple] = set()
     start = 0
+    called: set = set()  # the origins of the copies of called subgraphs' ops seen so far
     for op in ops:
         cost = costs.get(op.name, FREE)
         sets, phases = op_program_steps(cost, ipu)
         if not sets and not phases:
             continue
+        # a backward op may carry its forward op's attributes (and origin): the kind and pass tell them apart
+        origin = op.attrs.get(CODE_OF) and (op.attrs[CODE_OF], op.kind, op.pass_)
+        if origin is not None:
+            if origin in called:
+                continue  # the called program's code, there once
+            called.add(origin)
         if outlining:
             signature = op_signature(op, graph)
             if signature in outlined:

@@ -65,11 +65,16 @@ def _freeze(v):
     return v
 
 
+#: an op attribute that says where its program comes from, not what it costs (sim.compiler.program_memory)
+CODE_OF = "code_of"
+
+
 def op_signature(op: Op, graph: Graph) -> tuple:
-    """Everything about an op that its cost depends on (not its name)."""
+    """Everything about an op that its cost depends on (not its name, nor :data:`CODE_OF`)."""
     ins = tuple((t.shape, t.dtype, t.priced_role) for t in (graph.tensors[n] for n in op.inputs))
     outs = tuple((t.shape, t.dtype) for t in (graph.tensors[n] for n in op.outputs))
-    return (op.kind, ins, outs, _freeze(op.attrs))
+    attrs = op.attrs if CODE_OF not in op.attrs else {k: v for k, v in op.attrs.items() if k != CODE_OF}
+    return (op.kind, ins, outs, _freeze(attrs))
 
 
 def op_cost(op: Op, graph: Graph, ipu: IPU, tiles: int, memory_proportion: float = 0.6,

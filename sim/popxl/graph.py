@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
+from ..cost.rules import CODE_OF
 from ..graph.ir import GraphBuilder, Op
 from . import dtypes
 from .context import get_current_context
@@ -295,7 +296,9 @@ class Graph:
                                                 t.role, producer=name).name
                 outs.append(mapping[o])
             forward_of = op.forward_of and f"{prefix}/{op.forward_of}"  # a gradient op of an explicit grad graph
-            dst.add_op(Op(name, op.kind, [mapping[i] for i in op.inputs], outs, dict(op.attrs),
+            attrs = dict(op.attrs)
+            attrs.setdefault(CODE_OF, (sub.name, op.name))  # one program however often the graph is called
+            dst.add_op(Op(name, op.kind, [mapping[i] for i in op.inputs], outs, attrs,
                           op.pass_, op.ipu, op.stage, op.phase, op.block, op.recompute, forward_of))
         for stream, names in sub._stores.items():
             for name in names:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
+from ...cost.rules import CODE_OF
 from ...graph.ir import GraphError, Op
 from ...graph.training import _Backward, _differentiate
 from ..context import get_current_context
@@ -171,7 +172,8 @@ def _build_grad_graph(info: GradGraphInfo) -> None:
             outs.append(mapping[o])
         # in program order: an explicit program's grad ops run where it calls them, not in a backward pass
         # the compiler would schedule after every forward op (so "forward", with ``forward_of`` naming the op)
-        dst.add_op(Op(dst.unique_op_name(op.name), op.kind, [mapping[i] for i in op.inputs], outs, dict(op.attrs),
+        attrs = {k: v for k, v in op.attrs.items() if k != CODE_OF}  # its own program, not its forward op's
+        dst.add_op(Op(dst.unique_op_name(op.name), op.kind, [mapping[i] for i in op.inputs], outs, attrs,
                       "forward", op.ipu, op.stage, op.phase, op.block, op.recompute, op.forward_of))
     for t in info._required:
         name = bw.grads.get(t._sim)
