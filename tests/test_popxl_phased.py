@@ -336,3 +336,15 @@ def test_a_called_graph_is_one_program_however_often_it_runs():
         return float(session._executable.memory[0].tile_category("control_code")[0])
 
     assert control_code(8) == control_code(1)
+
+
+def test_a_repeat_written_out_beyond_the_limit_is_refused(monkeypatch):
+    import sim.popxl.graph as graph_module
+    monkeypatch.setattr(graph_module, "MAX_INLINED_OPS", 100)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.zeros((8, 8), np.float32))
+        body = ir.create_graph(lambda a: ops.relu(a @ a), x)
+        assert len(ops.repeat(body, 50, x)) == 1  # 100 ops: written out
+        with pytest.raises(NotModelledError, match=r"51 iterations x 2 ops is more than the 100 ops"):
+            ops.repeat(body, 51, x)
