@@ -351,8 +351,10 @@ def test_io_tiles_overlap_and_prefetch_flags(capsys):
     opts._Popart.set("defaultPrefetchBufferingDepth", 3)
     run = api_run(g, "ipu-mk2", opts)
     assert d["cycle_count"] == run.cycle_count
-    assert d["breakdown"]["0"]["host_io"] == 0  # all streams on the IO tiles
     plain = cli_cycles(capsys, "--model", "mlp", "--device-iterations", "16")
+    # all streams on the IO tiles: the compute tiles only wait for them, for less than the plain run's
+    # copies take (this tiny model is host-bound either way)
+    assert 0 < d["breakdown"]["0"]["host_io"] < 0.7 * plain["breakdown"]["0"]["host_io"]
     prefetch = cli_cycles(capsys, "--model", "mlp", "--device-iterations", "16", "--prefetch-depth", "3")
     assert prefetch["cycle_count"] < plain["cycle_count"]
     code, out, _ = cli(capsys, "run", *argv)

@@ -123,9 +123,10 @@ def test_host_io_optimisation_shape():
     # it ahead): the IPU waits for the sync and the gateway-to-tiles side, the link carries the
     # bytes at 7.06 GB/s against the gateway's 20.07 GB/s
     assert bd["prefetch"]["host_io"] < 0.35 * bd["none"]["host_io"]
-    # IO tiles take the copies off the compute tiles entirely (at the price of 64 fewer tiles,
-    # which never makes compute cheaper; here the planner's best split uses 1408 tiles anyway)
-    assert bd["io_tiles"]["host_io"] == 0
+    # IO tiles take the copies off the compute tiles (at the price of 64 fewer tiles, which never
+    # makes compute cheaper; here the planner's best split uses 1408 tiles anyway): what is left of
+    # host_io is the compute tiles waiting, with nothing to do, for the IO tiles' first and last copies
+    assert 0 < bd["io_tiles"]["host_io"] < 0.02 * bd["prefetch"]["host_io"]
     assert bd["io_tiles"]["compute"] >= bd["none"]["compute"]
     assert runs["io_tiles"].executable.tiles == 1472 - 64
 

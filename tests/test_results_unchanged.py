@@ -157,7 +157,7 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                       'latency': '(0.00017385962264150943, 0.00025411320754717, 0.00024905316981132077)',
                       'compute_latency': '(0.00011348679245283018, 0.00021521962264150953, '
                                          '0.00020908562264150945)',
-                      'breakdown': '156f8a3f6959c75d'},
+                      'breakdown': '9f6b3a73183692fd'},
  'replicas_prefetch': {'cycle_count': 811550,
                        'trace': 'e76daaffb1928520',
                        'op_trace': 'ad0fe3dc31e35b5b',

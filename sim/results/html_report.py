@@ -91,7 +91,8 @@ def _breakdown(run: Run) -> str:
     share = table / (run.cycle_count or 1) * 100
     share.columns = [f"{c} %" for c in share.columns]
     return ("<p>Cycles per IPU by category (launch and exchange_setup are the fixed costs of compute sets and "
-            "exchange phases); each row adds up to the run's cycles.</p>"
+            "exchange phases; host_io and remote_io include the compute tiles' waits for copies on the IO "
+            "tiles); each row adds up to the run's cycles.</p>"
             + _frame(table.map(lambda v: f"{v:,}"))
             + "<p>The same as % of the run:</p>" + _frame(share.map(lambda v: f"{v:.1f}")))
 

@@ -241,7 +241,8 @@ def _breakdown_table(run: Run) -> list[str]:
     cols = list(CATEGORIES) + ["total"]
     widths = [max(len(c), len(f"{run.cycle_count:,}"), 7) + 2 for c in cols]
     out = ["breakdown (cycles; % of the run; launch and exchange_setup are the fixed costs of compute "
-           "sets and exchange phases)",
+           "sets and exchange phases; host_io and remote_io include the compute tiles' waits for copies on "
+           "the IO tiles)",
            f"  {'IPU':<5}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths))]
     total = run.cycle_count or 1
     for ipu, row in run.breakdown.iterrows():
