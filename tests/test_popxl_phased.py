@@ -350,3 +350,19 @@ def test_a_repeat_written_out_beyond_the_limit_is_refused(monkeypatch):
         assert len(ops.repeat(body, 50, x)) == 1  # 100 ops: written out
         with pytest.raises(NotModelledError, match=r"51 iterations x 2 ops is more than the 100 ops"):
             ops.repeat(body, 51, x)
+
+
+def test_call_module_outlines_a_submodule_under_its_name():
+    class Block(addons.Module):
+        def build(self, x):
+            (y,) = self.call_module(Linear(), name="layer")(x)
+            return y
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        facts, block = Block().create_graph(popxl.TensorSpec((8, 32), popxl.float32))
+        assert facts.keys_flat() == ["layer.weight"]
+        y, = block.bind(facts.init()).call(popxl.variable(np.zeros((8, 32), np.float32)))
+    assert y.shape == (8, 64) and _kinds(ir.main_graph).count("matmul") == 1
+    with pytest.raises(ValueError, match="autodiff must be"):
+        addons.Module().call_module(Linear(), autodiff="sometimes")

@@ -12,7 +12,7 @@ simulator (``ipusim script`` maps ``import popxl_addons`` here). Its replicated 
 loops) and the custom ops of tensor-parallel models (``ops.replicated_all_reduce_TP``,
 ``ops.rotary_pos_embed``, ``ops.layer_norm_distributed``, ``ops.cross_entropy_sharded_loss``,
 ``ops.grad_reduce_square_add``) are here too. What popxl-addons has beyond it (its other C++ custom
-ops, ``call_module``, routing tensors into graphs) is refused by name with
+ops, routing tensors into graphs) is refused by name with
 :class:`~sim.popxl.NotModelledError`.
 """
 

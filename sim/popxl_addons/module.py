@@ -179,6 +179,23 @@ class Module(popxl.Module):
             name = f"{scope}.{name}"
         return frame.qualified(name)
 
+    def call_module(self, module: "Module", name: str | None = None, autodiff: str = "auto", grads_provided=None,
+                    grads_required=None):
+        """A callable that builds ``module``'s graph from its arguments, adds its named inputs to this
+        module's under ``name`` (the module's class name by default) and calls the graph with them,
+        returning its outputs (popxl-addons' outlined call). ``autodiff`` and the grads arguments choose
+        how popxl-addons differentiates the call; here an autodiff of the caller's graph differentiates
+        the called graph's ops with it, whichever is given."""
+        if autodiff not in ("auto", "build_grad", "autodiff", "none"):
+            raise ValueError(f"call_module: autodiff must be 'auto', 'build_grad', 'autodiff' or 'none', got {autodiff!r}")
+        scope = name or type(module).__name__
+
+        def call(*args, **kwargs) -> tuple:
+            factories, graph = module.create_graph(*args, **kwargs)
+            outputs = len(graph.graph.outputs)  # an autodiff may add the activations its grad graph reads
+            return graph.bind(self.add_variable_inputs(scope, factories)).call(*args)[:outputs]
+        return call
+
     def add_variable_inputs(self, name: str, factories: NamedVariableFactories) -> NamedTensors:
         """A named input for each of ``factories``, under ``name`` (new inputs each call: a graph made
         once can then be bound to several sets of them)."""

@@ -140,7 +140,7 @@ class NamedVariableFactories(DotTree):
                                        for name, f in self.to_dict().items()})
 
     def init_undef(self, prefix: str | None = None) -> NamedTensors:
-        """As :meth:`init_zero`, the tensors left undefined (no fill in a subgraph)."""
+        """As :meth:`init_zero`, the tensors left undefined (``ops.init(..., "undef")`` in a subgraph)."""
         if popxl.gcg()._main:
             return self.init(prefix, empty=True)
         return NamedTensors.from_dict({name: popxl.ops.init(f.shape, f.dtype, _join(prefix, name), "undef")

@@ -644,9 +644,10 @@ def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = 
          replica_grouping=None, meta_shape: Iterable[int] | None = None) -> Tensor:
     """A tensor initialised on the device: in the main graph a constant of the simulated graph; in a
     subgraph (made each call, as gradient accumulators in a phase's graph) the output of a fill of
-    the tensor (``zero``: popops' zeroing, priced as a ``scale`` of each element; ``undef``: no work)
-    that lives only while it is used. ``replica_grouping`` changes nothing here, ``meta_shape`` is
-    kept (the whole shape of a replica shard)."""
+    the tensor (popops' zeroing, priced as a ``scale`` of each element; ``undef`` is priced the same,
+    a small overcount: the simulator has no op that makes a tensor without work) that lives only
+    while it is used. ``replica_grouping`` changes nothing here, ``meta_shape`` is kept (the whole
+    shape of a replica shard)."""
     g = _graph("ops.init")
     if init_type not in ("zero", "undef"):
         raise ValueError(f"ops.init: init_type must be 'zero' or 'undef', got {init_type!r}")
@@ -656,9 +657,8 @@ def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = 
         t = Tensor(g, g._new_tensor(name or "init", shape, dt, "constant"), shape, dt, get_current_context().ipu)
     else:
         seed = g._new_tensor(f"{name or 'init'}/value", (), dt, "constant")
-        kind = "scale" if init_type == "zero" else "identity"  # an undefined tensor: its memory, no work
         with g._building() as b:
-            out = b.op(kind, [seed], [shape], {"broadcast": True}, name=g._scoped(name or "init"))[0]
+            out = b.op("scale", [seed], [shape], {"broadcast": True}, name=g._scoped(name or "init"))[0]
         t = g._wrap(out, dt)
     t._meta_shape = tuple(meta_shape or ())
     return t
