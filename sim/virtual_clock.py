@@ -41,6 +41,7 @@ class _State:
         self.calls = 0  # device calls finished since install
         self.simulated = 0.0  # their simulated seconds
         self.by_label: dict[str, list] = {}  # what was called -> [calls, simulated seconds]
+        self.runs: dict[str, object] = {}  # what was called -> the simulation of its latest call
         self.lock = threading.Lock()
 
     def read(self, name: str):
@@ -73,7 +74,7 @@ def _clock(name: str):
 
 def reset() -> None:
     """Start counting device calls afresh (:func:`install` does too)."""
-    _STATE.calls, _STATE.simulated, _STATE.by_label = 0, 0.0, {}
+    _STATE.calls, _STATE.simulated, _STATE.by_label, _STATE.runs = 0, 0.0, {}, {}
 
 
 def install(host_time: bool = True) -> None:
@@ -118,13 +119,20 @@ def by_label() -> dict[str, tuple[int, float]]:
     return {label: (n, seconds) for label, (n, seconds) in _STATE.by_label.items()}
 
 
+def runs() -> dict:
+    """What was called (each call's ``label``) -> the simulation of its latest call (a ``sim.Run``),
+    for the calls that gave one, since :func:`install` or :func:`reset`."""
+    return dict(_STATE.runs)
+
+
 class DeviceCall:
-    """What a device call reports to the clock: :attr:`seconds`, its simulated time, and
-    :attr:`label`, what was called (a model and its system)."""
+    """What a device call reports to the clock: :attr:`seconds`, its simulated time,
+    :attr:`label`, what was called (a model and its system), and :attr:`run`, its simulation."""
 
     def __init__(self):
         self.seconds = 0.0
         self.label = "device call"
+        self.run = None
 
 
 @contextlib.contextmanager
@@ -152,3 +160,5 @@ def device_call() -> Iterator[DeviceCall]:
                 done = _STATE.by_label.setdefault(call.label, [0, 0.0])
                 done[0] += 1
                 done[1] += call.seconds
+                if call.run is not None:
+                    _STATE.runs[call.label] = call.run

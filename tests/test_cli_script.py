@@ -89,7 +89,11 @@ def test_popxl_script(tmp_path, capsys):
     '''
     code, out, err = _run(tmp_path, capsys, body)
     assert code == 0 and out["simulated"] <= out["elapsed"] <= out["simulated"] + 0.05  # as above
-    assert "1 simulated device call(s)" in err
+    assert "1 simulated device call(s)" in err and "breakdown (cycles" not in err
+    # --summary: the ipusim run report of the session's latest call, after the script
+    code, _, err = _run(tmp_path, capsys, body, flags=("--summary",))
+    assert code == 0 and err.count("breakdown (cycles") == 1 and "tile memory" in err
+    assert "on ipu-mk2, its latest call:" in err
 
 
 def test_exit_status(tmp_path, capsys):

@@ -41,6 +41,7 @@ from .argtypes import QUIET, add_verbosity, verbosity
 from .. import virtual_clock
 from ..errors import OptionsError, OutOfMemoryError
 from ..hardware.system import SYSTEM_ENV_VAR
+from ..results.report import format_summary
 
 #: the module names a script imports -> the simulator's module that stands for each
 FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.popdist", "popart": "sim.popart",
@@ -82,11 +83,13 @@ class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def run_script(path: str, argv: list[str], system: str | None = None, real_clock: bool = False,
-               quiet: bool = False, host_time: bool = True, stand_ins: dict[str, str] | None = None) -> int:
+               quiet: bool = False, host_time: bool = True, stand_ins: dict[str, str] | None = None,
+               summary: bool = False) -> int:
     """Run ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` on the simulator's front ends
     (and ``stand_ins``: module name -> the module imported for it); returns its exit code. Everything
     it changes (imports, clocks, argv, the system variable) is put back afterwards; unless ``quiet``,
-    a line on stderr gives the device calls simulated."""
+    a line on stderr gives the device calls simulated, and with ``summary`` the ``ipusim run`` report
+    of each model's or session's latest call (breakdown, memory, notes)."""
     script = Path(path)
     if not script.is_file():
         raise OptionsError(f"no script {path!r}: give the path of a Python file")
@@ -112,6 +115,7 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
     finally:
         calls, seconds = virtual_clock.totals()
         each = virtual_clock.by_label()
+        simulations = virtual_clock.runs()
         virtual_clock.uninstall()
         sys.meta_path.remove(finder)
         for name in set(sys.modules) - before:
@@ -128,6 +132,9 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
                   + (" (the script's clocks were real)" if real_clock else ""), file=sys.stderr)
             for label, (n, s) in each.items():
                 print(f"  {label}: {n} call(s), {s / n:.6g} s each", file=sys.stderr)
+        if summary:
+            for label, run in simulations.items():
+                print(f"\n{label}, its latest call:\n{format_summary(run)}", file=sys.stderr)
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -141,6 +148,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--module", dest="stand_ins", action="append", default=[], metavar="NAME=MODULE",
                    help="the script's import of NAME (and NAME.X) gets MODULE instead: a stand-in for a module the "
                         "simulator cannot run, such as a custom op compiled in C++ (repeatable)")
+    p.add_argument("--summary", action="store_true", help="after the script, the ipusim run report (breakdown, "
+                   "memory, notes) of each model's or session's latest call, on stderr")
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     add_verbosity(p)
@@ -174,4 +183,4 @@ def _cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
                 from None
         stand_ins[name] = module
     return run_script(args.script, args.args, args.system, args.real_clock, quiet=verbosity(args) == QUIET,
-                      host_time=args.host_time, stand_ins=stand_ins)
+                      host_time=args.host_time, stand_ins=stand_ins, summary=args.summary)

@@ -459,7 +459,7 @@ class PoplarExecutor:
         with device_call() as call:  # on a virtual clock (ipusim script), the call takes the simulated time
             written = self._write_optimizer() if self._optimizer_write_due else 0.0
             out = self._call(args, kwargs)
-            call.seconds = written + self._run.seconds
+            call.seconds, call.run = written + self._run.seconds, self._run
             call.label = (f"{type(self._user_model).__name__} ({'trainingModel' if self._training else 'inferenceModel'}) "
                           f"on {self._executable.system.name}")
         return out

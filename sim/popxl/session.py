@@ -465,7 +465,7 @@ class Session:
                 arr[...] = 0
             if self._run is None:
                 self._run = run_executable(self._executable)
-            call.seconds = self._run.seconds
+            call.seconds, call.run = self._run.seconds, self._run
             call.label = f"popxl Session of Ir {self._ir.id} on {self._executable.system.name}"
         self._runs += 1
 
