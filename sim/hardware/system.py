@@ -86,6 +86,8 @@ class HostLink:
     latency_s: float  # one stream copy's fixed cost (request, doorbell, completion)
     host_sync_cycles: int  # one IPU-host sync
     ipus_per_link: int  # IPUs sharing one host link
+    popxl_run_s: float  # the host's fixed work in one PopXL Session.run, beside the device's (seconds)
+    popxl_stream_s: float  # the host's fixed work per stream load or store of a run, per replica (seconds)
 
 
 @dataclass(frozen=True)
@@ -338,6 +340,10 @@ _RANGES = {
                       "(2.88e-6), so more than a millisecond is a unit slip"),
     "latency_s": (0, 1.0, "s", "seconds per stream copy: the fixed cost is microseconds (5.0e-6), so more "
                   "than a second is a unit slip"),
+    "popxl_run_s": (0, 1.0, "s", "seconds of host work a PopXL Session.run takes beside the device's: about "
+                    "half a millisecond (5.8e-4)"),
+    "popxl_stream_s": (0, 1.0, "s", "seconds of host work per stream load or store of a PopXL run, per "
+                       "replica: tens of microseconds (3.4e-5)"),
     "ipus_per_link": (1, 64, "IPUs", "IPUs sharing one host link: 4 behind an IPU-M2000 gateway; the simulator "
                       "simulates every replica behind one link"),
     "bytes_per_ipu": (0, 2**44, "bytes", "streaming memory per IPU: 112 GB on an IPU-M2000"),

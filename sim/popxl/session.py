@@ -324,6 +324,15 @@ class Session:
         notes += ir._notes
         notes += [f"ir.options.{k}={v!r}: accepted, no modelled effect"
                   for k, v in ir.options.items() if k not in ir.options.MODELLED]
+        link = sys_.host_link
+        streams = ir.main_graph._io_count
+        per_pass = max(streams.values(), default=1)
+        copies = sum(streams.values()) * ir.num_host_transfers / per_pass * ir.instance_replication_factor
+        self._host_seconds = link.popxl_run_s + link.popxl_stream_s * copies  # PopXL's own work in a run
+        notes.append(f"each session.run also takes {self._host_seconds * 1e3:.3g} ms of host work beside the device's "
+                     f"({link.popxl_run_s * 1e3:.3g} ms a run and {link.popxl_stream_s * 1e6:.3g} us for each of its "
+                     f"{copies:g} stream loads and stores over its replicas, FITTED: configs): a script's timings "
+                     "(ipusim script) count it, the cycle count does not")
         self._executable.notes[:0] = notes
         self._run = None
         self._runs = 0
@@ -465,7 +474,7 @@ class Session:
                 arr[...] = 0
             if self._run is None:
                 self._run = run_executable(self._executable)
-            call.seconds, call.run = self._run.seconds, self._run
+            call.seconds, call.run = self._run.seconds + self._host_seconds, self._run
             call.label = f"popxl Session of Ir {self._ir.id} on {self._executable.system.name}"
         self._runs += 1
 
