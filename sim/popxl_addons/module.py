@@ -187,7 +187,8 @@ class Module(popxl.Module):
         how popxl-addons differentiates the call; here an autodiff of the caller's graph differentiates
         the called graph's ops with it, whichever is given."""
         if autodiff not in ("auto", "build_grad", "autodiff", "none"):
-            raise ValueError(f"call_module: autodiff must be 'auto', 'build_grad', 'autodiff' or 'none', got {autodiff!r}")
+            raise ValueError(f"call_module: autodiff must be 'auto', 'build_grad', 'autodiff' or 'none', "
+                             f"got {autodiff!r}")
         scope = name or type(module).__name__
 
         def call(*args, **kwargs) -> tuple:
