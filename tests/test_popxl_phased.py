@@ -208,6 +208,7 @@ def test_batch_serialised_phases_load_and_store_every_step():
         session.run({images: np.zeros((4, 2, 8, 32), np.float32), labels: np.zeros((4, 2, 8), np.int32)})
     run = session.simulation
     assert session._executable.options.device_iterations == 1 and not session._executable.training
+    assert run.samples == 8 * 4 * 2  # the pass's 4 micro-batches of 8 on each of 2 replicas
     assert "remote buffer copies run on the 32 IO tiles" in " ".join(session._executable.notes)
     assert run.breakdown.loc[0, "host_io"] > 0  # the images and labels, a step at a time
 
