@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import OptionsError
 from ..options import comm_group
@@ -142,18 +143,25 @@ def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: i
     ipu_link = system.ipu_link
     fixed = system.seconds_to_cycles(ipu_link.reduce_step_s if reduces else ipu_link.gather_step_s) + sync
     overhead = max(0, fixed - ipu_link.latency_cycles)  # the step's own cost, its first hop's latency aside
-    leaving = Counter(system.chassis_of(a) for a, b in edges if crosses_gw_link(system, a, b))
+    most_hops, most_leaving = _edge_extremes(system, tuple(edges))
     worst = 0
-    for a, b in edges:
-        if crosses_gw_link(system, a, b):
-            link = system.gw_link
-            share = leaving[system.chassis_of(a)] * max(1, concurrent)
-            cycles = link.latency_cycles + system.seconds_to_cycles(nbytes * share / link.bytes_per_s)
-        else:
-            cycles = (ipu_link.latency_cycles * max(1, hops(system, a, b))
-                      + system.seconds_to_cycles(nbytes / ipu_link.bytes_per_s))
-        worst = max(worst, cycles)
+    if most_leaving:  # every edge carries the same bytes: the most shared GW-Link edge is the slowest
+        link = system.gw_link
+        worst = link.latency_cycles + system.seconds_to_cycles(nbytes * most_leaving * max(1, concurrent)
+                                                               / link.bytes_per_s)
+    if most_hops:  # and the IPU-Link edge of the most hops
+        worst = max(worst, ipu_link.latency_cycles * most_hops
+                    + system.seconds_to_cycles(nbytes / ipu_link.bytes_per_s))
     return overhead + worst
+
+
+@lru_cache(maxsize=4096)
+def _edge_extremes(system: System, edges: tuple[Edge, ...]) -> tuple[int, int]:
+    """(most IPU-Link hops of an edge that stays in its POD, most edges leaving one chassis over its
+    GW-Links): all a step's time depends on of its edges (0 where there is no such edge)."""
+    leaving = Counter(system.chassis_of(a) for a, b in edges if crosses_gw_link(system, a, b))
+    most_hops = max((max(1, hops(system, a, b)) for a, b in edges if not crosses_gw_link(system, a, b)), default=0)
+    return most_hops, max(leaving.values(), default=0)
 
 
 def _phases(system, op: str, steps: int, edges: list[Edge], chunk: float, concurrent: int, sync: int) -> tuple:
