@@ -382,3 +382,15 @@ def test_a_session_run_takes_popxl_host_work_beside_the_device():
     with session:
         session.run({images: np.zeros((4, 2, 8, 32), np.float32), labels: np.zeros((4, 2, 8), np.int32)})
     assert session.simulation.seconds == pytest.approx(session.cycle_count / 1.325e9)  # device time only
+
+
+def test_factories_draw_up_to_a_budget_then_give_zeros(monkeypatch):
+    import sim.popxl_addons.variable_factory as factory_module
+    monkeypatch.setattr(factory_module, "DRAW_BUDGET_BYTES", 1000)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        small = addons.VariableFactory(lambda: np.ones((10, 10)), popxl.float32, "small").create_var()  # 400 B
+        big = addons.VariableFactory(lambda: np.ones((20, 20)), popxl.float32, "big").create_var()  # 1,600 B
+    assert ir._drawn_bytes == 400 and (small._data == 1).all()  # drawn
+    assert big._data.shape == (20, 20) and not big._data.any() and big._data.strides == (0, 0)  # a zero view
+    assert "variable data beyond the first 0 MiB" in " ".join(ir._notes)

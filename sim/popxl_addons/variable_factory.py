@@ -13,8 +13,9 @@ from .dot_tree import DotTree
 from .named_replica_grouping import NamedReplicaGrouping
 from .named_tensors import NamedTensors
 
-#: host bytes of variable data an Ir's factories draw (their ``data_fn``) before they give zeros instead
-DRAW_BUDGET_BYTES = 1 << 30
+#: host bytes of variable data an Ir's factories draw (their ``data_fn``) before they give zeros instead:
+#: a tutorial's model is drawn whole; drawing a multi-billion-parameter model's took the simulator minutes
+DRAW_BUDGET_BYTES = 64 << 20
 
 
 class VariableFactory:
@@ -69,7 +70,7 @@ class VariableFactory:
         nbytes = math.prod(shape) * self.dtype.itemsize
         if not empty and ir._drawn_bytes + nbytes > DRAW_BUDGET_BYTES:
             empty = True  # a model bigger than the budget: its values would only fill the host's memory
-            ir._note(f"variable data beyond the first {DRAW_BUDGET_BYTES >> 30} GiB an Ir's factories draw is not "
+            ir._note(f"variable data beyond the first {DRAW_BUDGET_BYTES >> 20} MiB an Ir's factories draw is not "
                      "drawn: those variables hold zeros (the simulator computes no values)")
         if empty:
             return np.broadcast_to(np.zeros((), self.dtype.as_numpy()), shape)
