@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: most ops one ``ops.repeat`` may copy into its caller (iterations x ops of the body): Graphcore's GPT-3
 #: 2.7B pre-training repeats its 32 backward phases of 64 micro-batches, about 500,000 ops, which the
-#: simulator builds and runs in two minutes and 4 GB
+#: simulator builds and runs in about a minute and 3.5 GB
 MAX_INLINED_OPS = 1_000_000
 
 
