@@ -292,8 +292,7 @@ class Session:
         graph, io_notes = place_on_io_tiles(graph, options.TensorLocations.num_io_tiles, sys_.ipu)
         loads = ir.main_graph._transfers_per_pass()
         if loads > 1 and not ir._pipeline_steps:  # a loop written out: a pass's rows are its micro-batches'
-            graph = graph.copy() if graph is ir.main_graph.sim_graph else graph
-            graph.micro_batch = graph.micro_batch_rows() * loads
+            graph.micro_batch = graph.micro_batch_rows() * loads  # what the run reports, not what it prices
             io_notes.append(f"a pass of the main graph loads its streams {loads} times (a loop written out): the "
                             f"summary's micro-batch is the pass's {graph.micro_batch} rows")
         self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer)

@@ -135,16 +135,16 @@ class NamedVariableFactories(DotTree):
         main graph they are variables of zeros (``init(empty=True)``), so that accumulators made there
         are state the simulated training can keep; in a subgraph (a phase's gradient accumulators)
         each is zeroed on every call and lives only while it is used."""
-        if popxl.gcg()._main:
-            return self.init(prefix, empty=True)
-        return NamedTensors.from_dict({name: popxl.ops.init(f.shape, f.dtype, _join(prefix, name), "zero")
-                                       for name, f in self.to_dict().items()})
+        return self._init_here(prefix, "zero")
 
     def init_undef(self, prefix: str | None = None) -> NamedTensors:
         """As :meth:`init_zero`, the tensors left undefined (``ops.init(..., "undef")`` in a subgraph)."""
+        return self._init_here(prefix, "undef")
+
+    def _init_here(self, prefix: str | None, init_type: str) -> NamedTensors:
         if popxl.gcg()._main:
             return self.init(prefix, empty=True)
-        return NamedTensors.from_dict({name: popxl.ops.init(f.shape, f.dtype, _join(prefix, name), "undef")
+        return NamedTensors.from_dict({name: popxl.ops.init(f.shape, f.dtype, _join(prefix, name), init_type)
                                        for name, f in self.to_dict().items()})
 
 

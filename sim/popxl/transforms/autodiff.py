@@ -142,13 +142,8 @@ def _build_grad_graph(info: GradGraphInfo) -> None:
     dst = grad.sim_graph
     mapping: dict[str, str] = {}
 
-    def new_input(name: str, like: Tensor) -> str:
-        x = Tensor(grad, grad._new_tensor(name, like.shape, like.dtype, "input"), like.shape, like.dtype, like._ipu)
-        grad._inputs.append(x)
-        return x._sim
-
     for t, seed in zip(info._provided, seeds):
-        mapping[seed] = new_input(f"grad_{t.id}", t)
+        mapping[seed] = _input_like(grad, t, f"grad_{t.id}")._sim
     exposed = {t._sim: t for t in (*fwd._inputs, *fwd._outputs)}
     for op in backward:
         for i in op.inputs:
@@ -164,7 +159,7 @@ def _build_grad_graph(info: GradGraphInfo) -> None:
                 exposed[i]._ipu = producer.ipu if producer is not None else None
                 fwd._outputs.append(exposed[i])
             info._fwd_inputs.append(exposed[i])
-            mapping[i] = new_input(i, exposed[i])
+            mapping[i] = _input_like(grad, exposed[i], i)._sim
         outs = []
         for o in op.outputs:
             t = scratch.tensors[o]
@@ -216,8 +211,9 @@ def recompute_grad_graph(info: GradGraphInfo) -> GradGraphInfo:
     return new
 
 
-def _input_like(g: Graph, t: Tensor) -> Tensor:
-    x = Tensor(g, g._new_tensor(t.id.split("/")[-1], t.shape, t.dtype, "input"), t.shape, t.dtype, t._ipu)
+def _input_like(g: Graph, t: Tensor, name: str | None = None) -> Tensor:
+    """A new input of ``g`` with ``t``'s shape, dtype and IPU (named ``name``, else as ``t``)."""
+    x = Tensor(g, g._new_tensor(name or t.id.split("/")[-1], t.shape, t.dtype, "input"), t.shape, t.dtype, t._ipu)
     g._inputs.append(x)
     return x
 
