@@ -17,7 +17,6 @@ Tensor ``role`` says how a tensor lives:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -127,6 +126,14 @@ class Op:
     forward_of: str | None = None  # for a backward op: the forward op it differentiates
 
 
+def _clone(item, **changes):
+    """A shallow copy of a :class:`Tensor` or :class:`Op` with ``changes`` (what ``dataclasses.replace``
+    gives, without running ``__init__`` again: a graph copy clones every tensor and op)."""
+    new = object.__new__(type(item))
+    new.__dict__.update(item.__dict__, **changes)
+    return new
+
+
 def _unused_name(base: str, taken) -> str:
     """``base``, or ``base_2``, ``base_3``, ... : the first not in ``taken``."""
     name, k = base, 1
@@ -223,9 +230,9 @@ class Graph:
     def copy(self) -> "Graph":
         """A copy whose tensors and ops can be changed without touching this graph."""
         new = Graph(self.name)
-        new.tensors = {k: dataclasses.replace(t) for k, t in self.tensors.items()}
-        new.ops = [dataclasses.replace(op, inputs=list(op.inputs), outputs=list(op.outputs),
-                                       attrs=dict(op.attrs)) for op in self.ops]
+        new.tensors = {k: _clone(t) for k, t in self.tensors.items()}
+        new.ops = [_clone(op, inputs=list(op.inputs), outputs=list(op.outputs), attrs=dict(op.attrs))
+                   for op in self.ops]
         new.inputs, new.outputs = list(self.inputs), list(self.outputs)
         new.loss, new.training, new.overlap = self.loss, self.training, dict(self.overlap)
         new.micro_batch_losses = list(self.micro_batch_losses)

@@ -16,8 +16,13 @@ from ..module import Module
 VOCAB_GRAIN = 16
 
 
+#: draws the layers' initial weights (values the simulator never reads; float32 draws are the cheap ones)
+_RNG = np.random.default_rng(0)
+
+
 def _normal(shape) -> np.ndarray:
-    return np.random.normal(0.0, 0.02, shape)
+    """Initial weights of ``shape``: normal, standard deviation 0.02 (float32)."""
+    return _RNG.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
 
 
 class Linear(Module):
