@@ -394,3 +394,107 @@ def test_factories_draw_up_to_a_budget_then_give_zeros(monkeypatch):
     assert ir._drawn_bytes == 400 and (small._data == 1).all()  # drawn
     assert big._data.shape == (20, 20) and not big._data.any() and big._data.strides == (0, 0)  # a zero view
     assert "variable data beyond the first 0 MiB" in " ".join(ir._notes)
+
+
+# --- popxl-addons' build_grad and called_graphs_grad_info --------------------------------------------------
+
+
+class _HandLinear(addons.Module):
+    """popxl-addons' own build_grad example (Module.create_grad_graph's docstring): x @ w + b."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.features = features
+
+    def build(self, x):
+        w = self.add_variable_input("w", partial(np.zeros, (x.shape[-1], self.features)), popxl.float32)
+        b = self.add_variable_input("b", partial(np.zeros, (self.features,)), popxl.float32)
+        self.aux["x"] = x
+        self.aux["w"] = w
+        return (x @ w) + b
+
+    def build_grad(self, dy):
+        self.var_grad["b"] = ops.sum(dy, 0)
+        self.var_grad["w"] = (dy.T @ self.aux["x"]).T
+        return dy @ self.aux["w"].T
+
+
+def test_build_grad_writes_the_grad_graph_and_stitches_what_it_reads():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.zeros((16, 32), np.float32), name="x")
+        _, fwd = _HandLinear(8).create_graph(x)
+        grad = fwd.autodiff()  # method "auto": the module writes its own
+    info = grad.grad_graph_info
+    assert info.explicit_error is None
+    # the ops build_grad wrote, not the backward rules': a reduction, two transposes around a matmul, a matmul
+    assert sorted(_kinds(grad.graph)) == sorted(["reduce_sum", "transpose", "matmul", "transpose", "transpose",
+                                                 "matmul"])
+    kinds = [c.connection_type for c in info.expected_inputs]
+    assert kinds == [ExpectedConnectionType.FwdGrad, ExpectedConnectionType.Fwd, ExpectedConnectionType.Fwd]
+    x_in, w_in, b_in = fwd.graph.inputs
+    # aux read in build_grad order: x, then w (w is already an input; x too): both forward inputs
+    assert [c.fwd_tensor for c in info.expected_inputs[1:]] == [x_in, w_in]
+    # outputs: build_grad's return (dx), then var_grad in grads_required order (w, b)
+    assert [c.fwd_tensor for c in info.expected_outputs] == [x_in, w_in, b_in]
+    assert [t.shape for t in grad.graph.outputs] == [(16, 32), (32, 8), (8,)]
+    with pytest.raises(popxl.errors.PopXLError, match="already differentiated"):
+        fwd.autodiff()
+
+
+class _DoubleGrad(addons.Module):
+    """y = gelu(x); its gradient written by hand as 2 dy (a 'mul', where gelu's rule makes a gelu_grad)."""
+
+    def build(self, x):
+        return ops.gelu(x)
+
+    def build_grad(self, dy):
+        return dy * 2.0
+
+
+class _Parent(addons.Module):
+    def build(self, x):
+        h = x @ self.add_variable_input("w", partial(np.zeros, (x.shape[-1], x.shape[-1])), popxl.float32)
+        (y,) = self.call_module(_DoubleGrad())(h)
+        return y
+
+
+def test_call_module_gives_the_callers_autodiff_the_modules_own_gradient():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.zeros((4, 8), np.float32), name="x")
+        _, fwd = _Parent().create_graph(x)
+        assert len(fwd.called_graphs_grad_info) == 1
+        grad = addons.autodiff(fwd)
+    kinds = _kinds(grad.graph)
+    assert "mul" in kinds and "gelu_grad" not in kinds
+    assert kinds.count("matmul") == 2  # the caller's own matmul still by its backward rules (dx and dw)
+    # with the plain autodiff instead (the called graph's ops differentiated inline) it is gelu's rule
+    with ir.main_graph:
+        _, fwd2 = _Parent().create_graph(x)
+        plain = popxl.transforms.autodiff(fwd2.graph)
+    assert "gelu_grad" in _kinds(plain.graph) and "mul" not in _kinds(plain.graph)
+
+
+def test_build_grad_misuse_is_named():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.zeros((4, 8), np.float32), name="x")
+        with pytest.raises(popxl.errors.PopXLError, match="can be read only inside build_grad"):
+            _HandLinear(8).aux["x"]
+
+        class Inline(addons.Module):
+            def build(self, x):
+                return _DoubleGrad()(x)
+        with pytest.raises(popxl.errors.PopXLError, match="implements build_grad but is called inline"):
+            Inline().create_graph(x)
+
+        class NoBias(_HandLinear):
+            def build_grad(self, dy):
+                self.var_grad["w"] = (dy.T @ self.aux["x"]).T
+                return dy @ self.aux["w"].T
+        _, fwd = NoBias(8).create_graph(x)
+        with pytest.raises(popxl.errors.PopXLError, match="no var_grad for b"):
+            fwd.autodiff()
+        with pytest.raises(ValueError, match="graph caching"):
+            _DoubleGrad(cache=True)

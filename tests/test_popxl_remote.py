@@ -374,7 +374,7 @@ def test_remote_loads_on_io_tiles_overlap_compute():
     graph = overlapped.executable.graph
     assert [graph.tensors[f"w{i}_loaded"].location for i in range(4)] == ["io_tiles"] * 4
     # without ops.io_tile_copy the copies are inserted before the ops that read them, as PopART does
-    assert any(n.startswith("IO-tile copies inserted as PopART's IoComputeTileCopy") for n in implicit.executable.notes)
+    assert any("IO-tile copies inserted as PopART's IoComputeTileCopy" in n for n in implicit.executable.notes)
     assert len(implicit.simulation.trace.query("name.str.startswith('io-tile copy')", engine="python")) == 4
 
 

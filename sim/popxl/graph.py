@@ -57,6 +57,8 @@ class Graph:
         self._held_copies: dict[tuple[str, str], str] = {}  # (graph, its constant or weight) -> the copy here
         self._last_mapping: dict[str, str] = {}  # the last call's: sim tensor of the called graph -> this graph's
         self._called: list[Graph] = []  # the graphs this one calls or repeats, in the order first called
+        #: each call spliced in: (the called graph, its tensors -> this graph's, the names of the ops it made here)
+        self._call_sites: list[tuple[Graph, dict[str, str], frozenset[str]]] = []
         ir._graphs.append(self)
 
     # --- PopXL's surface ---------------------------------------------------------------------
@@ -288,6 +290,7 @@ class Graph:
                     self._held_copies[key] = dst.add_tensor(dst.unique_tensor_name(f"{prefix}/{t.name}"), t.shape,
                                                             t.dtype, t.role).name
                 mapping[t.name] = self._held_copies[key]
+        first = len(dst.ops)
         for op in src.ops:
             name = dst.unique_op_name(f"{prefix}/{op.name}")
             outs = []
@@ -310,6 +313,7 @@ class Graph:
         self._io_repeats += sub._io_repeats
         self._io_ops += sub._io_ops
         self._last_mapping = mapping  # for the CallSiteInfo: any tensor of ``sub`` -> what it became here
+        self._call_sites.append((sub, mapping, frozenset(op.name for op in dst.ops[first:])))
         outs = []
         for t in sub._outputs:
             w = self._wrap(mapping[t._sim], t.dtype)

@@ -59,10 +59,16 @@ def place_on_io_tiles(graph: Graph, io_tiles: int, ipu) -> tuple[Graph, list[str
     remote = sum(1 for op in uses if op.kind in ("remote_load", "remote_store"))
     notes = [f"{remote} remote buffer copies run on the {io_tiles} IO tiles of their IPU, alongside the compute tiles"]
     if inserted:
-        notes.append(f"IO-tile copies inserted as PopART's IoComputeTileCopy does, where the compute tiles read a "
-                     f"tensor on the IO tiles or a store on them writes one from the compute tiles: "
-                     f"{', '.join(sorted(set(inserted)))}")
+        names = sorted(set(inserted))
+        shown = ", ".join(names[:NOTED_COPIES]) + (f" and {len(names) - NOTED_COPIES} more" if len(names) > NOTED_COPIES
+                                                   else "")
+        notes.append(f"{len(names)} IO-tile copies inserted as PopART's IoComputeTileCopy does, where the compute tiles "
+                     f"read a tensor on the IO tiles or a store on them writes one from the compute tiles: {shown}")
     return g, notes
+
+
+#: how many of the inserted copies the note names (the op trace lists every one)
+NOTED_COPIES = 5
 
 
 def _stores_from_io(op: Op) -> bool:

@@ -34,12 +34,17 @@ class GraphWithNamedArgs:
     graph made by :func:`~sim.popxl_addons.transforms.autodiff` also has its ``grad_graph_info``."""
 
     def __init__(self, graph: popxl.Graph, args: NamedTensors | None = None, grad_graph_info=None, builder=None,
-                 accumulation=None):
+                 accumulation=None, from_module=None, aux=None, called_graphs_grad_info=None):
         self.graph = graph
         self.args = args if args is not None else NamedTensors()
         self._grad_graph_info = grad_graph_info
         self._builder = builder  # a module's graph: how to build it again inline (module._Builder)
         self._accumulation = accumulation  # a grad graph that accumulates (transforms.Accumulation)
+        self._from_module = from_module  # the module that built it (its build_grad, if it writes one)
+        self._aux = aux  # the tensors its build kept for build_grad (module._Aux)
+        #: graphs it calls (call_module) -> their grad graphs, used when this graph is differentiated
+        self.called_graphs_grad_info = dict(called_graphs_grad_info or {})
+        self.autodiff_applied = False
 
     @property
     def grad_graph_info(self):
@@ -59,7 +64,29 @@ class GraphWithNamedArgs:
 
     def copy(self) -> "GraphWithNamedArgs":
         return GraphWithNamedArgs(self.graph, self.args.copy(), self._grad_graph_info, self._builder,
-                                  self._accumulation)
+                                  self._accumulation, self._from_module, self._aux, self.called_graphs_grad_info)
+
+    def autodiff(self, grads_provided=None, grads_required=None, called_graphs_grad_info=None, method: str = "auto",
+                 force: bool = False) -> "GraphWithNamedArgs":
+        """The grad graph of this graph: the module's own (``build_grad``) with ``method`` "auto" or
+        "build_grad" when it writes one, else :func:`~sim.popxl_addons.transforms.autodiff`'s. Once
+        only (it adds outputs to this graph), unless ``force``."""
+        from .transforms import autodiff
+        if method not in ("auto", "build_grad", "autodiff"):
+            raise ValueError(f"`method` should be one of 'auto', 'build_grad' or 'autodiff'. Not: {method}")
+        if self.autodiff_applied and not force:
+            raise PopXLError(f"graph {self.graph.name!r} was already differentiated (autodiff adds outputs to it); "
+                             "pass force=True to do it again")
+        module = self._from_module
+        if method != "autodiff" and module is not None and module.implements_grad_graph:
+            grad = module.create_grad_graph(self, grads_provided, grads_required)
+        elif method == "build_grad":
+            raise PopXLError(f"graph {self.graph.name!r}: method 'build_grad' needs a graph made by a module that "
+                             "implements build_grad")
+        else:
+            grad = autodiff(self, grads_provided, grads_required, called_graphs_grad_info)
+        self.autodiff_applied = True
+        return grad
 
     def print_schedule(self) -> str:
         """The graph's ops in order, one a line (kind, name, input and output shapes)."""

@@ -18,6 +18,7 @@ import numpy as np
 from .. import popxl
 from ..popxl.errors import PopXLError
 from .named_tensors import NamedTensors
+from ..popxl.transforms.autodiff import GradGraphInfo
 from .graph import GraphWithNamedArgs
 from .variable_factory import NamedVariableFactories, VariableFactory
 
@@ -36,6 +37,7 @@ class _Frame:
         self.factories = NamedVariableFactories()
         self.args = NamedTensors()
         self.bound = bound
+        self.called: dict = {}  # graphs called with call_module -> their grad graphs (called_graphs_grad_info)
 
     def qualified(self, name: str) -> str:
         return ".".join(self.scopes + [name])
@@ -87,6 +89,55 @@ class _Builder:
             _BUILDING.pop()
 
 
+class _Aux:
+    """A module's ``aux``: tensors ``build`` keeps for its ``build_grad`` (popxl-addons' stitching).
+    Read inside ``build_grad`` (through :meth:`Module.create_grad_graph`), a tensor becomes an input
+    of the grad graph, fed at the call by the forward tensor (added to the forward graph's outputs)."""
+
+    def __init__(self):
+        self._stored: dict = {}
+        self._read: dict = {}  # key -> the grad graph's input made for it
+        self.reading = False
+
+    def __setitem__(self, key, value) -> None:
+        self._stored[key] = value
+
+    def __getitem__(self, key):
+        if not self.reading:
+            raise PopXLError("Module.aux can be read only inside build_grad (called by create_grad_graph or autodiff)")
+        value = self._stored[key]
+        if not isinstance(value, popxl.Tensor):
+            return value
+        if key not in self._read:
+            self._read[key] = popxl.graph_input(value.shape, value.dtype, str(key), meta_shape=value.meta_shape)
+        return self._read[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self._stored
+
+    def stitched(self) -> list[tuple]:
+        """(forward tensor, grad graph input) of each tensor ``build_grad`` read, in the order read."""
+        return [(self._stored[k], x) for k, x in self._read.items()]
+
+
+class _VarGrads(dict):
+    """A module's ``var_grad``: inside ``build_grad``, the gradient of each named input (variable) by
+    its name; it must have the variable's shape."""
+
+    def __init__(self, variables: dict):
+        super().__init__()
+        self._variables = variables
+
+    def __setitem__(self, name, t) -> None:
+        if name not in self._variables:
+            raise KeyError(f"var_grad[{name!r}]: not a variable whose gradient is required "
+                           f"({', '.join(self._variables) or 'none'})")
+        if not isinstance(t, popxl.Tensor) or t.shape != self._variables[name].shape:
+            raise ValueError(f"var_grad[{name!r}]: the gradient must be a tensor of the variable's shape "
+                             f"{self._variables[name].shape}, got {getattr(t, 'shape', type(t).__name__)}")
+        super().__setitem__(name, t)
+
+
 def _frame(where: str) -> _Frame:
     if not _BUILDING:
         raise PopXLError(f"{where}: no graph is being built; call it inside a Module's build (through "
@@ -97,9 +148,33 @@ def _frame(where: str) -> _Frame:
 class Module(popxl.Module):
     """Subclass it and define ``build``; see the module docstring."""
 
-    def __init__(self, cache: "GraphCache | bool | None" = None):
+    def __init__(self, cache: "GraphCache | bool | None" = None, grad_inlining_error: str = "error"):
         object.__setattr__(self, "_scope", None)
         object.__setattr__(self, "_cache", GraphCache() if cache is True else (cache or None))
+        object.__setattr__(self, "_aux", _Aux())
+        object.__setattr__(self, "_var_grad", _VarGrads({}))
+        object.__setattr__(self, "_grad_inlining_error", grad_inlining_error)
+        if self._cache is not None and self.implements_grad_graph:
+            raise ValueError("You cannot use graph caching if you have implemented `build_grad`.")
+
+    @property
+    def aux(self) -> _Aux:
+        return self.__dict__.setdefault("_aux", _Aux())  # a subclass may not call Module.__init__
+
+    @property
+    def var_grad(self) -> _VarGrads:
+        return self.__dict__.setdefault("_var_grad", _VarGrads({}))
+
+    @property
+    def implements_grad_graph(self) -> bool:
+        """Does the module write its own gradient (``build_grad``)?"""
+        return type(self).build_grad is not Module.build_grad
+
+    def build_grad(self, *grads):
+        """The gradient graph's ops, written by the module (popxl-addons): given the gradients of the
+        forward graph's outputs, return those of its non-variable inputs and set ``var_grad[name]``
+        for each variable; ``aux[key]`` reads a tensor ``build`` kept."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement build_grad")
 
     def __setattr__(self, key: str, value) -> None:
         if isinstance(value, Module) and not key.startswith("_") and getattr(value, "_scope", None) is None:
@@ -115,6 +190,13 @@ class Module(popxl.Module):
     def __call__(self, *args, **kwargs):
         """``build`` inline, in the graph being built, under this module's name scope."""
         frame = _frame(f"{type(self).__name__}(...)")
+        if (self.implements_grad_graph and frame.root is not self
+                and self.__dict__.get("_grad_inlining_error", "error") != "none"):
+            msg = (f"{type(self).__name__} implements build_grad but is called inline, where its build_grad is not "
+                   "used; call its graph (self.call_module(module)(...)) instead")
+            if self.__dict__.get("_grad_inlining_error", "error") == "error":
+                raise PopXLError(msg)
+            popxl.gcg().ir._note(msg)
         scope = getattr(self, "_scope", None)
         if scope:
             frame.scopes.append(scope)
@@ -136,11 +218,68 @@ class Module(popxl.Module):
         ir = popxl.gcg().ir
         frame = _Frame(self)
         _BUILDING.append(frame)
+        object.__setattr__(self, "_aux", _Aux())
         try:
             graph = ir.create_graph(self.build, *args, **kwargs)
         finally:
             _BUILDING.pop()
-        return frame.factories, GraphWithNamedArgs(graph, frame.args, builder=_Builder(self, args, kwargs))
+        named = GraphWithNamedArgs(graph, frame.args, builder=_Builder(self, args, kwargs), from_module=self,
+                                   aux=self.aux, called_graphs_grad_info=frame.called)
+        object.__setattr__(self, "_aux", _Aux())  # the graph holds what build kept, not the module
+        return frame.factories, named
+
+    def create_grad_graph(self, fwd_graph: GraphWithNamedArgs, grads_provided=None,
+                          grads_required=None) -> GraphWithNamedArgs:
+        """The grad graph ``build_grad`` writes for ``fwd_graph`` (this module's graph): its inputs the
+        gradients of ``grads_provided`` (by default every output) then the tensors ``build_grad`` read
+        from ``aux`` (added to the forward graph's outputs, so ``grad_graph_info.inputs_dict`` of the
+        forward call feeds them), its outputs the gradients of ``grads_required`` (by default every
+        input): ``build_grad``'s returns for the non-variable ones, then ``var_grad``'s in that order."""
+        if not self.implements_grad_graph:
+            raise PopXLError(f"{type(self).__name__}.create_grad_graph: the module does not implement build_grad")
+        fwd = fwd_graph.graph
+        provided = list(fwd.outputs if grads_provided is None else grads_provided)
+        required = list(fwd.inputs if grads_required is None else grads_required)
+        for t in provided:
+            if t not in fwd.outputs:
+                raise PopXLError(f"create_grad_graph: {t!r} in grads_provided is not an output of {fwd.name!r}")
+        for t in required:
+            if t not in fwd.inputs:
+                raise PopXLError(f"create_grad_graph: {t!r} in grads_required is not an input of {fwd.name!r}")
+        name_of = {t: name for name, t in fwd_graph.args.to_dict().items()}
+        variables = {name_of[t]: t for t in required if t in name_of}
+        others = [t for t in required if t not in name_of]
+        aux = fwd_graph._aux
+        object.__setattr__(self, "_aux", aux)
+        object.__setattr__(self, "_var_grad", _VarGrads(variables))
+        aux.reading = True
+        try:
+            grad = popxl.gcg().ir.create_graph(self.build_grad, *provided)
+            var_grads = dict(self.var_grad)
+        finally:
+            aux.reading = False
+            object.__setattr__(self, "_aux", _Aux())
+            object.__setattr__(self, "_var_grad", _VarGrads({}))
+        missing = [name for name in variables if name not in var_grads]
+        if missing:
+            raise PopXLError(f"{type(self).__name__}.build_grad: no var_grad for {', '.join(missing)}; set one for "
+                             "each variable whose gradient is required, or leave it out of grads_required")
+        if len(grad.outputs) != len(others):
+            raise PopXLError(f"{type(self).__name__}.build_grad returned {len(grad.outputs)} gradient(s); "
+                             f"{len(others)} required (one per non-variable input in grads_required)")
+        for i, (out, t) in enumerate(zip(grad.outputs, others)):
+            if out.shape != t.shape:
+                raise PopXLError(f"{type(self).__name__}.build_grad: output {i} has shape {out.shape}, the input "
+                                 f"{t.id!r} it is the gradient of {t.shape}")
+        with grad:
+            for name in variables:
+                popxl.graph_output(var_grads[name])
+        stitched = aux.stitched()
+        for t, _ in stitched:
+            if t not in fwd.outputs:
+                fwd._outputs.append(t)
+        info = GradGraphInfo.of_graph(fwd, grad, provided, [t for t, _ in stitched], others + list(variables.values()))
+        return GraphWithNamedArgs(grad, grad_graph_info=info)
 
     # --- named inputs -----------------------------------------------------------------------------
     def add_variable_input(self, name: str, input_fn: Callable[[], np.ndarray], dtype=popxl.float32,
@@ -183,9 +322,11 @@ class Module(popxl.Module):
                     grads_required=None):
         """A callable that builds ``module``'s graph from its arguments, adds its named inputs to this
         module's under ``name`` (the module's class name by default) and calls the graph with them,
-        returning its outputs (popxl-addons' outlined call). ``autodiff`` and the grads arguments choose
-        how popxl-addons differentiates the call; here an autodiff of the caller's graph differentiates
-        the called graph's ops with it, whichever is given."""
+        returning its outputs (popxl-addons' outlined call). Its grad graph is made first, as popxl-addons
+        does, when ``autodiff`` asks ("build_grad", "autodiff") or the module writes its own ("auto" and
+        ``build_grad``): an autodiff of this module's graph then differentiates the call with it
+        (``called_graphs_grad_info``). ``grads_provided`` / ``grads_required``: functions of the called
+        graph giving those tensors."""
         if autodiff not in ("auto", "build_grad", "autodiff", "none"):
             raise ValueError(f"call_module: autodiff must be 'auto', 'build_grad', 'autodiff' or 'none', "
                              f"got {autodiff!r}")
@@ -193,7 +334,15 @@ class Module(popxl.Module):
 
         def call(*args, **kwargs) -> tuple:
             factories, graph = module.create_graph(*args, **kwargs)
+            frame = _frame(f"call_module({type(module).__name__})")
+            frame.called.update(graph.called_graphs_grad_info)
             outputs = len(graph.graph.outputs)  # an autodiff may add the activations its grad graph reads
+            if autodiff == "build_grad" or autodiff == "autodiff" or (autodiff == "auto"
+                                                                       and module.implements_grad_graph):
+                grad = graph.autodiff(grads_provided=grads_provided(graph) if grads_provided else None,
+                                      grads_required=grads_required(graph) if grads_required else None,
+                                      method=autodiff)
+                frame.called[graph.graph] = grad.grad_graph_info
             return graph.bind(self.add_variable_inputs(scope, factories)).call(*args)[:outputs]
         return call
 

@@ -27,7 +27,10 @@ as PopXL does; ``inputs_dict(fwd_call_info)`` finds them at the forward call). A
 inside another graph (a batch-serialised loop, a phase's graph, a forward-and-backward module) is
 that graph, called like any other: its ops are priced as written, the program's var_updates and
 collectives on its outputs too, and the Session compiles the program as it is, with no training
-expansion. A program mixing the two kinds of call is refused.
+expansion. A program mixing the two kinds of call is refused. A call inside the differentiated
+graph of a graph ``called_graphs_grad_info`` gives a grad graph for (a recomputed block, a module's
+own ``build_grad``) is differentiated by that grad graph's ops; the simulator's training expansion
+(grad graphs called from the main graph) does not use them.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ class ExpectedConnection:
 class GradGraphInfo:
     """What ``autodiff`` returns: the grad graph and how it connects to the forward graph."""
 
-    def __init__(self, forward_graph: Graph, grads_provided: list[Tensor], grads_required: list[Tensor]):
+    def __init__(self, forward_graph: Graph, grads_provided: list[Tensor], grads_required: list[Tensor],
+                 called: dict[Graph, "GradGraphInfo"] | None = None):
         self.forward_graph = forward_graph
         self.graph = Graph(forward_graph.ir, forward_graph.ir._unique_graph_name(f"{forward_graph.name}_grad"))
         self.graph._grad_info = self
@@ -74,10 +78,22 @@ class GradGraphInfo:
         self._fwd_inputs: list[Tensor] = []  # the forward tensors the grad graph's ops read (its Fwd inputs)
         self.explicit_error: str | None = None  # why the grad graph could not be built as ops
         try:
-            _build_grad_graph(self)
+            _build_grad_graph(self, called or {})
         except (GraphError, NotModelledError, KeyError, ValueError) as e:
             self.explicit_error = str(e)
             self.graph._inputs, self.graph._outputs, self._fwd_inputs = [], [], []
+
+    @classmethod
+    def of_graph(cls, forward_graph: Graph, grad_graph: Graph, grads_provided: list[Tensor],
+                 fwd_inputs: list[Tensor], grads_required: list[Tensor]) -> "GradGraphInfo":
+        """The info of a grad graph written by hand (popxl-addons' ``build_grad``): ``grad_graph`` takes
+        the gradients of ``grads_provided`` then the forward tensors ``fwd_inputs`` (already outputs of
+        ``forward_graph``), and gives the gradients of ``grads_required``, in those orders."""
+        info = cls.__new__(cls)
+        info.forward_graph, info.graph, info.explicit_error = forward_graph, grad_graph, None
+        info._provided, info._fwd_inputs, info._required = list(grads_provided), list(fwd_inputs), list(grads_required)
+        grad_graph._grad_info = info
+        return info
 
     @property
     def expected_inputs(self) -> tuple[ExpectedConnection, ...]:
@@ -115,10 +131,12 @@ class GradGraphInfo:
                 zip(self._required, grad_call_info.outputs) if t in fwd_call_info._parent_inputs}
 
 
-def _build_grad_graph(info: GradGraphInfo) -> None:
+def _build_grad_graph(info: GradGraphInfo, called: dict[Graph, GradGraphInfo]) -> None:
     """Record the grad graph of ``info.forward_graph`` as ops in ``info.graph`` (see the module
     docstring): inputs the provided gradients then the forward tensors read, outputs the required
-    gradients (a zero constant for an input no provided gradient depends on)."""
+    gradients (a zero constant for an input no provided gradient depends on). A call of a graph
+    ``called`` gives a grad graph for (``called_graphs_grad_info``) is differentiated by that grad
+    graph's ops (:func:`_splice_called_grad`), not by the backward rules of the ops the call made."""
     fwd, grad = info.forward_graph, info.graph
     src = fwd.sim_graph
     scratch = src.copy()
@@ -132,8 +150,17 @@ def _build_grad_graph(info: GradGraphInfo) -> None:
     for op in src.ops:
         if any(i in need for i in op.inputs):
             need.update(op.outputs)
+    site_of = {name: site for site in fwd._call_sites if site[0] in called for name in site[2]}
+    done: set[int] = set()
     forward = list(scratch.ops)
     for op in reversed(forward):
+        site = site_of.get(op.name)
+        if site is not None:
+            if id(site) not in done:  # its last op (the first met going backwards): the whole call's gradient
+                done.add(id(site))
+                bw.current = op
+                _splice_called_grad(bw, called[site[0]], site[1], need)
+            continue
         if any(o in bw.grads for o in op.outputs) and any(i in need for i in op.inputs):
             bw.current = op
             _differentiate(bw, op, need)
@@ -180,6 +207,47 @@ def _build_grad_graph(info: GradGraphInfo) -> None:
         w = grad._wrap(out, t.dtype)
         w._ipu = t._ipu
         grad._outputs.append(w)
+
+
+def _splice_called_grad(bw: _Backward, called: GradGraphInfo, mapping: dict[str, str], need: set[str]) -> None:
+    """The gradient of one call of ``called.forward_graph`` (its tensors -> the caller's: ``mapping``)
+    made by the ops of ``called.graph``, copied into the backward pass being built (``bw``): its
+    ``FwdGrad`` inputs the gradients so far of the call's outputs (zeros for one that has none), its
+    ``Fwd`` inputs the tensors the call made, its outputs given to the call's inputs."""
+    if called.explicit_error is not None:
+        raise NotModelledError(f"the grad graph given for {called.forward_graph.name!r} could not be built as ops "
+                               f"({called.explicit_error})")
+    g, body = bw.g, called.graph.sim_graph
+    if not any(mapping[t._sim] in bw.grads for t in called._provided):
+        return
+    if not any(mapping[t._sim] in need for t in called._required):
+        return
+    local: dict[str, str] = {}
+    for x, t in zip(called.graph._inputs, called._provided):
+        outer = mapping[t._sim]
+        local[x._sim] = bw.grads.get(outer) or g.add_tensor(g.unique_tensor_name(f"{outer}/zero_grad"), t.shape,
+                                                            t.dtype.sim_name, "constant").name
+    for x, t in zip(called.graph._inputs[len(called._provided):], called._fwd_inputs):
+        local[x._sim] = mapping[t._sim]
+    for t in body.tensors.values():
+        if t.name not in local and t.role in ("constant", "weight"):
+            local[t.name] = g.add_tensor(g.unique_tensor_name(t.name), t.shape, t.dtype, t.role).name
+    for op in body.ops:
+        outs = []
+        for o in op.outputs:
+            if o not in local:
+                t = body.tensors[o]
+                local[o] = g.add_tensor(g.unique_tensor_name(f"{bw.current.name}/{o}"), t.shape, t.dtype,
+                                        "gradient").name
+            outs.append(local[o])
+        fwd = bw.current
+        g.add_op(Op(g.unique_op_name(f"{fwd.name}/{op.name}"), op.kind, [local[i] for i in op.inputs], outs,
+                    dict(op.attrs), "backward", fwd.ipu if op.ipu is None else op.ipu, fwd.stage, fwd.phase,
+                    fwd.block, False, fwd.name))
+    for t, out in zip(called._required, called.graph._outputs):
+        outer = mapping[t._sim]
+        if outer in need:
+            bw.give(outer, local[out._sim])
 
 
 def recompute_grad_graph(info: GradGraphInfo) -> GradGraphInfo:
@@ -229,11 +297,23 @@ def autodiff(graph: Graph, grads_provided: Iterable[Tensor] | None = None,
     for t in provided + required:
         if not isinstance(t, Tensor) or t._graph is not graph:
             raise PopXLError(f"autodiff({graph.name!r}): {t!r} is not a tensor of that graph")
-    info = GradGraphInfo(graph, provided, required)
-    if called_graphs_grad_info:
-        graph.ir._note(f"autodiff({graph.name!r}, called_graphs_grad_info=...): the graphs it calls are differentiated "
-                       "with it, their ops inline; the grad graphs given for them (a recomputed block's) are not used")
-    return {graph: info} if return_all_grad_graphs else info  # PopXL: grad info by forward graph
+    called = _called_grad_infos(called_graphs_grad_info)
+    info = GradGraphInfo(graph, provided, required, called)
+    return {graph: info, **called} if return_all_grad_graphs else info  # PopXL: grad info by forward graph
+
+
+def _called_grad_infos(given) -> dict[Graph, GradGraphInfo]:
+    """``called_graphs_grad_info`` as forward graph -> :class:`GradGraphInfo` (popxl-addons passes its
+    graphs with named inputs on either side)."""
+    out = {}
+    for fwd, grad in (given or {}).items():
+        fwd = getattr(fwd, "graph", fwd)
+        grad = getattr(grad, "grad_graph_info", grad)
+        if not isinstance(fwd, Graph) or not isinstance(grad, GradGraphInfo):
+            raise PopXLError(f"called_graphs_grad_info: expected forward graph -> grad graph info, got "
+                             f"{type(fwd).__name__} -> {type(grad).__name__}")
+        out[fwd] = grad
+    return out
 
 
 def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[Tensor]:

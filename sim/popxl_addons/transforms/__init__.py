@@ -32,8 +32,16 @@ def autodiff(graph: GraphWithNamedArgs, grads_provided=None, grads_required=None
     default all) and ``args=grad_graph_info.inputs_dict(forward_call_info)``, it gives the gradient of
     each input in ``grads_required`` (by default all of the forward graph's inputs, named ones
     included)."""
-    info = popxl_transforms.autodiff(graph.graph, grads_provided, grads_required, called_graphs_grad_info)
+    graph = graph if isinstance(graph, GraphWithNamedArgs) else GraphWithNamedArgs(graph)
+    info = popxl_transforms.autodiff(graph.graph, grads_provided, grads_required,
+                                     _called(graph, called_graphs_grad_info))
     return GraphWithNamedArgs(info.graph, grad_graph_info=info)
+
+
+def _called(graph: GraphWithNamedArgs, given) -> dict:
+    """The grad graphs of the graphs ``graph`` calls: those its module's ``call_module`` made, then
+    ``given`` (which wins), as popxl-addons merges them."""
+    return {**graph.called_graphs_grad_info, **dict(given or {})}
 
 
 class Accumulation:
@@ -96,7 +104,7 @@ def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_
     it are those of the weight's gradient."""
     accumulated = list(tensors_to_accumulate_grads)
     required = list(grads_required or []) + accumulated
-    info = popxl_transforms.autodiff(graph.graph, grads_provided, required, called_graphs_grad_info)
+    info = popxl_transforms.autodiff(graph.graph, grads_provided, required, _called(graph, called_graphs_grad_info))
     names = {t: name for name, t in graph.args.to_dict().items()}
     counter = Accumulation.COUNTER
     factories = NamedVariableFactories()
