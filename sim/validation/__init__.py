@@ -27,7 +27,8 @@ their names):
   ``_bert_train``, ``_packed_bert``, ``_vit_train``, ``_swin_train``, ``_gpt2_train``, ...).
 * ``runner``: each setup simulated once (``_simulated``), and what the report reads from the run.
 * ``calibration``: :class:`Check`, the microbenchmarks that reproduce each figure, :data:`CHECKS`;
-  :data:`VERTEX_CHECKS`, one compute set's hardware cycle counts (tessellate-ipu).
+  :data:`VERTEX_CHECKS`, one compute set's hardware cycle counts (tessellate-ipu); :data:`MICROBENCH_CHECKS`,
+  dense matmuls and streaming-memory reads timed on a Bow IPU (PopSparse, SparQ).
 * ``published``: the held-out rows (:class:`Row`, :data:`PUBLISHED_ROWS`, :data:`PUBLISHED_BY_ID`),
   their notes (:data:`DEPARTURES`), :data:`MEMORY_POINTS`, :data:`NOT_EXPRESSIBLE`.
 * ``end_to_end``: :data:`END_TO_END`; ``scaling``: :class:`Ratio`, :data:`SCALING`.
@@ -48,8 +49,9 @@ from .setups import (IMAGENET_TRAIN_IMAGES, POPRT_BENCHMARK_POPLIN_OPTIONS, Setu
                      _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train, _vit_infer, _vit_train,
                      pytorch_bert_groups, tf1_steps_per_call)
 from .runner import _outcome, _simulated, _simulated_or_raise, step_seconds, update_collective_seconds
-from .calibration import (CHECKS, Check, TESSELLATE_BASICS, VERTEX_CHECKS, _AMP_WHY, _stream, add_compute_set_cycles,
-                          amp_tile_tflops, host_syncs, io_bound_cycles, m2000_gateway_to_host,
+from .calibration import (CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, Check, TESSELLATE_BASICS, VERTEX_CHECKS,
+                          _AMP_WHY, _stream, add_compute_set_cycles, amp_tile_tflops, dense_matmul_tflops,
+                          streaming_read_rate, host_syncs, io_bound_cycles, m2000_gateway_to_host,
                           m2000_host_link_shared, m2000_ipu_pair, tut6, tut6_host_exchange)
 from .published import (DEPARTURES, MEMORY_POINTS, NOT_EXPRESSIBLE, PROMOTED, PUBLISHED, PUBLISHED_BY_ID,
                         PUBLISHED_ROWS, PUBLISHED_TOLERANCE, PUBLISHED_WHY, Row, _ASSERTED_I12,
@@ -84,7 +86,8 @@ __all__ = [
     "_resnet_e2e", "_resnet_infer", "_resnet_train", "_resnext_train", "_show", "_squad_infer",
     "_squad_train", "_swin_infer", "_swin_train", "_unet_train", "_vit_infer", "_vit_train", "pytorch_bert_groups",
     "tf1_steps_per_call", "_outcome", "_simulated", "_simulated_or_raise", "step_seconds",
-    "update_collective_seconds", "CHECKS", "Check", "TESSELLATE_BASICS", "VERTEX_CHECKS", "_AMP_WHY", "_stream",
+    "update_collective_seconds", "CHECKS", "MICROBENCH_CHECKS", "MICROBENCH_SOURCES", "dense_matmul_tflops",
+    "streaming_read_rate", "Check", "TESSELLATE_BASICS", "VERTEX_CHECKS", "_AMP_WHY", "_stream",
     "add_compute_set_cycles", "amp_tile_tflops", "host_syncs",
     "io_bound_cycles", "m2000_gateway_to_host", "m2000_host_link_shared", "m2000_ipu_pair", "tut6",
     "tut6_host_exchange", "DEPARTURES", "MEMORY_POINTS", "NOT_EXPRESSIBLE", "PROMOTED", "PUBLISHED",

@@ -13,7 +13,7 @@ from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..hardware.system import load_system
 from ..results.run import UNMODELLED_CALL_SECONDS
 from ..schedule.collectives import partition_sync
-from .calibration import CHECKS, TESSELLATE_BASICS, VERTEX_CHECKS
+from .calibration import CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, TESSELLATE_BASICS, VERTEX_CHECKS
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS
 from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seconds
 from .keras_dense import (KERAS_DENSE, KERAS_DENSE_FITTED_TOLERANCE, KERAS_DENSE_ROWS, KERAS_DENSE_TOLERANCE,
@@ -79,6 +79,9 @@ def report() -> str:
     lines += _rows(CHECKS)
     lines += ["", f"A compute set on the hardware (not in hardware.csv): {TESSELLATE_BASICS}.", "", *_CHECK_HEADER]
     lines += _rows(VERTEX_CHECKS)
+    lines += ["", f"Dense matmuls and streaming-memory reads on the hardware (not in hardware.csv): {MICROBENCH_SOURCES}.",
+              "", *_CHECK_HEADER]
+    lines += _rows(MICROBENCH_CHECKS)
     lines += ["", "## End to end", "",
               f"Published training throughputs ({PERFORMANCE_RESULTS}), compared with the simulator on "
               "the zoo's models configured as Graphcore's examples run them (the BERT rows run the "
