@@ -511,6 +511,23 @@ def test_poptorch_errors_for_bad_annotation_arguments():
         poptorch.nop([1])
 
 
+def test_for_loop_runs_every_iteration_whose_outputs_the_next_does_not_read():
+    """A body that ignores what it is given (a benchmark's loop of lookups): PopART's Loop still computes
+    it every iteration, so the unrolled iterations are not pruned as unused."""
+    class Lookups(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(64, 16))
+
+        def forward(self, index, out):
+            return poptorch.for_loop(10, lambda o: self.table.index_select(0, index), [out])[0]
+
+    model = poptorch.inferenceModel(Lookups())
+    model(torch.randint(0, 64, (32,)), torch.zeros(32, 16))
+    kinds = [op.kind for op in model.executable.graph.ops]
+    assert kinds.count("gather") == 10, kinds
+
+
 def test_experimental_collectives_cpu_view():
     from sim.poptorch import experimental
     t = torch.arange(4.0)

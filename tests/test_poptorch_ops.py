@@ -1037,8 +1037,9 @@ class _CausalMask(nn.Module):
 def test_in_place_op_on_a_half_tensor_with_a_float_constant_keeps_half():
     """The in-place op keeps its tensor's dtype, as torch and PopTorch do. torch.fx records the augmented
     assignment as an out-of-place ``sub`` (another dtype), so the capture takes torch.export, where the
-    op is ATen's ``sub_.Tensor``, which the implicit casts must see as in place; the mask's cast to half
-    is folded into the constant (no cast runs on the IPU, as PopART folds constants)."""
+    op is ATen's ``sub_.Tensor``, which the implicit casts must see as in place. The mask is a buffer: a
+    variable on the IPU (PopTorch turns PopART's constantWeights off), so ``1e4 * (1 - mask)`` and its
+    cast to half run there every call, folded into no constant."""
     net = _CausalMask().half()
     x = torch.randn(2, 8, 8).half()
     model = poptorch.inferenceModel(net)
@@ -1046,9 +1047,10 @@ def test_in_place_op_on_a_half_tensor_with_a_float_constant_keeps_half():
     assert out.dtype == torch.float16 and "graph captured with torch.export" in model.executable.notes
     torch.testing.assert_close(out, net(x), rtol=1e-3, atol=1e-3)
     g = model.executable.graph
-    assert "cast" not in [op.kind for op in g.ops]
-    (sub,) = [op for op in g.ops if op.kind == "sub"]
-    assert [g.tensors[t].dtype for t in sub.inputs] == ["float16", "float16"]
+    (cast,) = [op for op in g.ops if op.kind == "cast"]
+    assert g.tensors[cast.outputs[0]].dtype == "float16"
+    one_minus_mask, scores_sub = [op for op in g.ops if op.kind == "sub"]
+    assert [g.tensors[t].dtype for t in scores_sub.inputs] == ["float16", "float16"]
 
 
 def test_integer_cumsum_runs_in_float32_as_poptorch_lowers_it():
@@ -1189,3 +1191,28 @@ def test_index_select_along_a_later_axis_is_priced_as_that_axis_rolled_to_the_fr
     want = op_cost(ref, rolled.executable.graph, ipu, tiles).compute_cycles
     assert op_cost(fwd, g, ipu, tiles).compute_cycles == want
     assert op_cost(bwd, g, ipu, tiles).temp_bytes_per_tile < ipu.sram_bytes_per_tile
+
+
+class _StateOps(nn.Module):
+    """Work on a buffer, a frozen parameter and a plain tensor attribute, each then added to the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.ones(64, 64))
+        self.frozen = nn.Parameter(torch.ones(64, 64), requires_grad=False)
+        self.plain = torch.ones(64, 64)  # neither: a constant of the traced graph
+
+    def forward(self, x):
+        return x + torch.exp(self.buf) + torch.exp(self.frozen) + torch.exp(self.plain)
+
+
+def test_buffers_and_frozen_parameters_are_variables_not_folded():
+    """PopTorch uploads a model's parameters and buffers as variables and sets PopART's constantWeights
+    off (popart_compiler Compiler.cpp), so what is computed from a buffer or a frozen parameter runs on
+    the IPU every call; only tensors that are neither (the plain attribute) fold into constants."""
+    model = poptorch.inferenceModel(_StateOps())
+    model(torch.randn(64, 64))
+    g = model.executable.graph
+    exps = [op for op in g.ops if op.kind == "exp"]
+    assert len(exps) == 2  # the buffer's and the frozen parameter's; the plain tensor's is folded
+    assert {g.tensors[op.inputs[0]].role for op in exps} == {"constant"}  # non-trainable, always live

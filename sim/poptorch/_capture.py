@@ -54,6 +54,7 @@ class _Tracer(torch.fx.Tracer):
     def __init__(self, leaf_types: tuple):
         super().__init__()
         self._leaf_types = leaf_types
+        self.proxy_buffer_attributes = True  # a buffer is read by name (a variable), not baked in as a constant
 
     def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
         """A layer with a rule, unless it is a subclass with a forward of its own (GPT-2's
@@ -368,8 +369,11 @@ class Capture:
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.params: dict[int, dict[bool, str]] = {}  # id(param) -> {transposed: tensor name}
+        self.variables: set[str] = set()  # graph tensors of the model's frozen parameters and buffers
+        self.loop_carried: set[str] = set()  # outputs of poptorch.for_loop iterations (unrolled)
         self.param_names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
         self.param_names.update({id(b): n for n, b in model.named_buffers(remove_duplicate=False)})
+        self.buffer_names = {n for n, _ in model.named_buffers(remove_duplicate=False)}  # (a trace may copy them)
         self.losses: list[str] = []  # loss tensors, in order
         self.multiconv_members: dict[str, int] = {}  # group id -> convolutions joined so far
         self.explicit_loss: str | None = None  # marked by identity_loss
@@ -394,6 +398,8 @@ class Capture:
             self.b._scopes = [scope] if scope else []
             first = len(self.g.ops)
             self.sym[n] = _mapping.map_node(self, n, interp, result)
+            if n.meta.get(_state.LOOP_CARRIED):
+                self.loop_carried.update(v for v in pytree.tree_leaves(self.sym[n]) if isinstance(v, str))
             multiconv = n.meta.get(_state.MULTICONV) or (n.meta.get("custom") or {}).get(_state.MULTICONV)
             if multiconv:
                 self._join_multiconv(*multiconv, self.g.ops[first:])
@@ -450,7 +456,8 @@ class Capture:
             return None
         qualname = re.sub(r"^model\.", "", qualname)
         role = "weight" if isinstance(value, torch.nn.Parameter) and value.requires_grad else "constant"
-        return Lazy(value, self.param_names.get(id(value), qualname), role)
+        variable = id(value) in self.param_names or qualname in self.buffer_names
+        return Lazy(value, self.param_names.get(id(value), qualname), role, variable=variable)
 
     def _outputs(self, n) -> None:
         def one(s):
@@ -498,6 +505,8 @@ class Capture:
             name = self.g.unique_tensor_name(s.name)
             out = self.g.add_tensor(name, shape, sim_dtype(s.value.dtype), s.role).name
             self.b._scopes = saved
+            if s.variable and s.role != "weight":
+                self.variables.add(out)
         layouts[transposed] = out
         return out
 
@@ -626,7 +635,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     for tname, mode in cap.overlap.items():
         if tname in g.tensors:
             g.overlap[tname] = int(OverlapMode[mode] if isinstance(mode, str) else mode)
-    pruned = _prune_unused(g)
+    pruned = _prune_unused(g, cap.loop_carried)
     if pruned:
         cap.notes.append(f"{len(pruned)} op(s) whose results nothing uses removed, as PopART's Prune transform "
                          f"removes them: {', '.join(pruned[:5])}{', ...' if len(pruned) > 5 else ''}")
@@ -649,11 +658,12 @@ def _runs_eagerly(adapter, flat: list, running) -> bool:
     return True
 
 
-def _prune_unused(g: Graph) -> list[str]:
-    """Remove the ops none of whose results reaches an output or the loss (a value the model computes
-    and drops, such as Graphcore's BERT ``OnehotGather``'s first one-hot), and the activations only
-    they made; returns the removed ops' names."""
-    needed = set(g.outputs) | ({g.loss} if g.loss else set())
+def _prune_unused(g: Graph, kept: set[str] = frozenset()) -> list[str]:
+    """Remove the ops none of whose results reaches an output, the loss or ``kept`` (a value the model
+    computes and drops, such as Graphcore's BERT ``OnehotGather``'s first one-hot), and the activations
+    only they made; returns the removed ops' names. ``kept``: the outputs of a ``poptorch.for_loop``'s
+    iterations, which PopART's Loop computes every iteration whether the next one reads them or not."""
+    needed = set(g.outputs) | ({g.loss} if g.loss else set()) | set(kept)
     kept = []
     for op in reversed(g.ops):
         if op.kind in _KEPT_UNUSED or op.attrs.get("buffer_write") or any(t in needed for t in op.outputs):

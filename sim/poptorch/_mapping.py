@@ -72,8 +72,10 @@ def _is_sym_tensor(s) -> bool:
 
 
 def _live(s) -> bool:
-    """A value computed on the device (an activation or a trainable weight)."""
-    return isinstance(s, str) or (isinstance(s, Lazy) and s.role == "weight")
+    """A value on the device at run time: an activation, or a variable (a parameter or buffer of the
+    model, trainable or frozen: PopTorch turns PopART's constantWeights off, so nothing computed from
+    them is folded)."""
+    return isinstance(s, str) or (isinstance(s, Lazy) and (s.role == "weight" or s.variable))
 
 
 class OpContext:
@@ -1221,9 +1223,10 @@ def _implicit_casts(ctx: OpContext, interp) -> None:
             if a is not keep and isinstance(v, torch.Tensor) and v.dtype in _precision.MIXED and v.dtype != target:
                 real = v.to(target)
                 s = ctx.cap.sym.get(a)
-                if isinstance(s, Lazy) and s.role != "weight":  # a constant: folded in its new type
+                if isinstance(s, Lazy) and not _live(s):  # a constant: folded in its new type
                     s = Lazy(real, s.name, s.role)
-                elif isinstance(s, str) and ctx.cap.g.tensors[s].role == "constant":
+                elif (isinstance(s, str) and ctx.cap.g.tensors[s].role == "constant"
+                      and s not in ctx.cap.variables):
                     s = const(ctx, real.shape, real.dtype, "folded_cast")  # GPT-2's causal mask
                 elif _is_sym_tensor(s):
                     s = ctx.op("cast", [s], {"to": sim_dtype(target)}, output=real, name="implicit_cast")

@@ -34,10 +34,14 @@ def sim_shape(shape) -> tuple[int, ...]:
 class Lazy:
     """A parameter, buffer or constant that becomes a graph tensor only when an op uses it."""
 
-    __slots__ = ("value", "name", "role")
+    __slots__ = ("value", "name", "role", "variable")
 
-    def __init__(self, value: torch.Tensor, name: str, role: str):
+    def __init__(self, value: torch.Tensor, name: str, role: str, variable: bool = False):
         self.value, self.name, self.role = value, name, role
+        #: a variable on the device (a parameter or buffer of the model, trainable or not: PopTorch
+        #: uploads them all and sets PopART's constantWeights off), so what is computed from it is not
+        #: folded into a constant; other tensors the model holds are constants of the graph
+        self.variable = variable
 
     def __repr__(self):
         return f"Lazy({self.name}, {self.role})"

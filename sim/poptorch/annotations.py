@@ -611,6 +611,9 @@ def for_loop(count: int, body, inputs: list) -> list:
     for _ in range(count):
         res = body(*outs)
         outs = list(res) if isinstance(res, (list, tuple)) else [res]
+        for out in outs:  # each iteration's outputs are the Loop body's: it runs whether the next reads them or not
+            if isinstance(out, torch.fx.Proxy):
+                out.node.meta[_state.LOOP_CARRIED] = True
     return outs
 
 
