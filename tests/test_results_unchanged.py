@@ -166,13 +166,13 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                        'compute_latency': '(1.611245283018864e-05, 1.6112452830188695e-05, '
                                           '1.6112452830188685e-05)',
                        'breakdown': '87bcccab205038ad'},
- 'off_chip_rts': {'cycle_count': 98512466,
-                  'trace': '3b1c372e963ba8b0',
-                  'op_trace': 'af5328b25b542a68',
-                  'perf_counters': '83c8cc5e8f2123dd',
-                  'latency': '(0.03715347245283018, 0.07434891018867924, 0.05575119132075471)',
-                  'compute_latency': '(0.036750785660377365, 0.07389901358490567, 0.05532489962264152)',
-                  'breakdown': 'c1c63922acaf4b94'}}
+ 'off_chip_rts': {'cycle_count': 122922790,
+                  'trace': '170335885a8449ff',
+                  'op_trace': '9908a491576f496d',
+                  'perf_counters': 'aa89b85f42b9a59c',
+                  'latency': '(0.04636491547169812, 0.0927717962264151, 0.0695683558490566)',
+                  'compute_latency': '(0.04596222867924528, 0.0923218996226415, 0.0691420641509434)',
+                  'breakdown': 'cc3e60b31f647072'}}
 
 
 def digests(run) -> dict:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from .. import popxl
 from ..popxl import ops
 from ..popxl.errors import PopXLError
+from ..popxl.transforms import autodiff as popxl_autodiff
 from ..popxl.transforms import from_gradient
 from .dot_tree import DotTree
 from .named_tensors import NamedTensors
@@ -27,6 +28,12 @@ def _inputs_dict(named_args: NamedTensors, args, where: str) -> dict:
         return dict(args)
     raise TypeError(f"{where}: args must be NamedTensors or a mapping of the graph's inputs to tensors, "
                     f"got {type(args).__name__}")
+
+
+def called_grad_infos(graph: "GraphWithNamedArgs", given) -> dict:
+    """The grad graphs of the graphs ``graph`` calls: those its module's ``call_module`` made, then
+    ``given`` (which wins), as popxl-addons merges them."""
+    return {**graph.called_graphs_grad_info, **dict(given or {})}
 
 
 class GraphWithNamedArgs:
@@ -71,7 +78,6 @@ class GraphWithNamedArgs:
         """The grad graph of this graph: the module's own (``build_grad``) with ``method`` "auto" or
         "build_grad" when it writes one, else :func:`~sim.popxl_addons.transforms.autodiff`'s. Once
         only (it adds outputs to this graph), unless ``force``."""
-        from .transforms import autodiff
         if method not in ("auto", "build_grad", "autodiff"):
             raise ValueError(f"`method` should be one of 'auto', 'build_grad' or 'autodiff'. Not: {method}")
         if self.autodiff_applied and not force:
@@ -84,7 +90,9 @@ class GraphWithNamedArgs:
             raise PopXLError(f"graph {self.graph.name!r}: method 'build_grad' needs a graph made by a module that "
                              "implements build_grad")
         else:
-            grad = autodiff(self, grads_provided, grads_required, called_graphs_grad_info)
+            info = popxl_autodiff(self.graph, grads_provided, grads_required,
+                                  called_grad_infos(self, called_graphs_grad_info))
+            grad = GraphWithNamedArgs(info.graph, grad_graph_info=info)
         self.autodiff_applied = True
         return grad
 

@@ -16,7 +16,7 @@ from ... import popxl
 from ...popxl import ops
 from ...popxl import transforms as popxl_transforms
 from ...popxl.transforms.autodiff import recompute_grad_graph
-from ..graph import GraphWithNamedArgs, InlineCallInfo
+from ..graph import GraphWithNamedArgs, InlineCallInfo, called_grad_infos
 from ..named_tensors import NamedTensors
 from ..variable_factory import NamedVariableFactories, VariableFactory
 from . import batch_serialisation, use_fc_pass
@@ -34,14 +34,8 @@ def autodiff(graph: GraphWithNamedArgs, grads_provided=None, grads_required=None
     included)."""
     graph = graph if isinstance(graph, GraphWithNamedArgs) else GraphWithNamedArgs(graph)
     info = popxl_transforms.autodiff(graph.graph, grads_provided, grads_required,
-                                     _called(graph, called_graphs_grad_info))
+                                     called_grad_infos(graph, called_graphs_grad_info))
     return GraphWithNamedArgs(info.graph, grad_graph_info=info)
-
-
-def _called(graph: GraphWithNamedArgs, given) -> dict:
-    """The grad graphs of the graphs ``graph`` calls: those its module's ``call_module`` made, then
-    ``given`` (which wins), as popxl-addons merges them."""
-    return {**graph.called_graphs_grad_info, **dict(given or {})}
 
 
 class Accumulation:
@@ -104,7 +98,8 @@ def autodiff_with_accumulation(graph: GraphWithNamedArgs, tensors_to_accumulate_
     it are those of the weight's gradient."""
     accumulated = list(tensors_to_accumulate_grads)
     required = list(grads_required or []) + accumulated
-    info = popxl_transforms.autodiff(graph.graph, grads_provided, required, _called(graph, called_graphs_grad_info))
+    info = popxl_transforms.autodiff(graph.graph, grads_provided, required,
+                                     called_grad_infos(graph, called_graphs_grad_info))
     names = {t: name for name, t in graph.args.to_dict().items()}
     counter = Accumulation.COUNTER
     factories = NamedVariableFactories()
