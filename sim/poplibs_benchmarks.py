@@ -542,10 +542,12 @@ def embedding_graph(entries: int, row: int, lookups: int) -> Graph:
     b = GraphBuilder(f"embedding_{entries}x{row}_{lookups}", "float16")
     ids = b.input("indices", (lookups,), dtype="int32")
     table = b.weight("embedding", (entries, row))
-    rows_out = b.op("gather", [ids, table], [(lookups, row)], attrs={"plan_for_update": True}, name="multiSlice",
-                    out_dtypes=["float16"])[0]
+    # the benchmark data are poplibs 8dcde1ec's: its planner and vertices (sim/cost/embedding.py plan_embedding)
+    rows_out = b.op("gather", [ids, table], [(lookups, row)], attrs={"plan_for_update": True, "poplibs": "8dcde1ec"},
+                    name="multiSlice", out_dtypes=["float16"])[0]
     deltas = b.input("deltas", (lookups, row))
-    b.graph.add_op(Op("multiUpdateAdd", "embedding_grad", [ids, deltas, table], [table], {"into_table": True}))
+    b.graph.add_op(Op("multiUpdateAdd", "embedding_grad", [ids, deltas, table], [table],
+                      {"into_table": True, "poplibs": "8dcde1ec"}))
     b.output(rows_out)
     return b.graph
 

@@ -58,6 +58,9 @@ class EmbeddingPlan:
     sliced: int  # dictionary row split (slicedDimSplit)
     lookup: int  # index groups (lookupSplit)
     grain: int  # columns per grain
+    serial: int = 1  # lookups processed one part after another (lookupSerialSplit; SDK 3.x plans only)
+    precopy: bool = False  # the base copied once ahead of the serial parts (precopyBaseWhenSerialSlice)
+    version: str = "8dcde1ec"  # the poplibs whose planner chose this plan and whose vertices run it
 
     @property
     def tiles(self) -> int:
@@ -73,17 +76,23 @@ class EmbeddingPlan:
         return math.ceil(self.entries / self.sliced)
 
     @property
+    def lookups_per_serial(self) -> int:
+        """Indices of one serial part (``subIndicesPerSerialLookupSplit``)."""
+        return math.ceil(self.lookups / self.serial)
+
+    @property
     def lookups_per_group(self) -> int:
-        return math.ceil(self.lookups / self.lookup)
+        return math.ceil(self.lookups_per_serial / self.lookup)
 
     @property
     def groups_used(self) -> int:
         """Lookup groups that get indices (``nonEmptyLookupSplits``)."""
-        return math.ceil(self.lookups / self.lookups_per_group)
+        return math.ceil(self.lookups_per_serial / self.lookups_per_group)
 
     def describe(self) -> str:
+        serial = f", {self.serial} serial parts" if self.serial > 1 else ""
         return (f"popops embedding plan: {self.unsliced} column x {self.sliced} row x {self.lookup} lookup "
-                f"splits on {self.tiles} tiles, {self.lookups_per_group} indices per group")
+                f"splits on {self.tiles} tiles{serial}, {self.lookups_per_group} indices per group")
 
 
 def _splits(n: int, most: int) -> list[int]:
@@ -181,3 +190,193 @@ def offsets_per_worker(indices: int, itemsize: int, workers: int) -> int:
     if atoms > 1 and per % atoms:
         per += atoms - per % atoms
     return per
+
+
+# ---- poplibs 7eac0f26 (github-migration/mk2-main, the SDK 3.x popops) --------------------------------
+# Since 8dcde1ec popops plans multiSlice / multiUpdate* to the fewest estimated cycles (3993153b, not the
+# fewest bytes), with 64-bit column grains (7f2a0864), a serial split of the indices, and MultiSlice /
+# MultiUpdateOp as MultiVertexes whose six workers split the offsets (a slice) or the table's rows (an
+# update): a worker steps over the offsets it is not given, at a few cycles each, and copies / adds only
+# those in its range (e62a566a, 8d02719d; lib/popops/codelets/MultiSlice.cpp, MultiUpdateOp.cpp,
+# MultiSliceUpdateCommon.cpp multiGenericWorkerDivision / multiUpdateOpWorkerDivision).
+
+#: DynamicSlice.cpp SliceOptions: the default availableMemoryProportion, the planner's bound on the
+#: worst tile's temporary bytes as a share of the tile's memory (PopART passes none unless the op has one)
+SLICE_AVAILABLE_MEMORY_PROPORTION = 0.6
+#: ExchangeEstimator.cpp exchangeBytesScalingFactor: the planner's exchange cycles are
+#: ceil(bytes x 16 / round(Target::getExchangeBytesPerCycle x 16))
+_EXCHANGE_SCALE = 16
+
+
+def multi_slice_cycles(elems: int, offsets: int, in_range: int, itemsize: int, workers: int,
+                       data_path_bits: int = 64, split_single_region: bool = False,
+                       is_update: bool = False) -> int:
+    """popops ``getMultiSliceCycleEstimate`` (7eac0f26 lib/popops/PerformanceEstimation.cpp:49), tile
+    cycles of a MultiSlice (MultiUpdate when ``is_update``) vertex whose worker gets ``offsets`` offsets of
+    which ``in_range`` index rows on the tile: 30 (29) prologue cycles, 19 + 2 per vector of ``elems``
+    (3 per 4 bytes for bytes) an offset in range, 8 one out of it, all x the worker contexts;
+    ``split_single_region`` (one offset) spreads the row's vectors over the workers. Unsorted indices."""
+    if itemsize == 1:
+        width, per_vector = 4, 3
+    elif itemsize == 2:
+        width, per_vector = 2, 2
+    else:
+        width, per_vector = data_path_bits // (8 * itemsize), 2
+    vectors = math.ceil(elems / width)
+    if split_single_region:
+        vectors = math.ceil(vectors / workers)
+    core = in_range * (19 + vectors * per_vector) + (offsets - in_range) * 8
+    return ((29 if is_update else 30) + core) * workers
+
+
+def multi_update_op_cycles(elems: int, offsets: int, in_range: int, itemsize: int, workers: int,
+                           scaled: bool = True, sub_word_writes: bool = False, operation: str = "add",
+                           scale_wider: bool = False) -> int:
+    """popops ``getMultiUpdateOpCycleEstimate`` (7eac0f26 PerformanceEstimation.cpp:124), tile cycles of
+    a (Scaled)MultiUpdateOp vertex whose worker owns a share of the tile's rows and steps over all
+    ``offsets``, ``in_range`` of them in its rows: 3 + 29 (30 for 2-byte data) set-up, + 6 (4 for 2-byte)
+    to load a scale, then 11 (12; 13 scaled 2-byte) an offset in range plus 3 per further 32-bit atom of
+    ``elems`` (20 per element with sub-word writes; the scaled add of a 64-bit row has its own path:
+    8 or 16 fp32, 9 fp16), 5 an offset out of range, all x the worker contexts. Unsorted indices."""
+    four = itemsize == 4
+    special = scaled and operation == "add" and ((four and elems in (2, 4)) or (itemsize == 2 and elems == 4))
+    cycles = 3 + (29 if four else 30) - special
+    if scaled:
+        cycles += 2 + 2 + 2 * four
+    if offsets == 0:
+        return cycles * workers
+    per = (11 if four else 12) + (not four and scaled)
+    atom = math.lcm(ATOM_BYTES, itemsize) // itemsize
+    if sub_word_writes:
+        per += elems * 20
+    elif special:
+        per = (8 if elems == 2 else 16) if four else (12 if scale_wider else 9)
+    else:
+        per += (math.ceil(elems / atom) - 1) * (3 + scale_wider)
+    return (cycles + per * in_range + 5 * (offsets - in_range)) * workers
+
+
+def max_elems_per_worker(elems: int, workers: int, grain: int = 1) -> int:
+    """DynamicSlice.cpp ``getMultiSliceUpdateOpMaxElemsPerWorker``: a MultiVertex's share per worker, in
+    whole grains (a slice's offsets, an update's rows; 32-bit words of narrower data when run)."""
+    return math.ceil(math.ceil(elems / grain) / workers) * grain
+
+
+def in_range_share(offsets: int, rows: int, entries: int) -> int:
+    """Of ``offsets`` indices drawn uniformly from ``entries`` rows, those in a range of ``rows``
+    (DynamicSlice.cpp constructModel, ``IndicesDistribution::UNIFORM``: the proportion, rounded up)."""
+    return min(offsets, math.ceil(offsets * rows / entries)) if entries else offsets
+
+
+def _planner_exchange(nbytes: float, bytes_per_cycle: float) -> int:
+    """popops ``ExchangeEstimator`` (7eac0f26 ExchangeEstimator.cpp getCycles, no bus sharing)."""
+    return math.ceil(nbytes * _EXCHANGE_SCALE / max(1, round(bytes_per_cycle * _EXCHANGE_SCALE)))
+
+
+@lru_cache(maxsize=None)
+def plan_embedding_sdk3(entries: int, row: int, lookups: int, itemsize: int, tiles: int, ipu,
+                        used_for_slice: bool = True, used_for_update: bool = False,
+                        operation: str | None = None) -> EmbeddingPlan:
+    """popops ``embedding::plan`` (7eac0f26 lib/popops/DynamicSlice.cpp constructModel / choosePlan): the
+    split with the fewest estimated cycles of the worst tile whose peak temporary bytes fit in 0.6 of the
+    tile (else the fewest cycles), over the column split (64-bit grains), the dictionary split (at most
+    half the rows), the parallel and the serial lookup splits (neither for an update without an
+    ``operation``) and, for a slice, whether the base is copied once ahead of the serial parts.
+
+    The estimates are poplibs': the slice's two stages (:func:`multi_slice_cycles` with the uniform
+    in-range share; the second stage's vertex sized, as poplibs sizes it, by the grains rather than the
+    elements of a row) and exchanges; the update's rearrangement of a base not spread perfectly (x 2),
+    the zeroed partials, the updates' broadcast, the vertex (:func:`multi_update_op_cycles`, scaled), the
+    partials' reduction and the final scaled add; the planner's bias for spreading the base (its bytes
+    beyond a perfect spread over every tile, as exchange). poplibs' modelContiguousFill / Cast /
+    ScaledAdd and reduction model are priced here with the simulator's own copy / cast / accumulate /
+    add codelets. Among equal cycles the fewest serial, then parallel, dictionary and column splits."""
+    from .vector import tile_cycles  # the sim's codelets for poplibs' contiguous fill / cast / add models
+
+    W = ipu.worker_threads
+    xb = ipu.exchange_bytes_per_cycle_per_tile
+    grain = min(row, math.ceil(math.lcm(ipu.data_path_bits // 8, itemsize) / itemsize))
+    bpg = grain * itemsize
+    sub_word = bpg % ATOM_BYTES != 0
+    grains = math.ceil(row / grain)
+    partial = itemsize  # partialTypeToUse: the data's type unless a partialType option is given
+    needs_cast = False
+    single = lookups == 1
+    max_lookup_splits = 1 if used_for_update and operation is None else lookups
+    limit = SLICE_AVAILABLE_MEMORY_PROPORTION * ipu.sram_bytes_per_tile
+    perfect = math.ceil(entries * grains / tiles) * bpg
+    write_cycles = math.ceil(lookups * row * itemsize / (ipu.data_path_bits // 8))
+    best = {True: None, False: None}  # within the temporary-memory bound, and regardless of it
+
+    def ex(nbytes):
+        return _planner_exchange(nbytes, xb)
+
+    for ls in _splits(lookups, max_lookup_splits):
+        if best[True] is not None:
+            break  # more serial parts only repeat the fixed cycles: the first that fits is the fewest
+        for e in _splits(grains, min(grains, tiles)):
+            ugpt = math.ceil(grains / e)
+            elems = ugpt * grain
+            for d in _splits(entries, min(math.ceil(entries / 2), tiles // e)):
+                dpt = math.ceil(entries / d)
+                split_dict = d > 1
+                base_bytes = ugpt * dpt * bpg
+                for lp in _splits(math.ceil(lookups / ls), min(max_lookup_splits, tiles // (e * d))):
+                    if math.ceil(lookups / (lp * ls)) * lp * ls >= lookups + math.ceil(lookups / (lp * ls)):
+                        continue  # ceildivConstrainDivisor on the product of the lookup splits
+                    lpt = math.ceil(lookups / (lp * ls))
+                    split_lk = lp > 1
+                    second = math.ceil(lpt / d)
+                    cycles, temp = 0, 0
+                    for pc in ((0, 1) if used_for_slice and ls > 1 else (0,)):
+                        c, t = 0, 0
+                        if used_for_slice:
+                            base_temp = max(split_lk * base_bytes, base_bytes - perfect, 0)
+                            ex0 = ex(base_temp)
+                            per = math.ceil(lpt / W)
+                            comp0 = multi_slice_cycles(elems, per, in_range_share(per, dpt, entries), itemsize, W,
+                                                       ipu.data_path_bits, single and not sub_word)
+                            if write_cycles > ls * lp * e * comp0:
+                                c = None
+                            else:
+                                per1 = math.ceil(second / W)
+                                ex1 = split_dict * ex(d * second * ugpt * bpg)
+                                comp1 = split_dict * multi_slice_cycles(
+                                    ugpt, per1, in_range_share(per1, dpt, entries), itemsize, W, ipu.data_path_bits,
+                                    single and (ugpt * itemsize) % ATOM_BYTES == 0)
+                                c = ls * ((1 - pc) * ex0 + comp0 + ex1 + comp1) + pc * ex0
+                                first_out = split_dict * lpt * ugpt * bpg
+                                second_in = split_dict * d * second * ugpt * bpg
+                                t = max(base_temp + first_out + lpt * INDEX_BYTES,
+                                        first_out + second_in + second * INDEX_BYTES + pc * base_temp)
+                        if c is not None and used_for_update:
+                            pe = dpt * ugpt * grain
+                            storage = math.ceil(dpt * ugpt / lp) * grain
+                            u = 2 * ex(max(base_bytes - perfect, 0))
+                            u += split_lk * tile_cycles(pe, FLOAT_BYTES, "copy", ipu)
+                            u += ex(split_dict * lpt * ugpt * grain * partial)
+                            rows_w = max_elems_per_worker(dpt, W)
+                            if operation is None:
+                                u += multi_slice_cycles(elems, lpt, in_range_share(lpt, rows_w, entries), partial, W,
+                                                        ipu.data_path_bits, single and not sub_word, True)
+                            else:
+                                u += multi_update_op_cycles(elems, lpt, in_range_share(lpt, rows_w, entries), partial,
+                                                            W, True, sub_word, operation)
+                            if operation is not None and split_lk:
+                                out_bal = math.ceil(pe / lp)
+                                u += ex(lp * out_bal * FLOAT_BYTES) + tile_cycles(lp * out_bal, FLOAT_BYTES, "add", ipu)
+                                u += (tile_cycles(storage, FLOAT_BYTES, "accumulate", ipu) if operation == "add"
+                                      else math.ceil(storage / (ipu.data_path_bits // (8 * itemsize))))
+                            c += ls * u
+                            updates = split_dict * lpt * ugpt * grain * partial
+                            partials = split_lk * pe * partial
+                            t = max(t, max(base_bytes - perfect, 0) + max(
+                                updates, updates + partials + lpt * INDEX_BYTES, split_lk * partials * 2))
+                        if c is None:
+                            continue
+                        key = (c, ls, lp, d, e, pc)
+                        for fits in ((True, False) if t <= limit else (False,)):
+                            if best[fits] is None or key < best[fits]:
+                                best[fits] = key
+    _, ls, lp, d, e, pc = best[True] or best[False]
+    return EmbeddingPlan(entries, row, lookups, itemsize, e, d, lp, grain, ls, bool(pc), "7eac0f26")

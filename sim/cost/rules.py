@@ -27,9 +27,10 @@ from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_
 from .bilinear import forward_plan, grad_plan
 from .ctc import plan_ctc
 from .histogram import histogram_tile_cycles
-from .embedding import (FLOAT_BYTES, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
-                        iota_worker_cycles, offsets_per_worker, plan_embedding, slice_worker_cycles,
-                        update_worker_cycles)
+from .embedding import (ATOM_BYTES, FLOAT_BYTES, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
+                        in_range_share, iota_worker_cycles, max_elems_per_worker, multi_slice_cycles,
+                        multi_update_op_cycles, offsets_per_worker, plan_embedding, plan_embedding_sdk3,
+                        slice_worker_cycles, update_worker_cycles)
 from .depthwise import plan_depthwise
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
@@ -841,18 +842,27 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     # PopART plans a lookup for slicing only (popx/op/sliceplanx.cpp SlicePlanUsedFor::Slice) and its
     # gradient for the update; poplibs' embedding_layer tool plans both with one update plan
     for_update = attrs.get("plan_for_update", kind != "gather")
-    plan = plan_embedding(entries, row, lookups, itemsize, tiles, for_update)
+    operation = attrs.get("operation", "add")
+    if attrs.get("poplibs") == "8dcde1ec":  # the poplibs of the embedding_layer benchmark data
+        plan = plan_embedding(entries, row, lookups, itemsize, tiles, for_update)
+    else:  # the SDK 3.x popops (7eac0f26): PopART's SlicePlanUsedFor Slice / UpdateAdd / UpdateMax / UpdateMul
+        plan = plan_embedding_sdk3(entries, row, lookups, itemsize, tiles, ipu, kind == "gather", for_update,
+                                   operation if for_update else None)
     if kind == "gather":
         codelets = (("multi_slice", dtype, 0),) + ((("iota", "int32", 0), ("div+mul+add", "int32", 0))
                                                    if plan.sliced > 1 else ())
         return replace(in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe()), codelets=codelets)
-    operation = attrs.get("operation", "add")
     parts = _embedding_update(plan, dtype, ipu, tiles, operation)
-    if operation != "add":  # the partials in the data's type (no casts), reduced and applied with the op
+    several = plan.groups_used > 1
+    if plan.version != "8dcde1ec":  # partials in the data's type (partialTypeToUse): no casts
+        codelets = ((f"multi_update_{operation}", dtype, 0),) + (
+            (("copy", dtype, 0), (_UPDATE_REDUCE[operation], dtype, 0), (_UPDATE_APPLY[operation], dtype, 0))
+            if several else ())
+    elif operation != "add":  # the partials in the data's type (no casts), reduced and applied with the op
         codelets = ((f"multi_update_{operation}", dtype, 0),) + (
             (("copy", dtype, 0), (f"reduce_{operation}", dtype, 0), (_UPDATE_APPLY[operation], dtype, 0))
-            if plan.groups_used > 1 else ())
-    elif plan.groups_used > 1:  # the slices and the table cast to fp32 and back, the copies zeroed and reduced
+            if several else ())
+    elif several:  # the slices and the table cast to fp32 and back, the copies zeroed and reduced
         codelets = (("multi_update_add", "float32", 0), ("cast", dtype, 0), ("cast", "float32", 0),
                     ("copy", "float32", 0), ("reduce_sum", "float32", 0), ("accumulate", "float32", 0))
     else:
@@ -880,10 +890,26 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
     lpt = plan.lookups_per_group
     table_part = plan.rows_per_tile * h * it
     received = lpt * INDEX_BYTES + (table_part - math.ceil(table_part / plan.lookup) if plan.lookup > 1 else 0)
-    cycles = W * slice_worker_cycles(offsets_per_worker(lpt, it, W), h, it, ipu.data_path_bits)
+    sdk3 = plan.version != "8dcde1ec"
+    if sdk3:  # a MultiVertex: each worker its share of the offsets, those of other tiles' rows stepped over
+        per = max_elems_per_worker(lpt, W, max(1, ATOM_BYTES // it))
+        single = plan.lookups == 1 and (h * it) % ATOM_BYTES == 0  # splitSingleRegion
+        cycles = multi_slice_cycles(h, per, in_range_share(per, plan.rows_per_tile, plan.entries), it, W,
+                                    ipu.data_path_bits, single)
+        launch = multi_slice_cycles(h, 0, 0, it, W, ipu.data_path_bits)
+    else:
+        cycles = W * slice_worker_cycles(offsets_per_worker(lpt, it, W), h, it, ipu.data_path_bits)
+        launch = W * slice_worker_cycles(0, h, it, ipu.data_path_bits)
     flops = float(plan.lookups * plan.row)
-    parts = [(_phases(ipu, cycles, exchange_cycles(received, ipu), 1, flops, received * plan.tiles, plan.tiles,
-                      temp=received, tiles=tiles, launch=W * slice_worker_cycles(0, h, it, ipu.data_path_bits)), 1)]
+    if sdk3 and plan.serial > 1 and plan.precopy and plan.lookup > 1:  # the base copied once, ahead of the parts
+        base = table_part - math.ceil(table_part / plan.lookup)
+        received -= base
+        parts = [(_phases(ipu, 0, exchange_cycles(base, ipu), 0, 0.0, base * plan.tiles, plan.tiles, temp=base,
+                          tiles=tiles), 1)]
+    else:
+        parts = []
+    parts.append((_phases(ipu, cycles, exchange_cycles(received, ipu), 1, flops / plan.serial,
+                          received * plan.tiles, plan.tiles, temp=received, tiles=tiles, launch=launch), plan.serial))
     if plan.sliced > 1:
         second = math.ceil(lpt / plan.sliced)
         # the second stage's indices: an iota of one partition's positions (laid out like the indices,
@@ -895,15 +921,21 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
         ids = ((plan.lookups,), "int32", "activation")
         parts.append((_map([ids], [((plan.lookups,), "int32")], {"steps": ["div", "mul", "add"]}, ipu, tiles), 1))
         got = plan.sliced * second * h * it + second * INDEX_BYTES
-        cycles = W * slice_worker_cycles(offsets_per_worker(second, it, W), h, it, ipu.data_path_bits)
+        if sdk3:  # every offset of the second stage indexes the candidates on its tile
+            per = max_elems_per_worker(second, W, max(1, ATOM_BYTES // it))
+            cycles = multi_slice_cycles(h, per, per, it, W, ipu.data_path_bits)
+        else:
+            cycles = W * slice_worker_cycles(offsets_per_worker(second, it, W), h, it, ipu.data_path_bits)
         parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 0.0, got * plan.tiles, plan.tiles,
-                              temp=got, tiles=tiles, launch=W * slice_worker_cycles(0, h, it, ipu.data_path_bits)), 1))
+                              temp=got, tiles=tiles, launch=launch), plan.serial))
     return parts
 
 
 #: the dense op that applies a multi-update's reduced partials to the table (popops
 #: DynamicSlice.cpp ``generatePlannedMultiUpdateOp``: scaledAddTo, maxInPlace, mulInPlace)
 _UPDATE_APPLY = {"add": "accumulate", "max": "maximum", "mul": "mul"}
+#: the reduction of a multi-update's partials over its lookup groups
+_UPDATE_REDUCE = {"add": "reduce_sum", "max": "reduce_max", "mul": "reduce_prod"}
 
 
 def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles, operation: str = "add") -> list[tuple[OpCost, int]]:
@@ -921,8 +953,9 @@ def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles, operation: st
     W, it, h = ipu.worker_threads, plan.itemsize, plan.columns_per_tile
     lpt, groups = plan.lookups_per_group, plan.groups_used
     add = operation == "add"
-    partial = FLOAT_BYTES if add else it
-    partial_dtype = "float32" if add else dtype
+    sdk3 = plan.version != "8dcde1ec"
+    partial = FLOAT_BYTES if add and not sdk3 else it  # SDK 3.x partialTypeToUse: the data's type
+    partial_dtype = "float32" if partial == FLOAT_BYTES and it != partial else dtype
     slices = ((plan.lookups, plan.row), dtype, "activation")
     table = ((plan.entries, plan.row), partial_dtype)
     several = groups > 1
@@ -941,10 +974,17 @@ def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles, operation: st
         parts.append((_zero_table(plan, partial, ipu, tiles), 1))  # filled with the op's identity
     got = lpt * (INDEX_BYTES + h * update_size)
     partials = several * plan.rows_per_tile * h * partial  # the group's zeroed copy of the table
-    cycles = W * update_worker_cycles(lpt, h, update_size)
-    parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 2.0 * plan.lookups * plan.row, got * plan.tiles,
-                          plan.tiles, temp=got + partials, tiles=tiles,
-                          launch=W * update_worker_cycles(0, h, update_size)), 1))
+    if sdk3:  # a MultiVertex: each worker owns a share of the tile's rows and steps over every offset
+        rows = max_elems_per_worker(plan.rows_per_tile, W, max(1, ATOM_BYTES // update_size))
+        sub_word = (h * update_size) % ATOM_BYTES != 0
+        cycles = multi_update_op_cycles(h, lpt, in_range_share(lpt, rows, plan.entries), update_size, W, add,
+                                        sub_word, operation)
+        launch = multi_update_op_cycles(h, 0, 0, update_size, W, add, sub_word, operation)
+    else:
+        cycles = W * update_worker_cycles(lpt, h, update_size)
+        launch = W * update_worker_cycles(0, h, update_size)
+    parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 2.0 * plan.lookups * plan.row / plan.serial,
+                          got * plan.tiles, plan.tiles, temp=got + partials, tiles=tiles, launch=launch), plan.serial))
     if several:
         copies = ((groups, plan.entries, plan.row), partial_dtype, "activation")
         reduce_kind = {"add": "reduce_sum", "max": "reduce_max", "mul": "reduce_prod"}[operation]
