@@ -23,6 +23,13 @@ tile plus its peak temporary bytes. Every tile of a lookup group checks every in
   table (cast to fp32 and back for fp16) with the scale.
 
 Cycles are tile cycles (a worker vertex's cycles x the 6 worker contexts); bytes are per tile.
+
+That is poplibs 8dcde1ec, kept for the embedding_layer benchmark rows it produced (their ops carry
+``poplibs="8dcde1ec"``). Every other lookup and scatter (PopART / PopTorch / PopXL, SDK 3.x) follows
+poplibs 7eac0f26 (:func:`plan_embedding_sdk3`, :func:`multi_slice_cycles`, :func:`multi_update_op_cycles`
+below): the plan with the fewest estimated cycles, 64-bit grains, MultiVertexes whose workers split a
+slice's offsets or an update's rows and step over offsets outside their range cheaply, partials in the
+data's type (no fp32 casts unless asked for).
 """
 
 from __future__ import annotations

@@ -825,7 +825,9 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     given, as poplibs' embedding_layer tool does), as popops plans and runs them:
     ``sim/cost/embedding.py``. ``operation`` ``"max"`` (or ``"mul"``) is popops' multiUpdateMax
     (multiUpdateMul) on the same plan, as PopART's scatter max and min run
-    (popx/op/scatterreduceutilx.cpp MaxReductionStrategy). Cycles are IPU cycles."""
+    (popx/op/scatterreduceutilx.cpp MaxReductionStrategy). Planned and run as the SDK 3.x popops
+    (7eac0f26) does, or as 8dcde1ec does for ops with ``poplibs="8dcde1ec"`` (the embedding_layer
+    benchmark rows). Cycles are IPU cycles."""
     (ids_shape, _, _) = ins[0]
     if kind == "gather":
         table_shape, dtype, _ = ins[1]
