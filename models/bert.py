@@ -42,6 +42,9 @@ output.
 - ``att_ffn_placement`` (MLPerf v1.1/v2.0 BERT's option, ``models.transformer.att_ffn_ipus``):
   ``[[ipu, [attentions, ffns]], ...]`` per pipeline stage, so a layer's attention and FFN can sit on
   different IPUs; instead of ``layers_per_ipu``. Checkpoints stay one per layer (its FFN output).
+- ``head="mean_pool"`` (``with_loss=False``): a sentence-embedding model's output (E5, sentence-transformers):
+  the encoder output's mean over the tokens the attention mask keeps, L2-normalised, (B, H), on the last
+  encoder layer's IPU.
 - ``head="squad"``: the span head of Graphcore's SQuAD fine-tuning (``PipelinedBertForQuestionAnswering``
   in graphcore/examples ``nlp/bert/pytorch/modeling.py``, Hugging Face's ``BertForQuestionAnswering``):
   a linear layer hidden -> 2 per token, and the loss the mean of two softmax cross-entropies over the
@@ -165,6 +168,18 @@ def build(name: str, p: Params) -> Graph:
     if not c["with_head"]:
         b.output(x)
         return b.graph
+    if head == "mean_pool":
+        # sentence embeddings (E5, sentence-transformers): the tokens' mean under the attention mask,
+        # L2-normalised, on the last encoder layer's IPU; an embedding model has no loss
+        if with_loss:
+            p.fail("with_loss", "the mean_pool head has no loss: give with_loss=False")
+        with place.on(layer_ipu[-1] if layer_ipu else 0, "head"), b.scope("mean_pool"):
+            weights = b.cast(attn_mask, c["dtype"])
+            summed = b.reduce(b.mul(x, b.reshape(weights, (B, S, 1))), [1], name="masked_sum")
+            pooled = b.div(summed, b.reduce(weights, [1], keepdims=True, name="tokens"))
+            norm = b.unary("sqrt", b.reduce(b.mul(pooled, pooled), [1], keepdims=True, name="square_sum"))
+            b.output(b.div(pooled, norm, name="normalised"))
+        return b.graph
     if head == "squad":
         positions = b.input("positions", (B, 2), "int32") if with_loss else None
         # Graphcore's PipelinedBertForQuestionAnswering: "QA Outputs" on the last encoder layer's IPU
@@ -185,7 +200,7 @@ def build(name: str, p: Params) -> Graph:
     return b.graph
 
 
-HEADS = ("mlm", "squad")
+HEADS = ("mlm", "squad", "mean_pool")
 
 
 def _head(p: Params) -> tuple[str, bool]:

@@ -513,7 +513,9 @@ def test_poptorch_errors_for_bad_annotation_arguments():
 
 def test_for_loop_runs_every_iteration_whose_outputs_the_next_does_not_read():
     """A body that ignores what it is given (a benchmark's loop of lookups): PopART's Loop still computes
-    it every iteration, so the unrolled iterations are not pruned as unused."""
+    it every iteration, so the unrolled iterations are not pruned as unused; and each iteration does the
+    Loop's own work (LoopOpx): the output copied back to the body's input, the exit flag's map and the
+    iterator's increment."""
     class Lookups(nn.Module):
         def __init__(self):
             super().__init__()
@@ -524,8 +526,21 @@ def test_for_loop_runs_every_iteration_whose_outputs_the_next_does_not_read():
 
     model = poptorch.inferenceModel(Lookups())
     model(torch.randint(0, 64, (32,)), torch.zeros(32, 16))
-    kinds = [op.kind for op in model.executable.graph.ops]
-    assert kinds.count("gather") == 10, kinds
+    ops = model.executable.graph.ops
+    assert [op.kind for op in ops].count("gather") == 10
+    assert sum(1 for op in ops if op.attrs.get("loop_carried")) == 10
+    assert sorted(op.attrs["loop_control"] for op in ops if op.attrs.get("loop_control")) == \
+        ["exit_update"] * 10 + ["iterator"] * 10
+
+    class PassThrough(Lookups):  # the index passed through unchanged is aliased, not copied
+        def forward(self, index, out):
+            return poptorch.for_loop(10, lambda i, o: [i, self.table.index_select(0, i)], [index, out])[1]
+
+    model = poptorch.inferenceModel(PassThrough())
+    model(torch.randint(0, 64, (32,)), torch.zeros(32, 16))
+    ops = model.executable.graph.ops
+    assert sum(1 for op in ops if op.attrs.get("loop_carried")) == 10
+    assert sum(1 for op in ops if op.attrs.get("loop_control") == "exit_update") == 10
 
 
 def test_experimental_collectives_cpu_view():

@@ -370,7 +370,6 @@ class Capture:
         self.outputs: list[str] = []
         self.params: dict[int, dict[bool, str]] = {}  # id(param) -> {transposed: tensor name}
         self.variables: set[str] = set()  # graph tensors of the model's frozen parameters and buffers
-        self.loop_carried: set[str] = set()  # outputs of poptorch.for_loop iterations (unrolled)
         self.param_names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
         self.param_names.update({id(b): n for n, b in model.named_buffers(remove_duplicate=False)})
         self.buffer_names = {n for n, _ in model.named_buffers(remove_duplicate=False)}  # (a trace may copy them)
@@ -398,8 +397,6 @@ class Capture:
             self.b._scopes = [scope] if scope else []
             first = len(self.g.ops)
             self.sym[n] = _mapping.map_node(self, n, interp, result)
-            if n.meta.get(_state.LOOP_CARRIED):
-                self.loop_carried.update(v for v in pytree.tree_leaves(self.sym[n]) if isinstance(v, str))
             multiconv = n.meta.get(_state.MULTICONV) or (n.meta.get("custom") or {}).get(_state.MULTICONV)
             if multiconv:
                 self._join_multiconv(*multiconv, self.g.ops[first:])
@@ -635,7 +632,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     for tname, mode in cap.overlap.items():
         if tname in g.tensors:
             g.overlap[tname] = int(OverlapMode[mode] if isinstance(mode, str) else mode)
-    pruned = _prune_unused(g, cap.loop_carried)
+    pruned = _prune_unused(g)
     if pruned:
         cap.notes.append(f"{len(pruned)} op(s) whose results nothing uses removed, as PopART's Prune transform "
                          f"removes them: {', '.join(pruned[:5])}{', ...' if len(pruned) > 5 else ''}")
@@ -658,15 +655,17 @@ def _runs_eagerly(adapter, flat: list, running) -> bool:
     return True
 
 
-def _prune_unused(g: Graph, kept: set[str] = frozenset()) -> list[str]:
-    """Remove the ops none of whose results reaches an output, the loss or ``kept`` (a value the model
-    computes and drops, such as Graphcore's BERT ``OnehotGather``'s first one-hot), and the activations
-    only they made; returns the removed ops' names. ``kept``: the outputs of a ``poptorch.for_loop``'s
-    iterations, which PopART's Loop computes every iteration whether the next one reads them or not."""
-    needed = set(g.outputs) | ({g.loss} if g.loss else set()) | set(kept)
+def _prune_unused(g: Graph) -> list[str]:
+    """Remove the ops none of whose results reaches an output or the loss (a value the model computes
+    and drops, such as Graphcore's BERT ``OnehotGather``'s first one-hot), and the activations only
+    they made; returns the removed ops' names. A ``poptorch.for_loop``'s own work (``loop_carried``
+    copies, ``loop_control``) stays: PopART's Loop runs every iteration whether the next reads its
+    outputs or not."""
+    needed = set(g.outputs) | ({g.loss} if g.loss else set())
     kept = []
     for op in reversed(g.ops):
-        if op.kind in _KEPT_UNUSED or op.attrs.get("buffer_write") or any(t in needed for t in op.outputs):
+        if (op.kind in _KEPT_UNUSED or op.attrs.get("buffer_write") or op.attrs.get("loop_carried")
+                or op.attrs.get("loop_control") or any(t in needed for t in op.outputs)):
             kept.append(op)
             needed.update(op.inputs)
     if len(kept) == len(g.ops):

@@ -839,6 +839,8 @@ def _annotation(ctx: OpContext, name: str, value, x):
     if not _is_sym_tensor(x):
         return x
     tensor = ctx.t(x)
+    if name == "loop_carry":
+        return _loop_carry(ctx, tensor, int(value))
     if name in ("set_overlap_for_input", "set_overlap_for_output"):
         if name == "set_overlap_for_input" and tensor not in ctx.cap.inputs:
             raise error("poptorch.set_overlap_for_input must be applied to an input of the model "
@@ -853,6 +855,25 @@ def _annotation(ctx: OpContext, name: str, value, x):
         # (GPT-2's hook checkpoints each block's unused `present` too): only a used one checkpoints
         op.attrs["recomputation_checkpoint"] = True
     return tensor
+
+
+def _loop_carry(ctx: OpContext, tensor: str, work: int) -> str:
+    """One output of a ``poptorch.for_loop`` iteration carried into the next, as PopART's LoopOpx runs
+    it (popx/op/loopx.cpp, the same work sim.onnx prices for an ONNX Loop): its copy back to the body's
+    input (``_state.LOOP_COPY``; an output the body passes through is aliased, not copied); with the
+    iteration's first output (``_state.LOOP_CONTROL``), the exit flag's popops map (exit |= !cond | i >= M)
+    and the iterator's increment."""
+    if work & _state.LOOP_CONTROL:
+        b = ctx.builder
+        iterator = b.constant(b.graph.unique_tensor_name("for_loop/iterator"), (1,), "int32")
+        exit_flag = b.constant(b.graph.unique_tensor_name("for_loop/exit"), (1,), "bool")
+        b.op("logical", [exit_flag, iterator], [(1,)], {"loop_control": "exit_update"}, name="for_loop/exit_update",
+             out_dtypes=["bool"])
+        b.op("add", [iterator, b.constant(b.graph.unique_tensor_name("for_loop/one"), (1,), "int32")], [(1,)],
+             {"loop_control": "iterator"}, name="for_loop/iterator", out_dtypes=["int32"])
+    if not work & _state.LOOP_COPY:
+        return tensor
+    return ctx.op("copy", [tensor], {"loop_carried": True}, name="for_loop/carry")
 
 
 _CROSS_REPLICA = {"all_reduce_cross_replica_sum": "replicated_all_reduce",
@@ -1085,7 +1106,7 @@ RULES = {
     # PopTorch's annotations
     **{k: _annotation_rule for k in ("identity_loss", "set_available_memory", "set_overlap_for_input",
                                      "set_overlap_for_output", "recomputation_checkpoint",
-                                     "ipu_print_tensor", "nop", "serialized_matmul")},
+                                     "ipu_print_tensor", "nop", "serialized_matmul", "loop_carry")},
 }
 
 
@@ -1265,7 +1286,7 @@ def _user_rule(n, module, key):
 
 
 _CARRIED = {"set_available_memory", "set_overlap_for_input", "set_overlap_for_output",
-            "recomputation_checkpoint", "ipu_print_tensor", "nop"}
+            "recomputation_checkpoint", "ipu_print_tensor", "nop", "loop_carry"}
 
 
 def _carried(ctx: OpContext, n):

@@ -566,6 +566,13 @@ def nop(tensor: torch.Tensor) -> torch.Tensor:
     return _nop(tensor)
 
 
+@_traceable("loop_carry", mark_arg=1)
+def _loop_carry(tensor, work):
+    """An output of a ``for_loop`` iteration carried into the next, with the Loop's ``work`` (flags
+    :data:`_state.LOOP_CONTROL`, :data:`_state.LOOP_COPY`; see :func:`for_loop`)."""
+    return _carrier(tensor)
+
+
 @_traceable("serialized_matmul", mark_arg=2)
 def _serialized_matmul(lhs, rhs, mode, factor, keep_precision):
     return torch.matmul(lhs, rhs)
@@ -599,7 +606,8 @@ def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor, mode: enums.MatMulSer
 
 def for_loop(count: int, body, inputs: list) -> list:
     """Run ``body`` ``count`` times, each iteration's outputs feeding the next (unrolled in the
-    simulated graph, so it is priced ``count`` times)."""
+    simulated graph, so it is priced ``count`` times, with the Loop's own work each iteration: the copy
+    of each output back to the body's input, the exit-flag map and the iterator's increment)."""
     if not isinstance(inputs, list):
         raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of tensors. "
                          "(Object is not list)")
@@ -609,11 +617,14 @@ def for_loop(count: int, body, inputs: list) -> list:
                              f"tensors. (Object contained in list at index {ind} is not torch.tensor)")
     outs = list(inputs)
     for _ in range(count):
+        given = outs
         res = body(*outs)
         outs = list(res) if isinstance(res, (list, tuple)) else [res]
-        for out in outs:  # each iteration's outputs are the Loop body's: it runs whether the next reads them or not
-            if isinstance(out, torch.fx.Proxy):
-                out.node.meta[_state.LOOP_CARRIED] = True
+        # PopART's Loop (LoopOpx) copies each output back to the body's input every iteration (not one
+        # the body passes through: the same tensor, aliased), beside its exit-flag update and iterator
+        # increment (priced with the iteration's first output)
+        outs = [_loop_carry(o, (j == 0) * _state.LOOP_CONTROL + (j >= len(given) or o is not given[j]) * _state.LOOP_COPY)
+                if isinstance(o, (torch.Tensor, torch.fx.Proxy)) else o for j, o in enumerate(outs)]
     return outs
 
 
