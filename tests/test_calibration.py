@@ -6,6 +6,8 @@ guard the fit); figures the model predicts are held to what such a prediction ca
 """
 
 import csv
+
+import numpy as np
 from pathlib import Path
 
 import pytest
@@ -239,3 +241,14 @@ def test_fc_layer_graph_holds_the_tools_tensors():
     lines = validation._memory_section()
     assert "## Memory" in lines and any(f"`{row.name}`" in line and f"{row.published:,} B" in line for line in lines)
     assert any("GCN-P B10" in line and "fits; fullest tile" in line for line in lines)
+
+
+def test_gather_and_scatter_add_against_the_bow_sweep():
+    """Graphcore's gather / scatter-add cycle sweep on a Bow IPU (sim.validation.gather_scatter, a
+    third of its rows here): each op's median within 25 % and every row within a factor of 5. The
+    spread is what remains unexplained (a few updates into a large output, at 0.2: the output's
+    zeroing and copies cost the hardware more; mid-size gathers at 0.45), not noise; the bounds hold
+    it from widening."""
+    for op, ratio in validation.gather_scatter.ratios(every=3).items():
+        assert 0.75 <= float(np.median(ratio)) <= 1.25, (op, np.median(ratio))
+        assert ratio.min() >= 1 / 5 and ratio.max() <= 5, (op, ratio.min(), ratio.max())

@@ -13,6 +13,7 @@ from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..hardware.system import load_system
 from ..results.run import UNMODELLED_CALL_SECONDS
 from ..schedule.collectives import partition_sync
+from . import gather_scatter
 from .calibration import CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, TESSELLATE_BASICS, VERTEX_CHECKS
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS
 from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seconds
@@ -82,6 +83,10 @@ def report() -> str:
     lines += ["", f"Dense matmuls and streaming-memory reads on the hardware (not in hardware.csv): {MICROBENCH_SOURCES}.",
               "", *_CHECK_HEADER]
     lines += _rows(MICROBENCH_CHECKS)
+    lines += ["", "Gather and scatter-add on a Bow IPU (not in hardware.csv; " + gather_scatter.__doc__.split("Source: ")[1]
+              .replace("\n", " ").strip() + " Not a fit: the ops follow SDK 3.x poplibs' multiSlice and multiUpdateOp "
+              "plans and estimates and PopART's Loop; `tests/test_calibration.py` holds the median ratio of each op "
+              "within 25 % and every row within a factor of 5.)", "", *gather_scatter.table()]
     lines += ["", "## End to end", "",
               f"Published training throughputs ({PERFORMANCE_RESULTS}), compared with the simulator on "
               "the zoo's models configured as Graphcore's examples run them (the BERT rows run the "
