@@ -623,7 +623,8 @@ def for_loop(count: int, body, inputs: list) -> list:
         # PopART's Loop (LoopOpx) copies each output back to the body's input every iteration (not one
         # the body passes through: the same tensor, aliased), beside its exit-flag update and iterator
         # increment (priced with the iteration's first output)
-        outs = [_loop_carry(o, (j == 0) * _state.LOOP_CONTROL + (j >= len(given) or o is not given[j]) * _state.LOOP_COPY)
+        outs = [_loop_carry(o, (j == 0) * _state.LOOP_CONTROL
+                            + (j >= len(given) or o is not given[j]) * _state.LOOP_COPY)
                 if isinstance(o, (torch.Tensor, torch.fx.Proxy)) else o for j, o in enumerate(outs)]
     return outs
 

@@ -62,8 +62,9 @@ def place_on_io_tiles(graph: Graph, io_tiles: int, ipu) -> tuple[Graph, list[str
         names = sorted(set(inserted))
         shown = ", ".join(names[:NOTED_COPIES]) + (f" and {len(names) - NOTED_COPIES} more" if len(names) > NOTED_COPIES
                                                    else "")
-        notes.append(f"{len(names)} IO-tile copies inserted as PopART's IoComputeTileCopy does, where the compute tiles "
-                     f"read a tensor on the IO tiles or a store on them writes one from the compute tiles: {shown}")
+        notes.append(f"{len(names)} IO-tile copies inserted as PopART's IoComputeTileCopy does, where the compute "
+                     f"tiles read a tensor on the IO tiles or a store on them writes one from the compute tiles: "
+                     f"{shown}")
     return g, notes
 
 

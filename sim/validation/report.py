@@ -80,13 +80,14 @@ def report() -> str:
     lines += _rows(CHECKS)
     lines += ["", f"A compute set on the hardware (not in hardware.csv): {TESSELLATE_BASICS}.", "", *_CHECK_HEADER]
     lines += _rows(VERTEX_CHECKS)
-    lines += ["", f"Dense matmuls and streaming-memory reads on the hardware (not in hardware.csv): {MICROBENCH_SOURCES}.",
-              "", *_CHECK_HEADER]
+    lines += ["", "Dense matmuls and streaming-memory reads on the hardware (not in hardware.csv): "
+              f"{MICROBENCH_SOURCES}.", "", *_CHECK_HEADER]
     lines += _rows(MICROBENCH_CHECKS)
-    lines += ["", "Gather and scatter-add on a Bow IPU (not in hardware.csv; " + gather_scatter.__doc__.split("Source: ")[1]
-              .replace("\n", " ").strip() + " Not a fit: the ops follow SDK 3.x poplibs' multiSlice and multiUpdateOp "
-              "plans and estimates and PopART's Loop; `tests/test_calibration.py` holds the median ratio of each op "
-              "within 25 % and every row within a factor of 5.)", "", *gather_scatter.table()]
+    source = gather_scatter.__doc__.split("Source: ")[1].replace("\n", " ").strip()
+    lines += ["", f"Gather and scatter-add on a Bow IPU (not in hardware.csv; {source} Not a fit: the ops follow "
+              "SDK 3.x poplibs' multiSlice and multiUpdateOp plans and estimates and PopART's Loop; "
+              "`tests/test_calibration.py` holds the median ratio of each op within 25 % and every row within "
+              "a factor of 5.)", "", *gather_scatter.table()]
     lines += ["", "## End to end", "",
               f"Published training throughputs ({PERFORMANCE_RESULTS}), compared with the simulator on "
               "the zoo's models configured as Graphcore's examples run them (the BERT rows run the "
