@@ -231,3 +231,18 @@ def test_embedding_serialization_splits_the_tied_projection_over_the_vocabulary(
 def test_embedding_serialization_must_divide_the_vocabulary():
     with pytest.raises(GraphError, match=r"embedding_serialization=7: must divide vocab=30522"):
         models.get("bert-base", embedding_serialization=7)
+
+
+def test_bert_mean_pool_head_is_a_sentence_embedding():
+    """``head="mean_pool"`` (E5, sentence-transformers): the encoder output's mean over the tokens the
+    attention mask keeps, L2-normalised, one (B, H) output on the last layer's IPU; no loss to give."""
+    g = models.get("bert-base", micro_batch=2, seq_len=128, head="mean_pool", with_loss=False,
+                   layers_per_ipu=[6, 6])
+    (out,) = g.outputs
+    assert g.tensors[out].shape == (2, 768) and g.loss is None
+    pool = [op for op in g.ops if op.name.startswith("mean_pool/")]
+    assert [op.kind for op in pool] == ["cast", "reshape", "mul", "reduce_sum", "reduce_sum", "div", "mul",
+                                        "reduce_sum", "sqrt", "div"]
+    assert {op.ipu for op in pool} == {1}
+    with pytest.raises(Exception, match="mean_pool head has no loss"):
+        models.get("bert-base", micro_batch=2, seq_len=128, head="mean_pool")
