@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from ..errors import OutOfMemoryError
 from .runner import _outcome
 from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _conformer_train,
-                     _effnet_train, _packed_bert, _resnet_infer,
+                     _e5_infer, _effnet_train, _packed_bert, _resnet_infer,
                      _resnet_train, _resnext_train, _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train,
                      _vit_infer, _vit_train)
 
@@ -598,6 +598,12 @@ PUBLISHED_ROWS = [
     # Swin-T inference, one IPU (PopRT)
     Row("I14", "RT I14", "Swin-T inference fp16, batch 24, 128 batches per step, overlapped IO", 6802, "images/s",
         _swin_infer(24), True, ("poprt-swin",)),
+    # sentence embeddings, 4 IPUs (optimum-graphcore's text-embeddings notebook)
+    Row("I15", "OG I15", "E5-large (BERT-Large encoder) sentence embeddings fp16 (SL512), batch 2, 256 per step, "
+        "4 replicas", 865, "sequences/s", _e5_infer(), True,
+        ("the notebook names neither the IPU (Mk2 or Bow: 1,472 tiles) nor the partials type: IPU-M2000 and half "
+         "partials assumed [U]; with float partials the simulator gives 517, on a Bow-2000 1,136 (half) [U]; "
+         "timed around each call of 2,048 sequences, the host's tokenised batches already made",)),
     Row("I6", "RT I6", "ResNet-50 inference fp16, batch 1, 1 batch per step (low latency)", 3119, "images/s",
         _resnet_infer(1, device_iterations=1, io_tiles=0, prefetch_depth=2), True,
         ("poprt", "poprt-depth", "no IO tiles (no --enable_overlapio)", "the README's --eightbitio flag "

@@ -408,6 +408,18 @@ def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, am
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS if benchmark_options else ())
 
 
+def _e5_infer() -> Setup:
+    """E5-large sentence embeddings as optimum-graphcore's text-embeddings notebook runs them
+    (``notebooks/text_embeddings_models``, 8e878e77: ``intfloat/e5-large``, a BERT-Large encoder, in fp16 at
+    sequence length 512, mean-pooled and L2-normalised on the IPU; ``config.py``: one IPU per replica,
+    layers [24], ``inference_matmul_proportion`` 0.1, micro-batch 2, device iterations 256, 4 replicas) on
+    an IPU-M2000 (the notebook does not name the machine [U]), half partials (the hub IPU config it
+    starts from [U])."""
+    params = _params(micro_batch=2, seq_len=512, vocab=30522, layers_per_ipu=[24], head="mean_pool",
+                     with_loss=False, dropout=0.0)
+    return Setup("bert-large", params, "ipu-m2000", replicas=4, device_iterations=256, amp=(0.1,), training=False)
+
+
 def _vit_infer(batch: int) -> Setup:
     """ViT-B/16 inference as PopRT's ViT benchmark runs it on one IPU (RT ``benchmarks/ViT/poprt_run.py``,
     77e7d66): Hugging Face's ``google/vit-base-patch16-224`` classifier in fp16 with fp16 images from
