@@ -53,6 +53,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import load_system, simulate
+from .cost.embedding import LEGACY_POPLIBS
 from .graph.ir import RNN_GATES, Graph, GraphBuilder, Op, spatial, spatial_attr
 from .graph.training import mark_recurrent_saves
 from .options import Options
@@ -543,11 +544,11 @@ def embedding_graph(entries: int, row: int, lookups: int) -> Graph:
     ids = b.input("indices", (lookups,), dtype="int32")
     table = b.weight("embedding", (entries, row))
     # the benchmark data are poplibs 8dcde1ec's: its planner and vertices (sim/cost/embedding.py plan_embedding)
-    rows_out = b.op("gather", [ids, table], [(lookups, row)], attrs={"plan_for_update": True, "poplibs": "8dcde1ec"},
+    rows_out = b.op("gather", [ids, table], [(lookups, row)], attrs={"plan_for_update": True, "poplibs": LEGACY_POPLIBS},
                     name="multiSlice", out_dtypes=["float16"])[0]
     deltas = b.input("deltas", (lookups, row))
     b.graph.add_op(Op("multiUpdateAdd", "embedding_grad", [ids, deltas, table], [table],
-                      {"into_table": True, "poplibs": "8dcde1ec"}))
+                      {"into_table": True, "poplibs": LEGACY_POPLIBS}))
     b.output(rows_out)
     return b.graph
 

@@ -52,6 +52,10 @@ SLICES_REARRANGE_THRESHOLD = 4
 FLOAT_BYTES = 4
 
 
+#: the poplibs of the embedding_layer benchmark data (its ops carry ``poplibs=LEGACY_POPLIBS``)
+LEGACY_POPLIBS = "8dcde1ec"
+
+
 @dataclass(frozen=True)
 class EmbeddingPlan:
     """popops' ``SlicePlan`` of an embedding table of ``entries`` rows of ``row`` elements looked up
@@ -67,7 +71,7 @@ class EmbeddingPlan:
     grain: int  # columns per grain
     serial: int = 1  # lookups processed one part after another (lookupSerialSplit; SDK 3.x plans only)
     precopy: bool = False  # the base copied once ahead of the serial parts (precopyBaseWhenSerialSlice)
-    version: str = "8dcde1ec"  # the poplibs whose planner chose this plan and whose vertices run it
+    version: str = LEGACY_POPLIBS  # the poplibs whose planner chose this plan and whose vertices run it
 
     @property
     def tiles(self) -> int:
@@ -81,6 +85,11 @@ class EmbeddingPlan:
     @property
     def rows_per_tile(self) -> int:
         return math.ceil(self.entries / self.sliced)
+
+    @property
+    def sdk3(self) -> bool:
+        """Planned and run as SDK 3.x popops (7eac0f26), not as :data:`LEGACY_POPLIBS`."""
+        return self.version != LEGACY_POPLIBS
 
     @property
     def lookups_per_serial(self) -> int:
@@ -307,7 +316,6 @@ def plan_embedding_sdk3(entries: int, row: int, lookups: int, itemsize: int, til
     sub_word = bpg % ATOM_BYTES != 0
     grains = math.ceil(row / grain)
     partial = itemsize  # partialTypeToUse: the data's type unless a partialType option is given
-    needs_cast = False
     single = lookups == 1
     max_lookup_splits = 1 if used_for_update and operation is None else lookups
     limit = SLICE_AVAILABLE_MEMORY_PROPORTION * ipu.sram_bytes_per_tile
@@ -334,7 +342,6 @@ def plan_embedding_sdk3(entries: int, row: int, lookups: int, itemsize: int, til
                     lpt = math.ceil(lookups / (lp * ls))
                     split_lk = lp > 1
                     second = math.ceil(lpt / d)
-                    cycles, temp = 0, 0
                     for pc in ((0, 1) if used_for_slice and ls > 1 else (0,)):
                         c, t = 0, 0
                         if used_for_slice:

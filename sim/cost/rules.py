@@ -27,7 +27,7 @@ from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_
 from .bilinear import forward_plan, grad_plan
 from .ctc import plan_ctc
 from .histogram import histogram_tile_cycles
-from .embedding import (ATOM_BYTES, FLOAT_BYTES, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
+from .embedding import (ATOM_BYTES, FLOAT_BYTES, LEGACY_POPLIBS, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
                         in_range_share, iota_worker_cycles, max_elems_per_worker, multi_slice_cycles,
                         multi_update_op_cycles, offsets_per_worker, plan_embedding, plan_embedding_sdk3,
                         slice_worker_cycles, update_worker_cycles)
@@ -845,7 +845,7 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     # gradient for the update; poplibs' embedding_layer tool plans both with one update plan
     for_update = attrs.get("plan_for_update", kind != "gather")
     operation = attrs.get("operation", "add")
-    if attrs.get("poplibs") == "8dcde1ec":  # the poplibs of the embedding_layer benchmark data
+    if attrs.get("poplibs") == LEGACY_POPLIBS:  # the poplibs of the embedding_layer benchmark data
         plan = plan_embedding(entries, row, lookups, itemsize, tiles, for_update)
     else:  # the SDK 3.x popops (7eac0f26): PopART's SlicePlanUsedFor Slice / UpdateAdd / UpdateMax / UpdateMul
         plan = plan_embedding_sdk3(entries, row, lookups, itemsize, tiles, ipu, kind == "gather", for_update,
@@ -856,7 +856,7 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
         return replace(in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe()), codelets=codelets)
     parts = _embedding_update(plan, dtype, ipu, tiles, operation)
     several = plan.groups_used > 1
-    if plan.version != "8dcde1ec":  # partials in the data's type (partialTypeToUse): no casts
+    if plan.sdk3:  # partials in the data's type (partialTypeToUse): no casts
         codelets = ((f"multi_update_{operation}", dtype, 0),) + (
             (("copy", dtype, 0), (_UPDATE_REDUCE[operation], dtype, 0), (_UPDATE_APPLY[operation], dtype, 0))
             if several else ())
@@ -892,7 +892,7 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
     lpt = plan.lookups_per_group
     table_part = plan.rows_per_tile * h * it
     received = lpt * INDEX_BYTES + (table_part - math.ceil(table_part / plan.lookup) if plan.lookup > 1 else 0)
-    sdk3 = plan.version != "8dcde1ec"
+    sdk3 = plan.sdk3
     if sdk3:  # a MultiVertex: each worker its share of the offsets, those of other tiles' rows stepped over
         per = max_elems_per_worker(lpt, W, max(1, ATOM_BYTES // it))
         single = plan.lookups == 1 and (h * it) % ATOM_BYTES == 0  # splitSingleRegion
@@ -955,7 +955,7 @@ def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles, operation: st
     W, it, h = ipu.worker_threads, plan.itemsize, plan.columns_per_tile
     lpt, groups = plan.lookups_per_group, plan.groups_used
     add = operation == "add"
-    sdk3 = plan.version != "8dcde1ec"
+    sdk3 = plan.sdk3
     partial = FLOAT_BYTES if add and not sdk3 else it  # SDK 3.x partialTypeToUse: the data's type
     partial_dtype = "float32" if partial == FLOAT_BYTES and it != partial else dtype
     slices = ((plan.lookups, plan.row), dtype, "activation")
@@ -989,8 +989,7 @@ def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles, operation: st
                           got * plan.tiles, plan.tiles, temp=got + partials, tiles=tiles, launch=launch), plan.serial))
     if several:
         copies = ((groups, plan.entries, plan.row), partial_dtype, "activation")
-        reduce_kind = {"add": "reduce_sum", "max": "reduce_max", "mul": "reduce_prod"}[operation]
-        parts.append((_reduce(reduce_kind, [copies], [table], {"axes": [0]}, ipu, tiles), 1))
+        parts.append((_reduce(_UPDATE_REDUCE[operation], [copies], [table], {"axes": [0]}, ipu, tiles), 1))
         base = ((plan.entries, plan.row), dtype, "activation")
         if it != partial:
             parts.append((_elementwise("cast", [base], [table], ipu, tiles), 1))

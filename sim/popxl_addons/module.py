@@ -337,8 +337,7 @@ class Module(popxl.Module):
             frame = _frame(f"call_module({type(module).__name__})")
             frame.called.update(graph.called_graphs_grad_info)
             outputs = len(graph.graph.outputs)  # an autodiff may add the activations its grad graph reads
-            if autodiff == "build_grad" or autodiff == "autodiff" or (autodiff == "auto"
-                                                                       and module.implements_grad_graph):
+            if autodiff in ("build_grad", "autodiff") or (autodiff == "auto" and module.implements_grad_graph):
                 grad = graph.autodiff(grads_provided=grads_provided(graph) if grads_provided else None,
                                       grads_required=grads_required(graph) if grads_required else None,
                                       method=autodiff)

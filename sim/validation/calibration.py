@@ -133,6 +133,14 @@ def add_compute_set_cycles(elements: int) -> int:
     return op_cost(b.graph.ops[-1], b.graph, ipu, 1).cycles
 
 
+def _bow_op_seconds(graph, options: Options, kind: str | None = None) -> float:
+    """Seconds the ops of ``graph`` (those of ``kind`` if given) take on a Bow IPU, synthetic data."""
+    system = load_system("bow-ipu")
+    trace = simulate(graph, system, options.enableSyntheticData(True)).op_trace()
+    spans = trace.end - trace.start
+    return system.cycles_to_seconds(int((spans if kind is None else spans[trace.kind == kind]).sum()))
+
+
 def dense_matmul_tflops(m: int, k: int, n: int, dtype: str) -> float:
     """One ``poplin::matMul`` [m, k] x [k, n] on a Bow IPU as PopSparse's dense benchmark runs it
     (poplin's default availableMemoryProportion 0.6, no fully connected pass; half partials for
@@ -140,12 +148,9 @@ def dense_matmul_tflops(m: int, k: int, n: int, dtype: str) -> float:
     b = GraphBuilder(f"matmul_{m}x{k}x{n}", dtype)
     b.op("matmul", [b.weight("lhs", (m, k)), b.input("rhs", (k, n))], [(m, n)], name="matmul",
          attrs={"fully_connected_pass": "NONE", "available_memory_proportion": 0.6})
-    o = Options().enableSyntheticData(True)
+    o = Options()
     o.Precision.setPartialsType("half" if dtype == "float16" else "float")
-    system = load_system("bow-ipu")
-    trace = simulate(b.graph, system, o).op_trace()
-    cycles = int((trace.end - trace.start)[trace.kind == "matmul"].sum())
-    return 2 * m * k * n / system.cycles_to_seconds(cycles) / 1e12
+    return 2 * m * k * n / _bow_op_seconds(b.graph, o, "matmul") / 1e12
 
 
 def decode_attention_us(batch: int, keys: int, heads: int = 32, head_size: int = 128) -> float:
@@ -160,9 +165,7 @@ def decode_attention_us(batch: int, keys: int, heads: int = 32, head_size: int =
     probs = b.op("softmax", [b.op("scale", [scores], [(rows, 1, keys)], name="scale")[0]], [(rows, 1, keys)],
                  name="softmax")[0]
     b.op("matmul", [probs, b.input("v", (rows, keys, head_size))], [(rows, 1, head_size)], name="av")
-    system = load_system("bow-ipu")
-    trace = simulate(b.graph, system, Options().enableSyntheticData(True)).op_trace()
-    return system.cycles_to_seconds(int((trace.end - trace.start).sum())) * 1e6
+    return _bow_op_seconds(b.graph, Options()) * 1e6
 
 
 def streaming_read_rate(chunk_bytes: int, chunks: int) -> float:

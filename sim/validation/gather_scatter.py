@@ -39,6 +39,8 @@ def rows() -> list[tuple[str, int, int, int, float]]:
 def _modules():
     import torch
 
+    from .. import poptorch
+
     class Lookup(torch.nn.Module):
         """The loop body: (table, indices, output) -> the same table and indices, and the new output."""
 
@@ -62,7 +64,6 @@ def _modules():
             self.body = body
 
         def forward(self):
-            from .. import poptorch
             carried = poptorch.for_loop(ITERATIONS, self.body, [self.body.table, self.body.index, self.body.result])
             return torch.sum(carried[-1])
 
