@@ -66,7 +66,7 @@ from ..hardware.system import IPU
 from .opcost import TileProfile
 from .conv_reduce import conv_partials_reduction, distinct_values
 from .exchange import exchange_cycles
-from .vector import codelet
+from .vector import codelet, dynamic_slice_tile_cycles
 
 CONV_VERTICES_FILE = CONFIG_DIR / "_conv-vertices.toml"
 
@@ -854,6 +854,8 @@ class MatmulPlan:
     vertex: str = "1x1"  # "1x1"; "nx1" (a convolution's kernel on the tile); "expand_w" (the
     #                      kernel's width folded into the input channels, then nx1); "expanded"
     #                      (the whole kernel folded in: im2col rows exchanged, then 1x1)
+    serial_dim: str = ""  # the dimension a serialised plan is cut along: "M", "N" or "K" (poplin's
+    #                       inChanSplit.serial: each piece's partials added into an accumulator); "" if not
 
     @property
     def estimate(self) -> int:
@@ -877,6 +879,8 @@ class MatmulPlan:
                                                      blocks(K, pk), indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
                         g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used, self.dilated_output)
+        if self.serial_dim == "K":  # the accumulator of the pieces' partial sums
+            c["held"] = c["held"] + g * m * n / max(pk, 1) * self.partials_bytes
         compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed + self.weight_transpose
                                                                         + self.output_rearrange, 0)
         return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["held"])
@@ -1068,32 +1072,38 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
     budget = memory_proportion * ipu.sram_bytes_per_tile
     best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-        # serialise along the largest of M and N; like poplin's serial splits, a serial plan
-        # competes on cycles with the others that fit, so a smaller budget is never faster.
-        # poplin serialises only channels (ConvModel.cpp constructModel: outChanSplit.serial, a
-        # factor of N, or inChanSplit.serial), never M; for a plain matmul (matmul_swap.py) a trial
-        # serialising N only, priced by poplin's dynamic slice/update estimates, was further from
-        # Poplar's Mk1 gemm rows (docs/reference/poplibs-costs.md 1.9, "Rows to read with care")
-        Ms, Ns = (math.ceil(M / serial), N) if M >= N else (M, math.ceil(N / serial))
-        plan = _search(G, Ms, K, Ns, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
-                       math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
-                       mismatch=mismatch, pads_channels=pads_channels)
-        if serial_out_channels and serial > 1 and M >= N and N % serial == 0:
-            # poplin serialises a convolution's output channels too (ConvModel.cpp constructModel:
-            # outChanSplit.serial, a factor of the output channels, m.factorOf), each piece slicing its
-            # weights and updating its outputs; the cheaper of the two serialisations is kept
-            by_n = _search(G, M, K, N // serial, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv,
-                           serial, math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
-                           serial_dim="N", mismatch=mismatch, pads_channels=pads_channels)
-            plan = min((plan, by_n), key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
+        # like poplin's serial splits, a serial plan competes on cycles with the others that fit, so a
+        # smaller budget is never faster. poplin serialises channels only, one kind at a time
+        # (ConvModel.cpp constructModel: outChanSplit.serial or inChanSplit.serial, each at most the
+        # channels' grains): a matmul is cut along N (its output channels) or K (its input channels).
+        # A convolution is cut along the larger of M (the field, which poplin does not cut) and N,
+        # and its weight-update pass (serial_out_channels) also along N in pieces that divide it
+        cuts = []  # (dimension cut, M, K, N of a piece)
+        if conv is None:
+            mode = amp_mode(ipu, itemsize, partials_bytes)
+            if serial <= max(1, math.ceil(N / mode.out_group)):
+                cuts.append(("N", M, K, math.ceil(N / serial)))
+            if 1 < serial <= math.ceil(K / mode.in_group):
+                cuts.append(("K", M, math.ceil(K / serial), N))
+            if not cuts:
+                break
+        else:
+            cuts.append(("M", math.ceil(M / serial), K, N) if M >= N else ("N", M, K, math.ceil(N / serial)))
+            if serial_out_channels and serial > 1 and M >= N and N % serial == 0:
+                cuts.append(("N", M, K, N // serial))
+        plan = min((_search(G, Mp, Kp, Np, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
+                            math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
+                            serial_dim=dim, mismatch=mismatch, pads_channels=pads_channels)
+                    for dim, Mp, Kp, Np in cuts),
+                   key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
         if plan.fits:
             if best_fit is not None and plan.estimate >= best_fit.estimate:
                 break  # more pieces only add per-piece costs from here
             best_fit = plan
         elif least_memory is None or plan.temp_bytes_per_tile < least_memory.temp_bytes_per_tile:
             least_memory = plan
-        if Ms == 1 and Ns == 1:
-            break
+        if all({"M": Mp, "K": Kp, "N": Np}[dim] == 1 for dim, Mp, Kp, Np in cuts):
+            break  # no piece can be cut smaller
     return best_fit if best_fit is not None else least_memory
 
 
@@ -1199,16 +1209,35 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
     def costs(tconv):
         c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, tconv, vertex, g, m, k, n, pm, pn, pk,
                         rearranged, used, dilated_output, planned_rearranged)
-        if serial > 1:  # each piece slices its operand block out and updates its part of the result
-            piece = codelet("copy")
-            # serialised along N (poplin's outChanSplit.serial), a piece slices its weights, B's block
-            # (ConvModel.cpp addDynamicSliceEstimate of weightsPerTile), and updates its outputs
-            # (addDynamicUpdateEstimate); along M, A's block and the outputs
-            sliced = g * k * n if serial_dim == "N" else g * m * k
-            copies = 2 * piece.fixed + np.ceil((sliced + g * m * n) * piece.per_element(itemsize))
-            c["compute"] = c["compute"] + copies
-            c["launch"] = c["launch"] + 2 * piece.fixed
-            c["compute_sets"] = c["compute_sets"] + 2
+        if serial > 1:
+            # poplin cuts a serialised convolution's operands into pieces by a counted loop: each piece
+            # dynamically slices its part of the operand it cuts, each tile its own share of the
+            # tensor before any broadcast (ConvModel.cpp addDynamicSliceEstimate of inputsPerTile /
+            # weightsPerTile: the tensor over the used tiles; Convolution.cpp dynamicSliceWithOutput),
+            # and the plan's exchange then brings the blocks. Along the output channels N (poplin's
+            # outChanSplit.serial) B's piece is sliced and the piece's outputs written into the
+            # result (addDynamicUpdateEstimate of outputsPerTile); along M, A's piece and the outputs
+            # (the simulator's cut of the rows, which poplin does not make); along the input
+            # channels K (inChanSplit.serial) both operands' pieces, and the piece's partial sums are
+            # added into an accumulator of the tile's outputs (addInPlaceEstimate: a BinaryOp1D ADD
+            # in the partials' type) that stays live beside the blocks (addInPlaceTempBytes)
+            workers = ipu.worker_threads
+            outputs = g * m * n / np.maximum(pk, 1)
+            pieces = {"N": (G * K * N,), "M": (G * M * K,), "K": (G * M * K, G * K * N)}[serial_dim]
+            for elements in pieces:
+                c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(elements / used), itemsize, workers)
+                c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, itemsize, workers)
+            if serial_dim == "K":
+                add = codelet("add")
+                c["compute"] = c["compute"] + add.fixed + np.ceil(outputs * add.per_element(partials_bytes))
+                c["launch"] = c["launch"] + add.fixed
+                c["temp"] = c["temp"] + outputs * partials_bytes
+                c["held"] = c["held"] + outputs * partials_bytes
+            else:
+                out_bytes = max(itemsize, 2)
+                c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(outputs), out_bytes, workers)
+                c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, out_bytes, workers)
+            c["compute_sets"] = c["compute_sets"] + len(pieces) + 1
         return c, _tile_total(c, ipu)
 
     c, total = costs(tile_conv)
@@ -1248,6 +1277,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         rearranged=int(rearranged),
         dilated_output=int(dilated_output),
         vertex=vertex,
+        serial_dim=serial_dim if serial > 1 else "",
     )
 
 

@@ -15,6 +15,8 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from ..errors import ConfigError, UnsupportedOpError
 from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import IPU
@@ -182,13 +184,14 @@ def _loop_constants() -> dict[str, dict[str, int]]:
             "loop_counter": whole_number_table("loop_counter", ("vertex",))}
 
 
-def dynamic_slice_tile_cycles(elements_on_tile: int, itemsize: int, workers: int) -> int:
+def dynamic_slice_tile_cycles(elements_on_tile, itemsize: int, workers: int):
     """Tile cycles of popops' DynamicSlice1D (or DynamicUpdateSlice1D) taking one slice of a region
-    of ``elements_on_tile`` elements: the region split over the ``workers``, each copying its share
-    64 bits at a time (getDynamicSlice1DEstimate)."""
+    of ``elements_on_tile`` elements (an int, or an array of them): the region split over the
+    ``workers``, each copying its share 64 bits at a time (getDynamicSlice1DEstimate)."""
     c = _loop_constants()["dynamic_slice"]
-    copies = math.ceil(elements_on_tile / workers) // max(1, 8 // itemsize)
-    return c["supervisor"] + workers * (c["worker_fixed"] + c["per_sub_element"] + c["per_copy"] * copies)
+    copies = np.ceil(np.asarray(elements_on_tile) / workers) // max(1, 8 // itemsize)
+    cycles = c["supervisor"] + workers * (c["worker_fixed"] + c["per_sub_element"] + c["per_copy"] * copies)
+    return int(cycles) if np.ndim(cycles) == 0 else cycles
 
 
 @lru_cache(maxsize=1)
