@@ -176,13 +176,14 @@ def test_published_mk1_memory(row):
 
 def test_mk1_layers_that_do_not_fit_a_tile():
     """Six Mk1 rows whose fullest tile Poplar puts over the 256 KiB tile: the simulator fits them all
-    (61-90 % of a tile), the same leniency as on Mk2 (reports/validation.md, "The fullest tile")."""
+    (61-95 % of a tile; the two largest gemms near 94 %), the same leniency as on Mk2
+    (reports/validation.md, "The fullest tile")."""
     rows = validation.MK1_MEMORY_ROWS
     assert len(rows) == 194 and len(validation.MK1_MEMORY_TRACKED) == 29
     over = {r.name: r.memory().peak_tile_bytes / 262144 for r in rows if r.published_max > 262144}
     assert sorted(over) == ["gemm_1000x256x30000", "gemm_1000x512x20000", "gemm_1000x512x30000",
                             "gemm_600x512x30000", "vgg16_tr_bs4_v1L1", "vgg16_tr_bs4_v2L1"]
-    assert all(0.6 < share < 0.91 for share in over.values())
+    assert all(0.6 < share < 0.95 for share in over.values())
     lines = validation._mk1_memory_section()
     assert "### Mk1 (GC2): the same layers' memory on Poplar's IPUModel1" in lines
     assert "the simulator fits 6 of them" in lines[3]

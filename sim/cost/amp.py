@@ -1024,8 +1024,7 @@ def _divisors(n: int) -> tuple[int, ...]:
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
                 tiles: int, memory_proportion: float, conv: ConvShape | None = None,
                 partials_bytes: int = 4, rearranged: int = 0, dilated_output: int = 0,
-                grain_splits: bool = False, serial_out_channels: bool = False, mismatch: bool = False,
-                pads_channels: bool = True) -> MatmulPlan:
+                grain_splits: bool = False, mismatch: bool = False, pads_channels: bool = True) -> MatmulPlan:
     """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
     of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
@@ -1048,9 +1047,8 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     output-channel groups changes (:func:`_candidates`; used for poplin's plain matmul,
     sim/cost/matmul_swap.py).
 
-    A plan is serialised along the larger of M and N; ``serial_out_channels`` also tries, when M is
-    the larger, N (the output channels) in pieces that divide it, and keeps the cheaper (a
-    convolution's weight-update pass: :func:`_plan`).
+    A matmul is serialised as poplin serialises a convolution, along its output channels N or its
+    input channels K (a convolution, ``conv``, along the larger of M and N): :func:`_plan`.
 
     A matmul (``conv`` None, ``pads_channels``) whose channels are short of the vertex's groups also
     rearranges its padded operands (:func:`matmul_padding`; ``rearranged`` is then a weight-update
@@ -1061,14 +1059,13 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     """
     partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
     plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
-                 rearranged, dilated_output, grain_splits, serial_out_channels, mismatch, pads_channels)
+                 rearranged, dilated_output, grain_splits, mismatch, pads_channels)
     fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
     return _plan_plus(plan, ipu, compute=fixed, launch=fixed, pass_fixed=fixed)
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
-          rearranged, dilated_output=0, grain_splits=False, serial_out_channels=False, mismatch=False,
-          pads_channels=True) -> MatmulPlan:
+          rearranged, dilated_output=0, grain_splits=False, mismatch=False, pads_channels=True) -> MatmulPlan:
     budget = memory_proportion * ipu.sram_bytes_per_tile
     best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -1076,8 +1073,7 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
         # smaller budget is never faster. poplin serialises channels only, one kind at a time
         # (ConvModel.cpp constructModel: outChanSplit.serial or inChanSplit.serial, each at most the
         # channels' grains): a matmul is cut along N (its output channels) or K (its input channels).
-        # A convolution is cut along the larger of M (the field, which poplin does not cut) and N,
-        # and its weight-update pass (serial_out_channels) also along N in pieces that divide it
+        # A convolution is cut along the larger of M (the field, which poplin does not cut) and N
         cuts = []  # (dimension cut, M, K, N of a piece)
         if conv is None:
             mode = amp_mode(ipu, itemsize, partials_bytes)
@@ -1089,8 +1085,6 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
                 break
         else:
             cuts.append(("M", math.ceil(M / serial), K, N) if M >= N else ("N", M, K, math.ceil(N / serial)))
-            if serial_out_channels and serial > 1 and M >= N and N % serial == 0:
-                cuts.append(("N", M, K, N // serial))
         plan = min((_search(G, Mp, Kp, Np, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
                             math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
                             serial_dim=dim, mismatch=mismatch, pads_channels=pads_channels)

@@ -691,11 +691,10 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         # channel) -- the im2col of X, k^2 times X for a stride-1 kxk kernel, a quarter of it for a
         # stride-2 1x1 (addTransformCycleEstimate's inputFieldSizes of the transformed params)
         im2col = groups * cig * kh * kw * positions
-        # serialised (a small tile memory: Mk1), poplin may split the output channels serially
-        # (outChanSplit.serial, a factor of co) or, operands swapped, the input channels (M here)
+        # serialised (a small tile memory: Mk1), poplin splits the output channels co serially
+        # (outChanSplit.serial) or the input channels, here the positions (inChanSplit.serial)
         plan = plan_matmul(groups, cig * kh * kw, positions, cog, itemsize, False, ipu, tiles, amp,
-                           partials_bytes=partials_bytes, rearranged=im2col + positions * co,
-                           serial_out_channels=True, pads_channels=False)
+                           partials_bytes=partials_bytes, rearranged=im2col + positions * co, pads_channels=False)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
 
