@@ -1231,7 +1231,12 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
                 out_bytes = max(itemsize, 2)
                 c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(outputs), out_bytes, workers)
                 c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, out_bytes, workers)
-            c["compute_sets"] = c["compute_sets"] + len(pieces) + 1
+            # and the loop's counter is incremented, a one-element addInPlace on one tile (Convolution.cpp
+            # cpt.loopPost), a compute set every tile waits for
+            counter = codelet("add").fixed
+            c["compute"] = c["compute"] + counter
+            c["launch"] = c["launch"] + counter
+            c["compute_sets"] = c["compute_sets"] + len(pieces) + 2
         return c, _tile_total(c, ipu)
 
     c, total = costs(tile_conv)
