@@ -890,7 +890,10 @@ class MatmulPlan:
         s = f"groups/{pg} rows/{pm} cols/{pn} inner/{pk} on {self.tiles_used} tiles"
         if self.vertex != "1x1":
             s += f", {self.vertex} vertex"
-        return s + (f", serialised x{self.serial}" if self.serial > 1 else "")
+        if self.serial == 1:
+            return s
+        cut = {"N": "output channels", "K": "input channels", "M": "rows"}.get(self.serial_dim)
+        return s + f", serialised x{self.serial}" + (f" over the {cut}" if cut else "")
 
 
 def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv: ConvShape | None,
