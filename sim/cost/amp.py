@@ -879,8 +879,8 @@ class MatmulPlan:
                                                      blocks(K, pk), indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
                         g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used, self.dilated_output)
-        if self.serial_dim == "K":  # the accumulator of the pieces' partial sums
-            c["held"] = c["held"] + g * m * n / max(pk, 1) * self.partials_bytes
+        if self.serial_dim == "K":
+            c["held"] = c["held"] + _accumulator_bytes(g, m, n, pk, self.partials_bytes)
         compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed + self.weight_transpose
                                                                         + self.output_rearrange, 0)
         return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["held"])
@@ -894,6 +894,13 @@ class MatmulPlan:
             return s
         cut = {"N": "output channels", "K": "input channels", "M": "rows"}.get(self.serial_dim)
         return s + f", serialised x{self.serial}" + (f" over the {cut}" if cut else "")
+
+
+def _accumulator_bytes(g, m, n, pk, partials_bytes: int):
+    """Bytes a tile holds for the accumulator of an input-channel-serialised plan's pieces: its share
+    of the block's ``g x m x n`` outputs after the reduction over ``pk`` tiles, in the partials' type
+    (ConvModel.cpp addInPlaceEstimate's addInPlaceTempBytes)."""
+    return g * m * n / np.maximum(pk, 1) * partials_bytes
 
 
 def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv: ConvShape | None,
@@ -1219,19 +1226,20 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
             # added into an accumulator of the tile's outputs (addInPlaceEstimate: a BinaryOp1D ADD
             # in the partials' type) that stays live beside the blocks (addInPlaceTempBytes)
             workers = ipu.worker_threads
-            outputs = g * m * n / np.maximum(pk, 1)
             pieces = {"N": (G * K * N,), "M": (G * M * K,), "K": (G * M * K, G * K * N)}[serial_dim]
             for elements in pieces:
                 c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(elements / used), itemsize, workers)
                 c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, itemsize, workers)
             if serial_dim == "K":
-                add = codelet("add")
-                c["compute"] = c["compute"] + add.fixed + np.ceil(outputs * add.per_element(partials_bytes))
+                add, accumulator = codelet("add"), _accumulator_bytes(g, m, n, pk, partials_bytes)
+                c["compute"] = c["compute"] + add.fixed + np.ceil(accumulator / partials_bytes * add.per_element(
+                    partials_bytes))
                 c["launch"] = c["launch"] + add.fixed
-                c["temp"] = c["temp"] + outputs * partials_bytes
-                c["held"] = c["held"] + outputs * partials_bytes
+                c["temp"] = c["temp"] + accumulator
+                c["held"] = c["held"] + accumulator
             else:
                 out_bytes = max(itemsize, 2)
+                outputs = g * m * n / np.maximum(pk, 1)  # the tile's share after the reduction
                 c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(outputs), out_bytes, workers)
                 c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, out_bytes, workers)
             # and the loop's counter is incremented, a one-element addInPlace on one tile (Convolution.cpp
