@@ -1167,6 +1167,47 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
                    grain_splits=False, serial_dim="M", planned_rearranged=0, inner_split=True) -> MatmulPlan:
     """The best plan of one vertex (:func:`_search`); ``inner_split`` False: K is not split over tiles."""
+    pg, pm, pn, pk, used, split_order, c, total, planned = _vertex_candidates(
+        G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, conv, serial, vertex, rearranged,
+        dilated_output, grain_splits, serial_dim, planned_rearranged, inner_split)
+    temp = c["temp"]
+    fits = temp <= budget
+    idx_pool = np.flatnonzero(fits) if fits.any() else np.lexsort((split_order, temp))[:1]
+    # fastest by the planner's estimate; ties broken by fewer tiles, then by less memory
+    order = np.lexsort((split_order[idx_pool], temp[idx_pool], used[idx_pool], planned[idx_pool]))
+    i = int(idx_pool[order[0]])
+    return MatmulPlan(
+        splits=(int(pg[i]), int(pm[i]), int(pn[i]), int(pk[i])),
+        dims=(G, M, K, N),
+        serial=serial,
+        tiles_used=int(used[i]),
+        exchange_cycles=int(c["exchange"][i]) * serial,
+        compute_cycles=int(c["compute"][i]) * serial,
+        supersteps=int(c["compute_sets"][i]) * serial,
+        sync_points=int(c["exchange_phases"][i] + c["compute_sets"][i]) * serial,
+        exchange_bytes=int(c["recv"][i] * used[i]) * serial,
+        temp_bytes_per_tile=int(temp[i]),
+        fits=bool(fits[i]),
+        total_cycles=int(total[i]) * serial,
+        planned_cycles=int(planned[i]) * serial,
+        launch_cycles=int(c["launch"][i]) * serial,
+        exchange_phases=int(c["exchange_phases"][i]) * serial,
+        partials_bytes=partials_bytes,
+        rearranged=int(rearranged),
+        dilated_output=int(dilated_output),
+        vertex=vertex,
+        serial_dim=serial_dim if serial > 1 else "",
+    )
+
+
+@lru_cache(maxsize=128)
+def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, conv: ConvShape | None,
+                       serial, vertex, rearranged, dilated_output, grain_splits, serial_dim, planned_rearranged,
+                       inner_split):
+    """Every candidate split of one vertex's plan (:func:`_search_vertex`) with its costs, whatever the
+    memory budget (cached: a sweep of availableMemoryProportion prices each candidate set once): the
+    splits ``pg, pm, pn, pk``, the tiles used, the tie-break order, the :func:`_tile_costs` arrays, the
+    cycles and poplin's estimate. Read only."""
     mode = amp_mode(ipu, itemsize, partials_bytes) if grain_splits else None
     cand_g, cand_m = _candidates(G, tiles), _candidates(M, tiles)
     cand_n = _candidates(N, tiles, mode.out_group if mode else 0)
@@ -1261,34 +1302,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
     # and it exchanges at the Target's full rate (ExchangeEstimator: getExchangeBytesPerCycle), not at
     # the fitted efficiency the costs run at
     planned = _tile_planned(seen)
-    temp = c["temp"]
-    fits = temp <= budget
-    idx_pool = np.flatnonzero(fits) if fits.any() else np.lexsort((split_order, temp))[:1]
-    # fastest by the planner's estimate; ties broken by fewer tiles, then by less memory
-    order = np.lexsort((split_order[idx_pool], temp[idx_pool], used[idx_pool], planned[idx_pool]))
-    i = int(idx_pool[order[0]])
-    return MatmulPlan(
-        splits=(int(pg[i]), int(pm[i]), int(pn[i]), int(pk[i])),
-        dims=(G, M, K, N),
-        serial=serial,
-        tiles_used=int(used[i]),
-        exchange_cycles=int(c["exchange"][i]) * serial,
-        compute_cycles=int(c["compute"][i]) * serial,
-        supersteps=int(c["compute_sets"][i]) * serial,
-        sync_points=int(c["exchange_phases"][i] + c["compute_sets"][i]) * serial,
-        exchange_bytes=int(c["recv"][i] * used[i]) * serial,
-        temp_bytes_per_tile=int(temp[i]),
-        fits=bool(fits[i]),
-        total_cycles=int(total[i]) * serial,
-        planned_cycles=int(planned[i]) * serial,
-        launch_cycles=int(c["launch"][i]) * serial,
-        exchange_phases=int(c["exchange_phases"][i]) * serial,
-        partials_bytes=partials_bytes,
-        rearranged=int(rearranged),
-        dilated_output=int(dilated_output),
-        vertex=vertex,
-        serial_dim=serial_dim if serial > 1 else "",
-    )
+    return pg, pm, pn, pk, used, split_order, c, total, planned
 
 
 def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) -> np.ndarray:
