@@ -1172,10 +1172,12 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         dilated_output, grain_splits, serial_dim, planned_rearranged, inner_split)
     temp = c["temp"]
     fits = temp <= budget
-    idx_pool = np.flatnonzero(fits) if fits.any() else np.lexsort((split_order, temp))[:1]
-    # fastest by the planner's estimate; ties broken by fewer tiles, then by less memory
-    order = np.lexsort((split_order[idx_pool], temp[idx_pool], used[idx_pool], planned[idx_pool]))
-    i = int(idx_pool[order[0]])
+    if fits.any():  # fastest by the planner's estimate; ties broken by fewer tiles, then by less memory
+        pool = np.flatnonzero(fits)
+        pool = pool[planned[pool] == planned[pool].min()]  # the fastest first, so the sort below is short
+        i = int(pool[np.lexsort((split_order[pool], temp[pool], used[pool]))[0]])
+    else:  # the least memory, ties broken by the splits
+        i = int(np.lexsort((split_order, temp))[0])
     return MatmulPlan(
         splits=(int(pg[i]), int(pm[i]), int(pn[i]), int(pk[i])),
         dims=(G, M, K, N),
