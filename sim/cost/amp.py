@@ -880,7 +880,7 @@ class MatmulPlan:
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
                         g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used, self.dilated_output)
         if self.serial_dim == "K":
-            c["held"] = c["held"] + _accumulator_bytes(g, m, n, pk, self.partials_bytes)
+            c["held"] = c["held"] + _reduced_outputs(g, m, n, pk) * self.partials_bytes
         compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed + self.weight_transpose
                                                                         + self.output_rearrange, 0)
         return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["held"])
@@ -896,11 +896,11 @@ class MatmulPlan:
         return s + f", serialised x{self.serial}" + (f" over the {cut}" if cut else "")
 
 
-def _accumulator_bytes(g, m, n, pk, partials_bytes: int):
-    """Bytes a tile holds for the accumulator of an input-channel-serialised plan's pieces: its share
-    of the block's ``g x m x n`` outputs after the reduction over ``pk`` tiles, in the partials' type
-    (ConvModel.cpp addInPlaceEstimate's addInPlaceTempBytes)."""
-    return g * m * n / np.maximum(pk, 1) * partials_bytes
+def _reduced_outputs(g, m, n, pk):
+    """A tile's share of its block's ``g x m x n`` outputs after the reduction over ``pk`` tiles: what a
+    serialised plan's piece writes into the result, or adds into the input-channel pieces' accumulator
+    (ConvModel.cpp outputsPerTile; addInPlaceTempBytes is it in the partials' type)."""
+    return g * m * n / np.maximum(pk, 1)
 
 
 def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv: ConvShape | None,
@@ -1077,6 +1077,7 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
           rearranged, dilated_output=0, grain_splits=False, mismatch=False, pads_channels=True) -> MatmulPlan:
     budget = memory_proportion * ipu.sram_bytes_per_tile
+    mode = amp_mode(ipu, itemsize, partials_bytes)
     best_fit, least_memory = None, None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         # like poplin's serial splits, a serial plan competes on cycles with the others that fit, so a
@@ -1086,7 +1087,6 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
         # A convolution is cut along the larger of M (the field, which poplin does not cut) and N
         cuts = []  # (dimension cut, M, K, N of a piece)
         if conv is None:
-            mode = amp_mode(ipu, itemsize, partials_bytes)
             if serial <= max(1, math.ceil(N / mode.out_group)):
                 cuts.append(("N", M, K, math.ceil(N / serial)))
             if 1 < serial <= math.ceil(K / mode.in_group):
@@ -1268,21 +1268,19 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
             # channels K (inChanSplit.serial) both operands' pieces, and the piece's partial sums are
             # added into an accumulator of the tile's outputs (addInPlaceEstimate: a BinaryOp1D ADD
             # in the partials' type) that stays live beside the blocks (addInPlaceTempBytes)
-            workers = ipu.worker_threads
+            workers, outputs = ipu.worker_threads, _reduced_outputs(g, m, n, pk)
             pieces = {"N": (G * K * N,), "M": (G * M * K,), "K": (G * M * K, G * K * N)}[serial_dim]
             for elements in pieces:
                 c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(elements / used), itemsize, workers)
                 c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, itemsize, workers)
             if serial_dim == "K":
-                add, accumulator = codelet("add"), _accumulator_bytes(g, m, n, pk, partials_bytes)
-                c["compute"] = c["compute"] + add.fixed + np.ceil(accumulator / partials_bytes * add.per_element(
-                    partials_bytes))
+                add = codelet("add")
+                c["compute"] = c["compute"] + add.fixed + np.ceil(outputs * add.per_element(partials_bytes))
                 c["launch"] = c["launch"] + add.fixed
-                c["temp"] = c["temp"] + accumulator
-                c["held"] = c["held"] + accumulator
+                c["temp"] = c["temp"] + outputs * partials_bytes
+                c["held"] = c["held"] + outputs * partials_bytes
             else:
                 out_bytes = max(itemsize, 2)
-                outputs = g * m * n / np.maximum(pk, 1)  # the tile's share after the reduction
                 c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(outputs), out_bytes, workers)
                 c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, out_bytes, workers)
             # and the loop's counter is incremented, a one-element addInPlace on one tile (Convolution.cpp
