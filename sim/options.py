@@ -321,7 +321,8 @@ class Options:
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.defaultBufferingDepth", "_Popart.partialsTypeMatMuls",
-                "_Popart.enableOutlining", "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
+                "_Popart.enableOutlining", "_Popart.aliasZeroCopy", "_Popart.outlineThreshold",
+                "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
                 "_Popart.enableStableNorm", "_Popart.enableFullyConnectedPass", "_Popart.enableNonStableSoftmax",
                 "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
                 *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
@@ -577,8 +578,22 @@ class Options:
 
     def outlining(self) -> bool:
         """PopART ``enableOutlining`` (default on, as in PopART's SessionOptions): identical op
-        sequences share one program (:mod:`sim.compiler.program_memory`)."""
+        sequences share one program (:mod:`sim.compiler.program_memory`), each call copying what it
+        reads and makes (:mod:`sim.compiler.outlining`)."""
         return self._popart_bool("enableOutlining", True)
+
+    def alias_zero_copy(self) -> bool:
+        """PopART ``aliasZeroCopy`` (default off, sessionoptions.hpp): when on, the copies into and out
+        of called subgraphs that liveness allows are elided; the simulator then prices none."""
+        return self._popart_bool("aliasZeroCopy", False)
+
+    def outline_threshold(self) -> float:
+        """PopART ``outlineThreshold`` (default 1.0): the value a repeated sequence must exceed to be
+        outlined (:mod:`sim.compiler.outlining`)."""
+        value = self._Popart.values.get("outlineThreshold", 1.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise OptionsError(f"_Popart outlineThreshold = {value!r}: expected a number")
+        return float(value)
 
     def merged_collectives(self) -> frozenset[str]:
         """The kinds of cross-replica collective (``all_reduce``, ``reduce_scatter``, ``all_gather``)

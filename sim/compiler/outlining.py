@@ -1,0 +1,161 @@
+"""PopART's outlining: what the copies into and out of its called subgraphs cost (cycles).
+
+With ``enableOutlining`` (on by default in PopART, so in PopTorch) PopART replaces op sequences
+that repeat on an IPU by calls of one subgraph (``transforms/subgraphoutline.cpp``), and each call
+copies every tensor it reads into the subgraph's own tensors and every tensor it makes out to the
+caller's: ``popx/op/callx.cpp`` (``CallOpx::copyInput``, ``copyOutput``, ``copyModified``) adds a
+Poplar ``Copy`` for each unless ``AliasZeroCopy`` finds it not needed, and that transform runs
+only with ``aliasZeroCopy`` (off by default; ``aliaszerocopy.cpp`` ``nodeRequired``). The callee's
+tensors are cloned from a call site's (tile mapping included), so each copy stays on its tiles:
+priced as a popops copy of the tensor (``sim.cost.rules``, kind ``copy``: a compute set, its sync,
+8 bytes a cycle a tile).
+
+Which sequences are calls, from PopART's outliner (``subgraph/algo1.cpp``, ``prunematches.hpp``,
+``iosubgraphcostmodel.cpp``), as the simulator's graph lets it say:
+
+* a sequence is a candidate when it occurs at least twice on an IPU (same ops, shapes and
+  attributes: :func:`sim.cost.rules.op_signature`). The simulator's sequences are the runs of a
+  block (the user's layer: ``Op.block``) in one pass, and single ops;
+* it is kept when its value, the ops' ``getSubgraphValue`` (1000 for matmuls, convolutions, norms,
+  gradient accumulation, the Adam updater, histograms and recurrent layers; 0.1 for the rest) times
+  the square root of their input bytes, less the square root of the bytes of each tensor copied,
+  exceeds ``outlineThreshold`` (1.0 by default): any repeated sequence with a matmul passes;
+* a match inside an accepted larger one is a call of its own (a nested call) only if it occurs at
+  least twice as often (algo1.cpp): a matmul once in each of a BERT layer's four repetitions is
+  part of the layer's call, the three like-shaped Q, K, V projections of each layer are calls
+  within it.
+
+What is not modelled: where PopART's matches start and end when they are not a block's runs (the
+simulator takes the blocks), outlining across blocks, and the callee's copies' tile memory (the
+clones live while the call runs; not added to the op's temporaries).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+
+from ..cost import OpCost, op_cost
+from ..graph.ir import Graph, Op
+from ..hardware.system import IPU
+from ..cost.rules import op_signature
+
+#: the simulator's op kinds whose PopART ops return ``getHighSubgraphValue()`` (1000; popart op.hpp:
+#: matmul.hpp, convbase.hpp, groupnorm.hpp (PopTorch's layer norm), batchnorm.hpp, accumulate.hpp,
+#: adamupdater.hpp, histogram.hpp, lstm.hpp, rnnbase.hpp, dynamicbase.hpp); every other op is worth 0.1
+HIGH_VALUE_KINDS = frozenset({
+    "matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight", "layernorm", "layernorm_grad", "groupnorm",
+    "groupnorm_grad", "batchnorm", "batchnorm_grad", "accumulate", "adam_updater", "histogram", "lstm", "gru",
+    "dynamic_slice", "dynamic_update"})
+HIGH_VALUE, LOW_VALUE = 1000.0, 0.1
+
+
+def _value(ops: list[Op], copied: list[str], g: Graph) -> float:
+    """PopART's IoSubgraphCostModel value of outlining ``ops`` (in schedule order) when the call copies
+    the tensors ``copied``: each op's subgraph value x sqrt(its input bytes), less sqrt(bytes) a copy."""
+    worth = sum((HIGH_VALUE if op.kind in HIGH_VALUE_KINDS else LOW_VALUE)
+                * math.sqrt(sum(g.tensors[t].nbytes for t in op.inputs)) for op in ops)
+    return worth - sum(math.sqrt(g.tensors[t].nbytes) for t in copied)
+
+
+def _crossing(ops: list[Op], readers: dict[str, set[str]], g: Graph) -> tuple[list[str], list[str]]:
+    """The tensors a call of ``ops`` copies in (read, not made by them) and out (made by them and read
+    after, or returned), each once, in order."""
+    names = {op.name for op in ops}
+    made = {t for op in ops for t in op.outputs}
+    ins = list(dict.fromkeys(t for op in ops for t in op.inputs if t not in made))
+    kept = set(g.outputs) | ({g.loss} if g.loss else set())
+    outs = list(dict.fromkeys(t for op in ops for t in op.outputs
+                              if (readers.get(t, set()) - names) or t in kept))
+    return ins, outs
+
+
+def _runs(ops: list[Op]) -> list[list[Op]]:
+    """``ops`` cut into runs of one block in one pass (an op without a block is a run of its own)."""
+    runs: list[list[Op]] = []
+    for op in ops:
+        if runs and op.block is not None and (op.block, op.pass_) == (runs[-1][0].block, runs[-1][0].pass_):
+            runs[-1].append(op)
+        else:
+            runs.append([op])
+    return runs
+
+
+def _copies_cost(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> list[OpCost]:
+    """A popops copy of each of ``tensors`` (a Poplar ``Copy`` between a tensor and its clone)."""
+    return [op_cost(Op(f"{name}/call_copy", "copy", [name], [name]), g, ipu, tiles) for name in tensors]
+
+
+def _with_copies(cost: OpCost, copies: list[OpCost], nbytes: int, where: str, tiles: int) -> OpCost:
+    """``cost`` followed (or preceded) by ``copies``: cycles, compute sets and tile vectors add up."""
+    if not copies:
+        return cost
+
+    def total(field: str) -> int:
+        return getattr(cost, field) + sum(getattr(c, field) for c in copies)
+
+    profile = cost.profile
+    if profile is not None:
+        compute = profile.compute + sum((c.profile.compute for c in copies if c.profile is not None), np.zeros(tiles))
+        profile = replace(profile, compute=compute)
+    plan = f"{cost.plan}; " if cost.plan else ""
+    return replace(cost, compute_cycles=total("compute_cycles"), exchange_cycles=total("exchange_cycles"),
+                   sync_cycles=total("sync_cycles"), supersteps=total("supersteps"),
+                   launch_cycles=total("launch_cycles"), exchange_setup_cycles=total("exchange_setup_cycles"),
+                   plan=f"{plan}outlined call: {len(copies)} tensors ({nbytes:,} B) copied {where}",
+                   profile=profile)
+
+
+def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
+                    threshold: float = 1.0) -> tuple[dict[str, OpCost], dict[int, tuple[int, int]]]:
+    """``costs`` with each outlined call's copies added to its first op (the copies in) and its last
+    (the copies out), as the module docstring says which ops are calls; and, per IPU, the calls
+    and the tensors they copy in one run of the graph (``{ipu: (calls, copies)}``)."""
+    readers: dict[str, set[str]] = {}
+    for op in g.ops:
+        for t in op.inputs:
+            readers.setdefault(t, set()).add(op.name)
+    costs = dict(costs)
+    counts: dict[int, tuple[int, int]] = {}
+    for i in sorted({op.ipu for op in g.ops if op.ipu is not None}):
+        ops = [op for op in g.ops if op.ipu == i and op.name in costs and costs[op.name].cycles > 0]
+        signature = {op.name: op_signature(op, g) for op in ops}
+        runs = _runs(ops)
+        run_count = Counter(tuple(signature[op.name] for op in run) for run in runs)
+        op_count = Counter(signature.values())
+        calls: list[list[Op]] = []
+        for run in runs:
+            n = run_count[tuple(signature[op.name] for op in run)]
+            if n >= 2 and _value(run, sum(_crossing(run, readers, g), []), g) > threshold:
+                calls.append(run)  # the block's run is a call; its ops are calls inside it if twice as frequent
+                calls += [[op] for op in run if len(run) > 1 and op_count[signature[op.name]] >= 2 * n]
+            else:
+                calls += [[op] for op in run if op_count[signature[op.name]] >= 2]
+        made = 0
+        kept = 0
+        for call in calls:
+            ins, outs = _crossing(call, readers, g)
+            if _value(call, ins + outs, g) <= threshold:
+                continue
+            kept += 1
+            first, last = call[0].name, call[-1].name
+            costs[first] = _with_copies(costs[first], _copies_cost(ins, g, ipu, tiles),
+                                        sum(g.tensors[t].nbytes for t in ins), "in", tiles)
+            costs[last] = _with_copies(costs[last], _copies_cost(outs, g, ipu, tiles),
+                                       sum(g.tensors[t].nbytes for t in outs), "out", tiles)
+            made += len(ins) + len(outs)
+        counts[i] = (kept, made)
+    return costs, counts
+
+
+def notes(outlined: dict[int, tuple[int, int]]) -> list[str]:
+    """What a run's report says of its outlined calls (``add_call_copies``'s counts)."""
+    if not any(calls for calls, _ in outlined.values()):
+        return []
+    each = ", ".join(f"IPU {i}: {calls} calls, {copies} copies" for i, (calls, copies) in outlined.items() if calls)
+    return [f"PopART outlining: repeated op sequences are calls of one subgraph, each copying the tensors it "
+            f"reads in and those it makes out (a copy a tensor, priced as a popops copy on its tiles; "
+            f"_Popart aliasZeroCopy elides them): {each} in one pass of the graph"]
