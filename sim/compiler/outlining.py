@@ -6,15 +6,18 @@ copies every tensor it reads into the subgraph's own tensors and every tensor it
 caller's: ``popx/op/callx.cpp`` (``CallOpx::copyInput``, ``copyOutput``, ``copyModified``) adds a
 Poplar ``Copy`` for each unless ``AliasZeroCopy`` finds it not needed, and that transform runs
 only with ``aliasZeroCopy`` (off by default; ``aliaszerocopy.cpp`` ``nodeRequired``). The callee's
-tensors are cloned from a call site's (tile mapping included), so each copy stays on its tiles:
-priced as a popops copy of the tensor (``sim.cost.rules``, kind ``copy``: a compute set, its sync,
-8 bytes a cycle a tile).
+tensors are cloned from a call site's (tile mapping included), so each copy stays on its tiles: a
+popops copy of the tensor (``sim.cost.rules``, kind ``copy``: 8 bytes a cycle a tile). A call's copies
+in follow one another, as do its copies out, and Poplar merges copies scheduled one after another
+(up to the engine option ``opt.maxCopyMergeSize``, unlimited by default: graphcore/tensorflow
+``driver/ops/custom_ops/send_to_host.cc`` relies on it for stream copies; taken to hold for these
+copies too), so each group pays one launch and one sync: :func:`merged_copy`.
 
 Which sequences are calls, from PopART's outliner (``subgraph/algo1.cpp``, ``prunematches.hpp``,
 ``iosubgraphcostmodel.cpp``), as the simulator's graph lets it say:
 
 * a sequence is a candidate when it occurs at least twice on an IPU (same ops, shapes and
-  attributes: :func:`sim.cost.rules.op_signature`). The simulator's sequences are the runs of a
+  attributes: :func:`_equivalence`). The simulator's sequences are the runs of a
   block (the user's layer: ``Op.block``) in one pass, and single ops;
 * it is kept when its value, the ops' ``getSubgraphValue`` (1000 for matmuls, convolutions, norms,
   gradient accumulation, the Adam updater, histograms and recurrent layers; 0.1 for the rest) times
@@ -38,7 +41,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..cost import OpCost, op_cost
+from ..cost import OpCost, TileProfile, op_cost
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
 from ..cost.rules import op_signature
@@ -51,6 +54,13 @@ HIGH_VALUE_KINDS = frozenset({
     "groupnorm_grad", "batchnorm", "batchnorm_grad", "accumulate", "adam_updater", "histogram", "lstm", "gru",
     "dynamic_slice", "dynamic_update"})
 HIGH_VALUE, LOW_VALUE = 1000.0, 0.1
+
+
+def _equivalence(op: Op, g: Graph) -> tuple:
+    """What PopART compares to match ops (``Op::getSubgraphEquivId``: the type, attributes and tensor
+    infos): :func:`~sim.cost.rules.op_signature` without the inputs' roles."""
+    kind, ins, outs, attrs = op_signature(op, g)
+    return kind, tuple((shape, dtype) for shape, dtype, _role in ins), outs, attrs
 
 
 def _value(ops: list[Op], copied: list[str], g: Graph) -> float:
@@ -84,29 +94,36 @@ def _runs(ops: list[Op]) -> list[list[Op]]:
     return runs
 
 
-def _copies_cost(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> list[OpCost]:
-    """A popops copy of each of ``tensors`` (a Poplar ``Copy`` between a tensor and its clone)."""
-    return [op_cost(Op(f"{name}/call_copy", "copy", [name], [name]), g, ipu, tiles) for name in tensors]
+def merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
+    """One Poplar ``Copy`` of each of ``tensors`` to its clone, the copies one after another merged into
+    one program (Poplar merges adjacent copies up to ``opt.maxCopyMergeSize``, unlimited by default):
+    each tensor's popops copy on its tiles (``sim.cost.rules``, kind ``copy``), one launch and one
+    sync for them all."""
+    copies = [op_cost(Op(f"{name}/call_copy", "copy", [name], [name]), g, ipu, tiles) for name in tensors]
+    launch = max(c.launch_cycles for c in copies)
+    work = np.zeros(tiles)
+    for c in copies:
+        on = c.profile.compute > 0
+        work += c.profile.compute - c.launch_cycles * on
+    work += launch * (work > 0)
+    compute = int(work.max())
+    return OpCost(compute, 0, max(c.sync_cycles for c in copies), 1, 0.0, 0, int((work > 0).sum()), 0,
+                  f"{len(tensors)} tensor{'s' if len(tensors) != 1 else ''} copied", TileProfile(work, np.zeros(tiles), np.zeros(tiles)),
+                  launch_cycles=launch)
 
 
-def _with_copies(cost: OpCost, copies: list[OpCost], nbytes: int, where: str, tiles: int) -> OpCost:
-    """``cost`` followed (or preceded) by ``copies``: cycles, compute sets and tile vectors add up."""
-    if not copies:
-        return cost
-
+def _with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str) -> OpCost:
+    """``cost`` and the merged ``copy`` one after the other: cycles, compute sets and tile vectors add up."""
     def total(field: str) -> int:
-        return getattr(cost, field) + sum(getattr(c, field) for c in copies)
+        return getattr(cost, field) + getattr(copy, field)
 
     profile = cost.profile
     if profile is not None:
-        compute = profile.compute + sum((c.profile.compute for c in copies if c.profile is not None), np.zeros(tiles))
-        profile = replace(profile, compute=compute)
+        profile = replace(profile, compute=profile.compute + copy.profile.compute)
     plan = f"{cost.plan}; " if cost.plan else ""
-    return replace(cost, compute_cycles=total("compute_cycles"), exchange_cycles=total("exchange_cycles"),
-                   sync_cycles=total("sync_cycles"), supersteps=total("supersteps"),
-                   launch_cycles=total("launch_cycles"), exchange_setup_cycles=total("exchange_setup_cycles"),
-                   plan=f"{plan}outlined call: {len(copies)} tensors ({nbytes:,} B) copied {where}",
-                   profile=profile)
+    return replace(cost, compute_cycles=total("compute_cycles"), sync_cycles=total("sync_cycles"),
+                   supersteps=total("supersteps"), launch_cycles=total("launch_cycles"),
+                   plan=f"{plan}outlined call: {copy.plan} {where} ({nbytes:,} B)", profile=profile)
 
 
 def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
@@ -122,7 +139,7 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
     counts: dict[int, tuple[int, int]] = {}
     for i in sorted({op.ipu for op in g.ops if op.ipu is not None}):
         ops = [op for op in g.ops if op.ipu == i and op.name in costs and costs[op.name].cycles > 0]
-        signature = {op.name: op_signature(op, g) for op in ops}
+        signature = {op.name: _equivalence(op, g) for op in ops}
         runs = _runs(ops)
         run_count = Counter(tuple(signature[op.name] for op in run) for run in runs)
         op_count = Counter(signature.values())
@@ -142,10 +159,10 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
                 continue
             kept += 1
             first, last = call[0].name, call[-1].name
-            costs[first] = _with_copies(costs[first], _copies_cost(ins, g, ipu, tiles),
-                                        sum(g.tensors[t].nbytes for t in ins), "in", tiles)
-            costs[last] = _with_copies(costs[last], _copies_cost(outs, g, ipu, tiles),
-                                       sum(g.tensors[t].nbytes for t in outs), "out", tiles)
+            for name, tensors, where in ((first, ins, "in"), (last, outs, "out")):
+                if tensors:
+                    costs[name] = _with_copy(costs[name], merged_copy(tensors, g, ipu, tiles),
+                                             sum(g.tensors[t].nbytes for t in tensors), where)
             made += len(ins) + len(outs)
         counts[i] = (kept, made)
     return costs, counts
@@ -157,5 +174,6 @@ def notes(outlined: dict[int, tuple[int, int]]) -> list[str]:
         return []
     each = ", ".join(f"IPU {i}: {calls} calls, {copies} copies" for i, (calls, copies) in outlined.items() if calls)
     return [f"PopART outlining: repeated op sequences are calls of one subgraph, each copying the tensors it "
-            f"reads in and those it makes out (a copy a tensor, priced as a popops copy on its tiles; "
-            f"_Popart aliasZeroCopy elides them): {each} in one pass of the graph"]
+            f"reads in and those it makes out (on their tiles, the copies in merged into one program and the "
+            f"copies out into another; _Popart aliasZeroCopy elides them): {each} in the graph's ops (a "
+            f"micro-batch's passes and the weight update)"]

@@ -29,7 +29,7 @@ identical op sequences (BERT's layers, their recomputation) become one subgraph 
 calls, so its compute sets, their vertex state and its exchanges exist once on the IPU. Here an op
 whose cost signature (:func:`sim.cost.rules.op_signature`: kind, shapes, dtypes, attributes) was
 already seen on the IPU adds one program step (the call) and no vertex state or exchange code.
-The copies PopART may make into and out of a called subgraph are not priced.
+The copies each call makes into and out of the subgraph are priced by :mod:`sim.compiler.outlining`.
 
 **Called programs** (PopXL's ``ops.call`` and ``ops.repeat``: a Poplar ``Call`` of the subgraph's
 function, a ``Repeat`` of its body): the front end copies a subgraph's ops into its caller for every

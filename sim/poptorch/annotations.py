@@ -330,9 +330,9 @@ def attribute_notes():
 class Attribute:
     """``with Attribute(**attributes)``: PopART attributes set on the ops traced in its scope, each a
     dict (Graphcore's PyTorch BERT sets ``__outline={"layer": ...}`` on its embeddings' LayerNorm and
-    GPT-2 on its final one, so that PopART does not outline them with the encoder's). The simulator
-    prices no outlining (its call copies cost a few per cent: docs/reference/poplibs-costs.md), so the
-    attributes are accepted with no modelled effect, and the run's notes say so."""
+    GPT-2 on its final one, so that PopART does not outline them with the encoder's). The simulator's
+    outlining (sim/compiler/outlining.py) matches a block's runs and single ops, not attributes, so
+    the attributes are accepted with no modelled effect, and the run's notes say so."""
 
     def __init__(self, **attributes):
         for name, values in attributes.items():
@@ -348,7 +348,7 @@ class Attribute:
         if notes is not None:
             for name, values in self.attributes.items():
                 text = (f"poptorch.Attribute {name}={values}: accepted, no modelled effect (PopART attributes "
-                        "on the ops in its scope; the simulator models no outlining)")
+                        "on the ops in its scope; the simulator's outlining does not read them)")
                 if text not in notes:
                     notes.append(text)
 

@@ -359,6 +359,7 @@ class Session:
         else:
             o.deviceIterations(self._passes())
         o.replicationFactor(ir.instance_replication_factor)
+        o._Popart.set("aliasZeroCopy", True)  # PopXL's Ir sets it (popxl ir.py): its calls' copies are elided
         o.outputMode(OutputMode.All)
         o.logCycleCount(True)
         o.autoRoundNumIPUs(True)  # PopXL reserves the next power of two of IPUs

@@ -1,0 +1,118 @@
+"""PopART's outlining: the copies into and out of called subgraphs (sim/compiler/outlining.py)."""
+
+import pytest
+
+import sim
+from sim.compiler.executable import compile as compile_
+from sim.compiler.outlining import add_call_copies
+from sim.cost import op_cost
+from sim.graph.ir import GraphBuilder, Op
+from sim.hardware.system import load_system
+
+IPU = load_system("bow-ipu").ipu
+TILES = IPU.tiles
+
+
+def _options(**popart):
+    o = sim.Options()
+    for key, value in popart.items():
+        o._Popart.set(key, value)
+    return o
+
+
+def _copies(g, names):
+    """Cycles of copying ``names`` one after another, merged as Poplar merges adjacent copies: each tensor's
+    popops copy, with one launch and one sync for them all (every copy is spread from the first tile on)."""
+    costs = [op_cost(Op("c", "copy", [name], [name]), g, IPU, TILES) for name in names]
+    return sum(c.cycles for c in costs) - (len(costs) - 1) * (costs[0].launch_cycles + costs[0].sync_cycles)
+
+
+def _chain(shapes):
+    """Matmuls one after another, [64, 256] through weights of the given [k, n] shapes, then a relu."""
+    b = GraphBuilder("chain", "float16")
+    x = b.input("x", (64, 256))
+    for i, (k, n) in enumerate(shapes):
+        x = b.matmul(x, b.weight(f"w{i}", (k, n)), name=f"mm{i}")
+    b.output(b.relu(x, name="out"))
+    return b.graph
+
+
+def _cycles(g, **popart):
+    return compile_(g, "bow-ipu", _options(**popart)).costs
+
+
+def test_a_repeated_matmul_copies_its_operands_and_result_each_call():
+    g = _chain([(256, 256)] * 3)
+    on, off = _cycles(g), _cycles(g, enableOutlining=False)
+    for i in range(3):
+        copies = _copies(g, [f"mm{i - 1}" if i else "x", f"w{i}"]) + _copies(g, [f"mm{i}"])
+        assert on[f"mm{i}"].cycles == off[f"mm{i}"].cycles + copies
+        assert "outlined call: 2 tensors copied in" in on[f"mm{i}"].plan
+        assert "outlined call: 1 tensor copied out" in on[f"mm{i}"].plan
+    assert on["out"] == off["out"]  # an elementwise op alone is worth too little to outline
+
+
+def test_a_matmul_that_occurs_once_is_no_call():
+    g = _chain([(256, 256), (256, 512)])
+    assert _cycles(g) == _cycles(g, enableOutlining=False)
+
+
+def test_alias_zero_copy_and_a_high_threshold_leave_the_copies_out():
+    g = _chain([(256, 256)] * 3)
+    off = _cycles(g, enableOutlining=False)
+    assert _cycles(g, aliasZeroCopy=True) == off
+    assert _cycles(g, outlineThreshold=1e9) == off
+
+
+def test_repeated_relus_alone_are_not_outlined():
+    b = GraphBuilder("relus", "float16")
+    x = b.input("x", (64, 256))
+    for i in range(4):
+        x = b.relu(x, name=f"r{i}")
+    b.output(x)
+    assert _cycles(b.graph) == _cycles(b.graph, enableOutlining=False)
+
+
+def _blocks(inner_pairs: bool):
+    """Two like blocks on one IPU: a matmul (two like-shaped ones when ``inner_pairs``), a relu, a matmul."""
+    b = GraphBuilder("blocks", "float16")
+    x = b.input("x", (64, 256))
+    for layer in range(2):
+        with b.ipu(0, block=f"layer{layer}"):
+            h = b.matmul(x, b.weight(f"a{layer}", (256, 512)), name=f"l{layer}/a")
+            if inner_pairs:
+                h = b.matmul(h, b.weight(f"b{layer}", (512, 512)), name=f"l{layer}/b")
+                h = b.matmul(h, b.weight(f"c{layer}", (512, 512)), name=f"l{layer}/c")
+            h = b.relu(h, name=f"l{layer}/relu")
+            x = b.matmul(h, b.weight(f"d{layer}", (512, 256)), name=f"l{layer}/d")
+    b.output(x)
+    return b.graph
+
+
+def test_a_repeated_block_is_one_call_copying_what_crosses_it():
+    g = _blocks(inner_pairs=False)
+    on, off = _cycles(g), _cycles(g, enableOutlining=False)
+    for layer in range(2):
+        inputs = ["x" if layer == 0 else "l0/d", f"a{layer}", f"d{layer}"]
+        assert on[f"l{layer}/a"].cycles == off[f"l{layer}/a"].cycles + _copies(g, inputs)
+        assert on[f"l{layer}/d"].cycles == off[f"l{layer}/d"].cycles + _copies(g, [f"l{layer}/d"])
+        assert on[f"l{layer}/relu"] == off[f"l{layer}/relu"]  # inside the call: nothing crosses
+
+
+def test_ops_twice_as_frequent_as_their_block_are_calls_within_it():
+    g = _blocks(inner_pairs=True)
+    costs, counts = add_call_copies(g, _cycles(g, enableOutlining=False), IPU, TILES)
+    # each block is a call (2), and so are its two like 512 x 512 matmuls (4 in all, twice the block's 2)
+    assert counts == {0: (6, 2 * (5 + 1) + 4 * 3)}  # a block: its input and four weights in, its result out
+    assert "outlined call" in costs["l1/b"].plan and "outlined call" in costs["l1/c"].plan
+
+
+def test_the_run_says_what_outlining_costs():
+    notes = sim.simulate(_chain([(256, 256)] * 3), "bow-ipu").executable.notes
+    assert any(n.startswith("PopART outlining:") and "IPU 0: 3 calls, 9 copies" in n for n in notes)
+    assert not _options(aliasZeroCopy=True, outlineThreshold=2.0).unmodelled()  # both are modelled
+
+
+def test_outline_threshold_must_be_a_number():
+    with pytest.raises(sim.OptionsError, match="outlineThreshold"):
+        _cycles(_chain([(256, 256)] * 2), outlineThreshold="high")
