@@ -96,9 +96,8 @@ def _runs(ops: list[Op]) -> list[list[Op]]:
 
 def merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
     """One Poplar ``Copy`` of each of ``tensors`` to its clone, the copies one after another merged into
-    one program (Poplar merges adjacent copies up to ``opt.maxCopyMergeSize``, unlimited by default):
-    each tensor's popops copy on its tiles (``sim.cost.rules``, kind ``copy``), one launch and one
-    sync for them all."""
+    one program (see the module docstring): each tensor's popops copy on its tiles (``sim.cost.rules``,
+    kind ``copy``), one launch and one sync for them all."""
     copies = [op_cost(Op(f"{name}/call_copy", "copy", [name], [name]), g, ipu, tiles) for name in tensors]
     launch = max(c.launch_cycles for c in copies)
     work = np.zeros(tiles)
@@ -106,10 +105,9 @@ def merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
         on = c.profile.compute > 0
         work += c.profile.compute - c.launch_cycles * on
     work += launch * (work > 0)
-    compute = int(work.max())
-    return OpCost(compute, 0, max(c.sync_cycles for c in copies), 1, 0.0, 0, int((work > 0).sum()), 0,
-                  f"{len(tensors)} tensor{'s' if len(tensors) != 1 else ''} copied", TileProfile(work, np.zeros(tiles), np.zeros(tiles)),
-                  launch_cycles=launch)
+    what = f"{len(tensors)} tensor{'s' if len(tensors) != 1 else ''} copied"
+    return OpCost(int(work.max()), 0, max(c.sync_cycles for c in copies), 1, 0.0, 0, int((work > 0).sum()), 0,
+                  what, TileProfile(work, np.zeros(tiles), np.zeros(tiles)), launch_cycles=launch)
 
 
 def _with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str) -> OpCost:
@@ -151,20 +149,18 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
                 calls += [[op] for op in run if len(run) > 1 and op_count[signature[op.name]] >= 2 * n]
             else:
                 calls += [[op] for op in run if op_count[signature[op.name]] >= 2]
-        made = 0
-        kept = 0
+        made = copied = 0
         for call in calls:
             ins, outs = _crossing(call, readers, g)
             if _value(call, ins + outs, g) <= threshold:
                 continue
-            kept += 1
-            first, last = call[0].name, call[-1].name
-            for name, tensors, where in ((first, ins, "in"), (last, outs, "out")):
+            made += 1
+            copied += len(ins) + len(outs)
+            for op, tensors, where in ((call[0], ins, "in"), (call[-1], outs, "out")):
                 if tensors:
-                    costs[name] = _with_copy(costs[name], merged_copy(tensors, g, ipu, tiles),
-                                             sum(g.tensors[t].nbytes for t in tensors), where)
-            made += len(ins) + len(outs)
-        counts[i] = (kept, made)
+                    costs[op.name] = _with_copy(costs[op.name], merged_copy(tensors, g, ipu, tiles),
+                                                sum(g.tensors[t].nbytes for t in tensors), where)
+        counts[i] = (made, copied)
     return costs, counts
 
 
@@ -174,6 +170,6 @@ def notes(outlined: dict[int, tuple[int, int]]) -> list[str]:
         return []
     each = ", ".join(f"IPU {i}: {calls} calls, {copies} copies" for i, (calls, copies) in outlined.items() if calls)
     return [f"PopART outlining: repeated op sequences are calls of one subgraph, each copying the tensors it "
-            f"reads in and those it makes out (on their tiles, the copies in merged into one program and the "
-            f"copies out into another; _Popart aliasZeroCopy elides them): {each} in the graph's ops (a "
+            f"reads in and those it makes out (on their tiles, the copies in one program and the copies out "
+            f"another; _Popart aliasZeroCopy elides them): {each} in the graph's ops (a "
             f"micro-batch's passes and the weight update)"]
