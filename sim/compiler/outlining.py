@@ -125,16 +125,17 @@ def _with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str) -> OpCost:
 
 
 def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
-                    threshold: float = 1.0) -> tuple[dict[str, OpCost], dict[int, tuple[int, int]]]:
+                    threshold: float = 1.0) -> tuple[dict[str, OpCost], dict[int, tuple[int, int, int]]]:
     """``costs`` with each outlined call's copies added to its first op (the copies in) and its last
-    (the copies out), as the module docstring says which ops are calls; and, per IPU, the calls
-    and the tensors they copy in one run of the graph (``{ipu: (calls, copies)}``)."""
+    (the copies out), as the module docstring says which ops are calls; and, per IPU, the calls, the
+    tensors they copy and the copies' cycles when each op of the graph runs once
+    (``{ipu: (calls, copies, cycles)}``)."""
     readers: dict[str, set[str]] = {}
     for op in g.ops:
         for t in op.inputs:
             readers.setdefault(t, set()).add(op.name)
     costs = dict(costs)
-    counts: dict[int, tuple[int, int]] = {}
+    counts: dict[int, tuple[int, int, int]] = {}
     for i in sorted({op.ipu for op in g.ops if op.ipu is not None}):
         ops = [op for op in g.ops if op.ipu == i and op.name in costs and costs[op.name].cycles > 0]
         signature = {op.name: _equivalence(op, g) for op in ops}
@@ -149,7 +150,7 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
                 calls += [[op] for op in run if len(run) > 1 and op_count[signature[op.name]] >= 2 * n]
             else:
                 calls += [[op] for op in run if op_count[signature[op.name]] >= 2]
-        made = copied = 0
+        made = copied = cycles = 0
         for call in calls:
             ins, outs = _crossing(call, readers, g)
             if _value(call, ins + outs, g) <= threshold:
@@ -158,18 +159,20 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
             copied += len(ins) + len(outs)
             for op, tensors, where in ((call[0], ins, "in"), (call[-1], outs, "out")):
                 if tensors:
-                    costs[op.name] = _with_copy(costs[op.name], merged_copy(tensors, g, ipu, tiles),
-                                                sum(g.tensors[t].nbytes for t in tensors), where)
-        counts[i] = (made, copied)
+                    copy = merged_copy(tensors, g, ipu, tiles)
+                    costs[op.name] = _with_copy(costs[op.name], copy, sum(g.tensors[t].nbytes for t in tensors), where)
+                    cycles += copy.cycles
+        counts[i] = (made, copied, cycles)
     return costs, counts
 
 
-def notes(outlined: dict[int, tuple[int, int]]) -> list[str]:
+def notes(outlined: dict[int, tuple[int, int, int]]) -> list[str]:
     """What a run's report says of its outlined calls (``add_call_copies``'s counts)."""
-    if not any(calls for calls, _ in outlined.values()):
+    if not any(calls for calls, _, _ in outlined.values()):
         return []
-    each = ", ".join(f"IPU {i}: {calls} calls, {copies} copies" for i, (calls, copies) in outlined.items() if calls)
+    each = ", ".join(f"IPU {i}: {calls} calls, {copies} tensors copied in {cycles:,} cycles"
+                     for i, (calls, copies, cycles) in outlined.items() if calls)
     return [f"PopART outlining: repeated op sequences are calls of one subgraph, each copying the tensors it "
             f"reads in and those it makes out (on their tiles, the copies in one program and the copies out "
-            f"another; _Popart aliasZeroCopy elides them): {each} in the graph's ops (a "
-            f"micro-batch's passes and the weight update)"]
+            f"another; _Popart aliasZeroCopy elides them): {each}, each of the "
+            f"graph's ops run once (a micro-batch's passes and the weight update; recomputation runs them again)"]
