@@ -48,11 +48,11 @@ from ..cost.rules import op_signature
 
 #: the simulator's op kinds whose PopART ops return ``getHighSubgraphValue()`` (1000; popart op.hpp:
 #: matmul.hpp, convbase.hpp, groupnorm.hpp (PopTorch's layer norm), batchnorm.hpp, accumulate.hpp,
-#: adamupdater.hpp, histogram.hpp, lstm.hpp, rnnbase.hpp, dynamicbase.hpp); every other op is worth 0.1
+#: adamupdater.hpp, histogram.hpp, lstm.hpp, rnnbase.hpp); every other op is worth 0.1
 HIGH_VALUE_KINDS = frozenset({
     "matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight", "layernorm", "layernorm_grad", "groupnorm",
-    "groupnorm_grad", "batchnorm", "batchnorm_grad", "accumulate", "adam_updater", "histogram", "lstm", "gru",
-    "dynamic_slice", "dynamic_update"})
+    "groupnorm_grad", "batchnorm", "batchnorm_grad", "accumulate", "adam_updater", "histogram", "lstm", "lstm_grad",
+    "gru", "gru_grad"})
 HIGH_VALUE, LOW_VALUE = 1000.0, 0.1
 
 
