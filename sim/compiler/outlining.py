@@ -42,9 +42,9 @@ from dataclasses import replace
 import numpy as np
 
 from ..cost import OpCost, TileProfile, op_cost
+from ..cost.rules import op_signature
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
-from ..cost.rules import op_signature
 
 #: the simulator's op kinds whose PopART ops return ``getHighSubgraphValue()`` (1000; popart op.hpp:
 #: matmul.hpp, convbase.hpp, groupnorm.hpp (PopTorch's layer norm), batchnorm.hpp, accumulate.hpp,

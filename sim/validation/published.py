@@ -172,7 +172,8 @@ DEPARTURES = {
                   "time of 1,500 asynchronous execute calls of one batch each. The Converter pads the attention "
                   "(attention_padding, to a length not stated [U]) and inserts remaps (enable_insert_remap): run as "
                   "the zoo's Swin-T, Graphcore's port, whose windows are padded 49 -> 56 tokens and whose permuted "
-                  "tensors are remapped; merge_multi_slice is not modelled, and PopRT's outlining threshold 0.5 is run at PopART's 1.0 (the same calls: sim/compiler/outlining.py). "
+                  "tensors are remapped; merge_multi_slice is not modelled, and PopRT's outlining threshold 0.5 is "
+                  "run at PopART's 1.0 (the same calls: sim/compiler/outlining.py). "
                   "The script sets no partials type (as I13's [U]): run with half partials; with float partials "
                   "the simulator gives 5,476 images/s (-19.5 %)",
     "poprt-vit": "hardware not named: run on the C600 as the other PopRT rows (poprt) [U]; throughput is the batch over "
