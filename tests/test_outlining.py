@@ -119,3 +119,22 @@ def test_the_run_says_what_outlining_costs():
 def test_outline_threshold_must_be_a_number():
     with pytest.raises(sim.OptionsError, match="outlineThreshold"):
         _cycles(_chain([(256, 256)] * 2), outlineThreshold="high")
+
+
+def test_like_accumulations_of_different_weights_are_calls_copying_the_accumulator_back():
+    """PopART matches ops by what they do, not which tensors they name: the three like weights' gradient
+    accumulations are calls of one subgraph, each copying its accumulator and gradient in and the
+    accumulator, updated in place, back out (CallOpx::copyModified)."""
+    b = GraphBuilder("trained", "float16")
+    x = b.input("x", (64, 256))
+    for i in range(3):
+        x = b.matmul(x, b.weight(f"w{i}", (256, 256)), name=f"mm{i}")
+    b.mse_loss(x, b.input("target", (64, 256)))
+    o = sim.Options()
+    o.Training.gradientAccumulation(2)
+    costs = compile_(b.graph, "bow-ipu", o, training=True).costs
+    accumulations = [name for name in costs if name.endswith("/accumulate")]
+    assert len(accumulations) == 3
+    for name in accumulations:
+        assert "outlined call: 2 tensors copied in" in costs[name].plan
+        assert "1 tensor copied out" in costs[name].plan

@@ -58,8 +58,10 @@ HIGH_VALUE, LOW_VALUE = 1000.0, 0.1
 
 def _equivalence(op: Op, g: Graph) -> tuple:
     """What PopART compares to match ops (``Op::getSubgraphEquivId``: the type, attributes and tensor
-    infos): :func:`~sim.cost.rules.op_signature` without the inputs' roles."""
+    infos): :func:`~sim.cost.rules.op_signature` without the inputs' roles and without the attributes
+    that name a tensor (an accumulation's or an update's weight: which tensor, not what is done)."""
     kind, ins, outs, attrs = op_signature(op, g)
+    attrs = tuple((k, v) for k, v in attrs if not (isinstance(v, str) and v in g.tensors))
     return kind, tuple((shape, dtype) for shape, dtype, _role in ins), outs, attrs
 
 
@@ -71,16 +73,25 @@ def _value(ops: list[Op], copied: list[str], g: Graph) -> float:
     return worth - sum(math.sqrt(g.tensors[t].nbytes) for t in copied)
 
 
+#: roles of the tensors an op may update in place that outlive the call: a call copies them back
+#: (``CallOpx::copyModified``), read later or not
+PERSISTENT_ROLES = ("weight", "accumulator", "state")
+
+
 def _crossing(ops: list[Op], readers: dict[str, set[str]], g: Graph) -> tuple[list[str], list[str]]:
-    """The tensors a call of ``ops`` copies in (read, not made by them) and out (made by them and read
-    after, or returned), each once, in order."""
+    """The tensors a call of ``ops`` copies in (read before any of them makes it: an op updating a
+    tensor in place reads it first) and out (made by them and read after, returned, or a weight,
+    accumulator or optimizer state updated in place), each once, in order."""
     names = {op.name for op in ops}
-    made = {t for op in ops for t in op.outputs}
-    ins = list(dict.fromkeys(t for op in ops for t in op.inputs if t not in made))
+    made: set[str] = set()
+    ins = []
+    for op in ops:
+        ins += [t for t in op.inputs if t not in made]
+        made.update(op.outputs)
     kept = set(g.outputs) | ({g.loss} if g.loss else set())
-    outs = list(dict.fromkeys(t for op in ops for t in op.outputs
-                              if (readers.get(t, set()) - names) or t in kept))
-    return ins, outs
+    outs = [t for op in ops for t in op.outputs
+            if readers.get(t, set()) - names or t in kept or g.tensors[t].role in PERSISTENT_ROLES]
+    return list(dict.fromkeys(ins)), list(dict.fromkeys(outs))
 
 
 def _runs(ops: list[Op]) -> list[list[Op]]:
