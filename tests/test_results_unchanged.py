@@ -121,14 +121,14 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
     # popnn's GELU and its gradient as their assembly loops run (configs/_vector-ops.toml, CODELET)
     # streaming memory at its measured 7.11 GB/s; popops' multiSlice / multiUpdateOp as SDK 3.x poplibs plans them
     # PopART's outlined calls copying what they read in and what they make out (sim/compiler/outlining.py)
- 'pipeline_training': {'cycle_count': 17721220,
-                       'trace': 'da2a3cb3f2f80551',
-                       'op_trace': '1deca39bbbbf2405',
-                       'perf_counters': '88fada227a7bd007',
-                       'latency': '(0.013374505660377359, 0.013374505660377359, 0.013374505660377359)',
-                       'compute_latency': '(0.012931967547169812, 0.012931967547169812, '
-                                          '0.012931967547169812)',
-                       'breakdown': '351d540d7facbce0'},
+ 'pipeline_training': {'cycle_count': 17842700,
+                       'trace': '79223c4eeddf2dc1',
+                       'op_trace': '38fa56189b6d75ab',
+                       'perf_counters': 'c2e030846b73e11f',
+                       'latency': '(0.013466188679245284, 0.013466188679245284, 0.013466188679245284)',
+                       'compute_latency': '(0.013023650566037735, 0.013023650566037735, '
+                                          '0.013023650566037735)',
+                       'breakdown': '04063cf8c3bc8a42'},
  'pipeline_inference_prefetch': {'cycle_count': 2722220,
                                  'trace': 'c7f8f81d0e4486d4',
                                  'op_trace': 'ba85a93e01b8667b',
@@ -138,20 +138,20 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                                  'compute_latency': '(0.00025631999999999977, 0.00048727018867924534, '
                                                     '0.0004102803773584905)',
                                  'breakdown': 'a28f18447ef73e32'},
- 'pipeline_replicas': {'cycle_count': 43356428,
-                       'trace': 'eb69ead3ce6eac34',
-                       'op_trace': '769d35b0804038e5',
-                       'perf_counters': '972df41c39263f3c',
-                       'latency': '(0.021078990188679248, 0.032721711698113214, 0.026900350943396233)',
-                       'compute_latency': '(0.0195353720754717, 0.032277490566037736, 0.02590643132075472)',
-                       'breakdown': '43cae26693ab7527'},
- 'deep_pipeline': {'cycle_count': 31983394,
-                   'trace': 'c583856c3f05ab19',
-                   'op_trace': '22f4d5bc8414ef38',
-                   'perf_counters': 'dd29330e3b8daefc',
-                   'latency': '(0.024138108679245283, 0.024138108679245283, 0.024138108679245283)',
-                   'compute_latency': '(0.022517104150943396, 0.022517104150943396, 0.022517104150943396)',
-                   'breakdown': '1de1b12bc72b79a9'},
+ 'pipeline_replicas': {'cycle_count': 43563806,
+                       'trace': 'dee4003e8e6323fa',
+                       'op_trace': '0b1ad91fcb2f789e',
+                       'perf_counters': '0cd62178175da219',
+                       'latency': '(0.02118184679245283, 0.03287822339622642, 0.027030035094339624)',
+                       'compute_latency': '(0.019629190943396223, 0.03243400226415094, 0.026031596603773584)',
+                       'breakdown': '8fdc1fa735704eab'},
+ 'deep_pipeline': {'cycle_count': 32226354,
+                   'trace': '8caaada234bba366',
+                   'op_trace': '140b0b83793022ad',
+                   'perf_counters': '6f775cf9292def06',
+                   'latency': '(0.024321474716981133, 0.024321474716981133, 0.024321474716981133)',
+                   'compute_latency': '(0.022700470188679243, 0.022700470188679243, 0.022700470188679243)',
+                   'breakdown': 'f44730df82fb55d4'},
  'io_tiles_overlap': {'cycle_count': 3396514,
                       'trace': 'cb42547d52025538',
                       'op_trace': '160b39c7f6f1228d',
@@ -168,13 +168,13 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                        'compute_latency': '(1.611245283018864e-05, 1.6112452830188695e-05, '
                                           '1.6112452830188685e-05)',
                        'breakdown': '87bcccab205038ad'},
- 'off_chip_rts': {'cycle_count': 122400230,
-                  'trace': '40bb43c08a8481fa',
-                  'op_trace': '78770696cb87a4cf',
-                  'perf_counters': '7a4a0df2c190de00',
-                  'latency': '(0.04616772301886793, 0.09237741132075472, 0.06927256716981132)',
-                  'compute_latency': '(0.045770711698113205, 0.09193319018867924, 0.06885195094339622)',
-                  'breakdown': 'd1eb33a73871a575'}}
+ 'off_chip_rts': {'cycle_count': 122521710,
+                  'trace': '75556b3f419a7e64',
+                  'op_trace': '7171f0dea5e1c9d7',
+                  'perf_counters': 'b92c709476f739df',
+                  'latency': '(0.046213564528301894, 0.09246909433962265, 0.06934132943396228)',
+                  'compute_latency': '(0.04581655320754718, 0.09202487320754717, 0.06892071320754717)',
+                  'breakdown': 'b7259c775c24b952'}}
 
 
 def digests(run) -> dict:
