@@ -4,7 +4,7 @@ import pytest
 
 import sim
 from sim.compiler.executable import compile as compile_
-from sim.compiler.outlining import add_call_copies
+from sim.compiler.outlining import _crossing, _equivalence, add_call_copies
 from sim.cost import op_cost
 from sim.graph.ir import GraphBuilder, Op
 from sim.hardware.system import load_system
@@ -121,20 +121,41 @@ def test_outline_threshold_must_be_a_number():
         _cycles(_chain([(256, 256)] * 2), outlineThreshold="high")
 
 
-def test_like_accumulations_of_different_weights_are_calls_copying_the_accumulator_back():
+def test_like_accumulations_of_different_weights_match_and_copy_their_accumulator_back():
     """PopART matches ops by what they do, not which tensors they name: the three like weights' gradient
-    accumulations are calls of one subgraph, each copying its accumulator and gradient in and the
+    accumulations are one subgraph's calls, each copying its accumulator and gradient in and the
     accumulator, updated in place, back out (CallOpx::copyModified)."""
     b = GraphBuilder("trained", "float16")
     x = b.input("x", (64, 256))
     for i in range(3):
         x = b.matmul(x, b.weight(f"w{i}", (256, 256)), name=f"mm{i}")
     b.mse_loss(x, b.input("target", (64, 256)))
-    o = sim.Options()
+    o = _options(enableOutlining=False)
     o.Training.gradientAccumulation(2)
-    costs = compile_(b.graph, "bow-ipu", o, training=True).costs
-    accumulations = [name for name in costs if name.endswith("/accumulate")]
-    assert len(accumulations) == 3
-    for name in accumulations:
-        assert "outlined call: 2 tensors copied in" in costs[name].plan
-        assert "1 tensor copied out" in costs[name].plan
+    g = compile_(b.graph, "bow-ipu", o, training=True).graph
+    accumulations = [op for op in g.ops if op.kind == "accumulate"]
+    assert len(accumulations) == 3 and len({_equivalence(op, g) for op in accumulations}) == 1
+    readers = {}
+    for op in g.ops:
+        for t in op.inputs:
+            readers.setdefault(t, set()).add(op.name)
+    accumulator, gradient = accumulations[0].inputs
+    assert g.tensors[accumulator].role == "accumulator"
+    assert _crossing(accumulations[:1], readers, g) == ([accumulator, gradient], [accumulator])
+
+
+def test_layers_without_blocks_are_found_where_they_repeat():
+    """Four like layers (matmul, relu, matmul) with no block names and a different head: each layer is
+    one call, copying its input and two weights in and its result out, as PopART's outliner matches
+    the sequence (its ops appear no more often than the layers, so none is a call of its own)."""
+    b = GraphBuilder("layers", "float16")
+    x = b.matmul(b.input("x", (64, 128)), b.weight("stem", (128, 256)), name="stem")
+    for i in range(4):
+        h = b.relu(b.matmul(x, b.weight(f"a{i}", (256, 512)), name=f"a{i}"), name=f"relu{i}")
+        x = b.matmul(h, b.weight(f"b{i}", (512, 256)), name=f"b{i}")
+    b.output(x)
+    plain = compile_(b.graph, "bow-ipu", _options(enableOutlining=False))
+    costs, counts = add_call_copies(plain.graph, plain.costs, IPU, TILES)
+    assert counts[0][:2] == (4, 4 * (3 + 1))
+    assert "outlined call: 3 tensors copied in" in costs["a1"].plan and "copied out" in costs["b1"].plan
+    assert "outlined call" not in costs["stem"].plan and "outlined call" not in costs["relu1"].plan

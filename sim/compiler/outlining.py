@@ -94,15 +94,47 @@ def _crossing(ops: list[Op], readers: dict[str, set[str]], g: Graph) -> tuple[li
     return list(dict.fromkeys(ins)), list(dict.fromkeys(outs))
 
 
-def _runs(ops: list[Op]) -> list[list[Op]]:
-    """``ops`` cut into runs of one block in one pass (an op without a block is a run of its own)."""
+def _runs(ops: list[Op], signature: dict[str, tuple]) -> list[list[Op]]:
+    """``ops`` cut into runs of one block in one pass; ops without a block are cut as :func:`_periodic`
+    finds their repeats."""
     runs: list[list[Op]] = []
     for op in ops:
-        if runs and op.block is not None and (op.block, op.pass_) == (runs[-1][0].block, runs[-1][0].pass_):
+        if runs and (op.block, op.pass_) == (runs[-1][0].block, runs[-1][0].pass_):
             runs[-1].append(op)
         else:
             runs.append([op])
-    return runs
+    return [piece for run in runs
+            for piece in (_periodic(run, [signature[op.name] for op in run]) if run[0].block is None else [run])]
+
+
+def _periodic(ops: list[Op], sigs: list[tuple]) -> list[list[Op]]:
+    """``ops`` (their equivalences ``sigs``) cut where they repeat: a window of ``P`` ops and the like
+    windows that follow it, ``P`` the distance between successive runs of one matmul, convolution or
+    norm (as PopART's outliner tries the distances between a match's starts, algo1.cpp); the longest
+    such repeat first, then the ops before and after it alike; an op in no repeat is a run of its own."""
+    last: dict[tuple, int] = {}
+    starts: dict[int, int] = {}  # period -> the first index a window of it starts at
+    seen = Counter()  # period -> how often it separates two runs of an op
+    for i, (op, sig) in enumerate(zip(ops, sigs)):
+        if op.kind in HIGH_VALUE_KINDS:
+            if sig in last:
+                starts.setdefault(i - last[sig], last[sig])
+                seen[i - last[sig]] += 1
+            last[sig] = i
+    best = (0, 0, 0)  # (ops covered, start, period)
+    for period, _ in seen.most_common(8):  # the commonest distances: a layer's length among them
+        start = starts[period]
+        windows = 1
+        while sigs[start + windows * period:start + (windows + 1) * period] == sigs[start:start + period]:
+            windows += 1
+        if windows >= 2 and windows * period > best[0]:
+            best = (windows * period, start, period)
+    covered, start, period = best
+    if not covered:
+        return [[op] for op in ops]
+    return (_periodic(ops[:start], sigs[:start])
+            + [ops[i:i + period] for i in range(start, start + covered, period)]
+            + _periodic(ops[start + covered:], sigs[start + covered:]))
 
 
 def merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
@@ -150,7 +182,7 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
     for i in sorted({op.ipu for op in g.ops if op.ipu is not None}):
         ops = [op for op in g.ops if op.ipu == i and op.name in costs and costs[op.name].cycles > 0]
         signature = {op.name: _equivalence(op, g) for op in ops}
-        runs = _runs(ops)
+        runs = _runs(ops, signature)
         run_count = Counter(tuple(signature[op.name] for op in run) for run in runs)
         op_count = Counter(signature.values())
         calls: list[list[Op]] = []
