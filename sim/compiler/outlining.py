@@ -18,7 +18,8 @@ Which sequences are calls, from PopART's outliner (``subgraph/algo1.cpp``, ``pru
 
 * a sequence is a candidate when it occurs at least twice on an IPU (same ops, shapes and
   attributes: :func:`_equivalence`). The simulator's sequences are the runs of a
-  block (the user's layer: ``Op.block``) in one pass, and single ops;
+  block (the user's layer: ``Op.block``) in one pass, the windows where ops without a block repeat
+  (:func:`_periodic`), and single ops;
 * it is kept when its value, the ops' ``getSubgraphValue`` (1000 for matmuls, convolutions, norms,
   gradient accumulation, the Adam updater, histograms and recurrent layers; 0.1 for the rest) times
   the square root of their input bytes, less the square root of the bytes of each tensor copied,
@@ -28,9 +29,9 @@ Which sequences are calls, from PopART's outliner (``subgraph/algo1.cpp``, ``pru
   part of the layer's call, the three like-shaped Q, K, V projections of each layer are calls
   within it.
 
-What is not modelled: where PopART's matches start and end when they are not a block's runs (the
-simulator takes the blocks), outlining across blocks, and the callee's copies' tile memory (the
-clones live while the call runs; not added to the op's temporaries).
+What is not modelled: where PopART's matches start and end when they are not a block's runs or such
+windows, outlining across blocks, and the callee's copies' tile memory (the clones live while the
+call runs; not added to the op's temporaries).
 """
 
 from __future__ import annotations
