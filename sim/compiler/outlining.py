@@ -43,7 +43,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..cost import OpCost, TileProfile, op_cost
-from ..cost.rules import op_signature
+from ..cost.rules import CODE_OF, op_signature
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
 
@@ -181,7 +181,11 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
     costs = dict(costs)
     counts: dict[int, tuple[int, int, int]] = {}
     for i in sorted({op.ipu for op in g.ops if op.ipu is not None}):
-        ops = [op for op in g.ops if op.ipu == i and op.name in costs and costs[op.name].cycles > 0]
+        # the ops a front end writes out from a called subgraph (CODE_OF: PopXL's calls and repeats) or
+        # an ONNX Loop's body (sim.onnx marks each iteration's ops onnx_loop) run in that call or loop,
+        # whose copies the front end prices: they repeat without being PopART's outlined calls
+        ops = [op for op in g.ops if op.ipu == i and op.name in costs and costs[op.name].cycles > 0
+               and CODE_OF not in op.attrs and "onnx_loop" not in op.attrs]
         signature = {op.name: _equivalence(op, g) for op in ops}
         runs = _runs(ops, signature)
         run_count = Counter(tuple(signature[op.name] for op in run) for run in runs)
