@@ -3,8 +3,9 @@
 With ``enableOutlining`` (on by default in PopART, so in PopTorch) PopART replaces op sequences
 that repeat on an IPU by calls of one subgraph (``transforms/subgraphoutline.cpp``), and each call
 copies every tensor it reads into the subgraph's own tensors and every tensor it makes (or updates in
-place: a weight, an accumulator, optimizer state) out to the caller's: ``popx/op/callx.cpp`` (``CallOpx::copyInput``, ``copyOutput``, ``copyModified``) adds a
-Poplar ``Copy`` for each unless ``AliasZeroCopy`` finds it not needed, and that transform runs
+place: a weight, an accumulator, optimizer state) out to the caller's: ``popx/op/callx.cpp``
+(``CallOpx::copyInput``, ``copyOutput``, ``copyModified``) adds a Poplar ``Copy`` for each unless
+``AliasZeroCopy`` finds it not needed, and that transform runs
 only with ``aliasZeroCopy`` (off by default; ``aliaszerocopy.cpp`` ``nodeRequired``). The callee's
 tensors are cloned from a call site's (tile mapping included), so each copy stays on its tiles: a
 popops copy of the tensor (``sim.cost.rules``, kind ``copy``: 8 bytes a cycle a tile). A call's copies
