@@ -159,3 +159,33 @@ def test_layers_without_blocks_are_found_where_they_repeat():
     assert counts[0][:2] == (4, 4 * (3 + 1))
     assert "outlined call: 3 tensors copied in" in costs["a1"].plan and "copied out" in costs["b1"].plan
     assert "outlined call" not in costs["stem"].plan and "outlined call" not in costs["relu1"].plan
+
+
+def test_poptorch_runs_price_popart_outlining_unless_alias_zero_copy():
+    """Through sim.poptorch: three like Linear layers on one IPU are three calls, and PopTorch's
+    ``_Popart.set("aliasZeroCopy", True)`` takes their copies out of the cycle count."""
+    torch = pytest.importorskip("torch")
+    import sim.poptorch as poptorch
+
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(64, 64) for _ in range(3)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+            return x
+
+    def run(**popart):
+        opts = poptorch.Options().logCycleCount(True)
+        for key, value in popart.items():
+            opts._Popart.set(key, value)
+        model = poptorch.inferenceModel(Stack(), opts)
+        model(torch.zeros(16, 64))
+        return model
+
+    copied, elided = run(), run(aliasZeroCopy=True)
+    assert any(n.startswith("PopART outlining:") and "IPU 0: 3 calls" in n for n in copied.executable.notes)
+    assert not any(n.startswith("PopART outlining:") for n in elided.executable.notes)
+    assert elided.cycleCount() < copied.cycleCount()
