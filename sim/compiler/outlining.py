@@ -191,27 +191,35 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
         runs = _runs(ops, signature)
         run_count = Counter(tuple(signature[op.name] for op in run) for run in runs)
         op_count = Counter(signature.values())
-        calls: list[list[Op]] = []
-        for run in runs:
-            n = run_count[tuple(signature[op.name] for op in run)]
-            if n >= 2 and _value(run, sum(_crossing(run, readers, g), []), g) > threshold:
-                calls.append(run)  # the block's run is a call; its ops are calls inside it if twice as frequent
-                calls += [[op] for op in run if len(run) > 1 and op_count[signature[op.name]] >= 2 * n]
-            else:
-                calls += [[op] for op in run if op_count[signature[op.name]] >= 2]
-        made = copied = cycles = 0
-        for call in calls:
+        calls: list[tuple[list[Op], list[str], list[str]]] = []  # (ops, copied in, copied out)
+
+        def outline(call: list[Op]) -> bool:
+            """Keep ``call`` if outlining it is worth its copies (PopART's pruning)."""
             ins, outs = _crossing(call, readers, g)
             if _value(call, ins + outs, g) <= threshold:
-                continue
-            made += 1
+                return False
+            calls.append((call, ins, outs))
+            return True
+
+        for run in runs:
+            n = run_count[tuple(signature[op.name] for op in run)]
+            if n >= 2 and outline(run):  # the block's run is a call; its ops are calls inside it if twice as frequent
+                for op in run:
+                    if len(run) > 1 and op_count[signature[op.name]] >= 2 * n:
+                        outline([op])
+            else:
+                for op in run:
+                    if op_count[signature[op.name]] >= 2:
+                        outline([op])
+        copied = cycles = 0
+        for call, ins, outs in calls:
             copied += len(ins) + len(outs)
             for op, tensors, where in ((call[0], ins, "in"), (call[-1], outs, "out")):
                 if tensors:
                     copy = merged_copy(tensors, g, ipu, tiles)
                     costs[op.name] = _with_copy(costs[op.name], copy, sum(g.tensors[t].nbytes for t in tensors), where)
                     cycles += copy.cycles
-        counts[i] = (made, copied, cycles)
+        counts[i] = (len(calls), copied, cycles)
     return costs, counts
 
 
