@@ -420,6 +420,33 @@ def test_batchnorm_at_inference_applies_running_statistics():
                       for c in bn)
 
 
+def test_a_norms_scale_and_shift_gradients_are_one_reduce_over_all_but_the_channels():
+    """poplin's normParamGradients reduces dy * x_hat and dy in one popops reduce of their
+    concatenation: one reduce_sum with both gradients, a batch norm's over N, H, W (its channels
+    innermost: (positions, 2C) reduced over the positions), a layer norm's over the leading dims."""
+    from sim.cost.reduction import plan_reduce
+    from sim.cost.rules import _plan_cost
+    from sim.graph.training import expand_training
+    b = GraphBuilder("norms", "float16")
+    x = b.input("x", (4, 64, 14, 14))
+    y = b.relu(b.batchnorm(b.conv2d(x, 64, 3, padding=1, name="conv"), name="bn"))
+    h = b.layernorm(b.reshape(y, (4 * 64, 196)), name="ln")
+    b.mse_loss(h, b.input("target", (4 * 64, 196)))
+    g = expand_training(b.graph, "sgd")
+    pairs = [op for op in g.ops if op.kind == "reduce_sum" and op.pass_ == "backward" and len(op.outputs) == 2]
+    assert {op.forward_of for op in pairs} == {"bn/batchnorm", "ln/layernorm"}
+    assert not [op for op in g.ops if op.kind == "reduce_sum" and op.forward_of in {"bn/batchnorm", "ln/layernorm"}
+                and len(op.outputs) == 1]
+    bn, ln = sorted(pairs, key=lambda op: op.forward_of)
+    assert bn.attrs == {"axes": [0, 2, 3], "channel_axis": 1} and ln.attrs == {"axes": [0]}
+    assert [g.tensors[t].shape for t in bn.outputs] == [(64,), (64,)]
+    ipu = sim.load_system("ipu-mk2").ipu
+    cost = op_cost(bn, g, ipu, 1472)
+    plan = plan_reduce((4 * 14 * 14, 2 * 64), (0,), 2, "add", 1472, ipu.worker_threads)
+    assert cost.cycles == _plan_cost([plan], ipu, 1472, 4 * 64 * 14 * 14 * 2.0, "").cycles
+    assert "of 2 concatenated" in cost.plan
+
+
 # --- convolutions with a kernel: poplin's nx1 vertex -----------------------------------------
 
 def _poplibs_nx1_cycles(batch, height, width, kh, kw, ig, og):

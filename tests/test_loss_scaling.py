@@ -60,8 +60,11 @@ def test_a_run_adds_a_histogram_after_each_tracked_gradient_and_the_update():
     index = {op.name: i for i, op in enumerate(ops)}
     hist = [op for op in ops if op.kind == "histogram"]
     producer = {t: op for op in ops for t in op.outputs}
-    assert len(hist) == len(tracked_gradients(plain.executable.graph)) > 50
-    assert all(index[op.name] == index[producer[op.inputs[0]].name] + 1 for op in hist)  # right after it
+    tracked = tracked_gradients(plain.executable.graph)
+    assert len(hist) == sum(len(op.outputs) for op in tracked) > len(tracked) > 50  # one a tensor (norms' pairs)
+    for op in hist:  # right after the op making its tensor, one per output in order
+        made_by = producer[op.inputs[0]]
+        assert index[op.name] == index[made_by.name] + 1 + made_by.outputs.index(op.inputs[0])
     assert sum(op.kind == "loss_scale_update" and op.pass_ == "update" for op in ops) == 1
     assert any("automatic loss scaling" in note for note in run.executable.notes)
     assert "_Popart.automaticLossScalingSettings.enabled" not in als.unmodelled()

@@ -82,7 +82,7 @@ LAYERNORM_STABLE_STEPS = (("reduce", ("add",), None), ("rowmap", ("sub",), None)
 #: (Norms.cpp: normParamGradients' mul and its one reduce of the concatenated [dy * x_hat, dy] per row, the
 #: Copy of dy, varGrads' mul by varDelta, meanDelta scaled, added over the row, scaledAddTo(gradient,
 #: varGrads), mulInPlace by the inverse standard deviation), then groupNormParamGradients' mul of x_hat and
-#: dy (its column reduction for gamma and beta is the graph's own reduce_sum ops)
+#: dy (its column reduction for gamma and beta is the graph's own reduce_sum op, both in one)
 LAYERNORM_GRAD_STEPS = (("row", ("sub",), 4), ("row", ("mul_inplace",), 4), ("col", ("mul",)), ("map", ("mul",)),
                         ("reduce", ("add", "add"), None), ("map", ("copy",)), ("row", ("mul",), None),
                         ("stats", ("mul",), None), ("row", ("add",), None), ("map", ("scale",)),

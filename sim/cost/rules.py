@@ -1062,8 +1062,16 @@ def _reduce(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     if n <= 1 or math.prod(shape[a] for a in axes) <= 1:  # nothing to reduce: a copy (or cast)
         return _elementwise("copy", ins, outs, ipu, tiles)
     op = attrs.get("operation", _REDUCE_OPERATION.get(kind, "add"))
+    if "channel_axis" in attrs:  # a norm's activations, laid out channels innermost: (positions, C)
+        channels = shape[attrs["channel_axis"]]
+        shape, axes = (n // channels, channels), (0,)
+    if len(outs) > 1:  # one reduce of the outputs' concatenation along the innermost kept dimension
+        kept = max(set(range(len(shape))) - set(axes))  # (a norm's scale and shift gradients: poplin
+        shape = tuple(d * len(outs) if i == kept else d for i, d in enumerate(shape))  # normParamGradients)
+        n *= len(outs)
     plan = plan_reduce(tuple(shape), axes, itemsize, op, tiles, ipu.worker_threads)
-    return _plan_cost([plan], ipu, tiles, float(n), f"popops reduce ({op}): {plan.describe()}")
+    joint = f" of {len(outs)} concatenated" if len(outs) > 1 else ""
+    return _plan_cost([plan], ipu, tiles, float(n), f"popops reduce ({op}){joint}: {plan.describe()}")
 
 
 def _histogram(ins, attrs, ipu, tiles) -> OpCost:

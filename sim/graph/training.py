@@ -345,6 +345,26 @@ def mark_recurrent_saves(g: Graph) -> None:
             op.attrs = dict(op.attrs, training=True)
 
 
+def _norm_param_grads(bw: _Backward, dy: str, params: list, channel_axis: int | None = None) -> None:
+    """The gradients of a norm's scale and shift (``params``, those wanted): reductions of dy (times
+    the normalised x, which the norm's gradient op multiplies) over all but the channels: dy's
+    ``channel_axis`` (a batch or group norm's axis 1; None: a layer norm's trailing dimensions,
+    the params' shape). poplin's normParamGradients reduces both in one popops reduce of their
+    concatenation (Norms.cpp: one ``normReduce`` of ``concat({gradsIn * actsWhitened, gradsIn}, 1)``),
+    which PopART's batch and group norm gradients call (popx/op/batchnormx.cpp, groupnormx.cpp): so the
+    pair is one ``reduce_sum`` with two outputs, priced as that one reduce (``sim.cost.rules``)."""
+    if not params:
+        return
+    rank = len(bw.g.tensors[dy].shape)
+    kept = {channel_axis} if channel_axis is not None else set(range(rank - len(params[0].shape), rank))
+    attrs = {"axes": [a for a in range(rank) if a not in kept]}
+    if channel_axis is not None:  # poplin lays a norm's activations out channels innermost
+        attrs["channel_axis"] = channel_axis
+    suffix = "grad_params" if len(params) > 1 else f"grad_{params[0].name.split('/')[-1]}"
+    for p, grad in zip(params, bw.new_many("reduce_sum", [dy], [(p.shape, p.dtype) for p in params], attrs, suffix)):
+        bw.give(p.name, grad)
+
+
 def _recurrent_grads(bw: _Backward, op: Op, need: set[str]) -> None:
     """The gradients of a recurrent layer (``GraphBuilder.recurrent``), from whichever of its
     outputs (the sequence, the last ``h``, the last ``c``) have one: one ``<cell>_grad`` op, popnn's
@@ -748,10 +768,7 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         if wants(0):  # a distributed batch norm's gradient sums span the same replicas
             span = {key: v for key, v in op.attrs.items() if key == "replica_group_size"}
             bw.give(x.name, bw.new(f"{k}_grad", [dy, x.name, ins[1].name], x.shape, x.dtype, span))
-        for p in ins[1:]:
-            if p.name in need:  # gamma and beta: reductions of dy (times the normalised x)
-                bw.give(p.name, bw.new("reduce_sum", [dy], p.shape, p.dtype, {"axes": "broadcast"},
-                                       f"grad_{p.name.split('/')[-1]}"))
+        _norm_param_grads(bw, dy, [p for p in ins[1:] if p.name in need], 1 if k == "batchnorm" else None)
     elif k in ("maxpool", "avgpool"):
         if wants(0):
             bw.give(ins[0].name, bw.new(f"{k}_grad", [dy], ins[0].shape, ins[0].dtype, op.attrs))
@@ -941,10 +958,7 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
         x = ins[0]
         if wants(0):
             bw.give(x.name, bw.new("groupnorm_grad", [dy, x.name, ins[1].name], x.shape, x.dtype, op.attrs))
-        for j, p in enumerate(ins[1:], 1):
-            if wants(j):  # gamma and beta: reductions of dy (times the normalised x)
-                bw.give(p.name, bw.new("reduce_sum", [dy], p.shape, p.dtype, {"axes": "broadcast"},
-                                       f"grad_{p.name.split('/')[-1]}"))
+        _norm_param_grads(bw, dy, [p for j, p in enumerate(ins[1:], 1) if wants(j)], 1)
     elif k == "gather_elements":  # ins = [index, data]: scatter dy back into the data's shape
         if wants(1):
             bw.give(ins[1].name, bw.new("scatter_elements", [ins[0].name, dy], ins[1].shape, ins[1].dtype,
