@@ -447,6 +447,25 @@ def test_a_norms_scale_and_shift_gradients_are_one_reduce_over_all_but_the_chann
     assert "of 2 concatenated" in cost.plan
 
 
+def test_a_softmax_over_another_axis_is_priced_on_rows_of_that_axis():
+    """PopTorch transposes a softmax's dim last around PopART's softmax (SoftmaxOps.cpp): a softmax over
+    the 8 channels of (2, 8, 16, 16) costs what one over the last axis of (2, 16, 16, 8) does, not rows
+    of 16; its gradient keeps the axis."""
+    from sim.graph.training import expand_training
+    ipu = sim.load_system("ipu-mk2").ipu
+    b = GraphBuilder("sm", "float16")
+    y = b.softmax(b.add(b.input("x", (2, 8, 16, 16)), b.weight("w", (2, 8, 16, 16), "float16")), axis=1)
+    b.mse_loss(y, b.input("target", (2, 8, 16, 16)))
+    g = expand_training(b.graph, "sgd")
+    last = GraphBuilder("sm_last", "float16")
+    last.output(last.softmax(last.input("x", (2, 16, 16, 8))))
+    [fwd] = [op for op in g.ops if op.kind == "softmax"]
+    [grad] = [op for op in g.ops if op.kind == "softmax_grad"]
+    [ref] = last.graph.ops
+    assert grad.attrs == {"axis": 1}
+    assert op_cost(fwd, g, ipu, 1472).cycles == op_cost(ref, last.graph, ipu, 1472).cycles
+
+
 # --- convolutions with a kernel: poplin's nx1 vertex -----------------------------------------
 
 def _poplibs_nx1_cycles(batch, height, width, kh, kw, ig, og):

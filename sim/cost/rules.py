@@ -146,7 +146,8 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ("transpose", "remap"):  # a copy into a new tile layout (GraphBuilder.remap)
         return _transpose(outs, ipu, tiles)
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
-        return row_op_cost(row_op_steps(kind, attrs), tuple(ins[0][0]), ins[0][1], ipu, tiles, _row_reduce_cost(ipu))
+        return row_op_cost(row_op_steps(kind, attrs), _rows_last(tuple(ins[0][0]), attrs.get("axis", -1)), ins[0][1],
+                           ipu, tiles, _row_reduce_cost(ipu))
     if kind in _ROW_OPS:
         return _rows(kind, ins, ipu, tiles)
     if kind in ("batchnorm", "batchnorm_grad"):
@@ -467,6 +468,16 @@ def _adam_family(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     return _phases(ipu, int(per_tile.max()), exchange_cycles(recv, ipu) if recv else 0, supersteps, flops,
                    recv * used, used, temp=int(np.max(temp)) if kind == "adam_update" else 0, plan=plan,
                    profile=profile, launch=launch)
+
+
+def _rows_last(shape: tuple, axis: int) -> tuple:
+    """``shape`` with its row dimension ``axis`` moved last: PopTorch transposes a softmax's dim last
+    and back around PopART's softmax over the last axis (popart_canonicalization/SoftmaxOps.cpp), whose
+    popnn softmax works on rows of it."""
+    if not shape:
+        return shape
+    axis %= len(shape)
+    return shape[:axis] + shape[axis + 1:] + (shape[axis],)
 
 
 def _rows(kind, ins, ipu, tiles) -> OpCost:

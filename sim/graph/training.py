@@ -762,7 +762,8 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
             bw.give(ins[0].name, bw.new("mul", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))
     elif k == "softmax":
         if wants(0):
-            bw.give(ins[0].name, bw.new("softmax_grad", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))
+            axis = {"axis": op.attrs["axis"]} if "axis" in op.attrs else None
+            bw.give(ins[0].name, bw.new("softmax_grad", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype, axis))
     elif k in ("layernorm", "batchnorm"):
         x = ins[0]
         if wants(0):  # a distributed batch norm's gradient sums span the same replicas
