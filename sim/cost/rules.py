@@ -1077,8 +1077,8 @@ def _reduce(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
         channels = shape[attrs["channel_axis"]]
         shape, axes = (n // channels, channels), (0,)
     if len(outs) > 1:  # one reduce of the outputs' concatenation along the innermost kept dimension
-        kept = max(set(range(len(shape))) - set(axes))  # (a norm's scale and shift gradients: poplin
-        shape = tuple(d * len(outs) if i == kept else d for i, d in enumerate(shape))  # normParamGradients)
+        kept = max(set(range(len(shape))) - set(axes), default=len(shape) - 1)  # (a norm's scale and shift:
+        shape = tuple(d * len(outs) if i == kept else d for i, d in enumerate(shape))  # poplin normParamGradients)
         n *= len(outs)
     plan = plan_reduce(tuple(shape), axes, itemsize, op, tiles, ipu.worker_threads)
     joint = f" of {len(outs)} concatenated" if len(outs) > 1 else ""
