@@ -889,6 +889,30 @@ def test_convolution_bias_is_added_per_channel(layer, shape):
     assert bias == (1, 6) + (1,) * (len(g.tensors[add.inputs[0]].shape) - 2)
 
 
+@pytest.mark.parametrize("shape", [(2, 6, 5, 4), (2, 6, 7)], ids=["NCHW", "NCL"])
+def test_prelu_weight_is_per_channel(shape):
+    """torch's PReLU(C) weight scales dim 1: viewed as (1, C, 1, ...), so its gradient reduces over the
+    batch and the field (a bare (C,) would broadcast against the last axis); PReLU() keeps one scalar."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.PReLU(6), nn.PReLU())
+    model = poptorch.trainingModel(_SumLoss(net), poptorch.Options(), torch.optim.SGD(net.parameters(), lr=0.1))
+    model.compile(torch.randn(*shape))
+    g = model.executable.graph
+    weights = [g.tensors[op.inputs[1]].shape for op in g.ops if op.kind == "map" and op.pass_ == "forward"]
+    assert weights == [(1, 6) + (1,) * (len(shape) - 2), (1,)]
+    grads = [g.tensors[op.outputs[0]].shape for op in g.ops if op.kind == "map" and op.name.endswith("grad1")]
+    assert sorted(grads) == sorted([(1, 6) + (1,) * (len(shape) - 2), (1,)])
+
+
+class _SumLoss(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        return poptorch.identity_loss(self.body(x), "sum")
+
+
 def test_float32_input_into_a_half_model_upcasts_as_poptorch_3():
     torch.manual_seed(0)
     fc = nn.Linear(4, 3).half()

@@ -180,6 +180,11 @@ def _prelu(ctx):
         w = ctx.cap._lazy(ctx.module.weight, f"{ctx.node.target}.weight")
     else:
         w = ctx.sarg(1, "weight")
+    x = ctx.args[0]
+    channels = ctx.shape(w)[0] if ctx.shape(w) else 1
+    if channels > 1 and x.dim() > 2:  # torch's PReLU weight is per channel (dim 1): viewed as (1, C, 1, ...)
+        w = emit(ctx, "reshape", [w], (1, channels) + (1,) * (x.dim() - 2), ctx.cap.g.tensors[ctx.t(w)].dtype,
+                 name="weight_per_channel")
     return emit_map(ctx, ["mul", "compare", "select"], [ctx.sarg(0, "input"), w],
                     [["compare", "select", "mul"], ["compare", "select", "mul"]])
 
