@@ -464,6 +464,10 @@ def test_a_softmax_over_another_axis_is_priced_on_rows_of_that_axis():
     [ref] = last.graph.ops
     assert grad.attrs == {"axis": 1}
     assert op_cost(fwd, g, ipu, 1472).cycles == op_cost(ref, last.graph, ipu, 1472).cycles
+    with pytest.raises(sim.GraphError, match=r"axis 4 is not a dimension of 'x' \(shape \(2, 8, 16, 16\)\); "
+                                             r"give one in -4..3"):
+        bad = GraphBuilder("bad", "float16")
+        bad.softmax(bad.input("x", (2, 8, 16, 16)), axis=4)
 
 
 # --- convolutions with a kernel: poplin's nx1 vertex -----------------------------------------
