@@ -316,7 +316,7 @@ class Options:
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
                 "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern", "pipelineCopies",
-                "hostProcesses", "streamCallbackThreads", "memoryMargin",
+                "cachedGraphFunctions", "hostProcesses", "streamCallbackThreads", "memoryMargin",
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
@@ -340,6 +340,7 @@ class Options:
         self.execution_strategy: _Strategy | None = None
         self.sync_pattern = SyncPattern.Full
         self.pipeline_copies = PipelineCopies.Merged
+        self.graph_functions = False
         self.stream_callback_threads = 1
         self._host_processes: int | None = None
         self.auto_round_num_ipus = False
@@ -430,6 +431,20 @@ class Options:
             raise OptionsError(f"pipelineCopies expects a PipelineCopies (Merged or PerStage), got {mode!r}")
         self.pipeline_copies = mode
         self._record("pipelineCopies", mode.name)
+        return self
+
+    def cachedGraphFunctions(self, enabled: bool = True) -> "Options":
+        """The simulator's own: run the program as TensorFlow's IPU backend builds it, each convolution,
+        matmul and norm (and a backward convolution's weight transpose) a cached poputil graph function
+        (graphcore/tensorflow ``conv_graph_caching.cc``, ``dot_graph_caching.cc``,
+        ``norm_graph_caching.cc``), whose every call copies its inputs into the function's parameters and
+        its results out (poplibs ``GraphFunction.cpp`` ``VoidFunction::operator()``), and PopART's
+        outlining, which TensorFlow does not run, off (:mod:`sim.compiler.graph_functions`). Default off
+        (PopART and PopTorch)."""
+        if not isinstance(enabled, bool):
+            raise OptionsError(f"cachedGraphFunctions expects True or False, got {enabled!r}")
+        self.graph_functions = enabled
+        self._record("cachedGraphFunctions", enabled)
         return self
 
     def hostProcesses(self, processes: int) -> "Options":

@@ -21,7 +21,7 @@ from ..errors import ConfigError, GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..hardware.system import System, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
-from . import outlining
+from . import graph_functions, outlining
 from .program_memory import program_memory
 from ..options import Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
@@ -186,8 +186,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
 
     lap("graph")
     costs = price_ops(g, system, o, training, tiles)
-    outlined = {}
-    if o.outlining() and not o.alias_zero_copy():
+    outlined = called = {}
+    if o.graph_functions:  # TensorFlow's program: its graph functions' copies, no PopART outlining
+        costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles)
+    elif o.outlining() and not o.alias_zero_copy():
         costs, outlined = outlining.add_call_copies(g, costs, system.ipu, tiles, o.outline_threshold())
     lap("costs")
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined" and o.pipeline_recomputation()))
@@ -196,7 +198,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
-    notes += outlining.notes(outlined)
+    notes += outlining.notes(outlined) + graph_functions.notes(called)
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
                      "AllNonViewChangingGradientTensors), each with a histogram; the statistics' copies between IPUs "

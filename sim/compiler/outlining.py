@@ -155,8 +155,9 @@ def merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
                   what, TileProfile(work, np.zeros(tiles), np.zeros(tiles)), launch_cycles=launch)
 
 
-def _with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str) -> OpCost:
-    """``cost`` and the merged ``copy`` one after the other: cycles, compute sets and tile vectors add up."""
+def with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str, what: str = "outlined call") -> OpCost:
+    """``cost`` and the merged ``copy`` one after the other: cycles, compute sets and tile vectors add up;
+    the plan says ``what`` copied them and ``where`` (in or out)."""
     def total(field: str) -> int:
         return getattr(cost, field) + getattr(copy, field)
 
@@ -166,7 +167,7 @@ def _with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str) -> OpCost:
     plan = f"{cost.plan}; " if cost.plan else ""
     return replace(cost, compute_cycles=total("compute_cycles"), sync_cycles=total("sync_cycles"),
                    supersteps=total("supersteps"), launch_cycles=total("launch_cycles"),
-                   plan=f"{plan}outlined call: {copy.plan} {where} ({nbytes:,} B)", profile=profile)
+                   plan=f"{plan}{what}: {copy.plan} {where} ({nbytes:,} B)", profile=profile)
 
 
 def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
@@ -217,7 +218,7 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
             for op, tensors, where in ((call[0], ins, "in"), (call[-1], outs, "out")):
                 if tensors:
                     copy = merged_copy(tensors, g, ipu, tiles)
-                    costs[op.name] = _with_copy(costs[op.name], copy, sum(g.tensors[t].nbytes for t in tensors), where)
+                    costs[op.name] = with_copy(costs[op.name], copy, sum(g.tensors[t].nbytes for t in tensors), where)
                     cycles += copy.cycles
         counts[i] = (len(calls), copied, cycles)
     return costs, counts

@@ -63,6 +63,7 @@ class Setup:
     poplin_options: tuple = ()  # (name, value) pairs set in PopART's matmulOptions and convolutionOptions
     auto_loss_scaling: bool = False  # Training.setAutomaticLossScaling(True)
     per_stage_copies: bool = False  # a TensorFlow pipeline: each stage's inter-IPU copies one after another
+    graph_functions: bool = False  # TensorFlow's cached graph functions' copies (Options.cachedGraphFunctions)
     stable_norm: bool = False  # enableStableNorm (TensorFlow's norms.use_stable_statistics)
     non_stable_softmax: bool = False  # PopART's enableNonStableSoftmax (PopRT's enable_non_stable_softmax)
     clear_pass_type: bool = False  # enableFullyConnectedPass off (TensorFlow's matmuls.clear_pass_type)
@@ -110,6 +111,8 @@ class Setup:
             o._Popart.set("automaticLossScalingSettings.enabled", True)
         if self.per_stage_copies:
             o.pipelineCopies(PipelineCopies.PerStage)
+        if self.graph_functions:
+            o.cachedGraphFunctions(True)
         if self.stable_norm:
             o.enableStableNorm(True)
         if self.non_stable_softmax:
@@ -157,6 +160,8 @@ class Setup:
             parts.append("ShardedExecution")
         if self.per_stage_copies:
             parts.append("each stage's inter-IPU copies one after another (TensorFlow)")
+        if self.graph_functions:
+            parts.append("cached graph functions (TensorFlow)")
         if self.stable_norm:
             parts.append("enableStableNorm")
         if self.non_stable_softmax:
@@ -249,7 +254,7 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
                  state_dtype="float32" if pytorch else "float16",
                  prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",),
                  stable_norm=stable_norm, combined_accum=pytorch and optimizer == "sgd_momentum",
-                 processes=max(1, replicas // replicas_per_process))
+                 processes=max(1, replicas // replicas_per_process), graph_functions=not pytorch)
 
 
 def _resnet_e2e(system: str, replicas: int, global_batch: int, amp: float, micro_batch: int = 20,
@@ -295,7 +300,7 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
                  amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
                  merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow,
-                 stable_norm=tf1, clear_pass_type=tf1)
+                 stable_norm=tf1, clear_pass_type=tf1, graph_functions=tensorflow)
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -455,7 +460,7 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     params = _params(micro_batch=3, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
     return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
                  optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True,
-                 stable_norm=True, processes=replicas)
+                 graph_functions=True, stable_norm=True, processes=replicas)
 
 
 def _resnext_train() -> Setup:
@@ -469,7 +474,7 @@ def _resnext_train() -> Setup:
     params = _params(micro_batch=6, split_points=["layer3/3"], eight_bit_io=True)
     return Setup("resnext101", params, "bow-pod16", replicas=8, accumulation=16, optimizer="sgd_momentum",
                  prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True, stable_norm=True,
-                 processes=8)
+                 graph_functions=True, processes=8)
 
 
 def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
@@ -514,7 +519,7 @@ def _unet_train() -> Setup:
     params = _params(micro_batch=1, split_points=["encoder_block_2", "decoder_block_0", "decoder_block_2"])
     return Setup("unet", params, "bow-2000", accumulation=24, device_iterations=10, amp=(0.7, 0.3, 0.45, 0.7),
                  optimizer="sgd_momentum", state_dtype="float16", prefetch_depth=TF1_PREFETCH_DEPTH,
-                 per_stage_copies=True)
+                 per_stage_copies=True, graph_functions=True)
 
 
 def _conformer_train(system: str, replicas: int, accumulation: int, processes: int = 1) -> Setup:

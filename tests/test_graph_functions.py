@@ -1,0 +1,67 @@
+"""TensorFlow's cached graph functions (``Options.cachedGraphFunctions``, sim/compiler/graph_functions.py):
+every convolution, matmul and norm call copies its arguments in and its results out; no PopART outlining."""
+
+from __future__ import annotations
+
+import pytest
+
+import sim
+from sim.compiler.graph_functions import FUNCTION_KINDS
+from sim.compiler.outlining import merged_copy
+from sim.errors import OptionsError
+from sim.graph.ir import GraphBuilder
+
+
+def _net():
+    b = GraphBuilder("tf_cnn", "float16")
+    x = b.input("x", (4, 16, 14, 14))
+    for i in range(3):  # three like layers: PopART would outline them
+        x = b.relu(b.batchnorm(b.conv2d(x, 16, 3, padding=1, name=f"conv{i}"), name=f"bn{i}"))
+    y = b.matmul(b.reshape(x, (4, 16 * 14 * 14)), b.weight("fc", (16 * 14 * 14, 10), "float16"))
+    b.softmax_cross_entropy(y, b.input("labels", (4,), "int32"))
+    return b.graph
+
+
+def _compile(functions: bool):
+    o = sim.Options().enableSyntheticData(True)
+    if functions:
+        o.cachedGraphFunctions(True)
+    else:
+        o._Popart.set("aliasZeroCopy", True)  # the ops' own costs, no outlined calls' copies
+    return sim.compile(_net(), "ipu-mk2", o, training=True)
+
+
+def test_each_function_call_copies_its_arguments_in_and_its_results_out():
+    base, tf = _compile(False), _compile(True)
+    g, ipu, tiles = tf.graph, tf.system.ipu, tf.tiles
+    called = [op for op in g.ops if op.kind in FUNCTION_KINDS]
+    assert {op.kind for op in called} >= {"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "matmul",
+                                          "batchnorm", "batchnorm_grad"}
+    for op in g.ops:
+        extra = tf.costs[op.name].cycles - base.costs[op.name].cycles
+        if op.kind not in FUNCTION_KINDS:
+            assert extra == 0, op.name
+            continue
+        programs = [list(op.inputs), list(op.outputs)]
+        if op.kind == "conv2d_grad_input":  # the weights' transpose function: weights in, transposed out
+            programs = [[op.inputs[1]], [op.inputs[1]]] + programs
+        assert extra == sum(merged_copy(p, g, ipu, tiles).cycles for p in programs), op.name
+        assert tf.costs[op.name].plan.count("graph function:") == len(programs)
+    assert not any("outlined call" in c.plan for c in tf.costs.values())
+    [note] = [n for n in tf.notes if n.startswith("cachedGraphFunctions")]
+    assert f"{len(called) + sum(op.kind == 'conv2d_grad_input' for op in called)} calls" in note
+
+
+def test_the_option_is_modelled_and_checked():
+    o = sim.Options().cachedGraphFunctions(True)
+    assert o.graph_functions and "cachedGraphFunctions" not in o.unmodelled()
+    with pytest.raises(OptionsError, match="cachedGraphFunctions expects True or False, got 'yes'"):
+        sim.Options().cachedGraphFunctions("yes")
+
+
+def test_tensorflow_rows_run_with_graph_functions_and_pytorch_rows_without():
+    from sim.validation.published import PUBLISHED_BY_ID
+    for rid in ("M23", "B4", "B7", "B30", "B11", "B45"):  # TF1 ResNet-50, EfficientNet, ResNeXt; TF2 U-Net; BERT
+        assert PUBLISHED_BY_ID[rid].setup.options().graph_functions, rid
+    for rid in ("B14", "B46", "B22", "M18"):  # PyTorch ResNet-50, BERT, ViT; PopART's MLPerf BERT
+        assert not PUBLISHED_BY_ID[rid].setup.options().graph_functions, rid
