@@ -186,7 +186,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
 
     lap("graph")
     costs = price_ops(g, system, o, training, tiles)
-    outlined = called = {}
+    outlined, called = {}, {}
     if o.graph_functions:  # TensorFlow's program: its graph functions' copies, no PopART outlining
         costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles)
     elif o.outlining() and not o.alias_zero_copy():
