@@ -279,6 +279,14 @@ def test_pipeline_copies_flag_runs_each_stages_copies_one_after_another(capsys):
     assert per_stage["cycle_count"] > merged["cycle_count"]
 
 
+def test_graph_functions_flag_prices_tensorflows_function_copies(capsys):
+    flagged = cli_cycles(capsys, *PIPE, "--device-iterations", "6", "--graph-functions")
+    opts = sim.Options().deviceIterations(6).cachedGraphFunctions(True)
+    run = api_run(bert4(layers_per_ipu=[1, 1, 1, 1]), "ipu-m2000", opts)
+    assert flagged["cycle_count"] == run.cycle_count
+    assert any(note.startswith("cachedGraphFunctions") for note in run.executable.notes)
+
+
 @pytest.mark.parametrize("strategy", ["serial-phased", "parallel-phased"])
 def test_phased_strategy_has_one_phase_per_block(capsys, strategy):
     argv = ["--model", "bert-base", "--num-layers", "4", "--micro-batch", "2", "--system", "ipu-m2000",

@@ -217,6 +217,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the simulator's own [pipelineCopies]: how a pipeline cycle runs its stages' inter-IPU "
                    "copies: merged (PopART and PopTorch) or per-stage, one after another (TensorFlow's pipelines) "
                    "(default: merged)")
+    x.add_argument("--graph-functions", action="store_true",
+                   help="the simulator's own [cachedGraphFunctions]: run as TensorFlow's IPU backend builds the "
+                   "program, each convolution, matmul and norm a cached graph function whose calls copy their "
+                   "arguments in and results out, and no PopART outlining (default: off)")
     x.add_argument("--stable-norm", action="store_true",
                    help="[enableStableNorm] every norm's statistics as the mean, then the power of the activations "
                    "less it (TensorFlow's norms.use_stable_statistics, which Graphcore's TF1 CNN and BERT examples "
@@ -351,6 +355,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.syncPattern(SYNC_PATTERNS[args.sync_pattern])
     if args.pipeline_copies is not None:
         opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
+    if args.graph_functions:
+        opts.cachedGraphFunctions(True)
     if args.stable_norm:
         opts.enableStableNorm(True)
     if args.non_stable_softmax:
