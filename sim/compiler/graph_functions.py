@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..cost import OpCost
 from ..graph.ir import Graph
 from ..hardware.system import IPU
-from .outlining import merged_copy, with_copy
+from .outlining import merged_copy, per_ipu, with_copy
 
 #: the op kinds TensorFlow's IPU backend runs as cached graph functions
 FUNCTION_KINDS = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "matmul", "batchnorm",
@@ -55,10 +55,9 @@ def add_function_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU,
 
 def notes(called: dict[int, tuple[int, int, int]]) -> list[str]:
     """What a run's report says of the graph functions' copies (:func:`add_function_copies`'s counts)."""
-    if not called:
+    each = per_ipu(called)
+    if not each:
         return []
-    each = ", ".join(f"IPU {i}: {calls} calls, {copies} tensors copied in {cycles:,} cycles"
-                     for i, (calls, copies, cycles) in sorted(called.items(), key=lambda kv: (kv[0] is None, kv[0])))
     return [f"cachedGraphFunctions (TensorFlow): each convolution, matmul and norm is a call of a cached graph "
             f"function that copies its arguments in and its results out (PopART's outlining not run): {each}, "
             f"each of the graph's ops run once"]

@@ -224,12 +224,17 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
     return costs, counts
 
 
+def per_ipu(counts: dict[int, tuple[int, int, int]]) -> str:
+    """``{ipu: (calls, copies, cycles)}`` as a note's words, IPUs without calls left out ("" if none has one)."""
+    return ", ".join(f"IPU {i}: {calls} calls, {copies} tensors copied in {cycles:,} cycles"
+                     for i, (calls, copies, cycles) in sorted(counts.items()) if calls)
+
+
 def notes(outlined: dict[int, tuple[int, int, int]]) -> list[str]:
     """What a run's report says of its outlined calls (``add_call_copies``'s counts)."""
-    if not any(calls for calls, _, _ in outlined.values()):
+    each = per_ipu(outlined)
+    if not each:
         return []
-    each = ", ".join(f"IPU {i}: {calls} calls, {copies} tensors copied in {cycles:,} cycles"
-                     for i, (calls, copies, cycles) in outlined.items() if calls)
     return [f"PopART outlining: repeated op sequences are calls of one subgraph, each copying the tensors it "
             f"reads in and those it makes out (on their tiles, the copies in one program and the copies out "
             f"another; _Popart aliasZeroCopy elides them): {each}, each of the "

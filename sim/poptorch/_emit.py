@@ -35,14 +35,17 @@ def emit(ctx, kind: str, inputs: list, shape, dtype, attrs: dict | None = None, 
                           out_dtypes=[dtype])[0]
 
 
+def per_channel(ctx, v, rank: int, name: str) -> str:
+    """A (C,) vector viewed as (1, C, 1, ...) for a rank-``rank`` (N, C, ...) tensor, so that it broadcasts
+    over the batch and the field (and its gradient reduces them), not over the last axis as a bare (C,) would."""
+    return emit(ctx, "reshape", [v], (1, ctx.shape(v)[0]) + (1,) * (rank - 2), ctx.cap.g.tensors[ctx.t(v)].dtype,
+                name=name)
+
+
 def channel_bias(ctx, y: str, bias, name: str = "add") -> str:
-    """``y`` (N, C, ...) plus a convolution's bias (C,): the bias viewed as (1, C, 1, ...), so that it
-    broadcasts over the batch and the field as the layer adds it (and its gradient reduces them),
-    not over the last axis as a bare (C,) would."""
-    shape = ctx.cap.g.tensors[y].shape
-    channels = ctx.shape(bias)[0]
-    view = emit(ctx, "reshape", [bias], (1, channels) + (1,) * (len(shape) - 2),
-                ctx.cap.g.tensors[ctx.t(bias)].dtype, name="bias_per_channel")
+    """``y`` (N, C, ...) plus a convolution's bias (C,), viewed per channel (:func:`per_channel`) as the
+    layer adds it."""
+    view = per_channel(ctx, bias, len(ctx.cap.g.tensors[y].shape), "bias_per_channel")
     return ctx.op("add", [y, view], name=name)
 
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from ..cost.expressions import EXPRESSIONS
-from ._emit import emit, emit_map, is_tensor, operand, out_tensor, tensor_args
+from ._emit import emit, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
 
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
 UNARY = {
@@ -180,11 +180,9 @@ def _prelu(ctx):
         w = ctx.cap._lazy(ctx.module.weight, f"{ctx.node.target}.weight")
     else:
         w = ctx.sarg(1, "weight")
-    x = ctx.args[0]
-    channels = ctx.shape(w)[0] if ctx.shape(w) else 1
-    if channels > 1 and x.dim() > 2:  # torch's PReLU weight is per channel (dim 1): viewed as (1, C, 1, ...)
-        w = emit(ctx, "reshape", [w], (1, channels) + (1,) * (x.dim() - 2), ctx.cap.g.tensors[ctx.t(w)].dtype,
-                 name="weight_per_channel")
+    rank = ctx.args[0].dim()
+    if (ctx.shape(w) or (1,))[0] > 1 and rank > 2:  # torch's PReLU weight scales dim 1, the channels
+        w = per_channel(ctx, w, rank, "weight_per_channel")
     return emit_map(ctx, ["mul", "compare", "select"], [ctx.sarg(0, "input"), w],
                     [["compare", "select", "mul"], ["compare", "select", "mul"]])
 
