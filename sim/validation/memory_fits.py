@@ -10,10 +10,10 @@ from .. import compile as compile_graph
 from ..compiler.memory import IpuMemory
 from ..errors import OutOfMemoryError
 from .published import _SQUAD_PYTORCH_AMP, PUBLISHED_BY_ID
-from .setups import Setup, _bert_train, _gpt2_infer, _gpt2_train, _squad_train
+from .setups import Setup, _bert_train, _gpt2_infer, _gpt2_train, _squad_infer, _squad_train
 
 
-# Configurations Graphcore publishes as fitting (compiled, not run): the simulator must fit them too;
+# Configurations Graphcore publishes as fitting (compiled, not run; inference too: the PopRT row): the simulator must fit them too;
 # and one its own notes say does not fit. (row id, workload, source, setup, published to fit)
 _EXAMPLES_BERT = "graphcore/examples `nlp/bert/pytorch/"
 
@@ -79,6 +79,10 @@ MEMORY_FITS = [
      True),
     ("G-M I", "GPT-2 medium inference (SL1024), batch 1, 4 IPUs [1, 7, 8, 8], sharded",
      _EXAMPLES_GPT2 + "`pytorch_gpt2_medium_infer_gen_pod16`", _gpt2_infer("gpt2-medium", [1, 7, 8, 8], 4), True),
+    ("RT I11 fp32 bs2", "BERT-Base SQuAD inference fp32 (SL256, bertsquad-12), batch 2, one C600 IPU",
+     "graphcore/PopRT `examples/bert/README.md` bert_fp32 (525 sequences/s at batch 2; out of memory at 4: "
+     "\"Published out-of-memory points\")", _squad_infer("bert-base", 2, 256, 1, io_tiles=32, dtype="float32"),
+     True),
 ]
 
 

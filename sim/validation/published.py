@@ -621,11 +621,32 @@ PUBLISHED_ROWS = [replace(r, asserted=True) if r.id in PROMOTED else r for r in 
 PUBLISHED_BY_ID = {r.id: r for r in PUBLISHED_ROWS}
 
 
-# Batch sizes at which PopRT reports out of memory: does the simulator agree? (reported only)
+@dataclass(frozen=True)
+class MemoryPoint:
+    """A batch size at which PopRT reports out of memory (reported, not asserted)."""
+
+    id: str
+    source: str
+    what: str
+    setup: Setup
+    unit: str  # of its throughput, were it to fit
+    ran: tuple[str, ...]  # rows that ran on hardware beside it (a smaller batch; the same batch otherwise):
+    #                       PUBLISHED_BY_ID ids, or memory_fits.MEMORY_FITS ids
+
+
 MEMORY_POINTS = [
-    ("I2 bs96", "RT I2", "ResNet-50 inference fp16, batch 96, real data, overlapped IO", _resnet_infer(96)),
-    ("I3 bs32", "RT I3", "ResNet-50 inference fp32, batch 32, synthetic data",
-     _resnet_infer(32, "float32", synthetic=True)),
+    MemoryPoint("I2 bs96", "RT I2", "ResNet-50 inference fp16, batch 96, real data, overlapped IO", _resnet_infer(96),
+                "images/s", ("I2 bs90", "I1 bs96")),
+    MemoryPoint("I3 bs32", "RT I3", "ResNet-50 inference fp32, batch 32, synthetic data",
+                _resnet_infer(32, "float32", synthetic=True), "images/s", ("I3 bs16",)),
+    # RT examples/bert README: its bert_fp16 row (I11) runs batch 16 and is oom at 32; its bert_fp32 row (the
+    # unconverted model) runs batch 2 (525 sequences/s) and is oom at 4
+    MemoryPoint("I11 bs32", "RT I11", "BERT-Base SQuAD inference fp16 (SL256, bertsquad-12), batch 32",
+                _squad_infer("bert-base", 32, 256, 1, io_tiles=32, fp32_ops=("layernorm", "gelu")), "sequences/s",
+                ("I11 bs16",)),
+    MemoryPoint("I11 fp32 bs4", "RT I11", "BERT-Base SQuAD inference fp32 (SL256, bertsquad-12), batch 4",
+                _squad_infer("bert-base", 4, 256, 1, io_tiles=32, dtype="float32"), "sequences/s",
+                ("RT I11 fp32 bs2",)),
 ]
 
 # Rows of PUBLISHED the zoo cannot run as measured yet, and why (listed, never faked).

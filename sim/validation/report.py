@@ -135,10 +135,15 @@ def _published_section() -> list[str]:
         ratios.append(f"| {q.what} (`{q.name}`) | {q.source} | {q.published:.3f} | {sim_ratio:.3f} | "
                       f"{error:+.1%} | {_status(q.asserted, error)} |")
     memory = []
-    for row_id, source, what, setup in MEMORY_POINTS:
-        value = _outcome(setup)
-        shown = _oom_text(value) if isinstance(value, OutOfMemoryError) else f"fits ({value:,.0f} images/s)"
-        memory.append(f"| {row_id} | {what} | {source} | out of memory | {shown} | {setup.describe()} |")
+    fit_setups = {row[0]: row[3] for row in MEMORY_FITS}
+    for p in MEMORY_POINTS:
+        value = _outcome(p.setup)
+        shown = _oom_text(value) if isinstance(value, OutOfMemoryError) else \
+            f"fits ({value:,.0f} {p.unit}; fullest tile {fullest_share(_fits(p.setup)):.0%})"
+        beside = "; ".join(f"{r} {fullest_share(_fits(fit_setups.get(r) or PUBLISHED_BY_ID[r].setup)):.0%}"
+                           for r in p.ran)
+        memory.append(f"| {p.id} | {p.what} | {p.source} | out of memory | {shown} | {beside} | "
+                      f"{p.setup.describe()} |")
     lines = ["", "## Held-out published measurements", "",
              f"Rows of `{PUBLISHED}` (published hardware measurements; the tags are the doc's: MLP = MLPerf "
              "Training logs, GCN-P/S30/S31/S33 = Graphcore's performance-results table by SDK, RT = PopRT's "
@@ -162,9 +167,15 @@ def _published_section() -> list[str]:
               "|---|---|---:|---:|---:|---|"]
     lines += ratios
     lines += ["", "### Published out-of-memory points", "",
-              "Batch sizes at which PopRT reports out of memory, against the simulator (reported, not asserted).",
-              "", "| row | workload | source | published | simulated | configuration |",
-              "|---|---|---|---|---|---|"]
+              "Batch sizes at which PopRT reports out of memory, against the simulator (reported, not asserted), "
+              "beside the simulated fullest tile of the runs PopRT's same tables give as running: the next "
+              "smaller batch, and for I2 bs96 the same batch with synthetic data (I1 bs96). No one factor on the "
+              "simulator's fullest tile separates what ran from what did not: I1 bs96 ran and I2 bs96 did not with "
+              "the same simulated tile (the graphs differ only in where the input comes from: the IO tiles' "
+              "overlapped copy, or the IPU itself). What real data with overlapped IO adds to a tile on the hardware "
+              "is not modelled.",
+              "", "| row | workload | source | published | simulated | simulated fullest tile of what ran | "
+              "configuration |", "|---|---|---|---|---|---|---|"]
     lines += memory
     lines += ["", "### Not yet expressible", "",
               "Rows of the doc the zoo cannot run as measured; listed, not approximated.", "",
@@ -347,7 +358,7 @@ def _memory_section() -> list[str]:
         published = "fits" if published_fits else "out of memory"
         fits.append(f"| {row_id} | {what} | {source} | {published} | {shown} | {setup.describe()} |")
     ran["MLPerf v2.0 M17"] = fullest_share(_fits(PUBLISHED_BY_ID["M17"].setup))
-    did_not = {row_id: fullest_share(_fits(setup)) for row_id, _, _, setup in MEMORY_POINTS}
+    did_not = {p.id: fullest_share(_fits(p.setup)) for p in MEMORY_POINTS}
     did_not.update({f"Mk1 {r.name}": fullest_share({0: r.memory()}) for r in MK1_MEMORY_ROWS if not r.fits_in_poplar})
     return ["", "## Memory", "",
             f"Published tile memory, against `IpuMemory.total_bytes` less the program code. Source: {POPLIBS_MEMORY}. "
@@ -503,7 +514,7 @@ def _fullest_tile_section(ran: dict[str, float], did_not: dict[str, float]) -> l
             f"fullest tile is {-agree[-1]:.0%} to {-agree[0]:.0%} short. Reported, not applied: as a margin of "
             f"{margin:.0%} on every tile it would put {len(flipped)} of the {len(ran)} configurations that ran on "
             f"hardware out of memory ({shown(flipped) or 'none'}; fullest tile without the margin), and catch "
-            f"{len(caught)} of the {len(did_not)} that did not fit (PopRT's ResNet-50 points and the Mk1 layers "
+            f"{len(caught)} of the {len(did_not)} that did not fit (PopRT's ResNet-50 and BERT-Base points and the Mk1 layers "
             f"above: {shown(did_not)}), so the simulator's "
             "per-tile bytes are not short by one factor everywhere; a run whose fullest tile is within "
             f"{FULLEST_TILE_EXCESS[1]:.0%} of a tile's memory says in its notes that it may not fit on hardware "

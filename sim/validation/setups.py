@@ -398,18 +398,22 @@ POPRT_BENCHMARK_POPLIN_OPTIONS = (("use128BitConvUnitLoad", "true"), ("enableFas
 
 
 def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, amp: float | None = None,
-                 io_tiles: int = 0, benchmark_options: bool = False, fp32_ops: tuple = ()) -> Setup:
+                 io_tiles: int = 0, benchmark_options: bool = False, fp32_ops: tuple = (),
+                 dtype: str = "float16") -> Setup:
     """BERT SQuAD inference as PopRT runs it on one C600 IPU: the span head without positions or loss
-    (only the start and end logits come back), fp16 with half partials, int32 inputs; IO tiles
+    (only the start and end logits come back), fp16 with half partials (``dtype`` "float32": the
+    unconverted model, fp32 with float partials), int32 inputs; IO tiles
     overlap every stream when given (``num_io_tiles``); ``benchmark_options``: the compiler options of
     RT ``benchmarks/bert/test_bert_*.py`` (:data:`POPRT_BENCHMARK_POPLIN_OPTIONS`); ``fp32_ops``: the op
     kinds the Converter's ``fp16_skip_op_types`` keeps in fp32 (the zoo's ``fp32_ops``)."""
     params = dict(micro_batch=batch, seq_len=seq_len, head="squad", with_loss=False)
     if fp32_ops:
         params["fp32_ops"] = list(fp32_ops)
+    if dtype != "float16":
+        params["dtype"] = dtype
     return Setup(model, _params(**params), "c600",
                  device_iterations=batches_per_step, amp=(amp,) if amp else (), training=False,
-                 io_tiles=io_tiles, overlap_io=bool(io_tiles),
+                 io_tiles=io_tiles, overlap_io=bool(io_tiles), half_partials=dtype == "float16",
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS if benchmark_options else ())
 
 
