@@ -269,6 +269,10 @@ class _Popart:
                                "(1 = no prefetch, the default)")
         if key in self.BOOL_KEYS and not isinstance(value, bool):
             raise OptionsError(f"_Popart.set({key!r}, {value!r}): expected True or False")
+        if key in Options.OUTER_FRAGMENT_KEYS:  # checked now, as the compile would: the reader raises
+            trial = Options()
+            trial._Popart.values[key] = value
+            trial.outer_fragment_schedule(), trial.outer_fragment_excluded()
         self.values[key] = value
         self._owner._record(f"_Popart.{key}", value)
         return self._owner
@@ -301,6 +305,13 @@ class Options:
     MERGE_KEYS = {"all_reduce": "mergeAllReduceCollectives", "reduce_scatter": "mergeReduceScatterCollectives",
                   "all_gather": "mergeAllGatherCollectives"}
 
+    #: PopART's ``AccumulateOuterFragmentSchedule`` members in value order (sessionoptions.hpp), and the two
+    #: ``accumulateOuterFragmentSettings`` keys: how a pipeline's weight update (the accumulate outer
+    #: fragment) is scheduled across its IPUs, and the IPUs (virtual graphs) left out of any overlap
+    OUTER_FRAGMENT_SCHEDULES = ("Scheduler", "Serial", "OverlapCycleOptimized", "OverlapMemoryOptimized")
+    OUTER_FRAGMENT_KEYS = ("accumulateOuterFragmentSettings.schedule",
+                           "accumulateOuterFragmentSettings.excludedVirtualGraphs")
+
     #: PopART's sharding domain of each tensor class TensorLocations can shard, a ``(CommGroupType,
     #: group size)`` pair (``TensorLocationSettings.location.shardingDomain``, a ``CommGroup``)
     SHARDING_DOMAIN_KEYS = {"weight": "weightTensorLocationSettings.location.shardingDomain",
@@ -326,6 +337,7 @@ class Options:
                 "_Popart.enableStableNorm", "_Popart.enableFullyConnectedPass", "_Popart.enableNonStableSoftmax",
                 "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
                 *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
+                *(f"_Popart.{key}" for key in OUTER_FRAGMENT_KEYS),
                 *(f"_Popart.{key}" for key in SHARDING_DOMAIN_KEYS.values())}
 
     def __init__(self):
@@ -565,6 +577,36 @@ class Options:
         if not isinstance(value, bool):
             raise OptionsError(f"_Popart {key} = {value!r}: expected True or False")
         return value
+
+    def outer_fragment_schedule(self) -> str:
+        """How PopART schedules a pipeline's weight update (its accumulate outer fragment) across the
+        IPUs: ``accumulateOuterFragmentSettings.schedule`` as an :data:`OUTER_FRAGMENT_SCHEDULES` name,
+        an enum member or its value; default ``Serial``, PopART's (sessionoptions.hpp
+        AccumulateOuterFragmentSettings: "ensure ops are executed in virtual graph ID order")."""
+        value = self._Popart.values.get(self.OUTER_FRAGMENT_KEYS[0], "Serial")
+        value = getattr(value, "value", value)
+        names = self.OUTER_FRAGMENT_SCHEDULES
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+            return names[value]
+        if isinstance(value, str) and value.rpartition(".")[2] in names:
+            return value.rpartition(".")[2]
+        raise OptionsError(f"_Popart {self.OUTER_FRAGMENT_KEYS[0]} = {value!r}: expected one of "
+                           f"{', '.join(f'{n} ({i})' for i, n in enumerate(names))}, as popart.AccumulateOuterFragmentSchedule")
+
+    def outer_fragment_excluded(self) -> frozenset[int]:
+        """The IPUs of a replica (virtual graph ids) PopART keeps out of the weight update's overlap:
+        ``accumulateOuterFragmentSettings.excludedVirtualGraphs``, ids or their strings (PopTorch
+        scripts pass ``["0"]``); default none."""
+        value = self._Popart.values.get(self.OUTER_FRAGMENT_KEYS[1], [])
+        items = [value] if isinstance(value, (int, str)) else value
+        try:
+            ids = frozenset(int(v) for v in items if not isinstance(v, bool))
+        except (TypeError, ValueError):
+            ids = None
+        if ids is None or len(ids) != len(list(items)) or any(i < 0 for i in ids):
+            raise OptionsError(f"_Popart {self.OUTER_FRAGMENT_KEYS[1]} = {value!r}: expected a list of "
+                               "virtual graph ids (IPU numbers within a replica, e.g. [\"0\"] or [0])")
+        return ids
 
     def prefetch_datastreams(self) -> bool:
         """PopART ``enablePrefetchDatastreams`` (default on, as PopTorch leaves it): Poplar prepares an

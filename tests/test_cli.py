@@ -519,18 +519,27 @@ def test_auto_round_num_ipus_flag(capsys):
 
 
 def test_run_flags_for_graphcores_bert_configuration(capsys):
-    """Per-IPU proportions, half partials and off-chip sharded optimizer state reach the options:
-    the same run as sim.validation's B10 row, so the same samples per second."""
+    """Per-IPU proportions, half partials, off-chip sharded optimizer state and the weight update's
+    schedule reach the options: the same run as sim.validation's B10 row, so the same samples per second;
+    PopART's default schedule (serial) is slower than an overlapped one."""
     from sim.validation import PUBLISHED_BY_ID
     code, out, _ = cli(capsys, "run", "--model", "bert-large", "--system", "bow-pod16", "--layers-per-ipu",
                            "3,7,7,7", "--micro-batch", "8", "--training", "--optimizer", "lamb",
                            "--gradient-accumulation", "2048", "--replicas", "4", "--optimizer-state", "off-chip-rts",
                            "--partials", "half", "--available-memory-proportion", "0.15,0.25,0.25,0.25",
                            "--param", "vocab=30400", "--param", "mask_tokens=20", "--param", "attention_dropout=0",
-                           "--param", "embedding_serialization=5", "--param", "split_qkv=true", "--json")
+                           "--param", "embedding_serialization=5", "--param", "split_qkv=true",
+                           "--weight-update-schedule", "overlap-memory", "--weight-update-exclude", "0", "--json")
     assert code == 0
     summary = json.loads(out)
     assert summary["samples_per_second"] == pytest.approx(PUBLISHED_BY_ID["B10"].simulated(), rel=1e-9)
+    serial = cli_cycles(capsys, "--model", "bert-base", "--num-layers", "4", "--layers-per-ipu", "1,1,1,1",
+                        "--micro-batch", "1", "--system", "ipu-pod16", "--training", "--gradient-accumulation", "16",
+                        "--replicas", "2", "--synthetic-data")
+    overlap = cli_cycles(capsys, "--model", "bert-base", "--num-layers", "4", "--layers-per-ipu", "1,1,1,1",
+                         "--micro-batch", "1", "--system", "ipu-pod16", "--training", "--gradient-accumulation", "16",
+                         "--replicas", "2", "--synthetic-data", "--weight-update-schedule", "overlap-cycle")
+    assert serial["cycle_count"] > overlap["cycle_count"]
 
 
 def test_proportions_must_match_the_ipus_of_a_replica(capsys):

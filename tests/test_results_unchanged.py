@@ -123,6 +123,7 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
     # PopART's outlined calls copying what they read in and what they make out (sim/compiler/outlining.py),
     # like ops matched whatever tensors they name, and repeated layers found without blocks
     # a norm's scale and shift gradients one reduce over all but the channels (poplin normParamGradients)
+    # a pipeline's weight update one IPU at a time under PopART's default Serial schedule
  'pipeline_training': {'cycle_count': 17697960,
                        'trace': '8c7eca681206ea05',
                        'op_trace': 'd68ff989fe9f69e8',
@@ -139,13 +140,13 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                                  'compute_latency': '(0.00025631999999999977, 0.00048727018867924534, '
                                                     '0.0004102803773584905)',
                                  'breakdown': 'a28f18447ef73e32'},
- 'pipeline_replicas': {'cycle_count': 43346696,
-                       'trace': 'e0e7b194ba08a972',
-                       'op_trace': '5f35b7074dae72b1',
-                       'perf_counters': '5483481c14467858',
-                       'latency': '(0.021073615094339623, 0.032714366792452834, 0.02689399094339623)',
-                       'compute_latency': '(0.01952943924528302, 0.03227014566037736, 0.025899792452830188)',
-                       'breakdown': '9f0e3430ea4db8b1'},
+ 'pipeline_replicas': {'cycle_count': 45756566,
+                       'trace': 'ffdfcbe8c018f48d',
+                       'op_trace': '175a37e0730b3e13',
+                       'perf_counters': '900636485c77cee8',
+                       'latency': '(0.02228612830188679, 0.034533136603773586, 0.028409632452830187)',
+                       'compute_latency': '(0.02074195245283019, 0.034088915471698115, 0.027415433962264153)',
+                       'breakdown': '8c511a9344dbcde1'},
  'deep_pipeline': {'cycle_count': 31936874,
                    'trace': 'dca81cc7e5b62aa2',
                    'op_trace': '6a244162f2d3a343',
@@ -169,13 +170,13 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                        'compute_latency': '(1.611245283018864e-05, 1.6112452830188695e-05, '
                                           '1.6112452830188685e-05)',
                        'breakdown': '87bcccab205038ad'},
- 'off_chip_rts': {'cycle_count': 122376970,
-                  'trace': '3e80fb1f286460a9',
-                  'op_trace': '87cf512db5291329',
-                  'perf_counters': '1cd033a138a47dc5',
-                  'latency': '(0.046158945660377364, 0.09235985660377359, 0.06925940113207547)',
-                  'compute_latency': '(0.04576193433962264, 0.0919156354716981, 0.06883878490566037)',
-                  'breakdown': '5820dd143f2f12d4'}}
+ 'off_chip_rts': {'cycle_count': 186666708,
+                  'trace': 'e4956ef6c4c42d1b',
+                  'op_trace': 'cf16da8ec632c1c7',
+                  'perf_counters': '9ca444377535e6f7',
+                  'latency': '(0.07041922415094341, 0.14088041358490566, 0.10564981886792454)',
+                  'compute_latency': '(0.07002221283018868, 0.1404361924528302, 0.10522920264150945)',
+                  'breakdown': 'fa1f46114805af04'}}
 
 
 def digests(run) -> dict:

@@ -25,7 +25,7 @@ import models
 import sim
 
 from ..graph.training import OPTIMIZERS, Optimizer
-from ..options import OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
+from ..options import Options, OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (Liveness, ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
@@ -74,6 +74,9 @@ PIPELINE_COPIES = {mode.value.replace("_", "-"): mode for mode in PipelineCopies
 OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.OverlapAccumulationLoop,
                  "device": OverlapMode.OverlapDeviceIterationLoop}
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
+#: --weight-update-schedule: PopART's AccumulateOuterFragmentSchedule members
+WEIGHT_UPDATE_SCHEDULES = {"scheduler": "Scheduler", "serial": "Serial", "overlap-cycle": "OverlapCycleOptimized",
+                           "overlap-memory": "OverlapMemoryOptimized"}
 LIVENESS = {"always-live": Liveness.AlwaysLive, "off-chip-after-fwd": Liveness.OffChipAfterFwd,
             "off-chip-after-fwd-no-overlap": Liveness.OffChipAfterFwdNoOverlap,
             "off-chip-after-each-phase": Liveness.OffChipAfterEachPhase}
@@ -252,6 +255,13 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     x.add_argument("--wide-conv-unit-loads", action="store_true",
                    help="[_Popart.set('matmulOptions' and 'convolutionOptions', {'use128BitConvUnitLoad': 'true'})] "
                    "the AMP loads its weights 128 bits a cycle (PopRT's use_128bit_conv_unit_load)")
+    x.add_argument("--weight-update-schedule", choices=list(WEIGHT_UPDATE_SCHEDULES),
+                   help="[_Popart accumulateOuterFragmentSettings.schedule] how a multi-IPU replica's weight update "
+                   "runs: serial (PopART's default) and scheduler run each IPU's step alone where it syncs the "
+                   "replica; overlap-cycle and overlap-memory run them together")
+    x.add_argument("--weight-update-exclude", type=_int_list, metavar="N,N,...",
+                   help="[_Popart accumulateOuterFragmentSettings.excludedVirtualGraphs] IPUs of a replica whose "
+                   "step runs alone under the overlap schedules (Graphcore's examples exclude 0)")
     x.add_argument("--optimizer-state", choices=OPTIMIZER_STATES,
                    help="[TensorLocations.setOptimizerLocation] on-chip, off-chip (streaming memory), rts "
                    "(on chip, sharded over --replicas) or off-chip-rts (in streaming memory, sharded); "
@@ -384,6 +394,10 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.streamCallbackThreads(args.stream_callback_threads)
     if args.wide_conv_unit_loads:
         opts.set_poplin_options({"use128BitConvUnitLoad": "true"})
+    if args.weight_update_schedule is not None:
+        opts._Popart.set(Options.OUTER_FRAGMENT_KEYS[0], WEIGHT_UPDATE_SCHEDULES[args.weight_update_schedule])
+    if args.weight_update_exclude is not None:
+        opts._Popart.set(Options.OUTER_FRAGMENT_KEYS[1], args.weight_update_exclude)
     if args.optimizer_state is not None:
         where = TensorLocationSettings().useOnChipStorage(not args.optimizer_state.startswith("off-chip"))
         if args.optimizer_state.endswith("rts"):

@@ -312,31 +312,38 @@ class Context:
                         and split[p][_weight_of(op)])
                  for p, ops in by_position.items() if R > 1}
         norms = {p: n for p, n in norms.items() if n}
+        off_chip = {p: ({t for op in ops for t in op.inputs if tensors[t].location == "off_chip"},
+                        {t for op in ops for t in op.outputs if tensors[t].location == "off_chip"})
+                    for p, ops in by_position.items()}
+        alone = self._update_alone([p for p, ops in by_position.items() if ops],
+                                   {p for p, io in off_chip.items() if any(io)}, R)
         tails = []
         for r in self.replicas:
             ipus = self.ipus(r)
-            tail = []
+            head: dict[int, list] = {}
+            tail: dict[int, list] = {}
             for p, ops in by_position.items():
                 if not ops:
                     continue
-                loads = {t for op in ops for t in op.inputs if tensors[t].location == "off_chip"}
-                stores = {t for op in ops for t in op.outputs if tensors[t].location == "off_chip"}
+                first, last = head.setdefault(p, []), tail.setdefault(p, [])
                 nbytes = {name: sum(tensors[t].nbytes // tensors[t].shards for t in ts)
-                          for name, ts in (("load", loads), ("store", stores))}
+                          for name, ts in zip(("load", "store"), off_chip[p])}
                 if nbytes["load"]:
-                    seq.add(RemoteCopy(ipus[p], "load", nbytes["load"], "load optimizer inputs"))
+                    first.append(RemoteCopy(ipus[p], "load", nbytes["load"], "load optimizer inputs"))
                 share = {op.name: domain[1] if split[p][_weight_of(op)] else 1 for op in ops}
                 if p in norms:
-                    seq.add(Compute(ipus[p], "weight update", self.steps([op for op in ops if op.kind != "lamb_update"],
-                                                                         share=share)))
-                    tail.append(Compute(ipus[p], "weight update",
+                    first.append(Compute(ipus[p], "weight update",
+                                         self.steps([op for op in ops if op.kind != "lamb_update"], share=share)))
+                    last.append(Compute(ipus[p], "weight update",
                                         self.steps([op for op in ops if op.kind == "lamb_update"], share=share)))
                 else:
-                    seq.add(Compute(ipus[p], "weight update", self.steps(ops, share=share)))
+                    first.append(Compute(ipus[p], "weight update", self.steps(ops, share=share)))
                 if nbytes["store"]:
-                    (tail if p in norms else seq.items).append(
+                    (last if p in norms else first).append(
                         RemoteCopy(ipus[p], "store", nbytes["store"], "store optimizer outputs"))
-            tails.append([item for item in tail + [self.replica_sync(r, "weight update sync")] if item is not None])
+            seq.items += self._in_turn(r, head, alone)
+            tails.append([item for item in self._in_turn(r, tail, alone) + [self.replica_sync(r, "weight update sync")]
+                          if item is not None])
             if not norms:
                 seq.items += tails.pop()
         seq.items += self.collectives("all_reduce", {p: [4] * n for p, n in norms.items()}, "LAMB norm", domain)
@@ -346,6 +353,45 @@ class Context:
             seq.items += self.collectives("all_gather", {p: g[True] for p, g in grads.items() if g[True]}, "weight",
                                           domain)
         return seq
+
+    def _update_alone(self, positions: list[int], off_chip: set[int], replicas: int) -> list[int]:
+        """The IPU positions of a replica whose part of the weight update (PopART's accumulate outer
+        fragment) runs on its own, in virtual graph order, while the replica's other IPUs wait.
+
+        ``accumulateOuterFragmentSettings.schedule`` Serial (PopART's default) orders the fragment's
+        ops by virtual graph, and Scheduler leaves them in the scheduler's order, which keeps each
+        weight's ops together; the two Overlap schedules bring the IPUs' like ops together so they
+        run at once (AccumulateOuterFragmentParallelizer), all but ``excludedVirtualGraphs``. An IPU's
+        part runs alone only where it holds ops that sync the whole replica, which no other IPU's
+        work can pass: its gradients' collectives (more than one replica) or its state's streaming
+        memory loads and stores. Graphcore's examples set OverlapMemoryOptimized to "parallelize
+        optimizer step update across IPUs"."""
+        if self.ipus_per_replica < 2 or len(positions) < 2:
+            return []
+        schedule = self.options.outer_fragment_schedule()
+        ordered = positions if schedule in ("Serial", "Scheduler") else \
+            [p for p in positions if p in self.options.outer_fragment_excluded()]
+        alone = [p for p in ordered if replicas > 1 or p in off_chip]
+        if alone:
+            note = (f"weight update: accumulateOuterFragmentSettings schedule {schedule}: the optimizer steps of "
+                    f"IPU{'s' if len(alone) > 1 else ''} {', '.join(map(str, alone))} of each replica run one "
+                    "at a time, the replica's other IPUs waiting (their collectives or streaming-memory copies "
+                    "sync the whole replica)" + ("" if schedule.startswith("Overlap") else
+                                                 "; OverlapMemoryOptimized or OverlapCycleOptimized runs them together"))
+            if note not in self.notes:
+                self.notes.append(note)
+        return alone
+
+    def _in_turn(self, replica: int, parts: dict[int, list], alone: list[int]) -> list:
+        """Items of ``parts`` (IPU position -> its items) with each of ``alone`` between syncs of the
+        whole replica, in order, before the other positions' items, which run together."""
+        items = []
+        for p in alone:
+            if parts.get(p):
+                items += [self.replica_sync(replica, f"weight update, IPU {p} alone"), *parts[p]]
+        if items:
+            items.append(self.replica_sync(replica, "weight update, the IPUs together"))
+        return items + [item for p, part in parts.items() if p not in alone for item in part]
 
     def _program_gradient_collectives(self, own: dict[int, dict[str, tuple]]) -> list:
         """The collectives a program applies to its weights' gradients itself (``Tensor.grad_collectives``),

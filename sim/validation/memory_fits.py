@@ -23,7 +23,7 @@ def _squad_large_384(replicas: int) -> Setup:
     with its state on chip and sharded, the first moment in fp16 and the second in fp32
     (``enable_half_first_order_momentum``; nlp/bert/pytorch/optimization.py), vocab 30522 (the
     config's default)."""
-    return _squad_train(replicas, 30522, 2, _SQUAD_PYTORCH_AMP, "adamw")
+    return _squad_train(replicas, 30522, 2, _SQUAD_PYTORCH_AMP, "adamw", pytorch=True)
 
 
 _EXAMPLES_GPT2 = "graphcore/examples `nlp/gpt2/pytorch/benchmarks.yml` "

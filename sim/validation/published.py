@@ -108,9 +108,8 @@ DEPARTURES = {
     "vit-pretrain": "the loss is lam CE(labels) + (1 - lam) CE(rolled labels); the zoo builds one softmax "
                     "cross-entropy, whose gradient is the same work (a softmax less a mixed one-hot); the second "
                     "term's forward and the on-device accuracy (B x 1,000 values) are left out",
-    "vit-not-modelled": "set by the source but not modelled: stochastic rounding; accumulateOuterFragmentSettings "
-                        "OverlapMemoryOptimized with IPU 0 excluded (the simulator runs each IPU's update in "
-                        "parallel); PopART's subgraph copying (JustInTime) and scheduleNonWeightUpdateGradientConsumersEarly; "
+    "vit-not-modelled": "set by the source but not modelled: stochastic rounding; "
+                        "PopART's subgraph copying (JustInTime) and scheduleNonWeightUpdateGradientConsumersEarly; "
                         "the per-step host work timed with "
                         "each step (the next batch from the asynchronous DataLoader, scheduler.step(), setOptimizer())",
     "vit-pod64": "poprun with 8 instances of 2 replicas: PopTorch shards the optimizer state over each "
@@ -127,7 +126,7 @@ DEPARTURES = {
             "RemapCE layout copies); throughput is the call's samples over the time from setOptimizer() to the "
             "call's return (train_swin.py: the DataLoader's next batch is outside it), setOptimizer's write of "
             "the learning rate not modelled; not modelled: stochastic rounding, the loss scaling (1,024), "
-            "accumulateOuterFragmentSettings OverlapMemoryOptimized, PopART's subgraph copying (JustInTime) and "
+            "PopART's subgraph copying (JustInTime) and "
             "scheduleNonWeightUpdateGradientConsumersEarly, RemapCE's regrouping after a matmul (priced as its plain "
             "layout copy)",
     "conformer": "the example's model as models/conformer.py builds it (WeNet's Conformer-medium: 12 encoder "
@@ -232,9 +231,7 @@ DEPARTURES = {
                   "off chip with RTS, half partials, matmul_proportion per IPU, recompute_checkpoint_every_layer, "
                   "and optimization.py's parameter groups: biases without weight decay or LAMB's trust ratio "
                   "(max_weight_norm 0, so PopART drops their norms), other 1-D weights without weight decay",
-    "pt-not-modelled": "set by the source but not modelled: stochastic rounding (ipu_options.py:96); "
-                       "accumulateOuterFragmentSettings OverlapMemoryOptimized with IPU 0 excluded "
-                       "(ipu_options.py:110-112; the simulator runs each IPU's update in parallel); PopTorch "
+    "pt-not-modelled": "set by the source but not modelled: stochastic rounding (ipu_options.py:96); PopTorch "
                        "converting each call's int64 inputs to int32 on the host before the run "
                        "(poptorch 3.1 PoplarExecutable.cpp:81-85; the graph streams int32); the per-step host "
                        "work timed with each step (scheduler.step() and setOptimizer(), run_pretraining.py:150-153, "
@@ -515,7 +512,8 @@ PUBLISHED_ROWS = [
     Row("B42", "GCN-S31 B42", "BERT-Large SQuAD v1.1 fine-tuning (SL384) PopART, Bow Pod16", 1183, "sequences/s",
         _squad_train(2, 30400, 4, _SQUAD_POPART_AMP, "adam"), False, ("squad-popart", "bert-recompute")),
     Row("B43", "GCN-S31 B43", "BERT-Large SQuAD fine-tuning (SL384) PyTorch, Bow Pod16", 989, "sequences/s",
-        _squad_train(2, 30522, 2, _SQUAD_PYTORCH_AMP, "adamw", attention_dropout=0.15, output_mode="All"), False,
+        _squad_train(2, 30522, 2, _SQUAD_PYTORCH_AMP, "adamw", attention_dropout=0.15, output_mode="All",
+                     pytorch=True), False,
         ("attention_probs_dropout_prob 0.15 and outputMode All (run_squad.py:51: the loss and both logits come "
          "back every micro-batch) as the source", "pt-not-modelled", "pt-squad", "per-call",
          "GCN-S33 gives 1,009 sequences/s for the same config")),

@@ -69,6 +69,9 @@ class Setup:
     clear_pass_type: bool = False  # enableFullyConnectedPass off (TensorFlow's matmuls.clear_pass_type)
     combined_accum: bool = False  # momentum SGD's velocity as the gradient accumulator (SGD use_combined_accum)
     processes: int = 1  # host processes (PopRun instances) feeding the replicas, each one callback thread
+    # (schedule, excluded IPUs) of PopART's accumulateOuterFragmentSettings as the source sets them (the
+    # weight update's schedule across a replica's IPUs); (): PopART's default, Serial
+    outer_fragment: tuple = ()
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -121,6 +124,10 @@ class Setup:
             o._Popart.set("enableFullyConnectedPass", False)
         if self.processes > 1:
             o.hostProcesses(self.processes)
+        if self.outer_fragment:
+            schedule_key, excluded_key = Options.OUTER_FRAGMENT_KEYS
+            o._Popart.set(schedule_key, self.outer_fragment[0])
+            o._Popart.set(excluded_key, [str(ipu) for ipu in self.outer_fragment[1]])
         return o
 
     def sim_optimizer(self) -> Optimizer | None:
@@ -269,6 +276,23 @@ def _resnet_e2e(system: str, replicas: int, global_batch: int, amp: float, micro
                          tf1_calls=True, replicas_per_process=replicas_per_process)
 
 
+#: accumulateOuterFragmentSettings as Graphcore's PyTorch examples set them ("Parallelize optimizer step
+#: update across IPUs": nlp/bert/pytorch ipu_options.py, vision/vit/pytorch options.py): OverlapMemoryOptimized,
+#: IPU 0 (the embeddings) left out; PopART's bert.py sets the same when the optimizer state is off chip and
+#: replicated ("When not replicated SyncPattern.SinglePipeline will provide better overlap"), else leaves
+#: PopART's Serial
+OVERLAP_BUT_IPU0 = ("OverlapMemoryOptimized", (0,))
+#: TensorFlow runs no PopART: its pipeline's resource update is not an accumulate outer fragment, and its
+#: IPUs' updates are taken to run together, as before the schedule was modelled [U]
+TF_RESOURCE_UPDATE = ("OverlapCycleOptimized", ())
+
+
+def _popart_bert_fragment(off_chip: bool, replicas: int) -> tuple:
+    """PopART bert.py's accumulateOuterFragmentSettings (bert_session_options): OverlapMemoryOptimized
+    without IPU 0 for replicated runs with the optimizer state off chip, else PopART's default."""
+    return OVERLAP_BUT_IPU0 if off_chip and replicas > 1 else ()
+
+
 def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumulation: int,
                 layers_per_ipu: list[int], amp: list[float], seq_len: int = 128, mask_tokens: int = 20,
                 vocab: int = 30400, rts: bool = True, recompute: bool | None = None,
@@ -300,7 +324,9 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
     return Setup(model, _params(**params), system, replicas=replicas, accumulation=accumulation,
                  amp=tuple(amp), optimizer="lamb", optimizer_off_chip=True, rts=rts, output_mode=output_mode,
                  merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow,
-                 stable_norm=tf1, clear_pass_type=tf1, graph_functions=tensorflow)
+                 stable_norm=tf1, clear_pass_type=tf1, graph_functions=tensorflow,
+                 outer_fragment=(TF_RESOURCE_UPDATE if tensorflow else
+                                 OVERLAP_BUT_IPU0 if pytorch else _popart_bert_fragment(True, replicas)))
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -362,7 +388,8 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  optimizer="lamb", optimizer_off_chip=off_chip, rts=True, prefetch_depth=prefetch_depth,
                  output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain,
                  clip_norm=clip_norm, pytorch_bert_groups=pytorch, state_dtype=state_dtype,
-                 processes=replicas // sharding_domain if sharding_domain else 1)
+                 processes=replicas // sharding_domain if sharding_domain else 1,
+                 outer_fragment=OVERLAP_BUT_IPU0 if pytorch else _popart_bert_fragment(off_chip, replicas))
 
 
 #: Adam/AdamW state as Graphcore's SQuAD configs keep it: first moment fp16, second fp32 (PyTorch
@@ -377,17 +404,19 @@ MLPERF_V20_LAMB_STATE = "float16"
 
 
 def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[float], optimizer: str,
-                 attention_dropout: float | None = None, output_mode: str = "") -> Setup:
+                 attention_dropout: float | None = None, output_mode: str = "", pytorch: bool = False) -> Setup:
     """BERT-Large SQuAD fine-tuning (SL384) as Graphcore's configs run it: an 8-IPU pipeline
     (layers 2, 3, 3, 3, 3, 3, 3, 4) with the span head on the last IPU, micro-batch 4, GA 32, the
     optimizer state on chip and sharded over the replicas (first moment fp16), half partials;
-    ``attention_dropout`` and ``output_mode`` where the source sets them."""
+    ``attention_dropout`` and ``output_mode`` where the source sets them; ``pytorch``: the PyTorch
+    example's weight update schedule (:data:`OVERLAP_BUT_IPU0`; PopART's bert.py keeps Serial on chip)."""
     params = dict(micro_batch=4, seq_len=384, layers_per_ipu=[2, 3, 3, 3, 3, 3, 3, 4], vocab=vocab, head="squad")
     if attention_dropout is not None:
         params["attention_dropout"] = attention_dropout
     return Setup("bert-large", _params(**params), "bow-pod16", replicas=replicas, accumulation=32,
                  device_iterations=device_iterations, amp=tuple(amp), optimizer=optimizer, rts=True,
-                 state_dtype=_HALF_FIRST_MOMENT, output_mode=output_mode)
+                 state_dtype=_HALF_FIRST_MOMENT, output_mode=output_mode,
+                 outer_fragment=OVERLAP_BUT_IPU0 if pytorch else ())
 
 
 #: the poplin options of PopRT's BERT benchmark scripts (RT benchmarks/bert/test_bert_{base,large}.py,
@@ -464,7 +493,7 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     params = _params(micro_batch=3, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
     return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
                  optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True,
-                 graph_functions=True, stable_norm=True, processes=replicas)
+                 graph_functions=True, stable_norm=True, processes=replicas, outer_fragment=TF_RESOURCE_UPDATE)
 
 
 def _resnext_train() -> Setup:
@@ -478,15 +507,16 @@ def _resnext_train() -> Setup:
     params = _params(micro_batch=6, split_points=["layer3/3"], eight_bit_io=True)
     return Setup("resnext101", params, "bow-pod16", replicas=8, accumulation=16, optimizer="sgd_momentum",
                  prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True, stable_norm=True,
-                 graph_functions=True, processes=8)
+                 graph_functions=True, processes=8, outer_fragment=TF_RESOURCE_UPDATE)
 
 
 def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
     """ViT-B/16 training as Graphcore's PyTorch ViT runs it (graphcore/examples 8ae588c
     ``vision/vit/pytorch``, configs.yml and benchmarks.yml): blocks [3, 3, 3, 3] on a 4-IPU pipeline,
     availableMemoryProportion 0.3 on each IPU, the optimizer state on chip and sharded over the
-    replicas (``enable_rts``), half partials (args.py default), prefetch depth 2, outputMode All
-    (ipu_options.py), generated data streamed from the host. Pre-training (``b16_in1k_pretrain_lamb``,
+    replicas (``enable_rts``), half partials (args.py default), prefetch depth 2, outputMode All and the
+    weight update overlapped across the IPUs but IPU 0 (ipu_options.py, :data:`OVERLAP_BUT_IPU0`),
+    generated data streamed from the host. Pre-training (``b16_in1k_pretrain_lamb``,
     ``--byteio true``): micro-batch 8, uint8 images normalised on the IPU, mixup, the representation
     layer, attention-probability dropout 0.1, the dropout after the MLP's GELU, mid-block checkpoints
     in blocks 1, 4, 7 and 10, LAMB with fp32 state and fp32 gradient accumulators (``accum_type``).
@@ -501,10 +531,10 @@ def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sh
         return Setup("vit-base-16", params, system, replicas=replicas, accumulation=accumulation, amp=(0.3,) * 4,
                      optimizer="lamb", rts=True, prefetch_depth=2, output_mode="All",
                      sharding_domain=sharding_domain, accum_dtype="float32",
-                     processes=replicas // sharding_domain if sharding_domain else 1)
+                     processes=replicas // sharding_domain if sharding_domain else 1, outer_fragment=OVERLAP_BUT_IPU0)
     return Setup("vit-base-16", _params(micro_batch=17, layers_per_ipu=[3, 3, 3, 3]), system, replicas=replicas,
                  accumulation=accumulation, device_iterations=8, amp=(0.3,) * 4, optimizer="sgd_momentum",
-                 state_dtype="float16", rts=True, prefetch_depth=2, output_mode="All")
+                 state_dtype="float16", rts=True, prefetch_depth=2, output_mode="All", outer_fragment=OVERLAP_BUT_IPU0)
 
 
 def _unet_train() -> Setup:
@@ -523,7 +553,7 @@ def _unet_train() -> Setup:
     params = _params(micro_batch=1, split_points=["encoder_block_2", "decoder_block_0", "decoder_block_2"])
     return Setup("unet", params, "bow-2000", accumulation=24, device_iterations=10, amp=(0.7, 0.3, 0.45, 0.7),
                  optimizer="sgd_momentum", state_dtype="float16", prefetch_depth=TF1_PREFETCH_DEPTH,
-                 per_stage_copies=True, graph_functions=True)
+                 per_stage_copies=True, graph_functions=True, outer_fragment=TF_RESOURCE_UPDATE)
 
 
 def _conformer_train(system: str, replicas: int, accumulation: int, processes: int = 1) -> Setup:
@@ -536,10 +566,12 @@ def _conformer_train(system: str, replicas: int, accumulation: int, processes: i
     moved the last split to ``__11``, [2, 4, 5, 1], and nothing else of the configuration), availableMemoryProportion 0.3 on each
     IPU, half partials, poptorch.optim.Adam with fp16 gradient accumulators (``accum_type`` the model
     dtype) and the global gradient norm clipped at 5 (``max_grad_norm``), its state on chip without RTS,
-    outputMode Final (``main.py build_ipu_options``); GA so that the global batch is 16,128."""
+    outputMode Final (``main.py build_ipu_options``), IPU 0 left out of the weight update's overlap
+    (``accumulateOuterFragmentSettings.excludedVirtualGraphs``) under the Scheduler schedule PopTorch sets when
+    a pipeline's gradients are clipped (popart_compiler Compiler.cpp); GA so that the global batch is 16,128."""
     return Setup("conformer-medium", _params(micro_batch=4, layers_per_ipu=[2, 4, 4, 2]), system, replicas=replicas,
                  accumulation=accumulation, amp=(0.3,) * 4, optimizer="adam", accum_dtype="float16", clip_norm=5.0,
-                 output_mode="Final", processes=processes)
+                 output_mode="Final", processes=processes, outer_fragment=("Scheduler", (0,)))
 
 
 def _swin_train(tiny: bool) -> Setup:
@@ -552,17 +584,18 @@ def _swin_train(tiny: bool) -> Setup:
     path 0.2. Both: availableMemoryProportion 0.12 on every IPU (config.py IPU.AMP), AdamW with the
     first moment in fp16 and the second in fp32 and gradient accumulators of the precision's type
     (``accum_type``), the global gradient norm clipped at 5 (TRAIN.CLIP_GRAD), its state on chip without
-    RTS (TRAIN.OPTIMIZER.RTS default), buffering depth 3 (``defaultBufferingDepth``), outputMode the
+    RTS (TRAIN.OPTIMIZER.RTS default), buffering depth 3 (``defaultBufferingDepth``), the weight update
+    overlapped across the IPUs (``accumulateOuterFragmentSettings`` OverlapMemoryOptimized), outputMode the
     default, images streamed from the host."""
     if tiny:
         params = _params(micro_batch=4, layers_per_ipu=[2, 3, 5, 2], dtype="float32")
         return Setup("swin-tiny", params, "bow-pod16", replicas=4, accumulation=64, amp=(0.12,) * 4,
                      half_partials=False, optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float32",
-                     clip_norm=5.0, prefetch_depth=3)
+                     clip_norm=5.0, prefetch_depth=3, outer_fragment=("OverlapMemoryOptimized", ()))
     params = _params(micro_batch=6, layers_per_ipu=[2, 3, 4, 4, 4, 4, 2, 1])
     return Setup("swin-large", params, "bow-pod16", replicas=2, accumulation=683, amp=(0.12,) * 8,
                  optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16", clip_norm=5.0,
-                 prefetch_depth=3)
+                 prefetch_depth=3, outer_fragment=("OverlapMemoryOptimized", ()))
 
 
 def _gpt2_infer(model: str, layers_per_ipu: list[int], replicas: int) -> Setup:
