@@ -269,7 +269,8 @@ class Context:
         ``Tensor.grad_collectives``) gets those, each over its own groups, instead. Tensors placed
         off chip are loaded from streaming memory before the update and stored after it. Each
         weight has its own collectives, run one after another over the whole replica, unless
-        PopART merges that kind (:meth:`collectives`).
+        PopART merges that kind (:meth:`collectives`). The IPUs' optimizer steps run side by side or one
+        at a time as ``accumulateOuterFragmentSettings`` has them (:meth:`_update_alone`).
         """
         seq = Sequence(name="weight update")
         R = self.options.total_replicas()
@@ -359,13 +360,13 @@ class Context:
         fragment) runs on its own, in virtual graph order, while the replica's other IPUs wait.
 
         ``accumulateOuterFragmentSettings.schedule`` Serial (PopART's default) orders the fragment's
-        ops by virtual graph, and Scheduler leaves them in the scheduler's order, which keeps each
-        weight's ops together; the two Overlap schedules bring the IPUs' like ops together so they
-        run at once (AccumulateOuterFragmentParallelizer), all but ``excludedVirtualGraphs``. An IPU's
-        part runs alone only where it holds ops that sync the whole replica, which no other IPU's
-        work can pass: its gradients' collectives (more than one replica) or its state's streaming
-        memory loads and stores. Graphcore's examples set OverlapMemoryOptimized to "parallelize
-        optimizer step update across IPUs"."""
+        ops by virtual graph, and Scheduler bins them by cluster, a weight's collectives and updates
+        together (AccumulateOuterFragmentParallelizer::getBinConstraints); the two Overlap schedules
+        also bring the IPUs' like remote ops together, to run as one exchange, so their parts run at
+        once, all but ``excludedVirtualGraphs``. An IPU's part runs alone only where it holds ops that
+        sync the whole replica, which no other IPU's work can pass: its gradients' collectives (more
+        than one replica) or its state's streaming memory loads and stores. Graphcore's examples set
+        OverlapMemoryOptimized to "parallelize optimizer step update across IPUs"."""
         if self.ipus_per_replica < 2 or len(positions) < 2:
             return []
         schedule = self.options.outer_fragment_schedule()
