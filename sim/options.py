@@ -590,8 +590,9 @@ class Options:
             return names[value]
         if isinstance(value, str) and value.rpartition(".")[2] in names:
             return value.rpartition(".")[2]
-        raise OptionsError(f"_Popart {self.OUTER_FRAGMENT_KEYS[0]} = {value!r}: expected one of "
-                           f"{', '.join(f'{n} ({i})' for i, n in enumerate(names))}, as popart.AccumulateOuterFragmentSchedule")
+        choices = ", ".join(f"{n} ({i})" for i, n in enumerate(names))
+        raise OptionsError(f"_Popart {self.OUTER_FRAGMENT_KEYS[0]} = {value!r}: expected one of {choices}, "
+                           "as popart.AccumulateOuterFragmentSchedule")
 
     def outer_fragment_excluded(self) -> frozenset[int]:
         """The IPUs of a replica (virtual graph ids) PopART keeps out of the weight update's overlap:

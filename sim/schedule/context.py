@@ -374,11 +374,12 @@ class Context:
             [p for p in positions if p in self.options.outer_fragment_excluded()]
         alone = [p for p in ordered if replicas > 1 or p in off_chip]
         if alone:
+            together = "" if schedule.startswith("Overlap") else \
+                "; OverlapMemoryOptimized or OverlapCycleOptimized runs them together"
             note = (f"weight update: accumulateOuterFragmentSettings schedule {schedule}: the optimizer steps of "
                     f"IPU{'s' if len(alone) > 1 else ''} {', '.join(map(str, alone))} of each replica run one "
                     "at a time, the replica's other IPUs waiting (their collectives or streaming-memory copies "
-                    "sync the whole replica)" + ("" if schedule.startswith("Overlap") else
-                                                 "; OverlapMemoryOptimized or OverlapCycleOptimized runs them together"))
+                    f"sync the whole replica){together}")
             if note not in self.notes:
                 self.notes.append(note)
         return alone

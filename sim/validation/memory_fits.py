@@ -13,8 +13,9 @@ from .published import _SQUAD_PYTORCH_AMP, PUBLISHED_BY_ID
 from .setups import Setup, _bert_train, _gpt2_infer, _gpt2_train, _squad_infer, _squad_train
 
 
-# Configurations Graphcore publishes as fitting (compiled, not run; inference too: the PopRT row): the simulator must fit them too;
-# and one its own notes say does not fit. (row id, workload, source, setup, published to fit)
+# Configurations Graphcore publishes as fitting (compiled, not run; one PopRT inference row among them): the
+# simulator must fit them too; and one its own notes say does not fit. (row id, workload, source, setup,
+# published to fit)
 _EXAMPLES_BERT = "graphcore/examples `nlp/bert/pytorch/"
 
 
