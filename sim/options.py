@@ -578,12 +578,15 @@ class Options:
             raise OptionsError(f"_Popart {key} = {value!r}: expected True or False")
         return value
 
-    def outer_fragment_schedule(self) -> str:
+    def outer_fragment_schedule(self, clipped_pipeline: bool = False) -> str:
         """How PopART schedules a pipeline's weight update (its accumulate outer fragment) across the
         IPUs: ``accumulateOuterFragmentSettings.schedule`` as an :data:`OUTER_FRAGMENT_SCHEDULES` name,
         an enum member or its value; default ``Serial``, PopART's (sessionoptions.hpp
-        AccumulateOuterFragmentSettings: "ensure ops are executed in virtual graph ID order")."""
-        value = self._Popart.values.get(self.OUTER_FRAGMENT_KEYS[0], "Serial")
+        AccumulateOuterFragmentSettings: "ensure ops are executed in virtual graph ID order"), or
+        ``Scheduler`` for a ``clipped_pipeline``, which PopTorch sets when a pipeline clips its gradients
+        and the schedule is not set (popart_compiler Compiler.cpp: Serial "is currently incompatible with
+        gradient clipping and pipelining")."""
+        value = self._Popart.values.get(self.OUTER_FRAGMENT_KEYS[0], "Scheduler" if clipped_pipeline else "Serial")
         value = getattr(value, "value", value)
         names = self.OUTER_FRAGMENT_SCHEDULES
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):

@@ -77,6 +77,22 @@ def test_serial_runs_each_ipus_step_alone_and_overlap_runs_them_together():
     assert not any(n.startswith("weight update: accumulate") for n in overlap.executable.notes)
 
 
+def test_poptorch_schedules_a_clipped_pipeline_with_the_scheduler():
+    """PopTorch sets Scheduler when a pipeline clips its gradients and the schedule is not set (popart_compiler
+    Compiler.cpp); it runs the IPUs' steps one at a time as Serial does."""
+    assert sim.Options().outer_fragment_schedule(clipped_pipeline=True) == "Scheduler"
+    o = sim.Options()
+    o._Popart.set(SCHEDULE, "OverlapCycleOptimized")
+    assert o.outer_fragment_schedule(clipped_pipeline=True) == "OverlapCycleOptimized"
+    o = sim.Options().replicationFactor(2).enableSyntheticData(True)
+    o.Training.gradientAccumulation(16)
+    g = models.get("bert-base", micro_batch=1, num_layers=4, layers_per_ipu=[1, 1, 1, 1], seq_len=16, hidden=64,
+                   heads=4, vocab=1000)
+    run = sim.simulate(g, "ipu-pod16", o, training=True, optimizer=sim.Optimizer("lamb", clip_norm=1.0))
+    assert any(n.startswith("weight update: accumulateOuterFragmentSettings schedule Scheduler: the optimizer "
+                            "steps of IPUs 0, 1, 2, 3") for n in run.executable.notes)
+
+
 def test_nothing_runs_alone_without_a_sync_of_the_replica():
     # one replica, the state on chip: no collective and no streaming-memory copy in the update
     assert _alone(_run(replicas=1)) == []

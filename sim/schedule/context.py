@@ -317,7 +317,7 @@ class Context:
                         {t for op in ops for t in op.outputs if tensors[t].location == "off_chip"})
                     for p, ops in by_position.items()}
         alone = self._update_alone([p for p, ops in by_position.items() if ops],
-                                   {p for p, io in off_chip.items() if any(io)}, R)
+                                   {p for p, io in off_chip.items() if any(io)}, R, bool(clipping) and self.pipelined)
         tails = []
         for r in self.replicas:
             ipus = self.ipus(r)
@@ -355,7 +355,8 @@ class Context:
                                           domain)
         return seq
 
-    def _update_alone(self, positions: list[int], off_chip: set[int], replicas: int) -> list[int]:
+    def _update_alone(self, positions: list[int], off_chip: set[int], replicas: int,
+                      clipped_pipeline: bool = False) -> list[int]:
         """The IPU positions of a replica whose part of the weight update (PopART's accumulate outer
         fragment) runs on its own, in virtual graph order, while the replica's other IPUs wait.
 
@@ -369,7 +370,7 @@ class Context:
         OverlapMemoryOptimized to "parallelize optimizer step update across IPUs"."""
         if self.ipus_per_replica < 2 or len(positions) < 2:
             return []
-        schedule = self.options.outer_fragment_schedule()
+        schedule = self.options.outer_fragment_schedule(clipped_pipeline)
         ordered = positions if schedule in ("Serial", "Scheduler") else \
             [p for p in positions if p in self.options.outer_fragment_excluded()]
         alone = [p for p in ordered if replicas > 1 or p in off_chip]
