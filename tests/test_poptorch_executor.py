@@ -460,3 +460,25 @@ def test_out_of_memory_is_a_poptorch_error_raised_at_poplar_compilation():
     assert "popart::Session::prepareDevice: Poplar compilation" in str(e)
     assert "popart::Session::prepareDevice: Poplar compilation" in e.location
     assert not m.isCompiled()
+
+
+def test_host_converted_inputs_are_named_in_the_notes():
+    """PopTorch converts int64, float64 and bfloat16 inputs on the host before every run
+    (PoplarExecutable.cpp); the run's notes name them and their bytes, untimed; int32 inputs need none."""
+    class Lookup(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Embedding(100, 8)
+
+        def forward(self, ids, scale):
+            return self.table(ids).sum(1) * scale.float()
+
+    ids = torch.randint(0, 100, (4, 16))
+    model = poptorch.inferenceModel(Lookup())
+    model(ids, torch.ones(4, 1, dtype=torch.float64))
+    (note,) = [n for n in model.simulation.executable.notes if "converts them on the host" in n]
+    assert note.startswith("inputs ids (int64 -> int32), scale (float64 -> float32):")
+    assert f"{(ids.numel() + 4) * 8:,} bytes read each call" in note
+    plain = poptorch.inferenceModel(Lookup())
+    plain(ids.int(), torch.ones(4, 1))
+    assert not [n for n in plain.simulation.executable.notes if "converts them on the host" in n]

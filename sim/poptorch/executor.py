@@ -331,7 +331,7 @@ class PoplarExecutor:
             raise
         notes = [f"system {system.name}: {why}", f"graph captured with {captured.method}"]
         notes += captured.notes
-        notes += self._front_end_notes(anchors)
+        notes += self._front_end_notes(anchors) + _host_conversion_notes(*self._by_name(ex_args, ex_kwargs))
         exe.notes[:0] = notes
         if self._training:
             self._name_optimizer_params()
@@ -900,6 +900,25 @@ def _optimizer_step(optimizer, params, unscale: float = 1.0, before_update=None)
 
 def _refuse_backward(*args, **kwargs):
     raise error(_NO_BACKWARD)
+
+
+#: input dtypes PopTorch converts on the host before every run, and to what (PoplarExecutable.cpp ``run``:
+#: ``pytorch_tensor.toType``; the IPU takes neither 64-bit type nor bfloat16)
+_HOST_CONVERTED = {torch.int64: "int32", torch.float64: "float32", torch.bfloat16: "float32"}
+
+
+def _host_conversion_notes(args, kwargs) -> list[str]:
+    """A note naming the call's inputs PopTorch converts on the host before each run, and their bytes."""
+    leaves = [(_input_name(path), leaf) for path, leaf in pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]
+              if isinstance(leaf, torch.Tensor) and leaf.dtype in _HOST_CONVERTED]
+    if not leaves:
+        return []
+    nbytes = sum(t.numel() * t.element_size() for _, t in leaves)
+    which = ", ".join(f"{name} ({str(t.dtype).removeprefix('torch.')} -> {_HOST_CONVERTED[t.dtype]})"
+                      for name, t in leaves)
+    return [f"inputs {which}: PopTorch converts them on the host before every run (PoplarExecutable.cpp), "
+            f"{nbytes:,} bytes read each call; that host work is not timed (no published rate); pass "
+            "int32 and float32 tensors to avoid it"]
 
 
 def _inputs_of(args, kwargs):
