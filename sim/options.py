@@ -269,10 +269,10 @@ class _Popart:
                                "(1 = no prefetch, the default)")
         if key in self.BOOL_KEYS and not isinstance(value, bool):
             raise OptionsError(f"_Popart.set({key!r}, {value!r}): expected True or False")
-        if key in Options.OUTER_FRAGMENT_KEYS:  # checked now, as the compile would: the reader raises
+        if key in (*Options.OUTER_FRAGMENT_KEYS, "subgraphCopyingStrategy"):  # checked now, as the compile would
             trial = Options()
             trial._Popart.values[key] = value
-            trial.outer_fragment_schedule(), trial.outer_fragment_excluded()
+            trial.outer_fragment_schedule(), trial.outer_fragment_excluded(), trial.just_in_time_copies()
         self.values[key] = value
         self._owner._record(f"_Popart.{key}", value)
         return self._owner
@@ -333,6 +333,7 @@ class Options:
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.defaultBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "_Popart.aliasZeroCopy", "_Popart.outlineThreshold",
+                "_Popart.subgraphCopyingStrategy",
                 "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
                 "_Popart.enableStableNorm", "_Popart.enableFullyConnectedPass", "_Popart.enableNonStableSoftmax",
                 "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
@@ -647,6 +648,21 @@ class Options:
         """PopART ``aliasZeroCopy`` (default off, sessionoptions.hpp): when on, the copies into and out
         of called subgraphs that liveness allows are elided; the simulator then prices none."""
         return self._popart_bool("aliasZeroCopy", False)
+
+    def just_in_time_copies(self) -> bool:
+        """PopART ``subgraphCopyingStrategy`` (default OnEnterAndExit, 0): with JustInTime (1) a call copies
+        each input just before the op that first reads it and each output as soon as the op making it
+        ends ("subgraphs may be lowered into multiple Poplar functions", sessionoptions.hpp), so only
+        the copies next to one op are merged; a name or an enum member is taken too."""
+        value = self._Popart.values.get("subgraphCopyingStrategy", 0)
+        value = getattr(value, "value", value)
+        names = ("OnEnterAndExit", "JustInTime")
+        if isinstance(value, str) and value.rpartition(".")[2] in names:
+            value = names.index(value.rpartition(".")[2])
+        if isinstance(value, bool) or value not in (0, 1):
+            raise OptionsError(f"_Popart subgraphCopyingStrategy = {value!r}: expected OnEnterAndExit (0) or "
+                               "JustInTime (1), as popart.SubgraphCopyingStrategy")
+        return value == 1
 
     def outline_threshold(self) -> float:
         """PopART ``outlineThreshold`` (default 1.0): the value a repeated sequence must exceed to be

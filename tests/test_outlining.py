@@ -99,6 +99,25 @@ def test_a_repeated_block_is_one_call_copying_what_crosses_it():
         assert on[f"l{layer}/relu"] == off[f"l{layer}/relu"]  # inside the call: nothing crosses
 
 
+def test_just_in_time_copies_each_tensor_next_to_the_op_that_reads_or_makes_it():
+    """subgraphCopyingStrategy JustInTime: a block's input and first weight are copied in before its first
+    matmul, its last weight before the last matmul (each group merged on its own), its result out after it."""
+    g = _blocks(inner_pairs=False)
+    jit, off = _cycles(g, subgraphCopyingStrategy="JustInTime"), _cycles(g, enableOutlining=False)
+    for layer in range(2):
+        first = ["x" if layer == 0 else "l0/d", f"a{layer}"]
+        assert jit[f"l{layer}/a"].cycles == off[f"l{layer}/a"].cycles + _copies(g, first)
+        assert jit[f"l{layer}/d"].cycles == (off[f"l{layer}/d"].cycles + _copies(g, [f"d{layer}"])
+                                             + _copies(g, [f"l{layer}/d"]))
+    merged = _cycles(g)  # OnEnterAndExit, the default: three copies in merged into one program
+    assert sum(c.cycles for c in jit.values()) > sum(c.cycles for c in merged.values())
+    assert _options(subgraphCopyingStrategy=1).just_in_time_copies()
+    assert not sim.Options().just_in_time_copies() and not _options(subgraphCopyingStrategy=0).just_in_time_copies()
+    assert "_Popart.subgraphCopyingStrategy" not in _options(subgraphCopyingStrategy=1).unmodelled()
+    with pytest.raises(sim.OptionsError, match="subgraphCopyingStrategy"):
+        _options(subgraphCopyingStrategy=2)
+
+
 def test_ops_twice_as_frequent_as_their_block_are_calls_within_it():
     g = _blocks(inner_pairs=True)
     costs, counts = add_call_copies(g, _cycles(g, enableOutlining=False), IPU, TILES)

@@ -190,7 +190,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if o.graph_functions:  # TensorFlow's program: its graph functions' copies, no PopART outlining
         costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles)
     elif o.outlining() and not o.alias_zero_copy():
-        costs, outlined = outlining.add_call_copies(g, costs, system.ipu, tiles, o.outline_threshold())
+        costs, outlined = outlining.add_call_copies(g, costs, system.ipu, tiles, o.outline_threshold(),
+                                                    o.just_in_time_copies())
     lap("costs")
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined" and o.pipeline_recomputation()))
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
@@ -198,7 +199,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
-    notes += outlining.notes(outlined) + graph_functions.notes(called)
+    notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called)
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
                      "AllNonViewChangingGradientTensors), each with a histogram; the statistics' copies between IPUs "

@@ -12,7 +12,10 @@ popops copy of the tensor (``sim.cost.rules``, kind ``copy``: 8 bytes a cycle a 
 in follow one another, as do its copies out, and Poplar merges copies scheduled one after another
 (up to the engine option ``opt.maxCopyMergeSize``, unlimited by default: graphcore/tensorflow
 ``driver/ops/custom_ops/send_to_host.cc`` relies on it for stream copies; taken to hold for these
-copies too), so each group pays one launch and one sync: :func:`merged_copy`.
+copies too), so each group pays one launch and one sync: :func:`merged_copy`. With
+``subgraphCopyingStrategy`` JustInTime (sessionoptions.hpp: inputs copied "just before they are
+consumed", outputs "as soon as they are produced") the copies in are grouped by the op that first reads
+each tensor and the copies out by the op that makes it, each group its own merged copy next to that op.
 
 Which sequences are calls, from PopART's outliner (``subgraph/algo1.cpp``, ``prunematches.hpp``,
 ``iosubgraphcostmodel.cpp``), as the simulator's graph lets it say:
@@ -170,11 +173,13 @@ def with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str, what: str = "
                    plan=f"{plan}{what}: {copy.plan} {where} ({nbytes:,} B)", profile=profile)
 
 
-def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
-                    threshold: float = 1.0) -> tuple[dict[str, OpCost], dict[int, tuple[int, int, int]]]:
+def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, threshold: float = 1.0,
+                    just_in_time: bool = False) -> tuple[dict[str, OpCost], dict[int, tuple[int, int, int]]]:
     """``costs`` with each outlined call's copies added to its first op (the copies in) and its last
-    (the copies out), as the module docstring says which ops are calls; and, per IPU, the calls, the
-    tensors they copy and the copies' cycles when each op of the graph runs once
+    (the copies out), as the module docstring says which ops are calls, or with ``just_in_time``
+    (PopART's SubgraphCopyingStrategy JustInTime) each copy in to the op that first reads the tensor and
+    each copy out to the op that makes it, merged only with the copies next to the same op; and, per
+    IPU, the calls, the tensors they copy and the copies' cycles when each op of the graph runs once
     (``{ipu: (calls, copies, cycles)}``)."""
     readers: dict[str, set[str]] = {}
     for op in g.ops:
@@ -215,13 +220,29 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
         copied = cycles = 0
         for call, ins, outs in calls:
             copied += len(ins) + len(outs)
-            for op, tensors, where in ((call[0], ins, "in"), (call[-1], outs, "out")):
-                if tensors:
-                    copy = merged_copy(tensors, g, ipu, tiles)
-                    costs[op.name] = with_copy(costs[op.name], copy, sum(g.tensors[t].nbytes for t in tensors), where)
-                    cycles += copy.cycles
+            for op, tensors, where in _copy_groups(call, ins, outs, just_in_time):
+                copy = merged_copy(tensors, g, ipu, tiles)
+                costs[op.name] = with_copy(costs[op.name], copy, sum(g.tensors[t].nbytes for t in tensors), where)
+                cycles += copy.cycles
         counts[i] = (len(calls), copied, cycles)
     return costs, counts
+
+
+def _copy_groups(call: list[Op], ins: list[str], outs: list[str], just_in_time: bool) -> list[tuple[Op, list[str], str]]:
+    """(op, tensors, "in" or "out") of each merged copy of a call: every copy in at the first op and every
+    copy out at the last (OnEnterAndExit), or ``just_in_time`` the copies in of the tensors each op is
+    the first to read and the copies out of those it makes."""
+    if not just_in_time:
+        return [(op, tensors, where) for op, tensors, where in ((call[0], ins, "in"), (call[-1], outs, "out"))
+                if tensors]
+    first = {t: next(op for op in call if t in op.inputs or t in op.outputs) for t in ins}
+    maker = {t: next((op for op in call if t in op.outputs), call[-1]) for t in outs}
+    groups = []
+    for op in call:
+        for tensors, where in (([t for t in ins if first[t] is op], "in"), ([t for t in outs if maker[t] is op], "out")):
+            if tensors:
+                groups.append((op, tensors, where))
+    return groups
 
 
 def per_ipu(counts: dict[int, tuple[int, int, int]]) -> str:
@@ -230,12 +251,14 @@ def per_ipu(counts: dict[int, tuple[int, int, int]]) -> str:
                      for i, (calls, copies, cycles) in sorted(counts.items()) if calls)
 
 
-def notes(outlined: dict[int, tuple[int, int, int]]) -> list[str]:
+def notes(outlined: dict[int, tuple[int, int, int]], just_in_time: bool = False) -> list[str]:
     """What a run's report says of its outlined calls (``add_call_copies``'s counts)."""
     each = per_ipu(outlined)
     if not each:
         return []
+    where = ("each next to the op that first reads it or makes it (subgraphCopyingStrategy JustInTime)" if just_in_time
+             else "the copies in one program and the copies out another")
     return [f"PopART outlining: repeated op sequences are calls of one subgraph, each copying the tensors it "
-            f"reads in and those it makes out (on their tiles, the copies in one program and the copies out "
-            f"another; _Popart aliasZeroCopy elides them): {each}, each of the "
+            f"reads in and those it makes out (on their tiles, {where}; "
+            f"_Popart aliasZeroCopy elides them): {each}, each of the "
             f"graph's ops run once (a micro-batch's passes and the weight update; recomputation runs them again)"]

@@ -109,7 +109,7 @@ DEPARTURES = {
                     "cross-entropy, whose gradient is the same work (a softmax less a mixed one-hot); the second "
                     "term's forward and the on-device accuracy (B x 1,000 values) are left out",
     "vit-not-modelled": "set by the source but not modelled: stochastic rounding; "
-                        "PopART's subgraph copying (JustInTime) and scheduleNonWeightUpdateGradientConsumersEarly; "
+                        "scheduleNonWeightUpdateGradientConsumersEarly; "
                         "the per-step host work timed with "
                         "each step (the next batch from the asynchronous DataLoader, scheduler.step(), setOptimizer())",
     "vit-pod64": "poprun with 8 instances of 2 replicas: PopTorch shards the optimizer state over each "
@@ -126,7 +126,6 @@ DEPARTURES = {
             "RemapCE layout copies); throughput is the call's samples over the time from setOptimizer() to the "
             "call's return (train_swin.py: the DataLoader's next batch is outside it), setOptimizer's write of "
             "the learning rate not modelled; not modelled: stochastic rounding, the loss scaling (1,024), "
-            "PopART's subgraph copying (JustInTime) and "
             "scheduleNonWeightUpdateGradientConsumersEarly, RemapCE's regrouping after a matmul (priced as its plain "
             "layout copy)",
     "conformer": "the example's model as models/conformer.py builds it (WeNet's Conformer-medium: 12 encoder "

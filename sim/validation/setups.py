@@ -72,6 +72,7 @@ class Setup:
     # (schedule, excluded IPUs) of PopART's accumulateOuterFragmentSettings as the source sets them (the
     # weight update's schedule across a replica's IPUs); (): PopART's default, Serial
     outer_fragment: tuple = ()
+    just_in_time: bool = False  # PopART's subgraphCopyingStrategy JustInTime (outlined calls' copies next to their ops)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -124,6 +125,8 @@ class Setup:
             o._Popart.set("enableFullyConnectedPass", False)
         if self.processes > 1:
             o.hostProcesses(self.processes)
+        if self.just_in_time:
+            o._Popart.set("subgraphCopyingStrategy", "JustInTime")
         if self.outer_fragment:
             schedule_key, excluded_key = Options.OUTER_FRAGMENT_KEYS
             o._Popart.set(schedule_key, self.outer_fragment[0])
@@ -326,7 +329,8 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
                  merged_collectives=merged_collectives, pytorch_bert_groups=pytorch, per_stage_copies=tensorflow,
                  stable_norm=tf1, clear_pass_type=tf1, graph_functions=tensorflow,
                  outer_fragment=(TF_RESOURCE_UPDATE if tensorflow else
-                                 OVERLAP_BUT_IPU0 if pytorch else _popart_bert_fragment(True, replicas)))
+                                 OVERLAP_BUT_IPU0 if pytorch else _popart_bert_fragment(True, replicas)),
+                 just_in_time=not tensorflow)
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -389,7 +393,8 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  output_mode=output_mode, merged_collectives=merged_collectives, sharding_domain=sharding_domain,
                  clip_norm=clip_norm, pytorch_bert_groups=pytorch, state_dtype=state_dtype,
                  processes=replicas // sharding_domain if sharding_domain else 1,
-                 outer_fragment=OVERLAP_BUT_IPU0 if pytorch else _popart_bert_fragment(off_chip, replicas))
+                 outer_fragment=OVERLAP_BUT_IPU0 if pytorch else _popart_bert_fragment(off_chip, replicas),
+                 just_in_time=True)
 
 
 #: Adam/AdamW state as Graphcore's SQuAD configs keep it: first moment fp16, second fp32 (PyTorch
@@ -416,7 +421,7 @@ def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[fl
     return Setup("bert-large", _params(**params), "bow-pod16", replicas=replicas, accumulation=32,
                  device_iterations=device_iterations, amp=tuple(amp), optimizer=optimizer, rts=True,
                  state_dtype=_HALF_FIRST_MOMENT, output_mode=output_mode,
-                 outer_fragment=OVERLAP_BUT_IPU0 if pytorch else ())
+                 outer_fragment=OVERLAP_BUT_IPU0 if pytorch else (), just_in_time=True)
 
 
 #: the poplin options of PopRT's BERT benchmark scripts (RT benchmarks/bert/test_bert_{base,large}.py,
@@ -531,10 +536,12 @@ def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sh
         return Setup("vit-base-16", params, system, replicas=replicas, accumulation=accumulation, amp=(0.3,) * 4,
                      optimizer="lamb", rts=True, prefetch_depth=2, output_mode="All",
                      sharding_domain=sharding_domain, accum_dtype="float32",
-                     processes=replicas // sharding_domain if sharding_domain else 1, outer_fragment=OVERLAP_BUT_IPU0)
+                     processes=replicas // sharding_domain if sharding_domain else 1, outer_fragment=OVERLAP_BUT_IPU0,
+                     just_in_time=True)
     return Setup("vit-base-16", _params(micro_batch=17, layers_per_ipu=[3, 3, 3, 3]), system, replicas=replicas,
                  accumulation=accumulation, device_iterations=8, amp=(0.3,) * 4, optimizer="sgd_momentum",
-                 state_dtype="float16", rts=True, prefetch_depth=2, output_mode="All", outer_fragment=OVERLAP_BUT_IPU0)
+                 state_dtype="float16", rts=True, prefetch_depth=2, output_mode="All", outer_fragment=OVERLAP_BUT_IPU0,
+                 just_in_time=True)
 
 
 def _unet_train() -> Setup:
@@ -591,11 +598,11 @@ def _swin_train(tiny: bool) -> Setup:
         params = _params(micro_batch=4, layers_per_ipu=[2, 3, 5, 2], dtype="float32")
         return Setup("swin-tiny", params, "bow-pod16", replicas=4, accumulation=64, amp=(0.12,) * 4,
                      half_partials=False, optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float32",
-                     clip_norm=5.0, prefetch_depth=3, outer_fragment=("OverlapMemoryOptimized", ()))
+                     clip_norm=5.0, prefetch_depth=3, outer_fragment=("OverlapMemoryOptimized", ()), just_in_time=True)
     params = _params(micro_batch=6, layers_per_ipu=[2, 3, 4, 4, 4, 4, 2, 1])
     return Setup("swin-large", params, "bow-pod16", replicas=2, accumulation=683, amp=(0.12,) * 8,
                  optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16", clip_norm=5.0,
-                 prefetch_depth=3, outer_fragment=("OverlapMemoryOptimized", ()))
+                 prefetch_depth=3, outer_fragment=("OverlapMemoryOptimized", ()), just_in_time=True)
 
 
 def _gpt2_infer(model: str, layers_per_ipu: list[int], replicas: int) -> Setup:
