@@ -519,8 +519,8 @@ def test_auto_round_num_ipus_flag(capsys):
 
 
 def test_run_flags_for_graphcores_bert_configuration(capsys):
-    """Per-IPU proportions, half partials, off-chip sharded optimizer state and the weight update's
-    schedule reach the options: the same run as sim.validation's B10 row, so the same samples per second;
+    """Per-IPU proportions, half partials, off-chip sharded optimizer state, the weight update's
+    schedule and just-in-time call copies reach the options: the same run as sim.validation's B10 row, so the same samples per second;
     PopART's default schedule (serial) is slower than an overlapped one."""
     from sim.validation import PUBLISHED_BY_ID
     code, out, _ = cli(capsys, "run", "--model", "bert-large", "--system", "bow-pod16", "--layers-per-ipu",
@@ -529,7 +529,8 @@ def test_run_flags_for_graphcores_bert_configuration(capsys):
                            "--partials", "half", "--available-memory-proportion", "0.15,0.25,0.25,0.25",
                            "--param", "vocab=30400", "--param", "mask_tokens=20", "--param", "attention_dropout=0",
                            "--param", "embedding_serialization=5", "--param", "split_qkv=true",
-                           "--weight-update-schedule", "overlap-memory", "--weight-update-exclude", "0", "--json")
+                           "--weight-update-schedule", "overlap-memory", "--weight-update-exclude", "0",
+                           "--just-in-time-copies", "--json")
     assert code == 0
     summary = json.loads(out)
     assert summary["samples_per_second"] == pytest.approx(PUBLISHED_BY_ID["B10"].simulated(), rel=1e-9)

@@ -224,6 +224,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the simulator's own [cachedGraphFunctions]: run as TensorFlow's IPU backend builds the "
                    "program, each convolution, matmul and norm a cached graph function whose calls copy their "
                    "arguments in and results out, and no PopART outlining (default: off)")
+    x.add_argument("--just-in-time-copies", action="store_true",
+                   help="[_Popart subgraphCopyingStrategy=JustInTime] each outlined call copies an input just before "
+                   "the op that reads it and an output as soon as it is made, merged only with the copies next to "
+                   "that op (default: OnEnterAndExit, all copies at the call's entry and exit)")
     x.add_argument("--stable-norm", action="store_true",
                    help="[enableStableNorm] every norm's statistics as the mean, then the power of the activations "
                    "less it (TensorFlow's norms.use_stable_statistics, which Graphcore's TF1 CNN and BERT examples "
@@ -367,6 +371,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
     if args.graph_functions:
         opts.cachedGraphFunctions(True)
+    if args.just_in_time_copies:
+        opts._Popart.set("subgraphCopyingStrategy", 1)
     if args.stable_norm:
         opts.enableStableNorm(True)
     if args.non_stable_softmax:
