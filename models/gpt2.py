@@ -23,6 +23,19 @@ no labels and no cross-entropy.
   ``layers_per_ipu`` pipelines the blocks over several IPUs (``models.transformer.checkpointed_layers``).
 - ``fp32_ops`` (e.g. ``["layernorm", "gelu"]``): those ops run in float32 in a float16 model, cast in
   and out (``models.transformer.fp32_ops``).
+- ``decode_cache`` (a length L; 0, the default: off): one step of greedy generation with a KV cache, as
+  Graphcore's PopTransformer runs GPT-2 (``poptransformer/models/gpt2``, b5a7569): the whole generation is
+  one ``session.run`` of a device-side ONNX Loop of L iterations (run it with L device iterations and
+  synthetic data: the next token stays on the IPU), each taking one token of every sequence (prompt
+  tokens too, one an iteration) through all the blocks. Per iteration: the token's and the step's
+  embedding rows; in each block its K and V written into a persistent (2, B, heads, L, head_dim) cache
+  by PopTransformer's KVCache custom op (the whole cache copied into a clone, then shifted one position
+  with the new entry at the front and copied back: two on-tile copies), then remapped (its Remap custom
+  op, a copy across tiles); the scores over all L cached positions, an (B, 1, 1, L) mask added, the
+  custom non-stable softmax (its input first copied to a linear layout); no scale op (the query's
+  weights carry 1/sqrt(head_dim)); after ``ln_f`` the tied LM head and a top-1 (ONNX TopK, popops'
+  bitonic top-k) on IPU 0; then the loop's own work there (the exit flag, the next token written into
+  the id container and the mask, the carried tensors copied back). ``seq_len`` is not used.
 """
 
 from __future__ import annotations
@@ -35,7 +48,7 @@ from .transformer import attention, ffn, tied_projection, transformer_params
 _COMMON = dict(micro_batch=1, seq_len=1024, intermediate=None, vocab=50257, n_positions=1024,
                dropout=0.1, layers_per_ipu=None, with_head=True, with_loss=True, embedding_serialization=1,
                recompute_checkpoint_every_layer=None,
-               dtype="float16", fp32_ops=())
+               dtype="float16", fp32_ops=(), decode_cache=0)
 MODELS = {
     "gpt2-small": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "gpt2-medium": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -46,6 +59,8 @@ EPS = 1e-5  # GPT-2's layer_norm_epsilon
 
 
 def build(name: str, p: Params) -> Graph:
+    if p.int("decode_cache", minimum=0):
+        return _build_decode(name, p)
     c = transformer_params(p, "n_positions", checkpoint_last=True)
     B, S, H, V = c["micro_batch"], c["seq_len"], c["hidden"], c["vocab"]
     drop, layer_ipu = c["dropout"], c["layer_ipu"]
@@ -85,3 +100,71 @@ def build(name: str, p: Params) -> Graph:
         next_token = b.slice(logits, 1, S - 1, S, name="next_token_logits")
     b.output(next_token, *([loss] if with_loss else []))
     return b.graph
+
+
+def _build_decode(name: str, p: Params) -> Graph:
+    """One iteration of PopTransformer's generation loop (the module docstring's ``decode_cache``)."""
+    c = transformer_params(p, "n_positions")
+    B, H, V, heads, L = c["micro_batch"], c["hidden"], c["vocab"], c["heads"], p.int("decode_cache")
+    d, layer_ipu = H // heads, c["layer_ipu"]
+    if L > p.int("n_positions"):
+        p.fail("decode_cache", f"must be <= n_positions={p['n_positions']} (the position table's rows)")
+    if p.flag("with_loss") or not c["with_head"] or c["embedding_serialization"] > 1 or c["dropout"]:
+        p.fail("decode_cache", "is greedy generation: give with_loss=False, dropout=0 and no "
+               "embedding_serialization (PopTransformer's LM head is one matmul)")
+    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"])
+    place = Placement(b, layer_ipu is not None)
+    with place.on(0, "embedding"), b.scope("loop"):
+        container = b.constant("input_ids_container", (B, L), "int32")  # the prompts, then the tokens made
+        step = b.constant("step", (1,), "int32")
+        mask = b.constant("attention_mask", (B, 1, 1, L))  # 0 where a cached position is valid, -10000 else
+        b.op("logical", [b.constant("exit", (1,), "bool"), step], [()], {"loop_control": "exit_update"},
+             name="exit_update", out_dtypes=["bool"])
+        ids = b.op("copy", [container, step], [(B, 1)], {"dynamic_slice": True, "axis": 1}, name="input_ids",
+                   out_dtypes=["int32"])[0]
+    with place.on(0, "embedding"), b.scope("embeddings"):
+        wte = b.weight("wte", (V, H))
+        position = b.embedding(step, b.weight("wpe", (p.int("n_positions"), H)), name="wpe_lookup")
+        x = b.remap(b.add(b.embedding(ids, wte, name="wte_lookup"), b.reshape(position, (1, 1, H))))
+    last = 0
+    for i in range(c["num_layers"]):
+        last = layer_ipu[i] if layer_ipu else 0
+        with place.on(last, f"layer{i}"), b.scope(f"h{i}"):
+            x = b.add(x, _cached_attention(b, b.layernorm(x, EPS, name="ln_1"), heads, L, mask))
+            x = b.add(x, ffn(b, b.layernorm(x, EPS, name="ln_2"), c["intermediate"]))
+    with place.on(last, f"layer{c['num_layers'] - 1}"):
+        x = b.layernorm(x, EPS, name="ln_f")
+    with place.on(0, "head"), b.scope("lm_head"):
+        logits = tied_projection(b, x, wte)
+        token = b.op("sort", [logits], [(B, 1, 1)], {"axis": 2, "k": 1, "op": "topk"}, name="top1")[0]
+    with place.on(0, "head"), b.scope("loop"):  # step_containers: the step, the mask, the ids written
+        b.add(step, b.constant("one", (1,), "int32"), name="next_step")
+        mask = b.op("copy", [mask, step], [b.shape(mask)], {"dynamic_update": True}, name="mask_update")[0]
+        keep = b.op("logical", [ids, token], [(B, 1)], name="is_prompt", out_dtypes=["bool"])[0]
+        container = b.op("copy", [container, keep, step], [(B, L)], {"dynamic_update": True},
+                         name="ids_update", out_dtypes=["int32"])[0]
+        for t in (container, mask):  # LoopOpx copies each carried output back to the body's input
+            b.unary("copy", t, name="carry", loop_carried=True)
+    b.output(token)
+    return b.graph
+
+
+def _cached_attention(b: GraphBuilder, x: str, heads: int, L: int, mask: str) -> str:
+    """PopTransformer's GPT-2 attention of one new position over a KV cache of ``L`` (attention.py)."""
+    B, _, H = b.shape(x)
+    d = H // heads
+    with b.scope("attn"):
+        qkv = b.linear(x, 3 * H, name="c_attn")
+        q = b.transpose(b.reshape(b.slice(qkv, 2, 0, H, name="q"), (B, 1, heads, d)), (0, 2, 1, 3))
+        kv = b.transpose(b.reshape(b.slice(qkv, 2, H, 3 * H, name="kv"), (B, 1, 2, heads, d)), (2, 0, 3, 1, 4))
+        cache = b.constant("kv_cache", (2, B, heads, L, d))  # always live, not a parameter
+        clone = b.unary("copy", cache, name="kv_cache/clone")
+        shifted = b.concat([kv, b.slice(clone, 3, 0, L - 1, name="kv_cache/older")], axis=3, name="kv_cache/shift")
+        cache = b.remap(b.unary("copy", shifted, name="kv_cache/write"), name="kv_cache/remap")
+        k = b.reshape(b.slice(cache, 0, 0, 1, name="k"), (B, heads, L, d))
+        v = b.reshape(b.slice(cache, 0, 1, 2, name="v"), (B, heads, L, d))
+        scores = b.add(b.matmul(q, b.transpose(k, (0, 1, 3, 2)), name="scores"), mask, name="mask")
+        probs = b.softmax(b.remap(scores, name="softmax/layout"))
+        ctx = b.matmul(probs, v, name="context")  # (B, heads, 1, d)
+        out = b.linear(b.reshape(b.transpose(ctx, (0, 2, 1, 3)), (B, 1, H)), H, name="c_proj")
+    return out

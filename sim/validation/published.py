@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from ..errors import OutOfMemoryError
 from .runner import _outcome
 from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _conformer_train,
-                     _e5_infer, _effnet_train, _packed_bert, _resnet_infer,
+                     _e5_infer, _effnet_train, _gpt2_decode, _packed_bert, _resnet_infer,
                      _resnet_train, _resnext_train, _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train,
                      _vit_infer, _vit_train)
 
@@ -174,6 +174,15 @@ DEPARTURES = {
                   "run at PopART's 1.0 (the same calls: sim/compiler/outlining.py). "
                   "The script sets no partials type (as I13's [U]): run with half partials; with float partials "
                   "the simulator gives 5,476 images/s (-19.5 %)",
+    "poptransformer": "graphcore/PopTransformer's GPT-2 as models/gpt2.py's decode_cache builds it (one "
+                      "iteration of the 264-iteration device loop, 264 device iterations with the token kept on "
+                      "the IPU); its custom ops priced as the library ops doing their work: NormCE (a layer norm, "
+                      "statistics in fp32) as popnn's layer norm, SoftmaxV3 as the non-stable softmax after a "
+                      "copy to a linear layout, KVCache as its two on-tile copies of the whole cache, Remap as a "
+                      "layout copy; the published benchmark also runs 8 C600 cards (1.053 / 2.253 / 3.507 / 4.383 "
+                      "ms a token), the Mk2 figures times the clock ratio 1.5 / 1.325 to within 0.5 %: not "
+                      "simulated (no 8-card C600 system in configs/). Throughput is the batch over the time per "
+                      "token (benchmark.md's Throughput: batch x 264 tokens over the run)",
     "poprt-vit": "hardware not named: run on the C600 as the other PopRT rows (poprt) [U]; throughput is the batch over "
                  "the mean time of 2,000 asynchronous execute calls of one batch each (poprt_run.py). PopRT's Converter "
                  "passes fused_attention and attention_padding (the attention as one fused op, its 197 tokens padded) "
@@ -332,6 +341,7 @@ _I3 = {1: 1796, 2: 2356, 4: 2957, 8: 3377, 16: 3903}
 # FP8, the stem convolution and the classifier in fp16: synthetic (I4) and real data with overlapped IO (I12)
 _I4 = {1: 4126, 2: 6499, 4: 9334, 8: 13313, 16: 16334, 32: 19667, 64: 22886, 90: 24962, 96: 23695}
 _I13 = {8: 2600, 32: 3109}  # RT benchmarks/ViT README, "Tput"
+_I16 = {1: 840, 8: 3139, 16: 4043, 24: 4858}  # PT examples/gpt2/benchmark.md, 8x MK2 "Throughput(token/s)"
 _I12 = {1: 3997, 2: 6314, 4: 8749, 8: 12476, 16: 15554, 32: 18705, 64: 21525, 90: 23500, 96: 22295}
 # within 25 % when added (2026-11-23): the larger batches meet the simulator's host-IO cap [poprt-fp8-io]
 _ASSERTED_I12 = {1, 2, 4, 8, 16, 32}
@@ -604,6 +614,10 @@ PUBLISHED_ROWS = [
         ("the notebook names neither the IPU (Mk2 or Bow: 1,472 tiles) nor the partials type: IPU-M2000 and half "
          "partials assumed [U]; with float partials the simulator gives 517, on a Bow-2000 1,136 (half) [U]; "
          "timed around each call of 2,048 sequences, the host's tokenised batches already made",)),
+    # GPT2-XL greedy generation on 8 Mk2 IPUs, one after another (PopTransformer)
+    *[Row(f"I16 bs{bs}", f"PT I16 bs{bs}", f"GPT2-XL greedy decode with a KV cache of 264, batch {bs}, 8 Mk2 IPUs "
+          "sharded (PopTransformer)", pub, "tokens/s", _gpt2_decode(bs), bs != 1, ("poptransformer",))
+      for bs, pub in _I16.items()],
     Row("I6", "RT I6", "ResNet-50 inference fp16, batch 1, 1 batch per step (low latency)", 3119, "images/s",
         _resnet_infer(1, device_iterations=1, io_tiles=0, prefetch_depth=2), True,
         ("poprt", "poprt-depth", "no IO tiles (no --enable_overlapio)", "the README's --eightbitio flag "

@@ -147,7 +147,8 @@ def _published_section() -> list[str]:
     lines = ["", "## Held-out published measurements", "",
              f"Rows of `{PUBLISHED}` (published hardware measurements; the tags are the doc's: MLP = MLPerf "
              "Training logs, GCN-P/S30/S31/S33 = Graphcore's performance-results table by SDK, RT = PopRT's "
-             "READMEs, EX-CF = the examples' Conformer README, OG = optimum-graphcore's notebooks), each run on the zoo's model configured as the row's source configures it (the "
+             "READMEs, EX-CF = the examples' Conformer README, OG = optimum-graphcore's notebooks, PT = "
+             "PopTransformer's benchmarks), each run on the zoo's model configured as the row's source configures it (the "
              "configuration column; its *notes* say where the zoo cannot follow the source). No constant, config "
              "value or model was changed for them. Rows within 30 % when they were added, and rows that model "
              "changes have brought within 25 % since, are asserted at 30 % by `tests/test_calibration.py`: a regression guard, not a fit (another software stack and "

@@ -79,4 +79,8 @@ SCALING = [
           "RT I6 → I5", "I5", "I6", True),
     Ratio("vit_base_infer_8_32", "ViT-B/16 inference fp16, batch 8 → 32", "RT I13 bs8 → bs32", "I13 bs32", "I13 bs8",
           True),
+    Ratio("gpt2_xl_decode_1_8", "GPT2-XL greedy decode, 8 Mk2 IPUs sharded, batch 1 → 8", "PT I16 bs1 → bs8",
+          "I16 bs8", "I16 bs1", False),
+    Ratio("gpt2_xl_decode_8_24", "GPT2-XL greedy decode, 8 Mk2 IPUs sharded, batch 8 → 24", "PT I16 bs8 → bs24",
+          "I16 bs24", "I16 bs8", True),
 ]

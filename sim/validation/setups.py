@@ -73,6 +73,7 @@ class Setup:
     # weight update's schedule across a replica's IPUs); (): PopART's default, Serial
     outer_fragment: tuple = ()
     just_in_time: bool = False  # PopART's subgraphCopyingStrategy JustInTime (outlined calls' copies next to their ops)
+    outlining: bool = True  # PopART's enableOutlining (False: no op sequence becomes a call of a shared subgraph)
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -127,6 +128,8 @@ class Setup:
             o.hostProcesses(self.processes)
         if self.just_in_time:
             o._Popart.set("subgraphCopyingStrategy", "JustInTime")
+        if not self.outlining:
+            o._Popart.set("enableOutlining", False)
         if self.outer_fragment:
             schedule_key, excluded_key = Options.OUTER_FRAGMENT_KEYS
             o._Popart.set(schedule_key, self.outer_fragment[0])
@@ -178,6 +181,8 @@ class Setup:
             parts.append("enableNonStableSoftmax")
         if self.clear_pass_type:
             parts.append("enableFullyConnectedPass off")
+        if not self.outlining:
+            parts.append("enableOutlining off")
         if self.poplin_options:
             parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
         return "; ".join(parts)
@@ -473,6 +478,20 @@ def _vit_infer(batch: int) -> Setup:
     return Setup("vit-base-16", _params(micro_batch=batch, dropout=0.0, with_loss=False), "c600",
                  device_iterations=128, amp=(1.0,), training=False, io_tiles=32, overlap_io=True,
                  prefetch_depth=2, non_stable_softmax=big, poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2] if big else ())
+
+
+def _gpt2_decode(batch: int, system: str = "ipu-pod16") -> Setup:
+    """GPT2-XL greedy generation as graphcore/PopTransformer's benchmark runs it (``examples/gpt2/benchmark.sh``,
+    b5a7569: ``layer_per_ipu=[0,6,7,7,7,7,7,7]``, ``max_length`` and ``max_loop`` 264): 8 IPUs one after
+    another (virtualGraphMode Manual, no pipeline), the embedding, LM head and top-1 on IPU 0, one session.run
+    of a 264-iteration device loop (``models.gpt2`` ``decode_cache``), fp16 weights with PopART's default
+    float partials and availableMemoryProportion (no matmul sets either), its custom softmax non-stable,
+    and each block given its own outline attribute, so PopART outlines nothing across blocks (run without
+    outlining)."""
+    params = _params(micro_batch=batch, decode_cache=264, with_loss=False, dropout=0.0,
+                     layers_per_ipu=[0, 6, 7, 7, 7, 7, 7, 7])
+    return Setup("gpt2-xl", params, system, device_iterations=264, training=False, half_partials=False,
+                 synthetic=True, sharded=True, non_stable_softmax=True, outlining=False)
 
 
 def _swin_infer(batch: int) -> Setup:
