@@ -520,8 +520,8 @@ def test_auto_round_num_ipus_flag(capsys):
 
 def test_run_flags_for_graphcores_bert_configuration(capsys):
     """Per-IPU proportions, half partials, off-chip sharded optimizer state, the weight update's
-    schedule and just-in-time call copies reach the options: the same run as sim.validation's B10 row, so the same samples per second;
-    PopART's default schedule (serial) is slower than an overlapped one."""
+    schedule and just-in-time call copies reach the options: the same run as sim.validation's B10 row,
+    so the same samples per second; PopART's default schedule (serial) is slower than an overlapped one."""
     from sim.validation import PUBLISHED_BY_ID
     code, out, _ = cli(capsys, "run", "--model", "bert-large", "--system", "bow-pod16", "--layers-per-ipu",
                            "3,7,7,7", "--micro-batch", "8", "--training", "--optimizer", "lamb",

@@ -228,7 +228,8 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, th
     return costs, counts
 
 
-def _copy_groups(call: list[Op], ins: list[str], outs: list[str], just_in_time: bool) -> list[tuple[Op, list[str], str]]:
+def _copy_groups(call: list[Op], ins: list[str], outs: list[str],
+                 just_in_time: bool) -> list[tuple[Op, list[str], str]]:
     """(op, tensors, "in" or "out") of each merged copy of a call: every copy in at the first op and every
     copy out at the last (OnEnterAndExit), or ``just_in_time`` the copies in of the tensors each op is
     the first to read and the copies out of those it makes."""
@@ -239,7 +240,8 @@ def _copy_groups(call: list[Op], ins: list[str], outs: list[str], just_in_time: 
     maker = {t: next((op for op in call if t in op.outputs), call[-1]) for t in outs}
     groups = []
     for op in call:
-        for tensors, where in (([t for t in ins if first[t] is op], "in"), ([t for t in outs if maker[t] is op], "out")):
+        for tensors, where in (([t for t in ins if first[t] is op], "in"),
+                               ([t for t in outs if maker[t] is op], "out")):
             if tensors:
                 groups.append((op, tensors, where))
     return groups
