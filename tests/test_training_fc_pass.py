@@ -20,7 +20,7 @@ from sim.cost.rules import op_cost
 from sim.errors import UnsupportedOpError
 from sim.graph.ir import GraphBuilder
 from sim.graph.training import expand_training, mark_fully_connected_passes
-from models.transformer import attention
+from models.transformer import attention, tied_projection
 
 
 def _layer():
@@ -78,6 +78,31 @@ def test_inference_marks_each_weight_matmul_inference_fwd_and_leaves_attention_p
     ex = compile_graph(fwd, "ipu-mk2")  # the compiler marks its own copy
     assert all(p is None for p in _passes(fwd).values())
     assert _passes(ex.graph)["fc/matmul"] == "INFERENCE_FWD"
+
+
+def _tied_head():
+    b = GraphBuilder("head", "float16")
+    b.output(tied_projection(b, b.input("x", (1, 1, 1600)), b.weight("wte", (50257, 1600))))
+    return b.graph
+
+
+def test_a_tied_head_is_marked_at_inference_only_and_planned_swapped():
+    """PopART marks every matmul of an inference IR, so a tied LM head (x @ Wᵀ, W the embedding table)
+    gets INFERENCE_FWD: GPT2-XL's [1, 1600] x [1600, 50257] decode head is planned with the operands
+    swapped, 17,757 cycles on a Mk2 IPU against the 128,193 of the plain plan the simulator gave it before.
+    In training the head stays a plain matmul (the transposed table's joint plan is not modelled)."""
+    g = _tied_head()
+    mark_fully_connected_passes(g, training=False)
+    head = next(op for op in g.ops if op.kind == "matmul")
+    assert head.attrs == {"fully_connected_pass": "INFERENCE_FWD", "tied": True}
+    ipu = load_system("ipu-mk2").ipu
+    assert op_cost(head, g, ipu, ipu.tiles, 0.6, "float").cycles == 17_757
+    plan, swapped = plan_matmul_none_pass(1, 1, 1600, 50257, 2, ipu, ipu.tiles, 0.6, 4)
+    assert swapped and plan.total_cycles == 17_757
+    assert plan_matmul(1, 1, 1600, 50257, 2, False, ipu, ipu.tiles, 0.6, partials_bytes=4).total_cycles == 128_193
+    trained = _tied_head()
+    mark_fully_connected_passes(trained, training=True)
+    assert all(p is None for p in _passes(trained).values())
 
 
 def test_an_inference_matmul_is_planned_as_poplin_plans_fc_inference_fwd():

@@ -547,8 +547,9 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
     # laid out for the forward pass (poplin FC_TRAINING_WU rearrangeInput; sim/cost/amp.py rearrangement)
     wu = bool(attrs.get("transpose_a")) and rb != "weight"
     fc_pass = attrs.get("fully_connected_pass")
-    if fc_pass not in (None, "NONE") and \
-            _FC_SHAPES.get(fc_pass) != (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")), rb == "weight"):
+    # a tied projection's right operand, a weight moved to its transposed layout, counts as the weight
+    shape = (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")), rb == "weight" or bool(attrs.get("tied")))
+    if fc_pass not in (None, "NONE") and _FC_SHAPES.get(fc_pass) != shape:
         raise UnsupportedOpError(
             f"fully_connected_pass {fc_pass!r}: expected NONE, or one of {', '.join(_FC_SHAPES)} on a matmul shaped "
             "as that pass (TRAINING_FWD and INFERENCE_FWD: X @ W, TRAINING_BWD: dY @ Wᵀ, TRAINING_WU: Xᵀ @ dY, "

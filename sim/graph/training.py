@@ -321,15 +321,21 @@ def mark_fully_connected_passes(g: Graph, training: bool) -> None:
     when ``enableFullyConnectedPass`` is off). poplin then plans a
     training layer's three passes jointly or separately (sim/cost/amp.py ``plan_fc_training``) and
     an inference layer with its operands swapped when its planner prefers (sim/cost/matmul_swap.py).
-    Matmuls between two activations (attention), a transposed weight (a tied projection) and
-    those given a pass explicitly are left as they are; a view of weights (``GraphBuilder.linear``'s
+    At inference a tied projection (``X @ Wᵀ``, its right operand a transpose of a weight: the
+    ``transpose`` op prices the table's move to its new layout) is marked too (and ``tied``), as PopART
+    marks every matmul of an inference IR. Matmuls between two activations (attention), a training graph's tied
+    projection and those given a pass explicitly are left as they are (an activation is not laid out for
+    the swapped plan, and that rearrangement is not priced); a view of weights (``GraphBuilder.linear``'s
     pieces) is a weight."""
     fc_pass = "TRAINING_FWD" if training else "INFERENCE_FWD"
+    tied = set() if training else {op.outputs[0] for op in g.ops if op.kind == "transpose"
+                                   and g.tensors[op.inputs[0]].priced_role == "weight"
+                                   and len(g.tensors[op.inputs[0]].shape) == 2}
     for op in g.ops:
         right = g.tensors[op.inputs[1]] if op.kind == "matmul" else None
         if (right is not None and "fully_connected_pass" not in op.attrs and not op.attrs.get("transpose_a")
-                and not op.attrs.get("transpose_b") and right.priced_role == "weight"):
-            op.attrs = dict(op.attrs, fully_connected_pass=fc_pass)
+                and not op.attrs.get("transpose_b") and (right.priced_role == "weight" or right.name in tied)):
+            op.attrs = dict(op.attrs, fully_connected_pass=fc_pass) | ({"tied": True} if right.name in tied else {})
 
 
 def mark_recurrent_saves(g: Graph) -> None:
