@@ -543,6 +543,19 @@ def test_run_flags_for_graphcores_bert_configuration(capsys):
     assert serial["cycle_count"] > overlap["cycle_count"]
 
 
+def test_run_flags_for_poptransformers_gpt2_decode(capsys):
+    """The flags of PopTransformer's GPT2-XL decode benchmark (sharded over 8 IPUs, 264 loop iterations on the
+    device, PopART's float partials, the custom softmax non-stable, no outlining across blocks) give
+    sim.validation's I16 row at batch 8."""
+    from sim.validation import PUBLISHED_BY_ID
+    code, out, _ = cli(capsys, "run", "--model", "gpt2-xl", "--system", "ipu-pod16", "--micro-batch", "8",
+                       "--param", "decode_cache=264", "--param", "with_loss=false", "--param", "dropout=0",
+                       "--layers-per-ipu", "0,6,7,7,7,7,7,7", "--strategy", "sharded", "--device-iterations", "264",
+                       "--synthetic-data", "--partials", "float", "--non-stable-softmax", "--no-outlining", "--json")
+    assert code == 0
+    assert json.loads(out)["samples_per_second"] == pytest.approx(PUBLISHED_BY_ID["I16 bs8"].simulated(), rel=1e-9)
+
+
 def test_proportions_must_match_the_ipus_of_a_replica(capsys):
     code, _, err = cli(capsys, "run", "--model", "bert-base", "--num-layers", "4", "--layers-per-ipu", "0,2,1,1",
                            "--system", "ipu-pod16", "--available-memory-proportion", "0.2,0.3")

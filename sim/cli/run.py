@@ -224,6 +224,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the simulator's own [cachedGraphFunctions]: run as TensorFlow's IPU backend builds the "
                    "program, each convolution, matmul and norm a cached graph function whose calls copy their "
                    "arguments in and results out, and no PopART outlining (default: off)")
+    x.add_argument("--no-outlining", action="store_true",
+                   help="[_Popart enableOutlining=False] no repeated op sequence becomes a call of one shared subgraph, "
+                   "so no call copies its inputs and outputs (default: outlining on, as PopART and PopTorch have it)")
     x.add_argument("--just-in-time-copies", action="store_true",
                    help="[_Popart subgraphCopyingStrategy=JustInTime] each outlined call copies an input just before "
                    "the op that reads it and an output as soon as it is made, merged only with the copies next to "
@@ -371,6 +374,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
     if args.graph_functions:
         opts.cachedGraphFunctions(True)
+    if args.no_outlining:
+        opts._Popart.set("enableOutlining", False)
     if args.just_in_time_copies:
         opts._Popart.set("subgraphCopyingStrategy", 1)
     if args.stable_norm:
