@@ -106,7 +106,7 @@ def _build_decode(name: str, p: Params) -> Graph:
     """One iteration of PopTransformer's generation loop (the module docstring's ``decode_cache``)."""
     c = transformer_params(p, "n_positions")
     B, H, V, heads, L = c["micro_batch"], c["hidden"], c["vocab"], c["heads"], p.int("decode_cache")
-    d, layer_ipu = H // heads, c["layer_ipu"]
+    layer_ipu = c["layer_ipu"]
     if L > p.int("n_positions"):
         p.fail("decode_cache", f"must be <= n_positions={p['n_positions']} (the position table's rows)")
     if p.flag("with_loss") or not c["with_head"] or c["embedding_serialization"] > 1 or c["dropout"]:

@@ -10,13 +10,13 @@ from sim.validation.setups import _gpt2_decode
 SHARDED = [0, 6, 7, 7, 7, 7, 7, 7]
 
 
-def _decode(batch=1, **kw):
+def _decode(batch=1):
     return models.get("gpt2-xl", micro_batch=batch, decode_cache=264, with_loss=False, dropout=0.0,
-                      layers_per_ipu=SHARDED, **kw)
+                      layers_per_ipu=SHARDED)
 
 
 def test_one_iteration_of_the_loop_on_eight_ipus():
-    """The embedding, LM head and top-1 on IPU 0, blocks 0-5 on IPU 1 and 6 a further IPU after that,
+    """The embedding, LM head and top-1 on IPU 0, blocks 0-5 on IPU 1 and 7 an IPU after that,
     ln_f with the last block; a (2, B, 25, 264, 64) cache per block, copied twice on its tiles and once
     across them; the scores over all 264 positions; the parameters those of GPT2-XL alone."""
     g = _decode(batch=8)
