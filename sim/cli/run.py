@@ -225,8 +225,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "program, each convolution, matmul and norm a cached graph function whose calls copy their "
                    "arguments in and results out, and no PopART outlining (default: off)")
     x.add_argument("--no-outlining", action="store_true",
-                   help="[_Popart enableOutlining=False] no repeated op sequence becomes a call of one shared subgraph, "
-                   "so no call copies its inputs and outputs (default: outlining on, as PopART and PopTorch have it)")
+                   help="[_Popart enableOutlining=False] no repeated op sequence becomes a call of one shared "
+                   "subgraph, so no call copies its inputs and outputs (default: outlining on, as PopART and "
+                   "PopTorch have it)")
     x.add_argument("--just-in-time-copies", action="store_true",
                    help="[_Popart subgraphCopyingStrategy=JustInTime] each outlined call copies an input just before "
                    "the op that reads it and an output as soon as it is made, merged only with the copies next to "
