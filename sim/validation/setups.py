@@ -429,6 +429,20 @@ def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[fl
                  outer_fragment=OVERLAP_BUT_IPU0 if pytorch else (), just_in_time=True)
 
 
+def _optimum_squad_train() -> Setup:
+    """BERT-Large SQuAD fine-tuning (SL384) as optimum-graphcore's introduction notebook runs it through its
+    IPUTrainer (huggingface/optimum-graphcore notebooks/introduction_to_optimum_graphcore.ipynb, da03740e,
+    optimum 1.1.1): the hub's ``Graphcore/bert-large-ipu`` IPUConfig as the notebook prints it (layers
+    [3, 7, 7, 7], matmul proportions 0.15 / 0.18 / 0.2 / 0.25, half partials, AdamW's first moment in fp16, the
+    optimizer state off chip with RTS, recomputation every layer, outputMode Final) with per-device batch 1,
+    gradient accumulation 64 and ``pod_type`` pod16 (4 replicas); ``IPUConfig.to_options`` sets the weight
+    update's OverlapMemoryOptimized without IPU 0 and JustInTime call copies, as the BERT examples do."""
+    params = _params(micro_batch=1, seq_len=384, layers_per_ipu=[3, 7, 7, 7], vocab=30522, head="squad")
+    return Setup("bert-large", params, "ipu-pod16", replicas=4, accumulation=64, amp=(0.15, 0.18, 0.2, 0.25),
+                 optimizer="adam", state_dtype=_HALF_FIRST_MOMENT, optimizer_off_chip=True, rts=True,
+                 output_mode="Final", outer_fragment=OVERLAP_BUT_IPU0, just_in_time=True)
+
+
 #: the poplin options of PopRT's BERT benchmark scripts (RT benchmarks/bert/test_bert_{base,large}.py,
 #: 77e7d66: CompilerOptions use_128bit_conv_unit_load, enable_fast_reduce True, enable_multi_stage_reduce
 #: False), which PopRT passes to poplin's matmul and convolution options
