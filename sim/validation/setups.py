@@ -443,6 +443,19 @@ def _optimum_squad_train() -> Setup:
                  output_mode="Final", outer_fragment=OVERLAP_BUT_IPU0, just_in_time=True)
 
 
+def _optimum_lm_train() -> Setup:
+    """optimum-graphcore's external-model notebook (notebooks/external_model.ipynb, 2bdcc2aa, optimum 0.3.3.dev0):
+    a 12-layer transformer language model of width 768 (12 heads, FFN 3,072, GPT-2's vocabulary, blocks of 128
+    tokens, its head tied to the word embedding) trained by the IPUTrainer with the notebook's own IPUConfig:
+    layers [0, 4, 4, 4] (embeddings and head on IPU 0), matmul proportion 0.25, half partials, AdamW's first
+    moment in fp16, the optimizer state off chip with RTS, recomputation every layer; per-device batch 1,
+    gradient accumulation 64, pod16 (4 replicas). Run as the zoo's GPT-2 small at those sizes."""
+    params = _params(micro_batch=1, seq_len=128, n_positions=128, layers_per_ipu=[0, 4, 4, 4])
+    return Setup("gpt2-small", params, "ipu-pod16", replicas=4, accumulation=64, amp=(0.25,) * 4,
+                 optimizer="adam", state_dtype=_HALF_FIRST_MOMENT, optimizer_off_chip=True, rts=True,
+                 output_mode="Final", outer_fragment=OVERLAP_BUT_IPU0, just_in_time=True)
+
+
 #: the poplin options of PopRT's BERT benchmark scripts (RT benchmarks/bert/test_bert_{base,large}.py,
 #: 77e7d66: CompilerOptions use_128bit_conv_unit_load, enable_fast_reduce True, enable_multi_stage_reduce
 #: False), which PopRT passes to poplin's matmul and convolution options
