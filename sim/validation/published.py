@@ -545,8 +545,8 @@ PUBLISHED_ROWS = [
          "back every micro-batch) as the source", "pt-not-modelled", "pt-squad", "per-call",
          "GCN-S33 gives 1,009 sequences/s for the same config")),
     # BERT-Large SQuAD fine-tuning through optimum-graphcore's IPUTrainer
-    Row("O1", "OG O1", "BERT-Large SQuAD v1.1 fine-tuning (SL384), optimum-graphcore IPUTrainer, IPU-POD16, GBS 256", 419,
-        "samples/s", _optimum_squad_train(), False, ("optimum",)),
+    Row("O1", "OG O1", "BERT-Large SQuAD v1.1 fine-tuning (SL384), optimum-graphcore IPUTrainer, IPU-POD16, "
+        "GBS 256", 419, "samples/s", _optimum_squad_train(), False, ("optimum",)),
     Row("O2", "OG O2", "12-layer transformer LM (width 768, SL128) trained through optimum-graphcore's IPUTrainer, "
         "IPU-POD16, GBS 256", 952, "samples/s", _optimum_lm_train(), False, ("optimum-lm",)),
     # EfficientNet-B4 G16 training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
