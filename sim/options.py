@@ -579,6 +579,18 @@ class Options:
             raise OptionsError(f"_Popart {key} = {value!r}: expected True or False")
         return value
 
+    def _popart_enum(self, key: str, names: tuple[str, ...], default: str, enum: str) -> str:
+        """The ``_Popart`` option ``key``, one of popart's enum ``enum`` whose members are ``names`` in value
+        order, as a name: given as the name, the enum member (``popart.X.Name``, its string) or its value."""
+        value = self._Popart.values.get(key, default)
+        value = getattr(value, "value", value)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+            return names[value]
+        if isinstance(value, str) and value.rpartition(".")[2] in names:
+            return value.rpartition(".")[2]
+        choices = ", ".join(f"{n} ({i})" for i, n in enumerate(names))
+        raise OptionsError(f"_Popart {key} = {value!r}: expected one of {choices}, as popart.{enum}")
+
     def outer_fragment_schedule(self, clipped_pipeline: bool = False) -> str:
         """How PopART schedules a pipeline's weight update (its accumulate outer fragment) across the
         IPUs: ``accumulateOuterFragmentSettings.schedule`` as an :data:`OUTER_FRAGMENT_SCHEDULES` name,
@@ -587,16 +599,8 @@ class Options:
         ``Scheduler`` for a ``clipped_pipeline``, which PopTorch sets when a pipeline clips its gradients
         and the schedule is not set (popart_compiler Compiler.cpp: Serial "is currently incompatible with
         gradient clipping and pipelining")."""
-        value = self._Popart.values.get(self.OUTER_FRAGMENT_KEYS[0], "Scheduler" if clipped_pipeline else "Serial")
-        value = getattr(value, "value", value)
-        names = self.OUTER_FRAGMENT_SCHEDULES
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
-            return names[value]
-        if isinstance(value, str) and value.rpartition(".")[2] in names:
-            return value.rpartition(".")[2]
-        choices = ", ".join(f"{n} ({i})" for i, n in enumerate(names))
-        raise OptionsError(f"_Popart {self.OUTER_FRAGMENT_KEYS[0]} = {value!r}: expected one of {choices}, "
-                           "as popart.AccumulateOuterFragmentSchedule")
+        return self._popart_enum(self.OUTER_FRAGMENT_KEYS[0], self.OUTER_FRAGMENT_SCHEDULES,
+                                 "Scheduler" if clipped_pipeline else "Serial", "AccumulateOuterFragmentSchedule")
 
     def outer_fragment_excluded(self) -> frozenset[int]:
         """The IPUs of a replica (virtual graph ids) PopART keeps out of the weight update's overlap:
@@ -654,15 +658,8 @@ class Options:
         each input just before the op that first reads it and each output as soon as the op making it
         ends ("subgraphs may be lowered into multiple Poplar functions", sessionoptions.hpp), so only
         the copies next to one op are merged; a name or an enum member is taken too."""
-        value = self._Popart.values.get("subgraphCopyingStrategy", 0)
-        value = getattr(value, "value", value)
-        names = ("OnEnterAndExit", "JustInTime")
-        if isinstance(value, str) and value.rpartition(".")[2] in names:
-            value = names.index(value.rpartition(".")[2])
-        if isinstance(value, bool) or value not in (0, 1):
-            raise OptionsError(f"_Popart subgraphCopyingStrategy = {value!r}: expected OnEnterAndExit (0) or "
-                               "JustInTime (1), as popart.SubgraphCopyingStrategy")
-        return value == 1
+        return self._popart_enum("subgraphCopyingStrategy", ("OnEnterAndExit", "JustInTime"), "OnEnterAndExit",
+                                 "SubgraphCopyingStrategy") == "JustInTime"
 
     def outline_threshold(self) -> float:
         """PopART ``outlineThreshold`` (default 1.0): the value a repeated sequence must exceed to be

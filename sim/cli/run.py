@@ -74,6 +74,10 @@ PIPELINE_COPIES = {mode.value.replace("_", "-"): mode for mode in PipelineCopies
 OVERLAP_MODES = {"none": OverlapMode.NoOverlap, "accumulation": OverlapMode.OverlapAccumulationLoop,
                  "device": OverlapMode.OverlapDeviceIterationLoop}
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
+#: on/off flags that each set one _Popart option: flag (its argparse name) -> (key, value)
+POPART_FLAGS = {"no_outlining": ("enableOutlining", False), "just_in_time_copies": ("subgraphCopyingStrategy", 1),
+                "non_stable_softmax": ("enableNonStableSoftmax", True),
+                "no_fully_connected_pass": ("enableFullyConnectedPass", False)}
 #: --weight-update-schedule: PopART's AccumulateOuterFragmentSchedule members
 WEIGHT_UPDATE_SCHEDULES = {"scheduler": "Scheduler", "serial": "Serial", "overlap-cycle": "OverlapCycleOptimized",
                            "overlap-memory": "OverlapMemoryOptimized"}
@@ -375,16 +379,11 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
     if args.graph_functions:
         opts.cachedGraphFunctions(True)
-    if args.no_outlining:
-        opts._Popart.set("enableOutlining", False)
-    if args.just_in_time_copies:
-        opts._Popart.set("subgraphCopyingStrategy", 1)
+    for flag, (key, value) in POPART_FLAGS.items():
+        if getattr(args, flag):
+            opts._Popart.set(key, value)
     if args.stable_norm:
         opts.enableStableNorm(True)
-    if args.non_stable_softmax:
-        opts._Popart.set("enableNonStableSoftmax", True)
-    if args.no_fully_connected_pass:
-        opts._Popart.set("enableFullyConnectedPass", False)
     if args.replicas is not None:
         opts.replicationFactor(args.replicas)
     if args.auto_round_num_ipus:

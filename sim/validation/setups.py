@@ -438,9 +438,7 @@ def _optimum_squad_train() -> Setup:
     gradient accumulation 64 and ``pod_type`` pod16 (4 replicas); ``IPUConfig.to_options`` sets the weight
     update's OverlapMemoryOptimized without IPU 0 and JustInTime call copies, as the BERT examples do."""
     params = _params(micro_batch=1, seq_len=384, layers_per_ipu=[3, 7, 7, 7], vocab=30522, head="squad")
-    return Setup("bert-large", params, "ipu-pod16", replicas=4, accumulation=64, amp=(0.15, 0.18, 0.2, 0.25),
-                 optimizer="adam", state_dtype=_HALF_FIRST_MOMENT, optimizer_off_chip=True, rts=True,
-                 output_mode="Final", outer_fragment=OVERLAP_BUT_IPU0, just_in_time=True)
+    return _optimum_train("bert-large", params, (0.15, 0.18, 0.2, 0.25))
 
 
 def _optimum_lm_train() -> Setup:
@@ -451,9 +449,17 @@ def _optimum_lm_train() -> Setup:
     moment in fp16, the optimizer state off chip with RTS, recomputation every layer; per-device batch 1,
     gradient accumulation 64, pod16 (4 replicas). Run as the zoo's GPT-2 small at those sizes."""
     params = _params(micro_batch=1, seq_len=128, n_positions=128, layers_per_ipu=[0, 4, 4, 4])
-    return Setup("gpt2-small", params, "ipu-pod16", replicas=4, accumulation=64, amp=(0.25,) * 4,
-                 optimizer="adam", state_dtype=_HALF_FIRST_MOMENT, optimizer_off_chip=True, rts=True,
-                 output_mode="Final", outer_fragment=OVERLAP_BUT_IPU0, just_in_time=True)
+    return _optimum_train("gpt2-small", params, (0.25,) * 4)
+
+
+def _optimum_train(model: str, params: tuple, amp: tuple) -> Setup:
+    """A 4-IPU pipeline trained by optimum-graphcore's IPUTrainer as both notebooks run it: per-device batch 1,
+    gradient accumulation 64, pod16 (4 replicas), AdamW with its first moment in fp16, the optimizer state off
+    chip with RTS, outputMode Final, half partials, and what ``IPUConfig.to_options`` adds (the weight update's
+    OverlapMemoryOptimized without IPU 0, JustInTime copies)."""
+    return Setup(model, params, "ipu-pod16", replicas=4, accumulation=64, amp=amp, optimizer="adam",
+                 state_dtype=_HALF_FIRST_MOMENT, optimizer_off_chip=True, rts=True, output_mode="Final",
+                 outer_fragment=OVERLAP_BUT_IPU0, just_in_time=True)
 
 
 #: the poplin options of PopRT's BERT benchmark scripts (RT benchmarks/bert/test_bert_{base,large}.py,
