@@ -148,7 +148,7 @@ def _published_section() -> list[str]:
              f"Rows of `{PUBLISHED}` (published hardware measurements; the tags are the doc's: MLP = MLPerf "
              "Training logs, GCN-P/S30/S31/S33 = Graphcore's performance-results table by SDK, RT = PopRT's "
              "READMEs, EX-CF = the examples' Conformer README, OG = optimum-graphcore's notebooks, PT = "
-             "PopTransformer's benchmarks), each run on the zoo's model configured as the row's source configures "
+             "PopTransformer's benchmarks, BM = ByteMLPerf's IPU reports), each run on the zoo's model configured as the row's source configures "
              "it (the "
              "configuration column; its *notes* say where the zoo cannot follow the source). No constant, config "
              "value or model was changed for them. Rows within 30 % when they were added, and rows that model "

@@ -538,6 +538,32 @@ def _swin_infer(batch: int) -> Setup:
                  device_iterations=128, amp=(0.3,), training=False, io_tiles=32, overlap_io=True, prefetch_depth=2)
 
 
+def _bytemlperf_resnet(batch: int, fp8: bool = False) -> Setup:
+    """ResNet-50 inference as ByteMLPerf's IPU backend runs it on one C600 (bytedance/ByteMLPerf
+    ``byte_mlperf/backends/IPU``: ``interact_infos/resnet50-torch-fp32.json``, ``compile_backend_ipu.py``,
+    ``engine_poprt.py``): torchvision's ResNet-50 exported to ONNX (batch norms folded), converted by PopRT
+    to fp16 with fp16 images from the host (``np.random.randn`` cast to the runner's input type), 64 IO
+    tiles with the streams overlapped, 128 batches per step, prefetch and stream buffering depth 2, the
+    backend's default half partials and availableMemoryProportion 0.6; ``fp8``: PopRT's FP8 conversion
+    (``fp8_configs``: F143 weights and inputs, scales -3), run as the zoo's ``fp8_convs``."""
+    params = dict(micro_batch=batch, with_loss=False, norm="folded")
+    if fp8:
+        params["fp8_convs"] = True
+    return Setup("resnet50", _params(**params), "c600", device_iterations=128, amp=(0.6,), training=False,
+                 io_tiles=64, overlap_io=True, prefetch_depth=2)
+
+
+def _bytemlperf_swin_large(batch: int) -> Setup:
+    """Swin-L inference at 384 x 384 as ByteMLPerf's IPU backend runs it on one C600
+    (``interact_infos/swin-large-torch-fp32.json``: Hugging Face's Swin-L, window 12, traced and converted
+    by PopRT to fp16 without remaps, availableMemoryProportion 0.2, 128 batches per step, prefetch and
+    stream buffering depth 2, no IO tiles, the 128-bit conv unit load and fast reduce), run as the zoo's
+    Swin-L (Graphcore's port) at that size."""
+    params = _params(micro_batch=batch, image_size=384, window=12, drop_path=0.0, with_loss=False)
+    return Setup("swin-large", params, "c600", device_iterations=128, amp=(0.2,), training=False, prefetch_depth=2,
+                 poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2])
+
+
 def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     """EfficientNet-B4 G16 training as Graphcore's TF1 CNN example runs it (graphcore/examples
     ``vision/cnns/tensorflow1/training``, configs.yml ``efficientnet_b4_g16_large_batch_size_high_throughput``
