@@ -41,6 +41,13 @@ Outputs: the logits (B, num_labels) and the loss; with ``with_loss=False`` the l
   (default False) checkpoints every block's output but the last, as the zoo's BERT does (what
   ``ipusim plan`` tries).
 
+- ``fp8_matmuls`` (a ``dtype="float16"`` model) runs the model as PopRT's Converter with ``precision`` fp8
+  converts it (ByteMLPerf's Swin-L): every layer with weights, the patch embedding's convolution, the
+  attention's QKV and output projections, the MLP, the patch mergings' reductions and the head, casts its
+  input to FP8 and keeps its weights in FP8, its result fp16; the attention's two products of activations
+  stay fp16. It needs an IPU with FP8 (the ``c600`` system), and half partials for the quarter AMP (with
+  float partials poplin casts the FP8 operands to fp16 on the tile).
+
 Not built: dropout (the configs' ``DROP_RATE`` and attention dropout are 0).
 """
 
@@ -52,7 +59,8 @@ from ._common import Params, Placement
 from .transformer import checkpointed_layers, layer_ipus
 
 _COMMON = dict(micro_batch=4, image_size=224, patch=4, window=7, mlp_ratio=4, num_labels=1000, drop_path=0.2,
-               layers_per_ipu=None, recompute_checkpoint_every_layer=False, with_loss=True, dtype="float16")
+               layers_per_ipu=None, recompute_checkpoint_every_layer=False, with_loss=True, dtype="float16",
+               fp8_matmuls=False)
 MODELS = {  # configs/configs.yaml MODEL.SWIN: EMBED_DIM, DEPTHS, NUM_HEADS (WINDOW_SIZE 7, PATCH_SIZE 4)
     "swin-tiny": dict(_COMMON, embed_dim=96, depths=[2, 2, 6, 2], heads=[3, 6, 12, 24]),
     "swin-base": dict(_COMMON, embed_dim=128, depths=[2, 2, 18, 2], heads=[4, 8, 16, 32]),
@@ -90,16 +98,23 @@ def _drop_path(b: GraphBuilder, x: str, rate: float, name: str) -> str:
         return b.mul(b.scale(x, 1.0 / (1.0 - rate)), mask)
 
 
-def _window_attention(b: GraphBuilder, x: str, heads: int, window: int, shift_windows: int) -> str:
+def _dense(b: GraphBuilder, x: str, features: int, fp8: bool, **kwargs) -> str:
+    """``b.linear``; with ``fp8`` its input cast to FP8 first (its weights in FP8, its result fp16)."""
+    if fp8:
+        x = b.cast(x, "float8", name=f"{kwargs.get('name', 'linear')}/to_fp8")
+    return b.linear(x, features, **kwargs)
+
+
+def _window_attention(b: GraphBuilder, x: str, heads: int, window: int, shift_windows: int, fp8: bool) -> str:
     """WindowAttention.forward on ``x`` (B_, N, C), N = window^2; ``shift_windows``: the windows per
-    image whose shifted mask is added (0: an unshifted block)."""
+    image whose shifted mask is added (0: an unshifted block); ``fp8``: its projections in FP8."""
     B_, N, C = b.shape(x)
     Np, d = -(-N // ALIGN) * ALIGN, C // heads
     # the port's masks exist for window 7 only; otherwise (1,) ones and zeros
     qkv_mask, pad_mask = ((Np, 3 * C), (Np, Np)) if window == 7 else ((1,), (1,))
     with b.scope("attn"):
         x = b.remap(_pad_to(b, x, 1, Np))
-        qkv = b.remap(b.linear(x, 3 * C, name="qkv"))
+        qkv = b.remap(_dense(b, x, 3 * C, fp8, name="qkv"))
         qkv = b.mul(qkv, b.constant("qkv_mask", qkv_mask))
         qkv = b.remap(qkv, inplace=True)
         qkv = _permute_remap(b, b.reshape(qkv, (B_, Np, 3, heads, d)), (2, 0, 3, 1, 4))  # (3, B_, heads, Np, d)
@@ -126,12 +141,14 @@ def _window_attention(b: GraphBuilder, x: str, heads: int, window: int, shift_wi
         probs = b.remap(probs, inplace=True)
         out = b.matmul(probs, v, name="context")  # (B_, heads, Np, d)
         out = b.reshape(b.transpose(out, (0, 2, 1, 3)), (B_, Np, C))
-        out = b.remap(b.linear(out, C, name="proj"))
+        out = b.remap(_dense(b, out, C, fp8, name="proj"))
         return b.slice(out, 1, 0, N)
 
 
-def _block(b: GraphBuilder, x: str, res: int, heads: int, window: int, shift: int, rate: float, mlp: int) -> str:
-    """SwinTransformerBlock.forward on ``x`` (B, res^2, C); ``rate``: its stochastic depth (both branches)."""
+def _block(b: GraphBuilder, x: str, res: int, heads: int, window: int, shift: int, rate: float, mlp: int,
+           fp8: bool) -> str:
+    """SwinTransformerBlock.forward on ``x`` (B, res^2, C); ``rate``: its stochastic depth (both branches);
+    ``fp8``: its linear layers in FP8."""
     B, L, C = b.shape(x)
     shortcut = x
     y = b.reshape(b.layernorm(x, EPS, name="norm1"), (B, res, res, C))
@@ -141,7 +158,7 @@ def _block(b: GraphBuilder, x: str, res: int, heads: int, window: int, shift: in
     n = res // window
     y = _permute_remap(b, b.reshape(y, (B, n, window, n, window, C)), (0, 1, 3, 2, 4, 5))  # window_partition
     y = _window_attention(b, b.reshape(y, (B * n * n, window * window, C)), heads, window,
-                          n * n if shift else 0)
+                          n * n if shift else 0, fp8)
     y = _permute_remap(b, b.reshape(y, (B, n, n, window, window, C)), (0, 1, 3, 2, 4, 5))  # window_reverse
     y = b.reshape(y, (B, res, res, C))
     if shift:  # the reverse roll (views)
@@ -151,17 +168,17 @@ def _block(b: GraphBuilder, x: str, res: int, heads: int, window: int, shift: in
     x = b.add(shortcut, _drop_path(b, y, rate, "drop_path_attn"))
     y = b.remap(b.layernorm(x, EPS, name="norm2"), inplace=True)
     with b.scope("mlp"):
-        y = b.linear(b.gelu(b.linear(y, mlp, name="fc1")), C, name="fc2")
+        y = _dense(b, b.gelu(_dense(b, y, mlp, fp8, name="fc1")), C, fp8, name="fc2")
     return b.add(x, _drop_path(b, b.remap(y), rate, "drop_path_mlp"))
 
 
-def _patch_merging(b: GraphBuilder, x: str, res: int) -> str:
-    """PatchMerging.forward: (B, res^2, C) -> (B, (res/2)^2, 2C)."""
+def _patch_merging(b: GraphBuilder, x: str, res: int, fp8: bool) -> str:
+    """PatchMerging.forward: (B, res^2, C) -> (B, (res/2)^2, 2C); ``fp8``: its reduction in FP8."""
     B, _, C = b.shape(x)
     with b.scope("downsample"):
         y = _permute_remap(b, b.reshape(x, (B, res // 2, 2, res // 2, 2, C)), (0, 1, 3, 4, 2, 5))
         y = b.layernorm(b.reshape(y, (B, (res // 2) ** 2, 4 * C)), EPS, name="norm")
-        return b.linear(y, 2 * C, bias=False, name="reduction")
+        return _dense(b, y, 2 * C, fp8, bias=False, name="reduction")
 
 
 def build(name: str, p: Params) -> Graph:
@@ -190,7 +207,9 @@ def build(name: str, p: Params) -> Graph:
         p.fail("drop_path", "expected a rate in [0, 1)")
     # torch.linspace(0, drop_path, blocks): each block's rate
     rates = [top * k / (blocks - 1) if blocks > 1 else 0.0 for k in range(blocks)]
-    with_loss, dtype = p.flag("with_loss"), p.dtype()
+    with_loss, dtype, fp8 = p.flag("with_loss"), p.dtype(), p.flag("fp8_matmuls")
+    if fp8 and dtype != "float16":
+        p.fail("fp8_matmuls", "converts a dtype='float16' model (PopRT's precision fp8); give dtype='float16'")
 
     b = GraphBuilder(name, dtype)
     place = Placement(b, block_ipu is not None)
@@ -199,7 +218,8 @@ def build(name: str, p: Params) -> Graph:
     targets = b.input("targets", (B, classes), "float32") if with_loss else None
 
     with place.on(0, "patch_embed"), b.scope("patch_embed"):
-        x = b.conv2d(images, C0, patch, patch, bias=True, name="proj")
+        x = b.conv2d(b.cast(images, "float8", name="proj/to_fp8") if fp8 else images, C0, patch, patch, bias=True,
+                     name="proj")
         x = _permute_remap(b, b.reshape(x, (B, C0, res0 * res0)), (0, 2, 1))
         x = b.layernorm(x, EPS, name="norm")
 
@@ -211,17 +231,17 @@ def build(name: str, p: Params) -> Graph:
             ipu = block_ipu[k]
             with place.on(ipu, f"layer{k}"), b.scope(f"layers{i}/blocks{j}"):
                 shift = win // 2 if j % 2 and res > window else 0
-                x = _block(b, b.remap(x), res, heads[i], win, shift, rates[k], ratio * C0 * 2 ** i)
+                x = _block(b, b.remap(x), res, heads[i], win, shift, rates[k], ratio * C0 * 2 ** i, fp8)
                 if k in checkpoints:
                     b.checkpoint(x)
             k += 1
         if i < len(depths) - 1:
             with place.on(ipu, f"layer{k - 1}"), b.scope(f"layers{i}"):
-                x = _patch_merging(b, x, res)
+                x = _patch_merging(b, x, res, fp8)
 
     with place.on(ipu, "head"), b.scope("head"):
         x = b.reduce(b.layernorm(x, EPS, name="norm"), [1], "reduce_mean", name="avgpool")
-        logits = b.linear(x, classes, name="head")
+        logits = _dense(b, x, classes, fp8, name="head")
         if not with_loss:
             b.output(logits)
             return b.graph

@@ -147,6 +147,29 @@ def test_the_zoo_resnet50_converts_as_poprt_fp8_with_the_stem_and_classifier_in_
         models.get("resnet50", dtype="float32", fp8_convs=True)
 
 
+def test_the_zoo_swin_converts_its_weighted_layers_to_fp8_and_keeps_attention_in_fp16():
+    """PopRT's precision fp8 on ByteMLPerf's Swin-L (models/swin.py fp8_matmuls): the patch embedding and every
+    linear layer (QKV, output projection, MLP, patch merging, head) take FP8 inputs and weights; the two
+    products of activations in each window's attention stay fp16; on the C600, with the half partials of
+    PopRT's compiler default (the quarter AMP gives no fp32 partials), the FP8 model is faster."""
+    import models
+    kw = dict(micro_batch=8, with_loss=False, drop_path=0.0, depths=[2, 2, 2, 2])
+    g = models.get("swin-tiny", fp8_matmuls=True, **kw)
+    weighted = [op for op in g.ops if op.kind in ("matmul", "conv2d") and g.tensors[op.inputs[1]].role == "weight"]
+    attention = [op for op in g.ops if op.kind == "matmul" and op not in weighted]
+    assert len(weighted) == 1 + 8 * 4 + 3 + 1 and len(attention) == 2 * 8
+    assert all(g.tensors[t].dtype == "float8" for op in weighted for t in op.inputs[:2])
+    assert all(g.tensors[op.outputs[0]].dtype == "float16" for op in weighted)
+    assert all(g.tensors[t].dtype == "float16" for op in attention for t in op.inputs[:2])
+    options = sim.Options().enableSyntheticData(True)
+    options.Precision.setPartialsType("half")
+    fp16 = sim.simulate(models.get("swin-tiny", **kw), "c600", options, training=False)
+    fp8 = sim.simulate(g, "c600", options, training=False)
+    assert fp8.cycle_count < 0.9 * fp16.cycle_count
+    with pytest.raises(sim.GraphError, match="fp8_matmuls.*dtype='float16'"):
+        models.get("swin-tiny", dtype="float32", fp8_matmuls=True)
+
+
 def test_training_an_fp8_model_is_refused_naming_the_backward_pass():
     import models
     with pytest.raises(sim.UnsupportedOpError, match=r"grad_input.*float16 and float8; poplin needs both of one "

@@ -210,6 +210,9 @@ DEPARTURES = {
     "bytemlperf-swin": "Hugging Face's Swin-L (swin-transformer-large.pt: 384 x 384, window 12, 1,000 classes [U]) "
                        "converted with enable_insert_remap false: run as the zoo's Swin-L, Graphcore's port, whose "
                        "permuted tensors are remapped (models/swin.py); its 144-token windows need no padding",
+    "bytemlperf-swin-fp8": "PopRT's Converter with precision fp8 and no fp8_skip_op_names (the backend's default "
+                           "fp8_params [U]): every layer with weights and the patch embedding in FP8, the attention's "
+                           "products of activations in fp16 [U] (models/swin.py fp8_matmuls)",
     "poprt-fp8": "RT examples/resnet50 README's row \"first conv and last gemm use fp16\" (PopRT's Converter with "
                  "precision fp8, fp8_params F143,F143,-3,-3, fp8_skip_op_names naming the stem conv and the Gemm; "
                  "the script's default also skips Conv_13, the README's next row): the zoo's fp8_convs, each other "
@@ -656,6 +659,8 @@ PUBLISHED_ROWS = [
       for bs, pub, asserted in ((4, 7966, True), (32, 18851, False))],
     Row("I19", "BM I19", "Swin-L inference fp16 (384 x 384, window 12), batch 2, 4 client threads", 315, "images/s",
         _bytemlperf_swin_large(2), True, ("bytemlperf", "bytemlperf-swin")),
+    Row("I19 fp8", "BM I19 fp8", "Swin-L inference FP8 (384 x 384, window 12), batch 4, 4 client threads", 480,
+        "images/s", _bytemlperf_swin_large(4, fp8=True), True, ("bytemlperf", "bytemlperf-swin", "bytemlperf-swin-fp8")),
     # sentence embeddings, 4 IPUs (optimum-graphcore's text-embeddings notebook)
     Row("I15", "OG I15", "E5-large (BERT-Large encoder) sentence embeddings fp16 (SL512), batch 2, 256 per step, "
         "4 replicas", 865, "sequences/s", _e5_infer(), True,

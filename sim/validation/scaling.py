@@ -83,4 +83,8 @@ SCALING = [
           "I16 bs8", "I16 bs1", False),
     Ratio("gpt2_xl_decode_8_24", "GPT2-XL greedy decode, 8 Mk2 IPUs sharded, batch 8 → 24", "PT I16 bs8 → bs24",
           "I16 bs24", "I16 bs8", True),
+    Ratio("resnet50_infer_fp16_to_fp8_bytemlperf_4", "ResNet-50 inference, batch 4, 4 client threads: fp16 → FP8",
+          "BM I17 bs4 → I18 bs4", "I18 bs4", "I17 bs4", True),
+    Ratio("swin_large_infer_fp16_to_fp8", "Swin-L inference at 384 x 384: fp16 batch 2 → FP8 batch 4",
+          "BM I19 → I19 fp8", "I19 fp8", "I19", True),
 ]

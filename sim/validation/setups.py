@@ -553,13 +553,13 @@ def _bytemlperf_resnet(batch: int, fp8: bool = False) -> Setup:
                  io_tiles=64, overlap_io=True, prefetch_depth=2)
 
 
-def _bytemlperf_swin_large(batch: int) -> Setup:
+def _bytemlperf_swin_large(batch: int, fp8: bool = False) -> Setup:
     """Swin-L inference at 384 x 384 as ByteMLPerf's IPU backend runs it on one C600
     (``interact_infos/swin-large-torch-fp32.json``: Hugging Face's Swin-L, window 12, traced and converted
     by PopRT to fp16 without remaps, availableMemoryProportion 0.2, 128 batches per step, prefetch and
     stream buffering depth 2, no IO tiles, the 128-bit conv unit load and fast reduce), run as the zoo's
-    Swin-L (Graphcore's port) at that size."""
-    params = _params(micro_batch=batch, image_size=384, window=12, drop_path=0.0, with_loss=False)
+    Swin-L (Graphcore's port) at that size; ``fp8``: PopRT's FP8 conversion, the zoo's ``fp8_matmuls``."""
+    params = _params(micro_batch=batch, image_size=384, window=12, drop_path=0.0, with_loss=False, fp8_matmuls=fp8)
     return Setup("swin-large", params, "c600", device_iterations=128, amp=(0.2,), training=False, prefetch_depth=2,
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2])
 
