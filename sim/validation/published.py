@@ -660,7 +660,8 @@ PUBLISHED_ROWS = [
     Row("I19", "BM I19", "Swin-L inference fp16 (384 x 384, window 12), batch 2, 4 client threads", 315, "images/s",
         _bytemlperf_swin_large(2), True, ("bytemlperf", "bytemlperf-swin")),
     Row("I19 fp8", "BM I19 fp8", "Swin-L inference FP8 (384 x 384, window 12), batch 4, 4 client threads", 480,
-        "images/s", _bytemlperf_swin_large(4, fp8=True), True, ("bytemlperf", "bytemlperf-swin", "bytemlperf-swin-fp8")),
+        "images/s", _bytemlperf_swin_large(4, fp8=True), True,
+        ("bytemlperf", "bytemlperf-swin", "bytemlperf-swin-fp8")),
     # sentence embeddings, 4 IPUs (optimum-graphcore's text-embeddings notebook)
     Row("I15", "OG I15", "E5-large (BERT-Large encoder) sentence embeddings fp16 (SL512), batch 2, 256 per step, "
         "4 replicas", 865, "sequences/s", _e5_infer(), True,
