@@ -18,11 +18,12 @@ import copy
 from sim.errors import GraphError
 from sim.graph import Graph
 
-from . import bert, conformer, efficientnet, gpt2, microbench, mlp, resnet, swin, unet, vit
+from . import bert, clip, conformer, efficientnet, gpt2, microbench, mlp, resnet, swin, unet, vit
 from ._common import Params
 
 _REGISTRY = {name: (family.build, defaults)
-             for family in (mlp, bert, gpt2, resnet, efficientnet, vit, swin, unet, conformer, microbench) for name, defaults in family.MODELS.items()}
+             for family in (mlp, bert, gpt2, resnet, efficientnet, vit, swin, clip, unet, conformer,
+                           microbench) for name, defaults in family.MODELS.items()}
 
 
 def names() -> list[str]:

@@ -20,7 +20,9 @@ PUBLISHED = {"bert-base": 110e6, "bert-large": 336e6}
 EXACT = {"gpt2-small": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
          "gpt2-xl": 1_557_611_200, "resnet50": 25_557_032, "vit-base-16": 86_567_656,
          "vit-large-16": 304_326_632, "resnext101": 44_177_704, "efficientnet-b0": 5_288_548,
-         "efficientnet-b4": 19_341_616}
+         "efficientnet-b4": 19_341_616,
+         # OpenAI clip's ViT-B/32 state dict has 151,277,313 values: these and its logit_scale, a constant here
+         "clip-vit-b-32": 151_277_312}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -246,3 +248,17 @@ def test_bert_mean_pool_head_is_a_sentence_embedding():
     assert {op.ipu for op in pool} == {1}
     with pytest.raises(Exception, match="mean_pool head has no loss"):
         models.get("bert-base", micro_batch=2, seq_len=128, head="mean_pool")
+
+
+def test_clip_scores_a_batch_of_images_against_its_texts():
+    """CLIP ViT-B/32 (models/clip.py): 50 image tokens through 12 blocks, 100 x 77 text tokens through 12 causal
+    blocks, one end-of-text row per text gathered, and both logits outputs."""
+    g = models.get("clip-vit-b-32", micro_batch=4)
+    outputs = [g.tensor(t).shape for t in g.outputs]
+    assert outputs == [(4, 100), (100, 4)]
+    scores = [op for op in g.ops if op.name.endswith("/scores")]
+    assert sorted({g.tensor(op.outputs[0]).shape for op in scores}) == [(4, 12, 50, 50), (100, 8, 77, 77)]
+    assert sum(op.name.startswith("text/") for op in scores) == 12
+    assert [op.kind for op in g.ops if op.name.startswith("text/eot/")] == ["reduce_max", "add", "reshape", "gather"]
+    with pytest.raises(GraphError, match="patch"):
+        models.get("clip-vit-b-32", patch=30)

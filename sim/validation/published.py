@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from ..errors import OutOfMemoryError
 from .runner import _outcome
 from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _bytemlperf_resnet,
-                     _bytemlperf_swin_large, _conformer_train, _e5_infer, _effnet_train, _gpt2_decode,
+                     _bytemlperf_swin_large, _clip_infer, _conformer_train, _e5_infer, _effnet_train, _gpt2_decode,
                      _optimum_lm_train, _optimum_squad_train, _packed_bert, _resnet_infer,
                      _resnet_train, _resnext_train, _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train,
                      _vit_infer, _vit_train)
@@ -194,6 +194,11 @@ DEPARTURES = {
                  "Poplar's default float partials (the AMP at half rate, 8 conv units) the simulator gives 1,824 and "
                  "2,368 images/s (-30 %, -24 %)",
     "poprt-depth": "stream_buffering_depth 2, as the benchmark script",
+    "poprt-clip": "RT benchmarks/CLIP (README, export_onnx.py, poprt_run.py at 7487d65): OpenAI's CLIP ViT-B/32 "
+                  "exported whole, so every call also encodes the same 100 texts of 77 tokens; throughput is the batch "
+                  "over the mean time of 100 asynchronous execute calls; hardware not named: run on the C600 as the "
+                  "other PopRT rows (poprt) [U]; the Converter's remaps (enable_insert_remap) are not modelled and "
+                  "the partials type is not set (half [U])",
     "bytemlperf": "ByteMLPerf's IPU report (bytedance/ByteMLPerf byte_mlperf/reports/IPU/*/result*.json, a C600 in a "
                   "host with Xeon Gold 6342 CPUs): QPS is 4 client threads' batches over the wall time of their "
                   "synchronous execute() calls of one batch each (engine_poprt.py benchmark), the device loop of 128 "
@@ -662,6 +667,10 @@ PUBLISHED_ROWS = [
     Row("I19 fp8", "BM I19 fp8", "Swin-L inference FP8 (384 x 384, window 12), batch 4, 4 client threads", 480,
         "images/s", _bytemlperf_swin_large(4, fp8=True), True,
         ("bytemlperf", "bytemlperf-swin", "bytemlperf-swin-fp8")),
+    # CLIP ViT-B/32 inference, one IPU (PopRT)
+    *[Row(f"I22 bs{bs}", f"RT I22 bs{bs}", f"CLIP ViT-B/32 inference fp16, batch {bs} against 100 texts, 128 batches "
+          "per step", pub, "images/s", _clip_infer(bs), True, ("poprt-clip",))
+      for bs, pub in ((32, 2814.468), (56, 4076.631))],
     # sentence embeddings, 4 IPUs (optimum-graphcore's text-embeddings notebook)
     Row("I15", "OG I15", "E5-large (BERT-Large encoder) sentence embeddings fp16 (SL512), batch 2, 256 per step, "
         "4 replicas", 865, "sequences/s", _e5_infer(), True,

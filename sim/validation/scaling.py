@@ -85,6 +85,8 @@ SCALING = [
           "I16 bs24", "I16 bs8", True),
     Ratio("resnet50_infer_fp16_to_fp8_bytemlperf_4", "ResNet-50 inference, batch 4, 4 client threads: fp16 → FP8",
           "BM I17 bs4 → I18 bs4", "I18 bs4", "I17 bs4", True),
+    Ratio("clip_vit_b32_infer_32_56", "CLIP ViT-B/32 inference, batch 32 → 56 (100 texts a call)",
+          "RT I22 bs32 → bs56", "I22 bs56", "I22 bs32", True),
     Ratio("swin_large_infer_fp16_to_fp8", "Swin-L inference at 384 x 384: fp16 batch 2 → FP8 batch 4",
           "BM I19 → I19 fp8", "I19 fp8", "I19", True),
 ]

@@ -564,6 +564,16 @@ def _bytemlperf_swin_large(batch: int, fp8: bool = False) -> Setup:
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2])
 
 
+def _clip_infer(batch: int) -> Setup:
+    """CLIP ViT-B/32 as PopRT's CLIP benchmark runs it on one IPU (RT ``benchmarks/CLIP``, 7487d65:
+    ``export_onnx.py``, ``poprt_run.py``): OpenAI's model exported whole (``model(image, text)``), ``batch``
+    fp16 images and the same 100 texts of 77 tokens each call, converted to fp16 with remaps inserted, 128
+    batches per step, availableMemoryProportion 0.2, the non-stable softmax, prefetch and stream buffering
+    depth 2, no IO tiles; the partials type is not set (half, as the other PopRT rows [U])."""
+    return Setup("clip-vit-b-32", _params(micro_batch=batch), "c600", device_iterations=128, amp=(0.2,),
+                 training=False, prefetch_depth=2, non_stable_softmax=True)
+
+
 def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     """EfficientNet-B4 G16 training as Graphcore's TF1 CNN example runs it (graphcore/examples
     ``vision/cnns/tensorflow1/training``, configs.yml ``efficientnet_b4_g16_large_batch_size_high_throughput``
