@@ -22,7 +22,7 @@ image (B, texts) and per text (texts, B). Inference only.
 - Both features divided by their L2 norms; logits = exp(logit_scale) (a constant at inference) x
   image features @ text featuresᵀ, and their transpose per text.
 
-``vit-b-32`` is OpenAI's ``ViT-B/32`` (151.3 M parameters): 224 x 224 images, patch 32, a 768-wide
+``clip-vit-b-32`` is OpenAI's ``ViT-B/32`` (151.3 M parameters): 224 x 224 images, patch 32, a 768-wide
 12-layer image encoder of 12 heads, a 512-wide 12-layer text encoder of 8 heads over 77 tokens, a
 49,408-token vocabulary, 512-wide joint features; ``texts`` is how many texts one call scores (100 in
 PopRT's benchmark).
