@@ -105,6 +105,12 @@ def split_points(p: Params, order: list[str], spell=lambda s: s) -> list[str]:
     return splits
 
 
+def l2_normalised(b: GraphBuilder, x: str, name: str = "normalised") -> str:
+    """``x / x.norm(dim=-1, keepdim=True)``: the square root of the last axis's sum of squares, then a divide."""
+    norm = b.unary("sqrt", b.reduce(b.mul(x, x), [-1], keepdims=True, name="square_sum"))
+    return b.div(x, norm, name=name)
+
+
 def image_inputs(b: GraphBuilder, p: Params, size: int) -> tuple[str, str | None]:
     """A classifier's inputs: ``images`` ((B, 3, size, size); streamed as uint8 and cast on the IPU
     with ``eight_bit_io``, as Graphcore's CNN configs do) and, with ``with_loss``, the int32

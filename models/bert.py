@@ -82,7 +82,7 @@ from sim.errors import GraphError
 from sim.graph import Graph, GraphBuilder
 from sim.graph.ir import canonical_dtype
 
-from ._common import Params, Placement
+from ._common import Params, Placement, l2_normalised
 from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_positions=512,
@@ -177,8 +177,7 @@ def build(name: str, p: Params) -> Graph:
             weights = b.cast(attn_mask, c["dtype"])
             summed = b.reduce(b.mul(x, b.reshape(weights, (B, S, 1))), [1], name="masked_sum")
             pooled = b.div(summed, b.reduce(weights, [1], keepdims=True, name="tokens"))
-            norm = b.unary("sqrt", b.reduce(b.mul(pooled, pooled), [1], keepdims=True, name="square_sum"))
-            b.output(b.div(pooled, norm, name="normalised"))
+            b.output(l2_normalised(b, pooled))
         return b.graph
     if head == "squad":
         positions = b.input("positions", (B, 2), "int32") if with_loss else None

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from sim.graph import Graph, GraphBuilder
 
-from ._common import Params
+from ._common import Params, l2_normalised
 from .transformer import attention
 
 MODELS = {  # clip/model.py build_model for ViT-B/32 (its state dict's shapes)
@@ -54,12 +54,6 @@ def _block(b: GraphBuilder, x: str, heads: int, mask: str | None) -> str:
         y = b.mul(y, b.sigmoid(b.scale(y, QUICK_GELU)), name="quick_gelu")
         y = b.linear(y, width, name="c_proj")
     return b.add(x, y)
-
-
-def _normalised(b: GraphBuilder, x: str) -> str:
-    """``x / x.norm(dim=-1, keepdim=True)``."""
-    norm = b.unary("sqrt", b.reduce(b.mul(x, x), [-1], keepdims=True, name="sum_squares"), name="norm")
-    return b.div(x, norm)
 
 
 def build(name: str, p: Params) -> Graph:
@@ -107,7 +101,7 @@ def build(name: str, p: Params) -> Graph:
         features = b.matmul(x, b.weight("text_projection", (tw, embed)), name="text_projection")
 
     with b.scope("logits"):
-        image, features = _normalised(b, image), _normalised(b, features)
+        image, features = l2_normalised(b, image), l2_normalised(b, features)
         per_image = b.scale(b.matmul(image, b.transpose(features, (1, 0)), name="similarity"), 100.0)
         b.output(per_image, b.transpose(per_image, (1, 0), name="per_text"))
     return b.graph

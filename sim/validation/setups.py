@@ -339,12 +339,13 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
-                  io_tiles: int = 32, prefetch_depth: int = 1, fp8: bool = False) -> Setup:
+                  io_tiles: int = 32, prefetch_depth: int = 1, fp8: bool = False, eight_bit_io: bool = True) -> Setup:
     """ResNet-50 inference as PopRT runs it on one C600 IPU: the classifier without labels or loss,
     batch norm folded into the convolutions (as the exported ONNX model has it), uint8 images
-    normalised on the IPU, half partials in fp16, 32 IO tiles with every stream
-    overlapped (real data) or synthetic data; ``fp8``: every convolution but the stem's in FP8."""
-    params = dict(micro_batch=batch, eight_bit_io=True, with_loss=False, norm="folded")
+    normalised on the IPU (``eight_bit_io``; else images of the model's dtype), half partials in fp16, 32 IO
+    tiles with every stream overlapped (real data) or synthetic data; ``fp8``: every convolution but the
+    stem's in FP8."""
+    params = dict(micro_batch=batch, eight_bit_io=eight_bit_io, with_loss=False, norm="folded")
     if dtype != "float16":
         params["dtype"] = dtype
     if fp8:
@@ -546,11 +547,7 @@ def _bytemlperf_resnet(batch: int, fp8: bool = False) -> Setup:
     tiles with the streams overlapped, 128 batches per step, prefetch and stream buffering depth 2, the
     backend's default half partials and availableMemoryProportion 0.6; ``fp8``: PopRT's FP8 conversion
     (``fp8_configs``: F143 weights and inputs, scales -3), run as the zoo's ``fp8_convs``."""
-    params = dict(micro_batch=batch, with_loss=False, norm="folded")
-    if fp8:
-        params["fp8_convs"] = True
-    return Setup("resnet50", _params(**params), "c600", device_iterations=128, amp=(0.6,), training=False,
-                 io_tiles=64, overlap_io=True, prefetch_depth=2)
+    return _resnet_infer(batch, device_iterations=128, io_tiles=64, prefetch_depth=2, fp8=fp8, eight_bit_io=False)
 
 
 def _bytemlperf_swin_large(batch: int, fp8: bool = False) -> Setup:
