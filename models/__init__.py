@@ -5,9 +5,9 @@
     >>> models.names()[:3]
     ['mlp', 'bert-base', 'bert-large']
 
-Each family module (``mlp``, ``bert``, ``gpt2``, ``resnet``, ``efficientnet``, ``vit``, ``swin``, ``unet``, ``conformer``) holds
-``MODELS`` (name → default parameters) and ``build(name, params)``. Unknown names and unknown or
-invalid parameters raise
+Each family module (``mlp``, ``bert``, ``gpt2``, ``resnet``, ``efficientnet``, ``vit``, ``swin``, ``clip``,
+``roformer``, ``unet``, ``conformer``) holds ``MODELS`` (name → default parameters) and
+``build(name, params)``. Unknown names and unknown or invalid parameters raise
 :class:`sim.errors.GraphError` naming what is wrong and what is valid.
 """
 
@@ -18,12 +18,12 @@ import copy
 from sim.errors import GraphError
 from sim.graph import Graph
 
-from . import bert, clip, conformer, efficientnet, gpt2, microbench, mlp, resnet, swin, unet, vit
+from . import bert, clip, conformer, efficientnet, gpt2, microbench, mlp, resnet, roformer, swin, unet, vit
 from ._common import Params
 
 _REGISTRY = {name: (family.build, defaults)
-             for family in (mlp, bert, gpt2, resnet, efficientnet, vit, swin, clip, unet, conformer,
-                           microbench) for name, defaults in family.MODELS.items()}
+             for family in (mlp, bert, gpt2, resnet, efficientnet, vit, swin, clip, roformer, unet,
+                           conformer, microbench) for name, defaults in family.MODELS.items()}
 
 
 def names() -> list[str]:

@@ -250,6 +250,28 @@ def test_bert_mean_pool_head_is_a_sentence_embedding():
         models.get("bert-base", micro_batch=2, seq_len=128, head="mean_pool")
 
 
+def test_roformer_v2_small_as_junnyu_builds_it():
+    """RoFormer-V2 small (models/roformer.py): 15,374,210 parameters (word 12,000 x 384 and token-type 2 x 384
+    embeddings, 6 bias-free layers of 4 x 384² + 2 x 384 x 1,536, the head's 384² + 384 and 384 x 2 + 2); Q and K
+    rotated in every layer, V not; 13 gain-free norms; ``pre_scale`` moves the score scale onto Q."""
+    g = models.get("roformer-v2-small", micro_batch=3)
+    assert g.num_parameters() == 12000 * 384 + 2 * 384 + 6 * (4 * 384 ** 2 + 2 * 384 * 1536) + 384 ** 2 + 384 + 770
+    assert [g.tensor(t).shape for t in g.outputs] == [(3, 2)]
+    names = [op.name for op in g.ops]
+    assert sum(n.endswith("rotary_query/stack") for n in names) == 6
+    assert sum(n.endswith("rotary_key/stack") for n in names) == 6
+    assert not any("rotary_value" in n for n in names)
+    assert sum(n.endswith("/sqrt") for n in names) == 13
+    encoder_weights = [t for op in g.ops if op.name.startswith("encoder/") for t in op.inputs
+                       if g.tensor(t).role == "weight"]
+    assert len(encoder_weights) == 6 * 6  # Q, K, V, output, and the FFN's two: no biases
+    scaled = models.get("roformer-v2-small", pre_scale=True)
+    assert [scaled.tensor(op.outputs[0]).shape for op in scaled.ops if op.name.endswith("attention/pre_scale")] == \
+        [(1, 6, 128, 64)] * 6
+    with pytest.raises(GraphError, match="heads"):
+        models.get("roformer-v2-small", heads=5)
+
+
 def test_clip_scores_a_batch_of_images_against_its_texts():
     """CLIP ViT-B/32 (models/clip.py): 50 image tokens through 12 blocks, 100 x 77 text tokens through 12 causal
     blocks, one end-of-text row per text gathered, and both logits outputs."""

@@ -13,7 +13,7 @@ from .runner import _outcome
 from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _bytemlperf_resnet,
                      _bytemlperf_swin_large, _clip_infer, _conformer_train, _e5_infer, _effnet_train, _gpt2_decode,
                      _optimum_lm_train, _optimum_squad_train, _packed_bert, _resnet_infer,
-                     _resnet_train, _resnext_train, _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train,
+                     _resnet_train, _roformer_infer, _resnext_train, _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train,
                      _vit_infer, _vit_train)
 
 
@@ -199,6 +199,15 @@ DEPARTURES = {
                   "over the mean time of 100 asynchronous execute calls; hardware not named: run on the C600 as the "
                   "other PopRT rows (poprt) [U]; the Converter's remaps (enable_insert_remap) are not modelled and "
                   "the partials type is not set (half [U])",
+    "poprt-roformer": "RT benchmarks/RoformerV2 (README, export_onnx.py, poprt_run.py at 77e7d66): JunnYu's "
+                      "RoFormerForSequenceClassification with junnyu/roformer_v2_chinese_char_small (the zoo's "
+                      "roformer-v2-small) exported to ONNX at 128 tokens, int64 inputs converted to int32 on the "
+                      "host; throughput is the batch over the mean time of 100 asynchronous execute calls of one "
+                      "batch each (batches_per_step unset: 1); hardware not named: run on the C600 as the other "
+                      "PopRT rows (poprt) [U]; the partials type and availableMemoryProportion are not set (half "
+                      "[U], 0.6); at batch 64 and 356 the Converter's matmul_rotary_embedding pass (not modelled: "
+                      "the rotary priced as exported, its element-wise ops on the even and odd features) and at 356 "
+                      "its pre_scale pass (modelled: the score scale moved onto Q)",
     "bytemlperf": "ByteMLPerf's IPU report (bytedance/ByteMLPerf byte_mlperf/reports/IPU/*/result*.json, a C600 in a "
                   "host with Xeon Gold 6342 CPUs): QPS is 4 client threads' batches over the wall time of their "
                   "synchronous execute() calls of one batch each (engine_poprt.py benchmark), the device loop of 128 "
@@ -382,6 +391,7 @@ _I3 = {1: 1796, 2: 2356, 4: 2957, 8: 3377, 16: 3903}
 # FP8, the stem convolution and the classifier in fp16: synthetic (I4) and real data with overlapped IO (I12)
 _I4 = {1: 4126, 2: 6499, 4: 9334, 8: 13313, 16: 16334, 32: 19667, 64: 22886, 90: 24962, 96: 23695}
 _I13 = {8: 2600, 32: 3109}  # RT benchmarks/ViT README, "Tput"
+_I23 = {1: 2783.067, 64: 29799.144, 356: 42643.069}  # RT benchmarks/RoformerV2 README, "Tput"
 _I16 = {1: 840, 8: 3139, 16: 4043, 24: 4858}  # PT examples/gpt2/benchmark.md, 8x MK2 "Throughput(token/s)"
 _I12 = {1: 3997, 2: 6314, 4: 8749, 8: 12476, 16: 15554, 32: 18705, 64: 21525, 90: 23500, 96: 22295}
 # within 25 % when added (2026-11-23): the larger batches meet the simulator's host-IO cap [poprt-fp8-io]
@@ -671,6 +681,9 @@ PUBLISHED_ROWS = [
     *[Row(f"I22 bs{bs}", f"RT I22 bs{bs}", f"CLIP ViT-B/32 inference fp16, batch {bs} against 100 texts, 128 batches "
           "per step", pub, "images/s", _clip_infer(bs), True, ("poprt-clip",))
       for bs, pub in ((32, 2814.468), (56, 4076.631))],
+    *[Row(f"I23 bs{bs}", f"RT I23 bs{bs}", f"RoFormer-V2 small sequence classification fp16 (SL128), batch {bs}, "
+          "1 batch per step", pub, "sequences/s", _roformer_infer(bs), bs != 1, ("poprt-roformer",))
+      for bs, pub in _I23.items()],
     # sentence embeddings, 4 IPUs (optimum-graphcore's text-embeddings notebook)
     Row("I15", "OG I15", "E5-large (BERT-Large encoder) sentence embeddings fp16 (SL512), batch 2, 256 per step, "
         "4 replicas", 865, "sequences/s", _e5_infer(), True,

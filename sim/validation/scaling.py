@@ -87,6 +87,10 @@ SCALING = [
           "BM I17 bs4 → I18 bs4", "I18 bs4", "I17 bs4", True),
     Ratio("clip_vit_b32_infer_32_56", "CLIP ViT-B/32 inference, batch 32 → 56 (100 texts a call)",
           "RT I22 bs32 → bs56", "I22 bs56", "I22 bs32", True),
+    Ratio("roformer_v2_infer_1_64", "RoFormer-V2 small inference, batch 1 → 64 (1 batch per step)",
+          "RT I23 bs1 → bs64", "I23 bs64", "I23 bs1", False),
+    Ratio("roformer_v2_infer_64_356", "RoFormer-V2 small inference, batch 64 → 356 (1 batch per step)",
+          "RT I23 bs64 → bs356", "I23 bs356", "I23 bs64", True),
     Ratio("swin_large_infer_fp16_to_fp8", "Swin-L inference at 384 x 384: fp16 batch 2 → FP8 batch 4",
           "BM I19 → I19 fp8", "I19 fp8", "I19", True),
 ]

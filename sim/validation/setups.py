@@ -571,6 +571,16 @@ def _clip_infer(batch: int) -> Setup:
                  training=False, prefetch_depth=2, non_stable_softmax=True)
 
 
+
+def _roformer_infer(batch: int) -> Setup:
+    """RoFormer-V2 small sequence classification as PopRT's RoformerV2 benchmark runs it on one IPU (RT
+    ``benchmarks/RoformerV2``, 77e7d66: ``export_onnx.py``, ``poprt_run.py``): ``junnyu/roformer_v2_chinese_char_small``
+    exported to ONNX, ``batch`` sequences of 128 int32 tokens, converted to fp16 (with ``pre_scale`` at batch
+    356), the compiler's defaults but stream buffering depth 2: one batch per step, no IO tiles,
+    availableMemoryProportion 0.6; the partials type is not set (half, as the other PopRT rows [U])."""
+    return Setup("roformer-v2-small", _params(micro_batch=batch, pre_scale=batch == 356), "c600",
+                 device_iterations=1, training=False, prefetch_depth=2)
+
 def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     """EfficientNet-B4 G16 training as Graphcore's TF1 CNN example runs it (graphcore/examples
     ``vision/cnns/tensorflow1/training``, configs.yml ``efficientnet_b4_g16_large_batch_size_high_throughput``
