@@ -26,6 +26,13 @@ image (B, texts) and per text (texts, B). Inference only.
 12-layer image encoder of 12 heads, a 512-wide 12-layer text encoder of 8 heads over 77 tokens, a
 49,408-token vocabulary, 512-wide joint features; ``texts`` is how many texts one call scores (100 in
 PopRT's benchmark).
+
+``clip-text-vit-l-14`` is the text encoder alone as Hugging Face's ``CLIPTextModel`` builds it
+(``modeling_clip.py``; Stable Diffusion v1's ``text_encoder``, ``openai/clip-vit-large-patch14``'s text
+tower: 123.06 M parameters): 77 tokens of width 768 through 12 causal layers of 12 heads with three
+projections Q, K, V (Q scaled before the scores' matmul), QuickGELU MLPs 4x wide, ``final_layer_norm``;
+outputs the last hidden state (B, 77, 768) and the pooled end-of-text rows (B, 768), no projection.
+Input: ``input_ids`` (int32, (B, context)).
 """
 
 from __future__ import annotations
@@ -40,6 +47,11 @@ MODELS = {  # clip/model.py build_model for ViT-B/32 (its state dict's shapes)
                           vision_layers=12, vision_heads=12, text_width=512, text_layers=12, text_heads=8,
                           vocab=49408, embed_dim=512, dtype="float16"),
 }
+TEXT_MODELS = {  # transformers' CLIPTextConfig of openai/clip-vit-large-patch14
+    "clip-text-vit-l-14": dict(micro_batch=1, context=77, text_width=768, text_layers=12, text_heads=12,
+                               vocab=49408, dtype="float16"),
+}
+MODELS.update(TEXT_MODELS)
 EPS = 1e-5  # nn.LayerNorm's default, which clip/model.py's LayerNorm keeps
 CHANNELS = 3  # RGB images
 QUICK_GELU = 1.702  # QuickGELU: x * sigmoid(1.702 x)
@@ -48,15 +60,52 @@ QUICK_GELU = 1.702  # QuickGELU: x * sigmoid(1.702 x)
 def _block(b: GraphBuilder, x: str, heads: int, mask: str | None) -> str:
     """ResidualAttentionBlock: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
     x = b.add(x, attention(b, b.layernorm(x, EPS, name="ln_1"), heads, mask, name="attn"))
+    return b.add(x, _mlp(b, b.layernorm(x, EPS, name="ln_2")))
+
+
+def _mlp(b: GraphBuilder, x: str) -> str:
+    """Linear 4x wide, QuickGELU (x * sigmoid(1.702 x)), linear back."""
     width = b.shape(x)[-1]
     with b.scope("mlp"):
-        y = b.linear(b.layernorm(x, EPS, name="ln_2"), 4 * width, name="c_fc")
+        y = b.linear(x, 4 * width, name="c_fc")
         y = b.mul(y, b.sigmoid(b.scale(y, QUICK_GELU)), name="quick_gelu")
-        y = b.linear(y, width, name="c_proj")
-    return b.add(x, y)
+        return b.linear(y, width, name="c_proj")
+
+
+def _end_of_text_rows(b: GraphBuilder, x: str, ids: str) -> str:
+    """``x[arange(B), ids.argmax(-1)]``: one flat index per text, then one gather of B rows."""
+    batch, context, width = b.shape(x)
+    with b.scope("eot"):
+        eot = b.reduce(ids, [-1], "reduce_max", name="argmax")  # priced as the max it searches for
+        row = b.add(eot, b.constant("row_offsets", (batch,), "int32"), name="flat_index")
+        return b.embedding(row, b.reshape(x, (batch * context, width)), name="gather")
+
+
+def _build_text(name: str, p: Params) -> Graph:
+    """Hugging Face's CLIPTextModel: the last hidden state and the pooled end-of-text rows."""
+    B, context = p.int("micro_batch"), p.int("context")
+    width, layers, heads, vocab = p.int("text_width"), p.int("text_layers"), p.int("text_heads"), p.int("vocab")
+    if width % heads:
+        p.fail("text_heads", f"must divide its width {width}")
+    b = GraphBuilder(name, p.dtype())
+    ids = b.input("input_ids", (B, context), "int32")
+    with b.scope("embeddings"):
+        x = b.add(b.embedding(ids, b.weight("token_embedding", (vocab, width))),
+                  b.weight("position_embedding", (context, width)))
+    causal = b.constant("causal_mask", (1, 1, context, context))  # -inf above the diagonal
+    for i in range(layers):
+        with b.scope(f"encoder/layers{i}"):
+            x = b.add(x, attention(b, b.layernorm(x, EPS, name="layer_norm1"), heads, causal, name="self_attn",
+                                   split_qkv=True, pre_scale=True))
+            x = b.add(x, _mlp(b, b.layernorm(x, EPS, name="layer_norm2")))
+    x = b.layernorm(x, EPS, name="final_layer_norm")
+    b.output(x, _end_of_text_rows(b, x, ids))
+    return b.graph
 
 
 def build(name: str, p: Params) -> Graph:
+    if name in TEXT_MODELS:
+        return _build_text(name, p)
     B, texts, context = p.int("micro_batch"), p.int("texts"), p.int("context")
     size, patch = p.int("image_size"), p.int("patch")
     if size % patch:
@@ -93,11 +142,7 @@ def build(name: str, p: Params) -> Graph:
         for i in range(tl):
             with b.scope(f"transformer/resblocks{i}"):
                 x = _block(b, x, th, causal)
-        x = b.layernorm(x, EPS, name="ln_final")
-        with b.scope("eot"):  # x[arange(texts), text.argmax(-1)]: one flat index per text
-            eot = b.reduce(text, [-1], "reduce_max", name="argmax")  # priced as the max it searches for
-            row = b.add(eot, b.constant("row_offsets", (texts,), "int32"), name="flat_index")
-            x = b.embedding(row, b.reshape(x, (texts * context, tw)), name="gather")
+        x = _end_of_text_rows(b, b.layernorm(x, EPS, name="ln_final"), text)
         features = b.matmul(x, b.weight("text_projection", (tw, embed)), name="text_projection")
 
     with b.scope("logits"):

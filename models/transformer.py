@@ -15,7 +15,7 @@ from ._common import Params
 
 def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
               dropout: float = 0.0, name: str = "attention", probs_dropout: float | None = None,
-              split_qkv: bool = False, split_qkv_weights: bool = False) -> str:
+              split_qkv: bool = False, split_qkv_weights: bool = False, pre_scale: bool = False) -> str:
     """Multi-head self-attention with one fused QKV projection [h, 3h], as Graphcore's BERT, or
     with ``split_qkv`` three projections [h, h] (``query``, ``key``, ``value``: Hugging Face's
     layout, which Graphcore's ViT keeps). ``split_qkv_weights``: the fused projection with its
@@ -26,6 +26,8 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
     ``mask`` is added to the scores (broadcast to (batch, heads, seq, seq)). Returns the output
     projection (after dropout), before the residual add. ``probs_dropout`` is the dropout of the
     attention probabilities (Hugging Face's ``attention_probs_dropout_prob``); None: ``dropout``.
+    ``pre_scale``: Q is scaled by 1/sqrt(head_dim) before the scores' matmul (Hugging Face's CLIP
+    attention, PopRT's ``pre_scale`` pass) instead of the scores after it.
     """
     probs_dropout = dropout if probs_dropout is None else probs_dropout
     batch, seq, hidden = b.shape(x)
@@ -42,7 +44,11 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
         q = split(0, (0, 2, 1, 3), "q")   # (B, heads, S, d)
         k = split(1, (0, 2, 3, 1), "k")   # (B, heads, d, S)
         v = split(2, (0, 2, 1, 3), "v")   # (B, heads, S, d)
-        scores = b.scale(b.matmul(q, k, name="scores"), 1.0 / math.sqrt(d))
+        if pre_scale:
+            q = b.scale(q, 1.0 / math.sqrt(d), name="pre_scale")
+        scores = b.matmul(q, k, name="scores")
+        if not pre_scale:
+            scores = b.scale(scores, 1.0 / math.sqrt(d))
         if mask is not None:
             scores = b.add(scores, mask, name="mask")
         probs = b.softmax(scores)

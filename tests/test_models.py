@@ -22,7 +22,9 @@ EXACT = {"gpt2-small": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 77
          "vit-large-16": 304_326_632, "resnext101": 44_177_704, "efficientnet-b0": 5_288_548,
          "efficientnet-b4": 19_341_616,
          # OpenAI clip's ViT-B/32 state dict has 151,277,313 values: these and its logit_scale, a constant here
-         "clip-vit-b-32": 151_277_312}
+         "clip-vit-b-32": 151_277_312,
+         # transformers' CLIPTextModel of openai/clip-vit-large-patch14 (Stable Diffusion v1's text encoder)
+         "clip-text-vit-l-14": 123_060_480}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -248,6 +250,19 @@ def test_bert_mean_pool_head_is_a_sentence_embedding():
     assert {op.ipu for op in pool} == {1}
     with pytest.raises(Exception, match="mean_pool head has no loss"):
         models.get("bert-base", micro_batch=2, seq_len=128, head="mean_pool")
+
+
+def test_clip_text_encoder_as_transformers_builds_it():
+    """CLIP ViT-L/14's text tower (CLIPTextModel): 12 causal layers with three projections and Q scaled before the
+    scores' matmul, the last hidden state and one pooled end-of-text row per text."""
+    g = models.get("clip-text-vit-l-14", micro_batch=4)
+    assert [g.tensor(t).shape for t in g.outputs] == [(4, 77, 768), (4, 768)]
+    kinds = {op.name: op.kind for op in g.ops}
+    assert sum(n.endswith("self_attn/pre_scale") for n in kinds) == 12
+    assert not any(n.endswith("self_attn/scale") for n in kinds)
+    assert sum(n.endswith(("self_attn/query/matmul", "self_attn/key/matmul", "self_attn/value/matmul"))
+               for n in kinds) == 36
+    assert [k for n, k in kinds.items() if n.startswith("eot/")] == ["reduce_max", "add", "reshape", "gather"]
 
 
 def test_roformer_v2_small_as_junnyu_builds_it():

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from ..errors import OutOfMemoryError
 from .runner import _outcome
 from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _bytemlperf_resnet,
-                     _bytemlperf_swin_large, _clip_infer, _conformer_train, _e5_infer, _effnet_train, _gpt2_decode,
+                     _bytemlperf_clip_text, _bytemlperf_swin_large, _clip_infer, _conformer_train, _e5_infer, _effnet_train, _gpt2_decode,
                      _optimum_lm_train, _optimum_squad_train, _packed_bert, _resnet_infer,
                      _resnet_train, _roformer_infer, _resnext_train, _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train,
                      _vit_infer, _vit_train)
@@ -213,6 +213,12 @@ DEPARTURES = {
                   "synchronous execute() calls of one batch each (engine_poprt.py benchmark), the device loop of 128 "
                   "batches taking a queued request each iteration: run as one call of 128 batches; the clients' "
                   "host threads are not modelled",
+    "bytemlperf-clip": "ByteMLPerf's clip-onnx-fp32 is Stable Diffusion's text encoder (model_zoo/clip-onnx-fp32.json: "
+                       "sota/stable_diffusion/clip-text-encoder.onnx, outputs last_hidden_state and pooler_output, "
+                       "input_ids [B, 77] int32); the version is not named: v1's CLIP ViT-L/14 text tower (123 M "
+                       "parameters) is taken, as v2's OpenCLIP-H text tower (23 layers of width 1,024) would need more "
+                       "than the C600's peak at the published batch-40 rate [U]; rearrange_anchors_on_host and "
+                       "group_host_sync are not modelled",
     "bytemlperf-io": "fp16 images, 301 KB each, from the host: from batch 32 the simulator's rate stops at the "
                      "host's stream-buffer fill (host_prepare_bytes_per_s, 3.48 GB/s, fitted on an IPU-M2000 host "
                      "and carried over to the C600's host), where the published figure needs the host to deliver "
@@ -684,6 +690,9 @@ PUBLISHED_ROWS = [
     *[Row(f"I23 bs{bs}", f"RT I23 bs{bs}", f"RoFormer-V2 small sequence classification fp16 (SL128), batch {bs}, "
           "1 batch per step", pub, "sequences/s", _roformer_infer(bs), bs != 1, ("poprt-roformer",))
       for bs, pub in _I23.items()],
+    *[Row(f"I24 bs{bs}", f"BM I24 bs{bs}", f"Stable Diffusion's CLIP text encoder (ViT-L/14, 77 tokens) fp16, "
+          f"batch {bs}, 128 batches per step, 3 client threads", pub, "sequences/s", _bytemlperf_clip_text(bs),
+          bs == 40, ("bytemlperf", "bytemlperf-clip")) for bs, pub in ((4, 2674), (40, 7305))],
     # sentence embeddings, 4 IPUs (optimum-graphcore's text-embeddings notebook)
     Row("I15", "OG I15", "E5-large (BERT-Large encoder) sentence embeddings fp16 (SL512), batch 2, 256 per step, "
         "4 replicas", 865, "sequences/s", _e5_infer(), True,

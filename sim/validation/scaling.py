@@ -91,6 +91,8 @@ SCALING = [
           "RT I23 bs1 → bs64", "I23 bs64", "I23 bs1", False),
     Ratio("roformer_v2_infer_64_356", "RoFormer-V2 small inference, batch 64 → 356 (1 batch per step)",
           "RT I23 bs64 → bs356", "I23 bs356", "I23 bs64", True),
+    Ratio("clip_text_l14_infer_4_40", "CLIP ViT-L/14 text encoder inference, batch 4 → 40 (3 client threads)",
+          "BM I24 bs4 → bs40", "I24 bs40", "I24 bs4", True),
     Ratio("swin_large_infer_fp16_to_fp8", "Swin-L inference at 384 x 384: fp16 batch 2 → FP8 batch 4",
           "BM I19 → I19 fp8", "I19 fp8", "I19", True),
 ]

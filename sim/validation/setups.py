@@ -74,6 +74,7 @@ class Setup:
     outer_fragment: tuple = ()
     just_in_time: bool = False  # PopART's subgraphCopyingStrategy JustInTime (outlined calls' copies next to their ops)
     outlining: bool = True  # PopART's enableOutlining (False: no op sequence becomes a call of a shared subgraph)
+    outline_threshold: float = 0.0  # PopART's outlineThreshold (PopRT's outline_threshold); 0: PopART's default
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -130,6 +131,8 @@ class Setup:
             o._Popart.set("subgraphCopyingStrategy", "JustInTime")
         if not self.outlining:
             o._Popart.set("enableOutlining", False)
+        if self.outline_threshold:
+            o._Popart.set("outlineThreshold", self.outline_threshold)
         if self.outer_fragment:
             schedule_key, excluded_key = Options.OUTER_FRAGMENT_KEYS
             o._Popart.set(schedule_key, self.outer_fragment[0])
@@ -560,6 +563,17 @@ def _bytemlperf_swin_large(batch: int, fp8: bool = False) -> Setup:
     return Setup("swin-large", params, "c600", device_iterations=128, amp=(0.2,), training=False, prefetch_depth=2,
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2])
 
+
+def _bytemlperf_clip_text(batch: int) -> Setup:
+    """Stable Diffusion v1's CLIP text encoder as ByteMLPerf's IPU backend runs it on one C600
+    (``interact_infos/clip-onnx-fp32.json``, ``model_zoo/clip-onnx-fp32.json``: ``clip-text-encoder.onnx``, int32
+    ``input_ids`` of 77 tokens, the last hidden state and the pooled output back), converted by PopRT to fp16,
+    32 IO tiles with the streams overlapped, 128 batches per step, prefetch and stream buffering depth 2,
+    availableMemoryProportion 0.8, the 128-bit conv unit load and fast reduce, outlining at threshold 5,000,
+    the backend's default half partials; run as the zoo's ``clip-text-vit-l-14``."""
+    return Setup("clip-text-vit-l-14", _params(micro_batch=batch), "c600", device_iterations=128, amp=(0.8,),
+                 training=False, io_tiles=32, overlap_io=True, prefetch_depth=2,
+                 poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2], outline_threshold=5000.0)
 
 def _clip_infer(batch: int) -> Setup:
     """CLIP ViT-B/32 as PopRT's CLIP benchmark runs it on one IPU (RT ``benchmarks/CLIP``, 7487d65:
