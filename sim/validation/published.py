@@ -209,10 +209,10 @@ DEPARTURES = {
                       "the rotary priced as exported, its element-wise ops on the even and odd features) and at 356 "
                       "its pre_scale pass (modelled: the score scale moved onto Q)",
     "bytemlperf": "ByteMLPerf's IPU report (bytedance/ByteMLPerf byte_mlperf/reports/IPU/*/result*.json, a C600 in a "
-                  "host with Xeon Gold 6342 CPUs): QPS is 4 client threads' batches over the wall time of their "
-                  "synchronous execute() calls of one batch each (engine_poprt.py benchmark), the device loop of 128 "
-                  "batches taking a queued request each iteration: run as one call of 128 batches; the clients' "
-                  "host threads are not modelled",
+                  "host with Xeon Gold 6342 CPUs): QPS is the client threads' batches (4 for ResNet-50 and Swin-L, "
+                  "3 for CLIP) over the wall time of their synchronous execute() calls of one batch each "
+                  "(engine_poprt.py benchmark), the device loop of 128 batches taking a queued request each "
+                  "iteration: run as one call of 128 batches; the clients' host threads are not modelled",
     "bytemlperf-clip": "ByteMLPerf's clip-onnx-fp32 is Stable Diffusion's text encoder (model_zoo/clip-onnx-fp32.json: "
                        "sota/stable_diffusion/clip-text-encoder.onnx, outputs last_hidden_state and pooler_output, "
                        "input_ids [B, 77] int32); the version is not named: v1's CLIP ViT-L/14 text tower (123 M "
