@@ -19,6 +19,7 @@ from ..schedule import phased, pipeline, replicated_ops, sharded
 from ..cost import OpCost, multiconv, op_cost
 from ..errors import ConfigError, GraphError, OptionsError, show_number
 from ..graph.ir import Graph
+from ..graph import workload
 from ..hardware.system import System, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
 from . import graph_functions, outlining
@@ -70,6 +71,16 @@ class Executable:
     @property
     def replicas(self) -> int:
         return self.options.replication_factor
+
+    @property
+    def family(self) -> str:
+        """The kind of workload (:mod:`sim.graph.workload`): "transformer", "convolutional" or "other"."""
+        return workload.family(self.graph, {name: cost.flops for name, cost in self.costs.items()})
+
+    @property
+    def partition_ipus(self) -> int:
+        """The IPUs the program runs on: every replica's (all instances'), simulated or not."""
+        return self.ipus_per_replica * self.options.total_replicas()
 
     def transfers_per_input(self) -> int:
         """Perf-counter entries per input tensor: steps x accumulation x replicas."""

@@ -83,9 +83,24 @@ class Run:
 
     def __post_init__(self):
         for note in (self._unmeasured_latency_note(), self._host_fill_note(), self._host_data_note(),
-                     self._unmodelled_call_note()):
+                     self._unmodelled_call_note(), self._held_out_note()):
             if note:
                 self.notes.append(note)
+
+    @cached_property
+    def held_out(self) -> dict | None:
+        """The simulator's errors on the held-out published measurements of workloads like this one
+        (its family, mode and scale: :func:`sim.validation.held_out.like`), or None if none is of its kind."""
+        from ..validation import held_out
+        ex = self.executable
+        return held_out.like(ex.family, ex.training, ex.partition_ipus, ex.graph.name)
+
+    def _held_out_note(self) -> str | None:
+        """How far the simulator has come out from published measurements of workloads like this one."""
+        if self.held_out is None:
+            return None
+        from ..validation import held_out
+        return "validation: " + held_out.describe(self.held_out)
 
     def _unmodelled_call_note(self) -> str | None:
         """For a pipelined training run: what the per-call time published pipelines have beyond the
@@ -479,6 +494,7 @@ class Run:
             "memory": {str(k): v for k, v in self.memory.items()},
             "tflops": self.flops / self.seconds / 1e12 if self.seconds else 0.0,
             "notes": list(ex.notes) + list(self.notes),
+            "held_out": self.held_out,
             "options": options_dict(ex.options), "system_config": system_dict(ex.system),
             "simulator": {"wall_seconds": self.wall_seconds, "simpy_events": self.timeline.events},
         }

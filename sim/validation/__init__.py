@@ -39,6 +39,7 @@ their names):
 * ``memory``: poplibs' single-layer TotalMemory and fullest-tile rows; ``keras_dense``: the Keras Dense PopVision
   profile; ``memory_fits``: :data:`MEMORY_FITS`; ``memory_statements``: Graphcore's statements
   about tile memory, checked.
+* ``held_out``: each held-out row's error, stored (held_out.csv) for runs to quote about workloads like theirs.
 * ``report``: reports/validation.md's markdown (:func:`report`), one writer per section.
 * ``__main__``: ``python -m sim.validation``.
 """

@@ -15,11 +15,12 @@ from .setups import Setup
 
 
 @lru_cache(maxsize=None)
-def _simulated(setup: Setup) -> tuple[float, dict[str, float], float] | OutOfMemoryError:
+def _simulated(setup: Setup) -> tuple[float, dict[str, float], float, tuple[str, int]] | OutOfMemoryError:
     """One simulated call of ``setup``, kept small: (samples per second, seconds per weight update
     on the first IPU by breakdown line: the call's over its device iterations, and of the
-    ``collective`` line the weight update's: all but the distributed norms' statistics), or the
-    simulator's out-of-memory error. The report's sections share it, so each setup is simulated once."""
+    ``collective`` line the weight update's: all but the distributed norms' statistics, and the
+    workload's family and IPUs: :func:`workload`), or the simulator's out-of-memory error. The
+    report's sections share it, so each setup is simulated once."""
     try:
         run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
                        optimizer=setup.sim_optimizer())
@@ -32,7 +33,7 @@ def _simulated(setup: Setup) -> tuple[float, dict[str, float], float] | OutOfMem
     update = trace[(trace.ipu == ipu) & (trace.kind == "collective")
                    & ~trace.name.str.endswith(NORM_COLLECTIVE_SUFFIX)]
     return (run.samples_per_second, {line: float(first[line]) / scale for line in first.index},
-            float(update.cycles.sum()) / scale)
+            float(update.cycles.sum()) / scale, (run.executable.family, run.executable.partition_ipus))
 
 
 def _outcome(setup: Setup) -> float | OutOfMemoryError:
@@ -48,7 +49,7 @@ def step_seconds(setup: Setup, prefetch_depth: int | None = None) -> tuple[dict[
     fills and sends each input buffer while the IPU runs the previous micro-batch)."""
     if prefetch_depth is not None:
         setup = replace(setup, prefetch_depth=prefetch_depth)
-    samples_per_second, lines, _ = _simulated_or_raise(setup)
+    samples_per_second, lines, *_ = _simulated_or_raise(setup)
     return lines, samples_per_second / setup.replicas
 
 
@@ -58,7 +59,12 @@ def update_collective_seconds(setup: Setup) -> float:
     return _simulated_or_raise(setup)[2]
 
 
-def _simulated_or_raise(setup: Setup) -> tuple[float, dict[str, float], float]:
+def workload(setup: Setup) -> tuple[str, int]:
+    """(the workload's family: :mod:`sim.graph.workload`, the IPUs it runs on) of ``setup``."""
+    return _simulated_or_raise(setup)[3]
+
+
+def _simulated_or_raise(setup: Setup) -> tuple[float, dict[str, float], float, tuple[str, int]]:
     """:func:`_simulated`, raising its out-of-memory error."""
     value = _simulated(setup)
     if isinstance(value, OutOfMemoryError):
