@@ -88,7 +88,7 @@ def _heads_attention(b: GraphBuilder, q_in: str, kv: str | None, heads: int, mas
             qu = b.add(q, b.weight("pos_bias_u", (heads, 1, dk)), name="q_bias_u")
             qv = b.add(q, b.weight("pos_bias_v", (heads, 1, dk)), name="q_bias_v")
             scores = b.add(b.matmul(qu, k, name="matrix_ac"), b.matmul(qv, p, name="matrix_bd"))
-        scores = b.scale(scores, 1.0 / math.sqrt(dk))
+        scores = b.div(scores, b.constant("sqrt_dk", (1,)), name="scale")  # attention.py: / math.sqrt(self.d_k)
         if mask is not None:  # attention.py: scores *= m; scores += (m - 1) * 1e3; softmax; * m
             keep, rev = mask
             scores = b.add(b.mul(scores, keep, name="mask_keep"), rev, name="mask")

@@ -15,7 +15,8 @@ from ._common import Params
 
 def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
               dropout: float = 0.0, name: str = "attention", probs_dropout: float | None = None,
-              split_qkv: bool = False, split_qkv_weights: bool = False, pre_scale: bool = False) -> str:
+              split_qkv: bool = False, split_qkv_weights: bool = False, pre_scale: bool = False,
+              divide_scores: bool = False) -> str:
     """Multi-head self-attention with one fused QKV projection [h, 3h], as Graphcore's BERT, or
     with ``split_qkv`` three projections [h, h] (``query``, ``key``, ``value``: Hugging Face's
     layout, which Graphcore's ViT keeps). ``split_qkv_weights``: the fused projection with its
@@ -27,7 +28,10 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
     projection (after dropout), before the residual add. ``probs_dropout`` is the dropout of the
     attention probabilities (Hugging Face's ``attention_probs_dropout_prob``); None: ``dropout``.
     ``pre_scale``: Q is scaled by 1/sqrt(head_dim) before the scores' matmul (Hugging Face's CLIP
-    attention, PopRT's ``pre_scale`` pass) instead of the scores after it.
+    attention, PopRT's ``pre_scale`` pass) instead of the scores after it. ``divide_scores``: the
+    scores divided by sqrt(head_dim), as Hugging Face's BERT and ViT (and Graphcore's ViT) write it
+    (PopART's Div: popops divides by the one-element constant), instead of multiplied by its reciprocal
+    (Graphcore's BERT: "Use reciprocal multiply for speed").
     """
     probs_dropout = dropout if probs_dropout is None else probs_dropout
     batch, seq, hidden = b.shape(x)
@@ -47,7 +51,9 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
         if pre_scale:
             q = b.scale(q, 1.0 / math.sqrt(d), name="pre_scale")
         scores = b.matmul(q, k, name="scores")
-        if not pre_scale:
+        if divide_scores and not pre_scale:
+            scores = b.div(scores, b.constant("sqrt_head_dim", (1,)), name="scale")
+        elif not pre_scale:
             scores = b.scale(scores, 1.0 / math.sqrt(d))
         if mask is not None:
             scores = b.add(scores, mask, name="mask")

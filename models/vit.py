@@ -10,7 +10,8 @@ coefficient per micro-batch). Outputs: the logits (B, num_labels) and the loss; 
   flattened to (B, patches, hidden); the class token is put in front and the learnt position
   embeddings added ((image_size / patch)^2 + 1 tokens: 197 for B/16 at 224), then dropout.
 - Pre-layernorm blocks: x + attention(LN(x)), then x + MLP(LN(x)); Q, K and V are three
-  projections (Hugging Face's layout, which both Graphcore models keep); LN epsilon 1e-6.
+  projections (Hugging Face's layout, which both Graphcore models keep); the scores divided by
+  sqrt(head_dim) (``models/modules.py`` and Hugging Face alike: a popops divide); LN epsilon 1e-6.
 - The encoder's final layernorm, then the class token's row: ``representation_size`` adds the
   pre-logits layer of pre-training (linear + tanh, Graphcore's ``Representation``), then the
   classifier ``hidden -> num_labels`` and the softmax cross-entropy.
@@ -115,7 +116,7 @@ def build(name: str, p: Params) -> Graph:
         last = layer_ipu[i] if layer_ipu else 0
         with place.on(last, f"layer{i}"), b.scope(f"encoder/layer{i}"):
             x = b.add(x, attention(b, b.layernorm(x, EPS, name="attention_norm"), heads, None, drop,
-                                   probs_dropout=att_drop, split_qkv=True))
+                                   probs_dropout=att_drop, split_qkv=True, divide_scores=True))
             if i in mid:
                 b.checkpoint(x)
             x = b.add(x, ffn(b, b.layernorm(x, EPS, name="ffn_norm"), intermediate, drop, act_dropout=act_drop))

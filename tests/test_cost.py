@@ -13,7 +13,7 @@ import sim
 from sim.cost import op_cost
 from sim.cost.amp import amp_mode, amp_vertex_cycles, plan_matmul, reduce_stages
 from sim.cost.sort import bitonic_sort_cost, network
-from sim.cost.vector import codelet, codelet_table
+from sim.cost.vector import codelet, codelet_table, spread
 from sim.graph.ir import GraphBuilder
 
 MK2 = sim.load_system("ipu-mk2").ipu
@@ -662,6 +662,26 @@ def test_a_bias_add_runs_popops_inner_broadcast_vertex():
     outer = codelet("broadcast_outer")
     busiest = math.ceil(1024 * 768 / TILES)
     assert rows.compute_cycles == math.ceil(outer.fixed + busiest * 0.5 + (math.ceil(busiest / 768) + 1) * 7)
+
+
+def test_a_divide_by_one_element_runs_popops_scalar_broadcast_vertex():
+    """Scores divided by sqrt(head_dim) (PopART's Div of a tensor by a one-element constant) run
+    BroadcastScalar1D DIVIDE: 8 cycles per loop of 2 halves, 6 per 2 floats (broadcastOpPerfInfo), below
+    BinaryOp1D DIVIDE's 21 per 4 halves and far above a multiply's scale (0.75 a half)."""
+    shape = (8, 12, 197, 197)
+    n = math.prod(shape)
+    per_tile = math.ceil(n / TILES)
+    rate = codelet("broadcast_scalar_div")
+    assert (rate.fixed, rate.fp16, rate.fp32) == (20 * 6 + 11, 4.0, 3.0)
+    div = _one_op("div", [shape, (1,)], [shape], dtype="float16")
+    assert div.compute_cycles == math.ceil(rate.fixed + per_tile * 4.0) and "broadcast_scalar_div" in div.plan
+    fp32 = _one_op("div", [shape, (1,)], [shape])
+    assert fp32.compute_cycles == math.ceil(rate.fixed + spread(n, 4, MK2, TILES)[1] * 3.0)
+    # a tensor divided by a tensor of its shape stays BinaryOp1D; a one-element result is no broadcast
+    plain = _one_op("div", [shape, shape], [shape], dtype="float16")
+    assert plain.compute_cycles == math.ceil(codelet("div").fixed + per_tile * 5.25)
+    assert "broadcast" not in _one_op("div", [(1,), (1,)], [(1,)], dtype="float16").plan
+
 
 # --- pooling gradients (popnn poolInputGradient) ----------------------------------------------
 def _pool_costs(kind, shape, kernel, stride, padding=0):

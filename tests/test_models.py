@@ -299,3 +299,15 @@ def test_clip_scores_a_batch_of_images_against_its_texts():
     assert [op.kind for op in g.ops if op.name.startswith("text/eot/")] == ["reduce_max", "add", "reshape", "gather"]
     with pytest.raises(GraphError, match="patch"):
         models.get("clip-vit-b-32", patch=30)
+
+
+@pytest.mark.parametrize("name, params, attentions", [
+    ("vit-base-16", {"num_layers": 1}, 1),
+    ("conformer-medium", {"encoder_blocks": 1, "decoder_blocks": 1}, 3)])  # the decoder's self and source
+def test_attention_scores_divided_as_the_sources_write_them(name, params, attentions):
+    """Graphcore's ViT (models/modules.py) and WeNet's Conformer (attention.py) divide the scores by
+    sqrt(d_k): a Div of the scores by a one-element constant, not a scale (sim.cost prices the two apart)."""
+    g = models.get(name, **params)
+    scaled = [op for op in g.ops if op.name.endswith(("attn/scale", "attention/scale"))]
+    assert len(scaled) == attentions
+    assert all(op.kind == "div" and g.tensors[op.inputs[1]].shape == (1,) for op in scaled)

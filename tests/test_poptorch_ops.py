@@ -1240,3 +1240,27 @@ def test_buffers_and_frozen_parameters_are_variables_not_folded():
     exps = [op for op in g.ops if op.kind == "exp"]
     assert len(exps) == 2  # the buffer's and the frozen parameter's; the plain tensor's is folded
     assert {g.tensors[op.inputs[0]].role for op in exps} == {"constant"}  # non-trainable, always live
+
+
+def test_a_division_by_a_number_stays_a_division():
+    """PopTorch lowers ``x / c`` to PopART's Div (no pattern makes it a multiply): popops divides by the
+    one-element constant (BroadcastScalar1D DIVIDE, 4 cycles a half), where ``x * (1 / c)``, Graphcore's
+    "reciprocal multiply for speed" in its PyTorch BERT, is a scale."""
+    class Net(nn.Module):
+        def __init__(self, divide):
+            super().__init__()
+            self.divide = divide
+
+        def forward(self, x):
+            return x / 8.0 if self.divide else x * (1 / 8.0)
+
+    x = torch.randn(4, 64, 64).half()
+    plans = {}
+    for divide in (True, False):
+        model = poptorch.inferenceModel(Net(divide))
+        torch.testing.assert_close(model(x), x / 8.0)
+        ex = model.executable
+        plans[divide] = [(o.kind, ex.costs[o.name].plan) for o in ex.graph.ops if o.kind in ("div", "scale")]
+    (kind, plan), = plans[True]
+    assert kind == "div" and plan.endswith("broadcast_scalar_div")
+    assert [k for k, _ in plans[False]] == ["scale"]

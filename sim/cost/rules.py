@@ -210,7 +210,9 @@ def _broadcast_vertex(kind: str, ins, out_shape, per_tile: int) -> tuple[str | N
     binary ``kind`` with an operand repeated over the other (:func:`~sim.cost.vector.broadcast_pattern`
     on the busiest tile's ``per_tile`` elements); (None, 0) for a plain element-wise op. A multiply
     is priced in place, as PopART's inplacing turns it (MulLhsInplace), the repeated operand the one
-    left as it is."""
+    left as it is. A divide by one element runs the scalar broadcast vertex."""
+    if kind == "div" and len(ins) == 2 and math.prod(ins[1][0]) == 1 < math.prod(out_shape):
+        return "broadcast_scalar_div", math.prod(out_shape)  # popops' BroadcastScalar1D DIVIDE
     if kind not in BROADCAST_OPS or len(ins) != 2:
         return None, 0
     small = min(ins, key=lambda x: math.prod(x[0]))[0]

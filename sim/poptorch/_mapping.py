@@ -245,9 +245,10 @@ def _binary(kind):
         tensor_first = _is_sym_tensor(a)
         if isinstance(scalar, torch.Tensor):
             scalar = float(scalar)
-        if kind == "mul" or (kind == "div" and tensor_first):
-            factor = scalar if kind == "mul" else (1.0 / scalar if scalar else float("inf"))
-            return ctx.op("scale", [tensor], {"factor": float(factor)})
+        if kind == "mul":
+            return ctx.op("scale", [tensor], {"factor": float(scalar)})
+        # the rest read the scalar as a constant, a division too: PopTorch lowers aten::div to PopART's Div
+        # (AtenHandlers.gen.cpp divHandler), which no PopART pattern makes a multiply, so popops divides by it
         const = _scalar_const(ctx, sim_dtype(ctx.output.dtype))
         ins = [tensor, const] if tensor_first else [const, tensor]
         return ctx.op(kind, ins)
