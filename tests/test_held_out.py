@@ -40,7 +40,7 @@ def test_attention_is_a_softmax_over_a_product_of_two_activations():
     # a classifier's softmax over x @ W is no attention; with no convolution the graph is "other"
     g = _scores_graph("weight").graph
     assert not has_attention(g)
-    assert family(g, {}) == "other"
+    assert family(g) == "other"
 
 
 FRAME = pd.DataFrame(

@@ -16,6 +16,7 @@ from sim.errors import OptionsError
 from sim.cli import main as cli
 from sim.cli import plan as plan_cli
 from sim.cli import run as run_cli
+from sim.validation import held_out
 
 #: a BERT small enough to simulate in milliseconds, with an embedding table large enough that
 #: Adam's on-chip state decides whether it fits
@@ -207,6 +208,9 @@ def test_a_pipelined_training_best_states_the_per_call_time_published_pipelines_
     [line] = [line for line in out.splitlines() if line.startswith("note: the best is a pipelined training")]
     assert "take 120-230 ms more per call than the simulator gives them" in line
     assert re.search(r"so a call of [\d,.]+ ms may take \d+%-\d+% longer on hardware$", line)
+    # and what the held-out published measurements of transformer training on 2-4 IPUs say of the simulator
+    [line] = [line for line in out.splitlines() if line.startswith("note: validation: ")]
+    assert line == "note: validation: " + held_out.describe(held_out.like("transformer", True, 2, "bert-base"))
 
 
 def test_resume_keeps_the_rows_and_simulates_only_the_rest(tmp_path, monkeypatch):

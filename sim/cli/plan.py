@@ -454,6 +454,16 @@ def _interrupted_message(e: SweepInterrupted, csv_path: Path | None) -> str:
     return head + f"; rows so far in {str(csv_path)!r}: run the same command with --resume to finish"
 
 
+def _held_out_note(pl: planner.Planner, top) -> str | None:
+    """What the held-out published measurements of workloads like the best configuration say of the
+    simulator's error (sim.validation.held_out), as a run's note says it; None if none is of its kind."""
+    from ..graph.workload import family
+    from ..validation import held_out
+    found = held_out.like(family(pl.model.build(int(top["micro_batch"]))), pl.space.training, int(top["ipus"]),
+                          pl.model.name or "")
+    return f"note: validation: {held_out.describe(found)}" if found else None
+
+
 def _cmd_plan(args, parser) -> int:
     t0 = time.perf_counter()
     quiet = verbosity(args) <= QUIET
@@ -491,6 +501,9 @@ def _cmd_plan(args, parser) -> int:
     if not quiet and pl.space.training and best["pipeline"].iloc[0] > 1:
         print("note: the best is a pipelined training configuration (not modelled): "
               + unmodelled_call_effect(best["seconds"].iloc[0]))
+    note = None if quiet else _held_out_note(pl, best.iloc[0])
+    if note:
+        print(note)
     shown = min(args.commands, args.top, len(best))  # the top K are exact; the rest may be pruned away
     if shown > 0 and not quiet:
         print(f"\nthe best {shown} as commands:")

@@ -75,7 +75,7 @@ class Executable:
     @property
     def family(self) -> str:
         """The kind of workload (:mod:`sim.graph.workload`): "transformer", "convolutional" or "other"."""
-        return workload.family(self.graph, {name: cost.flops for name, cost in self.costs.items()})
+        return workload.family(self.graph)
 
     @property
     def partition_ipus(self) -> int:

@@ -5,19 +5,17 @@ it has not been fitted to (:mod:`sim.validation.held_out`), grouped by this fami
 what the simulator's error has been on workloads of its own kind:
 
 ``transformer``    the graph has attention: a softmax over the product of two activations
-``convolutional``  no attention, and convolutions do at least as many FLOPs as matmuls
+``convolutional``  no attention, and the forward convolutions do at least as many FLOPs as the matmuls
 ``other``          everything else (MLPs, recurrent and graph networks, ...)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
 
 from .ir import Graph
 
 FAMILIES = ("transformer", "convolutional", "other")
-#: op kinds of convolutions and their backward passes
-CONV_KINDS = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight")
 #: roles of a matmul operand that is not a variable of the model: attention multiplies two of these
 _ACTIVATION_ROLES = ("input", "activation", "gradient")
 #: how many ops back from a softmax the product may be (a scale, a mask, a bias, a cast, views)
@@ -48,10 +46,24 @@ def has_attention(graph: Graph) -> bool:
     return False
 
 
-def family(graph: Graph, flops_by_op: Mapping[str, float]) -> str:
-    """The graph's :data:`FAMILIES` entry; ``flops_by_op``: each op's FLOPs by name (the costs')."""
+def _forward_flops(graph: Graph, kind: str) -> float:
+    """FLOPs of the forward ops of ``kind`` ("matmul" or "conv2d"), from their shapes."""
+    total = 0.0
+    for op in graph.ops:
+        if op.kind != kind or op.pass_ != "forward":
+            continue
+        out = graph.tensors[op.outputs[0]].numel
+        if kind == "conv2d":  # weights (out channels, in channels per group, kernel height, kernel width)
+            total += 2.0 * out * math.prod(graph.tensors[op.inputs[1]].shape[1:])
+        else:
+            a = graph.tensors[op.inputs[0]].shape
+            total += 2.0 * out * (a[-2] if op.attrs.get("transpose_a") and len(a) > 1 else a[-1])
+    return total
+
+
+def family(graph: Graph) -> str:
+    """The graph's :data:`FAMILIES` entry."""
     if has_attention(graph):
         return "transformer"
-    conv = sum(flops_by_op.get(op.name, 0.0) for op in graph.ops if op.kind in CONV_KINDS)
-    matmul = sum(flops_by_op.get(op.name, 0.0) for op in graph.ops if op.kind == "matmul")
-    return "convolutional" if conv > 0 and conv >= matmul else "other"
+    conv = _forward_flops(graph, "conv2d")
+    return "convolutional" if conv > 0 and conv >= _forward_flops(graph, "matmul") else "other"

@@ -123,5 +123,5 @@ def describe(found: dict) -> str:
         listed = ", ".join(f"{k} {pct(v)}" for k, v in own["first"].items())
         more = ", ..." if own["rows"] > len(own["first"]) else ""
         parts.append(f"{own['name']}'s {own['rows']} ({listed}{more}): {spread(own)}")
-    return ("the simulated throughput against the hardware's (middle half in brackets; positive: the simulator "
-            "faster), not corrected for in this run (reports/validation.md): " + "; ".join(parts))
+    return ("simulated throughput against the hardware's (middle half in brackets; positive: the simulator faster; "
+            "nothing corrects for it; reports/validation.md): " + "; ".join(parts))
