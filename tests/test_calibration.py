@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sim import validation
-from sim.validation import held_out
+from sim.results import held_out
 
 CSV = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "hardware.csv"
 
@@ -72,7 +72,7 @@ def test_published_measurement(row):
     simulated = row.simulated()
     assert simulated == pytest.approx(row.published, rel=validation.PUBLISHED_TOLERANCE), (
         f"{row.source}: {validation.PUBLISHED_WHY}")
-    # the error runs quote for workloads like this one (sim.validation.held_out) is the model's current one
+    # the error runs quote for workloads like this one (sim.results.held_out) is the model's current one
     stored = held_out.stored().set_index("id").loc[row.id]
     assert stored.simulated == pytest.approx(simulated, rel=1e-5), (
         f"{row.id}: sim/validation/held_out.csv is stale ({stored.simulated} stored, {simulated:.6g} now): "

@@ -7,7 +7,8 @@ import models
 import sim
 from sim.graph import GraphBuilder
 from sim.graph.workload import family, has_attention
-from sim.validation import PUBLISHED_ROWS, held_out
+from sim.results import held_out
+from sim.validation import PUBLISHED_ROWS
 
 
 def _family(graph, **kwargs) -> str:

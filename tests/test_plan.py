@@ -16,7 +16,7 @@ from sim.errors import OptionsError
 from sim.cli import main as cli
 from sim.cli import plan as plan_cli
 from sim.cli import run as run_cli
-from sim.validation import held_out
+from sim.results import held_out
 
 #: a BERT small enough to simulate in milliseconds, with an embedding table large enough that
 #: Adam's on-chip state decides whether it fits

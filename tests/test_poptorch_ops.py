@@ -663,7 +663,7 @@ class _TwoHeads(nn.Module):
     (lambda m, x, y, z: poptorch.identity_loss(F.cross_entropy(m.fc(x), y, reduction="none"), "mean"),
      ["reduce_mean_grad", "softmax_cross_entropy_grad"]),
     (lambda m, x, y, z: poptorch.identity_loss(F.cross_entropy(m.fc(x), y) / 4.0, "none"),
-     ["scale", "softmax_cross_entropy_grad"]),
+     ["div", "softmax_cross_entropy_grad"]),  # PopART's DivArg0Grad: dy divided by the constant
     (lambda m, x, y, z: poptorch.identity_loss(F.mse_loss(m.fc(x)[:, :2], m.nsp(x)), "none"),
      ["mse_loss_grad", "scale"]),
 ], ids=["sum_of_losses", "mean_of_per_sample_loss", "scaled_loss", "mse_target_with_gradient"])
@@ -676,7 +676,7 @@ def test_a_loss_built_from_losses_trains_as_torch(combine, grads):
     graph = _one_sgd_step_as_torch(lambda: _TwoHeads(combine), x, y, z)
     kinds = [o.kind for o in graph.ops if o.pass_ == "backward" and o.kind in ("softmax_cross_entropy_grad",
                                                                                 "mse_loss_grad", "reduce_mean_grad",
-                                                                                "scale")]
+                                                                                "scale", "div")]
     assert sorted(kinds) == sorted(grads)
 
 

@@ -456,9 +456,9 @@ def _interrupted_message(e: SweepInterrupted, csv_path: Path | None) -> str:
 
 def _held_out_note(pl: planner.Planner, top) -> str | None:
     """What the held-out published measurements of workloads like the best configuration say of the
-    simulator's error (sim.validation.held_out), as a run's note says it; None if none is of its kind."""
+    simulator's error (sim.results.held_out), as a run's note says it; None if none is of its kind."""
     from ..graph.workload import family
-    from ..validation import held_out
+    from ..results import held_out
     found = held_out.like(family(pl.model.build(int(top["micro_batch"]))), pl.space.training, int(top["ipus"]),
                           pl.model.name or "")
     return f"note: validation: {held_out.describe(found)}" if found else None

@@ -1,7 +1,7 @@
 """What kind of workload a graph is, as the held-out validation rows are grouped.
 
 ``python -m sim.validation`` stores how far the simulator came out from each published measurement
-it has not been fitted to (:mod:`sim.validation.held_out`), grouped by this family, so a run can say
+it has not been fitted to (:mod:`sim.results.held_out`), grouped by this family, so a run can say
 what the simulator's error has been on workloads of its own kind:
 
 ``transformer``    the graph has attention: a softmax over the product of two activations

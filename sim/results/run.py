@@ -90,8 +90,8 @@ class Run:
     @cached_property
     def held_out(self) -> dict | None:
         """The simulator's errors on the held-out published measurements of workloads like this one
-        (its family, mode and scale: :func:`sim.validation.held_out.like`), or None if none is of its kind."""
-        from ..validation import held_out
+        (its family, mode and scale: :func:`sim.results.held_out.like`), or None if none is of its kind."""
+        from . import held_out
         ex = self.executable
         return held_out.like(ex.family, ex.training, ex.partition_ipus, ex.graph.name)
 
@@ -99,7 +99,7 @@ class Run:
         """How far the simulator has come out from published measurements of workloads like this one."""
         if self.held_out is None:
             return None
-        from ..validation import held_out
+        from . import held_out
         return "validation: " + held_out.describe(self.held_out)
 
     def _unmodelled_call_note(self) -> str | None:

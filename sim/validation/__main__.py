@@ -1,5 +1,5 @@
 """``python -m sim.validation``: writes reports/validation.md (or ``--output``) and prints it, and stores the
-held-out rows' errors runs quote (:data:`sim.validation.held_out.TABLE`)."""
+held-out rows' errors runs quote (:func:`sim.validation.held_out.write`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,105 @@
+"""How far the simulator has come out from published measurements of workloads like a run's.
+
+``python -m sim.validation`` simulates every held-out row (``sim.validation.published.PUBLISHED_ROWS``:
+published hardware measurements no constant was fitted to) and stores, beside reports/validation.md,
+each row's error in :data:`TABLE` (``sim.validation.held_out.write``). A run then says, in its notes and
+its summary, what those errors were over the rows of its own kind (:func:`like`): its workload family
+(:mod:`sim.graph.workload`), training or inference, and, where enough rows share it, its scale (the
+IPUs it runs on). So a figure is read with the bias the simulator has shown on such workloads, which
+no constant corrects (the rows would be fitted). Nothing here changes a simulated number.
+
+Error: simulated throughput over published, less 1 (+0.25: the simulator 25 % faster than the
+hardware).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError
+from ..graph.workload import FAMILIES
+
+#: the stored errors, one line a held-out row (written by ``python -m sim.validation``; shipped with the package)
+TABLE = Path(__file__).resolve().parents[1] / "validation" / "held_out.csv"
+COLUMNS = ("id", "model", "family", "training", "ipus", "published", "simulated", "error")
+#: the scales rows are grouped by: at most this many IPUs (1; a POD4; a POD16; a POD64; beyond)
+SCALES = (1, 4, 16, 64, 2**31)
+#: rows of a run's family and mode at its scale needed before the note names that scale's spread
+MIN_SCALE_ROWS = 3
+#: rows of the run's own model the note lists at most
+MAX_MODEL_ROWS = 4
+
+
+@lru_cache(maxsize=1)
+def stored() -> pd.DataFrame:
+    """The errors ``python -m sim.validation`` stored (:data:`TABLE`; none before it first writes them, as
+    when it builds the table from scratch)."""
+    if not TABLE.exists():
+        return pd.DataFrame(columns=list(COLUMNS))
+    frame = pd.read_csv(TABLE, dtype={"id": str, "model": str, "family": str})
+    unknown = set(frame.family) - set(FAMILIES)
+    if unknown:
+        raise ConfigError(f"{TABLE}: unknown families {sorted(unknown)} (known: {', '.join(FAMILIES)}); rewrite it "
+                          "with python -m sim.validation")
+    return frame
+
+
+def scale_of(ipus: int) -> tuple[int, int]:
+    """The (fewest, most) IPUs of the :data:`SCALES` group ``ipus`` falls in."""
+    i = int(np.searchsorted(SCALES, ipus))
+    return (SCALES[i - 1] + 1 if i else 1), SCALES[i]
+
+
+def _spread(errors: pd.Series) -> dict:
+    """Rows, median, middle half (quartiles) and extremes of ``errors``."""
+    return {"rows": int(len(errors)), "median": float(errors.median()), "quartiles": [
+        float(errors.quantile(0.25)), float(errors.quantile(0.75))], "low": float(errors.min()),
+        "high": float(errors.max())}
+
+
+def like(family: str, training: bool, ipus: int, model: str = "", frame: pd.DataFrame | None = None) -> dict | None:
+    """The errors of the held-out rows of ``family`` in the same mode (``training``): their spread, that
+    of those at the scale of ``ipus`` (when at least :data:`MIN_SCALE_ROWS`) and that of ``model``'s own
+    rows, with the first :data:`MAX_MODEL_ROWS` of them by id. None if no row is of that kind."""
+    frame = stored() if frame is None else frame
+    kind = frame[(frame.family == family) & (frame.training == training)]
+    if kind.empty:
+        return None
+    fewest, most = scale_of(ipus)
+    at_scale = kind[(kind.ipus >= fewest) & (kind.ipus <= most)]
+    own = kind[kind.model == model]
+    return {"family": family, "training": training, **_spread(kind.error),
+            "scale": ({"ipus": [fewest, most], **_spread(at_scale.error)}
+                      if len(at_scale) >= MIN_SCALE_ROWS else None),
+            "model": ({"name": model, **_spread(own.error),
+                       "first": {row.id: float(row.error) for row in own[:MAX_MODEL_ROWS].itertuples()}}
+                      if len(own) else None)}
+
+
+def describe(found: dict) -> str:
+    """The note a run prints for :func:`like`'s result: medians and middle halves (the extremes are in it)."""
+    def pct(x: float) -> str:
+        return f"{x:+.0%}" if round(x, 2) else "0%"
+
+    def spread(d):
+        low, high = d["quartiles"]
+        return f"median {pct(d['median'])}" + (f" ({pct(low)} to {pct(high)})" if d["rows"] >= 4 else "")
+    mode = "training" if found["training"] else "inference"
+    parts = [f"{found['rows']} held-out published measurements of {found['family']} {mode}: {spread(found)}"]
+    scale = found["scale"]
+    if scale:
+        fewest, most = scale["ipus"]
+        span = "1 IPU" if most == 1 else (f"{fewest}-{most} IPUs" if most < SCALES[-1] else
+                                          f"more than {fewest - 1} IPUs")
+        parts.append(f"the {scale['rows']} on {span}: {spread(scale)}")
+    own = found["model"]
+    if own:
+        listed = ", ".join(f"{k} {pct(v)}" for k, v in own["first"].items())
+        more = ", ..." if own["rows"] > len(own["first"]) else ""
+        parts.append(f"{own['name']}'s {own['rows']} ({listed}{more}): {spread(own)}")
+    return ("simulated throughput against the hardware's (middle half in brackets; positive: the simulator faster; "
+            "nothing corrects for it; reports/validation.md): " + "; ".join(parts))
