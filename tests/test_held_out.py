@@ -101,3 +101,18 @@ def test_a_run_quotes_the_rows_of_its_kind():
     # a workload of no held-out row's kind says nothing
     mlp = sim.simulate(models.get("mlp"), "ipu-mk2")
     assert mlp.summary()["held_out"] is None and not any(n.startswith("validation") for n in mlp.notes)
+
+
+def test_report_groups_the_errors_by_kind_and_scale(monkeypatch):
+    """reports/validation.md's "By workload kind": a line per family and mode, and one per scale group of at
+    least MIN_SCALE_ROWS rows when the mode's rows span more than it."""
+    import importlib
+    from sim.validation import held_out as writer
+    report = importlib.import_module("sim.validation.report")  # the package re-exports report() by that name
+    monkeypatch.setattr(writer, "table", lambda: FRAME)
+    lines = [line for line in report._kinds_section() if line.startswith("| ") and "---" not in line][1:]
+    assert lines == [
+        "| convolutional | training | all | 1 | -5.0% | -5.0% to -5.0% | -5.0% to -5.0% |",
+        "| transformer | inference | all | 1 | +0.0% | +0.0% to +0.0% | +0.0% to +0.0% |",
+        "| transformer | training | all | 4 | +20.0% | +5.0% to +35.0% | -10.0% to +50.0% |",
+        "| transformer | training | 5-16 | 3 | +10.0% | +0.0% to +20.0% | -10.0% to +30.0% |"]

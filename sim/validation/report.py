@@ -13,7 +13,8 @@ from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..hardware.system import load_system
 from ..results.run import UNMODELLED_CALL_SECONDS
 from ..schedule.collectives import partition_sync
-from . import gather_scatter
+from . import gather_scatter, held_out
+from ..results import held_out as quoted
 from .calibration import CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, TESSELLATE_BASICS, VERTEX_CHECKS
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS
 from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seconds
@@ -97,6 +98,7 @@ def report() -> str:
               "|---|---:|---:|---:|---:|---|---|"]
     lines += _rows(END_TO_END)
     lines += _published_section()
+    lines += _kinds_section()
     lines += _packed_step_section()
     lines += _resnet_step_section()
     lines += _gcl_section()
@@ -183,6 +185,33 @@ def _published_section() -> list[str]:
               "Rows of the doc the zoo cannot run as measured; listed, not approximated.", "",
               "| rows | workload | why |", "|---|---|---|"]
     lines += [f"| {ids} | {what} | {why} |" for ids, what, why in NOT_EXPRESSIBLE]
+    return lines
+
+
+def _kinds_section() -> list[str]:
+    """The report's "By workload kind": the held-out rows' errors by family, mode and scale, what runs of
+    each kind quote (sim.results.held_out)."""
+    frame = held_out.table()
+    lines = ["", "### By workload kind", "",
+             "The errors above (simulated throughput over published, less 1; positive: the simulator faster) by "
+             "the workload's family (`sim.graph.workload`: transformer, a softmax over a product of two "
+             "activations; convolutional; other), mode and IPUs. A run of each kind states its line in its notes "
+             "(`validation: ...`, `sim.results.held_out`); nothing corrects for them.", "",
+             "| family | mode | IPUs | rows | median | middle half | all |", "|---|---|---|---:|---:|---|---|"]
+
+    def line(family, mode, span, errors):
+        low, high = errors.quantile(0.25), errors.quantile(0.75)
+        return (f"| {family} | {mode} | {span} | {len(errors)} | {errors.median():+.1%} | {low:+.1%} to {high:+.1%} "
+                f"| {errors.min():+.1%} to {errors.max():+.1%} |")
+    for (family, training), kind in frame.groupby(["family", "training"], sort=True):
+        mode = "training" if training else "inference"
+        lines.append(line(family, mode, "all", kind.error))
+        for most in quoted.SCALES:
+            fewest, _ = quoted.scale_of(most)
+            at = kind[(kind.ipus >= fewest) & (kind.ipus <= most)]
+            if len(at) >= quoted.MIN_SCALE_ROWS and len(at) < len(kind):
+                span = "1" if most == 1 else (f"{fewest}-{most}" if most < quoted.SCALES[-1] else f"{fewest}+")
+                lines.append(line(family, mode, span, at.error))
     return lines
 
 
