@@ -54,7 +54,12 @@ def scale_of(ipus: int) -> tuple[int, int]:
     return (SCALES[i - 1] + 1 if i else 1), SCALES[i]
 
 
-def _spread(errors: pd.Series) -> dict:
+def scale_label(fewest: int, most: int) -> str:
+    """A :data:`SCALES` group's IPUs as text: "1", "2-4", "65+"."""
+    return "1" if most == 1 else (f"{fewest}-{most}" if most < SCALES[-1] else f"{fewest}+")
+
+
+def spread(errors: pd.Series) -> dict:
     """Rows, median, middle half (quartiles) and extremes of ``errors``."""
     return {"rows": int(len(errors)), "median": float(errors.median()), "quartiles": [
         float(errors.quantile(0.25)), float(errors.quantile(0.75))], "low": float(errors.min()),
@@ -72,10 +77,10 @@ def like(family: str, training: bool, ipus: int, model: str = "", frame: pd.Data
     fewest, most = scale_of(ipus)
     at_scale = kind[(kind.ipus >= fewest) & (kind.ipus <= most)]
     own = kind[kind.model == model]
-    return {"family": family, "training": training, **_spread(kind.error),
-            "scale": ({"ipus": [fewest, most], **_spread(at_scale.error)}
+    return {"family": family, "training": training, **spread(kind.error),
+            "scale": ({"ipus": [fewest, most], **spread(at_scale.error)}
                       if len(at_scale) >= MIN_SCALE_ROWS else None),
-            "model": ({"name": model, **_spread(own.error),
+            "model": ({"name": model, **spread(own.error),
                        "first": {row.id: float(row.error) for row in own[:MAX_MODEL_ROWS].itertuples()}}
                       if len(own) else None)}
 
@@ -85,21 +90,19 @@ def describe(found: dict) -> str:
     def pct(x: float) -> str:
         return f"{x:+.0%}" if round(x, 2) else "0%"
 
-    def spread(d):
+    def spread_text(d):
         low, high = d["quartiles"]
         return f"median {pct(d['median'])}" + (f" ({pct(low)} to {pct(high)})" if d["rows"] >= 4 else "")
     mode = "training" if found["training"] else "inference"
-    parts = [f"{found['rows']} held-out published measurements of {found['family']} {mode}: {spread(found)}"]
+    parts = [f"{found['rows']} held-out published measurements of {found['family']} {mode}: {spread_text(found)}"]
     scale = found["scale"]
     if scale:
-        fewest, most = scale["ipus"]
-        span = "1 IPU" if most == 1 else (f"{fewest}-{most} IPUs" if most < SCALES[-1] else
-                                          f"more than {fewest - 1} IPUs")
-        parts.append(f"the {scale['rows']} on {span}: {spread(scale)}")
+        label = scale_label(*scale["ipus"])
+        parts.append(f"the {scale['rows']} on {label} IPU{'' if label == '1' else 's'}: {spread_text(scale)}")
     own = found["model"]
     if own:
         listed = ", ".join(f"{k} {pct(v)}" for k, v in own["first"].items())
         more = ", ..." if own["rows"] > len(own["first"]) else ""
-        parts.append(f"{own['name']}'s {own['rows']} ({listed}{more}): {spread(own)}")
+        parts.append(f"{own['name']}'s {own['rows']} ({listed}{more}): {spread_text(own)}")
     return ("simulated throughput against the hardware's (middle half in brackets; positive: the simulator faster; "
             "nothing corrects for it; reports/validation.md): " + "; ".join(parts))

@@ -200,9 +200,10 @@ def _kinds_section() -> list[str]:
              "| family | mode | IPUs | rows | median | middle half | all |", "|---|---|---|---:|---:|---|---|"]
 
     def line(family, mode, span, errors):
-        low, high = errors.quantile(0.25), errors.quantile(0.75)
-        return (f"| {family} | {mode} | {span} | {len(errors)} | {errors.median():+.1%} | {low:+.1%} to {high:+.1%} "
-                f"| {errors.min():+.1%} to {errors.max():+.1%} |")
+        d = quoted.spread(errors)
+        low, high = d["quartiles"]
+        return (f"| {family} | {mode} | {span} | {d['rows']} | {d['median']:+.1%} | {low:+.1%} to {high:+.1%} "
+                f"| {d['low']:+.1%} to {d['high']:+.1%} |")
     for (family, training), kind in frame.groupby(["family", "training"], sort=True):
         mode = "training" if training else "inference"
         lines.append(line(family, mode, "all", kind.error))
@@ -210,8 +211,7 @@ def _kinds_section() -> list[str]:
             fewest, _ = quoted.scale_of(most)
             at = kind[(kind.ipus >= fewest) & (kind.ipus <= most)]
             if len(at) >= quoted.MIN_SCALE_ROWS and len(at) < len(kind):
-                span = "1" if most == 1 else (f"{fewest}-{most}" if most < quoted.SCALES[-1] else f"{fewest}+")
-                lines.append(line(family, mode, span, at.error))
+                lines.append(line(family, mode, quoted.scale_label(fewest, most), at.error))
     return lines
 
 
