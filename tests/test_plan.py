@@ -206,7 +206,7 @@ def test_a_pipelined_training_best_states_the_per_call_time_published_pipelines_
     out = capsys.readouterr().out
     assert code == 0, out
     [line] = [line for line in out.splitlines() if line.startswith("note: the best is a pipelined training")]
-    assert "take 120-230 ms more per call than the simulator gives them" in line
+    assert "take 120-580 ms more per call than the simulator gives them" in line
     assert re.search(r"so a call of [\d,.]+ ms may take \d+%-\d+% longer on hardware$", line)
     # and what the held-out published measurements of transformer training on 2-4 IPUs say of the simulator
     [line] = [line for line in out.splitlines() if line.startswith("note: validation: ")]

@@ -105,7 +105,7 @@ def test_notes_for_one_simulated_replica_and_idle_host_io_settings():
 
 
 def test_a_pipelined_training_run_states_the_per_call_time_published_runs_have_beyond_it():
-    """Graphcore's pipelined PopART and PopTorch training runs take 120-230 ms more per call than
+    """Graphcore's pipelined PopART and PopTorch training runs take 120-580 ms more per call than
     simulated (reports/validation.md): such a run says what that would add to its own call; an
     inference run and a single-IPU training run do not."""
     g = models.get("bert-base", micro_batch=1, seq_len=128, num_layers=2, layers_per_ipu=[1, 1])
@@ -114,7 +114,7 @@ def test_a_pipelined_training_run_states_the_per_call_time_published_runs_have_b
     [note] = [n for n in run.notes if n.startswith("not modelled: Graphcore's published pipelined")]
     low, high = (f"{s / run.seconds:.0%}" for s in UNMODELLED_CALL_SECONDS)
     assert note.endswith(f"so a call of {run.seconds * 1e3:,.1f} ms may take {low}-{high} longer on hardware")
-    assert "take 120-230 ms more per call than the simulator gives them" in note
+    assert "take 120-580 ms more per call than the simulator gives them" in note
     inference = sim.simulate(g, "ipu-m2000", sim.Options().deviceIterations(4))
     single = sim.simulate(models.get("mlp"), "ipu-mk2", sim.Options(), training=True, optimizer="sgd")
     assert not any("published pipelined" in n for n in inference.notes + single.notes)

@@ -33,7 +33,7 @@ their names):
 * ``published``: the held-out rows (:class:`Row`, :data:`PUBLISHED_ROWS`, :data:`PUBLISHED_BY_ID`),
   their notes (:data:`DEPARTURES`), :data:`MEMORY_POINTS`, :data:`NOT_EXPRESSIBLE`.
 * ``end_to_end``: :data:`END_TO_END`; ``scaling``: :class:`Ratio`, :data:`SCALING`.
-* ``step_times``: time per step of the MLPerf packed BERT and ResNet-50 rows.
+* ``step_times``: time per step of the MLPerf packed BERT and ResNet-50 rows, and of the Pod16 / Pod64 pairs.
 * ``gcl_crossovers``: GCL's methods against poplibs' measured crossovers.
 * ``mk2_to_bow``: the Mk2/Bow pairs and which breakdown lines scale with the clock.
 * ``memory``: poplibs' single-layer TotalMemory and fullest-tile rows; ``keras_dense``: the Keras Dense PopVision
@@ -63,7 +63,7 @@ from .published import (DEPARTURES, MEMORY_POINTS, NOT_EXPRESSIBLE, PROMOTED, PU
                         _SQUAD_POPART_AMP, _SQUAD_PYTORCH_AMP)
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS, _E2E_WHY, _END_TO_END_BY_ID, resnet50_training
 from .scaling import Ratio, SCALING
-from .step_times import (PACKED_STEP_FIT_ROWS, PACKED_STEP_ROWS, RESNET_CLEAN_STEP_MS, RESNET_STEP_ROWS,
+from .step_times import (PACKED_STEP_FIT_ROWS, PACKED_STEP_ROWS, POD_PAIRS, RESNET_CLEAN_STEP_MS, RESNET_STEP_ROWS,
                          packed_step_line, packed_step_seconds)
 from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seconds
 from .mk2_to_bow import CLOCK_LINES, MK2_TO_BOW, SECONDS_LINES, _E2E_SETUPS, _pair_published, _pair_setup
@@ -99,6 +99,7 @@ __all__ = [
     "_ATT_FFN_V20_POD64", "_I1", "_I11", "_I12", "_I13", "_I2", "_I3", "_I4", "_LARGE_AMP", "_MLPERF",
     "_SQUAD_POPART_AMP", "_SQUAD_PYTORCH_AMP", "END_TO_END", "PERFORMANCE_RESULTS", "_E2E_WHY",
     "_END_TO_END_BY_ID", "resnet50_training", "Ratio", "SCALING", "PACKED_STEP_FIT_ROWS", "PACKED_STEP_ROWS",
+    "POD_PAIRS",
     "RESNET_CLEAN_STEP_MS", "RESNET_STEP_ROWS", "packed_step_line", "packed_step_seconds", "GCL_CROSSOVERS",
     "gcl_crossover", "gcl_implied_step_seconds", "CLOCK_LINES", "MK2_TO_BOW", "SECONDS_LINES", "_E2E_SETUPS",
     "_pair_published", "_pair_setup", "EMBEDDING_MEMORY_ROWS", "EmbeddingMemoryRow", "MEMORY_ROWS",

@@ -1,6 +1,7 @@
 """Time per step of the MLPerf rows: packed BERT SL512 (:func:`packed_step_seconds`, the line
 through the step times against GA, :func:`packed_step_line`) and TF1 ResNet-50
-(:data:`RESNET_STEP_ROWS`, the published clean step times :data:`RESNET_CLEAN_STEP_MS`)."""
+(:data:`RESNET_STEP_ROWS`, the published clean step times :data:`RESNET_CLEAN_STEP_MS`); and the
+Pod16 / Pod64 pairs of BERT-Large pre-training rows (:data:`POD_PAIRS`), split the same way."""
 
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ def packed_step_line(rows: list[Row], samples_per_second: list[float]) -> tuple[
     seconds = np.array([packed_step_seconds(r, v) for r, v in zip(rows, samples_per_second)])
     per_micro_batch, per_step = np.polyfit(ga, seconds, 1)
     return float(per_step), float(per_micro_batch)
+
+
+#: BERT-Large pre-training on a Bow Pod16 and a Pod64 with the same work per replica (micro-batch, placement,
+#: global batch; each at its config's memory proportions) at GA 4 x apart: the line through each pair's step
+#: times splits a step into a time per
+#: micro-batch and what every step adds, for PopART (examples' bert.py) and PyTorch (nlp/bert/pytorch)
+POD_PAIRS = (("B10", "B12"), ("B32", "B35"), ("B38", "B40"), ("B34", "B37"), ("B39", "B41"))
 
 
 #: the TF1 ResNet-50 MLPerf rows shown with their time per weight update (v1.1 and v2.0: LARS)
