@@ -52,7 +52,7 @@ pd = _OnFirstUse("pandas")
 #: on 8-IPU pipelines, MLPerf v1.0-v2.0; [per-call]: 47 ms a call on B42 and 104 ms on B43 at SDK 3.1,
 #: below the range, since the simulator's weight update rose to 205 ms on them; optimum-graphcore's
 #: IPUTrainer, one weight update a call: about 230 ms on BERT-Large's 4-IPU pipeline (O1) and 165 ms on a
-#: 12-layer LM's (O2); "BERT-Large on a Pod16 and a Pod64": the line through each pair's step times leaves
+#: 12-layer LM's (O2); "Training on a Pod16 and a Pod64": the line through each BERT pair's step times leaves
 #: 143-221 ms a step beyond the simulator's with PopART's bert.py, 484-577 ms with Graphcore's PyTorch BERT,
 #: whose step timer also holds its DataLoader's next batch and setOptimizer, while the time a micro-batch is
 #: within 2-9 %); not modelled, as no source says what it is, so pipelined training runs and plans state
@@ -68,7 +68,7 @@ def unmodelled_call_effect(seconds: float) -> str:
             f"{high * 1e3:.0f} ms more per call than the simulator gives them (PopART's and optimum's up to 230, "
             "Graphcore's PyTorch BERT's about 500), whatever their replicas, accumulation or system, a cost no "
             "public source sizes or explains (reports/validation.md, 'Packed BERT SL512: time per step', "
-            f"'BERT-Large on a Pod16 and a Pod64'); so a call of {seconds * 1e3:,.1f} ms may take "
+            f"'Training on a Pod16 and a Pod64'); so a call of {seconds * 1e3:,.1f} ms may take "
             f"{low / seconds:.0%}-{high / seconds:.0%} longer on hardware")
 
 

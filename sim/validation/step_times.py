@@ -1,7 +1,7 @@
 """Time per step of the MLPerf rows: packed BERT SL512 (:func:`packed_step_seconds`, the line
 through the step times against GA, :func:`packed_step_line`) and TF1 ResNet-50
 (:data:`RESNET_STEP_ROWS`, the published clean step times :data:`RESNET_CLEAN_STEP_MS`); and the
-Pod16 / Pod64 pairs of BERT-Large pre-training rows (:data:`POD_PAIRS`), split the same way."""
+Pod16 / Pod64 pairs of training rows (:data:`POD_PAIRS`), split the same way."""
 
 from __future__ import annotations
 
@@ -38,11 +38,13 @@ def packed_step_line(rows: list[Row], samples_per_second: list[float]) -> tuple[
     return float(per_step), float(per_micro_batch)
 
 
-#: BERT-Large pre-training on a Bow Pod16 and a Pod64 with the same work per replica (micro-batch, placement,
-#: global batch; each at its config's memory proportions) at GA 4 x apart: the line through each pair's step
-#: times splits a step into a time per
-#: micro-batch and what every step adds, for PopART (examples' bert.py) and PyTorch (nlp/bert/pytorch)
-POD_PAIRS = (("B10", "B12"), ("B32", "B35"), ("B38", "B40"), ("B34", "B37"), ("B39", "B41"))
+#: training on a Pod16 and a Pod64 with the same work per replica (micro-batch, placement, global batch;
+#: each at its config's memory proportions) at GA 4 x apart: the line through each pair's step times splits
+#: a step into a time per micro-batch and what every step adds. (Pod16 row, Pod64 row, what it runs)
+POD_PAIRS = (("B10", "B12", "BERT-Large Ph1, PopART"), ("B32", "B35", "BERT-Large Ph1 packed, PopART"),
+             ("B38", "B40", "BERT-Large Ph2 packed, PopART"), ("B34", "B37", "BERT-Large Ph1 packed, PyTorch"),
+             ("B39", "B41", "BERT-Large Ph2 packed, PyTorch"), ("B22", "B23", "ViT-B/16 pre-training, PyTorch"),
+             ("C2", "C3", "Conformer-medium, PyTorch, Mk2"), ("C5", "C6", "Conformer-medium, PyTorch, Bow"))
 
 
 #: the TF1 ResNet-50 MLPerf rows shown with their time per weight update (v1.1 and v2.0: LARS)
