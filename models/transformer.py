@@ -51,10 +51,9 @@ def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
         if pre_scale:
             q = b.scale(q, 1.0 / math.sqrt(d), name="pre_scale")
         scores = b.matmul(q, k, name="scores")
-        if divide_scores and not pre_scale:
-            scores = b.div(scores, b.constant("sqrt_head_dim", (1,)), name="scale")
-        elif not pre_scale:
-            scores = b.scale(scores, 1.0 / math.sqrt(d))
+        if not pre_scale:
+            scores = (b.div(scores, b.constant("sqrt_head_dim", (1,)), name="scale") if divide_scores
+                      else b.scale(scores, 1.0 / math.sqrt(d)))
         if mask is not None:
             scores = b.add(scores, mask, name="mask")
         probs = b.softmax(scores)

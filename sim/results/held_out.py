@@ -14,6 +14,7 @@ hardware).
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from pathlib import Path
 
@@ -69,12 +70,23 @@ def spread(errors: pd.Series) -> dict:
 def like(family: str, training: bool, ipus: int, model: str = "", frame: pd.DataFrame | None = None) -> dict | None:
     """The errors of the held-out rows of ``family`` in the same mode (``training``): their spread, that
     of those at the scale of ``ipus`` (when at least :data:`MIN_SCALE_ROWS`) and that of ``model``'s own
-    rows, with the first :data:`MAX_MODEL_ROWS` of them by id. None if no row is of that kind."""
-    frame = stored() if frame is None else frame
+    rows, with the first :data:`MAX_MODEL_ROWS` of them by id. None if no row is of that kind. Of the
+    stored table (``frame`` None) each kind is worked out once: every run asks, a plan's thousands of them."""
+    if frame is None:
+        return copy.deepcopy(_like_stored(family, training, scale_of(ipus), model))
+    return _like(frame, family, training, scale_of(ipus), model)
+
+
+@lru_cache(maxsize=256)
+def _like_stored(family: str, training: bool, scale: tuple[int, int], model: str) -> dict | None:
+    return _like(stored(), family, training, scale, model)
+
+
+def _like(frame: pd.DataFrame, family: str, training: bool, scale: tuple[int, int], model: str) -> dict | None:
     kind = frame[(frame.family == family) & (frame.training == training)]
     if kind.empty:
         return None
-    fewest, most = scale_of(ipus)
+    fewest, most = scale
     at_scale = kind[(kind.ipus >= fewest) & (kind.ipus <= most)]
     own = kind[kind.model == model]
     return {"family": family, "training": training, **spread(kind.error),
