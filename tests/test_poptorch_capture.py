@@ -532,14 +532,16 @@ def test_for_loop_runs_every_iteration_whose_outputs_the_next_does_not_read():
     assert sorted(op.attrs["loop_control"] for op in ops if op.attrs.get("loop_control")) == \
         ["exit_update"] * 10 + ["iterator"] * 10
 
-    class PassThrough(Lookups):  # the index passed through unchanged is aliased, not copied
+    class PassThrough(Lookups):  # the index passed through unchanged is copied too (LoopOpx, no AliasZeroCopy)
         def forward(self, index, out):
             return poptorch.for_loop(10, lambda i, o: [i, self.table.index_select(0, i)], [index, out])[1]
 
     model = poptorch.inferenceModel(PassThrough())
     model(torch.randint(0, 64, (32,)), torch.zeros(32, 16))
     ops = model.executable.graph.ops
-    assert sum(1 for op in ops if op.attrs.get("loop_carried")) == 10
+    carried = [op for op in ops if op.attrs.get("loop_carried")]
+    assert len(carried) == 20
+    assert len({op.attrs["loop_group"] for op in carried}) == 10  # one group of two an iteration
     assert sum(1 for op in ops if op.attrs.get("loop_control") == "exit_update") == 10
 
 

@@ -22,7 +22,7 @@ from ..graph.ir import Graph
 from ..graph import workload
 from ..hardware.system import System, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
-from . import graph_functions, outlining
+from . import graph_functions, loops, outlining
 from .program_memory import program_memory
 from ..options import Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
@@ -196,7 +196,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     _check_streaming_memory(g, system)
 
     lap("graph")
-    costs = price_ops(g, system, o, training, tiles)
+    costs = loops.merge_loop_copies(g, price_ops(g, system, o, training, tiles), system.ipu, tiles,
+                                    o.alias_zero_copy())
     outlined, called = {}, {}
     if o.graph_functions:  # TensorFlow's program: its graph functions' copies, no PopART outlining
         costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles)

@@ -51,6 +51,8 @@ _UNARY = {"relu", "gelu", "tanh", "sigmoid", "swish", "exp", "scale", "dropout",
           "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "swish_grad", "accumulate",
           "sgd_update", "loss_grad", "mul", "add", "sub", "div",
           "reduce_mean_grad", "reduce_sum_grad"}
+#: the kinds priced as one popops element-wise op, each result laid out like its input
+ELEMENTWISE_KINDS = frozenset(_UNARY)
 _ROW_OPS = {"softmax_cross_entropy",  # softmax, layer norm and their gradients: ROW_OP_KINDS (row_ops.py)
             "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
 _VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale",

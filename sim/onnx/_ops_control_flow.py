@@ -10,8 +10,9 @@ iteration (``ScanToLoopPattern``). An If (popx/op/ifx.cpp) runs the branch its c
 
 The simulator unrolls a loop: the body's ops once per iteration, named ``<node>/<i>/<op>`` and
 marked ``onnx_loop`` (the iterations are alike, so each kind of op prices once), beside the loop's
-own ops: the exit-flag map and the iterator's add (``loop_control``), a copy of each loop-carried
-tensor (``loop_carried``), and a copy of each scan slice (``dynamic_slice`` / ``dynamic_update``:
+own ops: the exit-flag map and the iterator's add (``loop_control``), the copies of each loop-carried
+tensor (``loop_carried``, grouped by iteration: ``loop_group``; sim.compiler.loops prices a group as
+LoopOpx's two merged copies), and a copy of each scan slice (``dynamic_slice`` / ``dynamic_update``:
 popops' dynamic slice and update of one slice); a scan output is its slices side by side (a view).
 The iteration number is the iterator's tensor, a run-time value as on the IPU (a Gather by it is a
 gather, not a constant slice). A termination condition the device computes is priced at the
@@ -83,8 +84,9 @@ class _Iterations:
         imp = self.ctx._imp
         out = []
         for j, v in enumerate(values):
-            t = self.ctx.op("copy", [imp.materialise(v)], {"loop_carried": True, **self.tags}, shapes=[v.shape],
-                            dtypes=[v.dtype], result=False, suffix=f"{i}/carry{j}")
+            t = self.ctx.op("copy", [imp.materialise(v)], {"loop_carried": True, "loop_group": f"{self.ctx.name}/{i}",
+                                                          **self.tags},
+                            shapes=[v.shape], dtypes=[v.dtype], result=False, suffix=f"{i}/carry{j}")
             out.append(_Value(tuple(v.shape), v.dtype, sim=t, name=t))
         return out
 

@@ -860,11 +860,13 @@ def _annotation(ctx: OpContext, name: str, value, x):
 
 def _loop_carry(ctx: OpContext, tensor: str, work: int) -> str:
     """One output of a ``poptorch.for_loop`` iteration carried into the next, as PopART's LoopOpx runs
-    it (popx/op/loopx.cpp, the same work sim.onnx prices for an ONNX Loop): its copy back to the body's
-    input (``_state.LOOP_COPY``; an output the body passes through is aliased, not copied); with the
-    iteration's first output (``_state.LOOP_CONTROL``), the exit flag's popops map (exit |= !cond | i >= M)
-    and the iterator's increment."""
+    it (popx/op/loopx.cpp, the same work sim.onnx prices for an ONNX Loop): its copies back to the body's
+    input, one op per output marked with the iteration (``loop_group``), which sim.compiler.loops prices
+    as the Loop's two merged copies of all of them; with the iteration's first output
+    (``_state.LOOP_CONTROL``), the exit flag's popops map (exit |= !cond | i >= M) and the iterator's
+    increment."""
     if work & _state.LOOP_CONTROL:
+        ctx.cap.loop_iterations = getattr(ctx.cap, "loop_iterations", 0) + 1
         b = ctx.builder
         iterator = b.constant(b.graph.unique_tensor_name("for_loop/iterator"), (1,), "int32")
         exit_flag = b.constant(b.graph.unique_tensor_name("for_loop/exit"), (1,), "bool")
@@ -872,9 +874,8 @@ def _loop_carry(ctx: OpContext, tensor: str, work: int) -> str:
              out_dtypes=["bool"])
         b.op("add", [iterator, b.constant(b.graph.unique_tensor_name("for_loop/one"), (1,), "int32")], [(1,)],
              {"loop_control": "iterator"}, name="for_loop/iterator", out_dtypes=["int32"])
-    if not work & _state.LOOP_COPY:
-        return tensor
-    return ctx.op("copy", [tensor], {"loop_carried": True}, name="for_loop/carry")
+    group = f"for_loop/{getattr(ctx.cap, 'loop_iterations', 0)}"
+    return ctx.op("copy", [tensor], {"loop_carried": True, "loop_group": group}, name="for_loop/carry")
 
 
 _CROSS_REPLICA = {"all_reduce_cross_replica_sum": "replicated_all_reduce",

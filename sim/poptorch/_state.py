@@ -18,9 +18,9 @@ START = "ipusim_start"  # (user_id, ipu_id) set by ``Block.start`` (a block from
 SCOPE = "ipusim_scope"  # NameScope path
 MARK = "ipusim_mark"  # (annotation name, value) carried by an annotation's node
 MULTICONV = "ipusim_multiconv"  # (group id, settings) of the innermost open ``with MultiConv``
-#: what a ``for_loop`` iteration's output carries of the Loop's own work (flags): the iteration's control
-#: work (exit flag, iterator), and the output's copy back to the body's input
-LOOP_CONTROL, LOOP_COPY = 1, 2
+#: the flag a ``for_loop`` iteration's first output carries: the iteration's control work (exit flag,
+#: iterator) goes with it; every output carries its copies back to the body's input
+LOOP_CONTROL = 1
 
 
 class CaptureState:

@@ -568,8 +568,8 @@ def nop(tensor: torch.Tensor) -> torch.Tensor:
 
 @_traceable("loop_carry", mark_arg=1)
 def _loop_carry(tensor, work):
-    """An output of a ``for_loop`` iteration carried into the next, with the Loop's ``work`` (flags
-    :data:`_state.LOOP_CONTROL`, :data:`_state.LOOP_COPY`; see :func:`for_loop`)."""
+    """An output of a ``for_loop`` iteration carried into the next, with the Loop's ``work`` (the flag
+    :data:`_state.LOOP_CONTROL` on an iteration's first output; see :func:`for_loop`)."""
     return _carrier(tensor)
 
 
@@ -606,8 +606,8 @@ def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor, mode: enums.MatMulSer
 
 def for_loop(count: int, body, inputs: list) -> list:
     """Run ``body`` ``count`` times, each iteration's outputs feeding the next (unrolled in the
-    simulated graph, so it is priced ``count`` times, with the Loop's own work each iteration: the copy
-    of each output back to the body's input, the exit-flag map and the iterator's increment)."""
+    simulated graph, so it is priced ``count`` times, with the Loop's own work each iteration: the copies
+    of every output back to the body's input, the exit-flag map and the iterator's increment)."""
     if not isinstance(inputs, list):
         raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of tensors. "
                          "(Object is not list)")
@@ -617,15 +617,13 @@ def for_loop(count: int, body, inputs: list) -> list:
                              f"tensors. (Object contained in list at index {ind} is not torch.tensor)")
     outs = list(inputs)
     for _ in range(count):
-        given = outs
         res = body(*outs)
         outs = list(res) if isinstance(res, (list, tuple)) else [res]
-        # PopART's Loop (LoopOpx) copies each output back to the body's input every iteration (not one
-        # the body passes through: the same tensor, aliased), beside its exit-flag update and iterator
+        # PopART's Loop (LoopOpx) copies every output back to the body's input each iteration, one the
+        # body passes through too (sim.compiler.loops), beside its exit-flag update and iterator
         # increment (priced with the iteration's first output)
-        outs = [_loop_carry(o, (j == 0) * _state.LOOP_CONTROL
-                            + (j >= len(given) or o is not given[j]) * _state.LOOP_COPY)
-                if isinstance(o, (torch.Tensor, torch.fx.Proxy)) else o for j, o in enumerate(outs)]
+        outs = [_loop_carry(o, int(j == 0)) if isinstance(o, (torch.Tensor, torch.fx.Proxy)) else o
+                for j, o in enumerate(outs)]
     return outs
 
 
