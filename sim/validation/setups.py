@@ -682,12 +682,13 @@ def _conformer_train(system: str, replicas: int, accumulation: int, processes: i
     moved the last split to ``__11``, [2, 4, 5, 1], and nothing else of the configuration), availableMemoryProportion 0.3 on each
     IPU, half partials, poptorch.optim.Adam with fp16 gradient accumulators (``accum_type`` the model
     dtype) and the global gradient norm clipped at 5 (``max_grad_norm``), its state on chip without RTS,
-    outputMode Final (``main.py build_ipu_options``), IPU 0 left out of the weight update's overlap
-    (``accumulateOuterFragmentSettings.excludedVirtualGraphs``) under the Scheduler schedule PopTorch sets when
-    a pipeline's gradients are clipped (popart_compiler Compiler.cpp); GA so that the global batch is 16,128."""
+    outputMode Final and outlineThreshold 10 (``main.py build_ipu_options``), IPU 0 left out of the weight
+    update's overlap (``accumulateOuterFragmentSettings.excludedVirtualGraphs``) under the Scheduler schedule
+    PopTorch sets when a pipeline's gradients are clipped (popart_compiler Compiler.cpp); GA so that the global
+    batch is 16,128."""
     return Setup("conformer-medium", _params(micro_batch=4, layers_per_ipu=[2, 4, 4, 2]), system, replicas=replicas,
                  accumulation=accumulation, amp=(0.3,) * 4, optimizer="adam", accum_dtype="float16", clip_norm=5.0,
-                 output_mode="Final", processes=processes, outer_fragment=("Scheduler", (0,)))
+                 output_mode="Final", processes=processes, outer_fragment=("Scheduler", (0,)), outline_threshold=10.0)
 
 
 def _swin_train(tiny: bool) -> Setup:
