@@ -62,7 +62,7 @@ def _by_kind(graph, kind):
 def test_loop_unrolled_as_popart_runs_it():
     """A Loop with a constant trip count runs its body that many times (PopART's LoopOpx: a poplar
     loop of the body), each iteration with the exit-condition update, the iterator's increment and
-    the copy of each loop-carried tensor back to the body's input; a scan output is a dynamic
+    the copies of each loop-carried tensor back to the body's input; a scan output is a dynamic
     update of one slice an iteration of a (trips, ...) tensor (PopART's LoopScanOutPattern)."""
     g = sim.onnx.load(_loop_model(trips=3))
     mms = _by_kind(g, "matmul")
@@ -78,6 +78,7 @@ def test_loop_unrolled_as_popart_runs_it():
     assert scan_out.kind == "concat" and g.tensors["v_all"].shape == (3, 4, 32)  # the slices side by side
     carried = [op for op in g.ops if op.attrs.get("loop_carried")]
     assert len(carried) == 3  # the one loop-carried tensor, copied each iteration
+    assert [op.attrs["loop_group"] for op in carried] == ["steps/0", "steps/1", "steps/2"]
     assert [g.tensors[o].shape for o in g.outputs] == [(4, 32), (3, 4, 32)]
     run = sim.simulate(g, "ipu-mk2")
     assert any("Loop 'steps'" in n and "3 iterations" in n for n in run.executable.notes)

@@ -319,8 +319,8 @@ def _control_flow_notes(g: Graph) -> list[str]:
             branches.append(op.attrs["onnx_if"])
     for loop, n in iterations.items():
         notes.append(f"ONNX Loop {loop!r}: its body unrolled, {n} iterations (PopART's LoopOp runs it in a poplar "
-                     "loop: an exit-flag update, a copy of each loop-carried tensor and the iterator's increment an "
-                     "iteration)" + (", priced at its maximum trip count: its termination condition is computed on "
+                     "loop: an exit-flag update, the loop-carried tensors copied to clones and back and the iterator's "
+                     "increment an iteration)" + (", priced at its maximum trip count: its termination condition is computed on "
                                      "the device, so this is an upper bound" if loop in bounded else ""))
     for branch in branches:
         notes.append(f"ONNX If {branch!r}: its condition is computed on the device, so both branches are priced, "
