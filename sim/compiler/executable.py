@@ -318,10 +318,11 @@ def _control_flow_notes(g: Graph) -> list[str]:
         if op.kind == "select" and "onnx_if" in op.attrs and op.attrs["onnx_if"] not in branches:
             branches.append(op.attrs["onnx_if"])
     for loop, n in iterations.items():
+        bound = (", priced at its maximum trip count: its termination condition is computed on the device, so "
+                 "this is an upper bound") if loop in bounded else ""
         notes.append(f"ONNX Loop {loop!r}: its body unrolled, {n} iterations (PopART's LoopOp runs it in a poplar "
                      "loop: an exit-flag update, the loop-carried tensors copied to clones and back and the iterator's "
-                     "increment an iteration)" + (", priced at its maximum trip count: its termination condition is computed on "
-                                     "the device, so this is an upper bound" if loop in bounded else ""))
+                     "increment an iteration)" + bound)
     for branch in branches:
         notes.append(f"ONNX If {branch!r}: its condition is computed on the device, so both branches are priced, "
                      "then a select of their outputs (the IPU runs only one: an upper bound)")
