@@ -42,6 +42,7 @@ from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
 from .row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_cost, row_op_steps
 from .reduction import constants as reduce_constants
 from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
+                     index_op_tile_cycles,
                      dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles, spread,
                      tile_cycles, uniform_int_cycles)
 
@@ -866,7 +867,8 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
         plan = plan_embedding_sdk3(entries, row, lookups, itemsize, tiles, ipu, kind == "gather", for_update,
                                    operation if for_update else None)
     if kind == "gather":
-        codelets = (("multi_slice", dtype, 0),) + ((("iota", "int32", 0), ("div+mul+add", "int32", 0))
+        codelets = (("multi_slice", dtype, 0),) + ((("iota", "int32", 0), ("index_divide", "int32", 0),
+                                                    ("index_multiply", "int32", 0), ("index_add", "int32", 0))
                                                    if plan.sliced > 1 else ())
         return replace(in_series(_embedding_lookup(plan, ipu, tiles), tiles, plan.describe()), codelets=codelets)
     parts = _embedding_update(plan, dtype, ipu, tiles, operation)
@@ -935,8 +937,7 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
         iota = W * iota_worker_cycles(math.ceil(second / iota_tiles), INDEX_BYTES, ipu.data_path_bits)
         parts.append((_phases(ipu, iota, 0, 1, 0.0, 0, iota_tiles, tiles=tiles,
                               launch=W * iota_worker_cycles(0, INDEX_BYTES)), 1))
-        ids = ((plan.lookups,), "int32", "activation")
-        parts.append((_map([ids], [((plan.lookups,), "int32")], {"steps": ["div", "mul", "add"]}, ipu, tiles), 1))
+        parts += _second_stage_indices(plan, ipu, tiles)
         got = plan.sliced * second * h * it + second * INDEX_BYTES
         if sdk3:  # every offset of the second stage indexes the candidates on its tile
             per = max_elems_per_worker(second, W, max(1, ATOM_BYTES // it))
@@ -945,6 +946,29 @@ def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int
             cycles = W * slice_worker_cycles(offsets_per_worker(second, it, W), h, it, ipu.data_path_bits)
         parts.append((_phases(ipu, cycles, exchange_cycles(got, ipu), 1, 0.0, got * plan.tiles, plan.tiles,
                               temp=got, tiles=tiles, launch=launch), plan.serial))
+    return parts
+
+
+def _second_stage_indices(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int]]:
+    """multiSlicePlanned's map ``_2 + (_1 / rowsPerPartition) * _3`` giving the second stage its
+    indices: its operands ``_2`` (the iota, repeated) and ``_3`` (constants, repeated) are broadcast
+    views, so popops runs it unfused (analyseExpr refuses aliased inputs), one binary op a compute set
+    on the indices' tiles (laid out linearly, at least MIN_INDICES_PER_TILE a tile): the divide (a
+    shift for a power of two) and the multiply by a scalar read from tile 0, the add of the iota's
+    elements sent to every index."""
+    W = ipu.worker_threads
+    per_tile = min(plan.lookups, max(MIN_INDICES_PER_TILE, math.ceil(plan.lookups / tiles)))
+    used = math.ceil(plan.lookups / per_tile)
+    rows = math.ceil(plan.entries / plan.sliced)
+    divide = "shift_right" if rows & (rows - 1) == 0 else "divide"
+    # a scalar vertex reads its one element, BinaryOp1D a copy of its operand for every index
+    steps = ((divide, INDEX_BYTES * (per_tile if divide == "shift_right" else 1)),
+             ("multiply", INDEX_BYTES), ("add", INDEX_BYTES * per_tile))
+    parts = []
+    for op, received in steps:
+        cycles = index_op_tile_cycles(op, per_tile, W)
+        parts.append((_phases(ipu, cycles, exchange_cycles(received, ipu), 1, float(plan.lookups),
+                              received * used, used, tiles=tiles, launch=index_op_tile_cycles(op, 0, W)), 1))
     return parts
 
 

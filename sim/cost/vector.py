@@ -219,3 +219,23 @@ def uniform_int_cycles(elements: int, workers: int) -> int:
 def loop_counter_cycles() -> int:
     """Cycles of the ForLoopCounter vertex a counted loop runs each iteration, on one tile."""
     return _loop_constants()["loop_counter"]["vertex"]
+
+
+@lru_cache(maxsize=1)
+def _index_constants() -> dict[str, int]:
+    """The ``[index_arithmetic]`` table of ``configs/_vector-ops.toml``."""
+    return whole_number_table("index_arithmetic", ("supervisor", "binary_worker_fixed", "broadcast_worker_fixed",
+                                                   "add", "shift_right", "multiply", "divide"))
+
+
+#: popops' vertex for each index op: BroadcastScalar1D where popops has a scalar vertex for the op
+#: (haveScalarBroadcastVertexForOp), else BinaryOp1D
+_INDEX_OP_SCALAR = {"add": False, "shift_right": False, "multiply": True, "divide": True}
+
+
+def index_op_tile_cycles(op: str, elements_on_tile: int, workers: int) -> int:
+    """Tile cycles of one popops binary op (``add``, ``shift_right``, ``multiply`` or ``divide``) on
+    ``elements_on_tile`` UNSIGNED_INT indices, the tile's ``workers`` sharing them."""
+    c = _index_constants()
+    fixed = c["broadcast_worker_fixed" if _INDEX_OP_SCALAR[op] else "binary_worker_fixed"]
+    return c["supervisor"] + workers * (fixed + c[op] * math.ceil(elements_on_tile / workers))

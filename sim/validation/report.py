@@ -85,8 +85,10 @@ def report() -> str:
               f"{MICROBENCH_SOURCES}.", "", *_CHECK_HEADER]
     lines += _rows(MICROBENCH_CHECKS)
     source = gather_scatter.__doc__.split("Source: ")[1].replace("\n", " ").strip()
-    lines += ["", f"Gather and scatter-add on a Bow IPU (not in hardware.csv; {source} Not a fit: the ops follow "
-              "SDK 3.x poplibs' multiSlice and multiUpdateOp plans and estimates and PopART's Loop; "
+    lines += ["", f"Gather and scatter-add on a Bow IPU (not in hardware.csv; {source} The ops follow "
+              "SDK 3.x poplibs' multiSlice and multiUpdateOp plans and estimates and PopART's Loop; one constant, "
+              "the cycles of an index divide (configs/_vector-ops.toml [index_arithmetic]), was fitted to the "
+              "other rows of the same sweep (those not in this table); "
               "`tests/test_calibration.py` holds the median ratio of each op within 25 % and every row within "
               "a factor of 5.)", "", *gather_scatter.table()]
     lines += ["", "## End to end", "",
