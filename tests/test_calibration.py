@@ -254,10 +254,14 @@ def test_fc_layer_graph_holds_the_tools_tensors():
 
 def test_gather_and_scatter_add_against_the_bow_sweep():
     """Graphcore's gather / scatter-add cycle sweep on a Bow IPU (sim.validation.gather_scatter, a
-    third of its rows here): each op's median within 25 % and every row within a factor of 5. The
-    spread is what remains unexplained (a few updates into a large output, at 0.2: the output's
-    zeroing and copies cost the hardware more; mid-size gathers at 0.45), not noise; the bounds hold
-    it from widening."""
+    third of its rows here). Gathers: median within 10 % and every row within 0.8-1.6 (the smallest
+    loops run up to 45 % slow: fixed costs of the loop and the lookup; before the split dictionary's
+    second-stage indices were priced as popops runs them, those rows reached 0.50). Scatter-adds:
+    median within 25 %, every row within a factor of 2.5 (updates into a large output remain at
+    0.45: the output's copies cost the hardware about a cycle a byte more, not modelled). The
+    spread is what remains unexplained, not noise; the bounds hold it from widening."""
+    bounds = {"gather": (0.10, 0.8, 1.6), "scatter_add": (0.25, 1 / 2.5, 2.5)}
     for op, ratio in validation.gather_scatter.ratios(every=3).items():
-        assert 0.75 <= float(np.median(ratio)) <= 1.25, (op, np.median(ratio))
-        assert ratio.min() >= 1 / 5 and ratio.max() <= 5, (op, ratio.min(), ratio.max())
+        median, low, high = bounds[op]
+        assert abs(float(np.median(ratio)) - 1) <= median, (op, np.median(ratio))
+        assert low <= ratio.min() and ratio.max() <= high, (op, ratio.min(), ratio.max())

@@ -62,3 +62,17 @@ def test_alias_zero_copy_leaves_only_the_copies_across_the_exchange():
     assert cost.supersteps == 1 and cost.exchange_bytes == 256 * 64 * 4
     assert cost.plan == "3 loop-carried tensors copied to the body's inputs, 1 through the exchange"
     assert cost.cycles < _compiled().costs[op.name].cycles
+
+
+def test_the_exit_flag_and_the_iterator_are_fused_scalar_vertices():
+    """LoopOpx's maps on its scalars each iteration, ``exit |= !cond | i >= M`` and ``i += 1``: popops
+    fuses each into one generated vertex (a scalar map of several ops, or a loop increment), whose
+    estimate is 13 + inputs x fused ops worker cycles: 6 x (13 + 4 x 4) and 6 x (13 + 1 x 1) tile cycles,
+    each its own compute set."""
+    ex = _compiled()
+    for role, cycles in (("exit_update", 6 * (13 + 16)), ("iterator", 6 * (13 + 1))):
+        ops = [op for op in ex.graph.ops if op.attrs.get("loop_control") == role]
+        assert len(ops) == 10
+        cost = ex.costs[ops[0].name]
+        assert (cost.compute_cycles, cost.supersteps, cost.tiles_used) == (cycles, 1, 1)
+        assert cost.launch_cycles == 6 * 13

@@ -42,7 +42,7 @@ from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
 from .row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_cost, row_op_steps
 from .reduction import constants as reduce_constants
 from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
-                     index_op_tile_cycles,
+                     fused_scalar_cycles, index_op_tile_cycles,
                      dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles, spread,
                      tile_cycles, uniform_int_cycles)
 
@@ -137,7 +137,23 @@ def _check_amp_operands(kind: str, ins) -> None:
                                  f"type (\"Convolution/MatMul input types must match\"): cast one of them{fp8}")
 
 
+#: PopART LoopOpx's per-iteration maps on its scalars (popx/op/loopx.cpp), as (inputs, fused ops):
+#: ``exit |= !cond | i >= M`` over exit, cond, i and M (Or, Or, Not, Gte), and ``i += 1``
+_LOOP_CONTROL = {"exit_update": (4, 4), "iterator": (1, 1)}
+
+
+def _loop_control(role: str, ipu: IPU, tiles: int) -> OpCost:
+    """A Loop's exit-flag update or iterator increment: popops fuses a map over scalars into one
+    generated vertex on one tile (ExpressionGenerator.cpp), a compute set of its own."""
+    inputs, ops = _LOOP_CONTROL[role]
+    W = ipu.worker_threads
+    return _phases(ipu, fused_scalar_cycles(inputs, ops, W), 0, 1, float(ops), 0, 1, tiles=tiles,
+                   launch=fused_scalar_cycles(0, 0, W), plan=f"a fused vertex on one tile: {role}")
+
+
 def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float, partials: str) -> OpCost:
+    if attrs.get("loop_control") in _LOOP_CONTROL:
+        return _loop_control(attrs["loop_control"], ipu, tiles)
     if kind in _AMP_KINDS:
         _check_amp_operands(kind, ins)
     if kind == "matmul":

@@ -239,3 +239,16 @@ def index_op_tile_cycles(op: str, elements_on_tile: int, workers: int) -> int:
     c = _index_constants()
     fixed = c["broadcast_worker_fixed" if _INDEX_OP_SCALAR[op] else "binary_worker_fixed"]
     return c["supervisor"] + workers * (fixed + c[op] * math.ceil(elements_on_tile / workers))
+
+
+@lru_cache(maxsize=1)
+def _fused_scalar_constants() -> dict[str, int]:
+    """The ``[fused_scalar]`` table of ``configs/_vector-ops.toml``."""
+    return whole_number_table("fused_scalar", ("vertex", "per_input_op"))
+
+
+def fused_scalar_cycles(inputs: int, ops: int, workers: int) -> int:
+    """Tile cycles of popops' fused codelet of a map over ``inputs`` one-element tensors chaining ``ops``
+    operations (one worker vertex)."""
+    c = _fused_scalar_constants()
+    return workers * (c["vertex"] + c["per_input_op"] * inputs * ops)
