@@ -726,3 +726,21 @@ def test_pool_gradient_reads_the_windows_covering_each_input_element(kind, kerne
     assert bwd.compute_cycles == pytest.approx(rate.fixed + per_tile * covering * rate.per_element(2), rel=0.01)
     if kernel == 3:  # popnn's backward loop, 7 + 5n against 4 + 3n forward: about 5/3 of the forward
         assert 1.5 < bwd.compute_cycles / fwd.compute_cycles < 1.9
+
+
+@pytest.mark.parametrize("kind, int_rate", [("add", 7.0), ("mul", 7.0), ("div", 277.0), ("compare", 5.5)])
+def test_integer_operands_take_popops_integer_rates(kind, int_rate):
+    """popops' BinaryOp tables price 32-bit integers apart (popopsCycleEstimators.hpp: ADD / MULTIPLY
+    INT 7 cycles an element, DIVIDE 277, EQUAL 22 a loop of 4), well above float: the same op on int32
+    operands costs that rate an element on the busiest tile, float32 its float rate."""
+    def busiest(dtype):
+        b = GraphBuilder("i", dtype)
+        x, y = b.input("x", (TILES * 64,)), b.input("y", (TILES * 64,))
+        out = b.op(kind, [x, y], [(TILES * 64,)], name="op", out_dtypes=["bool" if kind == "compare" else dtype])
+        op = b.graph.ops[-1]
+        assert out
+        return op_cost(op, b.graph, MK2, TILES).compute_cycles
+    c = codelet(kind)
+    per_tile = math.ceil(TILES * 64 / spread(TILES * 64, 4, MK2, TILES)[0])
+    assert busiest("int32") == math.ceil(c.fixed + per_tile * int_rate)
+    assert busiest("float32") == math.ceil(c.fixed + per_tile * c.fp32)

@@ -254,12 +254,15 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     # a broadcast operand smaller than the output reaches every tile that needs a part of it
     bcast = sum(min(math.prod(s), per_tile) * DTYPE_BYTES[d] for s, d, _ in ins if math.prod(s) < n)
     exch = exchange_cycles(bcast, ipu)
-    vec_kind, run = _broadcast_vertex(kind, ins, tuple(out_shape), per_tile)
+    # on 32-bit integers popops runs its plain vertices at their integer rates (its vector-broadcast
+    # vertices are for half and float only)
+    integer = all(d == "int32" for _, d, _ in ins)
+    vec_kind, run = (None, 0) if integer else _broadcast_vertex(kind, ins, tuple(out_shape), per_tile)
     vec_kind = vec_kind or _VECTOR_KIND.get(kind, kind)
     c = codelet(vec_kind)
     counts = _counts(n, used)
     runs = np.ceil(counts / run) + 1 if c.per_run and run else 0
-    per_tile_cycles = np.ceil(c.sets * c.fixed + counts * c.per_element(itemsize) + runs * c.per_run)
+    per_tile_cycles = np.ceil(c.sets * c.fixed + counts * c.per_element(itemsize, integer) + runs * c.per_run)
     profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
     return _phases(ipu, int(per_tile_cycles.max()), exch, c.sets, n, bcast * used, used,
                    plan=f"{n} elements on {used} tiles" + (f", {vec_kind}" if vec_kind.startswith("broadcast") else ""),

@@ -39,8 +39,11 @@ class Codelet:
     fp32: float  # cycles per element, 4-byte operands
     sets: int = 1  # compute sets the op runs as
     per_run: float = 0  # cycles per contiguous run of one repeated operand element (outer broadcast)
+    int32: float | None = None  # cycles per element on 32-bit integer operands, where popops' rate differs
 
-    def per_element(self, itemsize: int) -> float:
+    def per_element(self, itemsize: int, integer: bool = False) -> float:
+        if integer and self.int32 is not None:
+            return self.int32
         return self.fp16 if itemsize <= 2 else self.fp32
 
 
@@ -55,10 +58,10 @@ def codelet_table() -> dict[str, Codelet]:
             c = Codelet(**entry)
         except TypeError as e:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind}: {e}") from None
-        values = (c.fixed, c.fp16, c.fp32, c.per_run)
+        values = (c.fixed, c.fp16, c.fp32, c.per_run) + (() if c.int32 is None else (c.int32,))
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in values) or c.sets < 1:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind} = {entry!r}: fixed, fp16 and fp32 "
-                              "must be numbers >= 0 (per_run too) and sets a whole number >= 1")
+                              "must be numbers >= 0 (per_run and int32 too) and sets a whole number >= 1")
         table[kind] = c
     return table
 
