@@ -622,8 +622,8 @@ def for_loop(count: int, body, inputs: list) -> list:
         # PopART's Loop (LoopOpx) copies every output back to the body's input each iteration, one the
         # body passes through too (sim.compiler.loops), beside its exit-flag update and iterator
         # increment (priced with the iteration's first output)
-        outs = [_loop_carry(o, int(j == 0)) if isinstance(o, (torch.Tensor, torch.fx.Proxy)) else o
-                for j, o in enumerate(outs)]
+        outs = [_loop_carry(o, _state.LOOP_CONTROL if j == 0 else 0)
+                if isinstance(o, (torch.Tensor, torch.fx.Proxy)) else o for j, o in enumerate(outs)]
     return outs
 
 

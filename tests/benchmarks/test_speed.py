@@ -24,15 +24,19 @@ import pytest
 from sim.cli import bench
 
 
+def _in_fresh_interpreter(call: str, key: str) -> dict:
+    """``sim.cli.bench``'s ``call`` run in a fresh interpreter, its rows by ``key``: in the test session's,
+    whose heap the other tests have filled, the garbage collector's passes weigh on the bigger of two runs
+    more than on the smaller one."""
+    code = f"import json; from sim.cli import bench; print(json.dumps(bench.{call}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return {row[key]: row for row in json.loads(out.strip().splitlines()[-1])}
+
+
 @pytest.fixture(scope="module")
 def depth():
-    """The pipeline-depth benchmark at 8 and 64 IPUs (best of 3 each), in a fresh interpreter: in
-    the test session's, whose heap the other tests have filled, the garbage collector's passes
-    weigh on the bigger build more than on the smaller one."""
-    code = ("import json; from sim.cli import bench; "
-            "print(json.dumps(bench.pipeline_depth(depths=(8, 64), repeats=3)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return {row["ipus"]: row for row in json.loads(out.strip().splitlines()[-1])}
+    """The pipeline-depth benchmark at 8 and 64 IPUs (best of 3 each), in a fresh interpreter."""
+    return _in_fresh_interpreter("pipeline_depth(depths=(8, 64), repeats=3)", "ipus")
 
 
 @pytest.mark.benchmark
@@ -46,22 +50,18 @@ def test_a_pipeline_eight_times_deeper_costs_at_most_eight_times_as_much(depth):
 
 @pytest.fixture(scope="module")
 def iterations():
-    """The device-iterations benchmark at 10 and 10000 (best of 7 each), in a fresh interpreter, as
-    :func:`depth`: the bigger run's trace allocates more, so the collector weighs on it more in a full heap."""
-    code = ("import json; from sim.cli import bench; "
-            "print(json.dumps(bench.device_iterations(counts=(10, 10000), repeats=7)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return {row["device_iterations"]: row for row in json.loads(out.strip().splitlines()[-1])}
+    """The device-iterations benchmark at 10 and 10000 (best of 7 each), in a fresh interpreter (the
+    bigger run's trace allocates more)."""
+    return _in_fresh_interpreter("device_iterations(counts=(10, 10000), repeats=7)", "device_iterations")
 
 
 @pytest.mark.benchmark
 def test_op_trace_does_not_grow_with_device_iterations(iterations):
-    rows = iterations
-    ratio = rows[10000]["op_trace_s"] / rows[10]["op_trace_s"]
-    print(f"\nop_trace at 10000 / 10 device iterations: {ratio:.2f}x, {rows[10000]['op_trace_peak_mb']:.1f} MB")
+    ratio = iterations[10000]["op_trace_s"] / iterations[10]["op_trace_s"]
+    print(f"\nop_trace at 10000 / 10 device iterations: {ratio:.2f}x, {iterations[10000]['op_trace_peak_mb']:.1f} MB")
     assert ratio <= 2
-    assert rows[10000]["op_trace_rows"] == rows[10]["op_trace_rows"]
-    assert rows[10000]["op_trace_peak_mb"] < 200
+    assert iterations[10000]["op_trace_rows"] == iterations[10]["op_trace_rows"]
+    assert iterations[10000]["op_trace_peak_mb"] < 200
 
 
 @pytest.mark.benchmark
