@@ -126,6 +126,44 @@ def test_a_gradient_zeroes_its_dense_table_first():
     assert dense.compute_cycles > direct.compute_cycles
 
 
+def test_the_zeroed_table_costs_the_rate_fitted_on_the_bow_scatter_sweep():
+    """The table a scatter-add (or an embedding's gradient) adds into is zeroed at configs/_vector-ops.toml
+    ``table_zero``: 100 + 4.5 cycles an fp32 element on the busiest tile (1.125 cycles a byte, fitted on
+    Gradient-Pytorch-Geometric's Bow sweep). 16 updates into 32,768 rows of 256: popops' plan splits the
+    columns 64 ways and the rows 23, one lookup group, so each tile zeroes 1,425 rows of 4 columns:
+    100 + 4.5 x 5,700 = 25,750 cycles, a compute set (and its sync) more than adding into the table."""
+    bow = load_system("bow-ipu").ipu
+    plan = plan_embedding_sdk3(32768, 256, 16, 4, bow.tiles, bow, False, True, "add")
+    assert (plan.unsliced, plan.sliced, plan.lookup, plan.rows_per_tile, plan.columns_per_tile) == (64, 23, 1, 1425, 4)
+
+    def grad(into: bool):
+        b = GraphBuilder("grad", "float32")
+        ids, dy = b.input("ids", (16,), dtype="int32"), b.input("dy", (16, 256))
+        if into:
+            from sim.graph.ir import Op
+            table = b.weight("table", (32768, 256))
+            b.graph.add_op(Op("upd", "embedding_grad", [ids, dy, table], [table], {"into_table": True}))
+        else:
+            b.op("embedding_grad", [ids, dy], [(32768, 256)], name="grad")
+        return op_cost(b.graph.ops[-1], b.graph, bow, bow.tiles)
+    dense, direct = grad(False), grad(True)
+    assert dense.compute_cycles - direct.compute_cycles == 100 + 4.5 * 1425 * 4
+    assert (dense.supersteps - direct.supersteps, dense.launch_cycles - direct.launch_cycles) == (1, 100)
+
+
+def test_several_lookup_groups_zero_the_spread_table_and_fill_their_partials_at_copy_rate():
+    """With several lookup groups the zeroed table is spread over the groups' tiles too (popops'
+    createSliceableTensor: a tile's rows' grains over the 11 groups), while each group's partials,
+    which popops fills itself, cost copy's 0.5 cycles an fp32 element (4,096 updates into 4,096 rows
+    of 64: 1,024 rows of 2 columns a tile)."""
+    from sim.cost.rules import _zero_table
+    bow = load_system("bow-ipu").ipu
+    plan = plan_embedding_sdk3(4096, 64, 4096, 4, bow.tiles, bow, False, True, "add")
+    assert (plan.lookup, plan.rows_per_tile, plan.columns_per_tile, plan.grain) == (11, 1024, 2, 2)
+    assert _zero_table(plan, 4, bow, bow.tiles).compute_cycles == 100 + 4.5 * math.ceil(1024 / 11) * 2
+    assert _zero_table(plan, 4, bow, bow.tiles, base=False).compute_cycles == 100 + 0.5 * 1024 * 2
+
+
 def test_small_table_lookups_spread_over_groups():
     """BERT's token-type table (2 rows of 1,024) looked up 4,096 times: the plan copies the table to
     many lookup groups, so each tile handles a few indices rather than all of them."""

@@ -907,15 +907,20 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
         codelets = (("multi_update_add", dtype, 0),)
     if not attrs.get("into_table"):  # the dense gradient is zeroed first (popops::zero)
         parts.insert(0, (_zero_table(plan, itemsize, ipu, tiles), 1))
-        codelets += (("copy", dtype, 0),)
+        codelets += (("table_zero", dtype, 0),)
     return replace(in_series(parts, tiles, plan.describe()), codelets=tuple(dict.fromkeys(codelets)))
 
 
-def _zero_table(plan: EmbeddingPlan, itemsize: int, ipu, tiles) -> OpCost:
-    """popops::zero of a table laid out by ``plan`` (each tile its rows' columns), ``itemsize`` bytes
-    an element."""
-    zero = tile_cycles(plan.rows_per_tile * plan.columns_per_tile, itemsize, "copy", ipu)
-    return _phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles("copy"))
+def _zero_table(plan: EmbeddingPlan, itemsize: int, ipu, tiles, base: bool = True) -> OpCost:
+    """A table laid out by ``plan`` zeroed, ``itemsize`` bytes an element: the table a scatter-add or
+    an embedding's gradient adds into (``base``: PopART's popops::zero, ``table_zero``), each tile its
+    rows' columns spread over the lookup groups (createSliceableTensor); or one lookup group's
+    partials (popops' own fill of them, ``copy``), each tile its rows' columns."""
+    held = plan.rows_per_tile * math.ceil(plan.columns_per_tile / plan.grain)
+    elements = (math.ceil(held / plan.lookup) if base else held) * plan.grain
+    kind = "table_zero" if base else "copy"
+    zero = tile_cycles(elements, itemsize, kind, ipu)
+    return _phases(ipu, zero, 0, 1, 0.0, 0, plan.tiles, tiles=tiles, launch=launch_cycles(kind))
 
 
 def _embedding_lookup(plan: EmbeddingPlan, ipu, tiles) -> list[tuple[OpCost, int]]:
@@ -1031,7 +1036,7 @@ def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles, operation: st
             parts.append((_on_one_tile(ipu, tiles, codelet("cast").fixed), 1))  # the scale, cast to fp32
         if it != partial:
             parts.append((_elementwise("cast", [slices], [((plan.lookups, plan.row), "float32")], ipu, tiles), 1))
-        parts.append((_zero_table(plan, partial, ipu, tiles), 1))  # filled with the op's identity
+        parts.append((_zero_table(plan, partial, ipu, tiles, base=False), 1))  # filled with the op's identity
     got = lpt * (INDEX_BYTES + h * update_size)
     partials = several * plan.rows_per_tile * h * partial  # the group's zeroed copy of the table
     if sdk3:  # a MultiVertex: each worker owns a share of the tile's rows and steps over every offset
