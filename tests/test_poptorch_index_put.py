@@ -69,7 +69,9 @@ def test_a_row_write_is_a_multi_update_of_whole_rows():
     elements = _run(ElementWrite())
     (eop,) = _scatters(elements)
     assert not eop.attrs.get("slices") and elements.executable.graph.tensors[eop.inputs[0]].shape == (8000,)
-    assert ex.costs[op.name].cycles * 10 < elements.executable.costs[eop.name].cycles
+    # both first zero the 9,228 x 100 table (configs/_vector-ops.toml table_zero); the rows' update beside
+    # that is a fraction of the elements'
+    assert ex.costs[op.name].cycles * 5 < elements.executable.costs[eop.name].cycles
 
 
 def test_index_put_writes_slices_only_where_poptorch_vectorises():
