@@ -518,6 +518,18 @@ class Options:
         """``enableStableNorm`` (``_Popart``'s ``enableStableNorm``), False by default."""
         return bool(self._Popart.values.get("enableStableNorm", False))
 
+    #: PopART patterns the simulator models when ``_Popart.patterns`` (PopTorch's ``setPatterns``) turns them on
+    MODELLED_PATTERNS = ("TiedGather", "TiedGatherAccumulate")
+
+    @property
+    def tied_gather_accumulate(self) -> bool:
+        """PopART's TiedGather and TiedGatherAccumulate patterns, both on in ``_Popart.patterns`` (off by
+        default; Graphcore's PyTorch BERT, GPT-2 and Conformer scripts turn them on, PopART's bert.py
+        through its custom patterns): with gradient accumulation a tied embedding's gathered rows are
+        added straight into its accumulator (:func:`sim.graph.training.sparse_accumulate_tied_gathers`)."""
+        patterns = self._Popart.values.get("patterns")
+        return isinstance(patterns, dict) and all(bool(patterns.get(k)) for k in self.MODELLED_PATTERNS)
+
     @property
     def non_stable_softmax(self) -> bool:
         """PopART's ``enableNonStableSoftmax`` (``_Popart.set``; PopRT's ``enable_non_stable_softmax``),
@@ -736,6 +748,8 @@ class Options:
                 out.update({f"{k}.{key}": value for key, value in v.items() if key not in modelled})
             elif k == "_Popart.autoRecomputation" and _recomputation_code(v) in (0, 3):
                 continue  # None or Pipeline: modelled (pipeline_recomputation)
+            elif k == "_Popart.patterns" and isinstance(v, dict):
+                out.update({f"{k}.{name}": value for name, value in v.items() if name not in self.MODELLED_PATTERNS})
             elif k not in self.MODELLED:
                 out[k] = v
         return out

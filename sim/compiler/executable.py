@@ -32,7 +32,8 @@ from ..schedule.stages import StageWork, split_stages
 from ..strategy import PipelinedExecution, ShardedExecution, SyncPattern, assign
 from ..hardware.topology import check_fits
 from ..graph.loss_scaling import add_automatic_loss_scaling
-from ..graph.training import Optimizer, graph_to_price, merge_norms, place_global_norm
+from ..graph.training import (Optimizer, graph_to_price, merge_norms, place_global_norm,
+                              sparse_accumulate_tied_gathers)
 
 _INFERENCE_NOOPS = {"dropout"}  # identity at inference, unless the program itself asks for it (attrs explicit)
 #: ops that run differently at inference: batch norm applies its running statistics (a
@@ -169,6 +170,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     accumulate = o.Training.gradient_accumulation > 1
     opt = (optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer or "sgd")) if training else None
     g = graph_to_price(graph, training, opt, accumulate)
+    if training and accumulate and o.tied_gather_accumulate:
+        sparse_accumulate_tied_gathers(g)
     if o.stable_norm:
         mark_stable_norms(g)
     if o.non_stable_softmax:

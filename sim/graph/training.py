@@ -670,6 +670,41 @@ def merge_norms(g: Graph, per_block: bool = False) -> None:
         g.ops = [op for op in g.ops if id(op) not in drop]
 
 
+def sparse_accumulate_tied_gathers(g: Graph) -> list[str]:
+    """PopART's TiedGather and TiedGatherAccumulate patterns on a training graph with gradient accumulation
+    (willow/src/patterns/tiedgatherpattern.cpp): a weight both gathered and read by a matmul (a tied
+    embedding) gets no zeroed dense gradient table added to the matmul's gradient; the matmul's gradient is
+    accumulated densely and SparseAccumulate adds the gathered rows' gradients straight into the accumulator
+    (popops multiUpdateAdd, after the dense accumulation). Rewrites each such weight's ops in place; returns
+    the weights rewritten."""
+    done = []
+    for acc_op in [op for op in g.ops if op.kind == "accumulate" and "weight" in op.attrs]:
+        acc, grad = acc_op.inputs
+        total = g.producer_op(grad)
+        if total is None or total.kind != "add" or len(total.inputs) != 2:
+            continue
+        producers = [g.producer_op(t) for t in total.inputs]
+        sparse = [p for p in producers if p is not None and p.kind == "embedding_grad" and len(p.inputs) == 2]
+        weight = acc_op.attrs["weight"]
+        gather = next((op for op in g.ops if op.name == sparse[0].forward_of), None) if len(sparse) == 1 else None
+        if gather is None or gather.kind != "gather" or gather.inputs[1] != weight:
+            continue
+        readers = [op for op in g.ops if total.outputs[0] in op.inputs or sparse[0].outputs[0] in op.inputs]
+        if readers != [total, acc_op] and readers != [acc_op, total]:
+            continue
+        embedding_grad = sparse[0]
+        acc_op.inputs = [acc, next(t for t, p in zip(total.inputs, producers) if p is not embedding_grad)]
+        for op in (total, embedding_grad):
+            g.ops.remove(op)
+            del g.tensors[op.outputs[0]]
+        embedding_grad.inputs = embedding_grad.inputs + [acc]
+        embedding_grad.outputs = [acc]
+        embedding_grad.attrs = {**embedding_grad.attrs, "into_table": True}
+        g.ops.insert(g.ops.index(acc_op) + 1, embedding_grad)
+        done.append(weight)
+    return done
+
+
 def _accumulate_early(g: Graph, accumulates: list[Op]) -> None:
     """Move each accumulate op to just after the op that makes the gradient it adds."""
     after: dict[str, list[Op]] = {}

@@ -131,8 +131,8 @@ DEPARTURES = {
             "layout copy)",
     "conformer": "the example's model as models/conformer.py builds it (WeNet's Conformer-medium: 12 encoder "
                  "blocks of d 256, 6 decoder blocks, vocabulary 4,233); not modelled: the loss scaling (1,024), "
-                 "stochastic rounding, its TiedGather patterns (PopART's outlineThreshold 10 is run at 1.0: the same "
-                 "calls), the padding masks "
+                 "stochastic rounding (its TiedGather patterns are set and find no tied table; PopART's "
+                 "outlineThreshold 10 is run at 1.0: the same calls), the padding masks "
                  "made on the IPU from the lengths (constants here); the example sets no recomputation checkpoint, so "
                  "each pipelined stage recomputes from its stashed inputs; the label-smoothing loss is built as a "
                  "softmax cross-entropy (the same work); throughput is the step's samples over the time from the "

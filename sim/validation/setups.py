@@ -75,6 +75,9 @@ class Setup:
     just_in_time: bool = False  # PopART's subgraphCopyingStrategy JustInTime (outlined calls' copies next to their ops)
     outlining: bool = True  # PopART's enableOutlining (False: no op sequence becomes a call of a shared subgraph)
     outline_threshold: float = 0.0  # PopART's outlineThreshold (PopRT's outline_threshold); 0: PopART's default
+    # PopART's TiedGather and TiedGatherAccumulate patterns (Graphcore's PyTorch BERT and GPT-2 ipu_options.py
+    # setPatterns; PopART's bert.py through its custom patterns): a tied embedding's rows added into its accumulator
+    tied_gather: bool = False
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -133,6 +136,8 @@ class Setup:
             o._Popart.set("enableOutlining", False)
         if self.outline_threshold:
             o._Popart.set("outlineThreshold", self.outline_threshold)
+        if self.tied_gather:
+            o._Popart.set("patterns", {"TiedGather": True, "TiedGatherAccumulate": True})
         if self.outer_fragment:
             schedule_key, excluded_key = Options.OUTER_FRAGMENT_KEYS
             o._Popart.set(schedule_key, self.outer_fragment[0])
@@ -338,7 +343,7 @@ def _bert_train(model: str, system: str, replicas: int, micro_batch: int, accumu
                  stable_norm=tf1, clear_pass_type=tf1, graph_functions=tensorflow,
                  outer_fragment=(TF_RESOURCE_UPDATE if tensorflow else
                                  OVERLAP_BUT_IPU0 if pytorch else _popart_bert_fragment(True, replicas)),
-                 just_in_time=not tensorflow)
+                 just_in_time=not tensorflow, tied_gather=not tensorflow)
 
 
 def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, device_iterations: int = 100,
@@ -403,7 +408,7 @@ def _packed_bert(system: str, replicas: int, micro_batch: int, accumulation: int
                  clip_norm=clip_norm, pytorch_bert_groups=pytorch, state_dtype=state_dtype,
                  processes=replicas // sharding_domain if sharding_domain else 1,
                  outer_fragment=OVERLAP_BUT_IPU0 if pytorch else _popart_bert_fragment(off_chip, replicas),
-                 just_in_time=True)
+                 just_in_time=True, tied_gather=True)
 
 
 #: Adam/AdamW state as Graphcore's SQuAD configs keep it: first moment fp16, second fp32 (PyTorch
@@ -460,10 +465,10 @@ def _optimum_train(model: str, params: tuple, amp: tuple) -> Setup:
     """A 4-IPU pipeline trained by optimum-graphcore's IPUTrainer as both notebooks run it: per-device batch 1,
     gradient accumulation 64, pod16 (4 replicas), AdamW with its first moment in fp16, the optimizer state off
     chip with RTS, outputMode Final, half partials, and what ``IPUConfig.to_options`` adds (the weight update's
-    OverlapMemoryOptimized without IPU 0, JustInTime copies)."""
+    OverlapMemoryOptimized without IPU 0, JustInTime copies, the TiedGather patterns)."""
     return Setup(model, params, "ipu-pod16", replicas=4, accumulation=64, amp=amp, optimizer="adam",
                  state_dtype=_HALF_FIRST_MOMENT, optimizer_off_chip=True, rts=True, output_mode="Final",
-                 outer_fragment=OVERLAP_BUT_IPU0, just_in_time=True)
+                 outer_fragment=OVERLAP_BUT_IPU0, just_in_time=True, tied_gather=True)
 
 
 #: the poplin options of PopRT's BERT benchmark scripts (RT benchmarks/bert/test_bert_{base,large}.py,
@@ -688,7 +693,8 @@ def _conformer_train(system: str, replicas: int, accumulation: int, processes: i
     batch is 16,128."""
     return Setup("conformer-medium", _params(micro_batch=4, layers_per_ipu=[2, 4, 4, 2]), system, replicas=replicas,
                  accumulation=accumulation, amp=(0.3,) * 4, optimizer="adam", accum_dtype="float16", clip_norm=5.0,
-                 output_mode="Final", processes=processes, outer_fragment=("Scheduler", (0,)), outline_threshold=10.0)
+                 output_mode="Final", processes=processes, outer_fragment=("Scheduler", (0,)), outline_threshold=10.0,
+                 tied_gather=True)
 
 
 def _swin_train(tiny: bool) -> Setup:
@@ -742,4 +748,4 @@ def _gpt2_train(model: str, layers_per_ipu: list[int], amp: list[float], replica
                      embedding_serialization=embedding_serialization)
     return Setup(model, params, "bow-pod16", replicas=replicas, accumulation=accumulation, device_iterations=8,
                  amp=tuple(amp), optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16",
-                 optimizer_off_chip=True, rts=rts)
+                 optimizer_off_chip=True, rts=rts, tied_gather=True)
