@@ -8,13 +8,13 @@ from sim.options import Options
 PATTERNS = {"TiedGather": True, "TiedGatherAccumulate": True, "UpdateInplacePrioritiesForIpu": True}
 
 
-def _compile(patterns: dict | None, accumulation: int = 8):
+def _compile(patterns: dict | None, accumulation: int = 8, **params):
     o = Options()
     if accumulation > 1:
         o.Training.gradientAccumulation(accumulation)
     if patterns is not None:
         o._Popart.set("patterns", patterns)
-    graph = models.get("bert-base", micro_batch=2, seq_len=128, num_layers=2)
+    graph = models.get("bert-base", micro_batch=2, seq_len=128, num_layers=2, **params)
     return o, sim.compile(graph, "ipu-mk2", o, training=True, optimizer="sgd")
 
 
@@ -34,6 +34,9 @@ def test_the_tied_table_gets_its_rows_added_into_its_accumulator():
         ("embedding_grad", ["input_ids", "embeddings/layernorm/layernorm/grad", acc], [acc], True),
         ("sgd_update", ["embeddings/word_embeddings", acc], ["embeddings/word_embeddings"], False)]
     assert "embeddings/word/grad" not in ex.graph.tensors and "embeddings/word/sum" not in ex.graph.tensors
+    # the projection serialised over the vocabulary (slices of the table, PopART's PadSum) matches too
+    _, serial = _compile(PATTERNS, embedding_serialization=2)
+    assert [kind for kind, *_ in _word_ops(serial)] == ["accumulate", "embedding_grad", "sgd_update"]
     # an untied table (positions: only gathered) keeps its dense gradient
     assert any(op.kind == "embedding_grad" and not op.attrs.get("into_table") and "position" in op.name
                for op in ex.graph.ops)

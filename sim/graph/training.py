@@ -687,7 +687,7 @@ def sparse_accumulate_tied_gathers(g: Graph) -> list[str]:
         sparse = [p for p in producers if p is not None and p.kind == "embedding_grad" and len(p.inputs) == 2]
         weight = acc_op.attrs["weight"]
         gather = next((op for op in g.ops if op.name == sparse[0].forward_of), None) if len(sparse) == 1 else None
-        if gather is None or gather.kind != "gather" or gather.inputs[1] != weight:
+        if gather is None or gather.kind != "gather" or gather.inputs[1] != weight or not _read_by_matmul(g, weight):
             continue
         readers = [op for op in g.ops if total.outputs[0] in op.inputs or sparse[0].outputs[0] in op.inputs]
         if readers != [total, acc_op] and readers != [acc_op, total]:
@@ -703,6 +703,22 @@ def sparse_accumulate_tied_gathers(g: Graph) -> list[str]:
         g.ops.insert(g.ops.index(acc_op) + 1, embedding_grad)
         done.append(weight)
     return done
+
+
+def _read_by_matmul(g: Graph, tensor: str) -> bool:
+    """Whether a forward matmul reads ``tensor``, directly or through views of it (a transpose, slices:
+    a tied projection, serialised or not)."""
+    seen, todo = set(), [tensor]
+    while todo:
+        name = todo.pop()
+        for op in g.ops:
+            if op.pass_ == "forward" and name in op.inputs:
+                if op.kind == "matmul":
+                    return True
+                if op.kind in ("transpose", "slice", "reshape") and op.outputs[0] not in seen:
+                    seen.add(op.outputs[0])
+                    todo.append(op.outputs[0])
+    return False
 
 
 def _accumulate_early(g: Graph, accumulates: list[Op]) -> None:
