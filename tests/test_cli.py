@@ -520,8 +520,9 @@ def test_auto_round_num_ipus_flag(capsys):
 
 def test_run_flags_for_graphcores_bert_configuration(capsys):
     """Per-IPU proportions, half partials, off-chip sharded optimizer state, the weight update's
-    schedule and just-in-time call copies reach the options: the same run as sim.validation's B10 row,
-    so the same samples per second; PopART's default schedule (serial) is slower than an overlapped one."""
+    schedule, just-in-time call copies and the TiedGather patterns reach the options: the same run as
+    sim.validation's B10 row, so the same samples per second; PopART's default schedule (serial) is slower
+    than an overlapped one."""
     from sim.validation import PUBLISHED_BY_ID
     code, out, _ = cli(capsys, "run", "--model", "bert-large", "--system", "bow-pod16", "--layers-per-ipu",
                            "3,7,7,7", "--micro-batch", "8", "--training", "--optimizer", "lamb",
@@ -530,7 +531,7 @@ def test_run_flags_for_graphcores_bert_configuration(capsys):
                            "--param", "vocab=30400", "--param", "mask_tokens=20", "--param", "attention_dropout=0",
                            "--param", "embedding_serialization=5", "--param", "split_qkv=true",
                            "--weight-update-schedule", "overlap-memory", "--weight-update-exclude", "0",
-                           "--just-in-time-copies", "--json")
+                           "--just-in-time-copies", "--tied-gather", "--json")
     assert code == 0
     summary = json.loads(out)
     assert summary["samples_per_second"] == pytest.approx(PUBLISHED_BY_ID["B10"].simulated(), rel=1e-9)

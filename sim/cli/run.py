@@ -77,7 +77,8 @@ OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
 #: on/off flags that each set one _Popart option: flag (its argparse name) -> (key, value)
 POPART_FLAGS = {"no_outlining": ("enableOutlining", False), "just_in_time_copies": ("subgraphCopyingStrategy", 1),
                 "non_stable_softmax": ("enableNonStableSoftmax", True),
-                "no_fully_connected_pass": ("enableFullyConnectedPass", False)}
+                "no_fully_connected_pass": ("enableFullyConnectedPass", False),
+                "tied_gather": ("patterns", {"TiedGather": True, "TiedGatherAccumulate": True})}
 #: --weight-update-schedule: PopART's AccumulateOuterFragmentSchedule members
 WEIGHT_UPDATE_SCHEDULES = {"scheduler": "Scheduler", "serial": "Serial", "overlap-cycle": "OverlapCycleOptimized",
                            "overlap-memory": "OverlapMemoryOptimized"}
@@ -236,6 +237,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="[_Popart subgraphCopyingStrategy=JustInTime] each outlined call copies an input just before "
                    "the op that reads it and an output as soon as it is made, merged only with the copies next to "
                    "that op (default: OnEnterAndExit, all copies at the call's entry and exit)")
+    x.add_argument("--tied-gather", action="store_true",
+                   help="[_Popart patterns TiedGather, TiedGatherAccumulate] with gradient accumulation a tied "
+                   "embedding's gathered rows are added straight into its accumulator, no dense gradient table "
+                   "(Graphcore's BERT and GPT-2 scripts set them; default: off, as in PopART)")
     x.add_argument("--stable-norm", action="store_true",
                    help="[enableStableNorm] every norm's statistics as the mean, then the power of the activations "
                    "less it (TensorFlow's norms.use_stable_statistics, which Graphcore's TF1 CNN and BERT examples "
