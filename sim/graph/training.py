@@ -685,14 +685,15 @@ def sparse_accumulate_tied_gathers(g: Graph) -> list[str]:
             continue
         producers = [g.producer_op(t) for t in total.inputs]
         sparse = [p for p in producers if p is not None and p.kind == "embedding_grad" and len(p.inputs) == 2]
-        weight = acc_op.attrs["weight"]
-        gather = next((op for op in g.ops if op.name == sparse[0].forward_of), None) if len(sparse) == 1 else None
+        if len(sparse) != 1:
+            continue
+        embedding_grad, weight = sparse[0], acc_op.attrs["weight"]
+        gather = next((op for op in g.ops if op.name == embedding_grad.forward_of), None)
         if gather is None or gather.kind != "gather" or gather.inputs[1] != weight or not _read_by_matmul(g, weight):
             continue
-        readers = [op for op in g.ops if total.outputs[0] in op.inputs or sparse[0].outputs[0] in op.inputs]
+        readers = [op for op in g.ops if total.outputs[0] in op.inputs or embedding_grad.outputs[0] in op.inputs]
         if readers != [total, acc_op] and readers != [acc_op, total]:
             continue
-        embedding_grad = sparse[0]
         acc_op.inputs = [acc, next(t for t, p in zip(total.inputs, producers) if p is not embedding_grad)]
         for op in (total, embedding_grad):
             g.ops.remove(op)
