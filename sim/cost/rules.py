@@ -1032,8 +1032,9 @@ def _embedding_update(plan: EmbeddingPlan, dtype: str, ipu, tiles, operation: st
     update_size = it
     if several:
         update_size = partial
-        if add:
-            parts.append((_on_one_tile(ipu, tiles, codelet("cast").fixed), 1))  # the scale, cast to fp32
+        if add:  # the scale made the partials' type: a cast, or a Copy of it when the types agree
+            # (popops Cast.cpp "Cast is just a copy"; SDK 3.x partials are in the data's type)
+            parts.append((_on_one_tile(ipu, tiles, codelet("cast" if it != partial else "copy").fixed), 1))
         if it != partial:
             parts.append((_elementwise("cast", [slices], [((plan.lookups, plan.row), "float32")], ipu, tiles), 1))
         parts.append((_zero_table(plan, partial, ipu, tiles, base=False), 1))  # filled with the op's identity
