@@ -678,17 +678,18 @@ def sparse_accumulate_tied_gathers(g: Graph) -> list[str]:
     (popops multiUpdateAdd, after the dense accumulation). Rewrites each such weight's ops in place; returns
     the weights rewritten."""
     done = []
+    by_name = {op.name: op for op in g.ops}  # the last op of a name, as Graph.producer_op finds it
     for acc_op in [op for op in g.ops if op.kind == "accumulate" and "weight" in op.attrs]:
         acc, grad = acc_op.inputs
-        total = g.producer_op(grad)
+        total = by_name.get(g.tensors[grad].producer)
         if total is None or total.kind != "add" or len(total.inputs) != 2:
             continue
-        producers = [g.producer_op(t) for t in total.inputs]
+        producers = [by_name.get(g.tensors[t].producer) for t in total.inputs]
         sparse = [p for p in producers if p is not None and p.kind == "embedding_grad" and len(p.inputs) == 2]
         if len(sparse) != 1:
             continue
         embedding_grad, weight = sparse[0], acc_op.attrs["weight"]
-        gather = next((op for op in g.ops if op.name == embedding_grad.forward_of), None)
+        gather = by_name.get(embedding_grad.forward_of)
         if gather is None or gather.kind != "gather" or gather.inputs[1] != weight or not _read_by_matmul(g, weight):
             continue
         readers = [op for op in g.ops if total.outputs[0] in op.inputs or embedding_grad.outputs[0] in op.inputs]
