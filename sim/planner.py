@@ -68,7 +68,7 @@ import models
 from .compiler.executable import price_ops
 from .errors import GraphError, OptionsError
 from .graph.ir import Graph
-from .graph.training import Optimizer, graph_to_price, merge_norms
+from .graph.training import Optimizer, graph_to_price, merge_norms, sparse_accumulate_tied_gathers
 from .hardware.system import load_system
 from .options import Options, TensorLocationSettings
 from .strategy import assign
@@ -226,6 +226,9 @@ class Space:
     #: fraction, fits (the CLI's default is the least excess of Poplar's fullest tile over an even
     #: spread, :data:`sim.compiler.memory.FULLEST_TILE_EXCESS`)
     memory_margin: float = 0.0
+    #: PopART's TiedGather and TiedGatherAccumulate patterns on every candidate (``Options.tied_gather_accumulate``,
+    #: as Graphcore's BERT and GPT-2 scripts set them): with accumulation a tied embedding has no dense gradient table
+    tied_gather: bool = False
 
     def __post_init__(self):
         lo, hi = self.global_batch
@@ -252,6 +255,9 @@ class Space:
             raise OptionsError("plan: inference has no gradient accumulation, optimizer state or recomputation "
                                "axes; give --training to plan training")
         Optimizer(self.optimizer, self.optimizer_state_dtype)  # unknown names, bad dtypes raise OptionsError
+        if self.tied_gather and not self.training:
+            raise OptionsError("plan: the TiedGather patterns change only a training graph's embedding gradient; "
+                               "plan training or leave them off")
         if self.partials not in ("float", "half"):
             raise OptionsError(f"plan: partials {self.partials!r}: expected float or half")
         if isinstance(self.replicas_per_process, bool) or not isinstance(self.replicas_per_process, int) \
@@ -568,6 +574,8 @@ class Planner:
         g = self.model.build(mb)
         training = self.space.training
         g = graph_to_price(g, training, Optimizer(self.space.optimizer, self.space.optimizer_state_dtype), accumulate)
+        if training and accumulate and self.space.tied_gather:
+            sparse_accumulate_tied_gathers(g)  # as sim.compile does with the patterns on
         assign(g, None)
         merge_norms(g, per_block=True)  # LARS's norms: a ReduceMany per block, which moves as a whole
         o = Options().setAvailableMemoryProportion({"IPU0": amp})

@@ -174,6 +174,24 @@ def test_candidates_carry_the_memory_margin():
         planner.Space(["ipu-m2000"], (8, 8), memory_margin=1.5)
 
 
+def test_tied_gather_plans_price_and_run_the_patterns(tmp_path_factory):
+    """--tied-gather puts PopART's TiedGather patterns on every candidate: its command, and the profile its
+    bounds come from (the tied embedding's gradient added into its accumulator, no dense table), so the
+    pruned search still finds the exhaustive one's best; without training it is refused."""
+    system = _small_m2000(tmp_path_factory, 39000)
+    pl = _planner(system, tied_gather=True)
+    assert all("--tied-gather" in plan_cli.command(pl, c) for c in pl.candidates)
+    plain = _planner(system)
+    assert not any("--tied-gather" in plan_cli.command(plain, c) for c in plain.candidates)
+    # the embedding's backward pass is what the patterns change, and only with accumulation
+    tied, dense = pl.profile(system, 4, 0.6, True), plain.profile(system, 4, 0.6, True)
+    assert tied.backward != dense.backward
+    assert pl.profile(system, 4, 0.6, False).backward == plain.profile(system, 4, 0.6, False).backward
+    _compare_with_exhaustive(pl, top=2)
+    with pytest.raises(OptionsError, match="TiedGather patterns change only a training graph"):
+        planner.Space([system], (16, 16), training=False, tied_gather=True)
+
+
 def test_cli_plan_table_csv_and_runnable_commands(capsys, tmp_path):
     out_csv = tmp_path / "plan.csv"
     code = cli.main(["plan", *TINY_FLAGS, "--system", "ipu-m2000", "--training", "--optimizer", "adam",
@@ -385,6 +403,7 @@ def test_config_file_and_overrides(capsys, tmp_path):
     (["--global-batch", "3", "--micro-batch", "2,4"], "no configuration makes a global batch of 3"),
     (["--optimizer-state", "rts"], "optimizer 'sgd' keeps no state"),
     (["--recompute", "on", "--no-training"], "inference has no gradient accumulation"),
+    (["--tied-gather", "--no-training"], "TiedGather patterns change only a training graph"),
 ])
 def test_bad_plans_are_one_line_errors(capsys, argv, message):
     base = ["plan", "--model", "bert-base", "--system", "ipu-m2000", "--global-batch", "16", "--training"]

@@ -111,6 +111,8 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
         argv += ["--partials", sp.partials]
     if sp.memory_margin:
         argv += ["--memory-margin", f"{sp.memory_margin:g}"]
+    if sp.tied_gather:
+        argv += ["--tied-gather"]
     return argv
 
 
@@ -216,6 +218,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="[Precision.setPartialsType] of every candidate (default: float)")
     a.add_argument("--device-iterations", type=positive_int, metavar="N",
                    help="of every candidate (default: 1 in training, 32 in inference)")
+    a.add_argument("--tied-gather", action="store_true",
+                   help="with --training: PopART's TiedGather and TiedGatherAccumulate patterns on every candidate, "
+                   "as `ipusim run --tied-gather` (Graphcore's BERT and GPT-2 scripts set them; default: off)")
     a.add_argument("--memory-margin", type=margin, default=FULLEST_TILE_EXCESS[0], metavar="F",
                    help="[memoryMargin] of every candidate: it fits only if each fullest tile, raised by this "
                    "fraction, fits (default: %(default)s, the least by which Poplar's fullest tile exceeds an even "
@@ -329,7 +334,8 @@ def build_planner(args, parser) -> planner.Planner:
         recompute=None if args.recompute is None else [v == "on" for v in args.recompute],
         optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials,
         optimizer_state_dtype=state_dtype, relief=args.relief, relief_proportions=args.relief_proportion,
-        replicas_per_process=args.replicas_per_process, memory_margin=args.memory_margin)
+        replicas_per_process=args.replicas_per_process, memory_margin=args.memory_margin,
+        tied_gather=args.tied_gather)
     return planner.Planner(model, space)
 
 
