@@ -333,8 +333,9 @@ def test_graphcore_configurations_fit_as_published(row):
     SL384 on 8 IPUs with 2 replicas, and that SQuAD run with 1 replica, which the config's own
     note says does not fit (AdamW's state on chip is sharded over 2 replicas); GPT-2 small, medium
     and large (SL1024 and SL512) as Graphcore's PyTorch benchmarks train them on a Bow Pod16, and
-    GPT-2 XL and medium inference at SL1024 as they run it sharded over 8 and 4 IPUs, and PopRT's fp32
-    BERT-Base SQuAD inference at batch 2 on one C600."""
+    GPT-2 XL and medium inference at SL1024 as they run it sharded over 8 and 4 IPUs, PopRT's fp32
+    BERT-Base SQuAD inference at batch 2 on one C600, and nanoGPT's fp32 character model training on an
+    IPU-M2000 at context 256 (fits) and 1,024 (out of memory on the hardware, flash-attention-ipu's demo)."""
     row_id, _, _, setup, published_fits = row
     outcome = _fits(setup)
     if published_fits:

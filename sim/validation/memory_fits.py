@@ -10,7 +10,7 @@ from .. import compile as compile_graph
 from ..compiler.memory import IpuMemory
 from ..errors import OutOfMemoryError
 from .published import _SQUAD_PYTORCH_AMP, PUBLISHED_BY_ID
-from .setups import Setup, _bert_train, _gpt2_infer, _gpt2_train, _squad_infer, _squad_train
+from .setups import Setup, _bert_train, _gpt2_infer, _gpt2_train, _params, _squad_infer, _squad_train
 
 
 # Configurations Graphcore publishes as fitting (compiled, not run; one PopRT inference row among them): the
@@ -28,6 +28,20 @@ def _squad_large_384(replicas: int) -> Setup:
 
 
 _EXAMPLES_GPT2 = "graphcore/examples `nlp/gpt2/pytorch/benchmarks.yml` "
+_FLASH_DEMO = ("graphcore-research/flash-attention-ipu `demo/flash-attention-ipu-demo.ipynb` and `demo/train.py` at "
+               "its HEAD (SDK 3.3, the four IPUs of an IPU-M2000, gc-monitor in the notebook)")
+
+
+def _nanogpt_char(seq_len: int) -> Setup:
+    """nanoGPT's character-level Shakespeare model as flash-attention-ipu's demo trains it with PyTorch's
+    own attention (``train.py``: nanoGPT's ``train_shakespeare_char`` config, 6 layers of width 384 with 6
+    heads, biases, vocabulary 65, dropout 0, the head tied to the token embedding, fp32; micro-batch 2,
+    4 replicas, gradient accumulation 8, availableMemoryProportion 0.08, poptorch.optim.AdamW with its
+    state on chip), run as the zoo's GPT-2 at those sizes."""
+    params = _params(micro_batch=2, seq_len=seq_len, num_layers=6, hidden=384, heads=6, vocab=65, n_positions=1024,
+                     dropout=0.0, dtype="float32")
+    return Setup("gpt2-small", params, "ipu-m2000", replicas=4, accumulation=8, amp=(0.08,), half_partials=False,
+                 optimizer="adamw", output_mode="All")
 
 
 #: B10's run as the PyTorch config builds it: one fused QKV weight (the PopART config splits it:
@@ -84,6 +98,12 @@ MEMORY_FITS = [
      "graphcore/PopRT `examples/bert/README.md` bert_fp32 (525 sequences/s at batch 2; out of memory at 4: "
      "\"Published out-of-memory points\")", _squad_infer("bert-base", 2, 256, 1, io_tiles=32, dtype="float32"),
      True),
+    ("NG 256", "nanoGPT character model (6 x 384, fp32) training at context 256, micro-batch 2, 4 replicas, "
+     "PyTorch's attention", _FLASH_DEMO + ": Appendix A trains it 2,000 steps (`standard-attn-train-blocksize256`)",
+     _nanogpt_char(256), True),
+    ("NG 1024", "the same at context 1,024", _FLASH_DEMO + ": \"Out of memory: Cannot fit all variable data onto one "
+     "or more tiles\" (`standard-attn-train`; the profile's largest variables the six layers' fp32 softmax outputs, "
+     "50.3 MB each)", _nanogpt_char(1024), False),
 ]
 
 

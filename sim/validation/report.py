@@ -447,8 +447,9 @@ def _memory_section() -> list[str]:
             "|---|---|---:|---:|---:|---|---|---:|---:|---|"] + rows + [
             "", "The cycles of these layers are in the microbenchmark table of poplibs' IPUModel2 estimates below."] + _layer_memory_section() + _mk1_memory_section() + _embedding_memory_section() + _fullest_tile_section(ran, did_not) + _keras_dense_section() + [
             "", "### Configurations published as fitting", "",
-            "Graphcore's configurations that run on hardware, and one its notes say does not fit, compiled "
-            "by the simulator; `tests/test_memory.py` asserts each outcome. The SQuAD rows run the zoo's "
+            "Graphcore's configurations that run on hardware, one its notes say does not fit and one its "
+            "research demo shows running out of memory (nanoGPT at context 1,024), compiled by the simulator; "
+            "`tests/test_memory.py` asserts each outcome. The SQuAD rows run the zoo's "
             "BERT with the span head on the last IPU (`head=\"squad\"`) and AdamW's first moment in fp16, the "
             "second in fp32, as the config keeps them; the GPT-2 training rows keep AdamW's state off chip, as the "
             "example's `--optimizer-state-offchip` does by default (on chip, neither GPT-2 large run fits).", "",
