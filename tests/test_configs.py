@@ -19,7 +19,7 @@ NUM_IPUS = {
     "ipu-mk1-c2": 2,
     "ipu-mk2": 1, "ipu-m2000": 4,
     "ipu-pod16": 16, "ipu-pod64": 64, "ipu-pod128": 128, "ipu-pod256": 256,
-    "bow-ipu": 1, "bow-2000": 4, "c600": 1,
+    "bow-ipu": 1, "bow-2000": 4, "c600": 1, "c600-x8": 8,
     "bow-pod16": 16, "bow-pod64": 64, "bow-pod128": 128, "bow-pod256": 256,
 }
 

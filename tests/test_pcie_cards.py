@@ -37,3 +37,18 @@ def test_a_gateway_copy_crosses_the_host_link_and_the_gateway():
     system = load_system("ipu-m2000")
     host, device = Engine(system).prefetch_phases(StreamCopy(0, "x", "to_ipu", 1_000_000, 0))
     assert [len(p[0]) for p in host] == [1, 1] and [len(p[0]) for p in device] == [0, 0]
+
+
+def test_eight_c600_cards_form_a_ring_of_ipu_link_cables():
+    """configs/c600-x8.toml: eight C600s, each with its own PCIe link and no gateway, cabled in a ring
+    (two cables a card), 32 GB/s each way between neighbours (two IPU-Links of 16 GB/s): 32 MB to the
+    next card is 1 ms (1.5 M cycles at 1.5 GHz) after the link's latency; to the card opposite, four hops."""
+    from sim.hardware.topology import hops
+    from sim.program import IpuCopy
+    system = load_system("c600-x8")
+    assert system.num_ipus == 8 and not system.has_gateway and system.host_link.ipus_per_link == 1
+    assert [hops(system, 0, b) for b in range(8)] == [0, 1, 2, 3, 4, 3, 2, 1]
+    latency = system.ipu_link.latency_cycles
+    engine = Engine(system)
+    assert engine.ipu_copy_cycles(IpuCopy(((0, 1, 32_000_000),))) == latency + 1_500_000
+    assert engine.ipu_copy_cycles(IpuCopy(((0, 4, 32_000_000),))) == 4 * latency + 1_500_000

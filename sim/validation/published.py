@@ -180,10 +180,12 @@ DEPARTURES = {
                       "the IPU); its custom ops priced as the library ops doing their work: NormCE (a layer norm, "
                       "statistics in fp32) as popnn's layer norm, SoftmaxV3 as the non-stable softmax after a "
                       "copy to a linear layout, KVCache as its two on-tile copies of the whole cache, Remap as a "
-                      "layout copy; the published benchmark also runs 8 C600 cards (1.053 / 2.253 / 3.507 / 4.383 "
-                      "ms a token), the Mk2 figures times the clock ratio 1.5 / 1.325 to within 0.5 %: not "
-                      "simulated (no 8-card C600 system in configs/). Throughput is the batch over the time per "
-                      "token (benchmark.md's Throughput: batch x 264 tokens over the run)",
+                      "layout copy. Throughput is the batch over the time per token (benchmark.md's Throughput: "
+                      "batch x 264 tokens over the run)",
+    "poptransformer-c600": "the same benchmark on 8 C600 cards (benchmark.md's first table: 1.053 / 2.253 / 3.507 / "
+                           "4.383 ms a token), run on configs/c600-x8.toml: eight C600s in one server, a ring of "
+                           "IPU-Link cables (the sharded model's activations cross them), each card's own PCIe link; "
+                           "the cards' figures are the Mk2 ones times the clock ratio 1.5 / 1.325 to within 0.5 %",
     "poprt-vit": "hardware not named: run on the C600 as the other PopRT rows (poprt) [U]; throughput is the batch over "
                  "the mean time of 2,000 asynchronous execute calls of one batch each (poprt_run.py). PopRT's Converter "
                  "passes fused_attention and attention_padding (the attention as one fused op, its 197 tokens padded) "
@@ -399,6 +401,7 @@ _I4 = {1: 4126, 2: 6499, 4: 9334, 8: 13313, 16: 16334, 32: 19667, 64: 22886, 90:
 _I13 = {8: 2600, 32: 3109}  # RT benchmarks/ViT README, "Tput"
 _I23 = {1: 2783.067, 64: 29799.144, 356: 42643.069}  # RT benchmarks/RoformerV2 README, "Tput"
 _I16 = {1: 840, 8: 3139, 16: 4043, 24: 4858}  # PT examples/gpt2/benchmark.md, 8x MK2 "Throughput(token/s)"
+_I16C = {1: 949, 8: 3550, 16: 4562, 24: 5475}  # the same file, 8x C600 "Throughput(token/s)"
 _I12 = {1: 3997, 2: 6314, 4: 8749, 8: 12476, 16: 15554, 32: 18705, 64: 21525, 90: 23500, 96: 22295}
 # within 25 % when added (2026-11-23): the larger batches meet the simulator's host-IO cap [poprt-fp8-io]
 _ASSERTED_I12 = {1, 2, 4, 8, 16, 32}
@@ -703,6 +706,11 @@ PUBLISHED_ROWS = [
     *[Row(f"I16 bs{bs}", f"PT I16 bs{bs}", f"GPT2-XL greedy decode with a KV cache of 264, batch {bs}, 8 Mk2 IPUs "
           "sharded (PopTransformer)", pub, "tokens/s", _gpt2_decode(bs), bs != 1, ("poptransformer",))
       for bs, pub in _I16.items()],
+    # the same on 8 C600 cards (PopTransformer's benchmark.md, first table)
+    *[Row(f"I16c bs{bs}", f"PT I16c bs{bs}", f"GPT2-XL greedy decode with a KV cache of 264, batch {bs}, 8 C600 "
+          "cards sharded (PopTransformer)", pub, "tokens/s", _gpt2_decode(bs, "c600-x8"), True,
+          ("poptransformer", "poptransformer-c600"))
+      for bs, pub in _I16C.items()],
     Row("I6", "RT I6", "ResNet-50 inference fp16, batch 1, 1 batch per step (low latency)", 3119, "images/s",
         _resnet_infer(1, device_iterations=1, io_tiles=0, prefetch_depth=2), True,
         ("poprt", "poprt-depth", "no IO tiles (no --enable_overlapio)", "the README's --eightbitio flag "

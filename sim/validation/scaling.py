@@ -84,6 +84,8 @@ SCALING = [
                  "PT", "I16", 1, 8, asserted=False),
     _batch_ratio("gpt2_xl_decode_8_24", "GPT2-XL greedy decode, 8 Mk2 IPUs sharded, batch 8 → 24",
                  "PT", "I16", 8, 24),
+    Ratio("gpt2_xl_decode_mk2_to_c600_8", "GPT2-XL greedy decode, batch 8: 8 Mk2 IPUs → 8 C600 cards",
+          "PT I16 bs8 → I16c bs8", "I16c bs8", "I16 bs8", True),
     Ratio("resnet50_infer_fp16_to_fp8_bytemlperf_4", "ResNet-50 inference, batch 4, 4 client threads: fp16 → FP8",
           "BM I17 bs4 → I18 bs4", "I18 bs4", "I17 bs4", True),
     _batch_ratio("clip_vit_b32_infer_32_56", "CLIP ViT-B/32 inference, batch 32 → 56 (100 texts a call)",
