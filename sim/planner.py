@@ -91,6 +91,17 @@ STATUSES = ("ok", "oom", "invalid", "pruned")
 _SLACK = 1e-9  # relative: a bound this close to the threshold is still simulated (float rounding)
 
 
+#: ``ipusim plan``'s default memory margin (``Options.memoryMargin`` of every candidate): the largest, in whole
+#: per cent, under which every configuration Graphcore publishes as running still fits in the simulator
+#: (:data:`sim.validation.MEMORY_FITS`; the fullest, BERT-Large phase 1's IPU 1 at micro-batch 8, fills 94.4 %
+#: of a tile; tests/test_memory.py holds it). Poplar's fullest tile runs 8-15 % above an even spread in
+#: poplibs' single-layer benchmarks (:data:`sim.compiler.memory.FULLEST_TILE_EXCESS`), but a margin that large
+#: rejects configurations that ran on hardware: a program's fullest tile, the sum of many tensors' placements,
+#: does not carry one layer's excess in full. Configurations within that excess of a tile get a note instead
+#: (:func:`sim.compiler.memory.near_capacity_notes`).
+DEFAULT_MEMORY_MARGIN = 0.05
+
+
 def short_ipus(reason: str) -> set[int]:
     """The IPUs an out-of-memory reason says are short (``out of memory on IPU 0 ...; also
     short: IPUs 1, 2``); empty for another reason."""
@@ -223,8 +234,7 @@ class Space:
     #: 16 replicas); one process for every replica would hide the host, one for all would bind it
     replicas_per_process: int = 2
     #: every candidate's ``Options.memoryMargin``: it fits only if each fullest tile, raised by this
-    #: fraction, fits (the CLI's default is the least excess of Poplar's fullest tile over an even
-    #: spread, :data:`sim.compiler.memory.FULLEST_TILE_EXCESS`)
+    #: fraction, fits (the CLI's default: :data:`DEFAULT_MEMORY_MARGIN`)
     memory_margin: float = 0.0
     #: PopART's TiedGather and TiedGatherAccumulate patterns on every candidate (``Options.tied_gather_accumulate``,
     #: as Graphcore's BERT and GPT-2 scripts set them): with accumulation a tied embedding has no dense gradient table

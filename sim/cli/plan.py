@@ -30,7 +30,6 @@ from pathlib import Path
 import pandas as pd
 
 from .. import planner
-from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
 from ..results.run import unmodelled_call_effect
@@ -221,10 +220,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--tied-gather", action="store_true",
                    help="with --training: PopART's TiedGather and TiedGatherAccumulate patterns on every candidate, "
                    "as `ipusim run --tied-gather` (Graphcore's BERT and GPT-2 scripts set them; default: off)")
-    a.add_argument("--memory-margin", type=margin, default=FULLEST_TILE_EXCESS[0], metavar="F",
+    a.add_argument("--memory-margin", type=margin, default=planner.DEFAULT_MEMORY_MARGIN, metavar="F",
                    help="[memoryMargin] of every candidate: it fits only if each fullest tile, raised by this "
-                   "fraction, fits (default: %(default)s, the least by which Poplar's fullest tile exceeds an even "
-                   "spread; 0 to fit to the byte)")
+                   "fraction, fits (default: %(default)s, the largest that keeps every configuration Graphcore "
+                   "publishes as running; 0 to fit to the byte)")
     a.add_argument("--replicas-per-process", type=positive_int, default=2, metavar="N",
                    help="replicas each host process (PopRun instance) feeds; a candidate runs with "
                    "--host-processes ceil(replicas / N) (default: 2, as Graphcore's PopRun scripts)")

@@ -264,7 +264,7 @@ def near_capacity_notes(memory: dict[int, IpuMemory]) -> list[str]:
     return [f"fullest tile near capacity ({where} of a tile's {near[0].capacity_per_tile:,} bytes): Poplar's "
             f"fullest tile runs {low:.0%}-{high:.0%} above an even spread of the same bytes (poplibs' benchmarks; "
             "reports/validation.md, 'The fullest tile'), which the simulator does not model, so on hardware this "
-            "may not fit; configurations that ran on hardware reach about 90 % here ('Configurations published "
+            "may not fit; configurations that ran on hardware reach up to 94 % here ('Configurations published "
             "as fitting')"]
 
 
