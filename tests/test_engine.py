@@ -22,7 +22,9 @@ import pytest
 import models
 import sim
 from sim.engine import Engine, critical_path
+from sim.options import OverlapMode
 from sim.program import Compute, IpuCopy, OpSteps, Repeat, Sequence, StreamCopy, Sync, ipus_of
+from sim.strategy import Phase, SerialPhasedExecution, ShardedExecution, Stage
 
 M2000 = sim.load_system("ipu-m2000")
 
@@ -195,6 +197,48 @@ def test_breakdown_of_a_compiled_model_adds_up():
     assert (run.breakdown.sum(axis=1) == run.cycle_count).all()
     assert (run.breakdown >= 0).all().all()
     assert run.breakdown.loc[0, "host_io"] > 0
+
+
+@pytest.mark.parametrize("options", ["pipeline", "io tiles", "phased"])
+def test_pass_breakdown_splits_the_same_cycles_by_pass(options):
+    """Run.pass_breakdown partitions each IPU's cycles by what it runs and adds up to the run's
+    cycles: a training pipeline's ops by forward, recompute, backward, stash, restore and weight
+    update (the op trace's spans, its repeats counted), beside the program's syncs, IO and copies as
+    the category breakdown counts them (a host-IO or inter-IPU column equal to its own); an inference
+    run with IO tiles its forward and the compute tiles' exchanges with the IO tiles; phased
+    execution likewise."""
+    from sim.results.run import PASS_COLUMNS
+    o = sim.Options()
+    if options == "pipeline":
+        g = models.get("bert-base", micro_batch=2, num_layers=4, layers_per_ipu=[0, 2, 1, 1])
+        o.Training.gradientAccumulation(16)
+        run = sim.simulate(g, "ipu-m2000", o, training=True)
+    elif options == "io tiles":  # every stream overlapped on 32 IO tiles, as PopRT runs ResNet-50
+        g = models.get("resnet50", micro_batch=2, with_loss=False)
+        for name in [*g.inputs, *g.outputs]:
+            g.overlap[name] = int(OverlapMode.OverlapDeviceIterationLoop)
+        o.deviceIterations(8).TensorLocations.numIOTiles(32)
+        run = sim.simulate(g, "ipu-mk2", o.setExecutionStrategy(ShardedExecution()), training=False)
+    else:
+        g = models.get("bert-base", micro_batch=2, num_layers=2)
+        phases = [Phase(Stage(b).ipu(0)) for b in ("embedding", "layer0", "layer1", "head")]
+        run = sim.simulate(g, "ipu-m2000", o.setExecutionStrategy(SerialPhasedExecution(*phases)),
+                           training=True)
+    pb = run.pass_breakdown
+    assert list(pb.columns) == list(PASS_COLUMNS) and list(pb.index) == list(run.breakdown.index)
+    assert (pb.sum(axis=1) == run.cycle_count).all() and (pb >= 0).all().all()
+    for c in ("host_io", "inter_ipu", "collective", "idle"):
+        assert (pb[c] == run.breakdown[c]).all()
+    if options == "pipeline":
+        middle = pb.loc[2]
+        assert min(middle[["forward", "recompute", "backward", "stash", "restore", "weight update"]]) > 0
+        assert middle["backward"] > middle["forward"] > 0 and middle["recompute"] > 0
+    elif options == "io tiles":
+        assert pb.loc[0, "forward"] > 0 and pb.loc[0, "io-tile copy"] > 0
+        assert pb.loc[0, ["recompute", "backward", "weight update"]].sum() == 0
+    else:
+        assert pb[["forward", "backward", "weight update"]].gt(0).all(axis=None)
+    assert run.summary()["pass_breakdown"]["0"] == {k: int(v) for k, v in pb.loc[0].items()}
 
 
 # --- determinism -----------------------------------------------------------------------------

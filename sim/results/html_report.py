@@ -94,7 +94,18 @@ def _breakdown(run: Run) -> str:
             "exchange phases; host_io and remote_io include the compute tiles' waits for copies on the IO "
             "tiles); each row adds up to the run's cycles.</p>"
             + _frame(table.map(lambda v: f"{v:,}"))
-            + "<p>The same as % of the run:</p>" + _frame(share.map(lambda v: f"{v:.1f}")))
+            + "<p>The same as % of the run:</p>" + _frame(share.map(lambda v: f"{v:.1f}"))
+            + "<p>The same cycles by what each IPU runs (its ops by pass, each with its own syncs and exchanges; "
+            "then the program's other syncs, IO, inter-IPU copies, collectives and idle):</p>"
+            + _frame(_passes(run).map(lambda v: f"{v:,}")))
+
+
+def _passes(run: Run):
+    """:attr:`Run.pass_breakdown` without the columns that are zero on every IPU, with its total."""
+    table = run.pass_breakdown
+    table = table.loc[:, (table != 0).any()].copy()
+    table["total"] = table.sum(axis=1)
+    return table
 
 
 def _memory(run: Run, png: bytes) -> str:

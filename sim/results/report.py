@@ -25,7 +25,7 @@ import numpy as np
 from ..graph.training import Optimizer
 from ..options import OutputMode
 from ..program import CATEGORIES
-from .run import Run
+from .run import Run, compute_pass
 
 #: colours of the timeline, by task kind (anything else is grey); compute is coloured by pass
 KIND_COLOURS = {"compute": "tab:blue", "host_io": "tab:orange", "sync": "tab:gray",
@@ -81,17 +81,6 @@ def _output_mode(run: Run) -> str:
     if mode == OutputMode.EveryN:
         return f"EveryN({ex.options.output_return_period})"
     return mode.name
-
-
-def compute_pass(name: str) -> str:
-    """What a compute task runs, from its name: forward, backward, recompute, a pipeline stage's
-    stash or restore, weight update, io-tile copy, or compute (anything else)."""
-    if name == "weight update":
-        return "weight update"
-    if name.startswith("IO tiles"):
-        return "io-tile copy"
-    last = name.rsplit(" ", 1)[-1]
-    return last if last in ("forward", "backward", "recompute", "stash", "restore") else "compute"
 
 
 def pipeline_phases(run: Run) -> dict[str, tuple[int, int]] | None:
@@ -177,7 +166,8 @@ def format_summary(run: Run) -> str:
     if phases:
         lines += ["pipeline (first " + ("weight-update step" if ex.training else "call") + "): "
                   + ", ".join(f"{k} {e - b:,}" for k, (b, e) in phases.items()) + " cycles", ""]
-    lines += _latency_table(run) + [""] + _breakdown_table(run) + [""] + _memory_table(run) + [""]
+    lines += (_latency_table(run) + [""] + _breakdown_table(run) + [""] + _pass_table(run) + [""]
+              + _memory_table(run) + [""])
     notes = list(ex.notes) + list(run.notes)
     lines.append("notes:" + ("" if notes else " none"))
     lines += [f"  - {n}" for n in notes]
@@ -247,6 +237,24 @@ def _breakdown_table(run: Run) -> list[str]:
     total = run.cycle_count or 1
     for ipu, row in run.breakdown.iterrows():
         vals = [int(row[c]) for c in CATEGORIES]
+        vals.append(sum(vals))
+        out.append(f"  {ipu:<5}" + "".join(f"{v:>{w},}" for v, w in zip(vals, widths)))
+        out.append(f"  {'':<5}" + "".join(f"{v / total:>{w}.1%}" for v, w in zip(vals, widths)))
+    return out
+
+
+def _pass_table(run: Run) -> list[str]:
+    """The same cycles by what each IPU runs (:attr:`Run.pass_breakdown`), the columns that are zero on
+    every IPU left out, with a second line of percentages."""
+    table = run.pass_breakdown
+    cols = [c for c in table.columns if (table[c] != 0).any()] + ["total"]
+    widths = [max(len(c), len(f"{run.cycle_count:,}"), 7) + 2 for c in cols]
+    out = ["by pass (cycles; % of the run; each pass's ops with their own syncs and exchanges, then the "
+           "program's other syncs, IO, copies, collectives and idle)",
+           f"  {'IPU':<5}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths))]
+    total = run.cycle_count or 1
+    for ipu, row in table.iterrows():
+        vals = [int(row[c]) for c in cols[:-1]]
         vals.append(sum(vals))
         out.append(f"  {ipu:<5}" + "".join(f"{v:>{w},}" for v, w in zip(vals, widths)))
         out.append(f"  {'':<5}" + "".join(f"{v / total:>{w}.1%}" for v, w in zip(vals, widths)))

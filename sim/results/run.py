@@ -61,6 +61,23 @@ pd = _OnFirstUse("pandas")
 UNMODELLED_CALL_SECONDS = (0.12, 0.58)
 
 
+def compute_pass(name: str) -> str:
+    """What a compute task runs, from its name: forward, backward, recompute, a pipeline stage's
+    stash or restore, weight update, io-tile copy, or compute (anything else)."""
+    if name == "weight update":
+        return "weight update"
+    if name.startswith("IO tiles"):
+        return "io-tile copy"
+    last = name.rsplit(" ", 1)[-1]
+    return last if last in ("forward", "backward", "recompute", "stash", "restore") else "compute"
+
+
+#: the columns of :attr:`Run.pass_breakdown`: the compute tiles' ops by what they run, then what the
+#: IPU spends outside its ops (the categories of :attr:`Run.breakdown`)
+PASSES = ("forward", "recompute", "backward", "stash", "restore", "weight update", "io-tile copy", "compute")
+PASS_COLUMNS = PASSES + ("sync", "host_io", "remote_io", "inter_ipu", "collective", "idle")
+
+
 def unmodelled_call_effect(seconds: float) -> str:
     """What :data:`UNMODELLED_CALL_SECONDS` would add to a pipelined training call of ``seconds``."""
     low, high = UNMODELLED_CALL_SECONDS
@@ -374,6 +391,31 @@ class Run:
         df.index.name = "ipu"
         return df
 
+    @cached_property
+    def pass_breakdown(self) -> pd.DataFrame:
+        """Cycles per IPU by what it runs (:data:`PASS_COLUMNS`): its ops by pass (forward,
+        recompute, backward, a pipeline stage's stash and restore, the weight update, the compute
+        tiles' exchanges with the IO tiles; ``compute``: the rest), each with its own compute sets,
+        exchanges, their fixed costs and syncs; then what the IPU spends outside its ops, as
+        :attr:`breakdown` counts it: the program's other syncs (pipeline, host and collective syncs),
+        host and remote IO, inter-IPU copies, collectives and idle. Each row adds up to
+        :attr:`cycle_count`."""
+        ops = self.op_trace()
+        repeats = ops["repeats"].to_numpy() if "repeats" in ops else 1
+        ops = ops.assign(span=(ops["end"] - ops["start"]) * repeats, own_sync=ops["sync"] * repeats,
+                         pass_=[compute_pass(t) for t in ops["task"]])
+        spans = ops.groupby(["ipu", "pass_"])["span"].sum()
+        own_sync = ops.groupby("ipu")["own_sync"].sum()
+        rows = {}
+        for ipu, row in self.breakdown.iterrows():
+            out = {p: int(spans.get((ipu, p), 0)) for p in PASSES}
+            out["sync"] = int(row["sync"] - own_sync.get(ipu, 0))
+            out.update({c: int(row[c]) for c in ("host_io", "remote_io", "inter_ipu", "collective", "idle")})
+            rows[ipu] = out
+        df = pd.DataFrame.from_dict(rows, orient="index", columns=list(PASS_COLUMNS))
+        df.index.name = "ipu"
+        return df
+
     def _io_tile_waits(self) -> dict[int, dict[str, int]]:
         """Per IPU, the cycles its IO tiles copy (remote copies first, then host streams) while its
         compute tiles do nothing (no task of theirs runs); empty when nothing ran on the IO tiles."""
@@ -495,6 +537,8 @@ class Run:
             "host_ipu_latency": lat("host_ipu_latency"), "ipu_host_latency": lat("ipu_host_latency"),
             "breakdown": {str(ipu): {k: int(v) for k, v in row.items()}
                           for ipu, row in self.breakdown.iterrows()},
+            "pass_breakdown": {str(ipu): {k: int(v) for k, v in row.items()}
+                               for ipu, row in self.pass_breakdown.iterrows()},
             "memory": {str(k): v for k, v in self.memory.items()},
             "tflops": self.flops / self.seconds / 1e12 if self.seconds else 0.0,
             "notes": list(ex.notes) + list(self.notes),
