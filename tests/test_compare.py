@@ -57,6 +57,22 @@ def test_different_runs_exit_4_with_the_differences(capsys, runs, tmp_path):
     assert (code, out, err) == (4, "", "")
 
 
+def test_the_runs_by_pass_side_by_side(capsys, runs, tmp_path):
+    """With summaries that hold Run.pass_breakdown, a second table puts the same cycles by pass side by
+    side (summed over the IPUs); a summary without one (written before it existed) leaves it out."""
+    code, out, _ = cli(capsys, "compare", runs / "base", runs / "bigger.json")
+    a = json.loads((runs / "base" / "summary.json").read_text())
+    b = json.loads((runs / "bigger.json").read_text())
+    assert "by pass (cycles, simulated IPUs)" in out
+    fwd_a, fwd_b = a["pass_breakdown"]["0"]["forward"], b["pass_breakdown"]["0"]["forward"]
+    row = next(line.split() for line in out.split("by pass", 1)[1].splitlines() if line.startswith("forward"))
+    assert row[:4] == ["forward", f"{fwd_a:,}", f"{fwd_b:,}", f"{fwd_b - fwd_a:+,}"]
+    old = json.loads((runs / "bigger.json").read_text())
+    del old["pass_breakdown"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert "by pass" not in cli(capsys, "compare", runs / "base", tmp_path / "old.json")[1]
+
+
 def test_differences_use_the_tolerance_exactly(runs):
     a, b = load_run(runs / "base"), load_run(runs / "bigger.json")
     change = abs(b.summary["cycle_count"] - a.summary["cycle_count"]) / a.summary["cycle_count"] * 100

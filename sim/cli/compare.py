@@ -260,7 +260,33 @@ def format_comparison(runs: list[RunResult]) -> str:
             row += [f"{b:,}", f"{b - a:+,}", _pct(_change(a, b))]
         rows.append(row)
     out.append(_table(header, rows))
+    passes = [_passes(r.summary) for r in runs]
+    if all(passes):  # summaries written since Run.pass_breakdown: the same cycles by what the IPUs run
+        names = list(dict.fromkeys(n for p in passes for n, v in p.items() if v))
+        header = ["by pass (cycles, simulated IPUs)", labels[0]]
+        for label in labels[1:]:
+            header += [label, "change", "%"]
+        rows = []
+        for name in names:
+            a = passes[0].get(name, 0)
+            row = [name, f"{a:,}"]
+            for p in passes[1:]:
+                b = p.get(name, 0)
+                row += [f"{b:,}", f"{b - a:+,}", _pct(_change(a, b))]
+            rows.append(row)
+        out += ["", _table(header, rows)]
     return "\n".join(out)
+
+
+def _passes(summary: dict) -> dict[str, int]:
+    """A summary's ``pass_breakdown`` summed over its IPUs (empty if it has none)."""
+    rows = summary.get("pass_breakdown")
+    totals: dict[str, int] = {}
+    if isinstance(rows, dict):
+        for row in rows.values():
+            for name, cycles in (row.items() if isinstance(row, dict) else ()):
+                totals[name] = totals.get(name, 0) + int(cycles)
+    return totals
 
 
 def comparison_figure(runs: list[RunResult]):
