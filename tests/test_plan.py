@@ -180,9 +180,9 @@ def test_tied_gather_plans_price_and_run_the_patterns(tmp_path_factory):
     bounds come from (the tied embedding's gradient added into its accumulator, no dense table), so the
     pruned search still finds the exhaustive one's best; without training it is refused."""
     system = _small_m2000(tmp_path_factory, 39000)
-    pl = _planner(system, tied_gather=True)
+    pl = _planner(system, tied_gather=True, micro_batches=[2, 4], proportions=[0.6])
     assert all("--tied-gather" in plan_cli.command(pl, c) for c in pl.candidates)
-    plain = _planner(system)
+    plain = _planner(system, micro_batches=[2, 4], proportions=[0.6])
     assert not any("--tied-gather" in plan_cli.command(plain, c) for c in plain.candidates)
     # the embedding's backward pass is what the patterns change, and only with accumulation
     tied, dense = pl.profile(system, 4, 0.6, True), plain.profile(system, 4, 0.6, True)
