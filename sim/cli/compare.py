@@ -247,35 +247,32 @@ def format_comparison(runs: list[RunResult]) -> str:
     out += [_table(["", *labels], rows), ""]
     cats = list(dict.fromkeys([c for c in CATEGORIES if any(c in r.breakdown for r in runs)]
                               + [c for r in runs for c in r.breakdown]))
-    header = ["breakdown (cycles, simulated IPUs)", labels[0]]
-    for label in labels[1:]:
-        header += [label, "change", "%"]
-    rows = []
-    for cat in cats + ["total"]:
-        get = (lambda r: sum(r.breakdown.values())) if cat == "total" else (lambda r: r.breakdown.get(cat, 0))
-        a = get(runs[0])
-        row = [cat, f"{a:,}"]
-        for r in runs[1:]:
-            b = get(r)
-            row += [f"{b:,}", f"{b - a:+,}", _pct(_change(a, b))]
-        rows.append(row)
-    out.append(_table(header, rows))
+    out.append(_side_by_side("breakdown (cycles, simulated IPUs)", labels, [r.breakdown for r in runs], cats,
+                             total=True))
     passes = [_passes(r.summary) for r in runs]
     if all(passes):  # summaries written since Run.pass_breakdown: the same cycles by what the IPUs run
         names = list(dict.fromkeys(n for p in passes for n, v in p.items() if v))
-        header = ["by pass (cycles, simulated IPUs)", labels[0]]
-        for label in labels[1:]:
-            header += [label, "change", "%"]
-        rows = []
-        for name in names:
-            a = passes[0].get(name, 0)
-            row = [name, f"{a:,}"]
-            for p in passes[1:]:
-                b = p.get(name, 0)
-                row += [f"{b:,}", f"{b - a:+,}", _pct(_change(a, b))]
-            rows.append(row)
-        out += ["", _table(header, rows)]
+        out += ["", _side_by_side("by pass (cycles, simulated IPUs)", labels, passes, names)]
     return "\n".join(out)
+
+
+def _side_by_side(title: str, labels: list[str], values: list[dict[str, int]], names: list[str],
+                  total: bool = False) -> str:
+    """A table of ``values[i][name]`` cycles per run, each later run with its change in cycles and %
+    of the first's (and a ``total`` row of each run's sum)."""
+    header = [title, labels[0]]
+    for label in labels[1:]:
+        header += [label, "change", "%"]
+    rows = []
+    for name in names + (["total"] if total else []):
+        get = (lambda v: sum(v.values())) if name == "total" and total else (lambda v: v.get(name, 0))
+        a = get(values[0])
+        row = [name, f"{a:,}"]
+        for v in values[1:]:
+            b = get(v)
+            row += [f"{b:,}", f"{b - a:+,}", _pct(_change(a, b))]
+        rows.append(row)
+    return _table(header, rows)
 
 
 def _passes(summary: dict) -> dict[str, int]:

@@ -228,31 +228,27 @@ def _latency_table(run: Run) -> list[str]:
 
 def _breakdown_table(run: Run) -> list[str]:
     """Cycles per category per IPU, with a second line of percentages of the total."""
-    cols = list(CATEGORIES) + ["total"]
-    widths = [max(len(c), len(f"{run.cycle_count:,}"), 7) + 2 for c in cols]
-    out = ["breakdown (cycles; % of the run; launch and exchange_setup are the fixed costs of compute "
-           "sets and exchange phases; host_io and remote_io include the compute tiles' waits for copies on "
-           "the IO tiles)",
-           f"  {'IPU':<5}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths))]
-    total = run.cycle_count or 1
-    for ipu, row in run.breakdown.iterrows():
-        vals = [int(row[c]) for c in CATEGORIES]
-        vals.append(sum(vals))
-        out.append(f"  {ipu:<5}" + "".join(f"{v:>{w},}" for v, w in zip(vals, widths)))
-        out.append(f"  {'':<5}" + "".join(f"{v / total:>{w}.1%}" for v, w in zip(vals, widths)))
-    return out
+    return _cycles_table("breakdown (cycles; % of the run; launch and exchange_setup are the fixed costs of compute "
+                         "sets and exchange phases; host_io and remote_io include the compute tiles' waits for "
+                         "copies on the IO tiles)", run.breakdown, list(CATEGORIES), run.cycle_count)
 
 
 def _pass_table(run: Run) -> list[str]:
     """The same cycles by what each IPU runs (:attr:`Run.pass_breakdown`), the columns that are zero on
     every IPU left out, with a second line of percentages."""
     table = run.pass_breakdown
-    cols = [c for c in table.columns if (table[c] != 0).any()] + ["total"]
-    widths = [max(len(c), len(f"{run.cycle_count:,}"), 7) + 2 for c in cols]
-    out = ["by pass (cycles; % of the run; each pass's ops with their own syncs and exchanges, then the "
-           "program's other syncs, IO, copies, collectives and idle)",
-           f"  {'IPU':<5}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths))]
-    total = run.cycle_count or 1
+    return _cycles_table("by pass (cycles; % of the run; each pass's ops with their own syncs and exchanges, then "
+                         "the program's other syncs, IO, copies, collectives and idle)",
+                         table, [c for c in table.columns if (table[c] != 0).any()], run.cycle_count)
+
+
+def _cycles_table(title: str, table, cols: list[str], cycle_count: int) -> list[str]:
+    """``title``, then a line of cycles per IPU in ``table``'s columns ``cols`` and their total, and a
+    line of the same as % of ``cycle_count``."""
+    cols = cols + ["total"]
+    widths = [max(len(c), len(f"{cycle_count:,}"), 7) + 2 for c in cols]
+    out = [title, f"  {'IPU':<5}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths))]
+    total = cycle_count or 1
     for ipu, row in table.iterrows():
         vals = [int(row[c]) for c in cols[:-1]]
         vals.append(sum(vals))
