@@ -369,6 +369,14 @@ def test_io_tiles_overlap_and_prefetch_flags(capsys):
     assert "IO tiles 32, prefetch depth 3" in out and "1440 compute tiles" in out
 
 
+def test_a_model_that_overlaps_its_own_streams_runs_sharded(capsys):
+    """io-bound with overlap=true marks its streams overlapped itself: with --io-tiles and no --overlap
+    the command line runs it with ShardedExecution, as PopTorch asks on one IPU, rather than refuse it."""
+    code, out, _ = cli(capsys, "run", "--model", "io-bound", "--param", "overlap=true", "--io-tiles", "32",
+                       "--device-iterations", "8")
+    assert code == 0 and "strategy sharded (1 stages on 1 IPUs)" in out
+
+
 def test_host_process_and_callback_thread_flags(capsys):
     """--host-processes and --stream-callback-threads run as the API's setters: 8 replicas' inputs
     filled by one thread of one process take longer than by two processes, or by one with 2 threads."""

@@ -216,6 +216,22 @@ def test_routes_follow_the_torus_of_chassis():
     assert route(load_system("ipu-pod128"), 63, 64) == [(63, 64)]  # GW-Link: one edge
 
 
+def test_a_partition_of_part_of_a_pod_closes_its_ring_as_a_ladder():
+    """A partition of 16 IPUs (4 chassis) in a POD64 closes its ring at one hop, as on a POD16;
+    in a POD128, a partition of 96 IPUs holds the second POD's first 8 chassis."""
+    pod16, pod64, pod128 = (load_system(f"ipu-pod{n}") for n in (16, 64, 128))
+    assert hops(pod64, 0, 12) == 3 and hops(pod64, 0, 12, partition_ipus=16) == 1 == hops(pod16, 0, 12)
+    assert route(pod64, 12, 0, partition_ipus=16) == [(12, 0)]
+    assert hops(pod64, 0, 32, partition_ipus=64) == 8
+    assert hops(pod128, 64, 92, partition_ipus=96) == 1 and hops(pod128, 64, 92) == 7
+    # so a collective over 16 replicas costs the same on both systems, and 32 replicas cost less than 64
+    for nbytes in (1536, 16 * MiB):
+        on = {name: plan_collective(system, "all_reduce", nbytes, list(range(r)), partition_ipus=r).cycles
+              for name, system, r in (("pod16", pod16, 16), ("pod64", pod64, 16), ("pod64 x32", pod64, 32),
+                                      ("pod64 x64", pod64, 64))}
+        assert on["pod16"] == on["pod64"] and on["pod64 x32"] < on["pod64 x64"]
+
+
 # --- replica groups ---------------------------------------------------------------------------
 
 POPXL_EXAMPLES = [  # PopXL ReplicaGrouping.assignment docstring, replication factor 8

@@ -306,6 +306,10 @@ def test_one_process_fills_its_replicas_inputs_in_turn():
         (0, 1, (0, 0)), (1, 1, (0, 0)), (2, 1, (1, 0)), (3, 1, (1, 0))}
     threads = _copies(sim.Options().replicationFactor(16).streamCallbackThreads(16))
     assert {c.host_fills for c in threads} == {1}
+    # 3 processes: the busiest holds 6 replicas, 4 of them simulated, each standing for 1.5 fills (not
+    # rounded up to 2, which would time 3 processes as 2)
+    thirds = _copies(sim.Options().replicationFactor(16).hostProcesses(3))
+    assert {(c.host_fills, c.host_thread) for c in thirds} == {(1.5, (0, 0))}
     # the fill's host phase lasts its bytes over the host's rate, times the fills, holding the thread
     engine = sim.engine.Engine(sim.load_system("ipu-pod16"))
     (fill, _), _ = engine.prefetch_phases(copies[0])

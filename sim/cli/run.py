@@ -400,8 +400,9 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
             parser.error(f"--overlap {args.overlap} needs IO tiles: add --io-tiles N (an even number, 32 or more)")
         for name in graph.inputs + graph.outputs:
             graph.overlap[name] = int(OVERLAP_MODES[args.overlap])
-        if strategy is None and len({op.ipu or 0 for op in graph.ops}) == 1:
-            opts.setExecutionStrategy(ShardedExecution())  # what PopTorch asks for on one IPU
+    if strategy is None and any(graph.overlap.values()) and len({op.ipu or 0 for op in graph.ops}) == 1:
+        # streams overlapped by --overlap or by the model itself: what PopTorch asks for on one IPU
+        opts.setExecutionStrategy(ShardedExecution())
     if args.prefetch_depth is not None:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
     if args.host_processes is not None:

@@ -6,10 +6,12 @@ per replica uses IPUs ``r*k .. r*k+k-1``. A chassis (IPU-M2000, Bow-2000, C2 car
 larger systems join PODs with GW-Links.
 
 Routing choice (documented in docs/design.md): IPUs of one chassis reach each other in one
-IPU-Link hop; between chassis of one POD the hops are the distance along the ring of chassis
-(the POD's IPU-Links form a torus, so the last chassis neighbours the first); between PODs a
-transfer crosses a GW-Link. Poplar routes multi-hop copies through the intermediate IPUs, so
-a copy between non-neighbours is allowed and pays one link latency per hop.
+IPU-Link hop; between chassis of one POD the hops are the distance along the ring of the
+partition's chassis (the POD's IPU-Links form a torus, so the last chassis neighbours the first;
+a partition of fewer chassis is a ladder whose ring goes up one side and back down the other, so
+its last chassis neighbours its first too); between PODs a transfer crosses a GW-Link. Poplar
+routes multi-hop copies through the intermediate IPUs, so a copy between non-neighbours is
+allowed and pays one link latency per hop.
 """
 
 from __future__ import annotations
@@ -49,13 +51,26 @@ def domain_chassis(system: System) -> int:
     return max(1, min(layout.chassis_per_pod, -(-layout.num_ipus // layout.ipus_per_chassis)))
 
 
-def hops(system: System, a: int, b: int) -> int:
-    """IPU-Link hops from IPU ``a`` to IPU ``b`` (0 for the same IPU).
+def ring_chassis(system: System, pod: int, partition_ipus: int = 0) -> int:
+    """Chassis of ``pod`` in the ring its IPU-Link routes wrap round: the POD's IPU-Link domain
+    (:func:`domain_chassis`), or, for a partition of ``partition_ipus`` IPUs from IPU 0 that holds
+    fewer of the POD's chassis, those chassis (0: the whole domain)."""
+    whole = domain_chassis(system)
+    if partition_ipus <= 0:
+        return whole
+    layout = system.layout
+    held = partition_ipus - pod * layout.chassis_per_pod * layout.ipus_per_chassis
+    return max(1, min(whole, -(-held // layout.ipus_per_chassis)))
 
-    The chassis of an IPU-Link domain are joined in a ring (the POD64's IPU-Links form a 2D
-    torus, IPU-POD64 datasheet; in a smaller ladder a ring can go up one side and come back
+
+def hops(system: System, a: int, b: int, partition_ipus: int = 0) -> int:
+    """IPU-Link hops from IPU ``a`` to IPU ``b`` (0 for the same IPU) in a partition of
+    ``partition_ipus`` IPUs from IPU 0 (0: the whole system).
+
+    The chassis a partition holds in a POD are joined in a ring (the POD64's IPU-Links form a
+    2D torus, IPU-POD64 datasheet; in a smaller ladder a ring goes up one side and comes back
     down the other, which costs the same), so the distance between two chassis wraps around:
-    the first and the last chassis of a POD are neighbours.
+    the first and the last chassis of the partition in a POD are neighbours.
     """
     if a == b:
         return 0
@@ -64,17 +79,18 @@ def hops(system: System, a: int, b: int) -> int:
         return 1
     d = abs(ca - cb)
     if system.pod_of(a) == system.pod_of(b):
-        d = min(d, domain_chassis(system) - d)
+        d = min(d, ring_chassis(system, system.pod_of(a), partition_ipus) - d)
     return d
 
 
-def route(system: System, a: int, b: int) -> list[tuple[int, int]]:
-    """The directed IPU-Link hops ``(from, to)`` a transfer from ``a`` to ``b`` takes.
+def route(system: System, a: int, b: int, partition_ipus: int = 0) -> list[tuple[int, int]]:
+    """The directed IPU-Link hops ``(from, to)`` a transfer from ``a`` to ``b`` takes in a
+    partition of ``partition_ipus`` IPUs from IPU 0 (0: the whole system).
 
     Inside a chassis: the direct link. Between chassis of one POD: the shorter way round the
-    ring of chassis (forward on a tie), through the IPU at ``a``'s position in each chassis on
-    the way, the last hop into ``b``; ``len(route) == hops(a, b)``. Between PODs: one edge
-    ``(a, b)`` over the GW-Links.
+    ring of the partition's chassis (forward on a tie), through the IPU at ``a``'s position in
+    each chassis on the way, the last hop into ``b``; ``len(route) == hops(a, b)``. Between PODs:
+    one edge ``(a, b)`` over the GW-Links.
     """
     if a == b:
         return []
@@ -82,8 +98,9 @@ def route(system: System, a: int, b: int) -> list[tuple[int, int]]:
     if ca == cb or crosses_gw_link(system, a, b):
         return [(a, b)]
     per = system.layout.ipus_per_chassis
-    C = domain_chassis(system)
-    base = system.pod_of(a) * system.layout.chassis_per_pod
+    pod = system.pod_of(a)
+    C = ring_chassis(system, pod, partition_ipus)
+    base = pod * system.layout.chassis_per_pod
     la, lb = ca - base, cb - base
     forward, backward = (lb - la) % C, (la - lb) % C
     step, n = (1, forward) if forward <= backward else (-1, backward)

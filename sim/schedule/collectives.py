@@ -96,6 +96,7 @@ class CollectivePlan:
     nbytes: int
     phases: tuple[tuple[int, int], ...]
     edges: tuple[Edge, ...] = ()
+    partition_ipus: int = 0  # the IPUs from IPU 0 whose chassis the edges' routes wrap round
 
     @property
     def cycles(self) -> int:
@@ -128,7 +129,7 @@ def _ring_edges(members: list[int], both: bool = False) -> list[Edge]:
 
 
 def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: int = 1,
-                 reduces: bool = False, sync: int = 0) -> int:
+                 reduces: bool = False, sync: int = 0, partition: int = 0) -> int:
     """Cycles of one step in which each edge carries ``nbytes``.
 
     Every step pays GCL's fixed step time beyond its link latency (``ipu_link.reduce_step_s``
@@ -136,14 +137,15 @@ def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: i
     and ``sync``, the cycles of the sync its cross-replica copy waits for (:func:`partition_sync`).
     An edge that leaves the POD uses its chassis' GW-Links, shared by every edge leaving that
     chassis in the step and by ``concurrent`` collectives; other edges use an IPU-Link direction
-    and pay its latency once per hop.
+    and pay its latency once per hop round the ring of the chassis of the ``partition`` (its IPUs
+    from IPU 0: :func:`~sim.hardware.topology.hops`).
     """
     if not edges:
         return 0
     ipu_link = system.ipu_link
     fixed = system.seconds_to_cycles(ipu_link.reduce_step_s if reduces else ipu_link.gather_step_s) + sync
     overhead = max(0, fixed - ipu_link.latency_cycles)  # the step's own cost, its first hop's latency aside
-    most_hops, most_leaving = _edge_extremes(system, tuple(edges))
+    most_hops, most_leaving = _edge_extremes(system, tuple(edges), partition)
     worst = 0
     if most_leaving:  # every edge carries the same bytes: the most shared GW-Link edge is the slowest
         link = system.gw_link
@@ -156,53 +158,58 @@ def _step_cycles(system: System, edges: list[Edge], nbytes: float, concurrent: i
 
 
 @lru_cache(maxsize=4096)
-def _edge_extremes(system: System, edges: tuple[Edge, ...]) -> tuple[int, int]:
+def _edge_extremes(system: System, edges: tuple[Edge, ...], partition: int) -> tuple[int, int]:
     """(most IPU-Link hops of an edge that stays in its POD, most edges leaving one chassis over its
     GW-Links): all a step's time depends on of its edges (0 where there is no such edge)."""
     leaving = Counter(system.chassis_of(a) for a, b in edges if crosses_gw_link(system, a, b))
-    most_hops = max((max(1, hops(system, a, b)) for a, b in edges if not crosses_gw_link(system, a, b)), default=0)
+    most_hops = max((max(1, hops(system, a, b, partition)) for a, b in edges if not crosses_gw_link(system, a, b)),
+                    default=0)
     return most_hops, max(leaving.values(), default=0)
 
 
-def _phases(system, op: str, steps: int, edges: list[Edge], chunk: float, concurrent: int, sync: int) -> tuple:
+def _phases(system, op: str, steps: int, edges: list[Edge], chunk: float, concurrent: int, sync: int,
+            partition: int) -> tuple:
     """``(steps, cycles per step)`` of ``op`` run as ``steps`` steps of ``chunk`` bytes per edge
     per phase: an all-reduce is a reduce-scatter phase then an all-gather phase."""
-    reduce = (steps, _step_cycles(system, edges, chunk, concurrent, reduces=True, sync=sync))
-    gather = (steps, _step_cycles(system, edges, chunk, concurrent, sync=sync))
+    reduce = (steps, _step_cycles(system, edges, chunk, concurrent, reduces=True, sync=sync, partition=partition))
+    gather = (steps, _step_cycles(system, edges, chunk, concurrent, sync=sync, partition=partition))
     return {"all_reduce": (reduce, gather), "reduce_scatter": (reduce,)}.get(op, (gather,))
 
 
-def _ring(system, op, nbytes, members, concurrent, both, sync):
+def _ring(system, op, nbytes, members, concurrent, both, sync, partition):
     n = len(members)
     edges = _ring_edges(members, both)
     split = 2 if both and n > 2 else 1
-    return _phases(system, op, n - 1, edges, nbytes / n / split, concurrent, sync), edges
+    return _phases(system, op, n - 1, edges, nbytes / n / split, concurrent, sync, partition), edges
 
 
-def _meet_in_middle(system, op, nbytes, members, concurrent, sync):
+def _meet_in_middle(system, op, nbytes, members, concurrent, sync, partition):
     n = len(members)
     edges = _ring_edges(members, both=True)
-    return _phases(system, op, n // 2, edges, nbytes / n, concurrent, sync), edges
+    return _phases(system, op, n // 2, edges, nbytes / n, concurrent, sync, partition), edges
 
 
-def _broadcast(system, nbytes, members, concurrent, sync):
+def _broadcast(system, nbytes, members, concurrent, sync, partition):
     edges = _ring_edges(members, both=True)
-    return ((len(members) // 2, _step_cycles(system, edges, nbytes, concurrent, sync=sync)),), edges
+    step = _step_cycles(system, edges, nbytes, concurrent, sync=sync, partition=partition)
+    return ((len(members) // 2, step),), edges
 
 
-def _hierarchical(system, op, nbytes, members, pods, concurrent, sync):
+def _hierarchical(system, op, nbytes, members, pods, concurrent, sync, partition):
     per_pod = [[m for m in members if system.pod_of(m) == p] for p in pods]
     local = min(len(p) for p in per_pod)
     inner_edges = [e for p in per_pod for e in _ring_edges(p[:local], both=True)]
     # the reduce-scatter (and all-gather) in each POD by the cheaper of the bidirectional ring pair
     # (local - 1 steps of S/2local) and meet-in-the-middle (local // 2 steps of S/local)
     split = 2 if local > 2 else 1
-    inner = min((_phases(system, "all_reduce", local - 1, inner_edges, nbytes / local / split, concurrent, sync),
-                 _phases(system, "all_reduce", local // 2, inner_edges, nbytes / local, concurrent, sync)),
+    inner = min((_phases(system, "all_reduce", local - 1, inner_edges, nbytes / local / split, concurrent, sync,
+                         partition),
+                 _phases(system, "all_reduce", local // 2, inner_edges, nbytes / local, concurrent, sync, partition)),
                 key=lambda ph: (sum(n * c for n, c in ph), -ph[0][0]))
     # shard j is reduced across PODs by the j-th member of every POD, all shards at once
     across_edges = [e for j in range(local) for e in _ring_edges([p[j] for p in per_pod])]
-    across = _phases(system, op, len(pods) - 1, across_edges, nbytes / local / len(pods), concurrent, sync)
+    across = _phases(system, op, len(pods) - 1, across_edges, nbytes / local / len(pods), concurrent, sync,
+                     partition)
     # reduce-scatter: in each POD, then across; all-gather: across, then in each POD
     phases = {"all_reduce": (inner[0], *across, inner[1]), "reduce_scatter": (inner[0], *across)}.get(
         op, (*across, inner[1]))
@@ -248,15 +255,17 @@ def plan_collective(system: System, op: str, nbytes: int, members: list[int],
     if n < 2 or nbytes <= 0:
         return CollectivePlan(op, "none", n, nbytes, ())
     sync = partition_sync(system, max(n, partition_ipus))
-    candidates = {"ring": _ring(system, op, nbytes, members, concurrent, False, sync),
-                  "bidirectional_ring": _ring(system, op, nbytes, members, concurrent, True, sync)}
+    # the IPUs from IPU 0 whose chassis the routes wrap round (0, none given: the whole system)
+    partition = max(partition_ipus, max(members) + 1) if partition_ipus > 0 else 0
+    candidates = {"ring": _ring(system, op, nbytes, members, concurrent, False, sync, partition),
+                  "bidirectional_ring": _ring(system, op, nbytes, members, concurrent, True, sync, partition)}
     if op != "all_to_all":
-        candidates["meet_in_middle"] = _meet_in_middle(system, op, nbytes, members, concurrent, sync)
+        candidates["meet_in_middle"] = _meet_in_middle(system, op, nbytes, members, concurrent, sync, partition)
     if op == "all_reduce":
-        candidates["broadcast"] = _broadcast(system, nbytes, members, concurrent, sync)
+        candidates["broadcast"] = _broadcast(system, nbytes, members, concurrent, sync, partition)
     pods = sorted({system.pod_of(m) for m in members})
     if len(pods) > 1 and op != "all_to_all":
-        candidates["hierarchical"] = _hierarchical(system, op, nbytes, members, pods, concurrent, sync)
+        candidates["hierarchical"] = _hierarchical(system, op, nbytes, members, pods, concurrent, sync, partition)
 
     def cost(name):
         return sum(s * c for s, c in candidates[name][0])
@@ -270,19 +279,20 @@ def plan_collective(system: System, op: str, nbytes: int, members: list[int],
                            f"members{where}; it applies to: {', '.join(candidates)}")
     phases, edges = candidates[name]
     return CollectivePlan(op, name, n, nbytes, tuple(p for p in phases if p[0] and p[1]),
-                          tuple(dict.fromkeys(edges)))
+                          tuple(dict.fromkeys(edges)), partition)
 
 
 # --- program items ------------------------------------------------------------------------------
 
-def link_resources(system: System, edges) -> tuple[tuple, ...]:
-    """Engine resources of directed edges: every IPU-Link direction on each edge's route.
+def link_resources(system: System, edges, partition_ipus: int = 0) -> tuple[tuple, ...]:
+    """Engine resources of directed edges: every IPU-Link direction on each edge's route in a
+    partition of ``partition_ipus`` IPUs (:func:`~sim.hardware.topology.route`).
 
     Keys are those :class:`~sim.program.IpuCopy` uses (``("ipu_link", src, dst)``), so a copy
     on a link a collective's edge passes through queues behind the step holding it. An edge
     that leaves the POD is one resource, its two ends.
     """
-    return tuple(sorted({("ipu_link", x, y) for a, b in edges for x, y in route(system, a, b)}))
+    return tuple(sorted({("ipu_link", x, y) for a, b in edges for x, y in route(system, a, b, partition_ipus)}))
 
 
 def collective_item(system: System, op: str, nbytes: int, members: list[int], algorithm: str = "auto",
@@ -293,7 +303,7 @@ def collective_item(system: System, op: str, nbytes: int, members: list[int], al
     plan = plan_collective(system, op, nbytes, members, algorithm, concurrent, partition_ipus)
     label = name or f"{plan.op.replace('_', '-')} ({plan.algorithm}, {len(members)} members)"
     item = Collective(tuple(members), plan.op, nbytes, len(members), plan.algorithm, plan.phases,
-                      link_resources(system, plan.edges), label)
+                      link_resources(system, plan.edges, plan.partition_ipus), label)
     return item, plan
 
 
@@ -328,7 +338,7 @@ def per_position(ctx, op: str, bytes_by_position: dict[int, int], what: str,
         members, simulated = _position_ring(ctx, position, replicas)
         plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm,
                                concurrent=len(bytes_by_position), partition_ipus=ctx.partition_ipus)
-        links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
+        links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions), plan.partition_ipus)
         items.append(Collective(tuple(simulated), op, nbytes, len(replicas), plan.algorithm, plan.phases, links,
                                 f"{what} {op.replace('_', '-')} (IPU {position})"))
     return items
@@ -356,7 +366,7 @@ def per_tensor(ctx, op: str, bytes_by_position: dict[int, list[int]], what: str,
         for nbytes, count in sorted(Counter(n for n in sizes if n > 0).items()):
             plan = plan_collective(ctx.system, op, nbytes, members, ctx.collective_algorithm,
                                    partition_ipus=ctx.partition_ipus)
-            links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions))
+            links = link_resources(ctx.system, _ring_edges(simulated, plan.both_directions), plan.partition_ipus)
             name = f"{what} {op.replace('_', '-')} (IPU {position}, {nbytes} B each)"
             item = Collective(every_ipu, op, nbytes, len(replicas), plan.algorithm, plan.phases, links, name)
             items.append(item if count == 1 else Repeat(count, Sequence([item], name), f"{name} x{count}"))

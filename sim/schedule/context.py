@@ -8,7 +8,6 @@ interleaved step by step so that they contend for the link as real replicas do.
 
 from __future__ import annotations
 
-import math
 
 from dataclasses import dataclass, field
 
@@ -242,7 +241,8 @@ class Context:
         process = replica // per_process
         simulated = sum(1 for r in self.replicas if r // per_process == process)
         threads = self.options.stream_callback_threads
-        fills = math.ceil(per_process / (simulated * threads))
+        # (the fills the busiest process's threads make, spread evenly over its simulated replicas)
+        fills = max(1.0, per_process / (simulated * threads))
         return host_transfers(self.g, self.system, self.options.sync_pattern, ipus, per_ipu, direction,
                               replica, index, self.options.prefetch_depth(),
                               self.options.TensorLocations.num_io_tiles, self.compute_tiles,

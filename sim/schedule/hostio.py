@@ -30,7 +30,7 @@ def sync_group(pattern: SyncPattern, ipu: int, replica_ipus: list[int]) -> list[
 def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[int],
                    per_ipu: dict[int, list[str]], direction: str, replica: int,
                    stream_index: dict[str, int], prefetch: int = 1, io_tiles: int = 0,
-                   compute_tiles: int = 0, fill_ahead: bool = False, host_fills: int = 1,
+                   compute_tiles: int = 0, fill_ahead: bool = False, host_fills: float = 1.0,
                    process: int = 0, threads: int = 1) -> list:
     """Program items copying the tensors in ``per_ipu`` (IPU -> tensor names) to or from the host.
 
