@@ -263,3 +263,23 @@ def test_rmsprop_with_momentum_keeps_a_float32_momentum_beside_its_mean_square()
     states = {name: sum(t.role == "state" for t in run.executable.graph.tensors.values()) for name, run in costs.items()}
     assert states["rmsprop_momentum"] == 2 * states["rmsprop"] > 0
     assert costs["rmsprop_momentum"].cycle_count > costs["rmsprop"].cycle_count
+
+
+def test_centered_rmsprop_keeps_the_mean_gradient_too():
+    """RMSprop(centered=True) is PopART's CenteredRMSProp: adaptivedecompose.cpp adds Accl2, the mean
+    gradient, typed with second_order_momentum_accum_type (PopTorch's accl2Type), so it keeps one
+    state more than plain RMSprop (two more with a momentum), more memory and a dearer update."""
+    poptorch = pytest.importorskip("sim.poptorch")
+    torch = pytest.importorskip("torch")
+    from sim.poptorch.optim import sim_optimizer, state_dtype
+    p = [torch.nn.Parameter(torch.zeros(4))]
+    centered = poptorch.optim.RMSprop(p, lr=0.01, centered=True, second_order_momentum_accum_type=torch.float16)
+    both = poptorch.optim.RMSprop(p, lr=0.01, centered=True, momentum=0.9)
+    assert (sim_optimizer(centered), state_dtype(centered)) == ("rmsprop_centered", ("float32", "float16"))
+    assert (sim_optimizer(both), state_dtype(both)) == ("rmsprop_centered_momentum", ("float32",) * 3)
+    import models
+    g = models.get("mlp")
+    runs = {name: sim.simulate(g, "ipu-mk2", training=True, optimizer=name) for name in ("rmsprop", "rmsprop_centered")}
+    state = {name: run.executable.memory[0].by_role["state"] for name, run in runs.items()}
+    assert state["rmsprop_centered"] == 2 * state["rmsprop"]
+    assert runs["rmsprop_centered"].cycle_count > runs["rmsprop"].cycle_count

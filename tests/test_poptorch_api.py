@@ -692,3 +692,25 @@ def test_custom_op_operands_are_not_cast():
     (custom,) = [op for op in g.ops if op.kind == "custom"]
     assert [g.tensors[t].dtype for t in custom.inputs] == ["float16", "float16", "float32"]
     assert "cast" not in [op.kind for op in g.ops]
+
+
+def test_an_in_place_op_on_an_input_changes_the_devices_copy_only():
+    """The IPU computes on its stream copy of an input: forward's ``x.mul_(2)`` gives l(2x) on the
+    first call as on every other, and the caller's tensor is left as it was."""
+    class Doubles(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x):
+            x.mul_(2)
+            return self.l(x)
+
+    torch.manual_seed(0)
+    m = Doubles()
+    x = torch.ones(2, 4)
+    expected = m.l(torch.full((2, 4), 2.0)).detach()
+    pm = poptorch.inferenceModel(m)
+    for _ in range(2):
+        torch.testing.assert_close(pm(x), expected)
+    assert x.tolist() == [[1.0] * 4] * 2

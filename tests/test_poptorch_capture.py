@@ -930,6 +930,28 @@ def test_an_in_place_update_of_a_buffer_is_kept():
     assert any(op.attrs.get("buffer_write") and op.kind.startswith("scatter") for op in g.ops)
 
 
+def test_a_buffer_incremented_with_plus_equals_persists_as_poptorch_documents():
+    """PopTorch's user guide, "PyTorch buffers" (docs/user_guide/buffers.py): a registered buffer
+    incremented with ``self.i += 1`` counts 1, 2 over two calls, and copyWeightsToHost brings 2 back.
+    Python runs it as ``self.i = self.i + 1``, which torch.fx traces by assigning its proxy to the
+    buffer: the trace must put the user's tensor back."""
+    class CounterModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("i", torch.tensor([0.], dtype=torch.float))
+
+        def forward(self):
+            self.i += 1
+            return self.i
+
+    model = CounterModel()
+    pm = poptorch.inferenceModel(model)
+    assert pm().tolist() == [1.0] and pm().tolist() == [2.0]
+    pm.copyWeightsToHost()
+    assert type(model.i) is torch.Tensor and model.i.tolist() == [2.0]
+    assert [op.inputs[0] for op in pm.executable.graph.ops if op.kind == "add"] == ["i"]
+
+
 def test_an_in_place_index_put_of_half_values_into_a_float_buffer():
     """TGN (float16) writes half messages into its float32 message buffer with index_put_: the values
     take the buffer's dtype, as an in-place op's operands do under the implicit casts."""
@@ -1250,3 +1272,69 @@ def test_indexing_with_two_index_tensors_looks_up_by_both(export):
     (lookup,) = [op for op in g.ops if op.name.endswith("index") and op.kind == "gather"]
     assert g.tensors[lookup.inputs[0]].shape == (4,) and g.tensors[lookup.inputs[1]].shape == (28, 16)
     assert any(op.kind in ("reduce_max", "argmax", "sort") for op in g.ops)  # the argmax is not pruned
+
+
+@pytest.mark.parametrize("stop", ["detach", "no_grad", "no_grad_exported"])
+def test_no_gradient_flows_back_through_a_detached_value(stop):
+    """PopTorch detaches every traced value that does not require grad (AddDetachOperations.cpp), so
+    a layer whose output is ``.detach()``-ed, or computed in ``with torch.no_grad():``, gets no weight
+    gradient, no update and passes no gradient on; the same model without it gets all three. The
+    exported case branches on a shape first, which torch.fx cannot trace."""
+    class M(nn.Module):
+        def __init__(self, stop):
+            super().__init__()
+            self.a, self.b, self.stop = nn.Linear(32, 32), nn.Linear(32, 32), stop
+
+        def forward(self, x, y):
+            h = self.a(x)
+            if self.stop == "detach":
+                t = self.b(h).detach()
+            elif self.stop is None:
+                t = self.b(h)
+            else:
+                if self.stop == "no_grad_exported" and h.shape[0] > 1:
+                    h = h * 1.0
+                with torch.no_grad():
+                    t = self.b(h)
+            return F.mse_loss(h + t, y)
+
+    def b_ops(stop):
+        model = poptorch.trainingModel(M(stop), poptorch.Options().enableSyntheticData(True))
+        model(torch.randn(8, 32), torch.randn(8, 32))
+        return model, sorted(op.name for op in model.executable.graph.ops if op.name.startswith("b"))
+
+    model, ops = b_ops(stop)
+    assert ops == ["b/add", "b/matmul"]
+    assert ("torch.export" in " ".join(model.executable.notes)) == (stop == "no_grad_exported")
+    _, plain = b_ops(None)
+    assert {"b.weight/sgd_update", "b/matmul/grad_a", "b/matmul/grad_b"} <= set(plain)
+
+
+def test_a_boolean_mask_index_is_refused_as_a_data_dependent_shape():
+    """x[mask] has as many rows as the mask's true values: PopTorch compiles static shapes, so the
+    capture refuses it, saying how to keep the shape, rather than freeze the first call's count."""
+    class Select(nn.Module):
+        def forward(self, x):
+            return x[x.sum(1) > 0] * 2
+
+    with pytest.raises(sim.UnsupportedOpError, match="boolean mask .* torch.where"):
+        poptorch.inferenceModel(Select())(torch.ones(4, 6))
+
+
+@pytest.mark.parametrize("flag", [{"sparse": True}, {"scale_grad_by_freq": True}, {"max_norm": 1.0}])
+def test_embedding_flags_poptorch_refuses_are_refused(flag):
+    """PopTorch's embedding handlers refuse sparse and scale_grad_by_freq (EmbeddingOps.cpp:
+    "Unsupported aten::embedding operation"), and it has no handler for max_norm's renorm."""
+    class Lookup(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = nn.Embedding(100, 16, **flag)
+
+        def forward(self, ids):
+            return self.e(ids).sum()
+
+    with pytest.raises(sim.UnsupportedOpError, match=next(iter(flag))):
+        poptorch.inferenceModel(Lookup())(torch.randint(0, 100, (4, 8)))
+    bag = nn.EmbeddingBag(100, 16, mode="sum", **flag)
+    with pytest.raises(sim.UnsupportedOpError, match=next(iter(flag))):
+        poptorch.inferenceModel(bag)(torch.randint(0, 100, (4, 8)))

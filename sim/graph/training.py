@@ -32,6 +32,8 @@ OPTIMIZERS = {
     "adamw": (2, "adam_update"),
     "rmsprop": (1, "adam_update"),
     "rmsprop_momentum": (2, "adam_update"),
+    "rmsprop_centered": (2, "adam_update"),
+    "rmsprop_centered_momentum": (3, "adam_update"),
     "lamb": (2, "lamb_update"),
     "lars": (1, "lars_update"),
 }
@@ -67,7 +69,9 @@ LAMB_OPS = ("adam_updater", "reduce_sum", "reduce_sum", "lamb_update")
 #: second moments, RMSprop's mean square (PopART's Accl1, which PopTorch types with
 #: ``first_order_momentum_accum_type``: popart_compiler CompilerImpl.cpp builds popart::Adaptive with
 #: it) and, with momentum, its momentum (Accl3, float32: adaptivedecompose.cpp adds it when the
-#: momentum is not the constant 0); LARS (not a PopTorch optimizer) its momentum
+#: momentum is not the constant 0); centered RMSprop also the mean gradient (Accl2, typed with
+#: ``second_order_momentum_accum_type``: PopTorch's popart::Adaptive takes it as accl2Type, and
+#: adaptivedecompose.cpp adds it for CenteredRMSProp); LARS (not a PopTorch optimizer) its momentum
 STATES = {
     "sgd": (),
     "sgd_momentum": (("velocity", "velocity_accum_type"),),
@@ -75,6 +79,10 @@ STATES = {
              ("second moment", "second_order_momentum_accum_type")),
     "rmsprop": (("mean square", "first_order_momentum_accum_type"),),
     "rmsprop_momentum": (("mean square", "first_order_momentum_accum_type"), ("momentum", None)),
+    "rmsprop_centered": (("mean square", "first_order_momentum_accum_type"),
+                         ("mean gradient", "second_order_momentum_accum_type")),
+    "rmsprop_centered_momentum": (("mean square", "first_order_momentum_accum_type"),
+                                  ("mean gradient", "second_order_momentum_accum_type"), ("momentum", None)),
     "lars": (("velocity", None),),
 }
 STATES["adamw"] = STATES["lamb"] = STATES["adam"]
@@ -394,9 +402,12 @@ _SEEDED_LOSS_KINDS = LOSS_KINDS + ("reduce_mean", "reduce_sum")
 
 
 def _requires_grad(graph: Graph) -> set[str]:
+    """The tensors a weight's gradient flows back through: every op's outputs from a weight on,
+    but a ``detach`` (torch's ``.detach()``, PopART's Detach) and an op computed without gradients
+    (``no_grad``: in the model's ``with torch.no_grad():``), whose outputs take none."""
     need = {t.name for t in graph.tensors.values() if t.role == "weight"}
     for op in graph.ops:
-        if any(i in need for i in op.inputs):
+        if op.kind != "detach" and not op.attrs.get("no_grad") and any(i in need for i in op.inputs):
             need.update(op.outputs)
     return need
 

@@ -48,6 +48,11 @@ class Captured:
 
 
 # --- tracing --------------------------------------------------------------------------------------
+#: node meta of an op the model computes under ``torch.no_grad()``: no gradient flows back through it,
+#: as PopTorch detaches every traced value that does not require grad (AddDetachOperations.cpp)
+NO_GRAD = "sim_no_grad"
+
+
 class _Tracer(torch.fx.Tracer):
     """An fx tracer that keeps the layers the mapper knows whole and stamps annotations."""
 
@@ -74,6 +79,8 @@ class _Tracer(torch.fx.Tracer):
 
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        if not torch.is_grad_enabled():  # traced inside the model's own ``with torch.no_grad():``
+            node.meta[NO_GRAD] = True
         st = _state.active()
         if st is not None:
             node.meta.update(st.node_meta())
@@ -166,7 +173,7 @@ def _trace(adapter, flat: list, leaf_types: tuple):
     notes are what annotations seen while tracing record (:attr:`_state.CaptureState.notes`)."""
     fx_error = None
     try:
-        with _state.capturing("fx") as state:
+        with _state.capturing("fx") as state, _attributes_kept(adapter), torch.enable_grad():
             graph = _Tracer(leaf_types).trace(adapter)
         _check_no_unseen_mutation(graph)
         return torch.fx.GraphModule(adapter, graph), "torch.fx", state.notes
@@ -191,6 +198,24 @@ def _trace(adapter, flat: list, leaf_types: tuple):
             "sim.poptorch could not capture the model: torch.fx failed with "
             f"{type(fx_error).__name__}: {_first_line(fx_error)}; torch.export failed with "
             f"{type(e).__name__}: {_first_line(e)}{hint}") from e
+
+
+@contextlib.contextmanager
+def _attributes_kept(root: torch.nn.Module):
+    """Trace ``root`` and put back every module's attributes after: torch.fx's proxies stand in for
+    tensors while it traces, so a forward that assigns to one (``self.count += 1`` on a buffer, which
+    Python runs as ``self.count = self.count + 1``) would leave a proxy in the user's module."""
+    saved = [(m, dict(m.__dict__), dict(m._buffers), dict(m._parameters)) for m in root.modules()]
+    try:
+        yield
+    finally:
+        for m, attrs, buffers, parameters in saved:
+            m.__dict__.clear()
+            m.__dict__.update(attrs)
+            m._buffers.clear()
+            m._buffers.update(buffers)
+            m._parameters.clear()
+            m._parameters.update(parameters)
 
 
 def _check_no_unseen_mutation(graph: torch.fx.Graph) -> None:
@@ -249,7 +274,13 @@ def _inlined(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 else:
                     setattr(gm, name, value)
                 copied[attr] = g.get_attr(name)
+            before = set(g.nodes)
             out = g.graph_copy(sub.graph, copied)
+            grad_off = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
+            if node.target is grad_off and not node.args[0]:
+                for n in g.nodes:
+                    if n not in before:
+                        n.meta[NO_GRAD] = True
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for user in list(node.users):  # the wrapper returns a tuple: its users are getitem nodes
             user.replace_all_uses_with(outs[user.args[1]])
@@ -397,6 +428,9 @@ class Capture:
             self.b._scopes = [scope] if scope else []
             first = len(self.g.ops)
             self.sym[n] = _mapping.map_node(self, n, interp, result)
+            if n.meta.get(NO_GRAD):  # PopTorch detaches what the model computes without gradients
+                for op in self.g.ops[first:]:
+                    op.attrs["no_grad"] = True
             multiconv = n.meta.get(_state.MULTICONV) or (n.meta.get("custom") or {}).get(_state.MULTICONV)
             if multiconv:
                 self._join_multiconv(*multiconv, self.g.ops[first:])

@@ -602,7 +602,27 @@ def _pool(kind):
     return rule
 
 
+def embedding_flags_refused(ctx: OpContext, sparse, scale_grad_by_freq, max_norm=None) -> None:
+    """PopTorch refuses an embedding's ``sparse`` and ``scale_grad_by_freq`` ("Unsupported aten::embedding
+    operation", EmbeddingOps.cpp) and has no handler for the table renorm ``max_norm`` runs first."""
+    flags = [n for n, v in (("sparse", sparse), ("scale_grad_by_freq", scale_grad_by_freq),
+                            ("max_norm", max_norm is not None)) if v]
+    if flags:
+        ctx.unsupported(f"an embedding with {', '.join(flags)} set, which PopTorch does not run either (its "
+                        "embedding handlers refuse sparse and scale_grad_by_freq, and it has no handler for the "
+                        "renorm of max_norm): leave them at their defaults")
+
+
 def _embedding(ctx: OpContext, ids=None, table=None):
+    m = ctx.module
+    if m is not None:
+        embedding_flags_refused(ctx, m.sparse, m.scale_grad_by_freq, m.max_norm)
+    elif ctx.node.target is torch.nn.functional.embedding:  # (input, weight, padding_idx, max_norm, norm_type,
+        # scale_grad_by_freq, sparse)
+        embedding_flags_refused(ctx, ctx.arg(6, "sparse", False), ctx.arg(5, "scale_grad_by_freq", False),
+                                ctx.arg(3, "max_norm", None))
+    else:  # torch.embedding / aten.embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
+        embedding_flags_refused(ctx, ctx.arg(4, default=False), ctx.arg(3, default=False))
     if ids is None:
         if ctx.node.target is torch.nn.functional.embedding:  # F.embedding(input, weight)
             ids, table = ctx.sarg(0, "input"), ctx.sarg(1, "weight")
@@ -678,6 +698,10 @@ def _getitem(ctx: OpContext):
         return None
     index_tensors = [s for s in pytree.tree_leaves(ctx.sym_args[1], is_leaf=lambda v: isinstance(v, Lazy))
                      if _is_sym_tensor(s)]
+    if any(isinstance(v, torch.Tensor) and v.dtype == torch.bool for v in pytree.tree_leaves(idx)):
+        ctx.unsupported("x[mask] with a boolean mask tensor (its output's shape depends on the mask's values; "
+                        "PopTorch compiles static shapes only): keep the shape with torch.where(mask, x, 0) or "
+                        "x * mask, or select with indices whose count is fixed")
     if index_tensors:
         if isinstance(idx, tuple):
             from ._ops_tensor import leading_index

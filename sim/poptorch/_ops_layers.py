@@ -460,8 +460,16 @@ def _embedding_bag(ctx):
     constant, and each bag is its own slice of the indices, gather (times its per-sample weights),
     and reduction (sum, mean or max), the bags' rows then concatenated. In training each bag's
     gather has its own table-sized gradient, summed."""
+    from ._mapping import embedding_flags_refused
     m = ctx.module
     psw = None
+    if m is not None:
+        embedding_flags_refused(ctx, m.sparse, m.scale_grad_by_freq, m.max_norm)
+    elif ctx.aten:
+        embedding_flags_refused(ctx, ctx.arg(5, default=False), ctx.arg(3, default=False))
+    else:
+        embedding_flags_refused(ctx, ctx.arg(7, "sparse", False), ctx.arg(5, "scale_grad_by_freq", False),
+                                ctx.arg(3, "max_norm", None))
     if m is not None:  # EmbeddingBag.forward(input, offsets=None, per_sample_weights=None)
         ids, table, mode, last = ctx.sarg(0), ctx.param("weight"), m.mode, m.include_last_offset
         offsets, real_offsets = ctx.sarg(1, "offsets"), ctx.arg(1, "offsets")

@@ -255,9 +255,10 @@ class PoplarExecutor:
             if t.dim() == 0:
                 continue
             mb = t.shape[0] // chunks
-            # a micro-batch of a non-contiguous input is made contiguous, as PopTorch converts the
-            # whole input (the same values; the model sees a contiguous tensor, as on the IPU)
-            filled[i] = t.narrow(0, c * mb, mb).contiguous()
+            # a contiguous copy of the micro-batch, as the IPU's stream copy of it: the model sees a
+            # contiguous tensor, and an in-place op on its input in forward changes the copy, not
+            # the caller's tensor (nor the input of the next run of the same call)
+            filled[i] = t.narrow(0, c * mb, mb).clone(memory_format=torch.contiguous_format)
         return pytree.tree_unflatten(filled, spec)
 
     # --- compilation --------------------------------------------------------------------------

@@ -358,7 +358,9 @@ def sim_optimizer(optimizer) -> str:
     if isinstance(optimizer, torch.optim.Adam):
         return "adam"
     if isinstance(optimizer, torch.optim.RMSprop):
-        return "rmsprop_momentum" if any(g.get("momentum", 0) for g in optimizer.param_groups) else "rmsprop"
+        centered = "_centered" if any(g.get("centered") for g in optimizer.param_groups) else ""
+        momentum = "_momentum" if any(g.get("momentum", 0) for g in optimizer.param_groups) else ""
+        return f"rmsprop{centered}{momentum}"
     momentum = any(g.get("momentum", 0) for g in optimizer.param_groups)
     return "sgd_momentum" if momentum else "sgd"
 
@@ -466,7 +468,7 @@ def optimizer_tensors(optimizer, names: dict[int, str], auto_loss_scaling: bool 
     ``updateGroups``: ``insertSpecific`` per tensor), so each weight has its own tensors; they are
     what PopART's OptimizerFromHost program writes to the IPUs."""
     kind = sim_optimizer(optimizer)
-    scalars = _COMPOUND_SCALARS[{"adamw": "adam", "lamb": "adam", "rmsprop_momentum": "rmsprop"}.get(kind, kind)]
+    scalars = _COMPOUND_SCALARS["rmsprop" if kind.startswith("rmsprop") else {"adamw": "adam", "lamb": "adam"}.get(kind, kind)]
     separate = kind == "sgd_momentum" and not combined_accum(optimizer)
     counts = {}
     for group in optimizer.param_groups:
