@@ -47,7 +47,15 @@ def get(name: str, **params) -> Graph:
     """Build model ``name`` with its defaults overridden by ``params``."""
     build, defaults = _entry(name)
     p = Params(name, defaults, params)
-    g = build(name, p)
+    try:
+        g = build(name, p)
+    except (TypeError, AttributeError, ValueError, KeyError) as e:
+        if not params:  # the defaults fail: the model's own bug, as it is
+            raise
+        # a value of a kind the builder's checks did not foresee (a number where a list of names goes)
+        raise GraphError(f"model {name!r}: the parameters {params!r} could not be used ({type(e).__name__}: {e}); "
+                         "one of them has a value of the wrong kind: see `ipusim models` for each parameter's "
+                         "default, whose kind it takes") from e
     g.micro_batch = p.int("micro_batch") if "micro_batch" in defaults else 1  # a microbenchmark: one call
     g.params = copy.deepcopy(dict(params))
     return g

@@ -84,7 +84,7 @@ def _end_of_text_rows(b: GraphBuilder, x: str, ids: str) -> str:
 def _build_text(name: str, p: Params) -> Graph:
     """Hugging Face's CLIPTextModel: the last hidden state and the pooled end-of-text rows."""
     B, context = p.int("micro_batch"), p.int("context")
-    width, layers, heads, vocab = p.int("text_width"), p.int("text_layers"), p.int("text_heads"), p.int("vocab")
+    width, layers, heads, vocab = p.int("text_width"), p.layers("text_layers"), p.int("text_heads"), p.int("vocab")
     if width % heads:
         p.fail("text_heads", f"must divide its width {width}")
     b = GraphBuilder(name, p.dtype())
@@ -110,8 +110,8 @@ def build(name: str, p: Params) -> Graph:
     size, patch = p.int("image_size"), p.int("patch")
     if size % patch:
         p.fail("patch", f"must divide image_size={size}")
-    vw, vl, vh = p.int("vision_width"), p.int("vision_layers"), p.int("vision_heads")
-    tw, tl, th = p.int("text_width"), p.int("text_layers"), p.int("text_heads")
+    vw, vl, vh = p.int("vision_width"), p.layers("vision_layers"), p.int("vision_heads")
+    tw, tl, th = p.int("text_width"), p.layers("text_layers"), p.int("text_heads")
     for width, heads, what in ((vw, vh, "vision_heads"), (tw, th, "text_heads")):
         if width % heads:
             p.fail(what, f"must divide its width {width}")

@@ -90,7 +90,8 @@ def build(name: str, p: Params) -> Graph:
     checkpoints = p["recompute_checkpoints"] or []
     if checkpoints == "blocks":
         checkpoints = list(order)
-    if not isinstance(checkpoints, (list, tuple)) or any(c.replace(".", "/") not in order for c in checkpoints):
+    if not isinstance(checkpoints, (list, tuple)) or any(not isinstance(c, str) or c.replace(".", "/") not in order
+                                                         for c in checkpoints):
         p.fail("recompute_checkpoints", f"expected \"blocks\" or a list of block names: {', '.join(order)}")
     checkpoints = {c.replace(".", "/") for c in checkpoints}
 

@@ -90,7 +90,7 @@ def _attention(b: GraphBuilder, x: str, heads: int, mask: str, cos: str, sin: st
 
 def build(name: str, p: Params) -> Graph:
     B, S = p.int("micro_batch"), p.int("seq_len")
-    H, L, heads, inter = p.int("hidden"), p.int("num_layers"), p.int("heads"), p.int("intermediate")
+    H, L, heads, inter = p.int("hidden"), p.layers("num_layers"), p.int("heads"), p.int("intermediate")
     if H % heads or (H // heads) % 2:
         p.fail("heads", f"must divide hidden={H} into an even head size (the rotary pairs features)")
     vocab, types, labels = p.int("vocab"), p.int("type_vocab"), p.int("num_labels")

@@ -126,7 +126,7 @@ def fp32_ops(p: Params) -> tuple[str, ...]:
     examples skip "Gelu,GroupNormalization"): each such op casts its input to float32 and its output
     back (:class:`sim.graph.GraphBuilder`'s ``fp32_kinds``)."""
     ops = p["fp32_ops"] or ()
-    if isinstance(ops, str) or not all(isinstance(o, str) for o in ops) \
+    if not isinstance(ops, (list, tuple)) or not all(isinstance(o, str) for o in ops) \
             or not set(ops) <= set(GraphBuilder.FP32_KINDS):
         p.fail("fp32_ops", f"expected a list of op kinds among {', '.join(GraphBuilder.FP32_KINDS)}")
     return tuple(ops)

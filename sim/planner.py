@@ -154,6 +154,12 @@ class Model:
                                  "the planner sizes its batch dimension)")
             if not Path(self.onnx).is_file():
                 raise GraphError(f"plan: --onnx {str(self.onnx)!r}: no such file")
+            from . import onnx as sim_onnx
+            batch = sorted(set(self.dims) & sim_onnx.batch_dims(self.onnx))
+            if batch:
+                raise GraphError(f"plan: --dim {batch[0]}={self.dims[batch[0]]} sizes the model's batch (its inputs' "
+                                 "leading dimension), which the plan searches: give --micro-batch "
+                                 f"{self.dims[batch[0]]} instead")
             return
         defaults = models.describe(self.name)  # unknown names raise GraphError
         for key in self.params:

@@ -95,12 +95,25 @@ def test_absurd_tile_count_is_refused_naming_file_field_limit_and_why(tmp_path):
     ["run", "--num-layers", "100000"],
     ["run", "--model", "mlp", "--num-layers", "100000"],
     ["run", "--model", "io-bound", "--param", "layers=100000"],
+    ["run", "--model", "roformer-v2-small", "--num-layers", "100000"],
+    ["run", "--model", "clip-vit-b-32", "--param", "vision_layers=100000"],
+    ["run", "--model", "clip-text-vit-l-14", "--param", "text_layers=100000"],
 ])
 def test_100000_layers_are_refused_with_the_limit_and_why(argv):
     """Each layer adds tens of ops, each priced and placed: 100,000 layers took minutes."""
     code, _, err = cli(*argv, seconds=5)
     message = one_line_error(err)
     assert code == 2 and "100000" in message and "at most 1024 layers" in message and "GPT-3" in message
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--model", "bert-base", "--num-layers", "2", "--param", "fp32_ops=1"], "invalid parameter fp32_ops=1"),
+    (["--model", "resnet50", "--param", "recompute_checkpoints=[0]"], "invalid parameter recompute_checkpoints=[0]"),
+])
+def test_a_model_parameter_of_the_wrong_kind_is_a_parameter_error(argv, words):
+    """A number where a list of names goes is an error naming the parameter, not a traceback."""
+    code, _, err = cli("run", *argv, seconds=10)
+    assert code == 2 and words in one_line_error(err)
 
 
 def test_1024_layers_still_run():

@@ -81,12 +81,24 @@ def test_differences_use_the_tolerance_exactly(runs):
     assert differences([a, load_run(runs / "same.json")], 0.0) == []
 
 
+def _folder(path, summary: str, breakdown: str):
+    path.mkdir()
+    (path / "summary.json").write_text(summary)
+    (path / "breakdown.csv").write_text(breakdown)
+    return path
+
+
 @pytest.mark.parametrize("make, words", [
     (lambda d: d / "missing", ["missing: no such file or folder"]),
     (lambda d: (d / "empty").mkdir() or d / "empty", ["empty: not a run's output folder (no summary.json or "
                                                       "breakdown.csv)"]),
     (lambda d: (d / "x.json").write_text('{"a": 1}') and d / "x.json", ["x.json: not a run (no integer cycle_count)"]),
     (lambda d: (d / "t.txt").write_text("hello") and d / "t.txt", ["t.txt: not JSON"]),
+    (lambda d: (d / "s.json").write_text('{"cycle_count": 5, "seconds": "abc", "breakdown": {"0": {"compute": 5}}}')
+     and d / "s.json", ["s.json: not a run's summary (time (ms) is 'abc', not a number)"]),
+    (lambda d: (d / "b.json").write_text('{"cycle_count": 5, "breakdown": {"0": {"compute": "x"}}}') and d / "b.json",
+     ["b.json: not a run's summary (breakdown of IPU 0: compute is 'x', not a number of cycles)"]),
+    (lambda d: _folder(d / "run", '{"cycle_count": 5}', "garbage\n"), ["breakdown.csv: not a run's breakdown.csv"]),
 ])
 def test_bad_input_exits_2_naming_the_path(capsys, runs, tmp_path, make, words):
     code, out, err = cli(capsys, "compare", runs / "base", make(tmp_path))

@@ -214,6 +214,11 @@ def test_other_symbolic_dims_are_sized_by_name():
         sim.onnx.load(m, batch_size=2)
     g = sim.onnx.load(m, batch_size=2, dims={"seq": 5})
     assert g.tensors["y"].shape == (2, 5, 4)
+    # the batch size and a dims entry for the batch dimension are two sizes of one dimension
+    assert sim.onnx.load(m, batch_size=2, dims={"seq": 5, "batch": 2}).tensors["y"].shape == (2, 5, 4)
+    with pytest.raises(sim.GraphError, match=r"batch size 4 and dims\['batch'\] = 2 .* give one of them"):
+        sim.onnx.load(m, batch_size=4, dims={"seq": 5, "batch": 2})
+    assert sim.onnx.batch_dims(m) == {"batch"}
 
 
 def test_batch_size_against_a_fixed_batch_is_an_error():

@@ -352,6 +352,9 @@ def test_an_onnx_model_with_a_named_dimension_is_planned_with_dim(capsys, tmp_pa
     assert cli.main(["run", *shlex.split(command.split("ipusim ", 1)[1])[1:], "-q"]) == 0
     assert cli.main(["plan", "--model", "mlp", "--system", "ipu-mk2", "--global-batch", "16", "--dim", "seq=32"]) == 2
     assert "--dim applies to an ONNX model (--onnx PATH)" in capsys.readouterr().err
+    # the batch dimension is the plan's axis, not a --dim
+    assert cli.main(argv + ["--dim", "seq=32", "--dim", "batch=4"]) == 2
+    assert "--dim batch=4 sizes the model's batch" in capsys.readouterr().err
 
 
 def test_an_onnx_model_with_two_losses_is_planned_for_training_with_loss(capsys, tmp_path):

@@ -92,7 +92,7 @@ def _breakdown_from_csv(path: Path) -> tuple[dict[str, int], int]:
     import pandas as pd
     try:
         frame = pd.read_csv(path, index_col="ipu")
-    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+    except (ValueError, TypeError, KeyError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise CompareError(f"{path}: not a run's breakdown.csv ({str(e).splitlines()[0]}); expected a column "
                            "`ipu` and one column of cycles per category, as `ipusim run --output` writes") from None
     if frame.empty or not all(pd.api.types.is_numeric_dtype(t) for t in frame.dtypes):
@@ -114,7 +114,29 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("cycle_count"), int):
         raise CompareError(f"{path}: not a run (no integer cycle_count); give the output of `ipusim run --json` "
                            "or an `ipusim run --output` folder")
+    _check_numbers(data, path)
     return data
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_numbers(summary: dict, path: Path) -> None:
+    """Raise :class:`CompareError` naming the first figure compare reads that is not a number."""
+    for label, read, _, _ in HEADLINE:
+        value = read(summary)
+        if value is not None and not _is_number(value):
+            raise CompareError(f"{path}: not a run's summary ({label} is {value!r}, not a number); give the "
+                               "output of `ipusim run --json` or an `ipusim run --output` folder")
+    for key in ("breakdown", "pass_breakdown"):
+        rows = summary.get(key)
+        for ipu, row in (rows.items() if isinstance(rows, dict) else ()):
+            bad = next(((c, v) for c, v in (row.items() if isinstance(row, dict) else ()) if not _is_number(v)), None)
+            if bad:
+                raise CompareError(f"{path}: not a run's summary ({key} of IPU {ipu}: {bad[0]} is {bad[1]!r}, not "
+                                   "a number of cycles); give the output of `ipusim run --json` or an "
+                                   "`ipusim run --output` folder")
 
 
 def load_run(path: str | Path) -> RunResult:

@@ -56,7 +56,7 @@ del onnx  # checked here, before the modules below import it
 
 from ._cli import build_parser, main  # noqa: E402
 from ._context import OpContext  # noqa: E402
-from ._importer import fixed_batch, load  # noqa: E402
+from ._importer import batch_dims, fixed_batch, load  # noqa: E402
 from ._registry import RULES, register_op, unregister_op  # noqa: E402
 
-__all__ = ["RULES", "OpContext", "build_parser", "fixed_batch", "load", "main", "register_op", "unregister_op"]
+__all__ = ["RULES", "OpContext", "batch_dims", "build_parser", "fixed_batch", "load", "main", "register_op", "unregister_op"]

@@ -114,6 +114,12 @@ class _Importer:
                     if not (d0.HasField("dim_value") and d0.dim_value > 0):
                         by_batch = True
                         if d0.dim_param:
+                            if d0.dim_param in dims and int(dims[d0.dim_param]) != int(batch_size):
+                                raise GraphError(
+                                    f"sim.onnx.load: the batch size {batch_size} and dims[{d0.dim_param!r}] = "
+                                    f"{dims[d0.dim_param]} size the same dimension (input {vi.name!r}'s first) two "
+                                    "ways: give one of them (on the command line, --micro-batch or --dim "
+                                    f"{d0.dim_param}=N)")
                             dims.setdefault(d0.dim_param, int(batch_size))
         resolved, missing = {}, []
         for vi in inputs:
@@ -508,6 +514,15 @@ def load(model, batch_size: int | None = None, dtype: str | None = None, *, loss
     proto, stem, base_dir = _read(model)
     gname = name or stem or proto.graph.name or "onnx_model"
     return _Importer(proto, batch_size, dtype, dims, gname, base_dir).run(loss)
+
+
+def batch_dims(model) -> set[str]:
+    """The names of the symbolic dimensions that lead ``model``'s inputs (its batch axes)."""
+    proto, _, _ = _read(model)
+    inits = {t.name for t in proto.graph.initializer}
+    return {vi.type.tensor_type.shape.dim[0].dim_param for vi in proto.graph.input
+            if vi.name not in inits and vi.type.HasField("tensor_type") and vi.type.tensor_type.shape.dim
+            and vi.type.tensor_type.shape.dim[0].dim_param} - {""}
 
 
 def fixed_batch(model) -> int | None:
