@@ -104,6 +104,14 @@ def test_exit_status(tmp_path, capsys):
     assert code == 1 and "the simulator's sim.poptorch has no module 'sim.poptorch.nonexistent'" in err
     assert main(["script", str(tmp_path / "missing.py")]) == 2
     assert "no script" in capsys.readouterr().err
+    # sys.exit("message") prints the message and exits 1, as Python does
+    code, _, err = _run(tmp_path, capsys, "import sys\nsys.exit('stopped early')\n")
+    assert code == 1 and err.startswith("stopped early\n")
+    # an unknown --system is a usage error before the script runs
+    (tmp_path / "never.py").write_text("print('ran')\n")
+    assert main(["script", "--system", "nosuch", str(tmp_path / "never.py")]) == 2
+    out, err = capsys.readouterr()
+    assert "unknown system 'nosuch'" in err and "ran" not in out
 
 
 def test_no_host_time(tmp_path, capsys):

@@ -401,6 +401,19 @@ def test_config_file_and_overrides(capsys, tmp_path):
     assert "unknown key 'batch_size'; valid keys:" in capsys.readouterr().err
 
 
+def test_a_flag_typed_at_its_default_overrides_the_config_file(capsys, tmp_path):
+    """--partials float is the default, yet typed on the command line it replaces the file's half, as
+    --top 10 replaces its 2: the command line wins wherever a flag is typed."""
+    config = tmp_path / "plan.toml"
+    config.write_text('model = "mlp"\nsystem = "ipu-m2000"\nglobal_batch = 64\ntop = 2\npartials = "half"\n')
+    assert cli.main(["plan", "--config", str(config), "--workers", "1", "--commands", "1"]) == 0
+    assert "--partials half" in capsys.readouterr().out
+    assert cli.main(["plan", "--config", str(config), "--workers", "1", "--commands", "1", "--top", "10",
+                     "--partials", "float"]) == 0
+    out = capsys.readouterr().out
+    assert "--partials half" not in out and sum(line.strip()[:2] == "3 " for line in out.splitlines()) == 1
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--param", "micro_batch=4"], "give --micro-batch values instead"),
     (["--param", "layers_per_ipu=[1,1]"], "give --pipeline values instead"),

@@ -57,6 +57,7 @@ def test_cli_sweep_and_bad_axis(capsys, tmp_path):
     (["--grid", "training=true,false"], "--training takes no value"),
     (["--grid", "micro-batch=1,2", "--", "--output", "out"], "--output after -- writes one run's output"),
     (["--grid", "micro-batch=1,2", "--", "--json"], "--json after -- writes one run's output"),
+    (["--grid", "output=ga,gb", "--", "--model", "mlp"], "--grid output=...: --output writes one run's output"),
     (["--grid", "micro-batch=1", "--", "--model", "mlp", "--micro-batch", "2"],
      "--micro-batch is both a --grid axis and a flag after --; give it in one place"),
     (["--grid", "micro-batch=1", "--", "--model", "mlp", "--bogus"],
@@ -276,6 +277,19 @@ def test_workers_below_one_is_a_usage_error(capsys, value):
 def test_resume_needs_a_csv(capsys):
     assert cli.main(["sweep", "--grid", "micro-batch=1,2", "--resume", "--", "--model", "mlp"]) == 2
     assert "--resume needs --csv" in capsys.readouterr().err
+
+
+def test_a_csv_holding_rows_is_not_overwritten_without_resume(capsys, tmp_path):
+    """Nothing is lost: a second sweep (or plan) onto a CSV that holds rows is refused unless it resumes."""
+    path = tmp_path / "s.csv"
+    argv = ["sweep", "--grid", "micro-batch=1,2", "--workers", "1", "--csv", str(path), "--", "--model", "mlp"]
+    assert cli.main(argv) == 0
+    rows = path.read_text()
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    assert "holds rows already: add --resume" in capsys.readouterr().err and path.read_text() == rows
+    assert cli.main(["plan", "--model", "mlp", "--system", "ipu-mk2", "--global-batch", "4", "--csv", str(path)]) == 2
+    assert "holds rows already: add --resume to finish that plan" in capsys.readouterr().err
 
 
 def test_csv_onto_a_folder_is_a_usage_error(capsys, tmp_path):

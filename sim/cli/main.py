@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         args, unknown = parser.parse_known_args(argv)
         if unknown:
             _unrecognized(getattr(args, "subparser", parser), unknown)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # what was typed (plan --config merges with it)
         return args.func(args, args.subparser)
     except SystemExit as e:  # argparse: --help, --version, usage errors
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)

@@ -37,7 +37,7 @@ from . import run
 from .argtypes import (QUIET, csv_file, margin, name_size, positive_int, progress, proportions, verbosity,
                        whole_numbers)
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
-                    run_points, simulate_point)
+                    kept_csv_error, run_points, simulate_point)
 
 #: the CSV: a candidate's columns, its result, and its ``ipusim run`` command line
 COLUMNS = list(planner.CANDIDATE_COLUMNS) + list(planner.RESULT_COLUMNS) + ["command", "plan"]
@@ -298,14 +298,33 @@ def merge_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> a
     cfg = parser.parse_args(config_argv(args.config, parser))
     merged = argparse.Namespace(**vars(args))
     given = {k for k, _ in args.param} | {k for k in _PARAM_FLAGS if getattr(args, k, None) is not None}
+    typed = _typed_flags(args, parser)
     for dest, value in vars(cfg).items():
         if dest == "param":  # the command line's value of a parameter replaces the file's
             merged.param = [kv for kv in cfg.param if kv[0] not in given] + args.param
         elif dest in _PARAM_FLAGS and dest in given:
             continue  # the command line gave this parameter (as --param)
-        elif getattr(args, dest) == parser.get_default(dest):
+        elif dest not in typed:
             setattr(merged, dest, value)
     return merged
+
+
+def _typed_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> set[str]:
+    """The dests of the flags typed on the command line (even at their default's value); without the
+    typed words (``args.argv``, set by ``ipusim``'s main), those whose value is not the default."""
+    argv = getattr(args, "argv", None)
+    if argv is None or "plan" not in argv:
+        return {d for d, v in vars(args).items() if v != parser.get_default(d)}
+    unset = object()
+    saved = {a: a.default for a in parser._actions}
+    try:
+        for a in saved:  # an appending flag's list starts empty (None), the others at a marker
+            a.default = None if isinstance(a, argparse._AppendAction) else unset
+        typed, _ = parser.parse_known_args(argv[argv.index("plan") + 1:])
+    finally:
+        for a, default in saved.items():
+            a.default = default
+    return {d for d, v in vars(typed).items() if v is not unset and v is not None}
 
 
 # --- the command --------------------------------------------------------------------------------
@@ -323,6 +342,9 @@ def build_planner(args, parser) -> planner.Planner:
         parser.error("give --model NAME or --onnx PATH (one of them)")
     if args.resume and args.csv is None:
         parser.error("--resume needs --csv FILE (the CSV of the plan to finish)")
+    kept = kept_csv_error(args.csv, args.resume, "plan")
+    if kept:
+        parser.error(kept)
     model = planner.Model(args.model, run.given_params(args, parser.error, _PARAM_FLAGS), args.onnx,
                           dict(args.dim), args.loss)
     space = planner.Space(

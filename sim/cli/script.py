@@ -40,7 +40,7 @@ from pathlib import Path
 from .argtypes import QUIET, add_verbosity, verbosity
 from .. import virtual_clock
 from ..errors import OptionsError, OutOfMemoryError
-from ..hardware.system import SYSTEM_ENV_VAR
+from ..hardware.system import SYSTEM_ENV_VAR, load_system
 from ..results.report import format_summary
 
 #: the module names a script imports -> the simulator's module that stands for each
@@ -93,6 +93,8 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
     script = Path(path)
     if not script.is_file():
         raise OptionsError(f"no script {path!r}: give the path of a Python file")
+    if system:
+        load_system(system)  # an unknown name is a usage error now, not in the script's first call
     finder = _FrontEnds(stand_ins)
     before = set(sys.modules)
     saved = sys.argv, list(sys.path), os.environ.get(SYSTEM_ENV_VAR)
@@ -108,6 +110,8 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
         runpy.run_path(str(script), run_name="__main__")
         return 0
     except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)  # sys.exit("message"), as Python prints it
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except Exception as e:  # the script's own failure: its traceback, as Python would show it
         traceback.print_exc()

@@ -123,6 +123,9 @@ def _check_flags(flags) -> None:
                for s in a.option_strings}
     for flag in sorted(flags):
         action = actions.get(flag)
+        if flag in ("output", "json"):
+            raise PointError(f"--grid {flag}=...: --{flag} writes one run's output, which a sweep does not keep; a "
+                             "sweep writes its rows with --csv (run the points you want whole with ipusim run)")
         if action is None:
             near = difflib.get_close_matches(flag, actions, n=1)
             raise PointError(f"--grid {flag}=...: ipusim run has no flag --{flag}"
@@ -250,6 +253,15 @@ def _check_shared(path: Path, rows: list[dict[str, str]], shared: str) -> None:
     if other is not None:
         raise PointError(f"--resume: {str(path)!r} holds a sweep run with other shared flags ({other!r}); "
                          f"this one runs {shared!r}: give the same flags after --, or another --csv")
+
+
+def kept_csv_error(path: Path | None, resume: bool, what: str) -> str | None:
+    """The usage error for ``--csv path`` when the file holds rows and ``--resume`` is not given
+    (the rows are never overwritten), else None."""
+    if path is None or resume or not path.is_file() or path.stat().st_size == 0:
+        return None
+    return (f"--csv {str(path)!r} holds rows already: add --resume to finish that {what}, or give a new file "
+            "(its rows are not overwritten)")
 
 
 class _CsvRows:
@@ -408,6 +420,9 @@ def _cmd_sweep(args, parser) -> int:
         parser.error("give at least one --grid FLAG=V1,V2,...")
     if args.resume and args.csv is None:
         parser.error("--resume needs --csv FILE (the CSV of the sweep to finish)")
+    kept = kept_csv_error(args.csv, args.resume, "sweep")
+    if kept:
+        parser.error(kept)
     common = args.common[1:] if args.common[:1] == ["--"] else args.common
     try:
         with _signals_interrupt():
