@@ -583,3 +583,30 @@ def test_unmeasured_latencies_print_as_not_available(capsys):
     assert rows["compute"] == ["n/a", "n/a", "n/a"] and "n/a" not in rows["IPU"]
     assert ("latency, host_ipu_latency, compute_latency not measured: the model streams no inputs to the IPU"
             in out)
+
+
+@pytest.mark.parametrize("argv, note", [
+    (["--model", "mlp", "--weight-update-schedule", "overlap-cycle"],
+     "accumulateOuterFragmentSettings: no weight update in inference; no effect"),
+    (["--model", "mlp", "--tied-gather"], "TiedGather patterns: they rewrite a training graph's tied embedding "
+                                          "gradient; no effect in inference"),
+    (["--model", "mlp", "--training", "--tied-gather"], "TiedGather patterns: modelled with gradient accumulation"),
+    (["--model", "bert-base", "--num-layers", "2", "--hidden", "64", "--heads", "4", "--layers-per-ipu", "1,1",
+      "--system", "ipu-m2000", "--training", "--gradient-accumulation", "8", "--weight-update-exclude", "0,5"],
+     "accumulateOuterFragmentSettings.excludedVirtualGraphs 5: not IPUs of a replica of 2 (0-1); ignored"),
+    (["--model", "bert-base", "--num-layers", "2", "--hidden", "64", "--heads", "4", "--layers-per-ipu", "1,1",
+      "--system", "ipu-m2000", "--training", "--gradient-accumulation", "8", "--weight-update-schedule",
+      "overlap-cycle"], "with one replica and the optimizer state on chip no IPU's optimizer step syncs the replica"),
+])
+def test_a_weight_update_setting_with_nothing_to_act_on_says_so(capsys, argv, note):
+    code, out, _ = cli(capsys, "run", *argv)
+    assert code == 0 and note in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "resnet50", "--micro-batch", "1", "--strategy", "serial-phased", "--param",
+      'split_points=["layer2/0"]'], "places the model's blocks as phases itself"),
+])
+def test_a_phased_strategy_with_the_models_own_split_is_a_usage_error(capsys, argv, message):
+    code, _, err = cli(capsys, "run", *argv)
+    assert code == 2 and message in err

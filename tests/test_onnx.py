@@ -650,6 +650,8 @@ def test_ipusim_run_sizes_symbolic_dimensions_and_names_the_loss(tmp_path, capsy
     assert "a loss must be a scalar" in capsys.readouterr().err  # as sim.onnx.load(loss="y") says
     assert cli.main(["run", "--onnx", str(path), "--micro-batch", "2", "--dim", "S=32", "--training"]) == 2
     assert "has no loss the simulator recognises" in capsys.readouterr().err
+    assert cli.main(["run", "--onnx", str(path), "--micro-batch", "2", "--dim", "S=32", "--loss", "y"]) == 2
+    assert "--loss names the tensor to train on: it applies with --training" in capsys.readouterr().err
 
 
 _W = nh.from_array(np.ones((2, 4, 6, 6), np.float32), "w")

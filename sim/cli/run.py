@@ -363,6 +363,11 @@ def _strategy(args, graph: sim.Graph, parser):
         cls = PipelinedExecution if args.strategy == "pipelined" else ShardedExecution
         return cls(*stages)
     blocks = _blocks(graph)
+    placed = sorted({op.ipu for op in graph.ops if op.ipu})
+    if placed:
+        parser.error(f"--strategy {args.strategy} places the model's blocks as phases itself, so the model's own IPU "
+                     f"split (its ops on IPUs up to {placed[-1]}: --layers-per-ipu, --param split_points) would not "
+                     "be used: give one or the other")
     if not blocks or graph.ops[0].block is None:
         parser.error(f"--strategy {args.strategy} needs a model whose layers are blocks (e.g. bert, gpt2, "
                      f"resnet50); {graph.name!r} has {'none' if not blocks else 'ops before its first block'}")
@@ -500,6 +505,8 @@ def simulate_args(args, parser) -> sim.Run:
     if not args.onnx and (args.dim or args.loss):
         parser.error(f"{'--dim' if args.dim else '--loss'} applies to an ONNX model (--onnx PATH); a zoo model "
                      "takes its sizes as parameters (--seq-len, --param KEY=VALUE)")
+    if args.loss and not args.training:
+        parser.error("--loss names the tensor to train on: it applies with --training")
     graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args, parser))
     if args.training and graph.loss is None:
         raise sim.GraphError(f"--training: {graph.name!r} has no loss the simulator recognises"

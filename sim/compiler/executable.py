@@ -378,10 +378,46 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
     if o.pipeline_copies != PipelineCopies.Merged and k == 1:
         notes.append(f"pipelineCopies {o.pipeline_copies.name}: a model on one IPU has no inter-IPU copies; "
                      "no effect")
+    notes += _idle_weight_update_settings(g, o, training, k)
+    if o.tied_gather_accumulate and not training:
+        notes.append("TiedGather patterns: they rewrite a training graph's tied embedding gradient; no effect in "
+                     "inference")
+    elif o.tied_gather_accumulate and o.Training.gradient_accumulation == 1:
+        notes.append("TiedGather patterns: modelled with gradient accumulation (TiedGatherAccumulate adds the "
+                     "gathered rows into the accumulator); without it, TiedGather's change of the tied weight's "
+                     "layout is not modelled")
     used = k * o.total_replicas()
     if rounded > used:
         notes.append(f"autoRoundNumIPUs: {k} IPU(s) per replica x {o.total_replicas()} replica(s) = {used} IPUs, "
                      f"rounded up to {rounded}; {rounded - used} of them idle")
+    return notes
+
+
+def _idle_weight_update_settings(g: Graph, o: Options, training: bool, k: int) -> list[str]:
+    """Notes for ``accumulateOuterFragmentSettings`` (the weight update's schedule across a replica's
+    ``k`` IPUs) where it has nothing to act on: no update, one IPU, excluded IPUs the replica does not
+    have, or no IPU whose part of the update syncs the replica (:meth:`~sim.schedule.context.
+    ScheduleContext._update_alone`: collectives over replicas, or streaming-memory copies of state)."""
+    schedule_key, excluded_key = Options.OUTER_FRAGMENT_KEYS
+    if not {schedule_key, excluded_key} & set(o._Popart.values):
+        return []
+    setting = "accumulateOuterFragmentSettings"
+    if not training:
+        return [f"{setting}: no weight update in inference; no effect"]
+    if k == 1:
+        return [f"{setting}: a replica of one IPU has one optimizer step, nothing to schedule; no effect"]
+    notes = []
+    beyond = sorted(i for i in o.outer_fragment_excluded() if i >= k)
+    if beyond:
+        notes.append(f"{setting}.excludedVirtualGraphs {', '.join(map(str, beyond))}: not IPUs of a replica of "
+                     f"{k} (0-{k - 1}); ignored")
+    roles = {t.role for t in g.tensors.values()}
+    off_chip = any(o.TensorLocations.locations[kind].on_chip is False and role in roles
+                   for kind, role in (("optimizer", "state"), ("accumulator", "accumulator")))
+    if o.total_replicas() == 1 and not off_chip:
+        notes.append(f"{setting}: with one replica and the optimizer state on chip no IPU's optimizer step syncs "
+                     "the replica (no collectives, no streaming-memory copies), so every schedule runs them alike; "
+                     "no effect")
     return notes
 
 
