@@ -127,6 +127,18 @@ def test_output_onto_a_file_is_an_error(capsys, tmp_path):
     assert code == 2 and "not a directory" in err
 
 
+def test_output_onto_the_current_folder_is_refused(capsys, tmp_path, monkeypatch):
+    """A run's outputs replace their folder whole: --output . (or a folder holding the current one)
+    would leave the shell in a deleted folder, so it is refused and the folder kept."""
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    inode = (tmp_path / "here").stat().st_ino
+    for target in (".", str(tmp_path)):
+        code, _, err = cli(capsys, "run", "--model", "mlp", "--output", target)
+        assert code == 2 and "is the current folder (or holds it)" in err
+    assert (tmp_path / "here").stat().st_ino == inode
+
+
 def test_output_under_a_file_is_refused_before_simulating(capsys, tmp_path, monkeypatch):
     a_file = tmp_path / "f"
     a_file.write_text("x")
@@ -610,3 +622,15 @@ def test_a_weight_update_setting_with_nothing_to_act_on_says_so(capsys, argv, no
 def test_a_phased_strategy_with_the_models_own_split_is_a_usage_error(capsys, argv, message):
     code, _, err = cli(capsys, "run", *argv)
     assert code == 2 and message in err
+
+
+def test_a_commands_flag_before_its_name_says_where_it_goes(capsys):
+    code, _, err = cli(capsys, "-q", "run", "--model", "mlp")
+    assert code == 2 and "-q (a flag of `ipusim run`: put it after the command's name)" in err
+
+
+def test_bench_refuses_an_unknown_system_before_benchmarking(capsys):
+    import time
+    t0 = time.perf_counter()
+    code, _, err = cli(capsys, "bench", "--system", "nosuch", "--repeats", "1")
+    assert code == 2 and "unknown system 'nosuch'" in err and time.perf_counter() - t0 < 5

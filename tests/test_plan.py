@@ -401,6 +401,13 @@ def test_config_file_and_overrides(capsys, tmp_path):
     assert "unknown key 'batch_size'; valid keys:" in capsys.readouterr().err
 
 
+def test_a_config_true_false_key_given_a_string_names_the_file_and_key(capsys, tmp_path):
+    config = tmp_path / "plan.toml"
+    config.write_text('model = "mlp"\nsystem = "ipu-m2000"\nglobal_batch = 64\ntraining = "yes"\n')
+    assert cli.main(["plan", "--config", str(config)]) == 2
+    assert "training = 'yes': expected true or false" in capsys.readouterr().err
+
+
 def test_a_flag_typed_at_its_default_overrides_the_config_file(capsys, tmp_path):
     """--partials float is the default, yet typed on the command line it replaces the file's half, as
     --top 10 replaces its 2: the command line wins wherever a flag is typed."""

@@ -34,7 +34,7 @@ import simpy
 
 import models
 
-from .. import OutOfMemoryError, Options, compile, run_executable
+from .. import OutOfMemoryError, Options, compile, load_system, run_executable
 from ..options import TensorLocationSettings
 
 DEPTHS = (1, 8, 16, 32, 64)  # IPUs of the pipeline-depth benchmark
@@ -264,6 +264,7 @@ def _cmd_bench(args, parser) -> int:
 
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    load_system(args.system)  # an unknown system fails now, not after the other benchmarks
     for name, rows in run_benchmarks(args.system, args.repeats).items():
         with pd.option_context("display.width", 200, "display.max_columns", 20):
             print(f"{name}:")

@@ -63,7 +63,11 @@ def _unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> None:
     flags = [f for action in parser._actions for f in action.option_strings]
     shown = []
     for word in words:
-        near = difflib.get_close_matches(word.split("=")[0], flags, n=1) if word.startswith("-") else []
+        flag = word.split("=")[0]
+        if flag in flags:  # a flag of this command, typed before the command's name
+            shown.append(f"{word} (a flag of `ipusim {parser.prog.split()[-1]}`: put it after the command's name)")
+            continue
+        near = difflib.get_close_matches(flag, flags, n=1) if word.startswith("-") else []
         shown.append(f"{word} (did you mean {near[0]}?)" if near else word)
     parser.error("unrecognized arguments: " + " ".join(shown))
 

@@ -274,6 +274,8 @@ def config_argv(path: Path, parser: argparse.ArgumentParser) -> list[str]:
             valid = sorted(d for d in flags if d not in ("config", "help", "resume", "verbosity")) + ["params"]
             parser.error(f"--config {str(path)!r}: unknown key {key!r}; valid keys: {', '.join(valid)}")
         flag = flags[dest].option_strings[-1]
+        if isinstance(flags[dest], argparse._StoreTrueAction) and not isinstance(value, bool):
+            parser.error(f"--config {str(path)!r}: {key} = {value!r}: expected true or false")
         if isinstance(value, bool):
             if not isinstance(flags[dest], argparse._StoreTrueAction):
                 parser.error(f"--config {str(path)!r}: {key} = {str(value).lower()}: expected a value, not true/false")

@@ -334,6 +334,10 @@ def check_output_directory(directory: str | os.PathLike) -> Path:
     if blocked is not None:
         raise NotADirectoryError(f"output path {str(d)!r}: {str(blocked)!r} is a file, not a directory, so the "
                                  "output folder cannot be made under it; give another --output")
+    if d.is_dir() and Path.cwd().resolve().is_relative_to(d.resolve()):
+        raise FileExistsError(f"output directory {str(d)!r} is the current folder (or holds it): a run's outputs "
+                              "replace their folder whole, which would leave the shell in a deleted folder; "
+                              "give a subfolder, such as --output run1")
     if d.is_dir():
         others = sorted(p.name for p in d.iterdir() if p.name not in OUTPUT_FILES or not p.is_file())
         if others:
