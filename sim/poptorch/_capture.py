@@ -204,18 +204,17 @@ def _trace(adapter, flat: list, leaf_types: tuple):
 def _attributes_kept(root: torch.nn.Module):
     """Trace ``root`` and put back every module's attributes after: torch.fx's proxies stand in for
     tensors while it traces, so a forward that assigns to one (``self.count += 1`` on a buffer, which
-    Python runs as ``self.count = self.count + 1``) would leave a proxy in the user's module."""
-    saved = [(m, dict(m.__dict__), dict(m._buffers), dict(m._parameters)) for m in root.modules()]
+    Python runs as ``self.count = self.count + 1``) would leave a proxy in the user's module. The
+    attributes the tracer adds itself (the constants it meets, ``_tensor_constant0``) stay."""
+    saved = [(m, [(d, dict(d)) for d in (m.__dict__, m._buffers, m._parameters)]) for m in root.modules()]
     try:
         yield
     finally:
-        for m, attrs, buffers, parameters in saved:
-            m.__dict__.clear()
-            m.__dict__.update(attrs)
-            m._buffers.clear()
-            m._buffers.update(buffers)
-            m._parameters.clear()
-            m._parameters.update(parameters)
+        for m, dicts in saved:
+            for now, before in dicts:
+                for key in [k for k, v in now.items() if k not in before and isinstance(v, torch.fx.Proxy)]:
+                    del now[key]  # what the trace added stays (its constants, _tensor_constant0), but proxies
+                now.update(before)
 
 
 def _check_no_unseen_mutation(graph: torch.fx.Graph) -> None:

@@ -118,3 +118,14 @@ def fold(ctx):
     def one(v):
         return Lazy(v, f"{ctx.key}_const", "constant") if isinstance(v, torch.Tensor) else None
     return pytree.tree_map(one, ctx.output)
+
+
+def embedding_flags_refused(ctx, sparse, scale_grad_by_freq, max_norm=None) -> None:
+    """PopTorch refuses an embedding's ``sparse`` and ``scale_grad_by_freq`` ("Unsupported aten::embedding
+    operation", EmbeddingOps.cpp) and has no handler for the table renorm ``max_norm`` runs first."""
+    flags = [n for n, v in (("sparse", sparse), ("scale_grad_by_freq", scale_grad_by_freq),
+                            ("max_norm", max_norm is not None)) if v]
+    if flags:
+        ctx.unsupported(f"an embedding with {', '.join(flags)} set, which PopTorch does not run either (its "
+                        "embedding handlers refuse sparse and scale_grad_by_freq, and it has no handler for the "
+                        "renorm of max_norm): leave them at their defaults")

@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _precision, _state
-from ._emit import channel_bias, const, emit_map
+from ._emit import channel_bias, const, emit_map, embedding_flags_refused
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
 
@@ -600,17 +600,6 @@ def _pool(kind):
             return (y,) + (None,) * (len(ctx.output) - 1)
         return y
     return rule
-
-
-def embedding_flags_refused(ctx: OpContext, sparse, scale_grad_by_freq, max_norm=None) -> None:
-    """PopTorch refuses an embedding's ``sparse`` and ``scale_grad_by_freq`` ("Unsupported aten::embedding
-    operation", EmbeddingOps.cpp) and has no handler for the table renorm ``max_norm`` runs first."""
-    flags = [n for n, v in (("sparse", sparse), ("scale_grad_by_freq", scale_grad_by_freq),
-                            ("max_norm", max_norm is not None)) if v]
-    if flags:
-        ctx.unsupported(f"an embedding with {', '.join(flags)} set, which PopTorch does not run either (its "
-                        "embedding handlers refuse sparse and scale_grad_by_freq, and it has no handler for the "
-                        "renorm of max_norm): leave them at their defaults")
 
 
 def _embedding(ctx: OpContext, ids=None, table=None):

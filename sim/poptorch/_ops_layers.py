@@ -22,7 +22,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._emit import channel_bias, const, emit, emit_map, is_tensor, tensor_args
+from ._emit import channel_bias, const, embedding_flags_refused, emit, emit_map, is_tensor, tensor_args
 from ._values import Lazy, sim_dtype
 from ..graph.ir import RNN_GATES, transposed_conv_attrs
 
@@ -460,7 +460,6 @@ def _embedding_bag(ctx):
     constant, and each bag is its own slice of the indices, gather (times its per-sample weights),
     and reduction (sum, mean or max), the bags' rows then concatenated. In training each bag's
     gather has its own table-sized gradient, summed."""
-    from ._mapping import embedding_flags_refused
     m = ctx.module
     psw = None
     if m is not None:
