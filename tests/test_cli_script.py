@@ -194,3 +194,21 @@ def test_module_stand_ins_for_custom_op_modules(tmp_path, capsys):
                      ("x=no.such.module", "cannot import 'no.such.module'")):
         assert main(["script", "--module", bad, str(tmp_path / "script.py")]) == 2
         assert why in capsys.readouterr().err
+
+
+def test_importing_a_submodule_keeps_the_function_of_its_name(tmp_path, capsys):
+    """PopXL's user-guide mnist.py imports popxl.ops.call for CallSiteInfo and still calls ops.call: the
+    submodule imported under the popxl name must not replace the function, during the script or after."""
+    code, out, err = _run(tmp_path, capsys, textwrap.dedent("""
+        import popxl, popxl.ops as ops
+        from popxl.ops.call import CallSiteInfo
+        from popxl.remote_buffer import RemoteBuffer
+        from popxl.transforms.autodiff import GradGraphInfo
+        import json
+        print(json.dumps({"call": callable(ops.call), "remote_buffer": callable(popxl.remote_buffer),
+                          "autodiff": callable(popxl.transforms.autodiff)}))
+    """))
+    assert code == 0, err
+    assert out == {"call": True, "remote_buffer": True, "autodiff": True}
+    import sim.popxl
+    assert callable(sim.popxl.ops.call) and callable(sim.popxl.transforms.autodiff)

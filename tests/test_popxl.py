@@ -827,3 +827,51 @@ def test_conditional_prices_the_constant_branch_or_both():
         a, b = ir.create_graph(lambda t: t @ t, x), ir.create_graph(lambda t: ops.sum(t), x)
         with pytest.raises(GraphError, match="the branches' outputs differ"):
             ops.conditional(popxl.variable(np.array(True), popxl.bool), a, b, [x], [x])
+
+
+def test_storing_a_tensor_no_op_makes_costs_its_stream_copy():
+    """Echoing the input back (host_store of a host_load, no op between) is a stream copy like any
+    other: it adds a host_io row and its cycles, as it does in a program with no other op."""
+    n = 1 << 18
+
+    def run(echo: bool):
+        ir = popxl.Ir()
+        with ir.main_graph:
+            xs = popxl.h2d_stream((n,), popxl.float32, "x")
+            x = ops.host_load(xs)
+            ops.host_store(popxl.d2h_stream((n,), popxl.float32, "y"), x + 1)
+            if echo:
+                ops.host_store(popxl.d2h_stream((n,), popxl.float32, "x_back"), x)
+        session = popxl.Session(ir, "ipu_hw")
+        session.run({xs: np.zeros(n, np.float32)})
+        trace = session.simulation.trace
+        return session.cycle_count, list(trace[trace.kind == "host_io"].name)
+
+    (plain, rows), (echoed, echoed_rows) = run(False), run(True)
+    assert rows == ["x", "add"] and echoed_rows == ["x", "add", "x"]
+    assert echoed > plain + 400_000  # a MiB more over the host link
+
+
+def test_a_repeat_of_a_graph_with_its_own_host_io_repeat_counts_every_transfer():
+    """ops.repeat(outer, 2) of a graph that repeats a host transfer 4 times makes 8 transfers a run:
+    num_host_transfers 8 runs, and any other count names 8."""
+    def program(transfers: int):
+        ir = popxl.Ir()
+        ir.num_host_transfers = transfers
+        with ir.main_graph:
+            xs, ys = popxl.h2d_stream((4,), popxl.float32, "x"), popxl.d2h_stream((4,), popxl.float32, "y")
+            w = popxl.variable(np.zeros(4, np.float32))
+
+            def inner(w):
+                ops.host_store(ys, ops.host_load(xs) + w)
+                return w
+            body = ir.create_graph(inner, w)
+            outer = ir.create_graph(lambda w: ops.repeat(body, 4, w), w)
+            ops.repeat(outer, 2, w)
+        return ir, xs, ys
+
+    ir, xs, ys = program(8)
+    assert popxl.Session(ir, "ipu_hw").run({xs: np.zeros((8, 4), np.float32)})[ys].shape == (8, 4)
+    for wrong in (2, 4):
+        with pytest.raises(OptionsError, match="2 x 4 = 8 times per run .* set ir.num_host_transfers = 8"):
+            popxl.Session(program(wrong)[0], "ipu_hw")

@@ -70,13 +70,20 @@ class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         target, given = self._target(spec.name)
         try:
-            return importlib.import_module(target)
+            module = importlib.import_module(target)
         except ModuleNotFoundError as e:
             if e.name != target:
                 raise
             what = FRONT_ENDS.get(given) or f"stand-in for {given!r}"
             raise ModuleNotFoundError(f"No module named {spec.name!r}: the simulator's {what} has no "
                                       f"module {target!r}", name=spec.name) from None
+        # its submodules the simulator has imported get their names under the alias now: imported later
+        # under a new name, Python would bind each on the package over a function of the same name
+        # (``popxl.ops.call`` the module over ``ops.call`` the function, as PopXL's mnist.py imports it)
+        for name, sub in list(sys.modules.items()):
+            if name.startswith(target + "."):
+                sys.modules.setdefault(spec.name + name[len(target):], sub)
+        return module
 
     def exec_module(self, module):
         pass  # the simulator's module is imported already

@@ -228,12 +228,14 @@ class Session:
         if not graph.ops:
             raise PopXLError(f"The Ir {ir.id} has no ops to run: add operations to the main graph "
                              "(`with ir.main_graph:`) before creating the Session")
+        per_body = ir.main_graph._transfers_per_pass()  # an inner loop with host IO, written out in the body
         for name, count in ir.main_graph._io_repeats:
-            if count != ir.num_host_transfers:
+            if count * per_body != ir.num_host_transfers:
+                times = f"{count} x {per_body} = {count * per_body}" if per_body > 1 else f"{count}"
                 raise OptionsError(
-                    f"ops.repeat({name}, {count}) runs its host_load/host_store {count} times per run but "
+                    f"ops.repeat({name}, {count}) runs its host_load/host_store {times} times per run but "
                     f"ir.num_host_transfers is {ir.num_host_transfers}: PopXL needs them to agree; set "
-                    f"ir.num_host_transfers = {count}")
+                    f"ir.num_host_transfers = {count * per_body}")
         if ir._training and graph.loss is None:
             raise GraphError(
                 "the program calls an autodiff grad graph, so it is simulated as training, but it has no "

@@ -234,8 +234,11 @@ def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: b
         s.inputs_bytes += sum(g.tensors[t].nbytes for t in s.host_inputs)
     for t in g.outputs:
         src = where.get(producer.get(t))
-        if src is not None:
-            stages[src].host_outputs.append(t)
+        if src is None:  # an output no op makes (a host input, a variable or a constant stored back): the
+            # stage that reads it, or the first
+            src = first_consumer.get(t, next((where[op.name] for op in g.ops if t in op.inputs and op.name in where),
+                                             0))
+        stages[src].host_outputs.append(t)
     if training and F > 1:
         for s in stages[:F - 1]:
             s.stash_depth = (len(stages) - 1 - s.index) - s.index + 1
