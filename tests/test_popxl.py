@@ -875,3 +875,29 @@ def test_a_repeat_of_a_graph_with_its_own_host_io_repeat_counts_every_transfer()
     for wrong in (2, 4):
         with pytest.raises(OptionsError, match="2 x 4 = 8 times per run .* set ir.num_host_transfers = 8"):
             popxl.Session(program(wrong)[0], "ipu_hw")
+
+
+def test_popxl_signatures_shapes_and_exception_types():
+    """PopXL's own argument orders and results: two vectors' matmul is a scalar (numpy, PopART's
+    MatMulOp); an unreduced softmax-gradient loss has the labels' shape; ignore_index comes before
+    reduction (SDK 3.x); ops.init's fifth argument is meta_shape; in_sequence takes mode; a tensor or
+    a stream of another Ir is PopXL's ValueError (check_in_graph)."""
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.variable(np.ones(3, np.float32))
+        assert (a @ a).shape == ()
+        probs, labels = popxl.variable(np.zeros((4, 10), np.float32)), popxl.variable(np.zeros(4, np.int32))
+        assert ops.nll_loss_with_softmax_grad(probs, labels, reduction="none")[0].shape == (4,)
+        loss, _ = ops.nll_loss_with_softmax_grad(probs, labels, 1, -100)
+        assert loss.shape == ()
+        assert ops.init((4,), popxl.float32, "acc", "zero", (8,)).meta_shape == (8,)
+        with popxl.in_sequence(mode=False), popxl.in_sequence("pass"):
+            pass
+        stream = popxl.h2d_stream((4,), popxl.float32, "x")
+    other = popxl.Ir()
+    with other.main_graph:
+        b = popxl.variable(np.ones(3, np.float32))
+        with pytest.raises(ValueError, match="belongs to another Ir"):
+            b + a
+        with pytest.raises(ValueError, match="stream 'x' was made in another Ir"):
+            ops.host_load(stream)

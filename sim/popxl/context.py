@@ -81,13 +81,16 @@ def ipu(ipu: int) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def in_sequence(enabled: bool = True) -> Iterator[bool]:
-    """Accepted: the simulator already runs ops in the order they are created."""
-    if enabled is None:
+def in_sequence(mode: bool | str = True) -> Iterator[bool]:
+    """Accepted (PopXL's ``mode``: True, False or ``"pass"``, which keeps the enclosing setting): the
+    simulator already runs ops in the order they are created."""
+    if mode is None:
         raise TypeError("None cannot be passed to 'in_sequence'. Try False instead.")
-    saved, _CONTEXT.in_sequence = _CONTEXT.in_sequence, bool(enabled)
+    if mode == "pass":
+        mode = _CONTEXT.in_sequence
+    saved, _CONTEXT.in_sequence = _CONTEXT.in_sequence, bool(mode)
     try:
-        yield bool(enabled)
+        yield bool(mode)
     finally:
         _CONTEXT.in_sequence = saved
 

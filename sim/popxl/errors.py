@@ -21,6 +21,11 @@ class GraphInputError(IpuSimError, ValueError):
     shape or dtype): PopXL's ``ValueError``."""
 
 
+class ForeignTensorError(PopXLError, ValueError):
+    """A tensor used in a graph it does not belong to (another graph, or another Ir's): PopXL's
+    ``check_in_graph`` raises ``ValueError``."""
+
+
 class SessionIOError(IpuSimError, ValueError):
     """``session.run`` was given missing, unexpected or wrongly shaped buffers."""
 

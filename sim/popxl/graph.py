@@ -23,7 +23,7 @@ from ..cost.rules import CODE_OF
 from ..graph.ir import GraphBuilder, Op
 from . import dtypes
 from .context import get_current_context
-from .errors import GraphInputError, NotModelledError, PopXLError
+from .errors import ForeignTensorError, GraphInputError, NotModelledError, PopXLError
 from .streams import DeviceToHostStream, HostToDeviceStream
 from .tensor import Constant, GradTensor, Tensor, Variable
 
@@ -147,8 +147,11 @@ class Graph:
                 f"{where}: {t.id!r} is a variable held in {t.remote_buffer!r} (slot {t.offset}), in streaming "
                 f"memory, not on the tiles; load it with ops.remote_load(buffer, {t.offset}) and use the loaded "
                 "tensor (ops.remote_store writes it back)")
+        if t._graph is not self and t._graph.ir is not self.ir:
+            raise ForeignTensorError(f"{where}: tensor {t.id!r} belongs to another Ir ({t._graph.ir}) than the graph "
+                                     f"{self.name!r} of {self.ir} where the op is being added; make it in this Ir")
         if t._graph is not self:
-            raise PopXLError(
+            raise ForeignTensorError(
                 f"{where}: tensor {t.id!r} belongs to graph {t._graph.name!r}, not to {self.name!r} "
                 "where the op is being added; pass it to the subgraph as an input (an argument of "
                 "ir.create_graph or popxl.graph_input) and connect it at ops.call / ops.repeat")

@@ -27,6 +27,9 @@ class Stream:
         self.dtype = dtypes.dtype.as_dtype(dtype)
         self._id = next(_ids)
         self.name = name or f"{self._kind}_{self._id}"
+        from .context import get_current_context
+        graphs = get_current_context().graphs
+        self._ir = graphs[-1].ir if graphs else None  # the Ir it was made in (None: outside any graph)
 
     @property
     def tensor_id(self) -> str:

@@ -21,7 +21,7 @@ from ...errors import GraphError
 from ...graph.ir import spatial_attr, transposed_conv_attrs, undilated_padding
 from .. import dtypes, transforms
 from ..context import get_current_context
-from ..errors import NotModelledError
+from ..errors import ForeignTensorError, NotModelledError
 from ..graph import Graph
 from ..streams import DeviceToHostStream, HostToDeviceStream
 from ..tensor import Constant, GradTensor, Tensor
@@ -65,7 +65,15 @@ def host_load(h2d_stream: HostToDeviceStream, name: str | None = None) -> Tensor
         raise TypeError(f"ops.host_load expects a popxl.HostToDeviceStream (popxl.h2d_stream), got "
                         f"{h2d_stream!r}")
     g = _graph("ops.host_load")
+    _own_stream(g, h2d_stream, "ops.host_load")
     return _out(g, g._host_load(h2d_stream, name), h2d_stream.dtype)
+
+
+def _own_stream(g: Graph, stream, where: str) -> None:
+    """PopXL's ``check_in_graph`` of a stream: one made in another Ir is a ``ValueError``."""
+    if stream._ir is not None and stream._ir is not g.ir:
+        raise ForeignTensorError(f"{where}: stream {stream.name!r} was made in another Ir ({stream._ir}) than "
+                                 f"{g.ir}; make the stream in this Ir's main graph")
 
 
 def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
@@ -74,6 +82,7 @@ def host_store(d2h_stream: DeviceToHostStream, t: Tensor) -> None:
         raise TypeError(f"ops.host_store expects a popxl.DeviceToHostStream (popxl.d2h_stream), got "
                         f"{d2h_stream!r}")
     g = _graph("ops.host_store", t)
+    _own_stream(g, d2h_stream, "ops.host_store")
     if t.shape != d2h_stream.shape or t.dtype != d2h_stream.dtype:
         raise ValueError(f"ops.host_store: tensor {t.id!r} ({t.dtype.name} {t.shape}) does not match stream "
                          f"{d2h_stream.name!r} ({d2h_stream.dtype.name} {d2h_stream.shape})")
@@ -182,7 +191,7 @@ def _matmul(where: str, lhs: Tensor, rhs: Tensor, available_memory_proportion, s
             shape.pop(-1)
         if lhs.rank == 1:
             shape.pop(-1 if rhs.rank == 1 else -2)
-        y = reshape(y, shape or [1])
+        y = reshape(y, shape)  # two vectors: a scalar, as numpy (PopART's MatMulOp::npMatMulOut)
     if output_type is not None and dtypes.dtype.as_dtype(output_type) != lhs.dtype:
         dt = dtypes.dtype.as_dtype(output_type)
         g.sim_graph.tensors[y._sim].dtype = dt.sim_name  # priced at the operands' dtype, stored as dt
@@ -641,7 +650,7 @@ def _conv_op(g: Graph, where: str, kind: str, t: Tensor, weight: Tensor, out_sha
 
 
 def init(shape: Iterable[int], dtype, name: str | None = None, init_type: str = "zero",
-         replica_grouping=None, meta_shape: Iterable[int] | None = None) -> Tensor:
+         meta_shape: Iterable[int] | None = None, replica_grouping=None) -> Tensor:
     """A tensor initialised on the device: in the main graph a constant of the simulated graph; in a
     subgraph (made each call, as gradient accumulators in a phase's graph) the output of a fill of
     the tensor (popops' zeroing, priced as a ``scale`` of each element; ``undef`` is priced the same,
@@ -704,10 +713,14 @@ def print_tensor(t: Tensor, title: str | None = None, print_self: bool = True, p
 # --- losses (for popxl.transforms.autodiff) ----------------------------------------------------
 
 def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float | Tensor = 1,
-                               reduction: str = "mean", ignore_index: int | None = None):
+                               ignore_index: int | None = None, reduction: str = "mean"):
     """(loss, d loss / d probs): the loss of the simulated training (``softmax_cross_entropy``);
     the gradient is the handle to pass to an autodiff grad graph, or, inside a subgraph (where grad
-    graphs run as written), the op computing it."""
+    graphs run as written), the op computing it. PopXL's order of the last two (SDK 3.x:
+    ``ignore_index`` then ``reduction``); the older popart.ir order, a reduction name fourth, is
+    taken too."""
+    if isinstance(ignore_index, str) and not isinstance(reduction, str):  # popart.ir's (reduction, ignore_index)
+        ignore_index, reduction = reduction, ignore_index
     g = _graph("ops.nll_loss_with_softmax_grad", probs, labels)
     if not labels.dtype.is_int:
         raise GraphError(f"ops.nll_loss_with_softmax_grad: labels {labels.id!r} must be integers")
@@ -718,7 +731,10 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
                    "loss_grad): accepted, no modelled effect: priced as one reduced loss over the batch")
     with g._building() as bld:
         loss = bld.softmax_cross_entropy(probs._sim, labels._sim, name=_name(g, "nll_loss"))
-    g.sim_graph.tensors[loss].dtype = probs.dtype.sim_name  # PopART's NllOp: the loss in the probabilities' type
+        g.sim_graph.tensors[loss].dtype = probs.dtype.sim_name  # PopART's NllOp: the loss in the probabilities' type
+        if reduction == "none":  # one loss per label (NlllWithSoftmaxGradDirectOp::setup), priced as the reduced one
+            loss = bld.op("scale", [loss], [tuple(labels.shape)], {"broadcast": True}, name=_name(g, "nll_losses"))[0]
+            g.sim_graph.tensors[loss].dtype = probs.dtype.sim_name
     out = _out(g, loss) if reduction == "none" else reshape(_out(g, loss), ())  # PopXL's reduced loss: a scalar
     if g._main and not g.ir._explicit_grads:
         return out, GradTensor(g, probs.shape, probs.dtype, probs, f"d_loss/d_{probs.id}")
