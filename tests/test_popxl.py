@@ -57,6 +57,10 @@ def test_replica_grouping_defaults_repr_transpose_and_errors():
     assert repr(rg) == "ReplicaGrouping(num_replicas=8, stride=2, group_size=4, num_groups=2)"
     assert rg == ir.replica_grouping(2, 4) and rg != ir.replica_grouping(2, 2)
     assert ir.replica_grouping(1, 2).transpose().assignment == [0, 1] * 4  # PopXL: [0,0,1,1] -> [0,1,0,1]
+    # PopXL's docstring example [0,1,0,1,2,3,2,3] -> [0,0,1,1,0,0,1,1]: no constant stride, not modelled
+    from sim.popxl.errors import NotModelledError
+    with pytest.raises(NotModelledError, match="no constant stride"):
+        ir.replica_grouping(2, 2).transpose()
     with pytest.raises(OptionsError, match="divide"):
         ir.replica_grouping(3, 2)
 

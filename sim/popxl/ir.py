@@ -16,7 +16,7 @@ from typing import Any
 
 from ..schedule.collectives import groups_of
 from ..schedule.collectives import replica_grouping as _assignment
-from .errors import PopXLError
+from .errors import NotModelledError, PopXLError
 from .graph import Graph
 from .tensor import Tensor, TensorSpec, graph_input, graph_output
 
@@ -69,7 +69,10 @@ class ReplicaGrouping:
         t = ReplicaGrouping.__new__(ReplicaGrouping)
         t._ir, t._stride, t._group_size = self._ir, stride, len(columns[0])
         if groups_of(t.assignment) != columns:
-            raise ValueError(f"the transpose of {self!r} has no constant stride")
+            raise NotModelledError(
+                f"ReplicaGrouping.transpose of {self!r}: its groups {columns} have no constant stride, which PopXL "
+                "holds as an assignment of replicas (replica_grouping_from_assignments) and the simulator's "
+                "groupings (a stride and a group size, as CommGroup) cannot express; not modelled")
         return t
 
     def __eq__(self, other) -> bool:  # the same groups of replicas, as PopXL compares them
@@ -143,7 +146,6 @@ class _PbIr:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        from .errors import NotModelledError
         raise NotModelledError(f"ir._pb_ir.{name}: PopART's C++ Ir (popart._internal.ir) is not modelled; only "
                                "getSessionOptions() and getId() are here")
 
