@@ -221,6 +221,25 @@ def test_other_symbolic_dims_are_sized_by_name():
     assert sim.onnx.batch_dims(m) == {"batch"}
 
 
+def test_the_batch_size_sizes_the_batch_dimension_only():
+    """An attention mask led by ``seq`` is not sized by the batch size (dims sizes it), and a time-major
+    input's ``batch`` is the batch wherever it stands."""
+    nodes = [h.make_node("Add", ["x", "mask"], ["y"], name="add")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq", "seq"]),
+                      h.make_tensor_value_info("mask", T.FLOAT, ["seq", "seq"])],
+              [h.make_tensor_value_info("y", T.FLOAT, ["batch", "seq", "seq"])])
+    g = sim.onnx.load(m, batch_size=2, dims={"seq": 16})
+    assert (g.tensors["x"].shape, g.tensors["mask"].shape, g.micro_batch) == ((2, 16, 16), (16, 16), 2)
+    with pytest.raises(sim.GraphError, match=r"'mask' dim 0 \('seq'\)"):
+        sim.onnx.load(m, batch_size=2)
+    assert sim.onnx.batch_dims(m) == {"batch"}
+    time_major = model([h.make_node("Relu", ["ids"], ["y"], name="relu")],
+                       [h.make_tensor_value_info("ids", T.FLOAT, ["seq", "batch"])],
+                       [h.make_tensor_value_info("y", T.FLOAT, ["seq", "batch"])])
+    g = sim.onnx.load(time_major, batch_size=4, dims={"seq": 7})
+    assert (g.tensors["ids"].shape, g.micro_batch) == ((7, 4), 4)
+
+
 def test_batch_size_against_a_fixed_batch_is_an_error():
     with pytest.raises(sim.GraphError, match="fixed leading"):
         sim.onnx.load(mlp_model(batch=8), batch_size=4)

@@ -106,21 +106,23 @@ class _Importer:
         if unknown:
             raise GraphError(f"sim.onnx.load: dims names {', '.join(map(repr, unknown))}, not a symbolic dimension "
                              f"of the model's inputs ({', '.join(map(repr, sorted(named))) or 'it has none'})")
+        batch = _batch_name(inputs)
         if batch_size is not None:
             for vi in inputs:
                 tt = vi.type.tensor_type
-                if tt.HasField("shape") and tt.shape.dim:
-                    d0 = tt.shape.dim[0]
-                    if not (d0.HasField("dim_value") and d0.dim_value > 0):
-                        by_batch = True
-                        if d0.dim_param:
-                            if d0.dim_param in dims and int(dims[d0.dim_param]) != int(batch_size):
-                                raise GraphError(
-                                    f"sim.onnx.load: the batch size {batch_size} and dims[{d0.dim_param!r}] = "
-                                    f"{dims[d0.dim_param]} size the same dimension (input {vi.name!r}'s first) two "
-                                    "ways: give one of them (on the command line, --micro-batch or --dim "
-                                    f"{d0.dim_param}=N)")
-                            dims.setdefault(d0.dim_param, int(batch_size))
+                if not (tt.HasField("shape") and tt.shape.dim):
+                    continue
+                d0 = tt.shape.dim[0]
+                if not (d0.HasField("dim_value") and d0.dim_value > 0) and not d0.dim_param:
+                    by_batch = True  # an unnamed dynamic leading dimension: the batch
+                if batch and any(d.dim_param == batch for d in tt.shape.dim):
+                    by_batch = True
+                    if batch in dims and int(dims[batch]) != int(batch_size):
+                        raise GraphError(
+                            f"sim.onnx.load: the batch size {batch_size} and dims[{batch!r}] = {dims[batch]} size the "
+                            f"same dimension (input {vi.name!r}'s batch) two ways: give one of them (on the command "
+                            f"line, --micro-batch or --dim {batch}=N)")
+                    dims.setdefault(batch, int(batch_size))
         resolved, missing = {}, []
         for vi in inputs:
             if not vi.type.HasField("tensor_type"):
@@ -137,7 +139,7 @@ class _Importer:
                     size = int(d.dim_value)
                 elif d.dim_param and d.dim_param in dims:
                     size = int(dims[d.dim_param])
-                elif i == 0 and batch_size is not None:
+                elif i == 0 and batch_size is not None and d.dim_param in ("", batch):
                     size = int(batch_size)
                 else:
                     size = None
@@ -516,13 +518,23 @@ def load(model, batch_size: int | None = None, dtype: str | None = None, *, loss
     return _Importer(proto, batch_size, dtype, dims, gname, base_dir).run(loss)
 
 
+def _batch_name(inputs) -> str | None:
+    """The name of ``inputs``' batch dimension: a symbolic dimension whose name holds "batch" (in any
+    position: a time-major LSTM's ``(seq, batch)``), else the first input's symbolic leading dimension;
+    None when there is neither. Inputs led by another name (an attention mask's ``seq``) are sized as
+    any other symbolic dimension."""
+    shapes = [vi.type.tensor_type.shape.dim for vi in inputs if vi.type.HasField("tensor_type")]
+    named = next((d.dim_param for dims in shapes for d in dims if "batch" in d.dim_param.lower()), None)
+    leading = [dims[0].dim_param for dims in shapes if dims and dims[0].dim_param]
+    return named or (leading[0] if leading else None)
+
+
 def batch_dims(model) -> set[str]:
-    """The names of the symbolic dimensions that lead ``model``'s inputs (its batch axes)."""
+    """The name of ``model``'s batch dimension (:func:`_batch_name`), as a set (empty: none named)."""
     proto, _, _ = _read(model)
     inits = {t.name for t in proto.graph.initializer}
-    return {vi.type.tensor_type.shape.dim[0].dim_param for vi in proto.graph.input
-            if vi.name not in inits and vi.type.HasField("tensor_type") and vi.type.tensor_type.shape.dim
-            and vi.type.tensor_type.shape.dim[0].dim_param} - {""}
+    name = _batch_name([vi for vi in proto.graph.input if vi.name not in inits])
+    return {name} if name else set()
 
 
 def fixed_batch(model) -> int | None:
