@@ -273,6 +273,33 @@ def test_register_op_gives_an_op_a_cost():
         sim.onnx.load(unknown_op_model())
 
 
+def test_register_op_in_the_default_domain_by_either_name():
+    """"" and "ai.onnx" are one domain: a rule registered as ai.onnx::Relu prices the model's Relu."""
+    m = model([h.make_node("Relu", ["x"], ["y"], name="r")], [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+              [h.make_tensor_value_info("y", T.FLOAT, [4, 8])])
+    sim.onnx.register_op("ai.onnx::Relu", lambda ctx: ctx.op("gelu", ctx.inputs[:1], shapes=[ctx.shape(0)]))
+    try:
+        assert kinds(sim.onnx.load(m)) == ["gelu"]
+    finally:
+        sim.onnx.unregister_op("ai.onnx::Relu")
+    assert kinds(sim.onnx.load(m)) == ["relu"]
+
+
+@pytest.mark.parametrize("node, shape", [
+    (h.make_node("Concat", ["x", "x"], ["y"], axis=2, name="bad"), [2, 3]),
+    (h.make_node("Transpose", ["x"], ["y"], perm=[0, 2], name="bad"), [2, 3]),
+    (h.make_node("MaxPool", ["x"], ["y"], name="bad"), [1, 3, 8, 8]),
+    (h.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[0, 0], name="bad"), [1, 3, 8, 8]),
+    (h.make_node("Cast", ["x"], ["y"], name="bad"), [2, 3]),
+])
+def test_a_malformed_node_is_an_error_naming_it(node, shape):
+    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                                  [h.make_tensor_value_info("y", T.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    with pytest.raises(sim.GraphError, match=f"node 'bad'\\): its attributes or inputs are not a valid {node.op_type}"):
+        sim.onnx.load(m)
+
+
 @pytest.mark.parametrize("bad", [lambda ctx: 42, lambda ctx: "no-such-tensor",
                                  lambda ctx: (ctx.op("gelu", ctx.inputs[:1], shapes=[ctx.shape(0)]),) * 3])
 def test_a_rule_returning_no_graph_tensor_is_a_named_error(bad):
@@ -595,7 +622,12 @@ def test_missing_external_data_needed_at_import_is_a_named_error(tmp_path):
     path = tmp_path / "resh.onnx"
     onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="resh.data",
                     size_threshold=0)
-    (tmp_path / "resh.data").unlink()
+    data = tmp_path / "resh.data"
+    content = data.read_bytes()
+    data.write_bytes(content[:2])  # truncated
+    with pytest.raises(sim.GraphError, match=r"initializer 'shp' is needed at import time .* could not be read"):
+        sim.onnx.load(path)
+    data.unlink()
     with pytest.raises(sim.GraphError, match=r"initializer 'shp' is needed at import time .* could not be read"):
         sim.onnx.load(path)
 

@@ -19,7 +19,7 @@ from ..graph.ir import Graph, GraphBuilder, Op, canonical_dtype
 from ._context import OpContext, _not_modelled, _unsupported
 from ._folding import _ALWAYS_FOLDED, _fold_numpy
 from ._ops_control_flow import subgraphs
-from ._registry import _default_domain, _op_label, _rule_for
+from ._registry import RULES, _default_domain, _op_label, _rule_for
 from ._values import _FLOAT_TYPES, _OTHER_TYPES, _sim_shape, _type_name, _Value
 
 
@@ -219,7 +219,7 @@ class _Importer:
                 t2.CopyFrom(t)
                 try:
                     onnx.external_data_helper.load_external_data_for_tensor(t2, str(self.base_dir))
-                except (OSError, onnx.checker.ValidationError) as e:
+                except (OSError, ValueError, onnx.checker.ValidationError) as e:
                     raise GraphError(f"sim.onnx: initializer {t.name!r} is needed at import time but its "
                                      f"external data could not be read ({e}); keep the model's data files "
                                      f"beside it in {str(self.base_dir)!r}") from None
@@ -415,7 +415,15 @@ class _Importer:
                 error.args = (f"{error.args[0]} Further on, the model also has op types with no rule: "
                               f"{', '.join(later)} (unless their inputs are constants, which fold)",)
             raise error
-        result = rule(ctx)
+        try:
+            result = rule(ctx)
+        except (IndexError, KeyError, TypeError, ZeroDivisionError, AttributeError) as e:
+            if rule is not RULES.get(node.op_type) and rule is not RULES.get(f"{node.domain}::{node.op_type}"):
+                raise  # a register_op rule's own error, as it is
+            # a node the built-in rule cannot read: an attribute or input ONNX requires missing or out of range
+            raise GraphError(f"{ctx.desc}: its attributes or inputs are not a valid {node.op_type} "
+                             f"({type(e).__name__}: {e}); check the model with onnx.checker.check_model(model, "
+                             "full_check=True)") from e
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         named = [out for out in node.output if out]
         extra = [r for r in results[len(node.output):] if r is not None]

@@ -47,7 +47,9 @@ def _op_label(node) -> str:
 def _rule_for(node):
     """The rule pricing ``node``: a register_op one (domain-qualified first), else the built-in
     (keyed by op type in the default domain, ``domain::OpType`` in another: PopART's ``ai.graphcore`` ops)."""
-    rule = _REGISTRY.get(f"{node.domain}::{node.op_type}") or _REGISTRY.get(node.op_type)
+    domains = ("", "ai.onnx") if _default_domain(node) else (node.domain,)  # "" and "ai.onnx" are one domain
+    rule = next((_REGISTRY[k] for k in (f"{d}::{node.op_type}" for d in domains) if k in _REGISTRY), None) \
+        or _REGISTRY.get(node.op_type)
     if rule is not None:
         return rule
     return RULES.get(node.op_type) if _default_domain(node) else RULES.get(f"{node.domain}::{node.op_type}")
