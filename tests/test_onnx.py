@@ -273,6 +273,18 @@ def test_register_op_gives_an_op_a_cost():
         sim.onnx.load(unknown_op_model())
 
 
+def test_a_weight_read_twice_in_one_transposed_layout_is_transposed_once():
+    """Two Gemm (transB=1) nodes sharing one weight, as a shared nn.Linear or a GRU cell looped in
+    Python exports: one transpose of the weight, read by both matmuls."""
+    nodes = [h.make_node("Gemm", ["x", "w"], ["h"], transB=1, name="g1"),
+             h.make_node("Gemm", ["h", "w"], ["y"], transB=1, name="g2")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [4, 16])],
+              [h.make_tensor_value_info("y", T.FLOAT, [4, 16])], [zeros("w", (16, 16))])
+    g = sim.onnx.load(m)
+    assert [op.kind for op in g.ops].count("transpose") == 1
+    assert [op.kind for op in g.ops].count("matmul") == 2
+
+
 def test_register_op_in_the_default_domain_by_either_name():
     """"" and "ai.onnx" are one domain: a rule registered as ai.onnx::Relu prices the model's Relu."""
     m = model([h.make_node("Relu", ["x"], ["y"], name="r")], [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],

@@ -249,7 +249,8 @@ class _Importer:
 
         An initializer used only here (by one node, in every iteration of a loop's body) is stored
         in that layout (a compile-time choice, as the zoo stores a linear layer's weight (in, out));
-        anything else gets a transpose op (or a free reshape when only the view changes)."""
+        anything else gets a transpose op (or a free reshape when only the view changes); a weight's
+        transpose is made once a layout and read by its later uses of that layout."""
         v = ctx._in(i)
         shape = tuple(shape)
         layout = (None if perm is None else tuple(perm), shape)
@@ -259,6 +260,8 @@ class _Importer:
             self._add_variable(v, _sim_shape(shape), "weight" if v.weight else "constant")
             v.layout = layout
             return v.sim
+        if v.weight and layout in v.views:  # a weight read again in a layout made for an earlier use
+            return v.views[layout]
         t = self.materialise(v)
         cur = v.shape
         if perm is not None and any(cur[p] != 1 for k, p in enumerate(perm) if p != k):
@@ -267,6 +270,8 @@ class _Importer:
             cur = tuple(cur[p] for p in perm)
         if tuple(cur) != shape:
             t = ctx.op("reshape", [t], shapes=[shape], result=False, suffix=f"view_{i}")
+        if v.weight:
+            v.views[layout] = t
         return t
 
     def emit(self, kind, inputs, shapes, dtypes, attrs, op_name, bases, ctx: OpContext) -> list[str]:

@@ -5,7 +5,7 @@ to the simulator's dtypes, and the shape arithmetic the rules and the constant f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from onnx import TensorProto
@@ -41,6 +41,8 @@ class _Value:
     name: str = ""
     missing: str = ""  # set for a node output its rule does not model: who made it
     layout: tuple | None = None  # (perm, shape) an initializer is stored in for the one node using it
+    #: a weight's other layouts made for its uses, (perm, shape) -> the graph tensor: one transpose a layout
+    views: dict = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
