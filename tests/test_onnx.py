@@ -285,6 +285,24 @@ def test_a_weight_read_twice_in_one_transposed_layout_is_transposed_once():
     assert [op.kind for op in g.ops].count("matmul") == 2
 
 
+def test_a_constant_over_the_folding_cap_is_a_graph_constant():
+    """A causal mask of 5,000 positions (ConstantOfShape then Trilu, 25 M elements) is folded by PopART
+    whatever its size: the importer keeps it as one constant of the graph (no op, no intermediate)
+    rather than refusing the ConstantOfShape it does not compute."""
+    from onnx import numpy_helper as nh
+    n = 5000
+    shape = nh.from_array(np.array([n, n], np.int64), "shape")
+    fill = h.make_tensor("fill", T.FLOAT, [1], [1.0])
+    nodes = [h.make_node("ConstantOfShape", ["shape"], ["ones"], value=fill, name="cos"),
+             h.make_node("Trilu", ["ones"], ["mask"], upper=1, name="tri"),
+             h.make_node("Add", ["x", "mask"], ["y"], name="add")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [n, n])], [h.make_tensor_value_info("y", T.FLOAT, [n, n])],
+              [shape])
+    g = sim.onnx.load(m)
+    assert kinds(g) == ["add"]
+    assert [(t.name, t.shape) for t in g.tensors.values() if t.role == "constant"] == [("mask", (n, n))]
+
+
 def test_register_op_in_the_default_domain_by_either_name():
     """"" and "ai.onnx" are one domain: a rule registered as ai.onnx::Relu prices the model's Relu."""
     m = model([h.make_node("Relu", ["x"], ["y"], name="r")], [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],

@@ -404,6 +404,8 @@ class _Importer:
             ins.append(self.env[n])
         ctx = OpContext(self, node, name, ins)
         if _default_domain(node):
+            if self._huge_constant(ctx):
+                return
             folded = self._fold(ctx)
             if folded is not None:
                 for out, arr in zip(node.output, folded):
@@ -482,6 +484,31 @@ class _Importer:
             except Exception:  # noqa: BLE001 - no reference implementation: simulate it instead
                 return None
         return out
+
+    def _huge_constant(self, ctx: OpContext) -> bool:
+        """A node of known inputs whose output is over the folding cap (2**24 elements: a causal mask of a
+        long sequence, a ConstantOfShape of a large shape), or that reads such an output: its values are
+        not computed here, but PopART folds it all the same (its const-expr folding), so each output is a
+        constant of the graph, its bytes in memory and no op priced. True if so."""
+        node, ins = ctx.node, ctx._ins
+        if node.op_type.startswith("Random") or node.op_type in ("Shape", "Size", "Constant"):
+            return False
+        if any(v is not None and not (v.known or v.folded_unknown) for v in ins) or not any(v is not None for v in ins):
+            return False
+        shapes = ctx.output_shapes
+        if not any(v is not None and v.folded_unknown for v in ins) and \
+                not any(s is not None and math.prod(s) > 1 << 24 for s in shapes):
+            return False
+        for i, out in enumerate(node.output):
+            if out:
+                dtype = ctx.output_dtype(i)
+                if shapes[i] is None or dtype is None:
+                    return False
+        for i, out in enumerate(node.output):
+            if out:
+                # a graph constant when a device op reads it (materialise), none when only folding does
+                self.env[out] = _Value(tuple(shapes[i]), ctx.output_dtype(i), name=out, folded_unknown=True)
+        return True
 
     def _constant(self, ctx: OpContext) -> np.ndarray:
         a = ctx._attrs

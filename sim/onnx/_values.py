@@ -41,6 +41,8 @@ class _Value:
     name: str = ""
     missing: str = ""  # set for a node output its rule does not model: who made it
     layout: tuple | None = None  # (perm, shape) an initializer is stored in for the one node using it
+    #: a constant PopART folds whose values the importer does not compute (over its folding cap)
+    folded_unknown: bool = False
     #: a weight's other layouts made for its uses, (perm, shape) -> the graph tensor: one transpose a layout
     views: dict = field(default_factory=dict)
 
