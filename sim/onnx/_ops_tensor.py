@@ -72,7 +72,7 @@ def _unsqueeze(ctx: OpContext):
 
 def _resize(ctx: OpContext):
     """Resize (Upsample) as PopART's ResizeOpx runs it, the output shape from the constant ``sizes``
-    (input 3) or ``scales`` (input 2; before opset 11, input 1). ``nearest``: a copy of each input
+    (input 3) or ``scales`` (input 2; before opset 11, input 1; Upsample before opset 9, its attribute). ``nearest``: a copy of each input
     element to its outputs, as sim.poptorch prices Upsample's nearest mode. ``linear`` (inference only:
     PopART's ResizeGradOpx refuses it): ``resizeLinear``'s copy of the input, then for each resized
     dimension the floor and ceiling neighbours (views) each multiplied by their constant weights along
@@ -84,6 +84,9 @@ def _resize(ctx: OpContext):
     xs = ctx.shape(0)
     if ctx.num_inputs > 3 and ctx.has_input(3):
         out = tuple(_const_ints(ctx, 3, "sizes"))
+    elif ctx.op_type == "Upsample" and "scales" in ctx._attrs:  # Upsample before opset 9: an attribute
+        v = ctx.attr("scales")
+        out = tuple(int(np.floor(d * s)) for d, s in zip(xs, np.asarray(v, dtype=float).reshape(-1)))
     else:
         i = 1 if ctx.opset < 11 else 2
         v = ctx.static_value(i)
