@@ -306,7 +306,7 @@ def test_a_constant_over_the_folding_cap_is_a_graph_constant():
 def test_upsample_before_opset_9_takes_its_scales_attribute():
     node = h.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 2.0], mode="nearest", name="up")
     m = model([node], [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 4])],
-              [h.make_tensor_value_info("y", T.FLOAT, [1, 3, 8, 8])], opset=8)
+              [h.make_tensor_value_info("y", T.FLOAT, [1, 3, 8, 8])], opset=[h.make_opsetid("", 8)])
     g = sim.onnx.load(m)
     assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [("copy", (1, 3, 8, 8))]
 
