@@ -303,6 +303,13 @@ def test_a_constant_over_the_folding_cap_is_a_graph_constant():
     assert [(t.name, t.shape) for t in g.tensors.values() if t.role == "constant"] == [("mask", (n, n))]
 
 
+def test_an_unnamed_dynamic_dimension_past_the_first_says_how_to_name_it():
+    m = model([h.make_node("Relu", ["x"], ["y"], name="r")], [h.make_tensor_value_info("x", T.FLOAT, ["N", None])],
+              [h.make_tensor_value_info("y", T.FLOAT, None)])
+    with pytest.raises(sim.GraphError, match=r"without a name past the first \(input 'x' dim 1\) cannot be sized"):
+        sim.onnx.load(m, batch_size=2)
+
+
 def test_upsample_before_opset_9_takes_its_scales_attribute():
     node = h.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 2.0], mode="nearest", name="up")
     m = model([node], [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 4])],

@@ -156,6 +156,12 @@ class _Importer:
             if named:
                 hint += (", dims={" + ", ".join(f"{p!r}: N" for p in named) + "} (command line: "
                          + " ".join(f"--dim {p}=N" for p in named) + ") for the others")
+            unnamed = [(n, i) for n, i, p in missing if not p and i > 0]
+            if unnamed:
+                n, i = unnamed[0]
+                hint += (f"; a dynamic dimension without a name past the first (input {n!r} dim {i}) cannot be "
+                         f"sized: re-export the model naming it (torch.onnx.export's dynamic_axes={{{n!r}: {{{i}: "
+                         "'seq'}}) or with a fixed size")
             raise GraphError(f"sim.onnx.load: symbolic dimensions need sizes: {what}. Give {hint}")
         if batch_size is not None and not by_batch:
             fixed = {n: s[0] for n, (s, _) in resolved.items() if s}
