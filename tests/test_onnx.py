@@ -310,6 +310,25 @@ def test_an_unnamed_dynamic_dimension_past_the_first_says_how_to_name_it():
         sim.onnx.load(m, batch_size=2)
 
 
+def test_an_if_known_at_import_passes_its_branchs_constants_on():
+    """An If whose condition folds, its branch making a shape: the Reshape after it reads that shape
+    as a constant (exporters write such shape branches)."""
+    from onnx import numpy_helper as nh
+
+    def branch(name, shape):
+        out = h.make_tensor_value_info(f"{name}_shape", T.INT64, [2])
+        node = h.make_node("Constant", [], [f"{name}_shape"], value=nh.from_array(np.array(shape, np.int64)))
+        return h.make_graph([node], name, [], [out])
+
+    nodes = [h.make_node("Constant", [], ["cond"], value=nh.from_array(np.array(True))),
+             h.make_node("If", ["cond"], ["shape"], then_branch=branch("then", [2, 32]),
+                         else_branch=branch("else", [4, 16]), name="pick"),
+             h.make_node("Reshape", ["x", "shape"], ["y"], name="r")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 4, 8])], [h.make_tensor_value_info("y", T.FLOAT, None)])
+    g = sim.onnx.load(m)
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [("reshape", (2, 32))]
+
+
 def test_upsample_before_opset_9_takes_its_scales_attribute():
     node = h.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 2.0], mode="nearest", name="up")
     m = model([node], [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 4])],

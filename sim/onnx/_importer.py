@@ -440,7 +440,8 @@ class _Importer:
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         named = [out for out in node.output if out]
         extra = [r for r in results[len(node.output):] if r is not None]
-        if extra or any(r is not None and (not isinstance(r, str) or r not in self.g.tensors) for r in results):
+        if extra or any(r is not None and not isinstance(r, _Value)
+                        and (not isinstance(r, str) or r not in self.g.tensors) for r in results):
             raise GraphError(f"{ctx.desc}: its rule returned {result!r}; a rule returns the name of the graph "
                              f"tensor of each of the node's {len(named)} output(s) (from ctx.op), or None for an "
                              "output it does not model")
@@ -450,6 +451,9 @@ class _Importer:
             r = results[i] if i < len(results) else None
             if r is None:  # not modelled: an error if something uses it
                 self.env[out] = _Value((), "float32", name=out, missing=f"output {i} of {ctx.desc}")
+                continue
+            if isinstance(r, _Value):  # a value known at import time, passed on as it is (an If's folded branch)
+                self.env[out] = replace(r, name=out)
                 continue
             like = next((v for v in ins if v is not None and v.sim == r), None)
             self.env[out] = replace(self.value_of_tensor(r, like), name=out)

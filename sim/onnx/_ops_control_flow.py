@@ -229,9 +229,9 @@ def _if(ctx: OpContext):
     imp = ctx._imp
     then, other = ctx.attr("then_branch"), ctx.attr("else_branch")
     cond = ctx.value(0)
-    if cond is not None:
+    if cond is not None:  # the branch taken, its values known at import time kept known (a shape it computes)
         outs = imp.run_subgraph(then if _scalar_flag(cond) else other, {}, f"{ctx.name}/", {})
-        return [imp.materialise(v) for v in outs]
+        return [v if v.known else imp.materialise(v) for v in outs]
     tags = {"onnx_if": ctx.name}
     then_outs = imp.run_subgraph(then, {}, f"{ctx.name}/then/", tags)
     else_outs = imp.run_subgraph(other, {}, f"{ctx.name}/else/", tags)
