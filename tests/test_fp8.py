@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import sim
@@ -279,3 +280,23 @@ def test_popxl_conv_pow2scaled_runs_on_the_fp8_amp_into_float16():
             ops.conv_pow2scaled(x, w, popxl.constant(np.int32(0), popxl.int32, name="s"))
         with pytest.raises(ValueError, match="partials_types .* expected one entry"):
             ops.conv(x, w, partials_types=["quarter"])
+
+
+def test_popxl_fp8_host_casts_round_trip_every_code():
+    """popxl.fp8_utils (PopXL's host conversions for its float8 examples): every byte of each format
+    decodes to a value that encodes back to it (0x80 is the one NaN); the largest values are 240 and
+    57,344; a value beyond them is NaN with nan_on_overflow, else clamped; log2_scale multiplies first."""
+    from sim.popxl import float8_143, float8_152, float32, fp8_utils
+    for name, dtype, largest in (("float8_143", float8_143, 240.0), ("float8_152", float8_152, 57344.0)):
+        codes = np.arange(256, dtype=np.uint8).astype(np.dtype([(name, "u1")]))
+        values = fp8_utils.host_pow2scale_cast_from_fp8(codes, float32)
+        assert np.isnan(values[0x80]) and np.nanmax(values) == largest
+        back = fp8_utils.host_pow2scale_cast_to_fp8(values.astype(np.float64), dtype)[name]
+        keep = np.arange(256) != 0x80
+        assert (back[keep] == np.arange(256)[keep]).all()
+        over = np.array([4 * largest], np.float32)
+        assert fp8_utils.host_pow2scale_cast_to_fp8(over, dtype)[name][0] == 0x80
+        assert fp8_utils.host_pow2scale_cast_from_fp8(fp8_utils.host_pow2scale_cast_to_fp8(over, dtype, 0, False),
+                                                     float32)[0] == largest
+    one = fp8_utils.host_pow2scale_cast_to_fp8(np.array([1.0], np.float32), float8_143, 2)
+    assert fp8_utils.host_pow2scale_cast_from_fp8(one, float32)[0] == 4.0

@@ -13,7 +13,7 @@ simulator does something different it says so in the run's notes and in docs/pop
 
 from __future__ import annotations
 
-from . import dtypes, ops, transforms
+from . import dtypes, fp8_utils, ops, transforms
 from .context import (gcg, get_current_context, get_current_graph, get_ir, get_main_graph, gir, gmg, in_sequence,
                       io_tiles, ipu, name_scope)
 from .dtypes import (bool, dtype, float8_143, float8_152, float16, float32, float64, half, int8, int32,
@@ -77,6 +77,7 @@ __all__ = [
     "graph_output",
     "h2d_stream",
     "half",
+    "fp8_utils",
     "in_sequence",
     "int8",
     "int32",
