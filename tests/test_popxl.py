@@ -905,3 +905,23 @@ def test_popxl_signatures_shapes_and_exception_types():
             b + a
         with pytest.raises(ValueError, match="stream 'x' was made in another Ir"):
             ops.host_load(stream)
+
+
+def test_a_program_of_one_host_load_runs_its_copy():
+    """PopXL runs a main graph holding only a host_load (the load is an op): its stream copy is the
+    run, about half of loading and storing the same tensor back."""
+    n = 1 << 18
+
+    def cycles(store: bool) -> int:
+        ir = popxl.Ir()
+        with ir.main_graph:
+            xs = popxl.h2d_stream((n,), popxl.float32, "x")
+            x = ops.host_load(xs)
+            if store:
+                ops.host_store(popxl.d2h_stream((n,), popxl.float32, "y"), x)
+        session = popxl.Session(ir, "ipu_hw")
+        session.run({xs: np.zeros(n, np.float32)})
+        return session.cycle_count
+
+    load, both = cycles(False), cycles(True)
+    assert 0.4 * both < load < 0.7 * both

@@ -223,8 +223,8 @@ class Session:
         if ir._session is not None:
             raise PopXLError(f"{ir} already belongs to a Session (a session takes ownership of its Ir)")
         graph = ir.main_graph.sim_graph
-        if not graph.ops and graph.outputs:  # host IO only: the transfers are the program (an identity
-            graph = _host_io_only(graph)     # view stands for the host_store's read of the tensor)
+        if not graph.ops and (graph.outputs or graph.inputs):  # host IO only: the transfers are the program
+            graph = _host_io_only(graph)  # (an identity view stands for each host_store's read, each load's write)
         if not graph.ops:
             raise PopXLError(f"The Ir {ir.id} has no ops to run: add operations to the main graph "
                              "(`with ir.main_graph:`) before creating the Session")
@@ -583,10 +583,14 @@ class Session:
 
 
 def _host_io_only(graph):
-    """A program of host transfers only (``host_store`` of a loaded tensor or a variable), as one the
-    simulator can run: each stored tensor read through an identity (a view, free), so the stream
-    copies are all it prices."""
+    """A program of host transfers only (``host_load`` alone, ``host_store`` of a loaded tensor or a
+    variable), as one the simulator can run: each loaded tensor written and each stored one read through
+    an identity (a view, free), so the stream copies are all it prices."""
     graph = graph.copy()
+    for name in graph.inputs:  # a host_load read by nothing: its copy is the work
+        t, op_name = graph.tensors[name], graph.unique_op_name(f"{name}/host_load_write")
+        out = graph.add_tensor(graph.unique_tensor_name(f"{name}/loaded"), t.shape, t.dtype, "activation", op_name)
+        graph.add_op(Op(op_name, "identity", [name], [out.name]))
     outputs = []
     for name in graph.outputs:
         t, op_name = graph.tensors[name], graph.unique_op_name(f"{name}/host_store_read")
