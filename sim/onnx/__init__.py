@@ -59,4 +59,5 @@ from ._context import OpContext  # noqa: E402
 from ._importer import batch_dims, fixed_batch, load  # noqa: E402
 from ._registry import RULES, register_op, unregister_op  # noqa: E402
 
-__all__ = ["RULES", "OpContext", "batch_dims", "build_parser", "fixed_batch", "load", "main", "register_op", "unregister_op"]
+__all__ = ["RULES", "OpContext", "batch_dims", "build_parser", "fixed_batch", "load", "main", "register_op",
+           "unregister_op"]

@@ -72,9 +72,10 @@ def _unsqueeze(ctx: OpContext):
 
 def _resize(ctx: OpContext):
     """Resize (Upsample) as PopART's ResizeOpx runs it, the output shape from the constant ``sizes``
-    (input 3) or ``scales`` (input 2; before opset 11, input 1; Upsample before opset 9, its attribute). ``nearest``: a copy of each input
-    element to its outputs, as sim.poptorch prices Upsample's nearest mode. ``linear`` (inference only:
-    PopART's ResizeGradOpx refuses it): ``resizeLinear``'s copy of the input, then for each resized
+    (input 3) or ``scales`` (input 2; before opset 11, input 1; Upsample before opset 9, its attribute).
+    ``nearest``: a copy of each input element to its outputs, as sim.poptorch prices Upsample's nearest
+    mode. ``linear`` (inference only: PopART's ResizeGradOpx refuses it): ``resizeLinear``'s copy of the
+    input, then for each resized
     dimension the floor and ceiling neighbours (views) each multiplied by their constant weights along
     that dimension and added. ``cubic`` (PopART's ResizeCubicHelper): sixteen multiply-adds an output
     element, as sim.poptorch prices bicubic upsampling."""

@@ -468,7 +468,8 @@ def optimizer_tensors(optimizer, names: dict[int, str], auto_loss_scaling: bool 
     ``updateGroups``: ``insertSpecific`` per tensor), so each weight has its own tensors; they are
     what PopART's OptimizerFromHost program writes to the IPUs."""
     kind = sim_optimizer(optimizer)
-    scalars = _COMPOUND_SCALARS["rmsprop" if kind.startswith("rmsprop") else {"adamw": "adam", "lamb": "adam"}.get(kind, kind)]
+    family = "rmsprop" if kind.startswith("rmsprop") else {"adamw": "adam", "lamb": "adam"}.get(kind, kind)
+    scalars = _COMPOUND_SCALARS[family]
     separate = kind == "sgd_momentum" and not combined_accum(optimizer)
     counts = {}
     for group in optimizer.param_groups:
