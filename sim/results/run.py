@@ -402,9 +402,10 @@ class Run:
         :attr:`cycle_count`."""
         ops = self.op_trace()
         repeats = ops["repeats"].to_numpy() if "repeats" in ops else 1
-        ops = ops.assign(span=(ops["end"] - ops["start"]) * repeats, own_sync=ops["sync"] * repeats,
-                         pass_=[compute_pass(t) for t in ops["task"]])
-        spans = ops.groupby(["ipu", "pass_"])["span"].sum()
+        ops = ops.assign(span=(ops["end"] - ops["start"]) * repeats, own_sync=ops["sync"] * repeats)
+        by_task = ops.groupby(["ipu", "task"])["span"].sum().reset_index()  # a pass per task, not per op
+        by_task["pass_"] = by_task["task"].map({t: compute_pass(t) for t in by_task["task"].unique()})
+        spans = by_task.groupby(["ipu", "pass_"])["span"].sum()
         own_sync = ops.groupby("ipu")["own_sync"].sum()
         rows = {}
         for ipu, row in self.breakdown.iterrows():
