@@ -26,7 +26,7 @@ import numpy as np
 from ..cost import FREE, OpCost
 from ..errors import OutOfMemoryError
 from ..graph.ir import VIEW_KINDS, Graph, Op
-from .program_memory import PROGRAM_CATEGORIES
+from .program_memory import PROGRAM_CATEGORIES, rolled
 
 ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
 #: what a tile holds at its peak, in the order :attr:`IpuMemory.peak_parts` lists it
@@ -445,7 +445,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
         start = layout.next if start is None else start
         temp, temp_sum = np.zeros(tiles), 0.0
         if cost.profile is not None and cost.temp_bytes_per_tile:
-            temp = np.roll(cost.profile.temp, start)
+            temp = rolled(cost.profile.temp, start)
             temp_sum = float(cost.profile.temp.sum())
         elif cost.temp_bytes_per_tile:
             temp_sum = cost.temp_bytes_per_tile * used

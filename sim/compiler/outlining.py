@@ -142,10 +142,24 @@ def _periodic(ops: list[Op], sigs: list[tuple]) -> list[list[Op]]:
             + _periodic(ops[start + covered:], sigs[start + covered:]))
 
 
+#: merged copies priced so far, by what their cost depends on: each tensor's (shape, dtype, priced role),
+#: the IPU and the tiles (a repeated layer's calls copy like tensors)
+_MERGED_COPIES: dict[tuple, OpCost] = {}
+
+
 def merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
     """One Poplar ``Copy`` of each of ``tensors`` to its clone, the copies one after another merged into
     one program (see the module docstring): each tensor's popops copy on its tiles (``sim.cost.rules``,
     kind ``copy``), one launch and one sync for them all."""
+    key = (tuple((t.shape, t.dtype, t.priced_role) for t in (g.tensors[name] for name in tensors)), ipu, tiles)
+    if key not in _MERGED_COPIES:
+        if len(_MERGED_COPIES) >= 4096:
+            _MERGED_COPIES.clear()
+        _MERGED_COPIES[key] = _merged_copy(tensors, g, ipu, tiles)
+    return _MERGED_COPIES[key]
+
+
+def _merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
     copies = [op_cost(Op(f"{name}/call_copy", "copy", [name], [name]), g, ipu, tiles) for name in tensors]
     launch = max(c.launch_cycles for c in copies)
     work = np.zeros(tiles)

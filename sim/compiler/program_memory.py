@@ -98,6 +98,13 @@ def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
     return [(op.kind, dtype, j) for j in range(sets)]
 
 
+def rolled(vec: np.ndarray, start: int) -> np.ndarray:
+    """A new array of ``vec`` moved ``start`` places along (tile ``i`` to ``i + start``, wrapping): ``np.roll``
+    of a vector, without its generality's overhead (called once per op of every run)."""
+    start %= len(vec)
+    return np.concatenate((vec[len(vec) - start:], vec[:len(vec) - start]))
+
+
 def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: IPU,
                    tiles: int, outlining: bool = True) -> dict[str, np.ndarray]:
     """Bytes per tile of each of :data:`PROGRAM_CATEGORIES` for an IPU that runs ``ops`` (every
@@ -136,10 +143,10 @@ def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: I
         steps += sets + phases
         used = max(1, min(tiles, cost.tiles_used or tiles))
         if cost.profile is not None and len(cost.profile.compute) == tiles:
-            works = np.roll(cost.profile.compute > 0, start)
-            receives = np.roll(cost.profile.bytes_in > 0, start)
+            works = rolled(cost.profile.compute > 0, start)
+            receives = rolled(cost.profile.bytes_in > 0, start)
         else:
-            works = np.roll(np.arange(tiles) < used, start)
+            works = rolled(np.arange(tiles) < used, start)
             receives = works if cost.exchange_bytes else np.zeros(tiles, dtype=bool)
         start = (start + used) % tiles
         state += works * sets * ipu.vertex_state_bytes_per_vertex

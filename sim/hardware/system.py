@@ -371,6 +371,11 @@ def _check_range(where: str, key: str, value: float) -> None:
                           f"{show_number(high)}{' ' + unit if unit else ''} ({why})")
 
 
+#: every IPU loaded so far, one object for each set of figures: the cost caches, keyed by the IPU among
+#: others, then find an entry by identity instead of comparing every field of two equal IPUs
+_IPUS: dict[IPU, IPU] = {}
+
+
 def load_system(name_or_path: str | Path) -> System:
     """Load a system by config name (``"ipu-pod16"``) or by the path of a TOML file."""
     if isinstance(name_or_path, System):
@@ -388,7 +393,7 @@ def load_system(name_or_path: str | Path) -> System:
         if section not in data:
             raise ConfigError(f"{path}: missing table [{section}]")
         parts[section] = _build_section(path, section, cls, data[section])
-    ipu: IPU = parts["ipu"]
+    ipu: IPU = _IPUS.setdefault(parts["ipu"], parts["ipu"])
     if ipu.reserved_bytes_per_tile >= ipu.sram_bytes_per_tile:
         raise ConfigError(f"{path}: ipu.reserved_bytes_per_tile = {ipu.reserved_bytes_per_tile:,} leaves nothing "
                           f"of ipu.sram_bytes_per_tile = {ipu.sram_bytes_per_tile:,}; Poplar's reserved space "
@@ -402,7 +407,7 @@ def load_system(name_or_path: str | Path) -> System:
     return System(
         name=str(data.get("name", path.stem)),
         description=str(data.get("description", "")),
-        ipu=parts["ipu"],
+        ipu=ipu,
         host_link=parts["host_link"],
         ipu_link=parts["ipu_link"],
         gw_link=parts["gw_link"],
