@@ -63,7 +63,7 @@ def test_the_runs_by_pass_side_by_side(capsys, runs, tmp_path):
     code, out, _ = cli(capsys, "compare", runs / "base", runs / "bigger.json")
     a = json.loads((runs / "base" / "summary.json").read_text())
     b = json.loads((runs / "bigger.json").read_text())
-    assert "by pass (cycles, simulated IPUs)" in out
+    assert "by pass (cycles per replica)" in out
     fwd_a, fwd_b = a["pass_breakdown"]["0"]["forward"], b["pass_breakdown"]["0"]["forward"]
     row = next(line.split() for line in out.split("by pass", 1)[1].splitlines() if line.startswith("forward"))
     assert row[:4] == ["forward", f"{fwd_a:,}", f"{fwd_b:,}", f"{fwd_b - fwd_a:+,}"]
@@ -79,6 +79,33 @@ def test_differences_use_the_tolerance_exactly(runs):
     assert any(line.startswith("bigger.json: cycles") for line in differences([a, b], change * 0.999))
     assert not any(line.startswith("bigger.json: cycles") for line in differences([a, b], change * 1.001))
     assert differences([a, load_run(runs / "same.json")], 0.0) == []
+
+
+def test_breakdowns_are_per_replica_whatever_replicas_are_simulated(capsys, tmp_path):
+    """Which and how many replicas are simulated is the simulator's own choice (by symmetry): two
+    runs whose every IPU does the same, one simulating 1 replica, the other 2, have equal breakdowns
+    (per replica: summed over its IPUs, averaged over the simulated replicas), and no category
+    differs; only samples/s and TFLOP/s, which count every replica, do."""
+    files = []
+    for replicas in (1, 2):
+        code, out, _ = cli(capsys, "run", "--model", "mlp", "--system", "ipu-m2000", "--replicas", str(replicas),
+                           "--synthetic-data", "--json", "-q")
+        assert code == 0
+        files.append(tmp_path / f"r{replicas}.json")
+        files[-1].write_text(out)
+    one, two = json.loads(files[0].read_text()), json.loads(files[1].read_text())
+    assert len(two["run"]["simulated_replicas"]) == 2 and len(two["breakdown"]) == 2  # the premise
+    a, b = load_run(files[0]), load_run(files[1])
+    assert (a.ipus, a.replicas, b.ipus, b.replicas) == (1, 1, 1, 2)
+    assert b.breakdown == a.breakdown == one["breakdown"]["0"]
+    found = differences([a, b], 1.0)
+    assert not [line for line in found if "breakdown" in line]
+    assert sorted(line.split(": ")[1].rsplit(" ", 2)[0] for line in found) == ["TFLOP/s", "samples/s"]
+    code, out, _ = cli(capsys, "compare", *files)
+    compute = next(line.split() for line in out.split("breakdown (cycles per replica)", 1)[1].splitlines()
+                   if line.startswith("compute"))
+    cycles = f"{one['breakdown']['0']['compute']:,}"
+    assert code == EXIT_DIFFERENT and compute == ["compute", cycles, cycles, "+0", "+0.00", "%"]
 
 
 def _folder(path, summary: str, breakdown: str):

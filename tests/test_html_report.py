@@ -109,3 +109,24 @@ def test_the_console_check_sees_errors(tmp_path):
                     '<img src="http://127.0.0.1:9/x.png"><p>x</p>', encoding="utf-8")
     done = _chromium(["--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()], tmp_path)
     assert any(":CONSOLE" in line for line in done.stderr.splitlines())
+
+
+def test_pipeline_phases_count_cycles_not_syncs_with_per_stage_copies():
+    """With --pipeline-copies per-stage each pipeline cycle ends in a sync after every stage's copy: fill,
+    main and flush (the report's "pipeline" row and the timeline's marks) still span P - 1, G - P + 1 and
+    P - 1 cycles, as with merged copies, not as many syncs."""
+    from sim.results.report import pipeline_phases, summary_rows
+    g = models.get("bert-base", num_layers=2, seq_len=64, micro_batch=1, layers_per_ipu=[1, 1])
+    o = sim.Options().enableSyntheticData(True).pipelineCopies(sim.PipelineCopies.PerStage)
+    o.Training.gradientAccumulation(6)
+    run = sim.simulate(g, "ipu-m2000", o, training=True)
+    P, G, t = len(run.executable.stages), 6, run.trace
+    syncs = t[(t["name"] == "pipeline sync") & (t["ipu"] == 0)]["end"].to_numpy()
+    assert len(syncs) > G + P - 1  # the premise: several syncs a cycle
+    phases = pipeline_phases(run)
+    first_stage = t[(t["name"] == "stage 0 forward") & (t["ipu"] == 0)]["start"].to_numpy()
+    assert len(first_stage) == G and (first_stage < phases["fill"][1]).sum() == P - 1  # cycles 0 .. P-2
+    assert (first_stage < phases["main"][1]).sum() == G  # stage 0 ends its forwards with the main cycles
+    assert phases["flush"][1] == syncs[-1] <= t.loc[t["name"] == "weight update", "start"].min()
+    row = dict(summary_rows(run))["pipeline (first weight-update step)"]
+    assert row == ", ".join(f"{k} {e - b:,}" for k, (b, e) in phases.items()) + " cycles"

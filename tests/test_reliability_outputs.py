@@ -89,3 +89,23 @@ def test_output_refuses_a_directory_with_other_files(capsys, tmp_path):
     code = main(["run", "--model", "mlp", "--output", str(tmp_path)])
     assert code == 2 and "other than a run's outputs (notes.txt)" in capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_the_timeline_gives_every_pass_and_kind_its_own_colour():
+    """Gradient clipping runs outside the passes (pass ``compute``): in the timeline its tasks must not
+    take forward's colour, and no two legend entries share one; an explicit IO-tile copy (PopXL's
+    ``ops.io_tile_copy``, task "io-tile copy x") counts as io-tile copy, as the host streams' moves do."""
+    from sim.graph.training import Optimizer
+    from sim.results.run import compute_pass
+
+    run = sim.simulate(models.get("mlp"), "ipu-mk2", training=True, optimizer=Optimizer("sgd", clip_norm=1.0))
+    assert run.pass_breakdown.loc[0, "compute"] > 0  # the premise: the clipping's tasks
+    legend = report.timeline_figure(run).axes[0].get_legend()
+    colours = {t.get_text(): tuple(h.get_facecolor()) for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    assert {"forward", "compute"} <= set(colours)
+    assert len(set(colours.values())) == len(colours), colours
+    passes = set(report.PASS_COLOURS.values())  # compute tasks are drawn by pass, the other kinds by kind
+    kinds = {c for kind, c in report.KIND_COLOURS.items() if kind != "compute"}
+    assert len(passes) == len(report.PASS_COLOURS) and not passes & kinds
+    assert [compute_pass(n) for n in ("io-tile copy w0_loaded", "IO tiles -> compute tiles: x",
+                                      "gradient clipping norms")] == ["io-tile copy", "io-tile copy", "compute"]

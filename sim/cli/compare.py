@@ -8,14 +8,17 @@ Each input is an ``ipusim run --output`` folder (its summary.json and breakdown.
 file of ``ipusim run --json``. The first is the reference. Printed: what each run is (model,
 system, options set, the system config's digest), the headline numbers (cycles, time,
 samples/s, the four average latencies, TFLOP/s, the fullest tile's peak bytes) with each
-later run's difference in % of the first, and the breakdown by category (cycles summed over
-the run's IPUs) with the differences in cycles and %.
+later run's difference in % of the first, and the breakdown by category and by pass in cycles
+per replica (summed over a replica's IPUs, averaged over the replicas the run simulated: which
+and how many replicas the simulator runs is its own choice, by symmetry, so a sum over them
+would change with it) with the differences in cycles and %.
 
 Tolerance (``--tolerance PCT``, default 1): a headline number differs when it is more than PCT %
 away from the first run's; a breakdown category differs when it moved by more than PCT % of the
-first run's IPU-cycles (cycle_count x IPUs), so a tiny category's large relative change does not
-count. Exit status: 0 all within the tolerance, 4 some differ beyond it, 2 bad input (a missing
-file, a file or folder that is not a run, a figure type Matplotlib cannot write).
+first run's IPU-cycles per replica (cycle_count x IPUs per replica), so a tiny category's large
+relative change does not count. Exit status: 0 all within the tolerance, 4 some differ beyond it,
+2 bad input (a missing file, a file or folder that is not a run, a figure type Matplotlib cannot
+write).
 """
 
 from __future__ import annotations
@@ -66,14 +69,16 @@ def _peak(summary: dict) -> float | None:
 
 @dataclass
 class RunResult:
-    """One input: its label, summary (``Run.summary()`` as JSON) and breakdown (category ->
-    cycles summed over the run's IPUs, and the number of IPUs)."""
+    """One input: its label, summary (``Run.summary()`` as JSON) and breakdown (category -> cycles
+    per replica: summed over a replica's IPUs, averaged over the simulated replicas), the IPUs of
+    one replica and the replicas simulated (the breakdown's IPUs are ``ipus x replicas``)."""
 
     label: str
     path: Path
     summary: dict
-    breakdown: dict[str, int]
+    breakdown: dict[str, float]
     ipus: int
+    replicas: int = 1
 
 
 def _breakdown_from_summary(summary: dict, where: str) -> tuple[dict[str, int], int]:
@@ -139,6 +144,22 @@ def _check_numbers(summary: dict, path: Path) -> None:
                                    "`ipusim run --output` folder")
 
 
+def _simulated_replicas(summary: dict, ipus: int) -> int:
+    """How many replicas the ``ipus`` rows of a run's breakdown belong to: its simulated replicas
+    (``run.simulated_replicas``), else ``ipus`` over ``run.ipus_per_replica``; 1 when the summary
+    says neither or they do not divide the rows evenly."""
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    simulated, k = run.get("simulated_replicas"), run.get("ipus_per_replica")
+    n = len(simulated) if isinstance(simulated, list) and simulated else (
+        ipus // k if _is_number(k) and k >= 1 and ipus % k == 0 else 1)
+    return n if n >= 1 and ipus % n == 0 else 1
+
+
+def per_replica(totals: dict[str, int | float], replicas: int) -> dict[str, float]:
+    """Cycles summed over ``replicas`` simulated replicas' IPUs -> cycles per replica (their mean)."""
+    return {k: v / replicas if replicas > 1 else v for k, v in totals.items()}
+
+
 def load_run(path: str | Path) -> RunResult:
     """An input of ``ipusim compare``: an output folder or a JSON file (raises
     :class:`CompareError` naming the path and what is wrong)."""
@@ -157,7 +178,8 @@ def load_run(path: str | Path) -> RunResult:
     else:
         raise CompareError(f"{p}: no such file or folder; give `ipusim run --output` folders or "
                            "`ipusim run --json` files")
-    return RunResult(p.name or str(p), p, summary, breakdown, ipus)
+    replicas = _simulated_replicas(summary, ipus)
+    return RunResult(p.name or str(p), p, summary, per_replica(breakdown, replicas), ipus // replicas, replicas)
 
 
 def _labels(runs: list[RunResult]) -> None:
@@ -192,7 +214,7 @@ def differences(runs: list[RunResult], tolerance: float) -> list[str]:
     """What differs from the first run by more than ``tolerance`` % (see the module docstring),
     as lines: ``label: what (change)``."""
     first, out = runs[0], []
-    total = first.summary["cycle_count"] * first.ipus
+    total = first.summary["cycle_count"] * first.ipus  # IPU-cycles of one replica
     for r in runs[1:]:
         for label, read, _, _ in HEADLINE:
             a, b = read(first.summary), read(r.summary)
@@ -206,8 +228,8 @@ def differences(runs: list[RunResult], tolerance: float) -> list[str]:
             moved = r.breakdown.get(cat, 0) - first.breakdown.get(cat, 0)
             share = abs(moved) / total * 100 if total else (0.0 if moved == 0 else math.inf)
             if share > tolerance:
-                out.append(f"{r.label}: breakdown {cat} {moved:+,} cycles ({share:.2f} % of {first.label}'s "
-                           "IPU-cycles)")
+                out.append(f"{r.label}: breakdown {cat} {round(moved):+,} cycles per replica ({share:.2f} % of "
+                           f"{first.label}'s IPU-cycles per replica)")
     return out
 
 
@@ -269,19 +291,19 @@ def format_comparison(runs: list[RunResult]) -> str:
     out += [_table(["", *labels], rows), ""]
     cats = list(dict.fromkeys([c for c in CATEGORIES if any(c in r.breakdown for r in runs)]
                               + [c for r in runs for c in r.breakdown]))
-    out.append(_side_by_side("breakdown (cycles, simulated IPUs)", labels, [r.breakdown for r in runs], cats,
+    out.append(_side_by_side("breakdown (cycles per replica)", labels, [r.breakdown for r in runs], cats,
                              total=True))
-    passes = [_passes(r.summary) for r in runs]
+    passes = [per_replica(_passes(r.summary), r.replicas) for r in runs]
     if all(passes):  # summaries written since Run.pass_breakdown: the same cycles by what the IPUs run
         names = list(dict.fromkeys(n for p in passes for n, v in p.items() if v))
-        out += ["", _side_by_side("by pass (cycles, simulated IPUs)", labels, passes, names)]
+        out += ["", _side_by_side("by pass (cycles per replica)", labels, passes, names)]
     return "\n".join(out)
 
 
-def _side_by_side(title: str, labels: list[str], values: list[dict[str, int]], names: list[str],
+def _side_by_side(title: str, labels: list[str], values: list[dict[str, float]], names: list[str],
                   total: bool = False) -> str:
-    """A table of ``values[i][name]`` cycles per run, each later run with its change in cycles and %
-    of the first's (and a ``total`` row of each run's sum)."""
+    """A table of ``values[i][name]`` cycles per run (rounded to whole cycles), each later run with its
+    change in cycles and % of the first's (and a ``total`` row of each run's sum)."""
     header = [title, labels[0]]
     for label in labels[1:]:
         header += [label, "change", "%"]
@@ -289,10 +311,10 @@ def _side_by_side(title: str, labels: list[str], values: list[dict[str, int]], n
     for name in names + (["total"] if total else []):
         get = (lambda v: sum(v.values())) if name == "total" and total else (lambda v: v.get(name, 0))
         a = get(values[0])
-        row = [name, f"{a:,}"]
+        row = [name, f"{round(a):,}"]
         for v in values[1:]:
             b = get(v)
-            row += [f"{b:,}", f"{b - a:+,}", _pct(_change(a, b))]
+            row += [f"{round(b):,}", f"{round(b - a):+,}", _pct(_change(a, b))]
         rows.append(row)
     return _table(header, rows)
 
@@ -309,7 +331,7 @@ def _passes(summary: dict) -> dict[str, int]:
 
 
 def comparison_figure(runs: list[RunResult]):
-    """Grouped bars: cycles per breakdown category (summed over each run's IPUs), a bar per run."""
+    """Grouped bars: cycles per breakdown category (per replica: summed over its IPUs), a bar per run."""
     import numpy as np
     from matplotlib.ticker import FuncFormatter
 
@@ -325,7 +347,7 @@ def comparison_figure(runs: list[RunResult]):
                label=r.label)
     ax.set_xticks(x, cats, rotation=30, ha="right")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    ax.set_ylabel("cycles (summed over the run's IPUs)")
+    ax.set_ylabel("cycles per replica (summed over its IPUs)")
     ax.set_title("breakdown by category: " + " vs ".join(r.label for r in runs), fontsize=10)
     ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
@@ -389,7 +411,8 @@ def _cmd_compare(args, parser) -> int:
     _labels(runs)
     for r in runs:
         progress(args, f"{r.label}: {r.summary.get('model')} on {r.summary.get('system')}, "
-                 f"{r.summary['cycle_count']:,} cycles, {r.ipus} IPUs in the breakdown")
+                 f"{r.summary['cycle_count']:,} cycles, breakdown of {r.replicas} simulated replica(s) "
+                 f"of {r.ipus} IPU(s)")
     written = write_figure(runs, args.figure) if args.figure is not None else None
     found = differences(runs, args.tolerance)
     if verbosity(args) > QUIET:

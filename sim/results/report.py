@@ -34,9 +34,11 @@ KIND_COLOURS = {"compute": "tab:blue", "host_io": "tab:orange", "sync": "tab:gra
                 "remote_io_overlapped": "tab:brown"}
 #: task kinds that run on the IO tiles (their own timeline lane)
 IO_TILE_KINDS = ("host_io_overlapped", "remote_io_overlapped")
-#: colours of compute tasks by what they run (from the task name, e.g. "stage 3 backward")
+#: colours of compute tasks by what they run (from the task name, e.g. "stage 3 backward"; ``compute``: the
+#: rest, such as gradient clipping), each unlike the others and unlike every kind's in :data:`KIND_COLOURS`
 PASS_COLOURS = {"forward": "tab:blue", "backward": "tab:cyan", "recompute": "tab:olive",
-                "stash": "slateblue", "restore": "teal", "weight update": "tab:pink", "io-tile copy": "gold"}
+                "stash": "slateblue", "restore": "teal", "weight update": "tab:pink", "io-tile copy": "gold",
+                "compute": "darkslategray"}
 #: the timeline draws at most this many tasks (the earliest ones) to stay fast
 MAX_TIMELINE_TASKS = 5000
 
@@ -88,8 +90,10 @@ def pipeline_phases(run: Run) -> dict[str, tuple[int, int]] | None:
     ``{"fill": (start, end), "main": ..., "flush": ...}`` in cycles, or None when the run is
     not a multi-stage pipeline.
 
-    With P stages and G micro-batches the pipeline runs G + P - 1 cycles, each ending in a
-    "pipeline sync": fill is cycles 0 .. P-2, main P-1 .. G-1, flush G .. G+P-2.
+    With P stages and G micro-batches the pipeline runs G + P - 1 cycles (in training, each of the
+    device iterations runs its own), each ending in a "pipeline sync", or in one after each stage's
+    copy with ``--pipeline-copies per-stage`` (the same number every cycle, so the cycle ends at the
+    last of them): fill is cycles 0 .. P-2, main P-1 .. G-1, flush G .. G+P-2.
     """
     ex = run.executable
     P = len(ex.stages)
@@ -100,8 +104,10 @@ def pipeline_phases(run: Run) -> dict[str, tuple[int, int]] | None:
     t = run.trace
     syncs = t[(t["name"] == "pipeline sync") & (t["ipu"] == ex.ipus[0])].sort_values("start")
     ends = syncs["end"].to_numpy()
-    if len(ends) < G + P - 1:
+    per_cycle, rest = divmod(len(ends), (G + P - 1) * (o.device_iterations if ex.training else 1))
+    if per_cycle < 1 or rest:
         return None
+    ends = ends[per_cycle - 1::per_cycle]  # the last sync of each cycle
     start = int(t["start"].min())
     fill_end, main_end, flush_end = int(ends[P - 2]), int(ends[G - 1]), int(ends[G + P - 2])
     return {"fill": (start, fill_end), "main": (fill_end, main_end), "flush": (main_end, flush_end)}

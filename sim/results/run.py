@@ -63,10 +63,12 @@ UNMODELLED_CALL_SECONDS = (0.12, 0.58)
 
 def compute_pass(name: str) -> str:
     """What a compute task runs, from its name: forward, backward, recompute, a pipeline stage's
-    stash or restore, weight update, io-tile copy, or compute (anything else)."""
+    stash or restore, weight update, io-tile copy (a host stream's move between the IO and compute
+    tiles, "IO tiles -> compute tiles: x", or an explicit IO-tile copy, PopXL's ``ops.io_tile_copy``:
+    "io-tile copy x"), or compute (anything else, such as gradient clipping)."""
     if name == "weight update":
         return "weight update"
-    if name.startswith("IO tiles"):
+    if name.startswith(("IO tiles", "io-tile copy")):
         return "io-tile copy"
     last = name.rsplit(" ", 1)[-1]
     return last if last in ("forward", "backward", "recompute", "stash", "restore") else "compute"
