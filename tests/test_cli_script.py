@@ -212,3 +212,84 @@ def test_importing_a_submodule_keeps_the_function_of_its_name(tmp_path, capsys):
     assert out == {"call": True, "remote_buffer": True, "autodiff": True}
     import sim.popxl
     assert callable(sim.popxl.ops.call) and callable(sim.popxl.transforms.autodiff)
+
+
+def test_script_argv_keeps_a_double_dash_after_the_script(tmp_path, capsys):
+    # python train.py -- --x passes ['--', '--x'] on; argparse's REMAINDER drops that first '--'
+    body = "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n"
+    for args in (("--", "--x"), ("--",), ("a", "--", "b"), ("--", "--", "b")):
+        code, out, _ = _run(tmp_path, capsys, body, script_args=args)
+        assert code == 0 and out["argv"] == list(args)
+
+
+POPRUN_ALONE = {"POPDIST_NUM_TOTAL_REPLICAS": "8", "POPDIST_NUM_LOCAL_REPLICAS": "2",
+                "POPDIST_NUM_IPUS_PER_REPLICA": "1", "POPDIST_REPLICA_INDEX_OFFSET": "2"}
+
+
+def test_popdist_launch_gives_plain_options_the_mpirun_variables(tmp_path, capsys, monkeypatch):
+    # a PopRun instance also has mpirun's OMPI_COMM_WORLD_* variables, which plain poptorch.Options read:
+    # set by POPDIST_* alone, the script is instance 1 of 4 for PopTorch too, on a system for all 8 replicas
+    for name in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "IPUSIM_SYSTEM"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in POPRUN_ALONE.items():
+        monkeypatch.setenv(name, value)
+    body = '''
+    import json, torch, poptorch, popdist
+    opts = poptorch.Options().replicationFactor(popdist.getNumLocalReplicas())
+    model = poptorch.inferenceModel(torch.nn.Linear(16, 16), opts)
+    model(torch.randn(4, 16))
+    print(json.dumps({"popdist": [popdist.getInstanceIndex(), popdist.getNumInstances()],
+                      "poptorch": [opts.Distributed.processId, opts.Distributed.numProcesses],
+                      "system": model.executable.system.name}))
+    '''
+    code, out, err = _run(tmp_path, capsys, body)
+    assert code == 0, err
+    assert out == {"popdist": [1, 4], "poptorch": [1, 4], "system": "ipu-pod16"}
+    assert "OMPI_COMM_WORLD_RANK" not in os.environ  # put back
+    # variables that describe no launch are a usage error before the script runs
+    monkeypatch.setenv("POPDIST_NUM_LOCAL_REPLICAS", "3")
+    assert main(["script", str(tmp_path / "script.py")]) == 2
+    assert "must be a multiple of POPDIST_NUM_LOCAL_REPLICAS=3" in capsys.readouterr().err
+
+
+def test_options_with_no_modelled_effect_are_listed(tmp_path, capsys, monkeypatch):
+    # what the script set that the simulation does not follow is said after it, not only under --summary
+    monkeypatch.delenv("IPUSIM_SYSTEM", raising=False)
+    body = '''
+    import torch, poptorch
+    opts = poptorch.Options()
+    opts._Popart.set("scheduleNonWeightUpdateGradientConsumersEarly", True)
+    opts.Precision.enableStochasticRounding(True)
+    poptorch.inferenceModel(torch.nn.Linear(16, 16), opts)(torch.randn(1, 16))
+    '''
+    code, _, err = _run(tmp_path, capsys, body)
+    assert code == 0
+    assert ("    accepted with no modelled effect: _Popart.scheduleNonWeightUpdateGradientConsumersEarly, "
+            "Precision.enableStochasticRounding (-v or --summary: the notes)") in err
+    code, _, err = _run(tmp_path, capsys, body, flags=("-q",))
+    assert code == 0 and "no modelled effect" not in err
+    # -v ("also ... the run's notes"): each model's latest call's notes, under its line
+    code, _, err = _run(tmp_path, capsys, body, flags=("-v",))
+    assert code == 0 and "    - system ipu-mk2: the smallest Mk2 system with 1 IPU(s)\n" in err
+    assert "    - option Precision.enableStochasticRounding=True: accepted, no modelled effect\n" in err
+
+
+def test_script_file_is_absolute_as_python_makes_it(tmp_path, capsys, monkeypatch):
+    # python train.py gives __main__ an absolute __file__ (sys.argv[0] as typed): a script that changes
+    # directory still finds the files beside it, and pickles its own classes as __main__'s
+    (tmp_path / "config.yml").write_text("lr: 0.1\n")
+    body = '''
+    import json, os, pickle, sys
+    class Config:
+        pass
+    os.chdir(os.path.dirname(os.path.dirname(__file__)))
+    with open(os.path.join(os.path.dirname(__file__), "config.yml")) as f:
+        config = f.read().strip()
+    print(json.dumps({"config": config, "argv0": sys.argv[0], "absolute": os.path.isabs(__file__),
+                      "pickled": type(pickle.loads(pickle.dumps(Config()))).__name__}))
+    '''
+    (tmp_path / "script.py").write_text(textwrap.dedent(body))
+    monkeypatch.chdir(tmp_path)
+    assert main(["script", "script.py"]) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert out == {"config": "lr: 0.1", "argv0": "script.py", "absolute": True, "pickled": "Config"}

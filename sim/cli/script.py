@@ -20,25 +20,27 @@ ones; its host work outside the calls counts at the speed it runs here, or not a
 ``--no-host-time``. After the script, one line on stderr gives the device calls simulated and their
 simulated seconds.
 
-Exit codes: the script's own (its ``sys.exit`` code, 0 when it ends; an uncaught exception prints
-its traceback and exits 1); 2 for a usage error or an error the simulator raises; 3 if a model
-does not fit in tile memory.
+Exit codes: the script's own (its ``sys.exit`` code, 0 when it ends; an uncaught exception, the
+simulator's errors included, prints its traceback and exits 1, or 3 when it is
+``sim.OutOfMemoryError``: a model does not fit in tile memory); 2 for a usage error before the script
+runs (a missing script, an unknown system, ``POPDIST_*`` variables that describe no PopRun launch).
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import importlib
 import importlib.abc
 import importlib.machinery
 import os
-import runpy
 import sys
 import traceback
+import types
 from pathlib import Path
 
-from .argtypes import QUIET, add_verbosity, verbosity
-from .. import virtual_clock
+from .argtypes import QUIET, VERBOSE, add_verbosity, verbosity
+from .. import popdist, virtual_clock
 from ..errors import OptionsError, OutOfMemoryError
 from ..hardware.system import SYSTEM_ENV_VAR, load_system
 from ..results.report import format_summary
@@ -91,30 +93,35 @@ class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def run_script(path: str, argv: list[str], system: str | None = None, real_clock: bool = False,
                quiet: bool = False, host_time: bool = True, stand_ins: dict[str, str] | None = None,
-               summary: bool = False) -> int:
+               summary: bool = False, verbose: bool = False) -> int:
     """Run ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` on the simulator's front ends
     (and ``stand_ins``: module name -> the module imported for it); returns its exit code. Everything
-    it changes (imports, clocks, argv, the system variable) is put back afterwards; unless ``quiet``,
-    a line on stderr gives the device calls simulated, and with ``summary`` the ``ipusim run`` report
-    of each model's or session's latest call (breakdown, memory, notes)."""
+    it changes (imports, clocks, argv, the system variable, the mpirun variables of a PopRun launch given by
+    ``POPDIST_*`` alone: :func:`sim.popdist.mpirun_environment`) is put back afterwards; unless ``quiet``,
+    a line on stderr gives the device calls simulated and one each model or session called (with ``verbose``
+    the notes of its latest call, else what it set with no modelled effect), and with ``summary`` the
+    ``ipusim run`` report of each model's or session's latest call (breakdown, memory, notes)."""
     script = Path(path)
     if not script.is_file():
         raise OptionsError(f"no script {path!r}: give the path of a Python file")
     if system:
         load_system(system)  # an unknown name is a usage error now, not in the script's first call
+    try:  # a PopRun launch described by POPDIST_* alone: its instances also have mpirun's variables
+        launch = popdist.mpirun_environment()
+    except ValueError as e:
+        raise OptionsError(str(e)) from None
     finder = _FrontEnds(stand_ins)
     before = set(sys.modules)
-    saved = sys.argv, list(sys.path), os.environ.get(SYSTEM_ENV_VAR)
+    saved = sys.argv, list(sys.path), {name: os.environ.get(name) for name in [SYSTEM_ENV_VAR, *launch]}
     sys.meta_path.insert(0, finder)
     sys.argv = [str(script)] + list(argv)
     sys.path.insert(0, str(script.resolve().parent))
-    if system:
-        os.environ[SYSTEM_ENV_VAR] = system
+    os.environ.update({SYSTEM_ENV_VAR: system} if system else {}, **launch)
     virtual_clock.reset()
     if not real_clock:
         virtual_clock.install(host_time)
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        _run_as_main(script)
         return 0
     except SystemExit as e:
         if e.code is not None and not isinstance(e.code, int):
@@ -133,19 +140,68 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
             if finder._target(name):  # the aliases only: sim's own modules and the stand-ins stay imported
                 del sys.modules[name]
         sys.argv, sys.path[:] = saved[0], saved[1]
-        if system:
-            if saved[2] is None:
-                os.environ.pop(SYSTEM_ENV_VAR, None)
+        for name, value in saved[2].items():
+            if name == SYSTEM_ENV_VAR and not system:
+                continue  # not set here: the script's own setting stays, as before
+            if value is None:
+                os.environ.pop(name, None)
             else:
-                os.environ[SYSTEM_ENV_VAR] = saved[2]
+                os.environ[name] = value
         if not quiet:
             print(f"ipusim script: {calls} simulated device call(s), {seconds:.6g} s of simulated device time"
                   + (" (the script's clocks were real)" if real_clock else ""), file=sys.stderr)
             for label, (n, s) in each.items():
                 print(f"  {label}: {n} call(s), {s / n:.6g} s each", file=sys.stderr)
+                run = simulations.get(label)
+                if verbose and run is not None:  # -v: the latest call's notes, as ipusim run -v prints them
+                    for note in _notes(run):
+                        print(f"    - {note}", file=sys.stderr)
+                elif not summary and _no_modelled_effect(run):
+                    print(f"    accepted with no modelled effect: {', '.join(_no_modelled_effect(run))} "
+                          "(-v or --summary: the notes)", file=sys.stderr)
         if summary:
             for label, run in simulations.items():
                 print(f"\n{label}, its latest call:\n{format_summary(run)}", file=sys.stderr)
+
+
+def _run_as_main(script: Path) -> None:
+    """Run ``script`` as ``python script`` runs it: as module ``__main__`` (in ``sys.modules`` while it runs, so
+    what it pickles of its own classes loads), its ``__file__`` absolute, the typed path joined to the working
+    directory and not normalised, as Python makes it (``runpy.run_path`` keeps it as typed, so a script that
+    changes directory would no longer find the files beside it), and ``sys.argv[0]`` as typed."""
+    file = os.path.join(os.getcwd(), str(script))
+    code = compile(script.read_bytes(), file, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=file, __cached__=None, __loader__=None, __package__=None, __spec__=None,
+                         __builtins__=builtins)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is None:
+            sys.modules.pop("__main__", None)
+        else:
+            sys.modules["__main__"] = saved
+
+
+def _notes(run) -> list[str]:
+    """A call's notes (its executable's, then its run's), as ``Run.summary()`` gives them; none without a run."""
+    if run is None:
+        return []
+    return [*getattr(getattr(run, "executable", None), "notes", ()), *getattr(run, "notes", ())]
+
+
+def _no_modelled_effect(run) -> list[str]:
+    """What a call's notes say was accepted with no modelled effect (an option, an optimizer argument, an
+    environment variable, ...), each by its name (the note up to its value): what the script set that the
+    simulation does not follow, which its own output would not show."""
+    names = []
+    for note in _notes(run):
+        if "no modelled effect" in note:
+            name = note.split("=", 1)[0].split(": ", 1)[0].removeprefix("option ")
+            names.append(name if len(name) <= 80 else name[:77] + "...")
+    return list(dict.fromkeys(names))
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -193,5 +249,17 @@ def _cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             raise OptionsError(f"--module {given!r}: cannot import {module!r} ({e}); give an importable module") \
                 from None
         stand_ins[name] = module
-    return run_script(args.script, args.args, args.system, args.real_clock, quiet=verbosity(args) == QUIET,
-                      host_time=args.host_time, stand_ins=stand_ins, summary=args.summary)
+    return run_script(args.script, _script_args(args), args.system, args.real_clock, quiet=verbosity(args) == QUIET,
+                      host_time=args.host_time, stand_ins=stand_ins, summary=args.summary,
+                      verbose=verbosity(args) == VERBOSE)
+
+
+def _script_args(args: argparse.Namespace) -> list[str]:
+    """The script's arguments as typed. argparse drops a ``--`` that comes right after the script's path
+    (``ipusim script train.py -- --epochs 1``), which ``python train.py -- --epochs 1`` passes on: it is put
+    back, so the script sees the ``sys.argv`` Python would give it."""
+    typed, rest = list(getattr(args, "argv", None) or []), list(args.args)
+    at = len(typed) - len(rest) - 1  # where a dropped "--" stood
+    if at >= 1 and typed[at] == "--" and typed[at - 1] == args.script and typed[at + 1:] == rest:
+        return ["--"] + rest
+    return rest

@@ -16,6 +16,13 @@ the same ones, so setting them by hand (or in a test) makes a script behave as o
                                     the replica offset and counts)
 ==================================  ==============================================
 
+PopRun starts the instances with mpirun, so each also has ``OMPI_COMM_WORLD_RANK`` and ``_SIZE``,
+which ``poptorch.Options().Distributed`` reads by default: :func:`mpirun_environment` gives them for a
+launch described by the ``POPDIST_*`` variables alone (``ipusim script`` sets them for its run), so a
+script that makes plain ``poptorch.Options`` is this instance of the launch too. Without ``OMPI_*``
+the instance index and count are derived from the replica counts and offset, which must then be
+consistent (a ``ValueError`` names the variables otherwise).
+
 There is one process: the collectives (:func:`synchronize`) return at once and
 :func:`execute_on_instances` runs the function if this instance is one of those named.
 ``sim.popdist.poptorch.Options`` sets the replication factor and the process id from the
@@ -71,19 +78,43 @@ def isUniformReplicasPerInstance() -> bool:
     return _env_int("POPDIST_UNIFORM_REPLICAS_PER_INSTANCE", 1) == 1
 
 
+def _derived_launch() -> tuple[int, int]:
+    """(this instance's index, the instance count) from the replica counts and offset, with
+    every instance holding ``POPDIST_NUM_LOCAL_REPLICAS`` replicas, as PopRun divides them (checked
+    unless ``POPDIST_UNIFORM_REPLICAS_PER_INSTANCE`` is 0)."""
+    total, local, offset = getNumTotalReplicas(), getNumLocalReplicas(), getReplicaIndexOffset()
+    if isPopdistEnvSet() and isUniformReplicasPerInstance() and \
+            (local < 1 or total % local or offset % local or not 0 <= offset < total):
+        raise ValueError(f"the PopDist variables do not describe a PopRun launch: POPDIST_NUM_TOTAL_REPLICAS={total} "
+                         f"must be a multiple of POPDIST_NUM_LOCAL_REPLICAS={local}, and "
+                         f"POPDIST_REPLICA_INDEX_OFFSET={offset} a multiple of it below the total (or set "
+                         "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, as PopRun's mpirun does)")
+    return offset // max(1, local), max(1, total // max(1, local))
+
+
 def getNumInstances() -> int:
     """Instances of the launch."""
     size = _env_int("OMPI_COMM_WORLD_SIZE", 0)
     if size:
         return size
-    return max(1, getNumTotalReplicas() // max(1, getNumLocalReplicas()))
+    return _derived_launch()[1]
 
 
 def getInstanceIndex() -> int:
     """Index of this instance, in ``[0, getNumInstances())``."""
     if os.environ.get("OMPI_COMM_WORLD_RANK", "").strip():
         return _env_int("OMPI_COMM_WORLD_RANK", 0)
-    return getReplicaIndexOffset() // max(1, getNumLocalReplicas())
+    return _derived_launch()[0]
+
+
+def mpirun_environment() -> dict[str, str]:
+    """The variables PopRun's mpirun gives each instance that PopTorch reads (``OMPI_COMM_WORLD_RANK``
+    and ``OMPI_COMM_WORLD_SIZE``: ``poptorch.Options().Distributed``'s process id and count), for a
+    launch described by the ``POPDIST_*`` variables; empty outside PopRun or when they are set already."""
+    if not isPopdistEnvSet() or any(os.environ.get(name, "").strip()
+                                    for name in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
+        return {}
+    return {"OMPI_COMM_WORLD_RANK": str(getInstanceIndex()), "OMPI_COMM_WORLD_SIZE": str(getNumInstances())}
 
 
 def getDeviceId(ipusPerReplica: int = 0) -> int:
