@@ -550,14 +550,18 @@ class Planner:
             raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner "
                                "(only bert, gpt2, vit, swin, resnet50 and resnext101 are): it runs on one IPU per replica; "
                                "drop --pipeline")
+        batched = False  # some (replicas, micro-batch, accumulation) makes the global batch
         for sname, system in self.systems.items():
             n = system.num_ipus
             pipelines = sp.pipelines or [p for p in powers_of_two(n) if p <= most_stages]
             for P in pipelines:
-                replicas = sp.replicas or powers_of_two(n // P)
+                # more IPUs per replica than the system has: one replica, which the check before
+                # simulating drops with its reason (as it does replicas given that do not fit)
+                replicas = sp.replicas or powers_of_two(n // P) or [1]
                 for R in replicas:
                     for mb in self._micro_batches():
                         for ga in self._accumulations(mb, R):
+                            batched = True
                             for amp in proportions:
                                 for rc in recomputes:
                                     for state in states:
@@ -565,14 +569,21 @@ class Planner:
                                             continue  # nothing to shard over
                                         out.append(Candidate(sname, P, R, mb, ga, float(amp), rc, state,
                                                              self.device_iterations))
+        if not self.systems:
+            raise OptionsError("plan: no system to plan for; give --system NAME[,NAME...] (see `ipusim systems`)")
+        if not out and batched:
+            raise OptionsError(f"plan: optimizer state {' and '.join(states)} is sharded over the replicas, and "
+                               "every configuration that makes the global batch has one replica; "
+                               "give --replicas 2 or more (or a larger system), or add on-chip or off-chip to "
+                               "--optimizer-state")
         if not out:
             lo, hi = sp.global_batch
             raise OptionsError(f"plan: no configuration makes a global batch of {lo if lo == hi else f'{lo}-{hi}'} "
                                f"from the micro-batches {self._micro_batches()}, the accumulation counts and replicas "
                                "given; give --micro-batch values that reach it, or a range LOW-HIGH")
-        # the split of each (system, P, micro-batch, proportion), from its profile
-        out = [self._with_split(c) for c in out]
-        return out
+        # the split of each (system, P, micro-batch, proportion), from its profile; a value given twice on an
+        # axis (--micro-batch 4,4) is one configuration, simulated and ranked once
+        return list(dict.fromkeys(self._with_split(c) for c in out))
 
     # -- profiles, splits, bounds -------------------------------------------------------------
 

@@ -295,8 +295,13 @@ def test_no_configuration_fits_says_why(capsys):
                      "--workers", "1"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "no valid configuration (none was simulated); e.g. ipusim run" in err
+    assert "no valid configuration (every one is invalid); e.g. ipusim run" in err
     assert "needs 1 x 8 = 8 IPUs; ipu-m2000 has 4" in err
+    # so is a pipeline longer than the system (it has no replicas to try, not a global batch it cannot make)
+    code = cli.main(["plan", *TINY_FLAGS, "--system", "ipu-m2000", "--global-batch", "64", "--pipeline", "8",
+                     "--workers", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs 8 x 1 = 8 IPUs; ipu-m2000 has 4" in err, err
 
 
 def test_commands_are_printed_for_the_exact_top_only(capsys):
@@ -428,6 +433,9 @@ def test_a_flag_typed_at_its_default_overrides_the_config_file(capsys, tmp_path)
     (["--optimizer-state", "rts"], "optimizer 'sgd' keeps no state"),
     (["--recompute", "on", "--no-training"], "inference has no gradient accumulation"),
     (["--tied-gather", "--no-training"], "TiedGather patterns change only a training graph"),
+    (["--optimizer", "adam", "--optimizer-state", "rts,off-chip-rts", "--replicas", "1"],
+     "optimizer state rts and off-chip-rts is sharded over the replicas, and every configuration"),
+    (["--system", ","], "no system to plan for"),
 ])
 def test_bad_plans_are_one_line_errors(capsys, argv, message):
     base = ["plan", "--model", "bert-base", "--system", "ipu-m2000", "--global-batch", "16", "--training"]
@@ -437,6 +445,11 @@ def test_bad_plans_are_one_line_errors(capsys, argv, message):
     assert cli.main(base + argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_negative_commands_count_is_a_usage_error(capsys):
+    assert cli.main(["plan", "--model", "mlp", "--system", "ipu-mk2", "--global-batch", "4", "--commands", "-1"]) == 2
+    assert "argument --commands: expected a whole number >= 0 (0: no commands), got '-1'" in capsys.readouterr().err
 
 
 def test_plan_needs_a_system_and_a_global_batch(capsys):
@@ -522,3 +535,29 @@ def test_constrained_split_is_the_best_with_that_count():
             continue
         assert split in every and _heaviest(w, first, last, split) == min(
             _heaviest(w, first, last, c) for c in every)
+
+
+def test_resume_with_a_larger_top_simulates_what_the_first_run_pruned(tmp_path):
+    """A row the first run pruned (its bound below that run's --top best) is not a result: resumed with a larger
+    --top, or --exhaustive, the plan simulates it, and the CSV gets its row, as a plan never stopped."""
+    pl = _planner("ipu-m2000", global_batch=(32, 32), micro_batches=[4, 8], proportions=[0.6])
+    out_csv = tmp_path / "plan.csv"
+    first = plan_cli.plan(pl, top=1, workers=1, bar=False, csv_path=out_csv)
+    assert (first["status"] == "pruned").any()
+    fresh = plan_cli.plan(pl, top=len(pl.candidates), workers=1, bar=False)
+    assert not (fresh["status"] == "pruned").any()
+    for again in (plan_cli.plan(pl, top=len(pl.candidates), workers=1, bar=False, csv_path=out_csv, resume=True),
+                  plan_cli.plan(pl, workers=1, bar=False, csv_path=out_csv, resume=True, exhaustive=True)):
+        pd.testing.assert_frame_equal(again, fresh)
+    kept = plan_cli._known_rows(out_csv, plan_cli.plan_key(pl))  # the last row of each candidate
+    assert {cmd: row["status"] for cmd, row in kept.items()} == dict(zip(fresh["command"], fresh["status"]))
+
+
+def test_a_value_given_twice_on_an_axis_is_one_configuration():
+    """--micro-batch 4,4 (or a system, proportion, replica count, ... twice) plans each configuration once: no
+    copies simulated, and none filling the table's --top rows."""
+    once = _planner("ipu-m2000", micro_batches=[4], proportions=[0.6], replicas=[2], recompute=[False])
+    twice = _planner("ipu-m2000", micro_batches=[4, 4], proportions=[0.6, 0.6], replicas=[2, 2],
+                     recompute=[False, False], optimizer_states=["on-chip", "rts", "on-chip"])
+    assert len(set(twice.candidates)) == len(twice.candidates)
+    assert twice.candidates == [c for c in once.candidates if c.optimizer_state in ("on-chip", "rts")]

@@ -60,6 +60,9 @@ def test_cli_sweep_and_bad_axis(capsys, tmp_path):
     (["--grid", "output=ga,gb", "--", "--model", "mlp"], "--grid output=...: --output writes one run's output"),
     (["--grid", "micro-batch=1", "--", "--model", "mlp", "--micro-batch", "2"],
      "--micro-batch is both a --grid axis and a flag after --; give it in one place"),
+    (["--grid", "micro-batch=1", "--", "--model", "mlp", "--micro", "2"],  # as ipusim run reads --micro
+     "--micro-batch is both a --grid axis and a flag after --; give it in one place"),
+    (["--grid", "micro-batch=1,2", "--", "--model", "mlp", "--js"], "--json after -- writes one run's output"),
     (["--grid", "micro-batch=1", "--", "--model", "mlp", "--bogus"],
      "the flags after --: unrecognized arguments: --bogus"),
     (["--grid", "micro-batch=1", "--", "--model", "mlp", "--replicas", "two"],
@@ -296,3 +299,14 @@ def test_csv_onto_a_folder_is_a_usage_error(capsys, tmp_path):
     code = cli.main(["sweep", "--grid", "micro-batch=1,2", "--csv", str(tmp_path), "--", "--model", "mlp"])
     assert code == 2
     assert f"argument --csv: {str(tmp_path)!r} is a folder; give a file path" in capsys.readouterr().err
+
+
+def test_a_csv_holding_only_its_header_is_written_over(capsys, tmp_path):
+    """A sweep stopped before its first point finished leaves the header alone: no rows to keep, so a new sweep
+    (of another grid, too) may write the file without --resume."""
+    path = tmp_path / "s.csv"
+    path.write_text("replicas,cycle_count,seconds\n\n")
+    argv = ["sweep", "--grid", "micro-batch=1,2", "--workers", "1", "--csv", str(path), "--", "--model", "mlp"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    table = pd.read_csv(path)
+    assert list(table["micro-batch"]) == [1, 2] and table.columns[0] == "micro-batch"

@@ -135,6 +135,17 @@ def _layers(text: str) -> int:
     return value
 
 
+def _commands(text: str) -> int:
+    """A whole number >= 0 (commands to print; 0: none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0: no commands), got {text!r}")
+    return value
+
+
 def _relief_proportions(text: str) -> list[float]:
     """``0.1,0.15`` -> [0.1, 0.15]; ``none`` -> [] (no per-IPU proportions)."""
     return [] if text.strip().lower() == "none" else proportions(text)
@@ -230,7 +241,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s = p.add_argument_group("the search")
     s.add_argument("--top", type=positive_int, default=10, metavar="K",
                    help="show the K best; pruning keeps them exact (default: 10)")
-    s.add_argument("--commands", type=int, default=3, metavar="N",
+    s.add_argument("--commands", type=_commands, default=3, metavar="N",
                    help="print the N best as `ipusim run` commands, at most --top (default: 3)")
     s.add_argument("--exhaustive", action="store_true",
                    help="simulate every candidate: no bound, no inference, no check before simulating")
@@ -382,6 +393,17 @@ def _known_rows(path: Path, key: str) -> dict[str, dict]:
     return {r["command"]: r for r in rows if r.get("command")}
 
 
+def _replayable(row: dict, exhaustive: bool) -> bool:
+    """Whether a row ``--resume`` read back stands for its candidate's result when the search comes to simulate
+    it: not a pruned row (its bound was below the best of that run, whose ``--top`` or batches may have been
+    others), and under ``exhaustive`` only a simulated one (not an out-of-memory inferred from another
+    configuration or from always-live bytes, which an exhaustive search simulates)."""
+    if row.get("status") == "pruned":
+        return False
+    return not (exhaustive and row.get("status") == "oom" and any(
+        mark in row.get("reason", "") for mark in ("[inferred, not simulated", "(not simulated)")))
+
+
 def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch: int = 16,
          workers: int | None = None, dask: str | None = None, csv_path: Path | None = None,
          resume: bool = False, bar: bool = True) -> pd.DataFrame:
@@ -403,9 +425,14 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
     done_before = sum(command_line(argv(i)) in known for i in range(len(pl.candidates)))
     out = _CsvRows(csv_path, COLUMNS, append=resume)
     progress = _progress_bar(len(pl.candidates), done_before) if bar else None
+    replayed: set[int] = set()  # candidates whose row the CSV held, standing in for their simulation
 
     def recall(i: int) -> dict | None:
-        return known.get(command_line(argv(i)))
+        row = known.get(command_line(argv(i)))
+        if row is None or not _replayable(row, exhaustive):
+            return None
+        replayed.add(i)
+        return row
 
     def evaluate(wave: dict[int, planner.Candidate]):
         with contextlib.closing(run_points({i: argv(i) for i in wave}, workers, dask, point=plan_point)) as done:
@@ -413,8 +440,12 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
 
     def on_row(i: int, row: dict) -> None:
         row["command"], row["plan"] = command_line(argv(i)), key
-        if row["command"] not in known:
-            out.write(row)
+        before = known.get(row["command"])
+        if i in replayed or (before is not None and (before["status"] == row["status"] == "pruned" or (
+                before["status"], before["reason"]) == (row["status"], row["reason"]))):
+            return  # the CSV holds this row already (pruned again: only the threshold in its reason differs)
+        out.write(row)  # new, or decided otherwise than the CSV's row (e.g. pruned then): --resume reads the last
+        if before is None:
             if progress is not None:
                 if progress.total < len(pl.candidates):  # reliefs brought in
                     progress.total = len(pl.candidates)
@@ -472,7 +503,7 @@ def _header(pl: planner.Planner) -> str:
     lo, hi = sp.global_batch
     what = (f"training ({sp.optimizer})" if sp.training else "inference")
     gb = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
-    return (f"plan: {m.name or m.onnx} on {', '.join(sp.systems)}, {what}, global batch {gb}, "
+    return (f"plan: {m.name or m.onnx} on {', '.join(dict.fromkeys(sp.systems))}, {what}, global batch {gb}, "
             f"device iterations {pl.device_iterations}" + "".join(f"\nnote: {n}" for n in pl.notes))
 
 
@@ -522,7 +553,7 @@ def _cmd_plan(args, parser) -> int:
     if best.empty:
         dropped = table[table["status"] == "oom"]
         example = dropped if len(dropped) else table[table["reason"].astype(str) != ""]
-        head = "no configuration fits" if len(dropped) else "no valid configuration (none was simulated)"
+        head = "no configuration fits" if len(dropped) else "no valid configuration (every one is invalid)"
         print(f"ipusim: {head}" + (f"; e.g. {example['command'].iloc[0]}: {example['reason'].iloc[0]}"
                                    if len(example) else ""), file=sys.stderr)
         return 3 if len(dropped) else 2

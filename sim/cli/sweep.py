@@ -138,14 +138,24 @@ def _check_flags(flags) -> None:
 def check_common(common: list[str], grid_flags=()) -> None:
     """The flags after ``--`` parse as ``ipusim run``'s, set no grid axis, and hold none that belongs
     to one run's output rather than a sweep's rows (checked before any point runs)."""
-    single = [f for f in common if f in ("--output", "--json") or f.startswith("--output=")]
+    parser = _run_parser("the flags after --")
+    given = {_long_flag(parser, c) for c in common if c.startswith("--")}  # as ipusim run reads them (--micro too)
+    single = [f for f in ("--output", "--json") if f in given]
     if single:
-        raise PointError(f"{single[0].split('=')[0]} after -- writes one run's output; a sweep writes its rows "
-                         "with --csv")
-    both = sorted(f for f in grid_flags if f"--{f}" in common or any(c.startswith(f"--{f}=") for c in common))
+        raise PointError(f"{single[0]} after -- writes one run's output; a sweep writes its rows with --csv")
+    both = sorted(f for f in grid_flags if f"--{f}" in given)
     if both:
         raise PointError(f"--{both[0]} is both a --grid axis and a flag after --; give it in one place")
-    _parse(_run_parser("the flags after --"), common)
+    _parse(parser, common)
+
+
+def _long_flag(parser: argparse.ArgumentParser, word: str) -> str | None:
+    """The long flag of ``parser`` that ``word`` (``--micro-batch``, ``--micro-batch=4``, or an abbreviation
+    argparse takes, ``--micro``) stands for; None if none or several."""
+    name = word.split("=", 1)[0]
+    flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    hits = [name] if name in flags else [f for f in flags if f.startswith(name)]
+    return hits[0] if len(hits) == 1 else None
 
 
 def _worker_init() -> None:
@@ -255,10 +265,17 @@ def _check_shared(path: Path, rows: list[dict[str, str]], shared: str) -> None:
                          f"this one runs {shared!r}: give the same flags after --, or another --csv")
 
 
+def _holds_rows(path: Path) -> bool:
+    """Whether the CSV at ``path`` holds anything beyond its header line (a run stopped before its first row
+    leaves the header alone, which a new run may write over)."""
+    with open(path, "rb") as f:
+        return any(line.strip() for line in itertools.islice(f, 1, None))
+
+
 def kept_csv_error(path: Path | None, resume: bool, what: str) -> str | None:
     """The usage error for ``--csv path`` when the file holds rows and ``--resume`` is not given
     (the rows are never overwritten), else None."""
-    if path is None or resume or not path.is_file() or path.stat().st_size == 0:
+    if path is None or resume or not path.is_file() or not _holds_rows(path):
         return None
     return (f"--csv {str(path)!r} holds rows already: add --resume to finish that {what}, or give a new file "
             "(its rows are not overwritten)")
