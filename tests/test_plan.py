@@ -226,7 +226,8 @@ def test_a_pipelined_training_best_states_the_per_call_time_published_pipelines_
     assert code == 0, out
     [line] = [line for line in out.splitlines() if line.startswith("note: the best is a pipelined training")]
     assert "take 120-580 ms more per call than the simulator gives them" in line
-    assert re.search(r"so a call of [\d,.]+ ms may take \d+%-\d+% longer on hardware$", line)
+    assert re.search(r"so a call of [\d,.]+ ms may take (\d+%-\d+% longer on hardware|120-580 ms longer on hardware, "
+                     r"[\d,.]+ to [\d,.]+ times as long)$", line)
     # and what the held-out published measurements of transformer training on 2-4 IPUs say of the simulator
     [line] = [line for line in out.splitlines() if line.startswith("note: validation: ")]
     assert line == "note: validation: " + held_out.describe(held_out.like("transformer", True, 2, "bert-base"))
