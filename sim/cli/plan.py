@@ -124,26 +124,21 @@ def command_line(argv: list[str]) -> str:
 _ints = whole_numbers(1, "1,2,4")
 
 
-def _layers(text: str) -> int:
-    """A whole number >= 0 (layers a relief may move)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0: balanced splits only), got {text!r}")
-    return value
+def _count(zero_means: str):
+    """An argument type: a whole number >= 0, where 0 means ``zero_means``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0: {zero_means}), got {text!r}")
+        return value
+    return parse
 
 
-def _commands(text: str) -> int:
-    """A whole number >= 0 (commands to print; 0: none)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0: no commands), got {text!r}")
-    return value
+_layers = _count("balanced splits only")  # layers a relief may move
+_commands = _count("no commands")  # commands to print
 
 
 def _relief_proportions(text: str) -> list[float]:
