@@ -20,7 +20,7 @@ from ..cost import OpCost, multiconv, op_cost
 from ..errors import ConfigError, GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..graph import workload
-from ..hardware.system import System, load_system
+from ..hardware.system import System, interned, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
 from . import graph_functions, loops, outlining
 from .program_memory import program_memory
@@ -457,7 +457,7 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
     costs: dict[str, OpCost] = {}
     # the IPU as poplin's option maps set its AMP weight loads and partials reduction, for
     # convolutions and for matmuls
-    ipus = {conv: replace(system.ipu, **o.poplin_options(conv)) for conv in (False, True)}
+    ipus = {conv: interned(replace(system.ipu, **o.poplin_options(conv))) for conv in (False, True)}
     for op in g.ops:
         if (not training and op.kind in _INFERENCE_NOOPS and not op.attrs.get("explicit")) \
                 or op.kind in replicated_ops.KINDS:

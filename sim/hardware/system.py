@@ -371,9 +371,14 @@ def _check_range(where: str, key: str, value: float) -> None:
                           f"{show_number(high)}{' ' + unit if unit else ''} ({why})")
 
 
-#: every IPU loaded so far, one object for each set of figures: the cost caches, keyed by the IPU among
-#: others, then find an entry by identity instead of comparing every field of two equal IPUs
+#: every IPU loaded or derived so far, one object for each set of figures: the cost caches, keyed by the
+#: IPU among others, then find an entry by identity instead of comparing every field of two equal IPUs
 _IPUS: dict[IPU, IPU] = {}
+
+
+def interned(ipu: IPU) -> IPU:
+    """The one object holding ``ipu``'s figures (``ipu`` itself the first time they are seen)."""
+    return _IPUS.setdefault(ipu, ipu)
 
 
 def load_system(name_or_path: str | Path) -> System:
@@ -393,7 +398,7 @@ def load_system(name_or_path: str | Path) -> System:
         if section not in data:
             raise ConfigError(f"{path}: missing table [{section}]")
         parts[section] = _build_section(path, section, cls, data[section])
-    ipu: IPU = _IPUS.setdefault(parts["ipu"], parts["ipu"])
+    ipu: IPU = interned(parts["ipu"])
     if ipu.reserved_bytes_per_tile >= ipu.sram_bytes_per_tile:
         raise ConfigError(f"{path}: ipu.reserved_bytes_per_tile = {ipu.reserved_bytes_per_tile:,} leaves nothing "
                           f"of ipu.sram_bytes_per_tile = {ipu.sram_bytes_per_tile:,}; Poplar's reserved space "
