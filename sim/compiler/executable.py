@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from ..schedule import phased, pipeline, replicated_ops, sharded
 from ..cost import OpCost, multiconv, op_cost
+from ..cost.rules import Signatures
 from ..errors import ConfigError, GraphError, OptionsError, show_number
 from ..graph.ir import Graph
 from ..graph import workload
@@ -199,14 +200,15 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     _check_streaming_memory(g, system)
 
     lap("graph")
-    costs = loops.merge_loop_copies(g, price_ops(g, system, o, training, tiles), system.ipu, tiles,
+    signatures = Signatures(g)  # the graph changes no more: each op's signature computed once from here
+    costs = loops.merge_loop_copies(g, price_ops(g, system, o, training, tiles, signatures), system.ipu, tiles,
                                     o.alias_zero_copy())
     outlined, called = {}, {}
     if o.graph_functions:  # TensorFlow's program: its graph functions' copies, no PopART outlining
         costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles)
     elif o.outlining() and not o.alias_zero_copy():
         costs, outlined = outlining.add_call_copies(g, costs, system.ipu, tiles, o.outline_threshold(),
-                                                    o.just_in_time_copies())
+                                                    o.just_in_time_copies(), signatures)
     lap("costs")
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined" and o.pipeline_recomputation()))
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
@@ -295,7 +297,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     lap("stages")
     program = _BUILDERS[strategy](ctx)
     lap("schedule")
-    memory = {ipu: _memory(g, ctx, ipu, tiles, system, strategy) for ipu in range(k)}
+    memory = {ipu: _memory(g, ctx, ipu, tiles, system, strategy, signatures) for ipu in range(k)}
     check_tile_memory(memory, o.memory_margin())  # after every IPU is measured: the error names the worst
     notes += near_capacity_notes(memory)
     lap("memory")
@@ -449,11 +451,13 @@ def clear_matmul_passes(g: Graph) -> None:
             op.attrs = {**op.attrs, "fully_connected_pass": "NONE"}
 
 
-def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) -> dict[str, OpCost]:
+def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int,
+              signatures: Signatures | None = None) -> dict[str, OpCost]:
     """The cost of every op of ``g`` on ``tiles`` compute tiles of ``system``'s IPU, by op name:
     the compiler's pricing step (also what ``sim.planner`` bounds throughput with). ``g`` is
     expanded for training already and is changed in place (ops that run in inference mode are
-    marked); dropout at inference and collective ops (priced by the schedule) get no entry."""
+    marked); dropout at inference and collective ops (priced by the schedule) get no entry.
+    ``signatures`` (of ``g``) keeps each op's signature for the passes after."""
     costs: dict[str, OpCost] = {}
     # the IPU as poplin's option maps set its AMP weight loads and partials reduction, for
     # convolutions and for matmuls
@@ -466,7 +470,7 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
             op.attrs["inference"] = True  # g is the caller's own copy
         proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
         ipu = ipus[op.kind.startswith("conv")]
-        costs[op.name] = op_cost(op, g, ipu, tiles, proportion, o.partials_type(op.kind))
+        costs[op.name] = op_cost(op, g, ipu, tiles, proportion, o.partials_type(op.kind), signatures)
         if not 0 <= costs[op.name].cycles <= MAX_OP_CYCLES:
             raise GraphError(
                 f"op {op.name!r} ({op.kind}) costs {show_number(costs[op.name].cycles)} cycles, more than the "
@@ -478,7 +482,7 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int) 
         def price(i: int, budget: int, members=members) -> OpCost:
             op = members[i]
             proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))
-            return op_cost(op, g, ipus[True], budget, proportion, o.partials_type(op.kind))
+            return op_cost(op, g, ipus[True], budget, proportion, o.partials_type(op.kind), signatures)
         if first.kind.startswith("conv"):  # re-planned on their tile ranges; None: poplin plans them one by one
             plans = multiconv.parallel_plan(
                 [costs[op.name].flops for op in members], price, tiles,
@@ -542,7 +546,8 @@ def _check_streaming_memory(g: Graph, system: System) -> None:
             "execution puts weights off chip unless told otherwise) or choose a system with streaming memory")
 
 
-def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strategy: str) -> IpuMemory:
+def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strategy: str,
+            signatures: Signatures | None = None) -> IpuMemory:
     """Memory of IPU ``ipu`` (within a replica): its stages' runs, stashes and updates, measured
     without raising (:func:`check_tile_memory` then looks at every IPU)."""
     unit = {"pipelined": "pipeline stage", "sharded": "stage", "serial_phased": "phase",
@@ -553,7 +558,7 @@ def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strate
     runs = [run for run in runs if run[0]]
     stash = sum(s.held_bytes for s in ctx.stages if s.ipu == ipu)
     program = program_memory(g, [op for run in runs for op in run[0]], ctx.costs, system.ipu, tiles,
-                             outlining=ctx.options.outlining())
+                             outlining=ctx.options.outlining(), signatures=signatures)
     ops, labels, restored, held, through = zip(*runs) if runs else ((),) * 5
     return analyse_ipu(g, list(ops), ctx.costs, ipu, tiles, system.ipu.sram_bytes_per_tile,
                        system.ipu.reserved_bytes_per_tile, stash_bytes=stash, check=False,

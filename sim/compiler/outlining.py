@@ -47,7 +47,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..cost import OpCost, TileProfile, op_cost
-from ..cost.rules import CODE_OF, op_signature
+from ..cost.rules import CODE_OF, Signatures, op_signature
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
 
@@ -61,11 +61,11 @@ HIGH_VALUE_KINDS = frozenset({
 HIGH_VALUE, LOW_VALUE = 1000.0, 0.1
 
 
-def _equivalence(op: Op, g: Graph) -> tuple:
+def _equivalence(op: Op, g: Graph, signatures: Signatures | None = None) -> tuple:
     """What PopART compares to match ops (``Op::getSubgraphEquivId``: the type, attributes and tensor
     infos): :func:`~sim.cost.rules.op_signature` without the inputs' roles and without the attributes
     that name a tensor (an accumulation's or an update's weight: which tensor, not what is done)."""
-    kind, ins, outs, attrs = op_signature(op, g)
+    kind, ins, outs, attrs = signatures(op) if signatures else op_signature(op, g)
     attrs = tuple((k, v) for k, v in attrs if not (isinstance(v, str) and v in g.tensors))
     return kind, tuple((shape, dtype) for shape, dtype, _role in ins), outs, attrs
 
@@ -188,7 +188,8 @@ def with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str, what: str = "
 
 
 def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, threshold: float = 1.0,
-                    just_in_time: bool = False) -> tuple[dict[str, OpCost], dict[int, tuple[int, int, int]]]:
+                    just_in_time: bool = False, signatures: Signatures | None = None
+                    ) -> tuple[dict[str, OpCost], dict[int, tuple[int, int, int]]]:
     """``costs`` with each outlined call's copies added to its first op (the copies in) and its last
     (the copies out), as the module docstring says which ops are calls, or with ``just_in_time``
     (PopART's SubgraphCopyingStrategy JustInTime) each copy in to the op that first reads the tensor and
@@ -207,7 +208,7 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, th
         # whose copies the front end prices: they repeat without being PopART's outlined calls
         ops = [op for op in g.ops if op.ipu == i and op.name in costs and costs[op.name].cycles > 0
                and CODE_OF not in op.attrs and "onnx_loop" not in op.attrs]
-        signature = {op.name: _equivalence(op, g) for op in ops}
+        signature = {op.name: _equivalence(op, g, signatures) for op in ops}
         runs = _runs(ops, signature)
         run_count = Counter(tuple(signature[op.name] for op in run) for run in runs)
         op_count = Counter(signature.values())

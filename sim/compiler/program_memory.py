@@ -45,7 +45,7 @@ import numpy as np
 
 from ..cost import FREE, OpCost
 from ..cost.row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_codelets, row_op_steps
-from ..cost.rules import CODE_OF, op_signature
+from ..cost.rules import CODE_OF, Signatures, op_signature
 from ..graph.ir import Graph, Op
 from ..hardware.system import IPU
 
@@ -106,7 +106,7 @@ def rolled(vec: np.ndarray, start: int) -> np.ndarray:
 
 
 def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: IPU,
-                   tiles: int, outlining: bool = True) -> dict[str, np.ndarray]:
+                   tiles: int, outlining: bool = True, signatures: Signatures | None = None) -> dict[str, np.ndarray]:
     """Bytes per tile of each of :data:`PROGRAM_CATEGORIES` for an IPU that runs ``ops`` (every
     run of it, recomputation included), on ``tiles`` compute tiles; with ``outlining`` an op
     identical to one before it on the IPU calls that one's program (see the module docstring).
@@ -135,7 +135,7 @@ def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: I
                 continue  # the called program's code, there once
             called.add(origin)
         if outlining:
-            signature = op_signature(op, graph)
+            signature = signatures(op) if signatures else op_signature(op, graph)
             if signature in outlined:
                 steps += 1  # the call of the outlined program
                 continue

@@ -81,15 +81,33 @@ def op_signature(op: Op, graph: Graph) -> tuple:
     return (op.kind, ins, outs, _freeze(attrs))
 
 
+class Signatures:
+    """Each op's :func:`op_signature` in ``graph``, computed once: for the compiler's passes from pricing on,
+    when the graph's ops and tensors no longer change (pricing, outlining and program memory each read every
+    op's signature). Held by op object (an op is kept while it is held, so its id stays its own)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._seen: dict[int, tuple[Op, tuple]] = {}
+
+    def __call__(self, op: Op) -> tuple:
+        hit = self._seen.get(id(op))
+        if hit is None or hit[0] is not op:
+            hit = self._seen[id(op)] = (op, op_signature(op, self.graph))
+        return hit[1]
+
+
 def op_cost(op: Op, graph: Graph, ipu: IPU, tiles: int, memory_proportion: float = 0.6,
-            partials: str = "float") -> OpCost:
+            partials: str = "float", signatures: Signatures | None = None) -> OpCost:
     """Cost of ``op`` on ``tiles`` compute tiles of ``ipu``.
 
     ``partials`` is the matmul/convolution partials type (``"float"``, PopTorch's default, or
     ``"half"``: ``Precision.setPartialsType``); an op's own ``partials_type`` attribute wins.
+    ``signatures`` (of ``graph``) gives the op's signature if it has been computed already.
     """
     try:
-        return _cost(op_signature(op, graph), ipu, tiles, memory_proportion, partials)
+        return _cost(signatures(op) if signatures else op_signature(op, graph), ipu, tiles, memory_proportion,
+                     partials)
     except UnsupportedOpError as e:
         raise UnsupportedOpError(f"op {op.name!r} (kind {op.kind!r}): {e}") from None
 
