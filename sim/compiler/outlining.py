@@ -202,6 +202,7 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, th
             readers.setdefault(t, set()).add(op.name)
     costs = dict(costs)
     counts: dict[int, tuple[int, int, int]] = {}
+    joined: dict[tuple, tuple[OpCost, OpCost, OpCost]] = {}  # (its parts, kept so their ids stay theirs; the sum)
     for i in sorted({op.ipu for op in g.ops if op.ipu is not None}):
         # the ops a front end writes out from a called subgraph (CODE_OF: PopXL's calls and repeats) or
         # an ONNX Loop's body (sim.onnx marks each iteration's ops onnx_loop) run in that call or loop,
@@ -237,7 +238,12 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, th
             copied += len(ins) + len(outs)
             for op, tensors, where in _copy_groups(call, ins, outs, just_in_time):
                 copy = merged_copy(tensors, g, ipu, tiles)
-                costs[op.name] = with_copy(costs[op.name], copy, sum(g.tensors[t].nbytes for t in tensors), where)
+                nbytes = sum(g.tensors[t].nbytes for t in tensors)
+                # like ops share one cost object, and like calls one copy: each pair is added once
+                key = (id(costs[op.name]), id(copy), nbytes, where)
+                if key not in joined:
+                    joined[key] = (costs[op.name], copy, with_copy(costs[op.name], copy, nbytes, where))
+                costs[op.name] = joined[key][2]
                 cycles += copy.cycles
         counts[i] = (len(calls), copied, cycles)
     return costs, counts
