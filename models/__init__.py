@@ -8,7 +8,8 @@
 Each family module (``mlp``, ``bert``, ``gpt2``, ``resnet``, ``efficientnet``, ``vit``, ``swin``, ``clip``,
 ``roformer``, ``unet``, ``conformer``) holds ``MODELS`` (name → default parameters) and
 ``build(name, params)``. Unknown names and unknown or invalid parameters raise
-:class:`sim.errors.GraphError` naming what is wrong and what is valid.
+:class:`sim.errors.GraphError` naming what is wrong and what is valid, as does a parameter given a value
+other than its default that the model, as its other parameters build it, would not use (``Params.unused``).
 """
 
 from __future__ import annotations

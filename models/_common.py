@@ -33,6 +33,14 @@ class Params(dict):
         super().__init__(copy.deepcopy(defaults))
         self.update(given)
         self.model = model
+        self.defaults, self.given = defaults, dict(given)
+
+    def unused(self, key: str, why: str) -> None:
+        """Fail if ``key`` was given a value other than its default although the model, as the other
+        parameters build it, does not use it (``why``): a parameter is never silently ignored."""
+        if key in self.given and _differs(self.given[key], self.defaults[key]):
+            raise GraphError(f"model {self.model!r}: parameter {key}={self.given[key]!r} has no effect {why}; "
+                             f"leave it out (default {self.defaults[key]!r})")
 
     def fail(self, key: str, why: str):
         value = self[key]
@@ -90,6 +98,13 @@ class Params(dict):
         return d
 
 
+def _differs(value, default) -> bool:
+    """Whether a given value differs from the default (a list and a tuple of the same items do not)."""
+    def plain(v):
+        return [plain(x) for x in v] if isinstance(v, (list, tuple)) else v
+    return plain(value) != plain(default) or isinstance(value, bool) != isinstance(default, bool)
+
+
 def split_points(p: Params, order: list[str], spell=lambda s: s) -> list[str]:
     """The ``split_points`` parameter: the blocks of ``order`` where a new IPU starts (each name
     through ``spell`` first), distinct and in model order."""
@@ -140,6 +155,8 @@ def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
         p.fail("norm", "batch norm folds into the convolutions only in an inference model with fixed statistics; "
                        "give with_loss=False, or norm=\"batch\" to train")
     groups = p.int("norm_groups")
+    if p["norm"] != "group":
+        p.unused("norm_groups", f"with norm={p['norm']!r}: only group norm (norm=\"group\") has groups")
     span = p.int("bn_span") if "bn_span" in p else 1
     if span > 1 and p["norm"] != "batch":
         p.fail("bn_span", f"spreads batch norm statistics over replicas; norm={p['norm']!r} has none: "
@@ -151,7 +168,11 @@ def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
         if p["norm"] == "folded":
             with b.scope(name):
                 return b.add(x, b.weight("bias", (1, b.shape(x)[1], 1, 1), b.dtype_of(x)))
-        return b.group_norm(x, min(groups, b.shape(x)[1]), eps, name=name)
+        channels = b.shape(x)[1]
+        if channels % min(groups, channels):
+            p.fail("norm_groups", f"norm {'/'.join([*b._scopes, name])!r} normalises {channels} channels, not a "
+                                  f"whole number of {groups} groups: give a divisor of {channels}")
+        return b.group_norm(x, min(groups, channels), eps, name=name)
     return norm
 
 

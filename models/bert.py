@@ -111,6 +111,13 @@ PACKING_FACTOR = {128: 1.17, 384: 1.7, 512: 2.0}
 def build(name: str, p: Params) -> Graph:
     c = transformer_params(p, "max_positions", checkpoint_last=p.flag("checkpoint_last_layer"))
     B, S, H, V = c["micro_batch"], c["seq_len"], c["hidden"], c["vocab"]
+    head, with_loss = _head(p)
+    if not c["with_head"]:
+        for key in ("head", "mask_tokens", "embedding_serialization"):
+            p.unused(key, "without the head (with_head=False: the output is the encoder's)")
+    elif head != "mlm":
+        p.unused("mask_tokens", f"with head={head!r}: only the MLM head projects the masked tokens")
+        p.unused("embedding_serialization", f"with head={head!r}: it serialises the MLM head's tied projection")
     packs, factor = _packing(p, S)
     if p["mask_tokens"] == "auto":
         p["mask_tokens"] = (GRAPHCORE_MASK_TOKENS.get(S, math.ceil(0.15 * S)) if packs is None
@@ -122,7 +129,6 @@ def build(name: str, p: Params) -> Graph:
     split_qkv = p.flag("split_qkv")
     att_drop = None if p["attention_dropout"] is None else p.prob("attention_dropout")
     layer_ipu = c["layer_ipu"] or (att_ffn[1] if att_ffn else None)  # the IPU each layer ends on
-    head, with_loss = _head(p)
     eight_bit = _checkpoint_dtype(p) == "float8"
     last_stage = _last_stage_layers(layer_ipu, c["num_layers"], head if c["with_head"] else None)
 
@@ -272,6 +278,7 @@ def _packing(p: Params, seq_len: int) -> tuple[int | None, float]:
     """``max_sequences_per_pack`` (None: unpacked) and the packing factor, checked."""
     packs = p.int("max_sequences_per_pack", optional=True)
     if packs is None:
+        p.unused("packing_factor", "without packed sequences: give max_sequences_per_pack too")
         return None, 1.0
     if p["packing_factor"] == "auto":
         if seq_len not in PACKING_FACTOR:

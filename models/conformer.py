@@ -146,8 +146,10 @@ def build(name: str, p: Params) -> Graph:
     drop, pos_drop, ctc_w = p.prob("dropout"), p.prob("positional_dropout"), p.prob("ctc_weight")
     T = _subsampled(_subsampled(frames))
     mel_out = _subsampled(_subsampled(mel))
-    if T < 1 or mel_out < 1:
-        p.fail("max_frames", f"max_frames and mel_bins must be at least 7 for the {SUBSAMPLING}x subsampling")
+    for key, n in (("max_frames", T), ("mel_bins", mel_out)):
+        if n < 1:
+            p.fail(key, f"must be at least 7 for the {SUBSAMPLING}x subsampling (two unpadded 3 x 3 stride-2 "
+                        "convolutions)")
     layer_ipu = layer_ipus(p, blocks)
     dtype = p.dtype()
 

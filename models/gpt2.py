@@ -35,7 +35,7 @@ no labels and no cross-entropy.
   custom non-stable softmax (its input first copied to a linear layout); no scale op (the query's
   weights carry 1/sqrt(head_dim)); after ``ln_f`` the tied LM head and a top-1 (ONNX TopK, popops'
   bitonic top-k) on IPU 0; then the loop's own work there (the exit flag, the next token written into
-  the id container and the mask, the carried tensors copied back). ``seq_len`` is not used.
+  the id container and the mask, the carried tensors copied back). ``seq_len`` is not used (giving it is an error).
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def build(name: str, p: Params) -> Graph:
         x = b.layernorm(x, EPS, name="ln_f")
 
     if not c["with_head"]:
+        p.unused("embedding_serialization", "without the head (with_head=False): it serialises the LM head")
         b.output(x)
         return b.graph
     with place.on(0, "head"), b.scope("lm_head"):
@@ -104,6 +105,9 @@ def build(name: str, p: Params) -> Graph:
 
 def _build_decode(name: str, p: Params) -> Graph:
     """One iteration of PopTransformer's generation loop (the module docstring's ``decode_cache``)."""
+    p.unused("seq_len", "with decode_cache: each iteration takes one token, over a cache of decode_cache positions")
+    p.unused("recompute_checkpoint_every_layer", "with decode_cache: generation is inference, nothing is recomputed")
+    p["seq_len"] = 1  # one token an iteration (not the default 1024, which n_positions may be below)
     c = transformer_params(p, "n_positions")
     B, H, V, heads, L = c["micro_batch"], c["hidden"], c["vocab"], c["heads"], p.int("decode_cache")
     layer_ipu = c["layer_ipu"]
@@ -159,7 +163,8 @@ def _cached_attention(b: GraphBuilder, x: str, heads: int, L: int, mask: str) ->
         kv = b.transpose(b.reshape(b.slice(qkv, 2, H, 3 * H, name="kv"), (B, 1, 2, heads, d)), (2, 0, 3, 1, 4))
         cache = b.constant("kv_cache", (2, B, heads, L, d))  # always live, not a parameter
         clone = b.unary("copy", cache, name="kv_cache/clone")
-        shifted = b.concat([kv, b.slice(clone, 3, 0, L - 1, name="kv_cache/older")], axis=3, name="kv_cache/shift")
+        shifted = kv if L == 1 else b.concat([kv, b.slice(clone, 3, 0, L - 1, name="kv_cache/older")], axis=3,
+                                             name="kv_cache/shift")  # a cache of 1 keeps only the new entry
         cache = b.remap(b.unary("copy", shifted, name="kv_cache/write"), name="kv_cache/remap")
         k = b.reshape(b.slice(cache, 0, 0, 1, name="k"), (B, heads, L, d))
         v = b.reshape(b.slice(cache, 0, 1, 2, name="v"), (B, heads, L, d))

@@ -30,6 +30,8 @@ def build(name: str, p: Params) -> Graph:
                    f"layer (--param hidden=[...]) or leave num_layers out")
     else:
         hidden = [p.int("hidden")] * (1 if num_layers is None else num_layers)
+        if not hidden:
+            p.unused("hidden", "with num_layers=0 (no hidden layer)")
 
     b = GraphBuilder(name, p.dtype())
     x = b.input("x", (p.int("micro_batch"), p.int("in_features")))

@@ -12,7 +12,8 @@ Outputs: the logits (B, num_labels) and the loss; with ``with_loss=False`` the l
   ``heads`` heads; after each stage but the last, patch merging: each 2 x 2 neighbourhood's four
   tokens concatenated (4C), a layer norm and a linear 4C -> 2C without bias.
 - A block: x + attn(LN(x)), then x + MLP(LN(x)) (GELU, ratio ``mlp_ratio``), each branch scaled by
-  stochastic depth (timm's DropPath: rates rising linearly from 0 to ``drop_path`` over the blocks).
+  stochastic depth (timm's DropPath: rates rising linearly from 0 to ``drop_path`` over the blocks;
+  none with ``with_loss=False``, the inference model, where DropPath is the identity).
   Odd blocks shift the map by window // 2 first (the port's two slice-and-concat pairs instead of
   ``torch.roll``) and back after, and add the shifted windows' mask (-100 across regions) to the
   scores; a stage whose map is no larger than a window uses one unshifted window.
@@ -205,9 +206,14 @@ def build(name: str, p: Params) -> Graph:
     top = p["drop_path"]
     if isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 <= top < 1:
         p.fail("drop_path", "expected a rate in [0, 1)")
+    with_loss, dtype, fp8 = p.flag("with_loss"), p.dtype(), p.flag("fp8_matmuls")
+    if not with_loss:  # the inference model (eval mode, as PopRT's exported one): DropPath is the identity
+        if p.given.get("drop_path", 0) > 0:
+            p.fail("drop_path", "stochastic depth only trains: with_loss=False builds the inference model, where "
+                                "DropPath is the identity; give drop_path=0 or leave it out")
+        top = 0.0
     # torch.linspace(0, drop_path, blocks): each block's rate
     rates = [top * k / (blocks - 1) if blocks > 1 else 0.0 for k in range(blocks)]
-    with_loss, dtype, fp8 = p.flag("with_loss"), p.dtype(), p.flag("fp8_matmuls")
     if fp8 and dtype != "float16":
         p.fail("fp8_matmuls", "converts a dtype='float16' model (PopRT's precision fp8); give dtype='float16'")
 

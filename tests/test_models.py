@@ -311,3 +311,63 @@ def test_attention_scores_divided_as_the_sources_write_them(name, params, attent
     scaled = [op for op in g.ops if op.name.endswith(("attn/scale", "attention/scale"))]
     assert len(scaled) == attentions
     assert all(op.kind == "div" and g.tensors[op.inputs[1]].shape == (1,) for op in scaled)
+
+
+@pytest.mark.parametrize("name, params, param", [
+    ("bert-base", dict(num_layers=1, head="squad", mask_tokens=5), "mask_tokens"),
+    ("bert-base", dict(num_layers=1, head="squad", vocab=30528, embedding_serialization=2), "embedding_serialization"),
+    ("bert-base", dict(num_layers=1, with_head=False, head="squad"), "head"),
+    ("bert-base", dict(num_layers=1, packing_factor=1.5), "packing_factor"),
+    ("gpt2-small", dict(num_layers=1, decode_cache=8, with_loss=False, dropout=0.0, seq_len=16), "seq_len"),
+    ("gpt2-small", dict(num_layers=1, with_head=False, vocab=50264, embedding_serialization=8),
+     "embedding_serialization"),
+    ("resnet50", dict(norm_groups=16), "norm_groups"),
+    ("efficientnet-b0", dict(norm="batch", norm_groups=8), "norm_groups"),
+    ("mlp", dict(hidden=5, num_layers=0), "hidden"),
+])
+def test_a_parameter_the_model_would_not_use_is_refused(name, params, param):
+    """A parameter given a value that the model, as the others build it, ignores is an error naming it."""
+    with pytest.raises(GraphError, match=f"parameter {param}=.* has no effect"):
+        models.get(name, **params)
+
+
+def test_a_parameter_given_its_default_where_it_has_no_effect_is_accepted():
+    models.get("bert-base", num_layers=1, head="squad", mask_tokens="auto", embedding_serialization=1)
+    models.get("resnet50", norm_groups=32)
+
+
+@pytest.mark.parametrize("name, params, named", [
+    ("efficientnet-b0", dict(group_dim=5), "group_dim=5"),  # was: the conv's "not divisible by groups 6"
+    ("resnext101", dict(norm_groups=7), "norm_groups=7"),  # was: group_norm stem/bn1's channels
+    ("resnet50", dict(norm="group", norm_groups=48), "norm_groups=48"),
+    ("conformer-medium", dict(mel_bins=6, encoder_blocks=1), "mel_bins=6"),  # was: named max_frames=1220
+])
+def test_a_value_that_does_not_fit_the_architecture_is_named(name, params, named):
+    with pytest.raises(GraphError, match=named):
+        models.get(name, **params)
+
+
+def test_efficientnet_group_dim_dividing_every_block_or_above_them_builds():
+    g = models.get("efficientnet-b0", group_dim=16, expand_ratio=4)
+    assert all(op.attrs.get("groups", 1) * 16 == g.tensors[op.inputs[0]].shape[1]
+               for op in g.ops if op.name.endswith("b/conv/conv2d"))
+    models.get("efficientnet-b0", group_dim=2000)  # larger than every block: dense convolutions
+
+
+def test_gpt2_decode_cache_of_one_and_positions_below_the_unused_seq_len():
+    small = dict(num_layers=1, with_loss=False, dropout=0.0)
+    g = models.get("gpt2-small", decode_cache=1, **small)  # was: a (2, 1, 12, 0, 64) slice of the older entries
+    assert g.tensors[g.outputs[0]].shape == (1, 1, 1)
+    models.get("gpt2-small", decode_cache=8, n_positions=16, **small)  # was: seq_len=1024 must be <= n_positions=16
+
+
+def test_swin_inference_model_has_no_stochastic_depth():
+    """timm's DropPath is the identity in eval mode: with_loss=False (the inference model, as PopRT exports it)
+    draws no random mask, whatever the default drop_path; a drop_path given to it is refused."""
+    small = dict(depths=[2, 2], heads=[3, 6], image_size=56, micro_batch=1)
+    assert any(op.kind == "random_uniform" for op in models.get("swin-tiny", **small).ops)
+    inference = models.get("swin-tiny", with_loss=False, **small)
+    assert not any(op.kind == "random_uniform" or "drop_path" in op.name for op in inference.ops)
+    assert len(models.get("swin-tiny", with_loss=False, drop_path=0.0, **small).ops) == len(inference.ops)
+    with pytest.raises(GraphError, match="drop_path"):
+        models.get("swin-tiny", with_loss=False, drop_path=0.1, **small)
