@@ -92,11 +92,15 @@ def _drop_path(b: GraphBuilder, x: str, rate: float, name: str) -> str:
     ``floor(keep + rand(B, 1, 1))``, the branch divided by ``keep`` and multiplied by the mask."""
     if rate <= 0:
         return x
+    first = len(b.graph.ops)
     with b.scope(name):
         dtype = b.dtype_of(x)
         uniform = b.op("random_uniform", [], [(b.shape(x)[0], 1, 1)], name="rand", out_dtypes=[dtype])[0]
         mask = b.unary("floor", b.add(uniform, b.constant("keep_prob", (), dtype)))
-        return b.mul(b.scale(x, 1.0 / (1.0 - rate)), mask)
+        out = b.mul(b.scale(x, 1.0 / (1.0 - rate)), mask)
+    for op in b.graph.ops[first:]:  # the identity in eval mode: an inference run of this graph prices none of them
+        op.attrs["training_only"] = True
+    return out
 
 
 def _dense(b: GraphBuilder, x: str, features: int, fp8: bool, **kwargs) -> str:

@@ -36,7 +36,9 @@ from ..graph.loss_scaling import add_automatic_loss_scaling
 from ..graph.training import (Optimizer, graph_to_price, merge_norms, place_global_norm,
                               sparse_accumulate_tied_gathers)
 
-_INFERENCE_NOOPS = {"dropout"}  # identity at inference, unless the program itself asks for it (attrs explicit)
+#: identity at inference, unless the program itself asks for it (attrs explicit); so is an op a model marks
+#: ``training_only`` (the ops of timm's DropPath, which eval mode skips)
+_INFERENCE_NOOPS = {"dropout"}
 #: ops that run differently at inference: batch norm applies its running statistics (a
 #: per-channel scale and shift) instead of computing the batch's
 _INFERENCE_MODE = {"batchnorm"}
@@ -456,15 +458,16 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int,
     """The cost of every op of ``g`` on ``tiles`` compute tiles of ``system``'s IPU, by op name:
     the compiler's pricing step (also what ``sim.planner`` bounds throughput with). ``g`` is
     expanded for training already and is changed in place (ops that run in inference mode are
-    marked); dropout at inference and collective ops (priced by the schedule) get no entry.
+    marked); dropout and ``training_only`` ops at inference and collective ops (priced by the schedule) get
+    no entry.
     ``signatures`` (of ``g``) keeps each op's signature for the passes after."""
     costs: dict[str, OpCost] = {}
     # the IPU as poplin's option maps set its AMP weight loads and partials reduction, for
     # convolutions and for matmuls
     ipus = {conv: interned(replace(system.ipu, **o.poplin_options(conv))) for conv in (False, True)}
     for op in g.ops:
-        if (not training and op.kind in _INFERENCE_NOOPS and not op.attrs.get("explicit")) \
-                or op.kind in replicated_ops.KINDS:
+        if (not training and (op.kind in _INFERENCE_NOOPS and not op.attrs.get("explicit")
+                              or op.attrs.get("training_only"))) or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule
         if not training and op.kind in _INFERENCE_MODE:
             op.attrs["inference"] = True  # g is the caller's own copy
