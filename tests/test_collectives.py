@@ -396,3 +396,18 @@ def test_python_dash_m_runs_the_cli():
                           "all-gather", "--bytes", "1KiB", "--replicas", "4", "--json"],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["op"] == "all-gather"
+
+
+def test_cli_on_a_config_of_ones_own(capsys, tmp_path):
+    """A POD16 with a third of its chassis missing (12 IPUs) from a file that extends ipu-pod16: reported by
+    its own name, not its parent's, and 12 replicas are refused with a replica count that fits (8, not 16)."""
+    path = tmp_path / "pod12.toml"
+    path.write_text('extends = "ipu-pod16"\n[system]\nnum_ipus = 12\n')
+    argv = ["--system", str(path), "--op", "all-reduce", "--bytes", "1MiB", "--json"]
+    assert collective_main(argv + ["--replicas", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["system"] == "pod12"
+    assert collective_main(argv + ["--replicas", "12"]) == 2
+    err = capsys.readouterr().err
+    assert "use --replicas 8" in err and "16" not in err.split("use --replicas")[1]
+    assert collective_main(argv + ["--replicas", "6", "--ipus-per-replica", "2"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("use --replicas 4")

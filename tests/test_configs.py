@@ -159,3 +159,53 @@ def test_extends_cycle(tmp_path):
     _write(tmp_path, 'extends = "b"\n', "a.toml")
     path = _write(tmp_path, 'extends = "a"\n', "b.toml")
     assert "cycle" in _error(path)
+
+
+def test_a_config_is_named_after_itself_not_its_parent(tmp_path):
+    path = _write(tmp_path, 'extends = "ipu-pod16"\n[ipu_link]\nbytes_per_s = 52.9e9\n', "fast-links.toml")
+    system = load_system(path)
+    assert system.name == "fast-links" and "changed by fast-links.toml" in system.description
+    named = _write(tmp_path, 'extends = "fast-links"\nname = "mine"\ndescription = "my POD"\n', "named.toml")
+    assert (load_system(named).name, load_system(named).description) == ("mine", "my POD")
+
+
+def test_name_and_description_must_be_strings(tmp_path):
+    assert "name = 5; expected a string" in _error(_write(tmp_path, 'extends = "ipu-mk2"\nname = 5\n'))
+
+
+def test_extends_a_path_is_relative_to_the_file_not_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    _write(tmp_path, 'extends = "ipu-pod16"\nname = "base"\n[system]\nnum_ipus = 8  # test\n', "base.toml")
+    child = _write(tmp_path, 'extends = "../base.toml"\nname = "child"\n', "sub/child.toml")
+    monkeypatch.chdir(tmp_path / "sub")  # where "../base.toml" would be another file
+    assert load_system(child).num_ipus == 8
+    monkeypatch.chdir(tmp_path)
+    assert load_system("sub/child.toml").num_ipus == 8
+    missing = _write(tmp_path, 'extends = "nowhere/base.toml"\n', "sub/missing.toml")
+    assert "does not exist" in _error(missing)
+
+
+def test_extends_cycle_through_a_roundabout_path_is_an_error(tmp_path):
+    (tmp_path / "sub").mkdir()
+    path = _write(tmp_path, 'extends = "sub/../loop"\n', "loop.toml")
+    assert "cycle" in _error(path)
+
+
+def test_an_error_in_a_parent_names_the_parent(tmp_path):
+    parent = _write(tmp_path, 'extends = "ipu-pod16"\n[ipu]\nclock_hz = 1.3e12\n', "parent.toml")
+    child = _write(tmp_path, 'extends = "parent"\n[system]\nnum_ipus = 8  # test\n', "child.toml")
+    message = _error(child)
+    assert message.startswith(f"{parent} (extended by {child}): ipu.clock_hz")
+    typo = _write(tmp_path, 'extends = "ipu-pod16"\n[ipu]\ntile = 5\n', "typo.toml")
+    child = _write(tmp_path, 'extends = "typo"\n', "child2.toml")
+    assert _error(child).startswith(f"{typo} (extended by {child}): unknown key ipu.tile")
+
+
+@pytest.mark.parametrize("body, words", [
+    ("num_ipus = 8  # test\n", "topology = 'single' but system.num_ipus = 8"),
+    # PODs of 12 IPUs: 16 replicas would hold one POD and a third of another
+    ('num_ipus = 24  # test\nchassis_per_pod = 3  # test\ntopology = "ladder"\n', "12 IPUs, which is not a power"),
+])
+def test_a_system_table_that_contradicts_itself(tmp_path, body, words):
+    message = _error(_write(tmp_path, 'extends = "ipu-mk2"\n[system]\n' + body))
+    assert words in message

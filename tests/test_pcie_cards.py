@@ -43,11 +43,15 @@ def test_eight_c600_cards_form_a_ring_of_ipu_link_cables():
     """configs/c600-x8.toml: eight C600s, each with its own PCIe link and no gateway, cabled in a ring
     (two cables a card), 32 GB/s each way between neighbours (two IPU-Links of 16 GB/s): 32 MB to the
     next card is 1 ms (1.5 M cycles at 1.5 GHz) after the link's latency; to the card opposite, four hops."""
-    from sim.hardware.topology import hops
+    from sim.hardware.topology import hops, route
     from sim.program import IpuCopy
     system = load_system("c600-x8")
     assert system.num_ipus == 8 and not system.has_gateway and system.host_link.ipus_per_link == 1
     assert [hops(system, 0, b) for b in range(8)] == [0, 1, 2, 3, 4, 3, 2, 1]
+    # four cards of the ring are a line, not a ring of their own (a card has no second side to come back
+    # down, as a ladder of IPU-Machines has): from the fourth back to the first is three hops
+    assert [hops(system, 3, b, partition_ipus=4) for b in range(4)] == [3, 2, 1, 0]
+    assert route(system, 3, 0, partition_ipus=4) == [(3, 2), (2, 1), (1, 0)]
     latency = system.ipu_link.latency_cycles
     engine = Engine(system)
     assert engine.ipu_copy_cycles(IpuCopy(((0, 1, 32_000_000),))) == latency + 1_500_000

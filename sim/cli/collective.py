@@ -105,8 +105,11 @@ def _cmd_collective(args, parser) -> int:
     if need & (need - 1):
         if k & (k - 1):
             fix = f"use a power-of-two --ipus-per-replica (no number of replicas makes {k} x N a power of two)"
-        else:
-            fix = f"use --replicas {(1 << (need.bit_length() - 1)) // k} or {(1 << need.bit_length()) // k}"
+        else:  # the powers of two either side that leave at least 2 replicas and fit on the system
+            near = [r for r in ((1 << (need.bit_length() - 1)) // k, (1 << need.bit_length()) // k)
+                    if r >= 2 and r * k <= system.num_ipus]
+            fix = (f"use --replicas {' or '.join(map(str, near))}" if near else
+                   f"use a system with at least {(1 << need.bit_length()):,} IPUs (ipusim systems)")
         per = f" of {k} IPUs each" if k > 1 else ""
         raise OptionsError(f"--replicas {args.replicas}: {args.replicas} replicas{per} need {need} IPUs, which is "
                            "not a power of two; a V-IPU partition holds a power-of-two number of IPUs, so PopTorch "

@@ -2,9 +2,16 @@
 
 A system file has one table per component (``[ipu]``, ``[host_link]``, ``[ipu_link]``,
 ``[gw_link]``, ``[streaming_memory]``, ``[system]``). A file may start with
-``extends = "other-config"`` to inherit every value of another config and override some.
-Every value is checked: an unknown key, a missing key, a wrong type or a value out of range is a
-:class:`~sim.errors.ConfigError` that names the file and the field.
+``extends = "other-config"`` to inherit every value of another config and override some: the
+parent is a file beside it (``"base"`` or ``"base.toml"``; a path is relative to the file's
+folder, never to the working directory), else a config of ``configs/`` by name. ``name`` is not
+inherited (without one a file is named after itself), nor is ``description`` (without one it is
+the parent's, marked as changed by the file). Every value is checked: an unknown key, a missing
+key, a wrong type or a value out of range is a :class:`~sim.errors.ConfigError` that names the
+file that sets it (and the file that extends it) and the field; so is a [system] table whose
+numbers contradict each other (``topology = "single"`` with several IPUs, several PODs of a number
+of IPUs that is not a power of two). ``topology`` is recorded with a run, not simulated: routes
+and syncs follow ``ipus_per_chassis`` and ``chassis_per_pod`` (:mod:`sim.hardware.topology`).
 
 Units are in the field names: ``_hz``, ``_bytes``, ``_cycles``, ``_bytes_per_s``,
 ``_per_cycle``. Seconds and bytes/s are converted to cycles of the IPU clock by the helpers
@@ -45,7 +52,6 @@ class IPU:
     amp_fp16_output_group: int  # output channels (N) per pass with fp16 partials (conv units); N pads to it
     amp_fp16_fp32_partials_output_group: int  # the same, fp16 in with fp32 partials
     amp_fp32_output_group: int  # the same in fp32
-    vector_bytes_per_cycle: float  # per tile, all worker threads together
     data_path_bits: int  # width of one load from tile memory (Target::getDataPathWidth)
     memory_element_bytes: int  # one tile memory element (bank), bytes
     vertex_overhead_cycles: int  # supervisor launch + worker entry, per compute set per tile
@@ -237,12 +243,10 @@ def _resolve(name_or_path: str | Path) -> Path:
     return candidate
 
 
-def _read_merged(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    if path in seen:
-        raise ConfigError(f"{path}: 'extends' forms a cycle through {[str(s) for s in seen]}")
+def _read_file(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
                           "a system config is a TOML file, which must be saved as UTF-8") from None
@@ -251,35 +255,89 @@ def _read_merged(path: Path, seen: tuple[Path, ...] = ()) -> dict:
                           "for the format)") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the system config: {e.strerror or e}") from None
+
+
+def _parent(path: Path, parent_name) -> Path:
+    """The file ``extends = parent_name`` in ``path`` names: a file beside ``path`` (its name, with or
+    without ``.toml``, or a path relative to ``path``'s folder, or an absolute path), else a config
+    of ``configs/`` by name. Never a file relative to the working directory."""
+    if not isinstance(parent_name, str) or not parent_name.strip():
+        raise ConfigError(f"{path}: extends = {parent_name!r}; expected the name of a config (see ipusim systems) "
+                          "or the path of a .toml file, relative to this file's folder")
+    given = Path(parent_name)
+    near = path.parent / (parent_name if given.suffix == ".toml" else parent_name + ".toml")
+    if near.exists():
+        if not near.is_file():
+            raise ConfigError(f"{path}: extends = {parent_name!r}: {near} is not a regular file; give a .toml file "
+                              "or a config name")
+        return near
+    if given.suffix == ".toml" or len(given.parts) > 1:
+        raise ConfigError(f"{path}: extends = {parent_name!r}: {near} does not exist (a path in 'extends' is "
+                          f"relative to the folder of {path.name})")
+    shipped = CONFIG_DIR / f"{parent_name}.toml"
+    if shipped.is_file():
+        return shipped
+    raise ConfigError(f"{path}: extends = {parent_name!r}: no file {near.name} beside it and no system of that "
+                      f"name; known systems: {', '.join(available_systems())} (or give the path of a .toml file, "
+                      f"relative to the folder of {path.name})")
+
+
+def _read_merged(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, dict]:
+    """The values of the config at ``path`` over those of the configs it ``extends``, and the file each
+    value comes from (``{"table.key" or "key": path}``, so an error names the file that holds it).
+
+    ``name`` is never inherited (a file without one is named after its file), nor is
+    ``description`` (a file without one is described as its parent, changed).
+    """
+    real = path.resolve()
+    if real in seen:
+        chain = " -> ".join(str(s) for s in seen + (real,))
+        raise ConfigError(f"{path}: 'extends' forms a cycle: {chain}; a config cannot extend itself, directly "
+                          "or through others")
+    data = _read_file(path)
+    for key in ("name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise ConfigError(f"{path}: {key} = {data[key]!r}; expected a string")
+    if "name" in data and not data["name"].strip():
+        raise ConfigError(f"{path}: name = {data['name']!r}; expected a name (or no name: the file's)")
     parent_name = data.pop("extends", None)
     if parent_name is None:
-        return data
-    if not isinstance(parent_name, str):
-        raise ConfigError(f"{path}: extends = {parent_name!r}; expected the name of a config")
-    parent_path = path.parent / f"{parent_name}.toml"
-    if not parent_path.exists():
-        try:
-            parent_path = _resolve(parent_name)
-        except ConfigError as e:
-            raise ConfigError(f"{path}: extends = {parent_name!r}: {e}") from None
-    merged = _read_merged(parent_path, seen + (path,))
+        merged, origin = {}, {}
+    else:
+        merged, origin = _read_merged(_parent(path, parent_name), seen + (real,))
+    parent_label = merged.pop("name", parent_name)
+    parent_description = merged.pop("description", "")
     for key, value in data.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
-    return merged
+            origin = {k: v for k, v in origin.items() if not k.startswith(f"{key}.")}
+        origin[key] = path
+        if isinstance(value, dict):
+            origin.update({f"{key}.{k}": path for k in value})
+    merged.setdefault("name", path.stem)
+    if "description" not in data and parent_name is not None:
+        merged["description"] = f"{parent_description or parent_label}; changed by {path.name}"
+    return merged, origin
 
 
-def _build_section(path: Path, section: str, cls, values) -> object:
+def _source(path: Path, origin: dict, key: str) -> str:
+    """The file that sets ``key`` (``"table.key"``), and the file loaded when that is another."""
+    src = origin.get(key, path)
+    return str(path) if src == path else f"{src} (extended by {path})"
+
+
+def _build_section(path: Path, section: str, cls, values, origin: dict) -> object:
     if not isinstance(values, dict):
-        raise ConfigError(f"{path}: [{section}] must be a table")
+        raise ConfigError(f"{_source(path, origin, section)}: [{section}] must be a table")
     # fields with a default are compile options, not hardware: a config cannot set them
     fields = {f.name: f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(
-            f"{path}: unknown key {section}.{unknown[0]}; the keys of [{section}] are: "
+            f"{_source(path, origin, f'{section}.{unknown[0]}')}: unknown key {section}.{unknown[0]}; the keys of "
+            f"[{section}] are: "
             f"{', '.join(fields)}"
         )
     missing = [k for k in fields if k not in values]
@@ -288,7 +346,7 @@ def _build_section(path: Path, section: str, cls, values) -> object:
     kwargs = {}
     for key, f in fields.items():
         v = values[key]
-        where = f"{path}: {section}.{key}"
+        where = f"{_source(path, origin, f'{section}.{key}')}: {section}.{key}"
         if key in _STRINGS:
             allowed = _GENERATIONS if key == "generation" else _TOPOLOGIES
             if not isinstance(v, str) or v not in allowed:
@@ -381,23 +439,43 @@ def interned(ipu: IPU) -> IPU:
     return _IPUS.setdefault(ipu, ipu)
 
 
+def _check_layout(path: Path, origin: dict, layout: SystemLayout) -> None:
+    """A ConfigError for a [system] table whose numbers contradict each other."""
+    n = layout.num_ipus
+    if layout.topology == "single" and n > 1:
+        raise ConfigError(f"{_source(path, origin, 'system.topology')}: system.topology = 'single' but system.num_ipus "
+                          f"= {n}: 'single' is one IPU on its own; set topology = \"ladder\" (IPU-Machines joined by "
+                          "IPU-Links) or \"card\" (PCIe cards)")
+    pod = layout.ipus_per_chassis * layout.chassis_per_pod
+    if n > pod and pod & (pod - 1):
+        # a replicated run holds a power-of-two partition from IPU 0: with PODs of another size it would
+        # hold part of a POD, and a collective across PODs (GW-Links) needs the same IPUs in each
+        lower = 1 << (pod.bit_length() - 1)
+        raise ConfigError(
+            f"{_source(path, origin, 'system.chassis_per_pod')}: system.num_ipus = {n} spans "
+            f"{-(-n // pod)} PODs of system.ipus_per_chassis x system.chassis_per_pod = {layout.ipus_per_chassis} x "
+            f"{layout.chassis_per_pod} = {pod} IPUs, which is not a power of two, so a power-of-two partition "
+            f"(every replicated run) would hold part of a POD; make a POD {lower} or {lower * 2} IPUs, or "
+            f"system.num_ipus at most {pod} (one POD)")
+
+
 def load_system(name_or_path: str | Path) -> System:
     """Load a system by config name (``"ipu-pod16"``) or by the path of a TOML file."""
     if isinstance(name_or_path, System):
         return name_or_path
     path = _resolve(name_or_path)
-    data = _read_merged(path)
+    data, origin = _read_merged(path)
     unknown = sorted(set(data) - set(_SECTIONS) - _TOP_KEYS)
     if unknown:
         raise ConfigError(
-            f"{path}: unknown key or table {unknown[0]!r}; expected tables "
+            f"{_source(path, origin, unknown[0])}: unknown key or table {unknown[0]!r}; expected tables "
             f"{', '.join('[' + s + ']' for s in _SECTIONS)} and keys name, description, extends"
         )
     parts = {}
     for section, cls in _SECTIONS.items():
         if section not in data:
             raise ConfigError(f"{path}: missing table [{section}]")
-        parts[section] = _build_section(path, section, cls, data[section])
+        parts[section] = _build_section(path, section, cls, data[section], origin)
     ipu: IPU = interned(parts["ipu"])
     if ipu.reserved_bytes_per_tile >= ipu.sram_bytes_per_tile:
         raise ConfigError(f"{path}: ipu.reserved_bytes_per_tile = {ipu.reserved_bytes_per_tile:,} leaves nothing "
@@ -409,9 +487,10 @@ def load_system(name_or_path: str | Path) -> System:
             f"{path}: system.num_ipus = {layout.num_ipus} is not a whole number of chassis of "
             f"{layout.ipus_per_chassis} IPUs"
         )
+    _check_layout(path, origin, layout)
     return System(
-        name=str(data.get("name", path.stem)),
-        description=str(data.get("description", "")),
+        name=data["name"],
+        description=data.get("description", ""),
         ipu=ipu,
         host_link=parts["host_link"],
         ipu_link=parts["ipu_link"],

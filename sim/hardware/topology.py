@@ -54,9 +54,11 @@ def domain_chassis(system: System) -> int:
 def ring_chassis(system: System, pod: int, partition_ipus: int = 0) -> int:
     """Chassis of ``pod`` in the ring its IPU-Link routes wrap round: the POD's IPU-Link domain
     (:func:`domain_chassis`), or, for a partition of ``partition_ipus`` IPUs from IPU 0 that holds
-    fewer of the POD's chassis, those chassis (0: the whole domain)."""
+    fewer of the POD's chassis, those chassis (0: the whole domain): a ladder of chassis of several
+    IPUs closes a ring up one side and down the other. Chassis of one IPU each (PCIe cards cabled in a
+    ring, ``c600-x8``) have no second side: a partition's routes wrap round the whole ring."""
     whole = domain_chassis(system)
-    if partition_ipus <= 0:
+    if partition_ipus <= 0 or system.layout.ipus_per_chassis == 1:
         return whole
     layout = system.layout
     held = partition_ipus - pod * layout.chassis_per_pod * layout.ipus_per_chassis
