@@ -77,6 +77,17 @@ class Params(dict):
             self.fail(key, f"expected a non-empty list of integers >= {minimum}")
         return [int(x) for x in v]
 
+    def items(self, key: str, what: str) -> list:
+        """A list parameter's items: an explicit empty list is none, and so is None where None is the
+        default; any other value that is not a list (a falsy ``0`` or ``""`` included) is refused by name,
+        ``what`` saying what the list holds."""
+        v = self[key]
+        if v is None and self.defaults[key] is None:
+            return []
+        if not isinstance(v, (list, tuple)):
+            self.fail(key, f"expected a list of {what} ([] for none)")
+        return list(v)
+
     def prob(self, key: str) -> float:
         v = self[key]
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= v < 1:
@@ -108,8 +119,8 @@ def _differs(value, default) -> bool:
 def split_points(p: Params, order: list[str], spell=lambda s: s) -> list[str]:
     """The ``split_points`` parameter: the blocks of ``order`` where a new IPU starts (each name
     through ``spell`` first), distinct and in model order."""
-    splits = p["split_points"] or []
-    if not isinstance(splits, (list, tuple)) or not all(isinstance(s, str) for s in splits):
+    splits = p.items("split_points", "block names")
+    if not all(isinstance(s, str) for s in splits):
         p.fail("split_points", "expected a list of block names")
     splits = [spell(s) for s in splits]
     for s in splits:

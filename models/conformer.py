@@ -27,14 +27,19 @@ ctc_weight * CTC``.
   does after its self-attention and at its end. Dropout ``dropout`` after each FFN, attention and
   convolution module, as WeNet.
 - CTC branch: linear d -> vocab, log-softmax, CTC (popnn, ``enableReducedClassesInLabel``).
+- ``ctc_weight`` (the config's ``loss_weight: ctc_weight``, 0.3) from 0 to 1: the example builds both
+  branches whatever the weight (its ``Conformer.forward`` computes both losses, returns them beside the
+  weighted sum and checks no range, unlike WeNet, which skips a branch of weight 0), so at 0 (attention
+  only) and 1 (CTC only) both are still built and priced, as the example runs them.
 - Decoder: the targets' embedding (vocab x d) with positional encoding, ``decoder_blocks``
   pre-LN blocks (causal self-attention, attention over the encoder output, ReLU FFN), LN and the
   output linear d -> vocab. The label-smoothing loss (KL divergence to the smoothed one-hot) is
   built as one softmax cross-entropy over the (B x tokens, vocab) logits: its gradient is the
   same work (a softmax less a smoothed one-hot).
 - ``layers_per_ipu`` (e.g. [2, 4, 4, 2]: the SDK 2.6 example's pipeline ``encoder.encoders__2``,
-  ``__6``, ``__10`` on IPUs 1, 2, 3; SDK 3.0 and later's ``__11`` gives [2, 4, 5, 1]) places the encoder blocks; the front end is on IPU 0, the
-  CTC branch, decoder and losses on the last block's IPU. The example sets no recomputation
+  ``__6``, ``__10`` on IPUs 1, 2, 3; SDK 3.0 and later's ``__11`` gives [2, 4, 5, 1]) places the encoder
+  blocks; the front end is on IPU 0 (alone with a leading 0, as [0, 4, 4, 4]), the CTC branch, decoder
+  and losses on the last block's IPU. The example sets no recomputation
   checkpoint, so a pipelined stage recomputes from its stashed inputs.
 
 Not built: the ops that make the padding masks from the lengths on the IPU (the masks are constants
@@ -44,6 +49,7 @@ added to the scores); the CTC loss's division by the batch (a scalar).
 from __future__ import annotations
 
 import math
+import numbers
 
 from sim.graph import Graph, GraphBuilder
 
@@ -143,14 +149,17 @@ def build(name: str, p: Params) -> Graph:
     if kernel % 2 == 0:
         p.fail("kernel", "must be odd (the depthwise convolution pads (kernel - 1) / 2 each side)")
     blocks, dec_blocks, vocab = p.layers("encoder_blocks"), p.layers("decoder_blocks", minimum=0), p.int("vocab")
-    drop, pos_drop, ctc_w = p.prob("dropout"), p.prob("positional_dropout"), p.prob("ctc_weight")
+    drop, pos_drop, ctc_w = p.prob("dropout"), p.prob("positional_dropout"), p["ctc_weight"]
+    if isinstance(ctc_w, bool) or not isinstance(ctc_w, numbers.Real) or not 0 <= ctc_w <= 1:
+        p.fail("ctc_weight", "expected a weight from 0 to 1 (the loss is (1 - ctc_weight) x attention + "
+                             "ctc_weight x CTC)")
     T = _subsampled(_subsampled(frames))
     mel_out = _subsampled(_subsampled(mel))
     for key, n in (("max_frames", T), ("mel_bins", mel_out)):
         if n < 1:
             p.fail(key, f"must be at least 7 for the {SUBSAMPLING}x subsampling (two unpadded 3 x 3 stride-2 "
                         "convolutions)")
-    layer_ipu = layer_ipus(p, blocks)
+    layer_ipu = layer_ipus(p, blocks, first="the front end")
     dtype = p.dtype()
 
     b = GraphBuilder(name, dtype)
@@ -167,7 +176,7 @@ def build(name: str, p: Params) -> Graph:
     dec_mask = (b.constant("decoder_mask", (B, 1, tokens, tokens)),
                 b.constant("decoder_mask_rev", (B, 1, tokens, tokens)))
 
-    with place.on(layer_ipu[0] if layer_ipu else 0, "frontend"):
+    with place.on(0, "frontend"):
         with b.scope("global_cmvn"):  # in the model dtype: PopTorch's autocast casts its x.float() down
             x = b.mul(b.sub(feats, b.constant("mean", (1, 1, mel))), b.constant("istd", (1, 1, mel)))
         with b.scope("subsampling"):

@@ -77,12 +77,13 @@ def build(name: str, p: Params) -> Graph:
     group_dim, expand = p.int("group_dim"), p.int("expand_ratio")
     dropout = p.prob("dropout")
     spec = blocks(size, expand)
-    mids = sorted({cin * ratio for _, _, cin, _, ratio, _ in spec})  # each block's grouped convolution's channels
-    for blk, _, cin, _, ratio, _ in spec:
-        if group_dim < cin * ratio and (cin * ratio) % group_dim:
-            p.fail("group_dim", f"{blk}'s grouped convolution has {cin * ratio} channels, not a whole number of "
-                                f"groups of {group_dim}: give a divisor of every block's expanded channels "
-                                f"({', '.join(map(str, mids))}), or more than {mids[-1]} for dense convolutions")
+    for blk, _, cin, _, ratio, _ in spec:  # each block's grouped convolution: channels // group_dim groups
+        mid = cin * ratio
+        if mid % max(mid // group_dim, 1):
+            p.fail("group_dim", f"{blk}'s grouped convolution has {mid} channels, which {mid // group_dim} groups "
+                                f"(its channels // group_dim) do not divide; give a group_dim that leaves every block "
+                                "a whole number of channels a group (a divisor of the channels, or one that leaves "
+                                "a single group)")
     splits = split_points(p, [blk[0] for blk in spec])
 
     b = GraphBuilder(name, p.dtype())

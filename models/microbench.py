@@ -4,8 +4,11 @@
                  vector. The matrix rows are cut into ``col_split`` segments; one C++ dot-product
                  vertex per (row, segment) writes a partial sum; one reduce vertex per row adds
                  the partials. Host streams: the vector and the matrix in, the result out.
+                 ``col_split`` from 1 to ``cols``; ``tiles`` above the IPU's are capped to them
+                 where the graph is compiled, with a note.
 ``amp-tile``     The tessellate-ipu peak-FLOPS notebook: every tile runs one AMP matmul
-                 ``[n, 16] x [16, 16]`` in fp16 (fp16 partials) on data already on the tile.
+                 ``[n, 16] x [16, 16]`` in fp16 (fp16 partials) on data already on the tile;
+                 ``tiles`` from 1 to 1,472 (:data:`MAX_TILES`).
 ``io-bound``     A loop in which the IPU gets data from the host, processes it and sends it
                  back, as in the PopTorch user guide's host-IO profiles: ``x (batch, width)``
                  fp16 through ``layers`` x (linear + relu), the last activation streamed out.
@@ -28,6 +31,12 @@ from sim.options import OverlapMode
 
 from ._common import Params
 
+#: the most tiles ``amp-tile``'s ``tiles`` may name: those of the largest IPU in configs/ (Mk2, Bow and
+#: C600: 1,472; Mk1: 1,216). Its tiles are the leading axis of one batched matmul, which any IPU would
+#: price spread over its own tiles, so a count above every IPU's is refused when the model is built,
+#: before the system is known.
+MAX_TILES = 1472
+
 MODELS = {
     "tut6-matvec": dict(rows=10000, cols=1000, col_split=7, tiles=1472, vertex_base_cycles=5,
                         cycles_per_mac=4),
@@ -41,7 +50,12 @@ def build(name: str, p: Params) -> Graph:
 
 
 def _tut6(p: Params) -> Graph:
+    # tiles is not bounded here: the custom ops carry it, and compiling for an IPU with fewer tiles caps
+    # them to the IPU's with a note (sim.cost.rules._custom)
     rows, cols, split, tiles = p.int("rows"), p.int("cols"), p.int("col_split"), p.int("tiles")
+    if split > cols:
+        p.fail("col_split", f"expected an integer from 1 to cols={cols}: each of the col_split segments of a "
+                            "row must hold at least one of its columns")
     base, per_mac = p.int("vertex_base_cycles", 0), p.int("cycles_per_mac")
     b = GraphBuilder("tut6-matvec", "float32")
     vector = b.input("inputVector", (cols,))
@@ -62,6 +76,9 @@ def _tut6(p: Params) -> Graph:
 
 def _amp_tile(p: Params) -> Graph:
     n, tiles = p.int("n"), p.int("tiles")
+    if tiles > MAX_TILES:
+        p.fail("tiles", f"expected an integer from 1 to {MAX_TILES}, the tiles of one IPU ({MAX_TILES:,} on the "
+                        "largest IPU in configs/: Mk2, Bow, C600; Mk1 has 1,216): each tile runs one AMP matmul")
     b = GraphBuilder("amp-tile", "float16")
     x = b.constant("x", (tiles, n, 16))
     w = b.weight("w", (tiles, 16, 16))

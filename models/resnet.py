@@ -87,11 +87,9 @@ def build(name: str, p: Params) -> Graph:
     order = [blk for blk, _, _ in blocks]
     splits = split_points(p, order, lambda s: s.replace(".", "/"))  # "layer2.0" is "layer2/0"
 
-    checkpoints = p["recompute_checkpoints"] or []
-    if checkpoints == "blocks":
-        checkpoints = list(order)
-    if not isinstance(checkpoints, (list, tuple)) or any(not isinstance(c, str) or c.replace(".", "/") not in order
-                                                         for c in checkpoints):
+    checkpoints = (list(order) if p["recompute_checkpoints"] == "blocks"
+                   else p.items("recompute_checkpoints", 'block names, or the string "blocks" for every block'))
+    if any(not isinstance(c, str) or c.replace(".", "/") not in order for c in checkpoints):
         p.fail("recompute_checkpoints", f"expected \"blocks\" or a list of block names: {', '.join(order)}")
     checkpoints = {c.replace(".", "/") for c in checkpoints}
 

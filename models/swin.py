@@ -35,12 +35,12 @@ Outputs: the logits (B, num_labels) and the loss; with ``with_loss=False`` the l
   (num_features -> num_labels), and the soft-target cross-entropy on float32 logits.
 - ``layers_per_ipu`` (the configs' ``LAYERS_PER_IPU``, e.g. [2, 3, 5, 2] for the 12 blocks of Swin-T)
   places the blocks on consecutive IPUs (``set_pipeline``: a ``poptorch.BeginBlock`` on every
-  block); the patch embedding is on IPU 0, each patch merging on its stage's last block's IPU, the
-  head on the last block's; the blocks are the placement's units ``layer0``, ``layer1``, ... (a stage's
-  patch merging goes with its last block). The port sets no recomputation checkpoint (``use_recompute``
-  False), so a pipelined stage recomputes from its stashed inputs; ``recompute_checkpoint_every_layer``
-  (default False) checkpoints every block's output but the last, as the zoo's BERT does (what
-  ``ipusim plan`` tries).
+  block); the patch embedding is on IPU 0 (alone with a leading 0), each patch merging on its stage's
+  last block's IPU, the head on the last block's; the blocks are the placement's units ``layer0``,
+  ``layer1``, ... (a stage's patch merging goes with its last block). The port sets no recomputation
+  checkpoint (``use_recompute`` False), so a pipelined stage recomputes from its stashed inputs;
+  ``recompute_checkpoint_every_layer`` (default False; True or False only, not BERT's None) checkpoints
+  every block's output but the last, as the zoo's BERT does (what ``ipusim plan`` tries).
 
 - ``fp8_matmuls`` (a ``dtype="float16"`` model) runs the model as PopRT's Converter with ``precision`` fp8
   converts it (ByteMLPerf's Swin-L): every layer with weights, the patch embedding's convolution, the
@@ -205,7 +205,11 @@ def build(name: str, p: Params) -> Graph:
         if res > window and res % window:
             p.fail("window", f"stage {i}'s {res} x {res} map is not a whole number of {window} x {window} windows")
     blocks = sum(depths)
-    block_ipu = layer_ipus(p, blocks, f"the {blocks} blocks of depths={depths}")
+    block_ipu = layer_ipus(p, blocks, f"the {blocks} blocks of depths={depths}", first="the patch embedding")
+    if p["recompute_checkpoint_every_layer"] is None:  # checkpointed_layers would read None as "when pipelined"
+        p.fail("recompute_checkpoint_every_layer", "expected True or False (default False: the port sets no "
+                                                   "recomputation checkpoint); None, \"on when pipelined\" in BERT, "
+                                                   "GPT-2 and ViT, is not a value of Swin's")
     checkpoints = checkpointed_layers(p, blocks)
     top = p["drop_path"]
     if isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 <= top < 1:

@@ -125,9 +125,8 @@ def fp32_ops(p: Params) -> tuple[str, ...]:
     as PopRT's Converter keeps the ONNX op types of its ``fp16_skip_op_types`` (Graphcore's PopRT BERT
     examples skip "Gelu,GroupNormalization"): each such op casts its input to float32 and its output
     back (:class:`sim.graph.GraphBuilder`'s ``fp32_kinds``)."""
-    ops = p["fp32_ops"] or ()
-    if not isinstance(ops, (list, tuple)) or not all(isinstance(o, str) for o in ops) \
-            or not set(ops) <= set(GraphBuilder.FP32_KINDS):
+    ops = p.items("fp32_ops", f"op kinds among {', '.join(GraphBuilder.FP32_KINDS)}")
+    if not all(isinstance(o, str) for o in ops) or not set(ops) <= set(GraphBuilder.FP32_KINDS):
         p.fail("fp32_ops", f"expected a list of op kinds among {', '.join(GraphBuilder.FP32_KINDS)}")
     return tuple(ops)
 
@@ -153,14 +152,29 @@ def checkpointed_layers(p: Params, num_layers: int, last: bool = False) -> set[i
     return set(range(num_layers if last else num_layers - 1)) if on else set()
 
 
-def layer_ipus(p: Params, num_layers: int, what: str | None = None) -> list[int] | None:
+def layer_ipus(p: Params, num_layers: int, what: str | None = None,
+               first: str = "the embeddings") -> list[int] | None:
     """The IPU of each layer from ``layers_per_ipu`` (e.g. [0, 4, 4, 4]), or None if unset;
-    ``what`` says where the ``num_layers`` layers come from, for the error (default the parameter)."""
+    ``what`` says where the ``num_layers`` layers come from, for the error (default the parameter).
+
+    Entry i is IPU i's layers, as PopTorch's ``poptorch.BeginBlock(ipu_id=...)`` and PopART's
+    ``virtualGraph`` number IPUs: an IPU holds only what is placed on it. Only the first entry may be 0:
+    IPU 0 then holds ``first`` (what the model puts on IPU 0 before its layers) and no layer, as
+    Graphcore's configs put BERT's embeddings (and its MLM head) on IPU 0 without encoder layers
+    (``layers_per_ipu: [0, 4, 4, 4]``, MLPerf's ``encoder_start_ipu: 1``), and as the planner's splits may.
+    A 0 anywhere else is an IPU that would hold nothing at all, which no user means (``[2, 0]`` would run
+    on one IPU of two, ``[0, 0, 2]`` on IPUs 0 and 2 of three): an error naming the entry."""
     counts = p.ints("layers_per_ipu", minimum=0, optional=True)
     if counts is None:
         return None
     if sum(counts) != num_layers:
         p.fail("layers_per_ipu", f"must sum to {what or f'num_layers={num_layers}'}, sums to {sum(counts)}")
+    empty = [i for i, n in enumerate(counts) if i > 0 and n == 0]
+    if empty:
+        kept = [n for i, n in enumerate(counts) if i == 0 or n]
+        p.fail("layers_per_ipu", f"entry {empty[0]} is 0, so IPU {empty[0]} would hold nothing at all; only the "
+                                 f"first entry may be 0 (IPU 0 then holds {first} and no layer): leave out the empty "
+                                 f"IPU (layers_per_ipu={kept}) or move layers onto it")
     return [ipu for ipu, n in enumerate(counts) for _ in range(n)]
 
 
@@ -175,7 +189,8 @@ def att_ffn_ipus(p: Params, num_layers: int) -> tuple[list[int], list[int]] | No
     POD16's ``[[1, [7, 6]], [2, [6, 7]], [3, [7, 6]], [0, [4, 5]]]`` puts layer 6's attention on
     IPU 1 and its FFN on IPU 2, and the last 4 attentions and 5 FFNs back on IPU 0 with the heads.
     None if unset (models without the parameter, e.g. GPT-2, never have it). Exclusive with
-    ``layers_per_ipu``.
+    ``layers_per_ipu``. As there, no IPU may be left holding nothing: an entry of no attention and no
+    FFN, or IPUs that skip one (``[[2, [12, 12]]]`` leaves IPU 1 empty), is an error.
     """
     entries = p.get("att_ffn_placement")
     if entries is None:
@@ -198,11 +213,19 @@ def att_ffn_ipus(p: Params, num_layers: int) -> tuple[list[int], list[int]] | No
             p.fail("att_ffn_placement", f"entries {i - 1} and {i} are both on IPU {entries[i][0]}: one stage "
                                         "per entry, merge them")
     done_att = done_ffn = 0
-    for i, (_, (n_att, n_ffn)) in enumerate(entries):
+    for i, (ipu, (n_att, n_ffn)) in enumerate(entries):
+        if n_att == n_ffn == 0:
+            p.fail("att_ffn_placement", f"entry {i} puts no attention and no FFN on IPU {ipu}, a stage holding "
+                                        "nothing: leave the entry out")
         done_att, done_ffn = done_att + n_att, done_ffn + n_ffn
         if done_ffn > done_att:
             p.fail("att_ffn_placement", f"entry {i} places the FFN of layer {done_att} before its attention: "
                                         "after each entry the attentions placed must be >= the FFNs placed")
+    empty = sorted(set(range(max(att + ffn) + 1)) - {0, *att, *ffn})  # IPU 0 holds the embeddings
+    if empty:
+        p.fail("att_ffn_placement", f"no entry is on IPU {empty[0]}, so it would hold nothing at all while IPU "
+                                    f"{max(att + ffn)} is used: put the entries on IPUs 1, 2, ... without gaps (IPU 0 "
+                                    "holds the embeddings and may hold entries too)")
     return att, ffn
 
 

@@ -29,8 +29,8 @@ coefficient per micro-batch). Outputs: the logits (B, num_labels) and the loss; 
   (B, num_labels) log-softmax gather) and the on-device accuracy are not built (B x num_labels
   values, under 0.1 % of a micro-batch's work).
 - ``layers_per_ipu`` (e.g. [3, 3, 3, 3]) places the blocks on consecutive IPUs; the embeddings are
-  on IPU 0 and the final layernorm and the head on the last block's IPU (``Embedding --> IPU 0``,
-  ``Head --> IPU 3`` in the examples), so they add no pipeline stage.
+  on IPU 0 (alone with a leading 0) and the final layernorm and the head on the last block's IPU
+  (``Embedding --> IPU 0``, ``Head --> IPU 3`` in the examples), so they add no pipeline stage.
 - ``recompute_checkpoint_every_layer``: each block's output, the last included, is a recomputation
   checkpoint, as both Graphcore models put one on every layer (``models/pipeline_model.py``); in the
   final pipeline stage PopART then recomputes all the stage's blocks, the forward ops before the

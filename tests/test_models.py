@@ -1,6 +1,7 @@
 """The model zoo: sizes against published figures, FLOPs from op shapes, placement, errors."""
 
 import math
+import re
 
 import pytest
 
@@ -352,6 +353,10 @@ def test_efficientnet_group_dim_dividing_every_block_or_above_them_builds():
     assert all(op.attrs.get("groups", 1) * 16 == g.tensors[op.inputs[0]].shape[1]
                for op in g.ops if op.name.endswith("b/conv/conv2d"))
     models.get("efficientnet-b0", group_dim=2000)  # larger than every block: dense convolutions
+    # Graphcore's B4 G16 (validation rows B4-B6): block1b's 24 channels are one group of 24 (24 // 16 groups)
+    g = models.get("efficientnet-b4", group_dim=16, expand_ratio=4, split_points=["block4a"])
+    [conv] = [op for op in g.ops if op.name.endswith("block1b/b/conv/conv2d")]
+    assert conv.attrs.get("groups", 1) == 1 and g.tensors[conv.inputs[0]].shape[1] == 24
 
 
 def test_gpt2_decode_cache_of_one_and_positions_below_the_unused_seq_len():
@@ -371,3 +376,135 @@ def test_swin_inference_model_has_no_stochastic_depth():
     assert len(models.get("swin-tiny", with_loss=False, drop_path=0.0, **small).ops) == len(inference.ops)
     with pytest.raises(GraphError, match="drop_path"):
         models.get("swin-tiny", with_loss=False, drop_path=0.1, **small)
+
+
+# --- layers_per_ipu: only IPU 0 may be left without layers -----------------------------------------------------
+
+SMALL_SWIN = dict(depths=[2, 2], heads=[3, 6], image_size=56, micro_batch=1)
+SMALL_CONFORMER = dict(micro_batch=1, max_frames=64, encoder_blocks=2, decoder_blocks=1)
+#: (model, parameters for 2 layers, the block IPU 0 holds before the layers, the layers' block prefix)
+PIPELINED = [("bert-base", dict(num_layers=2, seq_len=16), "embedding", "layer"),
+             ("gpt2-small", dict(num_layers=2, seq_len=16), "embedding", "layer"),
+             ("vit-base-16", dict(num_layers=2, micro_batch=1), "embedding", "layer"),
+             ("swin-tiny", dict(SMALL_SWIN, depths=[1, 1]), "patch_embed", "layer"),
+             ("conformer-medium", SMALL_CONFORMER, "frontend", "encoder")]
+
+
+@pytest.mark.parametrize("name, params, first, layer", PIPELINED)
+@pytest.mark.parametrize("counts, entry, kept", [([2, 0], 1, [2]), ([0, 0, 2], 1, [0, 2]), ([1, 0, 1], 1, [1, 1]),
+                                                 ([0, 2, 0], 2, [0, 2])])
+def test_an_ipu_that_would_hold_nothing_is_refused(name, params, first, layer, counts, entry, kept):
+    """A 0 after the first entry of layers_per_ipu leaves an IPU empty: an error naming the parameter, the entry
+    and the fix (was: [2, 0] ran on one IPU, [0, 0, 2] failed later for 3 IPUs not being a power of two)."""
+    with pytest.raises(GraphError, match=rf"layers_per_ipu=\[.*\]: entry {entry} is 0, so IPU {entry} would hold "
+                                         rf"nothing at all; only the first entry may be 0 .*"
+                                         rf"layers_per_ipu={re.escape(str(kept))}"):
+        models.get(name, layers_per_ipu=counts, **params)
+
+
+@pytest.mark.parametrize("name, params, first, layer", PIPELINED)
+def test_a_leading_zero_leaves_ipu_0_the_part_before_the_layers(name, params, first, layer):
+    """layers_per_ipu=[0, ...]: IPU 0 holds what the model puts before its layers (the embeddings, Conformer's
+    front end) and no layer, as Graphcore's BERT configs ([0, 4, 4, 4], MLPerf's encoder_start_ipu 1) and the
+    planner's splits have it (was, for Conformer: the front end moved to IPU 1 with the first block)."""
+    g = models.get(name, layers_per_ipu=[0, 1, 1], **params)
+    assert {op.ipu for op in g.ops if op.block == first} == {0}
+    layers = [op.ipu for op in g.ops if op.block is not None and op.block.startswith(layer)]
+    assert set(layers) == {1, 2}
+    assert sorted(g.ipus_used()) == [0, 1, 2]
+
+
+def test_conformer_front_end_is_on_ipu_0_as_its_docstring_says():
+    for counts in ([0, 2], [1, 1], [2]):
+        g = models.get("conformer-medium", layers_per_ipu=counts, **SMALL_CONFORMER)
+        assert {op.ipu for op in g.ops if op.name.startswith(("global_cmvn/", "subsampling/", "pos_enc/"))} == {0}
+        assert "IPU 0" in models.conformer.__doc__ and "alone with a leading 0" in models.conformer.__doc__
+
+
+# --- list parameters take lists --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, params, param", [
+    ("bert-base", dict(num_layers=1, fp32_ops=0), "fp32_ops"),
+    ("gpt2-small", dict(num_layers=1, seq_len=16, fp32_ops=False), "fp32_ops"),
+    ("bert-base", dict(num_layers=1, fp32_ops=None), "fp32_ops"),  # its default is [], not None
+    ("resnet50", dict(split_points=0), "split_points"),
+    ("resnet50", dict(split_points=""), "split_points"),
+    ("efficientnet-b0", dict(split_points=0), "split_points"),
+    ("unet", dict(split_points=0), "split_points"),
+    ("resnet50", dict(recompute_checkpoints=0), "recompute_checkpoints"),
+    ("resnet50", dict(recompute_checkpoints="layer2/0"), "recompute_checkpoints"),
+])
+def test_a_list_parameter_given_a_value_that_is_not_a_list_is_refused(name, params, param):
+    """A falsy non-list (0, False, "") is not an empty list (was: read as none)."""
+    with pytest.raises(GraphError, match=rf"parameter {param}=.*: expected a list of .*\(\[\] for none\)"):
+        models.get(name, **params)
+
+
+@pytest.mark.parametrize("name, params, param", [
+    ("bert-base", dict(num_layers=1), "fp32_ops"),
+    ("resnet50", dict(micro_batch=1), "split_points"),
+    ("resnet50", dict(micro_batch=1), "recompute_checkpoints"),
+    ("unet", dict(micro_batch=1), "split_points"),
+])
+def test_an_explicit_empty_list_is_none(name, params, param):
+    default = models.get(name, **params)
+    empty = models.get(name, **{param: [], **params})
+    assert [(op.kind, op.name, op.ipu) for op in empty.ops] == [(op.kind, op.name, op.ipu) for op in default.ops]
+
+
+# --- swin's recompute_checkpoint_every_layer is True or False ------------------------------------------------
+
+def test_swin_recompute_checkpoint_every_layer_is_a_flag_as_listed():
+    """`ipusim models` lists swin's default as false, as its docstring says; None (BERT's "on when pipelined")
+    is refused (was: accepted, checkpointing a pipelined Swin that the listing said would not be)."""
+    assert models.describe("swin-tiny")["recompute_checkpoint_every_layer"] is False
+    with pytest.raises(GraphError, match="recompute_checkpoint_every_layer=None: expected True or False"):
+        models.get("swin-tiny", recompute_checkpoint_every_layer=None, layers_per_ipu=[2, 2], **SMALL_SWIN)
+    g = models.get("swin-tiny", layers_per_ipu=[2, 2], **SMALL_SWIN)
+    assert not any(op.kind == "checkpoint" for op in g.ops)
+
+
+# --- conformer's ctc_weight, as the example takes it -----------------------------------------------------------
+
+@pytest.mark.parametrize("weight", [0, 0.0, 0.3, 1, 1.0])
+def test_conformer_ctc_weight_from_0_to_1_builds_both_branches_as_the_example(weight):
+    """Graphcore's Conformer.forward (speech/conformer/pytorch/src/conformer.py) computes the CTC and the
+    attention loss whatever ctc_weight, returns both beside (1 - w) x attention + w x CTC, and checks no
+    range: a weight of 1 builds (was: refused) and 0 and 1 still build and price both branches."""
+    kinds = {op.kind for op in models.get("conformer-medium", ctc_weight=weight, **SMALL_CONFORMER).ops}
+    assert {"ctc_loss", "softmax_cross_entropy"} <= kinds
+
+
+@pytest.mark.parametrize("weight", [-0.1, 1.5, True, "0.3", None])
+def test_conformer_ctc_weight_outside_0_to_1_is_refused(weight):
+    with pytest.raises(GraphError, match=r"ctc_weight=.*expected a weight from 0 to 1"):
+        models.get("conformer-medium", ctc_weight=weight, **SMALL_CONFORMER)
+
+
+# --- microbenchmarks' sizes ------------------------------------------------------------------------------------
+
+def test_amp_tile_takes_at_most_the_largest_ipus_tiles():
+    from sim.hardware.configs import available_systems
+    from sim.hardware.system import load_system
+    assert models.microbench.MAX_TILES == max(load_system(n).ipu.tiles for n in available_systems()) == 1472
+    assert models.get("amp-tile", tiles=1472).ops and models.get("amp-tile", tiles=1).ops
+    with pytest.raises(GraphError, match=r"tiles=5000: expected an integer from 1 to 1472.*largest IPU in configs/"):
+        models.get("amp-tile", tiles=5000)
+
+
+def test_tut6_col_split_at_most_cols():
+    models.get("tut6-matvec", cols=7, col_split=7)
+    with pytest.raises(GraphError, match=r"col_split=8: expected an integer from 1 to cols=7"):
+        models.get("tut6-matvec", cols=7, col_split=8)
+
+
+@pytest.mark.parametrize("placement, words", [
+    ([[2, [2, 2]]], "no entry is on IPU 1, so it would hold nothing at all while IPU 2 is used"),
+    ([[1, [1, 1]], [3, [1, 1]]], "no entry is on IPU 2"),
+    ([[1, [2, 2]], [2, [0, 0]]], "entry 1 puts no attention and no FFN on IPU 2"),
+])
+def test_bert_att_ffn_placement_leaving_an_ipu_empty_is_refused(placement, words):
+    """MLPerf's att_ffn_placement, as layers_per_ipu: no IPU may hold nothing (was: built on IPUs 0 and 2)."""
+    with pytest.raises(GraphError, match=rf"att_ffn_placement=.*{words}"):
+        models.get("bert-base", num_layers=2, seq_len=16, att_ffn_placement=placement)
+    models.get("bert-base", num_layers=2, seq_len=16, att_ffn_placement=[[1, [2, 1]], [0, [0, 1]]])
