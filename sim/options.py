@@ -20,6 +20,16 @@ from .errors import OptionsError, show_number
 from .strategy import SyncPattern, _Strategy
 
 
+class OptionsAssertionError(OptionsError, AssertionError):
+    """An option value PopTorch refuses with an ``assert`` (a wrong type, ``numIOTiles`` out of range):
+    an :class:`~sim.errors.OptionsError` that is also the ``AssertionError`` PopTorch raises."""
+
+
+class OptionsValueError(OptionsError, ValueError):
+    """An option value PopTorch refuses with a ``ValueError`` (``inputReplicaGrouping``'s checks): an
+    :class:`~sim.errors.OptionsError` that is also that ``ValueError``."""
+
+
 class OutputMode(enum.IntEnum):
     """Which outputs are returned to the host (PopTorch ``OutputMode``)."""
 
@@ -114,7 +124,9 @@ _WHY_MAX_MICRO_BATCHES = (
 
 def _positive_int(name: str, value, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise OptionsError(f"{name} must be a whole number >= 1, got {value!r}")
+        # a value of another type is PopTorch's assert ("Unexpected type"); a count below 1 its backend's error
+        kind = OptionsError if isinstance(value, int) and not isinstance(value, bool) else OptionsAssertionError
+        raise kind(f"{name} must be a whole number >= 1, got {value!r}")
     if maximum is not None and value > maximum:
         raise OptionsError(f"{name} = {show_number(value)} is more than {show_number(maximum)}, the simulator's "
                            f"limit of micro-batches per call ({_WHY_MAX_MICRO_BATCHES})")
@@ -146,7 +158,7 @@ class _Training:
 
 def _flag(setter: str, value) -> bool:
     if not isinstance(value, bool):
-        raise OptionsError(f"TensorLocationSettings.{setter} expects True or False, got {value!r}")
+        raise OptionsAssertionError(f"TensorLocationSettings.{setter} expects True or False, got {value!r}")
     return bool(value)
 
 
@@ -213,14 +225,15 @@ class _TensorLocations:
         """Tiles given to host IO instead of compute: an even number from 32 to 192."""
         if isinstance(num_tiles, bool) or not isinstance(num_tiles, int) or not (
                 32 <= num_tiles <= 192) or num_tiles % 2:
-            raise OptionsError(f"numIOTiles must be an even number between 32 and 192 (got {num_tiles!r})")
+            raise OptionsAssertionError(f"numIOTiles must be an even number between 32 and 192 (got {num_tiles!r})")
         self.num_io_tiles = num_tiles
         self._owner._record("TensorLocations.numIOTiles", num_tiles)
         return self
 
     def _set(self, kind: str, location: TensorLocationSettings) -> "_TensorLocations":
         if not isinstance(location, TensorLocationSettings):
-            raise OptionsError(f"set{kind.capitalize()}Location expects a TensorLocationSettings, got {location!r}")
+            raise OptionsAssertionError(f"set{kind.capitalize()}Location expects a TensorLocationSettings, "
+                                        f"got {location!r}")
         self.locations[kind] = location
         self._owner._record(f"TensorLocations.set{kind.capitalize()}Location", vars(location).copy())
         return self
@@ -383,7 +396,7 @@ class Options:
     def outputMode(self, output_mode: OutputMode, output_return_period: int | None = None) -> "Options":
         """Which outputs come back: All, Final, Sum, EveryN (with its period) or Default."""
         if not isinstance(output_mode, OutputMode):
-            raise OptionsError(f"outputMode expects a sim.OutputMode, got {output_mode!r}")
+            raise OptionsAssertionError(f"outputMode expects a sim.OutputMode, got {output_mode!r}")
         if output_mode == OutputMode.EveryN:
             if output_return_period is None:
                 raise OptionsError("OutputMode.EveryN needs output_return_period")
@@ -423,7 +436,7 @@ class Options:
     def setExecutionStrategy(self, strategy: _Strategy) -> "Options":
         """PipelinedExecution, ShardedExecution, SerialPhasedExecution or ParallelPhasedExecution."""
         if not isinstance(strategy, _Strategy):
-            raise OptionsError(f"setExecutionStrategy expects an execution strategy, got {strategy!r}")
+            raise OptionsAssertionError(f"setExecutionStrategy expects an execution strategy, got {strategy!r}")
         self.execution_strategy = strategy
         self._record("setExecutionStrategy", type(strategy).__name__)
         return self
@@ -431,7 +444,7 @@ class Options:
     def syncPattern(self, sync_pattern: SyncPattern) -> "Options":
         """Full, SinglePipeline or ReplicaAndLadder."""
         if not isinstance(sync_pattern, SyncPattern):
-            raise OptionsError(f"syncPattern expects a SyncPattern, got {sync_pattern!r}")
+            raise OptionsAssertionError(f"syncPattern expects a SyncPattern, got {sync_pattern!r}")
         self.sync_pattern = sync_pattern
         self._record("syncPattern", sync_pattern.name)
         return self
@@ -558,19 +571,22 @@ class Options:
             input_group_size, input_group_type = 1, CommGroupType.Consecutive
         size = _positive_int("inputReplicaGrouping.input_group_size", input_group_size)
         if input_group_type not in (CommGroupType.Consecutive, CommGroupType.Orthogonal):
-            raise OptionsError("inputReplicaGrouping: the group type must be CommGroupType.Consecutive, "
-                               f"Orthogonal or NoGrouping, got {input_group_type!r}")
+            raise OptionsValueError("inputReplicaGrouping: the group type must be CommGroupType.Consecutive, "
+                                    f"Orthogonal or NoGrouping, got {input_group_type!r}")
+        self._check_input_group_size(size)  # before setting, as PopTorch checks
         self.input_group_size, self.input_group_type = size, input_group_type
-        self.check_input_grouping()
         self._record("inputReplicaGrouping", (size, input_group_type.name))
         return self
 
     def check_input_grouping(self) -> None:
         """The input replica groups divide the replicas (checked again when a model is wrapped, in
         case ``replicationFactor`` changed after ``inputReplicaGrouping``)."""
-        if self.replication_factor % self.input_group_size:
-            raise OptionsError(f"inputReplicaGrouping: input_group_size {self.input_group_size} must be a factor of "
-                               f"replicationFactor ({self.replication_factor}); set replicationFactor first")
+        self._check_input_group_size(self.input_group_size)
+
+    def _check_input_group_size(self, size: int) -> None:
+        if self.replication_factor % size:
+            raise OptionsValueError(f"inputReplicaGrouping: input_group_size {size} must be a factor of "
+                                    f"replicationFactor ({self.replication_factor}); set replicationFactor first")
 
     def num_instances(self) -> int:
         """Processes (PopDist instances) running this program, each with its own replicas."""

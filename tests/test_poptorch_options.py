@@ -445,3 +445,122 @@ def test_convolution_partials_follow_convolution_options():
     cycles = {name: sim.simulate(b.graph, "ipu-mk2", o.enableSyntheticData(True)).cycle_count
               for name, o in (("both", both), ("conv_only", conv_only), ("matmul_only", matmul_only))}
     assert cycles["both"] == cycles["conv_only"] != cycles["matmul_only"]
+
+
+# --- parity with PopTorch 3.4's options.py (python/options.py, _options_impl.py) -------------------
+def test_deepcopy_of_frozen_options_is_unfrozen():
+    """PopTorch's OptionsDict.__deepcopy__ unfreezes: copy.deepcopy of the options a model froze can be
+    changed for another model (PopTorch's test_copied_options_unfrozen)."""
+    import copy
+    o = poptorch.Options()
+    poptorch.inferenceModel(Net(), o)
+    c = copy.deepcopy(o)
+    c.deviceIterations(5)
+    c.Training.gradientAccumulation(2)
+    c._Popart.set("autoRecomputation", 3)
+    assert (c.device_iterations, o.device_iterations) == (5, 1)
+    with pytest.raises(AttributeError, match="Can't modify frozen Options"):
+        o.deviceIterations(5)
+
+
+def test_available_memory_proportion_replaces_the_map():
+    """PopTorch's setAvailableMemoryProportion stores the new dict (createOrSet): an IPU a later call
+    leaves out is back at the default proportion."""
+    o = poptorch.Options().setAvailableMemoryProportion({"IPU0": 0.05})
+    o.setAvailableMemoryProportion({"IPU1": 0.3})
+    assert o.available_memory_proportion == {1: 0.3}
+    assert o.memory_proportion(0) == 0.6
+    with pytest.raises(sim.OptionsError):  # a bad value leaves the map as it was
+        o.setAvailableMemoryProportion({"IPU0": 1.5})
+    assert o.available_memory_proportion == {1: 0.3}
+
+
+def test_max_repeat_logs_takes_poptorchs_keyword_and_default():
+    o = poptorch.Options()
+    assert o.max_repeat_logs == 4 and o.exists("max_repeat_logs")
+    assert o.maxRepeatLogs(max_lines=10) is o and o.max_repeat_logs == 10
+    assert o.maxRepeatLogs(None).max_repeat_logs == (1 << 64) - 1
+    with pytest.raises(AssertionError, match="Unexpected type"):
+        o.maxRepeatLogs("10")
+
+
+def test_output_mode_resets_the_return_period():
+    """PopTorch stores output_return_period or 1: a mode other than EveryN leaves a period of 1."""
+    o = poptorch.Options().outputMode(poptorch.OutputMode.EveryN, 2)
+    assert o.output_return_period == 2
+    o.outputMode(poptorch.OutputMode.All, 5)
+    assert (o.output_mode, o.output_return_period) == (poptorch.OutputMode.All, 1)
+
+
+def test_partials_type_and_convolution_dithering_replace_convolution_options():
+    """PopTorch's setPartialsType and setConvolutionDithering each set convolutionOptions to a new dict,
+    so what was in the map before is gone (PopTorch's C++ emplaces the final dict's entries)."""
+    o = poptorch.Options()
+    o._Popart.set("convolutionOptions", {"use128BitConvUnitLoad": "true"})
+    o.Precision.setPartialsType(torch.half)
+    assert o._Popart.options["convolutionOptions"] == {"partialsType": "half"}
+    assert o.poplin_options(convolution=True)["conv_unit_load_bits"] == 64
+    assert o.partials_type("conv2d") == o.partials_type("matmul") == "half"
+    o.Training.setConvolutionDithering(True)
+    assert o._Popart.options["convolutionOptions"] == {"enableConvDithering": True}
+    assert (o.partials_type("conv2d"), o.partials_type("matmul")) == ("float", "half")
+    assert o.unmodelled() == {"Training.setConvolutionDithering": True}  # one note, not two
+
+
+def test_tensor_location_settings_are_copied_when_set():
+    """PopTorch stores location.toDict(): changing the settings object afterwards changes nothing."""
+    loc = poptorch.TensorLocationSettings().useOnChipStorage(True)
+    o = poptorch.Options()
+    o.TensorLocations.setWeightLocation(loc)
+    loc.useOnChipStorage(False)
+    assert o.TensorLocations.locations["weight"].on_chip is True
+
+
+def test_executable_caching_and_profiling_set_poparts_options():
+    o = poptorch.Options().enableExecutableCaching("/tmp/cache").enableProfiling("/tmp/prof")
+    popart = o._Popart.options
+    assert (popart["cachePath"], popart["enableEngineCaching"]) == ("/tmp/cache", True)
+    assert popart["engineOptions"] == {"debug.allowOutOfMemory": "true", "autoReport.directory": "/tmp/prof",
+                                       "autoReport.all": "true"}
+    assert poptorch.Options().enableExecutableCaching(None)._Popart.options["enableEngineCaching"] is False
+    assert {"enableExecutableCaching", "enableProfiling"} <= set(o.unmodelled())
+
+
+@pytest.mark.parametrize("setter, kind", [
+    (lambda o: o.syncPattern(0), AssertionError),
+    (lambda o: o.outputMode(2), AssertionError),
+    (lambda o: o.setExecutionStrategy(None), AssertionError),
+    (lambda o: o.deviceIterations("2"), AssertionError),
+    (lambda o: o.Training.gradientAccumulation(2.0), AssertionError),
+    (lambda o: o.TensorLocations.numIOTiles(33), AssertionError),
+    (lambda o: o.TensorLocations.setWeightLocation({}), AssertionError),
+    (lambda o: o.TensorLocations.setWeightLocation(poptorch.TensorLocationSettings().useOnChipStorage(1)),
+     AssertionError),
+    (lambda o: o.Precision.enableFloatingPointExceptions(1), AssertionError),
+    (lambda o: o.Training.setMeanAccumulationAndReplicationReductionStrategy(1), AssertionError),
+    (lambda o: o._Popart.setPatterns({}, "2"), AssertionError),
+    (lambda o: o.autoRoundNumIPUs(1), AssertionError),
+    (lambda o: o.broadcastBuffers(0), AssertionError),
+    (lambda o: o.logDir(3), AssertionError),
+    (lambda o: o.replicationFactor(2).inputReplicaGrouping(2, poptorch.CommGroupType.All), ValueError),
+    (lambda o: o.replicationFactor(2).inputReplicaGrouping(4, poptorch.CommGroupType.Consecutive), ValueError),
+])
+def test_refused_values_raise_poptorchs_exception_type(setter, kind):
+    with pytest.raises(kind):
+        setter(poptorch.Options())
+
+
+def test_refused_input_replica_grouping_leaves_the_options_unchanged():
+    o = poptorch.Options().replicationFactor(4)
+    with pytest.raises(ValueError):
+        o.inputReplicaGrouping(3, poptorch.CommGroupType.Consecutive)
+    assert o.input_group_size == 1 and "inputReplicaGrouping" not in o.toDict()
+
+
+def test_half_float_casting_takes_any_value_with_the_deprecation_warning(caplog):
+    """PopTorch 3's halfFloatCasting checks nothing: it warns and returns the group."""
+    o = poptorch.Options()
+    with caplog.at_level("WARNING", logger="poptorch"):
+        assert o.Precision.halfFloatCasting("HalfUpcastToFloat") is o.Precision
+    assert "[Deprecated] Do not call options.Precision.halfFloatCasting()" in caplog.text
+    assert "Precision.halfFloatCasting" in o.unmodelled()

@@ -50,6 +50,12 @@ _READ_BY_COMPILER = {
 }
 
 
+def _check_type(option: str, value, expected: type) -> None:
+    """PopTorch's check of a value its ``OptionsDict`` stores: of the default value's type."""
+    if not isinstance(value, expected):
+        raise AssertionError(f"Unexpected type {type(value)} for option {option}. Expected {expected}")
+
+
 class ConfigFileError(Exception):
     """A line of an options file given to :meth:`Options.loadFromFile` is not valid."""
 
@@ -104,8 +110,10 @@ class _TrainingOptions(_Frozen, _sim_options._Training):
     def setMeanAccumulationAndReplicationReductionStrategy(self, strategy) -> "_TrainingOptions":
         """When the mean divides (``MeanReductionStrategy``); the simulator's CPU step always
         computes the exact mean."""
-        if not isinstance(strategy, enums.MeanReductionStrategy):
-            raise ValueError(f"expected a poptorch.MeanReductionStrategy, got {strategy!r}")
+        if not isinstance(strategy, enums.MeanReductionStrategy):  # PopTorch's OptionsDict type assert
+            raise AssertionError(f"Unexpected type {type(strategy)} for option "
+                                 "meanAccumulationAndReplicationReductionStrategy: expected a "
+                                 f"poptorch.MeanReductionStrategy, got {strategy!r}")
         self.meanAccumulationAndReplicationReductionStrategy = strategy
         self._owner._record("Training.setMeanAccumulationAndReplicationReductionStrategy", strategy.name)
         return self
@@ -116,7 +124,10 @@ class _TrainingOptions(_Frozen, _sim_options._Training):
         return self
 
     def setConvolutionDithering(self, enabled: bool) -> "_TrainingOptions":
-        self._owner._Popart._set_quiet("convolutionOptions", {"enableConvDithering": enabled})
+        """Accepted, no modelled effect. As PopTorch's, it replaces the whole ``convolutionOptions``
+        map with ``{"enableConvDithering": enabled}``, so a convolution partials type set before
+        (``Precision.setPartialsType``) is float again."""
+        self._owner._Popart.set("convolutionOptions", {"enableConvDithering": enabled})
         self._owner._record("Training.setConvolutionDithering", bool(enabled))
         return self
 
@@ -130,7 +141,11 @@ class _TensorLocationOptions(_Frozen, _sim_options._TensorLocations):
         return super().numIOTiles(num_tiles)
 
     def _set(self, kind: str, location) -> "_TensorLocationOptions":
+        """Keep a copy of ``location``: PopTorch stores its values (``location.toDict()``), so a
+        later change to the settings object does not reach these options."""
         self._check_frozen()
+        if isinstance(location, TensorLocationSettings):
+            location = copy.copy(location)
         return super()._set(kind, location)
 
 
@@ -175,8 +190,8 @@ class _PopartOptions(_Frozen, _sim_options._Popart):
         return self.set("engineOptions", dict(engine_options))
 
     def setPatterns(self, patterns: dict, level: int = 2) -> "_PopartOptions":
-        if not isinstance(level, int) or not isinstance(patterns, dict):
-            raise ValueError("setPatterns expects a dict of pattern names and an int level")
+        if not isinstance(level, int) or not isinstance(patterns, dict):  # PopTorch's asserts
+            raise AssertionError("setPatterns expects a dict of pattern names and an int level")
         self.set("patterns_level", level)
         return self.set("patterns", dict(patterns))
 
@@ -193,13 +208,11 @@ class _PrecisionOptions(_Frozen):
     def halfFloatCasting(self, half_float_casting) -> "_PrecisionOptions":
         """Deprecated in PopTorch 3: float16 and float32 operands are cast as PyTorch casts
         them (HalfUpcastToFloat), which is what the CPU numbers do. Logs PopTorch's warning."""
-        if not isinstance(half_float_casting, enums.HalfFloatCastingBehavior):
-            raise ValueError("halfFloatCasting must be set to a poptorch.HalfFloatCastingBehavior")
         logger.warning("[Deprecated] Do not call options.Precision.halfFloatCasting(): "
                        "HalfUpcastToFloat is now the only supported option and matches PyTorch's "
                        "behaviour so you don't need to explicitly set it.")
-        self.half_float_casting = half_float_casting
-        self._owner._record("Precision.halfFloatCasting", half_float_casting.name)
+        self.half_float_casting = half_float_casting  # PopTorch 3 ignores the value (no check)
+        self._owner._record("Precision.halfFloatCasting", getattr(half_float_casting, "name", half_float_casting))
         return self
 
     def runningStatisticsAlwaysFloat(self, value: bool) -> "_PrecisionOptions":
@@ -214,8 +227,8 @@ class _PrecisionOptions(_Frozen):
         return self
 
     def enableFloatingPointExceptions(self, enabled: bool) -> "_PrecisionOptions":
-        if not isinstance(enabled, bool):
-            raise ValueError("enableFloatingPointExceptions needs to be set to a bool")
+        if not isinstance(enabled, bool):  # PopTorch's assert
+            raise AssertionError("enableFloatingPointExceptions needs to be set to a bool")
         self._owner._Popart._set_quiet("enableFloatingPointChecks", enabled)
         self._owner._record("Precision.enableFloatingPointExceptions", enabled)
         return self
@@ -234,7 +247,9 @@ class _PrecisionOptions(_Frozen):
         else:
             raise ValueError("parameter to setPartialsType should be either torch.float or torch.half")
         self._owner._Popart._set_quiet("partialsTypeMatMuls", name)
-        self._owner._merge_poplin_options("conv", {"partialsType": name})  # as PopTorch's setPartialsType
+        # as PopTorch's setPartialsType, which replaces the whole map: the convolution options set
+        # before (use128BitConvUnitLoad, ...) are gone
+        self._owner._Popart.set("convolutionOptions", {"partialsType": name})
         self._owner._record("Precision.setPartialsType", name)
         return self
 
@@ -339,6 +354,7 @@ class Options(_Frozen, _sim_options.Options):
         self.connection_type = enums.ConnectionType.Always
         self.simulated_system: str | None = None
         self.log_dir = "."
+        self.max_repeat_logs = 4  # PopTorch's default
         self.model_name: str | None = None
         self.broadcast_buffers = True
         self.anchored_tensors: dict = {}
@@ -394,16 +410,16 @@ class Options(_Frozen, _sim_options.Options):
 
     def clone(self) -> "Options":
         """An unfrozen deep copy."""
-        new = copy.deepcopy(self)
-        object.__setattr__(new, "_frozen", False)
-        return new
+        return copy.deepcopy(self)
 
     def __deepcopy__(self, memo):
+        """A deep copy is unfrozen, as PopTorch's (``OptionsDict.__deepcopy__``): ``copy.deepcopy`` of the
+        options a model froze gives options a script may change for another model."""
         cls = type(self)
         new = cls.__new__(cls)
         memo[id(self)] = new
         for k, v in self.__dict__.items():
-            object.__setattr__(new, k, copy.deepcopy(v, memo))
+            object.__setattr__(new, k, False if k == "_frozen" else copy.deepcopy(v, memo))
         return new
 
     # --- the simulator's own option -------------------------------------------------------
@@ -428,7 +444,15 @@ class Options(_Frozen, _sim_options.Options):
                 raise AssertionError(
                     "Available memory proportions are expected to be in a dictionary of "
                     f"{{\"IPU0\": 0.5}} where the 0 in IPU is the index of the IPU. Invalid key: {key}")
-        return super().setAvailableMemoryProportion(available_memory_proportion)
+        # PopTorch replaces the whole map (createOrSet of the new dict): an IPU a later call leaves out
+        # is back at the default proportion
+        held = self.available_memory_proportion
+        self.available_memory_proportion = {}
+        try:
+            return super().setAvailableMemoryProportion(available_memory_proportion)
+        except BaseException:
+            self.available_memory_proportion = held
+            raise
 
     def outputMode(self, output_mode, output_return_period: int | None = None) -> "Options":
         """Which outputs return: All, Final, Sum, EveryN (with its period) or Default."""
@@ -437,8 +461,13 @@ class Options(_Frozen, _sim_options.Options):
             raise AssertionError("EveryN anchor must have output_return_period set to valid "
                                  "positive integer")
         if output_mode != enums.OutputMode.EveryN:
+            if output_return_period:
+                logger.info("Anchor return period argument ignored with output_mode set to %s", output_mode)
             output_return_period = None  # PopTorch ignores it
-        return super().outputMode(output_mode, output_return_period)
+        super().outputMode(output_mode, output_return_period)
+        if output_mode != enums.OutputMode.EveryN:
+            self.output_return_period = 1  # as PopTorch sets it (``output_return_period or 1``)
+        return self
 
     def defaultOutputMode(self) -> bool:
         """Is the output mode still ``Default``?"""
@@ -508,15 +537,27 @@ class Options(_Frozen, _sim_options.Options):
         return self._accept("appendToLocationExcludes", list(excludes))
 
     def broadcastBuffers(self, broadcast_buffers: bool = True) -> "Options":
-        return self._accept("broadcastBuffers", bool(broadcast_buffers), "broadcast_buffers")
+        _check_type("broadcast_buffers", broadcast_buffers, bool)
+        return self._accept("broadcastBuffers", broadcast_buffers, "broadcast_buffers")
 
     def logDir(self, log_dir: str) -> "Options":
-        return self._accept("logDir", str(log_dir), "log_dir")
+        _check_type("log_dir", log_dir, str)
+        return self._accept("logDir", log_dir, "log_dir")
+
+    def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":
+        """Round the IPU count up to a power of two instead of failing."""
+        _check_type("auto_round_num_ipus", auto_round_num_ipus, bool)
+        return super().autoRoundNumIPUs(auto_round_num_ipus)
 
     def modelName(self, name: str) -> "Options":
         return self._accept("modelName", str(name), "model_name")
 
     def enableExecutableCaching(self, path: str | None) -> "Options":
+        """PopART's ``cachePath`` and ``enableEngineCaching`` (None: caching off), as PopTorch sets them;
+        the simulator keeps no executable cache."""
+        if path is not None:
+            self._Popart._set_quiet("cachePath", path)
+        self._Popart._set_quiet("enableEngineCaching", path is not None)
         return self._accept("enableExecutableCaching", path)
 
     def useIpuModel(self, use_model: bool) -> "Options":
@@ -535,6 +576,16 @@ class Options(_Frozen, _sim_options.Options):
         return self._accept("anchorTensor", short_name)
 
     def enableProfiling(self, profile_dir: str | None = None) -> "Options":
+        """Poplar's ``autoReport`` engine options, added to ``_Popart`` ``engineOptions`` as PopTorch adds
+        them; the simulator writes no profile (``model.simulation`` holds the simulated one)."""
+        engine = os.getenv("POPLAR_ENGINE_OPTIONS", default="")
+        if any(key in engine for key in ("debug.allowOutOfMemory", "autoReport.directory", "autoReport.all")):
+            logger.warning("Profiling setting overridden by environment variable. "
+                           "Check content of POPLAR_ENGINE_OPTIONS.")
+        self._Popart._set_quiet("engineOptions", {**self._Popart.values.get("engineOptions", {}),
+                                                  "debug.allowOutOfMemory": "true",
+                                                  "autoReport.directory": profile_dir or ".",
+                                                  "autoReport.all": "true"})
         return self._accept("enableProfiling", profile_dir or ".")
 
     def disableModuleNamescope(self) -> "Options":
@@ -548,9 +599,12 @@ class Options(_Frozen, _sim_options.Options):
         self._Popart.values["updatableNamedBuffers"] = list(buffers)
         return self._accept("updatableNamedBuffers", list(buffers))
 
-    def maxRepeatLogs(self, number: int | None) -> "Options":
-        """Cap on repeated log lines (None: no cap, as PopTorch's ``2^64 - 1``)."""
-        return self._accept("maxRepeatLogs", (1 << 64) - 1 if number is None else int(number), "max_repeat_logs")
+    def maxRepeatLogs(self, max_lines: int | None) -> "Options":
+        """Cap on repeated log lines (None: no cap, as PopTorch's ``2^64 - 1``; default 4)."""
+        if max_lines is not None and (isinstance(max_lines, bool) or not isinstance(max_lines, int)):
+            raise AssertionError(f"Unexpected type {type(max_lines)} for option max_repeat_logs. "
+                                 "Expected <class 'int'>")
+        return self._accept("maxRepeatLogs", (1 << 64) - 1 if max_lines is None else max_lines, "max_repeat_logs")
 
     # PopTorch's readable option values (attributes of its OptionsDict) under their own names
     @property
@@ -581,6 +635,14 @@ class Options(_Frozen, _sim_options.Options):
             except ConfigFileError as e:
                 raise ConfigFileError(f"{path}:{lineno}: {e}") from None
         return self
+
+    def unmodelled(self) -> dict[str, object]:
+        """:meth:`sim.Options.unmodelled`, with ``Training.setConvolutionDithering`` listed once (not
+        also as the ``convolutionOptions`` key it sets)."""
+        out = super().unmodelled()
+        if "Training.setConvolutionDithering" in out:
+            out.pop(f"{self.POPLIN_OPTION_MAPS['conv']}.enableConvDithering", None)
+        return out
 
     def toDict(self) -> dict:
         """The options that were set, by name (what the run's notes are built from)."""
