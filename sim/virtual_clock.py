@@ -9,7 +9,11 @@ PopXL ``Session.run``) and then move on by the simulated seconds of that call; o
 they move with real time, so the script's own host work (data loading, logging) counts as it
 runs here. A script's printed throughput is then the simulated device time plus its real host
 time; with ``host_time=False`` the clock moves only by the calls, so it is the simulated device
-time alone. Compilation inside a call adds nothing (Poplar's compile time is not modelled).
+time alone. The simulator's own work (capturing and compiling a model, pricing and simulating
+it, re-pricing a new optimizer, the wrappers' bookkeeping) takes no time on the clock: its entry
+points hold the clock still while they run (:func:`frozen`), and only the simulated seconds of the
+calls move it. So a compilation, in a call or by an explicit ``compile()``, adds nothing (Poplar's
+compile time is not modelled).
 
 Times are seconds. Only :func:`install` changes the ``time`` module, and :func:`uninstall`
 restores it; :func:`device_call` does nothing but count while the clock is not installed.
@@ -18,6 +22,7 @@ restores it; :func:`device_call` does nothing but count while the clock is not i
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -37,6 +42,7 @@ class _State:
         self.host_time = True  # False: the clock moves only by device calls (host work takes no time)
         self.offsets = dict.fromkeys(_REAL, 0)  # clock -> what it adds to the real clock (s, or ns for _ns)
         self.frozen: dict | None = None  # clock -> its real reading when it stopped (None: running)
+        self.holds = 0  # frozen() regions in progress, device calls included (the clock stands still in them)
         self.depth = 0  # device calls in progress (a call inside a call counts once)
         self.calls = 0  # device calls finished since install
         self.simulated = 0.0  # their simulated seconds
@@ -52,17 +58,17 @@ class _State:
         """Stand the clocks still (each keeps its current reading)."""
         self.frozen = {name: real() for name, real in _REAL.items()}
 
-    def advance(self, seconds: float, restart: bool) -> None:
-        """Move every clock on by ``seconds`` from where it stands; ``restart``: let it run with
-        real time again from there."""
+    def advance(self, seconds: float) -> None:
+        """Move every clock on by ``seconds`` from where it stands."""
         for name in _REAL:
-            step = int(round(seconds * 1e9)) if name.endswith("_ns") else seconds
-            if restart:
-                self.offsets[name] += self.frozen[name] + step - _REAL[name]()
-            else:
-                self.offsets[name] += step
-        if restart:
-            self.frozen = None
+            self.offsets[name] += int(round(seconds * 1e9)) if name.endswith("_ns") else seconds
+
+    def restart(self) -> None:
+        """Let the clocks run with real time again from where they stand."""
+        frozen = self.frozen
+        for name, real in _REAL.items():
+            self.offsets[name] += frozen[name] - real()
+        self.frozen = None
 
 
 _STATE = _State()
@@ -89,7 +95,7 @@ def install(host_time: bool = True) -> None:
         _STATE.installed, _STATE.host_time = True, host_time
         _STATE.offsets = dict.fromkeys(_REAL, 0)
         _STATE.frozen = None
-        if not host_time:
+        if not host_time or _STATE.holds:  # (installed from inside the simulator's work: held still until it ends)
             _STATE.stop()
         reset()
         for name in _REAL:
@@ -125,6 +131,43 @@ def runs() -> dict:
     return dict(_STATE.runs)
 
 
+class _Frozen:
+    """The clock held still while inside (re-entrant; :func:`frozen`)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        state = _STATE
+        if state.holds == 0 and state.installed and state.host_time:
+            state.stop()
+        state.holds += 1
+
+    def __exit__(self, *exc) -> bool:
+        state = _STATE
+        state.holds -= 1
+        if state.holds == 0 and state.installed and state.host_time and state.frozen is not None:
+            state.restart()
+        return False
+
+
+_FROZEN = _Frozen()
+
+
+def frozen(func=None):
+    """Hold the clock still around the simulator's own work, counting no call and adding no time:
+    ``with frozen():`` around a block, or ``@frozen`` on a function (an entry point of a front end:
+    a model's ``compile``, ``setOptimizer``, ...). The device calls inside (:func:`device_call`) still
+    move the clock by their simulated seconds. Without the clock installed it does nothing."""
+    if func is None:
+        return _FROZEN
+
+    @functools.wraps(func)
+    def held(*args, **kwargs):
+        with _FROZEN:
+            return func(*args, **kwargs)
+    return held
+
+
 class DeviceCall:
     """What a device call reports to the clock: :attr:`seconds`, its simulated time,
     :attr:`label`, what was called (a model and its system), and :attr:`run`, its simulation."""
@@ -137,24 +180,23 @@ class DeviceCall:
 
 @contextlib.contextmanager
 def device_call() -> Iterator[DeviceCall]:
-    """Around one simulated device call: the clock stands still inside it and then moves on by
-    the ``seconds`` the call sets (none if it raises). A call inside a call counts once."""
-    call = DeviceCall()
-    outer = _STATE.depth == 0
-    moving = _STATE.installed and _STATE.host_time  # else the clock stands still outside calls too
-    _STATE.depth += 1
-    if outer and moving:
-        _STATE.stop()
-    finished = False
-    try:
-        yield call
-        finished = True
-    finally:
-        _STATE.depth -= 1
-        if outer:
-            if _STATE.installed:
-                _STATE.advance(call.seconds if finished else 0.0, restart=moving)
-            if finished:
+    """Around one simulated device call: the clock stands still inside it (as in :func:`frozen`) and
+    then moves on by the ``seconds`` the call sets (none if it raises). A call inside a call counts
+    once. Inside a :func:`frozen` region the clock moves on by the call's seconds at its end and
+    stands still again until the region ends."""
+    with _FROZEN:
+        call = DeviceCall()
+        outer = _STATE.depth == 0
+        _STATE.depth += 1
+        finished = False
+        try:
+            yield call
+            finished = True
+        finally:
+            _STATE.depth -= 1
+            if outer and finished:
+                if _STATE.installed:
+                    _STATE.advance(call.seconds)
                 _STATE.calls += 1
                 _STATE.simulated += call.seconds
                 done = _STATE.by_label.setdefault(call.label, [0, 0.0])

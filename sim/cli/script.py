@@ -17,8 +17,10 @@ modelling.rotary_pos_embed=sim.popxl_addons.ops.rotary_pos_embed``), with PopXL 
 ``--real-clock`` is given, the ``time`` module's clocks read the simulated time of each device call
 (:mod:`sim.virtual_clock`), so the throughput and step times the script prints are the simulated
 ones; its host work outside the calls counts at the speed it runs here, or not at all with
-``--no-host-time``. After the script, one line on stderr gives the device calls simulated and their
-simulated seconds.
+``--no-host-time``; the simulator's own work (capturing, compiling and simulating a model, a PopXL
+``Session``'s compile) takes none, so a compilation the script times takes 0 s: Poplar's compile time
+is not simulated. After the script, one line on stderr gives the device calls simulated and their
+simulated seconds, and says so.
 
 Exit codes: the script's own (its ``sys.exit`` code, 0 when it ends; an uncaught exception, the
 simulator's errors included, prints its traceback and exits 1, or 3 when it is
@@ -149,7 +151,9 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
                 os.environ[name] = value
         if not quiet:
             print(f"ipusim script: {calls} simulated device call(s), {seconds:.6g} s of simulated device time"
-                  + (" (the script's clocks were real)" if real_clock else ""), file=sys.stderr)
+                  + (" (the script's clocks were real)" if real_clock else
+                     " (compilation and the simulator's own work took no time on the script's clocks: Poplar's "
+                     "compile time is not simulated)"), file=sys.stderr)
             for label, (n, s) in each.items():
                 print(f"  {label}: {n} call(s), {s / n:.6g} s each", file=sys.stderr)
                 run = simulations.get(label)

@@ -12,7 +12,13 @@ so :class:`ipu_device` presents the IPU to the model while it runs:
   answer ``device`` from a Python property of their own, that property answers ``ipu:0`` too, and
   the fake tensors' real device everywhere else);
 * an ``ipu`` device handed to a torch function (``torch.zeros(n, device=x.device)``,
-  ``t.to(x.device)``) is the CPU, where the tensors are.
+  ``t.to(x.device)``) is the CPU, where the tensors are;
+* class indices given as int32 to ``F.cross_entropy`` or ``F.nll_loss`` (``nn.CrossEntropyLoss``,
+  ``nn.NLLLoss``) are taken as int64, as PopTorch takes them: on the IPU every int64 tensor is int32
+  (its dispatcher coerces Long to Int, RegisterAtenOverloads.cpp ``downCastIfNeeded``), and its type
+  inference reads the target of ``aten::nll_loss_forward`` back as Long
+  (TypeInferenceHandler.cpp ``indexArgToUpcast``), so an int32 target is a target there, where
+  torch on the CPU refuses it ("expected target dtype to be Long").
 
 torch's own functions called by the model (``F.multi_head_attention_forward``, a module's internals
 below a torch function) run as they are, with the real device: only the model's code sees the IPU.
@@ -27,6 +33,8 @@ IPU = torch.device("ipu", 0)
 _CPU = torch.device("cpu")
 _DEVICE = {torch.Tensor.device.__get__}
 _IS_CPU = {torch.Tensor.is_cpu.__get__}
+#: the losses whose target may be class indices -> the target's position (its keyword is ``target``)
+_CLASS_TARGET = {torch.nn.functional.cross_entropy: 1, torch.nn.functional.nll_loss: 1}
 
 #: the modes entered, innermost last (the fake tensors' device property reads the innermost)
 _ACTIVE: list["ipu_device"] = []
@@ -38,6 +46,20 @@ def _on_cpu(value):
     if isinstance(value, torch.device) and value.type == "ipu":
         return _CPU
     return value
+
+
+def _long_target(func, args, kwargs):
+    """``args``, ``kwargs`` of a loss of :data:`_CLASS_TARGET` with an int32 target as int64."""
+    at = _CLASS_TARGET[func]
+    if len(args) > at:
+        target = args[at]
+        if isinstance(target, torch.Tensor) and target.dtype == torch.int32:
+            args = (*args[:at], target.long(), *args[at + 1:])
+    else:
+        target = kwargs.get("target")
+        if isinstance(target, torch.Tensor) and target.dtype == torch.int32:
+            kwargs = {**kwargs, "target": target.long()}
+    return args, kwargs
 
 
 def _fake_device(tensor):
@@ -94,6 +116,8 @@ class ipu_device(TorchFunctionMode):
                     kwargs["device"] = _CPU
         self._calling += 1
         try:
+            if func in _CLASS_TARGET:  # int32 class indices, as PopTorch takes them (module docstring)
+                args, kwargs = _long_target(func, args, kwargs)
             return func(*args, **kwargs)
         finally:
             self._calling -= 1

@@ -31,7 +31,8 @@ from torch.utils import _pytree as pytree
 from .. import compile as sim_compile
 from ..compiler.executable import check_overlap
 from .. import optimizer_write_seconds, run_executable
-from ..virtual_clock import device_call, real_perf_counter
+from .. import virtual_clock
+from ..virtual_clock import device_call, frozen, real_perf_counter
 from ..errors import OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as _SimOptimizer
 from ..strategy import PipelinedExecution, ShardedExecution, assign
@@ -262,6 +263,7 @@ class PoplarExecutor:
         return pytree.tree_unflatten(filled, spec)
 
     # --- compilation --------------------------------------------------------------------------
+    @frozen  # the simulator's own work: no time on the script's clocks (sim.virtual_clock)
     def compile(self, *args, **kwargs) -> None:
         """Capture and compile the model for inputs like ``args``/``kwargs`` (without running)."""
         leaves, spec, positions, chunks = self._split(args, kwargs)
@@ -270,6 +272,7 @@ class PoplarExecutor:
             return
         self._compile(*self._chunk(leaves, spec, positions, chunks, 0))
 
+    @frozen
     def _compile(self, ex_args, ex_kwargs) -> None:
         started = real_perf_counter()
         try:
@@ -289,7 +292,9 @@ class PoplarExecutor:
             for hook in list(PoplarExecutor._postcompile_hooks.values()):
                 hook()
         self._compile_captured(captured, ex_args, ex_kwargs)
-        self._compilation_time = datetime.timedelta(seconds=real_perf_counter() - started)
+        # on the script's virtual clock (ipusim script) compiling takes no time: Poplar's is not simulated
+        took = 0.0 if virtual_clock.installed() else real_perf_counter() - started
+        self._compilation_time = datetime.timedelta(seconds=took)
 
     def _compile_captured(self, captured, ex_args, ex_kwargs) -> None:
         g = captured.graph
@@ -420,7 +425,8 @@ class PoplarExecutor:
             self._optimizer._ipusim_param_names = names
 
     def compilationTime(self) -> datetime.timedelta:
-        """Wall-clock time the last compilation took here (capture and simulator compile)."""
+        """Wall-clock time the last compilation took here (capture and simulator compile); none on the
+        virtual clock of ``ipusim script``, where compiling takes no time (Poplar's is not simulated)."""
         if not self.isCompiled():
             raise error("Please compile the model before obtaining compilation time.")
         if not self._options._show_compilation_progress_bar:
@@ -442,6 +448,7 @@ class PoplarExecutor:
         """Has the model been compiled (and not destroyed)?"""
         return self._executable is not None
 
+    @frozen
     def destroy(self) -> None:
         """Release the (simulated) IPUs and the executable; a training model's torch model can
         then be wrapped again."""
@@ -456,6 +463,7 @@ class PoplarExecutor:
             self._optimizer._ipusim_param_names = None
 
     # --- calling -----------------------------------------------------------------------------
+    @frozen  # the simulator's own work: no time on the script's clocks (sim.virtual_clock)
     def __call__(self, *args, **kwargs):
         with device_call() as call:  # on a virtual clock (ipusim script), the call takes the simulated time
             written = self._write_optimizer() if self._optimizer_write_due else 0.0
@@ -694,6 +702,7 @@ class PoplarExecutor:
     def isAttachedToDevice(self) -> bool:
         return self.isCompiled() and self._is_attached
 
+    @frozen
     def attachToDevice(self) -> None:
         if not self.isCompiled():
             raise error(NO_EXECUTABLE)
@@ -703,6 +712,7 @@ class PoplarExecutor:
             raise error("Device is already attached")
         self._is_attached = True
 
+    @frozen
     def detachFromDevice(self) -> None:
         if not self.isCompiled():
             raise error(NO_EXECUTABLE)
@@ -710,11 +720,13 @@ class PoplarExecutor:
             raise error("Device is not attached")
         self._is_attached = False
 
+    @frozen
     def copyWeightsToHost(self) -> None:
         """The weights already live in the torch model (the CPU computes the numbers)."""
         if not self.isCompiled():
             raise error(NO_EXECUTABLE)
 
+    @frozen
     def copyWeightsToDevice(self) -> None:
         """The simulated IPU reads the torch model's weights at every call."""
         if not self.isCompiled():
@@ -724,6 +736,7 @@ class PoplarExecutor:
         """False: the host weights (the torch model's) are never out of date."""
         return False
 
+    @frozen
     def copyNamedBuffersToDevice(self) -> None:
         """The buffers named by ``Options.updatableNamedBuffers`` are read from the torch model
         at every call; PopTorch's checks."""
@@ -732,6 +745,7 @@ class PoplarExecutor:
         if "updatableNamedBuffers" not in self._options._Popart.options:
             raise error("No named buffers marked as updatable via updatableNamedBuffers option")
 
+    @frozen
     def setOptimizer(self, optimizer) -> None:
         """Use ``optimizer``: before compilation the update the model compiles; after, its new values
         written to the IPUs (PopART's OptimizerFromHost), or PopART's error where it cannot replace the
@@ -810,6 +824,7 @@ class PoplarExecutor:
         self._rng_state = list(state)
 
     # --- saving ---------------------------------------------------------------------------
+    @frozen
     def save(self, filename: str, export_model: bool = True, save_rng_state: bool = True) -> None:
         """Save what recompiles this model: options, example inputs and (optionally) the model."""
         if not self.isCompiled():
@@ -831,10 +846,12 @@ class PoplarExecutor:
             data["optimizer"] = self._optimizer
         torch.save(data, filename)
 
+    @frozen
     def compileAndExport(self, filename: str, *args, export_model: bool = True, **kwargs) -> None:
         self.compile(*args, **kwargs)
         self.save(filename, export_model)
 
+    @frozen
     def loadExecutable(self, filename: str) -> None:
         """Compile for the inputs saved in ``filename``."""
         data = torch.load(filename, weights_only=False)
@@ -1033,6 +1050,7 @@ def _join(parts):
     return torch.cat(parts, dim=0)
 
 
+@frozen
 def trainingModel(model: torch.nn.Module, options: Options | None = None, optimizer=None) -> PoplarExecutor:
     """Wrap ``model`` for training on the simulated IPU (and on the CPU for the numbers).
 
@@ -1044,6 +1062,7 @@ def trainingModel(model: torch.nn.Module, options: Options | None = None, optimi
     return PoplarExecutor(model, options, True, optimizer, user_model=model)
 
 
+@frozen
 def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:
     """Wrap ``model`` for inference on the simulated IPU (and on the CPU for the numbers)."""
     if isinstance(model, PoplarExecutor):
@@ -1071,6 +1090,7 @@ def registerPostCompileHook(hook) -> torch.utils.hooks.RemovableHandle:
     return _register_hook(PoplarExecutor._postcompile_hooks, hook)
 
 
+@frozen
 def load(filename: str, edit_opts_fn=None) -> PoplarExecutor:
     """Re-create a model saved with ``compileAndExport``/``save`` (with ``export_model=True``)."""
     data = torch.load(filename, weights_only=False)

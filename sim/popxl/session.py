@@ -34,7 +34,7 @@ from ..options import Options, OutputMode, TensorLocationSettings
 from ..schedule import replicated_ops
 from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
-from ..virtual_clock import device_call
+from ..virtual_clock import device_call, frozen
 from .errors import NotModelledError, PopXLError, SessionIOError
 from .io_tile_placement import place_on_io_tiles
 from .ir import Ir
@@ -215,6 +215,7 @@ class Session:
     IPUs the program reserves.
     """
 
+    @frozen  # the simulator's compile: no time on the script's clocks (sim.virtual_clock; Poplar's is not simulated)
     def __init__(self, ir: Ir, device_desc: str = "cpu", weights_to_host_on_exit: bool = True, *, system=None):
         if not isinstance(ir, Ir):
             raise TypeError(f"popxl.Session expects a popxl.Ir, got {ir!r}")
@@ -471,6 +472,7 @@ class Session:
                     f"Shape mismatch for {kind} stream {s.tensor_id}:\nStream shape = {s.shape}, therefore "
                     f"expected full global batch shape {self._extra_input_dims + s.shape}. Got array shape = {shape}")
 
+    @frozen  # the simulator's own work: only the run's simulated seconds (its host work included) move the clock
     def run_with_outputs(self, inputs: dict | None = None, outputs: dict | None = None,
                          downcast_inputs: bool = True) -> None:
         """Simulate one run; ``outputs`` (d2h stream -> array) are filled with zeros."""
@@ -486,6 +488,7 @@ class Session:
             call.label = f"popxl Session of Ir {self._ir.id} on {self._executable.system.name}"
         self._runs += 1
 
+    @frozen
     def run(self, inputs: dict | None = None, downcast_inputs: bool = True) -> dict:
         """Simulate one run (``num_host_transfers`` transfers on every replica); returns the output
         buffers (zero-filled) by d2h stream."""
