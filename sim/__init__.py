@@ -16,7 +16,7 @@ from .graph.ir import Graph, GraphBuilder, Op, Tensor
 from .hardware.system import System, available_systems, load_system
 from .options import Options, OutputMode, PipelineCopies
 from .results.run import Run
-from .schedule.hostio import optimizer_from_host
+from .schedule.hostio import optimizer_from_host, variables_between_host
 from .virtual_clock import real_perf_counter
 from .graph.training import Optimizer
 
@@ -38,6 +38,18 @@ def optimizer_write_seconds(executable: Executable, tensors_by_ipu: dict[int, in
     return executable.system.cycles_to_seconds(timeline.total_cycles)
 
 
+def variable_copy_seconds(executable: Executable, to_device: bool) -> float:
+    """Seconds of PopART's WeightsFromHost (``to_device``) or WeightsToHost engine run for ``executable``: its
+    weights and optimizer state streamed between the host and a replica's IPUs
+    (:func:`sim.schedule.hostio.variables_between_host`); 0 with synthetic data, where PopART streams none."""
+    if executable.options.synthetic_data:
+        return 0.0
+    program = variables_between_host(executable.graph, to_device)
+    if not program.items:
+        return 0.0
+    return executable.system.cycles_to_seconds(Engine(executable.system).run(program).total_cycles)
+
+
 def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | None = None,
              training: bool = False, optimizer: Optimizer | str | None = None) -> Run:
     """Compile ``graph`` for ``system`` and simulate one call (all device iterations)."""
@@ -47,7 +59,7 @@ def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | 
     return run
 
 
-__all__ = ["simulate", "compile", "run_executable", "optimizer_write_seconds", "load_system", "available_systems",
+__all__ = ["simulate", "compile", "run_executable", "optimizer_write_seconds", "variable_copy_seconds", "load_system", "available_systems",
            "Options", "OutputMode", "PipelineCopies", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run",
            "Executable",
            "Optimizer", "IpuSimError", "ConfigError", "GraphError", "OptionsError",

@@ -398,3 +398,34 @@ def test_a_popdist_instance_shares_its_host_link_with_the_next_instances_replica
     assert a.executable.simulated_replicas == b.executable.simulated_replicas == [0, 1, 2, 3]
     assert a.cycle_count == b.cycle_count
     assert a.breakdown.loc[0, "host_io"] == b.breakdown.loc[0, "host_io"] > 0
+
+
+def test_weights_stream_to_and_from_the_host_once_a_replica():
+    """PopART's WeightsFromHost / WeightsToHost (copyWeightsToDevice / ToHost): one stream copy of each weight
+    and optimizer state tensor (not the accumulators, zeroed on the device) on the IPU that reads it, the
+    variables broadcast to the replicas (the host fills each once) and a sharded one a shard a replica; no
+    copies with synthetic data, where PopART streams none."""
+    from sim.schedule.hostio import variables_between_host
+    g = models.get("bert-base", micro_batch=1, seq_len=128, num_layers=2, layers_per_ipu=[1, 1])
+    o = sim.Options().replicationFactor(2)
+    o.Training.gradientAccumulation(8)
+    o.TensorLocations.setOptimizerLocation(sim.options.TensorLocationSettings().useReplicatedTensorSharding(True))
+    ex = sim.compile(g, M2000, o, training=True, optimizer="adam")
+    tensors = ex.graph.tensors
+    variables = {n for n, t in tensors.items() if t.role in ("weight", "state")}
+    program = variables_between_host(ex.graph, to_ipu=True)
+    copies = program.items
+    assert {c.name.split(": ", 1)[1] for c in copies} == variables and all(c.direction == "to_ipu" for c in copies)
+    assert {c.ipu for c in copies} == {0, 1} and sum(c.host_sync for c in copies) == 2  # one host sync an IPU
+    sharded = [c for c in copies if tensors[c.name.split(": ", 1)[1]].shards == 2]
+    assert sharded and all(c.nbytes == -(-tensors[c.name.split(": ", 1)[1]].nbytes // 2) for c in sharded)
+    nbytes = sum(-(-tensors[n].nbytes // tensors[n].shards) for n in variables)  # Adam's state: a shard a replica
+    assert sum(c.nbytes for c in copies) == nbytes
+    to_device, to_host = sim.variable_copy_seconds(ex, True), sim.variable_copy_seconds(ex, False)
+    host = ex.system.host_link
+    assert nbytes / host.host_to_ipu_bytes_per_s < to_device and nbytes / host.ipu_to_host_bytes_per_s < to_host
+    assert {c.direction for c in variables_between_host(ex.graph, to_ipu=False).items} == {"from_ipu"}
+    o = sim.Options().replicationFactor(2).enableSyntheticData(True)
+    o.Training.gradientAccumulation(8)
+    synthetic = sim.compile(g, M2000, o, training=True, optimizer="adam")
+    assert sim.variable_copy_seconds(synthetic, True) == sim.variable_copy_seconds(synthetic, False) == 0.0

@@ -338,6 +338,27 @@ def test_set_optimizer_before_compiling_changes_the_priced_update_after_it_is_po
 
 
 # --- the executor's other methods ------------------------------------------------------------------
+def test_host_weights_are_dirty_after_a_training_call_as_poptorchs():
+    """copyWeightsToHostIfNeeded copies (True) only when a training call has changed the weights since the
+    host last read them; an inference model never needs it. Each copy is PopART's WeightsToHost run."""
+    net = Net()
+    model = poptorch.trainingModel(net, make_options(1), torch.optim.SGD(net.parameters(), lr=0.1))
+    model.compile(*batch(MB))
+    assert not model.copyWeightsToHostIfNeeded()  # nothing trained yet
+    model(*batch(MB))
+    assert model.copyWeightsToHostIfNeeded() and not model.copyWeightsToHostIfNeeded()
+    model(*batch(MB))
+    model.copyWeightsToHost()
+    assert not model.copyWeightsToHostIfNeeded()
+    model(*batch(MB))
+    model.copyWeightsToDevice()  # the host's weights are written over the device's: nothing to read back
+    assert not model.copyWeightsToHostIfNeeded()
+    inference = poptorch.inferenceModel(Net())
+    inference(*batch(MB))
+    assert not inference.copyWeightsToHostIfNeeded()
+    assert sim.variable_copy_seconds(model.executable, False) > 0
+
+
 def test_attach_detach_destroy():
     model = poptorch.inferenceModel(Net())
     assert not model.isCompiled() and not model.isAttachedToDevice()

@@ -30,7 +30,7 @@ from torch.utils import _pytree as pytree
 
 from .. import compile as sim_compile
 from ..compiler.executable import check_overlap
-from .. import optimizer_write_seconds, run_executable
+from .. import optimizer_write_seconds, run_executable, variable_copy_seconds
 from .. import virtual_clock
 from ..virtual_clock import device_call, frozen, real_perf_counter
 from ..errors import OptionsError, OutOfMemoryError, UnsupportedOpError
@@ -160,6 +160,8 @@ class PoplarExecutor:
         self._optimizer_writes = {"runs": 0, "tensors": 0, "seconds": 0.0}
         self._write_seconds: dict[tuple, float] = {}  # tensors by IPU -> seconds of a write (this executable's)
         self._update_ipus: dict[str, int] = {}
+        self._dirty_host_weights = False  # a training call changed the weights since the host last read them
+        self._variable_seconds: dict[bool, float] = {}  # to the device? -> seconds of that copy (this executable)
         self._warned_not_contiguous_input = False
         if training:
             _WRAPPED[self._user_model] = weakref.ref(self)
@@ -339,6 +341,7 @@ class PoplarExecutor:
         notes += captured.notes
         notes += self._front_end_notes(anchors) + _host_conversion_notes(*self._by_name(ex_args, ex_kwargs))
         exe.notes[:0] = notes
+        self._variable_seconds = {}
         if self._training:
             self._name_optimizer_params()
             self._optimizer_on_ipu = self._popart_view()  # loading the executable writes them
@@ -488,6 +491,7 @@ class PoplarExecutor:
         self._run = run_executable(self._executable)
         with on_ipu(), _substitutions():
             out = self._run_on_cpu(leaves, spec, positions, chunks)
+        self._dirty_host_weights = self._dirty_host_weights or self._training
         for leaf in pytree.tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
                 leaf.backward = _refuse_backward
@@ -722,19 +726,42 @@ class PoplarExecutor:
 
     @frozen
     def copyWeightsToHost(self) -> None:
-        """The weights already live in the torch model (the CPU computes the numbers)."""
+        """PopART's WeightsToHost: the weights and optimizer state streamed to the host, taking its simulated
+        seconds on a virtual clock (``ipusim script``); the numbers already live in the torch model (the CPU
+        computes them)."""
         if not self.isCompiled():
             raise error(NO_EXECUTABLE)
+        self._dirty_host_weights = False
+        self._copy_variables(to_device=False)
 
     @frozen
     def copyWeightsToDevice(self) -> None:
-        """The simulated IPU reads the torch model's weights at every call."""
+        """PopART's WeightsFromHost: the weights and optimizer state streamed to the IPUs, taking its simulated
+        seconds on a virtual clock; the simulated IPU reads the torch model's weights at every call."""
         if not self.isCompiled():
             raise error(NO_EXECUTABLE)
+        self._dirty_host_weights = False
+        self._copy_variables(to_device=True)
 
+    @frozen
     def copyWeightsToHostIfNeeded(self) -> bool:
-        """False: the host weights (the torch model's) are never out of date."""
-        return False
+        """As PopTorch's: if a training call has changed the weights since the host last read them, copy them
+        (:meth:`copyWeightsToHost`) and return True, else False."""
+        if not self._dirty_host_weights:
+            return False
+        self.copyWeightsToHost()
+        return True
+
+    def _copy_variables(self, to_device: bool) -> None:
+        """A device call of :func:`sim.variable_copy_seconds` when attached (a detached model moves nothing)."""
+        if not self._is_attached:
+            return
+        if to_device not in self._variable_seconds:
+            self._variable_seconds[to_device] = variable_copy_seconds(self._executable, to_device)
+        with device_call() as call:
+            call.seconds = self._variable_seconds[to_device]
+            call.label = (f"{type(self._user_model).__name__} (copyWeightsTo{'Device' if to_device else 'Host'}: "
+                          f"Weights{'FromHost' if to_device else 'ToHost'}) on {self._executable.system.name}")
 
     @frozen
     def copyNamedBuffersToDevice(self) -> None:

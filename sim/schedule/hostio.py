@@ -95,6 +95,38 @@ def optimizer_from_host(tensors_by_ipu: dict[int, int], nbytes: int = 4) -> Sequ
     return Sequence(items)
 
 
+#: the roles of the variables PopART streams between the host and the IPUs when the weights are written or
+#: read (``TensorType::Variable`` with host data: weights and optimizer state); gradient accumulators are
+#: zeroed on the device
+HOST_VARIABLE_ROLES = ("weight", "state")
+
+
+def variables_between_host(g: Graph, to_ipu: bool) -> Sequence:
+    """PopART's WeightsFromHost (``to_ipu``) or WeightsToHost program for a replica of ``g``: a stream copy of
+    each weight and optimizer state tensor (:data:`HOST_VARIABLE_ROLES`) to or from the IPU of the first op
+    that reads it, one host sync an IPU.
+
+    PopART streams a variable to the replicas in ``ReplicatedStreamMode::BROADCAST`` (willow/src/popx/
+    irlowering.cpp: "If it is a variable we 'broadcast' the same tensor to all replicants"), so the host
+    fills each once, whatever the replicas; reading them back, the host takes one replica's copy [U]. A
+    tensor sharded over the replicas (RTS) moves a shard a replica, the replicas' shards side by side [U].
+    """
+    where: dict[str, int] = {}
+    for op in g.ops:
+        for t in op.inputs:
+            where.setdefault(t, op.ipu or 0)
+    items, opened = [], set()
+    for name, t in g.tensors.items():
+        if t.role not in HOST_VARIABLE_ROLES or name not in where:
+            continue
+        ipu = where[name]
+        items.append(StreamCopy(ipu, f"{'weights from host' if to_ipu else 'weights to host'}: {name}",
+                                "to_ipu" if to_ipu else "from_ipu", -(-t.nbytes // t.shards), len(items),
+                                host_sync=ipu not in opened))
+        opened.add(ipu)
+    return Sequence(items)
+
+
 def io_tile_copy_steps(name: str, nbytes: int, ipu, io_tiles: int, compute_tiles: int) -> OpSteps:
     """The on-chip exchange between IO tiles and compute tiles of ``nbytes`` (one op).
 
