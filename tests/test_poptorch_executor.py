@@ -353,6 +353,9 @@ def test_host_weights_are_dirty_after_a_training_call_as_poptorchs():
     model(*batch(MB))
     model.copyWeightsToDevice()  # the host's weights are written over the device's: nothing to read back
     assert not model.copyWeightsToHostIfNeeded()
+    model(*batch(MB))
+    model.detachFromDevice()  # PopTorch reads a training model's weights back before it detaches
+    assert not model.copyWeightsToHostIfNeeded()
     inference = poptorch.inferenceModel(Net())
     inference(*batch(MB))
     assert not inference.copyWeightsToHostIfNeeded()

@@ -359,6 +359,7 @@ class PoplarExecutor:
         self._inputs = _inputs_of(*self._by_name(ex_args, ex_kwargs))
         self._is_attached = o.connection_type != enums.ConnectionType.Never
         logger.debug("Compiled %s for %s (%s)", captured.graph, system.name, why)
+        self._copy_variables(to_device=True)  # attached: PopTorch's _on_device_attach writes the weights
 
     def _by_name(self, args, kwargs) -> tuple[tuple, dict]:
         """A call's arguments by the name of ``forward``'s parameter each binds to, as PopTorch
@@ -715,6 +716,7 @@ class PoplarExecutor:
         if self._is_attached:
             raise error("Device is already attached")
         self._is_attached = True
+        self._copy_variables(to_device=True)  # as PopTorch's _on_device_attach: the weights written again
 
     @frozen
     def detachFromDevice(self) -> None:
@@ -722,6 +724,8 @@ class PoplarExecutor:
             raise error(NO_EXECUTABLE)
         if not self._is_attached:
             raise error("Device is not attached")
+        if self._training:  # as PopTorch: the trained weights read back first
+            self.copyWeightsToHostIfNeeded()
         self._is_attached = False
 
     @frozen
