@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import gc
 import time
 import tracemalloc
 
@@ -81,9 +82,12 @@ def bare_dag_rate(tasks: int = 4000) -> float:
 
 
 def _best(repeats: int, fn):
-    """(least wall seconds over ``repeats`` calls of ``fn``, the last call's result)."""
+    """(least wall seconds over ``repeats`` calls of ``fn``, the last call's result). Each call starts from a
+    collected heap (the previous result dropped first), so what ran before does not time its garbage here."""
     best, result = float("inf"), None
     for _ in range(repeats):
+        result = None
+        gc.collect()
         t0 = time.perf_counter()
         result = fn()
         best = min(best, time.perf_counter() - t0)
