@@ -12,8 +12,9 @@ time; with ``host_time=False`` the clock moves only by the calls, so it is the s
 time alone. The simulator's own work (capturing and compiling a model, pricing and simulating
 it, re-pricing a new optimizer, the wrappers' bookkeeping) takes no time on the clock: its entry
 points hold the clock still while they run (:func:`frozen`), and only the simulated seconds of the
-calls move it. So a compilation, in a call or by an explicit ``compile()``, adds nothing (Poplar's
-compile time is not modelled).
+calls move it. So a compilation, in a call or by an explicit ``compile()``, adds nothing of its own
+(Poplar's compile time is not modelled); the weights written when the compiled model attaches are a
+device call (PopART's WeightsFromHost).
 
 Times are seconds. Only :func:`install` changes the ``time`` module, and :func:`uninstall`
 restores it; :func:`device_call` does nothing but count while the clock is not installed.
