@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -34,6 +35,8 @@ _DTYPE_ALIASES = {
     "int": "int32", "i32": "int32", "int64": "int32", "long": "int32",  # IPUs compute int64 as int32
     "fp8": "float8", "float8_143": "float8", "float8_152": "float8", "quarter": "float8",
 }
+#: the dtypes of indices and integer labels
+INTEGER_DTYPES = ("int32", "int8", "uint8")
 ROLES = ("input", "weight", "constant", "activation", "gradient", "accumulator", "state")
 PASSES = ("forward", "backward", "update")
 #: op kinds whose outputs are views of their first input: no work, no memory of their own
@@ -175,7 +178,8 @@ class Graph:
     def add_tensor(self, name: str, shape: Sequence[int], dtype: str, role: str,
                    producer: str | None = None) -> Tensor:
         if name in self.tensors:
-            raise GraphError(f"graph {self.name!r}: tensor {name!r} defined twice")
+            raise GraphError(f"graph {self.name!r}: tensor {name!r} defined twice; give it, or the layer that "
+                             "makes it, another name (a layer's name=..., or GraphBuilder.scope)")
         if role not in ROLES:
             raise GraphError(f"tensor {name!r}: unknown role {role!r}; expected one of {ROLES}")
         shape = tuple(int(d) for d in shape)
@@ -280,14 +284,55 @@ class Graph:
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...], where: str) -> tuple[int, ...]:
     n = max(len(a), len(b))
+    given = a, b
     a = (1,) * (n - len(a)) + a
     b = (1,) * (n - len(b)) + b
     out = []
     for x, y in zip(a, b):
         if x != y and 1 not in (x, y):
-            raise GraphError(f"{where}: shapes {a} and {b} do not broadcast")
+            raise GraphError(f"{where}: shapes {given[0]} and {given[1]} do not broadcast")
         out.append(max(x, y))
     return tuple(out)
+
+
+def _is_whole(value) -> bool:
+    """Is ``value`` a whole number (an int or numpy integer, not a bool)?"""
+    if isinstance(value, bool):
+        return False
+    try:
+        return operator.index(value) == value
+    except TypeError:
+        return False
+
+
+def _whole(where: str, what: str, value, least: int = 0) -> int:
+    """``value`` as an int, raising :class:`GraphError` unless it is a whole number >= ``least``."""
+    if not _is_whole(value) or value < least:
+        raise GraphError(f"{where}: {what} {value!r}: give a whole number >= {least}")
+    return int(value)
+
+
+def _axis(where: str, axis, shape: tuple[int, ...], what: str = "axis") -> int:
+    """``axis`` of a tensor of ``shape`` as 0..rank-1 (negative counting from the end, as numpy),
+    raising :class:`GraphError` for one that is not a dimension of it."""
+    rank = len(shape)
+    if not _is_whole(axis) or not -rank <= axis < rank:
+        raise GraphError(f"{where}: {what} {axis!r} is not a dimension of a tensor of shape {shape}; "
+                         f"give one in {-rank}..{rank - 1}")
+    return int(axis) % rank
+
+
+def _rank(where: str, name: str, shape: tuple[int, ...], rank: int, layout: str) -> None:
+    """Raise :class:`GraphError` unless tensor ``name`` has ``rank`` dimensions (``layout``)."""
+    if len(shape) != rank:
+        raise GraphError(f"{where}: expected a {rank}-D {layout} input, got {name!r} of shape {shape}")
+
+
+def _window(where: str, kernel, stride, padding) -> None:
+    """Raise :class:`GraphError` unless a 2-D window's kernel and stride are >= 1 and its padding >= 0."""
+    for value, what, least in ((kernel, "kernel", 1), (stride, "stride", 1), (padding, "padding", 0)):
+        if any(v < least for v in spatial(value, f"{where}: {what}")):
+            raise GraphError(f"{where}: {what} {value!r}: give whole numbers >= {least}")
 
 
 def _conv_out(size: int, k: int, stride: int, pad: int, dilation: int = 1) -> int:
@@ -393,6 +438,11 @@ class GraphBuilder:
     @contextlib.contextmanager
     def ipu(self, ipu: int, stage: int | None = None, phase: int | None = None,
             block: str | None = None) -> Iterator[None]:
+        """Place the ops built inside on IPU ``ipu`` (None: unplaced), in pipeline ``stage`` and
+        execution ``phase`` when given (whole numbers >= 0)."""
+        for what, value in (("ipu", ipu), ("stage", stage), ("phase", phase)):
+            if value is not None and (not _is_whole(value) or value < 0):
+                raise GraphError(f"GraphBuilder.ipu: {what} {value!r}: give a whole number >= 0 (or None)")
         saved = (self._ipu, self._stage, self._phase, self._block)
         self._ipu, self._stage, self._phase = ipu, stage, phase
         self._block = block if block is not None else saved[3]
@@ -455,7 +505,14 @@ class GraphBuilder:
     def op(self, kind: str, inputs: Sequence[str], out_shapes: Sequence[Sequence[int]],
            attrs: dict | None = None, name: str | None = None,
            out_dtypes: Sequence[str] | None = None) -> list[str]:
-        """Add an op of ``kind`` with outputs of the given shapes; returns the output names."""
+        """Add an op of ``kind`` with outputs of the given shapes; returns the output names.
+
+        A ``"custom"`` op carries its own cost in ``attrs``, like a Poplar codelet with a cycle
+        estimate: ``vertices`` (how many), ``vertex_cycles`` (worker cycles of one vertex), and
+        optionally ``tiles`` (tiles it spreads over; default all), ``exchange_bytes_per_tile``
+        (received by each tile before it runs) and ``flops`` (for the reports)."""
+        if kind == "custom":
+            self._check_custom(self._name(name or kind), attrs or {})
         op_name = self.graph.unique_op_name(self._name(name or kind))
         dtypes = out_dtypes or [self.graph.tensor(inputs[0]).dtype if inputs else self.dtype] * len(out_shapes)
         outs = []
@@ -466,6 +523,22 @@ class GraphBuilder:
                              stage=self._stage, phase=self._phase, block=self._block,
                              recompute=self._recompute))
         return outs
+
+    @staticmethod
+    def _check_custom(where: str, attrs: dict) -> None:
+        """Raise :class:`GraphError` unless a custom op's ``attrs`` give it a cost (:meth:`op`)."""
+        where = f"custom op {where!r}"
+        missing = [k for k in ("vertices", "vertex_cycles") if k not in attrs]
+        if missing:
+            raise GraphError(f"{where}: attrs need {' and '.join(missing)} (its cost: vertices, and worker "
+                             "cycles of one vertex; optionally tiles, exchange_bytes_per_tile, flops)")
+        _whole(where, "vertices", attrs["vertices"])
+        if "tiles" in attrs:
+            _whole(where, "tiles", attrs["tiles"], 1)
+        for k in ("vertex_cycles", "exchange_bytes_per_tile", "flops"):
+            v = attrs.get(k, 0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) and not _is_whole(v) or not v >= 0:
+                raise GraphError(f"{where}: {k} {v!r}: give a number >= 0")
 
     def _one(self, kind, inputs, shape, attrs=None, name=None, dtype=None) -> str:
         return self.op(kind, inputs, [shape], attrs, name, [dtype] if dtype else None)[0]
@@ -493,6 +566,11 @@ class GraphBuilder:
         (``<piece>_weight``, ``<piece>_bias``), and concatenated (a view) before the one matmul, as
         Graphcore's PopART BERT keeps its QKV weights (``split_qkv``): the same matmul, each piece
         a weight of its own to update."""
+        where = f"linear {self._name(name)}"
+        if len(self.shape(x)) < 2:
+            raise GraphError(f"{where}: expected an input of at least 2 dimensions (..., in_features), got {x!r} "
+                             f"of shape {self.shape(x)}")
+        _whole(where, "out_features", out_features, 1)
         in_features = self.shape(x)[-1]
         if pieces and out_features % len(pieces):
             raise GraphError(f"linear {self._name(name)}: {out_features} output features do not split into "
@@ -521,8 +599,12 @@ class GraphBuilder:
         that keeps the output field (:func:`undilated_padding`): the same multiply-adds, its wider
         input window not exchanged; the op keeps the ``dilation`` attribute and the run's notes
         say so."""
-        n, c, h, w = self.shape(x)
         where = f"conv {self._name(name)}"
+        _rank(where, x, self.shape(x), 4, "NCHW")
+        n, c, h, w = self.shape(x)
+        _whole(where, "out_channels", out_channels, 1)
+        _whole(where, "groups", groups, 1)
+        _window(where, kernel, stride, padding)
         if c % groups or out_channels % groups:
             raise GraphError(f"{where}: channels {c}->{out_channels} not divisible by groups {groups}")
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
@@ -533,11 +615,11 @@ class GraphBuilder:
                              "stride (give the same stride for height and width)")
         if dh < 1 or dw < 1:
             raise GraphError(f"{where}: dilation {dh}x{dw}: give whole numbers >= 1")
+        ho, wo = _conv_out(h, kh, sh, ph, dh), _conv_out(w, kw, sw, pw, dw)
+        if ho <= 0 or wo <= 0:  # checked before the weight is added: a refused op leaves the graph as it was
+            raise GraphError(f"{where}: kernel {kh}x{kw} (dilation {dh}x{dw}) too large for input {h}x{w}")
         with self.scope(name):
             wt = self.weight("weight", (out_channels, c // groups, kh, kw), self.dtype_of(x))
-            ho, wo = _conv_out(h, kh, sh, ph, dh), _conv_out(w, kw, sw, pw, dw)
-            if ho <= 0 or wo <= 0:
-                raise GraphError(f"{where}: kernel {kh}x{kw} (dilation {dh}x{dw}) too large for input {h}x{w}")
             y = self._one("conv2d", [x, wt], (n, out_channels, ho, wo), conv_attrs(kernel, sh, padding, groups, dilation),
                           dtype=_amp_output_dtype(self.dtype_of(x)))
             if bias:
@@ -554,8 +636,12 @@ class GraphBuilder:
         AMP worklists skip the dilation zeros (``ConvVertices.cpp``: the nx1 vertex's output stride
         is the input dilation). So it is the graph op ``conv2d_grad_input`` of that convolution, its
         weights ``(in_channels, out_channels / groups, kh, kw)`` as PyTorch stores them."""
-        n, c, h, w = self.shape(x)
         where = f"conv_transpose {self._name(name)}"
+        _rank(where, x, self.shape(x), 4, "NCHW")
+        n, c, h, w = self.shape(x)
+        _whole(where, "out_channels", out_channels, 1)
+        _whole(where, "groups", groups, 1)
+        _window(where, kernel, stride, padding)
         if c % groups or out_channels % groups:
             raise GraphError(f"{where}: channels {c}->{out_channels} not divisible by groups {groups}")
         (kh, kw), (sh, sw), (ph, pw), (oh, ow) = (
@@ -615,9 +701,14 @@ class GraphBuilder:
         return self.unary("swish", x, name)
 
     def scale(self, x: str, factor: float, name: str | None = None) -> str:
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) and not _is_whole(factor):
+            raise GraphError(f"scale {self._name(name or 'scale')}: factor {factor!r}: give a number")
         return self.unary("scale", x, name, factor=factor)
 
     def dropout(self, x: str, p: float, name: str | None = None) -> str:
+        """Dropout with probability ``p`` (0 to 1) of zeroing an element."""
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise GraphError(f"dropout {self._name(name or 'dropout')}: p {p!r}: give a probability from 0 to 1")
         return self.unary("dropout", x, name, p=p)
 
     def cast(self, x: str, dtype: str, name: str | None = None) -> str:
@@ -633,6 +724,8 @@ class GraphBuilder:
         return self._one("softmax", [x], self.shape(x), {"axis": axis}, name)
 
     def layernorm(self, x: str, eps: float = 1e-5, name: str = "layernorm") -> str:
+        if not self.shape(x):
+            raise GraphError(f"layernorm {self._name(name)}: {x!r} has no dimensions to normalise")
         h = self.shape(x)[-1]
         with self.scope(name):
             def norm(v: str) -> str:
@@ -655,6 +748,9 @@ class GraphBuilder:
         ``distributedBatchNormStatistics`` / ``Gradients``): the schedule adds each group's
         all-reduce of the per-channel sums after the op and after its gradient. How the statistics
         are estimated is the run's (``Options.enableStableNorm``)."""
+        if len(self.shape(x)) < 2:
+            raise GraphError(f"batchnorm {self._name(name)}: expected an (N, C, ...) input, got {x!r} of shape "
+                             f"{self.shape(x)}")
         c = self.shape(x)[1]
         if not isinstance(replica_group_size, int) or isinstance(replica_group_size, bool) or replica_group_size < 1:
             raise GraphError(f"batchnorm {self._name(name)}: replica_group_size must be a whole number >= 1, "
@@ -670,6 +766,9 @@ class GraphBuilder:
     def group_norm(self, x: str, groups: int, eps: float = 1e-5, name: str = "gn") -> str:
         """Group normalisation of NCHW ``x``: statistics over each sample's ``groups`` groups of
         channels, then a per-channel scale (``gamma``) and shift (``beta``), as popnn's group norm."""
+        if len(self.shape(x)) < 2:
+            raise GraphError(f"group_norm {self._name(name)}: expected an (N, C, ...) input, got {x!r} of shape "
+                             f"{self.shape(x)}")
         c = self.shape(x)[1]
         if groups < 1 or c % groups:
             raise GraphError(f"group_norm {self._name(name)}: {c} channels do not split into {groups} groups")
@@ -681,6 +780,10 @@ class GraphBuilder:
     def reduce(self, x: str, axes: Sequence[int], kind: str = "reduce_sum", keepdims: bool = False,
                name: str | None = None) -> str:
         shape = self.shape(x)
+        where = f"{kind} {self._name(name or kind)}"
+        normalised = [_axis(where, a, shape) for a in axes]
+        if len(set(normalised)) != len(normalised):
+            raise GraphError(f"{where}: axes {list(axes)} name a dimension of {x!r} (shape {shape}) twice")
         axes = sorted(a % len(shape) for a in axes)
         out = [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else \
               [d for i, d in enumerate(shape) if i not in axes]
@@ -689,11 +792,15 @@ class GraphBuilder:
     # --- pooling ------------------------------------------------------------------------
     def pool(self, x: str, kind: str, kernel, stride, padding=0, name: str | None = None) -> str:
         """A 2-D pooling window; ``kernel``, ``stride`` and ``padding`` one int or a (height, width) pair."""
-        n, c, h, w = self.shape(x)
         where = kind if name is None else f"{kind} {name}"
+        _rank(where, x, self.shape(x), 4, "NCHW")
+        n, c, h, w = self.shape(x)
+        _window(where, kernel, stride, padding)
         (kh, kw), (sh, sw), (ph, pw) = (spatial(v, f"{where}: {what}") for v, what in
                                         ((kernel, "kernel"), (stride, "stride"), (padding, "padding")))
         ho, wo = _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw)
+        if ho <= 0 or wo <= 0:
+            raise GraphError(f"{where}: kernel {kh}x{kw} with padding {ph}x{pw} too large for input {h}x{w}")
         return self._one(kind, [x], (n, c, ho, wo), {"kernel": spatial_attr(kernel), "stride": spatial_attr(stride),
                                                      "padding": spatial_attr(padding)}, name)
 
@@ -701,12 +808,19 @@ class GraphBuilder:
         return self.pool(x, "maxpool", kernel, stride, padding, name)
 
     def global_avgpool(self, x: str, name: str | None = None) -> str:
+        _rank(f"global_avgpool {self._name(name or 'avgpool')}", x, self.shape(x), 4, "NCHW")
         n, c, h, w = self.shape(x)
         return self._one("avgpool", [x], (n, c), {"kernel": h, "stride": h, "padding": 0}, name)
 
     # --- data movement ------------------------------------------------------------------
     def embedding(self, ids: str, table: str, name: str | None = None) -> str:
         """Gather rows of ``table`` (vocab, hidden) at integer ``ids``."""
+        where = f"embedding {self._name(name or 'gather')}"
+        if self.dtype_of(ids) not in INTEGER_DTYPES:
+            raise GraphError(f"{where}: ids {ids!r} are {self.dtype_of(ids)}; give integer ids "
+                             f"({', '.join(INTEGER_DTYPES)})")
+        if not self.shape(table):
+            raise GraphError(f"{where}: table {table!r} has no rows")
         return self._one("gather", [ids, table], self.shape(ids) + self.shape(table)[1:], name=name,
                          dtype=self.dtype_of(table))
 
@@ -718,7 +832,12 @@ class GraphBuilder:
 
     def transpose(self, x: str, perm: Sequence[int], name: str | None = None) -> str:
         s = self.shape(x)
-        return self._one("transpose", [x], tuple(s[p] for p in perm), {"perm": list(perm)}, name)
+        where = f"transpose {self._name(name or 'transpose')}"
+        axes = [_axis(where, p, s, "perm entry") for p in perm]
+        if sorted(axes) != list(range(len(s))):
+            raise GraphError(f"{where}: perm {list(perm)} is not a permutation of the {len(s)} dimensions of {x!r} "
+                             f"(shape {s})")
+        return self._one("transpose", [x], tuple(s[p] for p in axes), {"perm": list(perm)}, name)
 
     def remap(self, x: str, inplace: bool = False, name: str | None = None) -> str:
         """``x`` copied into a new tile layout: a Poplar Copy between two mappings of one tensor,
@@ -729,12 +848,25 @@ class GraphBuilder:
         return self._one("remap_inplace" if inplace else "remap", [x], self.shape(x), name=name)
 
     def concat(self, xs: Sequence[str], axis: int, name: str | None = None) -> str:
+        where = f"concat {self._name(name or 'concat')}"
+        if not xs:
+            raise GraphError(f"{where}: no tensors to concatenate")
         shapes = [self.shape(x) for x in xs]
+        a = _axis(where, axis, shapes[0])
+        for x, s in zip(xs, shapes):
+            if len(s) != len(shapes[0]) or s[:a] + s[a + 1:] != shapes[0][:a] + shapes[0][a + 1:]:
+                raise GraphError(f"{where}: {x!r} of shape {s} does not match {xs[0]!r} of shape {shapes[0]} "
+                                 f"but along axis {axis}")
         out = list(shapes[0])
         out[axis] = sum(s[axis] for s in shapes)
         return self._one("concat", list(xs), tuple(out), {"axis": axis}, name)
 
     def slice(self, x: str, axis: int, start: int, stop: int, name: str | None = None) -> str:
+        where = f"slice {self._name(name or 'slice')}"
+        size = self.shape(x)[_axis(where, axis, self.shape(x))]
+        if not (_is_whole(start) and _is_whole(stop) and 0 <= start < stop <= size):
+            raise GraphError(f"{where}: [{start!r}:{stop!r}] along axis {axis} of {x!r} (shape {self.shape(x)}): give "
+                             f"0 <= start < stop <= {size}")
         out = list(self.shape(x))
         out[axis] = stop - start
         return self._one("slice", [x], tuple(out), {"axis": axis, "start": start, "stop": stop}, name)
@@ -742,6 +874,10 @@ class GraphBuilder:
     # --- collectives across replicas (PopXL ops.collectives) --------------------------------
     def _replicated(self, kind: str, x: str, shape, group_stride: int, group_size: int | None,
                     name: str | None) -> str:
+        where = f"{kind} {self._name(name or kind)}"
+        _whole(where, "group_stride", group_stride, 1)
+        if group_size is not None:
+            _whole(where, "group_size", group_size, 1)
         return self._one(kind, [x], shape, {"group_stride": group_stride, "group_size": group_size}, name)
 
     def replicated_all_reduce(self, x: str, group_stride: int = 1, group_size: int | None = None,
@@ -755,6 +891,7 @@ class GraphBuilder:
     def replicated_reduce_scatter(self, x: str, shards: int, group_stride: int = 1,
                                   group_size: int | None = None, name: str | None = None) -> str:
         """Each of the ``shards`` replicas of a group gets 1/shards of the sum (flattened)."""
+        _whole(f"replicated_reduce_scatter {self._name(name or 'replicated_reduce_scatter')}", "shards", shards, 1)
         n = math.prod(self.shape(x))
         return self._replicated("replicated_reduce_scatter", x, (math.ceil(n / shards),), group_stride,
                                 group_size, name)
@@ -762,12 +899,20 @@ class GraphBuilder:
     def replicated_all_gather(self, x: str, shards: int, group_stride: int = 1,
                               group_size: int | None = None, name: str | None = None) -> str:
         """Every replica of a group gets the concatenation of the ``shards`` replicas' ``x``."""
+        _whole(f"replicated_all_gather {self._name(name or 'replicated_all_gather')}", "shards", shards, 1)
         return self._replicated("replicated_all_gather", x, (shards * math.prod(self.shape(x)),),
                                 group_stride, group_size, name)
 
     # --- losses -------------------------------------------------------------------------
     def softmax_cross_entropy(self, logits: str, labels: str, name: str = "loss") -> str:
-        """Mean cross-entropy of ``logits`` (..., classes) against integer ``labels``."""
+        """Mean cross-entropy of ``logits`` (..., classes) against integer ``labels`` (an element per
+        row of ``logits``), or against soft labels (float probabilities of ``logits``' shape)."""
+        sl, sb = self.shape(logits), self.shape(labels)
+        hard = self.dtype_of(labels) in INTEGER_DTYPES
+        if hard and math.prod(sb) != math.prod(sl[:-1]) or not hard and sb != sl:
+            raise GraphError(f"softmax_cross_entropy {self._name(name)}: labels {labels!r} ({self.dtype_of(labels)}, "
+                             f"shape {sb}) do not fit logits {logits!r} of shape {sl}: give integer labels of shape "
+                             f"{sl[:-1] or (1,)} or float probabilities of shape {sl}")
         out = self._one("softmax_cross_entropy", [logits, labels], (1,), name=name, dtype="float32")
         self.graph.loss = out
         return out
@@ -823,6 +968,7 @@ class GraphBuilder:
         return out
 
     def mse_loss(self, x: str, target: str, name: str = "loss") -> str:
+        _broadcast(self.shape(x), self.shape(target), f"mse_loss {self._name(name)}")
         out = self._one("mse_loss", [x, target], (1,), name=name, dtype="float32")
         self.graph.loss = out
         return out

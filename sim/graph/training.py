@@ -437,6 +437,12 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
             f"graph {graph.name!r} has no loss: build one with a GraphBuilder's softmax_cross_entropy or "
             "mse_loss, name an ONNX model's loss tensor with sim.onnx.load(..., loss=NAME) (command line: "
             "--loss NAME), or pass training=False")
+    made = {t for op in graph.ops for t in op.outputs}
+    if graph.loss not in made:
+        what = "an input or a weight, which no op makes" if graph.loss in graph.tensors else "not a tensor of it"
+        raise GraphError(f"graph {graph.name!r}: its loss {graph.loss!r} is {what}, so there is nothing to "
+                         "differentiate; set graph.loss to the output of the op that computes the loss "
+                         "(softmax_cross_entropy, mse_loss, ...), or pass training=False")
     opt = optimizer if isinstance(optimizer, Optimizer) else Optimizer(optimizer)
     weights = {w.name for w in graph.weights()}
     for field in ("no_weight_decay", "no_trust_ratio"):

@@ -502,7 +502,12 @@ class Run:
         return memory.peak if category is None else memory.tile_category(category)
 
     def tile_compute(self, ipu: int = 0) -> np.ndarray:
-        """Compute cycles of each compute tile of ``ipu`` over the run (load balance per tile)."""
+        """Compute cycles of each compute tile of ``ipu`` (an IPU of the system, as :attr:`breakdown`'s
+        index: those of the simulated replicas) over the run (load balance per tile)."""
+        if ipu not in self.executable.ipus:
+            raise ValueError(f"no IPU {ipu} simulated in this run: expected one of {list(self.executable.ipus)} (a "
+                             "replica not simulated runs what simulated replica r % "
+                             f"{len(self.executable.simulated_replicas)} runs)")
         total = np.zeros(self.executable.tiles)
         for r in self.timeline.records:
             for i, ops in enumerate(r.detail):
