@@ -310,6 +310,19 @@ def test_an_unnamed_dynamic_dimension_past_the_first_says_how_to_name_it():
         sim.onnx.load(m, batch_size=2)
 
 
+def test_an_input_led_by_another_named_dimension_is_sized_by_dims():
+    """The batch size sizes the batch dimension only: an input led by another name (a sequence) needs dims, and
+    the error says so rather than asking again for the batch size given."""
+    m = model([h.make_node("Add", ["x", "s"], ["y"], name="a")],
+              [h.make_tensor_value_info("x", T.FLOAT, ["N", 16]), h.make_tensor_value_info("s", T.FLOAT, ["T", 16])],
+              [h.make_tensor_value_info("y", T.FLOAT, None)])
+    only_dims = r"input 's' dim 0 \('T'\)\. Give dims=\{'T': N\} \(command line: --dim T=N\)$"
+    with pytest.raises(sim.GraphError, match=only_dims):
+        sim.onnx.load(m, batch_size=4)
+    with pytest.raises(sim.GraphError, match=r"batch_size=N\) .* for a leading \(batch\) dimension, dims=\{'T': N\}"):
+        sim.onnx.load(m)
+
+
 def test_an_if_known_at_import_passes_its_branchs_constants_on():
     """An If whose condition folds, its branch making a shape: the Reshape after it reads that shape
     as a constant (exporters write such shape branches)."""

@@ -158,3 +158,27 @@ def test_split_and_sqrt():
     with s:
         s.run({ir.main_graph._loads and next(iter(ir.get_all_h2d_streams())): np.zeros((4, 96), np.float16)})
     assert s.cycle_count > 0
+
+
+def test_replica_grouping_from_assignments_is_the_stride_grouping_that_gives_it():
+    ir = popxl.Ir(replication=8)
+    for assignment, stride, size in (([0, 1, 0, 1, 2, 3, 2, 3], 2, 2), ([0] * 8, 1, 8), ([0, 0, 1, 1, 2, 2, 3, 3], 1, 2),
+                                     ([0, 1, 2, 3, 0, 1, 2, 3], 4, 2), (list(range(8)), 1, 1)):
+        grouping = ir.replica_grouping_from_assignments(assignment)
+        assert (grouping.stride, grouping.group_size, grouping.assignment) == (stride, size, assignment)
+        assert grouping == ir.replica_grouping(stride, size)
+    with pytest.raises(popxl.NotModelledError, match=r"groups \[\[0, 3\], \[1, 2\]"):
+        ir.replica_grouping_from_assignments([0, 1, 1, 0, 2, 3, 3, 2])  # no constant stride
+    with pytest.raises(ValueError, match="a list of 8 group indices"):
+        ir.replica_grouping_from_assignments([0, 0, 0])
+
+
+def test_an_inference_session_has_no_optimizer_note():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        h2d = popxl.h2d_stream((4, 8), popxl.float32, "x")
+        y = ops.gelu(ops.host_load(h2d))
+        ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
+    with popxl.Session(ir, "ipu_hw") as session:
+        session.run({h2d: np.zeros((4, 8), np.float32)})
+    assert not any("optimizer" in note for note in session.simulation.summary()["notes"])

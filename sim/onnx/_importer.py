@@ -151,11 +151,15 @@ class _Importer:
             resolved[vi.name] = (tuple(shape), tt.elem_type)
         if missing:
             what = "; ".join(f"input {n!r} dim {i}" + (f" ({p!r})" if p else "") for n, i, p in missing)
-            hint = "load(..., batch_size=N) (command line: --micro-batch / --batch-size N) for a leading (batch) dimension"
-            named = sorted({p for _, i, p in missing if p and i > 0})
+            # the batch dimension (a leading one, unnamed or the batch's name) takes batch_size; any other
+            # named one, a leading one too (an input led by its sequence), takes dims
+            parts = (["load(..., batch_size=N) (command line: --micro-batch / --batch-size N) for a leading (batch) "
+                      "dimension"] if any(i == 0 and p in ("", batch) for _, i, p in missing) else [])
+            named = sorted({p for _, i, p in missing if p and (i > 0 or p != batch)})
             if named:
-                hint += (", dims={" + ", ".join(f"{p!r}: N" for p in named) + "} (command line: "
-                         + " ".join(f"--dim {p}=N" for p in named) + ") for the others")
+                parts.append("dims={" + ", ".join(f"{p!r}: N" for p in named) + "} (command line: "
+                             + " ".join(f"--dim {p}=N" for p in named) + ")" + (" for the others" if parts else ""))
+            hint = ", ".join(parts)
             unnamed = [(n, i) for n, i, p in missing if not p and i > 0]
             if unnamed:
                 n, i = unnamed[0]

@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import OptionsError
 from ..schedule.collectives import groups_of
 from ..schedule.collectives import replica_grouping as _assignment
 from .errors import NotModelledError, PopXLError
@@ -236,6 +237,29 @@ class Ir:
         ``replication_factor // stride``). With 8 replicas, ``replica_grouping(2, 2).assignment``
         is ``[0, 1, 0, 1, 2, 3, 2, 3]``."""
         return ReplicaGrouping(self, stride, group_size)
+
+    def replica_grouping_from_assignments(self, assignment: list[int]) -> ReplicaGrouping:
+        """The grouping whose replica ``r`` is in group ``assignment[r]``: one of :meth:`replica_grouping`'s (a
+        stride and a group size, as the simulator's collectives and GCL's CommGroup hold them) that gives this
+        assignment; one that none gives (groups without a constant stride) is :class:`NotModelledError`."""
+        n = self.replication_factor
+        if isinstance(assignment, (str, bytes)) or len(list(assignment)) != n or not all(
+                isinstance(g, int) and not isinstance(g, bool) for g in assignment):
+            raise ValueError(f"replica_grouping_from_assignments: expected a list of {n} group indices, one for each "
+                             f"replica, got {assignment!r}")
+        assignment = list(assignment)
+        for group_size in (d for d in range(1, n + 1) if n % d == 0):
+            for stride in (s for s in range(1, n + 1) if n % s == 0):
+                try:
+                    grouping = ReplicaGrouping(self, stride, group_size)
+                except (ValueError, PopXLError, OptionsError):
+                    continue
+                if grouping.assignment == assignment:
+                    return grouping
+        raise NotModelledError(
+            f"replica_grouping_from_assignments({assignment}): its groups {groups_of(assignment)} are not replicas "
+            "a constant stride apart, numbered in order, which is what the simulator's groupings (a stride and a "
+            "group size, replica_grouping) and its collectives express; not modelled")
 
     # --- graphs ------------------------------------------------------------------------------
     @property

@@ -298,7 +298,7 @@ class Session:
             graph.micro_batch = graph.micro_batch_rows() * loads  # what the run reports, not what it prices
             io_notes.append(f"a pass of the main graph loads its streams {loads} times (a loop written out): the "
                             f"summary's micro-batch is the pass's {graph.micro_batch} rows")
-        self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer)
+        self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer if ir._training else None)
         notes = [f"system {sys_.name}: {why}",
                  (f"PopXL program: device {device_desc!r} simulated as IPU hardware; session.run returns "
                   "zero-filled outputs (the simulator computes times, not values)")]
