@@ -738,6 +738,10 @@ class Planner:
             return "invalid", f"cannot split {len(self.units)} layers over {c.pipeline} IPUs"
         if structural_only:
             return None
+        if c.ipus & (c.ipus - 1):  # the run would refuse it (sim.hardware.topology.check_fits): no simulation
+            return "invalid", (f"needs {c.pipeline} x {c.replicas} = {c.ipus} IPUs, which is not a power of two "
+                               "(Poplar attaches power-of-two partitions); give --pipeline and --replicas whose "
+                               "product is one")
         F = self.forward_stages(c.split)
         if F > 1 and self.space.training and c.gradient_accumulation < 2 * F - 1:
             return "invalid", (f"gradient accumulation {c.gradient_accumulation} is below the pipeline's "

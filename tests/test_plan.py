@@ -562,3 +562,16 @@ def test_a_value_given_twice_on_an_axis_is_one_configuration():
                      recompute=[False, False], optimizer_states=["on-chip", "rts", "on-chip"])
     assert len(set(twice.candidates)) == len(twice.candidates)
     assert twice.candidates == [c for c in once.candidates if c.optimizer_state in ("on-chip", "rts")]
+
+
+def test_a_count_of_ipus_not_a_power_of_two_is_refused_before_simulating(capsys, tmp_path):
+    """3 replicas of one IPU: Poplar attaches power-of-two partitions, so every candidate is invalid, and the
+    planner says so without simulating it (the simulated run's refusal reads otherwise)."""
+    csv = tmp_path / "plan.csv"
+    code = cli.main(["plan", "--model", "mlp", "--system", "ipu-m2000", "--global-batch", "12", "--micro-batch", "4",
+                     "--replicas", "3", "--workers", "1", "--csv", str(csv)])
+    assert code == 2
+    rows = pd.read_csv(csv)
+    assert list(rows["status"]) == ["invalid"] * len(rows) and len(rows) >= 1
+    assert all("needs 1 x 3 = 3 IPUs, which is not a power of two (Poplar attaches" in r for r in rows["reason"])
+    assert "every one is invalid" in capsys.readouterr().err
