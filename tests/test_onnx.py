@@ -373,7 +373,8 @@ def test_a_malformed_node_is_an_error_naming_it(node, shape):
     m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT, shape)],
                                   [h.make_tensor_value_info("y", T.FLOAT, None)]),
                      opset_imports=[h.make_opsetid("", 17)])
-    with pytest.raises(sim.GraphError, match=f"node 'bad'\\): its attributes or inputs are not a valid {node.op_type}"):
+    malformed = f"its attributes or inputs are not a valid {node.op_type}|axis 2 is out of range"  # Concat's axis
+    with pytest.raises(sim.GraphError, match=f"node 'bad'\\): ({malformed})"):
         sim.onnx.load(m)
 
 
@@ -1001,3 +1002,13 @@ def test_transposed_convolutions_beyond_conv2d_grad_input(x_shape, w_shape, attr
         ("reshape", out)]
     assert g.ops[1].attrs["transposed"] is True
     assert sim.simulate(g, "ipu-mk2", training=True).cycle_count > 0
+
+
+@pytest.mark.parametrize("node", [h.make_node("Softmax", ["x"], ["y"], name="n", axis=5),
+                                  h.make_node("ReduceMax", ["x"], ["y"], name="n", axes=[5]),
+                                  h.make_node("Concat", ["x", "x"], ["y"], name="n", axis=-3)])
+def test_an_axis_out_of_range_is_an_error_naming_the_node(node):
+    m = model([node], [h.make_tensor_value_info("x", T.FLOAT, [4, 8])], [h.make_tensor_value_info("y", T.FLOAT, None)])
+    with pytest.raises(sim.GraphError, match=rf"ONNX op {node.op_type} \(node 'n'\): axis -?[35] is out of range for "
+                                             r"a tensor of 2 dimension\(s\) \(ONNX allows -2 to 1\)"):
+        sim.onnx.load(m)

@@ -434,6 +434,10 @@ class _Importer:
             raise error
         try:
             result = rule(ctx)
+        except GraphError as e:  # a rule's own refusal (an axis out of range, shapes that do not broadcast)
+            if ctx.desc in str(e):
+                raise
+            raise GraphError(f"{ctx.desc}: {e}") from None
         except (IndexError, KeyError, TypeError, ZeroDivisionError, AttributeError) as e:
             if rule is not RULES.get(node.op_type) and rule is not RULES.get(f"{node.domain}::{node.op_type}"):
                 raise  # a register_op rule's own error, as it is

@@ -462,6 +462,7 @@ def _lrn(ctx: OpContext):
 def _softmax(ctx: OpContext):
     default = -1 if ctx.opset >= 13 else 1
     attrs = {"axis": int(ctx.attr("axis", default))}
+    _axis(attrs["axis"], len(ctx.shape(0)))  # in range, as ONNX requires
     if ctx.op_type == "LogSoftmax":
         attrs["log"] = True  # priced as softmax, as sim.poptorch does
     return ctx.op("softmax", [ctx.input(0)], attrs, shapes=[ctx.shape(0)])

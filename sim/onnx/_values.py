@@ -66,6 +66,10 @@ def _broadcast(*shapes) -> tuple[int, ...]:
 
 
 def _axis(axis: int, rank: int) -> int:
+    """``axis`` of a tensor of ``rank`` dimensions counted from 0 (ONNX allows ``-rank`` to ``rank - 1``)."""
+    if not -rank <= int(axis) < rank:
+        raise GraphError(f"axis {int(axis)} is out of range for a tensor of {rank} dimension(s) (ONNX allows "
+                         f"{-rank} to {rank - 1})")
     return int(axis) + rank if int(axis) < 0 else int(axis)
 
 
