@@ -1012,3 +1012,11 @@ def test_an_axis_out_of_range_is_an_error_naming_the_node(node):
     with pytest.raises(sim.GraphError, match=rf"ONNX op {node.op_type} \(node 'n'\): axis -?[35] is out of range for "
                                              r"a tensor of 2 dimension\(s\) \(ONNX allows -2 to 1\)"):
         sim.onnx.load(m)
+
+
+def test_flatten_takes_an_axis_up_to_the_rank():
+    """ONNX's Flatten axis runs from -r to r (r: everything in the first dimension, the second of size 1)."""
+    m = model([h.make_node("Flatten", ["x"], ["y"], name="f", axis=2)], [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+              [h.make_tensor_value_info("y", T.FLOAT, None)])
+    g = sim.onnx.load(m)
+    assert g.tensors[g.outputs[0]].shape == (32, 1)

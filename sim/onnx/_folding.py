@@ -50,7 +50,7 @@ def _fold_numpy(op: str, a: dict, v: list, opset: int):
     if op == "Reshape":
         return [np.reshape(x, _reshape_target(x.shape, np.asarray(v[1]).reshape(-1), bool(a.get("allowzero", 0))))]
     if op == "Flatten":
-        ax = _axis(a.get("axis", 1), x.ndim)
+        ax = _axis(a.get("axis", 1), x.ndim, upto_rank=True)
         return [x.reshape(math.prod(x.shape[:ax]), -1)]
     if op == "Slice":
         if opset < 10:

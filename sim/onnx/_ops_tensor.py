@@ -50,7 +50,7 @@ def _reshape(ctx: OpContext):
 
 def _flatten(ctx: OpContext):
     s = ctx.shape(0)
-    ax = _axis(ctx.attr("axis", 1), len(s))
+    ax = _axis(ctx.attr("axis", 1), len(s), upto_rank=True)
     return _view(ctx, (math.prod(s[:ax]), math.prod(s[ax:])))
 
 

@@ -65,11 +65,13 @@ def _broadcast(*shapes) -> tuple[int, ...]:
         raise GraphError(f"shapes {', '.join(map(str, shapes))} do not broadcast") from None
 
 
-def _axis(axis: int, rank: int) -> int:
-    """``axis`` of a tensor of ``rank`` dimensions counted from 0 (ONNX allows ``-rank`` to ``rank - 1``)."""
-    if not -rank <= int(axis) < rank:
+def _axis(axis: int, rank: int, upto_rank: bool = False) -> int:
+    """``axis`` of a tensor of ``rank`` dimensions counted from 0 (ONNX allows ``-rank`` to ``rank - 1``, or to
+    ``rank`` with ``upto_rank``: Flatten's, a split point between the dimensions)."""
+    high = rank if upto_rank else rank - 1
+    if not -rank <= int(axis) <= high:
         raise GraphError(f"axis {int(axis)} is out of range for a tensor of {rank} dimension(s) (ONNX allows "
-                         f"{-rank} to {rank - 1})")
+                         f"{-rank} to {high})")
     return int(axis) + rank if int(axis) < 0 else int(axis)
 
 
