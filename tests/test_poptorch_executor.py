@@ -337,6 +337,40 @@ def test_set_optimizer_before_compiling_changes_the_priced_update_after_it_is_po
         model.setOptimizer(torch.optim.SGD(net.parameters(), lr=0.01))
 
 
+class _BigGradient(torch.nn.Module):
+    """A weight whose gradient is 40,000 a micro-batch of 2 (ones in, the output summed and scaled): four of
+    them sum past float16's 65,504, their mean does not."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1, bias=False)
+
+    def forward(self, x):
+        return poptorch.identity_loss(self.fc(x).sum() * 20000.0, reduction="none")
+
+
+def test_float16_accumulators_keep_a_running_mean_as_poptorchs():
+    """PopTorch sets MeanReductionStrategy.Running for float16 gradient accumulators (poptorch optim.py), and
+    PopART keeps each gradient's running mean in them: four micro-batches whose gradients sum past float16's
+    range still train, to the exact mean's weights; a float16 optimizer given after a compile with Post is
+    PopTorch's ValueError."""
+    torch.manual_seed(0)
+    net = _BigGradient()
+    start = net.fc.weight.detach().clone()
+    optimizer = poptorch.optim.SGD(net.parameters(), lr=1e-6, accum_type=torch.float16)
+    model = poptorch.trainingModel(net, make_options(ga=4), optimizer)
+    model(torch.ones(4 * MB, 4))
+    assert model.options.Training.meanAccumulationAndReplicationReductionStrategy == \
+        poptorch.MeanReductionStrategy.Running
+    assert torch.allclose(net.fc.weight.detach(), start - 1e-6 * 40000.0, atol=1e-4)  # the mean's step, finite
+    other = _BigGradient()
+    post = poptorch.trainingModel(other, make_options(ga=4), poptorch.optim.SGD(other.parameters(), lr=1e-6))
+    post(torch.ones(4 * MB, 4))
+    assert post.options.Training.meanAccumulationAndReplicationReductionStrategy == poptorch.MeanReductionStrategy.Post
+    with pytest.raises(ValueError, match="would require changing options.Training.meanAccumulationAndReplication"):
+        post.setOptimizer(poptorch.optim.SGD(other.parameters(), lr=1e-6, accum_type=torch.float16))
+
+
 # --- the executor's other methods ------------------------------------------------------------------
 def test_host_weights_are_dirty_after_a_training_call_as_poptorchs():
     """copyWeightsToHostIfNeeded copies (True) only when a training call has changed the weights since the

@@ -277,6 +277,8 @@ class PoplarExecutor:
     @frozen
     def _compile(self, ex_args, ex_kwargs) -> None:
         started = real_perf_counter()
+        if self._training:
+            self._mean_reduction_for(self._optimizer, compiled=False)
         try:
             for hook in list(PoplarExecutor._precompile_hooks.values()):
                 hook()
@@ -519,6 +521,8 @@ class PoplarExecutor:
             mean = o.Training.reduction_type == enums.ReductionType.Mean
             scale = _optim.loss_scaling(self._optimizer)
             accum = getattr(self._optimizer, "accum_type", None)  # gradient accumulator dtype
+            running = mean and (o.Training.meanAccumulationAndReplicationReductionStrategy
+                                == enums.MeanReductionStrategy.Running) and ga * replicas > 1
             named = dict(self._user_model.named_parameters())
             for step in range(di):
                 self._optimizer.zero_grad(set_to_none=True)
@@ -530,13 +534,15 @@ class PoplarExecutor:
                         loss = loss if loss.dim() == 0 else loss.sum()
                         (loss * scale if scale != 1.0 else loss).backward()
                         results[step, acc, r] = pytree.tree_map(_detached, out)
-                        if accum is not None and ga * replicas > 1:
+                        if running:  # every weight's gradient a running mean, in the accumulator's dtype
+                            _accumulate(params, accum, sums, mean_of=acc * replicas + r + 1)
+                        elif accum is not None and ga * replicas > 1:
                             _accumulate(params, accum, sums)
                 for p, total in sums.items():
                     if total.dtype != p.dtype and hasattr(p, "grad_dtype"):
                         p.grad_dtype = None  # torch checks a gradient's dtype against the tensor's: allow the wider sum
                     p.grad = total
-                divide = (ga * replicas if mean else 1)
+                divide = (ga * replicas if mean and not running else 1)  # a running mean is divided already
                 if scale == 1.0 and divide > 1:
                     for p in params:
                         if p.grad is not None:
@@ -784,6 +790,8 @@ class PoplarExecutor:
         if not self._training:
             raise error("setOptimizer() is only available for a poptorch.trainingModel()")
         _optim.check_supported(optimizer)
+        if self.isCompiled():
+            self._mean_reduction_for(optimizer, compiled=True)
         clip, compiled_clip = _optim.clip_norm(optimizer), _optim.clip_norm(self._optimizer)
         if self._executable is not None and clip != compiled_clip:  # PopART's Optimizer::validReplacement
             which = "at index 0 " if None not in (clip, compiled_clip) else ""
@@ -803,6 +811,22 @@ class PoplarExecutor:
                     call.seconds = self._write_optimizer()
                     call.label = (f"{type(self._user_model).__name__} (setOptimizer: OptimizerFromHost) on "
                                   f"{self._executable.system.name}")
+
+    def _mean_reduction_for(self, optimizer, compiled: bool) -> None:
+        """PopTorch's rule for gradient accumulators in float16 (``accum_type``, unless ``use_combined_accum``):
+        the mean over micro-batches and replicas is a running mean (``MeanReductionStrategy.Running``), set
+        on the options before compiling; after, an optimizer that needs it where the model compiled another
+        strategy is PopTorch's ValueError (poptorch ``optim.py`` ``_toPoptorchOptimizer``'s caller)."""
+        if getattr(optimizer, "accum_type", None) != torch.float16 or getattr(optimizer, "use_combined_accum", False):
+            return
+        training = self._options.Training
+        running = enums.MeanReductionStrategy.Running
+        if not compiled:
+            object.__setattr__(training, "meanAccumulationAndReplicationReductionStrategy", running)
+        elif training.meanAccumulationAndReplicationReductionStrategy != running:
+            raise ValueError("Invalid optimizer: the new optimizer would require changing options.Training."
+                             "meanAccumulationAndReplicationReductionStrategy to poptorch.MeanReductionStrategy."
+                             "Running but the executable is already compiled.")
 
     def _popart_view(self) -> dict:
         """The optimizer as PopART sees it (:func:`sim.poptorch.optim.popart_view`)."""
@@ -893,15 +917,21 @@ class PoplarExecutor:
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-def _accumulate(params, accum: torch.dtype, sums: dict) -> None:
+def _accumulate(params, accum: torch.dtype | None, sums: dict, mean_of: int = 0) -> None:
     """After one micro-batch's backward: add the gradient of each weight whose accumulator
     dtype (the optimizer's ``accum_type``) differs from its own to ``sums``, in that dtype, as
-    the IPU accumulates; other weights keep accumulating in ``p.grad``."""
+    the IPU accumulates; other weights keep accumulating in ``p.grad``. With ``mean_of`` (the
+    micro-batch's number, from 1) every weight's ``sums`` entry is the running mean of its gradients
+    so far, in the accumulator's dtype (its own without ``accum``), as PopART's
+    ``MeanReductionStrategy::Running`` keeps it: ``mean += (g - mean) / mean_of``."""
     for p in params:
-        if p.grad is None or p.grad.dtype == accum:
+        if p.grad is None or (p.grad.dtype == accum and not mean_of):
             continue
-        g = p.grad.to(accum)
-        sums[p] = g if p not in sums else sums[p] + g
+        g = p.grad.to(accum or p.grad.dtype)
+        if mean_of:
+            sums[p] = g if p not in sums else sums[p] + (g - sums[p]) / mean_of
+        else:
+            sums[p] = g if p not in sums else sums[p] + g
         p.grad = None
 
 

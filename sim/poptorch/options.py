@@ -108,8 +108,9 @@ class _TrainingOptions(_Frozen, _sim_options._Training):
         return self.accumulationAndReplicationReductionType(reduction_type)
 
     def setMeanAccumulationAndReplicationReductionStrategy(self, strategy) -> "_TrainingOptions":
-        """When the mean divides (``MeanReductionStrategy``); the simulator's CPU step always
-        computes the exact mean."""
+        """When the mean divides (``MeanReductionStrategy``): the CPU step's numbers follow it (Running keeps
+        each gradient's running mean in the accumulator's dtype; Post and PostAndLoss sum, then divide); the
+        simulated cycles do not (PopART's accumulate scales as it adds, at the same cost)."""
         if not isinstance(strategy, enums.MeanReductionStrategy):  # PopTorch's OptionsDict type assert
             raise AssertionError(f"Unexpected type {type(strategy)} for option "
                                  "meanAccumulationAndReplicationReductionStrategy: expected a "
