@@ -34,8 +34,7 @@ def optimizer_write_seconds(executable: Executable, tensors_by_ipu: dict[int, in
     """Seconds of PopART's OptimizerFromHost engine run for ``executable``: the host writing
     ``tensors_by_ipu`` optimizer tensors (IPU of a replica -> count) to the IPUs, as it does when
     an optimizer's values change between calls (:func:`sim.schedule.hostio.optimizer_from_host`)."""
-    timeline = Engine(executable.system).run(optimizer_from_host(tensors_by_ipu))
-    return executable.system.cycles_to_seconds(timeline.total_cycles)
+    return _host_program_seconds(executable, optimizer_from_host(tensors_by_ipu))
 
 
 def variable_copy_seconds(executable: Executable, to_device: bool) -> float:
@@ -45,8 +44,12 @@ def variable_copy_seconds(executable: Executable, to_device: bool) -> float:
     if executable.options.synthetic_data:
         return 0.0
     program = variables_between_host(executable.graph, to_device)
-    if not program.items:
-        return 0.0
+    return _host_program_seconds(executable, program) if program.items else 0.0
+
+
+def _host_program_seconds(executable: Executable, program) -> float:
+    """Seconds of an engine run of ``program`` (a host-transfer program beside the model's) on ``executable``'s
+    system."""
     return executable.system.cycles_to_seconds(Engine(executable.system).run(program).total_cycles)
 
 

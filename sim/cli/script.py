@@ -157,12 +157,14 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
             for label, (n, s) in each.items():
                 print(f"  {label}: {n} call(s), {s / n:.6g} s each", file=sys.stderr)
                 run = simulations.get(label)
-                if verbose and run is not None:  # -v: the latest call's notes, as ipusim run -v prints them
-                    for note in _notes(run):
+                if run is None:
+                    continue
+                if verbose:  # -v: the latest call's notes, as ipusim run -v prints them
+                    for note in run.all_notes:
                         print(f"    - {note}", file=sys.stderr)
-                elif not summary and _no_modelled_effect(run):
-                    print(f"    accepted with no modelled effect: {', '.join(_no_modelled_effect(run))} "
-                          "(-v or --summary: the notes)", file=sys.stderr)
+                elif not summary and (idle := _no_modelled_effect(run)):
+                    print(f"    accepted with no modelled effect: {', '.join(idle)} (-v or --summary: the notes)",
+                          file=sys.stderr)
         if summary:
             for label, run in simulations.items():
                 print(f"\n{label}, its latest call:\n{format_summary(run)}", file=sys.stderr)
@@ -189,19 +191,12 @@ def _run_as_main(script: Path) -> None:
             sys.modules["__main__"] = saved
 
 
-def _notes(run) -> list[str]:
-    """A call's notes (its executable's, then its run's), as ``Run.summary()`` gives them; none without a run."""
-    if run is None:
-        return []
-    return [*getattr(getattr(run, "executable", None), "notes", ()), *getattr(run, "notes", ())]
-
-
 def _no_modelled_effect(run) -> list[str]:
     """What a call's notes say was accepted with no modelled effect (an option, an optimizer argument, an
     environment variable, ...), each by its name (the note up to its value): what the script set that the
     simulation does not follow, which its own output would not show."""
     names = []
-    for note in _notes(run):
+    for note in run.all_notes:
         if "no modelled effect" in note:
             name = note.split("=", 1)[0].split(": ", 1)[0].removeprefix("option ")
             names.append(name if len(name) <= 80 else name[:77] + "...")

@@ -140,7 +140,7 @@ def _options(run: Run) -> str:
 
 
 def _notes(run: Run) -> str:
-    notes = list(run.executable.notes) + list(run.notes)
+    notes = run.all_notes
     if not notes:
         return "<p>none</p>"
     return '<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>"

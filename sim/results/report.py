@@ -174,7 +174,7 @@ def format_summary(run: Run) -> str:
                   + ", ".join(f"{k} {e - b:,}" for k, (b, e) in phases.items()) + " cycles", ""]
     lines += (_latency_table(run) + [""] + _breakdown_table(run) + [""] + _pass_table(run) + [""]
               + _memory_table(run) + [""])
-    notes = list(ex.notes) + list(run.notes)
+    notes = run.all_notes
     lines.append("notes:" + ("" if notes else " none"))
     lines += [f"  - {n}" for n in notes]
     lines.append(f"simulated in {run.wall_seconds:.3f} s ({run.timeline.events:,} SimPy events)")

@@ -113,6 +113,11 @@ class Run:
             if note:
                 self.notes.append(note)
 
+    @property
+    def all_notes(self) -> list[str]:
+        """What the run's report says: its executable's notes (the compile's), then its own."""
+        return [*self.executable.notes, *self.notes]
+
     @cached_property
     def held_out(self) -> dict | None:
         """The simulator's errors on the held-out published measurements of workloads like this one
@@ -552,7 +557,7 @@ class Run:
                                for ipu, row in self.pass_breakdown.iterrows()},
             "memory": {str(k): v for k, v in self.memory.items()},
             "tflops": self.flops / self.seconds / 1e12 if self.seconds else 0.0,
-            "notes": list(ex.notes) + list(self.notes),
+            "notes": self.all_notes,
             "held_out": self.held_out,
             "options": options_dict(ex.options), "system_config": system_dict(ex.system),
             "simulator": {"wall_seconds": self.wall_seconds, "simpy_events": self.timeline.events},
@@ -581,7 +586,7 @@ class Run:
                 ("IPUs x replicas", f"{ex.ipus_per_replica} x {ex.options.replication_factor}"),
                 ("cycles", f"{self.cycle_count:,}"), ("time", f"{self.seconds * 1e3:.4f} ms"),
                 ("samples/s", f"{self.samples_per_second:,.1f}"), ("latency min / avg / max", lat),
-                ("fullest tile at its peak", f"{peak:,} bytes"), ("notes", str(len(ex.notes) + len(self.notes)))]
+                ("fullest tile at its peak", f"{peak:,} bytes"), ("notes", str(len(self.all_notes)))]
         body = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
         return f"<table class='ipusim-run'>{body}</table>"
 
