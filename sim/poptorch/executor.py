@@ -35,7 +35,7 @@ from .. import virtual_clock
 from ..virtual_clock import device_call, frozen, real_perf_counter
 from ..errors import OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as _SimOptimizer
-from ..strategy import PipelinedExecution, ShardedExecution, assign
+from ..strategy import AutoStage, PipelinedExecution, ShardedExecution, assign
 from . import _args, _precision, _system, enums
 from . import optim as _optim
 from ._capture import Captured, capture
@@ -308,6 +308,7 @@ class PoplarExecutor:
                         "loss (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss or their functional forms) "
                         "or mark it with poptorch.identity_loss")
         self._check_overlapped_io(g)
+        _check_same_as_ipu(g, o.execution_strategy)
         placed = copy.deepcopy(g)
         assign(placed, o.execution_strategy)
         ipus_per_replica = max((op.ipu or 0) for op in placed.ops) + 1 if placed.ops else 1
@@ -405,6 +406,12 @@ class PoplarExecutor:
             name = type(self._optimizer).__name__
             for key, value in _optim.unmodelled(self._optimizer).items():
                 notes.append(f"optimizer {name} {key}={value!r}: accepted, no modelled effect")
+            for key in CPU_ONLY_FLAGS:
+                if any(g.get(key) for g in self._optimizer.param_groups):
+                    what = ("the weights are updated to minimise the loss, as on the IPU" if key == "maximize"
+                            else "the weight update is PopART's")
+                    notes.append(f"optimizer {name} {key}=True: ignored, as PopTorch does not pass it to PopART "
+                                 f"({what}; the CPU numbers step with {key}=False)")
         for var in _UNMODELLED_ENV:
             if os.environ.get(var):
                 notes.append(f"environment variable {var} is set: no modelled effect")
@@ -620,6 +627,9 @@ class PoplarExecutor:
         else:
             per_leaf = []
             for i in range(len(t_leaves)):
+                if not isinstance(t_leaves[i], torch.Tensor):  # None or a Python value: returned as it is
+                    per_leaf.append(None)
+                    continue
                 sums = []
                 for r in range(replicas):
                     parts = [pytree.tree_leaves(results[s, a, r])[i] for s in range(di) for a in range(ga)]
@@ -917,6 +927,22 @@ class PoplarExecutor:
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def _check_same_as_ipu(graph, strategy) -> None:
+    """PopTorch's check of ``AutoStage.SameAsIpu`` (the default of ``PipelinedExecution()`` and
+    ``ShardedExecution()``, and PopTorch's default strategy): a block's stage is its IPU, so every block needs
+    an ``ipu_id`` (python/options.py ``_DefaultStageManager.getStage``: an ``AssertionError`` naming the block)."""
+    if not isinstance(strategy, PipelinedExecution) or strategy.block_map or \
+            strategy.auto_stage != AutoStage.SameAsIpu:
+        return
+    for op in graph.ops:
+        if op.pass_ == "forward" and op.block is not None and op.ipu is None:
+            raise AssertionError(f"poptorch.AutoStage.SameAsIpu was selected but no IPU was specified for block "
+                                 f"{op.block} (op {op.name!r}): give the Block (or BeginBlock) an ipu_id, or set "
+                                 "an execution strategy that places the blocks, such as "
+                                 "poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement) or "
+                                 "PipelinedExecution(poptorch.Stage(...).ipu(n), ...)")
+
+
 def _accumulate(params, accum: torch.dtype | None, sums: dict, mean_of: int = 0) -> None:
     """After one micro-batch's backward: add the gradient of each weight whose accumulator
     dtype (the optimizer's ``accum_type``) differs from its own to ``sums``, in that dtype, as
@@ -942,6 +968,23 @@ _STATE_DTYPES = {"exp_avg": "first_order_momentum_accum_type",
                  "grad_avg": "first_order_momentum_accum_type"}
 
 
+#: torch.optim group flags PopTorch does not pass to PopART (python/_optimizer_attributes.py reads no such
+#: attribute): the IPU minimises the loss with its own update, so the CPU step runs with them off
+CPU_ONLY_FLAGS = ("maximize", "differentiable", "capturable")
+
+
+def _ignore_cpu_only_flags(optimizer) -> list:
+    """Turn the :data:`CPU_ONLY_FLAGS` set in ``optimizer``'s groups off for one step; the (group, key) pairs
+    turned off, to turn back on after it."""
+    ignored = []
+    for group in [optimizer.defaults, *optimizer.param_groups]:  # torch reads ``defaults["differentiable"]``
+        for key in CPU_ONLY_FLAGS:
+            if group.get(key):
+                group[key] = False
+                ignored.append((group, key))
+    return ignored
+
+
 def _optimizer_step(optimizer, params, unscale: float = 1.0, before_update=None) -> None:
     """One weight update as the IPU computes it: the gradients are divided by ``unscale`` (the
     loss scaling, and the mean's divisor with it) in float32; float16 weights are updated in
@@ -957,11 +1000,14 @@ def _optimizer_step(optimizer, params, unscale: float = 1.0, before_update=None)
         for p in params:
             if p.grad is not None:
                 p.grad = p.grad.float() / unscale if p in low else (p.grad.float() / unscale).to(p.dtype)
+    ignored = _ignore_cpu_only_flags(optimizer)
     try:
         if before_update is not None:
             before_update()
         optimizer.step()
     finally:
+        for group, key in ignored:
+            group[key] = True
         for p, dtype in low.items():
             p.data = p.data.to(dtype)
             if p.grad is not None:

@@ -29,6 +29,7 @@ from ..options import TensorLocationSettings
 from ..strategy import (ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage)
 from . import _system, enums
+from ._options_dict import OptionsDictMixin
 
 _FROZEN = "Can't modify frozen Options"
 logger = logging.getLogger("poptorch")
@@ -77,7 +78,7 @@ class _Frozen:
             raise AttributeError(_FROZEN)
 
 
-class _TrainingOptions(_Frozen, _sim_options._Training):
+class _TrainingOptions(OptionsDictMixin, _Frozen, _sim_options._Training):
     """``Options.Training``: options of training models (setters return this object)."""
 
     def __init__(self, owner: "Options"):
@@ -118,6 +119,21 @@ class _TrainingOptions(_Frozen, _sim_options._Training):
         self.meanAccumulationAndReplicationReductionStrategy = strategy
         self._owner._record("Training.setMeanAccumulationAndReplicationReductionStrategy", strategy.name)
         return self
+
+    _ipusim_dict_prefix = "Training."
+
+    def _dict_values(self) -> dict:
+        """PopTorch's names (python/options.py ``_TrainingOptions``)."""
+        return {"gradient_accumulation": self.gradient_accumulation,
+                "accumulation_and_replication_reduction_type": self.reduction_type,
+                "meanAccumulationAndReplicationReductionStrategy":
+                    self.meanAccumulationAndReplicationReductionStrategy}
+
+    def _dict_setters(self) -> dict:
+        return {"gradient_accumulation": self.gradientAccumulation,
+                "accumulation_and_replication_reduction_type": self.accumulationAndReplicationReductionType,
+                "meanAccumulationAndReplicationReductionStrategy":
+                    self.setMeanAccumulationAndReplicationReductionStrategy}
 
     def setAutomaticLossScaling(self, enabled: bool) -> "_TrainingOptions":
         self._owner._Popart._set_quiet("automaticLossScalingSettings.enabled", enabled)
@@ -255,7 +271,7 @@ class _PrecisionOptions(_Frozen):
         return self
 
 
-class _DistributedOptions(_Frozen):
+class _DistributedOptions(OptionsDictMixin, _Frozen):
     """``Options.Distributed``: this process's index among the processes of a run.
 
     The process id and count are read from ``OMPI_COMM_WORLD_RANK`` and
@@ -298,6 +314,30 @@ class _DistributedOptions(_Frozen):
         self._owner._record("Distributed.configureProcessId", (process_id, num_processes))
         return self
 
+    _ipusim_dict_prefix = "Distributed."
+
+    def _dict_values(self) -> dict:
+        """PopTorch's names (python/options.py ``_DistributedOptions``)."""
+        return {"num_distributed_processes": self.num_distributed_processes,
+                "distributed_process_id": self.distributed_process_id}
+
+    def _dict_setters(self) -> dict:
+        return {"num_distributed_processes": lambda n: self.configureProcessId(self.distributed_process_id, n),
+                "distributed_process_id": lambda i: self.configureProcessId(i, self.num_distributed_processes)}
+
+    def set(self, **kwargs) -> None:
+        """Both values at once when both are given, so their order does not matter."""
+        if {"num_distributed_processes", "distributed_process_id"} <= kwargs.keys():
+            super().set(**{k: v for k, v in kwargs.items() if k not in self._dict_values()})
+            values = self._dict_values()
+            for key in values:  # PopTorch's type checks, then one configureProcessId
+                if not isinstance(kwargs[key], type(values[key])):
+                    raise AssertionError(f"Unexpected type {type(kwargs[key])} for option {key}. "
+                                         f"Expected {type(values[key])}")
+            self.configureProcessId(kwargs["distributed_process_id"], kwargs["num_distributed_processes"])
+            return
+        super().set(**kwargs)
+
     @property
     def processId(self) -> int:
         return self.distributed_process_id
@@ -326,7 +366,7 @@ class _JitOptions(_Frozen):
         return self
 
 
-class Options(_Frozen, _sim_options.Options):
+class Options(OptionsDictMixin, _Frozen, _sim_options.Options):
     """Every option that controls how a model is compiled and run (``poptorch.Options``).
 
     >>> opts = poptorch.Options().deviceIterations(8).logCycleCount(True)
@@ -494,12 +534,6 @@ class Options(_Frozen, _sim_options.Options):
         torch.manual_seed(random_seed)
         return super().randomSeed(random_seed)
 
-    def exists(self, name: str) -> bool:
-        """Has option ``name`` (PopTorch's attribute name, e.g. ``"random_seed"``) been set?"""
-        if name == "random_seed":
-            return self.random_seed is not None
-        return getattr(self, name, None) is not None
-
     # --- PopTorch setters the simulator accepts ----------------------------------------------
     def _accept(self, name: str, value, attr: str | None = None) -> "Options":
         if attr is not None:
@@ -607,6 +641,59 @@ class Options(_Frozen, _sim_options.Options):
                                  "Expected <class 'int'>")
         return self._accept("maxRepeatLogs", (1 << 64) - 1 if max_lines is None else max_lines, "max_repeat_logs")
 
+    # --- PopTorch's OptionsDict interface: set(**kw), createOrSet(**kw), exists, opts("name"), toDict ---
+    #: values PopTorch creates only when their setter runs (``createOrSet``), and the attribute holding them
+    _CREATED = {"model_name": "model_name", "use_model": "_use_model", "ipu_id": "_ipu_id",
+                "ipu_version": "ipu_version", "random_seed": "random_seed"}
+
+    def _dict_values(self) -> dict:
+        """PopTorch's names and values (python/options.py ``Options.__init__``: its defaults, then what
+        ``createOrSet`` adds); enum values as PopTorch stores them (``output_mode`` and the like as ints)."""
+        values = {"replication_factor": self.replication_factor, "input_group_size": self.input_group_size,
+                  "input_cgt": self.input_group_type, "broadcast_buffers": self.broadcast_buffers,
+                  "device_iterations": self.device_iterations, "log_dir": self.log_dir,
+                  "max_repeat_logs": self.max_repeat_logs, "auto_round_num_ipus": self.auto_round_num_ipus,
+                  "anchored_tensors": self.anchored_tensors, "output_mode": int(self.output_mode),
+                  "output_return_period": self.output_return_period,
+                  "connection_type": int(self.connection_type), "sync_pattern": int(self.sync_pattern),
+                  "available_memory_proportion": dict(self.available_memory_proportion)}
+        for name, attr in self._CREATED.items():
+            if getattr(self, attr, None) is not None:
+                values[name] = getattr(self, attr)
+        return values
+
+    def _set_output_mode(self, mode: int) -> None:
+        mode = enums.OutputMode(mode)
+        self.outputMode(mode, self.output_return_period if mode == enums.OutputMode.EveryN else None)
+
+    def _set_output_return_period(self, period: int) -> None:
+        if self.output_mode == enums.OutputMode.EveryN:
+            self.outputMode(self.output_mode, period)
+        else:  # PopTorch stores it; only EveryN reads it
+            self._check_frozen()
+            self.output_return_period = period
+
+    def _set_anchored_tensors(self, anchors: dict) -> None:
+        self._check_frozen()
+        self.anchored_tensors = {}
+        for short, (long_name, _default, mode, period) in anchors.items():
+            self.anchorTensor(short, long_name, mode, period)
+
+    def _dict_setters(self) -> dict:
+        return {"replication_factor": self.replicationFactor,
+                "input_group_size": lambda n: self.inputReplicaGrouping(n, self.input_group_type),
+                "input_cgt": lambda t: self.inputReplicaGrouping(self.input_group_size, t),
+                "broadcast_buffers": self.broadcastBuffers, "device_iterations": self.deviceIterations,
+                "log_dir": self.logDir, "max_repeat_logs": self.maxRepeatLogs,
+                "auto_round_num_ipus": self.autoRoundNumIPUs, "anchored_tensors": self._set_anchored_tensors,
+                "output_mode": self._set_output_mode, "output_return_period": self._set_output_return_period,
+                "connection_type": lambda v: self.connectionType(enums.ConnectionType(v)),
+                "sync_pattern": lambda v: self.syncPattern(_sim_options.SyncPattern(v)),
+                "available_memory_proportion":
+                    lambda d: self.setAvailableMemoryProportion({f"IPU{k}": v for k, v in d.items()}),
+                "model_name": self.modelName, "use_model": self.useIpuModel, "ipu_id": self.useIpuId,
+                "ipu_version": self.useOfflineIpuTarget, "random_seed": self.randomSeed}
+
     # PopTorch's readable option values (attributes of its OptionsDict) under their own names
     @property
     def input_cgt(self):
@@ -646,8 +733,28 @@ class Options(_Frozen, _sim_options.Options):
         return out
 
     def toDict(self) -> dict:
-        """The options that were set, by name (what the run's notes are built from)."""
-        return dict(self.set_options)
+        """Every option under PopTorch's names, merged as PopTorch's ``Options.toDict`` merges them for its
+        backend (python/options.py): the execution strategy's ``execution_mode`` (and a phased strategy's
+        ``separate_backward_phase``, ``tensors_liveness``, ``serial_phases_execution``), the ``_Popart``
+        options, these options' values, then the ``Training``, ``Distributed`` and ``TensorLocations``
+        values. PopTorch asserts an output mode other than ``Default`` first (its executor picks one before
+        it serialises); here the ``Default`` value (4) is returned as it is. The setters called, by their
+        own names, are :attr:`set_options`."""
+        strategy = self.execution_strategy
+        out = {"execution_mode": 2 if isinstance(strategy, (SerialPhasedExecution, ParallelPhasedExecution))
+               else 1 if isinstance(strategy, ShardedExecution) else 0}
+        if out["execution_mode"] == 2:
+            out.update(separate_backward_phase=bool(strategy.separate_backward_phase),
+                       tensors_liveness=int(strategy.liveness))
+            if isinstance(strategy, SerialPhasedExecution):
+                out["serial_phases_execution"] = True
+        out.update(self._Popart.values)
+        out.update(self._all_values())
+        out.update(self.Training._all_values())
+        out.update(self.Distributed._all_values())
+        if self.TensorLocations.num_io_tiles:
+            out["numIOTiles"] = self.TensorLocations.num_io_tiles
+        return out
 
     def __repr__(self) -> str:
         return f"Options({self.set_options})"
