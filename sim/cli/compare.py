@@ -16,9 +16,10 @@ would change with it) with the differences in cycles and %.
 Tolerance (``--tolerance PCT``, default 1): a headline number differs when it is more than PCT %
 away from the first run's; a breakdown category differs when it moved by more than PCT % of the
 first run's IPU-cycles per replica (cycle_count x IPUs per replica), so a tiny category's large
-relative change does not count. Exit status: 0 all within the tolerance, 4 some differ beyond it,
-2 bad input (a missing file, a file or folder that is not a run, a figure type Matplotlib cannot
-write).
+relative change does not count. A later run of another model or system, or training against
+inference, gets a note saying so (it does not change the exit status). Exit status: 0 all within
+the tolerance, 4 some differ beyond it, 2 bad input (a missing file, a file or folder that is not a
+run, a figure type Matplotlib cannot write).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from ..errors import IpuSimError
 from ..options import TensorLocationSettings
 from ..program import CATEGORIES
+from ..results.run import PASS_COLUMNS
 from .argtypes import QUIET, VERBOSE, add_verbosity, progress, verbosity
 
 #: exit status when the runs differ beyond the tolerance
@@ -295,9 +297,29 @@ def format_comparison(runs: list[RunResult]) -> str:
                              total=True))
     passes = [per_replica(_passes(r.summary), r.replicas) for r in runs]
     if all(passes):  # summaries written since Run.pass_breakdown: the same cycles by what the IPUs run
-        names = list(dict.fromkeys(n for p in passes for n, v in p.items() if v))
-        out += ["", _side_by_side("by pass (cycles per replica)", labels, passes, names)]
+        used = {n for p in passes for n, v in p.items() if v}
+        # in run.pass_breakdown's order (forward ... idle), whichever run has the pass; then any other
+        names = [n for n in PASS_COLUMNS if n in used] + sorted(used - set(PASS_COLUMNS))
+        out += ["", _side_by_side("by pass (cycles per replica)", labels, passes, names, total=True)]
     return "\n".join(out)
+
+
+def mismatches(runs: list[RunResult]) -> list[str]:
+    """What tells a later run's work apart from the first's beyond its options and parameters: another
+    model, training against inference, another system (by name; the system constants' digest says
+    whether the hardware differs). Their numbers then compare different work or hardware, which the
+    differences alone do not say. A line per such run."""
+    first, out = runs[0].summary, []
+    for r in runs[1:]:
+        s, what = r.summary, []
+        for key, noun in (("model", "model"), ("system", "system")):
+            if s.get(key) != first.get(key):
+                what.append(f"another {noun} ({s.get(key)}, not {first.get(key)})")
+        if bool(s.get("training")) != bool(first.get("training")):
+            what.append("training, not inference" if s.get("training") else "inference, not training")
+        if what:
+            out.append(f"{r.label} is not the same work as {runs[0].label}: {'; '.join(what)}")
+    return out
 
 
 def _side_by_side(title: str, labels: list[str], values: list[dict[str, float]], names: list[str],
@@ -418,6 +440,8 @@ def _cmd_compare(args, parser) -> int:
     if verbosity(args) > QUIET:
         print(format_comparison(runs))
         print()
+        for line in mismatches(runs):
+            print(f"note: {line}")
         if found:
             print(f"differ from {runs[0].label} by more than {args.tolerance:g} %:")
             print("\n".join(f"  {line}" for line in found))

@@ -385,12 +385,15 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
     from .html_report import html_report
     d = check_output_directory(directory)
     target = d.resolve()  # a symlink's target is what gets replaced
-    target.parent.mkdir(parents=True, exist_ok=True)
+    # the folders above it that this call makes, outermost first: removed again if the write fails
+    made = [p for p in reversed(target.parents) if not p.exists()]
     # a fresh name made with mkdir, so the folder gets the usual (umask) permissions
     tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp.mkdir()
     except OSError as e:  # name the folder asked for, not the temporary one
+        _remove_empty(made)
         raise OSError(e.errno, f"cannot write the output folder {str(d)!r} (in {str(target.parent)!r}): "
                                f"{e.strerror}") from None
     figures = {}  # file name -> PNG bytes, drawn once for the file and the HTML report
@@ -420,8 +423,19 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
         _replace_directory(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
         raise
     return [d / name for name in OUTPUT_FILES]
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (outermost first), innermost first, each only while it is empty: the
+    parents :func:`write_outputs` made for a write that then failed."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:  # not made after all, or something else was put in it meanwhile: keep it
+            return
 
 
 # --- figures --------------------------------------------------------------------------------
