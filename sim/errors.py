@@ -35,15 +35,28 @@ class OutOfMemoryError(IpuSimError):
     op: the op (or stage) whose allocation overflows, if one can be named.
     shortfall_bytes: bytes over the limit on that IPU's fullest tile.
     shortfalls: every IPU that overflows -> its shortfall in bytes (the worst included).
+    where: what runs at the worst IPU's peak (``op 'x' (matmul, backward pass, pipeline stage 3)``), or None.
+    margin: the memory margin (``Options.memoryMargin``) the shortfall counts (0: none).
+    margin_bytes: bytes of the shortfall that are the margin's (0 without one): the tile is short by
+        ``shortfall_bytes - margin_bytes`` without it (0 or less: it fits without the margin).
     """
 
+    #: defaults for a subclass that does not call this ``__init__`` (``sim.poptorch``'s ``OutOfMemory``)
+    where: str | None = None
+    margin: float = 0.0
+    margin_bytes: int = 0
+
     def __init__(self, message: str, *, ipu: int, op: str | None, shortfall_bytes: int,
-                 shortfalls: dict[int, int] | None = None):
+                 shortfalls: dict[int, int] | None = None, where: str | None = None, margin: float = 0.0,
+                 margin_bytes: int = 0):
         super().__init__(message)
         self.ipu = ipu
         self.op = op
         self.shortfall_bytes = shortfall_bytes
         self.shortfalls = dict(shortfalls) if shortfalls else {ipu: shortfall_bytes}
+        self.where = where
+        self.margin = margin
+        self.margin_bytes = margin_bytes
 
 
 def show_number(value) -> str:

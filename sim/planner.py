@@ -753,9 +753,10 @@ class Planner:
         margin = self.space.memory_margin
         for ipu, b in enumerate(self.always_live_per_tile(c)):
             if b * (1 + margin) > tile:
-                kept = f" (with the memory margin of {margin:.0%}: {math.ceil(b * (1 + margin)):,})" if margin else ""
+                kept = (f" (with the memory margin of {margin * 100:g}%: {math.ceil(b * (1 + margin)):,})"
+                        if margin else "")
                 return "oom", (f"out of memory on IPU {ipu} (not simulated): its weights, optimizer state, "
-                               f"accumulators and program memory alone fill {math.ceil(b):,} bytes of an average "
+                               f"accumulators and fixed control code alone fill {math.ceil(b):,} bytes of an average "
                                f"tile{kept}, which has {tile:,}; short by at least "
                                f"{math.ceil(b * (1 + margin) - tile):,} bytes per tile")
         return None

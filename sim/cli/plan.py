@@ -54,9 +54,8 @@ def plan_point(argv: list[str]) -> dict:
     except OutOfMemoryError as e:
         others = sorted(i for i in e.shortfalls if i != e.ipu)
         more = f"; also short: IPU{'s' * (len(others) > 1)} {', '.join(map(str, others))}" if others else ""
-        where = f" at op {e.op!r}" if e.op else ""
         return {"status": "oom", "reason": f"out of memory on IPU {e.ipu}: short by {e.shortfall_bytes:,} bytes "
-                f"per tile{where}{more}"}
+                f"per tile{oom_where(e)}{oom_margin(e)}{more}"}
     except (IpuSimError, PointError) as e:
         return {"status": "invalid", "reason": str(e).splitlines()[0]}
     breakdown = result.breakdown
@@ -66,6 +65,23 @@ def plan_point(argv: list[str]) -> dict:
             "cycle_count": result.cycle_count,
             "peak_tile_bytes": max(m["peak_tile_bytes"] for m in result.memory.values()),
             "stage_balance": min(busy) / max(busy) if max(busy) else 1.0, "reason": ""}
+
+
+def oom_where(e: OutOfMemoryError) -> str:
+    """`` at op 'x' (matmul, backward pass, pipeline stage 3)``: where ``e``'s worst IPU peaks (its pass and
+    stage or phase, which tell a forward stage from a backward one on the same IPU), or only the op."""
+    if e.where and e.where.startswith("op "):
+        return f" at {e.where}"
+    return f" at op {e.op!r}" if e.op else ""
+
+
+def oom_margin(e: OutOfMemoryError) -> str:
+    """What of ``e``'s shortfall is the memory margin's: whether the configuration fits without it."""
+    if not e.margin:
+        return ""
+    bare = e.shortfall_bytes - e.margin_bytes
+    left = f"it fits without it, {-bare:,} bytes to spare" if bare <= 0 else f"{bare:,} without it"
+    return f" with the memory margin of {e.margin * 100:g}% ({left})"
 
 
 def _param_text(value) -> str:

@@ -25,13 +25,15 @@ import numpy as np
 
 from ..cost import FREE, OpCost
 from ..errors import OutOfMemoryError
-from ..graph.ir import VIEW_KINDS, Graph, Op
+from ..graph.ir import RNN_GATES, VIEW_KINDS, Graph, Op
 from .program_memory import PROGRAM_CATEGORIES, rolled
 
 ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
 #: what a tile holds at its peak, in the order :attr:`IpuMemory.peak_parts` lists it
 CATEGORIES = PROGRAM_CATEGORIES + ("weights", "constants", "optimizer_state", "accumulators", "stash",
               "activations", "temporaries")
+#: op kinds poplin plans within availableMemoryProportion (sim.cost.rules' _AMP_KINDS)
+_AMP_KINDS = ("matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight")
 _CATEGORY_OF_ROLE = {"weight": "weights", "constant": "constants", "state": "optimizer_state",
                      "accumulator": "accumulators"}
 
@@ -144,13 +146,31 @@ class IpuMemory:
     peak_at: str = "its always-live data"  # that op, its pass and stage, for messages
     liveness: Liveness | None = None  # bytes live at each op (see Liveness)
     tile_parts: dict = field(default_factory=dict)  # CATEGORIES -> bytes on each tile at that tile's peak
+    #: what the out-of-memory advice needs of the peak (see :func:`_remedies`): the op's kind and pass,
+    #: the run's label ("pipeline stage 4", "phase 2", "weight update"; None: one unnamed program),
+    #: whether that op's temporaries follow availableMemoryProportion (a planned matmul or convolution),
+    #: whether the IPU trains, and how many recomputation checkpoints its ops make
+    op_kind: str | None = None
+    op_pass: str | None = None
+    run_label: str | None = None
+    amp_governed: bool = False
+    training: bool = False
+    checkpoints: int = 0
+
+    def __post_init__(self):
+        # the vectors are the analysis' result, handed out by Run.tile_memory: read-only, so that a caller
+        # working on one in place (``run.tile_memory(0) /= 1024``) is told so instead of changing the run's
+        # peak, fullest tile and tables behind its back
+        self.peak = _frozen(self.peak)
+        self.always_live = _frozen(self.always_live)
+        self.tile_parts = {name: _frozen(v) for name, v in self.tile_parts.items()}
 
     def tile_category(self, category: str) -> np.ndarray:
-        """Bytes of ``category`` (one of :data:`CATEGORIES`) on each tile at that tile's own peak; the
-        categories add up to :attr:`peak` (to within rounding up to whole bytes)."""
+        """Bytes of ``category`` (one of :data:`CATEGORIES`) on each tile at that tile's own peak, a new
+        array; the categories add up to :attr:`peak` (to within rounding up to whole bytes)."""
         if category not in CATEGORIES:
             raise ValueError(f"unknown memory category {category!r}: expected one of {', '.join(CATEGORIES)}")
-        return self.tile_parts.get(category, np.zeros(len(self.peak)))
+        return self.tile_parts[category].copy() if category in self.tile_parts else np.zeros(len(self.peak))
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -194,23 +214,52 @@ class IpuMemory:
         return ", ".join(parts) + " bytes"
 
 
-def _remedies(parts: dict[str, int], margin: float = 0.0) -> str:
+def _frozen(vec) -> np.ndarray:
+    """``vec`` as a read-only numpy array (a copy when it is not one already)."""
+    out = np.array(vec)
+    out.setflags(write=False)
+    return out
+
+
+def _remedies(parts: dict[str, int], margin: float = 0.0, memory: IpuMemory | None = None,
+              every_ipu_short: bool = False) -> str:
     """What may bring a tile holding ``parts`` (bytes by category) under its capacity: those that
     act on what it holds (no optimizer-state advice for a tile without optimizer state, no
-    recomputation for one without a stash or training state)."""
+    recomputation for one without a stash or training state).
+
+    With the IPU's ``memory`` the advice also follows what runs at the peak: the availableMemoryProportion
+    only where that op's temporaries follow it (a planned matmul or convolution), neither the micro-batch nor
+    recomputation in the weight update (its activations are the gradients, whatever the micro-batch), more
+    checkpoints where the IPU has some already, in a phase the phase's size and its activations' place between
+    phases (``--liveness``, not ``layers_per_ipu``, which phased execution does not take), and, when
+    ``every_ipu_short``, more IPUs rather than moving layers between them."""
     training = any(parts.get(k) for k in ("optimizer_state", "accumulators", "stash"))
-    tips = ["less of the model on this IPU (layers_per_ipu, split points)", "a smaller micro-batch"]
-    if parts.get("temporaries"):
+    label = (memory.run_label or "") if memory is not None else ""
+    update = memory is not None and memory.op_pass == "update"
+    if memory is not None:
+        training = training or memory.training
+    if label.startswith("phase"):
+        tips = [f"less of the model in {label} (smaller phases)"]
+    elif every_ipu_short:
+        tips = ["the model over more IPUs (every IPU of the replica is short: layers_per_ipu, split points)"]
+    else:
+        tips = ["less of the model on this IPU (layers_per_ipu, split points)"]
+    if not update:
+        tips.append("a smaller micro-batch")
+    if parts.get("temporaries") and (memory is None or memory.amp_governed):
         tips.append("a lower availableMemoryProportion")
-    if training and parts.get("activations"):
-        tips.append("recomputation checkpoints")
+    if training and parts.get("activations") and not update:
+        tips.append(f"more recomputation checkpoints (the IPU has {memory.checkpoints})"
+                    if memory is not None and memory.checkpoints else "recomputation checkpoints")
+    if label.startswith("phase") and parts.get("activations"):
+        tips.append("the activations off chip between phases (setTensorsLiveness, --liveness off-chip-after-fwd)")
     if parts.get("optimizer_state"):
         tips.append("the optimizer state off chip or sharded over replicas (TensorLocations, RTS)")
     if parts.get("weights", 0) > 0.25 * sum(parts.values()):
         tips.append("the weights off chip or sharded (TensorLocations)")
     if margin:
         tips.append("a smaller memoryMargin")
-    return ", ".join(tips[:-1]) + " or " + tips[-1]
+    return ", ".join(tips[:-1]) + " or " + tips[-1] if len(tips) > 1 else tips[0]
 
 
 def check_tile_memory(memory: dict[int, IpuMemory], margin: float = 0.0) -> None:
@@ -232,15 +281,18 @@ def check_tile_memory(memory: dict[int, IpuMemory], margin: float = 0.0) -> None
     others = f" Also out of memory: {others}." if others else ""
     needs = f"{worst.peak_tile_bytes:,} bytes"
     if margin:
-        needs += f" ({math.ceil(worst.peak_tile_bytes * (1 + margin)):,} with the memory margin of {margin:.0%})"
+        needs += f" ({math.ceil(worst.peak_tile_bytes * (1 + margin)):,} with the memory margin of {margin * 100:g}%)"
+    every = len(memory) > 1 and len(over) == len(memory)
+    advice = _remedies(worst.breakdown(), margin, worst, every)
     raise OutOfMemoryError(
         f"Out of memory on IPU {worst.ipu}: tile {worst.fullest_tile} needs {needs} at "
         f"{worst.peak_at} but a tile has {worst.capacity_per_tile:,} bytes; short by {short[worst.ipu]:,} "
         f"bytes (the tile then holds {worst.describe_peak()}; "
         f"{int((worst.peak * (1 + margin) > worst.capacity_per_tile).sum())} "
-        f"of {tiles} compute tiles are over).{others} Try: {_remedies(worst.breakdown(), margin)}.",
+        f"of {tiles} compute tiles are over).{others} Try: {advice}.",
         ipu=worst.ipu, op=worst.op, shortfall_bytes=short[worst.ipu],
-        shortfalls={m.ipu: short[m.ipu] for m in over})
+        shortfalls={m.ipu: short[m.ipu] for m in over}, where=worst.peak_at, margin=margin,
+        margin_bytes=short[worst.ipu] - worst.shortfall_bytes)
 
 
 #: How far Poplar's fullest tile sits above its mean tile where the tiles are well filled: the lowest
@@ -266,6 +318,13 @@ def near_capacity_notes(memory: dict[int, IpuMemory]) -> list[str]:
             "reports/validation.md, 'The fullest tile'), which the simulator does not model, so on hardware this "
             "may not fit; configurations that ran on hardware reach up to 94 % here ('Configurations published "
             "as fitting')"]
+
+
+def _follows_amp(op: Op) -> bool:
+    """Whether ``op``'s temporaries are planned within availableMemoryProportion (poplin's matmuls and
+    convolutions, a matmul-laid-out accumulation, an RNN's matmuls: sim.cost.rules)."""
+    return (op.kind in _AMP_KINDS or (op.kind == "accumulate" and "layout_of_matmul" in op.attrs)
+            or op.kind.removesuffix("_grad") in RNN_GATES)
 
 
 class _Layout:
@@ -381,9 +440,15 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
     tile_parts = dict(parts, activations=peak.live, temporaries=peak.temp)
     peak_parts = {name: float(v[fullest]) for name, v in tile_parts.items()}
     labels = [(run_labels[k] if run_labels is not None else None) or "" for k in range(len(runs))]
+    every_op = [o for run in runs for o in run]
     mem = IpuMemory(ipu, sram_bytes, always, np.ceil(peak.level).astype(np.int64),
                     op.name if op else "(always-live data)", by_role, peak_parts, op.name if op else None, what,
-                    recorder.result(labels), tile_parts)
+                    recorder.result(labels), tile_parts,
+                    op_kind=op.kind if op else None, op_pass=op.pass_ if op else None,
+                    run_label=(labels[run_of[peak.at[fullest]]] or None) if op else None,
+                    amp_governed=op is not None and _follows_amp(op),
+                    training=any(o.pass_ != "forward" for o in every_op),
+                    checkpoints=len({o.name for o in every_op if o.attrs.get("recomputation_checkpoint")}))
     if check:
         check_tile_memory({ipu: mem})
     return mem

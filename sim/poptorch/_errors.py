@@ -38,7 +38,7 @@ class OutOfMemory(Error, OutOfMemoryError):
     derives from popart::error, popart_compiler/source/Compiler.cpp rethrowPopartOrPoplarException)
     whose text ends with the compile stage it was raised in (PopTorch's log context around
     ``prepareDevice``, the same file's compileAndPrepareDevice). It is also the simulator's
-    :class:`sim.OutOfMemoryError`, with its ``ipu``, ``op`` and shortfalls in bytes."""
+    :class:`sim.OutOfMemoryError`, with its ``ipu``, ``op``, ``where``, margin and shortfalls in bytes."""
 
     #: the stages PopTorch names (innermost first) when Poplar compilation fails
     CONTEXT = ("popart::Session::prepareDevice: Poplar compilation", "Compiler::compileAndPrepareDevice")
@@ -50,6 +50,7 @@ class OutOfMemory(Error, OutOfMemoryError):
         self.type = "popart_exception"
         self.ipu, self.op = cause.ipu, cause.op
         self.shortfall_bytes, self.shortfalls = cause.shortfall_bytes, dict(cause.shortfalls)
+        self.where, self.margin, self.margin_bytes = cause.where, cause.margin, cause.margin_bytes
 
 
 def error(message: str) -> Error:
