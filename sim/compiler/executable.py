@@ -112,9 +112,13 @@ def check_overlap(o: Options, g: Graph, training: bool) -> None:
     if not o.TensorLocations.num_io_tiles:
         raise OptionsError("No IO tiles allocated. You must allocate at least 32 IO tiles using "
                            "poptorch.Options().TensorLocations.numIOTiles.")
-    if o.resolved_output_mode(training) not in (OutputMode.All, OutputMode.Sum):
+    mode = o.resolved_output_mode(training)
+    if mode not in (OutputMode.All, OutputMode.Sum):
+        # PopTorch's message, then the mode in force (a training run's default, Final, is set by no one)
+        given = "the default of a training run" if o.output_mode == OutputMode.Default else "as set"
         raise OptionsError("Unsupported output mode for overlapped IO. Please switch output mode to "
-                           "poptorch.OutputMode.All or poptorch.OutputMode.Sum.")
+                           f"poptorch.OutputMode.All or poptorch.OutputMode.Sum. (The output mode is "
+                           f"OutputMode.{mode.name}, {given}.)")
 
 
 def _unused_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> list[str]:

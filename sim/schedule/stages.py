@@ -70,6 +70,11 @@ def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list
         where[op.name] = rank[op.stage]
         stages[rank[op.stage]].ops.append(op)
         for t in op.inputs:
+            if made_in.get(t, -1) > rank[op.stage] and op.phase is not None:  # a phased strategy's phases
+                raise OptionsError(
+                    f"op {op.name!r} in phase {op.phase} reads {t!r}, made in a later phase; phases run one after "
+                    "another, so they must follow the model's order: list the Phases of the SerialPhasedExecution "
+                    "or ParallelPhasedExecution in the order the model's blocks run")
             if made_in.get(t, -1) > rank[op.stage]:
                 raise OptionsError(
                     f"op {op.name!r} in pipeline stage {op.stage} reads {t!r}, made in a later stage; "
