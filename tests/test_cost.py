@@ -744,3 +744,14 @@ def test_integer_operands_take_popops_integer_rates(kind, int_rate):
     per_tile = math.ceil(TILES * 64 / spread(TILES * 64, 4, MK2, TILES)[0])
     assert busiest("int32") == math.ceil(c.fixed + per_tile * int_rate)
     assert busiest("float32") == math.ceil(c.fixed + per_tile * c.fp32)
+
+
+def test_a_plan_without_operand_exchange_counts_no_operand_phase():
+    """A matmul whose operand blocks need no exchange (one row on one tile) but whose padded channels are
+    rearranged has the rearrangement's exchange phase only: each phase's set-up is inside the exchange
+    cycles, so the exchange is never below its fixed part (the breakdown's ``exchange`` line was -12
+    for ``io-bound`` at width 1, an operand phase counted with no bytes and no set-up)."""
+    run = sim.simulate(models.get("io-bound", layers=1, batch=1, width=1), "ipu-mk2")
+    assert (run.breakdown >= 0).all().all()
+    trace = run.op_trace()
+    assert (trace.exchange >= trace.exchange_setup).all()

@@ -925,6 +925,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     b_recv = b_bytes * (1.0 - 1.0 / pm) if b_is_weight else b_bytes
     shared = np.where(pn % 2 == 0, 2, 1)  # supertile: both tiles take the same input at once
     recv1 = a_recv + b_recv
+    operand_phase = np.where(recv1 > 0, 1, 0)  # the operand blocks' exchange (a rearrangement adds its own below)
     exch1 = np.where(recv1 > 0, ipu.exchange_setup_cycles + np.ceil(a_recv / (shared * bw) + b_recv / bw), 0)
     plan1 = np.where(recv1 > 0, np.ceil(a_recv / (shared * full) + b_recv / full), 0)
     if vertex in ("nx1", "expand_w"):
@@ -984,7 +985,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     # partials need their own buffer unless the AMP writes the result itself (nothing to reduce,
     # partials of the result's type); that result is a live activation, counted as such
     separate = (np.asarray(pk) > 1) | (partials_bytes > out_bytes)
-    exch_phases = np.where(recv1 > 0, 1, 0) + red_stages + extra_sets
+    exch_phases = operand_phase + red_stages + extra_sets
     compute_sets = 1 + red_stages + needs_cast + extra_sets
     partials = np.where(separate, outputs * partials_bytes, 0)
     # the result, counted live over the op by the memory walk, is written only after the partials (by the
