@@ -264,9 +264,21 @@ def _merge_consecutive_stages(graph: Graph) -> None:
 
 
 def _auto_stages(forward, auto: AutoStage | None) -> None:
-    """Stages when none are listed: keep annotated ones, else by IPU or by block change."""
+    """Stages when none are listed: keep annotated ones, else by IPU or by block change.
+
+    Under ``AutoStage.AutoIncrement`` PopTorch numbers each new block's stage from 1 and runs a block
+    given no ``ipu_id`` on the IPU of its stage's number (python/options.py ``_DefaultStageManager``,
+    _options_impl.py ``beginStage``: ``ipu = stage._stage_id`` when neither the stage nor the block names
+    one), so blocks A and B without IPUs run on IPUs 1 and 2."""
     if all(op.stage is not None for op in forward) and auto is None:
         return
+    if auto == AutoStage.AutoIncrement:
+        numbers: dict = {}
+        for op in forward:
+            if op.ipu is None and op.block is not None:
+                op.ipu = numbers.setdefault(op.block, len(numbers) + 1)
+            elif op.block is not None:
+                numbers.setdefault(op.block, len(numbers) + 1)
     stage, previous = -1, object()
     for op in forward:
         ipu = op.ipu or 0

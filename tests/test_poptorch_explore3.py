@@ -203,4 +203,32 @@ def test_same_as_ipu_needs_every_block_on_an_ipu(strategy):
     ok(torch.randn(2, 4))
     assert sorted({op.ipu for op in ok.executable.graph.ops}) == [0, 1]
     auto = o.clone().setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement))
-    poptorch.inferenceModel(_TwoBlocks((None, None)), auto)(torch.randn(2, 4))  # no assertion there
+    # no assertion there: the blocks run on IPUs 1 and 2 (the next test), 3 IPUs, which PopTorch refuses
+    # unless rounded up
+    with pytest.raises(poptorch.Error, match="specifies the use of 3 IPUs"):
+        poptorch.inferenceModel(_TwoBlocks((None, None)), auto)(torch.randn(2, 4))
+
+
+def test_auto_increment_blocks_without_ipus_run_on_their_stage_numbers():
+    """PopTorch's AutoIncrement numbers each new block's stage from 1 and runs a block without an ipu_id on
+    the IPU of that number (python/_options_impl.py beginStage): blocks A and B on IPUs 1 and 2, IPU 0 idle,
+    3 IPUs rounded up to 4 as PopTorch reserves them."""
+    class TwoBlocks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            with poptorch.Block("A"):
+                x = self.a(x)
+            with poptorch.Block("B"):
+                x = self.b(x)
+            return x
+
+    opts = poptorch.Options().autoRoundNumIPUs(True).deviceIterations(4)
+    opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement))
+    model = poptorch.inferenceModel(TwoBlocks(), opts)
+    model(torch.randn(16, 8))
+    ex = model.simulation.executable
+    assert {op.name.split("/")[0]: op.ipu for op in ex.graph.ops} == {"a": 1, "b": 2}
+    assert ex.ipus_per_replica == 3
