@@ -1,7 +1,8 @@
-"""Rules for ONNX's element-wise ops: arithmetic (a multiply or divide by a constant scalar is
-PopART's Scale), popops' unary codelets and map expressions (activations included), comparisons
-and logical ops, Where, Clip, Max/Min, Sum/Mean, casts, Identity, Dropout, the trigonometric ops
-PopART's ONNX pass rewrites, and poprand's random generators. :data:`RULES` holds them by op type."""
+"""Rules for ONNX's element-wise ops: arithmetic (a multiply by a constant scalar is PopART's
+Scale; a divide by one is popops' DIVIDE), popops' unary codelets and map expressions (activations
+included), comparisons and logical ops, Where, Clip, Max/Min, Sum/Mean, casts, Identity, Dropout, the
+trigonometric ops PopART's ONNX pass rewrites, and poprand's random generators. :data:`RULES` holds
+them by op type."""
 
 from __future__ import annotations
 
@@ -30,13 +31,14 @@ def _scalar_const(ctx: OpContext, label: str) -> str:
 def _binary(kind: str):
     def rule(ctx: OpContext):
         out = _broadcast(ctx.shape(0), ctx.shape(1))
-        if kind in ("mul", "div"):  # by a constant scalar: one scale op, as PopART's Scale
-            for i in ((1, 0) if kind == "mul" else (1,)):
+        if kind == "mul":  # by a constant scalar: one scale op, as PopART's Scale
+            for i in (1, 0):
                 c = _scalar(ctx, i)
                 if c is not None:
-                    factor = c if kind == "mul" else (1.0 / c if c else float("inf"))
-                    return ctx.op("scale", [ctx.input(1 - i)], {"factor": factor}, shapes=[out],
+                    return ctx.op("scale", [ctx.input(1 - i)], {"factor": c}, shapes=[out],
                                   dtypes=[ctx.dtype(1 - i)])
+        # a Div by a constant stays a divide: PopART's DivOpx is popops' DIVIDE of the one-element constant (no
+        # PopART pattern makes it a multiply), as sim.poptorch prices torch's x / c and the zoo BERT's divide_scores
         return ctx.op(kind, [ctx.input(0), ctx.input(1)], shapes=[out],
                       dtypes=[ctx.dtype(1) if ctx.value(0) is not None else ctx.dtype(0)])
     return rule

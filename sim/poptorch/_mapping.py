@@ -700,8 +700,39 @@ def _getitem(ctx: OpContext):
         return ctx.op("gather", [index_tensors[0], obj], name="index")
     if tuple(ctx.output.shape) == tuple(ctx.args[0].shape):
         return obj
-    return ctx.op("slice", [obj], {"index": str(idx), **_index_region(idx, tuple(ctx.args[0].shape))},
-                  name="slice")
+    shape = tuple(ctx.args[0].shape)
+    picked = _picked_axis(idx, shape)
+    if picked is not None:
+        return _select(ctx, obj, shape, *picked)
+    return ctx.op("slice", [obj], {"index": str(idx), **_index_region(idx, shape)}, name="slice")
+
+
+def _picked_axis(idx, shape: tuple):
+    """``(axis, index)`` when ``x[idx]`` picks one position of one axis with an integer and keeps every
+    other axis whole (``x[0]``, ``x[:, 1]``, ``x[..., 2, :]``), else None."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if sum(i is Ellipsis for i in idx) > 1 or len(idx) - (Ellipsis in idx) > len(shape):
+        return None
+    if Ellipsis in idx:
+        at = idx.index(Ellipsis)
+        idx = idx[:at] + (slice(None),) * (len(shape) - len(idx) + 1) + idx[at + 1:]
+    ints = [(d, i) for d, i in enumerate(idx) if isinstance(i, int) and not isinstance(i, bool)]
+    rest = [i for i in idx if not (isinstance(i, int) and not isinstance(i, bool))]
+    if len(ints) != 1 or any(i != slice(None) for i in rest):
+        return None
+    return ints[0]
+
+
+def _select(ctx: OpContext, x, shape: tuple, axis: int, index: int, output=None):
+    """``x`` at ``index`` of ``axis``, the axis dropped, as PopTorch lowers ``aten::select`` (and an integer
+    index, ``unbind``): a PopART Slice of one position and a Squeeze, both views, here one ``slice`` op. Its
+    region lets the backward pass join the picked pieces' gradients into one concatenation, as PopART's PadSum
+    does (sim/graph/training.py ``give_slice``; the Squeeze's gradient a free reshape), not a zero pad and an
+    add per piece."""
+    axis %= len(shape)
+    index %= shape[axis]
+    attrs = {"index": str(index), "axis": axis, "start": index, "stop": index + 1}
+    return ctx.op("slice", [x], attrs, output=output, name="slice")
 
 
 def _index_region(idx, shape: tuple) -> dict:
@@ -728,6 +759,11 @@ def _split(ctx: OpContext):
     (one concatenation, sim/graph/training.py ``give_slice``), not a zero pad and an add per piece."""
     x = ctx.sarg(0, "input")
     outs, shape = ctx.output, tuple(ctx.args[0].shape)
+    if ctx.key == "select" and isinstance(outs, torch.Tensor) and len(outs.shape) == len(shape) - 1:
+        return _select(ctx, x, shape, int(ctx.arg(1, "dim", 0)), int(ctx.arg(2, "index", 0)))
+    if ctx.key == "unbind" and not isinstance(outs, torch.Tensor):
+        axis = int(ctx.arg(1, "dim", 0))
+        return tuple(_select(ctx, x, shape, axis, i, output=o) for i, o in enumerate(outs))
     if isinstance(outs, torch.Tensor):
         return ctx.op("slice", [x], _slice_region(ctx, shape, tuple(outs.shape)), name="slice")
     attrs = [{"piece": i} for i in range(len(outs))]

@@ -712,6 +712,20 @@ def print_tensor(t: Tensor, title: str | None = None, print_self: bool = True, p
 
 # --- losses (for popxl.transforms.autodiff) ----------------------------------------------------
 
+def _softmax_input(g, probs: str) -> str:
+    """The input ``x`` of the softmax over the last axis that made ``probs``, else ``probs``. PopART's
+    NlllWithSoftmaxGradDirectOp returns dE/dx for ``probs = softmax(x)`` (probs - onehot), so no
+    softmax gradient runs: the simulated loss reads ``x`` and its gradient goes to ``x`` directly (the
+    softmax stays, priced as the forward op PopXL runs)."""
+    op = g.sim_graph.producer_op(probs)
+    if op is None or op.kind != "softmax":
+        return probs
+    x = op.inputs[0]
+    if op.attrs.get("axis", -1) % len(g.sim_graph.tensors[x].shape) != len(g.sim_graph.tensors[x].shape) - 1:
+        return probs
+    return x
+
+
 def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float | Tensor = 1,
                                ignore_index: int | None = None, reduction: str = "mean"):
     """(loss, d loss / d probs): the loss of the simulated training (``softmax_cross_entropy``);
@@ -729,8 +743,11 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
     if reduction == "none" or ignore_index is not None or isinstance(loss_grad, Tensor):
         g.ir._note(f"ops.nll_loss_with_softmax_grad(reduction={reduction!r}, ignore_index={ignore_index!r}, "
                    "loss_grad): accepted, no modelled effect: priced as one reduced loss over the batch")
+    src = probs._sim
+    if g._main and not g.ir._explicit_grads:
+        src = _softmax_input(g, src)
     with g._building() as bld:
-        loss = bld.softmax_cross_entropy(probs._sim, labels._sim, name=_name(g, "nll_loss"))
+        loss = bld.softmax_cross_entropy(src, labels._sim, name=_name(g, "nll_loss"))
         g.sim_graph.tensors[loss].dtype = probs.dtype.sim_name  # PopART's NllOp: the loss in the probabilities' type
         if reduction == "none":  # one loss per label (NlllWithSoftmaxGradDirectOp::setup), priced as the reduced one
             loss = bld.op("scale", [loss], [tuple(labels.shape)], {"broadcast": True}, name=_name(g, "nll_losses"))[0]
