@@ -91,13 +91,23 @@ def _param_text(value) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def _param_order(params: dict) -> list[tuple[str, object]]:
+    """The model parameters in one order whatever order they were given in (flags, ``--param``, a ``--config``
+    file's ``[params]``): those with a flag of their own first, in ``ipusim run``'s order, then the rest by name.
+    A candidate's command line is what ``--resume`` finds its row by, so the same plan must write the same one."""
+    def key(item):
+        name = item[0]
+        return (0, _PARAM_FLAGS.index(name), "") if name in _PARAM_FLAGS else (1, 0, name)
+    return sorted(params.items(), key=key)
+
+
 def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
     """The ``ipusim run`` flags of candidate ``c``."""
     m, sp = pl.model, pl.space
     argv = ["--system", c.system] + (["--onnx", str(m.onnx)] if m.onnx else ["--model", m.name])
-    argv += [a for name, size in m.dims.items() for a in ("--dim", f"{name}={size}")]
+    argv += [a for name, size in sorted(m.dims.items()) for a in ("--dim", f"{name}={size}")]  # as _param_order
     argv += ["--loss", m.loss] if m.loss else []
-    for key, value in m.params.items():
+    for key, value in _param_order(m.params):
         argv += ([f"--{key.replace('_', '-')}", str(value)] if key in _PARAM_FLAGS and isinstance(value, int)
                  else ["--param", f"{key}={_param_text(value)}"])
     argv += ["--micro-batch", str(c.micro_batch)]
@@ -487,11 +497,14 @@ def rank(table: pd.DataFrame, pl: planner.Planner | None = None) -> pd.DataFrame
 
 def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0) -> str:
     n = table["status"].value_counts()
-    simulated = int(table["reason"].str.contains(r"\[inferred", regex=True).sum())
-    return (f"{len(table):,} configurations{f' ({reliefs:,} of them reliefs)' if reliefs else ''} in {seconds:.0f} s: {n.get('ok', 0):,} fit, {n.get('oom', 0):,} out of "
-            f"memory ({simulated:,} inferred, "
-            f"{int(table['reason'].str.contains('not simulated', regex=False).sum()):,} from always-live bytes), "
-            f"{n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their throughput bound")
+    oom = table["reason"][table["status"] == "oom"]
+    inferred = oom.str.contains("[inferred", regex=False)
+    # an inferred reason says "[inferred, not simulated ...]" too: only the rest were dropped on their own bytes
+    always_live = int((oom.str.contains("(not simulated)", regex=False) & ~inferred).sum())
+    relieved = f" ({reliefs:,} of them reliefs)" if reliefs else ""
+    return (f"{len(table):,} configurations{relieved} in {seconds:.0f} s: {n.get('ok', 0):,} fit, "
+            f"{n.get('oom', 0):,} out of memory ({int(inferred.sum()):,} inferred, {always_live:,} from always-live "
+            f"bytes), {n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their throughput bound")
 
 
 def format_table(best: pd.DataFrame) -> str:

@@ -23,6 +23,7 @@ import contextlib
 import csv
 import difflib
 import itertools
+import math
 import os
 import shlex
 import signal
@@ -299,8 +300,8 @@ class _CsvRows:
             self._file.flush()
 
     def write(self, row: dict) -> None:
-        if self._file is not None:
-            self._writer.writerow(row)
+        if self._file is not None:  # a number not measured (NaN: a latency without host IO) is an empty cell
+            self._writer.writerow({k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()})
             self._file.flush()
 
     def close(self) -> None:
