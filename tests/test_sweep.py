@@ -63,6 +63,8 @@ def test_cli_sweep_and_bad_axis(capsys, tmp_path):
     (["--grid", "micro-batch=1", "--", "--model", "mlp", "--micro", "2"],  # as ipusim run reads --micro
      "--micro-batch is both a --grid axis and a flag after --; give it in one place"),
     (["--grid", "micro-batch=1,2", "--", "--model", "mlp", "--js"], "--json after -- writes one run's output"),
+    (["--grid", "param=dtype=float16,dtype=float32", "--", "--model", "mlp", "--param", "dtype=float32"],
+     "--param dtype=... is both a --grid axis and a flag after --; give it in one place"),
     (["--grid", "micro-batch=1", "--", "--model", "mlp", "--bogus"],
      "the flags after --: unrecognized arguments: --bogus"),
     (["--grid", "micro-batch=1", "--", "--model", "mlp", "--replicas", "two"],
@@ -310,3 +312,13 @@ def test_a_csv_holding_only_its_header_is_written_over(capsys, tmp_path):
     assert cli.main(argv) == 0, capsys.readouterr().err
     table = pd.read_csv(path)
     assert list(table["micro-batch"]) == [1, 2] and table.columns[0] == "micro-batch"
+
+
+def test_a_repeatable_flag_may_be_an_axis_and_a_shared_flag_for_different_names():
+    """Sweeping one model parameter while another is fixed: ``--param`` (repeatable in ipusim run) may be a
+    grid axis and a flag after ``--`` when they name different parameters; each point gets both."""
+    table = sweep(["param=dtype=float16,dtype=float32"], ["--model", "mlp", "--param", "in_features=64"], workers=1)
+    assert list(table["error"]) == ["", ""]
+    single = [sim.simulate(models.get("mlp", in_features=64, dtype=dtype)).cycle_count
+              for dtype in ("float16", "float32")]
+    assert list(table["cycle_count"]) == single and single[0] != single[1]

@@ -136,18 +136,47 @@ def _check_flags(flags) -> None:
                              f"as two runs, one with -- --{flag}")
 
 
-def check_common(common: list[str], grid_flags=()) -> None:
+def check_common(common: list[str], points=()) -> None:
     """The flags after ``--`` parse as ``ipusim run``'s, set no grid axis, and hold none that belongs
-    to one run's output rather than a sweep's rows (checked before any point runs)."""
+    to one run's output rather than a sweep's rows (checked before any point runs). ``points``: the
+    grid's points (flag -> value), or just its flags. A repeatable flag (``--param``, ``--dim``) may be
+    both an axis and a flag after ``--`` when the two name different things (``--grid
+    param=fp8_convs=true,fp8_convs=false -- --param with_loss=false``): each point then has both."""
     parser = _run_parser("the flags after --")
     given = {_long_flag(parser, c) for c in common if c.startswith("--")}  # as ipusim run reads them (--micro too)
     single = [f for f in ("--output", "--json") if f in given]
     if single:
         raise PointError(f"{single[0]} after -- writes one run's output; a sweep writes its rows with --csv")
-    both = sorted(f for f in grid_flags if f"--{f}" in given)
-    if both:
-        raise PointError(f"--{both[0]} is both a --grid axis and a flag after --; give it in one place")
+    points = [points] if isinstance(points, dict) else list(points)
+    grid_flags = dict.fromkeys(f for p in points for f in (p if isinstance(p, dict) else [p]))
+    for flag in sorted(f for f in grid_flags if f"--{f}" in given):
+        if not isinstance(_action(parser, f"--{flag}"), argparse._AppendAction):
+            raise PointError(f"--{flag} is both a --grid axis and a flag after --; give it in one place")
+        named = {_named(v) for p in points if isinstance(p, dict) for v in [p.get(flag, "")] if v}
+        shared = {_named(v) for v in _values(parser, common, f"--{flag}")}
+        if named & shared:
+            raise PointError(f"--{flag} {sorted(named & shared)[0]}=... is both a --grid axis and a flag after --; "
+                             "give it in one place")
     _parse(parser, common)
+
+
+def _action(parser: argparse.ArgumentParser, flag: str):
+    """The action of ``parser`` whose option strings hold ``flag``."""
+    return next(a for a in parser._actions if flag in a.option_strings)
+
+
+def _named(value: str) -> str:
+    """What a repeatable flag's value sets: the name before ``=`` (``fp8_convs=true`` -> ``fp8_convs``)."""
+    return value.split("=", 1)[0]
+
+
+def _values(parser: argparse.ArgumentParser, common: list[str], flag: str) -> list[str]:
+    """The values ``common`` gives ``flag`` (each ``--flag V`` or ``--flag=V``, abbreviations as argparse reads them)."""
+    out = []
+    for i, word in enumerate(common):
+        if word.startswith("--") and _long_flag(parser, word) == flag:
+            out.append(word.split("=", 1)[1] if "=" in word else (common[i + 1] if i + 1 < len(common) else ""))
+    return out
 
 
 def _long_flag(parser: argparse.ArgumentParser, word: str) -> str | None:
@@ -330,7 +359,7 @@ def sweep(axes: list[str], common: list[str], workers: int | None = None, dask: 
     if workers is not None and workers < 1:
         raise PointError(f"workers must be a whole number >= 1, got {workers}")
     points = grid_points(axes)
-    check_common(common, points[0])
+    check_common(common, points)
     flags = list(points[0])
     columns = flags + [c for c in RESULT_COLUMNS if c not in flags]
     shared = shlex.join(common)
