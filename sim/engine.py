@@ -153,6 +153,7 @@ class Task:
     lanes: tuple = ()  # the lanes the task is on (it follows the previous task of each)
     block: Block | None = None  # a Parallel's steps, timed as a whole
     lane_end: tuple | None = None  # (block task, group, cycles): a point of a block that others wait for
+    first_fill: int | None = None  # a stream's first run-ahead fill: how many of its replica's came before
 
     @property
     def cycles(self) -> int:
@@ -366,6 +367,7 @@ class Engine:
         emitted: dict = {}  # id(program item) -> its latest task
         lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
+        first_fills: dict = defaultdict(int)  # replica -> its streams' first run-ahead fills so far
         tag = 0
 
         def lane_end(point: tuple) -> int:
@@ -501,6 +503,9 @@ class Engine:
             if s.direction == "to_ipu":
                 host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", s.name,
                                  s.nbytes), [host_lane])
+                if not tasks[host].deps:  # waits for nothing: asks for its thread at the start (fill_order)
+                    tasks[host].first_fill = first_fills[s.replica]
+                    first_fills[s.replica] += 1
                 device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
                                    s.name, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 done.append(device)
@@ -561,7 +566,8 @@ class Engine:
         env = simpy.Environment()
         resources: dict[tuple, simpy.Resource] = {}
         contended = contention(tasks)
-        done: list[simpy.Event] = []  # per task: its process (an event that fires at its end)
+        done: list = [None] * len(tasks)  # per task: its process (an event that fires at its end); a block's
+        # stays None (later tasks wait for its lane ends)
         start = np.zeros(len(tasks), dtype=np.int64)
         end = np.zeros(len(tasks), dtype=np.int64)
         group_start: dict[int, list[int]] = {}  # block task -> start of each group
@@ -621,16 +627,16 @@ class Engine:
                 start[m] = end[m] = env.now
                 done[m].succeed()
 
-        for i, t in enumerate(tasks):  # a task's process waits only for earlier tasks
+        for i in fill_order(tasks):  # a task's process waits only for earlier tasks
+            t = tasks[i]
             if t.block is not None:
                 group_start[i] = [0] * len(t.block.entries)
-                done.append(None)  # later tasks wait for its lane ends
                 for k in range(len(t.block.entries)):
                     env.process(group(i, t.block, k))
             elif t.lane_end is not None:
-                done.append(env.event())
+                done[i] = env.event()
             else:
-                done.append(env.process(process(i, t)))
+                done[i] = env.process(process(i, t))
         events = 0
         clock = real_perf_counter()
         while True:  # env.run(), counting events for the benchmark
@@ -834,6 +840,27 @@ def _collector_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def fill_order(tasks: list[Task]) -> list[int]:
+    """The order in which the tasks' processes start: program order, except for the first run-ahead fills of
+    prefetched input streams (:attr:`Task.first_fill`).
+
+    Those wait for nothing, so all of them ask for their host process's callback thread at the start, and the
+    thread (a FIFO resource) fills them in the order they asked. Program order is replica-major (a replica's
+    first stream, its second, ..., then the next replica's), which would fill a late replica's first input only
+    after every earlier replica's other inputs. They are served as the IPUs need them instead: every replica's
+    first stream, then every replica's second, ..., the order in which the IPUs' copies ask for the data when
+    nothing runs ahead (prefetch depth 1, where the run's first copy of a stream waits for its fill: PopART
+    reconnects the input streams for each run, invalidating the prefetches, and Poplar calls a stream's
+    ``prefetch()`` after a transfer of that stream, poplar::StreamCallback). So a deeper buffer does not fill
+    an IPU's first input later.
+    """
+    firsts = [i for i, t in enumerate(tasks) if t.first_fill is not None]
+    order = list(range(len(tasks)))
+    for slot, i in zip(firsts, sorted(firsts, key=lambda i: tasks[i].first_fill)):  # a stable sort
+        order[slot] = i
+    return order
 
 
 def contention(tasks: list[Task]) -> dict[tuple, bool]:
