@@ -41,7 +41,8 @@ from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
 from .row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_cost, row_op_steps
 from .reduction import constants as reduce_constants
-from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
+from .vector import (BROADCAST_OPS, INDEX_BYTES, Codelet, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
+                     codelet_cycles,
                      fused_scalar_cycles, index_op_tile_cycles,
                      dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles, spread,
                      tile_cycles, uniform_int_cycles)
@@ -185,6 +186,10 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
         return row_op_cost(row_op_steps(kind, attrs), _rows_last(tuple(ins[0][0]), attrs.get("axis", -1)), ins[0][1],
                            ipu, tiles, _row_reduce_cost(ipu))
+    if kind == "softmax_cross_entropy" and attrs.get("probabilities"):
+        # the loss read off probabilities a softmax op made (PopXL's nll_loss_with_softmax_grad, PopART's
+        # NlllWithSoftmaxGradDirectOpx): only its negative log-likelihood, no softmax (that is its own op)
+        return _rows(kind, ins, ipu, tiles, _nll_codelet())
     if kind in _ROW_OPS:
         return _rows(kind, ins, ipu, tiles)
     if kind in ("batchnorm", "batchnorm_grad"):
@@ -522,26 +527,50 @@ def _rows_last(shape: tuple, axis: int) -> tuple:
     return shape[:axis] + shape[axis + 1:] + (shape[axis],)
 
 
-def _rows(kind, ins, ipu, tiles) -> OpCost:
+#: the codelets of the popops calls PopART's NllOpx makes on probabilities (popart willow/src/popx/op/nllx.cpp
+#: ``NllOpx::grow``, and the loss half of ``NlllWithSoftmaxGradDirectOpx::grow`` in softmaxx.cpp): encodeOneHot
+#: (a fill of the one-hot tensor, at copy's rate), the MULTIPLY of the one-hot by the probabilities, the ADD
+#: reduction of each row (the label's probability); the log of the row sums and their reduction to the scalar
+#: run on one element a row, so count only as compute sets
+NLL_CODELETS = ("copy", "mul", "reduce")
+#: compute sets of that loss: encodeOneHot, the multiply, the row reduction, the log, the scalar reduction
+NLL_SETS = 5
+
+
+def _nll_codelet() -> Codelet:
+    """The negative log-likelihood of probabilities as one composed codelet, as the ``loss`` codelet composes
+    the softmax cross-entropy (``configs/_vector-ops.toml`` COMPOSED: the per-element cycles the sum of the
+    steps' rates, ``fixed`` the loss's typical fixed cost): the ``loss`` without its softmax."""
+    steps = [codelet(k) for k in NLL_CODELETS]
+    return Codelet(fixed=codelet("loss").fixed, fp16=sum(c.fp16 for c in steps), fp32=sum(c.fp32 for c in steps),
+                   sets=NLL_SETS)
+
+
+def _rows(kind, ins, ipu, tiles, composed: Codelet | None = None) -> OpCost:
     """Row-wise ops (the losses and their gradients): whole rows on a tile when there are enough
     rows; otherwise each row over ``q`` tiles, whose partial statistics are exchanged and combined.
     A row is spread no thinner than poputil's linear mapping spreads a tensor (128 bytes a tile,
-    :func:`~sim.cost.vector.spread`): ten logits stay on one tile however few the rows."""
+    :func:`~sim.cost.vector.spread`): ten logits stay on one tile however few the rows. ``composed``:
+    the op's codelet where it is not the table's (:func:`_nll_codelet`)."""
     shape, dtype, _ = ins[0]
     length = shape[-1]
     rows = math.prod(shape[:-1]) or 1
     itemsize = DTYPE_BYTES[dtype]
-    vec_kind = _VECTOR_KIND.get(kind, kind)
-    sets = codelet(vec_kind).sets
+    c = composed or codelet(_VECTOR_KIND.get(kind, kind))
+    sets = c.sets
+    launch = codelet_cycles(c, 0, itemsize)
+
+    def cycles(elements):
+        return codelet_cycles(c, elements, itemsize)
+
     if rows >= tiles:
         per_tile = math.ceil(rows / tiles)
-        compute = tile_cycles(per_tile * length, itemsize, vec_kind, ipu)
+        compute = cycles(per_tile * length)
         return _phases(ipu, compute, 0, sets, rows * length * 5, 0, tiles,
-                       plan=f"{rows} rows of {length}, {per_tile} per tile", launch=launch_cycles(vec_kind))
+                       plan=f"{rows} rows of {length}, {per_tile} per tile", launch=launch)
     q = min(max(1, tiles // rows), spread(length, itemsize, ipu, tiles)[0])
     part = math.ceil(length / q)
-    compute = tile_cycles(part, itemsize, vec_kind, ipu)
-    launch = launch_cycles(vec_kind)
+    compute = cycles(part)
     if q == 1:
         return _phases(ipu, compute, 0, sets, rows * length * 5, 0, rows,
                        plan=f"{rows} rows of {length}, one per tile", launch=launch)

@@ -90,7 +90,11 @@ def spread(elements: int, itemsize: int, ipu: IPU, tiles: int) -> tuple[int, int
 def tile_cycles(elements_on_tile: float, itemsize: int, kind: str, ipu: IPU) -> int:
     """Compute cycles of one tile working on ``elements_on_tile`` elements of ``kind``, all of
     the op's compute sets together."""
-    c = codelet(kind)
+    return codelet_cycles(codelet(kind), elements_on_tile, itemsize)
+
+
+def codelet_cycles(c: Codelet, elements_on_tile: float, itemsize: int) -> int:
+    """:func:`tile_cycles` of a codelet given whole (one composed for an op, not the table's)."""
     return math.ceil(c.sets * c.fixed + elements_on_tile * c.per_element(itemsize))
 
 

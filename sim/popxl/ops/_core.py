@@ -205,6 +205,10 @@ def _binary(kind: str, lhs, rhs) -> Tensor:
     if not isinstance(like, Tensor):
         raise TypeError(f"{where}: at least one operand must be a popxl Tensor")
     g = _graph(where)
+    if kind == "mul":
+        scaled = _times_scalar(g, lhs, rhs, where)
+        if scaled is not None:
+            return scaled
     a, b = _as_tensor(g, lhs, like, where), _as_tensor(g, rhs, like, where)
     if a.dtype != b.dtype:  # PopART's element-wise ops need one dtype (a Python number takes the tensor's)
         raise TypeError(f"{where}: operands of different dtypes ({a.dtype.name}, {b.dtype.name}); cast one "
@@ -212,6 +216,40 @@ def _binary(kind: str, lhs, rhs) -> Tensor:
     with g._building() as bld:
         out = getattr(bld, kind)(a._sim, b._sim, name=_name(g, kind))
     return _out(g, out, like.dtype)
+
+
+def _scalar_factor(x, like: Tensor) -> float | None:
+    """The value of ``x`` when it is one number: a Python or numpy scalar, or a one-element
+    ``popxl.constant`` of ``like``'s dtype and no higher rank (so the product keeps ``like``'s shape)."""
+    if isinstance(x, Constant):
+        data = x._data
+        if data is None or x.dtype != like.dtype or x.nelms != 1 or x.rank > like.rank:
+            return None
+        return float(np.asarray(data).reshape(-1)[0])
+    if isinstance(x, Tensor) or isinstance(x, (bool, np.bool_)):
+        return None
+    if isinstance(x, (numbers.Real, np.integer, np.floating)) or (isinstance(x, np.ndarray) and x.ndim == 0
+                                                                   and x.dtype.kind in "iuf"):
+        return float(x)
+    return None
+
+
+def _times_scalar(g: Graph, lhs, rhs, where: str) -> Tensor | None:
+    """``tensor * number`` (``x * 0.5``, ``ops.mul(x, popxl.constant(0.5))``) as one ``scale``, else None.
+
+    PopXL makes the number a constant of the tensor's dtype and a MulOp (python/popxl/tensor.py ``__mul__``,
+    ops/mul.py); PopART's MulOpx runs popops' MULTIPLY of the tensor by that one-element constant
+    (popx/op/mulx.cpp), the same popops call as ScaleOpx's (popx/op/scalex.cpp: MULTIPLY by a one-element
+    constant). sim.onnx prices ONNX's Mul by a constant scalar and sim.poptorch ``x * 0.5`` as that one scale."""
+    for t, other in ((lhs, rhs), (rhs, lhs)):
+        factor = _scalar_factor(other, t) if isinstance(t, Tensor) else None
+        if factor is not None:
+            g._own(t, where)
+            if isinstance(other, Tensor):
+                g._own(other, where)
+            with g._building() as bld:
+                return _out(g, bld.scale(t._sim, factor, name=_name(g, "mul")), t.dtype)
+    return None
 
 
 def add(lhs: Tensor, rhs: Tensor) -> Tensor:
@@ -728,7 +766,8 @@ def _softmax_input(g, probs: str) -> str:
 
 def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float | Tensor = 1,
                                ignore_index: int | None = None, reduction: str = "mean"):
-    """(loss, d loss / d probs): the loss of the simulated training (``softmax_cross_entropy``);
+    """(loss, d loss / d probs): the loss of the simulated training (``softmax_cross_entropy`` marked
+    ``probabilities``: priced as its negative log-likelihood only, the softmax being the program's own op);
     the gradient is the handle to pass to an autodiff grad graph, or, inside a subgraph (where grad
     graphs run as written), the op computing it. PopXL's order of the last two (SDK 3.x:
     ``ignore_index`` then ``reduction``); the older popart.ir order, a reduction name fourth, is
@@ -748,6 +787,9 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
         src = _softmax_input(g, src)
     with g._building() as bld:
         loss = bld.softmax_cross_entropy(src, labels._sim, name=_name(g, "nll_loss"))
+        # PopART's NlllWithSoftmaxGradDirectOpx reads the probabilities: no softmax in the loss, only the NLL part
+        # (popx/op/softmaxx.cpp: encodeOneHot, the multiply, the row reduce, the log, the scalar reduce)
+        g.sim_graph.producer_op(loss).attrs["probabilities"] = True
         g.sim_graph.tensors[loss].dtype = probs.dtype.sim_name  # PopART's NllOp: the loss in the probabilities' type
         if reduction == "none":  # one loss per label (NlllWithSoftmaxGradDirectOp::setup), priced as the reduced one
             loss = bld.op("scale", [loss], [tuple(labels.shape)], {"broadcast": True}, name=_name(g, "nll_losses"))[0]
