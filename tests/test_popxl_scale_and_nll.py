@@ -26,7 +26,7 @@ from sim.graph.ir import GraphBuilder  # noqa: E402
 from sim.hardware.system import load_system  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_frontends_explore3 import _popxl_classifier  # noqa: E402
+from test_frontend_parity import _popxl_classifier  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
