@@ -166,14 +166,14 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                       'compute_latency': '(0.00012548981132075472, 0.00023922566037735873, '
                                          '0.00023249150943396228)',
                       'breakdown': 'e5b9d909adfb77a3'},
- 'replicas_prefetch': {'cycle_count': 811550,
-                       'trace': 'e76daaffb1928520',
-                       'op_trace': 'ad0fe3dc31e35b5b',
-                       'perf_counters': '4c6ff0b264d6a1a5',
-                       'latency': '(2.3861132075471674e-05, 2.3861132075471783e-05, 2.3861132075471698e-05)',
-                       'compute_latency': '(1.611245283018864e-05, 1.6112452830188695e-05, '
-                                          '1.6112452830188685e-05)',
-                       'breakdown': '87bcccab205038ad'},
+ 'replicas_prefetch': {'cycle_count': 805164,
+                       'trace': '87bc954dea9f226d',
+                       'op_trace': 'd079bfa97ef5decf',
+                       'perf_counters': 'ef7960f3bb110c73',
+                       'latency': '(3.4100377358490554e-05, 7.938792452830194e-05, 5.622226415094342e-05)',
+                       'compute_latency': '(1.6112452830188586e-05, 1.6112452830188695e-05, '
+                                          '1.6112452830188678e-05)',
+                       'breakdown': '2ff5f6132d87a350'},
  'off_chip_rts': {'cycle_count': 187598168,
                   'trace': 'c2e75c3b61ab2d89',
                   'op_trace': '8782b3d23e48e820',
