@@ -12,6 +12,9 @@ copy's start. ``args`` of a slice hold its cycles, start cycle, bytes, kind and 
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 
 #: task kind -> (thread id, thread name); kinds not listed get ids after these, in name order
@@ -50,12 +53,46 @@ def chrome_trace(run, all_replicas: bool | None = None) -> dict:
     the simulated ones (each process then says how many replicas it stands for), None (the
     default) every replica when that is at most :data:`MAX_EXPANDED_ROWS` rows, else the
     simulated ones. ``otherData`` records which, with the model, system, clock and cycle count.
+    Times (``ts``, ``dur``) in microseconds of simulated time.
     """
-    import pandas as pd
+    return _chrome_trace(run, all_replicas, text=False)
+
+
+def chrome_trace_json(run, all_replicas: bool | None = None) -> str:
+    """``json.dumps(chrome_trace(run, all_replicas), separators=(",", ":"), allow_nan=False)``, the
+    text of trace.json, character for character, written without building a dict per slice:
+    each slice (most of the events) is formatted straight from the trace's columns."""
+    head, items = _chrome_trace(run, all_replicas, text=True)
+    empty = json.dumps(head, separators=(",", ":"), allow_nan=False)
+    prefix = '{"traceEvents":[]'
+    assert empty.startswith(prefix)
+    return '{"traceEvents":[' + ",".join(items) + "]" + empty[len(prefix):]
+
+
+#: a slice ("ph": "X") as ``json.dumps`` writes its dict in :func:`chrome_trace` (compact separators):
+#: name, cat (JSON strings), pid, tid, ts, dur (floats, by ``repr`` as json writes them), cycles,
+#: start_cycle, bytes, kind (a JSON string), replica
+_SLICE = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%r,"dur":%r,"args":{"cycles":%d,'
+          '"start_cycle":%d,"bytes":%d,"kind":%s,"replica":%d}}')
+
+#: a flow's start and end ("ph": "s" / "f") as ``json.dumps`` writes them: name (a JSON string),
+#: id, ts (microseconds, a float by ``repr``), pid, tid, then the start's bytes, src_ipu, dst_ipu
+_FLOW_START = ('{"ph":"s","name":%s,"cat":"inter_ipu","id":%d,"ts":%r,"pid":%d,"tid":%d,'
+               '"args":{"bytes":%d,"src_ipu":%d,"dst_ipu":%d}}')
+_FLOW_END = '{"ph":"f","bp":"e","name":%s,"cat":"inter_ipu","id":%d,"ts":%r,"pid":%d,"tid":%d}'
+
+
+def _chrome_trace(run, all_replicas: bool | None, text: bool):
+    """:func:`chrome_trace`'s dict, or with ``text`` (for :func:`chrome_trace_json`) that dict with
+    an empty ``traceEvents`` and the events' JSON texts, in order."""
+    from .run import replica_rows
 
     ex = run.executable
     clock = float(ex.system.ipu.clock_hz)
     us = 1e6 / clock  # microseconds per cycle
+    if text and not math.isfinite(us):  # as json.dumps(..., allow_nan=False) refuses it
+        raise ValueError(f"Out of range float values are not JSON compliant: {us!r}")
+    encode = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (ensure_ascii)
     base = run.trace
     replicas, simulated = ex.replicas, list(ex.simulated_replicas)
     if all_replicas is None:
@@ -66,14 +103,15 @@ def chrome_trace(run, all_replicas: bool | None = None) -> dict:
     k = ex.ipus_per_replica
 
     transfers = run.inter_ipu_transfers()
-    if expand and len(transfers):
-        frames = []
-        for r in range(replicas):
-            source = simulated[r % len(simulated)]
-            rows = transfers[transfers["src"] // k == source].copy()
-            rows[["src", "dst"]] += (r - source) * k
-            frames.append(rows)
-        transfers = pd.concat(frames, ignore_index=True)
+    columns = ("name", "src", "dst", "bytes", "start", "end")
+    flow_rows = {c: transfers[c].tolist() for c in columns}
+    if expand and len(transfers):  # replica r's copies are its source's, shifted to its own IPUs
+        src = transfers["src"].to_numpy()
+        index, _, shift = replica_rows(src // k, simulated, replicas)
+        flow_rows = {c: transfers[c].to_numpy()[index] for c in columns}
+        for c in ("src", "dst"):
+            flow_rows[c] = flow_rows[c] + shift * k
+        flow_rows = {c: v.tolist() for c, v in flow_rows.items()}
 
     others = sorted(set(trace["kind"].unique().tolist()) - set(KINDS))
     kind_tid = {kd: tid for kd, (tid, _) in KINDS.items()} | {kd: len(KINDS) + 1 + i for i, kd in enumerate(others)}
@@ -98,42 +136,64 @@ def chrome_trace(run, all_replicas: bool | None = None) -> dict:
     slice_tid: dict[tuple, int] = {}  # (ipu, start, end) of an inter-IPU copy -> its thread
     threads: set[tuple[int, int, str]] = set()
     order = trace.sort_values(["ipu", "kind", "start", "end"], kind="stable")
-    for (ipu, kind), rows in order.groupby(["ipu", "kind"], sort=False):
-        start, end = rows["start"].to_numpy(), rows["end"].to_numpy()
-        lane = _lanes(start, end)
-        tids = kind_tid[kind] + LANES_PER_KIND * lane
+    # the (ipu, kind) groups are contiguous runs of the sorted rows: walk them by their bounds
+    o_ipu, o_kind = order["ipu"].to_numpy(), order["kind"].to_numpy(dtype=object)
+    o_start, o_end = order["start"].to_numpy(), order["end"].to_numpy()
+    change = np.flatnonzero((o_ipu[1:] != o_ipu[:-1]) | (o_kind[1:] != o_kind[:-1])) + 1
+    bounds = [0, *change.tolist(), len(order)] if len(order) else [0]
+    names, starts, ends = order["name"].tolist(), o_start.tolist(), o_end.tolist()
+    cycles_, bytes_, replicas_ = (order[c].tolist() for c in ("cycles", "bytes", "replica"))
+    kinds, ipu_list = o_kind.tolist(), o_ipu.tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        ipu, kind = ipu_list[a], kinds[a]
+        pid = int(ipu) + 1
+        lane = _lanes(o_start[a:b], o_end[a:b])
+        tids = (kind_tid[kind] + LANES_PER_KIND * lane).tolist()
         for j in np.unique(lane).tolist():
             label = kind_name[kind] + (f" #{j + 1}" if j else "")
-            threads.add((int(ipu) + 1, int(kind_tid[kind] + LANES_PER_KIND * j), label))
-        for name, s, e, cycles, nbytes, replica, tid in zip(
-                rows["name"].tolist(), start.tolist(), end.tolist(), rows["cycles"].tolist(),
-                rows["bytes"].tolist(), rows["replica"].tolist(), tids.tolist()):
-            events.append({"ph": "X", "name": name, "cat": kind, "pid": int(ipu) + 1, "tid": tid,
-                           "ts": s * us, "dur": (e - s) * us,
-                           "args": {"cycles": int(cycles), "start_cycle": int(s), "bytes": int(nbytes),
-                                    "kind": kind, "replica": int(replica)}})
-            if kind == "inter_ipu":
+            threads.add((pid, int(kind_tid[kind] + LANES_PER_KIND * j), label))
+        copies = kind == "inter_ipu"
+        if text:
+            kind_json = encode(kind)
+        for i in range(a, b):
+            s, e, tid = starts[i], ends[i], tids[i - a]
+            if text:
+                events.append(_SLICE % (encode(names[i]), kind_json, pid, tid, s * us, (e - s) * us, int(cycles_[i]),
+                                        int(s), int(bytes_[i]), kind_json, int(replicas_[i])))
+            else:
+                events.append({"ph": "X", "name": names[i], "cat": kind, "pid": pid, "tid": tid,
+                               "ts": s * us, "dur": (e - s) * us,
+                               "args": {"cycles": int(cycles_[i]), "start_cycle": int(s), "bytes": int(bytes_[i]),
+                                        "kind": kind, "replica": int(replicas_[i])}})
+            if copies:
                 slice_tid[int(ipu), int(s), int(e)] = tid
     for pid, tid, label in sorted(threads):
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
 
     flows = 0
-    for name, src, dst, nbytes, s, e in transfers[["name", "src", "dst", "bytes", "start", "end"]].itertuples(
-            index=False):
+    for name, src, dst, nbytes, s, e in zip(*(flow_rows[c] for c in columns)):
         a, b = slice_tid.get((int(src), int(s), int(e))), slice_tid.get((int(dst), int(s), int(e)))
         if a is None or b is None:  # a transfer of an IPU not written out
             continue
         flows += 1
+        if text:
+            name_json, ts = encode(name), int(s) * us
+            events.append(_FLOW_START % (name_json, flows, ts, int(src) + 1, a, int(nbytes), int(src), int(dst)))
+            events.append(_FLOW_END % (name_json, flows, ts, int(dst) + 1, b))
+            continue
         common = {"name": name, "cat": "inter_ipu", "id": flows, "ts": int(s) * us}
         events.append({"ph": "s", **common, "pid": int(src) + 1, "tid": a,
                        "args": {"bytes": int(nbytes), "src_ipu": int(src), "dst_ipu": int(dst)}})
         events.append({"ph": "f", "bp": "e", **common, "pid": int(dst) + 1, "tid": b})
 
-    return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"model": ex.graph.name, "system": ex.system.name, "clock_hz": clock,
-                          "cycle_count": run.cycle_count, "time_unit": "ts and dur in microseconds",
-                          "replicas": ("every replica written out" if expand or replicas == len(simulated) else
-                                       f"only the simulated replicas {simulated} of {replicas}; the others "
-                                       "repeat them (see each process's name)")}}
-
+    if text:  # the other events (metadata, flows; few) as json writes them
+        events = [e if isinstance(e, str) else json.dumps(e, separators=(",", ":"), allow_nan=False)
+                  for e in events]
+    doc = {"traceEvents": [] if text else events, "displayTimeUnit": "ns",
+           "otherData": {"model": ex.graph.name, "system": ex.system.name, "clock_hz": clock,
+                         "cycle_count": run.cycle_count, "time_unit": "ts and dur in microseconds",
+                         "replicas": ("every replica written out" if expand or replicas == len(simulated) else
+                                      f"only the simulated replicas {simulated} of {replicas}; the others "
+                                      "repeat them (see each process's name)")}}
+    return (doc, events) if text else doc

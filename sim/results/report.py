@@ -381,7 +381,7 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
     interruption included, the temporary folder is removed and ``directory`` is left as it was.
     Returns the paths written, in :data:`OUTPUT_FILES` order.
     """
-    from .chrome_trace import chrome_trace
+    from .chrome_trace import chrome_trace_json
     from .html_report import html_report
     d = check_output_directory(directory)
     target = d.resolve()  # a symlink's target is what gets replaced
@@ -413,8 +413,7 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
         "timeline.png": figure("timeline.png", timeline_figure),
         "memory.png": figure("memory.png", memory_figure),
         "liveness.png": figure("liveness.png", liveness_figure),
-        "trace.json": lambda path: path.write_text(json.dumps(chrome_trace(run), separators=(",", ":"),
-                                                              allow_nan=False), encoding="utf-8"),
+        "trace.json": lambda path: path.write_text(chrome_trace_json(run), encoding="utf-8"),
         "report.html": lambda path: path.write_text(html_report(run, figures, summary_rows(run)), encoding="utf-8"),
     }
     try:

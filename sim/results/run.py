@@ -33,6 +33,22 @@ def _covered(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((np.maximum.reduceat(ends, first) - starts[first]).sum())
 
 
+def replica_rows(owner: np.ndarray, simulated, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows written out for every replica: replica ``r`` repeats, in order, the rows whose
+    ``owner`` (a simulated replica's index) is ``simulated[r % len(simulated)]``; the replicas
+    one after another. Returns (the row positions taken, each taken row's replica, and how many
+    replicas it is shifted from its source: replica - source), all int64 arrays."""
+    rows_of = {s: np.flatnonzero(owner == s) for s in set(simulated)}
+    sources = [simulated[r % len(simulated)] for r in range(replicas)]
+    counts = [len(rows_of[s]) for s in sources]
+    if not sources:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    index = np.concatenate([rows_of[s] for s in sources]).astype(np.int64, copy=False)
+    replica = np.repeat(np.arange(replicas, dtype=np.int64), counts)
+    return index, replica, replica - np.repeat(np.array(sources, dtype=np.int64), counts)
+
+
 class _OnFirstUse:
     """A module imported when one of its names is first used, so ``import sim`` does not load it."""
 
@@ -353,14 +369,10 @@ class Run:
         ex = self.executable
         simulated = ex.simulated_replicas
         base = self.trace
-        frames = []
-        for r in range(ex.replicas):
-            source = simulated[r % len(simulated)]
-            rows = base[base["replica"] == source].copy()
-            rows["ipu"] = rows["ipu"] - source * ex.ipus_per_replica + r * ex.ipus_per_replica
-            rows["replica"] = r
-            frames.append(rows)
-        df = pd.concat(frames, ignore_index=True) if frames else base.iloc[:0].copy()
+        index, replica, shift = replica_rows(base["replica"].to_numpy(), simulated, ex.replicas)
+        df = base.iloc[index].reset_index(drop=True)
+        df["ipu"] = df["ipu"].to_numpy() + shift * ex.ipus_per_replica
+        df["replica"] = replica
         df["represents"] = 1
         return df.sort_values(["start", "ipu"], kind="stable").reset_index(drop=True)
 
@@ -378,8 +390,26 @@ class Run:
         columns = OP_TRACE_COLUMNS + ([] if expand else ["repeats"])
         if not pieces:
             return pd.DataFrame(columns=columns)
-        df = pd.DataFrame({c: np.concatenate([piece[c] for piece in pieces]) for c in columns})
-        return df.sort_values("start", kind="stable").reset_index(drop=True)
+        # each chunk's rows are positions in its own (not yet repeated) values: one gather per
+        # column, from all chunks' values at once, in time order (a stable sort on the start, as
+        # ``sort_values(kind="stable")``; skipped when the rows are in order already)
+        heads = np.cumsum([0] + [len(values["cycles"]) for values, _, _ in pieces[:-1]])
+        take = np.concatenate([index + h for (_, index, _), h in zip(pieces, heads)])
+        start = np.concatenate([starts for _, _, starts in pieces])
+        if not np.all(start[1:] >= start[:-1]):
+            order = np.argsort(start, kind="stable")
+            take, start = take[order], start[order]
+        data = {}
+        for c in columns:
+            if c == "start":
+                data[c] = start
+            elif c == "end":
+                data[c] = start + np.concatenate([values["cycles"] for values, _, _ in pieces])[take]
+            else:
+                data[c] = np.concatenate([values[c] for values, _, _ in pieces])[take]
+        # the arrays are this frame's own: no copy, and no merging them into one block (the
+        # same frame, column for column, without a second copy of a large one)
+        return pd.DataFrame(data, copy=False)
 
     @cached_property
     def breakdown(self) -> pd.DataFrame:
@@ -664,9 +694,12 @@ def _expand_streams(tl: Timeline, direction: str) -> tuple[np.ndarray, ...]:
     return tuple(np.concatenate(c) for c in columns)
 
 
-def _op_rows(r, expand: bool) -> dict[str, np.ndarray] | None:
-    """The op-trace columns of one chunk of records: per task row, its ops in order; with
-    ``expand``, once per offset (row, then offset, then op), else once at the first offset."""
+def _op_rows(r, expand: bool) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray] | None:
+    """The op-trace rows of one chunk of records: per task row, its ops in order; with
+    ``expand``, once per offset (row, then offset, then op), else once at the first offset.
+
+    Returns (the op-trace columns, ``cycles`` and, without ``expand``, ``repeats`` once per op;
+    each row's position in them; each row's start in cycles), or None for no ops."""
     rows = [i for i, ops in enumerate(r.detail) if isinstance(ops, OpSteps) and len(ops.names)]
     k = len(r.offsets)
     if not rows or not k:
@@ -683,16 +716,13 @@ def _op_rows(r, expand: bool) -> dict[str, np.ndarray] | None:
               "kind": np.array([x for ops in steps for x in ops.kinds], dtype=object),
               **{c: np.concatenate([getattr(ops, c) for ops in steps])
                  for c in ("exchange", "sync", "compute", "flops", "exchange_bytes")},
-              **{c: np.concatenate([p[c] for p in parts]) for c in ("launch", "exchange_setup")}}
+              **{c: np.concatenate([p[c] for p in parts]) for c in ("launch", "exchange_setup")},
+              "cycles": cycles}
     if expand:  # each row's ops once per offset, as they ran
         heads = np.cumsum(n) - n
         index = np.concatenate([np.tile(np.arange(h, h + m), k) for h, m in zip(heads, n)])
         offsets = np.concatenate([np.repeat(r.offsets, m) for m in n])
     else:
         index, offsets = np.arange(len(cycles)), np.full(len(cycles), r.offsets[0])
-    out = {c: v[index] for c, v in values.items()}
-    out["start"] = first[index] + offsets
-    out["end"] = out["start"] + cycles[index]
-    if not expand:
-        out["repeats"] = np.full(len(cycles), k, dtype=np.int64)
-    return out
+        values["repeats"] = np.full(len(cycles), k, dtype=np.int64)
+    return values, index, first[index] + offsets
