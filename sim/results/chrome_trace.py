@@ -85,7 +85,7 @@ _FLOW_END = '{"ph":"f","bp":"e","name":%s,"cat":"inter_ipu","id":%d,"ts":%r,"pid
 def _chrome_trace(run, all_replicas: bool | None, text: bool):
     """:func:`chrome_trace`'s dict, or with ``text`` (for :func:`chrome_trace_json`) that dict with
     an empty ``traceEvents`` and the events' JSON texts, in order."""
-    from .run import replica_rows
+    from .replicas import replica_rows
 
     ex = run.executable
     clock = float(ex.system.ipu.clock_hz)

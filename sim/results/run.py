@@ -9,6 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from . import perfcounters
+from .replicas import replica_rows
 from ..compiler.executable import Executable
 from ..compiler.memory import CATEGORIES as MEMORY_CATEGORIES
 from ..engine import Timeline
@@ -31,22 +32,6 @@ def _covered(starts: np.ndarray, ends: np.ndarray) -> int:
     new[1:] = starts[1:] > reach[:-1]  # a gap before it: a new stretch starts
     first = np.flatnonzero(new)
     return int((np.maximum.reduceat(ends, first) - starts[first]).sum())
-
-
-def replica_rows(owner: np.ndarray, simulated, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows written out for every replica: replica ``r`` repeats, in order, the rows whose
-    ``owner`` (a simulated replica's index) is ``simulated[r % len(simulated)]``; the replicas
-    one after another. Returns (the row positions taken, each taken row's replica, and how many
-    replicas it is shifted from its source: replica - source), all int64 arrays."""
-    rows_of = {s: np.flatnonzero(owner == s) for s in set(simulated)}
-    sources = [simulated[r % len(simulated)] for r in range(replicas)]
-    counts = [len(rows_of[s]) for s in sources]
-    if not sources:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    index = np.concatenate([rows_of[s] for s in sources]).astype(np.int64, copy=False)
-    replica = np.repeat(np.arange(replicas, dtype=np.int64), counts)
-    return index, replica, replica - np.repeat(np.array(sources, dtype=np.int64), counts)
 
 
 class _OnFirstUse:
