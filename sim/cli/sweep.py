@@ -171,7 +171,8 @@ def _named(value: str) -> str:
 
 
 def _values(parser: argparse.ArgumentParser, common: list[str], flag: str) -> list[str]:
-    """The values ``common`` gives ``flag`` (each ``--flag V`` or ``--flag=V``, abbreviations as argparse reads them)."""
+    """The values ``common`` gives ``flag`` (each ``--flag V`` or ``--flag=V``; abbreviated as argparse
+    reads them)."""
     out = []
     for i, word in enumerate(common):
         if word.startswith("--") and _long_flag(parser, word) == flag:
