@@ -8,6 +8,9 @@ import json
 
 import pytest
 
+import models
+import sim
+from sim.options import OutputMode
 from sim.results import report
 from sim.results.run import PASS_COLUMNS
 
@@ -85,3 +88,10 @@ def test_a_failed_output_write_removes_the_folders_it_made(mlp_run, tmp_path, mo
     with pytest.raises(RuntimeError, match="interrupted"):
         report.write_outputs(mlp_run, tmp_path / "keep" / "a" / "b" / "out")
     assert [p.name for p in tmp_path.rglob("*")] == ["keep"]
+
+
+def test_summary_gives_every_ns_period():
+    """summary.json's run names the output mode and, for EveryN, its period (the text report's EveryN(2))."""
+    o = sim.Options().deviceIterations(4).outputMode(OutputMode.EveryN, 2)
+    run = sim.simulate(models.get("mlp"), "ipu-mk2", o)
+    assert (run.summary()["run"]["output_mode"], run.summary()["run"]["output_return_period"]) == ("EveryN", 2)

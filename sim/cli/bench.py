@@ -250,8 +250,8 @@ def run_benchmarks(system: str = "ipu-mk2", repeats: int = 3) -> dict[str, list[
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--system", default="ipu-mk2", help="system of the whole-simulation workloads "
-                                                            "(default: ipu-mk2)")
+    parser.add_argument("--system", default="ipu-mk2", help="system of the one-IPU whole-simulation workloads "
+                                                            "(default: ipu-mk2; the POD16 workload keeps ipu-pod16)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best counts")
     parser.set_defaults(func=_cmd_bench, subparser=parser)
     return parser
