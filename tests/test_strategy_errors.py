@@ -1,5 +1,7 @@
 """Findings of a fuzz exploration of run configurations (strategies, locations, host IO)."""
 
+import json
+
 import pytest
 
 import sim
@@ -53,3 +55,15 @@ def test_overlapped_io_error_names_the_output_mode_in_force():
         sim.simulate(g, "ipu-mk2", o, training=True)
     with pytest.raises(sim.OptionsError, match=r"OutputMode\.Final, as set"):
         sim.simulate(g, "ipu-mk2", o.outputMode(sim.OutputMode.Final), training=True)
+
+
+def test_phased_execution_runs_on_a_system_without_streaming_memory_with_the_weights_on_chip(capsys):
+    """Phased execution puts the weights in streaming memory unless they are placed on chip (as PopTorch); a C600
+    has none, so from the command line it runs only with ``--weights on-chip``, which the error names."""
+    from sim.cli.main import main as cli
+    argv = ["run", "--model", "bert-base", "--param", "num_layers=2", "--system", "c600", "--strategy", "serial-phased",
+            "-q", "--json"]
+    assert cli(argv) == 2
+    assert "--weights on-chip" in capsys.readouterr().err
+    assert cli(argv + ["--weights", "on-chip"]) == 0
+    assert json.loads(capsys.readouterr().out)["system"] == "c600"

@@ -279,6 +279,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     x.add_argument("--weight-update-exclude", type=_int_list, metavar="N,N,...",
                    help="[_Popart accumulateOuterFragmentSettings.excludedVirtualGraphs] IPUs of a replica whose "
                    "step runs alone under the overlap schedules (Graphcore's examples exclude 0)")
+    x.add_argument("--weights", choices=("on-chip", "off-chip"),
+                   help="[TensorLocations.setWeightLocation] on-chip or off-chip (streaming memory); phased execution "
+                   "puts them off chip unless on-chip is given (as PopTorch), which a system without streaming "
+                   "memory (c600, c600-x8, ipu-mk1-c2) needs")
     x.add_argument("--optimizer-state", choices=OPTIMIZER_STATES,
                    help="[TensorLocations.setOptimizerLocation] on-chip, off-chip (streaming memory), rts "
                    "(on chip, sharded over --replicas) or off-chip-rts (in streaming memory, sharded); "
@@ -420,6 +424,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts._Popart.set(Options.OUTER_FRAGMENT_KEYS[0], WEIGHT_UPDATE_SCHEDULES[args.weight_update_schedule])
     if args.weight_update_exclude is not None:
         opts._Popart.set(Options.OUTER_FRAGMENT_KEYS[1], args.weight_update_exclude)
+    if args.weights is not None:
+        opts.TensorLocations.setWeightLocation(TensorLocationSettings().useOnChipStorage(args.weights == "on-chip"))
     if args.optimizer_state is not None:
         where = TensorLocationSettings().useOnChipStorage(not args.optimizer_state.startswith("off-chip"))
         if args.optimizer_state.endswith("rts"):

@@ -549,8 +549,9 @@ def _check_streaming_memory(g: Graph, system: System) -> None:
     if off_chip and not system.streaming_memory.bytes_per_ipu:
         raise OptionsError(
             f"{len(off_chip)} tensor(s) are placed off chip ({off_chip[0]!r} first), but system {system.name!r} has "
-            "no streaming memory; keep them on chip (TensorLocations ... useOnChipStorage(True); phased "
-            "execution puts weights off chip unless told otherwise) or choose a system with streaming memory")
+            "no streaming memory; keep them on chip (TensorLocations ... useOnChipStorage(True), ipusim run's "
+            "--weights on-chip or --optimizer-state on-chip; phased execution puts weights off chip unless told "
+            "otherwise) or choose a system with streaming memory")
 
 
 def _memory(g: Graph, ctx: Context, ipu: int, tiles: int, system: System, strategy: str,
