@@ -67,3 +67,16 @@ def test_phased_execution_runs_on_a_system_without_streaming_memory_with_the_wei
     assert "--weights on-chip" in capsys.readouterr().err
     assert cli(argv + ["--weights", "on-chip"]) == 0
     assert json.loads(capsys.readouterr().out)["system"] == "c600"
+
+
+def test_weights_sharded_over_one_replica_are_noted_as_no_effect():
+    """Replicated tensor sharding of the weights over a single replica shards nothing: the run says so, as it does
+    for the optimizer state and the accumulators."""
+    from sim.options import TensorLocationSettings
+    import models
+    o = sim.Options()
+    o.TensorLocations.setWeightLocation(TensorLocationSettings().useReplicatedTensorSharding(True))
+    run = sim.simulate(models.get("mlp"), "ipu-mk2", o, training=True, optimizer="adam")
+    assert any(n.startswith("TensorLocations.setWeightLocation: replicated tensor sharding over 1 replica")
+               for n in run.all_notes)
+    assert run.cycle_count == sim.simulate(models.get("mlp"), "ipu-mk2", training=True, optimizer="adam").cycle_count

@@ -369,6 +369,9 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
             notes.append(f"{setter}: {why}; no effect")
         elif where.replicated_tensor_sharding and o.total_replicas() == 1 and training:
             notes.append(f"{setter}: replicated tensor sharding over 1 replica shards nothing; no effect")
+    if o.TensorLocations.locations["weight"].replicated_tensor_sharding and o.total_replicas() == 1:
+        notes.append("TensorLocations.setWeightLocation: replicated tensor sharding over 1 replica shards nothing; "
+                     "no effect")
     if training:
         if "state" not in roles and optimizer.state_dtype != "float32":
             notes.append(f"optimizer {optimizer.name} keeps no state: its state dtype {optimizer.state_dtype} "
