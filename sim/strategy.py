@@ -275,10 +275,10 @@ def _auto_stages(forward, auto: AutoStage | None) -> None:
     if auto == AutoStage.AutoIncrement:
         numbers: dict = {}
         for op in forward:
-            if op.ipu is None and op.block is not None:
-                op.ipu = numbers.setdefault(op.block, len(numbers) + 1)
-            elif op.block is not None:
-                numbers.setdefault(op.block, len(numbers) + 1)
+            if op.block is not None:
+                number = numbers.setdefault(op.block, len(numbers) + 1)
+                if op.ipu is None:
+                    op.ipu = number
     stage, previous = -1, object()
     for op in forward:
         ipu = op.ipu or 0

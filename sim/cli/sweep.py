@@ -136,10 +136,10 @@ def _check_flags(flags) -> None:
                              f"as two runs, one with -- --{flag}")
 
 
-def check_common(common: list[str], points=()) -> None:
+def check_common(common: list[str], points: list[dict[str, str]] = ()) -> None:
     """The flags after ``--`` parse as ``ipusim run``'s, set no grid axis, and hold none that belongs
     to one run's output rather than a sweep's rows (checked before any point runs). ``points``: the
-    grid's points (flag -> value), or just its flags. A repeatable flag (``--param``, ``--dim``) may be
+    grid's points (flag -> value). A repeatable flag (``--param``, ``--dim``) may be
     both an axis and a flag after ``--`` when the two name different things (``--grid
     param=fp8_convs=true,fp8_convs=false -- --param with_loss=false``): each point then has both."""
     parser = _run_parser("the flags after --")
@@ -147,12 +147,11 @@ def check_common(common: list[str], points=()) -> None:
     single = [f for f in ("--output", "--json") if f in given]
     if single:
         raise PointError(f"{single[0]} after -- writes one run's output; a sweep writes its rows with --csv")
-    points = [points] if isinstance(points, dict) else list(points)
-    grid_flags = dict.fromkeys(f for p in points for f in (p if isinstance(p, dict) else [p]))
+    grid_flags = dict.fromkeys(f for p in points for f in p)
     for flag in sorted(f for f in grid_flags if f"--{f}" in given):
         if not isinstance(_action(parser, f"--{flag}"), argparse._AppendAction):
             raise PointError(f"--{flag} is both a --grid axis and a flag after --; give it in one place")
-        named = {_named(v) for p in points if isinstance(p, dict) for v in [p.get(flag, "")] if v}
+        named = {_named(p[flag]) for p in points if p.get(flag)}
         shared = {_named(v) for v in _values(parser, common, f"--{flag}")}
         if named & shared:
             raise PointError(f"--{flag} {sorted(named & shared)[0]}=... is both a --grid axis and a flag after --; "

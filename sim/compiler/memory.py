@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cost import FREE, OpCost
+from ..cost.rules import AMP_KINDS
 from ..errors import OutOfMemoryError
 from ..graph.ir import RNN_GATES, VIEW_KINDS, Graph, Op
 from .program_memory import PROGRAM_CATEGORIES, rolled
@@ -32,8 +33,6 @@ ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
 #: what a tile holds at its peak, in the order :attr:`IpuMemory.peak_parts` lists it
 CATEGORIES = PROGRAM_CATEGORIES + ("weights", "constants", "optimizer_state", "accumulators", "stash",
               "activations", "temporaries")
-#: op kinds poplin plans within availableMemoryProportion (sim.cost.rules' _AMP_KINDS)
-_AMP_KINDS = ("matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight")
 _CATEGORY_OF_ROLE = {"weight": "weights", "constant": "constants", "state": "optimizer_state",
                      "accumulator": "accumulators"}
 
@@ -323,7 +322,7 @@ def near_capacity_notes(memory: dict[int, IpuMemory]) -> list[str]:
 def _follows_amp(op: Op) -> bool:
     """Whether ``op``'s temporaries are planned within availableMemoryProportion (poplin's matmuls and
     convolutions, a matmul-laid-out accumulation, an RNN's matmuls: sim.cost.rules)."""
-    return (op.kind in _AMP_KINDS or (op.kind == "accumulate" and "layout_of_matmul" in op.attrs)
+    return (op.kind in AMP_KINDS or (op.kind == "accumulate" and "layout_of_matmul" in op.attrs)
             or op.kind.removesuffix("_grad") in RNN_GATES)
 
 

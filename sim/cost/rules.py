@@ -138,7 +138,8 @@ def _partials_bytes(attrs: dict, partials: str) -> int:
 #: quarter (FP8) inputs (ConvVertexType.cpp getConvVertexTypeCandidates asserts it); FP8 needs an
 #: IPU with FP8 AMP (sim/cost/amp.py amp_mode)
 AMP_DTYPES = ("float16", "float32", "float8")
-_AMP_KINDS = ("matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight")
+#: op kinds poplin plans within availableMemoryProportion
+AMP_KINDS = ("matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight")
 
 
 def _check_amp_operands(kind: str, ins) -> None:
@@ -173,7 +174,7 @@ def _loop_control(role: str, ipu: IPU, tiles: int) -> OpCost:
 def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float, partials: str) -> OpCost:
     if attrs.get("loop_control") in _LOOP_CONTROL:
         return _loop_control(attrs["loop_control"], ipu, tiles)
-    if kind in _AMP_KINDS:
+    if kind in AMP_KINDS:
         _check_amp_operands(kind, ins)
     if kind == "matmul":
         return _matmul(ins, attrs, ipu, tiles, memory_proportion, _partials_bytes(attrs, partials))

@@ -55,21 +55,21 @@ def chrome_trace(run, all_replicas: bool | None = None) -> dict:
     simulated ones. ``otherData`` records which, with the model, system, clock and cycle count.
     Times (``ts``, ``dur``) in microseconds of simulated time.
     """
-    return _chrome_trace(run, all_replicas, text=False)
+    return json.loads(chrome_trace_json(run, all_replicas))
 
 
 def chrome_trace_json(run, all_replicas: bool | None = None) -> str:
-    """``json.dumps(chrome_trace(run, all_replicas), separators=(",", ":"), allow_nan=False)``, the
-    text of trace.json, character for character, written without building a dict per slice:
-    each slice (most of the events) is formatted straight from the trace's columns."""
-    head, items = _chrome_trace(run, all_replicas, text=True)
+    """The text of trace.json: :func:`chrome_trace`'s object as ``json.dumps(..., separators=(",", ":"),
+    allow_nan=False)`` writes it, without building a dict per slice: each slice (most of the events) is
+    formatted straight from the trace's columns."""
+    head, items = _chrome_trace(run, all_replicas)
     empty = json.dumps(head, separators=(",", ":"), allow_nan=False)
     prefix = '{"traceEvents":[]'
     assert empty.startswith(prefix)
     return '{"traceEvents":[' + ",".join(items) + "]" + empty[len(prefix):]
 
 
-#: a slice ("ph": "X") as ``json.dumps`` writes its dict in :func:`chrome_trace` (compact separators):
+#: a slice ("ph": "X") as ``json.dumps`` writes its dict (compact separators):
 #: name, cat (JSON strings), pid, tid, ts, dur (floats, by ``repr`` as json writes them), cycles,
 #: start_cycle, bytes, kind (a JSON string), replica
 _SLICE = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%r,"dur":%r,"args":{"cycles":%d,'
@@ -82,15 +82,14 @@ _FLOW_START = ('{"ph":"s","name":%s,"cat":"inter_ipu","id":%d,"ts":%r,"pid":%d,"
 _FLOW_END = '{"ph":"f","bp":"e","name":%s,"cat":"inter_ipu","id":%d,"ts":%r,"pid":%d,"tid":%d}'
 
 
-def _chrome_trace(run, all_replicas: bool | None, text: bool):
-    """:func:`chrome_trace`'s dict, or with ``text`` (for :func:`chrome_trace_json`) that dict with
-    an empty ``traceEvents`` and the events' JSON texts, in order."""
+def _chrome_trace(run, all_replicas: bool | None) -> tuple[dict, list[str]]:
+    """(:func:`chrome_trace`'s object with an empty ``traceEvents``, the events' JSON texts in order)."""
     from .replicas import replica_rows
 
     ex = run.executable
     clock = float(ex.system.ipu.clock_hz)
     us = 1e6 / clock  # microseconds per cycle
-    if text and not math.isfinite(us):  # as json.dumps(..., allow_nan=False) refuses it
+    if not math.isfinite(us):  # as json.dumps(..., allow_nan=False) refuses it
         raise ValueError(f"Out of range float values are not JSON compliant: {us!r}")
     encode = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (ensure_ascii)
     base = run.trace
@@ -117,7 +116,7 @@ def _chrome_trace(run, all_replicas: bool | None, text: bool):
     kind_tid = {kd: tid for kd, (tid, _) in KINDS.items()} | {kd: len(KINDS) + 1 + i for i, kd in enumerate(others)}
     kind_name = {kd: name for kd, (_, name) in KINDS.items()} | {kd: kd.replace("_", " ") for kd in others}
 
-    events: list[dict] = []
+    events: list = []  # dicts (metadata, few) and JSON texts (slices and flows)
     ipus = set(ex.ipus)  # every IPU simulated has a process, busy or not
     if expand:  # replica r runs on the IPUs of its simulated source, shifted to its own
         ipus = {i + (r - simulated[r % len(simulated)]) * k for r in range(replicas)
@@ -152,19 +151,11 @@ def _chrome_trace(run, all_replicas: bool | None, text: bool):
         for j in np.unique(lane).tolist():
             label = kind_name[kind] + (f" #{j + 1}" if j else "")
             threads.add((pid, int(kind_tid[kind] + LANES_PER_KIND * j), label))
-        copies = kind == "inter_ipu"
-        if text:
-            kind_json = encode(kind)
+        copies, kind_json = kind == "inter_ipu", encode(kind)
         for i in range(a, b):
             s, e, tid = starts[i], ends[i], tids[i - a]
-            if text:
-                events.append(_SLICE % (encode(names[i]), kind_json, pid, tid, s * us, (e - s) * us, int(cycles_[i]),
-                                        int(s), int(bytes_[i]), kind_json, int(replicas_[i])))
-            else:
-                events.append({"ph": "X", "name": names[i], "cat": kind, "pid": pid, "tid": tid,
-                               "ts": s * us, "dur": (e - s) * us,
-                               "args": {"cycles": int(cycles_[i]), "start_cycle": int(s), "bytes": int(bytes_[i]),
-                                        "kind": kind, "replica": int(replicas_[i])}})
+            events.append(_SLICE % (encode(names[i]), kind_json, pid, tid, s * us, (e - s) * us, int(cycles_[i]),
+                                    int(s), int(bytes_[i]), kind_json, int(replicas_[i])))
             if copies:
                 slice_tid[int(ipu), int(s), int(e)] = tid
     for pid, tid, label in sorted(threads):
@@ -177,23 +168,15 @@ def _chrome_trace(run, all_replicas: bool | None, text: bool):
         if a is None or b is None:  # a transfer of an IPU not written out
             continue
         flows += 1
-        if text:
-            name_json, ts = encode(name), int(s) * us
-            events.append(_FLOW_START % (name_json, flows, ts, int(src) + 1, a, int(nbytes), int(src), int(dst)))
-            events.append(_FLOW_END % (name_json, flows, ts, int(dst) + 1, b))
-            continue
-        common = {"name": name, "cat": "inter_ipu", "id": flows, "ts": int(s) * us}
-        events.append({"ph": "s", **common, "pid": int(src) + 1, "tid": a,
-                       "args": {"bytes": int(nbytes), "src_ipu": int(src), "dst_ipu": int(dst)}})
-        events.append({"ph": "f", "bp": "e", **common, "pid": int(dst) + 1, "tid": b})
+        name_json, ts = encode(name), int(s) * us
+        events.append(_FLOW_START % (name_json, flows, ts, int(src) + 1, a, int(nbytes), int(src), int(dst)))
+        events.append(_FLOW_END % (name_json, flows, ts, int(dst) + 1, b))
 
-    if text:  # the other events (metadata, flows; few) as json writes them
-        events = [e if isinstance(e, str) else json.dumps(e, separators=(",", ":"), allow_nan=False)
-                  for e in events]
-    doc = {"traceEvents": [] if text else events, "displayTimeUnit": "ns",
+    events = [e if isinstance(e, str) else json.dumps(e, separators=(",", ":"), allow_nan=False) for e in events]
+    doc = {"traceEvents": [], "displayTimeUnit": "ns",
            "otherData": {"model": ex.graph.name, "system": ex.system.name, "clock_hz": clock,
                          "cycle_count": run.cycle_count, "time_unit": "ts and dur in microseconds",
                          "replicas": ("every replica written out" if expand or replicas == len(simulated) else
                                       f"only the simulated replicas {simulated} of {replicas}; the others "
                                       "repeat them (see each process's name)")}}
-    return (doc, events) if text else doc
+    return doc, events
