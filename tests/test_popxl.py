@@ -362,8 +362,10 @@ def test_nll_loss_is_a_scalar_as_in_popxl():
     with other.main_graph:
         probs = popxl.variable((4, 10), popxl.float32, name="p")
         labels = popxl.variable(np.zeros(4, np.int32), name="l")
-        ops.nll_loss_with_softmax_grad(probs, labels, reduction="none")
-    assert any("reduction='none'" in n and "no modelled effect" in n for n in other._notes)
+        ops.nll_loss_with_softmax_grad(probs, labels, reduction="none", ignore_index=3)
+    loss = next(op for op in other.main_graph.sim_graph.ops if op.kind == "softmax_cross_entropy")
+    assert loss.attrs["reduction"] == "none" and loss.attrs["ignore_index"] == 3  # priced (loss_steps)
+    assert not any("no modelled effect" in n for n in other._notes)
 
 
 def test_autodiff_program_is_simulated_as_training():

@@ -443,12 +443,25 @@ def mark_stable_norms(g: Graph) -> None:
 
 
 def mark_non_stable_softmax(g: Graph) -> None:
-    """PopART's ``enableNonStableSoftmax``: every softmax of ``g`` (the compiler's copy, its
-    recomputations included) runs popnn's SOFTMAX, without the row maximum (popart ``softmaxx.cpp``);
-    a log-softmax (``log`` attribute: ``popnn::logSoftmaxInPlace``) stays stable."""
+    """PopART's ``enableNonStableSoftmax``: every popnn softmax of ``g`` (the compiler's copy, its
+    recomputations included) runs popnn's SOFTMAX, without the row maximum (popart ``softmaxx.cpp``):
+    a softmax op's, a cross-entropy's SoftmaxOp, and the softmax a log-softmax's gradient recomputes
+    (``logsoftmaxx.cpp``); a log-softmax itself (``popnn::logSoftmaxInPlace``) stays stable."""
     for op in g.ops:
-        if op.kind == "softmax" and not op.attrs.get("log"):
+        if _runs_softmax(op):
             op.attrs = {**op.attrs, "non_stable": True}
+
+
+def _runs_softmax(op) -> bool:
+    """Does ``op`` run popnn's softmax (:func:`sim.cost.row_ops.loss_steps`, ``row_op_steps``)?"""
+    a = op.attrs
+    if op.kind == "softmax":
+        return not a.get("log")
+    if op.kind == "softmax_grad":
+        return bool(a.get("log"))
+    if op.kind == "softmax_cross_entropy":
+        return not (a.get("probabilities") or a.get("log_softmax") or a.get("log_probabilities"))
+    return op.kind == "softmax_cross_entropy_grad" and bool(a.get("log_softmax"))
 
 
 def clear_matmul_passes(g: Graph) -> None:

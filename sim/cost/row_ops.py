@@ -90,9 +90,55 @@ LAYERNORM_GRAD_STEPS = (("row", ("sub",), 4), ("row", ("mul_inplace",), 4), ("co
 #: poplin normalise with a batch norm's combined scale and shift (popnn BatchNorm.cpp batchNormalise at
 #: inference: the running statistics folded into one multiplicand and one addend)
 BATCHNORM_INFERENCE_STEPS = (("col", ("mul",)), ("col", ("add",)))
-STEPS = {"softmax": SOFTMAX_STEPS, "softmax_nonstable": SOFTMAX_NONSTABLE_STEPS, "softmax_grad": SOFTMAX_GRAD_STEPS, "layernorm": LAYERNORM_STEPS,
-         "layernorm_grad": LAYERNORM_GRAD_STEPS, "layernorm_stable": LAYERNORM_STABLE_STEPS,
-         "batchnorm_inference": BATCHNORM_INFERENCE_STEPS}
+#: popnn logSoftmaxImpl (LogSoftmax.cpp), after PopART's LogSoftmaxOpx clones its input (logsoftmaxx.cpp
+#: ``cloneAndGroupImpl``: the input is kept for the gradient): the row maximum subtracted, ``exp`` into a new
+#: tensor, its sum to FLOAT, ``Cast(Log(sum))`` on the sums, the log-sum subtracted (always stable)
+LOG_SOFTMAX_STEPS = (("map", ("copy",)), ("reduce", ("max",), None), ("row", ("sub",), None), ("map", ("exp",)),
+                     ("reduce", ("add",), 4), ("stats", ("log", "cast"), 4), ("row", ("sub",), None))
+
+
+def _log_softmax_grad(softmax: tuple) -> tuple:
+    """PopART's LogSoftmaxGradOpx (logsoftmaxx.cpp): the input cloned, the softmax recomputed from it (popnn's
+    ``softmax`` steps: stable unless enableNonStableSoftmax), the gradient's sum over the row, the map
+    ``g - p * sum``."""
+    return (("map", ("copy",)),) + softmax + (("reduce", ("add",), None), ("rowmap", ("mul", "sub"), None))
+
+
+LOG_SOFTMAX_GRAD_STEPS = _log_softmax_grad(SOFTMAX_STEPS)
+
+# --- losses, as PopART's NllOpx, NllGradOpx and NlllWithSoftmaxGradDirectOpx run them (popart willow/src/popx/op/
+# nllx.cpp, softmaxx.cpp): composed by :func:`loss_steps`. "onehot": popops encodeOneHot (Encoding.cpp: a zero of
+# the encoded tensor, one EncodeOneHot vertex a tile for a group of labels, the copy into the tensor PopART
+# cloned); "total": a popops reduction of the per-row values to the one loss; "all": of every element to it;
+# "scalar": a map on one element (the mean's scale).
+#: NllOpx's pick of the label's value: the one-hot times the input, their sum over the row
+_NLL_PICK = (("onehot",), ("map", ("mul",)), ("reduce", ("add",), None))
+#: ``Log(Max(p, eps))`` of the picked probabilities (not when the input is log-probabilities)
+_NLL_LOG = (("stats", ("maximum", "log"), None),)
+#: applyMaskInPlaceForIgnoredIndex over the rows: the labels NOT_EQUAL the ignored index, the mask's cast, its
+#: multiply (a per-row broadcast over a gradient's rows)
+_IGNORE_MASK = (("stats", ("compare",), 4), ("stats", ("cast",), None), ("stats", ("mul",), None))
+_IGNORE_MASK_ROWS = _IGNORE_MASK[:2] + (("row", ("mul",), None),)
+#: applyScalingInPlaceForMeanReductionWithIgnoreIndex: the mask's sum, its maximum with 1, the scale divided by it
+#: (its multiply follows)
+_IGNORE_MEAN = (("total", ("add",), None), ("scalar", ("maximum",)), ("scalar", ("div",)))
+#: the gradient half of NlllWithSoftmaxGradDirectOpx (the one-hot made by the loss): ``Add(Neg(one-hot), p)``
+_NLL_SOFTMAX_GRAD = (("map", ("sub",)),)
+#: NllGradOpx on log-probabilities: the one-hot, negated
+_NLL_LOG_GRAD = (("onehot",), ("map", ("neg",)))
+#: PopTorch's mse_loss (AtenHandlers.gen.cpp mseLossHandler: ``identityloss(mul(sub(x, y), sub(x, y)))``):
+#: the difference, its square, IdentityLossOpx's scaled sum of every element
+MSE_STEPS = (("map", ("sub",)), ("map", ("mul",)), ("all", ("add",)))
+#: its gradient: IdentityLossGradOpx (the loss gradient over the elements, a zero, its broadcast add), the
+#: multiply's two input gradients and their sum (the subtraction passes it on)
+MSE_GRAD_STEPS = (("scalar", ("div",)), ("map", ("copy",)), ("map", ("add",)), ("map", ("mul",)),
+                  ("map", ("mul",)), ("map", ("add",)))
+
+STEPS = {"softmax": SOFTMAX_STEPS, "softmax_nonstable": SOFTMAX_NONSTABLE_STEPS, "softmax_grad": SOFTMAX_GRAD_STEPS,
+         "layernorm": LAYERNORM_STEPS, "layernorm_grad": LAYERNORM_GRAD_STEPS, "layernorm_stable": LAYERNORM_STABLE_STEPS,
+         "batchnorm_inference": BATCHNORM_INFERENCE_STEPS,
+         "log_softmax": LOG_SOFTMAX_STEPS, "log_softmax_grad": LOG_SOFTMAX_GRAD_STEPS,
+         "log_softmax_grad_nonstable": _log_softmax_grad(SOFTMAX_NONSTABLE_STEPS)}
 
 #: ``reduce_cost(shape, axes, itemsize, operations, tiles)``: the OpCost of popops reductions of
 #: ``shape`` over ``axes``, one per operation, sharing compute sets
@@ -115,11 +161,38 @@ def _elementwise_step(n: int, itemsize: int, codelets: tuple, recv_bytes: int, i
     return per_tile, used, math.ceil(fixed), exchange_cycles(recv_bytes, ipu) if recv_bytes else 0, recv_bytes
 
 
-def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduce_cost: ReduceCost,
+def _expanded(steps: tuple) -> tuple:
+    """``steps`` with each ``("onehot",)`` as popops encodeOneHot's compute sets: the zero of the encoded
+    tensor, the EncodeOneHot vertices, the copy into the tensor the caller gave."""
+    out = ()
+    for step in steps:
+        out += (("map", ("copy",)), ("encode", ("encode_one_hot",)), ("map", ("copy",))) if step[0] == "onehot" \
+            else (step,)
+    return out
+
+
+def _encode_one_hot_step(rows: int, length: int, itemsize: int, tiles: int):
+    """:func:`_elementwise_step`'s values for popops encodeOneHot's compute set (Encoding.cpp): the labels in
+    groups of whole vector-width grains over the tiles, each group's row slices over the tiles left (at least 4
+    grains each); a vertex costs its fixed cycles plus its per-label cycles for each label of its group."""
+    grain = max(1, 8 // itemsize)  # the encoded type's vector width, 64 bits
+    label_grains = math.ceil(rows / grain)
+    per_group = math.ceil(label_grains / tiles)
+    groups = math.ceil(label_grains / per_group)
+    slice_grains = math.ceil(length / grain)
+    per_slice = max(math.ceil(slice_grains / max(tiles // groups, 1)), 4)
+    used = min(tiles, groups * math.ceil(slice_grains / per_slice))
+    c = codelet("encode_one_hot")
+    labels = min(rows, per_group * grain)
+    per_tile = np.full(used, math.ceil(c.fixed + labels * c.per_element(itemsize)))
+    return per_tile, used, math.ceil(c.fixed), 0, 0
+
+
+def row_op_cost(kind: str | tuple, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduce_cost: ReduceCost,
                 statistics: str = "row") -> OpCost:
-    """The cost of ``kind`` (a key of :data:`STEPS`: one of :data:`ROW_OP_KINDS`, or
-    ``layernorm_stable``) over the last dimension of ``shape`` (``dtype`` elements): the steps of
-    :data:`STEPS` in order, their cycles, syncs and exchanges added (each step its own compute sets).
+    """The cost of ``kind`` (a key of :data:`STEPS`, or the steps themselves: :func:`loss_steps`) over the
+    last dimension of ``shape`` (``dtype`` elements): the steps in order, their cycles, syncs and exchanges
+    added (each step its own compute sets).
 
     ``statistics`` says what a statistic covers and so which of popops' broadcast vertices its
     steps run: ``"row"``, a contiguous run of its row (a softmax or layer norm: the outer vertex;
@@ -148,11 +221,16 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
     profile = np.zeros(tiles)
     recv_profile = np.zeros(tiles)
     names = []
-    for step in STEPS[kind]:
+    for step in _expanded(STEPS[kind] if isinstance(kind, str) else kind):
         what = step[0]
-        if what == "reduce":  # priced on the input type; step[2] records the output type poplibs reduces to
-            ops = step[1]
-            c = reduce_cost(reduced, axes, itemsize, ops, tiles)
+        if what in ("reduce", "total", "all"):  # priced on the input type; a row reduction's step[2] records the
+            ops = step[1]                      # output type poplibs reduces to, a total's the values' size
+            if what == "reduce":
+                c = reduce_cost(reduced, axes, itemsize, ops, tiles)
+            elif what == "total":
+                c = reduce_cost((1, stats), (1,), step[2] or itemsize, ops, tiles)
+            else:
+                c = reduce_cost((1, n), (1,), itemsize, ops, tiles)
             compute += c.compute_cycles
             exch += c.exchange_cycles
             sync += c.sync_cycles
@@ -164,12 +242,16 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
             if c.profile is not None:
                 profile[:len(c.profile.compute)] += c.profile.compute[:tiles]
                 recv_profile[:len(c.profile.bytes_in)] += c.profile.bytes_in[:tiles]
-            names.append("reduce " + "+".join(ops))
+            names.append(("reduce " if what == "reduce" else f"reduce {what} ") + "+".join(ops))
             continue
         codelets, run = step[1], 0
         if what == "stats":
             size = step[2] or itemsize
             per_tile, used, fixed, ex, recv = _elementwise_step(stats, size, codelets, 0, ipu, tiles)
+        elif what == "scalar":
+            per_tile, used, fixed, ex, recv = _elementwise_step(1, 4, codelets, 0, ipu, tiles)
+        elif what == "encode":
+            per_tile, used, fixed, ex, recv = _encode_one_hot_step(stats, length, itemsize, tiles)
         else:
             used, busiest = spread(n, itemsize, ipu, tiles)
             pattern = row_pattern if what in ("row", "rowmap") else "inner"
@@ -218,13 +300,62 @@ def row_op_cost(kind: str, shape: tuple, dtype: str, ipu: IPU, tiles: int, reduc
                   launch_cycles=int(launch), exchange_setup_cycles=int(setup))
 
 
+def loss_steps(kind: str, attrs: dict) -> tuple:
+    """The steps of a loss op or its gradient (``kind``: ``softmax_cross_entropy``, ``mse_loss`` or their
+    ``_grad``), as PopART runs the ops the front end lowers it to. A cross-entropy's ``attrs`` say which:
+
+    * none: PopART's own cross-entropy (a model built with the zoo's GraphBuilder, ONNX's
+      SoftmaxCrossEntropyLoss): a SoftmaxOp (popnn, without the row maximum when ``non_stable``), then NllOp on
+      its probabilities; the gradient NlllWithSoftmaxGradDirectOpx's (the NllGrad + SoftmaxGrad pattern);
+    * ``probabilities``: the NllOp only, on a softmax the program runs as its own op (PopXL's
+      ``nll_loss_with_softmax_grad``), the same gradient;
+    * ``log_softmax``: PopTorch's cross_entropy (LossOps.cpp crossEntropyLossHandler): a LogSoftmaxOp, then
+      NllOp on log-probabilities; the gradient NllGradOpx then LogSoftmaxGradOpx (no pattern joins them);
+    * ``log_probabilities``: an nll_loss of log-probabilities another op made (PopTorch's, ONNX's
+      NegativeLogLikelihoodLoss): NllOp and NllGradOpx alone.
+
+    ``ignore_index`` (any value; PopTorch always passes -100) adds NllOpx's masks of the ignored labels and the
+    mean over the rest; ``reduction`` ``"sum"`` drops the mean's scale, ``"none"`` the reduction to one loss."""
+    grad = kind.endswith("_grad")
+    if kind.startswith("mse_loss"):
+        return MSE_GRAD_STEPS if grad else MSE_STEPS
+    log_input = bool(attrs.get("log_softmax") or attrs.get("log_probabilities"))
+    masked = attrs.get("ignore_index") is not None
+    reduction = attrs.get("reduction", "mean")
+    softmax = SOFTMAX_NONSTABLE_STEPS if attrs.get("non_stable") else SOFTMAX_STEPS
+    if grad:
+        steps = _NLL_LOG_GRAD if log_input else _NLL_SOFTMAX_GRAD
+        steps += _IGNORE_MASK_ROWS if masked else ()
+        if reduction == "mean":
+            steps += (_IGNORE_MEAN if masked else (("scalar", ("div",)),)) + (("map", ("mul",)),)
+        elif reduction == "sum":  # mulInPlace by the loss gradient
+            steps += (("map", ("mul",)),)
+        return steps + (_log_softmax_grad(softmax) if attrs.get("log_softmax") else ())
+    if attrs.get("log_softmax"):
+        steps = LOG_SOFTMAX_STEPS
+    elif attrs.get("probabilities") or log_input:
+        steps = ()
+    else:
+        steps = softmax
+    steps += _NLL_PICK + (() if log_input else _NLL_LOG) + (_IGNORE_MASK if masked else ())
+    if reduction == "none":  # handleLossOutNotReducedToScalar: the row values negated
+        return steps + (("stats", ("neg",), None),)
+    if reduction == "mean" and masked:
+        steps += _IGNORE_MASK + _IGNORE_MEAN + (("stats", ("mul",), None),)
+    return steps + (("total", ("add",), 4),)
+
+
 def row_op_steps(kind: str, attrs: dict) -> str:
     """The key of :data:`STEPS` an op of ``kind`` (one of :data:`ROW_OP_KINDS`) runs: a layer (or
     group) norm with poplin's stable statistics where the op has them (``Options.enableStableNorm``),
     a softmax without the row maximum where it is marked ``non_stable`` (``enableNonStableSoftmax``),
-    any other as its kind."""
+    popnn's log-softmax and PopART's gradient of it where it is marked ``log`` (the gradient's softmax
+    without the row maximum where marked ``non_stable``), any other as its kind."""
     if kind == "layernorm" and attrs.get("stable_statistics"):
         return "layernorm_stable"
+    if kind in ("softmax", "softmax_grad") and attrs.get("log"):
+        return "log_softmax" if kind == "softmax" else "log_softmax_grad" + ("_nonstable" if attrs.get("non_stable")
+                                                                          else "")
     if kind == "softmax" and attrs.get("non_stable"):
         return "softmax_nonstable"
     return kind
@@ -241,15 +372,15 @@ def batchnorm_steps(kind: str, attrs: dict) -> str:
     return "layernorm_stable" if attrs.get("stable_statistics") else "layernorm"
 
 
-def row_op_codelets(kind: str, dtype: str) -> list[tuple]:
-    """Keys of the distinct codelets ``kind``'s steps run, for the program's vertex code: each
-    element-wise step's (fused) codelet keyed as the element-wise op of that name keys its own
-    (``(name, dtype, 0)``; a broadcast step's as ``"broadcast <name>"``), each reduction as a
-    ``reduce_sum`` op's; a codelet appears once
-    however many steps use it, and is shared with the other ops that run it."""
+def row_op_codelets(kind: str | tuple, dtype: str) -> list[tuple]:
+    """Keys of the distinct codelets ``kind``'s steps (a key of :data:`STEPS`, or the steps) run, for the
+    program's vertex code: each element-wise step's (fused) codelet keyed as the element-wise op of that name
+    keys its own (``(name, dtype, 0)``; a broadcast step's as ``"broadcast <name>"``), each reduction as a
+    ``reduce_sum`` op's; a codelet appears once however many steps use it, and is shared with the other ops
+    that run it."""
     keys = []
-    for step in STEPS[kind]:
-        if step[0] == "reduce":
+    for step in _expanded(STEPS[kind] if isinstance(kind, str) else kind):
+        if step[0] in ("reduce", "total", "all"):
             key = ("reduce_sum", dtype, 0)
         elif step[0] in ("row", "col"):  # popops' broadcast vertices, not the plain element-wise ones
             key = ("broadcast " + "+".join(step[1]), dtype, 0)

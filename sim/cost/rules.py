@@ -39,10 +39,9 @@ from .sort import bitonic_sort_cost
 from .opcost import FREE, OpCost, TileProfile, _counts, in_series
 from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
-from .row_ops import ROW_OP_KINDS, batchnorm_steps, row_op_cost, row_op_steps
+from .row_ops import ROW_OP_KINDS, batchnorm_steps, loss_steps, row_op_cost, row_op_steps
 from .reduction import constants as reduce_constants
-from .vector import (BROADCAST_OPS, INDEX_BYTES, Codelet, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
-                     codelet_cycles,
+from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
                      fused_scalar_cycles, index_op_tile_cycles,
                      dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles, spread,
                      tile_cycles, uniform_int_cycles)
@@ -51,15 +50,13 @@ from .vector import (BROADCAST_OPS, INDEX_BYTES, Codelet, broadcast_codelet, bro
 _VIEWS = VIEW_KINDS | {"pad"}  # popops::pad concatenates views of the input and constants (popops/Padder.cpp)
 _UNARY = {"relu", "gelu", "tanh", "sigmoid", "swish", "exp", "scale", "dropout", "cast", "copy",
           "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "swish_grad", "accumulate",
-          "sgd_update", "loss_grad", "mul", "add", "sub", "div",
+          "sgd_update", "mul", "add", "sub", "div",
           "reduce_mean_grad", "reduce_sum_grad"}
 #: the kinds priced as one popops element-wise op, each result laid out like its input
 ELEMENTWISE_KINDS = frozenset(_UNARY)
-_ROW_OPS = {"softmax_cross_entropy",  # softmax, layer norm and their gradients: ROW_OP_KINDS (row_ops.py)
-            "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"}
-_VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale",
-                "softmax_cross_entropy": "loss", "mse_loss": "loss",
-                "softmax_cross_entropy_grad": "loss_grad", "mse_loss_grad": "loss_grad"}
+#: the losses and their gradients, priced as the popops calls PopART makes (:func:`~sim.cost.row_ops.loss_steps`)
+LOSS_COST_KINDS = frozenset({"softmax_cross_entropy", "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"})
+_VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale"}
 
 
 def _freeze(v):
@@ -187,12 +184,9 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
         return row_op_cost(row_op_steps(kind, attrs), _rows_last(tuple(ins[0][0]), attrs.get("axis", -1)), ins[0][1],
                            ipu, tiles, _row_reduce_cost(ipu))
-    if kind == "softmax_cross_entropy" and attrs.get("probabilities"):
-        # the loss read off probabilities a softmax op made (PopXL's nll_loss_with_softmax_grad, PopART's
-        # NlllWithSoftmaxGradDirectOpx): only its negative log-likelihood, no softmax (that is its own op)
-        return _rows(kind, ins, ipu, tiles, _nll_codelet())
-    if kind in _ROW_OPS:
-        return _rows(kind, ins, ipu, tiles)
+    if kind in LOSS_COST_KINDS:
+        return row_op_cost(loss_steps(kind, attrs), tuple(ins[0][0]) or (1,), ins[0][1], ipu, tiles,
+                           _row_reduce_cost(ipu))
     if kind in ("batchnorm", "batchnorm_grad"):
         return _batchnorm(kind, ins, attrs, ipu, tiles)
     if kind in ("maxpool", "avgpool", "maxpool_grad", "avgpool_grad"):
@@ -526,61 +520,6 @@ def _rows_last(shape: tuple, axis: int) -> tuple:
         return shape
     axis %= len(shape)
     return shape[:axis] + shape[axis + 1:] + (shape[axis],)
-
-
-#: the codelets of the popops calls PopART's NllOpx makes on probabilities (popart willow/src/popx/op/nllx.cpp
-#: ``NllOpx::grow``, and the loss half of ``NlllWithSoftmaxGradDirectOpx::grow`` in softmaxx.cpp): encodeOneHot
-#: (a fill of the one-hot tensor, at copy's rate), the MULTIPLY of the one-hot by the probabilities, the ADD
-#: reduction of each row (the label's probability); the log of the row sums and their reduction to the scalar
-#: run on one element a row, so count only as compute sets
-NLL_CODELETS = ("copy", "mul", "reduce")
-#: compute sets of that loss: encodeOneHot, the multiply, the row reduction, the log, the scalar reduction
-NLL_SETS = 5
-
-
-def _nll_codelet() -> Codelet:
-    """The negative log-likelihood of probabilities as one composed codelet, as the ``loss`` codelet composes
-    the softmax cross-entropy (``configs/_vector-ops.toml`` COMPOSED: the per-element cycles the sum of the
-    steps' rates, ``fixed`` the loss's typical fixed cost): the ``loss`` without its softmax."""
-    steps = [codelet(k) for k in NLL_CODELETS]
-    return Codelet(fixed=codelet("loss").fixed, fp16=sum(c.fp16 for c in steps), fp32=sum(c.fp32 for c in steps),
-                   sets=NLL_SETS)
-
-
-def _rows(kind, ins, ipu, tiles, composed: Codelet | None = None) -> OpCost:
-    """Row-wise ops (the losses and their gradients): whole rows on a tile when there are enough
-    rows; otherwise each row over ``q`` tiles, whose partial statistics are exchanged and combined.
-    A row is spread no thinner than poputil's linear mapping spreads a tensor (128 bytes a tile,
-    :func:`~sim.cost.vector.spread`): ten logits stay on one tile however few the rows. ``composed``:
-    the op's codelet where it is not the table's (:func:`_nll_codelet`)."""
-    shape, dtype, _ = ins[0]
-    length = shape[-1]
-    rows = math.prod(shape[:-1]) or 1
-    itemsize = DTYPE_BYTES[dtype]
-    c = composed or codelet(_VECTOR_KIND.get(kind, kind))
-    sets = c.sets
-    launch = codelet_cycles(c, 0, itemsize)
-
-    def cycles(elements):
-        return codelet_cycles(c, elements, itemsize)
-
-    if rows >= tiles:
-        per_tile = math.ceil(rows / tiles)
-        compute = cycles(per_tile * length)
-        return _phases(ipu, compute, 0, sets, rows * length * 5, 0, tiles,
-                       plan=f"{rows} rows of {length}, {per_tile} per tile", launch=launch)
-    q = min(max(1, tiles // rows), spread(length, itemsize, ipu, tiles)[0])
-    part = math.ceil(length / q)
-    compute = cycles(part)
-    if q == 1:
-        return _phases(ipu, compute, 0, sets, rows * length * 5, 0, rows,
-                       plan=f"{rows} rows of {length}, one per tile", launch=launch)
-    # the statistics of each row (two per reduction) are combined across its q tiles
-    compute += tile_cycles(2 * q, 4, "reduce", ipu)
-    launch += launch_cycles("reduce")
-    exch = exchange_cycles(2 * q * 4, ipu)
-    return _phases(ipu, compute, exch, sets + 1, rows * length * 5, 2 * q * 4 * rows, rows * q,
-                   plan=f"{rows} rows of {length}, each over {q} tiles", launch=launch)
 
 
 # poplin's fullyConnectedPass values of a training layer's matmuls (MatMul.cpp) and the pass each is

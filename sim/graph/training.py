@@ -398,6 +398,9 @@ def _recurrent_grads(bw: _Backward, op: Op, need: set[str]) -> None:
 
 #: losses the graph builders and front ends make; their gradient ops take the loss's inputs
 LOSS_KINDS = ("softmax_cross_entropy", "mse_loss")
+#: a loss op's attributes that its gradient op carries too: which ops PopART lowers them to
+#: (:func:`sim.cost.row_ops.loss_steps`)
+LOSS_LOWERING = ("probabilities", "log_softmax", "log_probabilities", "ignore_index", "reduction")
 #: loss ops whose gradient starts the backward pass without a seed tensor (``<kind>_grad``)
 _SEEDED_LOSS_KINDS = LOSS_KINDS + ("reduce_mean", "reduce_sum")
 
@@ -839,8 +842,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
             bw.give(ins[0].name, bw.new("mul", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype))
     elif k == "softmax":
         if wants(0):
-            axis = {"axis": op.attrs["axis"]} if "axis" in op.attrs else None
-            bw.give(ins[0].name, bw.new("softmax_grad", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype, axis))
+            # a log-softmax's gradient is PopART's LogSoftmaxGradOpx (sim.cost.row_ops.row_op_steps)
+            attrs = {k: op.attrs[k] for k in ("axis", "log") if k in op.attrs}
+            bw.give(ins[0].name, bw.new("softmax_grad", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype, attrs))
     elif k in ("layernorm", "batchnorm"):
         x = ins[0]
         if wants(0):  # a distributed batch norm's gradient sums span the same replicas
@@ -928,7 +932,8 @@ def _loss_grads(bw: _Backward, op: Op, need: set[str], dy: str | None = None) ->
     if target_wanted and op.kind != "mse_loss":
         raise GraphError(f"op {op.name!r}: the gradient of {op.kind!r} with respect to its labels "
                          f"({rest[0].name!r}) is not modelled; detach the labels")
-    grad = bw.new(f"{op.kind}_grad", list(op.inputs) + ([dy] if dy else []), x.shape, x.dtype)
+    lowering = {k: op.attrs[k] for k in LOSS_LOWERING if k in op.attrs}  # how PopART runs it (loss_steps)
+    grad = bw.new(f"{op.kind}_grad", list(op.inputs) + ([dy] if dy else []), x.shape, x.dtype, lowering)
     if x.name in need:
         bw.give(x.name, grad)
     if target_wanted:  # d/dtarget of (x - target)^2 is the negated d/dx

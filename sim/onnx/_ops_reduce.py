@@ -85,10 +85,12 @@ def _cross_entropy(ctx: OpContext):
     out = () if reduction in ("mean", "sum") else (s[0],) + s[2:]
     ins = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
     label = "nll" if ctx.op_type == "NegativeLogLikelihoodLoss" else "cross_entropy"
-    # NLL of log-probabilities is priced as the simulator's softmax cross-entropy, as in sim.poptorch;
-    # the loss in the scores' type (ONNX's T for both)
-    loss = ctx.op("softmax_cross_entropy", ins, {"loss": label, "reduction": reduction}, shapes=[out],
-                  dtypes=[ctx.dtype(0)], outputs=[0])
+    # SoftmaxCrossEntropyLoss as PopART's SoftmaxOp and NllOp; NegativeLogLikelihoodLoss as NllOp on the
+    # log-probabilities it is given (sim.cost.row_ops.loss_steps); the loss in the scores' type (ONNX's T for both)
+    attrs = {"loss": label, "reduction": reduction} | ({"log_probabilities": True} if label == "nll" else {})
+    if ctx.attr("ignore_index", None) is not None:
+        attrs["ignore_index"] = int(ctx.attr("ignore_index"))
+    loss = ctx.op("softmax_cross_entropy", ins, attrs, shapes=[out], dtypes=[ctx.dtype(0)], outputs=[0])
     if len(ctx.node.output) > 1 and ctx.node.output[1]:  # the log-probabilities, when the model uses them
         return [loss, ctx.op("softmax", [ctx.input(0)], {"axis": 1, "log": True}, shapes=[s], outputs=[1])]
     return loss

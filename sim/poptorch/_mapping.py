@@ -809,6 +809,30 @@ def _reduce(kind):
 _ELEMENTWISE_LOSSES = {"mse": (["sub", "mul"], ["sub", "mul", "scale"]), "l1": (["sub", "abs"], ["sub", "sign", "mul"])}
 
 
+#: torch's reduction enum (aten's ``int reduction``) by value
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _nll_lowering(ctx: OpContext, label: str) -> dict:
+    """How PopTorch lowers a cross-entropy or NLL loss (popart_canonicalization/LossOps.cpp): cross_entropy as
+    a log-softmax, then ``nllloss`` of log-probabilities; nll_loss as that ``nllloss`` alone; both with the
+    ignored index (-100 unless given) and the reduction (the attributes :func:`sim.cost.row_ops.loss_steps`
+    reads). Read off the module, the keywords or aten's positional ``(reduction, ignore_index)``."""
+    if label not in ("cross_entropy", "nll"):
+        return {}
+    m = ctx.module
+    if m is not None and hasattr(m, "ignore_index"):
+        reduction, ignore = m.reduction, m.ignore_index
+    elif "reduction" in ctx.kwargs or "ignore_index" in ctx.kwargs:
+        reduction, ignore = ctx.kwargs.get("reduction", "mean"), ctx.kwargs.get("ignore_index", -100)
+    else:  # aten::cross_entropy_loss / nll_loss_nd (self, target, weight, int reduction, int ignore_index)
+        reduction, ignore = ctx.arg(3, None, 1), ctx.arg(4, None, -100)
+    if isinstance(reduction, int):
+        reduction = _REDUCTIONS[reduction]
+    first = {"log_softmax": True} if label == "cross_entropy" else {"log_probabilities": True}
+    return first | {"ignore_index": int(ignore), "reduction": str(reduction)}
+
+
 def _loss(kind, label):
     def rule(ctx: OpContext, x=None, target=None):
         if x is None:
@@ -820,7 +844,7 @@ def _loss(kind, label):
             # (FastPitch masks and reduces its mel loss itself)
             steps, grad = _ELEMENTWISE_LOSSES[label]
             return emit_map(ctx, steps, ins, [grad, grad][:len(ins)], output=out, name="unreduced_loss")
-        y = ctx.op(kind, ins, {"loss": label}, output=out, name="loss")
+        y = ctx.op(kind, ins, {"loss": label} | _nll_lowering(ctx, label), output=out, name="loss")
         ctx.cap.losses.append(y)
         if label == "l1":
             ctx.cap.notes.append(f"{ctx.desc}: L1 loss priced as the simulator's mse_loss")

@@ -779,19 +779,20 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
         raise GraphError(f"ops.nll_loss_with_softmax_grad: labels {labels.id!r} must be integers")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"Not a valid reduction: {reduction}. Must be one of 'mean', 'sum' or 'none'")
-    if reduction == "none" or ignore_index is not None or isinstance(loss_grad, Tensor):
-        g.ir._note(f"ops.nll_loss_with_softmax_grad(reduction={reduction!r}, ignore_index={ignore_index!r}, "
-                   "loss_grad): accepted, no modelled effect: priced as one reduced loss over the batch")
     src = probs._sim
     if g._main and not g.ir._explicit_grads:
         src = _softmax_input(g, src)
     with g._building() as bld:
         loss = bld.softmax_cross_entropy(src, labels._sim, name=_name(g, "nll_loss"))
         # PopART's NlllWithSoftmaxGradDirectOpx reads the probabilities: no softmax in the loss, only the NLL part
-        # (popx/op/softmaxx.cpp: encodeOneHot, the multiply, the row reduce, the log, the scalar reduce)
-        g.sim_graph.producer_op(loss).attrs["probabilities"] = True
+        # (popx/op/softmaxx.cpp), with its ignored index's masks and its reduction (sim.cost.row_ops.loss_steps);
+        # a loss gradient given as a tensor scales as the number does
+        lowering = {"probabilities": True, "reduction": reduction} | (
+            {} if ignore_index is None else {"ignore_index": int(ignore_index)})
+        g.sim_graph.producer_op(loss).attrs.update(lowering)
         g.sim_graph.tensors[loss].dtype = probs.dtype.sim_name  # PopART's NllOp: the loss in the probabilities' type
-        if reduction == "none":  # one loss per label (NlllWithSoftmaxGradDirectOp::setup), priced as the reduced one
+        if reduction == "none":  # one loss per label (NlllWithSoftmaxGradDirectOp::setup): the loss op's negated
+            # row values, copied into the labels' shape
             loss = bld.op("scale", [loss], [tuple(labels.shape)], {"broadcast": True}, name=_name(g, "nll_losses"))[0]
             g.sim_graph.tensors[loss].dtype = probs.dtype.sim_name
     out = _out(g, loss) if reduction == "none" else reshape(_out(g, loss), ())  # PopXL's reduced loss: a scalar
@@ -799,7 +800,7 @@ def nll_loss_with_softmax_grad(probs: Tensor, labels: Tensor, loss_grad: float |
         return out, GradTensor(g, probs.shape, probs.dtype, probs, f"d_loss/d_{probs.id}")
     # inside another graph the grad graphs run as written (transforms.autodiff): the gradient as an op
     with g._building() as bld:
-        grad = bld.op("softmax_cross_entropy_grad", [probs._sim, labels._sim], [probs.shape],
+        grad = bld.op("softmax_cross_entropy_grad", [probs._sim, labels._sim], [probs.shape], lowering,
                       name=_name(g, "nll_loss_grad"))[0]
     g.sim_graph.ops[-1].forward_of = g.sim_graph.producer_op(loss).name  # a gradient op, run in program order
     return out, _out(g, grad)
