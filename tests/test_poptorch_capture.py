@@ -775,9 +775,25 @@ def test_transformer_layer_and_scaled_dot_product_attention():
     losses = [float(training(xs, ys)[1]) for _ in range(5)]
     assert losses[-1] < losses[0]
     # is_causal: the causal bias, a constant (L, S) mask PopTorch folds from torch's tril, added as a mask is
-    assert "transpose matmul scale add softmax matmul" in " ".join(kinds(training))
+    # torch 2.0's math decomposition (PopTorch 3.4): q and k^T each divided by E ** 0.25 before the product
+    assert "transpose div div matmul add softmax matmul" in " ".join(kinds(training))
     mask = next(op for op in forward_ops(training) if op.kind == "add" and op.name.endswith("mask"))
     assert training.executable.graph.tensors[mask.inputs[1]].shape == (6, 6)
+
+
+def test_attention_with_a_scale_multiplies_query_and_key_by_its_root():
+    """torch 2.1's math path, with ``scale=``: q and k^T each multiplied by sqrt(scale), as both ONNX exporters
+    write it (two Muls), not the scores scaled once."""
+    class Attend(nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, scale=0.25)
+
+    model = poptorch.inferenceModel(Attend())
+    model(*(torch.randn(2, 4, 16, 8) for _ in range(3)))
+    scales = [op for op in forward_ops(model) if op.kind == "scale"]
+    assert [op.attrs["factor"] for op in scales] == [0.5, 0.5]
+    g = model.executable.graph
+    assert sorted(g.tensors[op.outputs[0]].shape for op in scales) == [(2, 4, 8, 16), (2, 4, 16, 8)]
 
 
 def test_a_branch_on_a_traced_values_type_is_captured_as_the_model_runs():

@@ -399,7 +399,10 @@ def _matmul(ctx: OpContext, a=None, b=None, attrs=None):
 
 
 def _attention(ctx: OpContext):
-    """scaled_dot_product_attention as its ops: q @ k^T, scale, (+ mask), softmax, (dropout), @ v."""
+    """scaled_dot_product_attention as torch's math decomposition, which PopTorch lowers op by op: q and k^T
+    each scaled by the square root of the scale, q @ k^T, (+ mask), softmax, (dropout), @ v. torch 2.0's
+    ``_scaled_dot_product_attention_math`` (PopTorch 3.4's torch) divides both by ``E ** 0.25`` (popops
+    DIVIDE by a constant: PopART's Div); torch 2.1's, which takes ``scale=``, multiplies by its square root."""
     q, k, v = ctx.sarg(0, "query"), ctx.sarg(1, "key"), ctx.sarg(2, "value")
     rq, rk = ctx.args[0], ctx.args[1]
     mask = ctx.sarg(3, "attn_mask")
@@ -416,9 +419,15 @@ def _attention(ctx: OpContext):
     perm[-2], perm[-1] = perm[-1], perm[-2]
     kt = b.op("transpose", [ctx.t(k)], [tuple(rk.shape[:-2]) + (E, S)], {"perm": perm},
               name="key_t", out_dtypes=[dt])[0]
-    scores = b.op("matmul", [ctx.t(q), kt], [batch + (L, S)], name="scores", out_dtypes=[dt])[0]
-    scale = ctx.arg(6, "scale") or 1.0 / math.sqrt(E)
-    scores = b.op("scale", [scores], [batch + (L, S)], {"factor": float(scale)}, name="scale", out_dtypes=[dt])[0]
+    scale = ctx.arg(6, "scale")
+
+    def scaled(x, shape, name):
+        if scale is None:
+            return b.op("div", [x, _scalar_const(ctx, dt)], [shape], name=name, out_dtypes=[dt])[0]
+        return b.op("scale", [x], [shape], {"factor": math.sqrt(float(scale))}, name=name, out_dtypes=[dt])[0]
+    q = scaled(ctx.t(q), tuple(rq.shape), "query_scale")
+    kt = scaled(kt, tuple(rk.shape[:-2]) + (E, S), "key_scale")
+    scores = b.op("matmul", [q, kt], [batch + (L, S)], name="scores", out_dtypes=[dt])[0]
     if _is_sym_tensor(mask):
         scores = b.op("add", [scores, ctx.t(mask)], [batch + (L, S)], name="mask", out_dtypes=[dt])[0]
     probs = b.op("softmax", [scores], [batch + (L, S)], {"axis": -1}, name="softmax", out_dtypes=[dt])[0]
