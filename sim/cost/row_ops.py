@@ -1,5 +1,5 @@
-"""Softmax, its gradient and layer norm as poplibs runs them: popops reductions and element-wise
-compute sets, each priced as its own popops call.
+"""Softmax, log-softmax, layer norm, their gradients and the losses as poplibs runs them: popops
+reductions and element-wise compute sets, each priced as its own popops call.
 
 poplibs does not have one codelet for these ops; it composes them from popops calls, each with
 its own compute set(s), on-chip syncs and, for a reduction, its own plan and call overhead
@@ -57,7 +57,8 @@ ROW_OP_KINDS = ("softmax", "softmax_grad", "layernorm", "layernorm_grad")
 # (op one of sim.cost.vector.BROADCAST_OPS, "mul_inplace" for poplibs' mulInPlace); ("rowmap",
 # codelets, statistic bytes or None) -- a map expression reading a per-row statistic (a plain
 # element-wise vertex); ("col", (op,)) -- a binary op with a per-column vector broadcast; ("stats",
-# codelets, bytes) -- element-wise over the per-row statistics only.
+# codelets, bytes) -- element-wise over the per-row statistics only; the losses' ("onehot",), ("total", ...),
+# ("all", ...) and ("scalar", ...) below.
 #: popnn softmaxImpl, stable (NonLinearity.cpp); the inv and cast run on the row sums
 SOFTMAX_STEPS = (("reduce", ("max",), None), ("row", ("sub",), None), ("map", ("exp",)),
                  ("reduce", ("add",), 4), ("stats", ("reciprocal",), 4), ("stats", ("cast",), 4),
