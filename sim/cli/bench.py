@@ -190,14 +190,20 @@ def import_time(repeats: int = 3) -> dict:
 
 
 def _largest_bert_large_that_fits(system: str, options: Options) -> tuple[int, object]:
-    """BERT-large training with as many layers as fit on one IPU (24 down to 1)."""
+    """BERT-large training with as many layers as fit on one IPU (24 down to 1); an
+    :class:`~sim.OutOfMemoryError` naming the system and ``--system`` when not even one layer fits."""
     for layers in (24, 16, 12, 10, 8, 6, 4, 3, 2, 1):
         graph = models.get("bert-large", micro_batch=1, seq_len=128, num_layers=layers)
         try:
             return layers, compile(graph, system, options, training=True)
-        except OutOfMemoryError:
-            continue
-    raise RuntimeError("BERT-large does not fit on one IPU with a single layer")
+        except OutOfMemoryError as e:
+            error = e
+    name = getattr(system, "name", system)
+    raise OutOfMemoryError(
+        f"the bench workload 'bert-large training' does not fit on one IPU of system {name!r} even with a "
+        f"single layer; give ipusim bench a --system whose IPU holds it (default: ipu-mk2). {error}",
+        ipu=error.ipu, op=error.op, shortfall_bytes=error.shortfall_bytes, shortfalls=error.shortfalls,
+        where=error.where, margin=error.margin, margin_bytes=error.margin_bytes)
 
 
 def workloads(system: str = "ipu-mk2"):

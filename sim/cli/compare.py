@@ -16,10 +16,10 @@ would change with it) with the differences in cycles and %.
 Tolerance (``--tolerance PCT``, default 1): a headline number differs when it is more than PCT %
 away from the first run's; a breakdown category differs when it moved by more than PCT % of the
 first run's IPU-cycles per replica (cycle_count x IPUs per replica), so a tiny category's large
-relative change does not count. A later run of another model or system, or training against
-inference, gets a note saying so (it does not change the exit status). Exit status: 0 all within
-the tolerance, 4 some differ beyond it, 2 bad input (a missing file, a file or folder that is not a
-run, a figure type Matplotlib cannot write).
+relative change does not count. A later run of another model or system (or of a system of the same
+name with other constants), or training against inference, gets a note saying so (it does not
+change the exit status). Exit status: 0 all within the tolerance, 4 some differ beyond it, 2 bad
+input (a missing file, a file or folder that is not a run, a figure type Matplotlib cannot write).
 """
 
 from __future__ import annotations
@@ -304,17 +304,34 @@ def format_comparison(runs: list[RunResult]) -> str:
     return "\n".join(out)
 
 
+def _digest(summary: dict) -> str | None:
+    """The digest of the constants of the system a summary ran on (None if not recorded)."""
+    config = summary.get("system_config")
+    return config.get("constants_digest") if isinstance(config, dict) else None
+
+
+def _config_path(summary: dict) -> str:
+    """The file of the system config a summary ran on ("?" if not recorded)."""
+    config = summary.get("system_config")
+    return str(config.get("path", "?")) if isinstance(config, dict) else "?"
+
+
 def mismatches(runs: list[RunResult]) -> list[str]:
     """What tells a later run's work apart from the first's beyond its options and parameters: another
-    model, training against inference, another system (by name; the system constants' digest says
-    whether the hardware differs). Their numbers then compare different work or hardware, which the
-    differences alone do not say. A line per such run."""
+    model, training against inference, another system (by name, or a system of the same name whose
+    constants' digest differs: a copy of a config edited without renaming it). Their numbers then
+    compare different work or hardware, which the differences alone do not say. A line per such run."""
     first, out = runs[0].summary, []
     for r in runs[1:]:
         s, what = r.summary, []
         for key, noun in (("model", "model"), ("system", "system")):
             if s.get(key) != first.get(key):
                 what.append(f"another {noun} ({s.get(key)}, not {first.get(key)})")
+        digests = [_digest(x) for x in (s, first)]
+        if s.get("system") == first.get("system") and None not in digests and digests[0] != digests[1]:
+            # a copy of a config edited without renaming it: the same name, other hardware constants
+            what.append(f"another config of system {s.get('system')} (its constants' digest {digests[0]}, not "
+                        f"{digests[1]}: {_config_path(s)}, not {_config_path(first)})")
         if bool(s.get("training")) != bool(first.get("training")):
             what.append("training, not inference" if s.get("training") else "inference, not training")
         if what:

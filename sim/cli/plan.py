@@ -182,6 +182,24 @@ def _choices(allowed: tuple[str, ...]):
     return parse
 
 
+def _systems(text: str) -> list[str]:
+    """``--system NAME[,NAME...]``: config names or TOML paths, separated by commas (spaces around them
+    left out); the path of a file whose name holds a comma is one system."""
+    if Path(text).is_file():
+        return [text]
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _config_system(path: Path, value: str) -> str:
+    """A ``system`` of a ``--config`` file as the command line takes it: a TOML path (``.toml``, or with a
+    folder) is relative to the config file's folder, as ``onnx`` is and as ``extends`` in a system config is;
+    a config name stays a name."""
+    given = Path(value)
+    if (given.suffix == ".toml" or "/" in value) and not given.is_absolute():
+        return str(path.parent / given)
+    return value
+
+
 def _global_batch(text: str) -> tuple[int, int]:
     """``1024`` -> (1024, 1024); ``512-4096`` -> (512, 4096)."""
     lo, sep, hi = text.partition("-")
@@ -213,8 +231,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     w.add_argument("--param", action="append", default=[], type=run._key_value, metavar="KEY=VALUE",
                    help="a model parameter (repeatable); --seq-len, --num-layers, --hidden, --heads, --vocab, "
                    "--image-size work too")
-    w.add_argument("--system", type=lambda t: [s for s in t.split(",") if s], metavar="NAME[,NAME...]",
-                   help="the system(s) to plan for (see `ipusim systems`; required)")
+    w.add_argument("--system", type=_systems, metavar="NAME[,NAME...]",
+                   help="the system(s) to plan for: config names (see `ipusim systems`) or .toml paths (required)")
     w.add_argument("--global-batch", type=_global_batch, metavar="N|LOW-HIGH",
                    help="samples per weight update (training) or per step (inference): micro-batch x "
                    "accumulation x replicas; a range takes every global batch in it (required)")
@@ -312,6 +330,12 @@ def config_argv(path: Path, parser: argparse.ArgumentParser) -> list[str]:
             if not isinstance(flags[dest], argparse._StoreTrueAction):
                 parser.error(f"--config {str(path)!r}: {key} = {str(value).lower()}: expected a value, not true/false")
             argv += [flag] if value else []
+        elif dest == "system" and isinstance(value, (str, list)):
+            systems = [value] if isinstance(value, str) else value
+            if not systems or not all(isinstance(v, str) and v.strip() for v in systems):
+                parser.error(f"--config {str(path)!r}: system = {value!r}: expected a config name or the path of a "
+                             ".toml file, or a list of them")
+            argv += [flag, ",".join(_config_system(path, v.strip()) for v in systems)]
         elif isinstance(value, list) and isinstance(flags[dest], argparse._AppendAction):
             argv += [a for v in value for a in (flag, str(v))]  # dim = ["seq=128"]: one flag a value
         elif isinstance(value, list):

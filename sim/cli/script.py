@@ -44,6 +44,7 @@ from pathlib import Path
 from .argtypes import QUIET, VERBOSE, add_verbosity, verbosity
 from .. import popdist, virtual_clock
 from ..errors import OptionsError, OutOfMemoryError
+from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import SYSTEM_ENV_VAR, load_system
 from ..results.report import format_summary
 
@@ -107,7 +108,11 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
     if not script.is_file():
         raise OptionsError(f"no script {path!r}: give the path of a Python file")
     if system:
-        load_system(system)  # an unknown name is a usage error now, not in the script's first call
+        # an unknown name is a usage error now, not in the script's first call; a file is passed on by its
+        # absolute path, so a script that changes its working directory (os.chdir) still finds it
+        loaded = Path(load_system(system).path).resolve()
+        if loaded.parent != CONFIG_DIR.resolve():
+            system = str(loaded)
     try:  # a PopRun launch described by POPDIST_* alone: its instances also have mpirun's variables
         launch = popdist.mpirun_environment()
     except ValueError as e:

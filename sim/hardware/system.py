@@ -13,6 +13,11 @@ numbers contradict each other (``topology = "single"`` with several IPUs, severa
 of IPUs that is not a power of two). ``topology`` is recorded with a run, not simulated: routes
 and syncs follow ``ipus_per_chassis`` and ``chassis_per_pod`` (:mod:`sim.hardware.topology`).
 
+:func:`load_system` takes a config name or a path: a bare name of ``configs/`` is that config even
+where the working directory holds a file or folder of that name (the file is given as ``./name``);
+the ``_``-prefixed files of ``configs/`` are cost tables, not systems, and are refused by name, by
+path and in ``extends``.
+
 Units are in the field names: ``_hz``, ``_bytes``, ``_cycles``, ``_bytes_per_s``,
 ``_per_cycle``. Seconds and bytes/s are converted to cycles of the IPU clock by the helpers
 here, so the rest of the simulator counts cycles only.
@@ -21,6 +26,7 @@ here, so the rest of the simulator counts cycles only.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import tomllib
@@ -226,21 +232,59 @@ def choose_system(ipus_needed: int, explicit=None, explicit_source: str = "",
                       f"{how_to_choose or 'choose a system'} or set {SYSTEM_ENV_VAR}")
 
 
+def _shipped(name: str) -> Path | None:
+    """The config of ``configs/`` a bare name (no folder, no ``.toml``) names, or None. Files whose
+    name starts with ``_`` are cost tables shared by every system, not systems."""
+    if not name or name.startswith("_") or "/" in name or os.sep in name or Path(name).suffix == ".toml":
+        return None
+    candidate = CONFIG_DIR / f"{name}.toml"
+    return candidate if candidate.is_file() else None
+
+
+def _unknown_hint(text: str) -> str:
+    """`` (what it may have meant)`` for a name or path that names no config, or ""."""
+    p = Path(text)
+    known = available_systems()
+    if p.suffix.lower() == ".toml" and p.stem in known and len(p.parts) == 1:
+        return f" (the system {p.stem} of configs/ is named without .toml: {p.stem})"
+    if not p.suffix and Path(f"{text}.toml").is_file():
+        return f" (a file {text}.toml is there: give its path, {text}.toml)"
+    near = difflib.get_close_matches(text.lower(), known, n=1, cutoff=0.75)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
+def _cost_table(p: Path) -> bool:
+    """Is ``p`` (a name or a path) one of the cost tables of ``configs/`` (``_vector-ops``), not a system?"""
+    table = CONFIG_DIR / f"{p.stem}.toml"
+    if not p.stem.startswith("_") or not table.is_file():
+        return False
+    return (len(p.parts) == 1 and not p.suffix) or (p.exists() and p.resolve() == table.resolve())
+
+
 def _resolve(name_or_path: str | Path) -> Path:
+    text = str(name_or_path)
+    if not text.strip():
+        raise ConfigError("the system is empty; give a config name (ipusim systems lists them) or the path of a "
+                          ".toml file")
     p = Path(name_or_path)
+    if _cost_table(p):
+        raise ConfigError(f"{text!r} is a table of codelet costs that every system shares (configs/{p.stem}.toml), "
+                          f"not a system; known systems: {', '.join(available_systems())}")
+    shipped = _shipped(text)
+    if shipped is not None and not (isinstance(name_or_path, Path) and p.exists()):
+        # a config name, even where the working directory holds a file or folder of that name (an
+        # ``ipusim run --output ipu-pod16`` folder); such a file is given as a path, ./ipu-pod16
+        return shipped
     if p.suffix == ".toml" or p.exists():
         if not p.exists():
-            raise ConfigError(f"system config file {p} does not exist")
+            raise ConfigError(f"system config file {p} does not exist{_unknown_hint(text)}")
         if not p.is_file():  # a directory, a device such as /dev/zero (read forever), a FIFO
             raise ConfigError(f"system config {p} is not a regular file; give a .toml file or a config name")
         return p
-    candidate = CONFIG_DIR / f"{name_or_path}.toml"
-    if not candidate.exists():
-        raise ConfigError(
-            f"unknown system {str(name_or_path)!r}; known systems: {', '.join(available_systems())}"
-            " (or pass the path of a .toml file)"
-        )
-    return candidate
+    raise ConfigError(
+        f"unknown system {text!r}{_unknown_hint(text)}; known systems: {', '.join(available_systems())}"
+        " (or pass the path of a .toml file)"
+    )
 
 
 def _read_file(path: Path) -> dict:
@@ -274,8 +318,12 @@ def _parent(path: Path, parent_name) -> Path:
     if given.suffix == ".toml" or len(given.parts) > 1:
         raise ConfigError(f"{path}: extends = {parent_name!r}: {near} does not exist (a path in 'extends' is "
                           f"relative to the folder of {path.name})")
-    shipped = CONFIG_DIR / f"{parent_name}.toml"
-    if shipped.is_file():
+    if _cost_table(given):
+        raise ConfigError(f"{path}: extends = {parent_name!r}: configs/{parent_name}.toml is a table of codelet "
+                          f"costs that every system shares, not a system; extend one of: "
+                          f"{', '.join(available_systems())}")
+    shipped = _shipped(parent_name)
+    if shipped is not None:
         return shipped
     raise ConfigError(f"{path}: extends = {parent_name!r}: no file {near.name} beside it and no system of that "
                       f"name; known systems: {', '.join(available_systems())} (or give the path of a .toml file, "
@@ -342,7 +390,10 @@ def _build_section(path: Path, section: str, cls, values, origin: dict) -> objec
         )
     missing = [k for k in fields if k not in values]
     if missing:
-        raise ConfigError(f"{path}: missing key {section}.{missing[0]} (every key of [{section}] is required)")
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ConfigError(f"{path}: missing key {section}.{missing[0]}{more} (every key of [{section}] is required); "
+                          f"set it, or start the file with extends = \"ipu-mk2\" (or another config of ipusim "
+                          "systems) to take every value you do not set from it")
     kwargs = {}
     for key, f in fields.items():
         v = values[key]
@@ -359,6 +410,10 @@ def _build_section(path: Path, section: str, cls, values, origin: dict) -> objec
             if f.type == "int" and isinstance(v, float) and not v.is_integer():
                 raise ConfigError(f"{where} = {v!r}; expected a whole number")
             _check_range(where, key, v)
+            step = _MULTIPLE_OF.get(key)
+            if step and v % step:
+                raise ConfigError(f"{where} = {show_number(v)}; expected a multiple of {step} (a load carries whole "
+                                  f"{step}-bit words: 64 on every IPU)")
             v = int(v) if f.type == "int" else float(v)
         kwargs[key] = v
     return cls(**kwargs)
@@ -390,7 +445,8 @@ _RANGES = {
     "exchange_code_bytes_per_phase": _BYTES_PER_TILE,
     "stack_bytes_per_tile": _BYTES_PER_TILE,
     "memory_element_bytes": (1, 2**30, "bytes", "one tile memory element (bank): 32 KiB on Mk2"),
-    "data_path_bits": (8, 1024, "bits", "the width of one load from tile memory: 64 on every IPU"),
+    "data_path_bits": (32, 1024, "bits", "the width of one load from tile memory: 64 on every IPU; the "
+                       "estimators count the 32-bit and 16-bit elements one load carries, so at least 32"),
     "worker_threads": (1, 64, "threads", "hardware worker threads per tile: 6 on every IPU"),
     "reduce_step_s": (0, 1e-3, "s", "seconds of a collective's ring step beyond its data and sync: microseconds "
                       "(5.82e-6), so more than a millisecond is a unit slip"),
@@ -418,6 +474,8 @@ _RANGES_BY_NAME_PART = (
     ("_group", (1, 1024, "channels", "channels the AMP consumes or produces together: 8 or 16 on Mk2")),
 )
 _ANY_NUMBER = (0, 2**53, "", "far beyond any IPU figure")
+#: fields that must be a multiple of a step as well as in range
+_MULTIPLE_OF = {"data_path_bits": 32}
 
 
 def _check_range(where: str, key: str, value: float) -> None:
@@ -474,7 +532,9 @@ def load_system(name_or_path: str | Path) -> System:
     parts = {}
     for section, cls in _SECTIONS.items():
         if section not in data:
-            raise ConfigError(f"{path}: missing table [{section}]")
+            raise ConfigError(f"{path}: missing table [{section}]; give it, or start the file with "
+                              "extends = \"ipu-mk2\" (or another config of ipusim systems) to take every table "
+                              "you do not give from it")
         parts[section] = _build_section(path, section, cls, data[section], origin)
     ipu: IPU = interned(parts["ipu"])
     if ipu.reserved_bytes_per_tile >= ipu.sram_bytes_per_tile:
