@@ -13,12 +13,12 @@ simulator does something different it says so in the run's notes and in docs/pop
 
 from __future__ import annotations
 
-from . import dtypes, fp8_utils, ops, transforms
+from . import dtypes, fp8_utils, ops, transforms, utils  # utils: popxl.utils, as PopXL's modules import it
 from .context import (gcg, get_current_context, get_current_graph, get_ir, get_main_graph, gir, gmg, in_sequence,
                       io_tiles, ipu, name_scope)
 from .dtypes import (bool, dtype, float8_143, float8_152, float16, float32, float64, half, int8, int32,
                      int64, uint8, uint32, uint64)
-from .dtypes import float
+from .dtypes import double, float
 from .errors import NotModelledError, PopXLError, SessionIOError, not_modelled
 from .graph import Graph
 from .ir import Ir, ReplicaGrouping, SessionOptions
@@ -59,6 +59,7 @@ __all__ = [
     "create_seeds",
     "d2h_stream",
     "dtype",
+    "double",
     "dtypes",
     "float",
     "float16",

@@ -26,6 +26,12 @@ class ForeignTensorError(PopXLError, ValueError):
     ``check_in_graph`` raises ``ValueError``."""
 
 
+class GraphContextError(PopXLError, ValueError):
+    """A tensor made or given where PopXL (or popxl-addons) does not allow it (a variable outside the
+    main graph, a ``grads_provided`` tensor that is not an output of the forward graph): their
+    ``ValueError``."""
+
+
 class SessionIOError(IpuSimError, ValueError):
     """``session.run`` was given missing, unexpected or wrongly shaped buffers."""
 

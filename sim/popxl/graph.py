@@ -90,6 +90,11 @@ class Graph:
         return tuple(self._outputs)
 
     @property
+    def inputs_by_name(self) -> dict[str, Tensor]:
+        """The graph's inputs by name (PopXL's ``Graph.inputs_by_name``)."""
+        return {t.name: t for t in self._inputs}
+
+    @property
     def _ir(self) -> Ir:
         """The Ir (PopXL's private attribute, which Graphcore's GPT-J code reads)."""
         return self.ir

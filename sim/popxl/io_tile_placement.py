@@ -14,7 +14,20 @@ from __future__ import annotations
 
 from ..errors import OptionsError, OutOfMemoryError
 from ..graph.ir import IO_TILE_COPY, Graph, Op
-from .ops.remote import makes_io_tensor
+
+
+def on_io_tiles(graph, name: str) -> bool:
+    """Is tensor ``name`` of the simulated ``graph`` on the IO tiles: made by a remote load on them,
+    or by an IO-tile copy to them?"""
+    op = graph.producer_op(name)
+    return op is not None and makes_io_tensor(op)
+
+
+def makes_io_tensor(op) -> bool:
+    """Does ``op`` leave its outputs on the IO tiles?"""
+    if op.kind == IO_TILE_COPY:
+        return bool(op.attrs.get("to_io"))
+    return op.kind == "remote_load" and bool(op.attrs.get("io_tiles"))
 
 
 def place_on_io_tiles(graph: Graph, io_tiles: int, ipu) -> tuple[Graph, list[str]]:

@@ -52,6 +52,11 @@ class ReplicaGrouping:
         return self._ir.replication_factor // self._group_size
 
     @property
+    def is_const(self) -> bool:
+        """True: every grouping here has a constant stride and group size (PopXL's ``is_const``)."""
+        return True
+
+    @property
     def const_rg(self) -> ReplicaGrouping:
         """The grouping of constant stride this one maps to: itself (every grouping here has a constant
         stride; PopXL's are broken up into one only when made from an assignment)."""

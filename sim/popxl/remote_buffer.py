@@ -21,7 +21,7 @@ import math
 from ..errors import OptionsError, OutOfMemoryError
 from . import dtypes
 from .context import get_current_context
-from .errors import PopXLError
+from .errors import GraphContextError, PopXLError
 from .tensor import Tensor, Variable, _shape_and_dtype
 
 
@@ -216,16 +216,17 @@ class RemoteVariable(Variable):
 
 
 def _remote(data, buffer: RemoteBuffer, offset: int, dtype, name, downcast, replica_grouping, retrieval_mode,
-            where: str, shards: int) -> RemoteVariable:
+            where: str, shards: int, log2_scale=None, nan_on_overflow=None) -> RemoteVariable:
     g = get_current_context().graph
     g._check_open()
     if not g._main:
-        raise PopXLError(f"{where}({name!r}): variables can only be created in the main graph (not in subgraph "
+        raise GraphContextError(f"{where}({name!r}): variables can only be created in the main graph (not in subgraph "
                          f"{g.name!r}); create it in `with ir.main_graph:`")
     if not isinstance(buffer, RemoteBuffer) or buffer._ir is not g.ir:
         raise TypeError(f"{where}: expected a RemoteBuffer of this Ir (popxl.remote_buffer), got {buffer!r}")
     buffer._check_offset(offset, where)
-    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, None, where, tuple_is_shape=False)
+    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, None, where, tuple_is_shape=False, log2_scale=log2_scale,
+                                    nan_on_overflow=nan_on_overflow)
     if replica_grouping is not None and replica_grouping.num_groups > 1:
         shp = shp[1:]
     if replica_grouping is None:
@@ -238,7 +239,11 @@ def _remote(data, buffer: RemoteBuffer, offset: int, dtype, name, downcast, repl
     label = g.ir._remote_label(g._scoped(name or "remote_variable"))
     v = RemoteVariable(g, label, shp, dt, buffer, offset, shards, data=arr, replica_grouping=replica_grouping,
                        retrieval_mode=retrieval_mode or "one_per_group")
-    buffer.validate_tensor_matches_buffer(v, shards)
+    if not (shards == 1 and dt == buffer.tensor_dtype and math.prod(shp) == math.prod(buffer.tensor_shape)):
+        # PopXL's remote_variable sets the variable's location without comparing shapes (its loads and stores
+        # check theirs): a variable of the slot's elements in another shape (a (1, n) group axis of one group)
+        # fills the slot as PopART writes it; one of other elements or dtype could not, and is refused here
+        buffer.validate_tensor_matches_buffer(v, shards)
     buffer._variables[offset] = v
     g._made.append(v)
     return v
@@ -250,7 +255,7 @@ def remote_variable(data, remote_buffer: RemoteBuffer, offset: int = 0, dtype=No
     """A variable whose value is slot ``offset`` of ``remote_buffer`` (its shape and dtype must be
     the buffer's). ``log2_scale`` and ``nan_on_overflow`` (FP8 data) change values only."""
     return _remote(data, remote_buffer, offset, dtype, name, downcast, replica_grouping, retrieval_mode,
-                   "popxl.remote_variable", 1)
+                   "popxl.remote_variable", 1, log2_scale, nan_on_overflow)
 
 
 def remote_replica_sharded_variable(data, remote_buffer: RemoteBuffer, offset: int = 0, dtype=None,
@@ -277,7 +282,7 @@ def remote_replica_sharded_variable(data, remote_buffer: RemoteBuffer, offset: i
         raise ValueError(f"{where}: the slots of {remote_buffer!r} hold the whole {tuple(full)} tensor, not a shard "
                          "of it; make the buffer with popxl.replica_sharded_buffer")
     return _remote(data, remote_buffer, offset, dtype, name, downcast, replica_grouping, retrieval_mode, where,
-                   shards)
+                   shards, log2_scale, nan_on_overflow)
 
 
 def replica_sharded_variable(data, dtype=None, name: str | None = None, downcast: bool = True,
@@ -293,7 +298,8 @@ def replica_sharded_variable(data, dtype=None, name: str | None = None, downcast
     shp, dt, _ = _shape_and_dtype(data, dtype, downcast, None, "popxl.replica_sharded_variable",
                                   tuple_is_shape=False)
     buffer = replica_sharded_buffer(shp, dt, replica_grouping, shard_over)
-    var = remote_replica_sharded_variable(data, buffer, 0, dtype, name, downcast, replica_grouping, retrieval_mode)
+    var = remote_replica_sharded_variable(data, buffer, 0, dtype, name, downcast, replica_grouping, retrieval_mode,
+                                          log2_scale, nan_on_overflow)
     buffer._ipus.add(get_current_context().ipu or 0)
     shard = Tensor(g, g._new_tensor(f"{var.name}_rts", buffer.tensor_shape, dt, "weight"), buffer.tensor_shape, dt,
                    get_current_context().ipu)

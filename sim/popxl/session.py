@@ -35,6 +35,7 @@ from ..schedule import replicated_ops
 from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
 from ..virtual_clock import device_call, frozen
+from . import dtypes
 from .errors import NotModelledError, PopXLError, SessionIOError
 from .io_tile_placement import place_on_io_tiles
 from .ir import Ir
@@ -534,6 +535,9 @@ class Session:
             if not isinstance(t, Variable):
                 raise TypeError(f"Tensor {t.id} is not of type Variable. write_variable_data is not supported "
                                 "for this type.")
+            if isinstance(data, numbers.Number) and t.dtype in (dtypes.float8_143, dtypes.float8_152):
+                raise TypeError(f"Data for variable {t.id} must be passed in as an np.array with dtype "
+                                f"{t.dtype.as_numpy()} (see popxl.fp8_utils.host_pow2scale_cast_to_fp8)")
             # a Python number takes the variable's dtype; an array must have it (PopXL's check)
             arr = np.array(data).astype(t.dtype.as_numpy()) if isinstance(data, numbers.Number) else np.asarray(data)
             if arr.dtype != t.dtype.as_numpy():
@@ -542,6 +546,10 @@ class Session:
             if arr.shape != t.shape_on_host:
                 raise ValueError(f"The shape of the input array {arr.shape} must match the shape of the tensor "
                                  f"{t.id} : {t.shape_on_host}")
+            rg = getattr(t, "replica_grouping", None)
+            if t.retrieval_mode == "all_replicas" and rg is not None and rg.group_size > 1:  # PopXL's refusal
+                raise NotImplementedError(f'Copying to tensor {t.id} with "all_replicas" retrieval mode is not yet '
+                                          "supported.")
             t._data = arr
 
     # --- the simulation ------------------------------------------------------------------------

@@ -21,7 +21,8 @@ import numpy as np
 
 from . import dtypes
 from .context import get_current_context
-from .errors import NotModelledError, PopXLError
+from .errors import GraphContextError, NotModelledError, PopXLError
+from .io_tile_placement import on_io_tiles
 
 if TYPE_CHECKING:  # pragma: no cover
     from .graph import Graph
@@ -47,6 +48,12 @@ class TensorSpec:
 
     def __repr__(self) -> str:
         return f"TensorSpec(shape={self.shape}, dtype={self.dtype})"
+
+    def to_dict(self) -> dict:
+        return {"shape": self.shape, "dtype": self.dtype, "meta_shape": self.meta_shape}
+
+    def to_tuple(self) -> tuple:
+        return self.shape, self.dtype, self.meta_shape
 
     def __eq__(self, other) -> builtins.bool:
         return isinstance(other, TensorSpec) and (self.shape, self.dtype) == (other.shape, other.dtype)
@@ -112,6 +119,34 @@ class Tensor:
     @property
     def ir(self):
         return self._graph.ir
+
+    @property
+    def scope(self) -> str:
+        """The graph scope part of the tensor's id (PopXL's): empty in the main graph, else the graph's name."""
+        return "" if self._graph._main else self._graph.name
+
+    @property
+    def tile_set(self) -> str:
+        """``"io"`` for a tensor on the IO tiles (a remote load made in ``popxl.io_tiles()``, an IO-tile
+        copy to them), else ``"compute"`` (PopXL's ``Tensor.tile_set``)."""
+        return "io" if self._sim is not None and on_io_tiles(self._graph.sim_graph, self._sim) else "compute"
+
+    def strides(self, shape=None) -> tuple[int, ...]:
+        """Bytes to step along each axis of ``shape`` (the tensor's by default) laid out in row-major
+        order, as PopXL's ``Tensor.strides`` (numpy's ``ndarray.strides``)."""
+        dims = tuple(int(d) for d in (self._shape if shape is None else shape))
+        out, step = [], self._dtype.itemsize
+        for d in reversed(dims):
+            out.append(step)
+            step *= d
+        return tuple(reversed(out))
+
+    def diag(self) -> Tensor:
+        """The diagonal of a 2-D tensor, as PopXL takes it: every ``(columns + 1)``-th element of the
+        flattened tensor."""
+        if self.rank != 2:
+            raise ValueError("Diag expected a 2d tensor.")
+        return self.flatten()[::self._shape[1] + 1]
 
     def __repr__(self) -> str:
         return f"Tensor[{self.id} {self._dtype.name} {self._shape}]"
@@ -305,6 +340,11 @@ class Variable(Tensor):
             return (rg.num_groups,) + self.shape
         return self.shape
 
+    @property
+    def shape_on_replica(self) -> tuple[int, ...]:
+        """The shape on one replica: the host shape without its leading group axis (PopXL's)."""
+        return self.shape
+
 
 class Constant(Tensor):
     """A constant (role ``constant`` in the sim graph), made by :func:`constant`."""
@@ -347,9 +387,13 @@ class GradTensor(Tensor):
 
 # --- making tensors --------------------------------------------------------------------------------
 
-def _shape_and_dtype(data, dtype, downcast: builtins.bool, shape, what: str, tuple_is_shape: builtins.bool = True):
+def _shape_and_dtype(data, dtype, downcast: builtins.bool, shape, what: str, tuple_is_shape: builtins.bool = True,
+                     log2_scale: int | None = None, nan_on_overflow: builtins.bool | None = None):
     """(shape, popxl dtype, data or None) for ``variable``/``constant`` arguments; a tuple of ints
-    is a shape where ``tuple_is_shape`` (``variable``'s convenience), else data as in PopXL."""
+    is a shape where ``tuple_is_shape`` (``variable``'s convenience), else data as in PopXL. FP8 data
+    given as floats is converted as PopXL's ``to_numpy`` converts it (``log2_scale``, ``nan_on_overflow``),
+    so ``session.get_tensor_data`` returns PopXL's bytes; those two arguments with another dtype are
+    PopXL's ``RuntimeError``."""
     if isinstance(data, TensorSpec):
         return data.shape, dtype and dtypes.dtype.as_dtype(dtype) or data.dtype, None
     if data is None or (tuple_is_shape and isinstance(data, tuple) and data and all(
@@ -361,6 +405,23 @@ def _shape_and_dtype(data, dtype, downcast: builtins.bool, shape, what: str, tup
         return shp, dtypes.dtype.as_dtype(dtype) if dtype is not None else dtypes.float32, None
     if shape is not None:
         raise TypeError(f"{what}: give data or shape=, not both")
+    if isinstance(data, np.memmap):  # PopXL's to_numpy: a memory-mapped array is used as it is, never copied
+        if dtype is not None and dtypes.dtype.as_dtype(dtype).as_numpy() != data.dtype:
+            raise ValueError(f"When passing a memory-mapped NumPy array, the `dtype` parameter must be None or the "
+                             f"same as the array's dtype ({what}: {data.dtype}, not {dtypes.dtype.as_dtype(dtype)})")
+        if not (data.flags.c_contiguous and data.flags.aligned):
+            raise ValueError(f"When passing a memory-mapped NumPy array, it must already be in C-ordered and aligned "
+                             f"form ({what}).")
+        if data.dtype in (np.float64, np.int64, np.uint64):
+            raise ValueError(f"When passing a memory-mapped NumPy array, the dtype {dtype} is not supported, as it "
+                             "requires downcasting the array into a new array with a dtype supported by PopXL "
+                             f"({what}: {data.dtype}).")
+    fp8 = dtype is not None and dtypes.dtype.as_dtype(dtype) in (dtypes.float8_143, dtypes.float8_152)
+    if fp8 and np.asarray(data).dtype == np.uint8:
+        fp8 = False  # FP8 bytes as they are (a simulator convenience; PopXL takes its structured FP8 arrays only)
+    if fp8 or log2_scale is not None or nan_on_overflow is not None:
+        from .utils import to_numpy  # (utils imports this module's dtypes only; here to keep imports one way)
+        data = to_numpy(data, dtype, downcast, copy=False, log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     arr = np.asarray(data)
     if dtype is None:
         if arr.dtype in (np.float64, np.int64, np.uint64) and not downcast:
@@ -385,10 +446,11 @@ def variable(data=None, dtype=None, name: str | None = None, downcast: builtins.
     g = get_current_context().graph
     g._check_open()
     if not g._main:
-        raise PopXLError(f"popxl.variable({name!r}): variables can only be created in the main graph "
+        raise GraphContextError(f"popxl.variable({name!r}): variables can only be created in the main graph "
                          f"(not in subgraph {g.name!r}); create it in `with ir.main_graph:` and pass it "
                          "to the subgraph as an input")
-    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.variable")
+    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.variable", log2_scale=log2_scale,
+                                    nan_on_overflow=nan_on_overflow)
     if replica_grouping is not None:
         if arr is not None and replica_grouping.num_groups > 1:
             if not shp or shp[0] != replica_grouping.num_groups:
@@ -418,7 +480,8 @@ def constant(data=None, dtype=None, name: str | None = None, downcast: builtins.
     change values only."""
     g = get_current_context().graph
     g._check_open()
-    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.constant", tuple_is_shape=False)
+    shp, dt, arr = _shape_and_dtype(data, dtype, downcast, shape, "popxl.constant", tuple_is_shape=False,
+                                    log2_scale=log2_scale, nan_on_overflow=nan_on_overflow)
     sim_name = g._new_tensor(name or "constant", shp, dt, "constant")
     c = Constant(g, sim_name, shp, dt, get_current_context().ipu, data=arr)
     g._made.append(c)

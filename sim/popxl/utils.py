@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import dtypes
+from .fp8_utils import host_pow2scale_cast_to_fp8  # as PopXL's utils imports it
 
 #: the 32-bit types PopXL stores 64-bit host data as
 downcast_np_dtypes = {np.dtype("int64"): np.dtype("int32"), np.dtype("uint64"): np.dtype("uint32"),
@@ -17,23 +18,28 @@ def to_numpy(x, dtype: dtypes.dtype | None = None, downcast: bool = True, copy: 
              log2_scale: int | None = None, nan_on_overflow: bool | None = None) -> np.ndarray:
     """``x`` (a numpy array, a torch tensor, nested sequences or a scalar) as a C-ordered numpy
     array of ``dtype`` (or its own type, 64-bit types downcast to 32 when ``downcast``), as PopXL's
-    ``to_numpy``. FP8 data keeps its shape as PopXL's one-byte structured type; its values are not
-    converted (the simulator computes no values)."""
+    ``to_numpy``. FP8 data made from float16/32/64 values is converted to PopXL's one-byte structured
+    type as PopXL converts it (:func:`host_pow2scale_cast_to_fp8`, scaled by ``2**log2_scale``, NaN on
+    overflow unless ``nan_on_overflow`` is False): host data, which ``session.get_tensor_data`` returns."""
     if hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch tensor
         x = x.detach().numpy()
     if dtype is not None:
         dtype = dtypes.dtype.as_dtype(dtype)
     if dtype in (dtypes.float8_143, dtypes.float8_152):
-        arr = np.asarray(x)
+        arr = np.asarray(x, order="C")
         if arr.dtype != dtype.as_numpy():
             if arr.dtype not in (np.float16, np.float32, np.float64):
-                raise TypeError(f"float8 data is made from float16, float32 or float64 values, not {arr.dtype}")
-            arr = np.zeros(arr.shape, dtype.as_numpy())
+                raise TypeError(f"Type {arr.dtype} is not supported for float8 tensors. Please use float16, float32 "
+                                "or float64 types.")
+            arr = host_pow2scale_cast_to_fp8(arr, dtype, 0 if log2_scale is None else log2_scale,
+                                             True if nan_on_overflow is None else nan_on_overflow)
         return arr.copy() if copy else arr
     if log2_scale is not None:
-        raise RuntimeError(f"log2scale applies to float8_143 and float8_152 data only, not {dtype}")
+        raise RuntimeError(f"Non-default value for 'log2scale' is not supported for dtypes that are not "
+                           f"popxl.float8_143 or popxl.float8_152 (got {dtype})")
     if nan_on_overflow is not None:
-        raise RuntimeError(f"nan_on_overflow applies to float8_143 and float8_152 data only, not {dtype}")
+        raise RuntimeError(f"Non-default value for 'nan_on_overflow' is not supported for dtypes that are not "
+                           f"popxl.float8_143 or popxl.float8_152 (got {dtype})")
     arr = np.asarray(x, dtype=dtype.as_numpy() if dtype is not None else None, order="C")
     if dtype is None and downcast and arr.dtype in downcast_np_dtypes:
         return np.array(arr, dtype=downcast_np_dtypes[arr.dtype], order="C")
@@ -53,4 +59,4 @@ def table_to_string(rows: Sequence[Sequence], delimiter: str = " | ", header: bo
     return out
 
 
-__all__ = ["table_to_string", "to_numpy"]
+__all__ = ["host_pow2scale_cast_to_fp8", "table_to_string", "to_numpy"]

@@ -33,7 +33,8 @@ from .seed_variable import seed_variable
 from .streams import InputStreams, OutputStreams
 from .task_session import TaskSession
 from .transforms import (autodiff, autodiff_with_accumulation, batch_serial_buffer, batch_serialise,
-                         batch_serialise_fwd_and_grad, recompute_graph, set_available_memory_proportion_by_ipu)
+                         batch_serialise_fwd_and_grad, recompute_graph, set_available_memory_proportion_by_ipu,
+                         set_graph_available_memory_proportion_by_ipu)
 from .utils import OrderedDict, WeightsDict, timer
 from .variable_factory import NamedVariableFactories, VariableFactory
 
@@ -45,7 +46,8 @@ __all__ = ["BoundGraph", "DotTree", "GraphCache", "GraphWithNamedArgs", "InputSt
            "batch_serialise", "batch_serialise_fwd_and_grad", "cross_entropy",
            "cross_entropy_with_grad", "host_load", "host_store", "layers", "named_replica_grouping", "ops", "patterns",
            "optimizers", "pipelined_execution", "recompute_graph", "remote", "rts", "seed_variable",
-           "set_available_memory_proportion_by_ipu", "timer", "transforms", "utils", *array_munging.__all__,
+           "set_available_memory_proportion_by_ipu", "set_graph_available_memory_proportion_by_ipu",
+           "timer", "transforms", "utils", *array_munging.__all__,
            *remote.__all__]
 
 

@@ -15,8 +15,12 @@ __all__ = ["handle_negative_axis", "pad_axis", "repeat", "repeat_axis", "repeat_
 
 
 def handle_negative_axis(x: np.ndarray, axis: int) -> int:
-    """``axis`` of ``x`` counted from the front."""
-    return axis % x.ndim if axis < 0 else axis
+    """``axis`` of ``x`` counted from the front; an axis ``x`` does not have is popxl-addons' ``IndexError``."""
+    if x.ndim == 0:
+        raise IndexError("Array is 0-dimensional")
+    if axis > x.ndim - 1 or axis < -x.ndim:
+        raise IndexError(f"Axis is out of range. Axis: {axis}. Array Rank: {x.ndim}")
+    return x.ndim + axis if axis < 0 else axis
 
 
 def shard(x: np.ndarray, n: int, axis: int) -> np.ndarray:

@@ -22,6 +22,8 @@ class DotTree:
     # --- building ---------------------------------------------------------------------------------
     def insert(self, name: str | int, value: Any, overwrite: bool = False) -> None:
         """Put ``value`` (a leaf, or a tree whose leaves go under ``name``) at the dotted ``name``."""
+        if isinstance(name, int) and name < 0:  # popxl-addons' check: negative keys only read (tree[-1])
+            raise ValueError(f"Numerical key cannot be negative: {name}")
         head, _, rest = str(name).partition(".")
         if not head:
             raise ValueError(f"DotTree.insert: {name!r} is not a name")
@@ -129,6 +131,11 @@ class DotTree:
             return default
 
     def __getitem__(self, name: str | int) -> Any:
+        if isinstance(name, int) and name < 0:  # counted back from the largest numerical key, as popxl-addons
+            numeric = [int(k) for k in self._children if k.isnumeric()]
+            if not numeric or max(numeric) + 1 + name < 0 or str(max(numeric) + 1 + name) not in self._children:
+                raise KeyError(f"Negative numerical key does not exist: {name} (numerical keys: {sorted(numeric)})")
+            name = max(numeric) + 1 + name
         node: Any = self
         for part in str(name).split("."):
             if not isinstance(node, DotTree) or part not in node._children:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import popxl
-from ..popxl.errors import PopXLError
+from ..popxl.errors import GraphContextError, PopXLError
 from .named_tensors import NamedTensors
 from ..popxl.transforms.autodiff import GradGraphInfo
 from .graph import GraphWithNamedArgs
@@ -240,12 +240,14 @@ class Module(popxl.Module):
         fwd = fwd_graph.graph
         provided = list(fwd.outputs if grads_provided is None else grads_provided)
         required = list(fwd.inputs if grads_required is None else grads_required)
-        for t in provided:
+        for t in provided:  # popxl-addons' ValueError
             if t not in fwd.outputs:
-                raise PopXLError(f"create_grad_graph: {t!r} in grads_provided is not an output of {fwd.name!r}")
+                raise GraphContextError(f"create_grad_graph: A Tensor specified in `grads_provided` is not a output of "
+                                        f"`fwd_graph`: {t!r} is not an output of {fwd.name!r}")
         for t in required:
             if t not in fwd.inputs:
-                raise PopXLError(f"create_grad_graph: {t!r} in grads_required is not an input of {fwd.name!r}")
+                raise GraphContextError(f"create_grad_graph: A Tensor specified in `grads_required` is not a input of "
+                                        f"`fwd_graph`: {t!r} is not an input of {fwd.name!r}")
         name_of = {t: name for name, t in fwd_graph.args.to_dict().items()}
         variables = {name_of[t]: t for t in required if t in name_of}
         others = [t for t in required if t not in name_of]
@@ -282,15 +284,15 @@ class Module(popxl.Module):
         return GraphWithNamedArgs(grad, grad_graph_info=info)
 
     # --- named inputs -----------------------------------------------------------------------------
-    def add_variable_input(self, name: str, input_fn: Callable[[], np.ndarray], dtype=popxl.float32,
+    def add_variable_input(self, name: str, data_iter: Callable[[], np.ndarray], dtype=None,
                            by_ref: bool = False, replica_grouping=None, overwrite: bool = False) -> popxl.Tensor:
         """A named input of the graph being built, and the factory of the variable that feeds it
-        (``input_fn`` gives its initial value)."""
+        (``data_iter`` gives its initial value; without ``dtype``, the input has the data's, as popxl-addons)."""
         frame = _frame(f"{type(self).__name__}.add_variable_input({name!r})")
-        factory = VariableFactory(input_fn, dtype, self._qualified(frame, name), by_ref, replica_grouping)
+        factory = VariableFactory(data_iter, dtype, self._qualified(frame, name), by_ref, replica_grouping)
         return frame.add(factory, overwrite)
 
-    def add_replica_sharded_variable_input(self, name: str, input_fn: Callable[[], np.ndarray], dtype=popxl.float32,
+    def add_replica_sharded_variable_input(self, name: str, data_iter: Callable[[], np.ndarray], dtype=None,
                                            by_ref: bool = False, replica_grouping=None, shard_over: int | None = None,
                                            overwrite: bool = False) -> popxl.Tensor:
         """As :meth:`add_variable_input`, the input one replica's shard of the variable: flat, split over
@@ -298,7 +300,7 @@ class Module(popxl.Module):
         replicas), its whole shape the meta-shape."""
         frame = _frame(f"{type(self).__name__}.add_replica_sharded_variable_input({name!r})")
         group = replica_grouping if replica_grouping is not None else popxl.gcg().ir.replica_grouping()
-        factory = VariableFactory(input_fn, dtype, self._qualified(frame, name), by_ref, group,
+        factory = VariableFactory(data_iter, dtype, self._qualified(frame, name), by_ref, group,
                                   shard_over or group.group_size)
         return frame.add(factory, overwrite)
 

@@ -4,7 +4,10 @@ and its state (the named variables), and saves and loads that state as checkpoin
 On the simulator the session's variables hold what PopXL's session gives here (the written data, or
 zeros: the simulator computes times, not values), so a checkpoint holds those; the files are
 popxl-addons' layout: ``model/<name>.npy`` for each state tensor and ``session_info.json`` for the
-session state (``steps``, the number of runs, and what ``add_session_state_info`` added)."""
+session state (``steps``, the number of runs, and what ``add_session_state_info`` added). Loading also
+reads popxl-addons' own ``model/<name>.npz`` files (``np.savez`` of each tensor under its name), so a
+checkpoint saved on hardware loads here; a data loader is saved and resumed as popxl-addons asks,
+``save(filename)`` and ``resume(filename=...)`` with ``dataloader.bin`` in the checkpoint."""
 
 from __future__ import annotations
 
@@ -83,8 +86,8 @@ class TaskSession(popxl.Session):
         for name, data in state.items():
             np.save(path / "model" / f"{name}.npy", data)
         (path / "session_info.json").write_text(json.dumps(self.session_state))
-        if self._dataloader is not None:
-            (path / "dataloader.bin").write_bytes(self._dataloader.save())
+        if self._dataloader is not None:  # popxl-addons calls save(filename): the data loader writes the file
+            self._dataloader.save(str(path / "dataloader.bin"))
         self._checkpoints.append(path)
 
     def load_checkpoint(self, checkpoint_dir: str, report_missing: str = "warn", skip_memmap: bool = False) -> None:
@@ -94,12 +97,16 @@ class TaskSession(popxl.Session):
         if not (path / "model").is_dir():
             raise FileNotFoundError(f"TaskSession.load_checkpoint: {str(path)!r} has no model/ directory of "
                                     "tensors (save one with save_checkpoint)")
-        self._load({f.stem: np.load(f) for f in sorted((path / "model").glob("*.npy"))}, report_missing)
+        data = {f.stem: np.load(f) for f in sorted((path / "model").glob("*.npy"))}
+        for f in sorted((path / "model").glob("*.npz")):  # popxl-addons' files: np.savez(name=array) each
+            with np.load(f, allow_pickle=True) as arrays:
+                data.update({name: arrays[name] for name in arrays.files})
+        self._load(data, report_missing)
         info = path / "session_info.json"
         if info.exists():
             self.session_state.update(json.loads(info.read_text()))
-        if self._dataloader is not None and (path / "dataloader.bin").exists():
-            self._dataloader.resume((path / "dataloader.bin").read_bytes())
+        if self._dataloader is not None:  # popxl-addons calls resume(filename=...)
+            self._dataloader.resume(filename=str(path / "dataloader.bin"))
 
     def _load(self, data: dict, report_missing: str) -> None:
         if report_missing not in _REPORTS:

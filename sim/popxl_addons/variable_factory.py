@@ -21,27 +21,37 @@ DRAW_BUDGET_BYTES = 64 << 20
 class VariableFactory:
     """Makes a variable (``create_var``) or a subgraph input (``create_input``) of one shape and dtype.
 
-    ``data_fn`` returns the initial value (a numpy array or scalar); it is called once here for the
+    ``data_iter`` returns the initial value (a numpy array or scalar); it is called once here for the
     shape and again by each ``create_var``, so each variable gets fresh data (random initialisers
     differ between them, as they do in popxl-addons). As in popxl-addons it may instead be an
     iterable of values, one taken for each variable (and each group of a grouped one)."""
 
-    def __init__(self, data_fn: Callable[[], np.ndarray] | Iterable, dtype=popxl.float32, name: str | None = None,
+    def __init__(self, data_iter: Callable[[], np.ndarray] | Iterable, dtype=None, name: str | None = None,
                  by_ref: bool = False, replica_grouping=None, shard_over: int = 1):
+        # popxl-addons' names and defaults: ``data_iter``, and the dtype the data's when none is given
+        data_fn = data_iter
         if not callable(data_fn):
             if not isinstance(data_fn, Iterable):
-                raise TypeError(f"VariableFactory({name!r}): data_fn must be a function returning the initial value "
+                raise TypeError(f"VariableFactory({name!r}): data_iter must be a function returning the initial value "
                                 f"(for example functools.partial(np.zeros, shape)) or an iterable of values, got "
                                 f"{data_fn!r}")
             data_fn = _Draws(iter(data_fn), name)
         self.data_fn = data_fn
-        self.dtype = popxl.dtype.as_dtype(dtype)
+        if isinstance(data_fn, _Draws):
+            first = data_fn.peek()
+        else:
+            try:  # popxl-addons tries the callable once: one that fails is its ValueError
+                first = data_fn()
+            except Exception as e:
+                raise ValueError(f"VariableFactory({name!r}): Passed callable via `data_iter` throws error.") from e
+        # no dtype: the data's, 64-bit types as the 32-bit ones the IPU holds them in
+        self.dtype = popxl.dtype.as_dtype(dtype if dtype is not None else np.asarray(first).dtype).downcast()
         self.name = name
         self.by_ref = by_ref
         # every replica by default, as popxl-addons (needs the Ir of the graph being built)
         self.replica_grouping = replica_grouping or popxl.gcg().ir.replica_grouping()
         self.shard_over = shard_over
-        self.shape = tuple(np.shape(data_fn.peek() if isinstance(data_fn, _Draws) else data_fn()))
+        self.shape = tuple(np.shape(first))
         self.meta_shape = None
         if shard_over > 1:  # a replica shard: flat, its whole tensor's shape the meta-shape
             group = replica_grouping.group_size if replica_grouping is not None else popxl.gcg().ir.replication_factor

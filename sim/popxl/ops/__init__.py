@@ -26,6 +26,7 @@ from . import conv as _conv_module
 from . import negative_log_likelihood as _nll_module
 from . import utils
 from .remote import io_tile_copy, remote_load, remote_load_, remote_store
+from .code_copy import remote_code_load
 from ._core import (CallSiteInfo, ConditionalSiteInfo, add, add_, call, call_with_info, cast, concat, concat_,
                     conditional, conditional_with_info, conv, conv_pow2scaled, conv_transpose,
                     conv_transpose_pow2scaled, detach, detach_, div, dropout, exp, exp_, flatten, flatten_, gelu,
@@ -35,12 +36,12 @@ from ._core import (CallSiteInfo, ConditionalSiteInfo, add, add_, call, call_wit
                     relu_, rename, repeat, repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid,
                     sigmoid_, slice, slice_, softmax, split, sqrt, sub, sum, tanh, tanh_, transpose, transpose_)
 
-from ._math import (abs, argmax, argmin, average_pool, batch_norm_inference, ceil, clamp, clip, cos,
-                    create_random_seed, cumsum, dynamic_slice, dynamic_update, dynamic_update_, equal, floor, fmod,
-                    geluerf, geluerf_, greater, increment_mod, increment_mod_, interpolate, isfinite, isinf, isnan, l1,
-                    l2, lamb_square, log, logical_and, logical_not, logical_or, logsum, logsumexp, max_pool, maximum,
-                    min, onehot, pow, prod, random_normal, random_uniform, shaped_dropout, sign, sin,
-                    split_random_seed, squeeze, sumsquare, swish, swish_, topk, where)
+from ._math import (abs, argmax, argmin, average_pool, batch_norm_inference, ceil, clamp, clip, cos, create_random_seed,
+                    cumsum, dynamic_slice, dynamic_update, dynamic_update_, equal, floor, fmod, geluerf, geluerf_,
+                    greater, increment_mod, increment_mod_, interpolate, isfinite, isinf, isnan, l1, l2, lamb_square,
+                    log, log2, logical_and, logical_not, logical_or, logsum, logsumexp, max_pool, maximum, min, onehot,
+                    pow, prod, random_normal, random_uniform, shaped_dropout, sign, sin, split_random_seed, squeeze,
+                    sumsquare, swish, swish_, topk, where)
 from ._select import (gather, groupedgather, histogram, median, nll_loss, scatter, scatter_reduce, subsample,
                       tied_gather)
 
@@ -51,7 +52,7 @@ register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_cop
 
 SUPPORTED = sorted(n for n, v in dict(globals()).items() if callable(v) and n[0].islower()
                    and getattr(v, "__module__", "") in (_core.__name__, remote_load.__module__, abs.__module__,
-                                                        gather.__module__)) + [
+                                                        gather.__module__, remote_code_load.__module__)) + [
                        "collectives", "var_updates"]
 
 __all__ = ["CallSiteInfo", "ConditionalSiteInfo", *SUPPORTED]

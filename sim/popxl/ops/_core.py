@@ -478,8 +478,9 @@ def concat(ts: Iterable[Tensor], axis: int = 0) -> Tensor:
         if t.rank != rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, ts[0].shape)) if i != ax):
             raise GraphError(f"ops.concat: shapes {[x.shape for x in ts]} differ outside axis {axis}")
         if t.dtype != ts[0].dtype:
-            raise TypeError(f"ops.concat: tensors of different dtypes ({', '.join(x.dtype.name for x in ts)}); "
-                            "cast them to one with ops.cast")
+            raise TypeError(f"All inputs to a concat operation must have the same type: "
+                            f"{[x.dtype.name for x in ts]} (ops.concat: tensors of different dtypes; cast them to one "
+                            "with ops.cast)")
     with g._building() as bld:
         return _out(g, bld.concat([t._sim for t in ts], ax, name=_name(g, "concat")), ts[0].dtype)
 
@@ -834,6 +835,26 @@ class CallSiteInfo:
         self.called_graph.ir._note("CallSiteInfo.set_parent_input_modified: accepted, no modelled effect (the "
                                    "called graph's ops are priced the same whether they write in place)")
 
+    def _index(self, idx: int, count: int, what: str) -> int:
+        """``idx`` checked against ``count`` (a call's op connects the graph's inputs and outputs in their
+        own order, so an index is the same on both sides)."""
+        if isinstance(idx, bool) or not isinstance(idx, int) or not -count <= idx < count:
+            raise IndexError(f"{what} index {idx!r} out of range: graph {self.called_graph.name!r} has {count}")
+        return idx % count
+
+    def graph_to_parent_input_index(self, idx: int) -> int:
+        """The call's input index of the called graph's input ``idx`` (PopXL's; the same index here)."""
+        return self._index(idx, len(self.called_graph._inputs), "input")
+
+    def parent_to_graph_input_index(self, idx: int) -> int:
+        return self._index(idx, len(self.called_graph._inputs), "input")
+
+    def graph_to_parent_output_index(self, idx: int) -> int:
+        return self._index(idx, len(self._outputs), "output")
+
+    def parent_to_graph_output_index(self, idx: int) -> int:
+        return self._index(idx, len(self._outputs), "output")
+
     def parent_input(self, idx: int) -> Tensor:
         return self._parent_inputs[self.called_graph._inputs[idx]]
 
@@ -847,7 +868,8 @@ class CallSiteInfo:
             return self._outputs[self.called_graph._outputs.index(t)]
         if self._parent is not None and getattr(t, "_graph", None) is self.called_graph and t._sim in self._mapping:
             return self._parent._wrap(self._mapping[t._sim], t.dtype)  # an output autodiff added after the call
-        raise KeyError(f"{t!r} is not an input or output of graph {self.called_graph.name!r}")
+        raise ValueError(f"Tensor {getattr(t, 'name', t)} is not an input or output of the called graph "
+                         f"{self.called_graph.name!r}")
 
     def parent_to_graph(self, t: Tensor) -> Tensor:
         for k, v in self._parent_inputs.items():
@@ -856,7 +878,8 @@ class CallSiteInfo:
         for k, v in zip(self.called_graph._outputs, self._outputs):
             if v is t:
                 return k
-        raise KeyError(f"{t!r} is not connected to graph {self.called_graph.name!r} at this call")
+        raise ValueError(f"Tensor {getattr(t, 'name', t)} is not a parent graph input of the call site "
+                         f"(graph {self.called_graph.name!r})")
 
 
 def _parent_inputs(graph: Graph, inputs, inputs_dict) -> dict:

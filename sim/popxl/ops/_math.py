@@ -18,7 +18,7 @@ from ...cost.expressions import ISINF_STEPS
 from ...errors import GraphError
 from .. import dtypes
 from ..errors import NotModelledError
-from ..tensor import Constant, GradTensor, Tensor
+from ..tensor import Constant, GradTensor, Tensor, constant
 from ..transforms import _gradient_update
 from ._core import (_as_tensor, _axes, _graph, _name, _out, _reduce, _unary, add, exp, matmul, reshape, sub,
                     transpose)
@@ -41,6 +41,11 @@ def sin(t: Tensor) -> Tensor:
 
 def log(t: Tensor) -> Tensor:
     return _unary("log", t)
+
+
+def log2(t: Tensor) -> Tensor:
+    """The base-2 logarithm, as PopXL builds it: ``log(t) / log(2)`` (two logs and a divide)."""
+    return log(t) / log(constant(2, t.dtype))
 
 
 def ceil(t: Tensor) -> Tensor:
@@ -165,9 +170,9 @@ def equal(lhs: Tensor, rhs) -> Tensor:
     return _broadcast("compare", [lhs, rhs], "ops.equal", dtypes.bool)
 
 
-def greater(lhs: Tensor, rhs) -> Tensor:
-    _same_dtype("ops.greater", lhs, rhs)
-    return _broadcast("compare", [lhs, rhs], "ops.greater", dtypes.bool)
+def greater(input: Tensor, other) -> Tensor:  # PopXL's argument names (ops/greater.py)
+    _same_dtype("ops.greater", input, other)
+    return _broadcast("compare", [input, other], "ops.greater", dtypes.bool)
 
 
 def logical_and(lhs: Tensor, rhs) -> Tensor:
@@ -475,7 +480,7 @@ def _pool(kind: str, where: str, t: Tensor, kernel_size, stride, padding, out_pa
     if t.rank != 4 or len(kernel) != 2:
         raise NotModelledError(f"{where}: only 2-D pooling of (N, C, H, W) tensors is modelled; got {t.id!r} "
                                f"{t.shape} with a kernel of {kernel}")
-    stride = tuple(int(s) for s in (stride or kernel))
+    stride = tuple(int(s) for s in (stride or (1,) * len(kernel)))  # PopXL: 1 along each axis unless given
     pads = tuple(int(p) for p in (padding or (0, 0, 0, 0)))
     if len(pads) != 4 or pads[:2] != pads[2:]:
         raise NotModelledError(f"{where}: padding {pads} (begin and end of each axis) is modelled only the same "

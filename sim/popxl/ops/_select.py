@@ -159,10 +159,15 @@ def scatter_reduce(data: Tensor, indices: Tensor, reduction: str, initial_values
 
 def subsample(t: Tensor, strides: int | Iterable[int]) -> Tensor:
     """Every ``strides[i]``-th element along axis ``i``, from the first (PopART's SubsampleOpx: a copy
-    of the strided view)."""
-    strides = [int(strides)] * t.rank if isinstance(strides, int) else [int(s) for s in strides]
-    if len(strides) != t.rank or min(strides, default=1) < 1:
-        raise ValueError(f"ops.subsample: strides {strides} must be {t.rank} whole numbers >= 1 (one per axis of "
+    of the strided view). As PopXL: an int is the first axis' stride, and strides for fewer axes than the
+    tensor has are padded with ones (PyTorch's ``t[::s]``)."""
+    strides = [int(strides)] if isinstance(strides, int) else [int(s) for s in strides]
+    if len(strides) > t.rank:
+        raise ValueError(f"ops.subsample: The length of subsample `strides` ({strides}) must not be greater than the "
+                         f"rank of the input tensor ({t.id!r} {t.shape})")
+    strides += [1] * (t.rank - len(strides))
+    if min(strides, default=1) < 1:
+        raise ValueError(f"ops.subsample: strides {strides} must be whole numbers >= 1 (one per axis of "
                          f"{t.id!r} {t.shape})")
     g = _graph("ops.subsample", t)
     shape = tuple(-(-d // s) for d, s in zip(t.shape, strides))

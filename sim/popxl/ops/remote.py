@@ -17,6 +17,7 @@ from ..graph import Graph
 from ..remote_buffer import RemoteBuffer
 from ..tensor import Tensor
 from ._core import _graph
+from ..io_tile_placement import on_io_tiles
 
 _INDEX_DTYPES = ("int32", "uint32")
 
@@ -99,15 +100,3 @@ def io_tile_copy(t: Tensor) -> Tensor:
     return y
 
 
-def on_io_tiles(graph, name: str) -> bool:
-    """Is tensor ``name`` of the simulated ``graph`` on the IO tiles: made by a remote load on them,
-    or by an IO-tile copy to them?"""
-    op = graph.producer_op(name)
-    return op is not None and makes_io_tensor(op)
-
-
-def makes_io_tensor(op) -> bool:
-    """Does ``op`` leave its outputs on the IO tiles?"""
-    if op.kind == IO_TILE_COPY:
-        return bool(op.attrs.get("to_io"))
-    return op.kind == "remote_load" and bool(op.attrs.get("io_tiles"))

@@ -79,6 +79,20 @@ def copy_var_update_(t: Tensor, X: Tensor) -> Tensor:
     return _update("copy_var_update_", "copy", t, [X])
 
 
+def _updater(fn: str, acc_first_order: Tensor, acc_second_order: Tensor, weight, time_step, weight_decay) -> Tensor:
+    """The update term of Adam, LAMB or Adamax: PopART's AdamUpdaterOp in that mode, one popops map over
+    the moments (its ``wd * w`` term only when the weight decay is a tensor or a non-zero number, as PopXL's
+    ``weight_decay_is_required``, which then needs the weight)."""
+    decay = isinstance(weight_decay, Tensor) or (weight_decay is not None and weight_decay != 0.0)
+    if decay and weight is None:
+        raise ValueError("Weight decay requires weight to not be None.")
+    others = [x for x in (acc_second_order, weight if decay else None, time_step) if isinstance(x, Tensor)]
+    if isinstance(time_step, Tensor) and any(from_gradient(x) for x in (acc_first_order, acc_second_order)):
+        _is_state(time_step)  # the updater counts the step in place (PopART's AdamUpdaterOp modifies it)
+    return _update(fn, "adam_updater", acc_first_order, others, None if decay else {"weight_decay": False},
+                   new_output=True)
+
+
 def adam_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tensor | None = None,
                  time_step: Tensor | None = None, weight_decay=None, beta1=None,
                  beta2=None, epsilon: float = 1e-07) -> Tensor:
@@ -86,16 +100,29 @@ def adam_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tens
     runs only when the weight decay is a tensor or a non-zero number, as in PopXL
     (``weight_decay_is_required``); it then needs the weight. Bias correction (``time_step``)
     needs both betas (PopXL's check)."""
-    decay = isinstance(weight_decay, Tensor) or (weight_decay is not None and weight_decay != 0.0)
-    if decay and weight is None:
-        raise ValueError("Weight decay requires weight to not be None.")
     if time_step is not None and (beta1 is None or beta2 is None):
         raise ValueError("Bias correction requires both beta1 and beta2 to not be None.")
-    others = [x for x in (acc_second_order, weight if decay else None, time_step) if isinstance(x, Tensor)]
-    if isinstance(time_step, Tensor) and any(from_gradient(x) for x in (acc_first_order, acc_second_order)):
-        _is_state(time_step)  # the updater counts the step in place (PopART's AdamUpdaterOp modifies it)
-    return _update("adam_updater", "adam_updater", acc_first_order, others, None if decay else {"weight_decay": False},
-                   new_output=True)
+    return _updater("adam_updater", acc_first_order, acc_second_order, weight, time_step, weight_decay)
+
+
+def lamb_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tensor | None = None,
+                 time_step: Tensor | None = None, weight_decay=None, beta1=None,
+                 beta2=None, epsilon: float = 1e-07) -> Tensor:
+    """LAMB's update term (PopART's AdamUpdaterOp in Lamb mode: Adam's map, scaled later by the trust
+    ratio ``r1 / r2`` in ``adam_var_update``), with PopXL's checks; of an autodiff gradient it makes the
+    simulated optimizer LAMB."""
+    if time_step is not None and (beta1 is None or beta2 is None):
+        raise ValueError("Bias correction requires both beta1 and beta2 to not be None.")
+    return _updater("lamb_updater", acc_first_order, acc_second_order, weight, time_step, weight_decay)
+
+
+def adamax_updater(acc_first_order: Tensor, acc_second_order: Tensor, weight: Tensor | None = None,
+                   time_step: Tensor = None, weight_decay=None, beta1=0.9, epsilon: float = 1e-07) -> Tensor:
+    """Adamax's update term (PopART's AdamUpdaterOp in AdaMax mode, priced as Adam's map); it needs the
+    time step, as PopXL checks; of an autodiff gradient it is the simulated Adam update."""
+    if time_step is None:
+        raise ValueError("AdaMax requires time_step to not be None.")
+    return _updater("adamax_updater", acc_first_order, acc_second_order, weight, time_step, weight_decay)
 
 
 def adam_var_update(t: Tensor, x: Tensor, r1=None, r2=None, learning_rate=None,
@@ -109,7 +136,7 @@ def adam_var_update(t: Tensor, x: Tensor, r1=None, r2=None, learning_rate=None,
 
 SUPPORTED = ("accumulate_", "accumulate_square_", "accumulate_mean_", "accumulate_moving_average_",
              "accumulate_moving_average_square_", "accumulator_scale_", "accumulator_zero_", "copy_var_update_",
-             "adam_updater", "lamb_square",
+             "adam_updater", "lamb_updater", "adamax_updater", "lamb_square",
              "adam_var_update")
 
 

@@ -64,6 +64,15 @@ class ExpectedConnection:
     def __repr__(self) -> str:
         return f"ExpectedConnection({self.fwd_tensor.id}, {self.connection_type.value})"
 
+    # the same connection each time GradGraphInfo lists it, as PopXL's (which keeps one object a connection):
+    # ``info.expected_outputs.index(ec)`` finds it
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ExpectedConnection) and other.fwd_tensor is self.fwd_tensor
+                and other.connection_type == self.connection_type)
+
+    def __hash__(self) -> int:
+        return hash((id(self.fwd_tensor), self.connection_type))
+
 
 class GradGraphInfo:
     """What ``autodiff`` returns: the grad graph and how it connects to the forward graph."""
@@ -324,6 +333,15 @@ def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[T
     ir = g.ir
     g._check_open()
     where = f"ops.call({grad_graph.name!r})"
+    if g._main and not ir._explicit_grads and not ir._training and _seeded_by_program(info, inputs, inputs_dict):
+        # the gradients fed in are the program's own tensors (a constant seed, as the user guide's autodiff
+        # example has), not a loss's gradient handle: the simulator's training expansion has nothing to start
+        # from, so the grad graph runs as written, its outputs real tensors (host_store, any op)
+        if info.explicit_error is None:
+            ir._note(f"{where} in the main graph with gradients the program computed (no loss gradient handle "
+                     "from ops.nll_loss_with_softmax_grad): the grad graph's ops are priced as written, with no "
+                     "training expansion")
+            ir._explicit_grads = True
     if not g._main or ir._explicit_grads:
         if info.explicit_error is not None:
             raise NotModelledError(f"{where} in graph {g.name!r}: the grad graph of {info.forward_graph.name!r} "
@@ -349,6 +367,16 @@ def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[T
     ir._note("popxl.transforms.autodiff: the backward pass and weight update are the simulator's "
              "training expansion from the loss (sim/training.py), not the grad graph PopXL would build")
     return [GradTensor(g, t.shape, t.dtype, t, f"grad({t.id})") for t in info._required]
+
+
+def _seeded_by_program(info: GradGraphInfo, inputs, inputs_dict) -> bool:
+    """Are all the gradients given to a call of ``info.graph`` (its first ``len(grads_provided)`` inputs,
+    positional or in ``inputs_dict``) tensors the program made, none an autodiff gradient handle?"""
+    flat = [x for item in inputs for x in (item if isinstance(item, (list, tuple)) else (item,))]
+    given = dict(zip(info.graph._inputs, flat))
+    given.update(inputs_dict or {})
+    seeds = [given.get(x) for x in info.graph._inputs[:len(info._provided)]]
+    return bool(seeds) and all(isinstance(s, Tensor) and not isinstance(s, GradTensor) for s in seeds)
 
 
 def _gradient_update(fn: str, target, grad) -> Tensor:

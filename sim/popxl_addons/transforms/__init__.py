@@ -136,11 +136,27 @@ def recompute_graph(graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
     return GraphWithNamedArgs(r_info.graph, graph.args.copy(), r_info, graph._builder, graph._accumulation)
 
 
-def set_available_memory_proportion_by_ipu(ir, proportions) -> None:
-    """Every matmul and convolution made so far in ``ir``'s graphs plans with the proportion of its IPU
-    (``proportions[n]`` for IPU n; IPU 0's where there is none), replacing the op's own."""
+def _set_proportions(graphs, proportions) -> None:
     by_ipu = dict(enumerate(float(p) for p in proportions))
-    for graph in ir._graphs:
+    for graph in graphs:
         for op in graph.sim_graph.ops:
             if op.kind in ("matmul", "conv2d", "conv2d_grad_input"):
                 op.attrs["available_memory_proportion"] = by_ipu.get(op.ipu or 0, by_ipu[0])
+
+
+def set_available_memory_proportion_by_ipu(ir, proportions) -> None:
+    """Every matmul and convolution made so far in ``ir``'s graphs plans with the proportion of its IPU
+    (``proportions[n]`` for IPU n; IPU 0's where there is none), replacing the op's own."""
+    _set_proportions(ir._graphs, proportions)
+
+
+def set_graph_available_memory_proportion_by_ipu(graph, proportions) -> None:
+    """As :func:`set_available_memory_proportion_by_ipu`, for the ops of ``graph`` (a PopXL graph or a
+    ``GraphWithNamedArgs``) and of the graphs it calls, recursively, as popxl-addons walks them."""
+    seen, todo = [], [getattr(graph, "graph", graph)]
+    while todo:
+        g = todo.pop()
+        if g not in seen:
+            seen.append(g)
+            todo.extend(g.called_graphs)
+    _set_proportions(seen, proportions)
