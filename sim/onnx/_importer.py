@@ -19,6 +19,7 @@ from ..graph.ir import Graph, GraphBuilder, Op, canonical_dtype
 from ._context import OpContext, _not_modelled, _unsupported
 from ._folding import _ALWAYS_FOLDED, _fold_numpy
 from ._ops_control_flow import subgraphs
+from ._ops_not_in_popart import _SEQUENCE_OPS
 from ._registry import RULES, _default_domain, _op_label, _rule_for
 from ._values import _FLOAT_TYPES, _OTHER_TYPES, _sim_shape, _type_name, _Value
 
@@ -487,8 +488,8 @@ class _Importer:
         if any(v is not None and not v.known for v in ins):
             return None
         shapes = [s for s in ctx.output_shapes if s is not None]
-        if op.startswith("Random") or any(math.prod(s) > 1 << 24 for s in shapes):
-            return None  # random values differ per run; huge constants are left to the device
+        if op.startswith("Random") or op in _SEQUENCE_OPS or any(math.prod(s) > 1 << 24 for s in shapes):
+            return None  # random values differ per run; huge constants are left to the device; a sequence is no tensor
         vals = [None if v is None else self.const_of(v) for v in ins]
         try:
             out = _fold_numpy(op, ctx._attrs, vals, ctx.opset)

@@ -43,8 +43,9 @@ def _pads_2d(ctx: OpContext, h: int, w: int, kernel: tuple[int, int], stride: tu
 def _recurrent(ctx: OpContext):
     """ONNX LSTM / GRU as PopART runs them (one popnn layer, ``GraphBuilder.recurrent``): forward
     (a GRU also ``reverse``: PopART reverses the input), the default activations, no clip, no
-    peepholes or sequence lengths (PopART refuses peepholes; lstm.cpp); the LSTM's two biases summed
-    (lstmx.cpp), the GRU's kept apart when ``linear_before_reset`` (popnn's resetAfter)."""
+    peepholes or sequence lengths (PopART refuses peepholes; lstm.cpp); the LSTM's two biases added
+    (lstmx.cpp growBias: a copy and an in-place ADD), the GRU's too unless ``linear_before_reset`` (popnn's
+    resetAfter), which keeps them apart."""
     cell = ctx.op_type.lower()
     direction = ctx.attr("direction", "forward")
     if direction not in ("forward", "reverse") or (cell == "lstm" and direction != "forward"):
@@ -73,9 +74,13 @@ def _recurrent(ctx: OpContext):
         bias = ctx.builder.constant(f"{ctx.name}/bias", (2 * G if reset_after else G,), dt)
     elif reset_after:
         bias = ctx._imp.operand(ctx, 3, (2 * G,))
-    else:  # input and recurrent biases summed, as PopART does
-        pair = ctx._imp.operand(ctx, 3, (2, G))
-        bias = ctx.op("reduce_sum", [pair], {"axes": [0]}, shapes=[(G,)], result=False, suffix="bias")
+    else:  # the input and recurrent biases added, as PopART's LSTMOpx / GRUOpx growBias: a copy of the first
+        # half and popops' in-place ADD of the second (one add of the two halves, views of the input; as
+        # sim.poptorch adds torch's b_ih and b_hh), not a reduction
+        flat = ctx._imp.operand(ctx, 3, (2 * G,))
+        halves = [ctx.op("slice", [flat], {"axis": 0, "start": k * G, "stop": (k + 1) * G}, shapes=[(G,)],
+                         result=False, suffix=f"bias_{label}") for k, label in enumerate(("input", "recurrent"))]
+        bias = ctx.op("add", halves, shapes=[(G,)], result=False, suffix="bias")
     states = []
     for i, label in ((5, "h0"), (6, "c0"))[:2 if cell == "lstm" else 1]:
         states.append(ctx._imp.operand(ctx, i, (B, H)) if ctx.has_input(i)
@@ -88,6 +93,68 @@ def _recurrent(ctx: OpContext):
             results.append(ctx.op("reshape", [t], shapes=[(1, B, H)], outputs=[k]))
         else:
             results.append(None)
+    return results
+
+
+#: ONNX RNN activations PopART's RNNOp takes (op/lstmutil.cpp fromString) -> the sim kind of popnn's nonlinearity
+_RNN_ACTIVATIONS = {"Tanh": "tanh", "Relu": "relu", "Sigmoid": "sigmoid", "Gelu": "gelu", "Swish": "swish"}
+
+
+def _rnn(ctx: OpContext):
+    """ONNX RNN (a plain recurrent layer) as PopART's RNNOpx runs it (popx/op/rnnx.cpp): the two biases added
+    once (getBias), the initial state copied (cloneNcopy), then a poplar Repeat of one step per time step:
+    the step's input dynamically sliced from the sequence, one matmul of [x_t, h] (B, I + H) by the weights
+    [W, R] (I + H, H) (poplar::concat views, the layer creating W and R in that layout), the bias added,
+    the nonlinearity in place, the new state copied to the previous one, the step's output dynamically
+    updated into the sequence and the step index incremented; the last state copied out. Forward only, one
+    activation, no clip (PopART's RNNOp refuses the rest; sequence_lens it ignores, and so does this rule)."""
+    direction = ctx.attr("direction", "forward")
+    if direction != "forward":
+        ctx.unsupported(f"direction={direction!r} (PopART's RNNOp runs the forward direction only: op/rnn.cpp)")
+    acts = [a.decode() if isinstance(a, bytes) else a for a in ctx.attr("activations", ["Tanh"])]
+    if len(acts) != 1 or acts[0] not in _RNN_ACTIVATIONS:
+        ctx.unsupported(f"activations={acts} (PopART's RNNOp takes one of {', '.join(_RNN_ACTIVATIONS)})")
+    for name in ("activation_alpha", "activation_beta", "clip"):
+        if ctx.attr(name) is not None:
+            ctx.unsupported(f"attribute {name} (PopART's RNNOp refuses it)")
+    if int(ctx.attr("layout", 0)):
+        ctx.unsupported("layout=1 (batch-major); the simulator takes ONNX's default time-major layout")
+    T, B, I = ctx.shape(0)
+    H = int(ctx.attr("hidden_size", ctx.shape(2)[-1]))
+    dt, b = ctx.dtype(0), ctx.builder
+    w_in = ctx._imp.operand(ctx, 1, (I, H), perm=(0, 2, 1))
+    w_rec = ctx._imp.operand(ctx, 2, (H, H), perm=(0, 2, 1))
+    weights = ctx.op("concat", [w_in, w_rec], {"axis": 0}, shapes=[(I + H, H)], dtypes=[dt], result=False,
+                     suffix="weights")
+    bias = None
+    if ctx.has_input(3):
+        flat = ctx._imp.operand(ctx, 3, (2 * H,))
+        halves = [ctx.op("slice", [flat], {"axis": 0, "start": k * H, "stop": (k + 1) * H}, shapes=[(H,)],
+                         dtypes=[dt], result=False, suffix=f"bias_{label}")
+                  for k, label in enumerate(("input", "recurrent"))]
+        bias = ctx.op("add", halves, shapes=[(H,)], dtypes=[dt], result=False, suffix="bias")
+    h0 = ctx._imp.operand(ctx, 5, (B, H)) if ctx.has_input(5) else b.constant(f"{ctx.name}/zero_initial_h", (B, H), dt)
+    h = ctx.op("copy", [h0], shapes=[(B, H)], dtypes=[dt], result=False, suffix="h_prev")
+    index, one = b.constant(f"{ctx.name}/index", (1,), "int32"), b.constant(f"{ctx.name}/one", (1,), "int32")
+    x, kind, steps = ctx.input(0), _RNN_ACTIVATIONS[acts[0]], []
+    for t in range(T):
+        xt = ctx.op("copy", [x], {"dynamic_slice": True, "axis": 0}, shapes=[(B, I)], dtypes=[dt], result=False,
+                    suffix=f"{t}/x")
+        xh = ctx.op("concat", [xt, h], {"axis": 1}, shapes=[(B, I + H)], dtypes=[dt], result=False, suffix=f"{t}/xh")
+        y = ctx.op("matmul", [xh, weights], shapes=[(B, H)], dtypes=[dt], result=False, suffix=f"{t}/matmul")
+        if bias is not None:
+            y = ctx.op("add", [y, bias], shapes=[(B, H)], dtypes=[dt], result=False, suffix=f"{t}/bias")
+        y = ctx.op(kind, [y], shapes=[(B, H)], dtypes=[dt], result=False, suffix=f"{t}/{kind}")
+        h = ctx.op("copy", [y], shapes=[(B, H)], dtypes=[dt], result=False, suffix=f"{t}/h_prev")
+        update = ctx.op("copy", [y], {"dynamic_update": True}, shapes=[(B, H)], dtypes=[dt], result=False,
+                        suffix=f"{t}/y")
+        steps.append(ctx.op("reshape", [update], shapes=[(1, 1, B, H)], dtypes=[dt], result=False,
+                            suffix=f"{t}/y_view"))
+        index = ctx.op("add", [index, one], {"loop_control": "iterator"}, shapes=[()], dtypes=["int32"],
+                       result=False, suffix=f"{t}/index")
+    results = [ctx.op("concat", steps, {"axis": 0}, shapes=[(T, 1, B, H)], dtypes=[dt], outputs=[0])]
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:  # Y_h: the last step's output copied out
+        results.append(ctx.op("copy", [steps[-1]], shapes=[(1, B, H)], dtypes=[dt], outputs=[1]))
     return results
 
 
@@ -522,7 +589,7 @@ def _global_pool(kind: str):
 
 
 RULES: dict = {
-    "LSTM": _recurrent, "GRU": _recurrent,
+    "LSTM": _recurrent, "GRU": _recurrent, "RNN": _rnn,
     # dense algebra
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     "ai.graphcore::MultiConv": _multiconv,

@@ -1,5 +1,5 @@
-"""ONNX ops PopART has no op for (Einsum, GatherND, NonZero, Celu, Mish, ...): each refused by a
-rule that says so (and folded, like any op, when its inputs are constants). :data:`RULES` holds
+"""ONNX ops PopART has no op for (Einsum, GatherND, NonZero, Celu, Mish, ..., and the sequence ops): each
+refused by a rule that says so (and folded, like any op, when its inputs are constants). :data:`RULES` holds
 the refusals by op type."""
 
 from __future__ import annotations
@@ -20,4 +20,17 @@ def _not_in_popart(ctx: OpContext):
                     + ("; folded when its inputs are constants" if ctx.op_type in ("Trilu", "Range", "EyeLike") else ""))
 
 
-RULES: dict = {k: _not_in_popart for k in _NOT_IN_POPART}
+#: ONNX's sequence and optional ops: PopART has none (its tensors are tensors), nor does the simulator
+_SEQUENCE_OPS = ("SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SequenceAt",
+                 "SequenceLength", "SplitToSequence", "ConcatFromSequence", "SequenceMap", "Optional",
+                 "OptionalHasElement", "OptionalGetElement")
+
+
+def _sequence_op(ctx: OpContext):
+    ctx.unsupported(f"PopART has no {ctx.op_type} op: it has no ONNX sequences (nor optionals), and neither does "
+                    "the simulator, so the model would not compile there. torch.onnx.export writes them for "
+                    "torch.split / chunk / unbind when dynamo=True runs with optimize=False; export with the default "
+                    "optimize=True (which rewrites them as Split) or with dynamo=False")
+
+
+RULES: dict = {**{k: _not_in_popart for k in _NOT_IN_POPART}, **{k: _sequence_op for k in _SEQUENCE_OPS}}

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import GraphError
 from ._context import OpContext
-from ._values import _axis, _broadcast, _reshape_target, _slice_shape
+from ._values import _Value, _axis, _broadcast, _reshape_target, _slice_shape
 
 
 def _view(ctx: OpContext, shape: tuple[int, ...]):
@@ -180,6 +180,15 @@ def _transpose(ctx: OpContext):
     moved = [p for i, p in enumerate(perm) if p != i]
     if all(s[p] == 1 for p in moved):  # only size-1 dims move: a reshape, no data moves
         return _view(ctx, out)
+    if ctx.is_weight(0):
+        # a weight transposed (torch's Linear on a 3-D input exports Transpose(W) -> MatMul; so does
+        # MultiheadAttention's in_proj_weight): PopART inplaces the Transpose into a view (TransposeInplaceOpx:
+        # a dimShuffle) and the weight is laid out for its consumer by unwinding through it (TransposeOpx's
+        # CanUnwind), as a Gemm's transB; so the weight is stored transposed when this is its one use, as
+        # sim.poptorch stores a weight its matmul reads transposed, and a transpose is made once otherwise
+        t = ctx._imp.operand(ctx, 0, out, perm=perm)
+        stored = ctx.graph.tensors[t].role == "weight"  # the weight itself, not a transpose made of it
+        return _Value(out, ctx.dtype(0), sim=t, weight=stored, name=ctx.node.output[0], layout=(None, out))
     return ctx.op("transpose", [ctx.input(0)], {"perm": perm}, shapes=[out])
 
 
