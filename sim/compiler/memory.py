@@ -366,6 +366,8 @@ class _Peak:
 
     def raise_to(self, level: np.ndarray, live: np.ndarray, temp: np.ndarray, at: int) -> None:
         higher = level > self.level
+        if not higher.any():  # no tile above its peak (most ops once the walk is under way)
+            return
         self.level[higher] = level[higher]
         self.at[higher] = at
         self.live[higher] = live[higher]
@@ -482,6 +484,7 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
     frees: dict[int, list[str]] = {}
     for t, i in last_use.items():
         frees.setdefault(i, []).append(t)
+    no_temp = np.zeros(tiles)  # the temporaries of an op without any (read only)
     for name in last_use:  # inputs of the run: streamed in, received, or loaded from streaming memory
         t = tensors[name]
         if name not in produced and t.role not in ALWAYS_LIVE and name not in restored:
@@ -507,14 +510,16 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
                     live_sum += t.nbytes / t.shards
                     start = owner[o][0] if start is None else start
         start = layout.next if start is None else start
-        temp, temp_sum = np.zeros(tiles), 0.0
+        temp, temp_sum = no_temp, 0.0
         if cost.profile is not None and cost.temp_bytes_per_tile:
             temp = rolled(cost.profile.temp, start)
             temp_sum = float(cost.profile.temp.sum())
         elif cost.temp_bytes_per_tile:
             temp_sum = cost.temp_bytes_per_tile * used
+            temp = np.zeros(tiles)
             layout.add(temp, (start, max(1, min(tiles, used))), temp_sum)
-        level = always + live + temp
+        # adding no temporaries leaves the sum as it is (bytes are never negative zero)
+        level = always + live if temp is no_temp else always + live + temp
         peak.raise_to(level, live, temp, base + i)
         recorder.record(op, run, level, live, temp, live_sum, temp_sum)
         # while the op runs, its inputs and outputs are live together: the peak is taken before its frees

@@ -70,12 +70,25 @@ def _equivalence(op: Op, g: Graph, signatures: Signatures | None = None) -> tupl
     return kind, tuple((shape, dtype) for shape, dtype, _role in ins), outs, attrs
 
 
-def _value(ops: list[Op], copied: list[str], g: Graph) -> float:
+def _value(ops: list[Op], copied: list[str], nbytes: dict[str, int]) -> float:
     """PopART's IoSubgraphCostModel value of outlining ``ops`` (in schedule order) when the call copies
-    the tensors ``copied``: each op's subgraph value x sqrt(its input bytes), less sqrt(bytes) a copy."""
+    the tensors ``copied``: each op's subgraph value x sqrt(its input bytes), less sqrt(bytes) a copy
+    (``nbytes``: each tensor's bytes, :class:`_TensorBytes`)."""
     worth = sum((HIGH_VALUE if op.kind in HIGH_VALUE_KINDS else LOW_VALUE)
-                * math.sqrt(sum(g.tensors[t].nbytes for t in op.inputs)) for op in ops)
-    return worth - sum(math.sqrt(g.tensors[t].nbytes) for t in copied)
+                * math.sqrt(sum(nbytes[t] for t in op.inputs)) for op in ops)
+    return worth - sum(math.sqrt(nbytes[t]) for t in copied)
+
+
+class _TensorBytes(dict):
+    """The bytes of a graph's tensors by name, each looked up in the graph once."""
+
+    def __init__(self, g: Graph):
+        super().__init__()
+        self.g = g
+
+    def __missing__(self, name: str) -> int:
+        self[name] = size = self.g.tensors[name].nbytes
+        return size
 
 
 #: roles of the tensors an op may update in place that outlive the call: a call copies them back
@@ -151,12 +164,18 @@ def merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
     """One Poplar ``Copy`` of each of ``tensors`` to its clone, the copies one after another merged into
     one program (see the module docstring): each tensor's popops copy on its tiles (``sim.cost.rules``,
     kind ``copy``), one launch and one sync for them all."""
-    key = (tuple((t.shape, t.dtype, t.priced_role) for t in (g.tensors[name] for name in tensors)), ipu, tiles)
+    key = (_copy_key(tensors, g), ipu, tiles)
     if key not in _MERGED_COPIES:
         if len(_MERGED_COPIES) >= 4096:
             _MERGED_COPIES.clear()
         _MERGED_COPIES[key] = _merged_copy(tensors, g, ipu, tiles)
     return _MERGED_COPIES[key]
+
+
+def _copy_key(tensors: list[str], g: Graph) -> tuple:
+    """What a merged copy of ``tensors`` costs depends on but the IPU: each one's shape, dtype and
+    priced role."""
+    return tuple((t.shape, t.dtype, t.priced_role) for t in (g.tensors[name] for name in tensors))
 
 
 def _merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
@@ -197,17 +216,23 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, th
     IPU, the calls, the tensors they copy and the copies' cycles when each op of the graph runs once
     (``{ipu: (calls, copies, cycles)}``)."""
     readers: dict[str, set[str]] = {}
+    on_ipu: dict[int, list[Op]] = {}
     for op in g.ops:
         for t in op.inputs:
             readers.setdefault(t, set()).add(op.name)
+        if op.ipu is not None:
+            on_ipu.setdefault(op.ipu, []).append(op)
     costs = dict(costs)
+    nbytes = _TensorBytes(g)
     counts: dict[int, tuple[int, int, int]] = {}
     joined: dict[tuple, tuple[OpCost, OpCost, OpCost]] = {}  # (its parts, kept so their ids stay theirs; the sum)
-    for i in sorted({op.ipu for op in g.ops if op.ipu is not None}):
+    copies: dict[tuple, OpCost] = {}  # merged_copy's, by _copy_key: the IPU and the tiles are the same throughout
+    for i in sorted(on_ipu):
         # the ops a front end writes out from a called subgraph (CODE_OF: PopXL's calls and repeats) or
         # an ONNX Loop's body (sim.onnx marks each iteration's ops onnx_loop) run in that call or loop,
-        # whose copies the front end prices: they repeat without being PopART's outlined calls
-        ops = [op for op in g.ops if op.ipu == i and op.name in costs and costs[op.name].cycles > 0
+        # whose copies the front end prices: they repeat without being PopART's outlined calls (an
+        # IPU's copies change only its own ops' costs)
+        ops = [op for op in on_ipu[i] if op.name in costs and costs[op.name].cycles > 0
                and CODE_OF not in op.attrs and "onnx_loop" not in op.attrs]
         signature = {op.name: _equivalence(op, g, signatures) for op in ops}
         runs = _runs(ops, signature)
@@ -218,7 +243,7 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, th
         def outline(call: list[Op]) -> bool:
             """Keep ``call`` if outlining it is worth its copies (PopART's pruning)."""
             ins, outs = _crossing(call, readers, g)
-            if _value(call, ins + outs, g) <= threshold:
+            if _value(call, ins + outs, nbytes) <= threshold:
                 return False
             calls.append((call, ins, outs))
             return True
@@ -237,12 +262,15 @@ def add_call_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int, th
         for call, ins, outs in calls:
             copied += len(ins) + len(outs)
             for op, tensors, where in _copy_groups(call, ins, outs, just_in_time):
-                copy = merged_copy(tensors, g, ipu, tiles)
-                nbytes = sum(g.tensors[t].nbytes for t in tensors)
+                like = _copy_key(tensors, g)
+                if like not in copies:
+                    copies[like] = merged_copy(tensors, g, ipu, tiles)
+                copy = copies[like]
+                size = sum(nbytes[t] for t in tensors)
                 # like ops share one cost object, and like calls one copy: each pair is added once
-                key = (id(costs[op.name]), id(copy), nbytes, where)
+                key = (id(costs[op.name]), id(copy), size, where)
                 if key not in joined:
-                    joined[key] = (costs[op.name], copy, with_copy(costs[op.name], copy, nbytes, where))
+                    joined[key] = (costs[op.name], copy, with_copy(costs[op.name], copy, size, where))
                 costs[op.name] = joined[key][2]
                 cycles += copy.cycles
         counts[i] = (len(calls), copied, cycles)
@@ -257,12 +285,23 @@ def _copy_groups(call: list[Op], ins: list[str], outs: list[str],
     if not just_in_time:
         return [(op, tensors, where) for op, tensors, where in ((call[0], ins, "in"), (call[-1], outs, "out"))
                 if tensors]
-    first = {t: next(op for op in call if t in op.inputs or t in op.outputs) for t in ins}
-    maker = {t: next((op for op in call if t in op.outputs), call[-1]) for t in outs}
+    first: dict[str, int] = {}  # tensor -> position in the call of the first op reading or making it
+    made: dict[str, int] = {}  # tensor -> position of the first op making it
+    for i, op in enumerate(call):
+        for t in op.inputs:
+            first.setdefault(t, i)
+        for t in op.outputs:
+            first.setdefault(t, i)
+            made.setdefault(t, i)
+    copies_in: dict[int, list[str]] = {}  # position -> the tensors copied in next to it, in the order of ins
+    for t in ins:
+        copies_in.setdefault(first[t], []).append(t)
+    copies_out: dict[int, list[str]] = {}  # position -> the tensors copied out next to it: where made, else last
+    for t in outs:
+        copies_out.setdefault(made.get(t, len(call) - 1), []).append(t)
     groups = []
-    for op in call:
-        for tensors, where in (([t for t in ins if first[t] is op], "in"),
-                               ([t for t in outs if maker[t] is op], "out")):
+    for i, op in enumerate(call):
+        for tensors, where in ((copies_in.get(i), "in"), (copies_out.get(i), "out")):
             if tensors:
                 groups.append((op, tensors, where))
     return groups

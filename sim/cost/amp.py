@@ -903,24 +903,69 @@ def _reduced_outputs(g, m, n, pk):
     return g * m * n / np.maximum(pk, 1)
 
 
+def _vertex_conv(conv: ConvShape | None, vertex: str) -> ConvShape | None:
+    """The convolution as ``vertex`` runs it: ``expand_w`` has the kernel's width folded into the
+    input channels (:meth:`ConvShape.expanded_width`), the others the convolution itself."""
+    return conv.expanded_width() if vertex == "expand_w" else conv
+
+
+def _tile_operands(ipu: IPU, itemsize: int, partials_bytes: int, conv: ConvShape | None, vertex: str, g, m, k, n,
+                   pm, pn):
+    """(bytes of the A block, bytes of the B block, bytes rearranged before a convolution or None) of a
+    tile of a plan (arrays, as :func:`_tile_costs` takes them; ``conv`` as the vertex runs it,
+    :func:`_vertex_conv`). An nx1 or 1x1 convolution's tile holds an input patch, the expanded form
+    im2col rows. poplin rearranges an expanded input (and its weights) or one whose channels it pads
+    over the tiles before the convolution (None: it does not)."""
+    mode = amp_mode(ipu, itemsize, partials_bytes)
+    # an nx1 or 1x1 convolution receives an input patch; the expanded form receives im2col rows
+    patch = conv_input_factor(conv, m) if conv and vertex != "expanded" else 1.0
+    a_bytes = g * m * k * itemsize * patch
+    b_bytes = g * k * n * itemsize
+    expands = vertex in ("expanded", "expand_w")
+    pads = vertex != "hmac" and conv is not None and conv.in_channels % mode.in_group  # HMAC: any grouping
+    if conv is not None and (expands or pads):
+        return a_bytes, b_bytes, a_bytes / pn + (b_bytes / pm if expands else 0)
+    return a_bytes, b_bytes, None
+
+
+def _temp_estimate(a_bytes, b_bytes, moved, outputs, partials_bytes: int):
+    """poplin's planning estimate of a tile's temporary bytes (``ConvModel.cpp ::
+    addConvTempMemoryEstimate``): its whole input and weight blocks, what is rearranged before the
+    op and its partials, counted even where the AMP writes the result itself; the budget bounds it."""
+    return a_bytes + b_bytes + moved + outputs * partials_bytes
+
+
+def _tile_temp(ipu: IPU, itemsize: int, partials_bytes: int, conv: ConvShape | None, vertex: str, g, m, k, n,
+               pm, pn, rearranged: float = 0.0, used=1):
+    """The ``"temp"`` of :func:`_tile_costs` (same arguments; bytes), without pricing anything."""
+    conv = _vertex_conv(conv, vertex)
+    a_bytes, b_bytes, moved = _tile_operands(ipu, itemsize, partials_bytes, conv, vertex, g, m, k, n, pm, pn)
+    if moved is None:
+        moved = 0.0
+    if rearranged:
+        moved = moved + rearrangement(ipu, rearranged, used, itemsize)[2]
+    return _temp_estimate(a_bytes, b_bytes, moved, g * m * n, partials_bytes)
+
+
 def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool, conv: ConvShape | None,
                 vertex: str, g, m, k, n, pm, pn, pk, rearranged: float = 0.0, used=1,
-                dilated_output: float = 0.0, planned_rearranged: float = 0.0):
+                dilated_output: float = 0.0, planned_rearranged: float = 0.0, bound: bool = False):
     """Costs of a tile holding ``g`` groups of ``[m,k] @ [k,n]`` blocks of a plan split
     ``pm x pn x pk`` (arrays: one entry per tile or per candidate plan), run on ``vertex``
     (see :class:`MatmulPlan`), after ``rearranged`` operand elements are rearranged over the
     ``used`` tiles (:func:`rearrangement`) and before ``dilated_output`` result elements are
     copied over them (:func:`deferred_dilation_copy`). ``planned_rearranged`` elements are
     rearranged in poplin's planning estimate only (the ``planner_exchange`` cycles: a copy and its
-    exchange at the full rate, :func:`matmul_padding`). Cycles and bytes."""
+    exchange at the full rate, :func:`matmul_padding`). Cycles and bytes.
+
+    Every entry is priced on its own (the arrays' entries do not affect each other), so pricing a
+    subset of candidates gives each the same costs. With ``bound`` only ``compute`` and
+    ``planner_exchange`` are priced, and without the partials' reduction: what it adds to them is
+    never negative, so they are then lower bounds of poplin's estimate, used to prune a search."""
     mode = amp_mode(ipu, itemsize, partials_bytes)
     bw, full = ipu.exchange_rate, ipu.exchange_bytes_per_cycle_per_tile  # priced; poplin's planner (ExchangeEstimator)
-    if vertex == "expand_w":
-        conv = conv.expanded_width()
-    # an nx1 or 1x1 convolution receives an input patch; the expanded form receives im2col rows
-    patch = conv_input_factor(conv, m) if conv and vertex != "expanded" else 1.0
-    a_bytes = g * m * k * itemsize * patch
-    b_bytes = g * k * n * itemsize
+    conv = _vertex_conv(conv, vertex)
+    a_bytes, b_bytes, moved = _tile_operands(ipu, itemsize, partials_bytes, conv, vertex, g, m, k, n, pm, pn)
     a_recv = a_bytes * (1.0 - 1.0 / pn)
     b_recv = b_bytes * (1.0 - 1.0 / pm) if b_is_weight else b_bytes
     shared = np.where(pn % 2 == 0, 2, 1)  # supertile: both tiles take the same input at once
@@ -946,10 +991,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         launch = launch + np.where(cast_in > 0, 2 * _quarter_table()["cast_worker_fixed"] * ipu.worker_threads, 0)
     # poplin rearranges an expanded input (and its weights) or one whose channels it pads, over
     # the tiles, before the convolution: an exchange phase and a copy compute set
-    expands = vertex in ("expanded", "expand_w")
-    pads = vertex != "hmac" and conv is not None and conv.in_channels % mode.in_group  # HMAC: any grouping
-    if conv is not None and (expands or pads):
-        moved = a_bytes / pn + (b_bytes / pm if expands else 0)
+    if moved is not None:
         copy = codelet("copy").fixed
         rearrange = np.ceil(moved / itemsize * rearrange_cycles_per_element(conv, itemsize))
         exch1 = exch1 + ipu.exchange_setup_cycles + np.ceil(moved / bw)
@@ -976,12 +1018,14 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         extra_sets = extra_sets + 1
     outputs = g * m * n
     out_bytes = max(itemsize, 2)  # an FP8 matmul's result is fp16 (GraphBuilder.matmul)
-    red_exch, red, red_stages, recv2, red_fixed, red_plan = partials_reduction(
-        ipu, outputs, pk, partials_bytes, out_bytes, 1 if vertex == "hmac" else mode.out_group, planner_exchange=True)
     cast_codelet = codelet("cast")
     cast_fixed = cast_codelet.fixed
     needs_cast = (partials_bytes > out_bytes) & (np.asarray(pk) <= 1)
     cast = np.where(needs_cast, cast_fixed + np.ceil(outputs * cast_codelet.fp16), 0)
+    if bound:
+        return {"compute": amp + cast, "planner_exchange": plan1}
+    red_exch, red, red_stages, recv2, red_fixed, red_plan = partials_reduction(
+        ipu, outputs, pk, partials_bytes, out_bytes, 1 if vertex == "hmac" else mode.out_group, planner_exchange=True)
     # partials need their own buffer unless the AMP writes the result itself (nothing to reduce,
     # partials of the result's type); that result is a live activation, counted as such
     separate = (np.asarray(pk) > 1) | (partials_bytes > out_bytes)
@@ -1002,7 +1046,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
             "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
             "exchange_phases": exch_phases, "compute_sets": compute_sets,
             "recv": recv1 + recv2,
-            "temp": a_bytes + b_bytes + moved + outputs * partials_bytes,
+            "temp": _temp_estimate(a_bytes, b_bytes, moved, outputs, partials_bytes),
             "held": partials + np.maximum(np.maximum(recv1 - result_first, recv2), 0)}
 
 
@@ -1164,37 +1208,48 @@ def _tile_planned(c: dict):
     return c["compute"] + c["planner_exchange"]
 
 
+@lru_cache(maxsize=1024)
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
                    grain_splits=False, serial_dim="M", planned_rearranged=0, inner_split=True) -> MatmulPlan:
-    """The best plan of one vertex (:func:`_search`); ``inner_split`` False: K is not split over tiles."""
-    pg, pm, pn, pk, used, split_order, c, total, planned = _vertex_candidates(
-        G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, conv, serial, vertex, rearranged,
-        dilated_output, grain_splits, serial_dim, planned_rearranged, inner_split)
-    temp = c["temp"]
+    """The best plan of one vertex (:func:`_search`); ``inner_split`` False: K is not split over tiles.
+
+    Of the candidates whose temporary bytes fit the ``budget``, the fastest by poplin's estimate, ties
+    broken by fewer tiles, then by less memory, then by the splits; if none fits, the least memory,
+    ties broken by the splits. Only the candidates that may be the fastest are priced in full
+    (:meth:`_Candidates.fastest`), and the chosen one's costs. Cached: the passes of a layer plan
+    some of the same matmuls more than once (a pure function of hashable arguments; the plan is
+    frozen)."""
+    cands = _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, conv, serial, vertex,
+                               rearranged, dilated_output, grain_splits, serial_dim, planned_rearranged, inner_split)
+    temp, used, split_order = cands.temp, cands.used, cands.split_order
     fits = temp <= budget
-    if fits.any():  # fastest by the planner's estimate; ties broken by fewer tiles, then by less memory
-        pool = np.flatnonzero(fits)
-        pool = pool[planned[pool] == planned[pool].min()]  # the fastest first, so the sort below is short
+    if fits.any():
+        fastest = cands.fastest(np.flatnonzero(fits))
+        pool = fastest.at
         i = int(pool[np.lexsort((split_order[pool], temp[pool], used[pool]))[0]])
-    else:  # the least memory, ties broken by the splits
+        chosen = fastest.take(np.flatnonzero(pool == i))
+    else:
         i = int(np.lexsort((split_order, temp))[0])
+        chosen = cands.estimates(np.array([i]))
+    c, total = (chosen.costs, chosen.total) if chosen.costs is not None else cands.costs(chosen.at)
+    planned = chosen.planned[0]
     return MatmulPlan(
-        splits=(int(pg[i]), int(pm[i]), int(pn[i]), int(pk[i])),
+        splits=(int(cands.pg[i]), int(cands.pm[i]), int(cands.pn[i]), int(cands.pk[i])),
         dims=(G, M, K, N),
         serial=serial,
         tiles_used=int(used[i]),
-        exchange_cycles=int(c["exchange"][i]) * serial,
-        compute_cycles=int(c["compute"][i]) * serial,
-        supersteps=int(c["compute_sets"][i]) * serial,
-        sync_points=int(c["exchange_phases"][i] + c["compute_sets"][i]) * serial,
-        exchange_bytes=int(c["recv"][i] * used[i]) * serial,
+        exchange_cycles=int(c["exchange"][0]) * serial,
+        compute_cycles=int(c["compute"][0]) * serial,
+        supersteps=int(c["compute_sets"][0]) * serial,
+        sync_points=int(c["exchange_phases"][0] + c["compute_sets"][0]) * serial,
+        exchange_bytes=int(c["recv"][0] * used[i]) * serial,
         temp_bytes_per_tile=int(temp[i]),
         fits=bool(fits[i]),
-        total_cycles=int(total[i]) * serial,
-        planned_cycles=int(planned[i]) * serial,
-        launch_cycles=int(c["launch"][i]) * serial,
-        exchange_phases=int(c["exchange_phases"][i]) * serial,
+        total_cycles=int(total[0]) * serial,
+        planned_cycles=int(planned) * serial,
+        launch_cycles=int(c["launch"][0]) * serial,
+        exchange_phases=int(c["exchange_phases"][0]) * serial,
         partials_bytes=partials_bytes,
         rearranged=int(rearranged),
         dilated_output=int(dilated_output),
@@ -1203,14 +1258,169 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
     )
 
 
+@dataclass(frozen=True, eq=False)
+class _Candidates:
+    """Every candidate split of one vertex's plan (:func:`_vertex_candidates`): the splits ``pg, pm,
+    pn, pk``, the tiles used, the tie-break order, the busiest tile's block ``g, m, k, n`` of each and
+    poplin's estimate of its temporary bytes (``temp``, bytes: what the budget bounds), arrays, read
+    only; and what pricing them needs (the plan's dimensions and options, ``tile_conv`` the
+    convolution as a tile of each holds it: its ``width`` an array, one row width per candidate, where
+    the field's dimensions are split apart)."""
+
+    G: int
+    M: int
+    K: int
+    N: int
+    itemsize: int
+    partials_bytes: int
+    b_is_weight: bool
+    ipu: IPU
+    serial: int
+    vertex: str
+    rearranged: float
+    dilated_output: float
+    serial_dim: str
+    planned_rearranged: float
+    pg: np.ndarray
+    pm: np.ndarray
+    pn: np.ndarray
+    pk: np.ndarray
+    used: np.ndarray
+    split_order: np.ndarray
+    g: np.ndarray
+    m: np.ndarray
+    k: np.ndarray
+    n: np.ndarray
+    tile_conv: ConvShape | None
+    temp: np.ndarray
+
+    def costs(self, at: np.ndarray, conv: ConvShape | None = None, bound: bool = False) -> tuple[dict, np.ndarray]:
+        """(:func:`_tile_costs` arrays, cycles on the busiest tile: :func:`_tile_total`) of the
+        candidates ``at`` (indices), a piece of a serialised plan included, on ``conv`` (default
+        ``tile_conv``); with ``bound``, (lower bounds of the planning estimate's two parts, None):
+        :func:`_tile_costs`'s, a serialised plan's slices and adds left out too (never negative)."""
+        ipu, itemsize, partials_bytes = self.ipu, self.itemsize, self.partials_bytes
+        G, M, K, N = self.G, self.M, self.K, self.N
+        g, m, k, n, pm, pn, pk, used = (a[at] for a in (self.g, self.m, self.k, self.n, self.pm, self.pn, self.pk,
+                                                        self.used))
+        conv = self.tile_conv if conv is None else conv
+        if conv is not None and isinstance(conv.width, np.ndarray):  # each candidate's row width
+            conv = replace(conv, width=conv.width[at])
+        c = _tile_costs(ipu, itemsize, partials_bytes, self.b_is_weight, conv, self.vertex, g, m, k, n, pm, pn, pk,
+                        self.rearranged, used, self.dilated_output, self.planned_rearranged, bound)
+        if bound:
+            return c, None
+        if self.serial > 1:
+            # poplin cuts a serialised convolution's operands into pieces by a counted loop: each piece
+            # dynamically slices its part of the operand it cuts, each tile its own share of the
+            # tensor before any broadcast (ConvModel.cpp addDynamicSliceEstimate of inputsPerTile /
+            # weightsPerTile: the tensor over the used tiles; Convolution.cpp dynamicSliceWithOutput),
+            # and the plan's exchange then brings the blocks. Along the output channels N (poplin's
+            # outChanSplit.serial) B's piece is sliced and the piece's outputs written into the
+            # result (addDynamicUpdateEstimate of outputsPerTile); along M, A's piece and the outputs
+            # (the simulator's cut of the rows, which poplin does not make); along the input
+            # channels K (inChanSplit.serial) both operands' pieces, and the piece's partial sums are
+            # added into an accumulator of the tile's outputs (addInPlaceEstimate: a BinaryOp1D ADD
+            # in the partials' type) that stays live beside the blocks (addInPlaceTempBytes)
+            workers, outputs = ipu.worker_threads, _reduced_outputs(g, m, n, pk)
+            pieces = {"N": (G * K * N,), "M": (G * M * K,), "K": (G * M * K, G * K * N)}[self.serial_dim]
+            for elements in pieces:
+                c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(elements / used), itemsize, workers)
+                c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, itemsize, workers)
+            if self.serial_dim == "K":
+                add = codelet("add")
+                c["compute"] = c["compute"] + add.fixed + np.ceil(outputs * add.per_element(partials_bytes))
+                c["launch"] = c["launch"] + add.fixed
+                c["temp"] = c["temp"] + outputs * partials_bytes
+                c["held"] = c["held"] + outputs * partials_bytes
+            else:
+                out_bytes = max(itemsize, 2)
+                c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(outputs), out_bytes, workers)
+                c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, out_bytes, workers)
+            # and the loop's counter is incremented, a one-element addInPlace on one tile (Convolution.cpp
+            # cpt.loopPost), a compute set every tile waits for
+            counter = codelet("add").fixed
+            c["compute"] = c["compute"] + counter
+            c["launch"] = c["launch"] + counter
+            c["compute_sets"] = c["compute_sets"] + len(pieces) + 2
+        return c, _tile_total(c, ipu)
+
+    def planning_conv(self) -> ConvShape | None:
+        """The convolution as poplin's planner sees a tile of it: ``tile_conv``, but that the planner
+        estimates every kernel position over the whole tile output (padding_coverage) of an
+        undilated nx1 convolution with padding; an input dilation it does see
+        (PerformanceEstimation.hpp getConvPartialnx1InnerLoopCycleEstimate: partitionConvPartialByWorker
+        with the inputDilation, ceil(width / outStrideX) per row), so a dilated convolution is
+        planned on its hits."""
+        conv = self.tile_conv
+        if self.vertex in ("nx1", "expand_w") and (conv.row_hits or conv.col_hits) and conv.dilation == 1:
+            return replace(conv, row_hits=(), col_hits=())
+        return conv
+
+    def estimates(self, at: np.ndarray, bound: bool = False) -> _Priced:
+        """The candidates ``at`` priced as poplin's planner prices them (:func:`_tile_planned`: at the
+        Target's full exchange rate, ExchangeEstimator's getExchangeBytesPerCycle, not at the fitted
+        efficiency the costs run at; with ``bound``, a lower bound of it, :meth:`costs`), with their
+        costs when those are the ones the plan runs (no padding the planner does not see)."""
+        conv = self.planning_conv()
+        c, total = self.costs(at, conv, bound)
+        if conv is self.tile_conv and not bound:
+            return _Priced(at, _tile_planned(c), c, total)
+        return _Priced(at, _tile_planned(c), None, None)
+
+    def fastest(self, pool: np.ndarray, first: int = 512) -> _Priced:
+        """The candidates of ``pool`` (increasing indices) whose planning estimate is the least of the
+        pool, priced, in increasing order of index. Of a pool of more than ``first``, only those that
+        may be the fastest are priced in full: each one's estimate has a cheaper lower bound
+        (:meth:`costs`), so once the ``first`` candidates of least bound are priced, only the others
+        whose bound is at most the least estimate found can be among the fastest."""
+        if len(pool) <= first:  # bounding them would cost about as much as pricing them
+            priced = self.estimates(pool)
+        else:
+            bound = self.estimates(pool, bound=True).planned
+            near = bound <= np.partition(bound, first - 1)[first - 1]
+            priced = self.estimates(pool[near])
+            rest = ~near & (bound <= priced.planned.min())
+            if rest.any():
+                priced = _Priced.joined(priced, self.estimates(pool[rest]))
+        least = np.flatnonzero(priced.planned == priced.planned.min())
+        return priced.take(least[np.argsort(priced.at[least])])
+
+
+@dataclass(frozen=True)
+class _Priced:
+    """Candidates ``at`` (indices of a :class:`_Candidates`) priced: poplin's planning estimate of
+    each and, when the plan runs those same costs, the :func:`_tile_costs` arrays (a piece of a
+    serialised plan included) and the cycles on the busiest tile (else None)."""
+
+    at: np.ndarray
+    planned: np.ndarray
+    costs: dict | None
+    total: np.ndarray | None
+
+    def take(self, rows: np.ndarray) -> _Priced:
+        """The candidates at positions ``rows`` (an integer array) of this one."""
+        costs = None if self.costs is None else {
+            key: np.broadcast_to(v, self.at.shape)[rows] for key, v in self.costs.items()}
+        return _Priced(self.at[rows], self.planned[rows], costs, None if self.total is None else self.total[rows])
+
+    @staticmethod
+    def joined(a: _Priced, b: _Priced) -> _Priced:
+        """The candidates of ``a`` then those of ``b``."""
+        costs = None if a.costs is None else {
+            key: np.concatenate([np.broadcast_to(a.costs[key], a.at.shape), np.broadcast_to(v, b.at.shape)])
+            for key, v in b.costs.items()}
+        return _Priced(np.concatenate([a.at, b.at]), np.concatenate([a.planned, b.planned]), costs,
+                       None if a.total is None else np.concatenate([a.total, b.total]))
+
+
 @lru_cache(maxsize=128)
 def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, conv: ConvShape | None,
                        serial, vertex, rearranged, dilated_output, grain_splits, serial_dim, planned_rearranged,
-                       inner_split):
-    """Every candidate split of one vertex's plan (:func:`_search_vertex`) with its costs, whatever the
-    memory budget (cached: a sweep of availableMemoryProportion prices each candidate set once): the
-    splits ``pg, pm, pn, pk``, the tiles used, the tie-break order, the :func:`_tile_costs` arrays, the
-    cycles and poplin's estimate. Read only."""
+                       inner_split) -> _Candidates:
+    """Every candidate split of one vertex's plan (:func:`_search_vertex`) with its temporary bytes,
+    whatever the memory budget (cached: a sweep of availableMemoryProportion enumerates each candidate
+    set once). Read only."""
     mode = amp_mode(ipu, itemsize, partials_bytes) if grain_splits else None
     cand_g, cand_m = _candidates(G, tiles), _candidates(M, tiles)
     cand_n = _candidates(N, tiles, mode.out_group if mode else 0)
@@ -1253,57 +1463,14 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
         # tile's share of each is rounded up (field_split_positions)
         m, width = field_split_positions(conv, pm)
         tile_conv = replace(conv, width=width)
-
-    def costs(tconv):
-        c = _tile_costs(ipu, itemsize, partials_bytes, b_is_weight, tconv, vertex, g, m, k, n, pm, pn, pk,
-                        rearranged, used, dilated_output, planned_rearranged)
-        if serial > 1:
-            # poplin cuts a serialised convolution's operands into pieces by a counted loop: each piece
-            # dynamically slices its part of the operand it cuts, each tile its own share of the
-            # tensor before any broadcast (ConvModel.cpp addDynamicSliceEstimate of inputsPerTile /
-            # weightsPerTile: the tensor over the used tiles; Convolution.cpp dynamicSliceWithOutput),
-            # and the plan's exchange then brings the blocks. Along the output channels N (poplin's
-            # outChanSplit.serial) B's piece is sliced and the piece's outputs written into the
-            # result (addDynamicUpdateEstimate of outputsPerTile); along M, A's piece and the outputs
-            # (the simulator's cut of the rows, which poplin does not make); along the input
-            # channels K (inChanSplit.serial) both operands' pieces, and the piece's partial sums are
-            # added into an accumulator of the tile's outputs (addInPlaceEstimate: a BinaryOp1D ADD
-            # in the partials' type) that stays live beside the blocks (addInPlaceTempBytes)
-            workers, outputs = ipu.worker_threads, _reduced_outputs(g, m, n, pk)
-            pieces = {"N": (G * K * N,), "M": (G * M * K,), "K": (G * M * K, G * K * N)}[serial_dim]
-            for elements in pieces:
-                c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(elements / used), itemsize, workers)
-                c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, itemsize, workers)
-            if serial_dim == "K":
-                add = codelet("add")
-                c["compute"] = c["compute"] + add.fixed + np.ceil(outputs * add.per_element(partials_bytes))
-                c["launch"] = c["launch"] + add.fixed
-                c["temp"] = c["temp"] + outputs * partials_bytes
-                c["held"] = c["held"] + outputs * partials_bytes
-            else:
-                out_bytes = max(itemsize, 2)
-                c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(outputs), out_bytes, workers)
-                c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, out_bytes, workers)
-            # and the loop's counter is incremented, a one-element addInPlace on one tile (Convolution.cpp
-            # cpt.loopPost), a compute set every tile waits for
-            counter = codelet("add").fixed
-            c["compute"] = c["compute"] + counter
-            c["launch"] = c["launch"] + counter
-            c["compute_sets"] = c["compute_sets"] + len(pieces) + 2
-        return c, _tile_total(c, ipu)
-
-    c, total = costs(tile_conv)
-    seen = c
-    if vertex in ("nx1", "expand_w") and (tile_conv.row_hits or tile_conv.col_hits) and tile_conv.dilation == 1:
-        # poplin's planner estimates every kernel position over the whole tile output (padding_coverage);
-        # an input dilation it does see (PerformanceEstimation.hpp getConvPartialnx1InnerLoopCycleEstimate:
-        # partitionConvPartialByWorker with the inputDilation, ceil(width / outStrideX) per row), so a
-        # dilated convolution is planned on its hits
-        seen, _ = costs(replace(tile_conv, row_hits=(), col_hits=()))
-    # and it exchanges at the Target's full rate (ExchangeEstimator: getExchangeBytesPerCycle), not at
-    # the fitted efficiency the costs run at
-    planned = _tile_planned(seen)
-    return pg, pm, pn, pk, used, split_order, c, total, planned
+    temp = _tile_temp(ipu, itemsize, partials_bytes, tile_conv, vertex, g, m, k, n, pm, pn, rearranged, used)
+    if serial > 1 and serial_dim == "K":  # the accumulator of the pieces' partial sums (_Candidates.costs)
+        temp = temp + _reduced_outputs(g, m, n, pk) * partials_bytes
+    for a in (pg, pm, pn, pk, used, split_order, g, m, k, n, temp):
+        a.setflags(write=False)
+    return _Candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, serial, vertex, rearranged,
+                       dilated_output, serial_dim, planned_rearranged, pg, pm, pn, pk, used, split_order, g, m, k, n,
+                       tile_conv, temp)
 
 
 def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) -> np.ndarray:

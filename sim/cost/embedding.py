@@ -38,7 +38,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .vector import INDEX_BYTES
+import numpy as np
+
+from .vector import INDEX_BYTES, codelet
 
 #: bytes of one atomic store (poplar ``Target::getAtomicStoreGranularity``, whose value is not public;
 #: 4, as generatePlannedMultiUpdateAdd implies: a half update needs sub-word writes exactly when its
@@ -113,7 +115,9 @@ class EmbeddingPlan:
 
 def _splits(n: int, most: int) -> list[int]:
     """Splits ``s <= most`` of ``n`` things that popsolver's ``ceildivConstrainDivisor`` allows: the
-    smallest split giving each quotient ``ceil(n / s)`` (``ceil(n / s) * s < n + ceil(n / s)``)."""
+    smallest split giving each quotient ``ceil(n / s)`` (``ceil(n / s) * s < n + ceil(n / s)``).
+    The splits visited do not depend on ``most``, only where the walk stops, so the list is the
+    prefix ``<= most`` of ``_splits(n, n)`` (:func:`_all_splits`)."""
     out, s = [], 1
     while s <= min(n, most):
         q = math.ceil(n / s)
@@ -121,6 +125,27 @@ def _splits(n: int, most: int) -> list[int]:
             out.append(s)
         s = math.ceil(n / (q - 1)) if q > 1 else n + 1  # the next split with a smaller quotient
     return out
+
+
+@lru_cache(maxsize=256)
+def _all_splits(n: int) -> np.ndarray:
+    """``_splits(n, n)`` as an increasing array (read only): ``_splits(n, most)`` is its prefix
+    ``np.searchsorted(_all_splits(n), most, "right")`` long."""
+    out = np.array(_splits(n, n), dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
+def _ceil_div(a, b):
+    """``ceil(a / b)`` of whole numbers (ints or integer arrays) in integer arithmetic: what
+    ``math.ceil(a / b)`` gives for values below 2**53 (its float quotient is then never rounded
+    onto a whole number the exact quotient is not)."""
+    return -(-a // b)
+
+
+def _minimum(a, b):
+    """``min(a, b)`` of ints, or elementwise when either is an array."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
 
 
 @lru_cache(maxsize=None)
@@ -231,16 +256,17 @@ def multi_slice_cycles(elems: int, offsets: int, in_range: int, itemsize: int, w
     cycles of a MultiSlice (MultiUpdate when ``is_update``) vertex whose worker gets ``offsets`` offsets of
     which ``in_range`` index rows on the tile: 30 (29) prologue cycles, 19 + 2 per vector of ``elems``
     (3 per 4 bytes for bytes) an offset in range, 8 one out of it, all x the worker contexts;
-    ``split_single_region`` (one offset) spreads the row's vectors over the workers. Unsorted indices."""
+    ``split_single_region`` (one offset) spreads the row's vectors over the workers. Unsorted indices.
+    ``elems``, ``offsets`` and ``in_range`` may be integer arrays (one estimate per entry)."""
     if itemsize == 1:
         width, per_vector = 4, 3
     elif itemsize == 2:
         width, per_vector = 2, 2
     else:
         width, per_vector = data_path_bits // (8 * itemsize), 2
-    vectors = math.ceil(elems / width)
+    vectors = _ceil_div(elems, width)
     if split_single_region:
-        vectors = math.ceil(vectors / workers)
+        vectors = _ceil_div(vectors, workers)
     core = in_range * (19 + vectors * per_vector) + (offsets - in_range) * 8
     return ((29 if is_update else 30) + core) * workers
 
@@ -253,40 +279,52 @@ def multi_update_op_cycles(elems: int, offsets: int, in_range: int, itemsize: in
     ``offsets``, ``in_range`` of them in its rows: 3 + 29 (30 for 2-byte data) set-up, + 6 (4 for 2-byte)
     to load a scale, then 11 (12; 13 scaled 2-byte) an offset in range plus 3 per further 32-bit atom of
     ``elems`` (20 per element with sub-word writes; the scaled add of a 64-bit row has its own path:
-    8 or 16 fp32, 9 fp16), 5 an offset out of range, all x the worker contexts. Unsorted indices."""
+    8 or 16 fp32, 9 fp16), 5 an offset out of range, all x the worker contexts. Unsorted indices.
+    ``elems``, ``offsets`` and ``in_range`` may be integer arrays (one estimate per entry); with no
+    offsets (``in_range`` then 0 too) the set-up alone remains."""
     four = itemsize == 4
-    special = scaled and operation == "add" and ((four and elems in (2, 4)) or (itemsize == 2 and elems == 4))
+    # the scaled add of a 64-bit row (bools of ints, arrays of arrays: ``&`` and ``|`` take either)
+    row64 = ((elems == 2) | (elems == 4)) if four else (elems == 4) if itemsize == 2 else False
+    special = (scaled and operation == "add") & row64
     cycles = 3 + (29 if four else 30) - special
     if scaled:
         cycles += 2 + 2 + 2 * four
-    if offsets == 0:
-        return cycles * workers
     per = (11 if four else 12) + (not four and scaled)
     atom = math.lcm(ATOM_BYTES, itemsize) // itemsize
     if sub_word_writes:
         per += elems * 20
-    elif special:
-        per = (8 if elems == 2 else 16) if four else (12 if scale_wider else 9)
     else:
-        per += (math.ceil(elems / atom) - 1) * (3 + scale_wider)
+        general = per + (_ceil_div(elems, atom) - 1) * (3 + scale_wider)
+        fast = (16 - 8 * (elems == 2)) if four else (12 if scale_wider else 9)  # 8 or 16 fp32 (2 or 4 elements)
+        per = np.where(special, fast, general) if isinstance(special, np.ndarray) else fast if special else general
     return (cycles + per * in_range + 5 * (offsets - in_range)) * workers
 
 
 def max_elems_per_worker(elems: int, workers: int, grain: int = 1) -> int:
     """DynamicSlice.cpp ``getMultiSliceUpdateOpMaxElemsPerWorker``: a MultiVertex's share per worker, in
-    whole grains (a slice's offsets, an update's rows; 32-bit words of narrower data when run)."""
-    return math.ceil(math.ceil(elems / grain) / workers) * grain
+    whole grains (a slice's offsets, an update's rows; 32-bit words of narrower data when run);
+    ``elems`` may be an integer array."""
+    return _ceil_div(_ceil_div(elems, grain), workers) * grain
 
 
 def in_range_share(offsets: int, rows: int, entries: int) -> int:
     """Of ``offsets`` indices drawn uniformly from ``entries`` rows, those in a range of ``rows``
-    (DynamicSlice.cpp constructModel, ``IndicesDistribution::UNIFORM``: the proportion, rounded up)."""
-    return min(offsets, math.ceil(offsets * rows / entries)) if entries else offsets
+    (DynamicSlice.cpp constructModel, ``IndicesDistribution::UNIFORM``: the proportion, rounded up);
+    ``offsets`` and ``rows`` may be integer arrays."""
+    return _minimum(offsets, _ceil_div(offsets * rows, entries)) if entries else offsets
 
 
-def _planner_exchange(nbytes: float, bytes_per_cycle: float) -> int:
-    """popops ``ExchangeEstimator`` (7eac0f26 ExchangeEstimator.cpp getCycles, no bus sharing)."""
-    return math.ceil(nbytes * _EXCHANGE_SCALE / max(1, round(bytes_per_cycle * _EXCHANGE_SCALE)))
+def _planner_exchange(nbytes, bytes_per_cycle: float):
+    """popops ``ExchangeEstimator`` (7eac0f26 ExchangeEstimator.cpp getCycles, no bus sharing) of
+    ``nbytes``, whole bytes (an int or an integer array)."""
+    return _ceil_div(nbytes * _EXCHANGE_SCALE, max(1, round(bytes_per_cycle * _EXCHANGE_SCALE)))
+
+
+def _codelet_cycles(elements: np.ndarray, itemsize: int, kind: str) -> np.ndarray:
+    """:func:`sim.cost.vector.tile_cycles` (``codelet_cycles``: ceil(sets x fixed + elements x per
+    element)) of each entry of an integer array of ``elements``, in the same float arithmetic."""
+    c = codelet(kind)
+    return np.ceil(c.sets * c.fixed + elements * c.per_element(itemsize)).astype(np.int64)
 
 
 @lru_cache(maxsize=None)
@@ -306,91 +344,148 @@ def plan_embedding_sdk3(entries: int, row: int, lookups: int, itemsize: int, til
     partials' reduction and the final scaled add; the planner's bias for spreading the base (its bytes
     beyond a perfect spread over every tile, as exchange). poplibs' modelContiguousFill / Cast /
     ScaledAdd and reduction model are priced here with the simulator's own copy / cast / accumulate /
-    add codelets. Among equal cycles the fewest serial, then parallel, dictionary and column splits."""
-    from .vector import tile_cycles  # the sim's codelets for poplibs' contiguous fill / cast / add models
+    add codelets. Among equal cycles the fewest serial, then parallel, dictionary and column splits.
 
+    Each serial split's candidates are priced at once (:func:`_sdk3_candidates`, arrays over the
+    grid), in the order popops' search runs the serial splits."""
+    limit = SLICE_AVAILABLE_MEMORY_PROPORTION * ipu.sram_bytes_per_tile
+    max_lookup_splits = 1 if used_for_update and operation is None else lookups
+    best = {True: None, False: None}  # within the temporary-memory bound, and regardless of it
+    for ls in _splits(lookups, max_lookup_splits):
+        if best[True] is not None:
+            break  # more serial parts only repeat the fixed cycles: the first that fits is the fewest
+        lp, d, e, pc, c, t, valid = _sdk3_candidates(entries, row, lookups, itemsize, tiles, ipu, used_for_slice,
+                                                     used_for_update, operation, ls)
+        for fits, keep in ((True, valid & (t <= limit)), (False, valid)):
+            key = _least_key(c, ls, lp, d, e, pc, keep)
+            if key is not None and (best[fits] is None or key < best[fits]):
+                best[fits] = key
+    _, ls, lp, d, e, pc = best[True] or best[False]
+    return EmbeddingPlan(entries, row, lookups, itemsize, e, d, lp, _sdk3_grain(row, itemsize, ipu), ls, bool(pc),
+                         "7eac0f26")
+
+
+def _sdk3_grain(row: int, itemsize: int, ipu) -> int:
+    """Columns of one grain of an SDK 3.x plan: a 64-bit vector's worth (a whole row if shorter)."""
+    return min(row, math.ceil(math.lcm(ipu.data_path_bits // 8, itemsize) / itemsize))
+
+
+def _least_key(c: np.ndarray, ls: int, lp, d, e, pc, keep: np.ndarray) -> tuple | None:
+    """The least ``(cycles, ls, lp, d, e, pc)`` of the candidates ``keep`` marks (Python ints, as
+    popops' search compares them), None if it marks none."""
+    at = np.flatnonzero(keep)
+    if not at.size:
+        return None
+    at = at[c[at] == c[at].min()]
+    i = int(at[np.lexsort((pc[at], e[at], d[at], lp[at]))[0]])  # ls is the same for all
+    return int(c[i]), ls, int(lp[i]), int(d[i]), int(e[i]), int(pc[i])
+
+
+def _repeat_rows(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(parent, child) of each row when parent ``i`` has ``counts[i]`` children numbered from 0."""
+    parent = np.repeat(np.arange(len(counts)), counts)
+    child = np.arange(len(parent)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return parent, child
+
+
+def _sdk3_grid(entries: int, grains: int, lookups: int, tiles: int, ls: int, max_lookup_splits: int,
+               precopy: bool):
+    """The candidate splits of :func:`plan_embedding_sdk3` for ``ls`` serial parts, as arrays
+    ``(lp, d, e, pc)``: the column splits ``e``, for each the dictionary splits ``d`` (at most half
+    the rows and ``tiles // e``), for each the lookup splits ``lp`` (at most ``tiles // (e d)``) that
+    the ceildivConstrainDivisor on the product of the lookup splits allows, and ``pc`` 0 and (with
+    ``precopy``) 1."""
+    e = _all_splits(grains)
+    e = e[:np.searchsorted(e, min(grains, tiles), "right")]
+    by_dict = _all_splits(entries)
+    parent, child = _repeat_rows(np.searchsorted(by_dict, np.minimum(_ceil_div(entries, 2), tiles // e), "right"))
+    e, d = e[parent], by_dict[child]
+    by_lookup = _all_splits(_ceil_div(lookups, ls))
+    parent, child = _repeat_rows(np.searchsorted(by_lookup, np.minimum(max_lookup_splits, tiles // (e * d)),
+                                                 "right"))
+    e, d, lp = e[parent], d[parent], by_lookup[child]
+    per = _ceil_div(lookups, lp * ls)
+    allowed = per * lp * ls < lookups + per
+    e, d, lp = e[allowed], d[allowed], lp[allowed]
+    pc = np.zeros_like(lp)
+    if precopy:  # each split with the base copied once ahead of the serial parts, and without
+        lp, d, e, pc = (np.concatenate([a, a]) for a in (lp, d, e, pc))
+        pc[len(pc) // 2:] = 1
+    return lp, d, e, pc
+
+
+def _sdk3_candidates(entries: int, row: int, lookups: int, itemsize: int, tiles: int, ipu, used_for_slice: bool,
+                     used_for_update: bool, operation: str | None, ls: int):
+    """Every candidate of :func:`plan_embedding_sdk3` with ``ls`` serial parts, priced: arrays
+    ``(lp, d, e, pc)`` (:func:`_sdk3_grid`), the estimated cycles, the peak temporary bytes of the
+    worst tile and whether popops can run it (a slice whose vertices would not cover the output's
+    writes is not a candidate). Cycles are tile cycles, bytes are bytes."""
     W = ipu.worker_threads
     xb = ipu.exchange_bytes_per_cycle_per_tile
-    grain = min(row, math.ceil(math.lcm(ipu.data_path_bits // 8, itemsize) / itemsize))
+    grain = _sdk3_grain(row, itemsize, ipu)
     bpg = grain * itemsize
     sub_word = bpg % ATOM_BYTES != 0
     grains = math.ceil(row / grain)
     partial = itemsize  # partialTypeToUse: the data's type unless a partialType option is given
     single = lookups == 1
     max_lookup_splits = 1 if used_for_update and operation is None else lookups
-    limit = SLICE_AVAILABLE_MEMORY_PROPORTION * ipu.sram_bytes_per_tile
     perfect = math.ceil(entries * grains / tiles) * bpg
     write_cycles = math.ceil(lookups * row * itemsize / (ipu.data_path_bits // 8))
-    best = {True: None, False: None}  # within the temporary-memory bound, and regardless of it
 
     def ex(nbytes):
         return _planner_exchange(nbytes, xb)
 
-    for ls in _splits(lookups, max_lookup_splits):
-        if best[True] is not None:
-            break  # more serial parts only repeat the fixed cycles: the first that fits is the fewest
-        for e in _splits(grains, min(grains, tiles)):
-            ugpt = math.ceil(grains / e)
-            elems = ugpt * grain
-            for d in _splits(entries, min(math.ceil(entries / 2), tiles // e)):
-                dpt = math.ceil(entries / d)
-                split_dict = d > 1
-                base_bytes = ugpt * dpt * bpg
-                for lp in _splits(math.ceil(lookups / ls), min(max_lookup_splits, tiles // (e * d))):
-                    if math.ceil(lookups / (lp * ls)) * lp * ls >= lookups + math.ceil(lookups / (lp * ls)):
-                        continue  # ceildivConstrainDivisor on the product of the lookup splits
-                    lpt = math.ceil(lookups / (lp * ls))
-                    split_lk = lp > 1
-                    second = math.ceil(lpt / d)
-                    for pc in ((0, 1) if used_for_slice and ls > 1 else (0,)):
-                        c, t = 0, 0
-                        if used_for_slice:
-                            base_temp = max(split_lk * base_bytes, base_bytes - perfect, 0)
-                            ex0 = ex(base_temp)
-                            per = math.ceil(lpt / W)
-                            comp0 = multi_slice_cycles(elems, per, in_range_share(per, dpt, entries), itemsize, W,
-                                                       ipu.data_path_bits, single and not sub_word)
-                            if write_cycles > ls * lp * e * comp0:
-                                c = None
-                            else:
-                                per1 = math.ceil(second / W)
-                                ex1 = split_dict * ex(d * second * ugpt * bpg)
-                                comp1 = split_dict * multi_slice_cycles(
-                                    ugpt, per1, in_range_share(per1, dpt, entries), itemsize, W, ipu.data_path_bits,
-                                    single and (ugpt * itemsize) % ATOM_BYTES == 0)
-                                c = ls * ((1 - pc) * ex0 + comp0 + ex1 + comp1) + pc * ex0
-                                first_out = split_dict * lpt * ugpt * bpg
-                                second_in = split_dict * d * second * ugpt * bpg
-                                t = max(base_temp + first_out + lpt * INDEX_BYTES,
-                                        first_out + second_in + second * INDEX_BYTES + pc * base_temp)
-                        if c is not None and used_for_update:
-                            pe = dpt * ugpt * grain
-                            storage = math.ceil(dpt * ugpt / lp) * grain
-                            u = 2 * ex(max(base_bytes - perfect, 0))
-                            u += split_lk * tile_cycles(pe, FLOAT_BYTES, "copy", ipu)
-                            u += ex(split_dict * lpt * ugpt * grain * partial)
-                            rows_w = max_elems_per_worker(dpt, W)
-                            if operation is None:
-                                u += multi_slice_cycles(elems, lpt, in_range_share(lpt, rows_w, entries), partial, W,
-                                                        ipu.data_path_bits, single and not sub_word, True)
-                            else:
-                                u += multi_update_op_cycles(elems, lpt, in_range_share(lpt, rows_w, entries), partial,
-                                                            W, True, sub_word, operation)
-                            if operation is not None and split_lk:
-                                out_bal = math.ceil(pe / lp)
-                                u += ex(lp * out_bal * FLOAT_BYTES) + tile_cycles(lp * out_bal, FLOAT_BYTES, "add", ipu)
-                                u += (tile_cycles(storage, FLOAT_BYTES, "accumulate", ipu) if operation == "add"
-                                      else math.ceil(storage / (ipu.data_path_bits // (8 * itemsize))))
-                            c += ls * u
-                            updates = split_dict * lpt * ugpt * grain * partial
-                            partials = split_lk * pe * partial
-                            t = max(t, max(base_bytes - perfect, 0) + max(
-                                updates, updates + partials + lpt * INDEX_BYTES, split_lk * partials * 2))
-                        if c is None:
-                            continue
-                        key = (c, ls, lp, d, e, pc)
-                        for fits in ((True, False) if t <= limit else (False,)):
-                            if best[fits] is None or key < best[fits]:
-                                best[fits] = key
-    _, ls, lp, d, e, pc = best[True] or best[False]
-    return EmbeddingPlan(entries, row, lookups, itemsize, e, d, lp, grain, ls, bool(pc), "7eac0f26")
+    lp, d, e, pc = _sdk3_grid(entries, grains, lookups, tiles, ls, max_lookup_splits, used_for_slice and ls > 1)
+    ugpt = _ceil_div(grains, e)
+    elems = ugpt * grain
+    dpt = _ceil_div(entries, d)
+    split_dict = d > 1
+    base_bytes = ugpt * dpt * bpg
+    lpt = _ceil_div(lookups, lp * ls)
+    split_lk = lp > 1
+    second = _ceil_div(lpt, d)
+    c = t = np.zeros_like(lp)
+    valid = np.ones(len(lp), dtype=bool)
+    if used_for_slice:
+        base_temp = np.maximum(np.maximum(split_lk * base_bytes, base_bytes - perfect), 0)
+        ex0 = ex(base_temp)
+        per = _ceil_div(lpt, W)
+        comp0 = multi_slice_cycles(elems, per, in_range_share(per, dpt, entries), itemsize, W, ipu.data_path_bits,
+                                   single and not sub_word)
+        valid = write_cycles <= ls * lp * e * comp0
+        per1 = _ceil_div(second, W)
+        ex1 = split_dict * ex(d * second * ugpt * bpg)
+        whole_words = single & ((ugpt * itemsize) % ATOM_BYTES == 0)  # splitSingleRegion, candidate by candidate
+        split_region, whole_region = (multi_slice_cycles(ugpt, per1, in_range_share(per1, dpt, entries), itemsize,
+                                                         W, ipu.data_path_bits, split) for split in (True, False))
+        comp1 = split_dict * np.where(whole_words, split_region, whole_region)
+        c = ls * ((1 - pc) * ex0 + comp0 + ex1 + comp1) + pc * ex0
+        first_out = split_dict * lpt * ugpt * bpg
+        second_in = split_dict * d * second * ugpt * bpg
+        t = np.maximum(base_temp + first_out + lpt * INDEX_BYTES,
+                       first_out + second_in + second * INDEX_BYTES + pc * base_temp)
+    if used_for_update:
+        pe = dpt * ugpt * grain
+        storage = _ceil_div(dpt * ugpt, lp) * grain
+        spread = np.maximum(base_bytes - perfect, 0)
+        u = 2 * ex(spread)
+        u = u + split_lk * _codelet_cycles(pe, FLOAT_BYTES, "copy")
+        u = u + ex(split_dict * lpt * ugpt * grain * partial)
+        rows_w = max_elems_per_worker(dpt, W)
+        if operation is None:
+            u = u + multi_slice_cycles(elems, lpt, in_range_share(lpt, rows_w, entries), partial, W,
+                                       ipu.data_path_bits, single and not sub_word, True)
+        else:
+            u = u + multi_update_op_cycles(elems, lpt, in_range_share(lpt, rows_w, entries), partial, W, True,
+                                           sub_word, operation)
+            out_bal = _ceil_div(pe, lp)
+            apply = (_codelet_cycles(storage, FLOAT_BYTES, "accumulate") if operation == "add"
+                     else _ceil_div(storage, ipu.data_path_bits // (8 * itemsize)))
+            u = u + split_lk * (ex(lp * out_bal * FLOAT_BYTES) + _codelet_cycles(lp * out_bal, FLOAT_BYTES, "add")
+                                + apply)
+        c = c + ls * u
+        updates = split_dict * lpt * ugpt * grain * partial
+        partials = split_lk * pe * partial
+        t = np.maximum(t, spread + np.maximum(np.maximum(updates, updates + partials + lpt * INDEX_BYTES),
+                                              split_lk * partials * 2))
+    return lp, d, e, pc, c, t, valid

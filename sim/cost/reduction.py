@@ -294,7 +294,7 @@ def _column_of(shape: tuple, axes: tuple, flat: np.ndarray) -> np.ndarray:
 
 
 def _tile_columns(shape: tuple, axes: tuple, chunk: int, tiles_: np.ndarray, n: int):
-    """(tile, column, values) per pair held by the given tiles."""
+    """(tile, column, values) per pair held by the given tiles, element by element."""
     starts = tiles_ * chunk
     sizes = np.minimum(chunk, n - starts)
     flat = np.repeat(starts, sizes) + (np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
@@ -305,19 +305,76 @@ def _tile_columns(shape: tuple, axes: tuple, chunk: int, tiles_: np.ndarray, n: 
     return pairs // width, pairs % width, counts
 
 
+def _blocks(shape: tuple, axes: tuple) -> list[tuple[int, bool]]:
+    """The layout's dimensions as (elements, reduced) blocks, outermost first: dimensions of size 1
+    dropped (their index is always 0) and neighbours of one kind merged (a run of kept dimensions
+    indexes the column row-major, as one dimension of their product would)."""
+    blocks: list[tuple[int, bool]] = []
+    for i, size in enumerate(shape):
+        if size == 1:
+            continue
+        reduced = i in axes
+        if blocks and blocks[-1][1] == reduced:
+            blocks[-1] = (blocks[-1][0] * size, reduced)
+        else:
+            blocks.append((size, reduced))
+    return blocks
+
+
+def _tile_column_counts(shape: tuple, axes: tuple, starts: np.ndarray, sizes: np.ndarray):
+    """(distinct columns, most values of one column) of each tile holding the flat elements
+    ``starts[i]`` to ``starts[i] + sizes[i] - 1`` (sizes at least 1), in closed form, as
+    :func:`_tile_columns` counts them element by element; None for a layout of more than two
+    blocks (:func:`_blocks`), which is left to that.
+
+    With one block the column is 0 (all reduced) or the element itself (all kept). Reduced
+    then kept (``K`` columns): the column is the element modulo ``K``, so ``L`` consecutive
+    elements hold ``min(L, K)`` columns, at most ``ceil(L / K)`` values of one. Kept then
+    reduced (``R`` values a column): the column is the element divided by ``R``, so the tile
+    holds the columns of its first to its last element, at most ``R`` values of one but at its
+    ends, where it holds the part of the column from its first element or up to its last."""
+    blocks = _blocks(shape, axes)
+    kinds = tuple(reduced for _, reduced in blocks)
+    if kinds in ((), (True,)):
+        return np.ones_like(sizes), sizes
+    if kinds == (False,):
+        return sizes, np.ones_like(sizes)
+    if kinds == (True, False):
+        k = blocks[1][0]
+        return np.minimum(sizes, k), -(-sizes // k)
+    if kinds == (False, True):
+        r = blocks[1][0]
+        first, last = starts // r, (starts + sizes - 1) // r
+        head = np.minimum(sizes, (first + 1) * r - starts)  # of the first column (all of it when one)
+        tail = np.where(last > first, starts + sizes - last * r, 0)  # of the last, when another
+        middle = np.where(last - first >= 2, r, 0)  # of each whole column between them
+        return last - first + 1, np.maximum(np.maximum(head, tail), middle)
+    return None
+
+
+@lru_cache(maxsize=1024)
 def layout_stats(shape: tuple, axes: tuple, chunk: int) -> LayoutStats:
     """:class:`LayoutStats` of ``shape`` laid out in chunks of ``chunk`` elements: exact up to
     :data:`EXACT_ELEMENTS` elements; beyond, from :data:`SAMPLE` evenly spaced tiles (the busiest
     tile's columns, the pairs per tile) and columns (a column's tiles: its first element's offset
-    plus the reduced dimensions' offsets, the same for every column)."""
+    plus the reduced dimensions' offsets, the same for every column). Cached (a pure function of
+    hashable arguments; plan_reduce asks again for each op and type of one layout)."""
     n = math.prod(shape)
     used = math.ceil(n / chunk)
     out_n = n // math.prod(shape[a] for a in axes)
     exact = n <= EXACT_ELEMENTS
     sample = np.arange(used) if exact else np.unique(np.linspace(0, used - 1, SAMPLE).astype(np.int64))
-    t_of, c_of, cnt = _tile_columns(shape, axes, chunk, sample, n)
-    per_tile_cols = np.bincount(t_of, minlength=used)[sample]
-    per_tile_vals = np.bincount(t_of, weights=cnt, minlength=used)[sample]
+    sizes = np.minimum(chunk, n - sample * chunk)  # elements of each sampled tile
+    counted = None if exact else _tile_column_counts(shape, axes, sample * chunk, sizes)
+    if counted is None:
+        t_of, c_of, cnt = _tile_columns(shape, axes, chunk, sample, n)
+        per_tile_cols = np.bincount(t_of, minlength=used)[sample]
+        per_tile_vals = np.bincount(t_of, weights=cnt, minlength=used)[sample]
+        multi = bool(cnt.max() > 1)
+    else:  # the sampled tiles' counts without listing their elements
+        per_tile_cols, most = counted
+        per_tile_vals = sizes.astype(float)  # every value of the tile
+        multi = bool(most.max() > 1)
     busiest = int(np.argmax(per_tile_vals))
     cols = int(per_tile_cols[busiest])
     rows = math.ceil(per_tile_vals[busiest] / cols)
@@ -335,7 +392,7 @@ def layout_stats(shape: tuple, axes: tuple, chunk: int) -> LayoutStats:
             outer = (outer[:, None] + np.arange(shape[a], dtype=np.int64) * strides[a]).ravel()
         spread = max(_chunks_spanned(outer, strides[axes[-1]], shape[axes[-1]], chunk, base) for base in bases)
         pairs = math.ceil(per_tile_cols.mean() * used)
-    return LayoutStats(cols, rows, spread, pairs, bool(cnt.max() > 1))
+    return LayoutStats(cols, rows, spread, pairs, multi)
 
 
 def _chunks_spanned(outer: np.ndarray, step: int, count: int, chunk: int, base: int) -> int:
