@@ -67,18 +67,6 @@ def test_user_guide_autodiff_stores_the_gradients_a_constant_seed_gives():
     assert any("priced as written" in n for n in session.simulation.all_notes)
 
 
-def test_a_loss_gradient_handle_still_takes_the_training_expansion():
-    ir = popxl.Ir()
-    with ir.main_graph:
-        w = popxl.variable((4, 4), popxl.float32, name="w")
-        g = ir.create_graph(lambda t: ops.relu(t), w)
-        info = popxl.transforms.autodiff(g)
-        dw, = ops.call(info.graph, popxl.GradTensor(ir.main_graph, (4, 4), popxl.float32, None, "dy"))
-        with pytest.raises(popxl.NotModelledError, match="gradient from an autodiff grad graph"):
-            ops.mul(dw, 2.0)
-
-
-# --- dtypes (popart tests/integration/popxl test_tensor.py, test_subsample.py) -----------------------
 def test_dtype_as_dtype_takes_what_popxl_takes():
     assert popxl.dtype.as_dtype(np.zeros(3, np.int8)) is popxl.int8  # an array: its dtype
     assert popxl.dtype.as_dtype(float) is popxl.float32 and popxl.dtype.as_dtype("double") is popxl.float64
