@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from ..schedule import phased, pipeline, replicated_ops, sharded
 from ..cost import OpCost, multiconv, op_cost
+from ..cost.row_ops import runs_popnn_softmax
 from ..cost.rules import Signatures
 from ..errors import ConfigError, GraphError, OptionsError, show_number
 from ..graph.ir import Graph
@@ -448,20 +449,8 @@ def mark_non_stable_softmax(g: Graph) -> None:
     a softmax op's, a cross-entropy's SoftmaxOp, and the softmax a log-softmax's gradient recomputes
     (``logsoftmaxx.cpp``); a log-softmax itself (``popnn::logSoftmaxInPlace``) stays stable."""
     for op in g.ops:
-        if _runs_softmax(op):
+        if runs_popnn_softmax(op.kind, op.attrs):
             op.attrs = {**op.attrs, "non_stable": True}
-
-
-def _runs_softmax(op) -> bool:
-    """Does ``op`` run popnn's softmax (:func:`sim.cost.row_ops.loss_steps`, ``row_op_steps``)?"""
-    a = op.attrs
-    if op.kind == "softmax":
-        return not a.get("log")
-    if op.kind == "softmax_grad":
-        return bool(a.get("log"))
-    if op.kind == "softmax_cross_entropy":
-        return not (a.get("probabilities") or a.get("log_softmax") or a.get("log_probabilities"))
-    return op.kind == "softmax_cross_entropy_grad" and bool(a.get("log_softmax"))
 
 
 def clear_matmul_passes(g: Graph) -> None:

@@ -40,7 +40,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .vector import INDEX_BYTES, codelet
+from .vector import INDEX_BYTES, tile_cycles
 
 #: bytes of one atomic store (poplar ``Target::getAtomicStoreGranularity``, whose value is not public;
 #: 4, as generatePlannedMultiUpdateAdd implies: a half update needs sub-word writes exactly when its
@@ -320,13 +320,6 @@ def _planner_exchange(nbytes, bytes_per_cycle: float):
     return _ceil_div(nbytes * _EXCHANGE_SCALE, max(1, round(bytes_per_cycle * _EXCHANGE_SCALE)))
 
 
-def _codelet_cycles(elements: np.ndarray, itemsize: int, kind: str) -> np.ndarray:
-    """:func:`sim.cost.vector.tile_cycles` (``codelet_cycles``: ceil(sets x fixed + elements x per
-    element)) of each entry of an integer array of ``elements``, in the same float arithmetic."""
-    c = codelet(kind)
-    return np.ceil(c.sets * c.fixed + elements * c.per_element(itemsize)).astype(np.int64)
-
-
 @lru_cache(maxsize=None)
 def plan_embedding_sdk3(entries: int, row: int, lookups: int, itemsize: int, tiles: int, ipu,
                         used_for_slice: bool = True, used_for_update: bool = False,
@@ -469,7 +462,7 @@ def _sdk3_candidates(entries: int, row: int, lookups: int, itemsize: int, tiles:
         storage = _ceil_div(dpt * ugpt, lp) * grain
         spread = np.maximum(base_bytes - perfect, 0)
         u = 2 * ex(spread)
-        u = u + split_lk * _codelet_cycles(pe, FLOAT_BYTES, "copy")
+        u = u + split_lk * tile_cycles(pe, FLOAT_BYTES, "copy", ipu)
         u = u + ex(split_dict * lpt * ugpt * grain * partial)
         rows_w = max_elems_per_worker(dpt, W)
         if operation is None:
@@ -479,9 +472,9 @@ def _sdk3_candidates(entries: int, row: int, lookups: int, itemsize: int, tiles:
             u = u + multi_update_op_cycles(elems, lpt, in_range_share(lpt, rows_w, entries), partial, W, True,
                                            sub_word, operation)
             out_bal = _ceil_div(pe, lp)
-            apply = (_codelet_cycles(storage, FLOAT_BYTES, "accumulate") if operation == "add"
+            apply = (tile_cycles(storage, FLOAT_BYTES, "accumulate", ipu) if operation == "add"
                      else _ceil_div(storage, ipu.data_path_bits // (8 * itemsize)))
-            u = u + split_lk * (ex(lp * out_bal * FLOAT_BYTES) + _codelet_cycles(lp * out_bal, FLOAT_BYTES, "add")
+            u = u + split_lk * (ex(lp * out_bal * FLOAT_BYTES) + tile_cycles(lp * out_bal, FLOAT_BYTES, "add", ipu)
                                 + apply)
         c = c + ls * u
         updates = split_dict * lpt * ugpt * grain * partial

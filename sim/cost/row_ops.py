@@ -346,6 +346,20 @@ def loss_steps(kind: str, attrs: dict) -> tuple:
     return steps + (("total", ("add",), 4),)
 
 
+def runs_popnn_softmax(kind: str, attrs: dict) -> bool:
+    """Does an op of ``kind`` run popnn's softmax, the steps PopART's ``enableNonStableSoftmax`` changes
+    (``non_stable``): a softmax op (not a log-softmax, which popnn always runs stable), the SoftmaxOp of
+    PopART's cross-entropy (:func:`loss_steps`), and the softmax a log-softmax's gradient recomputes
+    (:func:`_log_softmax_grad`: a ``log`` softmax's, PopTorch's cross-entropy's)."""
+    if kind == "softmax":
+        return not attrs.get("log")
+    if kind == "softmax_grad":
+        return bool(attrs.get("log"))
+    if kind == "softmax_cross_entropy":
+        return not (attrs.get("probabilities") or attrs.get("log_softmax") or attrs.get("log_probabilities"))
+    return kind == "softmax_cross_entropy_grad" and bool(attrs.get("log_softmax"))
+
+
 def row_op_steps(kind: str, attrs: dict) -> str:
     """The key of :data:`STEPS` an op of ``kind`` (one of :data:`ROW_OP_KINDS`) runs: a layer (or
     group) norm with poplin's stable statistics where the op has them (``Options.enableStableNorm``),

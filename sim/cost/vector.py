@@ -87,15 +87,19 @@ def spread(elements: int, itemsize: int, ipu: IPU, tiles: int) -> tuple[int, int
     return used, math.ceil(elements / used)
 
 
-def tile_cycles(elements_on_tile: float, itemsize: int, kind: str, ipu: IPU) -> int:
+def tile_cycles(elements_on_tile, itemsize: int, kind: str, ipu: IPU):
     """Compute cycles of one tile working on ``elements_on_tile`` elements of ``kind``, all of
-    the op's compute sets together."""
+    the op's compute sets together (an integer array of them for an array of element counts)."""
     return codelet_cycles(codelet(kind), elements_on_tile, itemsize)
 
 
-def codelet_cycles(c: Codelet, elements_on_tile: float, itemsize: int) -> int:
-    """:func:`tile_cycles` of a codelet given whole (one composed for an op, not the table's)."""
-    return math.ceil(c.sets * c.fixed + elements_on_tile * c.per_element(itemsize))
+def codelet_cycles(c: Codelet, elements_on_tile, itemsize: int):
+    """:func:`tile_cycles` of a codelet given whole (one composed for an op, not the table's); of an
+    array of element counts, an integer array of one estimate each (the same float arithmetic)."""
+    cycles = c.sets * c.fixed + elements_on_tile * c.per_element(itemsize)
+    if isinstance(cycles, np.ndarray):
+        return np.ceil(cycles).astype(np.int64)
+    return math.ceil(cycles)
 
 
 #: binary op kinds popops runs with a broadcast vertex when an operand is repeated over the other
