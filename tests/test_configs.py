@@ -101,6 +101,39 @@ def test_every_number_has_a_comment(path):
     assert not bare, "numbers without a source comment:\n" + "\n".join(bare)
 
 
+STRING_LINE = re.compile(r'^\s*(?!name\b|description\b|extends\b)[A-Za-z_][\w.-]*\s*=\s*"')
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.toml")), ids=lambda p: p.name)
+def test_every_hardware_string_has_a_comment(path):
+    """``generation`` and ``topology`` are facts about the hardware too; only the file's own name,
+    description and parent need no source."""
+    bare = [f"{path.name}:{n}: {line.strip()}"
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if STRING_LINE.match(line) and "#" not in line]
+    assert not bare, "hardware strings without a source comment:\n" + "\n".join(bare)
+
+
+@pytest.mark.parametrize("system, itemsize, partials, rate", [
+    ("bow-ipu", 4, 4, "amp_fp32_flops_per_cycle"),
+    ("c600", 1, 2, "amp_fp8_flops_per_cycle"),
+])
+def test_amp_rates_time_the_fp32_and_fp8_vertices(system, itemsize, partials, rate):
+    """Each AMP rate of the IPU config is what the vertex estimate runs at: a user halving it sees
+    the vertex's per-position cycles double (the tables keep only poplibs' fixed overheads)."""
+    import dataclasses
+    from sim.cost.amp import amp_mode, amp_vertex_cycles
+    ipu = load_system(system).ipu
+    slow = dataclasses.replace(ipu, **{rate: getattr(ipu, rate) / 2})
+    g, m, k, n = 1, 600, 256, 256
+    fast_cycles = float(amp_vertex_cycles(ipu, amp_mode(ipu, itemsize, partials), g, m, k, n))
+    slow_cycles = float(amp_vertex_cycles(slow, amp_mode(slow, itemsize, partials), g, m, k, n))
+    mode = amp_mode(ipu, itemsize, partials)
+    pairs = (k // mode.in_group) * (n // mode.out_group)
+    # each of the 6 workers runs 100 positions: 97 beyond poplibs' first three, at the per-position rate
+    assert slow_cycles - fast_cycles == pytest.approx(pairs * 6 * 97 * mode.cycles_per_position)
+
+
 # --- broken configs ------------------------------------------------------------------------
 
 def _write(tmp_path, text, name="broken.toml"):

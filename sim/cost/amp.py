@@ -147,11 +147,12 @@ def amp_vertex_cycles(ipu: IPU, mode: AmpMode, g, m, k, n):
     return np.where(g * m * k * n > 0, ipu.amp_vertex_overhead_cycles + np.ceil(work), 0)
 
 
-def _fp32_worker_cycles(c: dict, n, zero_per_position: int, zeroing: bool):
-    """Worker cycles of poplibs' float 1x1 AMP worker on ``n`` output positions (0: no work)."""
+def _fp32_worker_cycles(c: dict, n, per_position: float, zero_per_position: int, zeroing: bool):
+    """Worker cycles of poplibs' float 1x1 AMP worker on ``n`` output positions (0: no work), at
+    ``per_position`` worker cycles per further position (the mode's ``cycles_per_position``)."""
     n = np.asarray(n, dtype=float)
     run = np.where(n == 1, c["worker_one"], np.where(n == 2, c["worker_two"],
-                   c["worker_base"] + c["worker_per_position"] * np.maximum(n - 3, 0)))
+                   c["worker_base"] + per_position * np.maximum(n - 3, 0)))
     if zeroing:
         run = run + c["worker_zeroing_fixed"] + zero_per_position * n
     return np.where(n > 0, run, 0.0)
@@ -181,8 +182,8 @@ def amp_fp32_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6, load_bit
     busiest, least = np.ceil(m / workers), np.floor(m / workers)
 
     def inner(zeroing):
-        hi = workers * _fp32_worker_cycles(c, busiest, zero_per_position, zeroing)
-        lo = workers * _fp32_worker_cycles(c, least, zero_per_position, zeroing)
+        hi = workers * _fp32_worker_cycles(c, busiest, mode.cycles_per_position, zero_per_position, zeroing)
+        lo = workers * _fp32_worker_cycles(c, least, mode.cycles_per_position, zero_per_position, zeroing)
         return np.maximum(hi, lo + c["worker_imbalance_tag"])
 
     pair = c["per_out_group"] + loads
@@ -212,7 +213,7 @@ def amp_quarter_vertex_cycles(mode: AmpMode, g, m, k, n, workers: int = 6, load_
 
     def worker(p, zeroing):
         run = np.where(p == 1, q["worker_one"], np.where(p == 2, q["worker_two"],
-                       q["worker_base"] + q["worker_per_position"] * np.maximum(p - 3, 0)))
+                       q["worker_base"] + mode.cycles_per_position * np.maximum(p - 3, 0)))
         return np.where(p > 0, q["worker_fixed"] + run - (q["worker_zeroing_saving"] if zeroing else 0), 0.0)
 
     def inner(zeroing):
@@ -290,7 +291,7 @@ def _hmac_table(itemsize: int = 4) -> dict:
 
 
 _FP32_KEYS = ("supervisor_fixed", "per_conv_group", "per_extra_in_group", "per_out_group", "worker_one",
-              "worker_two", "worker_base", "worker_per_position", "worker_zeroing_fixed",
+              "worker_two", "worker_base", "worker_zeroing_fixed",
               "zero_cycles_per_position_16", "zero_cycles_per_position_8", "worker_imbalance_tag")
 
 
@@ -300,7 +301,7 @@ def _fp32_table() -> dict:
 
 
 _QUARTER_KEYS = ("in_group", "out_group", "weight_bytes_per_conv_unit", "worker_fixed", "worker_one", "worker_two",
-                 "worker_base", "worker_per_position", "worker_zeroing_saving", "worker_imbalance_tag",
+                 "worker_base", "worker_zeroing_saving", "worker_imbalance_tag",
                  "supervisor_fixed", "per_conv_group", "per_out_group", "first_in_group", "per_extra_in_group",
                  "nx1_supervisor_fixed", "nx1_per_conv_group", "nx1_per_out_group", "nx1_per_in_group",
                  "nx1_per_kernel_row", "nx1_first_kernel_column", "nx1_per_kernel_column", "nx1_worker_fixed",
