@@ -32,11 +32,15 @@ EXPRESSIONS = {
     "hardshrink": (["abs", "compare", "select"], ["abs", "compare", "select"]),
     "softshrink": (["abs", "compare", "sign", "scale", "sub", "select"], ["abs", "compare", "select"]),
     "threshold": (["compare", "select"], ["compare", "select"]),
-    # PopTorch's handlers (ActivationOps.cpp): where(|x| > 3, max(x, 0), x (x + 3) / 6), and
-    # PopART's HardSigmoid, clip(x / 6 + 1/2, 0, 1)
+    # PopTorch's handler (ActivationOps.cpp): where(|x| > 3, max(x, 0), x (x + 3) / 6)
     "hardswish": (["maximum", "abs", "compare", "add", "mul", "scale", "select"],
                   ["abs", "compare", "scale", "add", "select", "mul"]),
-    "hardsigmoid": (["scale", "add", "clamp"], ["compare", "select", "scale", "mul"]),
+    # PopART's HardSigmoid (PopTorch's hardsigmoidHandler gives alpha 1/6, beta 1/2; ONNX's its own):
+    # HardSigmoidComputex maps max(0, min(1, alpha x + beta)) (popx/op/hardsigmoidx.cpp), one generated
+    # codelet of a Mul, an Add, a Min and a Max of constants; HardSigmoidGradOpx maps
+    # dy * alpha * theta(x + beta/alpha) * theta((1 - beta)/alpha - x), each theta (1 + sign(.)) / 2
+    "hardsigmoid": (["mul", "add", "minimum", "maximum"],
+                    ["add", "sign", "add", "div", "sub", "sign", "add", "div", "mul", "mul", "mul"]),
 }
 
 #: PopART's IsInfx (popx/op/isinfx.cpp), ONNX IsInf and PopXL's ``ops.isinf``: x == x and not

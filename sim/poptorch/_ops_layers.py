@@ -10,8 +10,11 @@ expandDims transform lays it out: its kernel positions folded into the input cha
 rearranging copy), then a ``conv2d`` of a 1x1 kernel over its output positions, with exactly the
 layer's multiply-adds (over the upsampled input for a transposed one; a note in the run says so).
 Stride, padding and dilation shape the output, which is all that price reads of them.
-A GRU or LSTM is one popnn layer op; a plain RNN is unrolled over the sequence: the input
-projection as one matmul, then per step the recurrent matmul and the gates' element-wise ops.
+A GRU or LSTM is one popnn layer op. A plain RNN is the ops ATen's composite builds it from, as
+PopTorch 3's dispatcher receives them (it registers no whole-layer kernel for ``rnn_tanh`` /
+``rnn_relu``, so RNNOps.cpp's PopART RNNOp is never built): per step a matmul and bias add for the
+state, another for the step's input (an IPU tensor is not on the CPU, so ATen does not project the
+whole sequence first), their add and the nonlinearity; the states stacked.
 A recurrent cell (GRUCell, LSTMCell, RNNCell) is the linears and element-wise ops ATen builds it from.
 """
 
@@ -227,10 +230,9 @@ def _weight_norm_ops(ctx, v, g, rv, dim: int, name: str, transposed: bool = Fals
 
 # --- recurrent layers ---------------------------------------------------------------------------
 def _recurrent(ctx):
-    """RNN / GRU / LSTM (one layer, one direction, no dropout: PopTorch's limits); the module kept
-    whole under torch.fx, or ATen's lstm / gru / rnn_tanh / rnn_relu. An LSTM or GRU is one popnn
-    layer op (:func:`_popnn_recurrent`); a plain RNN, which PopART builds from its own ops, is
-    unrolled step by step."""
+    """RNN / GRU / LSTM (one layer, one direction, no dropout: PopTorch's documented limits); the module
+    kept whole under torch.fx, or ATen's lstm / gru / rnn_tanh / rnn_relu. An LSTM or GRU is one popnn
+    layer op (:func:`_popnn_recurrent`); a plain RNN is the ops ATen builds it from (:func:`_plain_rnn`)."""
     m = ctx.module
     if m is not None:
         cell = "lstm" if isinstance(m, nn.LSTM) else "gru" if isinstance(m, nn.GRU) else f"rnn_{m.nonlinearity}"
@@ -254,7 +256,6 @@ def _recurrent(ctx):
         ctx.unsupported("PopTorch supports recurrent layers with num_layers=1, bidirectional=False and "
                         "dropout=0 only")
     w_ih, w_hh = (_transposed_weight(ctx, w) for w in (w_ih, w_hh))
-    gates = RNN_GATES.get(cell, 1)
     x, rx = ctx.sarg(0), ctx.args[0]
     batched = rx.dim() == 3
     dt = rx.dtype
@@ -267,29 +268,48 @@ def _recurrent(ctx):
         (T, I), B = rx.shape, 1
     if cell in ("lstm", "gru"):
         return _popnn_recurrent(ctx, m, cell, x, (T, B, I), H, dt, hx, w_ih, w_hh, b_ih, b_hh, batch_first and batched)
-    G = gates * H
-    flat = emit(ctx, "reshape", [x], (T * B, I), dt, name="steps")
-    xp = emit(ctx, "matmul", [flat, w_ih], (T * B, G), dt, name="input_projection")
-    if is_tensor(b_ih):
-        xp = emit(ctx, "add", [xp, b_ih], (T * B, G), dt, name="input_bias")
+    return _plain_rnn(ctx, cell, x, (T, B, I), H, dt, hx, (w_ih, w_hh, b_ih, b_hh), batch_first and batched)
+
+
+def _plain_rnn(ctx, cell, x, tbi, H, dt, hx, params, batch_first):
+    """A plain RNN (``rnn_tanh`` / ``rnn_relu``) as PopTorch 3 receives it: ATen's composite, not one op.
+
+    ``aten::rnn_tanh.input`` / ``rnn_relu.input`` are CompositeImplicitAutograd and PopTorch's dispatcher
+    registers only ``lstm.input`` of the recurrent layers on the IPU key
+    (poptorch/source/dispatch_tracer/RegisterOptionalAtenOps.cpp.inc), so the layer reaches PopART as the
+    ops of ATen's RNN.cpp (``_rnn_impl_with_concat``, ``FullLayer``, ``SimpleCell``), and RNNOps.cpp's
+    ``rnnHandler`` (PopART's RNNOp), written for the removed torch.jit.trace front end, never sees it. On a
+    device other than the CPU (the IPU's tensors) ``FullLayer`` does not project the whole sequence first:
+    per step, ``linear_hh(h)`` then ``linear_ih(x_t)`` (each ``addmm``: PopTorch's Gemm, a ``matmul`` by
+    the transposed weight and the bias ``add``; a ``matmul`` alone without biases), their in-place ``add``
+    and the nonlinearity; the steps' states stacked (a ``concat``) as the output and the last one stacked
+    as ``h_n``. The input's steps and the state are views (``unbind``); a missing state is torch's zeros
+    (a constant). ``x``: the time-major input (T, B, I); ``params``: the (in, out) weights and the biases."""
+    T, B, I = tbi
+    w_ih, w_hh, b_ih, b_hh = params
+    act = "relu" if cell == "rnn_relu" else "tanh"
+    x = emit(ctx, "reshape", [x], (T, B, I), dt, name="sequence_in")
     h = emit(ctx, "reshape", [hx], (B, H), dt, name="h0") if is_tensor(hx) else const(ctx, (B, H), dt, "h0")
+
+    def linear(v, w, b, label):
+        y = emit(ctx, "matmul", [v, w], (B, H), dt, name=f"{label}/matmul")
+        return emit(ctx, "add", [y, b], (B, H), dt, name=f"{label}/bias") if is_tensor(b) else y
+
     hs = []
     for t in range(T):
-        xt = emit(ctx, "slice", [xp], (B, G), dt, {"axis": 0, "start": t * B, "stop": (t + 1) * B}, f"step{t}/x")
-        hp = emit(ctx, "matmul", [h, w_hh], (B, G), dt, name=f"step{t}/recurrent")
-        if is_tensor(b_hh):
-            hp = emit(ctx, "add", [hp, b_hh], (B, G), dt, name=f"step{t}/recurrent_bias")
-        act = "relu" if cell == "rnn_relu" else "tanh"
-        h = emit(ctx, act, [emit(ctx, "add", [xt, hp], (B, H), dt, name=f"step{t}/pre")], (B, H), dt,
+        xt = emit(ctx, "slice", [x], (B, I), dt, {"index": str(t), "axis": 0, "start": t, "stop": t + 1},
+                  f"step{t}/x")
+        hh = linear(h, w_hh, b_hh, f"step{t}/linear_hh")
+        ih = linear(xt, w_ih, b_ih, f"step{t}/linear_ih")
+        h = emit(ctx, act, [emit(ctx, "add", [hh, ih], (B, H), dt, name=f"step{t}/pre")], (B, H), dt,
                  name=f"step{t}/hidden")
         hs.append(h)
-    seq = emit(ctx, "concat", hs, (T * B, H), dt, {"axis": 0}, "sequence")
-    output, state = ctx.output[0], ctx.output[1]
-    if batch_first and batched:
-        seq = emit(ctx, "reshape", [seq], (T, B, H), dt, name="time_major_out")
+    seq = emit(ctx, "concat", hs, (T, B, H), dt, {"axis": 0}, "sequence")
+    if batch_first:
         seq = emit(ctx, "transpose", [seq], (B, T, H), dt, {"perm": [1, 0, 2]}, "batch_first")
-    out = ctx.op("reshape", [seq], output=output, name="output")
-    return out, ctx.op("reshape", [h], output=state, name="h_n")
+    out = ctx.op("reshape", [seq], output=ctx.output[0], name="output")
+    last = emit(ctx, "concat", [h], (1, B, H), dt, {"axis": 0}, "h_n_stacked")
+    return out, ctx.op("reshape", [last], output=ctx.output[1], name="h_n")
 
 
 def _popnn_recurrent(ctx, m, cell, x, tbi, H, dt, hx, w_ih, w_hh, b_ih, b_hh, batch_first):
