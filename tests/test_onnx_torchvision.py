@@ -256,6 +256,25 @@ def test_a_plain_rnn_runs_as_poparts_rnnopx(nonlinearity):
         sim.onnx.load(export(two_way, [torch.randn(5, 2, 8)]))
 
 
+@pytest.mark.parametrize("with_initial_h", [False, True])
+def test_an_rnn_without_initial_h_copies_popart_s_zeros_first(with_initial_h):
+    """RNNOpx::getInitialH clones and copies a zeros tensor when the node has no initial_h, and grow() then
+    copies that into H_prev (cloneNcopy twice); a given initial_h is copied once."""
+    H = 8
+    ins = ["x", "w", "r", "b", "", "h0"] if with_initial_h else ["x", "w", "r", "b"]
+    inits = [nh.from_array(np.ones(s, np.float32), n) for n, s in
+             (("w", (1, H, 4)), ("r", (1, H, H)), ("b", (1, 2 * H)), ("h0", (1, 2, H)))]
+    m = h.make_model(h.make_graph([h.make_node("RNN", ins, ["y"], hidden_size=H)], "rnn",
+                                  [h.make_tensor_value_info("x", T.FLOAT, [5, 2, 4])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, [5, 1, 2, H])], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    g = sim.onnx.load(m)
+    first_step = next(i for i, op in enumerate(g.ops) if op.kind == "matmul")
+    copies = [op.name.rsplit("/", 1)[-1] for op in g.ops[:first_step] if op.kind == "copy" and "dynamic_slice"
+              not in op.attrs]
+    assert copies == (["h_prev"] if with_initial_h else ["initial_h", "h_prev"])
+
+
 def test_sequence_ops_are_refused_saying_how_to_export():
     """torch.onnx.export(dynamo=True, optimize=False) writes torch.chunk as SplitToSequence and SequenceAt
     (shufflenet_v2's channel split); PopART has no sequence ops, so the model would not compile there, and the

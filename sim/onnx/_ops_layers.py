@@ -102,7 +102,8 @@ _RNN_ACTIVATIONS = {"Tanh": "tanh", "Relu": "relu", "Sigmoid": "sigmoid", "Gelu"
 
 def _rnn(ctx: OpContext):
     """ONNX RNN (a plain recurrent layer) as PopART's RNNOpx runs it (popx/op/rnnx.cpp): the two biases added
-    once (getBias), the initial state copied (cloneNcopy), then a poplar Repeat of one step per time step:
+    once (getBias), the initial state copied (cloneNcopy; a missing one is a zeros tensor copied first,
+    getInitialH), then a poplar Repeat of one step per time step:
     the step's input dynamically sliced from the sequence, one matmul of [x_t, h] (B, I + H) by the weights
     [W, R] (I + H, H) (poplar::concat views, the layer creating W and R in that layout), the bias added,
     the nonlinearity in place, the new state copied to the previous one, the step's output dynamically
@@ -133,7 +134,11 @@ def _rnn(ctx: OpContext):
                          dtypes=[dt], result=False, suffix=f"bias_{label}")
                   for k, label in enumerate(("input", "recurrent"))]
         bias = ctx.op("add", halves, shapes=[(H,)], dtypes=[dt], result=False, suffix="bias")
-    h0 = ctx._imp.operand(ctx, 5, (B, H)) if ctx.has_input(5) else b.constant(f"{ctx.name}/zero_initial_h", (B, H), dt)
+    if ctx.has_input(5):
+        h0 = ctx._imp.operand(ctx, 5, (B, H))
+    else:  # getInitialH: a clone of a zeros tensor, copied (cloneNcopy), before H_prev's own copy
+        h0 = ctx.op("copy", [b.constant(f"{ctx.name}/zero_initial_h", (B, H), dt)], shapes=[(B, H)], dtypes=[dt],
+                    result=False, suffix="initial_h")
     h = ctx.op("copy", [h0], shapes=[(B, H)], dtypes=[dt], result=False, suffix="h_prev")
     index, one = b.constant(f"{ctx.name}/index", (1,), "int32"), b.constant(f"{ctx.name}/one", (1,), "int32")
     x, kind, steps = ctx.input(0), _RNN_ACTIVATIONS[acts[0]], []
