@@ -144,7 +144,8 @@ def test_in_series_adds_cycles_and_tile_vectors():
     assert list(total.profile.compute) == [400, 200, 0, 0] and list(total.profile.temp) == [16, 0, 0, 0]
 
 
-@pytest.mark.parametrize("module", [lambda: nn.LSTM(6, 5, batch_first=True), lambda: nn.GRU(6, 5)])
+# an nn.GRU is not one op: PopTorch 3 receives ATen's composite gru.input (tests/test_poptorch_gru_lowering.py)
+@pytest.mark.parametrize("module", [lambda: nn.LSTM(6, 5, batch_first=True), lambda: nn.LSTM(6, 5)])
 def test_poptorch_layers_run_as_torch_on_one_op(module):
     torch.manual_seed(0)
     layer = module().eval()
@@ -154,7 +155,7 @@ def test_poptorch_layers_run_as_torch_on_one_op(module):
     got = model(x)
     torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
     kinds = [o.kind for o in model.executable.graph.ops]
-    assert kinds.count("lstm") + kinds.count("gru") == 1 and "matmul" not in kinds
+    assert kinds.count("lstm") == 1 and "matmul" not in kinds
 
 
 def test_wrong_weights_are_named():

@@ -10,11 +10,14 @@ expandDims transform lays it out: its kernel positions folded into the input cha
 rearranging copy), then a ``conv2d`` of a 1x1 kernel over its output positions, with exactly the
 layer's multiply-adds (over the upsampled input for a transposed one; a note in the run says so).
 Stride, padding and dilation shape the output, which is all that price reads of them.
-A GRU or LSTM is one popnn layer op. A plain RNN is the ops ATen's composite builds it from, as
-PopTorch 3's dispatcher receives them (it registers no whole-layer kernel for ``rnn_tanh`` /
-``rnn_relu``, so RNNOps.cpp's PopART RNNOp is never built): per step a matmul and bias add for the
-state, another for the step's input (an IPU tensor is not on the CPU, so ATen does not project the
-whole sequence first), their add and the nonlinearity; the states stacked.
+An LSTM is one popnn layer op (PopTorch's dispatcher intercepts ``lstm.input`` whole). A GRU or a
+plain RNN is the ops ATen's composite builds it from, as PopTorch 3's dispatcher receives them (it
+registers no whole-layer kernel for ``gru`` / ``rnn_tanh`` / ``rnn_relu``, so RNNOps.cpp's PopART GRU
+and RNN ops are never built): per step exactly the ops of the matching cell op, on the step's input as
+it is (an IPU tensor is not on the CPU, so ATen does not project the whole sequence first): for a GRU,
+GRUCell's input and state linears (each a matmul of (B, in) by (in, 3H) and a bias add), its reset and
+input gates (add, sigmoid), its new gate (mul, add, tanh) and ``(h - n) * z + n``; for a plain RNN, the
+state's and the input's linears, their add and the nonlinearity; the states stacked.
 A recurrent cell (GRUCell, LSTMCell, RNNCell) is the linears and element-wise ops ATen builds it from.
 """
 
@@ -231,8 +234,8 @@ def _weight_norm_ops(ctx, v, g, rv, dim: int, name: str, transposed: bool = Fals
 # --- recurrent layers ---------------------------------------------------------------------------
 def _recurrent(ctx):
     """RNN / GRU / LSTM (one layer, one direction, no dropout: PopTorch's documented limits); the module
-    kept whole under torch.fx, or ATen's lstm / gru / rnn_tanh / rnn_relu. An LSTM or GRU is one popnn
-    layer op (:func:`_popnn_recurrent`); a plain RNN is the ops ATen builds it from (:func:`_plain_rnn`)."""
+    kept whole under torch.fx, or ATen's lstm / gru / rnn_tanh / rnn_relu. An LSTM is one popnn layer op
+    (:func:`_popnn_lstm`); a GRU or a plain RNN is the ops ATen builds it from (:func:`_full_layer`)."""
     m = ctx.module
     if m is not None:
         cell = "lstm" if isinstance(m, nn.LSTM) else "gru" if isinstance(m, nn.GRU) else f"rnn_{m.nonlinearity}"
@@ -266,43 +269,37 @@ def _recurrent(ctx):
         T, B, I = rx.shape
     else:
         (T, I), B = rx.shape, 1
-    if cell in ("lstm", "gru"):
-        return _popnn_recurrent(ctx, m, cell, x, (T, B, I), H, dt, hx, w_ih, w_hh, b_ih, b_hh, batch_first and batched)
-    return _plain_rnn(ctx, cell, x, (T, B, I), H, dt, hx, (w_ih, w_hh, b_ih, b_hh), batch_first and batched)
+    if cell == "lstm":
+        return _popnn_lstm(ctx, m, x, (T, B, I), H, dt, hx, w_ih, w_hh, b_ih, b_hh, batch_first and batched)
+    return _full_layer(ctx, cell, x, (T, B, I), H, dt, hx, (w_ih, w_hh, b_ih, b_hh), batch_first and batched)
 
 
-def _plain_rnn(ctx, cell, x, tbi, H, dt, hx, params, batch_first):
-    """A plain RNN (``rnn_tanh`` / ``rnn_relu``) as PopTorch 3 receives it: ATen's composite, not one op.
+def _full_layer(ctx, cell, x, tbi, H, dt, hx, params, batch_first):
+    """A GRU or a plain RNN (``gru`` / ``rnn_tanh`` / ``rnn_relu``) as PopTorch 3 receives it: ATen's
+    composite, not one op.
 
-    ``aten::rnn_tanh.input`` / ``rnn_relu.input`` are CompositeImplicitAutograd and PopTorch's dispatcher
-    registers only ``lstm.input`` of the recurrent layers on the IPU key
+    ``aten::gru.input`` / ``rnn_tanh.input`` / ``rnn_relu.input`` are CompositeImplicitAutograd and
+    PopTorch's dispatcher registers only ``lstm.input`` of the recurrent layers on the IPU key
     (poptorch/source/dispatch_tracer/RegisterOptionalAtenOps.cpp.inc), so the layer reaches PopART as the
-    ops of ATen's RNN.cpp (``_rnn_impl_with_concat``, ``FullLayer``, ``SimpleCell``), and RNNOps.cpp's
-    ``rnnHandler`` (PopART's RNNOp), written for the removed torch.jit.trace front end, never sees it. On a
-    device other than the CPU (the IPU's tensors) ``FullLayer`` does not project the whole sequence first:
-    per step, ``linear_hh(h)`` then ``linear_ih(x_t)`` (each ``addmm``: PopTorch's Gemm, a ``matmul`` by
-    the transposed weight and the bias ``add``; a ``matmul`` alone without biases), their in-place ``add``
-    and the nonlinearity; the steps' states stacked (a ``concat``) as the output and the last one stacked
-    as ``h_n``. The input's steps and the state are views (``unbind``); a missing state is torch's zeros
-    (a constant). ``x``: the time-major input (T, B, I); ``params``: the (in, out) weights and the biases."""
+    ops of ATen's RNN.cpp (``ONE_HIDDEN_RNN``: ``_rnn_impl_with_concat`` over ``FullLayer``), and
+    RNNOps.cpp's ``gruHandler`` / ``rnnHandler`` (PopART's GRU / RNN op), written for the removed
+    torch.jit.trace front end, never see it. On a device other than the CPU (the IPU's tensors)
+    ``FullLayer`` does not project the whole sequence first: each step's input, a view (``unbind``), goes
+    to the cell as it is, and the step is exactly the cell op's (:func:`_cell_ops`, as
+    :func:`_recurrent_cell` builds ``gru_cell`` / ``rnn_tanh_cell`` / ``rnn_relu_cell``): for a GRU,
+    ``linear_ih(x_t)``, ``linear_hh(h)``, their gates, ``(h - n) * z + n``; for a plain RNN,
+    ``linear_hh(h)``, ``linear_ih(x_t)``, their add and the nonlinearity. The steps' states are stacked
+    (a ``concat``) as the output and the last one stacked as ``h_n``. A missing state is torch's zeros (a
+    constant). ``x``: the time-major input (T, B, I) elements; ``params``: the (in, out) weights and the
+    biases."""
     T, B, I = tbi
-    w_ih, w_hh, b_ih, b_hh = params
-    act = "relu" if cell == "rnn_relu" else "tanh"
     x = emit(ctx, "reshape", [x], (T, B, I), dt, name="sequence_in")
     h = emit(ctx, "reshape", [hx], (B, H), dt, name="h0") if is_tensor(hx) else const(ctx, (B, H), dt, "h0")
-
-    def linear(v, w, b, label):
-        y = emit(ctx, "matmul", [v, w], (B, H), dt, name=f"{label}/matmul")
-        return emit(ctx, "add", [y, b], (B, H), dt, name=f"{label}/bias") if is_tensor(b) else y
-
     hs = []
     for t in range(T):
         xt = emit(ctx, "slice", [x], (B, I), dt, {"index": str(t), "axis": 0, "start": t, "stop": t + 1},
                   f"step{t}/x")
-        hh = linear(h, w_hh, b_hh, f"step{t}/linear_hh")
-        ih = linear(xt, w_ih, b_ih, f"step{t}/linear_ih")
-        h = emit(ctx, act, [emit(ctx, "add", [hh, ih], (B, H), dt, name=f"step{t}/pre")], (B, H), dt,
-                 name=f"step{t}/hidden")
+        h, = _cell_ops(ctx, cell, xt, (h,), params, (B, H), dt, f"step{t}/")
         hs.append(h)
     seq = emit(ctx, "concat", hs, (T, B, H), dt, {"axis": 0}, "sequence")
     if batch_first:
@@ -312,35 +309,28 @@ def _plain_rnn(ctx, cell, x, tbi, H, dt, hx, params, batch_first):
     return out, ctx.op("reshape", [last], output=ctx.output[1], name="h_n")
 
 
-def _popnn_recurrent(ctx, m, cell, x, tbi, H, dt, hx, w_ih, w_hh, b_ih, b_hh, batch_first):
-    """An LSTM or GRU as PopTorch lowers it: one PopART LSTM / GRU op (``GraphBuilder.recurrent``,
-    popnn's cell loop; RNNOps.cpp sums the LSTM's two biases, and the GRU keeps both for its
-    reset-after form). ``x``: the time-major input (T, B, I)."""
+def _popnn_lstm(ctx, m, x, tbi, H, dt, hx, w_ih, w_hh, b_ih, b_hh, batch_first):
+    """An LSTM as PopTorch lowers it: ``lstm.input`` is the one recurrent layer its dispatcher intercepts
+    whole, and RNNOps.cpp's ``lstmHandler`` makes it one PopART LSTM op (``GraphBuilder.recurrent``,
+    popnn's cell loop), the two biases summed. ``x``: the time-major input (T, B, I)."""
     T, B, I = tbi
-    gates = RNN_GATES[cell] * H
+    gates = RNN_GATES["lstm"] * H
     x = emit(ctx, "reshape", [x], (T, B, I), dt, name="sequence_in")
     biases = [b for b in (b_ih, b_hh) if is_tensor(b)]
-    if cell == "lstm":
-        bias = emit(ctx, "add", biases, (gates,), dt, name="bias") if len(biases) == 2 else const(ctx, (gates,), dt, "bias")
-    else:
-        bias = emit(ctx, "concat", biases, (2 * gates,), dt, {"axis": 0}, "bias") if len(biases) == 2 \
-            else const(ctx, (2 * gates,), dt, "bias")
-    h0, c0 = (hx if isinstance(hx, (tuple, list)) else (hx, None)) if cell == "lstm" else (hx, None)
+    bias = emit(ctx, "add", biases, (gates,), dt, name="bias") if len(biases) == 2 else const(ctx, (gates,), dt, "bias")
+    h0, c0 = hx if isinstance(hx, (tuple, list)) else (hx, None)
 
     def state(s, label):
         return emit(ctx, "reshape", [s], (B, H), dt, name=label) if is_tensor(s) else const(ctx, (B, H), dt, label)
 
-    states = [state(h0, "h0")] + ([state(c0, "c0")] if cell == "lstm" else [])
-    seq, *last = ctx.builder.recurrent(cell, ctx.t(x), ctx.t(w_ih), ctx.t(w_hh), ctx.t(bias),
-                                       *[ctx.t(s) for s in states], name=ctx.key)
+    seq, *last = ctx.builder.recurrent("lstm", ctx.t(x), ctx.t(w_ih), ctx.t(w_hh), ctx.t(bias),
+                                       ctx.t(state(h0, "h0")), ctx.t(state(c0, "c0")), name=ctx.key)
     if batch_first:
         seq = emit(ctx, "transpose", [seq], (B, T, H), dt, {"perm": [1, 0, 2]}, "batch_first")
     out = ctx.op("reshape", [seq], output=ctx.output[0], name="output")
-    # the final states torch returns: ATen's (output, h_n[, c_n]), the LSTM module's (output, (h_n, c_n))
-    wanted = ctx.output[1:] if m is None else ctx.output[1] if cell == "lstm" else (ctx.output[1],)
+    # the final states torch returns: ATen's (output, h_n, c_n), the module's (output, (h_n, c_n))
+    wanted = ctx.output[1:] if m is None else ctx.output[1]
     finals = tuple(ctx.op("reshape", [t], output=o, name=n) for t, o, n in zip(last, wanted, ("h_n", "c_n")))
-    if cell == "gru":
-        return out, finals[0]
     return (out, finals) if m is not None else (out,) + finals
 
 
@@ -356,20 +346,17 @@ def _recurrent_cell(ctx):
     PopTorch has no handler for these: ATen registers them CompositeImplicitAutograd and PopTorch's
     dispatcher intercepts only ``lstm.input`` of the recurrent ops
     (poptorch/source/dispatch_tracer/RegisterOptionalAtenOps.cpp.inc), so a cell reaches PopART as the
-    ops ATen's RNN.cpp builds it from (the CPU path of its GRUCell / LSTMCell / SimpleCell): two
-    linears (``linearHandler``: a matmul by the transposed weight, plus the bias), the gates sliced from
-    them, and the element-wise ops between; emitted here in that order."""
+    ops ATen's RNN.cpp builds it from (:func:`_cell_ops`)."""
     m = ctx.module
     if m is not None:
         cell = ("gru" if isinstance(m, nn.GRUCell) else "lstm" if isinstance(m, nn.LSTMCell)
                 else f"rnn_{m.nonlinearity}")
-        gates = RNN_GATES.get(cell, 1)
         H = m.hidden_size
         hx = ctx.sarg(1, "hx")
         w_ih, w_hh = ctx.param("weight_ih", transposed=True), ctx.param("weight_hh", transposed=True)
         b_ih, b_hh = ctx.param("bias_ih"), ctx.param("bias_hh")
     else:  # aten.<cell>(input, hx, w_ih, w_hh, b_ih=None, b_hh=None); lstm_cell's hx is [h, c]
-        cell, gates = _CELL_OPS[ctx.key]
+        cell, _ = _CELL_OPS[ctx.key]
         hx = ctx.sarg(1, "hx")
         w_ih, w_hh = ctx.sarg(2, "w_ih"), ctx.sarg(3, "w_hh")
         b_ih, b_hh = ctx.sarg(4, "b_ih"), ctx.sarg(5, "b_hh")
@@ -390,19 +377,43 @@ def _recurrent_cell(ctx):
             return const(ctx, (B, H), dt, label)
         return emit(ctx, "reshape", [s], (B, H), dt, name=label) if unbatched else s
 
-    h = state(h, "h")
-    c = state(c, "c") if cell == "lstm" else None
-    G = gates * H
+    states = (state(h, "h"), state(c, "c")) if cell == "lstm" else (state(h, "h"),)
+    results = _cell_ops(ctx, cell, x, states, (w_ih, w_hh, b_ih, b_hh), (B, H), dt)
+    outs = list(ctx.output) if isinstance(ctx.output, (tuple, list)) else [ctx.output]
+    made = tuple(ctx.op("reshape", [r], output=o, name="unbatched") if unbatched else r
+                 for r, o in zip(results, outs))
+    return made if isinstance(ctx.output, (tuple, list)) else made[0]
+
+
+def _cell_ops(ctx, cell, x, states, params, bh, dt, prefix: str = "") -> list:
+    """One step of ATen's recurrent cell, op by op, in RNN.cpp's order: a cell op (``gru_cell``, ...) and
+    each step of a GRU / plain RNN layer (:func:`_full_layer`) are these same ops.
+
+    The cells' non-fused path: the fused ``_thnn_fused_gru_cell`` / ``_thnn_fused_lstm_cell`` are taken
+    only for CUDA (and, in later torch, XPU / PrivateUse1) tensors, and an IPU tensor's device is
+    ``DeviceType::IPU``. Each linear is ``at::linear`` (PopTorch's ``linearHandler`` / Gemm: a matmul by
+    the transposed weight, plus the bias), its gates ``unsafe_chunk`` slices of it. ``GRUCell``:
+    ``linear_ih(x)``, ``linear_hh(h)``, r = sigmoid(h_r + i_r), z = sigmoid(h_z + i_z),
+    n = tanh(i_n + h_n * r), then ``(h - n) * z + n``. ``LSTMCell``: ``linear_hh(h) + linear_ih(x)``, the
+    four gates' nonlinearities, cy = f c + i g, hy = o tanh(cy). ``SimpleCell``: ``linear_hh(h) +
+    linear_ih(x)`` and the nonlinearity. ``x``: the step's input (B, I); ``states``: (h,) or, for an LSTM,
+    (h, c), each (B, H); ``params``: the (in, out) weights and the biases (None when absent); ``bh``: (B, H);
+    ``prefix``: the ops' name prefix. Returns [hy] or [hy, cy], each (B, H). Shapes in elements."""
+    B, H = bh
+    w_ih, w_hh, b_ih, b_hh = params
+    G = RNN_GATES.get(cell, 1) * H
+    h = states[0]
 
     def linear(v, w, b, label):
-        y = emit(ctx, "matmul", [v, w], (B, G), dt, name=f"{label}/matmul")
-        return emit(ctx, "add", [y, b], (B, G), dt, name=f"{label}/bias") if is_tensor(b) else y
+        y = emit(ctx, "matmul", [v, w], (B, G), dt, name=f"{prefix}{label}/matmul")
+        return emit(ctx, "add", [y, b], (B, G), dt, name=f"{prefix}{label}/bias") if is_tensor(b) else y
 
     def gate(src, i, label):
-        return emit(ctx, "slice", [src], (B, H), dt, {"axis": 1, "start": i * H, "stop": (i + 1) * H}, label)
+        return emit(ctx, "slice", [src], (B, H), dt, {"axis": 1, "start": i * H, "stop": (i + 1) * H},
+                    prefix + label)
 
     def op(kind, inputs, label):
-        return emit(ctx, kind, inputs, (B, H), dt, name=label)
+        return emit(ctx, kind, inputs, (B, H), dt, name=prefix + label)
 
     if cell == "gru":
         gi, gh = linear(x, w_ih, b_ih, "linear_ih"), linear(h, w_hh, b_hh, "linear_hh")
@@ -410,24 +421,20 @@ def _recurrent_cell(ctx):
         z = op("sigmoid", [op("add", [gate(gh, 1, "h_z"), gate(gi, 1, "i_z")], "input/add")], "input_gate")
         hn = op("mul", [gate(gh, 2, "h_n"), r], "new/reset")
         n = op("tanh", [op("add", [gate(gi, 2, "i_n"), hn], "new/add")], "new_gate")
-        results = [op("add", [op("mul", [op("sub", [h, n], "blend/sub"), z], "blend/mul"), n], "hy")]
-    elif cell == "lstm":
+        return [op("add", [op("mul", [op("sub", [h, n], "blend/sub"), z], "blend/mul"), n], "hy")]
+    if cell == "lstm":
+        c = states[1]
         gsum = emit(ctx, "add", [linear(h, w_hh, b_hh, "linear_hh"), linear(x, w_ih, b_ih, "linear_ih")],
-                    (B, G), dt, name="gates")
+                    (B, G), dt, name=f"{prefix}gates")
         i = op("sigmoid", [gate(gsum, 0, "g_i")], "in_gate")
         f = op("sigmoid", [gate(gsum, 1, "g_f")], "forget_gate")
         g = op("tanh", [gate(gsum, 2, "g_c")], "cell_gate")
         o = op("sigmoid", [gate(gsum, 3, "g_o")], "out_gate")
         cy = op("add", [op("mul", [f, c], "cy/forget"), op("mul", [i, g], "cy/in")], "cy")
-        results = [op("mul", [o, op("tanh", [cy], "cy/tanh")], "hy"), cy]
-    else:
-        pre = emit(ctx, "add", [linear(h, w_hh, b_hh, "linear_hh"), linear(x, w_ih, b_ih, "linear_ih")],
-                   (B, G), dt, name="pre")
-        results = [op("relu" if cell == "rnn_relu" else "tanh", [pre], "hy")]
-    outs = list(ctx.output) if isinstance(ctx.output, (tuple, list)) else [ctx.output]
-    made = tuple(ctx.op("reshape", [r], output=o, name="unbatched") if unbatched else r
-                 for r, o in zip(results, outs))
-    return made if isinstance(ctx.output, (tuple, list)) else made[0]
+        return [op("mul", [o, op("tanh", [cy], "cy/tanh")], "hy"), cy]
+    pre = emit(ctx, "add", [linear(h, w_hh, b_hh, "linear_hh"), linear(x, w_ih, b_ih, "linear_ih")],
+               (B, G), dt, name=f"{prefix}pre")
+    return [op("relu" if cell == "rnn_relu" else "tanh", [pre], "hy")]
 
 
 def _transposed_weight(ctx, w):
