@@ -20,9 +20,9 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 import sim.poptorch as poptorch  # noqa: E402
+from poptorch_runs import WithLoss, compute_ops, inference, training  # noqa: E402
 
 T, B, I, H = 5, 3, 6, 4
-VIEWS = {"reshape", "slice", "concat"}
 #: GRUCell's element-wise ops a step, after the two linears: r's add and sigmoid, z's add and sigmoid,
 #: h_n * r, i_n + that, tanh, then (h - n) * z + n
 GATES = ["add", "sigmoid", "add", "sigmoid", "mul", "add", "tanh", "sub", "mul", "add"]
@@ -75,37 +75,10 @@ class Written(nn.Module):
         return y, torch.stack([h], 0)
 
 
-class WithLoss(nn.Module):
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x, *h0):
-        y, h = self.inner(x, *h0)
-        return y, poptorch.identity_loss(y.sum() + h.sum(), reduction="none")
-
-
 def _inputs(batch_first, state):
     g = torch.Generator().manual_seed(3)
     x = torch.randn(*((B, T, I) if batch_first else (T, B, I)), generator=g)
     return (x, torch.randn(1, B, H, generator=g)) if state else (x,)
-
-
-def _inference(net, xs):
-    model = poptorch.inferenceModel(net, poptorch.Options().logCycleCount(True))
-    out = model(*xs)
-    return model, out, model.cycleCount()
-
-
-def _training(net, xs):
-    model = poptorch.trainingModel(net, poptorch.Options().logCycleCount(True),
-                                   optimizer=torch.optim.SGD(net.parameters(), lr=0.01))
-    model(*xs)
-    return model, model.cycleCount()
-
-
-def _compute_ops(model, pass_="forward"):
-    return [op for op in model.executable.graph.ops if op.pass_ == pass_ and op.kind not in VIEWS]
 
 
 @pytest.mark.parametrize("method", ["torch.fx", "torch.export"])
@@ -121,7 +94,7 @@ def test_a_gru_is_atens_steps_each_a_grucells_ops(batch_first, bias, state, meth
     xs = _inputs(batch_first, state)
     with torch.no_grad():
         expected = net(*xs)
-    model, got, _ = _inference(net, xs)
+    model, got, _ = inference(net, xs)
     assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in expected]
     assert [tuple(t.shape) for t in got] == [(B, T, H) if batch_first else (T, B, H), (1, B, H)]
     torch.testing.assert_close(got[0], expected[0])
@@ -129,12 +102,12 @@ def test_a_gru_is_atens_steps_each_a_grucells_ops(batch_first, bias, state, meth
     assert f"graph captured with {method}" in model.executable.notes
     g = model.executable.graph
     assert not [op for op in g.ops if op.kind in ("gru", "gru_grad")]
-    ops = [op for op in _compute_ops(model) if op.kind not in ("transpose", "scale")]  # batch_first, x * 1
+    ops = [op for op in compute_ops(model) if op.kind not in ("transpose", "scale")]  # batch_first, x * 1
     linears = ["matmul", "add", "matmul", "add"] if bias else ["matmul", "matmul"]
     assert [op.kind for op in ops] == (linears + GATES) * T
     shapes = [[tuple(g.tensors[t].shape) for t in op.inputs] for op in ops if op.kind == "matmul"]
     assert shapes == [[(B, I), (I, 3 * H)], [(B, H), (H, 3 * H)]] * T
-    transposes = [op for op in _compute_ops(model) if op.kind == "transpose"]
+    transposes = [op for op in compute_ops(model) if op.kind == "transpose"]
     assert len(transposes) == (2 if batch_first else 0)  # the input to time-major and the output back
 
 
@@ -163,7 +136,7 @@ def test_an_unbatched_gru_runs_one_row_a_step():
     torch.manual_seed(0)
     gru = nn.GRU(I, H)
     x = _inputs(False, False)[0][:, 0]
-    model, got, _ = _inference(gru, (x,))
+    model, got, _ = inference(gru, (x,))
     with torch.no_grad():
         expected = gru(x)
     assert [tuple(t.shape) for t in got] == [(T, H), (1, H)]
@@ -184,16 +157,16 @@ def test_a_gru_costs_what_its_steps_written_with_grucell_cost(batch_first, bias,
     torch.manual_seed(0)
     net = Layer(batch_first, bias)
     xs = _inputs(batch_first, state)
-    layer, got, layer_cycles = _inference(net, xs)
-    written, wrote, written_cycles = _inference(Written(net.gru), xs)
+    layer, got, layer_cycles = inference(net, xs)
+    written, wrote, written_cycles = inference(Written(net.gru), xs)
     torch.testing.assert_close(got[0], wrote[0])
-    assert [op.kind for op in _compute_ops(layer)] == [op.kind for op in _compute_ops(written)]
+    assert [op.kind for op in compute_ops(layer)] == [op.kind for op in compute_ops(written)]
     assert layer_cycles == written_cycles
-    layer_train, layer_train_cycles = _training(WithLoss(net), xs)
-    written_train, written_train_cycles = _training(WithLoss(Written(net.gru)), xs)
+    layer_train, layer_train_cycles = training(WithLoss(net), xs)
+    written_train, written_train_cycles = training(WithLoss(Written(net.gru)), xs)
     for pass_ in ("backward", "update"):
-        assert [op.kind for op in _compute_ops(layer_train, pass_)] == \
-            [op.kind for op in _compute_ops(written_train, pass_)], pass_
+        assert [op.kind for op in compute_ops(layer_train, pass_)] == \
+            [op.kind for op in compute_ops(written_train, pass_)], pass_
     assert layer_train_cycles == written_train_cycles
 
 
@@ -217,7 +190,7 @@ def test_an_lstm_is_still_one_popnn_op(batch_first, method):
     torch.manual_seed(0)
     net = Lstm()
     xs = _inputs(batch_first, False)
-    model, _ = _training(net, xs)
+    model, _ = training(net, xs)
     assert f"graph captured with {method}" in model.executable.notes
     kinds = [op.kind for op in model.executable.graph.ops]
     assert kinds.count("lstm") == 1 and kinds.count("lstm_grad") == 1

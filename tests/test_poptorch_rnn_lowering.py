@@ -25,12 +25,12 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import sim.poptorch as poptorch  # noqa: E402
+from poptorch_runs import WithLoss, compute_ops, inference, training  # noqa: E402
 from sim.cost import codelet, op_cost  # noqa: E402
 from sim.cost.vector import spread  # noqa: E402
 from sim.hardware.system import load_system  # noqa: E402
 
 T, B, I, H = 5, 3, 6, 4
-VIEWS = {"reshape", "slice", "concat"}
 
 
 @pytest.fixture(autouse=True)
@@ -79,36 +79,9 @@ class Written(nn.Module):
         return y, torch.stack([h], 0)
 
 
-class WithLoss(nn.Module):
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x):
-        y, h = self.inner(x)
-        return y, poptorch.identity_loss(y.sum() + h.sum(), reduction="none")
-
-
 def _input(batch_first):
     g = torch.Generator().manual_seed(3)
     return torch.randn(*((B, T, I) if batch_first else (T, B, I)), generator=g)
-
-
-def _inference(net, x):
-    model = poptorch.inferenceModel(net, poptorch.Options().logCycleCount(True))
-    out = model(x)
-    return model, out, model.cycleCount()
-
-
-def _training(net, x):
-    model = poptorch.trainingModel(net, poptorch.Options().logCycleCount(True),
-                                   optimizer=torch.optim.SGD(net.parameters(), lr=0.01))
-    model(x)
-    return model, model.cycleCount()
-
-
-def _compute_ops(model, pass_="forward"):
-    return [op for op in model.executable.graph.ops if op.pass_ == pass_ and op.kind not in VIEWS]
 
 
 @pytest.mark.parametrize("method", ["torch.fx", "torch.export"])
@@ -124,18 +97,18 @@ def test_a_plain_rnn_is_atens_steps_each_with_both_linears(nonlinearity, batch_f
     x = _input(batch_first)
     with torch.no_grad():
         expected = net(x)
-    model, got, _ = _inference(net, x)
+    model, got, _ = inference(net, (x,))
     torch.testing.assert_close(got[0], expected[0])
     torch.testing.assert_close(got[1], expected[1])
     assert f"graph captured with {method}" in model.executable.notes
-    ops = [op for op in _compute_ops(model) if op.kind not in ("transpose", "scale")]  # batch_first, x * 1
+    ops = [op for op in compute_ops(model) if op.kind not in ("transpose", "scale")]  # batch_first, x * 1
     step = ["matmul", "add", "matmul", "add", "add", nonlinearity] if bias else ["matmul", "matmul", "add",
                                                                                    nonlinearity]
     assert [op.kind for op in ops] == step * T
     g = model.executable.graph
     shapes = [[tuple(g.tensors[t].shape) for t in op.inputs] for op in ops if op.kind == "matmul"]
     assert shapes == [[(B, H), (H, H)], [(B, I), (I, H)]] * T
-    transposes = collections.Counter(op.kind for op in _compute_ops(model))["transpose"]
+    transposes = collections.Counter(op.kind for op in compute_ops(model))["transpose"]
     assert transposes == (2 if batch_first else 0)  # the input to time-major and the output back
 
 
@@ -147,12 +120,12 @@ def test_a_plain_rnn_costs_what_atens_ops_written_out_cost(batch_first, bias):
     torch.manual_seed(0)
     net = Layer(batch_first, bias)
     x = _input(batch_first)
-    layer, _, layer_cycles = _inference(net, x)
-    written, _, written_cycles = _inference(Written(net.rnn), x)
-    assert [op.kind for op in _compute_ops(layer)] == [op.kind for op in _compute_ops(written)]
+    layer, _, layer_cycles = inference(net, (x,))
+    written, _, written_cycles = inference(Written(net.rnn), (x,))
+    assert [op.kind for op in compute_ops(layer)] == [op.kind for op in compute_ops(written)]
     assert layer_cycles == written_cycles
-    _, layer_train = _training(WithLoss(net), x)
-    _, written_train = _training(WithLoss(Written(net.rnn)), x)
+    _, layer_train = training(WithLoss(net), (x,))
+    _, written_train = training(WithLoss(Written(net.rnn)), (x,))
     assert layer_train == written_train
 
 
@@ -196,7 +169,7 @@ def test_hardsigmoid_is_poparts_one_map_and_its_gradient_one_map(form, dtype):
     torch.manual_seed(0)
     net = Activation(nn.Hardsigmoid() if form == "module" else F.hardsigmoid).to(dtype)
     x = torch.randn(8, 16).to(dtype)
-    model, _ = _training(net, x)
+    model, _ = training(net, (x,))
     g = model.executable.graph
     maps = [op for op in g.ops if op.kind == "map"]
     assert [(op.pass_, op.attrs["steps"]) for op in maps] == [("forward", HARDSIGMOID),
