@@ -1051,12 +1051,14 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
             "held": partials + np.maximum(np.maximum(recv1 - result_first, recv2), 0)}
 
 
+@lru_cache(maxsize=1024)
 def _candidates(dim: int, tiles: int, grain: int = 0) -> np.ndarray:
     """Split counts worth trying for a dimension: every count up to 16, powers of 2, 3 x powers
     of 2, the divisors of the tile count (1472 = 64 x 23 on Mk2), and ``dim`` itself. With a
     ``grain`` (channels split in whole groups, as poplin splits them), also the fewest tiles that
     leave each tile ``q`` groups, ``ceil(groups / q)`` for ``q`` up to 64: poplin's planner tries
-    every split, and these are the ones at which a tile's group count changes."""
+    every split, and these are the ones at which a tile's group count changes. Cached by its three
+    arguments, all it reads (the array is read only)."""
     top = min(dim, tiles)
     vals = {top, *range(1, min(top, 16) + 1)}
     if grain:
@@ -1069,7 +1071,9 @@ def _candidates(dim: int, tiles: int, grain: int = 0) -> np.ndarray:
             vals.add(3 * p)
         p *= 2
     vals.update(d for d in _divisors(tiles) if d <= top)
-    return np.array(sorted(vals), dtype=np.int64)
+    out = np.array(sorted(vals), dtype=np.int64)
+    out.setflags(write=False)
+    return out
 
 
 @lru_cache(maxsize=16)
@@ -1230,8 +1234,9 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         pool = fastest.at
         i = int(pool[np.lexsort((split_order[pool], temp[pool], used[pool]))[0]])
         chosen = fastest.take(np.flatnonzero(pool == i))
-    else:
-        i = int(np.lexsort((split_order, temp))[0])
+    else:  # the least memory, then the least splits: the first of a lexsort by (temp, split_order), in one pass
+        least = np.flatnonzero(temp == temp.min())
+        i = int(least[np.argmin(split_order[least])])
         chosen = cands.estimates(np.array([i]))
     c, total = (chosen.costs, chosen.total) if chosen.costs is not None else cands.costs(chosen.at)
     planned = chosen.planned[0]
@@ -1492,12 +1497,23 @@ def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) ->
         ci, kh, kw = conv.in_channels * conv.kernel_w, conv.kernel_h, 1
     else:  # the 1x1 vertex (a 1x1 kernel) or the whole kernel folded into the channels
         ci, kh, kw = K, 1, 1
-    grains = -(-ci // in_group)
     block = np.zeros(int(pk.max(initial=0)) + 1, dtype=np.int64)  # by split count
-    for p in distinct_values(pk):
-        block[p] = min(min(-(-grains // (p // d)) * in_group, ci) * -(-kh // d) * kw
-                       for d in range(1, min(kh, p) + 1) if p % d == 0)
+    splits = np.array(distinct_values(pk), dtype=np.int64)
+    splits = splits[splits > 0]
+    block[splits] = _least_inner_block(splits, ci, kh, kw, in_group)
     return np.minimum(block[pk], K)
+
+
+def _least_inner_block(p: np.ndarray, ci: int, kh: int, kw: int, in_group: int) -> np.ndarray:
+    """For each split count of ``p`` (an array, each at least 1), the least of the busiest tile's share
+    ``min(ceil(grains / (p / d)) x in_group, ci) x ceil(kh / d) x kw`` over the kernel splits ``d``
+    (``1..kh``, at most the split count) that divide it (:func:`conv_inner_block`), all at once."""
+    grains = -(-ci // in_group)
+    d = np.arange(1, min(kh, int(p.max(initial=1))) + 1, dtype=np.int64)[:, None]  # the kernel split (<= p)
+    divides = (d <= p) & (p % d == 0)
+    channels = np.maximum(p // d, 1)  # the input-channel split (1 where d does not divide: not taken)
+    share = np.minimum(-(-grains // channels) * in_group, ci) * -(-kh // d) * kw
+    return np.where(divides, share, np.iinfo(np.int64).max).min(axis=0)
 
 
 def fewest_splits(size: int, limit: int) -> np.ndarray:

@@ -24,7 +24,6 @@ vertex estimate is already all the workers' worth), bytes are bytes.
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
@@ -68,7 +67,7 @@ def reduce_add_cycles(outputs, partials, out_float: bool, partials_float: bool, 
     partials sit in interleaved memory and load at twice the width (``constrainPartials``)."""
     outputs = np.asarray(outputs, dtype=np.int64)
     partials = np.asarray(partials, dtype=np.int64)
-    acc = 4 if partials_float else 8  # accumulator vector width
+    acc = 4 if partials_float else 8  # accumulator vector width (a power of 2)
     in_path = data_path_bits // (32 if partials_float else 16)  # partials per load
     # single input: a 1- or 2-cycle inner loop per accumulator vector, split over the workers
     s_loop = acc // np.minimum(acc, in_path * (1 + np.asarray(fast, dtype=np.int64)))
@@ -77,9 +76,7 @@ def reduce_add_cycles(outputs, partials, out_float: bool, partials_float: bool, 
     single = (20 + (s_loop * partials + s_over) * s_per_worker) * workers + 33
     # general form: one more cycle a loop to fetch the next row's pointer, a shorter loop for the rest
     g_loop = acc // min(acc, in_path) + 1
-    loops = outputs // acc
-    for i in range(int(math.log2(acc))):
-        loops = loops + ((outputs >> i) & 1)
+    loops = outputs // acc + _SET_BITS[outputs & (acc - 1)]  # a loop per whole vector, one per set bit of the rest
     per_worker = loops // workers
     rest = loops % workers > 0
     ragged = (outputs & (acc - 1)) > 0
@@ -88,6 +85,18 @@ def reduce_add_cycles(outputs, partials, out_float: bool, partials_float: bool, 
     over = (7 if partials_float else 9) if out_float else (6 if partials_float else 8)
     general = (fixed + (g_loop * partials + over) * per_worker) * workers
     return np.where(single_input, single, general)
+
+
+#: the number of set bits of each value below 8 (the rest of an accumulator vector: 4 or 8 wide)
+_SET_BITS = np.array([bin(v).count("1") for v in range(8)], dtype=np.int64)
+
+
+@lru_cache(maxsize=64)
+def _vertex_fixed_cycles(out_float: bool, partials_float: bool, single_input: bool, workers: int,
+                         data_path_bits: int, fast) -> int:
+    """:func:`reduce_add_cycles` of a vertex with no outputs (its launch and prologue), cached by those
+    arguments, all it reads."""
+    return int(reduce_add_cycles(0, 0, out_float, partials_float, single_input, workers, data_path_bits, fast))
 
 
 def single_input_fits(exchanged_bytes, tile_bytes: int, element_bytes: int):
@@ -106,6 +115,30 @@ def distinct_values(values) -> list[int]:
     return np.flatnonzero(present).tolist()
 
 
+@lru_cache(maxsize=256)
+def _plan_tables(depths: tuple[int, ...], multi_stage: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each of the ``depths`` (increasing) reduction plans (:func:`multi_stage_plan`), as tables indexed by
+    depth up to the largest, read only: the rows a stage's section takes and the tiles it is reduced on
+    (``[stage, depth]``, 0 and 1 where the depth has no such stage), and the index of its last stage
+    (``[depth]``); as many stages as the deepest plan. Cached by the depths and the option, all it reads."""
+    plans = {d: multi_stage_plan(d, multi_stage) + (1,) for d in depths if d > 1}
+    n_stages = max((len(p) for p in plans.values()), default=0)
+    size = (depths[-1] if depths else 0) + 1
+    sec_rows = np.zeros((n_stages, size), dtype=np.int64)
+    sec_tiles = np.ones((n_stages, size), dtype=np.int64)
+    last_stage = np.zeros(size, dtype=np.int64)
+    for d, sections in plans.items():
+        rows = tiles = d  # one partial sum per tile of the group
+        for i, sec in enumerate(sections):
+            sec_rows[i, d] = -(-rows // sec)
+            sec_tiles[i, d] = max(1, tiles // sec)
+            rows = sec
+        last_stage[d] = len(sections) - 1
+    for a in (sec_rows, sec_tiles, last_stage):
+        a.setflags(write=False)
+    return sec_rows, sec_tiles, last_stage
+
+
 def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int, grain: int, ipu):
     """Per stage of poplin's reduction of ``depth`` partial sums of an ``outputs``-element block
     held by ``depth`` tiles (arrays of the same shape; ``grain``: the partials' channel group):
@@ -118,32 +151,19 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
     vertex = (ipu.worker_threads, ipu.data_path_bits)
     outputs = np.asarray(outputs, dtype=np.int64)
     depth = np.asarray(depth, dtype=np.int64)
-    shape = np.broadcast(outputs, depth).shape
-    outputs, depth = np.broadcast_to(outputs, shape), np.broadcast_to(depth, shape)
+    shape = np.broadcast_shapes(outputs.shape, depth.shape)
+    flat_outputs, flat_depth = (np.broadcast_to(a, shape).ravel() for a in (outputs, depth))
     p_float = partials_bytes == 4
     p_grain = 4 if p_float else 8  # partialsGrain: whole accumulator vectors for the single-input form
-    # each depth's plan, as tables indexed by depth: the rows a stage's section takes and the tiles
-    # it is reduced on (0 where the depth has no such stage), so every candidate is priced at once
-    plans = {d: multi_stage_plan(d, ipu.multi_stage_reduce) + (1,) for d in distinct_values(depth) if d > 1}
-    n_stages = max((len(p) for p in plans.values()), default=0)
-    size = int(depth.max(initial=0)) + 1
-    sec_rows = np.zeros((n_stages, size), dtype=np.int64)
-    sec_tiles = np.ones((n_stages, size), dtype=np.int64)
-    last_stage = np.zeros(size, dtype=np.int64)
-    for d, sections in plans.items():
-        rows = tiles = d  # one partial sum per tile of the group
-        for i, sec in enumerate(sections):
-            sec_rows[i, d] = -(-rows // sec)
-            sec_tiles[i, d] = max(1, tiles // sec)
-            rows = sec
-        last_stage[d] = len(sections) - 1
+    sec_rows, sec_tiles, last_stage = _plan_tables(tuple(distinct_values(flat_depth)), ipu.multi_stage_reduce)
+    depth_last = last_stage[flat_depth]  # each candidate's last stage
     out = []
-    flat_outputs, flat_depth = outputs.ravel(), depth.ravel()
-    for i in range(n_stages):
+    for i in range(len(sec_rows)):
         got, cycles, fixed = (np.zeros(flat_depth.size) for _ in range(3))
         stage_rows = sec_rows[i][flat_depth]
+        active, ends = stage_rows > 0, depth_last == i
         for last in (False, True):  # intermediate stages write partials, the last the result type
-            at = np.flatnonzero((stage_rows > 0) & ((last_stage[flat_depth] == i) == last))
+            at = np.flatnonzero(active & (ends == last))
             if not at.size:
                 continue
             rows, tiles, o = stage_rows[at], sec_tiles[i][flat_depth[at]], flat_outputs[at]
@@ -153,9 +173,9 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
             got[at] = (rows - 1) * per_tile * partials_bytes
             single = (per_tile % p_grain == 0) & (ipu.fast_reduce | single_input_fits(
                 got[at], ipu.sram_bytes_per_tile, ipu.memory_element_bytes))
-            fast = single & ipu.fast_reduce
+            fast = single & ipu.fast_reduce if ipu.fast_reduce else False  # never fast without the option
             cycles[at] = reduce_add_cycles(per_tile, rows - single, res_bytes == 4, p_float, single, *vertex, fast)
-            base = [reduce_add_cycles(0, 0, res_bytes == 4, p_float, form, *vertex, form and ipu.fast_reduce)
+            base = [_vertex_fixed_cycles(res_bytes == 4, p_float, form, *vertex, form and ipu.fast_reduce)
                     for form in (False, True)]
             fixed[at] = np.where(single, base[1], base[0])
         out.append(tuple(a.reshape(shape) for a in (got, cycles, fixed)))

@@ -22,11 +22,18 @@ class TileProfile:
 
     @staticmethod
     def padded(tiles: int, compute, bytes_in, temp) -> "TileProfile":
-        """Vectors for the first tiles, zero on the idle rest."""
+        """Vectors for the first tiles (as many as ``compute`` has entries; ``bytes_in`` and ``temp`` each one
+        value for all of them or one each), zero on the idle rest."""
+        n = len(np.atleast_1d(compute))
+
         def pad(v):
             out = np.zeros(tiles)
-            v = np.broadcast_to(np.asarray(v, dtype=float), (len(np.atleast_1d(compute)),))
-            out[:len(v)] = v
+            v = np.asarray(v, dtype=float)
+            if n <= tiles and (v.ndim == 0 or v.shape == (n,)):
+                out[:n] = v  # a value for all n tiles, or one each
+            else:  # anything else as numpy broadcasts it (and fails where it does)
+                v = np.broadcast_to(v, (n,))
+                out[:len(v)] = v
             return out
         return TileProfile(pad(compute), pad(bytes_in), pad(temp))
 

@@ -3,7 +3,9 @@
 :func:`op_cost` prices an op of a :class:`~sim.graph.Graph` on ``tiles`` compute tiles of an
 :class:`~sim.hardware.IPU`. The result, an :class:`OpCost`, is in cycles of the IPU clock and
 bytes. Costs are cached by the op's *signature* (kind, shapes, dtypes, attributes, tiles), so
-the 24 identical layers of BERT are priced once.
+the 24 identical layers of BERT are priced once; the cache's key (:func:`price_key`) leaves out what no
+rule reads (an update's weight, names, the inputs' roles where the rule does not read them), so ops
+that differ only in those are priced once too.
 
 An op kind the model does not know raises :class:`~sim.errors.UnsupportedOpError`; a custom
 op can carry its own cost (kind ``"custom"``, see :func:`_custom`).
@@ -59,7 +61,15 @@ LOSS_COST_KINDS = frozenset({"softmax_cross_entropy", "mse_loss", "softmax_cross
 _VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale"}
 
 
+#: the value types :func:`_freeze` returns as they are
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
 def _freeze(v):
+    """``v`` made hashable: a dict as its (key, value) pairs sorted by key, a list or tuple as a tuple, their
+    values frozen in turn; anything else as it is."""
+    if type(v) in _ATOMS:
+        return v
     if isinstance(v, dict):
         return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
     if isinstance(v, (list, tuple)):
@@ -73,25 +83,66 @@ CODE_OF = "code_of"
 
 def op_signature(op: Op, graph: Graph) -> tuple:
     """Everything about an op that its cost depends on (not its name, nor :data:`CODE_OF`)."""
-    ins = tuple((t.shape, t.dtype, t.priced_role) for t in (graph.tensors[n] for n in op.inputs))
-    outs = tuple((t.shape, t.dtype) for t in (graph.tensors[n] for n in op.outputs))
-    attrs = op.attrs if CODE_OF not in op.attrs else {k: v for k, v in op.attrs.items() if k != CODE_OF}
-    return (op.kind, ins, outs, _freeze(attrs))
+    tensors = graph.tensors
+    ins = tuple([(t.shape, t.dtype, t.priced_role) for t in [tensors[n] for n in op.inputs]])
+    outs = tuple([(t.shape, t.dtype) for t in [tensors[n] for n in op.outputs]])
+    attrs = sorted((k, _freeze(v)) for k, v in op.attrs.items() if k != CODE_OF)  # _freeze(op.attrs) without it
+    return (op.kind, ins, outs, tuple(attrs))
+
+
+#: op attributes no cost rule reads (no rule under sim/cost looks them up; tests/test_op_signature.py checks it):
+#: where an op's program comes from (:data:`CODE_OF`); which weight, optimizer, gradient clip or norm an op
+#: belongs to; a recomputation checkpoint; a batch norm's ``replica_group_size`` (its statistics' all-reduce
+#: is not part of the op's cost); and what the op's shapes and dtypes already say (a reduction's ``keepdims``,
+#: a transpose's ``perm``, a cast's target ``to``) or its cost does not depend on (a scale's ``factor``, a
+#: dropout's ``p``)
+UNPRICED_ATTRS = frozenset({CODE_OF, "weight", "optimizer", "clip", "clip_norm", "norm_of", "recomputation_checkpoint",
+                            "keepdims", "perm", "to", "factor", "p", "replica_group_size"})
+
+
+def price_key(sig: tuple) -> tuple:
+    """The key :func:`op_cost` caches an op's cost by: its :func:`op_signature` ``(kind, inputs, outputs,
+    attributes)`` without the attributes of :data:`UNPRICED_ATTRS`, with each input's role left empty
+    (``""``) when the kind's rule reads only the inputs' shapes and dtypes (:data:`ROLE_FREE_KINDS`), and
+    only the kind for a view, remote copy or IO-tile copy (:func:`_cost` prices them free, reading
+    nothing). Two ops share it only if every field their rule reads is equal."""
+    kind, ins, outs, attrs = sig
+    if _is_free(kind):
+        return (kind, (), (), ())
+    if kind in ROLE_FREE_KINDS:
+        ins = tuple((shape, dtype, "") for shape, dtype, _role in ins)
+    return (kind, ins, outs, tuple((k, v) for k, v in attrs if k not in UNPRICED_ATTRS))
+
+
+def reads_plan_options(kind: str) -> bool:
+    """Whether the rule of ``kind`` reads the availableMemoryProportion and the partials type: the kinds
+    :func:`_rule` plans as AMP matmuls (a matmul, a convolution pass, an accumulate into a matmul's result
+    layout, a recurrent layer). The others' costs are cached without them."""
+    return kind in AMP_KINDS or kind == "accumulate" or kind.removesuffix("_grad") in RNN_GATES
 
 
 class Signatures:
-    """Each op's :func:`op_signature` in ``graph``, computed once: for the compiler's passes from pricing on,
-    when the graph's ops and tensors no longer change (pricing, outlining and program memory each read every
-    op's signature). Held by op object (an op is kept while it is held, so its id stays its own)."""
+    """Each op's :func:`op_signature` in ``graph``, and its :func:`price_key`, each computed once: for the
+    compiler's passes from pricing on, when the graph's ops and tensors no longer change (pricing, outlining
+    and program memory each read every op's signature). Held by op object (an op is kept while it is held,
+    so its id stays its own)."""
 
     def __init__(self, graph: Graph):
         self.graph = graph
         self._seen: dict[int, tuple[Op, tuple]] = {}
+        self._keys: dict[int, tuple[Op, tuple]] = {}
 
     def __call__(self, op: Op) -> tuple:
         hit = self._seen.get(id(op))
         if hit is None or hit[0] is not op:
             hit = self._seen[id(op)] = (op, op_signature(op, self.graph))
+        return hit[1]
+
+    def price_key(self, op: Op) -> tuple:
+        """:func:`price_key` of ``op``'s signature."""
+        hit = self._keys.get(id(op))
+        if hit is None or hit[0] is not op:
+            hit = self._keys[id(op)] = (op, price_key(self(op)))
         return hit[1]
 
 
@@ -102,20 +153,31 @@ def op_cost(op: Op, graph: Graph, ipu: IPU, tiles: int, memory_proportion: float
     ``partials`` is the matmul/convolution partials type (``"float"``, PopTorch's default, or
     ``"half"``: ``Precision.setPartialsType``); an op's own ``partials_type`` attribute wins.
     ``signatures`` (of ``graph``) gives the op's signature if it has been computed already.
+    Priced once per :func:`price_key`, IPU, tiles and, for the kinds that read them
+    (:func:`reads_plan_options`), memory proportion and partials type.
     """
+    key = signatures.price_key(op) if signatures else price_key(op_signature(op, graph))
+    if not reads_plan_options(key[0]):
+        memory_proportion, partials = None, None  # read by no rule of this kind: not part of the key
     try:
-        return _cost(signatures(op) if signatures else op_signature(op, graph), ipu, tiles, memory_proportion,
-                     partials)
+        return _cost(key, ipu, tiles, memory_proportion, partials)
     except UnsupportedOpError as e:
         raise UnsupportedOpError(f"op {op.name!r} (kind {op.kind!r}): {e}") from None
 
 
+def _is_free(kind: str) -> bool:
+    """Whether :func:`_cost` prices ``kind`` free (the schedule prices its data movement)."""
+    return kind in _VIEWS or kind in REMOTE_KINDS or kind == IO_TILE_COPY
+
+
 @lru_cache(maxsize=65536)
-def _cost(sig: tuple, ipu: IPU, tiles: int, memory_proportion: float, partials: str) -> OpCost:
-    kind, ins, outs, attrs = sig
+def _cost(key: tuple, ipu: IPU, tiles: int, memory_proportion: float | None, partials: str | None) -> OpCost:
+    """The cost of the op of price key ``key`` (:func:`price_key`); ``memory_proportion`` and ``partials`` are
+    None for a kind that does not read them (:func:`reads_plan_options`)."""
+    kind, ins, outs, attrs = key
     attrs = dict(attrs)
-    if kind in _VIEWS or kind in REMOTE_KINDS or kind == IO_TILE_COPY:  # priced by the schedule (RemoteCopy,
-        return FREE                                                      # hostio.io_tile_copy_steps)
+    if _is_free(kind):  # priced by the schedule (RemoteCopy, hostio.io_tile_copy_steps)
+        return FREE
     cost = _rule(kind, ins, outs, attrs, ipu, tiles, memory_proportion, partials)
     if cost.profile is None:
         cost = replace(cost, profile=TileProfile.uniform(tiles, cost.tiles_used, cost.compute_cycles,
@@ -1431,3 +1493,13 @@ def _sort(ins, outs, attrs, ipu, tiles) -> OpCost:
                    exchange_phases=c.exchange_phases,
                    plan=f"bitonic top-{k} of {rows} rows of {n}: {c.steps} compare-and-swap steps on up to "
                         f"{c.tiles_used} tiles")
+
+
+#: kinds whose rule reads its inputs' shapes and dtypes but never their roles (:func:`price_key`): the
+#: element-wise ops (:func:`_elementwise`, :func:`_dropout`, an accumulate into a matmul's layout:
+#: :func:`_scaled_add_to_matmul`), maps, reductions (:func:`_reduce`), softmax and layer norm rows and losses
+#: (:func:`~sim.cost.row_ops.row_op_cost` of the first input's shape and dtype) and layout changes
+#: (:func:`_transpose`); not SGD's update, which tells the weight, the velocity and the gradient apart by role.
+#: Defined here, after the kind sets it joins.
+ROLE_FREE_KINDS = ((ELEMENTWISE_KINDS - {"sgd_update"}) | _POINTWISE | LOSS_COST_KINDS | set(ROW_OP_KINDS)
+                   | {"map", "transpose", "remap"} | set(_REDUCE_OPERATION))
