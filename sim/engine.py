@@ -153,7 +153,6 @@ class Task:
     lanes: tuple = ()  # the lanes the task is on (it follows the previous task of each)
     block: Block | None = None  # a Parallel's steps, timed as a whole
     lane_end: tuple | None = None  # (block task, group, cycles): a point of a block that others wait for
-    first_fill: int | None = None  # a stream's first run-ahead fill: how many of its replica's came before
 
     @property
     def cycles(self) -> int:
@@ -367,7 +366,6 @@ class Engine:
         emitted: dict = {}  # id(program item) -> its latest task
         lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
-        first_fills: dict = defaultdict(int)  # replica -> its streams' first run-ahead fills so far
         tag = 0
 
         def lane_end(point: tuple) -> int:
@@ -481,14 +479,16 @@ class Engine:
             kind = "host_io_overlapped" if s.io_tiles else "host_io"
             key = (s.ipu, s.replica, s.stream, s.direction)
             done = buffers[key]
-            # an input's one buffer is refilled while the IPU computes, but not before the stream's
-            # first copy of the run (a run starts with its prefetches invalidated: PopART
-            # Devicex::reconnectInputStreams)
+            # a run starts with its input streams' prefetches invalidated (PopART's Devicex::run reconnects
+            # them), and Poplar prefetches a stream only after a transfer of it (poplar::StreamCallback): so
+            # the run's first copy of an input is fetched on demand, on the IPU's path, whatever the depth;
+            # later ones run ahead (a deeper buffer) or, with one buffer, refill it while the IPU computes
             refill = s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu"
-            if s.prefetch < 2 and not (refill and done):
+            ahead = s.prefetch >= 2 or refill
+            if not ahead or (s.direction == "to_ipu" and not done):
                 task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, s.name, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
-                if refill:
+                if ahead:
                     done.append(task)
                 return
             # multibuffered: the host side runs ahead of (inputs) or behind (outputs) the IPU,
@@ -499,13 +499,11 @@ class Engine:
                 host_phases, device_phases = host_phases[:1], device_phases[:1] + host_phases[1:] + device_phases[1:]
             host_lane = ("host", key)
             back = max(1, s.prefetch - 1)
-            free = [done[-back]] if len(done) >= back else []
+            # an input's fill waits for the copy back - 1 buffers before it (or the run's first transfer)
+            free = [done[-back]] if len(done) >= back else done[:1]
             if s.direction == "to_ipu":
                 host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", s.name,
                                  s.nbytes), [host_lane])
-                if not tasks[host].deps:  # waits for nothing: asks for its thread at the start (fill_order)
-                    tasks[host].first_fill = first_fills[s.replica]
-                    first_fills[s.replica] += 1
                 device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
                                    s.name, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 done.append(device)
@@ -627,8 +625,7 @@ class Engine:
                 start[m] = end[m] = env.now
                 done[m].succeed()
 
-        for i in fill_order(tasks):  # a task's process waits only for earlier tasks
-            t = tasks[i]
+        for i, t in enumerate(tasks):  # a task's process waits only for earlier tasks
             if t.block is not None:
                 group_start[i] = [0] * len(t.block.entries)
                 for k in range(len(t.block.entries)):
@@ -840,27 +837,6 @@ def _collector_paused():
     finally:
         if was_enabled:
             gc.enable()
-
-
-def fill_order(tasks: list[Task]) -> list[int]:
-    """The order in which the tasks' processes start: program order, except for the first run-ahead fills of
-    prefetched input streams (:attr:`Task.first_fill`).
-
-    Those wait for nothing, so all of them ask for their host process's callback thread at the start, and the
-    thread (a FIFO resource) fills them in the order they asked. Program order is replica-major (a replica's
-    first stream, its second, ..., then the next replica's), which would fill a late replica's first input only
-    after every earlier replica's other inputs. They are served as the IPUs need them instead: every replica's
-    first stream, then every replica's second, ..., the order in which the IPUs' copies ask for the data when
-    nothing runs ahead (prefetch depth 1, where the run's first copy of a stream waits for its fill: PopART
-    reconnects the input streams for each run, invalidating the prefetches, and Poplar calls a stream's
-    ``prefetch()`` after a transfer of that stream, poplar::StreamCallback). So a deeper buffer does not fill
-    an IPU's first input later.
-    """
-    firsts = [i for i, t in enumerate(tasks) if t.first_fill is not None]
-    order = list(range(len(tasks)))
-    for slot, i in zip(firsts, sorted(firsts, key=lambda i: tasks[i].first_fill)):  # a stable sort
-        order[slot] = i
-    return order
 
 
 def contention(tasks: list[Task]) -> dict[tuple, bool]:

@@ -125,8 +125,9 @@ def test_host_io_optimisation_shape():
     assert bd["prefetch"]["host_io"] < 0.35 * bd["none"]["host_io"]
     # IO tiles take the copies off the compute tiles (at the price of 64 fewer tiles, which never
     # makes compute cheaper; here the planner's best split uses 1408 tiles anyway): what is left of
-    # host_io is the compute tiles waiting, with nothing to do, for the IO tiles' first and last copies
-    assert 0 < bd["io_tiles"]["host_io"] < 0.02 * bd["prefetch"]["host_io"]
+    # host_io is the compute tiles waiting, with nothing to do, for the IO tiles' first copy (fetched on
+    # demand: a run starts with its prefetches invalidated) and last: at most two unbuffered iterations' copies
+    assert 0 < bd["io_tiles"]["host_io"] < 2 * bd["none"]["host_io"] / 100
     assert bd["io_tiles"]["compute"] >= bd["none"]["compute"]
     assert runs["io_tiles"].executable.tiles == 1472 - 64
 
@@ -234,8 +235,9 @@ def test_steady_state_period_is_the_slowest_lanes(monkeypatch):
     layers): the copies run ahead into free buffers for the first simulated iterations, and only
     the compute lane's spacing is the loop's period. Extrapolated from the copies' spacing, the
     60 iterations came out 10 % short, with the compute tiles busy more cycles than the run lasted
-    (idle -1.8M). Now the extrapolation equals the unrolled loop, and the tiles idle only until the
-    first input arrives."""
+    (idle -1.8M). Now the extrapolation equals the unrolled loop, and the compute tiles wait only for the
+    first input, fetched on demand through the IO tiles (a run starts with its prefetches invalidated), and
+    the last output: host_io, never idle."""
     def run(n):
         o = sim.Options().deviceIterations(n).setExecutionStrategy(ShardedExecution())
         o.TensorLocations.numIOTiles(32)
@@ -248,7 +250,8 @@ def test_steady_state_period_is_the_slowest_lanes(monkeypatch):
     assert full.timeline.events > 5 * fast.timeline.events
     assert fast.cycle_count == full.cycle_count
     assert fast.breakdown.equals(full.breakdown)
-    assert 0 < fast.breakdown.loc[0, "idle"] < fast.cycle_count / 40  # the tiles wait for the first input only
+    assert fast.breakdown.loc[0, "idle"] == 0
+    assert 0 < fast.breakdown.loc[0, "host_io"] < fast.cycle_count / 40
     assert fast.breakdown.loc[0].sum() == fast.cycle_count
 
 
@@ -257,7 +260,8 @@ def test_steady_state_extrapolation_inside_a_pipeline_is_off_by_a_boundary_only(
     one extrapolated macro task; the flush after it waits for the macro's host-side tail (the
     last outputs draining to the host), which the unrolled run overlaps with the flush. The
     difference is a constant per loop boundary, at most one host-side output transfer, and
-    does not grow with the number of micro-batches (0.12 % at 200)."""
+    does not grow with the number of micro-batches (0.27 % at 200; 0.12 % while the run's first input
+    copies were prefilled from cycle 0 rather than fetched on demand)."""
     def run(G):
         o = sim.Options().deviceIterations(G).syncPattern(SyncPattern.SinglePipeline)
         o._Popart.set("defaultPrefetchBufferingDepth", 3)
@@ -272,7 +276,7 @@ def test_steady_state_extrapolation_inside_a_pipeline_is_off_by_a_boundary_only(
     host_out = t[(t["kind"] == "host_prefetch") & (t["name"] == out)]  # host side of each output
     assert diffs[50] == diffs[200]
     assert 0 <= diffs[200] <= host_out["cycles"].max()
-    assert diffs[200] / full[200].cycle_count < 2e-3
+    assert diffs[200] / full[200].cycle_count < 3e-3
 
 
 # --- host processes and their stream-callback threads ------------------------------------------
