@@ -499,7 +499,8 @@ class Engine:
                 host_phases, device_phases = host_phases[:1], device_phases[:1] + host_phases[1:] + device_phases[1:]
             host_lane = ("host", key)
             back = max(1, s.prefetch - 1)
-            # an input's fill waits for the copy back - 1 buffers before it (or the run's first transfer)
+            # an input's fill waits for the copy ``back`` copies before it to free its buffer (until there
+            # are that many, for the run's first transfer of the stream)
             free = [done[-back]] if len(done) >= back else done[:1]
             if s.direction == "to_ipu":
                 host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", s.name,
