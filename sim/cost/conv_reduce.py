@@ -173,7 +173,7 @@ def conv_partials_reduction(outputs, depth, partials_bytes: int, out_bytes: int,
             got[at] = (rows - 1) * per_tile * partials_bytes
             single = (per_tile % p_grain == 0) & (ipu.fast_reduce | single_input_fits(
                 got[at], ipu.sram_bytes_per_tile, ipu.memory_element_bytes))
-            fast = single & ipu.fast_reduce if ipu.fast_reduce else False  # never fast without the option
+            fast = single if ipu.fast_reduce else False  # never fast without the option
             cycles[at] = reduce_add_cycles(per_tile, rows - single, res_bytes == 4, p_float, single, *vertex, fast)
             base = [_vertex_fixed_cycles(res_bytes == 4, p_float, form, *vertex, form and ipu.fast_reduce)
                     for form in (False, True)]

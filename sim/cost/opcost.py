@@ -25,15 +25,13 @@ class TileProfile:
         """Vectors for the first tiles (as many as ``compute`` has entries; ``bytes_in`` and ``temp`` each one
         value for all of them or one each), zero on the idle rest."""
         n = len(np.atleast_1d(compute))
+        if n > tiles:
+            raise ValueError(f"a profile of {n} tiles padded to {tiles}")
 
         def pad(v):
             out = np.zeros(tiles)
             v = np.asarray(v, dtype=float)
-            if n <= tiles and (v.ndim == 0 or v.shape == (n,)):
-                out[:n] = v  # a value for all n tiles, or one each
-            else:  # anything else as numpy broadcasts it (and fails where it does)
-                v = np.broadcast_to(v, (n,))
-                out[:len(v)] = v
+            out[:n] = v if v.ndim == 0 or v.shape == (n,) else np.broadcast_to(v, (n,))
             return out
         return TileProfile(pad(compute), pad(bytes_in), pad(temp))
 
