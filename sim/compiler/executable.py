@@ -24,7 +24,7 @@ from ..graph.ir import Graph
 from ..graph import workload
 from ..hardware.system import System, interned, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
-from . import graph_functions, loops, outlining
+from . import graph_functions, loops, outlining, outplace
 from .program_memory import program_memory
 from ..options import Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
@@ -210,12 +210,14 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     signatures = Signatures(g)  # the graph changes no more: each op's signature computed once from here
     costs = loops.merge_loop_copies(g, price_ops(g, system, o, training, tiles, signatures), system.ipu, tiles,
                                     o.alias_zero_copy())
-    outlined, called = {}, {}
+    outlined, called, cloned = {}, {}, {}
     if o.graph_functions:  # TensorFlow's program: its graph functions' copies, no PopART outlining
         costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles)
-    elif o.outlining() and not o.alias_zero_copy():
-        costs, outlined = outlining.add_call_copies(g, costs, system.ipu, tiles, o.outline_threshold(),
-                                                    o.just_in_time_copies(), signatures)
+    else:  # PopART's program: element-wise ops it cannot run in place copy their input first; its outlining
+        costs, cloned = outplace.add_outplace_copies(g, costs, system.ipu, tiles)
+        if o.outlining() and not o.alias_zero_copy():
+            costs, outlined = outlining.add_call_copies(g, costs, system.ipu, tiles, o.outline_threshold(),
+                                                        o.just_in_time_copies(), signatures)
     lap("costs")
     stages, updates = split_stages(g, training, recompute=(strategy == "pipelined" and o.pipeline_recomputation()))
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
@@ -223,7 +225,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
-    notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called)
+    notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called) + outplace.notes(cloned)
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
                      "AllNonViewChangingGradientTensors), each with a histogram; the statistics' copies between IPUs "
