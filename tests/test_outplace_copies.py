@@ -5,6 +5,8 @@ its result reads the input too."""
 
 from __future__ import annotations
 
+import numpy as np
+
 import sim
 from sim.compiler.outlining import merged_copy
 from sim.graph.ir import GraphBuilder
@@ -74,3 +76,26 @@ def test_tensorflow_lowering_pays_no_popart_copy():
     tf = _compile(_mlp("gelu"), True, tf=True)
     assert "cloneNcopy" not in tf.costs["act"].plan
     assert not any(n.startswith("PopART's outplace") for n in tf.notes)
+
+
+def test_popxl_runs_no_inplacing_pass_so_the_program_chooses():
+    """PopXL's Session applies only the pre-alias patterns: ``ops.gelu`` clones and copies its input even
+    at inference with no other reader, ``ops.gelu_`` does not."""
+    from sim import popxl
+    from sim.popxl import ops
+
+    def session(in_place: bool):
+        ir = popxl.Ir()
+        with ir.main_graph, popxl.in_sequence():
+            x = ops.host_load(popxl.h2d_stream((256, 256), popxl.float16, name="x"))
+            h = x @ popxl.variable(np.zeros((256, 256), np.float16), name="w")
+            y = (ops.gelu_ if in_place else ops.gelu)(h)
+            ops.host_store(popxl.d2h_stream(y.shape, y.dtype, name="y"), y)
+        return popxl.Session(ir, "ipu_hw").executable
+
+    outplace, inplace = session(False), session(True)
+    [gelu] = [op for op in outplace.graph.ops if op.kind == "gelu"]
+    [gelu_] = [op for op in inplace.graph.ops if op.kind == "gelu"]
+    copy = merged_copy([gelu.inputs[0]], outplace.graph, outplace.system.ipu, outplace.tiles).cycles
+    assert outplace.costs[gelu.name].cycles == inplace.costs[gelu_.name].cycles + copy
+    assert "cloneNcopy" in outplace.costs[gelu.name].plan and "cloneNcopy" not in inplace.costs[gelu_.name].plan

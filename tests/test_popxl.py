@@ -75,7 +75,7 @@ def _mlp_ir(transfers: int = 4, replication: int = 1):
         x = ops.host_load(x_h2d)
         w1 = popxl.variable(np.zeros((784, 256), np.float16), name="w1")
         b1 = popxl.variable(np.zeros((256,), np.float16), name="b1")
-        h = ops.relu(x @ w1 + b1)
+        h = ops.relu_(x @ w1 + b1)  # in place: PopXL's ops.relu would copy its input first
         w2 = popxl.variable(np.zeros((256, 10), np.float16), name="w2")
         b2 = popxl.variable(np.zeros((10,), np.float16), name="b2")
         y = h @ w2 + b2
@@ -251,10 +251,11 @@ def test_popxl_ipu_places_ops_and_the_program_runs_sharded():
         x_h2d = popxl.h2d_stream((16, 128), popxl.float16, "x")
         with popxl.ipu(0):
             x = ops.host_load(x_h2d)
-            h = ops.relu(x @ popxl.variable((128, 128), popxl.float16, name="w0"))
+            # in place, as PopART runs the reference's ReLU (PopXL's ops.relu would copy its input first)
+            h = ops.relu_(x @ popxl.variable((128, 128), popxl.float16, name="w0"))
             h = h.copy_to_ipu(1)
         with popxl.ipu(1):
-            y = ops.relu(h @ popxl.variable((128, 128), popxl.float16, name="w1"))
+            y = ops.relu_(h @ popxl.variable((128, 128), popxl.float16, name="w1"))
         ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
     s = popxl.Session(ir, "ipu_hw")
     s.run({x_h2d: np.zeros((2, 16, 128), np.float16)})
@@ -285,11 +286,11 @@ def test_a_program_may_go_back_to_an_ipu_it_used_before():
     with ir.main_graph:
         x_h2d = popxl.h2d_stream((16, 128), popxl.float16, "x")
         with popxl.ipu(0):
-            h = ops.relu(ops.host_load(x_h2d) @ popxl.variable((128, 128), popxl.float16, name="w0")).copy_to_ipu(1)
+            h = ops.relu_(ops.host_load(x_h2d) @ popxl.variable((128, 128), popxl.float16, name="w0")).copy_to_ipu(1)
         with popxl.ipu(1):
-            h = ops.relu(h @ popxl.variable((128, 128), popxl.float16, name="w1")).copy_to_ipu(0)
+            h = ops.relu_(h @ popxl.variable((128, 128), popxl.float16, name="w1")).copy_to_ipu(0)
         with popxl.ipu(0):
-            y = ops.relu(h @ popxl.variable((128, 128), popxl.float16, name="w2"))
+            y = ops.relu_(h @ popxl.variable((128, 128), popxl.float16, name="w2"))
         ops.host_store(popxl.d2h_stream(y.shape, y.dtype, "y"), y)
     s = popxl.Session(ir, "ipu_hw")
     s.run({x_h2d: np.zeros((2, 16, 128), np.float16)})
@@ -755,9 +756,12 @@ def test_maximum_isinf_isfinite_lamb_square_clamp_and_inplace_forms():
         assert (finite.shape, finite.dtype) == ((10, 16), popxl.bool)
         sq = ops.lamb_square(popxl.variable(np.ones((4, 4), np.float16), popxl.float16))
         assert (sq.shape, sq.dtype) == ((), popxl.float32)
-        assert ops.geluerf_ is ops.geluerf and ops.dynamic_update_ is ops.dynamic_update and ops.rename is ops.identity
+        assert ops.dynamic_update_ is ops.dynamic_update and ops.rename is ops.identity
+        ops.geluerf_(x), ops.geluerf(x)
         return ops.add(ops.sum(ops.where(finite, top, x)), sq)
     run, graph_ops = _program(build)
+    # an in-place GELU is the same op without the out-of-place one's input copy (sim/compiler/outplace.py)
+    assert [op.attrs["in_place"] for op in graph_ops if op.kind == "gelu"] == [True, False]
     kinds = _kinds(graph_ops, "steps")
     assert kinds[:6] == [("maximum", None), ("maximum", None), ("clamp", None), ("isnan", None),
                          ("map", ["compare", "isfinite", "logical_not", "logical"]), ("logical", None)]

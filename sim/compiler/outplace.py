@@ -15,6 +15,10 @@ must stay unchanged for an op that can only run after it:
 * a forward op that also reads the input and needs the op's result first (it depends on one of its
   outputs), so PopART cannot schedule it before the op.
 
+PopXL runs no inplacing pass (its ``Session`` applies only the pre-alias patterns, popart
+``python/popxl/python_files/session.py``), so there the program says: ``ops.gelu`` copies, ``ops.gelu_``
+does not (the op's ``in_place`` attribute, set by :mod:`sim.popxl`, decides over the rules above).
+
 Those ops pay the copy here, priced as PopART's outlined calls price theirs
 (:func:`sim.compiler.outlining.merged_copy`). TensorFlow's IPU backend (``Options.cachedGraphFunctions``)
 lowers these ops itself and pays nothing here.
@@ -71,12 +75,15 @@ def add_outplace_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU,
     position = {op.name: i for i, op in enumerate(g.ops)}
     costs = dict(costs)
     counts: dict[int, tuple[int, int]] = {}
-    joined: dict[tuple, tuple[OpCost, OpCost]] = {}  # like ops share one cost: (the op's, kept so its id stays; the sum)
+    # like ops share one cost: (the op's, kept so that its id stays its own; the sum)
+    joined: dict[tuple, tuple[OpCost, OpCost]] = {}
     for op in g.ops:
         if op.kind not in CLONE_FIRST_KINDS or op.pass_ != "forward" or op.name not in costs or not op.inputs:
             continue
         x = op.inputs[0]
-        if not _needs_its_input(op, [r for r in consumers[x] if r is not op], position, consumers):
+        in_place = op.attrs.get("in_place")  # PopXL's choice, where the program made it
+        if in_place or (in_place is None and
+                        not _needs_its_input(op, [r for r in consumers[x] if r is not op], position, consumers)):
             continue
         copy = merged_copy([x], g, ipu, tiles)
         key = (id(costs[op.name]), id(copy))
@@ -91,9 +98,11 @@ def add_outplace_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU,
 
 def notes(counts: dict[int, tuple[int, int]]) -> list[str]:
     """What a run's report says of the copies :func:`add_outplace_copies` added."""
-    each = ", ".join(f"IPU {i}: {n} op{'s' * (n != 1)}, {cycles:,} cycles" for i, (n, cycles) in sorted(counts.items()) if n)
+    each = ", ".join(f"IPU {i}: {n} op{'s' * (n != 1)}, {cycles:,} cycles"
+                     for i, (n, cycles) in sorted(counts.items()) if n)
     if not each:
         return []
-    return ["PopART's outplace element-wise ops: GELU, Swish, ReLU, Sigmoid or Softmax whose input a later op "
-            "still reads (its gradient, or an op after it) copy the input and run in place on the copy "
+    return ["PopART's outplace element-wise ops: GELU, Swish, ReLU, Sigmoid or Softmax run out of place (PopART's "
+            "inplacing pass cannot modify the input, which its gradient or a later op reads, or a PopXL program "
+            "asked for the out-of-place form) copy the input and run in place on the copy "
             f"(cloneNcopy): {each}, each of the graph's ops run once"]

@@ -97,7 +97,7 @@ def op_signature(op: Op, graph: Graph) -> tuple:
 #: a transpose's ``perm``, a cast's target ``to``) or its cost does not depend on (a scale's ``factor``, a
 #: dropout's ``p``)
 UNPRICED_ATTRS = frozenset({CODE_OF, "weight", "optimizer", "clip", "clip_norm", "norm_of", "recomputation_checkpoint",
-                            "keepdims", "perm", "to", "factor", "p", "replica_group_size"})
+                            "keepdims", "perm", "to", "factor", "p", "replica_group_size", "in_place"})
 
 
 def price_key(sig: tuple) -> tuple:

@@ -716,12 +716,12 @@ class GraphBuilder:
                          canonical_dtype(dtype))
 
     # --- normalisations and reductions --------------------------------------------------
-    def softmax(self, x: str, axis: int = -1, name: str | None = None) -> str:
+    def softmax(self, x: str, axis: int = -1, name: str | None = None, **attrs) -> str:
         rank = len(self.shape(x))
         if not isinstance(axis, int) or not -rank <= axis < rank:
             raise GraphError(f"softmax {self._name(name or 'softmax')!r}: axis {axis!r} is not a dimension of {x!r} "
                              f"(shape {self.shape(x)}); give one in {-rank}..{rank - 1}")
-        return self._one("softmax", [x], self.shape(x), {"axis": axis}, name)
+        return self._one("softmax", [x], self.shape(x), {"axis": axis, **attrs}, name)
 
     def layernorm(self, x: str, eps: float = 1e-5, name: str = "layernorm") -> str:
         if not self.shape(x):

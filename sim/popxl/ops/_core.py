@@ -312,11 +312,11 @@ def _unary(kind: str, t: Tensor, **attrs) -> Tensor:
 
 
 def relu(t: Tensor) -> Tensor:
-    return _unary("relu", t)
+    return _unary("relu", t, in_place=False)
 
 
 def gelu(t: Tensor) -> Tensor:
-    return _unary("gelu", t)
+    return _unary("gelu", t, in_place=False)
 
 
 def tanh(t: Tensor) -> Tensor:
@@ -324,7 +324,7 @@ def tanh(t: Tensor) -> Tensor:
 
 
 def sigmoid(t: Tensor) -> Tensor:
-    return _unary("sigmoid", t)
+    return _unary("sigmoid", t, in_place=False)
 
 
 def exp(t: Tensor) -> Tensor:
@@ -361,7 +361,7 @@ def softmax(t: Tensor, axis: int) -> Tensor:
     if not -t.rank <= axis < t.rank:
         raise ValueError(f"ops.softmax: axis {axis} is out of range for a tensor of rank {t.rank}")
     with g._building() as bld:
-        return _out(g, bld.softmax(t._sim, axis, name=_name(g, "softmax")), t.dtype)
+        return _out(g, bld.softmax(t._sim, axis, name=_name(g, "softmax"), in_place=False), t.dtype)
 
 
 def layer_norm(t: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-05, *, epsilon: float | None = None) -> Tensor:
@@ -1008,6 +1008,21 @@ def conditional(cond: Tensor, then_branch: Graph, else_branch: Graph, then_input
 
 
 # PopXL's in-place variants: the same op and price (the simulator does not track which buffer
-# an op writes); detach_ and the views' in-place forms are views as well
-relu_, gelu_, exp_, tanh_, sigmoid_, negate_ = relu, gelu, exp, tanh, sigmoid, negate
+# an op writes), but for the ops whose out-of-place form copies its input first (PopXL runs no inplacing
+# pass: sim/compiler/outplace.py); detach_ and the views' in-place forms are views as well
+exp_, tanh_, negate_ = exp, tanh, negate
+
+
+def relu_(t: Tensor) -> Tensor:
+    return _unary("relu", t, in_place=True)
+
+
+def gelu_(t: Tensor) -> Tensor:
+    return _unary("gelu", t, in_place=True)
+
+
+def sigmoid_(t: Tensor) -> Tensor:
+    return _unary("sigmoid", t, in_place=True)
+
+
 reshape_, flatten_, transpose_, slice_, concat_, detach_ = reshape, flatten, transpose, slice, concat, detach

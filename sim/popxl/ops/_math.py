@@ -62,12 +62,12 @@ def sign(t: Tensor) -> Tensor:
 
 def swish(t: Tensor) -> Tensor:
     """x * sigmoid(x): popnn's SWISH non-linearity (PopART's SwishOp)."""
-    return _unary("swish", t)
+    return _unary("swish", t, in_place=False)
 
 
 def geluerf(t: Tensor) -> Tensor:
     """GELU with erf (PopART's GeluErfOp), priced as popnn's GELU."""
-    return _unary("gelu", t)
+    return _unary("gelu", t, in_place=False)
 
 
 def logical_not(t: Tensor) -> Tensor:
@@ -550,5 +550,14 @@ def interpolate(t: Tensor, scale_factor=(1.0, 1.0, 1.0, 1.0), mode: str = "neare
     return _out(g, out, t.dtype)
 
 
-# PopXL's in-place forms: the same op and price (the simulator does not track which buffer an op writes)
-geluerf_, swish_, increment_mod_, dynamic_update_ = geluerf, swish, increment_mod, dynamic_update
+# PopXL's in-place forms: the same op and price (the simulator does not track which buffer an op writes),
+# but for those whose out-of-place form copies its input first (sim/compiler/outplace.py)
+increment_mod_, dynamic_update_ = increment_mod, dynamic_update
+
+
+def geluerf_(t: Tensor) -> Tensor:
+    return _unary("gelu", t, in_place=True)
+
+
+def swish_(t: Tensor) -> Tensor:
+    return _unary("swish", t, in_place=True)
