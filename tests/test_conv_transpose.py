@@ -25,9 +25,12 @@ def _cost(row):
     return int(row["compute"]), int(row["exchange"]), float(row["flops"])
 
 
-def transposed_graph(n=2, c=256, h=14, co=128, k=3, s=2, p=1, out_pad=1):
+def transposed_graph(n=2, c=256, h=14, co=128, k=3, s=2, p=1, out_pad=1, from_op=False):
+    """A transposed convolution of a graph input, or with ``from_op`` of a ReLU's output (an operand laid
+    out by another op, which poplin may copy into the plan's layout first, as a backward pass's dY)."""
     b = GraphBuilder("t", "float16")
-    y = b.conv_transpose2d(b.input("x", (n, c, h, h)), co, k, s, p, out_pad)
+    x = b.input("x", (n, c, h, h))
+    y = b.conv_transpose2d(b.relu(x) if from_op else x, co, k, s, p, out_pad)
     b.output(y)
     return b.graph, y
 
@@ -44,7 +47,7 @@ def test_output_shape_and_weight_layout_follow_pytorch():
 def test_priced_as_the_input_gradient_of_the_convolution_it_inverts():
     """The cycles and FLOPs of the backward pass of the strided convolution from the output's shape
     back to the input's: the work of the layer, not of a convolution over the upsampled input."""
-    g, _ = transposed_graph()
+    g, _ = transposed_graph(from_op=True)  # its input laid out by an op, as the backward pass's dY
     transposed = _row(sim.simulate(g, options=_options()), "conv2d_grad_input")
 
     b = GraphBuilder("c", "float16")

@@ -479,7 +479,7 @@ def test_a_memory_margin_raises_every_fullest_tile_before_the_check():
     plain = sim.compile(graph(), "ipu-mk2", sim.Options())
     m = plain.memory[0]
     share = m.peak_tile_bytes / m.capacity_per_tile
-    assert 0.8 < share < 0.9
+    assert 0.8 < share < 1 / 1.1  # full enough for a 30 % margin to overflow, not for a 10 % one
     # within the margin's room it fits, the same bytes
     fits = sim.compile(graph(), "ipu-mk2", sim.Options().memoryMargin(0.1))
     assert fits.memory[0].peak_tile_bytes == m.peak_tile_bytes

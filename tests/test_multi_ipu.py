@@ -180,7 +180,9 @@ def test_unbalanced_pipeline_runs_at_the_pace_of_its_slowest_stage():
     T = int(slow[0])
     fastest = cycles.min()
     assert G * T < run.cycle_count <= (G + F - 1) * T
-    assert run.cycle_count == pytest.approx((G + F - 1) * T, rel=bubble(F, G) * (1 - fastest / T))
+    # the short fill/flush cycles save at most (P-1) x (slowest - fastest), in whole cycles (equal when all
+    # of them are the fastest)
+    assert (G + F - 1) * T - run.cycle_count <= (F - 1) * (T - fastest)
     # the fast IPUs wait for the slow one in every main cycle
     bd = run.breakdown
     for ipu in (0, 2, 3):

@@ -857,6 +857,8 @@ class MatmulPlan:
     #                      (the whole kernel folded in: im2col rows exchanged, then 1x1)
     serial_dim: str = ""  # the dimension a serialised plan is cut along: "M", "N" or "K" (poplin's
     #                       inChanSplit.serial: each piece's partials added into an accumulator); "" if not
+    swapped: bool = False  # planned with the operands swapped (poplin's swapOperands): dims is G x [N,K] @ [K,M]
+    relaid: int = 0  # operand elements copied into the plan's layout at run time (relaid_operands), all pieces
 
     @property
     def estimate(self) -> int:
@@ -884,13 +886,21 @@ class MatmulPlan:
             c["held"] = c["held"] + _reduced_outputs(g, m, n, pk) * self.partials_bytes
         compute = c["compute"] * self.serial + np.where(c["compute"] > 0, self.pass_fixed + self.weight_transpose
                                                                         + self.output_rearrange, 0)
-        return TileProfile.padded(tiles, compute, c["recv"] * self.serial, c["held"])
+        recv, held = c["recv"] * self.serial, c["held"]
+        if self.relaid:  # each tile receives and holds its share of the operands' copies in the plan's layout
+            share = math.ceil(self.relaid / self.tiles_used) * itemsize
+            recv, held = recv + share, held + share
+        return TileProfile.padded(tiles, compute, recv, held)
 
     def describe(self) -> str:
         pg, pm, pn, pk = self.splits
         s = f"groups/{pg} rows/{pm} cols/{pn} inner/{pk} on {self.tiles_used} tiles"
+        if self.swapped:
+            s += ", operands swapped"
         if self.vertex != "1x1":
             s += f", {self.vertex} vertex"
+        if self.relaid:
+            s += f", {self.relaid} operand elements relaid first"
         if self.serial == 1:
             return s
         cut = {"N": "output channels", "K": "input channels", "M": "rows"}.get(self.serial_dim)
@@ -1667,10 +1677,50 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     out = {}
     for name, (m, k, n, pm, pn, pk) in grids.items():
         M, K, N, _ = dims[name]
-        out[name] = _plan_at(G, M, K, N, (int(pg[j]), int(pm[j]), int(pn[j]), int(pk[j])), itemsize, partials_bytes,
-                             True, ipu, moved[name],
-                             block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n)))
+        out[name] = replace(_plan_at(G, M, K, N, (int(pg[j]), int(pm[j]), int(pn[j]), int(pk[j])), itemsize,
+                                     partials_bytes, True, ipu, moved[name],
+                                     block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n))),
+                            swapped=True)
     return out
+
+
+#: the most tiles poplin lets a convolution read an operand laid out by another op on before it copies the
+#: operand into the plan's own layout (lib/poplin/Convolution.cpp convolutionImpl at 7eac0f26:
+#: inViewMaxBroadcastDests and weightViewMaxBroadcastDests, both 7)
+MAX_BROADCAST_DESTS = 7
+
+
+def relaid_operands(plan: MatmulPlan, a_elements: int, b_elements: int) -> int:
+    """Elements of a matmul's or convolution's operands that poplin copies into ``plan``'s layout
+    before it runs. ``a_elements`` / ``b_elements``: the left operand's (a convolution's input) and
+    the right one's (its weights) elements if the op that made it laid it out, else 0.
+
+    ``Convolution.cpp :: convolutionImpl`` (7eac0f26), at the system level of every pass: the input
+    ("acts") is rearranged when it would be broadcast to more than :data:`MAX_BROADCAST_DESTS` tiles
+    (``kernelSplit x outChanSplit.parallel``), the weights when they would be (``batchSplit x
+    fieldSplit``); the copy goes into a tensor made by ``createInputImpl`` / ``createWeightsImpl`` for
+    the plan, and "these copies will be elided if the inputs already use the expected memory layout and
+    tile mapping": an operand made for the plan (a weight, a graph input the op creates, as PopART lets
+    it) costs nothing. A matmul ``A @ B`` is a 1x1 convolution of input ``A`` and weights ``B``, split
+    ``pn`` and ``pm`` ways; swapped (``plan.swapped``), the input is ``Bᵀ`` and the weights ``Aᵀ``. Not
+    counted: a convolution's kernel split (folded into the plan's inner split, so the input's
+    destinations are a lower bound), and the innermost-grouping rule (an operand whose reduction
+    dimension is not contiguous, e.g. attention's V, is rearranged whatever the splits); a weight-update
+    pass rearranges both operands anyway (:func:`fc_weight_update_rearranged`)."""
+    _, pm, pn, _ = plan.splits
+    acts, weights = (b_elements, a_elements) if plan.swapped else (a_elements, b_elements)
+    return (acts if pn > MAX_BROADCAST_DESTS else 0) + (weights if pm > MAX_BROADCAST_DESTS else 0)
+
+
+def with_relaid_operands(plan: MatmulPlan, elements: int, ipu: IPU, itemsize: int) -> MatmulPlan:
+    """``plan`` preceded by ``elements`` operand elements copied into its layout
+    (:func:`relaid_operands`): a Poplar Copy, one exchange phase with its sync in which each tile
+    receives its even share. poplin's planner does not see it, so the plan's estimate is unchanged."""
+    if elements <= 0:
+        return plan
+    share = math.ceil(elements / max(plan.tiles_used, 1)) * itemsize
+    return _plan_plus(plan, ipu, exchange=exchange_cycles(share, ipu), syncs=1, phases=1,
+                      nbytes=share * plan.tiles_used, planned=False, relaid=plan.relaid + elements)
 
 
 def with_output_rearrangement(plan: MatmulPlan, elements: int, ipu: IPU, itemsize: int) -> MatmulPlan:
@@ -1702,11 +1752,11 @@ def swap_or_not(G: int, M: int, K: int, N: int, itemsize: int, ipu: IPU, tiles: 
 
 def _swapped_first(swapped: MatmulPlan, plain: MatmulPlan) -> tuple[MatmulPlan, bool]:
     """(plan, swapped) between a pass's two candidates as ``getSwapOperandCandidates`` orders them:
-    the swapped one unless the plain one fits where it does not, or fits as well and is estimated
-    strictly cheaper."""
+    the swapped one (marked ``swapped``) unless the plain one fits where it does not, or fits as well
+    and is estimated strictly cheaper."""
     if (plain.fits, -plain.estimate) > (swapped.fits, -swapped.estimate):
         return plain, False
-    return swapped, True
+    return replace(swapped, swapped=True), True
 
 
 @lru_cache(maxsize=1024)
@@ -1763,4 +1813,4 @@ __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode"
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
            "transposed_weights_exchange", "with_transposed_weights_moved", "conv_inner_block",
            "with_output_rearrangement", "swap_or_not", "matmul_padding", "partial_channel_group",
-           "fc_weight_update_rearranged"]
+           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands", "MAX_BROADCAST_DESTS"]

@@ -24,8 +24,8 @@ from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, IO_TILE_COPY, REMOTE_KINDS, RNN_GATES, VIEW_KINDS, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
-                  pass_fixed_cycles,
-                  plan_fc_training, plan_matmul, with_transposed_weights_moved, with_weight_transpose)
+                  pass_fixed_cycles, plan_fc_training, plan_matmul, relaid_operands, with_relaid_operands,
+                  with_transposed_weights_moved, with_weight_transpose)
 from .bilinear import forward_plan, grad_plan
 from .ctc import plan_ctc
 from .histogram import histogram_tile_cycles
@@ -584,6 +584,8 @@ def _rows_last(shape: tuple, axis: int) -> tuple:
     return shape[:axis] + shape[axis + 1:] + (shape[axis],)
 
 
+#: roles of the operands the ops that made them laid out (not made for the matmul that reads them)
+_LAID_OUT_BY_OP = ("activation", "gradient")
 # poplin's fullyConnectedPass values of a training layer's matmuls (MatMul.cpp) and the pass each is
 _FC_PASSES = {"TRAINING_FWD": "fwd", "TRAINING_BWD": "bwd", "TRAINING_WU": "wu"}
 # the matmul each fully connected pass is, as (A transposed, B transposed, B a weight)
@@ -627,13 +629,23 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
             f"fully_connected_pass {fc_pass!r}: expected NONE, or one of {', '.join(_FC_SHAPES)} on a matmul shaped "
             "as that pass (TRAINING_FWD and INFERENCE_FWD: X @ W, TRAINING_BWD: dY @ Wᵀ, TRAINING_WU: Xᵀ @ dY, "
             "W a weight)")
+    def relaid(plan):
+        # operands laid out by the ops that made them, copied into the plan's layout first where poplin
+        # would read them on too many tiles (sim/cost/amp.py relaid_operands); a weight update's both are
+        # rearranged anyway
+        if wu:
+            return plan
+        a = G * M * K if ins[0][2] in _LAID_OUT_BY_OP else 0
+        b = G * K * N if rb in _LAID_OUT_BY_OP and not attrs.get("tied") else 0
+        n = relaid_operands(plan, a, b)
+        return with_relaid_operands(plan, n, ipu, itemsize)
     if fc_pass in ("NONE", "INFERENCE_FWD"):
         # poplin's plain matmul (fullyConnectedPass NONE, pass NONE_MATMUL) or an inference layer
         # (INFERENCE_FWD, pass FC_INFERENCE_FWD): the planner tries the operands swapped first and
         # charges the unswapped plan the same rearrangements for both (ConvModel.cpp
         # addTransformCycleEstimate, isMatmulOrFullyConnectedLayer; sim/cost/matmul_swap.py)
         plan, _ = plan_matmul_none_pass(G, M, K, N, itemsize, ipu, tiles, amp, partials_bytes)
-        return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, True)
+        return _from_plan(relaid(plan), 2.0 * G * M * K * N, ipu, tiles, itemsize, True)
     if fc_pass is not None:
         # poplin's matmul option fullyConnectedPass=TRAINING_*: the three passes planned jointly or
         # separately, as ConvPlan.cpp createPlan decides (sim/cost/amp.py plan_fc_training)
@@ -645,7 +657,7 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
             if p == "bwd":
                 plan = with_weight_transpose(plan, fc_weight_transpose(G, N, K, itemsize, plan.tiles_used,
                                                                        ipu.worker_threads), ipu)
-            return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, True)
+            return _from_plan(relaid(plan), 2.0 * G * M * K * N, ipu, tiles, itemsize, True)
     else:
         plan = plan_matmul(G, M, K, N, itemsize, rb == "weight", ipu, tiles, amp, partials_bytes=partials_bytes,
                            rearranged=G * M * K if wu else 0)
@@ -659,7 +671,7 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
             # laid out for this plan, away from the forward weights' tiles where the transpose runs
             # (Convolution.cpp fullyConnectedWeightTranspose; sim/cost/amp.py transposed_weights_exchange)
             plan = with_transposed_weights_moved(plan, G * K * N, plans["fwd"].tiles_used, ipu, itemsize)
-    return _from_plan(plan, 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
+    return _from_plan(relaid(plan), 2.0 * G * M * K * N, ipu, tiles, itemsize, rb == "weight")
 
 
 def _scaled_add_to_matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
@@ -766,7 +778,7 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
             swapped, swapped_conv = _swapped_grad_input(x_shape, out_shape, attrs, groups, cig, cog, itemsize,
                                                         ipu, tiles, amp, partials_bytes)
             if swapped.estimate < plan.estimate:
-                plan, conv = swapped, swapped_conv
+                plan, conv = replace(swapped, swapped=True), swapped_conv
     else:  # dW = X^T dY: reduce over positions
         conv, weight = None, False
         # poplin's TRAINING_WU pass rearranges both operands, the input and the output gradient
@@ -780,6 +792,12 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         # (outChanSplit.serial) or the input channels, here the positions (inChanSplit.serial)
         plan = plan_matmul(groups, cig * kh * kw, positions, cog, itemsize, False, ipu, tiles, amp,
                            partials_bytes=partials_bytes, rearranged=im2col + positions * co, pads_channels=False)
+    if kind != "conv2d_grad_weight":
+        # the input (x, or dy) as the op that made it laid it out, copied into the plan's layout where poplin
+        # would read it on too many tiles (sim/cost/amp.py relaid_operands); the weights, and the flipped ones
+        # poplin writes for the backward plan, are made in its layout
+        x = math.prod(x_shape) if ins[0][2] in _LAID_OUT_BY_OP else 0
+        plan = with_relaid_operands(plan, relaid_operands(plan, x, 0), ipu, itemsize)
     return _from_plan(plan, flops, ipu, tiles, itemsize, weight, conv)
 
 
