@@ -102,3 +102,29 @@ def test_a_convolution_copies_its_input_activation():
     assert "relaid" not in made.plan
     assert f"{32 * 256 * 14 * 14} operand elements relaid first" in laid.plan
     assert laid.exchange_cycles > made.exchange_cycles
+
+
+def test_the_run_names_the_copies_per_ipu():
+    """Two layers trained: the backward pass of the second reads dY (a gradient another op laid out) on 23
+    tiles of its swapped plan, so it is copied; the first layer's forward pass reads the graph input on as
+    many, which PopART lets the matmul create in its layout, so it is not; the weight updates rearrange
+    their operands anyway."""
+    import sim
+    from sim import GraphBuilder
+    from sim.cost import op_cost
+
+    b = GraphBuilder("t", "float16")
+    x = b.input("x", (2048, 1024))
+    y = b.linear(b.relu(b.linear(x, 4096, name="up")), 1024, name="down")
+    b.mse_loss(y, b.input("t", (2048, 1024)))
+    ex = sim.compile(b.graph, "ipu-mk2", sim.Options(), training=True)
+    mk2 = load_system("ipu-mk2").ipu
+    costs = {op.name: op_cost(op, ex.graph, mk2, mk2.tiles) for op in ex.graph.ops if op.kind == "matmul"}
+    assert "operands swapped" in costs["up/matmul"].plan and costs["up/matmul"].relaid_cycles == 0
+    relaid = costs["down/matmul/grad_a"]
+    assert f"{2048 * 1024} operand elements relaid first" in relaid.plan
+    assert relaid.relaid_cycles == exchange_cycles(math.ceil(2048 * 1024 / relaid.tiles_used) * 2, mk2) \
+        + mk2.internal_sync_cycles
+    assert [name for name, c in costs.items() if c.relaid_cycles] == ["down/matmul/grad_a"]
+    (note,) = [n for n in ex.notes if n.startswith("poplin's operand copies")]
+    assert f"IPU 0: 1 op, {relaid.relaid_cycles:,} cycles" in note

@@ -226,6 +226,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
     notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called) + outplace.notes(cloned)
+    notes += _relaid_notes(g, costs)
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
                      "AllNonViewChangingGradientTensors), each with a histogram; the statistics' copies between IPUs "
@@ -317,6 +318,23 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
 
 #: the norms whose training statistics poplin estimates (``normStatistics``): the forward op kinds
 STATISTICS_NORMS = ("batchnorm", "groupnorm", "layernorm")
+
+
+def _relaid_notes(g: Graph, costs: dict[str, OpCost]) -> list[str]:
+    """What the run says of the operands poplin copies into a matmul's or convolution's layout before it
+    runs (sim/cost/amp.py ``relaid_operands``): the ops and their cycles per IPU, each op once."""
+    counts: dict[int, tuple[int, int]] = {}
+    for op in g.ops:
+        cycles = costs[op.name].relaid_cycles if op.name in costs else 0
+        if cycles:
+            n, total = counts.get(op.ipu, (0, 0))
+            counts[op.ipu] = (n + 1, total + cycles)
+    if not counts:
+        return []
+    each = ", ".join(f"IPU {i}: {n} op{'s' * (n != 1)}, {c:,} cycles" for i, (n, c) in sorted(counts.items()))
+    return ["poplin's operand copies: a matmul or convolution that would read an operand another op laid out on "
+            "more than 7 tiles first copies it into its own layout (Convolution.cpp rearrangeActs / "
+            f"rearrangeWeights; part of the op's exchange and sync): {each}, each of the graph's ops run once"]
 
 
 def _control_flow_notes(g: Graph) -> list[str]:

@@ -888,7 +888,7 @@ class MatmulPlan:
                                                                         + self.output_rearrange, 0)
         recv, held = c["recv"] * self.serial, c["held"]
         if self.relaid:  # each tile receives and holds its share of the operands' copies in the plan's layout
-            share = math.ceil(self.relaid / self.tiles_used) * itemsize
+            share = _relaid_share(self.relaid, self.tiles_used, itemsize)
             recv, held = recv + share, held + share
         return TileProfile.padded(tiles, compute, recv, held)
 
@@ -1712,15 +1712,28 @@ def relaid_operands(plan: MatmulPlan, a_elements: int, b_elements: int) -> int:
     return (acts if pn > MAX_BROADCAST_DESTS else 0) + (weights if pm > MAX_BROADCAST_DESTS else 0)
 
 
+def _relaid_share(elements: int, tiles_used: int, itemsize: int) -> int:
+    """Bytes each of a plan's ``tiles_used`` tiles receives of ``elements`` relaid operand elements."""
+    return math.ceil(elements / max(tiles_used, 1)) * itemsize
+
+
 def with_relaid_operands(plan: MatmulPlan, elements: int, ipu: IPU, itemsize: int) -> MatmulPlan:
     """``plan`` preceded by ``elements`` operand elements copied into its layout
     (:func:`relaid_operands`): a Poplar Copy, one exchange phase with its sync in which each tile
     receives its even share. poplin's planner does not see it, so the plan's estimate is unchanged."""
     if elements <= 0:
         return plan
-    share = math.ceil(elements / max(plan.tiles_used, 1)) * itemsize
+    share = _relaid_share(elements, plan.tiles_used, itemsize)
     return _plan_plus(plan, ipu, exchange=exchange_cycles(share, ipu), syncs=1, phases=1,
                       nbytes=share * plan.tiles_used, planned=False, relaid=plan.relaid + elements)
+
+
+def relaid_cycles(plan: MatmulPlan, ipu: IPU, itemsize: int) -> int:
+    """Cycles of ``plan`` that copy its relaid operands (:func:`with_relaid_operands`): the exchange
+    phase and its sync (0 when none is relaid)."""
+    if not plan.relaid:
+        return 0
+    return exchange_cycles(_relaid_share(plan.relaid, plan.tiles_used, itemsize), ipu) + ipu.internal_sync_cycles
 
 
 def with_output_rearrangement(plan: MatmulPlan, elements: int, ipu: IPU, itemsize: int) -> MatmulPlan:
@@ -1813,4 +1826,4 @@ __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode"
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
            "transposed_weights_exchange", "with_transposed_weights_moved", "conv_inner_block",
            "with_output_rearrangement", "swap_or_not", "matmul_padding", "partial_channel_group",
-           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands", "MAX_BROADCAST_DESTS"]
+           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands", "relaid_cycles", "MAX_BROADCAST_DESTS"]

@@ -72,6 +72,7 @@ class OpCost:
     # part compiled once (None: every compute set and exchange phase it runs is in its program)
     program_extent: tuple[int, int] | None = None
     codelets: tuple = ()  # keys of the distinct codelets it runs (empty: one per compute set of its program)
+    relaid_cycles: int = 0  # the part of the cycles copying operands into a matmul's layout (amp.relaid_operands)
 
     @property
     def cycles(self) -> int:
