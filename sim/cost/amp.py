@@ -1826,4 +1826,5 @@ __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode"
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
            "transposed_weights_exchange", "with_transposed_weights_moved", "conv_inner_block",
            "with_output_rearrangement", "swap_or_not", "matmul_padding", "partial_channel_group",
-           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands", "relaid_cycles", "MAX_BROADCAST_DESTS"]
+           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands", "relaid_cycles",
+           "MAX_BROADCAST_DESTS"]

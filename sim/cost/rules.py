@@ -25,8 +25,7 @@ from ..graph.ir import DTYPE_BYTES, IO_TILE_COPY, REMOTE_KINDS, RNN_GATES, VIEW_
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
                   pass_fixed_cycles, plan_fc_training, plan_matmul, relaid_cycles, relaid_operands,
-                  with_relaid_operands,
-                  with_transposed_weights_moved, with_weight_transpose)
+                  with_relaid_operands, with_transposed_weights_moved, with_weight_transpose)
 from .bilinear import forward_plan, grad_plan
 from .ctc import plan_ctc
 from .histogram import histogram_tile_cycles
@@ -630,6 +629,7 @@ def _matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
             f"fully_connected_pass {fc_pass!r}: expected NONE, or one of {', '.join(_FC_SHAPES)} on a matmul shaped "
             "as that pass (TRAINING_FWD and INFERENCE_FWD: X @ W, TRAINING_BWD: dY @ Wᵀ, TRAINING_WU: Xᵀ @ dY, "
             "W a weight)")
+
     def relaid(plan):
         # operands laid out by the ops that made them, copied into the plan's layout first where poplin
         # would read them on too many tiles (sim/cost/amp.py relaid_operands); a weight update's both are
