@@ -1724,8 +1724,8 @@ def with_relaid_operands(plan: MatmulPlan, elements: int, ipu: IPU, itemsize: in
     if elements <= 0:
         return plan
     share = _relaid_share(elements, plan.tiles_used, itemsize)
-    return _plan_plus(plan, ipu, exchange=exchange_cycles(share, ipu), syncs=1, phases=1,
-                      nbytes=share * plan.tiles_used, planned=False, relaid=plan.relaid + elements)
+    return _plan_plus(replace(plan, planned_cycles=plan.estimate), ipu, exchange=exchange_cycles(share, ipu), syncs=1,
+                      phases=1, nbytes=share * plan.tiles_used, planned=False, relaid=plan.relaid + elements)
 
 
 def relaid_cycles(plan: MatmulPlan, ipu: IPU, itemsize: int) -> int:
