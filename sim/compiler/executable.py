@@ -325,7 +325,7 @@ def _relaid_notes(g: Graph, costs: dict[str, OpCost]) -> list[str]:
     runs (sim/cost/amp.py ``relaid_operands``): the ops and their cycles per IPU, each op once."""
     counts: dict[int, tuple[int, int]] = {}
     for op in g.ops:
-        cycles = costs[op.name].relaid_cycles if op.name in costs else 0
+        cycles = getattr(costs.get(op.name), "relaid_cycles", 0)
         if cycles:
             n, total = counts.get(op.ipu, (0, 0))
             counts[op.ipu] = (n + 1, total + cycles)

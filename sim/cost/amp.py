@@ -859,6 +859,7 @@ class MatmulPlan:
     #                       inChanSplit.serial: each piece's partials added into an accumulator); "" if not
     swapped: bool = False  # planned with the operands swapped (poplin's swapOperands): dims is G x [N,K] @ [K,M]
     relaid: int = 0  # operand elements copied into the plan's layout at run time (relaid_operands), all pieces
+    relaid_cycles: int = 0  # the part of total_cycles copying them: exchange phases and their syncs
 
     @property
     def estimate(self) -> int:
@@ -1724,16 +1725,10 @@ def with_relaid_operands(plan: MatmulPlan, elements: int, ipu: IPU, itemsize: in
     if elements <= 0:
         return plan
     share = _relaid_share(elements, plan.tiles_used, itemsize)
-    return _plan_plus(replace(plan, planned_cycles=plan.estimate), ipu, exchange=exchange_cycles(share, ipu), syncs=1,
-                      phases=1, nbytes=share * plan.tiles_used, planned=False, relaid=plan.relaid + elements)
-
-
-def relaid_cycles(plan: MatmulPlan, ipu: IPU, itemsize: int) -> int:
-    """Cycles of ``plan`` that copy its relaid operands (:func:`with_relaid_operands`): the exchange
-    phase and its sync (0 when none is relaid)."""
-    if not plan.relaid:
-        return 0
-    return exchange_cycles(_relaid_share(plan.relaid, plan.tiles_used, itemsize), ipu) + ipu.internal_sync_cycles
+    exchange = exchange_cycles(share, ipu)
+    return _plan_plus(replace(plan, planned_cycles=plan.estimate), ipu, exchange=exchange, syncs=1, phases=1,
+                      nbytes=share * plan.tiles_used, planned=False, relaid=plan.relaid + elements,
+                      relaid_cycles=plan.relaid_cycles + exchange + ipu.internal_sync_cycles)
 
 
 def with_output_rearrangement(plan: MatmulPlan, elements: int, ipu: IPU, itemsize: int) -> MatmulPlan:
@@ -1826,5 +1821,5 @@ __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode"
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
            "transposed_weights_exchange", "with_transposed_weights_moved", "conv_inner_block",
            "with_output_rearrangement", "swap_or_not", "matmul_padding", "partial_channel_group",
-           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands", "relaid_cycles",
+           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands",
            "MAX_BROADCAST_DESTS"]
