@@ -1051,9 +1051,9 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     cast = np.where(needs_cast, cast_fixed + np.ceil(outputs * cast_codelet.fp16), 0)
     if bound:
         return {"compute": amp + cast, "planner_exchange": plan1}
+    out_group = hmac_out_group(partials_bytes) if vertex == "hmac" else mode.out_group
     red_exch, red, red_stages, recv2, red_fixed, red_plan = partials_reduction(
-        ipu, outputs, pk, partials_bytes, out_bytes, hmac_out_group(partials_bytes) if vertex == "hmac" else mode.out_group,
-        planner_exchange=True)
+        ipu, outputs, pk, partials_bytes, out_bytes, out_group, planner_exchange=True)
     # partials need their own buffer unless the AMP writes the result itself (nothing to reduce,
     # partials of the result's type); that result is a live activation, counted as such
     separate = (np.asarray(pk) > 1) | (partials_bytes > out_bytes)
