@@ -323,12 +323,14 @@ def _planner_exchange(nbytes, bytes_per_cycle: float):
 @lru_cache(maxsize=None)
 def plan_embedding_sdk3(entries: int, row: int, lookups: int, itemsize: int, tiles: int, ipu,
                         used_for_slice: bool = True, used_for_update: bool = False,
-                        operation: str | None = None) -> EmbeddingPlan:
+                        operation: str | None = None,
+                        memory_proportion: float = SLICE_AVAILABLE_MEMORY_PROPORTION) -> EmbeddingPlan:
     """popops ``embedding::plan`` (7eac0f26 lib/popops/DynamicSlice.cpp constructModel / choosePlan): the
-    split with the fewest estimated cycles of the worst tile whose peak temporary bytes fit in 0.6 of the
-    tile (else the fewest cycles), over the column split (64-bit grains), the dictionary split (at most
-    half the rows), the parallel and the serial lookup splits (neither for an update without an
-    ``operation``) and, for a slice, whether the base is copied once ahead of the serial parts.
+    split with the fewest estimated cycles of the worst tile whose peak temporary bytes fit in
+    ``memory_proportion`` of the tile (the availableMemoryProportion option; else the fewest cycles),
+    over the column split (64-bit grains), the dictionary split (at most half the rows), the parallel
+    and the serial lookup splits (neither for an update without an ``operation``) and, for a slice,
+    whether the base is copied once ahead of the serial parts.
 
     The estimates are poplibs': the slice's two stages (:func:`multi_slice_cycles` with the uniform
     in-range share; the second stage's vertex sized, as poplibs sizes it, by the grains rather than the
@@ -341,7 +343,7 @@ def plan_embedding_sdk3(entries: int, row: int, lookups: int, itemsize: int, til
 
     Each serial split's candidates are priced at once (:func:`_sdk3_candidates`, arrays over the
     grid), in the order popops' search runs the serial splits."""
-    limit = SLICE_AVAILABLE_MEMORY_PROPORTION * ipu.sram_bytes_per_tile
+    limit = memory_proportion * ipu.sram_bytes_per_tile
     max_lookup_splits = 1 if used_for_update and operation is None else lookups
     best = {True: None, False: None}  # within the temporary-memory bound, and regardless of it
     for ls in _splits(lookups, max_lookup_splits):

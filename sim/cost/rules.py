@@ -29,10 +29,10 @@ from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_
 from .bilinear import forward_plan, grad_plan
 from .ctc import plan_ctc
 from .histogram import histogram_tile_cycles
-from .embedding import (ATOM_BYTES, FLOAT_BYTES, LEGACY_POPLIBS, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD, EmbeddingPlan,
-                        in_range_share, iota_worker_cycles, max_elems_per_worker, multi_slice_cycles,
-                        multi_update_op_cycles, offsets_per_worker, plan_embedding, plan_embedding_sdk3,
-                        slice_worker_cycles, update_worker_cycles)
+from .embedding import (ATOM_BYTES, FLOAT_BYTES, LEGACY_POPLIBS, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD,
+                        SLICE_AVAILABLE_MEMORY_PROPORTION, EmbeddingPlan, in_range_share, iota_worker_cycles,
+                        max_elems_per_worker, multi_slice_cycles, multi_update_op_cycles, offsets_per_worker,
+                        plan_embedding, plan_embedding_sdk3, slice_worker_cycles, update_worker_cycles)
 from .depthwise import plan_depthwise
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
@@ -117,8 +117,10 @@ def price_key(sig: tuple) -> tuple:
 def reads_plan_options(kind: str) -> bool:
     """Whether the rule of ``kind`` reads the availableMemoryProportion and the partials type: the kinds
     :func:`_rule` plans as AMP matmuls (a matmul, a convolution pass, an accumulate into a matmul's result
-    layout, a recurrent layer). The others' costs are cached without them."""
-    return kind in AMP_KINDS or kind == "accumulate" or kind.removesuffix("_grad") in RNN_GATES
+    layout, a recurrent layer) and the lookups and scatters popops plans within the proportion
+    (:data:`SLICE_PLAN_KINDS`). The others' costs are cached without them."""
+    return (kind in AMP_KINDS or kind == "accumulate" or kind.removesuffix("_grad") in RNN_GATES
+            or kind in SLICE_PLAN_KINDS)
 
 
 class Signatures:
@@ -199,6 +201,9 @@ def _partials_bytes(attrs: dict, partials: str) -> int:
 AMP_DTYPES = ("float16", "float32", "float8")
 #: op kinds poplin plans within availableMemoryProportion
 AMP_KINDS = ("matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight")
+#: kinds popops runs with an embedding ``SlicePlan`` (multiSlice, multiUpdateOp), which PopART plans with
+#: the op's availableMemoryProportion when it has one (popx/op/sliceplanx.cpp createSlicePlanOptions)
+SLICE_PLAN_KINDS = ("gather", "embedding_grad", "gather_elements", "scatter_elements")
 
 
 def _check_amp_operands(kind: str, ins) -> None:
@@ -254,7 +259,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ("maxpool", "avgpool", "maxpool_grad", "avgpool_grad"):
         return _pool(kind, ins, outs, attrs, ipu, tiles)
     if kind in ("gather", "embedding_grad"):
-        return _gather(kind, ins, outs, ipu, tiles, attrs)
+        return _gather(kind, ins, outs, ipu, tiles, attrs, memory_proportion)
     if kind in ("reduce_sum", "reduce_mean", "reduce_max"):
         return _reduce(kind, ins, outs, attrs, ipu, tiles)
     if kind == "accumulate" and "layout_of_matmul" in attrs:
@@ -280,7 +285,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _reduce_many(ins, outs, ipu, tiles)
     if kind.removesuffix("_grad") in RNN_GATES:
         return _rnn(kind, ins, attrs, ipu, tiles, memory_proportion)
-    more = _more_kinds(kind, ins, outs, attrs, ipu, tiles)
+    more = _more_kinds(kind, ins, outs, attrs, ipu, tiles, memory_proportion)
     if more is not None:
         return more
     raise UnsupportedOpError("the cost model has no rule for this op kind")
@@ -923,7 +928,7 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
                    float(flops), halo * used, used, launch=launch_cycles(vec_kind))
 
 
-def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
+def _gather(kind, ins, outs, ipu, tiles, attrs=None, memory_proportion: float | None = None) -> OpCost:
     """Embedding lookup (``gather``: popops multiSlice) or its gradient (``embedding_grad``: a zeroed
     dense table, then multiUpdateAdd; with ``into_table`` the update adds into the table it is
     given, as poplibs' embedding_layer tool does), as popops plans and runs them:
@@ -931,7 +936,8 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     (multiUpdateMul) on the same plan, as PopART's scatter max and min run
     (popx/op/scatterreduceutilx.cpp MaxReductionStrategy). Planned and run as the SDK 3.x popops
     (7eac0f26) does, or as 8dcde1ec does for ops with ``poplibs="8dcde1ec"`` (the embedding_layer
-    benchmark rows). Cycles are IPU cycles."""
+    benchmark rows). The SDK 3.x plan keeps its temporary bytes within ``memory_proportion`` of a tile (the
+    op's availableMemoryProportion; None: popops' default). Cycles are IPU cycles."""
     (ids_shape, _, _) = ins[0]
     if kind == "gather":
         table_shape, dtype, _ = ins[1]
@@ -952,8 +958,9 @@ def _gather(kind, ins, outs, ipu, tiles, attrs=None) -> OpCost:
     if attrs.get("poplibs") == LEGACY_POPLIBS:  # the poplibs of the embedding_layer benchmark data
         plan = plan_embedding(entries, row, lookups, itemsize, tiles, for_update)
     else:  # the SDK 3.x popops (7eac0f26): PopART's SlicePlanUsedFor Slice / UpdateAdd / UpdateMax / UpdateMul
+        proportion = SLICE_AVAILABLE_MEMORY_PROPORTION if memory_proportion is None else memory_proportion
         plan = plan_embedding_sdk3(entries, row, lookups, itemsize, tiles, ipu, kind == "gather", for_update,
-                                   operation if for_update else None)
+                                   operation if for_update else None, proportion)
     if kind == "gather":
         codelets = (("multi_slice", dtype, 0),) + ((("iota", "int32", 0), ("index_divide", "int32", 0),
                                                     ("index_multiply", "int32", 0), ("index_add", "int32", 0))
@@ -1273,7 +1280,7 @@ _SCATTER_OPERATION = {"add": "add", "sum": "add", "amax": "max", "max": "max", "
                       "prod": "mul", "multiply": "mul", "mul": "mul"}
 
 
-def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
+def _more_kinds(kind, ins, outs, attrs, ipu, tiles, memory_proportion: float | None = None) -> OpCost | None:
     """Kinds the sim.poptorch front end emits for PopTorch's supported operations; ``None``
     for a kind this does not know either."""
     if kind in _POINTWISE:  # a generator has no input: it is laid out like its output
@@ -1303,10 +1310,10 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
             row = math.prod(data) // max(1, data[axis["axis"]])
             if kind == "gather_elements":
                 return _gather("gather", ((ids, "int32", "activation"), (data, dtype, "activation")),
-                               (((ids[0], row), dtype),), ipu, tiles, axis)
+                               (((ids[0], row), dtype),), ipu, tiles, axis, memory_proportion)
             operation = _SCATTER_OPERATION.get(str(attrs.get("reduce", "sum")), "add")
             update = _gather("embedding_grad", ((ids, "int32", "activation"),), ((data, dtype),), ipu, tiles,
-                             dict(axis, operation={"min": "max"}.get(operation, operation)))
+                             dict(axis, operation={"min": "max"}.get(operation, operation)), memory_proportion)
             if operation != "min":
                 return update
             # popx/op/scatterreduceutilx.cpp MinReductionStrategy::applyReduction: the target negated
@@ -1321,10 +1328,10 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles) -> OpCost | None:
         if kind == "gather_elements":
             table, dtype, _ = ins[1]
             return _gather("gather", ((ids, "int32", "activation"), ((math.prod(table), 1), dtype, "activation")),
-                           (((ids[0], 1), dtype),), ipu, tiles)
+                           (((ids[0], 1), dtype),), ipu, tiles, None, memory_proportion)
         table, dtype = outs[0]
         return _gather("embedding_grad", ((ids, "int32", "activation"),), (((math.prod(table), 1), dtype),),
-                       ipu, tiles)
+                       ipu, tiles, None, memory_proportion)
     if kind == "sort":
         return _sort(ins, outs, attrs, ipu, tiles)
     if kind == "ctc_loss":

@@ -857,8 +857,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k == "gather":
         ids, table = ins
         if wants(1):
-            axis = {"axis": op.attrs["axis"]} if op.attrs.get("axis") else {}  # the lookup's axis, as PopART's GatherGradOp
-            bw.give(table.name, bw.new("embedding_grad", [ids.name, dy], table.shape, table.dtype, axis))
+            # the lookup's axis and its own availableMemoryProportion, as PopART's GatherGradOp takes them
+            kept = {key: op.attrs[key] for key in ("axis", "available_memory_proportion") if op.attrs.get(key)}
+            bw.give(table.name, bw.new("embedding_grad", [ids.name, dy], table.shape, table.dtype, kept))
     elif k == "identity" and op.attrs.get("grad") == "replicated_all_reduce":  # popxl-addons' TP all-reduce
         if wants(0):  # of identical inputs: an identity whose gradient is an all-reduce over the group
             bw.give(ins[0].name, bw.new("replicated_all_reduce", [dy], ins[0].shape, ins[0].dtype,

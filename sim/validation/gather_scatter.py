@@ -36,10 +36,8 @@ def rows() -> list[tuple[str, int, int, int, float]]:
             for r in csv.DictReader(lines)]
 
 
-def _modules():
+def _lookup_module():
     import torch
-
-    from .. import poptorch
 
     class Lookup(torch.nn.Module):
         """The loop body: (table, indices, output) -> the same table and indices, and the new output."""
@@ -52,36 +50,51 @@ def _modules():
             self.register_buffer("index", torch.randint(high, (count,)))
             self.register_buffer("result", self(self.table, self.index, None)[-1])
 
+        def loop_inputs(self):
+            return [self.table, self.index, self.result]
+
         def forward(self, table, index, _):
             if self.op == "gather":
                 return table, index, table.index_select(0, index)
             rows = index.unsqueeze(-1).expand_as(table)
             return table, index, torch.zeros(self.outputs, table.shape[1]).scatter_add_(0, rows, table)
 
+    return Lookup
+
+
+def loop_cycles(body, proportion: float | None = None) -> float:
+    """The simulator's cycles per iteration of ``poptorch.for_loop`` of :data:`ITERATIONS` over ``body`` (a
+    module whose ``loop_inputs()`` are its carried tensors, the last one its result) on a ``bow-ipu`` with
+    synthetic data, then the sum of the result: the benchmarks' model; with ``proportion``, PopTorch's
+    ``setAvailableMemoryProportion({"IPU0": proportion})``, which PopTorch sets on every op."""
+    import torch
+
+    from .. import poptorch
+
     class Benchmark(torch.nn.Module):
-        def __init__(self, body):
+        def __init__(self):
             super().__init__()
             self.body = body
 
         def forward(self):
-            carried = poptorch.for_loop(ITERATIONS, self.body, [self.body.table, self.body.index, self.body.result])
-            return torch.sum(carried[-1])
+            return torch.sum(poptorch.for_loop(ITERATIONS, self.body, self.body.loop_inputs())[-1])
 
-    return Lookup, Benchmark
+    options = poptorch.Options().enableSyntheticData(True).logCycleCount(True).simulatedSystem("bow-ipu")
+    if proportion is not None:
+        options.setAvailableMemoryProportion({"IPU0": proportion})
+    model = poptorch.inferenceModel(Benchmark(), options=options)
+    model()
+    return model.cycleCount() / ITERATIONS
 
 
 @lru_cache(maxsize=None)
-def simulated_cycles(op: str, inputs: int, features: int, outputs: int) -> float:
-    """The simulator's cycles per iteration of the benchmark's loop (its cycle count over 10)."""
+def simulated_cycles(op: str, inputs: int, features: int, outputs: int, proportion: float | None = None) -> float:
+    """The simulator's cycles per iteration of the benchmark's loop (its cycle count over 10), with
+    ``proportion`` as :func:`loop_cycles` takes it."""
     import torch
 
-    from .. import poptorch
-    lookup, benchmark = _modules()
     torch.manual_seed(0)
-    options = poptorch.Options().enableSyntheticData(True).logCycleCount(True).simulatedSystem("bow-ipu")
-    model = poptorch.inferenceModel(benchmark(lookup(op, inputs, features, outputs)), options=options)
-    model()
-    return model.cycleCount() / ITERATIONS
+    return loop_cycles(_lookup_module()(op, inputs, features, outputs), proportion)
 
 
 def ratios(every: int = 1) -> dict[str, np.ndarray]:

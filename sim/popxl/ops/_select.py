@@ -25,14 +25,24 @@ from ._math import _broadcast, _one_hot
 
 # --- gathers --------------------------------------------------------------------------------------
 
+def _set_proportion(g, where: str, proportion: float | None) -> None:
+    """The op just added plans its popops SlicePlan within ``proportion`` of a tile (its
+    availableMemoryProportion, as PopART's GatherOp and ScatterReduceOp take it); None: popops' default."""
+    if proportion is None:
+        return
+    if not 0 < proportion <= 1:
+        raise ValueError(f"{where}: available_memory_proportion must be in (0, 1], got {proportion}")
+    g.sim_graph.ops[-1].attrs["available_memory_proportion"] = float(proportion)
+
+
 def _check_indices(where: str, indices: Tensor) -> None:
     if not indices.dtype.is_int:
         raise GraphError(f"{where}: indices {indices.id!r} must be integers, got {indices.dtype.name}")
 
 
-def _gather(where: str, t: Tensor, indices: Tensor, axis: int) -> Tensor:
+def _gather(where: str, t: Tensor, indices: Tensor, axis: int, available_memory_proportion: float | None) -> Tensor:
     """Slices of ``t`` along ``axis`` at ``indices``: the result is ``t``'s shape with that axis
-    replaced by the indices' shape (PopART's GatherOp)."""
+    replaced by the indices' shape (PopART's GatherOp, planned within its availableMemoryProportion)."""
     g = _graph(where, t, indices)
     _check_indices(where, indices)
     if not -t.rank <= axis < t.rank:
@@ -40,8 +50,10 @@ def _gather(where: str, t: Tensor, indices: Tensor, axis: int) -> Tensor:
     axis %= t.rank
     shape = t.shape[:axis] + indices.shape + t.shape[axis + 1:]
     with g._building() as bld:
-        out = bld.op("gather", [indices._sim, t._sim], [shape or (1,)], {"axis": axis} if axis else {},
-                     name=_name(g, where.split(".")[-1]), out_dtypes=[t.dtype.sim_name])[0]
+        out = bld.op("gather", [indices._sim, t._sim], [shape or (1,)],
+                     {"axis": axis} if axis else {}, name=_name(g, where.split(".")[-1]),
+                     out_dtypes=[t.dtype.sim_name])[0]
+    _set_proportion(g, where, available_memory_proportion)
     y = _out(g, out, t.dtype)
     return reshape(y, ()) if not shape else y
 
@@ -49,7 +61,7 @@ def _gather(where: str, t: Tensor, indices: Tensor, axis: int) -> Tensor:
 def gather(t: Tensor, indices: Tensor, axis: int = 0, available_memory_proportion: float | None = None,
            zero_OOR: bool = False) -> Tensor:
     """Slices of ``t`` at ``indices`` along ``axis`` (an embedding lookup along axis 0)."""
-    return _gather("ops.gather", t, indices, axis)
+    return _gather("ops.gather", t, indices, axis, available_memory_proportion)
 
 
 def groupedgather(t: Tensor, indices: Tensor, axis: int = 0, group_size: int = 1,
@@ -60,14 +72,14 @@ def groupedgather(t: Tensor, indices: Tensor, axis: int = 0, group_size: int = 1
     if group_size != 1:
         raise NotModelledError(f"ops.groupedgather(group_size={group_size}): only one group is modelled (popops' "
                                "grouped multiSlice plans each group apart); gather each group with ops.gather")
-    return _gather("ops.groupedgather", t, indices, axis)
+    return _gather("ops.groupedgather", t, indices, axis, available_memory_proportion)
 
 
 def tied_gather(t: Tensor, indices: Tensor, axis: int = 0, available_memory_proportion: float | None = None,
                 zero_OOR: bool = False) -> Tensor:
     """:func:`gather` from a table a matmul also reads (PopART's TiedGatherOp: popops' gather on the
     table laid out as the matmul's right operand); priced as the gather."""
-    return _gather("ops.tied_gather", t, indices, axis)
+    return _gather("ops.tied_gather", t, indices, axis, available_memory_proportion)
 
 
 # --- scatters -------------------------------------------------------------------------------------
@@ -94,7 +106,7 @@ def _expanded_index_shape(where: str, indices: Tensor, data: Tensor, axis: int) 
 
 
 def _scatter(where: str, indices: Tensor, target: Tensor | None, updates: Tensor, out_shape: tuple, axis: int,
-             reduction: str, slices: bool) -> Tensor:
+             reduction: str, slices: bool, available_memory_proportion: float | None) -> Tensor:
     """``updates`` written (reduced) into ``target`` (a new tensor of ``out_shape`` when None)."""
     g = _graph(where, indices, updates, *([target] if target is not None else []))
     with g._building() as bld:
@@ -103,6 +115,7 @@ def _scatter(where: str, indices: Tensor, target: Tensor | None, updates: Tensor
         out = bld.op("scatter_elements", [indices._sim, into, updates._sim], [out_shape],
                      {"axis": axis, "reduce": reduction, "slices": slices}, name=_name(g, where.split(".")[-1]),
                      out_dtypes=[updates.dtype.sim_name])[0]
+    _set_proportion(g, where, available_memory_proportion)
     return _out(g, out, updates.dtype)
 
 
@@ -118,7 +131,7 @@ def scatter(t: Tensor, indices: Tensor, values: Tensor, axis: int = 0,
     if values.dtype != t.dtype:
         raise TypeError(f"{where}: values are {values.dtype.name}, {t.id!r} is {t.dtype.name}")
     axis = _axes(t, axis)[0]
-    return _scatter(where, indices, t, values, t.shape, axis, "none", False)
+    return _scatter(where, indices, t, values, t.shape, axis, "none", False, available_memory_proportion)
 
 
 def scatter_reduce(data: Tensor, indices: Tensor, reduction: str, initial_values: Tensor | None = None,
@@ -152,7 +165,8 @@ def scatter_reduce(data: Tensor, indices: Tensor, reduction: str, initial_values
         raise GraphError(f"{where}: initial_values {initial_values.shape} must have the result's shape {out_shape}")
     if slices and indices.rank != 1:  # the index vector: one entry per slice of data along the axis
         indices = reshape(indices, (data.shape[axis],))
-    return _scatter(where, indices, initial_values, data, out_shape, axis, reduction, slices)
+    return _scatter(where, indices, initial_values, data, out_shape, axis, reduction, slices,
+                    available_memory_proportion)
 
 
 # --- strides, order statistics and counts --------------------------------------------------------
