@@ -153,7 +153,9 @@ def test_poptorch_layers_run_as_torch_on_one_op(module):
     expected = layer(x)
     model = poptorch.inferenceModel(layer)
     got = model(x)
-    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
+    # torch's float32 tolerances, not bit equality: the two evaluations of the layer may take different
+    # vector paths on some CPUs (differences of 3e-8 seen on one machine, none on another)
+    torch.testing.assert_close(got[0], expected[0])
     kinds = [o.kind for o in model.executable.graph.ops]
     assert kinds.count("lstm") == 1 and "matmul" not in kinds
 
