@@ -415,7 +415,8 @@ class Options:
         return self
 
     def setAvailableMemoryProportion(self, proportions: dict) -> "Options":
-        """Per-IPU share of tile memory matmuls/convs may use as temporaries: {"IPU0": 0.3}."""
+        """Per-IPU share of tile memory matmuls, convolutions, lookups and scatters may use as temporaries
+        (poplin's plans and popops' slice plans): {"IPU0": 0.3}."""
         parsed = {}
         for key, value in proportions.items():
             if not (isinstance(key, str) and key.startswith("IPU") and key[3:].isdigit()):

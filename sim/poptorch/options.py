@@ -478,7 +478,8 @@ class Options(OptionsDictMixin, _Frozen, _sim_options.Options):
 
     # --- setters PopTorch has and sim.Options implements with checks of its own ------------
     def setAvailableMemoryProportion(self, available_memory_proportion: dict) -> "Options":
-        """Per-IPU share of tile memory for matmul/conv temporaries: ``{"IPU0": 0.5}``."""
+        """Per-IPU share of tile memory for the temporaries of matmuls, convolutions, lookups and scatters
+        (PopTorch sets it on every op of the IPU): ``{"IPU0": 0.5}``."""
         self._check_frozen()
         for key in available_memory_proportion:
             if not (isinstance(key, str) and key.startswith("IPU")):
