@@ -269,8 +269,8 @@ def test_gather_and_scatter_add_against_the_bow_sweep():
 
 
 def test_schnet_block_and_a_small_memory_proportion_against_the_bow_sweeps():
-    """hydronet-gnn's SchNet interaction-block sweep on a Bow IPU (sim.validation.schnet_block, a sixth of
-    its rows here): some 40 ops an iteration, fp32, come out about 10 % fast (median 0.89, 0.86-0.99 over
+    """hydronet-gnn's SchNet interaction-block sweep on a Bow IPU (sim.validation.schnet_block, a twelfth
+    of its rows here, and two of the blocks measured at both proportions; the report has them all): some 40 ops an iteration, fp32, come out about 10 % fast (median 0.89, 0.86-0.99 over
     the report's rows: a fixed cost an op or an iteration the simulator lacks), held within 15 % and each
     row within 0.8-1.1. And what availableMemoryProportion 0.1, set as PopTorch sets it on every op, does
     to the cycles, against what it did on the hardware (the rows it slowed by 20 % or more), the simulated
@@ -279,13 +279,13 @@ def test_schnet_block_and_a_small_memory_proportion_against_the_bow_sweeps():
     0.5-1.05 (the largest plan's slow-down comes out at 0.57 of the measured). Before the lookups and
     scatters were planned within the op's proportion none of them moved, and a block came out 0.78 of
     its measured cycles at 0.1."""
-    ratio = validation.schnet_block.block_ratios(every=6)
+    ratio = validation.schnet_block.block_ratios(every=12)
     assert abs(float(np.median(ratio)) - 1) <= 0.15, np.median(ratio)
     assert 0.8 <= ratio.min() and ratio.max() <= 1.1, (ratio.min(), ratio.max())
     bounds = {"gather": (0.5, 1.05), "scatter_add": (0.85, 1.35), "schnet_block": (0.85, 1.2)}
     effects = (validation.schnet_block.proportion_effects(("gather", "scatter_add"))
-               + validation.schnet_block.proportion_effects(("schnet_block",), every=5))
-    assert {e[0] for e in effects} == set(bounds) and len(effects) == 12
+               + validation.schnet_block.proportion_effects(("schnet_block",), every=10))
+    assert {e[0] for e in effects} == set(bounds) and len(effects) == 11
     for op, n, f, e, measured, simulated in effects:
         low, high = bounds[op]
         assert simulated > 1.1, (op, n, f, e, simulated)  # the budget does cost cycles
