@@ -165,14 +165,26 @@ def _check_log2_scale(log2_scale: Tensor) -> None:
         raise TypeError("Log2 scale tensor must be of type popxl.int32")
 
 
+def _checked_proportion(where: str, proportion: float | None) -> float | None:
+    """An op's own availableMemoryProportion (PopART's per-op setting), checked; None: the default."""
+    if proportion is not None and not 0 < proportion <= 1:
+        raise ValueError(f"{where}: available_memory_proportion must be in (0, 1], got {proportion}")
+    return None if proportion is None else float(proportion)
+
+
+def _set_proportion(g: Graph, proportion: float | None) -> None:
+    """The op just added to ``g`` plans within ``proportion`` of a tile (:func:`_checked_proportion`)."""
+    if proportion is not None:
+        g.sim_graph.ops[-1].attrs["available_memory_proportion"] = proportion
+
+
 def _matmul(where: str, lhs: Tensor, rhs: Tensor, available_memory_proportion, serialise_mode,
             serialise_factor, output_type, partials_type: str | None = None) -> Tensor:
     g = _graph(where, lhs, rhs)
     if lhs.dtype != rhs.dtype:
         raise GraphError(f"{where}: operands have different dtypes ({lhs.dtype.name} @ {rhs.dtype.name}); "
                          "cast one of them with ops.cast")
-    if available_memory_proportion is not None and not 0 < available_memory_proportion <= 1:
-        raise ValueError(f"{where}: available_memory_proportion must be in (0, 1], got {available_memory_proportion}")
+    available_memory_proportion = _checked_proportion(where, available_memory_proportion)
     if serialise_factor not in (1, None) or serialise_mode not in (None, "none"):
         g.ir._note(f"{where} serialisation: accepted, no modelled effect")
     a, b = lhs, rhs
@@ -182,8 +194,7 @@ def _matmul(where: str, lhs: Tensor, rhs: Tensor, available_memory_proportion, s
         b = reshape(b, (b.shape[0], 1))
     with g._building() as bld:
         out = bld.matmul(a._sim, b._sim, name=_name(g, "matmul"), partials_type=partials_type)
-    if available_memory_proportion is not None:  # the op's own proportion (PopART's per-op setting)
-        g.sim_graph.ops[-1].attrs["available_memory_proportion"] = float(available_memory_proportion)
+    _set_proportion(g, available_memory_proportion)
     y = _out(g, out, dtypes.float16 if lhs.dtype in _FP8 else lhs.dtype)  # FP8 gives float16
     if lhs.rank == 1 or rhs.rank == 1:
         shape = list(y.shape)

@@ -19,21 +19,11 @@ from ...errors import GraphError
 from .. import dtypes
 from ..errors import NotModelledError
 from ..tensor import Tensor
-from ._core import _axes, _graph, _name, _out, _reduce, reshape, transpose
+from ._core import _axes, _checked_proportion, _graph, _name, _out, _reduce, _set_proportion, reshape, transpose
 from ._math import _broadcast, _one_hot
 
 
 # --- gathers --------------------------------------------------------------------------------------
-
-def _set_proportion(g, where: str, proportion: float | None) -> None:
-    """The op just added plans its popops SlicePlan within ``proportion`` of a tile (its
-    availableMemoryProportion, as PopART's GatherOp and ScatterReduceOp take it); None: popops' default."""
-    if proportion is None:
-        return
-    if not 0 < proportion <= 1:
-        raise ValueError(f"{where}: available_memory_proportion must be in (0, 1], got {proportion}")
-    g.sim_graph.ops[-1].attrs["available_memory_proportion"] = float(proportion)
-
 
 def _check_indices(where: str, indices: Tensor) -> None:
     if not indices.dtype.is_int:
@@ -45,6 +35,7 @@ def _gather(where: str, t: Tensor, indices: Tensor, axis: int, available_memory_
     replaced by the indices' shape (PopART's GatherOp, planned within its availableMemoryProportion)."""
     g = _graph(where, t, indices)
     _check_indices(where, indices)
+    proportion = _checked_proportion(where, available_memory_proportion)
     if not -t.rank <= axis < t.rank:
         raise ValueError(f"{where}: axis {axis} is out of range for a tensor of rank {t.rank}")
     axis %= t.rank
@@ -53,7 +44,7 @@ def _gather(where: str, t: Tensor, indices: Tensor, axis: int, available_memory_
         out = bld.op("gather", [indices._sim, t._sim], [shape or (1,)],
                      {"axis": axis} if axis else {}, name=_name(g, where.split(".")[-1]),
                      out_dtypes=[t.dtype.sim_name])[0]
-    _set_proportion(g, where, available_memory_proportion)
+    _set_proportion(g, proportion)
     y = _out(g, out, t.dtype)
     return reshape(y, ()) if not shape else y
 
@@ -109,13 +100,14 @@ def _scatter(where: str, indices: Tensor, target: Tensor | None, updates: Tensor
              reduction: str, slices: bool, available_memory_proportion: float | None) -> Tensor:
     """``updates`` written (reduced) into ``target`` (a new tensor of ``out_shape`` when None)."""
     g = _graph(where, indices, updates, *([target] if target is not None else []))
+    proportion = _checked_proportion(where, available_memory_proportion)
     with g._building() as bld:
         into = target._sim if target is not None else g._new_tensor("initial_values", out_shape, updates.dtype,
                                                                     "constant")
         out = bld.op("scatter_elements", [indices._sim, into, updates._sim], [out_shape],
                      {"axis": axis, "reduce": reduction, "slices": slices}, name=_name(g, where.split(".")[-1]),
                      out_dtypes=[updates.dtype.sim_name])[0]
-    _set_proportion(g, where, available_memory_proportion)
+    _set_proportion(g, proportion)
     return _out(g, out, updates.dtype)
 
 
