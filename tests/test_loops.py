@@ -6,6 +6,7 @@ the exchange for an output an op laid out by its own plan."""
 import torch
 
 from sim import poptorch
+from sim.poptorch import _state
 from sim.compiler.loops import relaid_out
 
 
@@ -76,3 +77,84 @@ def test_the_exit_flag_and_the_iterator_are_fused_scalar_vertices():
         cost = ex.costs[ops[0].name]
         assert (cost.compute_cycles, cost.supersteps, cost.tiles_used) == (cycles, 1, 1)
         assert cost.launch_cycles == 6 * 13
+
+
+class _Looped(torch.nn.Module):
+    """``for_loop`` of ``count`` over a matmul, a ReLU and (nested) an inner loop of 3 scalings;
+    ``one_by_one`` runs the same iterations as ``count`` loops of one, which the capture traces
+    in full; ``branch`` makes fx fail on the forward, so torch.export captures it."""
+
+    def __init__(self, count: int, one_by_one: bool = False, nested: bool = False, branch: bool = False):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(32, 32) / 8)
+        self.count, self.one_by_one, self.nested, self.branch = count, one_by_one, nested, branch
+        self.traced = [0]  # calls of the body while the model is captured (a list: the capture puts back
+        # the module's attributes after it traces)
+
+    def body(self, x, total):
+        self.traced[0] += _state.active() is not None
+        y = torch.relu(x @ self.w)
+        if self.nested:
+            y = poptorch.for_loop(3, lambda t: t * 0.5 + 1.0, [y])[0]
+        return [y, total + y.sum()]
+
+    def forward(self, x, total):
+        if self.branch and x.shape[0] > 1:
+            x = x * 1.0
+        if not self.one_by_one:
+            return poptorch.for_loop(self.count, self.body, [x, total])
+        outs = [x, total]
+        for _ in range(self.count):
+            outs = poptorch.for_loop(1, self.body, outs)
+        return outs
+
+
+def _run(module):
+    torch.manual_seed(0)
+    x, total = torch.randn(16, 32), torch.zeros(())
+    eager = module(x, total)
+    model = poptorch.inferenceModel(module, poptorch.Options().enableSyntheticData(True).logCycleCount(True))
+    out = model(x, total)
+    return model, out, eager
+
+
+def test_a_loop_is_traced_twice_and_written_out_as_its_iterations_traced_one_by_one():
+    """PopTorch traces a for_loop's body once; the capture traces it twice (torch.fx, and torch.export
+    where fx cannot trace the model) and copies the second iteration for the rest: the same graph as
+    the iterations traced one by one (op kinds in order, each carried copy's iteration, the cycles), and
+    the same outputs as the model run as torch, a nested loop included."""
+    for nested in (False, True):
+        for branch in (False, True):
+            looped = _Looped(12, nested=nested, branch=branch)
+            model, out, eager = _run(looped)
+            ref, _, _ = _run(_Looped(12, one_by_one=True, nested=nested, branch=branch))
+            kinds = [op.kind for op in model.executable.graph.ops]
+            assert kinds == [op.kind for op in ref.executable.graph.ops]
+            assert kinds.count("matmul") == 12
+            assert kinds.count("copy") == 12 * 2 + (12 * 3 if nested else 0)
+            assert [op.attrs.get("loop_group") for op in model.executable.graph.ops] == \
+                [op.attrs.get("loop_group") for op in ref.executable.graph.ops]
+            assert model.cycleCount() == ref.cycleCount()
+            method = "torch.export" if branch else "torch.fx"
+            assert f"graph captured with {method}" in model.executable.notes
+            if not branch:  # (torch.export calls the body on a copy of the module)
+                assert looped.traced == [2]
+            for o, e in zip(out, eager):
+                torch.testing.assert_close(o, e)
+
+
+def test_a_body_that_changes_between_calls_is_traced_for_every_iteration():
+    """A body whose Python does something else on its first call than after (a counter): its two traced
+    iterations differ, so every iteration is traced and the graph holds what each call did."""
+    class Warm(_Looped):
+        calls = 0
+
+        def body(self, x, total):
+            self.calls += 1
+            y = x @ self.w
+            return [torch.tanh(y) if self.calls % 5 == 1 else torch.relu(y), total + y.sum()]
+
+    model, out, eager = _run(Warm(5))
+    kinds = [op.kind for op in model.executable.graph.ops]
+    assert kinds.count("matmul") == 5
+    assert kinds.count("tanh") == 1 and kinds.count("relu") == 4

@@ -173,8 +173,12 @@ def _trace(adapter, flat: list, leaf_types: tuple):
     notes are what annotations seen while tracing record (:attr:`_state.CaptureState.notes`)."""
     fx_error = None
     try:
-        with _state.capturing("fx") as state, _attributes_kept(adapter), torch.enable_grad():
-            graph = _Tracer(leaf_types).trace(adapter)
+        def fx(repeat_loops: bool):
+            with _state.capturing("fx", repeat_loops) as state, _attributes_kept(adapter), torch.enable_grad():
+                graph = _Tracer(leaf_types).trace(adapter)
+            _write_out_loops(graph, state.loop_counts)
+            return graph, state
+        graph, state = _loops_repeated(fx)
         _check_no_unseen_mutation(graph)
         return torch.fx.GraphModule(adapter, graph), "torch.fx", state.notes
     except (UnsupportedOpError, Error):  # the model's own error (an annotation's check): as it is
@@ -240,11 +244,80 @@ def _export(adapter, flat: list):
     """(GraphModule, "torch.export", notes): the model traced by torch.export, which runs the
     Python with fake tensors, so it follows the branches a real run takes."""
     import torch.fx.traceback as fxt
-    with _state.capturing("export") as state, fxt.preserve_node_meta(), warnings.catch_warnings():
-        # nn.RNN and its kind re-assign their flat weight list on every call: harmless here
-        warnings.filterwarnings("ignore", message="The tensor attributes .* were assigned during export")
-        ep = torch.export.export(adapter, tuple(flat), strict=False)
-    return _inlined(ep.module()), "torch.export", state.notes
+
+    def export(repeat_loops: bool):
+        with _state.capturing("export", repeat_loops) as state, fxt.preserve_node_meta(), \
+                warnings.catch_warnings():
+            # nn.RNN and its kind re-assign their flat weight list on every call: harmless here
+            warnings.filterwarnings("ignore", message="The tensor attributes .* were assigned during export")
+            ep = torch.export.export(adapter, tuple(flat), strict=False)
+        gm = _inlined(ep.module())
+        _write_out_loops(gm.graph, state.loop_counts)
+        gm.recompile()
+        return gm, state
+
+    gm, state = _loops_repeated(export)
+    return gm, "torch.export", state.notes
+
+
+class _BodiesDiffer(Exception):
+    """A ``for_loop``'s two traced iterations are not the same ops: its iterations are traced one by one."""
+
+
+def _loops_repeated(trace):
+    """``trace(repeat_loops)``, each ``for_loop`` traced for two iterations; traced for all of them
+    where the two differ (the body's Python changes what it does between calls)."""
+    try:
+        return trace(True)
+    except _BodiesDiffer:
+        return trace(False)
+
+
+def _loop_path(n: torch.fx.Node) -> tuple:
+    """The ``for_loop`` iterations ``n`` was traced in, outermost first (:data:`_state.LOOP`)."""
+    return n.meta.get(_state.LOOP) or (n.meta.get("custom") or {}).get(_state.LOOP) or ()
+
+
+#: nodes every iteration reads alike: torch.fx reads a parameter once (in the first iteration that uses it)
+_SHARED = ("placeholder", "get_attr")
+
+
+def _write_out_loops(graph: torch.fx.Graph, counts: dict[int, int]) -> None:
+    """Each ``for_loop`` traced for two iterations (``counts``: loop id -> its iterations) written out
+    to all of them, innermost loop first: the second iteration's nodes copied once per further
+    iteration, after it, each copy reading the copy before where the second read the first (the
+    carried outputs); what follows the loop reads the last copy. Raises :class:`_BodiesDiffer` if
+    the two traced iterations are not the same nodes."""
+    depth: dict[int, int] = {}
+    for n in graph.nodes:
+        for level, (loop, _) in enumerate(_loop_path(n)):
+            depth[loop] = level
+    for loop in sorted(depth, key=depth.get, reverse=True):
+        first, second = [], []
+        for n in graph.nodes:
+            iteration = dict(_loop_path(n)).get(loop)
+            if iteration is not None and n.op not in _SHARED:
+                (first if iteration == 0 else second).append(n)
+        if len(first) != len(second) or any((a.op, a.target) != (b.op, b.target) for a, b in zip(first, second)):
+            raise _BodiesDiffer(f"for_loop {loop}")
+        in_first = {n: i for i, n in enumerate(first)}
+        in_second = {n: i for i, n in enumerate(second)}
+        after = {u: None for n in second for u in n.users if u not in in_second}  # read the last iteration
+        previous, following = second, second[-1].next
+        for _ in range(counts[loop] - 2):
+            copies: list = []
+
+            def arg(a, previous=previous, copies=copies):
+                if a in in_first:
+                    return previous[in_first[a]]
+                return copies[in_second[a]] if a in in_second else a
+            with graph.inserting_before(following):
+                for n in second:
+                    copies.append(graph.node_copy(n, arg))
+            previous = copies
+        for user in after:
+            for n in [a for a in user.all_input_nodes if a in in_second]:
+                user.replace_input_with(n, previous[in_second[n]])
 
 
 def _inlined(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -18,6 +18,8 @@ START = "ipusim_start"  # (user_id, ipu_id) set by ``Block.start`` (a block from
 SCOPE = "ipusim_scope"  # NameScope path
 MARK = "ipusim_mark"  # (annotation name, value) carried by an annotation's node
 MULTICONV = "ipusim_multiconv"  # (group id, settings) of the innermost open ``with MultiConv``
+#: ((loop id, iteration), ...) of the ``for_loop`` iterations open around a node, outermost first
+LOOP = "ipusim_loop"
 #: the flag a ``for_loop`` iteration's first output carries: the iteration's control work (exit flag,
 #: iterator) goes with it; every output carries its copies back to the body's input
 LOOP_CONTROL = 1
@@ -34,6 +36,10 @@ class CaptureState:
         self._next_auto = 0
         self._annotations: list = []
         self.notes: list[str] = []  # for the run's notes: annotations accepted without a modelled effect
+        #: trace two iterations of a ``for_loop`` and let the capture write out the rest (False: trace all)
+        self.repeat_loops = True
+        self.loops: list[tuple[int, int]] = []  # (loop id, iteration) of each open for_loop iteration
+        self.loop_counts: dict[int, int] = {}  # loop id -> iterations, of each loop traced for two
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -99,6 +105,17 @@ class CaptureState:
         finally:
             self._exit_export()
 
+    @contextlib.contextmanager
+    def loop_iteration(self, loop: int, iteration: int):
+        """The ops traced inside are iteration ``iteration`` of ``for_loop`` ``loop`` (:data:`LOOP`)."""
+        self.loops.append((loop, iteration))
+        self._enter_export({LOOP: tuple(self.loops)})
+        try:
+            yield
+        finally:
+            self.loops.pop()
+            self._exit_export()
+
     def node_meta(self) -> dict:
         """What the fx tracer stamps on a node it creates."""
         meta = {}
@@ -110,6 +127,8 @@ class CaptureState:
             meta[SCOPE] = "/".join(self.scopes)
         if self.multiconvs:
             meta[MULTICONV] = self.multiconvs[-1]
+        if self.loops:
+            meta[LOOP] = tuple(self.loops)
         return meta
 
     def close(self) -> None:
@@ -125,9 +144,10 @@ def active() -> CaptureState | None:
 
 
 @contextlib.contextmanager
-def capturing(mode: str):
+def capturing(mode: str, repeat_loops: bool = True):
     global _ACTIVE
     saved, _ACTIVE = _ACTIVE, CaptureState(mode)
+    _ACTIVE.repeat_loops = repeat_loops
     try:
         yield _ACTIVE
     finally:

@@ -605,9 +605,11 @@ def serializedMatMul(lhs: torch.Tensor, rhs: torch.Tensor, mode: enums.MatMulSer
 
 
 def for_loop(count: int, body, inputs: list) -> list:
-    """Run ``body`` ``count`` times, each iteration's outputs feeding the next (unrolled in the
-    simulated graph, so it is priced ``count`` times, with the Loop's own work each iteration: the copies
-    of every output back to the body's input, the exit-flag map and the iterator's increment)."""
+    """Run ``body`` ``count`` times, each iteration's outputs feeding the next, with the Loop's own work
+    each iteration: the copies of every output back to the body's input, the exit-flag map and the
+    iterator's increment. The simulated graph holds every iteration (each is priced); while a model is
+    captured the body is traced twice, as PopTorch traces it once, and the capture writes out the other
+    iterations from the second (``sim.poptorch._capture``), unless the two traces differ."""
     if not isinstance(inputs, list):
         raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of tensors. "
                          "(Object is not list)")
@@ -615,15 +617,21 @@ def for_loop(count: int, body, inputs: list) -> list:
         if not isinstance(t, (torch.Tensor, torch.fx.Proxy)):
             raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of "
                              f"tensors. (Object contained in list at index {ind} is not torch.tensor)")
+    st = _state.active()
+    loop = None
+    if st is not None and st.repeat_loops and count > 2:
+        loop = len(st.loop_counts)
+        st.loop_counts[loop] = count
     outs = list(inputs)
-    for _ in range(count):
-        res = body(*outs)
-        outs = list(res) if isinstance(res, (list, tuple)) else [res]
-        # PopART's Loop (LoopOpx) copies every output back to the body's input each iteration, one the
-        # body passes through too (sim.compiler.loops), beside its exit-flag update and iterator
-        # increment (priced with the iteration's first output)
-        outs = [_loop_carry(o, _state.LOOP_CONTROL if j == 0 else 0)
-                if isinstance(o, (torch.Tensor, torch.fx.Proxy)) else o for j, o in enumerate(outs)]
+    for i in range(count if loop is None else 2):
+        with st.loop_iteration(loop, i) if loop is not None else contextlib.nullcontext():
+            res = body(*outs)
+            outs = list(res) if isinstance(res, (list, tuple)) else [res]
+            # PopART's Loop (LoopOpx) copies every output back to the body's input each iteration, one the
+            # body passes through too (sim.compiler.loops), beside its exit-flag update and iterator
+            # increment (priced with the iteration's first output)
+            outs = [_loop_carry(o, _state.LOOP_CONTROL if j == 0 else 0)
+                    if isinstance(o, (torch.Tensor, torch.fx.Proxy)) else o for j, o in enumerate(outs)]
     return outs
 
 
