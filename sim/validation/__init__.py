@@ -80,7 +80,8 @@ from .memory_fits import MEMORY_FITS, _EXAMPLES_BERT, _EXAMPLES_GPT2, _PT_B10, _
 from .memory_statements import _statement_rows
 from .report import (REPORT, _embedding_memory_section, _fullest_tile_section, _gcl_section, _generation_section,
                      _layer_memory_section, _mk1_memory_section,
-                     _keras_dense_section, _mb, _memory_section, _oom_text, _packed_step_section,
+                     _fit_line, _keras_dense_section, _mb, _memory_rows, _memory_section, _oom_text,
+                     _packed_step_section,
                      _published_section, _resnet_step_section, _rows, _status, report)
 
 __all__ = [
@@ -112,6 +113,6 @@ __all__ = [
     "_role", "keras_dense_control_code", "keras_dense_cycles", "keras_dense_executable", "keras_dense_graph",
     "keras_dense_max_live", "MEMORY_FITS", "_EXAMPLES_BERT", "_EXAMPLES_GPT2", "_PT_B10", "_fits",
     "_squad_large_384", "_statement_rows", "REPORT", "_embedding_memory_section", "_gcl_section",
-    "_generation_section", "_keras_dense_section", "_mb", "_memory_section", "_oom_text",
+    "_generation_section", "_keras_dense_section", "_mb", "_fit_line", "_memory_rows", "_memory_section", "_oom_text",
     "_packed_step_section", "_published_section", "_resnet_step_section", "_rows", "_status", "report"
 ]

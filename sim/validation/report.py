@@ -403,7 +403,8 @@ def _generation_section() -> list[str]:
             "lines |", "|---|---|---:|---:|---:|---:|---:|---:|"] + pairs
 
 
-def _memory_section() -> list[str]:
+def _memory_rows() -> list[str]:
+    """The memory table's rows: each poplibs benchmark layer's published TotalMemory against the simulator's."""
     rows = []
     for r in MEMORY_ROWS:
         m = r.memory()
@@ -417,18 +418,30 @@ def _memory_section() -> list[str]:
         status = _status(r.asserted, error, MEMORY_TOLERANCE)
         rows.append(f"| `{r.name}` | {r.batch}×{r.inputs}×{r.outputs} | {r.published:,} B | {r.simulated():,} B | "
                     f"{error:+.1%} | {status} | {split} | {_mb(r.code_bytes())} | {_mb(r.tensor_bytes)} | {rest} |")
+    return rows
+
+
+def _fit_line(row_id: str, what: str, source: str, setup, published_fits: bool):
+    """(table line, what the simulator compiled) of one configuration published as fitting or not
+    (:data:`MEMORY_FITS`)."""
+    value = _fits(setup)
+    if isinstance(value, OutOfMemoryError):
+        shown = _oom_text(value)
+    else:
+        shown = "fits; fullest tile " + ", ".join(
+            f"IPU{i} {m.peak_tile_bytes / m.capacity_per_tile:.0%}" for i, m in sorted(value.items()))
+    published = "fits" if published_fits else "out of memory"
+    return f"| {row_id} | {what} | {source} | {published} | {shown} | {setup.describe()} |", value
+
+
+def _memory_section() -> list[str]:
+    rows = _memory_rows()
     fits, ran = [], {}
-    for row_id, what, source, setup, published_fits in MEMORY_FITS:
-        value = _fits(setup)
-        if published_fits:
-            ran[row_id] = fullest_share(value)
-        if isinstance(value, OutOfMemoryError):
-            shown = _oom_text(value)
-        else:
-            shown = "fits; fullest tile " + ", ".join(
-                f"IPU{i} {m.peak_tile_bytes / m.capacity_per_tile:.0%}" for i, m in sorted(value.items()))
-        published = "fits" if published_fits else "out of memory"
-        fits.append(f"| {row_id} | {what} | {source} | {published} | {shown} | {setup.describe()} |")
+    for entry in MEMORY_FITS:
+        line, value = _fit_line(*entry)
+        fits.append(line)
+        if entry[-1]:
+            ran[entry[0]] = fullest_share(value)
     ran["MLPerf v2.0 M17"] = fullest_share(_fits(PUBLISHED_BY_ID["M17"].setup))
     did_not = {p.id: fullest_share(_fits(p.setup)) for p in MEMORY_POINTS}
     did_not.update({f"Mk1 {r.name}": fullest_share({0: r.memory()}) for r in MK1_MEMORY_ROWS if not r.fits_in_poplar})
