@@ -19,6 +19,10 @@ import enum
 from .errors import OptionsError, show_number
 from .strategy import SyncPattern, _Strategy
 
+#: "0": sim.poptorch's calls return zeros of the outputs' shapes instead of running the model on the CPU
+#: (``poptorch.Options.computeOutputsOnCpu``; ``ipusim script --no-cpu-outputs`` sets it)
+CPU_OUTPUTS_ENV_VAR = "IPUSIM_CPU_OUTPUTS"
+
 
 class OptionsAssertionError(OptionsError, AssertionError):
     """An option value PopTorch refuses with an ``assert`` (a wrong type, ``numIOTiles`` out of range):

@@ -293,3 +293,18 @@ def test_script_file_is_absolute_as_python_makes_it(tmp_path, capsys, monkeypatc
     assert main(["script", "script.py"]) == 0
     out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert out == {"config": "lr: 0.1", "argv0": "script.py", "absolute": True, "pickled": "Config"}
+
+
+def test_no_cpu_outputs_returns_zeros_and_the_same_calls(tmp_path, capsys, monkeypatch):
+    """``--no-cpu-outputs`` (IPUSIM_CPU_OUTPUTS=0 while the script runs, put back after): the script's
+    PopTorch model returns zeros of its outputs' shapes, and its call is simulated as without it."""
+    monkeypatch.delenv("IPUSIM_CPU_OUTPUTS", raising=False)
+    body = POPTORCH_SCRIPT.replace('"cycles": runner.cycleCount()',
+                                   '"cycles": runner.cycleCount(), "sum": float(runner(x).abs().sum()), '
+                                   '"shape": list(runner(x).shape)')
+    code, zeros, _ = _run(tmp_path, capsys, body, flags=("--no-cpu-outputs",))
+    assert code == 0 and zeros["sum"] == 0.0 and "IPUSIM_CPU_OUTPUTS" not in os.environ
+    code, real, _ = _run(tmp_path, capsys, body)
+    assert code == 0 and real["sum"] > 0
+    assert zeros["shape"] == real["shape"] == [8 * 512, 1024]
+    assert zeros["cycles"] == real["cycles"] and zeros["simulated"] == real["simulated"]

@@ -540,3 +540,48 @@ def test_host_converted_inputs_are_named_in_the_notes():
     plain = poptorch.inferenceModel(Lookup())
     plain(ids.int(), torch.ones(4, 1))
     assert not [n for n in plain.simulation.executable.notes if "converts them on the host" in n]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_without_cpu_outputs_calls_return_zeros_shaped_as_the_outputs(training, monkeypatch):
+    """Options.computeOutputsOnCpu(False), or IPUSIM_CPU_OUTPUTS=0 without it: the model does not run on the
+    CPU for a call's outputs; they come back as zeros with the shapes and dtypes of the CPU run's (per the
+    output mode), anchored tensors too, the weights stay as they are, and the simulated run is the same."""
+    di, ga, replicas = 2, (2 if training else 1), 2
+    monkeypatch.setenv("IPUSIM_CPU_OUTPUTS", "1")
+
+    def call(cpu_outputs, env=None):
+        if env is not None:
+            monkeypatch.setenv("IPUSIM_CPU_OUTPUTS", env)
+        torch.manual_seed(0)
+        net = Net()
+        calls = []
+        net.register_forward_hook(lambda *_: calls.append(1))
+        o = make_options(di, "All", ga, replicas)
+        if cpu_outputs is not None:
+            o.computeOutputsOnCpu(cpu_outputs)
+        if training:
+            o.anchorTensor("g", "Gradient___fc.bias")
+        wrap = poptorch.trainingModel if training else poptorch.inferenceModel
+        model = wrap(net, o)
+        model.compile(*batch(MB * di * ga * replicas))
+        compiled_calls, weight = len(calls), net.fc.weight.detach().clone()
+        out = model(*batch(MB * di * ga * replicas))
+        anchored = model.getAnchoredTensor("g") if training else None
+        return model, out, anchored, len(calls) - compiled_calls, bool((net.fc.weight == weight).all())
+
+    cpu, cpu_out, cpu_anchor, cpu_runs, cpu_kept = call(None)
+    assert cpu_runs == di * ga * replicas and cpu_kept == (not training)
+    for cpu_outputs, env in ((False, "1"), (None, "0")):
+        model, out, anchored, runs, kept = call(cpu_outputs, env)
+        assert runs == 0 and kept
+        assert [(t.shape, t.dtype) for t in out] == [(t.shape, t.dtype) for t in cpu_out]
+        assert all(not t.any() for t in out)
+        if training:
+            assert anchored.shape == cpu_anchor.shape and not anchored.any()
+        assert model.cycleCount() == cpu.cycleCount()
+        assert model.getPerfCounters() == cpu.getPerfCounters()
+        assert any("outputs not computed on the CPU" in n for n in model.executable.notes)
+    assert not any("outputs not computed" in n for n in cpu.executable.notes)
+    model, *_ = call(True, "0")  # the option overrides the variable
+    assert not any("outputs not computed" in n for n in model.executable.notes)

@@ -46,6 +46,7 @@ from .. import popdist, virtual_clock
 from ..errors import OptionsError, OutOfMemoryError
 from ..hardware.configs import CONFIG_DIR
 from ..hardware.system import SYSTEM_ENV_VAR, load_system
+from ..options import CPU_OUTPUTS_ENV_VAR
 from ..results.report import format_summary
 
 #: the module names a script imports -> the simulator's module that stands for each
@@ -96,14 +97,16 @@ class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def run_script(path: str, argv: list[str], system: str | None = None, real_clock: bool = False,
                quiet: bool = False, host_time: bool = True, stand_ins: dict[str, str] | None = None,
-               summary: bool = False, verbose: bool = False) -> int:
+               summary: bool = False, verbose: bool = False, cpu_outputs: bool = True) -> int:
     """Run ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` on the simulator's front ends
     (and ``stand_ins``: module name -> the module imported for it); returns its exit code. Everything
     it changes (imports, clocks, argv, the system variable, the mpirun variables of a PopRun launch given by
     ``POPDIST_*`` alone: :func:`sim.popdist.mpirun_environment`) is put back afterwards; unless ``quiet``,
     a line on stderr gives the device calls simulated and one each model or session called (with ``verbose``
     the notes of its latest call, else what it set with no modelled effect), and with ``summary`` the
-    ``ipusim run`` report of each model's or session's latest call (breakdown, memory, notes)."""
+    ``ipusim run`` report of each model's or session's latest call (breakdown, memory, notes). Without
+    ``cpu_outputs`` the script's PopTorch models return zeros instead of running on the CPU
+    (``IPUSIM_CPU_OUTPUTS=0``)."""
     script = Path(path)
     if not script.is_file():
         raise OptionsError(f"no script {path!r}: give the path of a Python file")
@@ -119,11 +122,12 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
         raise OptionsError(str(e)) from None
     finder = _FrontEnds(stand_ins)
     before = set(sys.modules)
-    saved = sys.argv, list(sys.path), {name: os.environ.get(name) for name in [SYSTEM_ENV_VAR, *launch]}
+    own = {CPU_OUTPUTS_ENV_VAR: "0"} if not cpu_outputs else {}
+    saved = sys.argv, list(sys.path), {name: os.environ.get(name) for name in [SYSTEM_ENV_VAR, *launch, *own]}
     sys.meta_path.insert(0, finder)
     sys.argv = [str(script)] + list(argv)
     sys.path.insert(0, str(script.resolve().parent))
-    os.environ.update({SYSTEM_ENV_VAR: system} if system else {}, **launch)
+    os.environ.update({SYSTEM_ENV_VAR: system} if system else {}, **launch, **own)
     virtual_clock.reset()
     if not real_clock:
         virtual_clock.install(host_time)
@@ -219,6 +223,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--module", dest="stand_ins", action="append", default=[], metavar="NAME=MODULE",
                    help="the script's import of NAME (and NAME.X) gets MODULE instead: a stand-in for a module the "
                         "simulator cannot run, such as a custom op compiled in C++ (repeatable)")
+    p.add_argument("--no-cpu-outputs", dest="cpu_outputs", action="store_false", help="the script's PopTorch "
+                   "models return zeros of their outputs' shapes instead of running on the CPU (the weights do not "
+                   "change; the simulated calls are the same): a large model's call then takes seconds, not hours "
+                   "(sets IPUSIM_CPU_OUTPUTS=0)")
     p.add_argument("--summary", action="store_true", help="after the script, the ipusim run report (breakdown, "
                    "memory, notes) of each model's or session's latest call, on stderr")
     p.add_argument("script", help="the Python script to run")
@@ -255,7 +263,7 @@ def _cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         stand_ins[name] = module
     return run_script(args.script, _script_args(args), args.system, args.real_clock, quiet=verbosity(args) == QUIET,
                       host_time=args.host_time, stand_ins=stand_ins, summary=args.summary,
-                      verbose=verbosity(args) == VERBOSE)
+                      verbose=verbosity(args) == VERBOSE, cpu_outputs=args.cpu_outputs)
 
 
 def _script_args(args: argparse.Namespace) -> list[str]:

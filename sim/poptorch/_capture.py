@@ -45,6 +45,7 @@ class Captured:
     output_names: list[str]
     loss_output: int | None  # index (flattened outputs) of the loss, if the model returns it
     notes: list[str] = field(default_factory=list)
+    example_outputs: object = None  # the model's outputs on the captured micro-batch (as it returns them)
 
 
 # --- tracing --------------------------------------------------------------------------------------
@@ -712,7 +713,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
                 why = ("torch.fx's trace of the model computes other outputs than the model does (Python "
                        "control flow on a traced value's type, such as isinstance(x, torch.Tensor))")
                 try:
-                    cap, _ = run(*_export(adapter, flat))
+                    cap, traced = run(*_export(adapter, flat))
                     cap.notes.append(f"{why}: captured with torch.export instead")
                 except Exception as e:  # noqa: BLE001 - keep the fx graph, saying it may differ
                     cap.notes.append(f"{why}, and torch.export failed ({type(e).__name__}: {_first_line(e)}): "
@@ -742,7 +743,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     if pruned:
         cap.notes.append(f"{len(pruned)} op(s) whose results nothing uses removed, as PopART's Prune transform "
                          f"removes them: {', '.join(pruned[:5])}{', ...' if len(pruned) > 5 else ''}")
-    return Captured(g, cap.method, cap.inputs, cap.outputs, loss_output, cap.notes)
+    return Captured(g, cap.method, cap.inputs, cap.outputs, loss_output, cap.notes, traced)
 
 
 #: op kinds kept though nothing reads their results (collectives synchronise the replicas; a

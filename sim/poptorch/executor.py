@@ -43,6 +43,7 @@ from ._device import ipu_device
 from ._errors import NO_EXECUTABLE, OutOfMemory, error
 from ._printing import module_repr
 from .dataloader import loader_modes
+from ..options import CPU_OUTPUTS_ENV_VAR
 from .annotations import attribute_notes, on_ipu
 from .options import Options
 
@@ -58,6 +59,14 @@ _NO_BACKWARD = ("backward() cannot be called explicitly on outputs of a PopTorch
 
 #: torch models wrapped by a live trainingModel (PopTorch refuses to wrap one twice)
 _WRAPPED: "weakref.WeakKeyDictionary[torch.nn.Module, object]" = weakref.WeakKeyDictionary()
+
+def cpu_outputs(options) -> bool:
+    """Whether calls compute the model's outputs on the CPU: ``Options.computeOutputsOnCpu``, else
+    :data:`CPU_OUTPUTS_ENV_VAR` (anything but "0" is yes; unset is yes)."""
+    if options.cpu_outputs is not None:
+        return options.cpu_outputs
+    return os.environ.get(CPU_OUTPUTS_ENV_VAR, "1").strip() != "0"
+
 
 #: environment variables PopTorch or Poplar read that change nothing in the simulation; when one
 #: is set, the run's notes say so (POPTORCH_LOG_LEVEL, POPTORCH_CACHE_DIR,
@@ -148,6 +157,7 @@ class PoplarExecutor:
         self._example = None  # (args, kwargs) of the micro-batch the model was compiled for
         self._inputs = None  # (structure, leaves) of the compiled call: see _inputs_of
         self._constants_of = (None, set())  # (captured graph, positions of its constant outputs)
+        self._cpu_outputs = True  # each call runs the model on the CPU for its outputs (cpu_outputs())
         self._run = None
         self._is_attached = False
         self._system_reason = ""
@@ -342,6 +352,12 @@ class PoplarExecutor:
             raise
         notes = [f"system {system.name}: {why}", f"graph captured with {captured.method}"]
         notes += captured.notes
+        self._cpu_outputs = cpu_outputs(o)
+        if not self._cpu_outputs:
+            notes.append(f"outputs not computed on the CPU ({CPU_OUTPUTS_ENV_VAR}=0 or "
+                         "Options.computeOutputsOnCpu(False)): each call returns zeros of the outputs' shapes and "
+                         "dtypes (anchored tensors too) and leaves the weights as they are; the simulated run is "
+                         "the same")
         notes += self._front_end_notes(anchors) + _host_conversion_notes(*self._by_name(ex_args, ex_kwargs))
         exe.notes[:0] = notes
         self._variable_seconds = {}
@@ -523,7 +539,16 @@ class PoplarExecutor:
 
         results = {}  # (step, acc, replica) -> the model's output
         anchored = {short: [] for short in self._anchors}  # short name -> a value per weight update
-        if self._training:
+        if not self._cpu_outputs:  # zeros shaped as the capture's outputs, for every micro-batch
+            zeros = pytree.tree_map(lambda x: torch.zeros_like(x) if isinstance(x, torch.Tensor) else x,
+                                    self._captured.example_outputs)
+            results = {(s, a, r): zeros for s in range(di) for a in range(ga) for r in range(replicas)}
+            if self._training:
+                named = dict(self._user_model.named_parameters())
+                for short, (_, pname) in self._anchors.items():
+                    anchored[short] = [torch.zeros_like(named[pname]).detach()] * di
+                self._keep_anchors(anchored)
+        elif self._training:
             params = [p for g in self._optimizer.param_groups for p in g["params"]]
             mean = o.Training.reduction_type == enums.ReductionType.Mean
             scale = _optim.loss_scaling(self._optimizer)

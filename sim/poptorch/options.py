@@ -394,6 +394,7 @@ class Options(OptionsDictMixin, _Frozen, _sim_options.Options):
         self.Jit = _JitOptions(self)
         self.connection_type = enums.ConnectionType.Always
         self.simulated_system: str | None = None
+        self.cpu_outputs: bool | None = None  # computeOutputsOnCpu; None: the IPUSIM_CPU_OUTPUTS variable
         self.log_dir = "."
         self.max_repeat_logs = 4  # PopTorch's default
         self.model_name: str | None = None
@@ -474,6 +475,17 @@ class Options(OptionsDictMixin, _Frozen, _sim_options.Options):
         load_system(name_or_path)  # fail now, not at the first call
         self.simulated_system = str(name_or_path)
         self._record("simulatedSystem", str(name_or_path))
+        return self
+
+    def computeOutputsOnCpu(self, enabled: bool = True) -> "Options":
+        """Whether each call computes the model's real outputs on the CPU (the default) or returns zeros of
+        their shapes and dtypes without running the model, the weights then left as they are: the
+        simulated run is the same either way, and a call of a large model takes seconds instead of the
+        CPU's hours. Without it the ``IPUSIM_CPU_OUTPUTS`` environment variable decides ("0": zeros)."""
+        if not isinstance(enabled, bool):
+            raise ValueError(f"computeOutputsOnCpu takes True or False, not {enabled!r}")
+        self.cpu_outputs = enabled
+        self._record("computeOutputsOnCpu", enabled)
         return self
 
     # --- setters PopTorch has and sim.Options implements with checks of its own ------------
