@@ -60,6 +60,7 @@ _NO_BACKWARD = ("backward() cannot be called explicitly on outputs of a PopTorch
 #: torch models wrapped by a live trainingModel (PopTorch refuses to wrap one twice)
 _WRAPPED: "weakref.WeakKeyDictionary[torch.nn.Module, object]" = weakref.WeakKeyDictionary()
 
+
 def cpu_outputs(options) -> bool:
     """Whether calls compute the model's outputs on the CPU: ``Options.computeOutputsOnCpu``, else
     :data:`CPU_OUTPUTS_ENV_VAR` (anything but "0" is yes; unset is yes)."""
