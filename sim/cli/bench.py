@@ -15,6 +15,8 @@ ratios much less, so they are what to compare across machines (and what
 * device iterations: :meth:`Run.op_trace` and the results (perf counters, the four latencies,
   the summary) at 10, 1000 and 10000 device iterations, as multiples of 1 device iteration,
   with the op trace's peak memory;
+* loop capture (with torch installed): tracing a ``poptorch.for_loop`` of 64 iterations with torch.export
+  (sim.poptorch's capture), as a multiple of 4 iterations: the body is traced twice whatever the count;
 * import: ``import sim`` in a fresh interpreter, as a multiple of ``import numpy``;
 * workloads: three whole simulations (compile and simulate), as raw-event equivalents (wall
   time x raw SimPy rate: how many bare SimPy timeouts the machine could have processed).
@@ -25,6 +27,7 @@ Times are the best of ``repeats`` runs, in seconds unless a column says ms.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import subprocess
 import sys
 import gc
@@ -40,6 +43,7 @@ from ..options import TensorLocationSettings
 
 DEPTHS = (1, 8, 16, 32, 64)  # IPUs of the pipeline-depth benchmark
 DEVICE_ITERATIONS = (1, 10, 1000, 10000)
+LOOP_ITERATIONS = (4, 64)  # for_loop counts of the loop-capture benchmark
 
 
 def raw_simpy_rate(events: int = 200_000) -> float:
@@ -179,6 +183,34 @@ def device_iterations(counts=DEVICE_ITERATIONS, repeats: int = 3) -> list[dict]:
     return rows
 
 
+def loop_capture(counts=LOOP_ITERATIONS, repeats: int = 3) -> list[dict]:
+    """One row per count n: ``sim.poptorch``'s trace (torch.export: the model branches on a shape, which
+    torch.fx cannot trace) of a ``poptorch.for_loop`` of n iterations over a matmul, a ReLU and two scalar
+    ops on [32, 32] fp32, with its iterations written out (``trace_s``), and the graph nodes it holds."""
+    import torch
+
+    from ..poptorch import _capture, _mapping, for_loop
+
+    class Looped(torch.nn.Module):
+        def __init__(self, count: int):
+            super().__init__()
+            self.w, self.count = torch.nn.Parameter(torch.randn(32, 32)), count
+
+        def forward(self, x):
+            if x.shape[0] > 1:
+                x = x * 1.0
+            return for_loop(self.count, lambda t: [torch.relu(t @ self.w) * 0.5 + 1.0], [x])[0]
+
+    rows = []
+    for n in counts:
+        adapter, flat, _ = _capture._adapter(Looped(n), (torch.randn(32, 32),), {})
+        trace_s, (gm, method, _) = _best(repeats, lambda: _capture._trace(adapter, flat, _mapping.leaf_types()))
+        rows.append({"iterations": n, "method": method, "trace_s": trace_s, "nodes": len(gm.graph.nodes)})
+    for row in rows:
+        row["trace_vs_first"] = row["trace_s"] / rows[0]["trace_s"]
+    return rows
+
+
 def import_time(repeats: int = 3) -> dict:
     """Seconds of ``import sim`` and of ``import numpy`` in fresh interpreters (best of ``repeats``)."""
     def seconds(module: str) -> float:
@@ -251,8 +283,10 @@ def run_benchmarks(system: str = "ipu-mk2", repeats: int = 3) -> dict[str, list[
                **event_loop(depth_workload(deepest["ipus"]), repeats),
                "raw_simpy_timeouts_per_s": rate, "whole_run_events_per_s": whole_run,
                "whole_run_vs_raw": whole_run / rate}]
-    return {"engine": engine, "pipeline depth": depth, "device iterations": device_iterations(repeats=repeats),
-            "import": [import_time(repeats)], "workloads": whole_simulations(rate, system, repeats)}
+    tables = {"engine": engine, "pipeline depth": depth, "device iterations": device_iterations(repeats=repeats)}
+    if importlib.util.find_spec("torch") is not None:  # sim.poptorch's capture needs it (the torch extra)
+        tables["loop capture"] = loop_capture(repeats=repeats)
+    return {**tables, "import": [import_time(repeats)], "workloads": whole_simulations(rate, system, repeats)}
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

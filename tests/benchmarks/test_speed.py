@@ -6,6 +6,8 @@ The same measurements as ``ipusim bench`` (:mod:`sim.cli.bench`):
   17) costs at most 8 times as much to build and simulate;
 * ``Run.op_trace()`` at 10000 device iterations costs at most twice what it costs at 10, and
   stays small in memory (it lists repeated work once);
+* tracing a ``poptorch.for_loop`` of 64 iterations costs at most 3 times as much as one of 4 (its body
+  is traced twice, the other iterations written out; traced one by one, 64 cost some 12 times 4);
 * the engine's event loop processes SimPy events at least half as fast as bare SimPy processes
   the same kinds of events (processes waiting for their predecessors, zero and nonzero
   timeouts), the two measured turn about.
@@ -65,6 +67,16 @@ def test_op_trace_does_not_grow_with_device_iterations(iterations):
 
 
 @pytest.mark.benchmark
+def test_a_loop_sixteen_times_longer_traces_in_at_most_three_times_as_long():
+    pytest.importorskip("torch")
+    rows = _in_fresh_interpreter("loop_capture(counts=(4, 64), repeats=5)", "iterations")
+    ratio = rows[64]["trace_s"] / rows[4]["trace_s"]
+    print(f"\nfor_loop of 64 / 4 iterations: {ratio:.2f}x to trace ({rows[64]['method']})")
+    assert rows[64]["method"] == rows[4]["method"] == "torch.export"
+    assert rows[64]["nodes"] - rows[4]["nodes"] == 60 * 5  # every iteration in the graph: 5 nodes each
+    assert ratio <= 3
+
+
 def test_engine_event_loop_keeps_up_with_bare_simpy():
     row = bench.event_loop(bench.depth_workload(64), repeats=5)
     print(f"\nengine event loop {row['event_loop_events_per_s']:,.0f} events/s = "
