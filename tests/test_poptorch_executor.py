@@ -582,6 +582,7 @@ def test_without_cpu_outputs_calls_return_zeros_shaped_as_the_outputs(training, 
         assert model.cycleCount() == cpu.cycleCount()
         assert model.getPerfCounters() == cpu.getPerfCounters()
         assert any("outputs not computed on the CPU" in n for n in model.executable.notes)
+        assert not any("computeOutputsOnCpu" in n and "no modelled effect" in n for n in model.executable.notes)
     assert not any("outputs not computed" in n for n in cpu.executable.notes)
     model, *_ = call(True, "0")  # the option overrides the variable
     assert not any("outputs not computed" in n for n in model.executable.notes)

@@ -37,6 +37,7 @@ logger = logging.getLogger("poptorch")
 #: what the PopTorch front end itself models on top of what sim.compile reads
 _FRONT_END_MODELLED = {
     "simulatedSystem",  # the system that is simulated
+    "computeOutputsOnCpu",  # whether a call runs the model on the CPU for its outputs
     "connectionType", "useOfflineIpuTarget",  # when the executor attaches, or refuses to run
     "Distributed.configureProcessId",  # DataLoader partitioning, the system size
     "Training.accumulationAndReplicationReductionType",  # gradient scaling of the CPU step
