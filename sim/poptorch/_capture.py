@@ -301,6 +301,8 @@ def _write_out_loops(graph: torch.fx.Graph, counts: dict[int, int]) -> None:
                 (first if iteration == 0 else second).append(n)
         if len(first) != len(second) or any((a.op, a.target) != (b.op, b.target) for a, b in zip(first, second)):
             raise _BodiesDiffer(f"for_loop {loop}")
+        if not second:  # a body without tensor work: nothing to write out
+            continue
         in_first = {n: i for i, n in enumerate(first)}
         in_second = {n: i for i, n in enumerate(second)}
         after = {u: None for n in second for u in n.users if u not in in_second}  # read the last iteration
