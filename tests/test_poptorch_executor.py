@@ -586,3 +586,21 @@ def test_without_cpu_outputs_calls_return_zeros_shaped_as_the_outputs(training, 
     assert not any("outputs not computed" in n for n in cpu.executable.notes)
     model, *_ = call(True, "0")  # the option overrides the variable
     assert not any("outputs not computed" in n for n in model.executable.notes)
+
+
+def test_a_slow_cpu_run_of_the_outputs_says_once_how_to_skip_it(monkeypatch, caplog):
+    """A call whose CPU run of the outputs takes longer than SLOW_CPU_OUTPUTS_S logs one warning a model
+    naming computeOutputsOnCpu, IPUSIM_CPU_OUTPUTS and --no-cpu-outputs; none when the run is skipped."""
+    from sim.poptorch import executor
+    monkeypatch.setattr(executor, "SLOW_CPU_OUTPUTS_S", -1.0)  # every run counts as slow
+    monkeypatch.delenv("IPUSIM_CPU_OUTPUTS", raising=False)
+    for skip in (False, True):
+        caplog.clear()
+        model = poptorch.inferenceModel(Net(), make_options().computeOutputsOnCpu(not skip))
+        with caplog.at_level("WARNING", logger="poptorch"):
+            model(*batch(MB))
+            model(*batch(MB))
+        told = [r.getMessage() for r in caplog.records if "outputs on the CPU took" in r.getMessage()]
+        assert len(told) == (0 if skip else 1)
+        assert skip or all(s in told[0] for s in ("computeOutputsOnCpu(False)", "IPUSIM_CPU_OUTPUTS=0",
+                                                   "--no-cpu-outputs"))

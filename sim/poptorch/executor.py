@@ -61,6 +61,10 @@ _NO_BACKWARD = ("backward() cannot be called explicitly on outputs of a PopTorch
 _WRAPPED: "weakref.WeakKeyDictionary[torch.nn.Module, object]" = weakref.WeakKeyDictionary()
 
 
+#: seconds of a call's CPU run of the outputs beyond which the model says, once, how to skip it
+SLOW_CPU_OUTPUTS_S = 10.0
+
+
 def cpu_outputs(options) -> bool:
     """Whether calls compute the model's outputs on the CPU: ``Options.computeOutputsOnCpu``, else
     :data:`CPU_OUTPUTS_ENV_VAR` (anything but "0" is yes; unset is yes)."""
@@ -159,6 +163,7 @@ class PoplarExecutor:
         self._inputs = None  # (structure, leaves) of the compiled call: see _inputs_of
         self._constants_of = (None, set())  # (captured graph, positions of its constant outputs)
         self._cpu_outputs = True  # each call runs the model on the CPU for its outputs (cpu_outputs())
+        self._told_slow = False  # whether a slow CPU run of the outputs was pointed out (once a model)
         self._run = None
         self._is_attached = False
         self._system_reason = ""
@@ -516,8 +521,16 @@ class PoplarExecutor:
         if not self._is_attached:
             self.attachToDevice()
         self._run = run_executable(self._executable)
+        started = real_perf_counter()
         with on_ipu(), _substitutions():
             out = self._run_on_cpu(leaves, spec, positions, chunks)
+        took = real_perf_counter() - started
+        if self._cpu_outputs and took > SLOW_CPU_OUTPUTS_S and not self._told_slow:
+            self._told_slow = True
+            logger.warning("computing this call's outputs on the CPU took %.0f s (the simulation itself %.2g s); "
+                           "Options.computeOutputsOnCpu(False), %s=0 or `ipusim script --no-cpu-outputs` return "
+                           "zeros of their shapes instead, with the same simulated run", took,
+                           self._run.wall_seconds or 0.0, CPU_OUTPUTS_ENV_VAR)
         self._dirty_host_weights = self._dirty_host_weights or self._training
         for leaf in pytree.tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
