@@ -31,6 +31,7 @@ their names):
   dense matmuls and streaming-memory reads timed on a Bow IPU (PopSparse, SparQ).
 * ``gather_scatter``: Graphcore's gather / scatter-add cycle sweep on a Bow IPU against sim.poptorch.
 * ``schnet_block``: the same harness's SchNet interaction-block sweep, and the sweeps at availableMemoryProportion 0.1.
+* ``schnet_training``: hydronet-gnn's SchNet training on QM9 over 1-16 Bow replicas (epoch times) against sim.poptorch.
 * ``published``: the held-out rows (:class:`Row`, :data:`PUBLISHED_ROWS`, :data:`PUBLISHED_BY_ID`),
   their notes (:data:`DEPARTURES`), :data:`MEMORY_POINTS`, :data:`NOT_EXPRESSIBLE`.
 * ``end_to_end``: :data:`END_TO_END`; ``scaling``: :class:`Ratio`, :data:`SCALING`.
@@ -52,7 +53,7 @@ from .setups import (IMAGENET_TRAIN_IMAGES, POPRT_BENCHMARK_POPLIN_OPTIONS, Setu
                      _squad_infer, _squad_train, _swin_infer, _swin_train, _unet_train, _vit_infer, _vit_train,
                      pytorch_bert_groups, tf1_steps_per_call)
 from .runner import _outcome, _simulated, _simulated_or_raise, step_seconds, update_collective_seconds
-from . import gather_scatter, schnet_block
+from . import gather_scatter, schnet_block, schnet_training
 from .calibration import (CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, Check, TESSELLATE_BASICS, VERTEX_CHECKS,
                           _AMP_WHY, _stream, add_compute_set_cycles, amp_tile_tflops, dense_matmul_tflops,
                           streaming_read_rate, host_syncs, io_bound_cycles, m2000_gateway_to_host,

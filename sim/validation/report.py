@@ -13,7 +13,7 @@ from ..compiler.memory import FULLEST_TILE_EXCESS
 from ..hardware.system import load_system
 from ..results.run import UNMODELLED_CALL_SECONDS
 from ..schedule.collectives import partition_sync
-from . import gather_scatter, held_out, schnet_block
+from . import gather_scatter, held_out, schnet_block, schnet_training
 from ..results import held_out as quoted
 from .calibration import CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, TESSELLATE_BASICS, VERTEX_CHECKS
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS
@@ -102,6 +102,18 @@ def report() -> str:
               "the proportion slows a row, simulated over measured, within 0.85-1.2 for the blocks, 0.85-1.35 for "
               "the scatter-adds and 0.5-1.05 for the gathers: the largest gathers' plans fit the smaller budget "
               "at well under the measured cost, a gap not explained.)", "", *schnet_block.table()]
+    source = schnet_training.__doc__.split("Source: ")[1].replace("\n", " ").strip()
+    lines += ["", f"SchNet trained on QM9 on 1-16 Bow IPUs (not in hardware.csv; {source} The simulator runs the "
+              "same model in plain torch through `sim.poptorch` (`sim.validation.schnet_training`), each molecule "
+              "32 atoms at random positions, on the smallest Bow system holding the replicas, device iterations 64 "
+              "over the replicas. The measured time of a call falls as L + D / replicas up to 16 replicas (the line "
+              "fits within 3 %), L being what the replicas do not share (the host's synchronous loading of 2,048 "
+              "molecules, which the simulator does not model) and D the device work; the simulator's D is 1.5 "
+              "times the measured: this small fp32 training work is priced too dear, where the interaction "
+              "block's forward alone (above) comes out 0.89 of its measured cycles, so the excess is in the "
+              "training passes or the on-device neighbour search, which no published figure separates. No "
+              "constant was fitted to these rows; `tests/test_calibration.py` holds the simulated D within "
+              "1.3-1.8 times the measured, a known gap held so it does not widen.)", "", *schnet_training.table()]
     lines += ["", "## End to end", "",
               f"Published training throughputs ({PERFORMANCE_RESULTS}), compared with the simulator on "
               "the zoo's models configured as Graphcore's examples run them (the BERT rows run the "
