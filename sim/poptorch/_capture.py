@@ -289,6 +289,8 @@ def _write_out_loops(graph: torch.fx.Graph, counts: dict[int, int]) -> None:
     iteration, after it, each copy reading the copy before where the second read the first (the
     carried outputs); what follows the loop reads the last copy. Raises :class:`_BodiesDiffer` if
     the two traced iterations are not the same nodes."""
+    if not counts:  # no loop traced for two iterations (the usual capture): nothing to look for
+        return
     depth: dict[int, int] = {}
     for n in graph.nodes:
         for level, (loop, _) in enumerate(_loop_path(n)):

@@ -84,7 +84,7 @@ def report() -> str:
     lines += ["", "Dense matmuls and streaming-memory reads on the hardware (not in hardware.csv): "
               f"{MICROBENCH_SOURCES}.", "", *_CHECK_HEADER]
     lines += _rows(MICROBENCH_CHECKS)
-    source = gather_scatter.__doc__.split("Source: ")[1].replace("\n", " ").strip()
+    source = _source(gather_scatter)
     lines += ["", f"Gather and scatter-add on a Bow IPU (not in hardware.csv; {source} The ops follow "
               "SDK 3.x poplibs' multiSlice and multiUpdateOp plans and estimates and PopART's Loop; two constants "
               "were fitted to other rows of the same sweep (those not in this table): the cycles of an index "
@@ -92,7 +92,7 @@ def report() -> str:
               "table a scatter-add adds into is zeroed (`table_zero`) on the scatter-adds with one lookup group; "
               "`tests/test_calibration.py` holds each op's median ratio within 10 %, the gathers' rows within "
               "0.8-1.6 and the scatter-adds' within 0.75-1.5.)", "", *gather_scatter.table()]
-    source = schnet_block.__doc__.split("Source: ")[1].replace("\n", " ").strip()
+    source = _source(schnet_block)
     lines += ["", f"SchNet's interaction block, and a small availableMemoryProportion, on a Bow IPU (not in "
               f"hardware.csv; {source} No constant was fitted to these rows. The first table is the block at the "
               "default proportion, some 40 PopTorch ops an iteration, a cosine of every edge's length (popops' "
@@ -102,7 +102,7 @@ def report() -> str:
               "the proportion slows a row, simulated over measured, within 0.85-1.2 for the blocks, 0.85-1.35 for "
               "the scatter-adds and 0.5-1.05 for the gathers: the largest gathers' plans fit the smaller budget "
               "at well under the measured cost, a gap not explained.)", "", *schnet_block.table()]
-    source = schnet_training.__doc__.split("Source: ")[1].replace("\n", " ").strip()
+    source = _source(schnet_training)
     lines += ["", f"SchNet trained on QM9 on 1-16 Bow IPUs (not in hardware.csv; {source} The simulator runs the "
               "same model in plain torch through `sim.poptorch` (`sim.validation.schnet_training`), each molecule "
               "32 atoms at random positions, on the smallest Bow system holding the replicas, device iterations 64 "
@@ -364,6 +364,11 @@ def _gcl_section() -> list[str]:
             "counts (up to 4, 5-8, 9-16), shown at its largest; the simulator's crossover at that count:", "",
             "| collective | replicas | poplibs' crossover (bytes) | simulator's crossover (bytes) | "
             "difference |", "|---|---:|---:|---:|---:|"] + rows
+
+
+def _source(module) -> str:
+    """A validation module's source paragraph: its docstring from "Source: " on, as one line."""
+    return module.__doc__.split("Source: ")[1].replace("\n", " ").strip()
 
 
 def _generation_section() -> list[str]:
