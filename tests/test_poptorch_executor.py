@@ -604,3 +604,13 @@ def test_a_slow_cpu_run_of_the_outputs_says_once_how_to_skip_it(monkeypatch, cap
         assert len(told) == (0 if skip else 1)
         assert skip or all(s in told[0] for s in ("computeOutputsOnCpu(False)", "IPUSIM_CPU_OUTPUTS=0",
                                                    "--no-cpu-outputs"))
+
+
+def test_a_cpu_outputs_variable_other_than_0_or_1_is_a_clear_error(monkeypatch):
+    """IPUSIM_CPU_OUTPUTS=false would otherwise read as "on": the error names the variable and its values."""
+    monkeypatch.setenv("IPUSIM_CPU_OUTPUTS", "false")
+    with pytest.raises(sim.OptionsError, match=r"IPUSIM_CPU_OUTPUTS='false': set it to 0 .* or 1"):
+        poptorch.inferenceModel(Net(), make_options())(*batch(MB))
+    monkeypatch.setenv("IPUSIM_CPU_OUTPUTS", "false")
+    model = poptorch.inferenceModel(Net(), make_options().computeOutputsOnCpu(True))  # the option decides
+    model(*batch(MB))

@@ -67,10 +67,14 @@ SLOW_CPU_OUTPUTS_S = 10.0
 
 def cpu_outputs(options) -> bool:
     """Whether calls compute the model's outputs on the CPU: ``Options.computeOutputsOnCpu``, else
-    :data:`CPU_OUTPUTS_ENV_VAR` (anything but "0" is yes; unset is yes)."""
+    :data:`CPU_OUTPUTS_ENV_VAR` ("1" or unset: yes, "0": no; another value is an ``OptionsError``)."""
     if options.cpu_outputs is not None:
         return options.cpu_outputs
-    return os.environ.get(CPU_OUTPUTS_ENV_VAR, "1").strip() != "0"
+    value = os.environ.get(CPU_OUTPUTS_ENV_VAR, "1").strip()
+    if value not in ("0", "1"):
+        raise OptionsError(f"environment variable {CPU_OUTPUTS_ENV_VAR}={value!r}: set it to 0 (calls return zeros "
+                           "instead of running the model on the CPU) or 1 (the default: real outputs), or unset it")
+    return value == "1"
 
 
 #: environment variables PopTorch or Poplar read that change nothing in the simulation; when one
