@@ -17,6 +17,9 @@ ratios much less, so they are what to compare across machines (and what
   with the op trace's peak memory;
 * loop capture (with torch installed): tracing a ``poptorch.for_loop`` of 64 iterations with torch.export
   (sim.poptorch's capture), as a multiple of 4 iterations: the body is traced twice whatever the count;
+* capture values (with torch installed): capturing a model whose calls return no outputs
+  (``computeOutputsOnCpu(False)``: the traced graph runs on shapes and dtypes), as a multiple of capturing
+  it with the example's values computed;
 * import: ``import sim`` in a fresh interpreter, as a multiple of ``import numpy``;
 * workloads: three whole simulations (compile and simulate), as raw-event equivalents (wall
   time x raw SimPy rate: how many bare SimPy timeouts the machine could have processed).
@@ -211,6 +214,25 @@ def loop_capture(counts=LOOP_ITERATIONS, repeats: int = 3) -> list[dict]:
     return rows
 
 
+def capture_values(repeats: int = 3) -> list[dict]:
+    """One row with values computed and one without: ``sim.poptorch``'s capture (trace and interpretation) of
+    six Linear(1024, 1024) layers and their GELUs on a [4096, 1024] fp32 micro-batch, the traced graph run on
+    the example's values (what a call returning its outputs needs) or on shapes and dtypes only
+    (``computeOutputsOnCpu(False)``), and the graph ops it makes."""
+    import torch
+
+    from ..poptorch import _capture
+
+    model = torch.nn.Sequential(*[layer for _ in range(6) for layer in (torch.nn.Linear(1024, 1024), torch.nn.GELU())])
+    x = torch.randn(4096, 1024)
+    rows = []
+    for values in (True, False):
+        capture_s, captured = _best(repeats, lambda values=values: _capture.capture(model, (x,), {}, values=values))
+        rows.append({"values": values, "capture_s": capture_s, "ops": len(captured.graph.ops)})
+    rows[1]["capture_vs_values"] = rows[1]["capture_s"] / rows[0]["capture_s"]
+    return rows
+
+
 def import_time(repeats: int = 3) -> dict:
     """Seconds of ``import sim`` and of ``import numpy`` in fresh interpreters (best of ``repeats``)."""
     def seconds(module: str) -> float:
@@ -286,6 +308,7 @@ def run_benchmarks(system: str = "ipu-mk2", repeats: int = 3) -> dict[str, list[
     tables = {"engine": engine, "pipeline depth": depth, "device iterations": device_iterations(repeats=repeats)}
     if importlib.util.find_spec("torch") is not None:  # sim.poptorch's capture needs it (the torch extra)
         tables["loop capture"] = loop_capture(repeats=repeats)
+        tables["capture values"] = capture_values(repeats=repeats)
     return {**tables, "import": [import_time(repeats)], "workloads": whole_simulations(rate, system, repeats)}
 
 

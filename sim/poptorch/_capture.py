@@ -5,7 +5,10 @@ The model is traced with ``torch.fx`` (a custom tracer that keeps known layers s
 trace it (Python control flow on shapes, for example) ``torch.export`` is used instead. The
 traced graph is then run once on the example micro-batch by a ``torch.fx.Interpreter``, so
 every node is seen with its real arguments and its real output shapes and dtypes, and
-:mod:`sim.poptorch._mapping` turns each node into sim ops. The model's parameters, buffers and
+:mod:`sim.poptorch._mapping` turns each node into sim ops. When the caller needs no values (the
+calls return zeros: ``computeOutputsOnCpu(False)``) that run is on tensors carrying shapes and dtypes
+only (torch's ``FakeTensorMode``), the model's arithmetic skipped; a node that reads a value makes it
+run with the values. The model's parameters, buffers and
 RNG state are restored afterwards: capturing has no effect on the model.
 
 Blocks: a node's block is that of the innermost open ``with poptorch.Block`` around it, else
@@ -389,6 +392,35 @@ def _copied(outputs):
     return pytree.tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, outputs)
 
 
+@contextlib.contextmanager
+def _without_values(flat: list):
+    """Run torch on tensors that carry shapes and dtypes but no data (torch's ``FakeTensorMode``; the
+    model's own parameters and buffers join as such when an op reads them): yields ``flat`` so made.
+    A read of a value (``.item()``, a shape that depends on the data) raises."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        yield [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in flat]
+
+
+def _eager_outputs(adapter, flat: list, values: bool):
+    """The model's own outputs on ``flat``; without ``values``, from a run without values (shapes and dtypes)
+    where the model allows one."""
+    if not values:
+        try:
+            with _without_values(flat) as fake:
+                return adapter(*fake)
+        except Exception:  # noqa: BLE001 - the model reads a value (a branch on it): run it with its values
+            pass
+    return _copied(adapter(*flat))
+
+
+def _zeros_shaped_as(outputs):
+    """``outputs`` with every tensor replaced by zeros of its shape and dtype."""
+    return pytree.tree_map(lambda t: torch.zeros(t.shape, dtype=t.dtype) if isinstance(t, torch.Tensor) else t,
+                           outputs)
+
+
 #: how close a traced run's floats must be to the model's own: torch.testing's defaults per dtype, a
 #: few units in the last place (the same ops can round differently run by the interpreter: a mean of
 #: Graphcore's ResNet-50 loss differed by one float32 ulp); another branch of the model differs by far more
@@ -396,8 +428,9 @@ _CLOSE = {torch.float16: dict(rtol=1e-3, atol=1e-5), torch.bfloat16: dict(rtol=1
           torch.float32: dict(rtol=1.3e-6, atol=1e-5), torch.float64: dict(rtol=1e-7, atol=1e-7)}
 
 
-def _same_values(traced, eager) -> bool:
-    """Whether two runs' outputs are the same structure of the same values (NaNs equal)."""
+def _same_values(traced, eager, values: bool = True) -> bool:
+    """Whether two runs' outputs are the same structure of the same values (NaNs equal); without
+    ``values``, of tensors of the same shapes and dtypes."""
     a, b = pytree.tree_leaves(traced), pytree.tree_leaves(eager)
     if len(a) != len(b):
         return False
@@ -407,7 +440,7 @@ def _same_values(traced, eager) -> bool:
         if not isinstance(x, torch.Tensor):
             if x != y:
                 return False
-        elif x.shape != y.shape or x.dtype != y.dtype or not (
+        elif x.shape != y.shape or x.dtype != y.dtype or values and not (
                 torch.allclose(x, y, equal_nan=True, **_CLOSE.get(x.dtype, _CLOSE[torch.float32]))
                 if x.is_floating_point() else torch.equal(x, y)):
             return False
@@ -662,13 +695,16 @@ class _BlockResolver:
 
 # --- the entry point -----------------------------------------------------------------------------------
 def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None = None,
-            cast_to: torch.dtype | None = None, partials: str = "float") -> Captured:
+            cast_to: torch.dtype | None = None, partials: str = "float", values: bool = True) -> Captured:
     """Capture ``model`` called as ``model(*args, **kwargs)`` on one micro-batch.
 
     ``cast_to`` (float16 or float32): the type mixed float16/float32 operands are cast to, as
     PopTorch's ``halfFloatCasting`` does (:mod:`sim.poptorch._precision`); None runs torch's
     own rules. ``partials``: the matmul partials type (``Options.partials_type()``), which decides
-    whether ``serializedMatMul``'s ``keep_precision`` applies."""
+    whether ``serializedMatMul``'s ``keep_precision`` applies. ``values=False``: the caller does not
+    need the outputs' values, so the traced graph runs on tensors that carry shapes and dtypes only
+    (:func:`_without_values`), the outputs zeros of theirs; a model whose capture needs a value (a
+    shape that depends on the data) is run with its values, as with ``values=True``."""
     adapter, flat, labels = _adapter(model, args, kwargs)
 
     @contextlib.contextmanager
@@ -676,13 +712,26 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
         with _model_state_kept(model), torch.no_grad(), _state.quietly(), implicit_casts(cast_to, model, flat):
             yield
 
-    def run(gm, method, notes):
+    def interpret(gm, method, notes, shapes_only: bool):
         cap = Capture(model, gm, name or type(model).__name__, method, labels)
         cap.notes += notes
         cap.cast_to = cast_to
         cap.partials = partials
         with running():
-            return cap, _copied(_Run(gm, cap).run(*flat))
+            if not shapes_only:
+                return cap, _copied(_Run(gm, cap).run(*flat))
+            with _without_values(flat) as fake:
+                outputs = _Run(gm, cap).run(*fake)
+        return cap, _zeros_shaped_as(outputs)
+
+    def run(gm, method, notes):
+        if not values:
+            try:
+                return interpret(gm, method, notes, shapes_only=True)
+            except Exception:  # noqa: BLE001 - a value the capture needs: the run with values decides
+                pass
+        cap, traced = interpret(gm, method, notes, shapes_only=False)
+        return cap, traced if values else _zeros_shaped_as(traced)
 
     with _no_distribution_checks():
         gm, method, notes = _trace(adapter, flat, _mapping.leaf_types())
@@ -712,8 +761,8 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
             # isinstance(state, tuple)) can take another path than the model does, silently. The
             # model run as it is, from the same RNG state, must give the traced graph's outputs.
             with running():
-                eager = _copied(adapter(*flat))
-            if not _same_values(traced, eager):
+                eager = _eager_outputs(adapter, flat, values)
+            if not _same_values(traced, eager, values):
                 why = ("torch.fx's trace of the model computes other outputs than the model does (Python "
                        "control flow on a traced value's type, such as isinstance(x, torch.Tensor))")
                 try:

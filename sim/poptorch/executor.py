@@ -303,14 +303,15 @@ class PoplarExecutor:
             for hook in list(PoplarExecutor._precompile_hooks.values()):
                 hook()
             with on_ipu(), attribute_notes() as attributes, _substitutions():
-                cast_to = _precision.behaviour(self._options)  # mixed float16/float32 operands
+                # mixed float16/float32 operands; the capture's own run computes values only for calls that return them
+                settings = dict(cast_to=_precision.behaviour(self._options), partials=self._options.partials_type(),
+                                values=cpu_outputs(self._options))
                 if self._training:
-                    captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
-                                       cast_to=cast_to, partials=self._options.partials_type())
+                    captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__, **settings)
                 else:  # captured as it runs: in eval mode
                     with _eval_mode(self._user_model):
                         captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
-                                           cast_to=cast_to, partials=self._options.partials_type())
+                                           **settings)
                 captured.notes += [n for n in attributes if n not in captured.notes]
         finally:
             for hook in list(PoplarExecutor._postcompile_hooks.values()):
