@@ -100,6 +100,7 @@ class HostLink:
     ipus_per_link: int  # IPUs sharing one host link
     popxl_run_s: float  # the host's fixed work in one PopXL Session.run, beside the device's (seconds)
     popxl_stream_s: float  # the host's fixed work per stream load or store of a run, per replica (seconds)
+    poptorch_call_s: float  # the host's fixed work in one PopTorch model call, beside the device's (seconds)
 
 
 @dataclass(frozen=True)
@@ -457,7 +458,9 @@ _RANGES = {
     "popxl_run_s": (0, 1.0, "s", "seconds of host work a PopXL Session.run takes beside the device's: about "
                     "half a millisecond (5.8e-4)"),
     "popxl_stream_s": (0, 1.0, "s", "seconds of host work per stream load or store of a PopXL run, per "
-                       "replica: tens of microseconds (3.4e-5)"),
+                       "replica: tens of microseconds (3.1e-5)"),
+    "poptorch_call_s": (0, 1.0, "s", "seconds of host work a PopTorch model call takes beside the device's: about "
+                        "half a millisecond (4.9e-4)"),
     "ipus_per_link": (1, 64, "IPUs", "IPUs sharing one host link: 4 behind an IPU-M2000 gateway; the simulator "
                       "simulates every replica behind one link"),
     "bytes_per_ipu": (0, 2**44, "bytes", "streaming memory per IPU: 112 GB on an IPU-M2000"),

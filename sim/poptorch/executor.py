@@ -370,6 +370,9 @@ class PoplarExecutor:
                          "dtypes (anchored tensors too) and leaves the weights as they are; the simulated run is "
                          "the same")
         notes += self._front_end_notes(anchors) + _host_conversion_notes(*self._by_name(ex_args, ex_kwargs))
+        notes.append(f"each call also takes {system.host_link.poptorch_call_s * 1e3:.3g} ms of PopTorch's host work "
+                     "beside the device's (poptorch_call_s, FITTED: configs): a script's timings count it (ipusim "
+                     "script), the cycle count and the latencies do not")
         exe.notes[:0] = notes
         self._variable_seconds = {}
         if self._training:
@@ -508,7 +511,8 @@ class PoplarExecutor:
         with device_call() as call:  # on a virtual clock (ipusim script), the call takes the simulated time
             written = self._write_optimizer() if self._optimizer_write_due else 0.0
             out = self._call(args, kwargs)
-            call.seconds, call.run = written + self._run.seconds, self._run
+            host = self._executable.system.host_link.poptorch_call_s  # PopTorch's own work in the call
+            call.seconds, call.run = written + host + self._run.seconds, self._run
             call.label = (f"{type(self._user_model).__name__} ({'trainingModel' if self._training else 'inferenceModel'}) "
                           f"on {self._executable.system.name}")
         return out

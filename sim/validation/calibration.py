@@ -168,6 +168,30 @@ def decode_attention_us(batch: int, keys: int, heads: int = 32, head_size: int =
     return _bow_op_seconds(b.graph, Options()) * 1e6
 
 
+def poptorch_call_seconds() -> float:
+    """One warm call of the SpMM notebook's ``DemoDenseModel`` (``torch.matmul`` of a fixed [5, 5] fp32
+    matrix and the [5, 4] input) as a PopTorch ``inferenceModel`` on a Bow IPU: the seconds the call
+    takes on a script's clock (``sim.virtual_clock``), PopTorch's host work included."""
+    import torch
+
+    from .. import poptorch, virtual_clock
+
+    class DenseModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.matrix = torch.ones(5, 5)
+
+        def forward(self, x):
+            return torch.matmul(self.matrix, x)
+
+    options = poptorch.Options().simulatedSystem("bow-ipu").computeOutputsOnCpu(False)
+    model = poptorch.inferenceModel(DenseModel(), options)
+    model(torch.ones(5, 4))  # the notebook's first call compiles and attaches; its second is timed
+    before = virtual_clock.totals()[1]
+    model(torch.ones(5, 4))
+    return virtual_clock.totals()[1] - before
+
+
 def streaming_read_rate(chunk_bytes: int, chunks: int) -> float:
     """``chunks`` loads of ``chunk_bytes`` each from streaming memory, one after another, on a Bow IPU
     (bytes/s over the whole sequence)."""
@@ -243,7 +267,8 @@ MICROBENCH_SOURCES = (
     "graphcore-research/notebooks `sparsity_benchmarks/SpMM.ipynb` at 64da03b5 (PopSparse's demo; the paper's "
     "numbers are from a Bow IPU): a PopTorch `for_loop` of 2,000 dense matmuls W [m, k] @ x [k, n] (half partials, "
     "otherwise defaults: availableMemoryProportion 0.6), wall clock around one call over 2,000, printed as TFLOP/s "
-    "of the non-zero work (here times 1/density: the dense FLOP/s); and graphcore-research/llm-inference-research "
+    "of the non-zero work (here times 1/density: the dense FLOP/s), and, in cell 38, one warm call of its tiny "
+    "dense demo (loop_count 1) around which it reads time.time(); and graphcore-research/llm-inference-research "
     "`benchmarks.json` (notebooks branch c9ea805; code ipu/sparq_benchmark.cpp on the benchmarks branch at 40f8a8f): "
     "SparQ's `attn-remote` on one Bow IPU (device_clock 1.85 GHz) reads its K and V from streaming memory in chunks "
     "of 128 positions, B MiB each, one after another in a counted loop, and `attn-local` keeps them on chip "
@@ -269,6 +294,12 @@ MICROBENCH_CHECKS = [
             "profile says which poplin ran",
             lambda batch=batch, keys=keys: decode_attention_us(batch, keys))
       for batch, keys, us in ((1, 1024, 20.82), (1, 16384, 133.73), (16, 1024, 135.28))),
+    Check("poptorch_call", "PopTorch: one warm call of an inferenceModel multiplying a [5,5] and a [5,4] fp32 "
+          "matrix (SpMM notebook cell 38, dense)", 0.4995, "ms", 0.02, "fitted",
+          "host_link.poptorch_call_s was fitted to it (n=1; time.time() around the one call), less the 12 us the "
+          "simulator gives the call's device work (its host copies, syncs and the matmul's compute set); the check "
+          "keeps the device side from drifting",
+          lambda: poptorch_call_seconds() * 1e3),
     Check("sparq_streaming_read", "Bow: streaming memory read in 64 MiB chunks one after another (SparQ "
           "attn-remote, B 64, S 8,192: 128 chunks in 1.210 s)", 128 * 64 * 2**20 / 1.210304, "B/s", 0.03,
           "fitted", "streaming_memory.bytes_per_s_per_ipu was fitted to the sweep's time per chunk against its "

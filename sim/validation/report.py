@@ -81,7 +81,7 @@ def report() -> str:
     lines += _rows(CHECKS)
     lines += ["", f"A compute set on the hardware (not in hardware.csv): {TESSELLATE_BASICS}.", "", *_CHECK_HEADER]
     lines += _rows(VERTEX_CHECKS)
-    lines += ["", "Dense matmuls and streaming-memory reads on the hardware (not in hardware.csv): "
+    lines += ["", "Dense matmuls, a PopTorch call and streaming-memory reads on the hardware (not in hardware.csv): "
               f"{MICROBENCH_SOURCES}.", "", *_CHECK_HEADER]
     lines += _rows(MICROBENCH_CHECKS)
     source = _source(gather_scatter)
