@@ -120,10 +120,10 @@ def totals() -> tuple[int, float]:
     return _STATE.calls, _STATE.simulated
 
 
-def by_label() -> dict[str, tuple[int, float]]:
-    """What was called (each call's ``label``) -> (calls, simulated seconds), since :func:`install`
-    or :func:`reset`."""
-    return {label: (n, seconds) for label, (n, seconds) in _STATE.by_label.items()}
+def by_label() -> dict[str, tuple[int, float, float]]:
+    """What was called (each call's ``label``) -> (calls, simulated seconds, of them the front end's
+    own host work: :attr:`DeviceCall.host_seconds`), since :func:`install` or :func:`reset`."""
+    return {label: (n, seconds, host) for label, (n, seconds, host) in _STATE.by_label.items()}
 
 
 def runs() -> dict:
@@ -171,10 +171,13 @@ def frozen(func=None):
 
 class DeviceCall:
     """What a device call reports to the clock: :attr:`seconds`, its simulated time,
-    :attr:`label`, what was called (a model and its system), and :attr:`run`, its simulation."""
+    :attr:`host_seconds`, the part of it that is the front end's own host work (PopTorch's in a
+    model's call, PopXL's in a run; the rest is the device's), :attr:`label`, what was called (a
+    model and its system), and :attr:`run`, its simulation."""
 
     def __init__(self):
         self.seconds = 0.0
+        self.host_seconds = 0.0
         self.label = "device call"
         self.run = None
 
@@ -200,8 +203,9 @@ def device_call() -> Iterator[DeviceCall]:
                     _STATE.advance(call.seconds)
                 _STATE.calls += 1
                 _STATE.simulated += call.seconds
-                done = _STATE.by_label.setdefault(call.label, [0, 0.0])
+                done = _STATE.by_label.setdefault(call.label, [0, 0.0, 0.0])
                 done[0] += 1
                 done[1] += call.seconds
+                done[2] += call.host_seconds
                 if call.run is not None:
                     _STATE.runs[call.label] = call.run

@@ -62,6 +62,9 @@ def test_poptorch_script_times_the_simulated_call(tmp_path, capsys, monkeypatch)
     assert out["simulated"] == pytest.approx(out["cycles"] / 1.325e9 + POPTORCH_CALL_S, rel=1e-6)
     assert "2 simulated device call(s)" in err
     assert "  Sequential (inferenceModel) on ipu-mk2: 2 call(s), " in err  # what was called
+    # and how much of it is PopTorch's own host work: 0.488 ms a call
+    assert ", 0.000976 s of it PopTorch's or PopXL's own host work in the calls" in err
+    assert " s each (0.488 ms of it the front end's host work)" in err
     # everything is put back: the aliases, the clocks, argv
     assert "poptorch" not in sys.modules and time.perf_counter is virtual_clock.real_perf_counter
     assert not virtual_clock.installed()
@@ -93,6 +96,8 @@ def test_popxl_script(tmp_path, capsys):
     code, out, err = _run(tmp_path, capsys, body)
     assert code == 0 and out["simulated"] <= out["elapsed"] <= out["simulated"] + 0.05  # as above
     assert "1 simulated device call(s)" in err and "breakdown (cycles" not in err
+    # PopXL's own host work in the run: 0.585 ms and 31.2 us for each of its two streams (configs)
+    assert " s each (0.647 ms of it the front end's host work)" in err
     # --summary: the ipusim run report of the session's latest call, after the script
     code, _, err = _run(tmp_path, capsys, body, flags=("--summary",))
     assert code == 0 and err.count("breakdown (cycles") == 1 and "tile memory" in err

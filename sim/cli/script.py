@@ -159,12 +159,16 @@ def run_script(path: str, argv: list[str], system: str | None = None, real_clock
             else:
                 os.environ[name] = value
         if not quiet:
-            print(f"ipusim script: {calls} simulated device call(s), {seconds:.6g} s of simulated device time"
+            host = sum(h for _, _, h in each.values())
+            print(f"ipusim script: {calls} simulated device call(s), {seconds:.6g} s of simulated time"
+                  + (f", {host:.6g} s of it PopTorch's or PopXL's own host work in the calls"
+                     if host else "")
                   + (" (the script's clocks were real)" if real_clock else
                      " (compilation and the simulator's own work took no time on the script's clocks: Poplar's "
                      "compile time is not simulated)"), file=sys.stderr)
-            for label, (n, s) in each.items():
-                print(f"  {label}: {n} call(s), {s / n:.6g} s each", file=sys.stderr)
+            for label, (n, s, h) in each.items():
+                of_host = f" ({h / n * 1e3:.3g} ms of it the front end's host work)" if h else ""
+                print(f"  {label}: {n} call(s), {s / n:.6g} s each{of_host}", file=sys.stderr)
                 run = simulations.get(label)
                 if run is None:
                     continue

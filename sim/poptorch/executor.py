@@ -512,7 +512,7 @@ class PoplarExecutor:
             written = self._write_optimizer() if self._optimizer_write_due else 0.0
             out = self._call(args, kwargs)
             host = self._executable.system.host_link.poptorch_call_s  # PopTorch's own work in the call
-            call.seconds, call.run = written + host + self._run.seconds, self._run
+            call.seconds, call.host_seconds, call.run = written + host + self._run.seconds, host, self._run
             call.label = (f"{type(self._user_model).__name__} ({'trainingModel' if self._training else 'inferenceModel'}) "
                           f"on {self._executable.system.name}")
         return out

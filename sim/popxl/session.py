@@ -486,6 +486,7 @@ class Session:
             if self._run is None:
                 self._run = run_executable(self._executable)
             call.seconds, call.run = self._run.seconds + self._host_seconds, self._run
+            call.host_seconds = self._host_seconds  # PopXL's own work in the run
             call.label = f"popxl Session of Ir {self._ir.id} on {self._executable.system.name}"
         self._runs += 1
 
