@@ -229,7 +229,7 @@ def test_reduce_op_builds_one_reduction_on_the_tools_tiles():
     assert small.ipu == full.ipu.__class__(**{**full.ipu.__dict__, "tiles": 1024})
     assert len(pb.simulated_run(bench).tile_compute(0)) == 1024
     assert pb._family("bert_reduce_3") == "reduce" and pb._family("bert_ffn1_128x768x3072") == "bert"
-    reduce_rows = [r for r in pb.within(TOLERANCE) if r.bench.tool == "reduce"]
+    reduce_rows = [r for r in pb.rows() if r.bench.tool == "reduce" and abs(r.error()) <= TOLERANCE]
     assert len(reduce_rows) >= 5  # resnet50_tr_bs1_cnv_reduce +5.9 % since the exchange efficiency
 
 

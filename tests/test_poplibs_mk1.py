@@ -221,10 +221,6 @@ def test_ipumodel1_row_within_five_percent_of_poplar(name):
     assert row.simulated() == pytest.approx(row.cycles, rel=TOLERANCE)
 
 
-def test_ipumodel1_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE, TARGET)) >= len(MK1_WITHIN) == 150
-
-
 def test_mk1_report_section_lists_every_row_and_a_family_summary():
     lines = pb.mk1_report_section()
     assert lines[1] == "### Mk1 (GC2): the same benchmarks on Poplar's IPUModel1"
@@ -235,5 +231,7 @@ def test_mk1_report_section_lists_every_row_and_a_family_summary():
     assert families == {"gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet",
                         "reduce", "conv", "oct", "lstm", "gru", "ctc", "embedding"}
     text = "\n".join(lines)
-    assert f"**{len(pb.within(TOLERANCE, TARGET))} of 218 rows within 5%.**" in text
+    within = pb.within(TOLERANCE, TARGET)  # every row simulated once here (the section needs them all)
+    assert len(within) >= len(MK1_WITHIN) == 150  # the rows within 5 % do not fall
+    assert f"**{len(within)} of 218 rows within 5%.**" in text
     assert "`vgg16_tr_bs4_v2L1`" in text.split("MaxTileMemory exceeds")[1].split("(the IPUModel")[0]
