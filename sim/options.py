@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import math
 
 from .errors import OptionsError, show_number
 from .strategy import SyncPattern, _Strategy
@@ -344,7 +345,7 @@ class Options:
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
                 "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern", "pipelineCopies",
-                "cachedGraphFunctions", "hostProcesses", "streamCallbackThreads", "memoryMargin",
+                "cachedGraphFunctions", "hostProcesses", "hostDataRate", "streamCallbackThreads", "memoryMargin",
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
@@ -373,6 +374,7 @@ class Options:
         self.graph_functions = False
         self.stream_callback_threads = 1
         self._host_processes: int | None = None
+        self._host_data_rate: float | None = None
         self.auto_round_num_ipus = False
         self.input_group_size = 1
         self.input_group_type = CommGroupType.Consecutive
@@ -485,6 +487,26 @@ class Options:
         self._host_processes = _positive_int("hostProcesses", processes)
         self._record("hostProcesses", processes)
         return self
+
+    def hostDataRate(self, samples_per_second: float) -> "Options":
+        """The simulator's own: the samples per second each host process's data pipeline (its
+        DataLoader or infeed: reading, decoding, augmenting, collating) delivers, as the pipeline
+        measured alone gives it (PopTorch's efficient data-loading tutorial times a DataLoader without
+        the IPU this way). Each micro-batch a process feeds then waits for its samples from that
+        pipeline, one producer a process running beside the stream callbacks, so a slower pipeline
+        sets the pace. Default: not set, the pipeline keeps up with anything (the run's notes say
+        what it would have to deliver)."""
+        if (isinstance(samples_per_second, bool) or not isinstance(samples_per_second, (int, float))
+                or not math.isfinite(samples_per_second) or samples_per_second <= 0):
+            raise OptionsError(f"hostDataRate({samples_per_second!r}): expected the samples per second a host "
+                               "process's data pipeline delivers, a number above 0 (say 40000.0)")
+        self._host_data_rate = float(samples_per_second)
+        self._record("hostDataRate", samples_per_second)
+        return self
+
+    def host_data_rate(self) -> float | None:
+        """:meth:`hostDataRate` (samples per second a host process), or None when not set."""
+        return self._host_data_rate
 
     def memoryMargin(self, fraction: float) -> "Options":
         """The simulator's own: a program fits only if every IPU's fullest tile, raised by

@@ -61,6 +61,17 @@ def proportions(text: str) -> list[float]:
     return values
 
 
+def rate(text: str) -> float:
+    """``40000``: a rate above 0 (samples per second), or argparse's usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected samples per second above 0, like 40000, got {text!r}")
+    return value
+
+
 def margin(text: str) -> float:
     """``0.08``: a memory margin, a fraction of a tile from 0 to 1 (``Options.memoryMargin``)."""
     try:

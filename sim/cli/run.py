@@ -29,8 +29,8 @@ from ..options import Options, OutputMode, OverlapMode, PipelineCopies, TensorLo
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (Liveness, ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
-from .argtypes import (QUIET, add_verbosity, margin, name_size, positive_int, progress, proportions, verbosity,
-                       whole_numbers)
+from .argtypes import (QUIET, add_verbosity, margin, name_size, positive_int, progress, proportions, rate,
+                       verbosity, whole_numbers)
 
 DEFAULT_SYSTEM = "ipu-mk2"
 DEFAULT_MODEL = "bert-base"
@@ -266,6 +266,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     x.add_argument("--host-processes", type=positive_int, metavar="N",
                    help="the simulator's own [hostProcesses]: host processes (PopRun instances) feeding the "
                    "replicas, each filling its replicas' input buffers in turn (default: 1)")
+    x.add_argument("--host-data-rate", type=rate, metavar="SAMPLES_PER_S",
+                   help="the simulator's own [hostDataRate]: samples per second each host process's data pipeline "
+                   "(DataLoader, infeed) delivers, as timed alone; a slower pipeline sets the throughput "
+                   "(default: keeps up)")
     x.add_argument("--stream-callback-threads", type=positive_int, metavar="N",
                    help="[POPLAR_ENGINE_OPTIONS streamCallbacks.numWorkerThreads] threads of each host process "
                    "that fill input buffers (default: 1, Poplar's singleThread mode)")
@@ -416,6 +420,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
     if args.host_processes is not None:
         opts.hostProcesses(args.host_processes)
+    if args.host_data_rate is not None:
+        opts.hostDataRate(args.host_data_rate)
     if args.stream_callback_threads is not None:
         opts.streamCallbackThreads(args.stream_callback_threads)
     if args.wide_conv_unit_loads:

@@ -237,7 +237,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         idle = [what for what, set_ in (("a prefetch depth above 1", o.prefetch_depth() > 1),
                                         ("overlapped host IO (IO tiles)", any(g.overlap.values())),
                                         ("hostProcesses", "hostProcesses" in o.set_options),
-                                        ("streamCallbackThreads", "streamCallbackThreads" in o.set_options))
+                                        ("streamCallbackThreads", "streamCallbackThreads" in o.set_options),
+                                        ("hostDataRate", o.host_data_rate() is not None))
                 if set_]
         if idle:
             notes.append(f"synthetic data: no host transfers run, so {' and '.join(idle)} "

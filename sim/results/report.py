@@ -143,6 +143,15 @@ def _samples(run: Run) -> str:
             "(Graph.samples_per_row)")
 
 
+def _rate(run: Run) -> str:
+    """The run's samples per second; when the host's data pipeline sets it, also the call period
+    it is counted over (:attr:`Run.call_period_seconds`)."""
+    text = f"{run.samples_per_second:,.1f} samples/s"
+    if run.call_period_seconds > run.seconds:
+        text += f" over {run.call_period_seconds * 1e3:.4f} ms a call: the host data pipeline's pace"
+    return text
+
+
 def format_summary(run: Run) -> str:
     """The run as multi-line text: setup, PoplarExecutor numbers, breakdown, memory, notes."""
     ex, o, s = run.executable, run.executable.options, run.executable.system
@@ -164,7 +173,7 @@ def format_summary(run: Run) -> str:
         "",
         f"cycles            {run.cycle_count:,}",
         f"time              {run.seconds * 1e3:.4f} ms",
-        f"samples           {_samples(run)}  ({run.samples_per_second:,.1f} samples/s)",
+        f"samples           {_samples(run)}  ({_rate(run)})",
         f"compute rate      {_tflops(run):.2f} TFLOP/s  ({run.flops / 1e9:,.2f} GFLOP in total)",
         "",
     ]
@@ -194,7 +203,7 @@ def summary_rows(run: Run) -> list[tuple[str, str]]:
             ("replicationFactor", f"{o.replication_factor}"), ("outputMode", _output_mode(run)),
             ("setup", _setup_line(run).strip()),
             ("cycles", f"{run.cycle_count:,}"), ("time", f"{run.seconds * 1e3:.4f} ms"),
-            ("samples", f"{_samples(run)} ({run.samples_per_second:,.1f} samples/s)"),
+            ("samples", f"{_samples(run)} ({_rate(run)})"),
             ("compute rate", f"{_tflops(run):.2f} TFLOP/s ({run.flops / 1e9:,.2f} GFLOP in total)")]
     phases = pipeline_phases(run)
     if phases:

@@ -161,17 +161,27 @@ class Run:
                 "(streamCallbackThreads, --stream-callback-threads) share the work")
 
     def _host_data_note(self) -> str | None:
-        """With real data: the samples per second the host's data pipeline must deliver for this
-        throughput, per host process, as the simulator prices the host's copies into the stream
-        buffers but not the reading, decoding and augmenting that produces the samples."""
+        """With real data: what the host's data pipeline (reading, decoding and augmenting the
+        samples) does to the throughput at :meth:`~sim.options.Options.hostDataRate`, or, without
+        a rate, the samples per second it must deliver a host process for this throughput (the
+        simulator prices the host's copies into the stream buffers either way)."""
         o = self.executable.options
         if o.synthetic_data or not self.executable.graph.inputs or not self.samples_per_second:
             return None
+        if o.host_data_rate():
+            data, call = self.host_data_seconds, self.seconds
+            share = (f"it sets the throughput: each call waits {data - call:.4g} s for its samples beyond the "
+                     f"{call:.4g} s it runs" if data > call else
+                     f"it keeps up, busy {data / call:.0%} of each call's {call:.4g} s")
+            fed = self.samples / o.replication_factor * o.replicas_per_host_process()
+            return (f"host data pipeline: at {o.host_data_rate():,.0f} samples/s a host process (hostDataRate) it "
+                    f"makes the {fed:,.0f} samples the busiest process feeds a call in {data:.4g} s; {share} "
+                    "(the calls' cycle counts and latencies are the IPUs', without the wait)")
         per_process = self.samples_per_second * o.num_instances() / o.host_processes()
         return (f"not modelled: the host's data pipeline (reading, decoding and augmenting samples in the "
                 f"DataLoader or infeed); this throughput needs {per_process:,.0f} samples/s from each of "
                 f"{o.host_processes()} host process{'es' if o.host_processes() > 1 else ''}, and a slower "
-                "pipeline sets the throughput instead")
+                "pipeline sets the throughput instead (give its rate: hostDataRate, --host-data-rate)")
 
     # --- PoplarExecutor numbers -------------------------------------------------------------
     @property
@@ -209,8 +219,29 @@ class Run:
         return self.executable.graph.micro_batch_rows()
 
     @property
+    def host_data_seconds(self) -> float:
+        """Seconds the busiest host process's data pipeline takes to make the call's samples for its
+        replicas at :meth:`~sim.options.Options.hostDataRate`; 0 when the rate is not set, the data is
+        synthetic or the model has no inputs."""
+        o = self.executable.options
+        rate = o.host_data_rate()
+        if not rate or o.synthetic_data or not self.executable.graph.inputs:
+            return 0.0
+        return self.samples / o.replication_factor * o.replicas_per_host_process() / rate
+
+    @property
+    def call_period_seconds(self) -> float:
+        """Seconds from one call's start to the next's in a loop of calls: the call (:attr:`seconds`),
+        or, when it takes longer, the data pipeline's making of the call's samples (the loader runs
+        ahead, making the next call's samples while this one runs, as PopTorch's asynchronous
+        DataLoader and TensorFlow's infeeds do)."""
+        return max(self.seconds, self.host_data_seconds)
+
+    @property
     def samples_per_second(self) -> float:
-        return self.samples / self.seconds if self.seconds else 0.0
+        """Samples a second in a loop of calls: :attr:`samples` over :attr:`call_period_seconds`."""
+        period = self.call_period_seconds
+        return self.samples / period if period else 0.0
 
     @cached_property
     def perf_counters(self) -> dict[str, list[list[float]]]:
@@ -565,6 +596,7 @@ class Run:
             "model_params": {k: _plain(v) for k, v in ex.graph.params.items()},
             "cycle_count": self.cycle_count, "seconds": self.seconds, "samples": self.samples,
             "samples_per_row": self.samples_per_row, "samples_per_second": self.samples_per_second,
+            "call_period_seconds": self.call_period_seconds, "host_data_seconds": self.host_data_seconds,
             "latency": lat("latency"), "compute_latency": lat("compute_latency"),
             "host_ipu_latency": lat("host_ipu_latency"), "ipu_host_latency": lat("ipu_host_latency"),
             "breakdown": {str(ipu): {k: int(v) for k, v in row.items()}
