@@ -488,25 +488,34 @@ class Options:
         self._record("hostProcesses", processes)
         return self
 
-    def hostDataRate(self, samples_per_second: float) -> "Options":
+    def hostDataRate(self, samples_per_second: float, asynchronous: bool = True) -> "Options":
         """The simulator's own: the samples per second each host process's data pipeline (its
         DataLoader or infeed: reading, decoding, augmenting, collating) delivers, as the pipeline
-        measured alone gives it (PopTorch's efficient data-loading tutorial times a DataLoader without
-        the IPU this way). Each micro-batch a process feeds then waits for its samples from that
-        pipeline, one producer a process running beside the stream callbacks, so a slower pipeline
-        sets the pace. Default: not set, the pipeline keeps up with anything (the run's notes say
-        what it would have to deliver)."""
+        timed alone gives it (PopTorch's efficient data-loading tutorial times its DataLoader without
+        the IPU this way). ``asynchronous`` (PopTorch's ``DataLoaderMode.Async``, TensorFlow's
+        infeeds): the pipeline makes the next call's samples while a call runs, so a slower one sets
+        the pace; False (``DataLoaderMode.Sync``): it runs between the calls, adding its time to
+        each. Default: not set, the pipeline keeps up with anything (the run's notes say what it
+        would have to deliver)."""
         if (isinstance(samples_per_second, bool) or not isinstance(samples_per_second, (int, float))
                 or not math.isfinite(samples_per_second) or samples_per_second <= 0):
             raise OptionsError(f"hostDataRate({samples_per_second!r}): expected the samples per second a host "
                                "process's data pipeline delivers, a number above 0 (say 40000.0)")
+        if not isinstance(asynchronous, bool):
+            raise OptionsError(f"hostDataRate(..., asynchronous={asynchronous!r}): expected True (the pipeline "
+                               "runs ahead of the calls) or False (it runs between them)")
         self._host_data_rate = float(samples_per_second)
-        self._record("hostDataRate", samples_per_second)
+        self._host_data_async = asynchronous
+        self._record("hostDataRate", samples_per_second if asynchronous else (samples_per_second, False))
         return self
 
     def host_data_rate(self) -> float | None:
         """:meth:`hostDataRate` (samples per second a host process), or None when not set."""
         return self._host_data_rate
+
+    def host_data_asynchronous(self) -> bool:
+        """Whether the host's data pipeline runs ahead of the calls (:meth:`hostDataRate`)."""
+        return getattr(self, "_host_data_async", True)
 
     def memoryMargin(self, fraction: float) -> "Options":
         """The simulator's own: a program fits only if every IPU's fullest tile, raised by

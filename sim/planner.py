@@ -239,6 +239,9 @@ class Space:
     #: (``Options.hostProcesses``): 2, as Graphcore's PopRun scripts run ResNet-50 (8 instances for
     #: 16 replicas); one process for every replica would hide the host, one for all would bind it
     replicas_per_process: int = 2
+    #: samples per second each host process's data pipeline delivers (``Options.hostDataRate``,
+    #: asynchronous), on every candidate; None: it keeps up
+    host_data_rate: float | None = None
     #: every candidate's ``Options.memoryMargin``: it fits only if each fullest tile, raised by this
     #: fraction, fits (the CLI's default: :data:`DEFAULT_MEMORY_MARGIN`)
     memory_margin: float = 0.0
@@ -282,6 +285,8 @@ class Space:
                                "number >= 1")
         if not 0 <= self.memory_margin <= 1:
             raise OptionsError(f"plan: memory margin {self.memory_margin!r}: expected a fraction from 0 to 1")
+        if self.host_data_rate is not None and not 0 < self.host_data_rate < math.inf:
+            raise OptionsError(f"plan: host data rate {self.host_data_rate!r}: expected samples per second above 0")
 
 
 @dataclass(frozen=True)
@@ -666,7 +671,8 @@ class Planner:
         ``accumulation`` micro-batches and the optimizer ops of its weights once (1/R of them
         with rts); so a step takes at least the busiest IPU's total, and samples/s is at most
         micro-batch x samples per row x accumulation x replicas x clock over it. (Inference: forward
-        ops only.) Each IPU's ops are priced at that IPU's proportion."""
+        ops only.) Each IPU's ops are priced at that IPU's proportion. With a host data rate, samples/s
+        is also at most the rate times the host processes."""
         accumulate = c.gradient_accumulation > 1
         prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, accumulate)
         where = self.ipu_of_blocks(c.split)
@@ -689,7 +695,10 @@ class Planner:
             for ipu, io in enumerate(moved):
                 busy[ipu] += sum(n for _, n in io) / share / system.streaming_memory.bytes_per_s_per_ipu * clock
         busiest = max(busy)
-        return c.micro_batch * self.samples_per_row * ga * c.replicas * clock / busiest if busiest else math.inf
+        bound = c.micro_batch * self.samples_per_row * ga * c.replicas * clock / busiest if busiest else math.inf
+        if self.space.host_data_rate:  # each host process's pipeline feeds replicas_per_process replicas
+            bound = min(bound, self.space.host_data_rate * -(-c.replicas // self.space.replicas_per_process))
+        return bound
 
     def always_live_per_tile(self, c: Candidate) -> list[float]:
         """Per IPU of a replica: bytes per tile that are live all the time at the least, the

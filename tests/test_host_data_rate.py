@@ -90,3 +90,44 @@ def test_the_command_line_flag(capsys):
     assert d["options"]["hostDataRate"] == 50_000
     code, _, err = cli(capsys, *base, "--host-data-rate", "0")
     assert code == 2 and "--host-data-rate" in err and "above 0" in err
+
+
+def test_a_synchronous_pipeline_runs_between_the_calls(capsys):
+    free = _run()
+    rate = free.samples_per_second * 4
+    o = Options().deviceIterations(DEVICE_ITERATIONS).hostDataRate(rate, asynchronous=False)
+    sync = simulate(models.get("mlp", micro_batch=16), "ipu-m2000", o, training=True)
+    # faster than the IPUs, yet its quarter of a call's time adds to every call
+    assert sync.cycle_count == free.cycle_count
+    assert sync.call_period_seconds == pytest.approx(free.seconds * 1.25, rel=1e-12)
+    assert sync.samples_per_second == pytest.approx(free.samples_per_second / 1.25, rel=1e-12)
+    assert "it runs between the calls (synchronous)" in _note(sync)
+    with pytest.raises(OptionsError, match="asynchronous='no'"):
+        Options().hostDataRate(1000.0, asynchronous="no")
+    base = ("run", "--model", "mlp", "--training", "--device-iterations", str(DEVICE_ITERATIONS), "--json")
+    code, out, err = cli(capsys, *base, "--host-data-rate", str(rate), "--host-data-sync")
+    assert code == 0, err
+    assert json.loads(out)["samples_per_second"] == pytest.approx(sync.samples_per_second, rel=1e-9)
+    code, _, err = cli(capsys, *base, "--host-data-sync")
+    assert code == 2 and "--host-data-sync needs the pipeline's rate" in err
+
+
+def test_a_plan_gives_every_candidate_the_rate_and_bounds_by_it():
+    """``ipusim plan --host-data-rate``: each candidate's command carries the rate, its bound is at most
+    the rate times its host processes (ceil(replicas / replicas_per_process)), and a simulated candidate
+    comes out at that rate when the pipeline is the slower."""
+    from sim import planner
+    from sim.cli import plan as plan_cli
+
+    space = dict(global_batch=(64, 64), training=True, optimizer="sgd", micro_batches=[16], proportions=[0.6],
+                 pipelines=[1], replicas=[1, 4])
+    pl = planner.Planner(planner.Model("mlp", {}), planner.Space(["ipu-m2000"], host_data_rate=1000.0, **space))
+    for c in pl.candidates:
+        argv = plan_cli.command(pl, c)
+        assert argv[argv.index("--host-data-rate") + 1] == "1000.0"
+        assert pl.bound(c) == 1000.0 * -(-c.replicas // 2)
+    rows = plan_cli.plan(pl, top=2, workers=1, bar=False)
+    ok = rows[rows["status"] == "ok"]
+    assert sorted(ok["samples_per_second"].round(6)) == [1000.0, 2000.0]
+    with pytest.raises(OptionsError, match="host data rate 0"):
+        planner.Space(["ipu-m2000"], (64, 64), host_data_rate=0)

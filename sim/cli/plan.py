@@ -34,8 +34,8 @@ from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
 from ..results.run import unmodelled_call_effect
 from . import run
-from .argtypes import (QUIET, csv_file, margin, name_size, positive_int, progress, proportions, verbosity,
-                       whole_numbers)
+from .argtypes import (QUIET, csv_file, margin, name_size, positive_int, progress, proportions, rate,
+                       verbosity, whole_numbers)
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
                     kept_csv_error, run_points, simulate_point)
 
@@ -120,6 +120,8 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
         argv += ["--replicas", str(c.replicas)]
     if c.replicas > sp.replicas_per_process:
         argv += ["--host-processes", str(-(-c.replicas // sp.replicas_per_process))]
+    if sp.host_data_rate:
+        argv += ["--host-data-rate", str(sp.host_data_rate)]
     if sp.training:
         argv += ["--training", "--optimizer", sp.optimizer]
         dtypes = Optimizer(sp.optimizer, sp.optimizer_state_dtype).state_dtypes
@@ -277,6 +279,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--replicas-per-process", type=positive_int, default=2, metavar="N",
                    help="replicas each host process (PopRun instance) feeds; a candidate runs with "
                    "--host-processes ceil(replicas / N) (default: 2, as Graphcore's PopRun scripts)")
+    a.add_argument("--host-data-rate", type=rate, metavar="SAMPLES_PER_S",
+                   help="[hostDataRate] of every candidate: samples per second each host process's data pipeline "
+                   "delivers, timed alone; a slower pipeline sets a candidate's throughput (default: keeps up)")
     s = p.add_argument_group("the search")
     s.add_argument("--top", type=positive_int, default=10, metavar="K",
                    help="show the K best; pruning keeps them exact (default: 10)")
@@ -414,7 +419,7 @@ def build_planner(args, parser) -> planner.Planner:
         optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials,
         optimizer_state_dtype=state_dtype, relief=args.relief, relief_proportions=args.relief_proportion,
         replicas_per_process=args.replicas_per_process, memory_margin=args.memory_margin,
-        tied_gather=args.tied_gather)
+        tied_gather=args.tied_gather, host_data_rate=args.host_data_rate)
     return planner.Planner(model, space)
 
 

@@ -270,6 +270,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the simulator's own [hostDataRate]: samples per second each host process's data pipeline "
                    "(DataLoader, infeed) delivers, as timed alone; a slower pipeline sets the throughput "
                    "(default: keeps up)")
+    x.add_argument("--host-data-sync", action="store_true",
+                   help="[hostDataRate(rate, asynchronous=False)] the data pipeline runs between the calls "
+                   "(poptorch.DataLoaderMode.Sync), adding its time to each; needs --host-data-rate")
     x.add_argument("--stream-callback-threads", type=positive_int, metavar="N",
                    help="[POPLAR_ENGINE_OPTIONS streamCallbacks.numWorkerThreads] threads of each host process "
                    "that fill input buffers (default: 1, Poplar's singleThread mode)")
@@ -420,8 +423,10 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
     if args.host_processes is not None:
         opts.hostProcesses(args.host_processes)
+    if args.host_data_sync and args.host_data_rate is None:
+        parser.error("--host-data-sync needs the pipeline's rate: add --host-data-rate SAMPLES_PER_S")
     if args.host_data_rate is not None:
-        opts.hostDataRate(args.host_data_rate)
+        opts.hostDataRate(args.host_data_rate, asynchronous=not args.host_data_sync)
     if args.stream_callback_threads is not None:
         opts.streamCallbackThreads(args.stream_callback_threads)
     if args.wide_conv_unit_loads:

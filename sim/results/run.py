@@ -170,7 +170,9 @@ class Run:
             return None
         if o.host_data_rate():
             data, call = self.host_data_seconds, self.seconds
-            share = (f"it sets the throughput: each call waits {data - call:.4g} s for its samples beyond the "
+            share = (f"it runs between the calls (synchronous), each call's period {data + call:.4g} s: its "
+                     f"{call:.4g} s and the samples' {data:.4g} s" if not o.host_data_asynchronous() else
+                     f"it sets the throughput: each call waits {data - call:.4g} s for its samples beyond the "
                      f"{call:.4g} s it runs" if data > call else
                      f"it keeps up, busy {data / call:.0%} of each call's {call:.4g} s")
             fed = self.samples / o.replication_factor * o.replicas_per_host_process()
@@ -232,9 +234,12 @@ class Run:
     @property
     def call_period_seconds(self) -> float:
         """Seconds from one call's start to the next's in a loop of calls: the call (:attr:`seconds`),
-        or, when it takes longer, the data pipeline's making of the call's samples (the loader runs
-        ahead, making the next call's samples while this one runs, as PopTorch's asynchronous
-        DataLoader and TensorFlow's infeeds do)."""
+        or, when it takes longer, the data pipeline's making of the call's samples (an asynchronous
+        pipeline makes the next call's samples while this one runs, as PopTorch's asynchronous
+        DataLoader and TensorFlow's infeeds do); a synchronous one runs between the calls, so the
+        two add up."""
+        if not self.executable.options.host_data_asynchronous():
+            return self.seconds + self.host_data_seconds
         return max(self.seconds, self.host_data_seconds)
 
     @property
