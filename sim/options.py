@@ -375,6 +375,7 @@ class Options:
         self.stream_callback_threads = 1
         self._host_processes: int | None = None
         self._host_data_rate: float | None = None
+        self._host_data_async = True
         self.auto_round_num_ipus = False
         self.input_group_size = 1
         self.input_group_type = CommGroupType.Consecutive
@@ -515,7 +516,7 @@ class Options:
 
     def host_data_asynchronous(self) -> bool:
         """Whether the host's data pipeline runs ahead of the calls (:meth:`hostDataRate`)."""
-        return getattr(self, "_host_data_async", True)
+        return self._host_data_async
 
     def memoryMargin(self, fraction: float) -> "Options":
         """The simulator's own: a program fits only if every IPU's fullest tile, raised by

@@ -175,9 +175,9 @@ class Run:
                      f"it sets the throughput: each call waits {data - call:.4g} s for its samples beyond the "
                      f"{call:.4g} s it runs" if data > call else
                      f"it keeps up, busy {data / call:.0%} of each call's {call:.4g} s")
-            fed = self.samples / o.replication_factor * o.replicas_per_host_process()
             return (f"host data pipeline: at {o.host_data_rate():,.0f} samples/s a host process (hostDataRate) it "
-                    f"makes the {fed:,.0f} samples the busiest process feeds a call in {data:.4g} s; {share} "
+                    f"makes the {self.host_data_samples:,.0f} samples the busiest process feeds a call in "
+                    f"{data:.4g} s; {share} "
                     "(the calls' cycle counts and latencies are the IPUs', without the wait)")
         per_process = self.samples_per_second * o.num_instances() / o.host_processes()
         return (f"not modelled: the host's data pipeline (reading, decoding and augmenting samples in the "
@@ -221,15 +221,21 @@ class Run:
         return self.executable.graph.micro_batch_rows()
 
     @property
+    def host_data_samples(self) -> float:
+        """Samples a call the busiest host process feeds: its replicas' share of :attr:`samples`."""
+        o = self.executable.options
+        return self.samples / o.replication_factor * o.replicas_per_host_process()
+
+    @property
     def host_data_seconds(self) -> float:
-        """Seconds the busiest host process's data pipeline takes to make the call's samples for its
-        replicas at :meth:`~sim.options.Options.hostDataRate`; 0 when the rate is not set, the data is
+        """Seconds the busiest host process's data pipeline takes to make :attr:`host_data_samples`
+        at :meth:`~sim.options.Options.hostDataRate`; 0 when the rate is not set, the data is
         synthetic or the model has no inputs."""
         o = self.executable.options
         rate = o.host_data_rate()
         if not rate or o.synthetic_data or not self.executable.graph.inputs:
             return 0.0
-        return self.samples / o.replication_factor * o.replicas_per_host_process() / rate
+        return self.host_data_samples / rate
 
     @property
     def call_period_seconds(self) -> float:
