@@ -493,7 +493,8 @@ class Options:
         """The simulator's own: the samples per second each host process's data pipeline (its
         DataLoader or infeed: reading, decoding, augmenting, collating) delivers, as the pipeline
         timed alone gives it (PopTorch's efficient data-loading tutorial times its DataLoader without
-        the IPU this way). ``asynchronous`` (PopTorch's ``DataLoaderMode.Async``, TensorFlow's
+        the IPU this way), in the samples the run counts (a packed model's sequences, not its packs:
+        ``Graph.samples_per_row`` of them a micro-batch row). ``asynchronous`` (PopTorch's ``DataLoaderMode.Async``, TensorFlow's
         infeeds): the pipeline makes the next call's samples while a call runs, so a slower one sets
         the pace; False (``DataLoaderMode.Sync``): it runs between the calls, adding its time to
         each. Default: not set, the pipeline keeps up with anything (the run's notes say what it
