@@ -288,6 +288,11 @@ class Space:
         if self.host_data_rate is not None and not 0 < self.host_data_rate < math.inf:
             raise OptionsError(f"plan: host data rate {self.host_data_rate!r}: expected samples per second above 0")
 
+    def host_processes(self, replicas: int) -> int:
+        """Host processes (PopRun instances) a candidate of ``replicas`` runs with: one for every
+        :attr:`replicas_per_process` replicas."""
+        return -(-replicas // self.replicas_per_process)
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -697,7 +702,7 @@ class Planner:
         busiest = max(busy)
         bound = c.micro_batch * self.samples_per_row * ga * c.replicas * clock / busiest if busiest else math.inf
         if self.space.host_data_rate:  # each host process's pipeline feeds replicas_per_process replicas
-            bound = min(bound, self.space.host_data_rate * -(-c.replicas // self.space.replicas_per_process))
+            bound = min(bound, self.space.host_data_rate * self.space.host_processes(c.replicas))
         return bound
 
     def always_live_per_tile(self, c: Candidate) -> list[float]:

@@ -119,7 +119,7 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
     if c.replicas > 1:
         argv += ["--replicas", str(c.replicas)]
     if c.replicas > sp.replicas_per_process:
-        argv += ["--host-processes", str(-(-c.replicas // sp.replicas_per_process))]
+        argv += ["--host-processes", str(sp.host_processes(c.replicas))]
     if sp.host_data_rate:
         argv += ["--host-data-rate", str(sp.host_data_rate)]
     if sp.training:

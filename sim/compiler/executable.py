@@ -238,7 +238,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                                         ("overlapped host IO (IO tiles)", any(g.overlap.values())),
                                         ("hostProcesses", "hostProcesses" in o.set_options),
                                         ("streamCallbackThreads", "streamCallbackThreads" in o.set_options),
-                                        ("hostDataRate", o.host_data_rate() is not None))
+                                        ("hostDataRate", "hostDataRate" in o.set_options))
                 if set_]
         if idle:
             notes.append(f"synthetic data: no host transfers run, so {' and '.join(idle)} "

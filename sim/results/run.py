@@ -170,11 +170,14 @@ class Run:
             return None
         if o.host_data_rate():
             data, call = self.host_data_seconds, self.seconds
-            share = (f"it runs between the calls (synchronous), each call's period {data + call:.4g} s: its "
-                     f"{call:.4g} s and the samples' {data:.4g} s" if not o.host_data_asynchronous() else
-                     f"it sets the throughput: each call waits {data - call:.4g} s for its samples beyond the "
-                     f"{call:.4g} s it runs" if data > call else
-                     f"it keeps up, busy {data / call:.0%} of each call's {call:.4g} s")
+            if not o.host_data_asynchronous():
+                share = (f"it runs between the calls (synchronous), each call's period {data + call:.4g} s: its "
+                         f"{call:.4g} s and the samples' {data:.4g} s")
+            elif data > call:
+                share = (f"it sets the throughput: each call waits {data - call:.4g} s for its samples beyond the "
+                         f"{call:.4g} s it runs")
+            else:
+                share = f"it keeps up, busy {data / call:.0%} of each call's {call:.4g} s"
             return (f"host data pipeline: at {o.host_data_rate():,.0f} samples/s a host process (hostDataRate) it "
                     f"makes the {self.host_data_samples:,.0f} samples the busiest process feeds a call in "
                     f"{data:.4g} s; {share} "
