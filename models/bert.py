@@ -131,6 +131,14 @@ def build(name: str, p: Params) -> Graph:
     layer_ipu = c["layer_ipu"] or (att_ffn[1] if att_ffn else None)  # the IPU each layer ends on
     eight_bit = _checkpoint_dtype(p) == "float8"
     last_stage = _last_stage_layers(layer_ipu, c["num_layers"], head if c["with_head"] else None)
+    if not c["checkpoints"]:
+        why = ("without recomputation checkpoints (a model pipelined over several IPUs by layers_per_ipu or "
+               "att_ffn_placement has them, or recompute_checkpoint_every_layer=True)")
+        p.unused("checkpoint_last_layer", why)
+        p.unused("checkpoint_dtype", why)
+    elif c["checkpoints"] <= last_stage:
+        p.unused("checkpoint_dtype", "when every checkpoint is in the last pipeline stage, which stashes nothing "
+                                     "(its checkpoints stay in the model's dtype)")
 
     b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"])
     place = Placement(b, layer_ipu is not None)

@@ -159,7 +159,7 @@ def build(name: str, p: Params) -> Graph:
         if n < 1:
             p.fail(key, f"must be at least 7 for the {SUBSAMPLING}x subsampling (two unpadded 3 x 3 stride-2 "
                         "convolutions)")
-    layer_ipu = layer_ipus(p, blocks, first="the front end")
+    layer_ipu = layer_ipus(p, blocks, f"encoder_blocks={blocks}", first="the front end")
     dtype = p.dtype()
 
     b = GraphBuilder(name, dtype)

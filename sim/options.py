@@ -484,7 +484,8 @@ class Options:
     def hostProcesses(self, processes: int) -> "Options":
         """The simulator's own: the host processes (PopRun instances) that feed the replicas, each
         running the stream callbacks of its share of them (default: :meth:`num_instances`, one for a
-        plain run). Only the host's filling of input buffers depends on it (:meth:`streamCallbackThreads`)."""
+        plain run); it must divide the replicas, as PopRun's instances do (checked by :meth:`validate`).
+        Only the host's filling of input buffers depends on it (:meth:`streamCallbackThreads`)."""
         self._host_processes = _positive_int("hostProcesses", processes)
         self._record("hostProcesses", processes)
         return self
@@ -875,6 +876,12 @@ class Options:
                 raise OptionsError(
                     f"OutputMode.EveryN({self.output_return_period}): deviceIterations "
                     f"({steps}) must be a multiple of the return period")
+        processes, replicas = self.host_processes(), self.total_replicas()
+        if "hostProcesses" in self.set_options and replicas % processes:
+            raise OptionsError(
+                f"hostProcesses({processes}): PopRun gives every instance the same number of replicas (its "
+                f"--num-replicas must be a multiple of --num-instances), and {processes} does not divide the "
+                f"{replicas} replicas; give a divisor of {replicas}")
 
     def __repr__(self) -> str:
         return f"Options({self.set_options})"

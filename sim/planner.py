@@ -289,9 +289,10 @@ class Space:
             raise OptionsError(f"plan: host data rate {self.host_data_rate!r}: expected samples per second above 0")
 
     def host_processes(self, replicas: int) -> int:
-        """Host processes (PopRun instances) a candidate of ``replicas`` runs with: one for every
-        :attr:`replicas_per_process` replicas."""
-        return -(-replicas // self.replicas_per_process)
+        """Host processes (PopRun instances) a candidate of ``replicas`` runs with: the fewest that feed
+        at most :attr:`replicas_per_process` replicas each and divide the replicas evenly, as PopRun
+        requires (``ceil(replicas / replicas_per_process)`` when that divides them)."""
+        return next(p for p in range(-(-replicas // self.replicas_per_process), replicas + 1) if replicas % p == 0)
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ def test_output_under_a_file_is_refused_before_simulating(capsys, tmp_path, monk
     (["--num-layers", "4", "--param", "num_layers=2"],
      "model parameter num_layers is given twice, as --num-layers 4 and --param num_layers=2; give it once"),
     (["--num-layers", "2", "--layers-per-ipu", "1,1", "--param", "layers_per_ipu=[2,0]"],
-     "model parameter layers_per_ipu is given twice, as --param layers_per_ipu=2,0 and --layers-per-ipu 1,1"),
+     "model parameter layers_per_ipu is given twice, as --param layers_per_ipu=[2,0] and --layers-per-ipu 1,1"),
 ])
 def test_a_model_parameter_given_twice_differently_is_a_usage_error(capsys, argv, message):
     code, _, err = cli(capsys, "run", "--model", "bert-base", *argv)

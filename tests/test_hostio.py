@@ -310,10 +310,9 @@ def test_one_process_fills_its_replicas_inputs_in_turn():
         (0, 1, (0, 0)), (1, 1, (0, 0)), (2, 1, (1, 0)), (3, 1, (1, 0))}
     threads = _copies(sim.Options().replicationFactor(16).streamCallbackThreads(16))
     assert {c.host_fills for c in threads} == {1}
-    # 3 processes: the busiest holds 6 replicas, 4 of them simulated, each standing for 1.5 fills (not
-    # rounded up to 2, which would time 3 processes as 2)
-    thirds = _copies(sim.Options().replicationFactor(16).hostProcesses(3))
-    assert {(c.host_fills, c.host_thread) for c in thirds} == {(1.5, (0, 0))}
+    # 3 processes cannot share 16 replicas evenly, as PopRun requires
+    with pytest.raises(sim.OptionsError, match=r"hostProcesses\(3\): .* does not divide the 16 replicas"):
+        _copies(sim.Options().replicationFactor(16).hostProcesses(3))
     # the fill's host phase lasts its bytes over the host's rate, times the fills, holding the thread
     engine = sim.engine.Engine(sim.load_system("ipu-pod16"))
     (fill, _), _ = engine.prefetch_phases(copies[0])
@@ -375,18 +374,17 @@ def test_a_real_data_run_says_what_its_host_data_pipeline_must_deliver():
     assert not [n for n in run(1, synthetic=True).notes if "host's data pipeline" in n]
 
 
-def test_more_host_processes_than_replicas_is_noted():
-    """16 processes for 8 replicas: each replica has its own process, as with 8, and the run says
-    that 8 processes feed nothing."""
+def test_host_processes_must_divide_the_replicas():
+    """PopRun gives each instance as many replicas (--num-replicas a multiple of --num-instances): 16
+    processes for 8 replicas, or 3 for 8, are refused before anything is compiled; 8 and 2 run."""
     def run(processes: int) -> sim.Run:
         o = sim.Options().replicationFactor(8).deviceIterations(4).hostProcesses(processes)
         return sim.simulate(models.get("mlp"), "ipu-pod16", o)
 
-    eight, sixteen = run(8), run(16)
-    assert sixteen.cycle_count == eight.cycle_count
-    assert "hostProcesses 16 is more than the 8 replicas: 8 host processes have no replica to feed" \
-        in sixteen.executable.notes
-    assert not any(n.startswith("hostProcesses") for n in eight.executable.notes)
+    for processes in (16, 3):
+        with pytest.raises(sim.OptionsError, match=rf"hostProcesses\({processes}\): PopRun .* divisor of 8"):
+            run(processes)
+    assert run(2).cycle_count >= run(8).cycle_count  # 4 replicas a process fill in turn
 
 
 def test_a_popdist_instance_shares_its_host_link_with_the_next_instances_replicas():

@@ -294,14 +294,12 @@ def test_recomputation_never_raises_a_peak():
         recomputed = _compile(_bert_base(recompute_checkpoint_every_layer=True, **params), o, system)
         assert any(s.recomputed for s in recomputed.stages)
         # the data (everything but the program) never rises; the program grows by the recomputed ops'
-        # calls of their outlined forward programs (8.7 B of control code each), which shows when
-        # the peak is where recomputation saves nothing (the weight update), and by the program of
-        # each checkpointed op (its checkpoint attribute makes it an op of its own, not a call: on one
-        # IPU, layer 0's FFN layer norm, whose popops calls put 7 compute sets' vertex state and 5
-        # exchanges' code on every tile, 515 B; sim/cost/row_ops.py)
+        # calls of their outlined forward programs (8.7 B of control code each) and by the programs of
+        # the sequences the recomputed ops make outlining choose (on one IPU, 1,572 B in all), which shows
+        # when the peak is where recomputation saves nothing (the weight update)
         _assert_never_higher(_data_peaks(recomputed), {i: p + 1 for i, p in _data_peaks(plain).items()},
                              "recomputation")  # + 1: peaks are rounded up to whole bytes
-        _assert_never_higher(_peaks(recomputed), {i: p + 1_500 for i, p in _peaks(plain).items()}, "recomputation")
+        _assert_never_higher(_peaks(recomputed), {i: p + 1_600 for i, p in _peaks(plain).items()}, "recomputation")
 
 
 def test_rts_and_off_chip_optimizer_state_never_raise_a_peak():

@@ -140,8 +140,9 @@ def test_always_live_bound_is_the_compilers_always_live_memory():
 
 
 def test_candidates_run_with_a_host_process_every_few_replicas():
-    """A candidate's command gives its host processes (PopRun instances): ceil(replicas / N), N the
-    space's replicas_per_process (2 by default); one replica needs no flag."""
+    """A candidate's command gives its host processes (PopRun instances): the fewest that feed at most N
+    replicas each and divide the replicas, N the space's replicas_per_process (2 by default): 8 for 16
+    replicas at N 2, and at N 3 too (6 would not divide them); one replica needs no flag."""
     def flags(per_process=None):
         space = {} if per_process is None else {"replicas_per_process": per_process}
         pl = _planner("ipu-pod16", global_batch=(64, 64), micro_batches=[4], proportions=[0.6], pipelines=[1],
@@ -153,7 +154,8 @@ def test_candidates_run_with_a_host_process_every_few_replicas():
         return out
 
     assert flags() == {1: None, 16: "8"}
-    assert flags(3) == {1: None, 16: "6"}
+    assert flags(3) == {1: None, 16: "8"}
+    assert flags(5) == {1: None, 16: "4"}
     assert flags(16) == {1: None, 16: None}
     with pytest.raises(OptionsError, match="replicas per process 0"):
         planner.Space(["ipu-pod16"], (64, 64), replicas_per_process=0)

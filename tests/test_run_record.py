@@ -98,8 +98,8 @@ def test_notes_for_one_simulated_replica_and_idle_host_io_settings():
     o._Popart.set("defaultPrefetchBufferingDepth", 4)
     run = sim.simulate(models.get("mlp"), "ipu-mk2", o)
     assert "synthetic data: no host transfers run, so a prefetch depth above 1 has no effect" in run.executable.notes
-    o = sim.Options().enableSyntheticData(True).hostProcesses(2).streamCallbackThreads(4)
-    run = sim.simulate(models.get("mlp"), "ipu-mk2", o)
+    o = sim.Options().enableSyntheticData(True).replicationFactor(2).hostProcesses(2).streamCallbackThreads(4)
+    run = sim.simulate(models.get("mlp"), "ipu-m2000", o)
     assert ("synthetic data: no host transfers run, so hostProcesses and streamCallbackThreads have no effect"
             in run.executable.notes)
 

@@ -35,6 +35,19 @@ def name_size(text: str) -> tuple[str, int]:
     return key, size
 
 
+def given_dims(pairs: list[tuple[str, int]], error) -> dict[str, int]:
+    """The symbolic dimensions ``--dim NAME=SIZE`` gives (``pairs``, as :func:`name_size` reads them),
+    by name: one given twice with different sizes is an ``error`` (argparse's usage error), not a
+    silent choice of the last; the same size twice is one."""
+    dims: dict[str, int] = {}
+    for name, size in pairs:
+        if dims.get(name, size) != size:
+            error(f"symbolic dimension {name} is given twice, as --dim {name}={dims[name]} and --dim {name}={size}; "
+                  "give it once")
+        dims[name] = size
+    return dims
+
+
 def whole_numbers(least: int, example: str):
     """An argparse type: comma-separated whole numbers, each >= ``least``, as a list."""
     def parse(text: str) -> list[int]:

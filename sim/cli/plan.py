@@ -34,8 +34,8 @@ from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
 from ..results.run import unmodelled_call_effect
 from . import run
-from .argtypes import (QUIET, csv_file, margin, name_size, positive_int, progress, proportions, rate,
-                       verbosity, whole_numbers)
+from .argtypes import (QUIET, csv_file, given_dims, margin, name_size, positive_int, progress, proportions,
+                       rate, verbosity, whole_numbers)
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
                     kept_csv_error, run_points, simulate_point)
 
@@ -277,8 +277,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "fraction, fits (default: %(default)s, the largest that keeps every configuration Graphcore "
                    "publishes as running; 0 to fit to the byte)")
     a.add_argument("--replicas-per-process", type=positive_int, default=2, metavar="N",
-                   help="replicas each host process (PopRun instance) feeds; a candidate runs with "
-                   "--host-processes ceil(replicas / N) (default: 2, as Graphcore's PopRun scripts)")
+                   help="replicas each host process (PopRun instance) feeds at most; a candidate runs with the fewest "
+                   "--host-processes that divide its replicas (default: 2, as Graphcore's PopRun scripts)")
     a.add_argument("--host-data-rate", type=rate, metavar="SAMPLES_PER_S",
                    help="[hostDataRate] of every candidate: samples per second each host process's data pipeline "
                    "delivers, timed alone; a slower pipeline sets a candidate's throughput (default: keeps up)")
@@ -409,7 +409,7 @@ def build_planner(args, parser) -> planner.Planner:
     if kept:
         parser.error(kept)
     model = planner.Model(args.model, run.given_params(args, parser.error, _PARAM_FLAGS), args.onnx,
-                          dict(args.dim), args.loss)
+                          given_dims(args.dim, parser.error), args.loss)
     space = planner.Space(
         systems=args.system, global_batch=args.global_batch, training=args.training,
         optimizer=args.optimizer or "sgd", pipelines=args.pipeline, replicas=args.replicas,

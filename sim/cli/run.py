@@ -29,8 +29,8 @@ from ..options import Options, OutputMode, OverlapMode, PipelineCopies, TensorLo
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
 from ..strategy import (Liveness, ParallelPhasedExecution, Phase, PipelinedExecution, SerialPhasedExecution,
                         ShardedExecution, Stage, SyncPattern, assign)
-from .argtypes import (QUIET, add_verbosity, margin, name_size, positive_int, progress, proportions, rate,
-                       verbosity, whole_numbers)
+from .argtypes import (QUIET, add_verbosity, given_dims, margin, name_size, positive_int, progress, proportions,
+                       rate, verbosity, whole_numbers)
 
 DEFAULT_SYSTEM = "ipu-mk2"
 DEFAULT_MODEL = "bert-base"
@@ -50,11 +50,24 @@ def _parse_value(text: str):
     return text
 
 
+class _Given(tuple):
+    """A ``--param`` as parsed, ``(key, value)``, with ``text``: the argument as typed, which the
+    messages quote (``hidden=[64]``, not the list it reads as)."""
+
+    def __new__(cls, key: str, value, text: str):
+        given = super().__new__(cls, (key, value))
+        given.text = text
+        return given
+
+    def __getnewargs__(self):  # copies and pickles keep the text
+        return (*self, self.text)
+
+
 def _key_value(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip().replace("-", "_"), _parse_value(value.strip())
+    return _Given(key.strip().replace("-", "_"), _parse_value(value.strip()), text)
 
 
 def _output_mode(text: str) -> tuple[OutputMode, int | None]:
@@ -265,7 +278,7 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
     x.add_argument("--host-processes", type=positive_int, metavar="N",
                    help="the simulator's own [hostProcesses]: host processes (PopRun instances) feeding the "
-                   "replicas, each filling its replicas' input buffers in turn (default: 1)")
+                   "replicas, each filling its replicas' input buffers in turn; a divisor of the replicas (default: 1)")
     x.add_argument("--host-data-rate", type=rate, metavar="SAMPLES_PER_S",
                    help="the simulator's own [hostDataRate]: samples per second each host process's data pipeline "
                    "(DataLoader, infeed) delivers, as timed alone; a slower pipeline sets the throughput "
@@ -320,9 +333,13 @@ def given_params(args, error, flags: tuple = MODEL_PARAM_FLAGS) -> dict:
     silent choice."""
     def shown(value) -> str:
         return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+    def typed(kv) -> str:  # a --param as typed (one built in code: as --param reads it back)
+        key, value = kv
+        return getattr(kv, "text", None) or f"{key}={value if isinstance(value, str) else json.dumps(value)}"
     given = [(k, getattr(args, k), f"--{k.replace('_', '-')} {getattr(args, k)}") for k in flags
              if getattr(args, k, None) is not None]
-    given += [(k, v, f"--param {k}={shown(v)}") for k, v in args.param]
+    given += [(kv[0], kv[1], f"--param {typed(kv)}") for kv in args.param]
     if getattr(args, "layers_per_ipu", None) is not None:
         given.append(("layers_per_ipu", args.layers_per_ipu, f"--layers-per-ipu {shown(args.layers_per_ipu)}"))
     params, source = {}, {}
@@ -487,8 +504,8 @@ def _onnx_graph(args, parser) -> sim.Graph:
     if zoo_only:
         parser.error(f"{zoo_only[0]} sets a zoo model's parameter; an ONNX model's sizes are in its file "
                      "(size its symbolic dimensions with --micro-batch and --dim NAME=SIZE)")
-    return sim_onnx.load(args.onnx, batch_size=args.micro_batch, dims=dict(args.dim) or None,
-                         loss=args.loss if args.training else None)
+    return sim_onnx.load(args.onnx, batch_size=args.micro_batch, dims=given_dims(args.dim, parser.error) or None,
+                         loss=args.loss if args.training else None, batch_flag="--micro-batch")
 
 
 def simulate_args(args, parser) -> sim.Run:

@@ -159,6 +159,30 @@ def check_common(common: list[str], points: list[dict[str, str]] = ()) -> None:
     _parse(parser, common)
 
 
+def point_argv(common: list[str], point: dict[str, str]) -> list[str]:
+    """The ``ipusim run`` flags of one grid point: ``common`` and each grid flag with its value (an empty
+    value leaves the flag out)."""
+    return common + [a for flag, v in point.items() for a in (f"--{flag}", v) if v != ""]
+
+
+def check_values(common: list[str], points: list[dict[str, str]]) -> None:
+    """Every grid value parses as ``ipusim run`` reads it, beside the flags after ``--``, and so does
+    every point (checked before any point runs): a value ``ipusim run`` rejects (``--grid
+    micro-batch=1,abc``) is a :class:`PointError` naming its axis and value, not a failed row once
+    the points before it have run."""
+    parser = _run_parser()
+    for flag, value in dict.fromkeys((f, v) for p in points for f, v in p.items() if v != ""):
+        try:
+            _parse(parser, common + [f"--{flag}", value])
+        except PointError as e:
+            raise PointError(f"--grid {flag}={value}: {e}") from None
+    for p in points:
+        try:
+            _parse(parser, point_argv(common, p))
+        except PointError as e:
+            raise PointError(f"--grid point {', '.join(f'{f}={v}' for f, v in p.items())}: {e}") from None
+
+
 def _action(parser: argparse.ArgumentParser, flag: str):
     """The action of ``parser`` whose option strings hold ``flag``."""
     return next(a for a in parser._actions if flag in a.option_strings)
@@ -360,6 +384,7 @@ def sweep(axes: list[str], common: list[str], workers: int | None = None, dask: 
         raise PointError(f"workers must be a whole number >= 1, got {workers}")
     points = grid_points(axes)
     check_common(common, points)
+    check_values(common, points)
     flags = list(points[0])
     columns = flags + [c for c in RESULT_COLUMNS if c not in flags]
     shared = shlex.join(common)
@@ -371,8 +396,7 @@ def sweep(axes: list[str], common: list[str], workers: int | None = None, dask: 
         found = _read_rows(csv_path, columns + [SHARED_COLUMN])
         _check_shared(csv_path, found, shared)
         earlier = {key(r): r for r in found}
-    argvs = {i: common + [a for flag, v in p.items() for a in (f"--{flag}", v) if v != ""]
-             for i, p in enumerate(points) if key(p) not in earlier}
+    argvs = {i: point_argv(common, p) for i, p in enumerate(points) if key(p) not in earlier}
     rows: dict[int, dict] = {}
     out = _CsvRows(csv_path, columns + [SHARED_COLUMN], append=resume)
     bar = _progress_bar(len(points), len(points) - len(argvs))

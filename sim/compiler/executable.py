@@ -26,7 +26,7 @@ from ..hardware.system import System, interned, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
 from . import graph_functions, loops, outlining, outplace
 from .program_memory import program_memory
-from ..options import Options, OutputMode, OverlapMode, PipelineCopies
+from ..options import CONVOLUTION_KINDS, Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
 from ..program import Sequence
 from ..schedule.context import Context
@@ -243,16 +243,13 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         if idle:
             notes.append(f"synthetic data: no host transfers run, so {' and '.join(idle)} "
                          f"{'has' if len(idle) == 1 else 'have'} no effect")
-    if o.host_processes() > o.total_replicas():
-        notes.append(f"hostProcesses {o.host_processes()} is more than the {o.total_replicas()} replicas: "
-                     f"{o.host_processes() - o.total_replicas()} host processes have no replica to feed")
     for kind, where in o.TensorLocations.locations.items():
         io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load),
                                       ("useIOTilesToStore", where.io_tiles_to_store)) if used]
         if io:
             notes.append(f"TensorLocations {kind} location {' and '.join(io)}: accepted, no modelled effect "
                          "(off-chip tensors are loaded to and stored from the compute tiles)")
-    notes += idle_settings(g, o, opt, k, rounded)
+    notes += idle_settings(g, o, opt, k, rounded, strategy)
     if optimizer is not None and not training:
         name = optimizer.name if isinstance(optimizer, Optimizer) else optimizer
         notes.append(f"optimizer {name!r}: an inference run (training=False) updates no weights; no effect")
@@ -370,11 +367,12 @@ def _no_accumulators(o: Options, optimizer: Optimizer) -> str:
     return f"optimizer {optimizer.name} accumulates the gradients into its own state, no accumulators"
 
 
-def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rounded: int) -> list[str]:
+def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rounded: int,
+                  strategy: str = "single") -> list[str]:
     """Notes for settings that have nothing to act on in this run (the run is what it would be
     without them): ``g`` is the compiler's graph, ``optimizer`` that of a training run (None at
     inference), ``k`` the IPUs of a replica, ``rounded`` the IPUs the run takes after
-    ``autoRoundNumIPUs``."""
+    ``autoRoundNumIPUs``, ``strategy`` the execution strategy (``pipelined``, ``sharded``, ...)."""
     training = optimizer is not None
     notes = []
     roles = {t.role for t in g.tensors.values()}
@@ -403,6 +401,27 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
                          "no effect")
     if o.stable_norm and not any(op.kind in STATISTICS_NORMS for op in g.ops):
         notes.append("enableStableNorm: the model has no batch, group or layer norm; no effect")
+    elif o.stable_norm and not any(op.kind in STATISTICS_NORMS and (training or op.kind != "batchnorm")
+                                   for op in g.ops):
+        notes.append("enableStableNorm: in inference a batch norm uses its running statistics and computes none, "
+                     "and the model has no group or layer norm; no effect")
+    notes += _idle_partials(g, o)
+    if o.just_in_time_copies() and (o.graph_functions or not o.outlining() or o.alias_zero_copy()):
+        why = ("TensorFlow's graph functions run no PopART outlining" if o.graph_functions else
+               "outlining is off (enableOutlining False)" if not o.outlining() else
+               "aliasZeroCopy elides the calls' copies")
+        notes.append(f"subgraphCopyingStrategy JustInTime: it places the copies of outlined calls, and {why}; "
+                     "no effect")
+    if not o.fully_connected_pass and not training and any(op.kind == "matmul" for op in g.ops):
+        notes.append("enableFullyConnectedPass False: an inference matmul's INFERENCE_FWD pass is planned as a "
+                     "plain matmul (poplin's NONE_MATMUL) in the simulator either way; no effect")
+    if not training and any(op.attrs.get("recomputation_checkpoint") for op in g.ops):
+        notes.append("recomputation checkpoints: an inference run recomputes nothing, and PopART outlines a "
+                     "checkpoint as any other op; no effect")
+    if o.stream_callback_threads > 1 and o.replicas_per_host_process() == 1 and not o.synthetic_data:
+        notes.append(f"streamCallbackThreads {o.stream_callback_threads}: each host process feeds one replica, "
+                     "whose input buffers its threads fill one after another (the simulator shares a process's "
+                     "replicas among its threads); no effect")
     if o.non_stable_softmax and not any(op.attrs.get("non_stable") for op in g.ops):
         notes.append("enableNonStableSoftmax: the model has no softmax but log-softmaxes, which stay stable; no effect")
     if k == 1 and o.sync_pattern != SyncPattern.Full:
@@ -411,6 +430,9 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
     if o.pipeline_copies != PipelineCopies.Merged and k == 1:
         notes.append(f"pipelineCopies {o.pipeline_copies.name}: a model on one IPU has no inter-IPU copies; "
                      "no effect")
+    elif o.pipeline_copies != PipelineCopies.Merged and strategy != "pipelined":
+        notes.append(f"pipelineCopies {o.pipeline_copies.name}: it orders a pipeline cycle's copies, and this "
+                     f"run is {strategy}, without pipeline cycles; no effect")
     notes += _idle_weight_update_settings(g, o, training, k)
     if o.tied_gather_accumulate and not training:
         notes.append("TiedGather patterns: they rewrite a training graph's tied embedding gradient; no effect in "
@@ -423,6 +445,22 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
     if rounded > used:
         notes.append(f"autoRoundNumIPUs: {k} IPU(s) per replica x {o.total_replicas()} replica(s) = {used} IPUs, "
                      f"rounded up to {rounded}; {rounded - used} of them idle")
+    return notes
+
+
+def _idle_partials(g: Graph, o: Options) -> list[str]:
+    """Notes for half partials set where no matmul or convolution takes half or FP8 operands: poplin
+    accumulates a float32 product in float whatever ``partialsType`` says (``sim.cost.amp.amp_mode``)."""
+    notes = []
+    for setting, kinds in (("partialsTypeMatMuls half", ("matmul",)),
+                           ("convolutions' partialsType half", CONVOLUTION_KINDS)):
+        if o.partials_type(kinds[0]) != "half":
+            continue
+        ops = [op for op in g.ops if op.kind in kinds]
+        if not any(g.tensors[op.inputs[0]].dtype != "float32" for op in ops):
+            what = "matmul" if kinds[0] == "matmul" else "convolution"
+            has = f"its {what}s are float32, whose partials stay float" if ops else f"the model has no {what}"
+            notes.append(f"{setting}: {has}; no effect")
     return notes
 
 

@@ -63,10 +63,13 @@ HIGH_VALUE, LOW_VALUE = 1000.0, 0.1
 
 def _equivalence(op: Op, g: Graph, signatures: Signatures | None = None) -> tuple:
     """What PopART compares to match ops (``Op::getSubgraphEquivId``: the type, attributes and tensor
-    infos): :func:`~sim.cost.rules.op_signature` without the inputs' roles and without the attributes
-    that name a tensor (an accumulation's or an update's weight: which tensor, not what is done)."""
+    infos): :func:`~sim.cost.rules.op_signature` without the inputs' roles, without the attributes
+    that name a tensor (an accumulation's or an update's weight: which tensor, not what is done) and
+    without a recomputation checkpoint's mark (``Op::appendOutlineAttributes`` tells a recomputed op
+    apart only: ``Checkpoint`` outlines as an unmarked op; a recomputed op is an op of its own here)."""
     kind, ins, outs, attrs = signatures(op) if signatures else op_signature(op, g)
-    attrs = tuple((k, v) for k, v in attrs if not (isinstance(v, str) and v in g.tensors))
+    attrs = tuple((k, v) for k, v in attrs
+                  if k != "recomputation_checkpoint" and not (isinstance(v, str) and v in g.tensors))
     return kind, tuple((shape, dtype) for shape, dtype, _role in ins), outs, attrs
 
 

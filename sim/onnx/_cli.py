@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     (0 success, 2 a usage or simulator error, 3 out of tile memory, 1 a file error)."""
     import sim
 
+    from ..cli.argtypes import given_dims
     from ..results.report import format_summary, to_json
 
     parser = build_parser()
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.gradient_accumulation and not args.training:
             parser.error("--gradient-accumulation only applies with --training")
         graph = load(args.model, batch_size=args.batch_size, dtype=args.dtype, loss=args.loss,
-                     dims=dict(args.dim))
+                     dims=given_dims(args.dim, parser.error), batch_flag="--batch-size")
         if args.training and graph.loss is None:
             outs = ", ".join(graph.outputs)
             parser.error(f"--training needs a loss: name it with --loss TENSOR, a one-element tensor the model "

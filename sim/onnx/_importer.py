@@ -56,8 +56,10 @@ def _read(model) -> tuple[onnx.ModelProto, str | None, Path | None]:
 
 
 class _Importer:
-    def __init__(self, model, batch_size, dtype, dims, name, base_dir):
+    def __init__(self, model, batch_size, dtype, dims, name, base_dir, batch_flag=None):
         self.model = model
+        #: how the errors name the batch size's flag on the command line (see :func:`load`)
+        self.batch_flag = batch_flag
         self.base_dir = base_dir
         self.float_override = None
         if dtype is not None:
@@ -122,7 +124,7 @@ class _Importer:
                         raise GraphError(
                             f"sim.onnx.load: the batch size {batch_size} and dims[{batch!r}] = {dims[batch]} size the "
                             f"same dimension (input {vi.name!r}'s batch) two ways: give one of them (on the command "
-                            f"line, --micro-batch or --dim {batch}=N)")
+                            f"line, --dim {batch}=N or {self._batch_flag_text()})")
                     dims.setdefault(batch, int(batch_size))
         resolved, missing = {}, []
         for vi in inputs:
@@ -154,7 +156,7 @@ class _Importer:
             what = "; ".join(f"input {n!r} dim {i}" + (f" ({p!r})" if p else "") for n, i, p in missing)
             # the batch dimension (a leading one, unnamed or the batch's name) takes batch_size; any other
             # named one, a leading one too (an input led by its sequence), takes dims
-            parts = (["load(..., batch_size=N) (command line: --micro-batch / --batch-size N) for a leading (batch) "
+            parts = ([f"load(..., batch_size=N) (command line: {self._batch_flag_text('N')}) for a leading (batch) "
                       "dimension"] if any(i == 0 and p in ("", batch) for _, i, p in missing) else [])
             named = sorted({p for _, i, p in missing if p and (i > 0 or p != batch)})
             if named:
@@ -176,6 +178,15 @@ class _Importer:
                     f"dimensions ({', '.join(f'{n}: {d}' for n, d in fixed.items())}); re-export it with a "
                     "dynamic batch axis, or leave batch_size out")
         return resolved
+
+    def _batch_flag_text(self, value: str = "") -> str:
+        """The command-line flag that gives the batch size, followed by ``value`` (``--micro-batch N``): the
+        front end's own (``batch_flag``), else both front ends' (``ipusim run``'s and ``python -m sim.onnx``'s)."""
+        def flag(name: str) -> str:
+            return f"{name} {value}".rstrip()
+        if self.batch_flag:
+            return flag(self.batch_flag)
+        return f"{flag('--micro-batch')} in ipusim run, {flag('--batch-size')} in python -m sim.onnx"
 
     def _micro_batch(self, batch_size, dims) -> int | None:
         """The model's micro-batch: ``batch_size``; else the size given to the one symbolic
@@ -559,7 +570,7 @@ class _Importer:
 
 
 def load(model, batch_size: int | None = None, dtype: str | None = None, *, loss: str | None = None,
-         dims: dict | None = None, name: str | None = None) -> Graph:
+         dims: dict | None = None, name: str | None = None, batch_flag: str | None = None) -> Graph:
     """Import an ONNX model as a :class:`sim.Graph`.
 
     ``model`` is a file path, the serialized bytes, or an ``onnx.ModelProto`` (not modified).
@@ -570,11 +581,23 @@ def load(model, batch_size: int | None = None, dtype: str | None = None, *, loss
     computes, as PopART takes any scalar as the final loss); without
     it, a model with exactly one SoftmaxCrossEntropyLoss/NegativeLogLikelihoodLoss output
     trains on that. ``name`` names the graph (default: the file's stem, else the ONNX graph's
-    name).
+    name). ``batch_flag`` is the command-line flag that gives ``batch_size`` in the front end
+    calling (``"--micro-batch"`` for ``ipusim run``), which the errors then name; by default
+    they name each front end's.
+
+    The graph's ``params`` (a run summary's ``model_params``) record what was given, so that two
+    runs can be told apart: ``onnx`` (the file's path as given; none for bytes or a proto),
+    ``batch_size``, ``dims``, ``dtype`` and ``loss``, each only when given.
     """
     proto, stem, base_dir = _read(model)
     gname = name or stem or proto.graph.name or "onnx_model"
-    return _Importer(proto, batch_size, dtype, dims, gname, base_dir).run(loss)
+    graph = _Importer(proto, batch_size, dtype, dims, gname, base_dir, batch_flag).run(loss)
+    # the sizes are whole numbers by now (the importer checked them): plain ints, as JSON writes them
+    given = {"onnx": str(model) if isinstance(model, (str, os.PathLike)) else None,
+             "batch_size": None if batch_size is None else int(batch_size),
+             "dims": {str(k): int(v) for k, v in dims.items()} if dims else None, "dtype": dtype, "loss": loss}
+    graph.params = {k: v for k, v in given.items() if v is not None}
+    return graph
 
 
 def _batch_name(inputs) -> str | None:

@@ -1,0 +1,110 @@
+"""Settings a run has nothing to act on are named in its notes, never silently dropped; model
+parameters with nothing to act on are refused; a recomputation checkpoint changes nothing in
+inference (PopART outlines it as any other op)."""
+
+from __future__ import annotations
+
+import pytest
+
+import models
+import sim
+from sim.options import PipelineCopies, TensorLocationSettings
+from sim.strategy import AutoStage, ShardedExecution
+
+
+def _notes(graph, system="ipu-mk2", options=None, training=False) -> list[str]:
+    return sim.simulate(graph, system, options or sim.Options(), training=training).executable.notes
+
+
+def _bert(**params):
+    return models.get("bert-base", num_layers=2, micro_batch=2, seq_len=128, **params)
+
+
+def test_half_partials_on_float32_matmuls_and_without_convolutions():
+    o = sim.Options()
+    o.Precision.setPartialsType("half")
+    notes = _notes(models.get("mlp"), options=o)  # float32 matmuls, no convolution
+    assert "partialsTypeMatMuls half: its matmuls are float32, whose partials stay float; no effect" in notes
+    assert "convolutions' partialsType half: the model has no convolution; no effect" in notes
+    assert not any(n.startswith("partialsTypeMatMuls") for n in _notes(_bert(), options=o))  # fp16 matmuls
+
+
+def test_stable_norm_on_an_inference_batch_norm():
+    o = sim.Options().enableStableNorm(True)
+    g = models.get("resnet50", micro_batch=1)
+    assert ("enableStableNorm: in inference a batch norm uses its running statistics and computes none, and "
+            "the model has no group or layer norm; no effect") in _notes(g, options=o)
+    assert not any(n.startswith("enableStableNorm") for n in _notes(_bert(), options=o))  # layer norms
+
+
+def test_just_in_time_copies_without_outlining():
+    o = sim.Options()
+    o._Popart.set("subgraphCopyingStrategy", 1)
+    o._Popart.set("enableOutlining", False)
+    assert ("subgraphCopyingStrategy JustInTime: it places the copies of outlined calls, and outlining is off "
+            "(enableOutlining False); no effect") in _notes(_bert(), options=o)
+    o._Popart.set("enableOutlining", True)
+    assert not any(n.startswith("subgraphCopyingStrategy") for n in _notes(_bert(), options=o))
+
+
+def test_per_stage_pipeline_copies_without_a_pipeline():
+    o = sim.Options().setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
+    notes = _notes(_bert(layers_per_ipu=[1, 1]), "ipu-m2000", o.pipelineCopies(PipelineCopies.PerStage))
+    assert ("pipelineCopies PerStage: it orders a pipeline cycle's copies, and this run is sharded, without "
+            "pipeline cycles; no effect") in notes
+
+
+def test_stream_callback_threads_for_one_replica_a_process():
+    o = sim.Options().streamCallbackThreads(4)
+    note = ("streamCallbackThreads 4: each host process feeds one replica, whose input buffers its threads fill "
+            "one after another (the simulator shares a process's replicas among its threads); no effect")
+    assert note in _notes(models.get("mlp"), options=o)
+    two = sim.Options().replicationFactor(2).streamCallbackThreads(4)
+    assert not any(n.startswith("streamCallbackThreads") for n in _notes(models.get("mlp"), "ipu-m2000", two))
+
+
+def test_clearing_the_fully_connected_pass_in_inference():
+    o = sim.Options()
+    o._Popart.set("enableFullyConnectedPass", False)
+    plain = sim.simulate(_bert(), "ipu-mk2", sim.Options())
+    cleared = sim.simulate(_bert(), "ipu-mk2", o)
+    assert cleared.cycle_count == plain.cycle_count
+    assert any(n.startswith("enableFullyConnectedPass False: an inference matmul's INFERENCE_FWD pass")
+               for n in cleared.executable.notes)
+
+
+def test_recomputation_checkpoints_change_nothing_in_inference():
+    """A checkpoint marks its op Checkpoint, which PopART's outliner treats as unmarked
+    (Op::appendOutlineAttributes compares only Recompute), and inference recomputes nothing: the
+    run is the same as without checkpoints, and its notes say so."""
+    plain = sim.simulate(_bert(recompute_checkpoint_every_layer=False), "ipu-mk2", sim.Options())
+    marked = sim.simulate(_bert(recompute_checkpoint_every_layer=True), "ipu-mk2", sim.Options())
+    assert marked.cycle_count == plain.cycle_count
+    assert ("recomputation checkpoints: an inference run recomputes nothing, and PopART outlines a checkpoint as "
+            "any other op; no effect") in marked.executable.notes
+    assert not any(n.startswith("recomputation checkpoints") for n in plain.executable.notes)
+
+
+@pytest.mark.parametrize("params, key", [
+    (dict(checkpoint_dtype="float8"), "checkpoint_dtype"),  # one IPU: no checkpoints
+    (dict(checkpoint_last_layer=True), "checkpoint_last_layer"),
+    (dict(checkpoint_dtype="float8", recompute_checkpoint_every_layer=True), "checkpoint_dtype"),  # last stage
+])
+def test_checkpoint_parameters_without_checkpoints_to_act_on_are_refused(params, key):
+    with pytest.raises(sim.GraphError, match=rf"parameter {key}=.* has no effect "):
+        _bert(**params)
+    _bert(checkpoint_dtype="float8", layers_per_ipu=[1, 1])  # checkpoints stashed between stages: taken
+
+
+def test_host_processes_must_divide_the_replicas_from_the_command_line(capsys):
+    from sim.cli.main import main
+    code = main(["run", "--model", "mlp", "--system", "ipu-m2000", "--replicas", "4", "--host-processes", "3"])
+    assert code == 2
+    assert "hostProcesses(3): PopRun gives every instance the same number of replicas" in capsys.readouterr().err
+
+
+def test_rts_over_one_replica_is_still_noted():  # the notes kept beside the new ones
+    o = sim.Options()
+    o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True))
+    notes = sim.simulate(_bert(), "ipu-mk2", o, training=True, optimizer="adam").executable.notes
+    assert any("replicated tensor sharding over 1 replica shards nothing" in n for n in notes)
