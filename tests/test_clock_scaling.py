@@ -52,7 +52,7 @@ def test_seconds_lines_take_the_same_seconds(runs):
 
 def test_step_seconds_add_up_to_the_call_over_its_weight_updates():
     setup = replace(validation._pair_setup("M5"), params=validation._params(
-        micro_batch=2, recompute_checkpoints="blocks", eight_bit_io=True), replicas=4, accumulation=2)
+        micro_batch=2, recompute_checkpoints="blocks", eight_bit_io=True), replicas=4, processes=2, accumulation=2)
     # M5's call runs the weight updates of a fifth of an epoch, as the TF1 script does
     assert setup.device_iterations == 1_281_167 // 1920 // 5 == 133
     lines, per_ipu = validation.step_seconds(setup)
