@@ -235,7 +235,7 @@ class Space:
     #: availableMemoryProportion values the relieved IPU alone tries, below the configuration's
     #: own (default: the lowest of ``proportions``; empty: the same proportion on every IPU)
     relief_proportions: list[float] | None = None
-    #: replicas each host process (PopRun instance) feeds, filling their input buffers in turn
+    #: replicas each host process (PopRun instance) feeds at most, filling their input buffers in turn
     #: (``Options.hostProcesses``): 2, as Graphcore's PopRun scripts run ResNet-50 (8 instances for
     #: 16 replicas); one process for every replica would hide the host, one for all would bind it
     replicas_per_process: int = 2
