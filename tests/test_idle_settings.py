@@ -108,3 +108,23 @@ def test_rts_over_one_replica_is_still_noted():  # the notes kept beside the new
     o.TensorLocations.setOptimizerLocation(TensorLocationSettings().useReplicatedTensorSharding(True))
     notes = sim.simulate(_bert(), "ipu-mk2", o, training=True, optimizer="adam").executable.notes
     assert any("replicated tensor sharding over 1 replica shards nothing" in n for n in notes)
+
+
+def test_reduction_type_and_recomputation_with_nothing_to_act_on():
+    o = sim.Options()
+    o.Training.accumulationAndReplicationReductionType(sim.options.ReductionType.Sum)
+    assert ("Training.accumulationAndReplicationReductionType: an inference run has no gradients to reduce; "
+            "no effect") in _notes(models.get("mlp"), options=o)
+    assert ("Training.accumulationAndReplicationReductionType: one micro-batch a weight update on one replica to "
+            "reduce; no effect") in _notes(models.get("mlp"), options=o, training=True)
+    o = sim.Options()
+    o._Popart.set("autoRecomputation", 0)
+    assert ("autoRecomputation: PopART recomputes a pipelined training run's stages, and this run is not "
+            "pipelined; no effect") in _notes(models.get("mlp"), options=o, training=True)
+
+
+def test_default_float32_accumulators_are_not_noted():
+    """A plain training run without accumulation says nothing of the accumulators' dtype it was not
+    given (float32 is PopTorch's default); float16 set without accumulation is noted."""
+    notes = _notes(models.get("mlp"), training=True)
+    assert not any(n.startswith("gradient accumulators") for n in notes)

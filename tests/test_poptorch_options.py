@@ -420,11 +420,17 @@ def test_combined_sgd_accumulates_into_its_velocity_as_the_notes_say():
 
     o = poptorch.Options()
     o.Training.gradientAccumulation(6)
-    opt = poptorch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, use_combined_accum=True)
+    opt = poptorch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, use_combined_accum=True,
+                             accum_type=torch.float16)
     model = poptorch.trainingModel(M(), o, opt)
     model.compile(torch.randn(12, 8), torch.zeros(12, dtype=torch.long))
     notes = [n for n in model.executable.notes if n.startswith("gradient accumulators")]
     assert notes and all("accumulates the gradients into its own state" in n for n in notes)
+    # the default (float32, not given) is not noted
+    plain = poptorch.trainingModel(M(), o, poptorch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9,
+                                                              use_combined_accum=True))
+    plain.compile(torch.randn(12, 8), torch.zeros(12, dtype=torch.long))
+    assert not [n for n in plain.executable.notes if n.startswith("gradient accumulators")]
 
 
 def test_convolution_partials_follow_convolution_options():

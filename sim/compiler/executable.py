@@ -26,7 +26,7 @@ from ..hardware.system import System, interned, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
 from . import graph_functions, loops, outlining, outplace
 from .program_memory import program_memory
-from ..options import CONVOLUTION_KINDS, Options, OutputMode, OverlapMode, PipelineCopies
+from ..options import CONVOLUTION_KINDS, Options, OutputMode, OverlapMode, PipelineCopies, _recomputation_code
 from ..schedule.hostio import io_tile_buffer_check
 from ..program import Sequence
 from ..schedule.context import Context
@@ -396,7 +396,7 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         if "state" not in roles and optimizer.state_dtype != "float32":
             notes.append(f"optimizer {optimizer.name} keeps no state: its state dtype {optimizer.state_dtype} "
                          "has no effect")
-        if optimizer.accum_dtype and "accumulator" not in roles:
+        if optimizer.accum_dtype not in (None, "float32") and "accumulator" not in roles:  # float32: the default
             notes.append(f"gradient accumulators {optimizer.accum_dtype}: {_no_accumulators(o, optimizer)}; "
                          "no effect")
     if o.stable_norm and not any(op.kind in STATISTICS_NORMS for op in g.ops):
@@ -418,6 +418,15 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
     if not training and any(op.attrs.get("recomputation_checkpoint") for op in g.ops):
         notes.append("recomputation checkpoints: an inference run recomputes nothing, and PopART outlines a "
                      "checkpoint as any other op; no effect")
+    if "Training.accumulationAndReplicationReductionType" in o.set_options and (
+            not training or (o.Training.gradient_accumulation == 1 and o.total_replicas() == 1)):
+        notes.append("Training.accumulationAndReplicationReductionType: "
+                     + ("an inference run has no gradients" if not training else
+                        "one micro-batch a weight update on one replica") + " to reduce; no effect")
+    recompute = o._Popart.values.get("autoRecomputation")
+    if recompute is not None and _recomputation_code(recompute) in (0, 3) and (not training or strategy != "pipelined"):
+        notes.append("autoRecomputation: PopART recomputes a pipelined training run's stages, and this run is "
+                     f"{'inference' if not training else 'not pipelined'}; no effect")
     if o.stream_callback_threads > 1 and o.replicas_per_host_process() == 1 and not o.synthetic_data:
         notes.append(f"streamCallbackThreads {o.stream_callback_threads}: each host process feeds one replica, "
                      "whose input buffers its threads fill one after another (the simulator shares a process's "

@@ -18,6 +18,8 @@ EXPRESSIONS = {
     "cosh": (["exp", "reciprocal", "add", "scale"], ["exp", "reciprocal", "sub", "scale", "mul"]),
     "sinh": (["exp", "reciprocal", "sub", "scale"], ["exp", "reciprocal", "add", "scale", "mul"]),
     "frac": (["trunc", "sub"], ["copy"]),
+    # PopTorch's erfc handler (scripts/PopAtenHandlers.py): 1 - erf(x); its gradient -2/sqrt(pi) exp(-x^2) dy
+    "erfc": (["erf", "sub"], ["square", "scale", "exp", "mul", "scale"]),
     "log10": (["log", "scale"], ["div", "scale"]),
     "log2": (["log", "scale"], ["div", "scale"]),
     "mish": (["exp", "log1p", "tanh", "mul"],

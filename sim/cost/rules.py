@@ -1269,7 +1269,7 @@ def _reduce_many(ins, outs, ipu, tiles) -> OpCost:
 #: binary and ternary ops, poprand generators)
 _POINTWISE = {"abs", "ceil", "floor", "round", "trunc", "sign", "sqrt", "rsqrt", "reciprocal", "square",
               "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "erf", "isnan", "logical_not",
-              "bitwise_not", "maximum", "minimum", "pow", "remainder", "compare", "logical", "bitwise",
+              "bitwise_not", "maximum", "minimum", "pow", "remainder", "atan2", "compare", "logical", "bitwise",
               "select", "clamp", "random_uniform", "random_normal", "random_bernoulli"}
 
 

@@ -1026,6 +1026,11 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
             grad_map(0, ["pow", "mul", "mul"], [t.name for t in ins])
         if len(ins) > 1 and wants(1):
             grad_map(1, ["log", "mul", "mul"], [ins[0].name, y])
+    elif k == "atan2":  # PopART's Atan2Arg0GradOp / Atan2Arg1GradOp: dy x / (x^2 + y^2), -dy y / (x^2 + y^2)
+        for i in (0, 1):
+            if wants(i):
+                grad_map(i, ["square", "square", "add", "div", "mul"] + (["scale"] if i else []),
+                         [t.name for t in ins])
     elif k == "remainder":
         if wants(0):
             bw.give(ins[0].name, dy)

@@ -37,6 +37,7 @@ from .enums import (AutoStage, CommGroupType, ConnectionType, DataLoaderMode,
                     HalfFloatCastingBehavior, Liveness, MatMulSerializationMode,
                     MeanReductionStrategy, MultiConvPlanType, OutputMode, OverlapMode,
                     ReductionType, SharingStrategy, SyncPattern, VariableRetrievalMode)
+from ..options import PipelineCopies  # the simulator's own Options.pipelineCopies takes it
 from ._printing import module_repr, print  # noqa: A004 - PopTorch exports its own print
 from .executor import (PoplarExecutor, inferenceModel, load, registerPostCompileHook,
                        registerPreCompileHook, trainingModel)
@@ -114,5 +115,5 @@ __all__ = [
     "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
     "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
     "cond", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser", "registerCustomArgParser",
-    "registerPreCompileHook", "registerPostCompileHook", "profiling", "module_repr", "print",
+    "registerPreCompileHook", "registerPostCompileHook", "profiling", "module_repr", "print", "PipelineCopies",
 ]

@@ -9,7 +9,7 @@ on the text, or catch ``poptorch.Error``, behave the same. They also derive from
 
 from __future__ import annotations
 
-from ..errors import IpuSimError, OutOfMemoryError
+from ..errors import IpuSimError, OptionsError, OutOfMemoryError
 
 
 class Error(IpuSimError, RuntimeError):
@@ -51,6 +51,13 @@ class OutOfMemory(Error, OutOfMemoryError):
         self.ipu, self.op = cause.ipu, cause.op
         self.shortfall_bytes, self.shortfalls = cause.shortfall_bytes, dict(cause.shortfalls)
         self.where, self.margin, self.margin_bytes = cause.where, cause.margin, cause.margin_bytes
+
+
+class CompileError(Error, OptionsError):
+    """A check the model's compilation fails (a pipeline deeper than the micro-batches that fill it,
+    automatic loss scaling on a float32 model, ...), raised as PopTorch raises PopART's and its own
+    compile-time checks (``ERROR_ON_MSG`` in popart_compiler Compiler.cpp): a ``poptorch.Error``.
+    It is also the simulator's :class:`sim.OptionsError`, whose message it carries."""
 
 
 def error(message: str) -> Error:

@@ -33,7 +33,7 @@ ALIASES = {"arccos": "acos", "arctan": "atan", "arccosh": "acosh", "arcsinh": "a
 # torch name -> graph kind of a two-operand op
 BINARY = {
     "maximum": "maximum", "fmax": "maximum", "minimum": "minimum", "fmin": "minimum",
-    "remainder": "remainder", "fmod": "remainder", "mod": "remainder",
+    "remainder": "remainder", "fmod": "remainder", "mod": "remainder", "atan2": "atan2", "arctan2": "atan2",
     "eq": "compare", "ne": "compare", "gt": "compare", "ge": "compare", "lt": "compare", "le": "compare",
     "greater": "compare", "greater_equal": "compare", "less": "compare", "less_equal": "compare",
     "not_equal": "compare", "logical_and": "logical", "logical_or": "logical", "logical_xor": "logical",
