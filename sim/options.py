@@ -709,6 +709,11 @@ class Options:
         (Standard, NormOnly, RecomputeAll) are listed in the run's notes as not modelled."""
         return _recomputation_code(self._Popart.values.get("autoRecomputation", 3)) != 0
 
+    def recomputation_set(self) -> bool:
+        """Whether ``autoRecomputation`` is set to a value the simulator models: None (0) or Pipeline (3)."""
+        value = self._Popart.values.get("autoRecomputation")
+        return value is not None and _recomputation_code(value) in (0, 3)
+
     def outlining(self) -> bool:
         """PopART ``enableOutlining`` (default on, as in PopART's SessionOptions): identical op
         sequences share one program (:mod:`sim.compiler.program_memory`), each call copying what it
@@ -801,7 +806,7 @@ class Options:
             if k in self.POPLIN_OPTION_MAPS.values() and isinstance(v, dict):
                 modelled = self.MODELLED_POPLIN_KEYS | ({"partialsType"} if k == self.POPLIN_OPTION_MAPS["conv"] else set())
                 out.update({f"{k}.{key}": value for key, value in v.items() if key not in modelled})
-            elif k == "_Popart.autoRecomputation" and _recomputation_code(v) in (0, 3):
+            elif k == "_Popart.autoRecomputation" and self.recomputation_set():
                 continue  # None or Pipeline: modelled (pipeline_recomputation)
             elif k == "_Popart.patterns" and isinstance(v, dict):
                 out.update({f"{k}.{name}": value for name, value in v.items() if name not in self.MODELLED_PATTERNS})

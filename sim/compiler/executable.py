@@ -26,7 +26,7 @@ from ..hardware.system import System, interned, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
 from . import graph_functions, loops, outlining, outplace
 from .program_memory import program_memory
-from ..options import CONVOLUTION_KINDS, Options, OutputMode, OverlapMode, PipelineCopies, _recomputation_code
+from ..options import CONVOLUTION_KINDS, Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
 from ..program import Sequence
 from ..schedule.context import Context
@@ -423,8 +423,7 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         notes.append("Training.accumulationAndReplicationReductionType: "
                      + ("an inference run has no gradients" if not training else
                         "one micro-batch a weight update on one replica") + " to reduce; no effect")
-    recompute = o._Popart.values.get("autoRecomputation")
-    if recompute is not None and _recomputation_code(recompute) in (0, 3) and (not training or strategy != "pipelined"):
+    if o.recomputation_set() and (not training or strategy != "pipelined"):
         notes.append("autoRecomputation: PopART recomputes a pipelined training run's stages, and this run is "
                      f"{'inference' if not training else 'not pipelined'}; no effect")
     if o.stream_callback_threads > 1 and o.replicas_per_host_process() == 1 and not o.synthetic_data:

@@ -60,6 +60,12 @@ class CompileError(Error, OptionsError):
     It is also the simulator's :class:`sim.OptionsError`, whose message it carries."""
 
 
+def compile_error(e: OptionsError) -> Error:
+    """``e`` as PopTorch raises a compile-time check: itself if it already is a :class:`Error`, else a
+    :class:`CompileError` carrying its message."""
+    return e if isinstance(e, Error) else CompileError(str(e))
+
+
 def error(message: str) -> Error:
     """A :class:`Error` with PopTorch's Python-side type."""
     return Error(message)

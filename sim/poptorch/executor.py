@@ -40,7 +40,7 @@ from . import _args, _precision, _system, enums
 from . import optim as _optim
 from ._capture import Captured, capture
 from ._device import ipu_device
-from ._errors import NO_EXECUTABLE, CompileError, Error, OutOfMemory, error
+from ._errors import NO_EXECUTABLE, OutOfMemory, compile_error, error
 from ._printing import module_repr
 from .dataloader import loader_modes
 from ..options import CPU_OUTPUTS_ENV_VAR
@@ -356,7 +356,7 @@ class PoplarExecutor:
         except OutOfMemoryError as e:  # Poplar's compile-time failure, as PopTorch reports it
             raise OutOfMemory(e) from e
         except OptionsError as e:  # a compile-time check, a poptorch.Error in PopTorch
-            raise e if isinstance(e, Error) else CompileError(str(e)) from e
+            raise compile_error(e) from None
         except UnsupportedOpError as e:
             if self._training and "_grad" in str(e):
                 raise UnsupportedOpError(
@@ -534,7 +534,7 @@ class PoplarExecutor:
         try:
             self._run = run_executable(self._executable)
         except OptionsError as e:  # the schedule's checks (a pipeline's depth), PopTorch's compile-time errors
-            raise e if isinstance(e, Error) else CompileError(str(e)) from e
+            raise compile_error(e) from None
         started = real_perf_counter()
         with on_ipu(), _substitutions():
             out = self._run_on_cpu(leaves, spec, positions, chunks)
