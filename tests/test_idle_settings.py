@@ -128,3 +128,52 @@ def test_default_float32_accumulators_are_not_noted():
     given (float32 is PopTorch's default); float16 set without accumulation is noted."""
     notes = _notes(models.get("mlp"), training=True)
     assert not any(n.startswith("gradient accumulators") for n in notes)
+
+
+def test_outlining_options_where_no_outlining_runs():
+    o = sim.Options()
+    o._Popart.set("enableOutlining", False)
+    o._Popart.set("outlineThreshold", 10.0)
+    o._Popart.set("aliasZeroCopy", True)
+    notes = _notes(_bert(), options=o)
+    assert ("outlineThreshold: it chooses the sequences outlined as calls with copies, and outlining is off "
+            "(enableOutlining False); no effect") in notes
+    assert ("aliasZeroCopy: it elides the copies of outlined calls and loops, and outlining is off (enableOutlining "
+            "False) and the model has no loop; no effect") in notes
+    o._Popart.set("enableOutlining", True)  # aliasZeroCopy acts; the threshold then chooses nothing priced
+    notes = _notes(_bert(), options=o)
+    assert ("outlineThreshold: it chooses the sequences outlined as calls with copies, and aliasZeroCopy elides the "
+            "calls' copies; no effect") in notes
+    assert not any(n.startswith("aliasZeroCopy") for n in notes)
+
+
+def test_prefetch_off_with_one_copy_a_call():
+    """With one input copy a call the setting changes no cycle (PopART invalidates prefetches every
+    run); with four it does, and no note is given."""
+    def run(iterations, prefetch):
+        o = sim.Options().deviceIterations(iterations)
+        o._Popart.set("enablePrefetchDatastreams", prefetch)
+        return sim.simulate(models.get("mlp"), "ipu-mk2", o)
+    note = ("enablePrefetchDatastreams False: each input stream is copied once a call, and PopART invalidates "
+            "prefetched data at every run (Devicex reconnectInputStreams), so there is no next copy to prepare; "
+            "no effect")
+    assert note in run(1, False).executable.notes
+    assert run(1, False).cycle_count == run(1, True).cycle_count
+    assert note not in run(4, False).executable.notes
+    assert run(4, False).cycle_count > run(4, True).cycle_count
+
+
+def test_auto_round_with_nothing_to_round():
+    o = sim.Options().autoRoundNumIPUs(True)
+    assert ("autoRoundNumIPUs: the run's 1 IPU(s) are already a power of two; nothing to round, no effect"
+            in _notes(models.get("mlp"), options=o))
+    assert not any(n.startswith("autoRoundNumIPUs") for n in _notes(models.get("mlp")))
+
+
+def test_amp_tile_laid_out_for_more_tiles_than_the_ipu_has():
+    note = ("the model lays its work out on 1,472 tiles, one piece a tile, and the IPU computes on 1,216: the "
+            "pieces share tiles, up to 2 on one; give tiles=1216 (a zoo microbenchmark: --param tiles=1216) to size "
+            "it for this IPU")
+    assert note in _notes(models.get("amp-tile"), "ipu-mk1-c2")
+    assert not any("lays its work out" in n for n in _notes(models.get("amp-tile", tiles=1216), "ipu-mk1-c2"))
+    assert not any("lays its work out" in n for n in _notes(models.get("amp-tile"), "ipu-mk2"))

@@ -259,6 +259,10 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                      f"the IPU computes on: spread over {tiles}, each tile receiving the exchange_bytes_per_tile given"
                      + (f" ({len(crowded) - 1} more such ops)" if len(crowded) > 1 else "")
                      + f"; give tiles={tiles} (a zoo microbenchmark: --param tiles={tiles}) to size it for this IPU")
+    if g.tiles_asked and g.tiles_asked > tiles:
+        notes.append(f"the model lays its work out on {g.tiles_asked:,} tiles, one piece a tile, and the IPU computes "
+                     f"on {tiles:,}: the pieces share tiles, up to {-(-g.tiles_asked // tiles)} on one; give tiles="
+                     f"{tiles} (a zoo microbenchmark: --param tiles={tiles}) to size it for this IPU")
     if any(op.kind == "lars_update" for op in updates) and any(g.tensors[t].shards > 1 for op in updates
                                                                 for t in op.inputs):
         notes.append("lars with sharded optimizer state (RTS): each replica's norms cover its shard; the "
@@ -406,12 +410,7 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         notes.append("enableStableNorm: in inference a batch norm uses its running statistics and computes none, "
                      "and the model has no group or layer norm; no effect")
     notes += _idle_partials(g, o)
-    if o.just_in_time_copies() and (o.graph_functions or not o.outlining() or o.alias_zero_copy()):
-        why = ("TensorFlow's graph functions run no PopART outlining" if o.graph_functions else
-               "outlining is off (enableOutlining False)" if not o.outlining() else
-               "aliasZeroCopy elides the calls' copies")
-        notes.append(f"subgraphCopyingStrategy JustInTime: it places the copies of outlined calls, and {why}; "
-                     "no effect")
+    notes += _idle_outlining_settings(g, o)
     if not o.fully_connected_pass and not training and any(op.kind == "matmul" for op in g.ops):
         notes.append("enableFullyConnectedPass False: an inference matmul's INFERENCE_FWD pass is planned as a "
                      "plain matmul (poplin's NONE_MATMUL) in the simulator either way; no effect")
@@ -449,10 +448,45 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         notes.append("TiedGather patterns: modelled with gradient accumulation (TiedGatherAccumulate adds the "
                      "gathered rows into the accumulator); without it, TiedGather's change of the tied weight's "
                      "layout is not modelled")
+    if not o.prefetch_datastreams() and not o.synthetic_data and _copies_a_call(o, training) == 1:
+        notes.append("enablePrefetchDatastreams False: each input stream is copied once a call, and PopART "
+                     "invalidates prefetched data at every run (Devicex reconnectInputStreams), so there is no "
+                     "next copy to prepare; no effect")
     used = k * o.total_replicas()
     if rounded > used:
         notes.append(f"autoRoundNumIPUs: {k} IPU(s) per replica x {o.total_replicas()} replica(s) = {used} IPUs, "
                      f"rounded up to {rounded}; {rounded - used} of them idle")
+    elif o.auto_round_num_ipus and "autoRoundNumIPUs" in o.set_options:
+        notes.append(f"autoRoundNumIPUs: the run's {used} IPU(s) are already a power of two; nothing to round, "
+                     "no effect")
+    return notes
+
+
+def _copies_a_call(o: Options, training: bool) -> int:
+    """How many times a call copies each input stream of a replica: once a micro-batch, so its device
+    iterations times (training) its gradient accumulation."""
+    return o.device_iterations * (o.Training.gradient_accumulation if training else 1)
+
+
+def _idle_outlining_settings(g: Graph, o: Options) -> list[str]:
+    """Notes for PopART's outlining options where no outlining runs: TensorFlow's graph functions,
+    ``enableOutlining`` False, or (for the options about the calls' copies) ``aliasZeroCopy``,
+    which elides those copies (:func:`compile`'s call of ``outlining.add_call_copies``);
+    ``aliasZeroCopy`` also elides a loop's carried copies (:func:`loops.merge_loop_copies`), so it
+    is noted only where ``g`` has none."""
+    off = ("TensorFlow's graph functions run no PopART outlining" if o.graph_functions else
+           "outlining is off (enableOutlining False)" if not o.outlining() else None)
+    copies_gone = off or ("aliasZeroCopy elides the calls' copies" if o.alias_zero_copy() else None)
+    notes = []
+    if o.just_in_time_copies() and copies_gone:
+        notes.append(f"subgraphCopyingStrategy JustInTime: it places the copies of outlined calls, and {copies_gone}; "
+                     "no effect")
+    if "outlineThreshold" in o._Popart.values and copies_gone:
+        notes.append(f"outlineThreshold: it chooses the sequences outlined as calls with copies, and {copies_gone}; "
+                     "no effect")
+    if o.alias_zero_copy() and off and not any(op.attrs.get("loop_carried") for op in g.ops):
+        notes.append(f"aliasZeroCopy: it elides the copies of outlined calls and loops, and {off} and the model "
+                     "has no loop; no effect")
     return notes
 
 

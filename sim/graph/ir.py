@@ -172,6 +172,9 @@ class Graph:
         #: the parameters the front end was given to build it (the zoo's overrides of its defaults),
         #: recorded so that two runs can be told apart
         self.params: dict = {}
+        #: the tiles a microbenchmark lays its work out on, one piece a tile (``amp-tile``'s ``tiles``);
+        #: None: the compiler maps the work onto any IPU's tiles
+        self.tiles_asked: int | None = None
         self._op_names: set[str] = set()
 
     # --- construction -------------------------------------------------------------------
@@ -241,7 +244,7 @@ class Graph:
         new.loss, new.training, new.overlap = self.loss, self.training, dict(self.overlap)
         new.micro_batch_losses = list(self.micro_batch_losses)
         new.samples_per_row, new.micro_batch, new.params = self.samples_per_row, self.micro_batch, dict(self.params)
-        new._op_names = set(self._op_names)
+        new.tiles_asked, new._op_names = self.tiles_asked, set(self._op_names)
         return new
 
     # --- queries ------------------------------------------------------------------------
