@@ -228,8 +228,10 @@ class _TensorLocations:
 
     def numIOTiles(self, num_tiles: int) -> "_TensorLocations":
         """Tiles given to host IO instead of compute: an even number from 32 to 192."""
-        if isinstance(num_tiles, bool) or not isinstance(num_tiles, int) or not (
-                32 <= num_tiles <= 192) or num_tiles % 2:
+        if isinstance(num_tiles, bool) or not isinstance(num_tiles, int):
+            raise OptionsAssertionError(f"numIOTiles expects an int, an even number between 32 and 192 (got "
+                                        f"{type(num_tiles).__name__} {num_tiles!r})")
+        if not 32 <= num_tiles <= 192 or num_tiles % 2:
             raise OptionsAssertionError(f"numIOTiles must be an even number between 32 and 192 (got {num_tiles!r})")
         self.num_io_tiles = num_tiles
         self._owner._record("TensorLocations.numIOTiles", num_tiles)

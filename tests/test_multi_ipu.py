@@ -473,9 +473,16 @@ def test_overlap_needs_io_tiles_and_all_or_sum_outputs():
     sim.compile(g, "ipu-mk2", o.outputMode(OutputMode.Sum))
 
 
-@pytest.mark.parametrize("tiles", [31, 33, 30, 194, 0, 64.0, True])
+@pytest.mark.parametrize("tiles", [31, 33, 30, 194, 0])
 def test_io_tile_count_must_be_even_and_in_range(tiles):
     with pytest.raises(sim.OptionsError, match=r"numIOTiles must be an even number between 32 and 192"):
+        sim.Options().TensorLocations.numIOTiles(tiles)
+
+
+@pytest.mark.parametrize("tiles, kind", [(64.0, "float"), (True, "bool"), ("32", "str")])
+def test_io_tile_count_must_be_an_int(tiles, kind):
+    with pytest.raises(sim.OptionsError, match=rf"numIOTiles expects an int, an even number between 32 and 192 "
+                                               rf"\(got {kind} "):
         sim.Options().TensorLocations.numIOTiles(tiles)
 
 

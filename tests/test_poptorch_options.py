@@ -334,8 +334,9 @@ def test_popdist_instance_k_of_n(monkeypatch):
     monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
     assert popdist.isPopdistEnvSet()
     assert (popdist.getNumInstances(), popdist.getInstanceIndex()) == (4, 2)
-    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")  # mpirun's numbering, with the offset PopRun gives rank 3
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    monkeypatch.setenv("POPDIST_REPLICA_INDEX_OFFSET", "6")
     assert (popdist.getNumInstances(), popdist.getInstanceIndex()) == (4, 3)
     assert popdist.execute_on_instances({3}, lambda: "ran") == "ran"
     assert popdist.execute_on_instances({0}, lambda: "ran") is None

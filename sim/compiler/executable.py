@@ -72,6 +72,11 @@ class Executable:
     timings: dict[str, float] = field(default_factory=dict)
     #: the optimizer of a training run, as :meth:`Optimizer.describe` says it ("" at inference)
     optimizer: str = ""
+    #: seconds of the front end's own host work in each call (PopTorch's ``poptorch_call_s``, a PopXL
+    #: Session's run and stream work), which the front end sets: a loop of calls pays it between the
+    #: engine runs, so the call period (:attr:`sim.results.run.Run.call_period_seconds`) counts it and
+    #: the cycle count does not; 0 for a run through :func:`sim.simulate`
+    front_end_call_seconds: float = 0.0
 
     @property
     def replicas(self) -> int:

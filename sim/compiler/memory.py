@@ -261,6 +261,34 @@ def _remedies(parts: dict[str, int], margin: float = 0.0, memory: IpuMemory | No
     return ", ".join(tips[:-1]) + " or " + tips[-1] if len(tips) > 1 else tips[0]
 
 
+#: the out-of-memory remedies' words (:func:`_remedies`) as a PopXL program says them (``sim.popxl.session``):
+#: it places ops with ``popxl.ipu``, keeps variables in remote buffers or sharded, and sets a matmul's proportion
+POPXL_REMEDIES = {
+    "(every IPU of the replica is short: layers_per_ipu, split points)":
+        "(every IPU of the replica is short: place ops and variables with popxl.ipu(n))",
+    "less of the model on this IPU (layers_per_ipu, split points)":
+        "fewer ops and variables on this IPU (place them with popxl.ipu(n))",
+    "a smaller micro-batch": "fewer rows in the host streams",
+    "a lower availableMemoryProportion": "a lower available_memory_proportion on the matmuls (ops.matmul)",
+    "more recomputation checkpoints": "more recomputation (popxl_addons' recompute_graph)",
+    "recomputation checkpoints": "recomputation (popxl_addons' recompute_graph)",
+    "(TensorLocations, RTS)": "(popxl.remote_variable, popxl.replica_sharded_variable)",
+    "(TensorLocations)": "(popxl.remote_variable, popxl.replica_sharded_variable)",
+    "a smaller memoryMargin": "a smaller memory margin",
+}
+
+
+def reworded(error: OutOfMemoryError, words: dict[str, str]) -> OutOfMemoryError:
+    """``error`` with the remedies after its "Try:" said in a front end's ``words`` (old -> new phrase,
+    as :data:`POPXL_REMEDIES`); the facts before it and the error's attributes unchanged."""
+    head, sep, tips = str(error).partition(" Try: ")
+    for old, new in words.items():
+        tips = tips.replace(old, new)
+    return OutOfMemoryError(head + sep + tips, ipu=error.ipu, op=error.op, shortfall_bytes=error.shortfall_bytes,
+                            shortfalls=error.shortfalls, where=error.where, margin=error.margin,
+                            margin_bytes=error.margin_bytes)
+
+
 def check_tile_memory(memory: dict[int, IpuMemory], margin: float = 0.0) -> None:
     """Raise :class:`OutOfMemoryError` for the IPU short by most bytes, if any IPU is short.
 

@@ -20,8 +20,8 @@ PopRun starts the instances with mpirun, so each also has ``OMPI_COMM_WORLD_RANK
 which ``poptorch.Options().Distributed`` reads by default: :func:`mpirun_environment` gives them for a
 launch described by the ``POPDIST_*`` variables alone (``ipusim script`` sets them for its run), so a
 script that makes plain ``poptorch.Options`` is this instance of the launch too. Without ``OMPI_*``
-the instance index and count are derived from the replica counts and offset, which must then be
-consistent (a ``ValueError`` names the variables otherwise).
+the instance index and count are derived from the replica counts and offset; either way they must be
+consistent with them, as PopRun sets them (a ``ValueError`` names the variables otherwise).
 
 There is one process: the collectives (:func:`synchronize`) return at once and
 :func:`execute_on_instances` runs the function if this instance is one of those named.
@@ -78,43 +78,61 @@ def isUniformReplicasPerInstance() -> bool:
     return _env_int("POPDIST_UNIFORM_REPLICAS_PER_INSTANCE", 1) == 1
 
 
-def _derived_launch() -> tuple[int, int]:
-    """(this instance's index, the instance count) from the replica counts and offset, with
-    every instance holding ``POPDIST_NUM_LOCAL_REPLICAS`` replicas, as PopRun divides them (checked
-    unless ``POPDIST_UNIFORM_REPLICAS_PER_INSTANCE`` is 0)."""
+def _launch() -> tuple[int, int]:
+    """(this instance's index, the instance count): ``OMPI_COMM_WORLD_RANK`` and ``_SIZE`` where set
+    (as PopRun's mpirun sets them), else derived from the replica counts and offset with every instance
+    holding ``POPDIST_NUM_LOCAL_REPLICAS`` replicas, as PopRun divides them. Under PopRun's variables the
+    two must agree (unless ``POPDIST_UNIFORM_REPLICAS_PER_INSTANCE`` is 0): a ``ValueError`` names the
+    variables that do not."""
     total, local, offset = getNumTotalReplicas(), getNumLocalReplicas(), getReplicaIndexOffset()
-    if isPopdistEnvSet() and isUniformReplicasPerInstance() and \
-            (local < 1 or total % local or offset % local or not 0 <= offset < total):
+    popdist = isPopdistEnvSet()
+    if popdist and (local < 1 or total < 1):
+        raise ValueError(f"POPDIST_NUM_TOTAL_REPLICAS={total} and POPDIST_NUM_LOCAL_REPLICAS={local}: each must be "
+                         "1 or more (PopRun gives every instance at least one replica)")
+    uniform = popdist and isUniformReplicasPerInstance()
+    if uniform and (total % local or offset % local or not 0 <= offset < total):
         raise ValueError(f"the PopDist variables do not describe a PopRun launch: POPDIST_NUM_TOTAL_REPLICAS={total} "
                          f"must be a multiple of POPDIST_NUM_LOCAL_REPLICAS={local}, and "
-                         f"POPDIST_REPLICA_INDEX_OFFSET={offset} a multiple of it below the total (or set "
-                         "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, as PopRun's mpirun does)")
-    return offset // max(1, local), max(1, total // max(1, local))
+                         f"POPDIST_REPLICA_INDEX_OFFSET={offset} a multiple of it below the total")
+    local = max(1, local)
+    rank = _env_int("OMPI_COMM_WORLD_RANK", offset // local)
+    size = _env_int("OMPI_COMM_WORLD_SIZE", max(1, total // local))
+    if not 0 <= rank < size:
+        raise ValueError(f"instance {rank} of {size} (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, or as derived from "
+                         "the POPDIST_* replica counts): the rank must be from 0 to the size less 1, as mpirun "
+                         "numbers its processes")
+    clashes = []
+    if uniform and local * size != total:
+        clashes.append(f"{size} instance(s) (OMPI_COMM_WORLD_SIZE) of POPDIST_NUM_LOCAL_REPLICAS={local} replica(s) "
+                       f"each are {local * size} replicas, against POPDIST_NUM_TOTAL_REPLICAS={total}")
+    if uniform and offset != rank * local:
+        clashes.append(f"instance {rank} (OMPI_COMM_WORLD_RANK) starts at replica {rank * local}, against "
+                       f"POPDIST_REPLICA_INDEX_OFFSET={offset}")
+    if clashes:
+        raise ValueError(f"the PopDist and mpirun variables disagree: {'; '.join(clashes)}: set them as PopRun would")
+    return rank, size
 
 
 def getNumInstances() -> int:
     """Instances of the launch."""
-    size = _env_int("OMPI_COMM_WORLD_SIZE", 0)
-    if size:
-        return size
-    return _derived_launch()[1]
+    return _launch()[1]
 
 
 def getInstanceIndex() -> int:
     """Index of this instance, in ``[0, getNumInstances())``."""
-    if os.environ.get("OMPI_COMM_WORLD_RANK", "").strip():
-        return _env_int("OMPI_COMM_WORLD_RANK", 0)
-    return _derived_launch()[0]
+    return _launch()[0]
 
 
 def mpirun_environment() -> dict[str, str]:
     """The variables PopRun's mpirun gives each instance that PopTorch reads (``OMPI_COMM_WORLD_RANK``
     and ``OMPI_COMM_WORLD_SIZE``: ``poptorch.Options().Distributed``'s process id and count), for a
-    launch described by the ``POPDIST_*`` variables; empty outside PopRun or when they are set already."""
+    launch described by the ``POPDIST_*`` variables; empty outside PopRun or when they are set already.
+    Either way the launch is checked first (``ValueError`` when its variables disagree)."""
+    rank, size = _launch()
     if not isPopdistEnvSet() or any(os.environ.get(name, "").strip()
                                     for name in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
         return {}
-    return {"OMPI_COMM_WORLD_RANK": str(getInstanceIndex()), "OMPI_COMM_WORLD_SIZE": str(getNumInstances())}
+    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size)}
 
 
 def getDeviceId(ipusPerReplica: int = 0) -> int:

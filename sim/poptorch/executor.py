@@ -373,9 +373,10 @@ class PoplarExecutor:
                          "the same")
         notes += self._front_end_notes(anchors) + _host_conversion_notes(*self._by_name(ex_args, ex_kwargs))
         notes.append(f"each call also takes {system.host_link.poptorch_call_s * 1e3:.3g} ms of PopTorch's host work "
-                     "beside the device's (poptorch_call_s, FITTED: configs): a script's timings count it (ipusim "
-                     "script), the cycle count and the latencies do not")
+                     "beside the device's (poptorch_call_s, FITTED: configs): a script's timings and the samples per "
+                     "second count it, the cycle count and the latencies do not")
         exe.notes[:0] = notes
+        exe.front_end_call_seconds = system.host_link.poptorch_call_s
         self._variable_seconds = {}
         if self._training:
             self._name_optimizer_params()
@@ -513,7 +514,7 @@ class PoplarExecutor:
         with device_call() as call:  # on a virtual clock (ipusim script), the call takes the simulated time
             written = self._write_optimizer() if self._optimizer_write_due else 0.0
             out = self._call(args, kwargs)
-            host = self._executable.system.host_link.poptorch_call_s  # PopTorch's own work in the call
+            host = self._executable.front_end_call_seconds  # PopTorch's own work in the call
             call.seconds, call.host_seconds, call.run = written + host + self._run.seconds, host, self._run
             call.label = (f"{type(self._user_model).__name__} ({'trainingModel' if self._training else 'inferenceModel'}) "
                           f"on {self._executable.system.name}")

@@ -27,7 +27,8 @@ import numpy as np
 
 from .. import compile as sim_compile
 from .. import run_executable
-from ..errors import GraphError, OptionsError
+from ..compiler.memory import POPXL_REMEDIES, reworded
+from ..errors import GraphError, OptionsError, OutOfMemoryError
 from ..graph.ir import REMOTE_KINDS, Op
 from ..hardware.system import choose_system
 from ..options import Options, OutputMode, TensorLocationSettings
@@ -206,6 +207,23 @@ def _choose_system(system, ipus: int) -> tuple:
     return choose_system(ipus, system, "given to Session(system=...)", "pass Session(..., system=...)")
 
 
+def _micro_batch_rows(graph) -> tuple[int, list[str]]:
+    """Rows of one micro-batch as the run reports them (PopXL has none of its own; nothing is priced by
+    it) and a note when the host streams disagree: the leading dimension of the streamed inputs of two
+    or more dimensions, the largest (a seed, step or learning-rate stream is not the batch), else of
+    any streamed input, else 1."""
+    shaped = [(graph.tensors[n].shape[0], n) for n in graph.inputs if graph.tensors[n].shape]
+    batch_like = [(rows, n) for rows, n in shaped if len(graph.tensors[n].shape) > 1] or shaped
+    if not batch_like:
+        return 1, []
+    rows, name = max(batch_like, key=lambda pair: pair[0])
+    if len({r for r, _ in shaped}) < 2:
+        return rows, []
+    return rows, [f"the summary's micro-batch is the {rows} rows of host stream {name!r}, the largest leading "
+                  "dimension of the streams of two or more dimensions (PopXL has no micro-batch; the samples per "
+                  "second count these rows, the cycles do not depend on them)"]
+
+
 class Session:
     """A compiled Ir on a simulated IPU system.
 
@@ -294,12 +312,18 @@ class Session:
         sys_, why = _choose_system(system, reserved * options.num_instances())
         streaming = check_fits(ir, sys_)
         graph, io_notes = place_on_io_tiles(graph, options.TensorLocations.num_io_tiles, sys_.ipu)
+        rows, batch_notes = _micro_batch_rows(graph)
+        io_notes += batch_notes
         loads = ir.main_graph._transfers_per_pass()
         if loads > 1 and not ir._pipeline_steps:  # a loop written out: a pass's rows are its micro-batches'
-            graph.micro_batch = graph.micro_batch_rows() * loads  # what the run reports, not what it prices
+            rows *= loads
             io_notes.append(f"a pass of the main graph loads its streams {loads} times (a loop written out): the "
-                            f"summary's micro-batch is the pass's {graph.micro_batch} rows")
-        self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer if ir._training else None)
+                            f"summary's micro-batch is the pass's {rows} rows")
+        graph.micro_batch = rows  # what the run reports, not what it prices
+        try:
+            self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer if ir._training else None)
+        except OutOfMemoryError as e:  # its remedies in PopXL's words
+            raise reworded(e, POPXL_REMEDIES) from None
         notes = [f"system {sys_.name}: {why}",
                  (f"PopXL program: device {device_desc!r} simulated as IPU hardware; session.run returns "
                   "zero-filled outputs (the simulator computes times, not values)")]
@@ -341,8 +365,9 @@ class Session:
         notes.append(f"each session.run also takes {self._host_seconds * 1e3:.3g} ms of host work beside the device's "
                      f"({link.popxl_run_s * 1e3:.3g} ms a run and {link.popxl_stream_s * 1e6:.3g} us for each of its "
                      f"{copies:g} stream loads and stores over its replicas, FITTED: configs): a script's timings "
-                     "(ipusim script) count it, the cycle count does not")
+                     "(ipusim script) and the samples per second count it, the cycle count does not")
         self._executable.notes[:0] = notes
+        self._executable.front_end_call_seconds = self._host_seconds
         self._run = None
         self._runs = 0
         self._attached = 0
@@ -366,7 +391,7 @@ class Session:
         o._Popart.set("aliasZeroCopy", True)  # PopXL's Ir sets it (popxl ir.py): its calls' copies are elided
         o.outputMode(OutputMode.All)
         o.logCycleCount(True)
-        o.autoRoundNumIPUs(True)  # PopXL reserves the next power of two of IPUs
+        o.auto_round_num_ipus = True  # PopXL reserves the next power of two of IPUs (not the user's setting: unrecorded)
         if steps:  # a stage an IPU, as PopART's pipelining runs them
             o.setExecutionStrategy(PipelinedExecution(AutoStage.SameAsIpu))
         elif ipus_per_replica > 1:  # program order: each change of IPU is the next stage

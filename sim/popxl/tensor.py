@@ -358,7 +358,7 @@ class GradTensor(Tensor):
     """A gradient handed out by a call of an autodiff grad graph.
 
     It has no tensor in the sim graph: the backward pass is the simulator's training expansion
-    (``sim/training.py``). Only ``ops.var_updates`` (and ``ops.scaled_add_``) accept it, and they
+    (``sim/graph/training.py``). Only ``ops.var_updates`` (and ``ops.scaled_add_``) accept it, and they
     are then taken as the simulator's optimizer update.
     """
 

@@ -144,11 +144,15 @@ def _samples(run: Run) -> str:
 
 
 def _rate(run: Run) -> str:
-    """The run's samples per second; when the host's data pipeline sets it, also the call period
-    it is counted over (:attr:`Run.call_period_seconds`)."""
+    """The run's samples per second; when the host's data pipeline or the front end's host work in
+    a call adds to the device's time, also the call period it is counted over
+    (:attr:`Run.call_period_seconds`)."""
     text = f"{run.samples_per_second:,.1f} samples/s"
-    if run.call_period_seconds > run.seconds:
+    if run.call_period_seconds > run.call_seconds:
         text += f" over {run.call_period_seconds * 1e3:.4f} ms a call: the host data pipeline's pace"
+    elif run.call_seconds > run.seconds:
+        text += (f" over {run.call_seconds * 1e3:.4f} ms a call, {(run.call_seconds - run.seconds) * 1e3:.4g} ms "
+                 "of it the front end's host work")
     return text
 
 

@@ -169,7 +169,7 @@ class Run:
         if o.synthetic_data or not self.executable.graph.inputs or not self.samples_per_second:
             return None
         if o.host_data_rate():
-            data, call = self.host_data_seconds, self.seconds
+            data, call = self.host_data_seconds, self.call_seconds
             if not o.host_data_asynchronous():
                 share = (f"it runs between the calls (synchronous), each call's period {data + call:.4g} s: its "
                          f"{call:.4g} s and the samples' {data:.4g} s")
@@ -241,15 +241,22 @@ class Run:
         return self.host_data_samples / rate
 
     @property
+    def call_seconds(self) -> float:
+        """Seconds of one call as a loop of calls pays them: the device's (:attr:`seconds`) and the
+        front end's own host work in the call (``Executable.front_end_call_seconds``: PopTorch's or
+        PopXL's; 0 through :func:`sim.simulate`)."""
+        return self.seconds + self.executable.front_end_call_seconds
+
+    @property
     def call_period_seconds(self) -> float:
-        """Seconds from one call's start to the next's in a loop of calls: the call (:attr:`seconds`),
+        """Seconds from one call's start to the next's in a loop of calls: the call (:attr:`call_seconds`),
         or, when it takes longer, the data pipeline's making of the call's samples (an asynchronous
         pipeline makes the next call's samples while this one runs, as PopTorch's asynchronous
         DataLoader and TensorFlow's infeeds do); a synchronous one runs between the calls, so the
         two add up."""
         if not self.executable.options.host_data_asynchronous():
-            return self.seconds + self.host_data_seconds
-        return max(self.seconds, self.host_data_seconds)
+            return self.call_seconds + self.host_data_seconds
+        return max(self.call_seconds, self.host_data_seconds)
 
     @property
     def samples_per_second(self) -> float:

@@ -5,7 +5,7 @@ place: the accumulators as ``accumulate``, ``copy_var_update_`` as ``copy``, ``a
 ``adam_updater`` (Adam's phase 1: the updater map, sim/cost/rules.py ``adam_sets``) and
 ``adam_var_update`` as ``sgd_update`` (w -= lr x updater). Given an
 autodiff gradient (see :mod:`sim.popxl.transforms`), an update is instead taken as the
-simulator's optimizer update of that weight (``sim/training.py``): it is not recorded again,
+simulator's optimizer update of that weight (``sim/graph/training.py``): it is not recorded again,
 and the Adam/LAMB updaters select the ``adam``/``lamb`` optimizer. A variable an update
 accumulates a gradient into (Adam's moments) is optimizer state from then on: the updates that
 read it are part of the same optimizer update, and the variable leaves the simulated graph,

@@ -1,7 +1,7 @@
 """``popxl.transforms.autodiff`` (the module, as PopXL has it), mapped to the simulator's training.
 
 PopXL's autodiff builds a gradient graph op by op. The simulator has its own autodiff at the
-level of op kinds (``sim/training.py``: a matmul's backward is two matmuls, ...) followed by
+level of op kinds (``sim/graph/training.py``: a matmul's backward is two matmuls, ...) followed by
 an optimizer update per weight after its gradient collectives. So here:
 
 * ``autodiff(graph)`` returns a :class:`GradGraphInfo` whose ``.graph`` can be called with
@@ -365,7 +365,7 @@ def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[T
                              f"expected {t.shape} (the shape of {t.id!r})")
     ir._training = True
     ir._note("popxl.transforms.autodiff: the backward pass and weight update are the simulator's "
-             "training expansion from the loss (sim/training.py), not the grad graph PopXL would build")
+             "training expansion from the loss (sim/graph/training.py), not the grad graph PopXL would build")
     return [GradTensor(g, t.shape, t.dtype, t, f"grad({t.id})") for t in info._required]
 
 
@@ -390,7 +390,7 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
     elif fn.startswith("lamb"):
         ir._optimizer = "lamb"
     ir._note(f"ops.{fn} of an autodiff gradient: the weight update is the simulator's optimizer update "
-             "of each trained weight (sim/training.py), not recorded op by op")
+             "of each trained weight (sim/graph/training.py), not recorded op by op")
     # the collectives the program applied to the gradient on its way here (ops.collectives on it, or on
     # the gradient a moment variable accumulated)
     collectives = grad._collectives if isinstance(grad, GradTensor) else ir._state_collectives.get(grad._sim, ())
