@@ -14,8 +14,10 @@ as an ``ipusim run`` command line on a process pool or a Dask cluster):
    (weights, constants, optimizer state, accumulators) each block's ops touch.
 2. **Split points.** P IPUs get contiguous runs of layers chosen to minimise the longest
    stage time (min-max partition; the embeddings and heads stay where the model puts them,
-   and in pipelined training a stage also recomputes its forward pass, so a layer weighs
-   2 x forward + backward).
+   and in pipelined training a backward stage also recomputes the forward ops that make what
+   the gradients read, so a layer weighs forward + backward + those ops, each block's priced
+   as PopART's pipelined recomputation walks back to the checkpoints and the block's inputs;
+   blocks after the last layer run in the final forward stage, which recomputes nothing of them).
 3. **Bound.** An IPU runs its ops one after another, so a weight update takes at least the
    busiest IPU's ``accumulation x`` (forward + backward cycles of its layers per micro-batch)
    plus its optimizer ops (1/R of them with rts) and, with the state off chip, moving that
@@ -71,6 +73,7 @@ from .graph.ir import Graph
 from .graph.training import Optimizer, graph_to_price, merge_norms, sparse_accumulate_tied_gathers
 from .hardware.system import load_system
 from .options import Options, TensorLocationSettings
+from .schedule.stages import is_checkpoint
 from .strategy import assign
 
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
@@ -153,7 +156,8 @@ class Model:
                 raise GraphError("plan: an ONNX model takes no --param (its shapes are in the file; "
                                  "the planner sizes its batch dimension)")
             if not Path(self.onnx).is_file():
-                raise GraphError(f"plan: --onnx {str(self.onnx)!r}: no such file")
+                raise GraphError(f"plan: --onnx {str(self.onnx)!r}: " + (
+                    "a folder; give the .onnx file in it" if Path(self.onnx).is_dir() else "no such file"))
             from . import onnx as sim_onnx
             batch = sorted(set(self.dims) & sim_onnx.batch_dims(self.onnx))
             if batch:
@@ -349,6 +353,30 @@ class Candidate:
                 "optimizer_state": self.optimizer_state or "", "device_iterations": self.device_iterations}
 
 
+def _recomputed_cycles(g: Graph, costs: dict) -> dict[str, int]:
+    """Block -> cycles a micro-batch of the forward ops a pipelined backward stage recomputes for the
+    block's gradient ops: the makers of the forward tensors they read, and the makers of those makers'
+    inputs, back to checkpoint outputs and tensors of other blocks (restored from the stash or made
+    there), as :func:`sim.schedule.stages._recompute_just_in_time` walks a stage."""
+    maker = {t: op for op in g.ops if op.pass_ == "forward" for t in op.outputs}
+    kept = {t for op in g.ops if op.pass_ == "forward" and is_checkpoint(op) for t in op.outputs}
+    cycles: dict[str, int] = {}
+    for block in {op.block for op in g.ops if op.pass_ == "backward"}:
+        def recomputable(t: str) -> bool:
+            return t in maker and t not in kept and maker[t].block == block
+        todo = [t for op in g.ops if op.pass_ == "backward" and op.block == block for t in op.inputs
+                if recomputable(t)]
+        need: dict[str, object] = {}
+        while todo:
+            f = maker[todo.pop()]
+            if f.name not in need:
+                need[f.name] = f
+                todo += [t for t in f.inputs if recomputable(t)]
+        cycles[block] = sum(int(costs[name].cycles) for name in need if name in costs)
+    return cycles
+
+
+
 @dataclass
 class _Profile:
     """One (IPU, micro-batch, proportion, accumulation) pricing of the unsplit model."""
@@ -356,6 +384,10 @@ class _Profile:
     forward: dict[str, int]  # block -> cycles per micro-batch
     backward: dict[str, int]
     update: dict[str, int]  # block -> cycles of the optimizer update of its weights, per step
+    #: block -> cycles per micro-batch of the forward ops a pipelined backward stage runs again: those
+    #: making what the block's gradient ops read, back to checkpoint outputs and other blocks' tensors
+    #: (:func:`sim.schedule.stages._recompute_just_in_time`, per block)
+    recompute: dict[str, int]
     #: block -> the optimizer-state tensors its update reads and writes: (name, bytes), which
     #: off-chip placement loads from and stores to streaming memory every step
     state_io: dict[str, set[tuple[str, int]]]
@@ -562,6 +594,7 @@ class Planner:
                                "(only bert, gpt2, vit, swin, resnet50 and resnext101 are): it runs on one IPU per replica; "
                                "drop --pipeline")
         batched = False  # some (replicas, micro-batch, accumulation) makes the global batch
+        tried = set()  # the replica counts tried
         for sname, system in self.systems.items():
             n = system.num_ipus
             pipelines = sp.pipelines or [p for p in powers_of_two(n) if p <= most_stages]
@@ -569,6 +602,7 @@ class Planner:
                 # more IPUs per replica than the system has: one replica, which the check before
                 # simulating drops with its reason (as it does replicas given that do not fit)
                 replicas = sp.replicas or powers_of_two(n // P) or [1]
+                tried.update(replicas)
                 for R in replicas:
                     for mb in self._micro_batches():
                         for ga in self._accumulations(mb, R):
@@ -588,13 +622,33 @@ class Planner:
                                "give --replicas 2 or more (or a larger system), or add on-chip or off-chip to "
                                "--optimizer-state")
         if not out:
-            lo, hi = sp.global_batch
-            raise OptionsError(f"plan: no configuration makes a global batch of {lo if lo == hi else f'{lo}-{hi}'} "
-                               f"from the micro-batches {self._micro_batches()}, the accumulation counts and replicas "
-                               "given; give --micro-batch values that reach it, or a range LOW-HIGH")
+            raise OptionsError(self._unreachable_batch(sorted(tried)))
         # the split of each (system, P, micro-batch, proportion), from its profile; a value given twice on an
         # axis (--micro-batch 4,4) is one configuration, simulated and ranked once
         return list(dict.fromkeys(self._with_split(c) for c in out))
+
+    def _unreachable_batch(self, replicas: list[int]) -> str:
+        """Why no configuration makes the global batch: what the micro-batches (and what fixes them), the
+        ``replicas`` tried and the accumulation counts reach, and what to change."""
+        lo, hi = self.space.global_batch
+        mbs, given = self._micro_batches(), self.space.gradient_accumulations
+        fixed = self.model.fixed_batch is not None
+        per_step = sorted({mb * r for mb in mbs for r in replicas})
+        if not self.space.training:
+            reach = f"micro-batch x replicas reaches {per_step}"
+        elif given:
+            reach = f"micro-batch x replicas x accumulation reaches {sorted({n * ga for n in per_step for ga in given})}"
+        else:
+            reach = f"micro-batch x replicas x accumulation reaches the multiples of {per_step}"
+        mb_text = (f"the micro-batch {mbs[0]} ({self.model.onnx!r} fixes its batch)" if fixed
+                   else f"the micro-batches {mbs}")
+        change = ["a global batch it reaches", "a range LOW-HIGH"]
+        change += [] if fixed else ["--micro-batch values that reach it"]
+        change += ["--gradient-accumulation counts that reach it"] if self.space.training and given else []
+        change += ["--replicas counts (or a larger --system)"]
+        return (f"plan: no configuration makes a global batch of {lo if lo == hi else f'{lo}-{hi}'}: with {mb_text}, "
+                f"the replicas {replicas}" + (f" and the accumulation counts {given}" if given else "")
+                + f", {reach}; give " + ", ".join(change[:-1]) + " or " + change[-1])
 
     # -- profiles, splits, bounds -------------------------------------------------------------
 
@@ -634,7 +688,8 @@ class Planner:
                     users.setdefault(t, set()).add(op.block)
         tensors = [(g.tensors[t].role, int(g.tensors[t].nbytes), frozenset(blocks), g.tensors[t].numel)
                    for t, blocks in users.items()]
-        self._profiles[key] = _Profile(sides["forward"], sides["backward"], sides["update"], state_io, tensors)
+        self._profiles[key] = _Profile(sides["forward"], sides["backward"], sides["update"],
+                                       _recomputed_cycles(g, costs) if training else {}, state_io, tensors)
         return self._profiles[key]
 
     def ipu_of_blocks(self, split: tuple[int, ...]) -> dict[str, int]:
@@ -658,10 +713,13 @@ class Planner:
         key = (self.systems[c.system].ipu, c.pipeline, c.micro_batch, c.available_memory_proportion)
         if key not in self._splits:
             prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, False)
-            # a stage's time: forward + backward, plus its forward again in pipelined training
-            # (a backward stage recomputes from its stashed inputs)
-            weight = {b: prof.forward.get(b, 0) * (2 if self.space.training else 1) + prof.backward.get(b, 0)
-                      for b in self.block_order}
+            # a stage's time: forward + backward, plus in pipelined training the forward ops its
+            # backward stage recomputes from the stash; the blocks after the last layer (a head placed
+            # back on IPU 0) run in the final forward stage, merged with its backward, which keeps its
+            # activations (PopART's Pipeline::setFinalFwdStageRecomputation: past its last checkpoint)
+            last = max(self.block_order.index(u) for u in self.units)
+            weight = {b: prof.forward.get(b, 0) + prof.backward.get(b, 0)
+                      + (prof.recompute.get(b, 0) if i <= last else 0) for i, b in enumerate(self.block_order)}
             ends = {"first": 0.0, "last": 0.0}
             for b in self.block_order:
                 if b not in self.units:

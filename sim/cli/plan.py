@@ -400,6 +400,8 @@ def build_planner(args, parser) -> planner.Planner:
         parser.error("--optimizer only applies with --training")
     if args.optimizer_state_dtype and not args.training:
         parser.error("--optimizer-state-dtype only applies with --training")
+    if args.loss and not args.training:
+        parser.error("--loss names the tensor to train on: it applies with --training")
     state_dtype = run.optimizer_of(args, parser).state_dtype
     if (args.model is None) == (args.onnx is None):
         parser.error("give --model NAME or --onnx PATH (one of them)")

@@ -498,7 +498,8 @@ def _onnx_graph(args, parser) -> sim.Graph:
     except ImportError as e:
         parser.error(f"--onnx needs the onnx package: pip install -e '.[onnx]' ({e})")
     if not args.onnx.is_file():
-        parser.error(f"--onnx {str(args.onnx)!r}: no such file")
+        parser.error(f"--onnx {str(args.onnx)!r}: " + ("a folder; give the .onnx file in it" if args.onnx.is_dir()
+                                                      else "no such file"))
     zoo_only = [f"--{k.replace('_', '-')}" for k in MODEL_PARAM_FLAGS if k != "micro_batch" and getattr(args, k) is not None]
     zoo_only += ["--param"] * bool(args.param) + ["--layers-per-ipu"] * (args.layers_per_ipu is not None)
     if zoo_only:

@@ -209,4 +209,6 @@ def _unsupported(ctx: OpContext, why: str = "") -> UnsupportedOpError:
     return UnsupportedOpError(
         f"sim.onnx has no cost for {ctx.desc}{reason}. Give it one with "
         f"sim.onnx.register_op({ctx.op_type!r}, fn), where fn(ctx) returns ctx.op(<a sim op kind>, "
-        "ctx.inputs) or ctx.custom(vertices=..., vertex_cycles=...) (see docs/onnx.md)")
+        "ctx.inputs) or ctx.custom(vertices=..., vertex_cycles=...), then load and simulate the model from Python "
+        "(sim.onnx.load, sim.simulate; the command line has no way to register one), or replace the node in the "
+        "file with ops PopART has (see docs/onnx.md)")

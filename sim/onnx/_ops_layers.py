@@ -532,12 +532,23 @@ def _lrn(ctx: OpContext):
 
 
 def _softmax(ctx: OpContext):
+    """Softmax and LogSoftmax over ``axis``; before opset 13 ONNX coerces the input to 2-D at the axis
+    (rows of every dimension from ``axis`` on), as PopART's SoftmaxOpx does (``coerceTo2D``): a view to
+    that 2-D shape, the softmax over its rows and a view back."""
     default = -1 if ctx.opset >= 13 else 1
-    attrs = {"axis": int(ctx.attr("axis", default))}
-    _axis(attrs["axis"], len(ctx.shape(0)))  # in range, as ONNX requires
+    shape = ctx.shape(0)
+    axis = int(ctx.attr("axis", default))
+    _axis(axis, len(shape))  # in range, as ONNX requires
+    axis %= len(shape)
+    attrs = {"axis": -1}
     if ctx.op_type == "LogSoftmax":
         attrs["log"] = True  # priced as softmax, as sim.poptorch does
-    return ctx.op("softmax", [ctx.input(0)], attrs, shapes=[ctx.shape(0)])
+    if ctx.opset >= 13 or axis == len(shape) - 1:
+        return ctx.op("softmax", [ctx.input(0)], {**attrs, "axis": axis}, shapes=[shape])
+    flat = (math.prod(shape[:axis]), math.prod(shape[axis:]))
+    rows = ctx.op("reshape", [ctx.input(0)], shapes=[flat], result=False, suffix="coerced_2d")
+    out = ctx.op("softmax", [rows], attrs, shapes=[flat], result=False, suffix="softmax_2d")
+    return ctx.op("reshape", [out], shapes=[shape])
 
 
 def _nchw(ctx: OpContext) -> tuple[int, int, int, int]:

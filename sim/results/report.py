@@ -429,13 +429,19 @@ def write_outputs(run: Run, directory: str | os.PathLike) -> list[Path]:
         "trace.json": lambda path: path.write_text(chrome_trace_json(run), encoding="utf-8"),
         "report.html": lambda path: path.write_text(html_report(run, figures, summary_rows(run)), encoding="utf-8"),
     }
+    name = None
     try:
         for name in OUTPUT_FILES:
             writers[name](tmp / name)
+        name = None
         _replace_directory(tmp, target)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(made)
+        if isinstance(e, OSError) and e.errno is not None:  # a full disk, a quota: name the folder and the file
+            what = f"its {name}" if name else "its files in place of the old ones"
+            raise OSError(e.errno, f"cannot write the output folder {str(d)!r} ({what}): {e.strerror}; nothing "
+                                   "was written (an earlier run there is as it was)") from None
         raise
     return [d / name for name in OUTPUT_FILES]
 
