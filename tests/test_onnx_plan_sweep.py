@@ -113,3 +113,17 @@ def _saved(tmp_path) -> str:
     path = tmp_path / "m.onnx"
     onnx.save(_softmax_model(13), path)
     return str(path)
+
+
+def test_an_onnx_models_out_of_memory_advice_names_its_placement(tmp_path, capsys):
+    """An ONNX model is placed by its nodes' __ipu_number attributes, not the zoo's layers_per_ipu."""
+    from sim.cli.main import main
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16384, 8192]),
+                                            helper.make_tensor_value_info("w", TensorProto.FLOAT, [8192, 8192])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16384, 8192])])
+    path = tmp_path / "big.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    assert main(["run", "--onnx", str(path)]) == 3
+    assert ("Try: fewer of the model's nodes on this IPU (their __ipu_number attributes), a smaller micro-batch or a "
+            "lower availableMemoryProportion.") in capsys.readouterr().err

@@ -24,6 +24,7 @@ from pathlib import Path
 import models
 import sim
 
+from ..compiler.memory import ONNX_REMEDIES, reworded
 from ..graph.training import OPTIMIZERS, Optimizer
 from ..options import Options, OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
 from ..results.report import OUTPUT_FILES, check_output_directory, format_summary, to_json, write_outputs
@@ -549,8 +550,13 @@ def simulate_args(args, parser) -> sim.Run:
                                 "to train on with --loss TENSOR" if args.onnx else "; run it without --training"))
     progress(args, f"model {graph.name}: {len(graph.ops):,} ops; compiling and simulating "
              + ("a training step" if args.training else "inference"))
-    run = sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
-                       optimizer=optimizer)
+    try:
+        run = sim.simulate(graph, system, _options(args, system, graph, parser), training=args.training,
+                           optimizer=optimizer)
+    except sim.OutOfMemoryError as e:  # an ONNX model's remedies in its own words
+        if not args.onnx:
+            raise
+        raise reworded(e, ONNX_REMEDIES) from None
     progress(args, f"simulated {run.cycle_count:,} cycles in {run.wall_seconds:.3f} s "
              f"({run.timeline.events:,} SimPy events)")
     return run

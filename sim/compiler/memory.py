@@ -278,6 +278,15 @@ POPXL_REMEDIES = {
 }
 
 
+#: ... and as an ONNX model's: PopART places its nodes by their ``__ipu_number`` attributes
+ONNX_REMEDIES = {
+    "(every IPU of the replica is short: layers_per_ipu, split points)":
+        "(every IPU of the replica is short: the nodes' __ipu_number attributes)",
+    "less of the model on this IPU (layers_per_ipu, split points)":
+        "fewer of the model's nodes on this IPU (their __ipu_number attributes)",
+}
+
+
 def reworded(error: OutOfMemoryError, words: dict[str, str]) -> OutOfMemoryError:
     """``error`` with the remedies after its "Try:" said in a front end's ``words`` (old -> new phrase,
     as :data:`POPXL_REMEDIES`); the facts before it and the error's attributes unchanged."""

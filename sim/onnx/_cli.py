@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..compiler.memory import ONNX_REMEDIES, reworded
 from ..errors import IpuSimError, OutOfMemoryError
 from ._importer import load
 
@@ -66,8 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             opts.Training.gradientAccumulation(args.gradient_accumulation)
         if args.synthetic_data:
             opts.enableSyntheticData(True)
-        run = sim.simulate(graph, system, opts, training=args.training,
-                           optimizer=(args.optimizer or "sgd") if args.training else None)
+        try:
+            run = sim.simulate(graph, system, opts, training=args.training,
+                               optimizer=(args.optimizer or "sgd") if args.training else None)
+        except OutOfMemoryError as e:  # its remedies in an ONNX model's words
+            raise reworded(e, ONNX_REMEDIES) from None
         print(to_json(run.summary()) if args.json else format_summary(run))
         return 0
     except SystemExit as e:  # argparse: --help, usage errors
