@@ -657,11 +657,17 @@ def test_a_bias_add_runs_popops_inner_broadcast_vertex():
     # repeated vector and runs the plain vertex
     small = _one_op("add", [(16, 1024), (1024,)], [(16, 1024)], dtype="float16")
     assert "broadcast" not in small.plan
-    # a per-row statistic takes the outer vertex: 2 cycles per 4 halves and 7 a row piece
+    # a per-row statistic takes the outer vertex, 2 cycles per 4 halves: rows of 768 (at least the six workers'
+    # vectors) by column, each worker a sixth of each row piece (the busiest tile's 535 elements: 92 each, whole
+    # vectors) and 7 cycles an outer loop, six a piece (popops BroadcastVectorOuterByColumn1D)
     rows = _one_op("mul", [(1024, 768), (1024, 1)], [(1024, 768)], dtype="float16")
     outer = codelet("broadcast_outer")
     busiest = math.ceil(1024 * 768 / TILES)
-    assert rows.compute_cycles == math.ceil(outer.fixed + busiest * 0.5 + (math.ceil(busiest / 768) + 1) * 7)
+    pieces = math.ceil(busiest / 768) + 1
+    assert outer.run_cycles(768, 2, busiest) == 6 * (7 + 0.5 * 92) - 0.5 * busiest
+    assert rows.compute_cycles == math.ceil(outer.fixed + busiest * 0.5 + pieces * outer.run_cycles(768, 2, busiest))
+    assert outer.run_cycles(16, 2) == 7 and outer.run_cycles(18, 2) == 25  # by row; 18: not whole vectors
+    assert outer.run_cycles(128, 2) == 6 * (7 + 0.5 * 24) - 0.5 * 128  # by column: 22 halves a worker, 24 loaded
 
 
 def test_a_divide_by_one_element_runs_popops_scalar_broadcast_vertex():

@@ -28,13 +28,15 @@ def test_softmax_is_poplibs_steps():
     exp = cost("exp", [((rows, L), "float16")], [((rows, L), "float16")])
     assert sm.supersteps == rmax.supersteps + radd.supersteps + 5
     # the reductions and the exp are exactly their own ops' compute; the rest are the sub and mul
-    # over the rows (each popops' BroadcastVectorOuterByRow vertex: its fixed cycles, its cycles an
-    # element and 7 a row piece, the tile's whole rows and the pieces at its two ends) and the
-    # reciprocal and cast of the sums
+    # over the rows (each popops' BroadcastVectorOuterByColumn vertex, rows of 128 being at least the six
+    # workers' vectors: its fixed cycles, its cycles an element and, for each row piece (the tile's whole
+    # rows and the pieces at its two ends), six outer loops of 7 and each worker's 22 halves loaded as 24)
+    # and the reciprocal and cast of the sums
     used, busiest = spread(rows * L, 2, IPU, T)
     outer = codelet("broadcast_outer")
     assert (outer.fixed, outer.fp16, outer.per_run) == (101, 0.5, 7)
-    binop = math.ceil(outer.fixed + busiest * outer.fp16 + (math.ceil(busiest / L) + 1) * outer.per_run)
+    per_row = 6 * (7 + 0.5 * 24) - 0.5 * L
+    binop = math.ceil(outer.fixed + busiest * outer.fp16 + (math.ceil(busiest / L) + 1) * per_row)
     small = [math.ceil(codelet(k).fixed + math.ceil(rows / spread(rows, 4, IPU, T)[0]) * codelet(k).fp32)
              for k in ("reciprocal", "cast")]
     assert sm.compute_cycles == rmax.compute_cycles + radd.compute_cycles + exp.compute_cycles + 2 * binop + sum(small)

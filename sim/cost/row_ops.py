@@ -158,7 +158,8 @@ def _elementwise_step(n: int, itemsize: int, codelets: tuple, recv_bytes: int, i
     fixed = max(c.fixed for c in cs)
     counts = _counts(n, used)
     runs = np.ceil(counts / run) + 1 if run else 0
-    per_tile = np.ceil(fixed + counts * sum(c.per_element(itemsize) for c in cs) + runs * sum(c.per_run for c in cs))
+    per_tile = np.ceil(fixed + counts * sum(c.per_element(itemsize) for c in cs)
+                       + runs * sum(c.run_cycles(run, itemsize, int(np.max(counts))) for c in cs))
     return per_tile, used, math.ceil(fixed), exchange_cycles(recv_bytes, ipu) if recv_bytes else 0, recv_bytes
 
 

@@ -58,7 +58,9 @@ _UNARY = {"relu", "gelu", "tanh", "sigmoid", "swish", "exp", "scale", "dropout",
 ELEMENTWISE_KINDS = frozenset(_UNARY)
 #: the losses and their gradients, priced as the popops calls PopART makes (:func:`~sim.cost.row_ops.loss_steps`)
 LOSS_COST_KINDS = frozenset({"softmax_cross_entropy", "mse_loss", "softmax_cross_entropy_grad", "mse_loss_grad"})
-_VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale"}
+#: the codelet an op kind runs where it is not its own: a multiply by a constant is PopART's ScaleOp, popops'
+#: scalar broadcast (the ``scale`` codelet stays ScaledAdd's, which the composed steps use)
+_VECTOR_KIND = {"reduce_mean_grad": "scale", "reduce_sum_grad": "scale", "scale": "broadcast_scalar"}
 
 
 #: the value types :func:`_freeze` returns as they are
@@ -322,6 +324,8 @@ def _broadcast_vertex(kind: str, ins, out_shape, per_tile: int) -> tuple[str | N
     small = min(ins, key=lambda x: math.prod(x[0]))[0]
     if kind == "sub" and math.prod(ins[0][0]) < math.prod(ins[1][0]):
         return None, 0  # popops broadcasts a first operand only into a commutative op
+    if math.prod(small) == 1:
+        return "broadcast_scalar", 0  # BroadcastScalar1D: the elements shared among the workers, no outer loop
     pattern = broadcast_pattern(out_shape, small, per_tile)
     if pattern is None:
         return None, 0
@@ -347,7 +351,8 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     c = codelet(vec_kind)
     counts = _counts(n, used)
     runs = np.ceil(counts / run) + 1 if c.per_run and run else 0
-    per_tile_cycles = np.ceil(c.sets * c.fixed + counts * c.per_element(itemsize, integer) + runs * c.per_run)
+    per_tile_cycles = np.ceil(c.sets * c.fixed + counts * c.per_element(itemsize, integer)
+                              + runs * c.run_cycles(run, itemsize, int(np.max(counts))))
     profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
     return _phases(ipu, int(per_tile_cycles.max()), exch, c.sets, n, bcast * used, used,
                    plan=f"{n} elements on {used} tiles" + (f", {vec_kind}" if vec_kind.startswith("broadcast") else ""),

@@ -29,6 +29,9 @@ MIN_BYTES_PER_TILE = 128  # poputil calcLinearTileMapping: the least a tile is g
 #: indices, a pipeline stash's position)
 INDEX_BYTES = 4
 
+#: worker contexts of a tile (every IPU generation in configs/: poplar Target::getNumWorkerContexts)
+WORKERS = 6
+
 
 @dataclass(frozen=True)
 class Codelet:
@@ -40,11 +43,30 @@ class Codelet:
     sets: int = 1  # compute sets the op runs as
     per_run: float = 0  # cycles per contiguous run of one repeated operand element (outer broadcast)
     int32: float | None = None  # cycles per element on 32-bit integer operands, where popops' rate differs
+    per_run_misaligned: float = 0  # per_run for a run that is not a whole number of 64-bit vectors (0: per_run)
 
     def per_element(self, itemsize: int, integer: bool = False) -> float:
         if integer and self.int32 is not None:
             return self.int32
         return self.fp16 if itemsize <= 2 else self.fp32
+
+    def run_cycles(self, run: int, itemsize: int, on_tile: int | None = None) -> float:
+        """Cycles a tile spends on each contiguous ``run`` of elements sharing one broadcast element (its
+        ``on_tile`` elements of it where a tile holds less), beyond :meth:`per_element`; 0 without
+        ``per_run``. popops' outer broadcast (ElementWise.cpp) gives runs shorter than the workers'
+        vectors a worker each (ByRow: one outer loop a run) and longer ones to every worker a sixth each
+        (ByColumn: six outer loops a run, each worker's share rounded up to whole 64-bit vectors); a run
+        that is not a whole number of vectors takes the misaligned loop."""
+        if not self.per_run or not run:
+            return 0.0
+        vector = 8 // itemsize  # elements of a 64-bit vector
+        outer = self.per_run_misaligned if run % vector and self.per_run_misaligned else self.per_run
+        if run < WORKERS * vector:
+            return outer
+        piece = min(run, on_tile or run)
+        rate = self.per_element(itemsize)
+        share = math.ceil(math.ceil(piece / WORKERS) / vector) * vector
+        return WORKERS * (outer + rate * share) - rate * piece
 
 
 @lru_cache(maxsize=1)
@@ -58,10 +80,11 @@ def codelet_table() -> dict[str, Codelet]:
             c = Codelet(**entry)
         except TypeError as e:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind}: {e}") from None
-        values = (c.fixed, c.fp16, c.fp32, c.per_run) + (() if c.int32 is None else (c.int32,))
+        values = (c.fixed, c.fp16, c.fp32, c.per_run, c.per_run_misaligned) + (() if c.int32 is None else (c.int32,))
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in values) or c.sets < 1:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind} = {entry!r}: fixed, fp16 and fp32 "
-                              "must be numbers >= 0 (per_run and int32 too) and sets a whole number >= 1")
+                              "must be numbers >= 0 (per_run, per_run_misaligned and int32 too) and sets a whole "
+                              "number >= 1")
         table[kind] = c
     return table
 
