@@ -69,7 +69,7 @@ import models
 
 from .compiler.executable import price_ops
 from .errors import GraphError, OptionsError
-from .graph.ir import Graph
+from .graph.ir import Graph, Op
 from .graph.training import Optimizer, graph_to_price, merge_norms, sparse_accumulate_tied_gathers
 from .hardware.system import load_system
 from .options import Options, TensorLocationSettings
@@ -366,7 +366,7 @@ def _recomputed_cycles(g: Graph, costs: dict) -> dict[str, int]:
             return t in maker and t not in kept and maker[t].block == block
         todo = [t for op in g.ops if op.pass_ == "backward" and op.block == block for t in op.inputs
                 if recomputable(t)]
-        need: dict[str, object] = {}
+        need: dict[str, Op] = {}  # op name -> op
         while todo:
             f = maker[todo.pop()]
             if f.name not in need:
@@ -374,7 +374,6 @@ def _recomputed_cycles(g: Graph, costs: dict) -> dict[str, int]:
                 todo += [t for t in f.inputs if recomputable(t)]
         cycles[block] = sum(int(costs[name].cycles) for name in need if name in costs)
     return cycles
-
 
 
 @dataclass
