@@ -127,3 +127,24 @@ def test_an_onnx_models_out_of_memory_advice_names_its_placement(tmp_path, capsy
     assert main(["run", "--onnx", str(path)]) == 3
     assert ("Try: fewer of the model's nodes on this IPU (their __ipu_number attributes), a smaller micro-batch or a "
             "lower availableMemoryProportion.") in capsys.readouterr().err
+
+
+def test_a_misspelt_attribute_is_refused_as_onnxs_checker_does(tmp_path):
+    """PopART runs ONNX's checker on the models it loads: an attribute its operator does not define is an
+    error there, not a default (a Conv's "stride" for "strides"); PopART's "__" annotations pass."""
+    def conv(**attrs):
+        node = helper.make_node("Conv", ["x", "w"], ["y"], name="c", kernel_shape=[3, 3], **attrs)
+        graph = helper.make_graph(
+            [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [onnx.numpy_helper.from_array(np.zeros((4, 4, 3, 3), np.float32), "w")])
+        path = tmp_path / "c.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        return str(path)
+    with pytest.raises(sim.GraphError) as e:
+        sim.onnx.load(conv(stride=[2, 2]))
+    assert str(e.value) == (
+        "ONNX op Conv (node 'c'): attribute 'stride' is not an attribute of Conv at opset 17 (its attributes: "
+        "auto_pad, dilations, group, kernel_shape, pads, strides); ONNX's checker, which PopART runs on the models "
+        "it loads, refuses the model: correct the attribute's name")
+    assert [op.kind for op in sim.onnx.load(conv(strides=[2, 2], __ipu_number=0)).ops] == ["conv2d"]

@@ -426,6 +426,7 @@ class _Importer:
             ins.append(self.env[n])
         ctx = OpContext(self, node, name, ins)
         if _default_domain(node):
+            _check_attributes(ctx)
             if self._huge_constant(ctx):
                 return
             folded = self._fold(ctx)
@@ -567,6 +568,28 @@ class _Importer:
             raise GraphError(f"sim.onnx.load: loss={loss!r} has shape {tuple(shape)}; a loss must be a scalar "
                              "(one element), as PopART requires: reduce it first (ReduceMean, ReduceSum)")
         self.g.loss = v.sim
+
+
+def _check_attributes(ctx: OpContext) -> None:
+    """Refuse a standard ONNX node with an attribute its operator does not define at the model's opset (a
+    misspelt ``stride`` on a Conv would otherwise be dropped and priced as the default): PopART runs ONNX's
+    checker on a model it loads (``BuilderImpl::loadModelProto``), which rejects such an attribute (and passes
+    the ``__``-named ones PopART annotates nodes with). Nodes of an op the installed onnx does not know are left
+    to their rules."""
+    from onnx import defs
+    node = ctx.node
+    try:
+        schema = defs.get_schema(node.op_type, ctx.opset, node.domain)
+    except Exception:  # onnx raises SchemaError for an op (or opset) it has no schema for
+        return
+    # the checker passes attributes named "__...": PopART's own annotations (__ipu_number, ...)
+    unknown = [a.name for a in node.attribute if a.name not in schema.attributes and not a.name.startswith("__")]
+    if unknown:
+        known = ", ".join(sorted(schema.attributes)) or "none"
+        raise GraphError(f"{ctx.desc}: attribute{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))} "
+                         f"{'are' if len(unknown) > 1 else 'is'} not an attribute of {node.op_type} at opset "
+                         f"{ctx.opset} (its attributes: {known}); ONNX's checker, which PopART runs on the models it "
+                         "loads, refuses the model: correct the attribute's name")
 
 
 def load(model, batch_size: int | None = None, dtype: str | None = None, *, loss: str | None = None,
