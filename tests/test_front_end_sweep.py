@@ -96,3 +96,15 @@ def test_a_consistent_launch_with_mpiruns_variables(monkeypatch):
         monkeypatch.setenv(name, value)
     assert (popdist.getInstanceIndex(), popdist.getNumInstances()) == (1, 2)
     assert popdist.mpirun_environment() == {}  # mpirun's variables are set already
+
+
+def test_a_repeat_of_zero_says_why_nothing_runs():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        x = popxl.variable(np.zeros((4,), np.float32), name="x")
+        def add_one(t):
+            return t + 1
+        ops.repeat(ir.create_graph(add_one, x), 0, x)
+    with pytest.raises(popxl.errors.PopXLError) as e:
+        popxl.Session(ir, "ipu_hw")
+    assert str(e.value).endswith(".add_one_0, 0) runs its body no times)")  # the graph named by its qualname

@@ -353,6 +353,8 @@ class Graph:
                 raise PopXLError(f"{where}: output {i} ({o.id!r}, shape {o.shape}) is carried into input {i} "
                                  f"({t.id!r}, shape {t.shape}) of the next iteration: shapes must match")
         if count == 0:
+            self.ir._note(f"ops.repeat({sub.name}, 0): its body runs no times, so it adds no ops; its outputs are "
+                          "the carried inputs it was given")
             return [self._wrap(mapping[t._sim], t.dtype) for t in sub._inputs[:n_out]]
         if sub._has_host_io and self._main:
             # the body is one host transfer's step; Session runs it num_host_transfers times
