@@ -761,3 +761,21 @@ def test_a_plan_without_operand_exchange_counts_no_operand_phase():
     assert (run.breakdown >= 0).all().all()
     trace = run.op_trace()
     assert (trace.exchange >= trace.exchange_setup).all()
+
+
+def test_an_fp16_gradient_into_a_float_accumulator_runs_popops_mixed_scaled_add():
+    """ScaledAdd<float, half> loops 4 cycles per 2 floats where the same-type vertex loops 3
+    (PerformanceEstimation.cpp getScaledArithmeticSupervisorCycleEstimate): 2.0 an element, not 1.5."""
+    n = 1_000_000
+    acc = codelet("accumulate")
+    assert (acc.fp32, acc.mixed) == (1.5, 2.0)
+    from sim.cost.rules import _elementwise
+    from sim.hardware.system import load_system
+    ipu = load_system("ipu-mk2").ipu
+    per_tile = math.ceil(n / TILES)
+    both = [((n,), "float32", "accumulator"), ((n,), "float16", "activation")]
+    assert _elementwise("accumulate", both, [((n,), "float32")], ipu, TILES).compute_cycles == math.ceil(
+        acc.fixed + per_tile * 2.0)
+    same = [((n,), "float32", "accumulator"), ((n,), "float32", "activation")]
+    assert _elementwise("accumulate", same, [((n,), "float32")], ipu, TILES).compute_cycles == math.ceil(
+        acc.fixed + per_tile * 1.5)

@@ -351,7 +351,9 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     c = codelet(vec_kind)
     counts = _counts(n, used)
     runs = np.ceil(counts / run) + 1 if c.per_run and run else 0
-    per_tile_cycles = np.ceil(c.sets * c.fixed + counts * c.per_element(itemsize, integer)
+    # float data with a half operand (an fp16 gradient into a float accumulator) at popops' mixed rate
+    mixed = c.mixed is not None and out_dtype == "float32" and any(d == "float16" for _, d, _ in ins)
+    per_tile_cycles = np.ceil(c.sets * c.fixed + counts * (c.mixed if mixed else c.per_element(itemsize, integer))
                               + runs * c.run_cycles(run, itemsize, int(np.max(counts))))
     profile = TileProfile.padded(tiles, per_tile_cycles, bcast, 0)
     return _phases(ipu, int(per_tile_cycles.max()), exch, c.sets, n, bcast * used, used,

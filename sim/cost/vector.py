@@ -44,6 +44,7 @@ class Codelet:
     per_run: float = 0  # cycles per contiguous run of one repeated operand element (outer broadcast)
     int32: float | None = None  # cycles per element on 32-bit integer operands, where popops' rate differs
     per_run_misaligned: float = 0  # per_run for a run that is not a whole number of 64-bit vectors (0: per_run)
+    mixed: float | None = None  # cycles per element of float data with a half operand, where popops' rate differs
 
     def per_element(self, itemsize: int, integer: bool = False) -> float:
         if integer and self.int32 is not None:
@@ -80,11 +81,12 @@ def codelet_table() -> dict[str, Codelet]:
             c = Codelet(**entry)
         except TypeError as e:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind}: {e}") from None
-        values = (c.fixed, c.fp16, c.fp32, c.per_run, c.per_run_misaligned) + (() if c.int32 is None else (c.int32,))
+        values = (c.fixed, c.fp16, c.fp32, c.per_run, c.per_run_misaligned) + tuple(
+            v for v in (c.int32, c.mixed) if v is not None)
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in values) or c.sets < 1:
             raise ConfigError(f"{VECTOR_OPS_FILE}: codelets.{kind} = {entry!r}: fixed, fp16 and fp32 "
-                              "must be numbers >= 0 (per_run, per_run_misaligned and int32 too) and sets a whole "
-                              "number >= 1")
+                              "must be numbers >= 0 (per_run, per_run_misaligned, int32 and mixed too) and sets a "
+                              "whole number >= 1")
         table[kind] = c
     return table
 
