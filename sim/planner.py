@@ -69,7 +69,7 @@ import models
 
 from .compiler.executable import price_ops
 from .errors import GraphError, OptionsError
-from .graph.ir import Graph, Op
+from .graph.ir import Graph
 from .graph.training import Optimizer, graph_to_price, merge_norms, sparse_accumulate_tied_gathers
 from .hardware.system import load_system
 from .options import Options, TensorLocationSettings
@@ -360,17 +360,20 @@ def _recomputed_cycles(g: Graph, costs: dict) -> dict[str, int]:
     there), as :func:`sim.schedule.stages._recompute_just_in_time` walks a stage."""
     maker = {t: op for op in g.ops if op.pass_ == "forward" for t in op.outputs}
     kept = {t for op in g.ops if op.pass_ == "forward" and is_checkpoint(op) for t in op.outputs}
+    reads: dict[str, list[str]] = {}  # block -> the tensors its gradient ops read
+    for op in g.ops:
+        if op.pass_ == "backward":
+            reads.setdefault(op.block, []).extend(op.inputs)
     cycles: dict[str, int] = {}
-    for block in {op.block for op in g.ops if op.pass_ == "backward"}:
+    for block, todo in reads.items():
         def recomputable(t: str) -> bool:
             return t in maker and t not in kept and maker[t].block == block
-        todo = [t for op in g.ops if op.pass_ == "backward" and op.block == block for t in op.inputs
-                if recomputable(t)]
-        need: dict[str, Op] = {}  # op name -> op
+        todo = [t for t in todo if recomputable(t)]
+        need: set[str] = set()  # names of the ops recomputed
         while todo:
             f = maker[todo.pop()]
             if f.name not in need:
-                need[f.name] = f
+                need.add(f.name)
                 todo += [t for t in f.inputs if recomputable(t)]
         cycles[block] = sum(int(costs[name].cycles) for name in need if name in costs)
     return cycles

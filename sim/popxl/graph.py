@@ -353,6 +353,7 @@ class Graph:
                 raise PopXLError(f"{where}: output {i} ({o.id!r}, shape {o.shape}) is carried into input {i} "
                                  f"({t.id!r}, shape {t.shape}) of the next iteration: shapes must match")
         if count == 0:
+            self.ir._zero_repeats.append(sub.name)
             self.ir._note(f"ops.repeat({sub.name}, 0): its body runs no times, so it adds no ops; its outputs are "
                           "the carried inputs it was given")
             return [self._wrap(mapping[t._sim], t.dtype) for t in sub._inputs[:n_out]]

@@ -168,6 +168,7 @@ class Ir:
         self.id = next(_ir_ids)
         self._session = None
         self._notes: list[str] = []
+        self._zero_repeats: list[str] = []  # graphs repeated 0 times (ops.repeat(g, 0)): they add no ops
         self._graph_count: dict[str, int] = {}
         self._training = False
         self._drawn_bytes = 0  # variable data popxl-addons' factories drew for this Ir (variable_factory.py)

@@ -246,10 +246,10 @@ class Session:
         if not graph.ops and (graph.outputs or graph.inputs):  # host IO only: the transfers are the program
             graph = _host_io_only(graph)  # (an identity view stands for each host_store's read, each load's write)
         if not graph.ops:
-            zero = [n for n in ir._notes if n.startswith("ops.repeat(") and ", 0):" in n]
+            zero = ir._zero_repeats
             raise PopXLError(f"The Ir {ir.id} has no ops to run: add operations to the main graph "
                              "(`with ir.main_graph:`) before creating the Session"
-                             + (f" ({zero[0].split(':')[0]} runs its body no times)" if zero else ""))
+                             + (f" (ops.repeat({zero[0]}, 0) runs its body no times)" if zero else ""))
         per_body = ir.main_graph._transfers_per_pass()  # an inner loop with host IO, written out in the body
         for name, count in ir.main_graph._io_repeats:
             if count * per_body != ir.num_host_transfers:
