@@ -612,7 +612,9 @@ def test_group_norm_costs_a_layer_norm_over_each_group():
     g = _one_op("groupnorm", [(8, 64, 32, 32), (64,), (64,)], [(8, 64, 32, 32)], {"groups": 4})
     assert g == row_op_cost("layernorm", (32, 16384), "float32", MK2, TILES, _row_reduce_cost(MK2),
                             statistics="group")
-    assert "row broadcast_inner_add, row broadcast_inner_mul_inplace" in g.plan
+    assert "row broadcast_copied, row broadcast_copied" in g.plan  # float: popops copies, then BinaryOp1D
+    half = _one_op("groupnorm", [(8, 64, 32, 32), (64,), (64,)], [(8, 64, 32, 32)], {"groups": 4}, dtype="float16")
+    assert "row broadcast_inner_add, row broadcast_inner_mul_inplace" in half.plan
     ln = _one_op("layernorm", [(32, 16384), (16384,), (16384,)], [(32, 16384)])
     assert "row broadcast_outer, row broadcast_outer" in ln.plan
     # a tiny one: too few elements a tile for popops to find a repeated vector, plain vertices
@@ -641,7 +643,9 @@ def test_broadcast_patterns_are_popops_broadcast_vertices(out, operand, pattern)
 def test_a_bias_add_runs_popops_inner_broadcast_vertex():
     """A per-channel bias added to a convolution's output runs BroadcastVectorInner (2 cycles per
     8 halves per block, popopsCycleEstimators.cpp), a third of BinaryOp1D's 3 cycles per 4 halves;
-    in fp32 it runs the scalar path, 2 cycles per float against 1.5."""
+    in fp32 popops takes no inner vertex (binaryOpBroadcastInnerVector): each tile copies the
+    repeated bias into a contiguous operand, then BinaryOp1D runs, 0.5 + 1.5 cycles a float over two
+    compute sets."""
     half = _one_op("add", [(8, 64, 56, 56), (1, 64, 1, 1)], [(8, 64, 56, 56)], dtype="float16")
     plain = _one_op("add", [(8, 64, 56, 56), (8, 64, 56, 56)], [(8, 64, 56, 56)], dtype="float16")
     n = 8 * 64 * 56 * 56
@@ -652,7 +656,13 @@ def test_a_bias_add_runs_popops_inner_broadcast_vertex():
     assert plain.compute_cycles == math.ceil(codelet("add").fixed + per_tile * 0.75)
     assert "broadcast_inner_add" in half.plan
     single = _one_op("add", [(8, 64, 56, 56), (1, 64, 1, 1)], [(8, 64, 56, 56)])
-    assert single.compute_cycles == math.ceil(inner.fixed + per_tile * 2.0)
+    copied = codelet("broadcast_copied")
+    assert (copied.fixed, copied.fp32, copied.sets) == (138, 2.0, 2)
+    assert single.compute_cycles == math.ceil(2 * 138 + per_tile * 2.0)
+    assert single.supersteps == 2 and "broadcast_copied" in single.plan
+    # a half vector of 3 channels is not whole 64-bit vectors: popops' slow path is avoided the same way
+    odd = _one_op("add", [(8, 3, 56, 56), (1, 3, 1, 1)], [(8, 3, 56, 56)], dtype="float16")
+    assert "broadcast_copied" in odd.plan
     # a matmul's bias over 16 rows of 1,024: a tile holds less than a row, so popops finds no
     # repeated vector and runs the plain vertex
     small = _one_op("add", [(16, 1024), (1024,)], [(16, 1024)], dtype="float16")

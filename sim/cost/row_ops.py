@@ -46,7 +46,7 @@ from ..graph.ir import DTYPE_BYTES
 from ..hardware.system import IPU
 from .exchange import exchange_cycles
 from .opcost import OpCost, TileProfile, _counts
-from .vector import CHANNEL_GROUP, broadcast_codelet, codelet, spread
+from .vector import CHANNEL_GROUP, broadcast_codelet, codelet, inner_vertex_taken, spread
 
 #: the op kinds priced here
 ROW_OP_KINDS = ("softmax", "softmax_grad", "layernorm", "layernorm_grad")
@@ -276,6 +276,8 @@ def row_op_cost(kind: str | tuple, shape: tuple, dtype: str, ipu: IPU, tiles: in
                 if what == "rowmap" or (pattern == "inner" and busiest < 2 * unit):
                     codelets = tuple(op.removesuffix("_inplace") for op in codelets)  # a plain vertex
                 else:
+                    if pattern == "inner" and not inner_vertex_taken(itemsize, unit):
+                        pattern = "copied"
                     codelets = tuple(broadcast_codelet(op, pattern) for op in codelets)
                     run = length if pattern == "outer" else 0
             else:

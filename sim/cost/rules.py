@@ -311,7 +311,7 @@ def _phases(ipu: IPU, compute: int, exch: int, supersteps: int, flops: float, ex
                   exchange_setup_cycles=int(exchange_phases * ipu.exchange_setup_cycles if exch else 0))
 
 
-def _broadcast_vertex(kind: str, ins, out_shape, per_tile: int) -> tuple[str | None, int]:
+def _broadcast_vertex(kind: str, ins, out_shape, per_tile: int, itemsize: int) -> tuple[str | None, int]:
     """(the popops broadcast codelet, the elements of the output one operand element covers) of a
     binary ``kind`` with an operand repeated over the other (:func:`~sim.cost.vector.broadcast_pattern`
     on the busiest tile's ``per_tile`` elements); (None, 0) for a plain element-wise op. A multiply
@@ -326,7 +326,7 @@ def _broadcast_vertex(kind: str, ins, out_shape, per_tile: int) -> tuple[str | N
         return None, 0  # popops broadcasts a first operand only into a commutative op
     if math.prod(small) == 1:
         return "broadcast_scalar", 0  # BroadcastScalar1D: the elements shared among the workers, no outer loop
-    pattern = broadcast_pattern(out_shape, small, per_tile)
+    pattern = broadcast_pattern(out_shape, small, per_tile, itemsize)
     if pattern is None:
         return None, 0
     return broadcast_codelet("mul_inplace" if kind == "mul" else kind, pattern), broadcast_run(out_shape, small)
@@ -346,7 +346,7 @@ def _elementwise(kind, ins, outs, ipu, tiles) -> OpCost:
     # on 32-bit integers popops runs its plain vertices at their integer rates (its vector-broadcast
     # vertices are for half and float only)
     integer = all(d == "int32" for _, d, _ in ins)
-    vec_kind, run = (None, 0) if integer else _broadcast_vertex(kind, ins, tuple(out_shape), per_tile)
+    vec_kind, run = (None, 0) if integer else _broadcast_vertex(kind, ins, tuple(out_shape), per_tile, itemsize)
     vec_kind = vec_kind or _VECTOR_KIND.get(kind, kind)
     c = codelet(vec_kind)
     counts = _counts(n, used)

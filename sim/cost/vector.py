@@ -145,7 +145,8 @@ def broadcast_run(out_shape: tuple, operand_shape: tuple) -> int:
     return math.prod(out_shape[max(varying) + 1:]) if varying else math.prod(out_shape)
 
 
-def broadcast_pattern(out_shape: tuple, operand_shape: tuple, per_tile: int | None = None) -> str | None:
+def broadcast_pattern(out_shape: tuple, operand_shape: tuple, per_tile: int | None = None,
+                      itemsize: int | None = None) -> str | None:
     """How popops finds ``operand_shape`` repeated over ``out_shape`` in a binary op
     (``constructBroadcastBinaryOp``, lib/popops/ElementWise.cpp, which matches the operand against
     each tile's contiguous regions of the output): ``"inner"`` when the operand is a vector laid
@@ -156,7 +157,8 @@ def broadcast_pattern(out_shape: tuple, operand_shape: tuple, per_tile: int | No
     (BroadcastScalar, priced alike); None when the operand is not smaller or matches neither
     (a plain binary op reading the broadcast view). With ``per_tile`` (elements on the busiest tile),
     an inner vector must repeat at least twice on the tile (popops wants a pattern's outer factor
-    above one), or the op stays a plain one."""
+    above one), or the op stays a plain one. With ``itemsize`` (bytes of an element), an inner vector
+    popops gives no inner vertex (:func:`inner_vertex_taken`) is ``"copied"``."""
     out_shape, operand_shape = tuple(out_shape), tuple(operand_shape)
     if math.prod(operand_shape) >= math.prod(out_shape):
         return None
@@ -177,15 +179,35 @@ def broadcast_pattern(out_shape: tuple, operand_shape: tuple, per_tile: int | No
         return "outer"
     else:
         return None
-    return "inner" if per_tile is None or per_tile >= 2 * unit else None
+    if per_tile is not None and per_tile < 2 * unit:
+        return None
+    return "inner" if itemsize is None or inner_vertex_taken(itemsize, unit) else "copied"
+
+
+def inner_vertex_taken(itemsize: int, unit: int) -> bool:
+    """Whether popops runs its inner broadcast vertex for an add, subtract or multiply whose repeated
+    vector is ``unit`` elements of ``itemsize`` bytes on a tile (``binaryOpBroadcastInnerVector``,
+    lib/popops/ElementWise.cpp): not for float data, where broadcasting the operand with copies and
+    running the vectorised BinaryOp is taken instead, nor for a half vector that is not whole 64-bit
+    vectors (its slow path); those run :data:`COPIED_BROADCAST`."""
+    return itemsize == 2 and unit % 4 == 0
+
+
+#: the codelet of an add, subtract or multiply popops does not give its inner broadcast vertex
+#: (:func:`inner_vertex_taken`): each tile copies its part of the repeated operand into a contiguous
+#: one (the copies Poplar adds for the plain vertex's broadcast input), then BinaryOp1D runs
+COPIED_BROADCAST = "broadcast_copied"
 
 
 def broadcast_codelet(op: str, pattern: str) -> str:
     """The ``configs/_vector-ops.toml`` codelet of ``op`` (:data:`BROADCAST_OPS`) under ``pattern``
     (:func:`broadcast_pattern`): popops' inner broadcast vertices differ by operation and by
-    whether a multiply is in place; the outer and scalar ones cost alike."""
+    whether a multiply is in place; the outer and scalar ones cost alike, and a ``"copied"``
+    operand runs :data:`COPIED_BROADCAST` whatever the op."""
     if pattern == "outer":
         return "broadcast_outer"
+    if pattern == "copied":
+        return COPIED_BROADCAST
     return {"add": "broadcast_inner_add", "sub": "broadcast_inner_add", "mul": "broadcast_inner_mul",
             "mul_inplace": "broadcast_inner_mul_inplace"}[op]
 
