@@ -1022,3 +1022,20 @@ def test_flatten_takes_an_axis_up_to_the_rank():
               [h.make_tensor_value_info("y", T.FLOAT, None)])
     g = sim.onnx.load(m)
     assert g.tensors[g.outputs[0]].shape == (32, 1)
+
+
+def test_an_input_no_node_reads_is_not_streamed_and_is_named():
+    """A graph input nothing reads costs no host transfer (PopART removes an isolated stream tensor,
+    Tensors::removeIsolated) and the run says so, naming it."""
+    def model(extra: bool):
+        inputs = [h.make_tensor_value_info("x", T.FLOAT, [4, 64])]
+        if extra:
+            inputs.append(h.make_tensor_value_info("unused", T.FLOAT, [4, 1_000_000]))
+        graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", inputs,
+                             [h.make_tensor_value_info("y", T.FLOAT, [4, 64])])
+        return h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    with_extra = sim.simulate(sim.onnx.load(model(True)), "ipu-mk2")
+    without = sim.simulate(sim.onnx.load(model(False)), "ipu-mk2")
+    assert with_extra.cycle_count == without.cycle_count
+    assert [n for n in with_extra.all_notes if "'unused': read by no op" in n]
+    assert not [n for n in without.all_notes if "read by no op" in n]

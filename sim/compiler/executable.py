@@ -287,7 +287,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                      "the output's positions with the layer's multiply-adds"
                      + (" (a transposed one over the positions of its output, computed over the upsampled input)"
                         if any(op.attrs.get("transposed") for op in expanded) else ""))
-    notes += _control_flow_notes(g)
+    notes += _control_flow_notes(g) + _unread_input_notes(g)
     depthwise = [op.name for op in g.ops if op.kind == "conv2d" and op.attrs.get("groups", 1) > 1
                  and g.tensors[op.inputs[0]].shape[1] == op.attrs["groups"]]
     if depthwise:
@@ -342,6 +342,19 @@ def _relaid_notes(g: Graph, costs: dict[str, OpCost]) -> list[str]:
     return ["poplin's operand copies: a matmul or convolution that would read an operand another op laid out on "
             "more than 7 tiles first copies it into its own layout (Convolution.cpp rearrangeActs / "
             f"rearrangeWeights; part of the op's exchange and sync): {each}, each of the graph's ops run once"]
+
+
+def _unread_input_notes(g: Graph) -> list[str]:
+    """What the run says of input tensors no op reads and the graph does not return: nothing is streamed
+    for them, as PopART removes a stream tensor with no producer and no consumer before it lowers the
+    graph (willow/src/tensors.cpp ``Tensors::removeIsolated``), so the host's data for it is not sent."""
+    read = {t for op in g.ops for t in op.inputs} | set(g.outputs)
+    unread = [name for name in g.inputs if name not in read]
+    if not unread:
+        return []
+    names = ", ".join(repr(n) for n in unread[:5]) + (f" and {len(unread) - 5} more" if len(unread) > 5 else "")
+    return [f"input{'s' * (len(unread) > 1)} {names}: read by no op, so nothing is streamed to the IPU for "
+            f"{'them' if len(unread) > 1 else 'it'} (PopART removes a stream tensor nothing reads)"]
 
 
 def _control_flow_notes(g: Graph) -> list[str]:
