@@ -70,7 +70,9 @@ def test_valid_padding_backward_runs_on_the_input_field(monkeypatch):
     assert M == 4 * 13 * 13 and conv.dilation == 1 and conv.row_hits == (1, 2) + (3,) * 9 + (2, 1)
 
 
-def test_same_padding_backward_unchanged(monkeypatch):
-    # "same" padding, stride 1: dX's field is zDeltas', planned on it without hits, as before
+def test_same_padding_backward_on_zdeltas_field_with_hits(monkeypatch):
+    # "same" padding, stride 1: dX's field is zDeltas', planned on it; the worklists skip the pairs on
+    # the padding (kernel - 1 - padding per side), as the forward pass's (ConvVertices.cpp createPartitions)
     M, _, _, conv = _grad_input_M(monkeypatch, (4, 64, 56, 56), 64, 3, 1, 1)
-    assert M == 4 * 56 * 56 and conv.row_hits == () and conv.dilation == 1
+    assert M == 4 * 56 * 56 and conv.dilation == 1
+    assert conv.row_hits == conv.col_hits == (2,) + (3,) * 54 + (2,)

@@ -758,6 +758,14 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
                        launch=launch_cycles("mul") + fixed)
     if kind == "conv2d":
         conv, weight = ConvShape(kh, kw, stride, wo, cig, n, ho), True
+        if len(x_shape) == 4 and kh * kw > 1:
+            # the nx1 worklists hold, per kernel position, only the outputs it writes: the (output,
+            # kernel position) pairs on padding cost nothing at run time (ConvVertices.cpp
+            # createPartitions, 8dcde1ec), while poplin's planner partitions the whole tile output
+            # for every kernel position (MatmulPlan.planned_cycles is chosen without them)
+            ph, pw = spatial(attrs.get("padding", 0), "padding")
+            conv = replace(conv, row_hits=kernel_hits(ho, kh, x_shape[2], ph, stride),
+                           col_hits=kernel_hits(wo, kw, x_shape[3], pw, stride))
         # output channels short of the partial-channel group: padded weights and output rearranged
         padded = padded_partials_rearranged(ipu, itemsize, partials_bytes, groups, cog, positions, cig * kh * kw)
         plan = plan_matmul(groups, positions, cig * kh * kw, cog, itemsize, True, ipu, tiles, amp, conv=conv,
@@ -782,8 +790,14 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
             # a kxk kernel whose dX field is not zDeltas' (a stride, or less than "same" padding):
             # poplin convolves over dX's field, zDeltas dilated and padded (_grad_input_field).
             # With "same" padding and stride 1 the fields agree and, as the forward pass, the
-            # plan stays on zDeltas' field without padding hits
+            # plan stays on zDeltas' field (its padding hits below)
             conv, field = _grad_input_field(out_shape, attrs, cog, ho, wo), n * math.prod(out_shape[2:])
+        elif full and kh * kw > 1:
+            # "same" padding, stride 1: zDeltas padded by kernel - 1 - padding per side, whose pairs
+            # the worklists skip as the forward pass's (createPartitions)
+            ph, pw = spatial(attrs.get("padding", 0), "padding")
+            conv = replace(conv, row_hits=kernel_hits(x_shape[2], kh, ho, kh - 1 - ph),
+                           col_hits=kernel_hits(x_shape[3], kw, wo, kw - 1 - pw))
         plan = plan_matmul(groups, field,
                            cog * kh * kw, cig, itemsize, True, ipu, tiles, amp, conv=conv,
                            partials_bytes=partials_bytes, rearranged=padded,
