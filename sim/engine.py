@@ -477,6 +477,7 @@ class Engine:
             hold = [("io_tiles", s.ipu, s.direction)] if s.io_tiles else []
             tiles = () if s.io_tiles else (s.ipu,)
             kind = "host_io_overlapped" if s.io_tiles else "host_io"
+            label = s.label or s.name  # the stream's name where the front end gives one
             key = (s.ipu, s.replica, s.stream, s.direction)
             done = buffers[key]
             # a run starts with its input streams' prefetches invalidated (PopART's Devicex::run reconnects
@@ -486,7 +487,7 @@ class Engine:
             refill = s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu"
             ahead = s.prefetch >= 2 or refill
             if not ahead or (s.direction == "to_ipu" and not done):
-                task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, s.name, s.nbytes,
+                task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, label, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
                 if ahead:
                     done.append(task)
@@ -506,13 +507,13 @@ class Engine:
                 host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", s.name,
                                  s.nbytes), [host_lane])
                 device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
-                                   s.name, s.nbytes, stream=s, tiles=tiles), [lane], s)
+                                   label, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 done.append(device)
             else:
                 device = emit(Task(sorted(set(deps_of([lane], s)) | set(free)), hold, device_phases, s.ipu,
-                                   kind, s.name, s.nbytes, stream=s, tiles=tiles), [lane], s)
+                                   kind, label, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 host = emit(Task(sorted(set(deps_of([host_lane])) | {device}), [], host_phases, s.ipu,
-                                 "host_prefetch", s.name, s.nbytes), [host_lane])
+                                 "host_prefetch", label, s.nbytes), [host_lane])
                 tasks[device].stream_end = host
                 done.append(host)
 

@@ -94,6 +94,7 @@ class StreamCopy:
     host_fills: float = 1.0  # input buffer fills the host thread makes for this copy (the replicas it stands for)
     host_thread: tuple = (0, 0)  # (host process, stream-callback thread) that fills it
     after: tuple = ()  # other items whose latest run must end first (IO-tile buffer reuse)
+    label: str = ""  # what the timeline calls the copy (default: the tensor's name)
 
 
 @dataclass

@@ -858,7 +858,7 @@ def test_storing_a_tensor_no_op_makes_costs_its_stream_copy():
         return session.cycle_count, list(trace[trace.kind == "host_io"].name)
 
     (plain, rows), (echoed, echoed_rows) = run(False), run(True)
-    assert rows == ["x", "add"] and echoed_rows == ["x", "add", "x"]
+    assert rows == ["x", "y"] and echoed_rows == ["x", "y", "x_back"]  # each store named by its stream
     assert echoed > plain + 400_000  # a MiB more over the host link
 
 
@@ -931,3 +931,20 @@ def test_a_program_of_one_host_load_runs_its_copy():
 
     load, both = cycles(False), cycles(True)
     assert 0.4 * both < load < 0.7 * both
+
+
+def test_a_store_is_named_by_its_stream_in_the_trace():
+    """The timeline names a device-to-host copy after the d2h stream it stores to, as PopVision names
+    a stream copy by its stream, not after the tensor stored (here the add's result)."""
+    ir = popxl.Ir()
+    with ir.main_graph, popxl.in_sequence():
+        x_h2d = popxl.h2d_stream((64, 64), popxl.float16, name="x_stream")
+        x = ops.host_load(x_h2d, "x")
+        y = ops.add(x, x)
+        ops.host_store(popxl.d2h_stream((64, 64), popxl.float16, "y_stream"), y)
+    session = popxl.Session(ir, "ipu_hw")
+    with session:
+        session.run({x_h2d: np.ones((64, 64), np.float16)})
+    trace = session.simulation.trace
+    names = set(trace[trace.kind == "host_io"].name)
+    assert "y_stream" in names and y.name not in names and y.name != "y_stream"

@@ -161,6 +161,9 @@ class Graph:
         self.micro_batch_losses: list[str] = []
         self.training = False
         self.overlap: dict[str, int] = {}  # input/output tensor -> OverlapMode (host IO overlap)
+        #: output tensor -> the host stream it is stored to, where the front end names streams apart from
+        #: tensors (PopXL's d2h_stream): what the timeline calls its copy
+        self.stream_names: dict[str, str] = {}
         #: samples one row of the micro-batch (the first input's leading dimension) carries, which
         #: is what throughput counts: 1 for an ordinary model; a packed BERT row (a pack) holds
         #: ``packing_factor`` sequences on average, so its runs count sequences, not packs
@@ -242,6 +245,7 @@ class Graph:
                    for op in self.ops]
         new.inputs, new.outputs = list(self.inputs), list(self.outputs)
         new.loss, new.training, new.overlap = self.loss, self.training, dict(self.overlap)
+        new.stream_names = dict(self.stream_names)
         new.micro_batch_losses = list(self.micro_batch_losses)
         new.samples_per_row, new.micro_batch, new.params = self.samples_per_row, self.micro_batch, dict(self.params)
         new.tiles_asked, new._op_names = self.tiles_asked, set(self._op_names)

@@ -225,6 +225,8 @@ class Graph:
                     sim_name = b.op("identity", [sim_name], [self.sim_graph.tensors[sim_name].shape],
                                     name=self._scoped(f"{stream.name}/store"))[0]
             self._b.output(sim_name)
+            if sim_name != stream.name:
+                self.sim_graph.stream_names[sim_name] = stream.name
         self._stores.setdefault(stream, []).append(sim_name)
         self._io_count[stream] += 1
 

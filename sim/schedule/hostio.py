@@ -48,6 +48,9 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
     def thread(name: str) -> tuple[int, int]:  # the streams take the process's threads in turn
         return process, stream_index[name] % threads
 
+    def label(name: str) -> str:  # a store named by its stream (an input stored back keeps its load's name)
+        return g.stream_names.get(name, "") if direction == "from_ipu" else ""
+
     items = []
     for ipu, names in per_ipu.items():
         overlapped = [n for n in names if io_tiles and g.overlap.get(n)]
@@ -56,7 +59,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
             nbytes = g.tensors[name].nbytes
             copy = StreamCopy(ipu, name, direction, nbytes, stream_index[name], host_sync=True,
                               replica=replica, io_tiles=True, prefetch=prefetch, fill_ahead=fill_ahead,
-                              host_fills=host_fills, host_thread=thread(name))
+                              host_fills=host_fills, host_thread=thread(name), label=label(name))
             move = Compute(ipu, f"IO tiles {'->' if direction == 'to_ipu' else '<-'} compute tiles: {name}",
                            io_tile_copy_steps(name, nbytes, system.ipu, io_tiles, compute_tiles))
             copy.after, move.after = (move,), (copy,)
@@ -71,7 +74,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
             items.append(StreamCopy(ipu, name, direction, g.tensors[name].nbytes, stream_index[name],
                                     host_sync=(k == 0), replica=replica, prefetch=prefetch,
                                     fill_ahead=fill_ahead, host_fills=host_fills,
-                                    host_thread=thread(name)))
+                                    host_thread=thread(name), label=label(name)))
         if barrier:
             items.append(Sync(barrier.ipus, barrier.scope, barrier.cycles, "host sync end"))
     return items
