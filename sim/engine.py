@@ -504,7 +504,7 @@ class Engine:
             # are that many, for the run's first transfer of the stream)
             free = [done[-back]] if len(done) >= back else done[:1]
             if s.direction == "to_ipu":
-                host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", s.name,
+                host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", label,
                                  s.nbytes), [host_lane])
                 device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
                                    label, s.nbytes, stream=s, tiles=tiles), [lane], s)
