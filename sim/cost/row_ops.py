@@ -158,8 +158,9 @@ def _elementwise_step(n: int, itemsize: int, codelets: tuple, recv_bytes: int, i
     fixed = max(c.fixed for c in cs)
     counts = _counts(n, used)
     runs = np.ceil(counts / run) + 1 if run else 0
+    busiest = int(np.max(counts))
     per_tile = np.ceil(fixed + counts * sum(c.per_element(itemsize) for c in cs)
-                       + runs * sum(c.run_cycles(run, itemsize, int(np.max(counts))) for c in cs))
+                       + runs * sum(c.run_cycles(run, itemsize, busiest) for c in cs))
     return per_tile, used, math.ceil(fixed), exchange_cycles(recv_bytes, ipu) if recv_bytes else 0, recv_bytes
 
 
