@@ -65,3 +65,30 @@ def test_tensorflow_rows_run_with_graph_functions_and_pytorch_rows_without():
         assert PUBLISHED_BY_ID[rid].setup.options().graph_functions, rid
     for rid in ("B14", "B46", "B22", "M18"):  # PyTorch ResNet-50, BERT, ViT; PopART's MLPerf BERT
         assert not PUBLISHED_BY_ID[rid].setup.options().graph_functions, rid
+
+
+def test_an_op_marked_graph_function_copies_in_and_out_in_a_popart_program():
+    """poplibs' single_conv_layer calls its forward convolution (and a backward one of the same canonical
+    parameters) through a graphfn::TensorFunction: those ops alone carry the copies, PopART's program
+    otherwise unchanged."""
+    from sim import poplibs_benchmarks as pb
+    g = pb.conv_graph(4, 28, 3, 128, 128, padding=1)
+    marked = {op.name for op in g.ops if op.attrs.get("graph_function")}
+    assert marked == {"fwd/conv2d", "bwd"}
+    o = sim.Options().enableSyntheticData(True)
+    run = sim.compile(g, "ipu-mk2", o)
+    for op in g.ops:
+        programs = run.costs[op.name].plan.count("graph function:")  # its copies in, its copies out
+        assert programs == (2 if op.name in marked else 0), op.name
+    [note] = [n for n in run.notes if n.startswith("graph functions")]
+    assert "IPU 0: 2 calls, 6 tensors copied" in note
+
+
+def test_the_benchmark_backward_pass_reuses_the_forward_function_when_canonical_params_match():
+    from sim.poplibs_benchmarks import backward_reuses_forward
+    assert backward_reuses_forward(3, 64, 64, 1, 1)  # same-padded, as many channels in as out
+    assert backward_reuses_forward((1, 7), 128, 128, 1, (0, 3))
+    assert backward_reuses_forward(1, 256, 256, 1, 0)
+    assert not backward_reuses_forward(3, 64, 128, 1, 1)  # the channels swap
+    assert not backward_reuses_forward(3, 64, 64, 2, 1)  # a stride dilates the backward input
+    assert not backward_reuses_forward(3, 256, 256, 1, 0)  # a valid convolution's backward pass is full

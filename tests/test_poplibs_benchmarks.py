@@ -50,7 +50,7 @@ WITHIN = (
     "inception_tr_bs4_i1_c3x3a", "inception_tr_bs4_i1_c3x3b",
     "inception_tr_bs4_i2_a1x1", "inception_tr_bs4_i2_b1x1", "inception_tr_bs4_i3_a1x1",
     "inception_tr_bs4_i3_b1x1", "inception_tr_bs4_i5_a1x1", "inception_tr_bs4_i5_b1x1",
-    "inception_tr_bs4_i6_b1x1", "inception_tr_bs4_i8_a3x3", "inception_tr_bs4_i9_a1x1",
+    "inception_tr_bs4_i6_b1x1", "inception_tr_bs4_i9_a1x1",
     "inception_tr_bs4_i9_c1x1", "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1", "mobilenet_conv_pw_13_1", "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_4_1", "mobilenet_conv_pw_6_1",
     "mobilenet_conv_pw_7_1", "resnet50_tr_bs4_bm128L0A2", "resnet50_tr_bs4_bm128L1A0",
     "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L0_projection",
@@ -79,7 +79,7 @@ WITHIN = (
     "resnet50_tr_bs1_bm64L0A0_reduce",
     # non-square kernels (Inception-v3's factorised 1xN / Nx1), expressible since conv2d takes (kh, kw)
     "inception_tr_bs4_i5_b1x7", "inception_tr_bs4_i5_c1x7b", "inception_tr_bs4_i6_b1x7",
-    "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i7_b7x1",
+    "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i7_b7x1",
     "inception_tr_bs4_i9_ba1x3", "inception_tr_bs4_i9_bb3x1",
     # within since a matmul's or conv's passes follow poplin's plans more closely (2026-11-23): the fc
     # tool's passes planned jointly as FC_TRAINING (tests/test_fc_joint_plan.py), a backward pass with
@@ -125,7 +125,7 @@ WITHIN = (
     "bert_grouped_12x128x64x128", "bert_grouped_16x128x64x128", "bert_proj_512x1024x1024",
     "fc_layer_1_1000_1000_float", "fc_layer_4_1000_5_float", "fc_layer_4_1000_5_half",
     "gemm_200x256x10000",
-    "gemm_200x64x10000", "gemm_600x512x20000", "inception_tr_bs4_i9_d1x1", "mobilenet_conv_pw_2_1",
+    "gemm_200x64x10000", "gemm_600x512x20000", "inception_tr_bs4_i9_d1x1",
     "mobilenet_depthwise_6",
     # within (+5.04 -> +4.99 %) since the fp16 AMP vertex's fixed cycles split as poplibs' estimate does:
     # each (input, output) group pair pays the weight load of its conv units (sim/cost/amp.py
@@ -158,7 +158,7 @@ WITHIN = (
     # oct_resnet50_tr_bs4_bm64L0_projection_a25 -4.9 -> -5.0 %, fc_layer_4_1000_1000_float +0.7 -> +6.0 % and
     # fc_layer_16_1000_5_half +3.6 -> +7.0 % (a batch of 4 and 5 outputs padded to the groups; poplin offers
     # HMAC and OuterProduct vertices there that the simulator does not in fp16, docs/reference/poplibs-costs.md 1.1)
-    "bert_grouped_12x512x64x512", "bert_grouped_16x384x64x384", "bert_proj_128x768x768", "fc_layer_80_1324_100",
+    "bert_grouped_12x512x64x512", "bert_grouped_16x384x64x384",
     # fp16 HMAC beside the AMP (sim/cost/amp.py hmac_vertex_cycles, [hmac_fp16]; the 1x1 form poplin runs with
     # fp32 partials), which takes any channel count, so a batch of 1 needs no padding, with plans chosen on
     # poplin's own estimate, no syncs and no exchange set-ups (docs/reference/poplibs-costs.md 1.1; the
@@ -173,7 +173,16 @@ WITHIN = (
     # left out: 96 cycles per output channel on a fp32 tile. fc_layer_16_1000_5_float -6.3 -> -4.1 %;
     # left: fc_layer_8_1000_5_float -2.0 -> +10.2 % (with fc_layer_1_1000_5_float +15.2 -> +21.9 %,
     # the fp32 1000x5 rows' open difference, docs/reference/poplibs-costs.md 1.8)
-    "fc_layer_16_1000_5_float",
+    # within since single_conv_layer's graph-function copies are modelled (its forward convolution, and a
+    # backward one of the same canonical parameters, copy their arguments in and their result out:
+    # sim/poplibs_benchmarks.py conv_graph) and the pass's fixed cycles refitted 1100 -> 990 (2026-12-04).
+    # Left then: bert_proj_128x768x768 -4.3 -> -5.5 %, fc_layer_16_1000_5_float -4.1 -> -7.8 %,
+    # fc_layer_80_1324_100 -4.7 -> -6.9 %, inception_tr_bs4_i6_c7x1b +4.6 -> +5.9 %,
+    # inception_tr_bs4_i8_a3x3 +4.6 -> +5.0 %, mobilenet_conv_pw_2_1 +3.6 -> +5.2 %,
+    # oct_resnet50_tr_bs4_bm64L0_projection_a25 -4.9 -> -5.4 %
+    "alexnet_tr_bs4_layer7", "fc_layer_16_1000_5_half", "fc_layer_1_1000_5_half", "fc_layer_4_1000_1000_float",
+    "inception_tr_bs4_i1_db1x1", "mobilenet_depthwise", "mobilenet_depthwise_2",
+    "oct_resnet50_tr_bs4_bm256L0A2_a25", "oct_resnet50_tr_bs4_bm64L0_a25",
 )
 
 
@@ -212,7 +221,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 152
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 155
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():
@@ -279,7 +288,7 @@ def test_reduction_splits_rows_over_free_workers_and_adds_their_partials():
 def test_pass_fixed_cycles_are_charged_once_per_pass():
     ipu = load_system("ipu-mk2").ipu
     fixed = pass_fixed_cycles()
-    assert fixed == 1100
+    assert fixed == 990
     plan = plan_matmul(1, 1, 1000, 5, 2, True, ipu, ipu.tiles, 0.6)
     assert plan.pass_fixed == fixed
     assert plan.total_cycles >= fixed and plan.launch_cycles >= fixed

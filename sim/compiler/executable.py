@@ -216,9 +216,9 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     costs = loops.merge_loop_copies(g, price_ops(g, system, o, training, tiles, signatures), system.ipu, tiles,
                                     o.alias_zero_copy())
     outlined, called, cloned = {}, {}, {}
-    if o.graph_functions:  # TensorFlow's program: its graph functions' copies, no PopART outlining
-        costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles)
-    else:  # PopART's program: element-wise ops it cannot run in place copy their input first; its outlining
+    # TensorFlow's program: its graph functions' copies, no PopART outlining; else the ops marked as calls
+    costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles, o.graph_functions)
+    if not o.graph_functions:  # PopART's program: element-wise ops it cannot run in place copy their input first
         costs, cloned = outplace.add_outplace_copies(g, costs, system.ipu, tiles)
         if o.outlining() and not o.alias_zero_copy():
             costs, outlined = outlining.add_call_copies(g, costs, system.ipu, tiles, o.outline_threshold(),
@@ -230,7 +230,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
-    notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called) + outplace.notes(cloned)
+    notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called, o.graph_functions)
+    notes += outplace.notes(cloned)
     notes += _relaid_notes(g, costs)
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "

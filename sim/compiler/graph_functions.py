@@ -12,6 +12,10 @@ the transposed ones out), then the convolution's, with the transposed weights am
 The copies are priced as PopART's outlined calls' are (:func:`sim.compiler.outlining.merged_copy`: each
 tensor a popops copy on its tiles, a call's copies in one program and its copies out another), added to
 the op's cost. TensorFlow runs no PopART outliner, so with these copies the run prices no outlined calls.
+
+An op of any program whose attributes carry ``graph_function`` is such a call too (poplibs'
+``single_conv_layer`` runs its forward convolution, and a backward one of the same canonical
+parameters, through one ``graphfn::TensorFunction``: :func:`sim.poplibs_benchmarks.conv_graph`).
 """
 
 from __future__ import annotations
@@ -26,18 +30,20 @@ FUNCTION_KINDS = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight",
                             "batchnorm_grad", "layernorm", "layernorm_grad", "groupnorm", "groupnorm_grad"})
 
 
-def add_function_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU,
-                        tiles: int) -> tuple[dict[str, OpCost], dict[int, tuple[int, int, int]]]:
-    """``costs`` with each graph-function call's copies added to its op; and, per IPU, the calls, the
-    tensors they copy and the copies' cycles when each op of the graph runs once
+def add_function_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU, tiles: int,
+                        tensorflow: bool = True) -> tuple[dict[str, OpCost], dict[int, tuple[int, int, int]]]:
+    """``costs`` with each graph-function call's copies added to its op (with ``tensorflow``, every op
+    of :data:`FUNCTION_KINDS`; always, an op whose attributes carry ``graph_function``); and, per IPU,
+    the calls, the tensors they copy and the copies' cycles when each op of the graph runs once
     (``{ipu: (calls, copies, cycles)}``)."""
     costs = dict(costs)
     counts: dict[int, tuple[int, int, int]] = {}
     for op in g.ops:
-        if op.kind not in FUNCTION_KINDS or op.name not in costs:
+        cached = tensorflow and op.kind in FUNCTION_KINDS
+        if not (cached or op.attrs.get("graph_function")) or op.name not in costs:
             continue
         programs = [(list(op.inputs), "in"), (list(op.outputs), "out")]
-        if op.kind == "conv2d_grad_input":  # the weights' transpose and flip, its own function call first
+        if cached and op.kind == "conv2d_grad_input":  # the weights' transpose and flip, its own call first
             weights = op.inputs[1]
             programs = [([weights], "in to the weight transpose"), ([weights], "out of the weight transpose"),
                         *programs]
@@ -49,15 +55,18 @@ def add_function_copies(g: Graph, costs: dict[str, OpCost], ipu: IPU,
             copied += len(tensors)
             cycles += copy.cycles
         costs[op.name] = cost
-        counts[op.ipu] = (calls + 1 + (op.kind == "conv2d_grad_input"), copied, cycles)
+        counts[op.ipu] = (calls + 1 + (cached and op.kind == "conv2d_grad_input"), copied, cycles)
     return costs, counts
 
 
-def notes(called: dict[int, tuple[int, int, int]]) -> list[str]:
+def notes(called: dict[int, tuple[int, int, int]], tensorflow: bool = True) -> list[str]:
     """What a run's report says of the graph functions' copies (:func:`add_function_copies`'s counts)."""
     each = per_ipu(called)
     if not each:
         return []
+    if not tensorflow:
+        return [f"graph functions: the ops marked graph_function are calls that copy their arguments in and their "
+                f"results out: {each}, each of the graph's ops run once"]
     return [f"cachedGraphFunctions (TensorFlow): each convolution, matmul and norm is a call of a cached graph "
             f"function that copies its arguments in and its results out (PopART's outlining not run): {each}, "
             f"each of the graph's ops run once"]
