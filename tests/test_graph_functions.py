@@ -92,3 +92,21 @@ def test_the_benchmark_backward_pass_reuses_the_forward_function_when_canonical_
     assert not backward_reuses_forward(3, 64, 128, 1, 1)  # the channels swap
     assert not backward_reuses_forward(3, 64, 64, 2, 1)  # a stride dilates the backward input
     assert not backward_reuses_forward(3, 256, 256, 1, 0)  # a valid convolution's backward pass is full
+
+
+def test_call_copies_run_poplars_copy_code_not_more_of_the_ops_codelets():
+    """A call's copies add their compute sets to the op (cycles, control code, vertex state on the copied
+    tensors' tiles) but one codelet shared by every copy, not codelets of the op's kind."""
+    from sim import poplibs_benchmarks as pb
+    from sim.compiler.program_memory import CALL_COPY_CODELET, op_codelets
+    marked = pb.conv_graph(4, 7, 3, 64, 64, padding=1)
+    plain = pb.conv_graph(4, 7, 3, 64, 64, padding=1)
+    for op in plain.ops:
+        op.attrs.pop("graph_function", None)
+    o = sim.Options().enableSyntheticData(True)
+    with_copies, without = sim.compile(marked, "ipu-mk2", o), sim.compile(plain, "ipu-mk2", o)
+    for name in ("fwd/conv2d", "bwd"):
+        cost, base = with_copies.costs[name], without.costs[name]
+        assert cost.copy_sets == 2 and cost.supersteps == base.supersteps + 2
+        op = next(o for o in marked.ops if o.name == name)
+        assert op_codelets(op, marked, cost) == op_codelets(op, plain, base) + [CALL_COPY_CODELET]

@@ -395,12 +395,15 @@ def test_program_memory_follows_its_constants_per_tile():
     p = program_memory(g, ops, ex.costs, ipu, tiles)
     steps = sum(sum(op_program_steps(ex.costs[op.name], mk2)) for op in ops)
     assert steps > 0 and (p["control_code"] == 100 + 3 * steps).all()
-    works = [ex.costs[op.name].profile.compute > 0 for op in ops]
-    sets = [ex.costs[op.name].supersteps for op in ops]
+    costs = [ex.costs[op.name] for op in ops]
+    copied = [c.profile.copies if c.profile.copies is not None else 0 * c.profile.compute for c in costs]
+    assert any(c.copy_sets for c in costs)  # an outlined call's copies, on the copied tensors' tiles
+    works = [c.profile.compute - cp > 0 for c, cp in zip(costs, copied)]
     # the two matmuls are the same shape: the same codelets, counted once on a tile both use
     assert op_codelets(ops[0], g, ex.costs[ops[0].name]) == op_codelets(ops[1], g, ex.costs[ops[1].name])
     assert p["vertex_code"].max() == 1000 * len(op_codelets(ops[0], g, ex.costs[ops[0].name]))
-    assert p["vertex_state"].sum() == 20 * sum(s * w.sum() for s, w in zip(sets, works))
+    assert p["vertex_state"].sum() == 20 * sum((c.supersteps - c.copy_sets) * w.sum() + c.copy_sets * (cp > 0).sum()
+                                               for c, w, cp in zip(costs, works, copied))
     assert set(np.unique(p["stack"])) <= {0.0, 50.0} and p["stack"].sum() == 50 * (p["vertex_state"] > 0).sum()
     assert p["exchange_code"].sum() % 7 == 0
 

@@ -195,17 +195,22 @@ def _merged_copy(tensors: list[str], g: Graph, ipu: IPU, tiles: int) -> OpCost:
 
 
 def with_copy(cost: OpCost, copy: OpCost, nbytes: int, where: str, what: str = "outlined call") -> OpCost:
-    """``cost`` and the merged ``copy`` one after the other: cycles, compute sets and tile vectors add up;
-    the plan says ``what`` copied them and ``where`` (in or out)."""
+    """``cost`` and the merged ``copy`` one after the other: cycles, compute sets and tile vectors add up
+    (the copy's compute sets counted as ``copy_sets``: they run Poplar's copy code, not the op's codelets,
+    :func:`sim.compiler.program_memory.op_codelets`); the plan says ``what`` copied them and ``where``
+    (in or out)."""
     def total(field: str) -> int:
         return getattr(cost, field) + getattr(copy, field)
 
     profile = cost.profile
     if profile is not None:
-        profile = replace(profile, compute=profile.compute + copy.profile.compute)
+        copies = copy.profile.compute + (0 if profile.copies is None else profile.copies)
+        profile = replace(profile, compute=profile.compute + copy.profile.compute, copies=copies)
     plan = f"{cost.plan}; " if cost.plan else ""
+    extent = cost.program_extent and (cost.program_extent[0] + copy.supersteps, cost.program_extent[1])
     return replace(cost, compute_cycles=total("compute_cycles"), sync_cycles=total("sync_cycles"),
                    supersteps=total("supersteps"), launch_cycles=total("launch_cycles"),
+                   copy_sets=cost.copy_sets + copy.supersteps, program_extent=extent,
                    plan=f"{plan}{what}: {copy.plan} {where} ({nbytes:,} B)", profile=profile)
 
 

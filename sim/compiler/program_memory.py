@@ -52,6 +52,8 @@ from ..hardware.system import IPU
 #: the program-memory categories, in the order :data:`sim.compiler.memory.CATEGORIES` lists them
 PROGRAM_CATEGORIES = ("control_code", "vertex_code", "vertex_state", "exchange_code", "stack")
 _SERIAL = re.compile(r"serialised x(\d+)")
+#: the codelet key of the copies a call makes into and out of its program (bytes moved, whatever their type)
+CALL_COPY_CODELET = ("copy", "", 0)
 
 
 def serial_pieces(cost: OpCost) -> int:
@@ -61,8 +63,10 @@ def serial_pieces(cost: OpCost) -> int:
 
 
 def _piece_sets(cost: OpCost) -> int:
-    """Compute sets of one piece of an op (all of them when it is not serialised; 0 for a view)."""
-    return max(1, int(cost.supersteps) // serial_pieces(cost)) if cost.supersteps else 0
+    """The op's own compute sets in one piece of it (all of them when it is not serialised; 0 for a view),
+    call copies' sets left out."""
+    own = int(cost.supersteps) - cost.copy_sets
+    return max(1, own // serial_pieces(cost)) if own > 0 else 0
 
 
 def op_program_steps(cost: OpCost, ipu: IPU) -> tuple[int, int]:
@@ -85,17 +89,19 @@ def op_program_steps(cost: OpCost, ipu: IPU) -> tuple[int, int]:
 def op_codelets(op: Op, graph: Graph, cost: OpCost) -> list[tuple]:
     """Keys of the distinct codelets an op runs: its cost's ``codelets`` when it names them, else one
     per compute set of one piece of the op (a serialised matmul loops over its pieces), shared by
-    ops of the same kind and dtype."""
+    ops of the same kind and dtype; and, when call copies were added to it, Poplar's copy code, one
+    codelet shared by every copy."""
+    copies = [CALL_COPY_CODELET] if cost.copy_sets else []
     if cost.codelets:
-        return list(cost.codelets)
+        return list(cost.codelets) + copies
     sets = _piece_sets(cost)
     names = op.inputs + op.outputs
     dtype = graph.tensors[names[0]].dtype if names else ""
     if op.kind in ROW_OP_KINDS and sets:  # popops calls: the codelets of their steps, shared with other ops
-        return row_op_codelets(row_op_steps(op.kind, op.attrs), dtype)
+        return row_op_codelets(row_op_steps(op.kind, op.attrs), dtype) + copies
     if op.kind in ("batchnorm", "batchnorm_grad") and sets:  # the same calls, per channel
-        return row_op_codelets(batchnorm_steps(op.kind, op.attrs), dtype)
-    return [(op.kind, dtype, j) for j in range(sets)]
+        return row_op_codelets(batchnorm_steps(op.kind, op.attrs), dtype) + copies
+    return [(op.kind, dtype, j) for j in range(sets)] + copies
 
 
 def rolled(vec: np.ndarray, start: int) -> np.ndarray:
@@ -143,19 +149,22 @@ def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: I
         steps += sets + phases
         used = max(1, min(tiles, cost.tiles_used or tiles))
         if cost.profile is not None and len(cost.profile.compute) == tiles:
-            works = rolled(cost.profile.compute > 0, start)
+            copied = cost.profile.copies
+            works = rolled(cost.profile.compute - (0 if copied is None else copied) > 0, start)
+            copy_works = works if copied is None else rolled(copied > 0, start)
             receives = rolled(cost.profile.bytes_in > 0, start)
         else:
-            works = rolled(np.arange(tiles) < used, start)
+            works = copy_works = rolled(np.arange(tiles) < used, start)
             receives = works if cost.exchange_bytes else np.zeros(tiles, dtype=bool)
         start = (start + used) % tiles
-        state += works * sets * ipu.vertex_state_bytes_per_vertex
+        copy_sets = min(cost.copy_sets, sets)  # call copies' compute sets run on the copied tensors' tiles
+        state += (works * (sets - copy_sets) + copy_works * copy_sets) * ipu.vertex_state_bytes_per_vertex
         exchange += receives * phases * ipu.exchange_code_bytes_per_phase
         if sets:
-            runs_vertices |= works
+            runs_vertices |= works | (copy_works if copy_sets else False)
             for key in op_codelets(op, graph, cost):
                 mask = codelets.setdefault(key, np.zeros(tiles, dtype=bool))
-                mask |= works
+                mask |= copy_works if key == CALL_COPY_CODELET else works
     code = np.zeros(tiles)
     for mask in codelets.values():
         code += mask * ipu.vertex_code_bytes_per_codelet

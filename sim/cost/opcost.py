@@ -14,11 +14,13 @@ import numpy as np
 @dataclass(frozen=True)
 class TileProfile:
     """Per-tile vectors of one op (one entry per compute tile): compute cycles, bytes received
-    and temporary bytes. The op's compute time is the busiest tile's."""
+    and temporary bytes. The op's compute time is the busiest tile's. ``copies`` is the part of
+    ``compute`` that call copies added to the op run (None: none)."""
 
     compute: np.ndarray
     bytes_in: np.ndarray
     temp: np.ndarray
+    copies: np.ndarray | None = None
 
     @staticmethod
     def padded(tiles: int, compute, bytes_in, temp) -> "TileProfile":
@@ -72,6 +74,7 @@ class OpCost:
     # part compiled once (None: every compute set and exchange phase it runs is in its program)
     program_extent: tuple[int, int] | None = None
     codelets: tuple = ()  # keys of the distinct codelets it runs (empty: one per compute set of its program)
+    copy_sets: int = 0  # of its compute sets, those of call copies added to it (sim.compiler.outlining.with_copy)
     relaid_cycles: int = 0  # the part of the cycles copying operands into a matmul's layout (amp.relaid_operands)
 
     @property
