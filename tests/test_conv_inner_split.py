@@ -51,3 +51,30 @@ def test_forward_plan_uses_a_field_split_outside_the_fixed_candidates():
     cost = op_cost(fwd, graph, system.ipu, system.ipu.tiles)
     assert cost.plan == "groups/1 rows/61 cols/8 inner/3 on 1464 tiles, nx1 vertex"
     assert 61 not in _candidates(4 * 56 * 56, system.ipu.tiles)
+
+
+def test_the_nx1_vertex_loops_over_the_kernel_positions_of_its_share():
+    """A tile's share of the reduction is channel grains x kernel rows (x the whole kernel width): its nx1
+    vertex loops over those positions, not k / in_channels of them (getConvPartialnx1SupervisorOuterLoop-
+    CycleEstimate: fewer positions, more input-channel groups, each of its own loop)."""
+    from sim.cost.amp import tile_kernel_positions
+    conv = ConvShape(3, 3, 1, 7, 512)  # resnet50 bm512L0A1: 3x3 kernel, 512 channels, 7-wide rows
+    # 48 channels x 9 positions (432), 16 channels x 9 (144), 16 channels x one row (48), all 512 x 9
+    assert tile_kernel_positions(conv, np.array([432, 144, 48, 4608]), 16).tolist() == [9, 9, 3, 9]
+    # a share with no such factorisation keeps k / in_channels positions (at least one)
+    assert tile_kernel_positions(conv, np.array([40]), 16).tolist() == [1]
+
+
+def test_the_busiest_workers_worklist_entries_follow_poplins_partition():
+    """partitionConvPartialByWorker (ConvUtilInternal.cpp) gives worker i the positions [i m / 6, (i + 1) m / 6)
+    and an entry per row each range touches; the estimate takes the slowest worker."""
+    from sim.cost.amp import worker_entries
+    # 49 positions in rows of 7: bounds 0, 8, 16, 24, 32, 40, 49; each worker touches 2 rows, the last
+    # has 9 positions (the slowest)
+    assert worker_entries(np.array([49]), np.array([7]), 6, 16, 4).tolist() == [2]
+    # 12 positions in rows of 2: 2 positions each, one row each
+    assert worker_entries(np.array([12]), np.array([2]), 6, 16, 4).tolist() == [1]
+    # 8 positions in rows of 8: [0, 1) ... worker 5 takes [6, 8): one row
+    assert worker_entries(np.array([8]), np.array([8]), 6, 16, 4).tolist() == [1]
+    # 9 positions in rows of 2: bounds 0, 1, 3, 4, 6, 7, 9: worker 1 takes [1, 3) over rows 0 and 1
+    assert worker_entries(np.array([9]), np.array([2]), 6, 16, 4).tolist() == [2]

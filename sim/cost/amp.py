@@ -416,6 +416,49 @@ def rearrange_cycles_per_element(conv: ConvShape, itemsize: int) -> float:
     return float(table[key])
 
 
+def tile_kernel_positions(conv: ConvShape, k, in_group: int) -> np.ndarray:
+    """Kernel positions of a tile whose share of the reduction is ``k`` (array) = channels x kernel
+    rows x the kernel's width, as poplin splits it (:func:`conv_inner_block`: the input channels in
+    grains times the outer kernel dimension; the innermost kernel dimension is never split,
+    ``ConvModel.cpp :: constructModel``): the most kernel rows ``kr <= kernel_h`` that leave whole
+    grains of ``in_group`` channels (or all ``in_channels``) per row and column (of the factorisations giving the
+    same share, the one with the fewest channel groups, which poplin's nx1 estimate,
+    ``getConvPartialnx1SupervisorOuterLoopCycleEstimate``, prices lowest: fewer input-group loops).
+    A share with no such factorisation (not a split poplin makes) keeps ``k / in_channels`` positions."""
+    k = np.asarray(k, dtype=float)
+    kw = conv.kernel_w
+    fallback = np.clip(np.floor(k / conv.in_channels), 1, conv.kernel_positions)
+    out = np.zeros_like(k)
+    for kr in range(conv.kernel_h, 0, -1):
+        span = kr * kw
+        ch = k / span
+        fits = (out == 0) & (k % span == 0) & (ch <= conv.in_channels) & (k >= span) & \
+            ((ch % in_group == 0) | (ch == conv.in_channels))
+        out = np.where(fits, span, out)
+    return np.where(out > 0, out, fallback)
+
+
+def worker_entries(m, width, workers: int, entry_cycles: float, cycles_per_position: float) -> np.ndarray:
+    """Worklist entries of the busiest worker of a tile of ``m`` output positions in rows ``width``
+    wide (arrays), as ``ConvUtilInternal.cpp :: partitionConvPartialByWorker`` (poplibs 8dcde1ec) cuts
+    the flattened positions: worker ``i`` takes ``[i m / 6, (i + 1) m / 6)`` and has one entry per row
+    that range touches; the busiest is the one of most cycles (``entry_cycles`` an entry, its fixed
+    cost once the retained state is counted, plus ``cycles_per_position`` per position), as
+    ``getConvPartialnx1SupervisorInnerLoopCycleEstimate`` takes the slowest worker."""
+    m = np.floor(np.asarray(m, dtype=float))
+    width = np.maximum(np.asarray(width, dtype=float), 1)
+    best_cost = best = None
+    for i in range(workers):
+        begin, end = np.floor(i * m / workers), np.floor((i + 1) * m / workers)
+        entries = np.where(end > begin, np.floor((end - 1) / width) - np.floor(begin / width) + 1, 0)
+        cost = entry_cycles * entries + cycles_per_position * (end - begin)
+        if best is None:
+            best, best_cost = entries, cost
+        else:
+            best, best_cost = np.where(cost > best_cost, entries, best), np.maximum(cost, best_cost)
+    return np.maximum(best, 1.0)
+
+
 def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     """(cycles, fixed cycles) of the ConvPartialnx1 vertex of a tile holding ``g`` groups of
     ``m`` output positions x ``k`` of the ``in_channels x kernel^2`` reduction x ``n`` output
@@ -430,18 +473,17 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     c = nx1_constants()
     workers = ipu.worker_threads
     g, m, k, n = (np.asarray(a, dtype=float) for a in (g, m, k, n))
-    kk = conv.kernel_positions
     # kernel positions and input-channel groups of the tile's share of the reduction
-    kpos = np.clip(np.floor(k / conv.in_channels), 1, kk)
+    kpos = tile_kernel_positions(conv, k, mode.in_group)
     ig = np.ceil(np.ceil(k / kpos) / mode.in_group)
     og = np.ceil(n / mode.out_group)
     krows = np.ceil(kpos / conv.kernel_w)
     loads = mode.out_group * c.weight_bytes_per_conv_unit / coeff_load_bytes(ipu.conv_unit_load_bits)
-    # the busiest worker: ceil(m / 6) positions in rows of the tile's width
+    # the busiest worker's worklist entries: its share of the positions in rows of the tile's width
     width = np.minimum(conv.width, np.maximum(m, 1))
-    share = np.ceil(m / workers)
-    # rows a worker's contiguous share touches, on average over where it starts
-    entries = np.where(m <= width, 1.0, 1.0 + (share - 1) / width)
+    entry = c.worker_entry_fp16 if mode.cycles_per_position <= 4 else c.worker_entry_fp32
+    entries = worker_entries(m, width, workers, c.worker_per_entry - c.worker_retention + entry,
+                             mode.cycles_per_position)
     if conv.dilation > 1:
         # rows of a dilated input: a kernel row meets one output row in ``dilation``, and the
         # worklist of each kernel position holds only the rows it meets (ConvVertices.cpp
@@ -454,7 +496,6 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
         return _nx1_quarter_cycles(g, m, k, n, kpos, ig, og, krows, entries, per_position, zero_rows, workers,
                                    ipu.conv_unit_load_bits)
     fp16_partials = mode.partials_bytes == 2
-    entry = c.worker_entry_fp16 if mode.cycles_per_position <= 4 else c.worker_entry_fp32
     worker_fixed = c.worker_fixed_fp32_partials + fp16_partials + \
         entries * (c.worker_per_entry - c.worker_retention + entry)
     # a tile waits for its slowest worker at each kernel position (poplibs adds 9 cycles when the
