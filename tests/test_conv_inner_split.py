@@ -78,3 +78,15 @@ def test_the_busiest_workers_worklist_entries_follow_poplins_partition():
     assert worker_entries(np.array([8]), np.array([8]), 6, 16, 4).tolist() == [1]
     # 9 positions in rows of 2: bounds 0, 1, 3, 4, 6, 7, 9: worker 1 takes [1, 3) over rows 0 and 1
     assert worker_entries(np.array([9]), np.array([2]), 6, 16, 4).tolist() == [2]
+
+
+def test_an_nx1_plans_compute_set_waits_for_its_slowest_tile():
+    """resnet50 bm512L0A1's nx1 plan on Mk2: rows of 7 positions, so a tile one position short of the largest
+    block can cut into more worklist entries; the op's compute is its slowest tile's, never less."""
+    bench = pb.BENCHES["resnet50_tr_bs4_bm512L0A1"]
+    g = pb.graph(bench)
+    ipu = pb.system(bench).ipu
+    op = next(o for o in g.ops if o.kind == "conv2d")
+    cost = op_cost(op, g, ipu, ipu.tiles)
+    assert "nx1 vertex" in cost.plan
+    assert cost.compute_cycles == int(np.ceil(cost.profile.compute.max()))

@@ -63,18 +63,21 @@ def test_bad_checkpoint_dtype_names_the_choices():
 
 
 def test_mlperf_pod16_8_bit_checkpoints_relieve_its_fullest_tile():
-    """M17's configuration with the config's FLOAT8 checkpoints fits; with fp16 ones (LAMB's state in fp16
-    as the config keeps it, lamb_accl_dtype) IPU 2 is out of memory at an FFN weight-gradient matmul of the
-    backward pass, where the stashed checkpoints of the micro-batches in flight are live, by a few kB
-    (4,640 bytes since PopART's JustInTime call copies, 2026-12-01): the simulator agrees with the source
-    that the 8-bit checkpoints are what makes it fit, and they take more than 30 kB off that tile."""
+    """M17's configuration with the config's FLOAT8 checkpoints fits with room; with fp16 ones (LAMB's state in
+    fp16 as the config keeps it, lamb_accl_dtype) IPU 2's fullest tile, where the stashed checkpoints of the
+    micro-batches in flight are live, is at 99 % of the tile (it was a few kB over until a call's copies ran
+    one copy codelet, 2026-12-04): beyond the 94 % any configuration that ran on hardware reaches here, so the
+    run says it may not fit. The 8-bit checkpoints take more than 30 kB off that tile, as the source has them
+    make the configuration fit."""
     row = v.PUBLISHED_BY_ID["M17"]
     assert dict(row.setup.params)["checkpoint_dtype"] == "float8" and row.setup.state_dtype == "float16"
     setup = row.setup
     run = sim.simulate(setup.graph(), setup.system, setup.options(), training=True, optimizer=setup.sim_optimizer())
     float8 = run.memory[2]
     fp16 = replace(setup, params=tuple((k, val) for k, val in setup.params if k != "checkpoint_dtype"))
-    with pytest.raises(sim.errors.OutOfMemoryError) as e:
-        sim.simulate(fp16.graph(), fp16.system, fp16.options(), training=True, optimizer=fp16.sim_optimizer())
-    assert e.value.ipu == 2 and "/ffn/" in e.value.op and 0 < e.value.shortfall_bytes < 30_000
-    assert float8["tile_capacity_bytes"] + e.value.shortfall_bytes > float8["peak_tile_bytes"] + 30_000
+    wide = sim.simulate(fp16.graph(), fp16.system, fp16.options(), training=True, optimizer=fp16.sim_optimizer())
+    half = wide.memory[2]
+    assert half["peak_tile_bytes"] > 0.97 * half["tile_capacity_bytes"]
+    assert float8["peak_tile_bytes"] + 30_000 < half["peak_tile_bytes"]
+    [note] = [n for n in wide.executable.notes if n.startswith("fullest tile near capacity")]
+    assert "IPU 2 99%" in note and "may not fit" in note

@@ -188,9 +188,14 @@ WITHIN = (
     # getConvPartialnx1SupervisorInnerLoopCycleEstimate) (2026-12-04, sim/cost/amp.py tile_kernel_positions,
     # worker_entries). Left then: alexnet_tr_bs4_layer7 -4.8 -> -5.7 %, alexnet_tr_bs4_layer9 +0.5 -> -5.8 %,
     # inception_tr_bs4_i8_b3x3 -2.6 -> -5.3 %
-    "inception_tr_bs4_i6_b7x1", "inception_tr_bs4_i6_c7x1a", "inception_tr_bs4_i6_c7x1b",
-    "inception_tr_bs4_i7_b1x7", "inception_tr_bs4_i8_a3x3", "resnet50_tr_bs4_bm256L0A1",
+    "inception_tr_bs4_i6_b7x1", "inception_tr_bs4_i6_c7x1b", "resnet50_tr_bs4_bm256L0A1",
     "oct_resnet50_tr_bs4_bm128L0A1_a25",
+    # within since an nx1 plan's compute set waits for its slowest tile, whose block may be one position
+    # smaller than the planner's largest and cut into more worklist entries (2026-12-04, sim/cost/rules.py
+    # _from_plan; the IPUModel2 rows' sum of squared errors 1.092 -> 1.038). Left then:
+    # inception_tr_bs4_i6_c7x1a +4.4 -> +6.7 %, inception_tr_bs4_i7_b1x7 +2.1 -> +5.3 %,
+    # inception_tr_bs4_i8_a3x3 +3.5 -> +5.4 %
+    "alexnet_tr_bs4_layer9", "inception_tr_bs4_i5_b7x1", "inception_tr_bs4_i8_b3x3",
 )
 
 

@@ -41,7 +41,7 @@ MK1_WITHIN = (
     "inception_tr_bs4_i10_c1x1", "inception_tr_bs4_i10_d1x1", "inception_tr_bs4_i1_a1x1",
     "inception_tr_bs4_i1_c3x3b", "inception_tr_bs4_i1_db1x1", "inception_tr_bs4_i2_a1x1",
     "inception_tr_bs4_i3_a1x1", "inception_tr_bs4_i3_b1x1",
-    "inception_tr_bs4_i5_b1x1", "inception_tr_bs4_i9_d1x1", "inception_tr_bs4_layer3",
+    "inception_tr_bs4_i5_b1x1", "inception_tr_bs4_i9_d1x1",
     "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1",
     "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_6_1",
     "resnet50_tr_bs4_bm128L1A0", "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L1A0",
@@ -162,8 +162,12 @@ MK1_WITHIN = (
     # worker's worklist entries as poplin cuts them (2026-12-04, sim/cost/amp.py tile_kernel_positions,
     # worker_entries). Left then: inception_tr_bs4_i5_c1x7b -4.0 -> -7.1 %,
     # oct_resnet50_tr_bs4_bm128L0A1_a25 +4.3 -> +6.0 %
-    "inception_tr_bs4_i1_c3x3a", "inception_tr_bs4_i6_b1x7", "inception_tr_bs4_i6_c1x7b",
-    "inception_tr_bs4_i6_c7x1a", "inception_tr_bs4_i6_c7x1b", "oct_resnet50_tr_bs4_bm256L0A1_a25",
+    "inception_tr_bs4_i1_c3x3a",
+    "inception_tr_bs4_i6_c7x1a", "oct_resnet50_tr_bs4_bm256L0A1_a25",
+    # within since an nx1 plan's compute set waits for its slowest tile (2026-12-04, sim/cost/rules.py
+    # _from_plan). Left then: inception_tr_bs4_i6_b1x7 +2.1 -> +5.7 %, inception_tr_bs4_i6_c1x7b +4.8 -> +6.2 %,
+    # inception_tr_bs4_i6_c7x1b +0.6 -> +5.2 %, inception_tr_bs4_layer3 +3.8 -> +5.8 %
+    "inception_tr_bs4_i5_c1x7b", "oct_resnet50_tr_bs4_bm128L0A1_a25",
 )
 
 
@@ -247,6 +251,6 @@ def test_mk1_report_section_lists_every_row_and_a_family_summary():
                         "reduce", "conv", "oct", "lstm", "gru", "ctc", "embedding"}
     text = "\n".join(lines)
     within = pb.within(TOLERANCE, TARGET)  # every row simulated once here (the section needs them all)
-    assert len(within) >= len(MK1_WITHIN) == 152  # the rows within 5 % do not fall
+    assert len(within) >= len(MK1_WITHIN) == 150  # the rows within 5 % do not fall
     assert f"**{len(within)} of 218 rows within 5%.**" in text
     assert "`vgg16_tr_bs4_v2L1`" in text.split("MaxTileMemory exceeds")[1].split("(the IPUModel")[0]
