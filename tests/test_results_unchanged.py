@@ -139,7 +139,6 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
     # float add/sub/mul of a repeated vector copied then BinaryOp1D (popops takes no inner vertex), swish's
     # fixed cycles, the nx1 worklists skipping padded (output, kernel) pairs in forward / same-padded passes
     # a matmul or convolution pass's fixed cycles refitted (990) with the conv tool's graph-function copies
-    # the nx1 vertex's kernel positions from the reduction's split, its busiest worker's entries as poplin's
 'pipeline_training': {'cycle_count': 18946280,
                        'trace': '41c2c5a08f075a79',
                        'op_trace': '55f1c9425ef29c19',
