@@ -90,3 +90,17 @@ def test_an_nx1_plans_compute_set_waits_for_its_slowest_tile():
     cost = op_cost(op, g, ipu, ipu.tiles)
     assert "nx1 vertex" in cost.plan
     assert cost.compute_cycles == int(np.ceil(cost.profile.compute.max()))
+
+
+def test_each_tiles_share_of_an_nx1_reduction_is_whole_grains_times_kernel_rows():
+    """The per-tile shares (the profile's, whose slowest tile an nx1 plan waits for) split as poplin does:
+    512 channels (32 grains) x 3x3 over 11 tiles: 3 grains x 9 on ten tiles, 2 x 9 on the last (4,608 in
+    all; an even split would give 418-419, no whole grains); 160 channels of a 1x7 kernel over 8: 2 grains
+    x 7 on five tiles, none on three."""
+    from sim.cost.amp import conv_inner_blocks
+    shares = conv_inner_blocks(ConvShape(3, 3, 1, 7, 512), 4608, 11, 16)
+    assert shares.tolist() == [432] * 10 + [288]
+    assert conv_inner_blocks(ConvShape(1, 7, 1, 8, 160), 1120, 8, 16).tolist() == [224] * 5 + [0] * 3
+    # 256 channels x 3x3 over 15 tiles: 3 kernel rows x 5 channel parts of ceil(16 / 5) = 4 grains, so the
+    # fifth part of each row is left none (192 each on 12 tiles, 2,304 in all)
+    assert conv_inner_blocks(ConvShape(3, 3, 1, 8, 256), 2304, 15, 16).tolist() == ([192] * 4 + [0]) * 3
