@@ -935,10 +935,12 @@ class MatmulPlan:
 
         def blocks(d, p):
             return d // p + (np.arange(p) < d % p)
-        k_blocks = blocks(K, pk)
+        k_blocks = None
         if conv is not None and self.vertex in ("nx1", "expand_w"):  # whole channel grains x kernel rows
             k_blocks = conv_inner_blocks(_vertex_conv(conv, self.vertex), K, pk,
                                          amp_mode(ipu, itemsize, self.partials_bytes).in_group)
+        if k_blocks is None:
+            k_blocks = blocks(K, pk)
         g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), blocks(N, pn),
                                                      k_blocks, indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
@@ -1576,30 +1578,26 @@ def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) ->
     return np.minimum(block[pk], K)
 
 
-def conv_inner_blocks(conv: ConvShape, K: int, pk: int, in_group: int) -> np.ndarray:
+def conv_inner_blocks(conv: ConvShape, K: int, pk: int, in_group: int) -> np.ndarray | None:
     """Each of the ``pk`` tiles' shares of an nx1 convolution's reduction ``K`` (``conv`` as the vertex
     runs it), as poplin splits it (:func:`conv_inner_block`, whose busiest share is the first): the
     kernel's outer dimension split ``d`` ways and the input channels ``pk / d`` ways in whole grains of
     ``in_group``, each part ``ceil`` of what is left (``ConvModel.cpp :: constructModel``), the ``d`` that
-    leaves the least busiest share. A split poplin cannot make keeps the even split of ``K``."""
+    leaves the least busiest share. None where ``K`` is not ``conv``'s reduction."""
     ci, kh, kw = conv.in_channels, conv.kernel_h, conv.kernel_w
     if ci * kh * kw != K:
-        return K // pk + (np.arange(pk) < K % pk)
+        return None
     grains = -(-ci // in_group)
     best = None
-    for d in range(1, min(kh, pk) + 1):
-        if pk % d:
-            continue
-        split = pk // d
-        per = -(-grains // split)  # grains a channel part takes, the last ones what is left
-        channels = np.minimum(np.maximum(grains - per * np.arange(split), 0), per) * in_group
-        channels = np.minimum(channels, np.maximum(ci - np.concatenate(([0], np.cumsum(channels)[:-1])), 0))
-        rows_each = -(-kh // d)
-        rows = np.minimum(np.maximum(kh - rows_each * np.arange(d), 0), rows_each)
+    for d in (d for d in range(1, min(kh, pk) + 1) if pk % d == 0):
+        split, rows_each = pk // d, -(-kh // d)
+        part = -(-grains // (pk // d)) * in_group  # channels a part takes, the last ones what is left
+        channels = np.clip(ci - part * np.arange(split), 0, part)
+        rows = np.clip(kh - rows_each * np.arange(d), 0, rows_each)
         share = (rows[:, None] * channels[None, :]).ravel() * kw
         if best is None or share.max() < best.max():
             best = share
-    return best if best is not None else K // pk + (np.arange(pk) < K % pk)
+    return best
 
 
 def _least_inner_block(p: np.ndarray, ci: int, kh: int, kw: int, in_group: int) -> np.ndarray:
