@@ -93,14 +93,33 @@ def test_an_nx1_plans_compute_set_waits_for_its_slowest_tile():
 
 
 def test_each_tiles_share_of_an_nx1_reduction_is_whole_grains_times_kernel_rows():
-    """The per-tile shares (the profile's, whose slowest tile an nx1 plan waits for) split as poplin does:
-    512 channels (32 grains) x 3x3 over 11 tiles: 3 grains x 9 on ten tiles, 2 x 9 on the last (4,608 in
-    all; an even split would give 418-419, no whole grains); 160 channels of a 1x7 kernel over 8: 2 grains
-    x 7 on five tiles, none on three."""
+    """The per-tile shares (the profile's, whose slowest tile a plan waits for) split as poplin hands them
+    out (Convolution.cpp iterateTilePartition: part i of n grains over s tiles is [i n / s, (i + 1) n / s)):
+    512 channels (32 grains) x 3x3 over 11 tiles: 2 grains x 9 on the first tile, 3 x 9 on the other ten
+    (4,608 in all; an even split would give 418-419, no whole grains); 160 channels (10 grains) of a 1x7
+    kernel over 8: 1 grain x 7 on six tiles, 2 on the fourth and the eighth."""
     from sim.cost.amp import conv_inner_blocks
     shares = conv_inner_blocks(ConvShape(3, 3, 1, 7, 512), 4608, 11, 16)
-    assert shares.tolist() == [432] * 10 + [288]
-    assert conv_inner_blocks(ConvShape(1, 7, 1, 8, 160), 1120, 8, 16).tolist() == [224] * 5 + [0] * 3
-    # 256 channels x 3x3 over 15 tiles: 3 kernel rows x 5 channel parts of ceil(16 / 5) = 4 grains, so the
-    # fifth part of each row is left none (192 each on 12 tiles, 2,304 in all)
-    assert conv_inner_blocks(ConvShape(3, 3, 1, 8, 256), 2304, 15, 16).tolist() == ([192] * 4 + [0]) * 3
+    assert shares.tolist() == [288] + [432] * 10
+    assert conv_inner_blocks(ConvShape(1, 7, 1, 8, 160), 1120, 8, 16).tolist() == ([112] * 3 + [224]) * 2
+    # 256 channels x 3x3 over 15 tiles: 3 kernel rows x 5 channel parts of 16 grains (3, 3, 3, 3 and 4)
+    assert conv_inner_blocks(ConvShape(3, 3, 1, 8, 256), 2304, 15, 16).tolist() == ([144] * 4 + [192]) * 3
+    # the planner's kernel split, not the one whose balanced parts come out least: 100 channels (7 grains,
+    # the last 4 channels) x an 11 x 1 kernel over 3 tiles is 3 channel parts of ceil(7 / 3) = 3 grains by
+    # poplin's estimate (528) or 3 kernel-row parts of ceil(11 / 3) = 4 rows (400): the rows are split
+    assert conv_inner_blocks(ConvShape(11, 1, 1, 200, 100), 1100, 3, 16).tolist() == [300, 400, 400]
+
+
+def test_matmul_tiles_take_whole_channel_groups():
+    """A 1x1 or HMAC plan's per-tile input channels as poplin splits them: the AMP's groups of 16 fp16
+    channels handed out balanced (1,000 channels = 63 groups over 14 tiles: 4 or 5 groups, the last 8
+    channels); the HMAC's one group a tile of ceil(K / tiles) channels rounded up to the grain, 2 fp16
+    channels (1,000 over 7: 144, not 143) and 1 fp32 (1,000 over 14: 72 on every tile, the last padded,
+    not 71 on some), the tiles left over without a group."""
+    from sim.cost.amp import channel_blocks, hmac_in_group
+    amp_blocks = channel_blocks(1000, 14, "1x1", 2, 16)
+    assert amp_blocks.tolist() == [64, 80] * 6 + [64, 72] and amp_blocks.sum() == 1000
+    assert channel_blocks(1000, 7, "hmac", 2, 16).tolist() == [144] * 7
+    assert channel_blocks(1000, 14, "hmac", 4, 16).tolist() == [72] * 14
+    assert channel_blocks(5, 8, "hmac", 4, 16).tolist() == [0, 1, 0, 1, 1, 0, 1, 1]
+    assert int(hmac_in_group(1000, 7, 2)) == 144 and int(hmac_in_group(1000, 7, 4)) == 143

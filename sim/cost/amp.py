@@ -421,7 +421,7 @@ def tile_kernel_positions(conv: ConvShape, k, in_group: int) -> np.ndarray:
     rows x the kernel's width, as poplin splits it (:func:`conv_inner_block`: the input channels in
     grains times the outer kernel dimension; the innermost kernel dimension is never split,
     ``ConvModel.cpp :: constructModel``): the most kernel rows ``kr <= kernel_h`` that leave whole
-    grains of ``in_group`` channels (or all ``in_channels``) per row and column (of the factorisations giving the
+    grains of ``in_group`` channels (the last grain what is left of ``in_channels``) per row and column (of the factorisations giving the
     same share, the one with the fewest channel groups, which poplin's nx1 estimate,
     ``getConvPartialnx1SupervisorOuterLoopCycleEstimate``, prices lowest: fewer input-group loops).
     A share with no such factorisation (not a split poplin makes) keeps ``k / in_channels`` positions."""
@@ -433,7 +433,7 @@ def tile_kernel_positions(conv: ConvShape, k, in_group: int) -> np.ndarray:
         span = kr * kw
         ch = k / span
         fits = (out == 0) & (k % span == 0) & (ch <= conv.in_channels) & (k >= span) & \
-            ((ch % in_group == 0) | (ch == conv.in_channels))
+            ((ch % in_group == 0) | (ch % in_group == conv.in_channels % in_group))
         out = np.where(fits, span, out)
     return np.where(out > 0, out, fallback)
 
@@ -935,12 +935,12 @@ class MatmulPlan:
 
         def blocks(d, p):
             return d // p + (np.arange(p) < d % p)
+        in_group = amp_mode(ipu, itemsize, self.partials_bytes).in_group
         k_blocks = None
         if conv is not None and self.vertex in ("nx1", "expand_w"):  # whole channel grains x kernel rows
-            k_blocks = conv_inner_blocks(_vertex_conv(conv, self.vertex), K, pk,
-                                         amp_mode(ipu, itemsize, self.partials_bytes).in_group)
+            k_blocks = conv_inner_blocks(_vertex_conv(conv, self.vertex), K, pk, in_group)
         if k_blocks is None:
-            k_blocks = blocks(K, pk)
+            k_blocks = channel_blocks(K, pk, self.vertex, itemsize, in_group)
         g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), blocks(N, pn),
                                                      k_blocks, indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
@@ -1535,7 +1535,9 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
     m = -(-M // pm)
     n = -(-N // pn)
     k = -(-K // pk)
-    if conv is not None and vertex != "hmac":  # the reduction split as poplin splits it (conv_inner_block)
+    if vertex == "hmac":  # one group of channels a tile, padded to the grain (hmac_in_group)
+        k = hmac_in_group(K, pk, itemsize)
+    elif conv is not None:  # the reduction split as poplin splits it (conv_inner_block)
         k = conv_inner_block(conv, vertex, K, pk, amp_mode(ipu, itemsize, partials_bytes).in_group)
     tile_conv = conv
     if vertex in ("nx1", "expand_w") and conv.batch and conv.height and M == conv.batch * conv.height * conv.width:
@@ -1578,26 +1580,60 @@ def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) ->
     return np.minimum(block[pk], K)
 
 
+def balanced_parts(count: int, split: int) -> np.ndarray:
+    """The sizes of ``split`` parts of ``count`` whole units as poplin hands them to its tiles
+    (``Convolution.cpp :: iterateTilePartition``: part ``i`` is ``[i count / split, (i + 1) count /
+    split)``, rounded down), each ``floor`` or ``ceil`` of ``count / split``."""
+    edges = np.arange(split + 1, dtype=np.int64) * count // split
+    return np.diff(edges)
+
+
+def grain_channels(channels: int, split: int, grain: int) -> np.ndarray:
+    """The channels of each of ``split`` parts of ``channels`` handed out in whole grains of ``grain``
+    (:func:`balanced_parts`), the last grain what is left of the channels."""
+    ends = np.minimum(np.cumsum(balanced_parts(-(-channels // grain), split)) * grain, channels)
+    return np.diff(ends, prepend=0)
+
+
 def conv_inner_blocks(conv: ConvShape, K: int, pk: int, in_group: int) -> np.ndarray | None:
     """Each of the ``pk`` tiles' shares of an nx1 convolution's reduction ``K`` (``conv`` as the vertex
-    runs it), as poplin splits it (:func:`conv_inner_block`, whose busiest share is the first): the
-    kernel's outer dimension split ``d`` ways and the input channels ``pk / d`` ways in whole grains of
-    ``in_group``, each part ``ceil`` of what is left (``ConvModel.cpp :: constructModel``), the ``d`` that
-    leaves the least busiest share. None where ``K`` is not ``conv``'s reduction."""
+    runs it), as poplin splits it: the kernel's outer dimension split ``d`` ways and the input channels
+    ``pk / d`` ways in whole grains of ``in_group``, each handed out as :func:`balanced_parts`, with the
+    ``d`` the planner's estimate takes (:func:`conv_inner_block`: the least ``ceil`` share). None where
+    ``K`` is not ``conv``'s reduction."""
     ci, kh, kw = conv.in_channels, conv.kernel_h, conv.kernel_w
     if ci * kh * kw != K:
         return None
-    grains = -(-ci // in_group)
-    best = None
-    for d in (d for d in range(1, min(kh, pk) + 1) if pk % d == 0):
-        split, rows_each = pk // d, -(-kh // d)
-        part = -(-grains // (pk // d)) * in_group  # channels a part takes, the last ones what is left
-        channels = np.clip(ci - part * np.arange(split), 0, part)
-        rows = np.clip(kh - rows_each * np.arange(d), 0, rows_each)
-        share = (rows[:, None] * channels[None, :]).ravel() * kw
-        if best is None or share.max() < best.max():
-            best = share
-    return best
+    splits = [d for d in range(1, min(kh, pk) + 1) if pk % d == 0]
+    planned = [min(-(-(-(-ci // in_group)) // (pk // d)) * in_group, ci) * -(-kh // d) for d in splits]
+    d = splits[int(np.argmin(planned))]
+    return (balanced_parts(kh, d)[:, None] * grain_channels(ci, pk // d, in_group)[None, :]).ravel() * kw
+
+
+def hmac_in_group(K: int, pk, itemsize: int):
+    """The input channels per group of poplin's HMAC vertex with ``K`` channels split over ``pk`` tiles
+    (arrays allowed), one group a tile: ``ceil(K / pk)`` rounded up to the grain, two fp16 channels
+    (ConvVertexType.cpp getConvVertexHMACCandidates tries every group size in grains; the channels
+    are padded to whole groups, so every tile with a group runs all of its channels)."""
+    grain = hmac_grain(itemsize)
+    return -(-(-(-K // np.asarray(pk))) // grain) * grain
+
+
+def hmac_grain(itemsize: int) -> int:
+    """Input channels of the HMAC vertex's grain: two fp16 channels, so no exchange needs padding
+    (getConvVertexHMACCandidates), one fp32."""
+    return 1 if itemsize == 4 else 2
+
+
+def channel_blocks(K: int, pk: int, vertex: str, itemsize: int, in_group: int) -> np.ndarray:
+    """Each of the ``pk`` tiles' input channels (the reduction ``K``) of a 1x1, expanded or HMAC plan,
+    as poplin splits them (``inChanSplit.parallel`` over the input-channel groups, handed out as
+    :func:`balanced_parts`): the AMP's groups of ``in_group`` channels; the HMAC's groups of
+    :func:`hmac_in_group` channels, one a tile, the last padded to a whole group as poplin pads it."""
+    if vertex == "hmac":
+        group, grain = int(hmac_in_group(K, pk, itemsize)), hmac_grain(itemsize)
+        return balanced_parts(-(-(-(-K // grain) * grain) // group), pk) * group
+    return grain_channels(K, pk, in_group)
 
 
 def _least_inner_block(p: np.ndarray, ci: int, kh: int, kw: int, in_group: int) -> np.ndarray:

@@ -714,13 +714,11 @@ def _scaled_add_to_matmul(ins, attrs, ipu, tiles, amp, partials_bytes) -> OpCost
 
 
 def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpCost:
-    """The op's cost of a matmul or convolution ``plan``. An nx1 plan's compute set waits for its
-    slowest tile, which the planner's largest block (``plan.compute_cycles``) need not be: a block
-    one position smaller may cut into more worklist entries (:func:`sim.cost.amp.worker_entries`)."""
+    """The op's cost of a matmul or convolution ``plan``. Its compute set waits for its slowest tile,
+    which the planner's largest block (``plan.compute_cycles``) need not be: an nx1 block one position
+    smaller may cut into more worklist entries (:func:`sim.cost.amp.worker_entries`)."""
     profile = plan.profile(ipu, tiles, itemsize, b_is_weight, conv)
-    compute = plan.compute_cycles
-    if plan.vertex in ("nx1", "expand_w"):
-        compute = max(compute, math.ceil(profile.compute.max()))
+    compute = max(plan.compute_cycles, math.ceil(profile.compute.max()))
     cost = _phases(ipu, compute, plan.exchange_cycles, plan.supersteps, flops,
                    plan.exchange_bytes, plan.tiles_used, math.ceil(profile.temp.max()), plan.describe(),
                    profile=profile, launch=plan.launch_cycles, exchange_phases=plan.exchange_phases,
