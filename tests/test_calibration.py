@@ -198,8 +198,9 @@ def test_mk1_layers_that_do_not_fit_a_tile():
 
 def test_fullest_tile_rows_read_maxtilememory_where_it_measures_bytes():
     """poplibs' MaxTileMemory of the rows whose mean tile holds over 290 KB: Poplar's fullest tile is
-    8-15 % above its mean there, the simulator's within 2 % of its own (each tensor spread evenly), so
-    where the means agree within 5 % its fullest tile is 9-13 % short (reported, not asserted against
+    8-15 % above its mean there, the simulator's within 4 % of its own (each tensor spread evenly, the
+    plans' blocks in whole channel groups), so where the means agree within 5 % its fullest tile is 6-13 %
+    short (reported, not asserted against
     the published figure: tracked in reports/validation.md, "The fullest tile")."""
     rows = validation.fullest_tile_rows()
     assert [r.name for r in rows] == [
@@ -213,9 +214,9 @@ def test_fullest_tile_rows_read_maxtilememory_where_it_measures_bytes():
     from sim.compiler.memory import FULLEST_TILE_EXCESS
     excess = [r.published_excess for r in rows]
     assert FULLEST_TILE_EXCESS == (round(min(excess), 2), round(max(excess), 2))
-    assert all(0 <= r.simulated_excess < 0.02 for r in rows)
+    assert all(0 <= r.simulated_excess < 0.04 for r in rows)
     agree = [r for r in rows if abs(r.simulated_mean / r.published_mean - 1) <= 0.05]
-    assert len(agree) == 6 and all(-0.14 < r.error < -0.08 for r in agree)
+    assert len(agree) == 6 and all(-0.14 < r.error < -0.05 for r in agree)
     lines = validation._fullest_tile_section({"ran at 95 %": 0.95, "ran at 85 %": 0.85}, {"did not fit": 0.9})
     assert "### The fullest tile" in lines
     assert any(line.startswith("| `gemm_1000x512x30000` | 460,824 B |") for line in lines)
