@@ -46,7 +46,7 @@ def test_weight_update_rearranges_the_expanded_input(ipu, row, expected):
     p = pb.BENCHES[row].params
     positions = 4 * ((p["field"] + 2 * p["padding"] - p["kernel"]) // p["stride"] + 1) ** 2
     plan = plan_matmul(1, p["cin"] * p["kernel"] ** 2, positions, p["cout"], 2, False, ipu, ipu.tiles, 0.6,
-                       partials_bytes=4, rearranged=expected)
+                       partials_bytes=4, rearranged=expected, pads_channels=False, channel_grains=True)
     assert plan.rearranged == expected
     cost = op_cost(wu, g, ipu, ipu.tiles)
     assert (cost.compute_cycles, cost.exchange_cycles) == (plan.compute_cycles, plan.exchange_cycles)

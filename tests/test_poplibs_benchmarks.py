@@ -148,7 +148,7 @@ WITHIN = (
     # 2026-11-29 with sim/cost/multiconv.py, tests/test_multiconv.py): +0.8, +2.8, -3.2, +1.8, +4.0, -1.3,
     # -2.0, -4.9 %
     "oct_resnet50_tr_bs4_bm128L0A0_a25", "oct_resnet50_tr_bs4_bm128L0A2_a25",
-    "oct_resnet50_tr_bs4_bm128L0_projection_a25", "oct_resnet50_tr_bs4_bm256L0A1_a25",
+    "oct_resnet50_tr_bs4_bm256L0A1_a25",
     "oct_resnet50_tr_bs4_bm256L1A0_a25", "oct_resnet50_tr_bs4_bm512L1A0_a25",
     # matmul passes as poplin plans them (2026-11-30: padded channels rearranged, the separate forward and
     # backward passes swapped or not, the weight update's operands rearranged into its layout, the
@@ -184,14 +184,14 @@ WITHIN = (
     # inception_tr_bs4_i8_a3x3 +4.6 -> +5.0 %, mobilenet_conv_pw_2_1 +3.6 -> +5.2 %,
     # oct_resnet50_tr_bs4_bm64L0_projection_a25 -4.9 -> -5.4 % "fc_layer_16_1000_5_half", "fc_layer_1_1000_5_half", "fc_layer_4_1000_1000_float",
     "inception_tr_bs4_i1_db1x1", "mobilenet_depthwise", "mobilenet_depthwise_2",
-    "oct_resnet50_tr_bs4_bm256L0A2_a25", "oct_resnet50_tr_bs4_bm64L0_a25",
+    "oct_resnet50_tr_bs4_bm256L0A2_a25",
     # within since the nx1 vertex counts a tile's kernel positions from the reduction's split (input-channel
     # grains times kernel rows, ConvModel.cpp constructModel) and its busiest worker's worklist entries as
     # partitionConvPartialByWorker cuts the positions (ConvUtilInternal.cpp; the slowest worker in
     # getConvPartialnx1SupervisorInnerLoopCycleEstimate) (2026-12-04, sim/cost/amp.py tile_kernel_positions,
     # worker_entries). Left then: alexnet_tr_bs4_layer7 -4.8 -> -5.7 %, alexnet_tr_bs4_layer9 +0.5 -> -5.8 %,
     # inception_tr_bs4_i8_b3x3 -2.6 -> -5.3 %
-    "inception_tr_bs4_i6_b7x1", "inception_tr_bs4_i6_c7x1b", "resnet50_tr_bs4_bm256L0A1",
+    "inception_tr_bs4_i6_b7x1", "resnet50_tr_bs4_bm256L0A1",
     "oct_resnet50_tr_bs4_bm128L0A1_a25",
     # within since an nx1 plan's compute set waits for its slowest tile, whose block may be one position
     # smaller than the planner's largest and cut into more worklist entries (2026-12-04, sim/cost/rules.py
@@ -199,6 +199,14 @@ WITHIN = (
     # inception_tr_bs4_i6_c7x1a +4.4 -> +6.7 %, inception_tr_bs4_i7_b1x7 +2.1 -> +5.3 %,
     # inception_tr_bs4_i8_a3x3 +3.5 -> +5.4 %
     "alexnet_tr_bs4_layer9", "inception_tr_bs4_i5_b7x1", "inception_tr_bs4_i8_b3x3",
+    # within since a convolution's passes split their channels over the tiles in whole grains, every split
+    # poplin's constructModel can make and only those (2026-12-04, sim/cost/amp.py _grain_candidates,
+    # _conv_reduction_candidates; with the plans' tiles waiting for the slowest, the IPUModel2 rows' sum of
+    # squared errors 1.036 -> 1.011). Left then: inception_tr_bs4_i6_c7x1b +3.8 -> +6.1 % (its earlier forward
+    # plan split 160 channels, 20 grains, over 24 tiles, which poplin cannot), oct_resnet50_tr_bs4_bm64L0_a25
+    # +4.5 -> +5.4 %, oct_resnet50_tr_bs4_bm128L0_projection_a25 -3.5 -> -5.5 % (multi-convolution members)
+    "inception_tr_bs4_i6_c7x1a", "inception_tr_bs4_i8_a3x3", "oct_resnet50_tr_bs4_bm64L0A1_a25",
+    "oct_resnet50_tr_bs4_bm64L0_projection_a25", "resnet50_tr_bs4_bm512L1A0",
 )
 
 
@@ -237,7 +245,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 155
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 157
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

@@ -45,7 +45,7 @@ MK1_WITHIN = (
     "inception_tr_bs4_layer8", "mobilenet_conv_pw_12_1",
     "mobilenet_conv_pw_3_1", "mobilenet_conv_pw_6_1",
     "resnet50_tr_bs4_bm128L1A0", "resnet50_tr_bs4_bm256L0A2", "resnet50_tr_bs4_bm256L1A0",
-    "resnet50_tr_bs4_bm512L0A1", "resnet50_tr_bs4_bm64L0", "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v2L0",
+    "resnet50_tr_bs4_bm64L0", "resnet50_tr_bs4_bm64L1A0", "vgg16_tr_bs4_v2L0",
     "vgg16_tr_bs4_v4L0",
     # within since a convolution's weight-update pass may be serialised along its output channels (C,
     # session 24: outChanSplit.serial, tests/test_conv_wu_serial.py; +5.2, +5.0 % -> +0.9, +2.3 % with the
@@ -157,7 +157,7 @@ MK1_WITHIN = (
     # IPUModel2 shows, IPUModel1 does not)
     "bert_grouped_16x128x64x128", "fc_layer_16_1000_1000_float", "fc_layer_16_1000_5_float",
     "fc_layer_1_1000_1000_half", "fc_layer_4_1000_5_float", "inception_tr_bs4_i2_b1x1",
-    "resnet50_tr_bs4_bm128L0A0", "oct_resnet50_tr_bs4_bm128L1A0_a25",
+    "resnet50_tr_bs4_bm128L0A0",
     # within since the nx1 vertex counts a tile's kernel positions from the reduction's split and its busiest
     # worker's worklist entries as poplin cuts them (2026-12-04, sim/cost/amp.py tile_kernel_positions,
     # worker_entries). Left then: inception_tr_bs4_i5_c1x7b -4.0 -> -7.1 %,
@@ -168,6 +168,13 @@ MK1_WITHIN = (
     # _from_plan). Left then: inception_tr_bs4_i6_b1x7 +2.1 -> +5.7 %, inception_tr_bs4_i6_c1x7b +4.8 -> +6.2 %,
     # inception_tr_bs4_i6_c7x1b +0.6 -> +5.2 %, inception_tr_bs4_layer3 +3.8 -> +5.8 %
     "inception_tr_bs4_i5_c1x7b", "oct_resnet50_tr_bs4_bm128L0A1_a25",
+    # within since a convolution's passes split their channels in whole grains as poplin's constructModel
+    # does (2026-12-04, sim/cost/amp.py _grain_candidates). Left then: resnet50_tr_bs4_bm512L0A1 -0.1 ->
+    # +6.6 % (the estimate now reaches a full expansion over 36 tiles of 8 grains each, 1.5 % below the nx1
+    # plan, which Poplar's TotalMemory, 20 MB above IPUModel2's, suggests poplin picks too, but which the
+    # simulator runs ~8 % above its estimate), oct_resnet50_tr_bs4_bm128L1A0_a25 +4.5 -> +5.3 %
+    "inception_tr_bs4_i6_b1x7", "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i9_a1x1",
+    "inception_tr_bs4_i9_c1x1", "oct_resnet50_tr_bs4_bm64L0A1_a25", "oct_resnet50_tr_bs4_bm64L0_a25",
 )
 
 
@@ -251,6 +258,6 @@ def test_mk1_report_section_lists_every_row_and_a_family_summary():
                         "reduce", "conv", "oct", "lstm", "gru", "ctc", "embedding"}
     text = "\n".join(lines)
     within = pb.within(TOLERANCE, TARGET)  # every row simulated once here (the section needs them all)
-    assert len(within) >= len(MK1_WITHIN) == 150  # the rows within 5 % do not fall
+    assert len(within) >= len(MK1_WITHIN) == 155  # the rows within 5 % do not fall
     assert f"**{len(within)} of 218 rows within 5%.**" in text
     assert "`vgg16_tr_bs4_v2L1`" in text.split("MaxTileMemory exceeds")[1].split("(the IPUModel")[0]

@@ -1150,6 +1150,45 @@ def _candidates(dim: int, tiles: int, grain: int = 0) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=1024)
+def _grain_candidates(dim: int, grain: int, tiles: int) -> np.ndarray:
+    """Split counts of ``dim`` channels split in whole grains of ``grain`` over tiles, as poplin's
+    planner splits a convolution's channels (``ConvModel.cpp :: constructModel``, 8dcde1ec:
+    ``outChanSplit.parallel`` / ``inChanSplit.parallel`` are popsolver variables from 1 to the tiles,
+    at most the grains, ``numOutChanGrains`` / ``numInChanGrains``, each tile ``ceil(grains / split)``
+    of them, ``ceildivConstrainDivisor``). Not every count: the fewest splits leaving a tile each
+    count of grains (:func:`fewest_splits`), each odd one's next count too where that leaves the same
+    grains (an even output-channel split broadcasts the input to both tiles of a supertile at once:
+    ``ExchangeEstimator.hpp``, ``outChanSplit % tilesPerSuperTile``), and of the usual counts
+    (:func:`_candidates`) those poplin can make, at most the grains. Cached (read only)."""
+    groups = max(1, -(-dim // grain))
+    top = min(groups, tiles)
+    change = fewest_splits(groups, top)
+    share = -(-groups // change)
+    odd = (change % 2 == 1) & (change < top)
+    partner = change[odd] + 1
+    partner = partner[-(-groups // partner) == share[odd]]
+    usual = _candidates(groups, tiles)
+    vals = np.union1d(np.union1d(change, partner), usual[usual <= top]).astype(np.int64)
+    vals.setflags(write=False)
+    return vals
+
+
+@lru_cache(maxsize=1024)
+def _conv_reduction_candidates(channels: int, kernel_rows: int, in_group: int, tiles: int) -> np.ndarray:
+    """Counts of tiles a convolution's reduction is split over, as poplin splits it: the input channels
+    in whole grains (:func:`_grain_candidates`: ``inChanSplit.parallel``) times the kernel's outer
+    dimension (``kernelSplit``, at most its size: "the implementation doesn't support splitting the
+    inner-most kernel dimension"), at most the tiles (:func:`conv_inner_block` takes each count's best
+    such factorisation). Cached (read only)."""
+    c = _grain_candidates(channels, in_group, tiles)
+    d = np.arange(1, min(kernel_rows, tiles) + 1, dtype=np.int64)
+    p = np.unique((c[:, None] * d[None, :]).ravel())
+    p = p[p <= tiles]
+    p.setflags(write=False)
+    return p
+
+
 @lru_cache(maxsize=16)
 def _divisors(n: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0)
@@ -1158,7 +1197,8 @@ def _divisors(n: int) -> tuple[int, ...]:
 def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool, ipu: IPU,
                 tiles: int, memory_proportion: float, conv: ConvShape | None = None,
                 partials_bytes: int = 4, rearranged: int = 0, dilated_output: int = 0,
-                grain_splits: bool = False, mismatch: bool = False, pads_channels: bool = True) -> MatmulPlan:
+                grain_splits: bool = False, mismatch: bool = False, pads_channels: bool = True,
+                channel_grains: bool = False) -> MatmulPlan:
     """Best plan for ``G x [M,K] @ [K,N]`` with operands of ``itemsize`` bytes and partial sums
     of ``partials_bytes`` (4: fp32, PopTorch's default; 2: ``Precision.setPartialsType(half)``).
 
@@ -1179,7 +1219,10 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
 
     ``grain_splits`` also tries the splits of K and N at which a tile's count of input- or
     output-channel groups changes (:func:`_candidates`; used for poplin's plain matmul,
-    sim/cost/matmul_swap.py).
+    sim/cost/matmul_swap.py). ``channel_grains`` (implied by ``conv``; a convolution's weight-update
+    pass sets it) splits N and K as poplin splits a convolution's channels: in whole grains of the
+    vertex's output- and input-channel groups, each tile ``ceil(grains / split)`` of them, every split
+    at which that count changes tried (:func:`_grain_candidates`, :func:`_conv_reduction_candidates`).
 
     A matmul is serialised as poplin serialises a convolution, along its output channels N or its
     input channels K (a convolution, ``conv``, along the larger of M and N): :func:`_plan`.
@@ -1193,13 +1236,14 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     """
     partials_bytes = max(partials_bytes, itemsize)  # fp32 operands always have fp32 partials
     plan = _plan(G, M, K, N, itemsize, b_is_weight, ipu, tiles, memory_proportion, conv, partials_bytes,
-                 rearranged, dilated_output, grain_splits, mismatch, pads_channels)
+                 rearranged, dilated_output, grain_splits, mismatch, pads_channels, channel_grains)
     fixed = pass_fixed_cycles()  # the same for every candidate, so it does not change the choice
     return _plan_plus(plan, ipu, compute=fixed, launch=fixed, pass_fixed=fixed)
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
-          rearranged, dilated_output=0, grain_splits=False, mismatch=False, pads_channels=True) -> MatmulPlan:
+          rearranged, dilated_output=0, grain_splits=False, mismatch=False, pads_channels=True,
+          channel_grains=False) -> MatmulPlan:
     budget = memory_proportion * ipu.sram_bytes_per_tile
     mode = amp_mode(ipu, itemsize, partials_bytes)
     best_fit, least_memory = None, None
@@ -1221,7 +1265,8 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
             cuts.append(("M", math.ceil(M / serial), K, N) if M >= N else ("N", M, K, math.ceil(N / serial)))
         plan = min((_search(G, Mp, Kp, Np, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
                             math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
-                            serial_dim=dim, mismatch=mismatch, pads_channels=pads_channels)
+                            serial_dim=dim, mismatch=mismatch, pads_channels=pads_channels,
+                            channel_grains=channel_grains)
                     for dim, Mp, Kp, Np in cuts),
                    key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
         if plan.fits:
@@ -1237,7 +1282,8 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
 
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
             conv: ConvShape | None, serial, rearranged=0, dilated_output=0, grain_splits=False,
-            serial_dim="M", mismatch=False, pads_channels=True) -> MatmulPlan:
+            serial_dim="M", mismatch=False, pads_channels=True, channel_grains=False) -> MatmulPlan:
+    channel_grains = channel_grains or conv is not None  # a convolution's channels split in whole grains
     if conv is not None and conv.kernel_positions == 1 and conv.stride > 1:
         # poplin's 1x1 vertex needs the field flattened, which a strided dimension cannot be
         # (ConvModel.cpp canUse1x1Vertex, dimCanBeFlattened): it expands the strided dimensions
@@ -1270,7 +1316,7 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
             moved = rearranged + padded
         plans.append(_search_vertex(G, M, K, N, itemsize, partials, b_is_weight, ipu, tiles, budget, conv,
                                     serial, vertex, moved, dilated_output, grain_splits, serial_dim, planned_only,
-                                    inner_split=partials == partials_bytes))
+                                    inner_split=partials == partials_bytes, channel_grains=channel_grains))
     # a plan that fits beats one that does not; then the fastest, then the first listed
     return min(plans, key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
 
@@ -1290,7 +1336,8 @@ def _tile_planned(c: dict):
 @lru_cache(maxsize=1024)
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
-                   grain_splits=False, serial_dim="M", planned_rearranged=0, inner_split=True) -> MatmulPlan:
+                   grain_splits=False, serial_dim="M", planned_rearranged=0, inner_split=True,
+                   channel_grains=False) -> MatmulPlan:
     """The best plan of one vertex (:func:`_search`); ``inner_split`` False: K is not split over tiles.
 
     Of the candidates whose temporary bytes fit the ``budget``, the fastest by poplin's estimate, ties
@@ -1300,7 +1347,8 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
     some of the same matmuls more than once (a pure function of hashable arguments; the plan is
     frozen)."""
     cands = _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu, tiles, conv, serial, vertex,
-                               rearranged, dilated_output, grain_splits, serial_dim, planned_rearranged, inner_split)
+                               rearranged, dilated_output, grain_splits, serial_dim, planned_rearranged, inner_split,
+                               channel_grains)
     temp, used, split_order = cands.temp, cands.used, cands.split_order
     fits = temp <= budget
     if fits.any():
@@ -1497,14 +1545,31 @@ class _Priced:
 @lru_cache(maxsize=128)
 def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, conv: ConvShape | None,
                        serial, vertex, rearranged, dilated_output, grain_splits, serial_dim, planned_rearranged,
-                       inner_split) -> _Candidates:
+                       inner_split, channel_grains=False) -> _Candidates:
     """Every candidate split of one vertex's plan (:func:`_search_vertex`) with its temporary bytes,
     whatever the memory budget (cached: a sweep of availableMemoryProportion enumerates each candidate
     set once). Read only."""
-    mode = amp_mode(ipu, itemsize, partials_bytes) if grain_splits else None
+    mode = amp_mode(ipu, itemsize, partials_bytes)
     cand_g, cand_m = _candidates(G, tiles), _candidates(M, tiles)
-    cand_n = _candidates(N, tiles, mode.out_group if mode else 0)
-    cand_k = _candidates(K, tiles, mode.in_group if mode else 0) if inner_split else np.array([1])
+    # a convolution pass (or a convolution's weight update, ``channel_grains``) splits its output and input
+    # channels in whole grains, as poplin's constructModel does: the output channels in the vertex's
+    # partial-channel groups (ConvVertexType.cpp: the AMP's partialChansPerGroup, its conv units;
+    # HMAC's, one or two), the input channels in its input-channel groups (the AMP's inChansPerGroup;
+    # HMAC takes any grouping, its splits left free) times the kernel's outer dimension
+    out_grain = (hmac_out_group(partials_bytes) if vertex == "hmac" else mode.out_group) if channel_grains else 0
+    in_grain = mode.in_group if channel_grains and vertex != "hmac" else 0
+    if out_grain:
+        cand_n = _grain_candidates(N, out_grain, tiles)
+    else:
+        cand_n = _candidates(N, tiles, mode.out_group if grain_splits else 0)
+    if not inner_split:
+        cand_k = np.array([1])
+    elif in_grain and conv is not None:
+        cand_k = _conv_reduction_candidates(*_reduction_channels(conv, vertex, K)[:2], in_grain, tiles)
+    elif in_grain:
+        cand_k = _grain_candidates(K, in_grain, tiles)
+    else:
+        cand_k = _candidates(K, tiles, mode.in_group if grain_splits else 0)
 
     def room_left(a, b, c):
         """Every combination of three splits' candidates, and the most tiles left for the fourth."""
@@ -1516,7 +1581,7 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
     row, col = np.nonzero(cand_m[None, :] <= room[:, None])  # every candidate split that fits the tiles
     parts = [(g3[row], cand_m[col], n3[row], k3[row])]
     # also the splits that fill the tiles the other splits leave (those not already candidates)
-    if grain_splits or conv is not None:
+    if grain_splits or conv is not None or channel_grains:
         # of M; a convolution's field split takes any value (ConvModel.cpp constructModel: fieldSplit
         # and batchSplit are popsolver variables from 1 to the tiles)
         fill = np.minimum(room, M)
@@ -1533,12 +1598,13 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
     split_order = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
     g = -(-G // pg)
     m = -(-M // pm)
-    n = -(-N // pn)
-    k = -(-K // pk)
+    # a tile's channels: whole grains (``ceil(grains / split)`` of them), at most the channels
+    n = np.minimum(-(-(-(-N // out_grain)) // pn) * out_grain, N) if out_grain else -(-N // pn)
+    k = np.minimum(-(-(-(-K // in_grain)) // pk) * in_grain, K) if in_grain else -(-K // pk)
     if vertex == "hmac":  # one group of channels a tile, padded to the grain (hmac_in_group)
         k = hmac_in_group(K, pk, itemsize)
     elif conv is not None:  # the reduction split as poplin splits it (conv_inner_block)
-        k = conv_inner_block(conv, vertex, K, pk, amp_mode(ipu, itemsize, partials_bytes).in_group)
+        k = conv_inner_block(conv, vertex, K, pk, mode.in_group)
     tile_conv = conv
     if vertex in ("nx1", "expand_w") and conv.batch and conv.height and M == conv.batch * conv.height * conv.width:
         # a kernel taller than 1 keeps the field's dimensions apart (no flattenDims): the busiest
@@ -1567,17 +1633,23 @@ def conv_inner_block(conv: ConvShape, vertex: str, K: int, pk, in_group: int) ->
     kernel's 160 channels = 20 channels x 7, where poplin gives 2 grains = 32 channels x 7) is never
     priced."""
     pk = np.asarray(pk, dtype=np.int64)
-    if vertex == "nx1":
-        ci, kh, kw = conv.in_channels, conv.kernel_h, conv.kernel_w
-    elif vertex == "expand_w":
-        ci, kh, kw = conv.in_channels * conv.kernel_w, conv.kernel_h, 1
-    else:  # the 1x1 vertex (a 1x1 kernel) or the whole kernel folded into the channels
-        ci, kh, kw = K, 1, 1
+    ci, kh, kw = _reduction_channels(conv, vertex, K)
     block = np.zeros(int(pk.max(initial=0)) + 1, dtype=np.int64)  # by split count
     splits = np.array(distinct_values(pk), dtype=np.int64)
     splits = splits[splits > 0]
     block[splits] = _least_inner_block(splits, ci, kh, kw, in_group)
     return np.minimum(block[pk], K)
+
+
+def _reduction_channels(conv: ConvShape, vertex: str, K: int) -> tuple[int, int, int]:
+    """(input channels, kernel rows, kernel columns) of a convolution's reduction ``K`` as ``vertex``
+    runs it: ``expand_w`` has the kernel's width folded into the channels, the expanded vertex the
+    whole kernel (``expandDims``), and the 1x1 vertex's kernel is 1x1 (:func:`conv_inner_block`)."""
+    if vertex == "nx1":
+        return conv.in_channels, conv.kernel_h, conv.kernel_w
+    if vertex == "expand_w":
+        return conv.in_channels * conv.kernel_w, conv.kernel_h, 1
+    return K, 1, 1
 
 
 def balanced_parts(count: int, split: int) -> np.ndarray:
@@ -1604,7 +1676,8 @@ def conv_inner_blocks(conv: ConvShape, K: int, pk: int, in_group: int) -> np.nda
     ci, kh, kw = conv.in_channels, conv.kernel_h, conv.kernel_w
     if ci * kh * kw != K:
         return None
-    splits = [d for d in range(1, min(kh, pk) + 1) if pk % d == 0]
+    # poplin splits the channels at most ``grains`` ways (inChanSplit.parallel <= numInChanGrains)
+    splits = [d for d in range(1, min(kh, pk) + 1) if pk % d == 0 and pk // d <= -(-ci // in_group)] or [1]
     planned = [min(-(-(-(-ci // in_group)) // (pk // d)) * in_group, ci) * -(-kh // d) for d in splits]
     d = splits[int(np.argmin(planned))]
     return (balanced_parts(kh, d)[:, None] * grain_channels(ci, pk // d, in_group)[None, :]).ravel() * kw
@@ -1642,7 +1715,8 @@ def _least_inner_block(p: np.ndarray, ci: int, kh: int, kw: int, in_group: int) 
     (``1..kh``, at most the split count) that divide it (:func:`conv_inner_block`), all at once."""
     grains = -(-ci // in_group)
     d = np.arange(1, min(kh, int(p.max(initial=1))) + 1, dtype=np.int64)[:, None]  # the kernel split (<= p)
-    divides = (d <= p) & (p % d == 0)
+    # poplin splits the channels at most ``grains`` ways (inChanSplit.parallel <= numInChanGrains)
+    divides = (d <= p) & (p % d == 0) & (p // d <= grains)
     channels = np.maximum(p // d, 1)  # the input-channel split (1 where d does not divide: not taken)
     share = np.minimum(-(-grains // channels) * in_group, ci) * -(-kh // d) * kw
     return np.where(divides, share, np.iinfo(np.int64).max).min(axis=0)

@@ -821,9 +821,12 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         # stride-2 1x1 (addTransformCycleEstimate's inputFieldSizes of the transformed params)
         im2col = groups * cig * kh * kw * positions
         # serialised (a small tile memory: Mk1), poplin splits the output channels co serially
-        # (outChanSplit.serial) or the input channels, here the positions (inChanSplit.serial)
+        # (outChanSplit.serial) or the input channels, here the positions (inChanSplit.serial). As in
+        # every convolution pass it splits its channels (co, and the positions expanded into its input
+        # channels) over the tiles in whole grains (channel_grains; ConvModel.cpp constructModel)
         plan = plan_matmul(groups, cig * kh * kw, positions, cog, itemsize, False, ipu, tiles, amp,
-                           partials_bytes=partials_bytes, rearranged=im2col + positions * co, pads_channels=False)
+                           partials_bytes=partials_bytes, rearranged=im2col + positions * co, pads_channels=False,
+                           channel_grains=True)
     if kind != "conv2d_grad_weight":
         # the input (x, or dy) as the op that made it laid it out, copied into the plan's layout where poplin
         # would read it on too many tiles (sim/cost/amp.py relaid_operands); the weights, and the flipped ones
