@@ -421,9 +421,10 @@ def tile_kernel_positions(conv: ConvShape, k, in_group: int) -> np.ndarray:
     rows x the kernel's width, as poplin splits it (:func:`conv_inner_block`: the input channels in
     grains times the outer kernel dimension; the innermost kernel dimension is never split,
     ``ConvModel.cpp :: constructModel``): the most kernel rows ``kr <= kernel_h`` that leave whole
-    grains of ``in_group`` channels (the last grain what is left of ``in_channels``) per row and column (of the factorisations giving the
-    same share, the one with the fewest channel groups, which poplin's nx1 estimate,
-    ``getConvPartialnx1SupervisorOuterLoopCycleEstimate``, prices lowest: fewer input-group loops).
+    grains of ``in_group`` channels (the last grain what is left of ``in_channels``) per row and column
+    (of the factorisations giving the same share, the one with the fewest channel groups, which poplin's
+    nx1 estimate, ``getConvPartialnx1SupervisorOuterLoopCycleEstimate``, prices lowest: fewer input-group
+    loops).
     A share with no such factorisation (not a split poplin makes) keeps ``k / in_channels`` positions."""
     k = np.asarray(k, dtype=float)
     kw = conv.kernel_w
