@@ -123,3 +123,17 @@ def test_matmul_tiles_take_whole_channel_groups():
     assert channel_blocks(1000, 14, "hmac", 4, 16).tolist() == [72] * 14
     assert channel_blocks(5, 8, "hmac", 4, 16).tolist() == [0, 1, 0, 1, 1, 0, 1, 1]
     assert int(hmac_in_group(1000, 7, 2)) == 144 and int(hmac_in_group(1000, 7, 4)) == 143
+
+
+def test_a_convolutions_tiles_take_whole_output_channel_grains():
+    """A convolution's plan splits its output channels in whole grains (poplin's outChanSplit over
+    numOutChanGrains), and its per-tile profile hands them out as poplin does: 100 channels in grains of 8
+    (13, the last 4 channels) over 6 tiles are 2 grains on five and 3 on the sixth. A plain matmul's plan
+    splits them element by element."""
+    from sim.cost.amp import grain_channels, plan_matmul
+    assert grain_channels(100, 6, 8).tolist() == [16] * 5 + [20]
+    ipu = pb.system(pb.BENCHES["resnet50_tr_bs4_bm512L0A1"]).ipu
+    conv = plan_matmul(1, 4 * 14 * 14, 256, 100, 2, True, ipu, ipu.tiles, 0.6, conv=ConvShape(1, 1, 1, 14, 256, 4, 14))
+    assert conv.channel_grains and not plan_matmul(1, 784, 256, 100, 2, True, ipu, ipu.tiles, 0.6).channel_grains
+    pn = conv.splits[2]
+    assert -(-100 // pn) <= max(grain_channels(100, pn, 8)) <= -(-13 // pn) * 8

@@ -917,6 +917,7 @@ class MatmulPlan:
     swapped: bool = False  # planned with the operands swapped (poplin's swapOperands): dims is G x [N,K] @ [K,M]
     relaid: int = 0  # operand elements copied into the plan's layout at run time (relaid_operands), all pieces
     relaid_cycles: int = 0  # the part of total_cycles copying them: exchange phases and their syncs
+    channel_grains: bool = False  # its channels split over the tiles in whole grains (a convolution's passes)
 
     @property
     def estimate(self) -> int:
@@ -942,7 +943,11 @@ class MatmulPlan:
             k_blocks = conv_inner_blocks(_vertex_conv(conv, self.vertex), K, pk, in_group)
         if k_blocks is None:
             k_blocks = channel_blocks(K, pk, self.vertex, itemsize, in_group)
-        g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), blocks(N, pn),
+        n_blocks = blocks(N, pn)
+        if self.channel_grains:  # whole output-channel grains, handed out as poplin hands them out
+            n_blocks = grain_channels(N, pn, hmac_out_group(self.partials_bytes) if self.vertex == "hmac"
+                                      else amp_mode(ipu, itemsize, self.partials_bytes).out_group)
+        g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), n_blocks,
                                                      k_blocks, indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
                         g, m, k, n, pm, pn, pk, self.rearranged, self.tiles_used, self.dilated_output)
@@ -1383,6 +1388,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         rearranged=int(rearranged),
         dilated_output=int(dilated_output),
         vertex=vertex,
+        channel_grains=channel_grains or conv is not None,
         serial_dim=serial_dim if serial > 1 else "",
     )
 
