@@ -276,6 +276,13 @@ def hmac_vertex_cycles(g, m, k, n, itemsize: int = 4, workers: int = 6, partials
     return total, fixed
 
 
+def out_channel_grain(vertex: str, mode: AmpMode) -> int:
+    """Output channels a convolution plan of ``vertex`` splits over its tiles in whole grains of
+    (``getOutChanGrainSizes``: the vertex type's ``partialChansPerGroup``, ConvVertexType.cpp): the AMP's
+    conv units, the HMAC's one or two (:func:`hmac_out_group`)."""
+    return hmac_out_group(mode.partials_bytes) if vertex == "hmac" else mode.out_group
+
+
 def hmac_out_group(partials_bytes: int) -> int:
     """Output channels per group of poplin's HMAC vertex: one with fp32 partials, a pair with fp16
     (ConvVertexType.cpp getConvVertexHMACCandidates: partialChansPerGroup)."""
@@ -937,16 +944,15 @@ class MatmulPlan:
 
         def blocks(d, p):
             return d // p + (np.arange(p) < d % p)
-        in_group = amp_mode(ipu, itemsize, self.partials_bytes).in_group
+        mode = amp_mode(ipu, itemsize, self.partials_bytes)
         k_blocks = None
         if conv is not None and self.vertex in ("nx1", "expand_w"):  # whole channel grains x kernel rows
-            k_blocks = conv_inner_blocks(_vertex_conv(conv, self.vertex), K, pk, in_group)
+            k_blocks = conv_inner_blocks(_vertex_conv(conv, self.vertex), K, pk, mode.in_group)
         if k_blocks is None:
-            k_blocks = channel_blocks(K, pk, self.vertex, itemsize, in_group)
+            k_blocks = channel_blocks(K, pk, self.vertex, itemsize, mode.in_group)
         n_blocks = blocks(N, pn)
         if self.channel_grains:  # whole output-channel grains, handed out as poplin hands them out
-            n_blocks = grain_channels(N, pn, hmac_out_group(self.partials_bytes) if self.vertex == "hmac"
-                                      else amp_mode(ipu, itemsize, self.partials_bytes).out_group)
+            n_blocks = grain_channels(N, pn, out_channel_grain(self.vertex, mode))
         g, m, n, k = (a.ravel() for a in np.meshgrid(blocks(G, pg), blocks(M, pm), n_blocks,
                                                      k_blocks, indexing="ij"))
         c = _tile_costs(ipu, itemsize, self.partials_bytes, b_is_weight, conv, self.vertex,
@@ -1388,7 +1394,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         rearranged=int(rearranged),
         dilated_output=int(dilated_output),
         vertex=vertex,
-        channel_grains=channel_grains or conv is not None,
+        channel_grains=channel_grains,
         serial_dim=serial_dim if serial > 1 else "",
     )
 
@@ -1563,7 +1569,7 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
     # partial-channel groups (ConvVertexType.cpp: the AMP's partialChansPerGroup, its conv units;
     # HMAC's, one or two), the input channels in its input-channel groups (the AMP's inChansPerGroup;
     # HMAC takes any grouping, its splits left free) times the kernel's outer dimension
-    out_grain = (hmac_out_group(partials_bytes) if vertex == "hmac" else mode.out_group) if channel_grains else 0
+    out_grain = out_channel_grain(vertex, mode) if channel_grains else 0
     in_grain = mode.in_group if channel_grains and vertex != "hmac" else 0
     if out_grain:
         cand_n = _grain_candidates(N, out_grain, tiles)
@@ -1588,7 +1594,7 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
     row, col = np.nonzero(cand_m[None, :] <= room[:, None])  # every candidate split that fits the tiles
     parts = [(g3[row], cand_m[col], n3[row], k3[row])]
     # also the splits that fill the tiles the other splits leave (those not already candidates)
-    if grain_splits or conv is not None or channel_grains:
+    if grain_splits or channel_grains:  # (a convolution's passes split their channels in grains)
         # of M; a convolution's field split takes any value (ConvModel.cpp constructModel: fieldSplit
         # and batchSplit are popsolver variables from 1 to the tiles)
         fill = np.minimum(room, M)
@@ -1605,13 +1611,16 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
     split_order = ((pg * (tiles + 1) + pm) * (tiles + 1) + pn) * (tiles + 1) + pk
     g = -(-G // pg)
     m = -(-M // pm)
-    # a tile's channels: whole grains (``ceil(grains / split)`` of them), at most the channels
+    # a tile's output channels: whole grains (``ceil(grains / split)`` of them), at most the channels
     n = np.minimum(-(-(-(-N // out_grain)) // pn) * out_grain, N) if out_grain else -(-N // pn)
-    k = np.minimum(-(-(-(-K // in_grain)) // pk) * in_grain, K) if in_grain else -(-K // pk)
     if vertex == "hmac":  # one group of channels a tile, padded to the grain (hmac_in_group)
         k = hmac_in_group(K, pk, itemsize)
     elif conv is not None:  # the reduction split as poplin splits it (conv_inner_block)
         k = conv_inner_block(conv, vertex, K, pk, mode.in_group)
+    elif in_grain:  # whole grains, ``ceil(grains / split)`` of them, at most the channels
+        k = np.minimum(-(-(-(-K // in_grain)) // pk) * in_grain, K)
+    else:
+        k = -(-K // pk)
     tile_conv = conv
     if vertex in ("nx1", "expand_w") and conv.batch and conv.height and M == conv.batch * conv.height * conv.width:
         # a kernel taller than 1 keeps the field's dimensions apart (no flattenDims): the busiest
@@ -1683,10 +1692,7 @@ def conv_inner_blocks(conv: ConvShape, K: int, pk: int, in_group: int) -> np.nda
     ci, kh, kw = conv.in_channels, conv.kernel_h, conv.kernel_w
     if ci * kh * kw != K:
         return None
-    # poplin splits the channels at most ``grains`` ways (inChanSplit.parallel <= numInChanGrains)
-    splits = [d for d in range(1, min(kh, pk) + 1) if pk % d == 0 and pk // d <= -(-ci // in_group)] or [1]
-    planned = [min(-(-(-(-ci // in_group)) // (pk // d)) * in_group, ci) * -(-kh // d) for d in splits]
-    d = splits[int(np.argmin(planned))]
+    d = int(np.argmin(_inner_shares(np.array([pk]), ci, kh, kw, in_group)[:, 0])) + 1  # the planner's split
     return (balanced_parts(kh, d)[:, None] * grain_channels(ci, pk // d, in_group)[None, :]).ravel() * kw
 
 
@@ -1712,7 +1718,8 @@ def channel_blocks(K: int, pk: int, vertex: str, itemsize: int, in_group: int) -
     :func:`hmac_in_group` channels, one a tile, the last padded to a whole group as poplin pads it."""
     if vertex == "hmac":
         group, grain = int(hmac_in_group(K, pk, itemsize)), hmac_grain(itemsize)
-        return balanced_parts(-(-(-(-K // grain) * grain) // group), pk) * group
+        padded = -(-K // grain) * grain
+        return balanced_parts(-(-padded // group), pk) * group
     return grain_channels(K, pk, in_group)
 
 
@@ -1720,13 +1727,19 @@ def _least_inner_block(p: np.ndarray, ci: int, kh: int, kw: int, in_group: int) 
     """For each split count of ``p`` (an array, each at least 1), the least of the busiest tile's share
     ``min(ceil(grains / (p / d)) x in_group, ci) x ceil(kh / d) x kw`` over the kernel splits ``d``
     (``1..kh``, at most the split count) that divide it (:func:`conv_inner_block`), all at once."""
+    return _inner_shares(p, ci, kh, kw, in_group).min(axis=0)
+
+
+def _inner_shares(p: np.ndarray, ci: int, kh: int, kw: int, in_group: int) -> np.ndarray:
+    """The busiest tile's share of :func:`_least_inner_block` for each kernel split ``d = 1 ..`` (rows)
+    and split count of ``p`` (columns), the int64 maximum where ``d`` is not a split poplin makes."""
     grains = -(-ci // in_group)
     d = np.arange(1, min(kh, int(p.max(initial=1))) + 1, dtype=np.int64)[:, None]  # the kernel split (<= p)
     # poplin splits the channels at most ``grains`` ways (inChanSplit.parallel <= numInChanGrains)
     divides = (d <= p) & (p % d == 0) & (p // d <= grains)
     channels = np.maximum(p // d, 1)  # the input-channel split (1 where d does not divide: not taken)
     share = np.minimum(-(-grains // channels) * in_group, ci) * -(-kh // d) * kw
-    return np.where(divides, share, np.iinfo(np.int64).max).min(axis=0)
+    return np.where(divides, share, np.iinfo(np.int64).max)
 
 
 def fewest_splits(size: int, limit: int) -> np.ndarray:
