@@ -34,6 +34,7 @@ from .embedding import (ATOM_BYTES, FLOAT_BYTES, LEGACY_POPLIBS, MIN_INDICES_PER
                         max_elems_per_worker, multi_slice_cycles, multi_update_op_cycles, offsets_per_worker,
                         plan_embedding, plan_embedding_sdk3, slice_worker_cycles, update_worker_cycles)
 from .depthwise import plan_depthwise
+from .pooling import GRAIN_BYTES, PoolPass, forward_passes, plan_pool, tile_cost
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
@@ -917,31 +918,65 @@ def _batchnorm(kind, ins, attrs, ipu, tiles) -> OpCost:
                        statistics="channel")
 
 
-#: popnn's pooling channel grain (``PoolPlan.cpp`` ``chanGrainSize = 8 / typeSize``): the least of a
-#: channel group's elements a tile takes
-POOL_CHANNEL_GRAIN_BYTES = 8
-
-
 def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
-    """popnn's pooling and its input gradient. Forward: each output element reads its window, and
-    a tile receives the input patch of its outputs. Backward (``poolInputGradient``): a pooling
-    over the input field of the output gradient dilated by the stride (``Pooling.cpp
-    getGradientParams``) whose worklists skip the kernel positions on dilation zeros
-    (``PoolVertices.cpp``), so each input-gradient element reads the ``window / stride`` windows
-    covering it on average (at least one), at MaxPoolingGrad's rate; a tile receives the output
-    gradient of its inputs (and, for max pooling, the forward input and output it compares).
-    popnn's planner (``PoolPlan.cpp``) spreads the work by channel groups, batch and output field,
-    never by the kernel, down to one channel grain (8 bytes: 4 halves or 2 floats) of one output
-    position a tile: a global pool of few outputs runs on that many grains' tiles, each reading
-    its whole window."""
-    shape, dtype, _ = ins[0]
+    """popnn's pooling and its input gradient. A 2-D window (``kernel``, ``stride``, ``padding``) as popnn plans
+    and runs it (:mod:`sim.cost.pooling`); a window that is its whole unpadded field as the popops reduction
+    (its gradient a broadcast copy) popnn turns it into. A 1-D or 3-D window (``window`` elements moving by
+    ``stride_volume``), whose field the op does not give, is priced as the planner's finest split: one 64-bit
+    channel grain of one output a tile at the pooling vertex's 3 (5 for a max pool's gradient) cycles a
+    vector a window position, each tile receiving its window."""
+    grad = kind.endswith("_grad")
+    (in_shape, dtype), out_shape = (outs[0], ins[0][0]) if grad else (ins[0][:2], outs[0][0])
     itemsize = DTYPE_BYTES[dtype]
-    out_n = math.prod(outs[0][0])
-    grain = max(1, POOL_CHANNEL_GRAIN_BYTES // itemsize)
-    # a 1-D or 3-D window gives its own size ("window": elements, "stride_volume": elements
-    # the window moves by); a 2-D one is kernel_h x kernel_w moving by stride_h x stride_w
-    window = attrs.get("window", math.prod(spatial(attrs.get("kernel", 1))))
-    stride = attrs.get("stride_volume", max(1, math.prod(spatial(attrs.get("stride", 1), "stride"))))
+    max_pool = kind.startswith("max")
+    if "window" in attrs:
+        return _pool_window(kind, in_shape, out_shape, attrs, itemsize, ipu, tiles)
+    n, c, h, w = in_shape
+    kernel, stride, padding = (spatial(attrs.get(a, d), a) for a, d in (("kernel", 1), ("stride", 1),
+                                                                        ("padding", 0)))
+    if kernel == (h, w) and padding == (0, 0):  # popnn: a reduction over the field (its gradient a broadcast)
+        if not grad:
+            reduce_kind = "reduce_max" if max_pool else "reduce_sum"
+            return _reduce(reduce_kind, ((in_shape, dtype, "activation"),), (((n, c), dtype),), {"axes": (2, 3)},
+                           ipu, tiles)
+        steps = [] if max_pool else [_elementwise("mul", [(out_shape, dtype, "activation")] * 2,
+                                                  [(out_shape, dtype)], ipu, tiles)]
+        copy = _elementwise("copy", [(in_shape, dtype, "activation")], [(in_shape, dtype)], ipu, tiles)
+        return in_series([(step, 1) for step in steps + [copy]], tiles, "the output gradient broadcast over the field")
+    fwd_vector, fwd_grouped = forward_passes(n, c, (h, w), tuple(out_shape[2:]), kernel, stride, padding != (0, 0),
+                                             attrs.get("chans_per_group", math.gcd(c, 16 if itemsize == 2 else 8)),
+                                             itemsize, max_pool)
+    fwd, fwd_plan = plan_pool(fwd_vector, fwd_grouped, tiles, ipu.worker_threads)
+    if not grad:
+        return _pool_pass(fwd, fwd_plan, ipu, "pool")
+    # the gradient convolution: the output gradient dilated by the stride, over the forward input's field
+    bwd = PoolPass(n, c, (h, w), kernel, (1, 1), stride[1], max_pool, max_pool, fwd_plan.chans_per_group, itemsize)
+    bwd, bwd_plan = plan_pool(bwd, bwd, tiles, ipu.worker_threads)
+    pooled = _pool_pass(bwd, bwd_plan, ipu, "pool gradient")
+    if max_pool:  # the output gradient first copied into the forward output's layout (gradsRearranged)
+        moved = fwd_plan.batch * fwd_plan.chan_groups * fwd_plan.chans_per_group * fwd_plan.rows * fwd_plan.row
+        copy = _phases(ipu, 0, exchange_cycles(moved * itemsize, ipu), 0, 0.0, moved * itemsize * fwd_plan.tiles,
+                       fwd_plan.tiles)
+        return in_series([(copy, 1), (pooled, 1)], tiles, f"output gradient regrouped; {pooled.plan}")
+    # an average pool's output gradient scaled by its windows' sizes first (scaleGradient: a popops multiply)
+    scale = _elementwise("mul", [(out_shape, dtype, "activation")] * 2, [(out_shape, dtype)], ipu, tiles)
+    return in_series([(scale, 1), (pooled, 1)], tiles, f"output gradient scaled; {pooled.plan}")
+
+
+def _pool_pass(p: PoolPass, plan, ipu, what: str) -> OpCost:
+    """One pooling vertex pass of ``plan``: the exchange of each tile's input window, one compute set."""
+    compute, fixed, received = tile_cost(p, plan, ipu.worker_threads)
+    outputs = plan.batch * plan.chan_groups * plan.chans_per_group * plan.rows * plan.row * plan.tiles
+    return _phases(ipu, compute, exchange_cycles(received, ipu), 1, float(outputs * p.kernel[0] * p.kernel[1]),
+                   received * plan.tiles, plan.tiles, launch=fixed,
+                   plan=f"{what}: channel groups of {plan.chans_per_group}, {plan.chan_groups} a tile, batch "
+                        f"{plan.batch}, {plan.rows} x {plan.row} outputs a tile on {plan.tiles} tiles")
+
+
+def _pool_window(kind, in_shape, out_shape, attrs, itemsize, ipu, tiles) -> OpCost:
+    out_n = math.prod(out_shape)
+    grain = max(1, GRAIN_BYTES // itemsize)
+    window, stride = attrs["window"], max(1, attrs.get("stride_volume", 1))
     used = max(1, min(tiles, math.ceil(out_n / grain)))
     per_tile = math.ceil(out_n / used)
     if kind.endswith("_grad"):

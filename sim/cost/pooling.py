@@ -1,0 +1,224 @@
+"""popnn's 2-D pooling as poplibs plans and runs it (graphcore/poplibs lib/popnn at 8dcde1ec: ``Pooling.cpp``,
+``PoolPlan.cpp``, ``PoolVertices.cpp``, ``PerformanceEstimation.hpp getPoolingCycles``).
+
+* The planner (``PoolPlan.cpp constructModel``) splits the channel groups, the batch and each output field
+  dimension over the tiles (never the kernel) and picks the channels per group (a multiple of the 64-bit
+  grain, at most the input's own innermost grouping and 8 grains), minimising for the busiest tile the
+  pooling vertex's planning estimate (``poolVertexCycleEstimate``: the tile's outputs dealt to the six
+  workers in partial rows, each row a work item per kernel position), plus the bytes the tile reads over
+  the exchange's 4 bytes a cycle, plus a quarter of them when the plan regroups the channels. It plans
+  again with the preferred grouping (16 halves, 8 floats for a max pool) and keeps that plan when it costs
+  less than 4/3 of the first (``getPlan``).
+* A forward pool whose every field dimension divides by a stride at least its kernel, with no padding, folds
+  the batch and channels into the row (``gatherDimsTransformIn``), so the vertex loops over longer rows.
+* The max pool's input gradient first copies the output gradient into the forward output's layout
+  (``poolInputGradientImpl``: ``gradsRearranged``), then runs ``MaxPoolingGrad`` on the gradient
+  convolution's parameters (the output gradient dilated by the stride: the vertex reads one kernel position
+  in ``stride`` of each row), reading the gradient, the forward output and the forward input; an average
+  pool's gradient scales the output gradient (``scaleGradient``, a popops multiply) and sum-pools it.
+* A pool whose kernel is its whole field without padding is a popops reduction (``poolImpl``
+  ``substPoolingWithReduction``; its gradient a broadcast copy), which the caller prices as one.
+
+Each pass is one exchange (the tile's input window, halo included, as the planner counts it) and one
+compute set of the vertex at the estimator's cycles (the vertex's worklists as the planner builds them:
+every kernel position of every partial row). Cycles are tile cycles, bytes are bytes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+#: ``PoolPlan.cpp getPlan``: the channel grain is 8 bytes (a 64-bit vector); ``maxGrainsPerChanGroup`` at most 8
+#: grains
+GRAIN_BYTES = 8
+MAX_GRAINS = 8
+#: ``constructModel``: the planner's exchange bytes a cycle (poplar ``Target::getExchangeBytesPerCycle``, a tile's
+#: 32-bit exchange port) and the bytes a cycle it charges a regrouping of the channels
+PLANNER_EXCHANGE_BYTES_PER_CYCLE = 4
+PLANNER_REARRANGE_BYTES_PER_CYCLE = 4
+#: ``getPlan``: the grouped plan is kept if it costs under this multiple of the first
+GROUPED_PLAN_SLACK = 4 / 3
+
+
+@dataclass(frozen=True)
+class PoolPass:
+    """One pooling vertex pass as the planner sees it: ``batch`` x ``channels`` x the ``out_field`` (rows,
+    row length) of the vertex's outputs, ``kernel`` (height, width), ``stride`` (of the outputs over the
+    input, ``outputTransform.stride``), ``dilation`` (of the input's rows, ``inputTransform.dilation``: the
+    forward stride in a gradient pass), ``max_grad`` for ``MaxPoolingGrad``, ``max_pool`` for a max (not
+    sum) vertex, ``det_group``: the input's innermost channel grouping."""
+
+    batch: int
+    channels: int
+    out_field: tuple[int, int]
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: int
+    max_pool: bool
+    max_grad: bool
+    det_group: int
+    itemsize: int
+
+
+@dataclass(frozen=True)
+class PoolTilePlan:
+    """The busiest tile of a pooling pass: batch, channel groups of ``chans_per_group`` channels, out rows and
+    row length, and the tiles used; ``estimate`` the planner's cycles."""
+
+    batch: int
+    chan_groups: int
+    chans_per_group: int
+    rows: int
+    row: int
+    tiles: int
+    estimate: int
+    field_divides: tuple[bool, bool]
+
+
+def _worker_rows(batch: int, rows: int, row: int, workers: int) -> list[tuple[int, int, int, int]]:
+    """For each worker: (partial rows, first row's length, a full row's length, last row's length) of
+    ``partitionPartialByContext``: the tile's batch x rows x row outputs cut evenly into ``workers`` ranges,
+    each cut at row ends into partial rows."""
+    total = batch * rows * row
+    out = []
+    for w in range(workers):
+        begin, end = w * total // workers, (w + 1) * total // workers
+        if begin == end:
+            out.append((0, 0, 0, 0))
+            continue
+        first_row, last_row = begin // row, (end - 1) // row
+        if first_row == last_row:
+            out.append((1, end - begin, 0, 0))
+        else:
+            out.append((last_row - first_row + 1, row - begin % row, row, (end - 1) % row + 1))
+    return out
+
+
+def vertex_cycles(p: PoolPass, batch: int, chan_groups: int, chans_per_group: int, rows: int, row: int,
+                  workers: int) -> tuple[int, int]:
+    """(cycles, the part that does not grow with the work) of one tile's pooling vertex by
+    ``getPoolingCycles`` on the planner's worklists (``poolVertexCycleEstimate``): supervisor 7 + 6, and six
+    times the busiest worker's cycles."""
+    vector = GRAIN_BYTES // p.itemsize
+    cpg_d = max(1, chans_per_group // vector)
+    positions = p.kernel[0] * p.kernel[1]
+    init_info = batch * rows * row // cpg_d
+    base = 4 + 2 + 2 + 7 + 2 + 2 + 5 + 1 + 2  # vertex state, init split, outPtrPtr, startPos (unpack 2 each)
+    per_row_fixed = 13 + 2 + positions * (20 + 3 + chan_groups * 2 + (chan_groups - 1) * (6 if p.max_grad else 4)
+                                          + chan_groups * cpg_d * 3)
+    rpt_fixed, rpt_per = (7, 5) if p.max_grad else (4, 3) if p.max_pool else (5, 3)
+    busiest = fixed = 0
+    for w, (partials, first, full, last) in enumerate(_worker_rows(batch, rows, row, workers)):
+        elems = init_info * cpg_d // workers
+        spare = init_info - elems * workers  # unsigned in the estimator: below zero it wraps, so every worker
+        extra = 1 if spare < 0 or w < spare else 0
+        cycles = base + (4 + elems + extra) * chan_groups
+        if partials == 0:
+            cycles += 1
+        else:
+            cycles += 2 + (1 if p.max_pool else 2) + (10 if p.max_grad else 0) + 3 + 2 + 4 + 1 + 1
+            lengths = [first] + [full] * max(0, partials - 2) + ([last] if partials > 1 else [])
+            items = sum(math.ceil(n / p.dilation) - 1 for n in lengths)  # numElementsM1 of each work item
+            per_item = positions * chan_groups * cpg_d
+            cycles += partials * (per_row_fixed + positions * chan_groups * cpg_d * rpt_fixed) + items * per_item * rpt_per
+        busiest = max(busiest, cycles)
+        fixed = max(fixed, base + 4 * chan_groups + 1)
+    return 7 + 6 * busiest + 6, 7 + 6 * fixed + 6
+
+
+def _bytes_per_tile(p: PoolPass, batch: int, chan_groups: int, cpg: int, rows: int, row: int) -> int:
+    """``getBytesRequiredPerTile``: the tile's input window (its outputs' rows times the stride plus the kernel's
+    overhang), and for the max pool's gradient twice that and the outputs."""
+    window = ((rows * p.stride[0] + p.kernel[0] - p.stride[0]) * (row * p.stride[1] + p.kernel[1] - p.stride[1]))
+    channels = batch * chan_groups * cpg
+    in_bytes = window * channels * p.itemsize
+    return 2 * in_bytes + rows * row * channels * p.itemsize if p.max_grad else in_bytes
+
+
+def _splits(size: int, limit: int) -> list[tuple[int, int]]:
+    """(per-tile size, the fewest splits giving it) for every distinct ceil(size / split), split <= limit."""
+    out, seen = [], set()
+    for split in range(1, min(size, limit) + 1):
+        per = math.ceil(size / split)
+        if per not in seen:
+            seen.add(per)
+            out.append((per, math.ceil(size / per)))
+    return out
+
+
+def _plan(p: PoolPass, tiles: int, workers: int, min_channels: int, max_grains: int) -> PoolTilePlan | None:
+    grain = GRAIN_BYTES // p.itemsize
+    best = None
+    for grains in range(1, max_grains + 1):
+        cpg = grains * grain
+        if cpg < min_channels:
+            continue
+        groups = math.ceil(p.channels / cpg)
+        for cg, cs in _splits(groups, tiles):
+            for b, bs in _splits(p.batch, tiles // cs):
+                for r, rs in _splits(p.out_field[0], tiles // (cs * bs)):
+                    for x, xs in _splits(p.out_field[1], tiles // (cs * bs * rs)):
+                        divides = (p.out_field[0] % r == 0, p.out_field[1] % x == 0)
+                        compute = vertex_cycles(p, b, cg, cpg, r, x, workers)[0]
+                        if not divides[0]:
+                            compute = max(compute, vertex_cycles(p, b, cg, cpg, r - 1, x, workers)[0])
+                        if not divides[1]:
+                            compute = max(compute, vertex_cycles(p, b, cg, cpg, r, x - 1, workers)[0])
+                        moved = _bytes_per_tile(p, b, cg, cpg, r, x)
+                        cost = compute + moved // PLANNER_EXCHANGE_BYTES_PER_CYCLE
+                        if p.det_group != cpg:
+                            cost += moved // PLANNER_REARRANGE_BYTES_PER_CYCLE
+                        if best is None or cost < best.estimate:
+                            best = PoolTilePlan(b, cg, cpg, r, x, cs * bs * rs * xs, cost, divides)
+    return best
+
+
+@lru_cache(maxsize=4096)
+def plan_pool(p: PoolPass, grouped: PoolPass, tiles: int, workers: int) -> tuple[PoolPass, PoolTilePlan]:
+    """(the pass, its plan) ``getPlan`` keeps on ``tiles`` tiles: the cheapest plan of ``p`` with channel groups
+    up to the input's grouping, or, if its groups are under the preferred grouping and ``grouped`` (the pass
+    as the grouped transform leaves it) has as many channels, the cheapest of ``grouped`` in groups of the
+    preferred size when that costs under 4/3 of it."""
+    grain = GRAIN_BYTES // p.itemsize
+    max_grains = max(1, min(MAX_GRAINS, math.ceil(p.det_group / grain), math.ceil(p.channels / grain)))
+    plan = _plan(p, tiles, workers, 1, max_grains)
+    preferred = preferred_group(p.itemsize, p.max_pool)
+    if plan.chans_per_group < preferred <= grouped.channels:
+        alternative = _plan(grouped, tiles, workers, preferred, math.ceil(preferred / grain))
+        if alternative is not None and alternative.estimate < plan.estimate * GROUPED_PLAN_SLACK:
+            return grouped, alternative
+    return p, plan
+
+
+def forward_passes(batch: int, channels: int, field: tuple[int, int], out_field: tuple[int, int],
+                   kernel: tuple[int, int], stride: tuple[int, int], padded: bool, det_group: int, itemsize: int,
+                   max_pool: bool) -> tuple[PoolPass, PoolPass]:
+    """The forward pass as the planner sees it, at the vector-width and at the preferred channel grouping
+    (``gatherDimsTransformIn``): where no dimension is padded and each divides by a stride at least its kernel,
+    the rows fold into the stride's rows and the batch and channels into the row, leaving groups of that many
+    channels (when the batch's channels divide into them)."""
+    def one(group: int) -> PoolPass:
+        n, c, (h, w), (ho, wo) = batch, channels, field, out_field
+        if not padded and all(s >= k and d % s == 0 for s, k, d in zip(stride, kernel, field)):
+            w, h = w * (h // stride[0]), stride[0]
+            n, c = 1, batch * channels
+            if c % group == 0:
+                w, c = w * (c // group), group
+            ho, wo = (h - kernel[0]) // stride[0] + 1, (w - kernel[1]) // stride[1] + 1
+        return PoolPass(n, c, (ho, wo), kernel, stride, 1, max_pool, False, math.gcd(det_group, c), itemsize)
+    vector = GRAIN_BYTES // itemsize
+    return one(vector), one(preferred_group(itemsize, max_pool))
+
+
+def preferred_group(itemsize: int, max_pool: bool) -> int:
+    """``getPreferredChannelGrouping``: 16 halves or 8 floats for a max pool; 16 halves or 4 floats otherwise."""
+    return (16 if itemsize == 2 else 8) if max_pool else (16 if itemsize == 2 else 4)
+
+
+def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, int]:
+    """(compute cycles, their fixed part, bytes received) of the busiest tile of ``plan``."""
+    compute, fixed = vertex_cycles(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.rows, plan.row,
+                                   workers)
+    return compute, fixed, _bytes_per_tile(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.rows,
+                                           plan.row)
