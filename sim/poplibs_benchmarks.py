@@ -33,6 +33,10 @@ for single layers run by these tools, each with ``--ignore-data`` (no host trans
   ``--batch`` of ``--max-time`` steps, labels of ``--max-label-length``, ``--num-classes`` classes;
   :func:`ctc_graph`. Its ``--ignore-data`` still runs the upload program (the tool: valid inputs
   are needed), so its inputs come from the host and nothing goes back.
+* ``tools/pooling_layer.cpp`` (``add_pooling_benchmark``): popnn's max pool of a 3x3 window (fp16, batch 1)
+  and its input gradient (``poolInputGradient``, not scaled), the input laid out by ``mapTensorLinearly`` in
+  groups of ``--fwd-chans-per-group`` channels and the output gradient in groups of 16 (the tool's default
+  when the channels divide by 16); :func:`pool_graph`.
 * ``tools/embedding_layer.cpp`` (``add_embedding_benchmark``): an fp16 table of ``--shape`` laid out
   by popops' embedding plan (``usedForUpdate``), ``--num-indices`` uint32 indices, Pass BOTH:
   ``multiSlice`` of the indices, then ``multiUpdateAdd`` of as many rows of deltas into the table
@@ -75,7 +79,7 @@ class Bench:
     """One benchmark: the tool and its arguments (as in poplibs' ``tests/CMakeLists.txt``)."""
 
     name: str
-    tool: str  # "fc", "gemm", "conv", "oct", "reduce", "rnn", "ctc" or "embedding"
+    tool: str  # "fc", "gemm", "conv", "oct", "reduce", "rnn", "ctc", "pool" or "embedding"
     args: tuple = field(default=())  # (key, value) pairs, see the graph builders
 
     @property
@@ -111,6 +115,11 @@ def _rnn(name, cell, batch, steps, inputs, outputs, dtype, train):
 
 def _ctc(name, time, labels, classes, batch):
     return Bench(name, "ctc", (("time", time), ("labels", labels), ("classes", classes), ("batch", batch)))
+
+
+def _pool(name, field, channels, stride, padding=0, chans_per_group=8):
+    return Bench(name, "pool", (("field", field), ("channels", channels), ("stride", stride), ("padding", padding),
+                                ("chans_per_group", chans_per_group)))
 
 
 def _embedding(name, entries, row, lookups):
@@ -237,6 +246,14 @@ def _benches() -> list[Bench]:
               ("bm256L1A0", 16, 1, 1024, 256, 1), ("bm512L0_projection", 16, 1, 1024, 2048, 2),
               ("bm512L0A0", 16, 1, 1024, 512, 2), ("bm512L0A1", 8, 3, 512, 512, 1), ("bm512L0A2", 8, 1, 512, 2048, 1),
               ("bm512L1A0", 8, 1, 2048, 512, 1))]
+    # pooling_layer: Inception's max pools, each named after the layer it was first seen in: --field, --channels,
+    # --stride, --padding-lower / --padding-upper, --fwd-chans-per-group (--kernel 3, --data-type half, batch 1)
+    b += [_pool("inception_tr_bs1_" + name, field, channels, stride, padding, group)
+          for name, field, channels, stride, padding, group in (
+              ("pool1", 147, 64, 2, 0, 8), ("pool2", 71, 192, 2, 0, 8), ("i1_dmaxpool", 35, 192, 1, 1, 8),
+              ("i2_dmaxpool", 35, 256, 1, 1, 8), ("i3_dmaxpool", 35, 288, 1, 1, 8), ("i4_cmaxpool", 35, 288, 2, 0, 8),
+              ("i5_dmaxpool", 17, 768, 1, 1, 8), ("i6_dmaxpool", 17, 768, 2, 0, 8),
+              ("i9_dmax_pool", 8, 1280, 1, 1, 1), ("i10_dmax_pool", 8, 2048, 1, 1, 8))]
     # embedding_layer: --shape {entries, row}, --num-indices
     b += [_embedding("embedding_small", 1000, 200, 21600), _embedding("embedding_vlarge", 100000, 200, 1440),
           _embedding("embedding_vlarge_large_indices", 100000, 200, 11520)]
@@ -552,6 +569,21 @@ def ctc_graph(time: int, labels: int, classes: int, batch: int) -> Graph:
     return b.graph
 
 
+def pool_graph(field: int, channels: int, stride: int, padding: int = 0, chans_per_group: int = 8) -> Graph:
+    """poplibs' ``pooling_layer`` (max pooling, 3x3 window, fp16, batch 1) as a graph: the pool of ``prevAct``
+    (its channels innermost in groups of ``chans_per_group``, ``chans_per_group``: ``--fwd-chans-per-group``) and
+    the input gradient of ``zDeltas``, both passes' outputs downloaded (``--ignore-data``: nothing streamed)."""
+    b = GraphBuilder(f"maxpool_{field}x{field}x{channels}_s{stride}_p{padding}", "float16")
+    x = b.input("prevAct", (1, channels, field, field))
+    y = b.maxpool(x, 3, stride, padding, name="pool")
+    b.graph.ops[-1].attrs["chans_per_group"] = chans_per_group
+    dy = b.input("zDeltas", b.shape(y))
+    dx = b.op("maxpool_grad", [dy], [b.shape(x)], dict(b.graph.ops[-1].attrs), name="poolInputGradient")[0]
+    b.output(y)
+    b.output(dx)
+    return b.graph
+
+
 def embedding_graph(entries: int, row: int, lookups: int) -> Graph:
     """poplibs' ``embedding_layer`` (Pass BOTH) as a graph: an fp16 table ``(entries, row)`` (a weight:
     the tool makes it with ``createSliceableTensor``), ``lookups`` indices in, their rows looked up
@@ -591,10 +623,12 @@ def graph(bench: Bench) -> Graph:
         return rnn_graph(p["cell"], p["batch"], p["steps"], p["inputs"], p["outputs"], p["dtype"], p["train"])
     if bench.tool == "ctc":
         return ctc_graph(p["time"], p["labels"], p["classes"], p["batch"])
+    if bench.tool == "pool":
+        return pool_graph(p["field"], p["channels"], p["stride"], p["padding"], p["chans_per_group"])
     if bench.tool == "embedding":
         return embedding_graph(p["entries"], p["row"], p["lookups"])
     raise ValueError(f"benchmark {bench.name!r}: unknown tool {bench.tool!r} "
-                     "(expected fc, gemm, conv, oct, reduce, rnn, ctc or embedding)")
+                     "(expected fc, gemm, conv, oct, reduce, rnn, ctc, pool or embedding)")
 
 
 def system(bench: Bench, target: str = "IpuModel2"):
@@ -633,8 +667,8 @@ def within(tolerance: float = 0.05, target: str = "IpuModel2") -> list[Row]:
 
 
 def _family(name: str) -> str:
-    if BENCHES.get(name) is not None and BENCHES[name].tool == "reduce":
-        return "reduce"
+    if BENCHES.get(name) is not None and BENCHES[name].tool in ("reduce", "pool"):
+        return BENCHES[name].tool
     for prefix in ("gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet", "conv",
                    "oct", "lstm", "gru", "ctc", "embedding"):
         if name.startswith(prefix):

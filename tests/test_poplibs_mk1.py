@@ -174,14 +174,17 @@ MK1_WITHIN = (
     # plan, which Poplar's TotalMemory, 20 MB above IPUModel2's, suggests poplin picks too, but which the
     # simulator runs ~8 % above its estimate), oct_resnet50_tr_bs4_bm128L1A0_a25 +4.5 -> +5.3 %
     "inception_tr_bs4_i6_b1x7", "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i9_a1x1",
-    "inception_tr_bs4_i9_c1x1", "oct_resnet50_tr_bs4_bm64L0A1_a25", "oct_resnet50_tr_bs4_bm64L0_a25",
+    "inception_tr_bs4_i9_c1x1",
+    # popnn's pooling as PoolPlan.cpp plans it (2026-12-04, sim/cost/pooling.py): the octave convolutions' 2x2
+    # average pools cost 1-5 points more: oct_resnet50_tr_bs4_bm64L0A1_a25 +3.8 -> +5.5 %, _bm64L0_a25 +1.8 -> +7.0 %
+    "inception_tr_bs1_i6_dmaxpool",
 )
 
 
 def test_every_ipumodel1_row_is_a_benchmark_or_listed_as_not_expressible():
     published = pb.published(TARGET)
     assert set(published) == set(pb.MK1_BENCHES) | set(pb.NOT_EXPRESSIBLE)
-    assert len(pb.rows(TARGET)) == len(pb.MK1_BENCHES) == 218
+    assert len(pb.rows(TARGET)) == len(pb.MK1_BENCHES) == 228
     # the same benchmarks as the IpuModel2 table, and the one row only IpuModel1 has
     assert set(published) - set(pb.published()) == {"vgg16_tr_bs4_v1L1"}
     assert set(pb.published()) <= set(published)
@@ -251,13 +254,13 @@ def test_mk1_report_section_lists_every_row_and_a_family_summary():
     lines = pb.mk1_report_section()
     assert lines[1] == "### Mk1 (GC2): the same benchmarks on Poplar's IPUModel1"
     rows = [line for line in lines if line.startswith("| `") and line.endswith(("within |", "outside |"))]
-    assert len(rows) == 218
+    assert len(rows) == 228
     assert any(line.startswith("| `vgg16_tr_bs4_v1L1` | conv | 1,258,656 |") for line in rows)
     families = {line.split(" | ")[0][2:] for line in lines if line.startswith("| ") and " … " in line}
     assert families == {"gemm", "bert", "fc_layer", "resnet50", "inception", "vgg16", "alexnet", "mobilenet",
-                        "reduce", "conv", "oct", "lstm", "gru", "ctc", "embedding"}
+                        "reduce", "conv", "oct", "lstm", "gru", "ctc", "embedding", "pool"}
     text = "\n".join(lines)
     within = pb.within(TOLERANCE, TARGET)  # every row simulated once here (the section needs them all)
-    assert len(within) >= len(MK1_WITHIN) == 155  # the rows within 5 % do not fall
-    assert f"**{len(within)} of 218 rows within 5%.**" in text
+    assert len(within) >= len(MK1_WITHIN) == 154  # the rows within 5 % do not fall
+    assert f"**{len(within)} of 228 rows within 5%.**" in text
     assert "`vgg16_tr_bs4_v2L1`" in text.split("MaxTileMemory exceeds")[1].split("(the IPUModel")[0]
