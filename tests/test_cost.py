@@ -699,49 +699,7 @@ def test_a_divide_by_one_element_runs_popops_scalar_broadcast_vertex():
     assert "broadcast" not in _one_op("div", [(1,), (1,)], [(1,)], dtype="float16").plan
 
 
-# --- pooling gradients (popnn poolInputGradient) ----------------------------------------------
-def _pool_costs(kind, shape, kernel, stride, padding=0):
-    b = GraphBuilder("p", "float16")
-    x = b.input("x", shape)
-    y = b.pool(x, kind, kernel, stride, padding)
-    b.op(f"{kind}_grad", [y], [shape], dict(b.graph.ops[-1].attrs))  # as autodiff makes it
-    ops = {op.kind: op for op in b.graph.ops}
-    return op_cost(ops[kind], b.graph, MK2, TILES), op_cost(ops[f"{kind}_grad"], b.graph, MK2, TILES)
-
-
-@pytest.mark.parametrize("kind", ["avgpool", "maxpool"])
-def test_a_global_pool_of_few_outputs_spreads_by_channel_grain(kind):
-    """popnn's pooling planner splits channel groups (down to an 8-byte grain: 4 halves), batch and
-    output field over tiles, never the kernel: the 2 x 16 outputs of a 30 x 30 global pool run on 8
-    tiles, 4 outputs of 900 reads each, not all on the one tile a 128-byte spread would give."""
-    fwd, _ = _pool_costs(kind, (2, 16, 30, 30), 30, 30)
-    rate = codelet("pool")
-    assert fwd.tiles_used == 8
-    assert fwd.compute_cycles == math.ceil(rate.fixed + 4 * 900 * rate.per_element(2))
-    assert fwd.exchange_bytes == 8 * 4 * 900 * 2  # each tile receives its outputs' windows
-    reduce_mean = _one_op("reduce_mean", [(2, 16, 30, 30)], [(2, 16)], {"axes": [2, 3]}, dtype="float16")
-    assert fwd.compute_cycles < 3 * reduce_mean.compute_cycles  # about a reduction's cost, not 30x it
-
-
-@pytest.mark.parametrize("kind, kernel, stride, covering", [
-    ("maxpool", 3, 2, 9 / 4),  # ResNet's stem: 9 window positions, a quarter of them per input element
-    ("maxpool", 2, 2, 1.0),  # U-Net's: each input element in one window
-    ("avgpool", 7, 7, 1.0),  # a global average pool
-])
-def test_pool_gradient_reads_the_windows_covering_each_input_element(kind, kernel, stride, covering):
-    """popnn's input gradient skips the kernel positions on the stride's dilation zeros, so each
-    input-gradient element reads window / stride windows at MaxPoolingGrad's rate (5 cycles per
-    64-bit vector), not a whole window."""
-    shape = (16, 64, 56, 56) if kernel != 7 else (16, 2048, 7, 7)
-    fwd, bwd = _pool_costs(kind, shape, kernel, stride, 1 if kernel == 3 else 0)
-    n = math.prod(shape)
-    used = min(TILES, math.ceil(n * 2 / 128))
-    per_tile = math.ceil(n / used)
-    rate = codelet("pool_grad")
-    assert bwd.flops == pytest.approx(n * covering)
-    assert bwd.compute_cycles == pytest.approx(rate.fixed + per_tile * covering * rate.per_element(2), rel=0.01)
-    if kernel == 3:  # popnn's backward loop, 7 + 5n against 4 + 3n forward: about 5/3 of the forward
-        assert 1.5 < bwd.compute_cycles / fwd.compute_cycles < 1.9
+# popnn's pooling: tests/test_pooling.py
 
 
 @pytest.mark.parametrize("kind, int_rate", [("add", 7.0), ("mul", 7.0), ("div", 277.0), ("compare", 5.5)])

@@ -3,7 +3,7 @@
 import pytest
 
 from sim import load_system, poplibs_benchmarks as pb
-from sim.cost.pooling import PoolPass, forward_passes, plan_pool, vertex_cycles
+from sim.cost.pooling import PoolPass, forward_passes, plan_pool, tile_cost, vertex_cycles
 from sim.cost.rules import op_cost
 from sim.graph.ir import GraphBuilder
 
@@ -52,7 +52,7 @@ def _literal_pooling_cycles(batch, rows, row, cpg_d, chan_groups, positions, dil
     (1, 3, 6, 16, 1, 1, True, False), (1, 3, 21, 16, 2, 2, True, True), (2, 5, 7, 8, 3, 1, False, False),
     (1, 1, 4, 4, 1, 1, True, False), (3, 2, 33, 12, 2, 2, False, False)])
 def test_vertex_estimate_is_getPoolingCycles_loop_by_loop(batch, rows, row, cpg, groups, dilation, max_pool, bwd):
-    p = PoolPass(batch, cpg * groups, (rows, row), (3, 3), (1, 1), dilation, max_pool, bwd, cpg, 2)
+    p = PoolPass(batch, cpg * groups, (rows, row), (3, 3), (1, 1), (dilation, dilation), max_pool, bwd, cpg, 2)
     cycles, fixed = vertex_cycles(p, batch, groups, cpg, rows, row, 6)
     assert cycles == _literal_pooling_cycles(batch, rows, row, cpg // 4, groups, 9, dilation, max_pool, bwd)
     assert 0 < fixed < cycles
@@ -61,7 +61,7 @@ def test_vertex_estimate_is_getPoolingCycles_loop_by_loop(batch, rows, row, cpg,
 def test_planner_splits_field_and_channels_and_prefers_groups_of_16():
     # Inception's 35 x 35 x 192 max pool, channels grouped by 8: the grouped plan (16 channels, rearranged)
     # costs under 4/3 of the best plan of 8, as getPlan then keeps it
-    vector, grouped = forward_passes(1, 192, (35, 35), (35, 35), (3, 3), (1, 1), True, 8, 2, True)
+    vector, grouped = forward_passes(1, 192, (35, 35), (35, 35), (3, 3), (1, 1), (1, 1), 8, 2, True)
     assert vector == grouped  # padded: nothing folds
     p, plan = plan_pool(vector, grouped, 1472, 6)
     assert plan.chans_per_group == 16 and plan.chan_groups == 1 and plan.batch == 1
@@ -69,7 +69,7 @@ def test_planner_splits_field_and_channels_and_prefers_groups_of_16():
 
 
 def test_a_2x2_stride_2_pool_folds_rows_batch_and_channels_into_the_row():
-    vector, grouped = forward_passes(4, 64, (56, 56), (28, 28), (2, 2), (2, 2), False, 16, 2, False)
+    vector, grouped = forward_passes(4, 64, (56, 56), (28, 28), (2, 2), (2, 2), (0, 0), 16, 2, False)
     assert (vector.batch, vector.channels, vector.out_field) == (1, 4, (1, 28 * 28 * 4 * 16))
     assert (grouped.channels, grouped.out_field) == (16, (1, 28 * 28 * 4 * 4))
 
@@ -88,13 +88,39 @@ def test_a_pool_over_its_whole_field_is_a_reduction():
 
 @pytest.mark.parametrize("target", pb.TARGETS)
 def test_pooling_layer_rows(target):
-    """poplibs' max pools (forward and input gradient) against IPUModel2 and IPUModel1: each row whose input is
-    grouped by 8 channels within -14 .. +24 % (stride 1: the planner's worklists count every kernel position,
-    padding included, and the exchange is priced at the sim's rate, not Poplar's per-region code; the stride-2
-    rows come out 2-23 % dear); the input of one channel a group (i9) reaches half of Poplar's cycles: the
-    regrouping of single channels over the exchange is priced at the planner's 4 bytes a cycle."""
+    """poplibs' max pools (forward and input gradient) against IPUModel2 and IPUModel1, nothing fitted to them:
+    each row whose input is grouped by 8 channels within 4 % with the reduce call's fixed cycles (fitted on the
+    reduce_op rows) for each call; the input of one channel a group (i9) about 40 % short: its regrouping is
+    priced at the planner's quarter cycle a byte, not by the exchange's pieces of 2 bytes."""
     rows = {r.name: r for r in pb.rows(target) if r.bench.tool == "pool"}
     assert len(rows) == 10
     for name, row in rows.items():
-        low, high = (-0.55, -0.4) if name.endswith("i9_dmax_pool") else (-0.14, 0.24)
+        low, high = (-0.45, -0.35) if name.endswith("i9_dmax_pool") else (-0.04, 0.04)
         assert low <= row.error() <= high, (name, row.error())
+
+
+def test_the_gradient_skips_kernel_positions_on_dilation_zeros():
+    """ResNet's stem pool (3x3, stride 2): popnn's gradient worklists hold a work item only for the kernel rows and
+    columns that land on the output gradient's real elements, not its dilation zeros, so the vertex costs well under
+    the planner's estimate of every position; a stride-1 pool's interior tile keeps them all."""
+    ipu = load_system("ipu-mk2").ipu
+
+    def costs(stride):
+        b = GraphBuilder("p", "float16")
+        x = b.input("x", (4, 64, 56, 56))
+        y = b.maxpool(x, 3, stride, 1)
+        b.op("maxpool_grad", [y], [(4, 64, 56, 56)], dict(b.graph.ops[-1].attrs))
+        grad = b.graph.ops[-1]
+        bwd = PoolPass(4, 64, (56, 56), (3, 3), (1, 1), (stride, stride), True, True, 16, 2,
+                       b.shape(y)[2:], (1, 1))
+        _, plan = plan_pool(bwd, bwd, ipu.tiles, ipu.worker_threads)
+        real = tile_cost(bwd, plan, ipu.worker_threads)[0]
+        estimate = vertex_cycles(bwd, plan.batch, plan.chan_groups, plan.chans_per_group, plan.rows, plan.row,
+                                 ipu.worker_threads)[0]
+        return real, estimate, op_cost(grad, b.graph, ipu, ipu.tiles)
+
+    real, estimate, grad = costs(2)
+    assert real < 0.7 * estimate
+    assert "pool gradient" in grad.plan and grad.supersteps == 1  # the regrouping copy is an exchange
+    real, estimate, _ = costs(1)
+    assert real == estimate

@@ -205,11 +205,14 @@ WITHIN = (
     "inception_tr_bs4_i6_c7x1a", "inception_tr_bs4_i8_a3x3", "oct_resnet50_tr_bs4_bm64L0A1_a25",
     "oct_resnet50_tr_bs4_bm64L0_projection_a25", "resnet50_tr_bs4_bm512L1A0",
     # popnn's pooling planned and run as PoolPlan.cpp and getPoolingCycles (2026-12-04, sim/cost/pooling.py), with
-    # pooling_layer's max pools added (-58 .. -84 % at the old per-element rate). Left then: the octave convolutions'
-    # 2x2 average pools cost 1-3 points more: oct_resnet50_tr_bs4_bm128L0A2_a25 +2.7 -> +5.7 %, _bm256L0A2_a25 +4.2 ->
-    # +6.1 %, _bm256L1A0_a25 +2.6 -> +5.4 % (the tool's --pool-optimize-for-speed lets popnn run an average pool as a
-    # convolution when poplin's estimate is cheaper, which the simulator does not)
-    "inception_tr_bs1_i6_dmaxpool",
+    # pooling_layer's max pools added (-58 .. -84 % at the old per-element rate), and the octave convolutions' 2x2
+    # average pools (oct rows' mean error -4.1 -> -1.0 %). Left then: oct_resnet50_tr_bs4_bm128L0A2_a25 +2.7 -> +6.7 %,
+    # _bm256L0A2_a25 +4.2 -> +7.0 %, _bm256L1A0_a25 +2.6 -> +6.3 % (the tool's --pool-optimize-for-speed lets popnn
+    # run an average pool as a convolution when poplin's estimate is cheaper, which the simulator does not)
+    "inception_tr_bs1_pool1", "inception_tr_bs1_pool2", "inception_tr_bs1_i1_dmaxpool", "inception_tr_bs1_i2_dmaxpool",
+    "inception_tr_bs1_i3_dmaxpool", "inception_tr_bs1_i4_cmaxpool", "inception_tr_bs1_i5_dmaxpool",
+    "inception_tr_bs1_i6_dmaxpool", "inception_tr_bs1_i10_dmax_pool", "oct_resnet50_tr_bs4_bm128L0_projection_a25",
+    "oct_resnet50_tr_bs4_bm512L0A0_a25", "oct_resnet50_tr_bs4_bm512L0A2_a25",
 )
 
 
@@ -248,7 +251,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 155
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 166
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

@@ -175,9 +175,12 @@ MK1_WITHIN = (
     # simulator runs ~8 % above its estimate), oct_resnet50_tr_bs4_bm128L1A0_a25 +4.5 -> +5.3 %
     "inception_tr_bs4_i6_b1x7", "inception_tr_bs4_i6_c1x7b", "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i9_a1x1",
     "inception_tr_bs4_i9_c1x1",
-    # popnn's pooling as PoolPlan.cpp plans it (2026-12-04, sim/cost/pooling.py): the octave convolutions' 2x2
-    # average pools cost 1-5 points more: oct_resnet50_tr_bs4_bm64L0A1_a25 +3.8 -> +5.5 %, _bm64L0_a25 +1.8 -> +7.0 %
-    "inception_tr_bs1_i6_dmaxpool",
+    # popnn's pooling as PoolPlan.cpp plans it (2026-12-04, sim/cost/pooling.py), pooling_layer's max pools added
+    # (-56 .. -87 % before). The octave convolutions' 2x2 average pools cost 1-7 points more:
+    # oct_resnet50_tr_bs4_bm64L0A1_a25 +3.8 -> +6.0 %, _bm64L0_a25 +1.8 -> +8.7 % left
+    "inception_tr_bs1_pool1", "inception_tr_bs1_pool2", "inception_tr_bs1_i1_dmaxpool", "inception_tr_bs1_i2_dmaxpool",
+    "inception_tr_bs1_i3_dmaxpool", "inception_tr_bs1_i4_cmaxpool", "inception_tr_bs1_i5_dmaxpool",
+    "inception_tr_bs1_i6_dmaxpool", "inception_tr_bs1_i10_dmax_pool",
 )
 
 
@@ -261,6 +264,6 @@ def test_mk1_report_section_lists_every_row_and_a_family_summary():
                         "reduce", "conv", "oct", "lstm", "gru", "ctc", "embedding", "pool"}
     text = "\n".join(lines)
     within = pb.within(TOLERANCE, TARGET)  # every row simulated once here (the section needs them all)
-    assert len(within) >= len(MK1_WITHIN) == 154  # the rows within 5 % do not fall
+    assert len(within) >= len(MK1_WITHIN) == 162  # the rows within 5 % do not fall
     assert f"**{len(within)} of 228 rows within 5%.**" in text
     assert "`vgg16_tr_bs4_v2L1`" in text.split("MaxTileMemory exceeds")[1].split("(the IPUModel")[0]

@@ -54,11 +54,13 @@ class PoolPass:
     out_field: tuple[int, int]
     kernel: tuple[int, int]
     stride: tuple[int, int]
-    dilation: int
+    dilation: tuple[int, int]
     max_pool: bool
     max_grad: bool
     det_group: int
     itemsize: int
+    in_field: tuple[int, int] = (0, 0)  # the pass input's rows and row length (a gradient's: undilated)
+    pad_lower: tuple[int, int] = (0, 0)  # the input's lower padding in each dimension (after any dilation)
 
 
 @dataclass(frozen=True)
@@ -73,58 +75,113 @@ class PoolTilePlan:
     row: int
     tiles: int
     estimate: int
-    field_divides: tuple[bool, bool]
+    splits: tuple[int, int]  # the output rows' and row's splits over the tiles
 
 
-def _worker_rows(batch: int, rows: int, row: int, workers: int) -> list[tuple[int, int, int, int]]:
-    """For each worker: (partial rows, first row's length, a full row's length, last row's length) of
-    ``partitionPartialByContext``: the tile's batch x rows x row outputs cut evenly into ``workers`` ranges,
-    each cut at row ends into partial rows."""
+def _vertex(p: PoolPass, batch: int, chan_groups: int, chans_per_group: int, outputs: int,
+            worker_rows: list[list[list[int]]]) -> tuple[int, int]:
+    """(cycles, the part that does not grow with the work) of ``getPoolingCycles``: supervisor 7 + 6, and six times
+    the busiest worker's cycles; ``worker_rows``: each worker's rows, each row the ``numElementsM1`` of its work
+    items; ``outputs`` the tile's output positions (the zeroing the workers share)."""
+    workers = len(worker_rows)
+    vector = GRAIN_BYTES // p.itemsize
+    cpg_d = max(1, chans_per_group // vector)
+    init_info = outputs // cpg_d
+    base = 4 + 2 + 2 + 7 + 2 + 2 + 5 + 1 + 2  # vertex state, init split, outPtrPtr, startPos (unpack 2 each)
+    per_item = 20 + 3 + chan_groups * 2 + (chan_groups - 1) * (6 if p.max_grad else 4)
+    rpt_fixed, rpt_per = (7, 5) if p.max_grad else (4, 3) if p.max_pool else (5, 3)
+    busiest = 0
+    for w, rows in enumerate(worker_rows):
+        elems = init_info * cpg_d // workers
+        spare = init_info - elems * workers  # unsigned in the estimator: below zero it wraps, so every worker
+        extra = 1 if spare < 0 or w < spare else 0
+        cycles = base + (4 + elems + extra) * chan_groups
+        if not rows:
+            cycles += 1
+        else:
+            cycles += 2 + (1 if p.max_pool else 2) + (10 if p.max_grad else 0) + 3 + 2 + 4 + 1 + 1
+            items = sum(len(r) for r in rows)
+            cycles += len(rows) * 15 + items * (per_item + chan_groups * cpg_d * (3 + rpt_fixed))
+            cycles += chan_groups * cpg_d * rpt_per * sum(sum(r) for r in rows)
+        busiest = max(busiest, cycles)
+    return 7 + 6 * busiest + 6, 7 + 6 * (base + 4 * chan_groups + 1) + 6
+
+
+def _partial_rows(batch: int, rows: int, row: int, workers: int) -> list[list[tuple[int, int, int]]]:
+    """Each worker's partial rows (row of the tile's batch x rows, first and end output of it) of
+    ``partitionPartialByContext``: the tile's outputs cut evenly into ``workers`` ranges, each cut at row ends."""
     total = batch * rows * row
     out = []
     for w in range(workers):
         begin, end = w * total // workers, (w + 1) * total // workers
-        if begin == end:
-            out.append((0, 0, 0, 0))
-            continue
-        first_row, last_row = begin // row, (end - 1) // row
-        if first_row == last_row:
-            out.append((1, end - begin, 0, 0))
-        else:
-            out.append((last_row - first_row + 1, row - begin % row, row, (end - 1) % row + 1))
+        out.append([(r, max(begin, r * row) - r * row, min(end, (r + 1) * row) - r * row)
+                    for r in range(begin // row, (end - 1) // row + 1)] if begin < end else [])
     return out
 
 
 def vertex_cycles(p: PoolPass, batch: int, chan_groups: int, chans_per_group: int, rows: int, row: int,
                   workers: int) -> tuple[int, int]:
-    """(cycles, the part that does not grow with the work) of one tile's pooling vertex by
-    ``getPoolingCycles`` on the planner's worklists (``poolVertexCycleEstimate``): supervisor 7 + 6, and six
-    times the busiest worker's cycles."""
-    vector = GRAIN_BYTES // p.itemsize
-    cpg_d = max(1, chans_per_group // vector)
+    """(cycles, their fixed part) of one tile's pooling vertex as the planner estimates it
+    (``poolVertexCycleEstimate``): every kernel position of every partial row a work item of its outputs'
+    hits (``ceil(length / dilation)``)."""
     positions = p.kernel[0] * p.kernel[1]
-    init_info = batch * rows * row // cpg_d
-    base = 4 + 2 + 2 + 7 + 2 + 2 + 5 + 1 + 2  # vertex state, init split, outPtrPtr, startPos (unpack 2 each)
-    per_row_fixed = 13 + 2 + positions * (20 + 3 + chan_groups * 2 + (chan_groups - 1) * (6 if p.max_grad else 4)
-                                          + chan_groups * cpg_d * 3)
-    rpt_fixed, rpt_per = (7, 5) if p.max_grad else (4, 3) if p.max_pool else (5, 3)
-    busiest = fixed = 0
-    for w, (partials, first, full, last) in enumerate(_worker_rows(batch, rows, row, workers)):
-        elems = init_info * cpg_d // workers
-        spare = init_info - elems * workers  # unsigned in the estimator: below zero it wraps, so every worker
-        extra = 1 if spare < 0 or w < spare else 0
-        cycles = base + (4 + elems + extra) * chan_groups
-        if partials == 0:
-            cycles += 1
-        else:
-            cycles += 2 + (1 if p.max_pool else 2) + (10 if p.max_grad else 0) + 3 + 2 + 4 + 1 + 1
-            lengths = [first] + [full] * max(0, partials - 2) + ([last] if partials > 1 else [])
-            items = sum(math.ceil(n / p.dilation) - 1 for n in lengths)  # numElementsM1 of each work item
-            per_item = positions * chan_groups * cpg_d
-            cycles += partials * (per_row_fixed + positions * chan_groups * cpg_d * rpt_fixed) + items * per_item * rpt_per
-        busiest = max(busiest, cycles)
-        fixed = max(fixed, base + 4 * chan_groups + 1)
-    return 7 + 6 * busiest + 6, 7 + 6 * fixed + 6
+    worker_rows = [[[math.ceil((end - begin) / p.dilation[1]) - 1] * positions for _, begin, end in partials]
+                   for partials in _partial_rows(batch, rows, row, workers)]
+    return _vertex(p, batch, chan_groups, chans_per_group, batch * rows * row, worker_rows)
+
+
+def _hits(p: PoolPass, dim: int, first: int, end: int, k: int) -> int:
+    """Outputs in [first, end) of dimension ``dim`` that kernel position ``k`` reads a real input for: inside the
+    input, not its padding, and not a dilation zero (``getOutputRangeForKernelIndex``)."""
+    stride, dilation, pad = p.stride[dim], p.dilation[dim], p.pad_lower[dim]
+    last = (p.in_field[dim] - 1) * dilation
+    return sum(1 for o in range(first, end) if 0 <= o * stride + k - pad <= last and (o * stride + k - pad) % dilation == 0)
+
+
+def _tile_origin(out: int, split: int) -> tuple[int, int]:
+    """(first output, outputs) of the tile nearest the middle of ``out`` outputs cut into ``split`` parts that
+    holds the most of them (``getTileOutRange``)."""
+    parts = [((i * out) // split, ((i + 1) * out) // split) for i in range(split)]
+    most = max(e - b for b, e in parts)
+    begin, end = min((pe for pe in parts if pe[1] - pe[0] == most), key=lambda pe: abs(pe[0] - out // 2))
+    return begin, end - begin
+
+
+def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, int, int]:
+    """(compute cycles, their fixed part, bytes received, cycles regrouping them) of a tile of ``plan`` in the middle of the field, its
+    vertex on the worklists popnn builds (``createPartitions``, ``createWorklists``): a partial row's work item for
+    each kernel position with hits, of its hits; it receives the input window its outputs read (a gradient's
+    dilation zeros are not stored), for the max pool's gradient the output gradient's and the forward output's
+    windows and the forward input at its outputs, and the planner's regrouping charge (a quarter cycle a byte)
+    when the channel groups are not the input's."""
+    (row0, rows), (x0, row) = (_tile_origin(o, s) for o, s in zip(p.out_field, plan.splits))
+    worker_rows = []
+    for partials in _partial_rows(plan.batch, rows, row, workers):
+        worker_rows.append([])
+        for r, begin, end in partials:
+            y = row0 + r % rows
+            items = [_hits(p, 1, x0 + begin, x0 + end, kx) - 1 for ky in range(p.kernel[0]) if _hits(p, 0, y, y + 1, ky)
+                     for kx in range(p.kernel[1])]
+            items = [n for n in items if n >= 0]
+            if items:
+                worker_rows[-1].append(items)
+    compute, fixed = _vertex(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.batch * rows * row,
+                             worker_rows)
+    channels = plan.batch * plan.chan_groups * plan.chans_per_group
+
+    def window(dim: int, first: int, count: int) -> int:  # the stored input elements the outputs read
+        dilation = p.dilation[dim]
+        lo = first * p.stride[dim] - p.pad_lower[dim]
+        hi = (first + count - 1) * p.stride[dim] + p.kernel[dim] - 1 - p.pad_lower[dim]
+        return sum(1 for i in range(max(lo, 0), min(hi, (p.in_field[dim] - 1) * dilation) + 1) if i % dilation == 0)
+
+    read = window(0, row0, rows) * window(1, x0, row) * channels * p.itemsize
+    received = 2 * read + rows * row * channels * p.itemsize if p.max_grad else read
+    regroup = 0
+    if p.det_group != plan.chans_per_group:
+        regroup = _bytes_per_tile(p, plan.batch, plan.chan_groups, plan.chans_per_group, rows, row) // (
+            PLANNER_REARRANGE_BYTES_PER_CYCLE)
+    return compute, fixed, received, regroup
 
 
 def _bytes_per_tile(p: PoolPass, batch: int, chan_groups: int, cpg: int, rows: int, row: int) -> int:
@@ -170,7 +227,7 @@ def _plan(p: PoolPass, tiles: int, workers: int, min_channels: int, max_grains: 
                         if p.det_group != cpg:
                             cost += moved // PLANNER_REARRANGE_BYTES_PER_CYCLE
                         if best is None or cost < best.estimate:
-                            best = PoolTilePlan(b, cg, cpg, r, x, cs * bs * rs * xs, cost, divides)
+                            best = PoolTilePlan(b, cg, cpg, r, x, cs * bs * rs * xs, cost, (rs, xs))
     return best
 
 
@@ -192,21 +249,22 @@ def plan_pool(p: PoolPass, grouped: PoolPass, tiles: int, workers: int) -> tuple
 
 
 def forward_passes(batch: int, channels: int, field: tuple[int, int], out_field: tuple[int, int],
-                   kernel: tuple[int, int], stride: tuple[int, int], padded: bool, det_group: int, itemsize: int,
-                   max_pool: bool) -> tuple[PoolPass, PoolPass]:
+                   kernel: tuple[int, int], stride: tuple[int, int], pad_lower: tuple[int, int], det_group: int,
+                   itemsize: int, max_pool: bool) -> tuple[PoolPass, PoolPass]:
     """The forward pass as the planner sees it, at the vector-width and at the preferred channel grouping
     (``gatherDimsTransformIn``): where no dimension is padded and each divides by a stride at least its kernel,
     the rows fold into the stride's rows and the batch and channels into the row, leaving groups of that many
     channels (when the batch's channels divide into them)."""
     def one(group: int) -> PoolPass:
         n, c, (h, w), (ho, wo) = batch, channels, field, out_field
-        if not padded and all(s >= k and d % s == 0 for s, k, d in zip(stride, kernel, field)):
+        if pad_lower == (0, 0) and all(s >= k and d % s == 0 for s, k, d in zip(stride, kernel, field)):
             w, h = w * (h // stride[0]), stride[0]
             n, c = 1, batch * channels
             if c % group == 0:
                 w, c = w * (c // group), group
             ho, wo = (h - kernel[0]) // stride[0] + 1, (w - kernel[1]) // stride[1] + 1
-        return PoolPass(n, c, (ho, wo), kernel, stride, 1, max_pool, False, math.gcd(det_group, c), itemsize)
+        return PoolPass(n, c, (ho, wo), kernel, stride, (1, 1), max_pool, False, math.gcd(det_group, c), itemsize,
+                        (h, w), pad_lower)
     vector = GRAIN_BYTES // itemsize
     return one(vector), one(preferred_group(itemsize, max_pool))
 
@@ -214,11 +272,3 @@ def forward_passes(batch: int, channels: int, field: tuple[int, int], out_field:
 def preferred_group(itemsize: int, max_pool: bool) -> int:
     """``getPreferredChannelGrouping``: 16 halves or 8 floats for a max pool; 16 halves or 4 floats otherwise."""
     return (16 if itemsize == 2 else 8) if max_pool else (16 if itemsize == 2 else 4)
-
-
-def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, int]:
-    """(compute cycles, their fixed part, bytes received) of the busiest tile of ``plan``."""
-    compute, fixed = vertex_cycles(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.rows, plan.row,
-                                   workers)
-    return compute, fixed, _bytes_per_tile(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.rows,
-                                           plan.row)

@@ -943,14 +943,15 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
                                                   [(out_shape, dtype)], ipu, tiles)]
         copy = _elementwise("copy", [(in_shape, dtype, "activation")], [(in_shape, dtype)], ipu, tiles)
         return in_series([(step, 1) for step in steps + [copy]], tiles, "the output gradient broadcast over the field")
-    fwd_vector, fwd_grouped = forward_passes(n, c, (h, w), tuple(out_shape[2:]), kernel, stride, padding != (0, 0),
+    fwd_vector, fwd_grouped = forward_passes(n, c, (h, w), tuple(out_shape[2:]), kernel, stride, padding,
                                              attrs.get("chans_per_group", math.gcd(c, 16 if itemsize == 2 else 8)),
                                              itemsize, max_pool)
     fwd, fwd_plan = plan_pool(fwd_vector, fwd_grouped, tiles, ipu.worker_threads)
     if not grad:
         return _pool_pass(fwd, fwd_plan, ipu, "pool")
     # the gradient convolution: the output gradient dilated by the stride, over the forward input's field
-    bwd = PoolPass(n, c, (h, w), kernel, (1, 1), stride[1], max_pool, max_pool, fwd_plan.chans_per_group, itemsize)
+    bwd = PoolPass(n, c, (h, w), kernel, (1, 1), stride, max_pool, max_pool, fwd_plan.chans_per_group, itemsize,
+                   tuple(out_shape[2:]), (kernel[0] - 1 - padding[0], kernel[1] - 1 - padding[1]))
     bwd, bwd_plan = plan_pool(bwd, bwd, tiles, ipu.worker_threads)
     pooled = _pool_pass(bwd, bwd_plan, ipu, "pool gradient")
     if max_pool:  # the output gradient first copied into the forward output's layout (gradsRearranged)
@@ -964,11 +965,15 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
 
 
 def _pool_pass(p: PoolPass, plan, ipu, what: str) -> OpCost:
-    """One pooling vertex pass of ``plan``: the exchange of each tile's input window, one compute set."""
-    compute, fixed, received = tile_cost(p, plan, ipu.worker_threads)
+    """One popnn pooling call's vertex pass of ``plan``: the exchange of each tile's input window (and the
+    planner's regrouping charge), one compute set, and what Poplar spends on a library call beyond its planned
+    steps: the reduce call's fitted fixed cycles (``[reduce_vertex] call_fixed_cycles``), which poplibs'
+    pooling_layer rows, not fitted, bear out (docs/reference/poplibs-costs.md 6.6)."""
+    compute, fixed, received, regroup = tile_cost(p, plan, ipu.worker_threads)
+    call = reduce_constants()["call_fixed_cycles"]
     outputs = plan.batch * plan.chan_groups * plan.chans_per_group * plan.rows * plan.row * plan.tiles
-    return _phases(ipu, compute, exchange_cycles(received, ipu), 1, float(outputs * p.kernel[0] * p.kernel[1]),
-                   received * plan.tiles, plan.tiles, launch=fixed,
+    return _phases(ipu, compute + call, exchange_cycles(received, ipu) + regroup, 1,
+                   float(outputs * p.kernel[0] * p.kernel[1]), received * plan.tiles, plan.tiles, launch=fixed + call,
                    plan=f"{what}: channel groups of {plan.chans_per_group}, {plan.chan_groups} a tile, batch "
                         f"{plan.batch}, {plan.rows} x {plan.row} outputs a tile on {plan.tiles} tiles")
 
