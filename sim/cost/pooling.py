@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 #: ``PoolPlan.cpp getPlan``: the channel grain is 8 bytes (a 64-bit vector); ``maxGrainsPerChanGroup`` at most 8
 #: grains
 GRAIN_BYTES = 8
@@ -119,15 +121,47 @@ def _partial_rows(batch: int, rows: int, row: int, workers: int) -> list[list[tu
     return out
 
 
+def planned_vertex_cycles(p: PoolPass, batch, chan_groups, chans_per_group: int, rows, row, workers: int) -> np.ndarray:
+    """Cycles of one tile's pooling vertex as the planner estimates it (``poolVertexCycleEstimate``): every kernel
+    position of every partial row a work item of its outputs' hits (``ceil(length / dilation)``); numpy arrays
+    of candidates' batch, channel groups, rows and row lengths (a zero-size tile costs nothing)."""
+    batch, chan_groups, rows, row = (np.asarray(v, dtype=np.int64) for v in (batch, chan_groups, rows, row))
+    positions = p.kernel[0] * p.kernel[1]
+    cpg_d = max(1, chans_per_group // (GRAIN_BYTES // p.itemsize))
+    dilation = p.dilation[1]
+    rpt_fixed, rpt_per = (7, 5) if p.max_grad else (4, 3) if p.max_pool else (5, 3)
+    per_item = 20 + 3 + chan_groups * 2 + (chan_groups - 1) * (6 if p.max_grad else 4) + chan_groups * cpg_d * (
+        3 + rpt_fixed)
+    total = batch * rows * row
+    width = np.maximum(row, 1)
+    init_info = total // cpg_d
+    elems = init_info * cpg_d // workers
+    spare = init_info - elems * workers
+    busiest = np.zeros_like(total)
+    for w in range(workers):
+        begin, end = w * total // workers, (w + 1) * total // workers
+        first, last = begin // width, np.maximum(end - 1, 0) // width
+        one = first == last
+        first_len = np.where(one, end - begin, width - begin % width)
+        last_len = np.where(one, 0, (end - 1) % width + 1)
+        middle = np.where(one, 0, last - first - 1)
+        hits = ((first_len + dilation - 1) // dilation - 1 + np.where(one, 0, (last_len + dilation - 1) // dilation - 1)
+                + middle * ((width + dilation - 1) // dilation - 1))
+        partials = last - first + 1
+        extra = ((spare < 0) | (w < spare)).astype(np.int64)
+        cycles = 27 + (4 + elems + extra) * chan_groups
+        work = (2 + (1 if p.max_pool else 2) + (10 if p.max_grad else 0) + 11 + partials * 15
+                + partials * positions * per_item + chan_groups * cpg_d * rpt_per * positions * hits)
+        cycles = cycles + np.where(end > begin, work, 1)
+        busiest = np.maximum(busiest, cycles)
+    return np.where(total > 0, 7 + 6 * busiest + 6, 0)
+
+
 def vertex_cycles(p: PoolPass, batch: int, chan_groups: int, chans_per_group: int, rows: int, row: int,
                   workers: int) -> tuple[int, int]:
-    """(cycles, their fixed part) of one tile's pooling vertex as the planner estimates it
-    (``poolVertexCycleEstimate``): every kernel position of every partial row a work item of its outputs'
-    hits (``ceil(length / dilation)``)."""
-    positions = p.kernel[0] * p.kernel[1]
-    worker_rows = [[[math.ceil((end - begin) / p.dilation[1]) - 1] * positions for _, begin, end in partials]
-                   for partials in _partial_rows(batch, rows, row, workers)]
-    return _vertex(p, batch, chan_groups, chans_per_group, batch * rows * row, worker_rows)
+    """(cycles, their fixed part) of one tile's vertex as the planner estimates it (:func:`planned_vertex_cycles`)."""
+    cycles = int(planned_vertex_cycles(p, batch, chan_groups, chans_per_group, rows, row, workers))
+    return cycles, 7 + 6 * (27 + 4 * chan_groups + 1) + 6
 
 
 def _hits(p: PoolPass, dim: int, first: int, end: int, k: int) -> int:
@@ -205,29 +239,33 @@ def _splits(size: int, limit: int) -> list[tuple[int, int]]:
 
 
 def _plan(p: PoolPass, tiles: int, workers: int, min_channels: int, max_grains: int) -> PoolTilePlan | None:
+    """The cheapest plan by the planner's estimate (``constructModel``) with channel groups of at least
+    ``min_channels`` and at most ``max_grains`` grains; the output rows and row lengths of each channel and batch
+    split are priced together."""
     grain = GRAIN_BYTES // p.itemsize
     best = None
     for grains in range(1, max_grains + 1):
         cpg = grains * grain
         if cpg < min_channels:
             continue
-        groups = math.ceil(p.channels / cpg)
-        for cg, cs in _splits(groups, tiles):
+        for cg, cs in _splits(math.ceil(p.channels / cpg), tiles):
             for b, bs in _splits(p.batch, tiles // cs):
-                for r, rs in _splits(p.out_field[0], tiles // (cs * bs)):
-                    for x, xs in _splits(p.out_field[1], tiles // (cs * bs * rs)):
-                        divides = (p.out_field[0] % r == 0, p.out_field[1] % x == 0)
-                        compute = vertex_cycles(p, b, cg, cpg, r, x, workers)[0]
-                        if not divides[0]:
-                            compute = max(compute, vertex_cycles(p, b, cg, cpg, r - 1, x, workers)[0])
-                        if not divides[1]:
-                            compute = max(compute, vertex_cycles(p, b, cg, cpg, r, x - 1, workers)[0])
-                        moved = _bytes_per_tile(p, b, cg, cpg, r, x)
-                        cost = compute + moved // PLANNER_EXCHANGE_BYTES_PER_CYCLE
-                        if p.det_group != cpg:
-                            cost += moved // PLANNER_REARRANGE_BYTES_PER_CYCLE
-                        if best is None or cost < best.estimate:
-                            best = PoolTilePlan(b, cg, cpg, r, x, cs * bs * rs * xs, cost, (rs, xs))
+                pairs = [(r, rs, x, xs) for r, rs in _splits(p.out_field[0], tiles // (cs * bs))
+                         for x, xs in _splits(p.out_field[1], tiles // (cs * bs * rs))]
+                r, rs, x, xs = (np.array(v, dtype=np.int64) for v in zip(*pairs))
+                # where a split does not divide its dimension, the tile one output shorter too (constructModel)
+                compute = np.maximum.reduce([
+                    planned_vertex_cycles(p, b, cg, cpg, r, x, workers),
+                    np.where(p.out_field[0] % r == 0, 0, planned_vertex_cycles(p, b, cg, cpg, r - 1, x, workers)),
+                    np.where(p.out_field[1] % x == 0, 0, planned_vertex_cycles(p, b, cg, cpg, r, x - 1, workers))])
+                moved = _bytes_per_tile(p, b, cg, cpg, r, x)
+                cost = compute + moved // PLANNER_EXCHANGE_BYTES_PER_CYCLE
+                if p.det_group != cpg:
+                    cost = cost + moved // PLANNER_REARRANGE_BYTES_PER_CYCLE
+                i = int(np.argmin(cost))
+                if best is None or cost[i] < best.estimate:
+                    best = PoolTilePlan(b, cg, cpg, int(r[i]), int(x[i]), cs * bs * int(rs[i]) * int(xs[i]),
+                                        int(cost[i]), (int(rs[i]), int(xs[i])))
     return best
 
 
