@@ -19,9 +19,10 @@
 * A pool whose kernel is its whole field without padding is a popops reduction (``poolImpl``
   ``substPoolingWithReduction``; its gradient a broadcast copy), which the caller prices as one.
 
-Each pass is one exchange (the tile's input window, halo included, as the planner counts it) and one
-compute set of the vertex at the estimator's cycles (the vertex's worklists as the planner builds them:
-every kernel position of every partial row). Cycles are tile cycles, bytes are bytes."""
+A pass is priced on a tile in the middle of the field (:func:`tile_cost`): the vertex at the estimator's cycles
+on the worklists popnn builds for it (a work item only for kernel positions that read real inputs), one exchange
+of the stored elements of its input window, and the planner's regrouping charge. Cycles are tile cycles, bytes
+are bytes."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ PLANNER_EXCHANGE_BYTES_PER_CYCLE = 4
 PLANNER_REARRANGE_BYTES_PER_CYCLE = 4
 #: ``getPlan``: the grouped plan is kept if it costs under this multiple of the first
 GROUPED_PLAN_SLACK = 4 / 3
+#: ``getPoolingCycles``: a worker's cycles before its rows (vertex state, the zeroing's split, the pointers'
+#: unpacking at the planner's 2 cycles each), its row loop's and its work-item loop's own cycles
+WORKER_START = 27
+ROW_CYCLES = 13 + 2
+ITEM_CYCLES = 20 + 3
 
 
 @dataclass(frozen=True)
@@ -80,33 +86,42 @@ class PoolTilePlan:
     splits: tuple[int, int]  # the output rows' and row's splits over the tiles
 
 
+def _loop_costs(p: PoolPass, chan_groups: int, cpg_d: int) -> tuple[int, int, int]:
+    """(cycles a worker spends before its first row, a work item's cycles beside its outputs', an output's cycles
+    per work item) of ``getPoolingCycles``: each of ``chan_groups`` groups of ``cpg_d`` 64-bit vectors costs 1 + 1,
+    4 more from the second (6 in the gradient), and each vector ``2 + rpt + 1``, ``rpt`` being ``4 + 3n`` (max),
+    ``5 + 3n`` (sum) or ``7 + 5n`` (max gradient) for ``n + 1`` outputs."""
+    rpt_fixed, rpt_per = (7, 5) if p.max_grad else (4, 3) if p.max_pool else (5, 3)
+    item = (ITEM_CYCLES + chan_groups * 2 + (chan_groups - 1) * (6 if p.max_grad else 4)
+            + chan_groups * cpg_d * (3 + rpt_fixed))
+    rows_start = 2 + (1 if p.max_pool else 2) + (10 if p.max_grad else 0) + 10
+    return rows_start, item, chan_groups * cpg_d * rpt_per
+
+
+def _fixed_cycles(chan_groups: int) -> int:
+    """The vertex's cycles that do not grow with the work: supervisor 7 + 6, six times a worker's start."""
+    return 7 + 6 * (WORKER_START + 4 * chan_groups + 1) + 6
+
+
 def _vertex(p: PoolPass, batch: int, chan_groups: int, chans_per_group: int, outputs: int,
             worker_rows: list[list[list[int]]]) -> tuple[int, int]:
     """(cycles, the part that does not grow with the work) of ``getPoolingCycles``: supervisor 7 + 6, and six times
     the busiest worker's cycles; ``worker_rows``: each worker's rows, each row the ``numElementsM1`` of its work
     items; ``outputs`` the tile's output positions (the zeroing the workers share)."""
     workers = len(worker_rows)
-    vector = GRAIN_BYTES // p.itemsize
-    cpg_d = max(1, chans_per_group // vector)
+    cpg_d = max(1, chans_per_group // (GRAIN_BYTES // p.itemsize))
+    rows_start, per_item, per_output = _loop_costs(p, chan_groups, cpg_d)
     init_info = outputs // cpg_d
-    base = 4 + 2 + 2 + 7 + 2 + 2 + 5 + 1 + 2  # vertex state, init split, outPtrPtr, startPos (unpack 2 each)
-    per_item = 20 + 3 + chan_groups * 2 + (chan_groups - 1) * (6 if p.max_grad else 4)
-    rpt_fixed, rpt_per = (7, 5) if p.max_grad else (4, 3) if p.max_pool else (5, 3)
+    elems = init_info * cpg_d // workers
+    spare = init_info - elems * workers  # unsigned in the estimator: below zero it wraps, so every worker
     busiest = 0
     for w, rows in enumerate(worker_rows):
-        elems = init_info * cpg_d // workers
-        spare = init_info - elems * workers  # unsigned in the estimator: below zero it wraps, so every worker
-        extra = 1 if spare < 0 or w < spare else 0
-        cycles = base + (4 + elems + extra) * chan_groups
-        if not rows:
-            cycles += 1
-        else:
-            cycles += 2 + (1 if p.max_pool else 2) + (10 if p.max_grad else 0) + 3 + 2 + 4 + 1 + 1
+        cycles = WORKER_START + (4 + elems + (1 if spare < 0 or w < spare else 0)) * chan_groups + 1
+        if rows:
             items = sum(len(r) for r in rows)
-            cycles += len(rows) * 15 + items * (per_item + chan_groups * cpg_d * (3 + rpt_fixed))
-            cycles += chan_groups * cpg_d * rpt_per * sum(sum(r) for r in rows)
+            cycles += rows_start + len(rows) * ROW_CYCLES + items * per_item + per_output * sum(map(sum, rows))
         busiest = max(busiest, cycles)
-    return 7 + 6 * busiest + 6, 7 + 6 * (base + 4 * chan_groups + 1) + 6
+    return 7 + 6 * busiest + 6, _fixed_cycles(chan_groups)
 
 
 def _partial_rows(batch: int, rows: int, row: int, workers: int) -> list[list[tuple[int, int, int]]]:
@@ -121,7 +136,8 @@ def _partial_rows(batch: int, rows: int, row: int, workers: int) -> list[list[tu
     return out
 
 
-def planned_vertex_cycles(p: PoolPass, batch, chan_groups, chans_per_group: int, rows, row, workers: int) -> np.ndarray:
+def planned_vertex_cycles(p: PoolPass, batch, chan_groups: int, chans_per_group: int, rows, row,
+                          workers: int) -> np.ndarray:
     """Cycles of one tile's pooling vertex as the planner estimates it (``poolVertexCycleEstimate``): every kernel
     position of every partial row a work item of its outputs' hits (``ceil(length / dilation)``); numpy arrays
     of candidates' batch, channel groups, rows and row lengths (a zero-size tile costs nothing)."""
@@ -129,9 +145,7 @@ def planned_vertex_cycles(p: PoolPass, batch, chan_groups, chans_per_group: int,
     positions = p.kernel[0] * p.kernel[1]
     cpg_d = max(1, chans_per_group // (GRAIN_BYTES // p.itemsize))
     dilation = p.dilation[1]
-    rpt_fixed, rpt_per = (7, 5) if p.max_grad else (4, 3) if p.max_pool else (5, 3)
-    per_item = 20 + 3 + chan_groups * 2 + (chan_groups - 1) * (6 if p.max_grad else 4) + chan_groups * cpg_d * (
-        3 + rpt_fixed)
+    rows_start, per_item, per_output = _loop_costs(p, chan_groups, cpg_d)
     total = batch * rows * row
     width = np.maximum(row, 1)
     init_info = total // cpg_d
@@ -149,10 +163,8 @@ def planned_vertex_cycles(p: PoolPass, batch, chan_groups, chans_per_group: int,
                 + middle * ((width + dilation - 1) // dilation - 1))
         partials = last - first + 1
         extra = ((spare < 0) | (w < spare)).astype(np.int64)
-        cycles = 27 + (4 + elems + extra) * chan_groups
-        work = (2 + (1 if p.max_pool else 2) + (10 if p.max_grad else 0) + 11 + partials * 15
-                + partials * positions * per_item + chan_groups * cpg_d * rpt_per * positions * hits)
-        cycles = cycles + np.where(end > begin, work, 1)
+        work = rows_start + partials * (ROW_CYCLES + positions * per_item) + per_output * positions * hits
+        cycles = WORKER_START + (4 + elems + extra) * chan_groups + 1 + np.where(end > begin, work, 0)
         busiest = np.maximum(busiest, cycles)
     return np.where(total > 0, 7 + 6 * busiest + 6, 0)
 
@@ -160,8 +172,8 @@ def planned_vertex_cycles(p: PoolPass, batch, chan_groups, chans_per_group: int,
 def vertex_cycles(p: PoolPass, batch: int, chan_groups: int, chans_per_group: int, rows: int, row: int,
                   workers: int) -> tuple[int, int]:
     """(cycles, their fixed part) of one tile's vertex as the planner estimates it (:func:`planned_vertex_cycles`)."""
-    cycles = int(planned_vertex_cycles(p, batch, chan_groups, chans_per_group, rows, row, workers))
-    return cycles, 7 + 6 * (27 + 4 * chan_groups + 1) + 6
+    return int(planned_vertex_cycles(p, batch, chan_groups, chans_per_group, rows, row, workers)), _fixed_cycles(
+        chan_groups)
 
 
 def _hits(p: PoolPass, dim: int, first: int, end: int, k: int) -> int:
@@ -169,7 +181,8 @@ def _hits(p: PoolPass, dim: int, first: int, end: int, k: int) -> int:
     input, not its padding, and not a dilation zero (``getOutputRangeForKernelIndex``)."""
     stride, dilation, pad = p.stride[dim], p.dilation[dim], p.pad_lower[dim]
     last = (p.in_field[dim] - 1) * dilation
-    return sum(1 for o in range(first, end) if 0 <= o * stride + k - pad <= last and (o * stride + k - pad) % dilation == 0)
+    return sum(1 for o in range(first, end)
+               if 0 <= o * stride + k - pad <= last and (o * stride + k - pad) % dilation == 0)
 
 
 def _tile_origin(out: int, split: int) -> tuple[int, int]:
@@ -182,12 +195,12 @@ def _tile_origin(out: int, split: int) -> tuple[int, int]:
 
 
 def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, int, int]:
-    """(compute cycles, their fixed part, bytes received, cycles regrouping them) of a tile of ``plan`` in the middle of the field, its
-    vertex on the worklists popnn builds (``createPartitions``, ``createWorklists``): a partial row's work item for
-    each kernel position with hits, of its hits; it receives the input window its outputs read (a gradient's
-    dilation zeros are not stored), for the max pool's gradient the output gradient's and the forward output's
-    windows and the forward input at its outputs, and the planner's regrouping charge (a quarter cycle a byte)
-    when the channel groups are not the input's."""
+    """(compute cycles, their fixed part, bytes received, cycles regrouping them) of a tile of ``plan`` in the
+    middle of the field: its vertex on the worklists popnn builds (``createPartitions``, ``createWorklists``: a
+    partial row's work item for each kernel position with hits, of its hits); the input window its outputs read
+    (a gradient's dilation zeros are not stored), for the max pool's gradient the output gradient's and the
+    forward output's windows and the forward input at its outputs; and the planner's regrouping charge (a
+    quarter cycle a byte) when the channel groups are not the input's."""
     (row0, rows), (x0, row) = (_tile_origin(o, s) for o, s in zip(p.out_field, plan.splits))
     worker_rows = []
     for partials in _partial_rows(plan.batch, rows, row, workers):
