@@ -570,9 +570,9 @@ def ctc_graph(time: int, labels: int, classes: int, batch: int) -> Graph:
 
 
 def pool_graph(field: int, channels: int, stride: int, padding: int = 0, chans_per_group: int = 8) -> Graph:
-    """poplibs' ``pooling_layer`` (max pooling, 3x3 window, fp16, batch 1) as a graph: the pool of ``prevAct``
-    (its channels innermost in groups of ``chans_per_group``, ``chans_per_group``: ``--fwd-chans-per-group``) and
-    the input gradient of ``zDeltas``, both passes' outputs downloaded (``--ignore-data``: nothing streamed)."""
+    """poplibs' ``pooling_layer`` (max pooling, 3x3 window, fp16, batch 1) as a graph: the pool of ``prevAct``, its
+    channels innermost in groups of ``chans_per_group`` (``--fwd-chans-per-group``), and the input gradient of
+    ``zDeltas``; both results are the graph's outputs (``--ignore-data``: nothing streamed)."""
     b = GraphBuilder(f"maxpool_{field}x{field}x{channels}_s{stride}_p{padding}", "float16")
     x = b.input("prevAct", (1, channels, field, field))
     y = b.maxpool(x, 3, stride, padding, name="pool")

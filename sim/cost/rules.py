@@ -930,7 +930,7 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     itemsize = DTYPE_BYTES[dtype]
     max_pool = kind.startswith("max")
     if "window" in attrs:
-        return _pool_window(kind, in_shape, out_shape, attrs, itemsize, ipu, tiles)
+        return _pool_window(kind, outs[0][0], attrs, itemsize, ipu, tiles)
     n, c, h, w = in_shape
     kernel, stride, padding = (spatial(attrs.get(a, d), a) for a, d in (("kernel", 1), ("stride", 1),
                                                                         ("padding", 0)))
@@ -978,7 +978,8 @@ def _pool_pass(p: PoolPass, plan, ipu, what: str) -> OpCost:
                         f"{plan.batch}, {plan.rows} x {plan.row} outputs a tile on {plan.tiles} tiles")
 
 
-def _pool_window(kind, in_shape, out_shape, attrs, itemsize, ipu, tiles) -> OpCost:
+def _pool_window(kind, out_shape, attrs, itemsize, ipu, tiles) -> OpCost:
+    """A pool of a 1-D or 3-D window (or its gradient) of ``out_shape`` outputs: :func:`_pool`."""
     out_n = math.prod(out_shape)
     grain = max(1, GRAIN_BYTES // itemsize)
     window, stride = attrs["window"], max(1, attrs.get("stride_volume", 1))
