@@ -578,7 +578,7 @@ def pool_graph(field: int, channels: int, stride: int, padding: int = 0, chans_p
     y = b.maxpool(x, 3, stride, padding, name="pool")
     b.graph.ops[-1].attrs["chans_per_group"] = chans_per_group
     dy = b.input("zDeltas", b.shape(y))
-    dx = b.op("maxpool_grad", [dy], [b.shape(x)], dict(b.graph.ops[-1].attrs), name="poolInputGradient")[0]
+    dx = b.op("maxpool_grad", [dy, x, y], [b.shape(x)], dict(b.graph.ops[-1].attrs), name="poolInputGradient")[0]
     b.output(y)
     b.output(dx)
     return b.graph

@@ -973,7 +973,8 @@ def _pool_pass(p: PoolPass, plan, ipu, what: str) -> OpCost:
     call = reduce_constants()["call_fixed_cycles"]
     outputs = plan.batch * plan.chan_groups * plan.chans_per_group * plan.rows * plan.row * plan.tiles
     return _phases(ipu, compute + call, exchange_cycles(received, ipu) + regroup, 1,
-                   float(outputs * p.kernel[0] * p.kernel[1]), received * plan.tiles, plan.tiles, launch=fixed + call,
+                   float(outputs * p.kernel[0] * p.kernel[1]), received * plan.tiles, plan.tiles, temp=received,
+                   launch=fixed + call,
                    plan=f"{what}: channel groups of {plan.chans_per_group}, {plan.chan_groups} a tile, batch "
                         f"{plan.batch}, {plan.rows} x {plan.row} outputs a tile on {plan.tiles} tiles")
 

@@ -852,8 +852,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
             bw.give(x.name, bw.new(f"{k}_grad", [dy, x.name, ins[1].name], x.shape, x.dtype, span))
         _norm_param_grads(bw, dy, [p for p in ins[1:] if p.name in need], 1 if k == "batchnorm" else None)
     elif k in ("maxpool", "avgpool"):
-        if wants(0):
-            bw.give(ins[0].name, bw.new(f"{k}_grad", [dy], ins[0].shape, ins[0].dtype, op.attrs))
+        if wants(0):  # a max pool's gradient reads the forward input and output too (popnn poolInputGradient)
+            reads = [dy, ins[0].name, op.outputs[0]] if k == "maxpool" else [dy]
+            bw.give(ins[0].name, bw.new(f"{k}_grad", reads, ins[0].shape, ins[0].dtype, op.attrs))
     elif k == "gather":
         ids, table = ins
         if wants(1):
