@@ -1612,13 +1612,13 @@ def _vertex_candidates(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: I
     g = -(-G // pg)
     m = -(-M // pm)
     # a tile's output channels: whole grains (``ceil(grains / split)`` of them), at most the channels
-    n = np.minimum(-(-(-(-N // out_grain)) // pn) * out_grain, N) if out_grain else -(-N // pn)
+    n = grain_share(N, out_grain, pn) if out_grain else -(-N // pn)
     if vertex == "hmac":  # one group of channels a tile, padded to the grain (hmac_in_group)
         k = hmac_in_group(K, pk, itemsize)
     elif conv is not None:  # the reduction split as poplin splits it (conv_inner_block)
         k = conv_inner_block(conv, vertex, K, pk, mode.in_group)
     elif in_grain:  # whole grains, ``ceil(grains / split)`` of them, at most the channels
-        k = np.minimum(-(-(-(-K // in_grain)) // pk) * in_grain, K)
+        k = grain_share(K, in_grain, pk)
     else:
         k = -(-K // pk)
     tile_conv = conv
@@ -1674,6 +1674,12 @@ def balanced_parts(count: int, split: int) -> np.ndarray:
     split)``, rounded down), each ``floor`` or ``ceil`` of ``count / split``."""
     edges = np.arange(split + 1, dtype=np.int64) * count // split
     return np.diff(edges)
+
+
+def grain_share(channels: int, grain: int, split):
+    """The busiest of ``split`` parts (arrays allowed) of ``channels`` handed out in whole grains of ``grain``:
+    ``ceil(grains / split)`` grains, at most the channels (:func:`grain_channels`' first part)."""
+    return np.minimum(-(-(-(-channels // grain)) // np.asarray(split)) * grain, channels)
 
 
 def grain_channels(channels: int, split: int, grain: int) -> np.ndarray:

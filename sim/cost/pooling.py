@@ -159,8 +159,9 @@ def planned_vertex_cycles(p: PoolPass, batch, chan_groups: int, chans_per_group:
         first_len = np.where(one, end - begin, width - begin % width)
         last_len = np.where(one, 0, (end - 1) % width + 1)
         middle = np.where(one, 0, last - first - 1)
-        hits = ((first_len + dilation - 1) // dilation - 1 + np.where(one, 0, (last_len + dilation - 1) // dilation - 1)
-                + middle * ((width + dilation - 1) // dilation - 1))
+        def m1(length):  # a work item's numElementsM1: the length's hits, less one
+            return (length + dilation - 1) // dilation - 1
+        hits = m1(first_len) + np.where(one, 0, m1(last_len)) + middle * m1(width)
         partials = last - first + 1
         extra = ((spare < 0) | (w < spare)).astype(np.int64)
         work = rows_start + partials * (ROW_CYCLES + positions * per_item) + per_output * positions * hits
@@ -207,11 +208,10 @@ def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, 
         worker_rows.append([])
         for r, begin, end in partials:
             y = row0 + r % rows
-            items = [_hits(p, 1, x0 + begin, x0 + end, kx) - 1 for ky in range(p.kernel[0]) if _hits(p, 0, y, y + 1, ky)
-                     for kx in range(p.kernel[1])]
-            items = [n for n in items if n >= 0]
-            if items:
-                worker_rows[-1].append(items)
+            rows_hit = sum(1 for ky in range(p.kernel[0]) if _hits(p, 0, y, y + 1, ky))
+            columns = [n - 1 for n in (_hits(p, 1, x0 + begin, x0 + end, kx) for kx in range(p.kernel[1])) if n]
+            if rows_hit and columns:
+                worker_rows[-1].append(columns * rows_hit)
     compute, fixed = _vertex(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.batch * rows * row,
                              worker_rows)
     channels = plan.batch * plan.chan_groups * plan.chans_per_group
