@@ -3,7 +3,8 @@
 import pytest
 
 from sim import load_system, poplibs_benchmarks as pb
-from sim.cost.pooling import PoolPass, forward_passes, plan_pool, tile_cost, vertex_cycles
+from sim.cost.opcost import OpCost, in_series
+from sim.cost.pooling import PoolPass, PoolTilePlan, forward_passes, plan_pool, tile_cost, vertex_cycles, worklist_bytes
 from sim.cost.rules import op_cost
 from sim.graph.ir import GraphBuilder
 
@@ -124,3 +125,32 @@ def test_the_gradient_skips_kernel_positions_on_dilation_zeros():
     assert "pool gradient" in grad.plan and grad.supersteps == 1  # the regrouping copy is an exchange
     real, estimate, _ = costs(1)
     assert real == estimate
+
+
+def test_a_tiles_worklists_are_three_shorts_a_work_item_two_a_row_one_a_worker():
+    """popnn's constants for a tile's vertex (PoolVertices.cpp): startPos (a short a worker), offsetBase (two a
+    partial row) and the rows' work items (three shorts each). An interior tile of 1 x 6 outputs of a 3x3 stride-1
+    pool: six workers, one output and one partial row each, 9 work items a row: 2 x (6 + 2 x 6 + 3 x 54) bytes."""
+    p = PoolPass(1, 8, (8, 12), (3, 3), (1, 1), (1, 1), True, False, 8, 2, (10, 14), (0, 0))
+    plan = PoolTilePlan(1, 1, 8, 1, 6, 16, 0, (8, 2))
+    assert worklist_bytes(p, plan, 6) == 2 * (6 + 2 * 6 + 3 * 54)
+
+
+def test_pooling_worklists_are_always_live_constants_on_the_working_tiles():
+    """The pooling layer's graph holds each pass's worklists (the forward pool's and its gradient's) as constants
+    on every tile the pass works on, so the IPU's constants are the two passes' bytes a tile times their tiles."""
+    bench = pb.BENCHES["inception_tr_bs1_pool1"]
+    run = pb.simulated_run(bench)
+    costs = run.executable.costs
+    expected = sum(c.constant_bytes_per_tile * c.tiles_used for c in costs.values())
+    assert expected > 0
+    assert run.executable.memory[0].tile_category("constants").sum() == expected
+
+
+def test_a_series_keeps_the_tiles_and_temporaries_of_parts_without_a_profile():
+    """in_series spreads a part given without a tile profile evenly over its first tiles_used tiles, as a lone
+    op's cost is, so the op's tiles (its vertex state, code) and its temporary bytes are not lost."""
+    part = OpCost(100, 0, 90, 1, 0.0, 0, 4, 256)
+    both = in_series([(part, 1), (part, 2)], 8, "two parts")
+    assert list(both.profile.compute) == [300.0] * 4 + [0.0] * 4
+    assert list(both.profile.temp) == [256.0] * 4 + [0.0] * 4

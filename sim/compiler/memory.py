@@ -438,6 +438,7 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
     else:
         for name in PROGRAM_CATEGORIES:
             parts[name][:] = program[name]
+        parts["constants"] += program.get("constants", 0)  # the vertices' constants (worklists)
     parts["stash"][:] = stash_bytes / tiles
     by_role = {name: int(round(parts[name].sum())) for name in PROGRAM_CATEGORIES}
     by_role["reserved"] = sum(by_role.values())

@@ -21,6 +21,10 @@ ipu_tensorflow_addons ``keras/experimental/auto_pipeline/utils/pva_utils.py`` re
   supervisor and workers stack sizes are automatically determined at graph compile time"):
   ``stack_bytes_per_tile``.
 
+Beside them, the constants a library adds for its vertices (popnn's pooling worklists:
+``OpCost.constant_bytes_per_tile``) go to the tensors' ``constants`` category, on the tiles the op
+works on, once however many times the op's program is called.
+
 All of it is always live. The constants are per IPU in ``configs/*.toml`` with their sources.
 Op kinds share codelets: two ops of the same kind and data type run the same codelets.
 
@@ -113,8 +117,8 @@ def rolled(vec: np.ndarray, start: int) -> np.ndarray:
 
 def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: IPU,
                    tiles: int, outlining: bool = True, signatures: Signatures | None = None) -> dict[str, np.ndarray]:
-    """Bytes per tile of each of :data:`PROGRAM_CATEGORIES` for an IPU that runs ``ops`` (every
-    run of it, recomputation included), on ``tiles`` compute tiles; with ``outlining`` an op
+    """Bytes per tile of each of :data:`PROGRAM_CATEGORIES`, and of the vertices' ``constants``, for an IPU
+    that runs ``ops`` (every run of it, recomputation included), on ``tiles`` compute tiles; with ``outlining`` an op
     identical to one before it on the IPU calls that one's program (see the module docstring).
 
     Each op's vertices go on the tiles of its cost profile (its first ``tiles_used`` tiles when
@@ -123,6 +127,7 @@ def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: I
     """
     steps = 0
     state = np.zeros(tiles)
+    constants = np.zeros(tiles)
     exchange = np.zeros(tiles)
     runs_vertices = np.zeros(tiles, dtype=bool)
     codelets: dict[tuple, np.ndarray] = {}
@@ -159,6 +164,7 @@ def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: I
         start = (start + used) % tiles
         copy_sets = min(cost.copy_sets, sets)  # call copies' compute sets run on the copied tensors' tiles
         state += (works * (sets - copy_sets) + copy_works * copy_sets) * ipu.vertex_state_bytes_per_vertex
+        constants += works * cost.constant_bytes_per_tile
         exchange += receives * phases * ipu.exchange_code_bytes_per_phase
         if sets:
             runs_vertices |= works | (copy_works if copy_sets else False)
@@ -170,4 +176,4 @@ def program_memory(graph: Graph, ops: list[Op], costs: dict[str, OpCost], ipu: I
         code += mask * ipu.vertex_code_bytes_per_codelet
     return {"control_code": np.full(tiles, float(ipu.reserved_bytes_per_tile + steps * ipu.control_code_bytes_per_step)),
             "vertex_code": code, "vertex_state": state, "exchange_code": exchange,
-            "stack": runs_vertices * float(ipu.stack_bytes_per_tile)}
+            "stack": runs_vertices * float(ipu.stack_bytes_per_tile), "constants": constants}

@@ -76,6 +76,8 @@ class OpCost:
     codelets: tuple = ()  # keys of the distinct codelets it runs (empty: one per compute set of its program)
     copy_sets: int = 0  # of its compute sets, those of call copies added to it (sim.compiler.outlining.with_copy)
     relaid_cycles: int = 0  # the part of the cycles copying operands into a matmul's layout (amp.relaid_operands)
+    # bytes of constants each tile it works on holds for its vertices (popnn's pooling worklists), always live
+    constant_bytes_per_tile: int = 0
 
     @property
     def cycles(self) -> int:
@@ -89,27 +91,31 @@ def in_series(parts: list[tuple[OpCost, int]], tiles: int, plan: str) -> OpCost:
     """One op that runs each ``(cost, times)`` of ``parts`` one after another (a loop of compute
     sets and matmuls): cycles, compute sets, FLOPs and bytes add up, the tile vectors add up
     weighted by the times, and the temporary memory is the largest part's. The program holds each
-    part once, however many times the loop runs it (``program_extent``)."""
+    part once, however many times the loop runs it (``program_extent``). A part without a tile
+    profile works evenly on its first ``tiles_used`` tiles."""
     parts = [(c, n) for c, n in parts if n > 0]
 
     def total(field: str) -> int:
         return sum(getattr(c, field) * n for c, n in parts)
 
+    profiles = [c.profile if c.profile is not None else
+                TileProfile.uniform(tiles, c.tiles_used, c.compute_cycles, c.exchange_bytes / max(c.tiles_used, 1),
+                                    c.temp_bytes_per_tile) for c, _ in parts]
+
     def vector(field: str) -> np.ndarray:
         out = np.zeros(tiles)
-        for c, n in parts:
-            if c.profile is not None:
-                out += getattr(c.profile, field) * n
+        for profile, (_, n) in zip(profiles, parts):
+            out += getattr(profile, field) * n
         return out
 
     temp = np.zeros(tiles)
-    for c, _ in parts:
-        if c.profile is not None:
-            temp = np.maximum(temp, c.profile.temp)
+    for profile in profiles:
+        temp = np.maximum(temp, profile.temp)
     return OpCost(total("compute_cycles"), total("exchange_cycles"), total("sync_cycles"), total("supersteps"),
                   float(sum(c.flops * n for c, n in parts)), total("exchange_bytes"),
                   max((c.tiles_used for c, _ in parts), default=0),
                   max((c.temp_bytes_per_tile for c, _ in parts), default=0), plan,
                   TileProfile(vector("compute"), vector("bytes_in"), temp),
                   launch_cycles=total("launch_cycles"), exchange_setup_cycles=total("exchange_setup_cycles"),
-                  program_extent=(sum(c.supersteps for c, _ in parts), sum(c.exchange_setup_cycles for c, _ in parts)))
+                  program_extent=(sum(c.supersteps for c, _ in parts), sum(c.exchange_setup_cycles for c, _ in parts)),
+                  constant_bytes_per_tile=sum(c.constant_bytes_per_tile for c, _ in parts))

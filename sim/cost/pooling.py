@@ -47,6 +47,8 @@ GROUPED_PLAN_SLACK = 4 / 3
 WORKER_START = 27
 ROW_CYCLES = 13 + 2
 ITEM_CYCLES = 20 + 3
+#: ``PoolVertices.cpp``: the worklists' entries are UNSIGNED_SHORT constants
+WORKLIST_ENTRY_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -195,13 +197,10 @@ def _tile_origin(out: int, split: int) -> tuple[int, int]:
     return begin, end - begin
 
 
-def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, int, int]:
-    """(compute cycles, their fixed part, bytes received, cycles regrouping them) of a tile of ``plan`` in the
-    middle of the field: its vertex on the worklists popnn builds (``createPartitions``, ``createWorklists``: a
-    partial row's work item for each kernel position with hits, of its hits); the input window its outputs read
-    (a gradient's dilation zeros are not stored), for the max pool's gradient the output gradient's and the
-    forward output's windows and the forward input at its outputs; and the planner's regrouping charge (a
-    quarter cycle a byte) when the channel groups are not the input's."""
+def _worker_rows(p: PoolPass, plan: PoolTilePlan, workers: int) -> list[list[list[int]]]:
+    """The worklists popnn builds for a tile of ``plan`` in the middle of the field (``createPartitions``,
+    ``createWorklists``): each worker's partial rows, each row the ``numElementsM1`` of its work items, one for
+    each kernel position with hits (a partial row with none has no list)."""
     (row0, rows), (x0, row) = (_tile_origin(o, s) for o, s in zip(p.out_field, plan.splits))
     worker_rows = []
     for partials in _partial_rows(plan.batch, rows, row, workers):
@@ -212,8 +211,28 @@ def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, 
             columns = [n - 1 for n in (_hits(p, 1, x0 + begin, x0 + end, kx) for kx in range(p.kernel[1])) if n]
             if rows_hit and columns:
                 worker_rows[-1].append(columns * rows_hit)
+    return worker_rows
+
+
+def worklist_bytes(p: PoolPass, plan: PoolTilePlan, workers: int) -> int:
+    """Bytes of the constants a tile of ``plan`` holds for its vertex (``PoolVertices.cpp generateVertices``,
+    each ``graph.addConstant`` of UNSIGNED_SHORT): ``startPos`` (a short per worker), ``offsetBase`` (two shorts
+    per partial row) and each partial row's worklist (three shorts per work item: output offset, input offset,
+    ``numElementsM1``). The vertex state's descriptors of those lists are not counted."""
+    rows = [r for w in _worker_rows(p, plan, workers) for r in w]
+    return WORKLIST_ENTRY_BYTES * (workers + 2 * len(rows) + 3 * sum(map(len, rows)))
+
+
+def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, int, int]:
+    """(compute cycles, their fixed part, bytes received, cycles regrouping them) of a tile of ``plan`` in the
+    middle of the field: its vertex on the worklists popnn builds (:func:`_worker_rows`: a partial row's work
+    item for each kernel position with hits, of its hits); the input window its outputs read (a gradient's
+    dilation zeros are not stored), for the max pool's gradient the output gradient's and the forward output's
+    windows and the forward input at its outputs; and the planner's regrouping charge (a quarter cycle a byte)
+    when the channel groups are not the input's."""
+    (row0, rows), (x0, row) = (_tile_origin(o, s) for o, s in zip(p.out_field, plan.splits))
     compute, fixed = _vertex(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.batch * rows * row,
-                             worker_rows)
+                             _worker_rows(p, plan, workers))
     channels = plan.batch * plan.chan_groups * plan.chans_per_group
 
     def window(dim: int, first: int, count: int) -> int:  # the stored input elements the outputs read

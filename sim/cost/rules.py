@@ -34,7 +34,7 @@ from .embedding import (ATOM_BYTES, FLOAT_BYTES, LEGACY_POPLIBS, MIN_INDICES_PER
                         max_elems_per_worker, multi_slice_cycles, multi_update_op_cycles, offsets_per_worker,
                         plan_embedding, plan_embedding_sdk3, slice_worker_cycles, update_worker_cycles)
 from .depthwise import plan_depthwise
-from .pooling import GRAIN_BYTES, PoolPass, forward_passes, plan_pool, tile_cost
+from .pooling import GRAIN_BYTES, PoolPass, forward_passes, plan_pool, tile_cost, worklist_bytes
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
@@ -968,15 +968,17 @@ def _pool_pass(p: PoolPass, plan, ipu, what: str) -> OpCost:
     """One popnn pooling call's vertex pass of ``plan``: the exchange of each tile's input window (and the
     planner's regrouping charge), one compute set, and what Poplar spends on a library call beyond its planned
     steps: the reduce call's fitted fixed cycles (``[reduce_vertex] call_fixed_cycles``), which poplibs'
-    pooling_layer rows, not fitted, bear out (docs/reference/poplibs-costs.md 6.6)."""
+    pooling_layer rows, not fitted, bear out (docs/reference/poplibs-costs.md 6.6). Each tile holds its
+    vertex's worklists as constants (:func:`sim.cost.pooling.worklist_bytes`)."""
     compute, fixed, received, regroup = tile_cost(p, plan, ipu.worker_threads)
     call = reduce_constants()["call_fixed_cycles"]
     outputs = plan.batch * plan.chan_groups * plan.chans_per_group * plan.rows * plan.row * plan.tiles
-    return _phases(ipu, compute + call, exchange_cycles(received, ipu) + regroup, 1,
+    cost = _phases(ipu, compute + call, exchange_cycles(received, ipu) + regroup, 1,
                    float(outputs * p.kernel[0] * p.kernel[1]), received * plan.tiles, plan.tiles, temp=received,
                    launch=fixed + call,
                    plan=f"{what}: channel groups of {plan.chans_per_group}, {plan.chan_groups} a tile, batch "
                         f"{plan.batch}, {plan.rows} x {plan.row} outputs a tile on {plan.tiles} tiles")
+    return replace(cost, constant_bytes_per_tile=worklist_bytes(p, plan, ipu.worker_threads))
 
 
 def _pool_window(kind, out_shape, attrs, itemsize, ipu, tiles) -> OpCost:
