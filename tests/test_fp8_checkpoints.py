@@ -65,9 +65,9 @@ def test_bad_checkpoint_dtype_names_the_choices():
 def test_mlperf_pod16_8_bit_checkpoints_relieve_its_fullest_tile():
     """M17's configuration with the config's FLOAT8 checkpoints fits with room; with fp16 ones (LAMB's state in
     fp16 as the config keeps it, lamb_accl_dtype) IPU 2's fullest tile, where the stashed checkpoints of the
-    micro-batches in flight are live, is at 99 % of the tile (it was a few kB over until a call's copies ran
-    one copy codelet, 2026-12-04): beyond the 94 % any configuration that ran on hardware reaches here, so the
-    run says it may not fit. The 8-bit checkpoints take more than 30 kB off that tile, as the source has them
+    micro-batches in flight are live, is at 98 % of the tile (it was a few kB over until a call's copies ran
+    one copy codelet, 2026-12-04, and 99 % until a layer's matmul passes shared their codelets): beyond the 94 %
+    any configuration that ran on hardware reaches here, so the run says it may not fit. The 8-bit checkpoints take more than 30 kB off that tile, as the source has them
     make the configuration fit."""
     row = v.PUBLISHED_BY_ID["M17"]
     assert dict(row.setup.params)["checkpoint_dtype"] == "float8" and row.setup.state_dtype == "float16"
@@ -80,4 +80,4 @@ def test_mlperf_pod16_8_bit_checkpoints_relieve_its_fullest_tile():
     assert half["peak_tile_bytes"] > 0.97 * half["tile_capacity_bytes"]
     assert float8["peak_tile_bytes"] + 30_000 < half["peak_tile_bytes"]
     [note] = [n for n in wide.executable.notes if n.startswith("fullest tile near capacity")]
-    assert "IPU 2 99%" in note and "may not fit" in note
+    assert "IPU 2 98%" in note and "may not fit" in note

@@ -491,3 +491,22 @@ def test_a_memory_margin_raises_every_fullest_tile_before_the_check():
     assert str(e.value).endswith("or a smaller memoryMargin.")
     with pytest.raises(sim.OptionsError, match="memoryMargin"):
         sim.Options().memoryMargin(1.5)
+
+
+def test_a_convolution_layers_passes_share_their_vertex_code():
+    """Poplar keeps a codelet's code once a tile: the forward, input-gradient and weight-update passes of a
+    1x1 convolution layer run the same convolution vertex (ConvPartial1x1Out of fp16 operands and fp32
+    partials), so the layer's vertex code is one copy of it and of each reduction stage, not one per compute
+    set of each pass (sim.cost.amp.plan_codelets)."""
+    from sim import poplibs_benchmarks as pb
+    run = pb.simulated_run(pb.BENCHES["inception_tr_bs4_i1_a1x1"])
+    costs = run.executable.costs
+    passes = [costs["fwd/conv2d"], costs["bwd"], costs["wu"]]
+    assert {c.codelets[0] for c in passes} == {("ConvPartial1x1Out", 2, 4)}
+    keys = {k for c in passes for k in c.codelets}
+    assert len(keys) < sum(c.supersteps for c in passes)
+    ipu = run.executable.system.ipu
+    code = run.executable.memory[0].tile_category("vertex_code")
+    other = sum(len(c.codelets) if c.codelets else c.supersteps for name, c in costs.items()
+                if c not in passes and c.supersteps)
+    assert code.max() <= ipu.vertex_code_bytes_per_codelet * (len(keys) + other)

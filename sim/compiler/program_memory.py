@@ -10,7 +10,9 @@ ipu_tensorflow_addons ``keras/experimental/auto_pipeline/utils/pva_utils.py`` re
   top of a fixed part (the runtime, the host-exchange and upload/download programs):
   ``reserved_bytes_per_tile + control_code_bytes_per_step x steps`` on every tile;
 * **vertex code**: the code of each distinct codelet on the tiles that run it, once per tile
-  however many vertices use it (``vertex_code_bytes_per_codelet``);
+  however many vertices use it (``vertex_code_bytes_per_codelet``): an op's cost names its codelets
+  (a matmul's or convolution's: :func:`sim.cost.amp.plan_codelets`, so a layer's passes share their
+  convolution vertex), else it has one per compute set, shared by ops of its kind and type;
 * **vertex state**: each vertex's fields (edge pointers, sizes, worklists), one vertex per
   compute set on each tile that works in it (poplin's AMP and poplibs' vector codelets are
   supervisor / multi-vertices: one per tile per compute set): ``vertex_state_bytes_per_vertex``;

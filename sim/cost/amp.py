@@ -696,6 +696,41 @@ def _plan_plus(plan: MatmulPlan, ipu: IPU, *, exchange: int = 0, compute: int = 
                    **fields)
 
 
+#: poplin's convolution vertex of each plan vertex (``MatmulPlan.vertex``): the im2col-expanded plan runs the 1x1
+#: vertex, the width-expanded one the nx1 vertex (ConvVertexType.cpp, Convolution.cpp createConvPartial*Vertex)
+_VERTEX_CODELET = {"1x1": "ConvPartial1x1Out", "expanded": "ConvPartial1x1Out", "nx1": "ConvPartialnx1",
+                   "expand_w": "ConvPartialnx1", "hmac": "ConvPartialHorizontalMac"}
+
+
+def plan_codelets(plan: MatmulPlan, itemsize: int) -> tuple:
+    """Keys of the distinct codelets a matmul or convolution pass of ``plan`` runs (``itemsize``-byte operands),
+    which a tile keeps once however many passes and compute sets run them (Poplar compiles a codelet's code once
+    a tile): the convolution vertex of the operands' and partials' types (:data:`_VERTEX_CODELET`; the forward,
+    input-gradient and weight-update passes of a layer share it); popops' reduction of the partials over the tiles
+    to the result's type, or else the cast of fp32 partials (the elementwise cast's own codelet); Poplar's copy
+    code where an operand or the result moves into another layout; the weight transpose of a backward pass; and a
+    serialised plan's dynamic slice, its update (an add into the accumulated partials along K) and the loop
+    counter's add."""
+    vertex = _VERTEX_CODELET.get(plan.vertex, plan.vertex)
+    out_bytes = max(itemsize, 2)
+    keys = [(vertex, itemsize, plan.partials_bytes)]
+    if plan.reduction_stages:  # the last stage writes the result's type; the stages before it, partials
+        keys += [("reduce_partials", plan.partials_bytes, plan.partials_bytes)] * (plan.reduction_stages > 1)
+        keys.append(("reduce_partials", plan.partials_bytes, out_bytes, "last"))
+    elif plan.partials_bytes > out_bytes:
+        keys.append(("cast", "float32", 0))
+    if plan.rearranged or plan.dilated_output or plan.output_rearrange:
+        keys.append(("copy", "", 0))
+    if plan.weight_transpose:
+        keys.append(("transpose2d", itemsize, 0))
+    if plan.serial > 1:
+        keys.append(("dynamic_slice", itemsize, 0))
+        update = ("add", plan.partials_bytes, 0) if plan.serial_dim == "K" else ("dynamic_update_slice", out_bytes, 0)
+        keys.append(update)
+        keys.append(("add", "int32", 0))
+    return tuple(keys)
+
+
 def with_weight_transpose(plan: MatmulPlan, cycles: float, ipu: IPU) -> MatmulPlan:
     """``plan`` preceded by a weight transpose of ``cycles`` tile cycles in its own compute set
     (:func:`fc_weight_transpose`)."""
@@ -925,6 +960,7 @@ class MatmulPlan:
     relaid: int = 0  # operand elements copied into the plan's layout at run time (relaid_operands), all pieces
     relaid_cycles: int = 0  # the part of total_cycles copying them: exchange phases and their syncs
     channel_grains: bool = False  # its channels split over the tiles in whole grains (a convolution's passes)
+    reduction_stages: int = 0  # compute sets reducing the partials over the tiles (one piece)
 
     @property
     def estimate(self) -> int:
@@ -1131,7 +1167,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     # beside its share of the result (less that share, which the walk counts as the op's output)
     return {"exchange": exch1 + red_exch, "planner_exchange": plan1 + red_plan, "compute": amp + red + cast,
             "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
-            "exchange_phases": exch_phases, "compute_sets": compute_sets,
+            "exchange_phases": exch_phases, "compute_sets": compute_sets, "reduction_stages": red_stages,
             "recv": recv1 + recv2,
             "temp": _temp_estimate(a_bytes, b_bytes, moved, outputs, partials_bytes),
             "held": partials + np.maximum(np.maximum(recv1 - result_first, recv2), 0)}
@@ -1390,6 +1426,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         planned_cycles=int(planned) * serial,
         launch_cycles=int(c["launch"][0]) * serial,
         exchange_phases=int(c["exchange_phases"][0]) * serial,
+        reduction_stages=int(np.atleast_1d(c["reduction_stages"])[0]),
         partials_bytes=partials_bytes,
         rearranged=int(rearranged),
         dilated_output=int(dilated_output),
@@ -1834,7 +1871,8 @@ def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU
                       total_cycles=int(total[0]) + fixed, planned_cycles=int(planned[0]) + fixed,
                       launch_cycles=int(c["launch"][0]) + fixed,
                       exchange_phases=int(c["exchange_phases"][0]), partials_bytes=partials_bytes,
-                      pass_fixed=fixed, rearranged=int(rearranged))
+                      pass_fixed=fixed, rearranged=int(rearranged),
+                      reduction_stages=int(np.atleast_1d(c["reduction_stages"])[0]))
 
 
 def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budget) -> dict | None:

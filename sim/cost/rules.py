@@ -24,7 +24,7 @@ from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, IO_TILE_COPY, REMOTE_KINDS, RNN_GATES, VIEW_KINDS, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
-                  pass_fixed_cycles, plan_fc_training, plan_matmul, relaid_operands,
+                  pass_fixed_cycles, plan_codelets, plan_fc_training, plan_matmul, relaid_operands,
                   with_relaid_operands, with_transposed_weights_moved, with_weight_transpose)
 from .bilinear import forward_plan, grad_plan
 from .ctc import plan_ctc
@@ -724,7 +724,7 @@ def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpC
                    plan.exchange_bytes, plan.tiles_used, math.ceil(profile.temp.max()), plan.describe(),
                    profile=profile, launch=plan.launch_cycles, exchange_phases=plan.exchange_phases,
                    sync_points=plan.sync_points)
-    return replace(cost, relaid_cycles=plan.relaid_cycles) if plan.relaid_cycles else cost
+    return replace(cost, relaid_cycles=plan.relaid_cycles, codelets=plan_codelets(plan, itemsize))
 
 
 def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
