@@ -67,8 +67,8 @@ def test_mlperf_pod16_8_bit_checkpoints_relieve_its_fullest_tile():
     fp16 as the config keeps it, lamb_accl_dtype) IPU 2's fullest tile, where the stashed checkpoints of the
     micro-batches in flight are live, is at 98 % of the tile (it was a few kB over until a call's copies ran
     one copy codelet, 2026-12-04, and 99 % until a layer's matmul passes shared their codelets): beyond the 94 %
-    any configuration that ran on hardware reaches here, so the run says it may not fit. The 8-bit checkpoints take more than 30 kB off that tile, as the source has them
-    make the configuration fit."""
+    any configuration that ran on hardware reaches here, so the run says it may not fit. The 8-bit checkpoints
+    take more than 30 kB off that tile, as the source has them make the configuration fit."""
     row = v.PUBLISHED_BY_ID["M17"]
     assert dict(row.setup.params)["checkpoint_dtype"] == "float8" and row.setup.state_dtype == "float16"
     setup = row.setup
