@@ -257,18 +257,18 @@ LAYER_MEMORY_ROWS = [LayerMemoryRow(name) for name, bench in poplibs_benchmarks.
 #: compared follows the simulator's plans, not Poplar's, as for the fully connected rows).
 #: mobilenet_conv_pw_6_1 joined them on 2026-12-04 (+21.4 -> +55.4 %): with its channels split in whole grains
 #: its weight update's estimate prefers 512 output channels one grain a tile (64 ways), each tile then holding
-#: more of the expanded input; the 143 rows' mean absolute error moved 16.1 -> 16.0 % with that change
+#: more of the expanded input; the 143 rows' mean absolute error moved 16.1 -> 16.0 % with that change. The rows
+#: within 25 % since a layer's passes share their vertex code (2026-12-04) left the set, asserted since
 LAYER_MEMORY_TRACKED = frozenset((
-    "alexnet_tr_bs4_layer1", "alexnet_tr_bs4_layer11", "alexnet_tr_bs4_layer4", "alexnet_tr_bs4_layer9",
-    "conv_5x200_1_in_100_out_bs1440", "gemm_200x256x10000", "gemm_200x256x20000", "gemm_200x256x30000",
+    "alexnet_tr_bs4_layer1", "alexnet_tr_bs4_layer4",
+    "gemm_200x256x10000", "gemm_200x256x20000", "gemm_200x256x30000",
     "gemm_200x64x20000", "gemm_200x64x30000", "gemm_600x256x20000", "gemm_600x512x10000",
-    "gemm_600x64x20000", "inception_tr_bs4_i1_b5x5", "inception_tr_bs4_i3_a1x1",
+    "gemm_600x64x20000", "inception_tr_bs4_i1_b5x5",
     "inception_tr_bs4_i6_b1x1", "inception_tr_bs4_i6_b7x1", "inception_tr_bs4_i6_c7x1a",
-    "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i7_b7x1", "inception_tr_bs4_i8_a3x3",
-    "inception_tr_bs4_i9_a1x1", "inception_tr_bs4_i9_c3x3", "inception_tr_bs4_layer10",
-    "mobilenet_conv_pw_13_1", "mobilenet_conv_pw_6_1", "oct_resnet50_tr_bs4_bm256L0A1_a25",
-    "oct_resnet50_tr_bs4_bm512L0A1_a25",
-    "resnet50_tr_bs4_bm128L0A1", "resnet50_tr_bs4_bm256L0A1", "resnet50_tr_bs4_bm512L0A1",
+    "inception_tr_bs4_i6_c7x1b", "inception_tr_bs4_i7_b7x1",
+    "inception_tr_bs4_i9_a1x1", "inception_tr_bs4_layer10",
+    "mobilenet_conv_pw_13_1", "mobilenet_conv_pw_6_1",
+    "resnet50_tr_bs4_bm128L0A1", "resnet50_tr_bs4_bm256L0A1",
     "resnet50_tr_bs4_bm512L1A0", "resnet50_tr_bs4_bm64L0A1", "vgg16_tr_bs4_v2L0", "vgg16_tr_bs4_v3L0",
     "vgg16_tr_bs4_v4L0", "vgg16_tr_bs4_v4L1"))
 
@@ -321,17 +321,18 @@ MK1_MEMORY_ROWS = [Mk1MemoryRow(name) for name, bench in poplibs_benchmarks.MK1_
 #: report; every other one is asserted at MEMORY_TOLERANCE. fc_layer_4_1000_1000_half joined them on
 #: 2026-12-04 (-23.8 -> -52.3 %, when its HMAC passes took fp16 groups of 144 channels, 7 a row of
 #: tiles, and with them half as many copies of the weights), as its IpuModel2 row (MEMORY_ROWS): Poplar's
-#: TotalMemory holds about twice the batch-8 row's, which no plan of the simulator's keeps
+#: TotalMemory holds about twice the batch-8 row's, which no plan of the simulator's keeps. The rows within 25 %
+#: since a layer's passes share their vertex code (2026-12-04) left the set, asserted since
 MK1_MEMORY_TRACKED = frozenset((
     "alexnet_tr_bs4_layer1", "alexnet_tr_bs4_layer4", "fc_layer_1_1000_5_float",
-    "fc_layer_1_1000_5_half", "fc_layer_4_1000_1000_half", "fc_layer_4_1000_5_float", "fc_layer_4_1000_5_half",
+    "fc_layer_1_1000_5_half", "fc_layer_4_1000_1000_half", "fc_layer_4_1000_5_half",
     "gemm_200x256x10000",
     "gemm_200x256x20000", "gemm_200x64x20000", "gemm_600x64x20000", "inception_tr_bs4_i1_b5x5",
-    "inception_tr_bs4_i3_a1x1", "inception_tr_bs4_i5_a1x1", "inception_tr_bs4_i5_b1x1",
-    "inception_tr_bs4_i5_b7x1", "inception_tr_bs4_i5_c7x1a", "inception_tr_bs4_i6_b1x1",
-    "inception_tr_bs4_i6_b7x1", "inception_tr_bs4_i6_c7x1a", "inception_tr_bs4_i6_c7x1b",
+    "inception_tr_bs4_i5_a1x1", "inception_tr_bs4_i5_b1x1",
+    "inception_tr_bs4_i5_c7x1a", "inception_tr_bs4_i6_b1x1",
+    "inception_tr_bs4_i6_c7x1a", "inception_tr_bs4_i6_c7x1b",
     "inception_tr_bs4_i7_b7x1", "inception_tr_bs4_i9_bb3x1", "mobilenet_depthwise_1",
-    "resnet50_tr_bs4_bm128L1A0", "resnet50_tr_bs4_bm512L1A0", "resnet50_tr_bs4_cnv",
+    "resnet50_tr_bs4_bm512L1A0",
     "vgg16_tr_bs4_v1L1", "vgg16_tr_bs4_v2L0", "vgg16_tr_bs4_v2L1"))
 
 
