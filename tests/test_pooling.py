@@ -4,7 +4,8 @@ import pytest
 
 from sim import load_system, poplibs_benchmarks as pb
 from sim.cost.opcost import OpCost, in_series
-from sim.cost.pooling import PoolPass, PoolTilePlan, forward_passes, plan_pool, tile_cost, vertex_cycles, worklist_bytes
+from sim.cost.pooling import (PoolPass, PoolTilePlan, forward_passes, plan_pool, received_bytes, tile_cost,
+                              vertex_cycles, worklist_bytes)
 from sim.cost.rules import op_cost
 from sim.graph.ir import GraphBuilder
 
@@ -154,3 +155,16 @@ def test_a_series_keeps_the_tiles_and_temporaries_of_parts_without_a_profile():
     both = in_series([(part, 1), (part, 2)], 8, "two parts")
     assert list(both.profile.compute) == [300.0] * 4 + [0.0] * 4
     assert list(both.profile.temp) == [256.0] * 4 + [0.0] * 4
+
+
+def test_each_tile_receives_its_own_window_smaller_at_the_fields_edges():
+    """A padded 3x3 stride-1 pool of an 8 x 8 field, one output a tile on 64 tiles: a middle tile reads a 3 x 3
+    window of the input, an edge tile 2 x 3 and a corner tile 2 x 2 (the padding is not stored), so the tiles'
+    received bytes are 36 windows of 9, 24 of 6 and 4 of 4 elements of its 8 fp16 channels; the middle tile's,
+    the busiest, is what tile_cost prices for the cycles."""
+    p = PoolPass(1, 8, (8, 8), (3, 3), (1, 1), (1, 1), True, False, 8, 2, (8, 8), (1, 1))
+    plan = PoolTilePlan(1, 1, 8, 1, 1, 64, 0, (8, 8))
+    got = received_bytes(p, plan)
+    assert len(got) == 64 and sorted(set(got)) == [4 * 16, 6 * 16, 9 * 16]
+    assert got.sum() == (36 * 9 + 24 * 6 + 4 * 4) * 16
+    assert tile_cost(p, plan, 6)[2] == got.max()

@@ -233,21 +233,41 @@ def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, 
     (row0, rows), (x0, row) = (_tile_origin(o, s) for o, s in zip(p.out_field, plan.splits))
     compute, fixed = _vertex(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.batch * rows * row,
                              _worker_rows(p, plan, workers))
-    channels = plan.batch * plan.chan_groups * plan.chans_per_group
-
-    def window(dim: int, first: int, count: int) -> int:  # the stored input elements the outputs read
-        dilation = p.dilation[dim]
-        lo = first * p.stride[dim] - p.pad_lower[dim]
-        hi = (first + count - 1) * p.stride[dim] + p.kernel[dim] - 1 - p.pad_lower[dim]
-        return sum(1 for i in range(max(lo, 0), min(hi, (p.in_field[dim] - 1) * dilation) + 1) if i % dilation == 0)
-
-    read = window(0, row0, rows) * window(1, x0, row) * channels * p.itemsize
-    received = 2 * read + rows * row * channels * p.itemsize if p.max_grad else read
+    received = _received(p, plan, row0, rows, x0, row)
     regroup = 0
     if p.det_group != plan.chans_per_group:
         regroup = _bytes_per_tile(p, plan.batch, plan.chan_groups, plan.chans_per_group, rows, row) // (
             PLANNER_REARRANGE_BYTES_PER_CYCLE)
     return compute, fixed, received, regroup
+
+
+def _window(p: PoolPass, dim: int, first: int, count: int) -> int:
+    """The stored input elements of dimension ``dim`` that ``count`` outputs from ``first`` read: inside the
+    input, not its padding, and not a dilation zero (a gradient's are not stored)."""
+    dilation = p.dilation[dim]
+    lo = max(first * p.stride[dim] - p.pad_lower[dim], 0)
+    last = (p.in_field[dim] - 1) * dilation  # the dilated input's last element
+    hi = min((first + count - 1) * p.stride[dim] + p.kernel[dim] - 1 - p.pad_lower[dim], last)
+    return max(0, hi // dilation - (lo - 1) // dilation) if count else 0
+
+
+def _received(p: PoolPass, plan: PoolTilePlan, row0: int, rows: int, x0: int, row: int) -> int:
+    """Bytes a tile of ``plan`` receives for its ``rows`` x ``row`` outputs from (``row0``, ``x0``): the input
+    window they read, and for the max pool's gradient also the forward output's window and the forward input at
+    the outputs."""
+    channels = plan.batch * plan.chan_groups * plan.chans_per_group
+    read = _window(p, 0, row0, rows) * _window(p, 1, x0, row) * channels * p.itemsize
+    return 2 * read + rows * row * channels * p.itemsize if p.max_grad else read
+
+
+def received_bytes(p: PoolPass, plan: PoolTilePlan) -> np.ndarray:
+    """Bytes each of ``plan``'s tiles receives (:func:`_received`), tile by tile: the output rows and row pieces
+    of the field cut as ``getTileOutRange`` cuts them, the same for every channel and batch part. A tile at the
+    field's edge reads less of the padding-clipped input than the middle tile :func:`tile_cost` prices."""
+    parts = [[((i * out) // split, ((i + 1) * out) // split - (i * out) // split) for i in range(split)]
+             for out, split in zip(p.out_field, plan.splits)]
+    grid = np.array([_received(p, plan, r0, rn, x0, xn) for r0, rn in parts[0] for x0, xn in parts[1]])
+    return np.tile(grid, max(1, plan.tiles // len(grid)))
 
 
 def _bytes_per_tile(p: PoolPass, batch: int, chan_groups: int, cpg: int, rows: int, row: int) -> int:

@@ -34,7 +34,7 @@ from .embedding import (ATOM_BYTES, FLOAT_BYTES, LEGACY_POPLIBS, MIN_INDICES_PER
                         max_elems_per_worker, multi_slice_cycles, multi_update_op_cycles, offsets_per_worker,
                         plan_embedding, plan_embedding_sdk3, slice_worker_cycles, update_worker_cycles)
 from .depthwise import plan_depthwise
-from .pooling import GRAIN_BYTES, PoolPass, forward_passes, plan_pool, tile_cost, worklist_bytes
+from .pooling import GRAIN_BYTES, PoolPass, forward_passes, plan_pool, received_bytes, tile_cost, worklist_bytes
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
@@ -948,12 +948,12 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
                                              itemsize, max_pool)
     fwd, fwd_plan = plan_pool(fwd_vector, fwd_grouped, tiles, ipu.worker_threads)
     if not grad:
-        return _pool_pass(fwd, fwd_plan, ipu, "pool")
+        return _pool_pass(fwd, fwd_plan, ipu, tiles, "pool")
     # the gradient convolution: the output gradient dilated by the stride, over the forward input's field
     bwd = PoolPass(n, c, (h, w), kernel, (1, 1), stride, max_pool, max_pool, fwd_plan.chans_per_group, itemsize,
                    tuple(out_shape[2:]), (kernel[0] - 1 - padding[0], kernel[1] - 1 - padding[1]))
     bwd, bwd_plan = plan_pool(bwd, bwd, tiles, ipu.worker_threads)
-    pooled = _pool_pass(bwd, bwd_plan, ipu, "pool gradient")
+    pooled = _pool_pass(bwd, bwd_plan, ipu, tiles, "pool gradient")
     if max_pool:  # the output gradient first copied into the forward output's layout (gradsRearranged)
         moved = fwd_plan.batch * fwd_plan.chan_groups * fwd_plan.chans_per_group * fwd_plan.rows * fwd_plan.row
         copy = _phases(ipu, 0, exchange_cycles(moved * itemsize, ipu), 0, 0.0, moved * itemsize * fwd_plan.tiles,
@@ -964,7 +964,7 @@ def _pool(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
     return in_series([(scale, 1), (pooled, 1)], tiles, f"output gradient scaled; {pooled.plan}")
 
 
-def _pool_pass(p: PoolPass, plan, ipu, what: str) -> OpCost:
+def _pool_pass(p: PoolPass, plan, ipu, tiles: int, what: str) -> OpCost:
     """One popnn pooling call's vertex pass of ``plan``: the exchange of each tile's input window (and the
     planner's regrouping charge), one compute set, and what Poplar spends on a library call beyond its planned
     steps: the reduce call's fitted fixed cycles (``[reduce_vertex] call_fixed_cycles``), which poplibs'
@@ -973,9 +973,11 @@ def _pool_pass(p: PoolPass, plan, ipu, what: str) -> OpCost:
     compute, fixed, received, regroup = tile_cost(p, plan, ipu.worker_threads)
     call = reduce_constants()["call_fixed_cycles"]
     outputs = plan.batch * plan.chan_groups * plan.chans_per_group * plan.rows * plan.row * plan.tiles
+    windows = received_bytes(p, plan)  # each tile's own window: the busiest, in the middle, sets the cycles
+    profile = TileProfile.padded(tiles, np.full(len(windows), compute + call), windows, windows)
     cost = _phases(ipu, compute + call, exchange_cycles(received, ipu) + regroup, 1,
-                   float(outputs * p.kernel[0] * p.kernel[1]), received * plan.tiles, plan.tiles, temp=received,
-                   launch=fixed + call,
+                   float(outputs * p.kernel[0] * p.kernel[1]), int(windows.sum()), plan.tiles, temp=received,
+                   profile=profile, launch=fixed + call,
                    plan=f"{what}: channel groups of {plan.chans_per_group}, {plan.chan_groups} a tile, batch "
                         f"{plan.batch}, {plan.rows} x {plan.row} outputs a tile on {plan.tiles} tiles")
     return replace(cost, constant_bytes_per_tile=worklist_bytes(p, plan, ipu.worker_threads))

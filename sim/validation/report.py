@@ -590,9 +590,9 @@ def _pooling_memory_section() -> list[str]:
             "tensors, each tile holds its pooling vertices' worklists (popnn's constants, "
             "`sim.cost.pooling.worklist_bytes`) and, while a pass runs, the windows it receives (the gradient: the "
             "output gradient copied into the pooled output's layout, then its windows, the pooled output's and the "
-            "input's). The small fields come out up to 30 % over, not identified (what of a window Poplar reads "
-            "in place, without a copy, is not modelled). Rows within 25 % when added (2026-12-04) are held at "
-            f"{MEMORY_TOLERANCE:.0%} by `tests/test_calibration.py`.",
+            "input's), each tile its own window, smaller at the field's edges. The stride-1 and small fields come out "
+            "10-21 % over, not identified (what of a window Poplar reads in place, without a copy, is not "
+            f"modelled). Held at {MEMORY_TOLERANCE:.0%} by `tests/test_calibration.py`.",
             "", "| benchmark | field × channels, window | published TotalMemory | simulated | error | status | "
             "simulated split |", "|---|---|---:|---:|---:|---|---|"] + rows
 
