@@ -218,7 +218,9 @@ def worklist_bytes(p: PoolPass, plan: PoolTilePlan, workers: int) -> int:
     """Bytes of the constants a tile of ``plan`` holds for its vertex (``PoolVertices.cpp generateVertices``,
     each ``graph.addConstant`` of UNSIGNED_SHORT): ``startPos`` (a short per worker), ``offsetBase`` (two shorts
     per partial row) and each partial row's worklist (three shorts per work item: output offset, input offset,
-    ``numElementsM1``). The vertex state's descriptors of those lists are not counted."""
+    ``numElementsM1``). popnn maps each to tile 0, but all tiles' lists (0.6-1.0 MB for poplibs' pooling rows)
+    could not fit on one tile, so they are taken to be where their vertex runs, as the rows' TotalMemory bears out.
+    The vertex state's descriptors of those lists are not counted."""
     rows = [r for w in _worker_rows(p, plan, workers) for r in w]
     return WORKLIST_ENTRY_BYTES * (workers + 2 * len(rows) + 3 * sum(map(len, rows)))
 
