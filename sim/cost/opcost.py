@@ -99,8 +99,8 @@ def in_series(parts: list[tuple[OpCost, int]], tiles: int, plan: str) -> OpCost:
         return sum(getattr(c, field) * n for c, n in parts)
 
     profiles = [c.profile if c.profile is not None else
-                TileProfile.uniform(tiles, c.tiles_used, c.compute_cycles, c.exchange_bytes / max(c.tiles_used, 1),
-                                    c.temp_bytes_per_tile) for c, _ in parts]
+                TileProfile.uniform(tiles, min(c.tiles_used, tiles), c.compute_cycles,
+                                    c.exchange_bytes / max(c.tiles_used, 1), c.temp_bytes_per_tile) for c, _ in parts]
 
     def vector(field: str) -> np.ndarray:
         out = np.zeros(tiles)
