@@ -185,7 +185,7 @@ def test_layer_memory_rows_count_the_code_their_tools_compile():
 
 @pytest.mark.parametrize("row", [r for r in validation.MK1_MEMORY_ROWS if r.asserted], ids=lambda r: r.name)
 def test_published_mk1_memory(row):
-    """poplibs' IpuModel1 TotalMemory of a fully connected, convolution, octave-convolution or gemm layer
+    """poplibs' IpuModel1 TotalMemory of a fully connected, pooling, convolution, octave-convolution or gemm layer
     on one Mk1 IPU, held at 30 % once within 25 % (the others are tracked in reports/validation.md)."""
     assert row.simulated() == pytest.approx(row.published, rel=validation.MEMORY_TOLERANCE), validation.MEMORY_WHY
 
@@ -195,7 +195,7 @@ def test_mk1_layers_that_do_not_fit_a_tile():
     (61-95 % of a tile; the two largest gemms near 94 %), the same leniency as on Mk2
     (reports/validation.md, "The fullest tile")."""
     rows = validation.MK1_MEMORY_ROWS
-    assert len(rows) == 194 and len(validation.MK1_MEMORY_TRACKED) == 24
+    assert len(rows) == 204 and len(validation.MK1_MEMORY_TRACKED) == 24
     over = {r.name: r.memory().peak_tile_bytes / 262144 for r in rows if r.published_max > 262144}
     assert sorted(over) == ["gemm_1000x256x30000", "gemm_1000x512x20000", "gemm_1000x512x30000",
                             "gemm_600x512x30000", "vgg16_tr_bs4_v1L1", "vgg16_tr_bs4_v2L1"]

@@ -556,7 +556,8 @@ def _mk1_memory_section() -> list[str]:
     return ["", "### Mk1 (GC2): the same layers' memory on Poplar's IPUModel1", "",
             "The IpuModel1 rows of the same file (TotalMemory, and MaxTileMemory for the fullest tile) against the "
             f"simulator on one Mk1 IPU ({capacity:,} B a tile), program code counted as on Mk2 (left out for the "
-            f"fully connected tool only). {len(errors)} rows: {sum(abs(e) <= 0.1 for e in errors)} within 10 %, "
+            f"fully connected and pooling tools). {len(errors)} rows: {sum(abs(e) <= 0.1 for e in errors)} "
+            "within 10 %, "
             f"{sum(abs(e) <= MEMORY_TOLERANCE for e in errors)} within {MEMORY_TOLERANCE * 100:.0f} %; those within "
             f"25 % when added are asserted at {MEMORY_TOLERANCE * 100:.0f} % by `tests/test_calibration.py`, the "
             "others (`sim.validation.memory.MK1_MEMORY_TRACKED`) are listed below. In "
