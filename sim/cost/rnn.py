@@ -146,8 +146,13 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, res
 
 
 def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int,
-                   tiles: int, reset_after: bool = True) -> list[Part]:
-    """The compute sets of one backward pass with the weight update (``*BwdWithWU``)."""
+                   tiles: int, reset_after: bool = True, step_wu: bool = False) -> list[Part]:
+    """The compute sets of one backward pass with the weight update (``*BwdWithWU``). ``step_wu``: the
+    LSTM's weight update a step at a time, as poplibs did before the cadence (8dcde1ec, the
+    ``lstm_layer`` benchmarks' version: ``lstmWUImpl``), inside the backward loop when
+    ``interleavedWUIsBeneficial`` (the weights no larger than the sequence's gate gradients), else in a
+    loop of its own after it over the kept gate gradients, on a copy of the input sequence and the
+    output sequence shifted a step (``inputCopy``, ``rnn::shiftRnnTensor``)."""
     BH, G = B * H, RNN_GATES[cell]
     # rnn::Rnn's step loop: its counter, the step's slices of the output gradient and of the saved
     # intermediates, and of the input and previous output the weight update reads
@@ -155,12 +160,16 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
              Part("dynamic_slice", (RNN_SAVED[cell] * BH,), T)]
     wu_inputs = [Part("dynamic_slice", (B * I,), T), Part("dynamic_slice", (BH,), T)]
     if cell == "lstm":
+        interleaved = not step_wu or (I + H) * 4 * H <= 4 * BH * T
         parts = [Part("transpose", (I + H, 4 * H)),  # lstmBwdRearrangeWeights, before the loop
-                 *saved, *wu_inputs, Part("add", (BH,), T), Part("mul", (2 * BH,), T),
+                 *saved, *(wu_inputs if interleaved else []), Part("add", (BH,), T), Part("mul", (2 * BH,), T),
                  Part("tanh_grad", (2 * BH,), T),
                  Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
                  Part("matmul", (B, 4 * H, I + H), T, weight=True)]
-        steps, wu_memory = lstm_wu_cadence(T, B, I, H, itemsize, tile_bytes, tiles)
+        if not interleaved:  # lstmWUImpl: its own rnn::Rnn loop over the kept gate gradients
+            parts += [Part("copy", (T * B * I,)), Part("copy", (T * BH,)), Part("loop_counter", (1,), T),
+                      *wu_inputs, Part("dynamic_slice", (4 * BH,), T)]
+        steps, wu_memory = (1, None) if step_wu else lstm_wu_cadence(T, B, I, H, itemsize, tile_bytes, tiles)
         wu_k = [I + H]
     else:
         gru_step = [Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),

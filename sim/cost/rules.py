@@ -1441,7 +1441,8 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
     itemsize = DTYPE_BYTES[dtype]
     reset_after = attrs.get("reset_after", True)
     if kind.endswith("_grad"):
-        parts = backward_parts(cell, T, B, I, H, itemsize, ipu.sram_bytes_per_tile, tiles, reset_after)
+        parts = backward_parts(cell, T, B, I, H, itemsize, ipu.sram_bytes_per_tile, tiles, reset_after,
+                               step_wu=attrs.get("poplibs") == LEGACY_POPLIBS)
     else:
         parts = forward_parts(cell, T, B, I, H, bool(attrs.get("training")), reset_after)
     priced = []
