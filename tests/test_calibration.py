@@ -123,6 +123,15 @@ def test_published_pooling_memory(name):
     assert row.simulated() == pytest.approx(row.published, rel=validation.MEMORY_TOLERANCE), validation.MEMORY_WHY
 
 
+@pytest.mark.parametrize("name", [n for n in validation.RECURRENT_MEMORY_ROWS
+                                  if validation.RecurrentMemoryRow(n).asserted])
+def test_published_recurrent_memory(name):
+    """poplibs' published TotalMemory of an LSTM, GRU or CTC-loss layer, held at 30 % once within 25 % (the fp32
+    training layers, about half Poplar's bytes: reports/validation.md tracks them)."""
+    row = validation.RecurrentMemoryRow(name)
+    assert row.simulated() == pytest.approx(row.published, rel=validation.MEMORY_TOLERANCE), validation.MEMORY_WHY
+
+
 @pytest.mark.parametrize("row", [r for r in validation.KERAS_DENSE_ROWS if r.asserted], ids=lambda r: r.category)
 def test_keras_dense_popvision_category(row):
     """A category of the published PopVision profile of a Keras Dense layer: the three fitted to it at

@@ -14,7 +14,8 @@ since, :data:`PROMOTED`) are asserted at 30 %, the others are tracked in the rep
 
 Memory: :data:`MEMORY_ROWS` (poplibs' published IPUModel2 memory of single fully connected layers;
 :data:`LAYER_MEMORY_ROWS`, of its convolution and gemm layers; :data:`MK1_MEMORY_ROWS`, both on Mk1; :data:`EMBEDDING_MEMORY_ROWS`, of its
-embedding layers; :data:`POOLING_MEMORY_ROWS`, of its pooling layers; :func:`fullest_tile_rows`, its fullest tile
+embedding layers; :data:`POOLING_MEMORY_ROWS`, of its pooling layers;
+:data:`RECURRENT_MEMORY_ROWS`, of its LSTM, GRU and CTC-loss layers; :func:`fullest_tile_rows`, its fullest tile
 against its mean where that measures bytes: reported, not asserted),
 :data:`KERAS_DENSE_ROWS` (a published PopVision profile of one Keras Dense layer, category by
 category: the program-memory code constants are fitted to it) and :data:`MEMORY_FITS`
@@ -72,7 +73,7 @@ from .mk2_to_bow import CLOCK_LINES, MK2_TO_BOW, SECONDS_LINES, _E2E_SETUPS, _pa
 from .memory import (COMPILED_TOOLS, EMBEDDING_MEMORY_ROWS, EmbeddingMemoryRow, FULLEST_TILE_MIN_MEAN, FullestTileRow,
                      LAYER_MEMORY_ROWS, LAYER_MEMORY_TRACKED, LayerMemoryRow, MEMORY_ROWS, MEMORY_TOLERANCE,
                      MK1_MEMORY_ROWS, MK1_MEMORY_TRACKED, Mk1MemoryRow, POOLING_MEMORY_ROWS, POOLING_MEMORY_TRACKED,
-                     PoolingMemoryRow,
+                     PoolingMemoryRow, RECURRENT_MEMORY_ROWS, RECURRENT_MEMORY_TRACKED, RecurrentMemoryRow,
                      MEMORY_WHY, MemoryRow, POPLIBS_MEMORY, UNCOMPILED_CODE, counted_code_bytes, fc_layer_memory,
                      fullest_tile_rows)
 from .keras_dense import (DenseRow, KERAS_DENSE, KERAS_DENSE_FITTED_TOLERANCE, KERAS_DENSE_ROWS,
@@ -107,7 +108,8 @@ __all__ = [
     "RESNET_CLEAN_STEP_MS", "RESNET_STEP_ROWS", "packed_step_line", "packed_step_seconds", "GCL_CROSSOVERS",
     "gcl_crossover", "gcl_implied_step_seconds", "CLOCK_LINES", "MK2_TO_BOW", "SECONDS_LINES", "_E2E_SETUPS",
     "_pair_published", "_pair_setup", "EMBEDDING_MEMORY_ROWS", "EmbeddingMemoryRow", "POOLING_MEMORY_ROWS",
-    "POOLING_MEMORY_TRACKED", "PoolingMemoryRow", "MEMORY_ROWS",
+    "POOLING_MEMORY_TRACKED", "PoolingMemoryRow", "RECURRENT_MEMORY_ROWS", "RECURRENT_MEMORY_TRACKED",
+    "RecurrentMemoryRow", "MEMORY_ROWS",
     "MEMORY_TOLERANCE", "MEMORY_WHY", "MemoryRow", "POPLIBS_MEMORY", "UNCOMPILED_CODE", "fc_layer_memory",
     "FULLEST_TILE_MIN_MEAN", "FullestTileRow", "fullest_tile_rows", "fullest_share", "_fullest_tile_section",
     "COMPILED_TOOLS", "LAYER_MEMORY_ROWS", "LAYER_MEMORY_TRACKED", "LayerMemoryRow", "counted_code_bytes",
