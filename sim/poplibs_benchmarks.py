@@ -533,7 +533,8 @@ def rnn_graph(cell: str, batch: int, steps: int, inputs: int, outputs: int, dtyp
     ``batch`` sequences (popnn's defaults: fp32 partials, no pre-weighted input; the GRU without
     ``resetAfter``, the tool's default), ``lstmFwd`` / ``gruFwd``; with ``train`` (``--phase all``)
     also ``lstmBwdWithWU`` / ``gruBwdWithWU`` from an output-sequence gradient (``nextLayerGrads``),
-    which give the input and weight gradients (the tool applies no update)."""
+    which give the input and weight gradients (the tool applies no update, and downloads them and the
+    output sequence)."""
     gates = RNN_GATES[cell]
     b = GraphBuilder(f"{cell}_{batch}_{steps}_{inputs}_{outputs}" + ("_train" if train else ""), dtype)
     x = b.input("prevLayerAct", (steps, batch, inputs))
@@ -553,7 +554,8 @@ def rnn_graph(cell: str, batch: int, steps: int, inputs: int, outputs: int, dtyp
     dy = b.input("nextLayerGrads", (steps, batch, outputs))
     grads = b.op(f"{cell}_grad", fwd.inputs + [seq, fwd.outputs[-1], dy], [b.shape(t) for t in fwd.inputs],
                  dict(fwd.attrs, output_grads=[0]), name=f"{cell}_grad")
-    b.output(grads[0])
+    # the tool downloads the input gradient, the weights' and biases' deltas and the output sequence
+    b.output(grads[0], grads[1], grads[2], grads[3], seq)
     return b.graph
 
 

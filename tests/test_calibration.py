@@ -127,7 +127,7 @@ def test_published_pooling_memory(name):
                                   if validation.RecurrentMemoryRow(n).asserted])
 def test_published_recurrent_memory(name):
     """poplibs' published TotalMemory of an LSTM, GRU or CTC-loss layer, held at 30 % once within 25 % (the fp32
-    training layers, about half Poplar's bytes: reports/validation.md tracks them)."""
+    LSTM training layer, 28 % under: reports/validation.md tracks it)."""
     row = validation.RecurrentMemoryRow(name)
     assert row.simulated() == pytest.approx(row.published, rel=validation.MEMORY_TOLERANCE), validation.MEMORY_WHY
 

@@ -241,8 +241,8 @@ class PoolingMemoryRow(EmbeddingMemoryRow, _HeldRow):
 # like pooling_layer, compile no code
 RECURRENT_MEMORY_ROWS = [name for name, bench in poplibs_benchmarks.BENCHES.items() if bench.tool in ("rnn", "ctc")]
 #: the recurrent and CTC rows more than 25 % off when they were added (2026-12-04), tracked in the report: the
-#: fp32 training layers of both cells (about half Poplar's bytes, not identified)
-RECURRENT_MEMORY_TRACKED = frozenset(("lstm_8_25_1024_1024_float_train", "gru_8_25_1024_1024_float_train"))
+#: fp32 LSTM training layer (-28 %; the training layers come out over in fp16, under in fp32: not identified)
+RECURRENT_MEMORY_TRACKED = frozenset(("lstm_8_25_1024_1024_float_train",))
 
 
 @dataclass(frozen=True)
