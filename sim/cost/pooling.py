@@ -188,19 +188,25 @@ def _hits(p: PoolPass, dim: int, first: int, end: int, k: int) -> int:
                if 0 <= o * stride + k - pad <= last and (o * stride + k - pad) % dilation == 0)
 
 
+def _out_ranges(out: int, split: int) -> list[tuple[int, int]]:
+    """(first output, outputs) of each of ``split`` parts of ``out`` outputs (``getTileOutRange``)."""
+    return [((i * out) // split, ((i + 1) * out) // split - (i * out) // split) for i in range(split)]
+
+
 def _tile_origin(out: int, split: int) -> tuple[int, int]:
-    """(first output, outputs) of the tile nearest the middle of ``out`` outputs cut into ``split`` parts that
-    holds the most of them (``getTileOutRange``)."""
-    parts = [((i * out) // split, ((i + 1) * out) // split) for i in range(split)]
-    most = max(e - b for b, e in parts)
-    begin, end = min((pe for pe in parts if pe[1] - pe[0] == most), key=lambda pe: abs(pe[0] - out // 2))
-    return begin, end - begin
+    """(first output, outputs) of the part of ``out`` outputs cut into ``split`` (:func:`_out_ranges`) nearest the
+    middle that holds the most of them."""
+    parts = _out_ranges(out, split)
+    most = max(n for _, n in parts)
+    return min((part for part in parts if part[1] == most), key=lambda part: abs(part[0] - out // 2))
 
 
+@lru_cache(maxsize=4096)
 def _worker_rows(p: PoolPass, plan: PoolTilePlan, workers: int) -> list[list[list[int]]]:
     """The worklists popnn builds for a tile of ``plan`` in the middle of the field (``createPartitions``,
     ``createWorklists``): each worker's partial rows, each row the ``numElementsM1`` of its work items, one for
-    each kernel position with hits (a partial row with none has no list)."""
+    each kernel position with hits (a partial row with none has no list). Cached: a pass's cycles and its
+    worklists' bytes read the same lists (not to be modified)."""
     (row0, rows), (x0, row) = (_tile_origin(o, s) for o, s in zip(p.out_field, plan.splits))
     worker_rows = []
     for partials in _partial_rows(plan.batch, rows, row, workers):
@@ -266,8 +272,7 @@ def received_bytes(p: PoolPass, plan: PoolTilePlan) -> np.ndarray:
     """Bytes each of ``plan``'s tiles receives (:func:`_received`), tile by tile: the output rows and row pieces
     of the field cut as ``getTileOutRange`` cuts them, the same for every channel and batch part. A tile at the
     field's edge reads less of the padding-clipped input than the middle tile :func:`tile_cost` prices."""
-    parts = [[((i * out) // split, ((i + 1) * out) // split - (i * out) // split) for i in range(split)]
-             for out, split in zip(p.out_field, plan.splits)]
+    parts = [_out_ranges(out, split) for out, split in zip(p.out_field, plan.splits)]
     grid = np.array([_received(p, plan, r0, rn, x0, xn) for r0, rn in parts[0] for x0, xn in parts[1]])
     return np.tile(grid, max(1, plan.tiles // len(grid)))
 

@@ -219,10 +219,10 @@ POOLING_MEMORY_TRACKED: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
-class PoolingMemoryRow(EmbeddingMemoryRow, _HeldRow):
-    """One IPUModel2 TotalMemory of poplibs' pooling_layer benchmarks and the simulator's bytes for it: each
-    tile's peak summed, less the program code, which the tool (like fully_connected_layer) does not compile
-    (:func:`counted_code_bytes`); held at :data:`MEMORY_TOLERANCE` unless :data:`POOLING_MEMORY_TRACKED`."""
+class _ToolMemoryRow(EmbeddingMemoryRow, _HeldRow):
+    """One IPUModel2 TotalMemory of a poplibs benchmark tool's row and the simulator's bytes for it: each tile's
+    peak summed, less the program code the tool does not compile (:func:`counted_code_bytes`: none for
+    :data:`COMPILED_TOOLS`); held at :data:`MEMORY_TOLERANCE` unless the subclass's tracked set has it."""
 
     @property
     def tool(self) -> str:
@@ -231,6 +231,12 @@ class PoolingMemoryRow(EmbeddingMemoryRow, _HeldRow):
     def simulated(self) -> int:
         memory = self.memory()
         return int(round(memory.total_bytes - counted_code_bytes(self.tool, memory).sum()))
+
+
+@dataclass(frozen=True)
+class PoolingMemoryRow(_ToolMemoryRow):
+    """A pooling_layer row (:class:`_ToolMemoryRow`; the tool, like fully_connected_layer, compiles no code),
+    tracked if in :data:`POOLING_MEMORY_TRACKED`."""
 
     @staticmethod
     def _tracked() -> frozenset:
@@ -246,9 +252,9 @@ RECURRENT_MEMORY_TRACKED = frozenset(("lstm_8_25_1024_1024_float_train",))
 
 
 @dataclass(frozen=True)
-class RecurrentMemoryRow(PoolingMemoryRow):
-    """One IPUModel2 TotalMemory of poplibs' LSTM, GRU or CTC-loss benchmarks and the simulator's bytes for it,
-    as :class:`PoolingMemoryRow`; held at :data:`MEMORY_TOLERANCE` unless :data:`RECURRENT_MEMORY_TRACKED`."""
+class RecurrentMemoryRow(_ToolMemoryRow):
+    """An lstm_layer, gru_layer or ctc_loss row (:class:`_ToolMemoryRow`; none of the tools compiles code),
+    tracked if in :data:`RECURRENT_MEMORY_TRACKED`."""
 
     @staticmethod
     def _tracked() -> frozenset:
@@ -256,15 +262,11 @@ class RecurrentMemoryRow(PoolingMemoryRow):
 
 
 @dataclass(frozen=True)
-class LayerMemoryRow(EmbeddingMemoryRow, _HeldRow):
+class LayerMemoryRow(_ToolMemoryRow):
     """One IPUModel2 TotalMemory of poplibs' convolution, octave-convolution or gemm benchmarks and
     the simulator's bytes for it (each tile's peak summed, program code included: the tools compile
     it, :data:`COMPILED_TOOLS`); held at :data:`MEMORY_TOLERANCE` unless :data:`LAYER_MEMORY_TRACKED`
     (tests/test_calibration.py)."""
-
-    @property
-    def tool(self) -> str:
-        return poplibs_benchmarks.BENCHES[self.name].tool
 
     @staticmethod
     def _tracked() -> frozenset:
