@@ -24,8 +24,9 @@ MK1_WITHIN = (
     # update a step at a time as popnn runs it, -2.9 %. lstm_16_25_1024_1024_half_train (-2.3 %) left
     # the list when its update became current poplibs' cadence, planned within the cadence's memory
     # (+9.9 %: the 2021 row ran it a step at a time); run a step at a time again since 2026-12-04, as the
-    # benchmarks' poplibs does, +11.2 %
-    "lstm_8_25_1024_1024_float", "gru_8_25_1024_1024_float_train",
+    # benchmarks' poplibs does, +11.2 %, and +3.5 % since a joint plan's weight update over one input-channel
+    # group writes its fp16 result from the AMP (2026-12-05; gru_16_25_1024_1024_half_train +0.2 -> -3.4 %)
+    "lstm_8_25_1024_1024_float", "gru_8_25_1024_1024_float_train", "lstm_16_25_1024_1024_half_train",
     # and with the step loop's counter, slices and updates (rnn::Rnn): +0.9 and -2.5 %
     "gru_16_25_1024_1024_half_train", "gru_8_25_1024_1024_float",
     # popnn's CTC loss (added 2026-11-29, tests/test_ctc_benchmarks.py): +4.0 and +0.0 %
@@ -265,6 +266,6 @@ def test_mk1_report_section_lists_every_row_and_a_family_summary():
                         "reduce", "conv", "oct", "lstm", "gru", "ctc", "embedding", "pool"}
     text = "\n".join(lines)
     within = pb.within(TOLERANCE, TARGET)  # every row simulated once here (the section needs them all)
-    assert len(within) >= len(MK1_WITHIN) == 162  # the rows within 5 % do not fall
+    assert len(within) >= len(MK1_WITHIN) == 163  # the rows within 5 % do not fall
     assert f"**{len(within)} of 228 rows within 5%.**" in text
     assert "`vgg16_tr_bs4_v2L1`" in text.split("MaxTileMemory exceeds")[1].split("(the IPUModel")[0]

@@ -72,17 +72,48 @@ def test_rows_against_poplar(name, target):
 
 
 @pytest.mark.parametrize("target", pb.TARGETS)
-@pytest.mark.parametrize("name", [n for n in RNN_ROWS if n.startswith("gru") and n.endswith("_train")])
-def test_a_gru_training_layer_holds_a_steps_update_at_a_time(name, target):
-    """The GRU's weight update a step at a time: its temporaries those of a (2048, 16) x (16, 3072)
-    matmul, not of one over the 400 rows of the sequence (+410 % / +191 % of Poplar's memory then).
-    Compared as the report compares these tools' rows (the program code left out: gru_layer compiles
-    none; the deltas and output sequence the tool downloads live to the end): +18 / +19 % in fp16,
-    -22 % in fp32 on both targets, held within a quarter."""
+@pytest.mark.parametrize("name", [n for n in RNN_ROWS if n.endswith("_train")])
+def test_a_training_layers_memory_holds_what_popnn_keeps_live(name, target):
+    """A training layer's memory: the weight update a step at a time (the GRU's temporaries those of a
+    (2048, 16) x (16, 3072) matmul, not of one over the sequence's 400 rows: +410 % / +191 % of Poplar's
+    memory then), beside popnn's own tensors: the weights transposed for the backward matmuls, live through
+    the backward loop, and without interleaving the gate gradients kept for the update's loop and its copies
+    of the input and shifted output (sim/cost/rnn.py; the fp32 rows were -22 / -28 % without them), and the
+    fp16 update's result written by the AMP (+16 / +18 % with fp32 partials of the whole product). Compared
+    as the report compares these tools' rows (the program code left out: the tools compile none; the deltas
+    and output sequence the tool downloads live to the end): +3 .. +21 % on both targets, held within a
+    quarter."""
     row = next(r for r in pb.rows(target) if r.name == name)
     memory = pb.simulated_run(row.bench, target).executable.memory[0]
     simulated = memory.total_bytes - counted_code_bytes("rnn", memory).sum()
     assert simulated == pytest.approx(row.total_memory, rel=0.25)
+    if name == "lstm_8_25_1024_1024_float_train":
+        assert simulated == pytest.approx(row.total_memory, rel=0.05)  # +3.0 % (IPUModel2 and IPUModel1)
+
+
+def test_a_layers_own_tensors_live_beside_the_parts_they_outlive():
+    """Elements of popnn's tensors each part runs beside (``Part.held``): the forward loop reads a copy of the
+    input sequence; the backward loop the transposed weights (preArrangeMatMulInputRHS), and, when the update
+    runs in a loop of its own (interleavedWUIsBeneficial false), it keeps the gate gradients for it, which
+    then reads them with copies of the input and of the output shifted a step."""
+    ipu = load_system("ipu-mk2").ipu
+    T, B, I, H = 25, 16, 1024, 1024
+    held = {p.held for p in forward_parts("lstm", T, B, I, H, training=True)}
+    assert held == {T * B * I}
+    args = ("lstm", T, B, I, H, 2, ipu.sram_bytes_per_tile, ipu.tiles)
+    parts = backward_parts(*args, step_wu=True)
+    transposed, kept, copies = (I + H) * 4 * H, 4 * B * H * T, T * B * I + T * B * H
+
+    def holding(kind, shape=None):
+        return {p.held for p in parts if p.kind == kind and (shape is None or p.shape == shape)}
+    assert holding("transpose") == {transposed}
+    assert holding("matmul", (B, 4 * H, I + H)) == {transposed + kept}  # the backward loop's
+    assert holding("matmul", (I + H, B, 4 * H)) == {kept + copies}  # the update's loop
+    assert holding("reduce_sum", (B, 4 * H)) == {0}  # the bias gradients over the batch, after both loops
+    # the current cadence updates inside the backward loop: the transposed weights beside every part of it
+    # (all but the accumulators' zeroing before it and the bias gradients' batch reduction after it)
+    cadence = [p.held for p in backward_parts(*args)]
+    assert cadence[0] == cadence[-1] == 0 and set(cadence[1:-1]) == {transposed}
 
 
 def _layer(steps: int):
@@ -110,8 +141,9 @@ def test_the_step_loop_is_in_the_program_once():
         program[steps] = (sets, cost.codelets, run.tile_memory(0, "vertex_code").max())
     assert program[5] == program[50]  # (the sequence's first copy spreads over more tiles at 50 steps)
     row = next(r for r in pb.rows() if r.name == "gru_16_25_1024_1024_half")
-    simulated = pb.simulated_run(row.bench).memory[0]["total_peak_bytes"]
-    assert simulated == pytest.approx(row.total_memory, rel=0.35)  # 39.0 MB against Poplar's 30.4 MB
+    memory = pb.simulated_run(row.bench).executable.memory[0]
+    simulated = memory.total_bytes - counted_code_bytes("rnn", memory).sum()  # the tool compiles no code
+    assert simulated == pytest.approx(row.total_memory, rel=0.1)  # 29.6 MB against Poplar's 30.4 MB
 
 
 def test_the_benchmarks_lstm_updates_its_weights_a_step_at_a_time_after_the_backward_loop():

@@ -1920,6 +1920,16 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     for name, (M, K, N, wu) in dims.items():
         moved[name] = (fc_weight_update_rearranged(G, M, K, N) if wu else 0) + \
             matmul_padding(grain, partial_channel_group(mode), G, M, K, N, wu)[0]
+    partials = {name: partials_bytes for name in grids}
+    fwd_out_group = partial_channel_group(mode)
+    if itemsize == 2 and partials_bytes == 4 and -(-B // fwd_out_group) * fwd_out_group == ipu.amp_fp16_input_group:
+        # a weight update reducing one input-channel group (the batch) sums nothing across tiles, so its AMP
+        # writes the fp16 result itself on all its conv units (ConvPlan.cpp getFullyConnectedWUPlan takes
+        # the first of getConvVertexTypeCandidates, its input channels grouped as the forward pass's output
+        # channels; ConvVertexType.cpp puts first the half-output candidates, "The vertex output type can be
+        # smaller than the partial type if no reduction is required afterwards", those whose grouping rounds
+        # the batch up to a conv unit's weights; getConvTypes then keeps the result half)
+        partials["wu"] = 2
     total = np.zeros(len(used))
     fits = np.ones(len(used), dtype=bool)
     for name, (m, k, n, pm, pn, pk) in grids.items():
@@ -1927,7 +1937,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
         # weight); the weight update still rearranges them (fc_weight_update_rearranged), and a pass
         # whose channels are short of the vertex's groups its padded operands (matmul_padding)
         rearranged = moved[name]
-        c = _tile_costs(ipu, itemsize, partials_bytes, True, None, "1x1", g, m, k, n, pm, pn, pk, rearranged, used)
+        c = _tile_costs(ipu, itemsize, partials[name], True, None, "1x1", g, m, k, n, pm, pn, pk, rearranged, used)
         total = total + _tile_planned(c)
         fits &= c["temp"] <= budget
     if not fits.any():
@@ -1938,7 +1948,7 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
     for name, (m, k, n, pm, pn, pk) in grids.items():
         M, K, N, _ = dims[name]
         out[name] = replace(_plan_at(G, M, K, N, (int(pg[j]), int(pm[j]), int(pn[j]), int(pk[j])), itemsize,
-                                     partials_bytes, True, ipu, moved[name],
+                                     partials[name], True, ipu, moved[name],
                                      block=tuple(np.broadcast_to(a, used.shape)[j] for a in (g, m, k, n))),
                             swapped=True)
     return out

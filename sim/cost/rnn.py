@@ -84,6 +84,14 @@ class Part:
     broadcast: int = 0
     fc_pass: str = ""
     memory_proportion: float | None = None  # a matmul's availableMemoryProportion (None: the layer's)
+    held: int = 0  # elements (the layer's type) of the layer's own tensors live while it runs (:func:`_holding`)
+
+
+def _holding(parts: list[Part], elements: int) -> list[Part]:
+    """``parts`` with ``elements`` more of the layer's own tensors live while each runs: a tensor popnn
+    creates for its loops (the copy of the input the steps slice, the transposed weights, the kept gate
+    gradients), counted with the temporaries of every part it outlives."""
+    return [replace(p, held=p.held + elements) for p in parts]
 
 
 def lstm_wu_cadence(T: int, B: int, I: int, H: int, itemsize: int, tile_bytes: int,
@@ -115,8 +123,7 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, res
     ``reset_after`` False: ONNX's default GRU (``linear_before_reset`` 0), whose candidate's matmul
     takes ``[x_t, r h]`` after the gates' (``gruCellForwardPassCalcUnits`` twice)."""
     BH = B * H
-    parts = [Part("copy", (T * B * I,)),  # the input sequence copied to the loop's layout (lstmFwd)
-             Part("loop_counter", (1,), T),  # rnn::Rnn's step counter (checkLimit)
+    parts = [Part("loop_counter", (1,), T),  # rnn::Rnn's step counter (checkLimit)
              Part("dynamic_slice", (B * I,), T)]  # each step's input, sliced from the sequence
     if cell == "lstm":
         parts += [Part("matmul", (B, I + H, 4 * H), T, weight=True),
@@ -142,6 +149,9 @@ def forward_parts(cell: str, T: int, B: int, I: int, H: int, training: bool, res
         parts += [Part("dynamic_slice", (RNN_SAVED[cell] * BH,), T),
                   Part("copy", (2 * BH if cell == "lstm" else BH,), T)]
     parts.append(Part("dynamic_slice", (BH,), T))  # the output written into the sequence
+    # the input sequence copied to the loop's layout first (lstmFwd, gruFwd: prevLayerActsCopy), live
+    # through the loop
+    parts = _holding([Part("copy", (T * B * I,)), *parts], T * B * I)
     return _with_fc_passes(parts, "TRAINING_FWD" if training else "INFERENCE_FWD")
 
 
@@ -161,51 +171,56 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
     wu_inputs = [Part("dynamic_slice", (B * I,), T), Part("dynamic_slice", (BH,), T)]
     if cell == "lstm":
         interleaved = not step_wu or (I + H) * 4 * H <= 4 * BH * T
-        parts = [Part("transpose", (I + H, 4 * H)),  # lstmBwdRearrangeWeights, before the loop
-                 *saved, *(wu_inputs if interleaved else []), Part("add", (BH,), T), Part("mul", (2 * BH,), T),
-                 Part("tanh_grad", (2 * BH,), T),
-                 Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
-                 Part("matmul", (B, 4 * H, I + H), T, weight=True)]
-        if not interleaved:  # lstmWUImpl: its own rnn::Rnn loop over the kept gate gradients
-            parts += [Part("copy", (T * B * I,)), Part("copy", (T * BH,)), Part("loop_counter", (1,), T),
-                      *wu_inputs, Part("dynamic_slice", (4 * BH,), T)]
+        transposes = [Part("transpose", (I + H, 4 * H))]  # lstmBwdRearrangeWeights, before the loop
+        step = [*saved, Part("add", (BH,), T), Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T),
+                Part("add", (BH,), T), Part("mul", (4 * BH,), T), Part("sigmoid_grad", (3 * BH,), T),
+                Part("matmul", (B, 4 * H, I + H), T, weight=True)]
         steps, wu_memory = (1, None) if step_wu else lstm_wu_cadence(T, B, I, H, itemsize, tile_bytes, tiles)
         wu_k = [I + H]
     else:
-        gru_step = [Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
+        # Gru.cpp: the update's matmuls run a step at a time, inside the backward loop when
+        # interleavedWUIsBeneficial, else in a loop of their own after it (gruWUImpl)
+        interleaved = (I + H) * 3 * H <= 3 * BH * T
+        steps, wu_memory = 1, None
+        gru_step = [*saved, Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
                     Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T)]
         if not reset_after:  # Gru.cpp backwardStepImpl: the candidate's matmul, then the gates'
-            parts = [Part("transpose", (I + H, 3 * H)), *saved, *gru_step,
-                     Part("matmul", (B, H, I + H), T, weight=True), Part("mul", (BH,), T),
-                     Part("sigmoid_grad", (BH,), T), Part("matmul", (B, 2 * H, I + H), T, weight=True),
-                     Part("map:mul,add,mul,add,add", (BH,), T)]
+            transposes = [Part("transpose", (I + H, 3 * H))]
+            step = [*gru_step, Part("matmul", (B, H, I + H), T, weight=True), Part("mul", (BH,), T),
+                    Part("sigmoid_grad", (BH,), T), Part("matmul", (B, 2 * H, I + H), T, weight=True),
+                    Part("map:mul,add,mul,add,add", (BH,), T)]
             wu_k = [I + H]
         else:
-            parts = [Part("transpose", (I, 3 * H)), Part("transpose", (H, 3 * H)), *saved, *gru_step,
-                     Part("mul", (BH,), T), Part("sigmoid_grad", (BH,), T), Part("mul", (BH,), T),
-                     Part("matmul", (B, 3 * H, H), T, weight=True), Part("matmul", (B, 3 * H, I), T, weight=True),
-                     Part("map:mul,add", (BH,), T)]
+            transposes = [Part("transpose", (I, 3 * H)), Part("transpose", (H, 3 * H))]
+            step = [*gru_step, Part("mul", (BH,), T), Part("sigmoid_grad", (BH,), T), Part("mul", (BH,), T),
+                    Part("matmul", (B, 3 * H, H), T, weight=True), Part("matmul", (B, 3 * H, I), T, weight=True),
+                    Part("map:mul,add", (BH,), T)]
             wu_k = [I, H]
-        # Gru.cpp: the update's matmuls run a step at a time, inside the backward loop when
-        # interleavedWUIsBeneficial, else in a loop of their own after it (gruWUImpl's rnn::Rnn,
-        # which slices the kept gate gradients too)
-        steps, wu_memory = 1, None
-        if (I + H) * 3 * H <= 3 * BH * T:
-            parts += wu_inputs
-        else:
-            parts += [Part("loop_counter", (1,), T), *wu_inputs, Part("dynamic_slice", (3 * BH,), T)]
-    parts.append(Part("dynamic_slice", (B * I,), T))  # the input gradient written into its sequence
+    step.append(Part("dynamic_slice", (B * I,), T))  # the input gradient written into its sequence
     calls = math.ceil(T / steps)
-    parts.append(Part("copy", ((I + H) * G * H + G * H * B,)))  # the accumulators zeroed (popops::zero)
     # accumulating matmuls [x, h]ᵀ @ dgates over ``steps`` steps, then added in: a step at a time
     # TRAINING_WU, several (the LSTM's cadence) INFERENCE_FWD within the cadence's memory
     # (Lstm.cpp basicLstmParamUpdate: the plan found at that proportion, then kept)
     wu_pass = "INFERENCE_FWD" if steps > 1 and wu_memory is not None else ""
-    for k in wu_k:
-        parts += [Part("matmul", (k, steps * B, G * H), calls, fc_pass=wu_pass, memory_proportion=wu_memory),
-                  Part("add", (k * G * H,), calls)]
-    parts += [Part("reduce_sum", (steps, G * BH), calls),  # the bias gradients over the steps
-              Part("reduce_sum", (B, G * H))]  # and over the batch, once (ParamUpdateFinal)
+    wu = [part for k in wu_k for part in (
+        Part("matmul", (k, steps * B, G * H), calls, fc_pass=wu_pass, memory_proportion=wu_memory),
+        Part("add", (k * G * H,), calls))]
+    wu.append(Part("reduce_sum", (steps, G * BH), calls))  # the bias gradients over the steps
+    zero = Part("copy", ((I + H) * G * H + G * H * B,))  # the accumulators zeroed (popops::zero)
+    # live beside the parts' own temporaries: the weights transposed for the backward matmuls
+    # (preArrangeMatMulInputRHS) through the backward loop; without interleaving, the gate gradients it
+    # keeps for the update's own loop, which reads them with a copy of the input sequence and the
+    # output sequence shifted a step (lstmWUImpl, gruWUImpl: inputCopy, rnn::shiftRnnTensor)
+    transposed = (I + H) * G * H
+    if interleaved:
+        parts = [zero, *_holding([*transposes, *step, *wu_inputs, *wu], transposed)]
+    else:
+        kept = G * BH * T
+        wu_loop = [Part("copy", (T * B * I,)), Part("copy", (T * BH,)), Part("loop_counter", (1,), T),
+                   *wu_inputs, Part("dynamic_slice", (G * BH,), T), *wu]
+        parts = [*_holding(transposes, transposed), *_holding(step, transposed + kept), zero,
+                 *_holding(wu_loop, kept + T * B * I + T * BH)]
+    parts.append(Part("reduce_sum", (B, G * H)))  # the bias gradients over the batch, once (ParamUpdateFinal)
     return _with_fc_passes(parts, "TRAINING_BWD")
 
 

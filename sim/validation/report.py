@@ -610,8 +610,12 @@ def _recurrent_memory_section() -> list[str]:
             "tools, like pooling_layer, compile no code, so the simulator's code is left out. The LSTM's training "
             "rows run their poplibs' weight update a step at a time (8dcde1ec, before the cadence current poplibs "
             "runs; `sim/cost/rnn.py`); the tools download the input gradient, the weights' and biases' deltas and the "
-            "output sequence, which stay live to the end. The training layers come out 16-18 % over in fp16 and "
-            "22-28 % under in fp32, not identified. Rows within 25 % when added (2026-12-04) are held at "
+            "output sequence, which stay live to the end, and the layer's own tensors live beside the parts they "
+            "outlive: the input's copy the forward loop slices, the weights transposed for the backward loop, the "
+            "gate gradients kept for the update's own loop and its copies of the input and shifted output "
+            "(`sim.cost.rnn.Part.held`). The fp16 training layers come out 12-21 % over, the fp32 ones 3-10 %; "
+            "their fp16 weight updates run a joint plan whose AMP writes the fp16 result (one input-channel group, "
+            "nothing reduced). Rows within 25 % when added (2026-12-04) or since are held at "
             f"{MEMORY_TOLERANCE:.0%} by `tests/test_calibration.py`.", "",
             "| benchmark | tool | published TotalMemory | simulated | error | status |",
             "|---|---|---:|---:|---:|---|"] + rows
