@@ -46,6 +46,12 @@ accumulating matmuls have the batch as their reduction dimension. ONNX's default
 (``linear_before_reset`` 0, not ``resetAfter``)
 runs two matmuls of ``[x_t, h]`` and ``[x_t, r h]`` per step instead, and two backward.
 
+Memory: beside each part's own temporaries, the tensors popnn creates for its loops live while the parts they
+outlive run (``Part.held``): the copy of the input sequence the forward loop slices (``prevLayerActsCopy``), the
+weights transposed for the backward loop (``preArrangeMatMulInputRHS``) and, when the update runs in a loop of
+its own, the gate gradients the backward loop keeps for it and that loop's copies of the input and of the
+output shifted a step.
+
 Not modelled: popnn's sharding of long sequences over tile sets (``numShards``), the variable
 sequence lengths' masks, and the cadence's serial split of the weight-update matmul (its FLOPs
 are the same).
