@@ -533,8 +533,12 @@ def rnn_graph(cell: str, batch: int, steps: int, inputs: int, outputs: int, dtyp
     ``batch`` sequences (popnn's defaults: fp32 partials, no pre-weighted input; the GRU without
     ``resetAfter``, the tool's default), ``lstmFwd`` / ``gruFwd``; with ``train`` (``--phase all``)
     also ``lstmBwdWithWU`` / ``gruBwdWithWU`` from an output-sequence gradient (``nextLayerGrads``),
-    which give the input and weight gradients (the tool applies no update, and downloads them and the
-    output sequence)."""
+    which give the input and weight gradients (the tool applies no update; with the benchmarks'
+    ``--ignore-data`` it uploads and downloads nothing). The graph outputs those gradients and the output
+    sequence, so they are held to the end: Poplar's totals count a training layer's weight deltas beside its
+    weights and the weights popnn transposes for the backward loop (the fp32 LSTM layer's 118.3 MB: three
+    times 33.6 MB and 17 MB more), which a walk freeing the deltas after their last write does not give
+    (88.3 MB)."""
     gates = RNN_GATES[cell]
     b = GraphBuilder(f"{cell}_{batch}_{steps}_{inputs}_{outputs}" + ("_train" if train else ""), dtype)
     x = b.input("prevLayerAct", (steps, batch, inputs))
@@ -554,7 +558,7 @@ def rnn_graph(cell: str, batch: int, steps: int, inputs: int, outputs: int, dtyp
     dy = b.input("nextLayerGrads", (steps, batch, outputs))
     grads = b.op(f"{cell}_grad", fwd.inputs + [seq, fwd.outputs[-1], dy], [b.shape(t) for t in fwd.inputs],
                  dict(fwd.attrs, output_grads=[0]), name=f"{cell}_grad")
-    # the tool downloads the input gradient, the weights' and biases' deltas and the output sequence
+    # the input gradient, the weights' and biases' deltas and the output sequence, held to the end (above)
     b.output(grads[0], grads[1], grads[2], grads[3], seq)
     return b.graph
 
