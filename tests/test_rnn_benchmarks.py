@@ -81,8 +81,8 @@ def test_a_training_layers_memory_holds_what_popnn_keeps_live(name, target):
     of the input and shifted output (sim/cost/rnn.py; the fp32 rows were -22 / -28 % without them), and the
     fp16 update's result written by the AMP (+16 / +18 % with fp32 partials of the whole product). Compared
     as the report compares these tools' rows (the program code left out: the tools compile none; the deltas
-    and output sequence held to the end, as Poplar's totals count them: sim.poplibs_benchmarks.rnn_graph): +3 .. +21 % on both targets, held within a
-    quarter."""
+    and output sequence held to the end, as Poplar's totals count them: sim.poplibs_benchmarks.rnn_graph):
+    +3 .. +21 % on both targets, held within a quarter."""
     row = next(r for r in pb.rows(target) if r.name == name)
     memory = pb.simulated_run(row.bench, target).executable.memory[0]
     simulated = memory.total_bytes - counted_code_bytes("rnn", memory).sum()
