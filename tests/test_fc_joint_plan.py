@@ -87,3 +87,20 @@ def test_joint_plan_splits_the_conv_groups_but_never_the_batch():
     assert plans["fwd"].total_cycles < _plan_at(16, 512, 64, 512, (1, 16, 1, 4), 2, 4, True, IPU, 0).total_cycles
     # so for this layer the separate plans stay poplin's choice (createPlan)
     assert not plan_fc_training(16, 512, 64, 512, 2, IPU, IPU.tiles, 0.6)[1]
+
+
+def test_a_joint_weight_update_over_one_input_group_writes_its_fp16_result():
+    """getFullyConnectedWUPlan takes the first vertex candidate under the forward pass's groupings, and
+    ConvVertexType.cpp lists first the AMP writing the fp16 result when the update's input channels (the
+    batch) round up to one conv unit's 16 weights in the forward output grouping of 8: batch 9-16 in fp16
+    (nothing reduced, no fp32 partials, no cast); batch 8 rounds to 8, and fp32 has no smaller output."""
+    def partials(batch, itemsize):
+        plans, joint = plan_fc_training(1, batch, 2048, 4096, itemsize, IPU, IPU.tiles, 0.6)
+        assert joint
+        return {name: p.partials_bytes for name, p in plans.items()}
+    assert partials(16, 2) == partials(12, 2) == {"fwd": 4, "bwd": 4, "wu": 2}
+    assert partials(8, 2) == partials(16, 4) == {"fwd": 4, "bwd": 4, "wu": 4}
+    # the update's result is the layer's type, so the pass holds no fp32 partials of the product
+    wu16 = plan_fc_training(1, 16, 2048, 4096, 2, IPU, IPU.tiles, 0.6)[0]["wu"]
+    wu8 = plan_fc_training(1, 8, 2048, 4096, 2, IPU, IPU.tiles, 0.6)[0]["wu"]
+    assert wu16.temp_bytes_per_tile < wu8.temp_bytes_per_tile
