@@ -160,3 +160,12 @@ def test_the_benchmarks_lstm_updates_its_weights_a_step_at_a_time_after_the_back
     assert [(p.shape, p.count) for p in current][1] == ((2048, 384, 4096), 2)
     loops = [p for p in backward_parts(*args, step_wu=True) if p.kind == "loop_counter"]
     assert [p.count for p in loops] == [25, 25]
+
+
+def test_a_gru_backward_step_runs_popnns_subtractions():
+    """Gru.cpp backwardStepImpl(ResetAfter) computes 1 - u and h - c as two popops subs, each a compute set of
+    its own, before multiplying them by the output gradient: every step, in both forms."""
+    ipu = load_system("ipu-mk2").ipu
+    for reset_after in (True, False):
+        parts = backward_parts("gru", 25, 16, 1024, 1024, 2, ipu.sram_bytes_per_tile, ipu.tiles, reset_after)
+        assert [(p.shape, p.count) for p in parts if p.kind == "sub"] == [((16 * 1024,), 25)] * 2

@@ -36,8 +36,8 @@ GRU (``lib/popnn/Gru.cpp``, ``resetAfter``: PyTorch's form, ONNX's ``linear_befo
 two matmuls (``x_t @ W_i`` and ``h @ W_h``), their results rearranged, the biases added, the
 update and reset gates' sum and sigmoid, the reset gate applied to the recurrent candidate, the
 candidate's sum and tanh, then ``h = c + u (h - c)`` as one map. Backward per step
-(``backwardStepImplResetAfter``): the output gradient copied and added, ``[1 - u, h - c] * dh``,
-one compute set of the candidate's and update gate's gradients, the reset gate's product and
+(``backwardStepImplResetAfter``): the output gradient copied and added, ``1 - u`` and ``h - c``,
+``[1 - u, h - c] * dh``, one compute set of the candidate's and update gate's gradients, the reset gate's product and
 gradient, two matmuls (to ``h`` and to ``x``) and ``dh_prev`` as one map. The weight update
 (``basicGruParamUpdate``) runs a step at a time: inside the backward loop when that saves memory
 (``interleavedWUIsBeneficial``: the weights no larger than the sequence's gate gradients), else in
@@ -188,8 +188,11 @@ def backward_parts(cell: str, T: int, B: int, I: int, H: int, itemsize: int, til
         # interleavedWUIsBeneficial, else in a loop of their own after it (gruWUImpl)
         interleaved = (I + H) * 3 * H <= 3 * BH * T
         steps, wu_memory = 1, None
+        # the output gradient copied and added, a constant of ones copied, 1 - u and h - c (two popops subs),
+        # [1 - u, h - c] * dh, the candidate's and update gate's non-linearity gradients in one compute set
         gru_step = [*saved, Part("copy", (BH,), T), Part("add", (BH,), T), Part("copy", (BH,), T),
-                    Part("mul", (2 * BH,), T), Part("tanh_grad", (2 * BH,), T)]
+                    Part("sub", (BH,), T), Part("sub", (BH,), T), Part("mul", (2 * BH,), T),
+                    Part("tanh_grad", (2 * BH,), T)]
         if not reset_after:  # Gru.cpp backwardStepImpl: the candidate's matmul, then the gates'
             transposes = [Part("transpose", (I + H, 3 * H))]
             step = [*gru_step, Part("matmul", (B, H, I + H), T, weight=True), Part("mul", (BH,), T),
