@@ -4,8 +4,8 @@ PopTorch lowers ``nn.LSTM`` to PopART's LSTM op (its dispatcher takes ``lstm.inp
 ``popart_canonicalization/RNNOps.cpp`` sums the two biases into one), and ONNX's LSTM and GRU nodes
 are PopART's LSTM / GRU ops (``nn.GRU`` reaches PopTorch 3 as ATen's per-step ops instead:
 ``sim/poptorch/_ops_layers.py``). They call ``popnn::lstm::lstmFwd`` / ``lstmBwdWithWU`` and
-``popnn::gru::gruFwd`` / ``gruBwdWithWU`` (``willow/src/popx/op/lstmx.cpp``, ``grux.cpp``). popnn runs the time steps as one loop
-(``rnn::Rnn``) whose body is the cell: this module lists a pass as :class:`Part` s -- one matmul
+``popnn::gru::gruFwd`` / ``gruBwdWithWU`` (``willow/src/popx/op/lstmx.cpp``, ``grux.cpp``). popnn runs the
+time steps as one loop (``rnn::Rnn``) whose body is the cell: this module lists a pass as :class:`Part` s -- one matmul
 or one element-wise compute set each, with how many times the pass runs it -- which
 ``sim/cost/rules.py`` prices with the matmul planner and the codelet rates. The loop itself
 (``Rnn.cpp``: ``Repeat`` over the steps of ``checkLimit`` then the body) runs, each step, its
