@@ -1328,6 +1328,15 @@ def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion,
     return best_fit if best_fit is not None else least_memory
 
 
+def writes_fp16_result(ipu: IPU, itemsize: int, partials_bytes: int, in_channels: int, in_group: int) -> bool:
+    """Whether poplin offers a 1x1 pass of fp16 operands planned with fp32 partials the AMP writing its fp16
+    result itself on all its conv units (ConvVertexType.cpp getConvVertexAMPCandidates: "The vertex output
+    type can be smaller than the partial type if no reduction is required afterwards", poplibs 9235f683): its
+    ``in_channels``, rounded up to the ``in_group`` they are grouped in, are one conv unit's weights, so
+    nothing is reduced across tiles."""
+    return itemsize == 2 and partials_bytes == 4 and -(-in_channels // in_group) * in_group == ipu.amp_fp16_input_group
+
+
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
             conv: ConvShape | None, serial, rearranged=0, dilated_output=0, grain_splits=False,
             serial_dim="M", mismatch=False, pads_channels=True, channel_grains=False) -> MatmulPlan:
@@ -1346,11 +1355,9 @@ def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, 
         vertices = ("nx1",) if not conv.expandable else \
             ("nx1", "expanded") + (("expand_w",) if conv.kernel_h > 1 and conv.kernel_w > 1 else ())
     candidates = [(vertex, partials_bytes) for vertex in vertices]
-    if "1x1" in vertices and itemsize == 2 and partials_bytes == 4 and K <= ipu.amp_fp16_input_group:
+    if "1x1" in vertices and writes_fp16_result(ipu, itemsize, partials_bytes, K, ipu.amp_fp16_input_group):
         # with at most one input-channel group and a 1x1 kernel nothing is reduced across tiles, so
         # poplin also tries the AMP writing fp16 partials, the result itself, on all its conv units
-        # (ConvVertexType.cpp getConvVertexAMPCandidates: "The vertex output type can be smaller than
-        # the partial type if no reduction is required afterwards"; poplibs 9235f683)
         candidates.append(("1x1", 2))
     plans = []
     for vertex, partials in candidates:
@@ -1921,14 +1928,10 @@ def _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu: IPU, tiles, budge
         moved[name] = (fc_weight_update_rearranged(G, M, K, N) if wu else 0) + \
             matmul_padding(grain, partial_channel_group(mode), G, M, K, N, wu)[0]
     partials = {name: partials_bytes for name in grids}
-    fwd_out_group = partial_channel_group(mode)
-    if itemsize == 2 and partials_bytes == 4 and -(-B // fwd_out_group) * fwd_out_group == ipu.amp_fp16_input_group:
-        # a weight update reducing one input-channel group (the batch) sums nothing across tiles, so its AMP
-        # writes the fp16 result itself on all its conv units (ConvPlan.cpp getFullyConnectedWUPlan takes
-        # the first of getConvVertexTypeCandidates, its input channels grouped as the forward pass's output
-        # channels; ConvVertexType.cpp puts first the half-output candidates, "The vertex output type can be
-        # smaller than the partial type if no reduction is required afterwards", those whose grouping rounds
-        # the batch up to a conv unit's weights; getConvTypes then keeps the result half)
+    if writes_fp16_result(ipu, itemsize, partials_bytes, B, partial_channel_group(mode)):
+        # the weight update's input channels (the batch) are grouped as the forward pass's output channels
+        # (ConvPlan.cpp getFullyConnectedWUPlan takes the first of getConvVertexTypeCandidates, where the
+        # half-output candidates come first; getConvTypes then keeps the result half)
         partials["wu"] = 2
     total = np.zeros(len(used))
     fits = np.ones(len(used), dtype=bool)
