@@ -597,6 +597,27 @@ class GraphBuilder:
                 y = self.add(y, param("bias", (out_features,), self.dtype_of(y)))
         return y
 
+    def _conv_window(self, where: str, x: str, out_channels: int, groups: int, kernel, stride, padding, extra,
+                     extra_name: str) -> tuple:
+        """A convolution's checked arguments: ``x``'s NCHW shape, then (height, width) pairs of the
+        kernel, stride, padding and ``extra`` (the dilation or the output padding, ``extra_name``);
+        refused (a :class:`GraphError` naming ``where``) unless ``x`` is 4-D, the channels divide into
+        the groups and the stride is the same along both axes."""
+        _rank(where, x, self.shape(x), 4, "NCHW")
+        n, c, h, w = self.shape(x)
+        _whole(where, "out_channels", out_channels, 1)
+        _whole(where, "groups", groups, 1)
+        _window(where, kernel, stride, padding)
+        if c % groups or out_channels % groups:
+            raise GraphError(f"{where}: channels {c}->{out_channels} not divisible by groups {groups}")
+        (kh, kw), (sh, sw), (ph, pw), pair = (
+            spatial(v, f"{where}: {what}") for v, what in
+            ((kernel, "kernel"), (stride, "stride"), (padding, "padding"), (extra, extra_name)))
+        if sh != sw:
+            raise GraphError(f"{where}: stride {sh}x{sw} differs along the two axes; the cost model takes one "
+                             "stride (give the same stride for height and width)")
+        return (n, c, h, w), (kh, kw), (sh, sw), (ph, pw), pair
+
     def conv2d(self, x: str, out_channels: int, kernel, stride=1, padding=0,
                groups: int = 1, bias: bool = False, name: str = "conv", dilation=1) -> str:
         """2-D convolution, NCHW layout. ``kernel``, ``padding`` and ``dilation`` are one int or a
@@ -607,19 +628,8 @@ class GraphBuilder:
         input window not exchanged; the op keeps the ``dilation`` attribute and the run's notes
         say so."""
         where = f"conv {self._name(name)}"
-        _rank(where, x, self.shape(x), 4, "NCHW")
-        n, c, h, w = self.shape(x)
-        _whole(where, "out_channels", out_channels, 1)
-        _whole(where, "groups", groups, 1)
-        _window(where, kernel, stride, padding)
-        if c % groups or out_channels % groups:
-            raise GraphError(f"{where}: channels {c}->{out_channels} not divisible by groups {groups}")
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
-            spatial(v, f"{where}: {what}") for v, what in
-            ((kernel, "kernel"), (stride, "stride"), (padding, "padding"), (dilation, "dilation")))
-        if sh != sw:
-            raise GraphError(f"{where}: stride {sh}x{sw} differs along the two axes; the cost model takes one "
-                             "stride (give the same stride for height and width)")
+        (n, c, h, w), (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self._conv_window(
+            where, x, out_channels, groups, kernel, stride, padding, dilation, "dilation")
         if dh < 1 or dw < 1:
             raise GraphError(f"{where}: dilation {dh}x{dw}: give whole numbers >= 1")
         ho, wo = _conv_out(h, kh, sh, ph, dh), _conv_out(w, kw, sw, pw, dw)
@@ -644,19 +654,8 @@ class GraphBuilder:
         is the input dilation). So it is the graph op ``conv2d_grad_input`` of that convolution, its
         weights ``(in_channels, out_channels / groups, kh, kw)`` as PyTorch stores them."""
         where = f"conv_transpose {self._name(name)}"
-        _rank(where, x, self.shape(x), 4, "NCHW")
-        n, c, h, w = self.shape(x)
-        _whole(where, "out_channels", out_channels, 1)
-        _whole(where, "groups", groups, 1)
-        _window(where, kernel, stride, padding)
-        if c % groups or out_channels % groups:
-            raise GraphError(f"{where}: channels {c}->{out_channels} not divisible by groups {groups}")
-        (kh, kw), (sh, sw), (ph, pw), (oh, ow) = (
-            spatial(v, f"{where}: {what}") for v, what in
-            ((kernel, "kernel"), (stride, "stride"), (padding, "padding"), (output_padding, "output_padding")))
-        if sh != sw:
-            raise GraphError(f"{where}: stride {sh}x{sw} differs along the two axes; the cost model takes one "
-                             "stride (give the same stride for height and width)")
+        (n, c, h, w), (kh, kw), (sh, sw), (ph, pw), (oh, ow) = self._conv_window(
+            where, x, out_channels, groups, kernel, stride, padding, output_padding, "output_padding")
         if not (0 <= oh < sh and 0 <= ow < sw):
             raise GraphError(f"{where}: output_padding ({oh}, {ow}) must be smaller than the stride {sh}")
         ho, wo = (h - 1) * sh - 2 * ph + kh + oh, (w - 1) * sw - 2 * pw + kw + ow
