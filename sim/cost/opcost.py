@@ -83,6 +83,14 @@ class OpCost:
     def cycles(self) -> int:
         return self.compute_cycles + self.exchange_cycles + self.sync_cycles
 
+    def tile_profile(self, tiles: int) -> TileProfile:
+        """Its :attr:`profile`, or, without one, its work spread evenly over its first ``tiles_used``
+        tiles (at most ``tiles``)."""
+        if self.profile is not None:
+            return self.profile
+        return TileProfile.uniform(tiles, min(self.tiles_used, tiles), self.compute_cycles,
+                                   self.exchange_bytes / max(self.tiles_used, 1), self.temp_bytes_per_tile)
+
 
 FREE = OpCost(0, 0, 0, 0, 0.0, 0, 0, 0, "view: no data moves")
 
@@ -98,9 +106,7 @@ def in_series(parts: list[tuple[OpCost, int]], tiles: int, plan: str) -> OpCost:
     def total(field: str) -> int:
         return sum(getattr(c, field) * n for c, n in parts)
 
-    profiles = [c.profile if c.profile is not None else
-                TileProfile.uniform(tiles, min(c.tiles_used, tiles), c.compute_cycles,
-                                    c.exchange_bytes / max(c.tiles_used, 1), c.temp_bytes_per_tile) for c, _ in parts]
+    profiles = [c.tile_profile(tiles) for c, _ in parts]
 
     def vector(field: str) -> np.ndarray:
         out = np.zeros(tiles)

@@ -1469,8 +1469,7 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
                 c = _elementwise(p.kind, operands, (((p.shape[0],), dtype),), ipu, tiles)
         if p.held:  # the layer's own tensors live beside the part, spread over the layer's tiles
             held = math.ceil(p.held * itemsize / tiles)
-            profile = c.profile or TileProfile.uniform(tiles, min(c.tiles_used, tiles), c.compute_cycles,
-                                                       c.exchange_bytes / max(c.tiles_used, 1), c.temp_bytes_per_tile)
+            profile = c.tile_profile(tiles)
             c = replace(c, temp_bytes_per_tile=c.temp_bytes_per_tile + held,
                         profile=replace(profile, temp=profile.temp + held))
         priced.append((c, p.count))
