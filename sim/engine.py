@@ -261,7 +261,9 @@ class Engine:
         """Phases of a stream copy: (resources beyond the IPU's tiles, cycles).
 
         To the IPU: host sync and request, the host filling the stream buffer, the host link to
-        the gateway, then the gateway-to-tiles transfer. From the IPU: the reverse, no fill.
+        the gateway, then the gateway-to-tiles transfer. From the IPU: the reverse, no fill. Before an
+        input's fill the host's stream-callback thread also does its fixed work for each replica's copy
+        (``StreamCopy.callback_s``); an output's completion is not charged.
         """
         host, device = self.prefetch_phases(s)
         return host + device if s.direction == "to_ipu" else device + host
@@ -282,10 +284,11 @@ class Engine:
         latency = sysm.seconds_to_cycles(hl.latency_s)
         device = sysm.seconds_to_cycles(s.nbytes / hl.gateway_to_ipu_bytes_per_s)
         if s.direction == "to_ipu":
-            # the process's callback thread fills the buffers one at a time: this copy's and those
-            # of the replicas it stands for (StreamCopy.host_fills)
+            # the process's callback thread serves the copies one at a time, this copy's and those of the
+            # replicas it stands for (StreamCopy.host_fills): its callback's own work, then the fill
+            callback = sysm.seconds_to_cycles(s.callback_s * s.host_fills)
             prep = sysm.seconds_to_cycles(s.nbytes * s.host_fills / hl.host_prepare_bytes_per_s)
-            fill = ([(HOST_CALLBACKS,) + tuple(s.host_thread)], latency + prep)
+            fill = ([(HOST_CALLBACKS,) + tuple(s.host_thread)], latency + callback + prep)
             if not sysm.has_gateway:
                 return [fill], [([], sync), (link, device)]
             wire = sysm.seconds_to_cycles(s.nbytes / hl.host_to_ipu_bytes_per_s)

@@ -347,7 +347,8 @@ class Options:
     MODELLED = {"deviceIterations", "replicationFactor", "Training.gradientAccumulation",
                 "outputMode", "enableSyntheticData", "setAvailableMemoryProportion",
                 "logCycleCount", "randomSeed", "setExecutionStrategy", "syncPattern", "pipelineCopies",
-                "cachedGraphFunctions", "hostProcesses", "hostDataRate", "streamCallbackThreads", "memoryMargin",
+                "cachedGraphFunctions", "stepIOCallbacks", "hostProcesses", "hostDataRate", "streamCallbackThreads",
+                "memoryMargin",
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
                 "TensorLocations.setWeightLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
@@ -374,6 +375,7 @@ class Options:
         self.sync_pattern = SyncPattern.Full
         self.pipeline_copies = PipelineCopies.Merged
         self.graph_functions = False
+        self.step_io_callbacks = True
         self.stream_callback_threads = 1
         self._host_processes: int | None = None
         self._host_data_rate: float | None = None
@@ -481,6 +483,19 @@ class Options:
             raise OptionsError(f"cachedGraphFunctions expects True or False, got {enabled!r}")
         self.graph_functions = enabled
         self._record("cachedGraphFunctions", enabled)
+        return self
+
+    def stepIOCallbacks(self, enabled: bool = True) -> "Options":
+        """The simulator's own: the host serves the stream copies through PopART's runtime (its StepIO
+        stream callbacks, as PopTorch, PopART and PopXL run them; the default), whose callback thread
+        does a fixed piece of work for each replica's copy (``[host_link] stream_callback_s`` of the
+        system's config), on the IPU's path unless the copy was fetched ahead. Off for a runtime whose
+        work per copy is not measured (PopRT's, TensorFlow's infeeds): its copies pay only their fill,
+        request and transfer, and the run's notes say so."""
+        if not isinstance(enabled, bool):
+            raise OptionsError(f"stepIOCallbacks expects True or False, got {enabled!r}")
+        self.step_io_callbacks = enabled
+        self._record("stepIOCallbacks", enabled)
         return self
 
     def hostProcesses(self, processes: int) -> "Options":

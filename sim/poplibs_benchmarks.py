@@ -653,8 +653,9 @@ def system(bench: Bench, target: str = "IpuModel2"):
 
 
 def _options(bench: Bench) -> Options:
-    """--ignore-data: no host transfers, but ctc_loss's upload of its inputs (see the module docstring)."""
-    return Options().enableSyntheticData(bench.tool != "ctc")
+    """--ignore-data: no host transfers, but ctc_loss's upload of its inputs (see the module docstring), which
+    the tool's Poplar program streams itself (no PopART StepIO)."""
+    return Options().enableSyntheticData(bench.tool != "ctc").stepIOCallbacks(False)
 
 
 @lru_cache(maxsize=None)

@@ -93,6 +93,7 @@ class StreamCopy:
     fill_ahead: bool = False  # an input's one buffer is refilled while the IPU computes (PopART's prefetch)
     host_fills: float = 1.0  # input buffer fills the host thread makes for this copy (the replicas it stands for)
     host_thread: tuple = (0, 0)  # (host process, stream-callback thread) that fills it
+    callback_s: float = 0.0  # that thread's fixed work per replica's copy (PopART's StepIO callback), in seconds
     after: tuple = ()  # other items whose latest run must end first (IO-tile buffer reuse)
     label: str = ""  # what the timeline calls the copy (default: the tensor's name)
 

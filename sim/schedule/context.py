@@ -243,10 +243,11 @@ class Context:
         threads = self.options.stream_callback_threads
         # (the fills the busiest process's threads make, spread evenly over its simulated replicas)
         fills = max(1.0, per_process / (simulated * threads))
+        callback = self.system.host_link.stream_callback_s if self.options.step_io_callbacks else 0.0
         return host_transfers(self.g, self.system, self.options.sync_pattern, ipus, per_ipu, direction,
                               replica, index, self.options.prefetch_depth(),
                               self.options.TensorLocations.num_io_tiles, self.compute_tiles,
-                              self.options.prefetch_datastreams(), fills, process, threads)
+                              self.options.prefetch_datastreams(), fills, process, threads, callback)
 
     def final_outputs(self) -> list:
         """Outputs copied once after the run (OutputMode Final and Sum)."""

@@ -31,7 +31,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
                    per_ipu: dict[int, list[str]], direction: str, replica: int,
                    stream_index: dict[str, int], prefetch: int = 1, io_tiles: int = 0,
                    compute_tiles: int = 0, fill_ahead: bool = False, host_fills: float = 1.0,
-                   process: int = 0, threads: int = 1) -> list:
+                   process: int = 0, threads: int = 1, callback_s: float = 0.0) -> list:
     """Program items copying the tensors in ``per_ipu`` (IPU -> tensor names) to or from the host.
 
     The first copy on each IPU opens the host exchange (one host sync per IPU per step); copies
@@ -43,7 +43,9 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
     With ``fill_ahead`` (PopART's ``enablePrefetchDatastreams``) the host fills an input's buffer
     for its next copy while the IPU computes. The host ``process``'s ``threads`` stream-callback
     threads make the fills, the streams taking them in turn; ``host_fills`` is the fills a thread
-    makes for each copy (the replicas of the process the simulated one stands for).
+    makes for each copy (the replicas of the process the simulated one stands for), and
+    ``callback_s`` the thread's fixed work for each of them (PopART's StepIO callback; 0 for a
+    runtime whose per-copy work is not modelled).
     """
     def thread(name: str) -> tuple[int, int]:  # the streams take the process's threads in turn
         return process, stream_index[name] % threads
@@ -59,7 +61,8 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
             nbytes = g.tensors[name].nbytes
             copy = StreamCopy(ipu, name, direction, nbytes, stream_index[name], host_sync=True,
                               replica=replica, io_tiles=True, prefetch=prefetch, fill_ahead=fill_ahead,
-                              host_fills=host_fills, host_thread=thread(name), label=label(name))
+                              host_fills=host_fills, host_thread=thread(name), callback_s=callback_s,
+                              label=label(name))
             move = Compute(ipu, f"IO tiles {'->' if direction == 'to_ipu' else '<-'} compute tiles: {name}",
                            io_tile_copy_steps(name, nbytes, system.ipu, io_tiles, compute_tiles))
             copy.after, move.after = (move,), (copy,)
@@ -74,7 +77,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
             items.append(StreamCopy(ipu, name, direction, g.tensors[name].nbytes, stream_index[name],
                                     host_sync=(k == 0), replica=replica, prefetch=prefetch,
                                     fill_ahead=fill_ahead, host_fills=host_fills,
-                                    host_thread=thread(name), label=label(name)))
+                                    host_thread=thread(name), callback_s=callback_s, label=label(name)))
         if barrier:
             items.append(Sync(barrier.ipus, barrier.scope, barrier.cycles, "host sync end"))
     return items

@@ -59,8 +59,9 @@ def amp_tile_tflops(n: int) -> float:
 
 @lru_cache(maxsize=1)
 def tut6():
-    """Poplar tutorial 6 (matrix-vector, host streaming) on one Mk2 IPU."""
-    return simulate(models.get("tut6-matvec"), "ipu-mk2")
+    """Poplar tutorial 6 (matrix-vector, host streaming) on one Mk2 IPU: a Poplar program, its streams its own
+    (no PopART StepIO)."""
+    return simulate(models.get("tut6-matvec"), "ipu-mk2", Options().stepIOCallbacks(False))
 
 
 def tut6_host_exchange() -> float:
@@ -192,6 +193,64 @@ def poptorch_call_seconds() -> float:
     return virtual_clock.totals()[1] - before
 
 
+#: the rows of the 26 Criteo 1TB tables (the DLRM notebook's ``day_fea_count.npz``), each capped at 5,000 (its
+#: throughput test's hashing trick, ``max_ind_range``)
+DLRM_TABLE_ROWS = tuple(min(n, 5000) for n in (
+    227605432, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 130229467, 3067956, 405282, 10, 2209, 11938, 155, 4, 976,
+    14, 292775614, 40790948, 187188510, 590152, 12973, 108, 36))
+
+
+def dlrm_items_per_second(training: bool, system: str = "bow-2000") -> float:
+    """The CompressedDLRM notebook's hashing-trick DLRM (graphcore-research/notebooks ``compressed_dlrm``: Meta's
+    DLRM with the MLPerf Criteo 1TB sizes, fp32) as its ``test_throughput`` runs it through PopTorch on 4 IPUs:
+    one device iteration of 512 samples a replica (training: SGD, gradient accumulation 1, outputMode Sum) or 1,024
+    (inference) a call, the same batch every call; samples a second over warm calls on a script's clock."""
+    import torch
+
+    from .. import poptorch, virtual_clock
+
+    class DLRM(torch.nn.Module):  # 13 dense features and 26 sparse ones, embeddings of 128, dot interaction
+        def __init__(self):
+            super().__init__()
+            def mlp(sizes, last):
+                layers = [m for a, b in zip(sizes, sizes[1:]) for m in (torch.nn.Linear(a, b), torch.nn.ReLU())]
+                return torch.nn.Sequential(*layers[:-1], last)
+            self.bottom = mlp([13, 512, 256, 128], torch.nn.ReLU())
+            self.tables = torch.nn.ModuleList(torch.nn.Embedding(n, 128) for n in DLRM_TABLE_ROWS)
+            features = len(DLRM_TABLE_ROWS) + 1
+            self.top = mlp([features * (features - 1) // 2 + 128, 1024, 1024, 512, 256, 1], torch.nn.Sigmoid())
+            pairs = [(i, j) for i in range(features) for j in range(i)]
+            self.register_buffer("rows", torch.tensor([i for i, _ in pairs], dtype=torch.int32))
+            self.register_buffer("cols", torch.tensor([j for _, j in pairs], dtype=torch.int32))
+
+        def forward(self, dense, ids, labels=None):
+            x = self.bottom(dense)
+            t = torch.stack([x] + [table(ids[:, k]) for k, table in enumerate(self.tables)], dim=1)
+            z = torch.bmm(t, t.transpose(1, 2))[:, self.rows, self.cols]  # each pair's dot product once
+            out = self.top(torch.cat([x, z], dim=1))
+            return out if labels is None else (out, torch.nn.functional.binary_cross_entropy(out, labels))
+
+    model, per_replica = DLRM(), 512 if training else 1024
+    options = poptorch.Options().simulatedSystem(system).computeOutputsOnCpu(False).replicationFactor(4)
+    batch = 4 * per_replica
+    inputs = [torch.rand(batch, 13), torch.randint(0, 3, (batch, len(DLRM_TABLE_ROWS)))]
+    if training:
+        options.Training.setMeanAccumulationAndReplicationReductionStrategy(poptorch.MeanReductionStrategy.Running)
+        options.outputMode(poptorch.OutputMode.Sum)
+        groups = [{"params": model.bottom.parameters()}, {"params": model.top.parameters()},
+                  {"params": model.tables.parameters(), "lr": 1.0}]
+        runner = poptorch.trainingModel(model, options, poptorch.optim.SGD(groups, lr=1.0))
+        inputs.append(torch.randint(0, 2, (batch, 1)).float())
+    else:
+        runner = poptorch.inferenceModel(model, options)
+    runner(*inputs)  # compiles
+    before = virtual_clock.totals()[1]
+    calls = 3
+    for _ in range(calls):
+        runner(*inputs)
+    return calls * batch / (virtual_clock.totals()[1] - before)
+
+
 def streaming_read_rate(chunk_bytes: int, chunks: int) -> float:
     """``chunks`` loads of ``chunk_bytes`` each from streaming memory, one after another, on a Bow IPU
     (bytes/s over the whole sequence)."""
@@ -272,7 +331,11 @@ MICROBENCH_SOURCES = (
     "`benchmarks.json` (notebooks branch c9ea805; code ipu/sparq_benchmark.cpp on the benchmarks branch at 40f8a8f): "
     "SparQ's `attn-remote` on one Bow IPU (device_clock 1.85 GHz) reads its K and V from streaming memory in chunks "
     "of 128 positions, B MiB each, one after another in a counted loop, and `attn-local` keeps them on chip "
-    "(variables mapped linearly over the tiles), host wall clock over a Repeat of the program")
+    "(variables mapped linearly over the tiles), host wall clock over a Repeat of the program; and "
+    "graphcore-research/notebooks `compressed_dlrm/CompressedDLRM.ipynb` at e74385f (stored outputs; a 2023 "
+    "Graphcore research machine with 4 IPUs, not named): Meta's DLRM at the MLPerf Criteo 1TB sizes, fp32, its "
+    "26 embedding tables capped at 5,000 rows, through PopTorch with 4 replicas and the notebook's options "
+    "(`Experiment.test_throughput`: the same batch passed 5,000 times, wall clock, no DataLoader)")
 #: dense matmuls and streaming-memory reads timed on one Bow IPU, beside the simulator's
 MICROBENCH_CHECKS = [
     *(Check("popsparse_dense_matmul", f"Bow: dense matmul [{m},{m}] x [{m},{n}] {dtype}, {partials} partials "
@@ -296,10 +359,21 @@ MICROBENCH_CHECKS = [
       for batch, keys, us in ((1, 1024, 20.82), (1, 16384, 133.73), (16, 1024, 135.28))),
     Check("poptorch_call", "PopTorch: one warm call of an inferenceModel multiplying a [5,5] and a [5,4] fp32 "
           "matrix (SpMM notebook cell 38, dense)", 0.4995, "ms", 0.02, "fitted",
-          "host_link.poptorch_call_s was fitted to it (n=1; time.time() around the one call), less the 12 us the "
-          "simulator gives the call's device work (its host copies, syncs and the matmul's compute set); the check "
-          "keeps the device side from drifting",
+          "host_link.poptorch_call_s was fitted to it (n=1; time.time() around the one call), less the 43 us the "
+          "simulator gives the call's device work (its host copies, syncs, its input's StepIO callback and the "
+          "matmul's compute set); the check keeps the device side from drifting",
           lambda: poptorch_call_seconds() * 1e3),
+    *(Check("dlrm_poptorch_call", f"PopTorch on 4 IPUs: DLRM {what} (hashing trick, tables of at most 5,000 rows, "
+            f"fp32), {per_replica:,} samples a replica a call (CompressedDLRM notebook, cell 61)", published,
+            "items/s", 0.25, "predicted",
+            "5,000 warm calls of one device iteration timed by wall clock, so each holds PopTorch's host work "
+            "(poptorch_call_s) and its 4 replicas' input copies, each waiting on PopART's StepIO callback "
+            "(stream_callback_s, fitted on PopXL's tutorials, not on this); the machine is not named [U], "
+            "simulated on a Bow-2000 (an IPU-M2000 gives 517k and 3.06M: the device's clock moves the rows by "
+            "about 7 %)",
+            lambda training=training: dlrm_items_per_second(training))
+      for what, training, per_replica, published in (("training (SGD)", True, 512, 468515),
+                                                    ("inference", False, 1024, 3155996))),
     Check("sparq_streaming_read", "Bow: streaming memory read in 64 MiB chunks one after another (SparQ "
           "attn-remote, B 64, S 8,192: 128 chunks in 1.210 s)", 128 * 64 * 2**20 / 1.210304, "B/s", 0.03,
           "fitted", "streaming_memory.bytes_per_s_per_ipu was fitted to the sweep's time per chunk against its "

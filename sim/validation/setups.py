@@ -64,6 +64,7 @@ class Setup:
     auto_loss_scaling: bool = False  # Training.setAutomaticLossScaling(True)
     per_stage_copies: bool = False  # a TensorFlow pipeline: each stage's inter-IPU copies one after another
     graph_functions: bool = False  # TensorFlow's cached graph functions' copies (Options.cachedGraphFunctions)
+    poprt: bool = False  # run by PopRT's runtime (its own host streams: Options.stepIOCallbacks off)
     stable_norm: bool = False  # enableStableNorm (TensorFlow's norms.use_stable_statistics)
     non_stable_softmax: bool = False  # PopART's enableNonStableSoftmax (PopRT's enable_non_stable_softmax)
     clear_pass_type: bool = False  # enableFullyConnectedPass off (TensorFlow's matmuls.clear_pass_type)
@@ -122,6 +123,8 @@ class Setup:
             o.pipelineCopies(PipelineCopies.PerStage)
         if self.graph_functions:
             o.cachedGraphFunctions(True)
+        if self.graph_functions or self.poprt:  # TensorFlow's infeeds, PopRT's runtime: not PopART's StepIO
+            o.stepIOCallbacks(False)
         if self.stable_norm:
             o.enableStableNorm(True)
         if self.non_stable_softmax:
@@ -358,7 +361,7 @@ def _resnet_infer(batch: int, dtype: str = "float16", synthetic: bool = False, d
         params["dtype"] = dtype
     if fp8:
         params["fp8_convs"] = True
-    return Setup("resnet50", _params(**params), "c600", device_iterations=device_iterations,
+    return Setup("resnet50", _params(**params), "c600", poprt=True, device_iterations=device_iterations,
                  half_partials=dtype == "float16", training=False, synthetic=synthetic, io_tiles=io_tiles,
                  overlap_io=bool(io_tiles) and not synthetic, prefetch_depth=prefetch_depth)
 
@@ -492,7 +495,7 @@ def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, am
         params["fp32_ops"] = list(fp32_ops)
     if dtype != "float16":
         params["dtype"] = dtype
-    return Setup(model, _params(**params), "c600",
+    return Setup(model, _params(**params), "c600", poprt=True,
                  device_iterations=batches_per_step, amp=(amp,) if amp else (), training=False,
                  io_tiles=io_tiles, overlap_io=bool(io_tiles), half_partials=dtype == "float16",
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS if benchmark_options else ())
@@ -517,7 +520,7 @@ def _vit_infer(batch: int) -> Setup:
     (PopRT overlaps the streams on them); at batch 32 also ``use_128bit_conv_unit_load``,
     ``enable_fast_reduce`` and ``enable_non_stable_softmax``."""
     big = batch == 32
-    return Setup("vit-base-16", _params(micro_batch=batch, dropout=0.0, with_loss=False), "c600",
+    return Setup("vit-base-16", _params(micro_batch=batch, dropout=0.0, with_loss=False), "c600", poprt=True,
                  device_iterations=128, amp=(1.0,), training=False, io_tiles=32, overlap_io=True,
                  prefetch_depth=2, non_stable_softmax=big, poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2] if big else ())
 
@@ -543,7 +546,7 @@ def _swin_infer(batch: int) -> Setup:
     tiles (PopRT overlaps the streams on them). The zoo's Swin-T is Graphcore's PyTorch port: its windows
     padded 49 -> 56 tokens and its tensors remapped after each permute (``models/swin.py``), as PopRT's
     ``attention_padding`` and ``enable_insert_remap`` do to the ONNX graph."""
-    return Setup("swin-tiny", _params(micro_batch=batch, drop_path=0.0, with_loss=False), "c600",
+    return Setup("swin-tiny", _params(micro_batch=batch, drop_path=0.0, with_loss=False), "c600", poprt=True,
                  device_iterations=128, amp=(0.3,), training=False, io_tiles=32, overlap_io=True, prefetch_depth=2)
 
 
@@ -565,7 +568,8 @@ def _bytemlperf_swin_large(batch: int, fp8: bool = False) -> Setup:
     stream buffering depth 2, no IO tiles, the 128-bit conv unit load and fast reduce), run as the zoo's
     Swin-L (Graphcore's port) at that size; ``fp8``: PopRT's FP8 conversion, the zoo's ``fp8_matmuls``."""
     params = _params(micro_batch=batch, image_size=384, window=12, drop_path=0.0, with_loss=False, fp8_matmuls=fp8)
-    return Setup("swin-large", params, "c600", device_iterations=128, amp=(0.2,), training=False, prefetch_depth=2,
+    return Setup("swin-large", params, "c600", poprt=True, device_iterations=128, amp=(0.2,), training=False,
+                 prefetch_depth=2,
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2])
 
 
@@ -576,7 +580,8 @@ def _bytemlperf_clip_text(batch: int) -> Setup:
     32 IO tiles with the streams overlapped, 128 batches per step, prefetch and stream buffering depth 2,
     availableMemoryProportion 0.8, the 128-bit conv unit load and fast reduce, outlining at threshold 5,000,
     the backend's default half partials; run as the zoo's ``clip-text-vit-l-14``."""
-    return Setup("clip-text-vit-l-14", _params(micro_batch=batch), "c600", device_iterations=128, amp=(0.8,),
+    return Setup("clip-text-vit-l-14", _params(micro_batch=batch), "c600", poprt=True, device_iterations=128,
+                 amp=(0.8,),
                  training=False, io_tiles=32, overlap_io=True, prefetch_depth=2,
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2], outline_threshold=5000.0)
 
@@ -586,7 +591,7 @@ def _clip_infer(batch: int) -> Setup:
     fp16 images and the same 100 texts of 77 tokens each call, converted to fp16 with remaps inserted, 128
     batches per step, availableMemoryProportion 0.2, the non-stable softmax, prefetch and stream buffering
     depth 2, no IO tiles; the partials type is not set (half, as the other PopRT rows [U])."""
-    return Setup("clip-vit-b-32", _params(micro_batch=batch), "c600", device_iterations=128, amp=(0.2,),
+    return Setup("clip-vit-b-32", _params(micro_batch=batch), "c600", poprt=True, device_iterations=128, amp=(0.2,),
                  training=False, prefetch_depth=2, non_stable_softmax=True)
 
 
@@ -597,7 +602,7 @@ def _roformer_infer(batch: int) -> Setup:
     exported to ONNX, ``batch`` sequences of 128 int32 tokens, converted to fp16 (with ``pre_scale`` at batch
     356), the compiler's defaults but stream buffering depth 2: one batch per step, no IO tiles,
     availableMemoryProportion 0.6; the partials type is not set (half, as the other PopRT rows [U])."""
-    return Setup("roformer-v2-small", _params(micro_batch=batch, pre_scale=batch == 356), "c600",
+    return Setup("roformer-v2-small", _params(micro_batch=batch, pre_scale=batch == 356), "c600", poprt=True,
                  device_iterations=1, training=False, prefetch_depth=2)
 
 def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
