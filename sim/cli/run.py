@@ -243,6 +243,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the simulator's own [cachedGraphFunctions]: run as TensorFlow's IPU backend builds the "
                    "program, each convolution, matmul and norm a cached graph function whose calls copy their "
                    "arguments in and results out, and no PopART outlining (default: off)")
+    x.add_argument("--no-step-io-callbacks", action="store_true",
+                   help="the simulator's own [stepIOCallbacks(False)]: the host serves the streams as a runtime "
+                   "other than PopART's (PopRT, TensorFlow's infeeds): no StepIO callback's work before each "
+                   "replica's input copy (default: PopART's, stream_callback_s of the system's config)")
     x.add_argument("--no-outlining", action="store_true",
                    help="[_Popart enableOutlining=False] no repeated op sequence becomes a call of one shared "
                    "subgraph, so no call copies its inputs and outputs (default: outlining on, as PopART and "
@@ -418,6 +422,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.pipelineCopies(PIPELINE_COPIES[args.pipeline_copies])
     if args.graph_functions:
         opts.cachedGraphFunctions(True)
+    if args.no_step_io_callbacks:
+        opts.stepIOCallbacks(False)
     for flag, (key, value) in POPART_FLAGS.items():
         if getattr(args, flag):
             opts._Popart.set(key, value)

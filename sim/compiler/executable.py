@@ -448,6 +448,10 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         notes.append(f"streamCallbackThreads {o.stream_callback_threads}: each host process feeds one replica, "
                      "whose input buffers its threads fill one after another (the simulator shares a process's "
                      "replicas among its threads); no effect")
+    if not o.step_io_callbacks and not o.synthetic_data and (g.inputs or g.outputs):
+        notes.append("stepIOCallbacks off: the host serves the streams as a runtime other than PopART's (PopRT's, "
+                     "TensorFlow's infeeds), whose own work per copy is not modelled (not measured); each copy "
+                     "pays its request, fill and transfer only")
     if o.non_stable_softmax and not any(op.attrs.get("non_stable") for op in g.ops):
         notes.append("enableNonStableSoftmax: the model has no softmax but log-softmaxes, which stay stable; no effect")
     if k == 1 and o.sync_pattern != SyncPattern.Full:
