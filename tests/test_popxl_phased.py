@@ -370,14 +370,14 @@ def test_call_module_outlines_a_submodule_under_its_name():
 
 
 def test_a_session_run_takes_popxl_host_work_beside_the_device():
-    """Each Session.run takes PopXL's fixed host work (configs: popxl_run_s, and stream_callback_s for each
+    """Each Session.run takes PopXL's fixed host work (configs: popxl_run_s, and popxl_stream_s for each
     stream load or store of the run on each replica), which a script's clock counts and the cycle count
     does not: fitted to the stored timings of Graphcore's PopXL tutorials 5 and 6."""
     ir, images, labels, _ = _phased("io")  # 2 replicas; 4 loads of each of 2 streams a run, no stores
     session = popxl.Session(ir, "ipu_hw")
     link = session._executable.system.host_link
-    assert (link.popxl_run_s, link.stream_callback_s) == (5.85e-4, 3.12e-5)
-    assert session._host_seconds == pytest.approx(link.popxl_run_s + link.stream_callback_s * 8 * 2, rel=1e-12)
+    assert (link.popxl_run_s, link.popxl_stream_s) == (5.85e-4, 3.12e-5)
+    assert session._host_seconds == pytest.approx(link.popxl_run_s + link.popxl_stream_s * 8 * 2, rel=1e-12)
     assert "each session.run also takes" in " ".join(session._executable.notes)
     with session:
         session.run({images: np.zeros((4, 2, 8, 32), np.float32), labels: np.zeros((4, 2, 8), np.int32)})

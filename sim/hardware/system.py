@@ -99,7 +99,8 @@ class HostLink:
     host_sync_cycles: int  # one IPU-host sync
     ipus_per_link: int  # IPUs sharing one host link
     popxl_run_s: float  # the host's fixed work in one PopXL Session.run, beside the device's (seconds)
-    stream_callback_s: float  # the host's work per stream copy per replica in PopART's runtime (seconds)
+    popxl_stream_s: float  # the host's fixed work per stream load or store of a PopXL run, per replica (seconds)
+    stream_callback_s: float  # the host's work per replica's input copy in PopART's StepIO (seconds)
     poptorch_call_s: float  # the host's fixed work in one PopTorch model call, beside the device's (seconds)
 
 
@@ -457,8 +458,10 @@ _RANGES = {
                   "than a second is a unit slip"),
     "popxl_run_s": (0, 1.0, "s", "seconds of host work a PopXL Session.run takes beside the device's: about "
                     "half a millisecond (5.8e-4)"),
-    "stream_callback_s": (0, 1.0, "s", "seconds of host work per stream copy per replica in PopART's runtime: "
-                          "tens of microseconds (3.1e-5)"),
+    "popxl_stream_s": (0, 1.0, "s", "seconds of host work per stream load or store of a PopXL run, per "
+                       "replica: tens of microseconds (3.1e-5)"),
+    "stream_callback_s": (0, 1.0, "s", "seconds of host work per replica's input copy in PopART's StepIO: tens of "
+                          "microseconds (2.0e-5)"),
     "poptorch_call_s": (0, 1.0, "s", "seconds of host work a PopTorch model call takes beside the device's: about "
                         "half a millisecond (4.9e-4)"),
     "ipus_per_link": (1, 64, "IPUs", "IPUs sharing one host link: 4 behind an IPU-M2000 gateway; the simulator "

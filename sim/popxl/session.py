@@ -363,9 +363,9 @@ class Session:
         streams = ir.main_graph._io_count
         per_pass = max(streams.values(), default=1)
         copies = sum(streams.values()) * ir.num_host_transfers / per_pass * ir.instance_replication_factor
-        self._host_seconds = link.popxl_run_s + link.stream_callback_s * copies  # PopXL's own work in a run
+        self._host_seconds = link.popxl_run_s + link.popxl_stream_s * copies  # PopXL's own work in a run
         notes.append(f"each session.run also takes {self._host_seconds * 1e3:.3g} ms of host work beside the device's "
-                     f"({link.popxl_run_s * 1e3:.3g} ms a run and {link.stream_callback_s * 1e6:.3g} us for each "
+                     f"({link.popxl_run_s * 1e3:.3g} ms a run and {link.popxl_stream_s * 1e6:.3g} us for each "
                      f"of its {copies:g} stream loads and stores over its replicas, FITTED: configs): a script's "
                      "timings (ipusim script) and the samples per second count it, the cycle count does not")
         self._executable.notes[:0] = notes
@@ -394,7 +394,7 @@ class Session:
         o.outputMode(OutputMode.All)
         o.logCycleCount(True)
         o.auto_round_num_ipus = True  # PopXL reserves the next power of two of IPUs (not the user's setting: unrecorded)
-        # the stream callbacks' work is in the run's host work (stream_callback_s a copy, as fitted), not on the
+        # the stream callbacks' work is in the run's host work (popxl_stream_s a copy, as fitted), not on the
         # IPU's path
         o.step_io_callbacks = False
         if steps:  # a stage an IPU, as PopART's pipelining runs them

@@ -359,7 +359,7 @@ MICROBENCH_CHECKS = [
       for batch, keys, us in ((1, 1024, 20.82), (1, 16384, 133.73), (16, 1024, 135.28))),
     Check("poptorch_call", "PopTorch: one warm call of an inferenceModel multiplying a [5,5] and a [5,4] fp32 "
           "matrix (SpMM notebook cell 38, dense)", 0.4995, "ms", 0.02, "fitted",
-          "host_link.poptorch_call_s was fitted to it (n=1; time.time() around the one call), less the 43 us the "
+          "host_link.poptorch_call_s was fitted to it (n=1; time.time() around the one call), less the 31 us the "
           "simulator gives the call's device work (its host copies, syncs, its input's StepIO callback and the "
           "matmul's compute set); the check keeps the device side from drifting",
           lambda: poptorch_call_seconds() * 1e3),
@@ -368,9 +368,9 @@ MICROBENCH_CHECKS = [
             "items/s", 0.25, "predicted",
             "5,000 warm calls of one device iteration timed by wall clock, so each holds PopTorch's host work "
             "(poptorch_call_s) and its 4 replicas' input copies, each waiting on PopART's StepIO callback "
-            "(stream_callback_s, fitted on PopXL's tutorials, not on this); the machine is not named [U], "
-            "simulated on a Bow-2000 (an IPU-M2000 gives 517k and 3.06M: the device's clock moves the rows by "
-            "about 7 %)",
+            "(stream_callback_s, from PopTorch's host-IO profile, not fitted to this); the machine is not named [U], "
+            "simulated on a Bow-2000 (an IPU-M2000 gives 534k and 3.27M: the device's clock moves the rows by "
+            "6-9 %)",
             lambda training=training: dlrm_items_per_second(training))
       for what, training, per_replica, published in (("training (SGD)", True, 512, 468515),
                                                     ("inference", False, 1024, 3155996))),
