@@ -486,12 +486,12 @@ class Options:
         return self
 
     def stepIOCallbacks(self, enabled: bool = True) -> "Options":
-        """The simulator's own: the host serves the stream copies through PopART's runtime (its StepIO
-        stream callbacks, as PopTorch, PopART and PopXL run them; the default), whose callback thread
-        does a fixed piece of work for each replica's copy (``[host_link] stream_callback_s`` of the
-        system's config), on the IPU's path unless the copy was fetched ahead. Off for a runtime whose
-        work per copy is not measured (PopRT's, TensorFlow's infeeds): its copies pay only their fill,
-        request and transfer, and the run's notes say so."""
+        """The simulator's own: the host serves the stream copies through PopART's StepIO, as PopTorch and
+        PopART run them (the default): its callback thread does a fixed piece of work before each
+        replica's input copy (``[host_link] stream_callback_s`` of the system's config), on the IPU's
+        path unless the copy was fetched ahead. Off for a runtime whose work per copy is not measured
+        (PopRT's, TensorFlow's infeeds): its copies pay only their request, fill and transfer, and the
+        run's notes say so; and for PopXL, whose sessions count theirs in the run's host work."""
         if not isinstance(enabled, bool):
             raise OptionsError(f"stepIOCallbacks expects True or False, got {enabled!r}")
         self.step_io_callbacks = enabled
