@@ -12,7 +12,7 @@ from ..errors import OutOfMemoryError
 from .runner import _outcome
 from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _bytemlperf_clip_text,
                      _bytemlperf_resnet, _bytemlperf_swin_large, _clip_infer, _conformer_train, _e5_infer,
-                     _effnet_train, _gpt2_decode, _optimum_lm_train, _optimum_squad_train, _packed_bert, _resnet_infer,
+                     _effnet_train, _gpt2_decode, _gpt2_train, _optimum_lm_train, _optimum_squad_train, _packed_bert, _resnet_infer,
                      _resnet_train, _roformer_infer, _resnext_train, _squad_infer, _squad_train, _swin_infer,
                      _swin_train, _unet_train, _vit_infer, _vit_train)
 
@@ -307,6 +307,10 @@ DEPARTURES = {
                "word embedding's lookup serialised 2 ways (optimum's SerializedEmbedding), PopART's "
                "outlineThreshold 10 (run at 1.0). Each 256-sample step is 611 ms published and 384 ms simulated: "
                "the same per-call gap as the PyTorch BERT rows (per-call)",
+    "alcf-gpt2": "Graphcore's pytorch_gpt2_small_train_gen_pod16 command as ALCF ran it (generated data, a call of "
+                 "8 weight updates, 65,536 sequences; the timer holds the call, scheduler.step() and setOptimizer(), "
+                 "not the DataLoader); not modelled: wpe on IPU 1, the loss serialised over 128-position chunks, the "
+                 "RemapCE custom op (--remap-logit), loss scaling 50,000, AdamW without bias correction",
     "optimum-lm": "the notebook's trainer.train(): train_samples_per_second 951.618 = 720 steps of 256 samples over "
                   "193.7 s (a repeat: 970.343 in 190.0 s), one checkpoint save inside, no evaluation; run on a "
                   "machine not named (a Graphcore developer's, August 2022): an IPU-POD16 of Mk2 IPU-M2000s assumed "
@@ -590,6 +594,10 @@ PUBLISHED_ROWS = [
     # BERT-Large SQuAD fine-tuning through optimum-graphcore's IPUTrainer
     Row("O1", "OG O1", "BERT-Large SQuAD v1.1 fine-tuning (SL384), optimum-graphcore IPUTrainer, IPU-POD16, "
         "GBS 256", 419, "samples/s", _optimum_squad_train(), False, ("optimum",)),
+    # GPT-2 small pre-training, PyTorch, on 16 IPUs of ALCF's Bow Pod64 (argonne-lcf/user-guides)
+    *(Row(rid, f"ALCF {rid}", f"GPT-2 small pre-training (SL1024), 16 Bow IPUs, GBS 8,192 (SDK {sdk})", pub,
+          "samples/s", _gpt2_train("gpt2-small", [0, 4, 4, 4], [0.15] * 4, 4, 2048, rts=True), False, ("alcf-gpt2",))
+      for rid, sdk, pub in (("A1", "3.1", 1064.4), ("A2", "3.3", 1058.8))),
     Row("O2", "OG O2", "12-layer transformer LM (width 768, SL128) trained through optimum-graphcore's IPUTrainer, "
         "IPU-POD16, GBS 256", 952, "samples/s", _optimum_lm_train(), False, ("optimum-lm",)),
     # EfficientNet-B4 G16 training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
@@ -779,5 +787,4 @@ NOT_EXPRESSIBLE = [
      "not in the zoo (conv + GroupNorm fp32 CNN); hardware not stated"),
     ("U1-U3", "gc-flops, gc-hosttraffictest, gc-iputraffictest", "microbenchmarks, not end to end (U2, U3 are "
      "calibration checks above)"),
-    ("GPT-2", "GPT-2 (zoo gpt2-*)", "no published IPU throughput found (doc section 6)"),
 ]
