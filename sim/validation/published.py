@@ -307,6 +307,10 @@ DEPARTURES = {
                "word embedding's lookup serialised 2 ways (optimum's SerializedEmbedding), PopART's "
                "outlineThreshold 10 (run at 1.0). Each 256-sample step is 611 ms published and 384 ms simulated: "
                "the same per-call gap as the PyTorch BERT rows (per-call)",
+    "alcf-resnet": "Graphcore's pytorch_resnet50_train_real_* commands as ALCF ran them (poprun, one instance a "
+                   "replica, 14 DataLoader workers, rebatch 256, 20 epochs, no validation; real ImageNet: the host's "
+                   "JPEG decoding is not modelled); the figure is the epochs' mean throughput after the first; the "
+                   "system's generation is not stated (ALCF's testbed is a Bow Pod64 [U])",
     "alcf-gpt2": "Graphcore's pytorch_gpt2_small_train_gen_pod16 command as ALCF ran it (generated data, a call of "
                  "8 weight updates, 65,536 sequences; the timer holds the call, scheduler.step() and setOptimizer(), "
                  "not the DataLoader); not modelled: wpe on IPU 1, the loss serialised over 128-position chunks, the "
@@ -594,6 +598,13 @@ PUBLISHED_ROWS = [
     # BERT-Large SQuAD fine-tuning through optimum-graphcore's IPUTrainer
     Row("O1", "OG O1", "BERT-Large SQuAD v1.1 fine-tuning (SL384), optimum-graphcore IPUTrainer, IPU-POD16, "
         "GBS 256", 419, "samples/s", _optimum_squad_train(), False, ("optimum",)),
+    # ResNet-50 PyTorch training over 2-16 replicas of ALCF's Bow Pod64 (argonne-lcf/ai-testbed-userdocs, SDK 3.0)
+    *(Row(rid, f"ALCF {rid}", f"ResNet-50 training (PyTorch), {rf} Bow IPUs, {rf} replicas, real data", pub, "images/s",
+          _resnet_train(system, rf, 18, 57, 0.16, pytorch=True, replicas_per_process=1), True,
+          ("alcf-resnet", "sgd_combined is momentum SGD with the velocity as the gradient accumulator (train.py: "
+           "use_combined_accum=True)"))
+      for rid, rf, system, pub in (("A3", 2, "bow-2000", 4798.8), ("A4", 4, "bow-2000", 9959.8),
+                                   ("A5", 8, "bow-pod16", 19865.3), ("A6", 16, "bow-pod16", 39057.4))),
     # GPT-2 small pre-training, PyTorch, on 16 IPUs of ALCF's Bow Pod64 (argonne-lcf/user-guides)
     *(Row(rid, f"ALCF {rid}", f"GPT-2 small pre-training (SL1024), 16 Bow IPUs, GBS 8,192 (SDK {sdk})", pub,
           "samples/s", _gpt2_train("gpt2-small", [0, 4, 4, 4], [0.15] * 4, 4, 2048, rts=True), False, ("alcf-gpt2",))

@@ -56,6 +56,9 @@ SCALING = [
     Ratio("resnet50_bow_p_64_256", "ResNet-50 training, Bow Pod64 → Pod256", "GCN-P B2 → B3", "B3", "B2", True),
     Ratio("resnet50_bow_s30_16_64", "ResNet-50 training, Bow Pod16 → Pod64", "GCN-S30 B13 → B15", "B15", "B13", True),
     Ratio("resnet50_bow_s30_64_256", "ResNet-50 training, Bow Pod64 → Pod256", "GCN-S30 B15 → B16", "B16", "B15", True),
+    *(Ratio(f"resnet50_pytorch_bow_alcf_{a}_{b}", f"ResNet-50 PyTorch training, {a} → {b} Bow IPUs (a replica each)",
+            f"ALCF {lo} → {hi}", hi, lo, True)
+      for a, b, lo, hi in ((2, 4, "A3", "A4"), (4, 8, "A4", "A5"), (8, 16, "A5", "A6"))),
     Ratio("bert_large_ph1_p_16_64", "BERT-Large Ph1 PopART, Bow Pod16 → Pod64 (mbs 8)", "GCN-P B10 → B12",
           "B12", "B10", True),
     Ratio("vit_base_pretrain_s30_16_64", "ViT-B/16 pre-training, Bow Pod16 → Pod64 (GA 2,048 → 512)",
