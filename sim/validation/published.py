@@ -12,9 +12,9 @@ from ..errors import OutOfMemoryError
 from .runner import _outcome
 from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _bytemlperf_clip_text,
                      _bytemlperf_resnet, _bytemlperf_swin_large, _clip_infer, _conformer_train, _e5_infer,
-                     _effnet_train, _gpt2_decode, _gpt2_train, _optimum_lm_train, _optimum_squad_train, _packed_bert, _resnet_infer,
-                     _resnet_train, _roformer_infer, _resnext_train, _squad_infer, _squad_train, _swin_infer,
-                     _swin_train, _unet_train, _vit_infer, _vit_train)
+                     _effnet_train, _gpt2_decode, _gpt2_train, _optimum_lm_train, _optimum_squad_train, _packed_bert,
+                     _resnet_infer, _resnet_train, _roformer_infer, _resnext_train, _squad_infer, _squad_train,
+                     _swin_infer, _swin_train, _unet_train, _vit_infer, _vit_train)
 
 
 # --- held-out published measurements (docs/reference/published-results.md) ---------------------
