@@ -460,5 +460,16 @@ def test_popart_stream_callbacks_hold_the_host_thread_for_each_replica_copy():
     inputs = len(runs[0].executable.graph.inputs)
     mk2 = sim.load_system("ipu-mk2")
     assert runs[0].cycle_count - runs[1].cycle_count == inputs * mk2.seconds_to_cycles(mk2.host_link.stream_callback_s)
+    assert any(n.startswith("stepIOCallbacks off") for n in runs[1].all_notes)
+    assert not any(n.startswith("stepIOCallbacks off") for n in runs[0].all_notes)
     with pytest.raises(sim.OptionsError, match="stepIOCallbacks"):
         sim.Options().stepIOCallbacks(1)
+
+
+def test_the_validation_rows_serve_their_streams_as_their_runtime_does():
+    """PopTorch's and PopART's rows pay the StepIO callback; PopRT's (C600) and TensorFlow's do not."""
+    from sim.validation.published import PUBLISHED_BY_ID
+    runtime = {rid: PUBLISHED_BY_ID[rid].setup.options().step_io_callbacks
+               for rid in ("B10", "B46", "C1", "A1", "I1 bs1", "I23 bs1", "M23", "B7", "B30")}
+    assert runtime == {"B10": True, "B46": True, "C1": True, "A1": True, "I1 bs1": False, "I23 bs1": False,
+                       "M23": False, "B7": False, "B30": False}
