@@ -3,7 +3,8 @@
 Inputs, in order: ``input_ids`` and, with the head and ``with_loss``, ``labels`` (int32, (B, S);
 the labels are the ids shifted by one, prepared by the data loader). Outputs: the logits of the
 last position (what generation reads: (B, 1, vocab); all positions' logits stay on the IPU for the
-loss) and the loss (with the head and ``with_loss``), else the final hidden states.
+loss) and the loss (with the head and ``with_loss``) and, with ``remap_logits``, the accuracy, else the
+final hidden states.
 ``with_loss=False`` is inference as Graphcore's ``inference_gpt2.py`` runs it: ``input_ids`` in,
 no labels and no cross-entropy.
 
@@ -14,6 +15,14 @@ no labels and no cross-entropy.
   ``embedding_serialization`` (the examples' ``--embedding-serialization-factor``, a
   ``SerializedLinear`` LM head) serialises the projection over the vocabulary
   (``models.transformer.tied_projection``); it must divide ``vocab``.
+- ``loss_chunk`` (positions; 0, the default: one loss over all of them): the loss as Graphcore's
+  ``train_gpt2.py`` computes it with ``--enable-sequence-serialized`` (``--serialized-seq-len``, 128):
+  the logits' rows (all positions of the micro-batch, flattened) cut into slices of ``loss_chunk``
+  rows, a cross-entropy of each, the losses summed. A slice lives on the LM head's tiles that hold
+  those rows (``sim.compiler.row_layouts``), so its cross-entropy runs there. ``remap_logits``
+  (``--remap-logit``) adds the script's accuracy: each slice copied onto every tile (its ``RemapCE``
+  custom op), then an argmax of each row (priced as a max reduction, as ``sim.poptorch`` prices
+  ``torch.argmax``), compared with the labels and summed; it takes no gradient.
 - ``layers_per_ipu`` places the blocks on consecutive IPUs; as in Graphcore's GPT-2
   (``Embedding --> IPU 0``, ``Layer i --> IPU k``, ``LM_head --> IPU 0``) the embeddings are on
   IPU 0, ``ln_f`` stays with the last block, and the LM head and loss go back to IPU 0 (where
@@ -47,7 +56,7 @@ from .transformer import attention, ffn, tied_projection, transformer_params
 
 _COMMON = dict(micro_batch=1, seq_len=1024, intermediate=None, vocab=50257, n_positions=1024,
                dropout=0.1, layers_per_ipu=None, with_head=True, with_loss=True, embedding_serialization=1,
-               recompute_checkpoint_every_layer=None,
+               recompute_checkpoint_every_layer=None, loss_chunk=0, remap_logits=False,
                dtype="float16", fp32_ops=(), decode_cache=0)
 MODELS = {
     "gpt2-small": dict(_COMMON, num_layers=12, hidden=768, heads=12),
@@ -97,10 +106,39 @@ def build(name: str, p: Params) -> Graph:
         return b.graph
     with place.on(0, "head"), b.scope("lm_head"):
         logits = tied_projection(b, x, wte, serial=c["embedding_serialization"])
-        loss = b.softmax_cross_entropy(logits, labels) if with_loss else None
+        loss, accuracy = _loss(b, p, logits, labels) if with_loss else (None, None)
         next_token = b.slice(logits, 1, S - 1, S, name="next_token_logits")
-    b.output(next_token, *([loss] if with_loss else []))
+    b.output(next_token, *([loss] if with_loss else []), *([accuracy] if accuracy else []))
     return b.graph
+
+
+def _loss(b: GraphBuilder, p: Params, logits: str, labels: str) -> tuple[str, str | None]:
+    """(the cross-entropy of ``logits`` (B, S, vocab) against ``labels`` (B, S): one loss, or with
+    ``loss_chunk`` the sum of the losses of its row slices; with ``remap_logits`` the slices' summed
+    accuracy, else None), as ``train_gpt2.py`` computes them."""
+    chunk, remap = p.int("loss_chunk", minimum=0), p.flag("remap_logits")
+    if not chunk:
+        if remap:
+            p.fail("remap_logits", "remaps the loss's slices: give loss_chunk too")
+        return b.softmax_cross_entropy(logits, labels), None
+    B, S, V = b.shape(logits)
+    if (B * S) % chunk:
+        p.fail("loss_chunk", f"must divide the micro-batch's {B * S} positions")
+    rows, targets = b.reshape(logits, (B * S, V), name="rows"), b.reshape(labels, (B * S,), name="targets")
+    total = accuracy = None
+    for i, start in enumerate(range(0, B * S, chunk)):
+        with b.scope(f"chunk{i}"):
+            part = b.slice(rows, 0, start, start + chunk, name="logits")
+            label = b.slice(targets, 0, start, start + chunk, name="labels")
+            if remap:
+                best = b.reduce(b.remap(part, name="remap"), [-1], "reduce_max", name="argmax")
+                hits = b.op("compare", [best, b.cast(label, b.dtype_of(best))], [(chunk,)], name="hits")[0]
+                hits = b.reduce(b.cast(hits, "float32"), [0], name="accuracy")
+                accuracy = hits if accuracy is None else b.add(accuracy, hits, name="accuracy_sum")
+            loss = b.softmax_cross_entropy(part, label)
+            total = loss if total is None else b.add(total, loss, name="sum")
+    b.graph.loss = total
+    return total, accuracy
 
 
 def _build_decode(name: str, p: Params) -> Graph:

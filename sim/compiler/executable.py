@@ -24,7 +24,7 @@ from ..graph.ir import Graph
 from ..graph import workload
 from ..hardware.system import System, interned, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
-from . import graph_functions, loops, outlining, outplace
+from . import graph_functions, loops, outlining, outplace, row_layouts
 from .program_memory import program_memory
 from ..options import CONVOLUTION_KINDS, Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
@@ -598,7 +598,9 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int,
     # the IPU as poplin's option maps set its AMP weight loads and partials reduction, for
     # convolutions and for matmuls
     ipus = {conv: interned(replace(system.ipu, **o.poplin_options(conv))) for conv in (False, True)}
+    layouts: dict[str, row_layouts.RowLayout] = {}  # where slices of matmul results live (sim/compiler/row_layouts.py)
     for op in g.ops:
+        op_tiles = row_layouts.narrowed_tiles(op, g, layouts, tiles)
         if (not training and (op.kind in _INFERENCE_NOOPS and not op.attrs.get("explicit")
                               or op.attrs.get("training_only"))) or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule
@@ -606,7 +608,11 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int,
             op.attrs["inference"] = True  # g is the caller's own copy
         proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
         ipu = ipus[op.kind.startswith("conv")]
-        costs[op.name] = op_cost(op, g, ipu, tiles, proportion, o.partials_type(op.kind), signatures)
+        costs[op.name] = op_cost(op, g, ipu, op_tiles, proportion, o.partials_type(op.kind), signatures)
+        if op_tiles < tiles:
+            costs[op.name] = row_layouts.on_first_tiles(costs[op.name], tiles)
+        if op.kind == "matmul":
+            row_layouts.record_matmul(op, costs[op.name].plan, layouts)
         if not 0 <= costs[op.name].cycles <= MAX_OP_CYCLES:
             raise GraphError(
                 f"op {op.name!r} ({op.kind}) costs {show_number(costs[op.name].cycles)} cycles, more than the "

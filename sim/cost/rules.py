@@ -250,7 +250,7 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind == "custom":
         return _custom(attrs, ipu, tiles)
     if kind in ("transpose", "remap"):  # a copy into a new tile layout (GraphBuilder.remap)
-        return _transpose(outs, ipu, tiles)
+        return _transpose(outs, ipu, tiles, attrs.get("source_tiles"))
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
         return row_op_cost(row_op_steps(kind, attrs), _rows_last(tuple(ins[0][0]), attrs.get("axis", -1)), ins[0][1],
                            ipu, tiles, _row_reduce_cost(ipu))
@@ -898,12 +898,16 @@ def _custom(attrs, ipu, tiles) -> OpCost:
                    launch=ipu.vertex_overhead_cycles)
 
 
-def _transpose(outs, ipu, tiles) -> OpCost:
+def _transpose(outs, ipu, tiles, source_tiles: int | None = None) -> OpCost:
+    """A copy of the result's elements into a new layout over ``tiles``: each tile receives its share;
+    from ``source_tiles`` tiles only (a slice of a matmul's rows, :mod:`sim.compiler.row_layouts`) each of
+    those sends its larger share, and the phase lasts as long as the busiest sender."""
     shape, dtype = outs[0]
     itemsize = DTYPE_BYTES[dtype]
     used, per_tile = spread(math.prod(shape), itemsize, ipu, tiles)
     recv = per_tile * itemsize
-    return _phases(ipu, tile_cycles(per_tile, itemsize, "copy", ipu), exchange_cycles(recv, ipu), 1,
+    busiest = max(recv, math.prod(shape) * itemsize / source_tiles) if source_tiles else recv
+    return _phases(ipu, tile_cycles(per_tile, itemsize, "copy", ipu), exchange_cycles(busiest, ipu), 1,
                    0.0, recv * used, used, plan="layout change through the exchange", launch=launch_cycles("copy"))
 
 
@@ -1345,6 +1349,8 @@ _POINTWISE = {"abs", "ceil", "floor", "round", "trunc", "sign", "sqrt", "rsqrt",
               "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "erf", "isnan", "logical_not",
               "bitwise_not", "maximum", "minimum", "pow", "remainder", "atan2", "compare", "logical", "bitwise",
               "select", "clamp", "random_uniform", "random_normal", "random_bernoulli"}
+#: the kinds priced as one popops element-wise op with a codelet of their own, each result laid out like its input
+POINTWISE_KINDS = frozenset(_POINTWISE)
 
 
 #: the popops multi-update of each scatter reduction that updates whole slices (PopART

@@ -747,10 +747,11 @@ def _gpt2_train(model: str, layers_per_ipu: list[int], amp: list[float], replica
     partials, the vocabulary padded to 50,272 (``config/*.json``) and the LM head serialised over it;
     AdamW with fp16 gradient accumulators and first moment, fp32 second moment, its state off chip
     (``--optimizer-state-offchip`` defaults to true) and sharded where the benchmark sets
-    ``--replicated-tensor-sharding``. Not modelled: ``wpe`` on IPU 1 (the zoo keeps both embeddings on
-    IPU 0), the loss serialised over 128-position chunks and the ``RemapCE`` custom op."""
+    ``--replicated-tensor-sharding``; the loss over 128-position slices with each slice's accuracy
+    (``--enable-sequence-serialized``, ``--remap-logit``: the zoo's ``loss_chunk`` and ``remap_logits``).
+    Not modelled: ``wpe`` on IPU 1 (the zoo keeps both embeddings on IPU 0)."""
     params = _params(seq_len=seq_len, layers_per_ipu=layers_per_ipu, vocab=50272,
-                     embedding_serialization=embedding_serialization)
+                     embedding_serialization=embedding_serialization, loss_chunk=128, remap_logits=True)
     return Setup(model, params, "bow-pod16", replicas=replicas, accumulation=accumulation, device_iterations=8,
                  amp=tuple(amp), optimizer="adamw", state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16",
                  optimizer_off_chip=True, rts=rts, tied_gather=True)
