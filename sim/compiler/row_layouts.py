@@ -70,7 +70,7 @@ def _sliced(layout: RowLayout, op: Op, shape: tuple) -> RowLayout | None:
     axis %= len(shape)
     if axis == len(shape) - 1 or any(d != 1 for d in shape[:axis]):
         return None
-    inner = _rows(shape[axis:])  # rows per index along the axis
+    inner = math.prod(shape[axis + 1:-1])  # rows per index along the axis
     block = _rows(shape) / layout.blocks
     first, last = int(start * inner // block), int(math.ceil(stop * inner / block))
     covered = max(1, min(layout.blocks, last) - first)
