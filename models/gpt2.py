@@ -18,7 +18,8 @@ no labels and no cross-entropy.
 - ``loss_chunk`` (positions; 0, the default: one loss over all of them): the loss as Graphcore's
   ``train_gpt2.py`` computes it with ``--enable-sequence-serialized`` (``--serialized-seq-len``, 128):
   the logits' rows (all positions of the micro-batch, flattened) cut into slices of ``loss_chunk``
-  rows, a cross-entropy of each, the losses summed. A slice lives on the LM head's tiles that hold
+  rows, a cross-entropy of each (``torch.nn.CrossEntropyLoss(reduction="sum")`` as PopTorch lowers it),
+  the losses summed. A slice lives on the LM head's tiles that hold
   those rows (``sim.compiler.row_layouts``), so its cross-entropy runs there. ``remap_logits``
   (``--remap-logit``) adds the script's accuracy: each slice copied onto every tile (its ``RemapCE``
   custom op), then an argmax of each row (priced as a max reduction, as ``sim.poptorch`` prices
@@ -65,6 +66,9 @@ MODELS = {
     "gpt2-xl": dict(_COMMON, num_layers=48, hidden=1600, heads=25),
 }
 EPS = 1e-5  # GPT-2's layer_norm_epsilon
+#: ``torch.nn.CrossEntropyLoss(reduction="sum")`` as PopTorch lowers it (a LogSoftmaxOp, then NllOp on the
+#: log-probabilities, ignore_index -100: sim.cost.row_ops.loss_steps), what ``train_gpt2.py`` takes of each slice
+_TORCH_SUM_LOSS = {"log_softmax": True, "ignore_index": -100, "reduction": "sum"}
 
 
 def build(name: str, p: Params) -> Graph:
@@ -135,7 +139,7 @@ def _loss(b: GraphBuilder, p: Params, logits: str, labels: str) -> tuple[str, st
                 hits = b.op("compare", [best, b.cast(label, b.dtype_of(best))], [(chunk,)], name="hits")[0]
                 hits = b.reduce(b.cast(hits, "float32"), [0], name="accuracy")
                 accuracy = hits if accuracy is None else b.add(accuracy, hits, name="accuracy_sum")
-            loss = b.softmax_cross_entropy(part, label)
+            loss = b.op("softmax_cross_entropy", [part, label], [(1,)], dict(_TORCH_SUM_LOSS), "loss", ["float32"])[0]
             total = loss if total is None else b.add(total, loss, name="sum")
     b.graph.loss = total
     return total, accuracy
