@@ -19,8 +19,8 @@ no labels and no cross-entropy.
   ``train_gpt2.py`` computes it with ``--enable-sequence-serialized`` (``--serialized-seq-len``, 128):
   the logits' rows (all positions of the micro-batch, flattened) cut into slices of ``loss_chunk``
   rows, a cross-entropy of each (``torch.nn.CrossEntropyLoss(reduction="sum")`` as PopTorch lowers it),
-  the losses summed. A slice lives on the LM head's tiles that hold
-  those rows (``sim.compiler.row_layouts``), so its cross-entropy runs there. ``remap_logits``
+  the losses summed. A slice lives on the LM head's tiles that hold those rows
+  (``sim.compiler.row_layouts``), so its cross-entropy runs there. ``remap_logits``
   (``--remap-logit``) adds the script's accuracy: each slice copied onto every tile (its ``RemapCE``
   custom op), then an argmax of each row (priced as a max reduction, as ``sim.poptorch`` prices
   ``torch.argmax``), compared with the labels and summed; it takes no gradient.

@@ -28,8 +28,9 @@ from ..cost.opcost import OpCost, TileProfile
 from ..cost.row_ops import ROW_OP_KINDS
 from ..graph.ir import Graph, Op
 
-#: op kinds whose result keeps the layout of their first input (popops element-wise ops, popnn's
-#: softmax and the losses, and reductions of the last dimension, whose first stage runs on the input's tiles)
+#: op kinds that run where their data (their largest input) lies, and whose result of that input's shape keeps
+#: its layout: popops element-wise ops, popnn's softmax and layer norm, the losses and their gradients, and
+#: reductions, whose first stage runs on the input's tiles
 SAME_LAYOUT_KINDS = (ELEMENTWISE_KINDS | POINTWISE_KINDS | LOSS_COST_KINDS | frozenset(ROW_OP_KINDS)
                      | {"reduce_max", "reduce_sum", "reduce_mean", "reduce_min"})
 #: views that keep a tensor's last dimension and the order of its rows
