@@ -55,6 +55,9 @@ def test_ops_on_a_slice_of_a_matmuls_rows_run_on_its_tiles():
     alone = op_cost(loss, exe.graph, IPU, narrow, 0.6, "float")
     assert exe.costs[loss.name].cycles == alone.cycles
     assert exe.costs[loss.name].cycles > op_cost(loss, exe.graph, IPU, exe.tiles, 0.6, "float").cycles
+    # the run says so
+    note = next(n for n in exe.notes if "slice of a matmul's rows" in n)
+    assert f"IPU 0: 1 op on {narrow:,} of {exe.tiles:,} tiles, {exe.costs[loss.name].cycles:,} cycles" in note
     # its per-tile profile is the IPU's width, zero beyond the slice's tiles
     profile = exe.costs[loss.name].profile
     if profile is not None:
@@ -82,6 +85,7 @@ def test_a_slice_of_an_input_keeps_the_even_spread():
     exe = compile(b.graph, "bow-ipu", training=False)
     op = next(op for op in exe.graph.ops if op.kind == "softmax")
     assert exe.costs[op.name].cycles == op_cost(op, exe.graph, IPU, exe.tiles, 0.6, "float").cycles
+    assert not any("slice of a matmul's rows" in n for n in exe.notes)
 
 
 def test_gpt2_loss_over_slices_sums_one_cross_entropy_per_slice():

@@ -232,7 +232,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     notes += _unused_memory_proportion_ipus(o, k)
     notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called, o.graph_functions)
     notes += outplace.notes(cloned)
-    notes += _relaid_notes(g, costs)
+    notes += _relaid_notes(g, costs) + row_layouts.notes(g, costs, tiles)
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
                      "AllNonViewChangingGradientTensors), each with a histogram; the statistics' copies between IPUs "

@@ -125,3 +125,38 @@ def on_first_tiles(cost: OpCost, tiles: int) -> OpCost:
     if p.copies is not None:
         wide = replace(wide, copies=np.pad(p.copies, (0, tiles - len(p.copies))))
     return replace(cost, profile=wide)
+
+
+def narrowed(g: Graph, costs: dict[str, OpCost], tiles: int) -> dict[str, int]:
+    """The ops of ``g`` priced on fewer than ``tiles`` tiles (:func:`narrowed_tiles`, with the matmuls'
+    plans of ``costs``), by name: the tiles each computes on."""
+    layouts: dict[str, RowLayout] = {}
+    found = {}
+    for op in g.ops:
+        n = narrowed_tiles(op, g, layouts, tiles)
+        if n < tiles and op.name in costs:
+            found[op.name] = n
+        if op.kind == "matmul" and op.name in costs:
+            record_matmul(op, costs[op.name].plan, layouts)
+    return found
+
+
+def notes(g: Graph, costs: dict[str, OpCost], tiles: int) -> list[str]:
+    """What the run says of the ops that ran on a slice of a matmul's rows: per IPU, how many (each op
+    once), on how few tiles, their cycles and the costliest."""
+    found = narrowed(g, costs, tiles)
+    by_ipu: dict[int, list[tuple[int, str, int]]] = {}
+    for op in g.ops:
+        if op.name in found:
+            by_ipu.setdefault(op.ipu, []).append((costs[op.name].cycles, op.name, found[op.name]))
+    if not by_ipu:
+        return []
+    def span(ops) -> str:
+        fewest, most = min(n for *_, n in ops), max(n for *_, n in ops)
+        return f"{fewest:,}" if fewest == most else f"{fewest:,}-{most:,}"
+    each = "; ".join(f"IPU {ipu}: {len(ops)} op{'s' * (len(ops) != 1)} on {span(ops)} of {tiles:,} tiles, "
+                     f"{sum(c for c, *_ in ops):,} cycles (the costliest {max(ops)[1]!r})"
+                     for ipu, ops in sorted(by_ipu.items()))
+    return ["ops on a slice of a matmul's rows run on the tiles that hold those rows, not the whole IPU (the "
+            "matmul's plan lays its rows out in blocks; sim/compiler/row_layouts.py): " + each +
+            ", each of the graph's ops run once"]
