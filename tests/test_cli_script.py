@@ -316,3 +316,18 @@ def test_no_cpu_outputs_returns_zeros_and_the_same_calls(tmp_path, capsys, monke
     assert code == 0 and real["sum"] > 0
     assert zeros["shape"] == real["shape"] == [8 * 512, 1024]
     assert zeros["cycles"] == real["cycles"] and zeros["simulated"] == real["simulated"]
+
+
+def test_examples_utils_load_lib_compiles_nothing(tmp_path, capsys):
+    # Graphcore's examples load their C++ custom ops with examples_utils.load_lib (GPT-2's ipu_options.py:
+    # load_lib(".../custom_ops/remap_tensor_ce.cpp")); without Poplar's SDK nothing can compile them, so the
+    # script gets the simulator's stand-in, which returns None, and its custom op is priced when the model
+    # calls it
+    body = """
+        import json
+        from examples_utils import load_lib
+        import examples_utils
+        print(json.dumps({"returned": load_lib("custom_ops/remap_tensor_ce.cpp"), "module": examples_utils.__name__}))
+    """
+    code, out, _ = _run(tmp_path, capsys, body)
+    assert code == 0 and out == {"returned": None, "module": "sim.examples_utils"}

@@ -8,7 +8,9 @@ The script's ``import poptorch`` (and ``poptorch.*``), ``import popxl`` (and ``p
 ``import popdist`` (and ``popdist.*``) get the simulator's front ends, ``sim.poptorch``,
 ``sim.popxl`` and ``sim.popdist``, whatever else is installed, and so do the libraries it imports (a
 layer library built on PopTorch, say); ``import popart`` gets ``sim.popart``, PopART's option enums,
-which PopTorch scripts set options with; ``import popxl_addons`` gets ``sim.popxl_addons``.
+which PopTorch scripts set options with; ``import popxl_addons`` gets ``sim.popxl_addons``;
+``import examples_utils`` gets ``sim.examples_utils``, whose ``load_lib`` (Graphcore's examples compile their
+C++ custom ops with it) compiles nothing.
 ``--module NAME=MODULE`` (repeatable) makes the script's ``import NAME`` (and ``NAME.X``) get ``MODULE``
 instead: a stand-in for a module the simulator cannot run, as a custom op the script compiles in C++
 (Graphcore's Llama code builds its rotary embedding so: ``--module
@@ -51,7 +53,7 @@ from ..results.report import format_summary
 
 #: the module names a script imports -> the simulator's module that stands for each
 FRONT_ENDS = {"poptorch": "sim.poptorch", "popxl": "sim.popxl", "popdist": "sim.popdist", "popart": "sim.popart",
-              "popxl_addons": "sim.popxl_addons"}
+              "popxl_addons": "sim.popxl_addons", "examples_utils": "sim.examples_utils"}
 
 
 class _FrontEnds(importlib.abc.MetaPathFinder, importlib.abc.Loader):
