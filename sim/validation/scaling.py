@@ -61,6 +61,21 @@ SCALING = [
       for a, b, lo, hi in ((2, 4, "A3", "A4"), (4, 8, "A4", "A5"), (8, 16, "A5", "A6"))),
     Ratio("bert_large_ph1_p_16_64", "BERT-Large Ph1 PopART, Bow Pod16 → Pod64 (mbs 8)", "GCN-P B10 → B12",
           "B12", "B10", True),
+    # the same global batch and replica on 4 x the IPUs at a quarter of the GA (BERT-Large packed, GCN-S31)
+    *(Ratio(f"bert_large_{name}_s31_16_64", f"BERT-Large {what}, Bow Pod16 → Pod64 (GA ÷ 4)", f"GCN-S31 {lo} → {hi}",
+            hi, lo, True)
+      for name, what, lo, hi in (("ph1_popart", "Ph1 packed PopART", "B32", "B35"),
+                                 ("ph1_pytorch", "Ph1 packed PyTorch", "B34", "B37"),
+                                 ("ph2_popart", "Ph2 packed PopART", "B38", "B40"),
+                                 ("ph2_pytorch", "Ph2 packed PyTorch", "B39", "B41"))),
+    # MLPerf's packed BERT-Large: the same 8-IPU replica, more replicas at a smaller GA
+    *(Ratio(f"bert_large_mlperf_{name}", f"BERT-Large MLPerf {what}", f"MLP {src} {lo} → {hi}", hi, lo, True)
+      for name, what, src, lo, hi in (("mk2_v11_64_128", "v1.1 closed, Mk2 POD64 → POD128 (GA 96)", "v1.1", "M9", "M11"),
+                                      ("mk2_v11_open_64_128", "v1.1 open, Mk2 POD64 → POD128 (GA 96)", "v1.1", "M10",
+                                       "M12"),
+                                      ("bow_v20_64_128", "v2.0, Bow Pod64 → Pod128 (GA 96 → 64)", "v2.0", "M18", "M19"),
+                                      ("bow_v20_128_256", "v2.0, Bow Pod128 → Pod256 (GA 64 → 36)", "v2.0", "M19",
+                                       "M20"))),
     Ratio("vit_base_pretrain_s30_16_64", "ViT-B/16 pre-training, Bow Pod16 → Pod64 (GA 2,048 → 512)",
           "GCN-S30 B22 → B23", "B23", "B22", True),
     *(Ratio(f"conformer_{gen}_{a}_{b}", f"Conformer-medium training, {what} (GBS 16,128)", f"EX-CF C{i} → C{i + 1}",
