@@ -311,10 +311,16 @@ DEPARTURES = {
                    "replica, 14 DataLoader workers, rebatch 256, 20 epochs, no validation; real ImageNet: the host's "
                    "JPEG decoding is not modelled); the figure is the epochs' mean throughput after the first; the "
                    "system's generation is not stated (ALCF's testbed is a Bow Pod64 [U])",
+    "alcf-resnet-one": "Graphcore's resnet50-pod4 config (4 replicas, GA 228: resnet50's global batch) as ALCF's user "
+                       "guide runs it (poprun --num-instances=1 --num-replicas=4, train.py --epoch 2, the loader's "
+                       "default workers; real ImageNet); the figure is epoch 2's printed throughput (epoch 1: "
+                       "7,599.7); one host process decodes and feeds the 4 replicas, and its JPEG decoding is not "
+                       "modelled: the same replicas with one instance each (A4, SDK 3.0) ran 9,960",
     "alcf-gpt2": "Graphcore's pytorch_gpt2_small_train_gen_pod16 command as ALCF ran it (generated data, a call of "
                  "8 weight updates, 65,536 sequences; the timer holds the call, scheduler.step() and setOptimizer(), "
-                 "not the DataLoader); not modelled: wpe on IPU 1, the loss serialised over 128-position chunks, the "
-                 "RemapCE custom op (--remap-logit), loss scaling 50,000, AdamW without bias correction",
+                 "not the DataLoader); the loss over 128-position slices and RemapCE (--enable-sequence-serialized, "
+                 "--remap-logit) as the zoo's loss_chunk and remap_logits; not modelled: wpe on IPU 1, loss scaling "
+                 "50,000, AdamW without bias correction",
     "optimum-lm": "the notebook's trainer.train(): train_samples_per_second 951.618 = 720 steps of 256 samples over "
                   "193.7 s (a repeat: 970.343 in 190.0 s), one checkpoint save inside, no evaluation; run on a "
                   "machine not named (a Graphcore developer's, August 2022): an IPU-POD16 of Mk2 IPU-M2000s assumed "
@@ -605,6 +611,12 @@ PUBLISHED_ROWS = [
            "use_combined_accum=True)"))
       for rid, rf, system, pub in (("A3", 2, "bow-2000", 4798.8), ("A4", 4, "bow-2000", 9959.8),
                                    ("A5", 8, "bow-pod16", 19865.3), ("A6", 16, "bow-pod16", 39057.4))),
+    # the same config's 4-replica variant (resnet50-pod4) fed by one PopRun instance (argonne-lcf/user-guides)
+    Row("A7", "ALCF A7", "ResNet-50 training (PyTorch), 4 Bow IPUs, 4 replicas fed by one host process, real data "
+        "(SDK 3.3)", 8125.8, "images/s", _resnet_train("bow-2000", 4, 18, 228, 0.16, pytorch=True,
+                                                        replicas_per_process=4), True,
+        ("alcf-resnet-one", "sgd_combined is momentum SGD with the velocity as the gradient accumulator (train.py: "
+         "use_combined_accum=True)")),
     # GPT-2 small pre-training, PyTorch, on 16 IPUs of ALCF's Bow Pod64 (argonne-lcf/user-guides)
     *(Row(rid, f"ALCF {rid}", f"GPT-2 small pre-training (SL1024), 16 Bow IPUs, GBS 8,192 (SDK {sdk})", pub,
           "samples/s", _gpt2_train("gpt2-small", [0, 4, 4, 4], [0.15] * 4, 4, 2048, rts=True), False, ("alcf-gpt2",))

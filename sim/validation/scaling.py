@@ -59,6 +59,9 @@ SCALING = [
     *(Ratio(f"resnet50_pytorch_bow_alcf_{a}_{b}", f"ResNet-50 PyTorch training, {a} → {b} Bow IPUs (a replica each)",
             f"ALCF {lo} → {hi}", hi, lo, True)
       for a, b, lo, hi in ((2, 4, "A3", "A4"), (4, 8, "A4", "A5"), (8, 16, "A5", "A6"))),
+    Ratio("resnet50_pytorch_bow_alcf_processes_4_1", "ResNet-50 PyTorch training, 4 Bow IPUs: an instance a replica → "
+          "one instance for the 4 (SDK 3.0 → 3.3; the host's data pipeline, not modelled)", "ALCF A4 → A7", "A7", "A4",
+          False),
     Ratio("bert_large_ph1_p_16_64", "BERT-Large Ph1 PopART, Bow Pod16 → Pod64 (mbs 8)", "GCN-P B10 → B12",
           "B12", "B10", True),
     # the same global batch and replica on 4 x the IPUs at a quarter of the GA (BERT-Large packed, GCN-S31)
