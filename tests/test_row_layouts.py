@@ -27,6 +27,7 @@ def _slice(axis, start, stop) -> Op:
     ((1, 1024, 50272), 1, 896, 1024, RowLayout(1, 1 / 8)),  # the last block, through a leading 1
     ((1024, 50272), 1, 0, 128, None),  # columns: every block
     ((2, 512, 50272), 1, 0, 128, None),  # rows of each of 2 sequences: not one range
+    ((1024, 50272), 0, -128, 1024, None),  # a region the front end did not normalise: not followed
 ])
 def test_a_slice_of_rows_lives_on_the_blocks_it_covers(shape, axis, start, stop, expected):
     assert _sliced(RowLayout(8, 1.0), _slice(axis, start, stop), shape) == expected

@@ -69,7 +69,7 @@ def _sliced(layout: RowLayout, op: Op, shape: tuple) -> RowLayout | None:
     if None in (axis, start, stop):
         return None
     axis %= len(shape)
-    if axis == len(shape) - 1 or any(d != 1 for d in shape[:axis]):
+    if axis == len(shape) - 1 or any(d != 1 for d in shape[:axis]) or not 0 <= start < stop <= shape[axis]:
         return None
     inner = math.prod(shape[axis + 1:-1])  # rows per index along the axis
     block = _rows(shape) / layout.blocks
@@ -95,7 +95,7 @@ def narrowed_tiles(op: Op, g: Graph, layouts: dict[str, RowLayout], tiles: int) 
             layouts[out.name] = layout
     elif op.kind in _ROW_VIEWS and out.shape[-1:] == source.shape[-1:]:
         layouts[out.name] = first
-    elif op.kind == "concat" and op.attrs.get("axis") % len(out.shape) == len(out.shape) - 1:
+    elif op.kind == "concat" and op.attrs.get("axis", 0) % len(out.shape) == len(out.shape) - 1:
         if all(layouts.get(i) == first for i in op.inputs):
             layouts[out.name] = first
     elif op.kind == "remap" and first.share < 1:  # every tile receives its part from the slice's tiles
