@@ -18,7 +18,8 @@ from sim.results import held_out
 CSV = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "hardware.csv"
 
 
-@pytest.mark.parametrize("check", validation.CHECKS + validation.VERTEX_CHECKS + validation.MICROBENCH_CHECKS,
+@pytest.mark.parametrize("check", validation.CHECKS + validation.VERTEX_CHECKS + validation.KERNEL_CHECKS
+                         + validation.MICROBENCH_CHECKS,
                          ids=lambda c: f"{c.name}:{c.what}")
 def test_published_figure(check):
     assert check.simulated() == pytest.approx(check.published, rel=check.tolerance), check.why

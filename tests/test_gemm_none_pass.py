@@ -83,3 +83,17 @@ def test_layout_of_matmul_must_match_the_accumulated_tensor():
     ipu = pb.system(bench).ipu
     with pytest.raises(UnsupportedOpError, match="layout_of_matmul.*200 elements, the matmul's result G\\*M\\*N = 300"):
         op_cost(b.graph.ops[-1], b.graph, ipu, ipu.tiles)
+
+
+def test_kernel_cycles_are_the_vertex_compute_set_alone():
+    # SigLIP's scores, 16 heads of [729, 72] @ [72, 729] in fp16 with half partials on a C600: a head on
+    # 2 x 46 tiles, 365 rows by one 16-column group, the 72 channels padded to 5 input groups of 16 (80).
+    # The kernel is the AMP vertex on that block (amp_vertex_cycles), without the copy of the padded
+    # operands into the plan's layout that the compute cycles also hold
+    from sim.cost.amp import amp_mode, amp_vertex_cycles
+    from sim.hardware import load_system
+    ipu = load_system("c600").ipu
+    plan, _ = plan_matmul_none_pass(16, 729, 72, 729, 2, ipu, ipu.tiles, 0.6, 2)
+    assert plan.splits == (16, 2, 46, 1)
+    assert plan.kernel_cycles == int(amp_vertex_cycles(ipu, amp_mode(ipu, 2, 2), 1, 365, 80, 16)) == 8418
+    assert plan.kernel_cycles < plan.compute_cycles

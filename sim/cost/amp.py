@@ -944,6 +944,9 @@ class MatmulPlan:
     # padding its nx1 estimate does not see (padding_coverage); 0: equal to total_cycles
     planned_cycles: int = 0
     launch_cycles: int = 0  # the fixed part of compute_cycles (vertex and per-pair overheads)
+    # the vertex's compute set alone on the busiest tile, one piece: what a profile shows as the
+    # convolution's compute set (no operand copies, reduction or cast)
+    kernel_cycles: int = 0
     exchange_phases: int = 0  # exchange phases, all pieces (each costs the set-up)
     partials_bytes: int = 4
     pass_fixed: int = 0  # Poplar's fixed cycles of the pass beyond the planned steps (pass_fixed_cycles)
@@ -1107,6 +1110,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
         amp = amp_vertex_cycles(ipu, mode, g, m, k, n)
         launch = np.where(amp > 0, ipu.amp_vertex_overhead_cycles
                           + _channel_group_pairs(mode, g, k, n) * amp_pair_cycles(ipu, mode), 0)
+    kernel = amp  # the vertex's compute set alone, before the casts and copies added to it below
     if mode.cast_from_quarter:  # the tile's FP8 input patch and weights cast to fp16 for the vertex
         cast_in = quarter_cast_cycles(a_bytes / itemsize) + quarter_cast_cycles(b_bytes / itemsize)
         amp = amp + cast_in
@@ -1166,7 +1170,7 @@ def _tile_costs(ipu: IPU, itemsize: int, partials_bytes: int, b_is_weight: bool,
     # the estimator's exchange assumes) beside its partials, then the partials it receives to reduce
     # beside its share of the result (less that share, which the walk counts as the op's output)
     return {"exchange": exch1 + red_exch, "planner_exchange": plan1 + red_plan, "compute": amp + red + cast,
-            "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0),
+            "launch": launch + red_fixed + np.where(needs_cast, cast_fixed, 0), "kernel": kernel,
             "exchange_phases": exch_phases, "compute_sets": compute_sets, "reduction_stages": red_stages,
             "recv": recv1 + recv2,
             "temp": _temp_estimate(a_bytes, b_bytes, moved, outputs, partials_bytes),
@@ -1432,6 +1436,7 @@ def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, 
         total_cycles=int(total[0]) * serial,
         planned_cycles=int(planned) * serial,
         launch_cycles=int(c["launch"][0]) * serial,
+        kernel_cycles=int(np.atleast_1d(c["kernel"])[0]),
         exchange_phases=int(c["exchange_phases"][0]) * serial,
         reduction_stages=int(np.atleast_1d(c["reduction_stages"])[0]),
         partials_bytes=partials_bytes,
@@ -1876,7 +1881,7 @@ def _plan_at(G, M, K, N, splits, itemsize, partials_bytes, b_is_weight, ipu: IPU
                       sync_points=int(c["exchange_phases"][0] + c["compute_sets"][0]),
                       exchange_bytes=int(c["recv"][0] * used), temp_bytes_per_tile=int(c["temp"][0]), fits=True,
                       total_cycles=int(total[0]) + fixed, planned_cycles=int(planned[0]) + fixed,
-                      launch_cycles=int(c["launch"][0]) + fixed,
+                      launch_cycles=int(c["launch"][0]) + fixed, kernel_cycles=int(np.atleast_1d(c["kernel"])[0]),
                       exchange_phases=int(c["exchange_phases"][0]), partials_bytes=partials_bytes,
                       pass_fixed=fixed, rearranged=int(rearranged),
                       reduction_stages=int(np.atleast_1d(c["reduction_stages"])[0]))

@@ -28,7 +28,8 @@ their names):
   ``_bert_train``, ``_packed_bert``, ``_vit_train``, ``_swin_train``, ``_gpt2_train``, ...).
 * ``runner``: each setup simulated once (``_simulated``), and what the report reads from the run.
 * ``calibration``: :class:`Check`, the microbenchmarks that reproduce each figure, :data:`CHECKS`;
-  :data:`VERTEX_CHECKS`, one compute set's hardware cycle counts (tessellate-ipu); :data:`MICROBENCH_CHECKS`,
+  :data:`VERTEX_CHECKS`, one compute set's hardware cycle counts (tessellate-ipu); :data:`KERNEL_CHECKS`, matmul
+  kernels' cycles from a C600's PopVision profile (ipu-stack); :data:`MICROBENCH_CHECKS`,
   dense matmuls and streaming-memory reads timed on a Bow IPU (PopSparse, SparQ).
 * ``gather_scatter``: Graphcore's gather / scatter-add cycle sweep on a Bow IPU against sim.poptorch.
 * ``schnet_block``: the same harness's SchNet interaction-block sweep, and the sweeps at availableMemoryProportion 0.1.
@@ -55,7 +56,8 @@ from .setups import (IMAGENET_TRAIN_IMAGES, POPRT_BENCHMARK_POPLIN_OPTIONS, Setu
                      pytorch_bert_groups, tf1_steps_per_call)
 from .runner import _outcome, _simulated, _simulated_or_raise, step_seconds, update_collective_seconds
 from . import gather_scatter, schnet_block, schnet_training
-from .calibration import (CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, Check, TESSELLATE_BASICS, VERTEX_CHECKS,
+from .calibration import (CHECKS, KERNEL_CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, PROFILE_KERNELS, Check,
+                          TESSELLATE_BASICS, VERTEX_CHECKS, profile_kernel_cycles,
                           _AMP_WHY, _stream, add_compute_set_cycles, amp_tile_tflops, dense_matmul_tflops,
                           streaming_read_rate, host_syncs, io_bound_cycles, m2000_gateway_to_host,
                           m2000_host_link_shared, m2000_ipu_pair, tut6, tut6_host_exchange)
@@ -94,7 +96,8 @@ __all__ = [
     "_resnet_e2e", "_resnet_infer", "_resnet_train", "_resnext_train", "_show", "_squad_infer",
     "_squad_train", "_swin_infer", "_swin_train", "_unet_train", "_vit_infer", "_vit_train", "pytorch_bert_groups",
     "tf1_steps_per_call", "_outcome", "_simulated", "_simulated_or_raise", "step_seconds",
-    "update_collective_seconds", "CHECKS", "MICROBENCH_CHECKS", "MICROBENCH_SOURCES", "dense_matmul_tflops",
+    "update_collective_seconds", "CHECKS", "KERNEL_CHECKS", "PROFILE_KERNELS", "profile_kernel_cycles",
+    "MICROBENCH_CHECKS", "MICROBENCH_SOURCES", "dense_matmul_tflops",
     "streaming_read_rate", "Check", "TESSELLATE_BASICS", "VERTEX_CHECKS", "_AMP_WHY", "_stream",
     "add_compute_set_cycles", "amp_tile_tflops", "host_syncs",
     "io_bound_cycles", "m2000_gateway_to_host", "m2000_host_link_shared", "m2000_ipu_pair", "tut6",

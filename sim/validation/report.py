@@ -15,7 +15,8 @@ from ..results.run import UNMODELLED_CALL_SECONDS
 from ..schedule.collectives import partition_sync
 from . import gather_scatter, held_out, schnet_block, schnet_training
 from ..results import held_out as quoted
-from .calibration import CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, TESSELLATE_BASICS, VERTEX_CHECKS
+from .calibration import (CHECKS, KERNEL_CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, PROFILE_KERNELS,
+                          TESSELLATE_BASICS, VERTEX_CHECKS)
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS
 from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seconds
 from .keras_dense import (KERAS_DENSE, KERAS_DENSE_FITTED_TOLERANCE, KERAS_DENSE_ROWS, KERAS_DENSE_TOLERANCE,
@@ -82,6 +83,8 @@ def report() -> str:
     lines += _rows(CHECKS)
     lines += ["", f"A compute set on the hardware (not in hardware.csv): {TESSELLATE_BASICS}.", "", *_CHECK_HEADER]
     lines += _rows(VERTEX_CHECKS)
+    lines += ["", f"Matmul kernels on the hardware (not in hardware.csv): {PROFILE_KERNELS}.", "", *_CHECK_HEADER]
+    lines += _rows(KERNEL_CHECKS)
     lines += ["", "Dense matmuls, a PopTorch call and streaming-memory reads on the hardware (not in hardware.csv): "
               f"{MICROBENCH_SOURCES}.", "", *_CHECK_HEADER]
     lines += _rows(MICROBENCH_CHECKS)
