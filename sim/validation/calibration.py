@@ -323,39 +323,43 @@ VERTEX_CHECKS = [
                          (1024, "on 4, 16, 128 and 1,024 tiles alike", 1.0054054054054054))]
 
 
-def profile_kernel_cycles(groups: int, rows: int, inner: int, cols: int) -> int:
+def profile_kernel_cycles(groups: int, rows: int, inner: int, cols: int, itemsize: int = 2) -> int:
     """Cycles of the AMP vertex's compute set on the busiest tile of ``groups x [rows, inner] @ [inner, cols]``
-    (fp16, half partials) as the simulator plans it on a C600 at inference: poplin's plain / inference
-    pass, operands swapped or not by its estimate, availableMemoryProportion 0.6 (sim/cost/matmul_swap.py);
-    the convolution's compute set alone, as a profile shows it (no copies, reduction or cast)."""
+    (operands of ``itemsize`` bytes: 2 fp16, 1 FP8; half partials) as the simulator plans it on a C600 at
+    inference: poplin's plain / inference pass, operands swapped or not by its estimate,
+    availableMemoryProportion 0.6 (sim/cost/matmul_swap.py); the convolution's compute set alone, as a
+    profile shows it (no copies, reduction or cast)."""
     ipu = load_system("c600").ipu
-    plan, _ = plan_matmul_none_pass(groups, rows, inner, cols, 2, ipu, ipu.tiles, 0.6, 2)
+    plan, _ = plan_matmul_none_pass(groups, rows, inner, cols, itemsize, ipu, ipu.tiles, 0.6, 2)
     return plan.kernel_cycles
 
 
 #: where :data:`KERNEL_CHECKS` come from
-PROFILE_KERNELS = ("osmarks/ipu-stack `docs/SDK_ONNX_PROFILE_ANALYSIS.md` at 3b2cc3f7: its author's reading of a "
-                   "PopVision profile of a PopRT-compiled (SDK 3.4.0) SigLIP So400m/14 vision tower on a C600 (batch "
-                   "1, 729 tokens of width 1,152, 16 heads of 72, MLP 4,304), the recording with FP8 weights cast to "
-                   "fp16 before ordinary fp16 matmuls (`ConvPartial1x1Out<half,half,...,16,4,...>`: half partials, "
-                   "64-bit loads): the longest tile's cycles of each matmul's convolution compute set in the first "
-                   "block, its exchanges, syncs, casts and reductions apart (the execution trace's compute sets are "
-                   "measured). PopRT's options for the model are not stated, so the planning proportion is poplin's "
-                   "default [U]; the profile shows the grid of one plan only (QK^T: 2 x 46 tiles a head, 365 query "
-                   "rows by 16 keys, the keys' 72 channels padded to 80, which the simulator's plan matches)")
+PROFILE_KERNELS = ("osmarks/ipu-stack `docs/SDK_ONNX_PROFILE_ANALYSIS.md` at 3b2cc3f7: its author's reading of two "
+                   "PopVision profiles of a PopRT-compiled (SDK 3.4.0) SigLIP So400m/14 vision tower on a C600 (batch "
+                   "1, 729 tokens of width 1,152, 16 heads of 72, MLP 4,304): one with FP8 weights cast to fp16 before "
+                   "ordinary fp16 matmuls (`ConvPartial1x1Out<half,half,...,16,4,...>`: half partials, 64-bit loads), "
+                   "one all FP8 (`ConvPartial1x1Out<quarter,half,...,16,8,...>`, the scores and context too); the "
+                   "longest tile's cycles of each matmul's convolution compute set in the first block, its exchanges, "
+                   "syncs, casts and reductions apart (the execution trace's compute sets are measured). PopRT's "
+                   "options for the model are not stated, so the planning proportion is poplin's default [U]; the "
+                   "profile shows the grid of one plan only (QK^T: 2 x 46 tiles a head, 365 query rows by 16 keys, "
+                   "the keys' 72 channels padded to 80 in fp16 and 96 in FP8, which the simulator's plans match)")
 #: matmul kernels measured on IPU21 hardware, beside the simulator's AMP vertex on its own plan of them
 KERNEL_CHECKS = [
     Check("siglip_matmul_kernel", f"C600: {what}, {f'{groups} x ' if groups > 1 else ''}[{rows}, {inner}] x "
-          f"[{inner}, {cols}] fp16: the AMP compute set on the busiest tile", published, "cycles", 0.15, "predicted",
-          "one profile; the AMP constants were fitted on a Bow sweep of one tile's [N,16] x [16,16] (first table), "
-          "not on these; the plan poplin chose is not published but for QK^T's grid, so a different split of the "
-          "same work (PV: the simulator's is 12 % cheaper) is what the tolerance holds",
-          lambda g=groups, m=rows, k=inner, n=cols: profile_kernel_cycles(g, m, k, n))
-    for what, groups, rows, inner, cols, published in (
-        ("fused QKV projection", 1, 729, 1152, 3456, 37277), ("scores QK^T, a head a group", 16, 729, 72, 729, 8488),
-        ("context PV, a head a group", 16, 729, 729, 72, 12900), ("attention output projection", 1, 729, 1152, 1152,
-                                                                    14153),
-        ("MLP up", 1, 729, 1152, 4304, 48248), ("MLP down", 1, 729, 4304, 1152, 52187))]
+          f"[{inner}, {cols}] {dtype}: the AMP compute set on the busiest tile", published, "cycles", 0.15,
+          "predicted", "one profile of each precision; the fp16 AMP constants were fitted on a Bow sweep of one "
+          "tile's [N,16] x [16,16] (first table), the FP8 ones are poplibs' estimators, none on these; the plan "
+          "poplin chose is not published but for QK^T's grid, so a different split of the same work (fp16 PV: the "
+          "simulator's is 12 % cheaper) is what the tolerance holds",
+          lambda g=groups, m=rows, k=inner, n=cols, size=itemsize: profile_kernel_cycles(g, m, k, n, size))
+    for dtype, itemsize, measured in (("fp16", 2, (37277, 8488, 12900, 14153, 48248, 52187)),
+                                      ("FP8", 1, (22415, 5502, 7377, 8178, 26425, 28265)))
+    for (what, groups, rows, inner, cols), published in zip(
+        (("fused QKV projection", 1, 729, 1152, 3456), ("scores QK^T, a head a group", 16, 729, 72, 729),
+         ("context PV, a head a group", 16, 729, 729, 72), ("attention output projection", 1, 729, 1152, 1152),
+         ("MLP up", 1, 729, 1152, 4304), ("MLP down", 1, 729, 4304, 1152)), measured)]
 
 
 #: where :data:`MICROBENCH_CHECKS` come from
