@@ -3,8 +3,8 @@ published value copied here with the source, how the simulator reproduces it, th
 why), the microbenchmarks that reproduce each figure (tile AMP, Poplar tutorial 6, the IPU-M2000's
 host link, gateway and IPU-Links, host syncs, PopTorch's host-IO profile) and :data:`CHECKS`; and
 :data:`VERTEX_CHECKS`, hardware cycle counts of one elementwise compute set published outside
-hardware.csv (:data:`TESSELLATE_BASICS`); :data:`KERNEL_CHECKS`, matmul kernels' cycles read off a hardware
-profile (:data:`PROFILE_KERNELS`)."""
+hardware.csv (:data:`TESSELLATE_BASICS`); :data:`KERNEL_CHECKS`, matmul and softmax kernels' cycles read off
+hardware profiles (:data:`PROFILE_KERNELS`)."""
 
 from __future__ import annotations
 
@@ -334,6 +334,16 @@ def profile_kernel_cycles(groups: int, rows: int, inner: int, cols: int, itemsiz
     return plan.kernel_cycles
 
 
+def profile_softmax_cycles(rows: int = 16 * 729, width: int = 736) -> int:
+    """The simulator's compute cycles of popnn's stable softmax over ``rows`` fp16 rows of ``width`` on a C600,
+    the rows spread evenly over the tiles: the busiest tile's cycles of each of its compute sets (the row
+    maximum, the subtraction, exp, the row sum, its reciprocal and cast, the multiplication), summed."""
+    b = GraphBuilder("softmax", "float16")
+    b.op("softmax", [b.input("scores", (rows, width))], [(rows, width)], name="softmax")
+    ipu = load_system("c600").ipu
+    return op_cost(b.graph.ops[-1], b.graph, ipu, ipu.tiles).compute_cycles
+
+
 #: where :data:`KERNEL_CHECKS` come from
 PROFILE_KERNELS = ("osmarks/ipu-stack `docs/SDK_ONNX_PROFILE_ANALYSIS.md` at 3b2cc3f7: its author's reading of two "
                    "PopVision profiles of a PopRT-compiled (SDK 3.4.0) SigLIP So400m/14 vision tower on a C600 (batch "
@@ -341,11 +351,12 @@ PROFILE_KERNELS = ("osmarks/ipu-stack `docs/SDK_ONNX_PROFILE_ANALYSIS.md` at 3b2
                    "ordinary fp16 matmuls (`ConvPartial1x1Out<half,half,...,16,4,...>`: half partials, 64-bit loads), "
                    "one all FP8 (`ConvPartial1x1Out<quarter,half,...,16,8,...>`, the scores and context too); the "
                    "longest tile's cycles of each matmul's convolution compute set in the first block, its exchanges, "
-                   "syncs, casts and reductions apart (the execution trace's compute sets are measured). PopRT's "
+                   "syncs, casts and reductions apart, and the sum of the scores' softmax's seven compute sets (the execution trace's compute sets are measured). PopRT's "
                    "options for the model are not stated, so the planning proportion is poplin's default [U]; the "
                    "profile shows the grid of one plan only (QK^T: 2 x 46 tiles a head, 365 query rows by 16 keys, "
                    "the keys' 72 channels padded to 80 in fp16 and 96 in FP8, which the simulator's plans match)")
-#: matmul kernels measured on IPU21 hardware, beside the simulator's AMP vertex on its own plan of them
+#: matmul kernels (and a softmax) measured on IPU21 hardware, beside the simulator's AMP vertex on its own plan
+#: of each (and its softmax's compute sets)
 KERNEL_CHECKS = [
     Check("siglip_matmul_kernel", f"C600: {what}, {f'{groups} x ' if groups > 1 else ''}[{rows}, {inner}] x "
           f"[{inner}, {cols}] {dtype}: the AMP compute set on the busiest tile", published, "cycles", 0.15,
@@ -360,6 +371,12 @@ KERNEL_CHECKS = [
         (("fused QKV projection", 1, 729, 1152, 3456), ("scores QK^T, a head a group", 16, 729, 72, 729),
          ("context PV, a head a group", 16, 729, 729, 72), ("attention output projection", 1, 729, 1152, 1152),
          ("MLP up", 1, 729, 1152, 4304), ("MLP down", 1, 729, 4304, 1152)), measured)]
+KERNEL_CHECKS.append(Check(
+    "siglip_softmax_kernels", "C600: softmax over 16 x 729 fp16 rows of 736 (the keys padded), 8 rows a tile on "
+    "1,458 tiles: its seven compute sets' busiest-tile cycles, summed", 18300, "cycles", 0.15, "predicted",
+    "read as 'about 18,300' (the sum of seven compute sets' maxima, not a span); the simulator's seven are popops' "
+    "and popnn's estimates of the same steps (reduce max, subtract, exp, reduce add, reciprocal, cast, multiply)",
+    profile_softmax_cycles))
 
 
 #: where :data:`MICROBENCH_CHECKS` come from
