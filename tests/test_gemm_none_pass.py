@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 
 from sim import poplibs_benchmarks as pb
-from sim.cost.amp import plan_matmul, rearrangement
+from sim.cost.amp import amp_mode, amp_vertex_cycles, plan_matmul, rearrangement
 from sim.cost.matmul_swap import plan_matmul_none_pass, result_block
 from sim.cost.rules import op_cost
 from sim.errors import UnsupportedOpError
+from sim.hardware import load_system
 from sim.graph.ir import GraphBuilder, Op
 from sim.cost.scaled_add import (scaled_add_2d_cycles, scaled_add_supervisor_cycles, scaled_add_tile_cycles,
                                  split_regions_between_workers)
@@ -90,8 +91,6 @@ def test_kernel_cycles_are_the_vertex_compute_set_alone():
     # 2 x 46 tiles, 365 rows by one 16-column group, the 72 channels padded to 5 input groups of 16 (80).
     # The kernel is the AMP vertex on that block (amp_vertex_cycles), without the copy of the padded
     # operands into the plan's layout that the compute cycles also hold
-    from sim.cost.amp import amp_mode, amp_vertex_cycles
-    from sim.hardware import load_system
     ipu = load_system("c600").ipu
     plan, _ = plan_matmul_none_pass(16, 729, 72, 729, 2, ipu, ipu.tiles, 0.6, 2)
     assert plan.splits == (16, 2, 46, 1)

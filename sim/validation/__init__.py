@@ -29,7 +29,7 @@ their names):
 * ``runner``: each setup simulated once (``_simulated``), and what the report reads from the run.
 * ``calibration``: :class:`Check`, the microbenchmarks that reproduce each figure, :data:`CHECKS`;
   :data:`VERTEX_CHECKS`, one compute set's hardware cycle counts (tessellate-ipu); :data:`KERNEL_CHECKS`, matmul
-  kernels' cycles from a C600's PopVision profile (ipu-stack); :data:`MICROBENCH_CHECKS`,
+  and softmax kernels' cycles from a C600's PopVision profiles (ipu-stack); :data:`MICROBENCH_CHECKS`,
   dense matmuls and streaming-memory reads timed on a Bow IPU (PopSparse, SparQ).
 * ``gather_scatter``: Graphcore's gather / scatter-add cycle sweep on a Bow IPU against sim.poptorch.
 * ``schnet_block``: the same harness's SchNet interaction-block sweep, and the sweeps at availableMemoryProportion 0.1.

@@ -351,32 +351,33 @@ PROFILE_KERNELS = ("osmarks/ipu-stack `docs/SDK_ONNX_PROFILE_ANALYSIS.md` at 3b2
                    "ordinary fp16 matmuls (`ConvPartial1x1Out<half,half,...,16,4,...>`: half partials, 64-bit loads), "
                    "one all FP8 (`ConvPartial1x1Out<quarter,half,...,16,8,...>`, the scores and context too); the "
                    "longest tile's cycles of each matmul's convolution compute set in the first block, its exchanges, "
-                   "syncs, casts and reductions apart, and the sum of the scores' softmax's seven compute sets (the execution trace's compute sets are measured). PopRT's "
-                   "options for the model are not stated, so the planning proportion is poplin's default [U]; the "
-                   "profile shows the grid of one plan only (QK^T: 2 x 46 tiles a head, 365 query rows by 16 keys, "
-                   "the keys' 72 channels padded to 80 in fp16 and 96 in FP8, which the simulator's plans match)")
-#: matmul kernels (and a softmax) measured on IPU21 hardware, beside the simulator's AMP vertex on its own plan
-#: of each (and its softmax's compute sets)
+                   "syncs, casts and reductions apart, and the sum of the scores' softmax's seven compute sets (the "
+                   "execution trace's compute sets are measured). PopRT's options for the model are not stated, so "
+                   "the planning proportion is poplin's default [U]; the profile shows the grid of one plan only "
+                   "(QK^T: 2 x 46 tiles a head, 365 query rows by 16 keys, the keys' 72 channels padded to 80 in "
+                   "fp16 and 96 in FP8, which the simulator's plans match)")
+#: matmul kernels and a softmax measured on IPU21 hardware, beside the simulator's AMP vertex on its own plan
+#: of each matmul and its softmax's compute sets
 KERNEL_CHECKS = [
-    Check("siglip_matmul_kernel", f"C600: {what}, {f'{groups} x ' if groups > 1 else ''}[{rows}, {inner}] x "
-          f"[{inner}, {cols}] {dtype}: the AMP compute set on the busiest tile", published, "cycles", 0.15,
-          "predicted", "one profile of each precision; the fp16 AMP constants were fitted on a Bow sweep of one "
-          "tile's [N,16] x [16,16] (first table), the FP8 ones are poplibs' estimators, none on these; the plan "
-          "poplin chose is not published but for QK^T's grid, so a different split of the same work (fp16 PV: the "
-          "simulator's is 12 % cheaper) is what the tolerance holds",
-          lambda g=groups, m=rows, k=inner, n=cols, size=itemsize: profile_kernel_cycles(g, m, k, n, size))
-    for dtype, itemsize, measured in (("fp16", 2, (37277, 8488, 12900, 14153, 48248, 52187)),
-                                      ("FP8", 1, (22415, 5502, 7377, 8178, 26425, 28265)))
-    for (what, groups, rows, inner, cols), published in zip(
-        (("fused QKV projection", 1, 729, 1152, 3456), ("scores QK^T, a head a group", 16, 729, 72, 729),
-         ("context PV, a head a group", 16, 729, 729, 72), ("attention output projection", 1, 729, 1152, 1152),
-         ("MLP up", 1, 729, 1152, 4304), ("MLP down", 1, 729, 4304, 1152)), measured)]
-KERNEL_CHECKS.append(Check(
-    "siglip_softmax_kernels", "C600: softmax over 16 x 729 fp16 rows of 736 (the keys padded), 8 rows a tile on "
-    "1,458 tiles: its seven compute sets' busiest-tile cycles, summed", 18300, "cycles", 0.15, "predicted",
-    "read as 'about 18,300' (the sum of seven compute sets' maxima, not a span); the simulator's seven are popops' "
-    "and popnn's estimates of the same steps (reduce max, subtract, exp, reduce add, reciprocal, cast, multiply)",
-    profile_softmax_cycles))
+    *(Check("siglip_matmul_kernel", f"C600: {what}, {f'{groups} x ' if groups > 1 else ''}[{rows}, {inner}] x "
+            f"[{inner}, {cols}] {dtype}: the AMP compute set on the busiest tile", published, "cycles", 0.15,
+            "predicted", "one profile of each precision; the fp16 AMP constants were fitted on a Bow sweep of one "
+            "tile's [N,16] x [16,16] (first table), the FP8 ones are poplibs' estimators, none on these; the plan "
+            "poplin chose is not published but for QK^T's grid, so a different split of the same work (fp16 PV: "
+            "the simulator's is 12 % cheaper) is what the tolerance holds",
+            lambda g=groups, m=rows, k=inner, n=cols, size=itemsize: profile_kernel_cycles(g, m, k, n, size))
+      for dtype, itemsize, measured in (("fp16", 2, (37277, 8488, 12900, 14153, 48248, 52187)),
+                                        ("FP8", 1, (22415, 5502, 7377, 8178, 26425, 28265)))
+      for (what, groups, rows, inner, cols), published in zip(
+          (("fused QKV projection", 1, 729, 1152, 3456), ("scores QK^T, a head a group", 16, 729, 72, 729),
+           ("context PV, a head a group", 16, 729, 729, 72), ("attention output projection", 1, 729, 1152, 1152),
+           ("MLP up", 1, 729, 1152, 4304), ("MLP down", 1, 729, 4304, 1152)), measured)),
+    Check("siglip_softmax_kernels", "C600: softmax over 16 x 729 fp16 rows of 736 (the keys padded), 8 rows a tile "
+          "on 1,458 tiles: its seven compute sets' busiest-tile cycles, summed", 18300, "cycles", 0.15, "predicted",
+          "read as 'about 18,300' (the sum of seven compute sets' maxima, not a span); the simulator's seven are "
+          "popops' and popnn's estimates of the same steps (reduce max, subtract, exp, reduce add, reciprocal, "
+          "cast, multiply)", profile_softmax_cycles),
+]
 
 
 #: where :data:`MICROBENCH_CHECKS` come from

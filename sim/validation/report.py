@@ -83,7 +83,8 @@ def report() -> str:
     lines += _rows(CHECKS)
     lines += ["", f"A compute set on the hardware (not in hardware.csv): {TESSELLATE_BASICS}.", "", *_CHECK_HEADER]
     lines += _rows(VERTEX_CHECKS)
-    lines += ["", f"Matmul and softmax kernels on the hardware (not in hardware.csv): {PROFILE_KERNELS}.", "", *_CHECK_HEADER]
+    lines += ["", f"Matmul and softmax kernels on the hardware (not in hardware.csv): {PROFILE_KERNELS}.", "",
+              *_CHECK_HEADER]
     lines += _rows(KERNEL_CHECKS)
     lines += ["", "Dense matmuls, a PopTorch call and streaming-memory reads on the hardware (not in hardware.csv): "
               f"{MICROBENCH_SOURCES}.", "", *_CHECK_HEADER]
