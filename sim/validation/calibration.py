@@ -130,21 +130,25 @@ def add_compute_set_cycles(elements: int) -> int:
     """Cycles of one compute set adding two fp32 vectors of ``elements`` already on a tile, on a Bow
     IPU: the simulator's price of the op (poplibs' BinaryOp1D estimate and an on-chip sync). The op
     runs on one tile; on more tiles each does the same, at the same time."""
-    b = GraphBuilder("add_compute_set", "float32")
-    b.output(b.add(b.input("lhs", (1, elements)), b.input("rhs", (1, elements))))
-    ipu = load_system("bow-ipu").ipu
-    return op_cost(b.graph.ops[-1], b.graph, ipu, 1).cycles
+    return _single_op_cost("add", (1, elements), "float32", "bow-ipu", 1).cycles
 
 
 def accumulate_compute_set_cycles(elements: int) -> int:
     """Cycles of one compute set adding a scaled fp32 vector of ``elements`` into another already on a tile,
     on a Bow IPU: the simulator's price of an ``accumulate`` (popops' scaledAddTo: its vertex and an on-chip
     sync)."""
-    b = GraphBuilder("accumulate_compute_set", "float32")
-    b.op("accumulate", [b.input("accumulator", (1, elements)), b.input("addend", (1, elements))], [(1, elements)],
-         name="accumulate")
-    ipu = load_system("bow-ipu").ipu
-    return op_cost(b.graph.ops[-1], b.graph, ipu, 1).cycles
+    return _single_op_cost("accumulate", (1, elements), "float32", "bow-ipu", 1).cycles
+
+
+def _single_op_cost(kind: str, shape: tuple, dtype: str, system: str, tiles: int | None):
+    """The simulator's :class:`~sim.cost.opcost.OpCost` of one ``kind`` op on graph inputs of ``shape`` (two for an
+    add or an accumulate, one otherwise) and a result of that shape, on ``tiles`` tiles (None: all) of
+    ``system``'s IPU."""
+    b = GraphBuilder(kind, dtype)
+    ins = [b.input(f"in{i}", shape) for i in range(1 if kind == "softmax" else 2)]
+    b.op(kind, ins, [shape], name=kind)
+    ipu = load_system(system).ipu
+    return op_cost(b.graph.ops[-1], b.graph, ipu, ipu.tiles if tiles is None else tiles)
 
 
 def _bow_op_seconds(graph, options: Options, kind: str | None = None) -> float:
@@ -335,7 +339,8 @@ VERTEX_CHECKS = [
           "stand for what the hardware spends beyond the workers' loop",
           lambda n=n: add_compute_set_cycles(n))
     for n, where, us in ((10, "the notebook's (3, 5, 2) input on 3 tiles", 0.1783783783783784),
-                         (1024, "on 4, 16, 128 and 1,024 tiles alike", 1.0054054054054054))] + [
+                         (1024, "on 4, 16, 128 and 1,024 tiles alike", 1.0054054054054054))]
+VERTEX_CHECKS += [
     Check("tessellate_scaled_add_fp32", f"Mk2 or Bow: one compute set adding a scaled fp32 vector of {n} elements into "
           "another on one tile (popops ScaledAddSupervisor)", raw - 45, "cycles", 0.2, "predicted",
           "a known gap, held so it does not widen: the cycles an element are the estimator's 1.5 (the hardware's "
@@ -361,10 +366,7 @@ def profile_softmax_cycles(rows: int = 16 * 729, width: int = 736) -> int:
     """The simulator's compute cycles of popnn's stable softmax over ``rows`` fp16 rows of ``width`` on a C600,
     the rows spread evenly over the tiles: the busiest tile's cycles of each of its compute sets (the row
     maximum, the subtraction, exp, the row sum, its reciprocal and cast, the multiplication), summed."""
-    b = GraphBuilder("softmax", "float16")
-    b.op("softmax", [b.input("scores", (rows, width))], [(rows, width)], name="softmax")
-    ipu = load_system("c600").ipu
-    return op_cost(b.graph.ops[-1], b.graph, ipu, ipu.tiles).compute_cycles
+    return _single_op_cost("softmax", (rows, width), "float16", "c600", None).compute_cycles
 
 
 #: where :data:`KERNEL_CHECKS` come from
