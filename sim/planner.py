@@ -2,13 +2,15 @@
 
 A :class:`Candidate` is one configuration of ``ipusim run``: a system, ``replicas`` R, IPUs per
 replica P (the model's layers split over P pipeline stages), micro-batch, gradient
-accumulation, availableMemoryProportion, recomputation checkpoints and optimizer-state
-placement, with global batch = micro-batch x accumulation x R (device iterations repeat the
-global batch, they do not change it). :class:`Planner` enumerates the candidates of a
-:class:`Space` and evaluates them through a caller's function (``sim.cli.plan`` simulates each
-as an ``ipusim run`` command line on a process pool or a Dask cluster):
+accumulation, availableMemoryProportion, recomputation checkpoints, optimizer-state
+placement and partials type (float or half: half partials store fp16 matmul and convolution
+partials, which the AMP of Mk2 and later IPUs accumulates faster, in less memory), with global
+batch = micro-batch x accumulation x R (device iterations repeat the global batch, they do not
+change it). :class:`Planner` enumerates the candidates of a :class:`Space` and evaluates them
+through a caller's function (``sim.cli.plan`` simulates each as an ``ipusim run`` command line
+on a process pool or a Dask cluster):
 
-1. **Profiles.** The model's ops are priced once per (system's IPU, micro-batch, proportion)
+1. **Profiles.** The model's ops are priced once per (system's IPU, micro-batch, proportion, partials)
    with the compiler's own pricing (:func:`sim.compiler.executable.price_ops`): cycles per
    micro-batch of each block (layer), forward and backward, and the always-live tensors
    (weights, constants, optimizer state, accumulators) each block's ops touch.
@@ -58,6 +60,7 @@ Units: cycles of the system's IPU clock, bytes, samples per second.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -68,6 +71,7 @@ from typing import Callable, Iterator
 import models
 
 from .compiler.executable import price_ops
+from .cost.rules import AMP_KINDS
 from .errors import GraphError, OptionsError
 from .graph.ir import Graph
 from .graph.training import Optimizer, graph_to_price, merge_norms, sparse_accumulate_tied_gathers
@@ -84,8 +88,10 @@ PLANNED_PARAMS = {"micro_batch": "--micro-batch", "layers_per_ipu": "--pipeline"
                   "recompute_checkpoints": "--recompute"}
 #: what the CSV and :meth:`Planner.run` rows hold for a candidate, then for its result
 CANDIDATE_COLUMNS = ("system", "ipus", "replicas", "pipeline", "split", "micro_batch", "gradient_accumulation",
-                     "global_batch", "available_memory_proportion", "recompute", "optimizer_state",
+                     "global_batch", "available_memory_proportion", "recompute", "optimizer_state", "partials",
                      "device_iterations")
+#: the partials types a plan can search (``Precision.setPartialsType``), in the order equals are preferred
+PARTIALS = ("float", "half")
 RESULT_COLUMNS = ("status", "samples_per_second", "bound_samples_per_second", "seconds", "cycle_count",
                   "peak_tile_bytes", "stage_balance", "reason")
 #: statuses: simulated and fits; does not fit in tile memory; rejected as a combination;
@@ -231,7 +237,8 @@ class Space:
     recompute: list[bool] | None = None  # default on and off (training, a model that splits)
     optimizer_states: list[str] | None = None  # default all four (if the optimizer has state)
     optimizer_state_dtype: str | tuple[str, ...] = "float32"  # Optimizer.state_dtype of every candidate
-    partials: str = "float"  # Precision.setPartialsType of every candidate
+    #: Precision.setPartialsType values searched (float or half; a single name stands for one)
+    partials: str | tuple[str, ...] = "float"
     device_iterations: int | None = None  # default 1 in training, 32 in inference
     #: most layers (blocks) a relief moves off the relieved IPU of a pipelined configuration
     #: that does not fit, beyond its balanced split (0: balanced splits only)
@@ -281,8 +288,11 @@ class Space:
         if self.tied_gather and not self.training:
             raise OptionsError("plan: the TiedGather patterns change only a training graph's embedding gradient; "
                                "plan training or leave them off")
-        if self.partials not in ("float", "half"):
-            raise OptionsError(f"plan: partials {self.partials!r}: expected float or half")
+        self.partials = tuple(dict.fromkeys([self.partials] if isinstance(self.partials, str) else self.partials))
+        bad = [p for p in self.partials if p not in PARTIALS]
+        if bad or not self.partials:
+            raise OptionsError(f"plan: partials {bad[0] if bad else ''!r}: expected {' or '.join(PARTIALS)} "
+                               "(or both, float,half)")
         if isinstance(self.replicas_per_process, bool) or not isinstance(self.replicas_per_process, int) \
                 or self.replicas_per_process < 1:
             raise OptionsError(f"plan: replicas per process {self.replicas_per_process!r}: expected a whole "
@@ -318,6 +328,7 @@ class Candidate:
     device_iterations: int
     split: tuple[int, ...] = ()
     proportions: tuple[float, ...] = ()
+    partials: str = "float"  # Precision.setPartialsType
 
     def proportion(self, ipu: int) -> float:
         """The availableMemoryProportion of IPU ``ipu`` of a replica."""
@@ -339,8 +350,8 @@ class Candidate:
         """Order among equals: fewer IPUs, then the axes in order (deterministic)."""
         return (self.ipus, self.system, self.pipeline, self.replicas, self.micro_batch, self.gradient_accumulation,
                 self.available_memory_proportion, {None: -1, False: 0, True: 1}[self.recompute],
-                OPTIMIZER_STATES.index(self.optimizer_state) if self.optimizer_state else -1, self.split,
-                self.proportions)
+                OPTIMIZER_STATES.index(self.optimizer_state) if self.optimizer_state else -1,
+                PARTIALS.index(self.partials), self.split, self.proportions)
 
     def columns(self) -> dict:
         """The candidate's CSV columns (:data:`CANDIDATE_COLUMNS`)."""
@@ -350,7 +361,8 @@ class Candidate:
                 "available_memory_proportion": (self.proportion_text() if self.proportions
                                                 else self.available_memory_proportion),
                 "recompute": "" if self.recompute is None else ("on" if self.recompute else "off"),
-                "optimizer_state": self.optimizer_state or "", "device_iterations": self.device_iterations}
+                "optimizer_state": self.optimizer_state or "", "partials": self.partials,
+                "device_iterations": self.device_iterations}
 
 
 def _recomputed_cycles(g: Graph, costs: dict) -> dict[str, int]:
@@ -490,7 +502,8 @@ class Planner:
     accumulation whatever makes the global batch (with a range: powers of two inside it);
     proportions 0.2, 0.4, 0.6; recomputation on and off; optimizer state on-chip, off-chip,
     rts and off-chip-rts (the sharded two with 2 replicas or more; none of them for an optimizer
-    without state, e.g. sgd).
+    without state, e.g. sgd); float partials only (PopTorch's default; half is a precision choice
+    the user makes, :attr:`Space.partials`).
     """
 
     def __init__(self, model: Model, space: Space):
@@ -507,6 +520,15 @@ class Planner:
             self.notes.append(f"each micro-batch row of {probe.name} carries {self.samples_per_row:g} samples "
                               "(Graph.samples_per_row, e.g. sequences per pack): the global batch counts rows, "
                               "samples/s counts samples")
+        if space.partials == ("float",) and any(
+                op.kind in AMP_KINDS and probe.tensors[op.inputs[0]].dtype == "float16" for op in probe.ops):
+            faster = [name for name, system in self.systems.items()
+                      if system.ipu.amp_fp16_flops_per_cycle > system.ipu.amp_fp16_fp32_partials_flops_per_cycle]
+            self.notes.append("every configuration keeps float partials (PopTorch's default); half partials hold the "
+                              "model's fp16 matmuls' and convolutions' partials in less tile memory"
+                              + (f" and run them faster on {', '.join(faster)}" if faster else "")
+                              + ", as Graphcore's published BERT, ViT and ResNet-50 configurations set them: "
+                              "--partials float,half searches both")
         self.units = model.units(probe)
         self.block_order = list(dict.fromkeys(op.block for op in probe.ops if op.block is not None))
         self._ends: dict[str, str] = {}  # block that is not a unit -> "first" or "last" IPU
@@ -517,7 +539,7 @@ class Planner:
                     self._ends.setdefault(op.block, "first" if (op.ipu or 0) == 0 else "last")
         self._stages: dict[tuple[int, ...], int] = {}
         self._splits: dict[tuple, tuple[int, ...]] = {}
-        #: (IPU, pipeline, micro-batch, proportion) -> (unit weights, first IPU's, last IPU's) the split balances
+        #: :meth:`_split_key` -> (unit weights, first IPU's, last IPU's) the split balances
         self._weights: dict[tuple, tuple[list[float], float, float]] = {}
         self._always_live: dict[tuple, list[float]] = {}
         self.candidates = self._enumerate()
@@ -610,12 +632,11 @@ class Planner:
                         for ga in self._accumulations(mb, R):
                             batched = True
                             for amp in proportions:
-                                for rc in recomputes:
-                                    for state in states:
-                                        if state in SHARDED and R < 2:
-                                            continue  # nothing to shard over
-                                        out.append(Candidate(sname, P, R, mb, ga, float(amp), rc, state,
-                                                             self.device_iterations))
+                                for rc, state, partials in itertools.product(recomputes, states, sp.partials):
+                                    if state in SHARDED and R < 2:
+                                        continue  # nothing to shard over
+                                    out.append(Candidate(sname, P, R, mb, ga, float(amp), rc, state,
+                                                         self.device_iterations, partials=partials))
         if not self.systems:
             raise OptionsError("plan: no system to plan for; give --system NAME[,NAME...] (see `ipusim systems`)")
         if not out and batched:
@@ -659,10 +680,11 @@ class Planner:
         """How many (IPU, micro-batch, proportion, accumulation) pricings of the model were made."""
         return len(self._profiles)
 
-    def profile(self, system: str, mb: int, amp: float, accumulate: bool) -> _Profile:
-        """Cycles per block per micro-batch and the always-live tensors of the unsplit model."""
+    def profile(self, system: str, mb: int, amp: float, accumulate: bool, partials: str = "float") -> _Profile:
+        """Cycles per block per micro-batch and the always-live tensors of the unsplit model, its matmuls and
+        convolutions at ``partials``."""
         sysobj = self.systems[system]
-        key = (sysobj.ipu, mb, amp, accumulate)
+        key = (sysobj.ipu, mb, amp, accumulate, partials)
         if key in self._profiles:
             return self._profiles[key]
         g = self.model.build(mb)
@@ -673,7 +695,7 @@ class Planner:
         assign(g, None)
         merge_norms(g, per_block=True)  # LARS's norms: a ReduceMany per block, which moves as a whole
         o = Options().setAvailableMemoryProportion({"IPU0": amp})
-        o.Precision.setPartialsType(self.space.partials)
+        o.Precision.setPartialsType(partials)
         costs = price_ops(g, sysobj, o, training, sysobj.ipu.tiles)
         sides: dict[str, dict[str, int]] = {"forward": {}, "backward": {}, "update": {}}
         users: dict[str, set[str]] = {}
@@ -709,12 +731,16 @@ class Planner:
                 where[b] = 0 if self._ends.get(b, "first") == "first" else len(split) - 1
         return where
 
+    def _split_key(self, c: Candidate) -> tuple:
+        """What a candidate's balanced split depends on: its IPU, pipeline, micro-batch, proportion and partials."""
+        return self.systems[c.system].ipu, c.pipeline, c.micro_batch, c.available_memory_proportion, c.partials
+
     def _with_split(self, c: Candidate) -> Candidate:
         if c.pipeline == 1 or not self.units:
             return replace(c, split=(len(self.units),) if self.units else ())
-        key = (self.systems[c.system].ipu, c.pipeline, c.micro_batch, c.available_memory_proportion)
+        key = self._split_key(c)
         if key not in self._splits:
-            prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, False)
+            prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, False, c.partials)
             # a stage's time: forward + backward, plus in pipelined training the forward ops its
             # backward stage recomputes from the stash; the blocks after the last layer (a head placed
             # back on IPU 0) run in the final forward stage, merged with its backward, which keeps its
@@ -740,11 +766,12 @@ class Planner:
         ops only.) Each IPU's ops are priced at that IPU's proportion. With a host data rate, samples/s
         is also at most the rate times the host processes."""
         accumulate = c.gradient_accumulation > 1
-        prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, accumulate)
+        prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, accumulate, c.partials)
         where = self.ipu_of_blocks(c.split)
         busy = [0.0] * max(1, len(c.split))
         own = [prof if c.proportion(i) == c.available_memory_proportion
-               else self.profile(c.system, c.micro_batch, c.proportion(i), accumulate) for i in range(len(busy))]
+               else self.profile(c.system, c.micro_batch, c.proportion(i), accumulate, c.partials)
+               for i in range(len(busy))]
         ga = c.gradient_accumulation
         share = c.replicas if c.optimizer_state in SHARDED else 1
         for side, times in (("forward", ga), ("backward", ga), ("update", 1 / share)):
@@ -778,7 +805,8 @@ class Planner:
 
     def _always_live_per_tile(self, c: Candidate) -> list[float]:
         sysobj = self.systems[c.system]
-        prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1)
+        prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, c.gradient_accumulation > 1,
+                            c.partials)  # its always-live tensors do not depend on the partials
         where = self.ipu_of_blocks(c.split)
         per_ipu = [0.0] * max(1, len(c.split))
         sharded = TensorLocationSettings().useReplicatedTensorSharding(True).sharded  # PopART's threshold
@@ -840,7 +868,8 @@ class Planner:
         """What tile memory depends on: not the replicas (but with rts) nor the accumulation
         count (only whether there is accumulation), nor device iterations."""
         return (c.system, c.split, c.micro_batch, c.available_memory_proportion, c.proportions, c.recompute,
-                c.optimizer_state, c.gradient_accumulation > 1, c.replicas if c.optimizer_state in SHARDED else 0)
+                c.optimizer_state, c.partials, c.gradient_accumulation > 1,
+                c.replicas if c.optimizer_state in SHARDED else 0)
 
     def reliefs(self, i: int, reason: str | None = None) -> list[int]:
         """Bring in the relief candidates of candidate ``i``, which does not fit (the module's
@@ -861,7 +890,7 @@ class Planner:
             ipu, moved, own = live.index(max(live)), 0, None
         if reason is not None and short_ipus(reason) - {ipu}:
             return []
-        key = (self.systems[c.system].ipu, c.pipeline, c.micro_batch, c.available_memory_proportion)
+        key = self._split_key(c)
         balanced = self._splits[key]
         children: list[tuple[Candidate, tuple[int, int, float | None]]] = []
         keep = balanced[ipu] - moved - 1  # units the relieved IPU keeps

@@ -2,6 +2,7 @@
 bounds hold, its rows and commands are those of ``ipusim run``, and it runs on Dask and resumes."""
 
 import argparse
+import dataclasses
 import itertools
 import json
 import random
@@ -577,3 +578,59 @@ def test_a_count_of_ipus_not_a_power_of_two_is_refused_before_simulating(capsys,
     assert list(rows["status"]) == ["invalid"] * len(rows) and len(rows) >= 1
     assert all("needs 1 x 3 = 3 IPUs, which is not a power of two (Poplar attaches" in r for r in rows["reason"])
     assert "every one is invalid" in capsys.readouterr().err
+
+
+
+#: TINY with matmuls large enough that their partials type sets their pace
+TINY_WIDE = dict(TINY, hidden=256, seq_len=128)
+
+
+def test_partials_are_an_axis_each_candidate_priced_and_run_at_its_own():
+    """--partials float,half doubles the candidates; a half-partials candidate is priced (bound) and
+    simulated with half partials, so on fp16 matmuls it is faster than its float twin, its command says
+    --partials half, and the top of the pruned search is still the exhaustive one's."""
+    space = planner.Space(["ipu-m2000"], global_batch=(16, 16), optimizer="adam", micro_batches=[4],
+                          proportions=[0.6], partials=["float", "half", "float"])
+    pl = planner.Planner(planner.Model("bert-base", dict(TINY_WIDE)), space)
+    assert pl.space.partials == ("float", "half")
+    by_partials = {p: [c for c in pl.candidates if c.partials == p] for p in ("float", "half")}
+    assert [dataclasses.replace(c, partials="half") for c in by_partials["float"]] == by_partials["half"]
+    assert all(pl.bound(h) > pl.bound(f) for f, h in zip(by_partials["float"], by_partials["half"]))
+    pruned, full = _compare_with_exhaustive(pl, top=2)
+    fits = full[full["status"] == "ok"].set_index("command")
+    assert set(fits["partials"]) == {"float", "half"}
+    for command, row in fits[fits["partials"] == "half"].iterrows():
+        twin = command.replace(" --partials half", "")
+        assert twin != command and fits.loc[twin, "partials"] == "float"
+        assert row["samples_per_second"] > fits.loc[twin, "samples_per_second"]
+    assert not fits[fits["partials"] == "float"].index.str.contains("--partials").any()
+
+
+def test_a_plan_of_float_partials_says_half_partials_exist_and_a_plan_of_both_shows_them(capsys):
+    base = ["plan", "--model", "bert-base", "--num-layers", "2", "--hidden", "256", "--heads", "4", "--seq-len",
+            "128", "--param", "vocab=8000", "--system", "ipu-m2000", "--training", "--optimizer", "sgd",
+            "--global-batch", "32", "--micro-batch", "8", "--available-memory-proportion", "0.6", "--pipeline", "1",
+            "--replicas", "1", "--workers", "1", "--top", "2", "--commands", "2"]
+
+    def table(out: str) -> list[list[str]]:
+        lines = out.splitlines()
+        start = next(n for n, line in enumerate(lines) if line.split()[:2] == ["rank", "samples/s"])
+        return [line.split() for line in lines[start:start + 3]]
+
+    assert cli.main(base) == 0
+    out = capsys.readouterr().out
+    assert ("note: every configuration keeps float partials (PopTorch's default); half partials hold the model's "
+            "fp16 matmuls' and convolutions' partials in less tile memory and run them faster on ipu-m2000, as "
+            "Graphcore's published BERT, ViT and ResNet-50 configurations set them: --partials float,half searches "
+            "both") in out
+    assert "partials" not in table(out)[0] and "--partials" not in out.split("as commands:")[1]
+    assert cli.main(base + ["--partials", "float,half"]) == 0
+    out = capsys.readouterr().out
+    assert "keeps float partials" not in out
+    header, first, second = table(out)
+    assert header[-6:] == ["state", "partials", "peak", "tile", "KiB", "balance"]
+    assert (first[-3], second[-3]) == ("half", "half")  # the faster, recomputing or not
+    assert [line.endswith("--partials half --memory-margin 0.05") for line in out.splitlines()
+            if line.startswith(("  1. ", "  2. "))] == [True, True]
+    assert cli.main(base + ["--partials", "double"]) == 2
+    assert "'double' is not one of float, half" in capsys.readouterr().err

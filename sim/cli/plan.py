@@ -134,8 +134,8 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
     argv += ["--available-memory-proportion", c.proportion_text()]
     if c.device_iterations != 1:
         argv += ["--device-iterations", str(c.device_iterations)]
-    if sp.partials != "float":
-        argv += ["--partials", sp.partials]
+    if c.partials != "float":
+        argv += ["--partials", c.partials]
     if sp.memory_margin:
         argv += ["--memory-margin", f"{sp.memory_margin:g}"]
     if sp.tied_gather:
@@ -265,8 +265,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--optimizer-state", type=_choices(run.OPTIMIZER_STATES), metavar="on-chip,off-chip,rts,...",
                    help="default: all four in training (rts and off-chip-rts with 2 replicas or more), none "
                    "for sgd")
-    a.add_argument("--partials", choices=("float", "half"), default="float",
-                   help="[Precision.setPartialsType] of every candidate (default: float)")
+    a.add_argument("--partials", type=_choices(planner.PARTIALS), default=["float"], metavar="float,half",
+                   help="[Precision.setPartialsType] of the candidates: float, half or both (float,half; half "
+                   "partials hold fp16 matmuls' and convolutions' partials in less memory and, but on Mk1, run them "
+                   "faster, at a cost in precision; default: float, PopTorch's)")
     a.add_argument("--device-iterations", type=positive_int, metavar="N",
                    help="of every candidate (default: 1 in training, 32 in inference)")
     a.add_argument("--tied-gather", action="store_true",
@@ -515,7 +517,7 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
     for c in ("ipus", "replicas", "pipeline", "micro_batch", "gradient_accumulation", "global_batch",
               "device_iterations"):
         table[c] = table[c].astype(int)
-    for c in ("split", "available_memory_proportion", "recompute", "optimizer_state", "reason", "status"):
+    for c in ("split", "available_memory_proportion", "recompute", "optimizer_state", "partials", "reason", "status"):
         table[c] = table[c].fillna("").astype(str)
     return table
 
@@ -538,8 +540,9 @@ def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0) -> str:
             f"bytes), {n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their throughput bound")
 
 
-def format_table(best: pd.DataFrame) -> str:
-    """The screen table of the ranked configurations."""
+def format_table(best: pd.DataFrame, partials: bool = False) -> str:
+    """The screen table of the ranked configurations; ``partials``: with their partials type (a plan that
+    searched half partials)."""
     show = pd.DataFrame({
         "rank": range(1, len(best) + 1),
         "samples/s": [f"{v:,.0f}" for v in best["samples_per_second"]],
@@ -550,6 +553,8 @@ def format_table(best: pd.DataFrame) -> str:
         "recompute": best["recompute"].replace("", "-"), "optimizer state": best["optimizer_state"].replace("", "-"),
         "peak tile KiB": [f"{v / 1024:,.0f}" for v in best["peak_tile_bytes"]],
         "balance": [f"{v:.2f}" for v in best["stage_balance"]]})
+    if partials:
+        show.insert(show.columns.get_loc("optimizer state") + 1, "partials", best["partials"].to_numpy())
     return show.to_string(index=False)
 
 
@@ -612,7 +617,7 @@ def _cmd_plan(args, parser) -> int:
         print(f"ipusim: {head}" + (f"; e.g. {example['command'].iloc[0]}: {example['reason'].iloc[0]}"
                                    if len(example) else ""), file=sys.stderr)
         return 3 if len(dropped) else 2
-    print(format_table(best.head(args.top)))
+    print(format_table(best.head(args.top), partials=pl.space.partials != ("float",)))
     if not quiet and pl.space.training and best["pipeline"].iloc[0] > 1:
         print("note: the best is a pipelined training configuration (not modelled): "
               + unmodelled_call_effect(best["seconds"].iloc[0]))
