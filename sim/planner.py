@@ -98,6 +98,9 @@ RESULT_COLUMNS = ("status", "samples_per_second", "bound_samples_per_second", "s
 #: its throughput bound is below the top configurations found
 STATUSES = ("ok", "oom", "invalid", "pruned")
 _SLACK = 1e-9  # relative: a bound this close to the threshold is still simulated (float rounding)
+#: the largest micro-batch the planner tries by default (powers of two up to it, and the divisors of a global
+#: batch's share a replica up to it)
+MAX_MICRO_BATCH = 64
 
 
 #: ``ipusim plan``'s default memory margin (``Options.memoryMargin`` of every candidate): the largest, in whole
@@ -231,7 +234,8 @@ class Space:
     optimizer: str = "sgd"
     pipelines: list[int] | None = None  # IPUs per replica; default powers of two that fit
     replicas: list[int] | None = None  # default powers of two that fit
-    micro_batches: list[int] | None = None  # default powers of two up to 64
+    #: default powers of two up to 64, and for a global batch of one size the divisors up to 64 of its share a replica
+    micro_batches: list[int] | None = None
     gradient_accumulations: list[int] | None = None  # default: what makes the global batch
     proportions: list[float] | None = None  # default 0.2, 0.4, 0.6
     recompute: list[bool] | None = None  # default on and off (training, a model that splits)
@@ -498,7 +502,8 @@ class Planner:
 
     Defaults of the axes: IPUs per replica and replicas are powers of two whose product fits
     the system (IPUs per replica at most the model's layers + 1, and 1 for a model that does
-    not split); micro-batches 1, 2, 4, ... 64 (at most the global batch); gradient
+    not split); micro-batches 1, 2, 4, ... 64 (at most the global batch) and, for a global batch of one size,
+    the divisors up to 64 of its share a replica (:meth:`_micro_batches_for`); gradient
     accumulation whatever makes the global batch (with a range: powers of two inside it);
     proportions 0.2, 0.4, 0.6; recomputation on and off; optimizer state on-chip, off-chip,
     rts and off-chip-rts (the sharded two with 2 replicas or more; none of them for an optimizer
@@ -574,7 +579,19 @@ class Planner:
                                    f"micro-batches {self.space.micro_batches}; re-export it with a dynamic batch "
                                    "axis to plan others")
             return [fixed]
-        return self.space.micro_batches or [m for m in powers_of_two(64) if m <= hi]
+        return self.space.micro_batches or [m for m in powers_of_two(MAX_MICRO_BATCH) if m <= hi]
+
+    def _micro_batches_for(self, replicas: int) -> list[int]:
+        """The micro-batches tried with ``replicas``: :meth:`_micro_batches`, and by default, for a global batch
+        of one size, every divisor of its share a replica up to :data:`MAX_MICRO_BATCH` too, so that a global
+        batch with odd factors (MLPerf ResNet-50's 3,520 over 16 replicas: 220 = 4 x 55) is made by the
+        micro-batches that divide it (22 x 10), not only by the powers of two that do (4 x 55)."""
+        base = self._micro_batches()
+        lo, hi = self.space.global_batch
+        if self.space.micro_batches or self.model.fixed_batch is not None or lo != hi or lo % replicas:
+            return base
+        share = lo // replicas
+        return sorted(set(base) | {d for d in range(1, min(share, MAX_MICRO_BATCH) + 1) if share % d == 0})
 
     def _optimizer_states(self) -> list[str | None]:
         if not self.space.training:
@@ -628,7 +645,7 @@ class Planner:
                 replicas = sp.replicas or powers_of_two(n // P) or [1]
                 tried.update(replicas)
                 for R in replicas:
-                    for mb in self._micro_batches():
+                    for mb in self._micro_batches_for(R):
                         for ga in self._accumulations(mb, R):
                             batched = True
                             for amp in proportions:

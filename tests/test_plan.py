@@ -634,3 +634,22 @@ def test_a_plan_of_float_partials_says_half_partials_exist_and_a_plan_of_both_sh
             if line.startswith(("  1. ", "  2. "))] == [True, True]
     assert cli.main(base + ["--partials", "double"]) == 2
     assert "'double' is not one of float, half" in capsys.readouterr().err
+
+
+def test_a_global_batch_with_odd_factors_is_made_by_the_micro_batches_that_divide_it():
+    """By default every divisor (up to 64) of a replica's share of a global batch of one size is a micro-batch, beside
+    the powers of two: 48 over 1, 2 and 4 replicas gives 3 x 16, 6 x 8, 12 x 4 ... not only powers of two; given
+    micro-batches or a range of global batches keep the axis as it was."""
+    def micro_batches(**space) -> dict[int, set[int]]:
+        args = dict(global_batch=(48, 48), optimizer="sgd", proportions=[0.6], pipelines=[1])
+        pl = planner.Planner(planner.Model("bert-base", dict(TINY)), planner.Space(["ipu-m2000"], **{**args, **space}))
+        by_replicas: dict[int, set[int]] = {}
+        for c in pl.candidates:
+            by_replicas.setdefault(c.replicas, set()).add(c.micro_batch)
+            assert c.micro_batch * c.gradient_accumulation * c.replicas == 48 or space
+        return by_replicas
+    assert micro_batches() == {1: {1, 2, 3, 4, 6, 8, 12, 16, 24, 48}, 2: {1, 2, 3, 4, 6, 8, 12, 24},
+                               4: {1, 2, 3, 4, 6, 12}}
+    assert micro_batches(micro_batches=[4, 8]) == {1: {4, 8}, 2: {4, 8}, 4: {4}}
+    assert micro_batches(global_batch=(33, 64)) == {1: {1, 2, 4, 8, 16, 32, 64}, 2: {1, 2, 4, 8, 16, 32},
+                                                    4: {1, 2, 4, 8, 16}}

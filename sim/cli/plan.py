@@ -246,7 +246,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--pipeline", type=_ints, metavar="P,...", help="IPUs per replica (pipeline stages); "
                    "default: powers of two up to the system's IPUs and the model's layers + 1")
     a.add_argument("--replicas", type=_ints, metavar="R,...", help="default: powers of two that fit the system")
-    a.add_argument("--micro-batch", type=_ints, metavar="N,...", help="default: 1, 2, 4, ... 64")
+    a.add_argument("--micro-batch", type=_ints, metavar="N,...",
+                   help="default: 1, 2, 4, ... 64 and, for a global batch of one size, every divisor up to 64 of a "
+                   "replica's share of it")
     a.add_argument("--gradient-accumulation", type=_ints, metavar="N,...",
                    help="default: whatever makes the global batch (with a range: powers of two inside it)")
     a.add_argument("--available-memory-proportion", type=proportions, metavar="P,...",
