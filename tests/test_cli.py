@@ -637,3 +637,20 @@ def test_bench_refuses_an_unknown_system_before_benchmarking(capsys):
     t0 = time.perf_counter()
     code, _, err = cli(capsys, "bench", "--system", "nosuch", "--repeats", "1")
     assert code == 2 and "unknown system 'nosuch'" in err and time.perf_counter() - t0 < 5
+
+
+def test_the_summary_names_the_partials_type_of_matmuls_and_convolutions(capsys):
+    """The run's setup line says which partials its matmuls and convolutions accumulate in (PopTorch's float by
+    default, --partials half for both, each its own where the option maps differ)."""
+    def setup_line(opts: sim.Options) -> str:
+        summary = format_summary(api_run(models.get("mlp"), "ipu-mk2", opts))
+        return next(line for line in summary.splitlines() if line.startswith("  strategy "))
+    assert setup_line(sim.Options()).endswith(", prefetch depth 1, partials float")
+    half = sim.Options()
+    half.Precision.setPartialsType("half")
+    assert setup_line(half).endswith(", partials half")
+    mixed = sim.Options()
+    mixed._Popart.set("partialsTypeMatMuls", "half")
+    assert setup_line(mixed).endswith(", partials half (matmuls), float (convolutions)")
+    code, out, _ = cli(capsys, "run", "--model", "mlp", "--partials", "half")
+    assert code == 0 and "prefetch depth 1, partials half\n" in out

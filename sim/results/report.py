@@ -114,7 +114,7 @@ def pipeline_phases(run: Run) -> dict[str, tuple[int, int]] | None:
 
 
 def _setup_line(run: Run) -> str:
-    """Strategy, IPUs, sync pattern, IO tiles, prefetch depth, optimizer-state location."""
+    """Strategy, IPUs, sync pattern, IO tiles, prefetch depth, partials type, optimizer-state location."""
     ex, o = run.executable, run.executable.options
     strategy = ex.strategy.replace("_", " ")
     if ex.strategy in ("pipelined", "sharded"):
@@ -123,6 +123,9 @@ def _setup_line(run: Run) -> str:
         strategy += f" ({len({s.index for s in ex.stages})} phases on {ex.ipus_per_replica} IPUs)"
     line = (f"  strategy {strategy}, syncPattern {o.sync_pattern.name}, "
             f"IO tiles {o.TensorLocations.num_io_tiles}, prefetch depth {o.prefetch_depth()}")
+    matmuls, convolutions = o.partials_type(), o.partials_type("conv2d")
+    line += (f", partials {matmuls}" if matmuls == convolutions
+             else f", partials {matmuls} (matmuls), {convolutions} (convolutions)")
     if ex.training:
         where = o.TensorLocations.locations["optimizer"]
         state = "off chip" if where.on_chip is False else "on chip"
