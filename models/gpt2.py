@@ -36,16 +36,18 @@ no labels and no cross-entropy.
 - ``decode_cache`` (a length L; 0, the default: off): one step of greedy generation with a KV cache, as
   Graphcore's PopTransformer runs GPT-2 (``poptransformer/models/gpt2``, b5a7569): the whole generation is
   one ``session.run`` of a device-side ONNX Loop of L iterations (run it with L device iterations and
-  synthetic data: the next token stays on the IPU), each taking one token of every sequence (prompt
-  tokens too, one an iteration) through all the blocks. Per iteration: the token's and the step's
-  embedding rows; in each block its K and V written into a persistent (2, B, heads, L, head_dim) cache
-  by PopTransformer's KVCache custom op (the whole cache copied into a clone, then shifted one position
-  with the new entry at the front and copied back: two on-tile copies), then remapped (its Remap custom
-  op, a copy across tiles); the scores over all L cached positions, an (B, 1, 1, L) mask added, the
-  custom non-stable softmax (its input first copied to a linear layout); no scale op (the query's
-  weights carry 1/sqrt(head_dim)); after ``ln_f`` the tied LM head and a top-1 (ONNX TopK, popops'
-  bitonic top-k) on IPU 0; then the loop's own work there (the exit flag, the next token written into
-  the id container and the mask, the carried tensors copied back). ``seq_len`` is not used (giving it is an error).
+  synthetic data: the next token stays on the IPU; split over IPUs, sharded, as PopTransformer runs it: each
+  iteration reads the one before's token, so a pipeline is refused, ``Graph.carries_iterations``), each
+  taking one token of every sequence (prompt tokens too, one an iteration) through all the blocks. Per
+  iteration: the token's and the step's embedding rows; in each block its K and V written into a persistent
+  (2, B, heads, L, head_dim) cache by PopTransformer's KVCache custom op (the whole cache copied into a
+  clone, then shifted one position with the new entry at the front and copied back: two on-tile copies),
+  then remapped (its Remap custom op, a copy across tiles); the scores over all L cached positions, an (B,
+  1, 1, L) mask added, the custom non-stable softmax (its input first copied to a linear layout); no scale
+  op (the query's weights carry 1/sqrt(head_dim)); after ``ln_f`` the tied LM head and a top-1 (ONNX TopK,
+  popops' bitonic top-k) on IPU 0; then the loop's own work there (the exit flag, the next token written
+  into the id container and the mask, the carried tensors copied back). ``seq_len`` is not used (giving it
+  is an error).
 """
 
 from __future__ import annotations
@@ -192,6 +194,7 @@ def _build_decode(name: str, p: Params) -> Graph:
         for t in (container, mask):  # LoopOpx copies each carried output back to the body's input
             b.unary("copy", t, name="carry", loop_carried=True)
     b.output(token)
+    b.graph.carries_iterations = True  # the next iteration reads the token, the ids and the mask this one wrote
     return b.graph
 
 

@@ -534,6 +534,13 @@ class Planner:
                               + (f" and run them faster on {', '.join(faster)}" if faster else "")
                               + ", as Graphcore's published BERT, ViT and ResNet-50 configurations set them: "
                               "--partials float,half searches both")
+        #: the model's device iterations each read what the one before made (``Graph.carries_iterations``): split
+        #: over several IPUs it runs them one after another (ShardedExecution), its IPUs in turn
+        self.sequential = probe.carries_iterations
+        if self.sequential:
+            self.notes.append(f"{probe.name} carries tensors from each device iteration to the next (a generation "
+                              "loop), so split over several IPUs it runs sharded (--strategy sharded: its IPUs one "
+                              "after another), not pipelined")
         self.units = model.units(probe)
         self.block_order = list(dict.fromkeys(op.block for op in probe.ops if op.block is not None))
         self._ends: dict[str, str] = {}  # block that is not a unit -> "first" or "last" IPU
@@ -779,9 +786,10 @@ class Planner:
         after another, the forward and backward ops of its layers for each of the
         ``accumulation`` micro-batches and the optimizer ops of its weights once (1/R of them
         with rts); so a step takes at least the busiest IPU's total, and samples/s is at most
-        micro-batch x samples per row x accumulation x replicas x clock over it. (Inference: forward
-        ops only.) Each IPU's ops are priced at that IPU's proportion. With a host data rate, samples/s
-        is also at most the rate times the host processes."""
+        micro-batch x samples per row x accumulation x replicas x clock over it (over all the IPUs' totals
+        for a model run sharded, :attr:`sequential`). (Inference: forward ops only.) Each IPU's ops are
+        priced at that IPU's proportion. With a host data rate, samples/s is also at most the rate times
+        the host processes."""
         accumulate = c.gradient_accumulation > 1
         prof = self.profile(c.system, c.micro_batch, c.available_memory_proportion, accumulate, c.partials)
         where = self.ipu_of_blocks(c.split)
@@ -804,7 +812,7 @@ class Planner:
                 moved[where.get(b, 0)] |= io
             for ipu, io in enumerate(moved):
                 busy[ipu] += sum(n for _, n in io) / share / system.streaming_memory.bytes_per_s_per_ipu * clock
-        busiest = max(busy)
+        busiest = sum(busy) if self.sequential else max(busy)  # sharded: the IPUs run one after another
         bound = c.micro_batch * self.samples_per_row * ga * c.replicas * clock / busiest if busiest else math.inf
         if self.space.host_data_rate:  # each host process's pipeline feeds replicas_per_process replicas
             bound = min(bound, self.space.host_data_rate * self.space.host_processes(c.replicas))
@@ -866,7 +874,7 @@ class Planner:
         if F > 1 and self.space.training and c.gradient_accumulation < 2 * F - 1:
             return "invalid", (f"gradient accumulation {c.gradient_accumulation} is below the pipeline's "
                                f"{2 * F - 1} stages (2 x {F} forward stages - 1)")
-        if F > 1 and not self.space.training and c.device_iterations < F:
+        if F > 1 and not self.space.training and c.device_iterations < F and not self.sequential:
             return "invalid", (f"device iterations {c.device_iterations} are below the inference pipeline's "
                                f"{F} stages; raise --device-iterations")
         tile = system.ipu.sram_bytes_per_tile

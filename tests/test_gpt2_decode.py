@@ -5,6 +5,7 @@ import pytest
 import models
 import sim
 from sim.errors import GraphError
+from sim.strategy import AutoStage, ShardedExecution
 from sim.validation.setups import _gpt2_decode
 
 SHARDED = [0, 6, 7, 7, 7, 7, 7, 7]
@@ -56,3 +57,48 @@ def test_the_benchmark_setup_runs_the_ipus_in_turn_every_iteration():
     assert per_token[1] < per_token[8] < 8 * per_token[1]
     busy = runs[1].breakdown.drop(columns="idle").sum(axis=1)
     assert (busy[1:] > 0).all() and busy.sum() <= runs[1].cycle_count * 1.01  # one IPU at a time
+
+
+#: a generation loop small enough to plan in seconds
+SMALL = dict(num_layers=4, hidden=256, heads=4, vocab=1000, n_positions=64, decode_cache=32, with_loss=False,
+             dropout=0.0)
+
+
+def test_a_pipeline_cannot_run_a_generation_loop_whose_iterations_read_each_others_tokens():
+    """Each iteration reads the token, ids and mask the one before wrote (Graph.carries_iterations), so a pipeline,
+    which would start an iteration before the one before it finished, is refused with what to do instead; sharded,
+    or on one IPU, it runs. A model without such a loop pipelines as before."""
+    split = models.get("gpt2-small", **SMALL, layers_per_ipu=[0, 1, 1, 2])
+    assert split.carries_iterations and split.copy().carries_iterations
+    assert not models.get("gpt2-small", num_layers=4, hidden=256, heads=4, vocab=1000, seq_len=32).carries_iterations
+    o = sim.Options().deviceIterations(8)
+    with pytest.raises(sim.OptionsError, match="carries tensors from each device iteration to the next.*"
+                                               r"ShardedExecution \(--strategy sharded\)"):
+        sim.simulate(split, "ipu-m2000", o)
+    sharded = sim.Options().deviceIterations(8).setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
+    assert sim.simulate(split, "ipu-m2000", sharded).cycle_count > 0
+    assert sim.simulate(models.get("gpt2-small", **SMALL), "ipu-mk2", o).cycle_count > 0
+
+
+def test_a_plan_of_a_generation_loop_runs_its_splits_sharded(capsys):
+    """ipusim plan says the loop runs sharded, writes --strategy sharded into the commands of its split
+    configurations, bounds them by the IPUs' summed op cycles, and each command runs as planned."""
+    import json
+    import shlex
+
+    from sim import planner
+    from sim.cli import main as cli
+    from sim.cli import plan as plan_cli
+
+    space = planner.Space(["ipu-m2000"], global_batch=(4, 4), training=False, device_iterations=8,
+                          proportions=[0.6], pipelines=[1, 2, 4], replicas=[1])
+    pl = planner.Planner(planner.Model("gpt2-small", dict(SMALL)), space)
+    assert pl.sequential and any("runs sharded (--strategy sharded" in n for n in pl.notes)
+    table = plan_cli.plan(pl, top=3, workers=1, bar=False, exhaustive=True)
+    fits = table[table["status"] == "ok"]
+    assert set(fits["pipeline"]) >= {1, 2}
+    assert (fits["command"].str.contains("--strategy sharded") == (fits["pipeline"] > 1)).all()
+    assert (fits["samples_per_second"] <= fits["bound_samples_per_second"]).all()
+    split = fits[fits["pipeline"] > 1].iloc[0]
+    assert cli.main(shlex.split(split["command"])[1:] + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples_per_second"] == split["samples_per_second"]

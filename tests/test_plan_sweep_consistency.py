@@ -75,7 +75,7 @@ def test_an_onnx_plan_writes_its_dimensions_in_one_order(tmp_path):
     for dims in ({"seq": 16, "feat": 4}, {"feat": 4, "seq": 16}):
         model = SimpleNamespace(name=None, onnx=tmp_path / "m.onnx", dims=dims, loss=None, params={},
                                 placement=lambda units, split, recompute: {})
-        lines.append(plan_cli.command(SimpleNamespace(model=model, space=space, units=[]), c))
+        lines.append(plan_cli.command(SimpleNamespace(model=model, space=space, units=[], sequential=False), c))
     assert lines[0] == lines[1]
     assert lines[0][4:8] == ["--dim", "feat=4", "--dim", "seq=16"]
 

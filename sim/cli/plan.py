@@ -116,6 +116,8 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
             continue  # the zoo's default (e.g. resnet50's recompute_checkpoints: none)
         argv += (["--layers-per-ipu", ",".join(map(str, value))] if key == "layers_per_ipu"
                  else ["--param", f"{key}={_param_text(value)}"])
+    if pl.sequential and c.pipeline > 1:
+        argv += ["--strategy", "sharded"]
     if c.replicas > 1:
         argv += ["--replicas", str(c.replicas)]
     if c.replicas > sp.replicas_per_process:

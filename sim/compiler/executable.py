@@ -146,6 +146,11 @@ def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replic
         raise OptionsError(
             "IO tiles (TensorLocations.numIOTiles) cannot be used with PipelinedExecution: use "
             "ShardedExecution or a phased strategy, or numIOTiles(0)")
+    if g.carries_iterations and strategy == "pipelined" and ipus_per_replica > 1:
+        raise OptionsError(
+            f"graph {g.name!r} carries tensors from each device iteration to the next (a generation loop: the next "
+            "token stays on the IPU), so a pipeline, which starts an iteration before the one before it has "
+            "finished, cannot run it: use ShardedExecution (--strategy sharded), as PopTransformer does, or one IPU")
     check_overlap(o, g, training)
 
 

@@ -178,6 +178,11 @@ class Graph:
         #: the tiles a microbenchmark lays its work out on, one piece a tile (``amp-tile``'s ``tiles``);
         #: None: the compiler maps the work onto any IPU's tiles
         self.tiles_asked: int | None = None
+        #: each device iteration reads what the one before it made (a generation loop run as device
+        #: iterations, the next token staying on the IPU: the zoo's GPT-2 ``decode_cache``), so no iteration
+        #: can start before the one before it has finished: a model split over IPUs runs them one after another
+        #: (ShardedExecution), never pipelined
+        self.carries_iterations = False
         self._op_names: set[str] = set()
 
     # --- construction -------------------------------------------------------------------
@@ -249,6 +254,7 @@ class Graph:
         new.micro_batch_losses = list(self.micro_batch_losses)
         new.samples_per_row, new.micro_batch, new.params = self.samples_per_row, self.micro_batch, dict(self.params)
         new.tiles_asked, new._op_names = self.tiles_asked, set(self._op_names)
+        new.carries_iterations = self.carries_iterations
         return new
 
     # --- queries ------------------------------------------------------------------------
