@@ -1,9 +1,15 @@
 """GPT-2 greedy generation with a KV cache, as graphcore/PopTransformer runs it (models.gpt2 decode_cache)."""
 
+import json
+import shlex
+
 import pytest
 
 import models
 import sim
+from sim import planner
+from sim.cli import main as cli
+from sim.cli import plan as plan_cli
 from sim.errors import GraphError
 from sim.strategy import AutoStage, ShardedExecution
 from sim.validation.setups import _gpt2_decode
@@ -83,13 +89,6 @@ def test_a_pipeline_cannot_run_a_generation_loop_whose_iterations_read_each_othe
 def test_a_plan_of_a_generation_loop_runs_its_splits_sharded(capsys):
     """ipusim plan says the loop runs sharded, writes --strategy sharded into the commands of its split
     configurations, bounds them by the IPUs' summed op cycles, and each command runs as planned."""
-    import json
-    import shlex
-
-    from sim import planner
-    from sim.cli import main as cli
-    from sim.cli import plan as plan_cli
-
     space = planner.Space(["ipu-m2000"], global_batch=(4, 4), training=False, device_iterations=8,
                           proportions=[0.6], pipelines=[1, 2, 4], replicas=[1])
     pl = planner.Planner(planner.Model("gpt2-small", dict(SMALL)), space)

@@ -580,7 +580,6 @@ def test_a_count_of_ipus_not_a_power_of_two_is_refused_before_simulating(capsys,
     assert "every one is invalid" in capsys.readouterr().err
 
 
-
 #: TINY with matmuls large enough that their partials type sets their pace
 TINY_WIDE = dict(TINY, hidden=256, seq_len=128)
 
