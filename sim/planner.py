@@ -141,10 +141,11 @@ def powers_of_two(limit: int) -> list[int]:
 class Model:
     """A zoo model (``name`` and its ``params``) or an ONNX file (``onnx``) to plan for.
 
-    ``family`` says how the planner places it: ``"layers"`` (the zoo's ``layers_per_ipu`` and
-    ``recompute_checkpoint_every_layer``: BERT, GPT-2), ``"blocks"`` (``split_points`` and
-    ``recompute_checkpoints``: ResNet-50), or ``"whole"`` (one IPU per replica, no recomputation
-    axis: the MLP, ONNX files).
+    ``family`` says how the planner places it: ``"layers"`` (the zoo's ``layers_per_ipu``: BERT, GPT-2,
+    ViT, Swin, the Conformer's encoder blocks), ``"blocks"`` (``split_points`` and ``recompute_checkpoints``:
+    ResNet-50), or ``"whole"`` (one IPU per replica, no recomputation axis: the MLP, ONNX files);
+    ``recomputes``: the model has recomputation checkpoints to place (``recompute_checkpoint_every_layer`` or
+    ``recompute_checkpoints``; the Conformer has none: a pipeline's stages recompute from their stashed inputs).
     """
 
     name: str | None = None
@@ -153,6 +154,7 @@ class Model:
     dims: dict = field(default_factory=dict)  # an ONNX file's other symbolic dimensions by name (--dim)
     loss: str | None = None  # the ONNX tensor to train on (--loss; default: the model's one loss)
     family: str = field(init=False, default="whole")
+    recomputes: bool = field(init=False, default=False)
 
     def __post_init__(self):
         if (self.name is None) == (self.onnx is None):
@@ -182,10 +184,10 @@ class Model:
         if "micro_batch" not in defaults:
             raise GraphError(f"plan: model {self.name!r} has no micro_batch parameter, so there is no batch "
                              "to plan; plan a model whose inputs are batched (see `ipusim models`)")
-        if "layers_per_ipu" in defaults and "recompute_checkpoint_every_layer" in defaults:
-            self.family = "layers"
+        if "layers_per_ipu" in defaults:
+            self.family, self.recomputes = "layers", "recompute_checkpoint_every_layer" in defaults
         elif "split_points" in defaults and "recompute_checkpoints" in defaults:
-            self.family = "blocks"
+            self.family, self.recomputes = "blocks", True
 
     @cached_property
     def fixed_batch(self) -> int | None:
@@ -206,7 +208,7 @@ class Model:
     def units(self, graph: Graph) -> list[str]:
         """The blocks a split moves between IPUs, in model order (empty: the model does not split)."""
         blocks = list(dict.fromkeys(op.block for op in graph.ops if op.block is not None))
-        pattern = {"layers": r"layer\d+", "blocks": r"layer\d+/\d+"}.get(self.family)
+        pattern = {"layers": r"(?:layer|encoder)\d+", "blocks": r"layer\d+/\d+"}.get(self.family)
         return [b for b in blocks if pattern and re.fullmatch(pattern, b)]
 
     def placement(self, units: list[str], split: tuple[int, ...], recompute: bool | None) -> dict:
@@ -216,7 +218,7 @@ class Model:
             starts = [sum(split[:i]) for i in range(len(split))]
             p = ({"layers_per_ipu": list(split)} if self.family == "layers"
                  else {"split_points": [units[s] for s in starts[1:]]})
-        if recompute is not None:
+        if recompute is not None and self.recomputes:
             p.update({"recompute_checkpoint_every_layer": recompute} if self.family == "layers"
                      else {"recompute_checkpoints": "blocks" if recompute else None})
         return p
@@ -612,11 +614,11 @@ class Planner:
         return list(self.space.optimizer_states or OPTIMIZER_STATES)
 
     def _recompute(self) -> list[bool | None]:
-        if not self.space.training or self.model.family == "whole":
+        if not self.space.training or not self.model.recomputes:
             if self.space.recompute:
                 raise OptionsError(f"plan: {'inference' if not self.space.training else 'this model'} has no "
                                    "recomputation axis (only training of a zoo model with recomputation "
-                                   "checkpoints: bert, gpt2, vit, swin, resnet50)")
+                                   "checkpoints: bert, gpt2, vit, swin, resnet50, resnext101)")
             return [None]
         return list(self.space.recompute or (False, True))
 
@@ -639,8 +641,8 @@ class Planner:
         most_stages = len(self.units) + 1 if self.units else 1
         if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
             raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner "
-                               "(only bert, gpt2, vit, swin, resnet50 and resnext101 are): it runs on one IPU per replica; "
-                               "drop --pipeline")
+                               "(only bert, gpt2, vit, swin, conformer-medium, resnet50 and resnext101 are): it runs "
+                               "on one IPU per replica; drop --pipeline")
         batched = False  # some (replicas, micro-batch, accumulation) makes the global batch
         tried = set()  # the replica counts tried
         for sname, system in self.systems.items():

@@ -652,3 +652,23 @@ def test_a_global_batch_with_odd_factors_is_made_by_the_micro_batches_that_divid
     assert micro_batches(micro_batches=[4, 8]) == {1: {4, 8}, 2: {4, 8}, 4: {4}}
     assert micro_batches(global_batch=(33, 64)) == {1: {1, 2, 4, 8, 16, 32, 64}, 2: {1, 2, 4, 8, 16, 32},
                                                     4: {1, 2, 4, 8, 16}}
+
+
+def test_the_conformer_is_split_over_its_encoder_blocks_without_a_recomputation_axis(capsys):
+    """conformer-medium places its encoder blocks with layers_per_ipu (the front end on IPU 0, the heads on the
+    last) and has no recomputation checkpoints: its splits are planned with no recompute axis, the pruned search
+    finds the exhaustive one's top, and a split configuration's command runs as planned."""
+    model = planner.Model("conformer-medium", {"encoder_blocks": 4, "decoder_blocks": 2})
+    assert (model.family, model.recomputes) == ("layers", False)
+    space = planner.Space(["ipu-m2000"], global_batch=(64, 64), optimizer="adam", micro_batches=[2],
+                          proportions=[0.4], partials="half", optimizer_states=["on-chip"])
+    pl = planner.Planner(model, space)
+    assert pl.units == ["encoder0", "encoder1", "encoder2", "encoder3"]
+    assert {c.recompute for c in pl.candidates} == {None} and {c.pipeline for c in pl.candidates} == {1, 2, 4}
+    pruned, full = _compare_with_exhaustive(pl, top=2)
+    split = full[(full["status"] == "ok") & (full["pipeline"] == 2)].iloc[0]
+    assert "--layers-per-ipu 2,2" in split["command"] and "recompute" not in split["command"]
+    assert cli.main(shlex.split(split["command"])[1:] + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples_per_second"] == split["samples_per_second"]
+    with pytest.raises(OptionsError, match="has no recomputation axis"):
+        planner.Planner(model, planner.Space(["ipu-m2000"], global_batch=(64, 64), recompute=[True]))
