@@ -142,8 +142,9 @@ class Model:
     """A zoo model (``name`` and its ``params``) or an ONNX file (``onnx``) to plan for.
 
     ``family`` says how the planner places it: ``"layers"`` (the zoo's ``layers_per_ipu``: BERT, GPT-2,
-    ViT, Swin, the Conformer's encoder blocks), ``"blocks"`` (``split_points`` and ``recompute_checkpoints``:
-    ResNet-50), or ``"whole"`` (one IPU per replica, no recomputation axis: the MLP, ONNX files);
+    ViT, Swin, the Conformer's encoder blocks), ``"blocks"`` (``split_points``: ResNet-50's and ResNeXt-101's
+    bottleneck blocks, EfficientNet's MBConv blocks; a model whose blocks are none of these, UNet, is not split),
+    or ``"whole"`` (one IPU per replica, no recomputation axis: the MLP, ONNX files);
     ``recomputes``: the model has recomputation checkpoints to place (``recompute_checkpoint_every_layer`` or
     ``recompute_checkpoints``; the Conformer has none: a pipeline's stages recompute from their stashed inputs).
     """
@@ -186,8 +187,8 @@ class Model:
                              "to plan; plan a model whose inputs are batched (see `ipusim models`)")
         if "layers_per_ipu" in defaults:
             self.family, self.recomputes = "layers", "recompute_checkpoint_every_layer" in defaults
-        elif "split_points" in defaults and "recompute_checkpoints" in defaults:
-            self.family, self.recomputes = "blocks", True
+        elif "split_points" in defaults:
+            self.family, self.recomputes = "blocks", "recompute_checkpoints" in defaults
 
     @cached_property
     def fixed_batch(self) -> int | None:
@@ -208,7 +209,7 @@ class Model:
     def units(self, graph: Graph) -> list[str]:
         """The blocks a split moves between IPUs, in model order (empty: the model does not split)."""
         blocks = list(dict.fromkeys(op.block for op in graph.ops if op.block is not None))
-        pattern = {"layers": r"(?:layer|encoder)\d+", "blocks": r"layer\d+/\d+"}.get(self.family)
+        pattern = {"layers": r"(?:layer|encoder)\d+", "blocks": r"layer\d+/\d+|block\d+[a-z]"}.get(self.family)
         return [b for b in blocks if pattern and re.fullmatch(pattern, b)]
 
     def placement(self, units: list[str], split: tuple[int, ...], recompute: bool | None) -> dict:
@@ -641,7 +642,7 @@ class Planner:
         most_stages = len(self.units) + 1 if self.units else 1
         if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
             raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner "
-                               "(only bert, gpt2, vit, swin, conformer-medium, resnet50 and resnext101 are): it runs "
+                               "(only bert, gpt2, vit, swin, conformer-medium, resnet50, resnext101 and efficientnet are): it runs "
                                "on one IPU per replica; drop --pipeline")
         batched = False  # some (replicas, micro-batch, accumulation) makes the global batch
         tried = set()  # the replica counts tried

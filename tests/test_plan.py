@@ -672,3 +672,25 @@ def test_the_conformer_is_split_over_its_encoder_blocks_without_a_recomputation_
     assert json.loads(capsys.readouterr().out)["samples_per_second"] == split["samples_per_second"]
     with pytest.raises(OptionsError, match="has no recomputation axis"):
         planner.Planner(model, planner.Space(["ipu-m2000"], global_batch=(64, 64), recompute=[True]))
+
+
+def test_efficientnet_is_split_over_its_mbconv_blocks_and_unet_is_not_split(capsys):
+    """efficientnet-b0 places its 16 MBConv blocks with split_points (the stem on IPU 0, the top on the last) and has
+    no recomputation checkpoints; a split configuration's command runs as planned. UNet's blocks are not units the
+    planner moves: it runs whole, and --pipeline 2 is refused by name."""
+    model = planner.Model("efficientnet-b0")
+    assert (model.family, model.recomputes) == ("blocks", False)
+    space = planner.Space(["ipu-m2000"], global_batch=(16, 16), micro_batches=[2], proportions=[0.4], partials="half",
+                          pipelines=[1, 2], replicas=[1])
+    pl = planner.Planner(model, space)
+    assert pl.units == ["block1a", "block2a", "block2b", "block3a", "block3b", "block4a", "block4b", "block4c",
+                        "block5a", "block5b", "block5c", "block6a", "block6b", "block6c", "block6d", "block7a"]
+    assert {c.recompute for c in pl.candidates} == {None}
+    [split] = [c for c in pl.candidates if c.pipeline == 2]
+    assert sum(split.split) == 16 and "split_points=" in " ".join(plan_cli.command(pl, split))
+    rows = plan_cli.plan(pl, top=2, workers=1, bar=False, exhaustive=True)
+    row = rows[(rows["status"] == "ok") & (rows["pipeline"] == 2)].iloc[0]
+    assert cli.main(shlex.split(row["command"])[1:] + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples_per_second"] == row["samples_per_second"]
+    with pytest.raises(OptionsError, match="'unet' is not split by the planner"):
+        planner.Planner(planner.Model("unet"), planner.Space(["ipu-m2000"], global_batch=(4, 4), pipelines=[2]))
