@@ -143,7 +143,7 @@ class Model:
 
     ``family`` says how the planner places it: ``"layers"`` (the zoo's ``layers_per_ipu``: BERT, GPT-2,
     ViT, Swin, the Conformer's encoder blocks), ``"blocks"`` (``split_points``: ResNet-50's and ResNeXt-101's
-    bottleneck blocks, EfficientNet's MBConv blocks; a model whose blocks are none of these, UNet, is not split),
+    bottleneck blocks, EfficientNet's MBConv blocks; UNet, whose blocks match neither, is not split),
     or ``"whole"`` (one IPU per replica, no recomputation axis: the MLP, ONNX files);
     ``recomputes``: the model has recomputation checkpoints to place (``recompute_checkpoint_every_layer`` or
     ``recompute_checkpoints``; the Conformer has none: a pipeline's stages recompute from their stashed inputs).

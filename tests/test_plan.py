@@ -677,7 +677,7 @@ def test_the_conformer_is_split_over_its_encoder_blocks_without_a_recomputation_
 def test_efficientnet_is_split_over_its_mbconv_blocks_and_unet_is_not_split(capsys):
     """efficientnet-b0 places its 16 MBConv blocks with split_points (the stem on IPU 0, the top on the last) and has
     no recomputation checkpoints; a split configuration's command runs as planned. UNet's blocks are not units the
-    planner moves: it runs whole, and --pipeline 2 is refused by name."""
+    planner moves (yet): it runs whole, and --pipeline 2 is refused by name."""
     model = planner.Model("efficientnet-b0")
     assert (model.family, model.recomputes) == ("blocks", False)
     space = planner.Space(["ipu-m2000"], global_batch=(16, 16), micro_batches=[2], proportions=[0.4], partials="half",
