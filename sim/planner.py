@@ -641,9 +641,9 @@ class Planner:
         proportions = sp.proportions or [0.2, 0.4, 0.6]
         most_stages = len(self.units) + 1 if self.units else 1
         if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
-            raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner "
-                               "(only bert, gpt2, vit, swin, conformer-medium, resnet50, resnext101 and efficientnet are): it runs "
-                               "on one IPU per replica; drop --pipeline")
+            raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner (only "
+                               "bert, gpt2, vit, swin, conformer-medium, resnet50, resnext101 and efficientnet are): "
+                               "it runs on one IPU per replica; drop --pipeline")
         batched = False  # some (replicas, micro-batch, accumulation) makes the global batch
         tried = set()  # the replica counts tried
         for sname, system in self.systems.items():
