@@ -26,7 +26,12 @@ on a process pool or a Dask cluster):
    state to and from streaming memory; pipeline fill and flush, recomputation, collectives
    and host IO only add to that. Hence ``samples/s <= micro_batch x accumulation x replicas x
    clock / that``, without compiling.
-4. **Drops without simulating** (each with its reason): combinations PopTorch rejects
+4. **Drops without simulating** (each with its reason): with a latency limit (inference,
+   :attr:`Space.max_latency`), a candidate whose step's round trip cannot be within it: one
+   micro-batch passes each IPU of a replica in turn, so the round trip takes at least the
+   replica's IPUs' op cycles for one micro-batch summed (:meth:`Planner.latency_bound`; a
+   candidate simulated over the limit is dropped the same way, and only those within it rank);
+   combinations PopTorch rejects
    (accumulation below the pipeline's stages, device iterations below an inference
    pipeline's stages, more IPUs than the system has); IPUs whose always-live bytes alone,
    spread evenly over the tiles, exceed a tile's SRAM (the fullest tile holds at least the
@@ -92,11 +97,12 @@ CANDIDATE_COLUMNS = ("system", "ipus", "replicas", "pipeline", "split", "micro_b
                      "device_iterations")
 #: the partials types a plan can search (``Precision.setPartialsType``), in the order equals are preferred
 PARTIALS = ("float", "half")
-RESULT_COLUMNS = ("status", "samples_per_second", "bound_samples_per_second", "seconds", "cycle_count",
-                  "peak_tile_bytes", "stage_balance", "reason")
+RESULT_COLUMNS = ("status", "samples_per_second", "bound_samples_per_second", "seconds", "latency_avg_s",
+                  "cycle_count", "peak_tile_bytes", "stage_balance", "reason")
 #: statuses: simulated and fits; does not fit in tile memory; rejected as a combination;
-#: its throughput bound is below the top configurations found
-STATUSES = ("ok", "oom", "invalid", "pruned")
+#: its throughput bound is below the top configurations found; its latency (simulated, or its
+#: bound) is above the plan's limit (:attr:`Space.max_latency`)
+STATUSES = ("ok", "oom", "invalid", "pruned", "latency")
 _SLACK = 1e-9  # relative: a bound this close to the threshold is still simulated (float rounding)
 #: the largest micro-batch the planner tries by default (powers of two up to it, and the divisors of a global
 #: batch's share a replica up to it)
@@ -266,6 +272,9 @@ class Space:
     #: PopART's TiedGather and TiedGatherAccumulate patterns on every candidate (``Options.tied_gather_accumulate``,
     #: as Graphcore's BERT and GPT-2 scripts set them): with accumulation a tied embedding has no dense gradient table
     tied_gather: bool = False
+    #: inference only: the longest average round trip a configuration may take, in seconds (``getLatency()``'s
+    #: average: from the IPU's request for a step's inputs to its outputs reaching the host); None: no limit
+    max_latency: float | None = None
 
     def __post_init__(self):
         lo, hi = self.global_batch
@@ -308,6 +317,12 @@ class Space:
             raise OptionsError(f"plan: memory margin {self.memory_margin!r}: expected a fraction from 0 to 1")
         if self.host_data_rate is not None and not 0 < self.host_data_rate < math.inf:
             raise OptionsError(f"plan: host data rate {self.host_data_rate!r}: expected samples per second above 0")
+        if self.max_latency is not None:
+            if isinstance(self.max_latency, bool) or not 0 < self.max_latency < math.inf:
+                raise OptionsError(f"plan: max latency {self.max_latency!r}: expected seconds above 0")
+            if self.training:
+                raise OptionsError("plan: a latency limit applies to inference (a step's round trip from its "
+                                   "inputs to its outputs); plan inference, or leave --max-latency out")
 
     def host_processes(self, replicas: int) -> int:
         """Host processes (PopRun instances) a candidate of ``replicas`` runs with: the fewest that feed
@@ -544,6 +559,14 @@ class Planner:
             self.notes.append(f"{probe.name} carries tensors from each device iteration to the next (a generation "
                               "loop), so split over several IPUs it runs sharded (--strategy sharded: its IPUs one "
                               "after another), not pipelined")
+        if space.max_latency is not None and not (probe.inputs and probe.outputs):
+            raise OptionsError(f"plan: {probe.name} streams no {'inputs' if not probe.inputs else 'outputs'}, so no "
+                               "round trip from its inputs to its outputs is measured (getLatency() is 0); leave "
+                               "--max-latency out")
+        if not space.training:
+            self.notes.append("latency: a step's average round trip (getLatency()), from the IPU's request for its "
+                              "inputs to its outputs reaching the host; no published measurement checks the "
+                              "simulator's (docs/reference/published-results.md 3)")
         self.units = model.units(probe)
         self.block_order = list(dict.fromkeys(op.block for op in probe.ops if op.block is not None))
         self._ends: dict[str, str] = {}  # block that is not a unit -> "first" or "last" IPU
@@ -821,6 +844,30 @@ class Planner:
             bound = min(bound, self.space.host_data_rate * self.space.host_processes(c.replicas))
         return bound
 
+    def latency_bound(self, c: Candidate) -> float:
+        """Seconds no simulation of ``c`` can take less than for a step's round trip (``getLatency()``): one
+        micro-batch of a replica passes the forward ops of every IPU of it, one IPU after another (a pipeline's
+        stages, or a sharded model's IPUs), each IPU's ops one after another, between the IPU's request for
+        its inputs and its outputs leaving for the host; so at least the sum over the replica's IPUs of their
+        op cycles for one micro-batch, each priced at that IPU's proportion, over the clock."""
+        where = self.ipu_of_blocks(c.split)
+        cycles = 0
+        for ipu in range(max(1, len(c.split))):
+            prof = self.profile(c.system, c.micro_batch, c.proportion(ipu), c.gradient_accumulation > 1, c.partials)
+            cycles += sum(n for b, n in prof.forward.items() if where.get(b, 0) == ipu)
+        return cycles / self.systems[c.system].ipu.clock_hz
+
+    def over_latency(self, seconds: float) -> str | None:
+        """Why a configuration whose step's round trip takes ``seconds`` (NaN: not measured) misses the plan's
+        latency limit; None if it meets it (or there is no limit)."""
+        limit = self.space.max_latency
+        if limit is None or seconds <= limit * (1 + _SLACK):
+            return None
+        if math.isnan(seconds):
+            return "its latency was not measured (no host transfers to time), so it cannot be held to --max-latency"
+        return (f"its step's round trip takes {seconds * 1e3:,.3f} ms on average (getLatency()), above --max-latency "
+                f"{limit * 1e3:g} ms")
+
     def always_live_per_tile(self, c: Candidate) -> list[float]:
         """Per IPU of a replica: bytes per tile that are live all the time at the least, the
         program memory (code, vertex state, stacks) plus the on-chip weights, constants, optimizer state (1/R with rts
@@ -890,6 +937,12 @@ class Planner:
                                f"accumulators and fixed control code alone fill {math.ceil(b):,} bytes of an average "
                                f"tile{kept}, which has {tile:,}; short by at least "
                                f"{math.ceil(b * (1 + margin) - tile):,} bytes per tile")
+        if self.space.max_latency is not None:
+            least = self.latency_bound(c)
+            if least > self.space.max_latency * (1 + _SLACK):
+                return "latency", (f"(not simulated) a step's round trip takes at least {least * 1e3:,.3f} ms (one "
+                                   "micro-batch's op cycles on each IPU of a replica, one IPU after another), above "
+                                   f"--max-latency {self.space.max_latency * 1e3:g} ms")
         return None
 
     def memory_key(self, c: Candidate) -> tuple:
@@ -957,7 +1010,8 @@ class Planner:
 
         ``evaluate`` simulates candidates ``{index: Candidate}`` and yields ``(index, row)``
         with ``status`` ok, oom or invalid, ``reason`` and, when ok, ``samples_per_second``,
-        ``seconds``, ``cycle_count``, ``peak_tile_bytes``, ``stage_balance``. ``known`` rows
+        ``seconds``, ``latency_avg_s``, ``cycle_count``, ``peak_tile_bytes``, ``stage_balance`` (an ok row over
+        :attr:`Space.max_latency` becomes a ``latency`` row, which neither ranks nor sets the pruning threshold). ``known`` rows
         (by index, or a function of the index; e.g. read back by ``--resume``) stand in for the results of the candidates they
         belong to when the search comes to simulate them, so a resumed search takes the same
         decisions as one never stopped. ``on_row`` sees each row as it
@@ -986,6 +1040,10 @@ class Planner:
         def decide(i: int, result: dict) -> None:
             row = {**cands[i].columns(), **{k: result.get(k, "") for k in RESULT_COLUMNS}}
             row["bound_samples_per_second"] = bounds[i]
+            if row["status"] == "ok":
+                missed = self.over_latency(float(row["latency_avg_s"] if row["latency_avg_s"] != "" else "nan"))
+                if missed:
+                    row.update(status="latency", reason=missed)
             rows[i] = row
             if row["status"] == "ok":
                 heapq.heappush(best, float(row["samples_per_second"]))

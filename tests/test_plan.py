@@ -47,6 +47,10 @@ def _planner(system: str, **space) -> planner.Planner:
 def _compare_with_exhaustive(pl: planner.Planner, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     pruned = plan_cli.plan(pl, top=top, workers=1, bar=False, batch=4)
     every_row = plan_cli.plan(pl, top=top, workers=1, bar=False, exhaustive=True)
+    # a step's round trip is never shorter than the latency bound (the pruned search drops on it)
+    timed = every_row["latency_avg_s"].notna()
+    least = pd.Series([pl.latency_bound(c) for c in pl.candidates], index=every_row.index)
+    assert timed.any() and (every_row.loc[timed, "latency_avg_s"] >= least[timed]).all()
     n = pl.enumerated  # then the reliefs of what did not fit, as each search brought them in
     assert list(pruned["command"].head(n)) == list(every_row["command"].head(n))
     # the reliefs the pruned search brought in, the exhaustive one did too; those it did not
@@ -58,13 +62,13 @@ def _compare_with_exhaustive(pl: planner.Planner, top: int) -> tuple[pd.DataFram
     assert (every_row.loc[missing, "bound_samples_per_second"] < cut).all()
     # the plan's best is at least as fast as every configuration of the exhaustive search,
     # and its top `top` are the exhaustive search's, in the same order
-    assert best["samples_per_second"].iloc[0] >= every_row["samples_per_second"].max()
+    assert best["samples_per_second"].iloc[0] >= every_row.loc[every_row["status"] == "ok", "samples_per_second"].max()
     assert list(best["command"].head(top)) == list(every["command"].head(top))
     assert list(best["samples_per_second"].head(top)) == list(every["samples_per_second"].head(top))
     full = every_row.set_index("command").loc[pruned["command"]].reset_index()[list(pruned.columns)]
     ok = pruned["status"] == "ok"  # what the plan simulated is what the exhaustive search got
     assert pruned.loc[ok, "samples_per_second"].tolist() == full.loc[ok, "samples_per_second"].tolist()
-    for status in ("oom", "invalid"):  # dropped without simulating, and rightly so
+    for status in ("oom", "invalid", "latency"):  # dropped without simulating, and rightly so
         assert set(full.loc[pruned["status"] == status, "status"]) <= {status}
     # the bound holds for every configuration that fits
     fits = full["status"] == "ok"
@@ -694,3 +698,64 @@ def test_efficientnet_is_split_over_its_mbconv_blocks_and_unet_is_not_split(caps
     assert json.loads(capsys.readouterr().out)["samples_per_second"] == row["samples_per_second"]
     with pytest.raises(OptionsError, match="'unet' is not split by the planner"):
         planner.Planner(planner.Model("unet"), planner.Space(["ipu-m2000"], global_batch=(4, 4), pipelines=[2]))
+
+
+def _tiny_inference(**space) -> planner.Planner:
+    """An inference plan of a 4-layer tiny BERT on an IPU-M2000: global batch 8 as 1, 2 or 4 replicas of 1, 2 or 4
+    IPUs."""
+    args = dict(global_batch=(8, 8), training=False, micro_batches=[1, 2, 4, 8], proportions=[0.6],
+                device_iterations=8)
+    args.update(space)
+    return planner.Planner(planner.Model("bert-base", dict(TINY, num_layers=4)), planner.Space(["ipu-m2000"], **args))
+
+
+def test_a_latency_limit_keeps_the_fastest_configurations_within_it():
+    """--max-latency: the plan's top are the configurations of an unlimited exhaustive search whose average round
+    trip (getLatency()) is within the limit, fastest first, the pruned search finding the same; the others are
+    "latency" rows, dropped on their latency bound where it is over the limit, which no simulation undercuts."""
+    every = plan_cli.rank(plan_cli.plan(_tiny_inference(), top=6, workers=1, bar=False, exhaustive=True))
+    assert len(every) == 6 and every["latency_avg_s"].notna().all()
+    # here the fastest (a 4-IPU pipeline) is not the quickest to answer (one IPU at micro-batch 8)
+    quickest, fastest = every["latency_avg_s"].min(), every["latency_avg_s"].iloc[0]
+    assert quickest < fastest
+    limit = (quickest + fastest) / 2
+    within = every[every["latency_avg_s"] <= limit]
+    pl = _tiny_inference(max_latency=limit)
+    pruned, full = _compare_with_exhaustive(pl, top=1)
+    best = plan_cli.rank(pruned, pl)
+    assert best["command"].iloc[0] == within["command"].iloc[0]
+    assert list(plan_cli.rank(full)["command"]) == list(within["command"])
+    over = full[full["status"] == "latency"]
+    assert set(over["command"]) == set(every["command"]) - set(within["command"])
+    assert over["reason"].str.fullmatch(r"its step's round trip takes [\d.]+ ms on average \(getLatency\(\)\), "
+                                        r"above --max-latency [\d.]+ ms").all()
+    # below every configuration's bound: all dropped without simulating
+    pl = _tiny_inference(max_latency=min(pl.latency_bound(c) for c in pl.candidates) / 2)
+    rows = plan_cli.plan(pl, top=1, workers=1, bar=False)
+    assert set(rows["status"]) == {"latency"} and rows["latency_avg_s"].isna().all()
+    assert rows["reason"].str.startswith("(not simulated) a step's round trip takes at least ").all()
+    # --resume replays such a row, but for an exhaustive search, which simulates it
+    dropped = rows.iloc[0].to_dict()
+    assert plan_cli._replayable(dropped, exhaustive=False) and not plan_cli._replayable(dropped, exhaustive=True)
+
+
+def test_an_inference_plan_shows_latency_and_a_limit_nothing_meets_says_so(capsys, tmp_path):
+    base = ["plan", *TINY_FLAGS, "--system", "ipu-m2000", "--global-batch", "8", "--micro-batch", "2,8",
+            "--available-memory-proportion", "0.6", "--workers", "1", "--top", "2", "--commands", "1"]
+    assert cli.main(base) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.split()[:2] == ["rank", "samples/s"])
+    assert header.split()[2:4] == ["latency", "ms"]
+    assert "over --max-latency" not in out
+    config = tmp_path / "plan.toml"
+    config.write_text("max_latency = 0.01\n")
+    assert cli.main(base + ["--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert re.search(r": 0 fit, \d+ over --max-latency \(\d+ by their latency bound\)", captured.out)
+    assert captured.err.startswith("ipusim: no configuration meets --max-latency 0.01 ms; none was simulated; the "
+                                   "shortest by its bound: ipusim run ")
+    assert len(captured.err.splitlines()) == 1
+    assert cli.main(base + ["--training", "--max-latency", "1"]) == 2
+    assert "a latency limit applies to inference" in capsys.readouterr().err
+    assert cli.main(base + ["--max-latency", "-1"]) == 2
+    assert "expected milliseconds above 0" in capsys.readouterr().err

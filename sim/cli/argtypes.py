@@ -85,6 +85,17 @@ def rate(text: str) -> float:
     return value
 
 
+def milliseconds(text: str) -> float:
+    """``2.5``: a time above 0 in milliseconds, as seconds, or argparse's usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected milliseconds above 0, like 2.5, got {text!r}")
+    return value / 1e3
+
+
 def margin(text: str) -> float:
     """``0.08``: a memory margin, a fraction of a tile from 0 to 1 (``Options.memoryMargin``)."""
     try:

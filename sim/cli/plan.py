@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import shlex
 import signal
 import sys
@@ -34,8 +35,8 @@ from ..errors import IpuSimError, OutOfMemoryError
 from ..graph.training import Optimizer
 from ..results.run import unmodelled_call_effect
 from . import run
-from .argtypes import (QUIET, csv_file, given_dims, margin, name_size, positive_int, progress, proportions,
-                       rate, verbosity, whole_numbers)
+from .argtypes import (QUIET, csv_file, given_dims, margin, milliseconds, name_size, positive_int, progress,
+                       proportions, rate, verbosity, whole_numbers)
 from .sweep import (PointError, SweepInterrupted, _CsvRows, _progress_bar, _read_rows, _signals_interrupt,
                     kept_csv_error, run_points, simulate_point)
 
@@ -62,6 +63,7 @@ def plan_point(argv: list[str]) -> dict:
     replica0 = [ipu for ipu in breakdown.index if ipu < result.executable.ipus_per_replica]
     busy = [int(breakdown.loc[ipu, list(_OP_WORK)].sum()) for ipu in replica0]
     return {"status": "ok", "samples_per_second": result.samples_per_second, "seconds": result.seconds,
+            "latency_avg_s": result.latency[2] if result.latency_measured() else math.nan,
             "cycle_count": result.cycle_count,
             "peak_tile_bytes": max(m["peak_tile_bytes"] for m in result.memory.values()),
             "stage_balance": min(busy) / max(busy) if max(busy) else 1.0, "reason": ""}
@@ -288,6 +290,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--host-data-rate", type=rate, metavar="SAMPLES_PER_S",
                    help="[hostDataRate] of every candidate: samples per second each host process's data pipeline "
                    "delivers, timed alone; a slower pipeline sets a candidate's throughput (default: keeps up)")
+    a.add_argument("--max-latency", type=milliseconds, metavar="MS",
+                   help="inference: keep only configurations whose step's round trip (getLatency()'s average: from "
+                   "the IPU's request for a step's inputs to its outputs reaching the host) takes at most MS "
+                   "milliseconds (default: no limit)")
     s = p.add_argument_group("the search")
     s.add_argument("--top", type=positive_int, default=10, metavar="K",
                    help="show the K best; pruning keeps them exact (default: 10)")
@@ -427,7 +433,7 @@ def build_planner(args, parser) -> planner.Planner:
         optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials,
         optimizer_state_dtype=state_dtype, relief=args.relief, relief_proportions=args.relief_proportion,
         replicas_per_process=args.replicas_per_process, memory_margin=args.memory_margin,
-        tied_gather=args.tied_gather, host_data_rate=args.host_data_rate)
+        tied_gather=args.tied_gather, host_data_rate=args.host_data_rate, max_latency=args.max_latency)
     return planner.Planner(model, space)
 
 
@@ -455,10 +461,11 @@ def _replayable(row: dict, exhaustive: bool) -> bool:
     """Whether a row ``--resume`` read back stands for its candidate's result when the search comes to simulate
     it: not a pruned row (its bound was below the best of that run, whose ``--top`` or batches may have been
     others), and under ``exhaustive`` only a simulated one (not an out-of-memory inferred from another
-    configuration or from always-live bytes, which an exhaustive search simulates)."""
+    configuration or from always-live bytes, nor one over the latency limit by its bound, which an exhaustive
+    search simulates)."""
     if row.get("status") == "pruned":
         return False
-    return not (exhaustive and row.get("status") == "oom" and any(
+    return not (exhaustive and row.get("status") in ("oom", "latency") and any(
         mark in row.get("reason", "") for mark in ("[inferred, not simulated", "(not simulated)")))
 
 
@@ -515,8 +522,8 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
             progress.close()
         out.close()
     table = pd.DataFrame(rows, columns=COLUMNS)
-    for c in ("samples_per_second", "bound_samples_per_second", "seconds", "cycle_count", "peak_tile_bytes",
-              "stage_balance"):  # rows read back from a CSV hold text, "" where there is no number
+    for c in ("samples_per_second", "bound_samples_per_second", "seconds", "latency_avg_s", "cycle_count",
+              "peak_tile_bytes", "stage_balance"):  # rows read back from a CSV hold text, "" where there is no number
         table[c] = pd.to_numeric(table[c].mask(table[c] == ""))
     for c in ("ipus", "replicas", "pipeline", "micro_batch", "gradient_accumulation", "global_batch",
               "device_iterations"):
@@ -532,21 +539,38 @@ def rank(table: pd.DataFrame, pl: planner.Planner | None = None) -> pd.DataFrame
     return table.iloc[planner.ranking(table.to_dict("records"), pl.candidates if pl is not None else None)]
 
 
-def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0) -> str:
+def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0, latency_limit: bool = False) -> str:
     n = table["status"].value_counts()
     oom = table["reason"][table["status"] == "oom"]
     inferred = oom.str.contains("[inferred", regex=False)
     # an inferred reason says "[inferred, not simulated ...]" too: only the rest were dropped on their own bytes
     always_live = int((oom.str.contains("(not simulated)", regex=False) & ~inferred).sum())
     relieved = f" ({reliefs:,} of them reliefs)" if reliefs else ""
-    return (f"{len(table):,} configurations{relieved} in {seconds:.0f} s: {n.get('ok', 0):,} fit, "
+    slow = table["reason"][table["status"] == "latency"]
+    over = (f"{len(slow):,} over --max-latency ({int(slow.str.contains('(not simulated)', regex=False).sum()):,} by "
+            "their latency bound), " if latency_limit else "")
+    return (f"{len(table):,} configurations{relieved} in {seconds:.0f} s: {n.get('ok', 0):,} fit, {over}"
             f"{n.get('oom', 0):,} out of memory ({int(inferred.sum()):,} inferred, {always_live:,} from always-live "
             f"bytes), {n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their throughput bound")
 
 
-def format_table(best: pd.DataFrame, partials: bool = False) -> str:
+def _fastest_round_trip(table: pd.DataFrame) -> str:
+    """What the configurations over the latency limit came to: the shortest round trip simulated, with its
+    command, or (none simulated) the shortest latency bound's reason."""
+    slow = table[table["status"] == "latency"]
+    timed = slow[slow["latency_avg_s"].notna()]
+    if len(timed):
+        row = timed.loc[timed["latency_avg_s"].idxmin()]
+        return f"the shortest round trip simulated is {row['latency_avg_s'] * 1e3:,.3f} ms: {row['command']}"
+    bounds = slow["reason"].str.extract(r"at least ([\d,.]+) ms")[0].str.replace(",", "").astype(float)
+    row = slow.loc[bounds.idxmin()]
+    return f"none was simulated; the shortest by its bound: {row['command']}: {row['reason']}"
+
+
+def format_table(best: pd.DataFrame, partials: bool = False, latency: bool = False) -> str:
     """The screen table of the ranked configurations; ``partials``: with their partials type (a plan that
-    searched half partials)."""
+    searched half partials); ``latency``: with each one's average round trip of a step in ms (an inference
+    plan's)."""
     show = pd.DataFrame({
         "rank": range(1, len(best) + 1),
         "samples/s": [f"{v:,.0f}" for v in best["samples_per_second"]],
@@ -559,6 +583,9 @@ def format_table(best: pd.DataFrame, partials: bool = False) -> str:
         "balance": [f"{v:.2f}" for v in best["stage_balance"]]})
     if partials:
         show.insert(show.columns.get_loc("optimizer state") + 1, "partials", best["partials"].to_numpy())
+    if latency:
+        show.insert(show.columns.get_loc("samples/s") + 1, "latency ms",
+                    ["-" if math.isnan(v) else f"{v * 1e3:,.3f}" for v in best["latency_avg_s"]])
     return show.to_string(index=False)
 
 
@@ -613,7 +640,12 @@ def _cmd_plan(args, parser) -> int:
         return 128 + e.signum
     best = rank(table, pl)
     if not quiet:
-        print(_summary(table, time.perf_counter() - t0, len(pl.candidates) - pl.enumerated))
+        print(_summary(table, time.perf_counter() - t0, len(pl.candidates) - pl.enumerated,
+                       pl.space.max_latency is not None))
+    if best.empty and (table["status"] == "latency").any():
+        print(f"ipusim: no configuration meets --max-latency {pl.space.max_latency * 1e3:g} ms; "
+              + _fastest_round_trip(table), file=sys.stderr)
+        return 2
     if best.empty:
         dropped = table[table["status"] == "oom"]
         example = dropped if len(dropped) else table[table["reason"].astype(str) != ""]
@@ -621,7 +653,7 @@ def _cmd_plan(args, parser) -> int:
         print(f"ipusim: {head}" + (f"; e.g. {example['command'].iloc[0]}: {example['reason'].iloc[0]}"
                                    if len(example) else ""), file=sys.stderr)
         return 3 if len(dropped) else 2
-    print(format_table(best.head(args.top), partials=pl.space.partials != ("float",)))
+    print(format_table(best.head(args.top), partials=pl.space.partials != ("float",), latency=not pl.space.training))
     if not quiet and pl.space.training and best["pipeline"].iloc[0] > 1:
         print("note: the best is a pipelined training configuration (not modelled): "
               + unmodelled_call_effect(best["seconds"].iloc[0]))
