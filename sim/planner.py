@@ -149,7 +149,7 @@ class Model:
 
     ``family`` says how the planner places it: ``"layers"`` (the zoo's ``layers_per_ipu``: BERT, GPT-2,
     ViT, Swin, the Conformer's encoder blocks), ``"blocks"`` (``split_points``: ResNet-50's and ResNeXt-101's
-    bottleneck blocks, EfficientNet's MBConv blocks; UNet, whose blocks match neither, is not split),
+    bottleneck blocks, EfficientNet's MBConv blocks, UNet's encoder and decoder blocks but its first and its head),
     or ``"whole"`` (one IPU per replica, no recomputation axis: the MLP, ONNX files);
     ``recomputes``: the model has recomputation checkpoints to place (``recompute_checkpoint_every_layer`` or
     ``recompute_checkpoints``; the Conformer has none: a pipeline's stages recompute from their stashed inputs).
@@ -215,7 +215,9 @@ class Model:
     def units(self, graph: Graph) -> list[str]:
         """The blocks a split moves between IPUs, in model order (empty: the model does not split)."""
         blocks = list(dict.fromkeys(op.block for op in graph.ops if op.block is not None))
-        pattern = {"layers": r"(?:layer|encoder)\d+", "blocks": r"layer\d+/\d+|block\d+[a-z]"}.get(self.family)
+        pattern = {"layers": r"(?:layer|encoder)\d+",
+                   "blocks": r"layer\d+/\d+|block\d+[a-z]|encoder_block_[1-9]\d*|decoder_block_\d+(?:/up)?"
+                   }.get(self.family)
         return [b for b in blocks if pattern and re.fullmatch(pattern, b)]
 
     def placement(self, units: list[str], split: tuple[int, ...], recompute: bool | None) -> dict:
@@ -665,7 +667,7 @@ class Planner:
         most_stages = len(self.units) + 1 if self.units else 1
         if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
             raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner (only "
-                               "bert, gpt2, vit, swin, conformer-medium, resnet50, resnext101 and efficientnet are): "
+                               "bert, gpt2, vit, swin, conformer-medium, resnet50, resnext101, efficientnet and unet are): "
                                "it runs on one IPU per replica; drop --pipeline")
         batched = False  # some (replicas, micro-batch, accumulation) makes the global batch
         tried = set()  # the replica counts tried

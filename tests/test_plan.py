@@ -678,10 +678,9 @@ def test_the_conformer_is_split_over_its_encoder_blocks_without_a_recomputation_
         planner.Planner(model, planner.Space(["ipu-m2000"], global_batch=(64, 64), recompute=[True]))
 
 
-def test_efficientnet_is_split_over_its_mbconv_blocks_and_unet_is_not_split(capsys):
+def test_efficientnet_is_split_over_its_mbconv_blocks(capsys):
     """efficientnet-b0 places its 16 MBConv blocks with split_points (the stem on IPU 0, the top on the last) and has
-    no recomputation checkpoints; a split configuration's command runs as planned. UNet's blocks are not units the
-    planner moves (yet): it runs whole, and --pipeline 2 is refused by name."""
+    no recomputation checkpoints; a split configuration's command runs as planned."""
     model = planner.Model("efficientnet-b0")
     assert (model.family, model.recomputes) == ("blocks", False)
     space = planner.Space(["ipu-m2000"], global_batch=(16, 16), micro_batches=[2], proportions=[0.4], partials="half",
@@ -696,8 +695,36 @@ def test_efficientnet_is_split_over_its_mbconv_blocks_and_unet_is_not_split(caps
     row = rows[(rows["status"] == "ok") & (rows["pipeline"] == 2)].iloc[0]
     assert cli.main(shlex.split(row["command"])[1:] + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["samples_per_second"] == row["samples_per_second"]
-    with pytest.raises(OptionsError, match="'unet' is not split by the planner"):
-        planner.Planner(planner.Model("unet"), planner.Space(["ipu-m2000"], global_batch=(4, 4), pipelines=[2]))
+    with pytest.raises(OptionsError, match="'mlp' is not split by the planner"):
+        planner.Planner(planner.Model("mlp"), planner.Space(["ipu-m2000"], global_batch=(4, 4), pipelines=[2]))
+
+
+def test_unet_is_split_over_its_encoder_and_decoder_blocks_as_graphcore_splits_it(capsys):
+    """UNet's blocks from encoder_block_1 to decoder_block_3 (each decoder step's transposed convolution, /up, a unit
+    of its own) move between IPUs, the first encoder block staying on IPU 0 and the 1x1 head on the last, the skip
+    connections crossing to whichever IPU reads them. The balanced 4-IPU split at proportion 0.2 is the one
+    Graphcore's example pipelines (model_utils.set_pipeline_stages: new stages at encoder_block_2, decoder_block_0
+    and decoder_block_2), and its command runs as planned."""
+    model = planner.Model("unet")
+    assert (model.family, model.recomputes) == ("blocks", False)
+    space = planner.Space(["bow-2000"], global_batch=(24, 24), optimizer="sgd_momentum", micro_batches=[1],
+                          proportions=[0.2], partials="half", pipelines=[1, 2, 4], replicas=[1],
+                          optimizer_states=["on-chip"], optimizer_state_dtype="float16")
+    pl = planner.Planner(model, space)
+    assert pl.units == ["encoder_block_1", "encoder_block_2", "encoder_block_3", "encoder_block_4",
+                        "decoder_block_0/up", "decoder_block_0", "decoder_block_1/up", "decoder_block_1",
+                        "decoder_block_2/up", "decoder_block_2", "decoder_block_3/up", "decoder_block_3"]
+    assert {c.recompute for c in pl.candidates} == {None}
+    [four] = [c for c in pl.candidates if c.pipeline == 4]
+    assert four.split == (1, 4, 4, 3)
+    argv = plan_cli.command(pl, four)
+    assert argv[argv.index("--param", argv.index("--micro-batch")) + 1] == \
+        'split_points=["encoder_block_2","decoder_block_0","decoder_block_2"]'
+    rows = plan_cli.plan(pl, top=1, workers=1, bar=False)
+    best = plan_cli.rank(rows, pl).iloc[0]
+    assert best["split"] == "1,4,4,3"
+    assert cli.main(shlex.split(best["command"])[1:] + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples_per_second"] == best["samples_per_second"]
 
 
 def _tiny_inference(**space) -> planner.Planner:
