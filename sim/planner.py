@@ -101,8 +101,9 @@ RESULT_COLUMNS = ("status", "samples_per_second", "bound_samples_per_second", "s
                   "cycle_count", "peak_tile_bytes", "stage_balance", "reason")
 #: statuses: simulated and fits; does not fit in tile memory; rejected as a combination;
 #: its throughput bound is below the top configurations found; its latency (simulated, or its
-#: bound) is above the plan's limit (:attr:`Space.max_latency`)
-STATUSES = ("ok", "oom", "invalid", "pruned", "latency")
+#: bound) is above the plan's limit (:attr:`Space.max_latency`); its throughput (simulated, or its
+#: bound) is below the plan's target (:attr:`Space.target_throughput`)
+STATUSES = ("ok", "oom", "invalid", "pruned", "latency", "slow")
 _SLACK = 1e-9  # relative: a bound this close to the threshold is still simulated (float rounding)
 #: the largest micro-batch the planner tries by default (powers of two up to it, and the divisors of a global
 #: batch's share a replica up to it)
@@ -277,6 +278,9 @@ class Space:
     #: inference only: the longest average round trip a configuration may take, in seconds (``getLatency()``'s
     #: average: from the IPU's request for a step's inputs to its outputs reaching the host); None: no limit
     max_latency: float | None = None
+    #: samples per second a configuration must reach; the ones that do rank by the IPUs they use, fewest first,
+    #: then by throughput (the smallest system for a throughput); None: rank by throughput alone
+    target_throughput: float | None = None
 
     def __post_init__(self):
         lo, hi = self.global_batch
@@ -319,6 +323,10 @@ class Space:
             raise OptionsError(f"plan: memory margin {self.memory_margin!r}: expected a fraction from 0 to 1")
         if self.host_data_rate is not None and not 0 < self.host_data_rate < math.inf:
             raise OptionsError(f"plan: host data rate {self.host_data_rate!r}: expected samples per second above 0")
+        if self.target_throughput is not None and (isinstance(self.target_throughput, bool)
+                                                   or not 0 < self.target_throughput < math.inf):
+            raise OptionsError(f"plan: target throughput {self.target_throughput!r}: expected samples per second "
+                               "above 0")
         if self.max_latency is not None:
             if isinstance(self.max_latency, bool) or not 0 < self.max_latency < math.inf:
                 raise OptionsError(f"plan: max latency {self.max_latency!r}: expected seconds above 0")
@@ -565,6 +573,9 @@ class Planner:
             raise OptionsError(f"plan: {probe.name} streams no {'inputs' if not probe.inputs else 'outputs'}, so no "
                                "round trip from its inputs to its outputs is measured (getLatency() is 0); leave "
                                "--max-latency out")
+        if space.target_throughput is not None:
+            self.notes.append(f"ranked by the IPUs each configuration uses, fewest first, then by throughput, among "
+                              f"those reaching --target-throughput {space.target_throughput:,.0f} samples/s")
         if not space.training:
             self.notes.append("latency: a step's average round trip (getLatency()), from the IPU's request for its "
                               "inputs to its outputs reaching the host; no published measurement checks the "
@@ -945,7 +956,16 @@ class Planner:
                 return "latency", (f"(not simulated) a step's round trip takes at least {least * 1e3:,.3f} ms (one "
                                    "micro-batch's op cycles on each IPU of a replica, one IPU after another), above "
                                    f"--max-latency {self.space.max_latency * 1e3:g} ms")
+        target = self.space.target_throughput
+        if target is not None and self.bound(c) * (1 + _SLACK) < target:
+            return "slow", (f"(not simulated) at most {self.bound(c):,.0f} samples/s (the busiest IPU's op cycles), "
+                            f"below --target-throughput {target:,.0f}")
         return None
+
+    def rank_key(self, c: Candidate, samples_per_second: float) -> tuple:
+        """How a configuration of ``c`` at ``samples_per_second`` ranks, smaller first: the fastest first, or,
+        with a target throughput, the fewest IPUs first, then the fastest."""
+        return (c.ipus, -samples_per_second) if self.space.target_throughput is not None else (-samples_per_second,)
 
     def memory_key(self, c: Candidate) -> tuple:
         """What tile memory depends on: not the replicas (but with rts) nor the accumulation
@@ -1013,10 +1033,11 @@ class Planner:
         ``evaluate`` simulates candidates ``{index: Candidate}`` and yields ``(index, row)``
         with ``status`` ok, oom or invalid, ``reason`` and, when ok, ``samples_per_second``,
         ``seconds``, ``latency_avg_s``, ``cycle_count``, ``peak_tile_bytes``, ``stage_balance`` (an ok row over
-        :attr:`Space.max_latency` becomes a ``latency`` row, which neither ranks nor sets the pruning threshold). ``known`` rows
-        (by index, or a function of the index; e.g. read back by ``--resume``) stand in for the results of the candidates they
-        belong to when the search comes to simulate them, so a resumed search takes the same
-        decisions as one never stopped. ``on_row`` sees each row as it
+        :attr:`Space.max_latency` becomes a ``latency`` row, one below :attr:`Space.target_throughput` a ``slow``
+        row; neither ranks nor sets the pruning threshold, the ``top``-th best rank key, :meth:`rank_key`).
+        ``known`` rows (by index, or a function of the index; e.g. read back by ``--resume``) stand in for the
+        results of the candidates they belong to when the search comes to simulate them, so a resumed search takes
+        the same decisions as one never stopped. ``on_row`` sees each row as it
         is decided. With ``prune`` False every candidate that can be written as a command is
         simulated (an exhaustive search: no bound, no inference, no check before simulating).
         """
@@ -1028,32 +1049,54 @@ class Planner:
         self._lineage.clear()
         cands, bounds = self.candidates, self.bounds  # both grow as reliefs come in
         rows: dict[int, dict] = {}
-        best: list[float] = []  # a min-heap of the `top` best throughputs
+        best: list[tuple] = []  # the `top` best rank keys, negated: a min-heap whose first is the worst of them
         oom: dict[tuple, str] = {}  # memory key -> the reason it does not fit
         rts_oom: dict[tuple, tuple[int, str]] = {}  # memory key without R -> (most replicas short, reason)
         recall = known if callable(known) else (known or {}).get
-        # the undecided, best bound first (ties: the candidates' preference, then their order)
-        queue = [(-bounds[i], cands[i].preference(), i) for i in range(len(cands))]
+        # the undecided, the best rank their bound allows first (ties: the candidates' preference, then their order)
+        queue = [(self.rank_key(cands[i], bounds[i]), cands[i].preference(), i) for i in range(len(cands))]
         heapq.heapify(queue)
 
-        def threshold() -> float:
-            return best[0] if len(best) >= top else -math.inf
+        def threshold() -> tuple | None:
+            """The rank key of the `top`-th best configuration found (None: fewer found)."""
+            return tuple(-x for x in best[0]) if len(best) >= top else None
+
+        def out_of_reach(i: int) -> str | None:
+            """Why candidate ``i`` cannot enter the `top` best found, its bound's rank key against the `top`-th's;
+            None if it can."""
+            kth = threshold()
+            if kth is None:
+                return None
+            head = self.rank_key(cands[i], bounds[i])[:-1]  # (IPUs,) with a target throughput, else ()
+            if head != kth[:-1]:
+                if head < kth[:-1]:
+                    return None
+                return (f"uses {cands[i].ipus} IPUs, more than the {_ordinal(top)} best configuration reaching "
+                        f"--target-throughput, {kth[0]}")
+            if bounds[i] * (1 + _SLACK) >= -kth[-1]:
+                return None
+            return (f"at most {bounds[i]:,.0f} samples/s (the busiest IPU's op cycles), below the "
+                    f"{_ordinal(top)} best simulated, {-kth[-1]:,.0f}")
 
         def decide(i: int, result: dict) -> None:
             row = {**cands[i].columns(), **{k: result.get(k, "") for k in RESULT_COLUMNS}}
             row["bound_samples_per_second"] = bounds[i]
+            target = self.space.target_throughput
             if row["status"] == "ok":
                 missed = self.over_latency(float(row["latency_avg_s"] if row["latency_avg_s"] != "" else "nan"))
                 if missed:
                     row.update(status="latency", reason=missed)
+                elif target is not None and float(row["samples_per_second"]) < target:
+                    row.update(status="slow", reason=f"{float(row['samples_per_second']):,.0f} samples/s, below "
+                               f"--target-throughput {target:,.0f}")
             rows[i] = row
             if row["status"] == "ok":
-                heapq.heappush(best, float(row["samples_per_second"]))
+                heapq.heappush(best, tuple(-x for x in self.rank_key(cands[i], float(row["samples_per_second"]))))
                 if len(best) > top:
                     heapq.heappop(best)
             elif row["status"] == "oom":
                 for j in self.reliefs(i, row["reason"]):
-                    heapq.heappush(queue, (-bounds[j], cands[j].preference(), j))
+                    heapq.heappush(queue, (self.rank_key(cands[j], bounds[j]), cands[j].preference(), j))
                 key = self.memory_key(cands[i])
                 oom.setdefault(key, row["reason"])
                 if cands[i].optimizer_state == "rts":
@@ -1090,10 +1133,9 @@ class Planner:
                 if dropped is not None:
                     decide(i, {"status": dropped[0], "reason": dropped[1]})
                     continue
-                if prune and bounds[i] * (1 + _SLACK) < threshold():
-                    decide(i, {"status": "pruned", "reason": (
-                        f"at most {bounds[i]:,.0f} samples/s (the busiest IPU's op cycles), below the "
-                        f"{_ordinal(top)} best simulated, {threshold():,.0f}")})
+                beyond = out_of_reach(i) if prune else None
+                if beyond:
+                    decide(i, {"status": "pruned", "reason": beyond})
                     continue
                 key = self.memory_key(c)
                 base = key[:-1] if c.optimizer_state == "rts" else key
@@ -1114,11 +1156,15 @@ class Planner:
         return [rows[i] for i in range(len(cands))]
 
 
-def ranking(rows: list[dict], candidates: list[Candidate] | None = None) -> list[int]:
-    """Indices of the rows that fit (status ok), fastest first; ties: fewer IPUs, then, given the
+def ranking(rows: list[dict], candidates: list[Candidate] | None = None, by_ipus: bool = False) -> list[int]:
+    """Indices of the rows that fit (status ok), fastest first (``by_ipus``, a plan with a target
+    throughput: the fewest IPUs first, then the fastest); ties: fewer IPUs, then, given the
     rows' ``candidates``, their :meth:`Candidate.preference` (which does not depend on the order
     in which a search brought reliefs in, so an interrupted and resumed plan ranks ties as one
     never stopped), then the rows' order."""
     ok = [n for n, r in enumerate(rows) if r["status"] == "ok"]
-    return sorted(ok, key=lambda n: (-float(rows[n]["samples_per_second"]), int(rows[n]["ipus"]),
-                                     candidates[n].preference() if candidates else (), n))
+
+    def key(n: int) -> tuple:
+        speed, ipus = -float(rows[n]["samples_per_second"]), int(rows[n]["ipus"])
+        return ((ipus, speed) if by_ipus else (speed, ipus)) + (candidates[n].preference() if candidates else (), n)
+    return sorted(ok, key=key)

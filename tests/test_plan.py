@@ -786,3 +786,47 @@ def test_an_inference_plan_shows_latency_and_a_limit_nothing_meets_says_so(capsy
     assert "a latency limit applies to inference" in capsys.readouterr().err
     assert cli.main(base + ["--max-latency", "-1"]) == 2
     assert "expected milliseconds above 0" in capsys.readouterr().err
+
+
+def test_a_target_throughput_ranks_the_configurations_reaching_it_by_their_ipus():
+    """--target-throughput: the configurations reaching it rank by the IPUs they use, fewest first, then the
+    fastest, exactly as an exhaustive search of the same space ranks them; the others are "slow" rows, those whose
+    throughput bound is below the target dropped without simulating; the pruned search stops at the IPU count of
+    its top-th configuration."""
+    every = plan_cli.plan(_tiny_inference(), top=6, workers=1, bar=False, exhaustive=True)
+    fits = every[every["status"] == "ok"]
+    target = float(fits["samples_per_second"].median())
+    reaching = fits[fits["samples_per_second"] >= target].copy()
+    # the fastest here is not the smallest: the target's ranking differs from the throughput's
+    assert reaching["samples_per_second"].idxmax() != reaching.sort_values(["ipus"]).index[0]
+    expected = reaching.sort_values(["ipus", "samples_per_second"], ascending=[True, False], kind="stable")["command"]
+    for top in (1, len(expected)):
+        pl = _tiny_inference(target_throughput=target)
+        assert any("ranked by the IPUs each configuration uses" in n for n in pl.notes)
+        rows = plan_cli.plan(pl, top=top, workers=1, bar=False, batch=1)
+        best = plan_cli.rank(rows, pl)
+        assert list(best["command"]) == list(expected)[:len(best)] and len(best) >= top
+        full = plan_cli.plan(pl, top=top, workers=1, bar=False, exhaustive=True)
+        assert list(plan_cli.rank(full, pl)["command"]) == list(expected)
+        slow = full[full["status"] == "slow"]
+        assert set(slow["command"]) == set(every["command"]) - set(expected)
+        assert slow["reason"].str.fullmatch(r"[\d,]+ samples/s, below --target-throughput [\d,]+").all()
+        dropped = rows[rows["status"] == "slow"]
+        assert (dropped["bound_samples_per_second"][dropped["reason"].str.startswith("(not simulated)")]
+                < target).all()
+        if top == 1:  # nothing with more IPUs than the best was simulated
+            pruned = rows[rows["status"] == "pruned"]
+            assert len(pruned) and (pruned["ipus"] > best["ipus"].iloc[0]).all()
+            assert pruned["reason"].str.contains("IPUs, more than the 1st best configuration reaching").all()
+
+
+def test_a_target_nothing_reaches_says_how_far_off_the_fastest_is(capsys):
+    base = ["plan", *TINY_FLAGS, "--system", "ipu-m2000", "--global-batch", "8", "--micro-batch", "2,8",
+            "--available-memory-proportion", "0.6", "--workers", "1", "--top", "2", "--commands", "1"]
+    assert cli.main(base + ["--target-throughput", "1e12"]) == 2
+    captured = capsys.readouterr()
+    assert re.search(r": 0 fit, \d+ below --target-throughput \(\d+ by their throughput bound\)", captured.out)
+    assert captured.err.startswith("ipusim: no configuration reaches --target-throughput 1,000,000,000,000 "
+                                   "samples/s; none was simulated; the highest bound: ipusim run ")
+    assert cli.main(base + ["--target-throughput", "0"]) == 2
+    assert "expected samples per second above 0" in capsys.readouterr().err

@@ -290,6 +290,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a.add_argument("--host-data-rate", type=rate, metavar="SAMPLES_PER_S",
                    help="[hostDataRate] of every candidate: samples per second each host process's data pipeline "
                    "delivers, timed alone; a slower pipeline sets a candidate's throughput (default: keeps up)")
+    a.add_argument("--target-throughput", type=rate, metavar="SAMPLES_PER_S",
+                   help="keep only configurations reaching this many samples per second and rank them by the IPUs "
+                   "they use, fewest first, then by throughput: the smallest system for a throughput (default: rank "
+                   "by throughput alone)")
     a.add_argument("--max-latency", type=milliseconds, metavar="MS",
                    help="inference: keep only configurations whose step's round trip (getLatency()'s average: from "
                    "the IPU's request for a step's inputs to its outputs reaching the host) takes at most MS "
@@ -433,7 +437,8 @@ def build_planner(args, parser) -> planner.Planner:
         optimizer_states=args.optimizer_state, device_iterations=args.device_iterations, partials=args.partials,
         optimizer_state_dtype=state_dtype, relief=args.relief, relief_proportions=args.relief_proportion,
         replicas_per_process=args.replicas_per_process, memory_margin=args.memory_margin,
-        tied_gather=args.tied_gather, host_data_rate=args.host_data_rate, max_latency=args.max_latency)
+        tied_gather=args.tied_gather, host_data_rate=args.host_data_rate, max_latency=args.max_latency,
+        target_throughput=args.target_throughput)
     return planner.Planner(model, space)
 
 
@@ -536,10 +541,12 @@ def plan(pl: planner.Planner, *, top: int = 10, exhaustive: bool = False, batch:
 def rank(table: pd.DataFrame, pl: planner.Planner | None = None) -> pd.DataFrame:
     """The configurations that fit, fastest first (:func:`sim.planner.ranking`; with the planner
     whose :func:`plan` made ``table``, ties by the candidates' own preference)."""
-    return table.iloc[planner.ranking(table.to_dict("records"), pl.candidates if pl is not None else None)]
+    return table.iloc[planner.ranking(table.to_dict("records"), pl.candidates if pl is not None else None,
+                                      by_ipus=pl is not None and pl.space.target_throughput is not None)]
 
 
-def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0, latency_limit: bool = False) -> str:
+def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0, latency_limit: bool = False,
+             target: bool = False) -> str:
     n = table["status"].value_counts()
     oom = table["reason"][table["status"] == "oom"]
     inferred = oom.str.contains("[inferred", regex=False)
@@ -549,6 +556,10 @@ def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0, latency_limi
     slow = table["reason"][table["status"] == "latency"]
     over = (f"{len(slow):,} over --max-latency ({int(slow.str.contains('(not simulated)', regex=False).sum()):,} by "
             "their latency bound), " if latency_limit else "")
+    short = table["reason"][table["status"] == "slow"]
+    if target:
+        unsimulated = int(short.str.contains("(not simulated)", regex=False).sum())
+        over += f"{len(short):,} below --target-throughput ({unsimulated:,} by their throughput bound), "
     return (f"{len(table):,} configurations{relieved} in {seconds:.0f} s: {n.get('ok', 0):,} fit, {over}"
             f"{n.get('oom', 0):,} out of memory ({int(inferred.sum()):,} inferred, {always_live:,} from always-live "
             f"bytes), {n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their throughput bound")
@@ -565,6 +576,18 @@ def _fastest_round_trip(table: pd.DataFrame) -> str:
     bounds = slow["reason"].str.extract(r"at least ([\d,.]+) ms")[0].str.replace(",", "").astype(float)
     row = slow.loc[bounds.idxmin()]
     return f"none was simulated; the shortest by its bound: {row['command']}: {row['reason']}"
+
+
+def _fastest(table: pd.DataFrame) -> str:
+    """What the configurations below the target throughput came to: the fastest simulated, with its command,
+    or (none simulated) the highest throughput bound's reason."""
+    slow = table[table["status"] == "slow"]
+    timed = slow[slow["samples_per_second"].notna()]
+    if len(timed):
+        row = timed.loc[timed["samples_per_second"].idxmax()]
+        return f"the fastest simulated reaches {row['samples_per_second']:,.0f}: {row['command']}"
+    row = slow.loc[slow["bound_samples_per_second"].idxmax()]
+    return f"none was simulated; the highest bound: {row['command']}: {row['reason']}"
 
 
 def format_table(best: pd.DataFrame, partials: bool = False, latency: bool = False) -> str:
@@ -641,10 +664,14 @@ def _cmd_plan(args, parser) -> int:
     best = rank(table, pl)
     if not quiet:
         print(_summary(table, time.perf_counter() - t0, len(pl.candidates) - pl.enumerated,
-                       pl.space.max_latency is not None))
+                       pl.space.max_latency is not None, pl.space.target_throughput is not None))
     if best.empty and (table["status"] == "latency").any():
         print(f"ipusim: no configuration meets --max-latency {pl.space.max_latency * 1e3:g} ms; "
               + _fastest_round_trip(table), file=sys.stderr)
+        return 2
+    if best.empty and (table["status"] == "slow").any():
+        print(f"ipusim: no configuration reaches --target-throughput {pl.space.target_throughput:,.0f} samples/s; "
+              + _fastest(table), file=sys.stderr)
         return 2
     if best.empty:
         dropped = table[table["status"] == "oom"]
