@@ -812,12 +812,18 @@ def test_a_target_throughput_ranks_the_configurations_reaching_it_by_their_ipus(
         assert set(slow["command"]) == set(every["command"]) - set(expected)
         assert slow["reason"].str.fullmatch(r"[\d,]+ samples/s, below --target-throughput [\d,]+").all()
         dropped = rows[rows["status"] == "slow"]
-        assert (dropped["bound_samples_per_second"][dropped["reason"].str.startswith("(not simulated)")]
-                < target).all()
+        unsimulated = dropped[dropped["reason"].str.startswith("(not simulated)")]
+        assert (unsimulated["bound_samples_per_second"] < target).all()
         if top == 1:  # nothing with more IPUs than the best was simulated
             pruned = rows[rows["status"] == "pruned"]
             assert len(pruned) and (pruned["ipus"] > best["ipus"].iloc[0]).all()
             assert pruned["reason"].str.contains("IPUs, more than the 1st best configuration reaching").all()
+    # above every bound: all dropped without simulating, rows --resume replays but for an exhaustive search
+    pl = _tiny_inference(target_throughput=2 * max(every["bound_samples_per_second"]))
+    rows = plan_cli.plan(pl, top=1, workers=1, bar=False)
+    assert set(rows["status"]) == {"slow"} and rows["reason"].str.startswith("(not simulated) at most ").all()
+    dropped = rows.iloc[0].to_dict()
+    assert plan_cli._replayable(dropped, exhaustive=False) and not plan_cli._replayable(dropped, exhaustive=True)
 
 
 def test_a_target_nothing_reaches_says_how_far_off_the_fastest_is(capsys):

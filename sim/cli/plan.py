@@ -466,11 +466,11 @@ def _replayable(row: dict, exhaustive: bool) -> bool:
     """Whether a row ``--resume`` read back stands for its candidate's result when the search comes to simulate
     it: not a pruned row (its bound was below the best of that run, whose ``--top`` or batches may have been
     others), and under ``exhaustive`` only a simulated one (not an out-of-memory inferred from another
-    configuration or from always-live bytes, nor one over the latency limit by its bound, which an exhaustive
-    search simulates)."""
+    configuration or from always-live bytes, nor one over the latency limit or below the target throughput by
+    its bound, which an exhaustive search simulates)."""
     if row.get("status") == "pruned":
         return False
-    return not (exhaustive and row.get("status") in ("oom", "latency") and any(
+    return not (exhaustive and row.get("status") in ("oom", "latency", "slow") and any(
         mark in row.get("reason", "") for mark in ("[inferred, not simulated", "(not simulated)")))
 
 
