@@ -74,26 +74,25 @@ def proportions(text: str) -> list[float]:
     return values
 
 
-def rate(text: str) -> float:
-    """``40000``: a rate above 0 (samples per second), or argparse's usage error."""
+def _above_zero(text: str, unit: str, example: str) -> float:
+    """``text`` as a finite number above 0, or argparse's usage error naming ``unit`` with ``example``."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected samples per second above 0, like 40000, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {unit} above 0, like {example}, got {text!r}")
     return value
+
+
+def rate(text: str) -> float:
+    """``40000``: a rate above 0 (samples per second), or argparse's usage error."""
+    return _above_zero(text, "samples per second", "40000")
 
 
 def milliseconds(text: str) -> float:
     """``2.5``: a time above 0 in milliseconds, as seconds, or argparse's usage error."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected milliseconds above 0, like 2.5, got {text!r}")
-    return value / 1e3
+    return _above_zero(text, "milliseconds", "2.5") / 1e3
 
 
 def margin(text: str) -> float:
