@@ -831,7 +831,8 @@ def test_a_target_nothing_reaches_says_how_far_off_the_fastest_is(capsys):
             "--available-memory-proportion", "0.6", "--workers", "1", "--top", "2", "--commands", "1"]
     assert cli.main(base + ["--target-throughput", "1e12"]) == 2
     captured = capsys.readouterr()
-    assert re.search(r": 0 fit, \d+ below --target-throughput \(\d+ by their throughput bound\)", captured.out)
+    assert re.search(r": 0 fit, \d+ below --target-throughput \(\d+ by their throughput bound\), .*, \d+ pruned by "
+                     r"their IPUs or throughput bound\n", captured.out)
     assert captured.err.startswith("ipusim: no configuration reaches --target-throughput 1,000,000,000,000 "
                                    "samples/s; none was simulated; the highest bound: ipusim run ")
     assert cli.main(base + ["--target-throughput", "0"]) == 2

@@ -562,7 +562,8 @@ def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0, latency_limi
         over += f"{len(short):,} below --target-throughput ({unsimulated:,} by their throughput bound), "
     return (f"{len(table):,} configurations{relieved} in {seconds:.0f} s: {n.get('ok', 0):,} fit, {over}"
             f"{n.get('oom', 0):,} out of memory ({int(inferred.sum()):,} inferred, {always_live:,} from always-live "
-            f"bytes), {n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their throughput bound")
+            f"bytes), {n.get('invalid', 0):,} invalid, {n.get('pruned', 0):,} pruned by their "
+            + ("IPUs or throughput bound" if target else "throughput bound"))
 
 
 def _fastest_round_trip(table: pd.DataFrame) -> str:
