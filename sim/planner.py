@@ -31,7 +31,8 @@ on a process pool or a Dask cluster):
    micro-batch passes each IPU of a replica in turn, so the round trip takes at least the
    replica's IPUs' op cycles for one micro-batch summed (:meth:`Planner.latency_bound`; a
    candidate simulated over the limit is dropped the same way, and only those within it rank);
-   combinations PopTorch rejects
+   with a target throughput (:attr:`Space.target_throughput`), a candidate whose bound is below
+   it (one simulated below it likewise); combinations PopTorch rejects
    (accumulation below the pipeline's stages, device iterations below an inference
    pipeline's stages, more IPUs than the system has); IPUs whose always-live bytes alone,
    spread evenly over the tiles, exceed a tile's SRAM (the fullest tile holds at least the
@@ -41,8 +42,11 @@ on a process pool or a Dask cluster):
    fit either).
 5. **Branch and bound.** The rest are simulated in order of their bound, best first, in
    batches; once a candidate's bound is below the ``top``-th best throughput simulated, it
-   and all after it are pruned. The ``top`` best are then exactly those of an exhaustive
-   search of the same space (``prune=False`` simulates everything).
+   and all after it are pruned. With a target throughput configurations rank by the IPUs they
+   use, then by throughput (:meth:`Planner.rank_key`): candidates are taken fewest IPUs first,
+   and one using more IPUs than the ``top``-th best found is pruned too. The ``top`` best are
+   then exactly those of an exhaustive search of the same space (``prune=False`` simulates
+   everything).
 6. **Relief of a full IPU.** A pipelined candidate that does not fit (simulated, inferred or
    dropped on its always-live bytes) on its relieved IPU alone brings in its *relief* candidates, as Graphcore runs
    BERT-Large as [3, 7, 7, 7] layers with proportions 0.15, 0.25, 0.25, 0.25 because IPU 0 also
@@ -678,8 +682,8 @@ class Planner:
         most_stages = len(self.units) + 1 if self.units else 1
         if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
             raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner (only "
-                               "bert, gpt2, vit, swin, conformer-medium, resnet50, resnext101, efficientnet and unet are): "
-                               "it runs on one IPU per replica; drop --pipeline")
+                               "bert, gpt2, vit, swin, conformer-medium, resnet50, resnext101, efficientnet and unet "
+                               "are): it runs on one IPU per replica; drop --pipeline")
         batched = False  # some (replicas, micro-batch, accumulation) makes the global batch
         tried = set()  # the replica counts tried
         for sname, system in self.systems.items():
