@@ -591,10 +591,10 @@ def _fastest(table: pd.DataFrame) -> str:
     return f"none was simulated; the highest bound: {row['command']}: {row['reason']}"
 
 
-def format_table(best: pd.DataFrame, partials: bool = False, latency: bool = False) -> str:
+def format_table(best: pd.DataFrame, partials: bool = False, inference: bool = False) -> str:
     """The screen table of the ranked configurations; ``partials``: with their partials type (a plan that
-    searched half partials); ``latency``: with each one's average round trip of a step in ms (an inference
-    plan's)."""
+    searched half partials); ``inference``: with each one's average round trip of a step in ms, without the
+    training axes (accumulation, recomputation, optimizer state)."""
     show = pd.DataFrame({
         "rank": range(1, len(best) + 1),
         "samples/s": [f"{v:,.0f}" for v in best["samples_per_second"]],
@@ -607,9 +607,10 @@ def format_table(best: pd.DataFrame, partials: bool = False, latency: bool = Fal
         "balance": [f"{v:.2f}" for v in best["stage_balance"]]})
     if partials:
         show.insert(show.columns.get_loc("optimizer state") + 1, "partials", best["partials"].to_numpy())
-    if latency:
+    if inference:
         show.insert(show.columns.get_loc("samples/s") + 1, "latency ms",
                     ["-" if math.isnan(v) else f"{v * 1e3:,.3f}" for v in best["latency_avg_s"]])
+        show = show.drop(columns=["accumulation", "recompute", "optimizer state"])
     return show.to_string(index=False)
 
 
@@ -681,7 +682,7 @@ def _cmd_plan(args, parser) -> int:
         print(f"ipusim: {head}" + (f"; e.g. {example['command'].iloc[0]}: {example['reason'].iloc[0]}"
                                    if len(example) else ""), file=sys.stderr)
         return 3 if len(dropped) else 2
-    print(format_table(best.head(args.top), partials=pl.space.partials != ("float",), latency=not pl.space.training))
+    print(format_table(best.head(args.top), partials=pl.space.partials != ("float",), inference=not pl.space.training))
     if not quiet and pl.space.training and best["pipeline"].iloc[0] > 1:
         print("note: the best is a pipelined training configuration (not modelled): "
               + unmodelled_call_effect(best["seconds"].iloc[0]))
