@@ -773,6 +773,7 @@ def test_an_inference_plan_shows_latency_and_a_limit_nothing_meets_says_so(capsy
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.split()[:2] == ["rank", "samples/s"])
     assert header.split()[2:4] == ["latency", "ms"]
+    assert not {"accumulation", "recompute", "optimizer"} & set(header.split())  # no training axes
     assert "over --max-latency" not in out
     config = tmp_path / "plan.toml"
     config.write_text("max_latency = 0.01\n")
