@@ -573,14 +573,17 @@ class Planner:
             self.notes.append(f"{probe.name} carries tensors from each device iteration to the next (a generation "
                               "loop), so split over several IPUs it runs sharded (--strategy sharded: its IPUs one "
                               "after another), not pipelined")
-        if space.max_latency is not None and not (probe.inputs and probe.outputs):
+        if space.max_latency is not None and not (probe.inputs and probe.outputs) and not probe.carries_iterations:
             raise OptionsError(f"plan: {probe.name} streams no {'inputs' if not probe.inputs else 'outputs'}, so no "
                                "round trip from its inputs to its outputs is measured (getLatency() is 0); leave "
                                "--max-latency out")
         if space.target_throughput is not None:
             self.notes.append(f"ranked by the IPUs each configuration uses, fewest first, then by throughput, among "
                               f"those reaching --target-throughput {space.target_throughput:,.0f} samples/s")
-        if not space.training:
+        if not space.training and probe.carries_iterations:
+            self.notes.append("latency: the time one iteration of the generation loop (a token) takes, a call's "
+                              "seconds over its device iterations")
+        elif not space.training:
             self.notes.append("latency: a step's average round trip (getLatency()), from the IPU's request for its "
                               "inputs to its outputs reaching the host; no published measurement checks the "
                               "simulator's (docs/reference/published-results.md 3)")

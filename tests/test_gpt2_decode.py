@@ -101,3 +101,24 @@ def test_a_plan_of_a_generation_loop_runs_its_splits_sharded(capsys):
     split = fits[fits["pipeline"] > 1].iloc[0]
     assert cli.main(shlex.split(split["command"])[1:] + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["samples_per_second"] == split["samples_per_second"]
+
+
+def test_a_plan_holds_a_generation_loop_to_a_latency_a_token():
+    """A generation loop streams nothing an iteration, so its latency in a plan is the time an iteration (a token)
+    takes: the call's seconds over its device iterations, never under its latency bound; --max-latency keeps the
+    configurations within it."""
+    space = dict(global_batch=(4, 4), training=False, device_iterations=8, proportions=[0.6], pipelines=[1, 2],
+                 replicas=[1])
+    pl = planner.Planner(planner.Model("gpt2-small", dict(SMALL)), planner.Space(["ipu-m2000"], **space))
+    assert any(n.startswith("latency: the time one iteration of the generation loop") for n in pl.notes)
+    table = plan_cli.plan(pl, top=3, workers=1, bar=False, exhaustive=True)
+    fits = table[table["status"] == "ok"]
+    assert len(fits) >= 2
+    assert (fits["latency_avg_s"] == fits["seconds"] / 8).all()
+    assert all(row["latency_avg_s"] >= pl.latency_bound(c)
+               for c, (_, row) in zip(pl.candidates, table.iterrows()) if row["status"] == "ok")
+    limit = fits["latency_avg_s"].min() * 1.001
+    limited = planner.Planner(planner.Model("gpt2-small", dict(SMALL)),
+                              planner.Space(["ipu-m2000"], **space, max_latency=limit))
+    best = plan_cli.rank(plan_cli.plan(limited, top=3, workers=1, bar=False), limited)
+    assert (best["latency_avg_s"] <= limit).all() and len(best) >= 1

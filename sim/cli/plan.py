@@ -63,10 +63,19 @@ def plan_point(argv: list[str]) -> dict:
     replica0 = [ipu for ipu in breakdown.index if ipu < result.executable.ipus_per_replica]
     busy = [int(breakdown.loc[ipu, list(_OP_WORK)].sum()) for ipu in replica0]
     return {"status": "ok", "samples_per_second": result.samples_per_second, "seconds": result.seconds,
-            "latency_avg_s": result.latency[2] if result.latency_measured() else math.nan,
+            "latency_avg_s": step_latency(result),
             "cycle_count": result.cycle_count,
             "peak_tile_bytes": max(m["peak_tile_bytes"] for m in result.memory.values()),
             "stage_balance": min(busy) / max(busy) if max(busy) else 1.0, "reason": ""}
+
+
+def step_latency(result) -> float:
+    """A run's latency for a plan, in seconds: ``getLatency()``'s average round trip of a step; for a generation loop
+    (``Graph.carries_iterations``), whose iterations stream nothing, the time one iteration (a token) takes, the
+    call's seconds over its device iterations; NaN when neither is measured (synthetic data)."""
+    if result.executable.graph.carries_iterations:
+        return result.seconds / result.executable.options.device_iterations
+    return result.latency[2] if result.latency_measured() else math.nan
 
 
 def oom_where(e: OutOfMemoryError) -> str:
