@@ -964,8 +964,9 @@ class Planner:
                                    "micro-batch's op cycles on each IPU of a replica, one IPU after another), above "
                                    f"--max-latency {self.space.max_latency * 1e3:g} ms")
         target = self.space.target_throughput
-        if target is not None and self.bound(c) * (1 + _SLACK) < target:
-            return "slow", (f"(not simulated) at most {self.bound(c):,.0f} samples/s (the busiest IPU's op cycles), "
+        most = self.bound(c) if target is not None else math.inf
+        if target is not None and most * (1 + _SLACK) < target:
+            return "slow", (f"(not simulated) at most {most:,.0f} samples/s (the busiest IPU's op cycles), "
                             f"below --target-throughput {target:,.0f}")
         return None
 

@@ -575,16 +575,16 @@ def _summary(table: pd.DataFrame, seconds: float, reliefs: int = 0, latency_limi
             + ("IPUs or throughput bound" if target else "throughput bound"))
 
 
-def _fastest_round_trip(table: pd.DataFrame) -> str:
+def _fastest_round_trip(table: pd.DataFrame, pl: planner.Planner) -> str:
     """What the configurations over the latency limit came to: the shortest round trip simulated, with its
-    command, or (none simulated) the shortest latency bound's reason."""
+    command, or (none simulated) the shortest latency bound's reason (``table``: :func:`plan`'s rows of ``pl``, in
+    candidate order)."""
     slow = table[table["status"] == "latency"]
     timed = slow[slow["latency_avg_s"].notna()]
     if len(timed):
         row = timed.loc[timed["latency_avg_s"].idxmin()]
         return f"the shortest round trip simulated is {row['latency_avg_s'] * 1e3:,.3f} ms: {row['command']}"
-    bounds = slow["reason"].str.extract(r"at least ([\d,.]+) ms")[0].str.replace(",", "").astype(float)
-    row = slow.loc[bounds.idxmin()]
+    row = slow.loc[min(slow.index, key=lambda n: pl.latency_bound(pl.candidates[n]))]
     return f"none was simulated; the shortest by its bound: {row['command']}: {row['reason']}"
 
 
@@ -678,7 +678,7 @@ def _cmd_plan(args, parser) -> int:
                        pl.space.max_latency is not None, pl.space.target_throughput is not None))
     if best.empty and (table["status"] == "latency").any():
         print(f"ipusim: no configuration meets --max-latency {pl.space.max_latency * 1e3:g} ms; "
-              + _fastest_round_trip(table), file=sys.stderr)
+              + _fastest_round_trip(table, pl), file=sys.stderr)
         return 2
     if best.empty and (table["status"] == "slow").any():
         print(f"ipusim: no configuration reaches --target-throughput {pl.space.target_throughput:,.0f} samples/s; "
