@@ -1264,3 +1264,51 @@ def test_a_division_by_a_number_stays_a_division():
     (kind, plan), = plans[True]
     assert kind == "div" and plan.endswith("broadcast_scalar_div")
     assert [k for k, _ in plans[False]] == ["scale"]
+
+
+class _RMSNormNet(nn.Module):
+    """A linear layer and an RMSNorm: torch's module, or the same norm spelt out as a model written for
+    PopTorch (torch 2.0, which has no RMSNorm) spells it."""
+
+    def __init__(self, by_hand: bool):
+        super().__init__()
+        self.fc, self.norm, self.by_hand = nn.Linear(16, 16), nn.RMSNorm(16, eps=1e-6), by_hand
+
+    def forward(self, x):
+        h = self.fc(x)
+        if not self.by_hand:
+            return self.norm(h)
+        up = h.float()
+        y = up * torch.rsqrt(up.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm.weight
+        return y.to(h.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_norm_runs_as_torch_and_costs_its_decomposition(dtype):
+    """nn.RMSNorm (F.rms_norm) is priced as the ops ATen's composite rms_norm is made of, the ones a
+    hand-written RMSNorm gives: the same kinds and the same cycles; it returns torch's values and trains
+    one SGD step as torch does."""
+    x = torch.randn(4, 8, 16, generator=torch.Generator().manual_seed(3)).to(dtype)
+    runs = {}
+    for by_hand in (False, True):
+        torch.manual_seed(0)
+        net = _RMSNormNet(by_hand).to(dtype).eval()
+        model = poptorch.inferenceModel(net)
+        torch.testing.assert_close(model(x), net(x), rtol=0, atol=0)
+        runs[by_hand] = model
+    kinds = [[o.kind for o in m.executable.graph.ops] for m in runs.values()]
+    assert kinds[0] == kinds[1]
+    assert {"mul", "reduce_mean", "add", "rsqrt"} <= set(kinds[0])
+    assert ("cast" in kinds[0]) == (dtype == torch.float16)
+    assert runs[False].simulation.cycle_count == runs[True].simulation.cycle_count > 0
+
+    if dtype == torch.float32:
+        class Loss(_RMSNormNet):
+            def __init__(self):
+                super().__init__(by_hand=False)
+
+            def forward(self, x):
+                return poptorch.identity_loss(super().forward(x).square(), "mean")
+
+        graph = _one_sgd_step_as_torch(Loss, x)
+        assert any(o.pass_ == "backward" and o.name.startswith("norm/") for o in graph.ops)

@@ -182,6 +182,39 @@ def _normalize(ctx):
     return ctx.op("div", [x, floor])
 
 
+def _rms_norm(ctx):
+    """F.rms_norm (nn.RMSNorm; torch 2.4 and later, so not in PopTorch 3.4's torch 2.0, where a model writes
+    it out by hand) as ATen's composite rms_norm decomposes it, op by op as PopTorch lowers them: a half
+    input cast to float32, squared, its mean over the normalised dims, plus eps, rsqrt, times the input,
+    times the weight (cast to float32 with it), back to the input's dtype."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    normalized = ctx.arg(1, "normalized_shape")
+    normalized = (normalized,) if isinstance(normalized, int) else tuple(normalized)
+    weight, rw = ctx.sarg(2, "weight"), ctx.arg(2, "weight")
+    shape, dt = tuple(rx.shape), rx.dtype
+    dims = list(range(rx.dim() - len(normalized), rx.dim()))
+    kept = _reduced(shape, dims, True)
+    up = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+    src = ctx.t(x)
+    if up != dt:
+        src = emit(ctx, "cast", [src], shape, up, {"to": sim_dtype(up)}, "cast")
+    square = emit(ctx, "mul", [src, src], shape, up, name="square")
+    mean = _reduce_to(ctx, "reduce_mean", square, dims, True, shape, up, "mean")
+    mean = emit(ctx, "add", [mean, const(ctx, (1,), up, "eps")], kept, up, name="add_eps")
+    inverse = emit(ctx, "rsqrt", [mean], kept, up, name="rsqrt")
+    if not is_tensor(weight) and up == dt:
+        return ctx.op("mul", [src, inverse], name="normalise")
+    y = emit(ctx, "mul", [src, inverse], shape, up, name="normalise")
+    if is_tensor(weight):
+        w = ctx.t(weight)
+        if rw.dtype != up:
+            w = emit(ctx, "cast", [w], tuple(rw.shape), up, {"to": sim_dtype(up)}, "weight_cast")
+        if up == dt:
+            return ctx.op("mul", [y, w], name="weight")
+        y = emit(ctx, "mul", [y, w], shape, up, name="weight")
+    return ctx.op("cast", [y], {"to": sim_dtype(dt)}, name="cast_back")
+
+
 def _cosine_similarity(ctx):
     """F.cosine_similarity as PopTorch lowers it (``DistanceOps.cpp``): the sum of the products
     over ``dim`` divided by max(sqrt(sum of squares of x1 * sum of squares of x2), eps)."""
@@ -299,6 +332,7 @@ RULES = {
     "std_mean": _statistic("std_mean"), "correction": _statistic("var"),
     "norm": _norm, "linalg_norm": _norm, "linalg_vector_norm": _norm, "linalg_matrix_norm": _norm,
     "vector_norm": _norm, "matrix_norm": _norm, "frobenius_norm": _norm, "normalize": _normalize,
+    "rms_norm": _rms_norm,
     "cosine_similarity": _cosine_similarity, "pairwise_distance": _pairwise_distance,
     "sort": _sort, "argsort": _sort, "topk": _sort, "msort": _sort, "median": _median,
     "nanmedian": _median, "cumsum": _cumsum, "cumprod": _cumprod,
