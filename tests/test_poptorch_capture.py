@@ -796,6 +796,44 @@ def test_attention_with_a_scale_multiplies_query_and_key_by_its_root():
     assert sorted(g.tensors[op.outputs[0]].shape for op in scales) == [(2, 4, 8, 16), (2, 4, 16, 8)]
 
 
+def test_grouped_query_attention_repeats_key_and_value_heads_as_torch_does():
+    """``enable_gqa=True`` (torch 2.5; 8 query heads sharing 2 key/value heads): torch's math path repeats each
+    key and value head for its query heads, so the run is the one with repeat_interleave written out: the
+    same op kinds, the same cycles, torch's values; a training step runs."""
+    class Attend(nn.Module):
+        def __init__(self, gqa: bool):
+            super().__init__()
+            self.gqa, self.q, self.kv = gqa, nn.Linear(32, 32), nn.Linear(32, 16)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q = self.q(x).view(b, s, 8, 4).transpose(1, 2)
+            k, v = self.kv(x).view(b, s, 2, 2, 4).permute(2, 0, 3, 1, 4)
+            if self.gqa:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            k, v = k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    xs = torch.randn(2, 6, 32)
+    runs = []
+    for gqa in (True, False):
+        torch.manual_seed(0)
+        net = Attend(gqa)
+        model = poptorch.inferenceModel(net)
+        torch.testing.assert_close(model(xs), net(xs))
+        runs.append(model)
+    assert kinds(runs[0]) == kinds(runs[1]) and kinds(runs[0]).count("copy") == 2
+    assert runs[0].simulation.cycle_count == runs[1].simulation.cycle_count > 0
+
+    class Loss(Attend):
+        def forward(self, x):
+            return poptorch.identity_loss(super().forward(x).square(), "mean")
+
+    net = Loss(True)
+    training = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    assert float(training(xs)) > 0
+
+
 def test_a_branch_on_a_traced_values_type_is_captured_as_the_model_runs():
     """torch.fx traces with proxies, so ``isinstance(state, tuple)`` is False while tracing and the
     fx graph would read the LSTM's last cell state where the model reads its last output. The

@@ -410,6 +410,15 @@ def _attention(ctx: OpContext):
     b = ctx.builder
     dt = sim_dtype(rq.dtype)
     L, S, E = rq.shape[-2], rk.shape[-2], rq.shape[-1]
+    if ctx.arg(7, "enable_gqa", False) and rq.dim() >= 3 and rk.shape[-3] != rq.shape[-3]:
+        # torch 2.5's grouped-query attention (not in PopTorch 3.4's torch): its math path repeats each key
+        # and value head for the query heads sharing it (repeat_interleave along dim -3), a copy each
+        shape_k = tuple(rk.shape[:-3]) + (rq.shape[-3],) + tuple(rk.shape[-2:])
+        shape_v = tuple(ctx.args[2].shape[:-3]) + (rq.shape[-3],) + tuple(ctx.args[2].shape[-2:])
+        k = b.op("copy", [ctx.t(k)], [shape_k], name="key_repeat", out_dtypes=[dt])[0]
+        v = b.op("copy", [ctx.t(v)], [shape_v], name="value_repeat",
+                 out_dtypes=[sim_dtype(ctx.args[2].dtype)])[0]
+        rk = torch.empty(shape_k, dtype=rk.dtype, device="meta")
     if ctx.arg(5, "is_causal", False) and not _is_sym_tensor(mask):
         # torch's SDPA builds the causal bias from constants (a lower-triangular mask filled with -inf),
         # which PopTorch folds into one constant (L, S) tensor: added to the scores as a mask is
