@@ -834,6 +834,36 @@ def test_grouped_query_attention_repeats_key_and_value_heads_as_torch_does():
     assert float(training(xs)) > 0
 
 
+def test_concatenating_onto_an_empty_cache_is_the_new_entries_alone():
+    """Hugging Face's KV cache (transformers 5: DynamicLayer) starts as ``torch.tensor([])`` and
+    concatenates each step's keys and values onto it; torch skips the empty tensor, and so does the
+    capture (a constant with no elements holds no data): the same cycles as attention without the cache,
+    and torch's values. Before, the empty constant stopped the capture ("every dimension must be > 0")."""
+    class Attend(nn.Module):
+        def __init__(self, cached: bool):
+            super().__init__()
+            self.cached, self.qkv = cached, nn.Linear(32, 96)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, 4, 8).permute(2, 0, 3, 1, 4)
+            if self.cached:
+                keys, values = torch.tensor([], dtype=x.dtype), torch.tensor([], dtype=x.dtype)
+                k, v = torch.cat([keys, k], dim=-2), torch.cat([values, v], dim=-2)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, 32)
+
+    xs = torch.randn(2, 6, 32)
+    runs = []
+    for cached in (True, False):
+        torch.manual_seed(0)
+        net = Attend(cached).eval()
+        model = poptorch.inferenceModel(net)
+        torch.testing.assert_close(model(xs), net(xs))
+        runs.append(model)
+    assert kinds(runs[0]) == kinds(runs[1]) and "concat" not in kinds(runs[0])
+    assert runs[0].simulation.cycle_count == runs[1].simulation.cycle_count > 0
+
+
 def test_a_branch_on_a_traced_values_type_is_captured_as_the_model_runs():
     """torch.fx traces with proxies, so ``isinstance(state, tuple)`` is False while tracing and the
     fx graph would read the LSTM's last cell state where the model reads its last output. The

@@ -654,7 +654,13 @@ def _weight_view(ctx: OpContext, out: str) -> str:
 
 
 def _concat(ctx: OpContext):
-    tensors = [s for s in ctx.sarg(0, "tensors") if _is_sym_tensor(s)]
+    """torch.cat / stack: one concat (PopART's Concat). An input with no elements adds nothing to the
+    result (torch skips an empty 1-D one whatever the other inputs' shape: Hugging Face's KV cache starts
+    as ``torch.tensor([])``), so it is left out, as it holds no data on the device."""
+    tensors = [s for s, real in zip(ctx.sarg(0, "tensors"), ctx.arg(0, "tensors"))
+               if _is_sym_tensor(s) and not (isinstance(real, torch.Tensor) and real.numel() == 0)]
+    if len(tensors) == 1 and ctx.key in ("cat", "concat", "concatenate"):
+        return tensors[0]
     dim = int(ctx.arg(1, "dim", 0) or 0)
     out = ctx.op("concat", tensors, {"axis": dim}, name="concat")
     return _weight_view(ctx, out) if tensors and all(_is_weight(ctx, t) for t in tensors) else out
