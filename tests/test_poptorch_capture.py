@@ -864,6 +864,54 @@ def test_concatenating_onto_an_empty_cache_is_the_new_entries_alone():
     assert runs[0].simulation.cycle_count == runs[1].simulation.cycle_count > 0
 
 
+def test_slices_and_split_pieces_with_no_elements_hold_no_data():
+    """A slice of nothing (Phi-3's pass-through part of a head the rotary embedding covers whole:
+    ``x[..., rotary:]``) and a split's empty piece (Mamba's) are constants with no data, which the
+    concatenation after them leaves out: the same op kinds and cycles as the model without them, torch's
+    values, and a training step as torch's."""
+    class Rotate(nn.Module):
+        def __init__(self, empty_pieces: bool):
+            super().__init__()
+            self.empty, self.fc = empty_pieces, nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.fc(x)
+            if not self.empty:
+                return torch.cat([h[..., 8:], h[..., :8]], -1) * 2 + h
+            rotated, kept = h[..., :16], h[..., 16:]
+            a, b, c = torch.split(rotated, [8, 8, 0], -1)
+            return torch.cat([b, a, c, kept], -1) * 2 + h
+
+    xs = torch.randn(3, 16)
+    runs = []
+    for empty in (True, False):
+        torch.manual_seed(0)
+        net = Rotate(empty).eval()
+        model = poptorch.inferenceModel(net)
+        torch.testing.assert_close(model(xs), net(xs))
+        runs.append(model)
+    assert kinds(runs[0]) == kinds(runs[1])
+    assert runs[0].simulation.cycle_count == runs[1].simulation.cycle_count > 0
+
+    class Loss(Rotate):
+        def __init__(self):
+            super().__init__(empty_pieces=True)
+
+        def forward(self, x):
+            return poptorch.identity_loss(super().forward(x).square(), "mean")
+
+    torch.manual_seed(0)
+    net, reference = Loss(), Loss()
+    reference.load_state_dict(net.state_dict())
+    expected = reference(xs)
+    expected.backward()
+    torch.optim.SGD(reference.parameters(), lr=0.1).step()
+    trained = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    torch.testing.assert_close(trained(xs), expected.detach())
+    for p, q in zip(net.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach())
+
+
 def test_a_branch_on_a_traced_values_type_is_captured_as_the_model_runs():
     """torch.fx traces with proxies, so ``isinstance(state, tuple)`` is False while tracing and the
     fx graph would read the LSTM's last cell state where the model reads its last output. The

@@ -799,7 +799,8 @@ def _split(ctx: OpContext):
         for a, o in zip(attrs, outs):  # the pieces tile the axis in order
             a.update(axis=axis, start=start, stop=start + o.shape[axis])
             start += o.shape[axis]
-    return tuple(ctx.op("slice", [x], a, output=o, name="slice") for a, o in zip(attrs, outs))
+    return tuple(Lazy(o, f"{ctx.key}_const", "constant") if o.numel() == 0  # an empty piece: no data
+                 else ctx.op("slice", [x], a, output=o, name="slice") for a, o in zip(attrs, outs))
 
 
 def _slice_region(ctx: OpContext, shape: tuple, out: tuple) -> dict:
@@ -1276,6 +1277,10 @@ def map_node(cap, n, interp, result):
     if rule is None:
         if not _has_tensor(result):
             return None
+        if all(leaf.numel() == 0 for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)):
+            # nothing but tensors with no elements (a slice of nothing: Phi-3's pass-through part of a
+            # fully rotary head): no data on the device, a constant that a concatenation leaves out
+            return _marked(ctx, n, _fold(ctx))
         # the values the op reads from other nodes (a str among the plain arguments, such as
         # rounding_mode="trunc", is not a graph tensor)
         leaves = pytree.tree_leaves([cap.sym.get(a) for a in n.all_input_nodes], is_leaf=lambda x: isinstance(x, Lazy))
