@@ -588,6 +588,31 @@ def test_without_cpu_outputs_calls_return_zeros_shaped_as_the_outputs(training, 
     assert not any("outputs not computed" in n for n in model.executable.notes)
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_a_model_on_the_meta_device_is_simulated_without_its_values(training, monkeypatch):
+    """A model built under ``torch.device("meta")`` (weights with shapes and no data: one too large for the
+    host's memory) is simulated as the same model with real weights, cycle for cycle, with its outputs
+    zeros of their shapes, as with computeOutputsOnCpu(False), which it needs not set; its notes say so.
+    Before, the capture's run of its values failed with torch's "Cannot copy out of meta tensor"."""
+    monkeypatch.setenv("IPUSIM_CPU_OUTPUTS", "1")
+    di, ga = 2, (2 if training else 1)
+    runs = []
+    for meta in (True, False):
+        torch.manual_seed(0)
+        with torch.device("meta" if meta else "cpu"):
+            net = Net()
+        o = make_options(di, "All", ga)
+        model = poptorch.trainingModel(net, o) if training else poptorch.inferenceModel(net, o)
+        runs.append((model, model(*batch(MB * di * ga))))
+    (meta_model, meta_out), (real_model, real_out) = runs
+    assert meta_model.cycleCount() == real_model.cycleCount() > 0
+    assert meta_model.getPerfCounters() == real_model.getPerfCounters()
+    assert [(t.shape, t.dtype) for t in meta_out] == [(t.shape, t.dtype) for t in real_out]
+    assert all(t.device.type == "cpu" and not t.any() for t in meta_out)
+    assert any("meta device" in n for n in meta_model.executable.notes)
+    assert not any("meta device" in n for n in real_model.executable.notes)
+
+
 def test_a_slow_cpu_run_of_the_outputs_says_once_how_to_skip_it(monkeypatch, caplog):
     """A call whose CPU run of the outputs takes longer than SLOW_CPU_OUTPUTS_S logs one warning a model
     naming computeOutputsOnCpu, IPUSIM_CPU_OUTPUTS and --no-cpu-outputs; none when the run is skipped."""

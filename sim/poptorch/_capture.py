@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import re
 import traceback
 import warnings
@@ -393,22 +394,29 @@ def _copied(outputs):
 
 
 @contextlib.contextmanager
-def _without_values(flat: list):
+def _without_values(flat: list, meta: bool = False):
     """Run torch on tensors that carry shapes and dtypes but no data (torch's ``FakeTensorMode``; the
-    model's own parameters and buffers join as such when an op reads them): yields ``flat`` so made.
+    model's own parameters and buffers join as such when an op reads them): yields ``flat`` so made, on
+    torch's meta device for a model whose weights are there (``meta``), so that its ops see one device.
     A read of a value (``.item()``, a shape that depends on the data) raises."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        yield [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in flat]
+        yield [mode.from_tensor(x.to("meta") if meta else x) if isinstance(x, torch.Tensor) else x for x in flat]
 
 
-def _eager_outputs(adapter, flat: list, values: bool):
+def on_meta_device(model: torch.nn.Module) -> bool:
+    """Whether any of the model's parameters or buffers is on torch's meta device (shapes and dtypes, no
+    data: a model built under ``torch.device("meta")`` to plan for one too large for the host's memory)."""
+    return any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers()))
+
+
+def _eager_outputs(adapter, flat: list, values: bool, meta: bool = False):
     """The model's own outputs on ``flat``; without ``values``, from a run without values (shapes and dtypes)
-    where the model allows one."""
+    where the model allows one (on the meta device for a model there)."""
     if not values:
         try:
-            with _without_values(flat) as fake:
+            with _without_values(flat, meta) as fake:
                 return adapter(*fake)
         except Exception:  # noqa: BLE001 - the model reads a value (a branch on it): run it with its values
             pass
@@ -706,6 +714,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     (:func:`_without_values`), the outputs zeros of theirs; a model whose capture needs a value (a
     shape that depends on the data) is run with its values, as with ``values=True``."""
     adapter, flat, labels = _adapter(model, args, kwargs)
+    meta = on_meta_device(model)
 
     @contextlib.contextmanager
     def running():  # no gradients, PopTorch's casts; the model's state and the RNG restored after
@@ -720,7 +729,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
         with running():
             if not shapes_only:
                 return cap, _copied(_Run(gm, cap).run(*flat))
-            with _without_values(flat) as fake:
+            with _without_values(flat, meta) as fake:
                 outputs = _Run(gm, cap).run(*fake)
         return cap, _zeros_shaped_as(outputs)
 
@@ -761,7 +770,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
             # isinstance(state, tuple)) can take another path than the model does, silently. The
             # model run as it is, from the same RNG state, must give the traced graph's outputs.
             with running():
-                eager = _eager_outputs(adapter, flat, values)
+                eager = _eager_outputs(adapter, flat, values, meta)
             if not _same_values(traced, eager, values):
                 why = ("torch.fx's trace of the model computes other outputs than the model does (Python "
                        "control flow on a traced value's type, such as isinstance(x, torch.Tensor))")

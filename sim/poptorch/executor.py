@@ -38,7 +38,7 @@ from ..graph.training import Optimizer as _SimOptimizer
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution, assign
 from . import _args, _precision, _system, enums
 from . import optim as _optim
-from ._capture import Captured, capture
+from ._capture import Captured, capture, on_meta_device
 from ._device import ipu_device
 from ._errors import NO_EXECUTABLE, OutOfMemory, compile_error, error
 from ._printing import module_repr
@@ -294,6 +294,11 @@ class PoplarExecutor:
             return
         self._compile(*self._chunk(leaves, spec, positions, chunks, 0))
 
+    def _computes_on_cpu(self) -> bool:
+        """Whether calls run the model on the CPU for its outputs (:func:`cpu_outputs`); never for a model
+        whose weights are on the meta device (:func:`on_meta_device`), which has no values to run."""
+        return cpu_outputs(self._options) and not on_meta_device(self._model)
+
     @frozen
     def _compile(self, ex_args, ex_kwargs) -> None:
         started = real_perf_counter()
@@ -305,7 +310,7 @@ class PoplarExecutor:
             with on_ipu(), attribute_notes() as attributes, _substitutions():
                 # mixed float16/float32 operands; the capture's own run computes values only for calls that return them
                 settings = dict(cast_to=_precision.behaviour(self._options), partials=self._options.partials_type(),
-                                values=cpu_outputs(self._options))
+                                values=self._computes_on_cpu())
                 if self._training:
                     captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__, **settings)
                 else:  # captured as it runs: in eval mode
@@ -365,8 +370,12 @@ class PoplarExecutor:
             raise
         notes = [f"system {system.name}: {why}", f"graph captured with {captured.method}"]
         notes += captured.notes
-        self._cpu_outputs = cpu_outputs(o)
-        if not self._cpu_outputs:
+        self._cpu_outputs = self._computes_on_cpu()
+        if on_meta_device(self._model):
+            notes.append("the model's weights are on torch's meta device (shapes and dtypes, no data): each call "
+                         "returns zeros of the outputs' shapes and dtypes and leaves the weights as they are, as "
+                         "with Options.computeOutputsOnCpu(False); the simulated run is the same")
+        elif not self._cpu_outputs:
             notes.append(f"outputs not computed on the CPU ({CPU_OUTPUTS_ENV_VAR}=0 or "
                          "Options.computeOutputsOnCpu(False)): each call returns zeros of the outputs' shapes and "
                          "dtypes (anchored tensors too) and leaves the weights as they are; the simulated run is "
