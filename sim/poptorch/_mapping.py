@@ -410,23 +410,23 @@ def _attention(ctx: OpContext):
     b = ctx.builder
     dt = sim_dtype(rq.dtype)
     L, S, E = rq.shape[-2], rk.shape[-2], rq.shape[-1]
+    key_shape = tuple(rk.shape)
     if ctx.arg(7, "enable_gqa", False) and rq.dim() >= 3 and rk.shape[-3] != rq.shape[-3]:
         # torch 2.5's grouped-query attention (not in PopTorch 3.4's torch): its math path repeats each key
         # and value head for the query heads sharing it (repeat_interleave along dim -3), a copy each
-        shape_k = tuple(rk.shape[:-3]) + (rq.shape[-3],) + tuple(rk.shape[-2:])
-        shape_v = tuple(ctx.args[2].shape[:-3]) + (rq.shape[-3],) + tuple(ctx.args[2].shape[-2:])
-        k = b.op("copy", [ctx.t(k)], [shape_k], name="key_repeat", out_dtypes=[dt])[0]
-        v = b.op("copy", [ctx.t(v)], [shape_v], name="value_repeat",
+        key_shape = key_shape[:-3] + (rq.shape[-3],) + key_shape[-2:]
+        value_shape = tuple(ctx.args[2].shape[:-3]) + (rq.shape[-3],) + tuple(ctx.args[2].shape[-2:])
+        k = b.op("copy", [ctx.t(k)], [key_shape], name="key_repeat", out_dtypes=[dt])[0]
+        v = b.op("copy", [ctx.t(v)], [value_shape], name="value_repeat",
                  out_dtypes=[sim_dtype(ctx.args[2].dtype)])[0]
-        rk = torch.empty(shape_k, dtype=rk.dtype, device="meta")
     if ctx.arg(5, "is_causal", False) and not _is_sym_tensor(mask):
         # torch's SDPA builds the causal bias from constants (a lower-triangular mask filled with -inf),
         # which PopTorch folds into one constant (L, S) tensor: added to the scores as a mask is
         mask = b.constant(f"{ctx.node.name}_causal_mask", (L, S), dt)
-    batch = tuple(torch.broadcast_shapes(rq.shape[:-2], rk.shape[:-2]))
-    perm = list(range(rk.dim()))
+    batch = tuple(torch.broadcast_shapes(rq.shape[:-2], key_shape[:-2]))
+    perm = list(range(len(key_shape)))
     perm[-2], perm[-1] = perm[-1], perm[-2]
-    kt = b.op("transpose", [ctx.t(k)], [tuple(rk.shape[:-2]) + (E, S)], {"perm": perm},
+    kt = b.op("transpose", [ctx.t(k)], [tuple(key_shape[:-2]) + (E, S)], {"perm": perm},
               name="key_t", out_dtypes=[dt])[0]
     scale = ctx.arg(6, "scale")
 
@@ -435,7 +435,7 @@ def _attention(ctx: OpContext):
             return b.op("div", [x, _scalar_const(ctx, dt)], [shape], name=name, out_dtypes=[dt])[0]
         return b.op("scale", [x], [shape], {"factor": math.sqrt(float(scale))}, name=name, out_dtypes=[dt])[0]
     q = scaled(ctx.t(q), tuple(rq.shape), "query_scale")
-    kt = scaled(kt, tuple(rk.shape[:-2]) + (E, S), "key_scale")
+    kt = scaled(kt, tuple(key_shape[:-2]) + (E, S), "key_scale")
     scores = b.op("matmul", [q, kt], [batch + (L, S)], name="scores", out_dtypes=[dt])[0]
     if _is_sym_tensor(mask):
         scores = b.op("add", [scores, ctx.t(mask)], [batch + (L, S)], name="mask", out_dtypes=[dt])[0]
@@ -657,10 +657,10 @@ def _concat(ctx: OpContext):
     """torch.cat / stack: one concat (PopART's Concat). An input with no elements adds nothing to the
     result (torch skips an empty 1-D one whatever the other inputs' shape: Hugging Face's KV cache starts
     as ``torch.tensor([])``), so it is left out, as it holds no data on the device."""
-    tensors = [s for s, real in zip(ctx.sarg(0, "tensors"), ctx.arg(0, "tensors"))
-               if _is_sym_tensor(s) and not (isinstance(real, torch.Tensor) and real.numel() == 0)]
-    if len(tensors) == 1 and ctx.key in ("cat", "concat", "concatenate"):
-        return tensors[0]
+    given = [(s, real) for s, real in zip(ctx.sarg(0, "tensors"), ctx.arg(0, "tensors")) if _is_sym_tensor(s)]
+    tensors = [s for s, real in given if not (isinstance(real, torch.Tensor) and real.numel() == 0)]
+    if len(tensors) == 1 < len(given) and ctx.key in ("cat", "concat", "concatenate"):
+        return tensors[0]  # the one input with elements is the result
     dim = int(ctx.arg(1, "dim", 0) or 0)
     out = ctx.op("concat", tensors, {"axis": dim}, name="concat")
     return _weight_view(ctx, out) if tensors and all(_is_weight(ctx, t) for t in tensors) else out
