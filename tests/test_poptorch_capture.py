@@ -796,6 +796,21 @@ def test_attention_with_a_scale_multiplies_query_and_key_by_its_root():
     assert sorted(g.tensors[op.outputs[0]].shape for op in scales) == [(2, 4, 8, 16), (2, 4, 16, 8)]
 
 
+def _priced_alike(make, xs) -> list:
+    """Inference models of ``make(True)`` and ``make(False)``, each returning torch's values on ``xs``, with
+    the same op kinds and the same cycle count (the two spell the same computation two ways)."""
+    runs = []
+    for variant in (True, False):
+        torch.manual_seed(0)
+        net = make(variant).eval()
+        model = poptorch.inferenceModel(net)
+        torch.testing.assert_close(model(xs), net(xs))
+        runs.append(model)
+    assert kinds(runs[0]) == kinds(runs[1])
+    assert runs[0].simulation.cycle_count == runs[1].simulation.cycle_count > 0
+    return runs
+
+
 def test_grouped_query_attention_repeats_key_and_value_heads_as_torch_does():
     """``enable_gqa=True`` (torch 2.5; 8 query heads sharing 2 key/value heads): torch's math path repeats each
     key and value head for its query heads, so the run is the one with repeat_interleave written out: the
@@ -815,15 +830,8 @@ def test_grouped_query_attention_repeats_key_and_value_heads_as_torch_does():
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     xs = torch.randn(2, 6, 32)
-    runs = []
-    for gqa in (True, False):
-        torch.manual_seed(0)
-        net = Attend(gqa)
-        model = poptorch.inferenceModel(net)
-        torch.testing.assert_close(model(xs), net(xs))
-        runs.append(model)
-    assert kinds(runs[0]) == kinds(runs[1]) and kinds(runs[0]).count("copy") == 2
-    assert runs[0].simulation.cycle_count == runs[1].simulation.cycle_count > 0
+    grouped, _ = _priced_alike(Attend, xs)
+    assert kinds(grouped).count("copy") == 2
 
     class Loss(Attend):
         def forward(self, x):
@@ -852,16 +860,8 @@ def test_concatenating_onto_an_empty_cache_is_the_new_entries_alone():
                 k, v = torch.cat([keys, k], dim=-2), torch.cat([values, v], dim=-2)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, 32)
 
-    xs = torch.randn(2, 6, 32)
-    runs = []
-    for cached in (True, False):
-        torch.manual_seed(0)
-        net = Attend(cached).eval()
-        model = poptorch.inferenceModel(net)
-        torch.testing.assert_close(model(xs), net(xs))
-        runs.append(model)
-    assert kinds(runs[0]) == kinds(runs[1]) and "concat" not in kinds(runs[0])
-    assert runs[0].simulation.cycle_count == runs[1].simulation.cycle_count > 0
+    cached, _ = _priced_alike(Attend, torch.randn(2, 6, 32))
+    assert "concat" not in kinds(cached)
 
 
 def test_slices_and_split_pieces_with_no_elements_hold_no_data():
@@ -883,15 +883,7 @@ def test_slices_and_split_pieces_with_no_elements_hold_no_data():
             return torch.cat([b, a, c, kept], -1) * 2 + h
 
     xs = torch.randn(3, 16)
-    runs = []
-    for empty in (True, False):
-        torch.manual_seed(0)
-        net = Rotate(empty).eval()
-        model = poptorch.inferenceModel(net)
-        torch.testing.assert_close(model(xs), net(xs))
-        runs.append(model)
-    assert kinds(runs[0]) == kinds(runs[1])
-    assert runs[0].simulation.cycle_count == runs[1].simulation.cycle_count > 0
+    _priced_alike(Rotate, xs)
 
     class Loss(Rotate):
         def __init__(self):
