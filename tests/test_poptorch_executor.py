@@ -613,6 +613,26 @@ def test_a_model_on_the_meta_device_is_simulated_without_its_values(training, mo
     assert not any("meta device" in n for n in real_model.executable.notes)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch._dynamo's imports use torch.jit's
+def test_a_torch_compiled_model_runs_as_the_module_it_wraps():
+    """``torch.compile(model)`` (a script written for GPUs) is the module it wraps on the simulated IPU: the
+    same cycles and torch's values, a training step, and a note that torch.compile's own compilation is not
+    run. Before, capturing the wrapper ran TorchInductor, which failed on the model's ``ipu`` device."""
+    torch.manual_seed(0)
+    net = Net()
+    x, labels = batch(MB)
+    compiled = poptorch.inferenceModel(torch.compile(net))
+    plain = poptorch.inferenceModel(net)
+    for got, want in zip(compiled(x, labels), net(x, labels)):
+        torch.testing.assert_close(got, want)
+    plain(x, labels)
+    assert compiled.simulation.cycle_count == plain.simulation.cycle_count > 0
+    assert any("torch.compile" in n for n in compiled.executable.notes)
+    assert not any("torch.compile" in n for n in plain.executable.notes)
+    trained = poptorch.trainingModel(torch.compile(Net()), optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    assert float(trained(x, labels)[1]) > 0
+
+
 def test_a_slow_cpu_run_of_the_outputs_says_once_how_to_skip_it(monkeypatch, caplog):
     """A call whose CPU run of the outputs takes longer than SLOW_CPU_OUTPUTS_S logs one warning a model
     naming computeOutputsOnCpu, IPUSIM_CPU_OUTPUTS and --no-cpu-outputs; none when the run is skipped."""

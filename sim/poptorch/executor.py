@@ -129,8 +129,11 @@ class PoplarExecutor:
             options = options.clone()
         else:
             options = self._user_options = Options()
-        self._user_model = user_model or model
-        self._model = model
+        self._user_model = user_model if user_model is not None else model
+        #: torch.compile's wrapper (torch._dynamo's OptimizedModule) is set aside: its compilation targets the
+        #: host's backends, and the module it wraps is what is captured for the IPU (the run's notes say so)
+        self._compiled_wrapper = type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod")
+        self._model = model._orig_mod if self._compiled_wrapper else model
         self._training = training
         if training and _WRAPPED.get(self._user_model, lambda: None)() is not None:
             raise RuntimeError(_ALREADY_WRAPPED)
@@ -371,6 +374,10 @@ class PoplarExecutor:
         notes = [f"system {system.name}: {why}", f"graph captured with {captured.method}"]
         notes += captured.notes
         self._cpu_outputs = self._computes_on_cpu()
+        if self._compiled_wrapper:
+            notes.append("the model is torch.compile's wrapper of a module (OptimizedModule): the module it wraps is "
+                         "captured and compiled for the IPU, and its outputs computed on the CPU as plain torch; "
+                         "torch.compile's own compilation, for the host's backends, is not run")
         if on_meta_device(self._model):
             notes.append("the model's weights are on torch's meta device (shapes and dtypes, no data): each call "
                          "returns zeros of the outputs' shapes and dtypes and leaves the weights as they are, as "
