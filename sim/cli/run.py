@@ -177,6 +177,11 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     r.add_argument("--onnx", metavar="PATH", type=Path,
                    help="an ONNX model instead of a zoo model (needs the onnx extra); --micro-batch sizes "
                    "its symbolic batch dimension")
+    r.add_argument("--torch", metavar="PATH.py[:FUNCTION]",
+                   help="a PyTorch model instead of a zoo model: FUNCTION (default: model) in the Python file, "
+                   "called with the micro-batch, returns (module, inputs) for one micro-batch (see docs/poptorch.md); "
+                   "--layers-per-ipu splits its layers (its largest nn.ModuleList) over IPUs, --param "
+                   "recompute_checkpoint_every_layer=true checkpoints them")
     r.add_argument("--dim", action="append", default=[], type=name_size, metavar="NAME=SIZE",
                    help="with --onnx: the size of another symbolic dimension (repeatable)")
     r.add_argument("--loss", metavar="TENSOR",
@@ -516,6 +521,24 @@ def _onnx_graph(args, parser) -> sim.Graph:
                          loss=args.loss if args.training else None, batch_flag="--micro-batch")
 
 
+def _torch_graph(args, parser) -> sim.Graph:
+    """The graph of ``--torch PATH.py[:FUNCTION]`` at ``--micro-batch`` (default 1), placed by ``--layers-per-ipu``."""
+    if args.model is not None or args.onnx is not None:
+        parser.error(f"give either --torch or {'--model' if args.model is not None else '--onnx'}, not both")
+    from ..poptorch.model_file import TorchModel
+    zoo_only = [f"--{k.replace('_', '-')}" for k in MODEL_PARAM_FLAGS if k != "micro_batch" and getattr(args, k) is not None]
+    zoo_only += [f"--param {key}" for key, _ in args.param if key != "recompute_checkpoint_every_layer"]
+    if zoo_only:
+        parser.error(f"{zoo_only[0]} sets a zoo model's parameter; a --torch model's sizes are its file's (its "
+                     "function gets the micro-batch: --micro-batch N); --torch takes --layers-per-ipu and --param "
+                     "recompute_checkpoint_every_layer=true|false")
+    recompute = dict(args.param).get("recompute_checkpoint_every_layer")
+    if recompute not in (None, True, False):
+        parser.error(f"--param recompute_checkpoint_every_layer={recompute}: expected true or false")
+    return TorchModel(args.torch).graph(args.micro_batch or 1, args.training, args.partials or "float",
+                                        args.layers_per_ipu, recompute)
+
+
 def simulate_args(args, parser) -> sim.Run:
     """The run ``ipusim run`` flags describe (usage errors through ``parser``)."""
     if args.optimizer and not args.training:
@@ -549,7 +572,12 @@ def simulate_args(args, parser) -> sim.Run:
                      "takes its sizes as parameters (--seq-len, --param KEY=VALUE)")
     if args.loss and not args.training:
         parser.error("--loss names the tensor to train on: it applies with --training")
-    graph = _onnx_graph(args, parser) if args.onnx else models.get(args.model or DEFAULT_MODEL, **_model_params(args, parser))
+    if args.torch:
+        graph = _torch_graph(args, parser)
+    elif args.onnx:
+        graph = _onnx_graph(args, parser)
+    else:
+        graph = models.get(args.model or DEFAULT_MODEL, **_model_params(args, parser))
     if args.training and graph.loss is None:
         raise sim.GraphError(f"--training: {graph.name!r} has no loss the simulator recognises"
                              + (" (a SoftmaxCrossEntropyLoss or NegativeLogLikelihoodLoss output); name the tensor "

@@ -178,6 +178,9 @@ class Graph:
         #: the tiles a microbenchmark lays its work out on, one piece a tile (``amp-tile``'s ``tiles``);
         #: None: the compiler maps the work onto any IPU's tiles
         self.tiles_asked: int | None = None
+        #: what the front end says of how it built the graph (a capture's method, what it could not model),
+        #: which the run's notes begin with
+        self.notes: list[str] = []
         #: each device iteration reads what the one before it made (a generation loop run as device
         #: iterations, the next token staying on the IPU: the zoo's GPT-2 ``decode_cache``), so no iteration
         #: can start before the one before it has finished: a model split over IPUs runs them one after another
@@ -255,6 +258,7 @@ class Graph:
         new.samples_per_row, new.micro_batch, new.params = self.samples_per_row, self.micro_batch, dict(self.params)
         new.tiles_asked, new._op_names = self.tiles_asked, set(self._op_names)
         new.carries_iterations = self.carries_iterations
+        new.notes = list(self.notes)
         return new
 
     # --- queries ------------------------------------------------------------------------

@@ -112,6 +112,24 @@ class _substitutions:
             manager.restore()
 
 
+def capture_for_ipu(model: torch.nn.Module, args: tuple, kwargs: dict, options: Options, training: bool,
+                    values: bool = True, user_model: torch.nn.Module | None = None) -> Captured:
+    """``model(*args, **kwargs)`` captured as PopTorch traces it for the IPU: ``poptorch.isRunningOnIpu()`` true,
+    the registered substitution managers entered, mixed float16/float32 operands cast as ``options`` say, and in
+    inference the model (``user_model``, the module the user wrapped, when ``model`` wraps it) in eval mode.
+    ``values=False``: the outputs' values are not needed (see :func:`sim.poptorch._capture.capture`)."""
+    user_model = model if user_model is None else user_model
+    with on_ipu(), attribute_notes() as attributes, _substitutions():
+        settings = dict(cast_to=_precision.behaviour(options), partials=options.partials_type(), values=values)
+        if training:
+            captured = capture(model, args, kwargs, type(user_model).__name__, **settings)
+        else:  # captured as it runs: in eval mode
+            with _eval_mode(user_model):
+                captured = capture(model, args, kwargs, type(user_model).__name__, **settings)
+        captured.notes += [n for n in attributes if n not in captured.notes]
+    return captured
+
+
 class PoplarExecutor:
     """The wrapper ``inferenceModel``/``trainingModel`` return; call it like the model."""
 
@@ -310,17 +328,9 @@ class PoplarExecutor:
         try:
             for hook in list(PoplarExecutor._precompile_hooks.values()):
                 hook()
-            with on_ipu(), attribute_notes() as attributes, _substitutions():
-                # mixed float16/float32 operands; the capture's own run computes values only for calls that return them
-                settings = dict(cast_to=_precision.behaviour(self._options), partials=self._options.partials_type(),
-                                values=self._computes_on_cpu())
-                if self._training:
-                    captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__, **settings)
-                else:  # captured as it runs: in eval mode
-                    with _eval_mode(self._user_model):
-                        captured = capture(self._model, ex_args, ex_kwargs, type(self._user_model).__name__,
-                                           **settings)
-                captured.notes += [n for n in attributes if n not in captured.notes]
+            # the capture's own run computes values only for calls that return them
+            captured = capture_for_ipu(self._model, ex_args, ex_kwargs, self._options, self._training,
+                                       values=self._computes_on_cpu(), user_model=self._user_model)
         finally:
             for hook in list(PoplarExecutor._postcompile_hooks.values()):
                 hook()

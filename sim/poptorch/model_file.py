@@ -1,0 +1,236 @@
+"""A PyTorch model defined in a Python file, for ``ipusim run --torch`` and ``ipusim plan --torch``.
+
+The file defines a function (``model`` unless the spec names another: ``PATH.py:FUNCTION``) that takes the
+micro-batch (samples per replica per step) and returns the module and its inputs for one micro-batch::
+
+    def model(micro_batch: int):
+        net = transformers.LlamaForCausalLM(config)
+        ids = torch.randint(0, config.vocab_size, (micro_batch, 128))
+        return net, {"input_ids": ids, "labels": ids}   # or (net, (x,)), (net, x), (net, args, kwargs)
+
+The module is captured as ``sim.poptorch`` captures it for ``poptorch.inferenceModel`` / ``trainingModel``
+(:func:`sim.poptorch.executor.capture_for_ipu`; in training it must return a loss, as there), on tensors that
+carry shapes only where the capture allows (meta-device weights work), and the captured graph is what the
+zoo's graphs are to ``ipusim run``: the run's flags set replicas, accumulation, optimizer and the rest.
+
+**Placement.** The model's *layers* are the children of its largest list of modules of one type (an
+``nn.ModuleList`` or ``nn.Sequential`` of two or more: Hugging Face's ``model.layers``, ``transformer.h``,
+``encoder.layer``; largest by parameters). ``layers_per_ipu`` ([n0, n1, ...]) puts n0 layers on IPU 0, the
+next n1 on IPU 1, and so on, as ``poptorch.BeginBlock(layer, ipu_id=k)`` on each IPU's first layer would:
+what the model runs before its first layer (embeddings) stays on IPU 0, what runs after a layer outside any
+layer on that layer's IPU (a head: the last IPU). Only the first entry may be 0 (IPU 0 holds the embeddings
+alone). ``recompute`` puts ``poptorch.recomputationCheckpoint`` on every layer's output but the last's, as
+Hugging Face's optimum-graphcore does with ``recompute_checkpoint_every_layer`` (its BERT and GPT-2 pipelines:
+``index != num_hidden_layers - 1``). Ops carry the block of their layer (``layer0``, ``layer1``, ...; before
+and after the layers ``before_layers`` and ``after_layers``), which is what the planner splits.
+
+Captures are kept per (file, its modification time, function, micro-batch, training, partials): a planner's
+worker captures each micro-batch once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ..errors import GraphError
+from ..graph import Graph
+
+#: the function a spec names when it names none
+DEFAULT_FUNCTION = "model"
+#: the blocks of the ops before the first layer and after the last
+BEFORE, AFTER = "before_layers", "after_layers"
+#: the planner's unit blocks
+LAYER_BLOCK = re.compile(r"layer\d+")
+
+_captures: dict[tuple, tuple[Graph, str | None, int]] = {}
+
+
+@dataclass(frozen=True)
+class TorchModel:
+    """``PATH.py[:FUNCTION]``: a file and the function in it that builds the model for a micro-batch."""
+
+    spec: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self._parts()[0])
+
+    @property
+    def function(self) -> str:
+        return self._parts()[1]
+
+    def _parts(self) -> tuple[str, str]:
+        path, sep, function = self.spec.rpartition(":")
+        if not sep or not function.isidentifier() or not path:  # no function named (or a Windows drive)
+            return self.spec, DEFAULT_FUNCTION
+        return path, function
+
+    def check(self) -> None:
+        """Raise :class:`GraphError` unless the file exists and defines the function (imports the file)."""
+        self._function()
+
+    def _function(self):
+        path = self.path
+        if not path.is_file():
+            raise GraphError(f"--torch {self.spec!r}: " + ("a folder; give the .py file that defines the model"
+                                                           if path.is_dir() else f"no such file {str(path)!r}"))
+        module = _load(path)
+        fn = getattr(module, self.function, None)
+        if not callable(fn):
+            raise GraphError(f"--torch {self.spec!r}: {str(path)!r} defines no function {self.function!r}; define "
+                             f"`def {self.function}(micro_batch): return module, inputs` or name yours as "
+                             f"{path}:FUNCTION")
+        return fn
+
+    def build(self, micro_batch: int) -> tuple[torch.nn.Module, tuple, dict]:
+        """The module and its (args, kwargs) for one micro-batch, as the file's function returns them."""
+        fn = self._function()
+        call = f"--torch {self.spec!r}: {self.function}({micro_batch})"
+        try:
+            made = fn(micro_batch)
+        except Exception as e:
+            raise GraphError(f"{call} raised {type(e).__name__}: {e}") from e
+        if not isinstance(made, tuple) or len(made) not in (2, 3) or not isinstance(made[0], torch.nn.Module):
+            raise GraphError(f"{call} returned {type(made).__name__}; return (module, inputs) or (module, args, "
+                             "kwargs): the torch.nn.Module and its inputs for one micro-batch")
+        module, inputs = made[0], made[1]
+        if len(made) == 3:
+            args, kwargs = inputs, made[2]
+        elif isinstance(inputs, dict):
+            args, kwargs = (), inputs
+        else:
+            args, kwargs = inputs, {}
+        args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        if not isinstance(kwargs, dict):
+            raise GraphError(f"{call} returned keyword inputs of type {type(kwargs).__name__}; give them as a dict")
+        # each input tensor a contiguous copy of its own, as the executor streams a call's micro-batch
+        # (PoplarExecutor._chunk): the same tensor given twice (input_ids as labels) is two inputs
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        leaves = [(t.detach().clone(memory_format=torch.contiguous_format) if t.dim() else t.detach())
+                  if isinstance(t, torch.Tensor) else t for t in leaves]
+        return (module, *pytree.tree_unflatten(leaves, spec))
+
+    def graph(self, micro_batch: int, training: bool, partials: str = "float",
+              layers_per_ipu: list[int] | None = None, recompute: bool | None = None) -> Graph:
+        """The model captured on ``micro_batch`` samples (for training or inference, the matmuls' partials
+        ``partials``) and placed (module docstring); a copy the caller may change."""
+        key = (str(self.path.resolve()), self.path.stat().st_mtime_ns if self.path.is_file() else 0, self.function,
+               micro_batch, training, partials)
+        if key not in _captures:
+            _captures[key] = self._capture(micro_batch, training, partials)
+        captured, prefix, count = _captures[key]
+        g = captured.copy()
+        g.notes = list(captured.notes)
+        _place(g, prefix, count, layers_per_ipu, recompute, self.spec)
+        return g
+
+    def layers(self, micro_batch: int, training: bool) -> int:
+        """How many layers the planner may split (0: the model has no list of layers)."""
+        key_graph = self.graph(micro_batch, training)
+        return len({op.block for op in key_graph.ops if op.block and LAYER_BLOCK.fullmatch(op.block)})
+
+    def _capture(self, micro_batch: int, training: bool, partials: str) -> tuple[Graph, str | None, int]:
+        from .executor import capture_for_ipu
+        from .options import Options
+        module, args, kwargs = self.build(micro_batch)
+        options = Options()
+        options.Precision.setPartialsType(torch.half if partials == "half" else torch.float)
+        captured = capture_for_ipu(module, args, kwargs, options, training, values=False)
+        g = captured.graph
+        if training and g.loss is None:
+            raise GraphError(f"--torch {self.spec!r}: --training, but the model returned no loss the simulator can "
+                             "find: compute it with a torch loss (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss or "
+                             "their functional forms) or mark it with poptorch.identity_loss, as for "
+                             "poptorch.trainingModel")
+        g.micro_batch = micro_batch
+        g.notes = [f"graph captured from {self.spec} with {captured.method}"] + captured.notes
+        prefix, count = _layer_list(module)
+        return g, prefix, count
+
+
+def _load(path: Path):
+    """The file at ``path`` imported as a module of its own (its folder on sys.path while it imports)."""
+    name = f"_ipusim_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise GraphError(f"--torch: importing {str(path)!r} raised {type(e).__name__}: {e}") from e
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+    return module
+
+
+def _layer_list(module: torch.nn.Module) -> tuple[str | None, int]:
+    """The op-name prefix of the model's largest list of same-typed modules and its length; (None, 0)
+    when it has none."""
+    best = None
+    for path, m in module.named_modules():
+        children = list(m.children())
+        if not isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) or len(children) < 2:
+            continue
+        if len({type(c) for c in children}) != 1:
+            continue
+        size = sum(p.numel() for p in m.parameters())
+        key = (size, len(children), -path.count("."))
+        if best is None or key > best[0]:
+            best = (key, path, len(children))
+    if best is None:
+        return None, 0
+    return best[1].replace(".", "/"), best[2]
+
+
+def _ipu_of_layers(layers_per_ipu: list[int], count: int, spec: str) -> list[int]:
+    if any(not isinstance(n, int) or n < 0 for n in layers_per_ipu) or sum(layers_per_ipu) != count:
+        raise GraphError(f"--torch {spec!r}: layers per IPU {layers_per_ipu} must be whole numbers summing to the "
+                         f"model's {count} layers")
+    empty = [i for i, n in enumerate(layers_per_ipu) if i > 0 and n == 0]
+    if empty:
+        raise GraphError(f"--torch {spec!r}: layers per IPU {layers_per_ipu}: IPU {empty[0]} would hold nothing; "
+                         "only the first entry may be 0 (IPU 0 holding what runs before the first layer alone)")
+    return [ipu for ipu, n in enumerate(layers_per_ipu) for _ in range(n)]
+
+
+def _place(g: Graph, prefix: str | None, count: int, layers_per_ipu, recompute, spec: str) -> None:
+    """Blocks, IPUs and checkpoints of ``g``'s ops (module docstring)."""
+    if prefix is None:
+        if layers_per_ipu is not None and len(layers_per_ipu) > 1 or recompute:
+            raise GraphError(f"--torch {spec!r}: the model has no list of layers (an nn.ModuleList or nn.Sequential "
+                             "of two or more modules of one type) to place over IPUs or checkpoint; place it with "
+                             "poptorch.BeginBlock in a sim.poptorch script instead")
+        return
+    ipu_of = _ipu_of_layers(layers_per_ipu, count, spec) if layers_per_ipu is not None else None
+    layer_of = re.compile((re.escape(prefix) + "/" if prefix else "") + r"(\d+)/")
+    layers = [int(m.group(1)) if (m := layer_of.match(op.name)) and int(m.group(1)) < count else None
+              for op in g.ops]
+    last = max((i for i, layer in enumerate(layers) if layer is not None), default=-1)
+    block, ipu = BEFORE, 0
+    for i, (op, layer) in enumerate(zip(g.ops, layers)):
+        if layer is not None:  # a layer's op; one outside the layers runs where the layer before it does
+            block, ipu = f"layer{layer}", ipu_of[layer] if ipu_of else 0
+        elif i > last:
+            block = AFTER
+        op.block = block
+        if ipu_of:  # else the model's own poptorch.BeginBlock placement, if any, stands
+            op.ipu, op.stage = ipu, ipu  # a stage an IPU, as the zoo and PopTorch's AutoStage.SameAsIpu
+    if recompute:  # the ops making what a layer hands on (but the last layer's)
+        names = {}
+        for op, layer in zip(g.ops, layers):
+            if layer is not None and layer != count - 1:
+                names.setdefault(layer, set()).add(op.name)
+        layer_of_op = {op.name: layer for op, layer in zip(g.ops, layers)}
+        handed_on = {t for op in g.ops for t in op.inputs
+                     if (maker := g.tensors[t].producer) in layer_of_op and layer_of_op[maker] in names
+                     and layer_of_op.get(op.name) != layer_of_op[maker]}
+        for op, layer in zip(g.ops, layers):
+            if layer in names and handed_on & set(op.outputs):
+                op.attrs["recomputation_checkpoint"] = True
