@@ -150,12 +150,14 @@ def powers_of_two(limit: int) -> list[int]:
 
 @dataclass
 class Model:
-    """A zoo model (``name`` and its ``params``) or an ONNX file (``onnx``) to plan for.
+    """A zoo model (``name`` and its ``params``), an ONNX file (``onnx``) or a PyTorch model from a Python file
+    (``torch``: ``PATH.py[:FUNCTION]``, :mod:`sim.poptorch.model_file`) to plan for.
 
     ``family`` says how the planner places it: ``"layers"`` (the zoo's ``layers_per_ipu``: BERT, GPT-2,
     ViT, Swin, the Conformer's encoder blocks), ``"blocks"`` (``split_points``: ResNet-50's and ResNeXt-101's
     bottleneck blocks, EfficientNet's MBConv blocks, UNet's encoder and decoder blocks but its first and its head),
-    or ``"whole"`` (one IPU per replica, no recomputation axis: the MLP, ONNX files);
+    or ``"whole"`` (one IPU per replica, no recomputation axis: the MLP, ONNX files); a PyTorch model's layers (its
+    largest list of modules of one type) split as ``"layers"``, checkpointed as optimum-graphcore does;
     ``recomputes``: the model has recomputation checkpoints to place (``recompute_checkpoint_every_layer`` or
     ``recompute_checkpoints``; the Conformer has none: a pipeline's stages recompute from their stashed inputs).
     """
@@ -165,12 +167,23 @@ class Model:
     onnx: str | None = None
     dims: dict = field(default_factory=dict)  # an ONNX file's other symbolic dimensions by name (--dim)
     loss: str | None = None  # the ONNX tensor to train on (--loss; default: the model's one loss)
+    torch: str | None = None  # PATH.py[:FUNCTION] (--torch)
+    #: a PyTorch model is captured as it runs in training (dropout on) or in inference (eval mode)
+    training: bool = False
     family: str = field(init=False, default="whole")
     recomputes: bool = field(init=False, default=False)
 
     def __post_init__(self):
-        if (self.name is None) == (self.onnx is None):
-            raise GraphError("plan: give a zoo model or an ONNX file (exactly one)")
+        if [self.name, self.onnx, self.torch].count(None) != 2:
+            raise GraphError("plan: give a zoo model, an ONNX file or a PyTorch model's file (exactly one)")
+        if self.torch is not None:
+            if self.params or self.dims or self.loss:
+                raise GraphError("plan: a --torch model takes no --param, --dim or --loss (its file builds it for "
+                                 "each micro-batch; its loss is what it returns)")
+            from .poptorch.model_file import TorchModel
+            TorchModel(self.torch).check()
+            self.family, self.recomputes = "layers", True
+            return
         if (self.dims or self.loss) and self.onnx is None:
             raise GraphError(f"plan: {'--dim' if self.dims else '--loss'} applies to an ONNX model (--onnx PATH); a "
                              "zoo model takes its sizes as --param and has its loss")
@@ -201,6 +214,11 @@ class Model:
         elif "split_points" in defaults:
             self.family, self.recomputes = "blocks", "recompute_checkpoints" in defaults
 
+    @property
+    def label(self) -> str:
+        """The model as the user named it (zoo name, ONNX path or PyTorch file)."""
+        return self.name or self.onnx or self.torch
+
     @cached_property
     def fixed_batch(self) -> int | None:
         """The micro-batch an ONNX file fixes in its inputs (None: the planner chooses); the file
@@ -212,6 +230,10 @@ class Model:
 
     def build(self, micro_batch: int, **placement) -> Graph:
         """The model's graph at ``micro_batch`` with the planner's placement parameters."""
+        if self.torch is not None:
+            from .poptorch.model_file import TorchModel
+            return TorchModel(self.torch).graph(micro_batch, self.training, layers_per_ipu=placement.get(
+                "layers_per_ipu"), recompute=placement.get("recompute_checkpoint_every_layer"))
         if self.onnx is not None:
             from . import onnx as sim_onnx
             return sim_onnx.load(self.onnx, batch_size=micro_batch, dims=self.dims or None, loss=self.loss)
@@ -232,7 +254,7 @@ class Model:
             starts = [sum(split[:i]) for i in range(len(split))]
             p = ({"layers_per_ipu": list(split)} if self.family == "layers"
                  else {"split_points": [units[s] for s in starts[1:]]})
-        if recompute is not None and self.recomputes:
+        if recompute is not None and self.recomputes and units:
             p.update({"recompute_checkpoint_every_layer": recompute} if self.family == "layers"
                      else {"recompute_checkpoints": "blocks" if recompute else None})
         return p
@@ -658,11 +680,12 @@ class Planner:
         return list(self.space.optimizer_states or OPTIMIZER_STATES)
 
     def _recompute(self) -> list[bool | None]:
-        if not self.space.training or not self.model.recomputes:
+        if not self.space.training or not self.model.recomputes or not self.units:
             if self.space.recompute:
                 raise OptionsError(f"plan: {'inference' if not self.space.training else 'this model'} has no "
                                    "recomputation axis (only training of a zoo model with recomputation "
-                                   "checkpoints: bert, gpt2, vit, swin, resnet50, resnext101)")
+                                   "checkpoints: bert, gpt2, vit, swin, resnet50, resnext101; or of a --torch model "
+                                   "with a list of layers)")
             return [None]
         return list(self.space.recompute or (False, True))
 
@@ -684,9 +707,10 @@ class Planner:
         proportions = sp.proportions or [0.2, 0.4, 0.6]
         most_stages = len(self.units) + 1 if self.units else 1
         if sp.pipelines and most_stages == 1 and any(p > 1 for p in sp.pipelines):
-            raise OptionsError(f"plan: {self.model.name or self.model.onnx!r} is not split by the planner (only "
+            raise OptionsError(f"plan: {self.model.label!r} is not split by the planner (only "
                                "bert, gpt2, vit, swin, conformer-medium, resnet50, resnext101, efficientnet and unet "
-                               "are): it runs on one IPU per replica; drop --pipeline")
+                               "are, and a --torch model with a list of layers: an nn.ModuleList or nn.Sequential of "
+                               "two or more modules of one type): it runs on one IPU per replica; drop --pipeline")
         batched = False  # some (replicas, micro-batch, accumulation) makes the global batch
         tried = set()  # the replica counts tried
         for sname, system in self.systems.items():

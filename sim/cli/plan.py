@@ -115,7 +115,8 @@ def _param_order(params: dict) -> list[tuple[str, object]]:
 def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
     """The ``ipusim run`` flags of candidate ``c``."""
     m, sp = pl.model, pl.space
-    argv = ["--system", c.system] + (["--onnx", str(m.onnx)] if m.onnx else ["--model", m.name])
+    argv = ["--system", c.system] + (["--torch", m.torch] if m.torch else ["--onnx", str(m.onnx)] if m.onnx
+                                     else ["--model", m.name])
     argv += [a for name, size in sorted(m.dims.items()) for a in ("--dim", f"{name}={size}")]  # as _param_order
     argv += ["--loss", m.loss] if m.loss else []
     for key, value in _param_order(m.params):
@@ -207,7 +208,7 @@ def _systems(text: str) -> list[str]:
 
 def _config_system(path: Path, value: str) -> str:
     """A ``system`` of a ``--config`` file as the command line takes it: a TOML path (``.toml``, or with a
-    folder) is relative to the config file's folder, as ``onnx`` is and as ``extends`` in a system config is;
+    folder) is relative to the config file's folder, as ``onnx`` and ``torch`` are and as ``extends`` in a system config is;
     a config name stays a name."""
     given = Path(value)
     if (given.suffix == ".toml" or "/" in value) and not given.is_absolute():
@@ -237,6 +238,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "flags on the command line override it")
     w.add_argument("--model", help="zoo model (see `ipusim models`)")
     w.add_argument("--onnx", metavar="PATH", help="an ONNX model instead (needs the onnx extra)")
+    w.add_argument("--torch", metavar="PATH.py[:FUNCTION]",
+                   help="a PyTorch model instead: FUNCTION (default: model) in the file returns (module, inputs) for "
+                   "the micro-batch it is given, as `ipusim run --torch`; its layers (its largest nn.ModuleList) split "
+                   "over a pipeline's IPUs")
     w.add_argument("--dim", action="append", default=[], type=name_size, metavar="NAME=SIZE",
                    help="with --onnx: the size of a symbolic dimension other than the batch (repeatable)")
     w.add_argument("--loss", metavar="TENSOR",
@@ -371,7 +376,7 @@ def config_argv(path: Path, parser: argparse.ArgumentParser) -> list[str]:
         elif isinstance(value, list):
             argv += [flag, ",".join(str(v) for v in value)]
         else:
-            if dest == "onnx":
+            if dest in ("onnx", "torch"):
                 value = str((path.parent / str(value)))
             argv += [flag, str(value)]
     return argv
@@ -428,15 +433,15 @@ def build_planner(args, parser) -> planner.Planner:
     if args.loss and not args.training:
         parser.error("--loss names the tensor to train on: it applies with --training")
     state_dtype = run.optimizer_of(args, parser).state_dtype
-    if (args.model is None) == (args.onnx is None):
-        parser.error("give --model NAME or --onnx PATH (one of them)")
+    if [args.model, args.onnx, args.torch].count(None) != 2:
+        parser.error("give --model NAME, --onnx PATH or --torch PATH.py[:FUNCTION] (one of them)")
     if args.resume and args.csv is None:
         parser.error("--resume needs --csv FILE (the CSV of the plan to finish)")
     kept = kept_csv_error(args.csv, args.resume, "plan")
     if kept:
         parser.error(kept)
     model = planner.Model(args.model, run.given_params(args, parser.error, _PARAM_FLAGS), args.onnx,
-                          given_dims(args.dim, parser.error), args.loss)
+                          given_dims(args.dim, parser.error), args.loss, args.torch, args.training)
     space = planner.Space(
         systems=args.system, global_batch=args.global_batch, training=args.training,
         optimizer=args.optimizer or "sgd", pipelines=args.pipeline, replicas=args.replicas,
@@ -456,7 +461,7 @@ def plan_key(pl: planner.Planner) -> str:
     dimensions, and the space searched."""
     m = pl.model
     return json.dumps({"model": m.name, "onnx": m.onnx and str(m.onnx), "params": m.params, "dims": m.dims,
-                       "loss": m.loss,
+                       "loss": m.loss, **({"torch": m.torch} if m.torch else {}),
                        "space": dataclasses.asdict(pl.space)}, sort_keys=True, default=str)
 
 
@@ -628,7 +633,7 @@ def _header(pl: planner.Planner) -> str:
     lo, hi = sp.global_batch
     what = (f"training ({sp.optimizer})" if sp.training else "inference")
     gb = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
-    return (f"plan: {m.name or m.onnx} on {', '.join(dict.fromkeys(sp.systems))}, {what}, global batch {gb}, "
+    return (f"plan: {m.label} on {', '.join(dict.fromkeys(sp.systems))}, {what}, global batch {gb}, "
             f"device iterations {pl.device_iterations}" + "".join(f"\nnote: {n}" for n in pl.notes))
 
 

@@ -46,8 +46,6 @@ from ..graph import Graph
 DEFAULT_FUNCTION = "model"
 #: the blocks of the ops before the first layer and after the last
 BEFORE, AFTER = "before_layers", "after_layers"
-#: the planner's unit blocks
-LAYER_BLOCK = re.compile(r"layer\d+")
 
 _captures: dict[tuple, tuple[Graph, str | None, int]] = {}
 
@@ -130,11 +128,6 @@ class TorchModel:
         g.notes = list(captured.notes)
         _place(g, prefix, count, layers_per_ipu, recompute, self.spec)
         return g
-
-    def layers(self, micro_batch: int, training: bool) -> int:
-        """How many layers the planner may split (0: the model has no list of layers)."""
-        key_graph = self.graph(micro_batch, training)
-        return len({op.block for op in key_graph.ops if op.block and LAYER_BLOCK.fullmatch(op.block)})
 
     def _capture(self, micro_batch: int, training: bool, partials: str) -> tuple[Graph, str | None, int]:
         from .executor import capture_for_ipu

@@ -1,0 +1,126 @@
+"""``ipusim run --torch`` and ``ipusim plan --torch``: a PyTorch model from a Python file (sim.poptorch.model_file).
+
+The model is tests/data/torch_model.py: four transformer layers in an ``nn.ModuleList``. ``--torch`` with
+``--layers-per-ipu`` and ``recompute_checkpoint_every_layer`` must simulate exactly what the same model run
+through ``sim.poptorch`` with ``BeginBlock`` on every layer and ``recomputationCheckpoint`` on their outputs
+simulates (the same capture, placement and options): the cycle counts are compared exactly.
+"""
+
+import contextlib
+import importlib.util
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import sim.poptorch as poptorch  # noqa: E402
+from sim.cli import plan as plan_cli  # noqa: E402
+from sim.cli.main import main  # noqa: E402
+from sim.errors import GraphError  # noqa: E402
+from sim.poptorch.model_file import TorchModel  # noqa: E402
+
+FILE = Path(__file__).parent / "data" / "torch_model.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("torch_model_for_tests", FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(*argv, function="model") -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["run", "--torch", f"{FILE}:{function}", "--json", "-q", *argv]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_inference_is_the_same_run_as_sim_poptorch():
+    run = _run("--micro-batch", "2", function="inference")
+    net, ids = _module().inference(2)
+    net.blocks([0] * 4)
+    model = poptorch.inferenceModel(net, poptorch.Options())
+    model(ids)
+    assert run["cycle_count"] == model.simulation.cycle_count
+    assert run["notes"][0] == f"graph captured from {FILE}:inference with torch.fx"
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_pipelined_training_is_the_same_run_as_beginblock_on_every_layer(recompute):
+    run = _run("--micro-batch", "2", "--training", "--layers-per-ipu", "1,3", "--gradient-accumulation", "4",
+               "--system", "ipu-m2000", "--param", f"recompute_checkpoint_every_layer={str(recompute).lower()}")
+    net, (ids, labels) = _module().model(8)
+    net.blocks([0, 1, 1, 1])
+    net.checkpoint = recompute
+    options = poptorch.Options()
+    options.Training.gradientAccumulation(4)
+    # SGD, the run's default: PopTorch's Adam has no weight decay by default, `--optimizer adam` has
+    model = poptorch.trainingModel(net, options, poptorch.optim.SGD(net.parameters(), lr=0.01))
+    model(ids, labels)
+    assert run["cycle_count"] == model.simulation.cycle_count
+    assert sorted(run["breakdown"]) == ["0", "1"]
+
+
+def test_layers_are_blocks_placed_as_beginblock_places_them():
+    g = TorchModel(str(FILE)).graph(2, True, layers_per_ipu=[0, 2, 2], recompute=True)
+    where = Counter((op.block, op.ipu) for op in g.ops)
+    assert set(where) == {("before_layers", 0), ("layer0", 1), ("layer1", 1), ("layer2", 2), ("layer3", 2),
+                          ("after_layers", 2)}
+    # a checkpoint on what each of the first three layers hands on: its output, the second residual add
+    checkpoints = [op.name for op in g.ops if op.attrs.get("recomputation_checkpoint")]
+    assert [name.split("/")[:2] for name in checkpoints] == [["layers", "0"], ["layers", "1"], ["layers", "2"]]
+    assert all(op.kind == "add" for op in g.ops if op.name in checkpoints)
+    unplaced = TorchModel(str(FILE)).graph(2, True)
+    assert {op.ipu for op in unplaced.ops} == {None}
+    assert not any(op.attrs.get("recomputation_checkpoint") for op in unplaced.ops)
+
+
+@pytest.mark.parametrize("spec, layers, message", [
+    ("torch_model.py", None, "no such file"),
+    (f"{FILE}:missing", None, "defines no function 'missing'"),
+    (f"{FILE}:broken", None, "broken(2) raised ValueError: no such checkpoint"),
+    (f"{FILE}:not_a_module", None, "returned Tensor; return (module, inputs)"),
+    (f"{FILE}", [2, 0, 2], "IPU 1 would hold nothing"),
+    (f"{FILE}", [2, 1], "must be whole numbers summing to the model's 4 layers"),
+    (f"{FILE}:mlp", [1, 1], "the model has no list of layers"),
+])
+def test_bad_models_and_placements_say_what_is_wrong(spec, layers, message):
+    with pytest.raises(GraphError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TorchModel(spec).graph(2, False, layers_per_ipu=layers)
+
+
+def test_training_a_model_without_a_loss_is_refused(capsys):
+    assert main(["run", "--torch", f"{FILE}:inference", "--training"]) != 0
+    assert "returned no loss the simulator can find" in capsys.readouterr().err
+
+
+def test_zoo_flags_are_refused_with_torch(capsys):
+    assert main(["run", "--torch", str(FILE), "--seq-len", "64"]) == 2
+    assert "--seq-len sets a zoo model's parameter; a --torch model's sizes are its file's" in capsys.readouterr().err
+    assert main(["run", "--torch", str(FILE), "--model", "bert-base"]) == 2
+    assert "give either --torch or --model, not both" in capsys.readouterr().err
+
+
+def test_plan_splits_the_layers_and_its_best_command_runs_as_planned(capsys):
+    args = ["--torch", str(FILE), "--system", "ipu-m2000", "--global-batch", "16", "--training",
+            "--optimizer", "adam", "--micro-batch", "2", "--replicas", "1", "--pipeline", "1,2",
+            "--available-memory-proportion", "0.6", "--optimizer-state", "on-chip"]
+    parser = plan_cli.configure(__import__("argparse").ArgumentParser())
+    pl = plan_cli.build_planner(parser.parse_args(args), parser)
+    assert pl.units == ["layer0", "layer1", "layer2", "layer3"]
+    table = plan_cli.plan(pl, top=4, workers=1, bar=False)
+    done = table[table.status == "ok"]
+    # one IPU and two, with recomputation checkpoints and without; on two the last IPU's head (the norm, the
+    # 512-word projection and its loss) weighs more than the first's embedding: two layers each balance them
+    assert sorted(zip(done.pipeline, done.recompute)) == [(1, "off"), (1, "on"), (2, "off"), (2, "on")]
+    assert set(done[done.pipeline == 2].split) == {"2,2"}
+    best = done.sort_values("samples_per_second").iloc[-1]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["run", *best["command"].split()[2:], "--json", "-q"]) == 0
+    assert json.loads(out.getvalue())["samples_per_second"] == pytest.approx(best["samples_per_second"], rel=1e-12)
