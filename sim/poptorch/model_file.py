@@ -47,7 +47,11 @@ DEFAULT_FUNCTION = "model"
 #: the blocks of the ops before the first layer and after the last
 BEFORE, AFTER = "before_layers", "after_layers"
 
+#: (file, its modification time, function, micro-batch, training, partials) -> (captured graph, layers' op-name
+#: prefix, layer count)
 _captures: dict[tuple, tuple[Graph, str | None, int]] = {}
+#: (file, its modification time) -> the file imported
+_modules: dict[tuple, object] = {}
 
 
 @dataclass(frozen=True)
@@ -125,8 +129,10 @@ class TorchModel:
             _captures[key] = self._capture(micro_batch, training, partials)
         captured, prefix, count = _captures[key]
         g = captured.copy()
-        g.notes = list(captured.notes)
         _place(g, prefix, count, layers_per_ipu, recompute, self.spec)
+        g.params = {"torch": self.spec, "micro_batch": micro_batch}  # what tells two runs apart (summary.json)
+        g.params.update((k, v) for k, v in (("layers_per_ipu", layers_per_ipu),
+                                            ("recompute_checkpoint_every_layer", recompute)) if v is not None)
         return g
 
     def _capture(self, micro_batch: int, training: bool, partials: str) -> tuple[Graph, str | None, int]:
@@ -149,7 +155,15 @@ class TorchModel:
 
 
 def _load(path: Path):
-    """The file at ``path`` imported as a module of its own (its folder on sys.path while it imports)."""
+    """The file at ``path`` imported as a module of its own (its folder on sys.path while it imports); once,
+    until the file changes."""
+    key = (str(path.resolve()), path.stat().st_mtime_ns)
+    if key not in _modules:
+        _modules[key] = _import(path)
+    return _modules[key]
+
+
+def _import(path: Path):
     name = f"_ipusim_model_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
