@@ -566,6 +566,8 @@ class Planner:
     """
 
     def __init__(self, model: Model, space: Space):
+        if model.torch is not None and model.training != space.training:  # captured as the plan runs it
+            model = replace(model, training=space.training)
         self.model, self.space = model, space
         self.notes: list[str] = []
         self.systems = {name: load_system(name) for name in dict.fromkeys(space.systems)}

@@ -6,6 +6,7 @@ through ``sim.poptorch`` with ``BeginBlock`` on every layer and ``recomputationC
 simulates (the same capture, placement and options): the cycle counts are compared exactly.
 """
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -18,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import sim.poptorch as poptorch  # noqa: E402
+from sim import planner  # noqa: E402
 from sim.cli import plan as plan_cli  # noqa: E402
 from sim.cli.main import main  # noqa: E402
 from sim.errors import GraphError  # noqa: E402
@@ -110,7 +112,7 @@ def test_plan_splits_the_layers_and_its_best_command_runs_as_planned(capsys):
     args = ["--torch", str(FILE), "--system", "ipu-m2000", "--global-batch", "16", "--training",
             "--optimizer", "adam", "--micro-batch", "2", "--replicas", "1", "--pipeline", "1,2",
             "--available-memory-proportion", "0.6", "--optimizer-state", "on-chip"]
-    parser = plan_cli.configure(__import__("argparse").ArgumentParser())
+    parser = plan_cli.configure(argparse.ArgumentParser())
     pl = plan_cli.build_planner(parser.parse_args(args), parser)
     assert pl.units == ["layer0", "layer1", "layer2", "layer3"]
     table = plan_cli.plan(pl, top=4, workers=1, bar=False)
@@ -124,3 +126,19 @@ def test_plan_splits_the_layers_and_its_best_command_runs_as_planned(capsys):
     with contextlib.redirect_stdout(out):
         assert main(["run", *best["command"].split()[2:], "--json", "-q"]) == 0
     assert json.loads(out.getvalue())["samples_per_second"] == pytest.approx(best["samples_per_second"], rel=1e-12)
+
+
+def test_a_plan_captures_the_model_as_it_plans_to_run_it(tmp_path):
+    # a Model built without saying training is captured for the space's training (a loss, dropout on)
+    space = planner.Space(systems=["ipu-m2000"], global_batch=(8, 8), training=True, micro_batches=[2],
+                          pipelines=[2], replicas=[1], proportions=[0.6])
+    pl = planner.Planner(planner.Model(torch=str(FILE)), space)
+    assert pl.model.training and pl.model.build(2).loss is not None
+    # a --config file's torch path is relative to the file, as its onnx path is
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "plans" / "plan.toml").write_text(f'torch = "../{FILE.name}"\nsystem = "ipu-m2000"\n'
+                                                  'global_batch = 8\ntraining = true\n')
+    (tmp_path / FILE.name).write_text(FILE.read_text())
+    parser = plan_cli.configure(argparse.ArgumentParser())
+    args = plan_cli.merge_config(parser.parse_args(["--config", str(tmp_path / "plans" / "plan.toml")]), parser)
+    assert Path(args.torch).resolve() == (tmp_path / FILE.name).resolve()

@@ -8,6 +8,7 @@ README's LLaMA-2-7B example, built on the meta device.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -17,6 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import sim.poptorch as poptorch  # noqa: E402
+from sim.cli.main import main  # noqa: E402
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=256,
@@ -95,3 +97,25 @@ def test_the_readme_llama_2_7b_example_fits_sharded_over_32_ipus(capsys):
     breakdown = out.split("\nbreakdown", 1)[1].split("\nby pass", 1)[0]  # each IPU's shares end in idle, total
     idle = [float(share) for share in re.findall(r"\s([\d.]+)%\s+100\.0%", breakdown)]
     assert len(idle) == 32 and all(share > 80 for share in idle)
+
+
+def test_the_readme_tinyllama_plans_best_command_runs_as_its_table_says(tmp_path, capsys):
+    """The README's TinyLlama-1.1B file for `ipusim plan --torch` (its third Python block): the plan's best
+    configuration, 5, 6, 6, 5 layers over a Bow-2000's four IPUs at micro-batch 4, fits and runs at the
+    266 prompts/s its table shows. (The plan itself takes about 35 s; its machinery is tested on a small model
+    in tests/test_torch_model_file.py.)"""
+    section = README.read_text().split("## PopTorch scripts", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[2]
+    assert code.startswith("# tinyllama.py") and 'torch.device("meta")' in code
+    (tmp_path / "tinyllama.py").write_text(code)
+    table = section.split("$ ipusim plan --torch tinyllama.py:next_token", 1)[1].split("```", 1)[0]
+    best = re.search(r"\n\s+1\s+(\d+)\s+([\d.]+) bow-2000\s+4\s+1 x 4 5,6,6,5\s+4 0.2\s+(\d+)", table)
+    assert best, table
+    argv = ["run", "--system", "bow-2000", "--torch", f"{tmp_path / 'tinyllama.py'}:next_token", "--micro-batch",
+            "4", "--layers-per-ipu", "5,6,6,5", "--available-memory-proportion", "0.2", "--device-iterations", "32",
+            "--memory-margin", "0.05", "--json", "-q"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert round(summary["samples_per_second"]) == int(best.group(1))
+    assert summary["latency"]["avg"] * 1e3 == pytest.approx(float(best.group(2)), abs=0.001)
