@@ -73,7 +73,7 @@ def test_an_onnx_plan_writes_its_dimensions_in_one_order(tmp_path):
     c = planner.Candidate("ipu-mk2", 1, 1, 8, 1, 0.6, None, None, 32)
     lines = []
     for dims in ({"seq": 16, "feat": 4}, {"feat": 4, "seq": 16}):
-        model = SimpleNamespace(name=None, onnx=tmp_path / "m.onnx", dims=dims, loss=None, params={},
+        model = SimpleNamespace(name=None, onnx=tmp_path / "m.onnx", torch=None, dims=dims, loss=None, params={},
                                 placement=lambda units, split, recompute: {})
         lines.append(plan_cli.command(SimpleNamespace(model=model, space=space, units=[], sequential=False), c))
     assert lines[0] == lines[1]
