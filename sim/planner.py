@@ -230,7 +230,8 @@ class Model:
 
     def build(self, micro_batch: int, **placement) -> Graph:
         """The model's graph at ``micro_batch`` with the planner's placement parameters."""
-        if self.torch is not None:
+        if self.torch is not None:  # captured with float partials: a candidate's half partials change only the
+            # precision serializedMatMul keeps, which its own run (ipusim run --partials half) captures with
             from .poptorch.model_file import TorchModel
             return TorchModel(self.torch).graph(micro_batch, self.training, layers_per_ipu=placement.get(
                 "layers_per_ipu"), recompute=placement.get("recompute_checkpoint_every_layer"))

@@ -502,6 +502,11 @@ def _ipus_per_replica(graph: sim.Graph, strategy) -> int:
     return max(op.ipu for op in placed.ops) + 1 if placed.ops else 1
 
 
+def _zoo_size_flags(args) -> list[str]:
+    """The flags given that size a zoo model (``--seq-len`` and the like), which a file's model does not take."""
+    return [f"--{k.replace('_', '-')}" for k in MODEL_PARAM_FLAGS if k != "micro_batch" and getattr(args, k) is not None]
+
+
 def _onnx_graph(args, parser) -> sim.Graph:
     if args.model is not None:
         parser.error("give either --model or --onnx, not both")
@@ -512,7 +517,7 @@ def _onnx_graph(args, parser) -> sim.Graph:
     if not args.onnx.is_file():
         parser.error(f"--onnx {str(args.onnx)!r}: " + ("a folder; give the .onnx file in it" if args.onnx.is_dir()
                                                       else "no such file"))
-    zoo_only = [f"--{k.replace('_', '-')}" for k in MODEL_PARAM_FLAGS if k != "micro_batch" and getattr(args, k) is not None]
+    zoo_only = _zoo_size_flags(args)
     zoo_only += ["--param"] * bool(args.param) + ["--layers-per-ipu"] * (args.layers_per_ipu is not None)
     if zoo_only:
         parser.error(f"{zoo_only[0]} sets a zoo model's parameter; an ONNX model's sizes are in its file "
@@ -526,7 +531,7 @@ def _torch_graph(args, parser) -> sim.Graph:
     if args.model is not None or args.onnx is not None:
         parser.error(f"give either --torch or {'--model' if args.model is not None else '--onnx'}, not both")
     from ..poptorch.model_file import TorchModel
-    zoo_only = [f"--{k.replace('_', '-')}" for k in MODEL_PARAM_FLAGS if k != "micro_batch" and getattr(args, k) is not None]
+    zoo_only = _zoo_size_flags(args)
     zoo_only += [f"--param {key}" for key, _ in args.param if key != "recompute_checkpoint_every_layer"]
     if zoo_only:
         parser.error(f"{zoo_only[0]} sets a zoo model's parameter; a --torch model's sizes are its file's (its "
