@@ -82,6 +82,15 @@ def test_layers_are_blocks_placed_as_beginblock_places_them():
     assert not any(op.attrs.get("recomputation_checkpoint") for op in unplaced.ops)
 
 
+def test_only_the_layers_the_model_calls_are_placed():
+    g = TorchModel(f"{FILE}:three_layers").graph(2, True, layers_per_ipu=[1, 2], recompute=True)
+    assert sorted({(op.block, op.ipu) for op in g.ops}) == [
+        ("after_layers", 1), ("before_layers", 0), ("layer0", 0), ("layer1", 1), ("layer2", 1)]
+    assert [op.name.split("/")[1] for op in g.ops if op.attrs.get("recomputation_checkpoint")] == ["0", "1"]
+    with pytest.raises(GraphError, match="summing to the model's 3 layers"):
+        TorchModel(f"{FILE}:three_layers").graph(2, True, layers_per_ipu=[2, 2])
+
+
 @pytest.mark.parametrize("spec, layers, message", [
     ("torch_model.py", None, "no such file"),
     (f"{FILE}:missing", None, "defines no function 'missing'"),

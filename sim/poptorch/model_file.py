@@ -208,17 +208,20 @@ def _ipu_of_layers(layers_per_ipu: list[int], count: int, spec: str) -> list[int
 
 
 def _place(g: Graph, prefix: str | None, count: int, layers_per_ipu, recompute, spec: str) -> None:
-    """Blocks, IPUs and checkpoints of ``g``'s ops (module docstring)."""
+    """Blocks, IPUs and checkpoints of ``g``'s ops (module docstring). The layers placed are those of the list
+    whose ops the graph holds (a list's layer the model does not call has nothing to place)."""
     if prefix is None:
-        if layers_per_ipu is not None and len(layers_per_ipu) > 1 or recompute:
+        if (layers_per_ipu is not None and len(layers_per_ipu) > 1) or recompute:
             raise GraphError(f"--torch {spec!r}: the model has no list of layers (an nn.ModuleList or nn.Sequential "
                              "of two or more modules of one type) to place over IPUs or checkpoint; place it with "
                              "poptorch.BeginBlock in a sim.poptorch script instead")
         return
-    ipu_of = _ipu_of_layers(layers_per_ipu, count, spec) if layers_per_ipu is not None else None
     layer_of = re.compile((re.escape(prefix) + "/" if prefix else "") + r"(\d+)/")
     layers = [int(m.group(1)) if (m := layer_of.match(op.name)) and int(m.group(1)) < count else None
               for op in g.ops]
+    called = sorted({layer for layer in layers if layer is not None})  # the layers run, in order
+    ipu_of = (dict(zip(called, _ipu_of_layers(layers_per_ipu, len(called), spec)))
+              if layers_per_ipu is not None else None)
     last = max((i for i, layer in enumerate(layers) if layer is not None), default=-1)
     block, ipu = BEFORE, 0
     for i, (op, layer) in enumerate(zip(g.ops, layers)):
@@ -229,15 +232,12 @@ def _place(g: Graph, prefix: str | None, count: int, layers_per_ipu, recompute, 
         op.block = block
         if ipu_of:  # else the model's own poptorch.BeginBlock placement, if any, stands
             op.ipu, op.stage = ipu, ipu  # a stage an IPU, as the zoo and PopTorch's AutoStage.SameAsIpu
-    if recompute:  # the ops making what a layer hands on (but the last layer's)
-        names = {}
-        for op, layer in zip(g.ops, layers):
-            if layer is not None and layer != count - 1:
-                names.setdefault(layer, set()).add(op.name)
+    if recompute:  # checkpoint what each layer but the last hands on: its tensors read outside it
+        checkpointed = set(called[:-1])
         layer_of_op = {op.name: layer for op, layer in zip(g.ops, layers)}
         handed_on = {t for op in g.ops for t in op.inputs
-                     if (maker := g.tensors[t].producer) in layer_of_op and layer_of_op[maker] in names
-                     and layer_of_op.get(op.name) != layer_of_op[maker]}
+                     if layer_of_op.get(g.tensors[t].producer) in checkpointed
+                     and layer_of_op.get(op.name) != layer_of_op[g.tensors[t].producer]}
         for op, layer in zip(g.ops, layers):
-            if layer in names and handed_on & set(op.outputs):
+            if layer in checkpointed and handed_on & set(op.outputs):
                 op.attrs["recomputation_checkpoint"] = True
