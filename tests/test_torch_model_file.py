@@ -82,6 +82,29 @@ def test_layers_are_blocks_placed_as_beginblock_places_them():
     assert not any(op.attrs.get("recomputation_checkpoint") for op in unplaced.ops)
 
 
+def test_a_tied_head_goes_back_to_the_embeddings_ipu_as_a_stage_of_its_own():
+    g = TorchModel(f"{FILE}:tied").graph(2, True, layers_per_ipu=[2, 2])
+    assert sorted({(op.block, op.ipu, op.stage) for op in g.ops}) == [
+        ("after_layers", 0, 2), ("before_layers", 0, 0), ("layer0", 0, 0), ("layer1", 0, 0), ("layer2", 1, 1),
+        ("layer3", 1, 1)]
+    # PopART's pipelining cannot copy a weight between IPUs: the same model with its head on the last IPU fails
+    net, (ids, labels) = _module().tied(8)
+    net.blocks([0, 0, 1, 1])
+    options = poptorch.Options()
+    options.Training.gradientAccumulation(4)
+    model = poptorch.trainingModel(net, options)
+    with pytest.raises(poptorch.Error, match="weight 'head.weight' is read by ops on 2 IPUs of a pipeline"):
+        model(ids, labels)
+    # ... which the plan therefore weighs on the first IPU, and its candidates run
+    args = ["--torch", f"{FILE}:tied", "--system", "ipu-m2000", "--global-batch", "16", "--training",
+            "--micro-batch", "2", "--replicas", "1", "--pipeline", "2", "--available-memory-proportion", "0.6"]
+    parser = plan_cli.configure(argparse.ArgumentParser())
+    pl = plan_cli.build_planner(parser.parse_args(args), parser)
+    assert pl._ends == {"before_layers": "first", "after_layers": "first"}
+    table = plan_cli.plan(pl, top=2, workers=1, bar=False)
+    assert set(table.status) == {"ok"}, list(table.reason)
+
+
 def test_only_the_layers_the_model_calls_are_placed():
     g = TorchModel(f"{FILE}:three_layers").graph(2, True, layers_per_ipu=[1, 2], recompute=True)
     assert sorted({(op.block, op.ipu) for op in g.ops}) == [

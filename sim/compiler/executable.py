@@ -151,7 +151,31 @@ def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replic
             f"graph {g.name!r} carries tensors from each device iteration to the next (a generation loop: the next "
             "token stays on the IPU), so a pipeline, which starts an iteration before the one before it has "
             "finished, cannot run it: use ShardedExecution (--strategy sharded), as PopTransformer does, or one IPU")
+    if strategy == "pipelined":
+        _check_weights_on_one_ipu(g)
     check_overlap(o, g, training)
+
+
+def _check_weights_on_one_ipu(g: Graph) -> None:
+    """PopART's pipelining cannot copy a variable between IPUs (transforms/pipeline.cpp,
+    ``setIPUCopyPipelineStage``: "All pipeline stages using this tensor should be on the same graph"), so a
+    weight read by ops on two IPUs of a pipeline (an LM head tied to the embedding, placed on another IPU)
+    fails to compile."""
+    readers: dict[str, dict[int, str]] = {}  # weight -> IPU -> the first op reading it there
+    for op in g.ops:
+        if op.pass_ == "forward":
+            for t in op.inputs:
+                if g.tensors[t].role == "weight":
+                    readers.setdefault(t, {}).setdefault(op.ipu, op.name)
+    for weight, where in readers.items():
+        if len(where) > 1:
+            ops = ", ".join(f"{name!r} on IPU {ipu}" for ipu, name in sorted(where.items()))
+            raise OptionsError(
+                f"weight {weight!r} is read by ops on {len(where)} IPUs of a pipeline ({ops}); PopART cannot copy a "
+                "variable between IPUs when pipelining (\"All pipeline stages using this tensor should be on the same "
+                "graph\"): put every op that reads it on one IPU (a tied LM head back on the embedding's IPU, as "
+                "Graphcore's BERT and GPT-2 and optimum-graphcore place theirs), untie the weights, or use "
+                "ShardedExecution")
 
 
 def compile(graph: Graph, system: System | str, options: Options | None = None,

@@ -18,7 +18,9 @@ zoo's graphs are to ``ipusim run``: the run's flags set replicas, accumulation, 
 ``encoder.layer``; largest by parameters). ``layers_per_ipu`` ([n0, n1, ...]) puts n0 layers on IPU 0, the
 next n1 on IPU 1, and so on, as ``poptorch.BeginBlock(layer, ipu_id=k)`` on each IPU's first layer would:
 what the model runs before its first layer (embeddings) stays on IPU 0, what runs after a layer outside any
-layer on that layer's IPU (a head: the last IPU). Only the first entry may be 0 (IPU 0 holds the embeddings
+layer on that layer's IPU (a head: the last IPU; a head that shares a weight with the embedding, a tied LM head,
+goes back to the embedding's IPU as a last pipeline stage of its own, since PopART cannot copy a weight between
+a pipeline's IPUs). Only the first entry may be 0 (IPU 0 holds the embeddings
 alone). ``recompute`` puts ``poptorch.recomputationCheckpoint`` on every layer's output but the last's, as
 Hugging Face's optimum-graphcore does with ``recompute_checkpoint_every_layer`` (its BERT and GPT-2 pipelines:
 ``index != num_hidden_layers - 1``). Ops carry the block of their layer (``layer0``, ``layer1``, ...; before
@@ -232,6 +234,11 @@ def _place(g: Graph, prefix: str | None, count: int, layers_per_ipu, recompute, 
         op.block = block
         if ipu_of:  # else the model's own poptorch.BeginBlock placement, if any, stands
             op.ipu, op.stage = ipu, ipu  # a stage an IPU, as the zoo and PopTorch's AutoStage.SameAsIpu
+    tied = _tied_ipu(g) if ipu_of else None
+    if tied is not None:  # the head back where the weight it shares lives, a pipeline stage of its own
+        for op in g.ops:
+            if op.block == AFTER:
+                op.ipu, op.stage = tied, len(layers_per_ipu)
     if recompute:  # checkpoint what each layer but the last hands on: its tensors read outside it
         checkpointed = set(called[:-1])
         layer_of_op = {op.name: layer for op, layer in zip(g.ops, layers)}
@@ -241,3 +248,12 @@ def _place(g: Graph, prefix: str | None, count: int, layers_per_ipu, recompute, 
         for op, layer in zip(g.ops, layers):
             if layer in checkpointed and handed_on & set(op.outputs):
                 op.attrs["recomputation_checkpoint"] = True
+
+
+def _tied_ipu(g: Graph) -> int | None:
+    """The IPU of the ops before the head that read a weight the head reads too (an LM head tied to the
+    embedding), or None when the head shares no weight. PopART's pipeline cannot copy a weight between IPUs
+    (sim.compiler.executable._check_weights_on_one_ipu), so the head goes back to that IPU, as Graphcore's GPT-2
+    (``LM_head --> IPU 0``) and optimum-graphcore's pipelined GPT-2 and BERT heads do."""
+    head = {t for op in g.ops if op.block == AFTER for t in op.inputs if g.tensors[t].role == "weight"}
+    return min((op.ipu for op in g.ops if op.block != AFTER and head & set(op.inputs)), default=None)

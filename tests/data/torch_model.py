@@ -78,6 +78,14 @@ def three_layers(micro_batch):
     return net, inputs
 
 
+def tied(micro_batch):
+    """The head's projection tied to the embedding (one weight), as GPT-2's and BERT's."""
+    net, inputs = model(micro_batch)
+    net.head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
+    net.head.weight = net.embed.weight
+    return net, inputs
+
+
 def mlp(micro_batch):
     """No list of layers: nothing for the planner to split."""
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()), torch.zeros(micro_batch, 16)
