@@ -125,9 +125,11 @@ def _random_factories_traced(tracer: torch.fx.Tracer):
             setattr(torch, name, fn)
 
 
-def _adapter(model: torch.nn.Module, args: tuple, kwargs: dict):
+def _adapter(model: torch.nn.Module, args: tuple, kwargs: dict, tensor_outputs: bool = False):
     """A module whose forward takes the call's tensors flat, so both tracers see plain
-    tensor placeholders; everything else in the call is baked in as a constant."""
+    tensor placeholders; everything else in the call is baked in as a constant. ``tensor_outputs``: what the
+    model returns that is neither a tensor nor a plain value (a Hugging Face ``DynamicCache``) is returned as
+    None, its type recorded in ``dropped_outputs``."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     tensor_pos = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
     names = [f"t{i}" for i in range(len(tensor_pos))]
@@ -138,6 +140,7 @@ def _adapter(model: torch.nn.Module, args: tuple, kwargs: dict):
             self.model = model
 
         device_reads = 0  # reads of a tensor's device by the model's code (it sees the IPU's)
+        dropped_outputs: set[str] = set()  # the types of the outputs tensor_outputs drops
 
         def _call(self, tensors):
             filled = list(leaves)
@@ -146,9 +149,15 @@ def _adapter(model: torch.nn.Module, args: tuple, kwargs: dict):
             a, k = pytree.tree_unflatten(filled, spec)
             with ipu_device() as mode:
                 try:
-                    return self.model(*a, **k)
+                    out = self.model(*a, **k)
                 finally:
                     Adapter.device_reads += mode.reads
+            if not tensor_outputs:
+                return out
+            kept, out_spec = pytree.tree_flatten(out)
+            plain = (torch.Tensor, bool, int, float, str, type(None))
+            Adapter.dropped_outputs.update(type(leaf).__name__ for leaf in kept if not isinstance(leaf, plain))
+            return pytree.tree_unflatten([leaf if isinstance(leaf, plain) else None for leaf in kept], out_spec)
 
     src = f"def forward(self, {', '.join(names)}):\n    return self._call(({''.join(n + ', ' for n in names)}))\n"
     scope: dict = {}
@@ -703,7 +712,8 @@ class _BlockResolver:
 
 # --- the entry point -----------------------------------------------------------------------------------
 def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None = None,
-            cast_to: torch.dtype | None = None, partials: str = "float", values: bool = True) -> Captured:
+            cast_to: torch.dtype | None = None, partials: str = "float", values: bool = True,
+            tensor_outputs: bool = False) -> Captured:
     """Capture ``model`` called as ``model(*args, **kwargs)`` on one micro-batch.
 
     ``cast_to`` (float16 or float32): the type mixed float16/float32 operands are cast to, as
@@ -712,8 +722,10 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
     whether ``serializedMatMul``'s ``keep_precision`` applies. ``values=False``: the caller does not
     need the outputs' values, so the traced graph runs on tensors that carry shapes and dtypes only
     (:func:`_without_values`), the outputs zeros of theirs; a model whose capture needs a value (a
-    shape that depends on the data) is run with its values, as with ``values=True``."""
-    adapter, flat, labels = _adapter(model, args, kwargs)
+    shape that depends on the data) is run with its values, as with ``values=True``. ``tensor_outputs``: outputs
+    that are neither tensors nor plain values (a Hugging Face KV cache object, which PopTorch could not return
+    either) are left out, and the notes say which."""
+    adapter, flat, labels = _adapter(model, args, kwargs, tensor_outputs)
     meta = on_meta_device(model)
 
     @contextlib.contextmanager
@@ -780,6 +792,10 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
                 except Exception as e:  # noqa: BLE001 - keep the fx graph, saying it may differ
                     cap.notes.append(f"{why}, and torch.export failed ({type(e).__name__}: {_first_line(e)}): "
                                      "the simulated graph may not be the model's")
+    if type(adapter).dropped_outputs:
+        cap.notes.append(f"outputs of type {', '.join(sorted(type(adapter).dropped_outputs))} (neither tensors nor "
+                         "plain values, which PopTorch could not return) are left out: not computed unless other "
+                         "outputs need them, and not streamed to the host")
     if type(adapter).device_reads:
         cap.notes.append("the model reads its tensors' device: it sees ipu:0, as when PopTorch traces it (and in "
                          "the CPU run of its outputs; the CPU stands in for it in torch calls given that device)")

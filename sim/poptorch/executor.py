@@ -113,14 +113,17 @@ class _substitutions:
 
 
 def capture_for_ipu(model: torch.nn.Module, args: tuple, kwargs: dict, options: Options, training: bool,
-                    values: bool = True, user_model: torch.nn.Module | None = None) -> Captured:
+                    values: bool = True, user_model: torch.nn.Module | None = None,
+                    tensor_outputs: bool = False) -> Captured:
     """``model(*args, **kwargs)`` captured as PopTorch traces it for the IPU: ``poptorch.isRunningOnIpu()`` true,
     the registered substitution managers entered, mixed float16/float32 operands cast as ``options`` say, and in
     inference the model (``user_model``, the module the user wrapped, when ``model`` wraps it) in eval mode.
-    ``values=False``: the outputs' values are not needed (see :func:`sim.poptorch._capture.capture`)."""
+    ``values=False``: the outputs' values are not needed; ``tensor_outputs``: outputs that are not tensors are left
+    out (see :func:`sim.poptorch._capture.capture`)."""
     user_model = model if user_model is None else user_model
     with on_ipu(), attribute_notes() as attributes, _substitutions():
-        settings = dict(cast_to=_precision.behaviour(options), partials=options.partials_type(), values=values)
+        settings = dict(cast_to=_precision.behaviour(options), partials=options.partials_type(), values=values,
+                        tensor_outputs=tensor_outputs)
         if training:
             captured = capture(model, args, kwargs, type(user_model).__name__, **settings)
         else:  # captured as it runs: in eval mode

@@ -143,7 +143,7 @@ class TorchModel:
         module, args, kwargs = self.build(micro_batch)
         options = Options()
         options.Precision.setPartialsType(torch.half if partials == "half" else torch.float)
-        captured = capture_for_ipu(module, args, kwargs, options, training, values=False)
+        captured = capture_for_ipu(module, args, kwargs, options, training, values=False, tensor_outputs=True)
         g = captured.graph
         if training and g.loss is None:
             raise GraphError(f"--torch {self.spec!r}: --training, but the model returned no loss the simulator can "
