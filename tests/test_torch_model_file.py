@@ -84,9 +84,11 @@ def test_layers_are_blocks_placed_as_beginblock_places_them():
 
 def test_a_tied_head_goes_back_to_the_embeddings_ipu_as_a_stage_of_its_own():
     g = TorchModel(f"{FILE}:tied").graph(2, True, layers_per_ipu=[2, 2])
+    # the final norm stays with the last layer (as Graphcore's GPT-2 keeps ln_f), the head and its loss go to IPU 0
     assert sorted({(op.block, op.ipu, op.stage) for op in g.ops}) == [
-        ("after_layers", 0, 2), ("before_layers", 0, 0), ("layer0", 0, 0), ("layer1", 0, 0), ("layer2", 1, 1),
-        ("layer3", 1, 1)]
+        ("after_layers", 1, 1), ("after_layers_tied", 0, 2), ("before_layers", 0, 0), ("layer0", 0, 0),
+        ("layer1", 0, 0), ("layer2", 1, 1), ("layer3", 1, 1)]
+    assert {op.name.split("/")[0] for op in g.ops if op.block == "after_layers"} == {"norm"}
     # PopART's pipelining cannot copy a weight between IPUs: the same model with its head on the last IPU fails
     net, (ids, labels) = _module().tied(8)
     net.blocks([0, 0, 1, 1])
@@ -100,9 +102,20 @@ def test_a_tied_head_goes_back_to_the_embeddings_ipu_as_a_stage_of_its_own():
             "--micro-batch", "2", "--replicas", "1", "--pipeline", "2", "--available-memory-proportion", "0.6"]
     parser = plan_cli.configure(argparse.ArgumentParser())
     pl = plan_cli.build_planner(parser.parse_args(args), parser)
-    assert pl._ends == {"before_layers": "first", "after_layers": "first"}
+    assert pl._ends == {"before_layers": "first", "after_layers": "last", "after_layers_tied": "first"}
     table = plan_cli.plan(pl, top=2, workers=1, bar=False)
     assert set(table.status) == {"ok"}, list(table.reason)
+
+
+def test_the_layers_of_two_stacks_are_numbered_in_the_order_they_run():
+    g = TorchModel(f"{FILE}:encoder_decoder").graph(2, True, layers_per_ipu=[4, 3])
+    first = {}
+    for op in g.ops:
+        first.setdefault(op.block, (op.name.split("/")[:2], op.ipu))
+    assert first == {"before_layers": (["embed", "gather"], 0),
+                     "layer0": (["encoder", "0"], 0), "layer1": (["encoder", "1"], 0), "layer2": (["encoder", "2"], 0),
+                     "layer3": (["layers", "0"], 0), "layer4": (["layers", "1"], 1), "layer5": (["layers", "2"], 1),
+                     "layer6": (["layers", "3"], 1), "after_layers": (["norm", "layernorm"], 1)}
 
 
 def test_only_the_layers_the_model_calls_are_placed():

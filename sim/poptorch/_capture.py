@@ -155,7 +155,7 @@ def _adapter(model: torch.nn.Module, args: tuple, kwargs: dict, tensor_outputs: 
             if not tensor_outputs:
                 return out
             kept, out_spec = pytree.tree_flatten(out)
-            plain = (torch.Tensor, bool, int, float, str, type(None))
+            plain = (torch.Tensor, torch.fx.Proxy, bool, int, float, str, type(None))  # a Proxy: torch.fx tracing
             Adapter.dropped_outputs.update(type(leaf).__name__ for leaf in kept if not isinstance(leaf, plain))
             return pytree.tree_unflatten([leaf if isinstance(leaf, plain) else None for leaf in kept], out_spec)
 

@@ -15,7 +15,9 @@ zoo's graphs are to ``ipusim run``: the run's flags set replicas, accumulation, 
 
 **Placement.** The model's *layers* are the children of its largest list of modules of one type (an
 ``nn.ModuleList`` or ``nn.Sequential`` of two or more: Hugging Face's ``model.layers``, ``transformer.h``,
-``encoder.layer``; largest by parameters). ``layers_per_ipu`` ([n0, n1, ...]) puts n0 layers on IPU 0, the
+``encoder.layer``; largest by parameters) and of any other such list, not inside it, with at least a quarter
+of its parameters (T5's and Whisper's encoder stack beside the decoder's), numbered in the order the model runs
+them. ``layers_per_ipu`` ([n0, n1, ...]) puts n0 layers on IPU 0, the
 next n1 on IPU 1, and so on, as ``poptorch.BeginBlock(layer, ipu_id=k)`` on each IPU's first layer would:
 what the model runs before its first layer (embeddings) stays on IPU 0, what runs after a layer outside any
 layer on that layer's IPU (a head: the last IPU; a head that shares a weight with the embedding, a tied LM head,
@@ -49,9 +51,11 @@ DEFAULT_FUNCTION = "model"
 #: the blocks of the ops before the first layer and after the last
 BEFORE, AFTER = "before_layers", "after_layers"
 
-#: (file, its modification time, function, micro-batch, training, partials) -> (captured graph, layers' op-name
-#: prefix, layer count)
-_captures: dict[tuple, tuple[Graph, str | None, int]] = {}
+#: (file, its modification time, function, micro-batch, training, partials) -> (captured graph, its lists of layers:
+#: (op-name prefix, length) each)
+_captures: dict[tuple, tuple[Graph, list[tuple[str, int]]]] = {}
+#: a list of layers beside the largest (an encoder's beside a decoder's) holds at least this share of its parameters
+LIST_SHARE = 0.25
 #: (file, its modification time) -> the file imported
 _modules: dict[tuple, object] = {}
 
@@ -129,15 +133,15 @@ class TorchModel:
                micro_batch, training, partials)
         if key not in _captures:
             _captures[key] = self._capture(micro_batch, training, partials)
-        captured, prefix, count = _captures[key]
+        captured, lists = _captures[key]
         g = captured.copy()
-        _place(g, prefix, count, layers_per_ipu, recompute, self.spec)
+        _place(g, lists, layers_per_ipu, recompute, self.spec)
         g.params = {"torch": self.spec, "micro_batch": micro_batch}  # what tells two runs apart (summary.json)
         g.params.update((k, v) for k, v in (("layers_per_ipu", layers_per_ipu),
                                             ("recompute_checkpoint_every_layer", recompute)) if v is not None)
         return g
 
-    def _capture(self, micro_batch: int, training: bool, partials: str) -> tuple[Graph, str | None, int]:
+    def _capture(self, micro_batch: int, training: bool, partials: str) -> tuple[Graph, list[tuple[str, int]]]:
         from .executor import capture_for_ipu
         from .options import Options
         module, args, kwargs = self.build(micro_batch)
@@ -152,8 +156,7 @@ class TorchModel:
                              "poptorch.trainingModel")
         g.micro_batch = micro_batch
         g.notes = [f"graph captured from {self.spec} with {captured.method}"] + captured.notes
-        prefix, count = _layer_list(module)
-        return g, prefix, count
+        return g, _layer_lists(module)
 
 
 def _load(path: Path):
@@ -179,23 +182,23 @@ def _import(path: Path):
     return module
 
 
-def _layer_list(module: torch.nn.Module) -> tuple[str | None, int]:
-    """The op-name prefix of the model's largest list of same-typed modules and its length; (None, 0)
-    when it has none."""
-    best = None
+def _layer_lists(module: torch.nn.Module) -> list[tuple[str, int]]:
+    """The model's lists of layers as (op-name prefix, length): its largest list of modules of one type (by
+    parameters), and the others, not inside it nor holding it, with at least :data:`LIST_SHARE` of its
+    parameters (a T5's or Whisper's encoder stack beside its decoder's); empty when it has none."""
+    found = []  # (parameters, path, length)
     for path, m in module.named_modules():
         children = list(m.children())
-        if not isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) or len(children) < 2:
-            continue
-        if len({type(c) for c in children}) != 1:
-            continue
-        size = sum(p.numel() for p in m.parameters())
-        key = (size, len(children), -path.count("."))
-        if best is None or key > best[0]:
-            best = (key, path, len(children))
-    if best is None:
-        return None, 0
-    return best[1].replace(".", "/"), best[2]
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(children) >= 2 \
+                and len({type(c) for c in children}) == 1:
+            found.append((sum(p.numel() for p in m.parameters()), path, len(children)))
+    found.sort(key=lambda f: (-f[0], f[1].count("."), f[1]))
+    chosen: list[tuple[int, str, int]] = []
+    for size, path, length in found:
+        inside = any(path.startswith(c + ".") or c.startswith(path + ".") or not c or not path for _, c, _ in chosen)
+        if not chosen or (size >= LIST_SHARE * chosen[0][0] and not inside):
+            chosen.append((size, path, length))
+    return [(path.replace(".", "/"), length) for _, path, length in chosen]
 
 
 def _ipu_of_layers(layers_per_ipu: list[int], count: int, spec: str) -> list[int]:
@@ -209,22 +212,28 @@ def _ipu_of_layers(layers_per_ipu: list[int], count: int, spec: str) -> list[int
     return [ipu for ipu, n in enumerate(layers_per_ipu) for _ in range(n)]
 
 
-def _place(g: Graph, prefix: str | None, count: int, layers_per_ipu, recompute, spec: str) -> None:
-    """Blocks, IPUs and checkpoints of ``g``'s ops (module docstring). The layers placed are those of the list
-    whose ops the graph holds (a list's layer the model does not call has nothing to place)."""
-    if prefix is None:
+def _place(g: Graph, lists: list[tuple[str, int]], layers_per_ipu, recompute, spec: str) -> None:
+    """Blocks, IPUs and checkpoints of ``g``'s ops (module docstring). The layers are those of the lists whose
+    ops the graph holds, numbered in the order the model runs them (a list's layer the model does not call has
+    nothing to place)."""
+    patterns = [(re.compile((re.escape(prefix) + "/" if prefix else "") + r"(\d+)/"), count) for prefix, count in lists]
+
+    def layer_of(name: str) -> tuple[int, int] | None:
+        for i, (pattern, count) in enumerate(patterns):
+            if (m := pattern.match(name)) and int(m.group(1)) < count:
+                return i, int(m.group(1))
+        return None
+    keys = [layer_of(op.name) for op in g.ops]
+    number = {key: n for n, key in enumerate(dict.fromkeys(k for k in keys if k is not None))}  # in running order
+    layers = [number.get(key) for key in keys]
+    if not number:
         if (layers_per_ipu is not None and len(layers_per_ipu) > 1) or recompute:
             raise GraphError(f"--torch {spec!r}: the model has no list of layers (an nn.ModuleList or nn.Sequential "
                              "of two or more modules of one type) to place over IPUs or checkpoint; place it with "
                              "poptorch.BeginBlock in a sim.poptorch script instead")
         return
-    layer_of = re.compile((re.escape(prefix) + "/" if prefix else "") + r"(\d+)/")
-    layers = [int(m.group(1)) if (m := layer_of.match(op.name)) and int(m.group(1)) < count else None
-              for op in g.ops]
-    called = sorted({layer for layer in layers if layer is not None})  # the layers run, in order
-    ipu_of = (dict(zip(called, _ipu_of_layers(layers_per_ipu, len(called), spec)))
-              if layers_per_ipu is not None else None)
-    last = max((i for i, layer in enumerate(layers) if layer is not None), default=-1)
+    ipu_of = _ipu_of_layers(layers_per_ipu, len(number), spec) if layers_per_ipu is not None else None
+    last = max(i for i, layer in enumerate(layers) if layer is not None)
     block, ipu = BEFORE, 0
     for i, (op, layer) in enumerate(zip(g.ops, layers)):
         if layer is not None:  # a layer's op; one outside the layers runs where the layer before it does
@@ -233,14 +242,17 @@ def _place(g: Graph, prefix: str | None, count: int, layers_per_ipu, recompute, 
             block = AFTER
         op.block = block
         if ipu_of:  # else the model's own poptorch.BeginBlock placement, if any, stands
-            op.ipu, op.stage = ipu, ipu  # a stage an IPU, as the zoo and PopTorch's AutoStage.SameAsIpu
-    tied = _tied_ipu(g) if ipu_of else None
-    if tied is not None:  # the head back where the weight it shares lives, a pipeline stage of its own
+            op.ipu = ipu
+    follows = _tie(g, layers)
+    if ipu_of:
+        stage, previous = -1, None  # a new pipeline stage each time the IPU changes, as PopTorch numbers them
         for op in g.ops:
-            if op.block == AFTER:
-                op.ipu, op.stage = tied, len(layers_per_ipu)
+            if op.name in follows:
+                op.ipu = follows[op.name].ipu
+            stage += op.ipu != previous
+            op.stage, previous = stage, op.ipu
     if recompute:  # checkpoint what each layer but the last hands on: its tensors read outside it
-        checkpointed = set(called[:-1])
+        checkpointed = set(range(len(number) - 1))
         layer_of_op = {op.name: layer for op, layer in zip(g.ops, layers)}
         handed_on = {t for op in g.ops for t in op.inputs
                      if layer_of_op.get(g.tensors[t].producer) in checkpointed
@@ -250,10 +262,29 @@ def _place(g: Graph, prefix: str | None, count: int, layers_per_ipu, recompute, 
                 op.attrs["recomputation_checkpoint"] = True
 
 
-def _tied_ipu(g: Graph) -> int | None:
-    """The IPU of the ops before the head that read a weight the head reads too (an LM head tied to the
-    embedding), or None when the head shares no weight. PopART's pipeline cannot copy a weight between IPUs
-    (sim.compiler.executable._check_weights_on_one_ipu), so the head goes back to that IPU, as Graphcore's GPT-2
-    (``LM_head --> IPU 0``) and optimum-graphcore's pipelined GPT-2 and BERT heads do."""
-    head = {t for op in g.ops if op.block == AFTER for t in op.inputs if g.tensors[t].role == "weight"}
-    return min((op.ipu for op in g.ops if op.block != AFTER and head & set(op.inputs)), default=None)
+def _tie(g: Graph, layers: list[int | None]) -> dict[str, object]:
+    """Ops outside the layers that read a weight an op of another block read first (a tied LM head, a T5
+    decoder's embedding shared with the encoder's), and the ops outside the layers after them (the head's loss),
+    as after a ``poptorch.BeginBlock``: their block gets ``_tied`` added, and each follows the IPU of that weight's
+    first reader (op name -> that op). PopART's pipeline cannot copy a weight between IPUs
+    (sim.compiler.executable._check_weights_on_one_ipu); Graphcore's GPT-2 (``LM_head --> IPU 0``) and
+    optimum-graphcore's pipelined models place them so (``BeginBlock`` on a shared embedding runs each of its
+    calls on its IPU), the final norm staying with the last layer."""
+    first_reader = {}  # weight -> the first op reading it
+    for op in g.ops:
+        for t in op.inputs:
+            if g.tensors[t].role == "weight":
+                first_reader.setdefault(t, op)
+    follows, home = {}, None
+    for op, layer in zip(g.ops, layers):
+        if layer is not None:
+            home = None
+            continue
+        shared = [first_reader[t] for t in op.inputs if t in first_reader and first_reader[t].block != op.block]
+        home = shared[0] if shared else home
+        if home is not None:
+            follows[op.name] = home
+    for op in g.ops:
+        if op.name in follows:
+            op.block += "_tied"
+    return follows

@@ -86,6 +86,28 @@ def tied(micro_batch):
     return net, inputs
 
 
+class EncoderDecoder(Net):
+    """Two stacks: three layers in ``encoder``, then the four of ``layers``."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.ModuleList(Layer() for _ in range(3))
+
+    def forward(self, ids, labels=None):
+        x = self.embed(ids)
+        for layer in self.encoder:
+            x = layer(x)
+        for layer in self.layers:
+            x = layer(x)
+        return F.cross_entropy(self.head(self.norm(x)).view(-1, VOCAB), labels.view(-1))
+
+
+def encoder_decoder(micro_batch):
+    torch.manual_seed(0)
+    ids = torch.randint(0, VOCAB, (micro_batch, SEQ))
+    return EncoderDecoder(), (ids, ids)
+
+
 def mlp(micro_batch):
     """No list of layers: nothing for the planner to split."""
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()), torch.zeros(micro_batch, 16)
