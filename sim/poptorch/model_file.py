@@ -17,14 +17,14 @@ zoo's graphs are to ``ipusim run``: the run's flags set replicas, accumulation, 
 ``nn.ModuleList`` or ``nn.Sequential`` of two or more: Hugging Face's ``model.layers``, ``transformer.h``,
 ``encoder.layer``; largest by parameters) and of any other such list, not inside it, with at least a quarter
 of its parameters (T5's and Whisper's encoder stack beside the decoder's), numbered in the order the model runs
-them. ``layers_per_ipu`` ([n0, n1, ...]) puts n0 layers on IPU 0, the
-next n1 on IPU 1, and so on, as ``poptorch.BeginBlock(layer, ipu_id=k)`` on each IPU's first layer would:
-what the model runs before its first layer (embeddings) stays on IPU 0, what runs after a layer outside any
-layer on that layer's IPU (a head: the last IPU; a head that shares a weight with the embedding, a tied LM head,
-goes back to the embedding's IPU as a last pipeline stage of its own, since PopART cannot copy a weight between
-a pipeline's IPUs). Only the first entry may be 0 (IPU 0 holds the embeddings
-alone). ``recompute`` puts ``poptorch.recomputationCheckpoint`` on every layer's output but the last's, as
-Hugging Face's optimum-graphcore does with ``recompute_checkpoint_every_layer`` (its BERT and GPT-2 pipelines:
+them. ``layers_per_ipu`` ([n0, n1, ...]) puts n0 layers on IPU 0, the next n1 on IPU 1, and so on, as
+``poptorch.BeginBlock(layer, ipu_id=k)`` on each IPU's first layer would: what the model runs before its first layer (embeddings) stays on IPU 0, what runs after a layer outside any
+layer on that layer's IPU (a final norm and head: the last IPU). An op outside the layers that reads a weight an
+op elsewhere read first (an LM head tied to the embedding), and the ops outside the layers after it (its loss),
+go back to that op's IPU as a pipeline stage of their own (:func:`_tie`), since PopART cannot copy a weight
+between a pipeline's IPUs. Only the first entry may be 0 (IPU 0 holds the embeddings alone). ``recompute`` puts
+``poptorch.recomputationCheckpoint`` on every layer's output but the last's, as Hugging Face's optimum-graphcore
+does with ``recompute_checkpoint_every_layer`` (its BERT and GPT-2 pipelines:
 ``index != num_hidden_layers - 1``). Ops carry the block of their layer (``layer0``, ``layer1``, ...; before
 and after the layers ``before_layers`` and ``after_layers``), which is what the planner splits.
 
@@ -44,18 +44,19 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..errors import GraphError
-from ..graph import Graph
+from ..graph import Graph, Op
 
 #: the function a spec names when it names none
 DEFAULT_FUNCTION = "model"
 #: the blocks of the ops before the first layer and after the last
 BEFORE, AFTER = "before_layers", "after_layers"
 
+#: a list of layers beside the largest (an encoder's beside a decoder's) holds at least this share of its parameters
+LIST_SHARE = 0.25
+
 #: (file, its modification time, function, micro-batch, training, partials) -> (captured graph, its lists of layers:
 #: (op-name prefix, length) each)
 _captures: dict[tuple, tuple[Graph, list[tuple[str, int]]]] = {}
-#: a list of layers beside the largest (an encoder's beside a decoder's) holds at least this share of its parameters
-LIST_SHARE = 0.25
 #: (file, its modification time) -> the file imported
 _modules: dict[tuple, object] = {}
 
@@ -262,7 +263,7 @@ def _place(g: Graph, lists: list[tuple[str, int]], layers_per_ipu, recompute, sp
                 op.attrs["recomputation_checkpoint"] = True
 
 
-def _tie(g: Graph, layers: list[int | None]) -> dict[str, object]:
+def _tie(g: Graph, layers: list[int | None]) -> dict[str, Op]:
     """Ops outside the layers that read a weight an op of another block read first (a tied LM head, a T5
     decoder's embedding shared with the encoder's), and the ops outside the layers after them (the head's loss),
     as after a ``poptorch.BeginBlock``: their block gets ``_tied`` added, and each follows the IPU of that weight's
