@@ -208,8 +208,8 @@ def _systems(text: str) -> list[str]:
 
 def _config_system(path: Path, value: str) -> str:
     """A ``system`` of a ``--config`` file as the command line takes it: a TOML path (``.toml``, or with a
-    folder) is relative to the config file's folder, as ``onnx`` and ``torch`` are and as ``extends`` in a system config is;
-    a config name stays a name."""
+    folder) is relative to the config file's folder, as ``onnx`` and ``torch`` are and as ``extends`` in a system
+    config is; a config name stays a name."""
     given = Path(value)
     if (given.suffix == ".toml" or "/" in value) and not given.is_absolute():
         return str(path.parent / given)

@@ -504,7 +504,8 @@ def _ipus_per_replica(graph: sim.Graph, strategy) -> int:
 
 def _zoo_size_flags(args) -> list[str]:
     """The flags given that size a zoo model (``--seq-len`` and the like), which a file's model does not take."""
-    return [f"--{k.replace('_', '-')}" for k in MODEL_PARAM_FLAGS if k != "micro_batch" and getattr(args, k) is not None]
+    return [f"--{k.replace('_', '-')}" for k in MODEL_PARAM_FLAGS
+            if k != "micro_batch" and getattr(args, k) is not None]
 
 
 def _onnx_graph(args, parser) -> sim.Graph:

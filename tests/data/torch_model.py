@@ -1,4 +1,4 @@
-"""A small PyTorch language model for ``ipusim run --torch`` and ``ipusim plan --torch`` (tests/test_torch_model_file.py).
+"""A small PyTorch language model for ``ipusim run/plan --torch`` (tests/test_torch_model_file.py).
 
 ``model(micro_batch)`` returns the module and its inputs for one micro-batch: four pre-norm transformer layers
 in an ``nn.ModuleList`` between an embedding and a head, and a loss on the labels. ``Net.blocks`` places it with
