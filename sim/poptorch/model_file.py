@@ -15,18 +15,18 @@ zoo's graphs are to ``ipusim run``: the run's flags set replicas, accumulation, 
 
 **Placement.** The model's *layers* are the children of its largest list of modules of one type (an
 ``nn.ModuleList`` or ``nn.Sequential`` of two or more: Hugging Face's ``model.layers``, ``transformer.h``,
-``encoder.layer``; largest by parameters) and of any other such list, not inside it, with at least a quarter
-of its parameters (T5's and Whisper's encoder stack beside the decoder's), numbered in the order the model runs
-them. ``layers_per_ipu`` ([n0, n1, ...]) puts n0 layers on IPU 0, the next n1 on IPU 1, and so on, as
-``poptorch.BeginBlock(layer, ipu_id=k)`` on each IPU's first layer would: what the model runs before its first
-layer (embeddings) stays on IPU 0, what runs after a layer outside any layer on that layer's IPU (a final norm and head: the last IPU). An op outside the layers that reads a weight an
-op elsewhere read first (an LM head tied to the embedding), and the ops outside the layers after it (its loss),
-go back to that op's IPU as a pipeline stage of their own (:func:`_tie`), since PopART cannot copy a weight
-between a pipeline's IPUs. Only the first entry may be 0 (IPU 0 holds the embeddings alone). ``recompute`` puts
-``poptorch.recomputationCheckpoint`` on every layer's output but the last's, as Hugging Face's optimum-graphcore
-does with ``recompute_checkpoint_every_layer`` (its BERT and GPT-2 pipelines:
-``index != num_hidden_layers - 1``). Ops carry the block of their layer (``layer0``, ``layer1``, ...; before
-and after the layers ``before_layers`` and ``after_layers``), which is what the planner splits.
+``encoder.layer``; largest by parameters) and of any other such list, not inside it, with at least a quarter of its
+parameters (T5's and Whisper's encoder stack beside the decoder's), numbered in the order the model runs them.
+``layers_per_ipu`` ([n0, n1, ...]) puts n0 layers on IPU 0, the next n1 on IPU 1, and so on, as
+``poptorch.BeginBlock(layer, ipu_id=k)`` on each IPU's first layer would: what the model runs before its first layer
+(embeddings) stays on IPU 0, what runs after a layer outside any layer on that layer's IPU (a final norm and head:
+the last IPU). An op outside the layers that reads a weight an op elsewhere read first (an LM head tied to the
+embedding), and the ops outside the layers after it (its loss), go back to that op's IPU as a pipeline stage of
+their own (:func:`_tie`), since PopART cannot copy a weight between a pipeline's IPUs. Only the first entry may be 0
+(IPU 0 holds the embeddings alone). ``recompute`` puts ``poptorch.recomputationCheckpoint`` on every layer's output
+but the last's, as Hugging Face's optimum-graphcore does with ``recompute_checkpoint_every_layer`` (its BERT and
+GPT-2 pipelines: ``index != num_hidden_layers - 1``). Ops carry the block of their layer (``layer0``, ``layer1``,
+...; before and after the layers ``before_layers`` and ``after_layers``), which is what the planner splits.
 
 Captures are kept per (file, its modification time, function, micro-batch, training, partials): a planner's
 worker captures each micro-batch once.
