@@ -107,6 +107,21 @@ def test_a_tied_head_goes_back_to_the_embeddings_ipu_as_a_stage_of_its_own():
     assert set(table.status) == {"ok"}, list(table.reason)
 
 
+def test_a_weight_read_on_two_ipus_of_a_sharded_model_is_reported_as_not_modelled():
+    # outside a pipeline PopART copies it from the first IPU to the other each run; the run says it leaves that out
+    net, (ids, labels) = _module().tied(4)
+    net.blocks([0, 0, 1, 1])
+    options = poptorch.Options().deviceIterations(2)
+    options.setExecutionStrategy(poptorch.ShardedExecution())
+    model = poptorch.inferenceModel(net, options)
+    model(ids, labels)
+    assert [n for n in model.executable.notes if "read on several IPUs" in n] == [
+        "not modelled: 1 weight(s) read on several IPUs ('head.weight': 'embed/gather' on IPU 0, "
+        "'head/head.weight/transpose' on IPU 1), which PopART copies from the first IPU to the others every run "
+        "(131,072 bytes a run, and the copies' memory there): the run reads them there for free; put the ops reading "
+        "a weight on one IPU (a tied LM head on the embedding's) to leave nothing out"]
+
+
 def test_the_layers_of_two_stacks_are_numbered_in_the_order_they_run():
     g = TorchModel(f"{FILE}:encoder_decoder").graph(2, True, layers_per_ipu=[4, 3])
     first = {}

@@ -156,26 +156,48 @@ def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replic
     check_overlap(o, g, training)
 
 
-def _check_weights_on_one_ipu(g: Graph) -> None:
-    """PopART's pipelining cannot copy a variable between IPUs (transforms/pipeline.cpp,
-    ``setIPUCopyPipelineStage``: "All pipeline stages using this tensor should be on the same graph"), so a
-    weight read by ops on two IPUs of a pipeline (an LM head tied to the embedding, placed on another IPU)
-    fails to compile."""
-    readers: dict[str, dict[int, str]] = {}  # weight -> IPU -> the first op reading it there
+def _weights_on_several_ipus(g: Graph) -> dict[str, dict[int, str]]:
+    """Weight -> IPU -> the first forward op reading it there, for each weight read on more than one IPU."""
+    readers: dict[str, dict[int, str]] = {}
     for op in g.ops:
         if op.pass_ == "forward":
             for t in op.inputs:
                 if g.tensors[t].role == "weight":
                     readers.setdefault(t, {}).setdefault(op.ipu, op.name)
-    for weight, where in readers.items():
-        if len(where) > 1:
-            ops = ", ".join(f"{name!r} on IPU {ipu}" for ipu, name in sorted(where.items()))
-            raise OptionsError(
-                f"weight {weight!r} is read by ops on {len(where)} IPUs of a pipeline ({ops}); PopART cannot copy a "
-                "variable between IPUs when pipelining (\"All pipeline stages using this tensor should be on the same "
-                "graph\"): put every op that reads it on one IPU (a tied LM head back on the embedding's IPU, as "
-                "Graphcore's BERT and GPT-2 and optimum-graphcore place theirs), untie the weights, or use "
-                "ShardedExecution")
+    return {t: where for t, where in readers.items() if len(where) > 1}
+
+
+def _readers_text(where: dict[int, str]) -> str:
+    return ", ".join(f"{name!r} on IPU {ipu}" for ipu, name in sorted(where.items()))
+
+
+def _check_weights_on_one_ipu(g: Graph) -> None:
+    """PopART's pipelining cannot copy a variable between IPUs (transforms/pipeline.cpp,
+    ``setIPUCopyPipelineStage``: "All pipeline stages using this tensor should be on the same graph"), so a
+    weight read by ops on two IPUs of a pipeline (an LM head tied to the embedding, placed on another IPU)
+    fails to compile."""
+    for weight, where in _weights_on_several_ipus(g).items():
+        raise OptionsError(
+            f"weight {weight!r} is read by ops on {len(where)} IPUs of a pipeline ({_readers_text(where)}); PopART "
+            "cannot copy a variable between IPUs when pipelining (\"All pipeline stages using this tensor should be "
+            "on the same graph\"): put every op that reads it on one IPU (a tied LM head back on the embedding's IPU, "
+            "as Graphcore's BERT and GPT-2 and optimum-graphcore place theirs), untie the weights, or use "
+            "ShardedExecution")
+
+
+def _shared_weight_notes(g: Graph) -> list[str]:
+    """Outside a pipeline PopART's InterIpuCopy transform copies a weight read on several IPUs from the first
+    of them to the others each run (transforms/interipucopy.cpp: stream, const and variable tensors consumed on
+    several IPUs); the simulator reads it there for free, and says so."""
+    shared = _weights_on_several_ipus(g)
+    if not shared:
+        return []
+    nbytes = sum(g.tensors[t].nbytes * (len(where) - 1) for t, where in shared.items())
+    first = next(iter(shared))
+    return [f"not modelled: {len(shared)} weight(s) read on several IPUs ({first!r}: {_readers_text(shared[first])}"
+            f"{', ...' if len(shared) > 1 else ''}), which PopART copies from the first IPU to the others every run "
+            f"({nbytes:,} bytes a run, and the copies' memory there): the run reads them there for free; put the ops "
+            "reading a weight on one IPU (a tied LM head on the embedding's) to leave nothing out"]
 
 
 def compile(graph: Graph, system: System | str, options: Options | None = None,
@@ -258,6 +280,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = list(graph.notes)  # the front end's
+    notes += _shared_weight_notes(g) if strategy == "sharded" else []
     notes += [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
     notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called, o.graph_functions)
