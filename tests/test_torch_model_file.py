@@ -107,19 +107,22 @@ def test_a_tied_head_goes_back_to_the_embeddings_ipu_as_a_stage_of_its_own():
     assert set(table.status) == {"ok"}, list(table.reason)
 
 
-def test_a_weight_read_on_two_ipus_of_a_sharded_model_is_reported_as_not_modelled():
-    # outside a pipeline PopART copies it from the first IPU to the other each run; the run says it leaves that out
+def test_a_weight_read_on_two_ipus_of_a_sharded_model_is_copied_there_each_run():
+    # outside a pipeline PopART copies it from the first IPU to the other each run (InterIpuCopy)
     net, (ids, labels) = _module().tied(4)
     net.blocks([0, 0, 1, 1])
     options = poptorch.Options().deviceIterations(2)
     options.setExecutionStrategy(poptorch.ShardedExecution())
     model = poptorch.inferenceModel(net, options)
     model(ids, labels)
+    copies = model.simulation.inter_ipu_transfers()
+    # each micro-batch of 2: the activations (2 x 32 x 64 float32) and the 512 x 64 float32 weight
+    assert set(zip(copies.src, copies.dst, copies.bytes)) == {(0, 1, 2 * 32 * 64 * 4 + 512 * 64 * 4)}
     assert [n for n in model.executable.notes if "read on several IPUs" in n] == [
-        "not modelled: 1 weight(s) read on several IPUs ('head.weight': 'embed/gather' on IPU 0, "
-        "'head/head.weight/transpose' on IPU 1), which PopART copies from the first IPU to the others every run "
-        "(131,072 bytes a run, and the copies' memory there): the run reads them there for free; put the ops reading "
-        "a weight on one IPU (a tied LM head on the embedding's) to leave nothing out"]
+        "1 weight(s) read on several IPUs ('head.weight': 'embed/gather' on IPU 0, 'head/head.weight/transpose' on "
+        "IPU 1): PopART copies each from the first IPU to the others every run, 131,072 bytes a run, simulated as "
+        "copies after the first reader's stage; not modelled: the copies' memory on the IPUs they reach. Putting the "
+        "ops reading a weight on one IPU (a tied LM head on the embedding's) saves both"]
 
 
 def test_the_layers_of_two_stacks_are_numbered_in_the_order_they_run():

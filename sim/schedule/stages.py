@@ -202,6 +202,7 @@ def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: b
         for t in op.outputs:
             producer.setdefault(t, op.name)
     first_consumer: dict[str, int] = {}
+    first_reader: dict[str, int] = {}  # weight -> the first forward stage reading it
     received: set[tuple[str, int]] = set()
     always_live = ("weight", "constant", "state", "accumulator")
     outside = {}  # forward stage -> tensors it reads that it does not make (its stashed inputs)
@@ -216,6 +217,15 @@ def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: b
                 continue
             for t in op.inputs:
                 tensor = g.tensors[t]
+                if tensor.role == "weight" and s.index < F:
+                    # a weight read on another IPU than its first reader's: PopART's InterIpuCopy copies it there
+                    # each run (transforms/interipucopy.cpp; a pipeline refuses it, sim.compiler.executable)
+                    src = first_reader.setdefault(t, s.index)
+                    if stages[src].ipu != s.ipu and (t, s.index) not in received:
+                        received.add((t, s.index))
+                        stages[src].sends[s.index] = stages[src].sends.get(s.index, 0) + tensor.nbytes
+                        s.inputs_bytes += tensor.nbytes
+                    continue
                 if tensor.role in always_live or t in own:
                     continue
                 if training and s.index >= F and t in outside[s.forward_stage]:
