@@ -121,8 +121,11 @@ def test_a_weight_read_on_two_ipus_of_a_sharded_model_is_copied_there_each_run()
     assert [n for n in model.executable.notes if "read on several IPUs" in n] == [
         "1 weight(s) read on several IPUs ('head.weight': 'embed/gather' on IPU 0, 'head/head.weight/transpose' on "
         "IPU 1): PopART copies each from the first IPU to the others every run, 131,072 bytes a run, simulated as "
-        "copies after the first reader's stage; not modelled: the copies' memory on the IPUs they reach. Putting the "
-        "ops reading a weight on one IPU (a tied LM head on the embedding's) saves both"]
+        "copies after the first reader's stage, each IPU holding its copy; putting the ops reading a weight on one "
+        "IPU (a tied LM head on the embedding's) saves both"]
+    # ... and both IPUs hold it: the weights' bytes over the two IPUs are the model's and one more head.weight
+    held = sum(memory.by_role["weight"] for memory in model.executable.memory.values())
+    assert held == sum(p.numel() * 4 for p in net.parameters()) + 512 * 64 * 4
 
 
 def test_the_layers_of_two_stacks_are_numbered_in_the_order_they_run():

@@ -188,8 +188,8 @@ def _check_weights_on_one_ipu(g: Graph) -> None:
 def _shared_weight_notes(g: Graph) -> list[str]:
     """Outside a pipeline PopART's InterIpuCopy transform copies a weight read on several IPUs from the first
     of them to the others each run (transforms/interipucopy.cpp: stream, const and variable tensors consumed on
-    several IPUs): a copy after the first reader's stage (sim.schedule.stages), whose memory on the IPUs it
-    reaches is not counted."""
+    several IPUs): a copy after the first reader's stage (sim.schedule.stages), held on each IPU that reads it
+    (sim.compiler.memory counts an IPU's always-live tensors by what its ops read)."""
     shared = _weights_on_several_ipus(g)
     if not shared:
         return []
@@ -197,9 +197,8 @@ def _shared_weight_notes(g: Graph) -> list[str]:
     first = next(iter(shared))
     return [f"{len(shared)} weight(s) read on several IPUs ({first!r}: {_readers_text(shared[first])}"
             f"{', ...' if len(shared) > 1 else ''}): PopART copies each from the first IPU to the others every run, "
-            f"{nbytes:,} bytes a run, simulated as copies after the first reader's stage; not modelled: the copies' "
-            "memory on the IPUs they reach. Putting the ops reading a weight on one IPU (a tied LM head on the "
-            "embedding's) saves both"]
+            f"{nbytes:,} bytes a run, simulated as copies after the first reader's stage, each IPU holding its copy; "
+            "putting the ops reading a weight on one IPU (a tied LM head on the embedding's) saves both"]
 
 
 def compile(graph: Graph, system: System | str, options: Options | None = None,
