@@ -240,7 +240,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     w.add_argument("--onnx", metavar="PATH", help="an ONNX model instead (needs the onnx extra)")
     w.add_argument("--torch", metavar="PATH.py[:FUNCTION]",
                    help="a PyTorch model instead: FUNCTION (default: model) in the file returns (module, inputs) for "
-                   "the micro-batch it is given, as `ipusim run --torch`; its layers (its largest nn.ModuleList) split "
+                   "the micro-batch it is given, as `ipusim run --torch`; its layers (its nn.ModuleLists of blocks) split "
                    "over a pipeline's IPUs")
     w.add_argument("--dim", action="append", default=[], type=name_size, metavar="NAME=SIZE",
                    help="with --onnx: the size of a symbolic dimension other than the batch (repeatable)")

@@ -180,7 +180,7 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     r.add_argument("--torch", metavar="PATH.py[:FUNCTION]",
                    help="a PyTorch model instead of a zoo model: FUNCTION (default: model) in the Python file, "
                    "called with the micro-batch, returns (module, inputs) for one micro-batch (see docs/poptorch.md); "
-                   "--layers-per-ipu splits its layers (its largest nn.ModuleList) over IPUs, --param "
+                   "--layers-per-ipu splits its layers (its nn.ModuleLists of blocks) over IPUs, --param "
                    "recompute_checkpoint_every_layer=true checkpoints them")
     r.add_argument("--dim", action="append", default=[], type=name_size, metavar="NAME=SIZE",
                    help="with --onnx: the size of another symbolic dimension (repeatable)")
