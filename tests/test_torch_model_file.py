@@ -14,6 +14,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -208,3 +209,21 @@ def test_a_plan_captures_the_model_as_it_plans_to_run_it(tmp_path):
     parser = plan_cli.configure(argparse.ArgumentParser())
     args = plan_cli.merge_config(parser.parse_args(["--config", str(tmp_path / "plans" / "plan.toml")]), parser)
     assert Path(args.torch).resolve() == (tmp_path / FILE.name).resolve()
+
+
+def test_a_torch_plan_resumes_from_its_csv_and_a_sweep_takes_torch_points(tmp_path, monkeypatch):
+    space = planner.Space(systems=["ipu-m2000"], global_batch=(8, 8), training=True, micro_batches=[2],
+                          pipelines=[1, 2], replicas=[1], proportions=[0.6])
+    pl = planner.Planner(planner.Model(torch=str(FILE)), space)
+    out_csv = tmp_path / "plan.csv"
+    first = plan_cli.plan(pl, top=2, workers=1, bar=False, csv_path=out_csv)
+    assert json.loads(plan_cli.plan_key(pl))["torch"] == str(FILE)  # another file is another plan
+    calls = []
+    monkeypatch.setattr(plan_cli, "plan_point", lambda argv: calls.append(argv) or {})
+    again = plan_cli.plan(pl, top=2, workers=1, bar=False, csv_path=out_csv, resume=True)
+    pd.testing.assert_frame_equal(again, first)
+    assert calls == []  # every row replayed from the CSV
+    from sim.cli import sweep
+    table = sweep.sweep(["micro-batch=1,2"], ["--torch", str(FILE), "--system", "ipu-m2000"], workers=1)
+    assert list(table["micro-batch"]) == ["1", "2"] and (table["error"] == "").all()
+    assert table["samples_per_second"].iloc[1] > table["samples_per_second"].iloc[0]
