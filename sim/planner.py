@@ -468,6 +468,24 @@ class _Profile:
     tensors: list[tuple[str, int, frozenset[str], int]]
 
 
+def _torch_layers_note(model: Model, probe: Graph, units: list[str]) -> str:
+    """What the plan splits of a PyTorch model: its layers, by the module list each comes from."""
+    if not units:
+        return (f"{model.torch}: no list of layers (an nn.ModuleList or nn.Sequential of two or more modules of one "
+                "type), so it runs on one IPU per replica")
+    from .poptorch.model_file import TorchModel
+    first_op = {}
+    for op in probe.ops:
+        first_op.setdefault(op.block, op.name)
+    prefixes = [prefix for prefix, _ in TorchModel(model.torch).layer_lists(probe.micro_batch, model.training)]
+    count: dict[str, int] = {}  # module list -> its layers run, in running order
+    for unit in units:
+        prefix = max((p for p in prefixes if first_op[unit].startswith(p + "/" if p else "")), key=len)
+        count[prefix] = count.get(prefix, 0) + 1
+    where = ", ".join(f"{n} of {prefix or 'the model'}" for prefix, n in count.items())
+    return f"{model.torch}: its {len(units)} layers ({where}) are what a pipeline splits"
+
+
 def balanced_split(weights: list[float], first: float, last: float, parts: int) -> tuple[int, ...]:
     """Units per part: contiguous runs of ``weights`` over ``parts`` parts minimising the
     heaviest part, where part 0 also carries ``first``, the last part ``last``, part 0 may be
@@ -613,6 +631,8 @@ class Planner:
                               "inputs to its outputs reaching the host; no published measurement checks the "
                               "simulator's (docs/reference/published-results.md 3)")
         self.units = model.units(probe)
+        if model.torch is not None:
+            self.notes.append(_torch_layers_note(model, probe, self.units))
         self.block_order = list(dict.fromkeys(op.block for op in probe.ops if op.block is not None))
         self._ends: dict[str, str] = {}  # block that is not a unit -> "first" or "last" IPU
         if self.units:

@@ -138,6 +138,14 @@ def test_the_layers_of_two_stacks_are_numbered_in_the_order_they_run():
                      "layer0": (["encoder", "0"], 0), "layer1": (["encoder", "1"], 0), "layer2": (["encoder", "2"], 0),
                      "layer3": (["layers", "0"], 0), "layer4": (["layers", "1"], 1), "layer5": (["layers", "2"], 1),
                      "layer6": (["layers", "3"], 1), "after_layers": (["norm", "layernorm"], 1)}
+    # what a plan says it splits, and of a model without layers that it splits nothing
+    space = planner.Space(systems=["ipu-m2000"], global_batch=(8, 8), training=True, micro_batches=[2],
+                          replicas=[1], proportions=[0.6])
+    notes = planner.Planner(planner.Model(torch=f"{FILE}:encoder_decoder"), space).notes
+    assert f"{FILE}:encoder_decoder: its 7 layers (3 of encoder, 4 of layers) are what a pipeline splits" in notes
+    space = planner.Space(systems=["ipu-m2000"], global_batch=(2, 2), training=False, micro_batches=[2], replicas=[1])
+    notes = planner.Planner(planner.Model(torch=f"{FILE}:mlp"), space).notes
+    assert any(n.startswith(f"{FILE}:mlp: no list of layers") for n in notes)
 
 
 def test_only_the_layers_the_model_calls_are_placed():
@@ -182,6 +190,7 @@ def test_plan_splits_the_layers_and_its_best_command_runs_as_planned(capsys):
     parser = plan_cli.configure(argparse.ArgumentParser())
     pl = plan_cli.build_planner(parser.parse_args(args), parser)
     assert pl.units == ["layer0", "layer1", "layer2", "layer3"]
+    assert f"{FILE}: its 4 layers (4 of layers) are what a pipeline splits" in pl.notes
     table = plan_cli.plan(pl, top=4, workers=1, bar=False)
     done = table[table.status == "ok"]
     # one IPU and two, with recomputation checkpoints and without; on two the last IPU's head (the norm, the

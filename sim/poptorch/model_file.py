@@ -130,8 +130,7 @@ class TorchModel:
               layers_per_ipu: list[int] | None = None, recompute: bool | None = None) -> Graph:
         """The model captured on ``micro_batch`` samples (for training or inference, the matmuls' partials
         ``partials``) and placed (module docstring); a copy the caller may change."""
-        key = (str(self.path.resolve()), self.path.stat().st_mtime_ns if self.path.is_file() else 0, self.function,
-               micro_batch, training, partials)
+        key = self._key(micro_batch, training, partials)
         if key not in _captures:
             _captures[key] = self._capture(micro_batch, training, partials)
         captured, lists = _captures[key]
@@ -141,6 +140,16 @@ class TorchModel:
         g.params.update((k, v) for k, v in (("layers_per_ipu", layers_per_ipu),
                                             ("recompute_checkpoint_every_layer", recompute)) if v is not None)
         return g
+
+    def layer_lists(self, micro_batch: int, training: bool) -> list[tuple[str, int]]:
+        """The model's lists of layers as (op-name prefix, length), in the order :func:`_layer_lists` chose them."""
+        self.graph(micro_batch, training)  # captured once
+        return list(_captures[self._key(micro_batch, training, "float")][1])
+
+    def _key(self, micro_batch: int, training: bool, partials: str) -> tuple:
+        """What a capture is kept by (:data:`_captures`)."""
+        return (str(self.path.resolve()), self.path.stat().st_mtime_ns if self.path.is_file() else 0, self.function,
+                micro_batch, training, partials)
 
     def _capture(self, micro_batch: int, training: bool, partials: str) -> tuple[Graph, list[tuple[str, int]]]:
         from .executor import capture_for_ipu
