@@ -157,7 +157,8 @@ class Model:
     ViT, Swin, the Conformer's encoder blocks), ``"blocks"`` (``split_points``: ResNet-50's and ResNeXt-101's
     bottleneck blocks, EfficientNet's MBConv blocks, UNet's encoder and decoder blocks but its first and its head),
     or ``"whole"`` (one IPU per replica, no recomputation axis: the MLP, ONNX files); a PyTorch model's layers (its
-    largest list of modules of one type) split as ``"layers"``, checkpointed as optimum-graphcore does;
+    lists of modules of one type, :mod:`sim.poptorch.model_file`) split as ``"layers"``, checkpointed as
+    optimum-graphcore does;
     ``recomputes``: the model has recomputation checkpoints to place (``recompute_checkpoint_every_layer`` or
     ``recompute_checkpoints``; the Conformer has none: a pipeline's stages recompute from their stashed inputs).
     """
@@ -474,14 +475,7 @@ def _torch_layers_note(model: Model, probe: Graph, units: list[str]) -> str:
         return (f"{model.torch}: no list of layers (an nn.ModuleList or nn.Sequential of two or more modules of one "
                 "type), so it runs on one IPU per replica")
     from .poptorch.model_file import TorchModel
-    first_op = {}
-    for op in probe.ops:
-        first_op.setdefault(op.block, op.name)
-    prefixes = [prefix for prefix, _ in TorchModel(model.torch).layer_lists(probe.micro_batch, model.training)]
-    count: dict[str, int] = {}  # module list -> its layers run, in running order
-    for unit in units:
-        prefix = max((p for p in prefixes if first_op[unit].startswith(p + "/" if p else "")), key=len)
-        count[prefix] = count.get(prefix, 0) + 1
+    count = TorchModel(model.torch).layers_by_list(probe.micro_batch, model.training)
     where = ", ".join(f"{n} of {prefix or 'the model'}" for prefix, n in count.items())
     return f"{model.torch}: its {len(units)} layers ({where}) are what a pipeline splits"
 

@@ -18,6 +18,7 @@ A call ``model(*inputs)`` does what PopTorch's does, in two halves:
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import datetime
 import inspect
@@ -124,11 +125,8 @@ def capture_for_ipu(model: torch.nn.Module, args: tuple, kwargs: dict, options: 
     with on_ipu(), attribute_notes() as attributes, _substitutions():
         settings = dict(cast_to=_precision.behaviour(options), partials=options.partials_type(), values=values,
                         tensor_outputs=tensor_outputs)
-        if training:
+        with contextlib.nullcontext() if training else _eval_mode(user_model):  # inference runs in eval mode
             captured = capture(model, args, kwargs, type(user_model).__name__, **settings)
-        else:  # captured as it runs: in eval mode
-            with _eval_mode(user_model):
-                captured = capture(model, args, kwargs, type(user_model).__name__, **settings)
         captured.notes += [n for n in attributes if n not in captured.notes]
     return captured
 

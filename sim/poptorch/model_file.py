@@ -141,10 +141,14 @@ class TorchModel:
                                             ("recompute_checkpoint_every_layer", recompute)) if v is not None)
         return g
 
-    def layer_lists(self, micro_batch: int, training: bool) -> list[tuple[str, int]]:
-        """The model's lists of layers as (op-name prefix, length), in the order :func:`_layer_lists` chose them."""
+    def layers_by_list(self, micro_batch: int, training: bool) -> dict[str, int]:
+        """The layers the model runs, counted by the list they come from (op-name prefix), in running order."""
         self.graph(micro_batch, training)  # captured once
-        return list(_captures[self._key(micro_batch, training, "float")][1])
+        g, lists = _captures[self._key(micro_batch, training, "float")]
+        count: dict[str, int] = {}
+        for key in dict.fromkeys(k for k in _layer_keys(g, lists) if k is not None):
+            count[lists[key[0]][0]] = count.get(lists[key[0]][0], 0) + 1
+        return count
 
     def _key(self, micro_batch: int, training: bool, partials: str) -> tuple:
         """What a capture is kept by (:data:`_captures`)."""
@@ -222,10 +226,8 @@ def _ipu_of_layers(layers_per_ipu: list[int], count: int, spec: str) -> list[int
     return [ipu for ipu, n in enumerate(layers_per_ipu) for _ in range(n)]
 
 
-def _place(g: Graph, lists: list[tuple[str, int]], layers_per_ipu, recompute, spec: str) -> None:
-    """Blocks, IPUs and checkpoints of ``g``'s ops (module docstring). The layers are those of the lists whose
-    ops the graph holds, numbered in the order the model runs them (a list's layer the model does not call has
-    nothing to place)."""
+def _layer_keys(g: Graph, lists: list[tuple[str, int]]) -> list[tuple[int, int] | None]:
+    """For each op of ``g``: (the list, the layer's index in it) of the layer it belongs to, or None."""
     patterns = [(re.compile((re.escape(prefix) + "/" if prefix else "") + r"(\d+)/"), count) for prefix, count in lists]
 
     def layer_of(name: str) -> tuple[int, int] | None:
@@ -233,7 +235,14 @@ def _place(g: Graph, lists: list[tuple[str, int]], layers_per_ipu, recompute, sp
             if (m := pattern.match(name)) and int(m.group(1)) < count:
                 return i, int(m.group(1))
         return None
-    keys = [layer_of(op.name) for op in g.ops]
+    return [layer_of(op.name) for op in g.ops]
+
+
+def _place(g: Graph, lists: list[tuple[str, int]], layers_per_ipu, recompute, spec: str) -> None:
+    """Blocks, IPUs and checkpoints of ``g``'s ops (module docstring). The layers are those of the lists whose
+    ops the graph holds, numbered in the order the model runs them (a list's layer the model does not call has
+    nothing to place)."""
+    keys = _layer_keys(g, lists)
     number = {key: n for n, key in enumerate(dict.fromkeys(k for k in keys if k is not None))}  # in running order
     layers = [number.get(key) for key in keys]
     if not number:
