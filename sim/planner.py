@@ -229,12 +229,12 @@ class Model:
         from . import onnx as sim_onnx
         return sim_onnx.fixed_batch(self.onnx)
 
-    def build(self, micro_batch: int, **placement) -> Graph:
-        """The model's graph at ``micro_batch`` with the planner's placement parameters."""
-        if self.torch is not None:  # captured with float partials: a candidate's half partials change only the
-            # precision serializedMatMul keeps, which its own run (ipusim run --partials half) captures with
+    def build(self, micro_batch: int, partials: str = "float", **placement) -> Graph:
+        """The model's graph at ``micro_batch`` with the planner's placement parameters; a PyTorch file is
+        captured with ``partials`` (they set the precision serializedMatMul keeps), as its run captures it."""
+        if self.torch is not None:
             from .poptorch.model_file import TorchModel
-            return TorchModel(self.torch).graph(micro_batch, self.training, layers_per_ipu=placement.get(
+            return TorchModel(self.torch).graph(micro_batch, self.training, partials, layers_per_ipu=placement.get(
                 "layers_per_ipu"), recompute=placement.get("recompute_checkpoint_every_layer"))
         if self.onnx is not None:
             from . import onnx as sim_onnx
@@ -798,7 +798,7 @@ class Planner:
         key = (sysobj.ipu, mb, amp, accumulate, partials)
         if key in self._profiles:
             return self._profiles[key]
-        g = self.model.build(mb)
+        g = self.model.build(mb, partials)
         training = self.space.training
         g = graph_to_price(g, training, Optimizer(self.space.optimizer, self.space.optimizer_state_dtype), accumulate)
         if training and accumulate and self.space.tied_gather:

@@ -210,6 +210,11 @@ def test_a_plan_captures_the_model_as_it_plans_to_run_it(tmp_path):
                           pipelines=[2], replicas=[1], proportions=[0.6])
     pl = planner.Planner(planner.Model(torch=str(FILE)), space)
     assert pl.model.training and pl.model.build(2).loss is not None
+    # a profile at half partials prices the model captured with half partials, as `ipusim run --partials half`
+    from sim.poptorch import model_file
+    captured = set(model_file._captures)
+    pl.profile("ipu-m2000", 2, 0.6, True, "half")
+    assert [key[3:] for key in set(model_file._captures) - captured] == [(2, True, "half")]
     # a --config file's torch path is relative to the file, as its onnx path is
     (tmp_path / "plans").mkdir()
     (tmp_path / "plans" / "plan.toml").write_text(f'torch = "../{FILE.name}"\nsystem = "ipu-m2000"\n'
