@@ -314,7 +314,7 @@ def test_a_program_may_go_back_to_an_ipu_it_used_before():
 # --- training through autodiff ----------------------------------------------------------------------
 
 def _training_ir(adam: bool = False, loss: bool = True, replication: int = 2, group_size: int | None = None,
-                 reduce: bool = True):
+                 reduce: bool = True, moment_dtypes=(popxl.float32, popxl.float32)):
     class Net(popxl.Module):
         def build(self, x):
             self.W1 = popxl.graph_input((784, 128), popxl.float32, "W1")
@@ -344,8 +344,8 @@ def _training_ir(adam: bool = False, loss: bool = True, replication: int = 2, gr
         for w in (W1, W2):
             g = ops.collectives.replicated_all_reduce(grads[w], group=group) if reduce else grads[w]
             if adam:
-                m = popxl.variable(w.shape, popxl.float32, name=f"m_{w.name}")
-                v = popxl.variable(w.shape, popxl.float32, name=f"v_{w.name}")
+                m = popxl.variable(w.shape, moment_dtypes[0], name=f"m_{w.name}")
+                v = popxl.variable(w.shape, moment_dtypes[1], name=f"v_{w.name}")
                 ops.var_updates.accumulate_moving_average_(m, g, 0.9)
                 ops.var_updates.accumulate_moving_average_square_(v, g, 0.999)
                 ops.var_updates.adam_var_update(w, ops.var_updates.adam_updater(m, v), learning_rate=1e-3)
@@ -405,6 +405,19 @@ def test_gradient_collectives_are_the_programs(adam):
     assert _gradient_collectives(alone) == []
     assert any(n.endswith("none (each replica updates its own copy)") for n in alone.executable.notes)
     assert alone.executable.graph.tensors["W1"].grad_collectives == ()
+
+
+def test_the_simulated_adam_state_has_the_dtypes_of_the_programs_moments():
+    # popxl-addons' Adam keeps its first moment in float16 by default (first_order_dtype): the simulated
+    # optimizer's first state is then float16 too (its bytes in memory, streaming memory and RTS traffic)
+    s = popxl.Session(_training_ir(adam=True, moment_dtypes=(popxl.float16, popxl.float32))[0])
+    ex = s.executable
+    assert ex.optimizer == "adam (state: first moment float16, second moment float32)"
+    assert {t.name: t.dtype for t in ex.graph.tensors.values() if t.role == "state" and "W1" in t.name} == {
+        "W1/adam_state0": "float16", "W1/adam_state1": "float32"}
+    assert any(n.startswith("trained with the simulator's adam (state: first moment float16, second moment "
+                            "float32) update") for n in ex.notes)
+    assert popxl.Session(_training_ir(adam=True)[0]).executable.optimizer == "adam"
 
 
 def test_autodiff_with_adam_updaters_selects_adam_and_needs_a_loss():

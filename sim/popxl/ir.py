@@ -175,6 +175,8 @@ class Ir:
         self._explicit_grads = False  # a grad graph was called as ops, inside another graph (transforms.autodiff)
         self._optimizer = "sgd"
         self._gradient_state: set[str] = set()  # variables an update accumulates a gradient into
+        #: moment variable -> the ops.var_updates function that accumulates a gradient into it
+        self._moment_updates: dict[str, str] = {}
         self._updated: set[str] = set()  # variables an update of the gradient writes (the trained weights)
         #: trained weight -> the collectives the program applied to its gradient
         self._grad_collectives: dict[str, tuple] = {}

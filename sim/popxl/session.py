@@ -30,6 +30,7 @@ from .. import run_executable
 from ..compiler.memory import POPXL_REMEDIES, reworded
 from ..errors import GraphError, OptionsError, OutOfMemoryError
 from ..graph.ir import REMOTE_KINDS, Op
+from ..graph.training import STATE_DTYPES, Optimizer
 from ..hardware.system import choose_system
 from ..options import Options, OutputMode, TensorLocationSettings
 from ..schedule import replicated_ops
@@ -95,6 +96,35 @@ def _weights_in_streaming_memory(graph, ir: Ir) -> tuple:
         notes.append(f"optimizer moments {', '.join(moments)} kept in remote buffers: the simulated optimizer state "
                      "is off chip")
     return g, bool(moments), notes
+
+
+#: the ops.var_updates function that accumulates a gradient into each state tensor of the simulated optimizer,
+#: in the optimizer's order (sim.graph.training.STATES: Adam's and LAMB's first moment, then second)
+MOMENT_UPDATES = {"adam": ("accumulate_moving_average_", "accumulate_moving_average_square_")}
+MOMENT_UPDATES["lamb"] = MOMENT_UPDATES["adam"]
+
+
+def _simulated_optimizer(graph, ir: Ir) -> tuple[Optimizer, list[str]]:
+    """(the simulated optimizer of a trained program: ``ir._optimizer``, each state tensor in the dtype of the
+    program's moments it stands for (float32 where the program has none), notes). Moments of one kind in
+    several dtypes are priced in the dtype of most of their elements, with a note."""
+    dtypes, notes = [], []
+    for fn in MOMENT_UPDATES.get(ir._optimizer, ()):
+        elements: dict[str, int] = {}
+        for name, update in ir._moment_updates.items():
+            if update == fn and name in graph.tensors:
+                t = graph.tensors[name]
+                elements[t.dtype] = elements.get(t.dtype, 0) + t.numel
+        dtype = max(sorted(elements), key=elements.get) if elements else "float32"
+        if dtype not in STATE_DTYPES:
+            notes.append(f"the moments ops.var_updates.{fn} accumulates are {dtype}: priced as float32, the "
+                         "simulated optimizer's state is float16 or float32")
+            dtype = "float32"
+        elif len(elements) > 1:
+            notes.append(f"the moments ops.var_updates.{fn} accumulates are of {len(elements)} dtypes "
+                         f"({', '.join(sorted(elements))}): all priced as {dtype}, the dtype of most of their elements")
+        dtypes.append(dtype)
+    return Optimizer(ir._optimizer, tuple(dtypes) if dtypes else "float32"), notes
 
 
 def _gradient_collectives(graph, ir: Ir) -> tuple[dict[str, tuple], list[str]]:
@@ -274,6 +304,7 @@ class Session:
         if ir._training:
             graph, streamed_state, streamed_notes = _weights_in_streaming_memory(graph, ir)
         moments = sorted(n for n in ir._gradient_state if not any(n in op.inputs for op in graph.ops))
+        optimizer, optimizer_notes = _simulated_optimizer(graph, ir) if ir._training else (None, [])
         fixed = sorted(t.name for t in graph.tensors.values() if t.role == "weight" and t.name not in ir._updated
                        and t.name not in ir._gradient_state) if ir._training else []
         collectives, collective_notes = _gradient_collectives(graph, ir) if ir._training else ({}, [])
@@ -323,7 +354,7 @@ class Session:
                             f"summary's micro-batch is the pass's {rows} rows")
         graph.micro_batch = rows  # what the run reports, not what it prices
         try:
-            self._executable = sim_compile(graph, sys_, options, ir._training, ir._optimizer if ir._training else None)
+            self._executable = sim_compile(graph, sys_, options, ir._training, optimizer)
         except OutOfMemoryError as e:  # its remedies in PopXL's words
             raise reworded(e, POPXL_REMEDIES) from None
         notes = [f"system {sys_.name}: {why}",
@@ -333,8 +364,9 @@ class Session:
             notes.append(f"ops on {ipus_per_replica} IPUs per replica run one IPU at a time "
                          "(ShardedExecution), in program order, as a PopXL main graph runs")
         if ir._training:
-            notes.append(f"trained with the simulator's {ir._optimizer} update after each host transfer "
+            notes.append(f"trained with the simulator's {optimizer.describe()} update after each host transfer "
                          "(from popxl.transforms.autodiff)")
+            notes += optimizer_notes
         if fixed:
             notes.append(f"variables {', '.join(fixed)}: no update of the program writes them, so they are "
                          "not trained: no gradient and no optimizer update of them is priced")

@@ -396,7 +396,7 @@ def _gradient_update(fn: str, target, grad) -> Tensor:
     collectives = grad._collectives if isinstance(grad, GradTensor) else ir._state_collectives.get(grad._sim, ())
     if isinstance(target, Tensor) and not isinstance(target, GradTensor):
         if fn.startswith("accumulate") and _is_state(target, collectives):
-            pass
+            ir._moment_updates.setdefault(target._sim, fn)
         elif target._sim is not None and target._sim not in ir._gradient_state:
             weight = target._sim
             if weight in ir._shard_of:  # a replica shard of the weight (replica_sharded_slice): its update
