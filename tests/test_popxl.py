@@ -314,7 +314,7 @@ def test_a_program_may_go_back_to_an_ipu_it_used_before():
 # --- training through autodiff ----------------------------------------------------------------------
 
 def _training_ir(adam: bool = False, loss: bool = True, replication: int = 2, group_size: int | None = None,
-                 reduce: bool = True, moment_dtypes=(popxl.float32, popxl.float32)):
+                 reduce: bool = True, moment_dtypes=(popxl.float32, popxl.float32), momentum: bool = False):
     class Net(popxl.Module):
         def build(self, x):
             self.W1 = popxl.graph_input((784, 128), popxl.float32, "W1")
@@ -349,6 +349,11 @@ def _training_ir(adam: bool = False, loss: bool = True, replication: int = 2, gr
                 ops.var_updates.accumulate_moving_average_(m, g, 0.9)
                 ops.var_updates.accumulate_moving_average_square_(v, g, 0.999)
                 ops.var_updates.adam_var_update(w, ops.var_updates.adam_updater(m, v), learning_rate=1e-3)
+            elif momentum:  # v = 0.9 v + g; w -= 0.01 v
+                v = popxl.variable(w.shape, moment_dtypes[0], name=f"v_{w.name}")
+                ops.var_updates.accumulator_scale_(v, 0.9)
+                ops.var_updates.accumulate_(v, g)
+                ops.scaled_add_(w, v, b=-0.01)
             else:
                 ops.scaled_add_(w, g, b=-0.01)
         ops.host_store(popxl.d2h_stream(out.shape, out.dtype, "loss"), out)
@@ -418,6 +423,12 @@ def test_the_simulated_adam_state_has_the_dtypes_of_the_programs_moments():
     assert any(n.startswith("trained with the simulator's adam (state: first moment float16, second moment "
                             "float32) update") for n in ex.notes)
     assert popxl.Session(_training_ir(adam=True)[0]).executable.optimizer == "adam"
+    # a velocity the program keeps makes its SGD momentum SGD, the velocity's dtype the state's
+    ex = popxl.Session(_training_ir(momentum=True, moment_dtypes=(popxl.float16,) * 2)[0]).executable
+    assert ex.optimizer == "sgd_momentum (state float16)"
+    assert sorted(t.name for t in ex.graph.tensors.values() if t.role == "state") == [
+        "W1/sgd_momentum_state0", "W2/sgd_momentum_state0"]
+    assert popxl.Session(_training_ir()[0]).executable.optimizer == "sgd"
 
 
 def test_autodiff_with_adam_updaters_selects_adam_and_needs_a_loss():

@@ -106,25 +106,33 @@ MOMENT_UPDATES["lamb"] = MOMENT_UPDATES["adam"]
 
 def _simulated_optimizer(graph, ir: Ir) -> tuple[Optimizer, list[str]]:
     """(the simulated optimizer of a trained program: ``ir._optimizer``, each state tensor in the dtype of the
-    program's moments it stands for (float32 where the program has none), notes). Moments of one kind in
-    several dtypes are priced in the dtype of most of their elements, with a note."""
+    program's moments it stands for (float32 where the program has none), notes). An SGD program that
+    accumulates its gradients into a moment of its own (not popxl-addons' running-mean gradient accumulators,
+    ``accumulate_mean_``) is momentum SGD, the moment its velocity. Moments of one kind in several dtypes are
+    priced in the dtype of most of their elements, with a note."""
+    name, kinds = ir._optimizer, MOMENT_UPDATES.get(ir._optimizer, ())
+    velocity = {fn for fn in ir._moment_updates.values() if fn != "accumulate_mean_"}
+    if name == "sgd" and velocity:
+        name, kinds = "sgd_momentum", (tuple(sorted(velocity)),)
     dtypes, notes = [], []
-    for fn in MOMENT_UPDATES.get(ir._optimizer, ()):
+    for fns in kinds:
+        fns = (fns,) if isinstance(fns, str) else fns
         elements: dict[str, int] = {}
-        for name, update in ir._moment_updates.items():
-            if update == fn and name in graph.tensors:
-                t = graph.tensors[name]
+        for moment, update in ir._moment_updates.items():
+            if update in fns and moment in graph.tensors:
+                t = graph.tensors[moment]
                 elements[t.dtype] = elements.get(t.dtype, 0) + t.numel
         dtype = max(sorted(elements), key=elements.get) if elements else "float32"
+        made_by = " / ".join(f"ops.var_updates.{fn}" for fn in fns)
         if dtype not in STATE_DTYPES:
-            notes.append(f"the moments ops.var_updates.{fn} accumulates are {dtype}: priced as float32, the "
-                         "simulated optimizer's state is float16 or float32")
+            notes.append(f"the moments {made_by} accumulates are {dtype}: priced as float32, the simulated "
+                         "optimizer's state is float16 or float32")
             dtype = "float32"
         elif len(elements) > 1:
-            notes.append(f"the moments ops.var_updates.{fn} accumulates are of {len(elements)} dtypes "
+            notes.append(f"the moments {made_by} accumulates are of {len(elements)} dtypes "
                          f"({', '.join(sorted(elements))}): all priced as {dtype}, the dtype of most of their elements")
         dtypes.append(dtype)
-    return Optimizer(ir._optimizer, tuple(dtypes) if dtypes else "float32"), notes
+    return Optimizer(name, tuple(dtypes) if dtypes else "float32"), notes
 
 
 def _gradient_collectives(graph, ir: Ir) -> tuple[dict[str, tuple], list[str]]:
@@ -373,7 +381,7 @@ class Session:
         notes += collective_notes + streamed_notes + loss_notes
         if moments:
             notes.append(f"variables {', '.join(moments)}: gradient moments the updates accumulate, counted "
-                         f"as the simulated {ir._optimizer} optimizer's state, not as weights")
+                         f"as the simulated {optimizer.name} optimizer's state, not as weights")
         fewer = ir.main_graph._fewer_transfers()
         if fewer:
             notes.append(f"streams used fewer times a pass than the {ir.main_graph._transfers_per_pass()} of the "
