@@ -98,9 +98,9 @@ def _weights_in_streaming_memory(graph, ir: Ir) -> tuple:
     return g, bool(moments), notes
 
 
-#: the ops.var_updates function that accumulates a gradient into each state tensor of the simulated optimizer,
+#: the ops.var_updates functions that accumulate a gradient into each state tensor of the simulated optimizer,
 #: in the optimizer's order (sim.graph.training.STATES: Adam's and LAMB's first moment, then second)
-MOMENT_UPDATES = {"adam": ("accumulate_moving_average_", "accumulate_moving_average_square_")}
+MOMENT_UPDATES = {"adam": (("accumulate_moving_average_",), ("accumulate_moving_average_square_",))}
 MOMENT_UPDATES["lamb"] = MOMENT_UPDATES["adam"]
 
 
@@ -116,7 +116,6 @@ def _simulated_optimizer(graph, ir: Ir) -> tuple[Optimizer, list[str]]:
         name, kinds = "sgd_momentum", (tuple(sorted(velocity)),)
     dtypes, notes = [], []
     for fns in kinds:
-        fns = (fns,) if isinstance(fns, str) else fns
         elements: dict[str, int] = {}
         for moment, update in ir._moment_updates.items():
             if update in fns and moment in graph.tensors:
