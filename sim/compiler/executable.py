@@ -176,7 +176,9 @@ def _check_weights_on_one_ipu(g: Graph) -> None:
     ``setIPUCopyPipelineStage``: "All pipeline stages using this tensor should be on the same graph"), so a
     weight read by ops on two IPUs of a pipeline (an LM head tied to the embedding, placed on another IPU)
     fails to compile."""
-    for weight, where in _weights_on_several_ipus(g).items():
+    shared = _weights_on_several_ipus(g)
+    if shared:
+        weight, where = next(iter(shared.items()))
         raise OptionsError(
             f"weight {weight!r} is read by ops on {len(where)} IPUs of a pipeline ({_readers_text(where)}); PopART "
             "cannot copy a variable between IPUs when pipelining (\"All pipeline stages using this tensor should be "

@@ -130,10 +130,7 @@ class TorchModel:
               layers_per_ipu: list[int] | None = None, recompute: bool | None = None) -> Graph:
         """The model captured on ``micro_batch`` samples (for training or inference, the matmuls' partials
         ``partials``) and placed (module docstring); a copy the caller may change."""
-        key = self._key(micro_batch, training, partials)
-        if key not in _captures:
-            _captures[key] = self._capture(micro_batch, training, partials)
-        captured, lists = _captures[key]
+        captured, lists = self._captured(micro_batch, training, partials)
         g = captured.copy()
         _place(g, lists, layers_per_ipu, recompute, self.spec)
         g.params = {"torch": self.spec, "micro_batch": micro_batch}  # what tells two runs apart (summary.json)
@@ -143,12 +140,19 @@ class TorchModel:
 
     def layers_by_list(self, micro_batch: int, training: bool) -> dict[str, int]:
         """The layers the model runs, counted by the list they come from (op-name prefix), in running order."""
-        self.graph(micro_batch, training)  # captured once
-        g, lists = _captures[self._key(micro_batch, training, "float")]
+        g, lists = self._captured(micro_batch, training)
         count: dict[str, int] = {}
         for key in dict.fromkeys(k for k in _layer_keys(g, lists) if k is not None):
             count[lists[key[0]][0]] = count.get(lists[key[0]][0], 0) + 1
         return count
+
+    def _captured(self, micro_batch: int, training: bool,
+                  partials: str = "float") -> tuple[Graph, list[tuple[str, int]]]:
+        """The model's capture and its lists of layers (:data:`_captures`), captured once; not to be changed."""
+        key = self._key(micro_batch, training, partials)
+        if key not in _captures:
+            _captures[key] = self._capture(micro_batch, training, partials)
+        return _captures[key]
 
     def _key(self, micro_batch: int, training: bool, partials: str) -> tuple:
         """What a capture is kept by (:data:`_captures`)."""
