@@ -3,6 +3,8 @@ the unknown-op error and its registration API, and agreement with the zoo's grap
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -602,6 +604,45 @@ def test_a_branch_on_a_tensor_s_values_is_refused_with_what_to_do():
     with pytest.raises(sim.GraphError, match=r"could not capture the model: .*branches on a tensor's values .*"
                                              r"torch\.where"):
         model(torch.randn(2, 4), torch.ones(2, 4))
+
+
+def test_a_mixture_of_experts_routed_by_its_values_is_refused_once_with_what_to_do(capsys):
+    """Hugging Face's Mixtral skips the experts no token chose (``if`` on a histogram of the routing): torch.fx
+    stops at the branch and torch.export at the value it needs. The error says so and what to do; torch's own
+    report of the failed export (its logs, the partial graph it prints) stays off stderr."""
+    class Routed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(8, 4)
+            self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+
+        def forward(self, x):
+            chosen = self.gate(x).argmax(-1)
+            counts = torch.histc(chosen.float(), bins=4, min=0, max=3)
+            out = torch.zeros_like(x)
+            for e, expert in enumerate(self.experts):
+                if counts[e] > 0:
+                    rows = torch.where(chosen == e)[0]
+                    out[rows] = expert(x[rows])
+            return out
+
+    with pytest.raises(sim.GraphError, match=r"control flow.*branches on a tensor's values .*torch\.where"):
+        poptorch.inferenceModel(Routed().eval())(torch.randn(6, 8))
+    err = capsys.readouterr().err
+    assert "def forward" not in err and "GuardOnDataDependentSymNode" not in err
+
+
+def test_what_a_model_writes_to_stderr_while_torch_export_traces_it_is_passed_on(capsys):
+    """Only torch's report of a failed export is held back: a model's own stderr output while torch.export
+    runs it (torch.fx cannot: it branches on a shape) reaches the user."""
+    class Talks(nn.Module):
+        def forward(self, x):
+            if x.shape[0] > 1 and torch.compiler.is_exporting():
+                print("exported with two or more rows", file=sys.stderr)
+            return x * 2
+
+    poptorch.inferenceModel(Talks())(torch.randn(3, 4))
+    assert "exported with two or more rows" in capsys.readouterr().err
 
 
 def test_torch_activation_checkpointing_runs_and_records_its_ops_once():

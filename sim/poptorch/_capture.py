@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import itertools
+import logging
 import re
+import sys
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -208,7 +211,7 @@ def _trace(adapter, flat: list, leaf_types: tuple):
                 "pack_sequence, PackedSequence; PopTorch's sources have no rule for them either): pass the "
                 "padded batch to the LSTM/GRU and mask the padding (or keep the lengths) yourself") from e
         hint = ""
-        if "DataDependent" in type(e).__name__:
+        if "DataDependent" in type(e).__name__ or "control flow" in _first_line(fx_error):
             hint = (": the model's Python branches on a tensor's values (data-dependent control flow, such as "
                     "`if (mask == 1).all():`), which PopTorch cannot trace either, as it traces without values; "
                     "compute both sides and choose with torch.where, or take the decision outside forward")
@@ -261,7 +264,7 @@ def _export(adapter, flat: list):
 
     def export(repeat_loops: bool):
         with _state.capturing("export", repeat_loops) as state, fxt.preserve_node_meta(), \
-                warnings.catch_warnings():
+                warnings.catch_warnings(), _export_quiet():
             # nn.RNN and its kind re-assign their flat weight list on every call: harmless here
             warnings.filterwarnings("ignore", message="The tensor attributes .* were assigned during export")
             ep = torch.export.export(adapter, tuple(flat), strict=False)
@@ -272,6 +275,36 @@ def _export(adapter, flat: list):
 
     gm, state = _loops_repeated(export)
     return gm, "torch.export", state.notes
+
+
+#: torch's loggers that print a failed export's stack: the capture reports the failure itself
+_EXPORT_LOGGERS = ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes", "torch.export",
+                   "torch._export")
+
+
+@contextlib.contextmanager
+def _export_quiet():
+    """torch.export without its own report of a failure: its loggers held at CRITICAL (their levels
+    put back after) and the partial graph it prints to stderr (once for each of its layers) left out, since :func:`_trace` raises
+    the failure once, with what to do. Whatever else reaches stderr meanwhile (the model's own
+    prints and warnings) is passed on when the export ends."""
+    loggers = [logging.getLogger(name) for name in _EXPORT_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            yield
+    except Exception as e:
+        graph = getattr(e, "partial_fx_graph", None)
+        if graph is not None:
+            held = io.StringIO(held.getvalue().replace(f"{graph}\n", ""))
+        raise
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        sys.stderr.write(held.getvalue())
 
 
 class _BodiesDiffer(Exception):
