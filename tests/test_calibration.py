@@ -19,7 +19,7 @@ CSV = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "hardware
 
 
 @pytest.mark.parametrize("check", validation.CHECKS + validation.VERTEX_CHECKS + validation.KERNEL_CHECKS
-                         + validation.MICROBENCH_CHECKS,
+                         + validation.MICROBENCH_CHECKS + validation.CONV_HW_CHECKS,
                          ids=lambda c: f"{c.name}:{c.what}")
 def test_published_figure(check):
     assert check.simulated() == pytest.approx(check.published, rel=check.tolerance), check.why

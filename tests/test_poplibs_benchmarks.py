@@ -91,11 +91,16 @@ WITHIN = (
     # mobilenet_conv_pw_2_1 +5.3%, resnet50_tr_bs4_bm64L0A1 +7.1%
     "bert_ffn1_128x1024x4096", "bert_ffn1_128x768x3072", "bert_ffn1_384x768x3072", "bert_ffn1_512x768x3072",
     "bert_ffn2_384x3072x768", "bert_ffn2_384x4096x1024",     "bert_kqv_128x1024x3072", "bert_kqv_384x1024x3072", "bert_kqv_384x768x2304", "bert_kqv_512x1024x3072",
-    "bert_kqv_512x768x2304", "gemm_200x512x20000", "gemm_600x512x10000", "inception_tr_bs4_layer1",
+    "bert_kqv_512x768x2304", "gemm_200x512x20000", "gemm_600x512x10000",
     "mobilenet_conv_pw_5_1", "resnet50_tr_bs4_bm128L0_projection", "vgg16_tr_bs4_v3L1",
     # within since the backward pass of a strided kxk convolution runs on dX's field, zDeltas dilated by
     # the stride (poplin getGradientParams; tests/test_conv_dilated_bwd.py): -8.1, -7.6, -11.8, -5.9 % before
-    "inception_tr_bs4_i4_a3x3", "inception_tr_bs4_i4_b3x3b", "resnet50_tr_bs4_cnv",
+    "inception_tr_bs4_i4_a3x3", "inception_tr_bs4_i4_b3x3b",
+    # inception_tr_bs4_layer1 (-0.5 -> -5.6 %) and resnet50_tr_bs4_cnv (-0.5 -> -9.6 %) left on 2026-12-05, when
+    # a forward convolution of 4 input channels began running poplin's AMP vertex type of 4 channels a group
+    # over 4 kernel rows (tests/test_conv_rows_folded.py): cheaper than the expanded width it ran before, as
+    # a 4-channel blur timed on Mk1 hardware runs (reports/validation.md, lbm-graphcore), where Poplar's
+    # IPUModel charges these stems more (as it does the vgg16 and alexnet stems, -16 / -11 % before)
     # within since general_matrix_multiply's matmul is planned as poplin's NONE_MATMUL (operands swapped)
     # and its scaledAddTo runs over the product's layout (tests/test_gemm_none_pass.py):
     # +7.3, +7.7, +7.0, +11.9, +7.4, +7.6 % before
@@ -257,7 +262,7 @@ def test_row_within_five_percent_of_poplar(name):
 
 
 def test_rows_within_five_percent_do_not_fall():
-    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 165
+    assert len(pb.within(TOLERANCE)) >= len(WITHIN) == 163
 
 
 def test_reduce_op_builds_one_reduction_on_the_tools_tiles():

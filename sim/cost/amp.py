@@ -358,10 +358,26 @@ class ConvShape:
     # the input's dilation (1: none): a strided convolution's backward pass reads zDeltas dilated by
     # the stride, of which a tile's input patch holds only every ``dilation``-th row and column
     dilation: int = 1
+    # poplin's convUnitWeightHeight: each conv unit's weights span this many kernel rows of fewer input
+    # channels (rows_folded); ``folded_from`` is then the convolution itself, whose input the tile reads
+    unit_rows: int = 1
+    folded_from: ConvShape | None = None
 
     @property
     def kernel_positions(self) -> int:
         return self.kernel_h * self.kernel_w
+
+    def rows_folded(self, unit_rows: int, group_channels: int, in_group: int) -> ConvShape:
+        """The convolution as the AMP runs it with ``group_channels`` input channels a group and each
+        conv unit's ``in_group`` weights spanning ``unit_rows`` kernel rows (poplin's AMP candidates with
+        fewer input channels than a conv unit's weights, ``ConvVertexType.cpp ::
+        getConvVertexAMPCandidates``, and ``getConvUnitWeightHeight``; the kernel's height padded to a
+        multiple of it, ``padKernelSpatialDim``): a ``ceil(kernel_h / unit_rows) x kernel_w`` kernel over
+        groups of ``in_group`` folded channels, nothing padded but those rows and the last group. The
+        worklists skip no padded rows (``row_hits`` dropped)."""
+        return replace(self, kernel_h=-(-self.kernel_h // unit_rows),
+                       in_channels=-(-self.in_channels // group_channels) * in_group, row_hits=(),
+                       expandable=False, unit_rows=unit_rows, folded_from=self)
 
     def expanded_width(self) -> ConvShape:
         """The convolution with its kernel's width folded into the input channels (poplin's
@@ -386,6 +402,8 @@ class Nx1Constants:
     per_kernel_row: int
     per_kernel_position: int
     weight_load_extra: int
+    weight_load_extra_rows2: int
+    weight_load_extra_rows4: int
     coeff_load_bytes_per_cycle: int
     weight_bytes_per_conv_unit: int
     worker_fixed_fp32_partials: int
@@ -486,7 +504,11 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
     ig = np.ceil(np.ceil(k / kpos) / mode.in_group)
     og = np.ceil(n / mode.out_group)
     krows = np.ceil(kpos / conv.kernel_w)
-    loads = mode.out_group * c.weight_bytes_per_conv_unit / coeff_load_bytes(ipu.conv_unit_load_bits)
+    # with the weights over 4 kernel rows the coefficients load 64 bits a cycle whatever the option
+    load_bits = min(ipu.conv_unit_load_bits, 64) if conv.unit_rows == 4 else ipu.conv_unit_load_bits
+    loads = mode.out_group * c.weight_bytes_per_conv_unit / coeff_load_bytes(load_bits)
+    weight_load_extra = {1: c.weight_load_extra, 2: c.weight_load_extra_rows2,
+                         4: c.weight_load_extra_rows4}[conv.unit_rows]
     # the busiest worker's worklist entries: its share of the positions in rows of the tile's width
     width = np.minimum(conv.width, np.maximum(m, 1))
     entry = c.worker_entry_fp16 if mode.cycles_per_position <= 4 else c.worker_entry_fp32
@@ -508,7 +530,7 @@ def nx1_vertex_cycles(ipu: IPU, mode: AmpMode, conv: ConvShape, g, m, k, n):
         entries * (c.worker_per_entry - c.worker_retention + entry)
     # a tile waits for its slowest worker at each kernel position (poplibs adds 9 cycles when the
     # fastest is within 9 of it: left out, as small as the averaging of the worklists above)
-    position_fixed = c.per_kernel_position + loads + c.weight_load_extra + workers * worker_fixed
+    position_fixed = c.per_kernel_position + loads + weight_load_extra + workers * worker_fixed
     inner = krows * c.per_kernel_row + kpos * (position_fixed + per_position)
     zero_retention = c.zero_retention_fp16_partials if fp16_partials else c.zero_retention_fp32_partials
     outer = (c.supervisor_fixed + workers * (c.retention_per_worker + zero_retention)
@@ -964,6 +986,8 @@ class MatmulPlan:
     relaid_cycles: int = 0  # the part of total_cycles copying them: exchange phases and their syncs
     channel_grains: bool = False  # its channels split over the tiles in whole grains (a convolution's passes)
     reduction_stages: int = 0  # compute sets reducing the partials over the tiles (one piece)
+    unit_rows: int = 1  # kernel rows each conv unit's weights span (ConvShape.rows_folded); 1: one row
+    group_channels: int = 0  # the input channels of a group when they span several rows
 
     @property
     def estimate(self) -> int:
@@ -1013,6 +1037,8 @@ class MatmulPlan:
             s += ", operands swapped"
         if self.vertex != "1x1":
             s += f", {self.vertex} vertex"
+        if self.unit_rows > 1:
+            s += f" with {self.group_channels} input channels a group over {self.unit_rows} kernel rows"
         if self.relaid:
             s += f", {self.relaid} operand elements relaid first"
         if self.serial == 1:
@@ -1339,6 +1365,31 @@ def writes_fp16_result(ipu: IPU, itemsize: int, partials_bytes: int, in_channels
     ``in_channels``, rounded up to the ``in_group`` they are grouped in, are one conv unit's weights, so
     nothing is reduced across tiles."""
     return itemsize == 2 and partials_bytes == 4 and -(-in_channels // in_group) * in_group == ipu.amp_fp16_input_group
+
+
+def plan_rows_folded(plan: MatmulPlan, conv: ConvShape, G: int, M: int, N: int, itemsize: int, ipu: IPU,
+                     tiles: int, memory_proportion: float, partials_bytes: int, rearranged: int = 0
+                     ) -> tuple[MatmulPlan, ConvShape]:
+    """(plan, the convolution as it runs) of a forward convolution pass ``G x [M, in_channels x kh x kw] @
+    [., N]`` whose input channels do not fill the AMP's input-channel group: ``plan`` (the pass planned
+    with whole groups, its channels padded or its kernel expanded) or, where poplin's estimate of it is
+    lower, the nx1 vertex with fewer input channels a group, each conv unit's weights spanning 2 or 4
+    kernel rows (:meth:`ConvShape.rows_folded`; ``getConvVertexAMPCandidates`` tries every input-channel
+    grouping the conv units' weights divide into whole 64-bit loads). fp16 and fp32 operands."""
+    mode = amp_mode(ipu, itemsize, partials_bytes)
+    if itemsize not in (2, 4) or conv.kernel_h < 2 or conv.in_channels % mode.in_group == 0:
+        return plan, conv
+    best, best_conv = plan, conv
+    for unit_rows in (2, 4):
+        group = mode.in_group // unit_rows
+        if mode.in_group % unit_rows or group * itemsize % 8:  # whole 64-bit loads of a group's channels
+            continue
+        folded = conv.rows_folded(unit_rows, group, mode.in_group)
+        candidate = plan_matmul(G, M, folded.in_channels * folded.kernel_positions, N, itemsize, True, ipu, tiles,
+                                memory_proportion, conv=folded, partials_bytes=partials_bytes, rearranged=rearranged)
+        if (not candidate.fits, candidate.estimate) < (not best.fits, best.estimate):
+            best, best_conv = replace(candidate, unit_rows=unit_rows, group_channels=group), folded
+    return best, best_conv
 
 
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
@@ -1846,11 +1897,13 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
     ``((sqrt(p)-1)*stride + kernel_h) x ((sqrt(p)-1)*stride + kernel_w)`` input patch per
     channel, not ``p * kernel_h * kernel_w`` im2col values.
     """
+    source = conv.folded_from or conv  # a folded convolution reads the convolution's own input patch
     side = np.sqrt(np.maximum(positions, 1))
-    patch = ((side - 1) * conv.stride + conv.kernel_h) * ((side - 1) * conv.stride + conv.kernel_w)
-    if conv.dilation > 1:  # a dilated input holds one real element per dilation x dilation of the patch
-        patch = patch / conv.dilation ** 2
-    return np.minimum(1.0, patch / (np.maximum(positions, 1) * conv.kernel_positions))
+    patch = ((side - 1) * source.stride + source.kernel_h) * ((side - 1) * source.stride + source.kernel_w)
+    if source.dilation > 1:  # a dilated input holds one real element per dilation x dilation of the patch
+        patch = patch / source.dilation ** 2
+    channels = source.in_channels / conv.in_channels  # of the folded channels, the real ones
+    return np.minimum(1.0, patch * channels / (np.maximum(positions, 1) * conv.kernel_positions))
 
 
 def _fc_pass_dims(B: int, I: int, O: int) -> dict:

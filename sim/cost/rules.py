@@ -24,7 +24,7 @@ from ..errors import UnsupportedOpError
 from ..graph.ir import DTYPE_BYTES, IO_TILE_COPY, REMOTE_KINDS, RNN_GATES, VIEW_KINDS, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
-                  pass_fixed_cycles, plan_codelets, plan_fc_training, plan_matmul, relaid_operands,
+                  pass_fixed_cycles, plan_codelets, plan_fc_training, plan_matmul, plan_rows_folded, relaid_operands,
                   with_relaid_operands, with_transposed_weights_moved, with_weight_transpose)
 from .bilinear import forward_plan, grad_plan
 from .ctc import plan_ctc
@@ -775,6 +775,8 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
         padded = padded_partials_rearranged(ipu, itemsize, partials_bytes, groups, cog, positions, cig * kh * kw)
         plan = plan_matmul(groups, positions, cig * kh * kw, cog, itemsize, True, ipu, tiles, amp, conv=conv,
                            partials_bytes=partials_bytes, rearranged=padded)
+        plan, conv = plan_rows_folded(plan, conv, groups, positions, cog, itemsize, ipu, tiles, amp, partials_bytes,
+                                      padded)
     elif kind == "conv2d_grad_input":  # dX = dY (*) W^T: positions of the input, K = co*k*k
         full = len(x_shape) == 4
         conv, weight = (ConvShape(kh, kw, 1, x_shape[3], cog, n, x_shape[2]) if full

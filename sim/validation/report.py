@@ -15,7 +15,8 @@ from ..results.run import UNMODELLED_CALL_SECONDS
 from ..schedule.collectives import partition_sync
 from . import gather_scatter, held_out, schnet_block, schnet_training
 from ..results import held_out as quoted
-from .calibration import (CHECKS, KERNEL_CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES, PROFILE_KERNELS,
+from .calibration import (CHECKS, CONV_HW_CHECKS, CONV_HW_SOURCE, KERNEL_CHECKS, MICROBENCH_CHECKS,
+                          MICROBENCH_SOURCES, PROFILE_KERNELS,
                           TESSELLATE_BASICS, VERTEX_CHECKS)
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS
 from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seconds
@@ -89,6 +90,9 @@ def report() -> str:
     lines += ["", "Dense matmuls, a PopTorch call and streaming-memory reads on the hardware (not in hardware.csv): "
               f"{MICROBENCH_SOURCES}.", "", *_CHECK_HEADER]
     lines += _rows(MICROBENCH_CHECKS)
+    lines += ["", f"A convolution of few channels on Mk1 hardware (not in hardware.csv): {CONV_HW_SOURCE}.", "",
+              *_CHECK_HEADER]
+    lines += _rows(CONV_HW_CHECKS)
     source = _source(gather_scatter)
     lines += ["", f"Gather and scatter-add on a Bow IPU (not in hardware.csv; {source} The ops follow "
               "SDK 3.x poplibs' multiSlice and multiUpdateOp plans and estimates and PopART's Loop; two constants "
