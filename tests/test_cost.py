@@ -536,10 +536,12 @@ def test_small_field_kernel_costs_more_per_flop_than_a_pointwise_conv():
 
 
 def test_rgb_stem_folds_its_kernel_into_channels():
-    """Three input channels would fill 3 of the AMP's 16 input slots per kernel position; poplin's
-    expandDims folds the kernel into the channels, and so does the planner here."""
+    """Three input channels would fill 3 of the AMP's 16 input slots per kernel position; poplin folds the
+    kernel into the conv units' weights: the AMP vertex type of 4 channels a group over 4 kernel rows (the
+    7 rows padded to 8), cheaper by its estimate than expandDims's im2col of the width, which stays a
+    candidate (tests/test_conv_rows_folded.py)."""
     stem = _conv_cost(1, 3, 64, 7, 224, stride=2)
-    assert "expand" in stem.plan
+    assert "nx1 vertex with 4 input channels a group over 4 kernel rows" in stem.plan
 
 
 def test_matmul_of_1d_operands_is_priced_as_a_row_or_a_column():
