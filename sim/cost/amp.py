@@ -1895,7 +1895,8 @@ def conv_input_factor(conv: ConvShape, positions: np.ndarray) -> np.ndarray:
 
     A tile computing a square of ``p`` output positions reads a
     ``((sqrt(p)-1)*stride + kernel_h) x ((sqrt(p)-1)*stride + kernel_w)`` input patch per
-    channel, not ``p * kernel_h * kernel_w`` im2col values.
+    channel, not ``p * kernel_h * kernel_w`` im2col values. A folded convolution
+    (:meth:`ConvShape.rows_folded`) reads the convolution's own patch of its real channels.
     """
     source = conv.folded_from or conv  # a folded convolution reads the convolution's own input patch
     side = np.sqrt(np.maximum(positions, 1))

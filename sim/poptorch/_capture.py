@@ -285,9 +285,9 @@ _EXPORT_LOGGERS = ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbo
 @contextlib.contextmanager
 def _export_quiet():
     """torch.export without its own report of a failure: its loggers held at CRITICAL (their levels
-    put back after) and the partial graph it prints to stderr (once for each of its layers) left out, since :func:`_trace` raises
-    the failure once, with what to do. Whatever else reaches stderr meanwhile (the model's own
-    prints and warnings) is passed on when the export ends."""
+    put back after) and the partial graph it prints to stderr (once for each of its layers) left
+    out, since :func:`_trace` raises the failure once, with what to do. Whatever else reaches stderr
+    meanwhile (the model's own prints and warnings) is passed on when the export ends."""
     loggers = [logging.getLogger(name) for name in _EXPORT_LOGGERS]
     levels = [lg.level for lg in loggers]
     for lg in loggers:

@@ -4,7 +4,8 @@ why), the microbenchmarks that reproduce each figure (tile AMP, Poplar tutorial 
 host link, gateway and IPU-Links, host syncs, PopTorch's host-IO profile) and :data:`CHECKS`; and
 :data:`VERTEX_CHECKS`, hardware cycle counts of one elementwise compute set published outside
 hardware.csv (:data:`TESSELLATE_BASICS`); :data:`KERNEL_CHECKS`, matmul and softmax kernels' cycles read off
-hardware profiles (:data:`PROFILE_KERNELS`)."""
+hardware profiles (:data:`PROFILE_KERNELS`); :data:`CONV_HW_CHECKS`, a 4-channel poplin convolution timed on Mk1
+hardware (:data:`CONV_HW_SOURCE`)."""
 
 from __future__ import annotations
 
