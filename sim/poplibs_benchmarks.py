@@ -51,7 +51,6 @@ and their arguments (``tests/CMakeLists.txt`` at that commit) are in :data:`ROWS
 from __future__ import annotations
 
 import csv
-import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -645,10 +644,7 @@ def system(bench: Bench, target: str = "IpuModel2"):
     ``--tiles-per-ipu`` if set."""
     _check_target(target)
     tiles = bench.params.get("tiles")
-    base = load_system(SYSTEM_MK1 if target == "IpuModel1" else SYSTEM)
-    if base.num_ipus > 1:
-        base = dataclasses.replace(base, name=f"{base.name} (1 IPU)",
-                                   layout=dataclasses.replace(base.layout, num_ipus=1))
+    base = load_system(SYSTEM_MK1 if target == "IpuModel1" else SYSTEM).one_ipu()
     return base.with_tiles(tiles) if tiles else base
 
 

@@ -182,6 +182,14 @@ class System:
     def pod_of(self, ipu: int) -> int:
         return self.chassis_of(ipu) // self.layout.chassis_per_pod
 
+    def one_ipu(self) -> "System":
+        """One IPU of this system, named ``"<name> (1 IPU)"`` (itself if it has one): a device of a single IPU,
+        as Poplar's ``createTestDevice`` makes and a program attached to one IPU of a card or chassis runs on."""
+        if self.num_ipus == 1:
+            return self
+        return dataclasses.replace(self, name=f"{self.name} (1 IPU)",
+                                   layout=dataclasses.replace(self.layout, num_ipus=1))
+
     def with_tiles(self, tiles: int) -> "System":
         """This system with ``tiles`` tiles per IPU and nothing else changed, as Poplar's
         ``createTestDevice(deviceType, numIPUs, tilesPerIPU)`` makes an IPUModel with fewer tiles
