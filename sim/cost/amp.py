@@ -979,8 +979,8 @@ class MatmulPlan:
     vertex: str = "1x1"  # "1x1"; "nx1" (a convolution's kernel on the tile); "expand_w" (the
     #                      kernel's width folded into the input channels, then nx1); "expanded"
     #                      (the whole kernel folded in: im2col rows exchanged, then 1x1)
-    serial_dim: str = ""  # the dimension a serialised plan is cut along: "M", "N" or "K" (poplin's
-    #                       inChanSplit.serial: each piece's partials added into an accumulator); "" if not
+    serial_dim: str = ""  # the channels a serialised plan is cut along: "N" (poplin's outChanSplit.serial) or
+    #                       "K" (inChanSplit.serial: each piece's partials added into an accumulator); "" if not
     swapped: bool = False  # planned with the operands swapped (poplin's swapOperands): dims is G x [N,K] @ [K,M]
     relaid: int = 0  # operand elements copied into the plan's layout at run time (relaid_operands), all pieces
     relaid_cycles: int = 0  # the part of total_cycles copying them: exchange phases and their syncs
@@ -988,6 +988,9 @@ class MatmulPlan:
     reduction_stages: int = 0  # compute sets reducing the partials over the tiles (one piece)
     unit_rows: int = 1  # kernel rows each conv unit's weights span (ConvShape.rows_folded); 1: one row
     group_channels: int = 0  # the input channels of a group when they span several rows
+    # how many times poplin doubled the temporary-memory bound before a plan fit (memory_bounds; 0: it
+    # fits the budget, len(memory_bounds) - 1: planned with no bound)
+    memory_doublings: int = 0
 
     @property
     def estimate(self) -> int:
@@ -1043,8 +1046,8 @@ class MatmulPlan:
             s += f", {self.relaid} operand elements relaid first"
         if self.serial == 1:
             return s
-        cut = {"N": "output channels", "K": "input channels", "M": "rows"}.get(self.serial_dim)
-        return s + f", serialised x{self.serial}" + (f" over the {cut}" if cut else "")
+        cut = {"N": "output channels", "K": "input channels"}[self.serial_dim]
+        return s + f", serialised x{self.serial} over the {cut}"
 
 
 def _reduced_outputs(g, m, n, pk):
@@ -1292,8 +1295,9 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     elements (all pieces) are copied over them afterwards, as poplin does when it defers an input
     dilation until after the convolution (:func:`deferred_dilation_copy`).
 
-    If no serialisation fits the budget, the plan needing the least temporary memory is
-    returned (``fits=False``): the budget is a target, and tile memory is checked later.
+    If no plan, serialised or not, fits the budget, poplin plans again within twice the budget, and so on
+    (:func:`memory_bounds`; ``fits`` False, ``memory_doublings`` how often): the budget is a target, and
+    tile memory is checked later.
 
     ``grain_splits`` also tries the splits of K and N at which a tile's count of input- or
     output-channel groups changes (:func:`_candidates`; used for poplin's plain matmul,
@@ -1302,8 +1306,8 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     vertex's output- and input-channel groups, each tile ``ceil(grains / split)`` of them, every split
     at which that count changes tried (:func:`_grain_candidates`, :func:`_conv_reduction_candidates`).
 
-    A matmul is serialised as poplin serialises a convolution, along its output channels N or its
-    input channels K (a convolution, ``conv``, along the larger of M and N): :func:`_plan`.
+    A pass is serialised as poplin serialises a convolution, along its output channels N or its input
+    channels K: :func:`_fastest_within`.
 
     A matmul (``conv`` None, ``pads_channels``) whose channels are short of the vertex's groups also
     rearranges its padded operands (:func:`matmul_padding`; ``rearranged`` is then a weight-update
@@ -1319,43 +1323,87 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     return _plan_plus(plan, ipu, compute=fixed, launch=fixed, pass_fixed=fixed)
 
 
+def memory_bounds(budget: float, ipu: IPU) -> list[float]:
+    """The temporary-memory bounds (bytes per tile) poplin plans within, in turn, until a plan fits
+    (ConvPlan.cpp runPlanner, poplibs e24ed811, SDK 1.3 on): the ``budget`` (availableMemoryProportion x
+    the tile's bytes), then, if no plan fits it, the fastest plan within twice the bound, doubled again
+    while the last bound tried is under twice the tile's bytes, and at last the fastest with no bound
+    (``math.inf``). Before SDK 1.3 poplin fell back to the plan of least temporary memory instead."""
+    bounds, bound = [budget], budget
+    while bound < 2 * ipu.sram_bytes_per_tile:
+        bound *= 2
+        bounds.append(bound)
+    return bounds + [math.inf]
+
+
+def rank(plan: MatmulPlan) -> tuple[int, int]:
+    """How poplin orders a pass's candidate plans (vertex types, operands swapped or not): the fewest
+    doublings of the memory bound to fit (:func:`memory_bounds`), then the lowest planning estimate."""
+    return plan.memory_doublings, plan.estimate
+
+
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
           rearranged, dilated_output=0, grain_splits=False, mismatch=False, pads_channels=True,
           channel_grains=False) -> MatmulPlan:
-    budget = memory_proportion * ipu.sram_bytes_per_tile
+    """The fastest plan (:func:`plan_matmul`) within the first of :func:`memory_bounds` any plan fits,
+    ``memory_doublings`` saying which (``fits`` only within the budget itself)."""
+    bounds = memory_bounds(memory_proportion * ipu.sram_bytes_per_tile, ipu)
+    for doublings, bound in enumerate(bounds):
+        plan = _fastest_within(G, M, K, N, itemsize, b_is_weight, ipu, tiles, bound, conv, partials_bytes,
+                               rearranged, dilated_output, grain_splits, mismatch, pads_channels, channel_grains)
+        if plan is not None:
+            return plan if doublings == 0 else replace(plan, fits=False, memory_doublings=doublings)
+    raise AssertionError("a plan with no memory bound always fits")
+
+
+def _fastest_within(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, budget, conv, partials_bytes,
+                    rearranged, dilated_output, grain_splits, mismatch, pads_channels, channel_grains
+                    ) -> MatmulPlan | None:
+    """The fastest plan whose temporary bytes per tile fit ``budget``, serialised or not; None if none."""
     mode = amp_mode(ipu, itemsize, partials_bytes)
-    best_fit, least_memory = None, None
+    best = None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         # like poplin's serial splits, a serial plan competes on cycles with the others that fit, so a
-        # smaller budget is never faster. poplin serialises channels only, one kind at a time
-        # (ConvModel.cpp constructModel: outChanSplit.serial or inChanSplit.serial, each at most the
-        # channels' grains): a matmul is cut along N (its output channels) or K (its input channels).
-        # A convolution is cut along the larger of M (the field, which poplin does not cut) and N
-        cuts = []  # (dimension cut, M, K, N of a piece)
-        if conv is None:
-            if serial <= max(1, math.ceil(N / mode.out_group)):
-                cuts.append(("N", M, K, math.ceil(N / serial)))
-            if 1 < serial <= math.ceil(K / mode.in_group):
-                cuts.append(("K", M, math.ceil(K / serial), N))
-            if not cuts:
-                break
-        else:
-            cuts.append(("M", math.ceil(M / serial), K, N) if M >= N else ("N", M, K, math.ceil(N / serial)))
-        plan = min((_search(G, Mp, Kp, Np, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, conv, serial,
-                            math.ceil(rearranged / serial), math.ceil(dilated_output / serial), grain_splits,
-                            serial_dim=dim, mismatch=mismatch, pads_channels=pads_channels,
+        # smaller budget is never faster. poplin serialises channels only, one kind at a time, each at
+        # most the channels' grains (ConvModel.cpp constructModel: outChanSplit.serial or
+        # inChanSplit.serial; never the field): a pass is cut along N (its output channels) or K (its
+        # input channels; a convolution's piece is then a convolution of fewer input channels)
+        cuts = _serial_cuts(M, K, N, conv, mode, serial)
+        if not cuts:
+            break
+        plan = min((_search(G, Mp, Kp, Np, itemsize, partials_bytes, b_is_weight, ipu, tiles, budget, piece,
+                            serial, math.ceil(rearranged / serial), math.ceil(dilated_output / serial),
+                            grain_splits, serial_dim=dim, mismatch=mismatch, pads_channels=pads_channels,
                             channel_grains=channel_grains)
-                    for dim, Mp, Kp, Np in cuts),
+                    for dim, Mp, Kp, Np, piece in cuts),
                    key=lambda p: (not p.fits, p.estimate if p.fits else p.temp_bytes_per_tile))
         if plan.fits:
-            if best_fit is not None and plan.estimate >= best_fit.estimate:
+            if best is not None and plan.estimate >= best.estimate:
                 break  # more pieces only add per-piece costs from here
-            best_fit = plan
-        elif least_memory is None or plan.temp_bytes_per_tile < least_memory.temp_bytes_per_tile:
-            least_memory = plan
-        if all({"M": Mp, "K": Kp, "N": Np}[dim] == 1 for dim, Mp, Kp, Np in cuts):
-            break  # no piece can be cut smaller
-    return best_fit if best_fit is not None else least_memory
+            best = plan
+    return best
+
+
+def _serial_cuts(M: int, K: int, N: int, conv: ConvShape | None, mode: AmpMode, serial: int) -> list[tuple]:
+    """(dimension cut, M, K, N of a piece, the piece's convolution) of each way poplin cuts a pass into
+    ``serial`` pieces (:func:`_fastest_within`): along N while ``serial`` is at most the output channels'
+    groups, along K while at most the input channels' groups (``serial`` 1: the pass whole). A
+    convolution's K piece holds whole groups of its input channels, ``ceil(groups / serial)`` of them."""
+    if serial == 1:
+        return [("N", M, K, N, conv)]
+    cuts = []
+    if serial <= math.ceil(N / mode.out_group):
+        cuts.append(("N", M, K, math.ceil(N / serial), conv))
+    if conv is None:
+        if serial <= math.ceil(K / mode.in_group):
+            cuts.append(("K", M, math.ceil(K / serial), N, None))
+    elif serial <= math.ceil(conv.in_channels / mode.in_group):
+        assert K == conv.in_channels * conv.kernel_positions, (K, conv)  # TEMP
+        channels = min(conv.in_channels, math.ceil(math.ceil(conv.in_channels / mode.in_group) / serial)
+                       * mode.in_group)
+        piece = replace(conv, in_channels=channels)
+        cuts.append(("K", M, channels * conv.kernel_positions, N, piece))
+    return cuts
 
 
 def writes_fp16_result(ipu: IPU, itemsize: int, partials_bytes: int, in_channels: int, in_group: int) -> bool:
@@ -1387,14 +1435,14 @@ def plan_rows_folded(plan: MatmulPlan, conv: ConvShape, G: int, M: int, N: int, 
         folded = conv.rows_folded(unit_rows, group, mode.in_group)
         candidate = plan_matmul(G, M, folded.in_channels * folded.kernel_positions, N, itemsize, True, ipu, tiles,
                                 memory_proportion, conv=folded, partials_bytes=partials_bytes, rearranged=rearranged)
-        if (not candidate.fits, candidate.estimate) < (not best.fits, best.estimate):
+        if rank(candidate) < rank(best):
             best, best_conv = replace(candidate, unit_rows=unit_rows, group_channels=group), folded
     return best, best_conv
 
 
 def _search(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
             conv: ConvShape | None, serial, rearranged=0, dilated_output=0, grain_splits=False,
-            serial_dim="M", mismatch=False, pads_channels=True, channel_grains=False) -> MatmulPlan:
+            serial_dim="", mismatch=False, pads_channels=True, channel_grains=False) -> MatmulPlan:
     channel_grains = channel_grains or conv is not None  # a convolution's channels split in whole grains
     if conv is not None and conv.kernel_positions == 1 and conv.stride > 1:
         # poplin's 1x1 vertex needs the field flattened, which a strided dimension cannot be
@@ -1446,7 +1494,7 @@ def _tile_planned(c: dict):
 @lru_cache(maxsize=1024)
 def _search_vertex(G, M, K, N, itemsize, partials_bytes, b_is_weight, ipu: IPU, tiles, budget,
                    conv: ConvShape | None, serial, vertex, rearranged=0, dilated_output=0,
-                   grain_splits=False, serial_dim="M", planned_rearranged=0, inner_split=True,
+                   grain_splits=False, serial_dim="", planned_rearranged=0, inner_split=True,
                    channel_grains=False) -> MatmulPlan:
     """The best plan of one vertex (:func:`_search`); ``inner_split`` False: K is not split over tiles.
 
@@ -1558,13 +1606,15 @@ class _Candidates:
             # weightsPerTile: the tensor over the used tiles; Convolution.cpp dynamicSliceWithOutput),
             # and the plan's exchange then brings the blocks. Along the output channels N (poplin's
             # outChanSplit.serial) B's piece is sliced and the piece's outputs written into the
-            # result (addDynamicUpdateEstimate of outputsPerTile); along M, A's piece and the outputs
-            # (the simulator's cut of the rows, which poplin does not make); along the input
-            # channels K (inChanSplit.serial) both operands' pieces, and the piece's partial sums are
-            # added into an accumulator of the tile's outputs (addInPlaceEstimate: a BinaryOp1D ADD
-            # in the partials' type) that stays live beside the blocks (addInPlaceTempBytes)
+            # result (addDynamicUpdateEstimate of outputsPerTile); along the input channels K
+            # (inChanSplit.serial) both operands' pieces, and the piece's partial sums are added into an
+            # accumulator of the tile's outputs (addInPlaceEstimate: a BinaryOp1D ADD in the partials'
+            # type) that stays live beside the blocks (addInPlaceTempBytes). A convolution's input piece
+            # is its field (output positions x stride^2, fewer if dilated) times the piece's channels
             workers, outputs = ipu.worker_threads, _reduced_outputs(g, m, n, pk)
-            pieces = {"N": (G * K * N,), "M": (G * M * K,), "K": (G * M * K, G * K * N)}[self.serial_dim]
+            inputs = G * M * K if conv is None else \
+                max(1, G * M * conv.in_channels * conv.stride ** 2 // conv.dilation ** 2)
+            pieces = {"N": (G * K * N,), "K": (inputs, G * K * N)}[self.serial_dim]
             for elements in pieces:
                 c["compute"] = c["compute"] + dynamic_slice_tile_cycles(np.ceil(elements / used), itemsize, workers)
                 c["launch"] = c["launch"] + dynamic_slice_tile_cycles(0, itemsize, workers)
@@ -2093,7 +2143,7 @@ def _swapped_first(swapped: MatmulPlan, plain: MatmulPlan) -> tuple[MatmulPlan, 
     """(plan, swapped) between a pass's two candidates as ``getSwapOperandCandidates`` orders them:
     the swapped one (marked ``swapped``) unless the plain one fits where it does not, or fits as well
     and is estimated strictly cheaper."""
-    if (plain.fits, -plain.estimate) > (swapped.fits, -swapped.estimate):
+    if rank(plain) < rank(swapped):
         return plain, False
     return replace(swapped, swapped=True), True
 
@@ -2131,10 +2181,21 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
                                              rearranged=wu_rearranged)
                                  for m, n in ((N, M), (M, N))))[0]
     sep["wu"] = with_output_rearrangement(sep["wu"], G * I * O, ipu, itemsize)
-    joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles,
-                            memory_proportion * ipu.sram_bytes_per_tile)
-    if joint is None:  # no grid fits the budget: the separate plans (poplin minimises their memory)
-        return sep, False
+    budget = memory_proportion * ipu.sram_bytes_per_tile
+    joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles, budget)
+    if joint is None:  # no joint grid fits the budget
+        if all(p.fits for p in sep.values()):
+            return sep, False
+        # nor do the separate passes: poplin plans the joint one again within doubled bounds, as each
+        # separate pass was (memory_bounds), and keeps the separate ones if they need less temporary memory
+        for doublings, bound in enumerate(memory_bounds(budget, ipu)[1:], 1):
+            joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles, bound)
+            if joint is not None:
+                break
+        joint = {name: replace(p, fits=False, memory_doublings=doublings) for name, p in joint.items()}
+        if max(p.temp_bytes_per_tile for p in sep.values()) < max(p.temp_bytes_per_tile for p in joint.values()):
+            return sep, False
+        return joint, True
     # poplin's estimate of the separate plans: the three passes, the backward pass's input and the weight
     # update's result rearranged (the latter is run too, but not part of the pass's own estimate)
     rearranged = (planned_rearrangement(ipu, G * B * O, sep["bwd"].tiles_used, itemsize)
@@ -2152,5 +2213,5 @@ __all__ = ["AmpMode", "ConvShape", "MatmulPlan", "nx1_vertex_cycles", "amp_mode"
            "fc_weight_transpose", "transpose_block_cycles", "with_weight_transpose", "plan_fc_training",
            "transposed_weights_exchange", "with_transposed_weights_moved", "conv_inner_block",
            "with_output_rearrangement", "swap_or_not", "matmul_padding", "partial_channel_group",
-           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands",
+           "fc_weight_update_rearranged", "relaid_operands", "with_relaid_operands", "memory_bounds", "rank",
            "MAX_BROADCAST_DESTS"]

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .amp import _vertex_table, fewest_splits, partials_reduction, pass_fixed_cycles, rearrangement
+from .amp import _vertex_table, fewest_splits, memory_bounds, partials_reduction, pass_fixed_cycles, rearrangement
 from .exchange import exchange_cycles
 from .vector import codelet
 
@@ -295,13 +295,15 @@ def plan_depthwise(pass_: str, batch: int, groups: int, in_hw: tuple[int, int], 
                                 pass_, vertex, (sg, sb, sh, sw), b_t, h_t, w_t, group, group_groups, src, kernel,
                                 stride, padding, vstride, itemsize, partials_bytes, chains, ipu, budget,
                                 regroup if regroup_input else None))
-    # candidates are DepthwisePlan field tuples (cheap to build); the fastest that fits, ties to less
-    # memory then fewer tiles, else the one needing the least memory
+    # candidates are DepthwisePlan field tuples (cheap to build); the fastest within the first memory
+    # bound any fits, as poplin plans (memory_bounds: the budget, then doubled), ties to less memory then
+    # fewer tiles
     total = lambda p: p[4] + p[6]  # compute_cycles + exchange_cycles
-    fitting = [p for p in plans if p[11]]
-    if fitting:
-        return DepthwisePlan(*min(fitting, key=lambda p: (total(p), p[10], p[2])))
-    return DepthwisePlan(*min(plans, key=lambda p: (p[10], total(p))))
+    for bound in memory_bounds(budget, ipu):
+        fitting = [p for p in plans if p[10] <= bound]
+        if fitting:
+            return DepthwisePlan(*min(fitting, key=lambda p: (total(p), p[10], p[2])))
+    raise AssertionError("a plan with no memory bound always fits")
 
 
 def _field_plan(pass_, vertex, splits, b_t, h_t, w_t, group, group_groups, src, kernel, stride, padding, vstride,
