@@ -288,7 +288,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     notes += _unused_memory_proportion_ipus(o, k)
     notes += outlining.notes(outlined, o.just_in_time_copies()) + graph_functions.notes(called, o.graph_functions)
     notes += outplace.notes(cloned)
-    notes += _relaid_notes(g, costs) + row_layouts.notes(g, costs, tiles)
+    notes += _relaid_notes(g, costs) + _over_budget_notes(g, costs) + row_layouts.notes(g, costs, tiles)
     if tracked:
         notes.append(f"automatic loss scaling: {tracked} fp16 gradient tensors tracked (PopART's "
                      "AllNonViewChangingGradientTensors), each with a histogram; the statistics' copies between IPUs "
@@ -399,6 +399,23 @@ def _relaid_notes(g: Graph, costs: dict[str, OpCost]) -> list[str]:
     return ["poplin's operand copies: a matmul or convolution that would read an operand another op laid out on "
             "more than 7 tiles first copies it into its own layout (Convolution.cpp rearrangeActs / "
             f"rearrangeWeights; part of the op's exchange and sync): {each}, each of the graph's ops run once"]
+
+
+def _over_budget_notes(g: Graph, costs: dict[str, OpCost]) -> list[str]:
+    """What the run says of the matmul and convolution passes no plan of which fits availableMemoryProportion:
+    poplin warns ("convolution planner unable to meet memory target") and plans them within a doubled bound
+    (sim/cost/amp.py ``memory_bounds``), so their temporaries exceed the proportion. Per IPU, each op once."""
+    over: dict[int, list[str]] = {}
+    for op in g.ops:
+        if getattr(costs.get(op.name), "over_memory_budget", False):
+            over.setdefault(op.ipu, []).append(op.name)
+    if not over:
+        return []
+    each = "; ".join(f"IPU {i}: {len(names)} op{'s' * (len(names) != 1)} (e.g. {names[0]!r}; its plan says the bound)"
+                     for i, names in sorted(over.items()))
+    return ["availableMemoryProportion is too small for some matmul or convolution passes: poplin's planner finds no "
+            "plan within it, warns (\"convolution planner unable to meet memory target\") and plans them within twice "
+            f"the bound, doubled again until one fits (ConvPlan.cpp runPlanner): {each}"]
 
 
 def _unread_input_notes(g: Graph) -> list[str]:

@@ -988,9 +988,9 @@ class MatmulPlan:
     reduction_stages: int = 0  # compute sets reducing the partials over the tiles (one piece)
     unit_rows: int = 1  # kernel rows each conv unit's weights span (ConvShape.rows_folded); 1: one row
     group_channels: int = 0  # the input channels of a group when they span several rows
-    # how many times poplin doubled the temporary-memory bound before a plan fit (memory_bounds; 0: it
-    # fits the budget, len(memory_bounds) - 1: planned with no bound)
-    memory_doublings: int = 0
+    # where no plan fits the budget: the temporary-memory bound (bytes per tile) poplin planned it within
+    # (memory_bounds; math.inf: none); 0 where it fits
+    memory_bound: float = 0.0
 
     @property
     def estimate(self) -> int:
@@ -1044,10 +1044,12 @@ class MatmulPlan:
             s += f" with {self.group_channels} input channels a group over {self.unit_rows} kernel rows"
         if self.relaid:
             s += f", {self.relaid} operand elements relaid first"
-        if self.serial == 1:
-            return s
-        cut = {"N": "output channels", "K": "input channels"}[self.serial_dim]
-        return s + f", serialised x{self.serial} over the {cut}"
+        if self.serial > 1:
+            s += f", serialised x{self.serial} over the {dict(N='output', K='input')[self.serial_dim]} channels"
+        if self.memory_bound:
+            within = "with no bound" if math.isinf(self.memory_bound) else f"within {self.memory_bound:,.0f} B a tile"
+            s += f"; no plan within the memory budget (availableMemoryProportion): planned {within}, as poplin does"
+        return s
 
 
 def _reduced_outputs(g, m, n, pk):
@@ -1296,8 +1298,8 @@ def plan_matmul(G: int, M: int, K: int, N: int, itemsize: int, b_is_weight: bool
     dilation until after the convolution (:func:`deferred_dilation_copy`).
 
     If no plan, serialised or not, fits the budget, poplin plans again within twice the budget, and so on
-    (:func:`memory_bounds`; ``fits`` False, ``memory_doublings`` how often): the budget is a target, and
-    tile memory is checked later.
+    (:func:`memory_bounds`; ``fits`` False, ``memory_bound`` the bound it fits): the budget is a target,
+    and tile memory is checked later.
 
     ``grain_splits`` also tries the splits of K and N at which a tile's count of input- or
     output-channel groups changes (:func:`_candidates`; used for poplin's plain matmul,
@@ -1336,23 +1338,23 @@ def memory_bounds(budget: float, ipu: IPU) -> list[float]:
     return bounds + [math.inf]
 
 
-def rank(plan: MatmulPlan) -> tuple[int, int]:
-    """How poplin orders a pass's candidate plans (vertex types, operands swapped or not): the fewest
-    doublings of the memory bound to fit (:func:`memory_bounds`), then the lowest planning estimate."""
-    return plan.memory_doublings, plan.estimate
+def rank(plan: MatmulPlan) -> tuple[float, int]:
+    """How poplin orders a pass's candidate plans (vertex types, operands swapped or not): those within
+    the budget, then those within the least of :func:`memory_bounds`; then the lowest planning estimate."""
+    return plan.memory_bound, plan.estimate
 
 
 def _plan(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, memory_proportion, conv, partials_bytes,
           rearranged, dilated_output=0, grain_splits=False, mismatch=False, pads_channels=True,
           channel_grains=False) -> MatmulPlan:
-    """The fastest plan (:func:`plan_matmul`) within the first of :func:`memory_bounds` any plan fits,
-    ``memory_doublings`` saying which (``fits`` only within the budget itself)."""
-    bounds = memory_bounds(memory_proportion * ipu.sram_bytes_per_tile, ipu)
-    for doublings, bound in enumerate(bounds):
+    """The fastest plan (:func:`plan_matmul`) within the first of :func:`memory_bounds` any plan fits
+    (``fits`` only within the budget itself, ``memory_bound`` the bound otherwise)."""
+    budget = memory_proportion * ipu.sram_bytes_per_tile
+    for bound in memory_bounds(budget, ipu):
         plan = _fastest_within(G, M, K, N, itemsize, b_is_weight, ipu, tiles, bound, conv, partials_bytes,
                                rearranged, dilated_output, grain_splits, mismatch, pads_channels, channel_grains)
         if plan is not None:
-            return plan if doublings == 0 else replace(plan, fits=False, memory_doublings=doublings)
+            return plan if bound == budget else replace(plan, fits=False, memory_bound=bound)
     raise AssertionError("a plan with no memory bound always fits")
 
 
@@ -1398,7 +1400,6 @@ def _serial_cuts(M: int, K: int, N: int, conv: ConvShape | None, mode: AmpMode, 
         if serial <= math.ceil(K / mode.in_group):
             cuts.append(("K", M, math.ceil(K / serial), N, None))
     elif serial <= math.ceil(conv.in_channels / mode.in_group):
-        assert K == conv.in_channels * conv.kernel_positions, (K, conv)  # TEMP
         channels = min(conv.in_channels, math.ceil(math.ceil(conv.in_channels / mode.in_group) / serial)
                        * mode.in_group)
         piece = replace(conv, in_channels=channels)
@@ -2188,11 +2189,11 @@ def plan_fc_training(G: int, B: int, I: int, O: int, itemsize: int, ipu: IPU, ti
             return sep, False
         # nor do the separate passes: poplin plans the joint one again within doubled bounds, as each
         # separate pass was (memory_bounds), and keeps the separate ones if they need less temporary memory
-        for doublings, bound in enumerate(memory_bounds(budget, ipu)[1:], 1):
+        for bound in memory_bounds(budget, ipu)[1:]:
             joint = _fc_joint_plans(G, B, I, O, itemsize, partials_bytes, ipu, tiles, bound)
             if joint is not None:
                 break
-        joint = {name: replace(p, fits=False, memory_doublings=doublings) for name, p in joint.items()}
+        joint = {name: replace(p, fits=False, memory_bound=bound) for name, p in joint.items()}
         if max(p.temp_bytes_per_tile for p in sep.values()) < max(p.temp_bytes_per_tile for p in joint.values()):
             return sep, False
         return joint, True

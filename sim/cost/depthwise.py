@@ -210,7 +210,9 @@ class DepthwisePlan:
         rows = "kernel rows" if self.vertex == "vmac" and w == 0 else "rows"
         return (f"depthwise {self.vertex.upper()} vertex, groups of {self.group}, "
                 f"conv group groups/{g} batch/{b} {rows}/{h}"
-                + (f" columns/{w}" if w > 1 else "") + f" on {self.tiles_used} tiles")
+                + (f" columns/{w}" if w > 1 else "") + f" on {self.tiles_used} tiles"
+                + ("" if self.fits else "; no plan within the memory budget (availableMemoryProportion): planned "
+                   "within a doubled bound, as poplin does"))
 
 
 def _fewest_splits(size: int, limit: int) -> list[int]:

@@ -76,6 +76,8 @@ class OpCost:
     codelets: tuple = ()  # keys of the distinct codelets it runs (empty: one per compute set of its program)
     copy_sets: int = 0  # of its compute sets, those of call copies added to it (sim.compiler.outlining.with_copy)
     relaid_cycles: int = 0  # the part of the cycles copying operands into a matmul's layout (amp.relaid_operands)
+    # a matmul or convolution pass no plan of which fits availableMemoryProportion (amp.memory_bounds)
+    over_memory_budget: bool = False
     # bytes of constants each tile it works on holds for its vertices (popnn's pooling worklists), always live
     constant_bytes_per_tile: int = 0
 

@@ -724,7 +724,8 @@ def _from_plan(plan, flops, ipu, tiles, itemsize, b_is_weight, conv=None) -> OpC
                    plan.exchange_bytes, plan.tiles_used, math.ceil(profile.temp.max()), plan.describe(),
                    profile=profile, launch=plan.launch_cycles, exchange_phases=plan.exchange_phases,
                    sync_points=plan.sync_points)
-    return replace(cost, relaid_cycles=plan.relaid_cycles, codelets=plan_codelets(plan, itemsize))
+    return replace(cost, relaid_cycles=plan.relaid_cycles, codelets=plan_codelets(plan, itemsize),
+                   over_memory_budget=not plan.fits)
 
 
 def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
@@ -750,9 +751,10 @@ def _conv(kind, ins, outs, attrs, ipu, tiles, amp, partials_bytes) -> OpCost:
             (kh, kw), stride, spatial(attrs.get("padding", 0), "padding"), itemsize, partials_bytes, ipu, tiles, amp,
             regroup_input=ins[0][2] != "input")  # a graph input is created in the convolution's layout
         if plan is not None:
-            return _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.compute_sets, flops,
+            cost = _phases(ipu, plan.compute_cycles, plan.exchange_cycles, plan.compute_sets, flops,
                            plan.received_bytes, plan.tiles_used, plan.temp_bytes_per_tile, plan.describe(),
                            tiles=tiles, launch=plan.launch_cycles, exchange_phases=plan.exchange_phases)
+            return replace(cost, over_memory_budget=not plan.fits)
     if cig == 1 and groups > 1:  # fp32 depthwise, or a channel multiplier: the vector unit, one MAC per element per tap
         # like every poplin convolution pass, plus the pass's fixed cycles (sim/cost/amp.py pass_fixed_cycles)
         used, per_tile = spread(positions * co, itemsize, ipu, tiles)
