@@ -95,13 +95,14 @@ def test_op_cost_uses_the_proportion():
 @pytest.mark.parametrize("shape", PLANNER_SHAPES, ids=str)
 def test_lower_proportion_is_never_faster(shape):
     # by the planner's estimate, which it minimises over the plans that fit (poplin's, exchange at the
-    # full rate); the priced cycles (at the fitted exchange efficiency) may dip where two plans come close
+    # full rate); the priced cycles (at the fitted exchange efficiency) may dip where two plans come close.
+    # Only where a plan fits the budget: below that poplin plans within the budget doubled, which may be
+    # faster than a slightly larger budget some plan fits (tests/test_memory_bounds.py)
     grid = [round(p, 2) for p in np.arange(0.01, 1.0001, 0.01)]
-    cycles = []
-    for p in grid:
-        plan = plan_matmul(*shape, MK2, TILES, p)
-        cycles.append(plan.estimate)
-    for (p_lo, c_lo), (p_hi, c_hi) in zip(zip(grid, cycles), zip(grid[1:], cycles[1:])):
+    plans = [(p, plan_matmul(*shape, MK2, TILES, p)) for p in grid]
+    fitting = [(p, plan.estimate) for p, plan in plans if plan.fits]
+    assert len(fitting) >= 50
+    for (p_lo, c_lo), (p_hi, c_hi) in zip(fitting, fitting[1:]):
         assert c_lo >= c_hi, f"proportion {p_lo} gives {c_lo} cycles, fewer than {c_hi} at {p_hi}"
 
 
@@ -111,16 +112,6 @@ def test_lower_proportion_is_slower_on_a_large_matmul():
     values = [by_p[p] for p in PROPORTIONS]
     assert values == sorted(values, reverse=True)
     assert by_p[0.1] > by_p[0.6] > by_p[1.0]
-
-
-def test_when_nothing_fits_the_planner_takes_the_least_memory():
-    """A proportion too small for any plan serialises as far as it can rather than keeping an
-    unserialised plan bigger than the tile (that one would fail on memory, not just be slow)."""
-    tiny = plan_matmul(1, 4096, 4096, 4096, 2, True, MK2, TILES, 0.01)
-    assert not tiny.fits
-    assert tiny.temp_bytes_per_tile < SRAM
-    for p in PROPORTIONS:
-        assert tiny.temp_bytes_per_tile <= plan_matmul(1, 4096, 4096, 4096, 2, True, MK2, TILES, p).temp_bytes_per_tile
 
 
 def test_fp32_slower_than_fp16_by_about_the_amp_rate_ratio():

@@ -31,7 +31,8 @@ their names):
   :data:`VERTEX_CHECKS`, one compute set's hardware cycle counts (tessellate-ipu); :data:`KERNEL_CHECKS`, matmul
   and softmax kernels' cycles from a C600's PopVision profiles (ipu-stack); :data:`MICROBENCH_CHECKS`,
   dense matmuls and streaming-memory reads timed on a Bow IPU (PopSparse, SparQ); :data:`CONV_HW_CHECKS`, a
-  4-channel convolution timed on Mk1 (lbm-graphcore).
+  4-channel convolution timed on Mk1 (lbm-graphcore), and :func:`conv_budget_rows`, where its sweep of
+  availableMemoryProportion leaves no plan within the budget (:data:`CONV_BUDGET_SWEEP`).
 * ``gather_scatter``: Graphcore's gather / scatter-add cycle sweep on a Bow IPU against sim.poptorch.
 * ``schnet_block``: the same harness's SchNet interaction-block sweep, and the sweeps at availableMemoryProportion 0.1.
 * ``schnet_training``: hydronet-gnn's SchNet training on QM9 over 1-16 Bow replicas (epoch times) against sim.poptorch.
@@ -57,7 +58,7 @@ from .setups import (IMAGENET_TRAIN_IMAGES, POPRT_BENCHMARK_POPLIN_OPTIONS, Setu
                      pytorch_bert_groups, tf1_steps_per_call)
 from .runner import _outcome, _simulated, _simulated_or_raise, step_seconds, update_collective_seconds
 from . import gather_scatter, schnet_block, schnet_training
-from .calibration import (CHECKS, CONV_HW_CHECKS, KERNEL_CHECKS, MICROBENCH_CHECKS, MICROBENCH_SOURCES,
+from .calibration import (CHECKS, CONV_BUDGET_SWEEP, CONV_HW_CHECKS, KERNEL_CHECKS, conv_budget_rows, MICROBENCH_CHECKS, MICROBENCH_SOURCES,
                           PROFILE_KERNELS, Check,
                           TESSELLATE_BASICS, VERTEX_CHECKS, profile_kernel_cycles,
                           _AMP_WHY, _stream, add_compute_set_cycles, amp_tile_tflops, dense_matmul_tflops,
@@ -99,7 +100,8 @@ __all__ = [
     "_squad_train", "_swin_infer", "_swin_train", "_unet_train", "_vit_infer", "_vit_train", "pytorch_bert_groups",
     "tf1_steps_per_call", "_outcome", "_simulated", "_simulated_or_raise", "step_seconds",
     "update_collective_seconds", "CHECKS", "KERNEL_CHECKS", "PROFILE_KERNELS", "profile_kernel_cycles",
-    "MICROBENCH_CHECKS", "MICROBENCH_SOURCES", "CONV_HW_CHECKS", "dense_matmul_tflops",
+    "MICROBENCH_CHECKS", "MICROBENCH_SOURCES", "CONV_HW_CHECKS", "CONV_BUDGET_SWEEP", "conv_budget_rows",
+    "dense_matmul_tflops",
     "streaming_read_rate", "Check", "TESSELLATE_BASICS", "VERTEX_CHECKS", "_AMP_WHY", "_stream",
     "add_compute_set_cycles", "amp_tile_tflops", "host_syncs",
     "io_bound_cycles", "m2000_gateway_to_host", "m2000_host_link_shared", "m2000_ipu_pair", "tut6",

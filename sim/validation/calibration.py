@@ -187,20 +187,33 @@ def decode_attention_us(batch: int, keys: int, heads: int = 32, head_size: int =
     return _bow_op_seconds(b.graph, Options()) * 1e6
 
 
-def blur_conv_us(width: int, height: int, dtype: str) -> float:
+def blur_conv_us(width: int, height: int, dtype: str, proportion: float = 0.6) -> float:
     """Microseconds of one iteration of lbm-graphcore's poplibs Gaussian blur on one Mk1 IPU
     (``main/GaussianBlurPoplibs.cpp``): a ``poplin::convolution`` of the ``height x width`` 4-channel
     image (batch 1, 4 output channels, 3x3, padding 1, inference, ``use128BitConvUnitLoad``; the input
     made by ``createInput``: a graph input, in the plan's layout) and the copy of its result back into
-    the input."""
+    the input. ``proportion``: the convolution's availableMemoryProportion (the source's default 0.6)."""
+    one_ipu = load_system("ipu-mk1-c2").one_ipu()
+    o = Options().enableSyntheticData(True).stepIOCallbacks(False).setAvailableMemoryProportion({"IPU0": proportion})
+    o._Popart.set("convolutionOptions", {"use128BitConvUnitLoad": "true"})
+    run = simulate(_blur_graph(width, height, dtype), one_ipu, o)
+    return run.cycle_count / one_ipu.ipu.clock_hz * 1e6
+
+
+def _blur_graph(width: int, height: int, dtype: str):
+    """lbm-graphcore's poplibs Gaussian blur (:func:`blur_conv_us`): the convolution and the copy back."""
     b = GraphBuilder("gaussian_blur", dtype)
     blurred = b.conv2d(b.input("img", (1, 4, height, width)), 4, 3, 1, 1, name="blur")
     b.output(b.op("copy", [blurred], [(1, 4, height, width)], name="copy_back")[0])
-    one_ipu = load_system("ipu-mk1-c2").one_ipu()
-    o = Options().enableSyntheticData(True).stepIOCallbacks(False)
-    o._Popart.set("convolutionOptions", {"use128BitConvUnitLoad": "true"})
-    run = simulate(b.graph, one_ipu, o)
-    return run.cycle_count / one_ipu.ipu.clock_hz * 1e6
+    return b.graph
+
+
+def blur_plan_fits(width: int, height: int, dtype: str, proportion: float) -> bool:
+    """Whether the simulator's planner finds a plan of the blur's convolution (:func:`blur_conv_us`) within
+    availableMemoryProportion ``proportion`` of a Mk1 tile (False: it plans within a doubled bound)."""
+    g = _blur_graph(width, height, dtype)
+    ipu = load_system("ipu-mk1-c2").ipu
+    return not op_cost(g.ops[0], g, ipu, ipu.tiles, proportion).over_memory_budget
 
 
 def poptorch_call_seconds() -> float:
@@ -451,6 +464,35 @@ CONV_HW_CHECKS = [
            "hardware's time, about the vertex's alone, leaves no room [U]; before the folded channels the "
            "simulator was 2.3-4.1 x the hardware")
           for w, h, seconds in ((499, 302, 0.00060595), (768, 1024, 0.0016564), (2200, 1122, 0.0044717))))]
+
+#: the same source's sweep of availableMemoryProportion (``experiments/effect-of-mem-on-convolution``, one IPU;
+#: the experiment checked in on 2020-08-22, before SDK 1.3): per image (name, width, height) and precision, the
+#: seconds of 200 iterations at proportions 0.1, 0.2, ... (None: the run failed, no reason recorded)
+CONV_BUDGET_SWEEP = {
+    ("bricks", 499, 302, "float16"): (0.00060595,) * 9,
+    ("bricks", 499, 302, "float32"): (0.0016749,) * 9,
+    ("leaf", 768, 1024, "float16"): (0.045276,) + (0.0016564,) * 8,
+    ("leaf", 768, 1024, "float32"): (0.060271,) + (0.0063728,) * 8,
+    ("cheese", 2200, 1122, "float16"): (0.14364, 0.13709, 0.16151) + (0.0044717,) * 5,
+    ("cheese", 2200, 1122, "float32"): (0.17731, 0.17731, 0.18564, 0.18564, None, None, None, None)}
+#: a run at least this many times the simulator's time ran another plan than the simulator's: poplin's
+#: fallback when no plan fits the budget, the least-memory plan before SDK 1.3 (where a plan fits, the runs
+#: are 0.48-1.02 times the simulator's, as in :data:`CONV_HW_CHECKS`; the others 9-17 times)
+FALLBACK_FACTOR = 3
+
+
+def conv_budget_rows() -> list[dict]:
+    """For each image and precision of :data:`CONV_BUDGET_SWEEP`: the proportions it ran at (``ran``), those
+    at which the hardware took 3 times the simulator's time or more (``hardware``: its fallback plan,
+    :data:`FALLBACK_FACTOR`), and those at which the simulator's planner finds no plan within the budget
+    (``simulated``, :func:`blur_plan_fits`)."""
+    rows = []
+    for (image, width, height, dtype), seconds in CONV_BUDGET_SWEEP.items():
+        ran = {round(0.1 * (i + 1), 1): s for i, s in enumerate(seconds) if s is not None}
+        slow = [p for p, s in ran.items() if s / 200 * 1e6 >= FALLBACK_FACTOR * blur_conv_us(width, height, dtype, p)]
+        rows.append(dict(image=image, width=width, height=height, dtype=dtype, ran=sorted(ran), hardware=slow,
+                         simulated=[p for p in sorted(ran) if not blur_plan_fits(width, height, dtype, p)]))
+    return rows
 
 
 #: where :data:`MICROBENCH_CHECKS` come from
