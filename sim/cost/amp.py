@@ -1365,8 +1365,8 @@ def _fastest_within(G, M, K, N, itemsize, b_is_weight, ipu: IPU, tiles, budget, 
     mode = amp_mode(ipu, itemsize, partials_bytes)
     best = None
     for serial in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-        # like poplin's serial splits, a serial plan competes on cycles with the others that fit, so a
-        # smaller budget is never faster. poplin serialises channels only, one kind at a time, each at
+        # like poplin's serial splits, a serial plan competes on cycles with the others that fit, so within
+        # one bound a smaller one is never faster. poplin serialises channels only, one kind at a time, each at
         # most the channels' grains (ConvModel.cpp constructModel: outChanSplit.serial or
         # inChanSplit.serial; never the field): a pass is cut along N (its output channels) or K (its
         # input channels; a convolution's piece is then a convolution of fewer input channels)
@@ -2142,8 +2142,8 @@ def swap_or_not(G: int, M: int, K: int, N: int, itemsize: int, ipu: IPU, tiles: 
 
 def _swapped_first(swapped: MatmulPlan, plain: MatmulPlan) -> tuple[MatmulPlan, bool]:
     """(plan, swapped) between a pass's two candidates as ``getSwapOperandCandidates`` orders them:
-    the swapped one (marked ``swapped``) unless the plain one fits where it does not, or fits as well
-    and is estimated strictly cheaper."""
+    the swapped one (marked ``swapped``) unless the plain one ranks strictly first (:func:`rank`: it fits
+    a smaller memory bound, or the same and is estimated cheaper)."""
     if rank(plain) < rank(swapped):
         return plain, False
     return replace(swapped, swapped=True), True
