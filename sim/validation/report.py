@@ -99,8 +99,8 @@ def report() -> str:
               "poplin's fallback for a budget no plan fits, which before SDK 1.3 (this sweep was checked in on "
               "2020-08-22) was the plan of least temporary memory; from SDK 1.3 poplin plans within twice the "
               "budget instead, doubling until a plan fits (ConvPlan.cpp runPlanner, poplibs e24ed811), as the "
-              "simulator does, so the slow times themselves are no target. Where the budget falls short, by "
-              "poplin's estimate of the plan's temporary bytes per tile, is: no constant was fitted, and "
+              "simulator does, so the slow times themselves are no target. What the table tests is where the budget "
+              "falls short by poplin's estimate of a plan's temporary bytes per tile; no constant was fitted, and "
               "`tests/test_memory_bounds.py` holds every row.", "",
               "| image | precision | proportions run | the hardware's fallback | no plan within the budget "
               "(simulated) | |", "|---|---|---|---|---|---|"]
