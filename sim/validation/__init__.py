@@ -58,8 +58,8 @@ from .setups import (IMAGENET_TRAIN_IMAGES, POPRT_BENCHMARK_POPLIN_OPTIONS, Setu
                      pytorch_bert_groups, tf1_steps_per_call)
 from .runner import _outcome, _simulated, _simulated_or_raise, step_seconds, update_collective_seconds
 from . import gather_scatter, schnet_block, schnet_training
-from .calibration import (CHECKS, CONV_BUDGET_SWEEP, CONV_HW_CHECKS, KERNEL_CHECKS, conv_budget_rows, MICROBENCH_CHECKS, MICROBENCH_SOURCES,
-                          PROFILE_KERNELS, Check,
+from .calibration import (CHECKS, CONV_BUDGET_SWEEP, CONV_HW_CHECKS, KERNEL_CHECKS, MICROBENCH_CHECKS,
+                          MICROBENCH_SOURCES, PROFILE_KERNELS, Check, conv_budget_rows,
                           TESSELLATE_BASICS, VERTEX_CHECKS, profile_kernel_cycles,
                           _AMP_WHY, _stream, add_compute_set_cycles, amp_tile_tflops, dense_matmul_tflops,
                           streaming_read_rate, host_syncs, io_bound_cycles, m2000_gateway_to_host,

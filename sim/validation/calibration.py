@@ -447,24 +447,6 @@ CONV_HW_SOURCE = (
     "use128BitConvUnitLoad on, availableMemoryProportion 0.6 here), then a copy of the result back into the "
     "input, repeated 200 times between two `cycleCount` reads on one IPU, the average of 5 runs over the tile "
     "clock; here the time over 200")
-#: a poplin convolution of few channels timed on Mk1 hardware, beside the simulator's
-CONV_HW_CHECKS = [
-    Check("lbm_blur_conv", f"Mk1: 3x3 blur of a {w} x {h} 4-channel {dtype} image, a convolution and its copy "
-          "(lbm-graphcore)", seconds / 200 * 1e6, "us", tolerance, "predicted", why,
-          lambda w=w, h=h, dtype=dtype: blur_conv_us(w, h, dtype))
-    for w, h, dtype, seconds, tolerance, why in (
-        *((w, h, "float32", seconds, 0.1,
-           "the planner runs 4 channels a group over 2 kernel rows (poplin's AMP candidates with fewer input "
-           "channels than a conv unit's weights), no constant fitted; an SDK of 2020 [U]")
-          for w, h, seconds in ((499, 302, 0.0016749), (768, 1024, 0.0063728))),
-        *((w, h, "float16", seconds, 1.2,
-           "a known gap, held so it does not widen: 4 channels a group over 4 kernel rows, as in fp32, but to "
-           "the vertex the simulator's plan adds the rearrangement of the output into padded partial-channel "
-           "groups (HEAD poplin's planner charges it) and the cast of the fp32 partials to fp16, for which the "
-           "hardware's time, about the vertex's alone, leaves no room [U]; before the folded channels the "
-           "simulator was 2.3-4.1 x the hardware")
-          for w, h, seconds in ((499, 302, 0.00060595), (768, 1024, 0.0016564), (2200, 1122, 0.0044717))))]
-
 #: the same source's sweep of availableMemoryProportion (``experiments/effect-of-mem-on-convolution``, one IPU;
 #: the experiment checked in on 2020-08-22, before SDK 1.3): per image (name, width, height) and precision, the
 #: seconds of 200 iterations at proportions 0.1, 0.2, ... (None: the run failed, no reason recorded)
@@ -475,6 +457,25 @@ CONV_BUDGET_SWEEP = {
     ("leaf", 768, 1024, "float32"): (0.060271,) + (0.0063728,) * 8,
     ("cheese", 2200, 1122, "float16"): (0.14364, 0.13709, 0.16151) + (0.0044717,) * 5,
     ("cheese", 2200, 1122, "float32"): (0.17731, 0.17731, 0.18564, 0.18564, None, None, None, None)}
+#: a poplin convolution of few channels timed on Mk1 hardware, beside the simulator's: the sweep's runs at the
+#: source's default proportion, 0.6
+CONV_HW_CHECKS = [
+    Check("lbm_blur_conv", f"Mk1: 3x3 blur of a {w} x {h} 4-channel {dtype} image, a convolution and its copy "
+          "(lbm-graphcore)", CONV_BUDGET_SWEEP[image, w, h, dtype][5] / 200 * 1e6, "us", tolerance, "predicted", why,
+          lambda w=w, h=h, dtype=dtype: blur_conv_us(w, h, dtype))
+    for image, w, h, dtype, tolerance, why in (
+        *((image, w, h, "float32", 0.1,
+           "the planner runs 4 channels a group over 2 kernel rows (poplin's AMP candidates with fewer input "
+           "channels than a conv unit's weights), no constant fitted; an SDK of 2020 [U]")
+          for image, w, h in (("bricks", 499, 302), ("leaf", 768, 1024))),
+        *((image, w, h, "float16", 1.2,
+           "a known gap, held so it does not widen: 4 channels a group over 4 kernel rows, as in fp32, but to "
+           "the vertex the simulator's plan adds the rearrangement of the output into padded partial-channel "
+           "groups (HEAD poplin's planner charges it) and the cast of the fp32 partials to fp16, for which the "
+           "hardware's time, about the vertex's alone, leaves no room [U]; before the folded channels the "
+           "simulator was 2.3-4.1 x the hardware")
+          for image, w, h in (("bricks", 499, 302), ("leaf", 768, 1024), ("cheese", 2200, 1122))))]
+
 #: a run at least this many times the simulator's time ran another plan than the simulator's: poplin's
 #: fallback when no plan fits the budget, the least-memory plan before SDK 1.3 (where a plan fits, the runs
 #: are 0.48-1.02 times the simulator's, as in :data:`CONV_HW_CHECKS`; the others 9-17 times)

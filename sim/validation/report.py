@@ -15,9 +15,8 @@ from ..results.run import UNMODELLED_CALL_SECONDS
 from ..schedule.collectives import partition_sync
 from . import gather_scatter, held_out, schnet_block, schnet_training
 from ..results import held_out as quoted
-from .calibration import (CHECKS, CONV_HW_CHECKS, CONV_HW_SOURCE, KERNEL_CHECKS, MICROBENCH_CHECKS, conv_budget_rows,
-                          MICROBENCH_SOURCES, PROFILE_KERNELS,
-                          TESSELLATE_BASICS, VERTEX_CHECKS)
+from .calibration import (CHECKS, CONV_HW_CHECKS, CONV_HW_SOURCE, KERNEL_CHECKS, MICROBENCH_CHECKS,
+                          MICROBENCH_SOURCES, PROFILE_KERNELS, TESSELLATE_BASICS, VERTEX_CHECKS, conv_budget_rows)
 from .end_to_end import END_TO_END, PERFORMANCE_RESULTS
 from .gcl_crossovers import GCL_CROSSOVERS, gcl_crossover, gcl_implied_step_seconds
 from .keras_dense import (KERAS_DENSE, KERAS_DENSE_FITTED_TOLERANCE, KERAS_DENSE_ROWS, KERAS_DENSE_TOLERANCE,
