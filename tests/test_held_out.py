@@ -116,3 +116,54 @@ def test_report_groups_the_errors_by_kind_and_scale(monkeypatch):
         "| transformer | inference | all | 1 | +0.0% | +0.0% to +0.0% | +0.0% to +0.0% |",
         "| transformer | training | all | 4 | +20.0% | +5.0% to +35.0% | -10.0% to +50.0% |",
         "| transformer | training | 5-16 | 3 | +10.0% | +0.0% to +20.0% | -10.0% to +30.0% |"]
+
+
+def test_device_shares_are_the_busiest_ipus():
+    """Fixed costs (launch, exchange set-up, sync) and exchange over the device cycles of the IPU with the most
+    of them; host IO, collectives and idle are no device work."""
+    breakdown = pd.DataFrame(
+        {"compute": [600, 100], "launch": [100, 50], "exchange": [200, 10], "exchange_setup": [50, 0],
+         "sync": [50, 40], "host_io": [0, 5000], "remote_io": [0, 0], "inter_ipu": [0, 0], "collective": [0, 0],
+         "idle": [7000, 4800]}, index=pd.Index([0, 1], name="ipu"))
+    assert held_out.device_shares(breakdown) == (pytest.approx(0.2), pytest.approx(0.2))
+    assert held_out.device_shares(breakdown * 0) == (0.0, 0.0)
+
+
+def test_the_stored_shares_are_of_device_time():
+    stored = held_out.stored()
+    shares = stored[list(held_out.SHARE_COLUMNS)]
+    assert len(shares) == len(stored) and shares.notna().all().all()
+    assert ((shares >= 0) & (shares <= 1)).all().all()
+    assert (shares.fixed_share + shares.exchange_share <= 1).all()
+
+
+SHARES = pd.DataFrame(
+    [("S1", "p", "transformer", True, 4, 100.0, 105.0, 0.05, 0.10, 0.30),
+     ("S2", "p", "transformer", True, 4, 100.0, 110.0, 0.10, 0.20, 0.25),
+     ("S3", "p", "transformer", True, 4, 100.0, 130.0, 0.30, 0.40, 0.20),
+     ("S4", "p", "transformer", True, 4, 100.0, 120.0, 0.20, 0.55, 0.21),
+     ("S5", "p", "transformer", True, 4, 100.0, 150.0, 0.50, 0.60, 0.22),
+     ("S6", "p", "transformer", True, 4, 100.0, 90.0, -0.10, 0.61, 0.23),
+     ("S7", "q", "convolutional", False, 1, 100.0, 95.0, -0.05, 0.70, 0.10)],
+    columns=list(held_out.COLUMNS + held_out.SHARE_COLUMNS))
+
+
+def test_report_sets_the_errors_against_the_shares(monkeypatch):
+    """reports/validation.md's "What the errors follow": Spearman's rank correlation of the error with each share
+    (ties at their mean rank), over all rows, each mode and each model of SHARE_MODEL_ROWS rows, a correlation
+    only where the share spans SHARE_SPAN; then the rows bound by fixed costs by model and mode."""
+    import importlib
+    from sim.validation import held_out as writer
+    report = importlib.import_module("sim.validation.report")
+    monkeypatch.setattr(writer, "table", lambda: SHARES)
+    tables = [line for line in report._error_shares_section() if line.startswith("| ") and "---" not in line]
+    # p's errors rank 2 3 5 4 6 1; its fixed shares 1 2 3 4 5 6 (1 - 6 x 32 / 210 = +0.09), its exchange
+    # shares 6 5 1 2 3 4 (1 - 6 x 58 / 210 = -0.66)
+    assert tables[1:5] == [
+        "| all | 7 | 0.10 to 0.70 | -0.29 | 0.10 to 0.30 | -0.18 |",
+        "| inference | 1 | 0.70 to 0.70 | - | 0.10 to 0.10 | - |",
+        "| training | 6 | 0.10 to 0.61 | +0.09 | 0.20 to 0.30 | -0.66 |",
+        "| p, training | 6 | 0.10 to 0.61 | +0.09 | 0.20 to 0.30 | -0.66 |"]
+    assert tables[6:] == [
+        "| p | training | 3 (S4, S5, S6) | 0.55 to 0.61 | -10.0% to +50.0% |",
+        "| q | inference | 1 (S7) | 0.70 to 0.70 | -5.0% to -5.0% |"]

@@ -27,6 +27,14 @@ from ..graph.workload import FAMILIES
 #: the stored errors, one line a held-out row (written by ``python -m sim.validation``; shipped with the package)
 TABLE = Path(__file__).resolve().parents[1] / "validation" / "held_out.csv"
 COLUMNS = ("id", "model", "family", "training", "ipus", "published", "simulated", "error")
+#: the columns beside :data:`COLUMNS` that say where the row's time goes (:func:`device_shares`), which the
+#: report sets against the errors (reports/validation.md "What the errors follow"); runs quote none of them
+SHARE_COLUMNS = ("fixed_share", "exchange_share")
+#: the breakdown lines an IPU's own work is made of (``sim.program.CATEGORIES``: the rest is host and
+#: streaming-memory IO, inter-IPU copies, collectives and idle), and of them the fixed costs: compute-set
+#: launches, exchange set-ups and syncs, which do not shrink with the work
+DEVICE_LINES = ("compute", "launch", "exchange", "exchange_setup", "sync")
+FIXED_LINES = ("launch", "exchange_setup", "sync")
 #: the scales rows are grouped by: at most this many IPUs (1; a POD4; a POD16; a POD64; beyond)
 SCALES = (1, 4, 16, 64, 2**31)
 #: rows of a run's family and mode at its scale needed before the note names that scale's spread
@@ -47,6 +55,18 @@ def stored() -> pd.DataFrame:
         raise ConfigError(f"{TABLE}: unknown families {sorted(unknown)} (known: {', '.join(FAMILIES)}); rewrite it "
                           "with python -m sim.validation")
     return frame
+
+
+def device_shares(breakdown: pd.DataFrame) -> tuple[float, float]:
+    """(fixed costs, exchange) each as a share of the device cycles (:data:`DEVICE_LINES`) of the IPU of a
+    run's ``breakdown`` (``Run.breakdown``: cycles per line per IPU) that has the most of them; its fixed
+    costs are :data:`FIXED_LINES`. (0, 0) for a run with no device work."""
+    device = breakdown[list(DEVICE_LINES)]
+    busiest = device.loc[device.sum(axis=1).idxmax()]
+    total = float(busiest.sum())
+    if not total:
+        return 0.0, 0.0
+    return float(busiest[list(FIXED_LINES)].sum()) / total, float(busiest["exchange"]) / total
 
 
 def scale_of(ipus: int) -> tuple[int, int]:

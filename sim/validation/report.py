@@ -148,6 +148,7 @@ def report() -> str:
     lines += _rows(END_TO_END)
     lines += _published_section()
     lines += _kinds_section()
+    lines += _error_shares_section()
     lines += _packed_step_section()
     lines += _pod_pairs_section()
     lines += _resnet_step_section()
@@ -262,6 +263,62 @@ def _kinds_section() -> list[str]:
             at = kind[(kind.ipus >= fewest) & (kind.ipus <= most)]
             if len(at) >= quoted.MIN_SCALE_ROWS and len(at) < len(kind):
                 lines.append(line(family, mode, quoted.scale_label(fewest, most), at.error))
+    return lines
+
+
+#: the least rows of one model and mode taken alone in "What the errors follow"
+SHARE_MODEL_ROWS = 6
+#: the fixed-cost share (of the busiest IPU's device cycles) from which a row is listed as bound by fixed costs
+FIXED_BOUND_SHARE = 0.5
+#: the least span of a share over a group of rows for its rank correlation to be given: over a narrower one the
+#: ranks follow differences too small to mean anything
+SHARE_SPAN = 0.05
+
+
+def _rank_correlation(a, b) -> float:
+    """Spearman's rank correlation of two series: Pearson's of their ranks (ties at their mean rank)."""
+    return float(a.rank().corr(b.rank()))
+
+
+def _error_shares_section() -> list[str]:
+    """The report's "What the errors follow": each held-out row's error against where its busiest IPU's
+    device time goes (fixed costs, exchange: ``sim.results.held_out.device_shares``), as rank correlations
+    over all rows, each mode and each model of :data:`SHARE_MODEL_ROWS` rows or more, then the rows bound by
+    fixed costs (:data:`FIXED_BOUND_SHARE`)."""
+    frame = held_out.table()
+    fixed_lines = ", ".join(quoted.FIXED_LINES)
+    lines = ["", "### What the errors follow", "",
+             "Where each row above spends its busiest IPU's own time (`sim.results.held_out.device_shares`: of its "
+             f"{', '.join(quoted.DEVICE_LINES)} cycles, the share of the fixed costs ({fixed_lines}) and of exchange), "
+             "against its error. A cost the simulator prices too cheaply for every workload alike would make the rows "
+             "that spend more of their time on it come out faster: a clearly positive rank correlation (Spearman's) of "
+             "the error with that share, where one near 0 says the errors do not follow it. A model's rows alone keep "
+             "out what differs between workloads (their hosts, scripts and configurations); a correlation is given "
+             f"only where the share spans at least {SHARE_SPAN:.2f} over the rows (-: less).", "",
+             "| rows | count | fixed-cost share | its correlation with the error | exchange share | its correlation "
+             "with the error |", "|---|---:|---|---:|---|---:|"]
+
+    def cells(rows, share: str) -> str:
+        low, high = rows[share].min(), rows[share].max()
+        correlation = f"{_rank_correlation(rows.error, rows[share]):+.2f}" if high - low >= SHARE_SPAN else "-"
+        return f"{low:.2f} to {high:.2f} | {correlation}"
+
+    def line(label: str, rows) -> str:
+        return f"| {label} | {len(rows)} | {cells(rows, 'fixed_share')} | {cells(rows, 'exchange_share')} |"
+    lines.append(line("all", frame))
+    for training, rows in frame.groupby("training", sort=True):
+        lines.append(line("training" if training else "inference", rows))
+    for (model, training), rows in frame.groupby(["model", "training"], sort=True):
+        if len(rows) >= SHARE_MODEL_ROWS:
+            lines.append(line(f"{model}, {'training' if training else 'inference'}", rows))
+    bound = frame[frame.fixed_share >= FIXED_BOUND_SHARE]
+    lines += ["", f"The rows whose busiest IPU spends at least {FIXED_BOUND_SHARE:.0%} of its own time in fixed costs, "
+              "by model and mode:", "", "| model | mode | rows | fixed-cost share | errors |", "|---|---|---:|---|---|"]
+    for (model, training), rows in bound.groupby(["model", "training"], sort=True):
+        ids = ", ".join(rows.id)
+        lines.append(f"| {model} | {'training' if training else 'inference'} | {len(rows)} ({ids}) | "
+                     f"{rows.fixed_share.min():.2f} to {rows.fixed_share.max():.2f} | "
+                     f"{rows.error.min():+.1%} to {rows.error.max():+.1%} |")
     return lines
 
 

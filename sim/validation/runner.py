@@ -10,17 +10,20 @@ from functools import lru_cache
 
 from .. import simulate
 from ..errors import OutOfMemoryError
+from ..results.held_out import device_shares
 from ..schedule.replicated_ops import NORM_COLLECTIVE_SUFFIX
 from .setups import Setup
 
 
 @lru_cache(maxsize=None)
-def _simulated(setup: Setup) -> tuple[float, dict[str, float], float, tuple[str, int]] | OutOfMemoryError:
+def _simulated(setup: Setup) -> tuple[float, dict[str, float], float, tuple[str, int], tuple[float, float]] \
+        | OutOfMemoryError:
     """One simulated call of ``setup``, kept small: (samples per second, seconds per weight update
     on the first IPU by breakdown line: the call's over its device iterations, and of the
-    ``collective`` line the weight update's: all but the distributed norms' statistics, and the
-    workload's family and IPUs: :func:`workload`), or the simulator's out-of-memory error. The
-    report's sections share it, so each setup is simulated once."""
+    ``collective`` line the weight update's: all but the distributed norms' statistics, the
+    workload's family and IPUs: :func:`workload`, and where the busiest IPU's device time goes:
+    :func:`device_shares`), or the simulator's out-of-memory error. The report's sections share it,
+    so each setup is simulated once."""
     try:
         run = simulate(setup.graph(), setup.system, setup.options(), training=setup.training,
                        optimizer=setup.sim_optimizer())
@@ -33,7 +36,8 @@ def _simulated(setup: Setup) -> tuple[float, dict[str, float], float, tuple[str,
     update = trace[(trace.ipu == ipu) & (trace.kind == "collective")
                    & ~trace.name.str.endswith(NORM_COLLECTIVE_SUFFIX)]
     return (run.samples_per_second, {line: float(first[line]) / scale for line in first.index},
-            float(update.cycles.sum()) / scale, (run.executable.family, run.executable.partition_ipus))
+            float(update.cycles.sum()) / scale, (run.executable.family, run.executable.partition_ipus),
+            device_shares(run.breakdown))
 
 
 def _outcome(setup: Setup) -> float | OutOfMemoryError:
@@ -64,7 +68,13 @@ def workload(setup: Setup) -> tuple[str, int]:
     return _simulated_or_raise(setup)[3]
 
 
-def _simulated_or_raise(setup: Setup) -> tuple[float, dict[str, float], float, tuple[str, int]]:
+def shares(setup: Setup) -> tuple[float, float]:
+    """(fixed costs, exchange) as shares of the busiest IPU's device cycles in ``setup``'s run
+    (:func:`sim.results.held_out.device_shares`)."""
+    return _simulated_or_raise(setup)[4]
+
+
+def _simulated_or_raise(setup: Setup) -> tuple[float, dict[str, float], float, tuple[str, int], tuple[float, float]]:
     """:func:`_simulated`, raising its out-of-memory error."""
     value = _simulated(setup)
     if isinstance(value, OutOfMemoryError):
