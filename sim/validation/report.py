@@ -239,6 +239,11 @@ def _published_section() -> list[str]:
     return lines
 
 
+def _mode(training: bool) -> str:
+    """A held-out row's mode as the report's tables name it."""
+    return "training" if training else "inference"
+
+
 def _kinds_section() -> list[str]:
     """The report's "By workload kind": the held-out rows' errors by family, mode and scale, what runs of
     each kind quote (sim.results.held_out)."""
@@ -256,7 +261,7 @@ def _kinds_section() -> list[str]:
         return (f"| {family} | {mode} | {span} | {d['rows']} | {d['median']:+.1%} | {low:+.1%} to {high:+.1%} "
                 f"| {d['low']:+.1%} to {d['high']:+.1%} |")
     for (family, training), kind in frame.groupby(["family", "training"], sort=True):
-        mode = "training" if training else "inference"
+        mode = _mode(training)
         lines.append(line(family, mode, "all", kind.error))
         for most in quoted.SCALES:
             fewest, _ = quoted.scale_of(most)
@@ -307,16 +312,16 @@ def _error_shares_section() -> list[str]:
         return f"| {label} | {len(rows)} | {cells(rows, 'fixed_share')} | {cells(rows, 'exchange_share')} |"
     lines.append(line("all", frame))
     for training, rows in frame.groupby("training", sort=True):
-        lines.append(line("training" if training else "inference", rows))
+        lines.append(line(_mode(training), rows))
     for (model, training), rows in frame.groupby(["model", "training"], sort=True):
         if len(rows) >= SHARE_MODEL_ROWS:
-            lines.append(line(f"{model}, {'training' if training else 'inference'}", rows))
+            lines.append(line(f"{model}, {_mode(training)}", rows))
     bound = frame[frame.fixed_share >= FIXED_BOUND_SHARE]
     lines += ["", f"The rows whose busiest IPU spends at least {FIXED_BOUND_SHARE:.0%} of its own time in fixed costs, "
               "by model and mode:", "", "| model | mode | rows | fixed-cost share | errors |", "|---|---|---:|---|---|"]
     for (model, training), rows in bound.groupby(["model", "training"], sort=True):
         ids = ", ".join(rows.id)
-        lines.append(f"| {model} | {'training' if training else 'inference'} | {len(rows)} ({ids}) | "
+        lines.append(f"| {model} | {_mode(training)} | {len(rows)} ({ids}) | "
                      f"{rows.fixed_share.min():.2f} to {rows.fixed_share.max():.2f} | "
                      f"{rows.error.min():+.1%} to {rows.error.max():+.1%} |")
     return lines
