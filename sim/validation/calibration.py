@@ -193,11 +193,23 @@ def blur_conv_us(width: int, height: int, dtype: str, proportion: float = 0.6) -
     image (batch 1, 4 output channels, 3x3, padding 1, inference, ``use128BitConvUnitLoad``; the input
     made by ``createInput``: a graph input, in the plan's layout) and the copy of its result back into
     the input. ``proportion``: the convolution's availableMemoryProportion (the source's default 0.6)."""
-    one_ipu = load_system("ipu-mk1-c2").one_ipu()
+    run = _blur_run(width, height, dtype, proportion)
+    return run.cycle_count / run.executable.system.ipu.clock_hz * 1e6
+
+
+def blur_plan_fits(width: int, height: int, dtype: str, proportion: float) -> bool:
+    """Whether the simulator's planner finds a plan of the blur's convolution (:func:`blur_conv_us`) within
+    availableMemoryProportion ``proportion`` of a Mk1 tile (False: it plans within a doubled bound)."""
+    return not _blur_run(width, height, dtype, proportion).executable.costs["blur/conv2d"].over_memory_budget
+
+
+@lru_cache(maxsize=None)
+def _blur_run(width: int, height: int, dtype: str, proportion: float):
+    """The simulated run of the blur (:func:`blur_conv_us`) at availableMemoryProportion ``proportion``, once
+    for the checks and the sweep alike."""
     o = Options().enableSyntheticData(True).stepIOCallbacks(False).setAvailableMemoryProportion({"IPU0": proportion})
     o._Popart.set("convolutionOptions", {"use128BitConvUnitLoad": "true"})
-    run = simulate(_blur_graph(width, height, dtype), one_ipu, o)
-    return run.cycle_count / one_ipu.ipu.clock_hz * 1e6
+    return simulate(_blur_graph(width, height, dtype), load_system("ipu-mk1-c2").one_ipu(), o)
 
 
 def _blur_graph(width: int, height: int, dtype: str):
@@ -206,14 +218,6 @@ def _blur_graph(width: int, height: int, dtype: str):
     blurred = b.conv2d(b.input("img", (1, 4, height, width)), 4, 3, 1, 1, name="blur")
     b.output(b.op("copy", [blurred], [(1, 4, height, width)], name="copy_back")[0])
     return b.graph
-
-
-def blur_plan_fits(width: int, height: int, dtype: str, proportion: float) -> bool:
-    """Whether the simulator's planner finds a plan of the blur's convolution (:func:`blur_conv_us`) within
-    availableMemoryProportion ``proportion`` of a Mk1 tile (False: it plans within a doubled bound)."""
-    g = _blur_graph(width, height, dtype)
-    ipu = load_system("ipu-mk1-c2").ipu
-    return not op_cost(g.ops[0], g, ipu, ipu.tiles, proportion).over_memory_budget
 
 
 def poptorch_call_seconds() -> float:
