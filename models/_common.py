@@ -45,9 +45,9 @@ class Params(dict):
     def fail(self, key: str, why: str):
         value = self[key]
         hint = ""
-        if isinstance(value, str) and "," in value and " list " in why:
-            # a comma-separated string where a list is wanted: how --param takes a list (as JSON)
-            items = [v.strip() for v in value.split(",")]
+        if isinstance(value, (str, numbers.Integral)) and not isinstance(value, bool) and " list " in why:
+            # a bare value or a comma-separated string where a list is wanted: how --param takes a list (as JSON)
+            items = [v.strip() for v in str(value).split(",")]
             items = [int(v) if v.lstrip("-").isdigit() else v for v in items]
             hint = f"; on the command line give the list as JSON: --param '{key}={json.dumps(items)}'"
         raise GraphError(f"model {self.model!r}: invalid parameter {key}={value!r}: {why}{hint} "

@@ -159,9 +159,12 @@ def test_huge_numbers_are_a_one_line_error_naming_the_value(argv, words):
     ("unet", "split_points=encoder_block_2,decoder_block_0,decoder_block_2",
      'split_points=["encoder_block_2", "decoder_block_0", "decoder_block_2"]'),
     ("vit-base-16", "mid_checkpoints=1,4", "mid_checkpoints=[1, 4]"),
+    ("vit-base-16", "mid_checkpoints=4", "mid_checkpoints=[4]"),
+    ("efficientnet-b0", "split_points=block4a", 'split_points=["block4a"]'),
 ])
 def test_a_comma_separated_list_parameter_is_an_error_that_shows_the_json_list(model, param, json_list):
-    """--param takes a list as JSON; a comma-separated value says how to write it, and that works."""
+    """--param takes a list as JSON; a comma-separated value, or one bare item, says how to write it, and that
+    works."""
     code, _, err = cli("run", "--model", model, "--param", param, seconds=30)
     message = one_line_error(err)
     assert code == 2 and f"give the list as JSON: --param '{json_list}'" in message
