@@ -10,7 +10,8 @@ from .. import compile as compile_graph
 from ..compiler.memory import IpuMemory
 from ..errors import OutOfMemoryError
 from .published import _SQUAD_PYTORCH_AMP, PUBLISHED_BY_ID
-from .setups import Setup, _bert_train, _gpt2_infer, _gpt2_train, _params, _squad_infer, _squad_train
+from .setups import (Setup, _bert_train, _effnet_pytorch_train, _gpt2_infer, _gpt2_train, _params, _squad_infer,
+                     _squad_train)
 
 
 # Configurations Graphcore publishes as fitting (compiled, not run; one PopRT inference row among them): the
@@ -28,6 +29,7 @@ def _squad_large_384(replicas: int) -> Setup:
 
 
 _EXAMPLES_GPT2 = "graphcore/examples `nlp/gpt2/pytorch/benchmarks.yml` "
+_EXAMPLES_CNNS = "graphcore/examples `vision/cnns/pytorch/train/configs.yml` "
 _FLASH_DEMO = ("graphcore-research/flash-attention-ipu `demo/flash-attention-ipu-demo.ipynb` and `demo/train.py` at "
                "its HEAD (SDK 3.3, the four IPUs of an IPU-M2000, gc-monitor in the notebook)")
 
@@ -94,6 +96,14 @@ MEMORY_FITS = [
      True),
     ("G-M I", "GPT-2 medium inference (SL1024), batch 1, 4 IPUs [1, 7, 8, 8], sharded",
      _EXAMPLES_GPT2 + "`pytorch_gpt2_medium_infer_gen_pod16`", _gpt2_infer("gpt2-medium", [1, 7, 8, 8], 4), True),
+    ("E-B0", "EfficientNet-B0 G16 training, Bow Pod16, micro-batch 20, 2-IPU pipeline split at block4a, 8 replicas",
+     _EXAMPLES_CNNS + "`efficientnet-b0-g16-gn-pod16` (benchmark `pytorch_efficientnet_b0_g16_train_real_pod16`)",
+     _effnet_pytorch_train("efficientnet-b0", 20, 5, 0.15, rts=False), True),
+    ("E-B4", "EfficientNet-B4 G16 training, Bow Pod16, micro-batch 4, 2-IPU pipeline split at block4a, 8 replicas, "
+     "optimizer state sharded", _EXAMPLES_CNNS + "`efficientnet-b4-g16-gn-pod16` (benchmark "
+     "`pytorch_efficientnet_b4_g16_train_real_pod16`; the config splits after block4a's depthwise convolution "
+     "(`blocks/3/0/bn2`) and adds the checkpoints `add_1`, `add_3`, which the zoo's EfficientNet cannot place [U])",
+     _effnet_pytorch_train("efficientnet-b4", 4, 64, 0.1, rts=True), True),
     ("RT I11 fp32 bs2", "BERT-Base SQuAD inference fp32 (SL256, bertsquad-12), batch 2, one C600 IPU",
      "graphcore/PopRT `examples/bert/README.md` bert_fp32 (525 sequences/s at batch 2; out of memory at 4: "
      "\"Published out-of-memory points\")", _squad_infer("bert-base", 2, 256, 1, io_tiles=32, dtype="float32"),

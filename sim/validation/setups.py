@@ -620,6 +620,19 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
                  graph_functions=True, stable_norm=True, processes=replicas, outer_fragment=TF_RESOURCE_UPDATE)
 
 
+def _effnet_pytorch_train(model: str, micro_batch: int, accumulation: int, amp: float, rts: bool) -> Setup:
+    """EfficientNet G16 training as Graphcore's PyTorch CNN example runs it (graphcore/examples 3cc8f81
+    ``vision/cnns/pytorch/train``, configs.yml ``efficientnet-b0-g16-gn-pod16`` and ``efficientnet-b4-g16-gn-pod16``,
+    benchmarks.yml ``poprun --num-instances=2 --num-replicas=8 --ipus-per-replica=2``): group convolutions of 16
+    channels, expansion ratio 4, group norm of 4 groups, two IPUs per replica split at the start of block4a
+    (the model's ``blocks/3/0``), so the pipeline recomputes every stage but the last (train_utils.py: "If the
+    model is multi stage (pipelined) the recomputation is always enabled"), 8-bit images, half partials,
+    RMSProp with momentum (``rmsprop_tf``), its state on chip, sharded over the replicas where ``rts``."""
+    params = _params(micro_batch=micro_batch, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
+    return Setup(model, params, "bow-pod16", replicas=8, accumulation=accumulation, amp=(amp, amp),
+                 optimizer="rmsprop_momentum", rts=rts, merged_collectives=("all_reduce",), processes=2)
+
+
 def _resnext_train() -> Setup:
     """ResNeXt-101 32x4d training as Graphcore's TF1 CNN example runs it (configs.yml
     ``resnext101_16ipus``, Models/resnext.py ``set_defaults``): group norm of 32 groups, micro-batch 6,
