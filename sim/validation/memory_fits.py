@@ -10,7 +10,7 @@ from .. import compile as compile_graph
 from ..compiler.memory import IpuMemory
 from ..errors import OutOfMemoryError
 from .published import _SQUAD_PYTORCH_AMP, PUBLISHED_BY_ID
-from .setups import (Setup, _bert_train, _effnet_pytorch_train, _gpt2_infer, _gpt2_train, _params, _squad_infer,
+from .setups import (Setup, _bert_train, _cnn_pytorch_infer, _effnet_pytorch_train, _gpt2_infer, _gpt2_train, _params, _squad_infer,
                      _squad_train)
 
 
@@ -104,6 +104,19 @@ MEMORY_FITS = [
      "`pytorch_efficientnet_b4_g16_train_real_pod16`; the config splits after block4a's depthwise convolution "
      "(`blocks/3/0/bn2`) and adds the checkpoints `add_1`, `add_3`, which the zoo's EfficientNet cannot place [U])",
      _effnet_pytorch_train("efficientnet-b4", 4, 64, 0.1, rts=True), True),
+    *((rid, f"{what} inference, batch {batch}, one Mk2 IPU a replica, {io} IO tiles",
+       "graphcore/examples `vision/cnns/pytorch/inference/benchmarks.yml` " f"`{bench}` (its largest batch)",
+       _cnn_pytorch_infer(model, batch, io, **params), True)
+      for rid, what, bench, model, batch, io, params in (
+          ("CI R50", "ResNet-50", "pytorch_resnet50_infer_gen_pod4", "resnet50", 64, 64, dict(norm="batch")),
+          ("CI E-B0", "EfficientNet-B0", "pytorch_efficientnet_b0_infer_gen_pod4", "efficientnet-b0", 48, 64,
+           dict(norm="batch")),
+          ("CI E-B0 G16", "EfficientNet-B0 G16 (group norm)", "pytorch_efficientnet_b0_gn_infer_gen_pod4",
+           "efficientnet-b0", 100, 64, dict(group_dim=16, expand_ratio=4)),
+          ("CI E-B4", "EfficientNet-B4", "pytorch_efficientnet_b4_infer_gen_pod4", "efficientnet-b4", 12, 32,
+           dict(norm="batch")),
+          ("CI E-B4 G16", "EfficientNet-B4 G16 (group norm)", "pytorch_efficientnet_b4_gn_infer_gen_pod4",
+           "efficientnet-b4", 21, 32, dict(group_dim=16, expand_ratio=4)))),
     ("RT I11 fp32 bs2", "BERT-Base SQuAD inference fp32 (SL256, bertsquad-12), batch 2, one C600 IPU",
      "graphcore/PopRT `examples/bert/README.md` bert_fp32 (525 sequences/s at batch 2; out of memory at 4: "
      "\"Published out-of-memory points\")", _squad_infer("bert-base", 2, 256, 1, io_tiles=32, dtype="float32"),

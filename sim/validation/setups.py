@@ -633,6 +633,16 @@ def _effnet_pytorch_train(model: str, micro_batch: int, accumulation: int, amp: 
                  optimizer="rmsprop_momentum", rts=rts, merged_collectives=("all_reduce",), processes=2)
 
 
+def _cnn_pytorch_infer(model: str, micro_batch: int, io_tiles: int, **params) -> Setup:
+    """A CNN's inference as Graphcore's PyTorch CNN benchmark runs it (graphcore/examples 3cc8f81
+    ``vision/cnns/pytorch/inference``: configs.yml ``common`` and benchmarks.yml ``pytorch_*_infer_gen_pod4``,
+    ``poprun --num-replicas=4``): one Mk2 IPU a replica, fp16 with half partials, uint8 images normalised on the
+    IPU, 128 device iterations, the host's generated data streamed through ``io_tiles`` IO tiles; ``params``
+    the model's (its norm: batch norm in inference mode, or the G16 configs' group norm)."""
+    return Setup(model, _params(micro_batch=micro_batch, eight_bit_io=True, with_loss=False, **params), "ipu-m2000",
+                 replicas=4, device_iterations=128, training=False, io_tiles=io_tiles, overlap_io=True)
+
+
 def _resnext_train() -> Setup:
     """ResNeXt-101 32x4d training as Graphcore's TF1 CNN example runs it (configs.yml
     ``resnext101_16ipus``, Models/resnext.py ``set_defaults``): group norm of 32 groups, micro-batch 6,
