@@ -10,11 +10,11 @@ from .. import compile as compile_graph
 from ..compiler.memory import IpuMemory
 from ..errors import OutOfMemoryError
 from .published import _SQUAD_PYTORCH_AMP, PUBLISHED_BY_ID
-from .setups import (Setup, _bert_train, _cnn_pytorch_infer, _effnet_pytorch_train, _gpt2_infer, _gpt2_train, _params, _squad_infer,
-                     _squad_train)
+from .setups import (Setup, _bert_train, _cnn_pytorch_infer, _effnet_pytorch_train, _gpt2_infer, _gpt2_train, _params,
+                     _squad_infer, _squad_train)
 
 
-# Configurations Graphcore publishes as fitting (compiled, not run; one PopRT inference row among them): the
+# Configurations Graphcore publishes as fitting (compiled, not run; inference configurations among them): the
 # simulator must fit them too; and one its own notes say does not fit. (row id, workload, source, setup,
 # published to fit)
 _EXAMPLES_BERT = "graphcore/examples `nlp/bert/pytorch/"
@@ -105,7 +105,7 @@ MEMORY_FITS = [
      "(`blocks/3/0/bn2`) and adds the checkpoints `add_1`, `add_3`, which the zoo's EfficientNet cannot place [U])",
      _effnet_pytorch_train("efficientnet-b4", 4, 64, 0.1, rts=True), True),
     *((rid, f"{what} inference, batch {batch}, one Mk2 IPU a replica, {io} IO tiles",
-       "graphcore/examples `vision/cnns/pytorch/inference/benchmarks.yml` " f"`{bench}` (its largest batch)",
+       f"graphcore/examples `vision/cnns/pytorch/inference/benchmarks.yml` `{bench}` (the larger of its two batches)",
        _cnn_pytorch_infer(model, batch, io, **params), True)
       for rid, what, bench, model, batch, io, params in (
           ("CI R50", "ResNet-50", "pytorch_resnet50_infer_gen_pod4", "resnet50", 64, 64, dict(norm="batch")),
