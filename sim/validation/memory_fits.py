@@ -10,8 +10,8 @@ from .. import compile as compile_graph
 from ..compiler.memory import IpuMemory
 from ..errors import OutOfMemoryError
 from .published import _SQUAD_PYTORCH_AMP, PUBLISHED_BY_ID
-from .setups import (Setup, _bert_train, _cnn_pytorch_infer, _effnet_pytorch_train, _gpt2_infer, _gpt2_train, _params,
-                     _squad_infer, _squad_train)
+from .setups import (EFFNET_G16, Setup, _bert_train, _cnn_pytorch_infer, _effnet_pytorch_train, _gpt2_infer,
+                     _gpt2_train, _params, _squad_infer, _squad_train)
 
 
 # Configurations Graphcore publishes as fitting (compiled, not run; inference configurations among them): the
@@ -112,11 +112,11 @@ MEMORY_FITS = [
           ("CI E-B0", "EfficientNet-B0", "pytorch_efficientnet_b0_infer_gen_pod4", "efficientnet-b0", 48, 64,
            dict(norm="batch")),
           ("CI E-B0 G16", "EfficientNet-B0 G16 (group norm)", "pytorch_efficientnet_b0_gn_infer_gen_pod4",
-           "efficientnet-b0", 100, 64, dict(group_dim=16, expand_ratio=4)),
+           "efficientnet-b0", 100, 64, EFFNET_G16),
           ("CI E-B4", "EfficientNet-B4", "pytorch_efficientnet_b4_infer_gen_pod4", "efficientnet-b4", 12, 32,
            dict(norm="batch")),
           ("CI E-B4 G16", "EfficientNet-B4 G16 (group norm)", "pytorch_efficientnet_b4_gn_infer_gen_pod4",
-           "efficientnet-b4", 21, 32, dict(group_dim=16, expand_ratio=4)))),
+           "efficientnet-b4", 21, 32, EFFNET_G16))),
     ("RT I11 fp32 bs2", "BERT-Base SQuAD inference fp32 (SL256, bertsquad-12), batch 2, one C600 IPU",
      "graphcore/PopRT `examples/bert/README.md` bert_fp32 (525 sequences/s at batch 2; out of memory at 4: "
      "\"Published out-of-memory points\")", _squad_infer("bert-base", 2, 256, 1, io_tiles=32, dtype="float32"),

@@ -605,6 +605,10 @@ def _roformer_infer(batch: int) -> Setup:
     return Setup("roformer-v2-small", _params(micro_batch=batch, pre_scale=batch == 356), "c600", poprt=True,
                  device_iterations=1, training=False, prefetch_depth=2)
 
+#: Graphcore's EfficientNet G16 variant (its examples' ``group_dim`` 16 and ``expand_ratio`` 4), as the zoo's parameters
+EFFNET_G16 = {"group_dim": 16, "expand_ratio": 4}
+
+
 def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     """EfficientNet-B4 G16 training as Graphcore's TF1 CNN example runs it (graphcore/examples
     ``vision/cnns/tensorflow1/training``, configs.yml ``efficientnet_b4_g16_large_batch_size_high_throughput``
@@ -614,7 +618,7 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     LARS, 8-bit images, recomputation, prefetch depth 3, the gradient all-reduces combined
     ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies]), stable norm
     statistics (Models/efficientnet.py forces ``stable_norm`` on; [tf-stable-norm])."""
-    params = _params(micro_batch=3, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
+    params = _params(micro_batch=3, **EFFNET_G16, split_points=["block4a"], eight_bit_io=True)
     return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
                  optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True,
                  graph_functions=True, stable_norm=True, processes=replicas, outer_fragment=TF_RESOURCE_UPDATE)
@@ -628,7 +632,7 @@ def _effnet_pytorch_train(model: str, micro_batch: int, accumulation: int, amp: 
     (the model's ``blocks/3/0``), so the pipeline recomputes every stage but the last (train_utils.py: "If the
     model is multi stage (pipelined) the recomputation is always enabled"), 8-bit images, half partials,
     RMSProp with momentum (``rmsprop_tf``), its state on chip, sharded over the replicas where ``rts``."""
-    params = _params(micro_batch=micro_batch, group_dim=16, expand_ratio=4, split_points=["block4a"], eight_bit_io=True)
+    params = _params(micro_batch=micro_batch, **EFFNET_G16, split_points=["block4a"], eight_bit_io=True)
     return Setup(model, params, "bow-pod16", replicas=8, accumulation=accumulation, amp=(amp, amp),
                  optimizer="rmsprop_momentum", rts=rts, merged_collectives=("all_reduce",), processes=2)
 
