@@ -200,7 +200,8 @@ def _published_section() -> list[str]:
     lines = ["", "## Held-out published measurements", "",
              f"Rows of `{PUBLISHED}` (published hardware measurements; the tags are the doc's: MLP = MLPerf "
              "Training logs, GCN-P/S30/S31/S33 = Graphcore's performance-results table by SDK, RT = PopRT's "
-             "READMEs, EX-CF = the examples' Conformer README, OG = optimum-graphcore's notebooks, PT = "
+             "READMEs, EX-CF = the examples' Conformer README, OG = optimum-graphcore's notebooks, TU = Graphcore's "
+             "PopTorch tutorials, PT = "
              "PopTransformer's benchmarks, BM = ByteMLPerf's IPU reports), each run on the zoo's model configured "
              "as the row's source configures it (the "
              "configuration column; its *notes* say where the zoo cannot follow the source). No constant, config "
