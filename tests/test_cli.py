@@ -232,6 +232,27 @@ def test_a_mistyped_flag_is_named_with_the_nearest_flag_of_its_subcommand(capsys
     assert err.rstrip().endswith("ipusim run: error: unrecognized arguments: --trainig (did you mean --training?)")
 
 
+@pytest.mark.parametrize("command, flag, hint", [
+    ("run", "--replication-factor", "(ipusim's is --replicas)"),
+    ("run", "--gradient-accumulation-steps", "(ipusim's is --gradient-accumulation)"),
+    ("run", "--enable-rts", "(ipusim's is --optimizer-state rts)"),
+    ("run", "--ipus-per-replica", "(a replica's IPUs follow from where the model is placed: --layers-per-ipu, or "
+                                  "--param 'split_points=[...]' for the CNNs)"),
+    ("plan", "--batches-per-step", "(ipusim's is --device-iterations)"),
+])
+def test_a_flag_of_graphcores_scripts_is_named_with_ipusims_own(capsys, command, flag, hint):
+    """Flags of Graphcore's example scripts and optimum's IPUConfig get ipusim's name for the same thing, where
+    the subcommand has it (sim.cli.main.FOREIGN_FLAGS)."""
+    code, out, err = cli(capsys, command, "--model", "mlp", flag, "2")
+    assert code == 2 and out == ""
+    assert err.rstrip().endswith(f"unrecognized arguments: {flag} {hint} 2")
+
+
+def test_a_flag_of_graphcores_scripts_without_ipusims_counterpart_in_the_subcommand_gets_no_hint(capsys):
+    code, out, err = cli(capsys, "sweep", "--replication-factor", "--", "--model", "mlp")
+    assert code == 2 and err.rstrip().endswith("unrecognized arguments: --replication-factor")
+
+
 def test_out_of_memory_exits_3_with_the_shortfall(capsys):
     code, out, err = cli(capsys, "run", "--model", "bert-large", "--training",
                              "--num-layers", "24", "--micro-batch", "8")

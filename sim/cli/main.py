@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 import signal
 import sys
 import threading
@@ -57,15 +58,36 @@ def _error(message: object) -> None:
     print(f"ipusim: error: {message}", file=sys.stderr)
 
 
+#: Flags of Graphcore's example scripts and of optimum-graphcore's IPUConfig that ``ipusim run`` spells otherwise
+#: (or sets another way): what to type instead, its first flag the one the subcommand must have for the hint
+FOREIGN_FLAGS = {
+    "--ipus-per-replica": "a replica's IPUs follow from where the model is placed: --layers-per-ipu, or "
+                          "--param 'split_points=[...]' for the CNNs",
+    "--replication-factor": "ipusim's is --replicas",
+    "--gradient-accumulation-steps": "ipusim's is --gradient-accumulation",
+    "--batches-per-step": "ipusim's is --device-iterations",
+    "--batch-size": "ipusim's is --micro-batch, a replica's batch: the global batch is micro-batch x gradient "
+                    "accumulation x replicas",
+    "--matmul-proportion": "ipusim's is --available-memory-proportion",
+    "--half-partials": "ipusim's is --partials half",
+    "--enable-rts": "ipusim's is --optimizer-state rts",
+}
+
+
 def _unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> None:
     """Usage error (exit 2) naming the words the (sub)command does not know, with the nearest of
-    its flags for each mistyped one."""
+    its flags for each mistyped one, or what to type for a flag of Graphcore's scripts
+    (:data:`FOREIGN_FLAGS`) where the subcommand has the flag the hint names."""
     flags = [f for action in parser._actions for f in action.option_strings]
     shown = []
     for word in words:
         flag = word.split("=")[0]
         if flag in flags:  # a flag of this command, typed before the command's name
             shown.append(f"{word} (a flag of `ipusim {parser.prog.split()[-1]}`: put it after the command's name)")
+            continue
+        hint = FOREIGN_FLAGS.get(flag, "")
+        if hint and re.search(r"--[a-z-]+", hint).group() in flags:
+            shown.append(f"{word} ({hint})")
             continue
         near = difflib.get_close_matches(flag, flags, n=1) if word.startswith("-") else []
         shown.append(f"{word} (did you mean {near[0]}?)" if near else word)
