@@ -632,6 +632,40 @@ def test_a_mixture_of_experts_routed_by_its_values_is_refused_once_with_what_to_
     assert "def forward" not in err and "GuardOnDataDependentSymNode" not in err
 
 
+def test_a_model_that_fails_in_plain_pytorch_after_a_loop_over_a_tensor_is_told_so():
+    """Graphcore's BERT fine-tuning tutorial checkpoints each layer's outputs with a forward hook that rebuilds
+    them as a tuple (written when Hugging Face's layers returned tuples); on a layer that returns a tensor it
+    loops over the tensor's rows, which torch.fx cannot follow and torch.export can, and the next layer then
+    gets a tuple, which fails in plain PyTorch too. The error says that torch.export's error is the model's
+    own, not that the model branches on a value."""
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Layer() for _ in range(2))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x.sum(dim=-1)
+
+    m = Stack().eval()
+    m.layers[0].register_forward_hook(lambda module, inputs, outputs: tuple(
+        poptorch.recomputationCheckpoint(y) for y in outputs))
+    with pytest.raises(TypeError, match="must be Tensor, not tuple"):
+        m(torch.randn(2, 4))  # plain PyTorch: the second layer gets a tuple
+    with pytest.raises(sim.GraphError, match=r"torch\.export's error is the model's own: check that the model runs "
+                                             r"in plain PyTorch"):
+        poptorch.inferenceModel(m)(torch.randn(2, 4))
+
+
 def test_what_a_model_writes_to_stderr_while_torch_export_traces_it_is_passed_on(capsys):
     """Only torch's report of a failed export is held back: a model's own stderr output while torch.export
     runs it (torch.fx cannot: it branches on a shape) reaches the user."""

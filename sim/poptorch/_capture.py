@@ -211,10 +211,16 @@ def _trace(adapter, flat: list, leaf_types: tuple):
                 "pack_sequence, PackedSequence; PopTorch's sources have no rule for them either): pass the "
                 "padded batch to the LSTM/GRU and mask the padding (or keep the lengths) yourself") from e
         hint = ""
-        if "DataDependent" in type(e).__name__ or "control flow" in _first_line(fx_error):
+        export_says = f"{type(e).__name__} {e}".lower()
+        if any(k in export_says for k in ("datadependent", "data-dependent", "data dependent", "control flow")):
             hint = (": the model's Python branches on a tensor's values (data-dependent control flow, such as "
                     "`if (mask == 1).all():`), which PopTorch cannot trace either, as it traces without values; "
                     "compute both sides and choose with torch.where, or take the decision outside forward")
+        elif "control flow" in _first_line(fx_error):
+            hint = (": torch.fx stops at Python control flow over a tensor (a loop over one, or a branch on its "
+                    "values), which torch.export follows, so torch.export's error is the model's own: check that "
+                    "the model runs in plain PyTorch with these inputs (a forward hook that returns a tuple where "
+                    "the module returned a tensor, for one)")
         raise GraphError(
             "sim.poptorch could not capture the model: torch.fx failed with "
             f"{type(fx_error).__name__}: {_first_line(fx_error)}; torch.export failed with "
