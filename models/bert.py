@@ -14,6 +14,10 @@ output.
   residual add, layernorm (``models.transformer``). ``split_qkv`` (the PopART BERT config's key)
   keeps the QKV weight and bias as three tensors each, concatenated before the one matmul
   (``bert_model.py qkv_weights``): the same work forward, three weights to update.
+  ``hf_attention``: Hugging Face's ``BertSelfAttention`` as transformers 4.x writes it, unfused: three
+  Q, K, V projections, each its own matmul, and the scores divided by sqrt(head size), as Graphcore's
+  PopTorch BERT tutorial runs it; Graphcore's PyTorch BERT and optimum-graphcore replace it with one
+  QKV matmul and a reciprocal multiply (``bert_fused_attention.py``), the default here.
 - ``vocab`` defaults to BERT's 30522; Graphcore's examples pad it to 30528 (a multiple of 16
   for the AMP units) — pass ``vocab=30528`` to match them exactly.
 - The MLM head is the dense + GELU + layernorm transform, then the projection onto the vocab
@@ -91,7 +95,7 @@ _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_p
                max_sequences_per_pack=None, packing_factor="auto", with_head=True, embedding_serialization=1,
                head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, checkpoint_last_layer=False,
                checkpoint_dtype=None,
-               dtype="float16", fp32_ops=(), split_qkv=False)
+               dtype="float16", fp32_ops=(), split_qkv=False, hf_attention=False)
 MODELS = {
     "bert-base": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "bert-large": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -126,7 +130,10 @@ def build(name: str, p: Params) -> Graph:
     if mask_tokens is not None and mask_tokens > S:
         p.fail("mask_tokens", f"must be <= seq_len={S}")
     drop, att_ffn = c["dropout"], c["att_ffn"]
-    split_qkv = p.flag("split_qkv")
+    split_qkv, hf_attention = p.flag("split_qkv"), p.flag("hf_attention")
+    if split_qkv and hf_attention:
+        p.fail("hf_attention", "runs three Q, K, V matmuls, while split_qkv concatenates their weights into one: "
+                               "give one of them")
     att_drop = None if p["attention_dropout"] is None else p.prob("attention_dropout")
     layer_ipu = c["layer_ipu"] or (att_ffn[1] if att_ffn else None)  # the IPU each layer ends on
     eight_bit = _checkpoint_dtype(p) == "float8"
@@ -173,7 +180,8 @@ def build(name: str, p: Params) -> Graph:
             with place.on(att_ipu, f"layer{i}"):
                 layer_mask = mask if packs is None else pack_mask(b, attn_mask, c["dtype"])
                 x = b.layernorm(b.add(x, attention(b, x, c["heads"], layer_mask, drop, probs_dropout=att_drop,
-                                                   split_qkv_weights=split_qkv)), EPS, name="attention_norm")
+                                                   split_qkv=hf_attention, split_qkv_weights=split_qkv,
+                                                   divide_scores=hf_attention)), EPS, name="attention_norm")
             with place.on(ffn_ipu, f"layer{i}"):
                 x = b.layernorm(b.add(x, ffn(b, x, c["intermediate"], drop)), EPS, name="ffn_norm")
                 if i in c["checkpoints"]:

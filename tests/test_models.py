@@ -508,3 +508,11 @@ def test_bert_att_ffn_placement_leaving_an_ipu_empty_is_refused(placement, words
     with pytest.raises(GraphError, match=rf"att_ffn_placement=.*{words}"):
         models.get("bert-base", num_layers=2, seq_len=16, att_ffn_placement=placement)
     models.get("bert-base", num_layers=2, seq_len=16, att_ffn_placement=[[1, [2, 1]], [0, [0, 1]]])
+
+
+def test_bert_hf_attention_and_split_qkv_are_one_or_the_other():
+    """``hf_attention`` runs Hugging Face's three Q, K, V matmuls; ``split_qkv`` concatenates their weights into
+    PopART BERT's one matmul: asked together, the model says which to drop."""
+    with pytest.raises(GraphError, match=r"hf_attention=True: runs three Q, K, V matmuls, while split_qkv "
+                                         r"concatenates their weights into one: give one of them"):
+        models.get("bert-base", num_layers=1, hf_attention=True, split_qkv=True)

@@ -444,14 +444,15 @@ def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[fl
 def _tutorial_squad_train() -> Setup:
     """BERT-Large SQuAD fine-tuning (SL384) as Graphcore's PopTorch tutorial's stored run ran it on an IPU-POD16
     (graphcore/tutorials tutorials/pytorch/tut_finetuning_bert/Fine-tuning-BERT.ipynb at 42bf70f, "November 2021
-    update", SDK 2.3): Hugging Face's BertForQuestionAnswering (hidden dropout 0.15, attention dropout 0.1, half
-    partials, the span head on the last IPU) in an 8-IPU pipeline (layers 2, 3, 3, 3, 3, 3, 3, 4), a
+    update", SDK 2.3): Hugging Face's BertForQuestionAnswering as transformers 4.10 writes it (its attention
+    unfused: three Q, K, V matmuls and the scores divided by sqrt(head size), the zoo's ``hf_attention``; hidden
+    dropout 0.15, attention dropout 0.1, half partials, the span head on the last IPU) in an 8-IPU pipeline (layers 2, 3, 3, 3, 3, 3, 3, 4), a
     recomputation checkpoint after every layer but the last; micro-batch 2, 2 replicas, GA 64, one device
     iteration; AMP 0.08 / 0.28 / 0.32 / 0.32 / 0.36 / 0.38 / 0.4 / 0.32; AdamW with fp16 first moment and gradient
     accumulators, its state on chip and sharded over the replicas; anchorMode All; the weight update's
     OverlapMemoryOptimized without IPU 0, JustInTime copies."""
     params = _params(micro_batch=2, seq_len=384, layers_per_ipu=[2, 3, 3, 3, 3, 3, 3, 4], vocab=30522,
-                     head="squad", dropout=0.15, attention_dropout=0.1)
+                     head="squad", dropout=0.15, attention_dropout=0.1, hf_attention=True)
     return Setup("bert-large", params, "ipu-pod16", replicas=2, accumulation=64,
                  amp=(0.08, 0.28, 0.32, 0.32, 0.36, 0.38, 0.4, 0.32), optimizer="adamw", rts=True,
                  state_dtype=_HALF_FIRST_MOMENT, accum_dtype="float16", output_mode="All",
