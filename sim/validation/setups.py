@@ -425,6 +425,11 @@ MLPERF_V11_LAMB_STATE = _HALF_FIRST_MOMENT
 MLPERF_V20_LAMB_STATE = "float16"
 
 
+#: Graphcore's 8-IPU split of BERT-Large's 24 layers for SQuAD (its PopART and PyTorch configs, its PopTorch
+#: tutorial)
+_SQUAD_LAYERS_PER_IPU = [2, 3, 3, 3, 3, 3, 3, 4]
+
+
 def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[float], optimizer: str,
                  attention_dropout: float | None = None, output_mode: str = "", pytorch: bool = False) -> Setup:
     """BERT-Large SQuAD fine-tuning (SL384) as Graphcore's configs run it: an 8-IPU pipeline
@@ -432,7 +437,7 @@ def _squad_train(replicas: int, vocab: int, device_iterations: int, amp: list[fl
     optimizer state on chip and sharded over the replicas (first moment fp16), half partials;
     ``attention_dropout`` and ``output_mode`` where the source sets them; ``pytorch``: the PyTorch
     example's weight update schedule (:data:`OVERLAP_BUT_IPU0`; PopART's bert.py keeps Serial on chip)."""
-    params = dict(micro_batch=4, seq_len=384, layers_per_ipu=[2, 3, 3, 3, 3, 3, 3, 4], vocab=vocab, head="squad")
+    params = dict(micro_batch=4, seq_len=384, layers_per_ipu=_SQUAD_LAYERS_PER_IPU, vocab=vocab, head="squad")
     if attention_dropout is not None:
         params["attention_dropout"] = attention_dropout
     return Setup("bert-large", _params(**params), "bow-pod16", replicas=replicas, accumulation=32,
@@ -446,12 +451,13 @@ def _tutorial_squad_train() -> Setup:
     (graphcore/tutorials tutorials/pytorch/tut_finetuning_bert/Fine-tuning-BERT.ipynb at 42bf70f, "November 2021
     update", SDK 2.3): Hugging Face's BertForQuestionAnswering as transformers 4.10 writes it (its attention
     unfused: three Q, K, V matmuls and the scores divided by sqrt(head size), the zoo's ``hf_attention``; hidden
-    dropout 0.15, attention dropout 0.1, half partials, the span head on the last IPU) in an 8-IPU pipeline (layers 2, 3, 3, 3, 3, 3, 3, 4), a
-    recomputation checkpoint after every layer but the last; micro-batch 2, 2 replicas, GA 64, one device
+    dropout 0.15, attention dropout 0.1, half partials, the span head on the last IPU) in an 8-IPU pipeline
+    (layers 2, 3, 3, 3, 3, 3, 3, 4), a recomputation checkpoint after every layer but the last; micro-batch 2, 2
+    replicas, GA 64, one device
     iteration; AMP 0.08 / 0.28 / 0.32 / 0.32 / 0.36 / 0.38 / 0.4 / 0.32; AdamW with fp16 first moment and gradient
     accumulators, its state on chip and sharded over the replicas; anchorMode All; the weight update's
     OverlapMemoryOptimized without IPU 0, JustInTime copies."""
-    params = _params(micro_batch=2, seq_len=384, layers_per_ipu=[2, 3, 3, 3, 3, 3, 3, 4], vocab=30522,
+    params = _params(micro_batch=2, seq_len=384, layers_per_ipu=_SQUAD_LAYERS_PER_IPU, vocab=30522,
                      head="squad", dropout=0.15, attention_dropout=0.1, hf_attention=True)
     return Setup("bert-large", params, "ipu-pod16", replicas=2, accumulation=64,
                  amp=(0.08, 0.28, 0.32, 0.32, 0.36, 0.38, 0.4, 0.32), optimizer="adamw", rts=True,
@@ -622,6 +628,7 @@ def _roformer_infer(batch: int) -> Setup:
     availableMemoryProportion 0.6; the partials type is not set (half, as the other PopRT rows [U])."""
     return Setup("roformer-v2-small", _params(micro_batch=batch, pre_scale=batch == 356), "c600", poprt=True,
                  device_iterations=1, training=False, prefetch_depth=2)
+
 
 #: Graphcore's EfficientNet G16 variant (its examples' ``group_dim`` 16 and ``expand_ratio`` 4), as the zoo's parameters
 EFFNET_G16 = {"group_dim": 16, "expand_ratio": 4}
