@@ -48,9 +48,14 @@ from .hardware.system import System
 from .hardware.topology import crosses_gw_link, route
 from .virtual_clock import real_perf_counter
 from .program import (CATEGORIES, Collective, Compute, IpuCopy, Parallel, RemoteCopy, Repeat, Sequence,
-                      StreamCopy, Sync, ipus_of)
+                      StreamCopy, Sync, ipus_of, leaves)
 
 STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extrapolated
+
+
+def stream_key(s: StreamCopy) -> tuple:
+    """A stream of one replica's IPU in one direction: its copies share (and refill) its buffers."""
+    return s.ipu, s.replica, s.stream, s.direction
 MAX_CYCLES = 2**62  # the simulated time must fit the int64 cycle arrays with room for sums
 COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective
 HOST_CALLBACKS = "host_callbacks"  # a host process's stream-callback thread, which fills input buffers
@@ -355,7 +360,7 @@ class Engine:
         return mem.latency_cycles + self.system.seconds_to_cycles(r.nbytes / mem.bytes_per_s_per_ipu)
 
     # --- lowering --------------------------------------------------------------------------
-    def lower(self, seq: Sequence, tagged: bool = False) -> list[Task]:
+    def lower(self, seq: Sequence, tagged: bool = False, warm: frozenset = frozenset()) -> list[Task]:
         """The task graph of ``seq``: tasks in program order, deps as indices into the list.
 
         Program order is kept per lane: an IPU's compute tiles (``ipu``), its IO tiles
@@ -363,12 +368,16 @@ class Engine:
         for other items (``after``). With ``tagged``, the tasks of ``seq.items[i]`` get tag ``i``.
         A lane whose latest work is in a :class:`Parallel` ends at a point of that block; a task
         waiting for it waits for a lane-end task, one per block group and cycle count.
+        ``warm``: the streams (:func:`stream_key`) that already flowed in the run before ``seq``
+        starts (``seq`` is a loop's body simulated on its own), whose first input buffer the host
+        filled ahead.
         """
         tasks: list[Task] = []
         last: dict = {}  # lane -> its latest task, or (block task, group, cycles) for a block's lane
         emitted: dict = {}  # id(program item) -> its latest task
         lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
+        flowed = set(warm)  # streams transferred in the run before the current item
         tag = 0
 
         def lane_end(point: tuple) -> int:
@@ -481,15 +490,19 @@ class Engine:
             tiles = () if s.io_tiles else (s.ipu,)
             kind = "host_io_overlapped" if s.io_tiles else "host_io"
             label = s.label or s.name  # the stream's name where the front end gives one
-            key = (s.ipu, s.replica, s.stream, s.direction)
+            key = stream_key(s)
             done = buffers[key]
             # a run starts with its input streams' prefetches invalidated (PopART's Devicex::run reconnects
             # them), and Poplar prefetches a stream only after a transfer of it (poplar::StreamCallback): so
             # the run's first copy of an input is fetched on demand, on the IPU's path, whatever the depth;
-            # later ones run ahead (a deeper buffer) or, with one buffer, refill it while the IPU computes
+            # later ones run ahead (a deeper buffer) or, with one buffer, refill it while the IPU computes,
+            # the first copy of a loop's body too when the stream flowed before the loop (``warm``)
             refill = s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu"
             ahead = s.prefetch >= 2 or refill
-            if not ahead or (s.direction == "to_ipu" and not done):
+            first = s.direction == "to_ipu" and not done
+            filled = first and ahead and key in flowed  # its buffer filled during the loop's previous work
+            flowed.add(key)
+            if not ahead or (first and not filled):
                 task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, label, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
                 if ahead:
@@ -507,9 +520,12 @@ class Engine:
             # are that many, for the run's first transfer of the stream)
             free = [done[-back]] if len(done) >= back else done[:1]
             if s.direction == "to_ipu":
+                # a filled buffer's copy does not wait for the host; the fill made for it during the loop's
+                # previous work stands at the start, so every iteration's host thread makes as many fills
                 host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", label,
                                  s.nbytes), [host_lane])
-                device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
+                waits = set(deps_of([lane], s)) | ({host} if not filled else set())
+                device = emit(Task(sorted(waits), hold, device_phases, s.ipu, kind,
                                    label, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 done.append(device)
             else:
@@ -529,12 +545,15 @@ class Engine:
                 return
             ipus = sorted(ipus_of(r.body))
             lanes = ipus + [("io", i, d) for i in ipus for d in ("to_ipu", "from_ipu")]
+            streams = self._stream_keys(r.body)
+            warm_body = frozenset(streams & flowed)  # its streams that flowed before it: their buffers are filled
+            flowed.update(streams)
             if r.collapse:
-                sub = self._simulate_memo(r.body, 1)
+                sub = self._simulate_memo(r.body, 1, warm_body)
                 macro, cycles = ("tile", r.count, sub), r.count * sub.total_cycles
             else:
                 n = STEADY_ITERATIONS + 1
-                sub = self._simulate_memo(r.body, n)
+                sub = self._simulate_memo(r.body, n, warm_body)
                 period = steady_period(sub, n)
                 macro, cycles = ("steady", r.count, sub, period), sub.total_cycles + (r.count - n) * period
             resources = sorted(sub.resources)
@@ -556,16 +575,24 @@ class Engine:
         with _collector_paused():
             return self._simulate(program)
 
-    def _simulate_memo(self, body: Sequence, copies: int) -> Timeline:
-        """``body`` simulated alone, ``copies`` times in a row (tagged by copy when > 1)."""
-        key = (id(body), copies)
+    def _simulate_memo(self, body: Sequence, copies: int, warm: frozenset = frozenset()) -> Timeline:
+        """``body`` simulated alone, ``copies`` times in a row (tagged by copy when > 1), its ``warm``
+        streams' first buffers filled (:meth:`lower`)."""
+        key = (id(body), copies, warm)
         if key not in self._memo:
-            tl = self._simulate(Sequence([body] * copies), tagged=copies > 1) if copies > 1 else self._simulate(body)
-            self._memo[key] = (tl, body)  # keep body alive so its id stays unique
+            seq = Sequence([body] * copies) if copies > 1 else body
+            self._memo[key] = (self._simulate(seq, copies > 1, warm), body)  # keep body alive: its id stays unique
         return self._memo[key][0]
 
-    def _simulate(self, seq: Sequence, tagged: bool = False) -> Timeline:
-        tasks = self.lower(seq, tagged)
+    def _stream_keys(self, body: Sequence) -> set:
+        """The streams (:func:`stream_key`) a loop's body copies, once per body."""
+        key = ("streams", id(body))
+        if key not in self._memo:
+            self._memo[key] = ({stream_key(c) for c in leaves(body) if isinstance(c, StreamCopy)}, body)
+        return self._memo[key][0]
+
+    def _simulate(self, seq: Sequence, tagged: bool = False, warm: frozenset = frozenset()) -> Timeline:
+        tasks = self.lower(seq, tagged, warm)
         env = simpy.Environment()
         resources: dict[tuple, simpy.Resource] = {}
         contended = contention(tasks)
