@@ -122,6 +122,8 @@ class Timeline:
     event_seconds: float = 0.0  # wall seconds of SimPy's event loop processing them (for the benchmark)
     iteration_starts: list = field(default_factory=list)  # of a tagged (loop) simulation
     lane_iteration_starts: dict = field(default_factory=dict)  # lane -> the same on that lane (None: no task)
+    last_copies: dict = field(default_factory=dict)  # input stream (stream_key) -> its last copy's end
+    last_fill: int = 0  # when the host's last fill of an input buffer ended
 
     def place(self, offsets: np.ndarray, tag: int, rows_tag: int | None = None):
         """Records and streams of this timeline at each of ``offsets``, tagged ``tag``.
@@ -303,6 +305,15 @@ class Engine:
         wire = sysm.seconds_to_cycles(s.nbytes / hl.ipu_to_host_bytes_per_s)
         return [(link, wire)], [([], sync + latency), ([], device)]
 
+    def prefetch_split(self, s: StreamCopy):
+        """(host-side phases, IPU-side phases) of a prefetched copy: :meth:`prefetch_phases`, but with one
+        buffer refilled while the IPU computes only the host's fill runs ahead, once the previous copy has
+        emptied the buffer, and the link carries the data in the copy."""
+        host, device = self.prefetch_phases(s)
+        if s.prefetch < 2 and s.direction == "to_ipu":
+            return host[:1], device[:1] + host[1:] + device[1:]
+        return host, device
+
     def ipu_copy_links(self, c: IpuCopy) -> dict[tuple[int, int], int]:
         """Bytes on each directed IPU-Link the copy's transfers are routed over."""
         per_link: dict[tuple[int, int], int] = defaultdict(int)
@@ -368,16 +379,16 @@ class Engine:
         for other items (``after``). With ``tagged``, the tasks of ``seq.items[i]`` get tag ``i``.
         A lane whose latest work is in a :class:`Parallel` ends at a point of that block; a task
         waiting for it waits for a lane-end task, one per block group and cycle count.
-        ``warm``: the streams (:func:`stream_key`) that already flowed in the run before ``seq``
-        starts (``seq`` is a loop's body simulated on its own), whose first input buffer the host
-        filled ahead.
+        ``warm``: the input streams (:func:`stream_key`) whose first buffer the enclosing run filled
+        before ``seq`` (a loop's body simulated on its own) starts, as the stream flowed before the loop.
         """
         tasks: list[Task] = []
         last: dict = {}  # lane -> its latest task, or (block task, group, cycles) for a block's lane
         emitted: dict = {}  # id(program item) -> its latest task
         lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
-        flowed = set(warm)  # streams transferred in the run before the current item
+        flowed = set(warm)  # streams transferred before the current item
+        lead: dict = {}  # host thread -> cycles before a loop's end it could begin its next fill (filling_from)
         tag = 0
 
         def lane_end(point: tuple) -> int:
@@ -484,6 +495,31 @@ class Engine:
             for lane, (k, n) in lanes.items():
                 last[lane] = (b, k, n)
 
+        def prefetched(s: StreamCopy) -> bool:
+            """Whether the host side of the stream's copies runs ahead of or behind the IPU: a deeper buffer,
+            or (inputs) PopART's enablePrefetchDatastreams refilling one buffer while the IPU computes."""
+            return s.prefetch >= 2 or (s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu")
+
+        def filling_from(thread, phases: list) -> list:
+            """A fill's phases, the first on its host ``thread`` after a loop less the ``lead`` by which the thread
+            could start it before the loop's end (the fill's first phase shortened)."""
+            head = lead.pop(thread, 0)
+            if not head or not phases:
+                return phases
+            (extra, cycles), rest = phases[0], phases[1:]
+            return [(extra, max(0, cycles - head))] + rest
+
+        def depth_buffers(s: StreamCopy) -> int:
+            """How many copies ahead of the IPU the host side may be: the buffers beyond the one in use."""
+            return max(1, s.prefetch - 1)
+
+        def freed(s: StreamCopy, done: list) -> list:
+            """The task whose end frees a buffer for the next copy: an input's fill waits for the copy
+            :func:`depth_buffers` copies before it (the run's first copies, for its first transfers), an
+            output's copy for the host to take the one as many before it."""
+            back = depth_buffers(s)
+            return [done[-back]] if len(done) >= back else done[:1]
+
         def stream(s: StreamCopy):
             lane = ("io", s.ipu, s.direction) if s.io_tiles else s.ipu
             hold = [("io_tiles", s.ipu, s.direction)] if s.io_tiles else []
@@ -495,41 +531,29 @@ class Engine:
             # a run starts with its input streams' prefetches invalidated (PopART's Devicex::run reconnects
             # them), and Poplar prefetches a stream only after a transfer of it (poplar::StreamCallback): so
             # the run's first copy of an input is fetched on demand, on the IPU's path, whatever the depth;
-            # later ones run ahead (a deeper buffer) or, with one buffer, refill it while the IPU computes,
-            # the first copy of a loop's body too when the stream flowed before the loop (``warm``)
-            refill = s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu"
-            ahead = s.prefetch >= 2 or refill
+            # later ones run ahead (a deeper buffer) or, with one buffer, refill it while the IPU computes
             first = s.direction == "to_ipu" and not done
-            filled = first and ahead and key in flowed  # its buffer filled during the loop's previous work
             flowed.add(key)
-            if not ahead or (first and not filled):
+            if not prefetched(s) or (first and key not in warm):
                 task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, label, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
-                if ahead:
+                if prefetched(s):
                     done.append(task)
                 return
-            # multibuffered: the host side runs ahead of (inputs) or behind (outputs) the IPU,
-            # by at most prefetch - 1 buffers; with one buffer only the host's fill runs ahead,
-            # once the previous copy has emptied the buffer, and the link carries it in the copy
-            host_phases, device_phases = self.prefetch_phases(s)
-            if refill:
-                host_phases, device_phases = host_phases[:1], device_phases[:1] + host_phases[1:] + device_phases[1:]
+            host_phases, device_phases = self.prefetch_split(s)
             host_lane = ("host", key)
-            back = max(1, s.prefetch - 1)
-            # an input's fill waits for the copy ``back`` copies before it to free its buffer (until there
-            # are that many, for the run's first transfer of the stream)
-            free = [done[-back]] if len(done) >= back else done[:1]
+            if first and key in warm:  # a loop's first copy of a stream that flowed before it: filled before it
+                done.append(emit(Task(deps_of([lane], s), hold, device_phases, s.ipu, kind, label, s.nbytes,
+                                      stream=s, tiles=tiles), [lane], s))
+                return
             if s.direction == "to_ipu":
-                # a filled buffer's copy does not wait for the host; the fill made for it during the loop's
-                # previous work stands at the start, so every iteration's host thread makes as many fills
-                host = emit(Task(deps_of([host_lane]) + free, [], host_phases, s.ipu, "host_prefetch", label,
-                                 s.nbytes), [host_lane])
-                waits = set(deps_of([lane], s)) | ({host} if not filled else set())
-                device = emit(Task(sorted(waits), hold, device_phases, s.ipu, kind,
+                host = emit(Task(deps_of([host_lane]) + freed(s, done), [], host_phases, s.ipu, "host_prefetch",
+                                 label, s.nbytes), [host_lane])
+                device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
                                    label, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 done.append(device)
             else:
-                device = emit(Task(sorted(set(deps_of([lane], s)) | set(free)), hold, device_phases, s.ipu,
+                device = emit(Task(sorted(set(deps_of([lane], s)) | set(freed(s, done))), hold, device_phases, s.ipu,
                                    kind, label, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 host = emit(Task(sorted(set(deps_of([host_lane])) | {device}), [], host_phases, s.ipu,
                                  "host_prefetch", label, s.nbytes), [host_lane])
@@ -545,9 +569,18 @@ class Engine:
                 return
             ipus = sorted(ipus_of(r.body))
             lanes = ipus + [("io", i, d) for i in ipus for d in ("to_ipu", "from_ipu")]
+            # an input that flowed before the loop is prefetched into the loop's first copy once a buffer is
+            # free, as an inline walk would prefetch it: the fill is made here, on the host's thread, and the
+            # body is simulated with that copy filled (a loop does not wait for it as a whole: the host fills
+            # ahead of an IPU that keeps up, and one that does not charges its thread the time)
             streams = self._stream_keys(r.body)
-            warm_body = frozenset(streams & flowed)  # its streams that flowed before it: their buffers are filled
-            flowed.update(streams)
+            warm_body = frozenset(k for k, c in streams.items()
+                                  if k in flowed and c.direction == "to_ipu" and prefetched(c))
+            for k in sorted(warm_body):
+                c = streams[k]
+                emit(Task(deps_of([("host", k)]) + freed(c, buffers[k]), [],
+                          filling_from(c.host_thread, self.prefetch_split(c)[0]), c.ipu, "host_prefetch",
+                          c.label or c.name, c.nbytes), [("host", k)])
             if r.collapse:
                 sub = self._simulate_memo(r.body, 1, warm_body)
                 macro, cycles = ("tile", r.count, sub), r.count * sub.total_cycles
@@ -557,9 +590,19 @@ class Engine:
                 period = steady_period(sub, n)
                 macro, cycles = ("steady", r.count, sub, period), sub.total_cycles + (r.count - n) * period
             resources = sorted(sub.resources)
-            emit(Task(deps_of(lanes), [k for k in resources if k[0] != "tiles"], [([], cycles)],
-                      ipus[0] if ipus else 0, "repeat", r.name, macro=macro,
-                      tiles=tuple(k[1] for k in resources if k[0] == "tiles")), lanes)
+            loop = emit(Task(deps_of(lanes), [k for k in resources if k[0] != "tiles"],
+                             [([], cycles)], ipus[0] if ipus else 0, "repeat", r.name, macro=macro,
+                             tiles=tuple(k[1] for k in resources if k[0] == "tiles")), lanes)
+            for k in streams:  # the loop's copies have freed their buffers by its end
+                flowed.add(k)
+                buffers[k] = [loop]
+            # the host's thread may begin the next fill once the loop's last copy of its streams has freed a
+            # buffer and its last fill in the loop is done: that many cycles before the loop ends
+            freed_at: dict = {}
+            for k, c in streams.items():
+                if k in sub.last_copies:
+                    freed_at[c.host_thread] = max(freed_at.get(c.host_thread, 0), sub.last_copies[k], sub.last_fill)
+            lead.update({thread: sub.total_cycles - at for thread, at in freed_at.items()})
 
         if tagged:
             for i, item in enumerate(seq.items):
@@ -577,18 +620,22 @@ class Engine:
 
     def _simulate_memo(self, body: Sequence, copies: int, warm: frozenset = frozenset()) -> Timeline:
         """``body`` simulated alone, ``copies`` times in a row (tagged by copy when > 1), its ``warm``
-        streams' first buffers filled (:meth:`lower`)."""
+        streams' first buffers already filled (:meth:`lower`)."""
         key = (id(body), copies, warm)
         if key not in self._memo:
             seq = Sequence([body] * copies) if copies > 1 else body
             self._memo[key] = (self._simulate(seq, copies > 1, warm), body)  # keep body alive: its id stays unique
         return self._memo[key][0]
 
-    def _stream_keys(self, body: Sequence) -> set:
-        """The streams (:func:`stream_key`) a loop's body copies, once per body."""
+    def _stream_keys(self, body: Sequence) -> dict:
+        """The streams (:func:`stream_key`) a loop's body copies, each with its first copy, once per body."""
         key = ("streams", id(body))
         if key not in self._memo:
-            self._memo[key] = ({stream_key(c) for c in leaves(body) if isinstance(c, StreamCopy)}, body)
+            first: dict = {}
+            for c in leaves(body):
+                if isinstance(c, StreamCopy):
+                    first.setdefault(stream_key(c), c)
+            self._memo[key] = (first, body)
         return self._memo[key][0]
 
     def _simulate(self, seq: Sequence, tagged: bool = False, warm: frozenset = frozenset()) -> Timeline:
@@ -732,6 +779,10 @@ class Engine:
                 ipus.append(t.tiles or (t.ipu,))
                 if t.stream is not None:
                     streams.append(i)
+                    if t.stream.direction == "to_ipu":
+                        tl.last_copies[stream_key(t.stream)] = max(int(end[i]), tl.last_copies.get(stream_key(t.stream), 0))
+                elif t.category == "host_prefetch" and t.phases and any(r[0] == HOST_CALLBACKS for r in t.phases[0][0]):
+                    tl.last_fill = max(tl.last_fill, int(end[i]))  # an input's fill (an output's has no callback)
                 cycles = int(end[i] - start[i])
                 if t.category == "compute":
                     for cat, c in self._busy_parts(t.detail):
