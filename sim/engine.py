@@ -51,14 +51,14 @@ from .program import (CATEGORIES, Collective, Compute, IpuCopy, Parallel, Remote
                       StreamCopy, Sync, ipus_of, leaves)
 
 STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extrapolated
+MAX_CYCLES = 2**62  # the simulated time must fit the int64 cycle arrays with room for sums
+COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective
+HOST_CALLBACKS = "host_callbacks"  # a host process's stream-callback thread, which fills input buffers
 
 
 def stream_key(s: StreamCopy) -> tuple:
     """A stream of one replica's IPU in one direction: its copies share (and refill) its buffers."""
     return s.ipu, s.replica, s.stream, s.direction
-MAX_CYCLES = 2**62  # the simulated time must fit the int64 cycle arrays with room for sums
-COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective
-HOST_CALLBACKS = "host_callbacks"  # a host process's stream-callback thread, which fills input buffers
 
 
 def _busy():
@@ -388,7 +388,7 @@ class Engine:
         lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
         flowed = set(warm)  # streams transferred before the current item
-        lead: dict = {}  # host thread -> cycles before a loop's end it could begin its next fill (filling_from)
+        lead: dict = {}  # host thread -> (a loop, cycles before its end the thread could begin a fill): filling_from
         tag = 0
 
         def lane_end(point: tuple) -> int:
@@ -498,27 +498,25 @@ class Engine:
         def prefetched(s: StreamCopy) -> bool:
             """Whether the host side of the stream's copies runs ahead of or behind the IPU: a deeper buffer,
             or (inputs) PopART's enablePrefetchDatastreams refilling one buffer while the IPU computes."""
-            return s.prefetch >= 2 or (s.prefetch < 2 and s.fill_ahead and s.direction == "to_ipu")
-
-        def filling_from(thread, phases: list) -> list:
-            """A fill's phases, the first on its host ``thread`` after a loop less the ``lead`` by which the thread
-            could start it before the loop's end (the fill's first phase shortened)."""
-            head = lead.pop(thread, 0)
-            if not head or not phases:
-                return phases
-            (extra, cycles), rest = phases[0], phases[1:]
-            return [(extra, max(0, cycles - head))] + rest
-
-        def depth_buffers(s: StreamCopy) -> int:
-            """How many copies ahead of the IPU the host side may be: the buffers beyond the one in use."""
-            return max(1, s.prefetch - 1)
+            return s.prefetch >= 2 or (s.fill_ahead and s.direction == "to_ipu")
 
         def freed(s: StreamCopy, done: list) -> list:
             """The task whose end frees a buffer for the next copy: an input's fill waits for the copy
-            :func:`depth_buffers` copies before it (the run's first copies, for its first transfers), an
-            output's copy for the host to take the one as many before it."""
-            back = depth_buffers(s)
+            ``prefetch - 1`` copies before it (the run's first copies, for its first transfers), an output's
+            copy for the host to take the one as many before it."""
+            back = max(1, s.prefetch - 1)
             return [done[-back]] if len(done) >= back else done[:1]
+
+        def fill(s: StreamCopy, key, free: list, phases: list) -> int:
+            """The host's fill of an input buffer, on the stream's host lane once ``free``. The first fill on
+            its thread after a loop that freed this buffer begins ``lead`` cycles before the loop's end, when
+            the loop's last copy and the thread's last fill in it were done (its first phase shortened)."""
+            loop, head = lead.pop(s.host_thread, (None, 0))
+            if head and phases and free == [loop]:
+                (extra, cycles), rest = phases[0], phases[1:]
+                phases = [(extra, max(0, cycles - head))] + rest
+            return emit(Task(deps_of([("host", key)]) + free, [], phases, s.ipu, "host_prefetch", s.label or s.name,
+                             s.nbytes), [("host", key)])
 
         def stream(s: StreamCopy):
             lane = ("io", s.ipu, s.direction) if s.io_tiles else s.ipu
@@ -547,8 +545,7 @@ class Engine:
                                       stream=s, tiles=tiles), [lane], s))
                 return
             if s.direction == "to_ipu":
-                host = emit(Task(deps_of([host_lane]) + freed(s, done), [], host_phases, s.ipu, "host_prefetch",
-                                 label, s.nbytes), [host_lane])
+                host = fill(s, key, freed(s, done), host_phases)
                 device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
                                    label, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 done.append(device)
@@ -570,17 +567,13 @@ class Engine:
             ipus = sorted(ipus_of(r.body))
             lanes = ipus + [("io", i, d) for i in ipus for d in ("to_ipu", "from_ipu")]
             # an input that flowed before the loop is prefetched into the loop's first copy once a buffer is
-            # free, as an inline walk would prefetch it: the fill is made here, on the host's thread, and the
-            # body is simulated with that copy filled (a loop does not wait for it as a whole: the host fills
-            # ahead of an IPU that keeps up, and one that does not charges its thread the time)
+            # free, as an inline walk would prefetch it: the fill is made here, on the host's thread, before the
+            # loop (which holds the thread while it runs), and the body is simulated with that copy filled
             streams = self._stream_keys(r.body)
             warm_body = frozenset(k for k, c in streams.items()
                                   if k in flowed and c.direction == "to_ipu" and prefetched(c))
-            for k in sorted(warm_body):
-                c = streams[k]
-                emit(Task(deps_of([("host", k)]) + freed(c, buffers[k]), [],
-                          filling_from(c.host_thread, self.prefetch_split(c)[0]), c.ipu, "host_prefetch",
-                          c.label or c.name, c.nbytes), [("host", k)])
+            fills = [fill(streams[k], k, freed(streams[k], buffers[k]), self.prefetch_split(streams[k])[0])
+                     for k in sorted(warm_body)]
             if r.collapse:
                 sub = self._simulate_memo(r.body, 1, warm_body)
                 macro, cycles = ("tile", r.count, sub), r.count * sub.total_cycles
@@ -590,7 +583,7 @@ class Engine:
                 period = steady_period(sub, n)
                 macro, cycles = ("steady", r.count, sub, period), sub.total_cycles + (r.count - n) * period
             resources = sorted(sub.resources)
-            loop = emit(Task(deps_of(lanes), [k for k in resources if k[0] != "tiles"],
+            loop = emit(Task(sorted(set(deps_of(lanes)) | set(fills)), [k for k in resources if k[0] != "tiles"],
                              [([], cycles)], ipus[0] if ipus else 0, "repeat", r.name, macro=macro,
                              tiles=tuple(k[1] for k in resources if k[0] == "tiles")), lanes)
             for k in streams:  # the loop's copies have freed their buffers by its end
@@ -602,7 +595,7 @@ class Engine:
             for k, c in streams.items():
                 if k in sub.last_copies:
                     freed_at[c.host_thread] = max(freed_at.get(c.host_thread, 0), sub.last_copies[k], sub.last_fill)
-            lead.update({thread: sub.total_cycles - at for thread, at in freed_at.items()})
+            lead.update({thread: (loop, sub.total_cycles - at) for thread, at in freed_at.items()})
 
         if tagged:
             for i, item in enumerate(seq.items):
@@ -780,7 +773,8 @@ class Engine:
                 if t.stream is not None:
                     streams.append(i)
                     if t.stream.direction == "to_ipu":
-                        tl.last_copies[stream_key(t.stream)] = max(int(end[i]), tl.last_copies.get(stream_key(t.stream), 0))
+                        key = stream_key(t.stream)
+                        tl.last_copies[key] = max(int(end[i]), tl.last_copies.get(key, 0))
                 elif t.category == "host_prefetch" and t.phases and any(r[0] == HOST_CALLBACKS for r in t.phases[0][0]):
                     tl.last_fill = max(tl.last_fill, int(end[i]))  # an input's fill (an output's has no callback)
                 cycles = int(end[i] - start[i])

@@ -263,9 +263,10 @@ def test_steady_state_extrapolation_inside_a_pipeline_is_off_by_a_boundary_only(
     one extrapolated macro task; the flush after it waits for the macro's host-side tail (the
     last outputs draining to the host), which the unrolled run overlaps with the flush. The
     difference is a constant per loop boundary, at most one host-side output transfer, and
-    does not grow with the number of micro-batches (0.28 % at 200, the main cycles' first input filled before
-    them since 2026-12-06; 0.27 % while it was fetched on demand in the macro; 0.12 % while the run's first
-    input copies were prefilled from cycle 0 rather than fetched on demand)."""
+    does not grow with the number of micro-batches (0.31 % at 200 since 2026-12-06, the main cycles starting
+    once their first input's fill, made before them, is done; 0.27 % while that copy was fetched on demand in
+    the macro; 0.12 % while the run's first input copies were prefilled from cycle 0 rather than fetched on
+    demand)."""
     def run(G):
         o = sim.Options().deviceIterations(G).syncPattern(SyncPattern.SinglePipeline)
         o._Popart.set("defaultPrefetchBufferingDepth", 3)
@@ -280,7 +281,7 @@ def test_steady_state_extrapolation_inside_a_pipeline_is_off_by_a_boundary_only(
     host_out = t[(t["kind"] == "host_prefetch") & (t["name"] == out)]  # host side of each output
     assert diffs[50] == diffs[200]
     assert 0 <= diffs[200] <= host_out["cycles"].max()
-    assert diffs[200] / full[200].cycle_count < 3e-3
+    assert diffs[200] / full[200].cycle_count < 3.5e-3
 
 
 # --- host processes and their stream-callback threads ------------------------------------------
