@@ -531,25 +531,23 @@ class Engine:
             # the run's first copy of an input is fetched on demand, on the IPU's path, whatever the depth;
             # later ones run ahead (a deeper buffer) or, with one buffer, refill it while the IPU computes
             first = s.direction == "to_ipu" and not done
+            ahead = prefetched(s)
             flowed.add(key)
-            if not prefetched(s) or (first and key not in warm):
+            if not ahead or (first and key not in warm):
                 task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, label, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
-                if prefetched(s):
+                if ahead:
                     done.append(task)
                 return
             host_phases, device_phases = self.prefetch_split(s)
-            host_lane = ("host", key)
-            if first and key in warm:  # a loop's first copy of a stream that flowed before it: filled before it
-                done.append(emit(Task(deps_of([lane], s), hold, device_phases, s.ipu, kind, label, s.nbytes,
-                                      stream=s, tiles=tiles), [lane], s))
-                return
             if s.direction == "to_ipu":
-                host = fill(s, key, freed(s, done), host_phases)
-                device = emit(Task(sorted(set(deps_of([lane], s)) | {host}), hold, device_phases, s.ipu, kind,
-                                   label, s.nbytes, stream=s, tiles=tiles), [lane], s)
-                done.append(device)
+                waits = set(deps_of([lane], s))
+                if not first:  # a loop's first copy of a stream that flowed before it was filled before the loop
+                    waits.add(fill(s, key, freed(s, done), host_phases))
+                done.append(emit(Task(sorted(waits), hold, device_phases, s.ipu, kind, label, s.nbytes,
+                                      stream=s, tiles=tiles), [lane], s))
             else:
+                host_lane = ("host", key)
                 device = emit(Task(sorted(set(deps_of([lane], s)) | set(freed(s, done))), hold, device_phases, s.ipu,
                                    kind, label, s.nbytes, stream=s, tiles=tiles), [lane], s)
                 host = emit(Task(sorted(set(deps_of([host_lane])) | {device}), [], host_phases, s.ipu,
