@@ -54,6 +54,7 @@ STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extr
 MAX_CYCLES = 2**62  # the simulated time must fit the int64 cycle arrays with room for sums
 COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective
 HOST_CALLBACKS = "host_callbacks"  # a host process's stream-callback thread, which fills input buffers
+UNUSED_FILL = "unused_fill"  # a fill made after a loop for a copy that never came (no time, no record)
 
 
 def stream_key(s: StreamCopy) -> tuple:
@@ -123,7 +124,7 @@ class Timeline:
     iteration_starts: list = field(default_factory=list)  # of a tagged (loop) simulation
     lane_iteration_starts: dict = field(default_factory=dict)  # lane -> the same on that lane (None: no task)
     last_copies: dict = field(default_factory=dict)  # input stream (stream_key) -> its last copy's end
-    last_fill: int = 0  # when the host's last fill of an input buffer ended
+    last_fills: dict = field(default_factory=dict)  # host thread -> when its last fill of an input buffer ended
 
     def place(self, offsets: np.ndarray, tag: int, rows_tag: int | None = None):
         """Records and streams of this timeline at each of ``offsets``, tagged ``tag``.
@@ -388,7 +389,7 @@ class Engine:
         lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
         flowed = set(warm)  # streams transferred before the current item
-        lead: dict = {}  # host thread -> (a loop, cycles before its end the thread could begin a fill): filling_from
+        pending: dict = {}  # input stream -> the fill made after a loop for its next copy: fill()
         tag = 0
 
         def lane_end(point: tuple) -> int:
@@ -507,16 +508,18 @@ class Engine:
             back = max(1, s.prefetch - 1)
             return [done[-back]] if len(done) >= back else done[:1]
 
-        def fill(s: StreamCopy, key, free: list, phases: list) -> int:
-            """The host's fill of an input buffer, on the stream's host lane once ``free``. The first fill on
-            its thread after a loop that freed this buffer begins ``lead`` cycles before the loop's end, when
-            the loop's last copy and the thread's last fill in it were done (its first phase shortened)."""
-            loop, head = lead.pop(s.host_thread, (None, 0))
-            if head and phases and free == [loop]:
-                (extra, cycles), rest = phases[0], phases[1:]
-                phases = [(extra, max(0, cycles - head))] + rest
-            return emit(Task(deps_of([("host", key)]) + free, [], phases, s.ipu, "host_prefetch", s.label or s.name,
-                             s.nbytes), [("host", key)])
+        def fill(s: StreamCopy, key, free: list, phases: list, head: int = 0) -> int:
+            """The host's fill of an input buffer, on the stream's host lane once ``free``; one made after a loop
+            that freed the buffer began ``head`` cycles before the loop's end (its phases shortened by as much).
+            A fill made ahead of its copy (``pending``) is taken by that copy."""
+            if key in pending:
+                return pending.pop(key)
+            shortened = []
+            for extra, cycles in phases:  # the part done before the loop's end is dropped
+                shortened.append((extra, max(0, cycles - max(0, head))))
+                head -= cycles
+            return emit(Task(deps_of([("host", key)]) + free, [], shortened, s.ipu, "host_prefetch",
+                             s.label or s.name, s.nbytes), [("host", key)])
 
         def stream(s: StreamCopy):
             lane = ("io", s.ipu, s.direction) if s.io_tiles else s.ipu
@@ -587,13 +590,18 @@ class Engine:
             for k in streams:  # the loop's copies have freed their buffers by its end
                 flowed.add(k)
                 buffers[k] = [loop]
-            # the host's thread may begin the next fill once the loop's last copy of its streams has freed a
-            # buffer and its last fill in the loop is done: that many cycles before the loop ends
-            freed_at: dict = {}
-            for k, c in streams.items():
-                if k in sub.last_copies:
-                    freed_at[c.host_thread] = max(freed_at.get(c.host_thread, 0), sub.last_copies[k], sub.last_fill)
-            lead.update({thread: (loop, sub.total_cycles - at) for thread, at in freed_at.items()})
+            # the fills after the loop are made here, as walking its iterations would make them: each once the
+            # loop's last copy of its stream has freed a buffer and its host thread is free, the thread serving
+            # them in the order their buffers were freed, after its own last fill in the loop; each is taken by
+            # the stream's next copy (one never taken is dropped: lower's end)
+            free_at = dict(sub.last_fills)
+            for at, k in sorted((sub.last_copies[k], k) for k, c in streams.items()
+                                if k in sub.last_copies and prefetched(c)):
+                c = streams[k]
+                begin = max(free_at.get(tuple(c.host_thread), 0), at)
+                phases = self.prefetch_split(c)[0]
+                free_at[tuple(c.host_thread)] = begin + phases[0][1]
+                pending[k] = fill(c, k, [loop], phases, sub.total_cycles - begin)
 
         if tagged:
             for i, item in enumerate(seq.items):
@@ -601,6 +609,8 @@ class Engine:
                 walk(item)
         else:
             walk(seq)
+        for k in pending.values():  # fills made after a loop for a copy that never came: not made
+            tasks[k].phases, tasks[k].category = [], UNUSED_FILL
         return tasks
 
     # --- simulation ------------------------------------------------------------------------
@@ -749,7 +759,7 @@ class Engine:
 
         streams, macros = [], []
         for i, t in enumerate(tasks):
-            if t.lane_end is not None:
+            if t.lane_end is not None or t.category == UNUSED_FILL:
                 continue
             busy = tl.busy_by_tag[t.tag]
             if t.macro is not None:
@@ -773,8 +783,10 @@ class Engine:
                     if t.stream.direction == "to_ipu":
                         key = stream_key(t.stream)
                         tl.last_copies[key] = max(int(end[i]), tl.last_copies.get(key, 0))
-                elif t.category == "host_prefetch" and t.phases and any(r[0] == HOST_CALLBACKS for r in t.phases[0][0]):
-                    tl.last_fill = max(tl.last_fill, int(end[i]))  # an input's fill (an output's has no callback)
+                elif t.category == "host_prefetch" and t.phases:
+                    for r in t.phases[0][0]:  # an input's fill (an output's has no callback)
+                        if r[0] == HOST_CALLBACKS:
+                            tl.last_fills[r[1:]] = max(int(end[i]), tl.last_fills.get(r[1:], 0))
                 cycles = int(end[i] - start[i])
                 if t.category == "compute":
                     for cat, c in self._busy_parts(t.detail):
