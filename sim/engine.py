@@ -506,7 +506,7 @@ class Engine:
             ``prefetch - 1`` copies before it (the run's first copies, for its first transfers), an output's
             copy for the host to take the one as many before it."""
             back = max(1, s.prefetch - 1)
-            return [done[-back]] if len(done) >= back else done[:1]
+            return [d for d in ([done[-back]] if len(done) >= back else done[:1]) if d is not None]
 
         def fill(s: StreamCopy, key, free: list, phases: list, head: int = 0) -> int:
             """The host's fill of an input buffer, on the stream's host lane once ``free``; one made after a loop
@@ -536,6 +536,8 @@ class Engine:
             first = s.direction == "to_ipu" and not done
             ahead = prefetched(s)
             flowed.add(key)
+            if first and key in warm:  # a loop's first copy: the buffers ahead of it were freed before the loop
+                done.extend([None] * (max(1, s.prefetch - 1) - 1))
             if not ahead or (first and key not in warm):
                 task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, label, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
