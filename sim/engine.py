@@ -501,11 +501,15 @@ class Engine:
             or (inputs) PopART's enablePrefetchDatastreams refilling one buffer while the IPU computes."""
             return s.prefetch >= 2 or (s.fill_ahead and s.direction == "to_ipu")
 
+        def buffers_ahead(s: StreamCopy) -> int:
+            """How many copies of the stream the host side runs ahead of (inputs) or behind (outputs) the IPU."""
+            return max(1, s.prefetch - 1)
+
         def freed(s: StreamCopy, done: list) -> list:
             """The task whose end frees a buffer for the next copy: an input's fill waits for the copy
             ``prefetch - 1`` copies before it (the run's first copies, for its first transfers), an output's
-            copy for the host to take the one as many before it."""
-            back = max(1, s.prefetch - 1)
+            copy for the host to take the one as many before it; ``None``: a buffer freed before a loop."""
+            back = buffers_ahead(s)
             return [d for d in ([done[-back]] if len(done) >= back else done[:1]) if d is not None]
 
         def fill(s: StreamCopy, key, free: list, phases: list, head: int = 0) -> int:
@@ -537,8 +541,8 @@ class Engine:
             ahead = prefetched(s)
             flowed.add(key)
             if first and key in warm:  # a loop's first copy: the buffers ahead of it were freed before the loop
-                done.extend([None] * (max(1, s.prefetch - 1) - 1))
-            if not ahead or (first and key not in warm):
+                done.extend([None] * (buffers_ahead(s) - 1))
+            elif not ahead or first:
                 task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, label, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
                 if ahead:
