@@ -39,6 +39,7 @@ import gc
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import takewhile
 
 import numpy as np
 import simpy
@@ -54,6 +55,7 @@ STEADY_ITERATIONS = 8  # iterations simulated before an overlapping loop is extr
 MAX_CYCLES = 2**62  # the simulated time must fit the int64 cycle arrays with room for sums
 COLLECTIVE_PHASES = 32  # resource-holding groups of steps per phase of a collective
 HOST_CALLBACKS = "host_callbacks"  # a host process's stream-callback thread, which fills input buffers
+COPIES = ("host_io", "host_io_overlapped")  # the categories of stream copies' device-side tasks
 UNUSED_FILL = "unused_fill"  # a fill made after a loop for a copy that never came (no time, no record)
 
 
@@ -125,6 +127,7 @@ class Timeline:
     lane_iteration_starts: dict = field(default_factory=dict)  # lane -> the same on that lane (None: no task)
     last_copies: dict = field(default_factory=dict)  # input stream (stream_key) -> its last copy's end
     last_fills: dict = field(default_factory=dict)  # host thread -> when its last fill of an input buffer ended
+    fill_bound: bool = False  # whether an input copy (a loop's inside included) waited for its buffer's fill
 
     def place(self, offsets: np.ndarray, tag: int, rows_tag: int | None = None):
         """Records and streams of this timeline at each of ``offsets``, tagged ``tag``.
@@ -380,16 +383,19 @@ class Engine:
         for other items (``after``). With ``tagged``, the tasks of ``seq.items[i]`` get tag ``i``.
         A lane whose latest work is in a :class:`Parallel` ends at a point of that block; a task
         waiting for it waits for a lane-end task, one per block group and cycle count.
-        ``warm``: the input streams (:func:`stream_key`) whose first buffer the enclosing run filled
-        before ``seq`` (a loop's body simulated on its own) starts, as the stream flowed before the loop.
+        ``warm``: pairs of an input stream (:func:`stream_key`) and how many of its first copies the
+        enclosing run filled before ``seq`` (a loop's body simulated on its own) starts, as the stream
+        flowed before the loop (:meth:`lower`'s ``repeat``).
         """
         tasks: list[Task] = []
         last: dict = {}  # lane -> its latest task, or (block task, group, cycles) for a block's lane
         emitted: dict = {}  # id(program item) -> its latest task
         lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
-        flowed = set(warm)  # streams transferred before the current item
+        warm_copies = dict(warm)
+        flowed = set(warm_copies)  # streams transferred before the current item
         pending: dict = {}  # input stream -> the fill made after a loop for its next copy: fill()
+        prefilled: dict = {}  # warm input stream -> how many more of its copies were filled before the loop
         tag = 0
 
         def lane_end(point: tuple) -> int:
@@ -540,8 +546,10 @@ class Engine:
             first = s.direction == "to_ipu" and not done
             ahead = prefetched(s)
             flowed.add(key)
-            if first and key in warm:  # a loop's first copy: the buffers ahead of it were freed before the loop
+            if first and key in warm_copies:  # a loop's first copies were filled before the loop (repeat), their
+                # buffers freed there
                 done.extend([None] * (buffers_ahead(s) - 1))
+                prefilled[key] = warm_copies[key] - 1
             elif not ahead or first:
                 task = emit(Task(deps_of([lane], s), hold, self.stream_phases(s), s.ipu, kind, label, s.nbytes,
                                  stream=s, tiles=tiles), [lane], s)
@@ -551,7 +559,9 @@ class Engine:
             host_phases, device_phases = self.prefetch_split(s)
             if s.direction == "to_ipu":
                 waits = set(deps_of([lane], s))
-                if not first:  # a loop's first copy of a stream that flowed before it was filled before the loop
+                if prefilled.get(key):
+                    prefilled[key] -= 1
+                elif not first:  # a loop's first copy of a stream that flowed before it was filled before the loop
                     waits.add(fill(s, key, freed(s, done), host_phases))
                 done.append(emit(Task(sorted(waits), hold, device_phases, s.ipu, kind, label, s.nbytes,
                                       stream=s, tiles=tiles), [lane], s))
@@ -577,19 +587,34 @@ class Engine:
             # free, as an inline walk would prefetch it: the fill is made here, on the host's thread, before the
             # loop (which holds the thread while it runs), and the body is simulated with that copy filled
             streams = self._stream_keys(r.body)
-            warm_body = frozenset(k for k, c in streams.items()
-                                  if k in flowed and c.direction == "to_ipu" and prefetched(c))
+            warm_body = sorted(k for k, c in streams.items()
+                               if k in flowed and c.direction == "to_ipu" and prefetched(c))
             fills = [fill(streams[k], k, freed(streams[k], buffers[k]), self.prefetch_split(streams[k])[0])
-                     for k in sorted(warm_body)]
+                     for k in warm_body]
+            # with more buffers, walking also fills the loop's next copies before it, each once a copy before
+            # the loop frees its buffer. Where the host keeps ahead of the loop (no copy in its body waits for
+            # its fill) those fills are made here too, the body starts with those copies filled, and the loop
+            # leaves the host's thread and link to them (they may run into its first iterations, whose own
+            # fills have time to spare); where the host paces the loop, the body fills them from its start
+            ahead = {k: list(takewhile(lambda free: free and tasks[free[0]].category in COPIES,
+                                       (freed(streams[k], buffers[k] + [None] * j)
+                                        for j in range(1, buffers_ahead(streams[k])))))
+                     for k in warm_body}
+            copies = 1 if r.collapse else STEADY_ITERATIONS + 1
+            sub = self._simulate_memo(r.body, copies, frozenset((k, 1) for k in warm_body))
+            early = any(ahead.values()) and not sub.fill_bound
+            if early:
+                for j in range(max(len(frees) for frees in ahead.values())):
+                    for k in warm_body:
+                        if j < len(ahead[k]):
+                            fill(streams[k], k, ahead[k][j], self.prefetch_split(streams[k])[0])
+                sub = self._simulate_memo(r.body, copies, frozenset((k, 1 + len(ahead[k])) for k in warm_body))
             if r.collapse:
-                sub = self._simulate_memo(r.body, 1, warm_body)
                 macro, cycles = ("tile", r.count, sub), r.count * sub.total_cycles
             else:
-                n = STEADY_ITERATIONS + 1
-                sub = self._simulate_memo(r.body, n, warm_body)
-                period = steady_period(sub, n)
-                macro, cycles = ("steady", r.count, sub, period), sub.total_cycles + (r.count - n) * period
-            resources = sorted(sub.resources)
+                period = steady_period(sub, copies)
+                macro, cycles = ("steady", r.count, sub, period), sub.total_cycles + (r.count - copies) * period
+            resources = sorted(k for k in sub.resources if not (early and k[0] in (HOST_CALLBACKS, "host_link")))
             loop = emit(Task(sorted(set(deps_of(lanes)) | set(fills)), [k for k in resources if k[0] != "tiles"],
                              [([], cycles)], ipus[0] if ipus else 0, "repeat", r.name, macro=macro,
                              tiles=tuple(k[1] for k in resources if k[0] == "tiles")), lanes)
@@ -626,8 +651,8 @@ class Engine:
             return self._simulate(program)
 
     def _simulate_memo(self, body: Sequence, copies: int, warm: frozenset = frozenset()) -> Timeline:
-        """``body`` simulated alone, ``copies`` times in a row (tagged by copy when > 1), its ``warm``
-        streams' first buffers already filled (:meth:`lower`)."""
+        """``body`` simulated alone, ``copies`` times in a row (tagged by copy when > 1), the first copies
+        of its ``warm`` streams already filled (:meth:`lower`)."""
         key = (id(body), copies, warm)
         if key not in self._memo:
             seq = Sequence([body] * copies) if copies > 1 else body
@@ -735,6 +760,7 @@ class Engine:
         total = int(end.max()) if len(tasks) else 0
         used = set(contended) | {("tiles", ipu) for ipu in set().union(*(t.tiles for t in tasks))}
         tl = self._collect(tasks, start, end, total, used, group_start)
+        tl.fill_bound = any(t.macro[2].fill_bound if t.macro else _waited_for_fill(tasks, t, end) for t in tasks)
         tl.events += events
         tl.event_seconds += loop_seconds
         if tagged:
@@ -904,6 +930,15 @@ def _lane_iteration_starts(tasks: list[Task], start: np.ndarray, iterations: int
             if row[t.tag] is None or start[i] < row[t.tag]:
                 row[t.tag] = int(start[i])
     return firsts
+
+
+def _waited_for_fill(tasks: list[Task], t: Task, end: np.ndarray) -> bool:
+    """Whether input copy ``t`` began when its buffer's fill ended, after everything else it waited for."""
+    if t.category not in COPIES or t.stream.direction != "to_ipu" or not t.deps:
+        return False
+    fills = [end[d] for d in t.deps if tasks[d].category == "host_prefetch"]
+    return bool(fills) and max(fills) > max((end[d] for d in t.deps if tasks[d].category != "host_prefetch"),
+                                            default=-1)
 
 
 def steady_period(sub: Timeline, n: int) -> int:
