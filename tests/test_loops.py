@@ -3,6 +3,7 @@ output to a clone after the body and every clone to the body input before the ne
 the body passes through included, each step one merged copy program; the copy to the body input crosses
 the exchange for an output an op laid out by its own plan."""
 
+import pytest
 import torch
 
 from sim import poptorch
@@ -158,3 +159,19 @@ def test_a_body_that_changes_between_calls_is_traced_for_every_iteration():
     kinds = [op.kind for op in model.executable.graph.ops]
     assert kinds.count("matmul") == 5
     assert kinds.count("tanh") == 1 and kinds.count("relu") == 4
+
+
+@pytest.mark.parametrize("count, says", [(-2, "0 or more; got -2"), (2.5, "an int; got 2.5")])
+def test_a_for_loop_count_that_is_not_a_whole_number_of_iterations_is_refused(count, says):
+    """A negative count ran no iteration, silently, until 2026-12-06; a fractional one failed inside the capture
+    without naming the loop."""
+    class Loop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return poptorch.for_loop(count, lambda t: [self.linear(t) + 1], [x])[0]
+
+    with pytest.raises(Exception, match=r"for_loop expects count.*" + says.replace(".", r"\.")):
+        poptorch.inferenceModel(Loop().eval())(torch.zeros(2, 4))

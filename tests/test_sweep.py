@@ -233,6 +233,23 @@ def test_resume_runs_only_the_missing_points(tmp_path, monkeypatch):
     assert on_disk.set_index("micro-batch")["cycle_count"].to_dict() == dict(zip([1, 2, 4, 6], fresh["cycle_count"]))
 
 
+def test_resume_runs_again_a_point_whose_row_is_damaged(tmp_path, monkeypatch):
+    """A whole line with fewer fields than the header (a damaged row) is not taken for its point's result: the
+    point runs again (until 2026-12-06 the table showed it with its one number and nothing else)."""
+    csv_path = tmp_path / "sweep.csv"
+    sweep(["micro-batch=2"], ["--model", "mlp"], workers=1, csv_path=csv_path)
+    with open(csv_path, "a") as f:
+        f.write("4,123\n")
+    ran = []
+    real = sweep_module.run_point
+    monkeypatch.setattr(sweep_module, "run_point", lambda argv: ran.append(argv[-1]) or real(argv))
+    table = sweep(["micro-batch=2,4"], ["--model", "mlp"], workers=1, csv_path=csv_path, resume=True)
+    assert ran == ["4"]
+    fresh = sweep(["micro-batch=2,4"], ["--model", "mlp"], workers=1)
+    assert table["cycle_count"].tolist() == fresh["cycle_count"].tolist()
+    assert table["error"].tolist() == ["", ""]
+
+
 def test_resume_refuses_the_csv_of_other_shared_flags(tmp_path, capsys):
     """The grid values alone do not identify a point: a CSV of the same grid run with other
     shared flags (another system, training instead of inference) is not reused."""

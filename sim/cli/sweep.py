@@ -291,7 +291,8 @@ def _check_address(address: str) -> None:
 def _read_rows(path: Path, columns: list[str]) -> list[dict[str, str]]:
     """The rows of an earlier sweep's CSV at ``path`` (values as text), for ``--resume``.
 
-    A last line cut short (the writer killed mid-row) is cut off the file. The header must be
+    A last line cut short (the writer killed mid-row) is cut off the file; a row with more or fewer
+    fields than the header (a damaged line) is not read, so its point runs again. The header must be
     ``columns``: rows of another grid cannot be mixed with this one's (:func:`_check_shared`
     keeps out those of other shared flags).
     """
@@ -307,7 +308,7 @@ def _read_rows(path: Path, columns: list[str]) -> list[dict[str, str]]:
             raise PointError(f"--resume: {str(path)!r} has the columns of another sweep "
                              f"({', '.join(reader.fieldnames[:4])}, ...); this one writes "
                              f"{', '.join(columns[:4])}, ...")
-        return list(reader)
+        return [row for row in reader if None not in row and None not in row.values()]
 
 
 def _check_shared(path: Path, rows: list[dict[str, str]], shared: str) -> None:

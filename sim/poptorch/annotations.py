@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 from collections import OrderedDict
 
 import torch
@@ -610,6 +611,12 @@ def for_loop(count: int, body, inputs: list) -> list:
     iterator's increment. The simulated graph holds every iteration (each is priced); while a model is
     captured the body is traced twice, as PopTorch traces it once, and the capture writes out the other
     iterations from the second (``sim.poptorch._capture``), unless the two traces differ."""
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral):
+        raise ValueError(f"poptorch.for_loop expects count, the number of times the body runs, to be an int; got "
+                         f"{count!r} ({type(count).__name__})")
+    if count < 0:
+        raise ValueError(f"poptorch.for_loop expects count, the number of times the body runs, to be 0 or more; "
+                         f"got {count}")
     if not isinstance(inputs, list):
         raise ValueError("poptorch.for_loop expects input tensors (inputs) to be a list of tensors. "
                          "(Object is not list)")
