@@ -73,3 +73,11 @@ def test_wheel_runs_outside_the_checkout(installed_wheel, tmp_path):
     result = _run(installed_wheel, tmp_path, "ipusim", "run", "--system", "bow-pod16", "--model", "mlp", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["cycle_count"] > 0
+
+
+@pytest.mark.parametrize("module", ["sim", "sim.cli"])
+def test_the_command_line_runs_as_a_module(module):
+    """``python -m sim`` and ``python -m sim.cli`` are the ``ipusim`` command (the second failed until 2026-12-06:
+    sim.cli is a package)."""
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "usage: ipusim" in out.stdout
