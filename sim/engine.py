@@ -392,7 +392,7 @@ class Engine:
         emitted: dict = {}  # id(program item) -> its latest task
         lane_ends: dict[tuple, int] = {}  # (block task, group, cycles) -> lane-end task
         buffers: dict = defaultdict(list)  # multibuffered stream -> the tasks that free its buffers
-        warm_copies = dict(warm)
+        warm_copies = dict(warm)  # input stream -> how many of its first copies were filled before seq
         flowed = set(warm_copies)  # streams transferred before the current item
         pending: dict = {}  # input stream -> the fill made after a loop for its next copy: fill()
         prefilled: dict = {}  # warm input stream -> how many more of its copies were filled before the loop
@@ -585,7 +585,7 @@ class Engine:
             lanes = ipus + [("io", i, d) for i in ipus for d in ("to_ipu", "from_ipu")]
             # an input that flowed before the loop is prefetched into the loop's first copy once a buffer is
             # free, as an inline walk would prefetch it: the fill is made here, on the host's thread, before the
-            # loop (which holds the thread while it runs), and the body is simulated with that copy filled
+            # loop, and the body is simulated with that copy filled (the loop holds the thread while it runs)
             streams = self._stream_keys(r.body)
             warm_body = sorted(k for k, c in streams.items()
                                if k in flowed and c.direction == "to_ipu" and prefetched(c))
