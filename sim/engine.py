@@ -518,14 +518,15 @@ class Engine:
             back = buffers_ahead(s)
             return [d for d in ([done[-back]] if len(done) >= back else done[:1]) if d is not None]
 
-        def fill(s: StreamCopy, key, free: list, phases: list, head: int = 0) -> int:
-            """The host's fill of an input buffer, on the stream's host lane once ``free``; one made after a loop
-            that freed the buffer began ``head`` cycles before the loop's end (its phases shortened by as much).
-            A fill made ahead of its copy (``pending``) is taken by that copy."""
+        def fill(s: StreamCopy, free: list, head: int = 0) -> int:
+            """The host's fill of an input buffer (the host side of :meth:`prefetch_split`), on the stream's host
+            lane once ``free``; one made after a loop that freed the buffer began ``head`` cycles before the loop's
+            end (its phases shortened by as much). A fill made ahead of its copy (``pending``) is taken by that copy."""
+            key = stream_key(s)
             if key in pending:
                 return pending.pop(key)
             shortened = []
-            for extra, cycles in phases:  # the part done before the loop's end is dropped
+            for extra, cycles in self.prefetch_split(s)[0]:  # the part done before the loop's end is dropped
                 shortened.append((extra, max(0, cycles - max(0, head))))
                 head -= cycles
             return emit(Task(deps_of([("host", key)]) + free, [], shortened, s.ipu, "host_prefetch",
@@ -562,7 +563,7 @@ class Engine:
                 if prefilled.get(key):
                     prefilled[key] -= 1
                 elif not first:  # a loop's first copy of a stream that flowed before it was filled before the loop
-                    waits.add(fill(s, key, freed(s, done), host_phases))
+                    waits.add(fill(s, freed(s, done)))
                 done.append(emit(Task(sorted(waits), hold, device_phases, s.ipu, kind, label, s.nbytes,
                                       stream=s, tiles=tiles), [lane], s))
             else:
@@ -589,8 +590,7 @@ class Engine:
             streams = self._stream_keys(r.body)
             warm_body = sorted(k for k, c in streams.items()
                                if k in flowed and c.direction == "to_ipu" and prefetched(c))
-            fills = [fill(streams[k], k, freed(streams[k], buffers[k]), self.prefetch_split(streams[k])[0])
-                     for k in warm_body]
+            fills = [fill(streams[k], freed(streams[k], buffers[k])) for k in warm_body]
             # with more buffers, walking also fills the loop's next copies before it, each once a copy before
             # the loop frees its buffer. Where the host keeps ahead of the loop (no copy in its body waits for
             # its fill) those fills are made here too, the body starts with those copies filled, and the loop
@@ -607,7 +607,7 @@ class Engine:
                 for j in range(max(len(frees) for frees in ahead.values())):
                     for k in warm_body:
                         if j < len(ahead[k]):
-                            fill(streams[k], k, ahead[k][j], self.prefetch_split(streams[k])[0])
+                            fill(streams[k], ahead[k][j])
                 sub = self._simulate_memo(r.body, copies, frozenset((k, 1 + len(ahead[k])) for k in warm_body))
             if r.collapse:
                 macro, cycles = ("tile", r.count, sub), r.count * sub.total_cycles
@@ -630,9 +630,8 @@ class Engine:
                                 if k in sub.last_copies and prefetched(c)):
                 c = streams[k]
                 begin = max(free_at.get(tuple(c.host_thread), 0), at)
-                phases = self.prefetch_split(c)[0]
-                free_at[tuple(c.host_thread)] = begin + phases[0][1]
-                pending[k] = fill(c, k, [loop], phases, sub.total_cycles - begin)
+                free_at[tuple(c.host_thread)] = begin + self.prefetch_split(c)[0][0][1]
+                pending[k] = fill(c, [loop], sub.total_cycles - begin)
 
         if tagged:
             for i, item in enumerate(seq.items):

@@ -157,13 +157,11 @@ def test_extrapolated_loops_time_a_run_as_simulating_every_iteration_does(monkey
 
 FOUR_STAGES = dict(num_layers=4, seq_len=128, micro_batch=8, layers_per_ipu=[1, 1, 1, 1])
 TWO_STAGES = dict(num_layers=2, seq_len=128, micro_batch=8, layers_per_ipu=[1, 1])
+EMBEDDING_ALONE = dict(num_layers=3, seq_len=384, micro_batch=2, layers_per_ipu=[0, 1, 1, 1])
 
 
 @pytest.mark.parametrize("params, depth", [(FOUR_STAGES, None), (FOUR_STAGES, 2), (TWO_STAGES, 4),
-                                           (dict(num_layers=3, seq_len=384, micro_batch=2, layers_per_ipu=[0, 1, 1, 1]),
-                                            None),
-                                           (dict(num_layers=3, seq_len=384, micro_batch=2, layers_per_ipu=[0, 1, 1, 1]),
-                                            2)])
+                                           (EMBEDDING_ALONE, None), (EMBEDDING_ALONE, 2)])
 def test_a_pipelines_fills_after_its_main_cycles_are_timed_as_walking_them_times_them(monkeypatch, params, depth):
     """A pipeline's inputs (token ids, types, mask, labels) are filled by one host thread. After the main cycles
     (simulated on their own and extrapolated) each stream's next fill begins once the loop's last copy of it has
