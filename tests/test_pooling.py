@@ -168,3 +168,30 @@ def test_each_tile_receives_its_own_window_smaller_at_the_fields_edges():
     assert len(got) == 64 and sorted(set(got)) == [4 * 16, 6 * 16, 9 * 16]
     assert got.sum() == (36 * 9 + 24 * 6 + 4 * 4) * 16
     assert tile_cost(p, plan, 6)[2] == got.max()
+
+
+def test_a_kernel_past_the_field_regroups_and_counts_only_what_the_field_holds():
+    """Hugging Face's EfficientNet pools its last 7 x 7 features with AvgPool2d(1280, ceil_mode=True): the kernel
+    runs 1,273 positions past the field on each side, which only the planner's estimate counts. The regrouping
+    moves the input a tile reads (its 49 positions), not the kernel's whole window (1,280 x 1,280 positions, 13 M
+    cycles a call before 2026-12-06), and the FLOPs are the reads of real inputs, 49 an output."""
+    torch = pytest.importorskip("torch")
+    import sim.poptorch as poptorch
+
+    model = poptorch.inferenceModel(torch.nn.AvgPool2d(1280, ceil_mode=True).half())
+    model(torch.zeros(8, 1280, 7, 7, dtype=torch.half))
+    ex = model.simulation.executable
+    (op,) = [op for op in ex.graph.ops if op.kind == "avgpool"]
+    assert ex.graph.tensors[op.outputs[0]].shape == (8, 1280, 1, 1)
+    assert ex.costs[op.name].flops == 8 * 1280 * 49
+    assert ex.costs[op.name].cycles < 30_000
+
+
+def test_a_pools_flops_are_its_windows_reads_of_real_inputs():
+    """Inception's first max pool, 147 x 147 x 64 by 3 x 3 with stride 2, unpadded: 73 x 73 outputs of 9 reads
+    each (before 2026-12-06 the count was the plan's tiles times the busiest tile's outputs: 3,369,600)."""
+    b = GraphBuilder("pool1", "float16")
+    x = b.input("x", (1, 64, 147, 147))
+    b.output(b.maxpool(x, kernel=3, stride=2))
+    ipu = load_system("ipu-mk2").ipu
+    assert op_cost(b.graph.ops[0], b.graph, ipu, ipu.tiles).flops == 73 * 73 * 64 * 9

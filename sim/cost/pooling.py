@@ -188,6 +188,13 @@ def _hits(p: PoolPass, dim: int, first: int, end: int, k: int) -> int:
                if 0 <= o * stride + k - pad <= last and (o * stride + k - pad) % dilation == 0)
 
 
+def window_reads(p: PoolPass) -> int:
+    """The input elements a pass reads over all its outputs, batch and channels: for each output, the kernel
+    positions that read a real input (:func:`_hits`), not the padding or the kernel's overhang beyond the field."""
+    per_dim = [sum(_hits(p, d, 0, p.out_field[d], k) for k in range(p.kernel[d])) for d in (0, 1)]
+    return p.batch * p.channels * per_dim[0] * per_dim[1]
+
+
 def _out_ranges(out: int, split: int) -> list[tuple[int, int]]:
     """(first output, outputs) of each of ``split`` parts of ``out`` outputs (``getTileOutRange``)."""
     return [((i * out) // split, ((i + 1) * out) // split - (i * out) // split) for i in range(split)]
@@ -237,15 +244,14 @@ def tile_cost(p: PoolPass, plan: PoolTilePlan, workers: int) -> tuple[int, int, 
     item for each kernel position with hits, of its hits); the input window its outputs read (a gradient's
     dilation zeros are not stored), for the max pool's gradient the output gradient's and the forward output's
     windows and the forward input at its outputs; and the planner's regrouping charge (a quarter cycle a byte)
-    when the channel groups are not the input's."""
+    on those bytes when the channel groups are not the input's."""
     (row0, rows), (x0, row) = (_tile_origin(o, s) for o, s in zip(p.out_field, plan.splits))
     compute, fixed = _vertex(p, plan.batch, plan.chan_groups, plan.chans_per_group, plan.batch * rows * row,
                              _worker_rows(p, plan, workers))
     received = _received(p, plan, row0, rows, x0, row)
-    regroup = 0
-    if p.det_group != plan.chans_per_group:
-        regroup = _bytes_per_tile(p, plan.batch, plan.chan_groups, plan.chans_per_group, rows, row) // (
-            PLANNER_REARRANGE_BYTES_PER_CYCLE)
+    # the regrouping moves the input the tile reads, as stored: the planner's charge on its window, less the
+    # padding and the kernel's overhang beyond the field (which the planner counts, getBytesRequiredPerTile)
+    regroup = received // PLANNER_REARRANGE_BYTES_PER_CYCLE if p.det_group != plan.chans_per_group else 0
     return compute, fixed, received, regroup
 
 

@@ -34,7 +34,8 @@ from .embedding import (ATOM_BYTES, FLOAT_BYTES, LEGACY_POPLIBS, MIN_INDICES_PER
                         max_elems_per_worker, multi_slice_cycles, multi_update_op_cycles, offsets_per_worker,
                         plan_embedding, plan_embedding_sdk3, slice_worker_cycles, update_worker_cycles)
 from .depthwise import plan_depthwise
-from .pooling import GRAIN_BYTES, PoolPass, forward_passes, plan_pool, received_bytes, tile_cost, worklist_bytes
+from .pooling import (GRAIN_BYTES, PoolPass, forward_passes, plan_pool, received_bytes, tile_cost, window_reads,
+                      worklist_bytes)
 from .exchange import exchange_cycles
 from .matmul_swap import plan_matmul_none_pass, result_block
 from .scaled_add import scaled_add_fixed_cycles, scaled_add_tile_cycles
@@ -980,11 +981,10 @@ def _pool_pass(p: PoolPass, plan, ipu, tiles: int, what: str) -> OpCost:
     vertex's worklists as constants (:func:`sim.cost.pooling.worklist_bytes`)."""
     compute, fixed, received, regroup = tile_cost(p, plan, ipu.worker_threads)
     call = reduce_constants()["call_fixed_cycles"]
-    outputs = plan.batch * plan.chan_groups * plan.chans_per_group * plan.rows * plan.row * plan.tiles
     windows = received_bytes(p, plan)  # each tile's own window: the busiest, in the middle, sets the cycles
     profile = TileProfile.padded(tiles, np.full(len(windows), compute + call), windows, windows)
     cost = _phases(ipu, compute + call, exchange_cycles(received, ipu) + regroup, 1,
-                   float(outputs * p.kernel[0] * p.kernel[1]), int(windows.sum()), plan.tiles, temp=received,
+                   float(window_reads(p)), int(windows.sum()), plan.tiles, temp=received,
                    profile=profile, launch=fixed + call,
                    plan=f"{what}: channel groups of {plan.chans_per_group}, {plan.chan_groups} a tile, batch "
                         f"{plan.batch}, {plan.rows} x {plan.row} outputs a tile on {plan.tiles} tiles")
