@@ -107,19 +107,14 @@ def _floor_divide(ctx):
 
 
 def _pow(ctx):
-    """``x ** e``: e = 1 is x, 2 a multiply, 0.5 a square root, -1 a reciprocal; otherwise
-    popops POWER (tensor exponents too)."""
+    """``x ** e``: popops POWER, whatever the exponent. PopTorch lowers ``aten::pow`` to PopART's Pow
+    (``AtenHandlers.gen.cpp`` powHandler, the exponent a constant tensor), which PopART runs as
+    ``popops::pow`` of the two tensors (``powx.cpp``); poplibs turns a power of 2, 0.5, -1 or 1 into a
+    square, square root, reciprocal or copy only for a constant written into a map expression
+    (``ElementWiseInternal.cpp`` optimiseBinary), not for a tensor exponent, and PopART has no pattern
+    that does."""
     x, e = ctx.sarg(0, "input"), ctx.sarg(1, "exponent")
     rx, re_ = ctx.arg(0, "input"), ctx.arg(1, "exponent")
-    if is_tensor(x) and isinstance(re_, (int, float)) and not isinstance(re_, bool):
-        if re_ == 1:
-            return x
-        if re_ == 2:
-            return ctx.op("mul", [x, x])
-        if re_ == 0.5:
-            return ctx.op("sqrt", [x])
-        if re_ == -1:
-            return ctx.op("reciprocal", [x])
     dt = _dtype(ctx)
     return ctx.op("pow", [operand(ctx, x, rx, dt), operand(ctx, e, re_, dt, "exponent")])
 

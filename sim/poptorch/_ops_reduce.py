@@ -185,7 +185,8 @@ def _normalize(ctx):
 def _rms_norm(ctx):
     """F.rms_norm (nn.RMSNorm; torch 2.4 and later, so not in PopTorch 3.4's torch 2.0, where a model writes
     it out by hand) as ATen's composite rms_norm decomposes it, op by op as PopTorch lowers them: a half
-    input cast to float32, squared, its mean over the normalised dims, plus eps, rsqrt, times the input,
+    input cast to float32, squared (``at::pow`` by 2: popops POWER, as ``_pow``), its mean over the normalised dims,
+    plus eps, rsqrt, times the input,
     times the weight (cast to float32 with it), back to the input's dtype."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
     normalized = ctx.arg(1, "normalized_shape")
@@ -198,7 +199,7 @@ def _rms_norm(ctx):
     src = ctx.t(x)
     if up != dt:
         src = emit(ctx, "cast", [src], shape, up, {"to": sim_dtype(up)}, "cast")
-    square = emit(ctx, "mul", [src, src], shape, up, name="square")
+    square = emit(ctx, "pow", [src, const(ctx, (1,), up, "two")], shape, up, name="square")  # at::pow(x, 2)
     mean = _reduce_to(ctx, "reduce_mean", square, dims, True, shape, up, "mean")
     mean = emit(ctx, "add", [mean, const(ctx, (1,), up, "eps")], kept, up, name="add_eps")
     inverse = emit(ctx, "rsqrt", [mean], kept, up, name="rsqrt")
