@@ -185,9 +185,9 @@ def _normalize(ctx):
 def _rms_norm(ctx):
     """F.rms_norm (nn.RMSNorm; torch 2.4 and later, so not in PopTorch 3.4's torch 2.0, where a model writes
     it out by hand) as ATen's composite rms_norm decomposes it, op by op as PopTorch lowers them: a half
-    input cast to float32, squared (``at::pow`` by 2: popops POWER, as ``_pow``), its mean over the normalised dims,
-    plus eps, rsqrt, times the input,
-    times the weight (cast to float32 with it), back to the input's dtype."""
+    input cast to float32, squared (``at::pow`` by 2: popops POWER, as ``_pow``), its mean over the
+    normalised dims, plus eps, rsqrt, times the input, times the weight (cast to float32 with it), back to
+    the input's dtype."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
     normalized = ctx.arg(1, "normalized_shape")
     normalized = (normalized,) if isinstance(normalized, int) else tuple(normalized)
