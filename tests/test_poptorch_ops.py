@@ -219,6 +219,7 @@ CASES: dict[str, Case] = {
     "torch.min": op(lambda m, x: torch.min(x, 1), X),
     "torch.ne": op(lambda m, x, y: torch.ne(x.round(), y.round()), X, X, train=False),
     "torch.isnan": op(lambda m, x: torch.isnan(torch.log(x)), X, train=False),
+    "torch.isinf": op(lambda m, x: torch.isinf(torch.log(x.abs().round())), X, train=False),
     "torch.topk": op(lambda m, x: torch.topk(x, 3, dim=1), X),
     "torch.argsort": op(lambda m, x: torch.argsort(x, 1), X, train=False),
     "torch.randperm": op(lambda m, x: x[:, torch.randperm(5)], X),

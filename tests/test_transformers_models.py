@@ -119,3 +119,26 @@ def test_the_readme_tinyllama_plans_best_command_runs_as_its_table_says(tmp_path
     summary = json.loads(capsys.readouterr().out)
     assert round(summary["samples_per_second"]) == int(best.group(1))
     assert summary["latency"]["avg"] * 1e3 == pytest.approx(float(best.group(2)), abs=0.001)
+
+
+def test_t5_in_fp16_runs_its_clamp_of_infinite_activations():
+    """T5 in fp16 clamps its activations by a bound chosen on torch.isinf(...).any(): isinf is ATen's composite
+    abs(x) == inf (PopTorch has no handler of its own, the dispatcher runs the composite's ops), and the clamp's
+    dtype under PopTorch's implicit casts may differ from the one torch.export checked (its metadata assertions
+    are not run)."""
+    torch.manual_seed(0)
+    t5 = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=256)).half().eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t5 = t5
+
+        def forward(self, ids):
+            return self.t5(input_ids=ids, decoder_input_ids=ids).logits
+
+    model = poptorch.inferenceModel(Logits())
+    assert model(ids()).shape == (2, 16, 256)
+    kinds = [op.kind for op in model.simulation.executable.graph.ops]
+    assert {"abs", "compare", "reduce_max", "select", "clamp"} <= set(kinds)

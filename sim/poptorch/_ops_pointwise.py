@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from ..cost.expressions import EXPRESSIONS
-from ._emit import emit, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
+from ._emit import const, emit, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
 
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
 UNARY = {
@@ -210,6 +210,14 @@ def _tanhshrink(ctx):
     return ctx.op("sub", [x, emit(ctx, "tanh", [x], rx.shape, rx.dtype, name="tanh")])
 
 
+def _isinf(ctx):
+    """``isinf(x)``: ATen's composite kernel, ``abs(x) == inf``, which the IPU's dispatcher runs op by op
+    (PopTorch has no handler of its own for aten::isinf): popops ABS and EQUAL, a bool result."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    magnitude = emit(ctx, "abs", [x], rx.shape, rx.dtype, name="abs")
+    return ctx.op("compare", [magnitude, const(ctx, (1,), rx.dtype, "inf")])
+
+
 def _softmin(ctx):
     """softmax(-x): torch's Python definition, a Neg and a Softmax in PopTorch."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
@@ -259,7 +267,7 @@ RULES = {
     "addcdiv": _addc, "addcmul": _addc, "prelu": _prelu, "_prelu_kernel": _prelu, "glu": _glu,
     "rrelu_with_noise": _expression("rrelu"),
     "log_sigmoid": _log_sigmoid, "logsigmoid": _log_sigmoid, "log_sigmoid_forward": _log_sigmoid,
-    "tanhshrink": _tanhshrink, "softmin": _softmin,
+    "tanhshrink": _tanhshrink, "softmin": _softmin, "isinf": _isinf,
     **{name: _random for name in RANDOM},
 }
 
