@@ -509,7 +509,8 @@ def test_gather_is_an_embedding_on_a_table_and_a_copy_otherwise():
 
 
 def test_elementwise_maps_to_priced_kinds():
-    """Erf-GELU stays element-wise; Pow(x, 2) is a mul, Sqrt and Erf are popops' SQRT and ERF."""
+    """Erf-GELU stays element-wise; Pow(x, 2) is popops' POWER (PopART's PowOpx, no pattern makes it a mul), Sqrt
+    and Erf are popops' SQRT and ERF."""
     inits = [nh.from_array(np.array(v, np.float32), n) for n, v in
              (("sqrt2", np.sqrt(2)), ("one", 1.0), ("half", 0.5), ("two", 2.0))]
     nodes = [h.make_node("Div", ["x", "sqrt2"], ["d"], name="div"),
@@ -526,7 +527,7 @@ def test_elementwise_maps_to_priced_kinds():
     m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [8, 32])],
               [h.make_tensor_value_info("y", T.FLOAT, [8, 32])], inits, opset=[h.make_opsetid("", 20)])
     g = sim.onnx.load(m)
-    assert kinds(g) == ["div", "erf", "add", "mul", "scale", "mul", "sqrt", "exp", "sigmoid", "tanh", "gelu"]
+    assert kinds(g) == ["div", "erf", "add", "mul", "scale", "pow", "sqrt", "exp", "sigmoid", "tanh", "gelu"]
     assert all(g.tensors[op.outputs[0]].shape == (8, 32) for op in g.ops)
     assert sim.simulate(g).cycle_count > 0
 

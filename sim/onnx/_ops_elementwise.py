@@ -117,21 +117,10 @@ def _erf(ctx: OpContext):
 
 
 def _pow(ctx: OpContext):
-    x = ctx.input(0)
+    # PopART's PowOpx is popops::pow of the exponent tensor, the POWER vertex whatever its value: no pattern
+    # makes a constant 2 a multiply (poplibs specialises 2, 0.5, -1 and 1 only for map-expression constants)
     out = _broadcast(ctx.shape(0), ctx.shape(1))
-    e = _scalar(ctx, 1)
-    if e == 1.0 and out == ctx.shape(0):
-        return x
-    if e == 2.0:
-        return ctx.op("mul", [x, x], shapes=[out])
-    if e == 3.0:
-        sq = ctx.op("mul", [x, x], shapes=[out], result=False, suffix="square")
-        return ctx.op("mul", [sq, x], shapes=[out])
-    if e == 0.5:
-        return _sqrt(ctx)
-    if e == -1.0:
-        return _reciprocal(ctx)
-    return ctx.op("pow", [x, ctx.input(1)], {"onnx_op": "Pow"}, shapes=[out], dtypes=[ctx.dtype(0)])
+    return ctx.op("pow", [ctx.input(0), ctx.input(1)], {"onnx_op": "Pow"}, shapes=[out], dtypes=[ctx.dtype(0)])
 
 
 def _cast(ctx: OpContext):
