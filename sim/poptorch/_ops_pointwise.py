@@ -19,7 +19,7 @@ from ._emit import const, emit, emit_map, is_tensor, operand, out_tensor, per_ch
 UNARY = {
     "abs": "abs", "absolute": "abs", "ceil": "ceil", "floor": "floor", "round": "round",
     "trunc": "trunc", "fix": "trunc", "sign": "sign", "sgn": "sign", "sqrt": "sqrt", "rsqrt": "rsqrt",
-    "reciprocal": "reciprocal", "square": "square", "log": "log", "log1p": "log1p", "expm1": "expm1",
+    "reciprocal": "reciprocal", "log": "log", "log1p": "log1p", "expm1": "expm1",
     "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "arcsin": "asin", "erf": "erf",
     "isnan": "isnan", "logical_not": "logical_not", "bitwise_not": "bitwise_not", "invert": "bitwise_not",
     # PopTorch lowers aten::silu to PopART's Swish (AtenHandlers.gen.cpp siluHandler), one popnn
@@ -210,6 +210,12 @@ def _tanhshrink(ctx):
     return ctx.op("sub", [x, emit(ctx, "tanh", [x], rx.shape, rx.dtype, name="tanh")])
 
 
+def _square(ctx):
+    """``square(x)``: PopTorch's squareHandler makes it ``mul(x, x)`` (AtenHandlers.gen.cpp), not popops' SQUARE."""
+    x = ctx.sarg(0, "input")
+    return ctx.op("mul", [x, x])
+
+
 def _isinf(ctx):
     """``isinf(x)``: ATen's composite kernel, ``abs(x) == inf``, which the IPU's dispatcher runs op by op
     (PopTorch has no handler of its own for aten::isinf): popops ABS and EQUAL, a bool result."""
@@ -267,7 +273,7 @@ RULES = {
     "addcdiv": _addc, "addcmul": _addc, "prelu": _prelu, "_prelu_kernel": _prelu, "glu": _glu,
     "rrelu_with_noise": _expression("rrelu"),
     "log_sigmoid": _log_sigmoid, "logsigmoid": _log_sigmoid, "log_sigmoid_forward": _log_sigmoid,
-    "tanhshrink": _tanhshrink, "softmin": _softmin, "isinf": _isinf,
+    "tanhshrink": _tanhshrink, "softmin": _softmin, "isinf": _isinf, "square": _square,
     **{name: _random for name in RANDOM},
 }
 
