@@ -18,8 +18,8 @@ from ._emit import const, emit, emit_map, is_tensor, operand, out_tensor, per_ch
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
 UNARY = {
     "abs": "abs", "absolute": "abs", "ceil": "ceil", "floor": "floor", "round": "round",
-    "trunc": "trunc", "fix": "trunc", "sign": "sign", "sgn": "sign", "sqrt": "sqrt", "rsqrt": "rsqrt",
-    "reciprocal": "reciprocal", "log": "log", "log1p": "log1p", "expm1": "expm1",
+    "trunc": "trunc", "fix": "trunc", "sign": "sign", "sgn": "sign", "sqrt": "sqrt",
+    "log": "log", "log1p": "log1p", "expm1": "expm1",
     "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "arcsin": "asin", "erf": "erf",
     "isnan": "isnan", "logical_not": "logical_not", "bitwise_not": "bitwise_not", "invert": "bitwise_not",
     # PopTorch lowers aten::silu to PopART's Swish (AtenHandlers.gen.cpp siluHandler), one popnn
@@ -210,6 +210,21 @@ def _tanhshrink(ctx):
     return ctx.op("sub", [x, emit(ctx, "tanh", [x], rx.shape, rx.dtype, name="tanh")])
 
 
+def _reciprocal(ctx):
+    """``reciprocal(x)``: PopART's Reciprocal, which ReciprocalOpx runs as popops DIVIDE of a constant one by x
+    (``reciprocalx.cpp``)."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    return ctx.op("div", [const(ctx, (1,), rx.dtype, "one"), x])
+
+
+def _rsqrt(ctx):
+    """``rsqrt(x)``: PopTorch's rsqrtHandler makes it ``reciprocal(sqrt(x))`` (AtenHandlers.gen.cpp), two
+    PopART ops: popops SQRT, then DIVIDE of a constant one (no pattern fuses them into popops' RSQRT)."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    root = emit(ctx, "sqrt", [x], rx.shape, rx.dtype, name="sqrt")
+    return ctx.op("div", [const(ctx, (1,), rx.dtype, "one"), root])
+
+
 def _square(ctx):
     """``square(x)``: PopTorch's squareHandler makes it ``mul(x, x)`` (AtenHandlers.gen.cpp), not popops' SQUARE."""
     x = ctx.sarg(0, "input")
@@ -274,6 +289,7 @@ RULES = {
     "rrelu_with_noise": _expression("rrelu"),
     "log_sigmoid": _log_sigmoid, "logsigmoid": _log_sigmoid, "log_sigmoid_forward": _log_sigmoid,
     "tanhshrink": _tanhshrink, "softmin": _softmin, "isinf": _isinf, "square": _square,
+    "reciprocal": _reciprocal, "rsqrt": _rsqrt,
     **{name: _random for name in RANDOM},
 }
 
