@@ -1323,6 +1323,11 @@ class _Power(nn.Module):
         return x ** self.exponent
 
 
+class _Square(nn.Module):
+    def forward(self, x):
+        return x * x
+
+
 def test_every_power_runs_popops_power_as_poptorch_lowers_it():
     """PopTorch lowers aten::pow to PopART's Pow of a constant exponent tensor, which PopART runs as
     popops::pow: the POWER vertex whatever the exponent (poplibs specialises 2, 0.5, -1 and 1 only for a
@@ -1340,11 +1345,6 @@ def test_every_power_runs_popops_power_as_poptorch_lowers_it():
     square = poptorch.inferenceModel(_Square())
     square(x)
     assert square.simulation.cycle_count < cycles[2]
-
-
-class _Square(nn.Module):
-    def forward(self, x):
-        return x * x
 
 
 class _IsInf(nn.Module):

@@ -217,12 +217,17 @@ def _reciprocal(ctx):
     return ctx.op("div", [const(ctx, (1,), rx.dtype, "one"), x])
 
 
+def rsqrt_inputs(ctx, x: str, shape, dtype) -> list[str]:
+    """The operands of the divide that ends ``rsqrt(x)``, its square root emitted: PopTorch's rsqrtHandler makes
+    it ``reciprocal(sqrt(x))`` (AtenHandlers.gen.cpp), two PopART ops, popops SQRT, then DIVIDE of a constant
+    one (as ``_reciprocal``; no pattern fuses them into popops' RSQRT)."""
+    return [const(ctx, (1,), dtype, "one"), emit(ctx, "sqrt", [x], shape, dtype, name="sqrt")]
+
+
 def _rsqrt(ctx):
-    """``rsqrt(x)``: PopTorch's rsqrtHandler makes it ``reciprocal(sqrt(x))`` (AtenHandlers.gen.cpp), two
-    PopART ops: popops SQRT, then DIVIDE of a constant one (no pattern fuses them into popops' RSQRT)."""
+    """``rsqrt(x)``: a square root and a divide of one (:func:`rsqrt_inputs`)."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
-    root = emit(ctx, "sqrt", [x], rx.shape, rx.dtype, name="sqrt")
-    return ctx.op("div", [const(ctx, (1,), rx.dtype, "one"), root])
+    return ctx.op("div", rsqrt_inputs(ctx, x, rx.shape, rx.dtype))
 
 
 def _square(ctx):

@@ -15,6 +15,7 @@ import math
 import torch
 
 from ._emit import const, emit, emit_map, is_tensor
+from ._ops_pointwise import rsqrt_inputs
 from ._values import sim_dtype
 
 
@@ -186,7 +187,7 @@ def _rms_norm(ctx):
     """F.rms_norm (nn.RMSNorm; torch 2.4 and later, so not in PopTorch 3.4's torch 2.0, where a model writes
     it out by hand) as ATen's composite rms_norm decomposes it, op by op as PopTorch lowers them: a half
     input cast to float32, squared (``at::pow`` by 2: popops POWER, as ``_pow``), its mean over the
-    normalised dims, plus eps, rsqrt (a square root and a divide of one, as ``_rsqrt``), times the input, times
+    normalised dims, plus eps, rsqrt (a square root and a divide of one, ``rsqrt_inputs``), times the input, times
     the weight (cast to float32 with it), back to the input's dtype."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
     normalized = ctx.arg(1, "normalized_shape")
@@ -202,8 +203,7 @@ def _rms_norm(ctx):
     square = emit(ctx, "pow", [src, const(ctx, (1,), up, "two")], shape, up, name="square")  # at::pow(x, 2)
     mean = _reduce_to(ctx, "reduce_mean", square, dims, True, shape, up, "mean")
     mean = emit(ctx, "add", [mean, const(ctx, (1,), up, "eps")], kept, up, name="add_eps")
-    root = emit(ctx, "sqrt", [mean], kept, up, name="sqrt")  # at::rsqrt: PopTorch's reciprocal(sqrt(x))
-    inverse = emit(ctx, "div", [const(ctx, (1,), up, "one"), root], kept, up, name="rsqrt")
+    inverse = emit(ctx, "div", rsqrt_inputs(ctx, mean, kept, up), kept, up, name="rsqrt")  # at::rsqrt
     if not is_tensor(weight) and up == dt:
         return ctx.op("mul", [src, inverse], name="normalise")
     y = emit(ctx, "mul", [src, inverse], shape, up, name="normalise")
