@@ -842,12 +842,13 @@ def test_more_of_poparts_ops_import_and_train(node, inits, expected):
 
 
 def test_more_ops_attributes():
-    """The expressions' codelets, and the shapes and types of ArgMax and OneHot."""
+    """The expressions' codelets (PopART's opx: EluComputex gamma-less Selu, max(0, x) + min(0, alpha (exp(x) - 1));
+    AtanComputex asin(x / sqrt(1 + x x))), and the shapes and types of ArgMax and OneHot."""
     steps = {n: _trained(h.make_node(n, ["a", "a", "a"][:k], ["y"], name="op")).ops[1].attrs["steps"]
              for n, k in (("Sum", 3), ("Mean", 2), ("Elu", 1), ("Atan", 1))}
     assert steps == {"Sum": ["add", "add"], "Mean": ["add", "scale"],
-                     "Elu": ["expm1", "scale", "compare", "select"],
-                     "Atan": ["square", "add", "rsqrt", "mul", "asin"]}
+                     "Elu": ["exp", "sub", "mul", "minimum", "maximum", "add"],
+                     "Atan": ["mul", "add", "sqrt", "div", "asin"]}
     nodes = [h.make_node("ArgMax", ["x"], ["am"], axis=1, keepdims=0),
              h.make_node("OneHot", ["am", "depth", "values"], ["y"], axis=1)]
     m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 4, 6])], [h.make_tensor_value_info("y", T.FLOAT, None)],
@@ -952,14 +953,15 @@ def test_any_scalar_is_a_loss_as_in_popart():
 
 @pytest.mark.parametrize("op_type, kinds_", [
     ("Tan", ["sin", "cos", "div"]),
-    ("Asinh", ["square", "add", "sqrt", "add", "log"]),
-    ("Acosh", ["square", "sub", "sqrt", "add", "log"]),
+    ("Asinh", ["pow", "add", "sqrt", "add", "log"]),
+    ("Acosh", ["pow", "sub", "sqrt", "add", "log"]),
     ("Acos", ["asin", "sub"]),
     ("Atanh", ["add", "sub", "div", "log", "scale"]),
+    ("Cosh", ["exp", "scale", "exp", "add", "scale"]),
 ])
 def test_trig_ops_as_poparts_onnx_pass_rewrites_them(op_type, kinds_):
     """PopART's onnxpasses/nodepatterns/trig.cpp rewrites these into other ops, each its own compute
-    set; they train."""
+    set (x squared a Pow of a constant 2, popops POWER), and its CoshOpPattern Cosh; they train."""
     g = _trained(h.make_node(op_type, ["a"], ["y"], name="trig"))
     assert [op.kind for op in g.ops if op.name not in ("scale", "loss")] == kinds_
     assert g.ops[-2].outputs == ["y"]

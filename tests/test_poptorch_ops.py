@@ -1374,3 +1374,53 @@ def test_rsqrt_and_reciprocal_run_as_poptorch_lowers_them():
     model = poptorch.inferenceModel(net)
     torch.testing.assert_close(model(x), net(x))
     assert [op.kind for op in model.simulation.executable.graph.ops] == ["sqrt", "div", "div", "add"]
+
+
+@pytest.mark.parametrize("fn, kinds", [
+    (lambda x: F.celu(x, 0.7), ["div", "expm1", "mul", "maximum", "minimum", "add"]),
+    (lambda x: F.hardshrink(x, 0.3), ["abs", "abs", "compare", "select"]),
+    (lambda x: F.softshrink(x, 0.3), ["scale", "compare", "add", "compare", "sub", "select", "select"]),
+    (lambda x: F.threshold(x, 0.1, 2.0), ["compare", "select"]),
+    (lambda x: torch.log10(x + 2), ["add", "log", "div"]),
+    (lambda x: torch.erfc(x), ["erf", "sub"]),
+    (lambda x: torch.tan(x), ["sin", "cos", "div"]),
+    (lambda x: torch.acosh(x + 2), ["add", "pow", "sub", "sqrt", "add", "log"]),
+    (lambda x: torch.cosh(x), ["exp", "scale", "exp", "add", "scale"]),
+    (lambda x: (x >= 0.2) * x, ["compare", "compare", "logical", "mul"]),
+    (lambda x: (x != 0.2) * x, ["compare", "logical_not", "mul"]),
+], ids=["celu", "hardshrink", "softshrink", "threshold", "log10", "erfc", "tan", "acosh", "cosh", "ge", "ne"])
+def test_functions_poptorch_lowers_to_several_ops_are_several_ops(fn, kinds):
+    """PopTorch's handlers (AtenHandlers.gen.cpp) build celu, hardshrink, softshrink, threshold, log10, erfc, ge and
+    ne out of several PopART ops, PopART's ONNX pass rewrites tan and acosh (trig.cpp) and its CoshOpPattern cosh:
+    each op its own popops call, not one fused map; torch's values, and they train."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return fn(self.fc(x))
+
+    x = torch.rand(4, 8) - 0.5
+    torch.manual_seed(0)
+    net = Net()
+    model = poptorch.inferenceModel(net)
+    torch.testing.assert_close(model(x), net(x), rtol=1e-5, atol=1e-5)
+    assert [op.kind for op in model.simulation.executable.graph.ops][2:] == kinds
+
+    class Loss(Net):
+        def forward(self, x):
+            return poptorch.identity_loss(super().forward(x), "sum")
+
+    _one_sgd_step_as_torch(Loss, x)
+
+
+@pytest.mark.parametrize("layer", [nn.ELU(0.5), nn.SELU()], ids=["elu", "selu"])
+def test_elu_and_selu_are_poparts_selu_map(layer):
+    """PopTorch's eluHandler and seluHandler make PopART's Selu, whose SeluOpx maps gamma (max(0, x) + min(0, alpha
+    (exp(x) - 1))) in one popops::map."""
+    model = poptorch.inferenceModel(layer)
+    x = torch.rand(4, 8) - 0.5
+    torch.testing.assert_close(model(x), layer(x))
+    (op,) = model.simulation.executable.graph.ops
+    assert op.attrs["steps"] == ["exp", "sub", "mul", "minimum", "maximum", "add", "mul"]

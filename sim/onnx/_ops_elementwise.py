@@ -1,14 +1,14 @@
 """Rules for ONNX's element-wise ops: arithmetic (a multiply by a constant scalar is PopART's
 Scale; a divide by one is popops' DIVIDE), popops' unary codelets and map expressions (activations
 included), comparisons and logical ops, Where, Clip, Max/Min, Sum/Mean, casts, Identity, Dropout, the
-trigonometric ops PopART's ONNX pass rewrites, and poprand's random generators. :data:`RULES` holds
-them by op type."""
+trigonometric ops PopART's ONNX pass rewrites (and Cosh, its CoshOpPattern), and poprand's random
+generators. :data:`RULES` holds them by op type."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..cost.expressions import EXPRESSIONS, ISINF_STEPS
+from ..cost.expressions import EXPRESSIONS, ISINF_STEPS, decomposed_ops
 from ._context import OpContext
 from ._values import _broadcast
 
@@ -65,6 +65,13 @@ def _expression(steps: list[str], grad: list[str], onnx_op: str):
 #: expression times x
 _SOFTPLUS = _expression(["maximum", "abs", "exp", "add", "log", "add"], ["sigmoid", "mul"], "Softplus")
 _HARD_SIGMOID = _expression(["mul", "add", "minimum", "maximum"], ["mul", "add", "compare", "mul"], "HardSigmoid")
+#: EluOpx: Selu's expression without gamma; ThresholdedReluOpx: select(0, x, x <= alpha), its gradient dy where
+#: x > alpha; ShrinkOpx: select(x + bias, select(x - bias, 0, x > lambd), x < -lambd), its gradient
+#: dy (1 + sign(|x| - lambd)) / 2
+_ELU = _expression(EXPRESSIONS["selu"][0][:-1], EXPRESSIONS["selu"][1][:-1], "Elu")
+_THRESHOLDED_RELU = _expression(["compare", "select"], ["compare", "select", "mul"], "ThresholdedRelu")
+_SHRINK = _expression(["add", "sub", "compare", "select", "compare", "select"], ["abs", "sub", "sign", "add", "mul", "mul"],
+                      "Shrink")
 _HARD_SWISH = _expression(["mul", "add", "minimum", "maximum", "mul"], ["mul", "add", "compare", "mul", "add", "mul"],
                           "HardSwish")
 
@@ -159,8 +166,7 @@ _UNARY_KINDS = {"Abs": "abs", "Ceil": "ceil", "Floor": "floor", "Round": "round"
                 "Sin": "sin", "Cos": "cos", "Asin": "asin", "IsNaN": "isnan",
                 "BitwiseNot": "bitwise_not"}
 #: ONNX ops PopART runs as one popops map expression, by their name in sim.cost.expressions
-_EXPRESSION_OPS = {"Elu": "elu", "Selu": "selu", "Softsign": "softsign", "ThresholdedRelu": "threshold",
-                   "Shrink": "softshrink", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh"}
+_EXPRESSION_OPS = {"Selu": "selu", "Softsign": "softsign", "Atan": "atan", "Sinh": "sinh"}
 
 
 def _named_expression(ctx: OpContext):
@@ -168,27 +174,16 @@ def _named_expression(ctx: OpContext):
     return _expression(steps, grad, ctx.op_type)(ctx)
 
 
-def _trig(ctx: OpContext):
-    """Tan, Asinh, Acosh, Acos, Atanh as PopART's ONNX pass rewrites them into other ops
-    (``onnxpasses/nodepatterns/trig.cpp``), each its own compute set: Tan = Sin / Cos; Asinh =
-    log(x + sqrt(x² + 1)), Acosh with x² - 1; Acos = pi/2 - Asin; Atanh = log((1 + x) / (1 - x)) / 2."""
+def _decomposed(ctx: OpContext):
+    """Tan, Asinh, Acosh, Acos, Atanh (PopART's ONNX pass) and Cosh (its CoshOpPattern), which PopART runs as
+    several ops, each its own compute set (:data:`~sim.cost.expressions.DECOMPOSED`)."""
     x, xs, dt, op = ctx.input(0), ctx.shape(0), ctx.dtype(0), ctx.op_type
-    steps = []
-
-    def step(kind, ins, last=False, attrs=None):
-        steps.append(kind)
-        return ctx.op(kind, ins, dict(attrs or {}, onnx_op=op), shapes=[xs], dtypes=[dt], result=last,
-                      suffix=f"{kind}{len(steps)}")
-    one = _scalar_const(ctx, "one")
-    if op == "Tan":
-        return step("div", [step("sin", [x]), step("cos", [x])], True)
-    if op in ("Asinh", "Acosh"):
-        root = step("sqrt", [step("add" if op == "Asinh" else "sub", [step("square", [x]), one])])
-        return step("log", [step("add", [x, root])], True)
-    if op == "Acos":
-        return step("sub", [_scalar_const(ctx, "half_pi"), step("asin", [x])], True)
-    ratio = step("div", [step("add", [one, x]), step("sub", [one, x])])
-    return step("scale", [step("log", [ratio])], True, {"factor": 0.5})
+    ops, made = decomposed_ops(op.lower()), []
+    for i, (kind, operands, attrs, constant) in enumerate(ops):
+        inputs = [x if a == "x" else made[a] if isinstance(a, int) else _scalar_const(ctx, a) for a in operands]
+        made.append(ctx.op(kind, inputs, dict(attrs, onnx_op=op), shapes=[(1,) if constant else xs], dtypes=[dt],
+                           result=i == len(ops) - 1, suffix=f"{kind}{i + 1}"))
+    return made[-1]
 
 
 def _binary_kind(kind: str):
@@ -240,6 +235,7 @@ RULES: dict = {
     "Relu": _unary("relu"), "Gelu": _unary("gelu"), "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"),
     "Exp": _unary("exp"), "Sqrt": _sqrt, "Erf": _erf, "Pow": _pow, "Neg": _neg, "Reciprocal": _reciprocal,
     "LeakyRelu": _expression(*EXPRESSIONS["leaky_relu"], "LeakyRelu"), "IsInf": _expression(ISINF_STEPS, [], "IsInf"),
+    "Elu": _ELU, "ThresholdedRelu": _THRESHOLDED_RELU, "Shrink": _SHRINK,
     "Softplus": _SOFTPLUS, "HardSigmoid": _HARD_SIGMOID, "HardSwish": _HARD_SWISH,
     "Clip": _clip, "Where": _where, "Max": _minmax, "Min": _minmax,
     **{k: _compare for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
@@ -251,5 +247,5 @@ RULES: dict = {
     "Mod": _binary_kind("remainder"), "BitwiseAnd": _binary_kind("bitwise"), "BitwiseOr": _binary_kind("bitwise"),
     "BitwiseXor": _binary_kind("bitwise"), "PRelu": _prelu, "Sum": _sum_mean, "Mean": _sum_mean,
     **{k: _random for k in ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli")},
-    **{k: _trig for k in ("Tan", "Asinh", "Acosh", "Acos", "Atanh")},
+    **{k: _decomposed for k in ("Tan", "Asinh", "Acosh", "Acos", "Atanh", "Cosh")},
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..cost.expressions import EXPRESSIONS
+from ..cost.expressions import DECOMPOSED, EXPRESSIONS, decomposed_ops
 from ._emit import const, emit, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
 
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
@@ -84,18 +84,64 @@ def _rrelu_training(ctx) -> bool:
     return bool(ctx.arg(3, "training", False))
 
 
+def _operands(ctx):
+    """The graph tensors of a two-operand op's operands (a number made a one-element constant) and their dtype;
+    None when neither is a tensor."""
+    a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
+    if not is_tensor(a) and not is_tensor(b):
+        return None
+    ra, rb = ctx.arg(0, "input"), ctx.arg(1, "other")
+    dt = ra.dtype if isinstance(ra, torch.Tensor) else rb.dtype
+    return operand(ctx, a, ra, dt), operand(ctx, b, rb, dt), dt
+
+
 def _binary(kind):
     def rule(ctx):
-        a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
-        if not is_tensor(a) and not is_tensor(b):
+        ops = _operands(ctx)
+        if ops is None:
             return None
-        ra, rb = ctx.arg(0, "input"), ctx.arg(1, "other")
-        dt = ra.dtype if isinstance(ra, torch.Tensor) else rb.dtype
-        if kind == "bitwise" and dt == torch.bool:
-            kind_ = "logical"
-        else:
-            kind_ = kind
-        return ctx.op(kind_, [operand(ctx, a, ra, dt), operand(ctx, b, rb, dt)], {"op": ctx.key})
+        a, b, dt = ops
+        kind_ = "logical" if kind == "bitwise" and dt == torch.bool else kind
+        if ctx.key in _COMPARE_OR_EQUAL:
+            return _compare_or_equal(ctx, a, b)
+        if ctx.key in _NOT_EQUAL:
+            return ctx.op("logical_not", [_bool(ctx, "compare", [a, b], "eq")])
+        return ctx.op(kind_, [a, b], {"op": ctx.key})
+    return rule
+
+
+_COMPARE_OR_EQUAL = {"ge": "gt", "greater_equal": "gt", "le": "lt", "less_equal": "lt"}
+_NOT_EQUAL = {"ne", "not_equal"}
+
+
+def _bool(ctx, kind: str, inputs: list, name: str) -> str:
+    """One bool-valued op of the rule's output shape."""
+    return emit(ctx, kind, inputs, out_tensor(ctx).shape, torch.bool, {"op": name}, name)
+
+
+def _compare_or_equal(ctx, a: str, b: str) -> str:
+    """``x >= y`` / ``x <= y``: PopTorch's geHandler / leHandler (AtenHandlers.gen.cpp) make them
+    ``logical_or(greater(x, y), equal(x, y))`` (``less`` for ``<=``), three PopART ops, three popops calls."""
+    strict = _bool(ctx, "compare", [a, b], _COMPARE_OR_EQUAL[ctx.key])
+    return ctx.op("logical", [strict, _bool(ctx, "compare", [a, b], "eq")], {"op": "logical_or"})
+
+
+def _decomposed(name):
+    """A function PopART gets as several ops (:data:`~sim.cost.expressions.DECOMPOSED`), emitted one by one on the
+    input's shape and dtype; the last makes the result."""
+    ops = decomposed_ops(name)
+
+    def rule(ctx):
+        rx, made = ctx.args[0], []
+        for i, (kind, operands, attrs, constant) in enumerate(ops):
+            inputs = [ctx.sarg(0, "input") if a == "x" else made[a] if isinstance(a, int)
+                      else const(ctx, (1,), rx.dtype, a) for a in operands]
+            if i == len(ops) - 1:
+                made.append(ctx.op(kind, inputs, dict(attrs) or None))
+            else:
+                made.append(emit(ctx, kind, inputs, (1,) if constant else rx.shape,
+                                 torch.bool if kind == "compare" else rx.dtype, dict(attrs) or None, kind))
+        return made[-1]
     return rule
 
 
@@ -285,7 +331,8 @@ def _distribution_sample(ctx):
 RULES = {
     **{name: _unary(kind) for name, kind in UNARY.items()},
     **{name: _expression(name) for name in EXPRESSIONS},
-    **{alias: _expression(name) for alias, name in ALIASES.items()},
+    **{name: _decomposed(name) for name in DECOMPOSED},
+    **{alias: (_decomposed if name in DECOMPOSED else _expression)(name) for alias, name in ALIASES.items()},
     **{name: _binary(kind) for name, kind in BINARY.items()},
     "floor_divide": _floor_divide, "div_floor": _floor_divide, "floordiv": _floor_divide,
     "pow": _pow, "float_power": _pow, "where": _where, "masked_fill": _masked_fill,
@@ -299,11 +346,11 @@ RULES = {
 }
 
 MODULE_RULES = {
-    nn.ELU: _expression("elu"), nn.CELU: _expression("celu"), nn.SELU: _expression("selu"),
+    nn.ELU: _expression("elu"), nn.CELU: _decomposed("celu"), nn.SELU: _expression("selu"),
     nn.SiLU: _unary("swish"), nn.Mish: _expression("mish"), nn.Softplus: _expression("softplus"),
-    nn.Softsign: _expression("softsign"), nn.Hardshrink: _expression("hardshrink"),
-    nn.Softshrink: _expression("softshrink"), nn.LeakyReLU: _expression("leaky_relu"),
-    nn.RReLU: _expression("rrelu"), nn.Threshold: _expression("threshold"), nn.Hardtanh: _clamp,
+    nn.Softsign: _expression("softsign"), nn.Hardshrink: _decomposed("hardshrink"),
+    nn.Softshrink: _decomposed("softshrink"), nn.LeakyReLU: _expression("leaky_relu"),
+    nn.RReLU: _expression("rrelu"), nn.Threshold: _decomposed("threshold"), nn.Hardtanh: _clamp,
     nn.PReLU: _prelu, nn.GLU: _glu, nn.Hardswish: _expression("hardswish"),
     nn.Hardsigmoid: _expression("hardsigmoid"), nn.LogSigmoid: _log_sigmoid, nn.Tanhshrink: _tanhshrink,
     nn.Softmin: _softmin,
