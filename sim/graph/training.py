@@ -257,13 +257,52 @@ class Optimizer:
 
 
 _ACTIVATION_GRADS = {"relu", "gelu", "tanh", "sigmoid", "swish"}
+#: activations whose PopART grad op reads the forward output (ReluGradOp, TanhGradOp, SigmoidGradOp:
+#: ``GradOpInType::Out``, op/relu.cpp, op/tanh.cpp, op/sigmoid.cpp); GeluGradOp and SwishGradOp read the input
+_GRADS_OF_OUTPUT = {"relu", "tanh", "sigmoid"}
 _PASS_THROUGH = {"identity", "detach"}
+
+
+class _Gradients:
+    """Each tensor's gradient, from the contributions its consumers give it (:meth:`_Backward.give`), summed
+    when it is first read: PopART's autodiff grows one SumOp per tensor once all its edge gradients are in
+    (``transforms/autodiff/gradgrowersumop.cpp``), which its SumToAdd pattern makes an Add of two and
+    ``SumOpx`` runs as one ``popops::map`` of three or more (``popx/op/sumx.cpp``: a tree of adds)."""
+
+    def __init__(self, bw: "_Backward"):
+        self.bw = bw
+        self.parts: dict[str, list[str]] = {}  # tensor -> the gradient tensors given it so far
+
+    def __contains__(self, tensor: str) -> bool:
+        return tensor in self.parts
+
+    def __setitem__(self, tensor: str, grad: str) -> None:
+        self.parts[tensor] = [grad]
+
+    def __getitem__(self, tensor: str) -> str:
+        parts = self.parts[tensor]
+        if len(parts) > 1:
+            t = self.bw.g.tensors[tensor]
+            if len(parts) == 2:
+                summed = self.bw.new("add", parts, t.shape, t.dtype, suffix="sum")
+            else:
+                summed = self.bw.new("map", parts, t.shape, t.dtype, {"steps": ["add"] * (len(parts) - 1)}, "sum")
+            self.parts[tensor] = [summed]
+        return self.parts[tensor][0]
+
+    def get(self, tensor: str, default=None):
+        return self[tensor] if tensor in self.parts else default
+
+    def setdefault(self, tensor: str, grad: str) -> str:
+        if tensor not in self.parts:
+            self[tensor] = grad
+        return self[tensor]
 
 
 class _Backward:
     def __init__(self, graph: Graph):
         self.g = graph
-        self.grads: dict[str, str] = {}  # tensor -> its gradient tensor
+        self.grads = _Gradients(self)  # tensor -> its gradient tensor
         self.current: Op | None = None
         self.pads: dict[str, Op] = {}  # a gradient made by padding slices' gradients -> its pad op
 
@@ -282,15 +321,13 @@ class _Backward:
         return outs
 
     def give(self, tensor: str, grad: str) -> None:
-        """Add ``grad`` to the gradient of ``tensor`` (sum when it has several consumers)."""
+        """Add ``grad`` to the gradient of ``tensor`` (summed when read, :class:`_Gradients`)."""
         t = self.g.tensors[tensor]
         gt = self.g.tensors[grad]
         if gt.shape != t.shape:  # undo broadcasting: sum over the broadcast axes
             grad = self.new("reduce_sum", [grad], t.shape, gt.dtype,
                             {"axes": "broadcast"}, suffix=f"reduce_{t.name.split('/')[-1]}")
-        if tensor in self.grads:
-            grad = self.new("add", [self.grads[tensor], grad], t.shape, t.dtype, suffix="sum")
-        self.grads[tensor] = grad
+        self.grads.parts.setdefault(tensor, []).append(grad)
 
     def give_slice(self, tensor: str, dy: str, axis: int | None, start: int | None, stop: int | None) -> None:
         """Add the gradient ``dy`` of ``tensor[start:stop]`` along ``axis``. PopART's SliceGradOp pads
@@ -300,7 +337,7 @@ class _Backward:
         QKV gets its gradient from its three slices so. The pad op gathers every such slice of the
         tensor; another gradient of it, or that of a slice whose region is not known (``axis``,
         ``start`` or ``stop`` None: a front end's index or split), is added as usual."""
-        op = self.pads.get(self.grads.get(tensor))
+        op = next((self.pads[p] for p in self.grads.parts.get(tensor, ()) if p in self.pads), None)
         known = None not in (axis, start, stop)
         if (known and op is not None and op.attrs["axis"] == axis
                 and all(stop <= a or b <= start for a, b in op.attrs["regions"])):
@@ -312,9 +349,9 @@ class _Backward:
             return
         t = self.g.tensors[tensor]
         pad = self.new("pad", [dy], t.shape, t.dtype, {"axis": axis, "regions": [(start, stop)]}, suffix="pad")
-        self.give(tensor, pad)
-        if known and self.grads[tensor] == pad:
+        if known:
             self.pads[pad] = self.g.ops[-1]
+        self.give(tensor, pad)
 
 
 def mark_fully_connected_passes(g: Graph, training: bool) -> None:
@@ -345,6 +382,20 @@ def mark_fully_connected_passes(g: Graph, training: bool) -> None:
         if (right is not None and "fully_connected_pass" not in op.attrs and not op.attrs.get("transpose_a")
                 and not op.attrs.get("transpose_b") and (right.priced_role == "weight" or right.name in tied)):
             op.attrs = dict(op.attrs, fully_connected_pass=fc_pass) | ({"tied": True} if right.name in tied else {})
+
+
+def mark_norm_statistics(g: Graph) -> None:
+    """Give each batch norm the per-channel statistics it saves for its gradient in training (2, C): the mean
+    and inverse standard deviation, outputs of PopART's BatchNormOp that its BatchNormGradOp reads
+    (op/batchnorm.cpp, popx/op/batchnormx.cpp), as poplin's ``batchNormGradients`` takes them. The gradient
+    reads them, not the normalised output, so a recomputed batch norm is rerun for them even when its
+    output is needed by no backward op (a ReLU's gradient reads the ReLU's output)."""
+    for op in g.ops:
+        if op.kind == "batchnorm" and len(op.outputs) == 1:
+            x = g.tensors[op.inputs[0]]
+            name = g.unique_tensor_name(f"{op.name}/statistics")
+            g.add_tensor(name, (2, x.shape[1]), x.dtype, "activation", op.name)
+            op.outputs = op.outputs + [name]
 
 
 def mark_recurrent_saves(g: Graph) -> None:
@@ -458,6 +509,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     g.training = True
     mark_fully_connected_passes(g, training=True)
     mark_recurrent_saves(g)
+    mark_norm_statistics(g)
     need = _requires_grad(g)
     forward = list(g.ops)
     bw = _backward_passes(g, forward, need)
@@ -472,7 +524,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     for w in g.weights():
         if w.name not in bw.grads:
             continue
-        user = first_user[w.name]
+        user = bw.current = first_user[w.name]
         grad = bw.grads[w.name]
         annotations = dict(ipu=user.ipu, stage=user.stage, phase=user.phase, block=user.block)
         states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
@@ -543,8 +595,9 @@ def _backward_passes(g: Graph, forward: list[Op], need: set[str]) -> _Backward:
         _backward_from(bw, segment, loss, need)
         for w in g.weights():  # this micro-batch's weight gradients added to the earlier ones'
             if w.name in bw.grads:
-                total.current = next(op for op in segment if w.name in op.inputs)
+                bw.current = total.current = next(op for op in segment if w.name in op.inputs)
                 total.give(w.name, bw.grads[w.name])
+                total.grads[w.name]  # a running sum, added in this micro-batch's ops
         order += segment + g.ops[made:]
         del g.ops[made:]
     g.ops = order + forward[start:]
@@ -810,14 +863,23 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
             if wants(i):
                 bw.give(ins[i].name, dy if k == "add" or i == 0 else
                         bw.new("scale", [dy], g.tensors[dy].shape, ins[i].dtype, {"factor": -1}, "neg"))
+    elif k == "div" and wants(1):  # PopART's DivArg1GradOp pattern: -(dy a) / b², four ops
+        a, b = ins
+        if wants(0):
+            bw.give(a.name, bw.new("div", [dy, b.name], g.tensors[dy].shape, a.dtype, suffix="grad0"))
+        squared = bw.new("mul", [b.name, b.name], b.shape, b.dtype, suffix="grad1_square")
+        product = bw.new("mul", [dy, a.name], g.tensors[dy].shape, b.dtype, suffix="grad1_mul")
+        ratio = bw.new("div", [product, squared], g.tensors[dy].shape, b.dtype, suffix="grad1_div")
+        bw.give(b.name, bw.new("scale", [ratio], g.tensors[dy].shape, b.dtype, {"factor": -1}, "grad1_neg"))
     elif k in ("mul", "div"):
         for i in range(2):
             if wants(i):
                 other = ins[1 - i].name
                 bw.give(ins[i].name, bw.new(k, [dy, other], g.tensors[dy].shape, ins[i].dtype, suffix=f"grad{i}"))
     elif k in _ACTIVATION_GRADS:
-        if wants(0):
-            bw.give(ins[0].name, bw.new(f"{k}_grad", [dy, ins[0].name], ins[0].shape, ins[0].dtype))
+        if wants(0):  # relu, tanh and sigmoid's grad ops read the forward output, gelu and swish's the input
+            read = op.outputs[0] if k in _GRADS_OF_OUTPUT else ins[0].name
+            bw.give(ins[0].name, bw.new(f"{k}_grad", [dy, read], ins[0].shape, ins[0].dtype))
     elif k == "copy" and op.attrs.get("op") == "resize_linear":
         raise GraphError(f"op {op.name!r}: PopART cannot train through a Resize in linear mode (ResizeGradOpx: "
                          "\"Resize mode 'linear' is not supported when training\"); run inference, or resize "
@@ -849,7 +911,8 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         x = ins[0]
         if wants(0):  # a distributed batch norm's gradient sums span the same replicas
             span = {key: v for key, v in op.attrs.items() if key == "replica_group_size"}
-            bw.give(x.name, bw.new(f"{k}_grad", [dy, x.name, ins[1].name], x.shape, x.dtype, span))
+            saved = op.outputs[1:2] if k == "batchnorm" else []  # mark_norm_statistics
+            bw.give(x.name, bw.new(f"{k}_grad", [dy, x.name, ins[1].name] + saved, x.shape, x.dtype, span))
         _norm_param_grads(bw, dy, [p for p in ins[1:] if p.name in need], 1 if k == "batchnorm" else None)
     elif k in ("maxpool", "avgpool"):
         if wants(0):  # a max pool's gradient reads the forward input and output too (popnn poolInputGradient)
@@ -874,8 +937,15 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         if wants(0):
             bw.give(ins[0].name, bw.new("remap", [dy], ins[0].shape, ins[0].dtype))
     elif k in ("reduce_sum", "reduce_mean"):
-        if wants(0):
-            bw.give(ins[0].name, bw.new("scale", [dy], ins[0].shape, ins[0].dtype, suffix="broadcast"))
+        if wants(0):  # ReduceSumGradOpx / ReduceMeanGradOpx: a copy of dy, broadcast (a view); the mean's
+            x = ins[0]  # then divided by the count, one map over the input's shape (reducesumx.cpp, reducemeanx.cpp)
+            dy_t = g.tensors[dy]
+            spread = bw.new("reshape", [bw.new("copy", [dy], dy_t.shape, dy_t.dtype, suffix="grad_copy")], x.shape,
+                            dy_t.dtype, suffix="broadcast")
+            if k == "reduce_mean":
+                count = g.add_tensor(g.unique_tensor_name(f"{op.name}/grad_count"), (1,), x.dtype, "constant").name
+                spread = bw.new("div", [spread, count], x.shape, x.dtype, suffix="grad_mean")
+            bw.give(x.name, spread)
     elif k == "concat" and op.attrs.get("op") in ("im2col", "unfold"):
         if wants(0):  # each window's gradient added back where the window came from (col2im)
             x = ins[0]
@@ -996,7 +1066,7 @@ NO_GRADIENT = {"ceil", "floor", "round", "trunc", "sign", "compare", "logical", 
 
 def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
     """Backward ops of the kinds above; False for a kind without a rule."""
-    k = op.kind
+    k, g = op.kind, bw.g
     y = op.outputs[0]
 
     def grad_map(i: int, steps: list[str], inputs: list[str]) -> None:
@@ -1013,9 +1083,16 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
             if steps and i < len(ins) and wants(i):
                 grad_map(i, steps, [t.name for t in ins] + [y])
     elif k in ("maximum", "minimum", "reduce_max", "reduce_min"):
+        # MaxArgGradOpx / MinArgGradOpx (popx/op/maxx.cpp, minx.cpp) and ReduceMaxGradOpx: dy where this input is
+        # the extreme, (sign(x - y) + 1) dy in one map; a binary op's then popops::reduce over the broadcast axes,
+        # a copy when there are none (poplibs' Reduction.cpp)
         for i in range(1 if k.startswith("reduce") else 2):
-            if wants(i):  # dy where this input is the extreme
-                grad_map(i, ["compare", "mul"], [ins[i].name, y])
+            if wants(i):
+                grad = bw.new("map", [dy, ins[i].name, y], g.tensors[dy].shape, ins[i].dtype,
+                              {"steps": ["sub", "sign", "add", "mul"]}, f"grad{i}")
+                if not k.startswith("reduce") and g.tensors[dy].shape == ins[i].shape:
+                    grad = bw.new("copy", [grad], ins[i].shape, ins[i].dtype, suffix=f"grad{i}_reduce")
+                bw.give(ins[i].name, grad)
     elif k == "upsample_bilinear":  # PopTorch's UpsampleGradOp: the output's gradient summed back
         if wants(0):
             bw.give(ins[0].name, bw.new("upsample_bilinear_grad", [dy], ins[0].shape, ins[0].dtype, op.attrs))
@@ -1037,10 +1114,18 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
             bw.give(ins[0].name, dy)
         if wants(1):
             grad_map(1, ["div", "floor", "mul", "scale"], [t.name for t in ins])
-    elif k == "select":  # select(condition, a, b): dy where chosen, zero elsewhere
-        for i in (1, 2):
+    elif k == "select":  # select(condition, a, b): dy where chosen, zero elsewhere, as WhereXGradOpx /
+        cond = ins[0]   # WhereYGradOpx run it (popx/op/wherex.cpp): the condition (negated for b) cast to dy's
+        for i in (1, 2):  # type, times dy, then popops::reduce over the broadcast axes (a copy when none)
             if wants(i):
-                grad_map(i, ["select"], [ins[0].name])
+                dy_t = g.tensors[dy]
+                mask = cond.name if i == 1 else bw.new("logical_not", [cond.name], cond.shape, cond.dtype,
+                                                      suffix="grad2_not")
+                mask = bw.new("cast", [mask], cond.shape, dy_t.dtype, suffix=f"grad{i}_cast")
+                grad = bw.new("mul", [dy, mask], dy_t.shape, dy_t.dtype, suffix=f"grad{i}")
+                if dy_t.shape == ins[i].shape:
+                    grad = bw.new("copy", [grad], dy_t.shape, dy_t.dtype, suffix=f"grad{i}_reduce")
+                bw.give(ins[i].name, grad)
     elif k == "clamp":
         if wants(0):
             grad_map(0, ["compare", "compare", "logical", "select"], [t.name for t in ins])
