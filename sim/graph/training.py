@@ -267,11 +267,15 @@ class _Gradients:
     """Each tensor's gradient, from the contributions its consumers give it (:meth:`_Backward.give`), summed
     when it is first read: PopART's autodiff grows one SumOp per tensor once all its edge gradients are in
     (``transforms/autodiff/gradgrowersumop.cpp``), which its SumToAdd pattern makes an Add of two and
-    ``SumOpx`` runs as one ``popops::map`` of three or more (``popx/op/sumx.cpp``: a tree of adds)."""
+    ``SumOpx`` runs as one ``popops::map`` of three or more (``popx/op/sumx.cpp``: a tree of adds). The sum
+    is placed with the last op to give a part (the consumer first in the forward order): the SumOp inherits
+    the placement of its inputs' producers (``opattributehelper.cpp``), so a tensor crossing a pipeline
+    stage gets its gradient sent back summed, once."""
 
     def __init__(self, bw: "_Backward"):
         self.bw = bw
         self.parts: dict[str, list[str]] = {}  # tensor -> the gradient tensors given it so far
+        self.givers: dict[str, Op] = {}  # tensor -> the forward op whose backward gave it the last part
 
     def __contains__(self, tensor: str) -> bool:
         return tensor in self.parts
@@ -282,13 +286,20 @@ class _Gradients:
     def __getitem__(self, tensor: str) -> str:
         parts = self.parts[tensor]
         if len(parts) > 1:
-            t = self.bw.g.tensors[tensor]
+            t, bw = self.bw.g.tensors[tensor], self.bw
+            reading, bw.current = bw.current, self.givers[tensor]
             if len(parts) == 2:
-                summed = self.bw.new("add", parts, t.shape, t.dtype, suffix="sum")
+                summed = bw.new("add", parts, t.shape, t.dtype, suffix="sum")
             else:
-                summed = self.bw.new("map", parts, t.shape, t.dtype, {"steps": ["add"] * (len(parts) - 1)}, "sum")
+                summed = bw.new("map", parts, t.shape, t.dtype, {"steps": ["add"] * (len(parts) - 1)}, "sum")
+            bw.current = reading
             self.parts[tensor] = [summed]
         return self.parts[tensor][0]
+
+    def add(self, tensor: str, grad: str) -> None:
+        """One more part of ``tensor``'s gradient, given by the current op's backward."""
+        self.parts.setdefault(tensor, []).append(grad)
+        self.givers[tensor] = self.bw.current
 
     def get(self, tensor: str, default=None):
         return self[tensor] if tensor in self.parts else default
@@ -327,7 +338,7 @@ class _Backward:
         if gt.shape != t.shape:  # undo broadcasting: sum over the broadcast axes
             grad = self.new("reduce_sum", [grad], t.shape, gt.dtype,
                             {"axes": "broadcast"}, suffix=f"reduce_{t.name.split('/')[-1]}")
-        self.grads.parts.setdefault(tensor, []).append(grad)
+        self.grads.add(tensor, grad)
 
     def give_slice(self, tensor: str, dy: str, axis: int | None, start: int | None, stop: int | None) -> None:
         """Add the gradient ``dy`` of ``tensor[start:stop]`` along ``axis``. PopART's SliceGradOp pads
@@ -524,7 +535,7 @@ def expand_training(graph: Graph, optimizer: Optimizer | str = "sgd", accumulate
     for w in g.weights():
         if w.name not in bw.grads:
             continue
-        user = bw.current = first_user[w.name]
+        user = first_user[w.name]
         grad = bw.grads[w.name]
         annotations = dict(ipu=user.ipu, stage=user.stage, phase=user.phase, block=user.block)
         states = [g.add_tensor(g.unique_tensor_name(f"{w.name}/{opt.name}_state{k}"), w.shape,
@@ -595,7 +606,7 @@ def _backward_passes(g: Graph, forward: list[Op], need: set[str]) -> _Backward:
         _backward_from(bw, segment, loss, need)
         for w in g.weights():  # this micro-batch's weight gradients added to the earlier ones'
             if w.name in bw.grads:
-                bw.current = total.current = next(op for op in segment if w.name in op.inputs)
+                total.current = next(op for op in segment if w.name in op.inputs)
                 total.give(w.name, bw.grads[w.name])
                 total.grads[w.name]  # a running sum, added in this micro-batch's ops
         order += segment + g.ops[made:]
