@@ -89,3 +89,25 @@ def test_a_batch_norms_gradient_reads_its_saved_statistics():
     grad = next(op for op in g.ops if op.kind == "batchnorm_grad")
     assert g.tensors[bn.outputs[1]].shape == (2, 4) and grad.inputs[-1] == bn.outputs[1]
     assert bn.outputs[0] not in {i for op in g.ops if op.pass_ == "backward" for i in op.inputs}
+
+
+def test_unary_gradients_are_poparts_grad_pattern_ops():
+    """SqrtGradOp: scale(y, 2) then div; CosGradOp: sin, mul, neg; ErfxGradOpx: five popops calls."""
+    expected = {"sqrt": ["scale", "div"], "cos": ["sin", "mul", "scale"], "log": ["div"],
+                "erf": ["square", "scale", "exp", "scale", "mul"], "abs": ["sign", "mul"]}
+    for kind, kinds in expected.items():
+        g, ops = _backward(lambda b, x: b.unary(kind, x, name="f"))
+        grads = [op for op in ops if op.name.startswith("f/")]
+        assert [op.kind for op in grads] == kinds, kind
+    g, ops = _backward(lambda b, x: b.unary("sqrt", x, name="f"))
+    forward = next(op for op in g.ops if op.name == "f")
+    assert next(op for op in ops if op.name.startswith("f/")).inputs == forward.outputs
+
+
+def test_a_power_gradient_is_poparts_pattern():
+    """PowArg0GradOp: pow(x, e - 1) (e - 1 folded for a constant e), times e, times dy, where(e == 0, 0, .)."""
+    def power(b, x):
+        return b.op("pow", [x, b.constant("two", (1,))], [(4, 16)])[0]
+
+    _, ops = _backward(power)
+    assert [op.kind for op in ops if op.name.startswith("pow/")] == ["pow", "mul", "mul", "compare", "select"]

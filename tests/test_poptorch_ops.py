@@ -1424,3 +1424,54 @@ def test_elu_and_selu_are_poparts_selu_map(layer):
     torch.testing.assert_close(model(x), layer(x))
     (op,) = model.simulation.executable.graph.ops
     assert op.attrs["steps"] == ["exp", "sub", "mul", "minimum", "maximum", "add", "mul"]
+
+
+class _Clamps(nn.Module):
+    def forward(self, x):
+        return torch.clamp(x, -0.2, 0.3) + F.hardtanh(x) + x.clone()
+
+
+def test_clamp_is_a_max_then_a_min_hardtanh_a_clip_and_clone_a_view():
+    """PopTorch's clampHandler is min(max(x, lo), hi) (PopART's Clip takes no integers), its hardtanhHandler a Clip,
+    its cloneHandler an Identity that PopART's PostNRepl removes."""
+    x = torch.randn(4, 8)
+    model = poptorch.inferenceModel(_Clamps())
+    torch.testing.assert_close(model(x), _Clamps()(x))
+    assert [op.kind for op in model.simulation.executable.graph.ops] == ["maximum", "minimum", "clamp", "add",
+                                                                          "identity", "add"]
+
+
+class _Bernoulli(nn.Module):
+    def forward(self, x):
+        return x * x.new_empty((x.shape[0], 1)).bernoulli_(0.8)
+
+
+def test_bernoulli_is_a_uniform_a_compare_and_a_cast():
+    """PopTorch's bernoulliHandler: cast(uniform < p), three PopART ops (no poprand bernoulli)."""
+    model = poptorch.inferenceModel(_Bernoulli())
+    model(torch.randn(4, 8))
+    assert [op.kind for op in model.simulation.executable.graph.ops] == ["random_uniform", "compare", "cast", "mul"]
+
+
+def test_l1_loss_is_priced_as_poparts_l1_op_not_as_mse():
+    """l1LossHandler: sub, then PopART's L1 (an ABSOLUTE map and its scaled reduction); L1GradOpx a SIGNUM and two
+    multiplies. No note says it is priced as MSE."""
+    from sim.cost.row_ops import L1_GRAD_STEPS, L1_STEPS, loss_steps
+    assert loss_steps("mse_loss", {"loss": "l1"}) == L1_STEPS
+    assert loss_steps("mse_loss_grad", {"loss": "l1"}) == L1_GRAD_STEPS
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x, y):
+            out = self.fc(x)
+            return out, F.l1_loss(out, y)
+
+    net = Net()
+    model = poptorch.trainingModel(net, optimizer=poptorch.optim.SGD(net.parameters(), lr=0.1))
+    model(torch.randn(4, 8), torch.randn(4, 8))
+    grad = next(op for op in model.simulation.executable.graph.ops if op.kind == "mse_loss_grad")
+    assert grad.attrs["loss"] == "l1"
+    assert not [n for n in model.simulation.notes if "L1" in n]

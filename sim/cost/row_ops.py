@@ -134,6 +134,12 @@ MSE_STEPS = (("map", ("sub",)), ("map", ("mul",)), ("all", ("add",)))
 #: multiply's two input gradients and their sum (the subtraction passes it on)
 MSE_GRAD_STEPS = (("scalar", ("div",)), ("map", ("copy",)), ("map", ("add",)), ("map", ("mul",)),
                   ("map", ("mul",)), ("map", ("add",)))
+#: PopTorch's l1_loss (AtenHandlers.gen.cpp l1LossHandler: ``identityloss(l1loss(sub(x, y), 1, reduction), none)``,
+#: the IdentityLoss an identity): the difference, then L1Opx's ABSOLUTE map and its scaled reduction of every element
+L1_STEPS = (("map", ("sub",)), ("map", ("abs",)), ("all", ("add",)))
+#: L1GradOpx: the difference's SIGNUM, a map multiplying it by the reduction's scale, one multiplying in the loss's
+#: gradient (the subtraction passes it on)
+L1_GRAD_STEPS = (("map", ("sign",)), ("map", ("mul",)), ("map", ("mul",)))
 
 STEPS = {"softmax": SOFTMAX_STEPS, "softmax_nonstable": SOFTMAX_NONSTABLE_STEPS, "softmax_grad": SOFTMAX_GRAD_STEPS,
          "layernorm": LAYERNORM_STEPS, "layernorm_grad": LAYERNORM_GRAD_STEPS, "layernorm_stable": LAYERNORM_STABLE_STEPS,
@@ -322,6 +328,8 @@ def loss_steps(kind: str, attrs: dict) -> tuple:
     ``ignore_index`` (any value; PopTorch always passes -100) adds NllOpx's masks of the ignored labels and the
     mean over the rest; ``reduction`` ``"sum"`` drops the mean's scale, ``"none"`` the reduction to one loss."""
     grad = kind.endswith("_grad")
+    if kind.startswith("mse_loss") and attrs.get("loss") == "l1":
+        return L1_GRAD_STEPS if grad else L1_STEPS
     if kind.startswith("mse_loss"):
         return MSE_GRAD_STEPS if grad else MSE_STEPS
     log_input = bool(attrs.get("log_softmax") or attrs.get("log_probabilities"))

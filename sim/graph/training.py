@@ -462,7 +462,7 @@ def _recurrent_grads(bw: _Backward, op: Op, need: set[str]) -> None:
 LOSS_KINDS = ("softmax_cross_entropy", "mse_loss")
 #: a loss op's attributes that its gradient op carries too: which ops PopART lowers them to
 #: (:func:`sim.cost.row_ops.loss_steps`)
-LOSS_LOWERING = ("probabilities", "log_softmax", "log_probabilities", "ignore_index", "reduction")
+LOSS_LOWERING = ("loss", "probabilities", "log_softmax", "log_probabilities", "ignore_index", "reduction")
 #: loss ops whose gradient starts the backward pass without a seed tensor (``<kind>_grad``)
 _SEEDED_LOSS_KINDS = LOSS_KINDS + ("reduce_mean", "reduce_sum")
 
@@ -1061,14 +1061,27 @@ def _inverse(perm):
 _SCATTER_EXTREMES = {"amax": "max", "max": "max", "amin": "min", "min": "min", "prod": "mul", "mul": "mul",
                      "multiply": "mul"}
 
-#: element-wise kinds -> the codelets of their gradient, one fused popops::map of
-#: [dy, x, y] (y the forward output), as PopART's *GradOpx compute them
+#: element-wise kinds -> the codelets of their gradient, one fused popops::map of [dy, x, y] (y the forward
+#: output), as PopART's *GradOpx compute them (AsinGradOpx: dy / sqrt(1 - x x))
 POINTWISE_GRADS = {
-    "abs": ["sign", "mul"], "sqrt": ["div", "scale"], "rsqrt": ["mul", "mul", "mul", "scale"],
-    "reciprocal": ["square", "mul", "scale"], "square": ["mul", "scale"], "log": ["div"],
-    "log1p": ["add", "div"], "expm1": ["add", "mul"], "sin": ["cos", "mul"], "cos": ["sin", "mul", "scale"],
-    "tan": ["square", "add", "mul"], "asin": ["square", "sub", "rsqrt", "mul"],
-    "erf": ["square", "scale", "exp", "mul", "scale"],
+    "rsqrt": ["mul", "mul", "mul", "scale"], "reciprocal": ["square", "mul", "scale"], "square": ["mul", "scale"],
+    "tan": ["square", "add", "mul"], "asin": ["mul", "sub", "sqrt", "div", "mul"],
+}
+#: element-wise kinds whose gradient PopART runs as several ops, each its own popops call: its mandatory grad
+#: patterns (willow/src/patterns: ElementWiseGradOpPattern for abs and sin, SqrtGradOp, LogGradOp, Log1pGradOp,
+#: Expm1GradOp, CosGradOp) and ErfxGradOpx's five calls (popx/op/erfx.cpp). Each op ``(kind, operand, ...
+#: [, attrs])``, an operand ``"dy"``, ``"x"`` (the input), ``"y"`` (the output), an earlier op's index, or
+#: ``"one"`` (a one-element constant)
+POINTWISE_GRAD_OPS = {
+    "abs": (("sign", "x"), ("mul", "dy", 0)),
+    "sqrt": (("scale", "y", {"factor": 2.0}), ("div", "dy", 0)),
+    "log": (("div", "dy", "x"),),
+    "log1p": (("add", "x", "one"), ("div", "dy", 0)),
+    "expm1": (("add", "y", "one"), ("mul", "dy", 0)),
+    "sin": (("cos", "x"), ("mul", "dy", 0)),
+    "cos": (("sin", "x"), ("mul", "dy", 0), ("scale", 1, {"factor": -1.0})),
+    "erf": (("square", "x"), ("scale", 0, {"factor": -1.0}), ("exp", 1), ("scale", 2, {"factor": 1.1283791671}),
+            ("mul", 3, "dy")),
 }
 #: kinds whose gradient is zero (or that take no gradient): nothing flows back through them
 NO_GRADIENT = {"ceil", "floor", "round", "trunc", "sign", "compare", "logical", "bitwise", "isnan",
@@ -1086,7 +1099,18 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
 
     if k in NO_GRADIENT:
         return True
-    if k in POINTWISE_GRADS:
+    if k in POINTWISE_GRAD_OPS:
+        if wants(0):
+            x, made = ins[0], []
+            for step in POINTWISE_GRAD_OPS[k]:
+                attrs = step[-1] if isinstance(step[-1], dict) else None
+                names = {"dy": dy, "x": x.name, "y": y}
+                operands = [made[a] if isinstance(a, int) else names.get(a) or g.add_tensor(
+                    g.unique_tensor_name(f"{op.name}/grad_{a}"), (1,), x.dtype, "constant").name
+                    for a in step[1:] if not isinstance(a, dict)]
+                made.append(bw.new(step[0], operands, x.shape, x.dtype, attrs, f"grad_{step[0]}{len(made)}"))
+            bw.give(x.name, made[-1])
+    elif k in POINTWISE_GRADS:
         if wants(0):
             grad_map(0, POINTWISE_GRADS[k], [ins[0].name, y])
     elif k == "map":  # the front end gives each input's gradient codelets (None: no gradient)
@@ -1111,8 +1135,17 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
         if wants(0):
             grad_map(0, ["div", "mul"], [ins[0].name, y])
     elif k == "pow":
-        if wants(0):
-            grad_map(0, ["pow", "mul", "mul"], [t.name for t in ins])
+        if wants(0):  # PowArg0GradOp pattern: where(e == 0, 0, dy (e x^(e - 1))), e - 1 folded when e is constant
+            x, e = ins
+            zero = g.add_tensor(g.unique_tensor_name(f"{op.name}/grad_zero"), (1,), x.dtype, "constant").name
+            lowered = e.name if e.role == "constant" else bw.new("sub", [e.name, zero], e.shape, e.dtype,
+                                                                 suffix="grad0_sub")
+            power = bw.new("pow", [x.name, lowered], g.tensors[dy].shape, x.dtype, suffix="grad0_pow")
+            scaled = bw.new("mul", [e.name, power], g.tensors[dy].shape, x.dtype, suffix="grad0_mul")
+            scaled = bw.new("mul", [dy, scaled], g.tensors[dy].shape, x.dtype, suffix="grad0_mul_dy")
+            is_zero = bw.new("compare", [e.name, zero], e.shape, "bool", {"op": "eq"}, "grad0_equal")
+            bw.give(x.name, bw.new("select", [is_zero, zero, scaled], g.tensors[dy].shape, x.dtype,
+                                   suffix="grad0_where"))
         if len(ins) > 1 and wants(1):
             grad_map(1, ["log", "mul", "mul"], [ins[0].name, y])
     elif k == "atan2":  # PopART's Atan2Arg0GradOp / Atan2Arg1GradOp: dy x / (x^2 + y^2), -dy y / (x^2 + y^2)

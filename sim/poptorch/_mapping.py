@@ -276,8 +276,10 @@ def _detach(ctx: OpContext):
     return ctx.op("detach", [ctx.sarg(0, "input")])
 
 
-def _copy(ctx: OpContext):
-    return ctx.op("copy", [ctx.sarg(0, "input")])
+def _clone(ctx: OpContext):
+    """``x.clone()``: PopTorch's cloneHandler makes a PopART Identity, which the PostNRepl pattern removes
+    (willow/src/patterns/postnrepl.cpp): a view, no copy."""
+    return ctx.op("identity", [ctx.sarg(0, "input")])
 
 
 def _copy_into(ctx: OpContext):
@@ -871,8 +873,6 @@ def _loss(kind, label):
             return emit_map(ctx, steps, ins, [grad, grad][:len(ins)], output=out, name="unreduced_loss")
         y = ctx.op(kind, ins, {"loss": label} | _nll_lowering(ctx, label), output=out, name="loss")
         ctx.cap.losses.append(y)
-        if label == "l1":
-            ctx.cap.notes.append(f"{ctx.desc}: L1 loss priced as the simulator's mse_loss")
         if isinstance(ctx.output, (tuple, list)):
             return (y,) + (None,) * (len(ctx.output) - 1)
         return y
@@ -1178,7 +1178,7 @@ RULES = {
     "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _view, "unflatten": _view,
     "squeeze": _view, "unsqueeze": _view, "expand": _view, "expand_as": _view, "view_as": _view,
     "reshape_as": _view, "contiguous": _view, "alias": _view, "lift_fresh": _view,
-    "detach": _detach, "clone": _copy, "copy_": _copy_into, "_to_copy": _cast, "to": _cast, "type": _cast,
+    "detach": _detach, "clone": _clone, "copy_": _copy_into, "_to_copy": _cast, "to": _cast, "type": _cast,
     "type_as": _cast, "float": _cast, "half": _cast, "double": _cast, "long": _cast, "int": _cast,
     "bool": _cast, "bfloat16": _cast,
     "transpose": _transpose, "t": _transpose, "permute": _transpose, "swapaxes": _transpose,

@@ -185,9 +185,12 @@ def _masked_fill(ctx):
 
 
 def _clamp(ctx):
-    """clamp/clip/hardtanh with both bounds: popops Clamp; with one bound: max or min."""
+    """hardtanh (PopTorch's hardtanhHandler: PopART's Clip): popops Clamp. clamp / clip: PopTorch's clampHandler
+    makes ``min(max(x, lo), hi)`` (ArithmeticOps.cpp: PopART's Clip takes no integers), a Max then a Min, either
+    left out when its bound is."""
     x = ctx.sarg(0, "input")
-    if ctx.key in ("hardtanh", "hardtanh_") or isinstance(ctx.module, nn.Hardtanh):
+    hardtanh = ctx.key in ("hardtanh", "hardtanh_") or isinstance(ctx.module, nn.Hardtanh)
+    if hardtanh:
         lo, hi = (ctx.module.min_val, ctx.module.max_val) if ctx.module is not None else \
             (ctx.arg(1, "min_val", -1.0), ctx.arg(2, "max_val", 1.0))
         slo = shi = None
@@ -200,7 +203,10 @@ def _clamp(ctx):
     elif ctx.key in ("clamp_max", "clamp_max_"):
         hi, shi, lo, slo = ctx.arg(1, "max"), ctx.sarg(1, "max"), None, None
     if lo is not None and hi is not None:
-        return ctx.op("clamp", [x, operand(ctx, slo, lo, dt, "min"), operand(ctx, shi, hi, dt, "max")])
+        if hardtanh:
+            return ctx.op("clamp", [x, operand(ctx, slo, lo, dt, "min"), operand(ctx, shi, hi, dt, "max")])
+        x = emit(ctx, "maximum", [x, operand(ctx, slo, lo, dt, "min")], out_tensor(ctx).shape, dt, name="max")
+        lo = None
     if lo is not None:
         return ctx.op("maximum", [x, operand(ctx, slo, lo, dt, "min")])
     if hi is not None:
@@ -311,6 +317,10 @@ def _random(ctx):
     if ctx.key == "randperm":
         u = emit(ctx, "random_uniform", [], out.shape, torch.float32, name="uniform")
         return ctx.op("sort", [u], {"axis": 0})
+    if kind == "random_bernoulli":  # PopTorch's bernoulliHandler: cast(uniform < p), three PopART ops
+        u = emit(ctx, "random_uniform", [], out.shape, out.dtype, name="uniform")
+        p = inputs[0] if inputs else const(ctx, (1,), out.dtype, "p")
+        return ctx.op("cast", [emit(ctx, "compare", [u, p], out.shape, torch.bool, {"op": "lt"}, "less")])
     return ctx.op(kind, inputs)
 
 
