@@ -166,9 +166,10 @@ def test_sharded_cross_entropy_and_its_one_map_gradient():
     assert kinds == ["reduce_max", "replicated_all_reduce", "softmax_cross_entropy", "replicated_all_reduce",
                      "replicated_all_reduce", "reduce_mean", "reshape"]
     assert all(op.attrs.get("group_size") == 4 for op in fwd.sim_graph.ops if op.kind == "replicated_all_reduce")
-    # its gradient: the scalar's view, the mean's broadcast, then one map of the shard (the losses' all-reduce
-    # passes it through)
-    assert [op.kind for op in info.graph.sim_graph.ops] == ["reshape", "scale", "softmax_cross_entropy_grad"]
+    # its gradient: the scalar's view, the mean's (ReduceMeanGradOpx: a copy, its broadcast view, a divide by the
+    # count), then one map of the shard (the losses' all-reduce passes it through)
+    assert [op.kind for op in info.graph.sim_graph.ops] == ["reshape", "copy", "reshape", "div",
+                                                            "softmax_cross_entropy_grad"]
     assert info.graph.outputs[0].shape == (2048, 12565)
     assert norm.shape == () and norm.dtype == popxl.float32  # a float32 sum of squares, as LambSquareOp's
 

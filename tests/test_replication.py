@@ -42,7 +42,9 @@ def test_resnet50_micro_batch_20_fits_one_ipu_only_with_recomputation():
     assert fits.memory[0].peak_tile_bytes <= fits.system.ipu.sram_bytes_per_tile
     recomputed = [op for s in fits.stages for op in s.recomputed]
     forward = [op for op in fits.graph.ops if op.pass_ == "forward"]
-    assert 0.8 * len(forward) < len(recomputed) < len(forward)  # all but the checkpoints and the last segment
+    # all but the checkpoints, the last segment and the blocks' residual adds (the ReLU after each reads its own
+    # output for its gradient, not the add's: ReluGradOp)
+    assert 0.75 * len(forward) < len(recomputed) < len(forward)
 
 
 def test_replicas_are_simulated_once_per_host_link(resnet_runs):

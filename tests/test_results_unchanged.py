@@ -123,6 +123,8 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
     # PopART's outlined calls copying what they read in and what they make out (sim/compiler/outlining.py),
     # like ops matched whatever tensors they name, and repeated layers found without blocks
     # a norm's scale and shift gradients one reduce over all but the channels (poplin normParamGradients)
+    # PopART's autodiff: a tensor's gradient parts summed once, a ReLU's gradient reading its output, the
+    # reductions', where's, max's, div's and the unary ops' gradients as its grad patterns make them
     # a pipeline's weight update one IPU at a time under PopART's default Serial schedule
     # a tied head's inference matmul planned as INFERENCE_FWD (PopART marks every matmul of an inference IR)
     # a split dictionary's second-stage indices as popops' unfused map (three index ops, the divide fitted)
@@ -142,7 +144,7 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
     # PopART's StepIO callback on the host thread before each replica's input copy (stream_callback_s)
     'pipeline_training': {'cycle_count': 19178822,
                           'trace': '8008c60d88059e0b',
-                          'op_trace': '252288082243c836',
+                          'op_trace': 'd1aaeddba3f37038',
                           'perf_counters': '5b49d8522c834d01',
                           'latency': '(0.014474582641509434, 0.014474582641509434, 0.014474582641509434)',
                           'compute_latency': '(0.013828704150943397, 0.013828704150943397, '
@@ -159,14 +161,14 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                                     'breakdown': 'd22859f4c2bf1349'},
     'pipeline_replicas': {'cycle_count': 48503752,
                           'trace': 'fb7e4abff41fa0e5',
-                          'op_trace': '6902a1ea80e99a36',
+                          'op_trace': '68d7537ec792c454',
                           'perf_counters': 'ff2c80966325897f',
                           'latency': '(0.02329771094339623, 0.03660648452830189, 0.02995209773584906)',
                           'compute_latency': '(0.021661123018867922, 0.03569905735849056, 0.028680090188679244)',
                           'breakdown': 'f564bf16e1bba570'},
     'deep_pipeline': {'cycle_count': 34666056,
                       'trace': 'ee07a878a00dc712',
-                      'op_trace': 'd7440dab4ef1ada4',
+                      'op_trace': 'dfce0ecb6b0b7c41',
                       'perf_counters': '69da168b345e32c9',
                       'latency': '(0.02616275924528302, 0.02616275924528302, 0.02616275924528302)',
                       'compute_latency': '(0.024254903396226414, 0.024254903396226414, 0.024254903396226414)',
@@ -189,7 +191,7 @@ EXPECTED = {  # recorded with the engine before the speed work; re-recorded for 
                           'breakdown': '80d1150fa6e304f6'},
     'off_chip_rts': {'cycle_count': 188640813,
                      'trace': '7d3d995a9559cc4f',
-                     'op_trace': '7469ab278d80fffe',
+                     'op_trace': '77ce7b978bb76bb8',
                      'perf_counters': '3879eac2efab7708',
                      'latency': '(0.07100268150943395, 0.14237030415094337, 0.10668649283018866)',
                      'compute_latency': '(0.07046544000000002, 0.14146287698113208, 0.10596415849056605)',
