@@ -1388,10 +1388,13 @@ def test_rsqrt_and_reciprocal_run_as_poptorch_lowers_them():
     (lambda x: torch.cosh(x), ["exp", "scale", "exp", "add", "scale"]),
     (lambda x: (x >= 0.2) * x, ["compare", "compare", "logical", "mul"]),
     (lambda x: (x != 0.2) * x, ["compare", "logical_not", "mul"]),
-], ids=["celu", "hardshrink", "softshrink", "threshold", "log10", "erfc", "tan", "acosh", "cosh", "ge", "ne"])
+    (lambda x: F.hardswish(x * 4), ["scale", "maximum", "abs", "compare", "add", "mul", "div", "select"]),
+    (lambda x: F.mish(x), ["scale", "sigmoid", "mul", "sub", "add", "div", "mul"]),
+], ids=["celu", "hardshrink", "softshrink", "threshold", "log10", "erfc", "tan", "acosh", "cosh", "ge", "ne",
+        "hardswish", "mish"])
 def test_functions_poptorch_lowers_to_several_ops_are_several_ops(fn, kinds):
-    """PopTorch's handlers (AtenHandlers.gen.cpp) build celu, hardshrink, softshrink, threshold, log10, erfc, ge and
-    ne out of several PopART ops, PopART's ONNX pass rewrites tan and acosh (trig.cpp) and its CoshOpPattern cosh:
+    """PopTorch's handlers (AtenHandlers.gen.cpp, ActivationOps.cpp) build celu, hardshrink, softshrink, threshold,
+    log10, erfc, ge, ne, hardswish and mish out of several PopART ops, PopART's ONNX pass rewrites tan and acosh (trig.cpp) and its CoshOpPattern cosh:
     each op its own popops call, not one fused map; torch's values, and they train."""
     class Net(nn.Module):
         def __init__(self):

@@ -22,15 +22,13 @@ EXPRESSIONS = {
     "elu": (["exp", "sub", "mul", "minimum", "maximum", "add", "mul"], _SELU_GRAD),
     "selu": (["exp", "sub", "mul", "minimum", "maximum", "add", "mul"], _SELU_GRAD),
     "frac": (["trunc", "sub"], ["copy"]),
-    "mish": (["exp", "log1p", "tanh", "mul"],
-             ["exp", "log1p", "tanh", "square", "sigmoid", "mul", "mul", "add", "mul"]),
-    "softplus": (["scale", "exp", "log1p", "scale", "compare", "select"], ["scale", "sigmoid", "mul"]),
+    # PopTorch's softplusHandler makes its custom TorchSoftplus (custom_operations/TorchSoftplus.cpp), one map:
+    # select(log1p(exp(-|x|)) + max(x, 0), x, x <= threshold), its gradient select(dy sigmoid(x), dy, ...); a beta
+    # other than 1 adds a multiply before and a divide after (sim.poptorch's rule)
+    "softplus": (["abs", "neg", "exp", "log1p", "maximum", "add", "compare", "select"],
+                 ["sigmoid", "mul", "compare", "select"]),
     "softsign": (["abs", "add", "div"], ["abs", "add", "square", "div"]),
     "leaky_relu": (["scale", "compare", "select"], ["compare", "select", "mul"]),
-    "rrelu": (["scale", "compare", "select"], ["compare", "select", "mul"]),
-    # PopTorch's handler (ActivationOps.cpp): where(|x| > 3, max(x, 0), x (x + 3) / 6)
-    "hardswish": (["maximum", "abs", "compare", "add", "mul", "scale", "select"],
-                  ["abs", "compare", "scale", "add", "select", "mul"]),
     # PopART's HardSigmoid (PopTorch's hardsigmoidHandler gives alpha 1/6, beta 1/2; ONNX's its own):
     # HardSigmoidComputex maps max(0, min(1, alpha x + beta)) (popx/op/hardsigmoidx.cpp), one generated
     # codelet of a Mul, an Add, a Min and a Max of constants; HardSigmoidGradOpx maps
@@ -52,7 +50,7 @@ ISINF_STEPS = ["compare", "isfinite", "logical_not", "logical"]
 #: builds, PopTorch's included; its ``x ** 2`` a Pow of a constant tensor, popops POWER as
 #: ``sim.poptorch``'s ``_pow`` says), PopART's CoshOpPattern (``patterns/coshoppattern.cpp``; CoshOp has no
 #: opx), and PopTorch's handlers (``AtenHandlers.gen.cpp``: celu, hardshrink, softshrink, threshold,
-#: log10, log2, erfc)
+#: log10, log2, erfc; ``ActivationOps.cpp``: hardswish, mish, rrelu)
 DECOMPOSED = {
     "tan": (("sin", "x"), ("cos", "x"), ("div", 0, 1)),
     "asinh": (("pow", "x", "two"), ("add", 0, "one"), ("sqrt", 1), ("add", "x", 2), ("log", 3)),
@@ -71,6 +69,14 @@ DECOMPOSED = {
                    ("select", 1, 2, 5)),
     # where(greater(x, threshold), x, value)
     "threshold": (("compare", "x", "threshold", {"op": "gt"}), ("select", 0, "x", "value")),
+    # PopTorch's ActivationOps.cpp: hardswishHandler where(|x| > 3, max(x, 0), x (x + 3) / 6); mishHandler
+    # x (1 - s²) / (1 + s²), s = sigmoid(-x) (its one a constant of x's shape there, one element here);
+    # rreluHandler at inference where(x < 0, x (lower + upper) / 2, x)
+    "hardswish": (("maximum", "x", "zero"), ("abs", "x"), ("compare", 1, "three", {"op": "gt"}), ("add", "x", "three"),
+                  ("mul", "x", 3), ("div", 4, "six"), ("select", 2, 0, 5)),
+    "mish": (("scale", "x", {"factor": -1.0}), ("sigmoid", 0), ("mul", 1, 1), ("sub", "one", 2), ("add", "one", 2),
+             ("div", 3, 4), ("mul", "x", 5)),
+    "rrelu": (("compare", "x", "zero", {"op": "lt"}), ("mul", "x", "slope"), ("select", 0, 1, "x")),
     "log10": (("log", "x"), ("div", 0, "ln_10")),
     "log2": (("log", "x"), ("div", 0, "ln_2")),
     "erfc": (("erf", "x"), ("sub", "one", 0)),

@@ -70,18 +70,31 @@ def _expression(name):
     steps, grad = EXPRESSIONS[name]
 
     def rule(ctx):
-        x = ctx.sarg(0, "input")
-        ins = [x]
-        if name == "rrelu" and _rrelu_training(ctx):  # random slopes: poprand uniform per element
-            return emit_map(ctx, ["random_uniform", "mul", "compare", "select"], ins, [grad])
-        return emit_map(ctx, steps, ins, [grad])
+        return emit_map(ctx, steps, [ctx.sarg(0, "input")], [grad])
     return rule
 
 
-def _rrelu_training(ctx) -> bool:
-    if ctx.module is not None:
-        return bool(ctx.module.training)
-    return bool(ctx.arg(3, "training", False))
+def _softplus(ctx):
+    """PopTorch's TorchSoftplus map (:data:`~sim.cost.expressions.EXPRESSIONS`), with a multiply by beta before
+    and a divide after when beta is not 1."""
+    steps, grad = EXPRESSIONS["softplus"]
+    beta = ctx.module.beta if ctx.module is not None else ctx.arg(1, "beta", 1.0)
+    if beta != 1:
+        steps, grad = ["mul"] + steps + ["div"], ["mul"] + grad
+    return emit_map(ctx, steps, [ctx.sarg(0, "input")], [grad])
+
+
+def _rrelu(ctx):
+    """PopTorch's rreluHandler: at inference where(x < 0, x times the mean slope, x); in training the slopes are
+    a RandomUniform of x's shape first."""
+    training = bool(ctx.module.training) if ctx.module is not None else \
+        bool(ctx.arg(4 if ctx.key == "rrelu_with_noise" else 3, "training", False))
+    if not training:
+        return _rrelu_inference(ctx)
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    slopes = emit(ctx, "random_uniform", [], rx.shape, rx.dtype, name="uniform")
+    negative = emit(ctx, "compare", [x, const(ctx, (1,), rx.dtype, "zero")], rx.shape, torch.bool, {"op": "lt"}, "less")
+    return ctx.op("select", [negative, emit(ctx, "mul", [x, slopes], rx.shape, rx.dtype, name="mul"), x])
 
 
 def _operands(ctx):
@@ -143,6 +156,9 @@ def _decomposed(name):
                                  torch.bool if kind == "compare" else rx.dtype, dict(attrs) or None, kind))
         return made[-1]
     return rule
+
+
+_rrelu_inference = _decomposed("rrelu")
 
 
 def _floor_divide(ctx):
@@ -348,7 +364,7 @@ RULES = {
     "pow": _pow, "float_power": _pow, "where": _where, "masked_fill": _masked_fill,
     "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp, "clamp_max": _clamp, "hardtanh": _clamp,
     "addcdiv": _addc, "addcmul": _addc, "prelu": _prelu, "_prelu_kernel": _prelu, "glu": _glu,
-    "rrelu_with_noise": _expression("rrelu"),
+    "rrelu_with_noise": _rrelu, "rrelu": _rrelu, "softplus": _softplus,
     "log_sigmoid": _log_sigmoid, "logsigmoid": _log_sigmoid, "log_sigmoid_forward": _log_sigmoid,
     "tanhshrink": _tanhshrink, "softmin": _softmin, "isinf": _isinf, "square": _square,
     "reciprocal": _reciprocal, "rsqrt": _rsqrt,
@@ -357,11 +373,11 @@ RULES = {
 
 MODULE_RULES = {
     nn.ELU: _expression("elu"), nn.CELU: _decomposed("celu"), nn.SELU: _expression("selu"),
-    nn.SiLU: _unary("swish"), nn.Mish: _expression("mish"), nn.Softplus: _expression("softplus"),
+    nn.SiLU: _unary("swish"), nn.Mish: _decomposed("mish"), nn.Softplus: _softplus,
     nn.Softsign: _expression("softsign"), nn.Hardshrink: _decomposed("hardshrink"),
     nn.Softshrink: _decomposed("softshrink"), nn.LeakyReLU: _expression("leaky_relu"),
-    nn.RReLU: _expression("rrelu"), nn.Threshold: _decomposed("threshold"), nn.Hardtanh: _clamp,
-    nn.PReLU: _prelu, nn.GLU: _glu, nn.Hardswish: _expression("hardswish"),
+    nn.RReLU: _rrelu, nn.Threshold: _decomposed("threshold"), nn.Hardtanh: _clamp,
+    nn.PReLU: _prelu, nn.GLU: _glu, nn.Hardswish: _decomposed("hardswish"),
     nn.Hardsigmoid: _expression("hardsigmoid"), nn.LogSigmoid: _log_sigmoid, nn.Tanhshrink: _tanhshrink,
     nn.Softmin: _softmin,
 }
