@@ -1390,11 +1390,14 @@ def test_rsqrt_and_reciprocal_run_as_poptorch_lowers_them():
     (lambda x: (x != 0.2) * x, ["compare", "logical_not", "mul"]),
     (lambda x: F.hardswish(x * 4), ["scale", "maximum", "abs", "compare", "add", "mul", "div", "select"]),
     (lambda x: F.mish(x), ["scale", "sigmoid", "mul", "sub", "add", "div", "mul"]),
+    (lambda x: torch.frac(x * 3), ["scale", "cast", "cast", "sub"]),
+    (lambda x: torch.addcmul(x, x, x, value=0.5), ["mul", "scale", "add"]),
 ], ids=["celu", "hardshrink", "softshrink", "threshold", "log10", "erfc", "tan", "acosh", "cosh", "ge", "ne",
-        "hardswish", "mish"])
+        "hardswish", "mish", "frac", "addcmul"])
 def test_functions_poptorch_lowers_to_several_ops_are_several_ops(fn, kinds):
-    """PopTorch's handlers (AtenHandlers.gen.cpp, ActivationOps.cpp) build celu, hardshrink, softshrink, threshold,
-    log10, erfc, ge, ne, hardswish and mish out of several PopART ops, PopART's ONNX pass rewrites tan and acosh (trig.cpp) and its CoshOpPattern cosh:
+    """PopTorch's handlers (AtenHandlers.gen.cpp, ActivationOps.cpp, ArithmeticOps.cpp) build celu, hardshrink,
+    softshrink, threshold, log10, erfc, ge, ne, hardswish, mish, frac (casts to int32 and back) and addcmul out of
+    several PopART ops, PopART's ONNX pass rewrites tan and acosh (trig.cpp) and its CoshOpPattern cosh:
     each op its own popops call, not one fused map; torch's values, and they train."""
     class Net(nn.Module):
         def __init__(self):

@@ -21,7 +21,6 @@ EXPRESSIONS = {
     # dy gamma (alpha exp(x) (1 - sign(x)) / 2 + (1 + sign(x)) / 2)
     "elu": (["exp", "sub", "mul", "minimum", "maximum", "add", "mul"], _SELU_GRAD),
     "selu": (["exp", "sub", "mul", "minimum", "maximum", "add", "mul"], _SELU_GRAD),
-    "frac": (["trunc", "sub"], ["copy"]),
     # PopTorch's softplusHandler makes its custom TorchSoftplus (custom_operations/TorchSoftplus.cpp), one map:
     # select(log1p(exp(-|x|)) + max(x, 0), x, x <= threshold), its gradient select(dy sigmoid(x), dy, ...); a beta
     # other than 1 adds a multiply before and a divide after (sim.poptorch's rule)

@@ -70,8 +70,8 @@ _HARD_SIGMOID = _expression(["mul", "add", "minimum", "maximum"], ["mul", "add",
 #: dy (1 + sign(|x| - lambd)) / 2
 _ELU = _expression(EXPRESSIONS["selu"][0][:-1], EXPRESSIONS["selu"][1][:-1], "Elu")
 _THRESHOLDED_RELU = _expression(["compare", "select"], ["compare", "select", "mul"], "ThresholdedRelu")
-_SHRINK = _expression(["add", "sub", "compare", "select", "compare", "select"], ["abs", "sub", "sign", "add", "mul", "mul"],
-                      "Shrink")
+_SHRINK = _expression(["add", "sub", "compare", "select", "compare", "select"],
+                      ["abs", "sub", "sign", "add", "mul", "mul"], "Shrink")
 _HARD_SWISH = _expression(["mul", "add", "minimum", "maximum", "mul"], ["mul", "add", "compare", "mul", "add", "mul"],
                           "HardSwish")
 

@@ -17,10 +17,9 @@ from ._emit import const, emit, emit_map, is_tensor, operand, out_tensor, per_ch
 
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
 UNARY = {
-    "abs": "abs", "absolute": "abs", "ceil": "ceil", "floor": "floor", "round": "round",
-    "trunc": "trunc", "fix": "trunc", "sign": "sign", "sgn": "sign", "sqrt": "sqrt",
-    "log": "log", "log1p": "log1p", "expm1": "expm1",
-    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "arcsin": "asin", "erf": "erf",
+    "abs": "abs", "absolute": "abs", "ceil": "ceil", "floor": "floor", "round": "round", "sign": "sign",
+    "sgn": "sign", "sqrt": "sqrt", "log": "log", "log1p": "log1p", "expm1": "expm1",
+    "sin": "sin", "cos": "cos", "asin": "asin", "arcsin": "asin", "erf": "erf",
     "isnan": "isnan", "logical_not": "logical_not", "bitwise_not": "bitwise_not", "invert": "bitwise_not",
     # PopTorch lowers aten::silu to PopART's Swish (AtenHandlers.gen.cpp siluHandler), one popnn
     # non-linearity
@@ -162,10 +161,9 @@ _rrelu_inference = _decomposed("rrelu")
 
 
 def _floor_divide(ctx):
-    a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
-    ra, rb = ctx.arg(0, "input"), ctx.arg(1, "other")
-    dt = ra.dtype if isinstance(ra, torch.Tensor) else rb.dtype
-    return emit_map(ctx, ["div", "floor"], [operand(ctx, a, ra, dt), operand(ctx, b, rb, dt)], [None, None])
+    """``x // y``: PopTorch's floorDivideHandler, ``floor(div(x, y))``, a Div and a Floor."""
+    a, b, dt = _operands(ctx)
+    return ctx.op("floor", [emit(ctx, "div", [a, b], out_tensor(ctx).shape, dt, name="div")])
 
 
 def _pow(ctx):
@@ -231,11 +229,25 @@ def _clamp(ctx):
 
 
 def _addc(ctx):
-    """addcdiv / addcmul: input + value * t1 (/ or *) t2, one fused expression."""
+    """addcdiv / addcmul: PopTorch's addCDivHandler / addCMulHandler, ``add(x, scale(t1 / t2 or t1 * t2, value))``:
+    a Div or Mul, a Scale (an identity PopART removes when value is 1) and an Add."""
     x, t1, t2 = ctx.sarg(0, "input"), ctx.sarg(1, "tensor1"), ctx.sarg(2, "tensor2")
-    op = "div" if "div" in ctx.key else "mul"
-    grad_t2 = ["div", "div", "mul", "scale"] if op == "div" else ["mul", "scale"]
-    return emit_map(ctx, [op, "scale", "add"], [x, t1, t2], [["copy"], [op, "scale"], grad_t2])
+    out = out_tensor(ctx)
+    value = ctx.arg(3, "value", 1)
+    term = emit(ctx, "div" if "div" in ctx.key else "mul", [t1, t2], out.shape, out.dtype, name="product")
+    if value != 1:
+        term = emit(ctx, "scale", [term], out.shape, out.dtype, {"factor": float(value)}, "scale")
+    return ctx.op("add", [x, term])
+
+
+def _trunc(ctx):
+    """``trunc(x)``: PopTorch's truncHandler drops the fraction by casting to int32 and back, two casts;
+    ``frac(x)`` (fracHandler) is then ``x - trunc(x)``, a Sub more."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    whole = emit(ctx, "cast", [x], rx.shape, "int32", name="to_int")
+    if ctx.key != "frac":
+        return ctx.op("cast", [whole])
+    return ctx.op("sub", [x, emit(ctx, "cast", [whole], rx.shape, rx.dtype, name="trunc")])
 
 
 def _prelu(ctx):
@@ -363,7 +375,8 @@ RULES = {
     "floor_divide": _floor_divide, "div_floor": _floor_divide, "floordiv": _floor_divide,
     "pow": _pow, "float_power": _pow, "where": _where, "masked_fill": _masked_fill,
     "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp, "clamp_max": _clamp, "hardtanh": _clamp,
-    "addcdiv": _addc, "addcmul": _addc, "prelu": _prelu, "_prelu_kernel": _prelu, "glu": _glu,
+    "addcdiv": _addc, "addcmul": _addc, "trunc": _trunc, "fix": _trunc, "frac": _trunc,
+    "prelu": _prelu, "_prelu_kernel": _prelu, "glu": _glu,
     "rrelu_with_noise": _rrelu, "rrelu": _rrelu, "softplus": _softplus,
     "log_sigmoid": _log_sigmoid, "logsigmoid": _log_sigmoid, "log_sigmoid_forward": _log_sigmoid,
     "tanhshrink": _tanhshrink, "softmin": _softmin, "isinf": _isinf, "square": _square,
