@@ -1481,3 +1481,37 @@ def test_l1_loss_is_priced_as_poparts_l1_op_not_as_mse():
     grad = next(op for op in model.simulation.executable.graph.ops if op.kind == "mse_loss_grad")
     assert grad.attrs["loss"] == "l1"
     assert not [n for n in model.simulation.notes if "L1" in n]
+
+
+@pytest.mark.parametrize("fn, kinds", [
+    (lambda x, t: F.binary_cross_entropy(torch.sigmoid(x), t),
+     ["sigmoid", "log", "mul", "sub", "sub", "log", "mul", "add", "scale", "reduce_mean"]),
+    (lambda x, t: F.smooth_l1_loss(x, t, beta=0.5),
+     ["sub", "abs", "compare", "mul", "mul", "div", "sub", "select", "reduce_mean"]),
+    (lambda x, t: F.kl_div(x, t, reduction="sum"), ["log", "sub", "mul", "compare", "select", "reduce_sum"]),
+], ids=["bce", "smooth_l1", "kl_div"])
+def test_element_wise_losses_are_the_ops_poptorchs_handlers_build(fn, kinds):
+    """binaryCrossEntropyHandler (-(y log(x) + (1 - y) log(1 - x))), smoothL1LossHandler and klDivHandler build
+    their losses out of single PopART ops, each its own popops call, then the IdentityLoss's reduction."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(5, 5)
+
+        def forward(self, x, t):
+            return fn(self.fc(x), t)
+
+    x, t = torch.randn(3, 5), torch.rand(3, 5) * 0.9 + 0.05
+    torch.manual_seed(0)
+    model = poptorch.inferenceModel(Net())
+    model(x, t)
+    assert [op.kind for op in model.simulation.executable.graph.ops][2:] == kinds
+
+
+def test_huber_loss_is_refused_as_poptorch_has_no_handler():
+    class Net(nn.Module):
+        def forward(self, x, t):
+            return F.huber_loss(x, t)
+
+    with pytest.raises(sim.UnsupportedOpError, match="no handler for aten::huber_loss"):
+        poptorch.inferenceModel(Net())(torch.randn(3, 5), torch.randn(3, 5))
