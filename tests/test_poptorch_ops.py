@@ -1515,3 +1515,22 @@ def test_huber_loss_is_refused_as_poptorch_has_no_handler():
 
     with pytest.raises(sim.UnsupportedOpError, match="no handler for aten::huber_loss"):
         poptorch.inferenceModel(Net())(torch.randn(3, 5), torch.randn(3, 5))
+
+
+def test_a_segmentation_cross_entropy_takes_rows_of_its_classes():
+    """nllLossNdHandler: an (N, C, H, W) input's classes moved last and the rest flattened, (N H W, C) rows."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 21, 1)
+
+        def forward(self, x, t):
+            y = self.conv(x)
+            return y, F.cross_entropy(y, t)
+
+    net = Net()
+    model = poptorch.trainingModel(net, optimizer=poptorch.optim.SGD(net.parameters(), lr=0.1))
+    model(torch.randn(2, 3, 16, 16), torch.randint(0, 21, (2, 16, 16)))
+    g = model.simulation.executable.graph
+    loss = next(op for op in g.ops if op.kind == "softmax_cross_entropy")
+    assert [g.tensors[t].shape for t in loss.inputs] == [(512, 21), (512,)]

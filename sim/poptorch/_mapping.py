@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _precision, _state
-from ._emit import channel_bias, const, emit_map, embedding_flags_refused
+from ._emit import channel_bias, const, emit, emit_map, embedding_flags_refused
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
 
@@ -860,6 +860,19 @@ def _nll_lowering(ctx: OpContext, label: str) -> dict:
     return first | {"ignore_index": int(ignore), "reduction": str(reduction)}
 
 
+def _classes_last(ctx: OpContext, ins: list) -> list:
+    """A cross-entropy or NLL loss of an (N, C, d1, ...) input, as PopTorch's nllLossNdHandler (LossOps.cpp) and
+    handleSoftmaxOp (SoftmaxOps.cpp) run it: the classes moved last and the rest flattened, (N d1 ..., C) rows
+    of C classes (the log-softmax's transposes and the permutation are views once PopART makes them in place), the
+    target flattened to match."""
+    rx = ctx.args[0]
+    c = rx.shape[1]
+    rows = rx.numel() // c
+    x = emit(ctx, "reshape", [ins[0]], (rows, c), rx.dtype, {"perm": [0, *range(2, rx.dim()), 1]}, "classes_last")
+    return [x] + [emit(ctx, "reshape", [t], (rows,), ctx.cap.g.tensors[ctx.t(t)].dtype, name="target_flat")
+                  for t in ins[1:]]
+
+
 def _loss(kind, label):
     def rule(ctx: OpContext, x=None, target=None):
         if x is None:
@@ -871,6 +884,8 @@ def _loss(kind, label):
             # (FastPitch masks and reduces its mel loss itself)
             steps, grad = _ELEMENTWISE_LOSSES[label]
             return emit_map(ctx, steps, ins, [grad, grad][:len(ins)], output=out, name="unreduced_loss")
+        if label in ("cross_entropy", "nll") and ctx.args[0].dim() > 2:
+            ins = _classes_last(ctx, ins)
         y = ctx.op(kind, ins, {"loss": label} | _nll_lowering(ctx, label), output=out, name="loss")
         ctx.cap.losses.append(y)
         if isinstance(ctx.output, (tuple, list)):
