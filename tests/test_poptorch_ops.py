@@ -1534,3 +1534,19 @@ def test_a_segmentation_cross_entropy_takes_rows_of_its_classes():
     g = model.simulation.executable.graph
     loss = next(op for op in g.ops if op.kind == "softmax_cross_entropy")
     assert [g.tensors[t].shape for t in loss.inputs] == [(512, 21), (512,)]
+
+
+class _MinAlong(nn.Module):
+    def forward(self, x):
+        return torch.min(x, 1)
+
+
+def test_max_and_min_along_a_dim_are_a_top_one():
+    """minMaxWithIndicesHandler: a TopK of k 1 (min negates before and after), its indices cast to INT32."""
+    model = poptorch.inferenceModel(_MinAlong())
+    x = torch.randn(4, 8)
+    values, indices = model(x)
+    torch.testing.assert_close(values, x.min(1).values)
+    ops = model.simulation.executable.graph.ops
+    assert [op.kind for op in ops] == ["scale", "sort", "scale", "cast"]
+    assert ops[1].attrs["k"] == 1 and ops[1].attrs["axis"] == 1

@@ -62,8 +62,24 @@ def _extreme(kind, elementwise):
         if isinstance(other, torch.Tensor):
             a, b = ctx.sarg(0, "input"), ctx.sarg(1, "other")
             return ctx.op(elementwise, [ctx.t(a), ctx.t(b)] if is_tensor(b) else [a, b])
+        if isinstance(ctx.output, (tuple, list)) and ctx.args[0].dim() > 0:
+            return _top_one(ctx, kind == "reduce_min")
         return reduce_rule(ctx)
     return rule
+
+
+def _top_one(ctx, negate: bool):
+    """``max(x, dim)`` / ``min(x, dim)`` with their indices: PopTorch's minMaxWithIndicesHandler (ReduceOps.cpp), a
+    TopK of k 1 (the input negated before and the values after for ``min``), its UINT32 indices cast to INT32."""
+    x, rx = ctx.sarg(0, "input"), ctx.args[0]
+    values, indices = ctx.output[0], ctx.output[1]
+    if negate:
+        x = emit(ctx, "scale", [x], rx.shape, rx.dtype, {"factor": -1.0}, "neg")
+    axis = int(ctx.arg(1, "dim")) % rx.dim()
+    top, index = ctx.op("sort", [x], {"axis": axis, "op": "topk", "k": 1}, name="topk")
+    if negate:
+        top = emit(ctx, "scale", [top], values.shape, values.dtype, {"factor": -1.0}, "neg_values")
+    return top, emit(ctx, "cast", [index], indices.shape, indices.dtype, name="indices")
 
 
 def _count_nonzero(ctx):
