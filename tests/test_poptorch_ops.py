@@ -1550,3 +1550,15 @@ def test_max_and_min_along_a_dim_are_a_top_one():
     ops = model.simulation.executable.graph.ops
     assert [op.kind for op in ops] == ["scale", "sort", "scale", "cast"]
     assert ops[1].attrs["k"] == 1 and ops[1].attrs["axis"] == 1
+
+
+def test_a_half_average_pool_runs_in_float_after_its_padding():
+    """poolingHandler: count_include_pad pads first (ConstantPad), and PopART's AveragePool takes float only, so a
+    half input is cast to float and back; an adaptive pool does neither."""
+    pool = nn.Sequential(nn.AvgPool2d(3, 2, 1), nn.AdaptiveAvgPool2d(1)).half()
+    model = poptorch.inferenceModel(pool)
+    x = torch.randn(2, 4, 8, 8).half()
+    assert model(x).dtype == torch.float16
+    ops = model.simulation.executable.graph.ops
+    assert [op.kind for op in ops] == ["pad", "cast", "avgpool", "cast", "avgpool"]
+    assert ops[2].attrs["padding"] == 0 and model.simulation.executable.graph.tensors[ops[2].outputs[0]].dtype == "float32"

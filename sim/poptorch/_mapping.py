@@ -615,11 +615,31 @@ def _pool(kind):
             padding = ctx.arg(3, "padding", 0)
         attrs = {"kernel": spatial_attr(_pair(kernel, 1)), "stride": spatial_attr(_pair(stride or kernel, 1)),
                  "padding": spatial_attr(_pair(padding, 0))}
+        if kind == "avgpool" and not (ctx.key.startswith("adaptive") or kernel == "adaptive"):
+            return _average_pool(ctx, x, attrs, out)
         y = ctx.op(kind, [x], attrs, output=out, name=kind)
         if isinstance(ctx.output, (tuple, list)):
             return (y,) + (None,) * (len(ctx.output) - 1)
         return y
     return rule
+
+
+def _average_pool(ctx: OpContext, x, attrs: dict, out):
+    """avg_pool2d as PopTorch's poolingHandler (PoolingOps.cpp) runs it: with ``count_include_pad`` (torch's
+    default) and padding, a constant Pad first and the pool unpadded; a half (or any non-float) input cast to
+    float, pooled and cast back (PopART's AveragePool takes float only). Adaptive pools pass neither step."""
+    src = ctx.args[0]
+    include = ctx.module.count_include_pad if ctx.module is not None else ctx.arg(5, "count_include_pad", True)
+    ph, pw = _pair(attrs["padding"], 0)
+    if include and (ph or pw):
+        n, c, h, w = src.shape
+        x = emit(ctx, "pad", [x], (n, c, h + 2 * ph, w + 2 * pw), src.dtype, {"mode": "constant"}, "pad")
+        attrs = dict(attrs, padding=spatial_attr((0, 0)))
+    if src.dtype == torch.float32:
+        return ctx.op("avgpool", [x], attrs, output=out, name="avgpool")
+    x = emit(ctx, "cast", [x], ctx.cap.g.tensors[ctx.t(x)].shape, torch.float32, name="to_float")
+    pooled = emit(ctx, "avgpool", [x], out.shape, torch.float32, attrs, "avgpool")
+    return ctx.op("cast", [pooled], output=out, name="cast_back")
 
 
 def _embedding(ctx: OpContext, ids=None, table=None):
