@@ -1561,4 +1561,5 @@ def test_a_half_average_pool_runs_in_float_after_its_padding():
     assert model(x).dtype == torch.float16
     ops = model.simulation.executable.graph.ops
     assert [op.kind for op in ops] == ["pad", "cast", "avgpool", "cast", "avgpool"]
-    assert ops[2].attrs["padding"] == 0 and model.simulation.executable.graph.tensors[ops[2].outputs[0]].dtype == "float32"
+    pooled = model.simulation.executable.graph.tensors[ops[2].outputs[0]]
+    assert ops[2].attrs["padding"] == 0 and pooled.dtype == "float32"
