@@ -743,6 +743,7 @@ def test_baddbmm_normalize_and_masked_attention_run_as_torch():
     ("ijk,k->i", [(2, 3, 4), (4,)], 1),       # j summed in its operand first
     ("...ij,jk", [(2, 2, 3, 4), (4, 5)], 1),
     ("ij->ji", [(3, 4)], 0),
+    ("i,j->ij", [(6,), (4,)], 0),             # nothing contracted: torch's sumproduct_pair multiplies
 ])
 def test_einsum_runs_as_torch_and_trains(equation, shapes, matmuls):
     """einsum lowers as PopTorch's EinsumOp: one batched matmul per pair of operands."""

@@ -301,10 +301,11 @@ def _tensordot(ctx):
 
 
 def _einsum(ctx):
-    """einsum as PopTorch lowers it (``EinsumOp.cpp``): labels summed in one operand only are
-    reduced first, then the operands are multiplied left to right, each pair as one batched
-    matmul of the permuted, flattened operands (batch labels, kept labels, contracted labels),
-    and the result permuted to the output's order."""
+    """einsum as it reaches PopTorch's dispatcher, torch's composite (``aten/src/ATen/native/Linear.cpp``; PopTorch
+    does not intercept aten::einsum, so its ``EinsumOp.cpp`` does not run): labels summed in one operand only are
+    reduced first, then the operands are multiplied left to right, each pair as one batched matmul of the
+    permuted, flattened operands (batch labels, kept labels, contracted labels), or a broadcast multiply when
+    the pair contracts nothing, and the result permuted to the output's order."""
     eq = str(ctx.arg(0, "equation")).replace(" ", "")
     operands = ctx.sym_args[1] if len(ctx.sym_args) == 2 and isinstance(ctx.sym_args[1], (list, tuple)) \
         else ctx.sym_args[1:]
@@ -348,7 +349,9 @@ def _einsum(ctx):
         a = _arranged(ctx, t, [lab.index(c) for c in batch + left + summed], (nb, nl, nk), f"a{i}")
         b = _arranged(ctx, u, [ulab.index(c) for c in batch + summed + right], (nb, nk, nr), f"b{i}")
         lab = "".join(batch + left + right)
-        y = emit(ctx, "matmul", [a, b], (nb, nl, nr), dt, name=f"matmul{i}")
+        # nothing contracted (an outer product): torch's sumproduct_pair multiplies the broadcast operands
+        kind = "matmul" if summed else "mul"
+        y = emit(ctx, kind, [a, b], (nb, nl, nr), dt, name=f"{kind}{i}")
         t = emit(ctx, "reshape", [y], tuple(size[c] for c in lab) or (1,), dt, name=f"product{i}")
     if lab != rhs:
         return ctx.op("transpose", [t], {"perm": [lab.index(c) for c in rhs]})
