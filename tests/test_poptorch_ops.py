@@ -1564,3 +1564,18 @@ def test_a_half_average_pool_runs_in_float_after_its_padding():
     assert [op.kind for op in ops] == ["pad", "cast", "avgpool", "cast", "avgpool"]
     pooled = model.simulation.executable.graph.tensors[ops[2].outputs[0]]
     assert ops[2].attrs["padding"] == 0 and pooled.dtype == "float32"
+
+
+class _Baddbmm(nn.Module):
+    def forward(self, x, a, b):
+        return torch.baddbmm(x, a, b) + torch.addmm(x[0], a[0], b[0])
+
+
+def test_baddbmm_always_multiplies_by_its_factors_addmm_only_by_those_not_one():
+    """baddbmmHandler: add(mul(matmul(a, b), alpha), mul(input, beta)), the Muls whatever the factors; addmm's Gemm
+    becomes MatMul, Scale (an identity for 1, removed) and Add."""
+    model = poptorch.inferenceModel(_Baddbmm())
+    x, a, b = torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    torch.testing.assert_close(model(x, a, b), _Baddbmm()(x, a, b))
+    kinds = [op.kind for op in model.simulation.executable.graph.ops if op.kind not in ("slice", "reshape")]
+    assert kinds == ["matmul", "scale", "scale", "add", "matmul", "add", "add"]

@@ -448,11 +448,17 @@ def _attention(ctx: OpContext):
 
 
 def _addmm(ctx: OpContext):
-    """addmm / baddbmm: ``beta * input + alpha * (a @ b)``, as PopTorch lowers them (MatMul, Mul
-    where a factor is not 1, Add); the result has the product's shape."""
+    """addmm / baddbmm: ``beta * input + alpha * (a @ b)``, as PopTorch lowers them: addmm a Gemm, which PopART's
+    ONNX pass makes MatMul, Scale by each factor (an identity, removed, for 1) and Add; baddbmm (BlasOps.cpp
+    baddbmmHandler) MatMul, Mul by alpha, Mul of the input by beta and Add whatever the factors (a Mul by a
+    constant 1 stays). The result has the product's shape."""
     bias, a, b = ctx.sarg(0), ctx.sarg(1), ctx.sarg(2)
     beta, alpha = ctx.arg(3, "beta", 1), ctx.arg(4, "alpha", 1)
     y = _matmul(ctx, a, b)
+    if ctx.key == "baddbmm":
+        y = ctx.op("scale", [y], {"factor": float(alpha)}, name="alpha")
+        bias = ctx.op("scale", [bias], {"factor": float(beta)}, output=ctx.args[0], name="beta")
+        return ctx.op("add", [y, bias], name="add")
     if alpha != 1:
         y = ctx.op("scale", [y], {"factor": float(alpha)}, name="alpha")
     if beta == 0:  # torch ignores the input then
