@@ -1579,3 +1579,16 @@ def test_baddbmm_always_multiplies_by_its_factors_addmm_only_by_those_not_one():
     torch.testing.assert_close(model(x, a, b), _Baddbmm()(x, a, b))
     kinds = [op.kind for op in model.simulation.executable.graph.ops if op.kind not in ("slice", "reshape")]
     assert kinds == ["matmul", "scale", "scale", "add", "matmul", "add", "add"]
+
+
+class _Repeat(nn.Module):
+    def forward(self, x):
+        return x.repeat(2, 3) + x.repeat_interleave(2, dim=0).repeat(1, 3)
+
+
+def test_repeat_is_a_broadcast_view_not_a_copy():
+    """repeatHandler: Reshape, Expand, Reshape, in place in PopART (ExpandInplaceOpx broadcasts the input)."""
+    model = poptorch.inferenceModel(_Repeat())
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(model(x), _Repeat()(x))
+    assert "copy" not in [op.kind for op in model.simulation.executable.graph.ops]

@@ -332,13 +332,15 @@ def _transpose(ctx: OpContext):
 
 
 def _repeat(ctx: OpContext):
-    """``Tensor.repeat`` and ``repeat_interleave`` with a whole-number count: the input's copies
-    written into the larger output (PopART's Tile: Poplar copies of the broadcast input), a ``copy``
-    of the output's elements, each tile receiving the input elements it repeats."""
+    """``Tensor.repeat`` and ``repeat_interleave`` with a whole-number count: a broadcast view of the input.
+    PopTorch's repeatHandler (TensorOps.cpp) makes a Reshape, an Expand and a Reshape (no Tile), and torch's
+    repeat_interleave composite an unsqueeze, an expand, a clone (PopTorch's Identity, removed) and a flatten;
+    PopART runs each in place, views of the input (ExpandInplaceOpx broadcasts it). Its gradient sums the
+    copies back (``sim.graph.training``: a reshape that grows)."""
     if ctx.key == "repeat_interleave" and isinstance(ctx.arg(1, "repeats"), (torch.Tensor, torch.fx.Proxy)):
         ctx.unsupported("repeat_interleave with a tensor of repeat counts (an output shape that depends on "
                         "values) has no rule; give a whole-number count")
-    return ctx.op("copy", [ctx.sarg(0, "input")])
+    return ctx.op("reshape", [ctx.sarg(0, "input")], name="repeat")
 
 
 def _getattr(ctx: OpContext):
