@@ -1556,7 +1556,7 @@ def test_max_and_min_along_a_dim_are_a_top_one():
 def test_a_half_average_pool_runs_in_float_after_its_padding():
     """poolingHandler: count_include_pad pads first (ConstantPad), and PopART's AveragePool takes float only, so a
     half input is cast to float and back; an adaptive pool does neither."""
-    pool = nn.Sequential(nn.AvgPool2d(3, 2, 1), nn.AdaptiveAvgPool2d(1)).half()
+    pool = nn.Sequential(nn.AvgPool2d(3, 2, 1), nn.AdaptiveAvgPool2d(1)).half()  # the modules' own rules
     model = poptorch.inferenceModel(pool)
     x = torch.randn(2, 4, 8, 8).half()
     assert model(x).dtype == torch.float16
@@ -1579,16 +1579,3 @@ def test_baddbmm_always_multiplies_by_its_factors_addmm_only_by_those_not_one():
     torch.testing.assert_close(model(x, a, b), _Baddbmm()(x, a, b))
     kinds = [op.kind for op in model.simulation.executable.graph.ops if op.kind not in ("slice", "reshape")]
     assert kinds == ["matmul", "scale", "scale", "add", "matmul", "add", "add"]
-
-
-class _Repeat(nn.Module):
-    def forward(self, x):
-        return x.repeat(2, 3) + x.repeat_interleave(2, dim=0).repeat(1, 3)
-
-
-def test_repeat_is_a_broadcast_view_not_a_copy():
-    """repeatHandler: Reshape, Expand, Reshape, in place in PopART (ExpandInplaceOpx broadcasts the input)."""
-    model = poptorch.inferenceModel(_Repeat())
-    x = torch.randn(3, 4)
-    torch.testing.assert_close(model(x), _Repeat()(x))
-    assert "copy" not in [op.kind for op in model.simulation.executable.graph.ops]

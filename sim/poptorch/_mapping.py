@@ -417,12 +417,12 @@ def _attention(ctx: OpContext):
     key_shape = tuple(rk.shape)
     if ctx.arg(7, "enable_gqa", False) and rq.dim() >= 3 and rk.shape[-3] != rq.shape[-3]:
         # torch 2.5's grouped-query attention (not in PopTorch 3.4's torch): its math path repeats each key
-        # and value head for the query heads sharing it (repeat_interleave along dim -3), a copy each
+        # and value head for the query heads sharing it (repeat_interleave along dim -3), a broadcast view each
+        # as _repeat makes it
         key_shape = key_shape[:-3] + (rq.shape[-3],) + key_shape[-2:]
         value_shape = tuple(ctx.args[2].shape[:-3]) + (rq.shape[-3],) + tuple(ctx.args[2].shape[-2:])
-        k = b.op("copy", [ctx.t(k)], [key_shape], name="key_repeat", out_dtypes=[dt])[0]
-        v = b.op("copy", [ctx.t(v)], [value_shape], name="value_repeat",
-                 out_dtypes=[sim_dtype(ctx.args[2].dtype)])[0]
+        k = b.op("reshape", [ctx.t(k)], [key_shape], name="repeat", out_dtypes=[dt])[0]
+        v = b.op("reshape", [ctx.t(v)], [value_shape], name="repeat", out_dtypes=[sim_dtype(ctx.args[2].dtype)])[0]
     if ctx.arg(5, "is_causal", False) and not _is_sym_tensor(mask):
         # torch's SDPA builds the causal bias from constants (a lower-triangular mask filled with -inf),
         # which PopTorch folds into one constant (L, S) tensor: added to the scores as a mask is
@@ -611,7 +611,8 @@ def _pool(kind):
         x = ctx.sarg(0, "input")
         src = ctx.args[0]
         out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
-        if ctx.key.startswith("adaptive") or kernel == "adaptive":
+        adaptive = ctx.key.startswith("adaptive") or kernel == "adaptive"
+        if adaptive:
             h, w = src.shape[-2:]
             oh, ow = out.shape[-2:]
             kernel = (math.ceil(h / oh), math.ceil(w / ow))
@@ -623,7 +624,7 @@ def _pool(kind):
             padding = ctx.arg(3, "padding", 0)
         attrs = {"kernel": spatial_attr(_pair(kernel, 1)), "stride": spatial_attr(_pair(stride or kernel, 1)),
                  "padding": spatial_attr(_pair(padding, 0))}
-        if kind == "avgpool" and not (ctx.key.startswith("adaptive") or kernel == "adaptive"):
+        if kind == "avgpool" and not adaptive:
             return _average_pool(ctx, x, attrs, out)
         y = ctx.op(kind, [x], attrs, output=out, name=kind)
         if isinstance(ctx.output, (tuple, list)):
