@@ -82,12 +82,14 @@ DECOMPOSED = {
 }
 
 
-def decomposed_ops(name: str):
-    """The ops of :data:`DECOMPOSED` ``name``, each ``(kind, operands, attrs, constants only)``."""
+def chain_ops(entries, tensors=("x",)) -> list:
+    """A chain of ops written as :data:`DECOMPOSED` writes them (the grad and loss chains of the front ends and the
+    autodiff too), each ``(kind, operands, attrs, constants only)``: an operand is a name in ``tensors``, an
+    earlier op's index, or a constant's label; an op is of constants only when all its operands are."""
     ops = []
-    for entry in DECOMPOSED[name]:
+    for entry in entries:
         attrs = entry[-1] if isinstance(entry[-1], dict) else {}
         operands = [a for a in entry[1:] if not isinstance(a, dict)]
-        constant = all(ops[a][3] if isinstance(a, int) else a != "x" for a in operands)
+        constant = all(ops[a][3] if isinstance(a, int) else a not in tensors for a in operands)
         ops.append((entry[0], operands, attrs, constant))
     return ops

@@ -1101,14 +1101,12 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
         return True
     if k in POINTWISE_GRAD_OPS:
         if wants(0):
-            x, made = ins[0], []
-            for step in POINTWISE_GRAD_OPS[k]:
-                attrs = step[-1] if isinstance(step[-1], dict) else None
-                names = {"dy": dy, "x": x.name, "y": y}
-                operands = [made[a] if isinstance(a, int) else names.get(a) or g.add_tensor(
-                    g.unique_tensor_name(f"{op.name}/grad_{a}"), (1,), x.dtype, "constant").name
-                    for a in step[1:] if not isinstance(a, dict)]
-                made.append(bw.new(step[0], operands, x.shape, x.dtype, attrs, f"grad_{step[0]}{len(made)}"))
+            x, made, names = ins[0], [], {"dy": dy, "x": ins[0].name, "y": y}
+            for kind, *operands in POINTWISE_GRAD_OPS[k]:
+                attrs = operands.pop() if isinstance(operands[-1], dict) else None
+                inputs = [made[a] if isinstance(a, int) else names.get(a) or g.add_tensor(
+                    g.unique_tensor_name(f"{op.name}/grad_{a}"), (1,), x.dtype, "constant").name for a in operands]
+                made.append(bw.new(kind, inputs, x.shape, x.dtype, attrs, f"grad_{kind}{len(made)}"))
             bw.give(x.name, made[-1])
     elif k in POINTWISE_GRADS:
         if wants(0):

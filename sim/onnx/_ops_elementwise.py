@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost.expressions import EXPRESSIONS, ISINF_STEPS, decomposed_ops
+from ..cost.expressions import DECOMPOSED, EXPRESSIONS, ISINF_STEPS, chain_ops
 from ._context import OpContext
 from ._values import _broadcast
 
@@ -178,7 +178,7 @@ def _decomposed(ctx: OpContext):
     """Tan, Asinh, Acosh, Acos, Atanh (PopART's ONNX pass) and Cosh (its CoshOpPattern), which PopART runs as
     several ops, each its own compute set (:data:`~sim.cost.expressions.DECOMPOSED`)."""
     x, xs, dt, op = ctx.input(0), ctx.shape(0), ctx.dtype(0), ctx.op_type
-    ops, made = decomposed_ops(op.lower()), []
+    ops, made = chain_ops(DECOMPOSED[op.lower()]), []
     for i, (kind, operands, attrs, constant) in enumerate(ops):
         inputs = [x if a == "x" else made[a] if isinstance(a, int) else _scalar_const(ctx, a) for a in operands]
         made.append(ctx.op(kind, inputs, dict(attrs, onnx_op=op), shapes=[(1,) if constant else xs], dtypes=[dt],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..cost.expressions import DECOMPOSED, EXPRESSIONS, decomposed_ops
+from ..cost.expressions import DECOMPOSED, EXPRESSIONS, chain_ops
 from ._emit import const, emit, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
 
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
@@ -141,7 +141,7 @@ def _compare_or_equal(ctx, a: str, b: str) -> str:
 def _decomposed(name):
     """A function PopART gets as several ops (:data:`~sim.cost.expressions.DECOMPOSED`), emitted one by one on the
     input's shape and dtype; the last makes the result."""
-    ops = decomposed_ops(name)
+    ops = chain_ops(DECOMPOSED[name])
 
     def rule(ctx):
         rx, made = ctx.args[0], []
