@@ -122,7 +122,9 @@ def _binary(kind):
     return rule
 
 
+#: >= and <= (geHandler, leHandler: three ops, below) -> their strict comparison
 _COMPARE_OR_EQUAL = {"ge": "gt", "greater_equal": "gt", "le": "lt", "less_equal": "lt"}
+#: != (PopTorch's neHandler: logical_not(equal(x, y)), two ops)
 _NOT_EQUAL = {"ne", "not_equal"}
 
 
