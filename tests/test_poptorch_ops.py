@@ -1579,3 +1579,18 @@ def test_baddbmm_always_multiplies_by_its_factors_addmm_only_by_those_not_one():
     torch.testing.assert_close(model(x, a, b), _Baddbmm()(x, a, b))
     kinds = [op.kind for op in model.simulation.executable.graph.ops if op.kind not in ("slice", "reshape")]
     assert kinds == ["matmul", "scale", "scale", "add", "matmul", "add", "add"]
+
+
+class _LogSumExp(nn.Module):
+    def forward(self, x):
+        return torch.logsumexp(x, 1)
+
+
+def test_logsumexp_is_poparts_two_reductions_and_two_maps():
+    """reduceHandler makes PopART's ReduceLogSumExp: MAX, map exp(x - max), ADD, map log(sum) + max."""
+    model = poptorch.inferenceModel(_LogSumExp())
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(model(x), torch.logsumexp(x, 1))
+    ops = model.simulation.executable.graph.ops
+    assert [op.kind for op in ops] == ["reduce_max", "map", "reduce_sum", "map", "reshape"]
+    assert [op.attrs["steps"] for op in ops if op.kind == "map"] == [["sub", "exp"], ["log", "add"]]

@@ -89,16 +89,17 @@ def _count_nonzero(ctx):
 
 
 def _logsumexp(ctx):
+    """``logsumexp``: PopTorch's reduceHandler makes PopART's ReduceLogSumExp, whose opx (reducelogsumexpx.cpp)
+    runs a MAX reduction, one map ``exp(x - max)``, an ADD reduction and one map ``log(sum) + max``, as the ONNX
+    importer prices ReduceLogSumExp."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
     dims = _dims(ctx.arg(1, "dim"), rx.dim())
     keep = bool(ctx.arg(2, "keepdim", False))
     shape, dt = tuple(rx.shape), rx.dtype
     m = _reduce_to(ctx, "reduce_max", x, dims, True, shape, dt, "max")
-    d = emit(ctx, "sub", [x, m], shape, dt, name="shifted")
-    e = emit(ctx, "exp", [d], shape, dt, name="exp")
+    e = emit_map(ctx, ["sub", "exp"], [x, m], [["exp", "mul"], None], name="exp", shape=shape, dtype=dt)
     s = _reduce_to(ctx, "reduce_sum", e, dims, True, shape, dt, "sum")
-    lg = emit(ctx, "log", [s], _reduced(shape, dims, True), dt, name="log")
-    y = emit(ctx, "add", [lg, m], _reduced(shape, dims, True), dt, name="add")
+    y = emit_map(ctx, ["log", "add"], [s, m], [["div"], None], name="log", shape=_reduced(shape, dims, True), dtype=dt)
     return y if keep else ctx.op("reshape", [y])
 
 
