@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch.utils import _pytree as pytree
 
+from ..cost.expressions import chain_ops
 from ._values import Lazy, sim_dtype, sim_shape
 
 
@@ -64,6 +65,23 @@ def emit_map(ctx, steps: list[str], inputs: list, grad: list | None = None, outp
     if shape is not None:
         return emit(ctx, "map", inputs, shape, dtype, attrs, name or ctx.key)
     return ctx.op("map", inputs, attrs, output=output, name=name or ctx.key)
+
+
+def emit_chain(ctx, entries, named: dict, shape, dtype, result: bool = False) -> str:
+    """Emit a chain of single ops written as :data:`sim.cost.expressions.DECOMPOSED` writes them, each of ``shape``
+    and ``dtype`` (an op of constants only one element, a ``compare`` bool): an operand named in ``named`` is
+    that graph value, an index an earlier op's result, any other label a one-element constant. ``result``: the
+    last op makes the rule's own output. Returns the last op's output."""
+    ops, made = chain_ops(entries, tuple(named)), []
+    for i, (kind, operands, attrs, constant) in enumerate(ops):
+        inputs = [made[a] if isinstance(a, int) else named[a] if a in named else const(ctx, (1,), dtype, a)
+                  for a in operands]
+        if result and i == len(ops) - 1:
+            made.append(ctx.op(kind, inputs, dict(attrs) or None))
+        else:
+            made.append(emit(ctx, kind, inputs, (1,) if constant else shape,
+                             torch.bool if kind == "compare" else dtype, dict(attrs) or None, kind))
+    return made[-1]
 
 
 def const(ctx, shape, dtype, label: str) -> str:

@@ -28,8 +28,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ..cost.expressions import chain_ops
-from ._emit import channel_bias, const, embedding_flags_refused, emit, emit_map, is_tensor, tensor_args
+from ._emit import channel_bias, const, embedding_flags_refused, emit, emit_chain, emit_map, is_tensor, tensor_args
 from ._values import Lazy, sim_dtype
 from ..graph.ir import RNN_GATES, transposed_conv_attrs
 
@@ -682,12 +681,7 @@ def _elementwise_loss(ctx):
     positional = ("x", "x2", "y") if ctx.key == "margin_ranking_loss" else ("x", "y")
     named = {n: ctx.sarg(i) for i, n in enumerate(positional)}
     named |= {"w": ctx.sarg(99, "weight"), "pos_w": ctx.sarg(99, "pos_weight")}
-    made = []
-    for kind, operands, attrs, _ in chain_ops(_loss_ops(ctx), tuple(named)):
-        inputs = [made[o] if isinstance(o, int) else named[o] if o in named else const(ctx, (1,), dt, o)
-                  for o in operands]
-        made.append(emit(ctx, kind, inputs, shape, torch.bool if kind == "compare" else dt, attrs or None, kind))
-    return _finish_loss(ctx, made[-1], shape, dt)
+    return _finish_loss(ctx, emit_chain(ctx, _loss_ops(ctx), named, shape, dt), shape, dt)
 
 
 def _per_row(r) -> tuple[tuple, dict]:

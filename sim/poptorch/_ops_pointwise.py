@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..cost.expressions import DECOMPOSED, EXPRESSIONS, chain_ops
-from ._emit import const, emit, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
+from ..cost.expressions import DECOMPOSED, EXPRESSIONS
+from ._emit import const, emit, emit_chain, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
 
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
 UNARY = {
@@ -143,19 +143,9 @@ def _compare_or_equal(ctx, a: str, b: str) -> str:
 def _decomposed(name):
     """A function PopART gets as several ops (:data:`~sim.cost.expressions.DECOMPOSED`), emitted one by one on the
     input's shape and dtype; the last makes the result."""
-    ops = chain_ops(DECOMPOSED[name])
-
     def rule(ctx):
-        rx, made = ctx.args[0], []
-        for i, (kind, operands, attrs, constant) in enumerate(ops):
-            inputs = [ctx.sarg(0, "input") if a == "x" else made[a] if isinstance(a, int)
-                      else const(ctx, (1,), rx.dtype, a) for a in operands]
-            if i == len(ops) - 1:
-                made.append(ctx.op(kind, inputs, dict(attrs) or None))
-            else:
-                made.append(emit(ctx, kind, inputs, (1,) if constant else rx.shape,
-                                 torch.bool if kind == "compare" else rx.dtype, dict(attrs) or None, kind))
-        return made[-1]
+        rx = ctx.args[0]
+        return emit_chain(ctx, DECOMPOSED[name], {"x": ctx.sarg(0, "input")}, rx.shape, rx.dtype, result=True)
     return rule
 
 
