@@ -1594,3 +1594,57 @@ def test_logsumexp_is_poparts_two_reductions_and_two_maps():
     ops = model.simulation.executable.graph.ops
     assert [op.kind for op in ops] == ["reduce_max", "map", "reduce_sum", "map", "reshape"]
     assert [op.attrs["steps"] for op in ops if op.kind == "map"] == [["sub", "exp"], ["log", "add"]]
+
+
+class _Classifier(nn.Module):
+    def __init__(self, **loss):
+        super().__init__()
+        self.fc, self.loss = nn.Linear(8, 5), loss
+
+    def forward(self, x, t):
+        return F.cross_entropy(self.fc(x), t, **self.loss)
+
+
+_SMOOTHED_MEAN = ["softmax", "softmax_cross_entropy", "reduce_sum", "scale", "compare", "select", "reduce_sum",
+                  "logical_not", "cast", "reduce_sum", "cast", "div", "mul", "mul", "add", "reshape"]
+
+
+@pytest.mark.parametrize("loss, probabilities, kinds", [
+    (dict(label_smoothing=0.1), False, _SMOOTHED_MEAN),
+    (dict(label_smoothing=0.1, reduction="sum"), False,
+     ["softmax", "softmax_cross_entropy", "reduce_sum", "scale", "compare", "select", "reduce_sum", "mul", "mul", "add",
+      "reshape"]),
+    (dict(label_smoothing=0.1, ignore_index=2), False, _SMOOTHED_MEAN),
+    ({}, True, ["softmax", "mul", "reduce_sum", "scale", "div", "reshape"]),
+    (dict(label_smoothing=0.2), True, ["softmax", "mul", "add", "mul", "reduce_sum", "scale", "div", "reshape"]),
+], ids=["smoothed", "smoothed_sum", "smoothed_ignoring", "probabilities", "smoothed_probabilities"])
+def test_smoothed_or_soft_cross_entropy_is_torchs_composite(loss, probabilities, kinds):
+    """Label smoothing and class-probability targets: PopTorch intercepts neither aten::cross_entropy_loss nor its
+    parts but nll_loss_forward, so it runs torch's composite (LossNLL.cpp), one PopART op each, and the loss is its
+    last op: trains as torch (one SGD step), the ops in torch's order (was: the smoothing and the probabilities
+    ignored, a plain cross-entropy of class indices)."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(6, 8, generator=g)
+    t = torch.softmax(torch.randn(6, 5, generator=g), 1) if probabilities else torch.randint(0, 5, (6,), generator=g)
+    graph = _one_sgd_step_as_torch(lambda: _Classifier(**loss), x, t)
+    forward = [o.kind for o in graph.ops if o.pass_ == "forward"]
+    assert forward[2:] == kinds
+    assert graph.loss == graph.ops[len(forward) - 1].outputs[0]
+    assert ("softmax_cross_entropy_grad" in [o.kind for o in graph.ops]) != probabilities
+
+
+def test_class_weights_of_cross_entropy_and_nll_are_refused_as_poptorch_refuses_them():
+    """PopTorch's nllLossNdHandler: 'Parameter "weight" is unsupported' (T42695); the simulator had ignored it."""
+    for loss in (nn.CrossEntropyLoss(weight=torch.ones(5)), nn.NLLLoss(weight=torch.ones(5)),
+                 lambda y, t: F.cross_entropy(y, t, torch.ones(5))):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc, self.loss = nn.Linear(8, 5), loss
+
+            def forward(self, x, t):
+                return self.loss(self.fc(x), t)
+        net = Net()
+        with pytest.raises(sim.UnsupportedOpError, match='"weight" is unsupported'):
+            poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))(
+                torch.randn(6, 8), torch.randint(0, 5, (6,)))

@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _precision, _state
-from ._emit import channel_bias, const, emit, emit_map, embedding_flags_refused
+from ._emit import channel_bias, const, emit, emit_map, embedding_flags_refused, tuple_result
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
 
@@ -869,37 +869,115 @@ _ELEMENTWISE_LOSSES = {"mse": (["sub", "mul"], ["sub", "mul", "scale"]), "l1": (
 _REDUCTIONS = ("none", "mean", "sum")
 
 
+#: where F.cross_entropy / F.nll_loss (input, target, weight, size_average, ignore_index, reduce, reduction,
+#: label_smoothing) and aten's cross_entropy_loss / nll_loss_nd / nll_loss_forward (self, target, weight,
+#: reduction, ignore_index, label_smoothing) take each option: (functional, aten) positions
+_CE_ARGS = {"weight": (2, 2), "ignore_index": (4, 4), "reduction": (6, 3), "label_smoothing": (7, 5)}
+
+
+def _ce_arg(ctx: OpContext, name: str, default):
+    """An option of a cross-entropy or NLL loss: from its module (``nn.CrossEntropyLoss``, ``nn.NLLLoss``), its
+    keywords, or its positional arguments (aten's when the reduction is given as aten's int)."""
+    m = ctx.module
+    if m is not None and hasattr(m, "ignore_index"):
+        return getattr(m, name, default)
+    if name in ctx.kwargs:
+        return ctx.kwargs[name]
+    functional, aten = _CE_ARGS[name]
+    i = aten if type(ctx.arg(3)) is int else functional
+    value = ctx.args[i] if i < len(ctx.args) else None
+    return default if value is None else value
+
+
 def _nll_lowering(ctx: OpContext, label: str) -> dict:
     """How PopTorch lowers a cross-entropy or NLL loss (popart_canonicalization/LossOps.cpp): cross_entropy as
     a log-softmax, then ``nllloss`` of log-probabilities; nll_loss as that ``nllloss`` alone; both with the
     ignored index (-100 unless given) and the reduction (the attributes :func:`sim.cost.row_ops.loss_steps`
-    reads). Read off the module, the keywords or aten's positional ``(reduction, ignore_index)``."""
+    reads)."""
     if label not in ("cross_entropy", "nll"):
         return {}
-    m = ctx.module
-    if m is not None and hasattr(m, "ignore_index"):
-        reduction, ignore = m.reduction, m.ignore_index
-    elif "reduction" in ctx.kwargs or "ignore_index" in ctx.kwargs:
-        reduction, ignore = ctx.kwargs.get("reduction", "mean"), ctx.kwargs.get("ignore_index", -100)
-    else:  # aten::cross_entropy_loss / nll_loss_nd (self, target, weight, int reduction, int ignore_index)
-        reduction, ignore = ctx.arg(3, None, 1), ctx.arg(4, None, -100)
+    reduction = _ce_arg(ctx, "reduction", "mean")
     if isinstance(reduction, int):
         reduction = _REDUCTIONS[reduction]
     first = {"log_softmax": True} if label == "cross_entropy" else {"log_probabilities": True}
-    return first | {"ignore_index": int(ignore), "reduction": str(reduction)}
+    return first | {"ignore_index": int(_ce_arg(ctx, "ignore_index", -100)), "reduction": str(reduction)}
 
 
-def _classes_last(ctx: OpContext, ins: list) -> list:
+def _classes_last(ctx: OpContext, ins: list, target_classes: bool = False) -> list:
     """A cross-entropy or NLL loss of an (N, C, d1, ...) input, as PopTorch's nllLossNdHandler (LossOps.cpp) and
     handleSoftmaxOp (SoftmaxOps.cpp) run it: the classes moved last and the rest flattened, (N d1 ..., C) rows
     of C classes (the log-softmax's transposes and the permutation are views once PopART makes them in place), the
-    target flattened to match."""
+    target flattened to match (``target_classes``: a target of probabilities, of the input's shape, permuted
+    alike)."""
     rx = ctx.args[0]
     c = rx.shape[1]
     rows = rx.numel() // c
-    x = emit(ctx, "reshape", [ins[0]], (rows, c), rx.dtype, {"perm": [0, *range(2, rx.dim()), 1]}, "classes_last")
-    return [x] + [emit(ctx, "reshape", [t], (rows,), ctx.cap.g.tensors[ctx.t(t)].dtype, name="target_flat")
+    perm = {"perm": [0, *range(2, rx.dim()), 1]}
+    x = emit(ctx, "reshape", [ins[0]], (rows, c), rx.dtype, perm, "classes_last")
+    return [x] + [emit(ctx, "reshape", [t], (rows, c) if target_classes else (rows,),
+                       ctx.cap.g.tensors[ctx.t(t)].dtype, perm if target_classes else None, "target_flat")
                   for t in ins[1:]]
+
+
+def _cross_entropy_composite(ctx: OpContext, ins: list, smoothing: float, probabilities: bool):
+    """A cross-entropy with label smoothing or with a target of class probabilities, as it reaches PopTorch's
+    dispatcher: torch's composite (``aten/src/ATen/native/LossNLL.cpp`` cross_entropy_loss_label_smoothing and
+    cross_entropy_loss_prob_target; PopTorch intercepts neither aten::cross_entropy_loss nor its parts but
+    nll_loss_forward), one PopART op per aten op. Class indices: the log-softmax, its ``nllloss``, the negated
+    sum of each row's log-probabilities with the ignored rows zeroed (``eq``, ``masked_fill``), reduced (the mean
+    over the rows not ignored: ``bitwise_not``, its sum cast to int32 by ReduceOps.cpp, a cast for the divide),
+    then ``(1 - e) nll + e / C smooth``. Probabilities: the target smoothed to ``(1 - e) p + e / C``, multiplied
+    by the log-softmax, summed (over the classes, or all for a reduced loss), negated, and the mean divided by
+    the rows. The loss is the last op, so its gradient flows through both terms."""
+    rx, out = ctx.args[0], ctx.output
+    dt, c = rx.dtype, (rx.shape[1] if rx.dim() > 1 else rx.shape[0])
+    rows = rx.numel() // c
+    if rx.dim() > 2:
+        ins = _classes_last(ctx, ins, target_classes=probabilities)
+    lowering = _nll_lowering(ctx, "cross_entropy")
+    reduction = lowering["reduction"]
+    scalar = (1,)
+
+    def op(kind, inputs, shape, attrs=None, dtype=dt, name=None):
+        return emit(ctx, kind, inputs, shape, dtype, attrs, name or kind)
+
+    def by(x, shape, label):  # times a number: PopTorch's mul of a one-element constant
+        return op("mul", [x, const(ctx, scalar, dt, label)], shape)
+    log_p = op("softmax", [ins[0]], (rows, c), {"axis": -1, "log": True}, name="log_softmax")
+    row_sum = {"axes": [1], "keepdims": False}
+    every = {"axes": [0], "keepdims": False}
+    if probabilities:
+        target = ins[1]
+        if smoothing:
+            target = op("add", [by(target, (rows, c), "one_minus_smoothing"),
+                                const(ctx, scalar, dt, "smoothing_per_class")], (rows, c))
+        terms = op("mul", [log_p, target], (rows, c))
+        summed = op("reduce_sum", [terms], (rows,) if reduction == "none" else scalar,
+                    row_sum if reduction == "none" else {"axes": [0, 1], "keepdims": False})
+        loss = op("scale", [summed], (rows,) if reduction == "none" else scalar, {"factor": -1.0}, name="neg")
+        if reduction == "mean":
+            loss = op("div", [loss, const(ctx, scalar, dt, "rows")], scalar)
+    else:
+        target = ins[1]
+        shape = (rows,) if reduction == "none" else scalar
+        nll = op("softmax_cross_entropy", [log_p, target], shape,
+                 {"loss": "nll", "log_probabilities": True} | {k: lowering[k] for k in ("ignore_index", "reduction")},
+                 name="nll_loss")
+        smooth = op("scale", [op("reduce_sum", [log_p], (rows,), row_sum)], (rows,), {"factor": -1.0}, name="neg")
+        ignored = op("compare", [target, const(ctx, scalar, ctx.cap.g.tensors[ctx.t(target)].dtype, "ignore_index")],
+                     (rows,), {"op": "eq"}, torch.bool)
+        smooth = op("select", [ignored, const(ctx, scalar, dt, "zero"), smooth], (rows,), name="masked_fill")
+        if reduction != "none":
+            smooth = op("reduce_sum", [smooth], scalar, every)
+        if reduction == "mean":
+            kept = op("logical_not", [ignored], (rows,), dtype=torch.bool)
+            count = op("reduce_sum", [op("cast", [kept], (rows,), {"to": "int32"}, torch.int32)], scalar, every,
+                       torch.int32)
+            smooth = op("div", [smooth, op("cast", [count], scalar, {"to": sim_dtype(dt)})], scalar)
+        loss = op("add", [by(nll, shape, "one_minus_smoothing"), by(smooth, shape, "smoothing_per_class")], shape)
+    y = ctx.op("reshape", [loss], output=out, name="loss")
+    ctx.cap.losses.append(y)
+    return y
 
 
 def _loss(kind, label):
@@ -913,13 +991,22 @@ def _loss(kind, label):
             # (FastPitch masks and reduces its mel loss itself)
             steps, grad = _ELEMENTWISE_LOSSES[label]
             return emit_map(ctx, steps, ins, [grad, grad][:len(ins)], output=out, name="unreduced_loss")
-        if label in ("cross_entropy", "nll") and ctx.args[0].dim() > 2:
-            ins = _classes_last(ctx, ins)
+        if label in ("cross_entropy", "nll"):
+            if isinstance(_ce_arg(ctx, "weight", None), torch.Tensor):
+                ctx.unsupported(f"Parameter \"weight\" is unsupported for aten::nll_loss_nd (PopTorch's "
+                                "nllLossNdHandler, LossOps.cpp, T42695): weigh the classes in the model instead, e.g. "
+                                "multiply the per-sample losses (reduction='none') by weight[target]")
+            real_target = ctx.args[1] if len(ctx.args) > 1 else ctx.kwargs.get("target")
+            probabilities = (label == "cross_entropy" and isinstance(real_target, torch.Tensor)
+                             and real_target.is_floating_point())
+            smoothing = float(_ce_arg(ctx, "label_smoothing", 0.0)) if label == "cross_entropy" else 0.0
+            if smoothing or probabilities:
+                return tuple_result(ctx, _cross_entropy_composite(ctx, ins, smoothing, probabilities))
+            if ctx.args[0].dim() > 2:
+                ins = _classes_last(ctx, ins)
         y = ctx.op(kind, ins, {"loss": label} | _nll_lowering(ctx, label), output=out, name="loss")
         ctx.cap.losses.append(y)
-        if isinstance(ctx.output, (tuple, list)):
-            return (y,) + (None,) * (len(ctx.output) - 1)
-        return y
+        return tuple_result(ctx, y)
     return rule
 
 
