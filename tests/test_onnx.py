@@ -19,6 +19,7 @@ from onnx import numpy_helper as nh
 import models
 import sim
 import sim.onnx
+from sim.graph.training import expand_training
 
 REPO = Path(__file__).resolve().parents[1]
 OPSET = [h.make_opsetid("", 17)]
@@ -815,7 +816,10 @@ def _trained(node, inits=(), out="y"):
     (h.make_node("Sum", ["a", "a", "a"], ["y"]), (), [("map", (2, 4, 6, 6))]),
     (h.make_node("Mean", ["a", "a"], ["y"]), (), [("map", (2, 4, 6, 6))]),
     (h.make_node("ReduceL2", ["a", "ax"], ["y"], keepdims=0), (_int("ax", [2, 3]),),
-     [("map", (2, 4, 6, 6)), ("reduce_sum", (2, 4)), ("map", (2, 4))]),
+     [("reduce_sum", (2, 4)), ("sqrt", (2, 4))]),
+    (h.make_node("ReduceL1", ["a"], ["y"]), (), [("abs", (2, 4, 6, 6)), ("reduce_sum", (1, 1, 1, 1))]),
+    (h.make_node("ReduceSumSquare", ["a"], ["y"]), (), [("reduce_sum", (1, 1, 1, 1))]),
+    (h.make_node("ReduceLogSum", ["a"], ["y"]), (), [("reduce_sum", (1, 1, 1, 1)), ("log", (1, 1, 1, 1))]),
     (h.make_node("ReduceLogSumExp", ["a", "ax"], ["y"]), (_int("ax", [1]),),
      [("reduce_max", (2, 1, 6, 6)), ("map", (2, 4, 6, 6)), ("reduce_sum", (2, 1, 6, 6)), ("map", (2, 1, 6, 6))]),
     (h.make_node("ReduceProd", ["a"], ["y"]), (), [("reduce_prod", (1, 1, 1, 1))]),
@@ -839,6 +843,23 @@ def test_more_of_poparts_ops_import_and_train(node, inits, expected):
     assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops if op.name not in ("scale", "loss")] == expected
     run = sim.simulate(g, "ipu-mk2", training=True)
     assert run.cycle_count > sim.simulate(g, "ipu-mk2").cycle_count > 0
+
+
+@pytest.mark.parametrize("op_type, grads", [
+    ("ReduceL1", [("map", ["sign", "mul"])]), ("ReduceL2", [("map", ["mul", "div"])]),
+    ("ReduceSumSquare", [("map", ["mul", "mul"])]), ("ReduceLogSum", [("exp", None), ("div", None)]),
+])
+def test_a_norm_reductions_gradient_is_its_grad_opxs(op_type, grads):
+    """ReduceL1GradOpx dy sign(x), ReduceL2GradOpx dy x / y and ReduceSumSquareGradOpx 2 dy x, one popops::map each;
+    ReduceLogSumGradOpx exp(y) then a divide: nothing for the abs, the reduce or the square root alone (the other
+    backward ops are views), and the forward's square is the reduce's SQUARE_ADD."""
+    g = _trained(h.make_node(op_type, ["a", "ax"], ["y"], keepdims=0), (_int("ax", [2, 3]),))
+    reduce = next(op for op in g.ops if op.kind == "reduce_sum")
+    assert reduce.attrs.get("operation") == ("square_add" if op_type in ("ReduceL2", "ReduceSumSquare") else None)
+    trained = expand_training(g)
+    ops = [op for op in trained.ops if op.pass_ == "backward" and op.name.startswith(op_type)]
+    assert [(op.kind, op.attrs.get("steps")) for op in ops if op.kind != "reshape"] == grads
+    assert trained.tensors[ops[-1].outputs[0]].shape == (2, 4, 6, 6)
 
 
 def test_more_ops_attributes():

@@ -794,7 +794,7 @@ class GraphBuilder:
             return self._one("groupnorm", [x, g, b], self.shape(x), {"groups": groups, "eps": eps})
 
     def reduce(self, x: str, axes: Sequence[int], kind: str = "reduce_sum", keepdims: bool = False,
-               name: str | None = None) -> str:
+               name: str | None = None, **attrs) -> str:
         shape = self.shape(x)
         where = f"{kind} {self._name(name or kind)}"
         normalised = [_axis(where, a, shape) for a in axes]
@@ -803,7 +803,7 @@ class GraphBuilder:
         axes = sorted(a % len(shape) for a in axes)
         out = [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else \
               [d for i, d in enumerate(shape) if i not in axes]
-        return self._one(kind, [x], tuple(out) or (1,), {"axes": axes, "keepdims": keepdims}, name)
+        return self._one(kind, [x], tuple(out) or (1,), {"axes": axes, "keepdims": keepdims} | attrs, name)
 
     # --- pooling ------------------------------------------------------------------------
     def pool(self, x: str, kind: str, kernel, stride, padding=0, name: str | None = None) -> str:

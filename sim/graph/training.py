@@ -829,6 +829,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     if op.kind in RNN_GATES:
         _recurrent_grads(bw, op, need)
         return
+    if "reduced" in op.attrs:
+        _reduction_composite_grad(bw, op, need)
+        return
     g = bw.g
     dy = bw.grads[op.outputs[0]]
     ins = [g.tensors[i] for i in op.inputs]
@@ -1004,6 +1007,52 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         raise GraphError(
             f"op {op.name!r}: no backward rule for op kind {k!r}; it cannot be trained "
             "(build the model without it, or run inference)")
+
+
+#: PopART's reductions with an element-wise step before or after (the ``reduced`` attribute of their last op):
+#: which of their ops is the popops reduce (0 the last, 1 the one before it), how many ops the input is back
+#: from the reduce, and the gradient, one grad op of [dy, x, y] broadcast to x (reducel1x.cpp ReduceL1GradOpx
+#: dy sign(x); reducel2x.cpp ReduceL2GradOpx dy x / y; reducesumsquarex.cpp dy x 2) or, for ReduceLogSum, the
+#: output's exp then a divide (reducelogsumx.cpp ReduceLogSumGradOpx)
+REDUCTION_COMPOSITES = {"l1": (0, 1, ["sign", "mul"]), "l2": (1, 0, ["mul", "div"]),
+                        "sum_square": (0, 0, ["mul", "mul"]), "log_sum": (1, 0, None)}
+
+
+def _reduction_composite_grad(bw: _Backward, op: Op, need: set[str]) -> None:
+    """The gradient of a reduction PopART runs as one op with a map before or after it
+    (:data:`REDUCTION_COMPOSITES`): its grad op's, given to the reduction's input; the ops before the last take
+    no gradient of their own."""
+    g = bw.g
+    reduce_back, input_back, steps = REDUCTION_COMPOSITES[op.attrs["reduced"]]
+    reduce_op = op
+    for _ in range(reduce_back):  # back over a reshape (PopXL's reduction to a scalar) to the reduce
+        reduce_op = g.producer_op(reduce_op.inputs[0])
+        while reduce_op.kind == "reshape":
+            reduce_op = g.producer_op(reduce_op.inputs[0])
+    x_op = reduce_op
+    for _ in range(input_back):
+        x_op = g.producer_op(x_op.inputs[0])
+    x = g.tensors[x_op.inputs[0]]
+    if x.name not in need:
+        return
+    axes = set(reduce_axes_of(x.shape, reduce_op.attrs.get("axes")))
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+
+    def spread(t: str, suffix: str) -> str:  # the reduced-shape tensor viewed with the reduced axes kept
+        return t if g.tensors[t].shape == kept else bw.new("reshape", [t], kept, g.tensors[t].dtype, suffix=suffix)
+    dy, y = spread(bw.grads[op.outputs[0]], "grad_kept"), op.outputs[0]
+    if steps is None:  # ReduceLogSumGradOpx: exp of the output (the sum again), then dy divided by it
+        total = bw.new("exp", [y], g.tensors[y].shape, g.tensors[y].dtype, suffix="grad_exp")
+        grad = bw.new("div", [dy, spread(total, "grad_sum_kept")], x.shape, x.dtype, suffix="grad")
+    else:
+        reads = [dy, x.name] + ([spread(y, "grad_norm_kept")] if op.attrs["reduced"] == "l2" else [])
+        grad = bw.new("map", reads, x.shape, x.dtype, {"steps": list(steps)}, "grad")
+    bw.give(x.name, grad)
+
+
+def reduce_axes_of(shape: tuple, axes) -> list[int]:
+    """A reduction's axes over ``shape`` (all of them when not given), made non-negative."""
+    return [a % len(shape) for a in axes] if axes else list(range(len(shape)))
 
 
 def _loss_grads(bw: _Backward, op: Op, need: set[str], dy: str | None = None) -> None:

@@ -40,9 +40,12 @@ def _reduced_shape(ctx: OpContext, since: int) -> tuple[list[int], bool, tuple[i
 
 def _reduce_composite(ctx: OpContext):
     """ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp as PopART's
-    opx run them: an element-wise map before a popops reduction (|x|, x², and for LogSumExp x minus
-    the maximum, exponentiated), the reduction, and one after it (square root, log; the maximum added
-    back)."""
+    opx run them: ReduceL1 popops abs then a reduce with ADD (reducel1x.cpp); ReduceL2 and ReduceSumSquare a
+    reduce with SQUARE_ADD, ReduceL2's then a square root in place (reducel2x.cpp, reducesumsquarex.cpp);
+    ReduceLogSum a reduce with ADD then a log in place (reducelogsumx.cpp); ReduceLogSumExp a reduce with MAX,
+    the input less it exponentiated, a reduce with ADD, and its log plus the maximum (reducelogsumexpx.cpp).
+    The last op of the first four carries ``reduced``: their gradient is their grad opx's
+    (:data:`sim.graph.training.REDUCTION_COMPOSITES`)."""
     axes, keep, out = _reduced_shape(ctx, 18)
     xs, dt, op = ctx.shape(0), ctx.dtype(0), ctx.op_type
     attrs = {"axes": axes, "keepdims": keep}
@@ -55,16 +58,19 @@ def _reduce_composite(ctx: OpContext):
                       suffix="max")
         x = ctx.op("map", [x, peak], {"steps": ["sub", "exp"], "grad": [["exp", "mul"], None]}, shapes=[xs],
                    dtypes=[dt], result=False, suffix="exp")
-    elif op in ("ReduceL1", "ReduceL2", "ReduceSumSquare"):
-        steps, grad = (["abs"], ["sign", "mul"]) if op == "ReduceL1" else (["square"], ["mul", "scale"])
-        x = ctx.op("map", [x], {"steps": steps, "grad": [grad]}, shapes=[xs], dtypes=[dt], result=False,
-                   suffix=steps[0])
-    after = {"ReduceL2": ["sqrt"], "ReduceLogSum": ["log"], "ReduceLogSumExp": ["log", "add"]}.get(op)
-    s = ctx.op("reduce_sum", [x], attrs, shapes=[out], dtypes=[dt], result=after is None, suffix="sum")
-    if after is None:
-        return s
-    return ctx.op("map", [s], {"steps": after, "grad": [["div"] if after[0] == "log" else ["div", "scale"]],
-                               "onnx_op": op}, shapes=[out], dtypes=[dt])
+        s = ctx.op("reduce_sum", [x], attrs, shapes=[out], dtypes=[dt], result=False, suffix="sum")
+        return ctx.op("map", [s], {"steps": ["log", "add"], "grad": [["div"]], "onnx_op": op}, shapes=[out],
+                      dtypes=[dt])
+    if op == "ReduceL1":
+        x = ctx.op("abs", [x], shapes=[xs], dtypes=[dt], result=False, suffix="abs")
+        return ctx.op("reduce_sum", [x], attrs | {"reduced": "l1"}, shapes=[out], dtypes=[dt])
+    if op == "ReduceSumSquare":
+        return ctx.op("reduce_sum", [x], attrs | {"operation": "square_add", "reduced": "sum_square"}, shapes=[out],
+                      dtypes=[dt])
+    square = {"operation": "square_add"} if op == "ReduceL2" else {}
+    s = ctx.op("reduce_sum", [x], attrs | square, shapes=[out], dtypes=[dt], result=False, suffix="sum")
+    after, reduced = ("sqrt", "l2") if op == "ReduceL2" else ("log", "log_sum")
+    return ctx.op(after, [s], {"reduced": reduced, "onnx_op": op}, shapes=[out], dtypes=[dt])
 
 
 def _arg_extreme(ctx: OpContext):

@@ -144,8 +144,9 @@ def _statistic(which):
 
 
 def _norm(ctx):
-    """Vector norms (and the Frobenius norm): |x|^p summed, to the power 1/p; 2 as square, sum,
-    square root; inf as abs and max. Matrix 2- and nuclear norms are unsupported, as in PopTorch."""
+    """Vector norms (and the Frobenius norm) as PopTorch's tensorNormHandler and frobeniusnormHandler
+    (ReduceOps.cpp) lower them: 1 and 2 as PopART's ReduceL1 and ReduceL2, inf as abs and max, any other p as
+    |x|^p summed, to the power 1/p. Matrix 2- and nuclear norms are unsupported, as in PopTorch."""
     x, rx = ctx.sarg(0, "input"), ctx.args[0]
     key = ctx.key
     if key in ("linalg_matrix_norm", "matrix_norm"):
@@ -172,18 +173,19 @@ def _p_norm(ctx, x, p: float, dims, keep: bool, shape, dt, last):
     if math.isinf(p):
         a = emit(ctx, "abs", [x], shape, dt, name="abs")
         return last("reduce_max" if p > 0 else "reduce_min", [a], {"axes": dims, "keepdims": keep})
-    if p == 2:
-        sq = emit(ctx, "mul", [x, x], shape, dt, name="square")
-        s = _reduce_to(ctx, "reduce_sum", sq, dims, keep, shape, dt, "sum")
-        return last("sqrt", [s], None)
-    if p == 1:
+    if p == 2:  # PopART's ReduceL2Opx: a popops reduce with SQUARE_ADD, then a square root in place
+        s = emit(ctx, "reduce_sum", [x], _reduced(shape, dims, keep) or (1,), dt,
+                 {"axes": list(dims), "keepdims": bool(keep), "operation": "square_add"}, "sum_square")
+        return last("sqrt", [s], {"reduced": "l2"})
+    if p == 1:  # ReduceL1Opx: popops abs, then a reduce with ADD
         a = emit(ctx, "abs", [x], shape, dt, name="abs")
-        return last("reduce_sum", [a], {"axes": dims, "keepdims": keep})
+        return last("reduce_sum", [a], {"axes": dims, "keepdims": keep, "reduced": "l1"})
     a = emit(ctx, "abs", [x], shape, dt, name="abs")
     e = const(ctx, (1,), dt, "p")
     pw = emit(ctx, "pow", [a, e], shape, dt, name="pow")
     s = _reduce_to(ctx, "reduce_sum", pw, dims, keep, shape, dt, "sum")
-    return last("pow", [s, const(ctx, (1,), dt, "inverse_p")], None)
+    # 1 / p a Reciprocal of the constant (PopART's constant folding has no Reciprocal: ces/constexpr.cpp)
+    return last("pow", [s, emit(ctx, "reciprocal", [e], (1,), dt, name="inverse_p")], None)
 
 
 def _normalize(ctx):
@@ -236,7 +238,8 @@ def _rms_norm(ctx):
 
 def _cosine_similarity(ctx):
     """F.cosine_similarity as PopTorch lowers it (``DistanceOps.cpp``): the sum of the products
-    over ``dim`` divided by max(sqrt(sum of squares of x1 * sum of squares of x2), eps)."""
+    over ``dim`` divided by max(sqrt(sum of squares of x1 * sum of squares of x2), eps), each sum of squares a
+    ReduceSumSquare (a popops reduce with SQUARE_ADD)."""
     a, b, ra, rb = ctx.sarg(0, "x1"), ctx.sarg(1, "x2"), ctx.args[0], ctx.args[1]
     shape, dt = tuple(torch.broadcast_shapes(ra.shape, rb.shape)), ctx.output.dtype
     (d,) = _dims(ctx.arg(2, "dim", 1), len(shape))
@@ -247,8 +250,9 @@ def _cosine_similarity(ctx):
         dx = d - (len(shape) - rx.dim())
         if dx < 0:
             ctx.unsupported(f"cosine_similarity of {label} broadcast along the reduced dimension")
-        sq = emit(ctx, "mul", [x, x], tuple(rx.shape), dt, name=f"square_{label}")
-        squares.append(_reduce_to(ctx, "reduce_sum", sq, [dx], False, tuple(rx.shape), dt, f"sum_squares_{label}"))
+        squares.append(emit(ctx, "reduce_sum", [x], _reduced(tuple(rx.shape), [dx], False) or (1,), dt,
+                            {"axes": [dx], "keepdims": False, "operation": "square_add", "reduced": "sum_square"},
+                            f"sum_squares_{label}"))
     reduced = _reduced(shape, [d], False) or (1,)
     both = emit(ctx, "mul", squares, reduced, dt, name="magnitudes")
     floor = emit(ctx, "maximum", [emit(ctx, "sqrt", [both], reduced, dt, name="sqrt"), const(ctx, (1,), dt, "eps")],

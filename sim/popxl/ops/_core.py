@@ -420,11 +420,11 @@ def _axes(t: Tensor, axis) -> list[int]:
     return sorted({a % t.rank for a in axes})
 
 
-def _reduce(kind: str, t: Tensor, axis, keepdims: bool, where: str) -> Tensor:
+def _reduce(kind: str, t: Tensor, axis, keepdims: bool, where: str, **attrs) -> Tensor:
     g = _graph(where, t)
     axes = _axes(t, axis)
     with g._building() as bld:
-        out = _out(g, bld.reduce(t._sim, axes, kind, keepdims, name=_name(g, kind)), t.dtype)
+        out = _out(g, bld.reduce(t._sim, axes, kind, keepdims, name=_name(g, kind), **attrs), t.dtype)
     if not keepdims and len(axes) == t.rank and out.shape != ():
         out = reshape(out, ())  # PopXL: a reduction over every axis is a scalar
     return out

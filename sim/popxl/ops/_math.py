@@ -205,8 +205,8 @@ def prod(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = Fa
 
 
 def sumsquare(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """The sum of squares (PopART's ReduceSumSquare: popops::reduce SQUARE_ADD), as the squares' sum."""
-    return _reduce("reduce_sum", _unary("square", t), axis, keepdims, "ops.sumsquare")
+    """The sum of squares (PopART's ReduceSumSquare: popops::reduce SQUARE_ADD; its gradient one map, 2 dy t)."""
+    return _reduce("reduce_sum", t, axis, keepdims, "ops.sumsquare", operation="square_add", reduced="sum_square")
 
 
 def lamb_square(t: Tensor) -> Tensor:
@@ -224,18 +224,19 @@ def lamb_square(t: Tensor) -> Tensor:
 
 
 def l1(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """The sum of absolute values (PopART's ReduceL1)."""
-    return _reduce("reduce_sum", abs(t), axis, keepdims, "ops.l1")
+    """The sum of absolute values (PopART's ReduceL1: popops abs, a reduce; its gradient one map, dy sign(t))."""
+    return _reduce("reduce_sum", abs(t), axis, keepdims, "ops.l1", reduced="l1")
 
 
 def l2(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """The square root of the sum of squares (PopART's ReduceL2)."""
-    return _unary("sqrt", sumsquare(t, axis, keepdims))
+    """The square root of the sum of squares (PopART's ReduceL2: a reduce with SQUARE_ADD, a square root in place;
+    its gradient one map, dy t / l2)."""
+    return _unary("sqrt", _reduce("reduce_sum", t, axis, keepdims, "ops.l2", operation="square_add"), reduced="l2")
 
 
 def logsum(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
-    """log of the sum (PopART's ReduceLogSum)."""
-    return log(_reduce("reduce_sum", t, axis, keepdims, "ops.logsum"))
+    """log of the sum (PopART's ReduceLogSum: a reduce, a log in place; its gradient exp of the output, a divide)."""
+    return _unary("log", _reduce("reduce_sum", t, axis, keepdims, "ops.logsum"), reduced="log_sum")
 
 
 def logsumexp(t: Tensor, axis: int | Iterable[int] | None = None, keepdims: bool = False) -> Tensor:
