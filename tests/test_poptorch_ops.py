@@ -1675,3 +1675,26 @@ def test_vector_norms_are_poparts_reduce_l1_and_l2(norm, forward, grad):
         maps = [o.attrs["steps"] for o in graph.ops if o.pass_ == "backward" and o.kind == "map"]
         assert maps == [grad]
         assert ops[forward.index("reduce_sum")].attrs.get("operation") == ("square_add" if "sqrt" in forward else None)
+
+
+def test_bilinear_is_poptorchs_two_broadcast_batched_matmuls():
+    """bilinearHandler (BilinearOps.cpp): x1 as (rows, 1, 1, I1) times the weight (O, I1, I2) broadcast, then times x2
+    as (rows, 1, I2, 1): rows x O products each. Its gradients are PopART's MatMul grads, each summed over the axes its
+    operand was broadcast along (the weight's over the rows, x1's over the outputs). Trains as torch."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.bilinear = nn.Linear(8, 6), nn.Bilinear(6, 5, 4)
+
+        def forward(self, x, z):
+            return poptorch.identity_loss(self.bilinear(self.fc(x), z).square(), "sum")
+
+    g = torch.Generator().manual_seed(5)
+    graph = _one_sgd_step_as_torch(Net, torch.randn(3, 8, generator=g), torch.randn(3, 5, generator=g))
+    shape = {t: graph.tensors[t].shape for t in graph.tensors}
+    matmuls = [(o.pass_, [shape[i] for i in o.inputs], shape[o.outputs[0]]) for o in graph.ops
+               if o.kind == "matmul" and not o.name.startswith("fc")]
+    assert matmuls[:2] == [("forward", [(3, 1, 1, 6), (4, 6, 5)], (3, 4, 1, 5)),
+                           ("forward", [(3, 4, 1, 5), (3, 1, 5, 1)], (3, 4, 1, 1))]
+    summed = {shape[o.outputs[0]] for o in graph.ops if o.kind == "reduce_sum" and o.attrs.get("axes") == "broadcast"}
+    assert {(3, 1, 1, 6), (4, 6, 5)} <= summed

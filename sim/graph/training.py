@@ -843,9 +843,14 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     if k == "matmul":
         a, b = ins
         fc = op.attrs.get("fully_connected_pass") == "TRAINING_FWD"  # mark_fully_connected_passes
+        batch = g.tensors[op.outputs[0]].shape[:-2]  # the operands' batch dimensions, broadcast
+
+        def summed(grad: str, t) -> str:  # a broadcast operand's gradient reduced over the axes it was broadcast
+            return grad if g.tensors[grad].shape == t.shape else \
+                bw.new("reduce_sum", [grad], t.shape, t.dtype, {"axes": "broadcast"}, "grad_broadcast_sum")
         if wants(0):
             attrs = {"transpose_b": True} | ({"fully_connected_pass": "TRAINING_BWD"} if fc else {})
-            bw.give(a.name, bw.new("matmul", [dy, b.name], a.shape, a.dtype, attrs, "grad_a"))
+            bw.give(a.name, summed(bw.new("matmul", [dy, b.name], batch + a.shape[-2:], a.dtype, attrs, "grad_a"), a))
         if wants(1):
             attrs = {"transpose_a": True} | ({"fully_connected_pass": "TRAINING_WU"} if fc else {})
             if len(b.shape) == 2 and len(a.shape) > 2:  # shared weight: fold the batch into rows
@@ -853,9 +858,9 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
                 a2 = bw.new("reshape", [a.name], (rows, a.shape[-1]), a.dtype, suffix="flat_a")
                 d2 = bw.new("reshape", [dy], (rows, g.tensors[dy].shape[-1]), a.dtype, suffix="flat_dy")
                 bw.give(b.name, bw.new("matmul", [a2, d2], b.shape, b.dtype, attrs, "grad_b"))
-            else:
-                db_shape = a.shape[:-2] + b.shape[-2:] if len(a.shape) >= len(b.shape) else b.shape
-                bw.give(b.name, bw.new("matmul", [a.name, dy], db_shape, b.dtype, attrs, "grad_b"))
+            else:  # PopART's MatMulRhsGradOp: the batched product, then summed over b's broadcast axes
+                bw.give(b.name, summed(bw.new("matmul", [a.name, dy], batch + b.shape[-2:], b.dtype, attrs, "grad_b"),
+                                       b))
     elif k == "conv2d":
         x, w = ins
         n, co, ho, wo = g.tensors[op.outputs[0]].shape

@@ -448,8 +448,9 @@ def _transposed_weight(ctx, w):
 
 # --- bilinear, embedding bags, upsampling ------------------------------------------------------
 def _bilinear(ctx):
-    """y = x1 A x2 + b: x1 times A (as in1 x out*in2), times x2 element-wise, summed over in2
-    (PopTorch's BilinearOps: two matmuls' worth of work)."""
+    """y = x1 A x2 + b as PopTorch's bilinearHandler (BilinearOps.cpp) builds it: x1 viewed (rows, 1, 1, I1) times
+    the weight A (O, I1, I2), broadcast, a batched matmul of rows x O products (1, I1) x (I1, I2); that times x2
+    viewed (rows, 1, I2, 1), rows x O products (1, I2) x (I2, 1); the result viewed (..., O), the bias added."""
     if ctx.module is not None:
         x1, x2 = ctx.sarg(0), ctx.sarg(1)
         w, b = ctx.param("weight"), ctx.param("bias")
@@ -460,14 +461,10 @@ def _bilinear(ctx):
     I1, I2 = r1.shape[-1], r2.shape[-1]
     rows = r1.numel() // I1
     dt = ctx.output.dtype
-    a = emit(ctx, "transpose", [w], (I1, O, I2), dt, {"perm": [1, 0, 2]}, "weight_in1_first")
-    a = emit(ctx, "reshape", [a], (I1, O * I2), dt, name="weight_2d")
-    f1 = emit(ctx, "reshape", [x1], (rows, I1), dt, name="x1_rows")
-    t = emit(ctx, "matmul", [f1, a], (rows, O * I2), dt, name="x1_weight")
-    t = emit(ctx, "reshape", [t], (rows, O, I2), dt, name="per_output")
-    f2 = emit(ctx, "reshape", [x2], (rows, 1, I2), dt, name="x2_rows")
-    p = emit(ctx, "mul", [t, f2], (rows, O, I2), dt, name="times_x2")
-    y = emit(ctx, "reduce_sum", [p], (rows, O), dt, {"axes": [2], "keepdims": False}, "sum")
+    f1 = emit(ctx, "reshape", [x1], (rows, 1, 1, I1), dt, name="x1_rows")
+    t = emit(ctx, "matmul", [f1, w], (rows, O, 1, I2), dt, name="x1_weight")
+    f2 = emit(ctx, "reshape", [x2], (rows, 1, I2, 1), dt, name="x2_rows")
+    y = emit(ctx, "matmul", [t, f2], (rows, O, 1, 1), dt, name="times_x2")
     y = ctx.op("reshape", [y], name="bilinear")
     if is_tensor(b):
         y = channel_bias(ctx, y, b)
