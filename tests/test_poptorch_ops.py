@@ -1698,3 +1698,40 @@ def test_bilinear_is_poptorchs_two_broadcast_batched_matmuls():
                            ("forward", [(3, 4, 1, 5), (3, 1, 5, 1)], (3, 4, 1, 1))]
     summed = {shape[o.outputs[0]] for o in graph.ops if o.kind == "reduce_sum" and o.attrs.get("axes") == "broadcast"}
     assert {(3, 1, 1, 6), (4, 6, 5)} <= summed
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_instance_norm_is_torchs_composite_a_batch_norm_of_samples_as_channels(affine):
+    """PopTorch 3 intercepts native_group_norm but not instance_norm (CompositeImplicitAutograd): torch's composite views
+    (N, C, H, W) as (1, N C, H, W) and batch-normalises it with batch statistics (PopTorch's batchNormHandler, PopART's
+    BatchNormalization in training mode), the scale and shift repeated N times (views, their gradients summed). At
+    inference it keeps the batch statistics (no running ones), where an eval BatchNorm2d scales and shifts by its
+    running ones. Trains as torch."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=affine)
+
+        def forward(self, x):
+            return poptorch.identity_loss(self.norm(self.conv(x)).square(), "mean")
+
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(6))
+    graph = _one_sgd_step_as_torch(Net, x)
+    (norm,) = [o for o in graph.ops if o.kind == "batchnorm"]
+    assert graph.tensors[norm.inputs[0]].shape == (1, 8, 6, 6) and norm.attrs["batch_statistics"]
+    assert [graph.tensors[t].shape for t in norm.inputs[1:]] == [(8,), (8,)]
+    assert not [o for o in graph.ops if o.kind == "groupnorm"]
+
+    class Eval(nn.Module):
+        def __init__(self, norm):
+            super().__init__()
+            self.norm = norm
+
+        def forward(self, x):
+            return self.norm(x)
+    instance = poptorch.inferenceModel(Eval(nn.InstanceNorm2d(3, affine=affine)))
+    running = poptorch.inferenceModel(Eval(nn.BatchNorm2d(6).eval()))
+    instance(x), running(x.reshape(1, 6, 8, 8))
+    (a,), (b,) = ([o for o in m.executable.graph.ops if o.kind == "batchnorm"] for m in (instance, running))
+    assert "inference" not in a.attrs and b.attrs["inference"]
+    assert instance.executable.costs[a.name].cycles > running.executable.costs[b.name].cycles

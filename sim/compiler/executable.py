@@ -677,8 +677,8 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int,
         if (not training and (op.kind in _INFERENCE_NOOPS and not op.attrs.get("explicit")
                               or op.attrs.get("training_only"))) or op.kind in replicated_ops.KINDS:
             continue  # identity at inference / priced as a collective by the schedule
-        if not training and op.kind in _INFERENCE_MODE:
-            op.attrs["inference"] = True  # g is the caller's own copy
+        if not training and op.kind in _INFERENCE_MODE and not op.attrs.get("batch_statistics"):
+            op.attrs["inference"] = True  # g is the caller's own copy (an instance norm keeps its batch statistics)
         proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
         ipu = ipus[op.kind.startswith("conv")]
         costs[op.name] = op_cost(op, g, ipu, op_tiles, proportion, o.partials_type(op.kind), signatures)

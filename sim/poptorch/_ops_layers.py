@@ -168,24 +168,58 @@ def _pool_any(kind):
 
 
 # --- normalisations ----------------------------------------------------------------------------
+def _instance_norm(ctx):
+    """InstanceNorm as it reaches PopTorch 3's dispatcher: torch's composite (aten/src/ATen/native/Normalization.cpp
+    instance_norm; PopTorch intercepts native_group_norm but not instance_norm, CompositeImplicitAutograd), the input
+    viewed as one sample of N C channels, a batch norm of it (PopTorch's batchNormHandler: PopART's BatchNormalization,
+    in training mode, batch statistics, whenever ``use_input_stats``: training, or no running statistics kept) and
+    viewed back; the scale and shift (and running statistics) repeated N times, broadcast views (repeatHandler), whose
+    gradients sum the copies. A 2-D input (no batch) is one sample."""
+    m = ctx.module
+    rx = ctx.args[0]
+    out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+    if m is not None:
+        gamma, beta = (ctx.param("weight"), ctx.param("bias")) if m.affine else (None, None)
+        stats = (ctx.param("running_mean"), ctx.param("running_var")) if m.track_running_stats else (None, None)
+        batch_statistics = m.training or not m.track_running_stats
+    else:  # instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
+        gamma, beta = ctx.sarg(3, "weight"), ctx.sarg(4, "bias")
+        stats = (ctx.sarg(1, "running_mean"), ctx.sarg(2, "running_var"))
+        batch_statistics = bool(ctx.arg(5, "use_input_stats", True))
+    shape = tuple(rx.shape) if rx.dim() > 2 else (1,) + tuple(rx.shape)
+    n, c = shape[0], shape[1]
+    dt = sim_dtype(out.dtype)
+    g, b = ctx.norm_params((c,), gamma, beta, dt)
+    repeated = [emit(ctx, "reshape", [t], (n * c,), dt, name=f"{label}_repeated")
+                for t, label in ((g, "weight"), (b, "bias"))]
+    for t in stats:
+        if is_tensor(t) and not batch_statistics:
+            ctx.t(t)  # the running statistics live on the device, read once per channel and sample
+    x = emit(ctx, "reshape", [ctx.sarg(0, "input")], (1, n * c) + shape[2:], dt, name="samples_as_channels")
+    y = emit(ctx, "batchnorm", [x] + repeated, (1, n * c) + shape[2:], dt,
+             {"batch_statistics": True} if batch_statistics else None, "batchnorm")
+    y = ctx.op("reshape", [y], output=out, name="instance_norm")
+    if isinstance(ctx.output, (tuple, list)):
+        return (y,) + (None,) * (len(ctx.output) - 1)
+    return y
+
+
 def _group_norm(ctx):
-    """GroupNorm / InstanceNorm (groups = channels): popnn's group norm, statistics over each
-    sample's group of channels, then the per-channel scale and shift."""
+    """GroupNorm: popnn's group norm (PopTorch intercepts native_group_norm), statistics over each sample's group of
+    channels, then the per-channel scale and shift."""
     m = ctx.module
     rx = ctx.args[0]
     out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
     c = rx.shape[1] if rx.dim() > 1 else 1
     if m is not None:
-        groups = m.num_groups if isinstance(m, nn.GroupNorm) else c
+        groups = m.num_groups
         gamma, beta = ctx.param("weight"), ctx.param("bias")
         eps = m.eps
     elif ctx.key == "group_norm":
         groups, gamma, beta = ctx.arg(1, "num_groups"), ctx.sarg(2, "weight"), ctx.sarg(3, "bias")
         eps = ctx.arg(4, "eps", 1e-5)
-    elif ctx.key == "native_group_norm":
+    else:  # native_group_norm
         groups, gamma, beta, eps = ctx.arg(6), ctx.sarg(1), ctx.sarg(2), ctx.arg(7)
-    else:  # instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
-        groups, gamma, beta, eps = c, ctx.sarg(3, "weight"), ctx.sarg(4, "bias"), ctx.arg(7, "eps", 1e-5)
     g, b = ctx.norm_params((c,), gamma, beta, sim_dtype(out.dtype))
     y = ctx.op("groupnorm", [ctx.sarg(0, "input"), g, b], {"groups": int(groups), "eps": float(eps)},
                output=out, name="groupnorm")
@@ -773,7 +807,7 @@ RULES = {
     "adaptive_avg_pool1d": _pool_any("avgpool"), "adaptive_avg_pool3d": _pool_any("avgpool"),
     "_adaptive_avg_pool3d": _pool_any("avgpool"),
     **{f"adaptive_max_pool{d}d": _adaptive_max_pool for d in (1, 2, 3)},
-    "group_norm": _group_norm, "native_group_norm": _group_norm, "instance_norm": _group_norm,
+    "group_norm": _group_norm, "native_group_norm": _group_norm, "instance_norm": _instance_norm,
     "lstm": _recurrent, "gru": _recurrent, "rnn_tanh": _recurrent, "rnn_relu": _recurrent,
     **{name: _recurrent_cell for name in _CELL_OPS},
     "_weight_norm": lambda ctx: _weight_norm_ops(ctx, ctx.sarg(0, "v"), ctx.sarg(1, "g"), ctx.args[0],
@@ -796,8 +830,8 @@ MODULE_RULES = {
     nn.AdaptiveAvgPool3d: _pool_any("avgpool"),
     nn.AdaptiveMaxPool1d: _adaptive_max_pool, nn.AdaptiveMaxPool2d: _adaptive_max_pool,
     nn.AdaptiveMaxPool3d: _adaptive_max_pool,
-    nn.GroupNorm: _group_norm, nn.InstanceNorm1d: _group_norm, nn.InstanceNorm2d: _group_norm,
-    nn.InstanceNorm3d: _group_norm,
+    nn.GroupNorm: _group_norm, nn.InstanceNorm1d: _instance_norm, nn.InstanceNorm2d: _instance_norm,
+    nn.InstanceNorm3d: _instance_norm,
     nn.RNN: _recurrent, nn.GRU: _recurrent, nn.LSTM: _recurrent,
     nn.RNNCell: _recurrent_cell, nn.GRUCell: _recurrent_cell, nn.LSTMCell: _recurrent_cell,
     nn.Bilinear: _bilinear, nn.EmbeddingBag: _embedding_bag,
