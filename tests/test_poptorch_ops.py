@@ -1735,3 +1735,35 @@ def test_instance_norm_is_torchs_composite_a_batch_norm_of_samples_as_channels(a
     (a,), (b,) = ([o for o in m.executable.graph.ops if o.kind == "batchnorm"] for m in (instance, running))
     assert "inference" not in a.attrs and b.attrs["inference"]
     assert instance.executable.costs[a.name].cycles > running.executable.costs[b.name].cycles
+
+
+@pytest.mark.parametrize("make, refused", [
+    (lambda: nn.LSTM(8, 16, bias=False), "LSTM without biases"),
+    (lambda: nn.RNN(8, 16, bias=False), "RNN without biases"),
+    (lambda: nn.GRU(8, 16, bias=False), None),
+])
+def test_recurrent_layers_without_biases_as_poptorch_takes_them(make, refused):
+    """RNNOps.cpp: lstmHandler and the RNN handlers refuse has_biases=False; gruHandler fills zero biases."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = make()
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+    x, net = torch.randn(5, 2, 8), Net()
+    if refused is None:
+        torch.testing.assert_close(poptorch.inferenceModel(net)(x), net(x))
+        return
+    with pytest.raises(sim.UnsupportedOpError, match=refused):
+        poptorch.inferenceModel(Net())(x)
+
+
+def test_ctc_loss_without_reduction_is_refused_as_poptorch_refuses_it():
+    class M(nn.Module):
+        def forward(self, log_probs, targets):
+            return F.ctc_loss(log_probs, targets, torch.tensor([4, 4]), torch.tensor([2, 2]), reduction="none")
+
+    log_probs = torch.randn(4, 2, 5).log_softmax(2)
+    with pytest.raises(sim.UnsupportedOpError, match='reduction="none" is currently not supported'):
+        poptorch.inferenceModel(M())(log_probs, torch.tensor([[1, 2], [3, 4]]))

@@ -292,6 +292,9 @@ def _recurrent(ctx):
     if layers != 1 or bidirectional or dropout:
         ctx.unsupported("PopTorch supports recurrent layers with num_layers=1, bidirectional=False and "
                         "dropout=0 only")
+    if b_ih is None and cell != "gru":  # RNNOps.cpp: lstmHandler and the RNN's handler refuse it, gruHandler zero-fills
+        ctx.unsupported(f"{'LSTM' if cell == 'lstm' else 'RNN'} without biases is not supported by PopTorch "
+                        "(popart_canonicalization/RNNOps.cpp); keep bias=True (a GRU may drop its biases)")
     w_ih, w_hh = (_transposed_weight(ctx, w) for w in (w_ih, w_hh))
     x, rx = ctx.sarg(0), ctx.args[0]
     batched = rx.dim() == 3
@@ -769,6 +772,8 @@ def _ctc_loss(ctx):
     reduction = _reduction(ctx)
     if ctx.module is None and len(ctx.args) > 5 and isinstance(ctx.args[5], int):  # ATen's: 0 none, 1 mean, 2 sum
         reduction = ("none", "mean", "sum")[ctx.args[5]]
+    if reduction == "none":  # LossOps.cpp ctcLossHandler
+        ctx.unsupported('CTCLoss with reduction="none" is currently not supported by PopTorch; use "mean" or "sum"')
     loss, _ = ctx.op("ctc_loss", tensor_args(ctx)[:4], {"reduction": reduction, "reduced_classes": False},
                      output=(ctx.output, torch.empty_like(log_probs)), name="loss")
     ctx.cap.losses.append(loss)
