@@ -292,9 +292,9 @@ def _recurrent(ctx):
     if layers != 1 or bidirectional or dropout:
         ctx.unsupported("PopTorch supports recurrent layers with num_layers=1, bidirectional=False and "
                         "dropout=0 only")
-    if b_ih is None and cell != "gru":  # RNNOps.cpp: lstmHandler and the RNN's handler refuse it, gruHandler zero-fills
-        ctx.unsupported(f"{'LSTM' if cell == 'lstm' else 'RNN'} without biases is not supported by PopTorch "
-                        "(popart_canonicalization/RNNOps.cpp); keep bias=True (a GRU may drop its biases)")
+    if b_ih is None and cell == "lstm":  # RNNOps.cpp lstmHandler (PopTorch 3 intercepts lstm.input only: a GRU or an
+        ctx.unsupported("LSTM without biases is not supported by PopTorch "  # RNN is ATen's ops, with or without)
+                        "(popart_canonicalization/RNNOps.cpp lstmHandler); keep bias=True")
     w_ih, w_hh = (_transposed_weight(ctx, w) for w in (w_ih, w_hh))
     x, rx = ctx.sarg(0), ctx.args[0]
     batched = rx.dim() == 3
