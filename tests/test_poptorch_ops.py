@@ -1768,3 +1768,22 @@ def test_ctc_loss_without_reduction_is_refused_as_poptorch_refuses_it():
     log_probs = torch.randn(4, 2, 5).log_softmax(2)
     with pytest.raises(sim.UnsupportedOpError, match='reduction="none" is currently not supported'):
         poptorch.inferenceModel(M())(log_probs, torch.tensor([[1, 2], [3, 4]]))
+
+
+def test_gather_adds_each_rows_offset_then_gathers_single_elements():
+    """gatherHandler (TensorOps.cpp): the index plus its row's offset in the flattened input (one int32 add, the
+    offsets a constant broadcast along the gathered axis), then PopART's Gather of single elements. Trains as torch."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 6)
+
+        def forward(self, x, i):
+            return poptorch.identity_loss(torch.gather(self.fc(x), 1, i), "sum")
+
+    g = torch.Generator().manual_seed(7)
+    graph = _one_sgd_step_as_torch(Net, torch.randn(4, 8, generator=g), torch.randint(0, 6, (4, 3), generator=g))
+    add, gather = [o for o in graph.ops if o.pass_ == "forward" and not o.name.startswith(("fc", "identity"))][:2]
+    assert (add.kind, gather.kind) == ("add", "gather_elements") and gather.inputs[0] == add.outputs[0]
+    assert [graph.tensors[t].shape for t in add.inputs] == [(4, 3), (4, 1)]
+    assert graph.tensors[add.outputs[0]].dtype == "int32"

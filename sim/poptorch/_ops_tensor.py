@@ -43,7 +43,10 @@ def _bucketize(ctx):
 
 
 def _gather(ctx):
-    """gather(input, dim, index) / take_along_dim(input, indices, dim): element by element."""
+    """gather(input, dim, index) / take_along_dim(input, indices, dim) as PopTorch's gatherHandler lowers them
+    (TensorOps.cpp; takeAlongDimHandler calls it): the gathered axis moved innermost and the input flattened
+    (views), each index plus its row's offset in the flattened input (a constant; one int32 add the index's size),
+    then PopART's Gather of single elements from the flattened input (``gather_elements``)."""
     if ctx.key == "take_along_dim":
         x, idx = ctx.sarg(0, "input"), ctx.sarg(1, "indices")
         dim = ctx.arg(2, "dim")
@@ -52,7 +55,12 @@ def _gather(ctx):
             dim = 0
     else:
         x, idx, dim = ctx.sarg(0, "input"), ctx.sarg(2, "index"), ctx.arg(1, "dim")
-    return ctx.op("gather_elements", [idx, x], {"axis": int(dim)})
+    index = ctx.cap.g.tensors[ctx.t(idx)]
+    axis = int(dim) % max(len(index.shape), 1)
+    offsets = const(ctx, tuple(1 if i == axis else d for i, d in enumerate(index.shape)) or (1,), index.dtype,
+                    "row_offsets")
+    flat = emit(ctx, "add", [idx, offsets], index.shape, index.dtype, name="plus_row_offsets")
+    return ctx.op("gather_elements", [flat, x], {"axis": int(dim)})
 
 
 def _index_select(ctx):
