@@ -1566,6 +1566,20 @@ def test_a_half_average_pool_runs_in_float_after_its_padding():
     assert ops[2].attrs["padding"] == 0 and pooled.dtype == "float32"
 
 
+def test_one_and_three_dimensional_average_pools_pad_and_cast_as_the_two_dimensional():
+    """poolingHandler builds avg_pool1d and avg_pool3d as avg_pool2d: the padding counted by a ConstantPad first, a half
+    input through float."""
+    model = poptorch.inferenceModel(nn.AvgPool1d(3, 2, padding=1).half())
+    x = torch.randn(2, 4, 10).half()
+    torch.testing.assert_close(model(x), nn.AvgPool1d(3, 2, padding=1)(x.float()).half())
+    ops = model.simulation.executable.graph.ops
+    assert [(op.kind, model.simulation.executable.graph.tensors[op.outputs[0]].shape) for op in ops] == [
+        ("pad", (2, 4, 12)), ("cast", (2, 4, 12)), ("avgpool", (2, 4, 5)), ("cast", (2, 4, 5))]
+    model = poptorch.inferenceModel(nn.AvgPool3d(3, 1, padding=1, count_include_pad=False))
+    model(torch.randn(2, 4, 6, 6, 6))
+    assert [op.kind for op in model.simulation.executable.graph.ops] == ["avgpool"]
+
+
 class _Baddbmm(nn.Module):
     def forward(self, x, a, b):
         return torch.baddbmm(x, a, b) + torch.addmm(x[0], a[0], b[0])
