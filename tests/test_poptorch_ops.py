@@ -1801,3 +1801,21 @@ def test_gather_adds_each_rows_offset_then_gathers_single_elements():
     assert (add.kind, gather.kind) == ("add", "gather_elements") and gather.inputs[0] == add.outputs[0]
     assert [graph.tensors[t].shape for t in add.inputs] == [(4, 3), (4, 1)]
     assert graph.tensors[add.outputs[0]].dtype == "int32"
+
+
+def test_a_trained_exponents_gradient_is_poparts_pow_arg1_pattern():
+    """PowArg1GradOp pattern (willow/src/patterns/powarg1gradoppattern.cpp): dy where(x == 0 and e >= 0, 0, y log(x))
+    in ten ops, then summed over the axes the exponent was broadcast along. Trains as torch."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.e = nn.Linear(8, 6), nn.Parameter(torch.tensor([1.5]))
+
+        def forward(self, x):
+            return poptorch.identity_loss(torch.pow(self.fc(x).abs() + 0.1, self.e), "sum")
+
+    graph = _one_sgd_step_as_torch(Net, torch.randn(4, 8, generator=torch.Generator().manual_seed(8)))
+    chain = [o.kind for o in graph.ops if "grad1" in o.name]
+    assert chain == ["log", "mul", "compare", "compare", "isnan", "logical", "logical_not", "logical", "select", "mul",
+                     "reduce_sum"]
+    assert graph.tensors[[o for o in graph.ops if "grad1" in o.name][-1].outputs[0]].shape == (1,)

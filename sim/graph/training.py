@@ -1198,8 +1198,22 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
             is_zero = bw.new("compare", [e.name, zero], e.shape, "bool", {"op": "eq"}, "grad0_equal")
             bw.give(x.name, bw.new("select", [is_zero, zero, scaled], g.tensors[dy].shape, x.dtype,
                                    suffix="grad0_where"))
-        if len(ins) > 1 and wants(1):
-            grad_map(1, ["log", "mul", "mul"], [ins[0].name, y])
+        if len(ins) > 1 and wants(1):  # PowArg1GradOp pattern: dy where(x == 0 and e >= 0, 0, y log(x)), ten ops,
+            x, e = ins                  # then BinaryGradOpPattern's ReduceSum over the axes e was broadcast along
+            out, zero = g.tensors[dy].shape, g.add_tensor(g.unique_tensor_name(f"{op.name}/grad1_zero"), (1,),
+                                                         x.dtype, "constant").name
+            logged = bw.new("log", [x.name], x.shape, x.dtype, suffix="grad1_log")
+            times_out = bw.new("mul", [y, logged], out, x.dtype, suffix="grad1_mul")
+            base_zero = bw.new("compare", [x.name, zero], x.shape, "bool", {"op": "eq"}, "grad1_equal")
+            negative = bw.new("compare", [e.name, zero], e.shape, "bool", {"op": "lt"}, "grad1_less")
+            nan = bw.new("isnan", [e.name], e.shape, "bool", suffix="grad1_isnan")
+            either = bw.new("logical", [negative, nan], e.shape, "bool", {"op": "logical_or"}, "grad1_or")
+            at_least_zero = bw.new("logical_not", [either], e.shape, "bool", suffix="grad1_not")
+            both = bw.new("logical", [base_zero, at_least_zero], out, "bool", {"op": "logical_and"}, "grad1_and")
+            picked = bw.new("select", [both, zero, times_out], out, x.dtype, suffix="grad1_where")
+            full = bw.new("mul", [dy, picked], out, e.dtype, suffix="grad1_mul_dy")
+            bw.give(e.name, full if e.shape == out else
+                    bw.new("reduce_sum", [full], e.shape, e.dtype, {"axes": "broadcast"}, "grad1_broadcast_sum"))
     elif k == "atan2":  # PopART's Atan2Arg0GradOp / Atan2Arg1GradOp: dy x / (x^2 + y^2), -dy y / (x^2 + y^2)
         for i in (0, 1):
             if wants(i):
