@@ -1,6 +1,5 @@
 """Rules for ONNX's data movement: changes of shape only (Reshape, Flatten, Squeeze, Unsqueeze,
-Expand: free views), Transpose, Concat, Slice, Split, Gather, GatherElements and
-ScatterElements, Pad, Tile, Resize, DepthToSpace and SpaceToDepth, TopK, CumSum, OneHot; and the
+Expand: free views), Transpose, Concat, Slice, Split, Gather, ScatterElements, Pad, Tile, Resize, DepthToSpace and SpaceToDepth, TopK, CumSum, OneHot; and the
 helpers that read a node's constant int inputs (shapes, axes). :data:`RULES` holds them by op type."""
 
 from __future__ import annotations
@@ -298,12 +297,9 @@ def _tile(ctx: OpContext):
 
 
 def _elements(ctx: OpContext):
-    """GatherElements and ScatterElements (Scatter before opset 11): popops multiSlice / multiUpdate of
-    single elements, as sim.poptorch prices torch.gather and the scatter family."""
+    """ScatterElements (Scatter before opset 11): popops multiUpdate of single elements, as sim.poptorch prices
+    the scatter family (GatherElements PopART has no op for: sim/onnx/_ops_not_in_popart.py)."""
     axis = _axis(ctx.attr("axis", 0), len(ctx.shape(0)))
-    if ctx.op_type == "GatherElements":
-        return ctx.op("gather_elements", [ctx.input(1), ctx.input(0)], {"axis": axis}, shapes=[ctx.shape(1)],
-                      dtypes=[ctx.dtype(0)])
     reduce = ctx.attr("reduction", "none")
     return ctx.op("scatter_elements", [ctx.input(1), ctx.input(0), ctx.input(2)],
                   {"axis": axis, "reduce": "sum" if reduce == "add" else reduce}, shapes=[ctx.shape(0)],
@@ -327,5 +323,5 @@ RULES: dict = {
     "DepthToSpace": _depth_space, "SpaceToDepth": _depth_space, "TopK": _topk, "CumSum": _cumsum,
     # more of PopART's ops
     "Pad": _pad, "Tile": _tile,
-    "GatherElements": _elements, "ScatterElements": _elements, "Scatter": _elements, "OneHot": _one_hot,
+    "ScatterElements": _elements, "Scatter": _elements, "OneHot": _one_hot,
 }
