@@ -844,13 +844,10 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         a, b = ins
         fc = op.attrs.get("fully_connected_pass") == "TRAINING_FWD"  # mark_fully_connected_passes
         batch = g.tensors[op.outputs[0]].shape[:-2]  # the operands' batch dimensions, broadcast
-
-        def summed(grad: str, t) -> str:  # a broadcast operand's gradient reduced over the axes it was broadcast
-            return grad if g.tensors[grad].shape == t.shape else \
-                bw.new("reduce_sum", [grad], t.shape, t.dtype, {"axes": "broadcast"}, "grad_broadcast_sum")
         if wants(0):
             attrs = {"transpose_b": True} | ({"fully_connected_pass": "TRAINING_BWD"} if fc else {})
-            bw.give(a.name, summed(bw.new("matmul", [dy, b.name], batch + a.shape[-2:], a.dtype, attrs, "grad_a"), a))
+            grad = bw.new("matmul", [dy, b.name], batch + a.shape[-2:], a.dtype, attrs, "grad_a")
+            bw.give(a.name, _summed_to(bw, grad, a))
         if wants(1):
             attrs = {"transpose_a": True} | ({"fully_connected_pass": "TRAINING_WU"} if fc else {})
             if len(b.shape) == 2 and len(a.shape) > 2:  # shared weight: fold the batch into rows
@@ -859,8 +856,8 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
                 d2 = bw.new("reshape", [dy], (rows, g.tensors[dy].shape[-1]), a.dtype, suffix="flat_dy")
                 bw.give(b.name, bw.new("matmul", [a2, d2], b.shape, b.dtype, attrs, "grad_b"))
             else:  # PopART's MatMulRhsGradOp: the batched product, then summed over b's broadcast axes
-                bw.give(b.name, summed(bw.new("matmul", [a.name, dy], batch + b.shape[-2:], b.dtype, attrs, "grad_b"),
-                                       b))
+                grad = bw.new("matmul", [a.name, dy], batch + b.shape[-2:], b.dtype, attrs, "grad_b")
+                bw.give(b.name, _summed_to(bw, grad, b))
     elif k == "conv2d":
         x, w = ins
         n, co, ho, wo = g.tensors[op.outputs[0]].shape
@@ -1040,7 +1037,7 @@ def _reduction_composite_grad(bw: _Backward, op: Op, need: set[str]) -> None:
     x = g.tensors[x_op.inputs[0]]
     if x.name not in need:
         return
-    axes = set(reduce_axes_of(x.shape, reduce_op.attrs.get("axes")))
+    axes = set(_reduce_axes_of(x.shape, reduce_op.attrs.get("axes")))
     kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
 
     def spread(t: str, suffix: str) -> str:  # the reduced-shape tensor viewed with the reduced axes kept
@@ -1055,9 +1052,17 @@ def _reduction_composite_grad(bw: _Backward, op: Op, need: set[str]) -> None:
     bw.give(x.name, grad)
 
 
-def reduce_axes_of(shape: tuple, axes) -> list[int]:
+def _reduce_axes_of(shape: tuple, axes) -> list[int]:
     """A reduction's axes over ``shape`` (all of them when not given), made non-negative."""
     return [a % len(shape) for a in axes] if axes else list(range(len(shape)))
+
+
+def _summed_to(bw: _Backward, grad: str, t) -> str:
+    """``grad`` summed over the axes operand ``t`` was broadcast along (PopART's BinaryGradOpPattern and MatMul
+    grads end so), or ``grad`` itself when it has ``t``'s shape."""
+    if bw.g.tensors[grad].shape == t.shape:
+        return grad
+    return bw.new("reduce_sum", [grad], t.shape, t.dtype, {"axes": "broadcast"}, "grad_broadcast_sum")
 
 
 def _loss_grads(bw: _Backward, op: Op, need: set[str], dy: str | None = None) -> None:
@@ -1211,9 +1216,7 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
             at_least_zero = bw.new("logical_not", [either], e.shape, "bool", suffix="grad1_not")
             both = bw.new("logical", [base_zero, at_least_zero], out, "bool", {"op": "logical_and"}, "grad1_and")
             picked = bw.new("select", [both, zero, times_out], out, x.dtype, suffix="grad1_where")
-            full = bw.new("mul", [dy, picked], out, e.dtype, suffix="grad1_mul_dy")
-            bw.give(e.name, full if e.shape == out else
-                    bw.new("reduce_sum", [full], e.shape, e.dtype, {"axes": "broadcast"}, "grad1_broadcast_sum"))
+            bw.give(e.name, _summed_to(bw, bw.new("mul", [dy, picked], out, e.dtype, suffix="grad1_mul_dy"), e))
     elif k == "atan2":  # PopART's Atan2Arg0GradOp / Atan2Arg1GradOp: dy x / (x^2 + y^2), -dy y / (x^2 + y^2)
         for i in (0, 1):
             if wants(i):

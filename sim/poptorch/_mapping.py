@@ -946,8 +946,8 @@ def _cross_entropy_composite(ctx: OpContext, ins: list, smoothing: float, probab
     log_p = op("softmax", [ins[0]], (rows, c), {"axis": -1, "log": True}, name="log_softmax")
     row_sum = {"axes": [1], "keepdims": False}
     every = {"axes": [0], "keepdims": False}
+    target = ins[1]
     if probabilities:
-        target = ins[1]
         if smoothing:
             target = op("add", [by(target, (rows, c), "one_minus_smoothing"),
                                 const(ctx, scalar, dt, "smoothing_per_class")], (rows, c))
@@ -958,7 +958,6 @@ def _cross_entropy_composite(ctx: OpContext, ins: list, smoothing: float, probab
         if reduction == "mean":
             loss = op("div", [loss, const(ctx, scalar, dt, "rows")], scalar)
     else:
-        target = ins[1]
         shape = (rows,) if reduction == "none" else scalar
         nll = op("softmax_cross_entropy", [log_p, target], shape,
                  {"loss": "nll", "log_probabilities": True} | {k: lowering[k] for k in ("ignore_index", "reduction")},
@@ -993,7 +992,7 @@ def _loss(kind, label):
             return emit_map(ctx, steps, ins, [grad, grad][:len(ins)], output=out, name="unreduced_loss")
         if label in ("cross_entropy", "nll"):
             if isinstance(_ce_arg(ctx, "weight", None), torch.Tensor):
-                ctx.unsupported(f"Parameter \"weight\" is unsupported for aten::nll_loss_nd (PopTorch's "
+                ctx.unsupported("Parameter \"weight\" is unsupported for aten::nll_loss_nd (PopTorch's "
                                 "nllLossNdHandler, LossOps.cpp, T42695): weigh the classes in the model instead, e.g. "
                                 "multiply the per-sample losses (reduction='none') by weight[target]")
             real_target = ctx.args[1] if len(ctx.args) > 1 else ctx.kwargs.get("target")

@@ -28,7 +28,8 @@ import math
 import torch
 import torch.nn as nn
 
-from ._emit import channel_bias, const, embedding_flags_refused, emit, emit_chain, emit_map, is_tensor, tensor_args
+from ._emit import (channel_bias, const, embedding_flags_refused, emit, emit_chain, emit_map, is_tensor,
+                    tensor_args, tuple_result)
 from ._values import Lazy, sim_dtype
 from ..graph.ir import RNN_GATES, transposed_conv_attrs
 
@@ -219,10 +220,7 @@ def _instance_norm(ctx):
     x = emit(ctx, "reshape", [ctx.sarg(0, "input")], (1, n * c) + shape[2:], dt, name="samples_as_channels")
     y = emit(ctx, "batchnorm", [x] + repeated, (1, n * c) + shape[2:], dt,
              {"batch_statistics": True} if batch_statistics else None, "batchnorm")
-    y = ctx.op("reshape", [y], output=out, name="instance_norm")
-    if isinstance(ctx.output, (tuple, list)):
-        return (y,) + (None,) * (len(ctx.output) - 1)
-    return y
+    return tuple_result(ctx, ctx.op("reshape", [y], output=out, name="instance_norm"))
 
 
 def _group_norm(ctx):
@@ -313,9 +311,11 @@ def _recurrent(ctx):
     if layers != 1 or bidirectional or dropout:
         ctx.unsupported("PopTorch supports recurrent layers with num_layers=1, bidirectional=False and "
                         "dropout=0 only")
-    if b_ih is None and cell == "lstm":  # RNNOps.cpp lstmHandler (PopTorch 3 intercepts lstm.input only: a GRU or an
-        ctx.unsupported("LSTM without biases is not supported by PopTorch "  # RNN is ATen's ops, with or without)
-                        "(popart_canonicalization/RNNOps.cpp lstmHandler); keep bias=True")
+    # RNNOps.cpp's lstmHandler refuses an LSTM without biases; PopTorch 3 intercepts lstm.input only, so a GRU or a
+    # plain RNN reaches it as ATen's ops, with biases or without
+    if b_ih is None and cell == "lstm":
+        ctx.unsupported("LSTM without biases is not supported by PopTorch (popart_canonicalization/RNNOps.cpp "
+                        "lstmHandler); keep bias=True")
     w_ih, w_hh = (_transposed_weight(ctx, w) for w in (w_ih, w_hh))
     x, rx = ctx.sarg(0), ctx.args[0]
     batched = rx.dim() == 3
