@@ -253,8 +253,16 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
     if kind in ("transpose", "remap"):  # a copy into a new tile layout (GraphBuilder.remap)
         return _transpose(outs, ipu, tiles, attrs.get("source_tiles"))
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
-        return row_op_cost(row_op_steps(kind, attrs), _rows_last(tuple(ins[0][0]), attrs.get("axis", -1)), ins[0][1],
-                           ipu, tiles, _row_reduce_cost(ipu))
+        shape, axis = tuple(ins[0][0]), attrs.get("axis", -1)
+        if kind.startswith("softmax") and _strided_rows(shape, axis):
+            # PopTorch's transposes around a softmax over another dim are views (SoftmaxOps.cpp; PopART's
+            # TransposeInplace), so popnn's softmax reduces each row where the input lies: a row's elements strided
+            # by the dims after the axis, each statistic broadcast along them, as a batch norm's per channel
+            length = shape[axis % len(shape)]
+            return row_op_cost(row_op_steps(kind, attrs), (length, math.prod(shape) // length), ins[0][1], ipu, tiles,
+                               _row_reduce_cost(ipu), statistics="channel")
+        return row_op_cost(row_op_steps(kind, attrs), _rows_last(shape, axis), ins[0][1], ipu, tiles,
+                           _row_reduce_cost(ipu))
     if kind in LOSS_COST_KINDS:
         return row_op_cost(loss_steps(kind, attrs), tuple(ins[0][0]) or (1,), ins[0][1], ipu, tiles,
                            _row_reduce_cost(ipu))
@@ -589,13 +597,16 @@ def _adam_family(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
 
 
 def _rows_last(shape: tuple, axis: int) -> tuple:
-    """``shape`` with its row dimension ``axis`` moved last: PopTorch transposes a softmax's dim last
-    and back around PopART's softmax over the last axis (popart_canonicalization/SoftmaxOps.cpp), whose
-    popnn softmax works on rows of it."""
+    """``shape`` with its row dimension ``axis`` moved last (rows of one element's dims after it: contiguous)."""
     if not shape:
         return shape
     axis %= len(shape)
     return shape[:axis] + shape[axis + 1:] + (shape[axis],)
+
+
+def _strided_rows(shape: tuple, axis: int) -> bool:
+    """Are a row op's rows along ``axis`` strided in memory (dims of more than one element after it)?"""
+    return bool(shape) and math.prod(shape[axis % len(shape) + 1:]) > 1
 
 
 #: roles of the operands the ops that made them laid out (not made for the matmul that reads them)
