@@ -1519,7 +1519,9 @@ def test_huber_loss_is_refused_as_poptorch_has_no_handler():
 
 
 def test_a_segmentation_cross_entropy_takes_rows_of_its_classes():
-    """nllLossNdHandler: an (N, C, H, W) input's classes moved last and the rest flattened, (N H W, C) rows."""
+    """nllLossNdHandler: an (N, C, H, W) input's classes moved last and the rest flattened, (N H W, C) rows; the
+    transposes are views, so the rows' classes stay strided where the input lies and the loss and its gradient are
+    priced so (their statistics reduced and broadcast as a batch norm's per channel)."""
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
@@ -1535,6 +1537,9 @@ def test_a_segmentation_cross_entropy_takes_rows_of_its_classes():
     g = model.simulation.executable.graph
     loss = next(op for op in g.ops if op.kind == "softmax_cross_entropy")
     assert [g.tensors[t].shape for t in loss.inputs] == [(512, 21), (512,)]
+    costs = model.simulation.executable.costs
+    for op in (loss, next(op for op in g.ops if op.kind == "softmax_cross_entropy_grad")):
+        assert op.attrs["classes_strided"] and costs[op.name].plan.startswith("512 channels of 21")
 
 
 class _MinAlong(nn.Module):

@@ -254,7 +254,8 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return _transpose(outs, ipu, tiles, attrs.get("source_tiles"))
     if kind in ROW_OP_KINDS:  # softmax, its gradient, layer norm: poplibs' popops calls (sim/cost/row_ops.py)
         shape, axis = tuple(ins[0][0]), attrs.get("axis", -1)
-        if kind.startswith("softmax") and _strided_rows(shape, axis):
+        # (N d..., C) rows viewed from an (N, C, d...) input (sim.poptorch's classes_last) are strided too
+        if kind.startswith("softmax") and (attrs.get("classes_strided") or _strided_rows(shape, axis)):
             # PopTorch's transposes around a softmax over another dim are views (SoftmaxOps.cpp; PopART's
             # TransposeInplace), so popnn's softmax reduces each row where the input lies: a row's elements strided
             # by the dims after the axis, each statistic broadcast along them, as a batch norm's per channel
@@ -264,8 +265,11 @@ def _rule(kind, ins, outs, attrs, ipu: IPU, tiles: int, memory_proportion: float
         return row_op_cost(row_op_steps(kind, attrs), _rows_last(shape, axis), ins[0][1], ipu, tiles,
                            _row_reduce_cost(ipu))
     if kind in LOSS_COST_KINDS:
-        return row_op_cost(loss_steps(kind, attrs), tuple(ins[0][0]) or (1,), ins[0][1], ipu, tiles,
-                           _row_reduce_cost(ipu))
+        shape = tuple(ins[0][0]) or (1,)
+        if attrs.get("classes_strided"):  # its classes strided where an (N, C, d...) input lies, as a softmax's
+            return row_op_cost(loss_steps(kind, attrs), (shape[-1], math.prod(shape[:-1])), ins[0][1], ipu, tiles,
+                               _row_reduce_cost(ipu), statistics="channel")
+        return row_op_cost(loss_steps(kind, attrs), shape, ins[0][1], ipu, tiles, _row_reduce_cost(ipu))
     if kind in ("batchnorm", "batchnorm_grad"):
         return _batchnorm(kind, ins, attrs, ipu, tiles)
     if kind in ("maxpool", "avgpool", "maxpool_grad", "avgpool_grad"):

@@ -462,7 +462,8 @@ def _recurrent_grads(bw: _Backward, op: Op, need: set[str]) -> None:
 LOSS_KINDS = ("softmax_cross_entropy", "mse_loss")
 #: a loss op's attributes that its gradient op carries too: which ops PopART lowers them to
 #: (:func:`sim.cost.row_ops.loss_steps`)
-LOSS_LOWERING = ("loss", "probabilities", "log_softmax", "log_probabilities", "ignore_index", "reduction")
+LOSS_LOWERING = ("loss", "probabilities", "log_softmax", "log_probabilities", "ignore_index", "reduction",
+                 "classes_strided")
 #: loss ops whose gradient starts the backward pass without a seed tensor (``<kind>_grad``)
 _SEEDED_LOSS_KINDS = LOSS_KINDS + ("reduce_mean", "reduce_sum")
 
@@ -921,7 +922,7 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
     elif k == "softmax":
         if wants(0):
             # a log-softmax's gradient is PopART's LogSoftmaxGradOpx (sim.cost.row_ops.row_op_steps)
-            attrs = {k: op.attrs[k] for k in ("axis", "log") if k in op.attrs}
+            attrs = {k: op.attrs[k] for k in ("axis", "log", "classes_strided") if k in op.attrs}
             bw.give(ins[0].name, bw.new("softmax_grad", [dy, op.outputs[0]], ins[0].shape, ins[0].dtype, attrs))
     elif k in ("layernorm", "batchnorm"):
         x = ins[0]

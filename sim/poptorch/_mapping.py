@@ -943,7 +943,8 @@ def _cross_entropy_composite(ctx: OpContext, ins: list, smoothing: float, probab
 
     def by(x, shape, label):  # times a number: PopTorch's mul of a one-element constant
         return op("mul", [x, const(ctx, scalar, dt, label)], shape)
-    log_p = op("softmax", [ins[0]], (rows, c), {"axis": -1, "log": True}, name="log_softmax")
+    strided = {"classes_strided": True} if rx.dim() > 2 else {}
+    log_p = op("softmax", [ins[0]], (rows, c), {"axis": -1, "log": True} | strided, name="log_softmax")
     row_sum = {"axes": [1], "keepdims": False}
     every = {"axes": [0], "keepdims": False}
     target = ins[1]
@@ -960,8 +961,8 @@ def _cross_entropy_composite(ctx: OpContext, ins: list, smoothing: float, probab
     else:
         shape = (rows,) if reduction == "none" else scalar
         nll = op("softmax_cross_entropy", [log_p, target], shape,
-                 {"loss": "nll", "log_probabilities": True} | {k: lowering[k] for k in ("ignore_index", "reduction")},
-                 name="nll_loss")
+                 {"loss": "nll", "log_probabilities": True} | {k: lowering[k] for k in ("ignore_index", "reduction")}
+                 | strided, name="nll_loss")
         smooth = op("scale", [op("reduce_sum", [log_p], (rows,), row_sum)], (rows,), {"factor": -1.0}, name="neg")
         ignored = op("compare", [target, const(ctx, scalar, ctx.cap.g.tensors[ctx.t(target)].dtype, "ignore_index")],
                      (rows,), {"op": "eq"}, torch.bool)
@@ -1003,7 +1004,8 @@ def _loss(kind, label):
                 return tuple_result(ctx, _cross_entropy_composite(ctx, ins, smoothing, probabilities))
             if ctx.args[0].dim() > 2:
                 ins = _classes_last(ctx, ins)
-        y = ctx.op(kind, ins, {"loss": label} | _nll_lowering(ctx, label), output=out, name="loss")
+        strided = {"classes_strided": True} if label in ("cross_entropy", "nll") and ctx.args[0].dim() > 2 else {}
+        y = ctx.op(kind, ins, {"loss": label} | _nll_lowering(ctx, label) | strided, output=out, name="loss")
         ctx.cap.losses.append(y)
         return tuple_result(ctx, y)
     return rule
