@@ -350,7 +350,7 @@ def test_upsample_before_opset_9_takes_its_scales_attribute():
     m = model([node], [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 4])],
               [h.make_tensor_value_info("y", T.FLOAT, [1, 3, 8, 8])], opset=[h.make_opsetid("", 8)])
     g = sim.onnx.load(m)
-    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [("copy", (1, 3, 8, 8))]
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [("copy", (1, 3, 4, 4)), ("reshape", (1, 3, 8, 8))]
 
 
 def test_register_op_in_the_default_domain_by_either_name():
@@ -559,12 +559,14 @@ def test_softplus_hard_sigmoid_hard_swish_and_instance_norm():
     (["x", "", "scales"], [nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]),
     (["x", "", "", "sizes"], [nh.from_array(np.array([1, 4, 16, 16], np.int64), "sizes")]),
 ])
-def test_resize_nearest_is_a_copy_into_the_larger_output(inputs, inits):
+def test_resize_nearest_is_a_copy_of_the_input_and_a_view_of_it(inputs, inits):
+    """ResizeOpx resizeNearest: the input cloned and copied, the output a view repeating its elements."""
     m = model([h.make_node("Resize", inputs, ["y"], name="up", mode="nearest")],
               [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])], [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])],
               inits)
     g = sim.onnx.load(m)
-    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [("copy", (1, 4, 16, 16))]
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [("copy", (1, 4, 8, 8)),
+                                                                          ("reshape", (1, 4, 16, 16))]
     cubic = model([h.make_node("Resize", inputs, ["y"], name="up", mode="cubic")],
                   [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
                   [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 16, 16])], inits)

@@ -969,8 +969,9 @@ def test_random_factories_are_drawn_at_every_run_not_baked_in():
 
 
 def test_nearest_upsample_gradient_sums_each_inputs_copies():
-    """PopART's ResizeGradOpx: a copy of the output gradient, then per scaled dimension the sum of
-    each input element's copies (a reduction over the scale factor here), not a free copy."""
+    """PopART's ResizeOpx: a copy of the input (input-sized) and the output a view repeating it; ResizeGradOpx: a copy
+    of the output gradient, then per scaled dimension the sum of each input element's copies (a reduction over the
+    scale factor here), not a free copy, and nothing more for the forward's copy."""
     class Up(nn.Module):
         def __init__(self):
             super().__init__()
@@ -995,6 +996,10 @@ def test_nearest_upsample_gradient_sums_each_inputs_copies():
     grads = [(o.kind, g.tensors[o.outputs[0]].shape) for o in g.ops if o.pass_ == "backward" and "grad_" in o.name
              and o.kind in ("copy", "reduce_sum")]
     assert grads == [("copy", (2, 4, 10, 18)), ("reduce_sum", (2, 4, 5, 18)), ("reduce_sum", (2, 4, 5, 6))]
+    forward = [(o.kind, o.attrs.get("op"), g.tensors[o.outputs[0]].shape) for o in g.ops
+               if o.pass_ == "forward" and o.kind in ("copy", "reshape")]
+    assert forward[-2:] == [("copy", "upsample_input", (2, 4, 5, 6)), ("reshape", "upsample_nearest", (2, 4, 10, 18))]
+    assert [o.kind for o in g.ops if o.pass_ == "backward" and o.kind == "copy"] == ["copy"]
 
 
 def test_embedding_bag_is_one_gather_and_reduction_per_bag():

@@ -813,7 +813,7 @@ def test_maximum_isinf_isfinite_lamb_square_clamp_and_inplace_forms():
     assert ("square", None) in kinds and run.cycle_count > 0
 
 
-@pytest.mark.parametrize("mode, kinds", [("nearest", ["copy"]), ("cubic", ["map"]),
+@pytest.mark.parametrize("mode, kinds", [("nearest", ["copy", "reshape"]), ("cubic", ["map"]),
                                          ("linear", ["copy", "mul", "mul", "add", "mul", "mul", "add"])])
 def test_interpolate_as_popart_resizes(mode, kinds):
     def build():

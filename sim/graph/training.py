@@ -901,9 +901,13 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         raise GraphError(f"op {op.name!r}: PopART cannot train through a Resize in linear mode (ResizeGradOpx: "
                          "\"Resize mode 'linear' is not supported when training\"); run inference, or resize "
                          "in nearest mode")
-    elif k == "copy" and op.attrs.get("op") == "upsample_nearest" and _integer_scales(ins[0].shape, g.tensors[dy].shape):
+    elif k == "reshape" and op.attrs.get("op") == "upsample_nearest" and _integer_scales(ins[0].shape,
+                                                                                          g.tensors[dy].shape):
         if wants(0):
             bw.give(ins[0].name, _nearest_upsample_grad(bw, dy, ins[0]))
+    elif k == "copy" and op.attrs.get("op") == "upsample_input":  # inside ResizeOpx: no gradient op of its own
+        if wants(0):
+            bw.give(ins[0].name, dy)
     elif k in ("copy", "reshape") and g.tensors[dy].numel > ins[0].numel:
         # a repeat (PopART's Tile) or an expand of the input: its gradient sums the copies back
         # (TileGradOp; ExpandGradOp is a ReduceSum over the broadcast axes)

@@ -95,8 +95,10 @@ def _resize(ctx: OpContext):
         out = tuple(int(np.floor(d * s)) for d, s in zip(xs, np.asarray(v, dtype=float).reshape(-1)))
     if len(out) != len(xs):
         ctx.unsupported(f"output shape {out} does not match the input's rank {len(xs)}")
-    if mode == "nearest":
-        return ctx.op("copy", [ctx.input(0)], {"op": "upsample_nearest", "onnx_op": ctx.op_type}, shapes=[out])
+    if mode == "nearest":  # ResizeOpx: a copy of the input, the output a view of it (resizex.cpp resizeNearest)
+        copied = ctx.op("copy", [ctx.input(0)], {"op": "upsample_input"}, shapes=[xs], dtypes=[ctx.dtype(0)],
+                        result=False, suffix="copy")
+        return ctx.op("reshape", [copied], {"op": "upsample_nearest", "onnx_op": ctx.op_type}, shapes=[out])
     if mode == "cubic":
         return ctx.op("map", [ctx.input(0)], {"steps": ["mul", "add"], "repeat": 16, "grad": [["mul", "add"]],
                                               "onnx_op": ctx.op_type}, shapes=[out])

@@ -602,7 +602,8 @@ def _embedding_bag(ctx):
 
 
 def _interpolate(ctx):
-    """Upsample / interpolate: nearest is a copy of each input element to its outputs; bilinear
+    """Upsample / interpolate: nearest as PopART's ResizeOpx runs it (resizex.cpp resizeNearest: a copy of the input,
+    the output a view repeating its elements, which the consumer lays out as it needs); bilinear
     PopTorch's custom op (:func:`_upsample_bilinear`); bicubic sixteen multiply-adds per output
     (PopTorch supports these three modes)."""
     mode = ctx.arg(3, "mode", "nearest")
@@ -613,8 +614,10 @@ def _interpolate(ctx):
     elif ctx.key.startswith("upsample_"):
         mode = ctx.key[len("upsample_"):].rstrip("0123456789d")
     x = ctx.sarg(0, "input")
-    if mode in ("nearest", "nearest-exact"):
-        return ctx.op("copy", [x], {"op": "upsample_nearest"})
+    if mode in ("nearest", "nearest-exact"):  # PopART's ResizeOpx: a copy of the input, the output a view of it
+        rx = ctx.args[0]
+        copied = emit(ctx, "copy", [x], tuple(rx.shape), rx.dtype, {"op": "upsample_input"}, "upsample_copy")
+        return ctx.op("reshape", [copied], {"op": "upsample_nearest"})
     if mode == "bicubic":
         return emit_map(ctx, ["mul", "add"], [x], [["mul", "add"]], repeat=16)
     if mode == "bilinear":

@@ -533,8 +533,9 @@ def interpolate(t: Tensor, scale_factor=(1.0, 1.0, 1.0, 1.0), mode: str = "neare
         raise GraphError(f"{where}: scale_factor {tuple(scales)} leaves no output from {t.id!r} {t.shape}")
     g = _graph(where, t)
     with g._building() as bld:
-        if mode == "nearest":
-            out = bld.op("copy", [t._sim], [shape], {"op": "upsample_nearest"}, name=_name(g, "interpolate"))[0]
+        if mode == "nearest":  # ResizeOpx: a copy of the input, the output a view of it (resizex.cpp resizeNearest)
+            copied = bld.op("copy", [t._sim], [t.shape], {"op": "upsample_input"}, name=_name(g, "interpolate/copy"))[0]
+            out = bld.op("reshape", [copied], [shape], {"op": "upsample_nearest"}, name=_name(g, "interpolate"))[0]
         elif mode == "cubic":
             out = bld.op("map", [t._sim], [shape], {"steps": ["mul", "add"], "repeat": 16, "grad": [["mul", "add"]]},
                          name=_name(g, "interpolate"))[0]
