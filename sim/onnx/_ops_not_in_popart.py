@@ -9,8 +9,8 @@ from ._context import OpContext
 
 #: ONNX ops PopART has no op for (none in willow/src/op, no ONNX pass rewrites them)
 #: (GatherElements: only its builder entry; PopART's ONNX backend tests exclude test_gather_elements)
-_NOT_IN_POPART = ("Einsum", "GatherElements", "GatherND", "ScatterND", "NonZero", "Compress", "Unique", "Celu", "Mish", "Hardmax",
-                  "MeanVarianceNormalization", "EyeLike", "Det", "ReverseSequence", "Trilu", "Range")
+_NOT_IN_POPART = ("Einsum", "GatherElements", "GatherND", "ScatterND", "NonZero", "Compress", "Unique", "Celu", "Mish",
+                  "Hardmax", "MeanVarianceNormalization", "EyeLike", "Det", "ReverseSequence", "Trilu", "Range")
 
 
 def _not_in_popart(ctx: OpContext):

@@ -1,6 +1,7 @@
 """Rules for ONNX's data movement: changes of shape only (Reshape, Flatten, Squeeze, Unsqueeze,
-Expand: free views), Transpose, Concat, Slice, Split, Gather, ScatterElements, Pad, Tile, Resize, DepthToSpace and SpaceToDepth, TopK, CumSum, OneHot; and the
-helpers that read a node's constant int inputs (shapes, axes). :data:`RULES` holds them by op type."""
+Expand: free views), Transpose, Concat, Slice, Split, Gather, ScatterElements, Pad, Tile, Resize,
+DepthToSpace and SpaceToDepth, TopK, CumSum, OneHot; and the helpers that read a node's constant int
+inputs (shapes, axes). :data:`RULES` holds them by op type."""
 
 from __future__ import annotations
 

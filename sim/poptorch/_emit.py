@@ -84,6 +84,25 @@ def emit_chain(ctx, entries, named: dict, shape, dtype, result: bool = False) ->
     return made[-1]
 
 
+def average_pool(ctx, x, out, attrs: dict, padding: tuple) -> str:
+    """An average pool (avg_pool1d / 2d / 3d) as PopTorch's poolingHandler (PoolingOps.cpp) builds it: with
+    ``count_include_pad`` (torch's default) and ``padding`` (per spatial dim), a constant Pad first and the pool
+    unpadded; a half (or any non-float) input cast to float, pooled and cast back (PopART's AveragePool takes float
+    only). ``attrs`` are the pool's (their ``padding`` dropped once padded)."""
+    src = ctx.args[0]
+    include = ctx.module.count_include_pad if ctx.module is not None else ctx.arg(5, "count_include_pad", True)
+    if include and any(padding):
+        k = len(padding)
+        shape = tuple(src.shape[:-k]) + tuple(d + 2 * p for d, p in zip(src.shape[-k:], padding))
+        x = emit(ctx, "pad", [x], shape, src.dtype, {"mode": "constant"}, "pad")
+        attrs = dict(attrs, padding=0)
+    if src.dtype == torch.float32:
+        return ctx.op("avgpool", [x], attrs, output=out, name="avgpool")
+    x = emit(ctx, "cast", [x], ctx.cap.g.tensors[ctx.t(x)].shape, torch.float32, name="to_float")
+    pooled = emit(ctx, "avgpool", [x], out.shape, torch.float32, attrs, "avgpool")
+    return ctx.op("cast", [pooled], output=out, name="cast_back")
+
+
 def const(ctx, shape, dtype, label: str) -> str:
     """A constant graph tensor (folded data: mask, table, fill value) of ``shape``."""
     if isinstance(dtype, torch.dtype):

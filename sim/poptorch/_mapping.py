@@ -35,7 +35,8 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _precision, _state
-from ._emit import channel_bias, const, emit, emit_map, embedding_flags_refused, tuple_result
+from ._emit import (average_pool, channel_bias, const, emit, emit_map, embedding_flags_refused,
+                    tuple_result)
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
 
@@ -625,30 +626,12 @@ def _pool(kind):
         attrs = {"kernel": spatial_attr(_pair(kernel, 1)), "stride": spatial_attr(_pair(stride or kernel, 1)),
                  "padding": spatial_attr(_pair(padding, 0))}
         if kind == "avgpool" and not adaptive:
-            return _average_pool(ctx, x, attrs, out)
+            return average_pool(ctx, x, out, attrs, _pair(padding, 0))
         y = ctx.op(kind, [x], attrs, output=out, name=kind)
         if isinstance(ctx.output, (tuple, list)):
             return (y,) + (None,) * (len(ctx.output) - 1)
         return y
     return rule
-
-
-def _average_pool(ctx: OpContext, x, attrs: dict, out):
-    """avg_pool2d as PopTorch's poolingHandler (PoolingOps.cpp) runs it: with ``count_include_pad`` (torch's
-    default) and padding, a constant Pad first and the pool unpadded; a half (or any non-float) input cast to
-    float, pooled and cast back (PopART's AveragePool takes float only). Adaptive pools pass neither step."""
-    src = ctx.args[0]
-    include = ctx.module.count_include_pad if ctx.module is not None else ctx.arg(5, "count_include_pad", True)
-    ph, pw = _pair(attrs["padding"], 0)
-    if include and (ph or pw):
-        n, c, h, w = src.shape
-        x = emit(ctx, "pad", [x], (n, c, h + 2 * ph, w + 2 * pw), src.dtype, {"mode": "constant"}, "pad")
-        attrs = dict(attrs, padding=spatial_attr((0, 0)))
-    if src.dtype == torch.float32:
-        return ctx.op("avgpool", [x], attrs, output=out, name="avgpool")
-    x = emit(ctx, "cast", [x], ctx.cap.g.tensors[ctx.t(x)].shape, torch.float32, name="to_float")
-    pooled = emit(ctx, "avgpool", [x], out.shape, torch.float32, attrs, "avgpool")
-    return ctx.op("cast", [pooled], output=out, name="cast_back")
 
 
 def _embedding(ctx: OpContext, ids=None, table=None):

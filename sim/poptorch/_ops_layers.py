@@ -28,7 +28,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._emit import (channel_bias, const, embedding_flags_refused, emit, emit_chain, emit_map, is_tensor,
+from ._emit import (average_pool, channel_bias, const, embedding_flags_refused, emit, emit_chain, emit_map, is_tensor,
                     tensor_args, tuple_result)
 from ._values import Lazy, sim_dtype
 from ..graph.ir import RNN_GATES, transposed_conv_attrs
@@ -162,31 +162,15 @@ def _pool_any(kind):
         attrs = {"kernel": max(1, round(math.sqrt(window))), "stride": max(1, round(math.sqrt(step))),
                  "padding": 0, "window": int(window), "stride_volume": int(step)}
         x = ctx.sarg(0, "input")
-        if kind == "avgpool" and not adaptive:
-            y = _average_pool_as_poptorch(ctx, x, rx, out, attrs, spatial)
+        if kind == "avgpool" and not adaptive:  # poolingHandler builds avg_pool1d / 3d as avg_pool2d
+            padding = _tuple(m.padding if m is not None else ctx.arg(3, "padding", 0), spatial)
+            y = average_pool(ctx, x, out, attrs, padding)
         else:
             y = ctx.op(kind, [x], attrs, output=out, name=kind)
         if isinstance(ctx.output, (tuple, list)):
             return (y,) + (None,) * (len(ctx.output) - 1)
         return y
     return rule
-
-
-def _average_pool_as_poptorch(ctx, x, rx, out, attrs: dict, spatial: int):
-    """avg_pool1d / avg_pool3d as PopTorch's poolingHandler (PoolingOps.cpp) builds them: with ``count_include_pad``
-    (the default) and padding, a constant pad first; a half input cast to float, pooled and cast back (PopART's
-    AveragePool is float only)."""
-    m = ctx.module
-    padding = _tuple(m.padding if m is not None else ctx.arg(3, "padding", 0), spatial)
-    include = m.count_include_pad if m is not None else ctx.arg(5, "count_include_pad", True)
-    if include and any(padding):
-        shape = tuple(rx.shape[:-spatial]) + tuple(d + 2 * p for d, p in zip(rx.shape[-spatial:], padding))
-        x = emit(ctx, "pad", [x], shape, rx.dtype, {"mode": "constant"}, "pad")
-    if rx.dtype == torch.float32:
-        return ctx.op("avgpool", [x], attrs, output=out, name="avgpool")
-    x = emit(ctx, "cast", [x], ctx.cap.g.tensors[ctx.t(x)].shape, torch.float32, name="to_float")
-    pooled = emit(ctx, "avgpool", [x], out.shape, torch.float32, attrs, "avgpool")
-    return ctx.op("cast", [pooled], output=out, name="cast_back")
 
 
 # --- normalisations ----------------------------------------------------------------------------
