@@ -589,7 +589,8 @@ def test_unknown_op_names_the_op_and_how_to_price_it():
 
 def test_a_branch_on_a_tensor_s_values_is_refused_with_what_to_do():
     """Hugging Face's OPT and BART decide on their attention mask with ``if (mask == 1).all()``: neither
-    torch.fx nor torch.export (nor PopTorch, tracing without values) can follow it."""
+    torch.fx nor torch.export (nor PopTorch, tracing without values) can follow it. The error names the
+    model's line."""
     class Branchy(nn.Module):
         def __init__(self):
             super().__init__()
@@ -603,8 +604,9 @@ def test_a_branch_on_a_tensor_s_values_is_refused_with_what_to_do():
 
     m = Branchy()
     model = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
-    with pytest.raises(sim.GraphError, match=r"could not capture the model: .*branches on a tensor's values .*"
-                                             r"torch\.where"):
+    with pytest.raises(sim.GraphError, match=r"could not capture the model: .* \(at .*test_poptorch_capture\.py:"
+                                             r"\d+ in forward: `if \(mask == 1\)\.all\(\):`\): the model's Python "
+                                             r"branches on a tensor's values .*torch\.where"):
         model(torch.randn(2, 4), torch.ones(2, 4))
 
 

@@ -224,7 +224,7 @@ def _trace(adapter, flat: list, leaf_types: tuple):
         raise GraphError(
             "sim.poptorch could not capture the model: torch.fx failed with "
             f"{type(fx_error).__name__}: {_first_line(fx_error)}; torch.export failed with "
-            f"{type(e).__name__}: {_first_line(e)}{hint}") from e
+            f"{type(e).__name__}: {_first_line(e)}{_model_line(e, fx_error)}{hint}") from e
 
 
 @contextlib.contextmanager
@@ -506,6 +506,31 @@ def _same_values(traced, eager, values: bool = True) -> bool:
 def _first_line(e) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else ""
+
+
+#: torch.export's own account of the model's line it stopped at
+_EXPORT_CALL = re.compile(r'The following call raised this error:\s*File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+_NOT_THE_MODEL = ("/torch/", "/sim/poptorch/", "/contextlib.py", "<string>")
+
+
+def _model_line(*errors) -> str:
+    """Where in the model's code a failed trace stopped, as " (at FILE:LINE in FUNCTION: `CODE`)", or
+    "": the call torch.export reports, else the innermost frame of the traceback, whichever is not
+    in torch, this package or the standard library's context managers."""
+    for error in errors:
+        if error is None:
+            continue
+        found = _EXPORT_CALL.search(str(error))
+        innermost_first = ([found.groups()] if found else []) + [
+            (f.filename, f.lineno, f.name, f.line) for f in reversed(traceback.extract_tb(error.__traceback__))]
+        frames = [f for f in innermost_first if not any(part in f[0].replace("\\", "/") for part in _NOT_THE_MODEL)]
+        if not frames:
+            continue
+        path, line, function, code = frames[0]
+        path = path.replace("\\", "/").split("site-packages/")[-1]
+        code = (code or "").strip()
+        return f" (at {path}:{line} in {function}" + (f": `{code}`)" if code else ")")
+    return ""
 
 
 @contextlib.contextmanager
@@ -820,7 +845,8 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
                 exported = _export(adapter, flat)
             except Exception as export_error:  # noqa: BLE001
                 raise GraphError(f"sim.poptorch could not capture the model: {why}, and torch.export failed with "
-                                 f"{type(export_error).__name__}: {_first_line(export_error)}") from export_error
+                                 f"{type(export_error).__name__}: {_first_line(export_error)}"
+                                 f"{_model_line(export_error)}") from export_error
             cap, traced = run(*exported)
             cap.notes.append(f"{why}: captured with torch.export instead")
         if cap.method == "torch.fx":
