@@ -96,7 +96,8 @@ def test_a_tied_head_goes_back_to_the_embeddings_ipu_as_a_stage_of_its_own():
     options = poptorch.Options()
     options.Training.gradientAccumulation(4)
     model = poptorch.trainingModel(net, options)
-    with pytest.raises(poptorch.Error, match="weight 'head.weight' is read by ops on 2 IPUs of a pipeline"):
+    # the weight known by its first name, as named_parameters() gives it (not the head's, its last)
+    with pytest.raises(poptorch.Error, match="weight 'embed.weight' is read by ops on 2 IPUs of a pipeline"):
         model(ids, labels)
     # ... which the plan therefore weighs on the first IPU, and its candidates run
     args = ["--torch", f"{FILE}:tied", "--system", "ipu-m2000", "--global-batch", "16", "--training",
@@ -120,11 +121,11 @@ def test_a_weight_read_on_two_ipus_of_a_sharded_model_is_copied_there_each_run()
     # each micro-batch of 2: the activations (2 x 32 x 64 float32) and the 512 x 64 float32 weight
     assert set(zip(copies.src, copies.dst, copies.bytes)) == {(0, 1, 2 * 32 * 64 * 4 + 512 * 64 * 4)}
     assert [n for n in model.executable.notes if "read on several IPUs" in n] == [
-        "1 weight(s) read on several IPUs ('head.weight': 'embed/gather' on IPU 0, 'head/head.weight/transpose' on "
+        "1 weight(s) read on several IPUs ('embed.weight': 'embed/gather' on IPU 0, 'head/embed.weight/transpose' on "
         "IPU 1): PopART copies each from the first IPU to the others every run, 131,072 bytes a run, simulated as "
         "copies after the first reader's stage, each IPU holding its copy; putting the ops reading a weight on one "
         "IPU (a tied LM head on the embedding's) saves both"]
-    # ... and both IPUs hold it: the weights' bytes over the two IPUs are the model's and one more head.weight
+    # ... and both IPUs hold it: the weights' bytes over the two IPUs are the model's and one more embed.weight
     held = sum(memory.by_role["weight"] for memory in model.executable.memory.values())
     assert held == sum(p.numel() * 4 for p in net.parameters()) + 512 * 64 * 4
 

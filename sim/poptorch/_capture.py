@@ -599,8 +599,9 @@ class Capture:
         self.outputs: list[str] = []
         self.params: dict[int, dict[bool, str]] = {}  # id(param) -> {transposed: tensor name}
         self.variables: set[str] = set()  # graph tensors of the model's frozen parameters and buffers
-        self.param_names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
-        self.param_names.update({id(b): n for n, b in model.named_buffers(remove_duplicate=False)})
+        # a tensor held under several names (a tied embedding) is known by its first, as named_parameters() gives it
+        self.param_names = {id(p): n for n, p in reversed(list(model.named_parameters(remove_duplicate=False)))}
+        self.param_names.update({id(b): n for n, b in reversed(list(model.named_buffers(remove_duplicate=False)))})
         self.buffer_names = {n for n, _ in model.named_buffers(remove_duplicate=False)}  # (a trace may copy them)
         self.losses: list[str] = []  # loss tensors, in order
         self.multiconv_members: dict[str, int] = {}  # group id -> convolutions joined so far
