@@ -208,6 +208,38 @@ def test_poptorch_accumulates_in_float32_unless_told_otherwise():
     assert accumulator_dtypes(accum_type=torch.float16) == {"float16"}
 
 
+def test_a_float32_model_s_float16_accumulators_feed_every_optimizer_s_update():
+    """accum_type=torch.float16 on float32 weights: the gradients accumulate in float16 and each update reads
+    them in float32, as PopART's update of a float32 weight casts its accumulator (Adam's and LAMB's moments
+    failed on the CPU step, torch refusing a float16 gradient for a float32 moment)."""
+    torch = pytest.importorskip("torch")
+    from sim import poptorch
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x, y):
+            out = self.fc(x)
+            return out, torch.nn.functional.mse_loss(out, y)
+
+    x, y = torch.randn(4, 8), torch.randn(4, 4)
+    for make in (poptorch.optim.Adam, poptorch.optim.AdamW, poptorch.optim.LAMB, poptorch.optim.RMSprop,
+                 poptorch.optim.SGD):
+        model = Model()
+        before = model.fc.weight.detach().clone()
+        opts = poptorch.Options()
+        opts.Training.gradientAccumulation(2)
+        training = poptorch.trainingModel(model, opts, optimizer=make(model.parameters(), lr=0.01,
+                                                                       accum_type=torch.float16))
+        training(x, y)
+        assert model.fc.weight.dtype == torch.float32, make.__name__
+        assert not torch.equal(model.fc.weight, before), make.__name__
+        assert {t.dtype for t in training.executable.graph.tensors.values() if t.role == "accumulator"} \
+            == {"float16"}, make.__name__
+
+
 def test_cli_accum_type_sets_the_accumulators_and_the_summary_names_it():
     """``--accum-type float32`` (PopTorch's accum_type): float32 accumulators of twice the bytes,
     named in the run's summary; without it they take the weights' dtype."""

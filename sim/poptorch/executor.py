@@ -1069,7 +1069,8 @@ def _ignore_cpu_only_flags(optimizer) -> list:
 def _optimizer_step(optimizer, params, unscale: float = 1.0, before_update=None) -> None:
     """One weight update as the IPU computes it: the gradients are divided by ``unscale`` (the
     loss scaling, and the mean's divisor with it) in float32; float16 weights are updated in
-    float32 arithmetic and stored back in float16; each optimizer state tensor is rounded to
+    float32 arithmetic and stored back in float16; a float32 weight reads its float16 gradient
+    accumulator (``accum_type``) in float32; each optimizer state tensor is rounded to
     the dtype PopTorch keeps it in (its ``*_accum_type``). ``before_update()`` sees the
     gradients the update uses."""
     low = {p: p.dtype for p in params if p.dtype in _LOW_PRECISION}
@@ -1077,10 +1078,9 @@ def _optimizer_step(optimizer, params, unscale: float = 1.0, before_update=None)
         p.data = p.data.float()
         if p.grad is not None:
             p.grad = p.grad.float()
-    if unscale != 1.0:
-        for p in params:
-            if p.grad is not None:
-                p.grad = p.grad.float() / unscale if p in low else (p.grad.float() / unscale).to(p.dtype)
+    for p in params:  # the update reads the gradient (a float16 accumulator's too) in the weight's arithmetic
+        if p.grad is not None and (unscale != 1.0 or p.grad.dtype != p.dtype):
+            p.grad = (p.grad.float() / unscale).to(p.dtype)
     ignored = _ignore_cpu_only_flags(optimizer)
     try:
         if before_update is not None:
