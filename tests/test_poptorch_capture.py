@@ -610,6 +610,46 @@ def test_a_branch_on_a_tensor_s_values_is_refused_with_what_to_do():
         model(torch.randn(2, 4), torch.ones(2, 4))
 
 
+def test_torch_s_own_python_functions_without_a_rule_run_as_their_torch_ops():
+    """F.multilabel_soft_margin_loss and F.lp_pool2d are Python over torch ops, which torch.fx keeps whole
+    (they answer __torch_function__) and PopTorch's dispatcher sees one by one: captured with torch.export,
+    their ops priced, and the notes say so. A torch function whose body has an op without a rule names
+    both (F.grid_sample's aten.grid_sampler)."""
+    class Losses(nn.Module):
+        def forward(self, x):
+            pooled = F.lp_pool2d(x, 2, 2)
+            return F.multilabel_soft_margin_loss(pooled.flatten(1), (pooled.flatten(1) > 0).float())
+
+    model = poptorch.inferenceModel(Losses())
+    model(torch.randn(2, 3, 8, 8))
+    # lp_pool2d: sign(y) relu(|y|) ^ (1/p) of y the average pool of x ^ p times its window; the loss's log-sigmoids
+    assert {"pow", "avgpool", "sign", "relu", "sigmoid", "log", "reduce_mean"} <= {
+        op.kind for op in model.executable.graph.ops}
+    assert "sim.poptorch has no cost for torch.nn.functional.lp_pool2d (node 'lp_pool2d'), a Python function torch.fx " \
+           "kept whole: captured with torch.export instead" in model.simulation.all_notes
+
+    class Sampled(nn.Module):
+        def forward(self, x):
+            return F.grid_sample(x, torch.zeros(2, 4, 4, 2), align_corners=False)
+
+    with pytest.raises(sim.UnsupportedOpError, match=r"no cost for aten\.grid_sampler.* \(reached from sim\.poptorch "
+                                                     r"has no cost for torch\.nn\.functional\.grid_sample"):
+        poptorch.inferenceModel(Sampled())(torch.randn(2, 3, 8, 8))
+
+
+def test_a_branch_on_values_inside_a_torch_function_names_both_lines():
+    """F.gaussian_nll_loss checks its variances on the host (``torch.any(var < 0)``), which no tracer follows:
+    the error names the model's call and the line of torch's it stopped at."""
+    class Nll(nn.Module):
+        def forward(self, x):
+            return F.gaussian_nll_loss(x, x.flip(0), x.abs() + 0.1, reduction="none")
+
+    with pytest.raises(sim.GraphError, match=r"at .*test_poptorch_capture\.py:\d+ in forward: `return F\.gaussian_nll"
+                                             r".*; inside torch/nn/functional\.py:\d+ in gaussian_nll_loss: "
+                                             r"`.*torch\.any\(var < 0\):`\): the model's Python branches"):
+        poptorch.inferenceModel(Nll())(torch.randn(8, 4))
+
+
 def test_a_mixture_of_experts_routed_by_its_values_is_refused_once_with_what_to_do(capsys):
     """Hugging Face's Mixtral skips the experts no token chose (``if`` on a histogram of the routing): torch.fx
     stops at the branch and torch.export at the value it needs. The error says so and what to do; torch's own

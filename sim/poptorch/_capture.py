@@ -210,13 +210,8 @@ def _trace(adapter, flat: list, leaf_types: tuple):
                 "sim.poptorch does not support packed sequences (torch.nn.utils.rnn.pack_padded_sequence, "
                 "pack_sequence, PackedSequence; PopTorch's sources have no rule for them either): pass the "
                 "padded batch to the LSTM/GRU and mask the padding (or keep the lengths) yourself") from e
-        hint = ""
-        export_says = f"{type(e).__name__} {e}".lower()
-        if any(k in export_says for k in ("datadependent", "data-dependent", "data dependent", "control flow")):
-            hint = (": the model's Python branches on a tensor's values (data-dependent control flow, such as "
-                    "`if (mask == 1).all():`), which PopTorch cannot trace either, as it traces without values; "
-                    "compute both sides and choose with torch.where, or take the decision outside forward")
-        elif "control flow" in _first_line(fx_error):
+        hint = _data_dependent_hint(e)
+        if not hint and "control flow" in _first_line(fx_error):
             hint = (": torch.fx stops at Python control flow over a tensor (a loop over one, or a branch on its "
                     "values), which torch.export follows, so torch.export's error is the model's own: check that "
                     "the model runs in plain PyTorch with these inputs (a forward hook that returns a tuple where "
@@ -503,6 +498,16 @@ def _same_values(traced, eager, values: bool = True) -> bool:
     return True
 
 
+def _data_dependent_hint(export_error) -> str:
+    """What to do, when torch.export stopped at a branch on a tensor's values; else ""."""
+    says = f"{type(export_error).__name__} {export_error}".lower()
+    if not any(k in says for k in ("datadependent", "data-dependent", "data dependent", "control flow")):
+        return ""
+    return (": the model's Python branches on a tensor's values (data-dependent control flow, such as "
+            "`if (mask == 1).all():`), which PopTorch cannot trace either, as it traces without values; "
+            "compute both sides and choose with torch.where, or take the decision outside forward")
+
+
 def _first_line(e) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else ""
@@ -511,25 +516,33 @@ def _first_line(e) -> str:
 #: torch.export's own account of the model's line it stopped at
 _EXPORT_CALL = re.compile(r'The following call raised this error:\s*File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 _NOT_THE_MODEL = ("/torch/", "/sim/poptorch/", "/contextlib.py", "<string>")
+#: torch's own Python a model calls (F.gaussian_nll_loss's check of its variances), as against its tracers'
+_TORCH_LIBRARY = ("/torch/nn/", "/torch/functional.py", "/torch/distributions/")
 
 
 def _model_line(*errors) -> str:
     """Where in the model's code a failed trace stopped, as " (at FILE:LINE in FUNCTION: `CODE`)", or
     "": the call torch.export reports, else the innermost frame of the traceback, whichever is not
-    in torch, this package or the standard library's context managers."""
+    in torch, this package or the standard library's context managers; and, where the failure is
+    inside a torch function the model called, that function's line too ("; inside ...")."""
+    def where(frame) -> str:
+        path, line, function, code = frame
+        code = (code or "").strip()
+        return f"{path.split('site-packages/')[-1]}:{line} in {function}" + (f": `{code}`" if code else "")
+
     for error in errors:
         if error is None:
             continue
         found = _EXPORT_CALL.search(str(error))
-        innermost_first = ([found.groups()] if found else []) + [
-            (f.filename, f.lineno, f.name, f.line) for f in reversed(traceback.extract_tb(error.__traceback__))]
-        frames = [f for f in innermost_first if not any(part in f[0].replace("\\", "/") for part in _NOT_THE_MODEL)]
-        if not frames:
+        innermost_first = [(path.replace("\\", "/"), line, function, code) for path, line, function, code in
+                           ([found.groups()] if found else [])
+                           + [tuple(f) for f in reversed(traceback.extract_tb(error.__traceback__))]]
+        model = [f for f in innermost_first if not any(part in f[0] for part in _NOT_THE_MODEL)]
+        if not model:
             continue
-        path, line, function, code = frames[0]
-        path = path.replace("\\", "/").split("site-packages/")[-1]
-        code = (code or "").strip()
-        return f" (at {path}:{line} in {function}" + (f": `{code}`)" if code else ")")
+        library = next((f for f in innermost_first[:innermost_first.index(model[0])]
+                        if any(part in f[0] for part in _TORCH_LIBRARY)), None)
+        return f" (at {where(model[0])}" + (f"; inside {where(library)}" if library else "") + ")"
     return ""
 
 
@@ -847,8 +860,11 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, name: str | None 
             except Exception as export_error:  # noqa: BLE001
                 raise GraphError(f"sim.poptorch could not capture the model: {why}, and torch.export failed with "
                                  f"{type(export_error).__name__}: {_first_line(export_error)}"
-                                 f"{_model_line(export_error)}") from export_error
-            cap, traced = run(*exported)
+                                 f"{_model_line(export_error)}{_data_dependent_hint(export_error)}") from export_error
+            try:
+                cap, traced = run(*exported)
+            except UnsupportedOpError as unmapped:  # the function's body has an op without a rule too
+                raise UnsupportedOpError(f"{unmapped} (reached from {why}, through torch.export)") from unmapped
             cap.notes.append(f"{why}: captured with torch.export instead")
         if cap.method == "torch.fx":
             # torch.fx traces with proxies: a branch on a value's type (isinstance(x, torch.Tensor),

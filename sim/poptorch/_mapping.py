@@ -1417,10 +1417,10 @@ def map_node(cap, n, interp, result):
     if rule is None:
         error = unsupported(desc, n)
         # a Python function torch.fx kept whole (torch.fx.wrap, as torchvision wraps Swin's relative
-        # position bias): its body is torch ops, which torch.export records one by one
-        home = getattr(n.target, "__module__", "") or ""
-        kept_whole = module is None and n.op == "call_function" and inspect.isfunction(n.target) \
-            and home != "torch" and not home.startswith("torch.")
+        # position bias; one of torch's own that answers __torch_function__, as F.gaussian_nll_loss or
+        # F.lp_pool2d): its body is torch ops, which torch.export records one by one, as PopTorch's
+        # dispatcher sees them
+        kept_whole = module is None and n.op == "call_function" and inspect.isfunction(n.target)
         error.fx_leaf_function = f"sim.poptorch has no cost for {desc} (node {n.name!r})" if kept_whole else None
         raise error
     made = len(cap.g.ops)
