@@ -432,6 +432,35 @@ def test_channel_dropout_is_popart_s_shaped_dropout(make, shape, mask):
     assert "dropout" not in kinds(inference)
 
 
+@pytest.mark.parametrize("make, noise", [(lambda: nn.AlphaDropout(0.2), (4, 8, 6)),
+                                         (lambda: nn.FeatureAlphaDropout(0.2), (4, 8, 1))])
+def test_alpha_dropout_is_aten_s_composite_as_poptorch_s_dispatcher_lowers_it(make, noise):
+    """PopTorch has no alpha-dropout handler: ATen's composite reaches it as a bernoulli noise (uniform,
+    compare, cast), four scalar maps and ``input x noise + b``; the feature form's noise is N x C x 1;
+    nothing at inference."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop, self.fc = make(), nn.Linear(6, 6)
+
+        def forward(self, x):
+            y = self.fc(self.drop(x))
+            return poptorch.identity_loss((y ** 2).mean(), "none") if self.training else y
+
+    x = torch.randn(4, 8, 6)
+    m = M().train()
+    training = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    training(x)
+    g = training.executable.graph
+    drop = [op for op in forward_ops(training) if op.name.startswith("drop/")]
+    assert [op.kind for op in drop] == ["random_uniform", "compare", "cast", "add", "mul", "add", "mul", "mul",
+                                        "add"]
+    assert g.tensors[drop[0].outputs[0]].shape == noise and g.tensors[drop[-1].outputs[0]].shape == (4, 8, 6)
+    inference = poptorch.inferenceModel(M().eval())
+    inference(x)
+    assert "random_uniform" not in kinds(inference)
+
+
 class FunctionalDropout2d(nn.Module):
     def forward(self, x):
         return F.dropout2d(x, 0.25, self.training)
