@@ -649,7 +649,8 @@ def test_custom_op_is_priced_by_its_rule_and_remapce_is_built_in(method):
     assert [op.kind for op in remap.executable.graph.ops if op.kind == "remap"] == ["remap"]
     assert any("custom op ai.graphcore::RemapCE: a remap" in n for n in remap.executable.notes)
     assert f"graph captured with {method}" in remap.executable.notes
-    with pytest.raises(UnsupportedOpError, match=r"ai.graphcore::MyOp.*register_op\('ai.graphcore::MyOp'"):
+    with pytest.raises(UnsupportedOpError, match=r"ai.graphcore::MyOp .*: a PopART op written in C\+\+\. Give it one "
+                                                 r"with sim\.poptorch\.register_op\('ai.graphcore::MyOp', fn\)"):
         poptorch.inferenceModel(Net("MyOp"))(x)
     seen = []
     poptorch.register_op("ai.graphcore::MyOp", lambda ctx: seen.append(dict(ctx.kwargs))

@@ -189,7 +189,8 @@ class OpContext:
         raise unsupported(self.desc, self.node, why)
 
 
-def unsupported(desc: str, node, why: str = "") -> UnsupportedOpError:
+def unsupported(desc: str, node, why: str = "", key: str = "<the op>") -> UnsupportedOpError:
+    """The error for an op without a rule; ``key`` is what to register its rule under, where known."""
     stack = node.meta.get("nn_module_stack")
     path = re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(list(stack.values())[-1][0])) if stack else ""
     path = re.sub(r"^model\.?", "", path)
@@ -197,7 +198,7 @@ def unsupported(desc: str, node, why: str = "") -> UnsupportedOpError:
     reason = f": {why}" if why else ""
     return UnsupportedOpError(
         f"sim.poptorch has no cost for {desc}{where}{reason}. Give it one with "
-        f"sim.poptorch.register_op(<the op>, fn), where fn(ctx) returns ctx.op(<a sim op kind>, "
+        f"sim.poptorch.register_op({key}, fn), where fn(ctx) returns ctx.op(<a sim op kind>, "
         "ctx.inputs) or ctx.custom(vertices=..., vertex_cycles=...) (see docs/poptorch.md)")
 
 

@@ -213,8 +213,7 @@ def _custom_op_rule(ctx):
     rule = _mapping.custom_op_rule(domain, name)
     placeholder = (domain, name) not in _LAYOUT_ONLY
     if rule is None and placeholder:
-        raise _mapping.unsupported(op.desc, ctx.node, "a PopART op written in C++; give it a cost with "
-                                   f"sim.poptorch.register_op({domain + '::' + name!r}, fn)")
+        raise _mapping.unsupported(op.desc, ctx.node, "a PopART op written in C++", repr(f"{domain}::{name}"))
     note = (f"{op.desc}: priced by its register_op rule" if rule is not None else f"{op.desc}: a remap of each "
             "input (a copy into the layout its consumer wants)")
     if placeholder:
