@@ -482,6 +482,20 @@ def test_unsupported_op_is_documented_with_its_reason(name):
     assert UNSUPPORTED[name] in row
 
 
+def test_an_op_without_a_rule_says_what_to_register_its_rule_under():
+    """The error names register_op's target: a function by its rule key's name, a layer by its class."""
+    class Cummax(nn.Module):
+        def forward(self, x):
+            return torch.cummax(x, dim=-1).values
+
+    with pytest.raises(sim.UnsupportedOpError, match=r"no cost for torch\.cummax \(node 'cummax'\)\. Give it one "
+                                                     r"with sim\.poptorch\.register_op\('cummax', fn\)"):
+        poptorch.inferenceModel(Cummax())(torch.randn(2, 8))
+    with pytest.raises(sim.UnsupportedOpError, match=r"Give it one with sim\.poptorch\.register_op\("
+                                                     r"torch\.nn\.modules\.rnn\.LSTM, fn\)"):
+        poptorch.inferenceModel(nn.LSTM(8, 8, 2))(torch.randn(3, 2, 8))
+
+
 def test_ctc_loss_is_popnns_planned_op_and_its_gradient_is_scaled():
     class M(nn.Module):
         def forward(self, log_probs, targets, reduction="mean"):

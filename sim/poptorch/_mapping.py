@@ -186,7 +186,13 @@ class OpContext:
         return s
 
     def unsupported(self, why: str = ""):
-        raise unsupported(self.desc, self.node, why)
+        raise unsupported(self.desc, self.node, why, registry_key(self.key, self.module))
+
+
+def registry_key(key: str, module=None) -> str:
+    """How to name an op to :func:`register_op`, as an error writes it: a module's class, else the rule key's
+    name (any function, method or ATen op of that name)."""
+    return f"{type(module).__module__}.{type(module).__qualname__}" if isinstance(module, nn.Module) else repr(key)
 
 
 def unsupported(desc: str, node, why: str = "", key: str = "<the op>") -> UnsupportedOpError:
@@ -1445,7 +1451,7 @@ def map_node(cap, n, interp, result):
         else:
             rule = RULES.get(key) or (RULES.get(key.rstrip("_")) if key.endswith("_") and not key.startswith("_") else None)
     if rule is None:
-        error = unsupported(desc, n)
+        error = unsupported(desc, n, key=registry_key(key, module))
         # a Python function torch.fx kept whole (torch.fx.wrap, as torchvision wraps Swin's relative
         # position bias; one of torch's own that answers __torch_function__, as F.gaussian_nll_loss or
         # F.lp_pool2d): its body is torch ops, which torch.export records one by one, as PopTorch's
