@@ -530,13 +530,13 @@ def _model_line(*errors) -> str:
         code = (code or "").strip()
         return f"{path.split('site-packages/')[-1]}:{line} in {function}" + (f": `{code}`" if code else "")
 
-    for error in errors:
-        if error is None:
+    for failure in errors:
+        if failure is None:
             continue
-        found = _EXPORT_CALL.search(str(error))
+        found = _EXPORT_CALL.search(str(failure))
         innermost_first = [(path.replace("\\", "/"), line, function, code) for path, line, function, code in
                            ([found.groups()] if found else [])
-                           + [tuple(f) for f in reversed(traceback.extract_tb(error.__traceback__))]]
+                           + [tuple(f) for f in reversed(traceback.extract_tb(failure.__traceback__))]]
         model = [f for f in innermost_first if not any(part in f[0] for part in _NOT_THE_MODEL)]
         if not model:
             continue

@@ -614,23 +614,19 @@ def _feature_dropout(ctx: OpContext, p=None, training=None):
     return _masked(ctx, x, tuple(src.shape[:2]) + (1,) * (src.dim() - 2), p)
 
 
-#: SELU's fixed point (ATen Dropout.cpp ``_dropout_impl``: alpha' = -lambda x alpha of SELU)
-_ALPHA_DROPOUT_ALPHA = 1.7580993408473766
-
-
 def _alpha_dropout(ctx: OpContext, p=None, training=None):
     """Alpha dropout (``nn.AlphaDropout``, ``FeatureAlphaDropout``; aten ``alpha_dropout`` and
     ``feature_alpha_dropout``), which PopTorch has no handler for: ATen's composite reaches its
     dispatcher as ops it lowers one by one (Dropout.cpp ``_dropout_impl``): a bernoulli noise of the
     input's shape (N x C and singletons after for the feature form) kept with probability 1 - p
     (bernoulliHandler's uniform, compare and cast), ``b = (noise - 1) alpha' a + alpha' a p`` and
-    ``noise a`` (four scalar maps), then ``input x noise + b``; the input itself at inference."""
+    ``noise a`` (four maps by constants: alpha' = 1.7581, a = ((alpha'^2 p + 1)(1 - p))^-1/2), then
+    ``input x noise + b``; the input itself at inference."""
     x, p = _dropout_call(ctx, p, training)
     if p is None:
         return x
     src = ctx.args[0]
     shape = tuple(src.shape[:2]) + (1,) * (src.dim() - 2) if "feature" in ctx.key else tuple(src.shape)
-    a = 1.0 / math.sqrt((_ALPHA_DROPOUT_ALPHA ** 2 * p + 1) * (1 - p))
     u = emit(ctx, "random_uniform", [], shape, src.dtype, name="uniform")
     kept = emit(ctx, "compare", [u, const(ctx, (1,), src.dtype, "keep")], shape, torch.bool, {"op": "lt"}, "less")
     noise = emit(ctx, "cast", [kept], shape, src.dtype, name="noise")
