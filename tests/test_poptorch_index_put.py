@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
+import sim  # noqa: E402
 import sim.poptorch as poptorch  # noqa: E402
 from sim.cost import rules  # noqa: E402
 
@@ -166,3 +167,26 @@ def test_the_values_gradient_of_a_row_write_is_a_lookup_of_rows():
     rows = rules._gather("gather", (((40,), "int32", "activation"), ((500, 16), "float32", "activation")),
                          (((40, 16), "float32"),), ex.system.ipu, ex.tiles)
     assert ex.costs[grad.name].cycles == rows.cycles
+
+
+def test_index_copy_is_refused_saying_to_write_an_index_put():
+    """PopTorch has no index_copy handler (Hugging Face's StaticCache writes its cache with index_copy_): the error
+    says so and what to write instead; the same write as an index_put runs."""
+    class Cache(nn.Module):
+        def __init__(self, index_put: bool):
+            super().__init__()
+            self.index_put = index_put
+            self.register_buffer("cache", torch.zeros(2, 4, 32, 16))
+
+        def forward(self, kv, pos):
+            if self.index_put:
+                self.cache[:, :, pos] = kv
+            else:
+                self.cache.index_copy_(2, pos, kv)
+            return self.cache.sum(-1)
+
+    kv, pos = torch.randn(2, 4, 1, 16), torch.tensor([3])
+    with pytest.raises(sim.UnsupportedOpError, match=r"no handler for aten::index_copy .*StaticCache.*write the slices "
+                                                     r"with an index_put, `t\[:, :, pos\] = src`"):
+        poptorch.inferenceModel(Cache(index_put=False))(kv, pos)
+    assert poptorch.inferenceModel(Cache(index_put=True))(kv, pos).shape == (2, 4, 32)
