@@ -1134,18 +1134,22 @@ def test_an_unreduced_loss_is_its_element_wise_terms():
     assert terms.kind == "map" and g.tensors[terms.outputs[0]].shape == (2, 16, 8)
 
 
-@pytest.mark.parametrize("how", ["repeat", "expand"])
+@pytest.mark.parametrize("how", ["repeat", "expand", "broadcast_to"])
 def test_the_gradient_of_a_repeated_or_expanded_weight_sums_the_copies(how):
     """MAE's mask token repeated over the patches and its class token expanded over the batch: the
     gradient sums the copies back into the weight (PopART's TileGradOp, and ExpandGradOp's ReduceSum),
-    the same work as a broadcast add's gradient."""
+    the same work as a broadcast add's gradient. ``torch.broadcast_to`` (ATen's composite of expand, which
+    torch's F.multi_head_attention_forward calls, as WavLM's attention does) is the same expand."""
     class Token(nn.Module):
         def __init__(self):
             super().__init__()
             self.tok = nn.Parameter(torch.zeros(1, 1, 64))
 
         def forward(self, x):
-            t = self.tok.repeat(x.shape[0], 20, 1) if how == "repeat" else self.tok.expand(x.shape[0], 20, -1)
+            if how == "repeat":
+                t = self.tok.repeat(x.shape[0], 20, 1)
+            else:
+                t = self.tok.expand(x.shape[0], 20, -1) if how == "expand" else torch.broadcast_to(self.tok, x.shape)
             return poptorch.identity_loss((x + t).pow(2).sum(), "none")
 
     net = Token()

@@ -1323,7 +1323,8 @@ RULES = {
     # data movement
     "embedding": _embedding,
     "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _view, "unflatten": _view,
-    "squeeze": _view, "unsqueeze": _view, "expand": _view, "expand_as": _view, "view_as": _view,
+    "squeeze": _view, "unsqueeze": _view, "expand": _view, "expand_as": _view, "broadcast_to": _view,
+    "view_as": _view,
     "reshape_as": _view, "contiguous": _view, "alias": _view, "lift_fresh": _view,
     "detach": _detach, "clone": _clone, "copy_": _copy_into, "_to_copy": _cast, "to": _cast, "type": _cast,
     "type_as": _cast, "float": _cast, "half": _cast, "double": _cast, "long": _cast, "int": _cast,
