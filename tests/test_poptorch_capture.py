@@ -1613,3 +1613,13 @@ def test_embedding_flags_poptorch_refuses_are_refused(flag):
     bag = nn.EmbeddingBag(100, 16, mode="sum", **flag)
     with pytest.raises(sim.UnsupportedOpError, match=next(iter(flag))):
         poptorch.inferenceModel(bag)(torch.randint(0, 100, (4, 8)))
+
+
+def test_an_embedding_bag_s_padding_index_is_refused_as_poptorch_refuses_it():
+    """embeddingBagHandler refuses padding_idx ("padding_idx parameter is unsupported"), where the embedding
+    handler takes it (its poptorch.custom_ops Embedding)."""
+    with pytest.raises(sim.UnsupportedOpError, match="padding_idx parameter is unsupported"):
+        poptorch.inferenceModel(nn.EmbeddingBag(100, 16, mode="sum", padding_idx=0))(torch.randint(0, 100, (4, 8)))
+    assert poptorch.inferenceModel(nn.EmbeddingBag(100, 16, mode="sum"))(torch.randint(0, 100, (4, 8))).shape == (4, 16)
+    assert poptorch.inferenceModel(nn.Embedding(100, 16, padding_idx=0))(torch.randint(0, 100, (4, 8))).shape == \
+        (4, 8, 16)

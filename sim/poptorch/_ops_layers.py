@@ -522,19 +522,25 @@ def _adaptive_max_pool(ctx):
 
 
 def _embedding_bag(ctx):
-    """EmbeddingBag as PopTorch lowers it (EmbeddingOps.cpp embeddingBagHandler): the offsets must be
-    constant, and each bag is its own slice of the indices, gather (times its per-sample weights),
+    """EmbeddingBag as PopTorch lowers it (EmbeddingOps.cpp embeddingBagHandler, which refuses a padding_idx):
+    the offsets must be constant, and each bag is its own slice of the indices, gather (times its per-sample weights),
     and reduction (sum, mean or max), the bags' rows then concatenated. In training each bag's
     gather has its own table-sized gradient, summed."""
     m = ctx.module
     psw = None
     if m is not None:
         embedding_flags_refused(ctx, m.sparse, m.scale_grad_by_freq, m.max_norm)
+        padding_idx = m.padding_idx
     elif ctx.aten:
         embedding_flags_refused(ctx, ctx.arg(5, default=False), ctx.arg(3, default=False))
+        padding_idx = ctx.arg(8, default=None)
     else:
         embedding_flags_refused(ctx, ctx.arg(7, "sparse", False), ctx.arg(5, "scale_grad_by_freq", False),
                                 ctx.arg(3, "max_norm", None))
+        padding_idx = ctx.arg(10, "padding_idx", None)
+    if padding_idx is not None and int(padding_idx) >= 0:
+        ctx.unsupported("Unsupported aten::embedding_bag operation: padding_idx parameter is unsupported "
+                        "(PopTorch's embeddingBagHandler, EmbeddingOps.cpp; Embedding takes it): leave it None")
     if m is not None:  # EmbeddingBag.forward(input, offsets=None, per_sample_weights=None)
         ids, table, mode, last = ctx.sarg(0), ctx.param("weight"), m.mode, m.include_last_offset
         offsets, real_offsets = ctx.sarg(1, "offsets"), ctx.arg(1, "offsets")
