@@ -1623,3 +1623,19 @@ def test_an_embedding_bag_s_padding_index_is_refused_as_poptorch_refuses_it():
     assert poptorch.inferenceModel(nn.EmbeddingBag(100, 16, mode="sum"))(torch.randint(0, 100, (4, 8))).shape == (4, 16)
     assert poptorch.inferenceModel(nn.Embedding(100, 16, padding_idx=0))(torch.randint(0, 100, (4, 8))).shape == \
         (4, 8, 16)
+
+
+def test_bicubic_upsampling_with_aligned_corners_is_refused_as_poptorch_refuses_it():
+    """upsampleHandler (ReshapeOps.cpp) refuses a bicubic upsample with align_corners ("Only support
+    align_corners=False."); without it, sixteen multiply-adds an output."""
+    class Up(nn.Module):
+        def __init__(self, align):
+            super().__init__()
+            self.align = align
+
+        def forward(self, x):
+            return F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=self.align)
+
+    with pytest.raises(sim.UnsupportedOpError, match=r"Only support align_corners=False\."):
+        poptorch.inferenceModel(Up(True))(torch.randn(1, 2, 8, 8))
+    assert poptorch.inferenceModel(Up(False))(torch.randn(1, 2, 8, 8)).shape == (1, 2, 16, 16)

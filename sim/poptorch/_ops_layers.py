@@ -594,8 +594,8 @@ def _embedding_bag(ctx):
 def _interpolate(ctx):
     """Upsample / interpolate: nearest as PopART's ResizeOpx runs it (resizex.cpp resizeNearest: a copy of the input,
     the output a view repeating its elements, which the consumer lays out as it needs); bilinear
-    PopTorch's custom op (:func:`_upsample_bilinear`); bicubic sixteen multiply-adds per output
-    (PopTorch supports these three modes)."""
+    PopTorch's custom op (:func:`_upsample_bilinear`); bicubic sixteen multiply-adds per output, without
+    align_corners (PopTorch supports these three modes)."""
     mode = ctx.arg(3, "mode", "nearest")
     if ctx.key.startswith("upsample_nearest"):
         mode = "nearest"
@@ -609,6 +609,9 @@ def _interpolate(ctx):
         copied = emit(ctx, "copy", [x], tuple(rx.shape), rx.dtype, {"op": "upsample_input"}, "upsample_copy")
         return ctx.op("reshape", [copied], {"op": "upsample_nearest"})
     if mode == "bicubic":
+        if ctx.arg(2 if ctx.key.startswith("upsample_") else 4, "align_corners", False):
+            ctx.unsupported("bicubic with align_corners=True: PopTorch's upsampleHandler (ReshapeOps.cpp) refuses it "
+                            "(\"Only support align_corners=False.\")")
         return emit_map(ctx, ["mul", "add"], [x], [["mul", "add"]], repeat=16)
     if mode == "bilinear":
         return _upsample_bilinear(ctx, x)
