@@ -1639,3 +1639,19 @@ def test_bicubic_upsampling_with_aligned_corners_is_refused_as_poptorch_refuses_
     with pytest.raises(sim.UnsupportedOpError, match=r"Only support align_corners=False\."):
         poptorch.inferenceModel(Up(True))(torch.randn(1, 2, 8, 8))
     assert poptorch.inferenceModel(Up(False))(torch.randn(1, 2, 8, 8)).shape == (1, 2, 16, 16)
+
+
+def test_one_hot_without_its_number_of_classes_is_refused_as_poptorch_refuses_it():
+    """onehotHandler (EmbeddingOps.cpp) needs num_classes given: torch finds it from the values, which PopTorch
+    cannot ("OneHot num classes must be specified and must be constant.")."""
+    class OneHot(nn.Module):
+        def __init__(self, classes):
+            super().__init__()
+            self.classes = classes
+
+        def forward(self, x):
+            return F.one_hot(x, self.classes).float()
+
+    with pytest.raises(sim.UnsupportedOpError, match="OneHot num classes must be specified"):
+        poptorch.inferenceModel(OneHot(-1))(torch.tensor([0, 2, 1]))
+    assert poptorch.inferenceModel(OneHot(4))(torch.tensor([0, 2, 1])).shape == (3, 4)

@@ -267,7 +267,11 @@ def _roll(ctx):
 
 
 def _one_hot(ctx):
-    """one_hot: each index compared with every class (popops encodeOneHot)."""
+    """one_hot: each index compared with every class (popops encodeOneHot); the number of classes must be
+    given, as PopTorch's onehotHandler requires (EmbeddingOps.cpp), not found from the values."""
+    if int(ctx.arg(1, "num_classes", -1)) == -1:
+        ctx.unsupported("OneHot num classes must be specified and must be constant (PopTorch's onehotHandler): "
+                        "give num_classes")
     return emit_map(ctx, ["compare"], [ctx.sarg(0, "input")], [None])
 
 
