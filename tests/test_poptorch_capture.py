@@ -1655,3 +1655,20 @@ def test_one_hot_without_its_number_of_classes_is_refused_as_poptorch_refuses_it
     with pytest.raises(sim.UnsupportedOpError, match="OneHot num classes must be specified"):
         poptorch.inferenceModel(OneHot(-1))(torch.tensor([0, 2, 1]))
     assert poptorch.inferenceModel(OneHot(4))(torch.tensor([0, 2, 1])).shape == (3, 4)
+
+
+@pytest.mark.parametrize("layer, shape", [(lambda size: nn.AdaptiveAvgPool2d(size), (2, 3, 16, 16)),
+                                          (lambda size: nn.AdaptiveAvgPool1d(size[0]), (2, 3, 16))])
+def test_adaptive_average_pooling_needs_an_output_that_divides_the_input(layer, shape):
+    """adaptivePoolingHandler (PoolingOps.cpp) pools with stride in / out and kernel in - (out - 1) stride, and
+    refuses an output that does not divide the input (torch sizes each window apart there)."""
+    with pytest.raises(sim.UnsupportedOpError, match=r"Input dim 0 \(16\) is not divisible by the corresponding "
+                                                     r"output dim \(5\)"):
+        poptorch.inferenceModel(layer((5, 5)))(torch.randn(*shape))
+    model = poptorch.inferenceModel(layer((4, 4)))
+    model(torch.randn(*shape))
+    (pool,) = [op for op in model.executable.graph.ops if op.kind == "avgpool"]
+    if len(shape) == 4:
+        assert (pool.attrs["kernel"], pool.attrs["stride"]) == (4, 4)
+    else:  # a 1-D window priced by its volume
+        assert (pool.attrs["window"], pool.attrs["stride_volume"]) == (4, 4)

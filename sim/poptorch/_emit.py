@@ -84,6 +84,19 @@ def emit_chain(ctx, entries, named: dict, shape, dtype, result: bool = False) ->
     return made[-1]
 
 
+def adaptive_window(ctx, field_in, field_out) -> tuple[tuple, tuple]:
+    """(kernel, stride) per field dimension of adaptive average pooling, as PopTorch's
+    adaptivePoolingHandler works them out (PoolingOps.cpp: stride in / out, kernel in - (out - 1) stride);
+    it refuses an input dimension its output does not divide, whose windows torch sizes one by one."""
+    for i, (a, b) in enumerate(zip(field_in, field_out)):
+        if a % b:
+            ctx.unsupported(f"Input dim {i} ({a}) is not divisible by the corresponding output dim ({b}). The results "
+                            "will differ numerically from PyTorch's implementation (PopTorch's adaptivePoolingHandler): "
+                            "choose an output size that divides the input, or pad the input")
+    strides = tuple(a // b for a, b in zip(field_in, field_out))
+    return tuple(a - (b - 1) * s for a, b, s in zip(field_in, field_out, strides)), strides
+
+
 def average_pool(ctx, x, out, attrs: dict, padding: tuple) -> str:
     """An average pool (avg_pool1d / 2d / 3d) as PopTorch's poolingHandler (PoolingOps.cpp) builds it: with
     ``count_include_pad`` (torch's default) and ``padding`` (per spatial dim), a constant Pad first and the pool

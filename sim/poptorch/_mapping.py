@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _precision, _state
-from ._emit import (average_pool, channel_bias, const, emit, emit_map, embedding_flags_refused,
+from ._emit import (adaptive_window, average_pool, channel_bias, const, emit, emit_map, embedding_flags_refused,
                     tuple_result)
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
@@ -645,10 +645,7 @@ def _pool(kind):
         out = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
         adaptive = ctx.key.startswith("adaptive") or kernel == "adaptive"
         if adaptive:
-            h, w = src.shape[-2:]
-            oh, ow = out.shape[-2:]
-            kernel = (math.ceil(h / oh), math.ceil(w / ow))
-            stride = (h // oh, w // ow)
+            kernel, stride = adaptive_window(ctx, tuple(src.shape[-2:]), tuple(out.shape[-2:]))
             padding = 0
         elif kernel is None:
             kernel = ctx.arg(1, "kernel_size")

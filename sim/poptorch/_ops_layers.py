@@ -28,8 +28,8 @@ import math
 import torch
 import torch.nn as nn
 
-from ._emit import (average_pool, channel_bias, const, embedding_flags_refused, emit, emit_chain, emit_map, is_tensor,
-                    tensor_args, tuple_result)
+from ._emit import (adaptive_window, average_pool, channel_bias, const, embedding_flags_refused, emit, emit_chain,
+                    emit_map, is_tensor, tensor_args, tuple_result)
 from ._values import Lazy, sim_dtype
 from ..graph.ir import RNN_GATES, transposed_conv_attrs
 
@@ -149,8 +149,7 @@ def _pool_any(kind):
         spatial = max(1, out.dim() - 2)
         adaptive = "adaptive" in ctx.key.lower() or (m is not None and "Adaptive" in type(m).__name__)
         if adaptive:
-            k = tuple(math.ceil(i / o) for i, o in zip(rx.shape[-spatial:], out.shape[-spatial:]))
-            s = tuple(i // o for i, o in zip(rx.shape[-spatial:], out.shape[-spatial:]))
+            k, s = adaptive_window(ctx, tuple(rx.shape[-spatial:]), tuple(out.shape[-spatial:]))
         elif m is not None:
             k = _tuple(m.kernel_size, spatial)
             s = _tuple(m.stride or m.kernel_size, spatial)
