@@ -1672,3 +1672,13 @@ def test_adaptive_average_pooling_needs_an_output_that_divides_the_input(layer, 
         assert (pool.attrs["kernel"], pool.attrs["stride"]) == (4, 4)
     else:  # a 1-D window priced by its volume
         assert (pool.attrs["window"], pool.attrs["stride_volume"]) == (4, 4)
+
+
+def test_a_normalisation_with_a_scale_and_no_shift_is_refused_as_poptorch_refuses_it():
+    """PopTorch's normalisation handlers take a weight and a bias, or neither (NormalizationOps.cpp
+    maybeInitializeAffineParamConstants): a LayerNorm with bias=False has the weight alone."""
+    x = torch.randn(4, 32)
+    with pytest.raises(sim.UnsupportedOpError, match=r"a scale and no shift \(a LayerNorm with bias=False\)"):
+        poptorch.inferenceModel(nn.LayerNorm(32, bias=False))(x)
+    for both_or_neither in (nn.LayerNorm(32), nn.LayerNorm(32, elementwise_affine=False)):
+        assert poptorch.inferenceModel(both_or_neither)(x).shape == (4, 32)

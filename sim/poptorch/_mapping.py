@@ -507,7 +507,14 @@ def _conv(ctx: OpContext, x=None, w=None, bias=None, stride=1, padding=0, groups
 
 
 def _norm_params(ctx: OpContext, channels: tuple, gamma, beta, dtype):
-    """Scale and shift (constants of ones/zeros when the layer has none)."""
+    """Scale and shift (constants of ones/zeros when the layer has none). One without the other is refused, as
+    PopTorch's normalisation handlers refuse it (NormalizationOps.cpp maybeInitializeAffineParamConstants:
+    "Either both should be defined, or neither")."""
+    if (gamma is None) != (beta is None):
+        ctx.unsupported(f"a normalisation with a {'shift' if gamma is None else 'scale'} and no "
+                        f"{'scale' if gamma is None else 'shift'} (a LayerNorm with bias=False), which PopTorch's "
+                        "normalisation handlers refuse (NormalizationOps.cpp: both or neither): give the layer both, "
+                        "or neither and multiply by the weight after it")
     def one(s, label):
         if _is_sym_tensor(s):
             return ctx.t(s)
