@@ -119,6 +119,16 @@ def test_poptorch_conv_transpose1d_is_a_2d_one_of_height_one():
                                                                 "conv2d_grad_input"))
 
 
+def test_poptorch_dilated_conv_transpose_is_refused_as_popart_refuses_it():
+    """PopART's ConvTransposeOp::setup throws for a dilated kernel ("Non default value for dilations is not
+    supported."), as PopTorch's supported-ops page says: refused, where it was priced by expandDims."""
+    import sim.poptorch as poptorch
+    for layer, shape in ((torch.nn.ConvTranspose2d(8, 4, 3, 2, dilation=2), (1, 8, 8, 8)),
+                         (torch.nn.ConvTranspose1d(8, 4, 3, 2, dilation=2), (1, 8, 8))):
+        with pytest.raises(sim.UnsupportedOpError, match="Non default value for dilations is not supported"):
+            poptorch.inferenceModel(layer)(torch.randn(*shape))
+
+
 onnx = pytest.importorskip("onnx")
 
 

@@ -338,7 +338,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     if expanded:
         example = expanded[0]
         notes.append(f"{len(expanded)} convolution(s) the simulator's conv2d cannot hold (3-D, strides or padding "
-                     f"that differ between axes or sides, a dilated transposed one; e.g. {example.name}, kernel "
+                     f"that differ between axes or sides, a dilated 1-D one; e.g. {example.name}, kernel "
                      f"{'x'.join(map(str, example.attrs['kernel_shape']))}): priced as poplin's expandDims runs them, "
                      "the kernel's positions folded into the input channels (a copy), then a 1x1 convolution over "
                      "the output's positions with the layer's multiply-adds"

@@ -402,8 +402,8 @@ def _conv1d(ctx: OpContext):
 
 def _conv_transpose_expand_dims(ctx: OpContext):
     """A transposed convolution ``conv2d_grad_input`` cannot hold (1-D or 3-D, strides that differ
-    between axes, a dilated kernel) as sim.poptorch prices one: poplin's expandDims over the positions
-    of its output (computed over the upsampled input), the kernel folded into the input channels."""
+    between axes) as sim.poptorch prices one: poplin's expandDims over the positions of its output
+    (computed over the upsampled input), the kernel folded into the input channels."""
     xs, ws = ctx.shape(0), ctx.shape(1)
     (n, c), (ci, cog), kernel = xs[:2], ws[:2], tuple(ws[2:])
     dims, group = len(kernel), int(ctx.attr("group", 1))
@@ -415,8 +415,8 @@ def _conv_transpose_expand_dims(ctx: OpContext):
         strides = [int(v) for v in ctx.attr("strides", [1] * dims)]
         extra = [int(v) for v in ctx.attr("output_padding", [0] * dims)]
         pads = [int(p) for p in ctx.attr("pads", [])] or [0] * (2 * dims)
-        field = [s * (i - 1) + e + (k - 1) * d + 1 - pads[j] - pads[j + dims]
-                 for j, (i, s, e, k, d) in enumerate(zip(xs[2:], strides, extra, kernel, _dilations(ctx, dims)))]
+        field = [s * (i - 1) + e + k - pads[j] - pads[j + dims]
+                 for j, (i, s, e, k) in enumerate(zip(xs[2:], strides, extra, kernel))]
         out = (n, cog * group) + tuple(field)
     positions = math.prod(out[2:])
     expanded = ctx.op("copy", [ctx.input(0)], {"op": "expand_dims", "kernel_shape": list(kernel)},
@@ -431,14 +431,18 @@ def _conv_transpose_expand_dims(ctx: OpContext):
 
 def _conv_transpose(ctx: OpContext):
     """ConvTranspose (2-D): the input gradient of the convolution mapping its output back to its
-    input, as poplin runs it (:meth:`sim.GraphBuilder.conv_transpose2d`); 1-D and 3-D ones, strides
-    that differ between axes and dilated kernels by :func:`_conv_transpose_expand_dims`."""
+    input, as poplin runs it (:meth:`sim.GraphBuilder.conv_transpose2d`); 1-D and 3-D ones and strides
+    that differ between axes by :func:`_conv_transpose_expand_dims`; a dilated kernel refused, as
+    PopART's ConvTransposeOp refuses it."""
     xs, ws = ctx.shape(0), ctx.shape(1)
     if len(xs) != len(ws) or len(xs) not in (3, 4, 5):
         ctx.unsupported(f"only 1-D, 2-D and 3-D transposed convolutions (a weight of the input's rank) have a rule; "
                         f"input {xs}, weight {ws}")
-    if len(xs) != 4 or len({int(v) for v in ctx.attr("strides", [1, 1])}) > 1 \
-            or any(d != 1 for d in _dilations(ctx, len(xs) - 2)):
+    if any(d != 1 for d in _dilations(ctx, len(xs) - 2)):
+        ctx.unsupported(f"dilations={_dilations(ctx, len(xs) - 2)}: PopART's ConvTransposeOp refuses a dilated kernel "
+                        "(\"Non default value for dilations is not supported.\", willow/src/op/convtranspose.cpp), so "
+                        "the model would not compile there")
+    if len(xs) != 4 or len({int(v) for v in ctx.attr("strides", [1, 1])}) > 1:
         return _conv_transpose_expand_dims(ctx)
     n, c, h, w = xs
     ci, cog, kh, kw = ws

@@ -41,9 +41,17 @@ def _tuple(v, n):
     return (int(v),) * n
 
 
+#: PopART's ConvTransposeOp::setup (willow/src/op/convtranspose.cpp) throws for a dilated kernel, as PopTorch's
+#: supported-ops page says ("Conv transpose operations do not yet support dilations")
+TRANSPOSED_DILATION_REFUSED = ("a transposed convolution with a dilated kernel, which PopART refuses (ConvTransposeOp: "
+                               "\"Non default value for dilations is not supported.\"): dilate the kernel's weights "
+                               "with zeros yourself, or leave dilation 1")
+
+
 def conv_any(ctx):
     """A 1-D, 3-D or transposed convolution: Conv1d, Conv3d, ConvTranspose1d/2d/3d, their
-    functional and ATen forms (2-D ones are ``sim.poptorch._mapping._conv``'s)."""
+    functional and ATen forms (2-D ones are ``sim.poptorch._mapping._conv``'s); a transposed one with a
+    dilated kernel is refused, as PopART refuses it."""
     m = ctx.module
     if m is not None:
         x = ctx.sarg(0)
@@ -70,6 +78,8 @@ def conv_any(ctx):
     out = ctx.output
     rw = w.value if isinstance(w, Lazy) else None
     kshape = tuple(rw.shape[2:]) if rw is not None else tuple(ctx.shape(w)[2:])
+    if transposed and set(_tuple(dilation, len(kshape))) != {1}:
+        ctx.unsupported(TRANSPOSED_DILATION_REFUSED)
     if len(kshape) <= 2 and set(_tuple(dilation, len(kshape))) == {1} and len(set(_tuple(stride, len(kshape)))) == 1:
         if transposed:
             return _transposed_as_grad_input(ctx, x, w, b, kshape, _tuple(stride, len(kshape))[0],
