@@ -84,6 +84,15 @@ def emit_chain(ctx, entries, named: dict, shape, dtype, result: bool = False) ->
     return made[-1]
 
 
+def bernoulli(ctx, shape, dtype, p: str, result: bool = False) -> str:
+    """A draw that is 1 with probability ``p`` (a graph tensor) as PopTorch's bernoulliHandler builds it: a
+    uniform draw, a compare with ``p`` and a cast to ``dtype``, three PopART ops; ``result``: the cast makes
+    the rule's own output."""
+    u = emit(ctx, "random_uniform", [], shape, dtype, name="uniform")
+    less = emit(ctx, "compare", [u, p], shape, torch.bool, {"op": "lt"}, "less")
+    return ctx.op("cast", [less]) if result else emit(ctx, "cast", [less], shape, dtype, name="noise")
+
+
 def adaptive_window(ctx, field_in, field_out) -> tuple[tuple, tuple]:
     """(kernel, stride) per field dimension of adaptive average pooling, as PopTorch's
     adaptivePoolingHandler works them out (PoolingOps.cpp: stride in / out, kernel in - (out - 1) stride);

@@ -35,8 +35,8 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _precision, _state
-from ._emit import (adaptive_window, average_pool, channel_bias, const, emit, emit_map, embedding_flags_refused,
-                    tuple_result)
+from ._emit import (adaptive_window, average_pool, bernoulli, channel_bias, const, emit, emit_map,
+                    embedding_flags_refused, tuple_result)
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
 
@@ -634,9 +634,7 @@ def _alpha_dropout(ctx: OpContext, p=None, training=None):
         return x
     src = ctx.args[0]
     shape = tuple(src.shape[:2]) + (1,) * (src.dim() - 2) if "feature" in ctx.key else tuple(src.shape)
-    u = emit(ctx, "random_uniform", [], shape, src.dtype, name="uniform")
-    kept = emit(ctx, "compare", [u, const(ctx, (1,), src.dtype, "keep")], shape, torch.bool, {"op": "lt"}, "less")
-    noise = emit(ctx, "cast", [kept], shape, src.dtype, name="noise")
+    noise = bernoulli(ctx, shape, src.dtype, const(ctx, (1,), src.dtype, "keep"))
     b = noise
     for kind, label in (("add", "minus_one"), ("mul", "alpha_a"), ("add", "alpha_a_p")):
         b = emit(ctx, kind, [b, const(ctx, (1,), src.dtype, label)], shape, src.dtype, name=f"b_{kind}")

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from ..cost.expressions import DECOMPOSED, EXPRESSIONS
-from ._emit import const, emit, emit_chain, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
+from ._emit import bernoulli, const, emit, emit_chain, emit_map, is_tensor, operand, out_tensor, per_channel, tensor_args
 
 # torch name -> graph kind with a codelet of its own (popops UnaryOpType)
 UNARY = {
@@ -337,10 +337,9 @@ def _random(ctx):
     if ctx.key == "randperm":
         u = emit(ctx, "random_uniform", [], out.shape, torch.float32, name="uniform")
         return ctx.op("sort", [u], {"axis": 0})
-    if kind == "random_bernoulli":  # PopTorch's bernoulliHandler: cast(uniform < p), three PopART ops
-        u = emit(ctx, "random_uniform", [], out.shape, out.dtype, name="uniform")
-        p = inputs[0] if inputs else const(ctx, (1,), out.dtype, "p")
-        return ctx.op("cast", [emit(ctx, "compare", [u, p], out.shape, torch.bool, {"op": "lt"}, "less")])
+    if kind == "random_bernoulli":
+        return bernoulli(ctx, out.shape, out.dtype, inputs[0] if inputs else const(ctx, (1,), out.dtype, "p"),
+                         result=True)
     return ctx.op(kind, inputs)
 
 
