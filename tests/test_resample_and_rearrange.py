@@ -19,6 +19,7 @@ import sim.onnx  # noqa: E402
 import sim.poptorch as poptorch  # noqa: E402
 from sim.cost import op_cost  # noqa: E402
 from sim.cost.bilinear import FORWARD_STEPS, grad_vertex_cycles  # noqa: E402
+from sim.poptorch._ops_layers import poptorch_bilinear_shape  # noqa: E402
 from sim.cost.vector import codelet  # noqa: E402
 from sim.graph.ir import GraphBuilder  # noqa: E402
 
@@ -66,10 +67,22 @@ def test_bilinear_upsampling_is_poptorchs_custom_op_and_trains():
     (grad,) = [op for op in g.ops if op.kind == "upsample_bilinear_grad"]
     assert grad.inputs[0] in {t for op in g.ops if op.pass_ == "backward" for t in op.outputs}
     assert g.tensors[grad.outputs[0]].shape == (2, 8, 6, 6)
-    # an output size is taken as it is, as PopTorch takes it
-    sized = _graph(lambda t: F.interpolate(t, size=(9, 15), mode="bilinear"), torch.randn(1, 8, 6, 6))
+    # an output size whose height and width scale alike is taken, fractional scales too (6 -> 9, 10 -> 15)
+    sized = _graph(lambda t: F.interpolate(t, size=(9, 15), mode="bilinear"), torch.randn(1, 8, 6, 10))
     (op,) = [op for op in sized.ops if op.kind == "upsample_bilinear"]
-    assert sized.tensors[op.outputs[0]].shape == (1, 8, 9, 15)
+    assert sized.tensors[op.outputs[0]].shape == (1, 8, 9, 15) and op.attrs["scale"] == 1.5
+
+
+def test_a_size_poptorchs_one_scale_factor_cannot_make_is_refused():
+    """upsampleBilinear2dHandler passes the height's scale alone, as std::to_string's six decimals, and the custom
+    op scales both axes by it in float: (9, 15) from 6 x 6 would come out 9 x 9, and 7 from 3 (2.333333) 6."""
+    assert poptorch_bilinear_shape((1, 8, 6, 6), 1.5) == (1, 8, 9, 9)
+    assert poptorch_bilinear_shape((1, 8, 3, 3), 7 / 3) == (1, 8, 6, 6)
+    assert poptorch_bilinear_shape((1, 8, 5, 5), 2.0) == (1, 8, 10, 10)
+    with pytest.raises(sim.UnsupportedOpError, match=r"the height's.*gives \(9, 9\), not torch's shape"):
+        _graph(lambda t: F.interpolate(t, size=(9, 15), mode="bilinear"), torch.randn(1, 8, 6, 6))
+    with pytest.raises(sim.UnsupportedOpError, match=r"\(2.333333\).*gives \(6, 6\)"):
+        _graph(lambda t: F.interpolate(t, size=(7, 7), mode="bilinear"), torch.randn(1, 8, 3, 3))
 
 
 @pytest.mark.parametrize("call, match", [

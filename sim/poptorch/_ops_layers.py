@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -647,8 +648,23 @@ def _upsample_bilinear(ctx, x):
         if ctx.arg(6, "antialias", False):
             ctx.unsupported("antialias=True: PopTorch has no handler for anti-aliased bilinear upsampling")
     align = bool(ctx.arg(2 if ctx.key.startswith("upsample_") else 4, "align_corners", False) or False)
-    return ctx.op("upsample_bilinear", [x], {"align_corners": align,
-                                             "scale": out.shape[-1] / rx.shape[-1]})
+    scale = out.shape[-2] / rx.shape[-2]
+    made = poptorch_bilinear_shape(tuple(rx.shape), scale)
+    if made != tuple(out.shape):
+        ctx.unsupported(f"an output of {tuple(out.shape[-2:])} from {tuple(rx.shape[-2:])}: PopTorch's "
+                        "UpsampleBilinear2d custom op takes one scale factor, the height's, written with six "
+                        f"decimals ({scale:f}), and scales both axes by it, which gives {made[-2:]}, not torch's "
+                        "shape; give a size whose height and width are the input's times the same whole number")
+    return ctx.op("upsample_bilinear", [x], {"align_corners": align, "scale": scale})
+
+
+def poptorch_bilinear_shape(in_shape: tuple, scale: float) -> tuple:
+    """The (N, C, H, W) output PopTorch's UpsampleBilinear2d custom op makes of ``in_shape``: the handler
+    (ReshapeOps.cpp upsampleBilinear2dHandler) passes the height's scale alone as the ``scaling_factor``
+    attribute, text from ``std::to_string`` (six decimals) read back as a float, and ``bilinearMap`` gives each
+    of the height and the width ``floor(size x scaling_factor)`` in float arithmetic."""
+    factor = np.float32(f"{scale:f}")
+    return tuple(in_shape[:-2]) + tuple(int(np.floor(np.float32(n) * factor)) for n in in_shape[-2:])
 
 
 # --- losses made of element-wise ops ------------------------------------------------------------
