@@ -1541,6 +1541,21 @@ def test_huber_loss_is_refused_as_poptorch_has_no_handler():
         poptorch.inferenceModel(Net())(torch.randn(3, 5), torch.randn(3, 5))
 
 
+@pytest.mark.parametrize("call, instead", [
+    (torch.fmax, r"use torch\.maximum"), (torch.fmin, r"use torch\.minimum"),
+    (torch.logical_xor, r"use a != b on booleans, or torch\.bitwise_xor")])
+def test_kernels_poptorch_has_no_handler_for_are_refused(call, instead):
+    """fmax, fmin and logical_xor are ATen kernels, not composites, and PopTorch registers no handler for them:
+    its compiler stops at them ("Unsupported ops found in compiled model")."""
+    class Net(nn.Module):
+        def forward(self, x, t):
+            return call(x, t)
+
+    with pytest.raises(sim.UnsupportedOpError, match=r"no handler for aten::(fmax|fmin|logical_xor), a kernel .*"
+                                                     r"Unsupported ops found in compiled model.*" + instead):
+        poptorch.inferenceModel(Net())(torch.randn(3, 5), torch.randn(3, 5))
+
+
 def test_a_segmentation_cross_entropy_takes_rows_of_its_classes():
     """nllLossNdHandler: an (N, C, H, W) input's classes moved last and the rest flattened, (N H W, C) rows; the
     transposes are views, so the rows' classes stay strided where the input lies and the loss and its gradient are

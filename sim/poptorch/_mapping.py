@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
-from . import _precision, _state
+from . import _composite, _precision, _state
 from ._emit import (adaptive_window, average_pool, bernoulli, channel_bias, const, emit, emit_map,
                     embedding_flags_refused, tuple_result)
 from ._errors import error
@@ -1449,12 +1449,18 @@ def map_node(cap, n, interp, result):
                 ctx.key = "log_softmax"
         else:
             rule = RULES.get(key) or (RULES.get(key.rstrip("_")) if key.endswith("_") and not key.startswith("_") else None)
+    if rule is None and module is None and n.op in ("call_function", "call_method"):
+        # an ATen composite (torch.kron) or torch's Python over torch ops (F.relu6): PopTorch's dispatcher sees the
+        # ops it calls
+        done, value = _composite.decomposed(cap, n, args, kwargs, sym_args, sym_kwargs, key, desc, map_node)
+        if done:
+            return _marked(ctx, n, value)
     if rule is None:
         error = unsupported(desc, n, key=registry_key(key, module))
         # a Python function torch.fx kept whole (torch.fx.wrap, as torchvision wraps Swin's relative
-        # position bias; one of torch's own that answers __torch_function__, as F.gaussian_nll_loss or
-        # F.lp_pool2d): its body is torch ops, which torch.export records one by one, as PopTorch's
-        # dispatcher sees them
+        # position bias; one of torch's own that answers __torch_function__, as F.gaussian_nll_loss) whose
+        # ops could not be recorded on their own (a branch on a value): torch.export records the model's
+        # ops one by one, as PopTorch's dispatcher sees them
         kept_whole = module is None and n.op == "call_function" and inspect.isfunction(n.target)
         error.fx_leaf_function = f"sim.poptorch has no cost for {desc} (node {n.name!r})" if kept_whole else None
         raise error

@@ -31,11 +31,11 @@ ALIASES = {"arccos": "acos", "arctan": "atan", "arccosh": "acosh", "arcsinh": "a
 
 # torch name -> graph kind of a two-operand op
 BINARY = {
-    "maximum": "maximum", "fmax": "maximum", "minimum": "minimum", "fmin": "minimum",
+    "maximum": "maximum", "minimum": "minimum",
     "remainder": "remainder", "fmod": "remainder", "mod": "remainder", "atan2": "atan2", "arctan2": "atan2",
     "eq": "compare", "ne": "compare", "gt": "compare", "ge": "compare", "lt": "compare", "le": "compare",
     "greater": "compare", "greater_equal": "compare", "less": "compare", "less_equal": "compare",
-    "not_equal": "compare", "logical_and": "logical", "logical_or": "logical", "logical_xor": "logical",
+    "not_equal": "compare", "logical_and": "logical", "logical_or": "logical",
     "bitwise_and": "bitwise", "bitwise_or": "bitwise", "bitwise_xor": "bitwise",
     "and_": "bitwise", "or_": "bitwise", "xor": "bitwise", "__and__": "bitwise", "__or__": "bitwise",
     "__xor__": "bitwise",
@@ -352,6 +352,21 @@ def _tensor_args(ctx) -> list:
     return syms
 
 
+#: ATen kernels (not composites the dispatcher would split) that PopTorch has no handler for, so its compiler stops
+#: at them ("Unsupported ops found in compiled model"), with what to write instead
+NO_HANDLER = {
+    "fmax": "torch.maximum (the same but where an operand is NaN)",
+    "fmin": "torch.minimum (the same but where an operand is NaN)",
+    "logical_xor": "a != b on booleans, or torch.bitwise_xor",
+}
+
+
+def _no_handler(ctx):
+    name = ctx.key.rstrip("_")
+    ctx.unsupported(f"PopTorch has no handler for aten::{name}, a kernel rather than a composite of other ops, so "
+                    f"its compiler stops with \"Unsupported ops found in compiled model\"; use {NO_HANDLER[name]}")
+
+
 def _distribution_sample(ctx):
     """``torch.distributions`` samplers reach here as their ATen generators."""
     return _random(ctx)
@@ -373,6 +388,7 @@ RULES = {
     "tanhshrink": _tanhshrink, "softmin": _softmin, "isinf": _isinf, "square": _square,
     "reciprocal": _reciprocal, "rsqrt": _rsqrt,
     **{name: _random for name in RANDOM},
+    **{name: _no_handler for name in NO_HANDLER},
 }
 
 MODULE_RULES = {

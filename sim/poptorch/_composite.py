@@ -1,0 +1,115 @@
+"""Composite ops as PopTorch's dispatcher sees them.
+
+An op that ATen implements as a composite of other ops (its ``CompositeImplicitAutograd`` kernel:
+``torch.kron``, ``torch.isclose``, ``torch.trapezoid``, ...), like one of torch's own Python functions over
+torch ops (``F.relu6``, ``F.lp_pool2d``), never reaches PopTorch's handlers whole: the dispatcher runs the
+composite, and PopTorch lowers the ops it calls one by one. Where sim.poptorch has no rule of its own for
+such an op, :func:`decomposed` records the ATen ops of the one call (``make_fx`` on the meta device) and maps
+each with the rules the rest of the capture uses. An op that is a kernel, not a composite, records as itself,
+and stays without a cost, as PopTorch has no handler for it; so does a function that reads a value (a branch
+on the data), which the capture's torch.export fallback then takes."""
+
+from __future__ import annotations
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ..errors import UnsupportedOpError
+
+
+def _leaf(x) -> bool:
+    """A pytree leaf of a call's arguments and of their graph values alike (None and tensors included)."""
+    return not isinstance(x, (list, tuple, dict))
+
+
+#: recorded graphs by call signature (the target and its arguments' shapes, dtypes and plain values): a layer's
+#: composite called once a block is recorded once
+_GRAPHS: dict = {}
+
+
+def _composite_graph(n, args, kwargs, key: str):
+    """The ATen graph of the call ``n`` makes on ``args`` / ``kwargs`` (placeholders: its tensor arguments in
+    pytree order) and those arguments' places, or None when the call records as the op itself (a kernel) or
+    cannot be recorded."""
+    flat, spec = pytree.tree_flatten((args, kwargs), is_leaf=_leaf)
+    where = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+    signature = (n.op, n.target, str(spec), tuple((tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor)
+                                                  else repr(v) for v in flat))
+    if signature not in _GRAPHS:
+        if len(_GRAPHS) >= 1024:  # a long-lived process capturing many models: start again
+            _GRAPHS.clear()
+        _GRAPHS[signature] = _record(n, flat, spec, where, key)
+    graph = _GRAPHS[signature]
+    return None if graph is None else (graph, where)
+
+
+def _record(n, flat: list, spec, where: list[int], key: str):
+    """:func:`_composite_graph`'s graph, recorded."""
+
+    def call(*tensors):
+        leaves = list(flat)
+        for i, t in zip(where, tensors):
+            leaves[i] = t
+        a, k = pytree.tree_unflatten(leaves, spec)
+        if n.op == "call_method":
+            return getattr(a[0], n.target)(*a[1:], **k)
+        return n.target(*a, **k)
+
+    try:
+        with unset_fake_temporarily():
+            metas = [torch.empty(flat[i].shape, dtype=flat[i].dtype, device="meta") for i in where]
+            gm = make_fx(call, tracing_mode="real")(*metas)
+    except Exception:  # noqa: BLE001 - not recordable on its own (a value read, a Python-side effect): no rule
+        return None
+    called = [c for c in gm.graph.nodes if c.op == "call_function" and isinstance(c.target, torch._ops.OpOverload)]
+    if not called or any(c.target._opname.rstrip("_") == key.rstrip("_") for c in called):
+        return None
+    return gm
+
+
+class _Inline(torch.fx.Interpreter):
+    """Runs a composite's ATen graph on the call's own arguments, each op mapped by the capture's rules."""
+
+    def __init__(self, gm, cap, map_node, syms: list):
+        super().__init__(gm)
+        self.cap, self.map_node, self.syms = cap, map_node, iter(syms)
+        self.extra_traceback = False
+
+    def run_node(self, n):
+        result = super().run_node(n)
+        if n.op == "placeholder":
+            self.cap.sym[n] = next(self.syms)
+        elif n.op == "get_attr":
+            self.cap.sym[n] = self.cap._lazy(result, str(n.target))
+        elif n.op == "call_function":
+            self.cap.sym[n] = self.map_node(self.cap, n, self, result)
+        return result
+
+
+def decomposed(cap, n, args, kwargs, sym_args, sym_kwargs, key: str, desc: str, map_node):
+    """(True, the graph value of call ``n``) mapped op by op through its composite's ATen ops, scoped under
+    ``key``; (False, None) when the op is not a composite. An op of the composite without a rule is refused
+    naming the composite (``desc``) it was reached from."""
+    found = _composite_graph(n, args, kwargs, key)
+    if found is None:
+        return False, None
+    gm, where = found
+    sym_leaves = pytree.tree_leaves((sym_args, sym_kwargs), is_leaf=_leaf)
+    flat = pytree.tree_leaves((args, kwargs), is_leaf=_leaf)
+    if len(sym_leaves) != len(flat):
+        return False, None
+    tensors = [flat[i] for i in where]
+    b = cap.b
+    scopes = list(b._scopes)
+    b._scopes = scopes + [key]
+    try:
+        _Inline(gm, cap, map_node, [sym_leaves[i] for i in where]).run(*tensors)
+    except UnsupportedOpError as inner:
+        raise UnsupportedOpError(f"{inner} (reached from {desc}, whose ops PopTorch's dispatcher sees one by "
+                                 f"one; sim.poptorch.register_op({key!r}, fn) prices the whole call instead)") from inner
+    finally:
+        b._scopes = scopes
+    (out,) = [c for c in gm.graph.nodes if c.op == "output"]
+    return True, torch.fx.node.map_arg(out.args[0], lambda a: cap.sym.get(a))
