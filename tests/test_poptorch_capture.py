@@ -699,6 +699,14 @@ def test_aten_composites_without_a_rule_run_as_the_ops_they_call():
     assert {op.kind for op in forward if op.name.startswith("trapezoid/")} >= {"add", "sub", "reduce_sum"}
     assert {op.inputs[0] for op in g.ops if op.kind == "sgd_update"} == {"fc.weight", "fc.bias"}
 
+    class Identity(nn.Module):  # composites that return their input: no op
+        def forward(self, x):
+            return torch.positive(torch.real(x)) * 2
+
+    model = poptorch.inferenceModel(Identity())
+    assert torch.equal(model(x), 2 * x)
+    assert [op.kind for op in model.executable.graph.ops] == ["scale"]
+
     class Kernel(nn.Module):
         def forward(self, x):
             return torch.logit(x.sigmoid())

@@ -4,8 +4,8 @@ An op that ATen implements as a composite of other ops (its ``CompositeImplicitA
 ``torch.kron``, ``torch.isclose``, ``torch.trapezoid``, ...), like one of torch's own Python functions over
 torch ops (``F.relu6``, ``F.lp_pool2d``), never reaches PopTorch's handlers whole: the dispatcher runs the
 composite, and PopTorch lowers the ops it calls one by one. Where sim.poptorch has no rule of its own for
-such an op, :func:`decomposed` records the ATen ops of the one call (``make_fx`` on the meta device) and maps
-each with the rules the rest of the capture uses. An op that is a kernel, not a composite, records as itself,
+such an op, :func:`decomposed` records the ATen ops of the one call (``make_fx`` on tensors without values) and
+maps each with the rules the rest of the capture uses. An op that is a kernel, not a composite, records as itself,
 and stays without a cost, as PopTorch has no handler for it; so does a function that reads a value (a branch
 on the data), which the capture's torch.export fallback then takes."""
 
@@ -59,14 +59,14 @@ def _record(n, flat: list, spec, where: list[int], key: str):
 
     try:
         with unset_fake_temporarily():
-            metas = [torch.empty(flat[i].shape, dtype=flat[i].dtype, device="meta") for i in where]
-            gm = make_fx(call, tracing_mode="real")(*metas)
+            examples = [torch.empty(flat[i].shape, dtype=flat[i].dtype, device=flat[i].device) for i in where]
+            gm = make_fx(call, tracing_mode="fake")(*examples)
     except Exception:  # noqa: BLE001 - not recordable on its own (a value read, a Python-side effect): no rule
         return None
     called = [c for c in gm.graph.nodes if c.op == "call_function" and isinstance(c.target, torch._ops.OpOverload)]
-    if not called or any(c.target._opname.rstrip("_") == key.rstrip("_") for c in called):
+    if any(c.target._opname.rstrip("_") == key.rstrip("_") for c in called):
         return None
-    return gm
+    return gm  # (no ops at all: a composite that returns its input, as torch.positive or torch.real of a real one)
 
 
 class _Inline(torch.fx.Interpreter):
