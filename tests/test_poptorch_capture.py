@@ -1231,6 +1231,23 @@ def test_in_place_ops_whose_result_is_unused_are_captured_with_torch_export():
     assert any(op.kind in ("scale", "mul") for op in g.ops)
 
 
+def test_a_transpose_in_place_whose_result_is_used_is_the_view():
+    """x.t_() and x.swapaxes_(0, 1) reached the transpose rule under their in-place names, which it did not know
+    (a TypeError): each is the transpose, one op."""
+    class InPlace(nn.Module):
+        def forward(self, x, y):
+            return x.t_() * 2, y.swapaxes_(0, 1) + 1
+
+    x, y = torch.randn(4, 3), torch.randn(2, 5)
+    model = poptorch.inferenceModel(InPlace())
+    a, b = model(x.clone(), y.clone())
+    torch.testing.assert_close(a, x.t() * 2)
+    torch.testing.assert_close(b, y.t() + 1)
+    g = model.executable.graph
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops if op.kind == "transpose"] == [
+        ("transpose", (3, 4)), ("transpose", (5, 2))]
+
+
 def test_ops_whose_results_nothing_uses_are_pruned_as_popart_prunes_them():
     """Graphcore's BERT OnehotGather makes a one-hot it drops; PopART's Prune removes it, and so does
     the capture, saying so in the notes."""

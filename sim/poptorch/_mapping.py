@@ -313,16 +313,17 @@ def _transpose(ctx: OpContext):
     x = ctx.sarg(0, "input")
     src = ctx.args[0]
     n = src.dim()
-    if ctx.key in ("t", "T", "numpy_T"):
+    key = ctx.key.rstrip("_")  # t_, transpose_, swapaxes_: in place, the same view
+    if key in ("t", "T", "numpy_T"):
         perm = list(range(n))[::-1]
-    elif ctx.key in ("permute",):
+    elif key in ("permute",):
         dims = ctx.args[1:] if len(ctx.args) > 2 or not isinstance(ctx.arg(1, "dims"), (list, tuple)) \
             else ctx.arg(1, "dims")
         perm = [int(d) % n for d in dims]
     else:  # transpose / swapaxes / movedim of two dims
         d0, d1 = int(ctx.arg(1)) % n, int(ctx.arg(2)) % n
         perm = list(range(n))
-        if ctx.key == "movedim":
+        if key == "movedim":
             perm.pop(d0)
             perm.insert(d1, d0)
         else:
