@@ -394,17 +394,34 @@ def test_a_rule_returning_no_graph_tensor_is_a_named_error(bad):
 
 def test_an_unknown_op_error_lists_the_others_further_on():
     """One round of register_op should cover a model: the first unknown op's error also names
-    the op types after it that have no rule (a shape or a constant always folds)."""
+    the op types after it that have no rule, or one that refuses them (a shape or a constant always folds).
+    LpNormalization and LpPool: PopART has neither (willow/src/op), so the simulator refuses them saying so."""
     nodes = [h.make_node("LpNormalization", ["x"], ["a"], name="lpnorm"), h.make_node("Shape", ["a"], ["s"], name="shape"),
              h.make_node("Shrink", ["a"], ["b0"], name="shrink"), h.make_node("LpPool", ["b0"], ["b"], name="lppool", kernel_shape=[1, 1]),
-             h.make_node("LpNormalization", ["b"], ["c"], name="lpnorm2"), h.make_node("Relu", ["c"], ["y"], name="relu")]
+             h.make_node("LpNormalization", ["b"], ["c"], name="lpnorm2"), h.make_node("FancyOp", ["c"], ["d"], name="fancy"),
+             h.make_node("Relu", ["d"], ["y"], name="relu")]
     m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8, 8])],
               [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 8, 8])])
     with pytest.raises(sim.UnsupportedOpError) as e:
         sim.onnx.load(m)
     message = str(e.value)
-    assert "ONNX op LpNormalization (node 'lpnorm')" in message
-    assert "Further on, the model also has op types with no rule: LpPool (unless" in message
+    assert "ONNX op LpNormalization (node 'lpnorm'): PopART has no LpNormalization op" in message
+    assert "Further on, the model also has op types the simulator has no cost for: LpPool, FancyOp (unless" in message
+
+
+@pytest.mark.parametrize("op_type, attrs, why", [
+    ("Xor", {}, "PopART has no Xor op"),
+    ("NonMaxSuppression", {}, "PopART has no NonMaxSuppression op .* an output shape that depends on the values"),
+    ("QuantizeLinear", {}, "PopART has no QuantizeLinear op .* none of ONNX's int8 quantisation ops"),
+    ("MaxUnpool", {"kernel_shape": [2, 2]}, "PopART has no MaxUnpool op")])
+def test_onnx_ops_popart_lacks_are_refused_saying_so(op_type, attrs, why):
+    """Opset 6-11 ops no op, opx or ONNX pass of PopART's creates (ONNX's logical Xor: PopART has ai.graphcore's
+    BitwiseXor only; its ONNX backend tests exclude test_xor)."""
+    node = h.make_node(op_type, ["x", "x"], ["y"], name="n", **attrs)
+    m = model([node], [h.make_tensor_value_info("x", T.BOOL if op_type == "Xor" else T.FLOAT, [2, 4])],
+              [h.make_tensor_value_info("y", T.FLOAT, [2, 4])])
+    with pytest.raises(sim.UnsupportedOpError, match=why):
+        sim.onnx.load(m)
 
 
 def test_file_path_and_bytes_round_trip(tmp_path):

@@ -14,12 +14,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper, shape_inference
 
-from ..errors import GraphError
+from ..errors import GraphError, UnsupportedOpError
 from ..graph.ir import Graph, GraphBuilder, Op, canonical_dtype
 from ._context import OpContext, _not_modelled, _unsupported
 from ._folding import _ALWAYS_FOLDED, _fold_numpy
 from ._ops_control_flow import subgraphs
-from ._ops_not_in_popart import _SEQUENCE_OPS
+from ._ops_not_in_popart import _SEQUENCE_OPS, REFUSALS
 from ._registry import RULES, _default_domain, _op_label, _rule_for
 from ._values import _FLOAT_TYPES, _OTHER_TYPES, _sim_shape, _type_name, _Value
 
@@ -438,12 +438,15 @@ class _Importer:
                                                const=arr, name=out)
                 return
         rule = _rule_for(node)
-        if rule is None:
-            error = _unsupported(ctx)
+        if rule is None or rule in REFUSALS:
+            try:
+                error = _unsupported(ctx) if rule is None else rule(ctx)
+            except UnsupportedOpError as refused:
+                error = refused
             later = [t for t in self._unknown_op_types(index) if t != _op_label(node)]
             if later:  # name the rest too, so one round of register_op covers the model
-                error.args = (f"{error.args[0]} Further on, the model also has op types with no rule: "
-                              f"{', '.join(later)} (unless their inputs are constants, which fold)",)
+                error.args = (f"{error.args[0]} Further on, the model also has op types the simulator has no cost "
+                              f"for: {', '.join(later)} (unless their inputs are constants, which fold)",)
             raise error
         try:
             result = rule(ctx)
@@ -480,9 +483,11 @@ class _Importer:
             self.env[out] = replace(self.value_of_tensor(r, like), name=out)
 
     def _unknown_op_types(self, index: int) -> list[str]:
-        """The op types after node ``index`` that neither a rule nor register_op prices."""
+        """The op types after node ``index`` that neither a rule nor register_op prices (no rule, or one that
+        refuses them: an op PopART lacks)."""
         unknown = (_op_label(node) for node in list(self.model.graph.node)[index + 1:]
-                   if _rule_for(node) is None and not (_default_domain(node) and node.op_type in _ALWAYS_FOLDED))
+                   if (_rule_for(node) is None or _rule_for(node) in REFUSALS)
+                   and not (_default_domain(node) and node.op_type in _ALWAYS_FOLDED))
         return list(dict.fromkeys(unknown))
 
     def _fold(self, ctx: OpContext):

@@ -80,7 +80,7 @@ def _compare(ctx: OpContext):
     """A comparison (popops' EQUAL, LESS_THAN, ... binary ops) or a logical op (LOGICAL_AND / OR / XOR,
     LOGICAL_NOT), bool results."""
     out = _broadcast(*[ctx.shape(i) for i in range(ctx.num_inputs)])
-    kind = {"Not": "logical_not", "And": "logical", "Or": "logical", "Xor": "logical"}.get(ctx.op_type, "compare")
+    kind = {"Not": "logical_not", "And": "logical", "Or": "logical"}.get(ctx.op_type, "compare")
     return ctx.op(kind, ctx.inputs, {"onnx_op": ctx.op_type}, shapes=[out], dtypes=["bool"])
 
 
@@ -238,8 +238,7 @@ RULES: dict = {
     "Elu": _ELU, "ThresholdedRelu": _THRESHOLDED_RELU, "Shrink": _SHRINK,
     "Softplus": _SOFTPLUS, "HardSigmoid": _HARD_SIGMOID, "HardSwish": _HARD_SWISH,
     "Clip": _clip, "Where": _where, "Max": _minmax, "Min": _minmax,
-    **{k: _compare for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
-                             "Or", "Xor")},
+    **{k: _compare for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or")},
     "Cast": _cast, "CastLike": _cast, "Identity": _identity, "Dropout": _dropout,
     # more of PopART's ops
     **{k: _unary(kind, onnx_op=k) for k, kind in _UNARY_KINDS.items()},
