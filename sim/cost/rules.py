@@ -45,6 +45,7 @@ from .rnn import backward_parts, forward_parts
 from .reduction import LOG_ADD, plan_reduce, plan_reduce_partials
 from .row_ops import ROW_OP_KINDS, batchnorm_steps, loss_steps, row_op_cost, row_op_steps
 from .reduction import constants as reduce_constants
+from .roialign import forward_plan as roi_align_forward, grad_plan as roi_align_grad
 from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pattern, broadcast_run, codelet,
                      fused_scalar_cycles, index_op_tile_cycles,
                      dynamic_slice_tile_cycles, launch_cycles, loop_counter_cycles, seed_programs_cycles, spread,
@@ -1437,7 +1438,39 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles, memory_proportion: float | N
         return _ctc(ins, attrs, ipu, tiles)
     if kind in ("upsample_bilinear", "upsample_bilinear_grad"):
         return _upsample_bilinear(kind, ins, outs, ipu, tiles)
+    if kind in ("roi_align", "roi_align_grad"):
+        return _roi_align(kind, ins, outs, attrs, ipu, tiles)
     return None
+
+
+def _roi_align(kind, ins, outs, attrs, ipu, tiles) -> OpCost:
+    """PopART's RoiAlignOpx / RoiAlignGradOpx, popnn's experimental ROIAlign (:mod:`sim.cost.roialign`): its
+    buffer zeroed, its vertex compute set(s), popops::reduce of the buffer and, forward, popops::div by the
+    grid's points. ``roi_align`` inputs: data (N, C, H, W), boxes (R, 4), batch index (R,); ``roi_align_grad``:
+    the output's gradient (R, C, aH, aW), boxes, batch index, data."""
+    sampling = int(attrs.get("sampling_ratio", 1))
+    rois = ins[1][0][0]
+    if kind == "roi_align":
+        (data_shape, dtype, _), out_shape = ins[0], tuple(outs[0][0])
+        plan = roi_align_forward(tuple(data_shape), rois, out_shape[2:], sampling, DTYPE_BYTES[dtype], ipu, tiles)
+    else:
+        data_shape, (dy_shape, dtype, _) = ins[3][0], ins[0]
+        out_shape = tuple(data_shape)
+        plan = roi_align_grad(tuple(data_shape), rois, tuple(dy_shape)[2:], sampling, DTYPE_BYTES[dtype], ipu,
+                              tiles)
+    fill = _phases(ipu, tile_cycles(plan.buffer_elements, DTYPE_BYTES[dtype], "copy", ipu), 0, 1, 0.0, 0, plan.tiles,
+                   tiles=tiles, launch=launch_cycles("copy"))
+    vertices = _phases(ipu, plan.compute, exchange_cycles(plan.exchange_bytes, ipu), 1, plan.flops / plan.compute_sets,
+                       plan.exchange_bytes * plan.tiles, plan.tiles, temp=plan.temp_bytes, tiles=tiles,
+                       launch=plan.launch)
+    empty = _phases(ipu, 0, 0, 1, 0.0, 0, 0, tiles=tiles)  # a group's compute set with no box left: its sync
+    summed = _reduce("reduce_sum", [(plan.grid, dtype, "activation")], [(out_shape, dtype)],
+                     {"axes": list(plan.axes)}, ipu, tiles)
+    parts = [(fill, 1), (vertices, plan.compute_sets), (empty, plan.empty_sets), (summed, 1)]
+    if kind == "roi_align":
+        parts.append((_elementwise("div", [(out_shape, dtype, "activation"), ((1,), dtype, "constant")],
+                                   [(out_shape, dtype)], ipu, tiles), 1))
+    return in_series(parts, tiles, plan.plan)
 
 
 def _upsample_bilinear(kind, ins, outs, ipu, tiles) -> OpCost:

@@ -1193,6 +1193,10 @@ def _more_backward(bw: _Backward, op: Op, ins: list, dy: str, wants) -> bool:
     elif k == "upsample_bilinear":  # PopTorch's UpsampleGradOp: the output's gradient summed back
         if wants(0):
             bw.give(ins[0].name, bw.new("upsample_bilinear_grad", [dy], ins[0].shape, ins[0].dtype, op.attrs))
+    elif k == "roi_align":  # PopART's RoiAlignGradOp: the data's gradient only (boxes and batch index get none)
+        if wants(0):
+            bw.give(ins[0].name, bw.new("roi_align_grad", [dy, ins[1].name, ins[2].name, ins[0].name], ins[0].shape,
+                                        ins[0].dtype, op.attrs))
     elif k == "reduce_prod":
         if wants(0):
             grad_map(0, ["div", "mul"], [ins[0].name, y])

@@ -608,8 +608,38 @@ def _global_pool(kind: str):
     return rule
 
 
+def _roi_align(ctx: OpContext):
+    """RoiAlign as PopART's RoiAlignOp reads it (willow/src/op/roialign.cpp, RoiAlign-10) and runs it (popnn's
+    experimental ROIAlign: ``roi_align``, sim/cost/roialign.py): ``output_height`` / ``output_width`` 7 and
+    ``sampling_ratio`` 1 when absent (PopART's defaults, not ONNX's 1, 1, 0), the average of each bin's samples.
+    Refused: ``mode="max"`` (PopART ignores the mode and averages) and a sampling ratio of 0 (ONNX's adaptive grid:
+    popnn throws "samplingRatio must be greater than 0")."""
+    if ctx.attr("mode", "avg") != "avg":
+        ctx.unsupported(f"mode={ctx.attr('mode')!r}: PopART's RoiAlignOp reads no mode and always averages each "
+                        "bin (popxl.ops.roi_align: \"Max pooling is not supported\"), so the model would compute "
+                        "something else there")
+    sampling = int(ctx.attr("sampling_ratio", 1))
+    if sampling <= 0:
+        ctx.unsupported(f"sampling_ratio={sampling}: ONNX's adaptive grid (a ratio of 0) is not PopART's; popnn's "
+                        "roiAlignFwd throws \"samplingRatio must be greater than 0\"; give the ratio the model was "
+                        "trained with")
+    data, boxes = ctx.shape(0), ctx.shape(1)
+    if len(data) != 4 or len(boxes) != 2 or boxes[1] != 4 or ctx.shape(2) != boxes[:1]:
+        raise GraphError(f"{ctx.desc}: the data {data}, boxes {boxes} and batch indices {ctx.shape(2)} must be "
+                         "(N, C, H, W), (R, 4) and (R,)")
+    c = data[1]
+    missing = [a for a in ("output_height", "output_width") if ctx.attr(a) is None]
+    if missing:
+        ctx.unsupported(f"no {' or '.join(missing)}: ONNX's default is 1, which the file's shapes follow, and "
+                        "PopART's RoiAlignOp reads 7, so PopART would make another shape; give both in the node")
+    out = (boxes[0], c, int(ctx.attr("output_height")), int(ctx.attr("output_width")))
+    return ctx.op("roi_align", [ctx.input(0), ctx.input(1), ctx.input(2)],
+                  {"sampling_ratio": sampling, "spatial_scale": float(ctx.attr("spatial_scale", 1.0))},
+                  shapes=[out], dtypes=[ctx.dtype(0)])
+
+
 RULES: dict = {
-    "LSTM": _recurrent, "GRU": _recurrent, "RNN": _rnn,
+    "LSTM": _recurrent, "GRU": _recurrent, "RNN": _rnn, "RoiAlign": _roi_align,
     # dense algebra
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     "ai.graphcore::MultiConv": _multiconv,

@@ -42,8 +42,8 @@ from ._math import (abs, argmax, argmin, average_pool, batch_norm_inference, cei
                     log, log2, logical_and, logical_not, logical_or, logsum, logsumexp, max_pool, maximum, min, onehot,
                     pow, prod, random_normal, random_uniform, shaped_dropout, sign, sin, split_random_seed, squeeze,
                     sumsquare, swish, swish_, topk, where)
-from ._select import (gather, groupedgather, histogram, median, nll_loss, scatter, scatter_reduce, subsample,
-                      tied_gather)
+from ._select import (gather, groupedgather, histogram, median, nll_loss, roi_align, scatter, scatter_reduce,
+                      subsample, tied_gather)
 
 register_tensor_ops(add=add, add_=add_, detach=detach, div=div, ipu_copy=ipu_copy, matmul=matmul,
                     mul=mul, negate=negate, reshape=reshape, slice=slice, sub=sub, transpose=transpose,

@@ -1,13 +1,13 @@
 """PopXL's gathers, scatters and the other ops that pick elements: ``groupedgather``,
-``tied_gather``, ``scatter``, ``scatter_reduce``, ``subsample``, ``median``, ``histogram`` and
-``nll_loss``.
+``tied_gather``, ``scatter``, ``scatter_reduce``, ``subsample``, ``median``, ``histogram``, ``roi_align``
+and ``nll_loss``.
 
 Each is the op PopART grows for it, priced by the cost model as sim.poptorch prices the PyTorch
 ops PopART runs the same way: a gather is popops' multiSlice (``gather``, along any axis: PopART
 rolls the axis to the front, popx/op/gatherx.cpp), a scatter popops' multiUpdate of elements or,
 with a vector of indices along the axis, of whole slices (``scatter_elements``,
 popx/op/scatterreduceutilx.cpp), the median popops' sort of each row (``sort``), the histogram
-``popops::histogram``. Signatures follow PopXL (graphcore/popart ``python/popxl/python_files/ops``).
+``popops::histogram``, RoIAlign popnn's experimental ROIAlign (``roi_align``). Signatures follow PopXL (graphcore/popart ``python/popxl/python_files/ops``).
 """
 
 from __future__ import annotations
@@ -216,6 +216,33 @@ def histogram(t: Tensor, levels: list[float], absolute_of_input: bool) -> Tensor
                      {"levels": len(levels), "absolute": bool(absolute_of_input)}, name=_name(g, "histogram"),
                      out_dtypes=[dtypes.uint32.sim_name])[0]
     return _out(g, out, dtypes.uint32)
+
+
+def roi_align(t: Tensor, rois: Tensor, batch_index: Tensor, output_size: tuple[int, int], spatial_scale: float,
+              sampling_ratio: int) -> Tensor:
+    """Each box of ``rois`` (R, 4) over its image ``batch_index`` (R,) of ``t`` (N, C, H, W) pooled into
+    ``output_size`` bins, each the average of ``sampling_ratio`` x ``sampling_ratio`` bilinear samples: (R, C,
+    *output_size), as PopART's RoiAlignOp (popnn's experimental ROIAlign, sim/cost/roialign.py)."""
+    where = "ops.roi_align"
+    if t.rank != 4 or rois.rank != 2 or rois.shape[1] != 4 or batch_index.shape != rois.shape[:1]:
+        raise GraphError(f"{where}: t {t.shape}, rois {rois.shape} and batch_index {batch_index.shape} must be "
+                         "(N, C, H, W), (R, 4) and (R,)")
+    if not t.dtype.is_floating_point or rois.dtype != t.dtype:
+        raise TypeError(f"{where}: t and rois must be one float type (float16 or float32), got {t.dtype.name} and "
+                        f"{rois.dtype.name}")
+    if batch_index.dtype != dtypes.int32:
+        raise TypeError(f"{where}: batch_index {batch_index.id!r} must be int32 (PopART's RoiAlignOp), got "
+                        f"{batch_index.dtype.name}")
+    if int(sampling_ratio) <= 0 or spatial_scale <= 0:
+        raise ValueError(f"{where}: sampling_ratio {sampling_ratio} and spatial_scale {spatial_scale} must be "
+                         "greater than 0 (popnn's roiAlignFwd)")
+    height, width = (int(d) for d in output_size)
+    g = _graph(where, t, rois, batch_index)
+    with g._building() as bld:
+        out = bld.op("roi_align", [t._sim, rois._sim, batch_index._sim], [(rois.shape[0], t.shape[1], height, width)],
+                     {"sampling_ratio": int(sampling_ratio), "spatial_scale": float(spatial_scale)},
+                     name=_name(g, "roi_align"), out_dtypes=[t.dtype.sim_name])[0]
+    return _out(g, out, t.dtype)
 
 
 # --- loss -----------------------------------------------------------------------------------------
