@@ -1762,3 +1762,27 @@ def test_a_normalisation_with_a_scale_and_no_shift_is_refused_as_poptorch_refuse
         poptorch.inferenceModel(nn.LayerNorm(32, bias=False))(x)
     for both_or_neither in (nn.LayerNorm(32), nn.LayerNorm(32, elementwise_affine=False)):
         assert poptorch.inferenceModel(both_or_neither)(x).shape == (4, 32)
+
+
+def test_an_unbatched_input_to_a_2d_pool_is_pooled_as_a_batch_of_one():
+    """PoolingOps.cpp poolingHandler: a (C, H, W) input, which torch's 2-D pools take unbatched, is reshaped to
+    (1, C, H, W), pooled and viewed back; it reached the cost model as a 3-D pool and crashed (a ValueError).
+    The padded average pool's constant pad is of the batched view."""
+    class Pools(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.max, self.avg, self.adaptive = nn.MaxPool2d(2), nn.AvgPool2d(3, 1, padding=1), nn.AdaptiveAvgPool2d(2)
+
+        def forward(self, x):
+            return self.max(x), self.avg(x), self.adaptive(x), F.lp_pool2d(x, 2, 2)
+
+    x = torch.rand(8, 6, 6)
+    model = poptorch.inferenceModel(Pools())
+    for got, want in zip(model(x), Pools()(x)):
+        assert got.shape == want.shape
+    g = model.executable.graph
+    pools = [(op.kind, g.tensors[op.inputs[0]].shape, g.tensors[op.outputs[0]].shape) for op in g.ops
+             if op.kind in ("maxpool", "avgpool", "pad")]
+    assert pools == [("maxpool", (1, 8, 6, 6), (1, 8, 3, 3)), ("pad", (1, 8, 6, 6), (1, 8, 8, 8)),
+                     ("avgpool", (1, 8, 8, 8), (1, 8, 6, 6)), ("avgpool", (1, 8, 6, 6), (1, 8, 2, 2)),
+                     ("avgpool", (1, 8, 6, 6), (1, 8, 3, 3))]

@@ -111,11 +111,11 @@ def average_pool(ctx, x, out, attrs: dict, padding: tuple) -> str:
     ``count_include_pad`` (torch's default) and ``padding`` (per spatial dim), a constant Pad first and the pool
     unpadded; a half (or any non-float) input cast to float, pooled and cast back (PopART's AveragePool takes float
     only). ``attrs`` are the pool's (their ``padding`` dropped once padded)."""
-    src = ctx.args[0]
+    src, in_shape = ctx.args[0], ctx.cap.g.tensors[ctx.t(x)].shape  # (an unbatched input viewed with a batch of 1)
     include = ctx.module.count_include_pad if ctx.module is not None else ctx.arg(5, "count_include_pad", True)
     if include and any(padding):
         k = len(padding)
-        shape = tuple(src.shape[:-k]) + tuple(d + 2 * p for d, p in zip(src.shape[-k:], padding))
+        shape = tuple(in_shape[:-k]) + tuple(d + 2 * p for d, p in zip(in_shape[-k:], padding))
         x = emit(ctx, "pad", [x], shape, src.dtype, {"mode": "constant"}, "pad")
         attrs = dict(attrs, padding=0)
     if src.dtype == torch.float32:

@@ -659,9 +659,16 @@ def _pool(kind):
             padding = ctx.arg(3, "padding", 0)
         attrs = {"kernel": spatial_attr(_pair(kernel, 1)), "stride": spatial_attr(_pair(stride or kernel, 1)),
                  "padding": spatial_attr(_pair(padding, 0))}
+        pooled = out
+        if src.dim() == 3:  # unbatched (C, H, W): poolingHandler pools it as (1, C, H, W) and views the result back
+            x = emit(ctx, "reshape", [x], (1,) + tuple(src.shape), src.dtype, name="batched")
+            pooled = out.unsqueeze(0)
         if kind == "avgpool" and not adaptive:
-            return average_pool(ctx, x, out, attrs, _pair(padding, 0))
-        y = ctx.op(kind, [x], attrs, output=out, name=kind)
+            y = average_pool(ctx, x, pooled, attrs, _pair(padding, 0))
+        else:
+            y = ctx.op(kind, [x], attrs, output=pooled, name=kind)
+        if pooled is not out:
+            y = ctx.op("reshape", [y], output=out, name="unbatched")
         if isinstance(ctx.output, (tuple, list)):
             return (y,) + (None,) * (len(ctx.output) - 1)
         return y
