@@ -1786,3 +1786,32 @@ def test_an_unbatched_input_to_a_2d_pool_is_pooled_as_a_batch_of_one():
     assert pools == [("maxpool", (1, 8, 6, 6), (1, 8, 3, 3)), ("pad", (1, 8, 6, 6), (1, 8, 8, 8)),
                      ("avgpool", (1, 8, 8, 8), (1, 8, 6, 6)), ("avgpool", (1, 8, 6, 6), (1, 8, 2, 2)),
                      ("avgpool", (1, 8, 6, 6), (1, 8, 3, 3))]
+
+
+def test_an_unbatched_input_to_a_convolution_is_convolved_as_a_batch_of_one():
+    """ATen's conv2d / conv1d / conv_transpose2d take an unbatched (C, *field) input and unsqueeze it before the
+    convolution PopTorch's dispatcher sees; the rules got the unbatched input and crashed (a ValueError or an
+    IndexError). The input is viewed as (1, C, *field), convolved and viewed back, and the layer trains."""
+    class Convs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.conv1d = nn.Conv2d(8, 4, 3), nn.Conv1d(8, 4, 3)
+            self.up = nn.ConvTranspose2d(4, 2, 2, stride=2)
+
+        def forward(self, x, s):
+            y = self.up(self.conv(x))
+            return y, self.conv1d(s), poptorch.identity_loss(y.square().mean() + self.conv1d(s).square().mean(),
+                                                             "none")
+
+    m = Convs()
+    x, s = torch.rand(8, 10, 10), torch.rand(8, 12)
+    training = poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    y, t, _ = training(x, s)
+    assert y.shape == (2, 16, 16) and t.shape == (4, 10)
+    g = training.executable.graph
+    forward = [op for op in g.ops if op.pass_ == "forward"]
+    convs = [(op.kind, g.tensors[op.inputs[0]].shape) for op in forward if op.kind.startswith("conv2d")]
+    assert convs == [("conv2d", (1, 8, 10, 10)), ("conv2d_grad_input", (1, 4, 8, 8)), ("conv2d", (1, 8, 1, 12)),
+                     ("conv2d", (1, 8, 1, 12))]
+    assert {op.inputs[0] for op in g.ops if op.kind == "sgd_update"} == {
+        "conv.weight", "conv.bias", "conv1d.weight", "conv1d.bias", "up.weight", "up.bias"}

@@ -8,6 +8,8 @@ activation), a :class:`~sim.poptorch._values.Lazy` (a parameter or constant not 
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch.utils import _pytree as pytree
 
@@ -188,3 +190,22 @@ def embedding_flags_refused(ctx, sparse, scale_grad_by_freq, max_norm=None) -> N
         ctx.unsupported(f"an embedding with {', '.join(flags)} set, which PopTorch does not run either (its "
                         "embedding handlers refuse sparse and scale_grad_by_freq, and it has no handler for the "
                         "renorm of max_norm): leave them at their defaults")
+
+
+def batch_of_one(rule):
+    """``rule`` of a convolution layer, also for an unbatched input (``(C, *field)``, which torch's convolutions
+    take): ATen's ``conv2d`` / ``conv_transpose1d`` / ... unsqueeze it to a batch of one before the convolution
+    PopTorch's dispatcher sees and squeeze the result, so the input is viewed as ``(1, C, *field)``, the rule runs
+    on that, and its result is viewed back."""
+    def wrapped(ctx):
+        x = ctx.args[0] if ctx.args else None
+        weight = getattr(ctx.module, "weight", None) if ctx.module is not None else ctx.arg(1, "weight")
+        if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() == weight.dim() - 1):
+            return rule(ctx)
+        one = copy.copy(ctx)
+        one.args = (x.unsqueeze(0),) + tuple(ctx.args[1:])
+        one.sym_args = (emit(ctx, "reshape", [ctx.sarg(0)], (1,) + tuple(x.shape), x.dtype, name="batched"),) + \
+            tuple(ctx.sym_args[1:])
+        one.output = ctx.output.unsqueeze(0)
+        return ctx.op("reshape", [rule(one)], output=ctx.output, name="unbatched")
+    return wrapped

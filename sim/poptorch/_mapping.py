@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
 from . import _composite, _precision, _state
-from ._emit import (adaptive_window, average_pool, bernoulli, channel_bias, const, emit, emit_map,
+from ._emit import (adaptive_window, average_pool, batch_of_one, bernoulli, channel_bias, const, emit, emit_map,
                     embedding_flags_refused, tuple_result)
 from ._errors import error
 from ._values import Lazy, sim_dtype, sim_shape
@@ -1292,7 +1292,7 @@ def _m_loss(kind, label):
 
 
 MODULE_RULES = {
-    nn.Linear: _m_linear, nn.Conv2d: _m_conv, nn.BatchNorm1d: _m_batch_norm,
+    nn.Linear: _m_linear, nn.Conv2d: batch_of_one(_m_conv), nn.BatchNorm1d: _m_batch_norm,
     nn.BatchNorm2d: _m_batch_norm, nn.LayerNorm: _m_layer_norm, nn.ReLU: _unary("relu"),
     nn.GELU: _unary("gelu"), nn.Tanh: _unary("tanh"), nn.Sigmoid: _unary("sigmoid"),
     nn.Softmax: _m_softmax, nn.LogSoftmax: _m_softmax, nn.Dropout: _m_dropout,
@@ -1320,7 +1320,7 @@ RULES = {
     "alpha_dropout": _alpha_dropout, "feature_alpha_dropout": _alpha_dropout,
     # dense algebra
     "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "__rmatmul__": _matmul,
-    "addmm": _addmm, "baddbmm": _addmm, "conv2d": _conv, "convolution": _conv,
+    "addmm": _addmm, "baddbmm": _addmm, "conv2d": batch_of_one(_conv), "convolution": _conv,
     "scaled_dot_product_attention": _attention,
     # normalisations and pooling
     "batch_norm": _batch_norm, "native_batch_norm": _batch_norm,

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ._emit import (adaptive_window, average_pool, channel_bias, const, embedding_flags_refused, emit, emit_chain,
-                    emit_map, is_tensor, tensor_args, tuple_result)
+from ._emit import (adaptive_window, average_pool, batch_of_one, channel_bias, const, embedding_flags_refused, emit,
+                    emit_chain, emit_map, is_tensor, tensor_args, tuple_result)
 from ._values import Lazy, sim_dtype
 from ..graph.ir import RNN_GATES, transposed_conv_attrs
 
@@ -846,8 +846,9 @@ def _local_response_norm(ctx):
 RULES = {
     "local_response_norm": _local_response_norm,
     "ctc_loss": _ctc_loss,
-    "conv1d": conv_any, "conv3d": conv_any, "conv_transpose1d": conv_any, "conv_transpose2d": conv_any,
-    "conv_transpose3d": conv_any,
+    "conv1d": batch_of_one(conv_any), "conv3d": batch_of_one(conv_any),
+    "conv_transpose1d": batch_of_one(conv_any), "conv_transpose2d": batch_of_one(conv_any),
+    "conv_transpose3d": batch_of_one(conv_any),
     "max_pool1d": _pool_any("maxpool"), "max_pool3d": _pool_any("maxpool"),
     "max_pool1d_with_indices": _pool_any("maxpool"), "max_pool3d_with_indices": _pool_any("maxpool"),
     "avg_pool1d": _pool_any("avgpool"), "avg_pool3d": _pool_any("avgpool"),
@@ -870,8 +871,9 @@ RULES = {
 
 MODULE_RULES = {
     nn.LocalResponseNorm: _local_response_norm,
-    nn.Conv1d: conv_any, nn.Conv3d: conv_any, nn.ConvTranspose1d: conv_any, nn.ConvTranspose2d: conv_any,
-    nn.ConvTranspose3d: conv_any,
+    nn.Conv1d: batch_of_one(conv_any), nn.Conv3d: batch_of_one(conv_any),
+    nn.ConvTranspose1d: batch_of_one(conv_any), nn.ConvTranspose2d: batch_of_one(conv_any),
+    nn.ConvTranspose3d: batch_of_one(conv_any),
     nn.MaxPool1d: _pool_any("maxpool"), nn.MaxPool3d: _pool_any("maxpool"), nn.AvgPool1d: _pool_any("avgpool"),
     nn.AvgPool3d: _pool_any("avgpool"), nn.AdaptiveAvgPool1d: _pool_any("avgpool"),
     nn.AdaptiveAvgPool3d: _pool_any("avgpool"),
