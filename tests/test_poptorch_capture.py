@@ -1815,3 +1815,32 @@ def test_an_unbatched_input_to_a_convolution_is_convolved_as_a_batch_of_one():
                      ("conv2d", (1, 8, 1, 12))]
     assert {op.inputs[0] for op in g.ops if op.kind == "sgd_update"} == {
         "conv.weight", "conv.bias", "conv1d.weight", "conv1d.bias", "up.weight", "up.bias"}
+
+
+def test_a_cpu_backward_torch_cannot_take_is_an_error_that_says_how_to_simulate_without_it():
+    """The CPU's backward pass stands in for the IPU's to update the weights; torch cannot differentiate
+    floor_divide, nor a loss no trainable weight reaches: its RuntimeError became the simulator's error, naming
+    computeOutputsOnCpu(False), with which the training step simulates."""
+    class Floored(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            return poptorch.identity_loss(torch.floor_divide(x * self.w, 2).sum(), "none")
+
+    class Detached(Floored):
+        def forward(self, x):
+            return poptorch.identity_loss((x * self.w).detach().sum(), "none")
+
+    for net, why in ((Floored, "derivative for aten::floor_divide is not implemented"),
+                     (Detached, "the loss does not depend on any trainable weight")):
+        m = net()
+        with pytest.raises(poptorch.Error, match=f"the CPU's backward pass.* fails: {why}\\. .*"
+                                                 r"computeOutputsOnCpu\(False\)"):
+            poptorch.trainingModel(m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))(torch.rand(4, 4))
+        opts = poptorch.Options().computeOutputsOnCpu(False)
+        m = net()
+        model = poptorch.trainingModel(m, opts, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+        model(torch.rand(4, 4))
+        assert model.simulation.cycle_count > 0

@@ -620,7 +620,7 @@ class PoplarExecutor:
                         out = call(step, acc, r)
                         loss = self._loss_of(out)
                         loss = loss if loss.dim() == 0 else loss.sum()
-                        (loss * scale if scale != 1.0 else loss).backward()
+                        _cpu_backward(loss * scale if scale != 1.0 else loss)
                         results[step, acc, r] = pytree.tree_map(_detached, out)
                         if running:  # every weight's gradient a running mean, in the accumulator's dtype
                             _accumulate(params, accum, sums, mean_of=acc * replicas + r + 1)
@@ -1102,6 +1102,23 @@ def _optimizer_step(optimizer, params, unscale: float = 1.0, before_update=None)
             if isinstance(value, torch.Tensor) and value.is_floating_point() and kept != value.dtype \
                     and kept in _LOW_PRECISION:
                 value.copy_(value.to(kept))
+
+
+def _cpu_backward(loss) -> None:
+    """The CPU's backward pass of a call's loss, which stands in for the IPU's to update the weights the next call
+    reads; where torch cannot take it (a loss no trainable weight reaches, an op torch does not differentiate, as
+    floor_divide), the error says so and how to simulate without it."""
+    try:
+        loss.backward()
+    except RuntimeError as e:
+        why = str(e).splitlines()[0]
+        if "does not require grad" in why:
+            why = "the loss does not depend on any trainable weight"
+        elif "derivative for" not in why:
+            raise
+        raise error(f"the CPU's backward pass, which stands in for the IPU's to update the model's weights, fails: "
+                    f"{why}. The simulated call does not need it: opts.computeOutputsOnCpu(False) (or "
+                    "IPUSIM_CPU_OUTPUTS=0) simulates the training step and leaves the weights as they are") from e
 
 
 def _refuse_backward(*args, **kwargs):
