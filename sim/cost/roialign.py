@@ -25,10 +25,10 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .vector import whole_number_table
+from .vector import INDEX_BYTES, whole_number_table
 
-#: bytes of a box's batch index (int32 on the device)
-INDEX_BYTES = 4
+#: a box's coordinates (x1, y1, x2, y2), each vertex's input
+BOX = 4
 
 
 @lru_cache(maxsize=1)
@@ -75,7 +75,7 @@ def forward_plan(data_shape: tuple, rois: int, out_hw: tuple, sampling: int, ite
     per_tile = math.ceil(vertices / tiles)
     compute, launch = _tile_cycles(per_tile, ah * aw, vertex_cycles()["per_sample"], ipu.worker_threads)
     maps = min(per_tile, c)  # the channels a tile's vertices read, each channel's map of every image
-    received = maps * n * h * w * itemsize + per_tile * 4 * itemsize + rois * INDEX_BYTES
+    received = maps * n * h * w * itemsize + per_tile * BOX * itemsize + rois * INDEX_BYTES  # (the batch indices)
     grid = per_tile * ah * aw
     return RoiAlignPlan(compute, launch, received, 1, 0, min(vertices, tiles), grid,
                         (rois, c, sampling, sampling, ah, aw), (2, 3), received + grid * itemsize,
@@ -95,7 +95,7 @@ def grad_plan(data_shape: tuple, rois: int, out_hw: tuple, sampling: int, itemsi
     pairs = math.ceil(c * group / tiles)  # (channel, box of the group) pairs a tile holds
     per_tile = pairs * grid
     compute, launch = _tile_cycles(per_tile, ah * aw, vertex_cycles()["per_sample_grad"], workers)
-    received = per_tile * (ah * aw + 4) * itemsize + rois * INDEX_BYTES
+    received = per_tile * (ah * aw + BOX) * itemsize + rois * INDEX_BYTES
     buffer = pairs * n * grid * h * w
     working = math.ceil(rois / group)
     return RoiAlignPlan(compute, launch, received, working, rois // group + 1 - working, min(c * group, tiles),

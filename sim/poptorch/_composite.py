@@ -107,8 +107,8 @@ def decomposed(cap, n, args, kwargs, sym_args, sym_kwargs, key: str, desc: str, 
     try:
         _Inline(gm, cap, map_node, [sym_leaves[i] for i in where]).run(*tensors)
     except UnsupportedOpError as inner:
-        raise UnsupportedOpError(f"{inner} (reached from {desc}, whose ops PopTorch's dispatcher sees one by "
-                                 f"one; sim.poptorch.register_op({key!r}, fn) prices the whole call instead)") from inner
+        raise UnsupportedOpError(f"{inner} (reached from {desc}, whose ops PopTorch's dispatcher sees one by one; "
+                                 f"sim.poptorch.register_op({key!r}, fn) prices the whole call instead)") from inner
     finally:
         b._scopes = scopes
     (out,) = [c for c in gm.graph.nodes if c.op == "output"]
