@@ -1844,3 +1844,53 @@ def test_a_cpu_backward_torch_cannot_take_is_an_error_that_says_how_to_simulate_
         model = poptorch.trainingModel(m, opts, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
         model(torch.rand(4, 4))
         assert model.simulation.cycle_count > 0
+
+
+def test_a_weight_computed_by_a_parametrization_or_a_hook_is_computed_on_the_device_and_its_original_trains():
+    """A parametrized layer (torch.nn.utils.parametrizations) or one whose forward pre-hook computes its weight
+    (the older nn.utils.spectral_norm) was kept whole, its weight read as a constant: nothing computed it and the
+    original did not train. PopTorch's dispatcher sees the computation, so the layer is traced through, hooks and
+    all: spectral_norm's power iteration and sigma (mv and dot: BlasOps.cpp's matmulHandler) run each call and
+    weight_orig trains. The parametrized spectral_norm reaches torch.vdot and orthogonal a tril of a computed
+    tensor, which PopTorch has no handler for, and are refused."""
+    class Loss(nn.Module):
+        def __init__(self, layer):
+            super().__init__()
+            self.m = layer
+
+        def forward(self, x):
+            return poptorch.identity_loss(self.m(x).square().mean(), "none")
+
+    net = Loss(nn.utils.spectral_norm(nn.Linear(8, 8)))
+    model = poptorch.trainingModel(net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+    model(torch.rand(2, 8))
+    g = model.executable.graph
+    forward = [op.kind for op in g.ops if op.pass_ == "forward"]
+    assert forward.count("matmul") == 5 and forward.count("div") == 3  # u, v twice; sigma; W / sigma; the layer
+    assert {op.inputs[0] for op in g.ops if op.kind == "sgd_update"} == {"m.weight_orig", "m.bias"}
+    for layer, op in ((torch.nn.utils.parametrizations.spectral_norm(nn.Linear(8, 8)), "vdot"),
+                      (torch.nn.utils.parametrizations.orthogonal(nn.Linear(8, 8)), "tril")):
+        with pytest.raises(sim.UnsupportedOpError, match=f"no cost for aten\\.{op}\\.default .*parametrizations"):
+            poptorch.inferenceModel(layer.eval())(torch.rand(2, 8))
+
+
+def test_mv_dot_and_addmv_are_popart_matmuls():
+    """BlasOps.cpp: mv and dot through matmulHandler (a MatMul of the vector viewed as a column or row),
+    addmv through addmvHandler (MatMul, Mul by alpha, Mul of the input by beta and Add; beta 0 leaves the input
+    out)."""
+    class Blas(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(6, 8)), nn.Parameter(torch.rand(6))
+
+        def forward(self, x):
+            v = torch.mv(self.w, x)
+            return torch.dot(v, v), torch.addmv(self.b, self.w, x, beta=0.5, alpha=2.0), torch.addmv(self.b, self.w, x,
+                                                                                                     beta=0)
+
+    net, x = Blas(), torch.rand(8)
+    model = poptorch.inferenceModel(net)
+    for got, want in zip(model(x), net(x)):
+        torch.testing.assert_close(got, want)
+    kinds = [op.kind for op in model.executable.graph.ops if op.kind != "reshape"]
+    assert kinds == ["matmul", "matmul", "matmul", "scale", "scale", "add", "matmul", "scale"]

@@ -40,7 +40,7 @@ from ._precision import implicit_casts, in_place
 from ._values import Lazy, sim_dtype, sim_shape
 from ._device import ipu_device
 from ._errors import Error, error
-from .annotations import block_hooks
+from .annotations import _BlockHook, block_hooks
 
 @dataclass
 class Captured:
@@ -61,6 +61,13 @@ class Captured:
 NO_GRAD = "sim_no_grad"
 
 
+def _user_hooks(m: torch.nn.Module) -> bool:
+    """Whether ``m`` has forward (pre-)hooks other than the simulator's own block annotations: torch.fx runs a
+    module's hooks when it traces through the module, and none when it keeps the module as one node."""
+    hooks = list(m._forward_pre_hooks.values()) + list(m._forward_hooks.values())
+    return any(not isinstance(h, _BlockHook) for h in hooks)
+
+
 class _Tracer(torch.fx.Tracer):
     """An fx tracer that keeps the layers the mapper knows whole and stamps annotations."""
 
@@ -71,7 +78,13 @@ class _Tracer(torch.fx.Tracer):
 
     def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
         """A layer with a rule, unless it is a subclass with a forward of its own (GPT-2's
-        ``SerializedLinear(nn.Linear)`` serialises its matmul there): that is traced through."""
+        ``SerializedLinear(nn.Linear)`` serialises its matmul there) or a parametrized one (``spectral_norm``,
+        ``orthogonal``, ``register_parametrization``: its weight is computed from the trained original on every
+        call, as PopTorch's dispatcher sees it) or one with forward hooks of the model's own (the older
+        ``nn.utils.spectral_norm`` and ``weight_norm`` compute the weight in one): those are traced through, their
+        hooks with them."""
+        if torch.nn.utils.parametrize.is_parametrized(m) or _user_hooks(m):
+            return False
         if type(m) in self._leaf_types:
             return True
         return any(isinstance(m, t) and type(m).forward is t.forward for t in self._leaf_types)

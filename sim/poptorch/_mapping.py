@@ -459,15 +459,18 @@ def _attention(ctx: OpContext):
 
 
 def _addmm(ctx: OpContext):
-    """addmm / baddbmm: ``beta * input + alpha * (a @ b)``, as PopTorch lowers them: addmm a Gemm, which PopART's
-    ONNX pass makes MatMul, Scale by each factor (an identity, removed, for 1) and Add; baddbmm (BlasOps.cpp
+    """addmm / baddbmm / addmv: ``beta * input + alpha * (a @ b)``, as PopTorch lowers them: addmm a Gemm, which
+    PopART's ONNX pass makes MatMul, Scale by each factor (an identity, removed, for 1) and Add; baddbmm (BlasOps.cpp
     baddbmmHandler) MatMul, Mul by alpha, Mul of the input by beta and Add whatever the factors (a Mul by a
-    constant 1 stays). The result has the product's shape."""
+    constant 1 stays); addmv (addmvHandler) the same, without the input's term when beta is 0. The result has the
+    product's shape."""
     bias, a, b = ctx.sarg(0), ctx.sarg(1), ctx.sarg(2)
     beta, alpha = ctx.arg(3, "beta", 1), ctx.arg(4, "alpha", 1)
     y = _matmul(ctx, a, b)
-    if ctx.key == "baddbmm":
+    if ctx.key in ("baddbmm", "addmv"):  # addmvHandler: the same, but a factor of 0 leaves its term out
         y = ctx.op("scale", [y], {"factor": float(alpha)}, name="alpha")
+        if ctx.key == "addmv" and beta == 0:
+            return y
         bias = ctx.op("scale", [bias], {"factor": float(beta)}, output=ctx.args[0], name="beta")
         return ctx.op("add", [y, bias], name="add")
     if alpha != 1:
@@ -1320,7 +1323,8 @@ RULES = {
     "alpha_dropout": _alpha_dropout, "feature_alpha_dropout": _alpha_dropout,
     # dense algebra
     "linear": _linear, "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "__rmatmul__": _matmul,
-    "addmm": _addmm, "baddbmm": _addmm, "conv2d": batch_of_one(_conv), "convolution": _conv,
+    "mv": _matmul, "dot": _matmul,  # BlasOps.cpp: matmulHandler for both
+    "addmm": _addmm, "baddbmm": _addmm, "addmv": _addmm, "conv2d": batch_of_one(_conv), "convolution": _conv,
     "scaled_dot_product_attention": _attention,
     # normalisations and pooling
     "batch_norm": _batch_norm, "native_batch_norm": _batch_norm,
