@@ -31,8 +31,8 @@ _GRAPHS: dict = {}
 
 def _composite_graph(n, args, kwargs, key: str):
     """The ATen graph of the call ``n`` makes on ``args`` / ``kwargs`` (placeholders: its tensor arguments in
-    pytree order) and those arguments' places, or None when the call records as the op itself (a kernel) or
-    cannot be recorded."""
+    pytree order), the arguments' leaves and the tensors' places among them; None when the call records as the
+    op itself (a kernel) or cannot be recorded."""
     flat, spec = pytree.tree_flatten((args, kwargs), is_leaf=_leaf)
     where = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
     signature = (n.op, n.target, str(spec), tuple((tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor)
@@ -42,7 +42,7 @@ def _composite_graph(n, args, kwargs, key: str):
             _GRAPHS.clear()
         _GRAPHS[signature] = _record(n, flat, spec, where, key)
     graph = _GRAPHS[signature]
-    return None if graph is None else (graph, where)
+    return None if graph is None else (graph, flat, where)
 
 
 def _record(n, flat: list, spec, where: list[int], key: str):
@@ -95,9 +95,8 @@ def decomposed(cap, n, args, kwargs, sym_args, sym_kwargs, key: str, desc: str, 
     found = _composite_graph(n, args, kwargs, key)
     if found is None:
         return False, None
-    gm, where = found
+    gm, flat, where = found
     sym_leaves = pytree.tree_leaves((sym_args, sym_kwargs), is_leaf=_leaf)
-    flat = pytree.tree_leaves((args, kwargs), is_leaf=_leaf)
     if len(sym_leaves) != len(flat):
         return False, None
     tensors = [flat[i] for i in where]

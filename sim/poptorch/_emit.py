@@ -113,11 +113,11 @@ def average_pool(ctx, x, out, attrs: dict, padding: tuple) -> str:
     ``count_include_pad`` (torch's default) and ``padding`` (per spatial dim), a constant Pad first and the pool
     unpadded; a half (or any non-float) input cast to float, pooled and cast back (PopART's AveragePool takes float
     only). ``attrs`` are the pool's (their ``padding`` dropped once padded)."""
-    src, in_shape = ctx.args[0], ctx.cap.g.tensors[ctx.t(x)].shape  # (an unbatched input viewed with a batch of 1)
+    src = ctx.args[0]
     include = ctx.module.count_include_pad if ctx.module is not None else ctx.arg(5, "count_include_pad", True)
     if include and any(padding):
         k = len(padding)
-        shape = tuple(in_shape[:-k]) + tuple(d + 2 * p for d, p in zip(in_shape[-k:], padding))
+        shape = tuple(src.shape[:-k]) + tuple(d + 2 * p for d, p in zip(src.shape[-k:], padding))
         x = emit(ctx, "pad", [x], shape, src.dtype, {"mode": "constant"}, "pad")
         attrs = dict(attrs, padding=0)
     if src.dtype == torch.float32:
@@ -192,20 +192,29 @@ def embedding_flags_refused(ctx, sparse, scale_grad_by_freq, max_norm=None) -> N
                         "renorm of max_norm): leave them at their defaults")
 
 
-def batch_of_one(rule):
-    """``rule`` of a convolution layer, also for an unbatched input (``(C, *field)``, which torch's convolutions
-    take): ATen's ``conv2d`` / ``conv_transpose1d`` / ... unsqueeze it to a batch of one before the convolution
-    PopTorch's dispatcher sees and squeeze the result, so the input is viewed as ``(1, C, *field)``, the rule runs
-    on that, and its result is viewed back."""
-    def wrapped(ctx):
+def batch_of_one(rule, fields: int | None = None):
+    """``rule`` of a convolution or a pool, also for an unbatched input (``(C, *field)``, which torch's layers take):
+    ATen's ``conv2d`` / ``conv_transpose1d`` / ... unsqueeze it to a batch of one before the convolution PopTorch's
+    dispatcher sees and squeeze the result, and PopTorch's poolingHandler reshapes it so, so the input is viewed as
+    ``(1, C, *field)``, the rule runs on that, and its result is viewed back. ``fields``: the layer's field
+    dimensions (default: a convolution's, from its weight)."""
+    def wrapped(ctx, *args, **kwargs):
         x = ctx.args[0] if ctx.args else None
-        weight = getattr(ctx.module, "weight", None) if ctx.module is not None else ctx.arg(1, "weight")
-        if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() == weight.dim() - 1):
-            return rule(ctx)
+        if fields is None:
+            weight = getattr(ctx.module, "weight", None) if ctx.module is not None else ctx.arg(1, "weight")
+            batched = weight.dim() if isinstance(weight, torch.Tensor) else None
+        else:
+            batched = fields + 2
+        if not (isinstance(x, torch.Tensor) and batched is not None and x.dim() == batched - 1):
+            return rule(ctx, *args, **kwargs)
         one = copy.copy(ctx)
         one.args = (x.unsqueeze(0),) + tuple(ctx.args[1:])
         one.sym_args = (emit(ctx, "reshape", [ctx.sarg(0)], (1,) + tuple(x.shape), x.dtype, name="batched"),) + \
             tuple(ctx.sym_args[1:])
-        one.output = ctx.output.unsqueeze(0)
-        return ctx.op("reshape", [rule(one)], output=ctx.output, name="unbatched")
+        one.output = pytree.tree_map(lambda t: t.unsqueeze(0) if isinstance(t, torch.Tensor) else t, ctx.output)
+        result = rule(one, *args, **kwargs)
+        many = isinstance(result, tuple)  # (a max pool's values, None for the indices it does not return)
+        first = ctx.output[0] if isinstance(ctx.output, (tuple, list)) else ctx.output
+        y = ctx.op("reshape", [result[0] if many else result], output=first, name="unbatched")
+        return (y,) + result[1:] if many else y
     return wrapped

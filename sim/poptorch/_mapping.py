@@ -662,20 +662,13 @@ def _pool(kind):
             padding = ctx.arg(3, "padding", 0)
         attrs = {"kernel": spatial_attr(_pair(kernel, 1)), "stride": spatial_attr(_pair(stride or kernel, 1)),
                  "padding": spatial_attr(_pair(padding, 0))}
-        pooled = out
-        if src.dim() == 3:  # unbatched (C, H, W): poolingHandler pools it as (1, C, H, W) and views the result back
-            x = emit(ctx, "reshape", [x], (1,) + tuple(src.shape), src.dtype, name="batched")
-            pooled = out.unsqueeze(0)
         if kind == "avgpool" and not adaptive:
-            y = average_pool(ctx, x, pooled, attrs, _pair(padding, 0))
-        else:
-            y = ctx.op(kind, [x], attrs, output=pooled, name=kind)
-        if pooled is not out:
-            y = ctx.op("reshape", [y], output=out, name="unbatched")
+            return average_pool(ctx, x, out, attrs, _pair(padding, 0))
+        y = ctx.op(kind, [x], attrs, output=out, name=kind)
         if isinstance(ctx.output, (tuple, list)):
             return (y,) + (None,) * (len(ctx.output) - 1)
         return y
-    return rule
+    return batch_of_one(rule, fields=2)  # an unbatched (C, H, W) input: poolingHandler pools it as (1, C, H, W)
 
 
 def _embedding(ctx: OpContext, ids=None, table=None):
@@ -1211,6 +1204,28 @@ def _serialized_matmul(ctx: OpContext):
     return out
 
 
+#: ATen kernels (not composites the dispatcher would split into other ops) that PopTorch has no handler for, so its
+#: compiler stops at them ("Unsupported ops found in compiled model", ErrorOnUnsupportedAten.cpp): what the error
+#: adds after the op's name, and what to write instead
+NO_HANDLER = {
+    "fmax": ("", "use torch.maximum (the same but where an operand is NaN)"),
+    "fmin": ("", "use torch.minimum (the same but where an operand is NaN)"),
+    "logical_xor": ("", "use a != b on booleans, or torch.bitwise_xor"),
+    "index_copy": (" (Hugging Face's StaticCache writes its keys and values with it)",
+                   "write the slices with an index_put, `t[:, :, pos] = src` (PopTorch's indexPutHandler), or "
+                   "poptorch.dynamic_update"),
+    "huber_loss": (" (its tests list HuberLoss as to do, T42770)", "smooth_l1_loss(x, y, beta=delta) * delta is "
+                   "the same"),
+}
+
+
+def _no_handler(ctx: OpContext):
+    name = ctx.key.rstrip("_")
+    where, instead = NO_HANDLER[name]
+    ctx.unsupported(f"PopTorch has no handler for aten::{name}{where}, a kernel rather than a composite of other "
+                    f"ops, so its compiler stops with \"Unsupported ops found in compiled model\"; {instead}")
+
+
 def _annotation_rule(ctx: OpContext):
     key = ctx.key
     if key == "serialized_matmul":
@@ -1363,6 +1378,7 @@ RULES = {
     # constants made in the model
     **{k: _constant for k in ("zeros_like", "ones_like", "full_like", "empty_like", "new_zeros",
                               "new_ones", "new_full", "new_empty", "new_tensor", "scalar_tensor")},
+    **{k: _no_handler for k in NO_HANDLER},
     # collectives across replicas (poptorch.experimental)
     **{k: _cross_replica_rule for k in _CROSS_REPLICA},
     # PopTorch's annotations

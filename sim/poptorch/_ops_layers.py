@@ -744,11 +744,6 @@ def _finish_loss(ctx, terms: str, shape, dtype):
     return y
 
 
-def _huber_loss(ctx):
-    ctx.unsupported("PopTorch has no handler for aten::huber_loss (its tests list HuberLoss as to do, T42770); "
-                    "smooth_l1_loss(x, y, beta=delta) * delta is the same")
-
-
 def _elementwise_loss(ctx):
     """An element-wise loss as the PopART ops PopTorch's handler builds (:func:`_loss_ops`), then reduced."""
     reals = [a for a in list(ctx.args) + list(ctx.kwargs.values()) if isinstance(a, torch.Tensor)]
@@ -865,7 +860,6 @@ RULES = {
     "upsample_nearest2d": _interpolate, "upsample_nearest3d": _interpolate, "upsample_bicubic2d": _interpolate,
     "upsample_bilinear2d": _interpolate, "upsample_linear1d": _interpolate, "upsample_trilinear3d": _interpolate,
     **{name: _elementwise_loss for name in _LOSSES},
-    "huber_loss": _huber_loss,
     "cosine_embedding_loss": _cosine_embedding_loss, "triplet_margin_loss": _triplet_margin_loss,
 }
 

@@ -352,21 +352,6 @@ def _tensor_args(ctx) -> list:
     return syms
 
 
-#: ATen kernels (not composites the dispatcher would split) that PopTorch has no handler for, so its compiler stops
-#: at them ("Unsupported ops found in compiled model"), with what to write instead
-NO_HANDLER = {
-    "fmax": "torch.maximum (the same but where an operand is NaN)",
-    "fmin": "torch.minimum (the same but where an operand is NaN)",
-    "logical_xor": "a != b on booleans, or torch.bitwise_xor",
-}
-
-
-def _no_handler(ctx):
-    name = ctx.key.rstrip("_")
-    ctx.unsupported(f"PopTorch has no handler for aten::{name}, a kernel rather than a composite of other ops, so "
-                    f"its compiler stops with \"Unsupported ops found in compiled model\"; use {NO_HANDLER[name]}")
-
-
 def _distribution_sample(ctx):
     """``torch.distributions`` samplers reach here as their ATen generators."""
     return _random(ctx)
@@ -388,7 +373,6 @@ RULES = {
     "tanhshrink": _tanhshrink, "softmin": _softmin, "isinf": _isinf, "square": _square,
     "reciprocal": _reciprocal, "rsqrt": _rsqrt,
     **{name: _random for name in RANDOM},
-    **{name: _no_handler for name in NO_HANDLER},
 }
 
 MODULE_RULES = {

@@ -253,14 +253,6 @@ def _index_fill(ctx):
     return emit_map(ctx, ["select"], [ctx.sarg(0, "input")], [["select"]])
 
 
-def _index_copy(ctx):
-    """index_copy: PopTorch has no handler for it (its supported ops are index_fill_ and index_put_, and ATen's
-    index_copy is a kernel, not a composite its dispatcher would see as other ops)."""
-    ctx.unsupported("PopTorch has no handler for aten::index_copy (Hugging Face's StaticCache writes its keys and "
-                    "values with it); write the slices with an index_put, `t[:, :, pos] = src` (PopTorch's "
-                    "indexPutHandler), or poptorch.dynamic_update")
-
-
 def _roll(ctx):
     """roll: the two slices of each rolled dim concatenated the other way round (views)."""
     return ctx.op("concat", [ctx.sarg(0, "input")], {"axis": 0, "op": "roll"})
@@ -547,7 +539,7 @@ RULES = {
     "gather": _gather, "take_along_dim": _gather, "index_select": _index_select,
     "index": _index,
     "scatter": _scatter, "scatter_add": _scatter, "scatter_reduce": _scatter, "index_reduce": _scatter,
-    "index_fill": _index_fill, "index_put": _index_put, "index_put_": _index_put, "index_copy": _index_copy,
+    "index_fill": _index_fill, "index_put": _index_put, "index_put_": _index_put,
     "roll": _roll, "one_hot": _one_hot,
     "pad": _pad, "constant_pad_nd": _pad, "reflection_pad1d": _pad, "reflection_pad2d": _pad,
     "reflection_pad3d": _pad, "replication_pad1d": _pad, "replication_pad2d": _pad, "replication_pad3d": _pad,
