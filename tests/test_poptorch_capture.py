@@ -599,20 +599,20 @@ class Swish(nn.Module):
         return F.silu(self.fc(x))
 
 
-class Rot90(nn.Module):  # PopTorch has no handler for rot90, and no rule prices it here
+class Hypot(nn.Module):  # PopTorch has no handler for hypot, and no rule prices it here
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(8, 8)
 
     def forward(self, x):
-        return torch.rot90(self.fc(x), 1, (0, 1))
+        return torch.hypot(self.fc(x), x)
 
 
 def test_unknown_op_names_the_op_and_how_to_price_it():
     with pytest.raises(sim.UnsupportedOpError) as e:
-        poptorch.inferenceModel(Rot90())(torch.randn(2, 8))
+        poptorch.inferenceModel(Hypot())(torch.randn(2, 8))
     msg = str(e.value)
-    assert "torch.rot90" in msg
+    assert "torch.hypot" in msg
     assert "sim.poptorch.register_op" in msg and "ctx.custom(vertices=" in msg
 
 
@@ -711,7 +711,8 @@ def test_aten_composites_without_a_rule_run_as_the_ops_they_call():
         def forward(self, x):
             return torch.logit(x.sigmoid())
 
-    with pytest.raises(sim.UnsupportedOpError, match=r"no cost for torch\.logit \(node 'logit'\)\. Give"):
+    with pytest.raises(sim.UnsupportedOpError, match=r"no cost for torch\.logit \(node 'logit'\): PopTorch has no "
+                                                     r"handler for aten::logit, .*\. Give"):
         poptorch.inferenceModel(Kernel())(torch.randn(4, 4))
 
     class Distances(nn.Module):
@@ -723,6 +724,82 @@ def test_aten_composites_without_a_rule_run_as_the_ops_they_call():
                                                      r"sim\.poptorch\.register_op\('pdist', fn\) prices the whole call "
                                                      r"instead\)"):
         poptorch.inferenceModel(Distances())(torch.randn(4, 4))
+
+
+def test_explicit_composites_run_as_the_ops_their_kernels_call():
+    """rot90, deg2rad, rad2deg and dist are CompositeExplicitAutograd: ATen's kernel runs on the IPU ahead of
+    PopTorch's fallback, so PopTorch lowers the ops it calls (a flip and a transpose; a multiply by the constant,
+    an integer input cast first; the difference's norm), and each is priced as those ops, named under the call."""
+    class Explicit(nn.Module):
+        def forward(self, x, y, n):
+            return (torch.rot90(x, 1, (0, 1)), torch.rot90(x, 2, (0, 1)), torch.rot90(x, -1, (1, 0)),
+                    torch.deg2rad(x), torch.rad2deg(n), torch.dist(x, y, 1))
+
+    x, y, n = torch.randn(4, 6), torch.randn(4, 6), torch.arange(24).reshape(4, 6)
+    model = poptorch.inferenceModel(Explicit())
+    for got, want in zip(model(x, y, n), Explicit()(x, y, n)):
+        assert torch.allclose(got, want)
+    g = model.executable.graph
+    assert [(op.name, op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [
+        ("rot90/reverse", "copy", (4, 6)), ("rot90/transpose", "transpose", (6, 4)),
+        ("rot90/reverse_2", "copy", (4, 6)),
+        ("rot90/reverse_3", "copy", (4, 6)), ("rot90/transpose_2", "transpose", (6, 4)),
+        ("deg2rad/mul", "scale", (4, 6)),
+        ("rad2deg/_to_copy", "cast", (4, 6)), ("rad2deg/mul", "scale", (4, 6)),
+        ("dist/sub", "sub", (4, 6)), ("dist/abs", "abs", (4, 6)), ("dist/linalg_vector_norm", "reduce_sum", (1,))]
+    assert g.tensors[g.ops[6].outputs[0]].dtype == "float32"
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda x: torch.hypot(x, x), r"torch\.hypot \(node 'hypot'\): PopTorch has no handler for aten::hypot, so its "
+                                  r"compiler stops with \"Unsupported ops found in compiled model\"\. Give it one"),
+    (lambda x: torch.trace(x), r"no handler for aten::trace, .*; \(x \* torch\.eye\(\*x\.shape\)\)\.sum\(\) is "
+                               r"the same\. Give"),
+    (lambda x: torch.nonzero(x), r"its output's shape depends on the tensor's values, which PopTorch refuses: \"The "
+                                 r"IPU cannot support dynamic output shapes\""),
+    (lambda x: torch.argwhere(x), r"aten\.nonzero\.default .*dynamic output shapes.*reached from torch\.argwhere"),
+    (lambda x: torch.diagonal(x), r"aten::diagonal makes an as_strided view, which PopTorch's handler refuses "
+                                  r"\(\"InternalError: aten::as_strided should have been intercepted earlier\"\); "
+                                  r"for a square x"),
+    (lambda x: torch.cov(x), r"ATen's composite for aten::cov reads the tensor's values on the host"),
+    (lambda x: x.clone().random_(4), r"PopTorch's handler for aten::random_ reads both bounds")])
+def test_an_op_without_a_rule_says_whether_poptorch_could_lower_it(call, says):
+    """The error of an ATen op without a rule says why PopTorch would not run it either: no handler (its
+    compiler's "Unsupported ops found in compiled model"), an output shaped by values, an as_strided view, a
+    composite reading values; with what to write instead where there is a plain equivalent."""
+    class Net(nn.Module):
+        def forward(self, x):
+            return call(x)
+
+    with pytest.raises(sim.UnsupportedOpError, match=says):
+        poptorch.inferenceModel(Net())(torch.rand(4, 4))
+
+
+def test_random_is_an_int32_uniform_draw_cast_to_the_tensor_s_type():
+    """x.random_(low, high): PopTorch's randomHandler draws int32 uniforms in [low, high - 1] and casts them."""
+    class Net(nn.Module):
+        def forward(self, x):
+            return x.clone().random_(2, 5) * x
+
+    model = poptorch.inferenceModel(Net())
+    model(torch.rand(4, 4))
+    g = model.executable.graph
+    assert [(op.kind, g.tensors[op.outputs[0]].dtype) for op in g.ops] == [
+        ("random_uniform", "int32"), ("cast", "float32"), ("mul", "float32")]
+
+
+def test_every_op_poptorch_lowers_has_a_rule_but_these():
+    """sim.poptorch prices every ATen op PopTorch 3.4 has a handler for (sim/poptorch/_handlers.py), except these:
+    constants and the values the dispatcher intercepts (folded, or host-side, before any rule); ops only PopTorch's
+    TorchScript front end or another device's kernels make; ops the capture meets as something else
+    (F.multilabel_soft_margin_loss as torch's Python composite, nll_loss2d inside nll_loss_nd's rule); and
+    as_strided, which its handler refuses."""
+    from sim.poptorch import _handlers, _mapping
+    missing = sorted(n for n in _handlers.HANDLED if not _mapping.RULES.get(n) and not _mapping.RULES.get(n.rstrip("_")))
+    assert missing == ["Int", "_local_scalar_dense", "_reshape_alias", "_weight_norm_interface", "arange", "as_strided",
+                       "convolution_overrideable", "empty", "empty_strided", "full", "is_complex", "item",
+                       "mkldnn_convolution", "multilabel_soft_margin_loss", "nll_loss2d", "nll_loss2d_forward", "ones",
+                       "size", "unsafe_chunk", "zeros"]
 
 
 def test_a_branch_on_values_inside_a_torch_function_names_both_lines():

@@ -488,8 +488,9 @@ def test_an_op_without_a_rule_says_what_to_register_its_rule_under():
         def forward(self, x):
             return torch.cummax(x, dim=-1).values
 
-    with pytest.raises(sim.UnsupportedOpError, match=r"no cost for torch\.cummax \(node 'cummax'\)\. Give it one "
-                                                     r"with sim\.poptorch\.register_op\('cummax', fn\)"):
+    with pytest.raises(sim.UnsupportedOpError, match=r"no cost for torch\.cummax \(node 'cummax'\): PopTorch has no "
+                                                     r"handler for aten::cummax, .*\. Give it one with "
+                                                     r"sim\.poptorch\.register_op\('cummax', fn\)"):
         poptorch.inferenceModel(Cummax())(torch.randn(2, 8))
     with pytest.raises(sim.UnsupportedOpError, match=r"Give it one with sim\.poptorch\.register_op\("
                                                      r"torch\.nn\.modules\.rnn\.LSTM, fn\)"):
@@ -1551,8 +1552,9 @@ def test_kernels_poptorch_has_no_handler_for_are_refused(call, instead):
         def forward(self, x, t):
             return call(x, t)
 
-    with pytest.raises(sim.UnsupportedOpError, match=r"no handler for aten::(fmax|fmin|logical_xor), a kernel .*"
-                                                     r"Unsupported ops found in compiled model.*" + instead):
+    with pytest.raises(sim.UnsupportedOpError, match=r"no handler for aten::(fmax|fmin|logical_xor), so its "
+                                                     r"compiler stops with \"Unsupported ops found in compiled "
+                                                     r"model\"; " + instead):
         poptorch.inferenceModel(Net())(torch.randn(3, 5), torch.randn(3, 5))
 
 

@@ -11,9 +11,13 @@ on the data), which the capture's torch.export fallback then takes."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                           unset_fake_temporarily)
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..errors import UnsupportedOpError
@@ -23,6 +27,52 @@ def _leaf(x) -> bool:
     """A pytree leaf of a call's arguments and of their graph values alike (None and tensors included)."""
     return not isinstance(x, (list, tuple, dict))
 
+
+def _rot90(x, k: int = 1, dims=(0, 1)):
+    """aten::rot90's composite kernel (TensorTransformations.cpp): a flip, then a transpose for an odd ``k``."""
+    d0, d1 = dims
+    turns = k % 4
+    if turns == 0:
+        return x.clone()
+    if turns == 2:
+        return x.flip([d0, d1])
+    return x.flip([d1 if turns == 1 else d0]).transpose(d0, d1)
+
+
+def _angle_unit(factor: float, in_place: bool = False):
+    """aten::deg2rad / rad2deg's composite kernels (UnaryOps.cpp): a multiply by the constant ``factor``, an
+    integer input made the default float type first."""
+
+    def kernel(x):
+        if in_place:
+            return x.mul_(factor)
+        if not (x.is_floating_point() or x.is_complex()):
+            x = x.to(torch.get_default_dtype())
+        return torch.mul(x, factor)
+
+    return kernel
+
+
+def _dist(x, y, p=2):
+    """aten::dist's composite kernel (ReduceOps.cpp): the norm of the difference."""
+    return torch.norm(x - y, p)
+
+
+_aten = torch.ops.aten
+_DEGREE = math.pi / 180
+
+#: ops ATen implements as ``CompositeExplicitAutograd`` kernels over other ops: the kernel runs on the IPU too, ahead
+#: of PopTorch's fallback, so PopTorch lowers the ops it calls; make_fx would record the op itself, so each is
+#: recorded through its kernel's ops, written out here
+EXPLICIT_COMPOSITES = {
+    _aten.rot90.default: _rot90,
+    _aten.deg2rad.default: _angle_unit(_DEGREE), _aten.deg2rad_.default: _angle_unit(_DEGREE, True),
+    _aten.rad2deg.default: _angle_unit(1 / _DEGREE), _aten.rad2deg_.default: _angle_unit(1 / _DEGREE, True),
+    _aten.dist.default: _dist,
+}
+
+#: the ops whose recording stopped at a read of a tensor's value (a check or a branch on the host)
+READS_VALUES: set[str] = set()
 
 #: recorded graphs by call signature (the target and its arguments' shapes, dtypes and plain values): a layer's
 #: composite called once a block is recorded once
@@ -60,8 +110,11 @@ def _record(n, flat: list, spec, where: list[int], key: str):
     try:
         with unset_fake_temporarily():
             examples = [torch.empty(flat[i].shape, dtype=flat[i].dtype, device=flat[i].device) for i in where]
-            gm = make_fx(call, tracing_mode="fake")(*examples)
-    except Exception:  # noqa: BLE001 - not recordable on its own (a value read, a Python-side effect): no rule
+            gm = make_fx(call, EXPLICIT_COMPOSITES, tracing_mode="fake")(*examples)
+    except (DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode):
+        READS_VALUES.add(key)
+        return None
+    except Exception:  # noqa: BLE001 - not recordable on its own (a Python-side effect): no rule
         return None
     called = [c for c in gm.graph.nodes if c.op == "call_function" and isinstance(c.target, torch._ops.OpOverload)]
     if any(c.target._opname.rstrip("_") == key.rstrip("_") for c in called):

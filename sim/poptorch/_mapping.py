@@ -11,8 +11,8 @@ Unknown ops raise :class:`sim.UnsupportedOpError` naming the op. Give one a cost
 
     import torch, sim.poptorch as poptorch
 
-    # price torch.rot90 as a copy into the output's shape (a rearrangement)
-    poptorch.register_op(torch.rot90, lambda ctx: ctx.op("copy", ctx.inputs[:1]))
+    # price torch.hypot (PopTorch has no handler for it) as one element-wise op over its two inputs
+    poptorch.register_op(torch.hypot, lambda ctx: ctx.op("add", ctx.inputs))
 
     # or give an op (here a whole module type, kept as one node) its own cost, like a Poplar
     # codelet with a cycle estimate: vertices, worker cycles per vertex, bytes in per tile
@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedOpError
 from ..graph.ir import conv_attrs, spatial, spatial_attr
-from . import _composite, _precision, _state
+from . import _composite, _handlers, _precision, _state
 from ._emit import (adaptive_window, average_pool, batch_of_one, bernoulli, channel_bias, const, emit, emit_map,
                     embedding_flags_refused, tuple_result)
 from ._errors import error
@@ -47,9 +47,9 @@ def register_op(target, fn) -> None:
     """Give ``target`` a sim cost: ``fn(ctx: OpContext)`` emits sim ops and returns the
     result's tensor name(s).
 
-    ``target`` is a function (``torch.rot90``), a ``torch.nn.Module`` subclass
+    ``target`` is a function (``torch.hypot``), a ``torch.nn.Module`` subclass
     (kept whole under torch.fx and handed over as ``ctx.module``), an ATen op
-    (``torch.ops.aten.rot90.default``), a name (``"rot90"``: any function, method or ATen op of
+    (``torch.ops.aten.hypot.default``), a name (``"hypot"``: any function, method or ATen op of
     that name), or a ``poptorch.custom_op``'s ``"domain::name"`` (or its name alone). A registration
     replaces the built-in rule of the same target.
     """
@@ -1204,28 +1204,6 @@ def _serialized_matmul(ctx: OpContext):
     return out
 
 
-#: ATen kernels (not composites the dispatcher would split into other ops) that PopTorch has no handler for, so its
-#: compiler stops at them ("Unsupported ops found in compiled model", ErrorOnUnsupportedAten.cpp): what the error
-#: adds after the op's name, and what to write instead
-NO_HANDLER = {
-    "fmax": ("", "use torch.maximum (the same but where an operand is NaN)"),
-    "fmin": ("", "use torch.minimum (the same but where an operand is NaN)"),
-    "logical_xor": ("", "use a != b on booleans, or torch.bitwise_xor"),
-    "index_copy": (" (Hugging Face's StaticCache writes its keys and values with it)",
-                   "write the slices with an index_put, `t[:, :, pos] = src` (PopTorch's indexPutHandler), or "
-                   "poptorch.dynamic_update"),
-    "huber_loss": (" (its tests list HuberLoss as to do, T42770)", "smooth_l1_loss(x, y, beta=delta) * delta is "
-                   "the same"),
-}
-
-
-def _no_handler(ctx: OpContext):
-    name = ctx.key.rstrip("_")
-    where, instead = NO_HANDLER[name]
-    ctx.unsupported(f"PopTorch has no handler for aten::{name}{where}, a kernel rather than a composite of other "
-                    f"ops, so its compiler stops with \"Unsupported ops found in compiled model\"; {instead}")
-
-
 def _annotation_rule(ctx: OpContext):
     key = ctx.key
     if key == "serialized_matmul":
@@ -1378,7 +1356,6 @@ RULES = {
     # constants made in the model
     **{k: _constant for k in ("zeros_like", "ones_like", "full_like", "empty_like", "new_zeros",
                               "new_ones", "new_full", "new_empty", "new_tensor", "scalar_tensor")},
-    **{k: _no_handler for k in NO_HANDLER},
     # collectives across replicas (poptorch.experimental)
     **{k: _cross_replica_rule for k in _CROSS_REPLICA},
     # PopTorch's annotations
@@ -1484,12 +1461,13 @@ def map_node(cap, n, interp, result):
         if done:
             return _marked(ctx, n, value)
     if rule is None:
-        error = unsupported(desc, n, key=registry_key(key, module))
         # a Python function torch.fx kept whole (torch.fx.wrap, as torchvision wraps Swin's relative
         # position bias; one of torch's own that answers __torch_function__, as F.gaussian_nll_loss) whose
         # ops could not be recorded on their own (a branch on a value): torch.export records the model's
         # ops one by one, as PopTorch's dispatcher sees them
         kept_whole = module is None and n.op == "call_function" and inspect.isfunction(n.target)
+        why = _handlers.reason(key, key in _composite.READS_VALUES) if module is None and not kept_whole else ""
+        error = unsupported(desc, n, why, registry_key(key, module))
         error.fx_leaf_function = f"sim.poptorch has no cost for {desc} (node {n.name!r})" if kept_whole else None
         raise error
     made = len(cap.g.ops)

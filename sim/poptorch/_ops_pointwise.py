@@ -47,7 +47,7 @@ RANDOM = {
     "randint": "random_uniform", "randint_like": "random_uniform",
     "randn": "random_normal", "randn_like": "random_normal", "normal": "random_normal",
     "normal_functional": "random_normal", "bernoulli": "random_bernoulli", "exponential": "random_uniform",
-    "randperm": "random_uniform",
+    "randperm": "random_uniform", "random": "random_uniform",
 }
 
 
@@ -329,6 +329,12 @@ def _random(ctx):
     probability) are its inputs; ``exponential`` is -log(uniform) / rate, ``randperm`` the
     order of uniform numbers."""
     kind = RANDOM.get(ctx.key.rstrip("_"), "random_uniform")
+    if ctx.key.rstrip("_") == "random" and len(ctx.args) < 3 and "to" not in ctx.kwargs:
+        ctx.unsupported("PopTorch's handler for aten::random_ reads both bounds, x.random_(low, high) (OtherOps.cpp: "
+                        "a uniform integer in [low, high - 1], cast to the tensor's type); give both")
+    if ctx.key.rstrip("_") == "random":  # randomHandler: an int32 uniform draw, cast to the tensor's type
+        out = out_tensor(ctx)
+        return ctx.op("cast", [emit(ctx, "random_uniform", [], out.shape, "int32", name="uniform")])
     inputs = [ctx.t(s) for s in _tensor_args(ctx)]
     out = out_tensor(ctx)
     if ctx.key.rstrip("_") == "exponential":
