@@ -495,7 +495,8 @@ def test_bert_large_optimizer_state_on_chip_is_out_of_memory_off_chip_fits(capsy
     (["--model", "mlp", "--training", "--optimizer-state", "rts"], ["--replicas 2"]),
     (PIPE + ["--device-iterations", "2"], ["deviceIterations (2)", "raise deviceIterations"]),
     (PIPE + ["--training", "--gradient-accumulation", "4"], ["gradientAccumulation (4)", "9 = 2 x 5"]),
-    (PIPE + ["--device-iterations", "8", "--io-tiles", "32"], ["IO tiles", "PipelinedExecution"]),
+    (PIPE + ["--device-iterations", "8", "--io-tiles", "32", "--overlap", "device"],
+     ["Overlapped IO is not supported with poptorch.PipelinedExecution"]),
 ])
 def test_multi_ipu_flag_errors_exit_2(capsys, argv, words):
     code, out, err = cli(capsys, "run", *argv)

@@ -142,10 +142,6 @@ def _unused_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> list[st
 
 def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replica: int, training: bool) -> None:
     """PopTorch's checks of option combinations that depend on the strategy."""
-    if o.TensorLocations.num_io_tiles and strategy == "pipelined" and ipus_per_replica > 1:
-        raise OptionsError(
-            "IO tiles (TensorLocations.numIOTiles) cannot be used with PipelinedExecution: use "
-            "ShardedExecution or a phased strategy, or numIOTiles(0)")
     if g.carries_iterations and strategy == "pipelined" and ipus_per_replica > 1:
         raise OptionsError(
             f"graph {g.name!r} carries tensors from each device iteration to the next (a generation loop: the next "
