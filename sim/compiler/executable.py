@@ -108,16 +108,23 @@ class Executable:
 
 
 def check_overlap(o: Options, g: Graph, training: bool) -> None:
-    """PopTorch's checks of overlapped host IO (``set_overlap_for_input/output``), its messages."""
+    """PopTorch's checks of overlapped host IO (``set_overlap_for_input/output``), its messages. A TensorFlow
+    program (``cachedGraphFunctions``) overlaps its streams by placing its infeeds and outfeeds on the IO tiles
+    (``io_tiles.place_ops_on_io_tiles``), pipelined or not, whatever its outfeeds return: it needs the IO tiles
+    only."""
     if not any(g.overlap.values()):
         return
     strategy = o.execution_strategy
-    if strategy is None or (isinstance(strategy, PipelinedExecution) and not isinstance(strategy, ShardedExecution)):
+    pipelined = strategy is None or (isinstance(strategy, PipelinedExecution)
+                                     and not isinstance(strategy, ShardedExecution))
+    if pipelined and not o.graph_functions:
         raise OptionsError("Overlapped IO is not supported with poptorch.PipelinedExecution. If you are "
                            "using only one IPU, please switch to poptorch.ShardedExecution.")
     if not o.TensorLocations.num_io_tiles:
         raise OptionsError("No IO tiles allocated. You must allocate at least 32 IO tiles using "
                            "poptorch.Options().TensorLocations.numIOTiles.")
+    if o.graph_functions:
+        return
     mode = o.resolved_output_mode(training)
     if mode not in (OutputMode.All, OutputMode.Sum):
         # PopTorch's message, then the mode in force (a training run's default, Final, is set by no one)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import OutOfMemoryError
 from .runner import _outcome
-from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, Setup, _bert_train, _bytemlperf_clip_text,
+from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, TF1_CNN_IO_TILES, Setup, _bert_train, _bytemlperf_clip_text,
                      _bytemlperf_resnet, _bytemlperf_swin_large, _clip_infer, _conformer_train, _e5_infer,
                      _effnet_train, _gpt2_decode, _gpt2_train, _optimum_lm_train, _optimum_squad_train, _packed_bert,
                      _resnet_infer, _resnet_train, _roformer_infer, _resnext_train, _squad_infer, _squad_train,
@@ -81,15 +81,14 @@ DEPARTURES = {
                      "(GetMatMulOptionsForInst), so poplin plans each as a plain matmul",
     "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
               "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
-              "cutmix (element-wise work on the images, a second loss term), conv dithering, the exchange target "
-              "'memory', and its 32 IO tiles (the simulator, as PopTorch, takes no IO tiles with a pipeline); "
-              "the Grouped schedule's cycles run as PopART's pipeline cycles, each stage's inter-IPU copies one "
+              "cutmix (element-wise work on the images, a second loss term), conv dithering and the exchange "
+              "target 'memory'; the Grouped schedule's cycles run as PopART's pipeline cycles, each stage's inter-IPU copies one "
               "after another as TensorFlow calls them (\"tf-copies\"); LARS's norms are merged into ReduceMany "
               "calls as in the MLPerf ResNet-50 rows, though this config sets no max_reduce_many_buffer_size "
               "[U]; the pre-SDK 2.5 rows (B4-B6) are assumed to run the SDK 3.0 config [U]",
     "resnext": "the TF1 config as models/resnet.py builds resnext101 (torchvision's layout: the stride on "
-               "the 3x3 convolution); not modelled: the benchmark's 32 IO tiles (the simulator, as PopTorch, "
-               "takes no IO tiles with a pipeline); the Grouped schedule runs as PopART's pipeline cycles with "
+               "the 3x3 convolution); the SDK 3.0 benchmark's 32 IO tiles (B21; the SDK 2.5 README's commands "
+               "give B7's era none) with the infeed and outfeed on them; the Grouped schedule runs as PopART's pipeline cycles with "
                "each stage's inter-IPU copies one after another (\"tf-copies\"); "
                "availableMemoryProportion is the default 0.6 (the config sets none); B7 (pre-SDK 2.5) is "
                "assumed to run the SDK 3.0 config [U]",
@@ -651,9 +650,9 @@ PUBLISHED_ROWS = [
                                          ("B19", "GCN-S30", "Pod64", 32, 64, 34140),
                                          ("B20", "GCN-S30", "Pod256", 128, 16, 122665))],
     # ResNeXt-101 32x4d training, TF1 (graphcore/examples vision/cnns/tensorflow1/training)
-    *[Row(rid, f"{src} {rid}", "ResNeXt-101 32x4d training, Bow Pod16, GBS 768", pub, "images/s", _resnext_train(),
-          True, ("resnext", "tf-combine", "tf-copies", "tf-stable-norm"))
-      for rid, src, pub in (("B7", "GCN-P", 12221), ("B21", "GCN-S30", 12277))],
+    *[Row(rid, f"{src} {rid}", "ResNeXt-101 32x4d training, Bow Pod16, GBS 768", pub, "images/s",
+          _resnext_train(io_tiles), True, ("resnext", "tf-combine", "tf-copies", "tf-stable-norm"))
+      for rid, src, pub, io_tiles in (("B7", "GCN-P", 12221, 0), ("B21", "GCN-S30", 12277, TF1_CNN_IO_TILES))],
     # ViT-B/16 training, PyTorch (graphcore/examples vision/vit/pytorch, SDK 3.0)
     Row("B22", "GCN-S30 B22", "ViT-B/16 pre-training (LAMB, mixup, 8-bit images), Bow Pod16", 7615, "images/s",
         _vit_train("bow-pod16", 4, 2048, pretrain=True), False, ("vit-pretrain", "vit-not-modelled")),

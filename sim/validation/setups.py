@@ -103,7 +103,7 @@ class Setup:
             o.enableSyntheticData(True)
         if self.io_tiles:
             o.TensorLocations.numIOTiles(self.io_tiles)
-        if self.overlap_io:
+        if self.overlap_io and not self.graph_functions:  # PopTorch's condition; TensorFlow's pipelines overlap too
             o.setExecutionStrategy(ShardedExecution())
         if self.sharded:
             o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
@@ -630,6 +630,12 @@ def _roformer_infer(batch: int) -> Setup:
                  device_iterations=1, training=False, prefetch_depth=2)
 
 
+#: IO tiles of the TF1 CNN training benchmarks (graphcore/examples de5eb78 ``vision/cnns/tensorflow1/benchmarks.yml``:
+#: ``--num-io-tiles 32`` on the EfficientNet-B4 G16 and ResNeXt-101 runs; the SDK 2.5 README_Benchmarks.md gives it to
+#: EfficientNet-B4 G16 only). ``ipu_utils.py`` sets ``io_tiles.place_ops_on_io_tiles`` with them, so the infeed and
+#: outfeed run on the IO tiles, overlapping compute, pipelined as they are
+TF1_CNN_IO_TILES = 32
+
 #: Graphcore's EfficientNet G16 variant (its examples' ``group_dim`` 16 and ``expand_ratio`` 4), as the zoo's parameters
 EFFNET_G16 = {"group_dim": 16, "expand_ratio": 4}
 
@@ -642,11 +648,13 @@ def _effnet_train(system: str, replicas: int, accumulation: int) -> Setup:
     per replica split at block4a, availableMemoryProportion 0.4, precision 16.16 with half partials,
     LARS, 8-bit images, recomputation, prefetch depth 3, the gradient all-reduces combined
     ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies]), stable norm
-    statistics (Models/efficientnet.py forces ``stable_norm`` on; [tf-stable-norm])."""
+    statistics (Models/efficientnet.py forces ``stable_norm`` on; [tf-stable-norm]), 32 IO tiles with the
+    infeed and outfeed on them (:data:`TF1_CNN_IO_TILES`)."""
     params = _params(micro_batch=3, **EFFNET_G16, split_points=["block4a"], eight_bit_io=True)
     return Setup("efficientnet-b4", params, system, replicas=replicas, accumulation=accumulation, amp=(0.4, 0.4),
                  optimizer="lars", prefetch_depth=3, merged_collectives=("all_reduce",), per_stage_copies=True,
-                 graph_functions=True, stable_norm=True, processes=replicas, outer_fragment=TF_RESOURCE_UPDATE)
+                 graph_functions=True, stable_norm=True, processes=replicas, outer_fragment=TF_RESOURCE_UPDATE,
+                 io_tiles=TF1_CNN_IO_TILES, overlap_io=True)
 
 
 def _effnet_pytorch_train(model: str, micro_batch: int, accumulation: int, amp: float, rts: bool) -> Setup:
@@ -672,18 +680,19 @@ def _cnn_pytorch_infer(model: str, micro_batch: int, io_tiles: int, **params) ->
                  replicas=4, device_iterations=128, training=False, io_tiles=io_tiles, overlap_io=True)
 
 
-def _resnext_train() -> Setup:
+def _resnext_train(io_tiles: int) -> Setup:
     """ResNeXt-101 32x4d training as Graphcore's TF1 CNN example runs it (configs.yml
     ``resnext101_16ipus``, Models/resnext.py ``set_defaults``): group norm of 32 groups, micro-batch 6,
     two IPUs per replica split at stage3/unit4 (the zoo's layer3/3), 8 replicas, GA 16, momentum SGD,
     half partials, 8-bit images, recomputation, prefetch depth 4 (the benchmark's), the gradient
     all-reduces combined ([tf-combine]), each stage's inter-IPU copies one after another ([tf-copies]),
     stable norm statistics (the config's ``stable_norm: True``, which Models/resnext.py also forces;
-    [tf-stable-norm])."""
+    [tf-stable-norm]); ``io_tiles`` IO tiles with the infeed and outfeed on them (:data:`TF1_CNN_IO_TILES`)."""
     params = _params(micro_batch=6, split_points=["layer3/3"], eight_bit_io=True)
     return Setup("resnext101", params, "bow-pod16", replicas=8, accumulation=16, optimizer="sgd_momentum",
                  prefetch_depth=4, merged_collectives=("all_reduce",), per_stage_copies=True, stable_norm=True,
-                 graph_functions=True, processes=8, outer_fragment=TF_RESOURCE_UPDATE)
+                 graph_functions=True, processes=8, outer_fragment=TF_RESOURCE_UPDATE, io_tiles=io_tiles,
+                 overlap_io=bool(io_tiles))
 
 
 def _vit_train(system: str, replicas: int, accumulation: int, pretrain: bool, sharding_domain: int = 0) -> Setup:
