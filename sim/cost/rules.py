@@ -27,6 +27,7 @@ from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_
                   pass_fixed_cycles, plan_codelets, plan_fc_training, plan_matmul, plan_rows_folded, relaid_operands,
                   with_relaid_operands, with_transposed_weights_moved, with_weight_transpose)
 from .bilinear import forward_plan, grad_plan
+from . import ctc_beam
 from .ctc import plan_ctc
 from .histogram import histogram_tile_cycles
 from .embedding import (ATOM_BYTES, FLOAT_BYTES, LEGACY_POPLIBS, MIN_INDICES_PER_TILE, SLICES_REARRANGE_THRESHOLD,
@@ -1436,6 +1437,8 @@ def _more_kinds(kind, ins, outs, attrs, ipu, tiles, memory_proportion: float | N
         return _sort(ins, outs, attrs, ipu, tiles)
     if kind == "ctc_loss":
         return _ctc(ins, attrs, ipu, tiles)
+    if kind == "ctc_beam_search":
+        return _ctc_beam_search(ins, attrs, ipu, tiles)
     if kind in ("upsample_bilinear", "upsample_bilinear_grad"):
         return _upsample_bilinear(kind, ins, outs, ipu, tiles)
     if kind in ("roi_align", "roi_align_grad"):
@@ -1642,6 +1645,44 @@ def _ctc(ins, attrs, ipu, tiles) -> OpCost:
     codelets = (("ctc_alpha", dtype, 0), ("ctc_grad", dtype, 0), ("reduce_log_add", "float32", 0),
                 ("exp+add+exp+sub", "float32", 0)) + ((("cast", dtype, 0),) if dtype != "float32" else ())
     return replace(total, temp_bytes_per_tile=plan.temp_bytes, codelets=codelets)
+
+
+def _ctc_beam_search(ins, attrs, ipu, tiles) -> OpCost:
+    """popnn's CTC beam search decoder (``sim/cost/ctc_beam.py``): log-probabilities ``(T, B, C)`` and the lengths
+    ``(B,)`` in; ``attrs``: ``beam_width``, ``top_paths``. Its program, one part after another:
+
+    1. the input copied whole to each of a batch entry's tiles (when it has more than one) and the beams
+       initialised from constants (one exchange), the lengths cast, reduced to their maximum and incremented
+       (three compute sets);
+    2. the loop, ``T`` times: the step's index broadcast (an exchange), the loop's counter, and the step's compute
+       sets, each receiving its vertices' inputs first (the program holds the body once);
+    3. a vertex per top path tracing its beam back, and the probabilities cast to the input's type."""
+    (T, B, C), dtype, _ = ins[0]
+    beam, top_paths = int(attrs["beam_width"]), int(attrs["top_paths"])
+    workers = ipu.worker_threads
+    p = ctc_beam.plan(B, C, beam, workers, tiles)
+    temp = ctc_beam.temp_bytes(p, T, C, beam, DTYPE_BYTES[dtype])
+    copied = p.entries * T * C * DTYPE_BYTES[dtype] if p.partitions > 1 else 0
+    init = copied + p.entries * 2 * beam * ctc_beam.WORD
+    setup = _phases(ipu, 3 * ipu.vertex_overhead_cycles, exchange_cycles(init, ipu), 3, 0.0, init * p.tiles, p.tiles,
+                    temp, tiles=tiles, launch=3 * ipu.vertex_overhead_cycles)
+    index = _phases(ipu, loop_counter_cycles(), exchange_cycles(ctc_beam.WORD, ipu), 1, 0.0,
+                    ctc_beam.WORD * p.tiles, p.tiles, tiles=tiles, launch=loop_counter_cycles())
+    steps = [(_phases(ipu, st.compute, exchange_cycles(st.received, ipu), 1, st.flops, st.received * p.tiles,
+                      p.tiles, temp, tiles=tiles, launch=st.launch), T) for st in ctc_beam.loop_steps(p, C, beam, workers)]
+    output = ctc_beam.output_cycles(p, T, top_paths, workers)
+    parts = [(setup, 1), (index, T), *steps, (_phases(ipu, output, 0, 1, 0.0, 0, p.tiles, temp, tiles=tiles,
+                                                       launch=ctc_beam.vertex_cycles()["fixed"] * workers), 1)]
+    if dtype != "float32":  # the beams' probabilities, float partials, cast to the input's type
+        parts.append((_elementwise("cast", (((B, top_paths), "float32", "activation"),), (((B, top_paths), dtype),),
+                                   ipu, tiles), 1))
+    sorts = " then ".join(f"{st.groups} group(s) ranked in {st.rank} and reduced in {st.reduce}" for st in p.sort)
+    total = in_series(parts, tiles, f"CTC beam search of width {beam}: {p.partitions} tiles a batch entry on "
+                                    f"{p.tiles} tiles, {T} steps; sorted as {sorts}")
+    codelets = (("ctc_generate", dtype, 0), ("ctc_merge", "float32", 0), ("ctc_select", "float32", 0),
+                ("ctc_rank", "float32", 0), ("ctc_reduce", "float32", 0), ("ctc_update", "float32", 0),
+                ("ctc_output", "float32", 0))
+    return replace(total, temp_bytes_per_tile=temp, codelets=codelets)
 
 
 def _sort(ins, outs, attrs, ipu, tiles) -> OpCost:

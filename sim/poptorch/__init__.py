@@ -41,7 +41,7 @@ from ..options import PipelineCopies  # the simulator's own Options.pipelineCopi
 from ._printing import module_repr, print  # noqa: A004 - PopTorch exports its own print
 from .executor import (PoplarExecutor, inferenceModel, load, registerPostCompileHook,
                        registerPreCompileHook, trainingModel)
-from .ops import cond, custom_op, dynamic_slice, dynamic_update
+from .ops import cond, ctc_beam_search_decoder, custom_op, dynamic_slice, dynamic_update
 from .options import (ConfigFileError, Options, ParallelPhasedExecution, Phase, PipelinedExecution,
                       SerialPhasedExecution, ShardedExecution, Stage, TensorLocationSettings)
 
@@ -114,6 +114,6 @@ __all__ = [
     "MultiConv", "NameScope", "Attribute", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
     "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
     "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
-    "cond", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser", "registerCustomArgParser",
+    "cond", "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser", "registerCustomArgParser",
     "registerPreCompileHook", "registerPostCompileHook", "profiling", "module_repr", "print", "PipelineCopies",
 ]

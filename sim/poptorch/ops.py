@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import torch
 
@@ -172,6 +173,93 @@ def custom_op(inputs, name: str, domain: str, domain_version: int, example_outpu
     return [outputs[i] for i in range(len(example_outputs))]  # a traced result is one proxy: index it
 
 
+def _log_add(a: float, b: float) -> float:
+    """log(e^a + e^b), exact where either is -inf (a probability of zero)."""
+    if a == -math.inf:
+        return b
+    if b == -math.inf:
+        return a
+    top = max(a, b)
+    return top + math.log1p(math.exp(min(a, b) - top))
+
+
+def _beam_search(x, length: int, blank: int, width: int, top_paths: int) -> list[tuple[tuple, float]]:
+    """The ``top_paths`` best (labels, log-probability) of one sequence's log-probabilities ``x`` ``(T, C)`` (a
+    float64 array) over its first ``length`` steps, as popnn's decoder finds them (its reference model,
+    poplibs_test/CTCInference.cpp): a beam's prefix keeps the probabilities of ending in a blank and in a
+    non-blank; each step makes from every beam a copy candidate (a blank, or its last symbol again) and an
+    extension by every other class, merges candidates with the same prefix, keeps the ``width`` most probable
+    (ties to the earlier candidate: the copies first, then the extensions class by class)."""
+    classes = x.shape[1]
+    beams = [((), -math.inf, 0.0)]  # (prefix, blank, non-blank): the empty prefix is certain
+    for t in range(length):
+        row = x[t]
+        candidates: dict[tuple, list[float]] = {}
+        extensions = []
+        for prefix, pb, pnb in beams:
+            total = _log_add(pb, pnb)
+            entry = candidates.setdefault(prefix, [-math.inf, -math.inf])
+            entry[0] = _log_add(entry[0], total + row[blank])
+            if prefix:
+                entry[1] = _log_add(entry[1], pnb + row[prefix[-1]])
+            for c in range(classes):
+                if c != blank:
+                    extensions.append((c, prefix, pb if prefix and prefix[-1] == c else total))
+        for c, prefix, p in sorted(extensions, key=lambda e: e[0]):
+            entry = candidates.setdefault(prefix + (c,), [-math.inf, -math.inf])
+            entry[1] = _log_add(entry[1], p + row[c])
+        ranked = sorted(candidates.items(), key=lambda kv: -_log_add(*kv[1]))[:width]
+        beams = [(prefix, pb, pnb) for prefix, (pb, pnb) in ranked]
+    found = [(prefix, _log_add(pb, pnb)) for prefix, pb, pnb in beams[:top_paths]]
+    return found + [((), -math.inf)] * (top_paths - len(found))
+
+
+@torch.library.custom_op("ipusim::ctc_beam_search_decoder", mutates_args=())
+def _ctc_beam_search(probs: torch.Tensor, lengths: torch.Tensor, blank: int, beam_width: int,
+                     top_paths: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The decoder's outputs on the CPU: each path's log-probability ``(B, top_paths)`` in the input's dtype, its
+    length and its labels ``(B, top_paths, T)`` (int32: PopART's UINT32; past the length, zeros)."""
+    T, B, _ = probs.shape
+    x = probs.detach().double().cpu().numpy()
+    out_p = torch.full((B, top_paths), -math.inf, dtype=torch.float64)
+    out_len = torch.zeros((B, top_paths), dtype=torch.int32)
+    out_labels = torch.zeros((B, top_paths, T), dtype=torch.int32)
+    for b in range(B):
+        length = min(max(int(lengths[b]), 0), T)
+        for k, (labels, logp) in enumerate(_beam_search(x[:, b, :], length, blank, beam_width, top_paths)):
+            out_p[b, k], out_len[b, k] = logp, len(labels)
+            out_labels[b, k, :len(labels)] = torch.tensor(labels, dtype=torch.int32)
+    return out_p.to(probs.dtype), out_len, out_labels
+
+
+@_ctc_beam_search.register_fake
+def _(probs, lengths, blank, beam_width, top_paths):
+    T, B, _ = probs.shape
+    return (probs.new_empty((B, top_paths)), probs.new_empty((B, top_paths), dtype=torch.int32),
+            probs.new_empty((B, top_paths, T), dtype=torch.int32))
+
+
+def ctc_beam_search_decoder(probs: torch.Tensor, lengths: torch.Tensor, blank: int = 0, beam_width: int = 100,
+                            top_paths: int = 1) -> list[torch.Tensor]:
+    """popnn's CTC beam search over log-probabilities ``probs`` ``(T, B, C)`` of sequences ``lengths`` ``(B,)``
+    long: each sequence's ``top_paths`` most probable labellings, as ``[probabilities (B, top_paths), lengths
+    (B, top_paths), labels (B, top_paths, T)]`` (PopART's CtcBeamSearchDecoder; priced by ``sim/cost/ctc_beam.py``)."""
+    if not isinstance(probs, _TENSOR):
+        raise error("ctc_beam_search_decoder: probs must be a torch.tensor argument. "
+                    f"{type(probs)} is not supported.")
+    if not isinstance(lengths, _TENSOR):
+        raise error("ctc_beam_search_decoder: lengths must be a torch.tensor argument. "
+                    f"{type(lengths)} is not supported.")
+    if probs.dim() != 3:
+        raise error(f"ctc_beam_search_decoder: probs must be [input_length, batch_size, num_classes], got "
+                    f"{tuple(probs.shape)}")
+    if not 0 <= blank < probs.shape[2]:
+        raise error(f"ctc_beam_search_decoder: blank {blank} is not one of the {probs.shape[2]} classes")
+    if not 1 <= top_paths <= beam_width:
+        raise error(f"ctc_beam_search_decoder: top_paths ({top_paths}) must be from 1 to beam_width ({beam_width})")
+    return list(_ctc_beam_search(probs, lengths, int(blank), int(beam_width), int(top_paths)))
+
+
 # --- cost rules ---------------------------------------------------------------------------------
 def _slice_rule(ctx):
     """A copy of the slice (the tensor is read, the start index is broadcast to the tiles)."""
@@ -224,7 +312,16 @@ def _custom_op_rule(ctx):
     return tuple(op.op("remap", [x], output=out) for x, out in zip(op.sym_args, ctx.output))
 
 
-_mapping.RULES.update({"dynamic_slice": _slice_rule, "dynamic_update": _update_rule,
-                       "cond_select": _select_rule, "custom_op": _custom_op_rule})
+def _ctc_beam_search_rule(ctx):
+    """popnn's decoder (:func:`ctc_beam_search_decoder`), the lengths cast to UINT32 first as PopTorch's
+    ctcbeamsearchdecoderHandler casts them (LossOps.cpp)."""
+    lengths = ctx.op("cast", [ctx.sarg(1)], output=ctx.args[1].to(torch.int32), name="lengths")
+    return ctx.op("ctc_beam_search", [ctx.sarg(0), lengths],
+                  {"blank": int(ctx.arg(2)), "beam_width": int(ctx.arg(3)), "top_paths": int(ctx.arg(4))})
 
-__all__ = ["cond", "custom_op", "dynamic_slice", "dynamic_update"]
+
+_mapping.RULES.update({"dynamic_slice": _slice_rule, "dynamic_update": _update_rule,
+                       "cond_select": _select_rule, "custom_op": _custom_op_rule,
+                       "ctc_beam_search_decoder": _ctc_beam_search_rule})
+
+__all__ = ["cond", "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update"]
