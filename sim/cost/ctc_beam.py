@@ -58,6 +58,8 @@ def _fmp(size: int, parts: int) -> int:
 
 @dataclass(frozen=True)
 class SortStage:
+    """One stage of the candidates' sort: ``groups`` groups, each ranked and reduced over partitions (tiles)."""
+
     groups: int
     candidates: int  # candidates a group ranks
     rank: int  # rank partitions a group
@@ -71,10 +73,10 @@ class BeamPlan:
 
     batch: int  # batch partitions
     entries: int  # batch entries a partition holds
-    extend: int
+    extend: int  # partitions of the non-blank classes
     extend_vertices: int  # extend vertices a (class) partition: min(bw, workers - 1)
     beams: int  # copy, merge, select and output partitions
-    sort: tuple
+    sort: tuple  # a SortStage a stage
     partitions: int  # tiles a batch entry (BEP)
 
     @property
@@ -96,7 +98,7 @@ def plan(batch: int, classes: int, beam: int, workers: int, tiles: int) -> BeamP
     else:
         stage_groups = [1]
     stages, candidates_in = [], beam * classes
-    for s, groups in enumerate(stage_groups):
+    for groups in stage_groups:
         candidates = math.ceil(candidates_in / groups)
         per_group = max(1, per_entry // groups)
         rank = math.ceil(candidates / max(workers, math.ceil(candidates / per_group)))

@@ -43,28 +43,10 @@ HANDLED = frozenset("""
     upsample_nearest3d upsample_trilinear3d var var_mean view where zeros zeros_like
 """.split())
 
-#: ops whose output's shape depends on the input's values, with what the error adds; PopTorch's meta kernel for
-#: aten::nonzero refuses them so ("the output shape is determined by the tensor values. The IPU cannot support
-#: dynamic output shapes", RegisterMetaOps.cpp.inc)
+#: ops whose output's shape depends on the input's values, which PopTorch's meta kernel for aten::nonzero refuses
+#: ("the output shape is determined by the tensor values. The IPU cannot support dynamic output shapes",
+#: RegisterMetaOps.cpp.inc)
 VALUE_SHAPED = ("nonzero", "argwhere", "unique", "_unique2", "unique_consecutive", "unique_dim", "masked_select")
-
-
-def handled(name: str) -> bool:
-    """Whether PopTorch lowers ATen op ``name`` (an in-place ``name_`` as ``name``)."""
-    return name in HANDLED or (name.endswith("_") and name.rstrip("_") in HANDLED)
-
-
-def _composite_implicit(name: str) -> bool:
-    """Whether ATen op ``name`` is a composite the dispatcher splits into other ops wherever it runs."""
-    try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CompositeImplicitAutograd")
-    except RuntimeError:  # no overload of that name
-        return False
-
-
-def is_aten(name: str) -> bool:
-    """Whether ``name`` is an ATen op's name (rather than a Python function's or a module's)."""
-    return bool(name) and hasattr(torch.ops.aten, name)
 
 #: ATen ops whose composite kernel makes an ``as_strided`` view, which PopTorch's handler for it refuses
 #: ("InternalError: aten::as_strided should have been intercepted earlier", popart_canonicalization/ReshapeOps.cpp)
@@ -85,6 +67,24 @@ INSTEAD = {
 }
 
 
+def handled(name: str) -> bool:
+    """Whether PopTorch lowers ATen op ``name`` (an in-place ``name_`` as ``name``)."""
+    return name in HANDLED or (name.endswith("_") and name.rstrip("_") in HANDLED)
+
+
+def _composite_implicit(name: str) -> bool:
+    """Whether ATen op ``name`` is a composite the dispatcher splits into other ops wherever it runs."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CompositeImplicitAutograd")
+    except RuntimeError:  # no overload of that name
+        return False
+
+
+def is_aten(name: str) -> bool:
+    """Whether ``name`` is an ATen op's name (rather than a Python function's or a module's)."""
+    return bool(name) and hasattr(torch.ops.aten, name)
+
+
 def reason(name: str, reads_values: bool = False) -> str:
     """What an error for ATen op ``name`` without a rule says of PopTorch (empty when ``name`` is not an ATen
     op's, or a composite it cannot tell of): whether PopTorch can lower it at all, and if not, why and what to
@@ -98,12 +98,12 @@ def reason(name: str, reads_values: bool = False) -> str:
         return ""
     if handled(name):
         return f"PopTorch lowers aten::{base} with a handler of its own, which sim.poptorch does not price yet"
-    where, instead = INSTEAD.get(base, ("", ""))
     if reads_values:
         return (f"ATen's composite for aten::{base} reads the tensor's values on the host (a check or a branch on "
                 "them), which neither this capture nor PopTorch's dispatcher, tracing without values, can follow")
     if _composite_implicit(base):
         return ""
+    where, instead = INSTEAD.get(base, ("", ""))
     if base in AS_STRIDED:
         why = (f"ATen's kernel for aten::{base} makes an as_strided view, which PopTorch's handler refuses "
                "(\"InternalError: aten::as_strided should have been intercepted earlier\")")
