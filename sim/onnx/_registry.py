@@ -1,10 +1,12 @@
 """Which rule prices an ONNX node: the rules added with :func:`register_op` first, else the
 built-in rule of the op's family (:data:`RULES`, gathered from the ``_ops_*`` modules: element-wise,
-layers, reductions and losses, data movement, control flow, and the ops PopART has no op for)."""
+layers, reductions and losses, data movement, control flow, PopART's own ``ai.graphcore`` ops, and the ops PopART
+has no op for)."""
 
 from __future__ import annotations
 
-from . import _ops_control_flow, _ops_elementwise, _ops_layers, _ops_not_in_popart, _ops_reduce, _ops_tensor
+from . import (_ops_control_flow, _ops_elementwise, _ops_graphcore, _ops_layers, _ops_not_in_popart, _ops_reduce,
+               _ops_tensor)
 
 
 _REGISTRY: dict[str, object] = {}  # op type -> fn(ctx)
@@ -32,7 +34,7 @@ def unregister_op(op_type: str) -> None:
 #: the built-in rules, keyed by op type (``domain::OpType`` outside the default ONNX domain: PopART's
 #: ``ai.graphcore`` ops)
 RULES: dict = {**_ops_elementwise.RULES, **_ops_layers.RULES, **_ops_reduce.RULES, **_ops_tensor.RULES,
-               **_ops_not_in_popart.RULES, **_ops_control_flow.RULES}
+               **_ops_graphcore.RULES, **_ops_not_in_popart.RULES, **_ops_control_flow.RULES}
 
 
 def _default_domain(node) -> bool:

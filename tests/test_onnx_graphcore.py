@@ -1,0 +1,105 @@
+"""PopART's own ONNX ops (``ai.graphcore``), as a model built with PopART's builder holds them: each read with
+PopART's attribute names and priced as the ops its Opx runs (sim/onnx/_ops_graphcore.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sim
+
+onnx = pytest.importorskip("onnx")
+import sim.onnx  # noqa: E402
+from onnx import TensorProto as TP, helper as h  # noqa: E402
+
+F16 = TP.FLOAT16
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    graph = h.make_graph(nodes, "popart", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                         [h.make_tensor_value_info(n, F16, None) for n in outputs], initializer=list(initializers))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 11), h.make_opsetid("ai.graphcore", 1)])
+
+
+def _node(op, inputs, outputs=("y",), **attrs):
+    return h.make_node(op, list(inputs), list(outputs), domain="ai.graphcore", **attrs)
+
+
+X = ("x", F16, [4, 8])
+
+CASES = [
+    (_node("Gelu", "x"), [X], [("gelu", (4, 8))]),
+    (_node("GeluErf", "x"), [X], [("gelu", (4, 8))]),
+    (_node("Swish", "x"), [X], [("swish", (4, 8))]),
+    (_node("Expm1", "x"), [X], [("expm1", (4, 8))]),
+    (_node("Log1p", "x"), [X], [("log1p", (4, 8))]),
+    (_node("NearbyInt", "x"), [X], [("round", (4, 8))]),
+    (_node("Atan2", "xz"), [X, ("z", F16, [4, 8])], [("atan2", (4, 8))]),
+    (_node("Fmod", "xz"), [X, ("z", F16, [4, 8])], [("remainder", (4, 8))]),
+    (_node("Detach", "x"), [X], [("detach", (4, 8))]),
+    (_node("Nop", "x"), [X], [("identity", (4, 8))]),
+    (_node("Scale", "x", scale=0.5), [X], [("scale", (4, 8))]),
+    (_node("ScaledAdd", "xz", scale0=0.5, scale1=2.0), [X, ("z", F16, [4, 8])], [("add", (4, 8))]),
+    (_node("Subsample", "x", strides=[2, 3]), [X], [("copy", (2, 3))]),
+    (_node("Reverse", "x", dimensions=[1]), [X], [("copy", (4, 8))]),
+    (_node("IdentityLoss", "x", reduction="Mean"), [X], [("reduce_mean", (1,))]),
+    (_node("IdentityLoss", "x", reduction="None"), [X], [("identity", (4, 8))]),
+    (_node("L1", "x", reduction="Sum", **{"lambda": 0.1}), [X], [("abs", (4, 8)), ("reduce_sum", (1,)),
+                                                                ("scale", (1,))]),
+    (_node("Nll", "xl", reduction="Mean", ignoreIndex=-1), [X, ("l", TP.INT32, [4])],
+     [("softmax_cross_entropy", (1,))]),
+    (_node("GroupNormalization", ["x", "s", "b"], ["y", "mean", "inv_std_dev"], num_groups=2, epsilon=1e-5),
+     [("x", F16, [2, 4, 8, 8]), ("s", F16, [4]), ("b", F16, [4])], [("groupnorm", (2, 4, 8, 8))]),
+    (_node("DynamicSlice", "xo", axes=[1], sizes=[2], noOverlap=1), [X, ("o", TP.UINT32, [1])], [("copy", (4, 2))]),
+    (_node("DynamicUpdate", "xou", axes=[1], sizes=[2], noOverlap=1),
+     [X, ("o", TP.UINT32, [1]), ("u", F16, [4, 2])], [("copy", (4, 8))]),
+    (_node("Ctc", ["x", "t", "il", "tl"], ["y", "grad"], reduction="Mean", blank=0),
+     [("x", F16, [20, 2, 10]), ("t", TP.UINT32, [2, 5]), ("il", TP.UINT32, [2]), ("tl", TP.UINT32, [2])],
+     [("ctc_loss", (1,))]),
+]
+
+
+@pytest.mark.parametrize("node, inputs, ops", CASES, ids=[f"{c[0].op_type}-{i}" for i, c in enumerate(CASES)])
+def test_each_graphcore_op_is_read_and_priced(node, inputs, ops):
+    g = sim.onnx.load(_model([node], inputs, ["y"]))
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == ops
+    run = sim.simulate(g, "ipu-mk2", sim.Options())
+    assert run.cycle_count > 0 and run.breakdown.sum(axis=1).iloc[0] == run.cycle_count
+
+
+def test_nll_reads_probabilities_or_log_probabilities():
+    """NllOp takes probabilities unless ``inputIsLogProbability``: NllOpx's log of the label's probability or not."""
+    def lowering(**attrs):
+        g = sim.onnx.load(_model([_node("Nll", "xl", reduction="Sum", **attrs)], [X, ("l", TP.INT32, [4])], ["y"]))
+        return {k: v for k, v in g.ops[0].attrs.items() if k in ("probabilities", "log_probabilities", "reduction")}
+    assert lowering() == {"probabilities": True, "reduction": "sum"}
+    assert lowering(inputIsLogProbability=1) == {"log_probabilities": True, "reduction": "sum"}
+
+
+def test_a_popart_model_trains_through_its_graphcore_ops():
+    """A PopART builder's classifier (MatMul, aiGraphcore Gelu, Softmax, Nll, an L1 penalty on a weight and an
+    IdentityLoss on the sum) trains: both weights get their update; a Detach stops the gradient before it."""
+    rng = np.random.default_rng(0)
+    w1 = onnx.numpy_helper.from_array(rng.random((8, 16)).astype(np.float16), "w1")
+    w2 = onnx.numpy_helper.from_array(rng.random((16, 10)).astype(np.float16), "w2")
+
+    def trained(detach: bool) -> set:
+        nodes = [h.make_node("MatMul", ["x", "w1"], ["a"]), _node("Gelu", ["a"], ["b"]),
+                 *([_node("Detach", ["b"], ["bd"])] if detach else []),
+                 h.make_node("MatMul", ["bd" if detach else "b", "w2"], ["c"]), h.make_node("Softmax", ["c"], ["p"]),
+                 _node("Nll", ["p", "l"], ["nll"], reduction="Mean"),
+                 _node("L1", ["w2"], ["penalty"], reduction="Sum", **{"lambda": 0.01}),
+                 h.make_node("Add", ["nll", "penalty"], ["total"]),
+                 _node("IdentityLoss", ["total"], ["loss"], reduction="None")]
+        g = sim.onnx.load(_model(nodes, [X, ("l", TP.INT32, [4])], ["loss"], [w1, w2]), loss="loss")
+        run = sim.simulate(g, "ipu-mk2", sim.Options(), training=True)
+        graph = run.executable.graph
+        return {op.inputs[0] for op in graph.ops if op.pass_ == "update"}
+
+    assert trained(detach=False) == {"w1", "w2"}
+    assert trained(detach=True) == {"w2"}
+
+
+def test_graphcore_ops_without_a_rule_are_named():
+    with pytest.raises(sim.UnsupportedOpError, match="ai.graphcore::TensorRemap"):
+        sim.onnx.load(_model([_node("TensorRemap", "x")], [X], ["y"]))
