@@ -7,12 +7,12 @@ and priced as the ops PopART's Opx runs, most of them as the default domain's op
 ``NearbyInt``, the ``Bitwise*`` ops, ``DepthToSpace``, ``GroupNormalization``; ``Detach`` (no gradient) and ``Nop``,
 ``PrintTensor`` (identities); ``Scale`` (attribute ``scale``); ``ScaledAdd`` (``scale0 X + scale1 Y``, the scales
 attributes or tensors); ``Subsample`` (a copy of every ``strides``-th element); ``Reverse`` (a copy along
-``dimensions``); the losses ``IdentityLoss`` (``reduction`` "Sum", "Mean" or "None"), ``L1`` (``lambda`` times the
+``dimensions``); ``TensorRemap`` (a copy into its consumers' layout); the losses ``IdentityLoss`` (``reduction`` "Sum", "Mean" or "None"), ``L1`` (``lambda`` times the
 reduced absolute values) and ``Nll`` (NllOp of probabilities, or of log-probabilities with
 ``inputIsLogProbability``, ``ignoreIndex``); ``DynamicSlice`` / ``DynamicUpdate`` / ``DynamicZero`` /
 ``DynamicAdd`` (popops' dynamic slice and update of ``sizes`` along ``axes``, from an offset tensor); ``Ctc``
 (popnn's CTC loss). ``MultiConv`` and ``CtcBeamSearchDecoder`` are layers' (``_ops_layers``). The rest of the domain (``Call``, ``Init``, ``Replicated*`` collectives, ``SequenceSlice``,
-``TensorRemap``, ``ScatterReduce``, ``GroupedGather``, the FP8 scale casts, ...) has no rule: an error names it.
+``ShapedDropout``, ``ScatterReduce``, ``GroupedGather``, the FP8 scale casts, ...) has no rule: an error names it.
 """
 
 from __future__ import annotations
@@ -91,6 +91,12 @@ def _identity(ctx: OpContext):
     return ctx.op("identity", [ctx.input(0)], shapes=[ctx.shape(0)], dtypes=[ctx.dtype(0)])
 
 
+def _remap(ctx: OpContext):
+    """TensorRemapOp: the input copied into the tile layout its consumers want (popops' rearrangement), as
+    sim.poptorch prices RemapCE."""
+    return ctx.op("remap", [ctx.input(0)], shapes=[ctx.shape(0)], dtypes=[ctx.dtype(0)])
+
+
 def _detach(ctx: OpContext):
     """DetachOp: the input, through which no gradient flows."""
     return ctx.op("detach", [ctx.input(0)], shapes=[ctx.shape(0)], dtypes=[ctx.dtype(0)])
@@ -152,7 +158,7 @@ RULES: dict = {f"ai.graphcore::{op}": rule for op, rule in {
     "BitwiseXnor": _ELEMENTWISE["BitwiseXor"],
     "DepthToSpace": _ops_tensor.RULES["DepthToSpace"], "GroupNormalization": _ops_layers.RULES["GroupNormalization"],
     "Detach": _detach, "Nop": _identity, "PrintTensor": _identity, "Scale": _scale, "ScaledAdd": _scaled_add,
-    "Subsample": _subsample, "Reverse": _reverse,
+    "Subsample": _subsample, "Reverse": _reverse, "TensorRemap": _remap,
     "IdentityLoss": _identity_loss, "L1": _l1, "Nll": _nll, "Ctc": _ctc,
     "DynamicSlice": _dynamic("slice"), "DynamicUpdate": _dynamic("update"), "DynamicZero": _dynamic("update"),
     "DynamicAdd": _dynamic("update"),
