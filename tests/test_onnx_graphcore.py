@@ -101,6 +101,21 @@ def test_a_popart_model_trains_through_its_graphcore_ops():
     assert trained(detach=True) == {"w2"}
 
 
+def test_a_call_runs_its_callee_where_it_stands():
+    """builder.aiGraphcore.call: the callee's ops inlined at each call, named under it, its weight shared."""
+    w = onnx.numpy_helper.from_array(np.ones((8, 8), np.float16), "w")
+    callee = h.make_graph([h.make_node("MatMul", ["a", "w"], ["b"]), h.make_node("Relu", ["b"], ["c"])], "layer",
+                          [h.make_tensor_value_info("a", F16, [4, 8])], [h.make_tensor_value_info("c", F16, [4, 8])],
+                          initializer=[w])
+    nodes = [_node("Call", ["x"], ["h"], callee=callee), _node("Call", ["h"], ["y"], callee=callee)]
+    g = sim.onnx.load(_model(nodes, [X], ["y"]))
+    assert [(op.kind, op.name, op.inputs[-1] if op.kind == "matmul" else None) for op in g.ops] == [
+        ("matmul", "Call_0/MatMul_0", "w"), ("relu", "Call_0/Relu_1", None),
+        ("matmul", "Call_1/MatMul_0", "w"), ("relu", "Call_1/Relu_1", None)]
+    with pytest.raises(sim.GraphError, match="its callee 'layer' takes 1 inputs and gives 1 outputs; the node has 2"):
+        sim.onnx.load(_model([_node("Call", ["x", "x"], ["y"], callee=callee)], [X], ["y"]))
+
+
 def test_graphcore_ops_without_a_rule_are_named():
     with pytest.raises(sim.UnsupportedOpError, match="ai.graphcore::ShapedDropout"):
         sim.onnx.load(_model([_node("ShapedDropout", "x", shape=[4, 1], ratio=0.1)], [X], ["y"]))

@@ -248,4 +248,18 @@ def _if(ctx: OpContext):
     return results
 
 
-RULES = {"Loop": _loop, "Scan": _scan, "If": _if}
+def _call(ctx: OpContext):
+    """PopART's ``ai.graphcore::Call`` (``builder.aiGraphcore.call``): its ``callee`` graph run on the node's inputs,
+    its ops inlined where the call stands (named under it). PopART's CallOp runs the callee as one Poplar function,
+    copying its inputs in and its outputs out; the simulator's PopART outlining (``sim/compiler/outlining.py``)
+    makes such calls of repeated op sequences, the callee's among them."""
+    callee = ctx.attr("callee")
+    if len(callee.input) != ctx.num_inputs or len(callee.output) != len(ctx.node.output):
+        raise GraphError(f"{ctx.desc}: its callee {callee.name!r} takes {len(callee.input)} inputs and gives "
+                         f"{len(callee.output)} outputs; the node has {ctx.num_inputs} and {len(ctx.node.output)}")
+    bindings = {arg.name: ctx._in(k) for k, arg in enumerate(callee.input)}
+    return [v if v.known else ctx._imp.materialise(v)
+            for v in ctx._imp.run_subgraph(callee, bindings, f"{ctx.name}/", {"onnx_call": callee.name})]
+
+
+RULES = {"Loop": _loop, "Scan": _scan, "If": _if, "ai.graphcore::Call": _call}

@@ -11,7 +11,8 @@ attributes or tensors); ``Subsample`` (a copy of every ``strides``-th element); 
 reduced absolute values) and ``Nll`` (NllOp of probabilities, or of log-probabilities with
 ``inputIsLogProbability``, ``ignoreIndex``); ``DynamicSlice`` / ``DynamicUpdate`` / ``DynamicZero`` /
 ``DynamicAdd`` (popops' dynamic slice and update of ``sizes`` along ``axes``, from an offset tensor); ``Ctc``
-(popnn's CTC loss). ``MultiConv`` and ``CtcBeamSearchDecoder`` are layers' (``_ops_layers``). The rest of the domain (``Call``, ``Init``, ``Replicated*`` collectives, ``SequenceSlice``,
+(popnn's CTC loss). ``MultiConv`` and ``CtcBeamSearchDecoder`` are layers (``_ops_layers``), ``Call`` control flow
+(``_ops_control_flow``). The rest of the domain (``Init``, the ``Replicated*`` collectives, ``SequenceSlice``,
 ``ShapedDropout``, ``ScatterReduce``, ``GroupedGather``, the FP8 scale casts, ...) has no rule: an error names it.
 """
 
