@@ -795,7 +795,8 @@ def test_every_op_poptorch_lowers_has_a_rule_but_these():
     (F.multilabel_soft_margin_loss as torch's Python composite, nll_loss2d inside nll_loss_nd's rule); and
     as_strided, which its handler refuses."""
     from sim.poptorch import _handlers, _mapping
-    missing = sorted(n for n in _handlers.HANDLED if not _mapping.RULES.get(n) and not _mapping.RULES.get(n.rstrip("_")))
+    missing = sorted(n for n in _handlers.HANDLED
+                     if not _mapping.RULES.get(n) and not _mapping.RULES.get(n.rstrip("_")))
     assert missing == ["Int", "_local_scalar_dense", "_reshape_alias", "_weight_norm_interface", "arange", "as_strided",
                        "convolution_overrideable", "empty", "empty_strided", "full", "is_complex", "item",
                        "mkldnn_convolution", "multilabel_soft_margin_loss", "nll_loss2d", "nll_loss2d_forward", "ones",

@@ -1,19 +1,20 @@
 """PopART's own ONNX ops (the ``ai.graphcore`` domain, ``builder.aiGraphcore.*``), as a model built with PopART's
 builder holds them when saved to an ONNX file (``builder.getModelProto()``).
 
-Each is read as PopART's op creator reads it (popart ``willow/src/op/*.cpp``: the attribute names and defaults)
-and priced as the ops PopART's Opx runs, most of them as the default domain's op of the same meaning: ``Gelu``
-(popnn's GELU, as ``GeluErf``), ``Swish``, ``Expm1``, ``Log1p``, ``Atan2``, ``Fmod`` / ``Remainder``, ``Round`` /
+Each is read as PopART's op creator reads it (popart ``willow/src/op/*.cpp``: the attribute names and defaults) and
+priced as the ops PopART's Opx runs, most of them as the default domain's op of the same meaning: ``Gelu`` (popnn's
+GELU, as ``GeluErf``), ``Swish``, ``Expm1``, ``Log1p``, ``Atan2``, ``Fmod`` / ``Remainder``, ``Round`` /
 ``NearbyInt``, the ``Bitwise*`` ops, ``DepthToSpace``, ``GroupNormalization``; ``Detach`` (no gradient) and ``Nop``,
 ``PrintTensor`` (identities); ``Scale`` (attribute ``scale``); ``ScaledAdd`` (``scale0 X + scale1 Y``, the scales
 attributes or tensors); ``Subsample`` (a copy of every ``strides``-th element); ``Reverse`` (a copy along
-``dimensions``); ``TensorRemap`` (a copy into its consumers' layout); the losses ``IdentityLoss`` (``reduction`` "Sum", "Mean" or "None"), ``L1`` (``lambda`` times the
-reduced absolute values) and ``Nll`` (NllOp of probabilities, or of log-probabilities with
-``inputIsLogProbability``, ``ignoreIndex``); ``DynamicSlice`` / ``DynamicUpdate`` / ``DynamicZero`` /
-``DynamicAdd`` (popops' dynamic slice and update of ``sizes`` along ``axes``, from an offset tensor); ``Ctc``
-(popnn's CTC loss). ``MultiConv`` and ``CtcBeamSearchDecoder`` are layers (``_ops_layers``), ``Call`` control flow
-(``_ops_control_flow``). The rest of the domain (``Init``, the ``Replicated*`` collectives, ``SequenceSlice``,
-``ShapedDropout``, ``ScatterReduce``, ``GroupedGather``, the FP8 scale casts, ...) has no rule: an error names it.
+``dimensions``); ``TensorRemap`` (a copy into its consumers' layout); the losses ``IdentityLoss`` (``reduction``
+"Sum", "Mean" or "None"), ``L1`` (``lambda`` times the reduced absolute values) and ``Nll`` (NllOp of probabilities,
+or of log-probabilities with ``inputIsLogProbability``, ``ignoreIndex``); ``DynamicSlice`` / ``DynamicUpdate`` /
+``DynamicZero`` / ``DynamicAdd`` (popops' dynamic slice and update of ``sizes`` along ``axes``, from an offset
+tensor); ``Ctc`` (popnn's CTC loss). ``MultiConv`` and ``CtcBeamSearchDecoder`` are layers (``_ops_layers``),
+``Call`` control flow (``_ops_control_flow``). The rest of the domain (``Init``, the ``Replicated*`` collectives,
+``SequenceSlice``, ``ShapedDropout``, ``ScatterReduce``, ``GroupedGather``, the FP8 scale casts, ...) has no rule:
+an error names it.
 """
 
 from __future__ import annotations

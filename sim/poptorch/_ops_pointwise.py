@@ -327,14 +327,13 @@ def _softmin(ctx):
 def _random(ctx):
     """A poprand generator, drawn on the device at every run. Its tensor arguments (a mean, a
     probability) are its inputs; ``exponential`` is -log(uniform) / rate, ``randperm`` the
-    order of uniform numbers."""
+    order of uniform numbers, ``x.random_(low, high)`` an int32 draw cast to ``x``'s type."""
     kind = RANDOM.get(ctx.key.rstrip("_"), "random_uniform")
-    if ctx.key.rstrip("_") == "random" and len(ctx.args) < 3 and "to" not in ctx.kwargs:
-        ctx.unsupported("PopTorch's handler for aten::random_ reads both bounds, x.random_(low, high) (OtherOps.cpp: "
-                        "a uniform integer in [low, high - 1], cast to the tensor's type); give both")
-    if ctx.key.rstrip("_") == "random":  # randomHandler: an int32 uniform draw, cast to the tensor's type
-        out = out_tensor(ctx)
-        return ctx.op("cast", [emit(ctx, "random_uniform", [], out.shape, "int32", name="uniform")])
+    if ctx.key.rstrip("_") == "random":  # randomHandler (OtherOps.cpp): an int32 uniform draw, cast to x's type
+        if len(ctx.args) < 3 and "to" not in ctx.kwargs:
+            ctx.unsupported("PopTorch's handler for aten::random_ reads both bounds, x.random_(low, high) (a uniform "
+                            "integer in [low, high - 1]); give both")
+        return ctx.op("cast", [emit(ctx, "random_uniform", [], out_tensor(ctx).shape, "int32", name="uniform")])
     inputs = [ctx.t(s) for s in _tensor_args(ctx)]
     out = out_tensor(ctx)
     if ctx.key.rstrip("_") == "exponential":

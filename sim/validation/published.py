@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 
 from ..errors import OutOfMemoryError
 from .runner import _outcome
-from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, TF1_CNN_IO_TILES, Setup, _bert_train, _bytemlperf_clip_text,
-                     _bytemlperf_resnet, _bytemlperf_swin_large, _clip_infer, _conformer_train, _e5_infer,
-                     _effnet_train, _gpt2_decode, _gpt2_train, _optimum_lm_train, _optimum_squad_train, _packed_bert,
-                     _resnet_infer, _resnet_train, _roformer_infer, _resnext_train, _squad_infer, _squad_train,
-                     _swin_infer, _swin_train, _tutorial_squad_train, _unet_train, _vit_infer, _vit_train)
+from .setups import (MLPERF_V11_LAMB_STATE, MLPERF_V20_LAMB_STATE, TF1_CNN_IO_TILES, Setup, _bert_train,
+                     _bytemlperf_clip_text, _bytemlperf_resnet, _bytemlperf_swin_large, _clip_infer, _conformer_train,
+                     _e5_infer, _effnet_train, _gpt2_decode, _gpt2_train, _optimum_lm_train, _optimum_squad_train,
+                     _packed_bert, _resnet_infer, _resnet_train, _roformer_infer, _resnext_train, _squad_infer,
+                     _squad_train, _swin_infer, _swin_train, _tutorial_squad_train, _unet_train, _vit_infer, _vit_train)
 
 
 # --- held-out published measurements (docs/reference/published-results.md) ---------------------
@@ -79,17 +79,18 @@ DEPARTURES = {
     "tf-clear-pass": "TensorFlow's matmuls.clear_pass_type, as the TF1 BERT's ipu_utils.py sets it (PopART's "
                      "enableFullyConnectedPass off): graphcore/tensorflow gives no matmul a fullyConnectedPass "
                      "(GetMatMulOptionsForInst), so poplin plans each as a plain matmul",
-    "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect "
-              "(a per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and "
-              "cutmix (element-wise work on the images, a second loss term), conv dithering and the exchange "
-              "target 'memory'; the Grouped schedule's cycles run as PopART's pipeline cycles, each stage's inter-IPU copies one "
-              "after another as TensorFlow calls them (\"tf-copies\"); LARS's norms are merged into ReduceMany "
-              "calls as in the MLPerf ResNet-50 rows, though this config sets no max_reduce_many_buffer_size "
-              "[U]; the pre-SDK 2.5 rows (B4-B6) are assumed to run the SDK 3.0 config [U]",
+    "effnet": "the TF1 config as models/efficientnet.py builds it; not modelled: the source's drop-connect (a "
+              "per-sample random scale of each residual branch), the base config's mixup (alpha 0.2) and cutmix "
+              "(element-wise work on the images, a second loss term), conv dithering and the exchange target "
+              "'memory'; the Grouped schedule's cycles run as PopART's pipeline cycles, each stage's inter-IPU "
+              "copies one after another as TensorFlow calls them (\"tf-copies\"); LARS's norms are merged into "
+              "ReduceMany calls as in the MLPerf ResNet-50 rows, though this config sets no "
+              "max_reduce_many_buffer_size [U]; the pre-SDK 2.5 rows (B4-B6) are assumed to run the SDK 3.0 "
+              "config [U]",
     "resnext": "the TF1 config as models/resnet.py builds resnext101 (torchvision's layout: the stride on "
                "the 3x3 convolution); the SDK 3.0 benchmark's 32 IO tiles (B21; the SDK 2.5 README's commands "
-               "give B7's era none) with the infeed and outfeed on them; the Grouped schedule runs as PopART's pipeline cycles with "
-               "each stage's inter-IPU copies one after another (\"tf-copies\"); "
+               "give B7's era none) with the infeed and outfeed on them; the Grouped schedule runs as PopART's "
+               "pipeline cycles with each stage's inter-IPU copies one after another (\"tf-copies\"); "
                "availableMemoryProportion is the default 0.6 (the config sets none); B7 (pre-SDK 2.5) is "
                "assumed to run the SDK 3.0 config [U]",
     "effnet-pod256": "RF 128 and GA 16 are inferred from the GBS of 6,144 at micro-batch 3 [U]; the config "

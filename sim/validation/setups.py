@@ -50,7 +50,7 @@ class Setup:
     state_dtype: str | tuple = "float32"  # Optimizer.state_dtype: one dtype, or one per state (m, v)
     synthetic: bool = False  # enableSyntheticData: no host IO
     io_tiles: int = 0  # TensorLocations.numIOTiles
-    overlap_io: bool = False  # every host stream overlapped (OverlapDeviceIterationLoop), ShardedExecution
+    overlap_io: bool = False  # every host stream overlapped (OverlapDeviceIterationLoop); ShardedExecution unless TF's
     sharded: bool = False  # ShardedExecution(AutoStage.AutoIncrement): the IPUs run one after another, no pipeline
     prefetch_depth: int = 1  # _Popart defaultPrefetchBufferingDepth
     output_mode: str = ""  # outputMode as an OutputMode member name ("All", "Sum", ...); "": the default
