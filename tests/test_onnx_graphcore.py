@@ -116,6 +116,16 @@ def test_a_call_runs_its_callee_where_it_stands():
         sim.onnx.load(_model([_node("Call", ["x", "x"], ["y"], callee=callee)], [X], ["y"]))
 
 
+def test_a_missing_required_attribute_is_named():
+    """PopART's loss ops read ``reduction`` (and L1 ``lambda``) with no default: a node without them is an error."""
+    with pytest.raises(sim.GraphError, match="it has no 'reduction' attribute, which PopART's IdentityLossOp requires"):
+        sim.onnx.load(_model([_node("IdentityLoss", "x")], [X], ["y"]))
+    with pytest.raises(sim.GraphError, match="it has no 'lambda' attribute, which PopART's L1Op requires"):
+        sim.onnx.load(_model([_node("L1", "x", reduction="Sum")], [X], ["y"]))
+    with pytest.raises(sim.GraphError, match="reduction 'mean': PopART reads"):
+        sim.onnx.load(_model([_node("IdentityLoss", "x", reduction="mean")], [X], ["y"]))
+
+
 def test_graphcore_ops_without_a_rule_are_named():
     with pytest.raises(sim.UnsupportedOpError, match="ai.graphcore::ShapedDropout"):
         sim.onnx.load(_model([_node("ShapedDropout", "x", shape=[4, 1], ratio=0.1)], [X], ["y"]))

@@ -29,8 +29,17 @@ from ._context import OpContext
 REDUCTIONS = {"Sum": "sum", "Mean": "mean", "None": "none"}
 
 
+def _required(ctx: OpContext, name: str):
+    """Attribute ``name``, which PopART's op creator reads with no default (a node without it fails there)."""
+    value = ctx.attr(name)
+    if value is None:
+        raise GraphError(f"{ctx.desc}: it has no {name!r} attribute, which PopART's {ctx.op_type}Op requires")
+    return value
+
+
 def _reduction(ctx: OpContext) -> str:
-    value = ctx.attr("reduction", "Mean")
+    """A loss's ``reduction`` as sim names it (PopART's LossOp::reductionTypeFromString)."""
+    value = _required(ctx, "reduction")
     if value not in REDUCTIONS:
         raise GraphError(f"{ctx.desc}: reduction {value!r}: PopART reads \"Sum\", \"Mean\" or \"None\"")
     return REDUCTIONS[value]
@@ -58,7 +67,7 @@ def _l1(ctx: OpContext):
         kind = "reduce_sum" if reduction == "sum" else "reduce_mean"
         magnitude = ctx.op(kind, [magnitude], {"axes": list(range(len(xs))), "keepdims": False}, shapes=[out],
                            dtypes=[dt], result=False, suffix=kind)
-    return ctx.op("scale", [magnitude], {"factor": float(ctx.attr("lambda"))}, shapes=[out], dtypes=[dt])
+    return ctx.op("scale", [magnitude], {"factor": float(_required(ctx, "lambda"))}, shapes=[out], dtypes=[dt])
 
 
 def _nll(ctx: OpContext):
