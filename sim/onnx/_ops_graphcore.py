@@ -134,7 +134,7 @@ def _dynamic(kind: str):
     elements along ``axes`` from the offset tensor) or update of the input in place of the slice."""
     def rule(ctx: OpContext):
         xs = ctx.shape(0)
-        axes, sizes = [int(a) for a in ctx.attr("axes", [])], [int(s) for s in ctx.attr("sizes", [])]
+        axes, sizes = [int(a) for a in _required(ctx, "axes")], [int(s) for s in _required(ctx, "sizes")]
         if len(axes) != len(sizes) or any(not 0 <= a < len(xs) for a in axes):
             raise GraphError(f"{ctx.desc}: axes {axes} and sizes {sizes} must pair up, each axis one of the "
                              f"input's {len(xs)}")
