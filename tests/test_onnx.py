@@ -649,6 +649,24 @@ def test_dropout_reshape_family_and_reductions():
     assert g.outputs == ["c"] and g.tensors["c"].dtype == "float16"
 
 
+def test_dropout_before_opset_12_drops_in_training_only():
+    """An opset 7-11 Dropout has no training flag: PopART's DropoutOp drops in a training session and is an
+    identity in an inference one. The op is kept, free at inference, priced in training."""
+    w = nh.from_array(np.ones((64, 64), np.float16), "w")
+
+    def graph(ratio: float):
+        nodes = [h.make_node("MatMul", ["x", "w"], ["a"]), h.make_node("Dropout", ["a"], ["d"], ratio=ratio),
+                 h.make_node("ReduceSum", ["d"], ["loss"], keepdims=0)]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT16, [32, 64])],
+                         [h.make_tensor_value_info("loss", T.FLOAT16, None)], initializer=[w])
+        return sim.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid("", 11)]), loss="loss")
+
+    dropped, kept = graph(0.1), graph(0.0)
+    assert kinds(dropped) == ["matmul", "dropout", "reduce_sum"] and kinds(kept) == ["matmul", "reduce_sum"]
+    assert sim.simulate(dropped).cycle_count == sim.simulate(kept).cycle_count
+    assert sim.simulate(dropped, training=True).cycle_count > sim.simulate(kept, training=True).cycle_count
+
+
 def test_loss_must_be_a_scalar_the_model_computes():
     with pytest.raises(sim.GraphError, match="a loss must be a scalar"):
         sim.onnx.load(attention_model(), batch_size=2, loss="y")

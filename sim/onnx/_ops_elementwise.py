@@ -142,13 +142,17 @@ def _identity(ctx: OpContext):
 
 
 def _dropout(ctx: OpContext):
+    """Dropout. From opset 12 its ``training_mode`` input decides. Before, the node has no flag (opset 6's
+    ``is_test`` PopART does not read): PopART's DropoutOp (opsets 6, 7, 10) drops in a training session and is an
+    identity in an inference one, so the op is kept for the compiler, which runs it only in training (a PopART
+    builder's model, saved at its default opset, trains with its dropout)."""
     if ctx.opset >= 12:
         ratio = _scalar(ctx, 1) if ctx.has_input(1) else 0.5
         training = _scalar(ctx, 2) if ctx.has_input(2) else 0.0
         if ctx.has_input(2) and training is None:
             ctx.unsupported("training_mode is computed at run time")
-    else:  # opset 7..11: no training flag; an inference graph (PopART runs it as identity)
-        ratio, training = float(ctx.attr("ratio", 0.5)), float(not ctx.attr("is_test", 1))
+    else:
+        ratio, training = float(ctx.attr("ratio", 0.5)), 1.0
     if not training or not ratio:
         return [ctx.input(0), None]
     return [ctx.op("dropout", [ctx.input(0)], {"p": float(ratio)}, shapes=[ctx.shape(0)]), None]
