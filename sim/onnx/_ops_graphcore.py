@@ -7,14 +7,14 @@ GELU, as ``GeluErf``), ``Swish``, ``Expm1``, ``Log1p``, ``Atan2``, ``Fmod`` / ``
 ``NearbyInt``, the ``Bitwise*`` ops, ``DepthToSpace``, ``GroupNormalization``; ``Detach`` (no gradient) and ``Nop``,
 ``PrintTensor`` (identities); ``Scale`` (attribute ``scale``); ``ScaledAdd`` (``scale0 X + scale1 Y``, the scales
 attributes or tensors); ``Subsample`` (a copy of every ``strides``-th element); ``Reverse`` (a copy along
-``dimensions``); ``TensorRemap`` (a copy into its consumers' layout); the losses ``IdentityLoss`` (``reduction``
-"Sum", "Mean" or "None"), ``L1`` (``lambda`` times the reduced absolute values) and ``Nll`` (NllOp of probabilities,
-or of log-probabilities with ``inputIsLogProbability``, ``ignoreIndex``); ``DynamicSlice`` / ``DynamicUpdate`` /
-``DynamicZero`` / ``DynamicAdd`` (popops' dynamic slice and update of ``sizes`` along ``axes``, from an offset
-tensor); ``Ctc`` (popnn's CTC loss). ``MultiConv`` and ``CtcBeamSearchDecoder`` are layers (``_ops_layers``),
-``Call`` control flow (``_ops_control_flow``). The rest of the domain (``Init``, the ``Replicated*`` collectives,
-``SequenceSlice``, ``ShapedDropout``, ``ScatterReduce``, ``GroupedGather``, the FP8 scale casts, ...) has no rule:
-an error names it.
+``dimensions``); ``TensorRemap`` (a copy into its consumers' layout); ``ShapedDropout`` (a dropout in training); the
+losses ``IdentityLoss`` (``reduction`` "Sum", "Mean" or "None"), ``L1`` (``lambda`` times the reduced absolute
+values) and ``Nll`` (NllOp of probabilities, or of log-probabilities with ``inputIsLogProbability``,
+``ignoreIndex``); ``DynamicSlice`` / ``DynamicUpdate`` / ``DynamicZero`` / ``DynamicAdd`` (popops' dynamic slice and
+update of ``sizes`` along ``axes``, from an offset tensor); ``Ctc`` (popnn's CTC loss). ``MultiConv`` and
+``CtcBeamSearchDecoder`` are layers (``_ops_layers``), ``Call`` control flow (``_ops_control_flow``). The rest of
+the domain (``Init``, the ``Replicated*`` collectives, ``SequenceSlice``, ``ScatterReduce``, ``GroupedGather``, the
+FP8 scale casts, ...) has no rule: an error names it.
 """
 
 from __future__ import annotations
@@ -102,6 +102,19 @@ def _identity(ctx: OpContext):
     return ctx.op("identity", [ctx.input(0)], shapes=[ctx.shape(0)], dtypes=[ctx.dtype(0)])
 
 
+def _shaped_dropout(ctx: OpContext):
+    """ShapedDropoutOp: a dropout whose mask of ``shape`` is broadcast over the input (poprand::shapedDropout), in a
+    training session only; kept as a ``dropout`` op, which the compiler runs only in training, priced as a dropout
+    of the whole input (its random draws an upper bound: the mask holds ``prod(shape)`` of them)."""
+    ratio = float(_required(ctx, "ratio"))
+    if not 0 <= ratio < 1:
+        raise GraphError(f"{ctx.desc}: ratio {ratio} must be in [0, 1), as PopART's dropout ops check")
+    if not ratio:
+        return ctx.op("identity", [ctx.input(0)], shapes=[ctx.shape(0)], dtypes=[ctx.dtype(0)])
+    return ctx.op("dropout", [ctx.input(0)], {"p": ratio, "mask_shape": [int(d) for d in _required(ctx, "shape")]},
+                  shapes=[ctx.shape(0)], dtypes=[ctx.dtype(0)])
+
+
 def _remap(ctx: OpContext):
     """TensorRemapOp: the input copied into the tile layout its consumers want (popops' rearrangement), as
     sim.poptorch prices RemapCE."""
@@ -169,7 +182,7 @@ RULES: dict = {f"ai.graphcore::{op}": rule for op, rule in {
     "BitwiseXnor": _ELEMENTWISE["BitwiseXor"],
     "DepthToSpace": _ops_tensor.RULES["DepthToSpace"], "GroupNormalization": _ops_layers.RULES["GroupNormalization"],
     "Detach": _detach, "Nop": _identity, "PrintTensor": _identity, "Scale": _scale, "ScaledAdd": _scaled_add,
-    "Subsample": _subsample, "Reverse": _reverse, "TensorRemap": _remap,
+    "Subsample": _subsample, "Reverse": _reverse, "TensorRemap": _remap, "ShapedDropout": _shaped_dropout,
     "IdentityLoss": _identity_loss, "L1": _l1, "Nll": _nll, "Ctc": _ctc,
     "DynamicSlice": _dynamic("slice"), "DynamicUpdate": _dynamic("update"), "DynamicZero": _dynamic("update"),
     "DynamicAdd": _dynamic("update"),
