@@ -78,6 +78,7 @@ def test_poptorch_decoder_outputs_and_graph():
         for k in range(2):
             assert not labels[b, k, int(lengths[b, k]):].any() and not (labels[b, k, :int(lengths[b, k])] == 0).any()
     g = model.executable.graph
+    assert "graph captured with torch.fx" in model.simulation.all_notes
     assert [op.kind for op in g.ops] == ["matmul", "add", "softmax", "cast", "ctc_beam_search"]
     op = g.ops[-1]
     assert op.attrs == {"blank": 0, "beam_width": 8, "top_paths": 2}
@@ -107,6 +108,15 @@ def test_decoder_argument_errors():
         poptorch.ctc_beam_search_decoder(x, lengths, blank=4)
     with pytest.raises(poptorch.Error, match=r"top_paths \(3\) must be from 1 to beam_width \(2\)"):
         poptorch.ctc_beam_search_decoder(x, lengths, beam_width=2, top_paths=3)
+    with pytest.raises(poptorch.Error, match=r"lengths must be of shape \[batch_size\] = \[1\], got \(2,\)"):
+        poptorch.ctc_beam_search_decoder(x, torch.tensor([5, 5]))
+
+    class Decoder(torch.nn.Module):  # the same errors from a model, which torch.fx captures
+        def forward(self, x, lengths):
+            return poptorch.ctc_beam_search_decoder(x, lengths, blank=7)
+
+    with pytest.raises(poptorch.Error, match="blank 7 is not one of the 4 classes"):
+        poptorch.inferenceModel(Decoder())(x, lengths)
 
 
 def test_onnx_graphcore_decoder():

@@ -214,11 +214,27 @@ def _beam_search(x, length: int, blank: int, width: int, top_paths: int) -> list
     return found + [((), -math.inf)] * (top_paths - len(found))
 
 
+def _check_decoder(probs: torch.Tensor, lengths: torch.Tensor, blank: int, beam_width: int, top_paths: int) -> None:
+    """The decoder's arguments as PopART's CtcBeamSearchDecoderOp takes them, checked where their shapes are known
+    (the CPU run and the capture's tensors without values; torch.fx's proxies have none)."""
+    if probs.dim() != 3:
+        raise error(f"ctc_beam_search_decoder: probs must be [input_length, batch_size, num_classes], got "
+                    f"{tuple(probs.shape)}")
+    if tuple(lengths.shape) != tuple(probs.shape[1:2]):  # (any dtype: PopTorch's handler casts them to UINT32)
+        raise error(f"ctc_beam_search_decoder: lengths must be of shape [batch_size] = [{probs.shape[1]}], got "
+                    f"{tuple(lengths.shape)}")
+    if not 0 <= blank < probs.shape[2]:
+        raise error(f"ctc_beam_search_decoder: blank {blank} is not one of the {probs.shape[2]} classes")
+    if not 1 <= top_paths <= beam_width:
+        raise error(f"ctc_beam_search_decoder: top_paths ({top_paths}) must be from 1 to beam_width ({beam_width})")
+
+
 @torch.library.custom_op("ipusim::ctc_beam_search_decoder", mutates_args=())
 def _ctc_beam_search(probs: torch.Tensor, lengths: torch.Tensor, blank: int, beam_width: int,
                      top_paths: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The decoder's outputs on the CPU: each path's log-probability ``(B, top_paths)`` in the input's dtype, its
     length and its labels ``(B, top_paths, T)`` (int32: PopART's UINT32; past the length, zeros)."""
+    _check_decoder(probs, lengths, blank, beam_width, top_paths)
     T, B, _ = probs.shape
     x = probs.detach().double().cpu().numpy()
     out_p = torch.full((B, top_paths), -math.inf, dtype=torch.float64)
@@ -234,6 +250,7 @@ def _ctc_beam_search(probs: torch.Tensor, lengths: torch.Tensor, blank: int, bea
 
 @_ctc_beam_search.register_fake
 def _(probs, lengths, blank, beam_width, top_paths):
+    _check_decoder(probs, lengths, blank, beam_width, top_paths)
     T, B, _ = probs.shape
     return (probs.new_empty((B, top_paths)), probs.new_empty((B, top_paths), dtype=torch.int32),
             probs.new_empty((B, top_paths, T), dtype=torch.int32))
@@ -250,14 +267,8 @@ def ctc_beam_search_decoder(probs: torch.Tensor, lengths: torch.Tensor, blank: i
     if not isinstance(lengths, _TENSOR):
         raise error("ctc_beam_search_decoder: lengths must be a torch.tensor argument. "
                     f"{type(lengths)} is not supported.")
-    if probs.dim() != 3:
-        raise error(f"ctc_beam_search_decoder: probs must be [input_length, batch_size, num_classes], got "
-                    f"{tuple(probs.shape)}")
-    if not 0 <= blank < probs.shape[2]:
-        raise error(f"ctc_beam_search_decoder: blank {blank} is not one of the {probs.shape[2]} classes")
-    if not 1 <= top_paths <= beam_width:
-        raise error(f"ctc_beam_search_decoder: top_paths ({top_paths}) must be from 1 to beam_width ({beam_width})")
-    return list(_ctc_beam_search(probs, lengths, int(blank), int(beam_width), int(top_paths)))
+    outputs = _ctc_beam_search(probs, lengths, int(blank), int(beam_width), int(top_paths))
+    return [outputs[i] for i in range(3)]  # a traced result is one proxy: index it
 
 
 # --- cost rules ---------------------------------------------------------------------------------
