@@ -51,6 +51,20 @@ def vertex_cycles() -> dict[str, int]:
                                                   "per_step_output"))
 
 
+def argument_problem(probs: tuple, lengths: tuple, blank: int, beam_width: int, top_paths: int) -> str:
+    """What is wrong with a decoder's arguments as PopART's CtcBeamSearchDecoderOp takes them: log-probabilities of
+    shape ``probs`` ``(T, B, C)``, lengths of shape ``lengths`` ``(B,)``; empty when nothing is."""
+    if len(probs) != 3:
+        return f"probs must be [input_length, batch_size, num_classes], got {tuple(probs)}"
+    if tuple(lengths) != tuple(probs[1:2]):
+        return f"lengths must be of shape [batch_size] = [{probs[1]}], got {tuple(lengths)}"
+    if not 0 <= blank < probs[2]:
+        return f"blank {blank} is not one of the {probs[2]} classes"
+    if not 1 <= top_paths <= beam_width:
+        return f"top_paths ({top_paths}) must be from 1 to beam_width ({beam_width})"
+    return ""
+
+
 def _fmp(size: int, parts: int) -> int:
     """popnn's partition count of ``size`` things over at most ``parts``: the least count of the same size."""
     return math.ceil(size / math.ceil(size / max(parts, 1)))
@@ -201,8 +215,8 @@ def temp_bytes(p: BeamPlan, time: int, classes: int, beam: int, in_bytes: int) -
     return n * (data + history + candidates + sort)
 
 
-def output_cycles(p: BeamPlan, time: int, top_paths: int, workers: int) -> int:
+def output_step(p: BeamPlan, time: int, top_paths: int, workers: int) -> Step:
     """The compute set after the loop: a vertex per top path tracing its beam back through the steps."""
-    v = vertex_cycles()
     per_tile = p.entries * math.ceil(top_paths / p.beams)
-    return _plain([v["fixed"] + v["per_step_output"] * time] * per_tile, workers)
+    traceback = vertex_cycles()["fixed"] + vertex_cycles()["per_step_output"] * time
+    return Step("output", _plain([traceback] * per_tile, workers), _fixed(per_tile, workers), 0, 0.0)

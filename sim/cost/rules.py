@@ -1668,12 +1668,12 @@ def _ctc_beam_search(ins, attrs, ipu, tiles) -> OpCost:
                     temp, tiles=tiles, launch=3 * ipu.vertex_overhead_cycles)
     index = _phases(ipu, loop_counter_cycles(), exchange_cycles(ctc_beam.WORD, ipu), 1, 0.0,
                     ctc_beam.WORD * p.tiles, p.tiles, tiles=tiles, launch=loop_counter_cycles())
-    steps = [(_phases(ipu, st.compute, exchange_cycles(st.received, ipu), 1, st.flops, st.received * p.tiles,
-                      p.tiles, temp, tiles=tiles, launch=st.launch), T)
-             for st in ctc_beam.loop_steps(p, C, beam, workers)]
-    output = ctc_beam.output_cycles(p, T, top_paths, workers)
-    parts = [(setup, 1), (index, T), *steps, (_phases(ipu, output, 0, 1, 0.0, 0, p.tiles, temp, tiles=tiles,
-                                                       launch=ctc_beam.vertex_cycles()["fixed"] * workers), 1)]
+
+    def compute_set(st: ctc_beam.Step) -> OpCost:
+        return _phases(ipu, st.compute, exchange_cycles(st.received, ipu), 1, st.flops, st.received * p.tiles,
+                       p.tiles, temp, tiles=tiles, launch=st.launch)
+    parts = [(setup, 1), (index, T), *((compute_set(st), T) for st in ctc_beam.loop_steps(p, C, beam, workers)),
+             (compute_set(ctc_beam.output_step(p, T, top_paths, workers)), 1)]
     if dtype != "float32":  # the beams' probabilities, float partials, cast to the input's type
         parts.append((_elementwise("cast", (((B, top_paths), "float32", "activation"),), (((B, top_paths), dtype),),
                                    ipu, tiles), 1))

@@ -486,7 +486,7 @@ class _Importer:
         """The op types after node ``index`` that neither a rule nor register_op prices (no rule, or one that
         refuses them: an op PopART lacks)."""
         unknown = (_op_label(node) for node in list(self.model.graph.node)[index + 1:]
-                   if (_rule_for(node) is None or _rule_for(node) in REFUSALS)
+                   if ((rule := _rule_for(node)) is None or rule in REFUSALS)
                    and not (_default_domain(node) and node.op_type in _ALWAYS_FOLDED))
         return list(dict.fromkeys(unknown))
 

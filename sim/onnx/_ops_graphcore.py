@@ -11,16 +11,17 @@ attributes or tensors); ``Subsample`` (a copy of every ``strides``-th element); 
 losses ``IdentityLoss`` (``reduction`` "Sum", "Mean" or "None"), ``L1`` (``lambda`` times the reduced absolute
 values) and ``Nll`` (NllOp of probabilities, or of log-probabilities with ``inputIsLogProbability``,
 ``ignoreIndex``); ``DynamicSlice`` / ``DynamicUpdate`` / ``DynamicZero`` / ``DynamicAdd`` (popops' dynamic slice and
-update of ``sizes`` along ``axes``, from an offset tensor); ``Ctc`` (popnn's CTC loss). ``MultiConv`` and
-``CtcBeamSearchDecoder`` are layers (``_ops_layers``), ``Call`` control flow (``_ops_control_flow``). The rest of
-the domain (``Init``, the ``Replicated*`` collectives, ``SequenceSlice``, ``ScatterReduce``, ``GroupedGather``, the
-FP8 scale casts, ...) has no rule: an error names it.
+update of ``sizes`` along ``axes``, from an offset tensor); ``Ctc`` (popnn's CTC loss) and ``CtcBeamSearchDecoder``
+(its beam search decoder). ``MultiConv`` is a convolution's (``_ops_layers``), ``Call`` control flow
+(``_ops_control_flow``). The rest of the domain (``Init``, the ``Replicated*`` collectives, ``SequenceSlice``,
+``ScatterReduce``, ``GroupedGather``, the FP8 scale casts, ...) has no rule: an error names it.
 """
 
 from __future__ import annotations
 
 import math
 
+from ..cost import ctc_beam
 from ..errors import GraphError
 from . import _ops_elementwise, _ops_layers, _ops_tensor
 from ._context import OpContext
@@ -115,6 +116,21 @@ def _shaped_dropout(ctx: OpContext):
                   shapes=[ctx.shape(0)], dtypes=[ctx.dtype(0)])
 
 
+def _ctc_beam_search(ctx: OpContext):
+    """CtcBeamSearchDecoderOp (willow/src/op/ctcbeamsearch.cpp): log-probabilities (T, B, C) and UINT32 lengths (B,)
+    in, attributes ``blank`` (0), ``beam_width`` (100) and ``top_paths`` (1); out each path's probability
+    (B, top_paths) in the input's type, its length and its labels (B, top_paths, T), UINT32 (int32 here): popnn's
+    decoder, ``ctc_beam_search`` (sim/cost/ctc_beam.py)."""
+    blank, width, top = (int(ctx.attr(a, d)) for a, d in (("blank", 0), ("beam_width", 100), ("top_paths", 1)))
+    problem = ctc_beam.argument_problem(ctx.shape(0), ctx.shape(1), blank, width, top)
+    if problem:
+        raise GraphError(f"{ctx.desc}: {problem}")
+    T, B, _ = ctx.shape(0)
+    return ctx.op("ctc_beam_search", [ctx.input(0), ctx.input(1)],
+                  {"blank": blank, "beam_width": width, "top_paths": top},
+                  shapes=[(B, top), (B, top), (B, top, T)], dtypes=[ctx.dtype(0), "int32", "int32"])
+
+
 def _remap(ctx: OpContext):
     """TensorRemapOp: the input copied into the tile layout its consumers want (popops' rearrangement), as
     sim.poptorch prices RemapCE."""
@@ -183,7 +199,7 @@ RULES: dict = {f"ai.graphcore::{op}": rule for op, rule in {
     "DepthToSpace": _ops_tensor.RULES["DepthToSpace"], "GroupNormalization": _ops_layers.RULES["GroupNormalization"],
     "Detach": _detach, "Nop": _identity, "PrintTensor": _identity, "Scale": _scale, "ScaledAdd": _scaled_add,
     "Subsample": _subsample, "Reverse": _reverse, "TensorRemap": _remap, "ShapedDropout": _shaped_dropout,
-    "IdentityLoss": _identity_loss, "L1": _l1, "Nll": _nll, "Ctc": _ctc,
+    "IdentityLoss": _identity_loss, "L1": _l1, "Nll": _nll, "Ctc": _ctc, "CtcBeamSearchDecoder": _ctc_beam_search,
     "DynamicSlice": _dynamic("slice"), "DynamicUpdate": _dynamic("update"), "DynamicZero": _dynamic("update"),
     "DynamicAdd": _dynamic("update"),
 }.items()}

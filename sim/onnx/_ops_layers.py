@@ -638,29 +638,8 @@ def _roi_align(ctx: OpContext):
                   shapes=[out], dtypes=[ctx.dtype(0)])
 
 
-def _ctc_beam_search(ctx: OpContext):
-    """PopART's CtcBeamSearchDecoder (``ai.graphcore``, ``builder.aiGraphcore.ctcbeamsearchdecoder``;
-    willow/src/op/ctcbeamsearch.cpp): log-probabilities (T, B, C) and UINT32 lengths (B,) in, attributes ``blank``
-    (0), ``beam_width`` (100) and ``top_paths`` (1); out each path's probability (B, top_paths) in the input's
-    type, its length and its labels (B, top_paths, T), UINT32 (int32 here). popnn's decoder:
-    ``ctc_beam_search``, sim/cost/ctc_beam.py."""
-    probs = ctx.shape(0)
-    if len(probs) != 3 or ctx.shape(1) != probs[1:2]:
-        raise GraphError(f"{ctx.desc}: the log-probabilities {probs} and lengths {ctx.shape(1)} must be "
-                         "(T, B, C) and (B,)")
-    T, B, C = probs
-    blank, width, top = (int(ctx.attr(a, d)) for a, d in (("blank", 0), ("beam_width", 100), ("top_paths", 1)))
-    if not 0 <= blank < C or not 1 <= top <= width:
-        raise GraphError(f"{ctx.desc}: blank {blank} must be one of the {C} classes and top_paths {top} from 1 to "
-                         f"beam_width {width}")
-    return ctx.op("ctc_beam_search", [ctx.input(0), ctx.input(1)],
-                  {"blank": blank, "beam_width": width, "top_paths": top},
-                  shapes=[(B, top), (B, top), (B, top, T)], dtypes=[ctx.dtype(0), "int32", "int32"])
-
-
 RULES: dict = {
     "LSTM": _recurrent, "GRU": _recurrent, "RNN": _rnn, "RoiAlign": _roi_align,
-    "ai.graphcore::CtcBeamSearchDecoder": _ctc_beam_search,
     # dense algebra
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     "ai.graphcore::MultiConv": _multiconv,

@@ -30,6 +30,7 @@ import math
 
 import torch
 
+from ..cost import ctc_beam
 from . import _mapping, _state
 from ._errors import error
 from .annotations import _traceable
@@ -217,16 +218,10 @@ def _beam_search(x, length: int, blank: int, width: int, top_paths: int) -> list
 def _check_decoder(probs: torch.Tensor, lengths: torch.Tensor, blank: int, beam_width: int, top_paths: int) -> None:
     """The decoder's arguments as PopART's CtcBeamSearchDecoderOp takes them, checked where their shapes are known
     (the CPU run and the capture's tensors without values; torch.fx's proxies have none)."""
-    if probs.dim() != 3:
-        raise error(f"ctc_beam_search_decoder: probs must be [input_length, batch_size, num_classes], got "
-                    f"{tuple(probs.shape)}")
-    if tuple(lengths.shape) != tuple(probs.shape[1:2]):  # (any dtype: PopTorch's handler casts them to UINT32)
-        raise error(f"ctc_beam_search_decoder: lengths must be of shape [batch_size] = [{probs.shape[1]}], got "
-                    f"{tuple(lengths.shape)}")
-    if not 0 <= blank < probs.shape[2]:
-        raise error(f"ctc_beam_search_decoder: blank {blank} is not one of the {probs.shape[2]} classes")
-    if not 1 <= top_paths <= beam_width:
-        raise error(f"ctc_beam_search_decoder: top_paths ({top_paths}) must be from 1 to beam_width ({beam_width})")
+    # (lengths of any dtype: PopTorch's handler casts them to UINT32)
+    problem = ctc_beam.argument_problem(tuple(probs.shape), tuple(lengths.shape), blank, beam_width, top_paths)
+    if problem:
+        raise error(f"ctc_beam_search_decoder: {problem}")
 
 
 @torch.library.custom_op("ipusim::ctc_beam_search_decoder", mutates_args=())
