@@ -810,7 +810,8 @@ class Engine:
                 tags.append(t.tag)
                 ipus.append(t.tiles or (t.ipu,))
                 if t.stream is not None:
-                    streams.append(i)
+                    if t.stream.counted:
+                        streams.append(i)
                     if t.stream.direction == "to_ipu":
                         key = stream_key(t.stream)
                         tl.last_copies[key] = max(int(end[i]), tl.last_copies.get(key, 0))

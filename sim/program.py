@@ -96,6 +96,7 @@ class StreamCopy:
     callback_s: float = 0.0  # that thread's fixed work per replica's copy (PopART's StepIO callback), in seconds
     after: tuple = ()  # other items whose latest run must end first (IO-tile buffer reuse)
     label: str = ""  # what the timeline calls the copy (default: the tensor's name)
+    counted: bool = True  # a model input's or output's copy, stamped in the perf counters (a host call's is not)
 
 
 @dataclass

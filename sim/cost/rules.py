@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import DTYPE_BYTES, IO_TILE_COPY, REMOTE_KINDS, RNN_GATES, VIEW_KINDS, Graph, Op, spatial
+from ..graph.ir import DTYPE_BYTES, HOST_CALL, IO_TILE_COPY, REMOTE_KINDS, RNN_GATES, VIEW_KINDS, Graph, Op, spatial
 from ..hardware.system import IPU
 from .amp import (ConvShape, amp_mode, fc_weight_transpose, kernel_hits, padded_partials_rearranged,
                   pass_fixed_cycles, plan_codelets, plan_fc_training, plan_matmul, plan_rows_folded, relaid_operands,
@@ -175,7 +175,7 @@ def op_cost(op: Op, graph: Graph, ipu: IPU, tiles: int, memory_proportion: float
 
 def _is_free(kind: str) -> bool:
     """Whether :func:`_cost` prices ``kind`` free (the schedule prices its data movement)."""
-    return kind in _VIEWS or kind in REMOTE_KINDS or kind == IO_TILE_COPY
+    return kind in _VIEWS or kind in REMOTE_KINDS or kind in (IO_TILE_COPY, HOST_CALL)
 
 
 @lru_cache(maxsize=65536)

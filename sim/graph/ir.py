@@ -50,6 +50,11 @@ REMOTE_KINDS = {"remote_load": "load", "remote_store": "store"}
 #: the op kind that copies a tensor between an IPU's IO tiles and its compute tiles (PopART's
 #: IoTileCopy): the schedule prices it as that on-chip exchange; ``attrs["to_io"]`` gives the way
 IO_TILE_COPY = "io_tile_copy"
+#: the op kind that runs a function on the host in the middle of the program (PopTorch's ``poptorch.CPU``:
+#: a Poplar HostFunction ``Call``): the schedule runs it as stream copies of its inputs to the host and of
+#: its outputs back (:meth:`sim.schedule.context.Context.host_call_items`); ``attrs["id"]`` names it and
+#: ``attrs["host_seconds"]`` is the host's time in the function for one replica
+HOST_CALL = "host_call"
 
 
 def _amp_output_dtype(operand_dtype: str) -> str | None:

@@ -42,6 +42,7 @@ from ._printing import module_repr, print  # noqa: A004 - PopTorch exports its o
 from .executor import (PoplarExecutor, inferenceModel, load, registerPostCompileHook,
                        registerPreCompileHook, trainingModel)
 from .ops import cond, ctc_beam_search_decoder, custom_op, dynamic_slice, dynamic_update
+from .host_function import CPU
 from .options import (ConfigFileError, Options, ParallelPhasedExecution, Phase, PipelinedExecution,
                       SerialPhasedExecution, ShardedExecution, Stage, TensorLocationSettings)
 
@@ -88,19 +89,6 @@ def ipuHardwareVersion() -> int:
     return 2
 
 
-#: PopTorch names sim.poptorch does not provide, and why (docs/poptorch.md)
-_NOT_PROVIDED = {
-    "CPU": "poptorch.CPU runs a function on the host inside the model (a host callback), which the simulator "
-           "does not model; run that part outside the model",
-}
-
-
-def __getattr__(name: str):
-    if name in _NOT_PROVIDED:
-        raise AttributeError(f"sim.poptorch has no {name!r}: {_NOT_PROVIDED[name]}")
-    raise AttributeError(f"module 'sim.poptorch' has no attribute {name!r}")
-
-
 __all__ = [
     "Options", "TensorLocationSettings", "ConfigFileError", "inferenceModel", "trainingModel",
     "PoplarExecutor", "load", "DataLoader", "AsynchronousDataAccessor", "Block", "BeginBlock",
@@ -114,7 +102,7 @@ __all__ = [
     "MultiConv", "NameScope", "Attribute", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
     "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
     "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
-    "cond", "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser",
+    "CPU", "cond", "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser",
     "registerCustomArgParser",
     "registerPreCompileHook", "registerPostCompileHook", "profiling", "module_repr", "print", "PipelineCopies",
 ]

@@ -217,6 +217,8 @@ def _trace(adapter, flat: list, leaf_types: tuple):
         fx_error = e
     try:
         return _export(adapter, flat)
+    except Error:  # the model's own error, seen only with shapes (a poptorch.CPU function's outputs): as it is
+        raise
     except Exception as e:  # noqa: BLE001
         if any(_in_packed_sequences(err) for err in (fx_error, e)):
             raise UnsupportedOpError(

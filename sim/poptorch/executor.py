@@ -42,6 +42,7 @@ from . import optim as _optim
 from ._capture import Captured, capture, on_meta_device
 from ._device import ipu_device
 from ._errors import NO_EXECUTABLE, OutOfMemory, compile_error, error
+from .host_function import refuse_in_training
 from ._printing import module_repr
 from .dataloader import loader_modes
 from ..options import CPU_OUTPUTS_ENV_VAR
@@ -347,6 +348,8 @@ class PoplarExecutor:
             raise error("The model returned no loss the simulator can find: compute it with a torch "
                         "loss (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss or their functional forms) "
                         "or mark it with poptorch.identity_loss")
+        if self._training:
+            refuse_in_training(g)
         self._check_overlapped_io(g)
         _check_same_as_ipu(g, o.execution_strategy)
         placed = copy.deepcopy(g)

@@ -17,7 +17,7 @@ from . import replicated_ops
 from .collectives import per_position, per_tensor
 from ..cost import OpCost
 from ..errors import OptionsError
-from ..graph.ir import IO_TILE_COPY, REMOTE_KINDS, Graph, Op
+from ..graph.ir import HOST_CALL, IO_TILE_COPY, REMOTE_KINDS, Graph, Op
 from ..hardware.system import System
 from .hostio import host_transfers, io_tile_copy_steps
 from ..options import Options, OutputMode, OverlapMode
@@ -28,7 +28,7 @@ from ..hardware.topology import replica_ipus, sync_cycles
 
 
 #: op kinds that are program items of their own, not compute: the part of a stage they make
-OWN_ITEMS = {**{kind: "remote" for kind in REMOTE_KINDS}, IO_TILE_COPY: "io_copy"}
+OWN_ITEMS = {**{kind: "remote" for kind in REMOTE_KINDS}, IO_TILE_COPY: "io_copy", HOST_CALL: "host_call"}
 
 
 @dataclass
@@ -53,6 +53,7 @@ class Context:
     pipelined: bool = False  # stages run as PopART's pipeline: forward stages stash, backward ones restore
     _parts: dict = field(default_factory=dict, repr=False)
     _items: dict = field(default_factory=dict, repr=False)  # (id(stage), load_weights) -> (stage, items)
+    _host_call_streams: dict = field(default_factory=dict, repr=False)  # a host call's tensor -> its stream (< 0)
 
     def ipus(self, replica: int) -> list[int]:
         return replica_ipus(replica, self.ipus_per_replica)
@@ -98,7 +99,8 @@ class Context:
         (recomputation, forward, backward), ``("collective", op)`` for collective ops and
         after each distributed norm (:func:`~sim.schedule.replicated_ops.spans_replicas`),
         ``("remote", op)`` for copies to and from remote buffers (``REMOTE_KINDS``) and
-        ``("io_copy", op)`` for copies between the IO and compute tiles (``IO_TILE_COPY``)."""
+        ``("io_copy", op)`` for copies between the IO and compute tiles (``IO_TILE_COPY``) and
+        ``("host_call", op)`` for a function run on the host (``HOST_CALL``)."""
         key = id(stage)
         if key not in self._parts:
             self._parts[key] = (stage, self._split_stage(stage))
@@ -181,6 +183,9 @@ class Context:
             if what in ("remote", "io_copy"):
                 items += self._io_items(stage, part, on_io, latest)
                 continue
+            if what == "host_call":
+                items += self.for_replicas(lambda r: self.host_call_items(r, stage, part))
+                continue
             name, steps = part
             for r in self.replicas:
                 latest[r, "compute"] = Compute(self.ipus(r)[stage.ipu], name, steps)
@@ -221,6 +226,43 @@ class Context:
             on_io.update(op.outputs)
         return items
 
+    def host_call_items(self, replica: int, stage: StageWork, op: Op) -> list:
+        """A host function's call (``HOST_CALL``: PopTorch's ``poptorch.CPU``, a Poplar HostFunction ``Call``) on
+        one replica: its inputs streamed to the host, the host running the function (``attrs["host_seconds"]``,
+        on the replica's stream-callback thread, before it fills the first output's buffer), its outputs
+        streamed back, all on the IPU's path, each direction opening with a host sync and bracketed by the sync
+        pattern's barriers as a step's transfers are (:func:`~.hostio.host_transfers`). The copies are not the
+        model's streams, so the perf counters do not stamp them."""
+        streams = self._host_call_streams
+        for name in [*op.inputs, *op.outputs]:
+            streams.setdefault(name, -1 - len(streams))
+        ipus = self.ipus(replica)
+        process, fills, threads = self._host_threads(replica)
+        items = []
+        for direction, names in (("from_ipu", op.inputs), ("to_ipu", op.outputs)):
+            copies = host_transfers(self.g, self.system, self.options.sync_pattern, ipus, {ipus[stage.ipu]: names},
+                                    direction, replica, streams, host_fills=fills, process=process, threads=threads)
+            items += copies
+        first_output = True
+        for item in items:
+            if isinstance(item, StreamCopy):
+                item.counted = False
+                item.label = f"{op.attrs['id']}: {'input' if item.direction == 'from_ipu' else 'output'} {item.name}"
+                if item.direction == "to_ipu" and first_output:
+                    item.callback_s, first_output = float(op.attrs.get("host_seconds", 0.0)), False
+        return items
+
+    def _host_threads(self, replica: int) -> tuple[int, float, int]:
+        """(the host process of ``replica``, the fills its stream-callback threads make for each of the replica's
+        copies, the process's threads): each host process's threads fill its replicas' inputs in turn, and a
+        simulated replica stands for the process's replicas that are not simulated."""
+        per_process = self.options.replicas_per_host_process()
+        process = replica // per_process
+        simulated = sum(1 for r in self.replicas if r // per_process == process)
+        threads = self.options.stream_callback_threads
+        # (the fills the busiest process's threads make, spread evenly over its simulated replicas)
+        return process, max(1.0, per_process / (simulated * threads)), threads
+
     def for_replicas(self, make) -> list:
         """``make(replica)`` for every simulated replica, concatenated."""
         return [item for r in self.replicas for item in (make(r) or [])]
@@ -235,14 +277,7 @@ class Context:
             names = s.host_inputs if direction == "to_ipu" else s.host_outputs
             per_ipu.setdefault(ipus[s.ipu], []).extend(names)
         index = {n: i for i, n in enumerate(self.g.inputs if direction == "to_ipu" else self.g.outputs)}
-        # each host process's callback threads fill its replicas' inputs in turn; a simulated replica
-        # stands for the process's replicas that are not simulated
-        per_process = self.options.replicas_per_host_process()
-        process = replica // per_process
-        simulated = sum(1 for r in self.replicas if r // per_process == process)
-        threads = self.options.stream_callback_threads
-        # (the fills the busiest process's threads make, spread evenly over its simulated replicas)
-        fills = max(1.0, per_process / (simulated * threads))
+        process, fills, threads = self._host_threads(replica)
         callback = self.system.host_link.stream_callback_s if self.options.step_io_callbacks else 0.0
         return host_transfers(self.g, self.system, self.options.sync_pattern, ipus, per_ipu, direction,
                               replica, index, self.options.prefetch_depth(),
