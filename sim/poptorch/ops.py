@@ -44,9 +44,15 @@ def _index(start, size: int, step: int = 1):
     return first + torch.arange(size, device=first.device) * step
 
 
-@_traceable("dynamic_slice")
-def _dynamic_slice(tensor, dim, start, size, step):
+@torch.library.custom_op("ipusim::dynamic_slice", mutates_args=())
+def _dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int, step: int) -> torch.Tensor:
+    """One node under torch.fx and torch.export alike (the capture prices it with its own rule)."""
     return torch.index_select(tensor, dim, _index(start, size, step))
+
+
+@_dynamic_slice.register_fake
+def _(tensor, dim, start, size, step):
+    return tensor.new_empty(tensor.shape[:dim] + (size,) + tensor.shape[dim + 1:])
 
 
 def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int,
@@ -67,9 +73,17 @@ def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int
     return _dynamic_slice(tensor, dim, start, size, step)
 
 
-@_traceable("dynamic_update")
-def _dynamic_update(input, src, dim, start, size):
+@torch.library.custom_op("ipusim::dynamic_update", mutates_args=())
+def _dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int, start: torch.Tensor,
+                    size: int) -> torch.Tensor:
+    """One node under torch.fx and torch.export alike (under torch.export its CPU ops, an index_copy that
+    PopTorch has no handler for, would otherwise be priced one by one)."""
     return input.index_copy(dim, _index(start, size), src.narrow(dim, 0, size))
+
+
+@_dynamic_update.register_fake
+def _(input, src, dim, start, size):
+    return torch.empty_like(input)
 
 
 def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int, start: torch.Tensor,
