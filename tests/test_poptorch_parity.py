@@ -208,8 +208,6 @@ def test_enum_values_version_and_names_not_provided():
     assert [m.value for m in poptorch.OutputMode] == [0, 1, 2, 3, 4]  # python/enums.py
     assert poptorch.OutputMode(2) is poptorch.OutputMode.All
     assert poptorch.__version__.startswith("3.4.")
-    with pytest.raises(AttributeError, match="has no attribute 'fps'"):
-        poptorch.fps
     o = poptorch.Options().maxRepeatLogs(None).useIpuId(3)
     assert o.max_repeat_logs == (1 << 64) - 1 and o.exists("ipu_id")
     assert o.Training.accumulation_and_replication_reduction_type == poptorch.ReductionType.Mean

@@ -43,6 +43,7 @@ from .executor import (PoplarExecutor, inferenceModel, load, registerPostCompile
                        registerPreCompileHook, trainingModel)
 from .ops import cond, ctc_beam_search_decoder, custom_op, dynamic_slice, dynamic_update
 from .host_function import CPU
+from .cluster_ops import fps, nearest
 from .options import (ConfigFileError, Options, ParallelPhasedExecution, Phase, PipelinedExecution,
                       SerialPhasedExecution, ShardedExecution, Stage, TensorLocationSettings)
 
@@ -102,7 +103,7 @@ __all__ = [
     "MultiConv", "NameScope", "Attribute", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
     "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
     "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
-    "CPU", "cond", "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser",
+    "CPU", "fps", "nearest", "cond", "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser",
     "registerCustomArgParser",
     "registerPreCompileHook", "registerPostCompileHook", "profiling", "module_repr", "print", "PipelineCopies",
 ]
