@@ -43,6 +43,7 @@ from ._capture import Captured, capture, on_meta_device
 from ._device import ipu_device
 from ._errors import NO_EXECUTABLE, OutOfMemory, compile_error, error
 from .host_function import refuse_in_training
+from . import replica_grouping
 from ._printing import module_repr
 from .dataloader import loader_modes
 from ..options import CPU_OUTPUTS_ENV_VAR
@@ -198,6 +199,9 @@ class PoplarExecutor:
         self._anchors: dict[str, tuple[str, str]] = {}
         self._rng_state: list[int] | None = None
         self._anchor_memory: dict[str, torch.Tensor] = {}
+        #: parameter name -> (CommGroupType, shards, VariableRetrievalMode), from ``<executor>.<name>.replicaGrouping``
+        self._per_replica_params: dict[str, tuple] = {}
+        self._grouped: dict[str, replica_grouping.Grouping] = {}  # the groupings the model was compiled with
         self._optimizer_on_ipu = None  # the optimizer the IPUs hold, as PopART sees it (_popart_view)
         self._optimizer_write_due = False  # new values to write before the next call (set while detached)
         self._optimizer_writes = {"runs": 0, "tensors": 0, "seconds": 0.0}
@@ -239,9 +243,12 @@ class PoplarExecutor:
         return self._executable
 
     def __getattr__(self, attr):
-        if attr.startswith("__") or attr in ("_user_model", "_model"):
+        if attr.startswith("__") or attr in ("_user_model", "_model", "_per_replica_params"):
             raise AttributeError(attr)
-        return getattr(self._user_model, attr)
+        value = getattr(self._user_model, attr)
+        if isinstance(value, torch.nn.Parameter):  # as PopTorch: with replicaGrouping (replica_grouping.py)
+            return replica_grouping.wrapper(self, attr, value)
+        return value
 
     def __repr__(self) -> str:
         """The model's repr, with the ``BeginBlock`` annotations (forward pre-hooks) shown."""
@@ -330,9 +337,12 @@ class PoplarExecutor:
         try:
             for hook in list(PoplarExecutor._precompile_hooks.values()):
                 hook()
-            # the capture's own run computes values only for calls that return them
-            captured = capture_for_ipu(self._model, ex_args, ex_kwargs, self._options, self._training,
-                                       values=self._computes_on_cpu(), user_model=self._user_model)
+            self._grouped = self._groupings()
+            # the capture's own run computes values only for calls that return them; a replica-grouped weight
+            # is traced with its first value, as PopTorch traces it
+            with replica_grouping.first_values(self._model, self._grouped):
+                captured = capture_for_ipu(self._model, ex_args, ex_kwargs, self._options, self._training,
+                                           values=self._computes_on_cpu(), user_model=self._user_model)
         finally:
             for hook in list(PoplarExecutor._postcompile_hooks.values()):
                 hook()
@@ -350,6 +360,8 @@ class PoplarExecutor:
                         "or mark it with poptorch.identity_loss")
         if self._training:
             refuse_in_training(g)
+            for name, grouping in self._grouped.items():  # its gradient is all-reduced within its group only
+                g.tensors[name].grad_collectives = grouping.gradient_collectives(g.tensors[name].nbytes)
         self._check_overlapped_io(g)
         _check_same_as_ipu(g, o.execution_strategy)
         placed = copy.deepcopy(g)
@@ -488,6 +500,20 @@ class PoplarExecutor:
                          "host transfers start from a batch already in memory")
         return notes
 
+    def _groupings(self) -> dict[str, replica_grouping.Grouping]:
+        """The replica groupings given to the model's parameters, checked (:mod:`.replica_grouping`)."""
+        if not self._per_replica_params:
+            return {}
+        o = self._options
+        if o.Distributed.numProcesses > 1:
+            raise error("replicaGrouping with several processes (PopRun instances) is not modelled: the simulator "
+                        "gives each replica its group's value in one process's run only")
+        if self._training and any(o.TensorLocations.locations[k].replicated_tensor_sharding
+                                  for k in ("weight", "optimizer", "accumulator")):
+            raise error("replicaGrouping with replicated tensor sharding is not modelled (the sharding of a "
+                        "grouped weight's state over its group); turn useReplicatedTensorSharding off")
+        return replica_grouping.groupings(self._model, self._per_replica_params, o.replication_factor)
+
     def _per_weight(self, optimizer, weights: set[str] | None = None) -> dict[str, tuple[str, ...]]:
         """``optimizer``'s per-weight settings of the priced update (:func:`_optim.per_weight`), of
         the parameters named in ``weights`` (the graph's; None: all)."""
@@ -591,10 +617,16 @@ class PoplarExecutor:
         def group_of(r):
             return r % groups if orthogonal else r // group_size
 
+        grouped = dict(self._grouped)
+        named_params = dict(self._model.named_parameters())
+
         def call(step, acc, r):
             a, k = self._chunk(leaves, spec, positions, chunks, (step * ga + acc) * groups + group_of(r))
             with _precision.implicit_casts(_precision.behaviour(o), self._model, (a, k)), ipu_device():
-                return self._model(*a, **k)
+                if not grouped:
+                    return self._model(*a, **k)
+                values = {n: g.values_for(named_params[n], r) for n, g in grouped.items()}  # this replica's
+                return torch.func.functional_call(self._model, values, tuple(a), k)
 
         results = {}  # (step, acc, replica) -> the model's output
         anchored = {short: [] for short in self._anchors}  # short name -> a value per weight update
@@ -633,6 +665,9 @@ class PoplarExecutor:
                     if total.dtype != p.dtype and hasattr(p, "grad_dtype"):
                         p.grad_dtype = None  # torch checks a gradient's dtype against the tensor's: allow the wider sum
                     p.grad = total
+                for name, grouping in grouped.items():  # a grouped value's gradient is its group's replicas'
+                    if named_params[name].grad is not None:
+                        grouping.reduce_gradients(named_params[name].grad)
                 divide = (ga * replicas if mean and not running else 1)  # a running mean is divided already
                 if scale == 1.0 and divide > 1:
                     for p in params:
@@ -657,11 +692,11 @@ class PoplarExecutor:
             with torch.no_grad(), _eval_mode(self._user_model):
                 for step in range(di):
                     per_group = {}
-                    for r in range(replicas):
-                        gidx = group_of(r)
-                        if gidx not in per_group:
-                            per_group[gidx] = call(step, 0, r)
-                        results[step, 0, r] = per_group[gidx]
+                    for r in range(replicas):  # replicas of the same inputs and weights give the same outputs
+                        key = (group_of(r), *(g.row_of(r) for g in grouped.values()))
+                        if key not in per_group:
+                            per_group[key] = call(step, 0, r)
+                        results[step, 0, r] = per_group[key]
         return self._combine(results, di, ga, replicas)
 
     def _keep_anchors(self, anchored: dict) -> None:
