@@ -107,7 +107,7 @@ def test_all_replicas_values_stay_equal_within_a_group():
     assert not torch.equal(grouped, per_group)
 
 
-def test_inference_runs_each_replica_with_its_groups_value():
+def test_inference_runs_each_replica_with_its_groups_value(tmp_path):
     W = torch.stack([torch.eye(3), 2 * torch.eye(3)])  # group 0 the identity, group 1 twice it
     model = ModelWithLoss(W)
     opts = poptorch.Options().replicationFactor(4)
@@ -117,6 +117,10 @@ def test_inference_runs_each_replica_with_its_groups_value():
     z, _ = im(x)
     assert z.tolist() == [[1.0] * 3, [1.0] * 3, [2.0] * 3, [2.0] * 3]  # replicas 0, 1: group 0; 2, 3: group 1
     assert im.executable.graph.tensors["W"].shape == (3, 3)
+    path = tmp_path / "grouped.poptorch"
+    im.save(str(path))  # the grouping is the executable's, so a loaded model keeps it
+    loaded = poptorch.load(str(path))
+    assert loaded(x)[0].tolist() == z.tolist() and loaded.executable.graph.tensors["W"].shape == (3, 3)
 
 
 def test_bad_groupings_are_errors():

@@ -1024,7 +1024,7 @@ class PoplarExecutor:
                            os.path.join(filename, "model.poptorch"))
             filename = os.path.join(filename, "model.poptorch")
         data = {"ipusim": 1, "options": self._options, "training": self._training,
-                "example": self._example}
+                "example": self._example, "per_replica_params": dict(self._per_replica_params)}
         if export_model:
             data["model"] = self._user_model
             data["optimizer"] = self._optimizer
@@ -1040,6 +1040,7 @@ class PoplarExecutor:
         """Compile for the inputs saved in ``filename``."""
         data = torch.load(filename, weights_only=False)
         self._executable = None
+        self._per_replica_params.update(data.get("per_replica_params", {}))
         self._compile(*data["example"])
 
 
@@ -1346,6 +1347,7 @@ def load(filename: str, edit_opts_fn=None) -> PoplarExecutor:
         executor = trainingModel(data["model"], options, data.get("optimizer"))
     else:
         executor = inferenceModel(data["model"], options)
+    executor._per_replica_params.update(data.get("per_replica_params", {}))  # the executable's variable settings
     executor._compile(*data["example"])
     return executor
 
