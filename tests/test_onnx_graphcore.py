@@ -128,5 +128,67 @@ def test_a_missing_required_attribute_is_named():
 
 
 def test_graphcore_ops_without_a_rule_are_named():
-    with pytest.raises(sim.UnsupportedOpError, match="ai.graphcore::SequenceSlice"):
-        sim.onnx.load(_model([_node("SequenceSlice", "x")], [X], ["y"]))
+    with pytest.raises(sim.UnsupportedOpError, match="ai.graphcore::Pow2ScaleThenCast"):
+        sim.onnx.load(_model([_node("Pow2ScaleThenCast", "xm", to="FLOAT8_143")], [X, ("m", TP.INT8, [])], ["y"]))
+
+
+U32 = TP.UINT32
+MORE_CASES = [
+    # ScatterReduce: element by element (an index of the data's shape), or whole slices (a vector along the axis)
+    (_node("ScatterReduce", "xi", axis_size=6, axis=1, reduction="max"), [X, ("i", U32, [4, 8])],
+     [("scatter_elements", (4, 6))], {"axis": 1, "reduce": "max"}),
+    (_node("ScatterReduce", "xi", axis_size=10, axis=0), [X, ("i", U32, [4])],
+     [("scatter_elements", (10, 8))], {"axis": 0, "reduce": "sum", "slices": True}),
+    (_node("ScatterReduce", "xiv", axis_size=10, axis=0, reduction="none"),
+     [X, ("i", U32, [4, 1]), ("v", F16, [10, 8])], [("scatter_elements", (10, 8))],
+     {"axis": 0, "reduce": "none", "slices": True}),
+    (_node("GroupedGather", "xi", axis=1, group_size=4), [X, ("i", U32, [4, 3])], [("copy", (4, 3))], {}),
+    (_node("Init", "", shape=[3, 5], data_type=F16, tensor_type=0, init_type=0), [], [("scale", (3, 5))],
+     {"broadcast": True}),
+    (_node("SequenceSlice", "xzabc", zeroUnused=0),
+     [X, ("z", F16, [6, 8]), ("a", U32, [2]), ("b", U32, [2]), ("c", U32, [2])], [("copy", (6, 8))],
+     {"dynamic_update": True}),
+    (_node("ReplicatedAllReduce", "x", __collectiveOperator=0), [X], [("replicated_all_reduce", (4, 8))],
+     {"group_stride": 1, "group_size": None}),
+    (_node("ReplicatedReduceScatter", "x", __collectiveReplicaGrouping=[8, 2, 4]), [X],
+     [("replicated_reduce_scatter", (8,))], {"group_stride": 2, "group_size": 4}),
+    (_node("ReplicatedAllGather", "x", __collectiveCommGroup=[1, 2]), [X], [("replicated_all_gather", (64,))],
+     {"group_stride": 1, "group_size": 2}),
+]
+
+
+@pytest.mark.parametrize("node, inputs, ops, attrs", MORE_CASES,
+                         ids=[f"{c[0].op_type}-{i}" for i, c in enumerate(MORE_CASES)])
+def test_scatter_gather_init_and_collectives_are_read_as_popart_reads_them(node, inputs, ops, attrs):
+    g = sim.onnx.load(_model([node], inputs, ["y"]))
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == ops
+    assert {k: v for k, v in g.ops[-1].attrs.items() if k in attrs} == attrs
+    run = sim.simulate(g, "ipu-pod16" if "replicated" in ops[0][0] else "ipu-mk2",
+                       sim.Options().replicationFactor(8) if "replicated" in ops[0][0] else sim.Options())
+    assert run.cycle_count > 0 and run.breakdown.sum(axis=1).iloc[0] == run.cycle_count
+
+
+def test_a_grouped_gather_from_a_weight_is_one_multislice_of_the_groups_tables():
+    table = onnx.numpy_helper.from_array(np.ones((4, 100, 8), np.float16), "t")
+    g = sim.onnx.load(_model([_node("GroupedGather", "ti", axis=1, group_size=4)], [("i", U32, [4, 3])], ["y"],
+                             [table]))
+    assert [(op.kind, g.tensors[op.outputs[0]].shape) for op in g.ops] == [
+        ("reshape", (400, 8)), ("reshape", (12,)), ("gather", (12, 8)), ("reshape", (4, 3, 8))]
+
+
+def test_popart_checks_of_the_new_ops():
+    with pytest.raises(sim.GraphError, match="it has no 'axis_size' attribute"):
+        sim.onnx.load(_model([_node("ScatterReduce", "xi")], [X, ("i", U32, [4, 8])], ["y"]))
+    with pytest.raises(sim.GraphError, match="Partial broadcasting of indices is not currently supported"):
+        sim.onnx.load(_model([_node("ScatterReduce", "xi", axis_size=3, axis=0)], [X, ("i", U32, [4, 2])], ["y"]))
+    with pytest.raises(sim.GraphError, match=r"Failed to expand 'indices' shape \[5\] to match 'src' shape \[4, 8\]"):
+        sim.onnx.load(_model([_node("ScatterReduce", "xi", axis_size=3, axis=0)], [X, ("i", U32, [5])], ["y"]))
+    with pytest.raises(sim.UnsupportedOpError, match="grouped ScatterReduce"):
+        sim.onnx.load(_model([_node("ScatterReduce", "xi", axis_size=3, group_size=2)], [X, ("i", U32, [4, 8])],
+                             ["y"]))
+    with pytest.raises(sim.GraphError, match="axis = 0 indicates the dimension of the group"):
+        sim.onnx.load(_model([_node("GroupedGather", "xi", axis=0, group_size=4)], [X, ("i", U32, [4, 3])], ["y"]))
+    with pytest.raises(sim.UnsupportedOpError, match="its shards are the session's replicas"):
+        sim.onnx.load(_model([_node("ReplicatedAllGather", "x")], [X], ["y"]))
+    with pytest.raises(sim.UnsupportedOpError, match="an Orthogonal __collectiveCommGroup"):
+        sim.onnx.load(_model([_node("ReplicatedAllReduce", "x", __collectiveCommGroup=[2, 2])], [X], ["y"]))

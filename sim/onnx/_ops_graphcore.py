@@ -12,9 +12,11 @@ losses ``IdentityLoss`` (``reduction`` "Sum", "Mean" or "None"), ``L1`` (``lambd
 values) and ``Nll`` (NllOp of probabilities, or of log-probabilities with ``inputIsLogProbability``,
 ``ignoreIndex``); ``DynamicSlice`` / ``DynamicUpdate`` / ``DynamicZero`` / ``DynamicAdd`` (popops' dynamic slice and
 update of ``sizes`` along ``axes``, from an offset tensor); ``Ctc`` (popnn's CTC loss) and ``CtcBeamSearchDecoder``
-(its beam search decoder). ``MultiConv`` is a convolution's (``_ops_layers``), ``Call`` control flow
-(``_ops_control_flow``). The rest of the domain (``Init``, the ``Replicated*`` collectives, ``SequenceSlice``,
-``ScatterReduce``, ``GroupedGather``, the FP8 scale casts, ...) has no rule: an error names it.
+(its beam search decoder); ``ScatterReduce`` (popops' multiUpdate of elements or, index broadcast, of slices),
+``GroupedGather`` (a multiSlice of the groups' tables), ``Init`` (a zero fill, or no work), ``SequenceSlice`` (an
+update of the whole destination) and the ``Replicated*`` collectives over PopART's replica grouping attribute.
+``MultiConv`` is a convolution's (``_ops_layers``), ``Call`` control flow (``_ops_control_flow``). The rest of the
+domain (the FP8 scale casts, ...) has no rule: an error names it.
 """
 
 from __future__ import annotations
@@ -186,6 +188,154 @@ def _ctc(ctx: OpContext):
                   shapes=[out], dtypes=[ctx.dtype(0)], outputs=[0])
 
 
+def _scatter_reduce(ctx: OpContext):
+    """ScatterReduceOp: ``data`` (input 0) reduced into the output at ``indices`` along ``axis`` (``reduction`` sum,
+    max, min, mul or none), into ``initial_values`` where given, else into the output PopART fills with the
+    reduction's initial value (its shape the data's with ``axis_size`` along the axis). An index of the data's shape
+    scatters element by element; a vector along the axis (index broadcast) moves whole slices, as PopART's vectorised
+    path (``checkIndexBroadcasted``) does; popops' multiUpdate either way (``scatter_elements``, as sim.poptorch
+    prices PopTorch's scatter_reduce)."""
+    data = ctx.shape(0)
+    axis_size = int(_required(ctx, "axis_size"))
+    if axis_size < 1:
+        raise GraphError(f"{ctx.desc}: axis_size = {axis_size} is not valid: must be > 0 (PopART's ScatterReduceOp)")
+    axis = int(ctx.attr("axis", -1))
+    if not -len(data) <= axis < len(data):
+        raise GraphError(f"{ctx.desc}: axis = {axis} is outside the acceptable range [{-len(data)}, {len(data) - 1}]")
+    axis %= len(data)
+    if int(ctx.attr("group_size", 1)) != 1:
+        ctx.unsupported("a grouped ScatterReduce (group_size > 1, popops' grouped multiUpdate) is not modelled")
+    reduction = str(ctx.attr("reduction", "sum")).lower()
+    if reduction not in ("sum", "max", "min", "mul", "none"):
+        raise GraphError(f"{ctx.desc}: reduction {reduction!r}: PopART reads sum, max, min, mul or none")
+    index = tuple(ctx.shape(1))
+    slices = index != tuple(data)
+    if slices and [d for d, n in enumerate(_expanded_indices(ctx, index, data, axis)) if n != 1] != [axis]:
+        if int(ctx.attr("enable_index_broadcast", 1)):
+            raise GraphError(f"{ctx.desc}: indices of shape {tuple(index)} for data of shape {data}: Partial "
+                             "broadcasting of indices is not currently supported (PopART's ScatterReduceOp)")
+        ctx.unsupported(f"indices of shape {tuple(index)} expanded to the data's {data} (index broadcast off)")
+    out = ctx.shape(2) if ctx.has_input(2) else data[:axis] + (axis_size,) + data[axis + 1:]
+    into = ctx.input(2) if ctx.has_input(2) else ctx.builder.constant(f"{ctx.name}/initial", out, ctx.dtype(0))
+    return ctx.op("scatter_elements", [ctx.input(1), into, ctx.input(0)],
+                  {"axis": axis, "reduce": reduction, **({"slices": True} if slices else {})},
+                  shapes=[out], dtypes=[ctx.dtype(0)])
+
+
+def _expanded_indices(ctx: OpContext, index: tuple, data: tuple, axis: int) -> tuple:
+    """The indices' shape as PopART expands it to the data's (scatterreduce.cpp expandIndicesBcastNdShape): a vector
+    moved to the axis, then singleton dimensions after it; an error where a dimension exceeds the data's."""
+    if len(index) > len(data):
+        raise GraphError(f"{ctx.desc}: Invalid rank for indices input. Indices rank {len(index)} must be <= data input "
+                         f"rank {len(data)}.")
+    expanded = (1,) * axis + index if len(index) == 1 else index
+    expanded += (1,) * (len(data) - len(expanded))
+    if len(expanded) > len(data) or any(i > d for i, d in zip(expanded, data)):
+        raise GraphError(f"{ctx.desc}: Failed to expand 'indices' shape {list(index)} to match 'src' shape "
+                         f"{list(data)} using reduction axis = {axis}.")
+    return expanded
+
+
+def _grouped_gather(ctx: OpContext):
+    """GroupedGather (GatherOp with ``group_size``): each group's rows of ``data`` (G, ...) at its own ``indices``
+    (G, ...) along ``axis`` (not the group's dimension). A lookup in a stored table is popops' grouped multiSlice,
+    priced as one multiSlice of the groups' tables stacked (each group's indices into its own rows); from a
+    computed tensor, data movement priced as a copy of the result, as the default domain's Gather."""
+    data, index = ctx.shape(0), ctx.shape(1)
+    axis = int(ctx.attr("axis", 0))
+    if not -len(data) <= axis < len(data):
+        raise GraphError(f"{ctx.desc}: axis = {axis} is outside the acceptable range [{-len(data)}, {len(data) - 1}]")
+    axis %= len(data)
+    if axis == 0:
+        raise GraphError(f"{ctx.desc}: axis = 0 indicates the dimension of the group (PopART's GatherOp)")
+    if not index or index[0] != data[0]:
+        raise GraphError(f"{ctx.desc}: indices of shape {tuple(index)} must lead with the data's {data[0]} groups")
+    out = data[:axis] + tuple(index[1:]) + data[axis + 1:]
+    if axis == 1 and _ops_tensor.stored(ctx, 0):
+        groups, rows = data[0], data[1]
+        table = ctx.op("reshape", [ctx.input(0)], shapes=[(groups * rows,) + data[2:]], result=False, suffix="table")
+        ids = ctx.op("reshape", [ctx.input(1)], shapes=[(math.prod(index),)], dtypes=[ctx.dtype(1)], result=False,
+                     suffix="indices")
+        rows_out = ctx.op("gather", [ids, table], shapes=[(math.prod(index),) + data[2:]], dtypes=[ctx.dtype(0)],
+                          result=False, suffix="multislice")
+        return ctx.op("reshape", [rows_out], shapes=[out], dtypes=[ctx.dtype(0)])
+    return ctx.op("copy", [ctx.input(0), ctx.input(1)], {"onnx_op": "GroupedGather", "axis": axis}, shapes=[out],
+                  dtypes=[ctx.dtype(0)])
+
+
+def _init(ctx: OpContext):
+    """InitOp: a tensor of ``shape`` and ``data_type`` made on the device, zeroed (``init_type`` 0, popops' zero,
+    priced as a scale of a broadcast zero as sim.popxl prices ops.init in a subgraph) or left as it is (1, NoInit: a
+    tensor and no work)."""
+    shape = tuple(int(d) for d in _required(ctx, "shape"))
+    dtype = ctx._imp.sim_dtype(int(_required(ctx, "data_type")), ctx.desc)
+    init_type = int(_required(ctx, "init_type"))
+    if init_type not in (0, 1):
+        raise GraphError(f"{ctx.desc}: init_type {init_type}: PopART reads 0 (Zero) or 1 (NoInit)")
+    if init_type == 1:
+        value = ctx.builder.constant(f"{ctx.name}/uninitialised", shape, dtype)
+        return ctx.op("identity", [value], shapes=[shape], dtypes=[dtype])
+    zero = ctx.builder.constant(f"{ctx.name}/zero", (), dtype)
+    return ctx.op("scale", [zero], {"broadcast": True}, shapes=[shape], dtypes=[dtype])
+
+
+def _sequence_slice(ctx: OpContext):
+    """SequenceSliceOp: ``N[i]`` rows of ``Source`` from ``SourceOffset[i]`` copied into ``Destination`` at
+    ``DestinationOffset[i]`` (popops' sequenceSlice; ``zeroUnused`` zeroes the destination's other rows). How many
+    rows move is known only at run time: priced as an update of the whole destination, an upper bound."""
+    source, dest = ctx.shape(0), ctx.shape(1)
+    if source[1:] != dest[1:]:
+        raise GraphError(f"{ctx.desc}: Source {source} and Destination {dest} must agree past their first dimension")
+    return ctx.op("copy", [ctx.input(1), ctx.input(0), ctx.input(2), ctx.input(3), ctx.input(4)],
+                  {"dynamic_update": True, "onnx_op": "SequenceSlice"}, shapes=[dest], dtypes=[ctx.dtype(1)])
+
+
+#: PopART's replica grouping attribute ([replicas, stride, group size]) and its deprecated CommGroup one ([type, size])
+_GROUPING, _COMM_GROUP = "__collectiveReplicaGrouping", "__collectiveCommGroup"
+
+
+def _replica_group(ctx: OpContext) -> tuple[int, int | None]:
+    """(group stride, group size: None for every replica) of a collective, from PopART's attributes (none: all)."""
+    grouping, comm = ctx.attr(_GROUPING), ctx.attr(_COMM_GROUP)
+    if grouping:
+        if len(grouping) != 3:
+            raise GraphError(f"{ctx.desc}: {_GROUPING} {list(grouping)}: expected [replicas, stride, group size]")
+        return int(grouping[1]), int(grouping[2])
+    if comm:
+        kind, size = int(comm[0]), int(comm[1])  # popart CommGroupType: All, Consecutive, Orthogonal, Ungrouped
+        if kind == 0:
+            return 1, None
+        if kind == 1:
+            return 1, size
+        if kind == 3:
+            return 1, 1
+        ctx.unsupported(f"an Orthogonal {_COMM_GROUP}: its stride is the replication factor over the group size, "
+                        "which the ONNX file does not give; write the grouping as "
+                        f"{_GROUPING} [replicas, stride, group size]")
+    return 1, None
+
+
+def _replicated(kind: str):
+    """ReplicatedAllReduce / ReplicatedReduceScatter / ReplicatedAllGather: a collective over each group of
+    replicas (sim's replicated ops, run by the schedule as GCL collectives). A reduce-scatter or all-gather needs its
+    group's size for its output's shape, which a model without a grouping attribute leaves to the session's
+    replication factor: refused then, naming the attribute."""
+    def rule(ctx: OpContext):
+        stride, size = _replica_group(ctx)
+        x, xs = ctx.input(0), ctx.shape(0)
+        if kind == "replicated_all_reduce":
+            out = xs
+        elif size is None:
+            ctx.unsupported(f"its shards are the session's replicas, which the ONNX file does not give: give it "
+                            f"{_GROUPING} [replicas, stride, group size]")
+        else:
+            n = math.prod(xs)
+            out = (math.ceil(n / size),) if kind == "replicated_reduce_scatter" else (size * n,)
+        return ctx.op(kind, [x], {"group_stride": stride, "group_size": size}, shapes=[out], dtypes=[ctx.dtype(0)])
+    return rule
+
+
+_ELEMENTWISE = _ops_elementwise.RULES
 _ELEMENTWISE = _ops_elementwise.RULES
 
 RULES: dict = {f"ai.graphcore::{op}": rule for op, rule in {
@@ -201,5 +351,8 @@ RULES: dict = {f"ai.graphcore::{op}": rule for op, rule in {
     "Subsample": _subsample, "Reverse": _reverse, "TensorRemap": _remap, "ShapedDropout": _shaped_dropout,
     "IdentityLoss": _identity_loss, "L1": _l1, "Nll": _nll, "Ctc": _ctc, "CtcBeamSearchDecoder": _ctc_beam_search,
     "DynamicSlice": _dynamic("slice"), "DynamicUpdate": _dynamic("update"), "DynamicZero": _dynamic("update"),
-    "DynamicAdd": _dynamic("update"),
+    "DynamicAdd": _dynamic("update"), "ScatterReduce": _scatter_reduce, "GroupedGather": _grouped_gather,
+    "Init": _init, "SequenceSlice": _sequence_slice, "ReplicatedAllReduce": _replicated("replicated_all_reduce"),
+    "ReplicatedReduceScatter": _replicated("replicated_reduce_scatter"),
+    "ReplicatedAllGather": _replicated("replicated_all_gather"),
 }.items()}

@@ -249,14 +249,19 @@ def _split(ctx: OpContext):
     return outs
 
 
+def stored(ctx: OpContext, i: int) -> bool:
+    """Whether input ``i`` is held on the device rather than computed: an initializer, a constant or a weight (a
+    lookup table that popops' multiSlice plans)."""
+    table = ctx._ins[i]
+    return table.init is not None or table.const is not None or (
+        table.sim is not None and ctx.graph.tensors[table.sim].role in ("weight", "constant"))
+
+
 def _gather(ctx: OpContext):
     ds, ids = ctx.shape(0), ctx.shape(1)
     axis = _axis(ctx.attr("axis", 0), len(ds))
     out = ds[:axis] + ids + ds[axis + 1:]
-    table = ctx._ins[0]
-    stored = table.init is not None or table.const is not None or (
-        table.sim is not None and ctx.graph.tensors[table.sim].role in ("weight", "constant"))
-    if axis == 0 and stored:
+    if axis == 0 and stored(ctx, 0):
         # a lookup in an initializer (or constant): an embedding (multiSlice); a float table is a weight
         return ctx.op("gather", [ctx.input(1), ctx.input(0)], shapes=[out], dtypes=[ctx.dtype(0)])
     idx = ctx.value(1)
