@@ -103,7 +103,7 @@ __all__ = [
     "MultiConv", "NameScope", "Attribute", "for_loop", "isRunningOnIpu", "optim", "enums", "experimental",
     "ipuHardwareIsAvailable", "ipuHardwareVersion", "setLogLevel", "logger", "Error",
     "RecoverableError", "UnrecoverableError", "register_op", "unregister_op", "OpContext",
-    "CPU", "fps", "nearest", "cond", "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update", "ICustomArgParser",
-    "registerCustomArgParser",
+    "CPU", "fps", "nearest", "cond", "ctc_beam_search_decoder", "custom_op", "dynamic_slice", "dynamic_update",
+    "ICustomArgParser", "registerCustomArgParser",
     "registerPreCompileHook", "registerPostCompileHook", "profiling", "module_repr", "print", "PipelineCopies",
 ]

@@ -72,11 +72,12 @@ class Grouping:
         if value.dim() == 0:
             raise error("Scalars cannot be passed as per-replica weight tensor values")
         if value.shape[0] != self.rows:
-            what = ("replicas (VariableRetrievalMode.AllReplicas)" if self.rows == self.replicas and
-                    self.retrieval == enums.VariableRetrievalMode.AllReplicas else
-                    f"groups of {self.stride_and_size[1]} replicas ({self.group_type.name} over {self.replicas})")
-            raise error(f"replicaGrouping of {self.name!r}: its first dimension must hold one value per group, "
-                        f"{self.rows} {what}, but the tensor's shape is {tuple(value.shape)}")
+            what = (f"replica, {self.replicas} replicas (VariableRetrievalMode.AllReplicas)"
+                    if self.retrieval == enums.VariableRetrievalMode.AllReplicas else
+                    f"group, {self.rows} groups of {self.stride_and_size[1]} replicas ({self.group_type.name} over "
+                    f"{self.replicas})")
+            raise error(f"replicaGrouping of {self.name!r}: its first dimension must hold one value per {what}, but "
+                        f"the tensor's shape is {tuple(value.shape)}")
 
     def gradient_collectives(self, nbytes: int) -> tuple:
         """The weight's gradient collectives (``sim.graph.Tensor.grad_collectives``): an all-reduce within the

@@ -240,9 +240,8 @@ class Context:
         process, fills, threads = self._host_threads(replica)
         items = []
         for direction, names in (("from_ipu", op.inputs), ("to_ipu", op.outputs)):
-            copies = host_transfers(self.g, self.system, self.options.sync_pattern, ipus, {ipus[stage.ipu]: names},
+            items += host_transfers(self.g, self.system, self.options.sync_pattern, ipus, {ipus[stage.ipu]: names},
                                     direction, replica, streams, host_fills=fills, process=process, threads=threads)
-            items += copies
         first_output = True
         for item in items:
             if isinstance(item, StreamCopy):
