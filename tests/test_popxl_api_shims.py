@@ -22,6 +22,7 @@ def test_modules_popxl_addons_imports():
     assert callable(popxl.transforms.autodiff) and callable(ops.conv) and callable(ops.call)
     assert GradGraphInfo is popxl.transforms.GradGraphInfo and ExpectedConnectionType.FwdGrad
     assert to_collective_op("square_add") == "square_add" and CollectiveOps and PadType and REDUCTION_TYPE
+    assert ops.PadType is PadType  # as PopXL's popxl.ops exports it
     with pytest.raises(ValueError, match="collective op .sum. is not one of"):
         to_collective_op("sum")
     for name in ("HostTensor", "host_tensor_types", "HostScalarTensor"):

@@ -25,6 +25,7 @@ from . import call as _call_module
 from . import conv as _conv_module
 from . import negative_log_likelihood as _nll_module
 from . import utils
+from .conv import PadType
 from .remote import io_tile_copy, remote_load, remote_load_, remote_store
 from .code_copy import remote_code_load
 from ._core import (CallSiteInfo, ConditionalSiteInfo, add, add_, call, call_with_info, cast, concat, concat_,
@@ -55,7 +56,7 @@ SUPPORTED = sorted(n for n, v in dict(globals()).items() if callable(v) and n[0]
                                                         gather.__module__, remote_code_load.__module__)) + [
                        "collectives", "var_updates"]
 
-__all__ = ["CallSiteInfo", "ConditionalSiteInfo", *SUPPORTED]
+__all__ = ["CallSiteInfo", "ConditionalSiteInfo", "PadType", *SUPPORTED]
 
 
 def __getattr__(name: str):
