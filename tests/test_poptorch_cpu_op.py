@@ -149,3 +149,25 @@ def test_outside_a_poptorch_model_it_is_the_function():
     wrapper.inputs[1].fill_(2.0)
     wrapper.execute()
     assert float(wrapper.outputs[0][0, 0]) == 6.0 and float(wrapper.outputs[1][0, 0]) == 5.0
+
+
+def test_a_torch_file_with_a_cpu_op_runs_inference_and_refuses_training(tmp_path, capsys):
+    """``ipusim run --torch``: the same host call in the run; ``--training`` is PopTorch's refusal, named."""
+    from sim.cli.main import main
+    path = tmp_path / "cpu_model.py"
+    path.write_text(
+        "import torch\nimport sim.poptorch as poptorch\n\n\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.l = torch.nn.Linear(16, 16)\n"
+        "        self.cpu = poptorch.CPU(torch.relu, 'Relu')\n\n"
+        "    def forward(self, x):\n"
+        "        return poptorch.identity_loss(self.cpu(self.l(x)).sum(), 'sum')\n\n\n"
+        "def model(micro_batch):\n"
+        "    return M(), (torch.randn(micro_batch, 16),), {}\n")
+    assert main(["run", "--torch", str(path)]) == 0
+    assert "poptorch.CPU 'Relu': its inputs' and outputs' stream copies are priced" in capsys.readouterr().out
+    assert main(["run", "--torch", str(path), "--training"]) != 0
+    assert ("--training, but poptorch.CPU 'Relu': CPU ops are only supported in inference graphs"
+            in capsys.readouterr().err)

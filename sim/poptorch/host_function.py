@@ -134,8 +134,7 @@ def refuse_in_training(graph) -> None:
     calls = [op.attrs["id"] for op in graph.ops if op.kind == HOST_CALL]
     if calls:
         raise error(f"poptorch.CPU {calls[0]!r}: CPU ops are only supported in inference graphs (PopTorch's "
-                    "poptorch.CPU); run the host function outside the training model, or wrap the model with "
-                    "poptorch.inferenceModel")
+                    "poptorch.CPU): train the model without it, or run it for inference")
 
 
 def _cpu_op_rule(ctx):

@@ -44,6 +44,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..errors import GraphError
+from ._errors import Error
 from ..graph import Graph, Op
 
 #: the function a spec names when it names none
@@ -161,6 +162,7 @@ class TorchModel:
 
     def _capture(self, micro_batch: int, training: bool, partials: str) -> tuple[Graph, list[tuple[str, int]]]:
         from .executor import capture_for_ipu
+        from .host_function import refuse_in_training
         from .options import Options
         module, args, kwargs = self.build(micro_batch)
         options = Options()
@@ -172,6 +174,11 @@ class TorchModel:
                              "find: compute it with a torch loss (CrossEntropyLoss, NLLLoss, MSELoss, L1Loss or "
                              "their functional forms) or mark it with poptorch.identity_loss, as for "
                              "poptorch.trainingModel")
+        if training:
+            try:
+                refuse_in_training(g)
+            except Error as e:  # PopTorch's restriction, as a graph error of the --torch file
+                raise GraphError(f"--torch {self.spec!r}: --training, but {e.message}") from None
         g.micro_batch = micro_batch
         g.notes = [f"graph captured from {self.spec} with {captured.method}"] + captured.notes
         return g, _layer_lists(module)
