@@ -192,3 +192,16 @@ def test_popart_checks_of_the_new_ops():
         sim.onnx.load(_model([_node("ReplicatedAllGather", "x")], [X], ["y"]))
     with pytest.raises(sim.UnsupportedOpError, match="an Orthogonal __collectiveCommGroup"):
         sim.onnx.load(_model([_node("ReplicatedAllReduce", "x", __collectiveCommGroup=[2, 2])], [X], ["y"]))
+
+
+def test_a_dynamic_updates_update_gets_its_gradient():
+    """DynamicUpdate's update (its third input) trains through the op: a dynamic slice of the gradient."""
+    w = onnx.numpy_helper.from_array(np.ones((8, 2), np.float16), "w")
+    nodes = [h.make_node("MatMul", ["x", "w"], ["u"]),
+             _node("DynamicUpdate", ["x", "o", "u"], ["y"], axes=[1], sizes=[2], noOverlap=1),
+             h.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)]
+    g = sim.onnx.load(_model(nodes, [X, ("o", TP.UINT32, [1])], ["loss"], [w]), loss="loss")
+    run = sim.simulate(g, "ipu-mk2", sim.Options(), training=True, optimizer="sgd")
+    names = [op.name for op in run.executable.graph.ops]
+    assert any(n.endswith("grad_slice") for n in names)
+    assert any(op.pass_ == "update" and op.inputs[0] == "w" for op in run.executable.graph.ops)

@@ -4,6 +4,7 @@ deprecations, compilation time and hooks, wrapping rules, anchors, the optimizer
 loss scaling and accumulator dtypes, cond / dynamic slices, custom argument types, data
 loading with samplers and distributed shuffling, the module repr."""
 
+import copy
 import math
 import pathlib
 import re
@@ -733,3 +734,57 @@ def test_an_in_place_op_on_an_input_changes_the_devices_copy_only():
     for _ in range(2):
         torch.testing.assert_close(pm(x), expected)
     assert x.tolist() == [[1.0] * 4] * 2
+
+
+def test_a_dynamic_updates_source_trains_through_it():
+    """The update's gradient is a dynamic slice of the output's (PopART's DynamicUpdateToUpdateGradOp), so a weight
+    that makes the update trains; the updated tensor's gradient is the output's with the slice zeroed. Before, the
+    update got no gradient and the weight behind it no update."""
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.src = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x, i):
+            y = poptorch.dynamic_update(self.fc(x), self.src(x[:2]), 0, i, 2)
+            return poptorch.identity_loss((y ** 2).sum(), "sum")
+
+    torch.manual_seed(5)
+    model = Model()
+    reference = copy.deepcopy(model)
+    x = torch.randn(6, 8)
+    tm = poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    tm(x, torch.tensor([1]))
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)  # the same step in plain torch
+    y = reference.fc(x).index_copy(0, torch.tensor([1, 2]), reference.src(x[:2]))
+    (y ** 2).sum().backward()
+    optimizer.step()
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(dict(model.named_parameters())[name], p)
+    ops = {op.name: op for op in tm.executable.graph.ops}
+    sliced = [op for op in ops.values() if op.name.endswith("grad_slice")]
+    assert len(sliced) == 1 and sliced[0].attrs == {"dynamic_slice": True}
+    updated = {op.inputs[0] for op in ops.values() if op.pass_ == "update"}
+    assert {"src.weight", "src.bias", "fc.weight", "fc.bias"} <= updated
+
+
+def test_a_dynamic_slice_trains_as_torch_does():
+    """The CPU step's gradient of a dynamic slice (its torch.library op's backward) is torch's index_select's."""
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x, i):
+            return poptorch.identity_loss((poptorch.dynamic_slice(self.fc(x), 0, i, 3, 1) ** 2).sum(), "sum")
+
+    torch.manual_seed(6)
+    model = Model()
+    reference = copy.deepcopy(model)
+    x = torch.randn(6, 8)
+    poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))(x, torch.tensor([2]))
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    (reference.fc(x).index_select(0, torch.tensor([2, 3, 4])) ** 2).sum().backward()
+    optimizer.step()
+    torch.testing.assert_close(model.fc.weight, reference.fc.weight)
+    torch.testing.assert_close(model.fc.bias, reference.fc.bias)

@@ -914,6 +914,15 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         if wants(0):
             bw.give(ins[0].name, bw.new("reduce_sum", [dy], ins[0].shape, ins[0].dtype, {"axes": "broadcast"},
                                         "sum_copies"))
+    elif k == "copy" and op.attrs.get("dynamic_update") and len(ins) >= 3:
+        # popops' dynamic update of ins[1] into ins[0] at run-time offsets (the later inputs): PopART's
+        # DynamicUpdateUpdaterGradOp zeroes the slice in dy (priced as the same update) and
+        # DynamicUpdateToUpdateGradOp slices it out for the update (a dynamic slice of dy)
+        if wants(0):
+            bw.give(ins[0].name, bw.new("copy", [dy], ins[0].shape, ins[0].dtype, op.attrs, suffix="grad_zeroed"))
+        if wants(1):
+            bw.give(ins[1].name, bw.new("copy", [dy] + [t.name for t in ins[2:]], ins[1].shape, ins[1].dtype,
+                                        {"dynamic_slice": True}, suffix="grad_slice"))
     elif k in ("scale", "dropout", "cast", "copy"):
         # a dropout's gradient is the same dropout applied to dy: PopART's DropoutGradOp reruns
         # poprand::dropout with the forward op's seed (op/dropout.cpp, popx/op/dropoutx.cpp)

@@ -173,7 +173,7 @@ def _dynamic(kind: str):
             out = tuple(sizes[axes.index(i)] if i in axes else d for i, d in enumerate(xs))
             return ctx.op("copy", [ctx.input(0), ctx.input(1)], {"dynamic_slice": True}, shapes=[out],
                           dtypes=[ctx.dtype(0)])
-        inputs = [ctx.input(i) for i in range(len(ctx.node.input)) if ctx.has_input(i)]
+        inputs = [ctx.input(0)] + ([ctx.input(2)] if ctx.has_input(2) else []) + [ctx.input(1)]  # the update second
         return ctx.op("copy", inputs, {"dynamic_update": True}, shapes=[xs], dtypes=[ctx.dtype(0)])
     return rule
 

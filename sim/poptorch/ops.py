@@ -55,6 +55,21 @@ def _(tensor, dim, start, size, step):
     return tensor.new_empty(tensor.shape[:dim] + (size,) + tensor.shape[dim + 1:])
 
 
+def _keep_slice_args(ctx, inputs, output):
+    tensor, dim, start, size, step = inputs
+    ctx.save_for_backward(_index(start, size, step))
+    ctx.dim, ctx.shape = dim, tensor.shape
+
+
+def _dynamic_slice_backward(ctx, grad):
+    """The slice's gradient added into zeros of the tensor's shape (the CPU steps of a training model)."""
+    index, = ctx.saved_tensors
+    return grad.new_zeros(ctx.shape).index_add(ctx.dim, index, grad), None, None, None, None
+
+
+_dynamic_slice.register_autograd(_dynamic_slice_backward, setup_context=_keep_slice_args)
+
+
 def dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: int,
                   step: int) -> torch.Tensor:
     """``size`` elements of ``tensor`` along ``dim`` from ``start`` (a tensor: known only at run
@@ -84,6 +99,24 @@ def _dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int, start: tor
 @_dynamic_update.register_fake
 def _(input, src, dim, start, size):
     return torch.empty_like(input)
+
+
+def _keep_update_args(ctx, inputs, output):
+    input, src, dim, start, size = inputs
+    ctx.save_for_backward(_index(start, size))
+    ctx.dim, ctx.size, ctx.src_shape = dim, size, src.shape
+
+
+def _dynamic_update_backward(ctx, grad):
+    """The tensor's gradient with the slice zeroed, and the update's the slice of it (PopART's
+    DynamicUpdateUpdaterGradOp and DynamicUpdateToUpdateGradOp; the CPU steps of a training model)."""
+    index, = ctx.saved_tensors
+    to_src = grad.new_zeros(ctx.src_shape)
+    to_src.narrow(ctx.dim, 0, ctx.size).copy_(grad.index_select(ctx.dim, index))
+    return grad.index_fill(ctx.dim, index, 0), to_src, None, None, None
+
+
+_dynamic_update.register_autograd(_dynamic_update_backward, setup_context=_keep_update_args)
 
 
 def dynamic_update(input: torch.Tensor, src: torch.Tensor, dim: int, start: torch.Tensor,
