@@ -52,6 +52,7 @@ def _dynamic_slice(tensor: torch.Tensor, dim: int, start: torch.Tensor, size: in
 
 @_dynamic_slice.register_fake
 def _(tensor, dim, start, size, step):
+    dim %= tensor.dim()
     return tensor.new_empty(tensor.shape[:dim] + (size,) + tensor.shape[dim + 1:])
 
 
