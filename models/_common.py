@@ -149,6 +149,17 @@ def image_inputs(b: GraphBuilder, p: Params, size: int) -> tuple[str, str | None
     return images, (b.input("labels", (B,), "int32") if p.flag("with_loss") else None)
 
 
+def gelu_form(p: Params) -> str:
+    """The ``gelu`` parameter: ``"tanh"`` (popnn's tanh approximation: PopART's Gelu, what PopTorch and
+    Graphcore's PopART and TensorFlow models run) or ``"erf"`` (the exact GELU: PopART's GeluErf, popops'
+    GELU_ERF vertex, as PopRT's Converter makes it of an exported model's erf GELU with its ``erf_gelu_pattern``
+    pass or ``enable_erf_gelu``; :data:`sim.graph.GraphBuilder.GELU_KINDS`)."""
+    if p["gelu"] not in GraphBuilder.GELU_KINDS:
+        p.fail("gelu", 'expected "tanh" (popnn\'s tanh approximation, PopART\'s Gelu) or "erf" (the exact GELU, '
+                       "PopART's GeluErf)")
+    return p["gelu"]
+
+
 def normaliser(b: GraphBuilder, p: Params, eps: float = 1e-5):
     """The ``norm`` parameter's normalisation as a function of (tensor, name): ``"batch"`` (batch
     norm), ``"group"`` (group norm of ``norm_groups`` groups, fewer where a tensor has fewer

@@ -72,6 +72,10 @@ output.
 - ``fp32_ops`` (e.g. ``["layernorm", "gelu"]``): those ops run in float32 in a float16 model, cast
   in and out, their weights in float32, as PopRT's Converter keeps the op types of its
   ``fp16_skip_op_types`` (Graphcore's PopRT BERT examples: "Gelu,GroupNormalization").
+- ``gelu``: the GELU's form, ``"tanh"`` (default: popnn's tanh approximation, PopART's Gelu, what PopTorch
+  lowers torch's GELU to) or ``"erf"`` (the exact GELU as PopART's GeluErf runs it, popops' GELU_ERF vertex,
+  about 8 x the tanh form's cycles in fp16: what PopRT makes of an exported model's erf GELU with its
+  ``erf_gelu_pattern`` pass or ``enable_erf_gelu``; ``models._common.gelu_form``).
 - ``layers_per_ipu`` (e.g. ``[0, 4, 4, 4]``) places the encoder layers on consecutive IPUs. As in
   Graphcore's PyTorch BERT (``Embedding --> IPU 0``, ``Encoder i --> IPU k``, ``Classifier -->
   IPU 0``), the embeddings go on IPU 0 and the MLM head and loss go back on IPU 0, where the
@@ -95,7 +99,7 @@ _COMMON = dict(micro_batch=8, seq_len=128, intermediate=None, vocab=30522, max_p
                max_sequences_per_pack=None, packing_factor="auto", with_head=True, embedding_serialization=1,
                head="mlm", with_loss=True, recompute_checkpoint_every_layer=None, checkpoint_last_layer=False,
                checkpoint_dtype=None,
-               dtype="float16", fp32_ops=(), split_qkv=False, hf_attention=False)
+               dtype="float16", fp32_ops=(), gelu="tanh", split_qkv=False, hf_attention=False)
 MODELS = {
     "bert-base": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "bert-large": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -147,7 +151,7 @@ def build(name: str, p: Params) -> Graph:
         p.unused("checkpoint_dtype", "when every checkpoint is in the last pipeline stage, which stashes nothing "
                                      "(its checkpoints stay in the model's dtype)")
 
-    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"])
+    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"], gelu=c["gelu"])
     place = Placement(b, layer_ipu is not None)
     ids = b.input("input_ids", (B, S), "int32")
     # packed: each token's sequence index in its pack (0: padding), the source's input_mask

@@ -60,7 +60,7 @@ from .transformer import attention, ffn, tied_projection, transformer_params
 _COMMON = dict(micro_batch=1, seq_len=1024, intermediate=None, vocab=50257, n_positions=1024,
                dropout=0.1, layers_per_ipu=None, with_head=True, with_loss=True, embedding_serialization=1,
                recompute_checkpoint_every_layer=None, loss_chunk=0, remap_logits=False,
-               dtype="float16", fp32_ops=(), decode_cache=0)
+               dtype="float16", fp32_ops=(), gelu="tanh", decode_cache=0)
 MODELS = {
     "gpt2-small": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "gpt2-medium": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -80,7 +80,7 @@ def build(name: str, p: Params) -> Graph:
     B, S, H, V = c["micro_batch"], c["seq_len"], c["hidden"], c["vocab"]
     drop, layer_ipu = c["dropout"], c["layer_ipu"]
 
-    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"])
+    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"], gelu=c["gelu"])
     place = Placement(b, layer_ipu is not None)
     ids = b.input("input_ids", (B, S), "int32")
     with_loss = p.flag("with_loss") and c["with_head"]
@@ -160,7 +160,7 @@ def _build_decode(name: str, p: Params) -> Graph:
     if p.flag("with_loss") or not c["with_head"] or c["embedding_serialization"] > 1 or c["dropout"]:
         p.fail("decode_cache", "is greedy generation: give with_loss=False, dropout=0 and no "
                "embedding_serialization (PopTransformer's LM head is one matmul)")
-    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"])
+    b = GraphBuilder(name, c["dtype"], fp32_kinds=c["fp32_ops"], gelu=c["gelu"])
     place = Placement(b, layer_ipu is not None)
     with place.on(0, "embedding"), b.scope("loop"):
         container = b.constant("input_ids_container", (B, L), "int32")  # the prompts, then the tokens made

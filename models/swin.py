@@ -48,6 +48,10 @@ Outputs: the logits (B, num_labels) and the loss; with ``with_loss=False`` the l
   input to FP8 and keeps its weights in FP8, its result fp16; the attention's two products of activations
   stay fp16. It needs an IPU with FP8 (the ``c600`` system), and half partials for the quarter AMP (with
   float partials poplin casts the FP8 operands to fp16 on the tile).
+- ``gelu``: the GELU's form, ``"tanh"`` (default: popnn's tanh approximation, PopART's Gelu, what PopTorch
+  lowers torch's GELU to) or ``"erf"`` (the exact GELU as PopART's GeluErf runs it, popops' GELU_ERF vertex,
+  about 8 x the tanh form's cycles in fp16: what PopRT makes of an exported model's erf GELU with its
+  ``erf_gelu_pattern`` pass or ``enable_erf_gelu``; ``models._common.gelu_form``).
 
 Not built: dropout (the configs' ``DROP_RATE`` and attention dropout are 0).
 """
@@ -56,12 +60,12 @@ from __future__ import annotations
 
 from sim.graph import Graph, GraphBuilder
 
-from ._common import Params, Placement
+from ._common import Params, Placement, gelu_form
 from .transformer import checkpointed_layers, layer_ipus
 
 _COMMON = dict(micro_batch=4, image_size=224, patch=4, window=7, mlp_ratio=4, num_labels=1000, drop_path=0.2,
                layers_per_ipu=None, recompute_checkpoint_every_layer=False, with_loss=True, dtype="float16",
-               fp8_matmuls=False)
+               fp8_matmuls=False, gelu="tanh")
 MODELS = {  # configs/configs.yaml MODEL.SWIN: EMBED_DIM, DEPTHS, NUM_HEADS (WINDOW_SIZE 7, PATCH_SIZE 4)
     "swin-tiny": dict(_COMMON, embed_dim=96, depths=[2, 2, 6, 2], heads=[3, 6, 12, 24]),
     "swin-base": dict(_COMMON, embed_dim=128, depths=[2, 2, 18, 2], heads=[4, 8, 16, 32]),
@@ -225,7 +229,7 @@ def build(name: str, p: Params) -> Graph:
     if fp8 and dtype != "float16":
         p.fail("fp8_matmuls", "converts a dtype='float16' model (PopRT's precision fp8); give dtype='float16'")
 
-    b = GraphBuilder(name, dtype)
+    b = GraphBuilder(name, dtype, gelu=gelu_form(p))
     place = Placement(b, block_ipu is not None)
     block_ipu = block_ipu or [0] * blocks
     images = b.input("images", (B, CHANNELS, size, size), dtype)

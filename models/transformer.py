@@ -10,7 +10,7 @@ import numbers
 
 from sim.graph import GraphBuilder
 
-from ._common import Params
+from ._common import Params, gelu_form
 
 
 def attention(b: GraphBuilder, x: str, heads: int, mask: str | None = None,
@@ -117,7 +117,8 @@ def transformer_params(p: Params, extra_seq_limit: str, checkpoint_last: bool = 
                 intermediate=p.int("intermediate", optional=True) or 4 * hidden,
                 dropout=p.prob("dropout"), with_head=p.flag("with_head"), dtype=p.dtype(),
                 layer_ipu=layer_ipus(p, num_layers), att_ffn=att_ffn_ipus(p, num_layers),
-                checkpoints=checkpointed_layers(p, num_layers, checkpoint_last), fp32_ops=fp32_ops(p))
+                checkpoints=checkpointed_layers(p, num_layers, checkpoint_last), fp32_ops=fp32_ops(p),
+                gelu=gelu_form(p))
 
 
 def fp32_ops(p: Params) -> tuple[str, ...]:

@@ -38,19 +38,23 @@ coefficient per micro-batch). Outputs: the logits (B, num_labels) and the loss; 
   blocks are pipelined over several IPUs;
   ``mid_checkpoints`` lists blocks that also checkpoint after their attention residual (the
   pre-training model's ``recompute_mid_layers``, [1, 4, 7, 10] in its configs).
+- ``gelu``: the GELU's form, ``"tanh"`` (default: popnn's tanh approximation, PopART's Gelu, what PopTorch
+  lowers torch's GELU to) or ``"erf"`` (the exact GELU as PopART's GeluErf runs it, popops' GELU_ERF vertex,
+  about 8 x the tanh form's cycles in fp16: what PopRT makes of an exported model's erf GELU with its
+  ``erf_gelu_pattern`` pass or ``enable_erf_gelu``; ``models._common.gelu_form``).
 """
 
 from __future__ import annotations
 
 from sim.graph import Graph, GraphBuilder
 
-from ._common import Params, Placement
+from ._common import Params, Placement, gelu_form
 from .transformer import attention, checkpointed_layers, ffn, layer_ipus
 
 _COMMON = dict(micro_batch=8, image_size=224, patch=16, num_labels=1000, intermediate=None,
                representation_size=None, dropout=0.1, attention_dropout=0.0, ffn_act_dropout=False,
                eight_bit_io=False, mixup=False, layers_per_ipu=None, recompute_checkpoint_every_layer=None,
-               mid_checkpoints=None, with_loss=True, dtype="float16")
+               mid_checkpoints=None, with_loss=True, dtype="float16", gelu="tanh")
 MODELS = {
     "vit-base-16": dict(_COMMON, num_layers=12, hidden=768, heads=12),
     "vit-large-16": dict(_COMMON, num_layers=24, hidden=1024, heads=16),
@@ -81,7 +85,7 @@ def build(name: str, p: Params) -> Graph:
     dtype = p.dtype()
     tokens = (size // patch) ** 2 + 1
 
-    b = GraphBuilder(name, dtype)
+    b = GraphBuilder(name, dtype, gelu=gelu_form(p))
     place = Placement(b, layer_ipu is not None)
     images = b.input("images", (B, CHANNELS, size, size), "uint8" if p.flag("eight_bit_io") else dtype)
     labels = b.input("labels", (B,), "int32") if with_loss else None

@@ -516,3 +516,19 @@ def test_bert_hf_attention_and_split_qkv_are_one_or_the_other():
     with pytest.raises(GraphError, match=r"hf_attention=True: runs three Q, K, V matmuls, while split_qkv "
                                          r"concatenates their weights into one: give one of them"):
         models.get("bert-base", num_layers=1, hf_attention=True, split_qkv=True)
+
+
+@pytest.mark.parametrize("name, params", [("bert-base", dict(num_layers=2)), ("vit-base-16", dict(num_layers=2)),
+                                          ("swin-tiny", dict(depths=[2, 2, 2, 2])), ("gpt2-small", dict(num_layers=2))])
+def test_the_gelu_parameter_picks_the_form(name, params):
+    """``gelu="erf"``: each GELU is PopART's GeluErf (``gelu_erf``), kept in fp32 with ``fp32_ops`` as the tanh one;
+    the default is popnn's tanh GELU; anything else names the choices."""
+    def kinds(**more):
+        return {op.kind for op in models.get(name, **params, **more).ops if op.kind.startswith("gelu")}
+    assert kinds() == {"gelu"}
+    assert kinds(gelu="erf") == {"gelu_erf"}
+    with pytest.raises(GraphError, match=r"gelu.*expected \"tanh\".*or \"erf\""):
+        models.get(name, **params, gelu="exact")
+    if name == "bert-base":
+        g = models.get(name, **params, gelu="erf", fp32_ops=["gelu"])
+        assert {g.tensors[op.inputs[0]].dtype for op in g.ops if op.kind == "gelu_erf"} == {"float32"}

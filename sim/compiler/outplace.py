@@ -1,8 +1,8 @@
 """PopART's element-wise ops that cannot run in place: a copy of the input, then the op in place on it.
 
 PopART grows an element-wise op that is not in place (``ElementWiseUnaryOutplaceOpx``) through its
-``*Computex::outplace``, which for GELU, Swish, ReLU, Sigmoid and Softmax clones the input and copies
-it (``cloneNcopy``), then runs the in-place op on the clone (popart ``popx/op/gelux.cpp``,
+``*Computex::outplace``, which for GELU (both forms), Swish, ReLU, Sigmoid and Softmax clones the input and copies
+it (``cloneNcopy``), then runs the in-place op on the clone (popart ``popx/op/gelux.cpp``, ``geluerfx.cpp``,
 ``swishx.cpp``, ``relux.cpp``, ``sigmoidx.cpp``, ``softmaxx.cpp``; ``elementwisex.cpp``
 ``EwuComputex::outplace``). The clone keeps the input's tile mapping, so the copy runs on the tiles
 that hold the input: one compute set, no exchange.
@@ -32,9 +32,9 @@ from ..hardware.system import IPU
 from .outlining import merged_copy, with_copy
 
 #: op kinds whose PopART outplace variant copies its input and then runs in place
-CLONE_FIRST_KINDS = frozenset({"gelu", "swish", "relu", "sigmoid", "softmax"})
-#: of those, the kinds whose PopART gradient op reads the forward input (GeluGradOp, SwishGradOp)
-GRAD_READS_INPUT = frozenset({"gelu", "swish"})
+CLONE_FIRST_KINDS = frozenset({"gelu", "gelu_erf", "swish", "relu", "sigmoid", "softmax"})
+#: of those, the kinds whose PopART gradient op reads the forward input (GeluGradOp, GeluErfGradOp, SwishGradOp)
+GRAD_READS_INPUT = frozenset({"gelu", "gelu_erf", "swish"})
 
 
 def _needs_its_input(op: Op, readers: list[Op], position: dict[str, int], consumers: dict[str, list[Op]]) -> bool:

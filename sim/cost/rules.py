@@ -54,8 +54,8 @@ from .vector import (BROADCAST_OPS, INDEX_BYTES, broadcast_codelet, broadcast_pa
 
 
 _VIEWS = VIEW_KINDS | {"pad"}  # popops::pad concatenates views of the input and constants (popops/Padder.cpp)
-_UNARY = {"relu", "gelu", "tanh", "sigmoid", "swish", "exp", "scale", "dropout", "cast", "copy",
-          "relu_grad", "gelu_grad", "tanh_grad", "sigmoid_grad", "swish_grad", "accumulate",
+_UNARY = {"relu", "gelu", "gelu_erf", "tanh", "sigmoid", "swish", "exp", "scale", "dropout", "cast", "copy",
+          "relu_grad", "gelu_grad", "gelu_erf_grad", "tanh_grad", "sigmoid_grad", "swish_grad", "accumulate",
           "sgd_update", "mul", "add", "sub", "div",
           "reduce_mean_grad", "reduce_sum_grad"}
 #: the kinds priced as one popops element-wise op, each result laid out like its input

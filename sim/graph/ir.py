@@ -429,18 +429,26 @@ class GraphBuilder:
     #: the op kinds a float16 graph can keep in float32 (:meth:`__init__`'s ``fp32_kinds``)
     FP32_KINDS = ("gelu", "layernorm")
 
-    def __init__(self, name: str, dtype: str = "float16", fp32_kinds: Sequence[str] = ()):
+    #: :meth:`gelu`'s op kind by the GELU's form: popnn's tanh approximation (PopART's Gelu, what PopTorch
+    #: lowers torch's GELU to) or the exact erf form (PopART's GeluErf, popops' GELU_ERF vertex)
+    GELU_KINDS = {"tanh": "gelu", "erf": "gelu_erf"}
+
+    def __init__(self, name: str, dtype: str = "float16", fp32_kinds: Sequence[str] = (), gelu: str = "tanh"):
         """``fp32_kinds``: op kinds (of :data:`FP32_KINDS`) that run in float32 on a float16 input,
         cast to float32 before and back to float16 after, their weights in float32: what PopRT's
         Converter does to the ONNX op types it names in ``fp16_skip_op_types`` ("Gelu", and
-        "GroupNormalization" for a layer norm once its pattern pass has fused it)."""
+        "GroupNormalization" for a layer norm once its pattern pass has fused it). ``gelu``: the form
+        :meth:`gelu` runs (:data:`GELU_KINDS`)."""
         self.graph = Graph(name)
         self.dtype = canonical_dtype(dtype)
         unknown = sorted(set(fp32_kinds) - set(self.FP32_KINDS))
         if unknown:
             raise GraphError(f"fp32 kinds {unknown}: only {', '.join(self.FP32_KINDS)} can run in float32 "
                              "inside a float16 graph")
+        if gelu not in self.GELU_KINDS:
+            raise GraphError(f"gelu {gelu!r}: expected one of {', '.join(map(repr, self.GELU_KINDS))}")
         self.fp32_kinds = frozenset(fp32_kinds)
+        self.gelu_kind = self.GELU_KINDS[gelu]
         self._scopes: list[str] = []
         self._ipu: int | None = None
         self._stage: int | None = None
@@ -709,7 +717,9 @@ class GraphBuilder:
         return self.unary("relu", x, name)
 
     def gelu(self, x: str, name: str | None = None) -> str:
-        return self._fp32_island("gelu", x, lambda v: self.unary("gelu", v, name))
+        """GELU in the builder's form (``gelu`` of :meth:`__init__`); ``"gelu"`` in ``fp32_kinds`` keeps either
+        in float32."""
+        return self._fp32_island("gelu", x, lambda v: self.unary(self.gelu_kind, v, name))
 
     def tanh(self, x: str, name: str | None = None) -> str:
         return self.unary("tanh", x, name)

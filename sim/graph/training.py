@@ -256,7 +256,7 @@ class Optimizer:
         return self.update_kind
 
 
-_ACTIVATION_GRADS = {"relu", "gelu", "tanh", "sigmoid", "swish"}
+_ACTIVATION_GRADS = {"relu", "gelu", "gelu_erf", "tanh", "sigmoid", "swish"}
 #: activations whose PopART grad op reads the forward output (ReluGradOp, TanhGradOp, SigmoidGradOp:
 #: ``GradOpInType::Out``, op/relu.cpp, op/tanh.cpp, op/sigmoid.cpp); GeluGradOp and SwishGradOp read the input
 _GRADS_OF_OUTPUT = {"relu", "tanh", "sigmoid"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.expressions import DECOMPOSED, EXPRESSIONS, ISINF_STEPS, chain_ops
+from ..errors import GraphError
 from ._context import OpContext
 from ._values import _broadcast
 
@@ -48,6 +49,15 @@ def _unary(kind: str, **attrs):
     def rule(ctx: OpContext):
         return ctx.op(kind, [ctx.input(0)], dict(attrs), shapes=[ctx.shape(0)])
     return rule
+
+
+def _gelu(ctx: OpContext):
+    """Gelu (opset 20): the tanh form (``approximate="tanh"``) as popnn's GELU, PopART's Gelu; the exact one (the
+    default, "none") as PopART runs the exact GELU, its GeluErf (popops' GELU_ERF vertex)."""
+    form = ctx.attr("approximate", "none")
+    if form not in ("none", "tanh"):
+        raise GraphError(f"{ctx.desc}: approximate {form!r}: ONNX's Gelu takes \"none\" or \"tanh\"")
+    return ctx.op("gelu" if form == "tanh" else "gelu_erf", [ctx.input(0)], shapes=[ctx.shape(0)])
 
 
 def _expression(steps: list[str], grad: list[str], onnx_op: str):
@@ -236,7 +246,7 @@ def _random(ctx: OpContext):
 
 RULES: dict = {
     "Add": _binary("add"), "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"),
-    "Relu": _unary("relu"), "Gelu": _unary("gelu"), "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"),
+    "Relu": _unary("relu"), "Gelu": _gelu, "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"),
     "Exp": _unary("exp"), "Sqrt": _sqrt, "Erf": _erf, "Pow": _pow, "Neg": _neg, "Reciprocal": _reciprocal,
     "LeakyRelu": _expression(*EXPRESSIONS["leaky_relu"], "LeakyRelu"), "IsInf": _expression(ISINF_STEPS, [], "IsInf"),
     "Elu": _ELU, "ThresholdedRelu": _THRESHOLDED_RELU, "Shrink": _SHRINK,

@@ -3,7 +3,8 @@ builder holds them when saved to an ONNX file (``builder.getModelProto()``).
 
 Each is read as PopART's op creator reads it (popart ``willow/src/op/*.cpp``: the attribute names and defaults) and
 priced as the ops PopART's Opx runs, most of them as the default domain's op of the same meaning: ``Gelu`` (popnn's
-GELU, as ``GeluErf``), ``Swish``, ``Expm1``, ``Log1p``, ``Atan2``, ``Fmod`` / ``Remainder``, ``Round`` /
+tanh GELU), ``GeluErf`` (popops' GELU_ERF vertex, the exact GELU), ``Swish``, ``Expm1``, ``Log1p``, ``Atan2``,
+``Fmod`` / ``Remainder``, ``Round`` /
 ``NearbyInt``, the ``Bitwise*`` ops, ``DepthToSpace``, ``GroupNormalization``; ``Detach`` (no gradient) and ``Nop``,
 ``PrintTensor`` (identities); ``Scale`` (attribute ``scale``); ``ScaledAdd`` (``scale0 X + scale1 Y``, the scales
 attributes or tensors); ``Subsample`` (a copy of every ``strides``-th element); ``Reverse`` (a copy along
@@ -339,7 +340,7 @@ _ELEMENTWISE = _ops_elementwise.RULES
 _ELEMENTWISE = _ops_elementwise.RULES
 
 RULES: dict = {f"ai.graphcore::{op}": rule for op, rule in {
-    "Gelu": _ELEMENTWISE["Gelu"], "GeluErf": _ELEMENTWISE["Gelu"],
+    "Gelu": _ops_elementwise._unary("gelu"), "GeluErf": _ops_elementwise._unary("gelu_erf"),
     "Swish": _ops_elementwise._unary("swish"), "Expm1": _ops_elementwise._unary("expm1"),
     "Log1p": _ops_elementwise._unary("log1p"), "Atan2": _ops_elementwise._binary_kind("atan2"),
     "Fmod": _ops_elementwise._binary_kind("remainder"), "Remainder": _ops_elementwise._binary_kind("remainder"),

@@ -171,7 +171,8 @@ DEPARTURES = {
                   "time of 1,500 asynchronous execute calls of one batch each. The Converter pads the attention "
                   "(attention_padding, to a length not stated [U]) and inserts remaps (enable_insert_remap): run as "
                   "the zoo's Swin-T, Graphcore's port, whose windows are padded 49 -> 56 tokens and whose permuted "
-                  "tensors are remapped; merge_multi_slice is not modelled, and PopRT's outlining threshold 0.5 is "
+                  "tensors are remapped; enable_erf_gelu makes its exact GELU PopART's GeluErf (the zoo's "
+                  "gelu=\"erf\"); merge_multi_slice is not modelled, and PopRT's outlining threshold 0.5 is "
                   "run at PopART's 1.0 (the same calls: sim/compiler/outlining.py). "
                   "The script sets no partials type (as I13's [U]): run with half partials; with float partials "
                   "the simulator gives 5,476 images/s (-19.5 %)",
@@ -190,7 +191,9 @@ DEPARTURES = {
                  "the mean time of 2,000 asynchronous execute calls of one batch each (poprt_run.py). PopRT's Converter "
                  "passes fused_attention and attention_padding (the attention as one fused op, its 197 tokens padded) "
                  "are not modelled: the simulator prices the attention's matmuls, scale and softmax on 197 tokens; "
-                 "its fast layer norm (at batch 8; disable_fast_norm at batch 32) is priced as popnn's. The script "
+                 "its fast layer norm (at batch 8; disable_fast_norm at batch 32) is priced as popnn's; "
+                 "enable_erf_gelu makes the model's exact GELU PopART's GeluErf (popops' GELU_ERF vertex, the zoo's "
+                 "gelu=\"erf\"). The script "
                  "sets no partials type; PopRT's other scripts opt in to half partials (partials_type 'half', or "
                  "their --half_partial flag), so its default is not stated [U]: run with half partials; with "
                  "Poplar's default float partials (the AMP at half rate, 8 conv units) the simulator gives 1,824 and "
@@ -231,7 +234,9 @@ DEPARTURES = {
                       "README runs it, I4) [U]",
     "bytemlperf-swin": "Hugging Face's Swin-L (swin-transformer-large.pt: 384 x 384, window 12, 1,000 classes [U]) "
                        "converted with enable_insert_remap false: run as the zoo's Swin-L, Graphcore's port, whose "
-                       "permuted tensors are remapped (models/swin.py); its 144-token windows need no padding",
+                       "permuted tensors are remapped (models/swin.py); its 144-token windows need no padding; its "
+                       "exact GELU runs as PopART's exact GELU (the zoo's gelu=\"erf\": GeluErf or an unfused Erf, "
+                       "the interact file names no GELU pass [U])",
     "bytemlperf-swin-fp8": "PopRT's Converter with precision fp8 and no fp8_skip_op_names (the backend's default "
                            "fp8_params [U]): every layer with weights and the patch embedding in FP8, the attention's "
                            "products of activations in fp16 [U] (models/swin.py fp8_matmuls)",
@@ -250,8 +255,9 @@ DEPARTURES = {
     "poprt-bert": "hardware not named: run on the C600 (configs/c600.toml), as the ResNet-50 rows of the same "
                   "PopRT release [U]. The model is Hugging Face's BertForQuestionAnswering exported to ONNX "
                   "(RT benchmarks/bert/test_bert_*.py: transformers.onnx --feature question-answering), run "
-                  "as the zoo's BERT with the squad head; PopRT's fused attention and erf-GELU passes are not "
-                  "modelled; throughput is batch x requests / wall time with 5 host threads, simulated as one "
+                  "as the zoo's BERT with the squad head; PopRT's fused attention pass is not modelled, its "
+                  "erf_gelu_pattern is: the exported model's exact GELU runs as PopART's GeluErf (popops' GELU_ERF "
+                  "vertex, the zoo's gelu=\"erf\"); throughput is batch x requests / wall time with 5 host threads, simulated as one "
                   "call of batches-per-step device iterations. Both scripts set poplin's use128BitConvUnitLoad "
                   "(the AMP loads its weights 128 bits a cycle instead of 64), enableFastReduce (the partials "
                   "reduced by the single-input vertex at twice the load width) and enableMultiStageReduce off "

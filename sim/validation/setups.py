@@ -512,9 +512,13 @@ def _squad_infer(model: str, batch: int, seq_len: int, batches_per_step: int, am
     (only the start and end logits come back), fp16 with half partials (``dtype`` "float32": the
     unconverted model, fp32 with float partials), int32 inputs; IO tiles
     overlap every stream when given (``num_io_tiles``); ``benchmark_options``: the compiler options of
-    RT ``benchmarks/bert/test_bert_*.py`` (:data:`POPRT_BENCHMARK_POPLIN_OPTIONS`); ``fp32_ops``: the op
-    kinds the Converter's ``fp16_skip_op_types`` keeps in fp32 (the zoo's ``fp32_ops``)."""
+    RT ``benchmarks/bert/test_bert_*.py`` (:data:`POPRT_BENCHMARK_POPLIN_OPTIONS`) and its Converter's
+    ``erf_gelu_pattern``, which makes the exported model's exact GELU PopART's GeluErf (the zoo's
+    ``gelu="erf"``); ``fp32_ops``: the op kinds the Converter's ``fp16_skip_op_types`` keeps in fp32 (the
+    zoo's ``fp32_ops``)."""
     params = dict(micro_batch=batch, seq_len=seq_len, head="squad", with_loss=False)
+    if benchmark_options:
+        params["gelu"] = "erf"
     if fp32_ops:
         params["fp32_ops"] = list(fp32_ops)
     if dtype != "float16":
@@ -542,9 +546,11 @@ def _vit_infer(batch: int) -> Setup:
     77e7d66): Hugging Face's ``google/vit-base-patch16-224`` classifier in fp16 with fp16 images from
     the host, availableMemoryProportion 1.0, 128 batches per step, stream buffering depth 2, 32 IO tiles
     (PopRT overlaps the streams on them); at batch 32 also ``use_128bit_conv_unit_load``,
-    ``enable_fast_reduce`` and ``enable_non_stable_softmax``."""
+    ``enable_fast_reduce`` and ``enable_non_stable_softmax``. The model's exact GELU runs as PopART's GeluErf
+    (the Converter's ``enable_erf_gelu``: the zoo's ``gelu="erf"``)."""
     big = batch == 32
-    return Setup("vit-base-16", _params(micro_batch=batch, dropout=0.0, with_loss=False), "c600", poprt=True,
+    return Setup("vit-base-16", _params(micro_batch=batch, dropout=0.0, with_loss=False, gelu="erf"), "c600",
+                 poprt=True,
                  device_iterations=128, amp=(1.0,), training=False, io_tiles=32, overlap_io=True,
                  prefetch_depth=2, non_stable_softmax=big, poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2] if big else ())
 
@@ -569,8 +575,10 @@ def _swin_infer(batch: int) -> Setup:
     from the host, availableMemoryProportion 0.3, 128 batches per step, stream buffering depth 2, 32 IO
     tiles (PopRT overlaps the streams on them). The zoo's Swin-T is Graphcore's PyTorch port: its windows
     padded 49 -> 56 tokens and its tensors remapped after each permute (``models/swin.py``), as PopRT's
-    ``attention_padding`` and ``enable_insert_remap`` do to the ONNX graph."""
-    return Setup("swin-tiny", _params(micro_batch=batch, drop_path=0.0, with_loss=False), "c600", poprt=True,
+    ``attention_padding`` and ``enable_insert_remap`` do to the ONNX graph; its exact GELU runs as PopART's
+    GeluErf (``enable_erf_gelu``: the zoo's ``gelu="erf"``)."""
+    return Setup("swin-tiny", _params(micro_batch=batch, drop_path=0.0, with_loss=False, gelu="erf"), "c600",
+                 poprt=True,
                  device_iterations=128, amp=(0.3,), training=False, io_tiles=32, overlap_io=True, prefetch_depth=2)
 
 
@@ -590,8 +598,11 @@ def _bytemlperf_swin_large(batch: int, fp8: bool = False) -> Setup:
     (``interact_infos/swin-large-torch-fp32.json``: Hugging Face's Swin-L, window 12, traced and converted
     by PopRT to fp16 without remaps, availableMemoryProportion 0.2, 128 batches per step, prefetch and
     stream buffering depth 2, no IO tiles, the 128-bit conv unit load and fast reduce), run as the zoo's
-    Swin-L (Graphcore's port) at that size; ``fp8``: PopRT's FP8 conversion, the zoo's ``fp8_matmuls``."""
-    params = _params(micro_batch=batch, image_size=384, window=12, drop_path=0.0, with_loss=False, fp8_matmuls=fp8)
+    Swin-L (Graphcore's port) at that size; ``fp8``: PopRT's FP8 conversion, the zoo's ``fp8_matmuls``. Hugging
+    Face's Swin runs the exact GELU, which PopART runs as its GeluErf or, unfused, as an Erf and four cheap
+    maps at about the same cost (the zoo's ``gelu="erf"``; the interact file names no GELU pass [U])."""
+    params = _params(micro_batch=batch, image_size=384, window=12, drop_path=0.0, with_loss=False, fp8_matmuls=fp8,
+                     gelu="erf")
     return Setup("swin-large", params, "c600", poprt=True, device_iterations=128, amp=(0.2,), training=False,
                  prefetch_depth=2,
                  poplin_options=POPRT_BENCHMARK_POPLIN_OPTIONS[:2])

@@ -66,8 +66,8 @@ def swish(t: Tensor) -> Tensor:
 
 
 def geluerf(t: Tensor) -> Tensor:
-    """GELU with erf (PopART's GeluErfOp), priced as popnn's GELU."""
-    return _unary("gelu", t, in_place=False)
+    """GELU with erf (PopART's GeluErfOp): popops' GELU_ERF vertex."""
+    return _unary("gelu_erf", t, in_place=False)
 
 
 def logical_not(t: Tensor) -> Tensor:
@@ -558,7 +558,7 @@ increment_mod_, dynamic_update_ = increment_mod, dynamic_update
 
 
 def geluerf_(t: Tensor) -> Tensor:
-    return _unary("gelu", t, in_place=True)
+    return _unary("gelu_erf", t, in_place=True)
 
 
 def swish_(t: Tensor) -> Tensor:
