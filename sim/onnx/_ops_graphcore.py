@@ -189,6 +189,14 @@ def _ctc(ctx: OpContext):
                   shapes=[out], dtypes=[ctx.dtype(0)], outputs=[0])
 
 
+def _popart_axis(ctx: OpContext, default: int, rank: int) -> int:
+    """The ``axis`` attribute in [0, rank), PopART's range error otherwise (ScatterReduceOp, GatherOp setup)."""
+    axis = int(ctx.attr("axis", default))
+    if not -rank <= axis < rank:
+        raise GraphError(f"{ctx.desc}: axis = {axis} is outside the acceptable range [{-rank}, {rank - 1}]")
+    return axis % rank
+
+
 def _scatter_reduce(ctx: OpContext):
     """ScatterReduceOp: ``data`` (input 0) reduced into the output at ``indices`` along ``axis`` (``reduction`` sum,
     max, min, mul or none), into ``initial_values`` where given, else into the output PopART fills with the
@@ -200,10 +208,7 @@ def _scatter_reduce(ctx: OpContext):
     axis_size = int(_required(ctx, "axis_size"))
     if axis_size < 1:
         raise GraphError(f"{ctx.desc}: axis_size = {axis_size} is not valid: must be > 0 (PopART's ScatterReduceOp)")
-    axis = int(ctx.attr("axis", -1))
-    if not -len(data) <= axis < len(data):
-        raise GraphError(f"{ctx.desc}: axis = {axis} is outside the acceptable range [{-len(data)}, {len(data) - 1}]")
-    axis %= len(data)
+    axis = _popart_axis(ctx, -1, len(data))
     if int(ctx.attr("group_size", 1)) != 1:
         ctx.unsupported("a grouped ScatterReduce (group_size > 1, popops' grouped multiUpdate) is not modelled")
     reduction = str(ctx.attr("reduction", "sum")).lower()
@@ -243,10 +248,7 @@ def _grouped_gather(ctx: OpContext):
     priced as one multiSlice of the groups' tables stacked (each group's indices into its own rows); from a
     computed tensor, data movement priced as a copy of the result, as the default domain's Gather."""
     data, index = ctx.shape(0), ctx.shape(1)
-    axis = int(ctx.attr("axis", 0))
-    if not -len(data) <= axis < len(data):
-        raise GraphError(f"{ctx.desc}: axis = {axis} is outside the acceptable range [{-len(data)}, {len(data) - 1}]")
-    axis %= len(data)
+    axis = _popart_axis(ctx, 0, len(data))
     if axis == 0:
         raise GraphError(f"{ctx.desc}: axis = 0 indicates the dimension of the group (PopART's GatherOp)")
     if not index or index[0] != data[0]:

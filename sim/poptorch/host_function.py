@@ -64,12 +64,9 @@ def _cpu_op(inputs: list[torch.Tensor], name: str) -> list[torch.Tensor]:
 
 @_cpu_op.register_fake
 def _(inputs, name):
-    """Outputs shaped as the function's on zeros of the inputs' shapes and dtypes, run on real CPU tensors (as
-    PopTorch calls the layer at trace time for its output shapes)."""
-    with unset_fake_temporarily(), torch.no_grad():
-        zeros = [torch.zeros(tuple(x.shape), dtype=x.dtype) for x in inputs]
-        shapes = [(tuple(o.shape), o.dtype) for o in _outputs(name, _wrapper(name)._layer_to_call(*zeros))]
-    return [torch.empty(shape, dtype=dtype) for shape, dtype in shapes]
+    """Outputs shaped and typed as the wrapper's call found them (its run on zeros, as PopTorch's)."""
+    wrapper = _wrapper(name)
+    return [torch.empty(shape, dtype=dtype) for shape, dtype in zip(wrapper.out_shapes, wrapper.out_dtypes)]
 
 
 class CPU:
@@ -91,7 +88,7 @@ class CPU:
             layer_to_call.requires_grad_(False)  # as PopTorch: the host's layer is not trained
         self._ID = ID
         self.host_seconds = float(host_seconds)
-        self.in_shapes = self.out_shapes = None  # as PopTorch records them at the call
+        self.in_shapes = self.out_shapes = self.out_dtypes = None  # as PopTorch records them at the call
         self.inputs = self.outputs = None  # the host's buffers (registerPersistentData)
 
     def execute(self):
@@ -120,7 +117,8 @@ class CPU:
             probe = self._layer_to_call(*[torch.zeros(tuple(x.shape), dtype=x.dtype) for x in inputs])
         single = isinstance(probe, torch.Tensor)
         self.in_shapes = [tuple(x.shape) for x in inputs]
-        self.out_shapes = [tuple(o.shape) for o in _outputs(self._ID, probe)]
+        probed = _outputs(self._ID, probe)
+        self.out_shapes, self.out_dtypes = [tuple(o.shape) for o in probed], [o.dtype for o in probed]
         outputs = _cpu_op(list(inputs), self._ID)
         return outputs[0] if single else list(outputs)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import OptionsError
 from ..options import comm_group
 from . import enums
 from ._errors import error
@@ -135,7 +136,7 @@ def groupings(model: torch.nn.Module, requested: dict, replicas: int) -> dict[st
         grouping = Grouping(name, group_type, shards, retrieval, replicas)
         try:
             grouping.stride_and_size
-        except Exception as e:  # noqa: BLE001 - sim.options' OptionsError: a group size that does not divide
+        except OptionsError as e:  # a group size that does not divide the replicas
             raise error(f"replicaGrouping of {name!r}: {e}") from None
         grouping.check(params[name])
         out[name] = grouping
