@@ -374,11 +374,14 @@ class _Importer:
                                      "defines (an ONNX tensor has one producer); the model is not valid ONNX")
                 made[out] = name
             self._node(index, node)
+        self.g.onnx_outputs = {}  # ONNX output name -> (the graph tensor holding it, its ONNX shape)
         for o in graph.output:
             v = self.env.get(o.name)
             if v is None:
                 raise GraphError(f"sim.onnx.load: graph output {o.name!r} is not produced by any node")
-            self.b.output(self.materialise(v))
+            t = self.materialise(v)
+            self.b.output(t)
+            self.g.onnx_outputs[o.name] = (t, tuple(v.shape))
         if not self.g.ops:
             what = ("its graph has no nodes" if not graph.node else
                     f"its {len(graph.node)} node(s) only pass tensors through or compute constants")

@@ -1,4 +1,9 @@
-"""PopART's option enums, as PopTorch scripts use them: ``import popart`` under ``ipusim script``.
+"""PopART on the simulator: its builder and sessions, and its option enums (``import popart`` under
+``ipusim script`` gets this package).
+
+A PopART program builds an ONNX model with :class:`Builder` (:mod:`sim.popart.builder`) and runs it with an
+:class:`InferenceSession` or :class:`TrainingSession` (:mod:`sim.popart.session`), which simulate each
+``run`` on the chosen IPU system; docs/popart.md lists what is modelled.
 
 PopTorch scripts set PopART session options through ``opts._Popart.set(name, value)`` and take
 the values from PopART's enums (``popart.AccumulateOuterFragmentSchedule.OverlapMemoryOptimized``,
@@ -8,9 +13,9 @@ the values from PopART's enums (``popart.AccumulateOuterFragmentSchedule.Overlap
 popart.cpp``: ``RecomputationType.NoRecompute``, ``MergeVarUpdateType.Off``), so such a script imports and sets its options; what each option does in
 the simulation is ``sim.poptorch``'s (docs/poptorch.md lists the options and their status).
 
-PopART's own API (``Builder``, ``TrainingSession``, ``DeviceManager``, ...) is not modelled: asking
-for it raises :class:`NotModelledError`, an ``AttributeError`` that names what is here. A PopART
-model can be simulated from its ONNX file with ``sim.onnx.load``.
+The builder and sessions need the onnx package (the onnx extra); they are imported on first use, so a
+PopTorch script's ``import popart`` needs only the enums. A name of PopART's API that is not here raises
+:class:`NotModelledError`, an ``AttributeError`` that names what is.
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ class NotModelledError(UnsupportedOpError, AttributeError):
 #: in PopART's Python binding
 _MEMBERS = {
     "AccumulateOuterFragmentSchedule": ("Scheduler", "Serial", "OverlapCycleOptimized", "OverlapMemoryOptimized"),
+    "AdamMode": ("Adam", "AdamNoBias", "AdaMax", "Lamb", "LambNoBias"),  # adam.hpp
+    "AdaptiveMode": ("AdaGrad", "RMSProp", "CenteredRMSProp", "AdaDelta"),  # adaptive.hpp
+    "CollectiveOperator": ("Add", "Mean", "Mul", "Min", "Max", "LogicalAnd", "LogicalOr", "SquareAdd", "Local"),
+    "CommGroupType": ("All", "Consecutive", "Orthogonal", "Ungrouped"),  # commgroup.hpp
+    "InitType": ("NoInit", "Zero"),  # op/init.hpp
+    "RecomputeType": ("Undefined", "Checkpoint", "Recompute", "Recomputed"),  # op.hpp
+    "ReductionType": ("Sum", "Mean", "NoReduction"),  # op/loss.hpp
+    "ScatterReduction": ("Sum", "Max", "Min", "Mul", "NoReduction"),  # op/scatterreduce.hpp (C++'s None)
+    "SGDAccumulatorAndMomentum": ("Combined", "Separate"),  # sgd.hpp
+    "WeightDecayMode": ("Decay", "L2Regularization"),  # optimizer.hpp
     "AutodiffStitchStrategy": ("RecomputeMinimal", "RecomputeAllNonInputs", "AddFwdOutputs", "SafeAddFwdOutputs"),
     "BatchSerializationBatchSchedule": ("Scheduler", "Isomorphic", "OverlapOnIo", "OverlapOnCompute"),
     "BatchSerializationMethod": ("UnrollDynamic", "UnrollStatic", "Loop"),
@@ -55,10 +70,33 @@ for _name, _members in _MEMBERS.items():
 
 ENUMS = sorted(_MEMBERS)
 
+#: the builder's and sessions' names, by module (imported on first use: they need onnx)
+_LAZY = {"builder": ("Builder", "TensorInfo", "DATA_TYPES"),
+         "session": ("InferenceSession", "TrainingSession", "SessionOptions", "DataFlow", "AnchorReturnType",
+                     "PyStepIO", "PyWeightsIO", "DeviceManager", "DeviceInfo", "SGD", "ConstSGD", "Adam", "Adaptive",
+                     "ClipNormSettings", "TensorLocation", "TensorLocationSettings",
+                     "AccumulateOuterFragmentSettings")}
+defaultAiOnnxOpset = 10  # graphcoreoperators.hpp
+defaultAiGraphcoreOpset = 1
+reservedGradientPrefix = "Gradient___"  # tensornames.hpp
+
+
+class CommGroup:
+    """PopART's CommGroup: ``CommGroup(CommGroupType.Consecutive, replicaGroupSize)``."""
+
+    def __init__(self, type=0, replicaGroupSize: int = 0):  # noqa: A002 - PopART's argument name
+        self.type, self.replicaGroupSize = CommGroupType(int(type)), int(replicaGroupSize)  # noqa: F821
+
 
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise NotModelledError(f"popart.{name} is PopART's own API, which the simulator does not model; here are only "
-                           f"PopART's option enums for PopTorch scripts ({', '.join(ENUMS)}). To simulate a PopART "
-                           "model, export it to ONNX and use sim.onnx.load")
+    for module, names in _LAZY.items():
+        if name in names:
+            import importlib
+            value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+            globals()[name] = value
+            return value
+    raise NotModelledError(f"popart.{name} is not modelled by the simulator; sim.popart has PopART's builder and "
+                           f"sessions ({', '.join(n for names in _LAZY.values() for n in names)}) and its enums "
+                           f"({', '.join(ENUMS)})")

@@ -1,0 +1,795 @@
+"""``popart.Builder``: an ONNX model written op by op, as PopART's builder writes it.
+
+The builder holds an ``onnx.ModelProto``; ``getModelProto()`` returns its bytes, which a session
+(:mod:`sim.popart.session`) or :func:`sim.onnx.load` imports. What it writes follows PopART's
+builder (graphcore/popart ``willow/src/builder.cpp``, ``builder_impl.cpp``):
+
+* tensor ids: ``addInputTensor`` names a stream ``input`` (or its debug name), ``addInitializedInputTensor``
+  a weight ``init_input``; an op's outputs are ``<debug name or op type>:<index>``; each id is prefixed by
+  the open name scopes (``scope/``) and, when taken, suffixed ``/1``, ``/2``, ... (``getNextId``);
+* ``aiOnnx`` (``aiOnnxOpset6`` ... ``aiOnnxOpset11``; PopART's default is opset 10) has one method per
+  ONNX operator, named in lower case (``logical_and`` etc. for And, Or, Not, Xor); its arguments are PopART's:
+  the input ids, then ``num_outputs`` for an operator with optional outputs, then the operator's required
+  attributes and its optional ones, each group in alphabetical order (``auto_pad`` left out), as PopART's
+  generated bindings (``popart_opset*.gen.cpp``) order them; ``debugContext`` names the op;
+* ``aiGraphcore`` has PopART's own ops with its builder's arguments and the node attributes its builder writes;
+* ``virtualGraph``, ``pipelineStage``, ``executionPhase`` (a value: a context for the ops made inside; ids and a
+  value: set on the ops that made them), ``nameScope``, ``recomputeOutputInBackwardPass``,
+  ``setAvailableMemoryProportion``, ``checkpointOutput`` write PopART's ``__``-named node attributes, which
+  :mod:`sim.onnx` reads as each op's placement and options. The annotations the simulator does not model
+  (``setPartialsType``, ``schedulePriority``, ``outlineAttributes``, ...) are written too; a session names them
+  in its run's notes (:func:`unmodelled_annotations`).
+
+Subgraph builders (``createSubgraphBuilder``, and so ``aiGraphcore.call``, ``aiOnnx.loop``, ``scan``,
+``logical_if``) are not provided: a model with control flow can be simulated from its ONNX file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+import os
+from typing import Iterable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import GraphError, UnsupportedOpError
+
+DEFAULT_AI_ONNX_OPSET = 10  # popart willow/include/popart/graphcoreoperators.hpp defaultAiOnnxOpset
+DEFAULT_AI_GRAPHCORE_OPSET = 1  # defaultAiGraphcoreOpset
+AI_ONNX_OPSETS = range(6, 12)  # the AiOnnxOpset6 ... 11 classes of PopART's Python binding
+
+#: PopART's data type names (TensorInfo, addInputTensor) -> ONNX element type
+DATA_TYPES = {"FLOAT": TensorProto.FLOAT, "FLOAT16": TensorProto.FLOAT16, "BFLOAT16": TensorProto.BFLOAT16,
+              "DOUBLE": TensorProto.DOUBLE, "INT8": TensorProto.INT8, "INT16": TensorProto.INT16,
+              "INT32": TensorProto.INT32, "INT64": TensorProto.INT64, "UINT8": TensorProto.UINT8,
+              "UINT16": TensorProto.UINT16, "UINT32": TensorProto.UINT32, "UINT64": TensorProto.UINT64,
+              "BOOL": TensorProto.BOOL}
+_NAMES_BY_TYPE = {v: k for k, v in DATA_TYPES.items()}
+#: numpy's scalar types -> PopART's names (popart python/popart/python_files/tensorinfo.py)
+_NUMPY_NAMES = {np.dtype(t): n for t, n in ((np.uint8, "UINT8"), (np.uint16, "UINT16"), (np.uint32, "UINT32"),
+                                            (np.uint64, "UINT64"), (np.int8, "INT8"), (np.int16, "INT16"),
+                                            (np.int32, "INT32"), (np.int64, "INT64"), (np.float16, "FLOAT16"),
+                                            (np.float32, "FLOAT"), (np.float64, "DOUBLE"), (np.bool_, "BOOL"))}
+
+#: PopART's node attributes for an op's placement and options (willow/include/popart/names.hpp)
+VIRTUAL_GRAPH, PIPELINE_STAGE, EXECUTION_PHASE = "__ipu_number", "__pipeline_stage", "__execution_phase"
+RECOMPUTE, AVAILABLE_MEMORY = "__recompute_output_in_backward_pass", "__available_memory"
+#: the annotations sim.onnx reads; any other ``__`` attribute is PopART's and has no modelled effect
+MODELLED_ANNOTATIONS = (VIRTUAL_GRAPH, PIPELINE_STAGE, EXECUTION_PHASE, RECOMPUTE, AVAILABLE_MEMORY,
+                        "__collectiveReplicaGrouping", "__collectiveCommGroup")
+
+
+def unmodelled_annotations(model: onnx.ModelProto) -> dict[str, int]:
+    """PopART's ``__``-named node attributes of ``model`` that the simulator does not read -> ops holding each."""
+    out: dict[str, int] = {}
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.name.startswith("__") and a.name not in MODELLED_ANNOTATIONS:
+                out[a.name] = out.get(a.name, 0) + 1
+    return out
+
+#: PopART's RecomputeType (willow/include/popart/op.hpp): Undefined, Checkpoint, Recompute, Recomputed
+RECOMPUTE_TYPES = ("Undefined", "Checkpoint", "Recompute", "Recomputed")
+
+#: PopART's builder method names that are not the ONNX operator's name in lower case
+_RENAMED = {"logical_and": "And", "logical_or": "Or", "logical_not": "Not", "logical_xor": "Xor",
+            "logical_if": "If"}
+_SUBGRAPH_OPS = ("If", "Loop", "Scan")
+
+
+def data_type_name(dtype) -> str:
+    """PopART's name of ``dtype``: one of its names (any case), a numpy dtype or a Python type."""
+    if isinstance(dtype, str) and dtype.upper() in DATA_TYPES:
+        return dtype.upper()
+    try:
+        return _NUMPY_NAMES[np.dtype(dtype)]
+    except (TypeError, KeyError):
+        raise TypeError(f"{dtype!r} is not a data type PopART takes: one of {', '.join(DATA_TYPES)} or a numpy "
+                        "dtype of them") from None
+
+
+class TensorInfo:
+    """A tensor's data type and shape: ``TensorInfo("FLOAT16", [2, 3])`` or ``TensorInfo(array)``."""
+
+    def __init__(self, *args):
+        if len(args) == 2:
+            dtype, shape = args
+        elif len(args) == 1 and isinstance(args[0], np.ndarray):
+            dtype, shape = args[0].dtype, args[0].shape
+        else:
+            raise TypeError(f"Can not create TensorInfo with args {args}")
+        self._dtype = data_type_name(dtype)
+        self._shape = [int(d) for d in shape]
+        if any(d < 0 for d in self._shape):
+            raise ValueError(f"TensorInfo shape {self._shape}: every dimension must be >= 0")
+
+    def data_type(self) -> str:
+        return self._dtype
+
+    def data_type_lcase(self) -> str:
+        """The numpy name of the data type (``float32`` for FLOAT, ``float16`` for FLOAT16, ...)."""
+        return {"FLOAT": "float32", "DOUBLE": "float64", "BOOL": "bool", "BFLOAT16": "float32"}.get(
+            self._dtype, self._dtype.lower())
+
+    def shape(self) -> list[int]:
+        return list(self._shape)
+
+    def rank(self) -> int:
+        return len(self._shape)
+
+    def nelms(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    def onnx_type(self) -> int:
+        return DATA_TYPES[self._dtype]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorInfo) and (self._dtype, self._shape) == (other._dtype, other._shape)
+
+    def __repr__(self) -> str:
+        return f"TensorInfo({self._dtype!r}, {self._shape})"
+
+
+def _attribute_value(value):
+    """``value`` as onnx.helper.make_attribute takes it (numpy scalars and arrays as Python numbers and
+    lists, bools as ints), or None for an attribute left out (None, an empty list)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return numpy_helper.from_array(value) if value.ndim else value.item()
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return None
+        return [v.item() if isinstance(v, np.generic) else int(v) if isinstance(v, bool) else v for v in value]
+    if hasattr(value, "value") and isinstance(getattr(value, "value"), int):  # an IntEnum's member
+        return int(value.value)
+    return value
+
+
+class _Opset:
+    """One domain's ops at one version, as builder methods."""
+
+    def __init__(self, builder: "Builder", version: int):
+        self._builder = builder
+        self.version = version
+
+
+class AiOnnx(_Opset):
+    """``builder.aiOnnx`` / ``aiOnnxOpsetN``: a method per ONNX operator of opset N, named in lower case."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        op_type = _RENAMED.get(name) or _ONNX_NAMES.get(name)
+        if op_type is None:
+            raise AttributeError(f"'AiOnnxOpset{self.version}' object has no attribute {name!r}: no ONNX operator "
+                                 f"is named so (PopART names them in lower case: builder.aiOnnx.matmul)")
+        try:
+            schema = onnx.defs.get_schema(op_type, self.version, "")
+        except onnx.defs.SchemaError:
+            raise AttributeError(f"'AiOnnxOpset{self.version}' object has no attribute {name!r}: ONNX's "
+                                 f"{op_type} is not in opset {self.version}") from None
+        if op_type in _SUBGRAPH_OPS:
+            raise UnsupportedOpError(f"builder.aiOnnx.{name}: its body is a subgraph builder, which sim.popart does "
+                                     "not provide; export the model with the op to an ONNX file and simulate it "
+                                     "with sim.onnx.load")
+        return _OnnxOp(self._builder, schema, name)
+
+
+class _OnnxOp:
+    """One ONNX operator as a builder method, with PopART's argument order."""
+
+    def __init__(self, builder: "Builder", schema, name: str):
+        self._builder, self._schema, self._name = builder, schema, name
+        attrs = schema.attributes
+        self._multi = schema.max_output > 1 and schema.name not in ("TopK", "DynamicQuantizeLinear")
+        required = sorted(a for a, v in attrs.items() if v.required)
+        optional = sorted(a for a, v in attrs.items() if not v.required and a != "auto_pad")
+        self._params = (["num_outputs"] if self._multi else []) + required + optional
+        self._required = set(required) | ({"num_outputs"} if self._multi else set())
+
+    def __call__(self, *args, **kwargs):
+        s, b = self._schema, self._builder
+        debug = kwargs.pop("debugContext", kwargs.pop("debugPrefix", ""))
+        if s.name == "Constant":
+            return self._constant(*args, debug=debug, **kwargs)
+        inputs = []
+        if s.name not in ("RandomNormal", "RandomUniform"):  # the ops with no inputs take no list of them
+            if not args and "args" not in kwargs:
+                raise TypeError(f"{self._name}(): missing the list of input tensor ids (args)")
+            inputs, args = (kwargs.pop("args"), args) if "args" in kwargs else (args[0], args[1:])
+        params = list(self._params)
+        extra = {}
+        if s.name == "ConstantOfShape":  # its value is an array (PopART's binding), the attribute's tensor
+            params = ["value"]
+        if len(args) > len(params):
+            raise TypeError(f"{self._name}() takes {len(params)} argument(s) after the inputs ({', '.join(params)}), "
+                            f"got {len(args)}")
+        given = dict(zip(params, args))
+        for k, v in kwargs.items():
+            if k not in params:
+                raise TypeError(f"{self._name}() got an unexpected keyword argument {k!r} (its arguments: args, "
+                                f"{', '.join(params + ['debugContext'])})")
+            if k in given:
+                raise TypeError(f"{self._name}() got multiple values for argument {k!r}")
+            given[k] = v
+        missing = [p for p in params if p in self._required and p not in given]
+        if missing:
+            raise TypeError(f"{self._name}() missing required argument(s): {', '.join(missing)}")
+        outputs = int(given.pop("num_outputs", 1 if not self._multi else 0))
+        if self._multi and outputs < 1:
+            raise ValueError(f"{self._name}(): num_outputs must be >= 1")
+        if s.name in ("TopK", "DynamicQuantizeLinear"):
+            outputs = s.max_output
+        extra.update({k: _attribute_value(v) for k, v in given.items()})
+        if s.name == "ConstantOfShape" and isinstance(given.get("value"), np.ndarray):
+            extra["value"] = numpy_helper.from_array(np.asarray(given["value"]).reshape(1))
+        outs = b._add_node(s.name, "", list(inputs), outputs, extra, debug)
+        return outs if self._multi or outputs > 1 else outs[0]
+
+    def _constant(self, value=None, is_value_sparse=False, debug=""):
+        if value is None:
+            raise TypeError("constant() missing required argument: value (an array)")
+        if is_value_sparse:
+            raise UnsupportedOpError("aiOnnx.constant(..., is_value_sparse=True): sparse constants are not modelled")
+        return self._builder._add_node("Constant", "", [], 1, {"value": numpy_helper.from_array(np.asarray(value))},
+                                       debug)[0]
+
+
+def _onnx_names() -> dict[str, str]:
+    """Every default-domain ONNX operator by its name in lower case."""
+    return {s.name.lower(): s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == ""}
+
+
+_ONNX_NAMES = _onnx_names()
+
+#: PopART's reduction names (popart.ReductionType: Sum, Mean, NoReduction) as its builder writes them
+#: (LossOp::reductionTypeToString)
+_REDUCTION_STRINGS = {0: "Sum", 1: "Mean", 2: "None", "Sum": "Sum", "Mean": "Mean", "NoReduction": "None"}
+#: popart.ScatterReduction's members (willow/include/popart/op/scatterreduce.hpp) as the attribute's string
+_SCATTER_REDUCTIONS = ("sum", "max", "min", "mul", "none")
+
+
+def _reduction(value) -> str:
+    key = getattr(value, "value", value)
+    if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+        key = int(key)
+    if key not in _REDUCTION_STRINGS:
+        raise ValueError(f"reduction {value!r}: give a popart.ReductionType (Sum, Mean or NoReduction)")
+    return _REDUCTION_STRINGS[key]
+
+
+def _scatter_reduction(value) -> str:
+    key = getattr(value, "value", value)
+    if isinstance(key, str) and key.lower() in _SCATTER_REDUCTIONS:
+        return key.lower()
+    if isinstance(key, numbers.Integral) and 0 <= int(key) < len(_SCATTER_REDUCTIONS):
+        return _SCATTER_REDUCTIONS[int(key)]
+    raise ValueError(f"reduction {value!r}: give a popart.ScatterReduction (Sum, Max, Min, Mul or None)")
+
+
+_REQUIRED = object()
+
+#: PopART's own ops: builder method -> (ONNX op type, its arguments after the inputs as (name, default,
+#: attribute written or None: not an attribute, or a function of the value), outputs). From popart.cpp's
+#: AiGraphcoreOpset1 binding (the arguments and defaults) and willow/src/builder.cpp (the attributes written).
+_GRAPHCORE_OPS = {
+    "gelu": ("Gelu", ()), "geluerf": ("GeluErf", ()), "detach": ("Detach", ()), "round": ("Round", ()),
+    "nearbyint": ("NearbyInt", ()), "nop": ("Nop", ()), "swish": ("Swish", ()), "atan2": ("Atan2", ()),
+    "expm1": ("Expm1", ()), "log1p": ("Log1p", ()), "fmod": ("Fmod", ()), "remainder": ("Remainder", ()),
+    "bitwisenot": ("BitwiseNot", ()), "bitwiseand": ("BitwiseAnd", ()), "bitwiseor": ("BitwiseOr", ()),
+    "bitwisexor": ("BitwiseXor", ()), "bitwisexnor": ("BitwiseXnor", ()), "copyvarupdate": ("CopyVarUpdate", ()),
+    "abort": ("Abort", ()), "splineweighting": ("SplineWeighting", ()),
+    "scale": ("Scale", (("scale", _REQUIRED, "scale"),)),
+    "scaledadd": ("ScaledAdd", (("scale0", 1.0, "scale0"), ("scale1", 1.0, "scale1"))),
+    "subsample": ("Subsample", (("strides", _REQUIRED, "strides"),)),
+    "groupnormalization": ("GroupNormalization", (("num_groups", _REQUIRED, "num_groups"),
+                                                  ("epsilon", 1e-5, "epsilon"))),
+    "depthtospace": ("DepthToSpace", (("blocksize", _REQUIRED, "blocksize"), ("mode", "DCR", "mode"))),
+    "reshape": ("Reshape", (("shape", _REQUIRED, "shape"),)),
+    "reverse": ("Reverse", (("dimensions", _REQUIRED, "dimensions"),)),
+    "slice": ("Slice", (("ends", _REQUIRED, "ends"), ("starts", _REQUIRED, "starts"), ("axes", (), "axes"))),
+    "dynamicslice": ("DynamicSlice", (("axes", _REQUIRED, "axes"), ("sizes", _REQUIRED, "sizes"),
+                                      ("noOverlap", 0, "noOverlap"))),
+    "dynamicupdate": ("DynamicUpdate", (("axes", _REQUIRED, "axes"), ("sizes", _REQUIRED, "sizes"),
+                                        ("noOverlap", 0, "noOverlap"))),
+    "dynamiczero": ("DynamicZero", (("axes", _REQUIRED, "axes"), ("sizes", _REQUIRED, "sizes"))),
+    "dynamicadd": ("DynamicAdd", (("axes", _REQUIRED, "axes"), ("sizes", _REQUIRED, "sizes"))),
+    "sequenceslice": ("SequenceSlice", (("zeroUnused", 0, "zeroUnused"),)),
+    "shapeddropout": ("ShapedDropout", (("shape", _REQUIRED, "shape"), ("ratio", 0.5, "ratio"))),
+    "l1loss": ("L1", (("lambda", _REQUIRED, "lambda"), ("reduction", 1, ("reduction", _reduction)))),
+    "nllloss": ("Nll", (("reduction", 1, ("reduction", _reduction)), ("ignoreIndex", None, "ignoreIndex"),
+                        ("inputIsLogProbability", False, "inputIsLogProbability"))),
+    "identityloss": ("IdentityLoss", (("reduction", 1, ("reduction", _reduction)),)),
+    "ctcbeamsearchdecoder": ("CtcBeamSearchDecoder", (("blank", 0, "blank"), ("beam_width", 100, "beam_width"),
+                                                      ("top_paths", 1, "top_paths")), 3),
+    "scatterreduce": ("ScatterReduce", (("axis_size", _REQUIRED, "axis_size"), ("axis", -1, "axis"),
+                                        ("reduction", 0, ("reduction", _scatter_reduction)),
+                                        ("enable_index_broadcast", 1, "enable_index_broadcast"))),
+    "groupedscatterreduce": ("ScatterReduce", (("axis_size", _REQUIRED, "axis_size"), ("axis", -1, "axis"),
+                                               ("reduction", 0, ("reduction", _scatter_reduction)),
+                                               ("group_size", 1, "group_size"),
+                                               ("enable_index_broadcast", 1, "enable_index_broadcast"))),
+    "groupedgather": ("GroupedGather", (("axis", 0, "axis"), ("group_size", 1, "group_size"))),
+    "incrementmod": ("IncrementMod", (("increment", _REQUIRED, "increment"), ("modulus", _REQUIRED, "modulus"))),
+    "bucketize": ("Bucketize", (("right", 0, "right"),)),
+    "sort": ("Sort", (("axis", -1, "axis"), ("descending", 0, "descending"), ("stable", 0, "stable")), 2),
+    "reducemedian": ("ReduceMedian", (("axes", None, "axes"), ("keepdims", 1, "keepdims")), 2),
+    "splinebasis": ("SplineBasis", (("degree", _REQUIRED, "degree"),), 2),
+    "tensorremap": ("TensorRemap", (("remap_type", 0, "remap_type"),)),
+    "normalize_image": ("NormalizeImage", (("scale", 1.0, "scale"),)),
+    "lstm": ("LSTM", (("outputFullSequence", 1, "output_full_sequence"),), 2),
+}
+
+
+class AiGraphcore(_Opset):
+    """``builder.aiGraphcore`` / ``aiGraphcoreOpset1``: PopART's own ops (the ``ai.graphcore`` domain)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in ("call", "packedDataBlock"):
+            raise UnsupportedOpError(f"builder.aiGraphcore.{name}: its callee is a subgraph builder (or a host "
+                                     "callback), which sim.popart does not provide; simulate the model from its ONNX "
+                                     "file with sim.onnx.load")
+        if name in ("replicatedallreduce", "replicatedreducescatter"):
+            return _ReplicatedOp(self._builder, name)
+        if name == "init":
+            return _InitOp(self._builder)
+        if name not in _GRAPHCORE_OPS:
+            raise AttributeError(f"'AiGraphcoreOpset1' object has no attribute {name!r}; PopART's own ops here: "
+                                 f"{', '.join(sorted([*_GRAPHCORE_OPS, 'init', 'replicatedallreduce']))}")
+        op_type, params, *outs = _GRAPHCORE_OPS[name]
+        return _GraphcoreOp(self._builder, name, op_type, params, outs[0] if outs else 1)
+
+
+class _GraphcoreOp:
+    def __init__(self, builder, name, op_type, params, outputs):
+        self._builder, self._name, self._op_type, self._params, self._outputs = builder, name, op_type, params, outputs
+
+    def __call__(self, args, *values, debugContext="", **kwargs):
+        names = [p[0] for p in self._params]
+        if len(values) > len(names):
+            raise TypeError(f"aiGraphcore.{self._name}() takes {len(names)} argument(s) after the inputs "
+                            f"({', '.join(names) or 'none'}), got {len(values)}")
+        given = dict(zip(names, values))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"aiGraphcore.{self._name}() got an unexpected keyword argument {k!r} (its "
+                                f"arguments: args, {', '.join(names + ['debugContext'])})")
+            given[k] = v
+        attrs = {}
+        for pname, default, attr in self._params:
+            value = given.get(pname, default)
+            if value is _REQUIRED:
+                raise TypeError(f"aiGraphcore.{self._name}() missing required argument: {pname}")
+            key, convert = attr if isinstance(attr, tuple) else (attr, None)
+            attrs[key] = _attribute_value(convert(value) if convert else value)
+        outs = self._builder._add_node(self._op_type, "ai.graphcore", list(args), self._outputs, attrs, debugContext)
+        return outs if self._outputs > 1 else outs[0]
+
+
+class _ReplicatedOp:
+    """``replicatedallreduce`` / ``replicatedreducescatter``: the collective over PopART's CommGroup
+    (``commGroup``: a ``popart.CommGroup`` or ``[type, size]``), written as its deprecated
+    ``__collectiveCommGroup`` attribute, as its builder writes it."""
+
+    _TYPES = {"replicatedallreduce": "ReplicatedAllReduce", "replicatedreducescatter": "ReplicatedReduceScatter"}
+
+    def __init__(self, builder, name):
+        self._builder, self._name = builder, name
+
+    def __call__(self, args, collectiveOperator=None, commGroup=None, debugContext=""):
+        attrs = {}
+        if collectiveOperator is not None:
+            attrs["__collectiveOperator"] = int(getattr(collectiveOperator, "value", collectiveOperator))
+        if commGroup is not None:
+            if hasattr(commGroup, "type"):
+                commGroup = [int(getattr(commGroup.type, "value", commGroup.type)), int(commGroup.replicaGroupSize)]
+            attrs["__collectiveCommGroup"] = [int(v) for v in commGroup]
+        return self._builder._add_node(self._TYPES[self._name], "ai.graphcore", list(args), 1, attrs,
+                                       debugContext)[0]
+
+
+class _InitOp:
+    """``init(shape, data_type, init_type[, batch_axis])``: a tensor made on the device (PopART's InitOp)."""
+
+    def __init__(self, builder):
+        self._builder = builder
+
+    def __call__(self, shape, data_type, init_type, batch_axis=-1, debugContext=""):
+        if isinstance(data_type, str):
+            data_type = DATA_TYPES[data_type_name(data_type)]
+        attrs = {"shape": [int(d) for d in shape], "data_type": int(data_type), "tensor_type": 2,  # TensorType::ActGrad
+                 "init_type": int(getattr(init_type, "value", init_type)), "batch_axis": int(batch_axis)}
+        return self._builder._add_node("Init", "ai.graphcore", [], 1, attrs, debugContext)[0]
+
+
+class Builder:
+    """PopART's builder: ``Builder()``, or ``Builder(model)`` to add to an ONNX model (a file path or its
+    bytes); ``opsets={"ai.onnx": 11, "ai.graphcore": 1}`` chooses the opsets."""
+
+    def __init__(self, modelProtoOrFilename=None, opsets: dict | None = None):
+        self._model = onnx.ModelProto()
+        if modelProtoOrFilename is not None:
+            self._load(modelProtoOrFilename)
+        self._ids = {v.name for v in self._graph.input} | {v.name for v in self._graph.initializer} | {
+            o for n in self._graph.node for o in n.output}
+        self._scopes: list[str] = []
+        self._context: dict[str, object] = {}
+        opsets = dict(opsets or {})
+        self._onnx_version = opsets.get("ai.onnx")
+        if not self._onnx_version:  # a loaded model's own ai.onnx opset, else the first one asked for
+            self._onnx_version = next((o.version for o in self._model.opset_import if o.domain in ("", "ai.onnx")),
+                                      None)
+        self.aiGraphcore = self.aiGraphcoreOpset1 = AiGraphcore(self, opsets.get("ai.graphcore",
+                                                                                 DEFAULT_AI_GRAPHCORE_OPSET))
+
+    def _load(self, model) -> None:
+        if isinstance(model, (bytes, bytearray)):
+            self._model.ParseFromString(bytes(model))
+        elif isinstance(model, (str, os.PathLike)):
+            if not os.path.isfile(model):
+                raise GraphError(f"popart.Builder({str(model)!r}): no such ONNX file")
+            self._model = onnx.load(str(model))
+        elif isinstance(model, onnx.ModelProto):
+            self._model.CopyFrom(model)
+        else:
+            raise TypeError(f"popart.Builder takes a model's bytes or file path, got {type(model).__name__}")
+
+    @property
+    def _graph(self):
+        return self._model.graph
+
+    # --- opsets -------------------------------------------------------------------------------
+    def __getattr__(self, name: str):
+        if name == "aiOnnx" or name.startswith("aiOnnxOpset"):
+            version = int(name[len("aiOnnxOpset"):]) if name != "aiOnnx" else (self._onnx_version
+                                                                               or DEFAULT_AI_ONNX_OPSET)
+            if version not in AI_ONNX_OPSETS:
+                raise AttributeError(f"'Builder' object has no attribute {name!r}: PopART's ai.onnx opsets are "
+                                     f"{AI_ONNX_OPSETS.start} to {AI_ONNX_OPSETS.stop - 1}")
+            if self._onnx_version and version != self._onnx_version:
+                raise RuntimeError(f"Invalid opset '{name}' selected. Opset for domain ai.onnx already defined as "
+                                   f"{self._onnx_version}")
+            self._onnx_version = version
+            return AiOnnx(self, version)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(f"'Builder' object has no attribute {name!r}")
+
+    def createSubgraphBuilder(self):
+        raise UnsupportedOpError("Builder.createSubgraphBuilder: subgraphs (aiGraphcore.call, aiOnnx.loop, "
+                                 "logical_if) are not provided by sim.popart; simulate such a model from its ONNX "
+                                 "file with sim.onnx.load")
+
+    # --- ids ----------------------------------------------------------------------------------
+    def _next_id(self, name: str, index: int | None = None) -> str:
+        """PopART's BuilderImpl::getNextId: the name under the open scopes, ``:index``, made unique with
+        ``/1``, ``/2``, ..."""
+        base = "".join(s + "/" for s in self._scopes) + name + (f":{index}" if index is not None else "")
+        proposed, counter = base, 0
+        while proposed in self._ids:
+            counter += 1
+            proposed = f"{base}/{counter}"
+        self._ids.add(proposed)
+        return proposed
+
+    def _check_known(self, ids: Iterable[str], what: str) -> None:
+        for t in ids:
+            if t not in self._ids:
+                raise GraphError(f"{what}: tensor {t!r} is not known to this builder (add it with addInputTensor "
+                                 "or addInitializedInputTensor, or use an op's returned id)")
+
+    # --- tensors ------------------------------------------------------------------------------
+    def addInputTensor(self, tensorInfo, shape=None, *args, debugContext: str = "", **kwargs) -> str:
+        """A host-fed input: ``addInputTensor(TensorInfo)`` or ``addInputTensor("FLOAT16", [2, 3])``, then
+        optionally PopART's ``InputSettings`` (not modelled) and a debug name."""
+        rest = list(args)
+        if isinstance(tensorInfo, TensorInfo):
+            if shape is not None:
+                rest.insert(0, shape)
+            info = tensorInfo
+        else:
+            info = TensorInfo(tensorInfo, shape if shape is not None else [])
+        for a in rest:
+            if isinstance(a, str):
+                debugContext = a
+        if "settings" in kwargs or any(not isinstance(a, str) for a in rest):
+            raise UnsupportedOpError("addInputTensor with InputSettings (an input stream's tile set and exchange "
+                                     "strategy) is not modelled by sim.popart; leave them out (to overlap host IO, "
+                                     "simulate through sim.poptorch or sim.popxl)")
+        name = self._next_id(debugContext or "input")
+        self._graph.input.append(helper.make_tensor_value_info(name, info.onnx_type(), info.shape()))
+        return name
+
+    def addUntypedInputTensor(self, debugContext: str = "") -> str:
+        raise UnsupportedOpError("Builder.addUntypedInputTensor: an input of a subgraph; sim.popart has no subgraph "
+                                 "builders")
+
+    def addInitializedInputTensor(self, initVal, *args, debugContext: str = "") -> str:
+        """A weight (a variable) holding ``initVal``. PopART's VariableSettings (a second argument: a weight
+        per replica group) are refused as not modelled here."""
+        for a in args:
+            if isinstance(a, str):
+                debugContext = a
+            elif a is not None:
+                raise UnsupportedOpError("addInitializedInputTensor with VariableSettings (a weight per group of "
+                                         "replicas) is not modelled by sim.popart; replica-grouped weights are "
+                                         "modelled in sim.poptorch (replicaGrouping) and sim.popxl")
+        array = np.asarray(initVal)
+        data_type_name(array.dtype)  # a type PopART takes
+        name = self._next_id(debugContext or "init_input")
+        self._graph.initializer.append(numpy_helper.from_array(array, name))
+        return name
+
+    def addOutputTensor(self, tensorId: str) -> None:
+        self._check_known([tensorId], "addOutputTensor")
+        if tensorId not in [o.name for o in self._graph.output]:
+            self._graph.output.append(helper.make_empty_tensor_value_info(tensorId))
+
+    def getInputTensorIds(self) -> list[str]:
+        inits = {i.name for i in self._graph.initializer}
+        return [v.name for v in self._graph.input if v.name not in inits]
+
+    def getOutputTensorIds(self) -> list[str]:
+        return [o.name for o in self._graph.output]
+
+    def getValueTensorIds(self) -> list[str]:
+        return [o for n in self._graph.node for o in n.output]
+
+    def getTrainableTensorIds(self) -> list[str]:
+        return [i.name for i in self._graph.initializer]
+
+    def isInitializer(self, tensorId: str) -> bool:
+        return tensorId in {i.name for i in self._graph.initializer}
+
+    def _inferred(self):
+        """The model with ONNX's shape inference run (PopART runs it as each op is added)."""
+        return onnx.shape_inference.infer_shapes(self._proto(), strict_mode=False)
+
+    def _info(self, tensorId: str):
+        self._check_known([tensorId], "getTensorShape")
+        for init in self._graph.initializer:
+            if init.name == tensorId:
+                return list(init.dims), init.data_type
+        g = self._inferred().graph
+        for v in [*g.input, *g.value_info, *g.output]:
+            t = v.type.tensor_type
+            if v.name == tensorId and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+                return [d.dim_value for d in t.shape.dim], t.elem_type
+        # ONNX cannot infer PopART's own ops: the simulator's importer can
+        from ..onnx import load
+        graph = load(self._proto(outputs=[tensorId]), name="builder")
+        t = graph.tensors[tensorId]
+        return list(t.shape), {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}.get(t.dtype,
+                                                                                                  TensorProto.INT32)
+
+    def getTensorShape(self, tensorId: str) -> list[int]:
+        return self._info(tensorId)[0]
+
+    def getTensorDtypeString(self, tensorId: str) -> str:
+        """The data type in lower case (``float16``, ``float``, ``int32``), as PopART's."""
+        return _NAMES_BY_TYPE.get(self._info(tensorId)[1], "UNDEFINED").lower()
+
+    # --- nodes --------------------------------------------------------------------------------
+    def _add_node(self, op_type: str, domain: str, inputs: list, outputs: int, attrs: dict, debug) -> list[str]:
+        self._check_known([i for i in inputs if i], f"{op_type}")
+        debug = str(getattr(debug, "name", debug) or "")
+        names = [self._next_id(debug or op_type, i) for i in range(outputs)]
+        node = helper.make_node(op_type, inputs, names, domain=domain or None,
+                                name="".join(s + "/" for s in self._scopes) + (debug or op_type) if (
+                                    debug or self._scopes) else None)
+        for k, v in {**self._context, **attrs}.items():
+            v = _attribute_value(v)
+            if v is not None:
+                node.attribute.append(helper.make_attribute(k, v))
+        self._graph.node.append(node)
+        return names
+
+    def _nodes_making(self, ids) -> list:
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        self._check_known(ids, "the annotation")
+        nodes = [n for n in self._graph.node if set(n.output) & set(ids)]
+        if len(nodes) < len(set(ids)) and not nodes:
+            raise GraphError(f"no op makes {', '.join(ids)}: annotations are set on ops' outputs, not on inputs or "
+                             "weights")
+        return nodes
+
+    def addNodeAttribute(self, attributeName: str, attributeValue, nodeOutputNames) -> None:
+        for node in self._nodes_making(nodeOutputNames):
+            if any(a.name == attributeName for a in node.attribute):
+                raise GraphError(f"Node already has attribute {attributeName}")
+            node.attribute.append(helper.make_attribute(attributeName, _attribute_value(attributeValue)))
+
+    def _set(self, attribute: str, value, ids) -> None:
+        for node in self._nodes_making(ids):
+            kept = [a for a in node.attribute if a.name != attribute]
+            del node.attribute[:]
+            node.attribute.extend(kept + [helper.make_attribute(attribute, _attribute_value(value))])
+
+    def nodeHasAttribute(self, attributeName: str, nodeOutputNames) -> bool:
+        return any(a.name == attributeName for n in self._nodes_making(nodeOutputNames) for a in n.attribute)
+
+    def _attribute(self, attributeName: str, nodeOutputNames):
+        for node in self._nodes_making(nodeOutputNames):
+            for a in node.attribute:
+                if a.name == attributeName:
+                    return helper.get_attribute_value(a)
+        raise GraphError(f"no attribute {attributeName!r} on the op making {nodeOutputNames}")
+
+    def getAllNodeAttributeNames(self, nodeOutputNames) -> list[str]:
+        return [a.name for n in self._nodes_making(nodeOutputNames) for a in n.attribute]
+
+    def removeNodeAttribute(self, attributeName: str, nodeOutputNames) -> None:
+        for node in self._nodes_making(nodeOutputNames):
+            kept = [a for a in node.attribute if a.name != attributeName]
+            if len(kept) == len(node.attribute):
+                raise GraphError(f"Cannot remove attribute {attributeName}: the node has none")
+            del node.attribute[:]
+            node.attribute.extend(kept)
+
+    # --- annotations (a value: a context; ids and a value: set on their ops) ------------------
+    @contextlib.contextmanager
+    def _annotating(self, attribute: str, value):
+        saved = self._context.get(attribute, _REQUIRED)
+        self._context[attribute] = value
+        try:
+            yield
+        finally:
+            if saved is _REQUIRED:
+                del self._context[attribute]
+            else:
+                self._context[attribute] = saved
+
+    def _annotation(self, attribute: str, what: str, args):
+        if len(args) == 1:
+            value = args[0]
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"Builder.{what}({value!r}): give a whole number >= 0")
+            return self._annotating(attribute, int(value))
+        if len(args) == 2:
+            self._set(attribute, int(args[1]), args[0])
+            return None
+        raise TypeError(f"Builder.{what} takes a value (a context for the ops made inside) or tensor ids and a value")
+
+    def virtualGraph(self, *args):
+        """``with builder.virtualGraph(ipu):`` or ``builder.virtualGraph(ids, ipu)``."""
+        return self._annotation(VIRTUAL_GRAPH, "virtualGraph", args)
+
+    def pipelineStage(self, *args):
+        return self._annotation(PIPELINE_STAGE, "pipelineStage", args)
+
+    def executionPhase(self, *args):
+        return self._annotation(EXECUTION_PHASE, "executionPhase", args)
+
+    def _read_annotation(self, attribute: str, ids):
+        if ids is None:
+            if attribute not in self._context:
+                raise GraphError(f"no {attribute} is set in the current context")
+            return self._context[attribute]
+        return self._attribute(attribute, ids)
+
+    def getVirtualGraph(self, nodeOutputNames=None) -> int:
+        return self._read_annotation(VIRTUAL_GRAPH, nodeOutputNames)
+
+    def hasVirtualGraph(self, nodeOutputNames=None) -> bool:
+        return VIRTUAL_GRAPH in self._context if nodeOutputNames is None else self.nodeHasAttribute(
+            VIRTUAL_GRAPH, nodeOutputNames)
+
+    def getPipelineStage(self) -> int:
+        return self._read_annotation(PIPELINE_STAGE, None)
+
+    def hasPipelineStage(self) -> bool:
+        return PIPELINE_STAGE in self._context
+
+    def getExecutionPhase(self) -> int:
+        return self._read_annotation(EXECUTION_PHASE, None)
+
+    def hasExecutionPhase(self) -> bool:
+        return EXECUTION_PHASE in self._context
+
+    @contextlib.contextmanager
+    def nameScope(self, name: str):
+        self._scopes.append(str(name))
+        try:
+            yield
+        finally:
+            self._scopes.pop()
+
+    def getNameScope(self, name: str = "") -> str:
+        return "".join(s + "/" for s in self._scopes) + name
+
+    def schedulePriority(self, value: float):
+        return self._annotating("__schedule_priority", float(value))
+
+    def outlineAttributes(self, attributes: dict):
+        return self._annotating("__outline", [f"{k}:{v}" for k, v in attributes.items()])
+
+    def recomputeOutputInBackwardPass(self, nodeOutputNames, value=2) -> None:
+        """PopART's RecomputeType of the ops making ``nodeOutputNames`` (default Recompute)."""
+        value = int(getattr(value, "value", value))
+        if not 0 <= value < len(RECOMPUTE_TYPES):
+            raise ValueError(f"recomputeOutputInBackwardPass: {value!r} is not a popart.RecomputeType")
+        self._set(RECOMPUTE, value, nodeOutputNames)
+
+    def getRecomputeOutputInBackwardPass(self, nodeOutputNames) -> bool:
+        return self.nodeHasAttribute(RECOMPUTE, nodeOutputNames) and self._attribute(
+            RECOMPUTE, nodeOutputNames) == RECOMPUTE_TYPES.index("Recompute")
+
+    def checkpointOutput(self, nodeOutputNames) -> list[str]:
+        """An identity of each tensor, kept for the backward pass (RecomputeType Checkpoint)."""
+        out = []
+        for t in nodeOutputNames:
+            out.append(self._add_node("Identity", "", [t], 1, {RECOMPUTE: 1}, "Checkpoint")[0])
+        return out
+
+    def setAvailableMemoryProportion(self, nodeOutputName, availableMemoryProportion: float) -> None:
+        value = float(availableMemoryProportion)
+        if not 0 < value <= 1:
+            raise ValueError(f"setAvailableMemoryProportion: {value} must be in (0, 1]")
+        self._set(AVAILABLE_MEMORY, value, nodeOutputName)
+
+    def setPartialsType(self, nodeOutputName: str, partialsType: str) -> None:
+        self._set("__partials_type", str(partialsType), nodeOutputName)
+
+    def setSerializeMatMul(self, nodeOutputNames, mode: str, factor: int = 0, keep_precision: bool = False) -> None:
+        for t in nodeOutputNames:
+            self._set("__serialize_matmul_mode", str(mode), t)
+
+    def setInplacePreferences(self, nodeOutputName: str, prefs: dict) -> None:
+        self._set("__inplace_preferences", [f"{k}:{v}" for k, v in prefs.items()], nodeOutputName)
+
+    def excludePatterns(self, nodeOutputName: str, patternNames) -> None:
+        self._set("__exclude_patterns", list(patternNames), nodeOutputName)
+
+    def setEnableConvDithering(self, nodeOutputName: str, value: int) -> None:
+        self._set("__enable_conv_dithering", int(value), nodeOutputName)
+
+    def embedReplicationFactor(self, replicationFactor: int) -> None:
+        self._set_metadata("replicationFactor", str(int(replicationFactor)))
+
+    def setGraphName(self, name: str) -> None:
+        self._graph.name = str(name)
+
+    def _set_metadata(self, key: str, value: str) -> None:
+        kept = [p for p in self._model.metadata_props if p.key != key]
+        del self._model.metadata_props[:]
+        self._model.metadata_props.extend(kept + [onnx.StringStringEntryProto(key=key, value=value)])
+
+    # --- the model ----------------------------------------------------------------------------
+    def _proto(self, outputs: list[str] | None = None) -> onnx.ModelProto:
+        """The model, its graph outputs ``outputs`` when given, its opset imports set."""
+        m = onnx.ModelProto()
+        m.CopyFrom(self._model)
+        if not m.ir_version:
+            m.ir_version = 6  # ONNX's IR version of opsets 10 and 11
+        version = self._onnx_version or DEFAULT_AI_ONNX_OPSET
+        del m.opset_import[:]
+        m.opset_import.extend([helper.make_opsetid("", version)])
+        if any(n.domain == "ai.graphcore" for n in m.graph.node):
+            m.opset_import.extend([helper.make_opsetid("ai.graphcore", self.aiGraphcore.version)])
+        if outputs is not None:
+            del m.graph.output[:]
+            m.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in outputs)
+        m.producer_name = m.producer_name or "sim.popart"
+        return m
+
+    def getModelProto(self, humanReadable: bool = False):
+        """The model's serialized bytes (its text form with ``humanReadable``)."""
+        m = self._proto()
+        return str(m).encode() if humanReadable else m.SerializeToString()
+
+    def saveModelProto(self, filename: str) -> None:
+        """Write the model to ``filename``, whole or not at all."""
+        tmp = f"{filename}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(self.getModelProto())
+        os.replace(tmp, filename)

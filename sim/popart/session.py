@@ -1,0 +1,890 @@
+"""PopART's sessions on the simulator: ``InferenceSession``, ``TrainingSession`` and what they take.
+
+A session imports its model (``fnModel``: a :class:`~sim.popart.builder.Builder`'s ``getModelProto()``, an
+ONNX file or its bytes) with :func:`sim.onnx.load`, streaming the ``DataFlow``'s anchors to the host (its
+outputs), and compiles it in ``prepareDevice()`` for the system that holds the device's IPUs (``system=``, an
+ipusim keyword; else ``IPUSIM_SYSTEM``; else the smallest Mk2 system). ``run(stepio)`` simulates one call:
+``batchesPerStep`` steps, each ``accumulationFactor`` micro-batches on every replica, as PopART's
+``Session::run`` runs them. The anchor arrays are filled with zeros: the simulator computes times, not
+values. The simulation is :attr:`simulation` (a :class:`sim.Run`), its cycles ``getCycleCount()`` (with
+``instrumentWithHardwareCycleCounter``, as PopART), its report ``getSummaryReport()``.
+
+What each setting becomes (PopART's names, ``willow/include/popart/sessionoptions.hpp``):
+
+* ``DataFlow(batchesPerStep, anchors)``: ``batchesPerStep`` is the call's device iterations; the anchors are the
+  model's outputs, returned as their ``AnchorReturnType`` says (All, Final, Sum, EveryN);
+* ``enableReplicatedGraphs`` / ``replicatedGraphCount``: the replicas; ``enableGradientAccumulation`` /
+  ``accumulationFactor``: the micro-batches a weight update (training only, as PopART);
+* ``virtualGraphMode`` Manual: ops on the IPUs ``builder.virtualGraph`` gave them, run one IPU at a time, or
+  with ``enablePipelining`` as a pipeline of the ``pipelineStage``\\ s (or one stage an IPU); Off puts every op
+  on IPU 0; Auto and ExecutionPhases are not modelled here (an error says so);
+* ``autoRecomputation``, ``numIOTiles``, ``syntheticDataMode``, ``partialsTypeMatMuls``,
+  ``convolutionOptions`` / ``matmulOptions``, ``defaultPrefetchBufferingDepth``, ``enableOutlining``,
+  ``outlineThreshold``, ``aliasZeroCopy``, ``enableStableNorm``, ``enableFullyConnectedPass``,
+  ``enableNonStableSoftmax``, ``subgraphCopyingStrategy``, ``accumulateOuterFragmentSettings``,
+  ``replicatedCollectivesSettings``, ``automaticLossScalingSettings.enabled``, the tensor location settings of
+  weights, optimizer state and accumulators (off chip, replicated tensor sharding): as the same option of
+  :class:`sim.Options` (PopTorch hands them to PopART by these names);
+* any other option set: accepted, and named in the run's notes as having no modelled effect.
+
+Optimizers (``SGD``, ``ConstSGD``, ``Adam``, ``Adaptive``) become the simulator's update
+(:class:`sim.Optimizer`), their state and accumulator types its dtypes; ``updateOptimizerFromHost`` costs
+PopART's OptimizerFromHost program (:func:`sim.optimizer_write_seconds`) on the script's clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import math
+
+import numpy as np
+from onnx import helper, numpy_helper
+
+from .. import compile as sim_compile
+from .. import optimizer_write_seconds, run_executable, variable_copy_seconds
+from ..compiler.memory import ONNX_REMEDIES, reworded
+from ..errors import GraphError, OptionsError, OutOfMemoryError, UnsupportedOpError
+from ..graph.training import Optimizer as SimOptimizer
+from ..hardware.system import choose_system
+from ..options import Options, OutputMode, TensorLocationSettings as SimLocationSettings
+from ..results.report import format_summary
+from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
+from ..virtual_clock import device_call, frozen
+from .builder import Builder, unmodelled_annotations
+
+# --- data flow --------------------------------------------------------------------------------
+
+#: PopART's AnchorReturnTypeId names (dataflow.hpp) and the output mode each is
+_RETURN_TYPES = {"FINAL": OutputMode.Final, "EVERYN": OutputMode.EveryN, "ALL": OutputMode.All,
+                 "SUM": OutputMode.Sum}
+
+
+class AnchorReturnType:
+    """How an anchor comes back: ``AnchorReturnType("All")``, ``("Final")``, ``("Sum")`` or ``("EveryN", n)``."""
+
+    def __init__(self, artString: str, returnPeriod: int = 0, *args):
+        key = str(artString).upper()
+        if key not in _RETURN_TYPES:
+            raise ValueError(f"Invalid anchor return type ID supplied: {artString!r} (PopART's: All, Final, Sum, "
+                             "EveryN)")
+        if key == "EVERYN" and (not isinstance(returnPeriod, int) or returnPeriod <= 0):
+            raise ValueError("Must specify a positive return period for anchor return type EveryN")
+        self._key, self._period = key, int(returnPeriod)
+
+    def id(self) -> str:
+        return {"FINAL": "Final", "EVERYN": "EveryN", "ALL": "All", "SUM": "Sum"}[self._key]
+
+    def rp(self) -> int:
+        return self._period
+
+    @property
+    def mode(self) -> OutputMode:
+        return _RETURN_TYPES[self._key]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, AnchorReturnType) and (self._key, self._period) == (other._key, other._period)
+
+    def __repr__(self) -> str:
+        return f"AnchorReturnType({self.id()!r}{f', {self._period}' if self._key == 'EVERYN' else ''})"
+
+
+class DataFlow:
+    """``DataFlow(batchesPerStep, {tensor: AnchorReturnType})``, or ``DataFlow(batchesPerStep, [tensors],
+    AnchorReturnType)``: the steps of a call and the tensors streamed back to the host."""
+
+    def __init__(self, batchesPerStep: int, anchors=None, art: AnchorReturnType | None = None):
+        if isinstance(batchesPerStep, bool) or not isinstance(batchesPerStep, int) or batchesPerStep < 1:
+            raise ValueError(f"DataFlow: batchesPerStep {batchesPerStep!r} must be a whole number >= 1")
+        self._bps = batchesPerStep
+        anchors = anchors or {}
+        if isinstance(anchors, dict):
+            self._anchors = dict(anchors)
+        else:
+            self._anchors = {t: art or AnchorReturnType("All") for t in anchors}
+        for t, a in self._anchors.items():
+            if not isinstance(a, AnchorReturnType):
+                raise TypeError(f"DataFlow: anchor {t!r} needs a popart.AnchorReturnType, got {a!r}")
+
+    def batchesPerStep(self) -> int:
+        return self._bps
+
+    def setBatchesPerStep(self, batchesPerStep: int) -> None:
+        self.__init__(batchesPerStep, self._anchors)
+
+    def anchors(self) -> list[str]:
+        return list(self._anchors)
+
+    def nAnchors(self) -> int:
+        return len(self._anchors)
+
+    def isAnchored(self, tensorId: str) -> bool:
+        return tensorId in self._anchors
+
+    def art(self, tensorId: str) -> AnchorReturnType:
+        if tensorId not in self._anchors:
+            raise KeyError(f"anchor {tensorId!r} not found in the DataFlow")
+        return self._anchors[tensorId]
+
+
+class PyStepIO:
+    """A call's input arrays (tensor id -> array) and the anchor arrays its run fills."""
+
+    def __init__(self, inputs: dict, outputs: dict):
+        self.inputs, self.outputs = dict(inputs), dict(outputs)
+        self.runtime_asserts = True
+
+    def enableRuntimeAsserts(self, b: bool) -> None:
+        self.runtime_asserts = bool(b)
+
+
+class PyWeightsIO:
+    """Weight id -> the array ``readWeights`` fills or ``writeWeights`` reads."""
+
+    def __init__(self, weights: dict):
+        self.weights = dict(weights)
+
+
+# --- session options ------------------------------------------------------------------------
+
+
+class _Settings:
+    """A PopART settings struct (an attribute bag): its fields and their defaults."""
+
+    def __init__(self, **defaults):
+        object.__setattr__(self, "_defaults", dict(defaults))
+        for k, v in defaults.items():
+            object.__setattr__(self, k, copy.deepcopy(v))
+
+    def __setattr__(self, name, value):
+        if name not in self._defaults:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r} (its fields: "
+                                 f"{', '.join(self._defaults)})")
+        object.__setattr__(self, name, value)
+
+    def changed(self) -> dict:
+        """Fields that differ from their defaults."""
+        return {k: getattr(self, k) for k, d in self._defaults.items() if _differs(getattr(self, k), d)}
+
+
+def _differs(value, default) -> bool:
+    if isinstance(value, _Settings):
+        return bool(value.changed())
+    return not (value == default and type(value) is type(default)) and not (
+        isinstance(default, int) and getattr(value, "value", None) == default)
+
+
+class AccumulateOuterFragmentSettings(_Settings):
+    def __init__(self, schedule=1, excludedVirtualGraphs=()):  # Serial (sessionoptions.hpp)
+        super().__init__(schedule=schedule, excludedVirtualGraphs=list(excludedVirtualGraphs))
+
+
+class TensorLocation(_Settings):
+    """Where a class of tensors lives: ``storage`` (TensorStorage OnChip / OffChip), ``replicatedTensorSharding``
+    (ReplicatedTensorSharding Off / On), tile sets, ``shardingDomain``."""
+
+    def __init__(self, storage=0, replicatedTensorSharding=0, **fields):
+        super().__init__(storage=storage, loadTileSet=0, storageTileSet=0,
+                         replicatedTensorSharding=replicatedTensorSharding, shardingDomain=None)
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+
+class TensorLocationSettings(_Settings):
+    def __init__(self, location=None, minElementsForOffChip=2, minElementsForReplicatedTensorSharding=8192):
+        if location is not None and not isinstance(location, TensorLocation):  # a TensorStorage given alone
+            location = TensorLocation(storage=location)
+        super().__init__(location=TensorLocation(), minElementsForOffChip=minElementsForOffChip,
+                         minElementsForReplicatedTensorSharding=minElementsForReplicatedTensorSharding)
+        if location is not None:
+            self.location = location
+
+
+#: SessionOptions fields -> defaults (sessionoptions.hpp); the simulator reads those of :meth:`Session._options`
+_FIELDS = dict(
+    batchesPerStep=None, enableReplicatedGraphs=False, replicatedGraphCount=1, enableGradientAccumulation=False,
+    accumulationFactor=1, enablePipelining=False, virtualGraphMode=0, autoRecomputation=0, numIOTiles=0,
+    syntheticDataMode=0, instrumentWithHardwareCycleCounter=False, hardwareInstrumentations=None,
+    enableOutlining=True, outlineThreshold=1.0, aliasZeroCopy=False, enablePrefetchDatastreams=True,
+    defaultBufferingDepth=1, defaultPrefetchBufferingDepth=1, partialsTypeMatMuls="", enableStableNorm=False,
+    enableFullyConnectedPass=True, enableNonStableSoftmax=False, subgraphCopyingStrategy=0, constantWeights=True,
+    enableStochasticRounding=False, engineOptions={}, convolutionOptions={}, matmulOptions={}, lstmOptions={},
+    reportOptions={}, gclOptions={}, enableEngineCaching=False, cachePath="session_cache", logDir="",
+    enableDistributedReplicatedGraphs=False, globalReplicationFactor=1, globalReplicaOffset=0, groupHostSync=False,
+    mergeVarUpdate=0, mergeVarUpdateMemThreshold=1000000, enableFloatingPointChecks=False,
+    accumulationAndReplicationReductionType=1, meanAccumulationAndReplicationReductionStrategy=1,
+    explicitRecomputation=False, enableExplicitMainLoops=False, useHostCopyOps=False, decomposeGradSum=False,
+    rearrangeAnchorsOnHost=True, rearrangeStreamsOnHost=False, enableMergeExchange=True, delayVarUpdates=True,
+    kahnTieBreaker="greedy", timeLimitScheduler=1e9, swapLimitScheduler=int(1e9), strictOpVersions=True,
+    disableGradAccumulationTensorStreams=False, disableOptimizerStateTensorStreams=False, compileEngine=True,
+    customCodelets=[], updatableNamedBuffers=[], enableLoadAndOffloadRNGState=False, ensureFp32LossScaleTensor=False,
+    enableSupportedDataTypeCasting=True, groupNormStridedChannelGrouping=False, stashAllTensorsInferencePipeline=False,
+    enableVariablesCaching=True, opxAliasChecking=False, opxModifyChecking=False, exportPoplarComputationGraph=False,
+    exportPoplarVertexGraph=False, dotChecks=[], enableOutliningCopyCostPruning=True, outlineSequenceBreakCost=10000.0,
+    virtualGraphSplitRatios=[], bufferingDepthMap={}, prefetchBufferingDepthMap={}, transitiveClosureOptimizationThreshold=100000,
+)
+
+
+class SessionOptions:
+    """PopART's session options: the fields of ``sessionoptions.hpp`` with its defaults; setting a field that does
+    not exist is an AttributeError, as in PopART's binding."""
+
+    def __init__(self):
+        for k, v in _FIELDS.items():
+            object.__setattr__(self, k, copy.deepcopy(v))
+        object.__setattr__(self, "accumulateOuterFragmentSettings", AccumulateOuterFragmentSettings())
+        object.__setattr__(self, "automaticLossScalingSettings", _Settings(
+            enabled=False, binEdgeLocation=0.125, thresholdUpperCountProportion=1e-7, updatePeriod=1,
+            toTrackTensors=[], gradientTensorTrackingMethod=0))
+        object.__setattr__(self, "replicatedCollectivesSettings", _Settings(
+            prepareScheduleForMergingCollectives=False, mergeAllReduceCollectives=False,
+            mergeReduceScatterCollectives=False, mergeAllGatherCollectives=False))
+        object.__setattr__(self, "executionPhaseSettings", _Settings(
+            phases=0, stages=2, weightIOSchedule=0, activationIOSchedule=0, optimizerStateIOSchedule=0,
+            accumulatorIOSchedule=0, schedule=0))
+        object.__setattr__(self, "batchSerializationSettings", _Settings(
+            factor=0, concatOnVirtualGraphChange=True, concatOnExecutionPhaseChange=True,
+            concatOnPipelineStageChange=True, transformContext=0, method=0, batchSchedule=1))
+        for which in ("activation", "weight", "optimizerState", "accumulator"):
+            object.__setattr__(self, f"{which}TensorLocationSettings", TensorLocationSettings())
+        object.__setattr__(self, "experimentalSettings", _Settings(customTransformApplierSettings={}))
+
+    def __setattr__(self, name, value):
+        if not hasattr(self, name):
+            raise AttributeError(f"'popart.SessionOptions' object has no attribute {name!r}")
+        object.__setattr__(self, name, value)
+
+    def changed(self) -> dict:
+        """The fields set to something other than PopART's default (nested settings by ``field.sub``)."""
+        out = {}
+        for k, v in vars(self).items():
+            if isinstance(v, _Settings):
+                out.update({f"{k}.{sub}": val for sub, val in v.changed().items()})
+            elif k in _FIELDS and _differs(v, _FIELDS[k]):
+                out[k] = v
+        return out
+
+
+# --- devices ----------------------------------------------------------------------------------
+
+
+class DeviceInfo:
+    """A device: ``numIpus`` IPUs of the simulated system (hardware, IPU Model, offline or CPU alike)."""
+
+    def __init__(self, num_ipus: int, kind: str, tiles: int | None = None, version: str = "ipu2"):
+        if isinstance(num_ipus, bool) or not isinstance(num_ipus, int) or num_ipus < 1:
+            raise ValueError(f"a device needs a whole number >= 1 of IPUs, got {num_ipus!r}")
+        self.numIpus, self.type, self._tiles, self.version = num_ipus, kind, tiles, version
+        self.id, self.isAttached = 0, kind == "Ipu"
+
+    @property
+    def tilesPerIPU(self) -> int | None:
+        return self._tiles
+
+    def attach(self) -> bool:
+        self.isAttached = True
+        return True
+
+    def tryAttachUntilTimeout(self) -> bool:
+        return self.attach()
+
+    def detach(self) -> None:
+        self.isAttached = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.detach()
+
+    def __repr__(self) -> str:
+        return f"Device(type={self.type} id={self.id} numIpus={self.numIpus} version={self.version})"
+
+
+class DeviceManager:
+    """Devices the simulator stands for: hardware, IPU Model, offline and CPU devices are all simulated as IPU
+    hardware of the chosen system (an IPU Model's ``tilesPerIPU`` is not: a note says so)."""
+
+    def acquireAvailableDevice(self, numIpus: int = 1, tilesPerIpu: int = 0, *args, **kwargs) -> DeviceInfo:
+        return DeviceInfo(numIpus, "Ipu", tilesPerIpu or None)
+
+    def tryAcquireAvailableDevice(self, numIpus: int = 1, tilesPerIpu: int = 0, *args, **kwargs) -> DeviceInfo:
+        return self.acquireAvailableDevice(numIpus, tilesPerIpu)
+
+    def acquireDeviceById(self, id: int, *args, **kwargs) -> DeviceInfo:
+        return DeviceInfo(1, "Ipu")
+
+    tryAcquireDeviceById = acquireDeviceById
+
+    def createIpuModelDevice(self, options: dict | None = None) -> DeviceInfo:
+        o = dict(options or {})
+        return DeviceInfo(int(o.get("numIPUs", 1)), "IpuModel", int(o["tilesPerIPU"]) if "tilesPerIPU" in o else None,
+                          str(o.get("ipuVersion", "ipu2")))
+
+    def createOfflineIPUDevice(self, options: dict | None = None) -> DeviceInfo:
+        o = dict(options or {})
+        return DeviceInfo(int(o.get("numIPUs", 1)), "OfflineIpu", int(o["tilesPerIPU"]) if "tilesPerIPU" in o
+                          else None, str(o.get("ipuVersion", "ipu2")))
+
+    def createSimDevice(self, options: dict | None = None) -> DeviceInfo:
+        return self.createIpuModelDevice(options)
+
+    def createCpuDevice(self) -> DeviceInfo:
+        return DeviceInfo(1, "Cpu")
+
+    def enumerateDevices(self, *args, **kwargs) -> list[DeviceInfo]:
+        return [DeviceInfo(1, "Ipu")]
+
+    def setOnDemandAttachTimeout(self, seconds: int) -> None:
+        pass
+
+
+# --- optimizers -------------------------------------------------------------------------------
+
+
+def _pairs(values: dict | None, known: tuple[str, ...], what: str) -> dict[str, tuple[float, bool]]:
+    """``{"defaultLearningRate": (0.1, False), ...}`` as (value, is constant) pairs; a bare number is a
+    constant; a key PopART's optimizer does not have is an error."""
+    out = {}
+    for k, v in (values or {}).items():
+        if k not in known:
+            raise ValueError(f"Invalid {what} key, {k!r}, in {what} constructor. Valid keys are {', '.join(known)}")
+        out[k] = (float(v[0]), bool(v[1])) if isinstance(v, (tuple, list)) else (float(v), True)
+    return out
+
+
+def _float_type(value, default: str = "float32") -> str:
+    name = str(getattr(value, "name", value) or "").upper()
+    return {"FLOAT16": "float16", "FLOAT": "float32"}.get(name, default)
+
+
+def _clip(settings) -> float | None:
+    norms = [s.maxNorm for s in settings or []]
+    if any(s.weightIds for s in settings or []):
+        raise UnsupportedOpError("ClipNormSettings.clipWeights (a norm over some weights) is not modelled; the "
+                                 "simulator clips by the norm of all the gradients (ClipNormSettings.clipAllWeights)")
+    return min(norms) if norms else None
+
+
+class ClipNormSettings:
+    """``ClipNormSettings.clipAllWeights(maxNorm)`` (modelled) or ``clipWeights(ids, maxNorm)``."""
+
+    def __init__(self, weightIds: list[str], maxNorm: float):
+        self.weightIds, self.maxNorm = list(weightIds), float(maxNorm)
+
+    @staticmethod
+    def clipAllWeights(maxNorm: float) -> "ClipNormSettings":
+        return ClipNormSettings([], maxNorm)
+
+    @staticmethod
+    def clipWeights(weightIds: list[str], maxNorm: float) -> "ClipNormSettings":
+        return ClipNormSettings(weightIds, maxNorm)
+
+
+class _Optimizer:
+    """One of PopART's optimizers: its values (value, is constant) and what the simulator prices it as."""
+
+    _KEYS: tuple[str, ...] = ()
+    _DEFAULTS: dict[str, float] = {}
+    #: compound scalars a weight's update reads (popart willow/src/sgd.cpp, adam.cpp, adaptive.cpp
+    #: getOptimizerInputs: each a stream tensor unless all the values it is made of are constant)
+    _SCALARS: tuple[tuple[str, ...], ...] = ()
+
+    def __init__(self, values, clip_norm_settings):
+        self.values = _pairs(values, self._KEYS, type(self).__name__)
+        self.specific: dict[str, dict] = {}
+        self.clipNormSettings = list(clip_norm_settings or [])
+
+    def insertSpecific(self, weightId: str, values: dict) -> None:
+        self.specific[weightId] = _pairs(values, self._KEYS, type(self).__name__)
+
+    def _value(self, key: str, weight: str | None = None) -> tuple[float, bool]:
+        return (self.specific.get(weight, {}).get(key) or self.values.get(key)
+                or (self._DEFAULTS.get(key, 0.0), True))
+
+    def variable_scalars(self, weight: str | None = None) -> int:
+        """Compound scalars of ``weight``'s update that are not constant: the optimizer tensors PopART streams."""
+        return sum(any(not self._value(k, weight)[1] for k in keys) for keys in self._SCALARS)
+
+    def simulated(self) -> SimOptimizer:
+        raise NotImplementedError
+
+
+class SGD(_Optimizer):
+    """PopART's SGD: ``SGD({"defaultLearningRate": (0.1, False), "defaultMomentum": (0.9, True)})``."""
+
+    _KEYS = ("defaultLearningRate", "defaultWeightDecay", "defaultMomentum", "defaultDampening",
+             "defaultVelocityScaling", "lossScaling", "nesterov", "defaultNesterov")
+    _DEFAULTS = {"defaultLearningRate": 0.1, "defaultVelocityScaling": 1.0, "lossScaling": 1.0}
+
+    def __init__(self, values=None, clipNormSettings=None, accumulatorAndMomentum=0, accumType=None,
+                 accl1Type=None):
+        super().__init__(values, clipNormSettings)
+        self.separate = int(getattr(accumulatorAndMomentum, "value", accumulatorAndMomentum)) == 1
+        self.accum_type, self.accl1_type = accumType, accl1Type
+
+    @property
+    def _SCALARS(self):
+        lr, wd, mm, dp, vs, ls = ("defaultLearningRate", "defaultWeightDecay", "defaultMomentum",
+                                  "defaultDampening", "defaultVelocityScaling", "lossScaling")
+        if not self._momentum():  # SGD0: the scaled learning rate and weight-decay scale factor
+            return ((lr, ls, dp), (wd, lr, dp))
+        return ((dp, wd, vs), (lr, vs), (mm,), (dp, vs, ls))  # SGD1 / SGD2
+
+    def _momentum(self) -> bool:
+        value, const = self._value("defaultMomentum")
+        return value != 0 or not const or any(v.get("defaultMomentum", (0, True)) != (0, True)
+                                              for v in self.specific.values())
+
+    def simulated(self) -> SimOptimizer:
+        momentum = self._momentum()
+        state = _float_type(self.accl1_type) if momentum and self.separate else "float32"
+        return SimOptimizer("sgd_momentum" if momentum else "sgd", state, _float_type(self.accum_type),
+                            _clip(self.clipNormSettings), combined_accum=momentum and not self.separate)
+
+
+class ConstSGD(SGD):
+    """PopART's ConstSGD: SGD whose values are all constants."""
+
+    def __init__(self, learning_rate: float, weight_decay: float = 0.0, loss_scaling: float = 1.0,
+                 clip_norm_settings=None):
+        super().__init__({"defaultLearningRate": (learning_rate, True), "defaultWeightDecay": (weight_decay, True),
+                          "lossScaling": (loss_scaling, True)}, clip_norm_settings)
+
+
+class Adam(_Optimizer):
+    """PopART's Adam (``mode`` AdamMode Adam, AdamNoBias, AdaMax, Lamb, LambNoBias; ``weight_decay_mode``
+    WeightDecayMode Decay, the default, or L2Regularization)."""
+
+    _KEYS = ("defaultLearningRate", "defaultWeightDecay", "defaultBeta1", "defaultBeta2", "defaultEps",
+             "lossScaling", "defaultMaxWeightNorm")
+    _DEFAULTS = {"defaultLearningRate": 0.1, "defaultBeta1": 0.9, "defaultBeta2": 0.999, "defaultEps": 1e-6,
+                 "lossScaling": 1.0}
+    _SCALARS = (("defaultLearningRate",), ("defaultWeightDecay",), ("defaultBeta1",), ("defaultBeta2",),
+                ("defaultEps",), ("lossScaling",), ("defaultMaxWeightNorm",), ("lossScaling",))
+    _MODES = ("Adam", "AdamNoBias", "AdaMax", "Lamb", "LambNoBias")
+
+    def __init__(self, values=None, mode=0, weight_decay_mode=0, accumType=None, accl1Type=None, accl2Type=None,
+                 clipNormSettings=None, scaledOptimizerState=False):
+        super().__init__(values, clipNormSettings)
+        self.mode = self._MODES[int(getattr(mode, "value", mode))]
+        self.decay = int(getattr(weight_decay_mode, "value", weight_decay_mode)) == 0
+        self.accum_type, self.accl_types = accumType, (accl1Type, accl2Type)
+
+    def simulated(self) -> SimOptimizer:
+        name = "lamb" if self.mode.startswith("Lamb") else ("adamw" if self.decay else "adam")
+        return SimOptimizer(name, tuple(_float_type(t) for t in self.accl_types), _float_type(self.accum_type),
+                            _clip(self.clipNormSettings))
+
+
+class Adaptive(_Optimizer):
+    """PopART's Adaptive: ``mode`` AdaptiveMode AdaGrad, RMSProp, CenteredRMSProp, AdaDelta (RMSProp and
+    CenteredRMSProp, with or without momentum, are modelled)."""
+
+    _KEYS = ("defaultLearningRate", "defaultWeightDecay", "defaultAlpha", "defaultMomentum", "defaultEps",
+             "lossScaling")
+    _DEFAULTS = {"defaultLearningRate": 0.01, "defaultAlpha": 0.99, "defaultEps": 1e-6, "lossScaling": 1.0}
+    _SCALARS = tuple((k,) for k in _KEYS) + (("lossScaling",),)
+    _MODES = ("AdaGrad", "RMSProp", "CenteredRMSProp", "AdaDelta")
+
+    def __init__(self, values=None, mode=1, weight_decay_mode=0, accumType=None, accl1Type=None, accl2Type=None,
+                 accl3Type=None, rmspropTFVariant=False):
+        super().__init__(values, None)
+        self.mode = self._MODES[int(getattr(mode, "value", mode))]
+        self.accum_type = accumType
+
+    def simulated(self) -> SimOptimizer:
+        if self.mode not in ("RMSProp", "CenteredRMSProp"):
+            raise UnsupportedOpError(f"popart.Adaptive with AdaptiveMode.{self.mode} is not modelled; RMSProp and "
+                                     "CenteredRMSProp are")
+        momentum = "_momentum" if self._value("defaultMomentum") != (0.0, True) else ""
+        return SimOptimizer(f"rmsprop{'_centered' if self.mode == 'CenteredRMSProp' else ''}{momentum}",
+                            "float32", _float_type(self.accum_type))
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+#: virtualGraphMode values (VirtualGraphMode: Off, Manual, Auto, ExecutionPhases)
+_VG_MODES = ("Off", "Manual", "Auto", "ExecutionPhases")
+#: options read into sim.Options by the same name (``_Popart.set``)
+_SAME_NAME = ("enableOutlining", "outlineThreshold", "aliasZeroCopy", "enablePrefetchDatastreams",
+              "defaultBufferingDepth", "defaultPrefetchBufferingDepth", "enableStableNorm",
+              "enableFullyConnectedPass", "enableNonStableSoftmax", "subgraphCopyingStrategy")
+#: options :meth:`_Session._options` reads itself
+_READ = {"batchesPerStep", "enableReplicatedGraphs", "replicatedGraphCount", "enableGradientAccumulation",
+         "accumulationFactor", "enablePipelining", "virtualGraphMode", "autoRecomputation", "numIOTiles",
+         "syntheticDataMode", "instrumentWithHardwareCycleCounter", "partialsTypeMatMuls", "convolutionOptions",
+         "matmulOptions", "constantWeights", *_SAME_NAME}
+
+
+def _model_bytes(fnModel):
+    if isinstance(fnModel, Builder):
+        return fnModel.getModelProto()
+    return fnModel
+
+
+class _Session:
+    training = False
+
+    @frozen
+    def __init__(self, fnModel, dataFlow: DataFlow, deviceInfo: DeviceInfo, inputShapeInfo=None, patterns=None,
+                 userOptions: SessionOptions | None = None, name: str = "", *, loss: str | None = None,
+                 optimizer: _Optimizer | None = None, system=None):
+        from ..onnx import load
+        from ..onnx._importer import _read
+        if not isinstance(dataFlow, DataFlow):
+            raise TypeError(f"dataFlow must be a popart.DataFlow, got {type(dataFlow).__name__}")
+        if not isinstance(deviceInfo, DeviceInfo):
+            raise TypeError("deviceInfo must be a popart.DeviceInfo (from popart.DeviceManager()), got "
+                            f"{type(deviceInfo).__name__}")
+        self.dataFlow, self.deviceInfo, self.name = dataFlow, deviceInfo, name or type(self).__name__
+        self.options = userOptions if userOptions is not None else SessionOptions()
+        self._optimizer = optimizer
+        proto, _, _ = _read(_model_bytes(fnModel))
+        tensors = {v.name for v in proto.graph.input} | {i.name for i in proto.graph.initializer} | {
+            o for n in proto.graph.node for o in n.output}
+        anchors = dataFlow.anchors()
+        self._missing = [a for a in anchors if a not in tensors]
+        if self._missing and not self.training:
+            raise GraphError(f"Anchor tensor(s) {', '.join(self._missing)} not in the model: anchor tensors it "
+                             f"computes (its tensors include {', '.join(sorted(tensors)[:5])}, ...)")
+        del proto.graph.output[:]
+        proto.graph.output.extend(helper.make_empty_tensor_value_info(a) for a in anchors if a in tensors)
+        self._notes: list[str] = []
+        mode = _VG_MODES[int(getattr(self.options.virtualGraphMode, "value", self.options.virtualGraphMode))]
+        if mode in ("Auto", "ExecutionPhases"):
+            raise UnsupportedOpError(f"virtualGraphMode {mode} is not modelled by sim.popart: place the ops with "
+                                     "builder.virtualGraph and VirtualGraphMode.Manual")
+        if mode == "Off":
+            placed = [n for n in proto.graph.node for a in n.attribute if a.name in ("__ipu_number",
+                                                                                    "__pipeline_stage")]
+            for n in placed:
+                kept = [a for a in n.attribute if a.name not in ("__ipu_number", "__pipeline_stage")]
+                del n.attribute[:]
+                n.attribute.extend(kept)
+            if placed:
+                self._notes.append(f"virtualGraphMode is Off: the virtual graphs and pipeline stages of {len(placed)} "
+                                   "op(s) are ignored, every op runs on IPU 0 (set VirtualGraphMode.Manual to use them)")
+        self._annotations = unmodelled_annotations(proto)
+        self._initial = {i.name: i for i in proto.graph.initializer}  # each weight's value, for readWeights
+        self._graph = load(proto, loss=loss, name=self.name)
+        if self.training and self._graph.loss is None:
+            raise GraphError(f"TrainingSession: the loss {loss!r} is not a one-element tensor the model computes")
+        self._ipus = max((op.ipu or 0 for op in self._graph.ops), default=0) + 1
+        self._sim_options = self._options(mode)
+        self._system_arg = system
+        self._executable = self._run = None
+        self._runs = 0
+
+    def _options(self, mode: str) -> Options:
+        so, o = self.options, Options()
+        o.deviceIterations(self.dataFlow.batchesPerStep())
+        self._output_mode(o)
+        if so.enableReplicatedGraphs:
+            o.replicationFactor(int(so.replicatedGraphCount))
+        if so.enableGradientAccumulation:
+            if not self.training:
+                raise OptionsError("Gradient Accumulation only available when training (enableGradientAccumulation "
+                                   "is set on an InferenceSession's options)")
+            o.Training.gradientAccumulation(int(so.accumulationFactor))
+        if so.enablePipelining:
+            if mode != "Manual":
+                raise OptionsError("Pipelining requires the 'virtualGraphMode' session option to be Manual "
+                                   f"(it is {mode}): give each op its IPU with builder.virtualGraph")
+            o.setExecutionStrategy(PipelinedExecution(AutoStage.SameAsIpu))
+        elif mode == "Manual" and self._ipus > 1:  # ops on their IPUs, one IPU at a time
+            o.setExecutionStrategy(ShardedExecution(AutoStage.SameAsIpu))
+        if so.autoRecomputation:
+            o._Popart.set("autoRecomputation", int(getattr(so.autoRecomputation, "value", so.autoRecomputation)))
+        if so.numIOTiles:
+            o.TensorLocations.numIOTiles(int(so.numIOTiles))
+        if so.syntheticDataMode:
+            o.enableSyntheticData(True)
+        o.logCycleCount(bool(so.instrumentWithHardwareCycleCounter))
+        if so.partialsTypeMatMuls:
+            o._Popart.set("partialsTypeMatMuls", str(so.partialsTypeMatMuls).lower())
+        for key, which in (("convolutionOptions", "conv"), ("matmulOptions", "matmul")):
+            if getattr(so, key):
+                o._merge_poplin_options(which, dict(getattr(so, key)))
+        changed = so.changed()
+        for key in _SAME_NAME:
+            if key in changed:
+                value = changed[key]
+                o._Popart.set(key, int(getattr(value, "value", value)) if key == "subgraphCopyingStrategy" else value)
+        for key, value in changed.items():
+            if key.startswith(("accumulateOuterFragmentSettings.", "replicatedCollectivesSettings.merge")) or \
+                    key == "automaticLossScalingSettings.enabled":
+                o._Popart.set(key, value)
+            elif key.endswith("TensorLocationSettings.location") or ".minElementsFor" in key:
+                continue  # below
+            elif key not in _READ:
+                o._Popart.set(key, value)  # recorded: the run's notes name it as not modelled
+        for which, setter in (("weight", o.TensorLocations.setWeightLocation),
+                              ("optimizerState", o.TensorLocations.setOptimizerLocation),
+                              ("accumulator", o.TensorLocations.setAccumulatorLocation)):
+            settings = getattr(so, f"{which}TensorLocationSettings")
+            if settings.changed():
+                setter(_location(settings))
+        if so.constantWeights is False and not self.training:
+            self._notes.append("constantWeights False: the weights are variables, as the simulator holds them")
+        return o
+
+    def _output_mode(self, o: Options) -> None:
+        """The anchors' return type as the run's output mode. PopART returns each anchor as its own type says;
+        the simulator has one mode a run, so anchors of several types are all streamed as the one of them that
+        makes the most transfers (All, then EveryN, then Final or Sum), and a note says so."""
+        arts = {a: self.dataFlow.art(a) for a in self.dataFlow.anchors() if a in self._graph.onnx_outputs}
+        if not arts:
+            return
+        rank = {OutputMode.All: 0, OutputMode.EveryN: 1, OutputMode.Sum: 2, OutputMode.Final: 3}
+        chosen = min(arts.values(), key=lambda art: (rank[art.mode], art.rp()))
+        o.outputMode(chosen.mode, chosen.rp() if chosen.mode == OutputMode.EveryN else None)
+        if len({(art.mode, art.rp()) for art in arts.values()}) > 1:
+            self._notes.append(f"anchors of several return types ({', '.join(f'{a}: {art.id()}' for a, art in arts.items())}"
+                               f"): all are streamed as {chosen.id()}, the type that makes the most transfers")
+
+    def _require(self, what: str):
+        if self._executable is None:
+            raise RuntimeError(f"Must call prepareDevice before {what}")
+
+    @frozen
+    def prepareDevice(self, loadEngine: bool = True) -> None:
+        """Compile the model for the system (PopART's Poplar compile); out of tile memory raises here."""
+        o = self._sim_options
+        ipus = self._ipus * o.replication_factor
+        if ipus > self.deviceInfo.numIpus:
+            raise OptionsError(f"the model needs {self._ipus} IPU(s) a replica x {o.replication_factor} replica(s) = "
+                               f"{ipus} IPUs, but the device has {self.deviceInfo.numIpus}: acquire a device with "
+                               f"{ipus} IPUs")
+        system, why = choose_system(self.deviceInfo.numIpus, self._system_arg, f"given to {type(self).__name__}("
+                                    "system=...)", f"pass {type(self).__name__}(..., system=...)")
+        optimizer = self._optimizer.simulated() if self.training else None
+        try:
+            self._executable = sim_compile(self._graph, system, o, self.training, optimizer)
+        except OutOfMemoryError as e:
+            raise reworded(e, ONNX_REMEDIES) from None
+        notes = [f"system {system.name}: {why}",
+                 f"PopART {type(self).__name__} on a {self.deviceInfo.type} device of {self.deviceInfo.numIpus} "
+                 "IPU(s), simulated as IPU hardware; session.run fills the anchor arrays with zeros (the simulator "
+                 "computes times, not values)"]
+        if self.deviceInfo.tilesPerIPU:
+            notes.append(f"the device's tilesPerIPU={self.deviceInfo.tilesPerIPU} is not modelled: every IPU has "
+                         f"the system's {system.ipu.tiles} tiles")
+        if self._missing:
+            notes.append(f"anchors {', '.join(self._missing)} are not tensors of the forward model (gradients or "
+                         "optimizer state): not streamed in the simulation, their arrays stay zero")
+        if self._annotations:
+            notes.append("PopART node attributes with no modelled effect: " + ", ".join(
+                f"{k} ({n} op(s))" for k, n in sorted(self._annotations.items())))
+        self._executable.notes[:0] = notes + self._notes
+        self._update_ipus = {op.inputs[0]: op.ipu or 0 for op in self._executable.graph.ops
+                             if op.pass_ == "update" and op.inputs
+                             and self._executable.graph.tensors[op.inputs[0]].role == "weight"}
+
+    # --- the call -------------------------------------------------------------------------------
+    def _replication(self) -> int:
+        return self._sim_options.replication_factor
+
+    @property
+    def replicationFactor(self) -> int:
+        return self._replication()
+
+    @property
+    def accumulationFactor(self) -> int:
+        return self._sim_options.Training.gradient_accumulation
+
+    def getInfo(self, tensorId: str):
+        """The data type and shape of an anchor, an input or a weight (the ONNX shape: a scalar loss is [])."""
+        from .builder import TensorInfo
+        name, shape = self._graph.onnx_outputs.get(tensorId, (tensorId, None))
+        if name not in self._graph.tensors:
+            raise GraphError(f"no tensor {tensorId!r} among the session's anchors, inputs and weights")
+        t = self._graph.tensors[name]
+        return TensorInfo({"float16": "FLOAT16", "float32": "FLOAT", "int8": "INT8", "uint8": "UINT8",
+                           "bool": "BOOL"}.get(t.dtype, "INT32"), list(t.shape if shape is None else shape))
+
+    def _host_dims(self, art: AnchorReturnType | None) -> list[int]:
+        """The leading dimensions of a host array (PopART's initAnchorArrays and stepio shapes): steps,
+        micro-batches, replicas, each left out when 1."""
+        bps, acc, rep = self.dataFlow.batchesPerStep(), self.accumulationFactor, self._replication()
+        if art is None or art.id() == "All":
+            dims = [bps, acc, rep]
+        elif art.id() == "EveryN":
+            if bps % art.rp():
+                raise RuntimeError("Invalid anchor period, is not divisble by batchesPerStep")
+            dims = [bps // art.rp(), acc, rep]
+        else:
+            dims = [rep]
+        return [d for d in dims if d != 1]
+
+    def initAnchorArrays(self) -> dict:
+        out = {}
+        for a in self.dataFlow.anchors():
+            if a in self._graph.onnx_outputs:
+                info = self.getInfo(a)
+                shape, dtype = info.shape(), info.data_type_lcase()
+            else:
+                shape, dtype = [1], "float32"
+            out[a] = np.zeros(self._host_dims(self.dataFlow.art(a)) + shape, dtype=dtype)
+        return out
+
+    def _check_inputs(self, stepio: PyStepIO) -> None:
+        for name in self._graph.inputs:
+            if name not in stepio.inputs:
+                raise GraphError(f"No input data for tensor {name!r} in the PyStepIO (its inputs: "
+                                 f"{', '.join(stepio.inputs) or 'none'})")
+            shape = self._host_dims(None) + list(self._graph.tensors[name].shape)
+            got = np.asarray(stepio.inputs[name])
+            if got.size != math.prod(shape):
+                raise GraphError(f"Unexpected number of input elements for tensor {name!r}: expected an array of shape "
+                                 f"{shape} (batchesPerStep, accumulationFactor, replicas, then the tensor's; each "
+                                 f"left out when 1), got {list(got.shape)}")
+
+    @frozen
+    def run(self, stepio: PyStepIO, debugName: str = "") -> None:
+        """Simulate one call; the anchor arrays are filled with zeros."""
+        self._require("run")
+        if not isinstance(stepio, PyStepIO):
+            raise TypeError(f"session.run takes a popart.PyStepIO, got {type(stepio).__name__}")
+        if not self._sim_options.synthetic_data:
+            self._check_inputs(stepio)
+        with device_call() as call:
+            for arr in stepio.outputs.values():
+                arr[...] = 0
+            if self._run is None:
+                self._run = run_executable(self._executable)
+            call.seconds, call.run = self._run.seconds, self._run
+            call.label = f"popart {type(self).__name__} {self.name!r} on {self._executable.system.name}"
+        self._runs += 1
+
+    # --- weights (the simulator keeps no device values) ----------------------------------------
+    def _copy(self, to_device: bool) -> None:
+        self._require("copying weights")
+        with device_call() as call:
+            call.seconds = variable_copy_seconds(self._executable, to_device)
+            call.label = (f"popart {type(self).__name__} {self.name!r} (Weights{'From' if to_device else 'To'}Host) on "
+                          f"{self._executable.system.name}")
+
+    @frozen
+    def weightsFromHost(self) -> None:
+        """PopART's WeightsFromHost program, priced (:func:`sim.variable_copy_seconds`)."""
+        self._copy(True)
+
+    @frozen
+    def weightsToHost(self) -> None:
+        self._copy(False)
+
+    def readWeights(self, weightsIo: PyWeightsIO) -> None:
+        """Fill each array with its weight's value as the model holds it (or as ``writeWeights`` last wrote it):
+        the simulated program does not change values."""
+        for name, arr in weightsIo.weights.items():
+            arr[...] = numpy_helper.to_array(self._weight(name, "readWeights")).reshape(arr.shape)
+
+    def writeWeights(self, weightsIo: PyWeightsIO) -> None:
+        for name, arr in weightsIo.weights.items():
+            held = self._weight(name, "writeWeights")
+            self._initial[name] = numpy_helper.from_array(np.asarray(arr, dtype=numpy_helper.to_array(held).dtype)
+                                                          .reshape(tuple(held.dims)), name)
+
+    def _weight(self, name: str, what: str):
+        if name not in self._initial:
+            raise GraphError(f"{what}: no weight {name!r} in the session's model (its weights: "
+                             f"{', '.join(list(self._initial)[:5]) or 'none'})")
+        return self._initial[name]
+
+    def resetHostWeights(self, *args, **kwargs) -> None:
+        pass
+
+    def modelToHost(self, fn: str) -> None:
+        raise UnsupportedOpError("modelToHost: the simulator keeps no trained values to write back")
+
+    # --- the simulation -------------------------------------------------------------------------
+    def getCycleCount(self, id: str = "") -> int:
+        if not self.options.instrumentWithHardwareCycleCounter:
+            raise RuntimeError("SessionOptions::instrumentWithHardwareCycleCounter must be set to true in order to "
+                               "use the cycle counter (getCycleCount)")
+        if self._run is None:
+            raise RuntimeError("getCycleCount: run the session first")
+        return self._run.cycle_count
+
+    @property
+    def executable(self):
+        return self._executable
+
+    @property
+    def simulation(self):
+        """The :class:`sim.Run` of the latest ``run`` (None before the first)."""
+        return self._run
+
+    def getSummaryReport(self, resetProfile: bool = True) -> str:
+        if self._run is None:
+            raise RuntimeError("getSummaryReport: run the session first")
+        return format_summary(self._run)
+
+    def getAllTensorIds(self) -> list[str]:
+        return list(self._graph.tensors)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, runs={self._runs})"
+
+
+def _location(settings: TensorLocationSettings) -> SimLocationSettings:
+    loc = settings.location
+    out = SimLocationSettings()
+    storage = int(getattr(loc.storage, "value", loc.storage))
+    out.useOnChipStorage(storage == 0)
+    if int(getattr(loc.replicatedTensorSharding, "value", loc.replicatedTensorSharding)):
+        out.useReplicatedTensorSharding(True)
+    out.minElementsForOffChip(int(settings.minElementsForOffChip))
+    out.minElementsForReplicatedTensorSharding(int(settings.minElementsForReplicatedTensorSharding))
+    return out
+
+
+class InferenceSession(_Session):
+    """``InferenceSession(fnModel, dataFlow, deviceInfo, inputShapeInfo=None, patterns=None, userOptions=None,
+    name="inference", *, system=None)``."""
+
+    def __init__(self, fnModel, dataFlow, deviceInfo, inputShapeInfo=None, patterns=None, userOptions=None,
+                 name: str = "inference", *, system=None):
+        super().__init__(fnModel, dataFlow, deviceInfo, inputShapeInfo, patterns, userOptions, name, system=system)
+
+
+class TrainingSession(_Session):
+    """``TrainingSession(fnModel, dataFlow, loss, optimizer, deviceInfo, inputShapeInfo=None, patterns=None,
+    userOptions=None, name="training", *, system=None)``."""
+
+    training = True
+
+    def __init__(self, fnModel, dataFlow, loss, optimizer, deviceInfo, inputShapeInfo=None, patterns=None,
+                 userOptions=None, name: str = "training", *, system=None):
+        if not isinstance(optimizer, _Optimizer):
+            raise TypeError("optimizer must be a popart.SGD, ConstSGD, Adam or Adaptive, got "
+                            f"{type(optimizer).__name__}")
+        if not isinstance(loss, str) or not loss:
+            raise TypeError(f"loss must be the id of the loss tensor, got {loss!r}")
+        super().__init__(fnModel, dataFlow, deviceInfo, inputShapeInfo, patterns, userOptions, name, loss=loss,
+                         optimizer=optimizer, system=system)
+
+    @frozen
+    def updateOptimizerFromHost(self, optimizer: _Optimizer) -> None:
+        """Write ``optimizer``'s values to the IPUs: PopART's OptimizerFromHost program, one stream copy per
+        optimizer tensor (each compound scalar that is not constant: one for the default values per weight
+        dtype, one per weight given its own values [U: on the IPU of the first update that reads it])."""
+        self._require("updateOptimizerFromHost")
+        if type(optimizer) is not type(self._optimizer) and not (
+                isinstance(optimizer, SGD) and isinstance(self._optimizer, SGD)):
+            raise RuntimeError(f"Can not replace optimizer of type {type(self._optimizer).__name__} with new "
+                               f"optimizer of type {type(optimizer).__name__}")
+        self._optimizer = optimizer
+        tensors: dict[tuple, int] = {}
+        g = self._executable.graph
+        for weight, ipu in sorted(self._update_ipus.items(), key=lambda kv: kv[1]):
+            key = ("specific", weight) if weight in optimizer.specific else ("default", g.tensors[weight].dtype)
+            tensors.setdefault(key, (ipu, optimizer.variable_scalars(weight)))
+        by_ipu = collections.Counter()
+        for ipu, count in tensors.values():
+            by_ipu[ipu] += count
+        by_ipu = {k: v for k, v in by_ipu.items() if v}
+        with device_call() as call:
+            call.seconds = optimizer_write_seconds(self._executable, by_ipu) if by_ipu else 0.0
+            call.label = f"popart TrainingSession {self.name!r} (OptimizerFromHost) on {self._executable.system.name}"
