@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import enum
 import math
+import os
 
 from .errors import OptionsError, show_number
 from .strategy import SyncPattern, _Strategy
@@ -23,6 +24,18 @@ from .strategy import SyncPattern, _Strategy
 #: "0": sim.poptorch's calls return zeros of the outputs' shapes instead of running the model on the CPU
 #: (``poptorch.Options.computeOutputsOnCpu``; ``ipusim script --no-cpu-outputs`` sets it)
 CPU_OUTPUTS_ENV_VAR = "IPUSIM_CPU_OUTPUTS"
+
+
+def cpu_outputs(options) -> bool:
+    """Whether calls compute the model's outputs on the CPU: PopTorch's ``Options.computeOutputsOnCpu``, else
+    :data:`CPU_OUTPUTS_ENV_VAR` ("1" or unset: yes, "0": no; another value is an ``OptionsError``)."""
+    if getattr(options, "cpu_outputs", None) is not None:
+        return options.cpu_outputs
+    value = os.environ.get(CPU_OUTPUTS_ENV_VAR, "1").strip()
+    if value not in ("0", "1"):
+        raise OptionsError(f"environment variable {CPU_OUTPUTS_ENV_VAR}={value!r}: set it to 0 (calls return zeros "
+                           "instead of running the model on the CPU) or 1 (the default: real outputs), or unset it")
+    return value == "1"
 
 
 class OptionsAssertionError(OptionsError, AssertionError):

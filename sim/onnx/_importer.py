@@ -318,8 +318,9 @@ class _Importer:
                     raise GraphError(f"{ctx.desc}: PopART attribute {a} = {value!r}; expected a whole number "
                                      f">= 0 (the {f} the op runs on / in)")
                 placement[f] = value
+        # PopART's RecomputeType (op.hpp): Undefined 0, Checkpoint 1 (kept), Recompute 2, Recomputed 3
         op = Op(op_name, kind, list(inputs), outs, dict(attrs),
-                recompute=bool(ann.get("__recompute_output_in_backward_pass", 0)), **placement)
+                recompute=ann.get("__recompute_output_in_backward_pass", 0) == 2, **placement)
         if "__available_memory" in ann:
             proportion = ann["__available_memory"]
             if isinstance(proportion, bool) or not isinstance(proportion, (int, float)) or not 0 < proportion <= 1:

@@ -85,7 +85,7 @@ class CommGroup:
     """PopART's CommGroup: ``CommGroup(CommGroupType.Consecutive, replicaGroupSize)``."""
 
     def __init__(self, type=0, replicaGroupSize: int = 0):  # noqa: A002 - PopART's argument name
-        self.type, self.replicaGroupSize = CommGroupType(int(type)), int(replicaGroupSize)  # noqa: F821
+        self.type, self.replicaGroupSize = globals()["CommGroupType"](int(type)), int(replicaGroupSize)
 
 
 def __getattr__(name: str):

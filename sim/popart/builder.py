@@ -568,9 +568,9 @@ class Builder:
         # ONNX cannot infer PopART's own ops: the simulator's importer can
         from ..onnx import load
         graph = load(self._proto(outputs=[tensorId]), name="builder")
-        t = graph.tensors[tensorId]
-        return list(t.shape), {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}.get(t.dtype,
-                                                                                                  TensorProto.INT32)
+        name, shape = graph.onnx_outputs[tensorId]
+        return list(shape), {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}.get(
+            graph.tensors[name].dtype, TensorProto.INT32)
 
     def getTensorShape(self, tensorId: str) -> list[int]:
         return self._info(tensorId)[0]

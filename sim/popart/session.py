@@ -47,7 +47,7 @@ from ..compiler.memory import ONNX_REMEDIES, reworded
 from ..errors import GraphError, OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as SimOptimizer
 from ..hardware.system import choose_system
-from ..options import Options, OutputMode, TensorLocationSettings as SimLocationSettings
+from ..options import CPU_OUTPUTS_ENV_VAR, Options, OutputMode, cpu_outputs, TensorLocationSettings as SimLocationSettings
 from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
 from ..virtual_clock import device_call, frozen
@@ -565,6 +565,9 @@ class _Session:
             if placed:
                 self._notes.append(f"virtualGraphMode is Off: the virtual graphs and pipeline stages of {len(placed)} "
                                    "op(s) are ignored, every op runs on IPU 0 (set VirtualGraphMode.Manual to use them)")
+        self._custom_ops = {f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain not in ("", "ai.onnx")}
+        self._input_shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in proto.graph.input}
+        self._values_model, self._evaluator = proto, None
         self._annotations = unmodelled_annotations(proto)
         self._initial = {i.name: i for i in proto.graph.initializer}  # each weight's value, for readWeights
         self._graph = load(proto, loss=loss, name=self.name)
@@ -665,8 +668,7 @@ class _Session:
             raise reworded(e, ONNX_REMEDIES) from None
         notes = [f"system {system.name}: {why}",
                  f"PopART {type(self).__name__} on a {self.deviceInfo.type} device of {self.deviceInfo.numIpus} "
-                 "IPU(s), simulated as IPU hardware; session.run fills the anchor arrays with zeros (the simulator "
-                 "computes times, not values)"]
+                 f"IPU(s), simulated as IPU hardware; {self._values_note()}"]
         if self.deviceInfo.tilesPerIPU:
             notes.append(f"the device's tilesPerIPU={self.deviceInfo.tilesPerIPU} is not modelled: every IPU has "
                          f"the system's {system.ipu.tiles} tiles")
@@ -749,13 +751,55 @@ class _Session:
         if not self._sim_options.synthetic_data:
             self._check_inputs(stepio)
         with device_call() as call:
-            for arr in stepio.outputs.values():
-                arr[...] = 0
+            self._anchor_values(stepio)
             if self._run is None:
                 self._run = run_executable(self._executable)
             call.seconds, call.run = self._run.seconds, self._run
             call.label = f"popart {type(self).__name__} {self.name!r} on {self._executable.system.name}"
         self._runs += 1
+
+    def _values_note(self) -> str:
+        """How the anchor arrays are filled (:meth:`_anchor_values`)."""
+        if self.training:
+            return "session.run fills the anchor arrays with zeros (the simulator computes times, not trained values)"
+        if not cpu_outputs(self._sim_options):
+            return f"session.run fills the anchor arrays with zeros ({CPU_OUTPUTS_ENV_VAR}=0)"
+        if self._custom_ops:
+            return (f"session.run fills the anchor arrays with zeros: the model has PopART's own ops "
+                    f"({', '.join(sorted(self._custom_ops))}), which ONNX's reference evaluator cannot run")
+        return ("session.run computes the anchors on the CPU, micro-batch by micro-batch, with ONNX's reference "
+                "evaluator (onnx.reference), in float32 where the model has float16")
+
+    def _anchor_values(self, stepio: PyStepIO) -> None:
+        """Fill the anchor arrays: in inference with the model's standard ONNX ops, each micro-batch's values
+        from ONNX's reference evaluator, returned as each anchor's return type says; else zeros."""
+        for arr in stepio.outputs.values():
+            arr[...] = 0
+        if self.training or self._custom_ops or self._sim_options.synthetic_data or not cpu_outputs(self._sim_options):
+            return
+        from onnx.reference import ReferenceEvaluator
+        if self._evaluator is None:
+            self._evaluator = ReferenceEvaluator(self._values_model)
+        wanted = [a for a in self.dataFlow.anchors() if a in stepio.outputs and a in self._graph.onnx_outputs]
+        steps, reps = self.dataFlow.batchesPerStep(), self._replication()
+        feeds = {}
+        for name in self._graph.inputs:
+            shape = list(self._graph.onnx_outputs.get(name, (None, None))[1] or self._input_shapes[name])
+            feeds[name] = np.asarray(stepio.inputs[name]).reshape([steps, reps] + shape)
+        values = {a: [] for a in wanted}
+        for k in np.ndindex(steps, reps):
+            out = self._evaluator.run(wanted, {n: f[k] for n, f in feeds.items()})
+            for a, v in zip(wanted, out):
+                values[a].append(np.asarray(v))
+        for a in wanted:
+            v = np.stack(values[a]).reshape([steps, reps] + list(values[a][0].shape))
+            art = self.dataFlow.art(a)
+            if art.id() == "EveryN":
+                v = v[art.rp() - 1::art.rp()]
+            elif art.id() != "All":
+                v = v[-1] if art.id() == "Final" else v.sum(axis=0)
+            arr = stepio.outputs[a]
+            arr[...] = v.reshape(arr.shape).astype(arr.dtype)
 
     # --- weights (the simulator keeps no device values) ----------------------------------------
     def _copy(self, to_device: bool) -> None:

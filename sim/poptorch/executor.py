@@ -46,7 +46,7 @@ from .host_function import refuse_in_training
 from . import replica_grouping
 from ._printing import module_repr
 from .dataloader import loader_modes
-from ..options import CPU_OUTPUTS_ENV_VAR
+from ..options import CPU_OUTPUTS_ENV_VAR, cpu_outputs
 from .annotations import attribute_notes, on_ipu
 from .options import Options
 
@@ -66,18 +66,6 @@ _WRAPPED: "weakref.WeakKeyDictionary[torch.nn.Module, object]" = weakref.WeakKey
 
 #: seconds of a call's CPU run of the outputs beyond which the model says, once, how to skip it
 SLOW_CPU_OUTPUTS_S = 10.0
-
-
-def cpu_outputs(options) -> bool:
-    """Whether calls compute the model's outputs on the CPU: ``Options.computeOutputsOnCpu``, else
-    :data:`CPU_OUTPUTS_ENV_VAR` ("1" or unset: yes, "0": no; another value is an ``OptionsError``)."""
-    if options.cpu_outputs is not None:
-        return options.cpu_outputs
-    value = os.environ.get(CPU_OUTPUTS_ENV_VAR, "1").strip()
-    if value not in ("0", "1"):
-        raise OptionsError(f"environment variable {CPU_OUTPUTS_ENV_VAR}={value!r}: set it to 0 (calls return zeros "
-                           "instead of running the model on the CPU) or 1 (the default: real outputs), or unset it")
-    return value == "1"
 
 
 #: environment variables PopTorch or Poplar read that change nothing in the simulation; when one

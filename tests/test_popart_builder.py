@@ -1,0 +1,141 @@
+"""``popart.Builder`` (sim/popart/builder.py): the ONNX it writes, with PopART's tensor ids, argument order,
+node attributes and annotations, as sim.onnx reads them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import helper  # noqa: E402
+
+import sim.onnx  # noqa: E402
+import sim.popart as popart  # noqa: E402
+from sim.errors import GraphError, UnsupportedOpError  # noqa: E402
+
+
+def _node(builder, output):
+    model = onnx.load_from_string(builder.getModelProto())
+    return next(n for n in model.graph.node if output in n.output)
+
+
+def _attrs(node):
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def test_ids_follow_popart_naming():
+    """BuilderImpl::getNextId: ``input``, ``init_input``, ``<op type or debug name>:<index>``, ``/n`` when taken,
+    the name scopes as a prefix."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [2, 4]))
+    y = b.addInputTensor("FLOAT16", [2, 4])
+    named = b.addInputTensor(popart.TensorInfo("INT32", [2]), "labels")
+    w = b.addInitializedInputTensor(np.zeros([4, 4], np.float16))
+    s1 = b.aiOnnx.add([x, y])
+    s2 = b.aiOnnx.add([x, y])
+    with b.nameScope("layer0"):
+        m = b.aiOnnx.matmul([s1, w], debugContext="proj")
+    assert (x, y, named, w, s1, s2, m) == ("input", "input/1", "labels", "init_input", "Add:0", "Add:0/1",
+                                           "layer0/proj:0")
+    assert b.getInputTensorIds() == ["input", "input/1", "labels"]
+    assert b.getTrainableTensorIds() == ["init_input"]
+    assert _node(b, m).name == "layer0/proj"
+
+
+def test_onnx_ops_take_popart_argument_order():
+    """After the inputs: ``num_outputs`` for an op with optional outputs, then the required attributes and the
+    optional ones, each alphabetical, ``auto_pad`` left out (PopART's popart_opset*.gen.cpp)."""
+    b = popart.Builder(opsets={"ai.onnx": 11, "ai.graphcore": 1})
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [1, 3, 8, 8]))
+    w = b.addInitializedInputTensor(np.zeros([4, 3, 3, 3], np.float32))
+    c = b.aiOnnx.conv([x, w], [1, 1], 1, [3, 3], [1, 1, 1, 1], [2, 2])  # dilations, group, kernel_shape, pads, strides
+    assert _attrs(_node(b, c)) == {"dilations": [1, 1], "group": 1, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
+                                   "strides": [2, 2]}
+    pooled = b.aiOnnx.maxpool([c], 1, [2, 2], 0, None, [0, 0, 0, 0], 0, [2, 2])  # num_outputs, kernel_shape, ...
+    assert isinstance(pooled, list) and len(pooled) == 1
+    assert _attrs(_node(b, pooled[0]))["kernel_shape"] == [2, 2]
+    a = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]))
+    m = b.addInitializedInputTensor(np.zeros([4, 3], np.float32))
+    g = b.aiOnnx.gemm([a, m], 2.0, 0.5, False, True)  # alpha, beta, transA, transB
+    assert _attrs(_node(b, g)) == {"alpha": 2.0, "beta": 0.5, "transA": 0, "transB": 1}
+    values, indices = b.aiOnnx.topk([a, b.aiOnnx.constant(np.array([2], np.int64))], axis=1)
+    parts = b.aiOnnx.split([a], 3, 1, [1, 1, 1])  # num_outputs, axis, split
+    assert (values, indices, parts) == ("TopK:0", "TopK:1", ["Split:0", "Split:1", "Split:2"])
+    assert [b.getTensorShape(t) for t in (c, pooled[0], g, values, parts[2])] == [[1, 4, 4, 4], [1, 4, 2, 2],
+                                                                                  [2, 4], [2, 2], [2, 1]]
+    assert b.getTensorDtypeString(g) == "float"
+
+
+def test_builder_errors_name_the_problem():
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2]))
+    with pytest.raises(AttributeError, match="no ONNX operator"):
+        b.aiOnnx.addd([x, x])
+    with pytest.raises(GraphError, match="'nope' is not known"):
+        b.aiOnnx.add([x, "nope"])
+    with pytest.raises(TypeError, match="missing required argument.*axis"):
+        b.aiOnnx.concat([x, x])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'axes'"):
+        b.aiOnnx.softmax([x], axes=[0])
+    with pytest.raises(RuntimeError, match="already defined as 10"):  # aiOnnx chose PopART's default, 10
+        b.aiOnnxOpset11.relu([x])
+    with pytest.raises(UnsupportedOpError, match="subgraph"):
+        b.createSubgraphBuilder()
+    with pytest.raises(UnsupportedOpError, match="VariableSettings"):
+        b.addInitializedInputTensor(np.zeros(2, np.float32), object())
+    with pytest.raises(TypeError, match="not a data type PopART takes"):
+        popart.TensorInfo("FLOAT17", [2])
+
+
+def test_graphcore_ops_write_popart_attributes():
+    """willow/src/builder.cpp: a loss's reduction as its string, the other arguments by PopART's names."""
+    b = popart.Builder()
+    p = b.addInputTensor(popart.TensorInfo("FLOAT", [4, 10]))
+    lbl = b.addInputTensor(popart.TensorInfo("INT32", [4]))
+    nll = b.aiGraphcore.nllloss([p, lbl], popart.ReductionType.Sum, ignoreIndex=3)
+    l1 = b.aiGraphcore.l1loss([p], 0.1)
+    sl = b.aiGraphcore.dynamicslice([p, b.aiOnnx.constant(np.array([1], np.uint32))], [0], [2], True)
+    assert _attrs(_node(b, nll)) == {"reduction": b"Sum", "inputIsLogProbability": 0, "ignoreIndex": 3}
+    assert _attrs(_node(b, l1)) == {"lambda": pytest.approx(0.1), "reduction": b"Mean"}
+    assert _attrs(_node(b, sl)) == {"axes": [0], "sizes": [2], "noOverlap": 1}
+    assert _node(b, nll).domain == "ai.graphcore"
+    # ONNX's shape inference cannot size PopART's ops: the simulator's importer does
+    assert b.getTensorShape(sl) == [2, 10] and b.getTensorShape(nll) == []
+
+
+def test_annotations_reach_the_simulated_ops():
+    """virtualGraph / pipelineStage as contexts and on ids, the available-memory proportion, and RecomputeType:
+    Recompute (2) recomputes, Checkpoint (1) keeps the output (PopART's op.hpp; sim.onnx read any non-zero
+    value as recompute before)."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [4, 8]))
+    w = b.addInitializedInputTensor(np.zeros([8, 8], np.float16))
+    with b.virtualGraph(1), b.pipelineStage(2):
+        m = b.aiOnnx.matmul([x, w])
+        r = b.aiOnnx.relu([m])
+    s = b.aiOnnx.sigmoid([r])
+    b.virtualGraph(s, 0)
+    b.setAvailableMemoryProportion(m, 0.3)
+    b.recomputeOutputInBackwardPass(r)
+    b.recomputeOutputInBackwardPass(s, popart.RecomputeType.Checkpoint)
+    (ck,) = b.checkpointOutput([s])
+    b.addOutputTensor(ck)
+    assert b.getVirtualGraph(m) == 1 and not b.hasVirtualGraph()
+    ops = {op.name: op for op in sim.onnx.load(b.getModelProto()).ops}
+    assert (ops["MatMul_0"].ipu, ops["MatMul_0"].stage) == (1, 2)
+    assert ops["MatMul_0"].attrs["available_memory_proportion"] == pytest.approx(0.3)  # an ONNX float attribute
+    assert (ops["Sigmoid_2"].ipu, ops["Sigmoid_2"].stage) == (0, None)
+    assert [ops[n].recompute for n in ("Relu_1", "Sigmoid_2")] == [True, False]
+    assert "Checkpoint" not in ops  # checkpointOutput's identity passes its tensor on, as sim.onnx reads Identity
+
+
+def test_a_model_loaded_into_the_builder_keeps_its_ids(tmp_path):
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 2]))
+    y = b.aiOnnx.relu([x])
+    b.addOutputTensor(y)
+    b.saveModelProto(str(tmp_path / "m.onnx"))
+    again = popart.Builder(str(tmp_path / "m.onnx"))
+    z = again.aiOnnx.relu([y])
+    assert z == "Relu:0/1" and again.getInputTensorIds() == [x] and again.getOutputTensorIds() == [y]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
