@@ -1,0 +1,228 @@
+"""PopART's sessions on the simulator (sim/popart/session.py): a session's call is the simulator's run of the
+same ONNX model with the options PopART's settings stand for, its anchors come back as PopART shapes them, and
+its errors and unmodelled options are named."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+import sim  # noqa: E402
+from sim import virtual_clock  # noqa: E402
+import sim.onnx  # noqa: E402
+import sim.popart as popart  # noqa: E402
+from sim.errors import GraphError, OptionsError, UnsupportedOpError  # noqa: E402
+from sim.strategy import AutoStage, PipelinedExecution  # noqa: E402
+
+
+def _mlp(two_ipus: bool = False, loss: bool = False):
+    """x [4, 16] fp32 -> matmul -> relu (IPU 0) -> matmul (IPU 1) [-> softmax -> nll loss]."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [4, 16]), "x")
+    rng = np.random.default_rng(0)
+    with b.virtualGraph(0):
+        w0 = b.addInitializedInputTensor(rng.standard_normal([16, 32]).astype(np.float32), "w0")
+        h = b.aiOnnx.relu([b.aiOnnx.matmul([x, w0])])
+    with b.virtualGraph(1 if two_ipus else 0):
+        w1 = b.addInitializedInputTensor(rng.standard_normal([32, 8]).astype(np.float32), "w1")
+        y = b.aiOnnx.matmul([h, w1])
+        if loss:
+            label = b.addInputTensor(popart.TensorInfo("INT32", [4]), "label")
+            y = b.aiGraphcore.nllloss([b.aiOnnx.softmax([y], axis=1), label])
+    return b, x, y
+
+
+def _device(n=1):
+    return popart.DeviceManager().acquireAvailableDevice(n)
+
+
+def test_inference_is_the_simulators_run_of_the_same_model():
+    """batchesPerStep is the device iterations, the replicas PopART's; the cycles equal sim.simulate's."""
+    b, x, y = _mlp()
+    opts = popart.SessionOptions()
+    opts.enableReplicatedGraphs, opts.replicatedGraphCount = True, 2
+    opts.instrumentWithHardwareCycleCounter = True
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(3, {y: popart.AnchorReturnType("All")}),
+                                   _device(2), userOptions=opts)
+    sess.prepareDevice()
+    anchors = sess.initAnchorArrays()
+    assert anchors[y].shape == (3, 2, 4, 8)  # batchesPerStep, replicas, then the tensor
+    data = np.random.default_rng(1).standard_normal([3, 2, 4, 16]).astype(np.float32)
+    sess.run(popart.PyStepIO({x: data}, anchors))
+    o = sim.Options().deviceIterations(3).replicationFactor(2).outputMode(sim.OutputMode.All)
+    model = onnx.load_from_string(b.getModelProto())
+    model.graph.output.extend([onnx.helper.make_empty_tensor_value_info(y)])
+    expected = sim.simulate(sim.onnx.load(model, name="inference"), "ipu-m2000", o)
+    assert sess.getCycleCount() == expected.cycle_count
+    # the anchors computed on the CPU (ONNX's reference evaluator), micro-batch by micro-batch
+    w0, w1 = (onnx.numpy_helper.to_array(i) for i in model.graph.initializer)
+    np.testing.assert_allclose(anchors[y], np.maximum(data @ w0, 0) @ w1, rtol=1e-5, atol=1e-5)
+    assert sess.simulation.cycle_count == expected.cycle_count
+    assert "ONNX's reference evaluator" in " ".join(sess.simulation.all_notes)
+
+
+@pytest.mark.parametrize("art, shape, reduce", [
+    (("Final",), (2, 4, 8), lambda v: v[-1]), (("Sum",), (2, 4, 8), lambda v: v.sum(0)),
+    (("EveryN", 2), (2, 2, 4, 8), lambda v: v[1::2])])
+def test_anchor_return_types_shape_and_fill_the_arrays(art, shape, reduce):
+    """popart's initAnchorArrays: Final and Sum one value a replica, EveryN every n-th step."""
+    b, x, y = _mlp()
+    opts = popart.SessionOptions()
+    opts.enableReplicatedGraphs, opts.replicatedGraphCount = True, 2
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(4, {y: popart.AnchorReturnType(*art)}),
+                                   _device(2), userOptions=opts)
+    sess.prepareDevice()
+    anchors = sess.initAnchorArrays()
+    data = np.random.default_rng(2).standard_normal([4, 2, 4, 16]).astype(np.float32)
+    sess.run(popart.PyStepIO({x: data}, anchors))
+    all_ = popart.InferenceSession(b.getModelProto(), popart.DataFlow(4, [y]), _device(2), userOptions=opts)
+    all_.prepareDevice()
+    every = all_.initAnchorArrays()
+    all_.run(popart.PyStepIO({x: data}, every))
+    assert anchors[y].shape == shape
+    np.testing.assert_allclose(anchors[y], reduce(every[y]), rtol=1e-5)
+    mode = sess.executable.options.output_mode
+    assert mode == {"Final": sim.OutputMode.Final, "Sum": sim.OutputMode.Sum, "EveryN": sim.OutputMode.EveryN}[art[0]]
+
+
+def test_pipelined_training_is_the_simulators_pipeline():
+    """Manual virtual graphs with pipelining: PipelinedExecution by IPU, the accumulation factor, SGD with a
+    constant momentum as the simulator's momentum SGD (combined accumulator); the cycles equal sim's."""
+    b, x, loss = _mlp(two_ipus=True, loss=True)
+    opts = popart.SessionOptions()
+    opts.virtualGraphMode = popart.VirtualGraphMode.Manual
+    opts.enablePipelining = True
+    opts.enableGradientAccumulation, opts.accumulationFactor = True, 6
+    opts.instrumentWithHardwareCycleCounter = True
+    sgd = popart.SGD({"defaultLearningRate": (0.01, False), "defaultMomentum": (0.9, True)})
+    sess = popart.TrainingSession(b.getModelProto(), popart.DataFlow(2, {loss: popart.AnchorReturnType("Final")}),
+                                  loss, sgd, _device(2), userOptions=opts)
+    sess.prepareDevice()
+    anchors = sess.initAnchorArrays()
+    assert anchors[loss].shape == ()  # a scalar loss, Final, one replica
+    sess.run(popart.PyStepIO({x: np.zeros([2, 6, 4, 16], np.float32), "label": np.zeros([2, 6, 4], np.int32)},
+                             anchors))
+    o = (sim.Options().deviceIterations(2).outputMode(sim.OutputMode.Final)
+         .setExecutionStrategy(PipelinedExecution(AutoStage.SameAsIpu)))
+    o.Training.gradientAccumulation(6)
+    model = onnx.load_from_string(b.getModelProto())
+    model.graph.output.extend([onnx.helper.make_empty_tensor_value_info(loss)])
+    expected = sim.simulate(sim.onnx.load(model, loss=loss, name="training"), "ipu-m2000", o, training=True,
+                            optimizer=sim.Optimizer("sgd_momentum", accum_dtype="float32", combined_accum=True))
+    assert sess.getCycleCount() == expected.cycle_count
+    assert sess.executable.strategy == "pipelined"
+    # OptimizerFromHost: the learning rate is the one compound scalar of SGD1 that is not constant, one tensor
+    # for the default values of the fp32 weights, on the IPU of the first update
+    start = virtual_clock.totals()[1]
+    sess.updateOptimizerFromHost(popart.SGD({"defaultLearningRate": (0.005, False), "defaultMomentum": (0.9, True)}))
+    spent = virtual_clock.totals()[1] - start
+    assert spent == pytest.approx(sim.optimizer_write_seconds(sess.executable, {0: 1}), rel=1e-12)
+    assert spent > 0
+    with pytest.raises(RuntimeError, match="Can not replace optimizer of type SGD with new optimizer of type Adam"):
+        sess.updateOptimizerFromHost(popart.Adam({}))
+
+
+def test_optimizers_map_to_the_simulators_updates():
+    adam = popart.Adam({"defaultLearningRate": (1e-3, False)}, popart.AdamMode.Lamb, accl1Type="FLOAT16")
+    assert (adam.simulated().name, adam.simulated().state_dtype) == ("lamb", ("float16", "float32"))
+    l2 = popart.Adam({}, popart.AdamMode.Adam, popart.WeightDecayMode.L2Regularization)
+    assert l2.simulated().name == "adam" and popart.Adam({}).simulated().name == "adamw"
+    assert popart.ConstSGD(0.1).simulated().name == "sgd" and popart.ConstSGD(0.1).variable_scalars() == 0
+    clipped = popart.SGD({}, [popart.ClipNormSettings.clipAllWeights(1.5)])
+    assert clipped.simulated().clip_norm == 1.5
+    assert popart.Adaptive({"defaultMomentum": (0.9, True)}).simulated().name == "rmsprop_momentum"
+    with pytest.raises(ValueError, match="Invalid SGD key, 'learningRate'"):
+        popart.SGD({"learningRate": (0.1, True)})
+    with pytest.raises(UnsupportedOpError, match="AdaGrad is not modelled"):
+        popart.Adaptive({}, popart.AdaptiveMode.AdaGrad).simulated()
+
+
+def test_settings_errors_and_unmodelled_options_are_named():
+    b, x, y = _mlp(two_ipus=True)
+    flow = popart.DataFlow(1, [y])
+    opts = popart.SessionOptions()
+    with pytest.raises(AttributeError, match="no attribute 'enableMagic'"):
+        opts.enableMagic = True
+    opts.enableGradientAccumulation, opts.accumulationFactor = True, 4
+    with pytest.raises(OptionsError, match="only available when training"):
+        popart.InferenceSession(b.getModelProto(), flow, _device(2), userOptions=opts)
+    opts = popart.SessionOptions()
+    opts.enablePipelining = True
+    with pytest.raises(OptionsError, match="virtualGraphMode' session option to be Manual"):
+        popart.InferenceSession(b.getModelProto(), flow, _device(2), userOptions=opts)
+    opts.virtualGraphMode = popart.VirtualGraphMode.Auto
+    with pytest.raises(UnsupportedOpError, match="virtualGraphMode Auto is not modelled"):
+        popart.InferenceSession(b.getModelProto(), flow, _device(2), userOptions=opts)
+    opts = popart.SessionOptions()
+    opts.virtualGraphMode = popart.VirtualGraphMode.Manual
+    opts.enableStochasticRounding = True
+    sess = popart.InferenceSession(b.getModelProto(), flow, _device(1), userOptions=opts)
+    with pytest.raises(OptionsError, match="needs 2 IPU\\(s\\) a replica x 1 replica\\(s\\) = 2 IPUs, but the device "
+                                           "has 1"):
+        sess.prepareDevice()
+    b.setPartialsType(y, "HALF")
+    sess = popart.InferenceSession(b.getModelProto(), flow, _device(2), userOptions=opts)
+    with pytest.raises(RuntimeError, match="Must call prepareDevice before run"):
+        sess.run(popart.PyStepIO({x: np.zeros([4, 16], np.float32)}, {}))
+    sess.prepareDevice()
+    assert sess.executable.strategy == "sharded"  # Manual without pipelining: one IPU at a time
+    with pytest.raises(GraphError, match="Unexpected number of input elements for tensor 'x'"):
+        sess.run(popart.PyStepIO({x: np.zeros([2, 4, 16], np.float32)}, sess.initAnchorArrays()))
+    with pytest.raises(GraphError, match="No input data for tensor 'x'"):
+        sess.run(popart.PyStepIO({}, sess.initAnchorArrays()))
+    sess.run(popart.PyStepIO({x: np.zeros([4, 16], np.float32)}, sess.initAnchorArrays()))
+    notes = " ".join(sess.simulation.all_notes)
+    assert "_Popart.enableStochasticRounding=True: accepted, no modelled effect" in notes
+    assert "__partials_type (1 op(s))" in notes
+    with pytest.raises(RuntimeError, match="instrumentWithHardwareCycleCounter must be set"):
+        sess.getCycleCount()
+    with pytest.raises(GraphError, match="Anchor tensor\\(s\\) nope not in the model"):
+        popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, ["nope"]), _device(2), userOptions=opts)
+
+
+def test_weights_read_back_as_the_model_holds_them():
+    b, x, y = _mlp()
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, [y]), _device())
+    sess.prepareDevice()
+    held = np.empty([16, 32], np.float32)
+    sess.readWeights(popart.PyWeightsIO({"w0": held}))
+    model = onnx.load_from_string(b.getModelProto())
+    np.testing.assert_array_equal(held, onnx.numpy_helper.to_array(model.graph.initializer[0]))
+    sess.writeWeights(popart.PyWeightsIO({"w0": np.ones([16, 32], np.float32)}))
+    sess.readWeights(popart.PyWeightsIO({"w0": held}))
+    assert (held == 1).all()
+    with pytest.raises(GraphError, match="no weight 'w9'"):
+        sess.readWeights(popart.PyWeightsIO({"w9": held}))
+
+
+def test_a_popart_script_runs_under_ipusim_script(tmp_path, capsys):
+    """PopART's documentation example (docs/popart/files/simple_addition.py), unchanged, on the simulator."""
+    from sim.cli.script import run_script
+    script = tmp_path / "simple_addition.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import popart
+        builder = popart.Builder()
+        data_shape = popart.TensorInfo("FLOAT", [1])
+        a = builder.addInputTensor(data_shape)
+        b = builder.addInputTensor(data_shape)
+        o = builder.aiOnnx.add([a, b])
+        builder.addOutputTensor(o)
+        proto = builder.getModelProto()
+        dataFlow = popart.DataFlow(1, {o: popart.AnchorReturnType("All")})
+        session = popart.InferenceSession(fnModel=proto, dataFlow=dataFlow,
+                                          deviceInfo=popart.DeviceManager().createIpuModelDevice({}))
+        session.prepareDevice()
+        anchors = session.initAnchorArrays()
+        stepio = popart.PyStepIO({a: np.array([1.5], np.float32), b: np.array([2.0], np.float32)}, anchors)
+        session.run(stepio)
+        print("Result is " + str(anchors[o]))
+    """))
+    assert run_script(str(script), []) == 0
+    out, err = capsys.readouterr()
+    assert "Result is [3.5]" in out
+    assert "popart InferenceSession 'inference' on ipu-mk2: 1 call(s)" in err
