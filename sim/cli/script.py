@@ -1,4 +1,4 @@
-"""``ipusim script``: run an unmodified PopTorch, PopXL or PopDist script on the simulator.
+"""``ipusim script``: run an unmodified PopTorch, PopXL, PopART or PopDist script on the simulator.
 
     ipusim script train.py --epochs 1
     ipusim script --system bow-pod16 train.py --config b16_in1k_pretrain_lamb
@@ -7,8 +7,8 @@
 The script's ``import poptorch`` (and ``poptorch.*``), ``import popxl`` (and ``popxl.*``) and
 ``import popdist`` (and ``popdist.*``) get the simulator's front ends, ``sim.poptorch``,
 ``sim.popxl`` and ``sim.popdist``, whatever else is installed, and so do the libraries it imports (a
-layer library built on PopTorch, say); ``import popart`` gets ``sim.popart``, PopART's option enums,
-which PopTorch scripts set options with; ``import popxl_addons`` gets ``sim.popxl_addons``;
+layer library built on PopTorch, say); ``import popart`` gets ``sim.popart``, PopART's builder and sessions
+and its option enums, which PopTorch scripts set options with; ``import popxl_addons`` gets ``sim.popxl_addons``;
 ``import examples_utils`` gets ``sim.examples_utils``, whose ``load_lib`` (Graphcore's examples compile their
 C++ custom ops with it) compiles nothing.
 ``--module NAME=MODULE`` (repeatable) makes the script's ``import NAME`` (and ``NAME.X``) get ``MODULE``
