@@ -139,3 +139,20 @@ def test_a_model_loaded_into_the_builder_keeps_its_ids(tmp_path):
     z = again.aiOnnx.relu([y])
     assert z == "Relu:0/1" and again.getInputTensorIds() == [x] and again.getOutputTensorIds() == [y]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_a_custom_op_is_priced_by_the_rule_registered_for_it():
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [64, 64]))
+    (y,) = b.customOp("LeakyRelu2", 1, "custom.ops", [x], {"alpha": 0.02})
+    b.addOutputTensor(y)
+    model = onnx.load_from_string(b.getModelProto())
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 10), ("custom.ops", 1)]
+    assert _attrs(_node(b, y)) == {"alpha": pytest.approx(0.02)}
+    with pytest.raises(UnsupportedOpError, match="LeakyRelu2"):
+        sim.onnx.load(b.getModelProto())
+    sim.onnx.register_op("custom.ops::LeakyRelu2", lambda ctx: ctx.op("relu", ctx.inputs[:1], shapes=[ctx.shape(0)]))
+    try:
+        assert [op.kind for op in sim.onnx.load(b.getModelProto()).ops] == ["relu"]
+    finally:
+        sim.onnx.unregister_op("custom.ops::LeakyRelu2")

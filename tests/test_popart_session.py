@@ -126,6 +126,25 @@ def test_pipelined_training_is_the_simulators_pipeline():
         sess.updateOptimizerFromHost(popart.Adam({}))
 
 
+def test_anchors_of_popart_own_ops_are_computed_too():
+    """Gelu (tanh form), Scale and the NLL loss (sim/popart/reference_ops.py) run on the CPU as PopART's ops."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [4, 8]))
+    label = b.addInputTensor(popart.TensorInfo("INT32", [4]))
+    g = b.aiGraphcore.scale([b.aiGraphcore.gelu([x])], 2.0)
+    loss = b.aiGraphcore.nllloss([b.aiOnnx.softmax([g], axis=1), label], popart.ReductionType.Sum)
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(2, [g, loss]), _device())
+    sess.prepareDevice()
+    anchors = sess.initAnchorArrays()
+    data, labels = np.random.default_rng(3).standard_normal([2, 4, 8]).astype(np.float32), np.array([[1, 2, 3, 4]] * 2)
+    sess.run(popart.PyStepIO({x: data, label: labels.astype(np.int32)}, anchors))
+    gelu = 2 * 0.5 * data * (1 + np.tanh(np.sqrt(2 / np.pi) * (data + 0.044715 * data ** 3)))
+    np.testing.assert_allclose(anchors[g], gelu, rtol=1e-5)
+    soft = np.exp(gelu) / np.exp(gelu).sum(-1, keepdims=True)
+    nll = -np.log(np.take_along_axis(soft, labels[..., None], -1)).sum(axis=(1, 2))
+    np.testing.assert_allclose(anchors[loss], nll, rtol=1e-5)
+
+
 def test_optimizers_map_to_the_simulators_updates():
     adam = popart.Adam({"defaultLearningRate": (1e-3, False)}, popart.AdamMode.Lamb, accl1Type="FLOAT16")
     assert (adam.simulated().name, adam.simulated().state_dtype) == ("lamb", ("float16", "float32"))

@@ -424,6 +424,7 @@ class Builder:
             o for n in self._graph.node for o in n.output}
         self._scopes: list[str] = []
         self._context: dict[str, object] = {}
+        self._custom_domains: dict[str, int] = {}  # customOp's domains -> their opset version
         opsets = dict(opsets or {})
         self._onnx_version = opsets.get("ai.onnx")
         if not self._onnx_version:  # a loaded model's own ai.onnx opset, else the first one asked for
@@ -578,6 +579,14 @@ class Builder:
     def getTensorDtypeString(self, tensorId: str) -> str:
         """The data type in lower case (``float16``, ``float``, ``int32``), as PopART's."""
         return _NAMES_BY_TYPE.get(self._info(tensorId)[1], "UNDEFINED").lower()
+
+    def customOp(self, opName: str, opVersion: int, domain: str, inputs, attributes: dict, numOutputs: int = 1,
+                 name: str = "") -> list[str]:
+        """A node of any op (``domain``'s ``opName`` at ``opVersion``), as PopART writes a custom op; its output ids.
+        The simulator prices it once :func:`sim.onnx.register_op` gives it a rule (``opName``, or
+        ``"<domain>::<opName>"``); until then a session names it as an op with no rule."""
+        self._custom_domains[domain] = int(opVersion)
+        return self._add_node(opName, domain, list(inputs), int(numOutputs), dict(attributes), name)
 
     # --- nodes --------------------------------------------------------------------------------
     def _add_node(self, op_type: str, domain: str, inputs: list, outputs: int, attrs: dict, debug) -> list[str]:
@@ -774,8 +783,9 @@ class Builder:
         version = self._onnx_version or DEFAULT_AI_ONNX_OPSET
         del m.opset_import[:]
         m.opset_import.extend([helper.make_opsetid("", version)])
-        if any(n.domain == "ai.graphcore" for n in m.graph.node):
-            m.opset_import.extend([helper.make_opsetid("ai.graphcore", self.aiGraphcore.version)])
+        domains = {"ai.graphcore": self.aiGraphcore.version, **self._custom_domains}
+        used = {n.domain for n in m.graph.node}
+        m.opset_import.extend(helper.make_opsetid(d, v) for d, v in sorted(domains.items()) if d and d in used)
         if outputs is not None:
             del m.graph.output[:]
             m.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in outputs)

@@ -52,6 +52,7 @@ from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
 from ..virtual_clock import device_call, frozen
 from .builder import Builder, unmodelled_annotations
+from .reference_ops import OPS as REFERENCE_OPS
 
 # --- data flow --------------------------------------------------------------------------------
 
@@ -565,7 +566,9 @@ class _Session:
             if placed:
                 self._notes.append(f"virtualGraphMode is Off: the virtual graphs and pipeline stages of {len(placed)} "
                                    "op(s) are ignored, every op runs on IPU 0 (set VirtualGraphMode.Manual to use them)")
-        self._custom_ops = {f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain not in ("", "ai.onnx")}
+        # ops the reference evaluator cannot run (sim.popart.reference_ops has PopART's common ones)
+        self._custom_ops = {f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain not in ("", "ai.onnx")
+                            and not (n.domain == "ai.graphcore" and n.op_type in REFERENCE_OPS)}
         self._input_shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in proto.graph.input}
         self._values_model, self._evaluator = proto, None
         self._annotations = unmodelled_annotations(proto)
@@ -765,8 +768,8 @@ class _Session:
         if not cpu_outputs(self._sim_options):
             return f"session.run fills the anchor arrays with zeros ({CPU_OUTPUTS_ENV_VAR}=0)"
         if self._custom_ops:
-            return (f"session.run fills the anchor arrays with zeros: the model has PopART's own ops "
-                    f"({', '.join(sorted(self._custom_ops))}), which ONNX's reference evaluator cannot run")
+            return (f"session.run fills the anchor arrays with zeros: the model has ops "
+                    f"({', '.join(sorted(self._custom_ops))}) that ONNX's reference evaluator cannot run")
         return ("session.run computes the anchors on the CPU, micro-batch by micro-batch, with ONNX's reference "
                 "evaluator (onnx.reference), in float32 where the model has float16")
 
@@ -779,7 +782,7 @@ class _Session:
             return
         from onnx.reference import ReferenceEvaluator
         if self._evaluator is None:
-            self._evaluator = ReferenceEvaluator(self._values_model)
+            self._evaluator = ReferenceEvaluator(self._values_model, new_ops=list(REFERENCE_OPS.values()))
         wanted = [a for a in self.dataFlow.anchors() if a in stepio.outputs and a in self._graph.onnx_outputs]
         steps, reps = self.dataFlow.batchesPerStep(), self._replication()
         feeds = {}
