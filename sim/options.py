@@ -920,3 +920,19 @@ class Options:
 
     def __repr__(self) -> str:
         return f"Options({self.set_options})"
+
+
+class InstanceOptions(Options):
+    """Options of one PopDist instance of ``instances`` (its replicas are ``replicationFactor``; collectives and
+    replicated tensor sharding span every instance's), for the front ends without options of their own for it
+    (PopXL's ``Ir(replication='popdist')``, PopART's ``enableDistributedReplicatedGraphs``)."""
+
+    def __init__(self, instances: int, index: int):
+        super().__init__()
+        self._instances, self._index = instances, index
+
+    def num_instances(self) -> int:
+        return self._instances
+
+    def instance_index(self) -> int:
+        return self._index

@@ -146,7 +146,7 @@ def test_anchors_of_popart_own_ops_are_computed_too():
 
 
 def test_optimizers_map_to_the_simulators_updates():
-    adam = popart.Adam({"defaultLearningRate": (1e-3, False)}, popart.AdamMode.Lamb, accl1Type="FLOAT16")
+    adam = popart.Adam({"defaultLearningRate": (1e-3, False)}, popart.AdamMode.Lamb, accl1_type="FLOAT16")
     assert (adam.simulated().name, adam.simulated().state_dtype) == ("lamb", ("float16", "float32"))
     l2 = popart.Adam({}, popart.AdamMode.Adam, popart.WeightDecayMode.L2Regularization)
     assert l2.simulated().name == "adam" and popart.Adam({}).simulated().name == "adamw"

@@ -84,7 +84,7 @@ def _nll(ctx: OpContext):
     attrs = {"loss": "nll", "reduction": reduction} | ({"log_probabilities": True} if log else {"probabilities": True})
     if ctx.attr("ignoreIndex") is not None:
         attrs["ignore_index"] = int(ctx.attr("ignoreIndex"))
-    out = () if reduction != "none" else s[:1] + s[2:]
+    out = () if reduction != "none" else s[:-1]  # NllOp: the classes on the last axis, one loss a label
     return ctx.op("softmax_cross_entropy", [ctx.input(0), ctx.input(1)], attrs, shapes=[out], dtypes=[ctx.dtype(0)],
                   outputs=[0])
 

@@ -506,12 +506,15 @@ def _layernorm(ctx: OpContext):
 
 def _groupnorm(ctx: OpContext):
     """GroupNormalization (opset 18; PopART's GroupNormOpx, popnn's group norm): a norm over each sample's
-    group of channels, with a scale and bias (per group in opset 18, per channel from 21)."""
+    group of channels, with a scale and bias (per group in opset 18, per channel from 21). PopART's own
+    (``ai.graphcore``) takes an (N, C) input too (Graphcore's PopART BERT normalises its rows so, one group) and
+    has the groups' mean and inverse standard deviation as outputs 1 and 2, which are not modelled."""
     xs = ctx.shape(0)
-    if len(xs) < 3:
+    if len(xs) < 2:
         ctx.unsupported(f"GroupNormalization of a rank-{len(xs)} input {xs}: expected (N, C, ...)")
-    return ctx.op("groupnorm", [ctx.input(0), ctx.input(1), ctx.input(2)],
-                  {"groups": int(ctx.attr("num_groups")), "eps": float(ctx.attr("epsilon", 1e-5))}, shapes=[xs])
+    y = ctx.op("groupnorm", [ctx.input(0), ctx.input(1), ctx.input(2)],
+               {"groups": int(ctx.attr("num_groups")), "eps": float(ctx.attr("epsilon", 1e-5))}, shapes=[xs])
+    return [y] + [None] * (len(ctx.node.output) - 1)
 
 
 def _lrn(ctx: OpContext):

@@ -37,6 +37,11 @@ _MEMBERS = {
     "AdaptiveMode": ("AdaGrad", "RMSProp", "CenteredRMSProp", "AdaDelta"),  # adaptive.hpp
     "CollectiveOperator": ("Add", "Mean", "Mul", "Min", "Max", "LogicalAnd", "LogicalOr", "SquareAdd", "Local"),
     "CommGroupType": ("All", "Consecutive", "Orthogonal", "Ungrouped"),  # commgroup.hpp
+    "DataType": ("UINT8", "INT8", "FLOAT8_143", "FLOAT8_152", "UINT16", "INT16", "INT32", "INT64", "UINT32", "UINT64",
+                 "BOOL", "FLOAT", "FLOAT16", "BFLOAT16", "DOUBLE", "COMPLEX64", "COMPLEX128", "STRING",
+                 "UNDEFINED"),  # datatype.hpp
+    "DeviceConnectionType": ("Always", "OnDemand", "Never"),  # devicemanager.hpp
+    "SyncPattern": ("Full", "SinglePipeline", "ReplicaAndLadder"),  # devicemanager.hpp
     "InitType": ("NoInit", "Zero"),  # op/init.hpp
     "RecomputeType": ("Undefined", "Checkpoint", "Recompute", "Recomputed"),  # op.hpp
     "ReductionType": ("Sum", "Mean", "NoReduction"),  # op/loss.hpp
@@ -72,13 +77,16 @@ ENUMS = sorted(_MEMBERS)
 
 #: the builder's and sessions' names, by module (imported on first use: they need onnx)
 _LAZY = {"builder": ("Builder", "TensorInfo", "DATA_TYPES"),
-         "session": ("InferenceSession", "TrainingSession", "SessionOptions", "DataFlow", "AnchorReturnType",
+         "session": ("InferenceSession", "TrainingSession", "SessionOptions", "DataFlow", "AnchorReturnType", "Patterns",
+                     "InputShapeInfo", "PyStepIOCallback",
                      "PyStepIO", "PyWeightsIO", "DeviceManager", "DeviceInfo", "SGD", "ConstSGD", "Adam", "Adaptive",
                      "ClipNormSettings", "TensorLocation", "TensorLocationSettings",
                      "AccumulateOuterFragmentSettings")}
 defaultAiOnnxOpset = 10  # graphcoreoperators.hpp
 defaultAiGraphcoreOpset = 1
-reservedGradientPrefix = "Gradient___"  # tensornames.hpp
+#: PopART's reserved tensor-name prefixes (tensornames.hpp)
+reservedGradientPrefix, reservedAccumPrefix, reservedAcclPrefix = "Gradient___", "Accum___", "Accl___"
+reservedAccl1Prefix, reservedAccl2Prefix, reservedStepPrefix = "Accl1___", "Accl2___", "Step___"
 
 
 class CommGroup:

@@ -209,6 +209,8 @@ class _OnnxOp:
         extra = {}
         if s.name == "ConstantOfShape":  # its value is an array (PopART's binding), the attribute's tensor
             params = ["value"]
+        if len(args) == len(params) + 1 and not debug:  # PopART's last positional argument is the debug context
+            *args, debug = args
         if len(args) > len(params):
             raise TypeError(f"{self._name}() takes {len(params)} argument(s) after the inputs ({', '.join(params)}), "
                             f"got {len(args)}")
@@ -228,6 +230,8 @@ class _OnnxOp:
             raise ValueError(f"{self._name}(): num_outputs must be >= 1")
         if s.name in ("TopK", "DynamicQuantizeLinear"):
             outputs = s.max_output
+        if s.name == "Cast" and not isinstance(given["to"], numbers.Integral):  # a DataType or its name
+            given["to"] = DATA_TYPES[data_type_name(getattr(given["to"], "name", given["to"]))]
         extra.update({k: _attribute_value(v) for k, v in given.items()})
         if s.name == "ConstantOfShape" and isinstance(given.get("value"), np.ndarray):
             extra["value"] = numpy_helper.from_array(np.asarray(given["value"]).reshape(1))
@@ -235,6 +239,8 @@ class _OnnxOp:
         return outs if self._multi or outputs > 1 else outs[0]
 
     def _constant(self, value=None, is_value_sparse=False, debug=""):
+        if isinstance(is_value_sparse, str) and not debug:  # before opset 11: constant(value, debugContext)
+            is_value_sparse, debug = False, is_value_sparse
         if value is None:
             raise TypeError("constant() missing required argument: value (an array)")
         if is_value_sparse:
@@ -291,7 +297,7 @@ _GRAPHCORE_OPS = {
     "scaledadd": ("ScaledAdd", (("scale0", 1.0, "scale0"), ("scale1", 1.0, "scale1"))),
     "subsample": ("Subsample", (("strides", _REQUIRED, "strides"),)),
     "groupnormalization": ("GroupNormalization", (("num_groups", _REQUIRED, "num_groups"),
-                                                  ("epsilon", 1e-5, "epsilon"))),
+                                                  ("epsilon", 1e-5, "epsilon")), 3),  # y, mean, inv std dev
     "depthtospace": ("DepthToSpace", (("blocksize", _REQUIRED, "blocksize"), ("mode", "DCR", "mode"))),
     "reshape": ("Reshape", (("shape", _REQUIRED, "shape"),)),
     "reverse": ("Reverse", (("dimensions", _REQUIRED, "dimensions"),)),
@@ -465,6 +471,12 @@ class Builder:
         if name.startswith("_"):
             raise AttributeError(name)
         raise AttributeError(f"'Builder' object has no attribute {name!r}")
+
+    def reshape_const(self, aiOnnx, args, shape, debugContext: str = "") -> str:
+        """A Reshape of ``args[0]`` to ``shape`` through an int64 constant named ``<debugContext>_const``, as
+        PopART's Python builder writes it."""
+        new_shape = aiOnnx.constant(np.array(shape).astype(np.int64), debugContext + "_const")
+        return aiOnnx.reshape([args[0], new_shape], debugContext)
 
     def createSubgraphBuilder(self):
         raise UnsupportedOpError("Builder.createSubgraphBuilder: subgraphs (aiGraphcore.call, aiOnnx.loop, "

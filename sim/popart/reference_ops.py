@@ -4,9 +4,9 @@ computed on the CPU for models that use them (:meth:`sim.popart.session._Session
 Each computes what PopART's op computes (graphcore/popart ``willow/src/op/*.cpp`` and their Opx): ``Gelu`` the
 tanh approximation, ``GeluErf`` the exact GELU, ``Swish`` x sigmoid(x), ``Scale``, ``ScaledAdd``, the identities
 ``Detach``, ``Nop`` and ``PrintTensor``, ``Expm1``, ``Log1p``, ``Atan2``, ``Fmod`` (C's fmod), ``Remainder``
-(Python's %), ``Round`` / ``NearbyInt`` (to even), ``Subsample``, ``Reverse`` and the losses ``Nll``, ``L1`` and
-``IdentityLoss`` with their reductions ("Sum", "Mean", "None"). :data:`OPS` lists them; a model with another op of
-the domain keeps zero anchors.
+(Python's %), ``Round`` / ``NearbyInt`` (to even), ``Subsample``, ``Reverse``, ``GroupNormalization`` and the
+losses ``Nll``, ``L1`` and ``IdentityLoss`` with their reductions ("Sum", "Mean", "None"). :data:`OPS` lists them;
+a model with another op of the domain keeps zero anchors.
 """
 
 from __future__ import annotations
@@ -116,6 +116,20 @@ class Reverse(_GraphcoreOp):
         return (np.flip(x, axis=tuple(int(d) for d in dimensions or ())).copy(),)
 
 
+class GroupNormalization(_GraphcoreOp):
+    """GroupNormOp: each sample's groups of channels normalised (biased variance), then scaled and shifted per
+    channel; its outputs the result and each group's mean and inverse standard deviation."""
+
+    def _run(self, x, scale, bias, num_groups=1, epsilon=1e-5, **_):
+        n, c = x.shape[:2]
+        groups = x.astype(np.float64).reshape(n, int(num_groups), -1)
+        mean, var = groups.mean(-1, keepdims=True), groups.var(-1, keepdims=True)
+        inv = 1 / np.sqrt(var + epsilon)
+        shape = (1, c) + (1,) * (x.ndim - 2)
+        y = ((groups - mean) * inv).reshape(x.shape) * scale.reshape(shape) + bias.reshape(shape)
+        return y.astype(x.dtype), mean.reshape(-1).astype(x.dtype), inv.reshape(-1).astype(x.dtype)
+
+
 class Nll(_GraphcoreOp):
     """NllOp: minus the label's probability's log (or log-probability), rows with ``ignoreIndex`` left out
     of the sum and of the mean's count."""
@@ -146,5 +160,5 @@ class IdentityLoss(_GraphcoreOp):
 
 #: the evaluator's implementations, by op type
 OPS = {cls.__name__: cls for cls in (Gelu, GeluErf, Swish, Scale, ScaledAdd, Detach, Nop, PrintTensor, Expm1, Log1p,
-                                     Atan2, Fmod, Remainder, Round, NearbyInt, Subsample, Reverse, Nll, L1,
-                                     IdentityLoss)}
+                                     Atan2, Fmod, Remainder, Round, NearbyInt, Subsample, Reverse, GroupNormalization,
+                                     Nll, L1, IdentityLoss)}

@@ -39,6 +39,7 @@ import copy
 import math
 
 import numpy as np
+import onnx
 from onnx import helper, numpy_helper
 
 from .. import compile as sim_compile
@@ -47,7 +48,7 @@ from ..compiler.memory import ONNX_REMEDIES, reworded
 from ..errors import GraphError, OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as SimOptimizer
 from ..hardware.system import choose_system
-from ..options import CPU_OUTPUTS_ENV_VAR, Options, OutputMode, cpu_outputs, TensorLocationSettings as SimLocationSettings
+from ..options import CPU_OUTPUTS_ENV_VAR, InstanceOptions, Options, OutputMode, cpu_outputs, TensorLocationSettings as SimLocationSettings
 from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
 from ..virtual_clock import device_call, frozen
@@ -139,6 +140,51 @@ class PyStepIO:
         self.runtime_asserts = bool(b)
 
 
+class PyStepIOCallback:
+    """A call's data through callbacks, as PopART's: ``input(id, prefetch) -> array``, ``input_complete(id)``,
+    ``output(id) -> array`` (filled), ``output_complete(id)``, each once a micro-batch and replica."""
+
+    def __init__(self, input_callback, input_complete_callback, output_callback, output_complete_callback):
+        self.input, self.input_complete = input_callback, input_complete_callback
+        self.output, self.output_complete = output_callback, output_complete_callback
+
+
+class Patterns:
+    """PopART's graph patterns: ``Patterns()`` (the default level), ``Patterns([names])``,
+    ``enablePattern(name, on)``. The simulator models TiedGather and TiedGatherAccumulate (the embedding's
+    gather in the tied projection's layout, as PopTorch's); the others set are named in the run's notes."""
+
+    def __init__(self, patterns=None):
+        self.set: dict[str, bool] = {}
+        if isinstance(patterns, (list, tuple)):
+            self.set = dict.fromkeys(map(str, patterns), True)
+        self.enableRuntimeAsserts = True
+
+    def enablePattern(self, name: str, enabled: bool) -> "Patterns":
+        self.set[str(name)] = bool(enabled)
+        return self
+
+    def isPatternEnabled(self, name: str) -> bool:
+        return self.set.get(str(name), False)
+
+
+class InputShapeInfo:
+    """PopART's shapes for inputs a model does not size; the simulator needs static shapes in the model, so an
+    entry given here is refused by the session."""
+
+    def __init__(self):
+        self.infos: dict = {}
+
+    def add(self, tensorId: str, info) -> None:
+        self.infos[tensorId] = info
+
+    def get(self, tensorId: str):
+        return self.infos[tensorId]
+
+    def has(self, tensorId: str) -> bool:
+        return tensorId in self.infos
+
+
 class PyWeightsIO:
     """Weight id -> the array ``readWeights`` fills or ``writeWeights`` reads."""
 
@@ -222,7 +268,13 @@ _FIELDS = dict(
     enableSupportedDataTypeCasting=True, groupNormStridedChannelGrouping=False, stashAllTensorsInferencePipeline=False,
     enableVariablesCaching=True, opxAliasChecking=False, opxModifyChecking=False, exportPoplarComputationGraph=False,
     exportPoplarVertexGraph=False, dotChecks=[], enableOutliningCopyCostPruning=True, outlineSequenceBreakCost=10000.0,
-    virtualGraphSplitRatios=[], bufferingDepthMap={}, prefetchBufferingDepthMap={}, transitiveClosureOptimizationThreshold=100000,
+    virtualGraphSplitRatios=[], bufferingDepthMap={}, prefetchBufferingDepthMap={},
+    transitiveClosureOptimizationThreshold=100000, firstDotOp=0, finalDotOp=10000, dotOpNames=False,
+    separateCallOpPdfs=True, _enableRngStateManagement=False, scheduleNonWeightUpdateGradientConsumersEarly=False,
+    customCodeletCompileFlags="", serializedPoprithmsShiftGraphsDir="", serializedPoprithmsAnnealGraphsDir="",
+    enableEfficientOverlapIOTopoCons=False, enableInplaceAmbiguityChecking=False,
+    createImplicitPipeliningFwdOnlyProgram=False, throwIfLog2ScaleTensorNotInRange=True,
+    enableConstantFoldingOfMultipleConsumers=True, useLoopCandidateCreator=False, _tensorLocationSettingsOverride={},
 )
 
 
@@ -397,7 +449,10 @@ class _Optimizer:
         self.clipNormSettings = list(clip_norm_settings or [])
 
     def insertSpecific(self, weightId: str, values: dict) -> None:
-        self.specific[weightId] = _pairs(values, self._KEYS, type(self).__name__)
+        """A weight's own values, keyed as PopART's (``learningRate``, ``weightDecay``, ...: the defaults' keys
+        without ``default``)."""
+        named = {(k if k in self._KEYS else "default" + k[:1].upper() + k[1:]): v for k, v in values.items()}
+        self.specific[weightId] = _pairs(named, self._KEYS, type(self).__name__)
 
     def _value(self, key: str, weight: str | None = None) -> tuple[float, bool]:
         return (self.specific.get(weight, {}).get(key) or self.values.get(key)
@@ -418,9 +473,9 @@ class SGD(_Optimizer):
              "defaultVelocityScaling", "lossScaling", "nesterov", "defaultNesterov")
     _DEFAULTS = {"defaultLearningRate": 0.1, "defaultVelocityScaling": 1.0, "lossScaling": 1.0}
 
-    def __init__(self, values=None, clipNormSettings=None, accumulatorAndMomentum=0, accumType=None,
-                 accl1Type=None):
-        super().__init__(values, clipNormSettings)
+    def __init__(self, pyd=None, clip_norm_settings=None, accumulatorAndMomentum=0, accumType=None,
+                 accl1Type=None, debugContext=""):
+        super().__init__(pyd, clip_norm_settings)
         self.separate = int(getattr(accumulatorAndMomentum, "value", accumulatorAndMomentum)) == 1
         self.accum_type, self.accl1_type = accumType, accl1Type
 
@@ -465,12 +520,12 @@ class Adam(_Optimizer):
                 ("defaultEps",), ("lossScaling",), ("defaultMaxWeightNorm",), ("lossScaling",))
     _MODES = ("Adam", "AdamNoBias", "AdaMax", "Lamb", "LambNoBias")
 
-    def __init__(self, values=None, mode=0, weight_decay_mode=0, accumType=None, accl1Type=None, accl2Type=None,
-                 clipNormSettings=None, scaledOptimizerState=False):
-        super().__init__(values, clipNormSettings)
+    def __init__(self, values=None, mode=0, weight_decay_mode=0, accum_type=None, accl1_type=None, accl2_type=None,
+                 clip_norm_settings=None, scaled_optimizer_state=False, debugContext=""):
+        super().__init__(values, clip_norm_settings)
         self.mode = self._MODES[int(getattr(mode, "value", mode))]
         self.decay = int(getattr(weight_decay_mode, "value", weight_decay_mode)) == 0
-        self.accum_type, self.accl_types = accumType, (accl1Type, accl2Type)
+        self.accum_type, self.accl_types = accum_type, (accl1_type, accl2_type)
 
     def simulated(self) -> SimOptimizer:
         name = "lamb" if self.mode.startswith("Lamb") else ("adamw" if self.decay else "adam")
@@ -488,11 +543,11 @@ class Adaptive(_Optimizer):
     _SCALARS = tuple((k,) for k in _KEYS) + (("lossScaling",),)
     _MODES = ("AdaGrad", "RMSProp", "CenteredRMSProp", "AdaDelta")
 
-    def __init__(self, values=None, mode=1, weight_decay_mode=0, accumType=None, accl1Type=None, accl2Type=None,
-                 accl3Type=None, rmspropTFVariant=False):
+    def __init__(self, values=None, mode=1, weight_decay_mode=0, accum_type=None, accl1_type=None, accl2_type=None,
+                 accl3_type=None, rmsprop_tf_variant=False, debugContext=""):
         super().__init__(values, None)
         self.mode = self._MODES[int(getattr(mode, "value", mode))]
-        self.accum_type = accumType
+        self.accum_type = accum_type
 
     def simulated(self) -> SimOptimizer:
         if self.mode not in ("RMSProp", "CenteredRMSProp"):
@@ -515,7 +570,8 @@ _SAME_NAME = ("enableOutlining", "outlineThreshold", "aliasZeroCopy", "enablePre
 _READ = {"batchesPerStep", "enableReplicatedGraphs", "replicatedGraphCount", "enableGradientAccumulation",
          "accumulationFactor", "enablePipelining", "virtualGraphMode", "autoRecomputation", "numIOTiles",
          "syntheticDataMode", "instrumentWithHardwareCycleCounter", "partialsTypeMatMuls", "convolutionOptions",
-         "matmulOptions", "constantWeights", *_SAME_NAME}
+         "matmulOptions", "constantWeights", "enableDistributedReplicatedGraphs", "globalReplicationFactor",
+         "globalReplicaOffset", *_SAME_NAME}
 
 
 def _model_bytes(fnModel):
@@ -540,6 +596,14 @@ class _Session:
                             f"{type(deviceInfo).__name__}")
         self.dataFlow, self.deviceInfo, self.name = dataFlow, deviceInfo, name or type(self).__name__
         self.options = userOptions if userOptions is not None else SessionOptions()
+        if patterns is not None and not isinstance(patterns, Patterns):
+            raise TypeError(f"patterns must be a popart.Patterns, got {type(patterns).__name__}")
+        self._patterns = patterns
+        if inputShapeInfo is not None and getattr(inputShapeInfo, "infos", None):
+            raise UnsupportedOpError(f"InputShapeInfo for {', '.join(inputShapeInfo.infos)}: the simulator needs the "
+                                     "model's input shapes in the model; give them in addInputTensor (or the ONNX "
+                                     "file), or size the file's dimensions with sim.onnx.load(..., dims=...)")
+        self._seed = 0
         self._optimizer = optimizer
         proto, _, _ = _read(_model_bytes(fnModel))
         tensors = {v.name for v in proto.graph.input} | {i.name for i in proto.graph.initializer} | {
@@ -583,7 +647,15 @@ class _Session:
         self._runs = 0
 
     def _options(self, mode: str) -> Options:
-        so, o = self.options, Options()
+        so = self.options
+        o = Options()
+        if so.enableDistributedReplicatedGraphs:  # this instance's replicas of globalReplicationFactor
+            local = int(so.replicatedGraphCount) if so.enableReplicatedGraphs else 1
+            total = int(so.globalReplicationFactor)
+            if total < local or total % local:
+                raise OptionsError(f"globalReplicationFactor {total} must be a multiple of the instance's "
+                                   f"replicatedGraphCount {local}")
+            o = InstanceOptions(total // local, int(so.globalReplicaOffset) // local)
         o.deviceIterations(self.dataFlow.batchesPerStep())
         self._output_mode(o)
         if so.enableReplicatedGraphs:
@@ -597,9 +669,12 @@ class _Session:
             if mode != "Manual":
                 raise OptionsError("Pipelining requires the 'virtualGraphMode' session option to be Manual "
                                    f"(it is {mode}): give each op its IPU with builder.virtualGraph")
-            o.setExecutionStrategy(PipelinedExecution(AutoStage.SameAsIpu))
-        elif mode == "Manual" and self._ipus > 1:  # ops on their IPUs, one IPU at a time
-            o.setExecutionStrategy(ShardedExecution(AutoStage.SameAsIpu))
+            pipeline = PipelinedExecution()
+            pipeline.auto_stage = None  # the ops' pipelineStage, else their virtual graph (PopART's default)
+            o.setExecutionStrategy(pipeline)
+        elif mode == "Manual" and self._ipus > 1:  # ops on their IPUs in program order, one IPU at a time
+            o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
+        o.auto_round_num_ipus = True  # a replica has the device's IPUs over the replicas (PopART's)
         if so.autoRecomputation:
             o._Popart.set("autoRecomputation", int(getattr(so.autoRecomputation, "value", so.autoRecomputation)))
         if so.numIOTiles:
@@ -631,6 +706,8 @@ class _Session:
             settings = getattr(so, f"{which}TensorLocationSettings")
             if settings.changed():
                 setter(_location(settings))
+        if self._patterns is not None and self._patterns.set:
+            o._Popart.set("patterns", dict(self._patterns.set))
         if so.constantWeights is False and not self.training:
             self._notes.append("constantWeights False: the weights are variables, as the simulator holds them")
         return o
@@ -657,11 +734,11 @@ class _Session:
     def prepareDevice(self, loadEngine: bool = True) -> None:
         """Compile the model for the system (PopART's Poplar compile); out of tile memory raises here."""
         o = self._sim_options
-        ipus = self._ipus * o.replication_factor
-        if ipus > self.deviceInfo.numIpus:
+        per_replica = self.deviceInfo.numIpus // o.replication_factor  # PopART splits the device among the replicas
+        if self._ipus > per_replica:
             raise OptionsError(f"the model needs {self._ipus} IPU(s) a replica x {o.replication_factor} replica(s) = "
-                               f"{ipus} IPUs, but the device has {self.deviceInfo.numIpus}: acquire a device with "
-                               f"{ipus} IPUs")
+                               f"{self._ipus * o.replication_factor} IPUs, but the device has "
+                               f"{self.deviceInfo.numIpus}: acquire a device with that many")
         system, why = choose_system(self.deviceInfo.numIpus, self._system_arg, f"given to {type(self).__name__}("
                                     "system=...)", f"pass {type(self).__name__}(..., system=...)")
         optimizer = self._optimizer.simulated() if self.training else None
@@ -749,8 +826,10 @@ class _Session:
     def run(self, stepio: PyStepIO, debugName: str = "") -> None:
         """Simulate one call; the anchor arrays are filled with zeros."""
         self._require("run")
+        if isinstance(stepio, PyStepIOCallback):
+            stepio = self._through_callbacks(stepio)
         if not isinstance(stepio, PyStepIO):
-            raise TypeError(f"session.run takes a popart.PyStepIO, got {type(stepio).__name__}")
+            raise TypeError(f"session.run takes a popart.PyStepIO or PyStepIOCallback, got {type(stepio).__name__}")
         if not self._sim_options.synthetic_data:
             self._check_inputs(stepio)
         with device_call() as call:
@@ -759,7 +838,37 @@ class _Session:
                 self._run = run_executable(self._executable)
             call.seconds, call.run = self._run.seconds, self._run
             call.label = f"popart {type(self).__name__} {self.name!r} on {self._executable.system.name}"
+        self._return_to_callbacks(stepio)
         self._runs += 1
+
+    def _through_callbacks(self, callbacks: PyStepIOCallback) -> PyStepIO:
+        """The call's arrays from a PyStepIOCallback: each input's micro-batches asked for in turn (and each
+        completed), stacked as a PyStepIO holds them; each anchor's array asked for once a return, filled after
+        the run and completed."""
+        dims = self._host_dims(None)
+        inputs = {}
+        for name in self._graph.inputs:
+            parts = []
+            for _ in range(math.prod(dims)):
+                parts.append(np.asarray(callbacks.input(name, False)))
+                callbacks.input_complete(name)
+            inputs[name] = np.stack(parts).reshape(dims + list(parts[0].shape))
+        outputs = self.initAnchorArrays()
+        stepio = PyStepIO(inputs, outputs)
+        stepio.callbacks = callbacks
+        return stepio
+
+    def _return_to_callbacks(self, stepio: PyStepIO) -> None:
+        callbacks = getattr(stepio, "callbacks", None)
+        if callbacks is None:
+            return
+        for name, arr in stepio.outputs.items():
+            art = self.dataFlow.art(name)
+            returns = arr.reshape((-1,) + tuple(self.getInfo(name).shape())) if art.id() in ("All", "EveryN") else [arr]
+            for value in returns:
+                target = callbacks.output(name)
+                np.copyto(target, np.asarray(value).reshape(np.shape(target)), casting="unsafe")
+                callbacks.output_complete(name)
 
     def _values_note(self) -> str:
         """How the anchor arrays are filled (:meth:`_anchor_values`)."""
@@ -843,7 +952,24 @@ class _Session:
         pass
 
     def modelToHost(self, fn: str) -> None:
-        raise UnsupportedOpError("modelToHost: the simulator keeps no trained values to write back")
+        """Write the model with its weights, as the session holds them (the initial values, or those
+        ``writeWeights`` gave: training changes no values here), to ``fn``: whole or not at all."""
+        import os
+        model = onnx.ModelProto()
+        model.CopyFrom(self._values_model)
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(self._initial.values())
+        tmp = f"{fn}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(model.SerializeToString())
+        os.replace(tmp, fn)
+
+    def setRandomSeed(self, seedValue: int) -> None:
+        """The seed of the device's random ops; it changes no cycle (the simulator draws no numbers)."""
+        self._seed = int(seedValue)
+
+    def getRandomSeed(self) -> int:
+        return self._seed
 
     # --- the simulation -------------------------------------------------------------------------
     def getCycleCount(self, id: str = "") -> int:

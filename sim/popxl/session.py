@@ -32,7 +32,7 @@ from ..errors import GraphError, OptionsError, OutOfMemoryError
 from ..graph.ir import REMOTE_KINDS, Op
 from ..graph.training import STATE_DTYPES, Optimizer
 from ..hardware.system import choose_system
-from ..options import Options, OutputMode, TensorLocationSettings
+from ..options import InstanceOptions, Options, OutputMode, TensorLocationSettings
 from ..schedule import replicated_ops
 from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
@@ -51,20 +51,6 @@ DEVICES = ("ipu_hw", "ipu_model", "cpu")
 d2hStreamBufferMaps = Mapping[DeviceToHostStream, np.ndarray]
 h2dStreamBufferMaps = Mapping[HostToDeviceStream, HostScalarTensor]
 StreamBufferMaps = Union[h2dStreamBufferMaps, d2hStreamBufferMaps]
-
-
-class _InstanceOptions(Options):
-    """Options of one PopDist instance (``Ir(replication='popdist')``)."""
-
-    def __init__(self, instances: int, index: int):
-        super().__init__()
-        self._instances, self._index = instances, index
-
-    def num_instances(self) -> int:
-        return self._instances
-
-    def instance_index(self) -> int:
-        return self._index
 
 
 def _weights_in_streaming_memory(graph, ir: Ir) -> tuple:
@@ -418,7 +404,7 @@ class Session:
         ir = self._ir
         if ir._use_popdist:
             from .. import popdist
-            o = _InstanceOptions(popdist.getNumInstances(), popdist.getInstanceIndex())
+            o = InstanceOptions(popdist.getNumInstances(), popdist.getInstanceIndex())
         else:
             o = Options()
         steps = ir._pipeline_steps
