@@ -156,3 +156,22 @@ def test_a_custom_op_is_priced_by_the_rule_registered_for_it():
         assert [op.kind for op in sim.onnx.load(b.getModelProto()).ops] == ["relu"]
     finally:
         sim.onnx.unregister_op("custom.ops::LeakyRelu2")
+
+
+def test_popart_builder_idioms_graphcores_bert_uses():
+    """What Graphcore's PopART BERT (examples nlp/bert/popart) writes: a positional debugContext, opset 9's
+    constant(value, debugContext), cast to a DataType name, reshape_const, groupnormalization's three outputs."""
+    b = popart.Builder(opsets={"ai.onnx": 9, "ai.graphcore": 1})
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [4, 8]))
+    c = b.aiOnnx.constant(np.ones([8], np.float16), "bias")
+    y = b.aiOnnx.add([x, c], "Add")
+    z = b.aiOnnx.cast([y], "FLOAT", "ToFloat")
+    r = b.reshape_const(b.aiOnnx, [z], [2, 16], "Flat")
+    g = b.addInitializedInputTensor(np.ones([16], np.float32))
+    outs = b.aiGraphcore.groupnormalization([r, g, b.addInitializedInputTensor(np.zeros([16], np.float32))], 1)
+    assert (c, y, z, r) == ("bias:0", "Add:0", "ToFloat:0", "Flat:0")
+    assert _attrs(_node(b, z)) == {"to": onnx.TensorProto.FLOAT}
+    assert _node(b, r).input[1] == "Flat_const:0"
+    assert len(outs) == 3 and b.getTensorShape(outs[0]) == [2, 16]
+    b.addOutputTensor(outs[0])
+    assert [op.kind for op in sim.onnx.load(b.getModelProto()).ops] == ["add", "cast", "reshape", "groupnorm"]

@@ -196,7 +196,7 @@ def test_settings_errors_and_unmodelled_options_are_named():
     sess.run(popart.PyStepIO({x: np.zeros([4, 16], np.float32)}, sess.initAnchorArrays()))
     notes = " ".join(sess.simulation.all_notes)
     assert "_Popart.enableStochasticRounding=True: accepted, no modelled effect" in notes
-    assert "__partials_type (1 op(s))" in notes
+    assert "node attribute __partials_type (1 op(s)): accepted, no modelled effect" in notes
     with pytest.raises(RuntimeError, match="instrumentWithHardwareCycleCounter must be set"):
         sess.getCycleCount()
     with pytest.raises(GraphError, match="Anchor tensor\\(s\\) nope not in the model"):
@@ -245,3 +245,88 @@ def test_a_popart_script_runs_under_ipusim_script(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "Result is [3.5]" in out
     assert "popart InferenceSession 'inference' on ipu-mk2: 1 call(s)" in err
+
+
+def _three_stage_model():
+    """Embedding-like op on IPU 0 (stage 0), a layer on IPU 1 (stage 1), a head back on IPU 0 (stage 2), as
+    Graphcore's PopART BERT places its embedding, encoder and heads."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [8, 64]), "x")
+    label = b.addInputTensor(popart.TensorInfo("INT32", [8]), "label")
+    layers = []
+    for ipu, stage in ((0, 0), (1, 1), (0, 2)):
+        with b.virtualGraph(ipu), b.pipelineStage(stage):
+            w = b.addInitializedInputTensor(np.zeros([64, 64], np.float16), f"w{stage}")
+            x = b.aiOnnx.relu([b.aiOnnx.matmul([x, w])])
+            layers.append(x)
+    with b.virtualGraph(0), b.pipelineStage(2):
+        loss = b.aiGraphcore.nllloss([b.aiOnnx.softmax([x], axis=1), label])
+    return b, loss, layers
+
+
+def test_pipeline_stages_as_annotated_and_replicas_split_the_device():
+    """The stages are the ops' pipelineStage (IPU 0 runs stages 0 and 2); 2 IPUs a replica x 2 replicas on a
+    device of 8 IPUs: PopART gives each replica 4 and the model uses 2."""
+    b, loss, _ = _three_stage_model()
+    opts = popart.SessionOptions()
+    opts.virtualGraphMode = popart.VirtualGraphMode.Manual
+    opts.enablePipelining = True
+    opts.enableGradientAccumulation, opts.accumulationFactor = True, 8
+    opts.enableReplicatedGraphs, opts.replicatedGraphCount = True, 2
+    sess = popart.TrainingSession(b.getModelProto(), popart.DataFlow(1, [loss]), loss, popart.ConstSGD(0.01),
+                                  _device(8), userOptions=opts)
+    sess.prepareDevice()
+    stages = {(op.ipu, op.stage) for op in sess.executable.graph.ops if op.pass_ == "forward"}
+    assert stages == {(0, 0), (1, 1), (0, 2)}
+    sess.run(popart.PyStepIO({"x": np.zeros([8, 2, 8, 64], np.float16), "label": np.zeros([8, 2, 8], np.int32)},
+                             sess.initAnchorArrays()))
+    assert sess.simulation.cycle_count > 0
+
+
+def test_sharding_returns_to_an_earlier_ipu_in_program_order():
+    b, loss, _ = _three_stage_model()
+    opts = popart.SessionOptions()
+    opts.virtualGraphMode = popart.VirtualGraphMode.Manual
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, [loss]), _device(2), userOptions=opts)
+    sess.prepareDevice()
+    assert sess.executable.strategy == "sharded"
+    order = [op.ipu for op in sess.executable.graph.ops if op.kind == "matmul"]
+    assert order == [0, 1, 0]
+
+
+def test_callbacks_feed_the_call_and_take_its_anchors():
+    """PyStepIOCallback: each input asked for once a micro-batch and replica, each anchor returned as its
+    return type makes it (All: every step), as PopART's low-latency inference uses it."""
+    b, x, y = _mlp()
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(3, [y]), _device())
+    sess.prepareDevice()
+    data = np.random.default_rng(4).standard_normal([3, 4, 16]).astype(np.float32)
+    fed, done, returned = [], [], []
+    def give(name, prefetch):
+        fed.append(name)
+        return data[len(fed) - 1]
+    target = np.zeros([4, 8], np.float32)
+    def take(name):
+        return target
+    sess.run(popart.PyStepIOCallback(give, done.append, take, lambda name: returned.append(target.copy())))
+    assert fed == done == [x] * 3 and len(returned) == 3
+    w0, w1 = (onnx.numpy_helper.to_array(i) for i in onnx.load_from_string(b.getModelProto()).graph.initializer)
+    np.testing.assert_allclose(returned[2], np.maximum(data[2] @ w0, 0) @ w1, rtol=1e-5)
+
+
+def test_distributed_replicated_graphs_are_popdist_instances(tmp_path):
+    """enableDistributedReplicatedGraphs: this instance's replicas of globalReplicationFactor (as
+    popdist.popart.configureSessionOptions sets them), collectives spanning all of them."""
+    b, _, loss = _mlp(loss=True)
+    opts = popart.SessionOptions()
+    opts.enableReplicatedGraphs, opts.replicatedGraphCount = True, 2
+    opts.enableDistributedReplicatedGraphs, opts.globalReplicationFactor, opts.globalReplicaOffset = True, 8, 4
+    sess = popart.TrainingSession(b.getModelProto(), popart.DataFlow(1, [loss]), loss, popart.ConstSGD(0.01),
+                                  _device(2), userOptions=opts, system="ipu-pod16")
+    sess.prepareDevice()
+    o = sess.executable.options
+    assert (o.num_instances(), o.instance_index(), o.total_replicas()) == (4, 2, 8)
+    sess.modelToHost(str(tmp_path / "trained.onnx"))
+    saved = onnx.load(str(tmp_path / "trained.onnx"))
+    assert sorted(i.name for i in saved.graph.initializer) == ["w0", "w1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trained.onnx"]

@@ -755,9 +755,8 @@ class _Session:
         if self._missing:
             notes.append(f"anchors {', '.join(self._missing)} are not tensors of the forward model (gradients or "
                          "optimizer state): not streamed in the simulation, their arrays stay zero")
-        if self._annotations:
-            notes.append("PopART node attributes with no modelled effect: " + ", ".join(
-                f"{k} ({n} op(s))" for k, n in sorted(self._annotations.items())))
+        notes += [f"node attribute {name} ({n} op(s)): accepted, no modelled effect"
+                  for name, n in sorted(self._annotations.items())]
         self._executable.notes[:0] = notes + self._notes
         self._update_ipus = {op.inputs[0]: op.ipu or 0 for op in self._executable.graph.ops
                              if op.pass_ == "update" and op.inputs
