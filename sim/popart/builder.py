@@ -431,6 +431,7 @@ class Builder:
         self._scopes: list[str] = []
         self._context: dict[str, object] = {}
         self._custom_domains: dict[str, int] = {}  # customOp's domains -> their opset version
+        self._shapes: dict | None = None  # tensor -> (shape, ONNX type) by shape inference, until the next op
         opsets = dict(opsets or {})
         self._onnx_version = opsets.get("ai.onnx")
         if not self._onnx_version:  # a loaded model's own ai.onnx opset, else the first one asked for
@@ -564,23 +565,40 @@ class Builder:
     def isInitializer(self, tensorId: str) -> bool:
         return tensorId in {i.name for i in self._graph.initializer}
 
-    def _inferred(self):
-        """The model with ONNX's shape inference run (PopART runs it as each op is added)."""
-        return onnx.shape_inference.infer_shapes(self._proto(), strict_mode=False)
+    def _light(self, outputs: list[str] | None = None) -> onnx.ModelProto:
+        """The model without its weights' values (each large float initializer a typed graph input): what shape
+        inference and the importer need, without copying the weights."""
+        g = self._graph
+        heavy = {i.name for i in g.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16,
+                                                                  TensorProto.DOUBLE, TensorProto.BFLOAT16)
+                 and np.prod(i.dims, dtype=np.int64) > 1024}
+        graph = helper.make_graph(
+            list(g.node), g.name or "builder",
+            list(g.input) + [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
+                             for i in g.initializer if i.name in heavy],
+            [helper.make_empty_tensor_value_info(t) for t in outputs] if outputs is not None else list(g.output),
+            initializer=[i for i in g.initializer if i.name not in heavy])
+        m = helper.make_model(graph, opset_imports=list(self._proto_opsets()))
+        m.ir_version = self._model.ir_version or 6
+        return m
 
     def _info(self, tensorId: str):
         self._check_known([tensorId], "getTensorShape")
         for init in self._graph.initializer:
             if init.name == tensorId:
                 return list(init.dims), init.data_type
-        g = self._inferred().graph
-        for v in [*g.input, *g.value_info, *g.output]:
-            t = v.type.tensor_type
-            if v.name == tensorId and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-                return [d.dim_value for d in t.shape.dim], t.elem_type
+        if self._shapes is None:  # ONNX's shape inference, as PopART runs it on each op added; kept until the next
+            inferred = onnx.shape_inference.infer_shapes(self._light(), strict_mode=False).graph
+            self._shapes = {}
+            for v in [*inferred.input, *inferred.value_info, *inferred.output]:
+                t = v.type.tensor_type
+                if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+                    self._shapes[v.name] = ([d.dim_value for d in t.shape.dim], t.elem_type)
+        if tensorId in self._shapes:
+            return self._shapes[tensorId]
         # ONNX cannot infer PopART's own ops: the simulator's importer can
         from ..onnx import load
-        graph = load(self._proto(outputs=[tensorId]), name="builder")
+        graph = load(self._light(outputs=[tensorId]), name="builder")
         name, shape = graph.onnx_outputs[tensorId]
         return list(shape), {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}.get(
             graph.tensors[name].dtype, TensorProto.INT32)
@@ -613,6 +631,7 @@ class Builder:
             if v is not None:
                 node.attribute.append(helper.make_attribute(k, v))
         self._graph.node.append(node)
+        self._shapes = None
         return names
 
     def _nodes_making(self, ids) -> list:
@@ -786,23 +805,23 @@ class Builder:
         self._model.metadata_props.extend(kept + [onnx.StringStringEntryProto(key=key, value=value)])
 
     # --- the model ----------------------------------------------------------------------------
-    def _proto(self, outputs: list[str] | None = None) -> onnx.ModelProto:
-        """The model, its graph outputs ``outputs`` when given, its opset imports set."""
+    def _proto(self) -> onnx.ModelProto:
+        """A copy of the model with its opset imports set."""
         m = onnx.ModelProto()
         m.CopyFrom(self._model)
         if not m.ir_version:
             m.ir_version = 6  # ONNX's IR version of opsets 10 and 11
-        version = self._onnx_version or DEFAULT_AI_ONNX_OPSET
         del m.opset_import[:]
-        m.opset_import.extend([helper.make_opsetid("", version)])
-        domains = {"ai.graphcore": self.aiGraphcore.version, **self._custom_domains}
-        used = {n.domain for n in m.graph.node}
-        m.opset_import.extend(helper.make_opsetid(d, v) for d, v in sorted(domains.items()) if d and d in used)
-        if outputs is not None:
-            del m.graph.output[:]
-            m.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in outputs)
+        m.opset_import.extend(self._proto_opsets())
         m.producer_name = m.producer_name or "sim.popart"
         return m
+
+    def _proto_opsets(self) -> list:
+        """The ai.onnx opset, and each other domain's that an op uses."""
+        domains = {"ai.graphcore": self.aiGraphcore.version, **self._custom_domains}
+        used = {n.domain for n in self._graph.node}
+        return [helper.make_opsetid("", self._onnx_version or DEFAULT_AI_ONNX_OPSET)] + [
+            helper.make_opsetid(d, v) for d, v in sorted(domains.items()) if d and d in used]
 
     def getModelProto(self, humanReadable: bool = False):
         """The model's serialized bytes (its text form with ``humanReadable``)."""
