@@ -330,3 +330,25 @@ def test_distributed_replicated_graphs_are_popdist_instances(tmp_path):
     saved = onnx.load(str(tmp_path / "trained.onnx"))
     assert sorted(i.name for i in saved.graph.initializer) == ["w0", "w1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trained.onnx"]
+
+
+def test_tensor_locations_reach_the_simulation():
+    """bert.py's settings: optimizer state off chip and sharded over the replicas (a TensorLocationSettings made
+    whole, then a field changed), a sharding domain; activations' location is not modelled and is named."""
+    b, _, loss = _mlp(loss=True)
+    opts = popart.SessionOptions()
+    opts.enableReplicatedGraphs, opts.replicatedGraphCount = True, 4
+    opts.optimizerStateTensorLocationSettings = popart.TensorLocationSettings(
+        popart.TensorLocation(popart.TensorStorage.OffChip, popart.ReplicatedTensorSharding.On))
+    opts.optimizerStateTensorLocationSettings.minElementsForReplicatedTensorSharding = 4
+    opts.optimizerStateTensorLocationSettings.location.shardingDomain = popart.CommGroup(
+        popart.CommGroupType.Consecutive, 2)
+    opts.activationTensorLocationSettings.location.storage = popart.TensorStorage.OffChip
+    sess = popart.TrainingSession(b.getModelProto(), popart.DataFlow(1, [loss]), loss, popart.Adam({}), _device(4),
+                                  userOptions=opts)
+    sess.prepareDevice()
+    o = sess.executable.options
+    state = o.TensorLocations.locations["optimizer"]
+    assert (state.on_chip, state.replicated_tensor_sharding, state.min_elements_rts) == (False, True, 4)
+    assert o.sharding_domain("optimizer") == (1, 2)  # (stride, group size): consecutive pairs
+    assert "activationTensorLocationSettings.location" in " ".join(sess.executable.notes)

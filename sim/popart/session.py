@@ -222,29 +222,36 @@ def _differs(value, default) -> bool:
 
 
 class AccumulateOuterFragmentSettings(_Settings):
-    def __init__(self, schedule=1, excludedVirtualGraphs=()):  # Serial (sessionoptions.hpp)
-        super().__init__(schedule=schedule, excludedVirtualGraphs=list(excludedVirtualGraphs))
+    def __init__(self, schedule=None, excludedVirtualGraphs=None):
+        super().__init__(schedule=1, excludedVirtualGraphs=[])  # Serial, none (sessionoptions.hpp)
+        if schedule is not None:
+            self.schedule = schedule
+        if excludedVirtualGraphs is not None:
+            self.excludedVirtualGraphs = list(excludedVirtualGraphs)
 
 
 class TensorLocation(_Settings):
     """Where a class of tensors lives: ``storage`` (TensorStorage OnChip / OffChip), ``replicatedTensorSharding``
-    (ReplicatedTensorSharding Off / On), tile sets, ``shardingDomain``."""
+    (ReplicatedTensorSharding Off / On), tile sets, ``shardingDomain`` (a CommGroup)."""
 
-    def __init__(self, storage=0, replicatedTensorSharding=0, **fields):
-        super().__init__(storage=storage, loadTileSet=0, storageTileSet=0,
-                         replicatedTensorSharding=replicatedTensorSharding, shardingDomain=None)
-        for k, v in fields.items():
-            setattr(self, k, v)
+    def __init__(self, storage=None, replicatedTensorSharding=None, **fields):
+        super().__init__(storage=0, loadTileSet=0, storageTileSet=0, replicatedTensorSharding=0, shardingDomain=None)
+        given = {"storage": storage, "replicatedTensorSharding": replicatedTensorSharding, **fields}
+        for k, v in given.items():
+            if v is not None:
+                setattr(self, k, v)
 
 
 class TensorLocationSettings(_Settings):
-    def __init__(self, location=None, minElementsForOffChip=2, minElementsForReplicatedTensorSharding=8192):
+    def __init__(self, location=None, minElementsForOffChip=None, minElementsForReplicatedTensorSharding=None):
+        super().__init__(location=TensorLocation(), minElementsForOffChip=2,
+                         minElementsForReplicatedTensorSharding=8192)  # sessionoptions.hpp
         if location is not None and not isinstance(location, TensorLocation):  # a TensorStorage given alone
             location = TensorLocation(storage=location)
-        super().__init__(location=TensorLocation(), minElementsForOffChip=minElementsForOffChip,
-                         minElementsForReplicatedTensorSharding=minElementsForReplicatedTensorSharding)
-        if location is not None:
-            self.location = location
+        for k, v in (("location", location), ("minElementsForOffChip", minElementsForOffChip),
+                     ("minElementsForReplicatedTensorSharding", minElementsForReplicatedTensorSharding)):
+            if v is not None:
+                setattr(self, k, v)
 
 
 #: SessionOptions fields -> defaults (sessionoptions.hpp); the simulator reads those of :meth:`Session._options`
@@ -696,7 +703,8 @@ class _Session:
             if key.startswith(("accumulateOuterFragmentSettings.", "replicatedCollectivesSettings.merge")) or \
                     key == "automaticLossScalingSettings.enabled":
                 o._Popart.set(key, value)
-            elif key.endswith("TensorLocationSettings.location") or ".minElementsFor" in key:
+            elif key.startswith(("weightTensorLocationSettings.", "optimizerStateTensorLocationSettings.",
+                                 "accumulatorTensorLocationSettings.")):
                 continue  # below
             elif key not in _READ:
                 o._Popart.set(key, value)  # recorded: the run's notes name it as not modelled
@@ -706,6 +714,10 @@ class _Session:
             settings = getattr(so, f"{which}TensorLocationSettings")
             if settings.changed():
                 setter(_location(settings))
+            domain = settings.location.shardingDomain
+            if domain is not None and which in ("weight", "optimizerState", "accumulator"):
+                kind = {"optimizerState": "optimizer"}.get(which, which)
+                o._Popart.set(Options.SHARDING_DOMAIN_KEYS[kind], (domain.type, int(domain.replicaGroupSize)))
         if self._patterns is not None and self._patterns.set:
             o._Popart.set("patterns", dict(self._patterns.set))
         if so.constantWeights is False and not self.training:
