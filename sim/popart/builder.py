@@ -153,6 +153,23 @@ def _attribute_value(value):
     return value
 
 
+def _bind(what: str, params: list[str], args, kwargs: dict) -> dict:
+    """A builder method's arguments after its inputs, by name: ``args`` in the order of ``params``, then
+    ``kwargs``; Python's errors for too many, unknown or repeated ones."""
+    if len(args) > len(params):
+        raise TypeError(f"{what}() takes {len(params)} argument(s) after the inputs ({', '.join(params) or 'none'}), "
+                        f"got {len(args)}")
+    given = dict(zip(params, args))
+    for k, v in kwargs.items():
+        if k not in params:
+            raise TypeError(f"{what}() got an unexpected keyword argument {k!r} (its arguments: args, "
+                            f"{', '.join(params + ['debugContext'])})")
+        if k in given:
+            raise TypeError(f"{what}() got multiple values for argument {k!r}")
+        given[k] = v
+    return given
+
+
 class _Opset:
     """One domain's ops at one version, as builder methods."""
 
@@ -211,17 +228,7 @@ class _OnnxOp:
             params = ["value"]
         if len(args) == len(params) + 1 and not debug:  # PopART's last positional argument is the debug context
             *args, debug = args
-        if len(args) > len(params):
-            raise TypeError(f"{self._name}() takes {len(params)} argument(s) after the inputs ({', '.join(params)}), "
-                            f"got {len(args)}")
-        given = dict(zip(params, args))
-        for k, v in kwargs.items():
-            if k not in params:
-                raise TypeError(f"{self._name}() got an unexpected keyword argument {k!r} (its arguments: args, "
-                                f"{', '.join(params + ['debugContext'])})")
-            if k in given:
-                raise TypeError(f"{self._name}() got multiple values for argument {k!r}")
-            given[k] = v
+        given = _bind(self._name, params, args, kwargs)
         missing = [p for p in params if p in self._required and p not in given]
         if missing:
             raise TypeError(f"{self._name}() missing required argument(s): {', '.join(missing)}")
@@ -361,16 +368,7 @@ class _GraphcoreOp:
         self._builder, self._name, self._op_type, self._params, self._outputs = builder, name, op_type, params, outputs
 
     def __call__(self, args, *values, debugContext="", **kwargs):
-        names = [p[0] for p in self._params]
-        if len(values) > len(names):
-            raise TypeError(f"aiGraphcore.{self._name}() takes {len(names)} argument(s) after the inputs "
-                            f"({', '.join(names) or 'none'}), got {len(values)}")
-        given = dict(zip(names, values))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise TypeError(f"aiGraphcore.{self._name}() got an unexpected keyword argument {k!r} (its "
-                                f"arguments: args, {', '.join(names + ['debugContext'])})")
-            given[k] = v
+        given = _bind(f"aiGraphcore.{self._name}", [p[0] for p in self._params], values, kwargs)
         attrs = {}
         for pname, default, attr in self._params:
             value = given.get(pname, default)
