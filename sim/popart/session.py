@@ -413,7 +413,9 @@ def _pairs(values: dict | None, known: tuple[str, ...], what: str) -> dict[str, 
     return out
 
 
-def _float_type(value, default: str = "float32") -> str:
+def _float_type(value, default: str | None) -> str | None:
+    """A PopART DataType (or its name) as the simulator's dtype; ``default`` for UNDEFINED or None, which PopART
+    reads as each weight's own type."""
     name = str(getattr(value, "name", value) or "").upper()
     return {"FLOAT16": "float16", "FLOAT": "float32"}.get(name, default)
 
@@ -469,7 +471,9 @@ class _Optimizer:
         """Compound scalars of ``weight``'s update that are not constant: the optimizer tensors PopART streams."""
         return sum(any(not self._value(k, weight)[1] for k in keys) for keys in self._SCALARS)
 
-    def simulated(self) -> SimOptimizer:
+    def simulated(self, weight_dtype: str = "float32") -> SimOptimizer:
+        """The simulator's update; ``weight_dtype`` the type of most of the weights' elements, which a state
+        of PopART's UNDEFINED type takes."""
         raise NotImplementedError
 
 
@@ -499,10 +503,11 @@ class SGD(_Optimizer):
         return value != 0 or not const or any(v.get("defaultMomentum", (0, True)) != (0, True)
                                               for v in self.specific.values())
 
-    def simulated(self) -> SimOptimizer:
+    def simulated(self, weight_dtype: str = "float32") -> SimOptimizer:
+        # accumType and accl1Type default to UNDEFINED: each weight's type (sgd.cpp)
         momentum = self._momentum()
-        state = _float_type(self.accl1_type) if momentum and self.separate else "float32"
-        return SimOptimizer("sgd_momentum" if momentum else "sgd", state, _float_type(self.accum_type),
+        state = _float_type(self.accl1_type, weight_dtype) if momentum and self.separate else "float32"
+        return SimOptimizer("sgd_momentum" if momentum else "sgd", state, _float_type(self.accum_type, None),
                             _clip(self.clipNormSettings), combined_accum=momentum and not self.separate)
 
 
@@ -534,9 +539,11 @@ class Adam(_Optimizer):
         self.decay = int(getattr(weight_decay_mode, "value", weight_decay_mode)) == 0
         self.accum_type, self.accl_types = accum_type, (accl1_type, accl2_type)
 
-    def simulated(self) -> SimOptimizer:
+    def simulated(self, weight_dtype: str = "float32") -> SimOptimizer:
+        # accl1_type and accl2_type default to FLOAT, accum_type to UNDEFINED: each weight's type (popart.cpp, adam.cpp)
         name = "lamb" if self.mode.startswith("Lamb") else ("adamw" if self.decay else "adam")
-        return SimOptimizer(name, tuple(_float_type(t) for t in self.accl_types), _float_type(self.accum_type),
+        states = tuple(_float_type(t, "float32" if t is None else weight_dtype) for t in self.accl_types)
+        return SimOptimizer(name, states, _float_type(self.accum_type, None),
                             _clip(self.clipNormSettings))
 
 
@@ -550,19 +557,19 @@ class Adaptive(_Optimizer):
     _SCALARS = tuple((k,) for k in _KEYS) + (("lossScaling",),)
     _MODES = ("AdaGrad", "RMSProp", "CenteredRMSProp", "AdaDelta")
 
-    def __init__(self, values=None, mode=1, weight_decay_mode=0, accum_type=None, accl1_type=None, accl2_type=None,
+    def __init__(self, values=None, mode=1, weight_decay_mode=0, accum_type=None, accl1_type="FLOAT", accl2_type="FLOAT",
                  accl3_type=None, rmsprop_tf_variant=False, debugContext=""):
         super().__init__(values, None)
         self.mode = self._MODES[int(getattr(mode, "value", mode))]
         self.accum_type = accum_type
 
-    def simulated(self) -> SimOptimizer:
+    def simulated(self, weight_dtype: str = "float32") -> SimOptimizer:
         if self.mode not in ("RMSProp", "CenteredRMSProp"):
             raise UnsupportedOpError(f"popart.Adaptive with AdaptiveMode.{self.mode} is not modelled; RMSProp and "
                                      "CenteredRMSProp are")
         momentum = "_momentum" if self._value("defaultMomentum") != (0.0, True) else ""
         return SimOptimizer(f"rmsprop{'_centered' if self.mode == 'CenteredRMSProp' else ''}{momentum}",
-                            "float32", _float_type(self.accum_type))
+                            "float32", _float_type(self.accum_type, None))
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -738,6 +745,13 @@ class _Session:
             self._notes.append(f"anchors of several return types ({', '.join(f'{a}: {art.id()}' for a, art in arts.items())}"
                                f"): all are streamed as {chosen.id()}, the type that makes the most transfers")
 
+    def _weight_dtype(self) -> str:
+        """The dtype of most of the model's weight elements."""
+        elements = collections.Counter()
+        for t in self._graph.weights():
+            elements[t.dtype] += t.numel
+        return max(sorted(elements), key=elements.get) if elements else "float32"
+
     def _require(self, what: str):
         if self._executable is None:
             raise RuntimeError(f"Must call prepareDevice before {what}")
@@ -753,7 +767,7 @@ class _Session:
                                f"{self.deviceInfo.numIpus}: acquire a device with that many")
         system, why = choose_system(self.deviceInfo.numIpus, self._system_arg, f"given to {type(self).__name__}("
                                     "system=...)", f"pass {type(self).__name__}(..., system=...)")
-        optimizer = self._optimizer.simulated() if self.training else None
+        optimizer = self._optimizer.simulated(self._weight_dtype()) if self.training else None
         try:
             self._executable = sim_compile(self._graph, system, o, self.training, optimizer)
         except OutOfMemoryError as e:
