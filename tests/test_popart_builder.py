@@ -126,7 +126,10 @@ def test_annotations_reach_the_simulated_ops():
     assert ops["MatMul_0"].attrs["available_memory_proportion"] == pytest.approx(0.3)  # an ONNX float attribute
     assert (ops["Sigmoid_2"].ipu, ops["Sigmoid_2"].stage) == (0, None)
     assert [ops[n].recompute for n in ("Relu_1", "Sigmoid_2")] == [True, False]
-    assert "Checkpoint" not in ops  # checkpointOutput's identity passes its tensor on, as sim.onnx reads Identity
+    # Checkpoint keeps the output: a recomputation checkpoint on the op making it; checkpointOutput's identity
+    # passes its tensor on, so the op before it is the checkpoint
+    assert "Checkpoint" not in ops and ops["Sigmoid_2"].attrs["recomputation_checkpoint"] is True
+    assert "recomputation_checkpoint" not in ops["Relu_1"].attrs
 
 
 def test_a_model_loaded_into_the_builder_keeps_its_ids(tmp_path):

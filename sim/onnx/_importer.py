@@ -485,6 +485,16 @@ class _Importer:
                 continue
             like = next((v for v in ins if v is not None and v.sim == r), None)
             self.env[out] = replace(self.value_of_tensor(r, like), name=out)
+            if ctx._attrs.get("__recompute_output_in_backward_pass") == 1:  # PopART's RecomputeType Checkpoint
+                self._checkpoint(r)
+
+    def _checkpoint(self, tensor: str) -> None:
+        """Keep ``tensor`` from the forward pass for the backward pass: a recomputation checkpoint on the op that
+        makes it (PopART's ``checkpointOutput``: an identity whose output is RecomputeType Checkpoint, so the
+        tensor it passes on is kept, and what recomputation reruns starts there)."""
+        producer = self.g.producer_op(tensor)
+        if producer is not None:
+            producer.attrs["recomputation_checkpoint"] = True
 
     def _unknown_op_types(self, index: int) -> list[str]:
         """The op types after node ``index`` that neither a rule nor register_op prices (no rule, or one that
