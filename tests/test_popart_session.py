@@ -154,6 +154,9 @@ def test_optimizers_map_to_the_simulators_updates():
     clipped = popart.SGD({}, [popart.ClipNormSettings.clipAllWeights(1.5)])
     assert clipped.simulated().clip_norm == 1.5
     assert popart.Adaptive({"defaultMomentum": (0.9, True)}).simulated().name == "rmsprop_momentum"
+    assert popart.Adam({}, popart.AdamMode.AdaMax, scaled_optimizer_state=True).notes() == [
+        "popart.Adam mode AdaMax: priced as Adam (the same state and update ops; its bias correction or norm is a "
+        "scalar difference)", "popart.Adam scaled_optimizer_state=True: accepted, no modelled effect"]
     with pytest.raises(ValueError, match="Invalid SGD key, 'learningRate'"):
         popart.SGD({"learningRate": (0.1, True)})
     with pytest.raises(UnsupportedOpError, match="AdaGrad is not modelled"):

@@ -9,9 +9,10 @@ PopTorch scripts set PopART session options through ``opts._Popart.set(name, val
 the values from PopART's enums (``popart.AccumulateOuterFragmentSchedule.OverlapMemoryOptimized``,
 ``popart.RecomputationType.Pipeline``, ...). Those enums are here with PopART's values
 (graphcore/popart ``willow/include/popart/sessionoptions.hpp``, ``recompute.hpp``,
-``tensorlocation.hpp``) and the names its Python binding gives them (``python/popart/popart_core/
-popart.cpp``: ``RecomputationType.NoRecompute``, ``MergeVarUpdateType.Off``), so such a script imports and sets its options; what each option does in
-the simulation is ``sim.poptorch``'s (docs/poptorch.md lists the options and their status).
+``tensorlocation.hpp``, ...) and the names its Python binding gives them (``python/popart/popart_core/
+popart.cpp``: ``RecomputationType.NoRecompute``, ``MergeVarUpdateType.Off``), so such a script imports and
+sets its options; what each option does in the simulation is ``sim.poptorch``'s (docs/poptorch.md lists the
+options and their status). The sessions take the same enums.
 
 The builder and sessions need the onnx package (the onnx extra); they are imported on first use, so a
 PopTorch script's ``import popart`` needs only the enums. A name of PopART's API that is not here raises
@@ -77,8 +78,8 @@ ENUMS = sorted(_MEMBERS)
 
 #: the builder's and sessions' names, by module (imported on first use: they need onnx)
 _LAZY = {"builder": ("Builder", "TensorInfo", "DATA_TYPES"),
-         "session": ("InferenceSession", "TrainingSession", "SessionOptions", "DataFlow", "AnchorReturnType", "Patterns",
-                     "InputShapeInfo", "PyStepIOCallback",
+         "session": ("InferenceSession", "TrainingSession", "SessionOptions", "DataFlow", "AnchorReturnType",
+                     "Patterns", "InputShapeInfo", "PyStepIOCallback",
                      "PyStepIO", "PyWeightsIO", "DeviceManager", "DeviceInfo", "SGD", "ConstSGD", "Adam", "Adaptive",
                      "ClipNormSettings", "TensorLocation", "TensorLocationSettings",
                      "AccumulateOuterFragmentSettings")}

@@ -48,7 +48,8 @@ from ..compiler.memory import ONNX_REMEDIES, reworded
 from ..errors import GraphError, OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as SimOptimizer
 from ..hardware.system import choose_system
-from ..options import CPU_OUTPUTS_ENV_VAR, InstanceOptions, Options, OutputMode, cpu_outputs, TensorLocationSettings as SimLocationSettings
+from ..options import CPU_OUTPUTS_ENV_VAR, InstanceOptions, Options, OutputMode, cpu_outputs
+from ..options import TensorLocationSettings as SimLocationSettings
 from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
 from ..virtual_clock import device_call, frozen
@@ -476,6 +477,10 @@ class _Optimizer:
         of PopART's UNDEFINED type takes."""
         raise NotImplementedError
 
+    def notes(self) -> list[str]:
+        """What the simulator prices otherwise than PopART runs it, or not at all."""
+        return []
+
 
 class SGD(_Optimizer):
     """PopART's SGD: ``SGD({"defaultLearningRate": (0.1, False), "defaultMomentum": (0.9, True)})``."""
@@ -538,6 +543,17 @@ class Adam(_Optimizer):
         self.mode = self._MODES[int(getattr(mode, "value", mode))]
         self.decay = int(getattr(weight_decay_mode, "value", weight_decay_mode)) == 0
         self.accum_type, self.accl_types = accum_type, (accl1_type, accl2_type)
+        self.scaled_state = bool(scaled_optimizer_state)
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.mode in ("AdamNoBias", "AdaMax", "LambNoBias"):
+            like = "LAMB" if self.mode.startswith("Lamb") else "Adam"
+            out.append(f"popart.Adam mode {self.mode}: priced as {like} (the same state and update ops; its bias "
+                       "correction or norm is a scalar difference)")
+        if self.scaled_state:
+            out.append("popart.Adam scaled_optimizer_state=True: accepted, no modelled effect")
+        return out
 
     def simulated(self, weight_dtype: str = "float32") -> SimOptimizer:
         # accl1_type and accl2_type default to FLOAT, accum_type to UNDEFINED: each weight's type (popart.cpp, adam.cpp)
@@ -557,11 +573,11 @@ class Adaptive(_Optimizer):
     _SCALARS = tuple((k,) for k in _KEYS) + (("lossScaling",),)
     _MODES = ("AdaGrad", "RMSProp", "CenteredRMSProp", "AdaDelta")
 
-    def __init__(self, values=None, mode=1, weight_decay_mode=0, accum_type=None, accl1_type="FLOAT", accl2_type="FLOAT",
-                 accl3_type=None, rmsprop_tf_variant=False, debugContext=""):
+    def __init__(self, values=None, mode=1, weight_decay_mode=0, accum_type=None, accl1_type="FLOAT",
+                 accl2_type="FLOAT", accl3_type=None, rmsprop_tf_variant=False, debugContext=""):
         super().__init__(values, None)
         self.mode = self._MODES[int(getattr(mode, "value", mode))]
-        self.accum_type = accum_type
+        self.accum_type, self.accl1_type, self.tf_variant = accum_type, accl1_type, bool(rmsprop_tf_variant)
 
     def simulated(self, weight_dtype: str = "float32") -> SimOptimizer:
         if self.mode not in ("RMSProp", "CenteredRMSProp"):
@@ -569,7 +585,10 @@ class Adaptive(_Optimizer):
                                      "CenteredRMSProp are")
         momentum = "_momentum" if self._value("defaultMomentum") != (0.0, True) else ""
         return SimOptimizer(f"rmsprop{'_centered' if self.mode == 'CenteredRMSProp' else ''}{momentum}",
-                            "float32", _float_type(self.accum_type, None))
+                            _float_type(self.accl1_type, weight_dtype), _float_type(self.accum_type, None))
+
+    def notes(self) -> list[str]:
+        return ["popart.Adaptive rmsprop_tf_variant=True: accepted, no modelled effect"] if self.tf_variant else []
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -643,7 +662,7 @@ class _Session:
                 n.attribute.extend(kept)
             if placed:
                 self._notes.append(f"virtualGraphMode is Off: the virtual graphs and pipeline stages of {len(placed)} "
-                                   "op(s) are ignored, every op runs on IPU 0 (set VirtualGraphMode.Manual to use them)")
+                                   "op(s) are ignored, every op runs on IPU 0 (VirtualGraphMode.Manual uses them)")
         # ops the reference evaluator cannot run (sim.popart.reference_ops has PopART's common ones)
         self._custom_ops = {f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain not in ("", "ai.onnx")
                             and not (n.domain == "ai.graphcore" and n.op_type in REFERENCE_OPS)}
@@ -722,7 +741,7 @@ class _Session:
             if settings.changed():
                 setter(_location(settings))
             domain = settings.location.shardingDomain
-            if domain is not None and which in ("weight", "optimizerState", "accumulator"):
+            if domain is not None:
                 kind = {"optimizerState": "optimizer"}.get(which, which)
                 o._Popart.set(Options.SHARDING_DOMAIN_KEYS[kind], (domain.type, int(domain.replicaGroupSize)))
         if self._patterns is not None and self._patterns.set:
@@ -742,8 +761,9 @@ class _Session:
         chosen = min(arts.values(), key=lambda art: (rank[art.mode], art.rp()))
         o.outputMode(chosen.mode, chosen.rp() if chosen.mode == OutputMode.EveryN else None)
         if len({(art.mode, art.rp()) for art in arts.values()}) > 1:
-            self._notes.append(f"anchors of several return types ({', '.join(f'{a}: {art.id()}' for a, art in arts.items())}"
-                               f"): all are streamed as {chosen.id()}, the type that makes the most transfers")
+            types = ", ".join(f"{a}: {art.id()}" for a, art in arts.items())
+            self._notes.append(f"anchors of several return types ({types}): all are streamed as {chosen.id()}, the "
+                               "type that makes the most transfers")
 
     def _weight_dtype(self) -> str:
         """The dtype of most of the model's weight elements."""
@@ -775,6 +795,8 @@ class _Session:
         notes = [f"system {system.name}: {why}",
                  f"PopART {type(self).__name__} on a {self.deviceInfo.type} device of {self.deviceInfo.numIpus} "
                  f"IPU(s), simulated as IPU hardware; {self._values_note()}"]
+        if self.training:
+            notes += self._optimizer.notes()
         if self.deviceInfo.tilesPerIPU:
             notes.append(f"the device's tilesPerIPU={self.deviceInfo.tilesPerIPU} is not modelled: every IPU has "
                          f"the system's {system.ipu.tiles} tiles")
