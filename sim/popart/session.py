@@ -5,8 +5,9 @@ ONNX file or its bytes) with :func:`sim.onnx.load`, streaming the ``DataFlow``'s
 outputs), and compiles it in ``prepareDevice()`` for the system that holds the device's IPUs (``system=``, an
 ipusim keyword; else ``IPUSIM_SYSTEM``; else the smallest Mk2 system). ``run(stepio)`` simulates one call:
 ``batchesPerStep`` steps, each ``accumulationFactor`` micro-batches on every replica, as PopART's
-``Session::run`` runs them. The anchor arrays are filled with zeros: the simulator computes times, not
-values. The simulation is :attr:`simulation` (a :class:`sim.Run`), its cycles ``getCycleCount()`` (with
+``Session::run`` runs them. An InferenceSession's anchors are computed on the CPU with ONNX's reference
+evaluator (and :mod:`sim.popart.reference_ops`); otherwise the arrays are zeros, and the notes say why. The
+simulation is :attr:`simulation` (a :class:`sim.Run`), its cycles ``getCycleCount()`` (with
 ``instrumentWithHardwareCycleCounter``, as PopART), its report ``getSummaryReport()``.
 
 What each setting becomes (PopART's names, ``willow/include/popart/sessionoptions.hpp``):
@@ -15,9 +16,10 @@ What each setting becomes (PopART's names, ``willow/include/popart/sessionoption
   model's outputs, returned as their ``AnchorReturnType`` says (All, Final, Sum, EveryN);
 * ``enableReplicatedGraphs`` / ``replicatedGraphCount``: the replicas; ``enableGradientAccumulation`` /
   ``accumulationFactor``: the micro-batches a weight update (training only, as PopART);
-* ``virtualGraphMode`` Manual: ops on the IPUs ``builder.virtualGraph`` gave them, run one IPU at a time, or
-  with ``enablePipelining`` as a pipeline of the ``pipelineStage``\\ s (or one stage an IPU); Off puts every op
-  on IPU 0; Auto and ExecutionPhases are not modelled here (an error says so);
+* ``virtualGraphMode`` Manual: ops on the IPUs ``builder.virtualGraph`` gave them, run one IPU at a time in
+  program order, or with ``enablePipelining`` as a pipeline of the ops' ``pipelineStage`` (else their IPU); Off
+  puts every op on IPU 0; Auto and ExecutionPhases are not modelled here (an error says so);
+* ``enableDistributedReplicatedGraphs``: this process is one PopDist instance of ``globalReplicationFactor``;
 * ``autoRecomputation``, ``numIOTiles``, ``syntheticDataMode``, ``partialsTypeMatMuls``,
   ``convolutionOptions`` / ``matmulOptions``, ``defaultPrefetchBufferingDepth``, ``enableOutlining``,
   ``outlineThreshold``, ``aliasZeroCopy``, ``enableStableNorm``, ``enableFullyConnectedPass``,
