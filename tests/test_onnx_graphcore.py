@@ -52,6 +52,12 @@ CASES = [
                                                                 ("scale", (1,))]),
     (_node("Nll", "xl", reduction="Mean", ignoreIndex=-1), [X, ("l", TP.INT32, [4])],
      [("softmax_cross_entropy", (1,))]),
+    # no reduction: a loss per label, the classes on the last axis (nll.cpp)
+    (_node("Nll", "xl", reduction="None"), [("x", F16, [2, 3, 8]), ("l", TP.INT32, [2, 3])],
+     [("softmax_cross_entropy", (2, 3))]),
+    (_node("Pow2ScaleThenCast", "xs", to="FLOAT8_143"), [X, ("s", TP.INT8, [])], [("cast", (4, 8))]),
+    (_node("CastThenPow2Scale", "xs", to=TP.FLOAT16), [("x", TP.FLOAT8E4M3FN, [4, 8]), ("s", TP.INT8, [])],
+     [("cast", (4, 8))]),
     (_node("GroupNormalization", ["x", "s", "b"], ["y", "mean", "inv_std_dev"], num_groups=2, epsilon=1e-5),
      [("x", F16, [2, 4, 8, 8]), ("s", F16, [4]), ("b", F16, [4])], [("groupnorm", (2, 4, 8, 8))]),
     (_node("DynamicSlice", "xo", axes=[1], sizes=[2], noOverlap=1), [X, ("o", TP.UINT32, [1])], [("copy", (4, 2))]),
@@ -130,8 +136,9 @@ def test_a_missing_required_attribute_is_named():
 
 
 def test_graphcore_ops_without_a_rule_are_named():
-    with pytest.raises(sim.UnsupportedOpError, match="ai.graphcore::Pow2ScaleThenCast"):
-        sim.onnx.load(_model([_node("Pow2ScaleThenCast", "xm", to="FLOAT8_143")], [X, ("m", TP.INT8, [])], ["y"]))
+    with pytest.raises(sim.UnsupportedOpError, match="ai.graphcore::SplineBasis"):
+        sim.onnx.load(_model([_node("SplineBasis", "xm", ["y", "z"], degree=1)], [X, ("m", TP.INT32, [4, 8])],
+                             ["y"]))
 
 
 U32 = TP.UINT32
@@ -225,3 +232,16 @@ def test_the_exact_gelu_is_popops_gelu_erf_vertex():
                                                 [h.make_tensor_value_info("y", F16, None)]),
                                    opset_imports=[h.make_opsetid("", 20)]))
     assert [op.kind for op in g.ops] == ["gelu"]
+
+
+def test_fp8_scale_casts_round_trip_and_check_their_types():
+    """Pow2ScaleThenCast to FP8 and CastThenPow2Scale back: each one cast (float8, then float16); PopART's
+    refusals of other types."""
+    nodes = [_node("Pow2ScaleThenCast", "xs", ["q"], to="FLOAT8_152"), _node("CastThenPow2Scale", "qs", ["y"],
+                                                                            to=TP.FLOAT16)]
+    g = sim.onnx.load(_model(nodes, [X, ("s", TP.INT8, [])], ["y"]))
+    assert [(op.kind, g.tensors[op.outputs[0]].dtype) for op in g.ops] == [("cast", "float8"), ("cast", "float16")]
+    with pytest.raises(sim.GraphError, match="casts to FLOAT8_143 or FLOAT8_152"):
+        sim.onnx.load(_model([_node("Pow2ScaleThenCast", "xs", to="INT8")], [X, ("s", TP.INT8, [])], ["y"]))
+    with pytest.raises(sim.GraphError, match="Casting from FLOAT8 is only supported"):
+        sim.onnx.load(_model([_node("CastThenPow2Scale", "xs", to=TP.FLOAT16)], [X, ("s", TP.INT8, [])], ["y"]))

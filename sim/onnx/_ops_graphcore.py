@@ -15,9 +15,10 @@ values) and ``Nll`` (NllOp of probabilities, or of log-probabilities with ``inpu
 update of ``sizes`` along ``axes``, from an offset tensor); ``Ctc`` (popnn's CTC loss) and ``CtcBeamSearchDecoder``
 (its beam search decoder); ``ScatterReduce`` (popops' multiUpdate of elements or, index broadcast, of slices),
 ``GroupedGather`` (a multiSlice of the groups' tables), ``Init`` (a zero fill, or no work), ``SequenceSlice`` (an
-update of the whole destination) and the ``Replicated*`` collectives over PopART's replica grouping attribute.
+update of the whole destination), the ``Replicated*`` collectives over PopART's replica grouping attribute, and the
+FP8 scale casts ``Pow2ScaleThenCast`` / ``CastThenPow2Scale`` (one cast each).
 ``MultiConv`` is a convolution's (``_ops_layers``), ``Call`` control flow (``_ops_control_flow``). The rest of the
-domain (the FP8 scale casts, ...) has no rule: an error names it.
+domain has no rule: an error names it.
 """
 
 from __future__ import annotations
@@ -338,7 +339,29 @@ def _replicated(kind: str):
     return rule
 
 
-_ELEMENTWISE = _ops_elementwise.RULES
+def _pow2_scale_then_cast(ctx: OpContext):
+    """Pow2ScaleThenCastOp (pow2scalethencast.cpp): ``cast(x * 2**log2_scale)`` of a FLOAT16 or FLOAT input to
+    FP8 (``to`` "FLOAT8_143" or "FLOAT8_152"), the scale a scalar int8 input. Priced as one cast: popops casts
+    half to quarter at the speed of half to float (PerformanceEstimation.cpp), as sim.popxl's
+    ``pow2scale_cast_to_fp8``."""
+    to = _required(ctx, "to")
+    to = to.decode() if isinstance(to, bytes) else str(to)
+    if to not in ("FLOAT8_143", "FLOAT8_152"):
+        raise GraphError(f"{ctx.desc}: to = {to!r}; PopART's Pow2ScaleThenCast casts to FLOAT8_143 or FLOAT8_152")
+    if ctx.dtype(0) not in ("float16", "float32"):
+        raise GraphError(f"{ctx.desc}: its input is {ctx.dtype(0)}; PopART casts FLOAT16 or FLOAT to FP8")
+    return ctx.op("cast", [ctx.input(0)], {"to": "float8"}, shapes=[ctx.shape(0)], dtypes=["float8"])
+
+
+def _cast_then_pow2_scale(ctx: OpContext):
+    """CastThenPow2ScaleOp (castthenpow2scale.cpp): an FP8 input cast to FLOAT16 and scaled by ``2**log2_scale``;
+    one cast, as :func:`_pow2_scale_then_cast`."""
+    if ctx.dtype(0) != "float8":
+        raise GraphError(f"{ctx.desc}: its input is {ctx.dtype(0)}; Casting from FLOAT8 is only supported for "
+                         "FLOAT8_143 and FLOAT8_152 input types (PopART's CastThenPow2Scale)")
+    return ctx.op("cast", [ctx.input(0)], {"to": "float16"}, shapes=[ctx.shape(0)], dtypes=["float16"])
+
+
 _ELEMENTWISE = _ops_elementwise.RULES
 
 RULES: dict = {f"ai.graphcore::{op}": rule for op, rule in {
@@ -358,4 +381,5 @@ RULES: dict = {f"ai.graphcore::{op}": rule for op, rule in {
     "Init": _init, "SequenceSlice": _sequence_slice, "ReplicatedAllReduce": _replicated("replicated_all_reduce"),
     "ReplicatedReduceScatter": _replicated("replicated_reduce_scatter"),
     "ReplicatedAllGather": _replicated("replicated_all_gather"),
+    "Pow2ScaleThenCast": _pow2_scale_then_cast, "CastThenPow2Scale": _cast_then_pow2_scale,
 }.items()}

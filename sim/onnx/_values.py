@@ -17,7 +17,10 @@ _FLOAT_TYPES = {TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float32",
                 TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "float16"}  # bf16 priced as fp16
 _OTHER_TYPES = {TensorProto.INT64: "int32", TensorProto.INT32: "int32", TensorProto.INT16: "int32",
                 TensorProto.UINT16: "int32", TensorProto.UINT32: "int32", TensorProto.UINT64: "int32",
-                TensorProto.INT8: "int8", TensorProto.UINT8: "uint8", TensorProto.BOOL: "bool"}
+                TensorProto.INT8: "int8", TensorProto.UINT8: "uint8", TensorProto.BOOL: "bool",
+                # ONNX's 8-bit floats, priced as Poplar's QUARTER (PopART's FLOAT8_143 / FLOAT8_152)
+                TensorProto.FLOAT8E4M3FN: "float8", TensorProto.FLOAT8E4M3FNUZ: "float8",
+                TensorProto.FLOAT8E5M2: "float8", TensorProto.FLOAT8E5M2FNUZ: "float8"}
 
 
 def _type_name(elem_type: int) -> str:
