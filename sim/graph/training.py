@@ -845,12 +845,14 @@ def _differentiate(bw: _Backward, op: Op, need: set[str]) -> None:
         a, b = ins
         fc = op.attrs.get("fully_connected_pass") == "TRAINING_FWD"  # mark_fully_connected_passes
         batch = g.tensors[op.outputs[0]].shape[:-2]  # the operands' batch dimensions, broadcast
+        # PopART's MatMulBaseGradOp takes the forward op's availableMemoryProportion and partials type (matmul.cpp)
+        own = {key: op.attrs[key] for key in ("available_memory_proportion", "partials_type") if key in op.attrs}
         if wants(0):
-            attrs = {"transpose_b": True} | ({"fully_connected_pass": "TRAINING_BWD"} if fc else {})
+            attrs = own | {"transpose_b": True} | ({"fully_connected_pass": "TRAINING_BWD"} if fc else {})
             grad = bw.new("matmul", [dy, b.name], batch + a.shape[-2:], a.dtype, attrs, "grad_a")
             bw.give(a.name, _summed_to(bw, grad, a))
         if wants(1):
-            attrs = {"transpose_a": True} | ({"fully_connected_pass": "TRAINING_WU"} if fc else {})
+            attrs = own | {"transpose_a": True} | ({"fully_connected_pass": "TRAINING_WU"} if fc else {})
             if len(b.shape) == 2 and len(a.shape) > 2:  # shared weight: fold the batch into rows
                 rows = math.prod(a.shape[:-1])
                 a2 = bw.new("reshape", [a.name], (rows, a.shape[-1]), a.dtype, suffix="flat_a")
