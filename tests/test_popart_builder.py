@@ -79,8 +79,6 @@ def test_builder_errors_name_the_problem():
         b.aiOnnx.softmax([x], axes=[0])
     with pytest.raises(RuntimeError, match="already defined as 10"):  # aiOnnx chose PopART's default, 10
         b.aiOnnxOpset11.relu([x])
-    with pytest.raises(UnsupportedOpError, match="subgraph"):
-        b.createSubgraphBuilder()
     with pytest.raises(UnsupportedOpError, match="VariableSettings"):
         b.addInitializedInputTensor(np.zeros(2, np.float32), object())
     with pytest.raises(TypeError, match="not a data type PopART takes"):
@@ -178,3 +176,34 @@ def test_popart_builder_idioms_graphcores_bert_uses():
     assert len(outs) == 3 and b.getTensorShape(outs[0]) == [2, 16]
     b.addOutputTensor(outs[0])
     assert [op.kind for op in sim.onnx.load(b.getModelProto()).ops] == ["add", "cast", "reshape", "groupnorm"]
+
+
+def test_subgraph_builders_make_calls_and_loops():
+    """createSubgraphBuilder: a call's callee (sim.onnx inlines it where the call stands) and a loop's body that
+    reads a parent tensor (unrolled, its ops once an iteration)."""
+    b = popart.Builder(opsets={"ai.onnx": 11, "ai.graphcore": 1})
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [4, 8]))
+    w = b.addInitializedInputTensor(np.zeros([8, 8], np.float16))
+    callee = b.createSubgraphBuilder()
+    cx = callee.addUntypedInputTensor()
+    callee.addInputTensorFromParentGraph(w)
+    callee.addOutputTensor(callee.aiOnnx.relu([callee.aiOnnx.matmul([cx, w])]))
+    (y,) = b.aiGraphcore.call([x], 1, callee)
+    (z,) = b.aiGraphcore.call([y], 1, callee)
+    body = b.createSubgraphBuilder()
+    body.addInputTensor(popart.TensorInfo("INT64", []))
+    cond = body.addInputTensor(popart.TensorInfo("BOOL", []))
+    carried = body.addInputTensor(popart.TensorInfo("FLOAT16", [4, 8]))
+    body.addOutputTensor(body.aiOnnx.identity([cond]))
+    body.addOutputTensor(body.aiOnnx.sigmoid([carried]))
+    trips = b.aiOnnx.constant(np.array(3, np.int64))
+    go = b.aiOnnx.constant(np.array(True))
+    (out,) = b.aiOnnx.loop([trips, go, z], 1, body)
+    b.addOutputTensor(out)
+    ops = sim.onnx.load(b.getModelProto()).ops
+    assert [op.kind for op in ops[:4]] == ["matmul", "relu", "matmul", "relu"]  # each call's callee, inlined
+    assert [op.kind for op in ops].count("sigmoid") == 3  # the body once an iteration (with the loop's own ops)
+    with pytest.raises(GraphError, match="no parent builder has that tensor"):
+        callee.addInputTensorFromParentGraph("nope")
+    with pytest.raises(GraphError, match="'input' is not known"):
+        b.createSubgraphBuilder().aiOnnx.relu([x])  # a parent tensor not named as read

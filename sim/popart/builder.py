@@ -20,8 +20,9 @@ builder (graphcore/popart ``willow/src/builder.cpp``, ``builder_impl.cpp``):
   (``setPartialsType``, ``schedulePriority``, ``outlineAttributes``, ...) are written too; a session names them
   in its run's notes (:func:`unmodelled_annotations`).
 
-Subgraph builders (``createSubgraphBuilder``, and so ``aiGraphcore.call``, ``aiOnnx.loop``, ``scan``,
-``logical_if``) are not provided: a model with control flow can be simulated from its ONNX file.
+Subgraph builders (``createSubgraphBuilder``) make the callee of ``aiGraphcore.call`` and the bodies of
+``aiOnnx.loop``, ``scan`` and ``logical_if``; a subgraph reads its parent's tensors after
+``addInputTensorFromParentGraph``, and sim.onnx inlines a call and unrolls a loop as it does a file's.
 """
 
 from __future__ import annotations
@@ -77,7 +78,6 @@ RECOMPUTE_TYPES = ("Undefined", "Checkpoint", "Recompute", "Recomputed")
 #: PopART's builder method names that are not the ONNX operator's name in lower case
 _RENAMED = {"logical_and": "And", "logical_or": "Or", "logical_not": "Not", "logical_xor": "Xor",
             "logical_if": "If"}
-_SUBGRAPH_OPS = ("If", "Loop", "Scan")
 
 
 def data_type_name(dtype) -> str:
@@ -193,10 +193,6 @@ class AiOnnx(_Opset):
         except onnx.defs.SchemaError:
             raise AttributeError(f"'AiOnnxOpset{self.version}' object has no attribute {name!r}: ONNX's "
                                  f"{op_type} is not in opset {self.version}") from None
-        if op_type in _SUBGRAPH_OPS:
-            raise UnsupportedOpError(f"builder.aiOnnx.{name}: its body is a subgraph builder, which sim.popart does "
-                                     "not provide; export the model with the op to an ONNX file and simulate it "
-                                     "with sim.onnx.load")
         return _OnnxOp(self._builder, schema, name)
 
 
@@ -237,6 +233,9 @@ class _OnnxOp:
             raise ValueError(f"{self._name}(): num_outputs must be >= 1")
         if s.name in ("TopK", "DynamicQuantizeLinear"):
             outputs = s.max_output
+        for k, v in given.items():  # a subgraph (Loop's body, If's branches, Scan's body): a builder's graph
+            if isinstance(v, Builder):
+                given[k] = v._subgraph()
         if s.name == "Cast" and not isinstance(given["to"], numbers.Integral):  # a DataType or its name
             given["to"] = DATA_TYPES[data_type_name(getattr(given["to"], "name", given["to"]))]
         extra.update({k: _attribute_value(v) for k, v in given.items()})
@@ -348,10 +347,11 @@ class AiGraphcore(_Opset):
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in ("call", "packedDataBlock"):
-            raise UnsupportedOpError(f"builder.aiGraphcore.{name}: its callee is a subgraph builder (or a host "
-                                     "callback), which sim.popart does not provide; simulate the model from its ONNX "
-                                     "file with sim.onnx.load")
+        if name == "call":
+            return self._call
+        if name == "packedDataBlock":
+            raise UnsupportedOpError("builder.aiGraphcore.packedDataBlock: its host callback is not modelled by "
+                                     "sim.popart; simulate the model without it")
         if name in ("replicatedallreduce", "replicatedreducescatter"):
             return _ReplicatedOp(self._builder, name)
         if name == "init":
@@ -361,6 +361,18 @@ class AiGraphcore(_Opset):
                                  f"{', '.join(sorted([*_GRAPHCORE_OPS, 'init', 'replicatedallreduce']))}")
         op_type, params, *outs = _GRAPHCORE_OPS[name]
         return _GraphcoreOp(self._builder, name, op_type, params, outs[0] if outs else 1)
+
+
+def _call(self, args, num_outputs: int, callee: "Builder", debugContext="") -> list[str]:
+    """``call(args, num_outputs, callee)``: the callee builder's graph run on ``args`` (PopART's CallOp)."""
+    if not isinstance(callee, Builder):
+        raise TypeError(f"aiGraphcore.call: callee must be a subgraph Builder (createSubgraphBuilder), got "
+                        f"{type(callee).__name__}")
+    return self._builder._add_node("Call", "ai.graphcore", list(args), int(num_outputs),
+                                   {"callee": callee._subgraph()}, debugContext)
+
+
+AiGraphcore._call = _call
 
 
 class _GraphcoreOp:
@@ -430,6 +442,7 @@ class Builder:
         self._context: dict[str, object] = {}
         self._custom_domains: dict[str, int] = {}  # customOp's domains -> their opset version
         self._shapes: dict | None = None  # tensor -> (shape, ONNX type) by shape inference, until the next op
+        self._outer: set[str] = set()  # a subgraph builder's reads of its parent's tensors
         opsets = dict(opsets or {})
         self._onnx_version = opsets.get("ai.onnx")
         if not self._onnx_version:  # a loaded model's own ai.onnx opset, else the first one asked for
@@ -477,10 +490,31 @@ class Builder:
         new_shape = aiOnnx.constant(np.array(shape).astype(np.int64), debugContext + "_const")
         return aiOnnx.reshape([args[0], new_shape], debugContext)
 
-    def createSubgraphBuilder(self):
-        raise UnsupportedOpError("Builder.createSubgraphBuilder: subgraphs (aiGraphcore.call, aiOnnx.loop, "
-                                 "logical_if) are not provided by sim.popart; simulate such a model from its ONNX "
-                                 "file with sim.onnx.load")
+    def createSubgraphBuilder(self) -> "Builder":
+        """A builder of a subgraph (a call's callee, a loop's body, an if's branch): its ids unique with its
+        parent's, its opsets the parent's; the parent's tensors it reads are named with
+        ``addInputTensorFromParentGraph`` (ONNX's outer-scope names)."""
+        child = Builder(opsets={"ai.onnx": self._onnx_version or DEFAULT_AI_ONNX_OPSET,
+                                "ai.graphcore": self.aiGraphcore.version})
+        child._ids, child._parent = self._ids, self
+        child._custom_domains = self._custom_domains
+        child._graph.name = self._next_id("subgraph")
+        return child
+
+    def addInputTensorFromParentGraph(self, tensorId: str) -> None:
+        """Read the parent builder's ``tensorId`` in this subgraph (an outer-scope name, as ONNX has it)."""
+        parent = getattr(self, "_parent", None)
+        if parent is None or tensorId not in parent._ids:
+            raise GraphError(f"addInputTensorFromParentGraph({tensorId!r}): no parent builder has that tensor")
+        self._outer.add(tensorId)
+
+    def _subgraph(self) -> onnx.GraphProto:
+        """This builder's graph, as a subgraph attribute (its inputs, ops and outputs)."""
+        if not self._graph.output:
+            raise GraphError(f"subgraph {self._graph.name!r} has no outputs: give them with addOutputTensor")
+        graph = onnx.GraphProto()
+        graph.CopyFrom(self._graph)
+        return graph
 
     # --- ids ----------------------------------------------------------------------------------
     def _next_id(self, name: str, index: int | None = None) -> str:
@@ -495,8 +529,10 @@ class Builder:
         return proposed
 
     def _check_known(self, ids: Iterable[str], what: str) -> None:
+        own = {v.name for v in self._graph.input} | {i.name for i in self._graph.initializer} | {
+            o for n in self._graph.node for o in n.output} | self._outer if hasattr(self, "_parent") else self._ids
         for t in ids:
-            if t not in self._ids:
+            if t not in own:
                 raise GraphError(f"{what}: tensor {t!r} is not known to this builder (add it with addInputTensor "
                                  "or addInitializedInputTensor, or use an op's returned id)")
 
@@ -523,8 +559,10 @@ class Builder:
         return name
 
     def addUntypedInputTensor(self, debugContext: str = "") -> str:
-        raise UnsupportedOpError("Builder.addUntypedInputTensor: an input of a subgraph; sim.popart has no subgraph "
-                                 "builders")
+        """An input of a subgraph whose type its caller's argument gives."""
+        name = self._next_id(debugContext or "input")
+        self._graph.input.append(helper.make_empty_tensor_value_info(name))
+        return name
 
     def addInitializedInputTensor(self, initVal, *args, debugContext: str = "") -> str:
         """A weight (a variable) holding ``initVal``. PopART's VariableSettings (a second argument: a weight
