@@ -442,6 +442,7 @@ class Builder:
         self._context: dict[str, object] = {}
         self._custom_domains: dict[str, int] = {}  # customOp's domains -> their opset version
         self._shapes: dict | None = None  # tensor -> (shape, ONNX type) by shape inference, until the next op
+        self._parent: Builder | None = None  # a subgraph builder's parent
         self._outer: set[str] = set()  # a subgraph builder's reads of its parent's tensors
         opsets = dict(opsets or {})
         self._onnx_version = opsets.get("ai.onnx")
@@ -503,8 +504,7 @@ class Builder:
 
     def addInputTensorFromParentGraph(self, tensorId: str) -> None:
         """Read the parent builder's ``tensorId`` in this subgraph (an outer-scope name, as ONNX has it)."""
-        parent = getattr(self, "_parent", None)
-        if parent is None or tensorId not in parent._ids:
+        if self._parent is None or tensorId not in self._parent._ids:
             raise GraphError(f"addInputTensorFromParentGraph({tensorId!r}): no parent builder has that tensor")
         self._outer.add(tensorId)
 
@@ -529,8 +529,10 @@ class Builder:
         return proposed
 
     def _check_known(self, ids: Iterable[str], what: str) -> None:
-        own = {v.name for v in self._graph.input} | {i.name for i in self._graph.initializer} | {
-            o for n in self._graph.node for o in n.output} | self._outer if hasattr(self, "_parent") else self._ids
+        own = self._ids  # a subgraph's own tensors and the parent's it reads; the ids are shared with the parent
+        if self._parent is not None:
+            own = {v.name for v in self._graph.input} | {i.name for i in self._graph.initializer} | {
+                o for n in self._graph.node for o in n.output} | self._outer
         for t in ids:
             if t not in own:
                 raise GraphError(f"{what}: tensor {t!r} is not known to this builder (add it with addInputTensor "
@@ -538,8 +540,8 @@ class Builder:
 
     # --- tensors ------------------------------------------------------------------------------
     def addInputTensor(self, tensorInfo, shape=None, *args, debugContext: str = "", **kwargs) -> str:
-        """A host-fed input: ``addInputTensor(TensorInfo)`` or ``addInputTensor("FLOAT16", [2, 3])``, then
-        optionally PopART's ``InputSettings`` (not modelled) and a debug name."""
+        """A host-fed input: ``addInputTensor(TensorInfo)`` or ``addInputTensor("FLOAT16", [2, 3])``, then a debug
+        name. PopART's ``InputSettings`` are refused (not modelled here)."""
         rest = list(args)
         if isinstance(tensorInfo, TensorInfo):
             if shape is not None:
@@ -648,8 +650,8 @@ class Builder:
 
     def customOp(self, opName: str, opVersion: int, domain: str, inputs, attributes: dict, numOutputs: int = 1,
                  name: str = "") -> list[str]:
-        """A node of any op (``domain``'s ``opName`` at ``opVersion``), as PopART writes a custom op; its output ids.
-        The simulator prices it once :func:`sim.onnx.register_op` gives it a rule (``opName``, or
+        """A node of any op (``domain``'s ``opName`` at ``opVersion``), as PopART writes a custom op; its output
+        ids. The simulator prices it once :func:`sim.onnx.register_op` gives it a rule (``opName``, or
         ``"<domain>::<opName>"``); until then a session names it as an op with no rule."""
         self._custom_domains[domain] = int(opVersion)
         return self._add_node(opName, domain, list(inputs), int(numOutputs), dict(attributes), name)
@@ -674,7 +676,7 @@ class Builder:
         ids = [ids] if isinstance(ids, str) else list(ids)
         self._check_known(ids, "the annotation")
         nodes = [n for n in self._graph.node if set(n.output) & set(ids)]
-        if len(nodes) < len(set(ids)) and not nodes:
+        if not nodes:
             raise GraphError(f"no op makes {', '.join(ids)}: annotations are set on ops' outputs, not on inputs or "
                              "weights")
         return nodes
