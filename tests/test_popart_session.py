@@ -145,6 +145,21 @@ def test_anchors_of_popart_own_ops_are_computed_too():
     np.testing.assert_allclose(anchors[loss], nll, rtol=1e-5)
 
 
+def test_anchors_are_computed_through_popart_annotations():
+    """PopART's "__" node attributes (a checkpoint's identity, virtual graphs) are not the operators' own: the
+    reference evaluator runs the model without them (its Identity had refused them)."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 4]))
+    with b.virtualGraph(0):
+        (y,) = b.checkpointOutput([b.aiOnnx.relu([x])])
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, [y]), _device())
+    sess.prepareDevice()
+    anchors = sess.initAnchorArrays()
+    data = np.array([[1, -2, 3, -4], [-1, 2, -3, 4]], np.float32)
+    sess.run(popart.PyStepIO({x: data}, anchors))
+    np.testing.assert_array_equal(anchors[y], np.maximum(data, 0))
+
+
 def test_optimizers_map_to_the_simulators_updates():
     adam = popart.Adam({"defaultLearningRate": (1e-3, False)}, popart.AdamMode.Lamb, accl1_type="FLOAT16")
     assert (adam.simulated().name, adam.simulated().state_dtype) == ("lamb", ("float16", "float32"))

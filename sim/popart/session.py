@@ -939,8 +939,14 @@ class _Session:
         if self.training or self._custom_ops or self._sim_options.synthetic_data or not cpu_outputs(self._sim_options):
             return
         from onnx.reference import ReferenceEvaluator
-        if self._evaluator is None:
-            self._evaluator = ReferenceEvaluator(self._values_model, new_ops=list(REFERENCE_OPS.values()))
+        if self._evaluator is None:  # PopART's own "__" annotations are not the operators' attributes
+            model = onnx.ModelProto()
+            model.CopyFrom(self._values_model)
+            for node in _nodes(model.graph):
+                kept = [a for a in node.attribute if not a.name.startswith("__")]
+                del node.attribute[:]
+                node.attribute.extend(kept)
+            self._evaluator = ReferenceEvaluator(model, new_ops=list(REFERENCE_OPS.values()))
         wanted = [a for a in self.dataFlow.anchors() if a in stepio.outputs and a in self._graph.onnx_outputs]
         steps, reps = self.dataFlow.batchesPerStep(), self._replication()
         feeds = {}
@@ -1048,6 +1054,15 @@ class _Session:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, runs={self._runs})"
+
+
+def _nodes(graph):
+    """Every node of ``graph`` and of the subgraphs its nodes hold (a call's callee, a loop's body)."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _nodes(sub)
 
 
 def _location(settings: TensorLocationSettings) -> SimLocationSettings:
