@@ -30,8 +30,8 @@ class _GraphcoreOp(OpRun):
 
 class Gelu(_GraphcoreOp):
     def _run(self, x, **_):
-        c = math.sqrt(2 / math.pi)
-        return ((0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))).astype(x.dtype),)
+        c, v = math.sqrt(2 / math.pi), x.astype(np.float64)  # in float64: a float16 x cubed overflows
+        return ((0.5 * v * (1 + np.tanh(c * (v + 0.044715 * v ** 3)))).astype(x.dtype),)
 
 
 class GeluErf(_GraphcoreOp):
@@ -42,7 +42,8 @@ class GeluErf(_GraphcoreOp):
 
 class Swish(_GraphcoreOp):
     def _run(self, x, **_):
-        return ((x / (1 + np.exp(-x))).astype(x.dtype),)
+        v = x.astype(np.float64)
+        return ((v / (1 + np.exp(-v))).astype(x.dtype),)
 
 
 class Scale(_GraphcoreOp):
