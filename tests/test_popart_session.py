@@ -387,3 +387,21 @@ def test_a_matmuls_memory_proportion_holds_for_its_gradients():
     grads = [op for op in ops if op.forward_of == forward.name and op.kind == "matmul"]
     assert len(grads) == 1  # the first matmul's input is not trained: its weight gradient only
     assert grads[0].attrs["available_memory_proportion"] == pytest.approx(0.1)
+
+
+def test_popdist_configures_a_session_for_its_instance(monkeypatch):
+    """popdist.popart.configureSessionOptions under a PopRun launch of 8 replicas, 2 an instance, this the third:
+    the session is one of 4 instances, its replicas 4 and 5 of 8."""
+    from sim.popdist import popart as popdist_popart
+    for name, value in (("POPDIST_NUM_TOTAL_REPLICAS", "8"), ("POPDIST_NUM_LOCAL_REPLICAS", "2"),
+                        ("POPDIST_REPLICA_INDEX_OFFSET", "4")):
+        monkeypatch.setenv(name, value)
+    opts = popart.SessionOptions()
+    popdist_popart.configureSessionOptions(opts)
+    assert (opts.enableDistributedReplicatedGraphs, opts.globalReplicationFactor, opts.globalReplicaOffset,
+            opts.enableReplicatedGraphs, opts.replicatedGraphCount) == (True, 8, 4, True, 2)
+    b, _, loss = _mlp(loss=True)
+    sess = popart.TrainingSession(b.getModelProto(), popart.DataFlow(1, [loss]), loss, popart.ConstSGD(0.1),
+                                  _device(2), userOptions=opts, system="ipu-pod16")
+    o = sess._sim_options
+    assert (o.replication_factor, o.num_instances(), o.instance_index()) == (2, 4, 2)
