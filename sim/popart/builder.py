@@ -638,8 +638,9 @@ class Builder:
         from ..onnx import load
         graph = load(self._light(outputs=[tensorId]), name="builder")
         name, shape = graph.onnx_outputs[tensorId]
-        return list(shape), {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}.get(
-            graph.tensors[name].dtype, TensorProto.INT32)
+        self._shapes[tensorId] = (list(shape), {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT}.get(
+            graph.tensors[name].dtype, TensorProto.INT32))  # kept, as the inferred ones, until the next op
+        return self._shapes[tensorId]
 
     def getTensorShape(self, tensorId: str) -> list[int]:
         return self._info(tensorId)[0]

@@ -873,10 +873,11 @@ class _Session:
 
     @frozen
     def run(self, stepio: PyStepIO, debugName: str = "") -> None:
-        """Simulate one call; the anchor arrays are filled with zeros."""
+        """Simulate one call; fill the anchor arrays (:meth:`_anchor_values`), or give them to the callbacks."""
         self._require("run")
-        if isinstance(stepio, PyStepIOCallback):
-            stepio = self._through_callbacks(stepio)
+        callbacks = stepio if isinstance(stepio, PyStepIOCallback) else None
+        if callbacks is not None:
+            stepio = self._through_callbacks(callbacks)
         if not isinstance(stepio, PyStepIO):
             raise TypeError(f"session.run takes a popart.PyStepIO or PyStepIOCallback, got {type(stepio).__name__}")
         if not self._sim_options.synthetic_data:
@@ -887,7 +888,8 @@ class _Session:
                 self._run = run_executable(self._executable)
             call.seconds, call.run = self._run.seconds, self._run
             call.label = f"popart {type(self).__name__} {self.name!r} on {self._executable.system.name}"
-        self._return_to_callbacks(stepio)
+        if callbacks is not None:
+            self._return_to_callbacks(stepio, callbacks)
         self._runs += 1
 
     def _through_callbacks(self, callbacks: PyStepIOCallback) -> PyStepIO:
@@ -902,15 +904,9 @@ class _Session:
                 parts.append(np.asarray(callbacks.input(name, False)))
                 callbacks.input_complete(name)
             inputs[name] = np.stack(parts).reshape(dims + list(parts[0].shape))
-        outputs = self.initAnchorArrays()
-        stepio = PyStepIO(inputs, outputs)
-        stepio.callbacks = callbacks
-        return stepio
+        return PyStepIO(inputs, self.initAnchorArrays())
 
-    def _return_to_callbacks(self, stepio: PyStepIO) -> None:
-        callbacks = getattr(stepio, "callbacks", None)
-        if callbacks is None:
-            return
+    def _return_to_callbacks(self, stepio: PyStepIO, callbacks: PyStepIOCallback) -> None:
         for name, arr in stepio.outputs.items():
             art = self.dataFlow.art(name)
             returns = arr.reshape((-1,) + tuple(self.getInfo(name).shape())) if art.id() in ("All", "EveryN") else [arr]
