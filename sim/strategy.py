@@ -147,6 +147,8 @@ class _PhasedExecution(_Strategy):
             raise OptionsError("phased execution needs the phases to be given explicitly")
         self.liveness = Liveness.AlwaysLive
         self.separate_backward_phase = False
+        #: PopART's executionPhaseSettings.phases when set (sim.popart); None: the ops' forward phases
+        self.phase_count: int | None = None
         self.phases: list[Phase] = []
         for phase_id, arg in enumerate(phases):
             phase = arg if isinstance(arg, Phase) else Phase(*(arg if isinstance(arg, (list, tuple)) else [arg]))

@@ -189,10 +189,7 @@ def test_settings_errors_and_unmodelled_options_are_named():
         popart.InferenceSession(b.getModelProto(), flow, _device(2), userOptions=opts)
     opts = popart.SessionOptions()
     opts.enablePipelining = True
-    with pytest.raises(OptionsError, match="virtualGraphMode' session option to be Manual"):
-        popart.InferenceSession(b.getModelProto(), flow, _device(2), userOptions=opts)
-    opts.virtualGraphMode = popart.VirtualGraphMode.Auto
-    with pytest.raises(UnsupportedOpError, match="virtualGraphMode Auto is not modelled"):
+    with pytest.raises(OptionsError, match="virtualGraphMode' session option to not be VirtualGraphMode::Off"):
         popart.InferenceSession(b.getModelProto(), flow, _device(2), userOptions=opts)
     opts = popart.SessionOptions()
     opts.virtualGraphMode = popart.VirtualGraphMode.Manual

@@ -17,8 +17,13 @@ What each setting becomes (PopART's names, ``willow/include/popart/sessionoption
 * ``enableReplicatedGraphs`` / ``replicatedGraphCount``: the replicas; ``enableGradientAccumulation`` /
   ``accumulationFactor``: the micro-batches a weight update (training only, as PopART);
 * ``virtualGraphMode`` Manual: ops on the IPUs ``builder.virtualGraph`` gave them, run one IPU at a time in
-  program order, or with ``enablePipelining`` as a pipeline of the ops' ``pipelineStage`` (else their IPU); Off
-  puts every op on IPU 0; Auto and ExecutionPhases are not modelled here (an error says so);
+  program order, or with ``enablePipelining`` as a pipeline of the ops' ``pipelineStage`` (else their IPU); Auto:
+  the same, on the IPUs PopART's AutoVirtualGraph split gives them (:func:`~sim.popart.placement.
+  auto_virtual_graphs`, ``virtualGraphSplitRatios``); ExecutionPhases: the ops' ``executionPhase`` as phased
+  execution (``executionPhaseSettings`` phases and stages: :func:`~sim.popart.placement.phased_strategy`), the
+  activations between phases on or off chip as ``activationTensorLocationSettings`` says, weights, optimizer
+  state and accumulators on chip unless their settings say OffChip (PopART's default); Off puts every op on
+  IPU 0;
 * ``enableDistributedReplicatedGraphs``: this process is one PopDist instance of ``globalReplicationFactor``;
 * ``autoRecomputation``, ``numIOTiles``, ``syntheticDataMode``, ``partialsTypeMatMuls``,
   ``convolutionOptions`` / ``matmulOptions``, ``defaultPrefetchBufferingDepth``, ``enableOutlining``,
@@ -56,6 +61,7 @@ from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
 from ..virtual_clock import device_call, frozen
 from .builder import Builder, unmodelled_annotations
+from .placement import auto_virtual_graphs, phased_strategy
 from .reference_ops import OPS as REFERENCE_OPS
 
 # --- data flow --------------------------------------------------------------------------------
@@ -606,7 +612,8 @@ _READ = {"batchesPerStep", "enableReplicatedGraphs", "replicatedGraphCount", "en
          "accumulationFactor", "enablePipelining", "virtualGraphMode", "autoRecomputation", "numIOTiles",
          "syntheticDataMode", "instrumentWithHardwareCycleCounter", "partialsTypeMatMuls", "convolutionOptions",
          "matmulOptions", "constantWeights", "enableDistributedReplicatedGraphs", "globalReplicationFactor",
-         "globalReplicaOffset", *_SAME_NAME}
+         "globalReplicaOffset", "executionPhaseSettings.phases", "executionPhaseSettings.stages",
+         "virtualGraphSplitRatios", *_SAME_NAME}
 
 
 def _model_bytes(fnModel):
@@ -652,19 +659,28 @@ class _Session:
         proto.graph.output.extend(helper.make_empty_tensor_value_info(a) for a in anchors if a in tensors)
         self._notes: list[str] = []
         mode = _VG_MODES[int(getattr(self.options.virtualGraphMode, "value", self.options.virtualGraphMode))]
-        if mode in ("Auto", "ExecutionPhases"):
-            raise UnsupportedOpError(f"virtualGraphMode {mode} is not modelled by sim.popart: place the ops with "
-                                     "builder.virtualGraph and VirtualGraphMode.Manual")
-        if mode == "Off":
-            placed = [n for n in proto.graph.node for a in n.attribute if a.name in ("__ipu_number",
-                                                                                    "__pipeline_stage")]
-            for n in placed:
-                kept = [a for a in n.attribute if a.name not in ("__ipu_number", "__pipeline_stage")]
-                del n.attribute[:]
-                n.attribute.extend(kept)
-            if placed:
-                self._notes.append(f"virtualGraphMode is Off: the virtual graphs and pipeline stages of {len(placed)} "
-                                   "op(s) are ignored, every op runs on IPU 0 (VirtualGraphMode.Manual uses them)")
+        phases = int(self.options.executionPhaseSettings.phases)
+        if mode == "ExecutionPhases" and phases < 2:  # PopART warns and runs without phases (Ir::verify...)
+            self._notes.append(f"virtualGraphMode is ExecutionPhases with executionPhaseSettings.phases {phases}: "
+                               "phased execution needs 2 or more, so the ops run on their virtual graphs unphased, "
+                               "as PopART disables it")
+            mode = "Manual"
+        elif mode != "ExecutionPhases" and phases > 1:
+            raise OptionsError("> 1 execution phases requires VirtualGraphMode::ExecutionPhases (set "
+                               "virtualGraphMode, or leave executionPhaseSettings.phases at 0)")
+        dropped = {"Off": ("__ipu_number", "__pipeline_stage", "__execution_phase"),
+                   "Auto": ("__ipu_number", "__execution_phase"), "Manual": ("__execution_phase",)}.get(mode, ())
+        placed = [n for n in proto.graph.node if any(a.name in dropped for a in n.attribute)]
+        for n in placed:
+            kept = [a for a in n.attribute if a.name not in dropped]
+            del n.attribute[:]
+            n.attribute.extend(kept)
+        if placed:
+            what = {"Off": "every op runs on IPU 0 (VirtualGraphMode.Manual uses them)",
+                    "Auto": "VirtualGraphMode.Auto places the ops itself",
+                    "Manual": "only VirtualGraphMode.ExecutionPhases runs phases"}[mode]
+            self._notes.append(f"virtualGraphMode is {mode}: the {', '.join(a.strip('_') for a in dropped)} "
+                               f"annotations of {len(placed)} op(s) are ignored; {what}")
         # ops the reference evaluator cannot run (sim.popart.reference_ops has PopART's common ones)
         self._custom_ops = {f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain not in ("", "ai.onnx")
                             and not (n.domain == "ai.graphcore" and n.op_type in REFERENCE_OPS)}
@@ -675,11 +691,30 @@ class _Session:
         self._graph = load(proto, loss=loss, name=self.name)
         if self.training and self._graph.loss is None:
             raise GraphError(f"TrainingSession: the loss {loss!r} is not a one-element tensor the model computes")
+        self._strategy = self._place(mode)
         self._ipus = max((op.ipu or 0 for op in self._graph.ops), default=0) + 1
         self._sim_options = self._options(mode)
         self._system_arg = system
         self._executable = self._run = None
         self._runs = 0
+
+    def _place(self, mode: str):
+        """Place the ops as ``virtualGraphMode`` says (:mod:`sim.popart.placement`); returns the phased strategy
+        of ExecutionPhases, else None."""
+        so = self.options
+        if mode == "Auto":
+            replicas = int(so.replicatedGraphCount) if so.enableReplicatedGraphs else 1
+            auto_virtual_graphs(self._graph, max(1, self.deviceInfo.numIpus // replicas), self.training,
+                                bool(so.enableGradientAccumulation), so.virtualGraphSplitRatios)
+        elif mode == "ExecutionPhases":
+            if so.enablePipelining:
+                raise OptionsError("enablePipelining with VirtualGraphMode.ExecutionPhases: a model runs either as "
+                                   "a pipeline or in phases; turn one of them off")
+            storage = so.activationTensorLocationSettings.location.storage
+            return phased_strategy(self._graph, int(so.executionPhaseSettings.phases),
+                                   int(so.executionPhaseSettings.stages),
+                                   activations_off_chip=int(getattr(storage, "value", storage)) == 1)
+        return None
 
     def _options(self, mode: str) -> Options:
         so = self.options
@@ -700,14 +735,17 @@ class _Session:
                 raise OptionsError("Gradient Accumulation only available when training (enableGradientAccumulation "
                                    "is set on an InferenceSession's options)")
             o.Training.gradientAccumulation(int(so.accumulationFactor))
-        if so.enablePipelining:
-            if mode != "Manual":
-                raise OptionsError("Pipelining requires the 'virtualGraphMode' session option to be Manual "
-                                   f"(it is {mode}): give each op its IPU with builder.virtualGraph")
+        if self._strategy is not None:
+            o.setExecutionStrategy(self._strategy)
+        elif so.enablePipelining:
+            if mode == "Off":
+                raise OptionsError("Pipelining requires the 'virtualGraphMode' session option to not be "
+                                   "VirtualGraphMode::Off: set it to Manual (and give each op its IPU with "
+                                   "builder.virtualGraph) or Auto")
             pipeline = PipelinedExecution()
             pipeline.auto_stage = None  # the ops' pipelineStage, else their virtual graph (PopART's default)
             o.setExecutionStrategy(pipeline)
-        elif mode == "Manual" and self._ipus > 1:  # ops on their IPUs in program order, one IPU at a time
+        elif mode in ("Manual", "Auto") and self._ipus > 1:  # ops on their IPUs in program order, one at a time
             o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
         o.auto_round_num_ipus = True  # a replica has the device's IPUs over the replicas (PopART's)
         if so.autoRecomputation:
@@ -734,13 +772,16 @@ class _Session:
             elif key.startswith(("weightTensorLocationSettings.", "optimizerStateTensorLocationSettings.",
                                  "accumulatorTensorLocationSettings.")):
                 continue  # below
+            elif key == "activationTensorLocationSettings.location" and self._strategy is not None and \
+                    set(value.changed()) <= {"storage"}:
+                continue  # the phases' activations on or off chip (phased_strategy)
             elif key not in _READ:
                 o._Popart.set(key, value)  # recorded: the run's notes name it as not modelled
         for which, setter in (("weight", o.TensorLocations.setWeightLocation),
                               ("optimizerState", o.TensorLocations.setOptimizerLocation),
                               ("accumulator", o.TensorLocations.setAccumulatorLocation)):
             settings = getattr(so, f"{which}TensorLocationSettings")
-            if settings.changed():
+            if settings.changed() or self._strategy is not None:  # PopART's default (on chip) even when phased
                 setter(_location(settings))
             domain = settings.location.shardingDomain
             if domain is not None:

@@ -35,7 +35,8 @@ def phase_of(ctx: Context, op: Op, forward_phases: int) -> int:
     if op.pass_ == "forward":
         return op.phase
     separate = getattr(strategy, "separate_backward_phase", False)
-    return (2 * forward_phases - 1 if separate else 2 * forward_phases - 2) - op.phase
+    phases = getattr(strategy, "phase_count", None) or forward_phases
+    return (2 * phases - 1 if separate else 2 * phases - 2) - op.phase
 
 
 def split_phases(ctx: Context) -> list[dict[int, StageWork]]:
