@@ -420,6 +420,39 @@ def test_phased_training_keeps_gradient_accumulators_in_streaming_memory_unless_
     assert run(False).cycle_count == default.cycle_count
 
 
+def test_phased_training_without_accumulation_updates_each_weight_in_its_backward_phase():
+    """With no gradient accumulation PopART runs a weight's optimizer step in the phase that completes its
+    gradient, so one layer's gradient is live at a time and a weight the backward phase loaded is updated
+    without loading it again; with accumulation the steps run after the micro-batches."""
+    W = 2048  # a layer's weight 8 MiB fp16, its bias 4 KiB
+
+    def run(accumulation: int) -> sim.Run:
+        b = GraphBuilder("phases")
+        h = b.input("x", (MB, W), dtype="float16")
+        for i in range(4):
+            with b.ipu(0, block=f"p{i}"):
+                h = b.linear(h, W, name=f"p{i}/l")
+        with b.ipu(0, block="p3"):
+            b.mse_loss(h, b.input("y", (MB, W), dtype="float16"))
+        o = sim.Options().enableSyntheticData(True).setExecutionStrategy(
+            SerialPhasedExecution(*[Phase(Stage(f"p{i}").ipu(0)) for i in range(4)]))
+        o.Training.gradientAccumulation(accumulation)
+        return sim.simulate(b.graph, "ipu-mk2", o, training=True)
+
+    alone, accumulated = run(1), run(2)
+    t = alone.trace.set_index("name")
+    starts = t.loc["weight update", "start"].tolist()
+    assert len(starts) == 4  # one a backward phase: 3 (shared with p3's forward), 4, 5, 6
+    assert starts[0] < t.loc["phase 4 load", "start"] and starts[2] < t.loc["load optimizer inputs", "start"].max()
+    # phases 4 and 5 loaded p2's and p1's weight for their input gradients (only the bias is loaded for the step);
+    # phase 6 reads no weight (p0's input is the model's), so p0's weight and bias are loaded for its step
+    assert t.loc["load optimizer inputs", "bytes"].tolist() == [2 * W, 2 * W, W * W * 2 + 2 * W]
+    assert t.loc["store optimizer outputs", "bytes"].tolist() == [W * W * 2 + 2 * W] * 4
+    # at the peak at most one layer's weight and gradient are live, not every layer's gradient
+    assert alone.memory[0]["peak_tile_parts"]["activations"] < 4 * W * W * 2 / 1472
+    assert len(accumulated.trace.query("name == 'weight update'")) == 1
+
+
 def test_phased_inference_memory_does_not_grow_with_depth():
     """With activations on chip (Liveness.AlwaysLive), a layer's output lives until the next
     phase has read it: adding layers adds program memory only, not activations."""

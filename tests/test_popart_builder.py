@@ -159,6 +159,28 @@ def test_a_custom_op_is_priced_by_the_rule_registered_for_it():
         sim.onnx.unregister_op("custom.ops::LeakyRelu2")
 
 
+def test_annotation_contexts_are_reusable_as_popart_context_managers():
+    """PopART's AttributeContextManager and NameContextManager may be kept and entered again (Graphcore's phased
+    BERT keeps its scopes); recomputeOutput, outputTensorLocation and commGroup are contexts too."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [4, 8]))
+    phase, scope = b.executionPhase(3), b.nameScope("layer")
+    made = []
+    for _ in range(2):
+        with phase, scope, b.recomputeOutput(popart.RecomputeType.Recompute):
+            made.append(b.aiOnnx.relu([x]))
+    assert made == ["layer/Relu:0", "layer/Relu:0/1"] and not b.hasExecutionPhase()
+    assert [_attrs(_node(b, t))["__execution_phase"] for t in made] == [3, 3]
+    assert _attrs(_node(b, made[0]))["__recompute_output_in_backward_pass"] == 2
+    location = popart.TensorLocation(popart.TensorStorage.OffChip)
+    with b.outputTensorLocation(location), b.commGroup(popart.CommGroupType.Consecutive, 2):
+        y = b.aiOnnx.sigmoid([x])
+    assert _attrs(_node(b, y))["__output_tensor_location"] == [1, 0, 0, 0, 0, 0]
+    assert _attrs(_node(b, y))["__collectiveCommGroup"] == [1, 2]
+    with pytest.raises(ValueError, match="popart.RecomputeType"):
+        b.recomputeOutput(7)
+
+
 def test_popart_builder_idioms_graphcores_bert_uses():
     """What Graphcore's PopART BERT (examples nlp/bert/popart) writes: a positional debugContext, opset 9's
     constant(value, debugContext), cast to a DataType name, reshape_const, groupnormalization's three outputs."""

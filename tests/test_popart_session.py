@@ -172,6 +172,8 @@ def test_optimizers_map_to_the_simulators_updates():
     assert popart.Adam({}, popart.AdamMode.AdaMax, scaled_optimizer_state=True).notes() == [
         "popart.Adam mode AdaMax: priced as Adam (the same state and update ops; its bias correction or norm is a "
         "scalar difference)", "popart.Adam scaled_optimizer_state=True: accepted, no modelled effect"]
+    # PopART takes Adam's deprecated key maxWeightNorm as defaultMaxWeightNorm (adam.cpp getComplete)
+    assert popart.Adam({"maxWeightNorm": (10.0, True)}).values == {"defaultMaxWeightNorm": (10.0, True)}
     with pytest.raises(ValueError, match="Invalid SGD key, 'learningRate'"):
         popart.SGD({"learningRate": (0.1, True)})
     with pytest.raises(UnsupportedOpError, match="AdaGrad is not modelled"):

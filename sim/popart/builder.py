@@ -27,7 +27,6 @@ Subgraph builders (``createSubgraphBuilder``) make the callee of ``aiGraphcore.c
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 import os
 from typing import Iterable
@@ -428,6 +427,38 @@ class _InitOp:
         return self._builder._add_node("Init", "ai.graphcore", [], 1, attrs, debugContext)[0]
 
 
+class _Annotating:
+    """PopART's AttributeContextManager: a node attribute given to the ops made inside. As PopART's, the object may
+    be entered again (a script may keep one and reuse it); each exit restores what its entry found."""
+
+    def __init__(self, context: dict, attribute: str, value):
+        self._context, self._attribute, self._value, self._saved = context, attribute, value, []
+
+    def __enter__(self):
+        self._saved.append(self._context.get(self._attribute, _REQUIRED))
+        self._context[self._attribute] = self._value
+
+    def __exit__(self, *exc):
+        saved = self._saved.pop()
+        if saved is _REQUIRED:
+            del self._context[self._attribute]
+        else:
+            self._context[self._attribute] = saved
+
+
+class _NameScope:
+    """PopART's NameContextManager: a prefix of the ids made inside; may be entered again, as PopART's."""
+
+    def __init__(self, scopes: list, name: str):
+        self._scopes, self._name = scopes, name
+
+    def __enter__(self):
+        self._scopes.append(self._name)
+
+    def __exit__(self, *exc):
+        self._scopes.pop()
+
+
 class Builder:
     """PopART's builder: ``Builder()``, or ``Builder(model)`` to add to an ONNX model (a file path or its
     bytes); ``opsets={"ai.onnx": 11, "ai.graphcore": 1}`` chooses the opsets."""
@@ -716,17 +747,8 @@ class Builder:
             node.attribute.extend(kept)
 
     # --- annotations (a value: a context; ids and a value: set on their ops) ------------------
-    @contextlib.contextmanager
-    def _annotating(self, attribute: str, value):
-        saved = self._context.get(attribute, _REQUIRED)
-        self._context[attribute] = value
-        try:
-            yield
-        finally:
-            if saved is _REQUIRED:
-                del self._context[attribute]
-            else:
-                self._context[attribute] = saved
+    def _annotating(self, attribute: str, value) -> "_Annotating":
+        return _Annotating(self._context, attribute, value)
 
     def _annotation(self, attribute: str, what: str, args):
         if len(args) == 1:
@@ -775,13 +797,8 @@ class Builder:
     def hasExecutionPhase(self) -> bool:
         return EXECUTION_PHASE in self._context
 
-    @contextlib.contextmanager
-    def nameScope(self, name: str):
-        self._scopes.append(str(name))
-        try:
-            yield
-        finally:
-            self._scopes.pop()
+    def nameScope(self, name: str) -> "_NameScope":
+        return _NameScope(self._scopes, str(name))
 
     def getNameScope(self, name: str = "") -> str:
         return "".join(s + "/" for s in self._scopes) + name
@@ -798,6 +815,32 @@ class Builder:
         if not 0 <= value < len(RECOMPUTE_TYPES):
             raise ValueError(f"recomputeOutputInBackwardPass: {value!r} is not a popart.RecomputeType")
         self._set(RECOMPUTE, value, nodeOutputNames)
+
+    def recomputeOutput(self, *args):
+        """``with builder.recomputeOutput(RecomputeType):`` (the ops made inside) or ``recomputeOutput(id, type)``."""
+        if len(args) == 2:
+            return self.recomputeOutputInBackwardPass(args[0], args[1])
+        value = int(getattr(args[0], "value", args[0])) if args else 0
+        if len(args) > 1 or not 0 <= value < len(RECOMPUTE_TYPES):
+            raise ValueError(f"recomputeOutput{args!r}: give a popart.RecomputeType (and tensor ids first)")
+        return self._annotating(RECOMPUTE, value)
+
+    def outputTensorLocation(self, *args):
+        """``with builder.outputTensorLocation(TensorLocation):`` or ``outputTensorLocation(id, location)``:
+        where an op's outputs live (written as PopART serialises it; not modelled, the notes say so)."""
+        given = bool(args) and hasattr(args[-1], "storage")  # a popart.TensorLocation (else PopART's default)
+        fields = ("storage", "loadTileSet", "storageTileSet", "replicatedTensorSharding")
+        value = [int(getattr(v, "value", v)) for v in (getattr(args[-1], f) for f in fields)] if given else [0] * 4
+        domain = args[-1].shardingDomain if given else None
+        value += [int(getattr(domain.type, "value", domain.type)), int(domain.replicaGroupSize)] if domain else [0, 0]
+        if len(args) == 2 or (len(args) == 1 and not given):
+            self._set("__output_tensor_location", value, args[0])
+            return None
+        return self._annotating("__output_tensor_location", value)
+
+    def commGroup(self, type: int = 0, groupSize: int = 0):
+        """``with builder.commGroup(type, groupSize):``: the replica group of the collectives made inside."""
+        return self._annotating("__collectiveCommGroup", [int(getattr(type, "value", type)), int(groupSize)])
 
     def getRecomputeOutputInBackwardPass(self, nodeOutputNames) -> bool:
         return self.nodeHasAttribute(RECOMPUTE, nodeOutputNames) and self._attribute(

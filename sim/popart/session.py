@@ -547,6 +547,8 @@ class Adam(_Optimizer):
 
     def __init__(self, values=None, mode=0, weight_decay_mode=0, accum_type=None, accl1_type=None, accl2_type=None,
                  clip_norm_settings=None, scaled_optimizer_state=False, debugContext=""):
+        if values and "maxWeightNorm" in values:  # PopART's deprecated name of the key (adam.cpp getComplete)
+            values = {("defaultMaxWeightNorm" if k == "maxWeightNorm" else k): v for k, v in values.items()}
         super().__init__(values, clip_norm_settings)
         self.mode = self._MODES[int(getattr(mode, "value", mode))]
         self.decay = int(getattr(weight_decay_mode, "value", weight_decay_mode)) == 0

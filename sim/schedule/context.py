@@ -295,8 +295,10 @@ class Context:
             return None
         return Sync(tuple(ipus), "external", sync_cycles(self.system, len(ipus)), name)
 
-    def weight_update(self) -> Sequence:
-        """Gradient collectives across replicas, then each IPU's optimizer update.
+    def weight_update(self, updates: list[Op] | None = None, loaded: frozenset[str] = frozenset()) -> Sequence:
+        """Gradient collectives across replicas, then each IPU's optimizer update: of ``updates`` (default all
+        of :attr:`updates`); off-chip tensors in ``loaded`` are already on chip (phased execution loads a
+        weight for its phase) and are not loaded again.
 
         With replicated tensor sharding (RTS) of the optimizer state the gradients are
         reduce-scattered, each replica updates its 1/R shard, and the new weights are
@@ -310,9 +312,10 @@ class Context:
         seq = Sequence(name="weight update")
         R = self.options.total_replicas()
         tensors = self.g.tensors
+        updates = self.updates if updates is None else updates
         # gradient clipping's norms and global ops run before the updates (:meth:`_clip_by_global_norm`)
-        clipping = [op for op in self.updates if op.attrs.get("clip") in ("norm", "global")]
-        by_position = {p: [op for op in self.updates if op.ipu == p and op.attrs.get("clip") not in ("norm", "global")]
+        clipping = [op for op in updates if op.attrs.get("clip") in ("norm", "global")]
+        by_position = {p: [op for op in updates if op.ipu == p and op.attrs.get("clip") not in ("norm", "global")]
                        for p in range(self.ipus_per_replica)}
         # one gradient per weight updated (every update op names its weight), and whether that weight's
         # update is sharded over replicas (its optimizer state is: PopART shards only tensors of
@@ -327,7 +330,7 @@ class Context:
         grads = {p: {way: [tensors[w].nbytes for w, s in ws.items() if s == way and w not in own[p]]
                      for way in (True, False)} for p, ws in split.items()}
         sharded = {p: any(ws.values()) for p, ws in split.items()}
-        domain, across = self._sharding_groups()
+        domain, across = self._sharding_groups(updates)
         if R > 1:
             seq.items += self.collectives("reduce_scatter", {p: g[True] for p, g in grads.items() if g[True]},
                                           "gradient", domain)
@@ -348,7 +351,7 @@ class Context:
                         and split[p][_weight_of(op)])
                  for p, ops in by_position.items() if R > 1}
         norms = {p: n for p, n in norms.items() if n}
-        off_chip = {p: ({t for op in ops for t in op.inputs if tensors[t].location == "off_chip"},
+        off_chip = {p: ({t for op in ops for t in op.inputs if tensors[t].location == "off_chip" and t not in loaded},
                         {t for op in ops for t in op.outputs if tensors[t].location == "off_chip"})
                     for p, ops in by_position.items()}
         alone = self._update_alone([p for p, ops in by_position.items() if ops],
@@ -472,7 +475,7 @@ class Context:
             items += [IpuCopy(spread, "clip factor to every IPU")] * bool(spread) + [sync] * bool(spread)
         return items
 
-    def _sharding_groups(self) -> tuple[tuple[int, int], tuple[int, int]]:
+    def _sharding_groups(self, updates: list[Op]) -> tuple[tuple[int, int], tuple[int, int]]:
         """``(stride, size)`` of the replica groups the weight update's sharded tensors are split
         over (their sharding domain; all replicas if none is sharded), and of the groups across
         those that hold the same shard. A domain smaller than the replicas reduce-scatters within
@@ -480,7 +483,7 @@ class Context:
         StreamingMemoryOpInserter, getComplementCommGroupWithSuperSet)."""
         R = self.options.total_replicas()
         domains = {(self.g.tensors[t].shard_stride, self.g.tensors[t].shards)
-                   for op in self.updates for t in op.inputs if self.g.tensors[t].shards > 1}
+                   for op in updates for t in op.inputs if self.g.tensors[t].shards > 1}
         if len(domains) > 1:
             raise OptionsError(f"the weight update's sharded tensors have different sharding domains "
                                f"{sorted(domains)} ((stride, group size)); the simulator models one: give "

@@ -2,7 +2,8 @@
 
 The forward phases ``0 .. N-1`` run one after another; in training the backward phases mirror
 them: the backward of phase ``p`` runs in phase ``2N-2-p`` (the last forward phase and its
-backward share a phase), or ``2N-1-p`` with ``useSeparateBackwardPhase``. Within a phase its
+backward share a phase), or ``2N-1-p`` with ``useSeparateBackwardPhase`` (``N``: PopART's
+``executionPhaseSettings.phases`` when sim.popart gives it, ``phase_count``). Within a phase its
 stages run at the same time, each on its IPU.
 
 Weights live in streaming memory and are loaded before each phase that uses them (and stored
@@ -10,6 +11,9 @@ after the weight update). Activations that a later phase on the same IPU needs s
 (``Liveness.AlwaysLive``) or are stored to streaming memory after the forward pass and loaded
 back for the backward (the ``OffChip...`` liveness settings); activations a phase on another
 IPU needs are copied there at the end of the phase.
+
+Without gradient accumulation a weight's optimizer step runs in the backward phase that completes
+its gradient (:func:`_updates_in_phases`); with it, after the micro-batches.
 
 Serial phased: all phases on one group of IPUs, so loads wait for the previous phase. Parallel
 phased: phases alternate between IPU groups (``Phase.ipus``), and the loads of the next phase
@@ -39,16 +43,50 @@ def phase_of(ctx: Context, op: Op, forward_phases: int) -> int:
     return (2 * phases - 1 if separate else 2 * phases - 2) - op.phase
 
 
+def _forward_phases(ctx: Context) -> int:
+    return len({op.phase for op in ctx.g.ops if op.pass_ == "forward"})
+
+
 def split_phases(ctx: Context) -> list[dict[int, StageWork]]:
     """Per phase, the work of each IPU (within a replica)."""
-    ops = [op for op in ctx.g.ops if op.pass_ != "update"]
-    N = len({op.phase for op in ops if op.pass_ == "forward"})
+    N = _forward_phases(ctx)
     phases: list[dict[int, StageWork]] = defaultdict(dict)
-    for op in ops:
-        t = phase_of(ctx, op, N)
-        work = phases[t].setdefault(op.ipu, StageWork(t, op.ipu, op.phase))
-        work.ops.append(op)
+    for op in ctx.g.ops:
+        if op.pass_ != "update":
+            t = phase_of(ctx, op, N)
+            work = phases[t].setdefault(op.ipu, StageWork(t, op.ipu, op.phase))
+            work.ops.append(op)
     return [phases[t] for t in sorted(phases)]
+
+
+def _updates_in_phases(ctx: Context, phases: list[dict[int, StageWork]]) -> dict[int, list[Op]]:
+    """The weight updates that run inside a phase, by position in ``phases``; the rest stay in
+    ``ctx.updates``, run after the step.
+
+    Without gradient accumulation PopART runs a weight's optimizer ops in the execution phase that
+    completes its gradient (the backward phase of its first forward user), among that phase's remote
+    loads and stores (StreamingMemoryOpInserter::setPriority orders them within the phase), so a
+    weight's gradient lives only in that phase and a weight loaded there is updated without a second
+    load. With accumulation they are the accumulate outer fragment, after the micro-batches; gradient
+    clipping by a global norm needs every gradient first, so both run after the step."""
+    if not ctx.training or ctx.options.Training.gradient_accumulation > 1 or any(
+            op.attrs.get("clip") in ("norm", "global") or op.phase is None for op in ctx.updates):
+        return {}
+    position = {works[next(iter(works))].index: i for i, works in enumerate(phases)}
+    N, inside, after = _forward_phases(ctx), defaultdict(list), []
+    for op in ctx.updates:
+        i = position.get(phase_of(ctx, op, N))
+        if i is not None and op.ipu in phases[i]:
+            inside[i].append(op)
+        else:
+            after.append(op)
+    for i, ops in inside.items():
+        for ipu, work in phases[i].items():
+            mine = [op for op in ops if op.ipu == ipu]
+            if mine:
+                work.memory_runs = [work.ops + mine]
+    ctx.updates = after
+    return inside
 
 
 def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
@@ -127,6 +165,7 @@ def build(ctx: Context) -> Sequence:
             "(OffChipAfterFwdNoOverlap's order); the overlap of loads with compute that OffChipAfterFwd allows "
             "and the wider phase spacing of OffChipAfterEachPhase are not modelled")
     ctx.stages = [w for works in phases for w in works.values()]  # for memory and host outputs
+    updates = _updates_in_phases(ctx, phases)
     stored = defaultdict(int)  # (phase, ipu) -> activation bytes stored after it (off chip)
     if off_chip:  # each carried tensor stored once after the phase making it, loaded before each reading it
         for name, (src, ipu, readers) in carried.items():
@@ -177,6 +216,10 @@ def build(ctx: Context) -> Sequence:
             seq.items += ctx.stages_items(stages, load_weights=False)  # loaded above, per phase
             if with_outputs:
                 seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
+            if t in updates:  # its weights' optimizer steps; the off-chip weights this phase loaded are on chip
+                seq.add(ctx.weight_update(updates[t], loaded=frozenset(
+                    n for w in stages for op in w.ops for n in op.inputs
+                    if ctx.g.tensors[n].role in _ALWAYS_LIVE and ctx.g.tensors[n].location == "off_chip")))
             seq.items += after_phase(t, works)
         return seq
 
@@ -186,7 +229,8 @@ def build(ctx: Context) -> Sequence:
         s = Sequence(name="weight-update step")
         s.add(Repeat(ctx.options.Training.gradient_accumulation, micro_batch(with_outputs),
                      "gradient accumulation", ctx.collapse_accumulation))
-        s.add(ctx.weight_update())
+        if ctx.updates:
+            s.add(ctx.weight_update())
         return s
 
     return device_iteration_loop(ctx, step)
