@@ -420,26 +420,50 @@ def test_phased_training_keeps_gradient_accumulators_in_streaming_memory_unless_
     assert run(False).cycle_count == default.cycle_count
 
 
+PHASED_W = 2048  # a layer's weight 8 MiB fp16, its bias 4 KiB
+
+
+def _linear_phases(accumulation: int, replicas: int = 1, sharded_weights: bool = False) -> sim.Run:
+    """Four fp16 linear layers of PHASED_W, one a phase, serial phased on IPU 0, trained with SGD."""
+    b = GraphBuilder("phases")
+    h = b.input("x", (MB, PHASED_W), dtype="float16")
+    for i in range(4):
+        with b.ipu(0, block=f"p{i}"):
+            h = b.linear(h, PHASED_W, name=f"p{i}/l")
+    with b.ipu(0, block="p3"):
+        b.mse_loss(h, b.input("y", (MB, PHASED_W), dtype="float16"))
+    o = sim.Options().enableSyntheticData(True).replicationFactor(replicas).setExecutionStrategy(
+        SerialPhasedExecution(*[Phase(Stage(f"p{i}").ipu(0)) for i in range(4)]))
+    o.Training.gradientAccumulation(accumulation)
+    if sharded_weights:
+        o.TensorLocations.setWeightLocation(TensorLocationSettings().useOnChipStorage(False)
+                                            .useReplicatedTensorSharding(True))
+    return sim.simulate(b.graph, "ipu-pod16", o, training=True)
+
+
+def test_phased_weights_sharded_over_replicas_load_a_shard_and_gather_it():
+    """Weights off chip with replicated tensor sharding: each replica loads its quarter of a phase's weights and
+    all-gathers them before the phase computes (PopART's RemoteLoad then ReplicatedAllGather); the update stores
+    the shard, so no all-gather follows it."""
+    W = PHASED_W
+    run = _linear_phases(1, replicas=4, sharded_weights=True)
+    t = run.trace[(run.trace.replica == 0) & (run.trace.ipu == 0)]
+    loads = t[t.name.str.fullmatch(r"phase \d load")].set_index("name")["bytes"]
+    # the weight's shard and the whole bias (2,048 elements: under minElementsForReplicatedTensorSharding, 8,192)
+    assert loads["phase 0 load"] == W * W * 2 // 4 + W * 2
+    gathers = t[t.name.str.startswith("weight shards all-gather")]
+    assert len(gathers) == 4 + 2  # the weights of phases 0-3, and again p2's and p1's for their input gradients
+    first_compute = t[t.kind == "compute"].start.min()
+    assert gathers.start.min() < first_compute
+    assert not t.name.str.startswith("weight all-gather").any()
+
+
 def test_phased_training_without_accumulation_updates_each_weight_in_its_backward_phase():
     """With no gradient accumulation PopART runs a weight's optimizer step in the phase that completes its
     gradient, so one layer's gradient is live at a time and a weight the backward phase loaded is updated
     without loading it again; with accumulation the steps run after the micro-batches."""
-    W = 2048  # a layer's weight 8 MiB fp16, its bias 4 KiB
-
-    def run(accumulation: int) -> sim.Run:
-        b = GraphBuilder("phases")
-        h = b.input("x", (MB, W), dtype="float16")
-        for i in range(4):
-            with b.ipu(0, block=f"p{i}"):
-                h = b.linear(h, W, name=f"p{i}/l")
-        with b.ipu(0, block="p3"):
-            b.mse_loss(h, b.input("y", (MB, W), dtype="float16"))
-        o = sim.Options().enableSyntheticData(True).setExecutionStrategy(
-            SerialPhasedExecution(*[Phase(Stage(f"p{i}").ipu(0)) for i in range(4)]))
-        o.Training.gradientAccumulation(accumulation)
-        return sim.simulate(b.graph, "ipu-mk2", o, training=True)
-
-    alone, accumulated = run(1), run(2)
+    W = PHASED_W
+    alone, accumulated = _linear_phases(1), _linear_phases(2)
     t = alone.trace.set_index("name")
     starts = t.loc["weight update", "start"].tolist()
     assert len(starts) == 4  # one a backward phase: 3 (shared with p3's forward), 4, 5, 6

@@ -176,6 +176,8 @@ class Context:
         if loads:
             items += [RemoteCopy(self.ipus(r)[stage.ipu], "load", loads, f"stage {stage.index} load weights")
                       for r in self.replicas]
+            items += self.gather_weight_shards(stage.ipu, [t for op in stage.ops if op.pass_ != "update"
+                                                           for t in op.inputs])
         for what, part in self.stage_parts(stage):
             if what == "collective":
                 items += replicated_ops.collectives_for(self, part)
@@ -388,10 +390,23 @@ class Context:
         seq.items += self.collectives("all_reduce", {p: [4] * n for p, n in norms.items()}, "LAMB norm", domain)
         for tail in tails:
             seq.items += tail
-        if R > 1:
-            seq.items += self.collectives("all_gather", {p: g[True] for p, g in grads.items() if g[True]}, "weight",
-                                          domain)
+        if R > 1:  # a weight held off chip as shards is stored as its shard; it is gathered where it is read
+            gathers = {p: [tensors[w].nbytes for w, s in ws.items() if s and w not in own[p]
+                           and not _streamed_shards(tensors[w])] for p, ws in split.items()}
+            seq.items += self.collectives("all_gather", {p: g for p, g in gathers.items() if g}, "weight", domain)
         return seq
+
+    def gather_weight_shards(self, ipu: int, names) -> list:
+        """The all-gathers of the off-chip weights among ``names`` that are held as shards over replicas
+        (their tensor locations' replicated tensor sharding): a replica loads its shard from streaming memory and
+        PopART's ReplicatedAllGather makes the whole weight before the ops read it (StreamingMemoryOpInserter),
+        over the weights' sharding domain, for the IPU at position ``ipu``."""
+        tensors = self.g.tensors
+        sharded = sorted(t for t in set(names) if tensors[t].role == "weight" and _streamed_shards(tensors[t]))
+        if not sharded:
+            return []
+        domain = (tensors[sharded[0]].shard_stride, tensors[sharded[0]].shards)
+        return self.collectives("all_gather", {ipu: [tensors[t].nbytes for t in sharded]}, "weight shards", domain)
 
     def _update_alone(self, positions: list[int], off_chip: set[int], replicas: int,
                       clipped_pipeline: bool = False) -> list[int]:
@@ -505,6 +520,11 @@ class Context:
 
     def outputs_every_step(self) -> bool:
         return self.mode in (OutputMode.All, OutputMode.EveryN)
+
+
+def _streamed_shards(t) -> bool:
+    """Whether tensor ``t`` lives off chip as a shard a replica (it is loaded as one and gathered to use)."""
+    return t.shards > 1 and t.location == "off_chip"
 
 
 def _weight_of(op: Op) -> str:

@@ -129,7 +129,8 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
                     elif (name, ipu) not in received:  # copied once to each IPU reading it
                         received.add((name, ipu))
                         sends[src[0]].append((src[1], ipu, tensor.nbytes))
-            loads[(t, ipu)] = sum(g.tensors[n].nbytes for n in weights if g.tensors[n].location == "off_chip")
+            loads[(t, ipu)] = sum(g.tensors[n].nbytes // g.tensors[n].shards for n in weights
+                                  if g.tensors[n].location == "off_chip")
             w.host_outputs = [o for op in w.ops for o in op.outputs if o in g.outputs]
     return sends, carried, loads
 
@@ -213,6 +214,8 @@ def build(ctx: Context) -> Sequence:
                 seq.items += pending
                 pending = []
             seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "to_ipu"))
+            for w in stages:  # weights loaded as shards, whole again before the phase computes
+                seq.items += ctx.gather_weight_shards(w.ipu, [n for op in w.ops for n in op.inputs])
             seq.items += ctx.stages_items(stages, load_weights=False)  # loaded above, per phase
             if with_outputs:
                 seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
