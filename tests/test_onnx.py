@@ -200,6 +200,22 @@ def test_transformer_block_folds_its_shape_subgraph():
     assert sim.simulate(g, "ipu-mk2", opts, training=True, optimizer="adam").cycle_count > 0
 
 
+def test_shape_inference_runs_without_the_weights_values():
+    """Shape inference sees the model with each large float initializer a typed input (light_graph): a large model's
+    weights are not copied for it, and the shapes are the same; small initializers (a Reshape's target) stay."""
+    from sim.onnx._importer import light_graph
+    x = h.make_tensor_value_info("x", T.FLOAT, [4, 64])
+    y = h.make_tensor_value_info("y", T.FLOAT, None)
+    nodes = [h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Reshape", ["m", "target"], ["y"])]
+    m = model(nodes, [x], [y], [zeros("w", [64, 64]), const("target", [2, 2, 64]), zeros("b", [8])])
+    light = light_graph(m.graph)
+    assert [i.name for i in light.initializer] == ["target", "b"]  # w (4,096 elements) is left out
+    assert [i.name for i in light.input] == ["x", "w"] and light.input[1].type.tensor_type.elem_type == T.FLOAT
+    assert len(m.graph.initializer) == 3  # the model itself is not changed
+    g = sim.onnx.load(m)
+    assert g.tensors["y"].shape == (2, 2, 64) and g.tensors["w"].role == "weight"
+
+
 def test_symbolic_batch_needs_a_size_and_scales_with_it():
     with pytest.raises(sim.GraphError, match=r"batch_size=N.*"):
         sim.onnx.load(mlp_model())

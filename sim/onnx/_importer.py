@@ -214,7 +214,7 @@ class _Importer:
                     d.HasField("dim_value") and d.dim_value > 0 for d in tt.shape.dim):
                 tt.ClearField("shape")
         try:
-            inferred = shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
+            inferred = shape_inference.infer_shapes(light_model(self.model), check_type=False, strict_mode=False,
                                                     data_prop=True)
         except Exception as e:  # noqa: BLE001 - onnx's InferenceError and friends
             raise GraphError(f"sim.onnx.load: ONNX shape inference failed: {e}") from None
@@ -672,3 +672,37 @@ def fixed_batch(model) -> int | None:
         if dims:
             leading.add(dims[0].dim_value if dims[0].HasField("dim_value") and dims[0].dim_value > 0 else None)
     return leading.pop() if len(leading) == 1 and None not in leading else None
+
+
+def light_graph(graph: onnx.GraphProto, outputs: list[str] | None = None) -> onnx.GraphProto:
+    """``graph`` without its weights' values: each float initializer of more than 1,024 elements becomes a typed
+    graph input. Shape inference reads initializers' values only to fold shapes (small integer tensors), so it
+    infers the same shapes, without copying (and serialising) every weight. ``outputs`` replaces the outputs."""
+    heavy = {i.name for i in graph.initializer if i.data_type in _WEIGHT_TYPES
+             and np.prod(i.dims, dtype=np.int64) > 1024}
+    out = onnx.GraphProto(name=graph.name, doc_string=graph.doc_string)
+    out.node.extend(graph.node)
+    out.input.extend(graph.input)
+    out.input.extend(onnx.helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
+                     for i in graph.initializer if i.name in heavy)
+    out.output.extend([onnx.helper.make_empty_tensor_value_info(t) for t in outputs] if outputs is not None
+                      else graph.output)
+    out.initializer.extend(i for i in graph.initializer if i.name not in heavy)
+    out.sparse_initializer.extend(graph.sparse_initializer)
+    out.value_info.extend(graph.value_info)
+    return out
+
+
+
+def light_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its graph as :func:`light_graph` has it (the weights' values left out)."""
+    light = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name,
+                            producer_version=model.producer_version, domain=model.domain,
+                            model_version=model.model_version, doc_string=model.doc_string)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    light.graph.CopyFrom(light_graph(model.graph))
+    return light
+
+
+_WEIGHT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)

@@ -637,16 +637,9 @@ class Builder:
     def _light(self, outputs: list[str] | None = None) -> onnx.ModelProto:
         """The model without its weights' values (each large float initializer a typed graph input): what shape
         inference and the importer need, without copying the weights."""
-        g = self._graph
-        heavy = {i.name for i in g.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16,
-                                                                  TensorProto.DOUBLE, TensorProto.BFLOAT16)
-                 and np.prod(i.dims, dtype=np.int64) > 1024}
-        graph = helper.make_graph(
-            list(g.node), g.name or "builder",
-            list(g.input) + [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
-                             for i in g.initializer if i.name in heavy],
-            [helper.make_empty_tensor_value_info(t) for t in outputs] if outputs is not None else list(g.output),
-            initializer=[i for i in g.initializer if i.name not in heavy])
+        from ..onnx._importer import light_graph
+        graph = light_graph(self._graph, outputs)
+        graph.name = graph.name or "builder"
         m = helper.make_model(graph, opset_imports=list(self._proto_opsets()))
         m.ir_version = self._model.ir_version or 6
         return m
