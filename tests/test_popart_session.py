@@ -16,6 +16,7 @@ from sim import virtual_clock  # noqa: E402
 import sim.onnx  # noqa: E402
 import sim.popart as popart  # noqa: E402
 from sim.errors import GraphError, OptionsError, UnsupportedOpError  # noqa: E402
+from sim.options import OverlapMode  # noqa: E402
 from sim.strategy import AutoStage, PipelinedExecution  # noqa: E402
 
 
@@ -404,3 +405,48 @@ def test_popdist_configures_a_session_for_its_instance(monkeypatch):
                                   _device(2), userOptions=opts, system="ipu-pod16")
     o = sess._sim_options
     assert (o.replication_factor, o.num_instances(), o.instance_index()) == (2, 4, 2)
+
+
+def test_input_settings_and_anchor_exchange_strategies_overlap_the_streams():
+    """addInputTensor's InputSettings (recorded in the model's metadata, as PopART's builder records them) and an
+    anchor's ExchangeStrategy: OverlapInnerLoop is the stream's OverlapMode.OverlapAccumulationLoop, OverlapLoops
+    its OverlapDeviceIterationLoop, with PopART's requirements of overlapped IO."""
+    b = popart.Builder()
+    settings = popart.InputSettings(popart.TileSet.IO, popart.ExchangeStrategy.OverlapInnerLoop)
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [4, 16]), settings, "x")
+    w = b.addInitializedInputTensor(np.zeros([16, 8], np.float32), "w")
+    label = b.addInputTensor(popart.TensorInfo("INT32", [4]),
+                             popart.InputSettings(popart.ReplicatedStreamMode.Broadcast))
+    y = b.aiOnnx.matmul([x, w])
+    loss = b.aiGraphcore.nllloss([b.aiOnnx.softmax([y], axis=1), label])
+    meta = {p.key: p.value for p in onnx.load_from_string(b.getModelProto()).metadata_props}
+    assert (meta["__tile_set/x"], meta["__exchange_strategy/x"], meta["__replicated_stream_mode/x"]) == ("1", "1", "1")
+    assert meta[f"__replicated_stream_mode/{label}"] == "0"  # Broadcast (replicatedstreammode.hpp)
+
+    def session(**set_):
+        opts = popart.SessionOptions()
+        opts.enableGradientAccumulation, opts.accumulationFactor = True, 4
+        opts.enableReplicatedGraphs, opts.replicatedGraphCount = True, 2
+        for k, v in set_.items():
+            setattr(opts, k, v)
+        art = popart.AnchorReturnType("All", popart.TileSet.IO, popart.ExchangeStrategy.OverlapLoops)
+        return popart.TrainingSession(b.getModelProto(), popart.DataFlow(2, {loss: art}), loss, popart.ConstSGD(0.1),
+                                      _device(2), userOptions=opts)
+
+    with pytest.raises(OptionsError, match="require SessionOptions::useHostCopyOps, SessionOptions::enableExplicit"):
+        session()
+    ready = dict(useHostCopyOps=True, enableExplicitMainLoops=True, virtualGraphMode=popart.VirtualGraphMode.Manual)
+    with pytest.raises(OptionsError, match="need IO tiles: set SessionOptions.numIOTiles"):
+        session(**ready)
+    sess = session(numIOTiles=32, **ready)
+    sess.prepareDevice()
+    overlap = sess.executable.graph.overlap
+    assert overlap["x"] == OverlapMode.OverlapAccumulationLoop and label not in overlap
+    assert overlap[sess._graph.onnx_outputs[loss][0]] == OverlapMode.OverlapDeviceIterationLoop
+    notes = " ".join(sess.executable.notes)
+    assert f"inputs {label} are ReplicatedStreamMode.Broadcast: not modelled" in notes
+    assert "useHostCopyOps" not in notes
+    step = popart.InputSettings(popart.TileSet.IO, popart.ExchangeStrategy.OverlapStep)
+    b.addInputTensor(popart.TensorInfo("FLOAT", [4]), step, "unused")
+    with pytest.raises(OptionsError, match="OverlapStep is not yet supported"):
+        session(numIOTiles=32, **ready)

@@ -53,6 +53,7 @@ _MEMBERS = {
     "BatchSerializationBatchSchedule": ("Scheduler", "Isomorphic", "OverlapOnIo", "OverlapOnCompute"),
     "BatchSerializationMethod": ("UnrollDynamic", "UnrollStatic", "Loop"),
     "BatchSerializationTransformContext": ("Fwd", "Bwd"),
+    "ExchangeStrategy": ("JustInTime", "OverlapInnerLoop", "OverlapLoops", "OverlapStep"),  # op/exchange/exchange.hpp
     "ExecutionPhaseIOSchedule": ("Preload", "OnDemand"),
     "ExecutionPhaseSchedule": ("Interleaving", "Batch", "BatchClusteredIO"),
     "GradientTensorTrackingMethod": ("AllNonViewChangingGradientTensors", "ConvAndMatmulGradients",
@@ -61,6 +62,7 @@ _MEMBERS = {
     "MeanReductionStrategy": ("Running", "Post"),
     "MergeVarUpdateType": ("Off", "All", "AutoLoose", "AutoTight"),  # Off: C++'s None
     "RecomputationType": ("NoRecompute", "Standard", "NormOnly", "Pipeline", "RecomputeAll"),  # NoRecompute: None
+    "ReplicatedStreamMode": ("Broadcast", "Replicate"),  # replicatedstreammode.hpp
     "ReplicatedTensorSharding": ("Off", "On"),
     "SubgraphCopyingStrategy": ("OnEnterAndExit", "JustInTime"),
     "SyntheticDataMode": ("Off", "Zeros", "RandomNormal", "RandomUniform"),
@@ -77,7 +79,7 @@ for _name, _members in _MEMBERS.items():
 ENUMS = sorted(_MEMBERS)
 
 #: the builder's and sessions' names, by module (imported on first use: they need onnx)
-_LAZY = {"builder": ("Builder", "TensorInfo", "DATA_TYPES"),
+_LAZY = {"builder": ("Builder", "TensorInfo", "DATA_TYPES", "InputSettings"),
          "session": ("InferenceSession", "TrainingSession", "SessionOptions", "DataFlow", "AnchorReturnType",
                      "Patterns", "InputShapeInfo", "PyStepIOCallback",
                      "PyStepIO", "PyWeightsIO", "DeviceManager", "DeviceInfo", "SGD", "ConstSGD", "Adam", "Adaptive",

@@ -71,6 +71,43 @@ def unmodelled_annotations(model: onnx.ModelProto) -> dict[str, int]:
                 out[a.name] = out.get(a.name, 0) + 1
     return out
 
+#: the model metadata keys (``<key>/<input id>``) of an input's InputSettings (names.hpp)
+TILE_SET, EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE = "__tile_set", "__exchange_strategy", "__replicated_stream_mode"
+
+
+class InputSettings:
+    """PopART's InputSettings of an input stream: ``InputSettings(tileSet, exchangeStrategy)`` or
+    ``InputSettings(replicatedStreamMode)``; by default the compute tiles, JustInTime, Replicate (dataflow.cpp).
+    The values are PopART's enum values (TileSet, ExchangeStrategy, ReplicatedStreamMode)."""
+
+    def __init__(self, *args):
+        values = [int(getattr(a, "value", a)) for a in args]
+        if len(values) == 2:
+            self._tile_set, self._exchange, self._stream = values[0], values[1], 1
+        elif len(values) <= 1:
+            self._tile_set, self._exchange, self._stream = 0, 0, values[0] if values else 1
+        else:
+            raise TypeError("InputSettings takes (tileSet, exchangeStrategy) or (replicatedStreamMode)")
+
+    def tileSet(self) -> int:
+        return self._tile_set
+
+    def exchangeStrategy(self) -> int:
+        return self._exchange
+
+    def replicatedStreamMode(self) -> int:
+        return self._stream
+
+    def setTileSet(self, tileSet) -> None:
+        self._tile_set = int(getattr(tileSet, "value", tileSet))
+
+    def setExchangeStrategy(self, exchangeStrategy) -> None:
+        self._exchange = int(getattr(exchangeStrategy, "value", exchangeStrategy))
+
+    def setReplicatedStreamMode(self, streamMode) -> None:
+        self._stream = int(getattr(streamMode, "value", streamMode))
+
+
 #: PopART's RecomputeType (willow/include/popart/op.hpp): Undefined, Checkpoint, Recompute, Recomputed
 RECOMPUTE_TYPES = ("Undefined", "Checkpoint", "Recompute", "Recomputed")
 
@@ -572,7 +609,8 @@ class Builder:
     # --- tensors ------------------------------------------------------------------------------
     def addInputTensor(self, tensorInfo, shape=None, *args, debugContext: str = "", **kwargs) -> str:
         """A host-fed input: ``addInputTensor(TensorInfo)`` or ``addInputTensor("FLOAT16", [2, 3])``, then a debug
-        name. PopART's ``InputSettings`` are refused (not modelled here)."""
+        name; a ``popart.InputSettings`` (the stream's tile set, exchange strategy and replicated stream mode) is
+        recorded in the model's metadata, as PopART's builder records it."""
         rest = list(args)
         if isinstance(tensorInfo, TensorInfo):
             if shape is not None:
@@ -580,15 +618,22 @@ class Builder:
             info = tensorInfo
         else:
             info = TensorInfo(tensorInfo, shape if shape is not None else [])
+        settings = kwargs.pop("settings", None)
         for a in rest:
             if isinstance(a, str):
                 debugContext = a
-        if "settings" in kwargs or any(not isinstance(a, str) for a in rest):
-            raise UnsupportedOpError("addInputTensor with InputSettings (an input stream's tile set and exchange "
-                                     "strategy) is not modelled by sim.popart; leave them out (to overlap host IO, "
-                                     "simulate through sim.poptorch or sim.popxl)")
+            elif isinstance(a, InputSettings):
+                settings = a
+            else:
+                raise TypeError(f"addInputTensor: {a!r} is neither a popart.InputSettings nor a debug name")
+        if kwargs:
+            raise TypeError(f"addInputTensor got unexpected keyword arguments {sorted(kwargs)}")
         name = self._next_id(debugContext or "input")
         self._graph.input.append(helper.make_tensor_value_info(name, info.onnx_type(), info.shape()))
+        settings = settings or InputSettings()
+        for key, value in ((TILE_SET, settings.tileSet()), (EXCHANGE_STRATEGY, settings.exchangeStrategy()),
+                           (REPLICATED_STREAM_MODE, settings.replicatedStreamMode())):
+            self._set_metadata(f"{key}/{name}", str(value))  # as BuilderImpl::addInputTensor records them
         return name
 
     def addUntypedInputTensor(self, debugContext: str = "") -> str:

@@ -55,12 +55,12 @@ from ..compiler.memory import ONNX_REMEDIES, reworded
 from ..errors import GraphError, OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as SimOptimizer
 from ..hardware.system import choose_system
-from ..options import CPU_OUTPUTS_ENV_VAR, InstanceOptions, Options, OutputMode, cpu_outputs
+from ..options import CPU_OUTPUTS_ENV_VAR, InstanceOptions, Options, OutputMode, OverlapMode, cpu_outputs
 from ..options import TensorLocationSettings as SimLocationSettings
 from ..results.report import format_summary
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
 from ..virtual_clock import device_call, frozen
-from .builder import Builder, unmodelled_annotations
+from .builder import EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE, TILE_SET, Builder, unmodelled_annotations
 from .placement import auto_virtual_graphs, phased_strategy
 from .reference_ops import OPS as REFERENCE_OPS
 
@@ -72,16 +72,27 @@ _RETURN_TYPES = {"FINAL": OutputMode.Final, "EVERYN": OutputMode.EveryN, "ALL": 
 
 
 class AnchorReturnType:
-    """How an anchor comes back: ``AnchorReturnType("All")``, ``("Final")``, ``("Sum")`` or ``("EveryN", n)``."""
+    """How an anchor comes back: ``AnchorReturnType("All")``, ``("Final")``, ``("Sum")`` or ``("EveryN", n)``,
+    each optionally followed by the stream's TileSet and ExchangeStrategy (dataflow.hpp's two constructors)."""
 
-    def __init__(self, artString: str, returnPeriod: int = 0, *args):
+    def __init__(self, artString: str, *args):
         key = str(artString).upper()
         if key not in _RETURN_TYPES:
             raise ValueError(f"Invalid anchor return type ID supplied: {artString!r} (PopART's: All, Final, Sum, "
                              "EveryN)")
+        returnPeriod, args = (args[0], args[1:]) if key == "EVERYN" and args else (0, args)
         if key == "EVERYN" and (not isinstance(returnPeriod, int) or returnPeriod <= 0):
             raise ValueError("Must specify a positive return period for anchor return type EveryN")
+        if len(args) > 2:
+            raise TypeError(f"AnchorReturnType({artString!r}, ...): too many arguments")
         self._key, self._period = key, int(returnPeriod)
+        self.tile_set, self.exchange_strategy = (int(getattr(a, "value", a)) for a in (tuple(args) + (0, 0))[:2])
+
+    def tileSet(self) -> int:
+        return self.tile_set
+
+    def exchangeStrategy(self) -> int:
+        return self.exchange_strategy
 
     def id(self) -> str:
         return {"FINAL": "Final", "EVERYN": "EveryN", "ALL": "All", "SUM": "Sum"}[self._key]
@@ -615,7 +626,7 @@ _READ = {"batchesPerStep", "enableReplicatedGraphs", "replicatedGraphCount", "en
          "syntheticDataMode", "instrumentWithHardwareCycleCounter", "partialsTypeMatMuls", "convolutionOptions",
          "matmulOptions", "constantWeights", "enableDistributedReplicatedGraphs", "globalReplicationFactor",
          "globalReplicaOffset", "executionPhaseSettings.phases", "executionPhaseSettings.stages",
-         "virtualGraphSplitRatios", *_SAME_NAME}
+         "virtualGraphSplitRatios", "useHostCopyOps", "enableExplicitMainLoops", *_SAME_NAME}
 
 
 def _model_bytes(fnModel):
@@ -696,6 +707,7 @@ class _Session:
         self._strategy = self._place(mode)
         self._ipus = max((op.ipu or 0 for op in self._graph.ops), default=0) + 1
         self._sim_options = self._options(mode)
+        self._stream_settings(proto, mode)
         self._system_arg = system
         self._executable = self._run = None
         self._runs = 0
@@ -794,6 +806,44 @@ class _Session:
         if so.constantWeights is False and not self.training:
             self._notes.append("constantWeights False: the weights are variables, as the simulator holds them")
         return o
+
+    def _stream_settings(self, proto: onnx.ModelProto, mode: str) -> None:
+        """The inputs' InputSettings (the builder's metadata) and the anchors' exchange strategies: an overlapped
+        strategy is the stream's OverlapMode (OverlapInnerLoop: the accumulation loop's, OverlapLoops: the
+        device-iteration loop's too), with PopART's requirements (Ir::verifyOverlapIOSettings); the tile set and a
+        Broadcast stream are named in the notes where the simulation does not follow them."""
+        meta = {p.key: p.value for p in proto.metadata_props}
+        so, g = self.options, self._graph
+        strategies = {name: int(meta.get(f"{EXCHANGE_STRATEGY}/{name}", 0)) for name in g.inputs}
+        strategies.update({g.onnx_outputs[a][0]: self.dataFlow.art(a).exchange_strategy
+                           for a in self.dataFlow.anchors() if a in g.onnx_outputs})
+        overlapped = {name: s for name, s in strategies.items() if s}
+        if any(s == 3 for s in overlapped.values()):
+            raise OptionsError("ExchangeStrategy::OverlapStep is not yet supported.")
+        if overlapped:
+            if not (so.useHostCopyOps and so.enableExplicitMainLoops and mode != "Off"):
+                raise OptionsError("ExchangeStrategy::OverlapInnerLoop, ExchangeStrategy::OverlapLoops require "
+                                   "SessionOptions::useHostCopyOps, SessionOptions::enableExplicitMainLoops, "
+                                   "VirtualGraphMode::(Manual, Auto, ExecutionPhases) to be enabled.")
+            if not so.numIOTiles:
+                raise OptionsError(f"overlapped streams ({', '.join(sorted(overlapped))}) need IO tiles: set "
+                                   "SessionOptions.numIOTiles (an even number, 32 or more)")
+            if so.enablePipelining:
+                raise OptionsError("sim.popart does not model overlapped streams (ExchangeStrategy OverlapInnerLoop, "
+                                   "OverlapLoops) in a pipeline: use JustInTime")
+            for name, strategy in overlapped.items():
+                g.overlap[name] = int(OverlapMode.OverlapAccumulationLoop if strategy == 1
+                                      else OverlapMode.OverlapDeviceIterationLoop)
+            if self._sim_options.execution_strategy is None:  # one IPU: what PopTorch asks of overlapped IO
+                self._sim_options.setExecutionStrategy(ShardedExecution())
+        io = [n for n in g.inputs if meta.get(f"{TILE_SET}/{n}") == "1"]
+        if io and not so.numIOTiles:
+            self._notes.append(f"inputs {', '.join(io)} are on TileSet.IO, but numIOTiles is 0: streamed to the "
+                               "compute tiles")
+        broadcast = [n for n in g.inputs if meta.get(f"{REPLICATED_STREAM_MODE}/{n}") == "0"]
+        if broadcast and self._sim_options.replication_factor > 1:
+            self._notes.append(f"inputs {', '.join(broadcast)} are ReplicatedStreamMode.Broadcast: not modelled, "
+                               "each replica streams its own copy")
 
     def _output_mode(self, o: Options) -> None:
         """The anchors' return type as the run's output mode. PopART returns each anchor as its own type says;
