@@ -13,7 +13,9 @@ builder (graphcore/popart ``willow/src/builder.cpp``, ``builder_impl.cpp``):
   attributes and its optional ones, each group in alphabetical order (``auto_pad`` left out), as PopART's
   generated bindings (``popart_opset*.gen.cpp``) order them; ``debugContext`` names the op;
 * ``aiGraphcore`` has PopART's own ops with its builder's arguments and the node attributes its builder writes;
-* ``virtualGraph``, ``pipelineStage``, ``executionPhase`` (a value: a context for the ops made inside; ids and a
+* ``addInputTensor``'s ``InputSettings`` go into the model's metadata, as PopART's builder records them;
+* ``virtualGraph``, ``pipelineStage``, ``executionPhase``, ``recomputeOutput``, ``outputTensorLocation``,
+  ``commGroup`` (a value: a context for the ops made inside, which may be entered again, as PopART's; ids and a
   value: set on the ops that made them), ``nameScope``, ``recomputeOutputInBackwardPass``,
   ``setAvailableMemoryProportion``, ``checkpointOutput`` write PopART's ``__``-named node attributes, which
   :mod:`sim.onnx` reads as each op's placement and options. The annotations the simulator does not model
