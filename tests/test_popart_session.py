@@ -450,3 +450,19 @@ def test_input_settings_and_anchor_exchange_strategies_overlap_the_streams():
     b.addInputTensor(popart.TensorInfo("FLOAT", [4]), step, "unused")
     with pytest.raises(OptionsError, match="OverlapStep is not yet supported"):
         session(numIOTiles=32, **ready)
+
+
+def test_the_devices_sync_pattern_is_the_runs():
+    """DeviceManager's acquireAvailableDevice(numIpus, tilesPerIpu, pattern) and createOfflineIPUDevice's
+    "syncPattern" option: how the device's IPUs sync, which the simulated run follows (PopART sets it on the
+    device, not in the session options)."""
+    b, x, y = _mlp(two_ipus=True)
+    opts = popart.SessionOptions()
+    opts.virtualGraphMode = popart.VirtualGraphMode.Manual
+    device = popart.DeviceManager().acquireAvailableDevice(2, 0, popart.SyncPattern.ReplicaAndLadder)
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, [y]), device, userOptions=opts)
+    assert sess._sim_options.sync_pattern.name == "ReplicaAndLadder"
+    offline = popart.DeviceManager().createOfflineIPUDevice({"numIPUs": 2, "syncPattern": "singlePipeline"})
+    assert offline.sync_pattern.name == "SinglePipeline" and _device(2).sync_pattern.name == "Full"
+    with pytest.raises(ValueError, match="Unknown syncPattern setting: ladder"):
+        popart.DeviceManager().createOfflineIPUDevice({"numIPUs": 2, "syncPattern": "ladder"})

@@ -58,7 +58,7 @@ from ..hardware.system import choose_system
 from ..options import CPU_OUTPUTS_ENV_VAR, InstanceOptions, Options, OutputMode, OverlapMode, cpu_outputs
 from ..options import TensorLocationSettings as SimLocationSettings
 from ..results.report import format_summary
-from ..strategy import AutoStage, PipelinedExecution, ShardedExecution
+from ..strategy import AutoStage, PipelinedExecution, ShardedExecution, SyncPattern
 from ..virtual_clock import device_call, frozen
 from .builder import EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE, TILE_SET, Builder, unmodelled_annotations
 from .placement import auto_virtual_graphs, phased_strategy
@@ -351,11 +351,12 @@ class SessionOptions:
 class DeviceInfo:
     """A device: ``numIpus`` IPUs of the simulated system (hardware, IPU Model, offline or CPU alike)."""
 
-    def __init__(self, num_ipus: int, kind: str, tiles: int | None = None, version: str = "ipu2"):
+    def __init__(self, num_ipus: int, kind: str, tiles: int | None = None, version: str = "ipu2", pattern=0):
         if isinstance(num_ipus, bool) or not isinstance(num_ipus, int) or num_ipus < 1:
             raise ValueError(f"a device needs a whole number >= 1 of IPUs, got {num_ipus!r}")
         self.numIpus, self.type, self._tiles, self.version = num_ipus, kind, tiles, version
         self.id, self.isAttached = 0, kind == "Ipu"
+        self.sync_pattern = SyncPattern(int(getattr(pattern, "value", pattern)))  # the IPUs' sync (the session's)
 
     @property
     def tilesPerIPU(self) -> int | None:
@@ -385,11 +386,13 @@ class DeviceManager:
     """Devices the simulator stands for: hardware, IPU Model, offline and CPU devices are all simulated as IPU
     hardware of the chosen system (an IPU Model's ``tilesPerIPU`` is not: a note says so)."""
 
-    def acquireAvailableDevice(self, numIpus: int = 1, tilesPerIpu: int = 0, *args, **kwargs) -> DeviceInfo:
-        return DeviceInfo(numIpus, "Ipu", tilesPerIpu or None)
+    def acquireAvailableDevice(self, numIpus: int = 1, tilesPerIpu: int = 0, pattern=0, *args, **kwargs) -> DeviceInfo:
+        """``pattern`` (SyncPattern) is how the device's IPUs sync, which the session's run follows."""
+        return DeviceInfo(numIpus, "Ipu", tilesPerIpu or None, pattern=pattern)
 
-    def tryAcquireAvailableDevice(self, numIpus: int = 1, tilesPerIpu: int = 0, *args, **kwargs) -> DeviceInfo:
-        return self.acquireAvailableDevice(numIpus, tilesPerIpu)
+    def tryAcquireAvailableDevice(self, numIpus: int = 1, tilesPerIpu: int = 0, pattern=0, *args,
+                                  **kwargs) -> DeviceInfo:
+        return self.acquireAvailableDevice(numIpus, tilesPerIpu, pattern)
 
     def acquireDeviceById(self, id: int, *args, **kwargs) -> DeviceInfo:
         return DeviceInfo(1, "Ipu")
@@ -403,8 +406,12 @@ class DeviceManager:
 
     def createOfflineIPUDevice(self, options: dict | None = None) -> DeviceInfo:
         o = dict(options or {})
+        patterns = {"full": 0, "singlePipeline": 1, "replicaAndLadder": 2}  # devicemanager.cpp syncPatternFromString
+        pattern = str(o.get("syncPattern", "full"))
+        if pattern not in patterns:
+            raise ValueError(f"Unknown syncPattern setting: {pattern}")
         return DeviceInfo(int(o.get("numIPUs", 1)), "OfflineIpu", int(o["tilesPerIPU"]) if "tilesPerIPU" in o
-                          else None, str(o.get("ipuVersion", "ipu2")))
+                          else None, str(o.get("ipuVersion", "ipu2")), patterns[pattern])
 
     def createSimDevice(self, options: dict | None = None) -> DeviceInfo:
         return self.createIpuModelDevice(options)
@@ -762,6 +769,7 @@ class _Session:
         elif mode in ("Manual", "Auto") and self._ipus > 1:  # ops on their IPUs in program order, one at a time
             o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
         o.auto_round_num_ipus = True  # a replica has the device's IPUs over the replicas (PopART's)
+        o.syncPattern(self.deviceInfo.sync_pattern)  # the device's (DeviceManager's acquire ... pattern)
         if so.autoRecomputation:
             o._Popart.set("autoRecomputation", int(getattr(so.autoRecomputation, "value", so.autoRecomputation)))
         if so.numIOTiles:
