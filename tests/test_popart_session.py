@@ -466,3 +466,50 @@ def test_the_devices_sync_pattern_is_the_runs():
     assert offline.sync_pattern.name == "SinglePipeline" and _device(2).sync_pattern.name == "Full"
     with pytest.raises(ValueError, match="Unknown syncPattern setting: ladder"):
         popart.DeviceManager().createOfflineIPUDevice({"numIPUs": 2, "syncPattern": "ladder"})
+
+
+def test_out_of_memory_and_executables_as_popart_has_them(tmp_path):
+    """prepareDevice raises popart.OutOfMemoryException (the simulator's OutOfMemoryError, with PopART's
+    accessors), or keeps it in a popart.OutOfMemoryError given as err; compileAndExport / saveExecutable write the
+    executable and loadExecutable reads it back for a session of the same model and options."""
+    big = popart.Builder()
+    x = big.addInputTensor(popart.TensorInfo("FLOAT16", [131072, 4096]), "x")  # 1 GiB: more than an IPU holds
+    y = big.aiOnnx.matmul([x, big.addInitializedInputTensor(np.zeros([4096, 8], np.float16), "w")])
+    sess = popart.InferenceSession(big.getModelProto(), popart.DataFlow(1, [y]), _device())
+    with pytest.raises(popart.OutOfMemoryException) as raised:
+        sess.prepareDevice()
+    assert isinstance(raised.value, sim.OutOfMemoryError) and raised.value.getProfilePath() == ""
+    assert "Out of memory on IPU 0" in raised.value.getSummaryReport()
+    err = popart.OutOfMemoryError()
+    assert err.isSuccessful()
+    sess.prepareDevice(err=err)
+    assert not err.isSuccessful() and err.getSummaryReport() == raised.value.getSummaryReport()
+    assert not (tmp_path / "big.popef").exists()
+    sess.compileAndExport(str(tmp_path / "big.popef"), err)
+    assert not (tmp_path / "big.popef").exists()  # nothing written for a program that does not fit
+
+    b, x, y = _mlp()
+    opts = popart.SessionOptions()
+    opts.instrumentWithHardwareCycleCounter = True
+
+    def session(options=opts):
+        return popart.InferenceSession(b.getModelProto(), popart.DataFlow(2, [y]), _device(), userOptions=options)
+    first = session()
+    first.compileAndExport(str(tmp_path / "mlp.popef"))
+    second = session()
+    second.loadExecutable(str(tmp_path / "mlp.popef"))
+    second.prepareDevice()
+    assert second.executable.notes == first._compile().notes
+    second.run(popart.PyStepIO({x: np.zeros([2, 4, 16], np.float32)}, second.initAnchorArrays()))
+    first.prepareDevice()
+    first.run(popart.PyStepIO({x: np.zeros([2, 4, 16], np.float32)}, first.initAnchorArrays()))
+    assert second.getCycleCount() == first.getCycleCount()
+    first.saveExecutable(str(tmp_path))
+    assert (tmp_path / "executable.popef").exists()
+    other = popart.SessionOptions()
+    other.enableOutlining = False
+    with pytest.raises(GraphError, match="compiled from another model, other options or another device"):
+        session(other).loadExecutable(str(tmp_path / "mlp.popef"))
+    (tmp_path / "junk").write_bytes(b"not a pickle")
+    with pytest.raises(GraphError, match="not an executable compileAndExport or saveExecutable wrote"):
+        session().loadExecutable(str(tmp_path / "junk"))

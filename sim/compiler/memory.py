@@ -287,13 +287,14 @@ ONNX_REMEDIES = {
 }
 
 
-def reworded(error: OutOfMemoryError, words: dict[str, str]) -> OutOfMemoryError:
+def reworded(error: OutOfMemoryError, words: dict[str, str], cls: type = OutOfMemoryError) -> OutOfMemoryError:
     """``error`` with the remedies after its "Try:" said in a front end's ``words`` (old -> new phrase,
-    as :data:`POPXL_REMEDIES`); the facts before it and the error's attributes unchanged."""
+    as :data:`POPXL_REMEDIES`), as a ``cls`` (a front end's own subclass); the facts before it and the error's
+    attributes unchanged."""
     head, sep, tips = str(error).partition(" Try: ")
     for old, new in words.items():
         tips = tips.replace(old, new)
-    return OutOfMemoryError(head + sep + tips, ipu=error.ipu, op=error.op, shortfall_bytes=error.shortfall_bytes,
+    return cls(head + sep + tips, ipu=error.ipu, op=error.op, shortfall_bytes=error.shortfall_bytes,
                             shortfalls=error.shortfalls, where=error.where, margin=error.margin,
                             margin_bytes=error.margin_bytes)
 

@@ -84,7 +84,10 @@ _LAZY = {"builder": ("Builder", "TensorInfo", "DATA_TYPES", "InputSettings"),
                      "Patterns", "InputShapeInfo", "PyStepIOCallback",
                      "PyStepIO", "PyWeightsIO", "DeviceManager", "DeviceInfo", "SGD", "ConstSGD", "Adam", "Adaptive",
                      "ClipNormSettings", "TensorLocation", "TensorLocationSettings",
-                     "AccumulateOuterFragmentSettings")}
+                     "AccumulateOuterFragmentSettings", "OutOfMemoryException", "OutOfMemoryError")}
+#: names a module defines under another name (``popart.OutOfMemoryError`` is the session's OutOfMemoryStatus: the
+#: simulator's own OutOfMemoryError is the exception's base)
+_DEFINED_AS = {"OutOfMemoryError": "OutOfMemoryStatus"}
 defaultAiOnnxOpset = 10  # graphcoreoperators.hpp
 defaultAiGraphcoreOpset = 1
 #: PopART's reserved tensor-name prefixes (tensornames.hpp)
@@ -105,7 +108,7 @@ def __getattr__(name: str):
     for module, names in _LAZY.items():
         if name in names:
             import importlib
-            value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+            value = getattr(importlib.import_module(f"{__name__}.{module}"), _DEFINED_AS.get(name, name))
             globals()[name] = value
             return value
     raise NotModelledError(f"popart.{name} is not modelled by the simulator; sim.popart has PopART's builder and "

@@ -38,6 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import GraphError, UnsupportedOpError
+from ..results.report import write_bytes
 
 DEFAULT_AI_ONNX_OPSET = 10  # popart willow/include/popart/graphcoreoperators.hpp defaultAiOnnxOpset
 DEFAULT_AI_GRAPHCORE_OPSET = 1  # defaultAiGraphcoreOpset
@@ -952,7 +953,4 @@ class Builder:
 
     def saveModelProto(self, filename: str) -> None:
         """Write the model to ``filename``, whole or not at all."""
-        tmp = f"{filename}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(self.getModelProto())
-        os.replace(tmp, filename)
+        write_bytes(filename, self.getModelProto())

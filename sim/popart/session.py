@@ -57,7 +57,7 @@ from ..graph.training import Optimizer as SimOptimizer
 from ..hardware.system import choose_system
 from ..options import CPU_OUTPUTS_ENV_VAR, InstanceOptions, Options, OutputMode, OverlapMode, cpu_outputs
 from ..options import TensorLocationSettings as SimLocationSettings
-from ..results.report import format_summary
+from ..results.report import format_summary, write_bytes
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution, SyncPattern
 from ..virtual_clock import device_call, frozen
 from .builder import EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE, TILE_SET, Builder, unmodelled_annotations
@@ -716,7 +716,8 @@ class _Session:
         self._sim_options = self._options(mode)
         self._stream_settings(proto, mode)
         self._system_arg = system
-        self._executable = self._run = None
+        self._executable = self._run = self._loaded = None
+        self._fingerprint = _fingerprint(proto, self.options, self.training, deviceInfo.numIpus, system)
         self._runs = 0
 
     def _place(self, mode: str):
@@ -880,8 +881,49 @@ class _Session:
             raise RuntimeError(f"Must call prepareDevice before {what}")
 
     @frozen
-    def prepareDevice(self, loadEngine: bool = True) -> None:
-        """Compile the model for the system (PopART's Poplar compile); out of tile memory raises here."""
+    def prepareDevice(self, loadEngine: bool = True, err: "OutOfMemoryStatus | None" = None) -> None:
+        """Compile the model for the system (PopART's Poplar compile), or take the executable ``loadExecutable``
+        read. Out of tile memory raises :class:`OutOfMemoryException`, or with ``err`` (a
+        ``popart.OutOfMemoryError()``) is kept there, as PopART's binding does."""
+        executable = self._compiled(err)
+        if executable is None:
+            return
+        self._executable = executable
+        self._update_ipus = {op.inputs[0]: op.ipu or 0 for op in executable.graph.ops if op.pass_ == "update"
+                             and op.inputs and executable.graph.tensors[op.inputs[0]].role == "weight"}
+
+    @frozen
+    def compileAndExport(self, filename: str, err: "OutOfMemoryStatus | None" = None) -> None:
+        """Compile without attaching to the device and write the executable to ``filename`` (whole or not at
+        all), for ``loadExecutable``; out of tile memory as :meth:`prepareDevice`."""
+        executable = self._compiled(err)
+        if executable is not None:
+            _write_executable(filename, self._fingerprint, executable)
+
+    def saveExecutable(self, path: str, savePopartMetadata: bool = True, saveVariables: bool = True) -> None:
+        """Write the prepared executable to ``path`` (a file, or a directory to hold ``executable.popef``)."""
+        self._require("saveExecutable")
+        _write_executable(path, self._fingerprint, self._executable)
+
+    def loadExecutable(self, filename: str) -> None:
+        """Read an executable ``compileAndExport`` or ``saveExecutable`` wrote for this model and these options;
+        ``prepareDevice`` then uses it instead of compiling. The file is a Python pickle: load only your own."""
+        self._loaded = _read_executable(filename, self._fingerprint)
+
+    def _compiled(self, err: "OutOfMemoryStatus | None"):
+        """The loaded executable, else the model compiled with the session's notes; None if it did not fit and
+        ``err`` took the exception."""
+        if self._loaded is not None:
+            return self._loaded
+        try:
+            return self._compile()
+        except OutOfMemoryException as e:
+            if err is None:
+                raise
+            err.exception = e
+            return None
+
+    def _compile(self):
         o = self._sim_options
         per_replica = self.deviceInfo.numIpus // o.replication_factor  # PopART splits the device among the replicas
         if self._ipus > per_replica:
@@ -892,9 +934,9 @@ class _Session:
                                     "system=...)", f"pass {type(self).__name__}(..., system=...)")
         optimizer = self._optimizer.simulated(self._weight_dtype()) if self.training else None
         try:
-            self._executable = sim_compile(self._graph, system, o, self.training, optimizer)
+            executable = sim_compile(self._graph, system, o, self.training, optimizer)
         except OutOfMemoryError as e:
-            raise reworded(e, ONNX_REMEDIES) from None
+            raise reworded(e, ONNX_REMEDIES, OutOfMemoryException) from None
         notes = [f"system {system.name}: {why}",
                  f"PopART {type(self).__name__} on a {self.deviceInfo.type} device of {self.deviceInfo.numIpus} "
                  f"IPU(s), simulated as IPU hardware; {self._values_note()}"]
@@ -908,10 +950,8 @@ class _Session:
                          "optimizer state): not streamed in the simulation, their arrays stay zero")
         notes += [f"node attribute {name} ({n} op(s)): accepted, no modelled effect"
                   for name, n in sorted(self._annotations.items())]
-        self._executable.notes[:0] = notes + self._notes
-        self._update_ipus = {op.inputs[0]: op.ipu or 0 for op in self._executable.graph.ops
-                             if op.pass_ == "update" and op.inputs
-                             and self._executable.graph.tensors[op.inputs[0]].role == "weight"}
+        executable.notes[:0] = notes + self._notes
+        return executable
 
     # --- the call -------------------------------------------------------------------------------
     def _replication(self) -> int:
@@ -1106,15 +1146,11 @@ class _Session:
     def modelToHost(self, fn: str) -> None:
         """Write the model with its weights, as the session holds them (the initial values, or those
         ``writeWeights`` gave: training changes no values here), to ``fn``: whole or not at all."""
-        import os
         model = onnx.ModelProto()
         model.CopyFrom(self._values_model)
         del model.graph.initializer[:]
         model.graph.initializer.extend(self._initial.values())
-        tmp = f"{fn}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(tmp, fn)
+        write_bytes(fn, model.SerializeToString())
 
     def setRandomSeed(self, seedValue: int) -> None:
         """The seed of the device's random ops; it changes no cycle (the simulator draws no numbers)."""
@@ -1172,6 +1208,72 @@ def _location(settings: TensorLocationSettings) -> SimLocationSettings:
     out.minElementsForOffChip(int(settings.minElementsForOffChip))
     out.minElementsForReplicatedTensorSharding(int(settings.minElementsForReplicatedTensorSharding))
     return out
+
+
+class OutOfMemoryException(OutOfMemoryError):
+    """PopART's exception for a program that does not fit in tile memory (``popart.OutOfMemoryException``, also
+    ``popart.session``'s): the simulator's error, whose message is the memory report, with PopART's accessors."""
+
+    def getSummaryReport(self) -> str:
+        return str(self)
+
+    def getProfilePath(self) -> str:
+        return ""  # no PopVision profile: the report is the message (session.simulation holds the breakdowns)
+
+
+class OutOfMemoryStatus:
+    """``popart.OutOfMemoryError()``: given to ``prepareDevice(err=...)`` or ``compileAndExport(..., err)``, it
+    takes the out-of-memory exception instead of it being raised."""
+
+    def __init__(self):
+        self.exception: OutOfMemoryException | None = None
+
+    def isSuccessful(self) -> bool:
+        return self.exception is None
+
+    def getSummaryReport(self) -> str:
+        return "" if self.exception is None else self.exception.getSummaryReport()
+
+    def getProfilePath(self) -> str:
+        return ""
+
+
+#: the first item of an executable file, naming its format
+_EXECUTABLE_FORMAT = "ipusim popart executable 1"
+
+
+def _fingerprint(proto: onnx.ModelProto, options: "SessionOptions", training: bool, ipus: int, system) -> str:
+    """What an executable was compiled from: the model without its weights' values, the options set, training
+    or not, the device's IPUs and the system asked for."""
+    import hashlib
+    from ..onnx._importer import light_model
+    digest = hashlib.sha256(light_model(proto).SerializeToString(deterministic=True))
+    digest.update(repr((sorted((k, repr(v)) for k, v in options.changed().items()), training, ipus,
+                        str(system))).encode())
+    return digest.hexdigest()
+
+
+def _write_executable(path: str, fingerprint: str, executable) -> None:
+    import os
+    import pickle
+    target = os.path.join(path, "executable.popef") if os.path.isdir(path) else path
+    write_bytes(target, pickle.dumps((_EXECUTABLE_FORMAT, fingerprint, executable)))
+
+
+def _read_executable(filename: str, fingerprint: str):
+    import pickle
+    try:
+        with open(filename, "rb") as f:
+            kind, made_from, executable = pickle.load(f)
+    except (OSError, pickle.UnpicklingError, ValueError, TypeError, EOFError) as e:
+        raise GraphError(f"loadExecutable({filename!r}): not an executable compileAndExport or saveExecutable "
+                         f"wrote ({e})") from None
+    if kind != _EXECUTABLE_FORMAT:
+        raise GraphError(f"loadExecutable({filename!r}): {kind!r} is not an executable of this simulator")
+    if made_from != fingerprint:
+        raise GraphError(f"loadExecutable({filename!r}): the executable was compiled from another model, other "
+                         "options or another device; compile this session (prepareDevice) instead")
+    return executable
 
 
 class InferenceSession(_Session):

@@ -342,6 +342,11 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
     return path
 
 
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path``, whole or not at all (:func:`atomic_write`)."""
+    return atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
+
+
 def check_output_directory(directory: str | os.PathLike) -> Path:
     """``directory`` as a Path, if :func:`write_outputs` may replace it: missing, or a
     directory holding nothing but files named in :data:`OUTPUT_FILES` (an earlier run's).
