@@ -295,8 +295,7 @@ def reworded(error: OutOfMemoryError, words: dict[str, str], cls: type = OutOfMe
     for old, new in words.items():
         tips = tips.replace(old, new)
     return cls(head + sep + tips, ipu=error.ipu, op=error.op, shortfall_bytes=error.shortfall_bytes,
-                            shortfalls=error.shortfalls, where=error.where, margin=error.margin,
-                            margin_bytes=error.margin_bytes)
+               shortfalls=error.shortfalls, where=error.where, margin=error.margin, margin_bytes=error.margin_bytes)
 
 
 def check_tile_memory(memory: dict[int, IpuMemory], margin: float = 0.0) -> None:

@@ -674,6 +674,10 @@ def fixed_batch(model) -> int | None:
     return leading.pop() if len(leading) == 1 and None not in leading else None
 
 
+#: initializer types whose large tensors :func:`light_graph` leaves out (weights, never shape arithmetic)
+_WEIGHT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
+
+
 def light_graph(graph: onnx.GraphProto, outputs: list[str] | None = None) -> onnx.GraphProto:
     """``graph`` without its weights' values: each float initializer of more than 1,024 elements becomes a typed
     graph input. Shape inference reads initializers' values only to fold shapes (small integer tensors), so it
@@ -693,7 +697,6 @@ def light_graph(graph: onnx.GraphProto, outputs: list[str] | None = None) -> onn
     return out
 
 
-
 def light_model(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with its graph as :func:`light_graph` has it (the weights' values left out)."""
     light = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name,
@@ -703,6 +706,3 @@ def light_model(model: onnx.ModelProto) -> onnx.ModelProto:
     light.functions.extend(model.functions)
     light.graph.CopyFrom(light_graph(model.graph))
     return light
-
-
-_WEIGHT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)

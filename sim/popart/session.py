@@ -8,7 +8,10 @@ ipusim keyword; else ``IPUSIM_SYSTEM``; else the smallest Mk2 system). ``run(ste
 ``Session::run`` runs them. An InferenceSession's anchors are computed on the CPU with ONNX's reference
 evaluator (and :mod:`sim.popart.reference_ops`); otherwise the arrays are zeros, and the notes say why. The
 simulation is :attr:`simulation` (a :class:`sim.Run`), its cycles ``getCycleCount()`` (with
-``instrumentWithHardwareCycleCounter``, as PopART), its report ``getSummaryReport()``.
+``instrumentWithHardwareCycleCounter``, as PopART), its report ``getSummaryReport()``. Out of tile memory
+is PopART's ``OutOfMemoryException`` (or kept in a ``popart.OutOfMemoryError`` given as ``err``);
+``compileAndExport`` / ``saveExecutable`` write the simulator's executable and ``loadExecutable`` reads it back.
+The device's ``SyncPattern`` and the inputs' ``InputSettings`` (an overlapped exchange strategy) are the run's.
 
 What each setting becomes (PopART's names, ``willow/include/popart/sessionoptions.hpp``):
 
