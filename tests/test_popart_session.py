@@ -464,6 +464,9 @@ def test_the_devices_sync_pattern_is_the_runs():
     assert sess._sim_options.sync_pattern.name == "ReplicaAndLadder"
     offline = popart.DeviceManager().createOfflineIPUDevice({"numIPUs": 2, "syncPattern": "singlePipeline"})
     assert offline.sync_pattern.name == "SinglePipeline" and _device(2).sync_pattern.name == "Full"
+    # Graphcore's bert.py gives the enum itself (utils/device.py); taken as the pattern it names
+    given = popart.DeviceManager().createOfflineIPUDevice({"numIPUs": 2, "syncPattern": popart.SyncPattern.Full})
+    assert given.sync_pattern.name == "Full"
     with pytest.raises(ValueError, match="Unknown syncPattern setting: ladder"):
         popart.DeviceManager().createOfflineIPUDevice({"numIPUs": 2, "syncPattern": "ladder"})
 

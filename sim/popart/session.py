@@ -385,6 +385,14 @@ class DeviceInfo:
         return f"Device(type={self.type} id={self.id} numIpus={self.numIpus} version={self.version})"
 
 
+def _sync_pattern(value) -> int:
+    """A SyncPattern given as PopART's option string (devicemanager.cpp syncPatternFromString), or as the enum."""
+    names = {"full": 0, "singlePipeline": 1, "replicaAndLadder": 2}
+    if isinstance(value, str) and value not in names:
+        raise ValueError(f"Unknown syncPattern setting: {value}")
+    return names[value] if isinstance(value, str) else int(getattr(value, "value", value))
+
+
 class DeviceManager:
     """Devices the simulator stands for: hardware, IPU Model, offline and CPU devices are all simulated as IPU
     hardware of the chosen system (an IPU Model's ``tilesPerIPU`` is not: a note says so)."""
@@ -397,8 +405,8 @@ class DeviceManager:
                                   **kwargs) -> DeviceInfo:
         return self.acquireAvailableDevice(numIpus, tilesPerIpu, pattern)
 
-    def acquireDeviceById(self, id: int, *args, **kwargs) -> DeviceInfo:
-        return DeviceInfo(1, "Ipu")
+    def acquireDeviceById(self, id: int, pattern=0, *args, **kwargs) -> DeviceInfo:
+        return DeviceInfo(1, "Ipu", pattern=pattern)
 
     tryAcquireDeviceById = acquireDeviceById
 
@@ -409,12 +417,8 @@ class DeviceManager:
 
     def createOfflineIPUDevice(self, options: dict | None = None) -> DeviceInfo:
         o = dict(options or {})
-        patterns = {"full": 0, "singlePipeline": 1, "replicaAndLadder": 2}  # devicemanager.cpp syncPatternFromString
-        pattern = str(o.get("syncPattern", "full"))
-        if pattern not in patterns:
-            raise ValueError(f"Unknown syncPattern setting: {pattern}")
         return DeviceInfo(int(o.get("numIPUs", 1)), "OfflineIpu", int(o["tilesPerIPU"]) if "tilesPerIPU" in o
-                          else None, str(o.get("ipuVersion", "ipu2")), patterns[pattern])
+                          else None, str(o.get("ipuVersion", "ipu2")), _sync_pattern(o.get("syncPattern", "full")))
 
     def createSimDevice(self, options: dict | None = None) -> DeviceInfo:
         return self.createIpuModelDevice(options)
