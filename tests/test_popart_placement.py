@@ -209,3 +209,14 @@ def test_execution_phase_settings_are_checked_as_popart_checks_them():
     _run(sess)
     assert sess.executable.strategy == "sharded"
     assert any("phased execution needs 2 or more" in n for n in sess.simulation.all_notes)
+
+
+def test_phases_of_a_model_run_without_a_phased_strategy_are_named_and_ignored():
+    """An ONNX model whose ops carry PopART's __execution_phase, simulated straight through sim.onnx (no phased
+    strategy): the phases are dropped, and a note says so and how to run them."""
+    import sim
+    import sim.onnx
+    b, loss = _chain(phases=True, stages=1)  # every phase on IPU 0
+    run = sim.simulate(sim.onnx.load(b.getModelProto(), loss=loss), "ipu-mk2", training=True)
+    assert any("10 op(s) carry an execution phase (PopART's __execution_phase), but the single strategy runs "
+               "no phases" in n for n in run.all_notes)

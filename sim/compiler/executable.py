@@ -134,6 +134,19 @@ def check_overlap(o: Options, g: Graph, training: bool) -> None:
                            f"OutputMode.{mode.name}, {given}.)")
 
 
+def _drop_phases(g: Graph, strategy: str) -> list[str]:
+    """Execution phases an imported model's ops carry (PopART's ``__execution_phase``) run only with a phased
+    strategy; under another they are cleared, and a note says so."""
+    phased = sum(op.phase is not None for op in g.ops if op.pass_ == "forward")
+    if not phased or strategy.endswith("phased"):
+        return []
+    for op in g.ops:
+        op.phase = None
+    return [f"{phased} op(s) carry an execution phase (PopART's __execution_phase), but the {strategy} strategy "
+            "runs no phases: they are ignored (SerialPhasedExecution or ParallelPhasedExecution runs blocks as "
+            "phases; sim.popart runs a model's phases with VirtualGraphMode.ExecutionPhases)"]
+
+
 def _unused_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> list[str]:
     """A note if setAvailableMemoryProportion names IPUs the model does not run on (within a replica):
     PopTorch looks up the proportion of each op's IPU only and ignores the other keys (Graphcore's
@@ -250,6 +263,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         clear_matmul_passes(g)
     tracked = add_automatic_loss_scaling(g, accumulate) if training and o.automatic_loss_scaling() else 0
     strategy = assign(g, o.execution_strategy)
+    unphased = _drop_phases(g, strategy)
     merge_norms(g)  # LARS's norms: one ReduceMany per IPU, stage and phase
     place_global_norm(g)  # gradient clipping's global norm: on the IPU with the most norms
     k = max(op.ipu for op in g.ops) + 1
@@ -285,7 +299,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
-    notes = list(graph.notes)  # the front end's
+    notes = list(graph.notes) + unphased  # the front end's
     notes += _shared_weight_notes(g) if strategy == "sharded" else []
     notes += [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
