@@ -724,7 +724,9 @@ class _Session:
         self._stream_settings(proto, mode)
         self._system_arg = system
         self._executable = self._run = self._loaded = None
-        self._fingerprint = _fingerprint(proto, self.options, self.training, deviceInfo.numIpus, system)
+        # what an executable of this session is compiled from (hashed only when one is written or read)
+        self._made_from = (sorted((k, repr(v)) for k, v in self.options.changed().items()), self.training,
+                           deviceInfo.numIpus, str(system))
         self._runs = 0
 
     def _place(self, mode: str):
@@ -905,17 +907,26 @@ class _Session:
         all), for ``loadExecutable``; out of tile memory as :meth:`prepareDevice`."""
         executable = self._compiled(err)
         if executable is not None:
-            _write_executable(filename, self._fingerprint, executable)
+            _write_executable(filename, self._fingerprint(), executable)
 
     def saveExecutable(self, path: str, savePopartMetadata: bool = True, saveVariables: bool = True) -> None:
         """Write the prepared executable to ``path`` (a file, or a directory to hold ``executable.popef``)."""
         self._require("saveExecutable")
-        _write_executable(path, self._fingerprint, self._executable)
+        _write_executable(path, self._fingerprint(), self._executable)
 
     def loadExecutable(self, filename: str) -> None:
         """Read an executable ``compileAndExport`` or ``saveExecutable`` wrote for this model and these options;
         ``prepareDevice`` then uses it instead of compiling. The file is a Python pickle: load only your own."""
-        self._loaded = _read_executable(filename, self._fingerprint)
+        self._loaded = _read_executable(filename, self._fingerprint())
+
+    def _fingerprint(self) -> str:
+        """A hash of what the executable is compiled from: the model without its weights' values, the options
+        set, training or not, the device's IPUs and the system asked for."""
+        import hashlib
+        from ..onnx._importer import light_model
+        digest = hashlib.sha256(light_model(self._values_model).SerializeToString(deterministic=True))
+        digest.update(repr(self._made_from).encode())
+        return digest.hexdigest()
 
     def _compiled(self, err: "OutOfMemoryStatus | None"):
         """The loaded executable, else the model compiled with the session's notes; None if it did not fit and
@@ -1247,17 +1258,6 @@ class OutOfMemoryStatus:
 
 #: the first item of an executable file, naming its format
 _EXECUTABLE_FORMAT = "ipusim popart executable 1"
-
-
-def _fingerprint(proto: onnx.ModelProto, options: "SessionOptions", training: bool, ipus: int, system) -> str:
-    """What an executable was compiled from: the model without its weights' values, the options set, training
-    or not, the device's IPUs and the system asked for."""
-    import hashlib
-    from ..onnx._importer import light_model
-    digest = hashlib.sha256(light_model(proto).SerializeToString(deterministic=True))
-    digest.update(repr((sorted((k, repr(v)) for k, v in options.changed().items()), training, ipus,
-                        str(system))).encode())
-    return digest.hexdigest()
 
 
 def _write_executable(path: str, fingerprint: str, executable) -> None:

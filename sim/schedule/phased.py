@@ -94,7 +94,8 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
 
     Returns (sends per phase: list of (src ipu, dst ipu, bytes); carried: for each activation a
     later phase on the same IPU reads, ``(phase that makes it, ipu, the later phases reading it)``;
-    loads per (phase, ipu): weight bytes). A tensor counts once however many ops read it.
+    loads per (phase, ipu): weight bytes; streamed per (phase, ipu): the off-chip weights, state and
+    accumulators loaded for it). A tensor counts once however many ops read it.
     """
     g = ctx.g
     where = {}
@@ -106,6 +107,7 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
     sends = defaultdict(list)
     carried: dict[str, tuple[int, int, set[int]]] = {}
     loads = defaultdict(int)
+    streamed: dict[tuple[int, int], set[str]] = {}
     seen_input, received = set(), set()
     for t, works in enumerate(phases):
         for ipu, w in works.items():
@@ -129,10 +131,10 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
                     elif (name, ipu) not in received:  # copied once to each IPU reading it
                         received.add((name, ipu))
                         sends[src[0]].append((src[1], ipu, tensor.nbytes))
-            loads[(t, ipu)] = sum(g.tensors[n].nbytes // g.tensors[n].shards for n in weights
-                                  if g.tensors[n].location == "off_chip")
+            streamed[(t, ipu)] = {n for n in weights if g.tensors[n].location == "off_chip"}
+            loads[(t, ipu)] = sum(g.tensors[n].nbytes // g.tensors[n].shards for n in streamed[(t, ipu)])
             w.host_outputs = [o for op in w.ops for o in op.outputs if o in g.outputs]
-    return sends, carried, loads
+    return sends, carried, loads, streamed
 
 
 def _keep_on_chip(ctx: Context, phases: list[dict[int, StageWork]], carried) -> None:
@@ -155,7 +157,7 @@ def _keep_on_chip(ctx: Context, phases: list[dict[int, StageWork]], carried) -> 
 def build(ctx: Context) -> Sequence:
     """The program of a phased model for one call."""
     phases = split_phases(ctx)
-    sends, carried, loads = _flows(ctx, phases)
+    sends, carried, loads, streamed = _flows(ctx, phases)
     strategy = ctx.options.execution_strategy
     off_chip = strategy.liveness != Liveness.AlwaysLive
     parallel = not strategy.serial
@@ -215,14 +217,13 @@ def build(ctx: Context) -> Sequence:
                 pending = []
             seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "to_ipu"))
             for w in stages:  # weights loaded as shards, whole again before the phase computes
-                seq.items += ctx.gather_weight_shards(w.ipu, [n for op in w.ops for n in op.inputs])
+                seq.items += ctx.gather_weight_shards(w.ipu, streamed[(t, w.ipu)])
             seq.items += ctx.stages_items(stages, load_weights=False)  # loaded above, per phase
             if with_outputs:
                 seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
             if t in updates:  # its weights' optimizer steps; the off-chip weights this phase loaded are on chip
-                seq.add(ctx.weight_update(updates[t], loaded=frozenset(
-                    n for w in stages for op in w.ops for n in op.inputs
-                    if ctx.g.tensors[n].role in _ALWAYS_LIVE and ctx.g.tensors[n].location == "off_chip")))
+                seq.add(ctx.weight_update(updates[t], loaded=frozenset().union(
+                    *(streamed[(t, w.ipu)] for w in stages))))
             seq.items += after_phase(t, works)
         return seq
 
