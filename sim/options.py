@@ -17,6 +17,7 @@ import copy
 import enum
 import math
 import os
+from dataclasses import dataclass
 
 from .errors import OptionsError, show_number
 from .strategy import SyncPattern, _Strategy
@@ -330,6 +331,19 @@ class _Precision:
         return self._owner
 
 
+@dataclass(frozen=True)
+class BatchSerialization:
+    """PopART's ``batchSerializationSettings`` (:meth:`Options.batch_serialization`): ``factor`` pieces each
+    op's batch is split into; ``concat_on``: the changes of context (``"ipu"``, ``"phase"``, ``"stage"``) at
+    which the pieces are concatenated again; ``context``: ``"Fwd"`` or ``"Bwd"``
+    (BatchSerializationTransformContext); ``method``: ``"UnrollDynamic"``, ``"UnrollStatic"`` or ``"Loop"``."""
+
+    factor: int
+    concat_on: frozenset
+    context: str
+    method: str
+
+
 class Options:
     """The PopTorch options the simulator understands (see the module docstring)."""
 
@@ -344,6 +358,15 @@ class Options:
     OUTER_FRAGMENT_SCHEDULES = ("Scheduler", "Serial", "OverlapCycleOptimized", "OverlapMemoryOptimized")
     OUTER_FRAGMENT_KEYS = ("accumulateOuterFragmentSettings.schedule",
                            "accumulateOuterFragmentSettings.excludedVirtualGraphs")
+
+    #: PopART's ``batchSerializationSettings`` (sessionoptions.hpp BatchSerializationSettings): the keys the
+    #: simulator models (:mod:`sim.compiler.batch_serial`; ``batchSchedule``, the order of the pieces' ops and
+    #: remote copies, is recorded as unmodelled) and the members of its enums in value order
+    BATCH_SERIAL_KEYS = tuple(f"batchSerializationSettings.{key}" for key in (
+        "factor", "concatOnVirtualGraphChange", "concatOnExecutionPhaseChange", "concatOnPipelineStageChange",
+        "transformContext", "method"))
+    BATCH_SERIAL_METHODS = ("UnrollDynamic", "UnrollStatic", "Loop")
+    BATCH_SERIAL_CONTEXTS = ("Fwd", "Bwd")
 
     #: PopART's sharding domain of each tensor class TensorLocations can shard, a ``(CommGroupType,
     #: group size)`` pair (``TensorLocationSettings.location.shardingDomain``, a ``CommGroup``)
@@ -373,6 +396,7 @@ class Options:
                 "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
                 *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
                 *(f"_Popart.{key}" for key in OUTER_FRAGMENT_KEYS),
+                *(f"_Popart.{key}" for key in BATCH_SERIAL_KEYS),
                 *(f"_Popart.{key}" for key in SHARDING_DOMAIN_KEYS.values())}
 
     def __init__(self):
@@ -731,6 +755,23 @@ class Options:
         values = self._Popart.values
         old, new = self._Popart.BUFFERING_DEPTH_KEYS
         return int(values[old] if old in values else values.get(new, 1))
+
+    def batch_serialization(self) -> BatchSerialization:
+        """PopART's ``batchSerializationSettings`` as set through ``_Popart.set`` (PopART's defaults for those
+        not set: factor 0, concatenation on each change of virtual graph, execution phase and pipeline stage,
+        transform context Fwd, method UnrollDynamic). A factor of 0 or 1 serialises nothing."""
+        factor_key, ipu_key, phase_key, stage_key, context_key, method_key = self.BATCH_SERIAL_KEYS
+        factor = self._Popart.values.get(factor_key, 0)
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 0:
+            raise OptionsError(f"_Popart {factor_key} = {factor!r}: expected a whole number >= 0 (the pieces each "
+                               "op's batch is split into; 0 or 1: none)")
+        concat = frozenset(what for what, key in (("ipu", ipu_key), ("phase", phase_key), ("stage", stage_key))
+                           if self._popart_bool(key, True))
+        return BatchSerialization(factor, concat,
+                                  self._popart_enum(context_key, self.BATCH_SERIAL_CONTEXTS, "Fwd",
+                                                    "BatchSerializationTransformContext"),
+                                  self._popart_enum(method_key, self.BATCH_SERIAL_METHODS, "UnrollDynamic",
+                                                    "BatchSerializationMethod"))
 
     def pipeline_recomputation(self) -> bool:
         """Whether a pipelined training run recomputes its forward stages: PopTorch sets PopART's

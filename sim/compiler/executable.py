@@ -24,14 +24,14 @@ from ..graph.ir import Graph
 from ..graph import workload
 from ..hardware.system import System, interned, load_system
 from .memory import IpuMemory, analyse_ipu, check_tile_memory, near_capacity_notes
-from . import graph_functions, loops, outlining, outplace, row_layouts
+from . import batch_serial, graph_functions, loops, outlining, outplace, row_layouts
 from .program_memory import program_memory
 from ..options import CONVOLUTION_KINDS, Options, OutputMode, OverlapMode, PipelineCopies
 from ..schedule.hostio import io_tile_buffer_check
 from ..program import Sequence
 from ..schedule.context import Context
 from ..schedule.stages import StageWork, split_stages
-from ..strategy import PipelinedExecution, ShardedExecution, SyncPattern, assign
+from ..strategy import Liveness, PipelinedExecution, ShardedExecution, SyncPattern, assign
 from ..hardware.topology import check_fits
 from ..graph.loss_scaling import add_automatic_loss_scaling
 from ..graph.training import (Optimizer, graph_to_price, merge_norms, place_global_norm,
@@ -145,6 +145,14 @@ def _drop_phases(g: Graph, strategy: str) -> list[str]:
     return [f"{phased} op(s) carry an execution phase (PopART's __execution_phase), but the {strategy} strategy "
             "runs no phases: they are ignored (SerialPhasedExecution or ParallelPhasedExecution runs blocks as "
             "phases; sim.popart runs a model's phases with VirtualGraphMode.ExecutionPhases)"]
+
+
+def _phase_of(g: Graph, o: Options, strategy: str):
+    """For a phased model, the phase each op of ``g`` runs in (:func:`sim.schedule.phased.phase_of`); else None."""
+    if not strategy.endswith("phased"):
+        return None
+    forward = phased.forward_phases(g)
+    return lambda op: phased.phase_of(o.execution_strategy, op, forward)
 
 
 def _unused_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> list[str]:
@@ -281,11 +289,13 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                            f"an IPU of system {system.name!r} has {system.ipu.tiles} tiles; use fewer IO tiles")
     _apply_locations(g, o, phased=strategy.endswith("phased"))
     _check_streaming_memory(g, system)
+    pieces = batch_serial.serialise(g, o.batch_serialization(), training, _phase_of(g, o, strategy),
+                                    getattr(o.execution_strategy, "liveness", None) != Liveness.AlwaysLive)
 
     lap("graph")
     signatures = Signatures(g)  # the graph changes no more: each op's signature computed once from here
-    costs = loops.merge_loop_copies(g, price_ops(g, system, o, training, tiles, signatures), system.ipu, tiles,
-                                    o.alias_zero_copy())
+    costs = loops.merge_loop_copies(g, price_ops(g, system, o, training, tiles, signatures, pieces), system.ipu,
+                                    tiles, o.alias_zero_copy())
     outlined, called, cloned = {}, {}, {}
     # TensorFlow's program: its graph functions' copies, no PopART outlining; else the ops marked as calls
     costs, called = graph_functions.add_function_copies(g, costs, system.ipu, tiles, o.graph_functions)
@@ -300,6 +310,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = list(graph.notes) + unphased  # the front end's
+    notes += [pieces.describe(g)] if pieces is not None else []
     notes += _shared_weight_notes(g) if strategy == "sharded" else []
     notes += [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
@@ -677,13 +688,14 @@ def clear_matmul_passes(g: Graph) -> None:
 
 
 def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int,
-              signatures: Signatures | None = None) -> dict[str, OpCost]:
+              signatures: Signatures | None = None, pieces: batch_serial.Plan | None = None) -> dict[str, OpCost]:
     """The cost of every op of ``g`` on ``tiles`` compute tiles of ``system``'s IPU, by op name:
     the compiler's pricing step (also what ``sim.planner`` bounds throughput with). ``g`` is
     expanded for training already and is changed in place (ops that run in inference mode are
     marked); dropout and ``training_only`` ops at inference and collective ops (priced by the schedule) get
     no entry.
-    ``signatures`` (of ``g``) keeps each op's signature for the passes after."""
+    ``signatures`` (of ``g``) keeps each op's signature for the passes after; ``pieces``: the batch
+    serialisation, whose sharded ops are priced by it."""
     costs: dict[str, OpCost] = {}
     # the IPU as poplin's option maps set its AMP weight loads and partials reduction, for
     # convolutions and for matmuls
@@ -698,7 +710,10 @@ def price_ops(g: Graph, system: System, o: Options, training: bool, tiles: int,
             op.attrs["inference"] = True  # g is the caller's own copy (an instance norm keeps its batch statistics)
         proportion = op.attrs.get("available_memory_proportion", o.memory_proportion(op.ipu))  # set_available_memory
         ipu = ipus[op.kind.startswith("conv")]
-        costs[op.name] = op_cost(op, g, ipu, op_tiles, proportion, o.partials_type(op.kind), signatures)
+        if pieces is not None and op.name in pieces.ops:
+            costs[op.name] = pieces.cost(op, g, ipu, op_tiles, proportion, o.partials_type(op.kind))
+        else:
+            costs[op.name] = op_cost(op, g, ipu, op_tiles, proportion, o.partials_type(op.kind), signatures)
         if op_tiles < tiles:
             costs[op.name] = row_layouts.on_first_tiles(costs[op.name], tiles)
         if op.kind == "matmul":

@@ -527,8 +527,8 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
         t = tensors[name]
         if name not in produced and t.role not in ALWAYS_LIVE and name not in restored:
             owner[name] = layout.place(tiles)
-            layout.add(live, owner[name], t.nbytes)
-            live_sum += t.nbytes
+            layout.add(live, owner[name], t.live_bytes)
+            live_sum += t.live_bytes
     for i, op in enumerate(ops):
         cost = costs.get(op.name, FREE)
         used = cost.tiles_used or tiles
@@ -536,16 +536,16 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
             t = tensors[name]
             if t.location == "off_chip" and name not in owner:
                 owner[name] = layout.place(used)
-                layout.add(live, owner[name], t.nbytes / t.shards)
-                live_sum += t.nbytes / t.shards
+                layout.add(live, owner[name], t.live_bytes / t.shards)
+                live_sum += t.live_bytes / t.shards
         start = None  # first tile of the op's outputs: its temporaries go on the same tiles
         if op.kind not in VIEW_KINDS:
             for o in op.outputs:
                 t = tensors[o]
                 if t.role not in ALWAYS_LIVE and o in last_use and o not in owner and t.location != "io_tiles":
                     owner[o] = layout.place(used)  # a shard with RTS (LAMB's updater of a sharded state)
-                    layout.add(live, owner[o], t.nbytes / t.shards)
-                    live_sum += t.nbytes / t.shards
+                    layout.add(live, owner[o], t.live_bytes / t.shards)
+                    live_sum += t.live_bytes / t.shards
                     start = owner[o][0] if start is None else start
         start = layout.next if start is None else start
         temp, temp_sum = no_temp, 0.0
@@ -565,5 +565,5 @@ def _sweep(graph, ops, costs, tiles, layout, always, peak: _Peak, base, by_role,
         for t in frees.get(i, ()):
             if t in owner:
                 shards = tensors[t].shards if tensors[t].location == "off_chip" or t in produced else 1
-                layout.add(live, owner.pop(t), -tensors[t].nbytes / shards)
-                live_sum -= tensors[t].nbytes / shards
+                layout.add(live, owner.pop(t), -tensors[t].live_bytes / shards)
+                live_sum -= tensors[t].live_bytes / shards

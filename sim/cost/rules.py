@@ -1489,6 +1489,36 @@ def _upsample_bilinear(kind, ins, outs, ipu, tiles) -> OpCost:
                    p.exchange_bytes * p.tiles, p.tiles, plan=p.plan, tiles=tiles, launch=p.launch)
 
 
+def _dynamic_slice(elements: int, itemsize: int, ipu: IPU, tiles: int) -> OpCost:
+    """One compute set of popops' DynamicSlice1D (or DynamicUpdateSlice1D) moving a slice of ``elements``."""
+    used, per_tile = spread(elements, itemsize, ipu, tiles)
+    return _phases(ipu, dynamic_slice_tile_cycles(per_tile, itemsize, ipu.worker_threads), 0, 1, 0.0, 0, used,
+                   tiles=tiles, launch=dynamic_slice_tile_cycles(0, itemsize, ipu.worker_threads))
+
+
+def batch_serial_cost(piece: OpCost, factor: int, moved: list[tuple[int, str]], summed: list[tuple[tuple, str]],
+                      ipu: IPU, tiles: int) -> OpCost:
+    """An op batch-serialised into ``factor`` pieces (PopART's BatchSerialize, :mod:`sim.compiler.batch_serial`):
+    ``piece`` (its cost on one piece of the batch) ``factor`` times; per piece, one popops DynamicSlice or
+    DynamicUpdateSlice compute set for each ``moved`` ``(elements, dtype)`` (a piece cut from a whole tensor, or
+    written into one: ShardingHelper's dynamicShard and dynamicConcat); and ``factor - 1`` additions of each
+    ``summed`` ``(shape, dtype)`` output, an output without the batch (a weight's gradient) made as the sum of the
+    pieces' partial results (opsharding.cpp: unrollShard adds a SumOp, loopShard accumulates). A view stays
+    free. (The Loop method's counter is one per loop of many ops: not priced.)"""
+    if not moved and not summed and not piece.cycles:
+        return piece
+    parts, keys = [(piece, factor)], []
+    for elements, dtype in moved:
+        parts.append((_dynamic_slice(elements, DTYPE_BYTES[dtype], ipu, tiles), factor))
+        keys.append(("dynamic_slice", dtype, 0))
+    for shape, dtype in summed:
+        parts.append((_elementwise("add", ((shape, dtype, "gradient"),) * 2, ((shape, dtype),), ipu, tiles), factor - 1))
+        keys.append(("add", dtype, 0))
+    total = in_series(parts, tiles, f"{piece.plan}; batch-serialised: {factor} pieces")
+    return replace(total, relaid_cycles=piece.relaid_cycles * factor, over_memory_budget=piece.over_memory_budget,
+                   codelets=piece.codelets + tuple(keys) if piece.codelets else ())
+
+
 def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
     """A popnn LSTM or GRU layer over its whole sequence (``lstm``, ``gru``: the forward pass;
     ``lstm_grad``, ``gru_grad``: the backward pass with the weight update): the parts
@@ -1516,10 +1546,7 @@ def _rnn(kind, ins, attrs, ipu, tiles, amp) -> OpCost:
         elif p.kind == "transpose":
             c = _transpose(((p.shape, dtype),), ipu, tiles)
         elif p.kind == "dynamic_slice":
-            used, per_tile = spread(p.shape[0], itemsize, ipu, tiles)
-            cycles = dynamic_slice_tile_cycles(per_tile, itemsize, ipu.worker_threads)
-            c = _phases(ipu, cycles, 0, 1, 0.0, 0, used, tiles=tiles,
-                        launch=dynamic_slice_tile_cycles(0, itemsize, ipu.worker_threads))
+            c = _dynamic_slice(p.shape[0], itemsize, ipu, tiles)
         elif p.kind == "loop_counter":
             c = _phases(ipu, loop_counter_cycles(), 0, 1, 0.0, 0, 1, tiles=tiles, launch=loop_counter_cycles())
         else:

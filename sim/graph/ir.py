@@ -89,6 +89,16 @@ class Tensor:
     #: ``(kind, group stride, group size, bytes)`` (PopXL: ``ops.collectives`` on an autodiff gradient);
     #: None: the weight update's default, an all-reduce over every replica
     grad_collectives: tuple | None = None
+    #: for a gradient made by training expansion: the tensor it is the gradient of (sim/graph/training.py)
+    grad_of: str | None = None
+    #: batch-serialised pieces it is made in one at a time, each freed before the next is made, so that a
+    #: piece's bytes (``live_bytes``) are live at once (sim/compiler/batch_serial.py); 1: the whole tensor
+    batch_slices: int = 1
+
+    @property
+    def live_bytes(self) -> float:
+        """Bytes of it live at once on its IPU: a piece's when batch-serialised, without sharding."""
+        return self.nbytes / self.batch_slices
 
     @property
     def numel(self) -> int:

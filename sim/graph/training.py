@@ -282,6 +282,13 @@ class _Gradients:
 
     def __setitem__(self, tensor: str, grad: str) -> None:
         self.parts[tensor] = [grad]
+        self._mark(tensor, grad)
+
+    def _mark(self, tensor: str, grad: str) -> None:
+        """Record on ``grad`` (made for this gradient, not a constant seed) which tensor it is the gradient of."""
+        t = self.bw.g.tensors[grad]
+        if t.role == "gradient" and t.grad_of is None:
+            t.grad_of = tensor
 
     def __getitem__(self, tensor: str) -> str:
         parts = self.parts[tensor]
@@ -294,12 +301,14 @@ class _Gradients:
                 summed = bw.new("map", parts, t.shape, t.dtype, {"steps": ["add"] * (len(parts) - 1)}, "sum")
             bw.current = reading
             self.parts[tensor] = [summed]
+            self._mark(tensor, summed)
         return self.parts[tensor][0]
 
     def add(self, tensor: str, grad: str) -> None:
         """One more part of ``tensor``'s gradient, given by the current op's backward."""
         self.parts.setdefault(tensor, []).append(grad)
         self.givers[tensor] = self.bw.current
+        self._mark(tensor, grad)
 
     def get(self, tensor: str, default=None):
         return self[tensor] if tensor in self.parts else default

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..graph.ir import Op
+from ..graph.ir import Graph, Op
 from ..program import IpuCopy, RemoteCopy, Repeat, Sequence
 from .context import Context, device_iteration_loop
 from .stages import StageWork
@@ -33,9 +33,8 @@ from ..strategy import Liveness
 _ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
 
 
-def phase_of(ctx: Context, op: Op, forward_phases: int) -> int:
-    """The phase an op runs in (backward ops mirror their forward op's phase)."""
-    strategy = ctx.options.execution_strategy
+def phase_of(strategy, op: Op, forward_phases: int) -> int:
+    """The phase an op runs in under the phased ``strategy`` (backward ops mirror their forward op's phase)."""
     if op.pass_ == "forward":
         return op.phase
     separate = getattr(strategy, "separate_backward_phase", False)
@@ -43,17 +42,18 @@ def phase_of(ctx: Context, op: Op, forward_phases: int) -> int:
     return (2 * phases - 1 if separate else 2 * phases - 2) - op.phase
 
 
-def _forward_phases(ctx: Context) -> int:
-    return len({op.phase for op in ctx.g.ops if op.pass_ == "forward"})
+def forward_phases(g: Graph) -> int:
+    """The forward phases of a phased model's graph."""
+    return len({op.phase for op in g.ops if op.pass_ == "forward"})
 
 
 def split_phases(ctx: Context) -> list[dict[int, StageWork]]:
     """Per phase, the work of each IPU (within a replica)."""
-    N = _forward_phases(ctx)
+    N, strategy = forward_phases(ctx.g), ctx.options.execution_strategy
     phases: list[dict[int, StageWork]] = defaultdict(dict)
     for op in ctx.g.ops:
         if op.pass_ != "update":
-            t = phase_of(ctx, op, N)
+            t = phase_of(strategy, op, N)
             work = phases[t].setdefault(op.ipu, StageWork(t, op.ipu, op.phase))
             work.ops.append(op)
     return [phases[t] for t in sorted(phases)]
@@ -73,9 +73,9 @@ def _updates_in_phases(ctx: Context, phases: list[dict[int, StageWork]]) -> dict
             op.attrs.get("clip") in ("norm", "global") or op.phase is None for op in ctx.updates):
         return {}
     position = {works[next(iter(works))].index: i for i, works in enumerate(phases)}
-    N, inside, after = _forward_phases(ctx), defaultdict(list), []
+    N, inside, after = forward_phases(ctx.g), defaultdict(list), []
     for op in ctx.updates:
-        i = position.get(phase_of(ctx, op, N))
+        i = position.get(phase_of(ctx.options.execution_strategy, op, N))
         if i is not None and op.ipu in phases[i]:
             inside[i].append(op)
         else:
