@@ -8,11 +8,11 @@ piece; an output without the batch (a weight's gradient) is the sum of the piece
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import sim
 import sim.compiler.executable as compiler
-from sim.compiler import batch_serial
 from sim.cost import op_cost
 from sim.cost.rules import batch_serial_cost
 from sim.errors import OptionsError
@@ -50,8 +50,7 @@ def _plan(g: sim.Graph, o: sim.Options, training: bool = True):
     """The placed training graph and its batch serialisation, as the compiler makes them."""
     priced = graph_to_price(g, training, sim.Optimizer("sgd") if training else None, False)
     strategy = assign(priced, o.execution_strategy)
-    return priced, batch_serial.serialise(priced, o.batch_serialization(), training,
-                                          compiler._phase_of(priced, o, strategy), True)
+    return priced, compiler.serialise_batches(priced, o, strategy, training)
 
 
 def test_settings_default_to_popart_s_and_take_enum_members_values_and_names():
@@ -152,14 +151,18 @@ def test_pieces_are_concatenated_at_a_pipeline_stage_change_unless_told_not_to(c
     assert plan.concatenated[next(op.name for op in g.ops if out in op.outputs)] == [out]  # returned whole
 
 
+B, H = 2048, 1024  # a phased model whose activations, not its weights' gradients, fill the tiles
+
+
 def _phased(factor: int, liveness: Liveness, **settings) -> sim.Run:
+    """(B, D) -> linear D -> gelu -> linear H -> gelu -> linear D -> gelu, a phase each, then the loss's phase."""
     b = GraphBuilder("phased")
-    h = b.input("x", (64, 1024), dtype="float16")
+    h = b.input("x", (B, D), dtype="float16")
     for i in range(3):
         with b.ipu(0, block=f"p{i}"):
-            h = b.gelu(b.linear(h, 4096 if i == 1 else 1024, name=f"p{i}/l"))
+            h = b.gelu(b.linear(h, H if i == 1 else D, name=f"p{i}/l"))
     with b.ipu(0, block="p3"):
-        b.mse_loss(h, b.input("y", (64, 1024), dtype="float16"))
+        b.mse_loss(h, b.input("y", (B, D), dtype="float16"))
     o = _options(factor, **settings).setExecutionStrategy(SerialPhasedExecution(
         *[Phase(Stage(f"p{i}").ipu(0)) for i in range(4)]).setTensorsLiveness(liveness))
     return sim.simulate(b.graph, "ipu-mk2", o, training=True)
@@ -172,12 +175,14 @@ def test_phased_activations_stored_off_chip_live_a_piece_at_a_time_when_phases_d
     def activations(factor, liveness=Liveness.OffChipAfterFwd, concat=False):
         return _phased(factor, liveness, concatOnExecutionPhaseChange=concat).memory[0]["by_role"]["activation_peak"]
     whole = activations(1)
-    assert activations(4) == pytest.approx(whole / 4, rel=0.02)
-    assert activations(4, concat=True) > 0.9 * whole
+    assert whole == 13_631_488  # pinned: the peak, at the last linear's weight gradient in its backward phase
+    # a quarter of it: a piece of every tensor live there but the bias's 512-byte gradient (hence the tolerance)
+    assert activations(4) == pytest.approx(whole / 4, rel=1e-3)
+    assert activations(4, concat=True) > 0.75 * whole  # the tensors crossing phases whole
     assert activations(4, Liveness.AlwaysLive) > 0.9 * activations(1, Liveness.AlwaysLive)
     run = _phased(4, Liveness.OffChipAfterFwd, concatOnExecutionPhaseChange=False)
     moved = run.trace.set_index("name")["bytes"]
-    assert moved["phase 0 store activations"] == 64 * 1024 * 2 * 2  # still the whole tensors' bytes (two of them)
+    assert moved["phase 0 store activations"] == 2 * B * D * 2  # the whole of its two tensors, piece by piece
     assert any(n.startswith("batch serialisation: factor 4, method UnrollDynamic") for n in run.all_notes)
 
 
@@ -195,3 +200,34 @@ def test_popart_s_errors():
 
 def test_same_inputs_same_cycles():
     assert _phased(4, Liveness.OffChipAfterFwd).cycle_count == _phased(4, Liveness.OffChipAfterFwd).cycle_count
+
+
+def test_a_popart_session_s_settings_serialise_its_batch():
+    """sim.popart's ``batchSerializationSettings`` (enum members as Graphcore's phased BERT sets them) reach the
+    compile: the notes name the pieces, the cycles are those of the same options given to sim.Options, and an
+    out-of-memory error suggests more of it."""
+    pytest.importorskip("onnx")
+    import sim.popart as popart
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [MB, D]), "x")
+    w = b.addInitializedInputTensor(np.zeros([D, D], dtype="float16"), "w")
+    y = b.aiOnnx.relu([b.aiOnnx.matmul([x, w])])
+    opts = popart.SessionOptions()
+    opts.batchSerializationSettings.factor = 4
+    opts.batchSerializationSettings.method = popart.BatchSerializationMethod.Loop
+    opts.batchSerializationSettings.batchSchedule = popart.BatchSerializationBatchSchedule.OverlapOnCompute
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, {y: popart.AnchorReturnType("All")}),
+                                   popart.DeviceManager().acquireAvailableDevice(1), userOptions=opts)
+    sess.prepareDevice()
+    notes = sess.executable.notes
+    assert any(n.startswith("batch serialisation: factor 4, method Loop: 2 ops run in 4 pieces") for n in notes)
+    assert any("_Popart.batchSerializationSettings.batchSchedule" in n and "no modelled effect" in n for n in notes)
+    big = popart.Builder()  # 1 GB of activations: more than an IPU holds
+    x = big.addInputTensor(popart.TensorInfo("FLOAT16", [16384, 8192]), "x")
+    w = big.addInitializedInputTensor(np.zeros([8192, 8192], dtype="float16"), "w")
+    y = big.aiOnnx.relu([big.aiOnnx.matmul([x, w])])
+    sess = popart.InferenceSession(big.getModelProto(), popart.DataFlow(1, {y: popart.AnchorReturnType("All")}),
+                                   popart.DeviceManager().acquireAvailableDevice(1))
+    with pytest.raises(popart.OutOfMemoryException, match=r"a smaller micro-batch or more batch serialisation "
+                                                          r"\(batchSerializationSettings.factor\)"):
+        sess.prepareDevice()

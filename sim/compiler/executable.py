@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from dataclasses import dataclass, field, replace
 
 from ..schedule import phased, pipeline, replicated_ops, sharded
@@ -147,12 +148,18 @@ def _drop_phases(g: Graph, strategy: str) -> list[str]:
             "phases; sim.popart runs a model's phases with VirtualGraphMode.ExecutionPhases)"]
 
 
-def _phase_of(g: Graph, o: Options, strategy: str):
-    """For a phased model, the phase each op of ``g`` runs in (:func:`sim.schedule.phased.phase_of`); else None."""
-    if not strategy.endswith("phased"):
-        return None
-    forward = phased.forward_phases(g)
-    return lambda op: phased.phase_of(o.execution_strategy, op, forward)
+def serialise_batches(g: Graph, o: Options, strategy: str, training: bool) -> batch_serial.Plan | None:
+    """PopART's batch serialisation of the placed graph ``g`` under ``strategy`` (None without it): only a
+    pipeline has pipeline stages to concatenate at; in phased execution an op's phase is the one it runs in
+    (:func:`sim.schedule.phased.phase_of`), and the activations a later phase reads are off chip unless the
+    liveness is AlwaysLive."""
+    settings, phase_of = o.batch_serialization(), None
+    if strategy != "pipelined":
+        settings = replace(settings, concat_on=settings.concat_on - {"stage"})
+    if strategy.endswith("phased"):
+        phase_of = partial(phased.phase_of, o.execution_strategy, forward_phases=phased.forward_phases(g))
+    return batch_serial.serialise(g, settings, training, phase_of,
+                                  getattr(o.execution_strategy, "liveness", None) != Liveness.AlwaysLive)
 
 
 def _unused_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> list[str]:
@@ -289,8 +296,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                            f"an IPU of system {system.name!r} has {system.ipu.tiles} tiles; use fewer IO tiles")
     _apply_locations(g, o, phased=strategy.endswith("phased"))
     _check_streaming_memory(g, system)
-    pieces = batch_serial.serialise(g, o.batch_serialization(), training, _phase_of(g, o, strategy),
-                                    getattr(o.execution_strategy, "liveness", None) != Liveness.AlwaysLive)
+    pieces = serialise_batches(g, o, strategy, training)
 
     lap("graph")
     signatures = Signatures(g)  # the graph changes no more: each op's signature computed once from here

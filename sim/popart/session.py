@@ -70,6 +70,9 @@ from .reference_ops import OPS as REFERENCE_OPS
 # --- data flow --------------------------------------------------------------------------------
 
 #: PopART's AnchorReturnTypeId names (dataflow.hpp) and the output mode each is
+#: the out-of-memory remedies as a PopART session says them: an ONNX model's, and its batch serialisation
+_REMEDIES = {**ONNX_REMEDIES, "a smaller micro-batch": "a smaller micro-batch or more batch serialisation "
+                                                       "(batchSerializationSettings.factor)"}
 _RETURN_TYPES = {"FINAL": OutputMode.Final, "EVERYN": OutputMode.EveryN, "ALL": OutputMode.All,
                  "SUM": OutputMode.Sum}
 
@@ -954,7 +957,7 @@ class _Session:
         try:
             executable = sim_compile(self._graph, system, o, self.training, optimizer)
         except OutOfMemoryError as e:
-            raise reworded(e, ONNX_REMEDIES, OutOfMemoryException) from None
+            raise reworded(e, _REMEDIES, OutOfMemoryException) from None
         notes = [f"system {system.name}: {why}",
                  f"PopART {type(self).__name__} on a {self.deviceInfo.type} device of {self.deviceInfo.numIpus} "
                  f"IPU(s), simulated as IPU hardware; {self._values_note()}"]
