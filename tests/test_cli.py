@@ -405,6 +405,14 @@ def test_io_tiles_overlap_and_prefetch_flags(capsys):
     assert "IO tiles 32, prefetch depth 3" in out and "1440 compute tiles" in out
 
 
+def test_batch_serialize_flag(capsys):
+    d = cli_cycles(capsys, "--model", "mlp", "--training", "--batch-serialize", "2")
+    opts = sim.Options()
+    opts._Popart.set("batchSerializationSettings.factor", 2)
+    assert d["cycle_count"] == api_run(models.get("mlp"), "ipu-mk2", opts, training=True).cycle_count
+    assert d["cycle_count"] != cli_cycles(capsys, "--model", "mlp", "--training")["cycle_count"]
+
+
 def test_a_model_that_overlaps_its_own_streams_runs_sharded(capsys):
     """io-bound with overlap=true marks its streams overlapped itself: with --io-tiles and no --overlap
     the command line runs it with ShardedExecution, as PopTorch asks on one IPU, rather than refuse it."""

@@ -286,6 +286,10 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "a one-IPU model then runs with ShardedExecution, as PopTorch requires")
     x.add_argument("--prefetch-depth", type=positive_int, metavar="N",
                    help="[_Popart.set('defaultPrefetchBufferingDepth', N)] host stream buffers (default: 1)")
+    x.add_argument("--batch-serialize", type=positive_int, metavar="N",
+                   help="[_Popart batchSerializationSettings.factor] PopART's batch serialisation: each op it can "
+                   "shard runs as N pieces of the micro-batch, one after another, each with a piece's temporaries "
+                   "(default: none)")
     x.add_argument("--host-processes", type=positive_int, metavar="N",
                    help="the simulator's own [hostProcesses]: host processes (PopRun instances) feeding the "
                    "replicas, each filling its replicas' input buffers in turn; a divisor of the replicas (default: 1)")
@@ -450,6 +454,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.setExecutionStrategy(ShardedExecution())
     if args.prefetch_depth is not None:
         opts._Popart.set("defaultPrefetchBufferingDepth", args.prefetch_depth)
+    if args.batch_serialize is not None:
+        opts._Popart.set(Options.BATCH_SERIAL_KEYS[0], args.batch_serialize)
     if args.host_processes is not None:
         opts.hostProcesses(args.host_processes)
     if args.host_data_sync and args.host_data_rate is None:

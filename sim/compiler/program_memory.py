@@ -72,7 +72,7 @@ def _piece_sets(cost: OpCost) -> int:
     """The op's own compute sets in one piece of it (all of them when it is not serialised; 0 for a view),
     call copies' sets left out; an op run as a loop over parts (``program_extent``) holds each part once."""
     if cost.program_extent is not None:
-        return cost.program_extent[0]
+        return max(0, cost.program_extent[0] - cost.copy_sets)
     own = int(cost.supersteps) - cost.copy_sets
     return max(1, own // serial_pieces(cost)) if own > 0 else 0
 

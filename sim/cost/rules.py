@@ -1512,7 +1512,8 @@ def batch_serial_cost(piece: OpCost, factor: int, moved: list[tuple[int, str]], 
         parts.append((_dynamic_slice(elements, DTYPE_BYTES[dtype], ipu, tiles), factor))
         keys.append(("dynamic_slice", dtype, 0))
     for shape, dtype in summed:
-        parts.append((_elementwise("add", ((shape, dtype, "gradient"),) * 2, ((shape, dtype),), ipu, tiles), factor - 1))
+        add = _elementwise("add", ((shape, dtype, "gradient"),) * 2, ((shape, dtype),), ipu, tiles)
+        parts.append((add, factor - 1))
         keys.append(("add", dtype, 0))
     total = in_series(parts, tiles, f"{piece.plan}; batch-serialised: {factor} pieces")
     return replace(total, relaid_cycles=piece.relaid_cycles * factor, over_memory_budget=piece.over_memory_budget,
