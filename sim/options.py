@@ -366,6 +366,11 @@ class Options:
         "factor", "concatOnVirtualGraphChange", "concatOnExecutionPhaseChange", "concatOnPipelineStageChange",
         "transformContext", "method"))
     BATCH_SERIAL_METHODS = ("UnrollDynamic", "UnrollStatic", "Loop")
+    #: PopART's ``executionPhaseSettings`` IO schedule of each TensorLocations class the phases load
+    #: (ExecutionPhaseIOSchedule: Preload, in the phase before; OnDemand, in the phase), and its default
+    PHASE_IO_SCHEDULES = {"weight": ("executionPhaseSettings.weightIOSchedule", "Preload"),
+                          "activation": ("executionPhaseSettings.activationIOSchedule", "Preload"),
+                          "accumulator": ("executionPhaseSettings.accumulatorIOSchedule", "Preload")}
     BATCH_SERIAL_CONTEXTS = ("Fwd", "Bwd")
 
     #: PopART's sharding domain of each tensor class TensorLocations can shard, a ``(CommGroupType,
@@ -386,7 +391,7 @@ class Options:
                 "cachedGraphFunctions", "stepIOCallbacks", "hostProcesses", "hostDataRate", "streamCallbackThreads",
                 "memoryMargin",
                 "autoRoundNumIPUs", "TensorLocations.numIOTiles",
-                "TensorLocations.setWeightLocation",
+                "TensorLocations.setWeightLocation", "TensorLocations.setActivationLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.defaultBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "_Popart.aliasZeroCopy", "_Popart.outlineThreshold",
@@ -397,6 +402,7 @@ class Options:
                 *(f"_Popart.replicatedCollectivesSettings.{key}" for key in MERGE_KEYS.values()),
                 *(f"_Popart.{key}" for key in OUTER_FRAGMENT_KEYS),
                 *(f"_Popart.{key}" for key in BATCH_SERIAL_KEYS),
+                *(f"_Popart.{key}" for key, _ in PHASE_IO_SCHEDULES.values()),
                 *(f"_Popart.{key}" for key in SHARDING_DOMAIN_KEYS.values())}
 
     def __init__(self):
@@ -772,6 +778,16 @@ class Options:
                                                     "BatchSerializationTransformContext"),
                                   self._popart_enum(method_key, self.BATCH_SERIAL_METHODS, "UnrollDynamic",
                                                     "BatchSerializationMethod"))
+
+    def phase_io_schedule(self, kind: str) -> str:
+        """When phased execution loads TensorLocations class ``kind``'s off-chip tensors through the IO tiles:
+        ``"Preload"`` (on the IO tiles during the phase before) or ``"OnDemand"`` (in the phase that reads them),
+        PopART's ``executionPhaseSettings`` IO schedule (:data:`PHASE_IO_SCHEDULES`; the optimizer state's is
+        not modelled: it is loaded for the weight update, on demand)."""
+        if kind not in self.PHASE_IO_SCHEDULES:
+            return "OnDemand"
+        key, default = self.PHASE_IO_SCHEDULES[kind]
+        return self._popart_enum(key, ("Preload", "OnDemand"), default, "ExecutionPhaseIOSchedule")
 
     def pipeline_recomputation(self) -> bool:
         """Whether a pipelined training run recomputes its forward stages: PopTorch sets PopART's

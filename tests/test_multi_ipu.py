@@ -477,6 +477,77 @@ def test_phased_training_without_accumulation_updates_each_weight_in_its_backwar
     assert len(accumulated.trace.query("name == 'weight update'")) == 1
 
 
+IO_ROWS, IO_W = 16384, 1024  # a phase's matmul takes about as long as loading its 2 MiB weight
+
+
+def _io_tile_phases(io_schedule: str | None = None, through_io: bool = True, width: int = IO_W,
+                    io_tiles: int = 128, activations_through_io: bool = False, rows: int = IO_ROWS) -> sim.Run:
+    """Four linear layers, one a phase, inference, weights off chip loaded through the IO tiles
+    (useIOTilesToLoad, PopART's loadTileSet IO) unless ``through_io`` is False; ``io_schedule`` is PopART's
+    weightIOSchedule (default Preload); activations kept on chip between phases, or stored off chip through
+    the IO tiles (``activations_through_io``)."""
+    b = GraphBuilder("io phases")
+    h = b.input("x", (rows, width), dtype="float16")
+    for i in range(4):
+        with b.ipu(0, block=f"p{i}"):
+            h = b.linear(h, width, name=f"p{i}/l")
+    b.output(h)
+    liveness = Liveness.OffChipAfterFwd if activations_through_io else Liveness.AlwaysLive
+    o = sim.Options().enableSyntheticData(True).setExecutionStrategy(SerialPhasedExecution(
+        *[Phase(Stage(f"p{i}").ipu(0)) for i in range(4)]).setTensorsLiveness(liveness))
+    o.TensorLocations.numIOTiles(io_tiles)
+    o.TensorLocations.setWeightLocation(TensorLocationSettings().useOnChipStorage(False).useIOTilesToLoad(through_io))
+    if activations_through_io:
+        o.TensorLocations.setActivationLocation(TensorLocationSettings().useIOTilesToLoad(True))
+    if io_schedule:
+        o._Popart.set("executionPhaseSettings.weightIOSchedule", io_schedule)
+    return sim.simulate(b.graph, "ipu-mk2", o)
+
+
+def test_phases_preload_their_weights_on_the_io_tiles_while_the_phase_before_computes():
+    """PopART's Preload through the IO tiles: phase t+1's RemoteLoad runs on the IO tiles during phase t, and phase
+    t+1 starts with the IoTileCopy of its weights to the compute tiles; OnDemand loads in the phase itself."""
+    W = IO_W
+    run = _io_tile_phases()
+    t = run.trace
+    loads = t[t.name.str.startswith("phase") & t.name.str.contains("load")].set_index("name")
+    assert loads.bytes.to_dict() == {f"phase {p} load (Preload, IO tiles)": W * W * 2 + W * 2 for p in range(4)}
+    assert set(loads.kind) == {"remote_io_overlapped"}
+    compute = t[(t.kind == "compute") & ~t.name.str.startswith("io-tile copy")]
+    copies = t[t.name.str.startswith("io-tile copy phase")].set_index("name")
+    assert list(copies.index) == [f"io-tile copy phase {p} in" for p in range(4)]
+    for p in (1, 2, 3):  # the load of phase p overlaps phase p-1's matmul; its copy in waits for it
+        before = compute[compute.name.str.startswith(f"stage {p - 1}")]
+        assert loads.loc[f"phase {p} load (Preload, IO tiles)", "start"] < before.end.max()
+        assert copies.loc[f"io-tile copy phase {p} in", "start"] >= loads.loc[f"phase {p} load (Preload, IO tiles)",
+                                                                               "end"]
+        if p > 1:  # but not before phase p-1 begins: the load is of that phase
+            earlier = compute[compute.name.str.startswith(f"stage {p - 2}")]
+            assert loads.loc[f"phase {p} load (Preload, IO tiles)", "start"] >= earlier.end.max()
+    assert run.cycle_count < _io_tile_phases(through_io=False).cycle_count  # the loads hidden behind compute
+    on_demand = _io_tile_phases("OnDemand")
+    assert on_demand.cycle_count > run.cycle_count
+    assert "phase 1 load (OnDemand, IO tiles)" in set(on_demand.trace.name)
+    assert not any("useIOTilesToLoad" in n for n in run.all_notes)  # modelled: not named as ignored
+
+
+def test_phases_through_io_tiles_must_fit_in_them():
+    with pytest.raises(sim.OptionsError, match=r"phase 0 on IPU 0: its stores and loads through the IO tiles need "
+                                               r"[\d,]+ bytes there at once, but 32 IO tiles hold"):
+        _io_tile_phases(width=4096, io_tiles=32, rows=128)
+
+
+def test_phases_store_and_load_their_activations_through_the_io_tiles():
+    rows = 128
+    run = _io_tile_phases(activations_through_io=True, rows=rows)
+    t = run.trace.set_index("name")
+    act = rows * IO_W * 2
+    assert t.loc["phase 0 store activations (IO tiles)", "bytes"] == act
+    assert t.loc["phase 0 store activations (IO tiles)", "kind"] == "remote_io_overlapped"
+    assert t.loc["io-tile copy phase 0 out", "end"] <= t.loc["phase 0 store activations (IO tiles)", "start"]
+    assert t.loc["phase 1 load (Preload, IO tiles)", "bytes"] == IO_W * IO_W * 2 + IO_W * 2 + act
+
+
 def test_phased_inference_memory_does_not_grow_with_depth():
     """With activations on chip (Liveness.AlwaysLive), a layer's output lives until the next
     phase has read it: adding layers adds program memory only, not activations."""

@@ -339,12 +339,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         if idle:
             notes.append(f"synthetic data: no host transfers run, so {' and '.join(idle)} "
                          f"{'has' if len(idle) == 1 else 'have'} no effect")
-    for kind, where in o.TensorLocations.locations.items():
-        io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load),
-                                      ("useIOTilesToStore", where.io_tiles_to_store)) if used]
-        if io:
-            notes.append(f"TensorLocations {kind} location {' and '.join(io)}: accepted, no modelled effect "
-                         "(off-chip tensors are loaded to and stored from the compute tiles)")
+    notes += _io_tile_location_notes(o, strategy)
     notes += idle_settings(g, o, opt, k, rounded, strategy)
     if optimizer is not None and not training:
         name = optimizer.name if isinstance(optimizer, Optimizer) else optimizer
@@ -416,6 +411,31 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
 
 #: the norms whose training statistics poplin estimates (``normStatistics``): the forward op kinds
 STATISTICS_NORMS = ("batchnorm", "groupnorm", "layernorm")
+
+
+def _io_tile_location_notes(o: Options, strategy: str) -> list[str]:
+    """TensorLocations' settings the run does not follow: phased execution moves its phases' weights, activations
+    and accumulators through the IO tiles (``useIOTilesToLoad``, sim/schedule/phased.py) when there are some;
+    nothing else does, no tensor lives on them (``useIOTilesToStore``), and the activations' place is the phased
+    liveness's."""
+    notes = []
+    phased = strategy.endswith("phased")
+    activations = o.TensorLocations.locations["activation"]
+    if "TensorLocations.setActivationLocation" in o.set_options and (not phased or activations.on_chip is not None):
+        notes.append("TensorLocations.setActivationLocation: only phased execution moves activations off chip, as "
+                     "its liveness says (setTensorsLiveness); " + ("of this setting it follows useIOTilesToLoad alone"
+                                                                  if phased else "no effect"))
+    for kind, where in o.TensorLocations.locations.items():
+        if where.io_tiles_to_load and phased and kind != "optimizer" and not o.TensorLocations.num_io_tiles:
+            notes.append(f"TensorLocations {kind} location useIOTilesToLoad: there are no IO tiles (numIOTiles 0), "
+                         "so the phases load and store through the compute tiles")
+        io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load and not (
+            phased and kind != "optimizer")), ("useIOTilesToStore", where.io_tiles_to_store)) if used]
+        if io:
+            notes.append(f"TensorLocations {kind} location {' and '.join(io)}: accepted, no modelled effect "
+                         "(outside phased execution's phases, off-chip tensors are loaded to and stored from the "
+                         "compute tiles; none lives on the IO tiles)")
+    return notes
 
 
 def _relaid_notes(g: Graph, costs: dict[str, OpCost]) -> list[str]:

@@ -808,8 +808,8 @@ class _Session:
                                  "accumulatorTensorLocationSettings.")):
                 continue  # below
             elif key == "activationTensorLocationSettings.location" and self._strategy is not None and \
-                    set(value.changed()) <= {"storage"}:
-                continue  # the phases' activations on or off chip (phased_strategy)
+                    set(value.changed()) <= {"storage", "loadTileSet", "storageTileSet"}:
+                continue  # the phases' activations on or off chip (phased_strategy), and their tiles (below)
             elif key not in _READ:
                 o._Popart.set(key, value)  # recorded: the run's notes name it as not modelled
         for which, setter in (("weight", o.TensorLocations.setWeightLocation),
@@ -822,6 +822,9 @@ class _Session:
             if domain is not None:
                 kind = {"optimizerState": "optimizer"}.get(which, which)
                 o._Popart.set(Options.SHARDING_DOMAIN_KEYS[kind], (domain.type, int(domain.replicaGroupSize)))
+        if self._strategy is not None:  # the tiles the phases' activations move through (where: the liveness)
+            activations = _location(so.activationTensorLocationSettings).useOnChipStorage(None)
+            o.TensorLocations.setActivationLocation(activations)
         if self._patterns is not None and self._patterns.set:
             o._Popart.set("patterns", dict(self._patterns.set))
         if so.constantWeights is False and not self.training:
@@ -1226,6 +1229,9 @@ def _location(settings: TensorLocationSettings) -> SimLocationSettings:
     out.useOnChipStorage(storage == 0)
     if int(getattr(loc.replicatedTensorSharding, "value", loc.replicatedTensorSharding)):
         out.useReplicatedTensorSharding(True)
+    for tile_set, setter in ((loc.loadTileSet, out.useIOTilesToLoad), (loc.storageTileSet, out.useIOTilesToStore)):
+        if int(getattr(tile_set, "value", tile_set)) == 1:  # TileSet.IO
+            setter(True)
     out.minElementsForOffChip(int(settings.minElementsForOffChip))
     out.minElementsForReplicatedTensorSharding(int(settings.minElementsForReplicatedTensorSharding))
     return out

@@ -25,12 +25,24 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..graph.ir import Graph, Op
-from ..program import IpuCopy, RemoteCopy, Repeat, Sequence
+from ..errors import OptionsError
+from ..program import Compute, IpuCopy, RemoteCopy, Repeat, Sequence, leaves
 from .context import Context, device_iteration_loop
+from .hostio import io_tile_copy_steps
 from .stages import StageWork
 from ..strategy import Liveness
 
 _ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
+#: the TensorLocations class of each role a phase loads from streaming memory (activations: "activation")
+_LOCATION_OF_ROLE = {"weight": "weight", "constant": "weight", "state": "optimizer", "accumulator": "accumulator"}
+
+
+def _through_io_tiles(ctx: Context, kind: str) -> bool:
+    """Whether the off-chip tensors of TensorLocations class ``kind`` move through the IO tiles
+    (``useIOTilesToLoad``, PopART's ``loadTileSet`` IO: its RemoteLoad and RemoteStore run on the IO tiles, and
+    an IoTileCopy moves the data to or from the compute tiles; streamingmemoryopinserter.cpp)."""
+    locations = ctx.options.TensorLocations
+    return bool(locations.num_io_tiles) and locations.locations[kind].io_tiles_to_load
 
 
 def phase_of(strategy, op: Op, forward_phases: int) -> int:
@@ -154,6 +166,24 @@ def _keep_on_chip(ctx: Context, phases: list[dict[int, StageWork]], carried) -> 
                 work.through_bytes += ctx.g.tensors[name].nbytes
 
 
+def _check_io_tiles(ctx: Context, phases: list[dict[int, StageWork]], held: dict) -> None:
+    """The IO tiles hold, during a phase, what it stores through them, what it loads on demand and what the next
+    phase preloads (``held``: bytes at once, by (phase, ipu) for stores and (phase, ipu, schedule) for loads; a
+    batch-serialised tensor moves a piece at a time); error if that does not fit in their memory (each tile's SRAM
+    less Poplar's reserved bytes)."""
+    io_tiles = ctx.options.TensorLocations.num_io_tiles
+    room = io_tiles * (ctx.system.ipu.sram_bytes_per_tile - ctx.system.ipu.reserved_bytes_per_tile)
+    for t, works in enumerate(phases):
+        for ipu in works:
+            need = int(held[(t, ipu)] + held[(t, ipu, "OnDemand")] + held[(t + 1, ipu, "Preload")])
+            if need > room:
+                raise OptionsError(
+                    f"phase {t} on IPU {ipu}: its stores and loads through the IO tiles need {need:,} bytes there at "
+                    f"once, but {io_tiles} IO tiles hold {room:,}; use more IO tiles (numIOTiles, at most 192), "
+                    "smaller phases, or load through the compute tiles (useIOTilesToLoad(False), PopART's loadTileSet "
+                    "Compute)")
+
+
 def build(ctx: Context) -> Sequence:
     """The program of a phased model for one call."""
     phases = split_phases(ctx)
@@ -170,15 +200,64 @@ def build(ctx: Context) -> Sequence:
     ctx.stages = [w for works in phases for w in works.values()]  # for memory and host outputs
     updates = _updates_in_phases(ctx, phases)
     stored = defaultdict(int)  # (phase, ipu) -> activation bytes stored after it (off chip)
+    # through the IO tiles: (phase, ipu, "Preload" | "OnDemand") -> bytes loaded for it; (phase, ipu) -> stored
+    io_loads, io_stored = defaultdict(int), defaultdict(int)
+    io_held = defaultdict(float)  # the same keys -> bytes on the IO tiles at once (a batch-serialised piece's)
+    schedule = {kind: ctx.options.phase_io_schedule(kind) for kind in ctx.options.TensorLocations.locations}
+    for (t, ipu), names in streamed.items():
+        for name in names:
+            tensor = ctx.g.tensors[name]
+            kind = _LOCATION_OF_ROLE[tensor.role]
+            if _through_io_tiles(ctx, kind):
+                nbytes = tensor.nbytes // tensor.shards
+                loads[(t, ipu)] -= nbytes
+                io_loads[(t, ipu, schedule[kind])] += nbytes
+                io_held[(t, ipu, schedule[kind])] += nbytes
     if off_chip:  # each carried tensor stored once after the phase making it, loaded before each reading it
+        via_io = _through_io_tiles(ctx, "activation")
         for name, (src, ipu, readers) in carried.items():
-            nbytes = ctx.g.tensors[name].nbytes
+            nbytes, piece = ctx.g.tensors[name].nbytes, ctx.g.tensors[name].live_bytes
             phases[src][ipu].hold.add(name)  # live until stored, at the end of its phase
-            stored[(src, ipu)] += nbytes
+            (io_stored if via_io else stored)[(src, ipu)] += nbytes
+            io_held[(src, ipu)] += piece if via_io else 0
             for t in readers:
-                loads[(t, ipu)] += nbytes
+                if via_io:
+                    io_loads[(t, ipu, schedule["activation"])] += nbytes
+                    io_held[(t, ipu, schedule["activation"])] += piece
+                else:
+                    loads[(t, ipu)] += nbytes
     else:
         _keep_on_chip(ctx, phases, carried)
+    _check_io_tiles(ctx, phases, io_held)
+    landed: dict[tuple, list] = defaultdict(list)  # (phase, replica, ipu) -> its loads on the IO tiles
+
+    def io_load_items(t: int, when: str, ended: dict | None = None) -> list:
+        """Phase ``t``'s loads to the IO tiles of schedule ``when``, on their own lane; each after the item
+        ``ended`` gives for its IPU (the end of the phase before, for a load in the phase)."""
+        def make(r):
+            items = []
+            for ipu in phases[t]:
+                if io_loads[(t, ipu, when)]:
+                    device = ctx.ipus(r)[ipu]
+                    item = RemoteCopy(device, "load", io_loads[(t, ipu, when)], f"phase {t} load ({when}, IO tiles)",
+                                      io_tiles=True, after=(ended[device],) if ended and device in ended else ())
+                    landed[(t, r, ipu)].append(item)
+                    items.append(item)
+            return items
+        return ctx.for_replicas(make)
+
+    def io_copy(r: int, ipu: int, nbytes: int, name: str, after: tuple = ()) -> Compute:
+        """The on-chip exchange of ``nbytes`` between an IPU's IO tiles and its compute tiles."""
+        steps = io_tile_copy_steps(name, nbytes, ctx.system.ipu, ctx.options.TensorLocations.num_io_tiles,
+                                   ctx.compute_tiles)
+        return Compute(ctx.ipus(r)[ipu], f"io-tile copy {name}", steps, after=after)
+
+    def io_copies_in(t: int) -> list:
+        """Phase ``t``'s loaded tensors copied from the IO tiles to the compute tiles once they have landed."""
+        def make(r):
+            return [io_copy(r, ipu, sum(item.nbytes for item in landed[(t, r, ipu)]), f"phase {t} in",
+                    after=tuple(landed[(t, r, ipu)])) for ipu in phases[t] if landed[(t, r, ipu)]]
+        return ctx.for_replicas(make)
 
     def load_items(t: int) -> list:
         def make(r):
@@ -198,6 +277,10 @@ def build(ctx: Context) -> Sequence:
             for ipu in works:
                 if stored[(t, ipu)]:
                     items.append(RemoteCopy(ipus[ipu], "store", stored[(t, ipu)], f"phase {t} store activations"))
+                if io_stored[(t, ipu)]:  # copied to the IO tiles, then stored from there while the next phase runs
+                    out = io_copy(r, ipu, io_stored[(t, ipu)], f"phase {t} out")
+                    items += [out, RemoteCopy(ipus[ipu], "store", io_stored[(t, ipu)],
+                                              f"phase {t} store activations (IO tiles)", io_tiles=True, after=(out,))]
             transfers = tuple((ipus[s], ipus[d], b) for s, d, b in sends.get(t, []))
             if transfers:
                 items.append(IpuCopy(transfers, f"phase {t} copy"))
@@ -207,11 +290,19 @@ def build(ctx: Context) -> Sequence:
 
     def micro_batch(with_outputs: bool) -> Sequence:
         seq = Sequence(name="micro-batch")
+        landed.clear()
         pending = load_items(0)
+        seq.items += io_load_items(0, "Preload")
+        ended: dict[int, object] = {}  # device IPU -> the last item of the phase before on its compute tiles
         for t, works in enumerate(phases):
             stages = list(works.values())
+            first = len(seq.items)
             seq.items += pending
+            seq.items += io_load_items(t, "OnDemand", ended)  # PopART's OnDemand: in its phase, as it begins
+            seq.items += io_copies_in(t)
             pending = load_items(t + 1) if t + 1 < len(phases) else []
+            if t + 1 < len(phases):  # Preload: in the phase before, on the IO tiles while this phase computes
+                seq.items += io_load_items(t + 1, "Preload", ended)
             if parallel:  # the next phase's group loads while this one computes
                 seq.items += pending
                 pending = []
@@ -225,6 +316,8 @@ def build(ctx: Context) -> Sequence:
                 seq.add(ctx.weight_update(updates[t], loaded=frozenset().union(
                     *(streamed[(t, w.ipu)] for w in stages))))
             seq.items += after_phase(t, works)
+            ended = {item.ipu: item for item in leaves(Sequence(seq.items[first:]))
+                     if isinstance(item, (Compute, RemoteCopy)) and not getattr(item, "io_tiles", False)}
         return seq
 
     def step(with_outputs: bool) -> Sequence:
