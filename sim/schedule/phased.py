@@ -18,6 +18,12 @@ its gradient (:func:`_updates_in_phases`); with it, after the micro-batches.
 Serial phased: all phases on one group of IPUs, so loads wait for the previous phase. Parallel
 phased: phases alternate between IPU groups (``Phase.ipus``), and the loads of the next phase
 are issued before the current phase computes, so one group loads while the other computes.
+
+With IO tiles, a TensorLocations class whose ``useIOTilesToLoad`` is set (PopART's ``loadTileSet`` IO)
+moves through them: its loads run on the IO tiles' own lane (during the phase before under PopART's
+Preload IO schedule, once the phase before has ended under OnDemand) and are copied to the compute
+tiles as their phase begins; its stores are copied out at the phase's end and stored from the IO
+tiles while the next phase runs.
 """
 
 from __future__ import annotations
@@ -204,28 +210,29 @@ def build(ctx: Context) -> Sequence:
     io_loads, io_stored = defaultdict(int), defaultdict(int)
     io_held = defaultdict(float)  # the same keys -> bytes on the IO tiles at once (a batch-serialised piece's)
     schedule = {kind: ctx.options.phase_io_schedule(kind) for kind in ctx.options.TensorLocations.locations}
-    for (t, ipu), names in streamed.items():
+
+    def move(key: tuple, kind: str, nbytes: int, piece: float, way: str) -> None:
+        """Count ``nbytes`` of TensorLocations class ``kind`` loaded for, or stored after, phase and IPU ``key``."""
+        if not _through_io_tiles(ctx, kind):
+            (loads if way == "load" else stored)[key] += nbytes
+            return
+        at = key + (schedule[kind],) if way == "load" else key
+        (io_loads if way == "load" else io_stored)[at] += nbytes
+        io_held[at] += piece
+    for key, names in streamed.items():  # the weights, counted in loads by _flows: moved to io_loads if they go so
         for name in names:
-            tensor = ctx.g.tensors[name]
-            kind = _LOCATION_OF_ROLE[tensor.role]
+            tensor, kind = ctx.g.tensors[name], _LOCATION_OF_ROLE[ctx.g.tensors[name].role]
             if _through_io_tiles(ctx, kind):
-                nbytes = tensor.nbytes // tensor.shards
-                loads[(t, ipu)] -= nbytes
-                io_loads[(t, ipu, schedule[kind])] += nbytes
-                io_held[(t, ipu, schedule[kind])] += nbytes
+                shard = tensor.nbytes // tensor.shards
+                loads[key] -= shard
+                move(key, kind, shard, shard, "load")
     if off_chip:  # each carried tensor stored once after the phase making it, loaded before each reading it
-        via_io = _through_io_tiles(ctx, "activation")
         for name, (src, ipu, readers) in carried.items():
-            nbytes, piece = ctx.g.tensors[name].nbytes, ctx.g.tensors[name].live_bytes
+            tensor = ctx.g.tensors[name]
             phases[src][ipu].hold.add(name)  # live until stored, at the end of its phase
-            (io_stored if via_io else stored)[(src, ipu)] += nbytes
-            io_held[(src, ipu)] += piece if via_io else 0
+            move((src, ipu), "activation", tensor.nbytes, tensor.live_bytes, "store")
             for t in readers:
-                if via_io:
-                    io_loads[(t, ipu, schedule["activation"])] += nbytes
-                    io_held[(t, ipu, schedule["activation"])] += piece
-                else:
-                    loads[(t, ipu)] += nbytes
+                move((t, ipu), "activation", tensor.nbytes, tensor.live_bytes, "load")
     else:
         _keep_on_chip(ctx, phases, carried)
     _check_io_tiles(ctx, phases, io_held)
