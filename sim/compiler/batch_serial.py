@@ -30,6 +30,7 @@ modelled: a run lists it with the options that have no modelled effect.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -42,6 +43,7 @@ from ..errors import OptionsError
 from ..graph.ir import VIEW_KINDS, Graph, Op, _clone
 from ..hardware.system import IPU
 from ..options import BatchSerialization
+from .memory import ALWAYS_LIVE
 
 #: the simulator's op kinds PopART shards (``canShard()`` true: element-wise, cast, concat, dropout, gather and
 #: its gradient, group norm (PopART's layer norm), identity, matmul, NLL and its softmax gradient, reductions,
@@ -79,9 +81,9 @@ class Plan:
         """The cost of sharded ``op``: its cost on one piece (its tensors at their pieces' shapes), ``factor``
         times, with its slices, concatenations and sums."""
         piece = op_cost(op, self.piece_view(op, g), ipu, tiles, memory_proportion, partials)
-        moved = [(_numel(self.pieces[t]), g.tensors[t].dtype) for t in self.concatenated[op.name]]
+        moved = [(math.prod(self.pieces[t]), g.tensors[t].dtype) for t in self.concatenated[op.name]]
         if self.settings.method != "UnrollStatic":  # its pieces are views of the whole tensor
-            moved += [(_numel(self.pieces[t]), g.tensors[t].dtype) for t in self.sliced[op.name]]
+            moved += [(math.prod(self.pieces[t]), g.tensors[t].dtype) for t in self.sliced[op.name]]
         summed = [(g.tensors[t].shape, g.tensors[t].dtype) for t in self.summed[op.name]]
         return batch_serial_cost(piece, self.factor, moved, summed, ipu, tiles)
 
@@ -96,13 +98,6 @@ class Plan:
         return (f"batch serialisation: factor {s.factor}, method {s.method}: {split} ops run in {s.factor} pieces "
                 f"of the batch each; {pieces} tensors live a piece at a time; {joins} concatenated for their "
                 "readers" + (f"; not split (PopART cannot shard them): {', '.join(whole)}" if whole else ""))
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _piece(shape: tuple[int, ...], factor: int) -> tuple[int, ...] | None:
@@ -128,8 +123,9 @@ def _reduces_batch(op: Op, g: Graph) -> bool:
 
 
 def _carries_batch(op: Op, out: str, g: Graph, pieces: dict) -> bool:
+    """Whether output ``out`` of ``op``, which reads the batch, carries it too."""
     t = g.tensors[out]
-    if t.role in ("weight", "constant", "state", "accumulator"):
+    if t.role in ALWAYS_LIVE:
         return False
     if t.grad_of is not None:
         return t.grad_of in pieces
@@ -174,7 +170,7 @@ def serialise(g: Graph, settings: BatchSerialization, training: bool, phase_of: 
             piece = _piece(g.tensors[out].shape, N) if _carries_batch(op, out, g, pieces) else None
             if piece is not None:
                 pieces[out] = piece
-            elif sharded and g.tensors[out].role not in ("weight", "constant", "state", "accumulator"):
+            elif sharded and g.tensors[out].role not in ALWAYS_LIVE:
                 plan.summed[op.name].append(out)
         if sharded:
             plan.ops.add(op.name)
