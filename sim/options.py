@@ -366,12 +366,12 @@ class Options:
         "factor", "concatOnVirtualGraphChange", "concatOnExecutionPhaseChange", "concatOnPipelineStageChange",
         "transformContext", "method"))
     BATCH_SERIAL_METHODS = ("UnrollDynamic", "UnrollStatic", "Loop")
+    BATCH_SERIAL_CONTEXTS = ("Fwd", "Bwd")
     #: PopART's ``executionPhaseSettings`` IO schedule of each TensorLocations class the phases load
     #: (ExecutionPhaseIOSchedule: Preload, in the phase before; OnDemand, in the phase), and its default
     PHASE_IO_SCHEDULES = {"weight": ("executionPhaseSettings.weightIOSchedule", "Preload"),
                           "activation": ("executionPhaseSettings.activationIOSchedule", "Preload"),
                           "accumulator": ("executionPhaseSettings.accumulatorIOSchedule", "Preload")}
-    BATCH_SERIAL_CONTEXTS = ("Fwd", "Bwd")
 
     #: PopART's sharding domain of each tensor class TensorLocations can shard, a ``(CommGroupType,
     #: group size)`` pair (``TensorLocationSettings.location.shardingDomain``, a ``CommGroup``)

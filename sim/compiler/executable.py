@@ -426,11 +426,12 @@ def _io_tile_location_notes(o: Options, strategy: str) -> list[str]:
                      "its liveness says (setTensorsLiveness); " + ("of this setting it follows useIOTilesToLoad alone"
                                                                   if phased else "no effect"))
     for kind, where in o.TensorLocations.locations.items():
-        if where.io_tiles_to_load and phased and kind != "optimizer" and not o.TensorLocations.num_io_tiles:
+        in_phases = phased and kind != "optimizer"  # the optimizer state is loaded for the weight update
+        if where.io_tiles_to_load and in_phases and not o.TensorLocations.num_io_tiles:
             notes.append(f"TensorLocations {kind} location useIOTilesToLoad: there are no IO tiles (numIOTiles 0), "
                          "so the phases load and store through the compute tiles")
-        io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load and not (
-            phased and kind != "optimizer")), ("useIOTilesToStore", where.io_tiles_to_store)) if used]
+        io = [name for name, used in (("useIOTilesToLoad", where.io_tiles_to_load and not in_phases),
+                                      ("useIOTilesToStore", where.io_tiles_to_store)) if used]
         if io:
             notes.append(f"TensorLocations {kind} location {' and '.join(io)}: accepted, no modelled effect "
                          "(outside phased execution's phases, off-chip tensors are loaded to and stored from the "

@@ -69,10 +69,10 @@ from .reference_ops import OPS as REFERENCE_OPS
 
 # --- data flow --------------------------------------------------------------------------------
 
-#: PopART's AnchorReturnTypeId names (dataflow.hpp) and the output mode each is
 #: the out-of-memory remedies as a PopART session says them: an ONNX model's, and its batch serialisation
 _REMEDIES = {**ONNX_REMEDIES, "a smaller micro-batch": "a smaller micro-batch or more batch serialisation "
                                                        "(batchSerializationSettings.factor)"}
+#: PopART's AnchorReturnTypeId names (dataflow.hpp) and the output mode each is
 _RETURN_TYPES = {"FINAL": OutputMode.Final, "EVERYN": OutputMode.EveryN, "ALL": OutputMode.All,
                  "SUM": OutputMode.Sum}
 
