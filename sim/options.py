@@ -336,12 +336,21 @@ class BatchSerialization:
     """PopART's ``batchSerializationSettings`` (:meth:`Options.batch_serialization`): ``factor`` pieces each
     op's batch is split into; ``concat_on``: the changes of context (``"ipu"``, ``"phase"``, ``"stage"``) at
     which the pieces are concatenated again; ``context``: ``"Fwd"`` or ``"Bwd"``
-    (BatchSerializationTransformContext); ``method``: ``"UnrollDynamic"``, ``"UnrollStatic"`` or ``"Loop"``."""
+    (BatchSerializationTransformContext); ``method``: ``"UnrollDynamic"``, ``"UnrollStatic"`` or ``"Loop"``;
+    ``schedule``: the BatchSerializationBatchSchedule (``"OverlapOnIo"`` and ``"OverlapOnCompute"`` overlap one
+    piece's remote copies with another piece's compute)."""
 
     factor: int
     concat_on: frozenset
     context: str
     method: str
+    schedule: str = "Isomorphic"
+
+    @property
+    def overlaps_io(self) -> bool:
+        """Whether the pieces' remote loads run while earlier pieces compute (PopART's DecomposeLoops for Loop,
+        the BatchSerialScheduler's order for the unrolled methods)."""
+        return self.factor > 1 and self.schedule in ("OverlapOnIo", "OverlapOnCompute")
 
 
 class Options:
@@ -359,14 +368,14 @@ class Options:
     OUTER_FRAGMENT_KEYS = ("accumulateOuterFragmentSettings.schedule",
                            "accumulateOuterFragmentSettings.excludedVirtualGraphs")
 
-    #: PopART's ``batchSerializationSettings`` (sessionoptions.hpp BatchSerializationSettings): the keys the
-    #: simulator models (:mod:`sim.compiler.batch_serial`; ``batchSchedule``, the order of the pieces' ops and
-    #: remote copies, is recorded as unmodelled) and the members of its enums in value order
+    #: PopART's ``batchSerializationSettings`` (sessionoptions.hpp BatchSerializationSettings): its keys
+    #: (:mod:`sim.compiler.batch_serial`) and the members of its enums in value order
     BATCH_SERIAL_KEYS = tuple(f"batchSerializationSettings.{key}" for key in (
         "factor", "concatOnVirtualGraphChange", "concatOnExecutionPhaseChange", "concatOnPipelineStageChange",
-        "transformContext", "method"))
+        "transformContext", "method", "batchSchedule"))
     BATCH_SERIAL_METHODS = ("UnrollDynamic", "UnrollStatic", "Loop")
     BATCH_SERIAL_CONTEXTS = ("Fwd", "Bwd")
+    BATCH_SERIAL_SCHEDULES = ("Scheduler", "Isomorphic", "OverlapOnIo", "OverlapOnCompute")
     #: PopART's ``executionPhaseSettings`` IO schedule of each TensorLocations class the phases load
     #: (ExecutionPhaseIOSchedule: Preload, in the phase before; OnDemand, in the phase), and its default
     PHASE_IO_SCHEDULES = {"weight": ("executionPhaseSettings.weightIOSchedule", "Preload"),
@@ -765,8 +774,8 @@ class Options:
     def batch_serialization(self) -> BatchSerialization:
         """PopART's ``batchSerializationSettings`` as set through ``_Popart.set`` (PopART's defaults for those
         not set: factor 0, concatenation on each change of virtual graph, execution phase and pipeline stage,
-        transform context Fwd, method UnrollDynamic). A factor of 0 or 1 serialises nothing."""
-        factor_key, ipu_key, phase_key, stage_key, context_key, method_key = self.BATCH_SERIAL_KEYS
+        transform context Fwd, method UnrollDynamic, schedule Isomorphic). A factor of 0 or 1 serialises nothing."""
+        factor_key, ipu_key, phase_key, stage_key, context_key, method_key, schedule_key = self.BATCH_SERIAL_KEYS
         factor = self._Popart.values.get(factor_key, 0)
         if isinstance(factor, bool) or not isinstance(factor, int) or factor < 0:
             raise OptionsError(f"_Popart {factor_key} = {factor!r}: expected a whole number >= 0 (the pieces each "
@@ -777,7 +786,9 @@ class Options:
                                   self._popart_enum(context_key, self.BATCH_SERIAL_CONTEXTS, "Fwd",
                                                     "BatchSerializationTransformContext"),
                                   self._popart_enum(method_key, self.BATCH_SERIAL_METHODS, "UnrollDynamic",
-                                                    "BatchSerializationMethod"))
+                                                    "BatchSerializationMethod"),
+                                  self._popart_enum(schedule_key, self.BATCH_SERIAL_SCHEDULES, "Isomorphic",
+                                                    "BatchSerializationBatchSchedule"))
 
     def phase_io_schedule(self, kind: str) -> str:
         """When phased execution loads TensorLocations class ``kind``'s off-chip tensors through the IO tiles:

@@ -55,16 +55,17 @@ def _plan(g: sim.Graph, o: sim.Options, training: bool = True):
 
 def test_settings_default_to_popart_s_and_take_enum_members_values_and_names():
     assert sim.Options().batch_serialization() == BatchSerialization(0, frozenset({"ipu", "phase", "stage"}), "Fwd",
-                                                                     "UnrollDynamic")
+                                                                     "UnrollDynamic", "Isomorphic")
     o = _options(4, method=2, transformContext="popart.BatchSerializationTransformContext.Bwd",
-                 concatOnExecutionPhaseChange=False)
-    assert o.batch_serialization() == BatchSerialization(4, frozenset({"ipu", "stage"}), "Bwd", "Loop")
+                 concatOnExecutionPhaseChange=False, batchSchedule=3)
+    assert o.batch_serialization() == BatchSerialization(4, frozenset({"ipu", "stage"}), "Bwd", "Loop",
+                                                         "OverlapOnCompute")
+    assert o.batch_serialization().overlaps_io and not _options(1, batchSchedule=3).batch_serialization().overlaps_io
     with pytest.raises(OptionsError, match="factor = -1: expected a whole number >= 0"):
         _options(-1).batch_serialization()
     with pytest.raises(OptionsError, match="method = 7: expected one of UnrollDynamic .0., UnrollStatic .1., Loop"):
         _options(2, method=7).batch_serialization()
-    # batchSchedule, the order of the pieces' ops, is listed as having no modelled effect
-    assert set(_options(2, batchSchedule=3).unmodelled()) == {"_Popart.batchSerializationSettings.batchSchedule"}
+    assert not _options(2, batchSchedule=3).unmodelled()
 
 
 def test_a_factor_of_one_serialises_nothing():
@@ -154,7 +155,7 @@ def test_pieces_are_concatenated_at_a_pipeline_stage_change_unless_told_not_to(c
 B, H = 2048, 1024  # a phased model whose activations, not its weights' gradients, fill the tiles
 
 
-def _phased(factor: int, liveness: Liveness, **settings) -> sim.Run:
+def _phased_graph() -> sim.Graph:
     """(B, D) -> linear D -> gelu -> linear H -> gelu -> linear D -> gelu, a phase each, then the loss's phase."""
     b = GraphBuilder("phased")
     h = b.input("x", (B, D), dtype="float16")
@@ -163,9 +164,13 @@ def _phased(factor: int, liveness: Liveness, **settings) -> sim.Run:
             h = b.gelu(b.linear(h, H if i == 1 else D, name=f"p{i}/l"))
     with b.ipu(0, block="p3"):
         b.mse_loss(h, b.input("y", (B, D), dtype="float16"))
+    return b.graph
+
+
+def _phased(factor: int, liveness: Liveness, **settings) -> sim.Run:
     o = _options(factor, **settings).setExecutionStrategy(SerialPhasedExecution(
         *[Phase(Stage(f"p{i}").ipu(0)) for i in range(4)]).setTensorsLiveness(liveness))
-    return sim.simulate(b.graph, "ipu-mk2", o, training=True)
+    return sim.simulate(_phased_graph(), "ipu-mk2", o, training=True)
 
 
 def test_phased_activations_stored_off_chip_live_a_piece_at_a_time_when_phases_do_not_concatenate():
@@ -184,6 +189,35 @@ def test_phased_activations_stored_off_chip_live_a_piece_at_a_time_when_phases_d
     moved = run.trace.set_index("name")["bytes"]
     assert moved["phase 0 store activations"] == 2 * B * D * 2  # the whole of its two tensors, piece by piece
     assert any(n.startswith("batch serialisation: factor 4, method UnrollDynamic") for n in run.all_notes)
+
+
+def _phased_io(schedule: str) -> sim.Run:
+    """:func:`_phased`'s model, its activations stored off chip piece by piece through 128 IO tiles and loaded on
+    demand (Graphcore's phased BERT's settings), under batchSchedule ``schedule``."""
+    o = _options(4, concatOnExecutionPhaseChange=False, batchSchedule=schedule).setExecutionStrategy(
+        SerialPhasedExecution(*[Phase(Stage(f"p{i}").ipu(0)) for i in range(4)]).setTensorsLiveness(
+            Liveness.OffChipAfterFwd))
+    o.TensorLocations.numIOTiles(128)
+    o.TensorLocations.setActivationLocation(sim.options.TensorLocationSettings().useIOTilesToLoad(True))
+    o._Popart.set("executionPhaseSettings.activationIOSchedule", "OnDemand")
+    return sim.simulate(_phased_graph(), "ipu-mk2", o, training=True)
+
+
+def test_overlapping_batch_schedules_load_a_phase_s_later_pieces_while_it_computes():
+    """OverlapOnCompute: a phase's first piece is loaded on demand, the other three while the phase computes
+    (PopART's decomposed loop); Isomorphic loads every piece before the phase computes."""
+    overlapped, plain = _phased_io("OverlapOnCompute"), _phased_io("Isomorphic")
+    t = overlapped.trace.set_index("name")
+    first, later = t.loc["phase 1 load (OnDemand, IO tiles)", "bytes"], t.loc["phase 1 load (later pieces, IO tiles)",
+                                                                              "bytes"]
+    assert first == B * D * 2 // 4 and later == 3 * first  # p0's output, read by p1: a piece, then three
+    compute = t[t.kind == "compute"]
+    assert t.loc["phase 1 load (later pieces, IO tiles)", "start"] < compute.loc["stage 1 forward", "end"]
+    assert t.loc["io-tile copy phase 1 later pieces in", "start"] >= t.loc["phase 1 load (later pieces, IO tiles)",
+                                                                           "end"]
+    assert not plain.trace.name.str.contains("later pieces").any()
+    assert plain.trace.set_index("name").loc["phase 1 load (OnDemand, IO tiles)", "bytes"] == first + later
+    assert overlapped.cycle_count < plain.cycle_count
 
 
 def test_popart_s_errors():
@@ -220,8 +254,8 @@ def test_a_popart_session_s_settings_serialise_its_batch():
                                    popart.DeviceManager().acquireAvailableDevice(1), userOptions=opts)
     sess.prepareDevice()
     notes = sess.executable.notes
-    assert any(n.startswith("batch serialisation: factor 4, method Loop: 2 ops run in 4 pieces") for n in notes)
-    assert any("_Popart.batchSerializationSettings.batchSchedule" in n and "no modelled effect" in n for n in notes)
+    line = next(n for n in notes if n.startswith("batch serialisation: factor 4, method Loop: 2 ops run in 4 pieces"))
+    assert "batchSchedule OverlapOnCompute: in phased execution the later pieces" in line  # and here nothing
     big = popart.Builder()  # 1 GB of activations: more than an IPU holds
     x = big.addInputTensor(popart.TensorInfo("FLOAT16", [16384, 8192]), "x")
     w = big.addInitializedInputTensor(np.zeros([8192, 8192], dtype="float16"), "w")

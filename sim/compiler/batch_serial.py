@@ -24,8 +24,10 @@ model, as :func:`serialise` finds it on the simulator's graph:
   one kept on chip for a later execution phase; one stored off chip for a later phase is stored piece by
   piece (the remote stores are sharded too) and loaded piece by piece.
 
-The ``batchSchedule`` (how the pieces' ops and remote copies interleave: OverlapOnIo, OverlapOnCompute) is not
-modelled: a run lists it with the options that have no modelled effect.
+The ``batchSchedule`` OverlapOnIo and OverlapOnCompute overlap one piece's remote loads with another piece's compute
+(PopART's DecomposeLoops for the Loop method, the BatchSerialScheduler's order for the unrolled ones): phased
+execution loads the later pieces of the activations a phase reads on demand through the IO tiles while the phase
+computes (:mod:`sim.schedule.phased`); elsewhere the schedule has no modelled effect, as the run's notes say.
 """
 
 from __future__ import annotations
@@ -97,7 +99,10 @@ class Plan:
         joins = sum(len(v) for v in self.concatenated.values())
         return (f"batch serialisation: factor {s.factor}, method {s.method}: {split} ops run in {s.factor} pieces "
                 f"of the batch each; {pieces} tensors live a piece at a time; {joins} concatenated for their "
-                "readers" + (f"; not split (PopART cannot shard them): {', '.join(whole)}" if whole else ""))
+                "readers" + (f"; not split (PopART cannot shard them): {', '.join(whole)}" if whole else "")
+                + (f"; batchSchedule {s.schedule}: in phased execution the later pieces of the activations a phase "
+                   "loads on demand through the IO tiles load while it computes (elsewhere it changes nothing)"
+                   if s.overlaps_io else ""))
 
 
 def _piece(shape: tuple[int, ...], factor: int) -> tuple[int, ...] | None:

@@ -209,16 +209,23 @@ def build(ctx: Context) -> Sequence:
     # through the IO tiles: (phase, ipu, "Preload" | "OnDemand") -> bytes loaded for it; (phase, ipu) -> stored
     io_loads, io_stored = defaultdict(int), defaultdict(int)
     io_held = defaultdict(float)  # the same keys -> bytes on the IO tiles at once (a batch-serialised piece's)
+    # (phase, ipu) -> bytes of batch-serialised pieces loaded on demand while the phase's first piece computes
+    io_behind = defaultdict(int)
     schedule = {kind: ctx.options.phase_io_schedule(kind) for kind in ctx.options.TensorLocations.locations}
+    overlap = ctx.options.batch_serialization().overlaps_io
 
     def move(key: tuple, kind: str, nbytes: int, piece: float, way: str) -> None:
-        """Count ``nbytes`` of TensorLocations class ``kind`` loaded for, or stored after, phase and IPU ``key``."""
+        """Count ``nbytes`` of TensorLocations class ``kind`` loaded for, or stored after, phase and IPU ``key``
+        (``piece``: the bytes of it moved at once)."""
         if not _through_io_tiles(ctx, kind):
             (loads if way == "load" else stored)[key] += nbytes
             return
         at = key + (schedule[kind],) if way == "load" else key
-        (io_loads if way == "load" else io_stored)[at] += nbytes
         io_held[at] += piece
+        if overlap and way == "load" and schedule[kind] == "OnDemand" and piece < nbytes:
+            io_behind[key] += nbytes - int(piece)  # the later pieces: loaded while the first computes
+            nbytes = int(piece)
+        (io_loads if way == "load" else io_stored)[at] += nbytes
     for key, names in streamed.items():  # the weights, counted in loads by _flows: moved to io_loads if they go so
         for name in names:
             tensor, kind = ctx.g.tensors[name], _LOCATION_OF_ROLE[ctx.g.tensors[name].role]
@@ -259,6 +266,25 @@ def build(ctx: Context) -> Sequence:
                                    ctx.compute_tiles)
         return Compute(ctx.ipus(r)[ipu], f"io-tile copy {name}", steps, after=after)
 
+    behind: dict[tuple, RemoteCopy] = {}  # (phase, replica, ipu) -> its later pieces' load
+
+    def io_loads_behind(t: int) -> list:
+        """Phase ``t``'s later batch-serialised pieces, loaded on the IO tiles while the phase computes
+        (batchSchedule OverlapOnIo / OverlapOnCompute)."""
+        def make(r):
+            for ipu in phases[t]:
+                if io_behind[(t, ipu)]:
+                    behind[(t, r, ipu)] = RemoteCopy(ctx.ipus(r)[ipu], "load", io_behind[(t, ipu)],
+                                                     f"phase {t} load (later pieces, IO tiles)", io_tiles=True)
+                    yield behind[(t, r, ipu)]
+        return ctx.for_replicas(lambda r: list(make(r)))
+
+    def io_copies_behind(t: int) -> list:
+        """The later pieces copied to the compute tiles: the phase ends once they have landed."""
+        return ctx.for_replicas(lambda r: [
+            io_copy(r, ipu, io_behind[(t, ipu)], f"phase {t} later pieces in", after=(behind[(t, r, ipu)],))
+            for ipu in phases[t] if (t, r, ipu) in behind])
+
     def io_copies_in(t: int) -> list:
         """Phase ``t``'s loaded tensors copied from the IO tiles to the compute tiles once they have landed."""
         def make(r):
@@ -298,6 +324,7 @@ def build(ctx: Context) -> Sequence:
     def micro_batch(with_outputs: bool) -> Sequence:
         seq = Sequence(name="micro-batch")
         landed.clear()
+        behind.clear()
         pending = load_items(0)
         seq.items += io_load_items(0, "Preload")
         ended: dict[int, object] = {}  # device IPU -> the last item of the phase before on its compute tiles
@@ -307,6 +334,7 @@ def build(ctx: Context) -> Sequence:
             seq.items += pending
             seq.items += io_load_items(t, "OnDemand", ended)  # PopART's OnDemand: in its phase, as it begins
             seq.items += io_copies_in(t)
+            seq.items += io_loads_behind(t)
             pending = load_items(t + 1) if t + 1 < len(phases) else []
             if t + 1 < len(phases):  # Preload: in the phase before, on the IO tiles while this phase computes
                 seq.items += io_load_items(t + 1, "Preload", ended)
@@ -317,6 +345,7 @@ def build(ctx: Context) -> Sequence:
             for w in stages:  # weights loaded as shards, whole again before the phase computes
                 seq.items += ctx.gather_weight_shards(w.ipu, streamed[(t, w.ipu)])
             seq.items += ctx.stages_items(stages, load_weights=False)  # loaded above, per phase
+            seq.items += io_copies_behind(t)
             if with_outputs:
                 seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
             if t in updates:  # its weights' optimizer steps; the off-chip weights this phase loaded are on chip
