@@ -19,11 +19,7 @@ Serial phased: all phases on one group of IPUs, so loads wait for the previous p
 phased: phases alternate between IPU groups (``Phase.ipus``), and the loads of the next phase
 are issued before the current phase computes, so one group loads while the other computes.
 
-With IO tiles, a TensorLocations class whose ``useIOTilesToLoad`` is set (PopART's ``loadTileSet`` IO)
-moves through them: its loads run on the IO tiles' own lane (during the phase before under PopART's
-Preload IO schedule, once the phase before has ended under OnDemand) and are copied to the compute
-tiles as their phase begins; its stores are copied out at the phase's end and stored from the IO
-tiles while the next phase runs.
+With IO tiles, what a phase loads and stores may move through them (:mod:`sim.schedule.phase_io`).
 """
 
 from __future__ import annotations
@@ -31,24 +27,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..graph.ir import Graph, Op
-from ..errors import OptionsError
 from ..program import Compute, IpuCopy, RemoteCopy, Repeat, Sequence, leaves
 from .context import Context, device_iteration_loop
-from .hostio import io_tile_copy_steps
+from .phase_io import LOCATION_OF_ROLE, PhaseTraffic
 from .stages import StageWork
 from ..strategy import Liveness
 
 _ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
-#: the TensorLocations class of each role a phase loads from streaming memory (activations: "activation")
-_LOCATION_OF_ROLE = {"weight": "weight", "constant": "weight", "state": "optimizer", "accumulator": "accumulator"}
-
-
-def _through_io_tiles(ctx: Context, kind: str) -> bool:
-    """Whether the off-chip tensors of TensorLocations class ``kind`` move through the IO tiles
-    (``useIOTilesToLoad``, PopART's ``loadTileSet`` IO: its RemoteLoad and RemoteStore run on the IO tiles, and
-    an IoTileCopy moves the data to or from the compute tiles; streamingmemoryopinserter.cpp)."""
-    locations = ctx.options.TensorLocations
-    return bool(locations.num_io_tiles) and locations.locations[kind].io_tiles_to_load
 
 
 def phase_of(strategy, op: Op, forward_phases: int) -> int:
@@ -112,8 +97,8 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
 
     Returns (sends per phase: list of (src ipu, dst ipu, bytes); carried: for each activation a
     later phase on the same IPU reads, ``(phase that makes it, ipu, the later phases reading it)``;
-    loads per (phase, ipu): weight bytes; streamed per (phase, ipu): the off-chip weights, state and
-    accumulators loaded for it). A tensor counts once however many ops read it.
+    streamed per (phase, ipu): the off-chip weights, state and accumulators loaded for it). A tensor
+    counts once however many ops read it.
     """
     g = ctx.g
     where = {}
@@ -124,7 +109,6 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
                     where.setdefault(o, (t, ipu))
     sends = defaultdict(list)
     carried: dict[str, tuple[int, int, set[int]]] = {}
-    loads = defaultdict(int)
     streamed: dict[tuple[int, int], set[str]] = {}
     seen_input, received = set(), set()
     for t, works in enumerate(phases):
@@ -150,9 +134,8 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
                         received.add((name, ipu))
                         sends[src[0]].append((src[1], ipu, tensor.nbytes))
             streamed[(t, ipu)] = {n for n in weights if g.tensors[n].location == "off_chip"}
-            loads[(t, ipu)] = sum(g.tensors[n].nbytes // g.tensors[n].shards for n in streamed[(t, ipu)])
             w.host_outputs = [o for op in w.ops for o in op.outputs if o in g.outputs]
-    return sends, carried, loads, streamed
+    return sends, carried, streamed
 
 
 def _keep_on_chip(ctx: Context, phases: list[dict[int, StageWork]], carried) -> None:
@@ -172,28 +155,10 @@ def _keep_on_chip(ctx: Context, phases: list[dict[int, StageWork]], carried) -> 
                 work.through_bytes += ctx.g.tensors[name].nbytes
 
 
-def _check_io_tiles(ctx: Context, phases: list[dict[int, StageWork]], held: dict) -> None:
-    """The IO tiles hold, during a phase, what it stores through them, what it loads on demand and what the next
-    phase preloads (``held``: bytes at once, by (phase, ipu) for stores and (phase, ipu, schedule) for loads; a
-    batch-serialised tensor moves a piece at a time); error if that does not fit in their memory (each tile's SRAM
-    less Poplar's reserved bytes)."""
-    io_tiles = ctx.options.TensorLocations.num_io_tiles
-    room = io_tiles * (ctx.system.ipu.sram_bytes_per_tile - ctx.system.ipu.reserved_bytes_per_tile)
-    for t, works in enumerate(phases):
-        for ipu in works:
-            need = int(held[(t, ipu)] + held[(t, ipu, "OnDemand")] + held[(t + 1, ipu, "Preload")])
-            if need > room:
-                raise OptionsError(
-                    f"phase {t} on IPU {ipu}: its stores and loads through the IO tiles need {need:,} bytes there at "
-                    f"once, but {io_tiles} IO tiles hold {room:,}; use more IO tiles (numIOTiles, at most 192), "
-                    "smaller phases, or load through the compute tiles (useIOTilesToLoad(False), PopART's loadTileSet "
-                    "Compute)")
-
-
 def build(ctx: Context) -> Sequence:
     """The program of a phased model for one call."""
     phases = split_phases(ctx)
-    sends, carried, loads, streamed = _flows(ctx, phases)
+    sends, carried, streamed = _flows(ctx, phases)
     strategy = ctx.options.execution_strategy
     off_chip = strategy.liveness != Liveness.AlwaysLive
     parallel = not strategy.serial
@@ -205,115 +170,27 @@ def build(ctx: Context) -> Sequence:
             "and the wider phase spacing of OffChipAfterEachPhase are not modelled")
     ctx.stages = [w for works in phases for w in works.values()]  # for memory and host outputs
     updates = _updates_in_phases(ctx, phases)
-    stored = defaultdict(int)  # (phase, ipu) -> activation bytes stored after it (off chip)
-    # through the IO tiles: (phase, ipu, "Preload" | "OnDemand") -> bytes loaded for it; (phase, ipu) -> stored
-    io_loads, io_stored = defaultdict(int), defaultdict(int)
-    io_held = defaultdict(float)  # the same keys -> bytes on the IO tiles at once (a batch-serialised piece's)
-    # (phase, ipu) -> bytes of batch-serialised pieces loaded on demand while the phase's first piece computes
-    io_behind = defaultdict(int)
-    schedule = {kind: ctx.options.phase_io_schedule(kind) for kind in ctx.options.TensorLocations.locations}
-    overlap = ctx.options.batch_serialization().overlaps_io
-
-    def move(key: tuple, kind: str, nbytes: int, piece: float, way: str) -> None:
-        """Count ``nbytes`` of TensorLocations class ``kind`` loaded for, or stored after, phase and IPU ``key``
-        (``piece``: the bytes of it moved at once)."""
-        if not _through_io_tiles(ctx, kind):
-            (loads if way == "load" else stored)[key] += nbytes
-            return
-        at = key + (schedule[kind],) if way == "load" else key
-        io_held[at] += piece
-        if overlap and way == "load" and schedule[kind] == "OnDemand" and piece < nbytes:
-            io_behind[key] += nbytes - int(piece)  # the later pieces: loaded while the first computes
-            nbytes = int(piece)
-        (io_loads if way == "load" else io_stored)[at] += nbytes
-    for key, names in streamed.items():  # the weights, counted in loads by _flows: moved to io_loads if they go so
+    traffic = PhaseTraffic(ctx, phases)
+    for key, names in streamed.items():  # the weights (RTS: a shard each), state and accumulators
         for name in names:
-            tensor, kind = ctx.g.tensors[name], _LOCATION_OF_ROLE[ctx.g.tensors[name].role]
-            if _through_io_tiles(ctx, kind):
-                shard = tensor.nbytes // tensor.shards
-                loads[key] -= shard
-                move(key, kind, shard, shard, "load")
+            tensor = ctx.g.tensors[name]
+            shard = tensor.nbytes // tensor.shards
+            traffic.move(key, LOCATION_OF_ROLE[tensor.role], shard, shard, "load")
     if off_chip:  # each carried tensor stored once after the phase making it, loaded before each reading it
         for name, (src, ipu, readers) in carried.items():
             tensor = ctx.g.tensors[name]
             phases[src][ipu].hold.add(name)  # live until stored, at the end of its phase
-            move((src, ipu), "activation", tensor.nbytes, tensor.live_bytes, "store")
+            traffic.move((src, ipu), "activation", tensor.nbytes, tensor.live_bytes, "store")
             for t in readers:
-                move((t, ipu), "activation", tensor.nbytes, tensor.live_bytes, "load")
+                traffic.move((t, ipu), "activation", tensor.nbytes, tensor.live_bytes, "load")
     else:
         _keep_on_chip(ctx, phases, carried)
-    _check_io_tiles(ctx, phases, io_held)
-    landed: dict[tuple, list] = defaultdict(list)  # (phase, replica, ipu) -> its loads on the IO tiles
-
-    def io_load_items(t: int, when: str, ended: dict | None = None) -> list:
-        """Phase ``t``'s loads to the IO tiles of schedule ``when``, on their own lane; each after the item
-        ``ended`` gives for its IPU (the end of the phase before, for a load in the phase)."""
-        def make(r):
-            items = []
-            for ipu in phases[t]:
-                if io_loads[(t, ipu, when)]:
-                    device = ctx.ipus(r)[ipu]
-                    item = RemoteCopy(device, "load", io_loads[(t, ipu, when)], f"phase {t} load ({when}, IO tiles)",
-                                      io_tiles=True, after=(ended[device],) if ended and device in ended else ())
-                    landed[(t, r, ipu)].append(item)
-                    items.append(item)
-            return items
-        return ctx.for_replicas(make)
-
-    def io_copy(r: int, ipu: int, nbytes: int, name: str, after: tuple = ()) -> Compute:
-        """The on-chip exchange of ``nbytes`` between an IPU's IO tiles and its compute tiles."""
-        steps = io_tile_copy_steps(name, nbytes, ctx.system.ipu, ctx.options.TensorLocations.num_io_tiles,
-                                   ctx.compute_tiles)
-        return Compute(ctx.ipus(r)[ipu], f"io-tile copy {name}", steps, after=after)
-
-    behind: dict[tuple, RemoteCopy] = {}  # (phase, replica, ipu) -> its later pieces' load
-
-    def io_loads_behind(t: int) -> list:
-        """Phase ``t``'s later batch-serialised pieces, loaded on the IO tiles while the phase computes
-        (batchSchedule OverlapOnIo / OverlapOnCompute)."""
-        def make(r):
-            for ipu in phases[t]:
-                if io_behind[(t, ipu)]:
-                    behind[(t, r, ipu)] = RemoteCopy(ctx.ipus(r)[ipu], "load", io_behind[(t, ipu)],
-                                                     f"phase {t} load (later pieces, IO tiles)", io_tiles=True)
-                    yield behind[(t, r, ipu)]
-        return ctx.for_replicas(lambda r: list(make(r)))
-
-    def io_copies_behind(t: int) -> list:
-        """The later pieces copied to the compute tiles: the phase ends once they have landed."""
-        return ctx.for_replicas(lambda r: [
-            io_copy(r, ipu, io_behind[(t, ipu)], f"phase {t} later pieces in", after=(behind[(t, r, ipu)],))
-            for ipu in phases[t] if (t, r, ipu) in behind])
-
-    def io_copies_in(t: int) -> list:
-        """Phase ``t``'s loaded tensors copied from the IO tiles to the compute tiles once they have landed."""
-        def make(r):
-            return [io_copy(r, ipu, sum(item.nbytes for item in landed[(t, r, ipu)]), f"phase {t} in",
-                    after=tuple(landed[(t, r, ipu)])) for ipu in phases[t] if landed[(t, r, ipu)]]
-        return ctx.for_replicas(make)
-
-    def load_items(t: int) -> list:
-        def make(r):
-            ipus = ctx.ipus(r)
-            items = []
-            for ipu in phases[t]:
-                nbytes = loads[(t, ipu)]
-                if nbytes:
-                    items.append(RemoteCopy(ipus[ipu], "load", nbytes, f"phase {t} load"))
-            return items
-        return ctx.for_replicas(make)
+    traffic.check()
 
     def after_phase(t: int, works) -> list:
         def make(r):
             ipus = ctx.ipus(r)
-            items = []
-            for ipu in works:
-                if stored[(t, ipu)]:
-                    items.append(RemoteCopy(ipus[ipu], "store", stored[(t, ipu)], f"phase {t} store activations"))
-                if io_stored[(t, ipu)]:  # copied to the IO tiles, then stored from there while the next phase runs
-                    out = io_copy(r, ipu, io_stored[(t, ipu)], f"phase {t} out")
-                    items += [out, RemoteCopy(ipus[ipu], "store", io_stored[(t, ipu)],
-                                              f"phase {t} store activations (IO tiles)", io_tiles=True, after=(out,))]
+            items = [item for ipu in works for item in traffic.store_items(r, t, ipu)]
             transfers = tuple((ipus[s], ipus[d], b) for s, d, b in sends.get(t, []))
             if transfers:
                 items.append(IpuCopy(transfers, f"phase {t} copy"))
@@ -323,21 +200,20 @@ def build(ctx: Context) -> Sequence:
 
     def micro_batch(with_outputs: bool) -> Sequence:
         seq = Sequence(name="micro-batch")
-        landed.clear()
-        behind.clear()
-        pending = load_items(0)
-        seq.items += io_load_items(0, "Preload")
+        traffic.start()
+        pending = traffic.load_items(0)
+        seq.items += traffic.io_load_items(0, "Preload")
         ended: dict[int, object] = {}  # device IPU -> the last item of the phase before on its compute tiles
         for t, works in enumerate(phases):
             stages = list(works.values())
             first = len(seq.items)
             seq.items += pending
-            seq.items += io_load_items(t, "OnDemand", ended)  # PopART's OnDemand: in its phase, as it begins
-            seq.items += io_copies_in(t)
-            seq.items += io_loads_behind(t)
-            pending = load_items(t + 1) if t + 1 < len(phases) else []
+            seq.items += traffic.io_load_items(t, "OnDemand", ended)  # PopART's OnDemand: in its phase
+            seq.items += traffic.copies_in(t)
+            seq.items += traffic.loads_behind(t)
+            pending = traffic.load_items(t + 1) if t + 1 < len(phases) else []
             if t + 1 < len(phases):  # Preload: in the phase before, on the IO tiles while this phase computes
-                seq.items += io_load_items(t + 1, "Preload", ended)
+                seq.items += traffic.io_load_items(t + 1, "Preload", ended)
             if parallel:  # the next phase's group loads while this one computes
                 seq.items += pending
                 pending = []
@@ -345,7 +221,7 @@ def build(ctx: Context) -> Sequence:
             for w in stages:  # weights loaded as shards, whole again before the phase computes
                 seq.items += ctx.gather_weight_shards(w.ipu, streamed[(t, w.ipu)])
             seq.items += ctx.stages_items(stages, load_weights=False)  # loaded above, per phase
-            seq.items += io_copies_behind(t)
+            seq.items += traffic.copies_behind(t)
             if with_outputs:
                 seq.items += ctx.for_replicas(lambda r: ctx.transfers(r, stages, "from_ipu"))
             if t in updates:  # its weights' optimizer steps; the off-chip weights this phase loaded are on chip
