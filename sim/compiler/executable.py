@@ -32,7 +32,7 @@ from ..schedule.hostio import io_tile_buffer_check
 from ..program import Sequence
 from ..schedule.context import Context
 from ..schedule.stages import StageWork, split_stages
-from ..strategy import Liveness, PipelinedExecution, ShardedExecution, SyncPattern, assign
+from ..strategy import PipelinedExecution, ShardedExecution, SyncPattern, assign
 from ..hardware.topology import check_fits
 from ..graph.loss_scaling import add_automatic_loss_scaling
 from ..graph.training import (Optimizer, graph_to_price, merge_norms, place_global_norm,
@@ -153,13 +153,13 @@ def serialise_batches(g: Graph, o: Options, strategy: str, training: bool) -> ba
     pipeline has pipeline stages to concatenate at; in phased execution an op's phase is the one it runs in
     (:func:`sim.schedule.phased.phase_of`), and the activations a later phase reads are off chip unless the
     liveness is AlwaysLive."""
-    settings, phase_of = o.batch_serialization(), None
+    settings, phase_of, off_chip = o.batch_serialization(), None, False
     if strategy != "pipelined":
         settings = replace(settings, concat_on=settings.concat_on - {"stage"})
     if strategy.endswith("phased"):
         phase_of = partial(phased.phase_of, o.execution_strategy, forward_phases=phased.forward_phases(g))
-    return batch_serial.serialise(g, settings, training, phase_of,
-                                  getattr(o.execution_strategy, "liveness", None) != Liveness.AlwaysLive)
+        off_chip = phased.activations_off_chip(o.execution_strategy)
+    return batch_serial.serialise(g, settings, training, phase_of, off_chip)
 
 
 def _unused_memory_proportion_ipus(o: Options, ipus_per_replica: int) -> list[str]:

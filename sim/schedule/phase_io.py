@@ -39,20 +39,19 @@ class PhaseTraffic:
         self.io_stored = defaultdict(int)  # (phase, ipu) -> bytes stored through the IO tiles
         self.io_held = defaultdict(float)  # either key -> bytes on the IO tiles at once
         self.io_behind = defaultdict(int)  # (phase, ipu) -> bytes of later pieces loaded while the phase computes
-        self.schedule = {kind: ctx.options.phase_io_schedule(kind) for kind in ctx.options.TensorLocations.locations}
+        locations = ctx.options.TensorLocations
+        self.schedule = {kind: ctx.options.phase_io_schedule(kind) for kind in locations.locations}
+        #: TensorLocations class -> whether its off-chip tensors move through the IO tiles
+        self.via_io = {kind: bool(locations.num_io_tiles) and where.io_tiles_to_load
+                       for kind, where in locations.locations.items()}
         self.overlap = ctx.options.batch_serialization().overlaps_io
         self._landed: dict[tuple, list] = defaultdict(list)  # (phase, replica, ipu) -> its IO-tile loads
         self._behind: dict[tuple, RemoteCopy] = {}  # (phase, replica, ipu) -> its later pieces' load
 
-    def through_io_tiles(self, kind: str) -> bool:
-        """Whether TensorLocations class ``kind``'s off-chip tensors move through the IO tiles."""
-        locations = self.ctx.options.TensorLocations
-        return bool(locations.num_io_tiles) and locations.locations[kind].io_tiles_to_load
-
     def move(self, key: tuple, kind: str, nbytes: int, piece: float, way: str) -> None:
         """Count ``nbytes`` of TensorLocations class ``kind`` loaded (``way`` "load") for, or stored after, phase
         and IPU ``key``; ``piece``: the bytes of it moved at once (a batch-serialised tensor's piece)."""
-        if not self.through_io_tiles(kind):
+        if not self.via_io[kind]:
             (self.loads if way == "load" else self.stored)[key] += nbytes
             return
         at = key + (self.schedule[kind],) if way == "load" else key
@@ -94,17 +93,16 @@ class PhaseTraffic:
     def io_load_items(self, t: int, when: str, ended: dict | None = None) -> list:
         """Phase ``t``'s loads to the IO tiles of schedule ``when``, on their own lane; each after the item
         ``ended`` gives for its device IPU (the end of the phase before, for a load in the phase)."""
-        ctx, items = self.ctx, []
-        for r in ctx.replicas:
+        def make(r):
             for ipu in self.phases[t]:
                 if self.io_loads[(t, ipu, when)]:
-                    device = ctx.ipus(r)[ipu]
+                    device = self.ctx.ipus(r)[ipu]
                     item = RemoteCopy(device, "load", self.io_loads[(t, ipu, when)],
                                       f"phase {t} load ({when}, IO tiles)", io_tiles=True,
                                       after=(ended[device],) if ended and device in ended else ())
                     self._landed[(t, r, ipu)].append(item)
-                    items.append(item)
-        return items
+                    yield item
+        return self.ctx.for_replicas(lambda r: list(make(r)))
 
     def copies_in(self, t: int) -> list:
         """Phase ``t``'s loaded tensors copied from the IO tiles to the compute tiles once they have landed."""
@@ -114,14 +112,13 @@ class PhaseTraffic:
 
     def loads_behind(self, t: int) -> list:
         """Phase ``t``'s later batch-serialised pieces, loaded on the IO tiles while the phase computes."""
-        ctx, items = self.ctx, []
-        for r in ctx.replicas:
+        def make(r):
             for ipu in self.phases[t]:
                 if self.io_behind[(t, ipu)]:
-                    self._behind[(t, r, ipu)] = RemoteCopy(ctx.ipus(r)[ipu], "load", self.io_behind[(t, ipu)],
+                    self._behind[(t, r, ipu)] = RemoteCopy(self.ctx.ipus(r)[ipu], "load", self.io_behind[(t, ipu)],
                                                            f"phase {t} load (later pieces, IO tiles)", io_tiles=True)
-                    items.append(self._behind[(t, r, ipu)])
-        return items
+                    yield self._behind[(t, r, ipu)]
+        return self.ctx.for_replicas(lambda r: list(make(r)))
 
     def copies_behind(self, t: int) -> list:
         """The later pieces copied to the compute tiles: the phase ends once they have landed."""

@@ -45,6 +45,12 @@ def phase_of(strategy, op: Op, forward_phases: int) -> int:
     return (2 * phases - 1 if separate else 2 * phases - 2) - op.phase
 
 
+def activations_off_chip(strategy) -> bool:
+    """Whether the phased ``strategy`` stores the activations a later phase reads in streaming memory (its
+    liveness is not AlwaysLive)."""
+    return strategy.liveness != Liveness.AlwaysLive
+
+
 def forward_phases(g: Graph) -> int:
     """The forward phases of a phased model's graph."""
     return len({op.phase for op in g.ops if op.pass_ == "forward"})
@@ -160,7 +166,7 @@ def build(ctx: Context) -> Sequence:
     phases = split_phases(ctx)
     sends, carried, streamed = _flows(ctx, phases)
     strategy = ctx.options.execution_strategy
-    off_chip = strategy.liveness != Liveness.AlwaysLive
+    off_chip = activations_off_chip(strategy)
     parallel = not strategy.serial
     if off_chip and not parallel:
         ctx.notes.append(
