@@ -404,7 +404,7 @@ class Options:
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.defaultBufferingDepth", "_Popart.partialsTypeMatMuls",
                 "_Popart.enableOutlining", "_Popart.aliasZeroCopy", "_Popart.outlineThreshold",
-                "_Popart.subgraphCopyingStrategy",
+                "_Popart.subgraphCopyingStrategy", "_Popart.autoRecomputation", "_Popart.explicitRecomputation",
                 "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
                 "_Popart.enableStableNorm", "_Popart.enableFullyConnectedPass", "_Popart.enableNonStableSoftmax",
                 "_Popart.automaticLossScalingSettings.enabled", "Training.setAutomaticLossScaling",
@@ -800,17 +800,30 @@ class Options:
         key, default = self.PHASE_IO_SCHEDULES[kind]
         return self._popart_enum(key, ("Preload", "OnDemand"), default, "ExecutionPhaseIOSchedule")
 
-    def pipeline_recomputation(self) -> bool:
-        """Whether a pipelined training run recomputes its forward stages: PopTorch sets PopART's
-        ``autoRecomputation`` to Pipeline (3) unless the user sets it (popart_compiler Compiler.cpp);
-        None (0) keeps every activation the backward pass reads in the stash instead. Other values
-        (Standard, NormOnly, RecomputeAll) are listed in the run's notes as not modelled."""
-        return _recomputation_code(self._Popart.values.get("autoRecomputation", 3)) != 0
-
-    def recomputation_set(self) -> bool:
-        """Whether ``autoRecomputation`` is set to a value the simulator models: None (0) or Pipeline (3)."""
+    def recomputation_type(self, pipelined: bool) -> int:
+        """PopART's ``autoRecomputation`` as its number (RecomputationType: None 0, Standard 1, NormOnly 2,
+        Pipeline 3, RecomputeAll 4): the value set, else PopTorch's default, Pipeline for a pipelined run
+        (popart_compiler Compiler.cpp) and None otherwise (PopART's)."""
         value = self._Popart.values.get("autoRecomputation")
-        return value is not None and _recomputation_code(value) in (0, 3)
+        if value is None:
+            return 3 if pipelined else 0
+        code = _recomputation_code(value)
+        if code not in range(5):
+            raise OptionsError(f"autoRecomputation = {value!r}: not a popart.RecomputationType; use None (0), "
+                               "Standard (1), NormOnly (2), Pipeline (3) or RecomputeAll (4)")
+        return code
+
+    def pipeline_recomputation(self) -> bool:
+        """Whether a pipelined training run recomputes its forward stages: any ``autoRecomputation`` but
+        None (PopART's Pipeline transform, pipeline.cpp: every pre-loss op it need not stash is
+        recomputed); PopTorch's default is Pipeline (:meth:`recomputation_type`)."""
+        return self.recomputation_type(pipelined=True) != 0
+
+    def explicit_recomputation(self) -> bool:
+        """PopART ``explicitRecomputation`` (default off): the recomputed ops are cloned into the backward
+        pass; with RecomputeAll the ops after the last checkpoint are recomputed too
+        (:mod:`sim.schedule.recomputation`)."""
+        return self._popart_bool("explicitRecomputation", False)
 
     def outlining(self) -> bool:
         """PopART ``enableOutlining`` (default on, as in PopART's SessionOptions): identical op
@@ -904,8 +917,6 @@ class Options:
             if k in self.POPLIN_OPTION_MAPS.values() and isinstance(v, dict):
                 modelled = self.MODELLED_POPLIN_KEYS | ({"partialsType"} if k == self.POPLIN_OPTION_MAPS["conv"] else set())
                 out.update({f"{k}.{key}": value for key, value in v.items() if key not in modelled})
-            elif k == "_Popart.autoRecomputation" and self.recomputation_set():
-                continue  # None or Pipeline: modelled (pipeline_recomputation)
             elif k == "_Popart.patterns" and isinstance(v, dict):
                 out.update({f"{k}.{name}": value for name, value in v.items() if name not in self.MODELLED_PATTERNS})
             elif k not in self.MODELLED:

@@ -86,7 +86,7 @@ from .graph.ir import Graph
 from .graph.training import Optimizer, graph_to_price, merge_norms, sparse_accumulate_tied_gathers
 from .hardware.system import load_system
 from .options import Options, TensorLocationSettings
-from .schedule.stages import is_checkpoint
+from .schedule.recomputation import is_checkpoint
 from .strategy import assign
 
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")

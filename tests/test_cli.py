@@ -413,6 +413,19 @@ def test_batch_serialize_flag(capsys):
     assert d["cycle_count"] != cli_cycles(capsys, "--model", "mlp", "--training")["cycle_count"]
 
 
+def test_auto_recomputation_flag(capsys):
+    """--auto-recomputation recompute-all on one IPU recomputes between the checkpoints, as the API's option does;
+    without it (PopTorch's default, None) the checkpoints recompute nothing."""
+    args = ("--model", "bert-base", "--num-layers", "2", "--micro-batch", "2", "--training",
+            "--param", "recompute_checkpoint_every_layer=true")
+    d = cli_cycles(capsys, *args, "--auto-recomputation", "recompute-all")
+    opts = sim.Options()
+    opts._Popart.set("autoRecomputation", 4)
+    g = models.get("bert-base", num_layers=2, micro_batch=2, recompute_checkpoint_every_layer=True)
+    assert d["cycle_count"] == api_run(g, "ipu-mk2", opts, training=True).cycle_count
+    assert d["cycle_count"] > cli_cycles(capsys, *args)["cycle_count"]
+
+
 def test_a_model_that_overlaps_its_own_streams_runs_sharded(capsys):
     """io-bound with overlap=true marks its streams overlapped itself: with --io-tiles and no --overlap
     the command line runs it with ShardedExecution, as PopTorch asks on one IPU, rather than refuse it."""

@@ -15,9 +15,11 @@ BATCH_NORMS = 53  # ResNet-50: the stem's, 3 per bottleneck block (16) and 4 pro
 SUFFIX = "statistics all-reduce"
 
 
-def _run(replicas=4, accumulation=3, training=True, stable=False, **params):
+def _run(replicas=4, accumulation=3, training=True, stable=False, auto_recomputation=None, **params):
     g = models.get("resnet50", micro_batch=2, image_size=64, **params)
     o = Options().replicationFactor(replicas).enableStableNorm(stable)
+    if auto_recomputation is not None:
+        o._Popart.set("autoRecomputation", auto_recomputation)
     if training:
         o.Training.gradientAccumulation(accumulation)
     return sim.simulate(g, "ipu-m2000", o, training=training, optimizer="sgd" if training else None)
@@ -37,7 +39,7 @@ def test_each_batch_norm_and_its_gradient_all_reduce_once_per_micro_batch():
 
 
 def test_recomputed_batch_norms_all_reduce_their_statistics_again():
-    stats = _statistics(_run(bn_span=2, recompute_checkpoints="blocks"))
+    stats = _statistics(_run(bn_span=2, recompute_checkpoints="blocks", auto_recomputation=4))  # RecomputeAll
     assert (stats.ipu == 0).sum() == 3 * BATCH_NORMS * 3
 
 

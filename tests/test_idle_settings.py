@@ -118,9 +118,11 @@ def test_reduction_type_and_recomputation_with_nothing_to_act_on():
     assert ("Training.accumulationAndReplicationReductionType: one micro-batch a weight update on one replica to "
             "reduce; no effect") in _notes(models.get("mlp"), options=o, training=True)
     o = sim.Options()
-    o._Popart.set("autoRecomputation", 0)
-    assert ("autoRecomputation: PopART recomputes a pipelined training run's stages, and this run is not "
-            "pipelined; no effect") in _notes(models.get("mlp"), options=o, training=True)
+    o._Popart.set("autoRecomputation", 4)
+    assert "autoRecomputation: an inference run recomputes nothing; no effect" in _notes(models.get("mlp"), options=o)
+    o._Popart.set("autoRecomputation", 2)  # NormOnly: the MLP has no norm
+    assert ("autoRecomputation NormOnly marks no op of this model for recomputation; no effect"
+            in _notes(models.get("mlp"), options=o, training=True))
 
 
 def test_default_float32_accumulators_are_not_noted():

@@ -27,8 +27,11 @@ CATEGORIES = ["control_code", "vertex_code", "vertex_state", "exchange_code", "s
               "activations", "temporaries"]
 
 
-def _options(amp=None, ipus=4, replicas=1, accumulation=16, optimizer_location=None, half_partials=False):
+def _options(amp=None, ipus=4, replicas=1, accumulation=16, optimizer_location=None, half_partials=False,
+             auto_recomputation=None):
     o = sim.Options().replicationFactor(replicas).enableSyntheticData(True)
+    if auto_recomputation is not None:  # PopART's RecomputationType (RecomputeAll 4: between the checkpoints)
+        o._Popart.set("autoRecomputation", auto_recomputation)
     o.Training.gradientAccumulation(accumulation)
     if amp is not None:
         amps = amp if isinstance(amp, list) else [amp] * ipus
@@ -289,7 +292,8 @@ def test_recomputation_never_raises_a_peak():
     for params, system, o in (({}, "ipu-pod16", _options()),  # pipelined
                               # one IPU, LAMB's state off chip (on chip it does not fit with the program memory)
                               (dict(layers_per_ipu=None, micro_batch=2), "ipu-mk2",
-                               _options(ipus=1, optimizer_location=TensorLocationSettings().useOnChipStorage(False)))):
+                               _options(ipus=1, optimizer_location=TensorLocationSettings().useOnChipStorage(False),
+                                        auto_recomputation=4))):
         plain = _compile(_bert_base(recompute_checkpoint_every_layer=False, **params), o, system)
         recomputed = _compile(_bert_base(recompute_checkpoint_every_layer=True, **params), o, system)
         assert any(s.recomputed for s in recomputed.stages)

@@ -144,6 +144,20 @@ def test_always_live_bound_is_the_compilers_always_live_memory():
     assert seen == {"on-chip", "off-chip", "rts", "off-chip-rts"}
 
 
+def test_a_one_ipu_candidate_with_recomputation_asks_popart_for_it():
+    """On one IPU, recomputation checkpoints recompute only with autoRecomputation set (PopTorch's default there
+    is None): a candidate with recomputation on runs with --auto-recomputation recompute-all, and recomputes."""
+    pl = _planner("ipu-m2000", global_batch=(16, 16), micro_batches=[4], proportions=[0.6], pipelines=[1],
+                  optimizer_states=["on-chip"])
+    assert {c.recompute for c in pl.candidates} == {False, True}
+    for c in pl.candidates:
+        argv = plan_cli.command(pl, c)
+        assert ("--auto-recomputation" in argv) == c.recompute
+        parser = run_cli.configure(argparse.ArgumentParser())
+        run = run_cli.simulate_args(parser.parse_args(argv), parser)
+        assert any(s.recomputed for s in run.executable.stages) == c.recompute
+
+
 def test_candidates_run_with_a_host_process_every_few_replicas():
     """A candidate's command gives its host processes (PopRun instances): the fewest that feed at most N
     replicas each and divide the replicas, N the space's replicas_per_process (2 by default): 8 for 16

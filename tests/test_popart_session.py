@@ -110,6 +110,7 @@ def test_pipelined_training_is_the_simulators_pipeline():
     o = (sim.Options().deviceIterations(2).outputMode(sim.OutputMode.Final)
          .setExecutionStrategy(PipelinedExecution(AutoStage.SameAsIpu)))
     o.Training.gradientAccumulation(6)
+    o._Popart.set("autoRecomputation", 0)  # PopART's default: the pipeline stashes, recomputes nothing
     model = onnx.load_from_string(b.getModelProto())
     model.graph.output.extend([onnx.helper.make_empty_tensor_value_info(loss)])
     expected = sim.simulate(sim.onnx.load(model, loss=loss, name="training"), "ipu-m2000", o, training=True,
@@ -516,3 +517,25 @@ def test_out_of_memory_and_executables_as_popart_has_them(tmp_path):
     (tmp_path / "junk").write_bytes(b"not a pickle")
     with pytest.raises(GraphError, match="not an executable compileAndExport or saveExecutable wrote"):
         session().loadExecutable(str(tmp_path / "junk"))
+
+
+def _recompute_session(auto=None):
+    """The MLP's training session on one IPU, its ReLU marked Recompute (recomputeOutputInBackwardPass)."""
+    b, x, loss = _mlp(loss=True)
+    relu = next(n for n in onnx.load_from_string(b.getModelProto()).graph.node if n.op_type == "Relu").output[0]
+    b.recomputeOutputInBackwardPass(relu)
+    opts = popart.SessionOptions()
+    if auto is not None:
+        opts.autoRecomputation = auto
+    return popart.TrainingSession(b.getModelProto(), popart.DataFlow(1, [loss]), loss,
+                                  popart.ConstSGD(0.01), _device(), userOptions=opts)
+
+
+def test_an_op_marked_recompute_is_recomputed_on_one_ipu():
+    """PopART reruns the marked ReLU before the backward op that reads its output (the second matmul's
+    gradient) instead of keeping it; with autoRecomputation set too, PopART refuses the mixture."""
+    sess = _recompute_session()
+    sess.prepareDevice()
+    assert [op.kind for op in sess.executable.stages[0].recomputed] == ["relu"]
+    with pytest.raises(OptionsError, match="A mixture of auto and manual recomputation"):
+        _recompute_session(popart.RecomputationType.RecomputeAll).prepareDevice()

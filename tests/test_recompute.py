@@ -1,6 +1,24 @@
-"""Recomputation between checkpoints in a one-stage training model."""
+"""Recomputation in a training model that is not pipelined, as PopART's autoRecomputation and the
+user's marks decide it (sim.schedule.recomputation)."""
 
+import pytest
+
+import models
 import sim
+from sim.errors import OptionsError
+from sim.schedule import recomputation
+
+
+def _options(auto: int | None = 4, explicit: bool = False) -> sim.Options:
+    """Synthetic data, PopART's outlining off (the ops' own costs: checkpoints would move its calls), and
+    ``autoRecomputation`` ``auto`` (RecomputeAll by default; None: not set)."""
+    o = sim.Options().enableSyntheticData(True)
+    o._Popart.set("enableOutlining", False)
+    if auto is not None:
+        o._Popart.set("autoRecomputation", auto)
+    if explicit:
+        o._Popart.set("explicitRecomputation", True)
+    return o
 
 
 def _stack(checkpoints: bool, layers: int = 8) -> sim.Graph:
@@ -18,14 +36,12 @@ def _stack(checkpoints: bool, layers: int = 8) -> sim.Graph:
     return b.graph
 
 
-def _run(checkpoints: bool) -> sim.Run:
-    o = sim.Options().enableSyntheticData(True)
-    o._Popart.set("enableOutlining", False)  # the ops' own costs: the checkpoints would move PopART's calls
-    return sim.simulate(_stack(checkpoints), "ipu-mk2", o, training=True)
+def _run(checkpoints: bool, auto: int | None = 4, explicit: bool = False) -> sim.Run:
+    return sim.simulate(_stack(checkpoints), "ipu-mk2", _options(auto, explicit), training=True)
 
 
 def test_checkpoints_trade_compute_for_memory():
-    """With checkpoints every two layers, the non-checkpoint activations of all but the last
+    """With RecomputeAll and checkpoints every two layers, the non-checkpoint activations of all but the last
     segment are recomputed: less tile memory, more compute, the extra compute being exactly
     the recomputed forward ops."""
     plain, ckpt = _run(False), _run(True)
@@ -42,7 +58,7 @@ def test_checkpoints_trade_compute_for_memory():
 def test_recomputed_segments_run_just_before_their_backward():
     """Each segment is recomputed right before the backward ops of that segment, last first;
     the last segment (after the last checkpoint) is not recomputed."""
-    stage = sim.compile(_stack(True), "ipu-mk2", training=True).stages[0]
+    stage = sim.compile(_stack(True), "ipu-mk2", _options(), training=True).stages[0]
     forward, run2 = stage.memory_runs
     recomputed = {id(op) for op in stage.recomputed}
 
@@ -79,7 +95,106 @@ def test_only_what_the_backward_pass_reads_is_recomputed():
     b.checkpoint(h)
     b.softmax_cross_entropy(b.linear(h, 16, name="head"), labels)
     b.output(b.graph.loss)
-    stage = sim.compile(b.graph, "ipu-mk2", training=True).stages[0]
+    stage = sim.compile(b.graph, "ipu-mk2", _options(), training=True).stages[0]
     recomputed = {op.name for op in stage.recomputed}
     assert not any(n.startswith("a/") for n in recomputed)
     assert any(n.startswith("b/") and "matmul" in n for n in recomputed)
+
+
+def test_checkpoints_alone_recompute_nothing():
+    """PopTorch's default for a model that is not pipelined is autoRecomputation None: its checkpoints mark
+    nothing Recompute, so nothing is recomputed (Graphcore's CNN example warns "Recomputation is not enabled,
+    while recomputation checkpoints are provided"); the run says so and how to recompute."""
+    plain, ckpt = _run(False, auto=None), _run(True, auto=None)
+    assert not any(s.recomputed for s in ckpt.executable.stages)
+    assert ckpt.cycle_count == plain.cycle_count
+    assert any(n.startswith("recomputation checkpoints: with autoRecomputation None") for n in ckpt.all_notes)
+
+
+def _chain() -> sim.Graph:
+    """Eight linear layers without bias, each with a ReLU, widths 64, 8, 64, 64, 8, 64, 64, 64 over 16 rows of
+    fp16, then a head and the loss: 18 forward ops in a chain, each output read by the next op only."""
+    b = sim.GraphBuilder("chain", "float16")
+    h = b.input("x", (16, 64))
+    labels = b.input("labels", (16,), "int32")
+    for i, width in enumerate([64, 8, 64, 64, 8, 64, 64, 64]):
+        h = b.relu(b.linear(h, width, bias=False, name=f"m{i}"), name=f"r{i}")
+    b.softmax_cross_entropy(b.linear(h, 16, bias=False, name="head"), labels)
+    b.output(b.graph.loss)
+    return b.graph
+
+
+def test_decreasing_intervals_are_poplars():
+    """PopART's getDecreasingIntervals: K = floor(0.75 (floor(sqrt(2N)) - 1)), intervals K, K-1, ..., 1, then 1s."""
+    assert recomputation.decreasing_intervals(1) == [(0, 1)]
+    assert recomputation.decreasing_intervals(18)[:3] == [(0, 3), (3, 5), (5, 6)]
+    assert recomputation.decreasing_intervals(25)[:4] == [(0, 4), (4, 7), (7, 9), (9, 10)]
+    assert recomputation.decreasing_intervals(25)[-1] == (24, 25)
+
+
+def test_standard_keeps_the_smallest_live_set_of_each_interval():
+    """Standard (PopART's annotateStandard) on the chain: 18 ops, intervals [0,3), [3,5), then one op each. In a
+    chain an op's live set is itself; [0,3) holds m0 (2,048 B), r0 (2,048 B), m1 (256 B): m1 is kept; [3,5) holds
+    r1 (256 B) and m2 (2,048 B): r1 is kept; every later op is an interval of its own and kept. So m0, r0 and m2
+    are marked; r0 is recomputed for the backward ops that read it (m1's gradient, r0's), and m0 to make it; m2's
+    output is read by r2 alone, which is kept, so m2 is not rerun."""
+    g = _chain()
+    assert recomputation.marked(g, 1, False) == {"m0/matmul", "r0", "m2/matmul"}
+    run = sim.simulate(_chain(), "ipu-mk2", _options(auto=1), training=True)
+    stage = run.executable.stages[0]
+    assert [op.name for op in stage.recomputed] == ["m0/matmul", "r0"]
+    plain = sim.simulate(_chain(), "ipu-mk2", _options(auto=None), training=True)
+    assert run.cycle_count - plain.cycle_count == sum(run.executable.costs[op.name].cycles for op in stage.recomputed)
+
+
+def test_norm_only_recomputes_the_norms():
+    """NormOnly (annotateNormOnly): the norms on the path to the loss, PopART's isNorm ops, and nothing else."""
+    g = models.get("bert-base", num_layers=2, micro_batch=2)
+    marks = recomputation.marked(g, 2, False)
+    norms = {op.name for op in g.ops if op.pass_ == "forward" and op.kind == "layernorm"}
+    assert marks == norms and len(norms) == 6  # the embeddings', two a layer and the MLM head's
+
+
+def test_recompute_all_keeps_the_tail_unless_explicit():
+    """RecomputeAll recomputes every op but the checkpoints; without explicitRecomputation the ops between the
+    last checkpoint and the loss are kept (allCheckpointAfterLastCheckpoint), with it they are recomputed too."""
+    implicit, explicit = _run(True), _run(True, explicit=True)
+    head = [op.name for op in explicit.executable.stages[0].recomputed if op.name.startswith("head")]
+    assert head and not any(op.name.startswith("head") for op in implicit.executable.stages[0].recomputed)
+    assert explicit.cycle_count > implicit.cycle_count
+
+
+def test_popart_refuses_pipeline_recomputation_off_a_pipeline_and_mixed_marks():
+    with pytest.raises(OptionsError, match="Invalid RecomputationType::Pipeline"):
+        sim.compile(_stack(True), "ipu-mk2", _options(auto=3), training=True)
+    g = _chain()
+    next(op for op in g.ops if op.name == "r3").recompute = True
+    with pytest.raises(OptionsError, match="A mixture of auto and manual recomputation is not supported"):
+        sim.compile(g, "ipu-mk2", _options(auto=4), training=True)
+    with pytest.raises(OptionsError, match="not a popart.RecomputationType"):
+        sim.compile(_chain(), "ipu-mk2", _options(auto=7), training=True)
+
+
+def test_user_marks_recompute_their_ops():
+    """Ops the model marks Recompute (PopART's recomputeOutputInBackwardPass) with autoRecomputation None are
+    rerun before the first backward op that reads them, with the marked ops they need (FindRequiredRecomputes
+    walks back through them): r4, read by m5's gradient, needs m4, which needs r3; all three run once, in forward
+    order, just before that gradient, and m4's gradient later finds r3 made."""
+    g = _chain()
+    for op in g.ops:
+        if op.name in ("r3", "m4/matmul", "r4"):
+            op.recompute = True
+    stage = sim.compile(g, "ipu-mk2", _options(auto=None), training=True).stages[0]
+    assert [op.name for op in stage.recomputed] == ["r3", "m4/matmul", "r4"]
+    forward, again = stage.memory_runs
+    at = next(i for i, op in enumerate(again) if op.name == "r3")
+    assert [op.name for op in again[at:at + 3]] == ["r3", "m4/matmul", "r4"]
+    assert again[at + 3].forward_of == "m5/matmul"  # the first backward op reading r4
+
+
+def test_recomputation_settings_in_phased_execution_are_noted():
+    """PopART auto-annotates nothing when executionPhaseSettings.phases >= 2: autoRecomputation has no effect."""
+    g = models.get("bert-base", num_layers=2, micro_batch=2)
+    notes = recomputation.notes(g, 4, "serial_phased", set())
+    assert notes == ["autoRecomputation RecomputeAll: PopART annotates no op for recomputation in phased execution "
+                     "(ir.cpp: only with executionPhaseSettings.phases < 2); no effect"]

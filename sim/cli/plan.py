@@ -130,6 +130,8 @@ def command(pl: planner.Planner, c: planner.Candidate) -> list[str]:
                  else ["--param", f"{key}={_param_text(value)}"])
     if pl.sequential and c.pipeline > 1:
         argv += ["--strategy", "sharded"]
+    if c.recompute and c.pipeline == 1:  # one IPU: PopTorch's default (None) would recompute nothing
+        argv += ["--auto-recomputation", "recompute-all"]
     if c.replicas > 1:
         argv += ["--replicas", str(c.replicas)]
     if c.replicas > sp.replicas_per_process:

@@ -96,6 +96,8 @@ POPART_FLAGS = {"no_outlining": ("enableOutlining", False), "just_in_time_copies
 #: --weight-update-schedule: PopART's AccumulateOuterFragmentSchedule members
 WEIGHT_UPDATE_SCHEDULES = {"scheduler": "Scheduler", "serial": "Serial", "overlap-cycle": "OverlapCycleOptimized",
                            "overlap-memory": "OverlapMemoryOptimized"}
+#: --auto-recomputation: PopART's RecomputationType members, by number
+AUTO_RECOMPUTATION = {"none": 0, "standard": 1, "norm-only": 2, "pipeline": 3, "recompute-all": 4}
 LIVENESS = {"always-live": Liveness.AlwaysLive, "off-chip-after-fwd": Liveness.OffChipAfterFwd,
             "off-chip-after-fwd-no-overlap": Liveness.OffChipAfterFwdNoOverlap,
             "off-chip-after-each-phase": Liveness.OffChipAfterEachPhase}
@@ -306,6 +308,11 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
     x.add_argument("--wide-conv-unit-loads", action="store_true",
                    help="[_Popart.set('matmulOptions' and 'convolutionOptions', {'use128BitConvUnitLoad': 'true'})] "
                    "the AMP loads its weights 128 bits a cycle (PopRT's use_128bit_conv_unit_load)")
+    x.add_argument("--auto-recomputation", choices=list(AUTO_RECOMPUTATION),
+                   help="[_Popart.set('autoRecomputation', N)] what PopART recomputes for the backward pass: in a "
+                   "pipeline any value but none recomputes its stages (default: pipeline); in a model that is not "
+                   "pipelined (default: none) recompute-all recomputes between the recomputation checkpoints, "
+                   "standard lets PopART choose what to keep, norm-only recomputes the norms")
     x.add_argument("--weight-update-schedule", choices=list(WEIGHT_UPDATE_SCHEDULES),
                    help="[_Popart accumulateOuterFragmentSettings.schedule] how a multi-IPU replica's weight update "
                    "runs: serial (PopART's default) and scheduler run each IPU's step alone where it syncs the "
@@ -466,6 +473,8 @@ def _options(args, system: sim.System, graph: sim.Graph, parser) -> sim.Options:
         opts.streamCallbackThreads(args.stream_callback_threads)
     if args.wide_conv_unit_loads:
         opts.set_poplin_options({"use128BitConvUnitLoad": "true"})
+    if args.auto_recomputation is not None:
+        opts._Popart.set("autoRecomputation", AUTO_RECOMPUTATION[args.auto_recomputation])
     if args.weight_update_schedule is not None:
         opts._Popart.set(Options.OUTER_FRAGMENT_KEYS[0], WEIGHT_UPDATE_SCHEDULES[args.weight_update_schedule])
     if args.weight_update_exclude is not None:

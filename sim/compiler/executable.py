@@ -16,7 +16,7 @@ import time
 from functools import partial
 from dataclasses import dataclass, field, replace
 
-from ..schedule import phased, pipeline, replicated_ops, sharded
+from ..schedule import phased, pipeline, recomputation, replicated_ops, sharded
 from ..cost import OpCost, multiconv, op_cost
 from ..cost.row_ops import runs_popnn_softmax
 from ..cost.rules import Signatures
@@ -311,12 +311,17 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
             costs, outlined = outlining.add_call_copies(g, costs, system.ipu, tiles, o.outline_threshold(),
                                                         o.just_in_time_copies(), signatures)
     lap("costs")
-    stages, updates = split_stages(g, training, recompute=(strategy == "pipelined" and o.pipeline_recomputation()))
+    auto = o.recomputation_type(pipelined=strategy == "pipelined")
+    marks = (recomputation.marked(g, auto, o.explicit_recomputation())
+             if training and strategy in ("single", "sharded") else set())
+    stages, updates = split_stages(g, training, recompute=strategy == "pipelined" and auto != 0, final_stage=auto == 3,
+                                   recomputed=frozenset(marks))
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = list(graph.notes) + unphased  # the front end's
     notes += [pieces.describe(g)] if pieces is not None else []
+    notes += recomputation.notes(g, auto, strategy, marks) if training else []
     notes += _shared_weight_notes(g) if strategy == "sharded" else []
     notes += [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)
@@ -569,9 +574,8 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         notes.append("Training.accumulationAndReplicationReductionType: "
                      + ("an inference run has no gradients" if not training else
                         "one micro-batch a weight update on one replica") + " to reduce; no effect")
-    if o.recomputation_set() and (not training or strategy != "pipelined"):
-        notes.append("autoRecomputation: PopART recomputes a pipelined training run's stages, and this run is "
-                     f"{'inference' if not training else 'not pipelined'}; no effect")
+    if "_Popart.autoRecomputation" in o.set_options and not training:
+        notes.append("autoRecomputation: an inference run recomputes nothing; no effect")
     if o.stream_callback_threads > 1 and o.replicas_per_host_process() == 1 and not o.synthetic_data:
         notes.append(f"streamCallbackThreads {o.stream_callback_threads}: each host process feeds one replica, "
                      "whose input buffers its threads fill one after another (the simulator shares a process's "

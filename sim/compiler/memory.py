@@ -148,13 +148,14 @@ class IpuMemory:
     #: what the out-of-memory advice needs of the peak (see :func:`_remedies`): the op's kind and pass,
     #: the run's label ("pipeline stage 4", "phase 2", "weight update"; None: one unnamed program),
     #: whether that op's temporaries follow availableMemoryProportion (a planned matmul or convolution),
-    #: whether the IPU trains, and how many recomputation checkpoints its ops make
+    #: whether the IPU trains, how many recomputation checkpoints its ops make and whether it recomputes any op
     op_kind: str | None = None
     op_pass: str | None = None
     run_label: str | None = None
     amp_governed: bool = False
     training: bool = False
     checkpoints: int = 0
+    recomputes: bool = False
 
     def __post_init__(self):
         # the vectors are the analysis' result, handed out by Run.tile_memory: read-only, so that a caller
@@ -248,8 +249,13 @@ def _remedies(parts: dict[str, int], margin: float = 0.0, memory: IpuMemory | No
     if parts.get("temporaries") and (memory is None or memory.amp_governed):
         tips.append("a lower availableMemoryProportion")
     if training and parts.get("activations") and not update:
-        tips.append(f"more recomputation checkpoints (the IPU has {memory.checkpoints})"
-                    if memory is not None and memory.checkpoints else "recomputation checkpoints")
+        if memory is not None and memory.checkpoints and not memory.recomputes:
+            tips.append(f"recomputation between the IPU's {memory.checkpoints} recomputation checkpoints "
+                        "(autoRecomputation RecomputeAll: with None, the default of a model that is not pipelined, "
+                        "they recompute nothing)")
+        else:
+            tips.append(f"more recomputation checkpoints (the IPU has {memory.checkpoints})"
+                        if memory is not None and memory.checkpoints else "recomputation checkpoints")
     if label.startswith("phase") and parts.get("activations"):
         tips.append("the activations off chip between phases (setTensorsLiveness, --liveness off-chip-after-fwd)")
     if parts.get("optimizer_state"):
@@ -487,7 +493,8 @@ def analyse_ipu(graph: Graph, runs: list[list[Op]], costs: dict[str, OpCost], ip
                     run_label=(labels[run_of[peak.at[fullest]]] or None) if op else None,
                     amp_governed=op is not None and _follows_amp(op),
                     training=any(o.pass_ != "forward" for o in every_op),
-                    checkpoints=len({o.name for o in every_op if o.attrs.get("recomputation_checkpoint")}))
+                    checkpoints=len({o.name for o in every_op if o.attrs.get("recomputation_checkpoint")}),
+                    recomputes=len({o.name for o in every_op}) < len(every_op))  # a recomputed op runs twice
     if check:
         check_tile_memory({ipu: mem})
     return mem

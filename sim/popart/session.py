@@ -28,7 +28,8 @@ What each setting becomes (PopART's names, ``willow/include/popart/sessionoption
   state and accumulators on chip unless their settings say OffChip (PopART's default); Off puts every op on
   IPU 0;
 * ``enableDistributedReplicatedGraphs``: this process is one PopDist instance of ``globalReplicationFactor``;
-* ``autoRecomputation``, ``numIOTiles``, ``syntheticDataMode``, ``partialsTypeMatMuls``,
+* ``autoRecomputation`` (PopART's default None, a pipeline's too), ``explicitRecomputation``, ``numIOTiles``,
+  ``syntheticDataMode``, ``partialsTypeMatMuls``,
   ``convolutionOptions`` / ``matmulOptions``, ``defaultPrefetchBufferingDepth``, ``enableOutlining``,
   ``outlineThreshold``, ``aliasZeroCopy``, ``enableStableNorm``, ``enableFullyConnectedPass``,
   ``enableNonStableSoftmax``, ``subgraphCopyingStrategy``, ``accumulateOuterFragmentSettings``,
@@ -642,6 +643,7 @@ _READ = {"batchesPerStep", "enableReplicatedGraphs", "replicatedGraphCount", "en
          "accumulationFactor", "enablePipelining", "virtualGraphMode", "autoRecomputation", "numIOTiles",
          "syntheticDataMode", "instrumentWithHardwareCycleCounter", "partialsTypeMatMuls", "convolutionOptions",
          "matmulOptions", "constantWeights", "enableDistributedReplicatedGraphs", "globalReplicationFactor",
+         "explicitRecomputation",
          "globalReplicaOffset", "executionPhaseSettings.phases", "executionPhaseSettings.stages",
          "virtualGraphSplitRatios", "useHostCopyOps", "enableExplicitMainLoops", *_SAME_NAME}
 
@@ -783,8 +785,10 @@ class _Session:
             o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
         o.auto_round_num_ipus = True  # a replica has the device's IPUs over the replicas (PopART's)
         o.syncPattern(self.deviceInfo.sync_pattern)  # the device's (DeviceManager's acquire ... pattern)
-        if so.autoRecomputation:
-            o._Popart.set("autoRecomputation", int(getattr(so.autoRecomputation, "value", so.autoRecomputation)))
+        # PopART's default is None, also for a pipeline (PopTorch's Pipeline default is PopTorch's own)
+        o._Popart.set("autoRecomputation", int(getattr(so.autoRecomputation, "value", so.autoRecomputation)))
+        if so.explicitRecomputation:
+            o._Popart.set("explicitRecomputation", bool(so.explicitRecomputation))
         if so.numIOTiles:
             o.TensorLocations.numIOTiles(int(so.numIOTiles))
         if so.syntheticDataMode:

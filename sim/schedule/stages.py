@@ -13,11 +13,11 @@ which tensors it sends to other stages.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import OptionsError
 from ..graph.ir import Graph, Op
+from .recomputation import is_checkpoint, rerun
 
 
 @dataclass
@@ -51,8 +51,13 @@ class StageWork:
         return self.stash_depth * (self.inputs_bytes + self.checkpoint_bytes)
 
 
-def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list[StageWork], list[Op]]:
-    """(stages in pipeline order, update ops) of a placed graph."""
+def split_stages(g: Graph, training: bool, recompute: bool = True, final_stage: bool = True,
+                 recomputed: frozenset[str] = frozenset()) -> tuple[list[StageWork], list[Op]]:
+    """(stages in pipeline order, update ops) of a placed graph. ``recompute``: a pipelined training
+    run's backward stages recompute their forward stages, and with ``final_stage`` (PopART's Pipeline
+    type) the last forward stage recomputes between its checkpoints too. ``recomputed``: in a training
+    run that is not pipelined, the forward ops PopART marks Recompute
+    (:func:`sim.schedule.recomputation.marked`), rerun before the backward ops that read them."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
     fwd_ids = sorted({op.stage for op in forward})
     F = len(fwd_ids)
@@ -96,68 +101,35 @@ def split_stages(g: Graph, training: bool, recompute: bool = True) -> tuple[list
     if training and F > 1 and recompute:
         for s in stages[F:]:
             _recompute_just_in_time(s, stages[s.forward_stage], g)
-        # the last forward stage, merged with its backward, recomputes between its checkpoints too
-        # (PopART's Pipeline::setFinalFwdStageRecomputation: only the ops after its last checkpoint
-        # are kept rather than recomputed)
-        if any(is_checkpoint(op) for op in stages[F - 1].ops if op.pass_ == "forward"):
-            _recompute_between_checkpoints(stages[F - 1], by_name)
-    elif training and F == 1 and any(op.attrs.get("recomputation_checkpoint") for op in forward):
-        _recompute_between_checkpoints(stages[0], by_name)
+        if final_stage:
+            # the last forward stage, merged with its backward, recomputes between its checkpoints too
+            # (PopART's Pipeline::setFinalFwdStageRecomputation: only the ops after its last checkpoint
+            # are kept rather than recomputed)
+            last = [op for op in stages[F - 1].ops if op.pass_ == "forward"]
+            ends = [i for i, op in enumerate(last) if is_checkpoint(op)]
+            _recompute_marked(stages[F - 1], {op.name for op in last[:ends[-1]] if not is_checkpoint(op)}
+                              if ends else set())
+    elif training and recomputed:
+        for s in stages[F - 1:]:
+            _recompute_marked(s, recomputed, stages[s.forward_stage])
     _flows(g, stages, where, training, F)
     return stages, updates
 
 
-def is_checkpoint(op: Op) -> bool:
-    return bool(op.attrs.get("recomputation_checkpoint"))
-
-
-def _recompute_between_checkpoints(stage: StageWork, by_name: dict[str, Op]) -> None:
-    """Recomputation in a one-stage model, as PopART does it with checkpoints.
-
-    The forward pass keeps only the checkpoints (and what the last segment, after the last
-    checkpoint, makes); before the backward ops of an earlier segment run, that segment's
-    forward ops whose outputs the backward pass reads (and those they need) are recomputed. Tile
-    memory therefore sees two runs: the forward pass, and the backward pass with the recomputed
-    segments interleaved.
-    """
-    forward = [op for op in stage.ops if op.pass_ == "forward"]
-    backward = [op for op in stage.ops if op.pass_ != "forward"]
-    segment, k = {}, 0
-    for op in forward:
-        segment[op.name] = k
-        k += is_checkpoint(op)
-    last = k
-    first_user = {}
-    for op in forward:
-        for t in op.inputs:
-            first_user.setdefault(t, op)
-
-    def segment_of(op: Op) -> int:
-        src = by_name.get(op.forward_of) if op.forward_of else first_user.get(op.attrs.get("weight"))
-        return segment.get(src.name, last) if src is not None else last
-
-    reads = {t for op in backward for t in op.inputs}
-    recomputed: list[Op] = []
-    done = set()
-    again = []
-    for op in backward:
-        seg = segment_of(op)
-        if seg < last and seg not in done:
-            done.add(seg)
-            # only the ops whose outputs the backward pass reads, and what they need: PopART prunes
-            # the other recomputed copies (a linear layer's matmul, whose output only its bias add reads)
-            needed, keep = set(reads), []
-            for f in reversed([f for f in forward if segment[f.name] == seg and not is_checkpoint(f)]):
-                if needed.intersection(f.outputs):
-                    keep.append(f)
-                    needed.update(f.inputs)
-            copies = [dataclasses.replace(f) for f in reversed(keep)]
-            recomputed += copies
-            again += copies
-        again.append(op)
-    stage.recomputed = recomputed
-    stage.ops = forward + again
-    stage.memory_runs = [forward, again]
+def _recompute_marked(stage: StageWork, marks: set[str], forward: StageWork | None = None) -> None:
+    """Recomputation in a stage that is not a pipelined backward stage: before each of its backward ops,
+    the ops of ``forward`` (default: its own forward ops) named in ``marks`` that make what it reads are
+    run again (:func:`~sim.schedule.recomputation.rerun`). A stage running forward and backward ops keeps
+    two runs for tile memory: the forward pass, and the backward pass with the recomputed ops."""
+    forward = forward or stage
+    recomputable = {t: op for op in forward.ops if op.pass_ == "forward" and op.name in marks for t in op.outputs}
+    own = [op for op in stage.ops if op.pass_ == "forward"]
+    again, copies = rerun([op for op in stage.ops if op.pass_ != "forward"], recomputable)
+    if not copies:
+        return
+    stage.recomputed, stage.ops = copies, own + again
+    if own:
+        stage.memory_runs = [own, again]
 
 
 def _recompute_just_in_time(stage: StageWork, forward: StageWork, g: Graph) -> None:
@@ -171,25 +143,10 @@ def _recompute_just_in_time(stage: StageWork, forward: StageWork, g: Graph) -> N
     stashes the checkpoint outputs this stage reads (``checkpoint_bytes``), and ``restored``
     lists what this stage reads from the stash.
     """
-    producer = {t: op for op in forward.ops for t in op.outputs}
     checkpoints = {t for op in forward.ops if is_checkpoint(op) for t in op.outputs}
-    order = {id(op): i for i, op in enumerate(forward.ops)}
-    available: set[str] = set()
-    recomputed, ops = [], []
-    for op in stage.ops:
-        need, todo = {}, [t for t in op.inputs if t in producer and t not in checkpoints and t not in available]
-        while todo:  # the producers of what it reads, back to stashed or recomputed tensors
-            f = producer[todo.pop()]
-            if id(f) not in need:
-                need[id(f)] = f
-                todo += [t for t in f.inputs if t in producer and t not in checkpoints and t not in available]
-        for f in sorted(need.values(), key=lambda f: order[id(f)]):
-            copy = dataclasses.replace(f)
-            recomputed.append(copy)
-            available.update(f.outputs)
-        ops += recomputed[len(recomputed) - len(need):] + [op]
-    stage.recomputed, stage.ops = recomputed, ops
-    reads = {t for op in ops for t in op.inputs}
+    recomputable = {t: op for op in forward.ops for t in op.outputs if t not in checkpoints}
+    stage.ops, stage.recomputed = rerun(stage.ops, recomputable)
+    reads = {t for op in stage.ops for t in op.inputs}
     restored = reads & checkpoints
     forward.checkpoint_bytes = sum(g.tensors[t].nbytes for t in restored)
     stage.restored |= restored

@@ -13,6 +13,7 @@ from functools import lru_cache
 import models
 
 from ..graph.training import Optimizer
+from ..schedule import recomputation
 from ..options import CommGroupType, Options, OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
 from ..strategy import AutoStage, ShardedExecution
 
@@ -79,6 +80,10 @@ class Setup:
     # PopART's TiedGather and TiedGatherAccumulate patterns (Graphcore's PyTorch BERT and GPT-2 ipu_options.py
     # setPatterns; PopART's bert.py through its custom patterns): a tied embedding's rows added into its accumulator
     tied_gather: bool = False
+    # PopART's autoRecomputation (RecomputationType number) and explicitRecomputation as the source sets them
+    # for a model that is not pipelined; -1: not set (PopTorch's default: None)
+    auto_recomputation: int = -1
+    explicit_recomputation: bool = False
 
     def graph(self):
         g = models.get(self.model, **{k: list(v) if isinstance(v, tuple) else v for k, v in self.params})
@@ -145,6 +150,10 @@ class Setup:
             schedule_key, excluded_key = Options.OUTER_FRAGMENT_KEYS
             o._Popart.set(schedule_key, self.outer_fragment[0])
             o._Popart.set(excluded_key, [str(ipu) for ipu in self.outer_fragment[1]])
+        if self.auto_recomputation >= 0:
+            o._Popart.set("autoRecomputation", self.auto_recomputation)
+        if self.explicit_recomputation:
+            o._Popart.set("explicitRecomputation", True)
         return o
 
     def sim_optimizer(self) -> Optimizer | None:
@@ -196,6 +205,9 @@ class Setup:
             parts.append("enableOutlining off")
         if self.poplin_options:
             parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
+        if self.auto_recomputation >= 0:
+            parts.append(f"autoRecomputation {recomputation.TYPES[self.auto_recomputation]}"
+                         + (", explicitRecomputation" if self.explicit_recomputation else ""))
         return "; ".join(parts)
 
 
@@ -254,8 +266,10 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
                   optimizer: str = "sgd_momentum", pytorch: bool = False, tf1_calls: bool = False,
                   stable_norm: bool = False, replicas_per_process: int = 2) -> Setup:
     """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
-    images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`; PyTorch: a checkpoint
-    after every block), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs; PyTorch: the CNN
+    images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`, every segment but the last
+    recomputed, as PopART's RecomputeAll does without explicit recomputation; PyTorch: a checkpoint after
+    every block, and the CNN example's ``recompute_mode: manual``, which sets RecomputeAll and
+    explicitRecomputation: ``utils/ipu_settings.py`` ``train_settings``), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs; PyTorch: the CNN
     example's ``sgd_combined``, ``SGD(use_combined_accum=True)``, the velocity as the accumulator),
     one IPU per replica, real data. TF1: the host one input buffer ahead of the IPU as its infeeds
     run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), batch norm statistics over pairs of
@@ -276,6 +290,7 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     if not pytorch:
         params["bn_span"] = 2
     return Setup("resnet50", _params(**params), system, replicas=replicas, accumulation=accumulation,
+                 auto_recomputation=4, explicit_recomputation=pytorch,
                  device_iterations=steps, amp=(amp,), optimizer=optimizer,
                  state_dtype="float32" if pytorch else "float16",
                  prefetch_depth=1 if pytorch else TF1_PREFETCH_DEPTH, merged_collectives=("all_reduce",),

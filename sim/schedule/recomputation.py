@@ -1,0 +1,204 @@
+"""Which forward ops a training run recomputes for its backward pass, and where the copies run.
+
+PopART marks each forward op Recompute (its outputs are dropped after the forward pass and made again
+for the backward pass) or keeps it. In a run that is not pipelined, the marks come from the user or
+from ``autoRecomputation`` (PopART's RecomputationType; willow/src/recompute.cpp ``autoAnnotate``,
+applied to the ops that lead to the loss, ``toLoss``, when ``executionPhaseSettings.phases < 2``;
+ir.cpp):
+
+* None (0, PopART's default, and PopTorch's for a model that is not pipelined): the ops the user
+  marks Recompute (PopART's ``recomputeOutputInBackwardPass``: :attr:`sim.graph.ir.Op.recompute`). A
+  recomputation checkpoint alone (PopTorch's ``recomputationCheckpoint``, PopART's
+  ``checkpointOutput``) marks nothing, so nothing is recomputed;
+* Standard (1, ``annotateStandard``): the forward schedule is cut into intervals of decreasing
+  length (``getDecreasingIntervals``, willow/src/intervals.cpp); in each, the set of ops whose outputs
+  are still to be read after one op runs (its live set) with the fewest bytes is kept, and every
+  other op is recomputed;
+* NormOnly (2, ``annotateNormOnly``): the batch, group and layer norms (``Op::isNorm``);
+* RecomputeAll (4, ``annotateRecomputeAll``): every op but the checkpoints; without
+  ``explicitRecomputation`` the ops between the last checkpoint and the loss are kept
+  (``allCheckpointAfterLastCheckpoint``).
+
+PopART refuses Pipeline (3) on a run that is not pipelined, and user marks beside an automatic type
+(:func:`marked`). A pipeline's recomputation is its own (:mod:`sim.schedule.stages`).
+
+Before each backward op, the marked ops making what it reads, walking back to kept tensors, run
+again, each once (popx/irlowering.cpp ``FindRequiredRecomputes``): :func:`rerun`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..errors import OptionsError
+from ..graph.ir import REMOTE_KINDS, Graph, Op
+from .replicated_ops import KINDS as COLLECTIVE_KINDS
+
+#: PopART's RecomputationType, by number
+TYPES = ("None", "Standard", "NormOnly", "Pipeline", "RecomputeAll")
+#: the ops PopART's ``Op::isNorm`` is true of (a layer norm is PopART's GroupNormOp of one group)
+NORM_KINDS = ("batchnorm", "groupnorm", "layernorm")
+#: ops with a side effect, which PopART never recomputes (``Op::canRecompute``)
+SIDE_EFFECT_KINDS = frozenset(REMOTE_KINDS) | frozenset(COLLECTIVE_KINDS)
+
+
+def is_checkpoint(op: Op) -> bool:
+    return bool(op.attrs.get("recomputation_checkpoint"))
+
+
+def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
+    """Names of the forward ops PopART marks Recompute in a training run that is not pipelined, with
+    ``autoRecomputation`` ``auto`` (a number of :data:`TYPES`) and ``explicitRecomputation``
+    ``explicit``. Raises :class:`OptionsError` where PopART refuses the settings."""
+    user = {op.name for op in g.ops if op.pass_ == "forward" and op.recompute}
+    if auto == 0:
+        return user
+    if user:
+        raise OptionsError(
+            f"autoRecomputation {TYPES[auto]} with {len(user)} op(s) the model marks Recompute ({min(user)!r} "
+            "first): PopART refuses it (\"A mixture of auto and manual recomputation is not supported\"); set "
+            "autoRecomputation to None (0) to recompute the marked ops, or drop the marks")
+    if auto == 3:
+        raise OptionsError(
+            "autoRecomputation Pipeline (3) on a training run that is not pipelined: PopART refuses it (\"Invalid "
+            "RecomputationType::Pipeline in autoAnnotate when using implicit pipelining\"); use RecomputeAll (4) to "
+            "recompute between the recomputation checkpoints, Standard (1) or NormOnly (2), or None (0)")
+    forward = _to_loss(g)
+    if auto == 1:
+        return _standard(g, forward)
+    if auto == 2:
+        return {op.name for op in forward if op.kind in NORM_KINDS}
+    recompute = {op.name for op in forward if not is_checkpoint(op) and op.kind not in SIDE_EFFECT_KINDS}
+    if not explicit:  # allCheckpointAfterLastCheckpoint: walk back from the loss through recomputed ops
+        producer = {t: op for op in forward for t in op.outputs}
+        todo = [producer[t] for t in _loss_op_inputs(g, producer) if t in producer]
+        while todo:
+            op = todo.pop()
+            if op.name in recompute:
+                recompute.discard(op.name)
+                todo += [producer[t] for t in op.inputs if t in producer]
+    return recompute
+
+
+def _losses(g: Graph) -> list[str]:
+    return [t for t in [g.loss, *g.micro_batch_losses] if t is not None]
+
+
+def _loss_op_inputs(g: Graph, producer: dict[str, Op]) -> list[str]:
+    """The inputs of the ops making the losses (PopART's loss ops: on the path to and from the loss)."""
+    return [t for loss in _losses(g) if loss in producer for t in producer[loss].inputs]
+
+
+def _to_loss(g: Graph) -> list[Op]:
+    """The forward ops with a path to a loss (PopART's ``toLoss``), in schedule order; every forward op
+    when the graph names no loss."""
+    forward = [op for op in g.ops if op.pass_ == "forward"]
+    losses = _losses(g)
+    if not losses:
+        return forward
+    producer = {t: op for op in forward for t in op.outputs}
+    reach, todo = set(), [producer[t] for t in losses if t in producer]
+    while todo:
+        op = todo.pop()
+        if op.name not in reach:
+            reach.add(op.name)
+            todo += [producer[t] for t in op.inputs if t in producer]
+    return [op for op in forward if op.name in reach]
+
+
+def decreasing_intervals(n: int) -> list[tuple[int, int]]:
+    """PopART's ``getDecreasingIntervals(N)``: ``[start, end)`` intervals covering ``0 .. n-1``, of
+    lengths K, K-1, ..., 1 and then 1 each, K being three quarters of ``floor(sqrt(2n)) - 1``."""
+    if n == 1:
+        return [(0, 1)]
+    size = int((int(math.sqrt(2.0 * n)) - 1) * 0.75)
+    out, start = [], 0
+    while start + size <= n and size > 0:
+        out.append((start, start + size))
+        start, size = start + size, size - 1
+    out += [(i, i + 1) for i in range(start, n)]
+    return out
+
+
+def _standard(g: Graph, forward: list[Op]) -> set[str]:
+    """PopART's ``annotateStandard`` on ``forward`` (the toLoss ops in schedule order)."""
+    if not forward:
+        return set()
+    producer = {t: op.name for op in forward for t in op.outputs}
+    waiting = {op.name: sorted({producer[t] for t in op.inputs if t in producer}) for op in forward}
+    readers = {op.name: 0 for op in forward}
+    for names in waiting.values():
+        for name in names:
+            readers[name] += 1
+    out_bytes = {op.name: sum(g.tensors[t].nbytes for t in op.outputs) for op in forward}
+    live: dict[str, None] = {}  # insertion-ordered set
+    live_sets, live_bytes = [], []
+    for op in forward:
+        for name in waiting[op.name]:
+            readers[name] -= 1
+            if readers[name] == 0:
+                live.pop(name, None)
+        live[op.name] = None
+        live_sets.append(tuple(live))
+        live_bytes.append(sum(out_bytes[name] for name in live))
+    kept: set[str] = set()
+    for start, end in decreasing_intervals(len(forward)):
+        best = min(range(start, end), key=lambda i: (live_bytes[i], i))
+        kept.update(live_sets[best])
+    return {op.name for op in forward if op.name not in kept and op.kind not in SIDE_EFFECT_KINDS}
+
+
+def rerun(ops: list[Op], recomputable: dict[str, Op]) -> tuple[list[Op], list[Op]]:
+    """(``ops`` with the recomputed copies inserted, the copies): before each op, a copy of every op of
+    ``recomputable`` (a tensor's maker, for the tensors made again rather than kept) making what it
+    reads, walking back through ``recomputable`` to kept tensors; each op is recomputed once, the copies
+    in their forward order (PopART's ``FindRequiredRecomputes``)."""
+    order: dict[int, int] = {}  # the recomputable ops' forward order
+    for op in recomputable.values():
+        order.setdefault(id(op), len(order))
+    available: set[str] = set()
+    copies, out = [], []
+    for op in ops:
+        need, todo = {}, [t for t in op.inputs if t in recomputable and t not in available]
+        while todo:
+            f = recomputable[todo.pop()]
+            if id(f) not in need:
+                need[id(f)] = f
+                todo += [t for t in f.inputs if t in recomputable and t not in available]
+        for f in sorted(need.values(), key=lambda f: order[id(f)]):
+            copy = dataclasses.replace(f)
+            copies.append(copy)
+            out.append(copy)
+            available.update(f.outputs)
+        out.append(op)
+    return out, copies
+
+
+def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
+    """What a training run's recomputation settings do where they recompute nothing: ``auto`` its
+    ``autoRecomputation`` number, ``strategy`` its execution strategy, ``marks`` the ops
+    :func:`marked` gave (empty for a pipeline or phased execution)."""
+    forward = [op for op in g.ops if op.pass_ == "forward"]
+    user = sum(op.recompute for op in forward)
+    if strategy.endswith("phased"):
+        out = []
+        if auto:
+            out.append(f"autoRecomputation {TYPES[auto]}: PopART annotates no op for recomputation in phased "
+                       "execution (ir.cpp: only with executionPhaseSettings.phases < 2); no effect")
+        if user:
+            out.append(f"not modelled: the {user} op(s) the model marks Recompute (recomputeOutputInBackwardPass) "
+                       "in phased execution, where PopART recomputes them in the backward phases that read them; "
+                       "the simulator keeps their outputs")
+        return out
+    if strategy == "pipelined" or marks:
+        return []
+    if auto:
+        return [f"autoRecomputation {TYPES[auto]} marks no op of this model for recomputation; no effect"]
+    if any(is_checkpoint(op) for op in forward):
+        return ["recomputation checkpoints: with autoRecomputation None (PopTorch's default for a model that is not "
+                "pipelined, PopART's always) PopART recomputes nothing, so every activation the backward pass "
+                "reads is kept; RecomputeAll (opts._Popart.set(\"autoRecomputation\", 4), ipusim's "
+                "--auto-recomputation recompute-all) recomputes between the checkpoints, Standard (1) lets PopART "
+                "choose what to keep"]
+    return []
