@@ -51,14 +51,19 @@ RESNET = dict(recompute_checkpoints="blocks", eight_bit_io=True)  # Graphcore's 
 MEMORY_PROPORTION = 0.16  # Graphcore's configs: available_memory_proportion [0.16]
 
 
-def _resnet_options(replicas: int, accumulation: int) -> sim.Options:
+def _resnet_options(replicas: int, accumulation: int, recompute: bool = True) -> sim.Options:
     """The example's options (as ``sim.validation`` runs its PyTorch ResNet-50 row, B14): the
     proportion on the replica's one IPU, half partials, the gradient all-reduces merged into
     one call (examples ``vision/cnns/pytorch/utils/ipu_settings.py``:
     ``replicatedCollectivesSettings.mergeAllReduceCollectives``), and PopRun instances of 2
     replicas, each process filling its replicas' inputs (examples 8ae588c
-    ``vision/cnns/pytorch/train/benchmarks.yml``: 8 instances on a Pod16)."""
+    ``vision/cnns/pytorch/train/benchmarks.yml``: 8 instances on a Pod16), and the recomputation its
+    ``recompute_mode: manual`` asks PopART for (``ipu_settings.py``: RecomputeAll, explicitRecomputation),
+    or, without ``recompute``, its ``none`` (PopART's default, None)."""
     o = sim.Options().replicationFactor(replicas).hostProcesses(max(1, replicas // 2))
+    if recompute:
+        o._Popart.set("autoRecomputation", 4)
+        o._Popart.set("explicitRecomputation", True)
     o.Training.gradientAccumulation(accumulation)
     o.setAvailableMemoryProportion({"IPU0": MEMORY_PROPORTION})
     o.Precision.setPartialsType("half")
@@ -70,7 +75,7 @@ def without_recomputation_error(system: str, accumulation: int):
     """The out-of-memory error of the asked micro-batch without recomputation (or None)."""
     try:
         sim.compile(models.get("resnet50", micro_batch=ASKED_MICRO_BATCH), system,
-                    _resnet_options(16, accumulation), training=True, optimizer=OPTIMIZER)
+                    _resnet_options(16, accumulation, recompute=False), training=True, optimizer=OPTIMIZER)
     except sim.OutOfMemoryError as e:
         return e
     return None

@@ -60,7 +60,7 @@ def test_advice_counts_existing_checkpoints_and_every_ipu_short():
     """A pipeline with a checkpoint after every layer was told to add "recomputation checkpoints";
     when every IPU of the replica is short, moving layers between them cannot help."""
     context = dict(op_kind="matmul", op_pass="backward", run_label="pipeline stage 5", amp_governed=True,
-                   training=True, checkpoints=7)
+                   training=True, checkpoints=7, recomputes=True)
     advice, _ = _advice({i: _memory(i, peak=2000 - i, **context) for i in range(2)})
     assert "more recomputation checkpoints (the IPU has 7)" in advice
     assert advice.startswith("the model over more IPUs") and "less of the model on this IPU" not in advice
