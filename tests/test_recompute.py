@@ -7,6 +7,7 @@ import models
 import sim
 from sim.errors import OptionsError
 from sim.schedule import recomputation
+from sim.strategy import AutoStage, ShardedExecution
 
 
 def _options(auto: int | None = 4, explicit: bool = False) -> sim.Options:
@@ -198,3 +199,17 @@ def test_recomputation_settings_in_phased_execution_are_noted():
     notes = recomputation.notes(g, 4, "serial_phased", set())
     assert notes == ["autoRecomputation RecomputeAll: PopART annotates no op for recomputation in phased execution "
                      "(ir.cpp: only with executionPhaseSettings.phases < 2); no effect"]
+
+
+def test_sharded_training_recomputes_each_stage_from_its_own_forward_ops():
+    """ShardedExecution is not pipelined: with RecomputeAll each backward stage reruns, on its IPU, the marked
+    ops of its forward stage that its gradient ops read (PopART's FindRequiredRecomputes); without it, nothing."""
+    g = models.get("bert-base", num_layers=2, layers_per_ipu=[1, 1], micro_batch=2,
+                   recompute_checkpoint_every_layer=True)
+
+    def stages(auto):
+        o = _options(auto).setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
+        return sim.compile(g, "ipu-m2000", o, training=True).stages
+    recomputing = [s for s in stages(4) if s.recomputed]
+    assert recomputing and all({op.stage for op in s.recomputed} == {s.forward_stage} for s in recomputing)
+    assert not any(s.recomputed for s in stages(None))

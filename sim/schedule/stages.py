@@ -5,7 +5,8 @@ PopART's pipeline has ``2F - 1`` stages: forward stages ``0 .. F-1``, the last m
 backward, then backward stages for forward stages ``F-2 .. 0``. A backward stage of a pipelined
 model recomputes what its gradient ops need just before they need it (PopART's
 ``RecomputationType::Pipeline``): forward stages stash their inputs and their recomputation
-checkpoints, so a checkpoint per layer means one layer is recomputed at a time.
+checkpoints, so a checkpoint per layer means one layer is recomputed at a time. A training run
+that is not pipelined recomputes the ops PopART marks Recompute (:mod:`sim.schedule.recomputation`).
 
 A :class:`StageWork` records what one stage runs, which host streams it feeds or drains, and
 which tensors it sends to other stages.
