@@ -68,6 +68,14 @@ def test_advice_counts_existing_checkpoints_and_every_ipu_short():
     assert advice.startswith("less of the model on this IPU")
 
 
+def test_checkpoints_that_recompute_nothing_are_told_how_to():
+    """One IPU with checkpoints whose run recomputes nothing (autoRecomputation None, PopTorch's default off a
+    pipeline): more checkpoints would not help; RecomputeAll would."""
+    advice, _ = _advice({0: _memory(0, op_kind="matmul", op_pass="backward", training=True, checkpoints=16)})
+    assert ("recomputation between the IPU's 16 recomputation checkpoints (autoRecomputation RecomputeAll, "
+            "--auto-recomputation recompute-all" in advice and "more recomputation checkpoints" not in advice)
+
+
 def test_a_small_memory_margin_is_shown_as_given():
     """``{margin:.0%}`` wrote a margin of 0.005 as "0%" and 0.025 as "2%"."""
     _, e = _advice({0: _memory(peak=999)}, margin=0.005)

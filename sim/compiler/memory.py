@@ -251,8 +251,8 @@ def _remedies(parts: dict[str, int], margin: float = 0.0, memory: IpuMemory | No
     if training and parts.get("activations") and not update:
         if memory is not None and memory.checkpoints and not memory.recomputes:
             tips.append(f"recomputation between the IPU's {memory.checkpoints} recomputation checkpoints "
-                        "(autoRecomputation RecomputeAll: with None, the default of a model that is not pipelined, "
-                        "they recompute nothing)")
+                        "(autoRecomputation RecomputeAll, --auto-recomputation recompute-all: with None, the default "
+                        "of a model that is not pipelined, they recompute nothing)")
         else:
             tips.append(f"more recomputation checkpoints (the IPU has {memory.checkpoints})"
                         if memory is not None and memory.checkpoints else "recomputation checkpoints")
