@@ -85,7 +85,7 @@ def test_pipeline_recomputation_follows_popart_auto_recomputation():
             o._Popart.set("autoRecomputation", value)
         exe = sim.compile(g, "ipu-m2000", o, training=True)
         return exe, sum(len(getattr(s, "recomputed", [])) for s in exe.stages)
-    (default, n_default), (pipeline, n_pipeline), (none, n_none) = run(None), run(3), run(0)
+    (_, n_default), (pipeline, n_pipeline), (none, n_none) = run(None), run(3), run(0)
     assert n_default == n_pipeline > 0 and n_none == 0
     assert not any("autoRecomputation" in n for n in none.notes + pipeline.notes)
     standard, n_standard = run(1)

@@ -269,10 +269,10 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`, every segment but the last
     recomputed, as PopART's RecomputeAll does without explicit recomputation; PyTorch: a checkpoint after
     every block, and the CNN example's ``recompute_mode: manual``, which sets RecomputeAll and
-    explicitRecomputation: ``utils/ipu_settings.py`` ``train_settings``), momentum SGD (LARS in the MLPerf v1.1 and v2.0 configs; PyTorch: the CNN
-    example's ``sgd_combined``, ``SGD(use_combined_accum=True)``, the velocity as the accumulator),
-    one IPU per replica, real data. TF1: the host one input buffer ahead of the IPU as its infeeds
-    run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), batch norm statistics over pairs of
+    explicitRecomputation: ``utils/ipu_settings.py`` ``train_settings``), momentum SGD (LARS in the MLPerf
+    v1.1 and v2.0 configs; PyTorch: the CNN example's ``sgd_combined``, ``SGD(use_combined_accum=True)``, the
+    velocity as the accumulator), one IPU per replica, real data. TF1: the host one input buffer ahead of
+    the IPU as its infeeds run (:data:`TF1_PREFETCH_DEPTH`; PyTorch: depth 1), batch norm statistics over pairs of
     replicas (``BN_span: 2`` in every MLPerf ResNet-50 configs.yml, v1.0-v2.0: the zoo's
     ``bn_span``; PyTorch's batch norm is per replica), and the momentum in fp16 (precision 16.16:
     TF creates each optimizer slot in its weight's dtype). The gradient all-reduces are one call: TF1
