@@ -194,11 +194,16 @@ def test_user_marks_recompute_their_ops():
 
 
 def test_recomputation_settings_in_phased_execution_are_noted():
-    """PopART auto-annotates nothing when executionPhaseSettings.phases >= 2: autoRecomputation has no effect."""
+    """PopART auto-annotates nothing when executionPhaseSettings.phases >= 2: autoRecomputation has no effect.
+    Marked ops in phased execution, and in a pipeline without autoRecomputation, are named as not modelled."""
     g = models.get("bert-base", num_layers=2, micro_batch=2)
     notes = recomputation.notes(g, 4, "serial_phased", set())
     assert notes == ["autoRecomputation RecomputeAll: PopART annotates no op for recomputation in phased execution "
                      "(ir.cpp: only with executionPhaseSettings.phases < 2); no effect"]
+    next(op for op in g.ops if op.kind == "gelu").recompute = True
+    assert recomputation.notes(g, 0, "serial_phased", set())[0].startswith("not modelled: the 1 op(s) the model marks")
+    assert recomputation.notes(g, 0, "pipelined", set())[0].startswith("not modelled: the 1 op(s) the model marks")
+    assert recomputation.notes(g, 3, "pipelined", set()) == []  # the pipeline recomputes them with the rest
 
 
 def test_sharded_training_recomputes_each_stage_from_its_own_forward_ops():

@@ -191,7 +191,12 @@ def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
                        "in phased execution, where PopART recomputes them in the backward phases that read them; "
                        "the simulator keeps their outputs")
         return out
-    if strategy == "pipelined" or marks:
+    if strategy == "pipelined":  # any automatic type recomputes every stage's ops, marked or not
+        return [] if auto or not user else [
+            f"not modelled: the {user} op(s) the model marks Recompute (recomputeOutputInBackwardPass) in a pipeline "
+            "with autoRecomputation None, which PopART reruns in their backward stages; the simulator stashes their "
+            "outputs"]
+    if marks:
         return []
     if auto:
         return [f"autoRecomputation {TYPES[auto]} marks no op of this model for recomputation; no effect"]
