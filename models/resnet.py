@@ -13,10 +13,14 @@ as PopRT runs the exported classifier) leaves out the labels and the loss: logit
 Stem (7x7/2 conv, batchnorm, ReLU, 3x3/2 maxpool), bottleneck blocks [3, 4, 6, 3] named
 "layer1/0" … "layer4/2", global average pool, fully connected layer, softmax cross-entropy.
 
-``recompute_checkpoints`` lists blocks whose outputs are recomputation checkpoints (PopTorch's
-``recomputationCheckpoint``; ``"blocks"`` for every bottleneck block): in training, the ops
-between checkpoints are recomputed in the backward pass instead of keeping their activations,
-as Graphcore's ResNet-50 training configs do to fit micro-batch 18 on one IPU.
+``recompute_checkpoints`` lists recomputation checkpoints (PopTorch's ``recomputationCheckpoint``):
+blocks, whose outputs are checkpoints (``"blocks"`` for every bottleneck block), and ops inside a
+block (``"layer4/0/conv1"``; a block's ``conv1`` ... ``bn3``, ``downsample/conv``, ``downsample/bn``
+and ``add``, its residual add before the ReLU) or in the classifier (``"classifier/avgpool"``,
+``"classifier/fc"``); ``"graphcore"`` is Graphcore's PyTorch ResNet-50 config's list
+(:data:`GRAPHCORE_PYTORCH_CHECKPOINTS`; resnet50 only). With PopART's autoRecomputation RecomputeAll
+(or in a pipeline) the ops between checkpoints are recomputed in the backward pass instead of keeping
+their activations, as Graphcore's ResNet-50 training configs do to fit micro-batch 18 on one IPU.
 
 ``eight_bit_io`` streams the images as uint8 and casts them on the IPU (Graphcore's configs:
 ``eight_bit_io: true``, ``normalization_location: ipu``), halving the host traffic of fp16.
@@ -55,28 +59,46 @@ MODELS = {
 }
 DEPTHS = {"resnet50": (3, 4, 6, 3), "resnext101": (3, 4, 23, 3)}
 WIDTHS, STRIDES = (64, 128, 256, 512), (1, 2, 2, 2)
+#: the ops of a bottleneck block that can be checkpoints, by their names in the block
+BLOCK_OPS = ("conv1", "bn1", "conv2", "bn2", "conv3", "bn3", "downsample/conv", "downsample/bn", "add")
+#: Graphcore's PyTorch ResNet-50 checkpoints (examples vision/cnns/pytorch/train/configs.yml ``resnet50``,
+#: ``recompute_checkpoints``, torch.fx names) in the zoo's names: the residual adds ``add``, ``add_1`` ...
+#: ``add_12`` but ``add_4``, ``add_8`` and ``add_10`` (blocks layer1/0 to layer3/5 in order), every
+#: convolution, batch norm and add of layer4, the average pool and the classifier
+GRAPHCORE_PYTORCH_CHECKPOINTS = (
+    *(f"{blk}/add" for blk in ("layer1/0", "layer1/1", "layer1/2", "layer2/0", "layer2/2", "layer2/3", "layer3/0",
+                               "layer3/2", "layer3/4", "layer3/5")),
+    *(f"layer4/{j}/{op}" for j in range(3) for op in BLOCK_OPS if j == 0 or not op.startswith("downsample")),
+    "classifier/avgpool", "classifier/fc")
 
 
 def bottleneck(b: GraphBuilder, x: str, width: int, stride: int, fp8: bool = False, groups: int = 1,
-               width_per_group: int = 64, norm=None) -> str:
+               width_per_group: int = 64, norm=None, checkpoints: frozenset[str] = frozenset()) -> str:
     """1x1 reduce, 3x3 (strided; ``groups`` groups of ``width_per_group x width / 64`` channels in
     all: ResNeXt's cardinality), 1x1 expand to ``4 x width``, each normalised (``norm``; batch norm
     by default); projection shortcut. With ``fp8`` each convolution casts its input to FP8 first
-    (its weights and result follow)."""
+    (its weights and result follow). The ops named in ``checkpoints`` (of :data:`BLOCK_OPS`) are
+    recomputation checkpoints."""
     cin, cout = b.shape(x)[1], 4 * width
     inner = width * groups * width_per_group // 64
     norm = norm or (lambda t, name: b.batchnorm(t, name=name))
 
+    def kept(t: str, name: str) -> str:
+        return b.checkpoint(t) if name in checkpoints else t
+
     def conv(t, channels, kernel, stride=1, padding=0, groups=1, name="conv"):
         t = b.cast(t, "float8", name=f"{name}/to_fp8") if fp8 else t
-        return b.conv2d(t, channels, kernel, stride, padding, groups=groups, name=name)
+        return kept(b.conv2d(t, channels, kernel, stride, padding, groups=groups, name=name), name)
 
-    y = b.relu(norm(conv(x, inner, 1, name="conv1"), "bn1"))
-    y = b.relu(norm(conv(y, inner, 3, stride, 1, groups=groups, name="conv2"), "bn2"))
-    y = norm(conv(y, cout, 1, name="conv3"), "bn3")
+    def normed(t, name):
+        return kept(norm(t, name), name)
+
+    y = b.relu(normed(conv(x, inner, 1, name="conv1"), "bn1"))
+    y = b.relu(normed(conv(y, inner, 3, stride, 1, groups=groups, name="conv2"), "bn2"))
+    y = normed(conv(y, cout, 1, name="conv3"), "bn3")
     if stride != 1 or cin != cout:
-        x = norm(conv(x, cout, 1, stride, name="downsample/conv"), "downsample/bn")
-    return b.relu(b.add(y, x))
+        x = normed(conv(x, cout, 1, stride, name="downsample/conv"), "downsample/bn")
+    return b.relu(kept(b.add(y, x), "add"))
 
 
 def build(name: str, p: Params) -> Graph:
@@ -87,10 +109,21 @@ def build(name: str, p: Params) -> Graph:
     order = [blk for blk, _, _ in blocks]
     splits = split_points(p, order, lambda s: s.replace(".", "/"))  # "layer2.0" is "layer2/0"
 
-    checkpoints = (list(order) if p["recompute_checkpoints"] == "blocks"
-                   else p.items("recompute_checkpoints", 'block names, or the string "blocks" for every block'))
-    if any(not isinstance(c, str) or c.replace(".", "/") not in order for c in checkpoints):
-        p.fail("recompute_checkpoints", f"expected \"blocks\" or a list of block names: {', '.join(order)}")
+    if p["recompute_checkpoints"] == "graphcore" and name != "resnet50":
+        p.fail("recompute_checkpoints", "\"graphcore\" is Graphcore's PyTorch ResNet-50 config's list; give the "
+               f"checkpoints of {name} as names")
+    presets = {"blocks": list(order), "graphcore": list(GRAPHCORE_PYTORCH_CHECKPOINTS)}
+    checkpoints = presets.get(p["recompute_checkpoints"]) if isinstance(p["recompute_checkpoints"], str) else None
+    if checkpoints is None:
+        checkpoints = p.items("recompute_checkpoints", 'block and op names, or the string "blocks" for every block '
+                              'or "graphcore" for Graphcore\'s PyTorch config')
+    named = set(order) | {f"{blk}/{op}" for blk in order for op in BLOCK_OPS} | {"classifier/avgpool", "classifier/fc"}
+    bad = [c for c in checkpoints if not isinstance(c, str) or c.replace(".", "/") not in named]
+    if bad:
+        p.fail("recompute_checkpoints", f"{bad[0]!r} is not a block or an op of one: expected \"blocks\", "
+               "\"graphcore\" or a list "
+               f"of block names ({order[0]} ... {order[-1]}), of a block's ops ({order[-1]}/conv1; "
+               f"{', '.join(BLOCK_OPS)}), classifier/avgpool or classifier/fc")
     checkpoints = {c.replace(".", "/") for c in checkpoints}
 
     fp8 = p.flag("fp8_convs")
@@ -108,11 +141,15 @@ def build(name: str, p: Params) -> Graph:
     for blk, width, stride in blocks:
         ipu += blk in splits
         with place.on(ipu, blk), b.scope(blk):
-            x = bottleneck(b, x, width, stride, fp8, groups, per_group, norm)
+            inside = frozenset(c.removeprefix(blk + "/") for c in checkpoints if c.startswith(blk + "/"))
+            x = bottleneck(b, x, width, stride, fp8, groups, per_group, norm, inside)
             if blk in checkpoints:
                 b.checkpoint(x)
     with place.on(ipu, "classifier"), b.scope("classifier"):
-        logits = b.linear(b.global_avgpool(x), classes, name="fc")
+        pooled = b.global_avgpool(x)
+        pooled = b.checkpoint(pooled) if "classifier/avgpool" in checkpoints else pooled
+        logits = b.linear(pooled, classes, name="fc")
+        logits = b.checkpoint(logits) if "classifier/fc" in checkpoints else logits
         if labels is not None:
             b.output(logits, b.softmax_cross_entropy(logits, labels))
         else:

@@ -267,8 +267,8 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
                   stable_norm: bool = False, replicas_per_process: int = 2) -> Setup:
     """ResNet-50 training as the TF1 (MLPerf) and PyTorch (``pytorch``) configs run it: 8-bit
     images, half partials, recomputation (TF1: :data:`TF1_RESNET_CHECKPOINTS`, every segment but the last
-    recomputed, as PopART's RecomputeAll does without explicit recomputation; PyTorch: a checkpoint after
-    every block, and the CNN example's ``recompute_mode: manual``, which sets RecomputeAll and
+    recomputed, as PopART's RecomputeAll does without explicit recomputation; PyTorch: the config's checkpoints,
+    ``"graphcore"``, and its ``recompute_mode: manual``, which sets RecomputeAll and
     explicitRecomputation: ``utils/ipu_settings.py`` ``train_settings``), momentum SGD (LARS in the MLPerf
     v1.1 and v2.0 configs; PyTorch: the CNN example's ``sgd_combined``, ``SGD(use_combined_accum=True)``, the
     velocity as the accumulator), one IPU per replica, real data. TF1: the host one input buffer ahead of
@@ -285,7 +285,8 @@ def _resnet_train(system: str, replicas: int, micro_batch: int, accumulation: in
     instances' replicas ([host-processes]: 2 in the MLPerf v1.1/v2.0 and examples' scripts, 4 in MLPerf
     v1.0's POD64)."""
     steps = tf1_steps_per_call(replicas * accumulation * micro_batch) if tf1_calls else 1
-    params = dict(micro_batch=micro_batch, recompute_checkpoints="blocks" if pytorch else TF1_RESNET_CHECKPOINTS,
+    params = dict(micro_batch=micro_batch,
+                  recompute_checkpoints="graphcore" if pytorch else TF1_RESNET_CHECKPOINTS,
                   eight_bit_io=True)
     if not pytorch:
         params["bn_span"] = 2
