@@ -152,6 +152,25 @@ def test_resnet_split_points_placement():
     assert any(op.name.startswith("layer1/0/") for op in g.ops)
 
 
+def test_resnet_checkpoints_inside_blocks_and_graphcores_list():
+    """Checkpoints on a block's output, on ops inside a block and in the classifier; "graphcore" is Graphcore's
+    PyTorch ResNet-50 config's 35 (configs.yml: add ... add_12 but add_4, add_8, add_10, layer4's every
+    convolution, norm and add, avgpool and fc)."""
+    def marked(checkpoints):
+        g = models.get("resnet50", micro_batch=1, recompute_checkpoints=checkpoints)
+        return [op.name for op in g.ops if op.attrs.get("recomputation_checkpoint")]
+    assert marked(["layer2/1", "layer4/0/bn2", "layer1/0/add", "classifier/fc"]) == [
+        "layer1/0/add", "layer2/1/relu_3", "layer4/0/bn2/batchnorm", "classifier/fc/add"]  # a block: its last ReLU
+    gc = marked("graphcore")
+    assert len(gc) == 35 and gc[:3] == ["layer1/0/add", "layer1/1/add", "layer1/2/add"]
+    assert "layer2/1/add" not in gc and "layer4/0/downsample/conv/conv2d" in gc and gc[-1] == "classifier/fc/add"
+    assert sum(n.startswith("layer4/") for n in gc) == 23
+    with pytest.raises(GraphError, match="'layer4/0/relu' is not a block or an op of one"):
+        marked(["layer4/0/relu"])
+    with pytest.raises(GraphError, match="Graphcore's PyTorch ResNet-50 config's list"):
+        models.get("resnext101", micro_batch=1, recompute_checkpoints="graphcore")
+
+
 @pytest.mark.parametrize("name,params,param", [
     ("bert-base", dict(micro_batch=0), "micro_batch"),
     ("bert-base", dict(foo=1), "foo"),
