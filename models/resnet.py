@@ -121,9 +121,8 @@ def build(name: str, p: Params) -> Graph:
     bad = [c for c in checkpoints if not isinstance(c, str) or c.replace(".", "/") not in named]
     if bad:
         p.fail("recompute_checkpoints", f"{bad[0]!r} is not a block or an op of one: expected \"blocks\", "
-               "\"graphcore\" or a list "
-               f"of block names ({order[0]} ... {order[-1]}), of a block's ops ({order[-1]}/conv1; "
-               f"{', '.join(BLOCK_OPS)}), classifier/avgpool or classifier/fc")
+               f"\"graphcore\" or a list of block names ({order[0]} ... {order[-1]}), of a block's ops "
+               f"({order[-1]}/conv1; {', '.join(BLOCK_OPS)}), classifier/avgpool or classifier/fc")
     checkpoints = {c.replace(".", "/") for c in checkpoints}
 
     fp8 = p.flag("fp8_convs")

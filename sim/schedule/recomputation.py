@@ -51,12 +51,12 @@ def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
     """Names of the forward ops PopART marks Recompute in a training run that is not pipelined, with
     ``autoRecomputation`` ``auto`` (a number of :data:`TYPES`) and ``explicitRecomputation``
     ``explicit``. Raises :class:`OptionsError` where PopART refuses the settings."""
-    user = {op.name for op in g.ops if op.pass_ == "forward" and op.recompute}
+    user = [op.name for op in g.ops if op.pass_ == "forward" and op.recompute]
     if auto == 0:
-        return user
+        return set(user)
     if user:
         raise OptionsError(
-            f"autoRecomputation {TYPES[auto]} with {len(user)} op(s) the model marks Recompute ({min(user)!r} "
+            f"autoRecomputation {TYPES[auto]} with {len(user)} op(s) the model marks Recompute ({user[0]!r} "
             "first): PopART refuses it (\"A mixture of auto and manual recomputation is not supported\"); set "
             "autoRecomputation to None (0) to recompute the marked ops, or drop the marks")
     if auto == 3:
