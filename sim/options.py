@@ -272,10 +272,15 @@ class _TensorLocations:
         return self._set("accumulator", location)
 
 
+#: PopART's RecomputationType members, by number
+RECOMPUTATION_TYPES = ("None", "Standard", "NormOnly", "Pipeline", "RecomputeAll")
+
+
 def _recomputation_code(value) -> int | None:
-    """PopART's RecomputationType as its number (an enum member, its int, or its name)."""
+    """PopART's RecomputationType as its number (an enum member, its int, or its name; PopART's Python
+    binding names None ``NoRecompute``)."""
     value = getattr(value, "value", value)
-    names = {"None": 0, "NoRecompute": 0, "Standard": 1, "NormOnly": 2, "Pipeline": 3, "RecomputeAll": 4}
+    names = {name: i for i, name in enumerate(RECOMPUTATION_TYPES)} | {"NoRecompute": 0}
     return value if isinstance(value, int) else names.get(str(value).rpartition(".")[2])
 
 

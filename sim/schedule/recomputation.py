@@ -33,10 +33,9 @@ import math
 
 from ..errors import OptionsError
 from ..graph.ir import REMOTE_KINDS, Graph, Op
+from ..options import RECOMPUTATION_TYPES as TYPES
 from .replicated_ops import KINDS as COLLECTIVE_KINDS
 
-#: PopART's RecomputationType, by number
-TYPES = ("None", "Standard", "NormOnly", "Pipeline", "RecomputeAll")
 #: the ops PopART's ``Op::isNorm`` is true of (a layer norm is PopART's GroupNormOp of one group)
 NORM_KINDS = ("batchnorm", "groupnorm", "layernorm")
 #: ops with a side effect, which PopART never recomputes (``Op::canRecompute``)
@@ -64,14 +63,13 @@ def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
             "autoRecomputation Pipeline (3) on a training run that is not pipelined: PopART refuses it (\"Invalid "
             "RecomputationType::Pipeline in autoAnnotate when using implicit pipelining\"); use RecomputeAll (4) to "
             "recompute between the recomputation checkpoints, Standard (1) or NormOnly (2), or None (0)")
-    forward = _to_loss(g)
+    forward, producer = _to_loss(g)
     if auto == 1:
         return _standard(g, forward)
     if auto == 2:
         return {op.name for op in forward if op.kind in NORM_KINDS}
     recompute = {op.name for op in forward if not is_checkpoint(op) and op.kind not in SIDE_EFFECT_KINDS}
     if not explicit:  # allCheckpointAfterLastCheckpoint: walk back from the loss through recomputed ops
-        producer = {t: op for op in forward for t in op.outputs}
         todo = [producer[t] for t in _loss_op_inputs(g, producer) if t in producer]
         while todo:
             op = todo.pop()
@@ -90,21 +88,21 @@ def _loss_op_inputs(g: Graph, producer: dict[str, Op]) -> list[str]:
     return [t for loss in _losses(g) if loss in producer for t in producer[loss].inputs]
 
 
-def _to_loss(g: Graph) -> list[Op]:
-    """The forward ops with a path to a loss (PopART's ``toLoss``), in schedule order; every forward op
-    when the graph names no loss."""
+def _to_loss(g: Graph) -> tuple[list[Op], dict[str, Op]]:
+    """(the forward ops with a path to a loss, PopART's ``toLoss``, in schedule order: every forward op when
+    the graph names no loss; the forward op making each forward tensor)."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
+    producer = {t: op for op in forward for t in op.outputs}
     losses = _losses(g)
     if not losses:
-        return forward
-    producer = {t: op for op in forward for t in op.outputs}
+        return forward, producer
     reach, todo = set(), [producer[t] for t in losses if t in producer]
     while todo:
         op = todo.pop()
         if op.name not in reach:
             reach.add(op.name)
             todo += [producer[t] for t in op.inputs if t in producer]
-    return [op for op in forward if op.name in reach]
+    return [op for op in forward if op.name in reach], producer
 
 
 def decreasing_intervals(n: int) -> list[tuple[int, int]]:

@@ -13,8 +13,8 @@ from functools import lru_cache
 import models
 
 from ..graph.training import Optimizer
-from ..schedule import recomputation
-from ..options import CommGroupType, Options, OutputMode, OverlapMode, PipelineCopies, TensorLocationSettings
+from ..options import (RECOMPUTATION_TYPES, CommGroupType, Options, OutputMode, OverlapMode, PipelineCopies,
+                       TensorLocationSettings)
 from ..strategy import AutoStage, ShardedExecution
 
 
@@ -206,7 +206,7 @@ class Setup:
         if self.poplin_options:
             parts.append("poplin options " + ", ".join(f"{k}={v}" for k, v in self.poplin_options))
         if self.auto_recomputation >= 0:
-            parts.append(f"autoRecomputation {recomputation.TYPES[self.auto_recomputation]}"
+            parts.append(f"autoRecomputation {RECOMPUTATION_TYPES[self.auto_recomputation]}"
                          + (", explicitRecomputation" if self.explicit_recomputation else ""))
         return "; ".join(parts)
 
