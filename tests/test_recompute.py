@@ -1,13 +1,15 @@
 """Recomputation in a training model that is not pipelined, as PopART's autoRecomputation and the
 user's marks decide it (sim.schedule.recomputation)."""
 
+import re
+
 import pytest
 
 import models
 import sim
 from sim.errors import OptionsError
 from sim.schedule import recomputation
-from sim.strategy import AutoStage, ShardedExecution
+from sim.strategy import AutoStage, PipelinedExecution, ShardedExecution
 
 
 def _options(auto: int | None = 4, explicit: bool = False) -> sim.Options:
@@ -195,15 +197,32 @@ def test_user_marks_recompute_their_ops():
 
 def test_recomputation_settings_in_phased_execution_are_noted():
     """PopART auto-annotates nothing when executionPhaseSettings.phases >= 2: autoRecomputation has no effect.
-    Marked ops in phased execution, and in a pipeline without autoRecomputation, are named as not modelled."""
+    Marked ops in phased execution are named as not modelled."""
     g = models.get("bert-base", num_layers=2, micro_batch=2)
     notes = recomputation.notes(g, 4, "serial_phased", set())
     assert notes == ["autoRecomputation RecomputeAll: PopART annotates no op for recomputation in phased execution "
                      "(ir.cpp: only with executionPhaseSettings.phases < 2); no effect"]
     next(op for op in g.ops if op.kind == "gelu").recompute = True
     assert recomputation.notes(g, 0, "serial_phased", set())[0].startswith("not modelled: the 1 op(s) the model marks")
-    assert recomputation.notes(g, 0, "pipelined", set())[0].startswith("not modelled: the 1 op(s) the model marks")
-    assert recomputation.notes(g, 3, "pipelined", set()) == []  # the pipeline recomputes them with the rest
+
+
+def test_popart_refuses_user_marks_in_a_pipeline():
+    """PopART's pipelining refuses ops marked Recompute (Pipeline::apply), whatever autoRecomputation is and in
+    inference too; checkpoints are what a pipeline takes."""
+    g = models.get("bert-base", num_layers=2, layers_per_ipu=[1, 1], micro_batch=2,
+                   recompute_checkpoint_every_layer=True)
+    o = sim.Options().setExecutionStrategy(PipelinedExecution(AutoStage.AutoIncrement))
+    o.Training.gradientAccumulation(8)
+    assert sim.compile(g, "ipu-m2000", o, training=True).options.pipeline_recomputation()  # checkpoints only: fine
+    next(op for op in g.ops if op.kind == "gelu").recompute = True
+    for auto, training in ((None, True), (0, True), (3, True), (None, False)):
+        if auto is not None:
+            o._Popart.set("autoRecomputation", auto)
+        o.Training.gradientAccumulation(8 if training else 1)
+        with pytest.raises(OptionsError, match=re.escape(
+                "1 op(s) the model marks Recompute ('encoder/layer0/ffn/gelu' first) in a pipeline: PopART refuses it "
+                "(\"When pipelining is enabled, user annotation for recomputation is not allowed\")")):
+            sim.compile(g, "ipu-m2000", o, training=training)
 
 
 def test_sharded_training_recomputes_each_stage_from_its_own_forward_ops():

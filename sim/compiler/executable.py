@@ -312,6 +312,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
                                                         o.just_in_time_copies(), signatures)
     lap("costs")
     auto = o.recomputation_type(pipelined=strategy == "pipelined")
+    if strategy == "pipelined":
+        recomputation.refuse_pipeline_marks(g)
     marks = (recomputation.marked(g, auto, o.explicit_recomputation())
              if training and strategy in ("single", "sharded") else set())
     stages, updates = split_stages(g, training, recompute=strategy == "pipelined" and auto != 0, final_stage=auto == 3,

@@ -20,7 +20,8 @@ ir.cpp):
   (``allCheckpointAfterLastCheckpoint``).
 
 PopART refuses Pipeline (3) on a run that is not pipelined, and user marks beside an automatic type
-(:func:`marked`). A pipeline's recomputation is its own (:mod:`sim.schedule.stages`).
+(:func:`marked`). A pipeline's recomputation is its own (:mod:`sim.schedule.stages`), and PopART's
+(implicit) pipelining refuses user marks, whatever ``autoRecomputation`` is (:func:`refuse_pipeline_marks`).
 
 Before each backward op, the marked ops making what it reads, walking back to kept tensors, run
 again, each once (popx/irlowering.cpp ``FindRequiredRecomputes``): :func:`rerun`.
@@ -77,6 +78,20 @@ def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
                 recompute.discard(op.name)
                 todo += [producer[t] for t in op.inputs if t in producer]
     return recompute
+
+
+def refuse_pipeline_marks(g: Graph) -> None:
+    """Raise :class:`OptionsError` if ``g``, run as a pipeline, has ops the model marks Recompute: PopART's
+    pipelining refuses them (transforms/pipeline.cpp ``Pipeline::apply``, SDK 2.1 to the last release:
+    ``Graph::hasUserRecomputeOps``), in training and inference alike. Checkpoints are accepted."""
+    user = [op.name for op in g.ops if op.recompute]
+    if user:
+        raise OptionsError(
+            f"{len(user)} op(s) the model marks Recompute ({user[0]!r} first) in a pipeline: PopART refuses it "
+            "(\"When pipelining is enabled, user annotation for recomputation is not allowed\"); drop the marks "
+            "(recomputeOutputInBackwardPass, __recompute_output_in_backward_pass 2) and let autoRecomputation "
+            "recompute the pipeline's stages (Pipeline (3), PopTorch's default for a pipeline), or keep a mark as a "
+            "checkpoint (RecomputeType.Checkpoint)")
 
 
 def _losses(g: Graph) -> list[str]:
@@ -189,11 +204,8 @@ def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
                        "in phased execution, where PopART recomputes them in the backward phases that read them; "
                        "the simulator keeps their outputs")
         return out
-    if strategy == "pipelined":  # any automatic type recomputes every stage's ops, marked or not
-        return [] if auto or not user else [
-            f"not modelled: the {user} op(s) the model marks Recompute (recomputeOutputInBackwardPass) in a pipeline "
-            "with autoRecomputation None, which PopART reruns in their backward stages; the simulator stashes their "
-            "outputs"]
+    if strategy == "pipelined":  # any automatic type recomputes every stage's ops; user marks are refused
+        return []
     if marks:
         return []
     if auto:
