@@ -105,8 +105,11 @@ def test_graph_cache_builds_each_setting_once():
     assert a.graph is b.graph and a.graph is not c.graph and d.args.keys_flat() == ["weight"]
 
 
-def _train(module_optimizer: bool, micro_batches: int = 1, addons_api: bool = True):
-    """A tutorial-1 program (Net, cross-entropy, SGD or an Adam module), ``micro_batches`` written out."""
+def _train(module_optimizer: bool, micro_batches: int = 1, addons_api: bool = True, recompute: bool = False,
+           activations: bool = True):
+    """A tutorial-1 program (Net, cross-entropy, SGD or an Adam module), ``micro_batches`` written out, its
+    grad graph made by ``recompute_graph`` when ``recompute``, and given the forward call's tensors
+    (``inputs_dict(call_info)``) when ``activations``."""
     ir = popxl.Ir()
     with ir.main_graph:
         img_h2d = popxl.h2d_stream((8, 28, 28), popxl.float32, "image")
@@ -116,18 +119,20 @@ def _train(module_optimizer: bool, micro_batches: int = 1, addons_api: bool = Tr
         variables = facts.init()
         if micro_batches > 1:
             bwd_facts, bwd = addons.autodiff_with_accumulation(fwd, fwd.args.tensors)
+            bwd = addons.transforms.recompute_graph(bwd) if recompute else bwd
             accums = bwd_facts.init()
             assert accums.keys_flat()[-1] == "mean_accum_counter"
             bound_bwd = bwd.bind(accums)
         else:
             bwd = addons.autodiff(fwd)
+            bwd = addons.transforms.recompute_graph(bwd) if recompute else bwd
         with popxl.in_sequence(True):
             for _ in range(micro_batches):
                 img, lbl = ops.host_load(img_h2d), ops.host_load(lbl_h2d)
                 info = fwd.bind(variables).call_with_info(img)
                 loss, dx = addons.ops.cross_entropy_with_grad(info.outputs[0], lbl)
                 ops.host_store(loss_d2h, loss)
-                activations = bwd.grad_graph_info.inputs_dict(info)
+                activations = bwd.grad_graph_info.inputs_dict(info) if activations else {}
                 if micro_batches > 1:
                     bound_bwd.call(dx, args=activations)
                 else:
@@ -159,6 +164,24 @@ def test_training_with_modules_is_the_simulated_training():
     assert [op.kind for op in adam.executable.graph.ops].count("adam_update") == 4
     assert any("built again inline" in n for n in adam.executable.notes)
     assert adam.cycle_count > s.cycle_count  # Adam's moments and updater cost more than SGD
+
+
+def test_recompute_graph_from_the_main_graph_reruns_the_forward_call():
+    """recompute_graph called from the main graph of a training that is not pipelined: the ops of the forward
+    call whose tensors the grad graph's call is given are marked Recompute (autoRecomputation None) and rerun
+    before the backward ops that read them; each written-out micro-batch reruns its own call."""
+    for micro_batches in (1, 2):
+        kept, again = _train(False, micro_batches), _train(False, micro_batches, recompute=True)
+        stage = again.executable.stages[0]
+        forward = [op.name for op in again.executable.graph.ops if op.pass_ == "forward"]
+        calls = [n for n in forward if n.startswith("Net")]
+        assert len(calls) == 6 * micro_batches and {op.name for op in stage.recomputed} == set(calls)
+        assert not kept.executable.stages[0].recomputed
+        assert again.cycle_count > kept.cycle_count
+        assert not any("no modelled effect" in n for n in again.executable.notes)
+        # not given the forward call's tensors, each grad call takes the last forward call before it
+        paired = _train(False, micro_batches, recompute=True, activations=False).executable
+        assert {op.name for op in paired.stages[0].recomputed} == set(calls)
 
 
 def test_micro_batches_written_out_each_get_their_backward_pass():

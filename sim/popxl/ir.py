@@ -188,6 +188,8 @@ class Ir:
         #: (None: no pipeline), and whether its grad graphs recompute their forward (recompute_graph)
         self._pipeline_steps: int | None = None
         self._recompute = False
+        #: the main graph's ops that grad graphs made by recompute_graph recompute (their forward calls' ops)
+        self._recomputed_ops: set[str] = set()
         self._remote_buffers: list = []  # popxl.RemoteBuffer, by id - 1
         self._remote_labels: set[str] = set()  # names of the variables held in remote buffers
         #: sim tensor of a replica_sharded_variable's shard -> the variable

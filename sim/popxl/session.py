@@ -313,6 +313,11 @@ class Session:
                 del graph.tensors[name]
             for name in fixed:  # no update writes it: its gradient is not needed (PopART prunes it)
                 graph.tensors[name].role = "constant"
+        recomputed = ir._recomputed_ops if ir._training and not ir._pipeline_steps else set()
+        if recomputed:  # recompute_graph from the main graph: its forward call's ops marked Recompute
+            graph = graph.copy()
+            for op in graph.ops:
+                op.recompute = op.recompute or op.name in recomputed
         remote_ops = [op.name for op in graph.ops if op.kind in REMOTE_KINDS]
         if ir._training and remote_ops:
             raise NotModelledError(

@@ -16,8 +16,11 @@ an optimizer update per weight after its gradient collectives. So here:
   the program applied to its gradient (recorded on the gradient handles, through moment
   variables too; ``Tensor.grad_collectives``), once per host transfer.
 
-The backward pass is therefore the simulator's, not the one PopXL would build: ops that PopXL
-would recompute or that a custom grad graph would add are not seen.
+The backward pass is therefore the simulator's, not the one PopXL would build: ops that a custom grad
+graph would add are not seen. A grad graph made by popxl-addons' ``recompute_graph`` runs the forward
+graph again before its gradient ops; called from the main graph, the ops of the forward call it is
+given are marked Recompute (:func:`_recomputed_call`), so a training that is not pipelined reruns them
+before the backward ops that read them (sim/schedule/recomputation.py), as PopART reruns marked ops.
 
 **Explicit grad graphs.** ``autodiff`` also builds the grad graph as PopXL does, as ops: the
 simulator's backward rules (sim/graph/training.py ``_differentiate``) run over the forward graph's
@@ -86,6 +89,7 @@ class GradGraphInfo:
         self._required = grads_required
         self._fwd_inputs: list[Tensor] = []  # the forward tensors the grad graph's ops read (its Fwd inputs)
         self.explicit_error: str | None = None  # why the grad graph could not be built as ops
+        self.recomputes = False  # does the grad graph run the forward graph again (recompute_grad_graph)?
         try:
             _build_grad_graph(self, called or {})
         except (GraphError, NotModelledError, KeyError, ValueError) as e:
@@ -99,7 +103,7 @@ class GradGraphInfo:
         the gradients of ``grads_provided`` then the forward tensors ``fwd_inputs`` (already outputs of
         ``forward_graph``), and gives the gradients of ``grads_required``, in those orders."""
         info = cls.__new__(cls)
-        info.forward_graph, info.graph, info.explicit_error = forward_graph, grad_graph, None
+        info.forward_graph, info.graph, info.explicit_error, info.recomputes = forward_graph, grad_graph, None, False
         info._provided, info._fwd_inputs, info._required = list(grads_provided), list(fwd_inputs), list(grads_required)
         grad_graph._grad_info = info
         return info
@@ -269,6 +273,7 @@ def recompute_grad_graph(info: GradGraphInfo) -> GradGraphInfo:
     ir = fwd.ir
     new = GradGraphInfo.__new__(GradGraphInfo)
     new.forward_graph, new._provided, new._required, new.explicit_error = fwd, info._provided, info._required, None
+    new.recomputes = True
     new.graph = Graph(ir, ir._unique_graph_name(f"{grad.name}_recomp"))
     new.graph._grad_info = new
     new._fwd_inputs = []
@@ -363,18 +368,45 @@ def _call_grad_graph(g: Graph, grad_graph: Graph, inputs, inputs_dict) -> list[T
         if isinstance(x, Tensor) and x.shape != t.shape:
             raise PopXLError(f"{where}: gradient input {i} has shape {x.shape}, "
                              f"expected {t.shape} (the shape of {t.id!r})")
+    if info.recomputes:
+        _recomputed_call(g, info, inputs, inputs_dict, where)
     ir._training = True
     ir._note("popxl.transforms.autodiff: the backward pass and weight update are the simulator's "
              "training expansion from the loss (sim/graph/training.py), not the grad graph PopXL would build")
     return [GradTensor(g, t.shape, t.dtype, t, f"grad({t.id})") for t in info._required]
 
 
-def _seeded_by_program(info: GradGraphInfo, inputs, inputs_dict) -> bool:
-    """Are all the gradients given to a call of ``info.graph`` (its first ``len(grads_provided)`` inputs,
-    positional or in ``inputs_dict``) tensors the program made, none an autodiff gradient handle?"""
+def _given(info: GradGraphInfo, inputs, inputs_dict) -> dict:
+    """Each input of ``info.graph`` -> what a call gives it (positional ``inputs``, then ``inputs_dict``)."""
     flat = [x for item in inputs for x in (item if isinstance(item, (list, tuple)) else (item,))]
     given = dict(zip(info.graph._inputs, flat))
     given.update(inputs_dict or {})
+    return given
+
+
+def _recomputed_call(g: Graph, info: GradGraphInfo, inputs, inputs_dict, where: str) -> None:
+    """Record, for the Session, the ops of the main graph's call of ``info.forward_graph`` that a call of
+    its recompute_graph grad graph (``info``) recomputes: of the calls whose inputs are the ``Fwd`` inputs
+    given (``inputs_dict(call_info)``; all calls when none are given), the latest not yet recomputed (a
+    grad call pairs with the last forward call before it, as written-out micro-batches have them). A
+    training that is not pipelined marks them Recompute; a pipeline recomputes its stages itself."""
+    given = _given(info, inputs, inputs_dict)
+    wanted = {t._sim: given[x]._sim for x, t in zip(info.graph._inputs[len(info._provided):], info._fwd_inputs)
+              if isinstance(given.get(x), Tensor)}
+    sites = [ops for sub, mapping, ops in g._call_sites
+             if sub is info.forward_graph and all(mapping.get(k) == v for k, v in wanted.items())]
+    if not sites:
+        g.ir._note(f"{where}: a recompute_graph grad graph, but no call of {info.forward_graph.name!r} in the main "
+                   "graph before it matches the forward tensors it is given: nothing is recomputed")
+        return
+    done = g.ir._recomputed_ops
+    g.ir._recomputed_ops |= ([ops for ops in sites if not ops <= done] or sites)[-1]
+
+
+def _seeded_by_program(info: GradGraphInfo, inputs, inputs_dict) -> bool:
+    """Are all the gradients given to a call of ``info.graph`` (its first ``len(grads_provided)`` inputs,
+    positional or in ``inputs_dict``) tensors the program made, none an autodiff gradient handle?"""
+    given = _given(info, inputs, inputs_dict)
     seeds = [given.get(x) for x in info.graph._inputs[:len(info._provided)]]
     return bool(seeds) and all(isinstance(s, Tensor) and not isinstance(s, GradTensor) for s in seeds)
 

@@ -123,13 +123,15 @@ def recompute_graph(graph: GraphWithNamedArgs) -> GraphWithNamedArgs:
     forward graph's ops run again in the grad graph, which reads only the forward graph's inputs
     (:func:`sim.popxl.transforms.autodiff.recompute_grad_graph`). Called from the main graph, in a
     pipeline, the simulated training recomputes its forward stages, as PopART's pipelined
-    recomputation does."""
+    recomputation does; without a pipeline, the ops of the forward call it is given are rerun before
+    the backward ops that read them (marked Recompute, :func:`sim.popxl.transforms.autodiff._recomputed_call`)."""
     ir = graph.graph.ir
     ir._recompute = True
     info = graph.grad_graph_info
     ir._note(f"transforms.recompute_graph({graph.graph.name!r}): a grad graph called inside another graph "
              "recomputes its forward ops; from the main graph, a pipelined training recomputes its forward "
-             "stages (PopART's autoRecomputation Pipeline), and without a pipeline it has no modelled effect")
+             "stages (PopART's autoRecomputation Pipeline), and without a pipeline the forward call's ops are "
+             "rerun before the backward ops that read them (marked Recompute, autoRecomputation None)")
     if info.explicit_error is not None:
         return graph.copy()
     r_info = recompute_grad_graph(info)
