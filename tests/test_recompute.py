@@ -9,7 +9,8 @@ import models
 import sim
 from sim.errors import OptionsError
 from sim.schedule import recomputation
-from sim.strategy import AutoStage, PipelinedExecution, ShardedExecution
+from sim.strategy import (AutoStage, Liveness, Phase, PipelinedExecution, SerialPhasedExecution, ShardedExecution,
+                          Stage)
 
 
 def _options(auto: int | None = 4, explicit: bool = False) -> sim.Options:
@@ -195,15 +196,56 @@ def test_user_marks_recompute_their_ops():
     assert again[at + 3].forward_of == "m5/matmul"  # the first backward op reading r4
 
 
-def test_recomputation_settings_in_phased_execution_are_noted():
-    """PopART auto-annotates nothing when executionPhaseSettings.phases >= 2: autoRecomputation has no effect.
-    Marked ops in phased execution are named as not modelled."""
-    g = models.get("bert-base", num_layers=2, micro_batch=2)
-    notes = recomputation.notes(g, 4, "serial_phased", set())
-    assert notes == ["autoRecomputation RecomputeAll: PopART annotates no op for recomputation in phased execution "
-                     "(ir.cpp: only with executionPhaseSettings.phases < 2); no effect"]
-    next(op for op in g.ops if op.kind == "gelu").recompute = True
-    assert recomputation.notes(g, 0, "serial_phased", set())[0].startswith("not modelled: the 1 op(s) the model marks")
+def _phased(auto: int | None, checkpoint: bool = False, mark: str | None = None) -> tuple[sim.Graph, sim.Run]:
+    """Three phases on one IPU, serial, the activations a later phase reads stored off chip: a linear layer
+    and a GELU in phase 0 (its linear's output a checkpoint when ``checkpoint``), another in phase 1, the head
+    and the loss in phase 2, the op ``mark`` marked Recompute; trained, the backward of phase p runs in
+    phase 4 - p."""
+    b = sim.GraphBuilder("phases", "float16")
+    x, labels = b.input("x", (512, 1024)), b.input("labels", (512,), "int32")
+    with b.ipu(0, block="p0"):
+        h = b.linear(x, 1024, name="l0")
+        if checkpoint:
+            b.checkpoint(h)
+        h = b.gelu(h, name="g0")
+    with b.ipu(0, block="p1"):
+        h = b.gelu(b.linear(h, 1024, name="l1"), name="g1")
+    with b.ipu(0, block="p2"):
+        b.softmax_cross_entropy(b.linear(h, 16, name="head"), labels)
+        b.output(b.graph.loss)
+    for op in b.graph.ops:
+        op.recompute = op.name == mark
+    strategy = SerialPhasedExecution(*[Phase(Stage(p).ipu(0)) for p in ("p0", "p1", "p2")])
+    o = _options(auto).setExecutionStrategy(strategy.setTensorsLiveness(Liveness.OffChipAfterFwd))
+    return b.graph, sim.simulate(b.graph, "ipu-mk2", o, training=True)
+
+
+def test_phased_training_recomputes_each_phase_in_its_backward_phase():
+    """In phased execution PopART's StreamingMemory marks every forward op but the checkpoints Recompute when
+    autoRecomputation is not None, whatever its type, and each runs again in the backward phase mirroring its
+    forward phase, before the backward ops that read it (ExplicitRecompute): phase 0 then stores only what
+    phase 1 reads (g0), not the linear output its GELU's gradient reads; with None nothing is recomputed."""
+    g, kept = _phased(None)
+    stored = lambda run: run.trace.set_index("name")["bytes"]["phase 0 store activations"]  # noqa: E731
+    assert not any(s.recomputed for s in kept.executable.stages)
+    assert stored(kept) == g.tensors["g0"].nbytes + g.tensors["l0/add"].nbytes
+    for auto in (1, 2, 4):
+        _, again = _phased(auto)
+        recomputed = {s.index: [op.name for op in s.recomputed] for s in again.executable.stages if s.recomputed}
+        assert recomputed == {2: ["head/matmul", "head/add"], 3: ["l1/matmul", "l1/add"], 4: ["l0/matmul", "l0/add"]}
+        assert stored(again) == g.tensors["g0"].nbytes
+        assert again.breakdown.loc[0, "compute"] > kept.breakdown.loc[0, "compute"]
+        assert any(n.startswith(f"autoRecomputation {recomputation.TYPES[auto]} in phased execution") for n in
+                   again.executable.notes)
+    # a checkpoint keeps its output: phase 0 stores it for its backward phase, which recomputes nothing
+    _, checkpointed = _phased(1, checkpoint=True)
+    assert not checkpointed.executable.stages[4].recomputed and stored(checkpointed) == stored(kept)
+    # with None, the ops the model marks: the GELU's input is made again from the stored matmul output
+    g, marked = _phased(None, mark="l0/add")
+    assert [op.name for op in marked.executable.stages[4].recomputed] == ["l0/add"]
+    assert stored(marked) == g.tensors["g0"].nbytes + g.tensors["l0/matmul"].nbytes
+    # beside an automatic type they are accepted (PopART refuses the mixture only below 2 phases)
+    assert _phased(1, mark="l0/add")[1].cycle_count == _phased(1)[1].cycle_count
 
 
 def test_popart_refuses_user_marks_in_a_pipeline():

@@ -314,10 +314,13 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     auto = o.recomputation_type(pipelined=strategy == "pipelined")
     if strategy == "pipelined":
         recomputation.refuse_pipeline_marks(g)
-    marks = (recomputation.marked(g, auto, o.explicit_recomputation())
-             if training and strategy in ("single", "sharded") else set())
+    marks = set()
+    if training and strategy in ("single", "sharded"):
+        marks = recomputation.marked(g, auto, o.explicit_recomputation())
+    elif training and strategy.endswith("phased"):
+        marks = recomputation.marked_phased(g, auto)
     stages, updates = split_stages(g, training, recompute=strategy == "pipelined" and auto != 0, final_stage=auto == 3,
-                                   recomputed=frozenset(marks))
+                                   recomputed=frozenset(marks) if strategy in ("single", "sharded") else frozenset())
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
@@ -403,7 +406,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         notes.append(f"{who}; the other {R - len(simulated)} run the same program and share their timings "
                      "by symmetry")
     ctx = Context(g, system, o, training, mode, costs, stages, updates, k, simulated, notes,
-                  collective_algorithm, tiles, *_collapsing(g, o), pipelined=(strategy == "pipelined"))
+                  collective_algorithm, tiles, *_collapsing(g, o), pipelined=(strategy == "pipelined"),
+                  recomputed=frozenset(marks))
     lap("stages")
     program = _BUILDERS[strategy](ctx)
     lap("schedule")

@@ -51,6 +51,7 @@ class Context:
     collapse_accumulation: bool = True  # False when host IO overlaps across micro-batches
     collapse_device: bool = True  # False when host IO overlaps across device iterations
     pipelined: bool = False  # stages run as PopART's pipeline: forward stages stash, backward ones restore
+    recomputed: frozenset[str] = frozenset()  # the forward ops PopART marks Recompute (sim.schedule.recomputation)
     _parts: dict = field(default_factory=dict, repr=False)
     _items: dict = field(default_factory=dict, repr=False)  # (id(stage), load_weights) -> (stage, items)
     _host_call_streams: dict = field(default_factory=dict, repr=False)  # a host call's tensor -> its stream (< 0)

@@ -12,6 +12,11 @@ after the weight update). Activations that a later phase on the same IPU needs s
 back for the backward (the ``OffChip...`` liveness settings); activations a phase on another
 IPU needs are copied there at the end of the phase.
 
+In training, the forward ops PopART marks Recompute (:func:`sim.schedule.recomputation.marked_phased`)
+run again in the backward phase mirroring their forward phase, before the backward ops that read them
+(PopART's ExplicitRecompute: one clone per op, in phase ``2N-2-p``), so a later phase reads only what
+they are made from: the phase's inputs and its checkpoints (:func:`_recompute`).
+
 Without gradient accumulation a weight's optimizer step runs in the backward phase that completes
 its gradient (:func:`_updates_in_phases`); with it, after the micro-batches.
 
@@ -30,7 +35,7 @@ from ..graph.ir import Graph, Op
 from ..program import Compute, IpuCopy, RemoteCopy, Repeat, Sequence, leaves
 from .context import Context, device_iteration_loop
 from .phase_io import LOCATION_OF_ROLE, PhaseTraffic
-from .stages import StageWork
+from .stages import StageWork, recompute_marked
 from ..strategy import Liveness
 
 _ALWAYS_LIVE = ("weight", "constant", "state", "accumulator")
@@ -65,7 +70,21 @@ def split_phases(ctx: Context) -> list[dict[int, StageWork]]:
             t = phase_of(strategy, op, N)
             work = phases[t].setdefault(op.ipu, StageWork(t, op.ipu, op.phase))
             work.ops.append(op)
+    if ctx.training and ctx.recomputed:
+        _recompute(ctx.recomputed, phases)
     return [phases[t] for t in sorted(phases)]
+
+
+def _recompute(marks: frozenset[str], phases: dict[int, dict[int, StageWork]]) -> None:
+    """Rerun the ``marks`` ops of each forward phase in its backward phase, on the same IPU, before the
+    backward ops reading them (:func:`~sim.schedule.stages.recompute_marked`); the phase of a forward op's
+    recomputation is that of its backward ops (PopART's ExplicitRecompute: ``2N-2-p``, the mirror phase)."""
+    for works in phases.values():
+        for ipu, work in works.items():
+            backward = [op for op in work.ops if op.pass_ == "backward"]
+            forward = phases.get(backward[0].phase, {}).get(ipu) if backward else None
+            if forward is not None:
+                recompute_marked(work, marks, forward)
 
 
 def _updates_in_phases(ctx: Context, phases: list[dict[int, StageWork]]) -> dict[int, list[Op]]:
@@ -92,8 +111,9 @@ def _updates_in_phases(ctx: Context, phases: list[dict[int, StageWork]]) -> dict
     for i, ops in inside.items():
         for ipu, work in phases[i].items():
             mine = [op for op in ops if op.ipu == ipu]
-            if mine:
-                work.memory_runs = [work.ops + mine]
+            if mine:  # after the phase's last run (its backward ops, with what they recompute)
+                runs = work.memory_runs or [work.ops]
+                work.memory_runs = [*runs[:-1], runs[-1] + mine]
     ctx.updates = after
     return inside
 
@@ -119,7 +139,7 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
     seen_input, received = set(), set()
     for t, works in enumerate(phases):
         for ipu, w in works.items():
-            weights = set()
+            weights, made = set(), set()
             for op in w.ops:
                 for name in op.inputs:
                     tensor = g.tensors[name]
@@ -131,6 +151,8 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
                             seen_input.add(name)
                             w.host_inputs.append(name)
                         continue
+                    if name in made:  # made earlier in the phase (recomputed there, say)
+                        continue
                     src = where.get(name)
                     if src is None or src[0] == t:
                         continue
@@ -139,8 +161,10 @@ def _flows(ctx: Context, phases: list[dict[int, StageWork]]):
                     elif (name, ipu) not in received:  # copied once to each IPU reading it
                         received.add((name, ipu))
                         sends[src[0]].append((src[1], ipu, tensor.nbytes))
+                made.update(op.outputs)
             streamed[(t, ipu)] = {n for n in weights if g.tensors[n].location == "off_chip"}
-            w.host_outputs = [o for op in w.ops for o in op.outputs if o in g.outputs]
+            again = {id(op) for op in w.recomputed}  # a recomputed output went to the host in its forward phase
+            w.host_outputs = [o for op in w.ops if id(op) not in again for o in op.outputs if o in g.outputs]
     return sends, carried, streamed
 
 

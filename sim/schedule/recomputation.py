@@ -19,6 +19,11 @@ ir.cpp):
   ``explicitRecomputation`` the ops between the last checkpoint and the loss are kept
   (``allCheckpointAfterLastCheckpoint``).
 
+In phased execution (``executionPhaseSettings.phases`` >= 2) PopART's StreamingMemory transform marks
+instead: with any type but None, every forward op the user left unmarked (neither Recompute nor
+Checkpoint) is marked Recompute (:func:`marked_phased`); each is run again in the backward phase
+mirroring its forward phase (ExplicitRecompute's context ``2 * phases - 2 - phase``).
+
 PopART refuses Pipeline (3) on a run that is not pipelined, and user marks beside an automatic type
 (:func:`marked`). A pipeline's recomputation is its own (:mod:`sim.schedule.stages`), and PopART's
 (implicit) pipelining refuses user marks, whatever ``autoRecomputation`` is (:func:`refuse_pipeline_marks`).
@@ -78,6 +83,16 @@ def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
                 recompute.discard(op.name)
                 todo += [producer[t] for t in op.inputs if t in producer]
     return recompute
+
+
+def marked_phased(g: Graph, auto: int) -> set[str]:
+    """Names of the forward ops PopART marks Recompute in phased execution: the ops the model marks, and
+    with ``autoRecomputation`` ``auto`` other than None every other forward op but the checkpoints
+    (transforms/streamingmemory.cpp, pass 1: "Recompute everything else (fwd) not set by the user";
+    IPU copies and random seeds, which the simulator has no ops for, excepted there). ``auto``'s type does
+    not matter, and user marks beside it are accepted (ir.cpp refuses the mixture only below 2 phases)."""
+    return {op.name for op in g.ops if op.pass_ == "forward" and (op.recompute or (
+        auto and not is_checkpoint(op) and op.kind not in SIDE_EFFECT_KINDS))}
 
 
 def refuse_pipeline_marks(g: Graph) -> None:
@@ -191,19 +206,20 @@ def rerun(ops: list[Op], recomputable: dict[str, Op]) -> tuple[list[Op], list[Op
 def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
     """What a training run's recomputation settings do where they recompute nothing: ``auto`` its
     ``autoRecomputation`` number, ``strategy`` its execution strategy, ``marks`` the ops
-    :func:`marked` gave (empty for a pipeline or phased execution)."""
+    :func:`marked` or :func:`marked_phased` gave (empty for a pipeline)."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
     user = sum(op.recompute for op in forward)
     if strategy.endswith("phased"):
-        out = []
         if auto:
-            out.append(f"autoRecomputation {TYPES[auto]}: PopART annotates no op for recomputation in phased "
-                       "execution (ir.cpp: only with executionPhaseSettings.phases < 2); no effect")
-        if user:
-            out.append(f"not modelled: the {user} op(s) the model marks Recompute (recomputeOutputInBackwardPass) "
-                       "in phased execution, where PopART recomputes them in the backward phases that read them; "
-                       "the simulator keeps their outputs")
-        return out
+            return [f"autoRecomputation {TYPES[auto]} in phased execution: PopART marks every forward op but the "
+                    "recomputation checkpoints Recompute (its StreamingMemory transform, whatever the type), and "
+                    f"each is run again in the backward phase of its forward phase ({len(marks)} ops)"]
+        if any(is_checkpoint(op) for op in forward) and not user:
+            return ["recomputation checkpoints in phased execution with autoRecomputation None (PopTorch's and "
+                    "PopART's default): nothing is recomputed, so a later phase reads every activation it needs "
+                    "from the forward phases; any other type (opts._Popart.set(\"autoRecomputation\", 1)) "
+                    "recomputes each phase's ops but the checkpoints in its backward phase"]
+        return []
     if strategy == "pipelined":  # any automatic type recomputes every stage's ops; user marks are refused
         return []
     if marks:

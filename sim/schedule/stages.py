@@ -108,16 +108,16 @@ def split_stages(g: Graph, training: bool, recompute: bool = True, final_stage: 
             # are kept rather than recomputed)
             last = [op for op in stages[F - 1].ops if op.pass_ == "forward"]
             ends = [i for i, op in enumerate(last) if is_checkpoint(op)]
-            _recompute_marked(stages[F - 1], {op.name for op in last[:ends[-1]] if not is_checkpoint(op)}
+            recompute_marked(stages[F - 1], {op.name for op in last[:ends[-1]] if not is_checkpoint(op)}
                               if ends else set())
     elif training and recomputed:
         for s in stages[F - 1:]:
-            _recompute_marked(s, recomputed, stages[s.forward_stage])
+            recompute_marked(s, recomputed, stages[s.forward_stage])
     _flows(g, stages, where, training, F)
     return stages, updates
 
 
-def _recompute_marked(stage: StageWork, marks: set[str], forward: StageWork | None = None) -> None:
+def recompute_marked(stage: StageWork, marks: set[str], forward: StageWork | None = None) -> None:
     """Recomputation in a stage that is not a pipelined backward stage: before each of its backward ops,
     the ops of ``forward`` (default: its own forward ops) named in ``marks`` that make what it reads are
     run again (:func:`~sim.schedule.recomputation.rerun`). A stage running forward and backward ops keeps
