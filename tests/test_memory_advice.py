@@ -39,11 +39,18 @@ def test_tile_memory_arrays_cannot_change_the_run_behind_its_back():
 def test_phased_advice_names_the_phase_and_the_liveness_not_layers_per_ipu():
     """A phase short of memory was told to move layers (layers_per_ipu, which phased execution refuses)
     and, with its weights and optimizer state off chip, was not told to recompute nor to send its
-    activations off chip between phases (--liveness off-chip-after-fwd, which makes BERT-Large mb 16 fit)."""
+    activations off chip between phases (--liveness off-chip-after-fwd, which makes BERT-Large mb 16 fit).
+    Recomputation there is autoRecomputation's (PopART's StreamingMemory), not more checkpoints'."""
     advice, _ = _advice({0: _memory(op_kind="matmul", op_pass="forward", run_label="phase 25", amp_governed=True,
                                     training=True)})
     assert "layers_per_ipu" not in advice and advice.startswith("less of the model in phase 25")
-    assert "--liveness off-chip-after-fwd" in advice and "recomputation checkpoints" in advice
+    assert "--liveness off-chip-after-fwd" in advice
+    # checkpoints do nothing there without autoRecomputation, and any type recomputes all but the checkpoints
+    assert "recomputation of each phase in its backward phase (autoRecomputation Standard" in advice
+    assert "recomputation checkpoints (" not in advice and "more recomputation checkpoints" not in advice
+    advice, _ = _advice({0: _memory(op_kind="matmul", op_pass="backward", run_label="phase 25", amp_governed=True,
+                                    training=True, recomputes=True)})
+    assert "recomputation of each phase" not in advice and "more recomputation checkpoints" not in advice
 
 
 def test_weight_update_advice_does_not_offer_micro_batch_or_recomputation():

@@ -312,7 +312,9 @@ def configure(r: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="[_Popart.set('autoRecomputation', N)] what PopART recomputes for the backward pass: in a "
                    "pipeline any value but none recomputes its stages (default: pipeline); in a model that is not "
                    "pipelined (default: none) recompute-all recomputes between the recomputation checkpoints, "
-                   "standard lets PopART choose what to keep, norm-only recomputes the norms")
+                   "standard lets PopART choose what to keep, norm-only recomputes the norms; in phased execution "
+                   "(default: none) any value but none recomputes every forward op but the checkpoints in its "
+                   "backward phase")
     x.add_argument("--weight-update-schedule", choices=list(WEIGHT_UPDATE_SCHEDULES),
                    help="[_Popart accumulateOuterFragmentSettings.schedule] how a multi-IPU replica's weight update "
                    "runs: serial (PopART's default) and scheduler run each IPU's step alone where it syncs the "

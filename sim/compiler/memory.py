@@ -230,8 +230,9 @@ def _remedies(parts: dict[str, int], margin: float = 0.0, memory: IpuMemory | No
     With the IPU's ``memory`` the advice also follows what runs at the peak: the availableMemoryProportion
     only where that op's temporaries follow it (a planned matmul or convolution), neither the micro-batch nor
     recomputation in the weight update (its activations are the gradients, whatever the micro-batch), more
-    checkpoints where the IPU has some already, in a phase the phase's size and its activations' place between
-    phases (``--liveness``, not ``layers_per_ipu``, which phased execution does not take), and, when
+    checkpoints where the IPU has some already, in a phase the phase's size, its activations' place between
+    phases (``--liveness``, not ``layers_per_ipu``, which phased execution does not take) and, unless it
+    recomputes, autoRecomputation (PopART then recomputes every phase but its checkpoints), and, when
     ``every_ipu_short``, more IPUs rather than moving layers between them."""
     training = any(parts.get(k) for k in ("optimizer_state", "accumulators", "stash"))
     label = (memory.run_label or "") if memory is not None else ""
@@ -248,7 +249,12 @@ def _remedies(parts: dict[str, int], margin: float = 0.0, memory: IpuMemory | No
         tips.append("a smaller micro-batch")
     if parts.get("temporaries") and (memory is None or memory.amp_governed):
         tips.append("a lower availableMemoryProportion")
-    if training and parts.get("activations") and not update:
+    if training and parts.get("activations") and not update and label.startswith("phase"):
+        if memory is None or not memory.recomputes:  # every forward op but the checkpoints is then recomputed
+            tips.append("recomputation of each phase in its backward phase (autoRecomputation Standard, "
+                        "--auto-recomputation standard: in phased execution any type but None reruns every forward "
+                        "op but the recomputation checkpoints there)")
+    elif training and parts.get("activations") and not update:
         if memory is not None and memory.checkpoints and not memory.recomputes:
             tips.append(f"recomputation between the IPU's {memory.checkpoints} recomputation checkpoints "
                         "(autoRecomputation RecomputeAll, --auto-recomputation recompute-all: with None, the default "
