@@ -240,6 +240,9 @@ def test_phased_training_recomputes_each_phase_in_its_backward_phase():
     # a checkpoint keeps its output: phase 0 stores it for its backward phase, which recomputes nothing
     _, checkpointed = _phased(1, checkpoint=True)
     assert not checkpointed.executable.stages[4].recomputed and stored(checkpointed) == stored(kept)
+    # which, with None, recomputes nothing: the notes say so and what would
+    assert any(n.startswith("recomputation checkpoints in phased execution with autoRecomputation None")
+               for n in _phased(None, checkpoint=True)[1].executable.notes)
     # with None, the ops the model marks: the GELU's input is made again from the stored matmul output
     g, marked = _phased(None, mark="l0/add")
     assert [op.name for op in marked.executable.stages[4].recomputed] == ["l0/add"]

@@ -204,16 +204,17 @@ def rerun(ops: list[Op], recomputable: dict[str, Op]) -> tuple[list[Op], list[Op
 
 
 def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
-    """What a training run's recomputation settings do where they recompute nothing: ``auto`` its
-    ``autoRecomputation`` number, ``strategy`` its execution strategy, ``marks`` the ops
-    :func:`marked` or :func:`marked_phased` gave (empty for a pipeline)."""
+    """What a training run's recomputation settings do where the run alone would not say it: checkpoints or a
+    type that recompute nothing, and phased execution's marks; ``auto`` its ``autoRecomputation`` number,
+    ``strategy`` its execution strategy, ``marks`` the ops :func:`marked` or :func:`marked_phased` gave
+    (empty for a pipeline)."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
     user = sum(op.recompute for op in forward)
     if strategy.endswith("phased"):
         if auto:
-            return [f"autoRecomputation {TYPES[auto]} in phased execution: PopART marks every forward op but the "
-                    "recomputation checkpoints Recompute (its StreamingMemory transform, whatever the type), and "
-                    f"each is run again in the backward phase of its forward phase ({len(marks)} ops)"]
+            return [f"autoRecomputation {TYPES[auto]} in phased execution: PopART marks the {len(marks)} forward ops "
+                    "that are not recomputation checkpoints Recompute (its StreamingMemory transform, whatever the "
+                    "type), and each runs again in the backward phase of its forward phase where an op there reads it"]
         if any(is_checkpoint(op) for op in forward) and not user:
             return ["recomputation checkpoints in phased execution with autoRecomputation None (PopTorch's and "
                     "PopART's default): nothing is recomputed, so a later phase reads every activation it needs "
