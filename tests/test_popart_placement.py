@@ -5,11 +5,14 @@ auto_virtual_graph.cpp's rules (the costs in the comments, in bytes)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
 
+import onnx  # noqa: E402
 import sim.popart as popart  # noqa: E402
 from sim.errors import OptionsError  # noqa: E402
 from sim.strategy import Liveness  # noqa: E402
@@ -187,6 +190,30 @@ def test_execution_phases_tensor_locations_and_serial_stages():
     assert sess._strategy.liveness == Liveness.OffChipAfterFwd
     assert _run(sess).breakdown["remote_io"].sum() > 0
     assert not any("activationTensorLocationSettings" in n for n in sess.simulation.all_notes)
+
+
+def test_execution_phases_recompute_as_streaming_memory_marks_them():
+    """The phased BERT's settings (autoRecomputation Standard, explicitRecomputation): PopART's StreamingMemory
+    marks every forward op Recompute, and in each backward phase the forward ops its gradients read run again
+    (each layer's ReLU and the matmul making its input, the loss's softmax); a ReLU the builder marks Recompute is
+    recomputed with None too (from the matmul's output, kept), and one it checkpoints (RecomputeType.Checkpoint)
+    is kept with Standard, with the matmul before it."""
+    def recomputed(auto=None, mark=None) -> Counter:
+        b, loss = _chain(phases=True, stages=1)
+        if mark is not None:
+            relu = [n.output[0] for n in onnx.load_from_string(b.getModelProto()).graph.node if n.op_type == "Relu"][1]
+            b.recomputeOutputInBackwardPass(relu, mark)
+        opts = _phased(stages=1, activation=popart.TensorStorage.OffChip)
+        if auto is not None:
+            opts.autoRecomputation, opts.explicitRecomputation = auto, True
+        sess = _session(b, loss, 1, opts)
+        _run(sess)
+        return Counter(op.kind for s in sess.executable.stages for op in s.recomputed)
+    assert recomputed() == Counter()
+    assert recomputed(popart.RecomputationType.Standard) == Counter(matmul=4, relu=4, softmax=1)
+    assert recomputed(mark=popart.RecomputeType.Recompute) == Counter(relu=1)
+    assert recomputed(popart.RecomputationType.Standard, popart.RecomputeType.Checkpoint) == Counter(matmul=3, relu=3,
+                                                                                                  softmax=1)
 
 
 def test_execution_phase_settings_are_checked_as_popart_checks_them():
