@@ -438,6 +438,10 @@ class Options:
         self._host_data_rate: float | None = None
         self._host_data_async = True
         self.auto_round_num_ipus = False
+        #: PopART's explicit pipelining (a pipeline with useHostCopyOps and enableExplicitMainLoops: PopXL's, or
+        #: a sim.popart session's), set by those front ends: its recomputation checks differ
+        #: (sim.schedule.recomputation.check_pipeline)
+        self.explicit_pipelining = False
         self.input_group_size = 1
         self.input_group_type = CommGroupType.Consecutive
         self.set_options: dict[str, object] = {}

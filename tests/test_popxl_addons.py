@@ -298,7 +298,7 @@ def test_pipelined_execution_is_popart_pipelining_with_accumulation():
     assert {op.pass_ for op in ex.graph.ops if op.ipu == 0} == {"forward", "backward", "update"}
     assert [op.kind for op in ex.graph.ops].count("sgd_update") == 4
     assert any("pipelined_execution(4)" in n for n in ex.notes)
-    assert ex.options.pipeline_recomputation()
+    assert ex.options.pipeline_recomputation() and ex.options.explicit_pipelining  # PopXL's pipelines are explicit
     assert not _pipelined(recompute=False).executable.options.pipeline_recomputation()
     with pytest.raises(Exception, match="set it to a multiple of 4"):
         ir = popxl.Ir()

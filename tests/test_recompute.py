@@ -251,24 +251,38 @@ def test_phased_training_recomputes_each_phase_in_its_backward_phase():
     assert _phased(1, mark="l0/add")[1].cycle_count == _phased(1)[1].cycle_count
 
 
-def test_popart_refuses_user_marks_in_a_pipeline():
-    """PopART's pipelining refuses ops marked Recompute (Pipeline::apply), whatever autoRecomputation is and in
-    inference too; checkpoints are what a pipeline takes."""
+def test_popart_refuses_a_pipelines_user_marks_as_it_does():
+    """PopART's checks of a pipeline, in its order: user marks beside an automatic type are its mixture; marks
+    with None and implicit recomputation are refused by Pipeline::apply, in inference too; explicitRecomputation
+    clones them before that check (accepted, noted as not modelled), and with Pipeline, PopTorch's default for a
+    pipeline, autoAnnotate refuses it. Checkpoints alone are what a pipeline takes."""
     g = models.get("bert-base", num_layers=2, layers_per_ipu=[1, 1], micro_batch=2,
                    recompute_checkpoint_every_layer=True)
-    o = sim.Options().setExecutionStrategy(PipelinedExecution(AutoStage.AutoIncrement))
-    o.Training.gradientAccumulation(8)
-    assert sim.compile(g, "ipu-m2000", o, training=True).options.pipeline_recomputation()  # checkpoints only: fine
-    next(op for op in g.ops if op.kind == "gelu").recompute = True
-    for auto, training in ((None, True), (0, True), (3, True), (None, False)):
+
+    def compile_(auto, training=True, explicit=False):
+        o = sim.Options().setExecutionStrategy(PipelinedExecution(AutoStage.AutoIncrement))
+        o.Training.gradientAccumulation(8 if training else 1)
         if auto is not None:
             o._Popart.set("autoRecomputation", auto)
-        o.Training.gradientAccumulation(8 if training else 1)
+        o._Popart.set("explicitRecomputation", explicit)
+        return sim.compile(g, "ipu-m2000", o, training=training)
+    assert compile_(None).options.pipeline_recomputation()  # checkpoints only: fine
+    with pytest.raises(OptionsError, match=re.escape(
+            "explicitRecomputation with autoRecomputation Pipeline (3, PopTorch's default for a pipeline): PopART "
+            "refuses it (\"Invalid RecomputationType::Pipeline in autoAnnotate when using implicit pipelining\")")):
+        compile_(None, explicit=True)
+    assert compile_(4, explicit=True).options.pipeline_recomputation()
+    next(op for op in g.ops if op.kind == "gelu").recompute = True
+    for auto, training in ((0, True), (0, False)):
         with pytest.raises(OptionsError, match=re.escape(
                 "1 op(s) the model marks Recompute ('encoder/layer0/ffn/gelu' first) in a pipeline: PopART refuses it "
                 "(\"When pipelining is enabled, user annotation for recomputation is not allowed\")")):
-            sim.compile(g, "ipu-m2000", o, training=training)
-
+            compile_(auto, training)
+    with pytest.raises(OptionsError, match="A mixture of auto and manual recomputation is not supported"):
+        compile_(None)  # PopTorch's default, Pipeline
+    explicit = compile_(0, explicit=True)
+    assert any(n.startswith("not modelled: the 1 op(s) the model marks Recompute in a pipeline with "
+                            "explicitRecomputation") for n in explicit.notes)
 
 def test_sharded_training_recomputes_each_stage_from_its_own_forward_ops():
     """ShardedExecution is not pipelined: with RecomputeAll each backward stage reruns, on its IPU, the marked

@@ -781,6 +781,7 @@ class _Session:
             pipeline = PipelinedExecution()
             pipeline.auto_stage = None  # the ops' pipelineStage, else their virtual graph (PopART's default)
             o.setExecutionStrategy(pipeline)
+            o.explicit_pipelining = bool(so.useHostCopyOps and so.enableExplicitMainLoops)  # explicitPipeliningEnabled
         elif mode in ("Manual", "Auto") and self._ipus > 1:  # ops on their IPUs in program order, one at a time
             o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
         o.auto_round_num_ipus = True  # a replica has the device's IPUs over the replicas (PopART's)

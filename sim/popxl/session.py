@@ -429,6 +429,7 @@ class Session:
         o.step_io_callbacks = False
         if steps:  # a stage an IPU, as PopART's pipelining runs them
             o.setExecutionStrategy(PipelinedExecution(AutoStage.SameAsIpu))
+            o.explicit_pipelining = True  # PopXL's Ir sets useHostCopyOps, enableExplicitMainLoops
         elif ipus_per_replica > 1:  # program order: each change of IPU is the next stage
             o.setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
         values = dict(ir.options.items())

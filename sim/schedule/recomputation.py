@@ -25,8 +25,8 @@ Checkpoint) is marked Recompute (:func:`marked_phased`); each is run again in th
 mirroring its forward phase (ExplicitRecompute's context ``2 * phases - 2 - phase``).
 
 PopART refuses Pipeline (3) on a run that is not pipelined, and user marks beside an automatic type
-(:func:`marked`). A pipeline's recomputation is its own (:mod:`sim.schedule.stages`), and PopART's
-(implicit) pipelining refuses user marks, whatever ``autoRecomputation`` is (:func:`refuse_pipeline_marks`).
+(:func:`marked`). A pipeline's recomputation is its own (:mod:`sim.schedule.stages`); PopART's (implicit)
+pipelining refuses user marks unless ``explicitRecomputation`` clones them first (:func:`check_pipeline`).
 
 Before each backward op, the marked ops making what it reads, walking back to kept tensors, run
 again, each once (popx/irlowering.cpp ``FindRequiredRecomputes``): :func:`rerun`.
@@ -95,18 +95,39 @@ def marked_phased(g: Graph, auto: int) -> set[str]:
         auto and not is_checkpoint(op) and op.kind not in SIDE_EFFECT_KINDS))}
 
 
-def refuse_pipeline_marks(g: Graph) -> None:
-    """Raise :class:`OptionsError` if ``g``, run as a pipeline, has ops the model marks Recompute: PopART's
-    pipelining refuses them (transforms/pipeline.cpp ``Pipeline::apply``, SDK 2.1 to the last release:
-    ``Graph::hasUserRecomputeOps``), in training and inference alike. Checkpoints are accepted."""
+def check_pipeline(g: Graph, auto: int, explicit: bool, explicit_pipelining: bool = False) -> list[str]:
+    """PopART's refusals of a pipeline's recomputation settings, in its order (ir.cpp, then
+    transforms/pipeline.cpp; SDK 2.1 to the last release), as :class:`OptionsError`: ops the model marks
+    Recompute beside an automatic type (ir.cpp's mixture check), ``autoRecomputation`` Pipeline with
+    ``explicitRecomputation`` (``autoAnnotate`` takes it only with explicit pipelining), and marked ops with
+    neither (``Pipeline::apply``, implicit pipelining only: "user annotation for recomputation is not
+    allowed"). With ``explicitRecomputation`` (or explicit pipelining) and None PopART accepts the marks, cloned
+    into the backward stages that read them: the note returned says the simulator does not model that.
+    Checkpoints are accepted throughout."""
     user = [op.name for op in g.ops if op.recompute]
-    if user:
+    if user and auto:
+        raise OptionsError(
+            f"autoRecomputation {TYPES[auto]} with {len(user)} op(s) the model marks Recompute ({user[0]!r} first): "
+            "PopART refuses it (\"A mixture of auto and manual recomputation is not supported\"); a pipeline "
+            "recomputes its stages with autoRecomputation alone: drop the marks, or keep them as checkpoints")
+    if explicit and auto == 3 and not explicit_pipelining:
+        raise OptionsError(
+            "explicitRecomputation with autoRecomputation Pipeline (3, PopTorch's default for a pipeline): PopART "
+            "refuses it (\"Invalid RecomputationType::Pipeline in autoAnnotate when using implicit pipelining\"); "
+            "drop explicitRecomputation, as Graphcore's examples do for their pipelines, or set autoRecomputation "
+            "to None (0), Standard (1), NormOnly (2) or RecomputeAll (4)")
+    if user and not explicit and not explicit_pipelining:
         raise OptionsError(
             f"{len(user)} op(s) the model marks Recompute ({user[0]!r} first) in a pipeline: PopART refuses it "
             "(\"When pipelining is enabled, user annotation for recomputation is not allowed\"); drop the marks "
             "(recomputeOutputInBackwardPass, __recompute_output_in_backward_pass 2) and let autoRecomputation "
-            "recompute the pipeline's stages (Pipeline (3), PopTorch's default for a pipeline), or keep a mark as a "
-            "checkpoint (RecomputeType.Checkpoint)")
+            "recompute the pipeline's stages (Pipeline (3), PopTorch's default for a pipeline), keep a mark as a "
+            "checkpoint (RecomputeType.Checkpoint), or set explicitRecomputation")
+    if user:
+        return [f"not modelled: the {len(user)} op(s) the model marks Recompute in a pipeline with "
+                "explicitRecomputation or explicit pipelining, which PopART recomputes in the backward stages that "
+                "read them; the simulator stashes their outputs"]
+    return []
 
 
 def _losses(g: Graph) -> list[str]:
