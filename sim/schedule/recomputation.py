@@ -60,10 +60,7 @@ def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
     if auto == 0:
         return set(user)
     if user:
-        raise OptionsError(
-            f"autoRecomputation {TYPES[auto]} with {len(user)} op(s) the model marks Recompute ({user[0]!r} "
-            "first): PopART refuses it (\"A mixture of auto and manual recomputation is not supported\"); set "
-            "autoRecomputation to None (0) to recompute the marked ops, or drop the marks")
+        raise _mixture(auto, user, "set autoRecomputation to None (0) to recompute the marked ops, or drop the marks")
     if auto == 3:
         raise OptionsError(
             "autoRecomputation Pipeline (3) on a training run that is not pipelined: PopART refuses it (\"Invalid "
@@ -83,6 +80,14 @@ def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
                 recompute.discard(op.name)
                 todo += [producer[t] for t in op.inputs if t in producer]
     return recompute
+
+
+def _mixture(auto: int, user: list[str], remedy: str) -> OptionsError:
+    """PopART's refusal of the ops ``user`` marked Recompute beside ``autoRecomputation`` ``auto`` (ir.cpp, below
+    2 execution phases), with what to do instead."""
+    return OptionsError(
+        f"autoRecomputation {TYPES[auto]} with {len(user)} op(s) the model marks Recompute ({user[0]!r} first): "
+        f"PopART refuses it (\"A mixture of auto and manual recomputation is not supported\"); {remedy}")
 
 
 def marked_phased(g: Graph, auto: int) -> set[str]:
@@ -106,10 +111,8 @@ def check_pipeline(g: Graph, auto: int, explicit: bool, explicit_pipelining: boo
     Checkpoints are accepted throughout."""
     user = [op.name for op in g.ops if op.recompute]
     if user and auto:
-        raise OptionsError(
-            f"autoRecomputation {TYPES[auto]} with {len(user)} op(s) the model marks Recompute ({user[0]!r} first): "
-            "PopART refuses it (\"A mixture of auto and manual recomputation is not supported\"); a pipeline "
-            "recomputes its stages with autoRecomputation alone: drop the marks, or keep them as checkpoints")
+        raise _mixture(auto, user, "a pipeline recomputes its stages with autoRecomputation alone: drop the marks, "
+                                   "or keep them as checkpoints")
     if explicit and auto == 3 and not explicit_pipelining:
         raise OptionsError(
             "explicitRecomputation with autoRecomputation Pipeline (3, PopTorch's default for a pipeline): PopART "
@@ -242,7 +245,7 @@ def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
                     "from the forward phases; any other type (opts._Popart.set(\"autoRecomputation\", 1)) "
                     "recomputes each phase's ops but the checkpoints in its backward phase"]
         return []
-    if strategy == "pipelined":  # any automatic type recomputes every stage's ops; user marks are refused
+    if strategy == "pipelined":  # any automatic type recomputes every stage's ops; check_pipeline takes user marks
         return []
     if marks:
         return []
