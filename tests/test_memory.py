@@ -156,8 +156,8 @@ def test_pipelined_backward_stage_recomputes_one_layer_just_before_its_gradients
     # the checkpoint (layer 0's output) is stashed, not recomputed; so are the stage's inputs
     checkpoint = next(op for op in forward.ops if op.attrs.get("recomputation_checkpoint"))
     assert checkpoint.name not in {op.name for op in backward.recomputed}
-    assert forward.checkpoint_bytes == ex.graph.tensors[checkpoint.outputs[0]].nbytes
-    assert forward.held_bytes == forward.stash_depth * (forward.inputs_bytes + forward.checkpoint_bytes)
+    assert forward.stashed_bytes == ex.graph.tensors[checkpoint.outputs[0]].nbytes
+    assert forward.held_bytes == forward.stash_depth * (forward.inputs_bytes + forward.stashed_bytes)
     assert checkpoint.outputs[0] in backward.restored
     # the stashed stage inputs are not sent again: only the gradient comes, from the stage before
     assert [s.index for s in ex.stages if backward.index in s.sends] == [backward.index - 1]

@@ -82,3 +82,37 @@ def test_a_block_per_layer_pipelines_as_one_stage_per_ipu_as_popart_merges_them(
     assert [len(r.executable.stages) for r in runs] == [5, 5]
     assert runs[0].cycle_count == runs[1].cycle_count
     assert [s.stash_depth for s in runs[0].executable.stages] == [s.stash_depth for s in runs[1].executable.stages]
+
+
+def test_a_pipeline_that_recomputes_nothing_stashes_every_activation_its_backward_stages_read():
+    """autoRecomputation None (PopART's default for a pipeline): each forward stage stashes every tensor it makes
+    that its backward stage reads, each micro-batch (transforms/pipeline.cpp: with no recomputation all stash
+    candidates are stashed), one stash and one restore op each; the backward stages recompute nothing. So the
+    stash holds more than Pipeline's (the stage's inputs and checkpoints) and the run takes fewer cycles."""
+    def run(auto):
+        o = sim.Options().enableSyntheticData(True).setExecutionStrategy(PipelinedExecution(AutoStage.AutoIncrement))
+        o.Training.gradientAccumulation(16)
+        o._Popart.set("autoRecomputation", auto)
+        g = models.get("bert-base", micro_batch=2, seq_len=128, num_layers=4, layers_per_ipu=[2, 2],
+                       recompute_checkpoint_every_layer=True)
+        return sim.simulate(g, "ipu-m2000", o, training=True, optimizer="sgd")
+    kept, again = run(0), run(3)
+    ex = kept.executable
+    for s in ex.stages[len(ex.stages) // 2 + 1:]:  # the backward stages with a stash behind them
+        forward = ex.stages[s.forward_stage]
+        made = {t for op in forward.ops for t in op.outputs}
+        read = {t for op in s.ops for t in op.inputs} & made
+        assert read and read <= s.restored and not s.recomputed
+        assert forward.stashed_bytes == sum(ex.graph.tensors[t].nbytes for t in read)
+    ops = kept.op_trace()
+    assert ops.name.str.startswith("stash/").sum() > again.op_trace().name.str.startswith("stash/").sum()
+    assert kept.memory[0]["peak_tile_parts"]["stash"] > again.memory[0]["peak_tile_parts"]["stash"]
+    assert kept.cycle_count < again.cycle_count
+
+
+def test_sharded_training_keeps_one_micro_batch_of_its_stage_inputs():
+    """ShardedExecution runs one micro-batch at a time, so a forward stage's inputs are kept for its backward
+    stage once, not as deep as a pipeline's stash would hold them."""
+    run = _bert_pipeline(ShardedExecution(AutoStage.AutoIncrement))
+    stages = run.executable.stages
+    assert [s.stash_depth for s in stages if s.stash_depth] == [1] * (len(stages) // 2)

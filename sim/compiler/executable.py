@@ -321,7 +321,8 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     elif training and strategy.endswith("phased"):
         marks = recomputation.marked_phased(g, auto)
     stages, updates = split_stages(g, training, recompute=strategy == "pipelined" and auto != 0, final_stage=auto == 3,
-                                   recomputed=frozenset(marks) if strategy in ("single", "sharded") else frozenset())
+                                   recomputed=frozenset(marks) if strategy in ("single", "sharded") else frozenset(),
+                                   pipelined=strategy == "pipelined")
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))

@@ -232,7 +232,8 @@ def _remedies(parts: dict[str, int], margin: float = 0.0, memory: IpuMemory | No
     recomputation in the weight update (its activations are the gradients, whatever the micro-batch), more
     checkpoints where the IPU has some already, in a phase the phase's size, its activations' place between
     phases (``--liveness``, not ``layers_per_ipu``, which phased execution does not take) and, unless it
-    recomputes, autoRecomputation (PopART then recomputes every phase but its checkpoints), and, when
+    recomputes, autoRecomputation (PopART then recomputes every phase but its checkpoints), in a pipeline
+    stage that recomputes nothing and stashes, the pipeline's recomputation, and, when
     ``every_ipu_short``, more IPUs rather than moving layers between them."""
     training = any(parts.get(k) for k in ("optimizer_state", "accumulators", "stash"))
     label = (memory.run_label or "") if memory is not None else ""
@@ -254,6 +255,11 @@ def _remedies(parts: dict[str, int], margin: float = 0.0, memory: IpuMemory | No
             tips.append("recomputation of each phase in its backward phase (autoRecomputation Standard, "
                         "--auto-recomputation standard: in phased execution any type but None reruns every forward "
                         "op but the recomputation checkpoints there)")
+    elif training and parts.get("stash") and label.startswith("pipeline") and memory is not None \
+            and not memory.recomputes:  # autoRecomputation None: every activation a backward stage reads is stashed
+        tips.append("recomputation of the pipeline's stages (autoRecomputation Pipeline, --auto-recomputation "
+                    "pipeline: with None, PopART's default, a pipeline stashes every activation its backward stages "
+                    "read)")
     elif training and parts.get("activations") and not update:
         if memory is not None and memory.checkpoints and not memory.recomputes:
             tips.append(f"recomputation between the IPU's {memory.checkpoints} recomputation checkpoints "

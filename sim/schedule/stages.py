@@ -35,7 +35,9 @@ class StageWork:
     sends: dict[int, int] = field(default_factory=dict)  # destination stage index -> bytes
     inputs_bytes: int = 0  # bytes of tensors it receives from other stages or the host
     stash_depth: int = 0  # micro-batches of its inputs (and checkpoints) kept for its backward stage
-    checkpoint_bytes: int = 0  # bytes of its checkpoint outputs its backward stage reads, per micro-batch
+    # bytes of the tensors it makes that its backward stage restores from the stash, per micro-batch: its
+    # checkpoints' outputs when the pipeline recomputes, every activation the backward stage reads when not
+    stashed_bytes: int = 0
     hold: set[str] = field(default_factory=set)  # activations it makes or reads that a later phase reads:
     # live to the end of its run (phased execution)
     through_bytes: int = 0  # bytes of activations of earlier phases a later phase reads, live throughout its run
@@ -48,16 +50,18 @@ class StageWork:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes it keeps on its IPU beyond its own run: stashed inputs and checkpoints."""
-        return self.stash_depth * (self.inputs_bytes + self.checkpoint_bytes)
+        """Bytes it keeps on its IPU beyond its own run: stashed inputs and the tensors it stashes."""
+        return self.stash_depth * (self.inputs_bytes + self.stashed_bytes)
 
 
 def split_stages(g: Graph, training: bool, recompute: bool = True, final_stage: bool = True,
-                 recomputed: frozenset[str] = frozenset()) -> tuple[list[StageWork], list[Op]]:
+                 recomputed: frozenset[str] = frozenset(), pipelined: bool = True) -> tuple[list[StageWork], list[Op]]:
     """(stages in pipeline order, update ops) of a placed graph. ``recompute``: a pipelined training
     run's backward stages recompute their forward stages, and with ``final_stage`` (PopART's Pipeline
-    type) the last forward stage recomputes between its checkpoints too. ``recomputed``: in a training
-    run that is not pipelined, the forward ops PopART marks Recompute
+    type) the last forward stage recomputes between its checkpoints too; without it, a pipeline's
+    forward stages stash every activation their backward stages read (:func:`_stash_activations`).
+    ``recomputed``: in a training run that is not pipelined (``pipelined`` False: one micro-batch in
+    flight, so nothing is kept for more than one), the forward ops PopART marks Recompute
     (:func:`sim.schedule.recomputation.marked`), rerun before the backward ops that read them."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
     fwd_ids = sorted({op.stage for op in forward})
@@ -110,10 +114,13 @@ def split_stages(g: Graph, training: bool, recompute: bool = True, final_stage: 
             ends = [i for i, op in enumerate(last) if is_checkpoint(op)]
             recompute_marked(stages[F - 1], {op.name for op in last[:ends[-1]] if not is_checkpoint(op)}
                               if ends else set())
+    elif training and F > 1 and pipelined:
+        for s in stages[F:]:
+            _stash_activations(s, stages[s.forward_stage], g)
     elif training and recomputed:
         for s in stages[F - 1:]:
             recompute_marked(s, recomputed, stages[s.forward_stage])
-    _flows(g, stages, where, training, F)
+    _flows(g, stages, where, training, F, pipelined)
     return stages, updates
 
 
@@ -141,20 +148,34 @@ def _recompute_just_in_time(stage: StageWork, forward: StageWork, g: Graph) -> N
     that are not recomputed: the forward stage's inputs and its checkpoints' outputs, both
     restored from the stash, and weights. With a checkpoint per layer, one layer's activations
     are recomputed just before that layer's gradients, and freed after them. The forward stage
-    stashes the checkpoint outputs this stage reads (``checkpoint_bytes``), and ``restored``
+    stashes the checkpoint outputs this stage reads (``stashed_bytes``), and ``restored``
     lists what this stage reads from the stash.
     """
     checkpoints = {t for op in forward.ops if is_checkpoint(op) for t in op.outputs}
     recomputable = {t: op for op in forward.ops for t in op.outputs if t not in checkpoints}
     stage.ops, stage.recomputed = rerun(stage.ops, recomputable)
     reads = {t for op in stage.ops for t in op.inputs}
-    restored = reads & checkpoints
-    forward.checkpoint_bytes = sum(g.tensors[t].nbytes for t in restored)
-    stage.restored |= restored
+    _restore(stage, forward, reads & checkpoints, g)
 
 
-def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: bool, F: int) -> None:
-    """Host streams, inter-stage sends and stash depths of each stage."""
+def _stash_activations(stage: StageWork, forward: StageWork, g: Graph) -> None:
+    """A pipelined backward stage that recomputes nothing (``autoRecomputation`` None) restores from the stash
+    every tensor its forward stage made that it reads: PopART stashes all its stash candidates then
+    (transforms/pipeline.cpp ``prepareForStashing``: "If there is no recomputation ... the candidates for
+    stashing will all be stashed"), each in its own StashOp and RestoreOp."""
+    made = {t for op in forward.ops if op.pass_ == "forward" for t in op.outputs}
+    _restore(stage, forward, {t for op in stage.ops for t in op.inputs} & made, g)
+
+
+def _restore(stage: StageWork, forward: StageWork, tensors: set[str], g: Graph) -> None:
+    """Backward ``stage`` restores ``tensors``, made by its ``forward`` stage, from that stage's stash."""
+    forward.stashed_bytes = sum(g.tensors[t].nbytes for t in tensors)
+    stage.restored |= tensors
+
+
+def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: bool, F: int,
+           pipelined: bool = True) -> None:
+    """Host streams, inter-stage sends and stash depths of each stage (one micro-batch when not ``pipelined``)."""
     producer = {}
     for op in g.ops:
         for t in op.outputs:
@@ -214,4 +235,4 @@ def _flows(g: Graph, stages: list[StageWork], where: dict[str, int], training: b
         stages[src].host_outputs.append(t)
     if training and F > 1:
         for s in stages[:F - 1]:
-            s.stash_depth = (len(stages) - 1 - s.index) - s.index + 1
+            s.stash_depth = (len(stages) - 1 - s.index) - s.index + 1 if pipelined else 1
