@@ -75,6 +75,19 @@ def test_advice_counts_existing_checkpoints_and_every_ipu_short():
     assert advice.startswith("less of the model on this IPU")
 
 
+def test_a_pipeline_stage_that_stashes_without_recomputing_is_told_to_recompute():
+    """A pipeline with autoRecomputation None stashes every activation its backward stages read: the stage is
+    told about the pipeline's recomputation (Pipeline, PopTorch's default), not RecomputeAll or checkpoints."""
+    parts = {"stash": 900, "activations": 400, "temporaries": 300, "weights": 200}
+    context = dict(op_kind="matmul", op_pass="forward", run_label="pipeline stage 0", amp_governed=True,
+                   training=True, checkpoints=4)
+    advice, _ = _advice({0: _memory(parts=parts, **context)})
+    assert "recomputation of the pipeline's stages (autoRecomputation Pipeline, --auto-recomputation pipeline" in advice
+    assert "RecomputeAll" not in advice and "more recomputation checkpoints" not in advice
+    advice, _ = _advice({0: _memory(parts=parts, recomputes=True, **context)})
+    assert "recomputation of the pipeline's stages" not in advice and "more recomputation checkpoints" in advice
+
+
 def test_checkpoints_that_recompute_nothing_are_told_how_to():
     """One IPU with checkpoints whose run recomputes nothing (autoRecomputation None, PopTorch's default off a
     pipeline): more checkpoints would not help; RecomputeAll would."""
