@@ -254,8 +254,9 @@ def test_phased_training_recomputes_each_phase_in_its_backward_phase():
 def test_popart_refuses_a_pipelines_user_marks_as_it_does():
     """PopART's checks of a pipeline, in its order: user marks beside an automatic type are its mixture; marks
     with None and implicit recomputation are refused by Pipeline::apply, in inference too; explicitRecomputation
-    clones them before that check (accepted, noted as not modelled), and with Pipeline, PopTorch's default for a
-    pipeline, autoAnnotate refuses it. Checkpoints alone are what a pipeline takes."""
+    clones them into their backward stages before that check (accepted: rerun there, not stashed), and with
+    Pipeline, PopTorch's default for a pipeline, autoAnnotate refuses it. Checkpoints alone are what a pipeline
+    takes."""
     g = models.get("bert-base", num_layers=2, layers_per_ipu=[1, 1], micro_batch=2,
                    recompute_checkpoint_every_layer=True)
 
@@ -280,9 +281,11 @@ def test_popart_refuses_a_pipelines_user_marks_as_it_does():
             compile_(auto, training)
     with pytest.raises(OptionsError, match="A mixture of auto and manual recomputation is not supported"):
         compile_(None)  # PopTorch's default, Pipeline
+    # explicitRecomputation: the GELU reruns in its backward stage before its gradient, and is not stashed
     explicit = compile_(0, explicit=True)
-    assert any(n.startswith("not modelled: the 1 op(s) the model marks Recompute in a pipeline with "
-                            "explicitRecomputation") for n in explicit.notes)
+    backward = next(s for s in explicit.stages if s.recomputed)
+    gelu = next(op for op in explicit.graph.ops if op.kind == "gelu" and op.recompute)
+    assert [op.name for op in backward.recomputed] == [gelu.name] and set(gelu.outputs).isdisjoint(backward.restored)
 
 def test_sharded_training_recomputes_each_stage_from_its_own_forward_ops():
     """ShardedExecution is not pipelined: with RecomputeAll each backward stage reruns, on its IPU, the marked

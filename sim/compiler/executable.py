@@ -313,22 +313,22 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     lap("costs")
     auto = o.recomputation_type(pipelined=strategy == "pipelined")
     explicit = o.explicit_recomputation()
-    pipeline_notes = (recomputation.check_pipeline(g, auto, explicit, o.explicit_pipelining)
-                      if strategy == "pipelined" else [])
     marks = set()
-    if training and strategy in ("single", "sharded"):
+    if strategy == "pipelined":  # PopART's refusals; the user marks it accepts
+        marks = recomputation.check_pipeline(g, auto, explicit, o.explicit_pipelining)
+    elif training and strategy in ("single", "sharded"):
         marks = recomputation.marked(g, auto, explicit)
     elif training and strategy.endswith("phased"):
         marks = recomputation.marked_phased(g, auto)
     stages, updates = split_stages(g, training, recompute=strategy == "pipelined" and auto != 0, final_stage=auto == 3,
-                                   recomputed=frozenset(marks) if strategy in ("single", "sharded") else frozenset(),
+                                   recomputed=frozenset(marks) if not strategy.endswith("phased") else frozenset(),
                                    pipelined=strategy == "pipelined")
     # the replicas on one host link, over all instances: a PopDist instance's replicas share their
     # IPU-Machine's link with the next instance's (each fed by its own process)
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = list(graph.notes) + unphased  # the front end's
     notes += [pieces.describe(g)] if pieces is not None else []
-    notes += (recomputation.notes(g, auto, strategy, marks) if training else []) + pipeline_notes
+    notes += recomputation.notes(g, auto, strategy, marks) if training else []
     notes += _shared_weight_notes(g) if strategy == "sharded" else []
     notes += [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)

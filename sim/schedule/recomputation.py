@@ -26,7 +26,8 @@ mirroring its forward phase (ExplicitRecompute's context ``2 * phases - 2 - phas
 
 PopART refuses Pipeline (3) on a run that is not pipelined, and user marks beside an automatic type
 (:func:`marked`). A pipeline's recomputation is its own (:mod:`sim.schedule.stages`); PopART's (implicit)
-pipelining refuses user marks unless ``explicitRecomputation`` clones them first (:func:`check_pipeline`).
+pipelining refuses user marks unless ``explicitRecomputation`` clones them first (:func:`check_pipeline`),
+and then reruns them in the backward stages that read them.
 
 Before each backward op, the marked ops making what it reads, walking back to kept tensors, run
 again, each once (popx/irlowering.cpp ``FindRequiredRecomputes``): :func:`rerun`.
@@ -100,15 +101,15 @@ def marked_phased(g: Graph, auto: int) -> set[str]:
         auto and not is_checkpoint(op) and op.kind not in SIDE_EFFECT_KINDS))}
 
 
-def check_pipeline(g: Graph, auto: int, explicit: bool, explicit_pipelining: bool = False) -> list[str]:
+def check_pipeline(g: Graph, auto: int, explicit: bool, explicit_pipelining: bool = False) -> set[str]:
     """PopART's refusals of a pipeline's recomputation settings, in its order (ir.cpp, then
     transforms/pipeline.cpp; SDK 2.1 to the last release), as :class:`OptionsError`: ops the model marks
     Recompute beside an automatic type (ir.cpp's mixture check), ``autoRecomputation`` Pipeline with
     ``explicitRecomputation`` (``autoAnnotate`` takes it only with explicit pipelining), and marked ops with
     neither (``Pipeline::apply``, implicit pipelining only: "user annotation for recomputation is not
     allowed"). With ``explicitRecomputation`` (or explicit pipelining) and None PopART accepts the marks, cloned
-    into the backward stages that read them: the note returned says the simulator does not model that.
-    Checkpoints are accepted throughout."""
+    into the backward stages that read them: their names are returned (``sim.schedule.stages`` reruns them
+    there). Checkpoints are accepted throughout."""
     user = [op.name for op in g.ops if op.recompute]
     if user and auto:
         raise _mixture(auto, user, "a pipeline recomputes its stages with autoRecomputation alone: drop the marks, "
@@ -126,11 +127,7 @@ def check_pipeline(g: Graph, auto: int, explicit: bool, explicit_pipelining: boo
             "(recomputeOutputInBackwardPass, __recompute_output_in_backward_pass 2) and let autoRecomputation "
             "recompute the pipeline's stages (Pipeline (3), PopTorch's default for a pipeline), keep a mark as a "
             "checkpoint (RecomputeType.Checkpoint), or set explicitRecomputation")
-    if user:
-        return [f"not modelled: the {len(user)} op(s) the model marks Recompute in a pipeline with "
-                "explicitRecomputation or explicit pipelining, which PopART recomputes in the backward stages that "
-                "read them; the simulator stashes their outputs"]
-    return []
+    return {name for name in user if name in {op.name for op in g.ops if op.pass_ == "forward"}}
 
 
 def _losses(g: Graph) -> list[str]:

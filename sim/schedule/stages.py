@@ -60,9 +60,10 @@ def split_stages(g: Graph, training: bool, recompute: bool = True, final_stage: 
     run's backward stages recompute their forward stages, and with ``final_stage`` (PopART's Pipeline
     type) the last forward stage recomputes between its checkpoints too; without it, a pipeline's
     forward stages stash every activation their backward stages read (:func:`_stash_activations`).
-    ``recomputed``: in a training run that is not pipelined (``pipelined`` False: one micro-batch in
-    flight, so nothing is kept for more than one), the forward ops PopART marks Recompute
-    (:func:`sim.schedule.recomputation.marked`), rerun before the backward ops that read them."""
+    ``recomputed``: the forward ops PopART marks Recompute (:func:`sim.schedule.recomputation.marked` in a
+    training run that is not pipelined, where one micro-batch is in flight (``pipelined`` False), so nothing is
+    kept for more than one; a pipeline's user marks without ``recompute``), rerun before the backward ops that
+    read them."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
     fwd_ids = sorted({op.stage for op in forward})
     F = len(fwd_ids)
@@ -116,7 +117,9 @@ def split_stages(g: Graph, training: bool, recompute: bool = True, final_stage: 
                               if ends else set())
     elif training and F > 1 and pipelined:
         for s in stages[F:]:
-            _stash_activations(s, stages[s.forward_stage], g)
+            _stash_activations(s, stages[s.forward_stage], g, recomputed)
+        if recomputed:  # the last forward stage, merged with its backward, reruns its marked ops too
+            recompute_marked(stages[F - 1], recomputed)
     elif training and recomputed:
         for s in stages[F - 1:]:
             recompute_marked(s, recomputed, stages[s.forward_stage])
@@ -158,13 +161,20 @@ def _recompute_just_in_time(stage: StageWork, forward: StageWork, g: Graph) -> N
     _restore(stage, forward, reads & checkpoints, g)
 
 
-def _stash_activations(stage: StageWork, forward: StageWork, g: Graph) -> None:
-    """A pipelined backward stage that recomputes nothing (``autoRecomputation`` None) restores from the stash
-    every tensor its forward stage made that it reads: PopART stashes all its stash candidates then
-    (transforms/pipeline.cpp ``prepareForStashing``: "If there is no recomputation ... the candidates for
-    stashing will all be stashed"), each in its own StashOp and RestoreOp."""
+def _stash_activations(stage: StageWork, forward: StageWork, g: Graph, marks: frozenset[str] = frozenset()) -> None:
+    """A pipelined backward stage with ``autoRecomputation`` None restores from the stash every tensor its forward
+    stage made that it reads: PopART stashes all its stash candidates then (transforms/pipeline.cpp
+    ``prepareForStashing``: "If there is no recomputation ... the candidates for stashing will all be stashed"),
+    each in its own StashOp and RestoreOp. The forward ops the model marks Recompute (``marks``: a pipeline takes
+    them with explicitRecomputation or explicit pipelining, :func:`sim.schedule.recomputation.check_pipeline`)
+    run again before the backward ops that read them instead (ExplicitRecompute's clones in the backward
+    stage), and what they make is not stashed."""
     made = {t for op in forward.ops if op.pass_ == "forward" for t in op.outputs}
-    _restore(stage, forward, {t for op in stage.ops for t in op.inputs} & made, g)
+    recomputable = {t: op for op in forward.ops if op.pass_ == "forward" and op.name in marks for t in op.outputs}
+    if recomputable:
+        stage.ops, stage.recomputed = rerun(stage.ops, recomputable)
+    again = {t for op in stage.recomputed for t in op.outputs}
+    _restore(stage, forward, {t for op in stage.ops for t in op.inputs} & made - again, g)
 
 
 def _restore(stage: StageWork, forward: StageWork, tensors: set[str], g: Graph) -> None:
