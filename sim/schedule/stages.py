@@ -60,10 +60,10 @@ def split_stages(g: Graph, training: bool, recompute: bool = True, final_stage: 
     run's backward stages recompute their forward stages, and with ``final_stage`` (PopART's Pipeline
     type) the last forward stage recomputes between its checkpoints too; without it, a pipeline's
     forward stages stash every activation their backward stages read (:func:`_stash_activations`).
-    ``recomputed``: the forward ops PopART marks Recompute (:func:`sim.schedule.recomputation.marked` in a
-    training run that is not pipelined, where one micro-batch is in flight (``pipelined`` False), so nothing is
-    kept for more than one; a pipeline's user marks without ``recompute``), rerun before the backward ops that
-    read them."""
+    ``recomputed``: the forward ops PopART marks Recompute, rerun before the backward ops that read them:
+    :func:`sim.schedule.recomputation.marked`'s in a training run that is not pipelined, or the user marks a
+    pipeline without ``recompute`` accepts (:func:`sim.schedule.recomputation.check_pipeline`). ``pipelined``
+    False (one IPU, sharded): one micro-batch is in flight, so a stage keeps nothing for more than one."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
     fwd_ids = sorted({op.stage for op in forward})
     F = len(fwd_ids)
