@@ -53,11 +53,17 @@ def is_checkpoint(op: Op) -> bool:
     return bool(op.attrs.get("recomputation_checkpoint"))
 
 
+def user_marks(g: Graph) -> list[str]:
+    """Names of the forward ops the model marks Recompute (PopART's ``recomputeOutputInBackwardPass``), in
+    the model's order."""
+    return [op.name for op in g.ops if op.pass_ == "forward" and op.recompute]
+
+
 def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
     """Names of the forward ops PopART marks Recompute in a training run that is not pipelined, with
     ``autoRecomputation`` ``auto`` (a number of :data:`TYPES`) and ``explicitRecomputation``
     ``explicit``. Raises :class:`OptionsError` where PopART refuses the settings."""
-    user = [op.name for op in g.ops if op.pass_ == "forward" and op.recompute]
+    user = user_marks(g)
     if auto == 0:
         return set(user)
     if user:
@@ -97,8 +103,9 @@ def marked_phased(g: Graph, auto: int) -> set[str]:
     (transforms/streamingmemory.cpp, pass 1: "Recompute everything else (fwd) not set by the user";
     IPU copies and random seeds, which the simulator has no ops for, excepted there). ``auto``'s type does
     not matter, and user marks beside it are accepted (ir.cpp refuses the mixture only below 2 phases)."""
-    return {op.name for op in g.ops if op.pass_ == "forward" and (op.recompute or (
-        auto and not is_checkpoint(op) and op.kind not in SIDE_EFFECT_KINDS))}
+    automatic = {op.name for op in g.ops if op.pass_ == "forward" and not is_checkpoint(op)
+                 and op.kind not in SIDE_EFFECT_KINDS} if auto else set()
+    return set(user_marks(g)) | automatic
 
 
 def check_pipeline(g: Graph, auto: int, explicit: bool, explicit_pipelining: bool = False) -> set[str]:
@@ -110,7 +117,7 @@ def check_pipeline(g: Graph, auto: int, explicit: bool, explicit_pipelining: boo
     allowed"). With ``explicitRecomputation`` (or explicit pipelining) and None PopART accepts the marks, cloned
     into the backward stages that read them: their names are returned (``sim.schedule.stages`` reruns them
     there). Checkpoints are accepted throughout."""
-    user = [op.name for op in g.ops if op.recompute]
+    user = user_marks(g)
     if user and auto:
         raise _mixture(auto, user, "a pipeline recomputes its stages with autoRecomputation alone: drop the marks, "
                                    "or keep them as checkpoints")
@@ -127,7 +134,7 @@ def check_pipeline(g: Graph, auto: int, explicit: bool, explicit_pipelining: boo
             "(recomputeOutputInBackwardPass, __recompute_output_in_backward_pass 2) and let autoRecomputation "
             "recompute the pipeline's stages (Pipeline (3), PopTorch's default for a pipeline), keep a mark as a "
             "checkpoint (RecomputeType.Checkpoint), or set explicitRecomputation")
-    return {name for name in user if name in {op.name for op in g.ops if op.pass_ == "forward"}}
+    return set(user)
 
 
 def _losses(g: Graph) -> list[str]:
@@ -230,7 +237,7 @@ def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
     ``strategy`` its execution strategy, ``marks`` the ops :func:`marked` or :func:`marked_phased` gave
     (empty for a pipeline)."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
-    user = sum(op.recompute for op in forward)
+    user = len(user_marks(g))
     if strategy.endswith("phased"):
         if auto:
             return [f"autoRecomputation {TYPES[auto]} in phased execution: PopART marks the {len(marks)} forward ops "

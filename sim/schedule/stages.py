@@ -132,8 +132,7 @@ def recompute_marked(stage: StageWork, marks: set[str], forward: StageWork | Non
     the ops of ``forward`` (default: its own forward ops) named in ``marks`` that make what it reads are
     run again (:func:`~sim.schedule.recomputation.rerun`). A stage running forward and backward ops keeps
     two runs for tile memory: the forward pass, and the backward pass with the recomputed ops."""
-    forward = forward or stage
-    recomputable = {t: op for op in forward.ops if op.pass_ == "forward" and op.name in marks for t in op.outputs}
+    recomputable = _recomputable(forward or stage, marks)
     own = [op for op in stage.ops if op.pass_ == "forward"]
     again, copies = rerun([op for op in stage.ops if op.pass_ != "forward"], recomputable)
     if not copies:
@@ -170,11 +169,16 @@ def _stash_activations(stage: StageWork, forward: StageWork, g: Graph, marks: fr
     run again before the backward ops that read them instead (ExplicitRecompute's clones in the backward
     stage), and what they make is not stashed."""
     made = {t for op in forward.ops if op.pass_ == "forward" for t in op.outputs}
-    recomputable = {t: op for op in forward.ops if op.pass_ == "forward" and op.name in marks for t in op.outputs}
+    recomputable = _recomputable(forward, marks)
     if recomputable:
         stage.ops, stage.recomputed = rerun(stage.ops, recomputable)
     again = {t for op in stage.recomputed for t in op.outputs}
     _restore(stage, forward, {t for op in stage.ops for t in op.inputs} & made - again, g)
+
+
+def _recomputable(forward: StageWork, marks: frozenset[str] | set[str]) -> dict[str, Op]:
+    """Each tensor an op of ``forward`` named in ``marks`` makes -> that op (what :func:`rerun` may make again)."""
+    return {t: op for op in forward.ops if op.pass_ == "forward" and op.name in marks for t in op.outputs}
 
 
 def _restore(stage: StageWork, forward: StageWork, tensors: set[str], g: Graph) -> None:
