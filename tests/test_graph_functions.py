@@ -28,6 +28,7 @@ def _compile(functions: bool):
         o.cachedGraphFunctions(True)
     else:
         o._Popart.set("aliasZeroCopy", True)  # the ops' own costs, no outlined calls' copies
+        o._Popart.set("explicitRecomputation", True)  # which PopART requires beside it
     return sim.compile(_net(), "ipu-mk2", o, training=True)
 
 

@@ -137,6 +137,7 @@ def test_outlining_options_where_no_outlining_runs():
     o._Popart.set("enableOutlining", False)
     o._Popart.set("outlineThreshold", 10.0)
     o._Popart.set("aliasZeroCopy", True)
+    o._Popart.set("explicitRecomputation", True)  # which PopART requires beside it
     notes = _notes(_bert(), options=o)
     assert ("outlineThreshold: it chooses the sequences outlined as calls with copies, and outlining is off "
             "(enableOutlining False); no effect") in notes

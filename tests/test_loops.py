@@ -28,6 +28,7 @@ def _compiled(alias_zero_copy: bool = False):
     opts = poptorch.Options().enableSyntheticData(True)
     if alias_zero_copy:
         opts._Popart.set("aliasZeroCopy", True)
+        opts._Popart.set("explicitRecomputation", True)  # which PopART requires beside it
     model = poptorch.inferenceModel(Lookups(), options=opts)
     model(torch.randint(0, 512, (256,)), torch.zeros(256, 64), torch.ones(128, 64))
     return model.executable

@@ -60,7 +60,9 @@ def test_a_matmul_that_occurs_once_is_no_call():
 def test_alias_zero_copy_and_a_high_threshold_leave_the_copies_out():
     g = _chain([(256, 256)] * 3)
     off = _cycles(g, enableOutlining=False)
-    assert _cycles(g, aliasZeroCopy=True) == off
+    assert _cycles(g, aliasZeroCopy=True, explicitRecomputation=True) == off
+    with pytest.raises(sim.OptionsError, match="aliasZeroCopy without explicitRecomputation: PopART refuses it"):
+        _cycles(g, aliasZeroCopy=True)
     assert _cycles(g, outlineThreshold=1e9) == off
 
 
@@ -204,7 +206,7 @@ def test_poptorch_runs_price_popart_outlining_unless_alias_zero_copy():
         model(torch.zeros(16, 64))
         return model
 
-    copied, elided = run(), run(aliasZeroCopy=True)
+    copied, elided = run(), run(aliasZeroCopy=True, explicitRecomputation=True)
     assert any(n.startswith("PopART outlining:") and "IPU 0: 3 calls" in n for n in copied.executable.notes)
     assert not any(n.startswith("PopART outlining:") for n in elided.executable.notes)
     assert elided.cycleCount() < copied.cycleCount()

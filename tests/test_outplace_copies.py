@@ -33,6 +33,7 @@ def _compile(b: GraphBuilder, training: bool, tf: bool = False):
         b.mse_loss(b.graph.outputs[-1], b.input("target", (256, 256)))
     o = sim.Options().enableSyntheticData(True)
     o._Popart.set("aliasZeroCopy", True)  # each op's own cost, no outlined calls' copies
+    o._Popart.set("explicitRecomputation", True)  # which PopART requires beside it
     if tf:
         o.cachedGraphFunctions(True)
     return sim.compile(b.graph, "ipu-mk2", o, training=training)

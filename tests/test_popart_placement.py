@@ -160,6 +160,26 @@ def test_a_pipelines_recompute_marks_as_popart_takes_them():
         assert [op.kind for s in stages for op in s.recomputed] == ["relu"]
 
 
+def test_alias_zero_copy_as_popart_takes_it():
+    """PopART (SDK 2.6 on, Ir::verifyAliasZeroCopySettings) refuses aliasZeroCopy with implicit pipelining and
+    without explicitRecomputation; a pipeline with explicit main loops and host copy ops and explicitRecomputation
+    takes it, and so does a model that is not pipelined with explicitRecomputation."""
+    def session(pipelined=True, **settings):
+        b, loss = _chain()
+        pipeline = {"enablePipelining": True, "enableGradientAccumulation": True, "accumulationFactor": 4}
+        sess = _session(b, loss, 2, _auto(aliasZeroCopy=True, **(pipeline if pipelined else {}), **settings))
+        sess.prepareDevice()
+        return sess
+    with pytest.raises(OptionsError, match="not supported with implicit pipelining"):
+        session(explicitRecomputation=True)
+    with pytest.raises(OptionsError, match="not supported with implicit recomputation.*set _Popart "
+                                           "explicitRecomputation True"):
+        session(useHostCopyOps=True, enableExplicitMainLoops=True)
+    assert session(useHostCopyOps=True, enableExplicitMainLoops=True,
+                   explicitRecomputation=True).executable.strategy == "pipelined"
+    assert session(pipelined=False, explicitRecomputation=True).executable.strategy == "sharded"
+
+
 def _phased(phases: int = 4, stages: int = 2, **locations):
     opts = popart.SessionOptions()
     opts.virtualGraphMode = popart.VirtualGraphMode.ExecutionPhases

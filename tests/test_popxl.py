@@ -307,6 +307,7 @@ def test_a_program_may_go_back_to_an_ipu_it_used_before():
     o = sim.Options().deviceIterations(2).setExecutionStrategy(ShardedExecution(AutoStage.AutoIncrement))
     o.stepIOCallbacks(False)  # PopXL counts its stream callbacks in its run's host work
     o._Popart.set("aliasZeroCopy", True)  # as PopXL's Ir sets it: IPU 0's two like matmuls copy nothing
+    o._Popart.set("explicitRecomputation", True)  # PopXL's Ir sets it too
     ref = sim.simulate(b.graph, "ipu-m2000", o)
     assert s.cycle_count == ref.cycle_count
 

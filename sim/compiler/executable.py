@@ -184,7 +184,26 @@ def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replic
             "finished, cannot run it: use ShardedExecution (--strategy sharded), as PopTransformer does, or one IPU")
     if strategy == "pipelined":
         _check_weights_on_one_ipu(g)
+    _check_alias_zero_copy(o, strategy)
     check_overlap(o, g, training)
+
+
+def _check_alias_zero_copy(o: Options, strategy: str) -> None:
+    """PopART's refusals of ``aliasZeroCopy`` (``Ir::verifyAliasZeroCopySettings``, SDK 2.6 to the last
+    release): not with implicit pipelining (a pipeline without explicit main loops and host copy ops), and
+    only with ``explicitRecomputation``, as PopXL's Ir sets them both."""
+    if not o.alias_zero_copy():
+        return
+    if strategy == "pipelined" and not o.explicit_pipelining:
+        raise OptionsError(
+            "aliasZeroCopy in a pipeline: PopART refuses it (\"Alias zero copy is not supported with implicit "
+            "pipelining\"); turn aliasZeroCopy off, or run the pipeline with explicit main loops and host copy ops "
+            "(enableExplicitMainLoops and useHostCopyOps, as PopXL does)")
+    if not o.explicit_recomputation():
+        raise OptionsError(
+            "aliasZeroCopy without explicitRecomputation: PopART refuses it (\"Alias zero copy is currently not "
+            "supported with implicit recomputation\"); set _Popart explicitRecomputation True beside it (PopXL "
+            "sets both), or turn aliasZeroCopy off")
 
 
 def _weights_on_several_ipus(g: Graph) -> dict[str, dict[int, str]]:

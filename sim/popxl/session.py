@@ -421,6 +421,7 @@ class Session:
             o.deviceIterations(self._passes())
         o.replicationFactor(ir.instance_replication_factor)
         o._Popart.set("aliasZeroCopy", True)  # PopXL's Ir sets it (popxl ir.py): its calls' copies are elided
+        o._Popart.set("explicitRecomputation", True)  # as PopXL's Ir does, which PopART requires beside the above
         o.outputMode(OutputMode.All)
         o.logCycleCount(True)
         o.auto_round_num_ipus = True  # PopXL reserves the next power of two of IPUs (not the user's setting: unrecorded)
