@@ -155,9 +155,30 @@ def test_a_pipelines_recompute_marks_as_popart_takes_them():
         return sess
     with pytest.raises(OptionsError, match="user annotation for recomputation is not allowed"):
         session()
-    for settings in ({"useHostCopyOps": True, "enableExplicitMainLoops": True}, {"explicitRecomputation": True}):
+    explicit_pipelining = {"useHostCopyOps": True, "enableExplicitMainLoops": True, "explicitRecomputation": True}
+    for settings in (explicit_pipelining, {"explicitRecomputation": True}):
         stages = session(**settings).executable.stages
         assert [op.kind for s in stages for op in s.recomputed] == ["relu"]
+
+
+def test_an_explicit_pipeline_as_popart_takes_it():
+    """PopART's checks of every explicit pipeline (ExplicitPipelineHelper::compatibilityChecks): it needs
+    explicitRecomputation, and no output returned every N micro-batches."""
+    def session(art="All", **settings):
+        b, loss = _chain()
+        opts = _auto(enablePipelining=True, enableGradientAccumulation=True, accumulationFactor=4,
+                     useHostCopyOps=True, enableExplicitMainLoops=True, **settings)
+        sess = popart.TrainingSession(b.getModelProto(), popart.DataFlow(2, {loss: popart.AnchorReturnType(art, 2)}),
+                                      loss, popart.ConstSGD(0.1), popart.DeviceManager().acquireAvailableDevice(2),
+                                      userOptions=opts)
+        sess.prepareDevice()
+        return sess
+    with pytest.raises(OptionsError, match="SessionOption 'explicitRecomputation' must be true"):
+        session()
+    with pytest.raises(OptionsError, match="Cannot execute when an anchor has AnchorReturnType 'EveryN'"):
+        session("EveryN", explicitRecomputation=True)
+    sess = session(explicitRecomputation=True)
+    assert sess.executable.strategy == "pipelined" and sess._sim_options.explicit_pipelining
 
 
 def test_alias_zero_copy_as_popart_takes_it():

@@ -185,7 +185,25 @@ def _check_strategy_options(o: Options, g: Graph, strategy: str, ipus_per_replic
     if strategy == "pipelined":
         _check_weights_on_one_ipu(g)
     _check_alias_zero_copy(o, strategy)
+    if strategy == "pipelined" and o.explicit_pipelining:
+        _check_explicit_pipeline(o, training)
     check_overlap(o, g, training)
+
+
+def _check_explicit_pipeline(o: Options, training: bool) -> None:
+    """PopART's checks of an explicit pipeline (``ExplicitPipelineHelper::compatibilityChecks``, which
+    ``Pipeline::applyExplicit`` runs on every one): ``explicitRecomputation`` is required, and no output may be
+    returned every N (its counter would advance every pipeline cycle). PopXL's Ir sets the first."""
+    if not o.explicit_recomputation():
+        raise OptionsError(
+            "a pipeline with explicit main loops and host copy ops (explicit pipelining) without "
+            "explicitRecomputation: PopART refuses it (\"SessionOption 'explicitRecomputation' must be true.\"); "
+            "set explicitRecomputation True, or drop enableExplicitMainLoops and useHostCopyOps")
+    if o.resolved_output_mode(training) == OutputMode.EveryN:
+        raise OptionsError(
+            "outputs returned every N micro-batches (AnchorReturnType EveryN) in an explicit pipeline: PopART "
+            "refuses it (\"[Explicit Pipeline] Cannot execute when an anchor has AnchorReturnType 'EveryN'\"); "
+            "return All, Final or Sum")
 
 
 def _check_alias_zero_copy(o: Options, strategy: str) -> None:
