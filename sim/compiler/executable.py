@@ -365,7 +365,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
     simulated = list(range(min(o.total_replicas(), max(1, system.host_link.ipus_per_link // k))))
     notes = list(graph.notes) + unphased  # the front end's
     notes += [pieces.describe(g)] if pieces is not None else []
-    notes += recomputation.notes(g, auto, strategy, marks) if training else []
+    notes += recomputation.notes(g, auto, strategy, marks, explicit) if training else []
     notes += _shared_weight_notes(g) if strategy == "sharded" else []
     notes += [f"option {key}={v!r}: accepted, no modelled effect" for key, v in o.unmodelled().items()]
     notes += _unused_memory_proportion_ipus(o, k)

@@ -231,11 +231,12 @@ def rerun(ops: list[Op], recomputable: dict[str, Op]) -> tuple[list[Op], list[Op
     return out, copies
 
 
-def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
+def notes(g: Graph, auto: int, strategy: str, marks: set[str], explicit: bool = False) -> list[str]:
     """What a training run's recomputation settings do where the run alone would not say it: checkpoints or a
-    type that recompute nothing, and phased execution's marks; ``auto`` its ``autoRecomputation`` number,
-    ``strategy`` its execution strategy, ``marks`` the ops :func:`marked` or :func:`marked_phased` gave
-    (empty for a pipeline)."""
+    type that recompute nothing, phased execution's marks, and a pipeline's automatic type beside
+    ``explicitRecomputation`` (``explicit``), which is not modelled as PopART runs it; ``auto`` its
+    ``autoRecomputation`` number, ``strategy`` its execution strategy, ``marks`` the ops :func:`marked` or
+    :func:`marked_phased` gave (empty for a pipeline)."""
     forward = [op for op in g.ops if op.pass_ == "forward"]
     user = len(user_marks(g))
     if strategy.endswith("phased"):
@@ -250,6 +251,12 @@ def notes(g: Graph, auto: int, strategy: str, marks: set[str]) -> list[str]:
                     "recomputes each phase's ops but the checkpoints in its backward phase"]
         return []
     if strategy == "pipelined":  # any automatic type recomputes every stage's ops; check_pipeline takes user marks
+        if explicit and auto in (1, 2, 4):  # check_pipeline refuses Pipeline (3) beside explicitRecomputation
+            return [f"not modelled: explicitRecomputation with autoRecomputation {TYPES[auto]} in a pipeline: PopART "
+                    f"first marks the forward ops {TYPES[auto]} chooses (ir.cpp autoAnnotate) and clones them into "
+                    "the backward stages that read them (ExplicitRecompute), then its pipeline transform recomputes "
+                    "the stages; the simulator runs only the pipeline's recomputation of every forward stage from "
+                    "its stashed inputs, as with the type alone"]
         return []
     if marks:
         return []
