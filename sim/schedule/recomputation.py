@@ -253,10 +253,9 @@ def notes(g: Graph, auto: int, strategy: str, marks: set[str], explicit: bool = 
     if strategy == "pipelined":  # any automatic type recomputes every stage's ops; check_pipeline takes user marks
         if explicit and auto in (1, 2, 4):  # check_pipeline refuses Pipeline (3) beside explicitRecomputation
             return [f"not modelled: explicitRecomputation with autoRecomputation {TYPES[auto]} in a pipeline: PopART "
-                    f"first marks the forward ops {TYPES[auto]} chooses (ir.cpp autoAnnotate) and clones them into "
-                    "the backward stages that read them (ExplicitRecompute), then its pipeline transform recomputes "
-                    "the stages; the simulator runs only the pipeline's recomputation of every forward stage from "
-                    "its stashed inputs, as with the type alone"]
+                    f"marks the forward ops {TYPES[auto]} chooses (ir.cpp autoAnnotate) and clones them into the "
+                    "backward stages that read them (ExplicitRecompute) before its pipeline transform; the simulator "
+                    "recomputes every forward stage from its stashed inputs instead, as with the type alone"]
         return []
     if marks:
         return []
