@@ -16,7 +16,7 @@ from .graph.ir import Graph, GraphBuilder, Op, Tensor
 from .hardware.system import System, available_systems, load_system
 from .options import Options, OutputMode, PipelineCopies
 from .results.run import Run
-from .schedule.hostio import optimizer_from_host, variables_between_host
+from .schedule.hostio import optimizer_from_host, rng_state_between_host, variables_between_host
 from .virtual_clock import real_perf_counter
 from .graph.training import Optimizer
 
@@ -47,6 +47,16 @@ def variable_copy_seconds(executable: Executable, to_device: bool) -> float:
     return _host_program_seconds(executable, program) if program.items else 0.0
 
 
+def rng_state_copy_seconds(executable: Executable, to_device: bool, ipus: int = 0) -> float:
+    """Seconds of PopART's RngStateFromHost (``to_device``) or RngStateToHost engine run for ``executable`` on
+    ``ipus`` IPUs a replica (default: those the model uses) (:func:`sim.schedule.hostio.rng_state_between_host`);
+    0 with synthetic data, where PopART runs neither."""
+    if executable.options.synthetic_data:
+        return 0.0
+    program = rng_state_between_host(executable.system.ipu, ipus or executable.ipus_per_replica, to_device)
+    return _host_program_seconds(executable, program)
+
+
 def _host_program_seconds(executable: Executable, program) -> float:
     """Seconds of an engine run of ``program`` (a host-transfer program beside the model's) on ``executable``'s
     system."""
@@ -62,7 +72,7 @@ def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | 
     return run
 
 
-__all__ = ["simulate", "compile", "run_executable", "optimizer_write_seconds", "variable_copy_seconds", "load_system", "available_systems",
+__all__ = ["simulate", "compile", "run_executable", "optimizer_write_seconds", "variable_copy_seconds", "rng_state_copy_seconds", "load_system", "available_systems",
            "Options", "OutputMode", "PipelineCopies", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run",
            "Executable",
            "Optimizer", "IpuSimError", "ConfigError", "GraphError", "OptionsError",

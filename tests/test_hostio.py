@@ -462,6 +462,18 @@ def test_weights_stream_to_and_from_the_host_once_a_replica():
     assert sim.variable_copy_seconds(synthetic, True) == sim.variable_copy_seconds(synthetic, False) == 0.0
 
 
+def test_the_rng_state_streams_as_one_tensor_over_a_replicas_tiles():
+    """PopART's RngStateFromHost / RngStateToHost: 2 generators x 4 uint32 words for each worker of each tile,
+    each IPU of the replica its tiles' share after one host sync, outside the perf counters."""
+    from sim.schedule.hostio import rng_state_between_host, rng_state_words
+    ipu = sim.load_system(M2000).ipu
+    assert rng_state_words(ipu, 2) == 2 * 2 * 1472 * 6 * 4
+    copies = rng_state_between_host(ipu, 2, to_ipu=False).items
+    assert [(c.ipu, c.direction, c.nbytes, c.host_sync, c.counted) for c in copies] == [
+        (k, "from_ipu", 2 * 1472 * 6 * 4 * 4, True, False) for k in (0, 1)]
+    assert {c.direction for c in rng_state_between_host(ipu, 2, to_ipu=True).items} == {"to_ipu"}
+
+
 def test_popart_stream_callbacks_hold_the_host_thread_for_each_replica_copy():
     """PopART's runtime (StepIO: PopTorch, PopART) does stream_callback_s of host work for each
     replica's input copy on the process's callback thread, before its fill (an output's completion

@@ -539,3 +539,39 @@ def test_an_op_marked_recompute_is_recomputed_on_one_ipu():
     assert [op.kind for op in sess.executable.stages[0].recomputed] == ["relu"]
     with pytest.raises(OptionsError, match="A mixture of auto and manual recomputation"):
         _recompute_session(popart.RecomputationType.RecomputeAll).prepareDevice()
+
+
+def test_the_rng_state_is_read_and_written_as_popart_does():
+    """getRNGState / setRNGState (enableLoadAndOffloadRNGState): every replica's state side by side, 2 generators
+    x 4 words for each of the 6 workers of each tile of the device's share of a replica (RngStateLowering), each
+    copy a priced engine run of one stream copy an IPU; PopART's errors without the option, before
+    prepareDevice and for a state of another size; none with synthetic data."""
+    b, x, y = _mlp(two_ipus=True)
+
+    def session(**set_):
+        opts = popart.SessionOptions()
+        opts.virtualGraphMode = popart.VirtualGraphMode.Manual
+        opts.enableReplicatedGraphs, opts.replicatedGraphCount = True, 2
+        for k, v in set_.items():
+            setattr(opts, k, v)
+        return popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, [y]), _device(4), userOptions=opts)
+
+    with pytest.raises(RuntimeError, match="enableLoadAndOffloadRNGState must be set to True"):
+        session().getRNGState()
+    sess = session(enableLoadAndOffloadRNGState=True)
+    with pytest.raises(RuntimeError, match="Must call prepareDevice before getRNGState"):
+        sess.getRNGState()
+    sess.prepareDevice()
+    assert not any("enableLoadAndOffloadRNGState" in n for n in sess.executable.notes)
+    before = virtual_clock.totals()
+    state = sess.getRNGState()
+    assert len(state) == 2 * (2 * 2 * 1472 * 6 * 4) and all(0 <= w < 2 ** 32 for w in state)
+    assert virtual_clock.totals()[1] - before[1] == pytest.approx(sim.rng_state_copy_seconds(sess.executable, False, 2))
+    assert sess.getRNGState() == state  # the simulated program draws no numbers
+    sess.setRNGState(state[::-1])
+    assert sess.getRNGState() == state[::-1]
+    with pytest.raises(RuntimeError, match=f"received rngState of size 5; was expecting size {len(state)}"):
+        sess.setRNGState(state[:5])
+    synthetic = session(enableLoadAndOffloadRNGState=True, syntheticDataMode=popart.SyntheticDataMode.Zeros)
+    synthetic.prepareDevice()
+    assert synthetic.getRNGState() == [] and sim.rng_state_copy_seconds(synthetic.executable, False) == 0.0

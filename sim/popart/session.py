@@ -54,7 +54,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import compile as sim_compile
-from .. import optimizer_write_seconds, run_executable, variable_copy_seconds
+from .. import optimizer_write_seconds, rng_state_copy_seconds, run_executable, variable_copy_seconds
 from ..compiler.memory import ONNX_REMEDIES, reworded
 from ..errors import GraphError, OptionsError, OutOfMemoryError, UnsupportedOpError
 from ..graph.training import Optimizer as SimOptimizer
@@ -62,6 +62,7 @@ from ..hardware.system import choose_system
 from ..options import CPU_OUTPUTS_ENV_VAR, InstanceOptions, Options, OutputMode, OverlapMode, cpu_outputs
 from ..options import TensorLocationSettings as SimLocationSettings
 from ..results.report import format_summary, write_bytes
+from ..schedule.hostio import rng_state_words
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution, SyncPattern
 from ..virtual_clock import device_call, frozen
 from .builder import EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE, TILE_SET, Builder, unmodelled_annotations
@@ -645,7 +646,9 @@ _READ = {"batchesPerStep", "enableReplicatedGraphs", "replicatedGraphCount", "en
          "matmulOptions", "constantWeights", "enableDistributedReplicatedGraphs", "globalReplicationFactor",
          "explicitRecomputation",
          "globalReplicaOffset", "executionPhaseSettings.phases", "executionPhaseSettings.stages",
-         "virtualGraphSplitRatios", "useHostCopyOps", "enableExplicitMainLoops", *_SAME_NAME}
+         "virtualGraphSplitRatios", "useHostCopyOps", "enableExplicitMainLoops",
+         "enableLoadAndOffloadRNGState",  # read by getRNGState / setRNGState
+         *_SAME_NAME}
 
 
 def _model_bytes(fnModel):
@@ -678,6 +681,7 @@ class _Session:
                                      "model's input shapes in the model; give them in addInputTensor (or the ONNX "
                                      "file), or size the file's dimensions with sim.onnx.load(..., dims=...)")
         self._seed = 0
+        self._rng_words = None  # the RNG state setRNGState wrote (uint32 words), else drawn from the seed
         self._optimizer = optimizer
         proto, _, _ = _read(_model_bytes(fnModel))
         tensors = {v.name for v in proto.graph.input} | {i.name for i in proto.graph.initializer} | {
@@ -1184,9 +1188,52 @@ class _Session:
     def setRandomSeed(self, seedValue: int) -> None:
         """The seed of the device's random ops; it changes no cycle (the simulator draws no numbers)."""
         self._seed = int(seedValue)
+        self._rng_words = None  # the device's generators start again from the seed
 
     def getRandomSeed(self) -> int:
         return self._seed
+
+    def _rng_state(self, what: str) -> int:
+        """PopART's checks before an RNG state copy; the uint32 words of every replica's state."""
+        if not self.options.enableLoadAndOffloadRNGState:
+            raise RuntimeError(f"Trying to {what} the RNG state, but the session option enableLoadAndOffloadRNGState "
+                               "must be set to True.")
+        self._require(f"{what}RNGState")
+        replicas = self._sim_options.replication_factor
+        return replicas * rng_state_words(self._executable.system.ipu, self.deviceInfo.numIpus // replicas)
+
+    def _rng_copy(self, to_device: bool) -> None:
+        with device_call() as call:
+            call.seconds = rng_state_copy_seconds(self._executable, to_device,
+                                                  self.deviceInfo.numIpus // self._sim_options.replication_factor)
+            call.label = (f"popart {type(self).__name__} {self.name!r} (RngState{'From' if to_device else 'To'}Host) "
+                          f"on {self._executable.system.name}")
+
+    @frozen
+    def getRNGState(self) -> list[int]:
+        """Every replica's RNG state, side by side (2 generators x 4 uint32 words for each worker of each tile of
+        the device's share of a replica, PopART's size), read by PopART's RngStateToHost program, priced. It is
+        the state ``setRNGState`` last wrote, else one drawn from the session's seed: the simulated program
+        draws no numbers. With synthetic data PopART reads none and returns an empty list."""
+        words = self._rng_state("get")
+        self._rng_copy(False)
+        if self._sim_options.synthetic_data:
+            return []
+        if self._rng_words is None:
+            self._rng_words = np.random.default_rng(self._seed).integers(0, 2 ** 32, words, dtype=np.uint64)
+        return [int(w) for w in self._rng_words]
+
+    @frozen
+    def setRNGState(self, rngState) -> None:
+        """Write every replica's RNG state (``getRNGState``'s layout and size, checked as PopART checks it)
+        with PopART's RngStateFromHost program, priced."""
+        words = self._rng_state("set")
+        state = np.asarray(list(rngState), dtype=np.uint64)
+        if state.size != words:
+            raise RuntimeError(f"Devicex::setRngStateValue received rngState of size {state.size}; was expecting "
+                               f"size {words}")
+        self._rng_words = state
+        self._rng_copy(True)
 
     # --- the simulation -------------------------------------------------------------------------
     def getCycleCount(self, id: str = "") -> int:

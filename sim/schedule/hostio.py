@@ -101,6 +101,26 @@ def optimizer_from_host(tensors_by_ipu: dict[int, int], nbytes: int = 4) -> Sequ
     return Sequence(items)
 
 
+#: uint32 words of one worker's RNG state, and the states PopART keeps of each (its RngStateLowering's
+#: ``rngStateSizePerWorker`` and ``numRngStateTensors``: the generators of identical and of distinct seeds)
+RNG_WORDS_PER_WORKER, RNG_STATES = 4, 2
+
+
+def rng_state_words(ipu, ipus: int) -> int:
+    """uint32 words of the RNG state of a replica of ``ipus`` IPUs of type ``ipu``: every worker of every
+    tile (RngStateLowering::getCombinedRngStateTensorSize: 2 x tiles x workers x 4)."""
+    return RNG_STATES * ipus * ipu.tiles * ipu.worker_threads * RNG_WORDS_PER_WORKER
+
+
+def rng_state_between_host(ipu, ipus: int, to_ipu: bool) -> Sequence:
+    """PopART's RngStateFromHost (``to_ipu``) or RngStateToHost program for a replica of ``ipus`` IPUs: its RNG
+    state streamed as one tensor mapped over the replica's tiles (RngStateLowering: ``h2d_rngStateTensor``
+    and ``d2h_rngStateTensor``, a stream a replica), each IPU its tiles' share after one host sync."""
+    share = rng_state_words(ipu, 1) * 4
+    return Sequence([StreamCopy(k, f"rng state {'from' if to_ipu else 'to'} host", "to_ipu" if to_ipu else "from_ipu",
+                                share, 0, counted=False) for k in range(ipus)])
+
+
 #: the roles of the variables PopART streams between the host and the IPUs when the weights are written or
 #: read (``TensorType::Variable`` with host data: weights and optimizer state); gradient accumulators are
 #: zeroed on the device
