@@ -575,3 +575,17 @@ def test_the_rng_state_is_read_and_written_as_popart_does():
     synthetic = session(enableLoadAndOffloadRNGState=True, syntheticDataMode=popart.SyntheticDataMode.Zeros)
     synthetic.prepareDevice()
     assert synthetic.getRNGState() == [] and sim.rng_state_copy_seconds(synthetic.executable, False) == 0.0
+
+
+def test_a_popart_session_method_without_a_model_is_named():
+    """A method of PopART's sessions the simulator has no model of is a NotModelledError (an AttributeError)
+    naming the methods it has; a name PopART does not have is Python's AttributeError."""
+    b, x, y = _mlp()
+    sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, [y]), _device())
+    with pytest.raises(popart.NotModelledError, match="InferenceSession.connectStreamToCallback is not modelled "
+                                                       "by the simulator .* getRNGState, getRandomSeed"):
+        sess.connectStreamToCallback("x", lambda ptr: None)
+    assert not hasattr(sess, "getSerializedGraph")
+    with pytest.raises(AttributeError, match="'InferenceSession' object has no attribute 'runSomething'") as e:
+        sess.runSomething()
+    assert not isinstance(e.value, popart.NotModelledError)

@@ -65,6 +65,7 @@ from ..results.report import format_summary, write_bytes
 from ..schedule.hostio import rng_state_words
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution, SyncPattern
 from ..virtual_clock import device_call, frozen
+from . import NotModelledError
 from .builder import EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE, TILE_SET, Builder, unmodelled_annotations
 from .placement import auto_virtual_graphs, phased_strategy
 from .reference_ops import OPS as REFERENCE_OPS
@@ -657,8 +658,24 @@ def _model_bytes(fnModel):
     return fnModel
 
 
+#: the methods of PopART's sessions (its Python binding, popart.cpp) that the simulator has no model of
+_NOT_MODELLED = frozenset({
+    "broadcastWeights", "checkInplacingAmbiguity", "connectStreamToCallback", "getIr", "getModelProto",
+    "getReport", "getSerializedGraph", "getTensorIds", "loadEngineAndConnectStreams", "saveVariables",
+    "setEngineIsLoaded", "updateExternallySavedTensorLocations"})
+
+
 class _Session:
     training = False
+
+    def __getattr__(self, name: str):
+        """A PopART session method the simulator does not have is a :class:`NotModelledError` that names the
+        ones it has; any other missing name is Python's AttributeError."""
+        if name in _NOT_MODELLED:
+            have = sorted(n for n in dir(type(self)) if not n.startswith("_") and callable(getattr(type(self), n)))
+            raise NotModelledError(f"{type(self).__name__}.{name} is not modelled by the simulator (sim.popart); "
+                                   f"its sessions have {', '.join(have)}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @frozen
     def __init__(self, fnModel, dataFlow: DataFlow, deviceInfo: DeviceInfo, inputShapeInfo=None, patterns=None,
