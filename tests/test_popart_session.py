@@ -589,3 +589,58 @@ def test_a_popart_session_method_without_a_model_is_named():
     with pytest.raises(AttributeError, match="'InferenceSession' object has no attribute 'runSomething'") as e:
         sess.runSomething()
     assert not isinstance(e.value, popart.NotModelledError)
+
+
+def _grouped_mlp(settings, groups: int = 2):
+    """x [4, 16] -> matmul by a weight with a value per group of replicas (VariableSettings) -> relu [-> loss]."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [4, 16]), "x")
+    values = np.stack([np.full((16, 8), g + 1, np.float32) for g in range(groups)]) if groups > 1 else \
+        np.ones((16, 8), np.float32)
+    w = b.addInitializedInputTensor(values, settings, "w")
+    y = b.aiOnnx.relu([b.aiOnnx.matmul([x, w])])
+    return b, x, y, w
+
+
+def test_variable_settings_give_each_group_of_replicas_its_value():
+    """PopART's VariableSettings: the host array holds a value per group on its leading dimension (checked as
+    shapeOnReplica checks it), each replica runs with its group's (Orthogonal groups of 2 over 4 replicas:
+    {0, 2} and {1, 3}), readWeights returns a value per group or, with AllReplicas, per replica, and in training
+    the weight's gradient is all-reduced within its group only."""
+    grouping = popart.CommGroup(popart.CommGroupType.Orthogonal, 2)
+
+    def session(settings, groups=2, training=False):
+        b, x, y, w = _grouped_mlp(settings, groups)
+        opts = popart.SessionOptions()
+        opts.enableReplicatedGraphs, opts.replicatedGraphCount = True, 4
+        if training:
+            loss = b.aiGraphcore.l1loss([y], 0.1)
+            return popart.TrainingSession(b.getModelProto(), popart.DataFlow(1, [loss]), loss, popart.ConstSGD(0.1),
+                                          _device(4), userOptions=opts), x, y, w
+        return popart.InferenceSession(b.getModelProto(), popart.DataFlow(1, {y: popart.AnchorReturnType("All")}),
+                                       _device(4), userOptions=opts), x, y, w
+
+    with pytest.raises(RuntimeError, match='outer dimension \\(3\\) of Tensor: "w". should match numGroups: 2'):
+        session(popart.VariableSettings(grouping), groups=3)
+    sess, x, y, w = session(popart.VariableSettings(grouping))
+    assert sess.getInfo(w).shape() == [16, 8]
+    sess.prepareDevice()
+    anchors = sess.initAnchorArrays()
+    sess.run(popart.PyStepIO({x: np.ones([4, 4, 16], np.float32)}, anchors))
+    assert [float(anchors[y][r].max()) for r in range(4)] == [16.0, 32.0, 16.0, 32.0]
+    assert any(n.startswith("VariableSettings: 1 variable(s) hold a value per group") for n in sess.executable.notes)
+    read = {w: np.zeros([2, 16, 8], np.float32)}
+    sess.readWeights(popart.PyWeightsIO(read))
+    assert read[w][:, 0, 0].tolist() == [1.0, 2.0]
+    every, *_ = session(popart.VariableSettings(grouping, popart.VariableRetrievalMode.AllReplicas))
+    every.prepareDevice()
+    read = {w: np.zeros([4, 16, 8], np.float32)}
+    every.readWeights(popart.PyWeightsIO(read))
+    assert read[w][:, 0, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
+    trained, *_ = session(popart.VariableSettings(grouping), training=True)
+    assert trained._graph.tensors[w].grad_collectives == (("all_reduce", 2, 2, 16 * 8 * 4),)
+    shared, *_ = session(popart.VariableSettings(), groups=1, training=True)
+    assert shared._graph.tensors[w].grad_collectives is None  # one group: every replica's all-reduce
+    alone, *_ = session(popart.VariableSettings(popart.CommGroup(popart.CommGroupType.Ungrouped, 0)), groups=4,
+                        training=True)
+    assert alone._graph.tensors[w].grad_collectives == ()  # a value a replica: nothing to reduce

@@ -24,6 +24,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 from ..errors import UnsupportedOpError
+from ..options import comm_group
 
 
 class NotModelledError(UnsupportedOpError, AttributeError):
@@ -68,6 +69,7 @@ _MEMBERS = {
     "SyntheticDataMode": ("Off", "Zeros", "RandomNormal", "RandomUniform"),
     "TensorStorage": ("OnChip", "OffChip"),
     "TileSet": ("Compute", "IO", "Undefined"),
+    "VariableRetrievalMode": ("OnePerGroup", "AllReduceReplicas", "AllReplicas"),  # variablesettings.hpp
     "VirtualGraphMode": ("Off", "Manual", "Auto", "ExecutionPhases"),
 }
 _ALIASES = {"BatchSerializationTransformContext": {"Forward": 0, "Backward": 1}}
@@ -100,6 +102,92 @@ class CommGroup:
 
     def __init__(self, type=0, replicaGroupSize: int = 0):  # noqa: A002 - PopART's argument name
         self.type, self.replicaGroupSize = globals()["CommGroupType"](int(type)), int(replicaGroupSize)
+
+
+class VariableSettings:
+    """PopART's VariableSettings (variablesettings.cpp): a variable with a value per group of replicas, the
+    groups a ``CommGroup`` (``VariableSettings(CommGroup(CommGroupType.Orthogonal, 2))``) or a stride and a
+    group size (``VariableSettings(stride, groupSize, mode)``), and how weightsToHost returns it (a
+    ``VariableRetrievalMode``: one value per group, or one per replica). ``VariableSettings()`` is one value
+    shared by every replica. The host array of ``addInitializedInputTensor`` holds one value per group on a
+    leading dimension when there is more than one group."""
+
+    def __init__(self, *args, **kwargs):
+        modes = globals()["VariableRetrievalMode"]
+        group, mode, stride_size = CommGroup(), modes.OnePerGroup, None
+        args = list(args) + [kwargs[k] for k in ("sharedVariableDomain_", "retrievalMode_") if k in kwargs]
+        if len(args) == 3 or {"stride", "groupSize"} <= set(kwargs):
+            stride, size, mode = (args + [kwargs.get(k) for k in ("stride", "groupSize", "mode")])[:3]
+            stride_size = (int(stride), int(size))
+        else:
+            for a in args:
+                if isinstance(a, CommGroup):
+                    group = a
+                else:
+                    mode = modes(int(a))
+        self._group, self._mode, self._stride_size = group, modes(int(mode)), stride_size
+
+    def getSharedVariableDomain(self) -> CommGroup:
+        return self._group
+
+    def getRetrievalMode(self):
+        return self._mode
+
+    def isUsingCommGroup(self) -> bool:
+        return self._stride_size is None
+
+    def stride_and_size(self, replicaCount: int) -> tuple[int, int]:
+        """(stride, group size) of the groups over ``replicaCount`` replicas (PopXL's replica_grouping form)."""
+        if self._stride_size is not None:
+            stride, size = self._stride_size
+            return stride, size if size else replicaCount
+        kinds = {0: "all", 1: "consecutive", 2: "orthogonal", 3: "none"}
+        if self._group.type == 3 or (self._group.type != 0 and self._group.replicaGroupSize == 1):
+            return 1, 1
+        return comm_group(replicaCount, kinds[int(self._group.type)], self._group.replicaGroupSize or None)
+
+    def getRealGroupSize(self, replicaCount: int) -> int:
+        return self.stride_and_size(replicaCount)[1]
+
+    def getGroupCount(self, replicaCount: int) -> int:
+        return replicaCount // self.getRealGroupSize(replicaCount)
+
+    def numReplicasReturningVariable(self, replicaCount: int) -> int:
+        if self._mode == globals()["VariableRetrievalMode"].AllReplicas:
+            return replicaCount
+        return self.getGroupCount(replicaCount)
+
+    def group_of(self, replica: int, replicaCount: int) -> int:
+        """The index of the group holding ``replica`` (the row of its value in the host array)."""
+        stride, size = self.stride_and_size(replicaCount)
+        return replica // (stride * size) * stride + replica % stride
+
+    def shapeOnReplica(self, full_shape, replicaCount: int, name: str = "") -> list[int]:
+        groups = self.getGroupCount(replicaCount)
+        if groups == 1:
+            return list(full_shape)
+        if not full_shape or full_shape[0] != groups:
+            raise RuntimeError(f"Return mismatch with possibly appended outer dimension "
+                               f"({full_shape[0] if full_shape else 'none'}) of Tensor: \"{name}\". should match "
+                               f"numGroups: {groups}")
+        return list(full_shape[1:])
+
+    def shapeOnHost(self, replicaShape, replicaCount: int) -> list[int]:
+        groups = self.getGroupCount(replicaCount)
+        return list(replicaShape) if groups == 1 else [groups, *replicaShape]
+
+    def encoded(self) -> str:
+        """The settings as the builder records them in the model (``__variable_settings/<id>``)."""
+        if self._stride_size is not None:
+            return f"stride {self._stride_size[0]} {self._stride_size[1]} {int(self._mode)}"
+        return f"group {int(self._group.type)} {self._group.replicaGroupSize} {int(self._mode)}"
+
+    @classmethod
+    def decoded(cls, text: str) -> "VariableSettings":
+        kind, a, b, mode = text.split()
+        if kind == "stride":
+            return cls(int(a), int(b), int(mode))
+        return cls(CommGroup(int(a), int(b)), int(mode))
 
 
 def __getattr__(name: str):

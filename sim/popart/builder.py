@@ -38,6 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import GraphError, UnsupportedOpError
+from . import VariableSettings
 from ..results.report import write_bytes
 
 DEFAULT_AI_ONNX_OPSET = 10  # popart willow/include/popart/graphcoreoperators.hpp defaultAiOnnxOpset
@@ -76,6 +77,8 @@ def unmodelled_annotations(model: onnx.ModelProto) -> dict[str, int]:
 
 #: the model metadata keys (``<key>/<input id>``) of an input's InputSettings (names.hpp)
 TILE_SET, EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE = "__tile_set", "__exchange_strategy", "__replicated_stream_mode"
+#: the model metadata key prefix of a variable's VariableSettings (``addInitializedInputTensor``)
+VARIABLE_SETTINGS = "__variable_settings"
 
 
 class InputSettings:
@@ -645,20 +648,25 @@ class Builder:
         self._graph.input.append(helper.make_empty_tensor_value_info(name))
         return name
 
-    def addInitializedInputTensor(self, initVal, *args, debugContext: str = "") -> str:
-        """A weight (a variable) holding ``initVal``. PopART's VariableSettings (a second argument: a weight
-        per replica group) are refused as not modelled here."""
+    def addInitializedInputTensor(self, initVal, *args, variableSettings=None, debugContext: str = "") -> str:
+        """A weight (a variable) holding ``initVal``. With PopART's ``VariableSettings`` (the second argument) it
+        holds a value per group of replicas, one a row of ``initVal`` when there are several groups; the builder
+        records the settings in the model (``__variable_settings/<id>``) and the session reads them with the
+        replicas it runs (sim/popart/session.py)."""
         for a in args:
             if isinstance(a, str):
                 debugContext = a
+            elif isinstance(a, VariableSettings):
+                variableSettings = a
             elif a is not None:
-                raise UnsupportedOpError("addInitializedInputTensor with VariableSettings (a weight per group of "
-                                         "replicas) is not modelled by sim.popart; replica-grouped weights are "
-                                         "modelled in sim.poptorch (replicaGrouping) and sim.popxl")
+                raise UnsupportedOpError(f"addInitializedInputTensor: {a!r} is neither a VariableSettings nor a "
+                                         "debug context")
         array = np.asarray(initVal)
         data_type_name(array.dtype)  # a type PopART takes
         name = self._next_id(debugContext or "init_input")
         self._graph.initializer.append(numpy_helper.from_array(array, name))
+        if variableSettings is not None:
+            self._set_metadata(f"{VARIABLE_SETTINGS}/{name}", variableSettings.encoded())
         return name
 
     def addOutputTensor(self, tensorId: str) -> None:

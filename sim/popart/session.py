@@ -65,8 +65,9 @@ from ..results.report import format_summary, write_bytes
 from ..schedule.hostio import rng_state_words
 from ..strategy import AutoStage, PipelinedExecution, ShardedExecution, SyncPattern
 from ..virtual_clock import device_call, frozen
-from . import NotModelledError
-from .builder import EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE, TILE_SET, Builder, unmodelled_annotations
+from . import NotModelledError, VariableSettings
+from .builder import (EXCHANGE_STRATEGY, REPLICATED_STREAM_MODE, TILE_SET, VARIABLE_SETTINGS, Builder,
+                      unmodelled_annotations)
 from .placement import auto_virtual_graphs, phased_strategy
 from .reference_ops import OPS as REFERENCE_OPS
 
@@ -738,12 +739,14 @@ class _Session:
         self._custom_ops = {f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain not in ("", "ai.onnx")
                             and not (n.domain == "ai.graphcore" and n.op_type in REFERENCE_OPS)}
         self._input_shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in proto.graph.input}
-        self._values_model, self._evaluator = proto, None
+        self._initial = {i.name: i for i in proto.graph.initializer}  # each weight's host value, for readWeights
+        self._grouped = self._grouped_variables(proto)
+        self._values_model, self._evaluators = proto, {}
         self._annotations = unmodelled_annotations(proto)
-        self._initial = {i.name: i for i in proto.graph.initializer}  # each weight's value, for readWeights
         self._graph = load(proto, loss=loss, name=self.name)
         if self.training and self._graph.loss is None:
             raise GraphError(f"TrainingSession: the loss {loss!r} is not a one-element tensor the model computes")
+        self._group_gradients()
         self._strategy = self._place(mode)
         self._ipus = max((op.ipu or 0 for op in self._graph.ops), default=0) + 1
         self._sim_options = self._options(mode)
@@ -754,6 +757,48 @@ class _Session:
         self._made_from = (sorted((k, repr(v)) for k, v in self.options.changed().items()), self.training,
                            deviceInfo.numIpus, str(system))
         self._runs = 0
+
+    def _grouped_variables(self, proto) -> dict[str, VariableSettings]:
+        """The variables given VariableSettings (``Builder.addInitializedInputTensor``) with more than one group
+        over this session's replicas. Each one's initializer in ``proto`` becomes its first group's value, its
+        shape on a replica (PopART's ``shapeOnReplica``, which checks the leading dimension: a value per
+        group); ``self._initial`` keeps every group's."""
+        settings = {p.key.split("/", 1)[1]: VariableSettings.decoded(p.value) for p in proto.metadata_props
+                    if p.key.startswith(VARIABLE_SETTINGS + "/")}
+        if not settings:
+            return {}
+        so = self.options
+        if so.enableDistributedReplicatedGraphs:
+            raise OptionsError(f"VariableSettings ({', '.join(settings)}) with enableDistributedReplicatedGraphs is "
+                               "not modelled: the simulator gives each replica its group's value in one instance's "
+                               "run only; run the replicas in one process")
+        replicas = int(so.replicatedGraphCount) if so.enableReplicatedGraphs else 1
+        grouped = {}
+        for init in proto.graph.initializer:
+            vs = settings.get(init.name)
+            if vs is None or vs.getGroupCount(replicas) == 1:
+                continue
+            vs.shapeOnReplica(list(init.dims), replicas, init.name)
+            rows = numpy_helper.to_array(init)
+            self._initial[init.name] = numpy_helper.from_array(rows, init.name)
+            init.CopyFrom(numpy_helper.from_array(rows[0], init.name))
+            grouped[init.name] = vs
+        return grouped
+
+    def _group_gradients(self) -> None:
+        """In training a grouped variable's gradient is all-reduced within its group only (none for groups of
+        one: ``Tensor.grad_collectives``), the other groups' values being other variables; the notes say so."""
+        if not self._grouped:
+            return
+        replicas = int(self.options.replicatedGraphCount) if self.options.enableReplicatedGraphs else 1
+        for name, vs in self._grouped.items():
+            stride, size = vs.stride_and_size(replicas)
+            t = self._graph.tensors[name]
+            if self.training:
+                t.grad_collectives = (("all_reduce", stride, size, t.nbytes),) if size > 1 else ()
+        self._notes.append(f"VariableSettings: {len(self._grouped)} variable(s) hold a value per group of replicas "
+                           f"({', '.join(list(self._grouped)[:3])}): each replica runs with its group's, and in "
+                           "training each gradient is all-reduced within its group only")
 
     def _place(self, mode: str):
         """Place the ops as ``virtualGraphMode`` says (:mod:`sim.popart.placement`); returns the phased strategy
@@ -1125,15 +1170,6 @@ class _Session:
             arr[...] = 0
         if self.training or self._custom_ops or self._sim_options.synthetic_data or not cpu_outputs(self._sim_options):
             return
-        from onnx.reference import ReferenceEvaluator
-        if self._evaluator is None:  # PopART's own "__" annotations are not the operators' attributes
-            model = onnx.ModelProto()
-            model.CopyFrom(self._values_model)
-            for node in _nodes(model.graph):
-                kept = [a for a in node.attribute if not a.name.startswith("__")]
-                del node.attribute[:]
-                node.attribute.extend(kept)
-            self._evaluator = ReferenceEvaluator(model, new_ops=list(REFERENCE_OPS.values()))
         wanted = [a for a in self.dataFlow.anchors() if a in stepio.outputs and a in self._graph.onnx_outputs]
         steps, reps = self.dataFlow.batchesPerStep(), self._replication()
         feeds = {}
@@ -1142,7 +1178,7 @@ class _Session:
             feeds[name] = np.asarray(stepio.inputs[name]).reshape([steps, reps] + shape)
         values = {a: [] for a in wanted}
         for k in np.ndindex(steps, reps):
-            out = self._evaluator.run(wanted, {n: f[k] for n, f in feeds.items()})
+            out = self._evaluator(k[1]).run(wanted, {n: f[k] for n, f in feeds.items()})
             for a, v in zip(wanted, out):
                 values[a].append(np.asarray(v))
         for a in wanted:
@@ -1154,6 +1190,26 @@ class _Session:
                 v = v[-1] if art.id() == "Final" else v.sum(axis=0)
             arr = stepio.outputs[a]
             arr[...] = v.reshape(arr.shape).astype(arr.dtype)
+
+    def _evaluator(self, replica: int):
+        """ONNX's reference evaluator of the model with ``replica``'s values of the grouped variables, made once
+        for each combination of their groups (PopART's own "__" annotations are not the operators' attributes)."""
+        from onnx.reference import ReferenceEvaluator
+        reps = self._replication()
+        groups = tuple(vs.group_of(replica, reps) for vs in self._grouped.values())
+        if groups not in self._evaluators:
+            model = onnx.ModelProto()
+            model.CopyFrom(self._values_model)
+            for node in _nodes(model.graph):
+                kept = [a for a in node.attribute if not a.name.startswith("__")]
+                del node.attribute[:]
+                node.attribute.extend(kept)
+            for init in model.graph.initializer:
+                if init.name in self._grouped:
+                    row = numpy_helper.to_array(self._initial[init.name])[groups[list(self._grouped).index(init.name)]]
+                    init.CopyFrom(numpy_helper.from_array(row, init.name))
+            self._evaluators[groups] = ReferenceEvaluator(model, new_ops=list(REFERENCE_OPS.values()))
+        return self._evaluators[groups]
 
     # --- weights (the simulator keeps no device values) ----------------------------------------
     def _copy(self, to_device: bool) -> None:
@@ -1176,7 +1232,12 @@ class _Session:
         """Fill each array with its weight's value as the model holds it (or as ``writeWeights`` last wrote it):
         the simulated program does not change values."""
         for name, arr in weightsIo.weights.items():
-            arr[...] = numpy_helper.to_array(self._weight(name, "readWeights")).reshape(arr.shape)
+            value = numpy_helper.to_array(self._weight(name, "readWeights"))
+            vs = self._grouped.get(name)
+            if vs is not None and vs.getRetrievalMode() == 2:  # VariableRetrievalMode.AllReplicas: a value a replica
+                reps = self._replication()
+                value = value[[vs.group_of(r, reps) for r in range(reps)]]
+            arr[...] = value.reshape(arr.shape)
 
     def writeWeights(self, weightsIo: PyWeightsIO) -> None:
         for name, arr in weightsIo.weights.items():
