@@ -72,7 +72,8 @@ def simulate(graph: Graph, system: System | str = "ipu-mk2", options: Options | 
     return run
 
 
-__all__ = ["simulate", "compile", "run_executable", "optimizer_write_seconds", "variable_copy_seconds", "rng_state_copy_seconds", "load_system", "available_systems",
+__all__ = ["simulate", "compile", "run_executable", "optimizer_write_seconds", "variable_copy_seconds",
+           "rng_state_copy_seconds", "load_system", "available_systems",
            "Options", "OutputMode", "PipelineCopies", "Graph", "GraphBuilder", "Op", "Tensor", "System", "Run",
            "Executable",
            "Optimizer", "IpuSimError", "ConfigError", "GraphError", "OptionsError",

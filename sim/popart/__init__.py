@@ -152,10 +152,12 @@ class VariableSettings:
     def getGroupCount(self, replicaCount: int) -> int:
         return replicaCount // self.getRealGroupSize(replicaCount)
 
+    def returns_every_replica(self) -> bool:
+        """Whether weightsToHost returns a value a replica (``VariableRetrievalMode.AllReplicas``)."""
+        return self._mode == globals()["VariableRetrievalMode"].AllReplicas
+
     def numReplicasReturningVariable(self, replicaCount: int) -> int:
-        if self._mode == globals()["VariableRetrievalMode"].AllReplicas:
-            return replicaCount
-        return self.getGroupCount(replicaCount)
+        return replicaCount if self.returns_every_replica() else self.getGroupCount(replicaCount)
 
     def group_of(self, replica: int, replicaCount: int) -> int:
         """The index of the group holding ``replica`` (the row of its value in the host array)."""

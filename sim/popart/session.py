@@ -758,6 +758,10 @@ class _Session:
                            deviceInfo.numIpus, str(system))
         self._runs = 0
 
+    def _local_replicas(self) -> int:
+        """This session's replicas, as its options give them (before the simulator's options exist)."""
+        return int(self.options.replicatedGraphCount) if self.options.enableReplicatedGraphs else 1
+
     def _grouped_variables(self, proto) -> dict[str, VariableSettings]:
         """The variables given VariableSettings (``Builder.addInitializedInputTensor``) with more than one group
         over this session's replicas. Each one's initializer in ``proto`` becomes its first group's value, its
@@ -767,12 +771,11 @@ class _Session:
                     if p.key.startswith(VARIABLE_SETTINGS + "/")}
         if not settings:
             return {}
-        so = self.options
-        if so.enableDistributedReplicatedGraphs:
+        if self.options.enableDistributedReplicatedGraphs:
             raise OptionsError(f"VariableSettings ({', '.join(settings)}) with enableDistributedReplicatedGraphs is "
                                "not modelled: the simulator gives each replica its group's value in one instance's "
                                "run only; run the replicas in one process")
-        replicas = int(so.replicatedGraphCount) if so.enableReplicatedGraphs else 1
+        replicas = self._local_replicas()
         grouped = {}
         for init in proto.graph.initializer:
             vs = settings.get(init.name)
@@ -790,12 +793,10 @@ class _Session:
         one: ``Tensor.grad_collectives``), the other groups' values being other variables; the notes say so."""
         if not self._grouped:
             return
-        replicas = int(self.options.replicatedGraphCount) if self.options.enableReplicatedGraphs else 1
-        for name, vs in self._grouped.items():
-            stride, size = vs.stride_and_size(replicas)
+        for name, vs in self._grouped.items() if self.training else ():
+            stride, size = vs.stride_and_size(self._local_replicas())
             t = self._graph.tensors[name]
-            if self.training:
-                t.grad_collectives = (("all_reduce", stride, size, t.nbytes),) if size > 1 else ()
+            t.grad_collectives = (("all_reduce", stride, size, t.nbytes),) if size > 1 else ()
         self._notes.append(f"VariableSettings: {len(self._grouped)} variable(s) hold a value per group of replicas "
                            f"({', '.join(list(self._grouped)[:3])}): each replica runs with its group's, and in "
                            "training each gradient is all-reduced within its group only")
@@ -805,8 +806,7 @@ class _Session:
         of ExecutionPhases, else None."""
         so = self.options
         if mode == "Auto":
-            replicas = int(so.replicatedGraphCount) if so.enableReplicatedGraphs else 1
-            auto_virtual_graphs(self._graph, max(1, self.deviceInfo.numIpus // replicas), self.training,
+            auto_virtual_graphs(self._graph, max(1, self.deviceInfo.numIpus // self._local_replicas()), self.training,
                                 bool(so.enableGradientAccumulation), so.virtualGraphSplitRatios)
         elif mode == "ExecutionPhases":
             if so.enablePipelining:
@@ -1198,6 +1198,7 @@ class _Session:
         reps = self._replication()
         groups = tuple(vs.group_of(replica, reps) for vs in self._grouped.values())
         if groups not in self._evaluators:
+            row_of = dict(zip(self._grouped, groups))
             model = onnx.ModelProto()
             model.CopyFrom(self._values_model)
             for node in _nodes(model.graph):
@@ -1205,8 +1206,8 @@ class _Session:
                 del node.attribute[:]
                 node.attribute.extend(kept)
             for init in model.graph.initializer:
-                if init.name in self._grouped:
-                    row = numpy_helper.to_array(self._initial[init.name])[groups[list(self._grouped).index(init.name)]]
+                if init.name in row_of:
+                    row = numpy_helper.to_array(self._initial[init.name])[row_of[init.name]]
                     init.CopyFrom(numpy_helper.from_array(row, init.name))
             self._evaluators[groups] = ReferenceEvaluator(model, new_ops=list(REFERENCE_OPS.values()))
         return self._evaluators[groups]
@@ -1234,7 +1235,7 @@ class _Session:
         for name, arr in weightsIo.weights.items():
             value = numpy_helper.to_array(self._weight(name, "readWeights"))
             vs = self._grouped.get(name)
-            if vs is not None and vs.getRetrievalMode() == 2:  # VariableRetrievalMode.AllReplicas: a value a replica
+            if vs is not None and vs.returns_every_replica():
                 reps = self._replication()
                 value = value[[vs.group_of(r, reps) for r in range(reps)]]
             arr[...] = value.reshape(arr.shape)
