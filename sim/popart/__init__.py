@@ -141,10 +141,7 @@ class VariableSettings:
         if self._stride_size is not None:
             stride, size = self._stride_size
             return stride, size if size else replicaCount
-        kinds = {0: "all", 1: "consecutive", 2: "orthogonal", 3: "none"}
-        if self._group.type == 3 or (self._group.type != 0 and self._group.replicaGroupSize == 1):
-            return 1, 1
-        return comm_group(replicaCount, kinds[int(self._group.type)], self._group.replicaGroupSize or None)
+        return comm_group(replicaCount, self._group.type, self._group.replicaGroupSize or None)
 
     def getRealGroupSize(self, replicaCount: int) -> int:
         return self.stride_and_size(replicaCount)[1]

@@ -1020,8 +1020,7 @@ class _Session:
 
     def _compile(self):
         o = self._sim_options
-        per_replica = self.deviceInfo.numIpus // o.replication_factor  # PopART splits the device among the replicas
-        if self._ipus > per_replica:
+        if self._ipus > self._replica_ipus():
             raise OptionsError(f"the model needs {self._ipus} IPU(s) a replica x {o.replication_factor} replica(s) = "
                                f"{self._ipus * o.replication_factor} IPUs, but the device has "
                                f"{self.deviceInfo.numIpus}: acquire a device with that many")
@@ -1278,13 +1277,15 @@ class _Session:
             raise RuntimeError(f"Trying to {what} the RNG state, but the session option enableLoadAndOffloadRNGState "
                                "must be set to True.")
         self._require(f"{what}RNGState")
-        replicas = self._sim_options.replication_factor
-        return replicas * rng_state_words(self._executable.system.ipu, self.deviceInfo.numIpus // replicas)
+        return self._replication() * rng_state_words(self._executable.system.ipu, self._replica_ipus())
+
+    def _replica_ipus(self) -> int:
+        """The device's IPUs a replica (PopART's DeviceInfo shares the device's tiles among the replicas)."""
+        return self.deviceInfo.numIpus // self._replication()
 
     def _rng_copy(self, to_device: bool) -> None:
         with device_call() as call:
-            call.seconds = rng_state_copy_seconds(self._executable, to_device,
-                                                  self.deviceInfo.numIpus // self._sim_options.replication_factor)
+            call.seconds = rng_state_copy_seconds(self._executable, to_device, self._replica_ipus())
             call.label = (f"popart {type(self).__name__} {self.name!r} (RngState{'From' if to_device else 'To'}Host) "
                           f"on {self._executable.system.name}")
 
