@@ -6,6 +6,7 @@ import itertools
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -320,6 +321,21 @@ def test_a_constant_over_the_folding_cap_is_a_graph_constant():
     g = sim.onnx.load(m)
     assert kinds(g) == ["add"]
     assert [(t.name, t.shape) for t in g.tensors.values() if t.role == "constant"] == [("mask", (n, n))]
+
+
+def test_folding_takes_ieee_values_without_numpy_warnings():
+    """T5's relative position buckets take the log of 0 and clamp it after: folded, the log is -inf and its
+    cast an integer's wrap, as on the device, and numpy's warnings for them do not reach the user."""
+    nodes = [h.make_node("Constant", [], ["zero"], value=nh.from_array(np.zeros(4, np.float32)), name="zero"),
+             h.make_node("Log", ["zero"], ["logs"], name="log"),
+             h.make_node("Cast", ["logs"], ["ints"], to=T.INT64, name="cast"),
+             h.make_node("Cast", ["ints"], ["back"], to=T.FLOAT, name="back"),
+             h.make_node("Add", ["x", "back"], ["y"], name="add")]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [4])], [h.make_tensor_value_info("y", T.FLOAT, [4])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = sim.onnx.load(m)
+    assert kinds(g) == ["add"]
 
 
 def test_an_unnamed_dynamic_dimension_past_the_first_says_how_to_name_it():
