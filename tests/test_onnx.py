@@ -1068,6 +1068,42 @@ def test_ops_popart_lacks_are_refused_saying_so(node):
         _trained(node)
 
 
+def _at_opset(node, opset, shape=(2, 4, 6, 6)):
+    """``node`` reading "a" (x times a weight) with the mean of its output "y" as the loss, at ``opset``."""
+    nodes = [h.make_node("Mul", ["x", "w"], ["a"], name="scale"), node,
+             h.make_node("ReduceMean", ["y"], ["loss"], name="loss", keepdims=0)]
+    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, list(shape))],
+              [h.make_tensor_value_info("loss", T.FLOAT, [])], [zeros("w", shape[-1:])],
+              opset=[h.make_opsetid("", opset)])
+    return sim.onnx.load(m, loss="loss")
+
+
+@pytest.mark.parametrize("node", [
+    h.make_node("RMSNormalization", ["a", "w"], ["y"], name="rms"),          # torch's nn.RMSNorm at opset 23 on
+    h.make_node("Attention", ["a", "a", "a"], ["y"], name="sdpa", is_causal=1),  # scaled_dot_product_attention
+    h.make_node("SwiGLU", ["a"], ["y"], name="swiglu"),
+], ids=lambda n: n.op_type)
+def test_newer_onnx_ops_popart_lacks_are_refused_saying_how_to_export(node):
+    """ONNX's op types of opsets 18-28 that PopART has no op for are refused as PopART's missing ops are; the
+    fused transformer ops torch writes from opset 23 on also say which export writes the ops PopART runs."""
+    hint = "opset_version=20" if node.op_type != "SwiGLU" else ""
+    with pytest.raises(sim.UnsupportedOpError, match=f"PopART has no {node.op_type} op.*{hint}"):
+        _at_opset(node, 28)
+
+
+def test_swish_of_opset_24_is_poparts_swish():
+    """ONNX's Swish (opset 24), x * sigmoid(alpha x): at alpha 1 PopART's own Swish op (popnn's SWISH), as Gelu-20 is
+    its Gelu; another alpha as the scale, sigmoid and product PopART would run. Both train."""
+    plain = _at_opset(h.make_node("Swish", ["a"], ["y"], name="swish"), 24)
+    scaled = _at_opset(h.make_node("Swish", ["a"], ["y"], name="swish", alpha=1.702), 24)
+    assert [op.kind for op in plain.ops if op.pass_ == "forward"][1:-1] == ["swish"]
+    assert [op.kind for op in scaled.ops if op.pass_ == "forward"][1:-1] == ["scale", "sigmoid", "mul"]
+    factors = [op.attrs["factor"] for op in scaled.ops if op.kind == "scale" and op.pass_ == "forward"]
+    assert factors[-1] == pytest.approx(1.702)  # an ONNX float attribute: 1.702 in float32
+    for g in (plain, scaled):
+        assert sim.simulate(g, "ipu-mk2", training=True).cycle_count > sim.simulate(g, "ipu-mk2").cycle_count
+
+
 def test_lrn_as_popart_runs_it():
     """LRNOpx: a square, its copy, size - 1 in-place adds of channel-shifted squares, two maps; trains."""
     g = _trained(h.make_node("LRN", ["a"], ["y"], name="lrn", size=3, alpha=1e-4, beta=0.75, bias=1.0))

@@ -60,6 +60,18 @@ def _gelu(ctx: OpContext):
     return ctx.op("gelu" if form == "tanh" else "gelu_erf", [ctx.input(0)], shapes=[ctx.shape(0)])
 
 
+def _swish(ctx: OpContext):
+    """Swish (opset 24), ``x * sigmoid(alpha * x)``: at ``alpha`` 1 (the default) PopART's Swish op (ai.graphcore's,
+    popnn's SWISH non-linearity), as Gelu is PopART's Gelu; another ``alpha`` as the ops PopART would run for it,
+    the scale, the sigmoid and the product."""
+    alpha = float(ctx.attr("alpha", 1.0))
+    if alpha == 1.0:
+        return ctx.op("swish", [ctx.input(0)], shapes=[ctx.shape(0)])
+    scaled = ctx.op("scale", [ctx.input(0)], {"factor": alpha}, shapes=[ctx.shape(0)])
+    gate = ctx.op("sigmoid", [scaled], shapes=[ctx.shape(0)])
+    return ctx.op("mul", [ctx.input(0), gate], shapes=[ctx.shape(0)])
+
+
 def _expression(steps: list[str], grad: list[str], onnx_op: str):
     """An op PopART runs as one popops map expression (``steps``: its codelets; ``grad``: those of
     its input gradient's expression)."""
@@ -246,7 +258,7 @@ def _random(ctx: OpContext):
 
 RULES: dict = {
     "Add": _binary("add"), "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"),
-    "Relu": _unary("relu"), "Gelu": _gelu, "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"),
+    "Relu": _unary("relu"), "Gelu": _gelu, "Swish": _swish, "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"),
     "Exp": _unary("exp"), "Sqrt": _sqrt, "Erf": _erf, "Pow": _pow, "Neg": _neg, "Reciprocal": _reciprocal,
     "LeakyRelu": _expression(*EXPRESSIONS["leaky_relu"], "LeakyRelu"), "IsInf": _expression(ISINF_STEPS, [], "IsInf"),
     "Elu": _ELU, "ThresholdedRelu": _THRESHOLDED_RELU, "Shrink": _SHRINK,

@@ -7,6 +7,11 @@ from __future__ import annotations
 from ._context import OpContext
 
 
+#: ONNX's fused transformer ops of opset 23, which torch.onnx.export (dynamo) writes for scaled_dot_product_attention
+#: and nn.RMSNorm from opset 23 on; at its default opset (20) it writes them as the MatMul, Softmax, ReduceMean, ...
+#: that PopART runs
+_FUSED_FROM_OPSET_23 = ("Attention", "RMSNormalization", "RotaryEmbedding")
+
 #: ONNX ops PopART has no op for (none in willow/src/op, no ONNX pass rewrites them)
 #: (GatherElements: only its builder entry; PopART's ONNX backend tests exclude test_gather_elements). The second
 #: line: the rest of opsets 6-11 (those PopART's builder knows, willow/src/opsets.gen.hpp) that no op, opx or ONNX
@@ -16,7 +21,11 @@ _NOT_IN_POPART = ("Einsum", "GatherElements", "GatherND", "ScatterND", "NonZero"
                   "Hardmax", "MeanVarianceNormalization", "EyeLike", "Det", "ReverseSequence", "Trilu", "Range",
                   "Xor", "BitShift", "LpPool", "GlobalLpPool", "LpNormalization", "MaxUnpool", "MaxRoiPool",
                   "NonMaxSuppression", "Multinomial", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
-                  "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "TfIdfVectorizer")
+                  "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "TfIdfVectorizer",
+                  # op types ONNX added from opset 18 on that PopART has no op for either
+                  "CenterCropPad", "Col2Im", "DeformConv", "AffineGrid", "ImageDecoder", "RegexFullMatch",
+                  "StringConcat", "StringSplit", "TensorScatter", "BitCast", "CumProd", "CausalConvWithState",
+                  "LinearAttention", "SwiGLU", *_FUSED_FROM_OPSET_23)
 
 
 def _not_in_popart(ctx: OpContext):
@@ -27,7 +36,10 @@ def _not_in_popart(ctx: OpContext):
                     + ("; PopART runs none of ONNX's int8 quantisation ops (its 8-bit arithmetic is its own FP8 casts)"
                        if "Quantize" in ctx.op_type or ctx.op_type.startswith("QLinear")
                        or ctx.op_type.endswith("Integer") else "")
-                    + ("; folded when its inputs are constants" if ctx.op_type in ("Trilu", "Range", "EyeLike") else ""))
+                    + ("; folded when its inputs are constants" if ctx.op_type in ("Trilu", "Range", "EyeLike") else "")
+                    + ("; torch.onnx.export writes it from opset 23 on: export with opset_version=20 (torch's "
+                       "default) or lower, which writes the ops it stands for"
+                       if ctx.op_type in _FUSED_FROM_OPSET_23 else ""))
 
 
 #: ONNX's sequence and optional ops: PopART has none (its tensors are tensors), nor does the simulator
