@@ -7,10 +7,10 @@ from __future__ import annotations
 from ._context import OpContext
 
 
-#: ONNX's fused transformer ops of opset 23, which torch.onnx.export (dynamo) writes for scaled_dot_product_attention
-#: and nn.RMSNorm from opset 23 on; at its default opset (20) it writes them as the MatMul, Softmax, ReduceMean, ...
-#: that PopART runs
-_FUSED_FROM_OPSET_23 = ("Attention", "RMSNormalization", "RotaryEmbedding")
+#: ONNX's fused ops of opset 23 that torch.onnx.export (dynamo) writes from opset 23 on for torch's
+#: scaled_dot_product_attention and nn.RMSNorm, and at its default opset (20) as the MatMul, Softmax, ReduceMean, ...
+#: that PopART runs (torch.onnx.ops.attention / rotary_embedding, called directly, export at opset 23 only)
+_FUSED_FROM_OPSET_23 = {"Attention": "scaled_dot_product_attention", "RMSNormalization": "nn.RMSNorm"}
 
 #: ONNX ops PopART has no op for (none in willow/src/op, no ONNX pass rewrites them)
 #: (GatherElements: only its builder entry; PopART's ONNX backend tests exclude test_gather_elements). The second
@@ -25,7 +25,7 @@ _NOT_IN_POPART = ("Einsum", "GatherElements", "GatherND", "ScatterND", "NonZero"
                   # op types ONNX added from opset 18 on that PopART has no op for either
                   "CenterCropPad", "Col2Im", "DeformConv", "AffineGrid", "ImageDecoder", "RegexFullMatch",
                   "StringConcat", "StringSplit", "TensorScatter", "BitCast", "CumProd", "CausalConvWithState",
-                  "LinearAttention", "SwiGLU", *_FUSED_FROM_OPSET_23)
+                  "LinearAttention", "SwiGLU", "RotaryEmbedding", *_FUSED_FROM_OPSET_23)
 
 
 def _not_in_popart(ctx: OpContext):
@@ -37,8 +37,8 @@ def _not_in_popart(ctx: OpContext):
                        if "Quantize" in ctx.op_type or ctx.op_type.startswith("QLinear")
                        or ctx.op_type.endswith("Integer") else "")
                     + ("; folded when its inputs are constants" if ctx.op_type in ("Trilu", "Range", "EyeLike") else "")
-                    + ("; torch.onnx.export writes it from opset 23 on: export with opset_version=20 (torch's "
-                       "default) or lower, which writes the ops it stands for"
+                    + (f"; torch.onnx.export writes it for {_FUSED_FROM_OPSET_23[ctx.op_type]} from opset 23 on: "
+                       "export with opset_version=20 (torch's default) or lower, which writes the ops it stands for"
                        if ctx.op_type in _FUSED_FROM_OPSET_23 else ""))
 
 
