@@ -864,12 +864,12 @@ def _int(name, value):
     return nh.from_array(np.array(value, np.int64), name)
 
 
-def _trained(node, inits=(), out="y"):
-    """x times a weight, then ``node`` (reading "a"), then the mean of its output "y" as the loss."""
+def _trained(node, inits=(), out="y", opset=18):
+    """x times a weight, then ``node`` (reading "a"), then the mean of its output "y" as the loss, at ``opset``."""
     nodes = [h.make_node("Mul", ["x", "w"], ["a"], name="scale"), node,
              h.make_node("ReduceMean", [out], ["loss"], name="loss", keepdims=0)]
     m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 4, 6, 6])], [h.make_tensor_value_info("loss", T.FLOAT, [])],
-              [_W, *inits], opset=[h.make_opsetid("", 18)])
+              [_W, *inits], opset=[h.make_opsetid("", opset)])
     return sim.onnx.load(m, loss="loss")
 
 
@@ -1068,16 +1068,6 @@ def test_ops_popart_lacks_are_refused_saying_so(node):
         _trained(node)
 
 
-def _at_opset(node, opset, shape=(2, 4, 6, 6)):
-    """``node`` reading "a" (x times a weight) with the mean of its output "y" as the loss, at ``opset``."""
-    nodes = [h.make_node("Mul", ["x", "w"], ["a"], name="scale"), node,
-             h.make_node("ReduceMean", ["y"], ["loss"], name="loss", keepdims=0)]
-    m = model(nodes, [h.make_tensor_value_info("x", T.FLOAT, list(shape))],
-              [h.make_tensor_value_info("loss", T.FLOAT, [])], [zeros("w", shape[-1:])],
-              opset=[h.make_opsetid("", opset)])
-    return sim.onnx.load(m, loss="loss")
-
-
 @pytest.mark.parametrize("node", [
     h.make_node("RMSNormalization", ["a", "w"], ["y"], name="rms"),          # torch's nn.RMSNorm at opset 23 on
     h.make_node("Attention", ["a", "a", "a"], ["y"], name="sdpa", is_causal=1),  # scaled_dot_product_attention
@@ -1089,15 +1079,15 @@ def test_newer_onnx_ops_popart_lacks_are_refused_saying_how_to_export(node):
     torch writes from opset 23 on for scaled_dot_product_attention and nn.RMSNorm also say which export writes the
     ops PopART runs (torch.onnx.ops.rotary_embedding exports at opset 23 only, so no such advice)."""
     with pytest.raises(sim.UnsupportedOpError, match=f"PopART has no {node.op_type} op") as refused:
-        _at_opset(node, 28)
+        _trained(node, opset=28)
     assert ("opset_version=20" in str(refused.value)) == (node.op_type in ("RMSNormalization", "Attention"))
 
 
 def test_swish_of_opset_24_is_poparts_swish():
     """ONNX's Swish (opset 24), x * sigmoid(alpha x): at alpha 1 PopART's own Swish op (popnn's SWISH), as Gelu-20 is
     its Gelu; another alpha as the scale, sigmoid and product PopART would run. Both train."""
-    plain = _at_opset(h.make_node("Swish", ["a"], ["y"], name="swish"), 24)
-    scaled = _at_opset(h.make_node("Swish", ["a"], ["y"], name="swish", alpha=1.702), 24)
+    plain = _trained(h.make_node("Swish", ["a"], ["y"], name="swish"), opset=24)
+    scaled = _trained(h.make_node("Swish", ["a"], ["y"], name="swish", alpha=1.702), opset=24)
     assert [op.kind for op in plain.ops if op.pass_ == "forward"][1:-1] == ["swish"]
     assert [op.kind for op in scaled.ops if op.pass_ == "forward"][1:-1] == ["scale", "sigmoid", "mul"]
     factors = [op.attrs["factor"] for op in scaled.ops if op.kind == "scale" and op.pass_ == "forward"]

@@ -793,10 +793,11 @@ class _Session:
         one: ``Tensor.grad_collectives``), the other groups' values being other variables; the notes say so."""
         if not self._grouped:
             return
-        for name, vs in self._grouped.items() if self.training else ():
-            stride, size = vs.stride_and_size(self._local_replicas())
-            t = self._graph.tensors[name]
-            t.grad_collectives = (("all_reduce", stride, size, t.nbytes),) if size > 1 else ()
+        if self.training:
+            for name, vs in self._grouped.items():
+                stride, size = vs.stride_and_size(self._local_replicas())
+                t = self._graph.tensors[name]
+                t.grad_collectives = (("all_reduce", stride, size, t.nbytes),) if size > 1 else ()
         self._notes.append(f"VariableSettings: {len(self._grouped)} variable(s) hold a value per group of replicas "
                            f"({', '.join(list(self._grouped)[:3])}): each replica runs with its group's, and in "
                            "training each gradient is all-reduced within its group only")
