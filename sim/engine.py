@@ -508,12 +508,15 @@ class Engine:
             return s.prefetch >= 2 or (s.fill_ahead and s.direction == "to_ipu")
 
         def buffers_ahead(s: StreamCopy) -> int:
-            """How many copies of the stream the host side runs ahead of (inputs) or behind (outputs) the IPU."""
-            return max(1, s.prefetch - 1)
+            """How many copies of the stream the host side runs ahead of (inputs) or behind (outputs) the IPU: its
+            buffering depth, as many as Poplar prefetches before the device reads one (poplar::StreamCallback:
+            a buffered stream's prefetch() is called up to that many times before a complete()); one with a
+            single buffer refilled while the IPU computes."""
+            return max(1, s.prefetch)
 
         def freed(s: StreamCopy, done: list) -> list:
             """The task whose end frees a buffer for the next copy: an input's fill waits for the copy
-            ``prefetch - 1`` copies before it (the run's first copies, for its first transfers), an output's
+            ``prefetch`` copies before it (the run's first copies, for its first transfers), an output's
             copy for the host to take the one as many before it; ``None``: a buffer freed before a loop."""
             back = buffers_ahead(s)
             return [d for d in ([done[-back]] if len(done) >= back else done[:1]) if d is not None]

@@ -89,7 +89,7 @@ class StreamCopy:
     host_sync: bool = True
     replica: int = 0
     io_tiles: bool = False  # runs on the IPU's IO tiles, concurrently with compute
-    prefetch: int = 1  # host buffers of the stream: > 1 lets the host side run ahead / behind
+    prefetch: int = 1  # host buffers of the stream: the host side runs up to this many copies ahead / behind
     fill_ahead: bool = False  # an input's one buffer is refilled while the IPU computes (PopART's prefetch)
     host_fills: float = 1.0  # input buffer fills the host thread makes for this copy (the replicas it stands for)
     host_thread: tuple = (0, 0)  # (host process, stream-callback thread) that fills it

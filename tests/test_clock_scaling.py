@@ -60,8 +60,8 @@ def test_step_seconds_add_up_to_the_call_over_its_weight_updates():
                        optimizer=setup.sim_optimizer())
     assert sum(lines.values()) * 133 == pytest.approx(run.seconds, rel=1e-12)
     assert per_ipu == pytest.approx(run.samples_per_second / 4, rel=1e-12)
-    # the TF1 rows run the host one buffer ahead (depth 2); depth 1 puts the host's buffer fill and
-    # the host link back on the IPU's path
+    # the TF1 rows run the host side ahead, the host link included (depth 2); depth 1 puts the host's
+    # buffer fill and the host link back on the IPU's path
     assert setup.prefetch_depth == validation.TF1_PREFETCH_DEPTH == 2
     waiting, slower = validation.step_seconds(setup, 1)
     assert waiting["host_io"] > lines["host_io"] and slower < per_ipu

@@ -88,6 +88,27 @@ def test_later_copies_are_prefetched_after_the_first_transfer():
     assert rec.end[copies[1]] - rec.start[copies[1]] < fill  # its fill ran during the compute
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_a_buffering_depth_of_n_lets_the_host_fill_n_copies_ahead(depth):
+    """Poplar prefetches up to a stream's bufferingDepth elements before the device reads one (poplar::StreamCallback:
+    a buffered stream's prefetch() may be called that many times before a complete(); graphcore/tensorflow's infeed
+    prefetch_depth is "the number of elements poplar will prefetch"). On a C600, whose IPU reads the host's buffer
+    over PCIe, with the host's fill slower than a copy and the compute between copies, the fill for copy j starts
+    when the host's fill before it has ended and copy j - depth has emptied its buffer: at depth 1 fill and copy take
+    turns, from depth 2 the fills run back to back. (Until 2026-12-07 depth N was N - 1 buffers: depth 2 ran as 1.)"""
+    copies, nbytes = 8, 4 << 20  # a 4 MiB fill takes 1.2 ms at the host's 3.48 GB/s, its copy 0.27 ms over PCIe
+    x = [StreamCopy(0, "x", "to_ipu", nbytes, 0, host_sync=True, prefetch=depth, fill_ahead=True) for _ in range(copies)]
+    rec = Engine(sim.load_system("c600")).run(Sequence([i for c in x for i in (c, busy(0, 1_000))])).records[0]
+    copy_rows, fill_rows = np.flatnonzero(rec.category == "host_io"), np.flatnonzero(rec.category == "host_prefetch")
+    assert len(copy_rows) == copies and len(fill_rows) == copies - 1  # the run's first copy is fetched on demand
+    for j in range(1, copies):
+        freed = rec.end[copy_rows[max(0, j - depth)]]
+        previous_fill = rec.end[fill_rows[j - 2]] if j >= 2 else 0
+        assert rec.start[fill_rows[j - 1]] == max(freed, previous_fill), j
+    if depth > 1:  # the host paces the copies: its fills are back to back
+        assert (rec.start[fill_rows[1:]] == rec.end[fill_rows[:-1]]).all()
+
+
 def test_mlp_on_four_replicas_is_not_slower_with_a_deeper_buffer():
     def cycles(depth):
         opts = sim.Options().replicationFactor(4)
@@ -204,7 +225,7 @@ def two_stages(compute: int, depth: int, cycles: int = 24) -> Sequence:
 @pytest.mark.parametrize("depth", [3, 4, 5])
 def test_fills_made_before_a_loop_for_its_first_copies_do_not_hold_back_its_start(monkeypatch, depth):
     """With the host well ahead of the IPUs (compute 4 fills long), walking the cycles fills the main cycles' first
-    copies (up to depth - 1 of each stream) as soon as the ramp's copies free their buffers, and some of those fills
+    copies (up to depth of each stream) as soon as the ramp's copies free their buffers, and some of those fills
     run into the loop's first cycles. The shortcut makes them before the loop too, and the loop does not wait for
     the host's thread to finish them: the same cycles as walking. Had the loop held the thread from its start (a
     draft of 2026-12-06), depth 4 would have come out 0.57 % slower and depth 5 2.45 %."""

@@ -497,7 +497,7 @@ def _generation_section() -> list[str]:
             f"{MK2_TO_BOW[0][0]}'s configuration, run on `{first.system}` and on `{on_bow.system}`:", "",
             "| line | priced in | Mk2 ms | Bow ms | Mk2 / Bow |", "|---|---|---:|---:|---:|"] + per_line + [
             "", "Every Mk2 → Bow pair, throughput per IPU. The rows run with the host side of each input stream "
-                "(buffer fill and host link) one buffer ahead of the IPU, as TF1's infeeds run by default "
+                "(buffer fill and host link) ahead of the IPU, as TF1's infeeds run by default "
                 "(`TF1_PREFETCH_DEPTH`: `prefetch_data_streams` on, infeed `prefetch_depth` 1; MLPerf v2.0's "
                 "`run_and_time.sh` also sets `streamCallbacks.maxLookahead` to `unlimited`, v1.0 and v1.1 do not); "
                 "*without prefetch*: the same runs with the IPU waiting for each whole stream copy. The pairs also "
