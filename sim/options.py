@@ -297,6 +297,11 @@ class _Popart:
 
     #: PopART's buffering-depth options (the second is the newer name of the first)
     BUFFERING_DEPTH_KEYS = ("defaultPrefetchBufferingDepth", "defaultBufferingDepth")
+    #: its per-tensor buffering depths, tensor name -> depth (the second is the newer name of the first)
+    BUFFERING_DEPTH_MAP_KEYS = ("prefetchBufferingDepthMap", "bufferingDepthMap")
+    #: whether the host rearranges a direction's streams (PopART's defaults: inputs no, anchors yes; PopTorch
+    #: sets the anchors' off)
+    REARRANGED_ON_HOST_KEYS = {"to_ipu": "rearrangeStreamsOnHost", "from_ipu": "rearrangeAnchorsOnHost"}
     #: session options the simulator reads as switches
     BOOL_KEYS = ("enableStableNorm", "enableFullyConnectedPass", "enableNonStableSoftmax")
 
@@ -306,7 +311,11 @@ class _Popart:
             raise OptionsError(f"_Popart.set({key!r}, {value!r}): Unable to support a buffering depth of "
                                f"{value!r} (minimum buffering depth is 1); give a whole number >= 1 "
                                "(1 = no prefetch, the default)")
-        if key in self.BOOL_KEYS and not isinstance(value, bool):
+        if key in self.BUFFERING_DEPTH_MAP_KEYS and not (isinstance(value, dict) and all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items())):
+            raise OptionsError(f"_Popart.set({key!r}, {value!r}): expected a dict of tensor names to buffering "
+                               "depths (whole numbers >= 1)")
+        if key in (*self.BOOL_KEYS, *self.REARRANGED_ON_HOST_KEYS.values()) and not isinstance(value, bool):
             raise OptionsError(f"_Popart.set({key!r}, {value!r}): expected True or False")
         if key in (*Options.OUTER_FRAGMENT_KEYS, "subgraphCopyingStrategy"):  # checked now, as the compile would
             trial = Options()
@@ -408,6 +417,8 @@ class Options:
                 "TensorLocations.setWeightLocation", "TensorLocations.setActivationLocation",
                 "TensorLocations.setOptimizerLocation", "TensorLocations.setAccumulatorLocation",
                 "_Popart.defaultPrefetchBufferingDepth", "_Popart.defaultBufferingDepth", "_Popart.partialsTypeMatMuls",
+                "_Popart.bufferingDepthMap", "_Popart.prefetchBufferingDepthMap", "_Popart.rearrangeStreamsOnHost",
+                "_Popart.rearrangeAnchorsOnHost",
                 "_Popart.enableOutlining", "_Popart.aliasZeroCopy", "_Popart.outlineThreshold",
                 "_Popart.subgraphCopyingStrategy", "_Popart.autoRecomputation", "_Popart.explicitRecomputation",
                 "_Popart.enablePrefetchDatastreams", "Precision.setPartialsType",
@@ -779,6 +790,28 @@ class Options:
         values = self._Popart.values
         old, new = self._Popart.BUFFERING_DEPTH_KEYS
         return int(values[old] if old in values else values.get(new, 1))
+
+    def buffering_depth(self, tensor: str, direction: str) -> int:
+        """The buffering depth of ``tensor``'s host stream (``direction``: ``"to_ipu"`` or ``"from_ipu"``), as
+        PopART's ``SessionOptions::getBufferingDepth`` gives it: the tensor's entry in ``bufferingDepthMap`` (its
+        deprecated alias ``prefetchBufferingDepthMap`` wins when not empty), else 1 for a stream the host
+        rearranges (inputs with ``rearrangeStreamsOnHost``, anchors with ``rearrangeAnchorsOnHost``: PopART lets
+        such streams overlap in memory), else :meth:`prefetch_depth`. PopART's errors: a depth below 1, and one
+        above 1 for a stream the host rearranges."""
+        values = self._Popart.values
+        rearranged = bool(values.get(self._Popart.REARRANGED_ON_HOST_KEYS[direction], False))
+        old, new = self._Popart.BUFFERING_DEPTH_MAP_KEYS
+        depths = values.get(old) or values.get(new) or {}
+        depth = depths.get(tensor, 1 if rearranged else self.prefetch_depth())
+        if depth < 1:
+            raise OptionsError(f"Unable to support a buffering depth of {depth} for tensor {tensor} (minimum "
+                               "buffering depth is 1): set its bufferingDepthMap entry to 1 or more")
+        if depth > 1 and rearranged:
+            raise OptionsError(f"Unable to support a buffering depth >1 for tensor {tensor} because the stream is "
+                               "set to rearrange on the host (and PopART allows streams that are rearranged on the "
+                               f"host to overlap in memory, making this unsafe): set "
+                               f"{self._Popart.REARRANGED_ON_HOST_KEYS[direction]} False, or its depth to 1")
+        return depth
 
     def batch_serialization(self) -> BatchSerialization:
         """PopART's ``batchSerializationSettings`` as set through ``_Popart.set`` (PopART's defaults for those

@@ -509,3 +509,39 @@ def test_the_validation_rows_serve_their_streams_as_their_runtime_does():
                for rid in ("B10", "B46", "C1", "A1", "I1 bs1", "I23 bs1", "M23", "B7", "B30")}
     assert runtime == {"B10": True, "B46": True, "C1": True, "A1": True, "I1 bs1": False, "I23 bs1": False,
                        "M23": False, "B7": False, "B30": False}
+
+
+def test_a_streams_buffering_depth_is_poparts():
+    """PopART's SessionOptions::getBufferingDepth: the tensor's bufferingDepthMap entry (the deprecated
+    prefetchBufferingDepthMap wins when not empty), else 1 for a stream the host rearranges (PopART lets those
+    overlap in memory), else the default depth; below 1, or above 1 for a rearranged stream, is PopART's error.
+    A rearrangement the user asks for is named in the run's notes: the host's work on it is not timed."""
+    o = sim.Options()
+    o._Popart.set("defaultBufferingDepth", 3)
+    assert o.buffering_depth("x", "to_ipu") == o.buffering_depth("y", "from_ipu") == 3  # PopTorch's anchors
+    o._Popart.set("rearrangeAnchorsOnHost", True)
+    assert (o.buffering_depth("x", "to_ipu"), o.buffering_depth("y", "from_ipu")) == (3, 1)
+    o._Popart.set("bufferingDepthMap", {"x": 2})
+    assert (o.buffering_depth("x", "to_ipu"), o.buffering_depth("z", "to_ipu")) == (2, 3)
+    o._Popart.set("prefetchBufferingDepthMap", {"x": 4})
+    assert o.buffering_depth("x", "to_ipu") == 4
+    o._Popart.set("prefetchBufferingDepthMap", {})
+    o._Popart.set("bufferingDepthMap", {"y": 2})
+    with pytest.raises(sim.OptionsError, match="rearrange on the host"):
+        o.buffering_depth("y", "from_ipu")
+    o._Popart.set("bufferingDepthMap", {"x": 0})
+    with pytest.raises(sim.OptionsError, match="minimum buffering depth is 1"):
+        o.buffering_depth("x", "to_ipu")
+    with pytest.raises(sim.OptionsError, match="dict of tensor names"):
+        o._Popart.set("bufferingDepthMap", {"x": 1.5})
+    with pytest.raises(sim.OptionsError, match="expected True or False"):
+        o._Popart.set("rearrangeStreamsOnHost", 1)
+    g = models.get("io-bound")
+    o = sim.Options().deviceIterations(4)
+    o._Popart.set("defaultBufferingDepth", 3)
+    o._Popart.set("rearrangeStreamsOnHost", True)
+    ex = sim.compile(g, "ipu-mk2", o)
+    assert {c.prefetch for c in leaves(ex.program) if isinstance(c, sim.program.StreamCopy)
+            and c.direction == "to_ipu"} == {1}
+    (note,) = [n for n in ex.notes if n.startswith("rearrangeStreamsOnHost")]
+    assert "not timed" in note and not [n for n in ex.notes if "rearrangeStreamsOnHost" in n and "no modelled" in n]

@@ -17,6 +17,7 @@ import sim.onnx  # noqa: E402
 import sim.popart as popart  # noqa: E402
 from sim.errors import GraphError, OptionsError, UnsupportedOpError  # noqa: E402
 from sim.options import OverlapMode  # noqa: E402
+from sim.program import StreamCopy, leaves  # noqa: E402
 from sim.strategy import AutoStage, PipelinedExecution  # noqa: E402
 
 
@@ -644,3 +645,23 @@ def test_variable_settings_give_each_group_of_replicas_its_value():
     alone, *_ = session(popart.VariableSettings(popart.CommGroup(popart.CommGroupType.Ungrouped, 0)), groups=4,
                         training=True)
     assert alone._graph.tensors[w].grad_collectives == ()  # a value a replica: nothing to reduce
+
+
+def test_anchors_the_host_rearranges_stream_at_one_buffer():
+    """PopART rearranges anchors on the host by default (rearrangeAnchorsOnHost, which PopTorch turns off) and
+    keeps such streams at one buffer whatever defaultBufferingDepth says (SessionOptions::getBufferingDepth);
+    its default is not named in the run's notes."""
+    b, x, y = _mlp()
+    depths = {}
+    for rearranged in (True, False):
+        opts = popart.SessionOptions()
+        opts.defaultBufferingDepth = 3
+        if not rearranged:
+            opts.rearrangeAnchorsOnHost = False
+        sess = popart.InferenceSession(b.getModelProto(), popart.DataFlow(4, {y: popart.AnchorReturnType("All")}),
+                                       _device(), userOptions=opts)
+        sess.prepareDevice()
+        depths[rearranged] = {c.direction: c.prefetch for c in leaves(sess.executable.program)
+                              if isinstance(c, StreamCopy)}
+        assert not [n for n in sess.executable.notes if "OnHost" in n]
+    assert depths == {True: {"to_ipu": 3, "from_ipu": 1}, False: {"to_ipu": 3, "from_ipu": 3}}

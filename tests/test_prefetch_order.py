@@ -12,6 +12,8 @@ against 157,814 at depth 1; until 2026-12-02 they were filled from cycle 0, ahea
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -97,8 +99,9 @@ def test_a_buffering_depth_of_n_lets_the_host_fill_n_copies_ahead(depth):
     when the host's fill before it has ended and copy j - depth has emptied its buffer: at depth 1 fill and copy take
     turns, from depth 2 the fills run back to back. (Until 2026-12-07 depth N was N - 1 buffers: depth 2 ran as 1.)"""
     copies, nbytes = 8, 4 << 20  # a 4 MiB fill takes 1.2 ms at the host's 3.48 GB/s, its copy 0.27 ms over PCIe
-    x = [StreamCopy(0, "x", "to_ipu", nbytes, 0, host_sync=True, prefetch=depth, fill_ahead=True) for _ in range(copies)]
-    rec = Engine(sim.load_system("c600")).run(Sequence([i for c in x for i in (c, busy(0, 1_000))])).records[0]
+    x = StreamCopy(0, "x", "to_ipu", nbytes, 0, host_sync=True, prefetch=depth, fill_ahead=True)
+    run = Sequence([item for _ in range(copies) for item in (replace(x), busy(0, 1_000))])
+    rec = Engine(sim.load_system("c600")).run(run).records[0]
     copy_rows, fill_rows = np.flatnonzero(rec.category == "host_io"), np.flatnonzero(rec.category == "host_prefetch")
     assert len(copy_rows) == copies and len(fill_rows) == copies - 1  # the run's first copy is fetched on demand
     for j in range(1, copies):

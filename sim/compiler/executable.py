@@ -652,6 +652,11 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         notes.append("enablePrefetchDatastreams False: each input stream is copied once a call, and PopART "
                      "invalidates prefetched data at every run (Devicex reconnectInputStreams), so there is no "
                      "next copy to prepare; no effect")
+    for direction, key in o._Popart.REARRANGED_ON_HOST_KEYS.items():
+        if o.set_options.get(f"_Popart.{key}") and not o.synthetic_data:
+            notes.append(f"{key}: the host rearranges the {'inputs' if direction == 'to_ipu' else 'anchors'}' "
+                         "streams, so they run at buffering depth 1, as PopART keeps them; the host's rearranging "
+                         "of each copy is not timed (no published figure)")
     used = k * o.total_replicas()
     if rounded > used:
         notes.append(f"autoRoundNumIPUs: {k} IPU(s) per replica x {o.total_replicas()} replica(s) = {used} IPUs, "

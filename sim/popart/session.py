@@ -883,7 +883,9 @@ class _Session:
                     set(value.changed()) <= {"storage", "loadTileSet", "storageTileSet"}:
                 continue  # the phases' activations on or off chip (phased_strategy), and their tiles (below)
             elif key not in _READ:
-                o._Popart.set(key, value)  # recorded: the run's notes name it as not modelled
+                o._Popart.set(key, value)  # recorded: the run's notes name it if it is not modelled
+        if "rearrangeAnchorsOnHost" not in changed:  # PopART's default, on (PopTorch's and sim.Options': off)
+            o._Popart.values["rearrangeAnchorsOnHost"] = bool(so.rearrangeAnchorsOnHost)
         for which, setter in (("weight", o.TensorLocations.setWeightLocation),
                               ("optimizerState", o.TensorLocations.setOptimizerLocation),
                               ("accumulator", o.TensorLocations.setAccumulatorLocation)):

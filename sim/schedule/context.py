@@ -281,8 +281,9 @@ class Context:
         index = {n: i for i, n in enumerate(self.g.inputs if direction == "to_ipu" else self.g.outputs)}
         process, fills, threads = self._host_threads(replica)
         callback = self.system.host_link.stream_callback_s if self.options.step_io_callbacks else 0.0
+        depths = {n: self.options.buffering_depth(n, direction) for names in per_ipu.values() for n in names}
         return host_transfers(self.g, self.system, self.options.sync_pattern, ipus, per_ipu, direction,
-                              replica, index, self.options.prefetch_depth(),
+                              replica, index, depths,
                               self.options.TensorLocations.num_io_tiles, self.compute_tiles,
                               self.options.prefetch_datastreams(), fills, process, threads, callback)
 

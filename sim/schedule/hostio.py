@@ -29,7 +29,7 @@ def sync_group(pattern: SyncPattern, ipu: int, replica_ipus: list[int]) -> list[
 
 def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[int],
                    per_ipu: dict[int, list[str]], direction: str, replica: int,
-                   stream_index: dict[str, int], prefetch: int = 1, io_tiles: int = 0,
+                   stream_index: dict[str, int], depths: dict[str, int] | None = None, io_tiles: int = 0,
                    compute_tiles: int = 0, fill_ahead: bool = False, host_fills: float = 1.0,
                    process: int = 0, threads: int = 1, callback_s: float = 0.0) -> list:
     """Program items copying the tensors in ``per_ipu`` (IPU -> tensor names) to or from the host.
@@ -40,6 +40,8 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
     runs on the IO tiles, concurrently with compute, and an on-chip copy moves the data
     between the IO tiles and the compute tiles; the IO tiles hold one buffer per stream, so
     the copy of the next step waits until the previous step's data has been moved on.
+    ``depths``: each stream's buffering depth by tensor name (1 for a name it leaves out:
+    :meth:`~sim.options.Options.buffering_depth`).
     With ``fill_ahead`` (PopART's ``enablePrefetchDatastreams``) the host fills an input's buffer
     for its next copy while the IPU computes. The host ``process``'s ``threads`` stream-callback
     threads make the fills, the streams taking them in turn; ``host_fills`` is the fills a thread
@@ -53,6 +55,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
     def label(name: str) -> str:  # a store named by its stream (an input stored back keeps its load's name)
         return g.stream_names.get(name, "") if direction == "from_ipu" else ""
 
+    depths = depths or {}
     items = []
     for ipu, names in per_ipu.items():
         overlapped = [n for n in names if io_tiles and g.overlap.get(n)]
@@ -60,7 +63,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
         for name in overlapped:
             nbytes = g.tensors[name].nbytes
             copy = StreamCopy(ipu, name, direction, nbytes, stream_index[name], host_sync=True,
-                              replica=replica, io_tiles=True, prefetch=prefetch, fill_ahead=fill_ahead,
+                              replica=replica, io_tiles=True, prefetch=depths.get(name, 1), fill_ahead=fill_ahead,
                               host_fills=host_fills, host_thread=thread(name), callback_s=callback_s,
                               label=label(name))
             move = Compute(ipu, f"IO tiles {'->' if direction == 'to_ipu' else '<-'} compute tiles: {name}",
@@ -75,7 +78,7 @@ def host_transfers(g: Graph, system, pattern: SyncPattern, replica_ipus: list[in
             items.append(barrier)
         for k, name in enumerate(plain):
             items.append(StreamCopy(ipu, name, direction, g.tensors[name].nbytes, stream_index[name],
-                                    host_sync=(k == 0), replica=replica, prefetch=prefetch,
+                                    host_sync=(k == 0), replica=replica, prefetch=depths.get(name, 1),
                                     fill_ahead=fill_ahead, host_fills=host_fills,
                                     host_thread=thread(name), callback_s=callback_s, label=label(name)))
         if barrier:
