@@ -92,9 +92,10 @@ def test_later_copies_are_prefetched_after_the_first_transfer():
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_a_buffering_depth_of_n_lets_the_host_fill_n_copies_ahead(depth):
-    """Poplar prefetches up to a stream's bufferingDepth elements before the device reads one (poplar::StreamCallback:
-    a buffered stream's prefetch() may be called that many times before a complete(); graphcore/tensorflow's infeed
-    prefetch_depth is "the number of elements poplar will prefetch"). On a C600, whose IPU reads the host's buffer
+    """Poplar prefetches up to a stream's bufferingDepth elements before the device reads one
+    (poplar::StreamCallback: a buffered stream's prefetch() may be called that many times before a complete();
+    graphcore/tensorflow's infeed prefetch_depth is "the number of elements poplar will prefetch"). On a C600, whose
+    IPU reads the host's buffer
     over PCIe, with the host's fill slower than a copy and the compute between copies, the fill for copy j starts
     when the host's fill before it has ended and copy j - depth has emptied its buffer: at depth 1 fill and copy take
     turns, from depth 2 the fills run back to back. (Until 2026-12-07 depth N was N - 1 buffers: depth 2 ran as 1.)"""
