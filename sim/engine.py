@@ -503,9 +503,11 @@ class Engine:
                 last[lane] = (b, k, n)
 
         def prefetched(s: StreamCopy) -> bool:
-            """Whether the host side of the stream's copies runs ahead of or behind the IPU: a deeper buffer,
-            or (inputs) PopART's enablePrefetchDatastreams refilling one buffer while the IPU computes."""
-            return s.prefetch >= 2 or (s.fill_ahead and s.direction == "to_ipu")
+            """Whether the host side of the stream's copies runs ahead of (inputs) or behind (outputs) the IPU: an
+            input's when Poplar prefetches it (PopART's enablePrefetchDatastreams, its engine's
+            exchange.enablePrefetch: without it Poplar fetches each copy on demand, whatever the depth), an
+            output's with a deeper buffer."""
+            return s.fill_ahead if s.direction == "to_ipu" else s.prefetch >= 2
 
         def buffers_ahead(s: StreamCopy) -> int:
             """How many copies of the stream the host side runs ahead of (inputs) or behind (outputs) the IPU: its

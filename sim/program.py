@@ -90,7 +90,7 @@ class StreamCopy:
     replica: int = 0
     io_tiles: bool = False  # runs on the IPU's IO tiles, concurrently with compute
     prefetch: int = 1  # host buffers of the stream: the host side runs up to this many copies ahead / behind
-    fill_ahead: bool = False  # an input's one buffer is refilled while the IPU computes (PopART's prefetch)
+    fill_ahead: bool = False  # Poplar prefetches an input's buffers while the IPU computes (PopART's prefetch)
     host_fills: float = 1.0  # input buffer fills the host thread makes for this copy (the replicas it stands for)
     host_thread: tuple = (0, 0)  # (host process, stream-callback thread) that fills it
     callback_s: float = 0.0  # that thread's fixed work per replica's copy (PopART's StepIO callback), in seconds

@@ -196,6 +196,27 @@ def test_one_buffer_is_refilled_while_the_ipu_computes():
         sim.compile(models.get("io-bound"), "ipu-mk2", sim.Options()._Popart.set("enablePrefetchDatastreams", 1))
 
 
+def test_without_prefetch_every_input_copy_waits_for_its_fill_at_any_depth():
+    """enablePrefetchDatastreams False is Poplar's exchange.enablePrefetch false (PopART's engineoptionscreator.cpp),
+    and Poplar then calls no stream's prefetch(): every input copy waits for its fill, whatever the buffering depth.
+    A deeper buffer still lets the outputs' host side run behind the IPU. (Until 2026-12-07 a depth above 1 filled
+    the inputs ahead without prefetch too.)"""
+    runs = {}
+    for depth in (1, 3):
+        o = sim.Options().deviceIterations(20)
+        o._Popart.set("enablePrefetchDatastreams", False)
+        o._Popart.set("defaultBufferingDepth", depth)
+        runs[depth] = sim.simulate(models.get("io-bound"), "ipu-mk2", o)
+    ex = runs[3].executable
+    hl, system = ex.system.host_link, ex.system
+    fill = system.seconds_to_cycles(ex.graph.tensors["x"].nbytes / hl.host_prepare_bytes_per_s)
+    trace = runs[3].trace
+    assert set(trace[trace.kind == "host_prefetch"].name) == set(ex.graph.outputs)  # none of them an input's
+    copies = trace[(trace.kind == "host_io") & (trace.name == "x")]
+    assert len(copies) == 20 and (copies.cycles >= fill).all()
+    assert runs[3].cycle_count < runs[1].cycle_count  # the outputs' deeper buffer
+
+
 def _overlapped_training(mode: OverlapMode, accumulation: int = 4, iterations: int = 8) -> sim.Run:
     """mlp training on one IPU with 64 IO tiles, both its input streams and its output overlapped
     in ``mode`` (the loss summed on the device: OutputMode.Sum, which overlapped IO needs). The host's
