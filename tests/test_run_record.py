@@ -98,6 +98,11 @@ def test_notes_for_one_simulated_replica_and_idle_host_io_settings():
     o._Popart.set("defaultPrefetchBufferingDepth", 4)
     run = sim.simulate(models.get("mlp"), "ipu-mk2", o)
     assert "synthetic data: no host transfers run, so a prefetch depth above 1 has no effect" in run.executable.notes
+    o._Popart.set("bufferingDepthMap", {"x": 2})._Popart.set("rearrangeAnchorsOnHost", True)
+    run = sim.simulate(models.get("mlp"), "ipu-mk2", o)
+    assert ("synthetic data: no host transfers run, so a prefetch depth above 1 and bufferingDepthMap and streams "
+            "rearranged on the host have no effect" in run.executable.notes)
+    assert not [n for n in run.executable.notes if n.startswith("rearrangeAnchorsOnHost")]
     o = sim.Options().enableSyntheticData(True).replicationFactor(2).hostProcesses(2).streamCallbackThreads(4)
     run = sim.simulate(models.get("mlp"), "ipu-m2000", o)
     assert ("synthetic data: no host transfers run, so hostProcesses and streamCallbackThreads have no effect"

@@ -380,6 +380,11 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         notes.append("automatic loss scaling: an inference model has no gradients; no effect")
     if o.synthetic_data:
         idle = [what for what, set_ in (("a prefetch depth above 1", o.prefetch_depth() > 1),
+                                        ("bufferingDepthMap", any(f"_Popart.{k}" in o.set_options
+                                                                  for k in o._Popart.BUFFERING_DEPTH_MAP_KEYS)),
+                                        ("streams rearranged on the host", any(
+                                            o.set_options.get(f"_Popart.{k}")
+                                            for k in o._Popart.REARRANGED_ON_HOST_KEYS.values())),
                                         ("overlapped host IO (IO tiles)", any(g.overlap.values())),
                                         ("hostProcesses", "hostProcesses" in o.set_options),
                                         ("streamCallbackThreads", "streamCallbackThreads" in o.set_options),
