@@ -791,6 +791,12 @@ class Options:
         old, new = self._Popart.BUFFERING_DEPTH_KEYS
         return int(values[old] if old in values else values.get(new, 1))
 
+    def rearrangements_set(self) -> dict[str, str]:
+        """Direction -> option, for each of ``rearrangeStreamsOnHost`` / ``rearrangeAnchorsOnHost`` the user turned
+        on (``_Popart.set``; a session's defaults are not counted)."""
+        return {direction: key for direction, key in self._Popart.REARRANGED_ON_HOST_KEYS.items()
+                if self.set_options.get(f"_Popart.{key}")}
+
     def buffering_depth(self, tensor: str, direction: str) -> int:
         """The buffering depth of ``tensor``'s host stream (``direction``: ``"to_ipu"`` or ``"from_ipu"``), as
         PopART's ``SessionOptions::getBufferingDepth`` gives it: the tensor's entry in ``bufferingDepthMap`` (its

@@ -382,9 +382,7 @@ def compile(graph: Graph, system: System | str, options: Options | None = None,
         idle = [what for what, set_ in (("a prefetch depth above 1", o.prefetch_depth() > 1),
                                         ("bufferingDepthMap", any(f"_Popart.{k}" in o.set_options
                                                                   for k in o._Popart.BUFFERING_DEPTH_MAP_KEYS)),
-                                        ("streams rearranged on the host", any(
-                                            o.set_options.get(f"_Popart.{k}")
-                                            for k in o._Popart.REARRANGED_ON_HOST_KEYS.values())),
+                                        ("streams rearranged on the host", bool(o.rearrangements_set())),
                                         ("overlapped host IO (IO tiles)", any(g.overlap.values())),
                                         ("hostProcesses", "hostProcesses" in o.set_options),
                                         ("streamCallbackThreads", "streamCallbackThreads" in o.set_options),
@@ -657,11 +655,10 @@ def idle_settings(g: Graph, o: Options, optimizer: Optimizer | None, k: int, rou
         notes.append("enablePrefetchDatastreams False: each input stream is copied once a call, and PopART "
                      "invalidates prefetched data at every run (Devicex reconnectInputStreams), so there is no "
                      "next copy to prepare; no effect")
-    for direction, key in o._Popart.REARRANGED_ON_HOST_KEYS.items():
-        if o.set_options.get(f"_Popart.{key}") and not o.synthetic_data:
-            notes.append(f"{key}: the host rearranges the {'inputs' if direction == 'to_ipu' else 'anchors'}' "
-                         "streams, so they run at buffering depth 1, as PopART keeps them; the host's rearranging "
-                         "of each copy is not timed (no published figure)")
+    for direction, key in ({} if o.synthetic_data else o.rearrangements_set()).items():
+        notes.append(f"{key}: the host rearranges the {'inputs' if direction == 'to_ipu' else 'anchors'}' "
+                     "streams, so they run at buffering depth 1, as PopART keeps them; the host's rearranging "
+                     "of each copy is not timed (no published figure)")
     used = k * o.total_replicas()
     if rounded > used:
         notes.append(f"autoRoundNumIPUs: {k} IPU(s) per replica x {o.total_replicas()} replica(s) = {used} IPUs, "
