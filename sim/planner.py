@@ -86,7 +86,7 @@ from .graph.ir import Graph
 from .graph.training import Optimizer, graph_to_price, merge_norms, sparse_accumulate_tied_gathers
 from .hardware.system import load_system
 from .options import Options, TensorLocationSettings
-from .schedule.recomputation import is_checkpoint
+from .schedule.recomputation import kept as checkpoints
 from .strategy import assign
 
 OPTIMIZER_STATES = ("on-chip", "off-chip", "rts", "off-chip-rts")
@@ -431,7 +431,7 @@ def _recomputed_cycles(g: Graph, costs: dict) -> dict[str, int]:
     inputs, back to checkpoint outputs and tensors of other blocks (restored from the stash or made
     there), as :func:`sim.schedule.stages._recompute_just_in_time` walks a stage."""
     maker = {t: op for op in g.ops if op.pass_ == "forward" for t in op.outputs}
-    kept = {t for op in g.ops if op.pass_ == "forward" and is_checkpoint(op) for t in op.outputs}
+    kept = checkpoints(op for op in g.ops if op.pass_ == "forward")
     reads: dict[str, list[str]] = {}  # block -> the tensors its gradient ops read
     for op in g.ops:
         if op.pass_ == "backward":

@@ -332,11 +332,13 @@ def test_bert_large_on_one_ipu_at_micro_batch_8_does_not_fit():
 def test_graphcore_configurations_fit_as_published(row):
     """Each configuration reports/validation.md lists as published fitting (or not) compiles to the
     same outcome: BERT-Large SL128 (also with automatic loss scaling, its gradient histograms
-    beside the lower AMP its config sets) and SL512, BERT-Base SL128 and SL512 on 4-IPU pipelines, SQuAD
+    beside the lower AMP its config sets) and SL512, BERT-Base SL128 and SL512 on 4-IPU pipelines (4 replicas;
+    the POD4 configs' one replica, whose optimizer state is not sharded; the POD64 configs' 16, also with
+    automatic loss scaling at AMP 0.05 on IPU 0), SQuAD
     SL384 on 8 IPUs with 2 replicas, and that SQuAD run with 1 replica, which the config's own
     note says does not fit (AdamW's state on chip is sharded over 2 replicas); GPT-2 small, medium
     and large (SL1024 and SL512) as Graphcore's PyTorch benchmarks train them on a Bow Pod16, and
-    GPT-2 XL and medium inference at SL1024 as they run it sharded over 8 and 4 IPUs, PopRT's fp32
+    GPT-2 XL, large, medium and small inference at SL1024 as they run it sharded over 8, 8, 4 and 2 IPUs, PopRT's fp32
     BERT-Base SQuAD inference at batch 2 on one C600, and nanoGPT's fp32 character model training on an
     IPU-M2000 at context 256 (fits) and 1,024 (out of memory on the hardware, flash-attention-ipu's demo).
     What fits does so with the room `ipusim plan`'s default memory margin asks for."""
@@ -371,12 +373,15 @@ def test_gpt2_large_needs_its_optimizer_state_off_chip():
 
 
 def test_published_memory_statements_hold():
-    """The statements Graphcore publishes about tile memory hold: fp16 partials shrink temporaries, AMP
-    bounds a matmul's temporaries, layer checkpoints limit the not-always-live memory, and a lower AMP
-    raises the always-live memory (more program steps, so more control code)."""
+    """The statements Graphcore publishes about tile memory hold: checkpoints between an LSTM's sections lower
+    its peak liveness, fp16 partials shrink temporaries, AMP bounds a matmul's temporaries, layer checkpoints
+    limit the not-always-live memory, and a lower AMP raises the always-live memory (more program steps, so
+    more control code). One is a known gap, held here so that closing it shows: the LSTM without checkpoints
+    peaks at about half the tutorial's figure, under the maximum memory its figure's liveness exceeds."""
     from sim.validation import _statement_rows
     rows = _statement_rows()
-    assert [r.rsplit("|", 2)[-2].strip().split(":")[0] for r in rows] == ["agrees"] * 4
+    statuses = [r.rsplit("|", 2)[-2].strip().split(":")[0] for r in rows]
+    assert statuses == ["agrees", "disagrees"] + ["agrees"] * 4
 
 
 def test_program_memory_follows_its_constants_per_tile():

@@ -143,6 +143,16 @@ class Op:
     recompute: bool = False  # recomputed in the backward pass rather than stashed
     forward_of: str | None = None  # for a backward op: the forward op it differentiates
 
+    @property
+    def checkpointed(self) -> frozenset[str]:
+        """The outputs kept from the forward pass as recomputation checkpoints (:meth:`Graph.checkpoint`):
+        every output where its ``recomputation_checkpoint`` attribute is True, else those at the positions
+        it lists (positions, not names, so that a copy of the op with its tensors renamed keeps them)."""
+        kept = self.attrs.get("recomputation_checkpoint")
+        if not kept:
+            return frozenset()
+        return frozenset(self.outputs if kept is True else (self.outputs[i] for i in kept if i < len(self.outputs)))
+
 
 def _clone(item, **changes):
     """A shallow copy of a :class:`Tensor` or :class:`Op` with ``changes`` (what ``dataclasses.replace``
@@ -296,6 +306,20 @@ class Graph:
         if producer is None:
             return None
         return next((op for op in reversed(self.ops) if op.name == producer), None)
+
+    def checkpoint(self, name: str) -> Op | None:
+        """Make tensor ``name`` a recomputation checkpoint: kept from the forward pass, where recomputation
+        starts again (PopART's ``checkpointOutput``, willow/src/builder_impl.cpp: an Identity of the
+        tensor whose output is RecomputeType Checkpoint). The checkpoint is the tensor, not the op that
+        made it: an op with other outputs (an LSTM's output sequence beside its checkpointed state) is
+        still recomputed where they are read. Recorded on that op (:attr:`Op.checkpointed`), which is
+        returned (None for an input, weight or constant: nothing to recompute)."""
+        op = self.producer_op(name)
+        if op is not None:
+            kept = op.checkpointed | {name}
+            op.attrs["recomputation_checkpoint"] = (kept == set(op.outputs)
+                                                    or tuple(i for i, t in enumerate(op.outputs) if t in kept))
+        return op
 
     def weights(self) -> list[Tensor]:
         return [t for t in self.tensors.values() if t.role == "weight"]
@@ -523,10 +547,8 @@ class GraphBuilder:
         """A recomputation checkpoint (PopTorch ``recomputationCheckpoint``): ``name`` is kept
         from the forward pass; in training, the ops between checkpoints are recomputed in the
         backward pass instead of keeping their activations."""
-        producer = self.graph.producer_op(name)
-        if producer is None:
+        if self.graph.checkpoint(name) is None:
             raise GraphError(f"checkpoint({name!r}): only an op's output can be a checkpoint")
-        producer.attrs["recomputation_checkpoint"] = True
         return name
 
     def set_overlap(self, name: str, mode) -> str:

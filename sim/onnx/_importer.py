@@ -492,9 +492,7 @@ class _Importer:
         """Keep ``tensor`` from the forward pass for the backward pass: a recomputation checkpoint on the op that
         makes it (PopART's ``checkpointOutput``: an identity whose output is RecomputeType Checkpoint, so the
         tensor it passes on is kept, and what recomputation reruns starts there)."""
-        producer = self.g.producer_op(tensor)
-        if producer is not None:
-            producer.attrs["recomputation_checkpoint"] = True
+        self.g.checkpoint(tensor)
 
     def _unknown_op_types(self, index: int) -> list[str]:
         """The op types after node ``index`` that neither a rule nor register_op prices (no rule, or one that

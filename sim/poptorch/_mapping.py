@@ -1104,7 +1104,7 @@ def _annotation(ctx: OpContext, name: str, value, x):
     elif name == "recomputation_checkpoint" and op is not None and ctx.node.users:
         # PopTorch's checkpoint is an op of its own, pruned by PopART when nothing reads its result
         # (GPT-2's hook checkpoints each block's unused `present` too): only a used one checkpoints
-        op.attrs["recomputation_checkpoint"] = True
+        ctx.cap.g.checkpoint(tensor)
     return tensor
 
 

@@ -288,8 +288,9 @@ def _place(g: Graph, lists: list[tuple[str, int]], layers_per_ipu, recompute, sp
                      if layer_of_op.get(g.tensors[t].producer) in checkpointed
                      and layer_of_op.get(op.name) != layer_of_op[g.tensors[t].producer]}
         for op, layer in zip(g.ops, layers):
-            if layer in checkpointed and handed_on & set(op.outputs):
-                op.attrs["recomputation_checkpoint"] = True
+            if layer in checkpointed:
+                for t in handed_on & set(op.outputs):
+                    g.checkpoint(t)
 
 
 def _tie(g: Graph, layers: list[int | None]) -> dict[str, Op]:

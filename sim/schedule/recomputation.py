@@ -50,7 +50,21 @@ SIDE_EFFECT_KINDS = frozenset(REMOTE_KINDS) | frozenset(COLLECTIVE_KINDS)
 
 
 def is_checkpoint(op: Op) -> bool:
-    return bool(op.attrs.get("recomputation_checkpoint"))
+    """Whether every output of ``op`` is a recomputation checkpoint (:attr:`Op.checkpointed`), so nothing
+    recomputes it: an op with an output that is not (an LSTM's sequence beside its checkpointed state) is
+    recomputed where that output is read."""
+    return bool(op.checkpointed) and op.checkpointed >= set(op.outputs)
+
+
+def has_checkpoint(op: Op) -> bool:
+    """Whether ``op`` makes a recomputation checkpoint (any of its outputs)."""
+    return bool(op.checkpointed)
+
+
+def kept(ops) -> set[str]:
+    """The recomputation checkpoints ``ops`` make: tensors kept from the forward pass, where recomputation
+    stops walking back."""
+    return {t for op in ops for t in op.checkpointed}
 
 
 def user_marks(g: Graph) -> list[str]:
@@ -79,13 +93,15 @@ def marked(g: Graph, auto: int, explicit: bool) -> set[str]:
     if auto == 2:
         return {op.name for op in forward if op.kind in NORM_KINDS}
     recompute = {op.name for op in forward if not is_checkpoint(op) and op.kind not in SIDE_EFFECT_KINDS}
-    if not explicit:  # allCheckpointAfterLastCheckpoint: walk back from the loss through recomputed ops
-        todo = [producer[t] for t in _loss_op_inputs(g, producer) if t in producer]
+    if not explicit:  # allCheckpointAfterLastCheckpoint: walk back from the loss through recomputed ops, to
+        # the checkpoints (PopART's Checkpoint identities, which are not Recompute, stop it)
+        stop = kept(forward)
+        todo = [producer[t] for t in _loss_op_inputs(g, producer) if t in producer and t not in stop]
         while todo:
             op = todo.pop()
             if op.name in recompute:
                 recompute.discard(op.name)
-                todo += [producer[t] for t in op.inputs if t in producer]
+                todo += [producer[t] for t in op.inputs if t in producer and t not in stop]
     return recompute
 
 
@@ -244,7 +260,7 @@ def notes(g: Graph, auto: int, strategy: str, marks: set[str], explicit: bool = 
             return [f"autoRecomputation {TYPES[auto]} in phased execution: PopART marks the {len(marks)} forward ops "
                     "that are not recomputation checkpoints Recompute (its StreamingMemory transform, whatever the "
                     "type), and each runs again in the backward phase of its forward phase where an op there reads it"]
-        if any(is_checkpoint(op) for op in forward) and not user:
+        if any(has_checkpoint(op) for op in forward) and not user:
             return ["recomputation checkpoints in phased execution with autoRecomputation None (PopTorch's and "
                     "PopART's default): nothing is recomputed, so a later phase reads every activation it needs "
                     "from the forward phases; any other type (opts._Popart.set(\"autoRecomputation\", 1)) "
@@ -261,7 +277,7 @@ def notes(g: Graph, auto: int, strategy: str, marks: set[str], explicit: bool = 
         return []
     if auto:
         return [f"autoRecomputation {TYPES[auto]} marks no op of this model for recomputation; no effect"]
-    if any(is_checkpoint(op) for op in forward):
+    if any(has_checkpoint(op) for op in forward):
         return ["recomputation checkpoints: with autoRecomputation None (PopTorch's default for a model that is not "
                 "pipelined, PopART's always) PopART recomputes nothing, so every activation the backward pass "
                 "reads is kept; RecomputeAll (opts._Popart.set(\"autoRecomputation\", 4), ipusim's "

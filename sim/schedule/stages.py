@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..errors import OptionsError
 from ..graph.ir import Graph, Op
-from .recomputation import is_checkpoint, rerun
+from .recomputation import has_checkpoint, is_checkpoint, kept, rerun
 
 
 @dataclass
@@ -112,8 +112,8 @@ def split_stages(g: Graph, training: bool, recompute: bool = True, final_stage: 
             # (PopART's Pipeline::setFinalFwdStageRecomputation: only the ops after its last checkpoint
             # are kept rather than recomputed)
             last = [op for op in stages[F - 1].ops if op.pass_ == "forward"]
-            ends = [i for i, op in enumerate(last) if is_checkpoint(op)]
-            recompute_marked(stages[F - 1], {op.name for op in last[:ends[-1]] if not is_checkpoint(op)}
+            ends = [i for i, op in enumerate(last) if has_checkpoint(op)]
+            recompute_marked(stages[F - 1], {op.name for op in last[:ends[-1] + 1] if not is_checkpoint(op)}
                               if ends else set())
     elif training and F > 1 and pipelined:
         for s in stages[F:]:
@@ -153,7 +153,7 @@ def _recompute_just_in_time(stage: StageWork, forward: StageWork, g: Graph) -> N
     stashes the checkpoint outputs this stage reads (``stashed_bytes``), and ``restored``
     lists what this stage reads from the stash.
     """
-    checkpoints = {t for op in forward.ops if is_checkpoint(op) for t in op.outputs}
+    checkpoints = kept(forward.ops)
     recomputable = {t: op for op in forward.ops for t in op.outputs if t not in checkpoints}
     stage.ops, stage.recomputed = rerun(stage.ops, recomputable)
     reads = {t for op in stage.ops for t in op.inputs}
@@ -177,8 +177,12 @@ def _stash_activations(stage: StageWork, forward: StageWork, g: Graph, marks: fr
 
 
 def _recomputable(forward: StageWork, marks: frozenset[str] | set[str]) -> dict[str, Op]:
-    """Each tensor an op of ``forward`` named in ``marks`` makes -> that op (what :func:`rerun` may make again)."""
-    return {t: op for op in forward.ops if op.pass_ == "forward" and op.name in marks for t in op.outputs}
+    """Each tensor an op of ``forward`` named in ``marks`` makes -> that op (what :func:`rerun` may make again);
+    of an op marked for its other outputs, not its recomputation checkpoints. An op whose outputs are all
+    checkpoints and is marked all the same (Standard: PopART's annotateStandard marks what it does not keep,
+    whatever the user's Checkpoint) makes them again."""
+    return {t: op for op in forward.ops if op.pass_ == "forward" and op.name in marks
+            for t in op.outputs if t not in op.checkpointed or is_checkpoint(op)}
 
 
 def _restore(stage: StageWork, forward: StageWork, tensors: set[str], g: Graph) -> None:

@@ -1,15 +1,69 @@
-"""Graphcore's published statements about tile memory (partials type, availableMemoryProportion,
-recomputation checkpoints, control code), each checked on the simulator (:func:`_statement_rows`,
-rows of the report's table)."""
+"""Graphcore's published statements about tile memory (recomputation checkpoints in an LSTM, partials type,
+availableMemoryProportion, recomputation checkpoints in BERT, control code), each checked on the simulator
+(:func:`_statement_rows`, rows of the report's table)."""
 
 from __future__ import annotations
 
+from .. import compile as compile_graph
 from ..cost import op_cost
 from ..errors import OutOfMemoryError
-from ..graph import GraphBuilder
+from ..graph import Graph, GraphBuilder
 from ..hardware.system import load_system
+from ..options import Options
 from .memory_fits import _fits
 from .setups import _bert_train
+
+#: graphcore/examples tutorials/feature_examples/tensorflow2/recomputation_checkpoints (README.md and
+#: recompute_lstm.py at the examples' HEAD): its PopVision liveness figures (static/LSTM_no_checkpoints.png and
+#: LSTM_7_checkpoints.png: total bytes over the tiles, always-live included), read off the plots' MB axes to about
+#: 5 %: the peak without checkpoints and with 7, and the maximum memory line (the hardware is not named; the
+#: line is a Mk2 IPU's 918 MB)
+LSTM_TUTORIAL_PEAK_MB = {0: 1100, 7: 620}
+LSTM_TUTORIAL_MAX_MB = 900
+
+
+def checkpointed_lstm(checkpoints: int, steps: int = 2048, batch: int = 16, width: int = 512, units: int = 256,
+                      concat: bool = True, keep_sequence: bool = True) -> Graph:
+    """recompute_lstm.py's model (fp32): one LSTM of ``units`` over ``steps`` steps of ``width`` inputs run as
+    ``checkpoints + 1`` LSTM layers of equal steps sharing their weights, each starting from the state the one
+    before ends with, that state (h, c) a recomputation checkpoint; a dense layer to one output and an MSE
+    loss over the whole output sequence (``concat``) or only the last section's. With ``keep_sequence`` the
+    sequence the dense layer reads is kept too: the example's second pipeline stage starts there, and a
+    stage's input is stashed for its backward pass. Time-major, as popnn runs it (the Keras layer's
+    transposes of the batch-major input and output are not built)."""
+    b = GraphBuilder(f"lstm_{checkpoints}_checkpoints", "float32")
+    n = checkpoints + 1
+    x, y = b.input("x", (steps, batch, width)), b.input("y", (steps if concat else steps // n, batch, 1))
+    w_in, w_rec = b.weight("w_input", (width, 4 * units)), b.weight("w_recurrent", (units, 4 * units))
+    bias, h, c = b.weight("bias", (4 * units,)), b.constant("h0", (batch, units)), b.constant("c0", (batch, units))
+    outs = []
+    for i in range(n):
+        piece = b.slice(x, 0, i * steps // n, (i + 1) * steps // n, name=f"slice{i}") if n > 1 else x
+        seq, h, c = b.recurrent("lstm", piece, w_in, w_rec, bias, h, c, name=f"lstm{i}")
+        if i < n - 1:
+            b.checkpoint(h)
+            b.checkpoint(c)
+        outs.append(seq)
+    seq = b.concat(outs, 0) if concat and n > 1 else outs[-1]
+    if keep_sequence:
+        b.checkpoint(seq)
+    b.mse_loss(b.linear(seq, 1, name="dense"), y)
+    return b.graph
+
+
+def lstm_tutorial_peak(checkpoints: int) -> float:
+    """The simulated peak of the recomputation-checkpoint tutorial's training on one Mk2 IPU, bytes summed over
+    the tiles (as PopVision's liveness report plots it): gradient accumulation 4, SGD, each section recomputed
+    before its gradient from its checkpointed state (TensorFlow's RecomputeAndBackpropagateInterleaved; in
+    PopART's terms RecomputeAll with explicitRecomputation, which leaves the sections after the last checkpoint
+    to recompute too)."""
+    o = Options()
+    o.Training.gradientAccumulation(4)
+    o._Popart.set("autoRecomputation", 4)
+    o._Popart.set("explicitRecomputation", True)
+    run = compile_graph(checkpointed_lstm(checkpoints), "ipu-mk2", o, training=True, optimizer="sgd")
+    live = run.memory[0].liveness
+    return float(max(live.always_live + live.activations + live.temporaries))
 
 
 def _statement_rows() -> list[str]:
@@ -43,7 +97,21 @@ def _statement_rows() -> list[str]:
     # the mean tile's: the fullest tile's always-live bytes also follow where its weights land
     always = [None if isinstance(m, OutOfMemoryError) else round(float(m.always_live.mean())) for m in (low, high)]
     more_code = None not in always and always[0] > always[1]
+    lstm = {k: lstm_tutorial_peak(k) / 1e6 for k in LSTM_TUTORIAL_PEAK_MB}
+    lstm_source = ("graphcore/examples `tutorials/feature_examples/tensorflow2/recomputation_checkpoints/README.md` "
+                   "(its liveness figures, read off the plots)")
     return [
+        "| Recomputation checkpoints that cut a long LSTM (2,048 steps, batch 16, 512 inputs, 256 units, fp32) "
+        "into 8 sections lower the peak liveness: about "
+        f"{LSTM_TUTORIAL_PEAK_MB[0]:,} MB without, {LSTM_TUTORIAL_PEAK_MB[7]:,} MB with 7 | {lstm_source} | "
+        f"peak {lstm[0]:,.0f} MB without, {lstm[7]:,.0f} MB with (summed over the tiles; each section recomputed "
+        "before its gradient from the checkpointed state) | " + ("agrees" if lstm[7] < lstm[0] else "disagrees")
+        + " |",
+        "| Without those checkpoints the liveness exceeds the maximum memory (the figures' line, about "
+        f"{LSTM_TUTORIAL_MAX_MB} MB) | the same | peak {lstm[0]:,.0f} MB: the simulated peaks are about half the "
+        "figures' with and without checkpoints (TensorFlow's copies around the layer, its infeed and its "
+        "pipeline's buffers are not built; the source gives no breakdown) | "
+        + ("agrees" if lstm[0] > LSTM_TUTORIAL_MAX_MB else "disagrees: a known gap") + " |",
         "| Using FP16 for the partials reduces the temporary memory of a matmul/convolution by half (of the "
         "partials) | *Memory and Performance Optimisation on the IPU* 5.2 | BERT-Large FFN1 1024×1024×4096 on "
         f"Mk2, AMP 0.6: temporaries {flt.temp_bytes_per_tile:,} B per tile with fp32 partials, "
