@@ -317,8 +317,8 @@ class Graph:
         op = self.producer_op(name)
         if op is not None:
             kept = op.checkpointed | {name}
-            op.attrs["recomputation_checkpoint"] = (kept == set(op.outputs)
-                                                    or tuple(i for i, t in enumerate(op.outputs) if t in kept))
+            positions = tuple(i for i, t in enumerate(op.outputs) if t in kept)
+            op.attrs["recomputation_checkpoint"] = True if kept == set(op.outputs) else positions
         return op
 
     def weights(self) -> list[Tensor]:

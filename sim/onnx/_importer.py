@@ -489,9 +489,9 @@ class _Importer:
                 self._checkpoint(r)
 
     def _checkpoint(self, tensor: str) -> None:
-        """Keep ``tensor`` from the forward pass for the backward pass: a recomputation checkpoint on the op that
-        makes it (PopART's ``checkpointOutput``: an identity whose output is RecomputeType Checkpoint, so the
-        tensor it passes on is kept, and what recomputation reruns starts there)."""
+        """Keep ``tensor`` from the forward pass for the backward pass: a recomputation checkpoint
+        (:meth:`Graph.checkpoint`; PopART's ``checkpointOutput``: an identity whose output is RecomputeType
+        Checkpoint, so the tensor it passes on is kept, and what recomputation reruns starts there)."""
         self.g.checkpoint(tensor)
 
     def _unknown_op_types(self, index: int) -> list[str]:
