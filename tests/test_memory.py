@@ -374,14 +374,14 @@ def test_gpt2_large_needs_its_optimizer_state_off_chip():
 
 def test_published_memory_statements_hold():
     """The statements Graphcore publishes about tile memory hold: checkpoints between an LSTM's sections lower
-    its peak liveness, fp16 partials shrink temporaries, AMP bounds a matmul's temporaries, layer checkpoints
-    limit the not-always-live memory, and a lower AMP raises the always-live memory (more program steps, so
-    more control code). One is a known gap, held here so that closing it shows: the LSTM without checkpoints
+    its peak liveness, a small CNN's training cast to FP16 takes less tile memory, fp16 partials shrink
+    temporaries, AMP bounds a matmul's temporaries, layer checkpoints limit the not-always-live memory, and a
+    lower AMP raises the always-live memory (more program steps, so more control code). One is a known gap, held here so that closing it shows: the LSTM without checkpoints
     peaks at about half the tutorial's figure, under the maximum memory its figure's liveness exceeds."""
     from sim.validation import _statement_rows
     rows = _statement_rows()
     statuses = [r.rsplit("|", 2)[-2].strip().split(":")[0] for r in rows]
-    assert statuses == ["agrees", "disagrees"] + ["agrees"] * 4
+    assert statuses == ["agrees", "disagrees"] + ["agrees"] * 5
 
 
 def test_program_memory_follows_its_constants_per_tile():
