@@ -1,6 +1,6 @@
-"""Graphcore's published statements about tile memory (recomputation checkpoints in an LSTM, partials type,
-availableMemoryProportion, recomputation checkpoints in BERT, control code), each checked on the simulator
-(:func:`_statement_rows`, rows of the report's table)."""
+"""Graphcore's published statements about tile memory (recomputation checkpoints in an LSTM, a CNN cast to FP16,
+partials type, availableMemoryProportion, recomputation checkpoints in BERT, control code), each checked on the
+simulator (:func:`_statement_rows`, rows of the report's table)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def lstm_tutorial_peak(checkpoints: int) -> float:
     """The simulated peak of the recomputation-checkpoint tutorial's training on one Mk2 IPU, bytes summed over
     the tiles (as PopVision's liveness report plots it): gradient accumulation 4, SGD, each section recomputed
     before its gradient from its checkpointed state (TensorFlow's RecomputeAndBackpropagateInterleaved; in
-    PopART's terms RecomputeAll with explicitRecomputation, which leaves the sections after the last checkpoint
-    to recompute too)."""
+    PopART's terms RecomputeAll with explicitRecomputation, under which the ops after the last checkpoint are
+    recomputed too)."""
     o = Options()
     o.Training.gradientAccumulation(4)
     o._Popart.set("autoRecomputation", 4)
