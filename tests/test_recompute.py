@@ -197,6 +197,24 @@ def test_a_checkpoint_keeps_a_tensor_and_the_op_making_it_is_recomputed_for_its_
     assert live[1] < 0.8 * live[0]  # summed over the tiles: 54 MB against 74 (each gradient's temporaries remain)
 
 
+def test_a_pipelined_stage_recomputes_each_lstm_section_from_its_stashed_state():
+    """Pipelined, the sections on IPU 0 and the dense layer and loss on IPU 1: the backward stage recomputes the
+    last section from the checkpointed state the forward stage stashed, then the one before from the stage's
+    input; without the checkpoints the first gradient's recomputation runs every section, first to last."""
+    def run(checkpoints: int) -> list:
+        g = _lstm_sections(checkpoints, keep_sequence=False)
+        for op in g.ops:
+            op.ipu = 1 if op.name.startswith(("dense", "loss")) else 0
+        o = sim.Options().setExecutionStrategy(PipelinedExecution())
+        o.Training.gradientAccumulation(8)
+        return sim.compile(g, "ipu-m2000", o, training=True, optimizer="sgd").stages
+    plain, ckpt = run(0), run(1)
+    assert [op.name for op in plain[2].recomputed] == ["lstm0"] and plain[2].restored == {"x"}
+    assert [op.name for op in ckpt[2].recomputed] == ["slice1", "lstm1", "slice0", "lstm0"]
+    lstm0 = next(op for op in ckpt[0].ops if op.name == "lstm0")
+    assert ckpt[2].restored == {"x"} | lstm0.checkpointed and ckpt[0].stashed_bytes == 2 * 16 * 128 * 4
+
+
 def test_the_walk_from_the_loss_keeps_what_reaches_it_past_the_checkpoints():
     """Without explicitRecomputation PopART turns back into checkpoints the Recompute ops it reaches walking from
     the loss, stopping at the checkpoints (allCheckpointAfterLastCheckpoint): where the whole output sequence is
