@@ -53,7 +53,8 @@ def is_checkpoint(op: Op) -> bool:
     """Whether every output of ``op`` is a recomputation checkpoint (:attr:`Op.checkpointed`), so nothing
     recomputes it: an op with an output that is not (an LSTM's sequence beside its checkpointed state) is
     recomputed where that output is read."""
-    return bool(op.checkpointed) and op.checkpointed >= set(op.outputs)
+    kept_outputs = op.checkpointed
+    return bool(kept_outputs) and kept_outputs >= set(op.outputs)
 
 
 def has_checkpoint(op: Op) -> bool:

@@ -181,8 +181,12 @@ def _recomputable(forward: StageWork, marks: frozenset[str] | set[str]) -> dict[
     of an op marked for its other outputs, not its recomputation checkpoints. An op whose outputs are all
     checkpoints and is marked all the same (Standard: PopART's annotateStandard marks what it does not keep,
     whatever the user's Checkpoint) makes them again."""
-    return {t: op for op in forward.ops if op.pass_ == "forward" and op.name in marks
-            for t in op.outputs if t not in op.checkpointed or is_checkpoint(op)}
+    out = {}
+    for op in forward.ops:
+        if op.pass_ == "forward" and op.name in marks:
+            kept_outputs = frozenset() if is_checkpoint(op) else op.checkpointed
+            out.update((t, op) for t in op.outputs if t not in kept_outputs)
+    return out
 
 
 def _restore(stage: StageWork, forward: StageWork, tensors: set[str], g: Graph) -> None:
